@@ -1,0 +1,50 @@
+/* sm_array: a dense row-major host array (dtype, shape, owned data), and
+ * .npy files (format versions 1.0, 2.0 and 3.0, little-endian, C order).
+ * Anything else (big-endian, Fortran order, object dtypes, truncated data)
+ * is refused with SM_EFORMAT or SM_EUNSUPPORTED and a sentence naming it. */
+#ifndef SM_ARRAY_H
+#define SM_ARRAY_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "sm_dtype.h"
+#include "sm_err.h"
+#include "sm_shape.h"
+
+typedef struct {
+    sm_dtype dtype;
+    sm_shape shape;
+    int64_t nbytes;
+    void *data; /* owned; 64-byte aligned; NULL only when nbytes == 0 */
+} sm_array;
+
+/* Allocates a zero-filled array; *out is owned by the caller (sm_array_free). */
+sm_err sm_array_create(sm_dtype t, const sm_shape *s, sm_array **out, char *err, size_t errlen);
+void sm_array_free(sm_array *a);
+
+/* The header of a .npy file: what it holds and where its data starts. */
+typedef struct {
+    sm_dtype dtype;
+    sm_shape shape;
+    int64_t nbytes;      /* data bytes */
+    int64_t data_offset; /* header length, in bytes, from the start of the file */
+} sm_npy_info;
+
+/* Parses a .npy header from the first `len` bytes of a file (len >= 10; the
+ * whole header must be present: SM_EFORMAT otherwise, saying how many bytes
+ * are needed). */
+sm_err sm_npy_parse_header(const void *buf, size_t len, sm_npy_info *out, char *err, size_t errlen);
+/* Writes the header for (t, s) into buf (version 1.0 unless it needs 2.0);
+ * *written is its length (a multiple of 64). buf needs at most 4096 bytes
+ * for any shape. */
+sm_err sm_npy_format_header(sm_dtype t, const sm_shape *s, void *buf, size_t cap, size_t *written,
+                            char *err, size_t errlen);
+/* Reads a whole .npy file. */
+sm_err sm_npy_read(const char *path, sm_array **out, char *err, size_t errlen);
+/* Reads only the header of a .npy file (for streaming the data later). */
+sm_err sm_npy_read_info(const char *path, sm_npy_info *out, char *err, size_t errlen);
+/* Writes a whole .npy file (replacing it). */
+sm_err sm_npy_write(const char *path, const sm_array *a, char *err, size_t errlen);
+
+#endif

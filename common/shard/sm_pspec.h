@@ -1,0 +1,46 @@
+/* sm_pspec: JAX's PartitionSpec. One entry per leading array dimension;
+ * each entry is None or a tuple of mesh axis names (one name is a 1-tuple;
+ * the first name is the most significant). Value type. */
+#ifndef SM_PSPEC_H
+#define SM_PSPEC_H
+
+#include "sm_err.h"
+#include "sm_mesh.h"
+#include "sm_shape.h"
+
+typedef struct {
+    int naxes;    /* 0: None / () — not sharded */
+    int is_tuple; /* written as a tuple: ('x',) or ('x','y') or () */
+    char axes[SM_MAX_AXES][SM_AXIS_NAME_MAX];
+} sm_pspec_entry;
+
+typedef struct {
+    int nentries;
+    sm_pspec_entry e[SM_MAX_RANK];
+} sm_pspec;
+
+/* Parses P('i', None), P(('x','y'),), P(), P(None, 'j'),
+ * PartitionSpec('i'), with single or double quotes and any spacing. Syntax
+ * errors are SM_EINVAL naming the column and what was expected. Does not
+ * check against a mesh. */
+sm_err sm_pspec_parse(const char *text, sm_pspec *out, char *err, size_t errlen);
+/* Formats as P('i', None) / P(('x', 'y'),) / P(); returns buf. */
+char *sm_pspec_format(const sm_pspec *p, char *buf, size_t len);
+int sm_pspec_equal(const sm_pspec *a, const sm_pspec *b);
+
+/* Checks the spec against a mesh only: every axis known to the mesh, no axis
+ * used twice. */
+sm_err sm_pspec_check_mesh(const sm_pspec *p, const sm_mesh *m, char *err, size_t errlen);
+/* Full check against mesh and global shape: sm_pspec_check_mesh, then the
+ * spec is not longer than the rank (a scalar needs P()), then every sharded
+ * dimension divisible (the message names the dimension, its size, the axes
+ * and the factor). what names the value in messages (e.g. "argument 'a'"),
+ * may be NULL. */
+sm_err sm_pspec_check(const sm_pspec *p, const sm_mesh *m, const sm_shape *shape, const char *what,
+                      char *err, size_t errlen);
+
+/* Number of shards along dimension dim (product of its axes' sizes; 1 for
+ * dimensions past the spec). Assumes sm_pspec_check_mesh passed. */
+int64_t sm_pspec_dim_factor(const sm_pspec *p, const sm_mesh *m, int dim);
+
+#endif

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages shmap needs to build, test and run, if any
+# are missing. Idempotent and quiet when everything is present. Sourced by
+# scripts/test.sh and scripts/demo.sh; can be run on its own.
+set -euo pipefail
+
+SM_PACKAGES=(
+  build-essential cmake pkg-config clang-format
+  libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler grpc-proto
+  libopenblas-dev check libsubunit-dev libjansson-dev libxxhash-dev
+  iproute2 procps python3 python3-numpy
+)
+# Benchmarks compare against Open MPI when it is there; tests do not need it.
+if [ "${SM_WITH_BENCH:-0}" = 1 ]; then
+  SM_PACKAGES+=(libopenmpi-dev openmpi-bin iperf3)
+fi
+
+missing=()
+for p in "${SM_PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "shmap: installing missing packages: ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs what is missing, checks formatting, builds a normal and a
+# sanitizer (ASan+UBSan) build, and runs every test of both with ctest.
+# Exits non-zero on any failure.
+#   SM_SKIP_ASAN=1   only the normal build
+#   SM_JOBS=N        parallel build jobs (default: nproc)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+bash scripts/deps.sh
+
+jobs=${SM_JOBS:-$(nproc)}
+
+echo "== format check"
+files=$(git ls-files '*.c' '*.h' 2>/dev/null || find . -name '*.[ch]' -not -path './build*')
+if [ -n "$files" ]; then
+  # shellcheck disable=SC2086
+  clang-format --dry-run --Werror $files
+fi
+
+build() { # dir, extra cmake args...
+  local dir=$1; shift
+  echo "== build $dir"
+  cmake -S "$root" -B "$root/$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+  cmake --build "$root/$dir" -j "$jobs"
+}
+
+run_tests() { # dir
+  echo "== test $1"
+  (cd "$root/$1" && ctest --output-on-failure -j "$jobs" --timeout 600)
+}
+
+build build
+run_tests build
+if [ "${SM_SKIP_ASAN:-0}" != 1 ]; then
+  build build-asan -DSM_SANITIZE=ON
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 run_tests build-asan
+fi
+echo "== all tests passed"

@@ -1,0 +1,84 @@
+/* Check suite for common/base: error texts, message buffers, strbuf, arena. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sm_arena.h"
+#include "sm_err.h"
+#include "sm_strbuf.h"
+
+START_TEST(test_err_texts)
+{
+    ck_assert_str_eq(sm_strerror(SM_OK), "ok");
+    ck_assert_str_eq(sm_strerror(SM_EINVAL), "invalid argument");
+    ck_assert_str_eq(sm_err_name(SM_ENOTFOUND), "SM_ENOTFOUND");
+    ck_assert_str_eq(sm_strerror((sm_err)999), "unknown error");
+    for (int e = 0; e < SM_ERR_COUNT; e++)
+        ck_assert_ptr_nonnull(sm_strerror((sm_err)e));
+}
+END_TEST
+
+START_TEST(test_fail_writes_message)
+{
+    char err[16];
+    ck_assert_int_eq(sm_fail(err, sizeof err, SM_EINVAL, "axis '%s' is %d", "i", 4), SM_EINVAL);
+    ck_assert_str_eq(err, "axis 'i' is 4");
+    /* truncation keeps the buffer terminated */
+    ck_assert_int_eq(sm_fail(err, sizeof err, SM_EIO, "%s", "a very long sentence indeed"), SM_EIO);
+    ck_assert_uint_eq(strlen(err), sizeof err - 1);
+    /* NULL buffer is allowed */
+    ck_assert_int_eq(sm_fail(NULL, 0, SM_EDATALOSS, "x"), SM_EDATALOSS);
+}
+END_TEST
+
+START_TEST(test_strbuf)
+{
+    sm_strbuf b = {0};
+    ck_assert_str_eq(sm_strbuf_str(&b), "");
+    for (int i = 0; i < 1000; i++)
+        sm_strbuf_printf(&b, "%d,", i % 10);
+    ck_assert_uint_eq(b.len, 2000);
+    sm_strbuf_repeat(&b, '-', 3);
+    sm_strbuf_puts(&b, "end");
+    ck_assert_str_eq(sm_strbuf_str(&b) + 2000, "---end");
+    char *s = sm_strbuf_take(&b);
+    ck_assert_uint_eq(strlen(s), 2006);
+    ck_assert_uint_eq(b.len, 0);
+    free(s);
+    sm_strbuf_free(&b);
+}
+END_TEST
+
+START_TEST(test_arena)
+{
+    sm_arena *a = sm_arena_create(128);
+    ck_assert_ptr_nonnull(a);
+    char *big = sm_arena_alloc(a, 10000); /* larger than a block */
+    ck_assert_ptr_nonnull(big);
+    memset(big, 1, 10000);
+    for (int i = 0; i < 100; i++) {
+        double *d = sm_arena_alloc(a, sizeof(double) * 3);
+        ck_assert_ptr_nonnull(d);
+        ck_assert(((uintptr_t)d % _Alignof(double)) == 0);
+        ck_assert(d[0] == 0.0 && d[2] == 0.0);
+    }
+    ck_assert_str_eq(sm_arena_strndup(a, "hello world", 5), "hello");
+    sm_arena_free(a);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("base");
+    TCase *tc = tcase_create("base");
+    tcase_add_test(tc, test_err_texts);
+    tcase_add_test(tc, test_fail_writes_message);
+    tcase_add_test(tc, test_strbuf);
+    tcase_add_test(tc, test_arena);
+    suite_add_tcase(s, tc);
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
