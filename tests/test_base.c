@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "sm_arena.h"
+#include "sm_config.h"
 #include "sm_err.h"
 #include "sm_strbuf.h"
 
@@ -67,6 +68,65 @@ START_TEST(test_arena)
 }
 END_TEST
 
+static const sm_config_row cfg_rows[] = {
+    {"listen", 'l', SM_CFG_STRING, "0.0.0.0:7070", "SM_TEST_LISTEN", "Address to listen on."},
+    {"devices", 0, SM_CFG_INT, "4", "SM_TEST_DEVICES", "Devices per worker."},
+    {"verbose", 'v', SM_CFG_BOOL, "false", NULL, "Log more."},
+};
+#define NCFG (sizeof cfg_rows / sizeof cfg_rows[0])
+
+START_TEST(test_config_precedence)
+{
+    sm_config_value v[NCFG];
+    char err[256];
+    char *argv0[] = {"prog", NULL};
+    unsetenv("SM_TEST_LISTEN");
+    setenv("SM_TEST_DEVICES", "8", 1);
+    ck_assert_int_eq(sm_config_parse(cfg_rows, NCFG, v, 1, argv0, "usage", NULL, err, sizeof err),
+                     SM_OK);
+    ck_assert_str_eq(v[0].s, "0.0.0.0:7070");
+    ck_assert_int_eq(v[0].set, 0);
+    ck_assert_int_eq(v[1].i, 8); /* environment beats default */
+    ck_assert_int_eq(v[1].set, 1);
+    ck_assert_int_eq(v[2].i, 0);
+    char *argv1[] = {"prog", "--devices", "2", "-v", "-l", "127.0.0.1:0", "pos", NULL};
+    int first = 0;
+    ck_assert_int_eq(sm_config_parse(cfg_rows, NCFG, v, 7, argv1, "usage", &first, err, sizeof err),
+                     SM_OK);
+    ck_assert_int_eq(v[1].i, 2); /* flag beats environment */
+    ck_assert_int_eq(v[2].i, 1);
+    ck_assert_str_eq(v[0].s, "127.0.0.1:0");
+    ck_assert_int_eq(first, 6);
+    unsetenv("SM_TEST_DEVICES");
+}
+END_TEST
+
+START_TEST(test_config_errors)
+{
+    sm_config_value v[NCFG];
+    char err[256];
+    char *a1[] = {"prog", "--devices", "four", NULL};
+    ck_assert_int_eq(sm_config_parse(cfg_rows, NCFG, v, 3, a1, "usage", NULL, err, sizeof err),
+                     SM_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "--devices"));
+    ck_assert_ptr_nonnull(strstr(err, "four"));
+    char *a2[] = {"prog", "--bogus", NULL};
+    ck_assert_int_eq(sm_config_parse(cfg_rows, NCFG, v, 2, a2, "usage", NULL, err, sizeof err),
+                     SM_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "--bogus"));
+    char *a3[] = {"prog", "extra", NULL};
+    ck_assert_int_eq(sm_config_parse(cfg_rows, NCFG, v, 2, a3, "usage", NULL, err, sizeof err),
+                     SM_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "extra"));
+    setenv("SM_TEST_DEVICES", "x1", 1);
+    char *a4[] = {"prog", NULL};
+    ck_assert_int_eq(sm_config_parse(cfg_rows, NCFG, v, 1, a4, "usage", NULL, err, sizeof err),
+                     SM_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "SM_TEST_DEVICES"));
+    unsetenv("SM_TEST_DEVICES");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("base");
@@ -75,6 +135,8 @@ int main(void)
     tcase_add_test(tc, test_fail_writes_message);
     tcase_add_test(tc, test_strbuf);
     tcase_add_test(tc, test_arena);
+    tcase_add_test(tc, test_config_precedence);
+    tcase_add_test(tc, test_config_errors);
     suite_add_tcase(s, tc);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
