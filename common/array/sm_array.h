@@ -31,6 +31,10 @@ typedef struct {
     int64_t data_offset; /* header length, in bytes, from the start of the file */
 } sm_npy_info;
 
+/* Header lengths above this are refused (SM_EFORMAT) before anything is
+ * allocated for them. */
+#define SM_NPY_MAX_HEADER (1 << 20)
+
 /* Parses a .npy header from the first `len` bytes of a file (len >= 10; the
  * whole header must be present: SM_EFORMAT otherwise, saying how many bytes
  * are needed). */
@@ -40,11 +44,20 @@ sm_err sm_npy_parse_header(const void *buf, size_t len, sm_npy_info *out, char *
  * for any shape. */
 sm_err sm_npy_format_header(sm_dtype t, const sm_shape *s, void *buf, size_t cap, size_t *written,
                             char *err, size_t errlen);
-/* Reads a whole .npy file. */
+/* Reads a whole .npy file; *out is owned by the caller (sm_array_free).
+ * The file must hold exactly the data its header describes (SM_EFORMAT
+ * names the expected and actual sizes); a file that cannot be opened or read
+ * is SM_EIO. Every message names the path. Never yields bf16 ('<V2' is
+ * refused). fortran_order True is accepted for ranks 0 and 1, where it is
+ * the same layout as C order. */
 sm_err sm_npy_read(const char *path, sm_array **out, char *err, size_t errlen);
-/* Reads only the header of a .npy file (for streaming the data later). */
+/* Reads only the header of a .npy file (for streaming the data later). For a
+ * regular file the data size is checked too, as sm_npy_read does. */
 sm_err sm_npy_read_info(const char *path, sm_npy_info *out, char *err, size_t errlen);
-/* Writes a whole .npy file (replacing it). */
+/* Writes a whole .npy file (replacing it). The data goes to a temporary file
+ * beside path that is then renamed over it, so a failed write leaves any old
+ * file untouched. bf16 is SM_EUNSUPPORTED (numpy has no such dtype). Borrows
+ * a. */
 sm_err sm_npy_write(const char *path, const sm_array *a, char *err, size_t errlen);
 
 #endif

@@ -34,6 +34,9 @@ sm_err sm_shape_make(sm_shape *out, int rank, const int64_t *dims, char *err, si
 sm_err sm_shape_numel(const sm_shape *s, int64_t *out, char *err, size_t errlen);
 /* Byte count of a dense array of s in dtype t, overflow-checked. */
 sm_err sm_shape_nbytes(const sm_shape *s, sm_dtype t, int64_t *out, char *err, size_t errlen);
+/* Row-major element strides of s into strides[0..rank-1] (the last is 1; a
+ * zero dimension counts as 1). Fails like sm_shape_numel. */
+sm_err sm_shape_strides(const sm_shape *s, int64_t *strides, char *err, size_t errlen);
 int sm_shape_equal(const sm_shape *a, const sm_shape *b);
 /* Formats "[8,16]" ("[]" for a scalar) into buf; returns buf. */
 char *sm_shape_format(const sm_shape *s, char *buf, size_t len);
@@ -51,7 +54,8 @@ sm_index sm_index_full(const sm_shape *s);
  * from src (row-major, shape src_shape) at offset src_off to dst (row-major,
  * shape dst_shape) at offset dst_off. Shapes must have the same rank; the box
  * must fit in both (checked: SM_EINVAL). Contiguous inner runs are copied
- * with memcpy. Rank 0 copies one element. */
+ * with memcpy. Rank 0 copies one element. src and dst must not overlap; a
+ * zero extent copies nothing (the buffers may then be NULL). */
 sm_err sm_block_copy(void *dst, const sm_shape *dst_shape, const int64_t *dst_off, const void *src,
                      const sm_shape *src_shape, const int64_t *src_off, const int64_t *extent,
                      size_t elem, char *err, size_t errlen);
