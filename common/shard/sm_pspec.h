@@ -24,14 +24,19 @@ typedef struct {
  * errors are SM_EINVAL naming the column and what was expected. Does not
  * check against a mesh. */
 sm_err sm_pspec_parse(const char *text, sm_pspec *out, char *err, size_t errlen);
-/* Formats as P('i', None) / P(('x', 'y'),) / P(); returns buf. */
+/* Formats as P('i', None) / P(('x', 'y'),) / P(); returns buf. Entries
+ * are written canonically as JAX's PartitionSpec stores them: () as None,
+ * ('x',) as 'x'. */
 char *sm_pspec_format(const sm_pspec *p, char *buf, size_t len);
+/* 1 if the specs have the same entries in canonical form (so ('x',) equals
+ * 'x' and () equals None, but P('x') and P('x', None) differ, as in JAX). */
 int sm_pspec_equal(const sm_pspec *a, const sm_pspec *b);
 
 /* Checks the spec against a mesh only: every axis known to the mesh, no axis
  * used twice. */
 sm_err sm_pspec_check_mesh(const sm_pspec *p, const sm_mesh *m, char *err, size_t errlen);
 /* Full check against mesh and global shape: sm_pspec_check_mesh, then the
+ * shape is sane (rank 0..SM_MAX_RANK, no negative dimension), then the
  * spec is not longer than the rank (a scalar needs P()), then every sharded
  * dimension divisible (the message names the dimension, its size, the axes
  * and the factor). what names the value in messages (e.g. "argument 'a'"),

@@ -48,7 +48,11 @@ char *sm_sharding_type_str(const sm_sharding *s, sm_dtype t, const sm_shape *glo
 /* A text picture of the layout, like jax.debug.visualize_array_sharding:
  * for rank 1 and 2 a grid of boxes, one per distinct block, each labelled
  * with the devices holding it ("0,4" when replicated); for other ranks a
- * readable listing of blocks and their devices. Appends to out. */
+ * readable listing of blocks and their devices. Appends to out. The boxes
+ * are drawn with '+', '-' and '|', about 80 columns wide (wider only when
+ * the labels need it); labels read "dev 0,4" (ids increasing; a long list
+ * ends ",... (N devices)"). Ranks 0 and >= 3 print one line per distinct
+ * block, "[0:2, 0:8, 0:4]  dev 0,4", blocks in row-major order. */
 sm_err sm_sharding_diagram(const sm_sharding *s, const sm_shape *global, sm_strbuf *out, char *err,
                            size_t errlen);
 
@@ -95,7 +99,13 @@ typedef struct {
  * not partition the dimension, make it non-uniform: inference fails (SM_EINVAL
  * asking for global_shape). With one process, global_shape must be absent or
  * equal local_shape. Every device of the mesh must belong to exactly one
- * process. */
+ * process, and every listed device must be in the mesh. A process without
+ * devices is allowed (it gets an empty device list and does not count in
+ * inference). An explicit global_shape is checked as JAX does: each
+ * dimension equals the local size, or the shard size times the number of
+ * distinct shards the process's devices hold there. Errors are SM_EINVAL
+ * (SM_EOVERFLOW if an inferred size overflows, SM_ENOMEM) with a sentence
+ * naming the dimension and sizes; *out is NULL on failure. */
 sm_err sm_local_plan_create(const sm_sharding *s, const sm_proc_map *procs,
                             const sm_shape *local_shape, const sm_shape *global_shape,
                             sm_local_plan **out, char *err, size_t errlen);

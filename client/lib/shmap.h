@@ -1,0 +1,131 @@
+/* libshmap: the C client library of shmap.
+ *
+ * A client connects to a coordinator and uploads arrays with a NamedSharding
+ * (mesh + PartitionSpec), queries how they are sharded, fetches them back,
+ * reshards and deletes them. See docs/service.md for what each call does on
+ * the wire.
+ *
+ * Conventions: every call returns sm_err (SM_OK = 0) and, on failure, writes
+ * one sentence into err[errlen] (the server's own sentence for remote
+ * errors). The client handle is opaque and may be used from several threads
+ * at once; each call blocks until done or until its deadline. Structures the
+ * library fills (sm_array_info, lists) are owned by the caller and released
+ * with the matching _free function. The value types sm_mesh, sm_pspec,
+ * sm_shape, sm_index, sm_array come from the shmap core headers included
+ * below. */
+#ifndef SHMAP_H
+#define SHMAP_H
+
+#include <stdint.h>
+
+#include "sm_array.h"
+#include "sm_dtype.h"
+#include "sm_err.h"
+#include "sm_info.h"
+#include "sm_mesh.h"
+#include "sm_pspec.h"
+#include "sm_shape.h"
+#include "sm_sharding.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SHMAP_PROTOCOL_VERSION 1
+
+typedef struct sm_client sm_client;
+
+/* Parses a command-line reference: all digits is an id, anything else a name.
+ * Borrows text (the ref points into it). */
+sm_array_ref sm_array_ref_parse(const char *text);
+
+typedef struct {
+    const char *token;  /* shared secret sent as x-shmap-token; NULL: none */
+    int64_t timeout_ms; /* deadline of each unary call; 0: 30000 */
+    /* Called during long transfers with bytes done and total; may be NULL. */
+    void (*progress)(void *user, int64_t done, int64_t total);
+    void *progress_user;
+} sm_client_opts;
+
+/* Connects to target ("host:port") and negotiates the protocol version.
+ * opts may be NULL. *out is owned by the caller (sm_client_close). */
+sm_err sm_client_connect(const char *target, const sm_client_opts *opts, sm_client **out, char *err,
+                         size_t errlen);
+void sm_client_close(sm_client *c);
+
+/* ---- devices and meshes ------------------------------------------------- */
+
+/* Lists the workers; *out is an array of *n entries, released with free(). */
+sm_err sm_client_devices(sm_client *c, sm_worker_info **out, int *n, char *err, size_t errlen);
+
+/* Creates a mesh on the service. If default_order, mesh->devices is ignored
+ * and the service picks its default order (minor axis inside one worker).
+ * name may be NULL. */
+sm_err sm_client_mesh_create(sm_client *c, const sm_mesh *mesh, int default_order, const char *name,
+                             sm_mesh_info *out, char *err, size_t errlen);
+/* Looks a mesh up by name, or by id if name is NULL. */
+sm_err sm_client_mesh_get(sm_client *c, sm_mesh_id id, const char *name, sm_mesh_info *out,
+                          char *err, size_t errlen);
+/* *out: *n entries, released with free(). */
+sm_err sm_client_mesh_list(sm_client *c, sm_mesh_info **out, int *n, char *err, size_t errlen);
+
+/* ---- arrays ------------------------------------------------------------- */
+
+/* device_put: uploads a whole array (dtype, shape, row-major data; data is
+ * borrowed for the call) with a sharding. name may be NULL. On success the
+ * array is ready and *out describes it (out may be NULL). */
+sm_err sm_client_put(sm_client *c, sm_dtype dtype, const sm_shape *shape, const void *data,
+                     const sm_sharding_ref *sh, const char *name, sm_array_info *out, char *err,
+                     size_t errlen);
+
+/* Uploads a .npy file without reading it whole into memory (mapped). */
+sm_err sm_client_put_file(sm_client *c, const char *path, const sm_sharding_ref *sh,
+                          const char *name, sm_array_info *out, char *err, size_t errlen);
+
+/* make_array_from_single_device_arrays: one shard per device of the mesh
+ * (devices[k] receives shards[k]); every device of the mesh must be given
+ * and every shard must have the shard shape. */
+sm_err sm_client_put_shards(sm_client *c, sm_dtype dtype, const sm_shape *global,
+                            const sm_sharding_ref *sh, const char *name, int nshards,
+                            const int32_t *devices, const sm_array *const *shards,
+                            sm_array_info *out, char *err, size_t errlen);
+
+/* make_array_from_callback: cb is called once per distinct index and returns
+ * that block (owned by the library afterwards), or NULL to fail the upload. */
+typedef sm_array *(*sm_index_callback)(void *user, const sm_index *index);
+sm_err sm_client_put_callback(sm_client *c, sm_dtype dtype, const sm_shape *global,
+                              const sm_sharding_ref *sh, const char *name, sm_index_callback cb,
+                              void *user, sm_array_info *out, char *err, size_t errlen);
+
+/* make_array_from_process_local_data, one call per process: sends process
+ * `process`'s local data. global may be NULL (inferred). name is required:
+ * the parts meet by name. Returns once this part is accepted; the array is
+ * ready when every process's part has arrived, and fails if one does not
+ * arrive within deadline_ms (0: 60000). */
+sm_err sm_client_put_local(sm_client *c, int process, const sm_array *local,
+                           const sm_sharding_ref *sh, const char *name, const sm_shape *global,
+                           int64_t deadline_ms, sm_array_info *out, char *err, size_t errlen);
+
+/* Fetches a whole ready array; *out owned by the caller (sm_array_free). */
+sm_err sm_client_get(sm_client *c, sm_array_ref ref, sm_array **out, char *err, size_t errlen);
+/* Fetches a whole ready array into a .npy file, holding one shard at a time. */
+sm_err sm_client_get_file(sm_client *c, sm_array_ref ref, const char *path, char *err,
+                          size_t errlen);
+/* Fetches one device's shard. */
+sm_err sm_client_get_shard(sm_client *c, sm_array_ref ref, int32_t device, sm_array **out,
+                           char *err, size_t errlen);
+
+sm_err sm_client_describe(sm_client *c, sm_array_ref ref, sm_array_info *out, char *err,
+                          size_t errlen);
+/* *out: *n entries, released with sm_array_info_list_free. */
+sm_err sm_client_list(sm_client *c, sm_array_info **out, int *n, char *err, size_t errlen);
+/* Creates a resharded copy (new_name may be NULL); the source is unchanged. */
+sm_err sm_client_reshard(sm_client *c, sm_array_ref ref, const sm_sharding_ref *sh,
+                         const char *new_name, sm_array_info *out, char *err, size_t errlen);
+sm_err sm_client_delete(sm_client *c, sm_array_ref ref, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

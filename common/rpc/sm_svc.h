@@ -1,0 +1,342 @@
+/* sm_svc: the shmap.v1 protocol (proto/shmap.proto) in plain C types.
+ *
+ * This is the boundary the coordinator, the workers and the client library
+ * program against: client calls that take and return C structs, and server
+ * adapters that decode requests into C structs, call a const vtable of
+ * handlers, and encode their results. Neither gRPC nor protobuf-c types
+ * appear here; every conversion between proto messages and shmap's core types
+ * (sm_mesh, sm_pspec, sm_shape, sm_index, sm_array_info, ...) lives in
+ * common/rpc and nowhere else.
+ *
+ * Ownership: request structs are borrowed by the call. Reply structs are
+ * filled by the callee; pointers in them (lists, shards) are malloc'd and
+ * owned by whoever receives the reply, released with the matching _free
+ * function (or free() where said). On the server side the adapter owns
+ * what a handler writes into a reply and frees it after sending.
+ *
+ * Threads: client calls are thread-safe (one channel may serve many
+ * threads). Handlers run on the rpc server's handler threads, one call per
+ * thread, many at once. Every client call takes a deadline in milliseconds. */
+#ifndef SM_SVC_H
+#define SM_SVC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sm_err.h"
+#include "sm_info.h"
+#include "sm_pspec.h"
+#include "sm_shape.h"
+
+/* Opaque types of sm_rpc.h (same typedefs, repeated on purpose). */
+typedef struct sm_rpc_server sm_rpc_server;
+typedef struct sm_rpc_channel sm_rpc_channel;
+
+#define SM_SVC_PROTOCOL_MIN 1
+#define SM_SVC_PROTOCOL_MAX 1
+/* Bulk transfers move in chunks of this size (bytes). */
+#define SM_SVC_CHUNK (4 << 20)
+
+/* ---- version negotiation -------------------------------------------------
+ * Both services answer Negotiate from the version range and the server name
+ * given at registration; no handler is needed. */
+
+/* Client side, either service: on SM_OK *version is the agreed version and
+ * server (if not NULL) the peer's name. No overlap: SM_EPRECONDITION naming
+ * both ranges. */
+sm_err sm_svc_negotiate(sm_rpc_channel *ch, int worker_service, const char *client_name,
+                        uint32_t *version, char *server, size_t server_len, int deadline_ms,
+                        char *err, size_t errlen);
+
+/* ---- bulk transfer messages ---------------------------------------------- */
+
+/* First message of an upload (Coordinator.Upload / Worker.PutShard). */
+typedef struct {
+    sm_array_id array_id;
+    int ndevices;
+    int32_t *devices; /* ndevices entries; owned as the enclosing struct says */
+    sm_shape shape;   /* shard shape */
+    sm_dtype dtype;
+    int64_t total_bytes;
+} sm_svc_upload_header;
+
+/* One upload message: optional header, then data at offset; the last one has
+ * last = 1 and the xxHash3-64 checksum of all data bytes. */
+typedef struct {
+    int has_header;
+    sm_svc_upload_header header;
+    int64_t offset;
+    const void *data; /* borrowed (send) / valid until the next recv (receive) */
+    size_t len;
+    int last;
+    uint64_t checksum;
+} sm_svc_upload_msg;
+
+typedef struct {
+    int64_t bytes;
+    uint64_t checksum;
+    int array_ready;
+} sm_svc_upload_reply;
+
+/* One download message (Coordinator.Download / Worker.GetShard). The first
+ * has has_meta = 1 with shape, dtype and total_bytes. */
+typedef struct {
+    int has_meta;
+    sm_shape shape;
+    sm_dtype dtype;
+    int64_t total_bytes;
+    int64_t offset;
+    const void *data; /* as in sm_svc_upload_msg */
+    size_t len;
+    int last;
+    uint64_t checksum;
+} sm_svc_chunk;
+
+typedef struct {
+    sm_array_ref array;
+    int32_t device;
+    int has_box;
+    sm_index box; /* sub-box in shard coordinates */
+} sm_svc_download_req;
+
+/* Client side of an upload stream. */
+typedef struct sm_svc_upload_stream sm_svc_upload_stream;
+/* worker_service: 1 → Worker.PutShard, 0 → Coordinator.Upload. */
+sm_err sm_svc_upload_open(sm_rpc_channel *ch, int worker_service, int deadline_ms,
+                          sm_svc_upload_stream **out, char *err, size_t errlen);
+/* msg borrowed. A failure returns the server's final status; the stream must
+ * still be released with sm_svc_upload_finish or sm_svc_upload_abort. */
+sm_err sm_svc_upload_send(sm_svc_upload_stream *st, const sm_svc_upload_msg *msg, char *err,
+                          size_t errlen);
+/* Half-closes, waits for the reply, frees the stream. reply may be NULL. */
+sm_err sm_svc_upload_finish(sm_svc_upload_stream *st, sm_svc_upload_reply *reply, char *err,
+                            size_t errlen);
+/* Cancels the call (the server sees SM_ECANCELLED) and frees the stream. */
+void sm_svc_upload_abort(sm_svc_upload_stream *st);
+
+/* Client side of a download stream. */
+typedef struct sm_svc_download_stream sm_svc_download_stream;
+sm_err sm_svc_download_open(sm_rpc_channel *ch, int worker_service, const sm_svc_download_req *req,
+                            int deadline_ms, sm_svc_download_stream **out, char *err,
+                            size_t errlen);
+/* Next chunk. SM_OK with *end = 1: the stream finished with OK (chunk not
+ * filled). chunk->data is valid until the next recv or free. */
+sm_err sm_svc_download_recv(sm_svc_download_stream *st, sm_svc_chunk *chunk, int *end, char *err,
+                            size_t errlen);
+/* Frees the stream, cancelling it if it has not ended. NULL ok. */
+void sm_svc_download_free(sm_svc_download_stream *st);
+
+/* Server side of an upload: what a handler reads from.
+ *
+ * The adapter decodes each message faithfully and validates its fields
+ * (header shape rank and dims, dtype, device count <= SM_MAX_DEVICES,
+ * offset and total_bytes >= 0: SM_EINVAL), but does NOT check the protocol
+ * order: that has_header is set on the first message only, that offset ==
+ * bytes received so far, that last is set exactly once and that the byte
+ * total and checksum match are the handler's checks. */
+typedef struct sm_svc_upload_in sm_svc_upload_in;
+/* Next message; SM_OK with *end = 1 at the end of the stream. msg->data and
+ * msg->header.devices are valid until the next recv (the adapter frees the
+ * last message after the handler returns). A client that went away is
+ * SM_ECANCELLED. */
+sm_err sm_svc_upload_recv(sm_svc_upload_in *in, sm_svc_upload_msg *msg, int *end, char *err,
+                          size_t errlen);
+int sm_svc_upload_cancelled(sm_svc_upload_in *in);
+
+/* Server side of a download: what a handler writes to. */
+typedef struct sm_svc_download_out sm_svc_download_out;
+/* chunk borrowed; blocks for flow control. */
+sm_err sm_svc_download_send(sm_svc_download_out *out, const sm_svc_chunk *chunk, char *err,
+                            size_t errlen);
+int sm_svc_download_cancelled(sm_svc_download_out *out);
+
+/* ---- coordinator messages ------------------------------------------------ */
+
+typedef enum { SM_PUT_WHOLE = 0, SM_PUT_SHARDS = 1, SM_PUT_LOCAL = 2 } sm_put_kind;
+
+typedef struct {
+    const char *name; /* NULL or "" for none */
+    sm_dtype dtype;
+    int has_shape;
+    sm_shape shape; /* global; optional for SM_PUT_LOCAL */
+    sm_sharding_ref sharding;
+    sm_put_kind kind;
+    int process;          /* SM_PUT_LOCAL */
+    sm_shape local_shape; /* SM_PUT_LOCAL */
+    uint32_t deadline_ms; /* 0: default */
+} sm_svc_create_array_req;
+
+typedef struct {
+    int ndevices;
+    int32_t *devices; /* owned */
+    sm_index global_index;
+    sm_index local_slice; /* SM_PUT_LOCAL only */
+} sm_svc_upload_target;
+
+typedef struct {
+    sm_array_info array;
+    int ntargets;
+    sm_svc_upload_target *targets; /* owned, each with its devices */
+} sm_svc_create_array_reply;
+
+void sm_svc_create_array_reply_free(sm_svc_create_array_reply *r);
+
+typedef struct {
+    sm_array_ref array;
+    sm_sharding_ref sharding;
+    const char *name; /* of the new array; NULL for none */
+    uint32_t deadline_ms;
+} sm_svc_reshard_req;
+
+typedef struct {
+    const char *address;
+    int ndevices;
+    int process_index; /* -1: assign */
+    const char *host;
+} sm_svc_register_req;
+
+typedef struct {
+    uint32_t worker_id;
+    int ndevices;
+    int32_t devices[SM_MAX_WORKER_DEVICES];
+    int process_index;
+    uint32_t heartbeat_ms;
+} sm_svc_register_reply;
+
+typedef struct {
+    uint32_t worker_id;
+    int ndevices;
+    int64_t device_bytes[SM_MAX_WORKER_DEVICES];
+} sm_svc_heartbeat_req;
+
+/* The coordinator's handlers. Every handler returns SM_OK or an error with
+ * one sentence in err (sent to the client as the status details). List
+ * outputs (*out, *n) are malloc'd by the handler and freed by the adapter.
+ *
+ * Adapter contract (both services): outputs are zeroed before the handler
+ * runs and freed by the adapter after it returns, whatever it returned (so
+ * a failing handler leaves them NULL or valid, never freed). Requests are
+ * decoded and validated first; a malformed one is answered INVALID_ARGUMENT
+ * naming the field, without calling the handler. Strings in decoded
+ * requests point into the request message (valid during the call) and are
+ * never NULL ("" for none), except sm_sharding_ref.mesh_name, NULL when the
+ * mesh is not named. A NULL function pointer answers UNIMPLEMENTED. */
+typedef struct {
+    sm_err (*list_devices)(void *user, sm_worker_info **out, int *n, char *err, size_t errlen);
+    /* req->mesh.ndevices == 0 (no devices given) means the default order. */
+    sm_err (*create_mesh)(void *user, const char *name, const sm_mesh *mesh, int default_order,
+                          sm_mesh_info *out, char *err, size_t errlen);
+    sm_err (*get_mesh)(void *user, sm_mesh_id id, const char *name, sm_mesh_info *out, char *err,
+                       size_t errlen);
+    sm_err (*list_meshes)(void *user, sm_mesh_info **out, int *n, char *err, size_t errlen);
+    sm_err (*create_array)(void *user, const sm_svc_create_array_req *req,
+                           sm_svc_create_array_reply *out, char *err, size_t errlen);
+    sm_err (*upload)(void *user, sm_svc_upload_in *in, sm_svc_upload_reply *out, char *err,
+                     size_t errlen);
+    sm_err (*download)(void *user, const sm_svc_download_req *req, sm_svc_download_out *out,
+                       char *err, size_t errlen);
+    sm_err (*describe)(void *user, sm_array_ref ref, sm_array_info *out, char *err, size_t errlen);
+    sm_err (*list_arrays)(void *user, sm_array_info **out, int *n, char *err, size_t errlen);
+    sm_err (*delete_array)(void *user, sm_array_ref ref, char *err, size_t errlen);
+    sm_err (*reshard)(void *user, const sm_svc_reshard_req *req, sm_array_info *out, char *err,
+                      size_t errlen);
+    sm_err (*register_worker)(void *user, const sm_svc_register_req *req,
+                              sm_svc_register_reply *out, char *err, size_t errlen);
+    /* *known = 0 tells the worker to register again. */
+    sm_err (*heartbeat)(void *user, const sm_svc_heartbeat_req *req, int *known, char *err,
+                        size_t errlen);
+} sm_svc_coord_ops;
+
+/* Registers every Coordinator method (and Negotiate, answered with
+ * server_name, copied) on s, before sm_rpc_server_start. ops and user are
+ * borrowed for the server's lifetime. Allocates one small adapter context
+ * that is never freed (sm_rpc has no hook to learn when s is freed). */
+sm_err sm_svc_coord_serve(sm_rpc_server *s, const sm_svc_coord_ops *ops, void *user,
+                          const char *server_name, char *err, size_t errlen);
+
+/* Client calls to a coordinator. */
+sm_err sm_svc_coord_list_devices(sm_rpc_channel *ch, int deadline_ms, sm_worker_info **out, int *n,
+                                 char *err, size_t errlen);
+sm_err sm_svc_coord_create_mesh(sm_rpc_channel *ch, int deadline_ms, const char *name,
+                                const sm_mesh *mesh, int default_order, sm_mesh_info *out,
+                                char *err, size_t errlen);
+sm_err sm_svc_coord_get_mesh(sm_rpc_channel *ch, int deadline_ms, sm_mesh_id id, const char *name,
+                             sm_mesh_info *out, char *err, size_t errlen);
+sm_err sm_svc_coord_list_meshes(sm_rpc_channel *ch, int deadline_ms, sm_mesh_info **out, int *n,
+                                char *err, size_t errlen);
+sm_err sm_svc_coord_create_array(sm_rpc_channel *ch, int deadline_ms,
+                                 const sm_svc_create_array_req *req, sm_svc_create_array_reply *out,
+                                 char *err, size_t errlen);
+sm_err sm_svc_coord_describe(sm_rpc_channel *ch, int deadline_ms, sm_array_ref ref,
+                             sm_array_info *out, char *err, size_t errlen);
+sm_err sm_svc_coord_list_arrays(sm_rpc_channel *ch, int deadline_ms, sm_array_info **out, int *n,
+                                char *err, size_t errlen);
+sm_err sm_svc_coord_delete(sm_rpc_channel *ch, int deadline_ms, sm_array_ref ref, char *err,
+                           size_t errlen);
+sm_err sm_svc_coord_reshard(sm_rpc_channel *ch, int deadline_ms, const sm_svc_reshard_req *req,
+                            sm_array_info *out, char *err, size_t errlen);
+sm_err sm_svc_coord_register(sm_rpc_channel *ch, int deadline_ms, const sm_svc_register_req *req,
+                             sm_svc_register_reply *out, char *err, size_t errlen);
+sm_err sm_svc_coord_heartbeat(sm_rpc_channel *ch, int deadline_ms, const sm_svc_heartbeat_req *req,
+                              int *known, char *err, size_t errlen);
+
+/* ---- worker messages -------------------------------------------------------- */
+
+typedef struct {
+    const char *src_address; /* NULL or "": this worker */
+    sm_array_id src_array;
+    int32_t src_device;
+    sm_index src_box; /* in the source shard's coordinates */
+    int64_t dst_offset[SM_MAX_RANK];
+} sm_svc_piece;
+
+typedef struct {
+    int32_t device;
+    sm_shape shape;
+    int npieces;
+    sm_svc_piece *pieces;
+} sm_svc_assemble_shard;
+
+typedef struct {
+    sm_array_id array_id;
+    sm_dtype dtype;
+    int nshards;
+    sm_svc_assemble_shard *shards;
+} sm_svc_assemble_req;
+
+typedef struct {
+    int ndevices;
+    int32_t devices[SM_MAX_WORKER_DEVICES];
+    int64_t device_bytes[SM_MAX_WORKER_DEVICES];
+    int64_t shards;
+} sm_svc_worker_stats;
+
+/* The worker's handlers (contract as for sm_svc_coord_ops). */
+typedef struct {
+    sm_err (*put_shard)(void *user, sm_svc_upload_in *in, sm_svc_upload_reply *out, char *err,
+                        size_t errlen);
+    sm_err (*get_shard)(void *user, const sm_svc_download_req *req, sm_svc_download_out *out,
+                        char *err, size_t errlen);
+    /* ndevices == 0: every local device. */
+    sm_err (*free_array)(void *user, sm_array_id id, int ndevices, const int32_t *devices,
+                         char *err, size_t errlen);
+    sm_err (*assemble)(void *user, const sm_svc_assemble_req *req, int64_t *bytes, char *err,
+                       size_t errlen);
+    sm_err (*stats)(void *user, sm_svc_worker_stats *out, char *err, size_t errlen);
+} sm_svc_worker_ops;
+
+/* As sm_svc_coord_serve, for every Worker method. */
+sm_err sm_svc_worker_serve(sm_rpc_server *s, const sm_svc_worker_ops *ops, void *user,
+                           const char *server_name, char *err, size_t errlen);
+
+/* Client calls to a worker (from the coordinator or a peer). Upload and
+ * download streams: sm_svc_upload_open / sm_svc_download_open with
+ * worker_service = 1. */
+sm_err sm_svc_worker_free_array(sm_rpc_channel *ch, int deadline_ms, sm_array_id id, int ndevices,
+                                const int32_t *devices, char *err, size_t errlen);
+sm_err sm_svc_worker_assemble(sm_rpc_channel *ch, int deadline_ms, const sm_svc_assemble_req *req,
+                              int64_t *bytes, char *err, size_t errlen);
+sm_err sm_svc_worker_stats_get(sm_rpc_channel *ch, int deadline_ms, sm_svc_worker_stats *out,
+                               char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,36 @@
+#include "sm_info.h"
+
+#include <stdlib.h>
+
+const char *sm_array_state_name(sm_array_state s)
+{
+    switch (s) {
+    case SM_ARRAY_PENDING:
+        return "pending";
+    case SM_ARRAY_READY:
+        return "ready";
+    case SM_ARRAY_FAILED:
+        return "failed";
+    case SM_ARRAY_LOST:
+        return "lost";
+    }
+    return "?";
+}
+
+void sm_array_info_free(sm_array_info *info)
+{
+    if (!info)
+        return;
+    free(info->shards);
+    info->shards = NULL;
+    info->nshards = 0;
+}
+
+void sm_array_info_list_free(sm_array_info *list, int n)
+{
+    if (!list)
+        return;
+    for (int i = 0; i < n; i++)
+        sm_array_info_free(&list[i]);
+    free(list);
+}

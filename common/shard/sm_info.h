@@ -1,0 +1,108 @@
+/* sm_info: how the service describes its workers, meshes and arrays: plain
+ * value structs shared by the coordinator, the wire layer (common/rpc) and
+ * the client library. Structs with a pointer own what it points to and are
+ * released with their _free function; the rest are plain values. */
+#ifndef SM_INFO_H
+#define SM_INFO_H
+
+#include <stdint.h>
+
+#include "sm_dtype.h"
+#include "sm_mesh.h"
+#include "sm_shape.h"
+#include "sm_sharding.h"
+
+#define SM_MAX_WORKER_DEVICES 256
+#define SM_NAME_MAX           128
+#define SM_ADDR_MAX           128
+
+/* Ids that cross the wire are typed, so mixing them up does not compile. */
+typedef struct {
+    uint64_t v;
+} sm_array_id;
+typedef struct {
+    uint64_t v;
+} sm_mesh_id;
+typedef struct {
+    uint64_t v;
+} sm_job_id;
+
+/* Names an array: by id when id.v != 0, else by name (borrowed). */
+typedef struct {
+    sm_array_id id;
+    const char *name;
+} sm_array_ref;
+
+/* The sharding of an upload or reshard: exactly one of mesh (inline),
+ * mesh_name or mesh_id names the mesh; spec is the PartitionSpec. An inline
+ * mesh with default_order set gets the service's default device order. */
+typedef struct {
+    const sm_mesh *mesh;
+    int default_order;
+    const char *mesh_name;
+    sm_mesh_id mesh_id;
+    sm_pspec spec;
+} sm_sharding_ref;
+
+typedef struct {
+    uint32_t id;
+    char address[SM_ADDR_MAX];
+    char host[64];
+    int process_index;
+    int alive;
+    int64_t ms_since_heartbeat;
+    int ndevices;
+    int32_t devices[SM_MAX_WORKER_DEVICES];
+    int64_t device_bytes[SM_MAX_WORKER_DEVICES];
+} sm_worker_info;
+
+typedef struct {
+    sm_mesh_id id;
+    char name[64];
+    sm_mesh mesh;
+} sm_mesh_info;
+
+typedef enum {
+    SM_ARRAY_PENDING = 1,
+    SM_ARRAY_READY = 2,
+    SM_ARRAY_FAILED = 3,
+    SM_ARRAY_LOST = 4,
+} sm_array_state;
+
+/* "pending", "ready", "failed", "lost" ("?" otherwise). */
+const char *sm_array_state_name(sm_array_state s);
+
+typedef struct {
+    int32_t device;
+    uint32_t worker_id;
+    char worker_address[SM_ADDR_MAX];
+    int64_t coords[SM_MAX_AXES];
+    sm_index index;
+    int replica_id;
+    int present;
+} sm_shard_info;
+
+typedef struct {
+    sm_array_id id;
+    char name[SM_NAME_MAX];
+    sm_dtype dtype;
+    sm_shape shape;
+    sm_shape shard_shape;
+    sm_mesh_id mesh_id;
+    char mesh_name[64];
+    sm_sharding sharding;
+    char type[256]; /* JAX type string, e.g. f32[8@i,16] */
+    sm_array_state state;
+    char error[512];
+    int64_t bytes; /* bytes of one full copy */
+    int nshards;
+    sm_shard_info *shards; /* owned (malloc); one per mesh device, mesh order */
+} sm_array_info;
+
+/* Frees info->shards and zeroes the count; the struct itself is the
+ * caller's. NULL is ignored. */
+void sm_array_info_free(sm_array_info *info);
+/* Frees every entry's shards, then the list itself (free). */
+void sm_array_info_list_free(sm_array_info *list, int n);
+
+#endif
