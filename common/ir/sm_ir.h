@@ -1,0 +1,182 @@
+/* sm_ir: shmap programs — the per-device program of a shard_map job as a
+ * list of SSA ops over typed values (dtype + block shape + the mesh axes the
+ * value may vary over), with the mesh, parameters (global shapes + in_specs),
+ * out_specs and returned values.
+ *
+ * Three ways in: the text form (sm_program_parse, PROGRAMS.md), the C builder
+ * (sm_program_create / _add_param / _add_op / _set_returns), and protobuf
+ * (common/rpc, through the builder). sm_program_verify checks any of them:
+ * block shapes from in_specs, dtype and shape of every op (the op table,
+ * sm_ir_ops.h), out_specs and result global shapes, and the replication check.
+ *
+ * The text form accepts, beyond PROGRAMS.md, what makes JAX code port line
+ * by line: module prefixes (jnp.dot, jax.lax.psum, jax.P), method calls and
+ * attributes of arrays (x.reshape(2, 3), x.astype(f32), x.sum(axis=0),
+ * x.T, x.shape, x.ndim, x.dtype), `**`, `//` on static ints, tuple
+ * unpacking (a, b = b, a), list comprehensions over range
+ * ([(j, (j - 1) % n) for j in range(n)]), inf and nan, const(value, dtype)
+ * and pvary(x, axes). As in JAX, axis_size(axes) and psum(<number>, axes)
+ * are static Python numbers (so `for k in range(axis_size('i'))` works).
+ * Basic indexing x[a:b, :, i] lowers to slice + squeeze.
+ *
+ * Ownership: a program owns everything it points to, in one arena;
+ * sm_program_free releases it. Not thread-safe; a verified program may be
+ * read from many threads. */
+#ifndef SM_IR_H
+#define SM_IR_H
+
+#include <stdint.h>
+
+#include "sm_dtype.h"
+#include "sm_err.h"
+#include "sm_ir_ops.h"
+#include "sm_mesh.h"
+#include "sm_pspec.h"
+#include "sm_shape.h"
+#include "sm_strbuf.h"
+
+#define SM_IR_MAX_INTS (2 * SM_MAX_RANK)
+
+typedef struct {
+    int n;
+    int64_t v[SM_IR_MAX_INTS];
+} sm_ir_ints;
+
+/* Attributes of one op; which fields an op reads is given by its signature
+ * in sm_ir_ops.h. A zeroed struct holds JAX's defaults (axis=0,
+ * tiled=False, keepdims=False, no dtype, axis=None for reductions). */
+typedef struct {
+    sm_ir_ints ints;  /* shape, start_indices, axes, reps, shift, slice_size,
+                         arange (start[, stop[, step]]), pad (lo, hi per dim) */
+    sm_ir_ints ints2; /* limit_indices; roll axes */
+    int has_ints;     /* 0: not given (reduce over all, reverse transpose, squeeze all 1s) */
+    int has_ints2;
+    int64_t axis;  /* axis, scatter_dimension, split_axis */
+    int64_t axis2; /* concat_axis */
+    int tiled;
+    int keepdims;
+    int naxes; /* mesh axis names (axis_name), in the order written */
+    char axes[SM_MAX_AXES][SM_AXIS_NAME_MAX];
+    int nperm; /* ppermute (src, dst) pairs; borrowed by add_op, arena-owned in a program */
+    const int64_t (*perm)[2];
+    int has_dtype;
+    sm_dtype dtype;
+    const char *spec;   /* einsum subscripts; copied by add_op */
+    int value_is_float; /* const / full value: f if set, else i (bool is an int 0/1 + dtype) */
+    double f;
+    int64_t i;
+} sm_ir_attrs;
+
+typedef struct {
+    sm_dtype dtype;
+    sm_shape shape;   /* block shape */
+    uint32_t vma;     /* bit a: may vary over mesh axis a */
+    int weak;         /* weakly typed (a Python scalar literal) */
+    const char *name; /* source name, or NULL */
+    int def;          /* index of the defining op, or -1 for a parameter */
+} sm_ir_value;
+
+typedef struct {
+    sm_op_kind kind;
+    int noperands;
+    int *operands; /* value ids, each defined earlier */
+    sm_ir_attrs attrs;
+    int result;    /* value id */
+    int line, col; /* source position; 0 when built in C */
+} sm_ir_op;
+
+typedef struct {
+    const char *name;
+    sm_dtype dtype;
+    sm_shape global; /* the caller's array shape */
+    sm_pspec spec;   /* in_spec */
+    int value;       /* value id of the block */
+} sm_ir_param;
+
+typedef struct {
+    sm_mesh mesh;
+    int has_devices; /* the text named devices=[...] */
+    const char *name;
+    const char *filename; /* for messages; may be NULL */
+    int nparams;
+    sm_ir_param *params;
+    int nvalues;
+    sm_ir_value *values;
+    int nops;
+    sm_ir_op *ops;
+    int nreturns;
+    int *returns;          /* value ids */
+    sm_pspec *out_specs;   /* one per return */
+    sm_shape *out_global;  /* result global shapes, set by set_returns/verify */
+    int ret_line, ret_col; /* position of `return` in the text */
+    /* private */
+    struct sm_arena *arena;
+    int cap_params, cap_values, cap_ops;
+} sm_program;
+
+/* Op table lookups. */
+const char *sm_op_name(sm_op_kind k);                /* "psum"; "?" if invalid */
+int sm_op_lookup(const char *name, sm_op_kind *out); /* 0 found, -1 unknown */
+sm_vma_rule sm_op_vma_rule(sm_op_kind k);
+const char *sm_op_signature(sm_op_kind k);
+void sm_op_arity(sm_op_kind k, int *min, int *max);
+
+/* Creates an empty program over a copy of mesh. name may be NULL ("f").
+ * On success *out owns its arena; free with sm_program_free. */
+sm_err sm_program_create(const sm_mesh *mesh, const char *name, sm_program **out, char *err,
+                         size_t errlen);
+void sm_program_free(sm_program *p);
+
+/* Adds a parameter: checks spec against mesh and global shape
+ * (sm_pspec_check), computes its block shape and adds its value (varying
+ * over the spec's axes). name is copied. *value_id may be NULL. */
+sm_err sm_program_add_param(sm_program *p, const char *name, sm_dtype dtype, const sm_shape *global,
+                            const sm_pspec *spec, int *value_id, char *err, size_t errlen);
+
+/* Appends an op over existing values and infers its result type (dtype,
+ * block shape, varying axes). attrs may be NULL (all defaults); it is copied
+ * (spec and perm too). On error nothing is added. */
+sm_err sm_program_add_op(sm_program *p, sm_op_kind kind, const int *operands, int n,
+                         const sm_ir_attrs *attrs, int *value_id, char *err, size_t errlen);
+/* Like add_op, recording the source position for messages. */
+sm_err sm_program_add_op_at(sm_program *p, sm_op_kind kind, const int *operands, int n,
+                            const sm_ir_attrs *attrs, int line, int col, int *value_id, char *err,
+                            size_t errlen);
+/* Names a value (for messages and printing); name is copied. */
+void sm_program_name_value(sm_program *p, int value_id, const char *name);
+
+/* Sets the returned values and their out_specs (copied); checks each spec
+ * against the mesh and the value's rank and computes the result global
+ * shapes. Does not run the replication check (sm_program_verify does). */
+sm_err sm_program_set_returns(sm_program *p, const int *values, const sm_pspec *out_specs, int n,
+                              char *err, size_t errlen);
+
+/* Checks the whole program from scratch: parameters against the mesh, every
+ * op in order (operands defined before use, arity, dtype/shape rules), the
+ * returns and out_specs, and, if check_vma, that no output varies over a mesh
+ * axis its out_spec does not name. Refreshes every value's type and
+ * out_global. Messages start with "file:line:col: " when positions are known. */
+sm_err sm_program_verify(sm_program *p, int check_vma, char *err, size_t errlen);
+
+/* Parses the text form (PROGRAMS.md) and infers every type; `for` loops are
+ * unrolled. filename is used in messages ("file:line:col: sentence"), may be
+ * NULL ("<text>"). Does not run the replication check: call
+ * sm_program_verify(p, check_vma, ...) next. SM_EFORMAT for syntax errors,
+ * SM_EINVAL for type and shape errors. */
+sm_err sm_program_parse(const char *text, const char *filename, sm_program **out, char *err,
+                        size_t errlen);
+
+/* Emits the text form of p (loops unrolled, every value named); it re-parses
+ * to an equal program. Returns SM_ENOMEM if the buffer ran out. */
+sm_err sm_program_print(const sm_program *p, sm_strbuf *out);
+/* One line per parameter, op and output with its block type and varying
+ * axes, e.g. "z = dot(a, b) : f32[2,32]{V:i,j}" (shmapctl check). */
+sm_err sm_program_describe(const sm_program *p, sm_strbuf *out);
+/* Type of a value as JAX prints it: "f32[2,32]{V:i}" ("f32[2,32]" when it
+ * varies over no axis). Returns buf. */
+char *sm_program_value_type(const sm_program *p, int value_id, char *buf, size_t len);
+/* 1 if a and b have the same mesh, params, ops, attributes, types and
+ * returns (value names are ignored). */
+int sm_program_equal(const sm_program *a, const sm_program *b);
+
+#endif

@@ -1,0 +1,394 @@
+/* sm_ir_build: the program object, the C builder API and the verifier. */
+#include "sm_arena.h"
+#include "sm_ir_infer.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Grows an arena array of elem-sized items to hold at least need. */
+static int sm_ir_grow(sm_arena *a, void **arr, int *cap, int need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    int nc = *cap ? *cap * 2 : 16;
+    while (nc < need)
+        nc *= 2;
+    void *n = sm_arena_alloc(a, (size_t)nc * elem);
+    if (!n)
+        return -1;
+    if (*arr)
+        memcpy(n, *arr, (size_t)*cap * elem);
+    *arr = n;
+    *cap = nc;
+    return 0;
+}
+
+sm_err sm_program_create(const sm_mesh *mesh, const char *name, sm_program **out, char *err,
+                         size_t errlen)
+{
+    sm_arena *a = sm_arena_create(0);
+    sm_program *p = a ? sm_arena_alloc(a, sizeof *p) : NULL;
+    if (!p) {
+        sm_arena_free(a);
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory creating a program");
+    }
+    p->arena = a;
+    if (mesh)
+        p->mesh = *mesh;
+    p->name = sm_arena_strdup(a, name ? name : "f");
+    *out = p;
+    return SM_OK;
+}
+
+void sm_program_free(sm_program *p)
+{
+    if (p)
+        sm_arena_free(p->arena);
+}
+
+static sm_err sm_ir_new_value(sm_program *p, int *id, char *err, size_t errlen)
+{
+    if (sm_ir_grow(p->arena, (void **)&p->values, &p->cap_values, p->nvalues + 1,
+                   sizeof(sm_ir_value)))
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory adding a value");
+    *id = p->nvalues;
+    memset(&p->values[*id], 0, sizeof(sm_ir_value));
+    return SM_OK;
+}
+
+/* Block shape and varying axes of a parameter. */
+static sm_err sm_ir_param_block(const sm_program *p, const sm_ir_param *pa, sm_ir_value *v,
+                                char *err, size_t errlen)
+{
+    char what[300];
+    snprintf(what, sizeof what, "argument '%s'", pa->name);
+    if ((int)pa->dtype < 0 || pa->dtype >= SM_DTYPE_COUNT)
+        return sm_fail(err, errlen, SM_EINVAL, "%s has an unknown dtype %d", what, (int)pa->dtype);
+    if (pa->global.rank < 0 || pa->global.rank > SM_MAX_RANK)
+        return sm_fail(err, errlen, SM_EINVAL, "%s has rank %d (0..%d)", what, pa->global.rank,
+                       SM_MAX_RANK);
+    int64_t numel = 1;
+    for (int d = 0; d < pa->global.rank; d++)
+        if (pa->global.dims[d] < 0 || pa->global.dims[d] > SM_IR_MAX_DIM ||
+            __builtin_mul_overflow(numel, pa->global.dims[d], &numel))
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "%s: dimension %d (%lld) is negative or too large", what, d,
+                           (long long)pa->global.dims[d]);
+    sm_err e = sm_pspec_check(&pa->spec, &p->mesh, &pa->global, what, err, errlen);
+    if (e)
+        return e;
+    v->dtype = pa->dtype;
+    v->shape = pa->global;
+    v->vma = 0;
+    v->weak = 0;
+    for (int d = 0; d < pa->global.rank; d++)
+        v->shape.dims[d] = pa->global.dims[d] / sm_pspec_dim_factor(&pa->spec, &p->mesh, d);
+    for (int k = 0; k < pa->spec.nentries; k++)
+        for (int j = 0; j < pa->spec.e[k].naxes; j++)
+            v->vma |= 1u << sm_mesh_axis(&p->mesh, pa->spec.e[k].axes[j]);
+    return SM_OK;
+}
+
+sm_err sm_program_add_param(sm_program *p, const char *name, sm_dtype dtype, const sm_shape *global,
+                            const sm_pspec *spec, int *value_id, char *err, size_t errlen)
+{
+    if (!name || !*name)
+        return sm_fail(err, errlen, SM_EINVAL, "a parameter needs a name");
+    for (int i = 0; i < p->nparams; i++)
+        if (strcmp(p->params[i].name, name) == 0)
+            return sm_fail(err, errlen, SM_EINVAL, "parameter '%s' is declared twice", name);
+    if (p->nops > 0)
+        return sm_fail(err, errlen, SM_EINVAL, "parameter '%s' added after the first op", name);
+    sm_ir_param pa = {.dtype = dtype, .global = *global, .spec = *spec, .value = p->nvalues};
+    pa.name = sm_arena_strdup(p->arena, name);
+    sm_ir_value v = {.name = pa.name, .def = -1};
+    sm_err e = pa.name ? SM_OK : sm_fail(err, errlen, SM_ENOMEM, "out of memory");
+    if (!e)
+        e = sm_ir_param_block(p, &pa, &v, err, errlen);
+    if (e)
+        return e;
+    if (sm_ir_grow(p->arena, (void **)&p->params, &p->cap_params, p->nparams + 1,
+                   sizeof(sm_ir_param)))
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory adding a parameter");
+    int id;
+    if ((e = sm_ir_new_value(p, &id, err, errlen)))
+        return e;
+    p->values[id] = v;
+    p->nvalues++;
+    p->params[p->nparams++] = pa;
+    if (value_id)
+        *value_id = id;
+    return SM_OK;
+}
+
+sm_err sm_program_add_op_at(sm_program *p, sm_op_kind kind, const int *operands, int n,
+                            const sm_ir_attrs *attrs, int line, int col, int *value_id, char *err,
+                            size_t errlen)
+{
+    static const sm_ir_attrs none;
+    if (n < 0 || n > SM_OP_MAXARGS)
+        return sm_fail(err, errlen, SM_EINVAL, "%s: %d operands is too many", sm_op_name(kind), n);
+    sm_ir_op op = {.kind = kind, .noperands = n, .attrs = attrs ? *attrs : none};
+    op.line = line;
+    op.col = col;
+    op.operands = sm_arena_alloc(p->arena, sizeof(int) * (size_t)(n ? n : 1));
+    if (!op.operands)
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory adding an op");
+    if (n)
+        memcpy(op.operands, operands, sizeof(int) * (size_t)n);
+    if (op.attrs.spec && !(op.attrs.spec = sm_arena_strdup(p->arena, op.attrs.spec)))
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory adding an op");
+    if (op.attrs.nperm > 0 && op.attrs.perm) {
+        int64_t(*pp)[2] = sm_arena_alloc(p->arena, sizeof *pp * (size_t)op.attrs.nperm);
+        if (!pp)
+            return sm_fail(err, errlen, SM_ENOMEM, "out of memory adding an op");
+        memcpy(pp, op.attrs.perm, sizeof *pp * (size_t)op.attrs.nperm);
+        op.attrs.perm = (const int64_t(*)[2])pp;
+    }
+    sm_ir_attrs_normalize(&op);
+    sm_ir_value v = {.def = p->nops};
+    sm_err e = sm_ir_infer_op(p, &op, p->nvalues, &v, err, errlen);
+    if (e)
+        return e;
+    if (sm_ir_grow(p->arena, (void **)&p->ops, &p->cap_ops, p->nops + 1, sizeof(sm_ir_op)))
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory adding an op");
+    int id;
+    if ((e = sm_ir_new_value(p, &id, err, errlen)))
+        return e;
+    op.result = id;
+    p->values[id] = v;
+    p->nvalues++;
+    p->ops[p->nops++] = op;
+    if (value_id)
+        *value_id = id;
+    return SM_OK;
+}
+
+sm_err sm_program_add_op(sm_program *p, sm_op_kind kind, const int *operands, int n,
+                         const sm_ir_attrs *attrs, int *value_id, char *err, size_t errlen)
+{
+    return sm_program_add_op_at(p, kind, operands, n, attrs, 0, 0, value_id, err, errlen);
+}
+
+void sm_program_name_value(sm_program *p, int value_id, const char *name)
+{
+    if (value_id >= 0 && value_id < p->nvalues && name)
+        p->values[value_id].name = sm_arena_strdup(p->arena, name);
+}
+
+/* "output 0 ('z')" for messages. */
+static const char *sm_ir_output_name(const sm_program *p, int k, char *buf, size_t len)
+{
+    const sm_ir_value *v = &p->values[p->returns[k]];
+    if (v->name)
+        snprintf(buf, len, "output %d ('%s')", k, v->name);
+    else
+        snprintf(buf, len, "output %d", k);
+    return buf;
+}
+
+/* Checks out_spec k and computes the result global shape. */
+static sm_err sm_ir_check_out(sm_program *p, int k, char *err, size_t errlen)
+{
+    const sm_ir_value *v = &p->values[p->returns[k]];
+    const sm_pspec *s = &p->out_specs[k];
+    char what[300], sp[300];
+    sm_ir_output_name(p, k, what, sizeof what);
+    sm_err e = sm_pspec_check_mesh(s, &p->mesh, err, errlen);
+    if (e) {
+        char inner[400];
+        snprintf(inner, sizeof inner, "%s", err ? err : "");
+        return sm_fail(err, errlen, e, "%s: out_spec %s: %s", what,
+                       sm_pspec_format(s, sp, sizeof sp), inner);
+    }
+    if (s->nentries > v->shape.rank)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "%s: out_spec %s has %d entries but the value has rank %d%s", what,
+                       sm_pspec_format(s, sp, sizeof sp), s->nentries, v->shape.rank,
+                       v->shape.rank == 0 ? " (a scalar needs P())" : "");
+    p->out_global[k] = v->shape;
+    for (int d = 0; d < v->shape.rank; d++)
+        p->out_global[k].dims[d] *= sm_pspec_dim_factor(s, &p->mesh, d);
+    return SM_OK;
+}
+
+sm_err sm_program_set_returns(sm_program *p, const int *values, const sm_pspec *out_specs, int n,
+                              char *err, size_t errlen)
+{
+    if (n < 1)
+        return sm_fail(err, errlen, SM_EINVAL, "a program must return at least one value");
+    for (int k = 0; k < n; k++)
+        if (values[k] < 0 || values[k] >= p->nvalues)
+            return sm_fail(err, errlen, SM_EINVAL, "output %d refers to undefined value %d", k,
+                           values[k]);
+    int *r = sm_arena_alloc(p->arena, sizeof(int) * (size_t)n);
+    sm_pspec *s = sm_arena_alloc(p->arena, sizeof(sm_pspec) * (size_t)n);
+    sm_shape *g = sm_arena_alloc(p->arena, sizeof(sm_shape) * (size_t)n);
+    if (!r || !s || !g)
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory setting returns");
+    memcpy(r, values, sizeof(int) * (size_t)n);
+    memcpy(s, out_specs, sizeof(sm_pspec) * (size_t)n);
+    int *old_r = p->returns, old_n = p->nreturns;
+    sm_pspec *old_s = p->out_specs;
+    sm_shape *old_g = p->out_global;
+    p->returns = r;
+    p->out_specs = s;
+    p->out_global = g;
+    p->nreturns = n;
+    for (int k = 0; k < n; k++) {
+        sm_err e = sm_ir_check_out(p, k, err, errlen);
+        if (e) { /* a failed call changes nothing */
+            p->returns = old_r;
+            p->out_specs = old_s;
+            p->out_global = old_g;
+            p->nreturns = old_n;
+            return e;
+        }
+    }
+    return SM_OK;
+}
+
+/* Prefixes err with "file:line:col: " when line is known. */
+static sm_err sm_ir_at(const sm_program *p, int line, int col, sm_err e, char *err, size_t errlen)
+{
+    if (!e || !err || errlen == 0 || line <= 0)
+        return e;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", err);
+    return sm_fail(err, errlen, e, "%s:%d:%d: %s", p->filename ? p->filename : "<text>", line, col,
+                   msg);
+}
+
+sm_err sm_program_verify(sm_program *p, int check_vma, char *err, size_t errlen)
+{
+    sm_err e;
+    if (p->mesh.naxes < 1 || p->mesh.naxes > SM_MAX_AXES)
+        return sm_fail(err, errlen, SM_EINVAL, "the program has no mesh");
+    for (int i = 0; i < p->nparams; i++) {
+        sm_ir_param *pa = &p->params[i];
+        if (pa->value != i)
+            return sm_fail(err, errlen, SM_EINVAL, "parameter '%s' is not value %d", pa->name, i);
+        if ((e = sm_ir_param_block(p, pa, &p->values[i], err, errlen)))
+            return e;
+    }
+    if (p->nvalues != p->nparams + p->nops)
+        return sm_fail(err, errlen, SM_EINVAL, "the program has %d values for %d params and %d ops",
+                       p->nvalues, p->nparams, p->nops);
+    for (int k = 0; k < p->nops; k++) {
+        sm_ir_op *op = &p->ops[k];
+        if (op->result != p->nparams + k)
+            return sm_fail(err, errlen, SM_EINVAL, "op %d (%s) defines value %d, expected %d", k,
+                           sm_op_name(op->kind), op->result, p->nparams + k);
+        sm_ir_value *v = &p->values[op->result];
+        if ((e = sm_ir_infer_op(p, op, op->result, v, err, errlen)))
+            return sm_ir_at(p, op->line, op->col, e, err, errlen);
+        v->def = k;
+    }
+    if (p->nreturns < 1)
+        return sm_fail(err, errlen, SM_EINVAL, "the program returns nothing");
+    for (int k = 0; k < p->nreturns; k++) {
+        if (p->returns[k] < 0 || p->returns[k] >= p->nvalues)
+            return sm_fail(err, errlen, SM_EINVAL, "output %d refers to undefined value %d", k,
+                           p->returns[k]);
+        if ((e = sm_ir_check_out(p, k, err, errlen)))
+            return sm_ir_at(p, p->ret_line, p->ret_col, e, err, errlen);
+    }
+    for (int k = 0; check_vma && k < p->nreturns; k++) {
+        const sm_ir_value *v = &p->values[p->returns[k]];
+        uint32_t named = 0;
+        const sm_pspec *s = &p->out_specs[k];
+        for (int d = 0; d < s->nentries; d++)
+            for (int j = 0; j < s->e[d].naxes; j++)
+                named |= 1u << sm_mesh_axis(&p->mesh, s->e[d].axes[j]);
+        uint32_t bad = v->vma & ~named;
+        if (!bad)
+            continue;
+        int ax = __builtin_ctz(bad);
+        char what[300], sp[300], ty[300];
+        e = sm_fail(err, errlen, SM_EINVAL,
+                    "%s of type %s varies over mesh axis '%s', but its out_spec %s does not name "
+                    "'%s' (reduce it over '%s', e.g. with psum, or name '%s' in the out_spec; or "
+                    "pass check_vma=False)",
+                    sm_ir_output_name(p, k, what, sizeof what),
+                    sm_program_value_type(p, p->returns[k], ty, sizeof ty), p->mesh.names[ax],
+                    sm_pspec_format(s, sp, sizeof sp), p->mesh.names[ax], p->mesh.names[ax],
+                    p->mesh.names[ax]);
+        return sm_ir_at(p, p->ret_line, p->ret_col, e, err, errlen);
+    }
+    return SM_OK;
+}
+
+char *sm_program_value_type(const sm_program *p, int value_id, char *buf, size_t len)
+{
+    const sm_ir_value *v = &p->values[value_id];
+    sm_ir_type_str(v, buf, len);
+    size_t o = strlen(buf);
+    if (!v->vma)
+        return buf;
+    const char *sep = "{V:";
+    for (int a = 0; a < p->mesh.naxes; a++) {
+        if (v->vma & (1u << a)) {
+            o += (size_t)snprintf(buf + o, len > o ? len - o : 0, "%s%s", sep, p->mesh.names[a]);
+            sep = ",";
+        }
+    }
+    snprintf(buf + o, len > o ? len - o : 0, "}");
+    return buf;
+}
+
+static int sm_ir_attrs_equal(const sm_ir_attrs *a, const sm_ir_attrs *b)
+{
+    if (memcmp(&a->ints, &b->ints, sizeof a->ints) || memcmp(&a->ints2, &b->ints2, sizeof a->ints2))
+        return 0;
+    if (a->has_ints != b->has_ints || a->has_ints2 != b->has_ints2 || a->axis != b->axis ||
+        a->axis2 != b->axis2 || a->tiled != b->tiled || a->keepdims != b->keepdims ||
+        a->naxes != b->naxes || a->nperm != b->nperm || a->has_dtype != b->has_dtype ||
+        (a->has_dtype && a->dtype != b->dtype) || a->value_is_float != b->value_is_float ||
+        a->i != b->i || (a->f != b->f && !(a->f != a->f && b->f != b->f)))
+        return 0;
+    for (int i = 0; i < a->naxes; i++)
+        if (strcmp(a->axes[i], b->axes[i]))
+            return 0;
+    if (a->nperm && memcmp(a->perm, b->perm, sizeof *a->perm * (size_t)a->nperm))
+        return 0;
+    if (!a->spec != !b->spec || (a->spec && strcmp(a->spec, b->spec)))
+        return 0;
+    return 1;
+}
+
+int sm_program_equal(const sm_program *a, const sm_program *b)
+{
+    if (a->mesh.naxes != b->mesh.naxes || a->nparams != b->nparams || a->nops != b->nops ||
+        a->nvalues != b->nvalues || a->nreturns != b->nreturns || strcmp(a->name, b->name))
+        return 0;
+    for (int i = 0; i < a->mesh.naxes; i++)
+        if (strcmp(a->mesh.names[i], b->mesh.names[i]) || a->mesh.sizes[i] != b->mesh.sizes[i])
+            return 0;
+    if (a->has_devices != b->has_devices ||
+        (a->has_devices &&
+         memcmp(a->mesh.devices, b->mesh.devices, sizeof(int32_t) * (size_t)a->mesh.ndevices)))
+        return 0;
+    for (int i = 0; i < a->nparams; i++) {
+        const sm_ir_param *x = &a->params[i], *y = &b->params[i];
+        if (strcmp(x->name, y->name) || x->dtype != y->dtype ||
+            !sm_shape_equal(&x->global, &y->global) || !sm_pspec_equal(&x->spec, &y->spec))
+            return 0;
+    }
+    for (int k = 0; k < a->nops; k++) {
+        const sm_ir_op *x = &a->ops[k], *y = &b->ops[k];
+        if (x->kind != y->kind || x->noperands != y->noperands || x->result != y->result ||
+            memcmp(x->operands, y->operands, sizeof(int) * (size_t)x->noperands) ||
+            !sm_ir_attrs_equal(&x->attrs, &y->attrs))
+            return 0;
+    }
+    for (int v = 0; v < a->nvalues; v++) {
+        const sm_ir_value *x = &a->values[v], *y = &b->values[v];
+        if (x->dtype != y->dtype || !sm_shape_equal(&x->shape, &y->shape) || x->vma != y->vma ||
+            x->weak != y->weak)
+            return 0;
+    }
+    for (int k = 0; k < a->nreturns; k++)
+        if (a->returns[k] != b->returns[k] || !sm_pspec_equal(&a->out_specs[k], &b->out_specs[k]))
+            return 0;
+    return 1;
+}

@@ -1,0 +1,368 @@
+/* sm_ir_infer: type rules of elementwise ops, creation, products and
+ * reductions. */
+#include "sm_ir_infer.h"
+
+#include <string.h>
+
+/* ---- elementwise ---- */
+
+static sm_err sm_ir_bcast2(const sm_ir_op *op, const sm_ir_value *a, const sm_ir_value *b,
+                           sm_shape *s, char *err, size_t errlen)
+{
+    if (sm_ir_broadcast(&a->shape, &b->shape, s) == 0)
+        return SM_OK;
+    char ta[240], tb[240];
+    return sm_fail(
+        err, errlen, SM_EINVAL, "%s: operands %s and %s: expected shapes that broadcast together",
+        sm_op_name(op->kind), sm_ir_type_str(a, ta, sizeof ta), sm_ir_type_str(b, tb, sizeof tb));
+}
+
+sm_err sm_ir_infer_binary(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                          sm_ir_value *out, char *err, size_t errlen)
+{
+    sm_shape s;
+    sm_err e = sm_ir_bcast2(op, in[0], in[1], &s, err, errlen);
+    if (e)
+        return e;
+    int weak;
+    sm_dtype t = sm_ir_promote(in[0]->dtype, in[0]->weak, in[1]->dtype, in[1]->weak, &weak);
+    sm_ir_set(out, t, &s);
+    out->weak = weak;
+    return SM_OK;
+}
+
+sm_err sm_ir_infer_divide(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                          sm_ir_value *out, char *err, size_t errlen)
+{
+    sm_err e = sm_ir_infer_binary(p, op, in, out, err, errlen);
+    if (!e && !sm_dtype_is_float(out->dtype))
+        out->dtype = SM_F32; /* true division of integers */
+    return e;
+}
+
+sm_err sm_ir_infer_compare(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                           sm_ir_value *out, char *err, size_t errlen)
+{
+    sm_err e = sm_ir_infer_binary(p, op, in, out, err, errlen);
+    if (!e) {
+        out->dtype = SM_BOOL;
+        out->weak = 0;
+    }
+    return e;
+}
+
+sm_err sm_ir_infer_unary(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                         sm_ir_value *out, char *err, size_t errlen)
+{
+    sm_ir_set(out, in[0]->dtype, &in[0]->shape);
+    out->weak = in[0]->weak;
+    return SM_OK;
+}
+
+sm_err sm_ir_infer_unary_float(const sm_program *p, const sm_ir_op *op,
+                               const sm_ir_value *const *in, sm_ir_value *out, char *err,
+                               size_t errlen)
+{
+    sm_ir_set(out, sm_dtype_is_float(in[0]->dtype) ? in[0]->dtype : SM_F32, &in[0]->shape);
+    out->weak = in[0]->weak;
+    return SM_OK;
+}
+
+sm_err sm_ir_infer_where(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                         sm_ir_value *out, char *err, size_t errlen)
+{
+    sm_shape s1, s;
+    sm_err e = sm_ir_bcast2(op, in[1], in[2], &s1, err, errlen);
+    if (e)
+        return e;
+    if (sm_ir_broadcast(&in[0]->shape, &s1, &s)) {
+        char tc[240], sh[200];
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "where: condition %s does not broadcast with the branches' shape %s",
+                       sm_ir_type_str(in[0], tc, sizeof tc), sm_ir_shape_str(&s1, sh, sizeof sh));
+    }
+    int weak;
+    sm_dtype t = sm_ir_promote(in[1]->dtype, in[1]->weak, in[2]->dtype, in[2]->weak, &weak);
+    sm_ir_set(out, t, &s);
+    out->weak = weak;
+    return SM_OK;
+}
+
+sm_err sm_ir_infer_astype(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                          sm_ir_value *out, char *err, size_t errlen)
+{
+    if (!op->attrs.has_dtype)
+        return sm_fail(err, errlen, SM_EINVAL, "astype: expected a dtype");
+    sm_ir_set(out, op->attrs.dtype, &in[0]->shape);
+    return SM_OK;
+}
+
+/* ---- creation ---- */
+
+static sm_err sm_ir_shape_attr(const sm_ir_op *op, const sm_ir_ints *v, sm_shape *s, char *err,
+                               size_t errlen)
+{
+    if (v->n > SM_MAX_RANK)
+        return sm_fail(err, errlen, SM_EINVAL, "%s: shape has %d dimensions, at most %d allowed",
+                       sm_op_name(op->kind), v->n, SM_MAX_RANK);
+    s->rank = v->n;
+    for (int d = 0; d < v->n; d++) {
+        if (v->v[d] < 0)
+            return sm_fail(err, errlen, SM_EINVAL, "%s: shape dimension %d is negative (%lld)",
+                           sm_op_name(op->kind), d, (long long)v->v[d]);
+        s->dims[d] = v->v[d];
+    }
+    return SM_OK;
+}
+
+sm_err sm_ir_infer_fill(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                        sm_ir_value *out, char *err, size_t errlen)
+{
+    sm_shape s;
+    sm_err e = sm_ir_shape_attr(op, &op->attrs.ints, &s, err, errlen);
+    if (e)
+        return e;
+    sm_dtype t = SM_F32;
+    if (op->attrs.has_dtype)
+        t = op->attrs.dtype;
+    else if (op->kind == SM_OP_FULL && !op->attrs.value_is_float)
+        t = SM_I32;
+    sm_ir_set(out, t, &s);
+    return SM_OK;
+}
+
+sm_err sm_ir_infer_arange(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                          sm_ir_value *out, char *err, size_t errlen)
+{
+    const sm_ir_ints *v = &op->attrs.ints;
+    if (v->n < 1 || v->n > 3)
+        return sm_fail(err, errlen, SM_EINVAL, "arange: expected stop, or start, stop[, step]");
+    int64_t start = v->n == 1 ? 0 : v->v[0], stop = v->n == 1 ? v->v[0] : v->v[1];
+    int64_t step = v->n == 3 ? v->v[2] : 1;
+    if (step == 0)
+        return sm_fail(err, errlen, SM_EINVAL, "arange: step must not be zero");
+    int64_t n = step > 0 ? (stop - start + step - 1) / step : (start - stop - step - 1) / -step;
+    sm_shape s = {.rank = 1, .dims = {n < 0 ? 0 : n}};
+    sm_ir_set(out, op->attrs.has_dtype ? op->attrs.dtype : SM_I32, &s);
+    return SM_OK;
+}
+
+sm_err sm_ir_infer_const(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                         sm_ir_value *out, char *err, size_t errlen)
+{
+    sm_shape s = {0};
+    if (op->attrs.has_dtype) {
+        sm_ir_set(out, op->attrs.dtype, &s);
+    } else { /* a Python scalar: weakly typed */
+        sm_ir_set(out, op->attrs.value_is_float ? SM_F32 : SM_I32, &s);
+        out->weak = 1;
+    }
+    return SM_OK;
+}
+
+/* ---- products ---- */
+
+static sm_err sm_ir_contract_fail(const sm_ir_op *op, const sm_ir_value *a, const sm_ir_value *b,
+                                  const char *what, char *err, size_t errlen)
+{
+    char ta[240], tb[240];
+    return sm_fail(err, errlen, SM_EINVAL, "%s: operands %s and %s: expected %s",
+                   sm_op_name(op->kind), sm_ir_type_str(a, ta, sizeof ta),
+                   sm_ir_type_str(b, tb, sizeof tb), what);
+}
+
+static void sm_ir_product_dtype(const sm_ir_value *a, const sm_ir_value *b, sm_ir_value *out)
+{
+    int weak;
+    out->dtype = sm_ir_promote(a->dtype, a->weak, b->dtype, b->weak, &weak);
+    out->weak = weak;
+}
+
+sm_err sm_ir_infer_dot(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                       sm_ir_value *out, char *err, size_t errlen)
+{
+    const sm_shape *a = &in[0]->shape, *b = &in[1]->shape;
+    sm_shape s = {0};
+    if (a->rank == 0 || b->rank == 0)
+        return sm_ir_infer_binary(p, op, in, out, err, errlen);
+    int kb = b->rank == 1 ? 0 : b->rank - 2; /* contracted dimension of b */
+    if (a->dims[a->rank - 1] != b->dims[kb])
+        return sm_ir_contract_fail(op, in[0], in[1],
+                                   "the last dimension of the first to equal the "
+                                   "contracted dimension of the second",
+                                   err, errlen);
+    if (a->rank - 1 + b->rank - 1 > SM_MAX_RANK)
+        return sm_ir_contract_fail(op, in[0], in[1], "a result of rank at most 8", err, errlen);
+    for (int d = 0; d < a->rank - 1; d++)
+        s.dims[s.rank++] = a->dims[d];
+    for (int d = 0; d < b->rank; d++)
+        if (d != kb)
+            s.dims[s.rank++] = b->dims[d];
+    sm_ir_set(out, SM_F32, &s);
+    sm_ir_product_dtype(in[0], in[1], out);
+    return SM_OK;
+}
+
+sm_err sm_ir_infer_matmul(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                          sm_ir_value *out, char *err, size_t errlen)
+{
+    sm_shape a = in[0]->shape, b = in[1]->shape, s;
+    if (a.rank == 0 || b.rank == 0)
+        return sm_ir_contract_fail(op, in[0], in[1], "operands of rank at least 1", err, errlen);
+    int va = a.rank == 1, vb = b.rank == 1;
+    if (va) { /* a vector is a row on the left, a column on the right */
+        a.rank = 2;
+        a.dims[1] = a.dims[0];
+        a.dims[0] = 1;
+    }
+    if (vb) {
+        b.rank = 2;
+        b.dims[1] = 1;
+    }
+    if (a.dims[a.rank - 1] != b.dims[b.rank - 2])
+        return sm_ir_contract_fail(op, in[0], in[1],
+                                   "the last dimension of the first to equal the "
+                                   "second-to-last dimension of the second",
+                                   err, errlen);
+    sm_shape ba = {.rank = a.rank - 2}, bb = {.rank = b.rank - 2};
+    memcpy(ba.dims, a.dims, sizeof(int64_t) * (size_t)ba.rank);
+    memcpy(bb.dims, b.dims, sizeof(int64_t) * (size_t)bb.rank);
+    if (sm_ir_broadcast(&ba, &bb, &s))
+        return sm_ir_contract_fail(op, in[0], in[1], "batch dimensions that broadcast", err,
+                                   errlen);
+    if (!va)
+        s.dims[s.rank++] = a.dims[a.rank - 2];
+    if (!vb)
+        s.dims[s.rank++] = b.dims[b.rank - 1];
+    sm_ir_set(out, SM_F32, &s);
+    sm_ir_product_dtype(in[0], in[1], out);
+    return SM_OK;
+}
+
+sm_err sm_ir_infer_einsum(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                          sm_ir_value *out, char *err, size_t errlen)
+{
+    const char *spec = op->attrs.spec ? op->attrs.spec : "";
+    int64_t size[128];
+    int count[128] = {0};
+    for (int c = 0; c < 128; c++)
+        size[c] = -1;
+    const char *q = spec;
+    for (int k = 0; k < op->noperands; k++) {
+        const sm_shape *s = &in[k]->shape;
+        int d = 0;
+        for (; *q && *q != ',' && *q != '-'; q++) {
+            if (*q == ' ')
+                continue;
+            if (!((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z')))
+                return sm_fail(err, errlen, SM_EINVAL,
+                               "einsum: subscripts '%s': unexpected character '%c' (only "
+                               "letters, ',' and '->' are supported)",
+                               spec, *q);
+            if (d >= s->rank) {
+                char t[240];
+                return sm_fail(err, errlen, SM_EINVAL,
+                               "einsum: subscripts '%s' name more dimensions than operand %d "
+                               "%s has",
+                               spec, k, sm_ir_type_str(in[k], t, sizeof t));
+            }
+            int c = (unsigned char)*q;
+            if (size[c] >= 0 && size[c] != s->dims[d])
+                return sm_fail(err, errlen, SM_EINVAL,
+                               "einsum: subscripts '%s': index '%c' has size %lld and %lld", spec,
+                               *q, (long long)size[c], (long long)s->dims[d]);
+            size[c] = s->dims[d++];
+            count[c]++;
+        }
+        if (d != s->rank) {
+            char t[240];
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "einsum: subscripts '%s' name %d dimensions for operand %d %s", spec, d,
+                           k, sm_ir_type_str(in[k], t, sizeof t));
+        }
+        if (k + 1 < op->noperands) {
+            if (*q != ',')
+                return sm_fail(err, errlen, SM_EINVAL,
+                               "einsum: subscripts '%s' describe fewer operands than the %d given",
+                               spec, op->noperands);
+            q++;
+        }
+    }
+    sm_shape s = {0};
+    if (*q == ',')
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "einsum: subscripts '%s' describe more operands than the %d given", spec,
+                       op->noperands);
+    if (*q == '-') {
+        if (q[1] != '>')
+            return sm_fail(err, errlen, SM_EINVAL, "einsum: subscripts '%s': expected '->'", spec);
+        for (q += 2; *q; q++) {
+            if (*q == ' ')
+                continue;
+            int c = (unsigned char)*q;
+            if (c >= 128 || size[c] < 0)
+                return sm_fail(err, errlen, SM_EINVAL,
+                               "einsum: subscripts '%s': output index '%c' is not an input index",
+                               spec, *q);
+            if (s.rank >= SM_MAX_RANK)
+                return sm_fail(err, errlen, SM_EINVAL, "einsum: output rank above %d", SM_MAX_RANK);
+            s.dims[s.rank++] = size[c];
+        }
+    } else { /* implicit output: indices seen once, in alphabetical order */
+        for (int c = 'A'; c <= 'z'; c++)
+            if (count[c] == 1 && s.rank < SM_MAX_RANK)
+                s.dims[s.rank++] = size[c];
+    }
+    sm_ir_set(out, in[0]->dtype, &s);
+    out->weak = in[0]->weak;
+    if (op->noperands == 2)
+        sm_ir_product_dtype(in[0], in[1], out);
+    return SM_OK;
+}
+
+/* ---- reductions ---- */
+
+/* Marks the dimensions listed in v (or all when !has) in red[]. */
+sm_err sm_ir_axes_list(const sm_ir_op *op, const sm_ir_ints *v, int has, int rank, int *red,
+                       char *err, size_t errlen)
+{
+    for (int d = 0; d < rank; d++)
+        red[d] = !has;
+    for (int i = 0; has && i < v->n; i++) {
+        int d;
+        if (sm_ir_norm_axis(v->v[i], rank, &d))
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "%s: axis %lld is out of range for an operand of rank %d",
+                           sm_op_name(op->kind), (long long)v->v[i], rank);
+        if (red[d])
+            return sm_fail(err, errlen, SM_EINVAL, "%s: axis %lld is repeated",
+                           sm_op_name(op->kind), (long long)v->v[i]);
+        red[d] = 1;
+    }
+    return SM_OK;
+}
+
+sm_err sm_ir_infer_reduce(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                          sm_ir_value *out, char *err, size_t errlen)
+{
+    const sm_shape *x = &in[0]->shape;
+    int red[SM_MAX_RANK];
+    sm_err e = sm_ir_axes_list(op, &op->attrs.ints, op->attrs.has_ints, x->rank, red, err, errlen);
+    if (e)
+        return e;
+    sm_shape s = {0};
+    for (int d = 0; d < x->rank; d++) {
+        if (!red[d])
+            s.dims[s.rank++] = x->dims[d];
+        else if (op->attrs.keepdims)
+            s.dims[s.rank++] = 1;
+    }
+    sm_dtype t = in[0]->dtype;
+    if (op->kind == SM_OP_MEAN && !sm_dtype_is_float(t))
+        t = SM_F32;
+    else if (op->kind == SM_OP_SUM && t == SM_BOOL)
+        t = SM_I32;
+    sm_ir_set(out, t, &s);
+    out->weak = in[0]->weak;
+    return SM_OK;
+}

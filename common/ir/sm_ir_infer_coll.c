@@ -1,0 +1,240 @@
+/* sm_ir_infer_coll: type rules of the collectives (SEMANTICS.md §4 table).
+ * n is the product of the sizes of the named axes. */
+#include "sm_ir_infer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Resolves the axes and formats the operand type for messages. */
+static sm_err sm_ir_coll_begin(const sm_program *p, const sm_ir_op *op, const sm_ir_value *x,
+                               int64_t *n, char *t, size_t tlen, char *err, size_t errlen)
+{
+    uint32_t mask;
+    if (x)
+        sm_ir_type_str(x, t, tlen);
+    return sm_ir_axes_resolve(p, op, &mask, n, err, errlen);
+}
+
+/* "'i'" or "('i', 'j')" for messages. */
+static const char *sm_ir_axes_text(const sm_ir_attrs *a, char *buf, size_t len)
+{
+    size_t o = 0;
+    if (a->naxes != 1)
+        o += (size_t)snprintf(buf + o, len > o ? len - o : 0, "(");
+    for (int i = 0; i < a->naxes; i++)
+        o += (size_t)snprintf(buf + o, len > o ? len - o : 0, "%s'%s'", i ? ", " : "", a->axes[i]);
+    if (a->naxes != 1)
+        snprintf(buf + o, len > o ? len - o : 0, ")");
+    return buf;
+}
+
+sm_err sm_ir_infer_preduce(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                           sm_ir_value *out, char *err, size_t errlen)
+{
+    int64_t n;
+    char t[240];
+    sm_err e = sm_ir_coll_begin(p, op, in[0], &n, t, sizeof t, err, errlen);
+    if (e)
+        return e;
+    sm_dtype dt = in[0]->dtype;
+    if (op->kind == SM_OP_PMEAN && !sm_dtype_is_float(dt))
+        dt = SM_F32;
+    sm_ir_set(out, dt, &in[0]->shape);
+    out->weak = in[0]->weak;
+    return SM_OK;
+}
+
+sm_err sm_ir_infer_pvary(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                         sm_ir_value *out, char *err, size_t errlen)
+{
+    return sm_ir_infer_preduce(p, op, in, out, err, errlen);
+}
+
+sm_err sm_ir_infer_all_gather(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                              sm_ir_value *out, char *err, size_t errlen)
+{
+    int64_t n;
+    char t[240], ax[200];
+    sm_err e = sm_ir_coll_begin(p, op, in[0], &n, t, sizeof t, err, errlen);
+    if (e)
+        return e;
+    const sm_shape *x = &in[0]->shape;
+    sm_shape s = *x;
+    int64_t a = op->attrs.axis;
+    if (op->attrs.tiled) {
+        int d;
+        if (sm_ir_norm_axis(a, x->rank, &d))
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "all_gather: operand %s: axis %lld is out of range for a tiled "
+                           "gather (rank %d)",
+                           t, (long long)a, x->rank);
+        s.dims[d] *= n;
+    } else {
+        if (x->rank + 1 > SM_MAX_RANK)
+            return sm_fail(err, errlen, SM_EINVAL, "all_gather: operand %s: result rank above %d",
+                           t, SM_MAX_RANK);
+        if (a < 0)
+            a += x->rank + 1;
+        if (a < 0 || a > x->rank)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "all_gather: operand %s: axis %lld is out of range [0, %d] for the "
+                           "new stacked dimension over %s",
+                           t, (long long)op->attrs.axis, x->rank,
+                           sm_ir_axes_text(&op->attrs, ax, sizeof ax));
+        s.rank = x->rank + 1;
+        for (int d = 0; d < s.rank; d++)
+            s.dims[d] = d < a ? x->dims[d] : d == a ? n : x->dims[d - 1];
+    }
+    sm_ir_set(out, in[0]->dtype, &s);
+    return SM_OK;
+}
+
+sm_err sm_ir_infer_psum_scatter(const sm_program *p, const sm_ir_op *op,
+                                const sm_ir_value *const *in, sm_ir_value *out, char *err,
+                                size_t errlen)
+{
+    int64_t n;
+    char t[240], ax[200];
+    sm_err e = sm_ir_coll_begin(p, op, in[0], &n, t, sizeof t, err, errlen);
+    if (e)
+        return e;
+    const sm_shape *x = &in[0]->shape;
+    int d;
+    if (sm_ir_norm_axis(op->attrs.axis, x->rank, &d))
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "psum_scatter: operand %s: scatter_dimension %lld is out of range", t,
+                       (long long)op->attrs.axis);
+    sm_ir_axes_text(&op->attrs, ax, sizeof ax);
+    sm_shape s = *x;
+    if (op->attrs.tiled) {
+        if (x->dims[d] % n)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "psum_scatter: operand %s: scatter_dimension %d has size %lld, which "
+                           "is not divisible by the %lld devices of %s (tiled)",
+                           t, d, (long long)x->dims[d], (long long)n, ax);
+        s.dims[d] /= n;
+    } else {
+        if (x->dims[d] != n)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "psum_scatter: operand %s: scatter_dimension %d has size %lld but "
+                           "must equal the %lld devices of %s (untiled; pass tiled=True to "
+                           "split it)",
+                           t, d, (long long)x->dims[d], (long long)n, ax);
+        s.rank--;
+        for (int k = d; k < s.rank; k++)
+            s.dims[k] = x->dims[k + 1];
+    }
+    sm_ir_set(out, in[0]->dtype, &s);
+    out->weak = in[0]->weak;
+    return SM_OK;
+}
+
+sm_err sm_ir_infer_ppermute(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                            sm_ir_value *out, char *err, size_t errlen)
+{
+    int64_t n;
+    char t[240], ax[200];
+    sm_err e = sm_ir_coll_begin(p, op, in[0], &n, t, sizeof t, err, errlen);
+    if (e)
+        return e;
+    sm_ir_axes_text(&op->attrs, ax, sizeof ax);
+    const sm_ir_attrs *a = &op->attrs;
+    if (a->nperm > 0 && !a->perm)
+        return sm_fail(err, errlen, SM_EINVAL, "ppermute: perm is missing");
+    if (a->nperm > n)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "ppermute: perm has %d pairs but %s has only %lld devices", a->nperm, ax,
+                       (long long)n);
+    unsigned char *seen = calloc((size_t)n * 2, 1);
+    if (!seen)
+        return sm_fail(err, errlen, SM_ENOMEM, "ppermute: out of memory");
+    for (int k = 0; k < a->nperm; k++) {
+        for (int j = 0; j < 2; j++) {
+            int64_t v = a->perm[k][j];
+            const char *what = j ? "destination" : "source";
+            if (v < 0 || v >= n) {
+                free(seen);
+                return sm_fail(err, errlen, SM_EINVAL,
+                               "ppermute: perm pair (%lld, %lld) has %s %lld out of range [0, "
+                               "%lld) for %s",
+                               (long long)a->perm[k][0], (long long)a->perm[k][1], what,
+                               (long long)v, (long long)n, ax);
+            }
+            if (seen[j * n + v]) {
+                free(seen);
+                return sm_fail(err, errlen, SM_EINVAL,
+                               "ppermute: perm has duplicate %s %lld (sources and destinations "
+                               "must each be unique)",
+                               what, (long long)v);
+            }
+            seen[j * n + v] = 1;
+        }
+    }
+    free(seen);
+    sm_ir_set(out, in[0]->dtype, &in[0]->shape);
+    out->weak = in[0]->weak;
+    return SM_OK;
+}
+
+sm_err sm_ir_infer_all_to_all(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                              sm_ir_value *out, char *err, size_t errlen)
+{
+    int64_t n;
+    char t[240], ax[200];
+    sm_err e = sm_ir_coll_begin(p, op, in[0], &n, t, sizeof t, err, errlen);
+    if (e)
+        return e;
+    sm_ir_axes_text(&op->attrs, ax, sizeof ax);
+    const sm_shape *x = &in[0]->shape;
+    int sa, ca;
+    if (sm_ir_norm_axis(op->attrs.axis, x->rank, &sa))
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "all_to_all: operand %s: split_axis %lld is out of "
+                       "range",
+                       t, (long long)op->attrs.axis);
+    if (sm_ir_norm_axis(op->attrs.axis2, x->rank, &ca))
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "all_to_all: operand %s: concat_axis %lld is out of range", t,
+                       (long long)op->attrs.axis2);
+    sm_shape s = *x;
+    if (op->attrs.tiled) {
+        if (x->dims[sa] % n)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "all_to_all: operand %s: split_axis %d has size %lld, which is not "
+                           "divisible by the %lld devices of %s (tiled)",
+                           t, sa, (long long)x->dims[sa], (long long)n, ax);
+        s.dims[sa] /= n;
+        s.dims[ca] *= n;
+    } else {
+        if (x->dims[sa] != n)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "all_to_all: operand %s: split_axis %d has size %lld but must equal "
+                           "the %lld devices of %s (untiled)",
+                           t, sa, (long long)x->dims[sa], (long long)n, ax);
+        sm_shape r = {.rank = x->rank - 1};
+        for (int d = 0, k = 0; d < x->rank; d++)
+            if (d != sa)
+                r.dims[k++] = x->dims[d];
+        s.rank = x->rank;
+        for (int d = 0, k = 0; d < s.rank; d++)
+            s.dims[d] = d == ca ? n : r.dims[k++];
+    }
+    sm_ir_set(out, in[0]->dtype, &s);
+    out->weak = in[0]->weak;
+    return SM_OK;
+}
+
+sm_err sm_ir_infer_axis_scalar(const sm_program *p, const sm_ir_op *op,
+                               const sm_ir_value *const *in, sm_ir_value *out, char *err,
+                               size_t errlen)
+{
+    int64_t n;
+    char t[8];
+    sm_err e = sm_ir_coll_begin(p, op, NULL, &n, t, sizeof t, err, errlen);
+    if (e)
+        return e;
+    sm_shape s = {0};
+    sm_ir_set(out, SM_I32, &s);
+    return SM_OK;
+}

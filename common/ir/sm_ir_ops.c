@@ -1,0 +1,292 @@
+/* sm_ir_ops: the op table expanded (names, arity, rules, signatures), the
+ * shared type helpers of the rules, and sm_ir_infer_op, which runs one op's
+ * rule and derives its varying axes. */
+#include "sm_ir_infer.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct {
+    const char *name;
+    int min, max;
+    sm_ir_infer_fn infer;
+    sm_vma_rule vma;
+    const char *sig;
+} sm_op_info;
+
+static const sm_op_info sm_ops[] = {
+#define SM_OP_ROW(e, name, mn, mx, fn, vma, sig) {name, mn, mx, fn, vma, sig},
+    SM_OP_LIST(SM_OP_ROW)
+#undef SM_OP_ROW
+};
+_Static_assert(sizeof(sm_ops) / sizeof(sm_ops[0]) == SM_OP_COUNT, "one row per op");
+
+static int sm_op_valid(sm_op_kind k)
+{
+    return (int)k >= 0 && k < SM_OP_COUNT;
+}
+
+const char *sm_op_name(sm_op_kind k)
+{
+    return sm_op_valid(k) ? sm_ops[k].name : "?";
+}
+
+int sm_op_lookup(const char *name, sm_op_kind *out)
+{
+    for (int k = 0; k < SM_OP_COUNT; k++) {
+        if (strcmp(name, sm_ops[k].name) == 0) {
+            *out = (sm_op_kind)k;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+sm_vma_rule sm_op_vma_rule(sm_op_kind k)
+{
+    return sm_op_valid(k) ? sm_ops[k].vma : SM_VMA_UNION;
+}
+
+const char *sm_op_signature(sm_op_kind k)
+{
+    return sm_op_valid(k) ? sm_ops[k].sig : "";
+}
+
+void sm_op_arity(sm_op_kind k, int *min, int *max)
+{
+    *min = sm_op_valid(k) ? sm_ops[k].min : 0;
+    *max = sm_op_valid(k) ? sm_ops[k].max : 0;
+}
+
+int sm_op_params(sm_op_kind kind, sm_op_param *out, int max)
+{
+    const char *sig = sm_op_signature(kind);
+    int n = 0;
+    while (*sig && n < max) {
+        sm_op_param *p = &out[n++];
+        memset(p, 0, sizeof *p);
+        if (*sig == '?') {
+            p->optional = 1;
+            sig++;
+        }
+        for (int k = 0; *sig && *sig != ':' && k < 31; k++)
+            p->name[k] = *sig++;
+        if (*sig == ':')
+            sig++;
+        p->kind = *sig ? *sig++ : 0;
+        p->field = (*sig && *sig != ' ') ? *sig++ : 0;
+        while (*sig == ' ')
+            sig++;
+    }
+    return n;
+}
+
+void sm_ir_attrs_normalize(sm_ir_op *op)
+{
+    sm_op_param pm[16];
+    int n = sm_op_params(op->kind, pm, 16);
+    for (int j = 0; j < n; j++) {
+        if (pm[j].optional)
+            continue;
+        if ((pm[j].kind == 'l' && pm[j].field == 'L') || pm[j].kind == 'w')
+            op->attrs.has_ints = 1;
+        if (pm[j].kind == 'l' && pm[j].field == 'M')
+            op->attrs.has_ints2 = 1;
+    }
+}
+
+char *sm_ir_shape_str(const sm_shape *s, char *buf, size_t len)
+{
+    size_t o = 0;
+    o += (size_t)snprintf(buf + o, len > o ? len - o : 0, "[");
+    for (int d = 0; d < s->rank; d++)
+        o += (size_t)snprintf(buf + o, len > o ? len - o : 0, "%s%lld", d ? "," : "",
+                              (long long)s->dims[d]);
+    snprintf(buf + o, len > o ? len - o : 0, "]");
+    return buf;
+}
+
+char *sm_ir_type_str(const sm_ir_value *v, char *buf, size_t len)
+{
+    char sh[200];
+    snprintf(buf, len, "%s%s", sm_dtype_name(v->dtype), sm_ir_shape_str(&v->shape, sh, sizeof sh));
+    return buf;
+}
+
+void sm_ir_set(sm_ir_value *out, sm_dtype t, const sm_shape *s)
+{
+    out->dtype = t;
+    out->shape = *s;
+    out->weak = 0;
+}
+
+int sm_ir_norm_axis(int64_t axis, int rank, int *out)
+{
+    if (axis < -rank || axis >= rank)
+        return -1;
+    *out = (int)(axis < 0 ? axis + rank : axis);
+    return 0;
+}
+
+int sm_ir_broadcast(const sm_shape *a, const sm_shape *b, sm_shape *out)
+{
+    sm_shape r = {.rank = a->rank > b->rank ? a->rank : b->rank};
+    for (int d = 0; d < r.rank; d++) {
+        int da = d - (r.rank - a->rank), db = d - (r.rank - b->rank);
+        int64_t x = da >= 0 ? a->dims[da] : 1, y = db >= 0 ? b->dims[db] : 1;
+        if (x != y && x != 1 && y != 1)
+            return -1;
+        r.dims[d] = x == 1 ? y : x;
+    }
+    *out = r;
+    return 0;
+}
+
+/* 0 bool, 1 integer, 2 float: the kinds of JAX's promotion lattice. */
+static int sm_ir_kind(sm_dtype t)
+{
+    return t == SM_BOOL ? 0 : sm_dtype_is_float(t) ? 2 : 1;
+}
+
+sm_dtype sm_ir_promote(sm_dtype a, int aw, sm_dtype b, int bw, int *weak)
+{
+    int ka = sm_ir_kind(a), kb = sm_ir_kind(b);
+    *weak = aw && bw;
+    if (aw != bw) { /* a weak scalar takes the other side's type unless it is of a higher kind */
+        sm_dtype w = aw ? a : b, s = aw ? b : a;
+        int kw = aw ? ka : kb, ks = aw ? kb : ka;
+        if (kw <= ks)
+            return s;
+        return kw == 2 ? SM_F32 : w == SM_BOOL ? s : SM_I32;
+    }
+    if (a == b)
+        return a;
+    if (ka != kb)
+        return ka > kb ? a : b;
+    if (ka == 2) {
+        if ((a == SM_F16 && b == SM_BF16) || (a == SM_BF16 && b == SM_F16))
+            return SM_F32;
+        return sm_dtype_size(a) >= sm_dtype_size(b) ? a : b;
+    }
+    return sm_dtype_size(a) >= sm_dtype_size(b) ? a : b; /* u8 < i32 < i64 */
+}
+
+sm_err sm_ir_axes_resolve(const sm_program *p, const sm_ir_op *op, uint32_t *mask, int64_t *n,
+                          char *err, size_t errlen)
+{
+    const sm_ir_attrs *a = &op->attrs;
+    const char *name = sm_op_name(op->kind);
+    if (a->naxes < 1)
+        return sm_fail(err, errlen, SM_EINVAL, "%s: expected at least one mesh axis name", name);
+    *mask = 0;
+    *n = 1;
+    for (int i = 0; i < a->naxes; i++) {
+        int ax = sm_mesh_axis(&p->mesh, a->axes[i]);
+        if (ax < 0)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "%s: unknown axis name '%s': the mesh has no such axis", name,
+                           a->axes[i]);
+        if (*mask & (1u << ax))
+            return sm_fail(err, errlen, SM_EINVAL, "%s: axis '%s' is named twice", name,
+                           a->axes[i]);
+        *mask |= 1u << ax;
+        *n *= p->mesh.sizes[ax];
+    }
+    return SM_OK;
+}
+
+/* Attributes from the builder or the wire are checked before any rule reads them. */
+static sm_err sm_ir_attrs_check(const sm_ir_op *op, char *err, size_t errlen)
+{
+    const sm_ir_attrs *a = &op->attrs;
+    const char *name = sm_op_name(op->kind);
+    const sm_ir_ints *lists[2] = {&a->ints, &a->ints2};
+    for (int l = 0; l < 2; l++) {
+        if (lists[l]->n < 0 || lists[l]->n > SM_IR_MAX_INTS)
+            return sm_fail(err, errlen, SM_EINVAL, "%s: an integer list has %d entries (0..%d)",
+                           name, lists[l]->n, SM_IR_MAX_INTS);
+        for (int i = 0; i < lists[l]->n; i++)
+            if (lists[l]->v[i] > SM_IR_MAX_DIM || lists[l]->v[i] < -SM_IR_MAX_DIM)
+                return sm_fail(err, errlen, SM_EINVAL, "%s: integer attribute %lld is too large",
+                               name, (long long)lists[l]->v[i]);
+    }
+    if (a->axis > SM_IR_MAX_DIM || a->axis < -SM_IR_MAX_DIM || a->axis2 > SM_IR_MAX_DIM ||
+        a->axis2 < -SM_IR_MAX_DIM)
+        return sm_fail(err, errlen, SM_EINVAL, "%s: axis attribute out of range", name);
+    if (a->naxes < 0 || a->naxes > SM_MAX_AXES)
+        return sm_fail(err, errlen, SM_EINVAL, "%s: %d axis names (0..%d)", name, a->naxes,
+                       SM_MAX_AXES);
+    for (int i = 0; i < a->naxes; i++)
+        if (!memchr(a->axes[i], 0, SM_AXIS_NAME_MAX))
+            return sm_fail(err, errlen, SM_EINVAL, "%s: axis name %d is too long", name, i);
+    if (a->nperm < 0 || (a->nperm > 0 && !a->perm))
+        return sm_fail(err, errlen, SM_EINVAL, "%s: bad perm list", name);
+    if (a->has_dtype && ((int)a->dtype < 0 || a->dtype >= SM_DTYPE_COUNT))
+        return sm_fail(err, errlen, SM_EINVAL, "%s: unknown dtype %d", name, (int)a->dtype);
+    return SM_OK;
+}
+
+sm_err sm_ir_infer_op(const sm_program *p, const sm_ir_op *op, int limit, sm_ir_value *out,
+                      char *err, size_t errlen)
+{
+    if (!sm_op_valid(op->kind))
+        return sm_fail(err, errlen, SM_EINVAL, "unknown op kind %d", (int)op->kind);
+    const sm_op_info *info = &sm_ops[op->kind];
+    sm_err ae = sm_ir_attrs_check(op, err, errlen);
+    if (ae)
+        return ae;
+    if (op->noperands < info->min || op->noperands > info->max) {
+        if (info->min == info->max)
+            return sm_fail(err, errlen, SM_EINVAL, "%s takes %d array operand%s, got %d",
+                           info->name, info->min, info->min == 1 ? "" : "s", op->noperands);
+        return sm_fail(err, errlen, SM_EINVAL, "%s takes %d to %d array operands, got %d",
+                       info->name, info->min, info->max, op->noperands);
+    }
+    const sm_ir_value *in[SM_OP_MAXARGS];
+    uint32_t vma = 0;
+    for (int i = 0; i < op->noperands; i++) {
+        int id = op->operands[i];
+        if (id < 0 || id >= limit)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "%s: operand %d refers to value %d, which is not defined before it",
+                           info->name, i, id);
+        in[i] = &p->values[id];
+        vma |= in[i]->vma;
+    }
+    sm_err e = info->infer(p, op, in, out, err, errlen);
+    if (e)
+        return e;
+    int64_t numel = 1;
+    for (int d = 0; d < out->shape.rank; d++) {
+        if (out->shape.dims[d] > SM_IR_MAX_DIM ||
+            __builtin_mul_overflow(numel, out->shape.dims[d], &numel)) {
+            char sh[200];
+            return sm_fail(err, errlen, SM_EINVAL, "%s: result shape %s is too large", info->name,
+                           sm_ir_shape_str(&out->shape, sh, sizeof sh));
+        }
+    }
+    uint32_t mask = 0;
+    int64_t n = 1;
+    if (info->vma != SM_VMA_UNION && !(info->vma == SM_VMA_NONE && op->attrs.naxes == 0)) {
+        if ((e = sm_ir_axes_resolve(p, op, &mask, &n, err, errlen)))
+            return e;
+    }
+    switch (info->vma) {
+    case SM_VMA_UNION:
+        out->vma = vma;
+        break;
+    case SM_VMA_NONE:
+        out->vma = 0;
+        break;
+    case SM_VMA_REMOVE:
+        out->vma = vma & ~mask;
+        break;
+    case SM_VMA_ADD:
+        out->vma = vma | mask;
+        break;
+    case SM_VMA_SET:
+        out->vma = mask;
+        break;
+    }
+    return SM_OK;
+}

@@ -1,0 +1,509 @@
+/* sm_ir_parse: the text form's file structure — mesh line, shard_map
+ * header with parameters and out_specs, body statements, `for` unrolling
+ * and `return` — plus the parser's shared helpers. */
+#include "sm_ir_parse.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int sm_ps_fail(sm_parser *ps, const sm_tok *at, sm_err code, const char *fmt, ...)
+{
+    if (ps->code)
+        return -1;
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    ps->code = sm_fail(ps->err, ps->errlen, code, "%s:%d:%d: %s", ps->file, at ? at->line : 0,
+                       at ? at->col : 0, msg);
+    return -1;
+}
+
+int sm_ps_fail_at(sm_parser *ps, const sm_tok *at, sm_err code)
+{
+    char msg[768];
+    snprintf(msg, sizeof msg, "%s", ps->err && ps->errlen ? ps->err : "error");
+    return sm_ps_fail(ps, at, code, "%s", msg);
+}
+
+const sm_tok *sm_ps_peek(sm_parser *ps)
+{
+    return &ps->t[ps->pos];
+}
+
+const sm_tok *sm_ps_next(sm_parser *ps)
+{
+    const sm_tok *t = &ps->t[ps->pos];
+    if (t->kind != SM_TOK_EOF)
+        ps->pos++;
+    return t;
+}
+
+int sm_ps_accept(sm_parser *ps, const char *s)
+{
+    if (sm_tok_is(sm_ps_peek(ps), s)) {
+        ps->pos++;
+        return 1;
+    }
+    return 0;
+}
+
+static const char *sm_ps_tok_desc(const sm_tok *t, char *buf, size_t len)
+{
+    switch (t->kind) {
+    case SM_TOK_EOF:
+        return "end of file";
+    case SM_TOK_NEWLINE:
+        return "end of line";
+    case SM_TOK_INDENT:
+        return "an indented block";
+    case SM_TOK_DEDENT:
+        return "the end of an indented block";
+    default:
+        snprintf(buf, len, "'%.*s'", t->len > 40 ? 40 : t->len, t->text);
+        return buf;
+    }
+}
+
+int sm_ps_expect(sm_parser *ps, const char *s, const char *context)
+{
+    if (sm_ps_accept(ps, s))
+        return 0;
+    char d[64];
+    return sm_ps_fail(ps, sm_ps_peek(ps), SM_EFORMAT, "expected '%s' %s, got %s", s, context,
+                      sm_ps_tok_desc(sm_ps_peek(ps), d, sizeof d));
+}
+
+static int sm_ps_expect_kind(sm_parser *ps, sm_tok_kind k, const char *what, const char *context)
+{
+    if (sm_ps_peek(ps)->kind == k) {
+        ps->pos++;
+        return 0;
+    }
+    char d[64];
+    return sm_ps_fail(ps, sm_ps_peek(ps), SM_EFORMAT, "expected %s %s, got %s", what, context,
+                      sm_ps_tok_desc(sm_ps_peek(ps), d, sizeof d));
+}
+
+char *sm_ps_text(sm_parser *ps, const sm_tok *t)
+{
+    return sm_arena_strndup(ps->scratch, t->text, (size_t)t->len);
+}
+
+sm_item *sm_ps_lookup(sm_parser *ps, const char *name, int len)
+{
+    for (int i = 0; i < ps->nsyms; i++)
+        if ((int)strlen(ps->syms[i].name) == len && memcmp(ps->syms[i].name, name, len) == 0)
+            return &ps->syms[i].item;
+    return NULL;
+}
+
+int sm_ps_bind(sm_parser *ps, const char *name, const sm_item *it)
+{
+    sm_item *old = sm_ps_lookup(ps, name, (int)strlen(name));
+    if (old) {
+        *old = *it;
+        return 0;
+    }
+    if (ps->nsyms == ps->capsyms) {
+        int nc = ps->capsyms ? ps->capsyms * 2 : 64;
+        sm_sym *ns = realloc(ps->syms, sizeof *ns * (size_t)nc);
+        if (!ns)
+            return sm_ps_fail(ps, sm_ps_peek(ps), SM_ENOMEM, "out of memory");
+        ps->syms = ns;
+        ps->capsyms = nc;
+    }
+    ps->syms[ps->nsyms].name = name;
+    ps->syms[ps->nsyms].item = *it;
+    ps->nsyms++;
+    return 0;
+}
+
+/* One spec entry: None, 'x', or a tuple of names. */
+static int sm_ps_pspec_entry(sm_parser *ps, sm_pspec_entry *e)
+{
+    const sm_tok *t = sm_ps_peek(ps);
+    memset(e, 0, sizeof *e);
+    if (sm_ps_accept(ps, "None"))
+        return 0;
+    if (t->kind == SM_TOK_STRING) {
+        ps->pos++;
+        if (t->len < 1 || t->len >= SM_AXIS_NAME_MAX)
+            return sm_ps_fail(ps, t, SM_EINVAL, "axis name '%.*s' is empty or too long", t->len,
+                              t->text);
+        memcpy(e->axes[0], t->text, (size_t)t->len);
+        e->naxes = 1;
+        return 0;
+    }
+    if (!sm_ps_accept(ps, "("))
+        return sm_ps_fail(ps, t, SM_EFORMAT,
+                          "expected None, an axis name or a tuple of axis names in P(...)");
+    e->is_tuple = 1;
+    while (!sm_ps_accept(ps, ")")) {
+        t = sm_ps_peek(ps);
+        if (t->kind != SM_TOK_STRING)
+            return sm_ps_fail(ps, t, SM_EFORMAT, "expected an axis name in a P(...) tuple");
+        if (e->naxes == SM_MAX_AXES || t->len < 1 || t->len >= SM_AXIS_NAME_MAX)
+            return sm_ps_fail(ps, t, SM_EINVAL, "too many or too long axis names in P(...)");
+        memcpy(e->axes[e->naxes++], t->text, (size_t)t->len);
+        ps->pos++;
+        if (!sm_tok_is(sm_ps_peek(ps), ")") && sm_ps_expect(ps, ",", "between axis names"))
+            return -1;
+    }
+    return 0;
+}
+
+int sm_ps_pspec(sm_parser *ps, sm_pspec *out)
+{
+    memset(out, 0, sizeof *out);
+    const sm_tok *t = sm_ps_peek(ps);
+    while ((sm_tok_is(sm_ps_peek(ps), "jax") || sm_tok_is(sm_ps_peek(ps), "sharding") ||
+            sm_tok_is(sm_ps_peek(ps), "shd")) &&
+           sm_tok_is(&ps->t[ps->pos + 1], ".")) /* jax.P, jax.sharding.PartitionSpec */
+        ps->pos += 2;
+    if (!sm_ps_accept(ps, "P") && !sm_ps_accept(ps, "PartitionSpec"))
+        return sm_ps_fail(ps, t, SM_EFORMAT, "expected a PartitionSpec P(...)");
+    if (sm_ps_expect(ps, "(", "after P"))
+        return -1;
+    while (!sm_ps_accept(ps, ")")) {
+        if (out->nentries == SM_MAX_RANK)
+            return sm_ps_fail(ps, sm_ps_peek(ps), SM_EINVAL, "P(...) has more than %d entries",
+                              SM_MAX_RANK);
+        if (sm_ps_pspec_entry(ps, &out->e[out->nentries++]))
+            return -1;
+        if (!sm_tok_is(sm_ps_peek(ps), ")") && sm_ps_expect(ps, ",", "between P(...) entries"))
+            return -1;
+    }
+    return 0;
+}
+
+static int sm_ps_int_tok(sm_parser *ps, const char *context, int64_t *v)
+{
+    const sm_tok *t = sm_ps_peek(ps);
+    if (t->kind != SM_TOK_INT)
+        return sm_ps_expect_kind(ps, SM_TOK_INT, "an integer", context);
+    ps->pos++;
+    *v = t->ival;
+    return 0;
+}
+
+/* mesh i=4 j=2 [devices=[...]] */
+static int sm_ps_mesh(sm_parser *ps, sm_mesh *m, int *has_devices)
+{
+    const sm_tok *start = sm_ps_peek(ps);
+    if (!sm_ps_accept(ps, "mesh"))
+        return sm_ps_fail(ps, start, SM_EFORMAT, "expected the mesh line ('mesh i=4 j=2') first");
+    char names[SM_MAX_AXES][SM_AXIS_NAME_MAX];
+    const char *np[SM_MAX_AXES];
+    int64_t sizes[SM_MAX_AXES] = {0};
+    int32_t *devs = NULL;
+    int n = 0, ndev = 0;
+    while (sm_ps_peek(ps)->kind == SM_TOK_NAME) {
+        const sm_tok *t = sm_ps_next(ps);
+        if (sm_ps_expect(ps, "=", "after a mesh axis name"))
+            return -1;
+        if (sm_tok_is(t, "devices")) {
+            devs = sm_arena_alloc(ps->scratch, sizeof(int32_t) * SM_MAX_DEVICES);
+            if (!devs || sm_ps_expect(ps, "[", "to start the device list"))
+                return -1;
+            while (!sm_ps_accept(ps, "]")) {
+                int64_t d = 0;
+                if (ndev == SM_MAX_DEVICES)
+                    return sm_ps_fail(ps, sm_ps_peek(ps), SM_EINVAL, "more than %d devices",
+                                      SM_MAX_DEVICES);
+                if (sm_ps_int_tok(ps, "in the device list", &d))
+                    return -1;
+                devs[ndev++] = (int32_t)d;
+                if (!sm_tok_is(sm_ps_peek(ps), "]") && sm_ps_expect(ps, ",", "between devices"))
+                    return -1;
+            }
+            *has_devices = 1;
+            continue;
+        }
+        if (n == SM_MAX_AXES)
+            return sm_ps_fail(ps, t, SM_EINVAL, "a mesh has at most %d axes", SM_MAX_AXES);
+        snprintf(names[n], SM_AXIS_NAME_MAX, "%.*s", t->len, t->text);
+        np[n] = names[n];
+        if (sm_ps_int_tok(ps, "as the axis size", &sizes[n]))
+            return -1;
+        n++;
+    }
+    if (sm_ps_expect_kind(ps, SM_TOK_NEWLINE, "end of line", "after the mesh axes"))
+        return -1;
+    sm_err e = sm_mesh_init(m, n, np, sizes, devs, devs ? ndev : 0, ps->err, ps->errlen);
+    return e ? sm_ps_fail_at(ps, start, e) : 0;
+}
+
+/* name: f32[8,16] @ P('i','j') */
+static int sm_ps_param(sm_parser *ps)
+{
+    const sm_tok *nt = sm_ps_peek(ps);
+    if (sm_ps_expect_kind(ps, SM_TOK_NAME, "a parameter name", "in the parameter list") ||
+        sm_ps_expect(ps, ":", "after the parameter name"))
+        return -1;
+    const sm_tok *dt = sm_ps_peek(ps);
+    sm_dtype t;
+    if (dt->kind != SM_TOK_NAME || sm_dtype_parse(sm_ps_text(ps, dt), &t))
+        return sm_ps_fail(ps, dt, SM_EFORMAT, "expected a dtype (f32 f64 i32 i64 bool), got '%.*s'",
+                          dt->len, dt->text);
+    ps->pos++;
+    sm_shape g = {0};
+    if (sm_ps_expect(ps, "[", "to start the global shape"))
+        return -1;
+    while (!sm_ps_accept(ps, "]")) {
+        if (g.rank == SM_MAX_RANK)
+            return sm_ps_fail(ps, sm_ps_peek(ps), SM_EINVAL, "rank above %d", SM_MAX_RANK);
+        if (sm_ps_int_tok(ps, "as a dimension", &g.dims[g.rank]))
+            return -1;
+        if (g.dims[g.rank++] < 0)
+            return sm_ps_fail(ps, dt, SM_EINVAL, "negative dimension");
+        if (!sm_tok_is(sm_ps_peek(ps), "]") && sm_ps_expect(ps, ",", "between dimensions"))
+            return -1;
+    }
+    sm_pspec spec;
+    if (sm_ps_expect(ps, "@", "before the parameter's PartitionSpec") || sm_ps_pspec(ps, &spec))
+        return -1;
+    int id;
+    char *name = sm_ps_text(ps, nt);
+    sm_err e = sm_program_add_param(ps->p, name, t, &g, &spec, &id, ps->err, ps->errlen);
+    if (e)
+        return sm_ps_fail_at(ps, nt, e);
+    sm_item it = {.kind = SM_IT_VALUE, .i = id, .at = nt};
+    return sm_ps_bind(ps, name, &it);
+}
+
+static int sm_ps_block(sm_parser *ps, int top, int *returned);
+
+/* Finds the token index just past the block starting at INDENT index i. */
+static int sm_ps_block_end(sm_parser *ps, int i)
+{
+    int depth = 0;
+    for (; i < ps->nt; i++) {
+        if (ps->t[i].kind == SM_TOK_INDENT)
+            depth++;
+        else if (ps->t[i].kind == SM_TOK_DEDENT && --depth == 0)
+            return i + 1;
+        else if (ps->t[i].kind == SM_TOK_EOF)
+            return i;
+    }
+    return i;
+}
+
+static int sm_ps_for(sm_parser *ps)
+{
+    const sm_tok *var = sm_ps_peek(ps);
+    if (sm_ps_expect_kind(ps, SM_TOK_NAME, "a loop variable", "after 'for'") ||
+        sm_ps_expect(ps, "in", "after the loop variable") ||
+        sm_ps_expect(ps, "range", "('for k in range(N):' is the only loop form)"))
+        return -1;
+    int64_t start, stop, step;
+    if (sm_ps_range(ps, &start, &stop, &step) || sm_ps_expect(ps, ":", "after range(...)") ||
+        sm_ps_expect_kind(ps, SM_TOK_NEWLINE, "end of line", "after ':'"))
+        return -1;
+    if (sm_ps_peek(ps)->kind != SM_TOK_INDENT)
+        return sm_ps_expect_kind(ps, SM_TOK_INDENT, "an indented loop body", "after 'for'");
+    int body = ps->pos, end = sm_ps_block_end(ps, ps->pos);
+    char *name = sm_ps_text(ps, var);
+    int64_t iters = 0;
+    for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) {
+        if (++iters > 100000)
+            return sm_ps_fail(ps, var, SM_EINVAL, "loop unrolls to more than 100000 iterations");
+        sm_item it = {.kind = SM_IT_INT, .i = k, .at = var};
+        if (sm_ps_bind(ps, name, &it))
+            return -1;
+        ps->pos = body + 1;
+        int returned = 0;
+        if (sm_ps_block(ps, 0, &returned))
+            return -1;
+    }
+    ps->pos = end;
+    return 0;
+}
+
+/* name[, name...] = expr[, expr...] */
+static int sm_ps_assign(sm_parser *ps)
+{
+    const sm_tok *names[64];
+    int n = 0;
+    do {
+        if (n == 64)
+            return sm_ps_fail(ps, sm_ps_peek(ps), SM_EINVAL, "too many names on the left");
+        names[n] = sm_ps_peek(ps);
+        if (sm_ps_expect_kind(ps, SM_TOK_NAME, "a name", "to assign to"))
+            return -1;
+        n++;
+    } while (sm_ps_accept(ps, ","));
+    const sm_tok *eq = sm_ps_peek(ps);
+    if (sm_ps_expect(ps, "=", "after the assigned name"))
+        return -1;
+    sm_item v;
+    if (sm_ps_expr_list(ps, &v))
+        return -1;
+    if (n > 1 && (v.kind != SM_IT_TUPLE || v.n != n))
+        return sm_ps_fail(ps, eq, SM_EINVAL, "cannot unpack into %d names: the right side is %s", n,
+                          v.kind == SM_IT_TUPLE ? "a tuple of another length" : "one value");
+    for (int k = 0; k < n; k++) {
+        sm_item *it = n > 1 ? &v.elems[k] : &v;
+        char *name = sm_ps_text(ps, names[k]);
+        if (it->kind == SM_IT_VALUE && !ps->p->values[it->i].name)
+            sm_program_name_value(ps->p, (int)it->i, name);
+        if (sm_ps_bind(ps, name, it))
+            return -1;
+    }
+    return sm_ps_expect_kind(ps, SM_TOK_NEWLINE, "end of line", "after the expression");
+}
+
+static int sm_ps_return(sm_parser *ps, const sm_tok *rt)
+{
+    sm_item v;
+    if (sm_ps_expr_list(ps, &v) ||
+        sm_ps_expect_kind(ps, SM_TOK_NEWLINE, "end of line", "after the returned values"))
+        return -1;
+    int n = v.kind == SM_IT_TUPLE ? v.n : 1;
+    int *ids = sm_arena_alloc(ps->scratch, sizeof(int) * (size_t)n);
+    if (!ids)
+        return sm_ps_fail(ps, rt, SM_ENOMEM, "out of memory");
+    for (int k = 0; k < n; k++)
+        if (sm_ps_value(ps, v.kind == SM_IT_TUPLE ? &v.elems[k] : &v, &ids[k]))
+            return -1;
+    if (n != ps->p->nreturns)
+        return sm_ps_fail(ps, rt, SM_EINVAL,
+                          "return gives %d value%s but the header declares %d out_spec%s", n,
+                          n == 1 ? "" : "s", ps->p->nreturns, ps->p->nreturns == 1 ? "" : "s");
+    ps->p->ret_line = rt->line;
+    ps->p->ret_col = rt->col;
+    sm_err e = sm_program_set_returns(ps->p, ids, ps->p->out_specs, n, ps->err, ps->errlen);
+    return e ? sm_ps_fail_at(ps, rt, e) : 0;
+}
+
+/* Statements up to the block's DEDENT (or EOF at top level). */
+static int sm_ps_block(sm_parser *ps, int top, int *returned)
+{
+    for (;;) {
+        const sm_tok *t = sm_ps_peek(ps);
+        if (t->kind == SM_TOK_DEDENT) {
+            ps->pos++;
+            break;
+        }
+        if (t->kind == SM_TOK_EOF)
+            break;
+        if (*returned)
+            return sm_ps_fail(ps, t, SM_EFORMAT, "statement after 'return'");
+        if (t->kind == SM_TOK_INDENT)
+            return sm_ps_fail(ps, t, SM_EFORMAT, "unexpected indentation");
+        if (sm_ps_accept(ps, "for")) {
+            if (sm_ps_for(ps))
+                return -1;
+        } else if (sm_ps_accept(ps, "return")) {
+            if (!top)
+                return sm_ps_fail(ps, t, SM_EFORMAT, "'return' inside a loop body");
+            if (sm_ps_return(ps, t))
+                return -1;
+            *returned = 1;
+        } else if (t->kind == SM_TOK_NAME) {
+            if (sm_ps_assign(ps))
+                return -1;
+        } else {
+            char d[64];
+            return sm_ps_fail(ps, t, SM_EFORMAT,
+                              "expected a statement ('name = ...', 'for' or 'return'), got %s",
+                              sm_ps_tok_desc(t, d, sizeof d));
+        }
+    }
+    if (top && !*returned)
+        return sm_ps_fail(ps, sm_ps_peek(ps), SM_EFORMAT, "the body must end with 'return'");
+    return 0;
+}
+
+static int sm_ps_file(sm_parser *ps)
+{
+    sm_mesh mesh;
+    int has_devices = 0;
+    if (sm_ps_mesh(ps, &mesh, &has_devices))
+        return -1;
+    const sm_tok *t = sm_ps_peek(ps);
+    if (!sm_ps_accept(ps, "shard_map"))
+        return sm_ps_fail(ps, t, SM_EFORMAT, "expected 'shard_map NAME(PARAMS) -> OUT_SPECS:'");
+    const sm_tok *nt = sm_ps_peek(ps);
+    if (sm_ps_expect_kind(ps, SM_TOK_NAME, "the program name", "after 'shard_map'"))
+        return -1;
+    sm_err e = sm_program_create(&mesh, sm_ps_text(ps, nt), &ps->p, ps->err, ps->errlen);
+    if (e)
+        return sm_ps_fail_at(ps, nt, e);
+    ps->p->has_devices = has_devices;
+    ps->p->filename = sm_arena_strdup(ps->p->arena, ps->file);
+    if (sm_ps_expect(ps, "(", "after the program name"))
+        return -1;
+    while (!sm_ps_accept(ps, ")")) {
+        if (sm_ps_param(ps))
+            return -1;
+        if (!sm_tok_is(sm_ps_peek(ps), ")") && sm_ps_expect(ps, ",", "between parameters"))
+            return -1;
+    }
+    if (sm_ps_expect(ps, "->", "before the out_specs"))
+        return -1;
+    sm_pspec specs[64];
+    int n = 0;
+    if (sm_ps_accept(ps, "(")) {
+        while (!sm_ps_accept(ps, ")")) {
+            if (n == 64)
+                return sm_ps_fail(ps, sm_ps_peek(ps), SM_EINVAL, "more than 64 outputs");
+            if (sm_ps_pspec(ps, &specs[n++]))
+                return -1;
+            if (!sm_tok_is(sm_ps_peek(ps), ")") && sm_ps_expect(ps, ",", "between out_specs"))
+                return -1;
+        }
+    } else if (sm_ps_pspec(ps, &specs[n++])) {
+        return -1;
+    }
+    ps->p->out_specs = sm_arena_alloc(ps->p->arena, sizeof(sm_pspec) * (size_t)(n ? n : 1));
+    if (!ps->p->out_specs)
+        return sm_ps_fail(ps, nt, SM_ENOMEM, "out of memory");
+    memcpy(ps->p->out_specs, specs, sizeof(sm_pspec) * (size_t)n);
+    ps->p->nreturns = n; /* the declared count until `return` sets the values */
+    if (sm_ps_expect(ps, ":", "after the out_specs") ||
+        sm_ps_expect_kind(ps, SM_TOK_NEWLINE, "end of line", "after ':'"))
+        return -1;
+    if (sm_ps_peek(ps)->kind != SM_TOK_INDENT)
+        return sm_ps_expect_kind(ps, SM_TOK_INDENT, "an indented body", "after the header");
+    ps->pos++;
+    int returned = 0;
+    if (sm_ps_block(ps, 1, &returned))
+        return -1;
+    if (sm_ps_peek(ps)->kind != SM_TOK_EOF)
+        return sm_ps_fail(ps, sm_ps_peek(ps), SM_EFORMAT,
+                          "unexpected text after the shard_map body (one program per file)");
+    return 0;
+}
+
+sm_err sm_program_parse(const char *text, const char *filename, sm_program **out, char *err,
+                        size_t errlen)
+{
+    sm_parser ps = {.file = filename ? filename : "<text>", .err = err, .errlen = errlen};
+    sm_tok *toks = NULL;
+    int nt = 0;
+    *out = NULL;
+    sm_err e = sm_ir_lex(text, ps.file, &toks, &nt, err, errlen);
+    if (e)
+        return e;
+    ps.t = toks;
+    ps.nt = nt;
+    ps.scratch = sm_arena_create(0);
+    if (!ps.scratch) {
+        free(toks);
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory parsing %s", ps.file);
+    }
+    if (sm_ps_file(&ps)) {
+        e = ps.code ? ps.code : SM_EINTERNAL;
+        sm_program_free(ps.p);
+        ps.p = NULL;
+    }
+    free(toks);
+    free(ps.syms);
+    sm_arena_free(ps.scratch);
+    *out = ps.p;
+    return e;
+}

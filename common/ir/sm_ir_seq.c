@@ -1,0 +1,170 @@
+/* sm_ir_seq: tuples, lists and list comprehensions of the text form, and
+ * basic indexing of arrays (x[a:b, :, i] lowers to slice + squeeze). */
+#include "sm_ir_parse.h"
+
+#include <string.h>
+
+/* x[a:b, :, i] on an array: slice, then squeeze the integer-indexed dims. */
+int sm_ps_index_value(sm_parser *ps, const sm_tok *at, sm_item *x)
+{
+    const sm_ir_value *v = &ps->p->values[x->i];
+    sm_shape s = v->shape;
+    sm_ir_attrs sl = {.has_ints = 1, .has_ints2 = 1}, sq = {.has_ints = 1};
+    sl.ints.n = sl.ints2.n = s.rank;
+    for (int d = 0; d < s.rank; d++)
+        sl.ints.v[d] = 0, sl.ints2.v[d] = s.dims[d];
+    int d = 0, changed = 0;
+    do {
+        if (sm_tok_is(sm_ps_peek(ps), "]"))
+            break;
+        if (d >= s.rank)
+            return sm_ps_fail(ps, sm_ps_peek(ps), SM_EINVAL,
+                              "too many indices for an array of rank %d", s.rank);
+        int64_t lo = 0, hi = s.dims[d], is_int = 0;
+        sm_item e;
+        if (!sm_tok_is(sm_ps_peek(ps), ":")) {
+            if (sm_ps_expr(ps, &e))
+                return -1;
+            if (e.kind == SM_IT_VALUE)
+                return sm_ps_fail(ps, e.at, SM_EINVAL,
+                                  "index must be static; use dynamic_slice for a computed index");
+            if (sm_ps_static_int(ps, &e, "an index", &lo))
+                return -1;
+            is_int = !sm_tok_is(sm_ps_peek(ps), ":");
+        } else {
+            lo = 0;
+        }
+        if (sm_ps_accept(ps, ":") && !sm_tok_is(sm_ps_peek(ps), ",") &&
+            !sm_tok_is(sm_ps_peek(ps), "]")) {
+            if (sm_ps_expr(ps, &e) || sm_ps_static_int(ps, &e, "a slice bound", &hi))
+                return -1;
+            if (hi < 0)
+                hi += s.dims[d];
+            hi = hi < 0 ? 0 : hi > s.dims[d] ? s.dims[d] : hi;
+        }
+        if (is_int) {
+            int64_t i = lo < 0 ? lo + s.dims[d] : lo;
+            if (i < 0 || i >= s.dims[d])
+                return sm_ps_fail(ps, at, SM_EINVAL,
+                                  "index %lld is out of bounds for dimension %d of size %lld",
+                                  (long long)lo, d, (long long)s.dims[d]);
+            lo = i;
+            hi = i + 1;
+            sq.ints.v[sq.ints.n++] = d;
+        } else {
+            if (lo < 0)
+                lo += s.dims[d];
+            lo = lo < 0 ? 0 : lo > s.dims[d] ? s.dims[d] : lo;
+            if (hi < lo)
+                hi = lo;
+        }
+        sl.ints.v[d] = lo;
+        sl.ints2.v[d] = hi;
+        changed |= lo != 0 || hi != s.dims[d];
+        d++;
+    } while (sm_ps_accept(ps, ","));
+    if (sm_ps_expect(ps, "]", "to close the index"))
+        return -1;
+    int id = (int)x->i;
+    if (changed && sm_ps_emit(ps, SM_OP_SLICE, &id, 1, &sl, at, x))
+        return -1;
+    id = (int)x->i;
+    if (sq.ints.n && sm_ps_emit(ps, SM_OP_SQUEEZE, &id, 1, &sq, at, x))
+        return -1;
+    return 0;
+}
+
+static int sm_ps_comprehension(sm_parser *ps, int elem_pos, int for_pos, const sm_tok *open,
+                               sm_item *out);
+
+/* Index of a `for` at the top level of the list starting at pos, or -1. */
+static int sm_ps_find_for(sm_parser *ps, int pos)
+{
+    for (int depth = 0; pos < ps->nt && ps->t[pos].kind != SM_TOK_EOF; pos++) {
+        const sm_tok *t = &ps->t[pos];
+        if (sm_tok_is(t, "(") || sm_tok_is(t, "["))
+            depth++;
+        else if (sm_tok_is(t, ")") || sm_tok_is(t, "]")) {
+            if (depth-- == 0)
+                return -1;
+        } else if (depth == 0 && sm_tok_is(t, "for"))
+            return pos;
+    }
+    return -1;
+}
+
+/* Tuple or list body after '(' or '[' up to close; `(x)` is x. */
+int sm_ps_seq(sm_parser *ps, const sm_tok *open, const char *close, int is_list, sm_item *out)
+{
+    int cap = 8, n = 0, comma = 0;
+    sm_item *el = sm_arena_alloc(ps->scratch, sizeof *el * (size_t)cap);
+    int start = ps->pos, for_pos = is_list ? sm_ps_find_for(ps, start) : -1;
+    if (for_pos >= 0)
+        return sm_ps_comprehension(ps, start, for_pos, open, out);
+    while (!sm_ps_accept(ps, close)) {
+        if (n == cap) {
+            sm_item *ne = sm_arena_alloc(ps->scratch, sizeof *el * (size_t)cap * 2);
+            if (!ne)
+                return sm_ps_fail(ps, open, SM_ENOMEM, "out of memory");
+            memcpy(ne, el, sizeof *el * (size_t)cap);
+            el = ne;
+            cap *= 2;
+        }
+        if (sm_ps_expr(ps, &el[n++]))
+            return -1;
+        if (sm_tok_is(sm_ps_peek(ps), close))
+            continue;
+        if (sm_ps_expect(ps, ",", is_list ? "between list items" : "between tuple items"))
+            return -1;
+        comma = 1;
+    }
+    if (!is_list && n == 1 && !comma) {
+        *out = el[0];
+        return 0;
+    }
+    *out = (sm_item){.kind = SM_IT_TUPLE, .n = n, .elems = el, .is_list = is_list, .at = open};
+    return 0;
+}
+
+/* [EXPR for NAME in range(...)]: EXPR is re-read for every NAME. */
+static int sm_ps_comprehension(sm_parser *ps, int elem_pos, int for_pos, const sm_tok *open,
+                               sm_item *out)
+{
+    ps->pos = for_pos + 1;
+    const sm_tok *var = sm_ps_peek(ps);
+    if (var->kind != SM_TOK_NAME)
+        return sm_ps_fail(ps, var, SM_EFORMAT, "expected a loop variable after 'for'");
+    ps->pos++;
+    int64_t a, b, step;
+    if (sm_ps_expect(ps, "in", "in a comprehension") ||
+        sm_ps_expect(ps, "range", "(only 'for NAME in range(...)' is supported)") ||
+        sm_ps_range(ps, &a, &b, &step) || sm_ps_expect(ps, "]", "to close the comprehension"))
+        return -1;
+    int end = ps->pos;
+    char *name = sm_ps_text(ps, var);
+    sm_item *saved = sm_ps_lookup(ps, name, (int)strlen(name)), keep = {0};
+    if (saved)
+        keep = *saved;
+    int64_t cnt = step > 0 ? (b > a ? (b - a + step - 1) / step : 0)
+                           : (a > b ? (a - b - step - 1) / -step : 0);
+    if (cnt > 100000)
+        return sm_ps_fail(ps, open, SM_EINVAL, "comprehension longer than 100000 items");
+    sm_item *el = sm_arena_alloc(ps->scratch, sizeof *el * (size_t)(cnt ? cnt : 1));
+    if (!el)
+        return sm_ps_fail(ps, open, SM_ENOMEM, "out of memory");
+    int n = 0;
+    for (int64_t k = a; step > 0 ? k < b : k > b; k += step) {
+        sm_item kv = {.kind = SM_IT_INT, .i = k, .at = var};
+        ps->pos = elem_pos;
+        if (sm_ps_bind(ps, name, &kv) || sm_ps_expr(ps, &el[n++]))
+            return -1;
+        if (ps->pos != for_pos)
+            return sm_ps_fail(ps, sm_ps_peek(ps), SM_EFORMAT,
+                              "expected 'for' after the comprehension's expression");
+    }
+    if (saved)
+        *sm_ps_lookup(ps, name, (int)strlen(name)) = keep;
+    ps->pos = end;
+    *out = (sm_item){.kind = SM_IT_TUPLE, .n = n, .elems = el, .is_list = 1, .at = open};
+    return 0;
+}

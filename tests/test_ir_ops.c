@@ -1,0 +1,339 @@
+/* Check suite for common/ir, op by op: one table row per op (a small valid
+ * program and the expected block type of its result, with varying axes),
+ * a print/parse round trip of every row, a check that every op of the table
+ * has a row, and the C builder API. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sm_ir.h"
+
+/* Parameters every row can use (mesh i=4 j=2):
+ *   x f32[8,16] @ P('i', None) -> block f32[2,16]{V:i}
+ *   y f32[16,4] @ P()          -> block f32[16,4]
+ *   k i32[8]    @ P('i')       -> block i32[2]{V:i}
+ *   c bool[8,16] @ P('i', None)-> block bool[2,16]{V:i} */
+#define PARAMS                                                                                     \
+    "x: f32[8,16] @ P('i', None), y: f32[16,4] @ P(), k: i32[8] @ P('i'), "                        \
+    "c: bool[8,16] @ P('i', None)"
+
+typedef struct {
+    const char *expr; /* the returned expression */
+    const char *type; /* its block type */
+} op_case;
+
+static const op_case ops[] = {
+    /* elementwise */
+    {"add(x, 1)", "f32[2,16]{V:i}"},
+    {"subtract(x, y[:, 0])", "f32[2,16]{V:i}"},
+    {"multiply(x, 2.0)", "f32[2,16]{V:i}"},
+    {"divide(k, 2)", "f32[2]{V:i}"},
+    {"mod(k, 3)", "i32[2]{V:i}"},
+    {"maximum(x, 0.0)", "f32[2,16]{V:i}"},
+    {"minimum(k, 1)", "i32[2]{V:i}"},
+    {"power(x, 2)", "f32[2,16]{V:i}"},
+    {"x ** 2", "f32[2,16]{V:i}"},
+    {"negative(x)", "f32[2,16]{V:i}"},
+    {"-k", "i32[2]{V:i}"},
+    {"abs(k)", "i32[2]{V:i}"},
+    {"exp(k)", "f32[2]{V:i}"},
+    {"log(x)", "f32[2,16]{V:i}"},
+    {"sin(y)", "f32[16,4]"},
+    {"cos(y)", "f32[16,4]"},
+    {"tanh(x)", "f32[2,16]{V:i}"},
+    {"sqrt(x)", "f32[2,16]{V:i}"},
+    {"rsqrt(x)", "f32[2,16]{V:i}"},
+    {"logistic(x)", "f32[2,16]{V:i}"},
+    {"sign(k)", "i32[2]{V:i}"},
+    {"floor(x)", "f32[2,16]{V:i}"},
+    {"ceil(x)", "f32[2,16]{V:i}"},
+    {"round(x)", "f32[2,16]{V:i}"},
+    {"equal(x, 1.0)", "bool[2,16]{V:i}"},
+    {"not_equal(k, 0)", "bool[2]{V:i}"},
+    {"less(x, y[:, 0][0])", "bool[2,16]{V:i}"},
+    {"less_equal(x, 0)", "bool[2,16]{V:i}"},
+    {"greater(k, 1)", "bool[2]{V:i}"},
+    {"greater_equal(x, 2)", "bool[2,16]{V:i}"},
+    {"x >= 2", "bool[2,16]{V:i}"},
+    {"where(c, x, 0.0)", "f32[2,16]{V:i}"},
+    {"astype(k, f64)", "f64[2]{V:i}"},
+    {"k.astype('float32')", "f32[2]{V:i}"},
+    /* creation */
+    {"zeros((3, 4), dtype=f32)", "f32[3,4]"},
+    {"ones(5)", "f32[5]"},
+    {"full((2, 2), 7)", "i32[2,2]"},
+    {"full((2,), 1.5, dtype=f64)", "f64[2]"},
+    {"arange(10)", "i32[10]"},
+    {"arange(2, 10, 3, dtype=f32)", "f32[3]"},
+    {"const(3.0)", "f32[]"},
+    {"const(3, dtype=i64)", "i64[]"},
+    /* products */
+    {"dot(x, y)", "f32[2,4]{V:i}"},
+    {"matmul(x, y)", "f32[2,4]{V:i}"},
+    {"x @ y", "f32[2,4]{V:i}"},
+    {"einsum('ij,jk->ik', x, y)", "f32[2,4]{V:i}"},
+    {"einsum('ij->j', x)", "f32[16]{V:i}"},
+    /* reductions */
+    {"sum(x)", "f32[]{V:i}"},
+    {"sum(x, axis=1)", "f32[2]{V:i}"},
+    {"mean(k)", "f32[]{V:i}"},
+    {"max(x, axis=0, keepdims=True)", "f32[1,16]{V:i}"},
+    {"min(x, axis=(0, -1))", "f32[]{V:i}"},
+    /* shape */
+    {"reshape(x, (4, 8))", "f32[4,8]{V:i}"},
+    {"x.reshape(-1, 2)", "f32[16,2]{V:i}"},
+    {"transpose(x)", "f32[16,2]{V:i}"},
+    {"transpose(reshape(x, (2, 4, 4)), (1, 2, 0))", "f32[4,4,2]{V:i}"},
+    {"x.T", "f32[16,2]{V:i}"},
+    {"expand_dims(x, 0)", "f32[1,2,16]{V:i}"},
+    {"squeeze(expand_dims(x, 1), 1)", "f32[2,16]{V:i}"},
+    {"broadcast_to(k, (3, 2))", "i32[3,2]{V:i}"},
+    {"slice(x, (0, 4), (2, 8))", "f32[2,4]{V:i}"},
+    {"dynamic_slice(x, (0, axis_index('j')), (2, 8))", "f32[2,8]{V:i,j}"},
+    {"dynamic_slice_in_dim(x, 1, 4, axis=1)", "f32[2,4]{V:i}"},
+    {"dynamic_update_slice(x, zeros((1, 4)), (1, 2))", "f32[2,16]{V:i}"},
+    {"concatenate((x, x), axis=1)", "f32[2,32]{V:i}"},
+    {"pad(x, ((1, 1), (0, 2)))", "f32[4,18]{V:i}"},
+    {"pad(k, 3)", "i32[8]{V:i}"},
+    {"tile(k, (2, 3))", "i32[2,6]{V:i}"},
+    {"roll(x, 1, axis=0)", "f32[2,16]{V:i}"},
+    {"x[0]", "f32[16]{V:i}"},
+    {"x[:, 2:5]", "f32[2,3]{V:i}"},
+    {"x[1:, -4:]", "f32[1,4]{V:i}"},
+    {"x[-1, 3]", "f32[]{V:i}"},
+    /* collectives */
+    {"psum(x, 'i')", "f32[2,16]"},
+    {"pmean(k, 'i')", "f32[2]"},
+    {"pmax(x, ('i', 'j'))", "f32[2,16]"},
+    {"pmin(x, 'j')", "f32[2,16]{V:i}"},
+    {"all_gather(x, 'i')", "f32[4,2,16]{V:i}"},
+    {"all_gather(x, 'j', axis=1, tiled=True)", "f32[2,32]{V:i,j}"},
+    {"all_gather(k, 'j', axis=1)", "i32[2,2]{V:i,j}"},
+    {"psum_scatter(x, 'j', scatter_dimension=1, tiled=True)", "f32[2,8]{V:i,j}"},
+    {"psum_scatter(x, 'j')", "f32[16]{V:i,j}"},
+    {"ppermute(x, 'i', perm=[(0, 1), (1, 2), (2, 3), (3, 0)])", "f32[2,16]{V:i}"},
+    {"ppermute(x, 'j', [(0, 1)])", "f32[2,16]{V:i,j}"},
+    {"all_to_all(x, 'j', 1, 0, tiled=True)", "f32[4,8]{V:i,j}"},
+    {"all_to_all(reshape(x, (2, 2, 8)), 'j', 0, 2)", "f32[2,8,2]{V:i,j}"},
+    {"axis_index('j')", "i32[]{V:j}"},
+    {"axis_index(('i', 'j'))", "i32[]{V:i,j}"},
+    {"x * axis_size('j')", "f32[2,16]{V:i}"},
+    {"pvary(y, 'j')", "f32[16,4]{V:j}"},
+};
+
+static sm_program *parse_row(const op_case *c, char *text, size_t len)
+{
+    snprintf(text, len,
+             "mesh i=4 j=2\n"
+             "shard_map row(" PARAMS ") -> P():\n"
+             "    r = %s\n"
+             "    return r\n",
+             c->expr);
+    sm_program *p = NULL;
+    char err[1024] = "";
+    sm_err e = sm_program_parse(text, "row.shmap", &p, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "%s: %s", c->expr, err);
+    e = sm_program_verify(p, 0, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "%s: %s", c->expr, err);
+    return p;
+}
+
+START_TEST(test_op_row)
+{
+    const op_case *c = &ops[_i];
+    char text[1024], ty[256];
+    sm_program *p = parse_row(c, text, sizeof text);
+    sm_program_value_type(p, p->returns[0], ty, sizeof ty);
+    ck_assert_msg(strcmp(ty, c->type) == 0, "%s: got %s, expected %s", c->expr, ty, c->type);
+    /* round trip */
+    sm_strbuf b = {0};
+    ck_assert_int_eq(sm_program_print(p, &b), SM_OK);
+    sm_program *q = NULL;
+    char err[1024] = "";
+    ck_assert_msg(sm_program_parse(sm_strbuf_str(&b), "printed", &q, err, sizeof err) == SM_OK,
+                  "%s: re-parse: %s\n%s", c->expr, err, sm_strbuf_str(&b));
+    ck_assert_int_eq(sm_program_verify(q, 0, err, sizeof err), SM_OK);
+    ck_assert_msg(sm_program_equal(p, q), "%s: round trip differs\n%s", c->expr, sm_strbuf_str(&b));
+    sm_program_free(q);
+    sm_strbuf_free(&b);
+    sm_program_free(p);
+}
+END_TEST
+
+/* Every op of the table is produced by some row (axis_size folds to a
+ * static int in the text, as in JAX, so it is covered by the builder). */
+START_TEST(test_every_op_has_a_row)
+{
+    int seen[SM_OP_COUNT] = {0};
+    seen[SM_OP_AXIS_SIZE] = 1;
+    for (size_t r = 0; r < sizeof ops / sizeof ops[0]; r++) {
+        char text[1024];
+        sm_program *p = parse_row(&ops[r], text, sizeof text);
+        for (int k = 0; k < p->nops; k++)
+            seen[p->ops[k].kind] = 1;
+        sm_program_free(p);
+    }
+    for (int k = 0; k < SM_OP_COUNT; k++)
+        ck_assert_msg(seen[k], "op %s has no test row", sm_op_name((sm_op_kind)k));
+    sm_op_kind kind;
+    ck_assert_int_eq(sm_op_lookup("psum_scatter", &kind), 0);
+    ck_assert_int_eq(kind, SM_OP_PSUM_SCATTER);
+    ck_assert_int_eq(sm_op_lookup("nope", &kind), -1);
+    ck_assert_int_eq(sm_op_vma_rule(SM_OP_AXIS_INDEX), SM_VMA_SET);
+    ck_assert_str_eq(sm_op_name(SM_OP_COUNT), "?");
+}
+END_TEST
+
+static sm_program *builder_program(void)
+{
+    char err[512];
+    sm_mesh m;
+    const char *names[] = {"i", "j"};
+    int64_t sizes[] = {4, 2};
+    ck_assert_int_eq(sm_mesh_init(&m, 2, names, sizes, NULL, 0, err, sizeof err), SM_OK);
+    sm_program *p;
+    ck_assert_int_eq(sm_program_create(&m, "built", &p, err, sizeof err), SM_OK);
+    return p;
+}
+
+START_TEST(test_builder_matmul_basic)
+{
+    char err[512];
+    sm_program *p = builder_program();
+    sm_shape sa = {2, {8, 16}}, sb = {2, {16, 32}};
+    sm_pspec pa, pb, po;
+    ck_assert_int_eq(sm_pspec_parse("P('i','j')", &pa, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_pspec_parse("P('j', None)", &pb, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_pspec_parse("P('i', None)", &po, err, sizeof err), SM_OK);
+    int a, b, z, s;
+    ck_assert_int_eq(sm_program_add_param(p, "a", SM_F32, &sa, &pa, &a, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_program_add_param(p, "b", SM_F32, &sb, &pb, &b, err, sizeof err), SM_OK);
+    int ab[2] = {a, b};
+    ck_assert_int_eq(sm_program_add_op(p, SM_OP_DOT, ab, 2, NULL, &z, err, sizeof err), SM_OK);
+    sm_ir_attrs at = {.naxes = 1, .axes = {"j"}};
+    ck_assert_int_eq(sm_program_add_op(p, SM_OP_PSUM, &z, 1, &at, &s, err, sizeof err), SM_OK);
+    /* axis_size has no text spelling (it folds); build it here */
+    int n;
+    sm_ir_attrs ai = {.naxes = 1, .axes = {"i"}};
+    ck_assert_int_eq(sm_program_add_op(p, SM_OP_AXIS_SIZE, NULL, 0, &ai, &n, err, sizeof err),
+                     SM_OK);
+    char ty[128];
+    ck_assert_str_eq(sm_program_value_type(p, n, ty, sizeof ty), "i32[]");
+    ck_assert_int_eq(sm_program_set_returns(p, &s, &po, 1, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_program_verify(p, 1, err, sizeof err), SM_OK);
+    ck_assert_str_eq(sm_program_value_type(p, z, ty, sizeof ty), "f32[2,32]{V:i,j}");
+    ck_assert_int_eq(p->out_global[0].dims[0], 8);
+    ck_assert_int_eq(p->out_global[0].dims[1], 32);
+    /* the printed text re-parses to an equal program */
+    sm_strbuf buf = {0};
+    ck_assert_int_eq(sm_program_print(p, &buf), SM_OK);
+    sm_program *q;
+    ck_assert_msg(sm_program_parse(sm_strbuf_str(&buf), NULL, &q, err, sizeof err) == SM_OK, "%s",
+                  err);
+    ck_assert_int_eq(q->nops, 2); /* axis_size folds in the text */
+    sm_program_free(q);
+    sm_strbuf_free(&buf);
+    sm_program_free(p);
+}
+END_TEST
+
+START_TEST(test_builder_errors)
+{
+    char err[512];
+    sm_program *p = builder_program();
+    sm_shape sx = {1, {6}};
+    sm_pspec pi;
+    ck_assert_int_eq(sm_pspec_parse("P('i')", &pi, err, sizeof err), SM_OK);
+    int x;
+    ck_assert_int_eq(sm_program_add_param(p, "x", SM_F32, &sx, &pi, &x, err, sizeof err),
+                     SM_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "'x'"));
+    sx.dims[0] = 8;
+    ck_assert_int_eq(sm_program_add_param(p, "x", SM_F32, &sx, &pi, &x, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_program_add_param(p, "x", SM_F32, &sx, &pi, &x, err, sizeof err),
+                     SM_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "twice"));
+    int r, bad = 7;
+    ck_assert_int_eq(sm_program_add_op(p, SM_OP_EXP, &bad, 1, NULL, &r, err, sizeof err),
+                     SM_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "not defined before"));
+    ck_assert_int_eq(sm_program_add_op(p, SM_OP_ADD, &x, 1, NULL, &r, err, sizeof err), SM_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "add takes 2 array operands, got 1"));
+    int64_t perm[2][2] = {{0, 1}, {1, 1}};
+    sm_ir_attrs at = {.naxes = 1, .axes = {"i"}, .nperm = 2, .perm = (const int64_t(*)[2])perm};
+    ck_assert_int_eq(sm_program_add_op(p, SM_OP_PPERMUTE, &x, 1, &at, &r, err, sizeof err),
+                     SM_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "duplicate destination 1"));
+    ck_assert_int_eq(p->nops, 0); /* failed adds change nothing */
+    ck_assert_int_eq(p->nvalues, 1);
+    ck_assert_int_eq(sm_program_verify(p, 1, err, sizeof err), SM_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "returns nothing"));
+    sm_program_free(p);
+}
+END_TEST
+
+START_TEST(test_builder_verify_catches_edits)
+{
+    /* a program changed after building (as a decoder might produce) is re-checked */
+    char err[512];
+    sm_program *p = builder_program();
+    sm_shape sx = {2, {8, 4}};
+    sm_pspec ps, po, bad;
+    ck_assert_int_eq(sm_pspec_parse("P('i', 'j')", &ps, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_pspec_parse("P('i')", &po, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_pspec_parse("P('q')", &bad, err, sizeof err), SM_OK);
+    int x, e1, e2;
+    ck_assert_int_eq(sm_program_add_param(p, "x", SM_F32, &sx, &ps, &x, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_program_add_op(p, SM_OP_EXP, &x, 1, NULL, &e1, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_program_add_op(p, SM_OP_LOG, &e1, 1, NULL, &e2, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_program_set_returns(p, &e2, &bad, 1, err, sizeof err), SM_EINVAL);
+    ck_assert_msg(strstr(err, "output 0") && strstr(err, "'q'"), "%s", err);
+    ck_assert_int_eq(sm_program_set_returns(p, &e2, &po, 1, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_program_verify(p, 1, err, sizeof err), SM_EINVAL);
+    ck_assert_msg(strstr(err, "mesh axis 'j'"), "%s", err);
+    ck_assert_int_eq(sm_program_verify(p, 0, err, sizeof err), SM_OK);
+    ck_assert_int_eq(p->out_global[0].dims[0], 8);
+    ck_assert_int_eq(p->out_global[0].dims[1], 2);
+    p->ops[0].operands[0] = e2; /* forward reference */
+    ck_assert_int_eq(sm_program_verify(p, 0, err, sizeof err), SM_EINVAL);
+    ck_assert_msg(strstr(err, "exp: operand 0 refers to value 2, which is not defined before it"),
+                  "%s", err);
+    p->ops[0].operands[0] = x;
+    p->ops[1].kind = SM_OP_SUM;
+    p->ops[1].attrs.has_ints = 1;
+    p->ops[1].attrs.ints.n = 1;
+    p->ops[1].attrs.ints.v[0] = 1;
+    ck_assert_int_eq(sm_program_verify(p, 0, err, sizeof err), SM_OK);
+    char ty[64];
+    ck_assert_str_eq(sm_program_value_type(p, e2, ty, sizeof ty), "f32[2]{V:i,j}");
+    p->ops[1].attrs.naxes = 99; /* garbage from the wire */
+    ck_assert_int_eq(sm_program_verify(p, 0, err, sizeof err), SM_EINVAL);
+    ck_assert_msg(strstr(err, "axis names"), "%s", err);
+    sm_program_free(p);
+}
+END_TEST
+
+Suite *ir_ops_suite(void)
+{
+    Suite *s = suite_create("ir_ops");
+    TCase *tc = tcase_create("ops");
+    tcase_add_loop_test(tc, test_op_row, 0, sizeof ops / sizeof ops[0]);
+    tcase_add_test(tc, test_every_op_has_a_row);
+    suite_add_tcase(s, tc);
+    TCase *tb = tcase_create("builder");
+    tcase_add_test(tb, test_builder_matmul_basic);
+    tcase_add_test(tb, test_builder_errors);
+    tcase_add_test(tb, test_builder_verify_catches_edits);
+    suite_add_tcase(s, tb);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(ir_ops_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
