@@ -249,8 +249,9 @@ typedef struct {
 
 /* Registers every Coordinator method (and Negotiate, answered with
  * server_name, copied) on s, before sm_rpc_server_start. ops and user are
- * borrowed for the server's lifetime. Allocates one small adapter context
- * that is never freed (sm_rpc has no hook to learn when s is freed). */
+ * borrowed for the server's lifetime (ops NULL: every method but Negotiate
+ * answers UNIMPLEMENTED). Allocates one small adapter context that is never
+ * freed (sm_rpc has no hook to learn when s is freed). */
 sm_err sm_svc_coord_serve(sm_rpc_server *s, const sm_svc_coord_ops *ops, void *user,
                           const char *server_name, char *err, size_t errlen);
 

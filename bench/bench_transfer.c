@@ -1,0 +1,365 @@
+/* bench_transfer: upload and download throughput of shmap against plain
+ * loopback TCP, measured side by side in the same run.
+ *
+ * Starts a local cluster (shmap-coordinator --local-workers 2
+ * --devices-per-worker 4 on a free loopback port), then for each size puts
+ * an f32 array with P('i', None) over the 8 devices (mesh i=8) and gets it
+ * back, timing each; between shmap runs it sends the same number of bytes
+ * through one plain TCP connection on 127.0.0.1 (1 MiB writes). Prints
+ * medians, the shmap/TCP ratios, and the peak RSS (VmHWM) of the coordinator
+ * and of each worker.
+ *
+ *   bench_transfer [--sizes 16,256,1024] [--runs 3] [--coordinator PATH]
+ *
+ * Sizes are in MiB. The coordinator binary defaults to
+ * ../server/shmap-coordinator relative to this program (the build tree). */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "shmap.h"
+
+#define MIB (1024.0 * 1024.0)
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ---- plain loopback TCP: one connection, 1 MiB writes ------------------- */
+
+typedef struct {
+    int fd;
+    size_t bytes;
+} tcp_job;
+
+static void *tcp_reader(void *arg)
+{
+    tcp_job *j = arg;
+    size_t cap = 1 << 20, got = 0;
+    char *buf = malloc(cap);
+    while (buf && got < j->bytes) {
+        ssize_t r = read(j->fd, buf, cap);
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    free(buf);
+    j->bytes = got;
+    return NULL;
+}
+
+/* Seconds to move `bytes` through one TCP connection on 127.0.0.1; < 0 on
+ * failure. */
+static double tcp_seconds(size_t bytes)
+{
+    int ls = socket(AF_INET, SOCK_STREAM, 0), cs = -1, as = -1;
+    double t = -1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    char *buf = NULL;
+    if (ls < 0 || bind(ls, (struct sockaddr *)&a, sizeof a) || listen(ls, 1) ||
+        getsockname(ls, (struct sockaddr *)&a, &al))
+        goto done;
+    cs = socket(AF_INET, SOCK_STREAM, 0);
+    if (cs < 0 || connect(cs, (struct sockaddr *)&a, sizeof a))
+        goto done;
+    as = accept(ls, NULL, NULL);
+    if (as < 0)
+        goto done;
+    size_t chunk = 1 << 20;
+    buf = malloc(chunk);
+    if (!buf)
+        goto done;
+    memset(buf, 7, chunk);
+    tcp_job j = {.fd = as, .bytes = bytes};
+    pthread_t th;
+    double t0 = now_s();
+    pthread_create(&th, NULL, tcp_reader, &j);
+    size_t sent = 0;
+    while (sent < bytes) {
+        size_t n = bytes - sent < chunk ? bytes - sent : chunk;
+        ssize_t w = write(cs, buf, n);
+        if (w <= 0)
+            break;
+        sent += (size_t)w;
+    }
+    shutdown(cs, SHUT_WR);
+    pthread_join(th, NULL);
+    if (j.bytes == bytes)
+        t = now_s() - t0;
+done:
+    free(buf);
+    if (as >= 0)
+        close(as);
+    if (cs >= 0)
+        close(cs);
+    if (ls >= 0)
+        close(ls);
+    return t;
+}
+
+/* ---- the cluster ----------------------------------------------------------- */
+
+typedef struct {
+    pid_t pid;
+    char dir[PATH_MAX];
+    char target[64];
+} cluster;
+
+static int cluster_start(cluster *c, const char *bin)
+{
+    snprintf(c->dir, sizeof c->dir, "/tmp/shmap-bench-XXXXXX");
+    if (!mkdtemp(c->dir))
+        return -1;
+    char portfile[PATH_MAX + 16];
+    snprintf(portfile, sizeof portfile, "%s/port", c->dir);
+    c->pid = fork();
+    if (c->pid < 0)
+        return -1;
+    if (c->pid == 0) {
+        execl(bin, bin, "--listen", "127.0.0.1:0", "--port-file", portfile, "--local-workers", "2",
+              "--devices-per-worker", "4", (char *)NULL);
+        fprintf(stderr, "bench_transfer: cannot run %s: %s\n", bin, strerror(errno));
+        _exit(127);
+    }
+    for (int i = 0; i < 200; i++) {
+        FILE *f = fopen(portfile, "r");
+        int port = 0;
+        if (f) {
+            if (fscanf(f, "%d", &port) != 1)
+                port = 0;
+            fclose(f);
+        }
+        if (port > 0) {
+            snprintf(c->target, sizeof c->target, "127.0.0.1:%d", port);
+            return 0;
+        }
+        usleep(50 * 1000);
+    }
+    return -1;
+}
+
+static void cluster_stop(cluster *c)
+{
+    if (c->pid > 0) {
+        kill(c->pid, SIGTERM);
+        waitpid(c->pid, NULL, 0);
+    }
+    char cmd[PATH_MAX + 16];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", c->dir);
+    if (system(cmd)) {
+    }
+}
+
+/* Peak RSS in MiB of pid (VmHWM), or -1. */
+static double peak_rss_mib(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    double kb = -1;
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmHWM:", 6))
+            kb = atof(line + 6);
+    fclose(f);
+    return kb < 0 ? -1 : kb / 1024.0;
+}
+
+/* Children of pid (the coordinator's local workers). */
+static int children_of(pid_t pid, pid_t *out, int max)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)pid, (int)pid);
+    FILE *f = fopen(path, "r");
+    int n = 0;
+    if (!f)
+        return 0;
+    while (n < max && fscanf(f, "%d", &out[n]) == 1)
+        n++;
+    fclose(f);
+    return n;
+}
+
+static int wait_workers(sm_client *cl, int want)
+{
+    char err[512];
+    for (int i = 0; i < 200; i++) {
+        sm_worker_info *w = NULL;
+        int n = 0, alive = 0;
+        if (sm_client_devices(cl, &w, &n, err, sizeof err) == SM_OK) {
+            for (int k = 0; k < n; k++)
+                alive += w[k].alive;
+            free(w);
+            if (alive >= want)
+                return 0;
+        }
+        usleep(50 * 1000);
+    }
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    const char *sizes_arg = "16,256,1024";
+    int runs = 3;
+    char binbuf[PATH_MAX];
+    const char *bin = NULL;
+    static const struct option opts[] = {{"sizes", required_argument, 0, 's'},
+                                         {"runs", required_argument, 0, 'r'},
+                                         {"coordinator", required_argument, 0, 'c'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "s:r:c:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 's':
+            sizes_arg = optarg;
+            break;
+        case 'r':
+            runs = atoi(optarg);
+            break;
+        case 'c':
+            bin = optarg;
+            break;
+        default:
+            printf("usage: bench_transfer [--sizes MiB,MiB,...] [--runs N] [--coordinator PATH]\n"
+                   "Upload/download throughput of shmap vs plain loopback TCP, same run.\n");
+            return c == 'h' ? 0 : 2;
+        }
+    }
+    if (runs < 1 || runs > 50)
+        runs = 3;
+    if (!bin) {
+        char self[PATH_MAX];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+        if (n <= 0)
+            return 1;
+        self[n] = 0;
+        snprintf(binbuf, sizeof binbuf, "%s/../server/shmap-coordinator", dirname(self));
+        bin = binbuf;
+    }
+
+    cluster cl = {0};
+    if (cluster_start(&cl, bin)) {
+        fprintf(stderr, "bench_transfer: could not start %s\n", bin);
+        return 1;
+    }
+    char err[1024];
+    sm_client *cli = NULL;
+    if (sm_client_connect(cl.target, NULL, &cli, err, sizeof err) || wait_workers(cli, 2)) {
+        fprintf(stderr, "bench_transfer: cluster not ready: %s\n", err);
+        cluster_stop(&cl);
+        return 1;
+    }
+
+    const char *names[] = {"i"};
+    int64_t sizes8[] = {8};
+    sm_mesh mesh;
+    sm_mesh_init(&mesh, 1, names, sizes8, NULL, 8, err, sizeof err);
+    sm_sharding_ref sh = {.mesh = &mesh, .default_order = 1};
+    sm_pspec_parse("P('i', None)", &sh.spec, err, sizeof err);
+
+    printf("bench_transfer: f32 arrays, P('i', None) over 2 workers x 4 devices, %d runs "
+           "each, medians (MB = 10^6 bytes)\n\n",
+           runs);
+    printf("%8s  %12s  %12s  %12s  %10s  %10s\n", "size", "upload MB/s", "download MB/s",
+           "tcp MB/s", "up/tcp", "down/tcp");
+    int rc = 0;
+    char *sz = strdup(sizes_arg);
+    for (char *tok = strtok(sz, ","); tok; tok = strtok(NULL, ",")) {
+        long mib = atol(tok);
+        if (mib <= 0)
+            continue;
+        size_t bytes = (size_t)mib << 20;
+        int64_t cols = 4096, rows = (int64_t)(bytes / 4 / (size_t)cols);
+        sm_shape shape = {.rank = 2, .dims = {rows, cols}};
+        float *data = aligned_alloc(64, bytes);
+        if (!data) {
+            rc = 1;
+            break;
+        }
+        for (size_t k = 0; k < bytes / 4; k++)
+            data[k] = (float)(k % 1000003);
+        double up[50], down[50], tcp[50];
+        for (int r = 0; r < runs; r++) {
+            sm_array_info info = {0};
+            double t0 = now_s();
+            if (sm_client_put(cli, SM_F32, &shape, data, &sh, NULL, &info, err, sizeof err)) {
+                fprintf(stderr, "bench_transfer: put failed: %s\n", err);
+                rc = 1;
+                break;
+            }
+            up[r] = (double)bytes / (now_s() - t0) / 1e6;
+            sm_array *back = NULL;
+            sm_array_ref ref = {.id = info.id};
+            t0 = now_s();
+            if (sm_client_get(cli, ref, &back, err, sizeof err)) {
+                fprintf(stderr, "bench_transfer: get failed: %s\n", err);
+                rc = 1;
+                sm_array_info_free(&info);
+                break;
+            }
+            down[r] = (double)bytes / (now_s() - t0) / 1e6;
+            if (memcmp(back->data, data, bytes)) {
+                fprintf(stderr, "bench_transfer: data came back different\n");
+                rc = 1;
+            }
+            sm_array_free(back);
+            sm_client_delete(cli, ref, err, sizeof err);
+            sm_array_info_free(&info);
+            double ts = tcp_seconds(bytes);
+            tcp[r] = ts > 0 ? (double)bytes / ts / 1e6 : 0;
+        }
+        free(data);
+        if (rc)
+            break;
+        double mu = median(up, runs), md = median(down, runs), mt = median(tcp, runs);
+        printf("%5ld MiB  %12.0f  %12.0f  %12.0f  %10.2f  %10.2f\n", mib, mu, md, mt,
+               mt > 0 ? mu / mt : 0, mt > 0 ? md / mt : 0);
+        fflush(stdout);
+    }
+    free(sz);
+
+    pid_t kids[16];
+    int nk = children_of(cl.pid, kids, 16);
+    printf("\npeak RSS: coordinator %.0f MiB", peak_rss_mib(cl.pid));
+    for (int k = 0; k < nk; k++)
+        printf(", worker %d %.0f MiB", k, peak_rss_mib(kids[k]));
+    printf("\n");
+    sm_client_close(cli);
+    cluster_stop(&cl);
+    return rc;
+}

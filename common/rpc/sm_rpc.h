@@ -1,0 +1,134 @@
+/* sm_rpc: the only gRPC user in shmap; blocking RPC over gRPC C core 1.51.
+ *
+ * This header is free of gRPC and protobuf-c: every gRPC object is behind an
+ * opaque type. It holds what every process needs (initialisation, status
+ * mapping, server and channel lifecycle). The message-level API (method
+ * registration, handler calls, client calls in protobuf-c messages) is in
+ * sm_rpc_msg.h, which only common/rpc includes; the rest of shmap speaks the
+ * protocol through sm_svc.h.
+ *
+ * Server ("sync over async"). One completion queue and one thread route
+ * completions; every active call is handed to a handler thread from a pool
+ * that grows on demand up to a cap. A handler is plain blocking code:
+ *
+ *     static void put_shard(sm_rpc_call *call, void *user)
+ *     {
+ *         ProtobufCMessage *m;
+ *         char err[256];
+ *         sm_err e;
+ *         while ((e = sm_rpc_recv(call, &m, err, sizeof err)) == SM_OK && m) {
+ *             ... use m ...
+ *             sm_rpc_msg_free(m);
+ *         }
+ *         if (e)
+ *             return (void)sm_rpc_finish(call, e, err, NULL);
+ *         sm_rpc_finish(call, SM_OK, NULL, &reply.base);
+ *     }
+ *
+ * Methods are registered before sm_rpc_server_start() as rows of
+ * sm_rpc_method. grpc.health.v1.Health/Check is built in: "" and the service
+ * of every registered method answer SERVING, any other name NOT_FOUND. Unknown
+ * methods get UNIMPLEMENTED at once. If the server has a token, each call must
+ * carry it as metadata "x-shmap-token" or it gets UNAUTHENTICATED (health
+ * checks excepted, so that probes without metadata work).
+ *
+ * Client. A channel per peer target, kept for the process lifetime and shared
+ * by threads. Every call is blocking and has a deadline in milliseconds.
+ * Calls fail fast (no wait-for-ready): a dead peer gives SM_EUNAVAILABLE at
+ * once; use sm_rpc_channel_wait_ready() for start-up rendezvous.
+ *
+ * Errors. A failed call returns the sm_err mapped from the gRPC status
+ * (sm_rpc_err_from_status) and writes "<STATUS>: <details>" into the caller's
+ * buffer, e.g. "NOT_FOUND: array 17 does not exist". A server handler
+ * reports an error with sm_rpc_finish(call, SM_ENOTFOUND, "array 17 does not
+ * exist", NULL), which maps back with sm_rpc_status_from_err.
+ *
+ * Limits. Messages above SM_RPC_MAX_MSG bytes (packed) are refused on both
+ * ends with SM_ERESOURCE / RESOURCE_EXHAUSTED.
+ *
+ * Lifecycle. sm_rpc_init() before anything else, sm_rpc_shutdown() after
+ * every server, channel and stream is freed. */
+#ifndef SM_RPC_H
+#define SM_RPC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sm_err.h"
+
+/* Largest packed message sent or received, in bytes (8 MiB). */
+#define SM_RPC_MAX_MSG (8 << 20)
+/* Default cap on handler threads of a server (one per active call). */
+#define SM_RPC_DEFAULT_MAX_HANDLERS 256
+/* Metadata key that carries the shared token. */
+#define SM_RPC_TOKEN_KEY "x-shmap-token"
+
+/* ---- process lifecycle ------------------------------------------------- */
+
+/* Initializes gRPC (grpc_init) and tunes glibc malloc for multi-MiB messages
+ * (mmap threshold 64 MiB, trim threshold 512 MiB). Reference counted with
+ * sm_rpc_shutdown(); call from main() before any other sm_rpc function.
+ * Thread-safe. */
+void sm_rpc_init(void);
+
+/* Releases gRPC (grpc_shutdown). Call once per sm_rpc_init(), after every
+ * server, channel and stream has been freed. */
+void sm_rpc_shutdown(void);
+
+/* ---- status mapping (the one place each way) ---------------------------- */
+
+/* gRPC status code (0..16, the standard numbering) for an sm_err. */
+int sm_rpc_status_from_err(sm_err e);
+/* sm_err for a gRPC status code; unknown codes give SM_EINTERNAL. */
+sm_err sm_rpc_err_from_status(int status);
+/* Upper-case name of a gRPC status ("NOT_FOUND"); never NULL. */
+const char *sm_rpc_status_name(int status);
+
+/* ---- server ---------------------------------------------------------- */
+
+typedef struct sm_rpc_server sm_rpc_server;
+typedef struct {
+    const char *addr;  /* "host:port"; port 0 picks a free port. Copied. */
+    const char *token; /* NULL or "": no authentication. Copied. */
+    int max_handlers;  /* handler thread cap; 0 = SM_RPC_DEFAULT_MAX_HANDLERS.
+                          Calls beyond the cap wait for a free thread. */
+} sm_rpc_server_opts;
+
+/* Creates a server and binds opts->addr (plaintext). Nothing is served until
+ * sm_rpc_server_start(). On success *out is owned by the caller and freed
+ * with sm_rpc_server_free(). Bind failure: SM_EUNAVAILABLE. */
+sm_err sm_rpc_server_create(const sm_rpc_server_opts *opts, sm_rpc_server **out, char *err,
+                            size_t errlen);
+
+/* Starts serving (the CQ thread, the health service, the unimplemented
+ * fallback). Call once. */
+sm_err sm_rpc_server_start(sm_rpc_server *s, char *err, size_t errlen);
+
+/* The bound TCP port (the real one when the address asked for port 0). */
+int sm_rpc_server_port(const sm_rpc_server *s);
+
+/* Stops the server: refuses new calls, cancels every call in flight (blocked
+ * handler operations return SM_ECANCELLED), waits for all handlers to return
+ * and all calls to be released, then joins every thread. Idempotent. Must not
+ * be called from a handler. */
+void sm_rpc_server_stop(sm_rpc_server *s);
+
+/* Stops the server if needed and frees it. NULL is ignored. */
+void sm_rpc_server_free(sm_rpc_server *s);
+
+/* ---- client ---------------------------------------------------------- */
+
+typedef struct sm_rpc_channel sm_rpc_channel;
+/* Creates a channel to target ("host:port"), plaintext, with token (NULL or
+ * "" for none; copied) sent on every call. Connects lazily. Thread-safe to
+ * use from any number of threads; freed with sm_rpc_channel_free() once no
+ * call or stream on it is active. */
+sm_err sm_rpc_channel_create(const char *target, const char *token, sm_rpc_channel **out, char *err,
+                             size_t errlen);
+void sm_rpc_channel_free(sm_rpc_channel *ch);
+
+/* Waits until the channel is connected, at most timeout_ms. SM_OK when
+ * ready, SM_EUNAVAILABLE after the timeout. For start-up rendezvous only. */
+sm_err sm_rpc_channel_wait_ready(sm_rpc_channel *ch, int timeout_ms, char *err, size_t errlen);
+
+#endif

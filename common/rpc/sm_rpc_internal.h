@@ -1,0 +1,34 @@
+/* sm_rpc_internal: helpers shared by the server and client halves of sm_rpc.
+ * Includes gRPC headers: never include it outside the .c files of common/rpc. */
+#ifndef SM_RPC_INTERNAL_H
+#define SM_RPC_INTERNAL_H
+
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/slice.h>
+#include <grpc/support/alloc.h>
+#include <grpc/support/time.h>
+
+#include "sm_rpc_msg.h"
+
+/* Packs msg into a new byte buffer (*out, owned by the caller, destroyed with
+ * grpc_byte_buffer_destroy). SM_ERESOURCE above SM_RPC_MAX_MSG, SM_ENOMEM.
+ * what names the message in the error sentence ("request", "reply"). */
+sm_err sm_rpc_pack(const ProtobufCMessage *msg, const char *what, grpc_byte_buffer **out, char *err,
+                   size_t errlen);
+
+/* Unpacks bb (borrowed) as desc into *out (owned by the caller).
+ * SM_EFORMAT if it does not parse. */
+sm_err sm_rpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc, const char *what,
+                     ProtobufCMessage **out, char *err, size_t errlen);
+
+/* Fills args (room for at least 2) with the message-size limits shared by
+ * servers and channels; *n is set to the number filled. */
+void sm_rpc_fill_args(grpc_arg *args, size_t *n);
+
+/* Deadline ms from now on the monotonic clock. */
+gpr_timespec sm_rpc_deadline(int ms);
+
+#endif

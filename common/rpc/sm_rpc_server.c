@@ -1,0 +1,811 @@
+/* sm_rpc_server: one `next` completion queue, one thread that only routes
+ * completions, and a pool of handler threads running blocking handlers.
+ *
+ * Every call context is reference counted under its own mutex: one reference
+ * per pending batch (tag) plus one for the handler while it runs. The context
+ * is freed by whoever drops the last reference. The server counts live
+ * contexts (armed requests included) and shuts the CQ down only once it is
+ * stopping, the shutdown tag has arrived and no context is left (notes §1
+ * Shutdown, §3 pitfall 1). */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sm_log.h"
+#include "sm_rpc_internal.h"
+#include "sm_rpc_proto.h"
+
+#define HEALTH_PATH "/grpc.health.v1.Health/Check"
+
+typedef enum {
+    TAG_NEW,      /* a requested (registered or generic) call arrived */
+    TAG_RECV,     /* RECV_MESSAGE done */
+    TAG_SEND,     /* SEND_MESSAGE done */
+    TAG_FINISH,   /* SEND_STATUS_FROM_SERVER done */
+    TAG_CLOSE,    /* RECV_CLOSE_ON_SERVER done */
+    TAG_SHUTDOWN, /* grpc_server_shutdown_and_notify done */
+} tag_kind;
+
+typedef struct {
+    sm_rpc_call *call; /* NULL for TAG_SHUTDOWN */
+    tag_kind kind;
+} tag;
+
+typedef struct {
+    char *path;
+    char *service; /* "shmap.v1.Worker", for health */
+    sm_rpc_kind kind;
+    const ProtobufCMessageDescriptor *request;
+    sm_rpc_handler handler;
+    void *user;
+    void *handle; /* grpc_server_register_method */
+} method;
+
+struct sm_rpc_call {
+    sm_rpc_server *srv;
+    int method; /* index into srv->methods; -1: generic (unimplemented) */
+    grpc_call *call;
+    gpr_timespec deadline;
+    grpc_metadata_array req_md;
+    grpc_byte_buffer *payload; /* READ_INITIAL_BYTE_BUFFER methods */
+    grpc_call_details details; /* generic only */
+    grpc_byte_buffer *recv_bb;
+    grpc_byte_buffer *finish_bb;
+    int cancelled; /* written by RECV_CLOSE_ON_SERVER */
+    tag tag_new, tag_recv, tag_send, tag_finish, tag_close;
+
+    pthread_mutex_t mu; /* guards everything below */
+    pthread_cond_t cv;
+    int refs;
+    int recv_pending, recv_ok;
+    int send_pending, send_ok;
+    int closed;
+    int md_sent;       /* initial metadata sent */
+    int payload_out;   /* the initial payload was handed out */
+    int finished;      /* sm_rpc_finish was called */
+    sm_rpc_call *next; /* pool queue */
+};
+
+struct sm_rpc_server {
+    grpc_server *srv;
+    grpc_completion_queue *cq;
+    char *token;
+    int port;
+    method *methods;
+    int nmethods;
+    int health; /* index of the built-in health method */
+    int started;
+    int stopped;
+    pthread_t cq_thread;
+    tag tag_shutdown;
+
+    pthread_mutex_t mu; /* guards the fields below */
+    int stopping;
+    int shutdown_done; /* the shutdown tag arrived */
+    int cq_shut;       /* grpc_completion_queue_shutdown called */
+    long live;         /* call contexts alive */
+
+    pthread_mutex_t pool_mu; /* guards the pool */
+    pthread_cond_t pool_cv;
+    sm_rpc_call *q_head, *q_tail;
+    pthread_t *threads;
+    int nthreads, max_threads, idle, qlen, quit;
+};
+
+static void server_release_locked(sm_rpc_server *s)
+{
+    if (s->stopping && s->shutdown_done && s->live == 0 && !s->cq_shut) {
+        s->cq_shut = 1;
+        grpc_completion_queue_shutdown(s->cq);
+    }
+}
+
+/* ---- call contexts ----------------------------------------------------- */
+
+static sm_rpc_call *call_new(sm_rpc_server *s, int m)
+{
+    sm_rpc_call *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->srv = s;
+    c->method = m;
+    grpc_metadata_array_init(&c->req_md);
+    if (m < 0)
+        grpc_call_details_init(&c->details);
+    c->tag_new = (tag){c, TAG_NEW};
+    c->tag_recv = (tag){c, TAG_RECV};
+    c->tag_send = (tag){c, TAG_SEND};
+    c->tag_finish = (tag){c, TAG_FINISH};
+    c->tag_close = (tag){c, TAG_CLOSE};
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    c->refs = 1; /* the armed request */
+    pthread_mutex_lock(&s->mu);
+    s->live++;
+    pthread_mutex_unlock(&s->mu);
+    return c;
+}
+
+static void call_destroy(sm_rpc_call *c)
+{
+    sm_rpc_server *s = c->srv;
+    if (c->call)
+        grpc_call_unref(c->call);
+    grpc_metadata_array_destroy(&c->req_md);
+    if (c->method < 0)
+        grpc_call_details_destroy(&c->details);
+    if (c->payload)
+        grpc_byte_buffer_destroy(c->payload);
+    if (c->recv_bb)
+        grpc_byte_buffer_destroy(c->recv_bb);
+    if (c->finish_bb)
+        grpc_byte_buffer_destroy(c->finish_bb);
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    free(c);
+    pthread_mutex_lock(&s->mu);
+    s->live--;
+    server_release_locked(s);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void call_ref(sm_rpc_call *c)
+{
+    pthread_mutex_lock(&c->mu);
+    c->refs++;
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void call_unref(sm_rpc_call *c)
+{
+    pthread_mutex_lock(&c->mu);
+    int left = --c->refs;
+    pthread_mutex_unlock(&c->mu);
+    if (left == 0)
+        call_destroy(c);
+}
+
+/* Starts a batch holding one reference for it; drops it again on failure. */
+static grpc_call_error call_start(sm_rpc_call *c, const grpc_op *ops, size_t n, tag *t)
+{
+    call_ref(c);
+    grpc_call_error ge = grpc_call_start_batch(c->call, ops, n, t, NULL);
+    if (ge != GRPC_CALL_OK) {
+        SM_ERROR("rpc: grpc_call_start_batch failed (%d) on %s", (int)ge, sm_rpc_call_path(c));
+        call_unref(c);
+    }
+    return ge;
+}
+
+/* Arms one request for method m (-1: generic). Failure is logged only: the
+ * method then stops being served, which the server cannot repair. */
+static void arm(sm_rpc_server *s, int m)
+{
+    sm_rpc_call *c = call_new(s, m);
+    if (!c) {
+        SM_ERROR("rpc: out of memory arming a request");
+        return;
+    }
+    grpc_call_error ge;
+    if (m < 0) {
+        ge = grpc_server_request_call(s->srv, &c->call, &c->details, &c->req_md, s->cq, s->cq,
+                                      &c->tag_new);
+    } else {
+        const method *me = &s->methods[m];
+        int with_payload = me->kind == SM_RPC_UNARY || me->kind == SM_RPC_SERVER_STREAM;
+        ge = grpc_server_request_registered_call(s->srv, me->handle, &c->call, &c->deadline,
+                                                 &c->req_md, with_payload ? &c->payload : NULL,
+                                                 s->cq, s->cq, &c->tag_new);
+    }
+    if (ge != GRPC_CALL_OK) {
+        SM_ERROR("rpc: cannot arm a request (%d)", (int)ge);
+        call_unref(c);
+    }
+}
+
+const char *sm_rpc_call_path(const sm_rpc_call *c)
+{
+    return c->method >= 0 ? c->srv->methods[c->method].path : "(unknown)";
+}
+
+/* ---- handler pool ------------------------------------------------------ */
+
+static void *pool_main(void *arg)
+{
+    sm_rpc_server *s = arg;
+    pthread_mutex_lock(&s->pool_mu);
+    for (;;) {
+        while (!s->q_head && !s->quit)
+            pthread_cond_wait(&s->pool_cv, &s->pool_mu);
+        if (!s->q_head)
+            break;
+        sm_rpc_call *c = s->q_head;
+        s->q_head = c->next;
+        if (!s->q_head)
+            s->q_tail = NULL;
+        s->qlen--;
+        s->idle--;
+        pthread_mutex_unlock(&s->pool_mu);
+
+        const method *m = &s->methods[c->method];
+        m->handler(c, m->user);
+        pthread_mutex_lock(&c->mu);
+        int finished = c->finished;
+        pthread_mutex_unlock(&c->mu);
+        if (!finished) {
+            SM_WARN("rpc: handler for %s returned without a status", m->path);
+            sm_rpc_finish(c, SM_EINTERNAL, "the handler returned without a status", NULL);
+        }
+        call_unref(c); /* the handler's reference */
+
+        pthread_mutex_lock(&s->pool_mu);
+        s->idle++;
+    }
+    pthread_mutex_unlock(&s->pool_mu);
+    return NULL;
+}
+
+/* Queues c (its reference passes to the handler). Grows the pool when the
+ * queue outnumbers the idle threads and the cap allows. Returns 0 if no
+ * thread can run it. */
+static int pool_submit(sm_rpc_server *s, sm_rpc_call *c)
+{
+    pthread_mutex_lock(&s->pool_mu);
+    if (s->qlen + 1 > s->idle && s->nthreads < s->max_threads) {
+        if (pthread_create(&s->threads[s->nthreads], NULL, pool_main, s) == 0) {
+            s->nthreads++;
+            s->idle++;
+        } else if (s->nthreads == 0) {
+            pthread_mutex_unlock(&s->pool_mu);
+            return 0;
+        }
+    }
+    c->next = NULL;
+    if (s->q_tail)
+        s->q_tail->next = c;
+    else
+        s->q_head = c;
+    s->q_tail = c;
+    s->qlen++;
+    pthread_cond_signal(&s->pool_cv);
+    pthread_mutex_unlock(&s->pool_mu);
+    return 1;
+}
+
+/* ---- completion routing ------------------------------------------------ */
+
+static int token_ok(const sm_rpc_server *s, const grpc_metadata_array *md)
+{
+    size_t tl = strlen(s->token);
+    for (size_t i = 0; i < md->count; i++) {
+        if (grpc_slice_str_cmp(md->metadata[i].key, SM_RPC_TOKEN_KEY) != 0)
+            continue;
+        const grpc_slice v = md->metadata[i].value;
+        if (GRPC_SLICE_LENGTH(v) != tl)
+            return 0;
+        const unsigned char *p = GRPC_SLICE_START_PTR(v);
+        unsigned diff = 0; /* constant time in the token length */
+        for (size_t k = 0; k < tl; k++)
+            diff |= (unsigned)(p[k] ^ (unsigned char)s->token[k]);
+        return diff == 0;
+    }
+    return 0;
+}
+
+/* Ends a call from the CQ thread with a status and no message. */
+static void finish_status(sm_rpc_call *c, grpc_status_code code, const char *text, int with_close)
+{
+    grpc_slice d = grpc_slice_from_copied_string(text);
+    grpc_op ops[3];
+    memset(ops, 0, sizeof ops);
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[1].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[1].data.send_status_from_server.status = code;
+    ops[1].data.send_status_from_server.status_details = &d;
+    ops[2].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    ops[2].data.recv_close_on_server.cancelled = &c->cancelled;
+    pthread_mutex_lock(&c->mu);
+    c->md_sent = 1;
+    c->finished = 1;
+    pthread_mutex_unlock(&c->mu);
+    call_start(c, ops, with_close ? 3 : 2, &c->tag_finish);
+    grpc_slice_unref(d);
+}
+
+static void on_new(sm_rpc_server *s, sm_rpc_call *c, int success)
+{
+    if (!success) { /* server shutting down: the request was cancelled */
+        call_unref(c);
+        return;
+    }
+    pthread_mutex_lock(&s->mu);
+    int stopping = s->stopping;
+    pthread_mutex_unlock(&s->mu);
+    if (!stopping)
+        arm(s, c->method);
+
+    if (c->method < 0) {
+        char *path = grpc_slice_to_c_string(c->details.method);
+        char text[512];
+        snprintf(text, sizeof text, "method %s is not implemented by this server", path);
+        gpr_free(path);
+        finish_status(c, GRPC_STATUS_UNIMPLEMENTED, text, 1);
+        call_unref(c);
+        return;
+    }
+
+    grpc_op close_op;
+    memset(&close_op, 0, sizeof close_op);
+    close_op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    close_op.data.recv_close_on_server.cancelled = &c->cancelled;
+    if (call_start(c, &close_op, 1, &c->tag_close) != GRPC_CALL_OK) {
+        call_unref(c);
+        return;
+    }
+    if (stopping)
+        grpc_call_cancel(c->call, NULL);
+
+    /* Health stays open so probes without metadata (Kubernetes) work. */
+    if (s->token && c->method != s->health && !token_ok(s, &c->req_md)) {
+        finish_status(c, GRPC_STATUS_UNAUTHENTICATED,
+                      "the call lacks the right " SM_RPC_TOKEN_KEY
+                      " token; pass the server's token to the client",
+                      0);
+        call_unref(c);
+        return;
+    }
+    if (!pool_submit(s, c)) {
+        finish_status(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "no handler thread could be started", 0);
+        call_unref(c);
+    }
+}
+
+static void on_op(sm_rpc_call *c, tag_kind kind, int success)
+{
+    pthread_mutex_lock(&c->mu);
+    switch (kind) {
+    case TAG_RECV:
+        c->recv_pending = 0;
+        c->recv_ok = success;
+        break;
+    case TAG_SEND:
+        c->send_pending = 0;
+        c->send_ok = success;
+        break;
+    case TAG_CLOSE:
+        c->closed = 1;
+        break;
+    default: /* TAG_FINISH: nobody waits */
+        break;
+    }
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    call_unref(c);
+}
+
+static void *cq_main(void *arg)
+{
+    sm_rpc_server *s = arg;
+    for (;;) {
+        grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        if (ev.type == GRPC_QUEUE_SHUTDOWN)
+            break;
+        if (ev.type != GRPC_OP_COMPLETE)
+            continue;
+        tag *t = ev.tag;
+        if (t->kind == TAG_SHUTDOWN) {
+            pthread_mutex_lock(&s->mu);
+            s->shutdown_done = 1;
+            server_release_locked(s);
+            pthread_mutex_unlock(&s->mu);
+        } else if (t->kind == TAG_NEW) {
+            on_new(s, t->call, ev.success);
+        } else {
+            on_op(t->call, t->kind, ev.success);
+        }
+    }
+    return NULL;
+}
+
+/* ---- the handler-side call API ----------------------------------------- */
+
+static sm_err cancelled_err(sm_rpc_call *c, const char *what, char *err, size_t errlen)
+{
+    return sm_fail(err, errlen, SM_ECANCELLED,
+                   "%s on %s failed: the call was cancelled (client gone, deadline passed or "
+                   "server stopping)",
+                   what, sm_rpc_call_path(c));
+}
+
+sm_err sm_rpc_recv(sm_rpc_call *c, ProtobufCMessage **msg, char *err, size_t errlen)
+{
+    const method *m = &c->srv->methods[c->method];
+    *msg = NULL;
+    if (m->kind == SM_RPC_UNARY || m->kind == SM_RPC_SERVER_STREAM) {
+        if (c->payload_out)
+            return SM_OK; /* the one request was already returned */
+        c->payload_out = 1;
+        if (!c->payload) {
+            if (sm_rpc_call_cancelled(c))
+                return cancelled_err(c, "receive", err, errlen);
+            return sm_fail(err, errlen, SM_EINVAL, "the call to %s carried no request message",
+                           m->path);
+        }
+        sm_err e = sm_rpc_unpack(c->payload, m->request, "request", msg, err, errlen);
+        grpc_byte_buffer_destroy(c->payload);
+        c->payload = NULL;
+        return e;
+    }
+
+    pthread_mutex_lock(&c->mu);
+    if (c->recv_pending || c->finished) {
+        pthread_mutex_unlock(&c->mu);
+        return sm_fail(err, errlen, SM_EPRECONDITION, "receive on %s while %s", m->path,
+                       c->finished ? "finished" : "another receive is pending");
+    }
+    c->recv_pending = 1;
+    pthread_mutex_unlock(&c->mu);
+
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_RECV_MESSAGE;
+    op.data.recv_message.recv_message = &c->recv_bb;
+    if (call_start(c, &op, 1, &c->tag_recv) != GRPC_CALL_OK) {
+        pthread_mutex_lock(&c->mu);
+        c->recv_pending = 0;
+        pthread_mutex_unlock(&c->mu);
+        return sm_fail(err, errlen, SM_EINTERNAL, "cannot start a receive on %s", m->path);
+    }
+    pthread_mutex_lock(&c->mu);
+    while (c->recv_pending)
+        pthread_cond_wait(&c->cv, &c->mu);
+    int ok = c->recv_ok;
+    grpc_byte_buffer *bb = c->recv_bb;
+    c->recv_bb = NULL;
+    pthread_mutex_unlock(&c->mu);
+
+    if (!ok) {
+        if (bb)
+            grpc_byte_buffer_destroy(bb);
+        return cancelled_err(c, "receive", err, errlen);
+    }
+    if (!bb) {
+        /* A cancelled call also ends the message stream with NULL; its close
+         * completion (cancelled = 1) comes first in practice, so check it. */
+        if (sm_rpc_call_cancelled(c))
+            return cancelled_err(c, "receive", err, errlen);
+        return SM_OK; /* half-closed: end of stream */
+    }
+    sm_err e = sm_rpc_unpack(bb, m->request, "request", msg, err, errlen);
+    grpc_byte_buffer_destroy(bb);
+    return e;
+}
+
+sm_err sm_rpc_send(sm_rpc_call *c, const ProtobufCMessage *msg, char *err, size_t errlen)
+{
+    const method *m = &c->srv->methods[c->method];
+    if (m->kind != SM_RPC_SERVER_STREAM && m->kind != SM_RPC_BIDI)
+        return sm_fail(err, errlen, SM_EPRECONDITION,
+                       "send on %s, which is not server-streaming; reply with sm_rpc_finish",
+                       m->path);
+    grpc_byte_buffer *bb;
+    sm_err e = sm_rpc_pack(msg, "reply", &bb, err, errlen);
+    if (e)
+        return e;
+
+    pthread_mutex_lock(&c->mu);
+    if (c->send_pending || c->finished) {
+        pthread_mutex_unlock(&c->mu);
+        grpc_byte_buffer_destroy(bb);
+        return sm_fail(err, errlen, SM_EPRECONDITION, "send on %s while %s", m->path,
+                       c->finished ? "finished" : "another send is pending");
+    }
+    c->send_pending = 1;
+    int with_md = !c->md_sent;
+    c->md_sent = 1;
+    pthread_mutex_unlock(&c->mu);
+
+    grpc_op ops[2];
+    memset(ops, 0, sizeof ops);
+    size_t n = 0;
+    if (with_md)
+        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[n].op = GRPC_OP_SEND_MESSAGE;
+    ops[n++].data.send_message.send_message = bb;
+    if (call_start(c, ops, n, &c->tag_send) != GRPC_CALL_OK) {
+        pthread_mutex_lock(&c->mu);
+        c->send_pending = 0;
+        pthread_mutex_unlock(&c->mu);
+        grpc_byte_buffer_destroy(bb);
+        return sm_fail(err, errlen, SM_EINTERNAL, "cannot start a send on %s", m->path);
+    }
+    pthread_mutex_lock(&c->mu);
+    while (c->send_pending)
+        pthread_cond_wait(&c->cv, &c->mu);
+    int ok = c->send_ok;
+    pthread_mutex_unlock(&c->mu);
+    grpc_byte_buffer_destroy(bb);
+    return ok ? SM_OK : cancelled_err(c, "send", err, errlen);
+}
+
+sm_err sm_rpc_finish(sm_rpc_call *c, sm_err code, const char *msg, const ProtobufCMessage *reply)
+{
+    char perr[256];
+    sm_err ret = SM_OK;
+    grpc_byte_buffer *bb = NULL;
+    if (code == SM_OK && reply) {
+        ret = sm_rpc_pack(reply, "reply", &bb, perr, sizeof perr);
+        if (ret) { /* the client gets the packing error instead */
+            code = ret;
+            msg = perr;
+        }
+    }
+
+    pthread_mutex_lock(&c->mu);
+    if (c->finished) {
+        pthread_mutex_unlock(&c->mu);
+        if (bb)
+            grpc_byte_buffer_destroy(bb);
+        return SM_EPRECONDITION;
+    }
+    c->finished = 1;
+    int with_md = !c->md_sent;
+    c->md_sent = 1;
+    c->finish_bb = bb; /* destroyed with the call */
+    pthread_mutex_unlock(&c->mu);
+
+    grpc_slice d = grpc_slice_from_copied_string(code == SM_OK ? ""
+                                                 : msg         ? msg
+                                                               : sm_strerror(code));
+    grpc_op ops[3];
+    memset(ops, 0, sizeof ops);
+    size_t n = 0;
+    if (with_md)
+        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    if (bb) {
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n++].data.send_message.send_message = bb;
+    }
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.status = (grpc_status_code)sm_rpc_status_from_err(code);
+    ops[n++].data.send_status_from_server.status_details = code == SM_OK ? NULL : &d;
+    if (call_start(c, ops, n, &c->tag_finish) != GRPC_CALL_OK && ret == SM_OK)
+        ret = SM_EINTERNAL;
+    grpc_slice_unref(d);
+    return ret;
+}
+
+int sm_rpc_call_cancelled(sm_rpc_call *c)
+{
+    pthread_mutex_lock(&c->mu);
+    int r = c->closed && c->cancelled;
+    pthread_mutex_unlock(&c->mu);
+    return r;
+}
+
+int sm_rpc_call_wait_cancelled(sm_rpc_call *c, int timeout_ms)
+{
+    struct timespec end;
+    clock_gettime(CLOCK_REALTIME, &end);
+    end.tv_sec += timeout_ms / 1000;
+    end.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (end.tv_nsec >= 1000000000L) {
+        end.tv_sec++;
+        end.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&c->mu);
+    while (!c->closed && pthread_cond_timedwait(&c->cv, &c->mu, &end) == 0)
+        ;
+    int r = c->closed && c->cancelled;
+    pthread_mutex_unlock(&c->mu);
+    return r;
+}
+
+/* ---- health ---------------------------------------------------------- */
+
+static void health_check(sm_rpc_call *call, void *user)
+{
+    sm_rpc_server *s = user;
+    ProtobufCMessage *m;
+    char err[256];
+    sm_err e = sm_rpc_recv(call, &m, err, sizeof err);
+    if (e) {
+        sm_rpc_finish(call, e, err, NULL);
+        return;
+    }
+    const Grpc__Health__V1__HealthCheckRequest *req = (void *)m;
+    const char *svc = req->service ? req->service : "";
+    int known = svc[0] == '\0';
+    for (int i = 0; i < s->nmethods && !known; i++)
+        known = strcmp(s->methods[i].service, svc) == 0;
+    if (!known) {
+        snprintf(err, sizeof err, "service '%s' is not served here", svc);
+        sm_rpc_msg_free(m);
+        sm_rpc_finish(call, SM_ENOTFOUND, err, NULL);
+        return;
+    }
+    sm_rpc_msg_free(m);
+    Grpc__Health__V1__HealthCheckResponse rep = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+    rep.status = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
+    sm_rpc_finish(call, SM_OK, NULL, &rep.base);
+}
+
+/* ---- server lifecycle -------------------------------------------------- */
+
+sm_err sm_rpc_server_create(const sm_rpc_server_opts *opts, sm_rpc_server **out, char *err,
+                            size_t errlen)
+{
+    *out = NULL;
+    sm_rpc_server *s = calloc(1, sizeof *s);
+    if (!s)
+        return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a server");
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->pool_mu, NULL);
+    pthread_cond_init(&s->pool_cv, NULL);
+    s->tag_shutdown = (tag){NULL, TAG_SHUTDOWN};
+    s->max_threads = opts->max_handlers > 0 ? opts->max_handlers : SM_RPC_DEFAULT_MAX_HANDLERS;
+    s->threads = calloc((size_t)s->max_threads, sizeof *s->threads);
+    if (opts->token && opts->token[0])
+        s->token = strdup(opts->token);
+    if (!s->threads || (opts->token && opts->token[0] && !s->token)) {
+        sm_rpc_server_free(s);
+        return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a server");
+    }
+
+    grpc_arg args[4];
+    size_t n;
+    sm_rpc_fill_args(args, &n);
+    args[n].type = GRPC_ARG_INTEGER;
+    args[n].key = GRPC_ARG_ALLOW_REUSEPORT; /* two servers must never share a port */
+    args[n++].value.integer = 0;
+    grpc_channel_args ca = {n, args};
+    s->srv = grpc_server_create(&ca, NULL);
+    s->cq = grpc_completion_queue_create_for_next(NULL);
+    grpc_server_register_completion_queue(s->srv, s->cq, NULL);
+    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+    s->port = grpc_server_add_http2_port(s->srv, opts->addr, creds);
+    grpc_server_credentials_release(creds);
+    if (s->port == 0) {
+        sm_rpc_server_free(s);
+        return sm_fail(err, errlen, SM_EUNAVAILABLE,
+                       "cannot listen on '%s' (address in use or not valid)", opts->addr);
+    }
+    sm_rpc_method health = {HEALTH_PATH, SM_RPC_UNARY,
+                            &grpc__health__v1__health_check_request__descriptor, health_check, s};
+    s->health = s->nmethods;
+    sm_err e = sm_rpc_server_add(s, &health, err, errlen);
+    if (e) {
+        sm_rpc_server_free(s);
+        return e;
+    }
+    *out = s;
+    return SM_OK;
+}
+
+sm_err sm_rpc_server_add(sm_rpc_server *s, const sm_rpc_method *m, char *err, size_t errlen)
+{
+    if (s->started)
+        return sm_fail(err, errlen, SM_EPRECONDITION, "method %s added after the server started",
+                       m->path);
+    const char *slash = m->path ? strrchr(m->path, '/') : NULL;
+    if (!m->path || m->path[0] != '/' || slash == m->path || !slash[1] || !m->request ||
+        !m->handler || (unsigned)m->kind > SM_RPC_BIDI)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "method row '%s' is not valid (need \"/pkg.Service/Method\", a request "
+                       "type, a handler and a kind)",
+                       m->path ? m->path : "(null)");
+    for (int i = 0; i < s->nmethods; i++)
+        if (strcmp(s->methods[i].path, m->path) == 0)
+            return sm_fail(err, errlen, SM_EEXIST, "method %s is already registered", m->path);
+    method *nm = realloc(s->methods, (size_t)(s->nmethods + 1) * sizeof *nm);
+    if (!nm)
+        return sm_fail(err, errlen, SM_ENOMEM, "cannot register method %s", m->path);
+    s->methods = nm;
+    method *row = &nm[s->nmethods];
+    memset(row, 0, sizeof *row);
+    row->path = strdup(m->path);
+    row->service = strndup(m->path + 1, (size_t)(slash - m->path - 1));
+    if (!row->path || !row->service) {
+        free(row->path);
+        free(row->service);
+        return sm_fail(err, errlen, SM_ENOMEM, "cannot register method %s", m->path);
+    }
+    row->kind = m->kind;
+    row->request = m->request;
+    row->handler = m->handler;
+    row->user = m->user;
+    int with_payload = m->kind == SM_RPC_UNARY || m->kind == SM_RPC_SERVER_STREAM;
+    row->handle = grpc_server_register_method(
+        s->srv, row->path, NULL,
+        with_payload ? GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER : GRPC_SRM_PAYLOAD_NONE, 0);
+    if (!row->handle) {
+        free(row->path);
+        free(row->service);
+        return sm_fail(err, errlen, SM_EINTERNAL, "gRPC refused to register method %s", m->path);
+    }
+    s->nmethods++;
+    return SM_OK;
+}
+
+sm_err sm_rpc_server_start(sm_rpc_server *s, char *err, size_t errlen)
+{
+    if (s->started)
+        return sm_fail(err, errlen, SM_EPRECONDITION, "the server was already started");
+    grpc_server_start(s->srv);
+    s->started = 1;
+    for (int i = 0; i < s->nmethods; i++)
+        arm(s, i);
+    arm(s, -1);
+    if (pthread_create(&s->cq_thread, NULL, cq_main, s) != 0) {
+        /* Without the CQ thread nothing can be drained: shut down inline. */
+        s->stopped = 1;
+        grpc_server_shutdown_and_notify(s->srv, s->cq, &s->tag_shutdown);
+        grpc_server_cancel_all_calls(s->srv);
+        pthread_mutex_lock(&s->mu);
+        s->stopping = 1;
+        pthread_mutex_unlock(&s->mu);
+        cq_main(s);
+        return sm_fail(err, errlen, SM_ERESOURCE, "cannot start the completion-queue thread");
+    }
+    return SM_OK;
+}
+
+int sm_rpc_server_port(const sm_rpc_server *s)
+{
+    return s->port;
+}
+
+void sm_rpc_server_stop(sm_rpc_server *s)
+{
+    if (!s->started || s->stopped)
+        return;
+    s->stopped = 1;
+    pthread_mutex_lock(&s->mu);
+    s->stopping = 1;
+    pthread_mutex_unlock(&s->mu);
+    grpc_server_shutdown_and_notify(s->srv, s->cq, &s->tag_shutdown);
+    grpc_server_cancel_all_calls(s->srv);
+    pthread_join(s->cq_thread, NULL); /* returns once every call is released */
+
+    pthread_mutex_lock(&s->pool_mu);
+    s->quit = 1;
+    pthread_cond_broadcast(&s->pool_cv);
+    pthread_mutex_unlock(&s->pool_mu);
+    for (int i = 0; i < s->nthreads; i++)
+        pthread_join(s->threads[i], NULL);
+    s->nthreads = 0;
+}
+
+void sm_rpc_server_free(sm_rpc_server *s)
+{
+    if (!s)
+        return;
+    sm_rpc_server_stop(s);
+    if (s->srv) {
+        if (!s->started) {
+            /* Never started: shutdown still has to be notified before destroy. */
+            grpc_server_shutdown_and_notify(s->srv, s->cq, &s->tag_shutdown);
+            grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+            grpc_completion_queue_shutdown(s->cq);
+            while (
+                grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+                GRPC_QUEUE_SHUTDOWN)
+                ;
+        }
+        grpc_server_destroy(s->srv);
+        grpc_completion_queue_destroy(s->cq);
+    }
+    for (int i = 0; i < s->nmethods; i++) {
+        free(s->methods[i].path);
+        free(s->methods[i].service);
+    }
+    free(s->methods);
+    free(s->threads);
+    free(s->token);
+    pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->pool_mu);
+    pthread_cond_destroy(&s->pool_cv);
+    free(s);
+}

@@ -1,0 +1,342 @@
+/* sm_svc_coord: client calls to the Coordinator service. Requests are
+ * encoded into an arena freed after the call; replies are validated like
+ * requests (a bad reply is SM_EFORMAT naming the method and field). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sm_svc_internal.h"
+
+void sm_svc_create_array_reply_free(sm_svc_create_array_reply *r)
+{
+    if (!r)
+        return;
+    sm_array_info_free(&r->array);
+    for (int i = 0; r->targets && i < r->ntargets; i++)
+        free(r->targets[i].devices);
+    free(r->targets);
+    r->targets = NULL;
+    r->ntargets = 0;
+}
+
+/* One unary call: req (NULL: an Empty message) → *reply. */
+static sm_err call(sm_rpc_channel *ch, const char *path, const ProtobufCMessage *req,
+                   const ProtobufCMessageDescriptor *desc, ProtobufCMessage **reply,
+                   int deadline_ms, char *err, size_t errlen)
+{
+    Shmap__V1__Empty empty;
+    shmap__v1__empty__init(&empty);
+    return sm_rpc_unary(ch, path, req ? req : &empty.base, desc, reply, deadline_ms, err, errlen);
+}
+
+static sm_err oom(char *err, size_t errlen)
+{
+    return sm_fail(err, errlen, SM_ENOMEM, "out of memory encoding a request");
+}
+
+sm_err sm_svc_coord_list_devices(sm_rpc_channel *ch, int deadline_ms, sm_worker_info **out, int *n,
+                                 char *err, size_t errlen)
+{
+    const char *path = SM_SVC_COORD_PATH("ListDevices");
+    ProtobufCMessage *m;
+    char tmp[SM_SVC_ERRLEN], what[64];
+    *out = NULL;
+    *n = 0;
+    sm_err e = call(ch, path, NULL, &shmap__v1__list_devices_reply__descriptor, &m, deadline_ms,
+                    err, errlen);
+    if (e)
+        return e;
+    const Shmap__V1__ListDevicesReply *r = (const Shmap__V1__ListDevicesReply *)m;
+    sm_worker_info *list = NULL;
+    e = sm_svc_count_dec(r->n_workers, SM_MAX_DEVICES, "ListDevicesReply", "workers", tmp,
+                         sizeof tmp);
+    if (!e && r->n_workers && !(list = calloc(r->n_workers, sizeof *list)))
+        e = sm_fail(tmp, sizeof tmp, SM_ENOMEM, "cannot allocate %zu workers", r->n_workers);
+    for (size_t i = 0; !e && i < r->n_workers; i++) {
+        snprintf(what, sizeof what, "ListDevicesReply.workers[%zu]", i);
+        e = sm_svc_worker_info_dec(r->workers[i], what, &list[i], tmp, sizeof tmp);
+    }
+    if (!e) {
+        *out = list;
+        *n = (int)r->n_workers;
+    } else {
+        free(list);
+        e = sm_svc_bad_reply(path, tmp, err, errlen);
+    }
+    sm_rpc_msg_free(m);
+    return e;
+}
+
+/* A Mesh reply into out. */
+static sm_err mesh_call(sm_rpc_channel *ch, const char *path, const ProtobufCMessage *req,
+                        int deadline_ms, sm_mesh_info *out, char *err, size_t errlen)
+{
+    ProtobufCMessage *m;
+    char tmp[SM_SVC_ERRLEN];
+    sm_err e = call(ch, path, req, &shmap__v1__mesh__descriptor, &m, deadline_ms, err, errlen);
+    if (e)
+        return e;
+    e = sm_svc_mesh_info_dec((const Shmap__V1__Mesh *)m, "Mesh", out, tmp, sizeof tmp);
+    sm_rpc_msg_free(m);
+    return e ? sm_svc_bad_reply(path, tmp, err, errlen) : SM_OK;
+}
+
+sm_err sm_svc_coord_create_mesh(sm_rpc_channel *ch, int deadline_ms, const char *name,
+                                const sm_mesh *mesh, int default_order, sm_mesh_info *out,
+                                char *err, size_t errlen)
+{
+    Shmap__V1__CreateMeshRequest req;
+    shmap__v1__create_mesh_request__init(&req);
+    sm_arena *a = sm_arena_create(4096);
+    if (!a || !(req.mesh = sm_svc_mesh_enc(a, 0, name, mesh, !default_order))) {
+        sm_arena_free(a);
+        return oom(err, errlen);
+    }
+    sm_err e =
+        mesh_call(ch, SM_SVC_COORD_PATH("CreateMesh"), &req.base, deadline_ms, out, err, errlen);
+    sm_arena_free(a);
+    return e;
+}
+
+sm_err sm_svc_coord_get_mesh(sm_rpc_channel *ch, int deadline_ms, sm_mesh_id id, const char *name,
+                             sm_mesh_info *out, char *err, size_t errlen)
+{
+    Shmap__V1__Mesh req;
+    shmap__v1__mesh__init(&req);
+    req.id = id.v;
+    req.name = (char *)(name ? name : "");
+    return mesh_call(ch, SM_SVC_COORD_PATH("GetMesh"), &req.base, deadline_ms, out, err, errlen);
+}
+
+sm_err sm_svc_coord_list_meshes(sm_rpc_channel *ch, int deadline_ms, sm_mesh_info **out, int *n,
+                                char *err, size_t errlen)
+{
+    const char *path = SM_SVC_COORD_PATH("ListMeshes");
+    ProtobufCMessage *m;
+    char tmp[SM_SVC_ERRLEN], what[64];
+    *out = NULL;
+    *n = 0;
+    sm_err e = call(ch, path, NULL, &shmap__v1__list_meshes_reply__descriptor, &m, deadline_ms, err,
+                    errlen);
+    if (e)
+        return e;
+    const Shmap__V1__ListMeshesReply *r = (const Shmap__V1__ListMeshesReply *)m;
+    sm_mesh_info *list = NULL;
+    e = sm_svc_count_dec(r->n_meshes, SM_SVC_MAX_LIST, "ListMeshesReply", "meshes", tmp,
+                         sizeof tmp);
+    if (!e && r->n_meshes && !(list = calloc(r->n_meshes, sizeof *list)))
+        e = sm_fail(tmp, sizeof tmp, SM_ENOMEM, "cannot allocate %zu meshes", r->n_meshes);
+    for (size_t i = 0; !e && i < r->n_meshes; i++) {
+        snprintf(what, sizeof what, "ListMeshesReply.meshes[%zu]", i);
+        e = sm_svc_mesh_info_dec(r->meshes[i], what, &list[i], tmp, sizeof tmp);
+    }
+    if (!e) {
+        *out = list;
+        *n = (int)r->n_meshes;
+    } else {
+        free(list);
+        e = sm_svc_bad_reply(path, tmp, err, errlen);
+    }
+    sm_rpc_msg_free(m);
+    return e;
+}
+
+sm_err sm_svc_coord_create_array(sm_rpc_channel *ch, int deadline_ms,
+                                 const sm_svc_create_array_req *req, sm_svc_create_array_reply *out,
+                                 char *err, size_t errlen)
+{
+    const char *path = SM_SVC_COORD_PATH("CreateArray");
+    memset(out, 0, sizeof *out);
+    Shmap__V1__CreateArrayRequest p;
+    shmap__v1__create_array_request__init(&p);
+    sm_arena *a = sm_arena_create(4096);
+    if (!a)
+        return oom(err, errlen);
+    p.name = (char *)(req->name ? req->name : "");
+    p.dtype = sm_svc_dtype_enc(req->dtype);
+    p.shape = req->has_shape ? sm_svc_shape_enc(a, &req->shape) : NULL;
+    p.sharding = sm_svc_sharding_ref_enc(a, &req->sharding);
+    p.kind = (Shmap__V1__PutKind)req->kind;
+    p.process = req->process;
+    p.local_shape = sm_svc_shape_enc(a, &req->local_shape);
+    p.deadline_ms = req->deadline_ms;
+    if ((req->has_shape && !p.shape) || !p.sharding || !p.local_shape) {
+        sm_arena_free(a);
+        return oom(err, errlen);
+    }
+    ProtobufCMessage *m;
+    sm_err e = call(ch, path, &p.base, &shmap__v1__create_array_reply__descriptor, &m, deadline_ms,
+                    err, errlen);
+    sm_arena_free(a);
+    if (e)
+        return e;
+    const Shmap__V1__CreateArrayReply *r = (const Shmap__V1__CreateArrayReply *)m;
+    char tmp[SM_SVC_ERRLEN], what[64];
+    if (!r->array)
+        e = sm_fail(tmp, sizeof tmp, SM_EINVAL, "CreateArrayReply.array is missing");
+    else
+        e = sm_svc_array_info_dec(r->array, "CreateArrayReply.array", &out->array, tmp, sizeof tmp);
+    if (!e)
+        e = sm_svc_count_dec(r->n_targets, SM_MAX_DEVICES, "CreateArrayReply", "targets", tmp,
+                             sizeof tmp);
+    if (!e && r->n_targets && !(out->targets = calloc(r->n_targets, sizeof *out->targets)))
+        e = sm_fail(tmp, sizeof tmp, SM_ENOMEM, "cannot allocate %zu targets", r->n_targets);
+    for (size_t i = 0; !e && i < r->n_targets; i++) {
+        snprintf(what, sizeof what, "CreateArrayReply.targets[%zu]", i);
+        e = sm_svc_target_dec(r->targets[i], what, &out->targets[i], tmp, sizeof tmp);
+        out->ntargets = (int)i + 1;
+    }
+    sm_rpc_msg_free(m);
+    if (e) {
+        sm_svc_create_array_reply_free(out);
+        return sm_svc_bad_reply(path, tmp, err, errlen);
+    }
+    return SM_OK;
+}
+
+/* An ArrayInfo reply into out. */
+static sm_err info_call(sm_rpc_channel *ch, const char *path, const ProtobufCMessage *req,
+                        int deadline_ms, sm_array_info *out, char *err, size_t errlen)
+{
+    ProtobufCMessage *m;
+    char tmp[SM_SVC_ERRLEN];
+    memset(out, 0, sizeof *out);
+    sm_err e =
+        call(ch, path, req, &shmap__v1__array_info__descriptor, &m, deadline_ms, err, errlen);
+    if (e)
+        return e;
+    e = sm_svc_array_info_dec((const Shmap__V1__ArrayInfo *)m, "ArrayInfo", out, tmp, sizeof tmp);
+    sm_rpc_msg_free(m);
+    return e ? sm_svc_bad_reply(path, tmp, err, errlen) : SM_OK;
+}
+
+sm_err sm_svc_coord_describe(sm_rpc_channel *ch, int deadline_ms, sm_array_ref ref,
+                             sm_array_info *out, char *err, size_t errlen)
+{
+    Shmap__V1__ArrayRef req;
+    shmap__v1__array_ref__init(&req);
+    req.id = ref.id.v;
+    req.name = (char *)(ref.name ? ref.name : "");
+    return info_call(ch, SM_SVC_COORD_PATH("Describe"), &req.base, deadline_ms, out, err, errlen);
+}
+
+sm_err sm_svc_coord_list_arrays(sm_rpc_channel *ch, int deadline_ms, sm_array_info **out, int *n,
+                                char *err, size_t errlen)
+{
+    const char *path = SM_SVC_COORD_PATH("ListArrays");
+    ProtobufCMessage *m;
+    char tmp[SM_SVC_ERRLEN], what[64];
+    *out = NULL;
+    *n = 0;
+    sm_err e = call(ch, path, NULL, &shmap__v1__list_arrays_reply__descriptor, &m, deadline_ms, err,
+                    errlen);
+    if (e)
+        return e;
+    const Shmap__V1__ListArraysReply *r = (const Shmap__V1__ListArraysReply *)m;
+    sm_array_info *list = NULL;
+    size_t done = 0;
+    e = sm_svc_count_dec(r->n_arrays, SM_SVC_MAX_LIST, "ListArraysReply", "arrays", tmp,
+                         sizeof tmp);
+    if (!e && r->n_arrays && !(list = calloc(r->n_arrays, sizeof *list)))
+        e = sm_fail(tmp, sizeof tmp, SM_ENOMEM, "cannot allocate %zu arrays", r->n_arrays);
+    for (; !e && done < r->n_arrays; done++) {
+        snprintf(what, sizeof what, "ListArraysReply.arrays[%zu]", done);
+        e = sm_svc_array_info_dec(r->arrays[done], what, &list[done], tmp, sizeof tmp);
+    }
+    if (!e) {
+        *out = list;
+        *n = (int)r->n_arrays;
+    } else {
+        sm_array_info_list_free(list, (int)done);
+        e = sm_svc_bad_reply(path, tmp, err, errlen);
+    }
+    sm_rpc_msg_free(m);
+    return e;
+}
+
+sm_err sm_svc_coord_delete(sm_rpc_channel *ch, int deadline_ms, sm_array_ref ref, char *err,
+                           size_t errlen)
+{
+    Shmap__V1__ArrayRef req;
+    shmap__v1__array_ref__init(&req);
+    req.id = ref.id.v;
+    req.name = (char *)(ref.name ? ref.name : "");
+    ProtobufCMessage *m;
+    sm_err e = call(ch, SM_SVC_COORD_PATH("Delete"), &req.base, &shmap__v1__empty__descriptor, &m,
+                    deadline_ms, err, errlen);
+    if (!e)
+        sm_rpc_msg_free(m);
+    return e;
+}
+
+sm_err sm_svc_coord_reshard(sm_rpc_channel *ch, int deadline_ms, const sm_svc_reshard_req *req,
+                            sm_array_info *out, char *err, size_t errlen)
+{
+    Shmap__V1__ReshardRequest p;
+    shmap__v1__reshard_request__init(&p);
+    sm_arena *a = sm_arena_create(4096);
+    if (!a)
+        return oom(err, errlen);
+    p.array = sm_svc_array_ref_enc(a, req->array);
+    p.sharding = sm_svc_sharding_ref_enc(a, &req->sharding);
+    p.name = (char *)(req->name ? req->name : "");
+    p.deadline_ms = req->deadline_ms;
+    sm_err e = !p.array || !p.sharding ? oom(err, errlen)
+                                       : info_call(ch, SM_SVC_COORD_PATH("Reshard"), &p.base,
+                                                   deadline_ms, out, err, errlen);
+    sm_arena_free(a);
+    return e;
+}
+
+sm_err sm_svc_coord_register(sm_rpc_channel *ch, int deadline_ms, const sm_svc_register_req *req,
+                             sm_svc_register_reply *out, char *err, size_t errlen)
+{
+    const char *path = SM_SVC_COORD_PATH("RegisterWorker");
+    Shmap__V1__RegisterWorkerRequest p;
+    shmap__v1__register_worker_request__init(&p);
+    p.address = (char *)(req->address ? req->address : "");
+    p.ndevices = req->ndevices;
+    p.process_index = req->process_index;
+    p.host = (char *)(req->host ? req->host : "");
+    ProtobufCMessage *m;
+    sm_err e = call(ch, path, &p.base, &shmap__v1__register_worker_reply__descriptor, &m,
+                    deadline_ms, err, errlen);
+    if (e)
+        return e;
+    const Shmap__V1__RegisterWorkerReply *r = (const Shmap__V1__RegisterWorkerReply *)m;
+    char tmp[SM_SVC_ERRLEN];
+    memset(out, 0, sizeof *out);
+    e = sm_svc_count_dec(r->n_devices, SM_MAX_WORKER_DEVICES, "RegisterWorkerReply", "devices", tmp,
+                         sizeof tmp);
+    if (!e) {
+        out->worker_id = r->worker_id;
+        out->ndevices = (int)r->n_devices;
+        sm_svc_copy(out->devices, r->devices, r->n_devices * sizeof *r->devices);
+        out->process_index = r->process_index;
+        out->heartbeat_ms = r->heartbeat_ms;
+    }
+    sm_rpc_msg_free(m);
+    return e ? sm_svc_bad_reply(path, tmp, err, errlen) : SM_OK;
+}
+
+sm_err sm_svc_coord_heartbeat(sm_rpc_channel *ch, int deadline_ms, const sm_svc_heartbeat_req *req,
+                              int *known, char *err, size_t errlen)
+{
+    if (req->ndevices < 0 || req->ndevices > SM_MAX_WORKER_DEVICES)
+        return sm_fail(err, errlen, SM_EINVAL, "a heartbeat carries 0 to %d devices, not %d",
+                       SM_MAX_WORKER_DEVICES, req->ndevices);
+    Shmap__V1__HeartbeatRequest p;
+    shmap__v1__heartbeat_request__init(&p);
+    p.worker_id = req->worker_id;
+    p.n_device_bytes = (size_t)req->ndevices;
+    p.device_bytes = (int64_t *)req->device_bytes;
+    ProtobufCMessage *m;
+    sm_err e = call(ch, SM_SVC_COORD_PATH("Heartbeat"), &p.base,
+                    &shmap__v1__heartbeat_reply__descriptor, &m, deadline_ms, err, errlen);
+    if (e)
+        return e;
+    if (known)
+        *known = ((const Shmap__V1__HeartbeatReply *)m)->known != 0;
+    sm_rpc_msg_free(m);
+    return SM_OK;
+}

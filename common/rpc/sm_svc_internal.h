@@ -1,0 +1,160 @@
+/* sm_svc_internal: what the sm_svc*.c files share: proto <-> core
+ * conversions (sm_svc_conv.c), the stream objects (sm_svc_stream.c) and the
+ * adapter context. Includes protobuf-c headers: never include it outside
+ * common/rpc.
+ *
+ * Encoders build proto messages for packing only: their memory comes from an
+ * sm_arena (freed at once after the call) and repeated scalar fields may point
+ * straight into the C struct they came from, which must outlive the packing.
+ * They return NULL only when out of memory.
+ *
+ * Decoders validate everything (the network is untrusted) and return SM_OK or
+ * SM_EINVAL with one sentence naming the field (`what`, e.g.
+ * "ArrayInfo.shards[2].index"). A NULL submessage decodes as its proto3
+ * default (an empty Shape is a scalar). Strings returned as pointers point
+ * into the proto message and live as long as it does. */
+#ifndef SM_SVC_INTERNAL_H
+#define SM_SVC_INTERNAL_H
+
+#include <string.h>
+
+#include "sm_arena.h"
+#include "sm_rpc_msg.h"
+#include "sm_rpc_proto.h"
+#include "sm_svc.h"
+
+#define SM_SVC_COORD_PATH(m)  "/shmap.v1.Coordinator/" m
+#define SM_SVC_WORKER_PATH(m) "/shmap.v1.Worker/" m
+/* Longest list accepted in a reply (arrays, meshes, upload targets). */
+#define SM_SVC_MAX_LIST 65536
+/* Mesh names: the size of sm_mesh_info.name. */
+#define SM_SVC_MESH_NAME_MAX 64
+/* Handler error sentences. */
+#define SM_SVC_ERRLEN 512
+
+/* memcpy that accepts src == NULL when n == 0 (empty repeated fields). */
+static inline void sm_svc_copy(void *dst, const void *src, size_t n)
+{
+    if (n)
+        memcpy(dst, src, n);
+}
+
+/* A rank from a C struct, clamped to 0..SM_MAX_RANK so that a caller's bug
+ * cannot make an encoder read past the struct. */
+static inline size_t sm_svc_rank(int rank)
+{
+    return rank < 0 ? 0 : rank > SM_MAX_RANK ? SM_MAX_RANK : (size_t)rank;
+}
+
+/* ---- adapter context ----------------------------------------------------- */
+
+/* One served service: its ops, user pointer and server name. */
+typedef struct {
+    const sm_svc_coord_ops *coord;   /* or NULL */
+    const sm_svc_worker_ops *worker; /* or NULL */
+    void *user;
+    char server_name[128];
+} sm_svc_ctx;
+
+/* A new context (never freed: see sm_svc_negotiate.c), or NULL. */
+sm_svc_ctx *sm_svc_ctx_create(const sm_svc_coord_ops *coord, const sm_svc_worker_ops *worker,
+                              void *user, const char *server_name);
+/* Registers the Negotiate method of the service with this path. */
+sm_err sm_svc_negotiate_add(sm_rpc_server *s, const char *path, sm_svc_ctx *ctx, char *err,
+                            size_t errlen);
+
+/* Ends a call with e and msg (sm_strerror(e) when msg is empty). */
+void sm_svc_finish_err(sm_rpc_call *call, sm_err e, const char *msg);
+/* Ends a call with UNIMPLEMENTED naming its method. */
+void sm_svc_finish_unimplemented(sm_rpc_call *call);
+/* Receives the one request of a unary or server-streaming call. On failure
+ * the call is finished (the error sent) and NULL returned. */
+ProtobufCMessage *sm_svc_recv_request(sm_rpc_call *call);
+/* Client side: turns a reply decoding failure (sentence in tmp) into
+ * SM_EFORMAT naming the method. */
+sm_err sm_svc_bad_reply(const char *path, const char *tmp, char *err, size_t errlen);
+
+/* ---- stream adapters (sm_svc_stream.c) ------------------------------------ */
+
+typedef sm_err (*sm_svc_upload_fn)(void *user, sm_svc_upload_in *in, sm_svc_upload_reply *out,
+                                   char *err, size_t errlen);
+typedef sm_err (*sm_svc_download_fn)(void *user, const sm_svc_download_req *req,
+                                     sm_svc_download_out *out, char *err, size_t errlen);
+/* Serve an upload (client-streaming) or download (server-streaming) call with
+ * fn (NULL: UNIMPLEMENTED). */
+void sm_svc_serve_upload(sm_rpc_call *call, sm_svc_upload_fn fn, void *user);
+void sm_svc_serve_download(sm_rpc_call *call, sm_svc_download_fn fn, void *user);
+
+/* ---- encoders ---------------------------------------------------------------- */
+
+Shmap__V1__DType sm_svc_dtype_enc(sm_dtype t);
+Shmap__V1__Shape *sm_svc_shape_enc(sm_arena *a, const sm_shape *s);
+Shmap__V1__Box *sm_svc_box_enc(sm_arena *a, const sm_index *ix);
+/* with_devices 0: the default order (no devices sent). name may be NULL. */
+Shmap__V1__Mesh *sm_svc_mesh_enc(sm_arena *a, uint64_t id, const char *name, const sm_mesh *m,
+                                 int with_devices);
+Shmap__V1__PartitionSpec *sm_svc_pspec_enc(sm_arena *a, const sm_pspec *p);
+Shmap__V1__Sharding *sm_svc_sharding_ref_enc(sm_arena *a, const sm_sharding_ref *r);
+Shmap__V1__ArrayRef *sm_svc_array_ref_enc(sm_arena *a, sm_array_ref r);
+Shmap__V1__ArrayInfo *sm_svc_array_info_enc(sm_arena *a, const sm_array_info *in);
+Shmap__V1__WorkerInfo *sm_svc_worker_info_enc(sm_arena *a, const sm_worker_info *w);
+Shmap__V1__UploadTarget *sm_svc_target_enc(sm_arena *a, const sm_svc_upload_target *t);
+
+/* ---- decoders ---------------------------------------------------------------- */
+
+/* n <= max, else SM_EINVAL "<what> has n <unit>; at most max are allowed". */
+sm_err sm_svc_count_dec(size_t n, size_t max, const char *what, const char *unit, char *err,
+                        size_t errlen);
+/* strlen(s) < cap (s NULL is ""); copies into buf when buf is not NULL. */
+sm_err sm_svc_str_dec(const char *s, size_t cap, const char *what, char *buf, char *err,
+                      size_t errlen);
+sm_err sm_svc_dtype_dec(int v, const char *what, sm_dtype *out, char *err, size_t errlen);
+sm_err sm_svc_shape_dec(const Shmap__V1__Shape *p, const char *what, sm_shape *out, char *err,
+                        size_t errlen);
+sm_err sm_svc_box_dec(const Shmap__V1__Box *p, const char *what, sm_index *out, char *err,
+                      size_t errlen);
+/* 1 when the mesh has neither axes nor devices (a reference by id or name). */
+int sm_svc_mesh_is_ref(const Shmap__V1__Mesh *p);
+/* An inline mesh (built with sm_mesh_init); *default_order (may be NULL) is
+ * set when no devices were given (then devices are 0..n-1). name (may be
+ * NULL) receives the name, SM_SVC_MESH_NAME_MAX bytes. */
+sm_err sm_svc_mesh_dec(const Shmap__V1__Mesh *p, const char *what, sm_mesh *out, int *default_order,
+                       char *name, char *err, size_t errlen);
+sm_err sm_svc_mesh_info_dec(const Shmap__V1__Mesh *p, const char *what, sm_mesh_info *out,
+                            char *err, size_t errlen);
+sm_err sm_svc_pspec_dec(const Shmap__V1__PartitionSpec *p, const char *what, sm_pspec *out,
+                        char *err, size_t errlen);
+/* Fills out; an inline mesh is decoded into *mesh (out->mesh points to it);
+ * a reference's name points into p (NULL when empty). A missing mesh, or a
+ * reference with neither id nor name, is SM_EINVAL. */
+sm_err sm_svc_sharding_ref_dec(const Shmap__V1__Sharding *p, const char *what, sm_mesh *mesh,
+                               sm_sharding_ref *out, char *err, size_t errlen);
+/* name points into p ("" when empty). */
+sm_err sm_svc_array_ref_dec(const Shmap__V1__ArrayRef *p, const char *what, sm_array_ref *out,
+                            char *err, size_t errlen);
+/* out->shards is malloc'd (sm_array_info_free); nothing is left allocated on
+ * failure. */
+sm_err sm_svc_array_info_dec(const Shmap__V1__ArrayInfo *p, const char *what, sm_array_info *out,
+                             char *err, size_t errlen);
+sm_err sm_svc_worker_info_dec(const Shmap__V1__WorkerInfo *p, const char *what, sm_worker_info *out,
+                              char *err, size_t errlen);
+/* out->devices is malloc'd (free). */
+sm_err sm_svc_target_dec(const Shmap__V1__UploadTarget *p, const char *what,
+                         sm_svc_upload_target *out, char *err, size_t errlen);
+/* devices point into p. */
+sm_err sm_svc_upload_msg_dec(const Shmap__V1__UploadMsg *p, sm_svc_upload_msg *out, char *err,
+                             size_t errlen);
+sm_err sm_svc_chunk_dec(const Shmap__V1__DataChunk *p, sm_svc_chunk *out, char *err, size_t errlen);
+/* Encoders of the stream messages into caller storage (no allocation):
+ * shape/header/box are the submessage slots. */
+void sm_svc_upload_msg_enc(const sm_svc_upload_msg *m, Shmap__V1__UploadMsg *p,
+                           Shmap__V1__UploadHeader *h, Shmap__V1__Shape *sh);
+void sm_svc_chunk_enc(const sm_svc_chunk *c, Shmap__V1__DataChunk *p, Shmap__V1__Shape *sh);
+/* DownloadRequest: ar and box are the submessage slots; box start/stop
+ * arrays need 2 * SM_MAX_RANK int64s in boxbuf. */
+void sm_svc_download_req_enc(const sm_svc_download_req *r, Shmap__V1__DownloadRequest *p,
+                             Shmap__V1__ArrayRef *ar, Shmap__V1__Box *box, int64_t *boxbuf);
+sm_err sm_svc_download_req_dec(const Shmap__V1__DownloadRequest *p, sm_svc_download_req *out,
+                               char *err, size_t errlen);
+
+#endif

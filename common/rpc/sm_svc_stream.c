@@ -1,0 +1,370 @@
+/* sm_svc_stream: upload (UploadMsg) and download (DataChunk) streams, both
+ * sides, and the DownloadRequest conversions. Data fields are never copied
+ * by this layer: sent data points at the caller's buffer, received data into
+ * the unpacked message. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sm_svc_internal.h"
+
+/* ---- message conversions ------------------------------------------------------ */
+
+void sm_svc_upload_msg_enc(const sm_svc_upload_msg *m, Shmap__V1__UploadMsg *p,
+                           Shmap__V1__UploadHeader *h, Shmap__V1__Shape *sh)
+{
+    shmap__v1__upload_msg__init(p);
+    if (m->has_header) {
+        shmap__v1__upload_header__init(h);
+        shmap__v1__shape__init(sh);
+        sh->n_dims = sm_svc_rank(m->header.shape.rank);
+        sh->dims = (int64_t *)m->header.shape.dims;
+        h->array_id = m->header.array_id.v;
+        h->n_devices = m->header.ndevices > 0 ? (size_t)m->header.ndevices : 0;
+        h->devices = m->header.devices;
+        h->shape = sh;
+        h->dtype = sm_svc_dtype_enc(m->header.dtype);
+        h->total_bytes = m->header.total_bytes;
+        p->header = h;
+    }
+    p->offset = m->offset;
+    p->data.len = m->len;
+    p->data.data = (uint8_t *)m->data;
+    p->last = m->last != 0;
+    p->checksum = m->checksum;
+}
+
+sm_err sm_svc_upload_msg_dec(const Shmap__V1__UploadMsg *p, sm_svc_upload_msg *out, char *err,
+                             size_t errlen)
+{
+    sm_err e;
+    memset(out, 0, sizeof *out);
+    if (p->offset < 0)
+        return sm_fail(err, errlen, SM_EINVAL, "UploadMsg.offset is %" PRId64 "; must be >= 0",
+                       p->offset);
+    out->offset = p->offset;
+    out->data = p->data.len ? p->data.data : NULL;
+    out->len = p->data.len;
+    out->last = p->last != 0;
+    out->checksum = p->checksum;
+    const Shmap__V1__UploadHeader *h = p->header;
+    if (!h)
+        return SM_OK;
+    out->has_header = 1;
+    out->header.array_id.v = h->array_id;
+    if ((e = sm_svc_count_dec(h->n_devices, SM_MAX_DEVICES, "UploadMsg.header", "devices", err,
+                              errlen)) ||
+        (e = sm_svc_shape_dec(h->shape, "UploadMsg.header.shape", &out->header.shape, err,
+                              errlen)) ||
+        (e = sm_svc_dtype_dec(h->dtype, "UploadMsg.header.dtype", &out->header.dtype, err, errlen)))
+        return e;
+    if (h->total_bytes < 0)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "UploadMsg.header.total_bytes is %" PRId64 "; must be >= 0", h->total_bytes);
+    out->header.ndevices = (int)h->n_devices;
+    out->header.devices = h->devices;
+    out->header.total_bytes = h->total_bytes;
+    return SM_OK;
+}
+
+void sm_svc_chunk_enc(const sm_svc_chunk *c, Shmap__V1__DataChunk *p, Shmap__V1__Shape *sh)
+{
+    shmap__v1__data_chunk__init(p);
+    if (c->has_meta) {
+        shmap__v1__shape__init(sh);
+        sh->n_dims = sm_svc_rank(c->shape.rank);
+        sh->dims = (int64_t *)c->shape.dims;
+        p->shape = sh;
+        p->dtype = sm_svc_dtype_enc(c->dtype);
+        p->total_bytes = c->total_bytes;
+    }
+    p->offset = c->offset;
+    p->data.len = c->len;
+    p->data.data = (uint8_t *)c->data;
+    p->last = c->last != 0;
+    p->checksum = c->checksum;
+}
+
+sm_err sm_svc_chunk_dec(const Shmap__V1__DataChunk *p, sm_svc_chunk *out, char *err, size_t errlen)
+{
+    sm_err e;
+    memset(out, 0, sizeof *out);
+    if (p->offset < 0)
+        return sm_fail(err, errlen, SM_EINVAL, "DataChunk.offset is %" PRId64 "; must be >= 0",
+                       p->offset);
+    out->offset = p->offset;
+    out->data = p->data.len ? p->data.data : NULL;
+    out->len = p->data.len;
+    out->last = p->last != 0;
+    out->checksum = p->checksum;
+    if (!p->shape && p->dtype == SHMAP__V1__DTYPE__DTYPE_INVALID && p->total_bytes == 0)
+        return SM_OK;
+    out->has_meta = 1;
+    if ((e = sm_svc_shape_dec(p->shape, "DataChunk.shape", &out->shape, err, errlen)) ||
+        (e = sm_svc_dtype_dec(p->dtype, "DataChunk.dtype", &out->dtype, err, errlen)))
+        return e;
+    if (p->total_bytes < 0)
+        return sm_fail(err, errlen, SM_EINVAL, "DataChunk.total_bytes is %" PRId64 "; must be >= 0",
+                       p->total_bytes);
+    out->total_bytes = p->total_bytes;
+    return SM_OK;
+}
+
+void sm_svc_download_req_enc(const sm_svc_download_req *r, Shmap__V1__DownloadRequest *p,
+                             Shmap__V1__ArrayRef *ar, Shmap__V1__Box *box, int64_t *boxbuf)
+{
+    shmap__v1__download_request__init(p);
+    shmap__v1__array_ref__init(ar);
+    ar->id = r->array.id.v;
+    ar->name = (char *)(r->array.name ? r->array.name : "");
+    p->array = ar;
+    p->device = r->device;
+    if (r->has_box) {
+        shmap__v1__box__init(box);
+        box->n_start = box->n_stop = sm_svc_rank(r->box.rank);
+        box->start = boxbuf;
+        box->stop = boxbuf + SM_MAX_RANK;
+        for (size_t d = 0; d < box->n_start; d++) {
+            box->start[d] = r->box.r[d].start;
+            box->stop[d] = r->box.r[d].stop;
+        }
+        p->box = box;
+    }
+}
+
+sm_err sm_svc_download_req_dec(const Shmap__V1__DownloadRequest *p, sm_svc_download_req *out,
+                               char *err, size_t errlen)
+{
+    sm_err e;
+    memset(out, 0, sizeof *out);
+    out->device = p->device;
+    out->has_box = p->box != NULL;
+    if ((e = sm_svc_array_ref_dec(p->array, "DownloadRequest.array", &out->array, err, errlen)))
+        return e;
+    return sm_svc_box_dec(p->box, "DownloadRequest.box", &out->box, err, errlen);
+}
+
+/* ---- client: upload --------------------------------------------------------------- */
+
+struct sm_svc_upload_stream {
+    sm_rpc_stream *st;
+};
+
+static const char *upload_path(int worker_service)
+{
+    return worker_service ? SM_SVC_WORKER_PATH("PutShard") : SM_SVC_COORD_PATH("Upload");
+}
+
+sm_err sm_svc_upload_open(sm_rpc_channel *ch, int worker_service, int deadline_ms,
+                          sm_svc_upload_stream **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    sm_svc_upload_stream *u = calloc(1, sizeof *u);
+    if (!u)
+        return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate an upload stream");
+    sm_err e =
+        sm_rpc_cstream_open(ch, upload_path(worker_service), deadline_ms, &u->st, err, errlen);
+    if (e) {
+        free(u);
+        return e;
+    }
+    *out = u;
+    return SM_OK;
+}
+
+sm_err sm_svc_upload_send(sm_svc_upload_stream *st, const sm_svc_upload_msg *msg, char *err,
+                          size_t errlen)
+{
+    Shmap__V1__UploadMsg p;
+    Shmap__V1__UploadHeader h;
+    Shmap__V1__Shape sh;
+    sm_svc_upload_msg_enc(msg, &p, &h, &sh);
+    return sm_rpc_cstream_send(st->st, &p.base, err, errlen);
+}
+
+sm_err sm_svc_upload_finish(sm_svc_upload_stream *st, sm_svc_upload_reply *reply, char *err,
+                            size_t errlen)
+{
+    ProtobufCMessage *m = NULL;
+    sm_err e = sm_rpc_cstream_finish(st->st, &shmap__v1__upload_reply__descriptor, &m, err, errlen);
+    free(st);
+    if (e)
+        return e;
+    const Shmap__V1__UploadReply *r = (const Shmap__V1__UploadReply *)m;
+    if (reply) {
+        reply->bytes = r->bytes;
+        reply->checksum = r->checksum;
+        reply->array_ready = r->array_ready != 0;
+    }
+    sm_rpc_msg_free(m);
+    return SM_OK;
+}
+
+void sm_svc_upload_abort(sm_svc_upload_stream *st)
+{
+    if (!st)
+        return;
+    sm_rpc_stream_free(st->st);
+    free(st);
+}
+
+/* ---- client: download ------------------------------------------------------------- */
+
+struct sm_svc_download_stream {
+    sm_rpc_stream *st;
+    ProtobufCMessage *cur; /* the message the last chunk points into */
+    const char *path;
+};
+
+sm_err sm_svc_download_open(sm_rpc_channel *ch, int worker_service, const sm_svc_download_req *req,
+                            int deadline_ms, sm_svc_download_stream **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    sm_svc_download_stream *d = calloc(1, sizeof *d);
+    if (!d)
+        return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a download stream");
+    d->path = worker_service ? SM_SVC_WORKER_PATH("GetShard") : SM_SVC_COORD_PATH("Download");
+    Shmap__V1__DownloadRequest p;
+    Shmap__V1__ArrayRef ar;
+    Shmap__V1__Box box;
+    int64_t boxbuf[2 * SM_MAX_RANK];
+    sm_svc_download_req_enc(req, &p, &ar, &box, boxbuf);
+    sm_err e = sm_rpc_sstream_open(ch, d->path, &p.base, deadline_ms, &d->st, err, errlen);
+    if (e) {
+        free(d);
+        return e;
+    }
+    *out = d;
+    return SM_OK;
+}
+
+sm_err sm_svc_download_recv(sm_svc_download_stream *st, sm_svc_chunk *chunk, int *end, char *err,
+                            size_t errlen)
+{
+    *end = 0;
+    sm_rpc_msg_free(st->cur);
+    st->cur = NULL;
+    sm_err e =
+        sm_rpc_sstream_recv(st->st, &shmap__v1__data_chunk__descriptor, &st->cur, err, errlen);
+    if (e)
+        return e;
+    if (!st->cur) {
+        *end = 1;
+        return SM_OK;
+    }
+    char tmp[SM_SVC_ERRLEN];
+    e = sm_svc_chunk_dec((const Shmap__V1__DataChunk *)st->cur, chunk, tmp, sizeof tmp);
+    return e ? sm_svc_bad_reply(st->path, tmp, err, errlen) : SM_OK;
+}
+
+void sm_svc_download_free(sm_svc_download_stream *st)
+{
+    if (!st)
+        return;
+    sm_rpc_msg_free(st->cur);
+    sm_rpc_stream_free(st->st);
+    free(st);
+}
+
+/* ---- server: upload --------------------------------------------------------------- */
+
+struct sm_svc_upload_in {
+    sm_rpc_call *call;
+    ProtobufCMessage *cur; /* the message the last msg points into */
+    int ended;
+};
+
+sm_err sm_svc_upload_recv(sm_svc_upload_in *in, sm_svc_upload_msg *msg, int *end, char *err,
+                          size_t errlen)
+{
+    *end = 0;
+    sm_rpc_msg_free(in->cur);
+    in->cur = NULL;
+    if (in->ended) {
+        *end = 1;
+        return SM_OK;
+    }
+    sm_err e = sm_rpc_recv(in->call, &in->cur, err, errlen);
+    if (e)
+        return e;
+    if (!in->cur) {
+        in->ended = 1;
+        *end = 1;
+        return SM_OK;
+    }
+    return sm_svc_upload_msg_dec((const Shmap__V1__UploadMsg *)in->cur, msg, err, errlen);
+}
+
+int sm_svc_upload_cancelled(sm_svc_upload_in *in)
+{
+    return sm_rpc_call_cancelled(in->call);
+}
+
+void sm_svc_serve_upload(sm_rpc_call *call, sm_svc_upload_fn fn, void *user)
+{
+    if (!fn) {
+        sm_svc_finish_unimplemented(call);
+        return;
+    }
+    sm_svc_upload_in in = {call, NULL, 0};
+    sm_svc_upload_reply out = {0};
+    char err[SM_SVC_ERRLEN] = "";
+    sm_err e = fn(user, &in, &out, err, sizeof err);
+    sm_rpc_msg_free(in.cur);
+    if (e) {
+        sm_svc_finish_err(call, e, err);
+        return;
+    }
+    Shmap__V1__UploadReply r;
+    shmap__v1__upload_reply__init(&r);
+    r.bytes = out.bytes;
+    r.checksum = out.checksum;
+    r.array_ready = out.array_ready != 0;
+    sm_rpc_finish(call, SM_OK, NULL, &r.base);
+}
+
+/* ---- server: download ------------------------------------------------------------- */
+
+struct sm_svc_download_out {
+    sm_rpc_call *call;
+};
+
+sm_err sm_svc_download_send(sm_svc_download_out *out, const sm_svc_chunk *chunk, char *err,
+                            size_t errlen)
+{
+    Shmap__V1__DataChunk p;
+    Shmap__V1__Shape sh;
+    sm_svc_chunk_enc(chunk, &p, &sh);
+    return sm_rpc_send(out->call, &p.base, err, errlen);
+}
+
+int sm_svc_download_cancelled(sm_svc_download_out *out)
+{
+    return sm_rpc_call_cancelled(out->call);
+}
+
+void sm_svc_serve_download(sm_rpc_call *call, sm_svc_download_fn fn, void *user)
+{
+    if (!fn) {
+        sm_svc_finish_unimplemented(call);
+        return;
+    }
+    ProtobufCMessage *m = sm_svc_recv_request(call);
+    if (!m)
+        return;
+    sm_svc_download_req req;
+    char err[SM_SVC_ERRLEN] = "";
+    sm_err e =
+        sm_svc_download_req_dec((const Shmap__V1__DownloadRequest *)m, &req, err, sizeof err);
+    if (!e) {
+        sm_svc_download_out out = {call};
+        e = fn(user, &req, &out, err, sizeof err);
+    }
+    sm_rpc_msg_free(m);
+    if (e) {
+        sm_svc_finish_err(call, e, err);
+        return;
+    }
+    sm_rpc_finish(call, SM_OK, NULL, NULL);
+}

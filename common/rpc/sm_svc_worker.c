@@ -1,0 +1,322 @@
+/* sm_svc_worker: the Worker service: adapters (decode, call the handler,
+ * encode) and client calls. PutShard and GetShard share the stream code of
+ * sm_svc_stream.c with Coordinator.Upload and Download. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sm_svc_internal.h"
+
+/* ---- AssembleRequest conversions ------------------------------------------------- */
+
+static Shmap__V1__AssembleRequest *assemble_enc(sm_arena *a, const sm_svc_assemble_req *req)
+{
+    Shmap__V1__AssembleRequest *p = sm_arena_alloc(a, sizeof *p);
+    if (!p)
+        return NULL;
+    shmap__v1__assemble_request__init(p);
+    p->array_id = req->array_id.v;
+    p->dtype = sm_svc_dtype_enc(req->dtype);
+    int ns = req->nshards > 0 ? req->nshards : 0;
+    if (!(p->shards = sm_arena_alloc(a, (size_t)(ns ? ns : 1) * sizeof *p->shards)))
+        return NULL;
+    p->n_shards = (size_t)ns;
+    for (int i = 0; i < ns; i++) {
+        const sm_svc_assemble_shard *s = &req->shards[i];
+        Shmap__V1__AssembleShard *q = sm_arena_alloc(a, sizeof *q);
+        int np = s->npieces > 0 ? s->npieces : 0;
+        if (!q)
+            return NULL;
+        shmap__v1__assemble_shard__init(q);
+        q->device = s->device;
+        q->shape = sm_svc_shape_enc(a, &s->shape);
+        q->pieces = sm_arena_alloc(a, (size_t)(np ? np : 1) * sizeof *q->pieces);
+        if (!q->shape || !q->pieces)
+            return NULL;
+        q->n_pieces = (size_t)np;
+        for (int k = 0; k < np; k++) {
+            const sm_svc_piece *pc = &s->pieces[k];
+            Shmap__V1__AssemblePiece *x = sm_arena_alloc(a, sizeof *x);
+            if (!x)
+                return NULL;
+            shmap__v1__assemble_piece__init(x);
+            x->src_address = (char *)(pc->src_address ? pc->src_address : "");
+            x->src_array = pc->src_array.v;
+            x->src_device = pc->src_device;
+            if (!(x->src_box = sm_svc_box_enc(a, &pc->src_box)))
+                return NULL;
+            x->n_dst_offset = sm_svc_rank(pc->src_box.rank);
+            x->dst_offset = (int64_t *)pc->dst_offset;
+            q->pieces[k] = x;
+        }
+        p->shards[i] = q;
+    }
+    return p;
+}
+
+static sm_err piece_dec(const Shmap__V1__AssemblePiece *p, const char *what, sm_svc_piece *out,
+                        char *err, size_t errlen)
+{
+    char sub[160];
+    sm_err e;
+    memset(out, 0, sizeof *out);
+    snprintf(sub, sizeof sub, "%s.src_address", what);
+    if ((e = sm_svc_str_dec(p->src_address, SM_ADDR_MAX, sub, NULL, err, errlen)))
+        return e;
+    snprintf(sub, sizeof sub, "%s.src_box", what);
+    if ((e = sm_svc_box_dec(p->src_box, sub, &out->src_box, err, errlen)))
+        return e;
+    if (p->n_dst_offset != (size_t)out->src_box.rank)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "%s has %zu dst_offset values but a src_box of rank %d; one per dimension",
+                       what, p->n_dst_offset, out->src_box.rank);
+    for (size_t d = 0; d < p->n_dst_offset; d++) {
+        if (p->dst_offset[d] < 0)
+            return sm_fail(err, errlen, SM_EINVAL, "%s.dst_offset[%zu] is %lld; must be >= 0", what,
+                           d, (long long)p->dst_offset[d]);
+        out->dst_offset[d] = p->dst_offset[d];
+    }
+    out->src_address = p->src_address ? p->src_address : "";
+    out->src_array.v = p->src_array;
+    out->src_device = p->src_device;
+    return SM_OK;
+}
+
+/* Decodes into arena memory (strings point into p). */
+static sm_err assemble_dec(const Shmap__V1__AssembleRequest *p, sm_arena *a,
+                           sm_svc_assemble_req *out, char *err, size_t errlen)
+{
+    char what[96];
+    sm_err e;
+    memset(out, 0, sizeof *out);
+    out->array_id.v = p->array_id;
+    if ((e = sm_svc_dtype_dec(p->dtype, "AssembleRequest.dtype", &out->dtype, err, errlen)) ||
+        (e = sm_svc_count_dec(p->n_shards, SM_MAX_WORKER_DEVICES, "AssembleRequest", "shards", err,
+                              errlen)))
+        return e;
+    out->shards = sm_arena_alloc(a, (p->n_shards ? p->n_shards : 1) * sizeof *out->shards);
+    if (!out->shards)
+        return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate %zu shards", p->n_shards);
+    for (size_t i = 0; i < p->n_shards; i++) {
+        const Shmap__V1__AssembleShard *q = p->shards[i];
+        sm_svc_assemble_shard *s = &out->shards[i];
+        snprintf(what, sizeof what, "AssembleRequest.shards[%zu]", i);
+        s->device = q->device;
+        if ((e = sm_svc_count_dec(q->n_pieces, SM_MAX_DEVICES, what, "pieces", err, errlen)))
+            return e;
+        char sub[128];
+        snprintf(sub, sizeof sub, "%s.shape", what);
+        if ((e = sm_svc_shape_dec(q->shape, sub, &s->shape, err, errlen)))
+            return e;
+        s->pieces = sm_arena_alloc(a, (q->n_pieces ? q->n_pieces : 1) * sizeof *s->pieces);
+        if (!s->pieces)
+            return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate %zu pieces", q->n_pieces);
+        for (size_t k = 0; k < q->n_pieces; k++) {
+            snprintf(sub, sizeof sub, "%s.pieces[%zu]", what, k);
+            if ((e = piece_dec(q->pieces[k], sub, &s->pieces[k], err, errlen)))
+                return e;
+        }
+        s->npieces = (int)q->n_pieces;
+    }
+    out->nshards = (int)p->n_shards;
+    return SM_OK;
+}
+
+/* ---- adapters ---------------------------------------------------------------------- */
+
+#define OP(c, name)                                                                                \
+    do {                                                                                           \
+        if (!(c)->worker->name) {                                                                  \
+            sm_svc_finish_unimplemented(call);                                                     \
+            return;                                                                                \
+        }                                                                                          \
+    } while (0)
+
+static void put_shard(sm_rpc_call *call, void *u)
+{
+    const sm_svc_ctx *c = u;
+    sm_svc_serve_upload(call, c->worker->put_shard, c->user);
+}
+
+static void get_shard(sm_rpc_call *call, void *u)
+{
+    const sm_svc_ctx *c = u;
+    sm_svc_serve_download(call, c->worker->get_shard, c->user);
+}
+
+static void free_array(sm_rpc_call *call, void *u)
+{
+    const sm_svc_ctx *c = u;
+    OP(c, free_array);
+    ProtobufCMessage *m = sm_svc_recv_request(call);
+    if (!m)
+        return;
+    const Shmap__V1__FreeArrayRequest *r = (const Shmap__V1__FreeArrayRequest *)m;
+    char err[SM_SVC_ERRLEN] = "";
+    sm_err e = sm_svc_count_dec(r->n_devices, SM_MAX_DEVICES, "FreeArrayRequest", "devices", err,
+                                sizeof err);
+    if (!e)
+        e = c->worker->free_array(c->user, (sm_array_id){r->array_id}, (int)r->n_devices,
+                                  r->devices, err, sizeof err);
+    sm_rpc_msg_free(m);
+    if (e) {
+        sm_svc_finish_err(call, e, err);
+        return;
+    }
+    Shmap__V1__Empty rep;
+    shmap__v1__empty__init(&rep);
+    sm_rpc_finish(call, SM_OK, NULL, &rep.base);
+}
+
+static void assemble(sm_rpc_call *call, void *u)
+{
+    const sm_svc_ctx *c = u;
+    OP(c, assemble);
+    ProtobufCMessage *m = sm_svc_recv_request(call);
+    if (!m)
+        return;
+    char err[SM_SVC_ERRLEN] = "";
+    sm_svc_assemble_req req;
+    int64_t bytes = 0;
+    sm_arena *a = sm_arena_create(0);
+    sm_err e = a ? assemble_dec((const Shmap__V1__AssembleRequest *)m, a, &req, err, sizeof err)
+                 : sm_fail(err, sizeof err, SM_ENOMEM, "cannot allocate a request");
+    if (!e)
+        e = c->worker->assemble(c->user, &req, &bytes, err, sizeof err);
+    if (a)
+        sm_arena_free(a);
+    sm_rpc_msg_free(m);
+    if (e) {
+        sm_svc_finish_err(call, e, err);
+        return;
+    }
+    Shmap__V1__AssembleReply rep;
+    shmap__v1__assemble_reply__init(&rep);
+    rep.bytes = bytes;
+    sm_rpc_finish(call, SM_OK, NULL, &rep.base);
+}
+
+static void stats(sm_rpc_call *call, void *u)
+{
+    const sm_svc_ctx *c = u;
+    OP(c, stats);
+    ProtobufCMessage *m = sm_svc_recv_request(call);
+    if (!m)
+        return;
+    sm_rpc_msg_free(m);
+    char err[SM_SVC_ERRLEN] = "";
+    sm_svc_worker_stats *out = calloc(1, sizeof *out);
+    sm_err e = out ? c->worker->stats(c->user, out, err, sizeof err)
+                   : sm_fail(err, sizeof err, SM_ENOMEM, "cannot allocate stats");
+    if (!e && (out->ndevices < 0 || out->ndevices > SM_MAX_WORKER_DEVICES))
+        e = sm_fail(err, sizeof err, SM_EINTERNAL, "the stats handler returned %d devices",
+                    out->ndevices);
+    if (e) {
+        free(out);
+        {
+            sm_svc_finish_err(call, e, err);
+            return;
+        }
+    }
+    Shmap__V1__WorkerStatsReply rep;
+    shmap__v1__worker_stats_reply__init(&rep);
+    rep.n_devices = rep.n_device_bytes = (size_t)out->ndevices;
+    rep.devices = out->devices;
+    rep.device_bytes = out->device_bytes;
+    rep.shards = out->shards;
+    sm_rpc_finish(call, SM_OK, NULL, &rep.base);
+    free(out);
+}
+
+sm_err sm_svc_worker_serve(sm_rpc_server *s, const sm_svc_worker_ops *ops, void *user,
+                           const char *server_name, char *err, size_t errlen)
+{
+    static const sm_svc_worker_ops none; /* ops NULL: every method UNIMPLEMENTED */
+    sm_svc_ctx *ctx = sm_svc_ctx_create(NULL, ops ? ops : &none, user, server_name);
+    if (!ctx)
+        return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate the worker adapters");
+    const sm_rpc_method rows[] = {
+#define ROW(name, kind, req, fn) {SM_SVC_WORKER_PATH(name), kind, &req##__descriptor, fn, ctx}
+        ROW("PutShard", SM_RPC_CLIENT_STREAM, shmap__v1__upload_msg, put_shard),
+        ROW("GetShard", SM_RPC_SERVER_STREAM, shmap__v1__download_request, get_shard),
+        ROW("FreeArray", SM_RPC_UNARY, shmap__v1__free_array_request, free_array),
+        ROW("Assemble", SM_RPC_UNARY, shmap__v1__assemble_request, assemble),
+        ROW("Stats", SM_RPC_UNARY, shmap__v1__empty, stats),
+#undef ROW
+    };
+    sm_err e = sm_svc_negotiate_add(s, SM_SVC_WORKER_PATH("Negotiate"), ctx, err, errlen);
+    for (size_t i = 0; !e && i < sizeof rows / sizeof rows[0]; i++)
+        e = sm_rpc_server_add(s, &rows[i], err, errlen);
+    return e;
+}
+
+/* ---- client calls ------------------------------------------------------------------ */
+
+sm_err sm_svc_worker_free_array(sm_rpc_channel *ch, int deadline_ms, sm_array_id id, int ndevices,
+                                const int32_t *devices, char *err, size_t errlen)
+{
+    Shmap__V1__FreeArrayRequest p;
+    shmap__v1__free_array_request__init(&p);
+    p.array_id = id.v;
+    p.n_devices = ndevices > 0 ? (size_t)ndevices : 0;
+    p.devices = (int32_t *)devices;
+    ProtobufCMessage *m;
+    sm_err e = sm_rpc_unary(ch, SM_SVC_WORKER_PATH("FreeArray"), &p.base,
+                            &shmap__v1__empty__descriptor, &m, deadline_ms, err, errlen);
+    if (!e)
+        sm_rpc_msg_free(m);
+    return e;
+}
+
+sm_err sm_svc_worker_assemble(sm_rpc_channel *ch, int deadline_ms, const sm_svc_assemble_req *req,
+                              int64_t *bytes, char *err, size_t errlen)
+{
+    sm_arena *a = sm_arena_create(0);
+    Shmap__V1__AssembleRequest *p = a ? assemble_enc(a, req) : NULL;
+    if (!p) {
+        if (a)
+            sm_arena_free(a);
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory encoding an assemble request");
+    }
+    ProtobufCMessage *m;
+    sm_err e = sm_rpc_unary(ch, SM_SVC_WORKER_PATH("Assemble"), &p->base,
+                            &shmap__v1__assemble_reply__descriptor, &m, deadline_ms, err, errlen);
+    sm_arena_free(a);
+    if (e)
+        return e;
+    if (bytes)
+        *bytes = ((const Shmap__V1__AssembleReply *)m)->bytes;
+    sm_rpc_msg_free(m);
+    return SM_OK;
+}
+
+sm_err sm_svc_worker_stats_get(sm_rpc_channel *ch, int deadline_ms, sm_svc_worker_stats *out,
+                               char *err, size_t errlen)
+{
+    const char *path = SM_SVC_WORKER_PATH("Stats");
+    Shmap__V1__Empty p;
+    shmap__v1__empty__init(&p);
+    ProtobufCMessage *m;
+    sm_err e = sm_rpc_unary(ch, path, &p.base, &shmap__v1__worker_stats_reply__descriptor, &m,
+                            deadline_ms, err, errlen);
+    if (e)
+        return e;
+    const Shmap__V1__WorkerStatsReply *r = (const Shmap__V1__WorkerStatsReply *)m;
+    char tmp[SM_SVC_ERRLEN];
+    memset(out, 0, sizeof *out);
+    e = sm_svc_count_dec(r->n_devices, SM_MAX_WORKER_DEVICES, "WorkerStatsReply", "devices", tmp,
+                         sizeof tmp);
+    if (!e && r->n_device_bytes != r->n_devices)
+        e = sm_fail(tmp, sizeof tmp, SM_EINVAL,
+                    "WorkerStatsReply has %zu devices but %zu device_bytes", r->n_devices,
+                    r->n_device_bytes);
+    if (!e) {
+        out->ndevices = (int)r->n_devices;
+        sm_svc_copy(out->devices, r->devices, r->n_devices * sizeof *r->devices);
+        sm_svc_copy(out->device_bytes, r->device_bytes,
+                    r->n_device_bytes * sizeof *r->device_bytes);
+        out->shards = r->shards;
+    }
+    sm_rpc_msg_free(m);
+    return e ? sm_svc_bad_reply(path, tmp, err, errlen) : SM_OK;
+}
