@@ -34,3 +34,29 @@ void sm_array_info_list_free(sm_array_info *list, int n)
         sm_array_info_free(&list[i]);
     free(list);
 }
+
+const char *sm_job_state_name(sm_job_state s)
+{
+    switch (s) {
+    case SM_JOB_QUEUED:
+        return "queued";
+    case SM_JOB_RUNNING:
+        return "running";
+    case SM_JOB_DONE:
+        return "done";
+    case SM_JOB_FAILED:
+        return "failed";
+    case SM_JOB_CANCELLED:
+        return "cancelled";
+    }
+    return "?";
+}
+
+void sm_job_info_free(sm_job_info *info)
+{
+    if (!info)
+        return;
+    sm_array_info_list_free(info->outputs, info->noutputs);
+    info->outputs = NULL;
+    info->noutputs = 0;
+}

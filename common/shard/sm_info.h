@@ -105,4 +105,28 @@ void sm_array_info_free(sm_array_info *info);
 /* Frees every entry's shards, then the list itself (free). */
 void sm_array_info_list_free(sm_array_info *list, int n);
 
+typedef enum {
+    SM_JOB_QUEUED = 1,
+    SM_JOB_RUNNING = 2,
+    SM_JOB_DONE = 3,
+    SM_JOB_FAILED = 4,
+    SM_JOB_CANCELLED = 5,
+} sm_job_state;
+
+/* "queued", "running", "done", "failed", "cancelled" ("?" otherwise). */
+const char *sm_job_state_name(sm_job_state s);
+
+typedef struct {
+    sm_job_id id;
+    sm_job_state state;
+    char error[1024]; /* why FAILED or CANCELLED */
+    int noutputs;
+    sm_array_info *outputs; /* owned; when DONE, one per returned value, in order */
+    int64_t queued_us;      /* submit to start */
+    int64_t run_us;         /* start to end */
+} sm_job_info;
+
+/* Frees the outputs (and their shards); the struct itself is the caller's. */
+void sm_job_info_free(sm_job_info *info);
+
 #endif

@@ -1,0 +1,390 @@
+/* Reductions (sum mean max min over a set of axes), the collective helpers
+ * accumulate and scale.
+ *
+ * The input's dims are collapsed into alternating kept/reduced groups. When
+ * the last group is reduced, each output element combines contiguous runs,
+ * each summed over 16 lanes and folded by a fixed tree; when the last group
+ * is kept, whole rows are accumulated elementwise into an accumulator row.
+ * Either way the order is fixed by the shape alone, so results are bitwise
+ * reproducible. f32 sums accumulate in f64; integer sums wrap. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "sm_kern_impl.h"
+
+static const char *const reduce_names[] = {
+#define SMK_NAME(e, name) name,
+    SM_KERN_REDUCE_LIST(SMK_NAME)
+#undef SMK_NAME
+};
+_Static_assert(sizeof reduce_names / sizeof *reduce_names == SM_KERN_REDUCE_COUNT, "names");
+
+const char *sm_kern_reduce_name(sm_kern_reduce_op op)
+{
+    return (unsigned)op < SM_KERN_REDUCE_COUNT ? reduce_names[op] : "?";
+}
+
+/* A reduction kit for one (op, dtype): accumulator element size and four
+ * typed loops over accumulators of type A. */
+typedef struct {
+    size_t asz;
+    void (*init)(void *acc, int64_t n);
+    void (*row)(void *acc1, const void *x, int64_t n); /* *acc1 op= reduce(x[0..n)) */
+    void (*col)(void *acc, const void *x, int64_t n);  /* acc[i] op= x[i] */
+    void (*fin)(void *out, const void *acc, int64_t n, double count, int mean);
+} smk_red_kit;
+
+#define SMK_ADD(a, v)  ((a) + (v))
+#define SMK_FMAX(a, v) (((a) >= (v) || (a) != (a)) ? (a) : (v))
+#define SMK_FMIN(a, v) (((a) <= (v) || (a) != (a)) ? (a) : (v))
+#define SMK_IMAX(a, v) ((a) > (v) ? (a) : (v))
+#define SMK_IMIN(a, v) ((a) < (v) ? (a) : (v))
+
+#define SMK_RED_KIT(name, T, A, IDENT, COMB)                                                       \
+    static void red_init_##name(void *acc_, int64_t n)                                             \
+    {                                                                                              \
+        A *acc = acc_;                                                                             \
+        SMK_FOR(i, n, { acc[i] = (IDENT); });                                                      \
+    }                                                                                              \
+    static void red_row_##name(void *acc1, const void *x_, int64_t n)                              \
+    {                                                                                              \
+        const T *x = x_;                                                                           \
+        A l[16];                                                                                   \
+        for (int k = 0; k < 16; k++)                                                               \
+            l[k] = (IDENT);                                                                        \
+        int64_t i = 0;                                                                             \
+        for (; i + 16 <= n; i += 16)                                                               \
+            for (int k = 0; k < 16; k++) {                                                         \
+                A a = l[k], v = (A)x[i + k];                                                       \
+                l[k] = COMB(a, v);                                                                 \
+            }                                                                                      \
+        for (int k = 0; i + k < n; k++) {                                                          \
+            A a = l[k], v = (A)x[i + k];                                                           \
+            l[k] = COMB(a, v);                                                                     \
+        }                                                                                          \
+        for (int w = 8; w >= 1; w >>= 1)                                                           \
+            for (int k = 0; k < w; k++) {                                                          \
+                A a = l[k], v = l[k + w];                                                          \
+                l[k] = COMB(a, v);                                                                 \
+            }                                                                                      \
+        A a = *(A *)acc1, v = l[0];                                                                \
+        *(A *)acc1 = COMB(a, v);                                                                   \
+    }                                                                                              \
+    static inline void red_col_##name##_r(A *restrict acc, const T *restrict x, int64_t n)         \
+    {                                                                                              \
+        SMK_FOR(i, n, {                                                                            \
+            A a = acc[i], v = (A)x[i];                                                             \
+            acc[i] = COMB(a, v);                                                                   \
+        });                                                                                        \
+    }                                                                                              \
+    static void red_col_##name(void *acc, const void *x, int64_t n)                                \
+    {                                                                                              \
+        red_col_##name##_r(acc, x, n);                                                             \
+    }                                                                                              \
+    static inline void red_fin_##name##_r(T *restrict out, const A *restrict acc, int64_t n,       \
+                                          double count, int mean)                                  \
+    {                                                                                              \
+        if (mean)                                                                                  \
+            for (int64_t i = 0; i < n; i++)                                                        \
+                out[i] = (T)((double)acc[i] / count);                                              \
+        else                                                                                       \
+            SMK_FOR(i, n, { out[i] = (T)acc[i]; });                                                \
+    }                                                                                              \
+    static void red_fin_##name(void *out, const void *acc, int64_t n, double count, int mean)      \
+    {                                                                                              \
+        red_fin_##name##_r(out, acc, n, count, mean);                                              \
+    }                                                                                              \
+    static const smk_red_kit red_kit_##name = {sizeof(A), red_init_##name, red_row_##name,         \
+                                               red_col_##name, red_fin_##name};
+
+SMK_RED_KIT(sum_f32, float, double, 0.0, SMK_ADD)
+SMK_RED_KIT(sum_f64, double, double, 0.0, SMK_ADD)
+SMK_RED_KIT(sum_i32, int32_t, uint32_t, 0, SMK_ADD)
+SMK_RED_KIT(sum_i64, int64_t, uint64_t, 0, SMK_ADD)
+SMK_RED_KIT(sum_u8, uint8_t, uint8_t, 0, SMK_ADD)
+SMK_RED_KIT(max_f32, float, float, -INFINITY, SMK_FMAX)
+SMK_RED_KIT(max_f64, double, double, -INFINITY, SMK_FMAX)
+SMK_RED_KIT(max_i32, int32_t, int32_t, INT32_MIN, SMK_IMAX)
+SMK_RED_KIT(max_i64, int64_t, int64_t, INT64_MIN, SMK_IMAX)
+SMK_RED_KIT(max_u8, uint8_t, uint8_t, 0, SMK_IMAX)
+SMK_RED_KIT(min_f32, float, float, INFINITY, SMK_FMIN)
+SMK_RED_KIT(min_f64, double, double, INFINITY, SMK_FMIN)
+SMK_RED_KIT(min_i32, int32_t, int32_t, INT32_MAX, SMK_IMIN)
+SMK_RED_KIT(min_i64, int64_t, int64_t, INT64_MAX, SMK_IMIN)
+SMK_RED_KIT(min_u8, uint8_t, uint8_t, 255, SMK_IMIN)
+SMK_RED_KIT(min_bool, uint8_t, uint8_t, 1, SMK_IMIN)
+
+static const smk_red_kit *const red_kits[SM_KERN_REDUCE_COUNT][SM_DTYPE_COUNT] = {
+    [SM_KERN_SUM] = {[SM_F32] = &red_kit_sum_f32,
+                     [SM_F64] = &red_kit_sum_f64,
+                     [SM_I32] = &red_kit_sum_i32,
+                     [SM_I64] = &red_kit_sum_i64,
+                     [SM_U8] = &red_kit_sum_u8},
+    [SM_KERN_MEAN] = {[SM_F32] = &red_kit_sum_f32, [SM_F64] = &red_kit_sum_f64},
+    [SM_KERN_MAX] = {[SM_F32] = &red_kit_max_f32,
+                     [SM_F64] = &red_kit_max_f64,
+                     [SM_I32] = &red_kit_max_i32,
+                     [SM_I64] = &red_kit_max_i64,
+                     [SM_U8] = &red_kit_max_u8,
+                     [SM_BOOL] = &red_kit_max_u8},
+    [SM_KERN_MIN] = {[SM_F32] = &red_kit_min_f32,
+                     [SM_F64] = &red_kit_min_f64,
+                     [SM_I32] = &red_kit_min_i32,
+                     [SM_I64] = &red_kit_min_i64,
+                     [SM_U8] = &red_kit_min_u8,
+                     [SM_BOOL] = &red_kit_min_bool},
+};
+
+/* One accumulator of any kit, suitably aligned. */
+typedef union {
+    double d;
+    uint64_t u;
+} smk_acc1;
+
+/* Marks the reduced dims of xs in red[]; SM_EINVAL for a bad or repeated axis. */
+static sm_err red_axes(const sm_shape *xs, const int *axes, int naxes, int *red, char *err,
+                       size_t errlen)
+{
+    char b[128];
+    for (int d = 0; d < xs->rank; d++)
+        red[d] = naxes < 0;
+    for (int i = 0; i < naxes; i++) {
+        int ax = smk_axis(axes[i], xs->rank);
+        if (ax < 0)
+            return sm_fail(err, errlen, SM_EINVAL, "reduction axis %d is out of range for shape %s",
+                           axes[i], smk_fmt(xs, b, sizeof b));
+        if (red[ax])
+            return sm_fail(err, errlen, SM_EINVAL, "reduction axis %d is repeated for shape %s",
+                           axes[i], smk_fmt(xs, b, sizeof b));
+        red[ax] = 1;
+    }
+    return SM_OK;
+}
+
+sm_err sm_kern_reduce_shape(const sm_shape *xs, const int *axes, int naxes, int keepdims,
+                            sm_shape *out, char *err, size_t errlen)
+{
+    int red[SM_MAX_RANK];
+    sm_err e = red_axes(xs, axes, naxes, red, err, errlen);
+    if (e)
+        return e;
+    sm_shape o = {0};
+    for (int d = 0; d < xs->rank; d++) {
+        if (!red[d])
+            o.dims[o.rank++] = xs->dims[d];
+        else if (keepdims)
+            o.dims[o.rank++] = 1;
+    }
+    *out = o;
+    return SM_OK;
+}
+
+/* Fills loop l (one operand) with the given groups plus a trailing unit dim,
+ * so a cursor walks every combination of them. */
+static void red_loop(smk_loop *l, const int64_t *gd, const int64_t *gs, const int *gk, int from,
+                     int to, int kind)
+{
+    l->nops = 1;
+    l->rank = 0;
+    for (int g = from; g < to; g++)
+        if (gk[g] == kind) {
+            l->dims[l->rank] = gd[g];
+            l->st[0][l->rank++] = gs[g];
+        }
+    l->dims[l->rank] = 1;
+    l->st[0][l->rank++] = 0;
+}
+
+sm_err sm_kern_reduce(sm_kern_reduce_op op, sm_dtype t, const void *x, const sm_shape *xs,
+                      const int *axes, int naxes, int keepdims, void *out, char *err, size_t errlen)
+{
+    if ((unsigned)op >= SM_KERN_REDUCE_COUNT)
+        return sm_fail(err, errlen, SM_EINVAL, "unknown reduction %d", (int)op);
+    if ((unsigned)t >= SM_DTYPE_COUNT || !red_kits[op][t])
+        return sm_fail(err, errlen, SM_EUNSUPPORTED, "%s does not support dtype %s",
+                       reduce_names[op], sm_dtype_name(t));
+    int red[SM_MAX_RANK];
+    sm_err e = red_axes(xs, axes, naxes, red, err, errlen);
+    if (e)
+        return e;
+    const smk_red_kit *kit = red_kits[op][t];
+    size_t esz = smk_elem(t);
+    int mean = op == SM_KERN_MEAN;
+    int64_t count = 1, onum = 1;
+    for (int d = 0; d < xs->rank; d++) {
+        if (red[d])
+            count *= xs->dims[d];
+        else
+            onum *= xs->dims[d];
+    }
+    if (onum == 0)
+        return SM_OK;
+    if (count == 0) { /* empty reduction: the identity (NaN for mean) */
+        smk_acc1 acc;
+        for (int64_t i = 0; i < onum; i++) {
+            kit->init(&acc, 1);
+            kit->fin((char *)out + i * (int64_t)esz, &acc, 1, 0.0, mean);
+        }
+        return SM_OK;
+    }
+    /* Collapse into alternating groups (kind 1 = reduced). */
+    int64_t gd[SM_MAX_RANK], gs[SM_MAX_RANK];
+    int gk[SM_MAX_RANK], G = 0;
+    for (int d = 0; d < xs->rank; d++) {
+        if (xs->dims[d] == 1)
+            continue;
+        if (G > 0 && gk[G - 1] == red[d]) {
+            gd[G - 1] *= xs->dims[d];
+        } else {
+            gk[G] = red[d];
+            gd[G++] = xs->dims[d];
+        }
+    }
+    if (G == 0) {
+        gk[0] = 0;
+        gd[0] = 1;
+        G = 1;
+    }
+    gs[G - 1] = 1;
+    for (int g = G - 2; g >= 0; g--)
+        gs[g] = gs[g + 1] * gd[g + 1];
+
+    int64_t L = gd[G - 1];
+    smk_loop lk, lr;
+    smk_cursor ck, cr;
+    const char *xb = x;
+    char *ob = out;
+    double dcount = (double)count;
+    if (gk[G - 1]) { /* last group reduced: one accumulator per output element */
+        red_loop(&lk, gd, gs, gk, 0, G, 0);
+        red_loop(&lr, gd, gs, gk, 0, G - 1, 1);
+        smk_acc1 acc;
+        int64_t nk = smk_cursor_init(&lk, &ck);
+        for (int64_t o = 0; o < nk; o++) {
+            kit->init(&acc, 1);
+            int64_t nr = smk_cursor_init(&lr, &cr);
+            for (int64_t r = 0; r < nr; r++) {
+                kit->row(&acc, xb + (ck.off[0] + cr.off[0]) * (int64_t)esz, L);
+                smk_cursor_next(&lr, &cr);
+            }
+            kit->fin(ob + o * (int64_t)esz, &acc, 1, dcount, mean);
+            smk_cursor_next(&lk, &ck);
+        }
+        return SM_OK;
+    }
+    /* last group kept: an accumulator row of L */
+    void *acc = malloc((size_t)L * kit->asz);
+    if (!acc)
+        return sm_fail(err, errlen, SM_ENOMEM, "no memory for a reduction row of %lld",
+                       (long long)L);
+    red_loop(&lk, gd, gs, gk, 0, G - 1, 0);
+    red_loop(&lr, gd, gs, gk, 0, G, 1);
+    int64_t nk = smk_cursor_init(&lk, &ck);
+    for (int64_t o = 0; o < nk; o++) {
+        kit->init(acc, L);
+        int64_t nr = smk_cursor_init(&lr, &cr);
+        for (int64_t r = 0; r < nr; r++) {
+            kit->col(acc, xb + (ck.off[0] + cr.off[0]) * (int64_t)esz, L);
+            smk_cursor_next(&lr, &cr);
+        }
+        kit->fin(ob + o * L * (int64_t)esz, acc, L, dcount, mean);
+        smk_cursor_next(&lk, &ck);
+    }
+    free(acc);
+    return SM_OK;
+}
+
+/* ---- collective helpers --------------------------------------------------------------------- */
+
+/* One typed accumulate loop per (dtype, op), restrict parameters. */
+#define SMK_ACC_DEF(name, T, A, COMB)                                                              \
+    static inline void name##_r(T *restrict d, const T *restrict s, int64_t n)                     \
+    {                                                                                              \
+        SMK_FOR(i, n, {                                                                            \
+            A a = (A)d[i], v = (A)s[i];                                                            \
+            d[i] = (T)COMB(a, v);                                                                  \
+        });                                                                                        \
+    }                                                                                              \
+    static void name(void *d, const void *s, int64_t n)                                            \
+    {                                                                                              \
+        name##_r(d, s, n);                                                                         \
+    }
+SMK_ACC_DEF(acc_sum_f32, float, float, SMK_ADD)
+SMK_ACC_DEF(acc_sum_f64, double, double, SMK_ADD)
+SMK_ACC_DEF(acc_sum_i32, int32_t, uint32_t, SMK_ADD)
+SMK_ACC_DEF(acc_sum_i64, int64_t, uint64_t, SMK_ADD)
+SMK_ACC_DEF(acc_sum_u8, uint8_t, uint8_t, SMK_ADD)
+SMK_ACC_DEF(acc_max_f32, float, float, SMK_FMAX)
+SMK_ACC_DEF(acc_max_f64, double, double, SMK_FMAX)
+SMK_ACC_DEF(acc_max_i32, int32_t, int32_t, SMK_IMAX)
+SMK_ACC_DEF(acc_max_i64, int64_t, int64_t, SMK_IMAX)
+SMK_ACC_DEF(acc_max_u8, uint8_t, uint8_t, SMK_IMAX)
+SMK_ACC_DEF(acc_min_f32, float, float, SMK_FMIN)
+SMK_ACC_DEF(acc_min_f64, double, double, SMK_FMIN)
+SMK_ACC_DEF(acc_min_i32, int32_t, int32_t, SMK_IMIN)
+SMK_ACC_DEF(acc_min_i64, int64_t, int64_t, SMK_IMIN)
+SMK_ACC_DEF(acc_min_u8, uint8_t, uint8_t, SMK_IMIN)
+
+typedef void (*smk_acc_fn)(void *d, const void *s, int64_t n);
+#define SMK_ACC_FN(f) (f)
+
+/* Bool max/min are u8 max/min; bool sum is not defined. */
+static smk_acc_fn acc_fn(sm_kern_reduce_op op, sm_dtype t)
+{
+#define SMK_ACC_ROW(OP)                                                                            \
+    switch (t) {                                                                                   \
+    case SM_F32:                                                                                   \
+        return SMK_ACC_FN(acc_##OP##_f32);                                                         \
+    case SM_F64:                                                                                   \
+        return SMK_ACC_FN(acc_##OP##_f64);                                                         \
+    case SM_I32:                                                                                   \
+        return SMK_ACC_FN(acc_##OP##_i32);                                                         \
+    case SM_I64:                                                                                   \
+        return SMK_ACC_FN(acc_##OP##_i64);                                                         \
+    case SM_U8:                                                                                    \
+        return SMK_ACC_FN(acc_##OP##_u8);                                                          \
+    case SM_BOOL:                                                                                  \
+        return op == SM_KERN_SUM ? NULL : SMK_ACC_FN(acc_##OP##_u8);                               \
+    default:                                                                                       \
+        return NULL;                                                                               \
+    }
+    switch (op) {
+    case SM_KERN_SUM:
+        SMK_ACC_ROW(sum)
+    case SM_KERN_MAX:
+        SMK_ACC_ROW(max)
+    case SM_KERN_MIN:
+        SMK_ACC_ROW(min)
+    default:
+        return NULL;
+    }
+#undef SMK_ACC_ROW
+}
+
+sm_err sm_kern_accumulate(sm_dtype t, void *dst, const void *src, int64_t n, sm_kern_reduce_op op,
+                          char *err, size_t errlen)
+{
+    smk_acc_fn fn = acc_fn(op, t);
+    if (!fn)
+        return sm_fail(err, errlen, SM_EUNSUPPORTED, "accumulate %s does not support dtype %s",
+                       sm_kern_reduce_name(op), sm_dtype_name(t));
+    fn(dst, src, n);
+    return SM_OK;
+}
+
+sm_err sm_kern_scale(sm_dtype t, void *x, int64_t n, double factor, char *err, size_t errlen)
+{
+    if (t == SM_F32) {
+        float *p = x;
+        float f = (float)factor;
+        SMK_FOR(i, n, { p[i] *= f; });
+    } else if (t == SM_F64) {
+        double *p = x;
+        SMK_FOR(i, n, { p[i] *= factor; });
+    } else {
+        return sm_fail(err, errlen, SM_EUNSUPPORTED, "scale does not support dtype %s",
+                       sm_dtype_name(t));
+    }
+    return SM_OK;
+}

@@ -1,0 +1,129 @@
+/* sm_svc_job: the shard_map job part of shmap.v1 (SubmitJob, WaitJob,
+ * GetJob, CancelJob on the coordinator; RunJob, CancelJob, Exchange on the
+ * workers) in plain C types, with the same conventions as sm_svc.h
+ * (borrowed requests, replies owned by the receiver, one-sentence errors,
+ * deadlines in ms on every client call, handlers on rpc handler threads).
+ *
+ * Programs cross this API as sm_program (common/ir). The conversion to and
+ * from the protobuf Program lives in common/rpc: it replays the program
+ * through the IR builder, so a decoded program is fully type-checked (but
+ * the replication check is the receiver's to run with sm_program_verify). */
+#ifndef SM_SVC_JOB_H
+#define SM_SVC_JOB_H
+
+#include "sm_ir.h"
+#include "sm_svc.h"
+
+/* ---- coordinator ---------------------------------------------------------- */
+
+typedef struct {
+    /* Client side: borrowed. Server side: owned by the handler, which frees
+     * it with sm_program_free (or keeps it and frees it later). */
+    sm_program *program;
+    int nargs;
+    sm_array_ref *args; /* one per parameter */
+    int nout_names;
+    const char **out_names; /* "" or NULL entries: unnamed */
+    int check_vma;          /* 1 by default */
+    uint32_t deadline_ms;   /* 0: none */
+} sm_svc_submit_req;
+
+typedef struct {
+    /* Returns at once with the new job's id; the job runs asynchronously. */
+    sm_err (*submit)(void *user, sm_svc_submit_req *req, sm_job_id *out, char *err, size_t errlen);
+    /* Waits up to wait_ms for the job to end, then describes it. */
+    sm_err (*wait)(void *user, sm_job_id id, uint32_t wait_ms, sm_job_info *out, char *err,
+                   size_t errlen);
+    sm_err (*get)(void *user, sm_job_id id, sm_job_info *out, char *err, size_t errlen);
+    /* Cancels a queued or running job (no-op for an ended one); describes it. */
+    sm_err (*cancel)(void *user, sm_job_id id, sm_job_info *out, char *err, size_t errlen);
+} sm_svc_coord_job_ops;
+
+/* Registers SubmitJob, WaitJob, GetJob and CancelJob on s (before start). */
+sm_err sm_svc_coord_jobs_serve(sm_rpc_server *s, const sm_svc_coord_job_ops *ops, void *user,
+                               char *err, size_t errlen);
+
+sm_err sm_svc_job_submit(sm_rpc_channel *ch, int deadline_ms, const sm_svc_submit_req *req,
+                         sm_job_id *out, char *err, size_t errlen);
+/* The call's own deadline is wait_ms plus deadline_ms. */
+sm_err sm_svc_job_wait(sm_rpc_channel *ch, int deadline_ms, sm_job_id id, uint32_t wait_ms,
+                       sm_job_info *out, char *err, size_t errlen);
+sm_err sm_svc_job_get(sm_rpc_channel *ch, int deadline_ms, sm_job_id id, sm_job_info *out,
+                      char *err, size_t errlen);
+sm_err sm_svc_job_cancel(sm_rpc_channel *ch, int deadline_ms, sm_job_id id, sm_job_info *out,
+                         char *err, size_t errlen);
+
+/* ---- worker --------------------------------------------------------------- */
+
+typedef struct {
+    char address[SM_ADDR_MAX];
+    int ndevices;
+    int32_t devices[SM_MAX_WORKER_DEVICES];
+} sm_svc_peer;
+
+typedef struct {
+    sm_job_id job_id;
+    sm_program *program; /* as in sm_svc_submit_req; mesh inline with devices */
+    int ninputs;
+    sm_array_id *inputs; /* one per parameter, laid out as the in_specs need */
+    int noutputs;
+    sm_array_id *outputs; /* ids to store the outputs under */
+    int npeers;
+    sm_svc_peer *peers; /* every worker of the mesh, this one included */
+    uint32_t deadline_ms;
+} sm_svc_run_job_req;
+
+/* One block of a collective pushed worker to worker (Worker.Exchange). */
+typedef struct {
+    sm_job_id job_id;
+    uint32_t seq;
+    int32_t src_device;
+    int32_t dst_device; /* -1: every device of the receiver that needs it */
+    int64_t offset;
+    const void *data; /* borrowed (send) / valid until the next recv */
+    size_t len;
+    int64_t total_bytes;
+    int last;
+    uint64_t checksum;
+} sm_svc_coll_msg;
+
+typedef struct sm_svc_coll_in sm_svc_coll_in;
+/* Server side: next message; SM_OK with *end = 1 at the end of the stream. */
+sm_err sm_svc_coll_recv(sm_svc_coll_in *in, sm_svc_coll_msg *msg, int *end, char *err,
+                        size_t errlen);
+
+typedef struct {
+    /* Runs the job on every local device of the mesh; returns when all are
+     * done (or one failed: then nothing is stored). */
+    sm_err (*run_job)(void *user, sm_svc_run_job_req *req, int64_t *output_bytes, char *err,
+                      size_t errlen);
+    sm_err (*cancel_job)(void *user, sm_job_id id, char *err, size_t errlen);
+    /* Receives a stream of collective blocks from a peer. */
+    sm_err (*exchange)(void *user, sm_svc_coll_in *in, int64_t *bytes, char *err, size_t errlen);
+} sm_svc_worker_job_ops;
+
+sm_err sm_svc_worker_jobs_serve(sm_rpc_server *s, const sm_svc_worker_job_ops *ops, void *user,
+                                char *err, size_t errlen);
+
+sm_err sm_svc_worker_run_job(sm_rpc_channel *ch, int deadline_ms, const sm_svc_run_job_req *req,
+                             int64_t *output_bytes, char *err, size_t errlen);
+sm_err sm_svc_worker_cancel_job(sm_rpc_channel *ch, int deadline_ms, sm_job_id id, char *err,
+                                size_t errlen);
+
+typedef struct sm_svc_coll_stream sm_svc_coll_stream;
+sm_err sm_svc_coll_open(sm_rpc_channel *ch, int deadline_ms, sm_svc_coll_stream **out, char *err,
+                        size_t errlen);
+sm_err sm_svc_coll_send(sm_svc_coll_stream *st, const sm_svc_coll_msg *msg, char *err,
+                        size_t errlen);
+/* Half-closes, waits for the ack, frees the stream. bytes may be NULL. */
+sm_err sm_svc_coll_finish(sm_svc_coll_stream *st, int64_t *bytes, char *err, size_t errlen);
+void sm_svc_coll_abort(sm_svc_coll_stream *st);
+
+/* Program <-> bytes of the protobuf Program message, for tests and tools
+ * that store programs (e.g. a job's program in a log). *out is malloc'd. */
+sm_err sm_svc_program_encode(const sm_program *p, uint8_t **out, size_t *len, char *err,
+                             size_t errlen);
+sm_err sm_svc_program_decode(const uint8_t *buf, size_t len, sm_program **out, char *err,
+                             size_t errlen);
+
+#endif
