@@ -1,0 +1,43 @@
+/* agent: the worker's side of its relation with the coordinator, on one
+ * background thread: register (retrying with backoff until the coordinator
+ * answers), install the identity it hands out (worker id, global device ids,
+ * process index) in the store, then heartbeat every heartbeat_ms with the
+ * bytes held per device. A heartbeat answered with known = 0 (the
+ * coordinator restarted) frees every shard and registers again.
+ *
+ * Threads: sm_agent_start/sm_agent_stop from one thread (main);
+ * sm_agent_identity from any thread. */
+#ifndef SM_WORKER_AGENT_H
+#define SM_WORKER_AGENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sm_err.h"
+#include "sm_svc.h"
+#include "store.h"
+
+typedef struct {
+    const char *coordinator; /* "host:port" */
+    const char *token;       /* NULL or "" for none */
+    const char *address;     /* this worker's advertised "host:port" */
+    const char *host;        /* host name reported at registration; NULL ok */
+    int ndevices;
+    int process_index; /* -1: let the coordinator assign one */
+    sm_store *store;   /* borrowed; must outlive the agent */
+} sm_agent_config;
+
+typedef struct sm_agent sm_agent;
+
+/* Copies cfg's strings and starts the thread. On SM_OK *out is owned by the
+ * caller and released with sm_agent_stop. */
+sm_err sm_agent_start(const sm_agent_config *cfg, sm_agent **out, char *err, size_t errlen);
+
+/* Wakes the thread, waits for it (at most one call in flight, bounded by
+ * its deadline) and frees the agent. NULL ok. */
+void sm_agent_stop(sm_agent *a);
+
+/* 1 and *out filled while registered, else 0. */
+int sm_agent_identity(sm_agent *a, sm_svc_register_reply *out);
+
+#endif

@@ -1,0 +1,212 @@
+#include "assemble.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sm_log.h"
+
+typedef struct {
+    sm_handlers *h;
+    const sm_svc_assemble_req *req;
+    sm_store_shard **shards;
+    pthread_mutex_t mu;
+    int next;   /* next shard index to fill */
+    sm_err err; /* first failure */
+    char msg[1024];
+} assemble_job;
+
+static int piece_is_local(const sm_handlers *h, const sm_svc_piece *p)
+{
+    return !p->src_address || !*p->src_address ||
+           (h->self_address && !strcmp(p->src_address, h->self_address));
+}
+
+/* Checks a piece's placement in the new shard (the source side is checked
+ * where the source is: here for local pieces, by the peer for remote ones). */
+static sm_err piece_check(const sm_svc_piece *p, const sm_shape *dst, char *err, size_t errlen)
+{
+    char b1[160], b2[96];
+    if (p->src_box.rank != dst->rank)
+        return sm_fail(err, errlen, SM_EINVAL, "its box %s has rank %d but the new shard %s has %d",
+                       sm_index_format(&p->src_box, b1, sizeof b1), p->src_box.rank,
+                       sm_shape_format(dst, b2, sizeof b2), dst->rank);
+    for (int d = 0; d < dst->rank; d++) {
+        int64_t ext = p->src_box.r[d].stop - p->src_box.r[d].start;
+        if (p->src_box.r[d].start < 0 || ext < 0 || p->dst_offset[d] < 0 ||
+            p->dst_offset[d] > dst->dims[d] || ext > dst->dims[d] - p->dst_offset[d])
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "its box %s at offset %lld of dimension %d does not fit the new "
+                           "shard %s",
+                           sm_index_format(&p->src_box, b1, sizeof b1), (long long)p->dst_offset[d],
+                           d, sm_shape_format(dst, b2, sizeof b2));
+    }
+    return SM_OK;
+}
+
+static sm_err piece_copy_local(sm_handlers *h, const sm_svc_piece *p, sm_dtype t,
+                               sm_store_shard *dst, char *err, size_t errlen)
+{
+    sm_store_shard *src = NULL;
+    int64_t src_off[SM_MAX_RANK], extent[SM_MAX_RANK];
+    sm_err e = sm_store_get(h->store, p->src_array, p->src_device, &src, err, errlen);
+    if (e)
+        return e;
+    if (src->dtype != t) {
+        e = sm_fail(err, errlen, SM_EINVAL, "the source shard is %s, the new array %s",
+                    sm_dtype_name(src->dtype), sm_dtype_name(t));
+        goto done;
+    }
+    if ((e = sm_handlers_check_box(&p->src_box, &src->shape, err, errlen)))
+        goto done;
+    for (int d = 0; d < p->src_box.rank; d++) {
+        src_off[d] = p->src_box.r[d].start;
+        extent[d] = p->src_box.r[d].stop - p->src_box.r[d].start;
+    }
+    e = sm_block_copy(dst->data, &dst->shape, p->dst_offset, src->data, &src->shape, src_off,
+                      extent, sm_dtype_size(t), err, errlen);
+done:
+    sm_store_shard_release(src);
+    return e;
+}
+
+/* Fills shard i from its pieces; on failure writes the job's message. */
+static sm_err assemble_one(assemble_job *job, int i, char *err, size_t errlen)
+{
+    const sm_svc_assemble_shard *s = &job->req->shards[i];
+    sm_store_shard *dst = job->shards[i];
+    char inner[768];
+    for (int k = 0; k < s->npieces; k++) {
+        const sm_svc_piece *p = &s->pieces[k];
+        int local = piece_is_local(job->h, p);
+        sm_err e = piece_check(p, &s->shape, inner, sizeof inner);
+        if (!e && local)
+            e = piece_copy_local(job->h, p, job->req->dtype, dst, inner, sizeof inner);
+        else if (!e)
+            e = sm_peer_fetch(job->h->peers, p->src_address, p->src_array, p->src_device,
+                              &p->src_box, job->req->dtype, dst->data, &dst->shape, p->dst_offset,
+                              inner, sizeof inner);
+        if (e && local)
+            return sm_fail(err, errlen, e,
+                           "assembling device %d of array %llu, piece %d (array %llu device %d "
+                           "on this worker): %s",
+                           (int)s->device, (unsigned long long)job->req->array_id.v, k,
+                           (unsigned long long)p->src_array.v, (int)p->src_device, inner);
+        if (e) /* the peer's sentence names the source worker, array and device */
+            return sm_fail(err, errlen, e, "assembling device %d of array %llu, piece %d: %s",
+                           (int)s->device, (unsigned long long)job->req->array_id.v, k, inner);
+    }
+    return SM_OK;
+}
+
+static void *assemble_thread(void *arg)
+{
+    assemble_job *job = arg;
+    char msg[1024];
+    for (;;) {
+        pthread_mutex_lock(&job->mu);
+        int i = job->err ? job->req->nshards : job->next++;
+        pthread_mutex_unlock(&job->mu);
+        if (i >= job->req->nshards)
+            return NULL;
+        sm_err e = assemble_one(job, i, msg, sizeof msg);
+        if (e) {
+            pthread_mutex_lock(&job->mu);
+            if (!job->err) {
+                job->err = e;
+                snprintf(job->msg, sizeof job->msg, "%s", msg);
+            }
+            pthread_mutex_unlock(&job->mu);
+        }
+    }
+}
+
+/* Validates the request and allocates every new shard (zeroed). */
+static sm_err assemble_prepare(sm_handlers *h, const sm_svc_assemble_req *req,
+                               sm_store_shard **shards, int32_t *devices, char *err, size_t errlen)
+{
+    sm_err e;
+    char inner[512];
+    if (req->array_id.v == 0)
+        return sm_fail(err, errlen, SM_EINVAL, "Assemble needs the id of the new array, not 0");
+    if (sm_dtype_size(req->dtype) == 0)
+        return sm_fail(err, errlen, SM_EINVAL, "Assemble of array %llu has no valid dtype (%d)",
+                       (unsigned long long)req->array_id.v, (int)req->dtype);
+    if (req->nshards < 0 || req->nshards > SM_MAX_WORKER_DEVICES)
+        return sm_fail(err, errlen, SM_EINVAL, "Assemble lists %d shards, not 0..%d", req->nshards,
+                       SM_MAX_WORKER_DEVICES);
+    for (int i = 0; i < req->nshards; i++) {
+        const sm_svc_assemble_shard *s = &req->shards[i];
+        devices[i] = s->device;
+        if ((e = sm_store_check_device(h->store, s->device, err, errlen)))
+            return e;
+        for (int j = 0; j < i; j++)
+            if (devices[j] == s->device)
+                return sm_fail(err, errlen, SM_EINVAL, "Assemble lists device %d twice",
+                               (int)s->device);
+        for (int k = 0; k < s->npieces; k++)
+            if ((e = piece_check(&s->pieces[k], &s->shape, inner, sizeof inner)))
+                return sm_fail(err, errlen, e, "piece %d of device %d of array %llu: %s", k,
+                               (int)s->device, (unsigned long long)req->array_id.v, inner);
+        if ((e = sm_store_shard_create(req->dtype, &s->shape, &shards[i], inner, sizeof inner)))
+            return sm_fail(err, errlen, e, "the new shard of device %d: %s", (int)s->device, inner);
+        memset(shards[i]->data, 0, (size_t)shards[i]->nbytes);
+    }
+    return SM_OK;
+}
+
+sm_err sm_assemble_run(sm_handlers *h, const sm_svc_assemble_req *req, int64_t *bytes, char *err,
+                       size_t errlen)
+{
+    uint64_t epoch = sm_store_epoch(h->store);
+    int n = req->nshards > 0 ? req->nshards : 0;
+    sm_store_shard **shards = calloc(n ? (size_t)n : 1, sizeof *shards);
+    int32_t *devices = calloc(n ? (size_t)n : 1, sizeof *devices);
+    assemble_job job = {.h = h, .req = req};
+    pthread_t tids[16];
+    int nthreads = 0;
+    sm_err e;
+
+    pthread_mutex_init(&job.mu, NULL);
+    if (!shards || !devices) {
+        e = sm_fail(err, errlen, SM_ENOMEM, "out of memory assembling array %llu",
+                    (unsigned long long)req->array_id.v);
+        goto fail;
+    }
+    if ((e = assemble_prepare(h, req, shards, devices, err, errlen)))
+        goto fail;
+    job.shards = shards;
+    int want = h->assemble_threads < n ? h->assemble_threads : n;
+    if (want > (int)(sizeof tids / sizeof *tids))
+        want = (int)(sizeof tids / sizeof *tids);
+    for (; nthreads < want - 1; nthreads++)
+        if (pthread_create(&tids[nthreads], NULL, assemble_thread, &job))
+            break;
+    assemble_thread(&job); /* this thread works too */
+    for (int t = 0; t < nthreads; t++)
+        pthread_join(tids[t], NULL);
+    if ((e = job.err)) {
+        sm_fail(err, errlen, e, "%s", job.msg);
+        goto fail;
+    }
+    int64_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += shards[i]->nbytes;
+    if ((e = sm_store_put(h->store, epoch, req->array_id, n, devices, shards, err, errlen)))
+        goto fail;
+    SM_DEBUG("assembled array %llu on %d device(s), %lld bytes",
+             (unsigned long long)req->array_id.v, n, (long long)total);
+    *bytes = total;
+    free(shards);
+    free(devices);
+    pthread_mutex_destroy(&job.mu);
+    return SM_OK;
+fail:
+    for (int i = 0; shards && i < n; i++)
+        sm_store_shard_release(shards[i]);
+    free(shards);
+    free(devices);
+    pthread_mutex_destroy(&job.mu);
+    return e;
+}

@@ -1,0 +1,368 @@
+#include "handlers.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "assemble.h"
+#include "sm_checksum.h"
+#include "sm_log.h"
+
+sm_err sm_handlers_check_box(const sm_index *box, const sm_shape *shape, char *err, size_t errlen)
+{
+    char b1[160], b2[96];
+    if (box->rank != shape->rank)
+        return sm_fail(err, errlen, SM_EINVAL, "box %s has rank %d but the shard %s has rank %d",
+                       sm_index_format(box, b1, sizeof b1), box->rank,
+                       sm_shape_format(shape, b2, sizeof b2), shape->rank);
+    for (int d = 0; d < box->rank; d++)
+        if (box->r[d].start < 0 || box->r[d].start > box->r[d].stop ||
+            box->r[d].stop > shape->dims[d])
+            return sm_fail(
+                err, errlen, SM_EINVAL, "box %s does not fit the shard %s (dimension %d)",
+                sm_index_format(box, b1, sizeof b1), sm_shape_format(shape, b2, sizeof b2), d);
+    return SM_OK;
+}
+
+/* ---- PutShard ---------------------------------------------------------- */
+
+/* Checks an upload header and allocates the shard it announces. */
+static sm_err put_check_header(sm_handlers *h, const sm_svc_upload_header *hd, sm_store_shard **out,
+                               char *err, size_t errlen)
+{
+    char b[96];
+    int64_t nbytes = 0;
+    sm_err e;
+    if (hd->array_id.v == 0)
+        return sm_fail(err, errlen, SM_EINVAL, "the PutShard header has no array id (0)");
+    if (hd->ndevices < 1 || hd->ndevices > SM_MAX_WORKER_DEVICES)
+        return sm_fail(err, errlen, SM_EINVAL, "the PutShard header lists %d devices, not 1..%d",
+                       hd->ndevices, SM_MAX_WORKER_DEVICES);
+    for (int k = 0; k < hd->ndevices; k++) {
+        if ((e = sm_store_check_device(h->store, hd->devices[k], err, errlen)))
+            return e;
+        for (int j = 0; j < k; j++)
+            if (hd->devices[j] == hd->devices[k])
+                return sm_fail(err, errlen, SM_EINVAL, "the PutShard header lists device %d twice",
+                               (int)hd->devices[k]);
+    }
+    if (sm_dtype_size(hd->dtype) == 0)
+        return sm_fail(err, errlen, SM_EINVAL, "the PutShard header has no valid dtype (%d)",
+                       (int)hd->dtype);
+    if (hd->shape.rank < 0 || hd->shape.rank > SM_MAX_RANK)
+        return sm_fail(err, errlen, SM_EINVAL, "the PutShard header has rank %d, not 0..%d",
+                       hd->shape.rank, SM_MAX_RANK);
+    for (int d = 0; d < hd->shape.rank; d++)
+        if (hd->shape.dims[d] < 0)
+            return sm_fail(err, errlen, SM_EINVAL, "the PutShard shape %s has a negative dimension",
+                           sm_shape_format(&hd->shape, b, sizeof b));
+    if ((e = sm_shape_nbytes(&hd->shape, hd->dtype, &nbytes, err, errlen)))
+        return e == SM_EOVERFLOW ? SM_EINVAL : e;
+    if (hd->total_bytes != nbytes)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "the PutShard header announces %lld bytes but a shard of shape %s and "
+                       "dtype %s has %lld",
+                       (long long)hd->total_bytes, sm_shape_format(&hd->shape, b, sizeof b),
+                       sm_dtype_name(hd->dtype), (long long)nbytes);
+    return sm_store_shard_create(hd->dtype, &hd->shape, out, err, errlen);
+}
+
+/* Copies one data message into the shard at its offset. */
+static sm_err put_data(const sm_svc_upload_msg *m, sm_store_shard *sh, int64_t *got,
+                       sm_checksum *ck, char *err, size_t errlen)
+{
+    if (m->offset != *got)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "chunk at offset %lld %s: %lld bytes had arrived, so the next chunk must "
+                       "start at offset %lld",
+                       (long long)m->offset,
+                       m->offset < *got ? "overlaps data already received" : "leaves a gap",
+                       (long long)*got, (long long)*got);
+    if ((int64_t)m->len > sh->nbytes - *got)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "chunk at offset %lld of %zu bytes runs past the end of the %lld-byte shard",
+                       (long long)m->offset, m->len, (long long)sh->nbytes);
+    if (m->len) {
+        memcpy((char *)sh->data + *got, m->data, m->len);
+        sm_checksum_update(ck, m->data, m->len);
+    }
+    *got += (int64_t)m->len;
+    return SM_OK;
+}
+
+static sm_err h_put_shard(void *user, sm_svc_upload_in *in, sm_svc_upload_reply *out, char *err,
+                          size_t errlen)
+{
+    sm_handlers *h = user;
+    uint64_t epoch = 0;
+    sm_store_shard *shards[SM_MAX_WORKER_DEVICES] = {0};
+    int32_t devices[SM_MAX_WORKER_DEVICES];
+    int ndev = 0, end = 0, last = 0;
+    int64_t got = 0;
+    uint64_t sum = 0;
+    sm_array_id array = {0};
+    sm_checksum *ck = NULL;
+    sm_svc_upload_msg m;
+    sm_err e;
+
+    memset(&m, 0, sizeof m);
+    if ((e = sm_svc_upload_recv(in, &m, &end, err, errlen)))
+        goto fail;
+    if (end) {
+        e = sm_fail(err, errlen, SM_EINVAL, "the PutShard stream ended before its header");
+        goto fail;
+    }
+    if (!m.has_header) {
+        e = sm_fail(err, errlen, SM_EINVAL, "the first PutShard message has no header");
+        goto fail;
+    }
+    /* The identity the header is checked against (or a newer one, then the
+     * final put fails) is the one the shard is stored under. */
+    epoch = sm_store_epoch(h->store);
+    if ((e = put_check_header(h, &m.header, &shards[0], err, errlen)))
+        goto fail;
+    array = m.header.array_id;
+    ndev = m.header.ndevices;
+    memcpy(devices, m.header.devices, (size_t)ndev * sizeof *devices);
+    if (!(ck = sm_checksum_create())) {
+        e = sm_fail(err, errlen, SM_ENOMEM, "out of memory for a checksum");
+        goto fail;
+    }
+    for (int first = 1;; first = 0) {
+        if (!first && m.has_header) {
+            e = sm_fail(err, errlen, SM_EINVAL,
+                        "PutShard message at offset %lld carries a second header",
+                        (long long)m.offset);
+            goto fail;
+        }
+        if (last) {
+            e = sm_fail(err, errlen, SM_EINVAL,
+                        "PutShard message at offset %lld came after the last one",
+                        (long long)m.offset);
+            goto fail;
+        }
+        if ((e = put_data(&m, shards[0], &got, ck, err, errlen)))
+            goto fail;
+        if (m.last) {
+            last = 1;
+            sum = sm_checksum_digest(ck);
+            if (got != shards[0]->nbytes) {
+                e = sm_fail(err, errlen, SM_EINVAL,
+                            "the upload of array %llu ended after %lld of %lld bytes",
+                            (unsigned long long)array.v, (long long)got,
+                            (long long)shards[0]->nbytes);
+                goto fail;
+            }
+            if (sum != m.checksum) {
+                e = sm_fail(err, errlen, SM_EDATALOSS,
+                            "checksum mismatch on array %llu: the worker received %016llx, the "
+                            "sender says %016llx",
+                            (unsigned long long)array.v, (unsigned long long)sum,
+                            (unsigned long long)m.checksum);
+                goto fail;
+            }
+        }
+        if ((e = sm_svc_upload_recv(in, &m, &end, err, errlen)))
+            goto fail;
+        if (end)
+            break;
+    }
+    if (!last) {
+        e = sm_fail(err, errlen, SM_EINVAL,
+                    "the upload of array %llu ended after %lld of %lld bytes without a last "
+                    "message",
+                    (unsigned long long)array.v, (long long)got, (long long)shards[0]->nbytes);
+        goto fail;
+    }
+    for (int k = 1; k < ndev; k++)
+        if ((e = sm_store_shard_copy(shards[0], &shards[k], err, errlen)))
+            goto fail;
+    if ((e = sm_store_put(h->store, epoch, array, ndev, devices, shards, err, errlen)))
+        goto fail;
+    SM_DEBUG("stored array %llu (%lld bytes) on %d device(s) from device %d",
+             (unsigned long long)array.v, (long long)got, ndev, (int)devices[0]);
+    out->bytes = got;
+    out->checksum = sum;
+    out->array_ready = 0;
+    sm_checksum_free(ck);
+    return SM_OK;
+fail:
+    if (e == SM_ECANCELLED)
+        SM_DEBUG("upload of array %llu cancelled after %lld bytes; discarded",
+                 (unsigned long long)array.v, (long long)got);
+    for (int k = 0; k < SM_MAX_WORKER_DEVICES; k++)
+        sm_store_shard_release(shards[k]);
+    sm_checksum_free(ck);
+    return e;
+}
+
+/* ---- GetShard ---------------------------------------------------------- */
+
+typedef struct {
+    sm_svc_download_out *out;
+    sm_checksum *ck;
+    sm_shape shape;
+    sm_dtype dtype;
+    int64_t total;
+    int64_t sent;
+} get_stream;
+
+/* Sends len bytes at data as the next chunk (first: with meta; the one that
+ * reaches total: last, with the checksum). */
+static sm_err get_send(get_stream *gs, const void *data, size_t len, char *err, size_t errlen)
+{
+    sm_svc_chunk c;
+    memset(&c, 0, sizeof c);
+    c.has_meta = gs->sent == 0;
+    c.shape = gs->shape;
+    c.dtype = gs->dtype;
+    c.total_bytes = gs->total;
+    c.offset = gs->sent;
+    c.data = data;
+    c.len = len;
+    sm_checksum_update(gs->ck, data, len);
+    gs->sent += (int64_t)len;
+    c.last = gs->sent == gs->total;
+    if (c.last)
+        c.checksum = sm_checksum_digest(gs->ck);
+    return sm_svc_download_send(gs->out, &c, err, errlen);
+}
+
+/* Streams a sub-box of sh: blocks of whole rows along a split dimension k
+ * are packed with sm_block_copy into a staging buffer of at most one chunk,
+ * which is sent whenever the next block no longer fits. */
+static sm_err get_send_box(get_stream *gs, const sm_store_shard *sh, const sm_index *box, char *err,
+                           size_t errlen)
+{
+    size_t elem = sm_dtype_size(sh->dtype);
+    int rank = box->rank;
+    int64_t ext[SM_MAX_RANK], idx[SM_MAX_RANK] = {0}, zero[SM_MAX_RANK] = {0};
+    int64_t cap = gs->total < SM_SVC_CHUNK ? gs->total : SM_SVC_CHUNK;
+    for (int d = 0; d < rank; d++)
+        ext[d] = box->r[d].stop - box->r[d].start;
+    /* k: the outermost dimension whose inner block (dims after k) fits a chunk. */
+    int k = rank - 1;
+    int64_t inner = (int64_t)elem;
+    while (k > 0 && inner * ext[k] <= cap) {
+        inner *= ext[k];
+        k--;
+    }
+    char *stage = malloc((size_t)cap);
+    if (!stage)
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a %lld-byte staging buffer",
+                       (long long)cap);
+    sm_err e = SM_OK;
+    int64_t fill = 0;
+    for (;;) {
+        int64_t c = (cap - fill) / inner;
+        if (c > ext[k] - idx[k])
+            c = ext[k] - idx[k];
+        if (c == 0) {
+            if ((e = get_send(gs, stage, (size_t)fill, err, errlen)))
+                goto done;
+            fill = 0;
+            continue;
+        }
+        int64_t src_off[SM_MAX_RANK], extent[SM_MAX_RANK];
+        sm_shape dst_shape = {.rank = rank};
+        for (int d = 0; d < rank; d++) {
+            src_off[d] = box->r[d].start + (d <= k ? idx[d] : 0);
+            extent[d] = d < k ? 1 : d == k ? c : ext[d];
+            dst_shape.dims[d] = extent[d];
+        }
+        if ((e = sm_block_copy(stage + fill, &dst_shape, zero, sh->data, &sh->shape, src_off,
+                               extent, elem, err, errlen)))
+            goto done;
+        fill += c * inner;
+        idx[k] += c;
+        if (idx[k] < ext[k])
+            continue;
+        idx[k] = 0;
+        int d = k - 1;
+        while (d >= 0 && ++idx[d] == ext[d])
+            idx[d--] = 0;
+        if (d < 0)
+            break;
+    }
+    if (fill)
+        e = get_send(gs, stage, (size_t)fill, err, errlen);
+done:
+    free(stage);
+    return e;
+}
+
+static sm_err h_get_shard(void *user, const sm_svc_download_req *req, sm_svc_download_out *out,
+                          char *err, size_t errlen)
+{
+    sm_handlers *h = user;
+    sm_store_shard *sh = NULL;
+    get_stream gs = {.out = out};
+    sm_err e;
+    if (req->array.id.v == 0)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "GetShard on a worker needs an array id (workers do not know names)");
+    if ((e = sm_store_get(h->store, req->array.id, req->device, &sh, err, errlen)))
+        return e;
+    sm_index box = sm_index_full(&sh->shape);
+    if (req->has_box) {
+        if ((e = sm_handlers_check_box(&req->box, &sh->shape, err, errlen)))
+            goto done;
+        box = req->box;
+    }
+    gs.shape = sm_index_shape(&box);
+    gs.dtype = sh->dtype;
+    if ((e = sm_shape_nbytes(&gs.shape, sh->dtype, &gs.total, err, errlen)))
+        goto done;
+    if (!(gs.ck = sm_checksum_create())) {
+        e = sm_fail(err, errlen, SM_ENOMEM, "out of memory for a checksum");
+        goto done;
+    }
+    if (gs.total == 0) {
+        e = get_send(&gs, NULL, 0, err, errlen);
+    } else if (sm_shape_equal(&gs.shape, &sh->shape)) {
+        while (!e && gs.sent < gs.total) {
+            int64_t n = gs.total - gs.sent < SM_SVC_CHUNK ? gs.total - gs.sent : SM_SVC_CHUNK;
+            e = get_send(&gs, (const char *)sh->data + gs.sent, (size_t)n, err, errlen);
+        }
+    } else {
+        e = get_send_box(&gs, sh, &box, err, errlen);
+    }
+done:
+    sm_checksum_free(gs.ck);
+    sm_store_shard_release(sh);
+    return e;
+}
+
+/* ---- FreeArray, Stats ---------------------------------------------------- */
+
+static sm_err h_free_array(void *user, sm_array_id id, int ndevices, const int32_t *devices,
+                           char *err, size_t errlen)
+{
+    sm_handlers *h = user;
+    int freed = 0;
+    sm_err e = sm_store_free_array(h->store, id, ndevices, devices, &freed, err, errlen);
+    if (!e)
+        SM_DEBUG("freed %d shard(s) of array %llu", freed, (unsigned long long)id.v);
+    return e;
+}
+
+static sm_err h_stats(void *user, sm_svc_worker_stats *out, char *err, size_t errlen)
+{
+    sm_handlers *h = user;
+    out->ndevices = sm_store_stats(h->store, out->devices, out->device_bytes, &out->shards);
+    return SM_OK;
+}
+
+static sm_err h_assemble(void *user, const sm_svc_assemble_req *req, int64_t *bytes, char *err,
+                         size_t errlen)
+{
+    return sm_assemble_run(user, req, bytes, err, errlen);
+}
+
+const sm_svc_worker_ops sm_handlers_ops = {
+    .put_shard = h_put_shard,
+    .get_shard = h_get_shard,
+    .free_array = h_free_array,
+    .assemble = h_assemble,
+    .stats = h_stats,
+};

@@ -1,0 +1,220 @@
+/* shmap-worker: owns D devices, stores and serves their shards
+ * (shmap.v1.Worker), registers with the coordinator and heartbeats.
+ *
+ * Start-up: pick the OpenBLAS core type (may re-exec), read the config,
+ * serve, then register from the agent thread. SIGTERM or SIGINT (taken with
+ * sigwait on the main thread, never in a handler) stops the server, joins
+ * the threads, frees everything and exits 0. Usage errors exit 2 with one
+ * sentence on stderr; a start-up failure exits 1. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent.h"
+#include "handlers.h"
+#include "peer.h"
+#include "sm_config.h"
+#include "sm_kern.h"
+#include "sm_log.h"
+#include "sm_rpc.h"
+#include "sm_svc.h"
+#include "store.h"
+
+enum {
+    CFG_COORDINATOR,
+    CFG_DEVICES,
+    CFG_LISTEN,
+    CFG_ADVERTISE,
+    CFG_PROCESS_INDEX,
+    CFG_TOKEN,
+    CFG_BLAS_THREADS,
+    CFG_LOG_LEVEL,
+    CFG_COUNT
+};
+
+static const sm_config_row worker_config[CFG_COUNT] = {
+    [CFG_COORDINATOR] = {"coordinator", 'c', SM_CFG_STRING, NULL, "SHMAP_COORDINATOR",
+                         "Address HOST:PORT of the coordinator to register with (required)."},
+    [CFG_DEVICES] = {"devices", 'd', SM_CFG_INT, "4", "SHMAP_DEVICES",
+                     "Number of devices this worker owns."},
+    [CFG_LISTEN] = {"listen", 'l', SM_CFG_STRING, "0.0.0.0:7171", "SHMAP_LISTEN",
+                    "Address HOST:PORT to serve shmap.v1.Worker on; port 0 picks a free port."},
+    [CFG_ADVERTISE] = {"advertise", 'a', SM_CFG_STRING, NULL, "SHMAP_ADVERTISE",
+                       "Address HOST:PORT the coordinator and peers use to reach this worker "
+                       "(default: the listen host, 0.0.0.0 as 127.0.0.1, with the bound port)."},
+    [CFG_PROCESS_INDEX] = {"process-index", 'p', SM_CFG_INT, "-1", "SHMAP_PROCESS_INDEX",
+                           "Process index to ask the coordinator for; -1 takes the next free "
+                           "one."},
+    [CFG_TOKEN] = {"token", 't', SM_CFG_STRING, NULL, "SHMAP_TOKEN",
+                   "Shared token required on every call to this worker and sent to the "
+                   "coordinator and peers."},
+    [CFG_BLAS_THREADS] = {"blas-threads", 0, SM_CFG_INT, "1", "SHMAP_BLAS_THREADS",
+                          "OpenBLAS threads per device."},
+    [CFG_LOG_LEVEL] = {"log-level", 0, SM_CFG_STRING, "info", "SHMAP_LOG",
+                       "Log level: error, warn, info or debug."},
+};
+
+static const char worker_usage[] =
+    "usage: shmap-worker --coordinator HOST:PORT [--devices N] [--listen ADDR] [options]\n"
+    "\n"
+    "Serves D devices of a shmap service: stores, serves and frees shards, and\n"
+    "registers with the coordinator, heartbeating until SIGTERM.";
+
+static int usage_error(const char *msg)
+{
+    fprintf(stderr, "shmap-worker: %s\n", msg);
+    return 2;
+}
+
+/* Splits "host:port" (host may be "[v6]"); 0 if there is no ':' + digits. */
+static int split_host_port(const char *addr, char *host, size_t hostlen, long *port)
+{
+    const char *colon = strrchr(addr, ':');
+    if (!colon || !colon[1])
+        return 0;
+    char *end = NULL;
+    long p = strtol(colon + 1, &end, 10);
+    if (*end || p < 0 || p > 65535)
+        return 0;
+    size_t n = (size_t)(colon - addr);
+    if (n >= hostlen)
+        return 0;
+    memcpy(host, addr, n);
+    host[n] = 0;
+    *port = p;
+    return 1;
+}
+
+static int parse_level(const char *s, sm_log_level *out)
+{
+    static const char *names[] = {"error", "warn", "info", "debug"};
+    for (int k = 0; k < 4; k++)
+        if (!strcmp(s, names[k])) {
+            *out = (sm_log_level)k;
+            return 1;
+        }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    sm_config_value cfg[CFG_COUNT];
+    char err[512], host[256], advertise[320], hostname[64] = "";
+    sm_rpc_server *server = NULL;
+    sm_store *store = NULL;
+    sm_peer *peers = NULL;
+    sm_agent *agent = NULL;
+    sm_handlers ctx;
+    sm_log_level level;
+    long port = 0;
+    int rc = 1, rpc_up = 0;
+    sigset_t sigs;
+
+    /* Block the stop signals first (the mask survives the core-type re-exec
+     * and is inherited by every thread); the main thread takes them with
+     * sigwait once the worker is up, so an early SIGTERM is not lost. */
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    sm_kern_coretype_setup(argc, argv);
+    sm_err e = sm_config_parse(worker_config, CFG_COUNT, cfg, argc, argv, worker_usage, NULL, err,
+                               sizeof err);
+    if (e == SM_ECANCELLED)
+        return 0;
+    if (e)
+        return usage_error(err);
+    if (!cfg[CFG_COORDINATOR].s || !*cfg[CFG_COORDINATOR].s)
+        return usage_error("--coordinator HOST:PORT (or SHMAP_COORDINATOR) is required.");
+    if (!split_host_port(cfg[CFG_COORDINATOR].s, host, sizeof host, &port) || port == 0)
+        return usage_error("--coordinator must be HOST:PORT with a port in 1..65535.");
+    int64_t ndevices = cfg[CFG_DEVICES].i;
+    if (ndevices < 1 || ndevices > SM_MAX_WORKER_DEVICES) {
+        snprintf(err, sizeof err, "--devices must be in 1..%d, not %lld.", SM_MAX_WORKER_DEVICES,
+                 (long long)ndevices);
+        return usage_error(err);
+    }
+    if (cfg[CFG_PROCESS_INDEX].i < -1 || cfg[CFG_PROCESS_INDEX].i > 1000000)
+        return usage_error("--process-index must be -1 (assign) or a non-negative index.");
+    if (cfg[CFG_BLAS_THREADS].i < 1 || cfg[CFG_BLAS_THREADS].i > 1024)
+        return usage_error("--blas-threads must be in 1..1024.");
+    if (!parse_level(cfg[CFG_LOG_LEVEL].s, &level))
+        return usage_error("--log-level must be error, warn, info or debug.");
+    if (!split_host_port(cfg[CFG_LISTEN].s, host, sizeof host, &port))
+        return usage_error("--listen must be HOST:PORT (port 0 picks a free port).");
+    if (cfg[CFG_ADVERTISE].s && *cfg[CFG_ADVERTISE].s &&
+        (!split_host_port(cfg[CFG_ADVERTISE].s, advertise, sizeof advertise, &port) || port == 0))
+        return usage_error("--advertise must be HOST:PORT with a port in 1..65535.");
+
+    sm_log_set_name("worker");
+    sm_log_set_level(level);
+    sm_kern_set_threads((int)cfg[CFG_BLAS_THREADS].i);
+    const char *best = sm_kern_best_coretype();
+    SM_INFO("OpenBLAS core %s (best for this CPU: %s), %lld thread(s) per device",
+            sm_kern_corename(), best ? best : "unknown", (long long)cfg[CFG_BLAS_THREADS].i);
+
+    signal(SIGPIPE, SIG_IGN);
+
+    sm_rpc_init();
+    rpc_up = 1;
+    if ((e = sm_store_create(&store, err, sizeof err)) ||
+        (e = sm_peer_create(cfg[CFG_TOKEN].s, 120000, &peers, err, sizeof err)))
+        goto fail;
+    sm_rpc_server_opts opts = {.addr = cfg[CFG_LISTEN].s, .token = cfg[CFG_TOKEN].s};
+    if ((e = sm_rpc_server_create(&opts, &server, err, sizeof err)))
+        goto fail;
+    if (cfg[CFG_ADVERTISE].s && *cfg[CFG_ADVERTISE].s) {
+        snprintf(advertise, sizeof advertise, "%s", cfg[CFG_ADVERTISE].s);
+    } else {
+        const char *h = host;
+        if (!*h || !strcmp(h, "0.0.0.0") || !strcmp(h, "*"))
+            h = "127.0.0.1";
+        else if (!strcmp(h, "[::]") || !strcmp(h, "::"))
+            h = "[::1]";
+        snprintf(advertise, sizeof advertise, "%s:%d", h, sm_rpc_server_port(server));
+    }
+    ctx = (sm_handlers){.store = store,
+                        .peers = peers,
+                        .self_address = advertise,
+                        .assemble_threads = ndevices < 4 ? (int)ndevices : 4};
+    if ((e = sm_svc_worker_serve(server, &sm_handlers_ops, &ctx, "shmap-worker", err,
+                                 sizeof err)) ||
+        (e = sm_rpc_server_start(server, err, sizeof err)))
+        goto fail;
+    SM_INFO("serving shmap.v1.Worker on %s (port %d), advertised as %s, %lld device(s)",
+            cfg[CFG_LISTEN].s, sm_rpc_server_port(server), advertise, (long long)ndevices);
+
+    gethostname(hostname, sizeof hostname - 1);
+    sm_agent_config acfg = {.coordinator = cfg[CFG_COORDINATOR].s,
+                            .token = cfg[CFG_TOKEN].s,
+                            .address = advertise,
+                            .host = hostname,
+                            .ndevices = (int)ndevices,
+                            .process_index = (int)cfg[CFG_PROCESS_INDEX].i,
+                            .store = store};
+    if ((e = sm_agent_start(&acfg, &agent, err, sizeof err)))
+        goto fail;
+
+    int sig = 0;
+    while (sigwait(&sigs, &sig) != 0)
+        ;
+    SM_INFO("received %s; shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    rc = 0;
+fail:
+    if (rc)
+        SM_ERROR("%s", err);
+    if (server)
+        sm_rpc_server_stop(server);
+    sm_agent_stop(agent);
+    sm_rpc_server_free(server);
+    sm_peer_free(peers);
+    sm_store_free(store);
+    if (rpc_up)
+        sm_rpc_shutdown();
+    if (!rc)
+        SM_INFO("stopped");
+    return rc;
+}

@@ -1,0 +1,369 @@
+#include "store.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct sm_store_entry {
+    uint64_t array;
+    int32_t device;
+    int slot; /* index of device in st->devices */
+    sm_store_shard *shard;
+    struct sm_store_entry *next;
+} sm_store_entry;
+
+struct sm_store {
+    pthread_mutex_t mu;
+    uint64_t epoch;
+    int64_t worker_id;
+    int ndevices;
+    int32_t devices[SM_MAX_WORKER_DEVICES];
+    int64_t bytes[SM_MAX_WORKER_DEVICES];
+    int64_t count;
+    size_t nbuckets; /* power of two */
+    sm_store_entry **buckets;
+};
+
+/* ---- shards ------------------------------------------------------------ */
+
+sm_err sm_store_shard_create(sm_dtype t, const sm_shape *s, sm_store_shard **out, char *err,
+                             size_t errlen)
+{
+    int64_t nbytes = 0;
+    sm_err e;
+    if (sm_dtype_size(t) == 0)
+        return sm_fail(err, errlen, SM_EINVAL, "dtype %d is not a valid dtype", (int)t);
+    if (s->rank < 0 || s->rank > SM_MAX_RANK)
+        return sm_fail(err, errlen, SM_EINVAL, "rank %d is outside 0..%d", s->rank, SM_MAX_RANK);
+    for (int d = 0; d < s->rank; d++)
+        if (s->dims[d] < 0)
+            return sm_fail(err, errlen, SM_EINVAL, "dimension %d of the shape is negative (%lld)",
+                           d, (long long)s->dims[d]);
+    if ((e = sm_shape_nbytes(s, t, &nbytes, err, errlen)))
+        return e;
+    if ((uint64_t)nbytes > (uint64_t)SIZE_MAX - SM_STORE_ALIGN)
+        return sm_fail(err, errlen, SM_EOVERFLOW, "a shard of %lld bytes does not fit in memory",
+                       (long long)nbytes);
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0 && nbytes / page >= pages)
+        return sm_fail(err, errlen, SM_ERESOURCE,
+                       "a shard of %lld bytes is larger than this host's memory (%lld bytes)",
+                       (long long)nbytes, (long long)pages * page);
+    sm_store_shard *sh = calloc(1, sizeof *sh);
+    if (!sh)
+        return sm_fail(err, errlen, SM_ERESOURCE, "out of memory for a shard header");
+    size_t alloc = ((size_t)nbytes + SM_STORE_ALIGN - 1) / SM_STORE_ALIGN * SM_STORE_ALIGN;
+    if (alloc == 0)
+        alloc = SM_STORE_ALIGN;
+    if (posix_memalign(&sh->data, SM_STORE_ALIGN, alloc) != 0) {
+        free(sh);
+        return sm_fail(err, errlen, SM_ERESOURCE, "cannot allocate %lld bytes for a shard",
+                       (long long)nbytes);
+    }
+    sh->dtype = t;
+    sh->shape = *s;
+    sh->nbytes = nbytes;
+    sh->refs = 1;
+    *out = sh;
+    return SM_OK;
+}
+
+sm_err sm_store_shard_copy(const sm_store_shard *src, sm_store_shard **out, char *err,
+                           size_t errlen)
+{
+    sm_err e = sm_store_shard_create(src->dtype, &src->shape, out, err, errlen);
+    if (e)
+        return e;
+    if (src->nbytes)
+        memcpy((*out)->data, src->data, (size_t)src->nbytes);
+    return SM_OK;
+}
+
+sm_store_shard *sm_store_shard_ref(sm_store_shard *sh)
+{
+    __atomic_add_fetch(&sh->refs, 1, __ATOMIC_RELAXED);
+    return sh;
+}
+
+void sm_store_shard_release(sm_store_shard *sh)
+{
+    if (!sh)
+        return;
+    if (__atomic_sub_fetch(&sh->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+        free(sh->data);
+        free(sh);
+    }
+}
+
+/* ---- table ------------------------------------------------------------- */
+
+static size_t store_hash(uint64_t array, int32_t device, size_t nbuckets)
+{
+    uint64_t h =
+        array * 0x9E3779B97F4A7C15ull ^ ((uint64_t)(uint32_t)device * 0xC2B2AE3D27D4EB4Full);
+    h ^= h >> 29;
+    return (size_t)h & (nbuckets - 1);
+}
+
+static sm_store_entry **store_find(sm_store *st, uint64_t array, int32_t device)
+{
+    sm_store_entry **p = &st->buckets[store_hash(array, device, st->nbuckets)];
+    while (*p && !((*p)->array == array && (*p)->device == device))
+        p = &(*p)->next;
+    return p;
+}
+
+static int store_slot(const sm_store *st, int32_t device)
+{
+    for (int k = 0; k < st->ndevices; k++)
+        if (st->devices[k] == device)
+            return k;
+    return -1;
+}
+
+/* Grows the table when it is fuller than one entry per bucket; best effort. */
+static void store_grow(sm_store *st)
+{
+    if ((size_t)st->count < st->nbuckets)
+        return;
+    size_t nb = st->nbuckets * 2;
+    sm_store_entry **b = calloc(nb, sizeof *b);
+    if (!b)
+        return;
+    for (size_t i = 0; i < st->nbuckets; i++) {
+        sm_store_entry *e = st->buckets[i];
+        while (e) {
+            sm_store_entry *next = e->next;
+            size_t h = store_hash(e->array, e->device, nb);
+            e->next = b[h];
+            b[h] = e;
+            e = next;
+        }
+    }
+    free(st->buckets);
+    st->buckets = b;
+    st->nbuckets = nb;
+}
+
+static void store_drop(sm_store *st, sm_store_entry **p)
+{
+    sm_store_entry *e = *p;
+    *p = e->next;
+    st->bytes[e->slot] -= e->shard->nbytes;
+    st->count--;
+    sm_store_shard_release(e->shard);
+    free(e);
+}
+
+static void store_clear_locked(sm_store *st)
+{
+    for (size_t i = 0; i < st->nbuckets; i++)
+        while (st->buckets[i])
+            store_drop(st, &st->buckets[i]);
+}
+
+static sm_err store_check_locked(const sm_store *st, int32_t device, char *err, size_t errlen)
+{
+    if (st->ndevices == 0)
+        return sm_fail(err, errlen, SM_EUNAVAILABLE,
+                       "this worker has not registered with the coordinator yet, so it owns no "
+                       "device (asked for device %d)",
+                       (int)device);
+    if (store_slot(st, device) < 0)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "device %d is not on worker %lld (it owns devices %d..%d)", (int)device,
+                       (long long)st->worker_id, (int)st->devices[0],
+                       (int)st->devices[st->ndevices - 1]);
+    return SM_OK;
+}
+
+/* ---- the store --------------------------------------------------------- */
+
+sm_err sm_store_create(sm_store **out, char *err, size_t errlen)
+{
+    sm_store *st = calloc(1, sizeof *st);
+    if (!st)
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory creating the shard store");
+    st->nbuckets = 64;
+    st->buckets = calloc(st->nbuckets, sizeof *st->buckets);
+    if (!st->buckets) {
+        free(st);
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory creating the shard store");
+    }
+    st->worker_id = -1;
+    pthread_mutex_init(&st->mu, NULL);
+    *out = st;
+    return SM_OK;
+}
+
+void sm_store_free(sm_store *st)
+{
+    if (!st)
+        return;
+    store_clear_locked(st);
+    free(st->buckets);
+    pthread_mutex_destroy(&st->mu);
+    free(st);
+}
+
+sm_err sm_store_set_identity(sm_store *st, uint32_t worker_id, int ndevices, const int32_t *devices,
+                             char *err, size_t errlen)
+{
+    if (ndevices < 0 || ndevices > SM_MAX_WORKER_DEVICES)
+        return sm_fail(err, errlen, SM_EINVAL, "a worker holds 0..%d devices, not %d",
+                       SM_MAX_WORKER_DEVICES, ndevices);
+    for (int i = 0; i < ndevices; i++)
+        for (int j = 0; j < i; j++)
+            if (devices[i] == devices[j])
+                return sm_fail(err, errlen, SM_EINVAL, "device %d is listed twice",
+                               (int)devices[i]);
+    pthread_mutex_lock(&st->mu);
+    store_clear_locked(st);
+    st->epoch++;
+    st->worker_id = ndevices ? (int64_t)worker_id : -1;
+    st->ndevices = ndevices;
+    for (int i = 0; i < ndevices; i++) {
+        st->devices[i] = devices[i];
+        st->bytes[i] = 0;
+    }
+    pthread_mutex_unlock(&st->mu);
+    return SM_OK;
+}
+
+uint64_t sm_store_epoch(sm_store *st)
+{
+    pthread_mutex_lock(&st->mu);
+    uint64_t e = st->epoch;
+    pthread_mutex_unlock(&st->mu);
+    return e;
+}
+
+int64_t sm_store_worker_id(sm_store *st)
+{
+    pthread_mutex_lock(&st->mu);
+    int64_t w = st->worker_id;
+    pthread_mutex_unlock(&st->mu);
+    return w;
+}
+
+sm_err sm_store_check_device(sm_store *st, int32_t device, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&st->mu);
+    sm_err e = store_check_locked(st, device, err, errlen);
+    pthread_mutex_unlock(&st->mu);
+    return e;
+}
+
+sm_err sm_store_put(sm_store *st, uint64_t epoch, sm_array_id array, int n, const int32_t *devices,
+                    sm_store_shard *const *shards, char *err, size_t errlen)
+{
+    sm_err e = SM_OK;
+    sm_store_entry **fresh = calloc(n > 0 ? (size_t)n : 1, sizeof *fresh);
+    if (!fresh)
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory storing array %llu",
+                       (unsigned long long)array.v);
+    for (int k = 0; k < n; k++)
+        if (!(fresh[k] = calloc(1, sizeof **fresh))) {
+            e = sm_fail(err, errlen, SM_ENOMEM, "out of memory storing array %llu",
+                        (unsigned long long)array.v);
+            goto fail;
+        }
+    pthread_mutex_lock(&st->mu);
+    if (epoch != st->epoch) {
+        e = sm_fail(err, errlen, SM_EUNAVAILABLE,
+                    "the worker registered again while array %llu was being stored; send it again",
+                    (unsigned long long)array.v);
+        goto unlock;
+    }
+    for (int k = 0; k < n; k++) {
+        if ((e = store_check_locked(st, devices[k], err, errlen)))
+            goto unlock;
+        for (int j = 0; j < k; j++)
+            if (devices[j] == devices[k]) {
+                e = sm_fail(err, errlen, SM_EINVAL, "device %d is listed twice", (int)devices[k]);
+                goto unlock;
+            }
+    }
+    for (int k = 0; k < n; k++) {
+        sm_store_entry **p = store_find(st, array.v, devices[k]);
+        if (*p)
+            store_drop(st, p);
+        sm_store_entry *en = fresh[k];
+        fresh[k] = NULL;
+        en->array = array.v;
+        en->device = devices[k];
+        en->slot = store_slot(st, devices[k]);
+        en->shard = shards[k];
+        en->next = *p;
+        *p = en;
+        st->bytes[en->slot] += shards[k]->nbytes;
+        st->count++;
+    }
+    store_grow(st);
+unlock:
+    pthread_mutex_unlock(&st->mu);
+fail:
+    for (int k = 0; k < n; k++)
+        free(fresh[k]);
+    free(fresh);
+    return e;
+}
+
+sm_err sm_store_get(sm_store *st, sm_array_id array, int32_t device, sm_store_shard **out,
+                    char *err, size_t errlen)
+{
+    pthread_mutex_lock(&st->mu);
+    sm_err e = store_check_locked(st, device, err, errlen);
+    if (!e) {
+        sm_store_entry **p = store_find(st, array.v, device);
+        if (*p)
+            *out = sm_store_shard_ref((*p)->shard);
+        else
+            e = sm_fail(err, errlen, SM_ENOTFOUND,
+                        "worker %lld holds no shard of array %llu on device %d",
+                        (long long)st->worker_id, (unsigned long long)array.v, (int)device);
+    }
+    pthread_mutex_unlock(&st->mu);
+    return e;
+}
+
+sm_err sm_store_free_array(sm_store *st, sm_array_id array, int n, const int32_t *devices,
+                           int *freed, char *err, size_t errlen)
+{
+    sm_err e = SM_OK;
+    int count = 0;
+    pthread_mutex_lock(&st->mu);
+    for (int k = 0; k < n; k++)
+        if ((e = store_check_locked(st, devices[k], err, errlen)))
+            goto unlock;
+    int m = n ? n : st->ndevices;
+    for (int k = 0; k < m; k++) {
+        sm_store_entry **p = store_find(st, array.v, n ? devices[k] : st->devices[k]);
+        if (*p) {
+            store_drop(st, p);
+            count++;
+        }
+    }
+unlock:
+    pthread_mutex_unlock(&st->mu);
+    if (freed)
+        *freed = count;
+    return e;
+}
+
+int sm_store_stats(sm_store *st, int32_t *devices, int64_t *bytes, int64_t *shards)
+{
+    pthread_mutex_lock(&st->mu);
+    int n = st->ndevices;
+    for (int k = 0; k < n; k++) {
+        if (devices)
+            devices[k] = st->devices[k];
+        if (bytes)
+            bytes[k] = st->bytes[k];
+    }
+    if (shards)
+        *shards = st->count;
+    pthread_mutex_unlock(&st->mu);
+    return n;
+}

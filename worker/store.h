@@ -1,0 +1,104 @@
+/* store: the shards a worker holds, keyed by (array id, device).
+ *
+ * A shard is an immutable, reference-counted host buffer (64-byte aligned)
+ * plus its dtype and shape. The store keeps one reference per (array,
+ * device); sm_store_get hands out another, so a reader (a GetShard stream, a
+ * local assemble piece) keeps the bytes alive even if the shard is freed or
+ * replaced meanwhile. A shard is filled while only its creator holds it and
+ * becomes visible through sm_store_put, whole or not at all.
+ *
+ * Devices are the worker's global device ids, set at registration with
+ * sm_store_set_identity (which also drops every shard, as after a
+ * coordinator restart). Until then the store owns no device. Each identity
+ * gets a new epoch; a put started under an older epoch is refused.
+ *
+ * Threads: every sm_store_* function is thread-safe (one mutex, held only
+ * for table updates, never while copying data). A shard's refcount is
+ * atomic; its contents must not change once it has been put. */
+#ifndef SM_WORKER_STORE_H
+#define SM_WORKER_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sm_dtype.h"
+#include "sm_err.h"
+#include "sm_info.h"
+#include "sm_shape.h"
+
+/* Alignment of every shard buffer, in bytes. */
+#define SM_STORE_ALIGN 64
+
+typedef struct {
+    sm_dtype dtype;
+    sm_shape shape;
+    int64_t nbytes;
+    void *data; /* SM_STORE_ALIGN-aligned; never NULL, even for 0 bytes */
+    int refs;   /* private: atomic reference count */
+} sm_store_shard;
+
+typedef struct sm_store sm_store;
+
+/* ---- shards ------------------------------------------------------------ */
+
+/* A new shard of dtype t and shape s with one reference held by the caller;
+ * contents uninitialised. The byte count is overflow-checked (SM_EOVERFLOW);
+ * an invalid dtype or shape is SM_EINVAL; a shard larger than the host's
+ * physical memory, or no memory, is SM_ERESOURCE. */
+sm_err sm_store_shard_create(sm_dtype t, const sm_shape *s, sm_store_shard **out, char *err,
+                             size_t errlen);
+/* A new shard (one reference) with a copy of src's dtype, shape and bytes. */
+sm_err sm_store_shard_copy(const sm_store_shard *src, sm_store_shard **out, char *err,
+                           size_t errlen);
+/* Adds a reference; returns sh. */
+sm_store_shard *sm_store_shard_ref(sm_store_shard *sh);
+/* Drops a reference, freeing the shard with the last one. NULL ok. */
+void sm_store_shard_release(sm_store_shard *sh);
+
+/* ---- the store --------------------------------------------------------- */
+
+sm_err sm_store_create(sm_store **out, char *err, size_t errlen);
+/* Frees every shard reference the store holds, then the store. NULL ok. */
+void sm_store_free(sm_store *st);
+
+/* Sets the worker id and the global ids of its devices (ndevices <=
+ * SM_MAX_WORKER_DEVICES, distinct), drops every shard and starts a new epoch.
+ * ndevices == 0 makes the worker own no device (unregistered). */
+sm_err sm_store_set_identity(sm_store *st, uint32_t worker_id, int ndevices, const int32_t *devices,
+                             char *err, size_t errlen);
+/* Current epoch (0 before the first identity). */
+uint64_t sm_store_epoch(sm_store *st);
+/* Worker id, or -1 while unregistered. */
+int64_t sm_store_worker_id(sm_store *st);
+
+/* SM_OK if device is one of this worker's; otherwise SM_EINVAL naming it
+ * (SM_EUNAVAILABLE while unregistered). */
+sm_err sm_store_check_device(sm_store *st, int32_t device, char *err, size_t errlen);
+
+/* Stores shards[k] for (array, devices[k]), k < n, replacing what was there,
+ * all under one lock so readers see all of them or none. Takes the caller's
+ * reference of each shard on SM_OK only; on failure nothing changes and the
+ * caller keeps its references. Fails with SM_EINVAL naming a device that is
+ * not local or listed twice, SM_EUNAVAILABLE if epoch (from sm_store_epoch
+ * when the work began) is no longer current. */
+sm_err sm_store_put(sm_store *st, uint64_t epoch, sm_array_id array, int n, const int32_t *devices,
+                    sm_store_shard *const *shards, char *err, size_t errlen);
+
+/* On SM_OK *out is a new reference (release it) to the shard of (array,
+ * device). A device that is not local: SM_EINVAL; no such shard:
+ * SM_ENOTFOUND ("worker 1 holds no shard of array 17 on device 5"). */
+sm_err sm_store_get(sm_store *st, sm_array_id array, int32_t device, sm_store_shard **out,
+                    char *err, size_t errlen);
+
+/* Drops the shards of array on the listed devices (n == 0: on every local
+ * device). Devices must be local (SM_EINVAL, nothing freed); missing shards
+ * are not an error. *freed (may be NULL) receives the number dropped. */
+sm_err sm_store_free_array(sm_store *st, sm_array_id array, int n, const int32_t *devices,
+                           int *freed, char *err, size_t errlen);
+
+/* Snapshot of the devices (in registration order), bytes held per device
+ * and the shard count. Arrays have SM_MAX_WORKER_DEVICES entries; any
+ * pointer may be NULL. Returns the device count. */
+int sm_store_stats(sm_store *st, int32_t *devices, int64_t *bytes, int64_t *shards);
+
+#endif
