@@ -24,7 +24,18 @@ enum {
 #define CLI_COMMAND_LIST(X)                                                                        \
     X(sharding, "sharding", "show how a NamedSharding lays out an array (offline)")                \
     X(plan_load, "plan-load",                                                                      \
-      "plan make_array_from_process_local_data: global shape and local slices (offline)")
+      "plan make_array_from_process_local_data: global shape and local slices (offline)")          \
+    X(devices, "devices", "list the workers, their devices and the bytes they hold")               \
+    X(mesh, "mesh", "create, list and describe device meshes")                                     \
+    X(put, "put", "upload a .npy array with a NamedSharding (device_put)")                         \
+    X(put_shards, "put-shards", "build an array from one .npy shard per device")                   \
+    X(put_local, "put-local", "send one process's part of a process-local upload")                 \
+    X(get, "get", "fetch a whole array into a .npy file")                                          \
+    X(get_shard, "get-shard", "fetch one device's shard into a .npy file")                         \
+    X(describe, "describe", "show an array's type string, index map and layout")                   \
+    X(reshard, "reshard", "copy an array to another sharding")                                     \
+    X(rm, "rm", "delete arrays and free their shards")                                             \
+    X(ls, "ls", "list the arrays on the service")
 
 #define CLI_DECLARE(fn, name, summary) int cli_cmd_##fn(int argc, char **argv);
 CLI_COMMAND_LIST(CLI_DECLARE)

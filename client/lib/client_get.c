@@ -1,0 +1,248 @@
+/* client_get: the download calls of libshmap. The array is described, each
+ * distinct index is fetched once from its lowest live replica and scattered
+ * straight into the result (memory or a mapped .npy file), two at a time. */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "client_internal.h"
+
+typedef struct {
+    sm_client *c;
+    const sm_array_info *info;
+    int n;
+    int *pick; /* shard positions, one per distinct index */
+    void *dst;
+    client_progress prog;
+} fetch_job;
+
+static const char *ref_text(const sm_array_info *info, char *buf, size_t len)
+{
+    if (info->name[0])
+        snprintf(buf, len, "'%s' (id %llu)", info->name, (unsigned long long)info->id.v);
+    else
+        snprintf(buf, len, "%llu", (unsigned long long)info->id.v);
+    return buf;
+}
+
+static sm_err check_ready(const sm_array_info *info, char *err, size_t errlen)
+{
+    char rb[200];
+    if (info->state == SM_ARRAY_READY)
+        return SM_OK;
+    return sm_fail(err, errlen, SM_EPRECONDITION,
+                   "array %s is %s; only a ready array can be read%s%s",
+                   ref_text(info, rb, sizeof rb), sm_array_state_name(info->state),
+                   info->error[0] ? ": " : "", info->error);
+}
+
+/* Chooses, for every distinct index, the present shard with the lowest
+ * replica id. */
+static sm_err pick_shards(const sm_array_info *info, int **out, int *n, char *err, size_t errlen)
+{
+    int *pick = malloc(((size_t)info->nshards + 1) * sizeof *pick);
+    int np = 0;
+    char ib[256], rb[200];
+
+    if (!pick)
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory");
+    for (int i = 0; i < info->nshards; i++) {
+        const sm_shard_info *s = &info->shards[i];
+        int k = 0;
+        while (k < np && !sm_index_equal(&info->shards[pick[k]].index, &s->index))
+            k++;
+        if (k == np) {
+            pick[np++] = i;
+            continue;
+        }
+        const sm_shard_info *p = &info->shards[pick[k]];
+        if (s->present && (!p->present || s->replica_id < p->replica_id))
+            pick[k] = i;
+    }
+    for (int k = 0; k < np; k++)
+        if (!info->shards[pick[k]].present) {
+            const sm_index *lost = &info->shards[pick[k]].index;
+            free(pick);
+            return sm_fail(err, errlen, SM_EUNAVAILABLE,
+                           "no live device holds index %s of array %s",
+                           sm_index_format(lost, ib, sizeof ib), ref_text(info, rb, sizeof rb));
+        }
+    *out = pick;
+    *n = np;
+    return SM_OK;
+}
+
+static sm_err fetch_task(void *user, int i, char *err, size_t errlen)
+{
+    fetch_job *j = user;
+    const sm_shard_info *s = &j->info->shards[j->pick[i]];
+    return client_download_box(j->c, j->info->id, s->device, j->info->dtype, j->dst,
+                               &j->info->shape, &s->index, &j->prog, err, errlen);
+}
+
+/* Fetches the whole array described by info into dst (row-major, global
+ * shape). */
+static sm_err fetch_all(sm_client *c, const sm_array_info *info, void *dst, char *err,
+                        size_t errlen)
+{
+    fetch_job j = {.c = c, .info = info, .dst = dst};
+    int64_t total = 0;
+    sm_err e;
+
+    if ((e = check_ready(info, err, errlen)))
+        return e;
+    if ((e = sm_shape_nbytes(&info->shape, info->dtype, &total, err, errlen)))
+        return e;
+    if ((e = pick_shards(info, &j.pick, &j.n, err, errlen)))
+        return e;
+    client_progress_init(&j.prog, c, total);
+    e = client_run_tasks(j.n, 2, fetch_task, &j, err, errlen);
+    client_progress_destroy(&j.prog);
+    free(j.pick);
+    return e;
+}
+
+sm_err sm_client_get(sm_client *c, sm_array_ref ref, sm_array **out, char *err, size_t errlen)
+{
+    sm_array_info info;
+    sm_array *a = NULL;
+    sm_err e;
+
+    *out = NULL;
+    if ((e = sm_client_describe(c, ref, &info, err, errlen)))
+        return e;
+    if ((e = check_ready(&info, err, errlen)))
+        goto done;
+    if ((e = sm_array_create(info.dtype, &info.shape, &a, err, errlen)))
+        goto done;
+    if ((e = fetch_all(c, &info, a->data, err, errlen))) {
+        sm_array_free(a);
+        goto done;
+    }
+    *out = a;
+done:
+    sm_array_info_free(&info);
+    return e;
+}
+
+sm_err sm_client_get_file(sm_client *c, sm_array_ref ref, const char *path, char *err,
+                          size_t errlen)
+{
+    sm_array_info info;
+    char hdr[4096], *tmp = NULL;
+    size_t hlen = 0, maplen = 0;
+    int64_t nbytes = 0;
+    void *map = MAP_FAILED;
+    int fd = -1;
+    sm_err e;
+
+    if ((e = sm_client_describe(c, ref, &info, err, errlen)))
+        return e;
+    if ((e = check_ready(&info, err, errlen)) ||
+        (e = sm_shape_nbytes(&info.shape, info.dtype, &nbytes, err, errlen)) ||
+        (e = sm_npy_format_header(info.dtype, &info.shape, hdr, sizeof hdr, &hlen, err, errlen)))
+        goto done;
+    /* Written beside path and renamed over it, so a failure leaves no half
+     * file. */
+    size_t tlen = strlen(path) + 16;
+    if (!(tmp = malloc(tlen))) {
+        e = sm_fail(err, errlen, SM_ENOMEM, "out of memory");
+        goto done;
+    }
+    snprintf(tmp, tlen, "%s.partXXXXXX", path);
+    if ((fd = mkstemp(tmp)) < 0) {
+        free(tmp);
+        tmp = NULL;
+        e = sm_fail(err, errlen, SM_EIO, "cannot create a file beside %s", path);
+        goto done;
+    }
+    (void)fchmod(fd, 0644);
+    maplen = hlen + (size_t)nbytes;
+    if (pwrite(fd, hdr, hlen, 0) != (ssize_t)hlen || ftruncate(fd, (off_t)maplen) < 0) {
+        e = sm_fail(err, errlen, SM_EIO, "cannot write %zu bytes to %s", maplen, path);
+        goto done;
+    }
+    map = mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED) {
+        e = sm_fail(err, errlen, SM_EIO, "cannot map %s into memory", path);
+        goto done;
+    }
+    if ((e = fetch_all(c, &info, (char *)map + hlen, err, errlen)))
+        goto done;
+    if (munmap(map, maplen) < 0 || close(fd) < 0) {
+        map = MAP_FAILED;
+        fd = -1;
+        e = sm_fail(err, errlen, SM_EIO, "cannot write %s", path);
+        goto done;
+    }
+    map = MAP_FAILED;
+    fd = -1;
+    if (rename(tmp, path) < 0) {
+        e = sm_fail(err, errlen, SM_EIO, "cannot rename the downloaded data to %s", path);
+        goto done;
+    }
+    free(tmp);
+    tmp = NULL;
+done:
+    if (map != MAP_FAILED)
+        munmap(map, maplen);
+    if (fd >= 0)
+        close(fd);
+    if (tmp) {
+        unlink(tmp);
+        free(tmp);
+    }
+    sm_array_info_free(&info);
+    return e;
+}
+
+sm_err sm_client_get_shard(sm_client *c, sm_array_ref ref, int32_t device, sm_array **out,
+                           char *err, size_t errlen)
+{
+    sm_array_info info;
+    sm_array *a = NULL;
+    const sm_shard_info *s = NULL;
+    client_progress prog;
+    char rb[200];
+    sm_err e;
+
+    *out = NULL;
+    if ((e = sm_client_describe(c, ref, &info, err, errlen)))
+        return e;
+    if ((e = check_ready(&info, err, errlen)))
+        goto done;
+    for (int i = 0; i < info.nshards && !s; i++)
+        if (info.shards[i].device == device)
+            s = &info.shards[i];
+    if (!s) {
+        e = sm_fail(err, errlen, SM_EINVAL, "device %d holds no shard of array %s", (int)device,
+                    ref_text(&info, rb, sizeof rb));
+        goto done;
+    }
+    if (!s->present) {
+        e = sm_fail(err, errlen, SM_EUNAVAILABLE,
+                    "the shard of array %s on device %d is lost with its worker",
+                    ref_text(&info, rb, sizeof rb), (int)device);
+        goto done;
+    }
+    sm_shape shape = sm_index_shape(&s->index);
+    sm_index full = sm_index_full(&shape);
+    if ((e = sm_array_create(info.dtype, &shape, &a, err, errlen)))
+        goto done;
+    client_progress_init(&prog, c, a->nbytes);
+    e = client_download_box(c, info.id, device, info.dtype, a->data, &shape, &full, &prog, err,
+                            errlen);
+    client_progress_destroy(&prog);
+    if (e) {
+        sm_array_free(a);
+        goto done;
+    }
+    *out = a;
+done:
+    sm_array_info_free(&info);
+    return e;
+}

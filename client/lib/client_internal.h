@@ -1,0 +1,87 @@
+/* client_internal: what the files of libshmap share and nothing outside the
+ * library sees: the client handle, row-major box streaming (gather a box of
+ * a host buffer into a contiguous byte stream and scatter one back), the
+ * transfer helpers built on sm_svc streams, and progress accounting.
+ *
+ * Threads: a client handle is shared by any number of caller threads; the
+ * only mutable state in it is the progress counter, guarded by its mutex. */
+#ifndef CLIENT_INTERNAL_H
+#define CLIENT_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "shmap.h"
+#include "sm_svc.h"
+
+struct sm_client {
+    sm_rpc_channel *ch; /* owned */
+    int timeout_ms;     /* deadline of each unary call */
+    void (*progress)(void *user, int64_t done, int64_t total);
+    void *progress_user;
+};
+
+/* Progress of one transfer of `total` bytes, shared by the threads that move
+ * its pieces. */
+typedef struct {
+    const sm_client *c;
+    pthread_mutex_t mu;
+    int64_t done, total;
+} client_progress;
+
+void client_progress_init(client_progress *p, const sm_client *c, int64_t total);
+void client_progress_add(client_progress *p, int64_t n);
+void client_progress_destroy(client_progress *p);
+
+/* Deadline for a stream moving `bytes`: the unary deadline plus time for the
+ * bytes at a conservative 20 MB/s. */
+int client_stream_deadline(const sm_client *c, int64_t bytes);
+
+/* A box of a row-major buffer of shape `shape` (elements of elem bytes),
+ * viewed as the byte stream of the box in its own row-major order. The box
+ * must lie inside shape (checked by client_box_init). */
+typedef struct {
+    int rank;
+    size_t elem;
+    int64_t off[SM_MAX_RANK];    /* box start in the buffer */
+    int64_t ext[SM_MAX_RANK];    /* box extent */
+    int64_t stride[SM_MAX_RANK]; /* buffer element strides */
+    int cdim;                    /* dims >= cdim form one contiguous run */
+    int64_t run;                 /* elements per contiguous run */
+    int64_t nbytes;              /* bytes of the box */
+} client_box;
+
+sm_err client_box_init(client_box *b, const sm_shape *shape, const sm_index *box, sm_dtype t,
+                       char *err, size_t errlen);
+/* Copies box bytes [pos, pos+len) out of buf into out (gather) or from in into
+ * buf (scatter). pos + len <= b->nbytes. */
+void client_box_gather(const client_box *b, const void *buf, int64_t pos, void *out, size_t len);
+void client_box_scatter(const client_box *b, void *buf, int64_t pos, const void *in, size_t len);
+
+/* Uploads the box `box` of src (row-major, shape src_shape, dtype t) to the
+ * devices of one upload target of array `id`, in chunks of at most
+ * SM_SVC_CHUNK bytes through a 4 MiB staging buffer. *ready is set to 1 when
+ * the server says this upload completed the array (ready may be NULL). */
+sm_err client_upload_box(sm_client *c, sm_array_id id, int ndevices, const int32_t *devices,
+                         sm_dtype t, const void *src, const sm_shape *src_shape,
+                         const sm_index *box, client_progress *prog, int *ready, char *err,
+                         size_t errlen);
+
+/* Downloads device `device`'s shard of array `id` (expected dtype t and
+ * shape of `box`) and scatters it into the box `box` of dst (row-major, shape
+ * dst_shape). Sizes, offsets and the checksum are verified (SM_EDATALOSS on a
+ * mismatch). */
+sm_err client_download_box(sm_client *c, sm_array_id id, int32_t device, sm_dtype t, void *dst,
+                           const sm_shape *dst_shape, const sm_index *box, client_progress *prog,
+                           char *err, size_t errlen);
+
+/* Runs fn(user, i, err, errlen) for i in [0, n) on up to `width` threads
+ * (the caller's included); stops handing out work after the first failure,
+ * whose code and sentence are returned. */
+typedef sm_err (*client_task_fn)(void *user, int i, char *err, size_t errlen);
+sm_err client_run_tasks(int n, int width, client_task_fn fn, void *user, char *err, size_t errlen);
+
+/* Best-effort delete of an array that a failed upload left pending. */
+void client_discard(sm_client *c, sm_array_id id);
+
+#endif

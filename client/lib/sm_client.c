@@ -1,0 +1,150 @@
+/* sm_client: connecting, and the control-plane calls of libshmap (devices,
+ * meshes, describe, list, reshard, delete). Transfers live in
+ * client_put.c and client_get.c. */
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client_internal.h"
+#include "sm_rpc.h"
+
+sm_array_ref sm_array_ref_parse(const char *text)
+{
+    sm_array_ref r = {.id = {0}, .name = text};
+    const char *p = text;
+    uint64_t v = 0;
+
+    if (!text || !*text)
+        return r;
+    for (; *p; p++) {
+        if (!isdigit((unsigned char)*p))
+            return r;
+        if (v > (UINT64_MAX - (uint64_t)(*p - '0')) / 10)
+            return r; /* too long for an id: treat as a name */
+        v = v * 10 + (uint64_t)(*p - '0');
+    }
+    if (v == 0)
+        return r;
+    r.id.v = v;
+    r.name = NULL;
+    return r;
+}
+
+sm_err sm_client_connect(const char *target, const sm_client_opts *opts, sm_client **out, char *err,
+                         size_t errlen)
+{
+    sm_client *c;
+    uint32_t version = 0;
+    char server[128] = "";
+    sm_err e;
+
+    *out = NULL;
+    if (!target || !*target)
+        return sm_fail(err, errlen, SM_EINVAL, "no coordinator address was given");
+    if (!(c = calloc(1, sizeof *c)))
+        return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a client");
+    c->timeout_ms = opts && opts->timeout_ms > 0 ? (int)opts->timeout_ms : 30000;
+    if (opts) {
+        c->progress = opts->progress;
+        c->progress_user = opts->progress_user;
+    }
+    sm_rpc_init();
+    if ((e = sm_rpc_channel_create(target, opts ? opts->token : NULL, &c->ch, err, errlen)))
+        goto fail;
+    if ((e = sm_svc_negotiate(c->ch, 0, "libshmap", &version, server, sizeof server, c->timeout_ms,
+                              err, errlen)))
+        goto fail;
+    if (version != SHMAP_PROTOCOL_VERSION) {
+        e = sm_fail(err, errlen, SM_EPRECONDITION,
+                    "the coordinator at %s agreed on protocol version %u, but this client speaks "
+                    "version %d",
+                    target, version, SHMAP_PROTOCOL_VERSION);
+        goto fail;
+    }
+    *out = c;
+    return SM_OK;
+
+fail:
+    if (c->ch)
+        sm_rpc_channel_free(c->ch);
+    free(c);
+    sm_rpc_shutdown();
+    return e;
+}
+
+void sm_client_close(sm_client *c)
+{
+    if (!c)
+        return;
+    sm_rpc_channel_free(c->ch);
+    free(c);
+    sm_rpc_shutdown();
+}
+
+sm_err sm_client_devices(sm_client *c, sm_worker_info **out, int *n, char *err, size_t errlen)
+{
+    *out = NULL;
+    *n = 0;
+    return sm_svc_coord_list_devices(c->ch, c->timeout_ms, out, n, err, errlen);
+}
+
+sm_err sm_client_mesh_create(sm_client *c, const sm_mesh *mesh, int default_order, const char *name,
+                             sm_mesh_info *out, char *err, size_t errlen)
+{
+    sm_mesh m = *mesh;
+    if (default_order)
+        m.ndevices = 0; /* no devices given: the service's default order */
+    return sm_svc_coord_create_mesh(c->ch, c->timeout_ms, name, &m, default_order, out, err,
+                                    errlen);
+}
+
+sm_err sm_client_mesh_get(sm_client *c, sm_mesh_id id, const char *name, sm_mesh_info *out,
+                          char *err, size_t errlen)
+{
+    return sm_svc_coord_get_mesh(c->ch, c->timeout_ms, id, name, out, err, errlen);
+}
+
+sm_err sm_client_mesh_list(sm_client *c, sm_mesh_info **out, int *n, char *err, size_t errlen)
+{
+    *out = NULL;
+    *n = 0;
+    return sm_svc_coord_list_meshes(c->ch, c->timeout_ms, out, n, err, errlen);
+}
+
+sm_err sm_client_describe(sm_client *c, sm_array_ref ref, sm_array_info *out, char *err,
+                          size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    return sm_svc_coord_describe(c->ch, c->timeout_ms, ref, out, err, errlen);
+}
+
+sm_err sm_client_list(sm_client *c, sm_array_info **out, int *n, char *err, size_t errlen)
+{
+    *out = NULL;
+    *n = 0;
+    return sm_svc_coord_list_arrays(c->ch, c->timeout_ms, out, n, err, errlen);
+}
+
+sm_err sm_client_reshard(sm_client *c, sm_array_ref ref, const sm_sharding_ref *sh,
+                         const char *new_name, sm_array_info *out, char *err, size_t errlen)
+{
+    sm_svc_reshard_req req;
+    sm_array_info tmp;
+    sm_err e;
+
+    memset(&req, 0, sizeof req);
+    req.array = ref;
+    req.sharding = *sh;
+    req.name = new_name;
+    memset(&tmp, 0, sizeof tmp);
+    /* Resharding moves data between workers: allow it the transfer deadline. */
+    e = sm_svc_coord_reshard(c->ch, client_stream_deadline(c, (int64_t)1 << 30), &req,
+                             out ? out : &tmp, err, errlen);
+    sm_array_info_free(&tmp);
+    return e;
+}
+
+sm_err sm_client_delete(sm_client *c, sm_array_ref ref, char *err, size_t errlen)
+{
+    return sm_svc_coord_delete(c->ch, c->timeout_ms, ref, err, errlen);
+}

@@ -1,0 +1,232 @@
+/* cmd_cluster: shmapctl devices and shmapctl mesh (create, ls, describe). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmd_online.h"
+
+static const char devices_help[] =
+    "Usage: shmapctl devices [--json] [--target HOST:PORT] [--token TOKEN]\n"
+    "\n"
+    "Lists the workers of the service: address, process index, devices, bytes\n"
+    "held per device, and whether the worker is alive.\n"
+    "\n"
+    "Options:\n"
+    "      --json              print a JSON list, one object per worker\n" CLI_CONN_HELP "\n"
+    "Example:\n"
+    "  shmapctl devices --target localhost:7070\n";
+
+int cli_cmd_devices(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"json", no_argument, NULL, OPT_JSON}, CLI_CONN_OPTIONS, {NULL, 0, NULL, 0}};
+    cli_conn cc;
+    sm_client *c = NULL;
+    sm_worker_info *w = NULL;
+    int n = 0, json = 0, ch, rc;
+    char err[512];
+
+    cli_conn_init(&cc);
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        switch (ch) {
+        case OPT_JSON:
+            json = 1;
+            break;
+        case OPT_TARGET:
+            cc.target = optarg;
+            break;
+        case OPT_TOKEN:
+            cc.token = optarg;
+            break;
+        case 'h':
+        case OPT_HELP:
+            fputs(devices_help, stdout);
+            return CLI_EXIT_OK;
+        default:
+            return cli_getopt_error(argv[0], ch, argv);
+        }
+    }
+    if (optind < argc)
+        return cli_usage(argv[0], "unexpected argument '%s'", argv[optind]);
+    if ((rc = cli_conn_open(&cc, &c)))
+        return rc;
+    if (sm_client_devices(c, &w, &n, err, sizeof err)) {
+        sm_client_close(c);
+        return cli_fail(CLI_EXIT_INVALID, "%s", err);
+    }
+    if (json) {
+        json_t *root = json_array();
+        for (int i = 0; i < n; i++) {
+            json_t *d = json_array(), *b = json_array();
+            for (int k = 0; k < w[i].ndevices; k++) {
+                json_array_append_new(d, json_integer(w[i].devices[k]));
+                json_array_append_new(b, json_integer(w[i].device_bytes[k]));
+            }
+            json_array_append_new(
+                root, json_pack("{s:i, s:s, s:s, s:i, s:s, s:I, s:o, s:o}", "worker", (int)w[i].id,
+                                "address", w[i].address, "host", w[i].host, "process_index",
+                                w[i].process_index, "state", w[i].alive ? "alive" : "lost",
+                                "ms_since_heartbeat", (json_int_t)w[i].ms_since_heartbeat,
+                                "devices", d, "device_bytes", b));
+        }
+        rc = cli_print_json(root);
+    } else {
+        printf("%-7s %-22s %-8s %-6s %s\n", "worker", "address", "process", "state",
+               "devices (bytes)");
+        for (int i = 0; i < n; i++) {
+            printf("%-7u %-22s %-8d %-6s", w[i].id, w[i].address, w[i].process_index,
+                   w[i].alive ? "alive" : "lost");
+            for (int k = 0; k < w[i].ndevices; k++)
+                printf(" %d(%lld)", (int)w[i].devices[k], (long long)w[i].device_bytes[k]);
+            printf("\n");
+        }
+        rc = CLI_EXIT_OK;
+    }
+    free(w);
+    sm_client_close(c);
+    return rc;
+}
+
+/* ---- mesh -------------------------------------------------------------------- */
+
+static const char mesh_help[] =
+    "Usage: shmapctl mesh create AXES [--devices IDS] [--name NAME] [--json]\n"
+    "       shmapctl mesh ls [--json]\n"
+    "       shmapctl mesh describe NAME|ID [--json]\n"
+    "\n"
+    "Creates, lists and describes device meshes on the service. AXES names the\n"
+    "axes and their sizes (i=4,j=2). Without --devices the service picks its\n"
+    "default device order (the minor axis inside one worker where it fits).\n"
+    "\n"
+    "Options:\n"
+    "      --devices IDS       explicit device order, row-major (0,1,2,...)\n"
+    "      --name NAME         a unique name other clients can use\n"
+    "      --json              print JSON {id, name, axes, sizes, devices}\n" CLI_CONN_HELP "\n"
+    "Examples:\n"
+    "  shmapctl mesh create i=4,j=2 --name m\n"
+    "  shmapctl mesh describe m --json\n";
+
+static json_t *mesh_json(const sm_mesh_info *m)
+{
+    json_t *j = cli_json_mesh(&m->mesh);
+    json_object_set_new(j, "id", json_integer((json_int_t)m->id.v));
+    json_object_set_new(j, "name", m->name[0] ? json_string(m->name) : json_null());
+    return j;
+}
+
+static void mesh_print(const sm_mesh_info *m)
+{
+    char mb[512];
+    printf("%-5llu %-16s %s  devices", (unsigned long long)m->id.v, m->name[0] ? m->name : "-",
+           sm_mesh_format(&m->mesh, mb, sizeof mb));
+    for (int k = 0; k < m->mesh.ndevices; k++)
+        printf("%s%d", k ? "," : " ", (int)m->mesh.devices[k]);
+    printf("\n");
+}
+
+int cli_cmd_mesh(int argc, char **argv)
+{
+    static const struct option opts[] = {{"json", no_argument, NULL, OPT_JSON},
+                                         {"devices", required_argument, NULL, OPT_DEVICES},
+                                         {"name", required_argument, NULL, OPT_NAME},
+                                         CLI_CONN_OPTIONS,
+                                         {NULL, 0, NULL, 0}};
+    cli_conn cc;
+    sm_client *c = NULL;
+    const char *devices = NULL, *name = NULL;
+    int json = 0, ch, rc;
+    char err[512];
+    sm_err e = SM_OK;
+
+    cli_conn_init(&cc);
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        switch (ch) {
+        case OPT_JSON:
+            json = 1;
+            break;
+        case OPT_DEVICES:
+            devices = optarg;
+            break;
+        case OPT_NAME:
+            name = optarg;
+            break;
+        case OPT_TARGET:
+            cc.target = optarg;
+            break;
+        case OPT_TOKEN:
+            cc.token = optarg;
+            break;
+        case 'h':
+        case OPT_HELP:
+            fputs(mesh_help, stdout);
+            return CLI_EXIT_OK;
+        default:
+            return cli_getopt_error(argv[0], ch, argv);
+        }
+    }
+    if (optind >= argc)
+        return cli_usage(argv[0], "a subcommand is required: create, ls or describe");
+    const char *sub = argv[optind++];
+    int nargs = argc - optind;
+    int want = strcmp(sub, "create") == 0     ? 1
+               : strcmp(sub, "ls") == 0       ? 0
+               : strcmp(sub, "describe") == 0 ? 1
+                                              : -1;
+    if (want < 0)
+        return cli_usage(argv[0], "unknown subcommand '%s'; use create, ls or describe", sub);
+    if (nargs != want)
+        return cli_usage(argv[0], "mesh %s takes %s", sub, want ? "one argument" : "no argument");
+    if (strcmp(sub, "create") != 0 && (devices || name))
+        return cli_usage(argv[0], "--devices and --name go with mesh create");
+
+    sm_mesh mesh;
+    int32_t ids[SM_MAX_DEVICES];
+    int nids = 0;
+    if (strcmp(sub, "create") == 0) {
+        if (devices && (e = cli_parse_ids(devices, ids, SM_MAX_DEVICES, &nids, err, sizeof err)))
+            return cli_fail(CLI_EXIT_INVALID, "%s", err);
+        if ((e = sm_mesh_parse(argv[optind], devices ? ids : NULL, nids, &mesh, err, sizeof err)))
+            return cli_fail(CLI_EXIT_INVALID, "%s", err);
+    }
+    if ((rc = cli_conn_open(&cc, &c)))
+        return rc;
+    if (strcmp(sub, "ls") == 0) {
+        sm_mesh_info *list = NULL;
+        int n = 0;
+        if (!(e = sm_client_mesh_list(c, &list, &n, err, sizeof err))) {
+            if (json) {
+                json_t *root = json_array();
+                for (int i = 0; i < n; i++)
+                    json_array_append_new(root, mesh_json(&list[i]));
+                rc = cli_print_json(root);
+            } else {
+                printf("%-5s %-16s %s\n", "id", "name", "mesh");
+                for (int i = 0; i < n; i++)
+                    mesh_print(&list[i]);
+            }
+        }
+        free(list);
+    } else {
+        sm_mesh_info info;
+        memset(&info, 0, sizeof info);
+        if (strcmp(sub, "create") == 0) {
+            e = sm_client_mesh_create(c, &mesh, devices == NULL, name, &info, err, sizeof err);
+        } else {
+            sm_array_ref r = sm_array_ref_parse(argv[optind]);
+            sm_mesh_id id = {r.id.v};
+            e = sm_client_mesh_get(c, id, r.id.v ? NULL : argv[optind], &info, err, sizeof err);
+        }
+        if (!e) {
+            if (json)
+                rc = cli_print_json(mesh_json(&info));
+            else
+                mesh_print(&info);
+        }
+    }
+    sm_client_close(c);
+    if (e)
+        return cli_fail(CLI_EXIT_INVALID, "%s", err);
+    return rc;
+}

@@ -1,0 +1,123 @@
+/* cmd_online: what the online subcommands of shmapctl (cmd_cluster.c,
+ * cmd_put.c, cmd_array.c) share: the connection options (--target / $SHMAP_TARGET,
+ * --token / $SHMAP_TOKEN), the sharding options (--mesh, --devices, --spec),
+ * a progress bar, and printers for array descriptions. */
+#ifndef CMD_ONLINE_H
+#define CMD_ONLINE_H
+
+#include <getopt.h>
+#include <jansson.h>
+
+#include "cli.h"
+#include "shmap.h"
+
+#define CLI_DEFAULT_TARGET "localhost:7070"
+
+/* Long-option values shared by every online command (getopt_long codes). */
+enum {
+    OPT_TARGET = 1000,
+    OPT_TOKEN,
+    OPT_JSON,
+    OPT_MESH,
+    OPT_DEVICES,
+    OPT_SPEC,
+    OPT_NAME,
+    OPT_SHAPE,
+    OPT_DTYPE,
+    OPT_PROCESS,
+    OPT_GLOBAL_SHAPE,
+    OPT_DEADLINE,
+    OPT_DEVICE,
+    OPT_HELP,
+};
+
+#define CLI_CONN_OPTIONS                                                                           \
+    {"target", required_argument, NULL, OPT_TARGET},                                               \
+        {"token", required_argument, NULL, OPT_TOKEN},                                             \
+    {                                                                                              \
+        "help", no_argument, NULL, OPT_HELP                                                        \
+    }
+
+#define CLI_CONN_HELP                                                                              \
+    "      --target HOST:PORT  coordinator address (env SHMAP_TARGET, default localhost:7070)\n"   \
+    "      --token TOKEN       shared secret (env SHMAP_TOKEN)\n"                                  \
+    "  -h, --help              show this help\n"
+
+/* Connection settings of one invocation. */
+typedef struct {
+    const char *target;
+    const char *token;
+    int show_progress; /* stderr is a terminal */
+    int64_t last_draw; /* progress bar state */
+} cli_conn;
+
+/* Fills target and token from the environment (options override later). */
+void cli_conn_init(cli_conn *cc);
+/* Connects; on failure prints the sentence and returns CLI_EXIT_INVALID
+ * (*out NULL). The client draws a progress bar on stderr for transfers over
+ * 8 MB when stderr is a terminal. */
+int cli_conn_open(cli_conn *cc, sm_client **out);
+
+/* The sharding options of put, put-shards, put-local and reshard. The ref
+ * points into this struct. */
+typedef struct {
+    const char *mesh_text;
+    const char *devices_text;
+    const char *spec_text;
+    sm_mesh mesh;
+    int32_t devices[SM_MAX_DEVICES];
+    sm_sharding_ref ref;
+} cli_sharding;
+
+/* Builds sh->ref from the texts: a mesh with '=' is inline ("i=4,j=2",
+ * default device order unless --devices), all digits a mesh id, else a mesh
+ * name. The spec is required. Errors: one sentence, returns
+ * CLI_EXIT_USAGE (missing option) or CLI_EXIT_INVALID (bad value), else 0. */
+int cli_sharding_build(const char *cmd, cli_sharding *sh);
+
+/* Options of one online command, parsed by cli_args_parse. */
+enum {
+    CLI_A_JSON = 1 << 0,
+    CLI_A_SHARDING = 1 << 1, /* --mesh --devices --spec */
+    CLI_A_NAME = 1 << 2,
+    CLI_A_SHAPE = 1 << 3,
+    CLI_A_DTYPE = 1 << 4,
+    CLI_A_PROCESS = 1 << 5,
+    CLI_A_GLOBAL = 1 << 6,
+    CLI_A_DEADLINE = 1 << 7,
+    CLI_A_DEVICE = 1 << 8,
+};
+
+typedef struct {
+    cli_conn cc;
+    int json;
+    cli_sharding sh;
+    const char *name, *shape, *dtype, *global_shape;
+    int process, has_process;
+    int64_t deadline_ms;
+    int32_t device;
+    int has_device;
+    int npos;
+    char **pos; /* positional arguments (into argv) */
+} cli_args;
+
+/* Parses the options of argv (argv[0] is the command) allowed by the
+ * CLI_A_* mask (connection options and --help are always allowed), and
+ * checks that there are between min_pos and max_pos positional arguments.
+ * Returns -1 after printing help (exit 0), a CLI_EXIT_* error code after
+ * printing the error, or 0. */
+int cli_args_parse(int argc, char **argv, unsigned allowed, const char *help, int min_pos,
+                   int max_pos, cli_args *a);
+
+/* JSON object of an array description: name, id, dtype, shape, shard_shape,
+ * type, mesh {axes, sizes, devices}, mesh_id, spec, state, error, bytes,
+ * devices [{device, worker, address, coords, index, replica_id, present}]. */
+json_t *cli_json_array(const sm_array_info *a);
+/* One line: "NAME (id N): TYPE, STATE". */
+void cli_print_array_line(const sm_array_info *a);
+/* The full text description (describe), diagram included. */
+int cli_print_array(const sm_array_info *a);
+/* "name (id N)" or "id N" into buf. */
+const char *cli_array_label(const sm_array_info *a, char *buf, size_t len);
+
+#endif
