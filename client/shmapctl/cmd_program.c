@@ -1,0 +1,399 @@
+/* shmapctl: commands on shard_map programs (.shmap files, PROGRAMS.md).
+ *   check  — parse and verify a program; print each value's block type and
+ *            varying axes, or the first error as "file:line:col: sentence".
+ *   run    — run a program; --local runs every device as a thread of this
+ *            process (sm_exec_local) on .npy arguments and writes .npy
+ *            results (the service path is not here yet).
+ *
+ * The program libraries are optional at build time: without sm_ir `check`
+ * says so and fails; without sm_exec, `run --local` does. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "cli.h"
+
+#if __has_include("sm_ir.h")
+#include "sm_ir.h"
+#define CLI_HAVE_PROGRAMS 1
+#else
+#define CLI_HAVE_PROGRAMS 0
+#endif
+#if CLI_HAVE_PROGRAMS && __has_include("sm_exec_local.h")
+#include "sm_array.h"
+#include "sm_example.h"
+#include "sm_exec_local.h"
+#define CLI_HAVE_EXEC 1
+#else
+#define CLI_HAVE_EXEC 0
+#endif
+
+enum { OPT_NO_CHECK_VMA = 256, OPT_JSON };
+
+static const char check_help[] =
+    "Usage: shmapctl check PROGRAM.shmap [--no-check-vma] [--json]\n"
+    "\n"
+    "Parses and verifies a shard_map program (PROGRAMS.md) as the coordinator\n"
+    "would before running it: block shapes from the in_specs, the dtype and\n"
+    "shape of every op, out_specs and result global shapes, and the replication\n"
+    "check. Prints every parameter, op and output with its block type and the\n"
+    "mesh axes it may vary over, e.g. \"z = dot(a, b) : f32[2,32]{V:i,j}\", or\n"
+    "the first error as \"file:line:col: sentence\". Needs no server.\n"
+    "\n"
+    "Options:\n"
+    "      --no-check-vma   turn the replication check off (check_vma=False); a\n"
+    "                       file whose first lines hold the comment\n"
+    "                       \"# check_vma: false\" turns it off too\n"
+    "      --json           print JSON: file, name, check_vma, mesh {axes, sizes,\n"
+    "                       devices}, lines (the description, one string per line);\n"
+    "                       on error {file, error} and exit 1\n"
+    "  -h, --help           show this help\n"
+    "\n"
+    "Exit codes: 0 valid, 1 invalid program (or unreadable file), 2 usage error.\n"
+    "\n"
+    "Example:\n"
+    "  shmapctl check examples/matmul_basic.shmap\n";
+
+#if CLI_HAVE_PROGRAMS
+/* 0 if the file's leading comment lines hold "# check_vma: false" (the
+ * directive of examples/README.md; same rule as sm_exec_text_check_vma). */
+static int cli_text_check_vma(const char *text)
+{
+    for (const char *s = text; s && *s == '#'; s = strchr(s, '\n'), s = s ? s + 1 : NULL) {
+        const char *q = s + 1;
+        q += strspn(q, " \t");
+        if (strncmp(q, "check_vma", 9) != 0)
+            continue;
+        q += 9;
+        q += strspn(q, " \t");
+        if (*q != ':' && *q != '=')
+            continue;
+        q++;
+        q += strspn(q, " \t");
+        if (strncasecmp(q, "false", 5) == 0 || *q == '0')
+            return 0;
+    }
+    return 1;
+}
+
+/* Reads a whole file; NULL on failure with the sentence in err. */
+static char *cli_read_text(const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    long n = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (buf = malloc((size_t)n + 1)) && fread(buf, 1, (size_t)n, f) == (size_t)n) {
+        buf[n] = '\0';
+        fclose(f);
+        return buf;
+    }
+    free(buf);
+    if (f)
+        fclose(f);
+    snprintf(err, errlen, "cannot read '%s'", path);
+    return NULL;
+}
+
+static int cli_check_fail(int json, const char *path, const char *msg)
+{
+    if (!json)
+        return cli_fail(CLI_EXIT_INVALID, "%s", msg);
+    json_t *o = json_object();
+    if (o) {
+        json_object_set_new(o, "file", json_string(path));
+        json_object_set_new(o, "error", json_string(msg));
+    }
+    cli_print_json(o);
+    return CLI_EXIT_INVALID;
+}
+
+static int cli_check_run(const char *path, int no_vma, int json)
+{
+    char err[2048] = "";
+    char *text = NULL;
+    sm_program *p = NULL;
+    sm_strbuf out = {0};
+    int rc = CLI_EXIT_INVALID;
+    if (!(text = cli_read_text(path, err, sizeof err))) {
+        rc = cli_check_fail(json, path, err);
+        goto done;
+    }
+    int check_vma = !no_vma && cli_text_check_vma(text);
+    if (sm_program_parse(text, path, &p, err, sizeof err) ||
+        sm_program_verify(p, check_vma, err, sizeof err)) {
+        rc = cli_check_fail(json, path, err);
+        goto done;
+    }
+    if (sm_program_describe(p, &out)) {
+        rc = cli_fail(CLI_EXIT_INVALID, "out of memory describing '%s'", path);
+        goto done;
+    }
+    if (!json) {
+        fputs(sm_strbuf_str(&out), stdout);
+        rc = CLI_EXIT_OK;
+        goto done;
+    }
+    json_t *o = json_object(), *lines = json_array();
+    if (o && lines) {
+        json_object_set_new(o, "file", json_string(path));
+        json_object_set_new(o, "name", json_string(p->name ? p->name : "f"));
+        json_object_set_new(o, "check_vma", json_boolean(check_vma));
+        json_object_set_new(o, "mesh", cli_json_mesh(&p->mesh));
+        char *s = (char *)sm_strbuf_str(&out);
+        for (char *line = strtok(s, "\n"); line; line = strtok(NULL, "\n"))
+            json_array_append_new(lines, json_string(line));
+        json_object_set(o, "lines", lines);
+    }
+    json_decref(lines);
+    rc = cli_print_json(o);
+done:
+    sm_strbuf_free(&out);
+    sm_program_free(p);
+    free(text);
+    return rc;
+}
+#endif
+
+int cli_cmd_check(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"no-check-vma", no_argument, NULL, OPT_NO_CHECK_VMA},
+        {"json", no_argument, NULL, OPT_JSON},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int no_vma = 0, json = 0;
+    optind = 1;
+    opterr = 0;
+    for (;;) {
+        int c = getopt_long(argc, argv, ":h", opts, NULL);
+        if (c == -1)
+            break;
+        switch (c) {
+        case 'h':
+            fputs(check_help, stdout);
+            return CLI_EXIT_OK;
+        case OPT_NO_CHECK_VMA:
+            no_vma = 1;
+            break;
+        case OPT_JSON:
+            json = 1;
+            break;
+        default:
+            return cli_getopt_error("check", c, argv);
+        }
+    }
+    if (optind >= argc)
+        return cli_usage("check", "a program file is required");
+    if (optind + 1 < argc)
+        return cli_usage("check", "unexpected argument '%s'", argv[optind + 1]);
+#if CLI_HAVE_PROGRAMS
+    return cli_check_run(argv[optind], no_vma, json);
+#else
+    (void)no_vma;
+    (void)json;
+    return cli_fail(CLI_EXIT_INVALID,
+                    "this shmapctl was built without the program library (sm_ir)");
+#endif
+}
+
+static const char run_help[] =
+    "Usage: shmapctl run --local PROGRAM.shmap [--arg NAME=FILE.npy ...]\n"
+    "                    [--inputs FILE.inputs] [--out DIR] [--no-check-vma]\n"
+    "\n"
+    "Runs a shard_map program on GLOBAL arguments, as jax.shard_map(f, mesh,\n"
+    "in_specs, out_specs)(*args) does. With --local, every device of the\n"
+    "program's mesh runs as a thread of this process with in-process\n"
+    "collectives; no server is needed. Results are written as DIR/out0.npy,\n"
+    "DIR/out1.npy, ... (one per returned value) and summarised on stdout.\n"
+    "\n"
+    "Options:\n"
+    "      --local            run in this process (required for now)\n"
+    "      --arg NAME=FILE    the .npy file of parameter NAME (dtype and global\n"
+    "                         shape must match the program); repeatable\n"
+    "      --inputs FILE      generate the arguments not given by --arg from an\n"
+    "                         examples/*.inputs file (examples/README.md)\n"
+    "      --out DIR          directory for the results (must exist); default: no\n"
+    "                         files, only the summary\n"
+    "      --no-check-vma     turn the replication check off\n"
+    "  -h, --help             show this help\n"
+    "\n"
+    "Exit codes: 0 success, 1 invalid program, argument or failed run, 2 usage error.\n"
+    "\n"
+    "Example:\n"
+    "  shmapctl run --local examples/slice_and_average.shmap \\\n"
+    "      --inputs examples/slice_and_average.inputs --out /tmp\n";
+
+#if CLI_HAVE_EXEC
+#define CLI_RUN_MAXARGS 64
+
+/* Prints up to 16 elements of a small result. */
+static void cli_run_print_values(const sm_array *a)
+{
+    int64_t n = a->nbytes / (int64_t)sm_dtype_size(a->dtype), shown = n < 16 ? n : 16;
+    double v[16];
+    char err[128];
+    if (n == 0 || sm_kern_astype(a->dtype, a->data, SM_F64, v, shown, err, sizeof err))
+        return;
+    printf("  [");
+    for (int64_t k = 0; k < shown; k++)
+        printf("%s%.9g", k ? ", " : "", v[k]);
+    printf("%s]\n", n > shown ? ", ..." : "");
+}
+
+static int cli_run_local(const char *path, char **args, int nargs, const char *inputs,
+                         const char *outdir, int no_vma)
+{
+    char err[2048] = "", *text = NULL, *itext = NULL;
+    sm_program *p = NULL;
+    sm_array *in[CLI_RUN_MAXARGS] = {0}, *gen[CLI_RUN_MAXARGS] = {0};
+    sm_array *out[CLI_RUN_MAXARGS] = {0};
+    int rc = CLI_EXIT_INVALID;
+    if (!(text = cli_read_text(path, err, sizeof err))) {
+        rc = cli_fail(CLI_EXIT_INVALID, "%s", err);
+        goto done;
+    }
+    if (sm_program_parse(text, path, &p, err, sizeof err) ||
+        sm_program_verify(p, !no_vma && cli_text_check_vma(text), err, sizeof err)) {
+        rc = cli_fail(CLI_EXIT_INVALID, "%s", err);
+        goto done;
+    }
+    if (p->nparams > CLI_RUN_MAXARGS || p->nreturns > CLI_RUN_MAXARGS) {
+        rc = cli_fail(CLI_EXIT_INVALID, "%s: more than %d parameters or outputs", path,
+                      CLI_RUN_MAXARGS);
+        goto done;
+    }
+    for (int k = 0; k < nargs; k++) {
+        char *eq = strchr(args[k], '=');
+        int i = 0;
+        if (!eq) {
+            rc = cli_usage("run", "--arg takes NAME=FILE.npy, got '%s'", args[k]);
+            goto done;
+        }
+        *eq = '\0';
+        while (i < p->nparams && strcmp(p->params[i].name, args[k]))
+            i++;
+        if (i == p->nparams) {
+            rc = cli_fail(CLI_EXIT_INVALID, "--arg %s: the program has no parameter '%s'", args[k],
+                          args[k]);
+            goto done;
+        }
+        if (sm_npy_read(eq + 1, &in[i], err, sizeof err)) {
+            rc = cli_fail(CLI_EXIT_INVALID, "%s", err);
+            goto done;
+        }
+    }
+    if (inputs) {
+        if (!(itext = cli_read_text(inputs, err, sizeof err)) ||
+            sm_example_inputs(itext, p, gen, err, sizeof err)) {
+            rc = cli_fail(CLI_EXIT_INVALID, "%s: %s", inputs, err);
+            goto done;
+        }
+        for (int i = 0; i < p->nparams; i++)
+            if (!in[i]) {
+                in[i] = gen[i];
+                gen[i] = NULL;
+            }
+    }
+    for (int i = 0; i < p->nparams; i++)
+        if (!in[i]) {
+            rc = cli_usage("run", "parameter '%s' has no --arg", p->params[i].name);
+            goto done;
+        }
+    if (sm_exec_local_run(p, in, out, NULL, err, sizeof err)) {
+        rc = cli_fail(CLI_EXIT_INVALID, "%s", err);
+        goto done;
+    }
+    for (int r = 0; r < p->nreturns; r++) {
+        char shape[128], file[4096] = "";
+        if (outdir) {
+            snprintf(file, sizeof file, "%s/out%d.npy", outdir, r);
+            if (sm_npy_write(file, out[r], err, sizeof err)) {
+                rc = cli_fail(CLI_EXIT_INVALID, "%s", err);
+                goto done;
+            }
+        }
+        printf("output %d: %s%s%s%s\n", r, sm_dtype_name(out[r]->dtype),
+               sm_shape_format(&out[r]->shape, shape, sizeof shape), file[0] ? " -> " : "", file);
+        cli_run_print_values(out[r]);
+    }
+    rc = CLI_EXIT_OK;
+done:
+    for (int i = 0; i < CLI_RUN_MAXARGS; i++) {
+        sm_array_free(in[i]);
+        sm_array_free(gen[i]);
+        sm_array_free(out[i]);
+    }
+    sm_program_free(p);
+    free(text);
+    free(itext);
+    return rc;
+}
+#endif
+
+int cli_cmd_run(int argc, char **argv)
+{
+    enum { OPT_LOCAL = 300, OPT_ARG, OPT_INPUTS, OPT_OUT, OPT_NOVMA };
+    static const struct option opts[] = {
+        {"local", no_argument, NULL, OPT_LOCAL},
+        {"arg", required_argument, NULL, OPT_ARG},
+        {"inputs", required_argument, NULL, OPT_INPUTS},
+        {"out", required_argument, NULL, OPT_OUT},
+        {"no-check-vma", no_argument, NULL, OPT_NOVMA},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    char *args[64];
+    int nargs = 0, local = 0, no_vma = 0;
+    const char *inputs = NULL, *outdir = NULL;
+    optind = 1;
+    opterr = 0;
+    for (;;) {
+        int c = getopt_long(argc, argv, ":h", opts, NULL);
+        if (c == -1)
+            break;
+        switch (c) {
+        case 'h':
+            fputs(run_help, stdout);
+            return CLI_EXIT_OK;
+        case OPT_LOCAL:
+            local = 1;
+            break;
+        case OPT_ARG:
+            if (nargs == 64)
+                return cli_usage("run", "at most 64 --arg options");
+            args[nargs++] = optarg;
+            break;
+        case OPT_INPUTS:
+            inputs = optarg;
+            break;
+        case OPT_OUT:
+            outdir = optarg;
+            break;
+        case OPT_NOVMA:
+            no_vma = 1;
+            break;
+        default:
+            return cli_getopt_error("run", c, argv);
+        }
+    }
+    if (optind >= argc)
+        return cli_usage("run", "a program file is required");
+    if (optind + 1 < argc)
+        return cli_usage("run", "unexpected argument '%s'", argv[optind + 1]);
+    if (!local)
+        return cli_usage("run", "only --local is supported for now");
+#if CLI_HAVE_EXEC
+    return cli_run_local(argv[optind], args, nargs, inputs, outdir, no_vma);
+#else
+    (void)args;
+    (void)inputs;
+    (void)outdir;
+    (void)no_vma;
+    return cli_fail(CLI_EXIT_INVALID,
+                    "this shmapctl was built without the executor library (link sm_exec)");
+#endif
+}

@@ -1,0 +1,84 @@
+/* sm_comm: the collective interface the per-device executor talks to
+ * (DESIGN.md "Execution and collectives"). An implementation is a const
+ * vtable (sm_comm) plus an opaque context: sm_comm_local.h moves data
+ * between threads of one process; a gRPC implementation across worker
+ * processes plugs in the same way.
+ *
+ * A group is the list of mesh positions taking part, in rank order (a
+ * device's rank is the mixed radix of its coordinates over the named axes,
+ * in the order written, the first most significant), plus the caller's
+ * rank. Every member of a group calls the same op with the same group, the
+ * same sizes and the same sequence number: the caller's count of
+ * collectives issued so far in the job, identical on every device because
+ * every device runs the same program. Groups of one sequence number are
+ * disjoint, so (seq, members[0]) names one rendezvous.
+ *
+ * Buffers are dense; `in` is borrowed and must stay valid and unchanged
+ * until the call returns; `out` is caller-allocated and must not overlap
+ * `in`. Reductions are done in a fixed order (rank 0, then + rank 1, ...,
+ * elementwise, with sm_kern_accumulate), so results are bitwise identical
+ * on every run whatever the thread timing. Every op returns SM_OK, or an
+ * error with one sentence in err: SM_ECANCELLED when the job was aborted
+ * (another member failed), SM_ETIMEOUT when a peer did not arrive in time,
+ * SM_EINVAL when members disagree on sizes (a bug in the caller).
+ *
+ * After a member fails outside the comm (a kernel error), it calls abort so
+ * members blocked in a collective return instead of hanging. */
+#ifndef SM_COMM_H
+#define SM_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sm_dtype.h"
+#include "sm_err.h"
+#include "sm_kern.h"
+#include "sm_mesh.h"
+
+typedef struct {
+    int size;           /* number of members, >= 1 */
+    int rank;           /* caller's rank, 0 <= rank < size */
+    const int *members; /* mesh positions in rank order; borrowed */
+} sm_comm_group;
+
+typedef struct sm_comm {
+    const char *name;
+    /* out[i] = in_0[i] op in_1[i] op ... (op sum, max or min), n elements of
+     * t on every member. */
+    sm_err (*all_reduce)(void *ctx, const sm_comm_group *g, uint64_t seq, sm_dtype t,
+                         sm_kern_reduce_op op, const void *in, void *out, int64_t n, char *err,
+                         size_t errlen);
+    /* out = in_0 | in_1 | ... (rank-order concatenation); every member
+     * gives nbytes, out holds size * nbytes. */
+    sm_err (*all_gather)(void *ctx, const sm_comm_group *g, uint64_t seq, const void *in, void *out,
+                         int64_t nbytes, char *err, size_t errlen);
+    /* in holds size chunks of n elements; member r gets the reduction (in
+     * rank order) of every member's chunk r, n elements. */
+    sm_err (*reduce_scatter)(void *ctx, const sm_comm_group *g, uint64_t seq, sm_dtype t,
+                             sm_kern_reduce_op op, const void *in, void *out, int64_t n, char *err,
+                             size_t errlen);
+    /* in holds size chunks of chunk_bytes; chunk j goes to rank j; out holds
+     * the received chunks in source rank order. */
+    sm_err (*all_to_all)(void *ctx, const sm_comm_group *g, uint64_t seq, const void *in, void *out,
+                         int64_t chunk_bytes, char *err, size_t errlen);
+    /* perm: npairs (src, dst) rank pairs, sources unique and destinations
+     * unique. The member that is dst of a pair gets src's nbytes; a member
+     * that is no destination gets zeros. */
+    sm_err (*permute)(void *ctx, const sm_comm_group *g, uint64_t seq, const int64_t (*perm)[2],
+                      int npairs, const void *in, void *out, int64_t nbytes, char *err,
+                      size_t errlen);
+    /* Aborts the job: every member blocked now or later in a collective of
+     * ctx returns SM_ECANCELLED with a sentence quoting why. The first abort
+     * wins; later ones are ignored. Thread-safe. */
+    void (*abort)(void *ctx, const char *why);
+} sm_comm;
+
+/* The group of mesh position pos over the named mesh axes (in the order
+ * written): members (caller-provided, room for m->ndevices) receives the
+ * positions sharing pos's coordinates on every other axis, in rank order.
+ * SM_EINVAL for an unknown or repeated axis name. */
+sm_err sm_comm_group_make(const sm_mesh *m, int pos, int naxes,
+                          const char (*axes)[SM_AXIS_NAME_MAX], int *members, sm_comm_group *g,
+                          char *err, size_t errlen);
+
+#endif

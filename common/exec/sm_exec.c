@@ -1,0 +1,320 @@
+/* sm_exec: the interpreter loop — plan (last uses), input checks, one
+ * dispatch per op, buffer lifetimes, outputs, error wording. */
+#include "sm_exec_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+struct sm_exec_plan {
+    const sm_program *p;
+    int *last_use; /* per value: index of the last op reading it; nops if returned */
+};
+
+sm_err sm_exec_plan_create(const sm_program *p, sm_exec_plan **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    sm_exec_plan *plan = calloc(1, sizeof *plan);
+    if (!plan || !(plan->last_use = malloc(sizeof(int) * (size_t)(p->nvalues + 1)))) {
+        free(plan);
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory planning program '%s'",
+                       p->name ? p->name : "f");
+    }
+    plan->p = p;
+    for (int v = 0; v < p->nvalues; v++)
+        plan->last_use[v] = p->values[v].def; /* dead values go right after their op */
+    for (int k = 0; k < p->nops; k++)
+        for (int i = 0; i < p->ops[k].noperands; i++)
+            plan->last_use[p->ops[k].operands[i]] = k;
+    for (int r = 0; r < p->nreturns; r++)
+        plan->last_use[p->returns[r]] = p->nops;
+    *out = plan;
+    return SM_OK;
+}
+
+void sm_exec_plan_free(sm_exec_plan *plan)
+{
+    if (plan) {
+        free(plan->last_use);
+        free(plan);
+    }
+}
+
+/* The handler of an op kind: one switch over the whole op table, so a new
+ * op without a handler is a compile warning (-Wswitch). */
+static sm_exec_fn sm_exec_fn_of(sm_op_kind k)
+{
+    switch (k) {
+    case SM_OP_ADD:
+    case SM_OP_SUBTRACT:
+    case SM_OP_MULTIPLY:
+    case SM_OP_DIVIDE:
+    case SM_OP_MOD:
+    case SM_OP_MAXIMUM:
+    case SM_OP_MINIMUM:
+    case SM_OP_POWER:
+    case SM_OP_EQUAL:
+    case SM_OP_NOT_EQUAL:
+    case SM_OP_LESS:
+    case SM_OP_LESS_EQUAL:
+    case SM_OP_GREATER:
+    case SM_OP_GREATER_EQUAL:
+        return sm_exec_binary;
+    case SM_OP_NEGATIVE:
+    case SM_OP_ABS:
+    case SM_OP_EXP:
+    case SM_OP_LOG:
+    case SM_OP_SIN:
+    case SM_OP_COS:
+    case SM_OP_TANH:
+    case SM_OP_SQRT:
+    case SM_OP_RSQRT:
+    case SM_OP_LOGISTIC:
+    case SM_OP_SIGN:
+    case SM_OP_FLOOR:
+    case SM_OP_CEIL:
+    case SM_OP_ROUND:
+        return sm_exec_unary;
+    case SM_OP_WHERE:
+        return sm_exec_where;
+    case SM_OP_ASTYPE:
+    case SM_OP_PVARY:
+        return sm_exec_astype;
+    case SM_OP_ZEROS:
+    case SM_OP_ONES:
+    case SM_OP_FULL:
+    case SM_OP_CONST:
+        return sm_exec_fill;
+    case SM_OP_ARANGE:
+        return sm_exec_arange;
+    case SM_OP_DOT:
+    case SM_OP_MATMUL:
+    case SM_OP_EINSUM:
+        return sm_exec_product;
+    case SM_OP_SUM:
+    case SM_OP_MEAN:
+    case SM_OP_MAX:
+    case SM_OP_MIN:
+        return sm_exec_reduce;
+    case SM_OP_RESHAPE:
+    case SM_OP_EXPAND_DIMS:
+    case SM_OP_SQUEEZE:
+        return sm_exec_reshape;
+    case SM_OP_TRANSPOSE:
+        return sm_exec_transpose;
+    case SM_OP_BROADCAST_TO:
+        return sm_exec_broadcast_to;
+    case SM_OP_SLICE:
+        return sm_exec_slice;
+    case SM_OP_DYNAMIC_SLICE:
+    case SM_OP_DYNAMIC_SLICE_IN_DIM:
+        return sm_exec_dynamic_slice;
+    case SM_OP_DYNAMIC_UPDATE_SLICE:
+        return sm_exec_dynamic_update_slice;
+    case SM_OP_CONCATENATE:
+        return sm_exec_concatenate;
+    case SM_OP_PAD:
+        return sm_exec_pad;
+    case SM_OP_TILE:
+        return sm_exec_tile;
+    case SM_OP_ROLL:
+        return sm_exec_roll;
+    case SM_OP_PSUM:
+    case SM_OP_PMEAN:
+    case SM_OP_PMAX:
+    case SM_OP_PMIN:
+        return sm_exec_preduce;
+    case SM_OP_ALL_GATHER:
+        return sm_exec_all_gather;
+    case SM_OP_PSUM_SCATTER:
+        return sm_exec_psum_scatter;
+    case SM_OP_PPERMUTE:
+        return sm_exec_ppermute;
+    case SM_OP_ALL_TO_ALL:
+        return sm_exec_all_to_all;
+    case SM_OP_AXIS_INDEX:
+    case SM_OP_AXIS_SIZE:
+        return sm_exec_axis_scalar;
+    case SM_OP_COUNT:
+        break;
+    }
+    return NULL;
+}
+
+/* "file:line:col: " or "" into buf. */
+static const char *sm_exec_where_str(const sm_program *p, int line, int col, char *buf, size_t len)
+{
+    if (line > 0)
+        snprintf(buf, len, "%s:%d:%d: ", p->filename ? p->filename : "<text>", line, col);
+    else
+        buf[0] = '\0';
+    return buf;
+}
+
+static sm_err sm_exec_check_inputs(const sm_program *p, sm_array *const *inputs, char *err,
+                                   size_t errlen)
+{
+    for (int i = 0; i < p->nparams; i++) {
+        const sm_ir_param *pa = &p->params[i];
+        const sm_ir_value *v = &p->values[pa->value];
+        const sm_array *a = inputs ? inputs[i] : NULL;
+        char want[64], got[64];
+        if (!a)
+            return sm_fail(err, errlen, SM_EINVAL, "argument '%s' is missing", pa->name);
+        if (a->dtype != v->dtype || !sm_shape_equal(&a->shape, &v->shape))
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "argument '%s' block is %s%s, expected %s%s (its block under the "
+                           "in_spec)",
+                           pa->name, sm_dtype_name(a->dtype),
+                           sm_shape_format(&a->shape, got, sizeof got), sm_dtype_name(v->dtype),
+                           sm_shape_format(&v->shape, want, sizeof want));
+    }
+    return SM_OK;
+}
+
+sm_err sm_exec_run_plan(const sm_exec_plan *plan, int mesh_pos, const sm_comm *comm, void *comm_ctx,
+                        sm_array *const *inputs, sm_array **outputs, char *err, size_t errlen)
+{
+    const sm_program *p = plan->p;
+    sm_err e = SM_OK;
+    char msg[1024] = "", where[300], head[400] = "", full[1500];
+    int dev = mesh_pos >= 0 && mesh_pos < p->mesh.ndevices ? p->mesh.devices[mesh_pos] : -1;
+    sm_array **vals = calloc((size_t)p->nvalues + 1, sizeof *vals);
+    unsigned char *owned = calloc((size_t)p->nvalues + 1, 1);
+    sm_exec_ctx x = {.p = p, .pos = mesh_pos, .comm = comm, .cctx = comm_ctx};
+    x.members = malloc(sizeof(int) * (size_t)p->mesh.ndevices);
+    for (int r = 0; r < p->nreturns; r++)
+        outputs[r] = NULL;
+    if (!vals || !owned || !x.members) {
+        e = sm_fail(msg, sizeof msg, SM_ENOMEM, "out of memory");
+        goto fail;
+    }
+    if (dev < 0) {
+        e = sm_fail(msg, sizeof msg, SM_EINVAL, "mesh position %d is outside the mesh of %d",
+                    mesh_pos, p->mesh.ndevices);
+        goto fail;
+    }
+    if ((e = sm_exec_check_inputs(p, inputs, msg, sizeof msg)))
+        goto fail;
+    for (int i = 0; i < p->nparams; i++)
+        vals[p->params[i].value] = inputs[i];
+
+    for (int k = 0; k < p->nops; k++) {
+        const sm_ir_op *op = &p->ops[k];
+        const sm_ir_value *rv = &p->values[op->result];
+        sm_array *in[SM_OP_MAXARGS + 1];
+        for (int i = 0; i < op->noperands && i <= SM_OP_MAXARGS; i++)
+            in[i] = vals[op->operands[i]];
+        sm_exec_fn fn = sm_exec_fn_of(op->kind);
+        sm_array *out = NULL;
+        if (!fn) {
+            e = sm_fail(msg, sizeof msg, SM_EUNIMPLEMENTED, "no kernel for this op");
+        } else if (!(e = sm_array_create(rv->dtype, &rv->shape, &out, msg, sizeof msg))) {
+            e = fn(&x, op, in, out, msg, sizeof msg);
+        }
+        if (e) {
+            sm_array_free(out);
+            sm_exec_where_str(p, op->line, op->col, where, sizeof where);
+            snprintf(head, sizeof head, "%s'%s' on device %d (mesh position %d): ", where,
+                     sm_op_name(op->kind), dev, mesh_pos);
+            goto fail;
+        }
+        vals[op->result] = out;
+        owned[op->result] = 1;
+        /* Free every operand (and a dead result) whose last use this was. */
+        for (int i = -1; i < op->noperands; i++) {
+            int v = i < 0 ? op->result : op->operands[i];
+            if (owned[v] && plan->last_use[v] == k) {
+                sm_array_free(vals[v]);
+                vals[v] = NULL;
+                owned[v] = 0;
+            }
+        }
+    }
+    for (int r = 0; r < p->nreturns; r++) {
+        int v = p->returns[r];
+        if (owned[v]) { /* hand the buffer over */
+            outputs[r] = vals[v];
+            vals[v] = NULL;
+            owned[v] = 0;
+            continue;
+        }
+        const sm_array *a = vals[v];
+        for (int q = 0; !a && q < r; q++) /* handed over to an earlier output */
+            if (p->returns[q] == v)
+                a = outputs[q];
+        if ((e = sm_array_create(a->dtype, &a->shape, &outputs[r], msg, sizeof msg)))
+            goto fail;
+        if (a->nbytes)
+            memcpy(outputs[r]->data, a->data, (size_t)a->nbytes);
+    }
+    goto done;
+
+fail:
+    for (int r = 0; r < p->nreturns; r++) {
+        sm_array_free(outputs[r]);
+        outputs[r] = NULL;
+    }
+    if (!msg[0])
+        snprintf(msg, sizeof msg, "%s", sm_strerror(e));
+    if (!head[0])
+        snprintf(head, sizeof head, "device %d (mesh position %d): ", dev, mesh_pos);
+    snprintf(full, sizeof full, "%s%s", head, msg);
+    sm_fail(err, errlen, e, "%s", full);
+    if (comm && comm->abort && e != SM_ECANCELLED && e != SM_ETIMEOUT)
+        comm->abort(comm_ctx, full);
+done:
+    if (vals)
+        for (int v = 0; v < p->nvalues; v++)
+            if (owned[v])
+                sm_array_free(vals[v]);
+    free(vals);
+    free(owned);
+    free(x.members);
+    return e;
+}
+
+sm_err sm_exec_run(const sm_program *p, int mesh_pos, const sm_comm *comm, void *comm_ctx,
+                   sm_array *const *inputs, sm_array **outputs, char *err, size_t errlen)
+{
+    sm_exec_plan *plan;
+    sm_err e = sm_exec_plan_create(p, &plan, err, errlen);
+    if (e) {
+        for (int r = 0; r < p->nreturns; r++)
+            outputs[r] = NULL;
+        if (comm && comm->abort)
+            comm->abort(comm_ctx, err);
+        return e;
+    }
+    e = sm_exec_run_plan(plan, mesh_pos, comm, comm_ctx, inputs, outputs, err, errlen);
+    sm_exec_plan_free(plan);
+    return e;
+}
+
+int sm_exec_text_check_vma(const char *text)
+{
+    const char *s = text;
+    while (*s == '#') {
+        const char *q = s + 1;
+        while (*q == ' ' || *q == '\t')
+            q++;
+        if (strncmp(q, "check_vma", 9) == 0) {
+            q += 9;
+            while (*q == ' ' || *q == '\t')
+                q++;
+            if (*q == ':' || *q == '=') {
+                q++;
+                while (*q == ' ' || *q == '\t')
+                    q++;
+                if (strncasecmp(q, "false", 5) == 0 || *q == '0')
+                    return 0;
+            }
+        }
+        s = strchr(s, '\n');
+        if (!s)
+            break;
+        s++;
+    }
+    return 1;
+}

@@ -1,0 +1,258 @@
+/* sm_exec_coll: handlers of the collectives (SEMANTICS.md §4 table). The
+ * comm moves contiguous rank-ordered chunks; the keywords (axis, tiled,
+ * scatter_dimension, split_axis, concat_axis) become transposes before or
+ * after the exchange that make the chunks contiguous. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "sm_exec_impl.h"
+
+/* The op's group and the next sequence number. */
+static sm_err sm_exec_group(sm_exec_ctx *x, const sm_ir_op *op, sm_comm_group *g, uint64_t *seq,
+                            char *err, size_t errlen)
+{
+    sm_err e = sm_comm_group_make(&x->p->mesh, x->pos, op->attrs.naxes, op->attrs.axes, x->members,
+                                  g, err, errlen);
+    if (e)
+        return e;
+    if (seq) {
+        if (!x->comm)
+            return sm_fail(err, errlen, SM_EINVAL, "the run has no comm for collectives");
+        *seq = x->seq++;
+    }
+    return SM_OK;
+}
+
+/* out (shape os, rank+1 axes when expanded) = transpose of src (shape ss)
+ * by perm, or a plain copy when perm is the identity. */
+static sm_err sm_exec_permute_axes(sm_dtype t, const void *src, const sm_shape *ss, const int *perm,
+                                   void *out, char *err, size_t errlen)
+{
+    int ident = 1;
+    for (int d = 0; d < ss->rank; d++)
+        ident &= perm[d] == d;
+    if (ident) {
+        int64_t n = 1;
+        for (int d = 0; d < ss->rank; d++)
+            n *= ss->dims[d];
+        if (n)
+            memcpy(out, src, (size_t)n * sm_dtype_size(t));
+        return SM_OK;
+    }
+    return sm_kern_transpose(t, src, ss, perm, out, err, errlen);
+}
+
+static int sm_exec_norm(int64_t a, int rank)
+{
+    return (int)(a < 0 ? a + rank : a);
+}
+
+sm_err sm_exec_preduce(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
+                       char *err, size_t errlen)
+{
+    sm_comm_group g;
+    uint64_t seq;
+    sm_err e = sm_exec_group(x, op, &g, &seq, err, errlen);
+    if (e)
+        return e;
+    sm_kern_reduce_op k = op->kind == SM_OP_PMAX   ? SM_KERN_MAX
+                          : op->kind == SM_OP_PMIN ? SM_KERN_MIN
+                                                   : SM_KERN_SUM;
+    int64_t n = sm_exec_numel(out);
+    sm_dtype t = in[0]->dtype;
+    void *tmp = NULL, *dst = out->data;
+    if (t != out->dtype) { /* pmean of integers: sum in the input dtype, then f32 */
+        if (!(tmp = malloc((size_t)n * sm_dtype_size(t) + 1)))
+            return sm_fail(err, errlen, SM_ENOMEM, "out of memory for %s", sm_op_name(op->kind));
+        dst = tmp;
+    }
+    e = x->comm->all_reduce(x->cctx, &g, seq, t, k, in[0]->data, dst, n, err, errlen);
+    if (!e && tmp)
+        e = sm_kern_astype(t, tmp, out->dtype, out->data, n, err, errlen);
+    free(tmp);
+    if (e || op->kind != SM_OP_PMEAN)
+        return e;
+    /* psum / n, as JAX divides (not a multiply by 1/n) */
+    if (out->dtype == SM_F32) {
+        float *v = out->data, d = (float)g.size;
+        for (int64_t i = 0; i < n; i++)
+            v[i] = v[i] / d;
+    } else if (out->dtype == SM_F64) {
+        double *v = out->data, d = (double)g.size;
+        for (int64_t i = 0; i < n; i++)
+            v[i] = v[i] / d;
+    } else {
+        return sm_fail(err, errlen, SM_EUNSUPPORTED, "pmean of %s is not supported",
+                       sm_dtype_name(out->dtype));
+    }
+    return SM_OK;
+}
+
+sm_err sm_exec_all_gather(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
+                          char *err, size_t errlen)
+{
+    sm_comm_group g;
+    uint64_t seq;
+    sm_err e = sm_exec_group(x, op, &g, &seq, err, errlen);
+    if (e)
+        return e;
+    const sm_shape *xs = &in[0]->shape;
+    int a = sm_exec_norm(op->attrs.axis, xs->rank + (op->attrs.tiled ? 0 : 1));
+    if (a == 0) /* rank-order blocks are already the result */
+        return x->comm->all_gather(x->cctx, &g, seq, in[0]->data, out->data, in[0]->nbytes, err,
+                                   errlen);
+    /* gathered: [n, x...]; the result moves n to just before x's dim a
+     * (tiled: then merged with it, which is the same memory) */
+    sm_shape gs = {.rank = xs->rank + 1, .dims = {g.size}};
+    for (int d = 0; d < xs->rank; d++)
+        gs.dims[d + 1] = xs->dims[d];
+    if (gs.rank > SM_MAX_RANK)
+        return sm_fail(err, errlen, SM_EUNSUPPORTED, "all_gather of a rank-%d operand", xs->rank);
+    void *tmp = malloc((size_t)out->nbytes + 1);
+    if (!tmp)
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory for all_gather");
+    e = x->comm->all_gather(x->cctx, &g, seq, in[0]->data, tmp, in[0]->nbytes, err, errlen);
+    int perm[SM_MAX_RANK];
+    for (int d = 0, k = 0; d < gs.rank; d++)
+        perm[d] = d == a ? 0 : 1 + k++;
+    if (!e)
+        e = sm_exec_permute_axes(out->dtype, tmp, &gs, perm, out->data, err, errlen);
+    free(tmp);
+    return e;
+}
+
+sm_err sm_exec_psum_scatter(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
+                            char *err, size_t errlen)
+{
+    sm_comm_group g;
+    uint64_t seq;
+    sm_err e = sm_exec_group(x, op, &g, &seq, err, errlen);
+    if (e)
+        return e;
+    const sm_shape *xs = &in[0]->shape;
+    int d = sm_exec_norm(op->attrs.axis, xs->rank);
+    int64_t chunk = sm_exec_numel(out);
+    if (d == 0)
+        return x->comm->reduce_scatter(x->cctx, &g, seq, out->dtype, SM_KERN_SUM, in[0]->data,
+                                       out->data, chunk, err, errlen);
+    /* move the scatter dimension to the front so chunk r is contiguous */
+    int perm[SM_MAX_RANK];
+    sm_shape ts = {.rank = xs->rank};
+    perm[0] = d;
+    for (int i = 0, k = 1; i < xs->rank; i++)
+        if (i != d)
+            perm[k++] = i;
+    for (int i = 0; i < xs->rank; i++)
+        ts.dims[i] = xs->dims[perm[i]];
+    size_t el = sm_dtype_size(out->dtype);
+    void *t = malloc((size_t)in[0]->nbytes + 1), *r = malloc((size_t)chunk * el + 1);
+    if (!t || !r) {
+        e = sm_fail(err, errlen, SM_ENOMEM, "out of memory for psum_scatter");
+        goto done;
+    }
+    if ((e = sm_kern_transpose(out->dtype, in[0]->data, xs, perm, t, err, errlen)))
+        goto done;
+    void *dst = op->attrs.tiled ? r : out->data; /* untiled: [others...] is the result */
+    if ((e = x->comm->reduce_scatter(x->cctx, &g, seq, out->dtype, SM_KERN_SUM, t, dst, chunk, err,
+                                     errlen)))
+        goto done;
+    if (op->attrs.tiled) { /* [x_d/n, others...] back to dimension d */
+        sm_shape rs = ts;
+        rs.dims[0] = ts.dims[0] / g.size;
+        int back[SM_MAX_RANK];
+        for (int i = 0; i < xs->rank; i++)
+            back[i] = i < d ? i + 1 : i == d ? 0 : i;
+        e = sm_kern_transpose(out->dtype, r, &rs, back, out->data, err, errlen);
+    }
+done:
+    free(t);
+    free(r);
+    return e;
+}
+
+sm_err sm_exec_all_to_all(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
+                          char *err, size_t errlen)
+{
+    sm_comm_group g;
+    uint64_t seq;
+    sm_err e = sm_exec_group(x, op, &g, &seq, err, errlen);
+    if (e)
+        return e;
+    const sm_shape *xs = &in[0]->shape;
+    int rank = xs->rank, sa = sm_exec_norm(op->attrs.axis, rank);
+    int ca = sm_exec_norm(op->attrs.axis2, rank), n = g.size;
+    sm_dtype t = out->dtype;
+    int perm[SM_MAX_RANK];
+    sm_shape ts = {.rank = rank};
+    perm[0] = sa;
+    for (int i = 0, k = 1; i < rank; i++)
+        if (i != sa)
+            perm[k++] = i;
+    for (int i = 0; i < rank; i++)
+        ts.dims[i] = xs->dims[perm[i]];
+    void *send = malloc((size_t)in[0]->nbytes + 1), *recv = malloc((size_t)in[0]->nbytes + 1);
+    if (!send || !recv) {
+        e = sm_fail(err, errlen, SM_ENOMEM, "out of memory for all_to_all");
+        goto done;
+    }
+    /* [x_sa, others...]: chunk j (x_sa/n rows) goes to rank j */
+    if ((e = sm_exec_permute_axes(t, in[0]->data, xs, perm, send, err, errlen)))
+        goto done;
+    if ((e = x->comm->all_to_all(x->cctx, &g, seq, send, recv, in[0]->nbytes / n, err, errlen)))
+        goto done;
+    /* recv: [n (source), x_sa/n, others...] */
+    sm_shape rs = {.rank = rank + 1, .dims = {n, xs->dims[sa] / n}};
+    for (int i = 1; i < rank; i++)
+        rs.dims[i + 1] = ts.dims[i];
+    int rp[SM_MAX_RANK + 1];
+    if (op->attrs.tiled) {
+        /* result dim d: c_sa at sa; (source, dim) merged at ca */
+        if (rs.rank > SM_MAX_RANK) {
+            e = sm_fail(err, errlen, SM_EUNSUPPORTED, "all_to_all of a rank-%d operand", rank);
+            goto done;
+        }
+        int k = 0, other = 2;
+        for (int d = 0; d < rank; d++) {
+            if (d == ca)
+                rp[k++] = 0;
+            rp[k++] = d == sa ? 1 : other++;
+        }
+        e = sm_exec_permute_axes(t, recv, &rs, rp, out->data, err, errlen);
+    } else {
+        /* drop the size-1 split axis: [n, others...]; source axis at ca */
+        sm_shape us = {.rank = rank, .dims = {n}};
+        for (int i = 1; i < rank; i++)
+            us.dims[i] = ts.dims[i];
+        for (int d = 0, other = 1; d < rank; d++)
+            rp[d] = d == ca ? 0 : other++;
+        e = sm_exec_permute_axes(t, recv, &us, rp, out->data, err, errlen);
+    }
+done:
+    free(send);
+    free(recv);
+    return e;
+}
+
+sm_err sm_exec_ppermute(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
+                        char *err, size_t errlen)
+{
+    sm_comm_group g;
+    uint64_t seq;
+    sm_err e = sm_exec_group(x, op, &g, &seq, err, errlen);
+    if (e)
+        return e;
+    return x->comm->permute(x->cctx, &g, seq, op->attrs.perm, op->attrs.nperm, in[0]->data,
+                            out->data, in[0]->nbytes, err, errlen);
+}
+
+/* axis_index: the device's rank in the group; axis_size: the group size. */
+sm_err sm_exec_axis_scalar(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
+                           char *err, size_t errlen)
+{
+    sm_comm_group g;
+    sm_err e = sm_exec_group(x, op, &g, NULL, err, errlen);
+    if (e)
+        return e;
+    int32_t v = op->kind == SM_OP_AXIS_INDEX ? g.rank : g.size;
+    return sm_kern_astype(SM_I32, &v, out->dtype, out->data, 1, err, errlen);
+}

@@ -1,0 +1,519 @@
+/* sm_exec_ops: handlers of the local (non-collective) ops: elementwise,
+ * creation, products, reductions and shape ops. Operands are converted to
+ * the dtype the verifier computed before the kernel runs. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "sm_exec_impl.h"
+#include "sm_ir_infer.h" /* sm_ir_promote: JAX's promotion with weak types */
+
+int64_t sm_exec_numel(const sm_array *a)
+{
+    int64_t n = 1;
+    for (int d = 0; d < a->shape.rank; d++)
+        n *= a->shape.dims[d];
+    return n;
+}
+
+sm_err sm_exec_as(const sm_array *a, sm_dtype t, const void **data, void **tmp, char *err,
+                  size_t errlen)
+{
+    *tmp = NULL;
+    if (a->dtype == t) {
+        *data = a->data;
+        return SM_OK;
+    }
+    int64_t n = sm_exec_numel(a);
+    void *buf = malloc((size_t)n * sm_dtype_size(t) + 1);
+    if (!buf)
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory converting an operand");
+    sm_err e = sm_kern_astype(a->dtype, a->data, t, buf, n, err, errlen);
+    if (e) {
+        free(buf);
+        return e;
+    }
+    *data = buf;
+    *tmp = buf;
+    return SM_OK;
+}
+
+int64_t sm_exec_scalar_int(const sm_array *a)
+{
+    switch (a->dtype) {
+    case SM_I32:
+        return *(const int32_t *)a->data;
+    case SM_I64:
+        return *(const int64_t *)a->data;
+    case SM_U8:
+    case SM_BOOL:
+        return *(const uint8_t *)a->data;
+    case SM_F32:
+        return (int64_t) * (const float *)a->data;
+    case SM_F64:
+        return (int64_t) * (const double *)a->data;
+    default:
+        return 0;
+    }
+}
+
+static const sm_ir_value *sm_exec_val(const sm_exec_ctx *x, const sm_ir_op *op, int i)
+{
+    return &x->p->values[op->operands[i]];
+}
+
+/* ---- elementwise ---- */
+
+sm_err sm_exec_binary(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
+                      char *err, size_t errlen)
+{
+    sm_kern_binary_op k;
+    switch (op->kind) {
+    case SM_OP_ADD:
+        k = SM_KERN_ADD;
+        break;
+    case SM_OP_SUBTRACT:
+        k = SM_KERN_SUBTRACT;
+        break;
+    case SM_OP_MULTIPLY:
+        k = SM_KERN_MULTIPLY;
+        break;
+    case SM_OP_DIVIDE:
+        k = SM_KERN_DIVIDE;
+        break;
+    case SM_OP_MOD:
+        k = SM_KERN_MOD;
+        break;
+    case SM_OP_MAXIMUM:
+        k = SM_KERN_MAXIMUM;
+        break;
+    case SM_OP_MINIMUM:
+        k = SM_KERN_MINIMUM;
+        break;
+    case SM_OP_POWER:
+        k = SM_KERN_POWER;
+        break;
+    case SM_OP_EQUAL:
+        k = SM_KERN_EQUAL;
+        break;
+    case SM_OP_NOT_EQUAL:
+        k = SM_KERN_NOT_EQUAL;
+        break;
+    case SM_OP_LESS:
+        k = SM_KERN_LESS;
+        break;
+    case SM_OP_LESS_EQUAL:
+        k = SM_KERN_LESS_EQUAL;
+        break;
+    case SM_OP_GREATER:
+        k = SM_KERN_GREATER;
+        break;
+    case SM_OP_GREATER_EQUAL:
+        k = SM_KERN_GREATER_EQUAL;
+        break;
+    default:
+        return sm_fail(err, errlen, SM_EINTERNAL, "not a binary op");
+    }
+    sm_dtype t = out->dtype;
+    if (sm_kern_binary_is_compare(k)) {
+        const sm_ir_value *a = sm_exec_val(x, op, 0), *b = sm_exec_val(x, op, 1);
+        int weak;
+        t = sm_ir_promote(a->dtype, a->weak, b->dtype, b->weak, &weak);
+    }
+    const void *da, *db;
+    void *ta = NULL, *tb = NULL;
+    sm_err e = sm_exec_as(in[0], t, &da, &ta, err, errlen);
+    if (!e)
+        e = sm_exec_as(in[1], t, &db, &tb, err, errlen);
+    if (!e)
+        e = sm_kern_binary(k, t, da, &in[0]->shape, db, &in[1]->shape, out->data, err, errlen);
+    free(ta);
+    free(tb);
+    return e;
+}
+
+sm_err sm_exec_unary(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
+                     char *err, size_t errlen)
+{
+    sm_kern_unary_op k;
+    switch (op->kind) {
+    case SM_OP_NEGATIVE:
+        k = SM_KERN_NEGATIVE;
+        break;
+    case SM_OP_ABS:
+        k = SM_KERN_ABS;
+        break;
+    case SM_OP_EXP:
+        k = SM_KERN_EXP;
+        break;
+    case SM_OP_LOG:
+        k = SM_KERN_LOG;
+        break;
+    case SM_OP_SIN:
+        k = SM_KERN_SIN;
+        break;
+    case SM_OP_COS:
+        k = SM_KERN_COS;
+        break;
+    case SM_OP_TANH:
+        k = SM_KERN_TANH;
+        break;
+    case SM_OP_SQRT:
+        k = SM_KERN_SQRT;
+        break;
+    case SM_OP_RSQRT:
+        k = SM_KERN_RSQRT;
+        break;
+    case SM_OP_LOGISTIC:
+        k = SM_KERN_LOGISTIC;
+        break;
+    case SM_OP_SIGN:
+        k = SM_KERN_SIGN;
+        break;
+    case SM_OP_FLOOR:
+        k = SM_KERN_FLOOR;
+        break;
+    case SM_OP_CEIL:
+        k = SM_KERN_CEIL;
+        break;
+    case SM_OP_ROUND:
+        k = SM_KERN_ROUND;
+        break;
+    default:
+        return sm_fail(err, errlen, SM_EINTERNAL, "not a unary op");
+    }
+    const void *d;
+    void *t;
+    sm_err e = sm_exec_as(in[0], out->dtype, &d, &t, err, errlen);
+    if (!e)
+        e = sm_kern_unary(k, out->dtype, &out->shape, d, out->data, err, errlen);
+    free(t);
+    return e;
+}
+
+sm_err sm_exec_where(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
+                     char *err, size_t errlen)
+{
+    const void *dc, *da, *db;
+    void *tc = NULL, *ta = NULL, *tb = NULL;
+    sm_err e = sm_exec_as(in[0], SM_BOOL, &dc, &tc, err, errlen);
+    if (!e)
+        e = sm_exec_as(in[1], out->dtype, &da, &ta, err, errlen);
+    if (!e)
+        e = sm_exec_as(in[2], out->dtype, &db, &tb, err, errlen);
+    if (!e)
+        e = sm_kern_where(out->dtype, dc, &in[0]->shape, da, &in[1]->shape, db, &in[2]->shape,
+                          out->data, NULL, err, errlen);
+    free(tc);
+    free(ta);
+    free(tb);
+    return e;
+}
+
+/* astype, and pvary (a copy: the value does not change). */
+sm_err sm_exec_astype(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
+                      char *err, size_t errlen)
+{
+    return sm_kern_astype(in[0]->dtype, in[0]->data, out->dtype, out->data, sm_exec_numel(out), err,
+                          errlen);
+}
+
+/* ---- creation ---- */
+
+sm_err sm_exec_fill(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
+                    char *err, size_t errlen)
+{
+    const sm_ir_attrs *a = &op->attrs;
+    double f = 0;
+    int64_t i = 0;
+    int is_float = 0;
+    if (op->kind == SM_OP_ONES) {
+        i = 1;
+    } else if (op->kind == SM_OP_FULL || op->kind == SM_OP_CONST) {
+        is_float = a->value_is_float;
+        f = a->f;
+        i = a->i;
+    }
+    unsigned char one[16];
+    sm_err e = is_float ? sm_kern_astype(SM_F64, &f, out->dtype, one, 1, err, errlen)
+                        : sm_kern_astype(SM_I64, &i, out->dtype, one, 1, err, errlen);
+    if (e)
+        return e;
+    return sm_kern_fill(out->dtype, out->data, sm_exec_numel(out), one, err, errlen);
+}
+
+sm_err sm_exec_arange(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
+                      char *err, size_t errlen)
+{
+    const sm_ir_ints *v = &op->attrs.ints;
+    int64_t start = v->n == 1 ? 0 : v->v[0], step = v->n == 3 ? v->v[2] : 1;
+    int64_t n = sm_exec_numel(out);
+    int64_t *buf = malloc(sizeof(int64_t) * (size_t)(n + 1));
+    if (!buf)
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory for arange");
+    for (int64_t k = 0; k < n; k++)
+        buf[k] = start + k * step;
+    sm_err e = sm_kern_astype(SM_I64, buf, out->dtype, out->data, n, err, errlen);
+    free(buf);
+    return e;
+}
+
+/* ---- products ---- */
+
+/* One-operand einsum (transpose, diagonal, sums) by a loop over the
+ * operand's elements, accumulating in f64 or i64. */
+static sm_err sm_exec_einsum1(const char *spec, const sm_array *a, sm_array *out, char *err,
+                              size_t errlen)
+{
+    int pos[128];
+    int64_t idx[SM_MAX_RANK] = {0}, ostr[SM_MAX_RANK], istr[SM_MAX_RANK];
+    char in_l[SM_MAX_RANK + 1] = {0}, out_l[SM_MAX_RANK + 1] = {0};
+    int ni = 0, no = 0;
+    const char *q = spec;
+    for (; *q && *q != '-'; q++)
+        if (*q != ' ' && ni < SM_MAX_RANK)
+            in_l[ni++] = *q;
+    if (*q == '-') {
+        for (q += 2; *q; q++)
+            if (*q != ' ' && no < SM_MAX_RANK)
+                out_l[no++] = *q;
+    } else {
+        for (int c = 'A'; c <= 'z'; c++) {
+            int cnt = 0;
+            for (int d = 0; d < ni; d++)
+                cnt += in_l[d] == c;
+            if (cnt == 1 && no < SM_MAX_RANK)
+                out_l[no++] = (char)c;
+        }
+    }
+    int integer = !sm_dtype_is_float(out->dtype);
+    int64_t n = sm_exec_numel(out), total = sm_exec_numel(a);
+    void *acc = calloc((size_t)n + 1, 8);
+    const void *da;
+    void *ta = NULL;
+    sm_err e = acc ? sm_exec_as(a, integer ? SM_I64 : SM_F64, &da, &ta, err, errlen)
+                   : sm_fail(err, errlen, SM_ENOMEM, "out of memory for einsum");
+    if (e)
+        goto done;
+    sm_shape_strides(&out->shape, ostr, err, errlen);
+    sm_shape_strides(&a->shape, istr, err, errlen);
+    for (int c = 0; c < 128; c++)
+        pos[c] = -1;
+    for (int d = 0; d < ni; d++)
+        if (pos[(unsigned char)in_l[d] & 127] < 0)
+            pos[(unsigned char)in_l[d] & 127] = d;
+    for (int64_t f = 0; f < total; f++) {
+        int64_t rest = f, o = 0, ok = 1;
+        for (int d = 0; d < ni; d++) {
+            idx[d] = rest / istr[d];
+            rest %= istr[d];
+        }
+        for (int d = 0; d < ni && ok; d++)
+            ok = idx[d] == idx[pos[(unsigned char)in_l[d] & 127]];
+        if (!ok)
+            continue;
+        for (int d = 0; d < no; d++)
+            o += idx[pos[(unsigned char)out_l[d] & 127]] * ostr[d];
+        if (integer)
+            ((int64_t *)acc)[o] += ((const int64_t *)da)[f];
+        else
+            ((double *)acc)[o] += ((const double *)da)[f];
+    }
+    e = sm_kern_astype(integer ? SM_I64 : SM_F64, acc, out->dtype, out->data, n, err, errlen);
+done:
+    free(acc);
+    free(ta);
+    return e;
+}
+
+sm_err sm_exec_product(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
+                       char *err, size_t errlen)
+{
+    sm_dtype t = out->dtype;
+    if (op->kind == SM_OP_EINSUM && op->noperands == 1)
+        return sm_exec_einsum1(op->attrs.spec ? op->attrs.spec : "", in[0], out, err, errlen);
+    const void *da, *db;
+    void *ta = NULL, *tb = NULL;
+    sm_err e = sm_exec_as(in[0], t, &da, &ta, err, errlen);
+    if (!e)
+        e = sm_exec_as(in[1], t, &db, &tb, err, errlen);
+    if (e)
+        goto done;
+    const sm_shape *as = &in[0]->shape, *bs = &in[1]->shape;
+    if (op->kind == SM_OP_DOT && (as->rank == 0 || bs->rank == 0))
+        e = sm_kern_binary(SM_KERN_MULTIPLY, t, da, as, db, bs, out->data, err, errlen);
+    else if (op->kind == SM_OP_DOT)
+        e = sm_kern_dot(t, da, as, db, bs, out->data, err, errlen);
+    else if (op->kind == SM_OP_MATMUL)
+        e = sm_kern_matmul(t, da, as, 0, db, bs, 0, out->data, err, errlen);
+    else
+        e = sm_kern_einsum(op->attrs.spec ? op->attrs.spec : "", t, da, as, db, bs, out->data, err,
+                           errlen);
+done:
+    free(ta);
+    free(tb);
+    return e;
+}
+
+/* ---- reductions ---- */
+
+sm_err sm_exec_reduce(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
+                      char *err, size_t errlen)
+{
+    sm_kern_reduce_op k = op->kind == SM_OP_SUM    ? SM_KERN_SUM
+                          : op->kind == SM_OP_MEAN ? SM_KERN_MEAN
+                          : op->kind == SM_OP_MAX  ? SM_KERN_MAX
+                                                   : SM_KERN_MIN;
+    int axes[SM_IR_MAX_INTS];
+    int naxes = -1;
+    if (op->attrs.has_ints) {
+        naxes = op->attrs.ints.n;
+        for (int i = 0; i < naxes; i++)
+            axes[i] = (int)op->attrs.ints.v[i];
+    }
+    sm_dtype t = k == SM_KERN_MAX || k == SM_KERN_MIN ? in[0]->dtype : out->dtype;
+    const void *d;
+    void *tmp;
+    sm_err e = sm_exec_as(in[0], t, &d, &tmp, err, errlen);
+    if (!e)
+        e = sm_kern_reduce(k, t, d, &in[0]->shape, naxes < 0 ? NULL : axes, naxes,
+                           op->attrs.keepdims, out->data, err, errlen);
+    free(tmp);
+    return e;
+}
+
+/* ---- shape ---- */
+
+/* reshape, expand_dims, squeeze: the same elements in a new shape. */
+sm_err sm_exec_reshape(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
+                       char *err, size_t errlen)
+{
+    if (out->nbytes)
+        memcpy(out->data, in[0]->data, (size_t)out->nbytes);
+    return SM_OK;
+}
+
+sm_err sm_exec_transpose(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
+                         char *err, size_t errlen)
+{
+    int perm[SM_MAX_RANK], r = in[0]->shape.rank;
+    for (int d = 0; d < r; d++) {
+        int64_t a = op->attrs.has_ints ? op->attrs.ints.v[d] : r - 1 - d;
+        perm[d] = (int)(a < 0 ? a + r : a);
+    }
+    return sm_kern_transpose(in[0]->dtype, in[0]->data, &in[0]->shape, perm, out->data, err,
+                             errlen);
+}
+
+sm_err sm_exec_broadcast_to(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
+                            char *err, size_t errlen)
+{
+    return sm_kern_broadcast_to(in[0]->dtype, in[0]->data, &in[0]->shape, &out->shape, out->data,
+                                err, errlen);
+}
+
+sm_err sm_exec_slice(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
+                     char *err, size_t errlen)
+{
+    return sm_kern_slice(in[0]->dtype, in[0]->data, &in[0]->shape, op->attrs.ints.v,
+                         op->attrs.ints2.v, NULL, out->data, err, errlen);
+}
+
+/* dynamic_slice (one start operand per dimension) and dynamic_slice_in_dim
+ * (one start along attrs.axis). */
+sm_err sm_exec_dynamic_slice(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
+                             char *err, size_t errlen)
+{
+    const sm_shape *xs = &in[0]->shape;
+    int64_t start[SM_MAX_RANK] = {0};
+    if (op->kind == SM_OP_DYNAMIC_SLICE) {
+        for (int d = 0; d < xs->rank; d++)
+            start[d] = sm_exec_scalar_int(in[1 + d]);
+    } else {
+        int64_t a = op->attrs.axis < 0 ? op->attrs.axis + xs->rank : op->attrs.axis;
+        start[a] = sm_exec_scalar_int(in[1]);
+    }
+    return sm_kern_dynamic_slice(in[0]->dtype, in[0]->data, xs, start, out->shape.dims, out->data,
+                                 err, errlen);
+}
+
+sm_err sm_exec_dynamic_update_slice(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in,
+                                    sm_array *out, char *err, size_t errlen)
+{
+    int64_t start[SM_MAX_RANK] = {0};
+    for (int d = 0; d < in[0]->shape.rank; d++)
+        start[d] = sm_exec_scalar_int(in[2 + d]);
+    const void *du;
+    void *tu;
+    sm_err e = sm_exec_as(in[1], out->dtype, &du, &tu, err, errlen);
+    if (!e)
+        e = sm_kern_dynamic_update_slice(out->dtype, in[0]->data, &in[0]->shape, du, &in[1]->shape,
+                                         start, out->data, err, errlen);
+    free(tu);
+    return e;
+}
+
+sm_err sm_exec_concatenate(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
+                           char *err, size_t errlen)
+{
+    int n = op->noperands;
+    const void *d[SM_OP_MAXARGS];
+    void *t[SM_OP_MAXARGS] = {0};
+    sm_shape s[SM_OP_MAXARGS];
+    sm_err e = SM_OK;
+    for (int i = 0; i < n && !e; i++) {
+        s[i] = in[i]->shape;
+        e = sm_exec_as(in[i], out->dtype, &d[i], &t[i], err, errlen);
+    }
+    int64_t a = op->attrs.axis < 0 ? op->attrs.axis + out->shape.rank : op->attrs.axis;
+    if (!e)
+        e = sm_kern_concatenate(out->dtype, n, d, s, (int)a, out->data, err, errlen);
+    for (int i = 0; i < n; i++)
+        free(t[i]);
+    return e;
+}
+
+sm_err sm_exec_pad(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
+                   char *err, size_t errlen)
+{
+    int64_t lo[SM_MAX_RANK], hi[SM_MAX_RANK];
+    for (int d = 0; d < in[0]->shape.rank; d++) {
+        lo[d] = op->attrs.ints.v[2 * d];
+        hi[d] = op->attrs.ints.v[2 * d + 1];
+    }
+    return sm_kern_pad(in[0]->dtype, in[0]->data, &in[0]->shape, lo, hi, out->data, err, errlen);
+}
+
+sm_err sm_exec_tile(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
+                    char *err, size_t errlen)
+{
+    return sm_kern_tile(in[0]->dtype, in[0]->data, &in[0]->shape, op->attrs.ints.v,
+                        op->attrs.ints.n, out->data, err, errlen);
+}
+
+/* np.roll: one axis at a time (several shifts and axes roll in turn). */
+sm_err sm_exec_roll(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
+                    char *err, size_t errlen)
+{
+    const sm_ir_ints *sh = &op->attrs.ints, *ax = &op->attrs.ints2;
+    const sm_shape *s = &in[0]->shape;
+    if (!op->attrs.has_ints2)
+        return sm_kern_roll(in[0]->dtype, in[0]->data, s, sh->v[0], SM_KERN_AXIS_NONE, out->data,
+                            err, errlen);
+    if (ax->n == 0)
+        return sm_exec_reshape(x, op, in, out, err, errlen);
+    void *tmp = ax->n > 1 ? malloc((size_t)out->nbytes + 1) : NULL;
+    if (ax->n > 1 && !tmp)
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory for roll");
+    sm_err e = SM_OK;
+    const void *src = in[0]->data;
+    /* Alternate between out and tmp so the last roll lands in out. */
+    for (int i = 0; i < ax->n && !e; i++) {
+        void *dst = ((ax->n - 1 - i) % 2 == 0) ? out->data : tmp;
+        int a = (int)(ax->v[i] < 0 ? ax->v[i] + s->rank : ax->v[i]);
+        e = sm_kern_roll(in[0]->dtype, src, s, sh->n == 1 ? sh->v[0] : sh->v[i], a, dst, err,
+                         errlen);
+        src = dst;
+    }
+    free(tmp);
+    return e;
+}

@@ -1,0 +1,404 @@
+/* Check suite for common/exec: every op of the op table run sharded (mesh
+ * (4,2) or (8,)) and on a single device (the same program on a mesh of
+ * size 1), with the local runner, on random integer-valued inputs; the
+ * results must be bitwise equal (integer-valued data makes float sums exact
+ * in any order; rows with a tolerance say so). A row may give a reference
+ * body for the single-device run (e.g. a collective against the global
+ * computation it stands for). The table must cover every op kind. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sm_exec_local.h"
+
+typedef struct {
+    const char *mesh;   /* sharded mesh */
+    const char *params; /* parameter list */
+    const char *out;    /* out_specs */
+    const char *body;   /* returned expression */
+    const char *ref;    /* single-device body, NULL: the same */
+    double tol;         /* 0: bitwise */
+} op_row;
+
+#define M42 "i=4 j=2"
+#define M8  "i=8"
+#define XY  "x: f32[8,16] @ P('i', 'j'), y: f32[8,16] @ P('i', 'j')"
+#define XI  "x: f32[8,16] @ P('i', None)"
+#define NI  "n: i32[8,16] @ P('i', 'j'), m: i32[8,16] @ P('i', 'j')"
+#define PIJ "P('i', 'j')"
+
+static const op_row rows[] = {
+    /* elementwise */
+    {M42, XY, PIJ, "add(x, y)"},
+    {M42, XY, PIJ, "subtract(x, y)"},
+    {M42, XY, PIJ, "multiply(x, y)"},
+    {M42, XY, PIJ, "divide(x, y + 9)"},
+    {M42, XY, PIJ, "mod(x, y)"},
+    {M42, XY, PIJ, "maximum(x, y)"},
+    {M42, XY, PIJ, "minimum(x, y)"},
+    {M42, XY, PIJ, "power(x, abs(y))"},
+    {M42, NI, PIJ, "n + m % 3 - n * m"},
+    {M42, NI, PIJ, "divide(n, m)"},
+    {M42, NI, PIJ, "power(n, abs(m))"},
+    {M42, NI, PIJ, "n + 0.5"},
+    {M42, NI, PIJ, "n * 2 - 1"},
+    {M42, "x: f32[8,16] @ P('i', 'j'), b: f32[16] @ P('j')", PIJ, "x * b + 1"},
+    {M42, XY, PIJ, "negative(x)"},
+    {M42, XY, PIJ, "abs(x)"},
+    {M42, XY, PIJ, "exp(x)"},
+    {M42, XY, PIJ, "log(abs(x) + 1)"},
+    {M42, XY, PIJ, "sin(x)"},
+    {M42, XY, PIJ, "cos(x)"},
+    {M42, XY, PIJ, "tanh(x)"},
+    {M42, XY, PIJ, "sqrt(abs(x))"},
+    {M42, XY, PIJ, "rsqrt(abs(x) + 1)"},
+    {M42, XY, PIJ, "logistic(x)"},
+    {M42, XY, PIJ, "sign(x)"},
+    {M42, XY, PIJ, "floor(x / 3)"},
+    {M42, XY, PIJ, "ceil(x / 3)"},
+    {M42, XY, PIJ, "round(x / 2)"},
+    {M42, NI, PIJ, "exp(n)"},
+    {M42, XY, PIJ, "equal(x, y)"},
+    {M42, XY, PIJ, "not_equal(x, y)"},
+    {M42, XY, PIJ, "less(x, y)"},
+    {M42, XY, PIJ, "less_equal(x, y)"},
+    {M42, XY, PIJ, "greater(x, y)"},
+    {M42, XY, PIJ, "greater_equal(x, 1)"},
+    {M42, NI, PIJ, "n < 0.5"},
+    {M42, XY, PIJ, "where(x > y, x, y * 2)"},
+    {M42, XY ", " NI, PIJ, "where(n > 0, x, m)"},
+    {M42, XY, PIJ, "astype(x, i32)"},
+    {M42, NI, PIJ, "astype(n, f64) / 7"},
+    {M42, NI, PIJ, "astype(n, bool)"},
+    /* creation */
+    {M42, XY, "P()", "zeros((2, 3), f32)"},
+    {M42, XY, "P()", "ones((4,), i64)"},
+    {M42, XY, "P()", "full((2, 2), 2.5, f64)"},
+    {M42, XY, "P()", "arange(2, 11, 3, f32)"},
+    {M42, XY, "P()", "arange(5)"},
+    {M42, XY, "P()", "const(3.5, f64)"},
+    {M42, XY, PIJ, "x + zeros((1, x.shape[1]), f32)"},
+    /* products */
+    {M42, "a: f32[8,16] @ P('i', None), b: f32[16,12] @ P(None, 'j')", PIJ, "dot(a, b)"},
+    {M42, "a: i32[8,16] @ P('i', None), b: i32[16,12] @ P(None, 'j')", PIJ, "a @ b"},
+    {M42, "a: f32[8,16] @ P('i', 'j'), b: f32[16,12] @ P('j', None)", "P('i', None)",
+     "psum(dot(a, b), 'j')", "dot(a, b)"},
+    {M42, "a: f32[4,8,16] @ P('i'), b: f32[4,16,6] @ P('i')", "P('i')", "matmul(a, b)"},
+    {M42, "a: f32[8,16] @ P('i'), v: f32[16] @ P()", "P('i')", "matmul(a, v)"},
+    {M42, "a: f64[8,16] @ P('i', None), b: f64[16,12] @ P(None, 'j')", PIJ,
+     "einsum('ij,jk->ik', a, b)"},
+    {M42, "a: f32[4,8,16] @ P('i'), b: f32[4,16,6] @ P('i')", "P('i')",
+     "einsum('bij,bjk->bik', a, b)"},
+    {M42, XY, "P('j', 'i')", "einsum('ij->ji', x)", "transpose(x)"},
+    {M42, "s: f32[8,8] @ P()", "P()", "einsum('ii->i', s)",
+     "sum(s * (reshape(arange(8), (8, 1)) == reshape(arange(8), (1, 8))), axis=1)"},
+    {M42, XI, "P('i')", "einsum('ij->i', x)", "sum(x, axis=1)"},
+    /* reductions */
+    {M42, XI, "P('i')", "sum(x, axis=1)"},
+    {M42, XI, "P('i')", "mean(x, axis=-1)"},
+    {M42, XI, "P('i')", "max(x, axis=1)"},
+    {M42, XI, "P('i')", "min(x, axis=1, keepdims=True)"},
+    {M42, XY, "P()", "psum(sum(x), ('i', 'j'))", "sum(x)"},
+    {M42, XY, "P()", "pmax(max(x), ('j', 'i'))", "max(x)"},
+    {M42, XY, "P(None, 'j')", "psum(sum(x, axis=0, keepdims=True), 'i')",
+     "sum(x, axis=0, keepdims=True)"},
+    {M42, "n: i32[8,16] @ P('i', None)", "P('i')", "mean(n, axis=1) + sum(n > 0, axis=1)"},
+    /* shape */
+    {M42, XI, "P('i')", "reshape(x, (-1, 4, 4))"},
+    {M42, XY, "P('j', 'i')", "transpose(x, (1, 0))"},
+    {M42, XY, "P(None, 'i', 'j')", "expand_dims(x, 0)"},
+    {M42, XY, PIJ, "squeeze(expand_dims(x, 2), 2)"},
+    {M42, "b: f32[16] @ P('j')", "P(None, 'j')", "broadcast_to(b, (3, b.shape[0]))"},
+    {M42, XI, "P('i')", "x[:, 1:3]"},
+    {M42, XI, "P('i')", "slice(x, (0, 4), (x.shape[0], 9))"},
+    {M42, XI, "P('i')", "dynamic_slice(x, (0, 2), (x.shape[0], 3))"},
+    {M42, XI, "P('i')", "dynamic_slice_in_dim(x, 14, 5, axis=1)"},
+    {M42, XI, "P('i')", "dynamic_update_slice(x, zeros((x.shape[0], 2), f32), (0, 3))"},
+    {M42, XI ", y: f32[8,4] @ P('i')", "P('i')", "concatenate((x, y, x), axis=1)"},
+    {M42, XI, "P('i')", "pad(x, ((0, 0), (1, 2)))"},
+    {M42, XI, "P('i')", "tile(x, (1, 2))"},
+    {M42, XI, "P('i')", "roll(x, 3, axis=1)"},
+    {M42, "x: f32[4,6,8] @ P('i')", "P('i')", "roll(x, (1, -2), (1, 2))"},
+    {M42, "x: f32[4,6,8] @ P()", "P()", "roll(x, 5)"},
+    /* collectives, against the global computation they stand for */
+    {M42, XY, "P(None, 'j')", "psum(x, 'i')", "sum(reshape(x, (4, 2, 16)), axis=0)"},
+    {M42, XY, "P(None, 'j')", "pmean(x, 'i')", "mean(reshape(x, (4, 2, 16)), axis=0)"},
+    {M42, XY, "P(None, 'j')", "pmax(x, 'i')", "max(reshape(x, (4, 2, 16)), axis=0)"},
+    {M42, XY, "P(None, 'j')", "pmin(x, 'i')", "min(reshape(x, (4, 2, 16)), axis=0)"},
+    {M42, XY, "P(None, 'j')", "all_gather(x, 'i', tiled=True)", "x"},
+    {M42, XY, "P(None, None, 'j')", "all_gather(x, 'i')", "reshape(x, (4, 2, 16))"},
+    {M42, XY, PIJ, "psum_scatter(all_gather(x, 'i', tiled=True), 'i', tiled=True)", "x * 4"},
+    {M8, "x: f32[64,8] @ P('i')", "P('i')", "all_to_all(x, 'i', 0, 1, tiled=True)",
+     "reshape(transpose(reshape(x, (8, 8, 8)), (1, 0, 2)), (8, 64))"},
+    {M8, "x: f32[64,8] @ P('i')", "P('i')",
+     "ppermute(x, 'i', [(k, (k + 1) % 8) for k in range(8)])", "roll(x, 8, axis=0)"},
+    {M8, "x: f32[8,3] @ P('i')", "P('i')", "x + axis_index('i') * axis_size('i')",
+     "x + reshape(arange(8), (8, 1)) * 8"},
+    {M42, XY, PIJ, "pvary(x, 'i')", "x"},
+    /* non-integer data: float reassociation, compared with a tolerance */
+    {M42, XY, "P(None, 'j')", "psum(x * 0.1, 'i')", "sum(reshape(x * 0.1, (4, 2, 16)), axis=0)",
+     1e-6},
+    {M42, "a: f32[8,16] @ P('i', 'j'), b: f32[16,12] @ P('j', None)", "P('i', None)",
+     "psum(dot(a * 0.37, b), 'j')", "dot(a * 0.37, b)", 1e-5},
+    /* empty blocks */
+    {M42, XI, "P('i')", "psum(all_gather(x[:, 3:3], 'j', axis=1, tiled=True), 'j') * 2",
+     "x[:, 3:3] * 4"},
+    {M42, XI, "P('i')",
+     "all_to_all(ppermute(expand_dims(x[:, 3:3], 2), 'j', [(0, 1)]), 'j', 1, 2, tiled=True)",
+     "tile(expand_dims(x[:, 3:3], 2), (1, 1, 2))"},
+};
+#define NROWS ((int)(sizeof rows / sizeof rows[0]))
+
+static void program_text(const op_row *r, int single, char *buf, size_t len)
+{
+    char mesh[64];
+    snprintf(mesh, sizeof mesh, "%s", r->mesh);
+    if (single)
+        for (char *s = mesh; *s; s++)
+            if (s > mesh && s[-1] == '=')
+                *s = '1';
+    snprintf(buf, len, "mesh %s\nshard_map f(%s) -> %s:\n    return %s\n", mesh, r->params, r->out,
+             single && r->ref ? r->ref : r->body);
+}
+
+static sm_program *parse(const char *text)
+{
+    sm_program *p = NULL;
+    char err[1024] = "";
+    ck_assert_msg(sm_program_parse(text, "t.shmap", &p, err, sizeof err) == SM_OK, "%s\n%s", err,
+                  text);
+    ck_assert_msg(sm_program_verify(p, 0, err, sizeof err) == SM_OK, "%s\n%s", err, text);
+    return p;
+}
+
+/* Random integer-valued inputs in [-4, 4] (in the parameter's dtype). */
+static void make_inputs(const sm_program *p, int seed, sm_array **in)
+{
+    char err[256];
+    uint64_t st = (uint64_t)seed * 2654435761u + 7;
+    for (int i = 0; i < p->nparams; i++) {
+        ck_assert_int_eq(
+            sm_array_create(p->params[i].dtype, &p->params[i].global, &in[i], err, sizeof err),
+            SM_OK);
+        int64_t n = 1;
+        for (int d = 0; d < in[i]->shape.rank; d++)
+            n *= in[i]->shape.dims[d];
+        for (int64_t k = 0; k < n; k++) {
+            st = st * 6364136223846793005ull + 1442695040888963407ull;
+            int v = (int)((st >> 33) % 9) - 4;
+            switch (in[i]->dtype) {
+            case SM_F32:
+                ((float *)in[i]->data)[k] = (float)v;
+                break;
+            case SM_F64:
+                ((double *)in[i]->data)[k] = v;
+                break;
+            case SM_I32:
+                ((int32_t *)in[i]->data)[k] = v;
+                break;
+            case SM_I64:
+                ((int64_t *)in[i]->data)[k] = v;
+                break;
+            default:
+                ((uint8_t *)in[i]->data)[k] = (uint8_t)(v > 0);
+                break;
+            }
+        }
+    }
+}
+
+static int close_enough(const sm_array *a, const sm_array *b, double tol)
+{
+    int64_t n = a->nbytes / (int64_t)sm_dtype_size(a->dtype);
+    for (int64_t k = 0; k < n; k++) {
+        double x = a->dtype == SM_F32 ? ((float *)a->data)[k] : ((double *)a->data)[k];
+        double y = b->dtype == SM_F32 ? ((float *)b->data)[k] : ((double *)b->data)[k];
+        if (fabs(x - y) > tol * (1 + fabs(y)))
+            return 0;
+    }
+    return 1;
+}
+
+START_TEST(test_op_sharded_vs_single)
+{
+    const op_row *r = &rows[_i];
+    char ts[2048], t1[2048], err[1024] = "";
+    program_text(r, 0, ts, sizeof ts);
+    program_text(r, 1, t1, sizeof t1);
+    sm_program *ps = parse(ts), *p1 = parse(t1);
+    ck_assert_int_eq(ps->nparams, p1->nparams);
+    sm_array *in[8] = {0}, *os = NULL, *o1 = NULL;
+    make_inputs(ps, _i, in);
+    ck_assert_msg(sm_exec_local_run(ps, in, &os, NULL, err, sizeof err) == SM_OK, "%s\n%s", err,
+                  ts);
+    ck_assert_msg(sm_exec_local_run(p1, in, &o1, NULL, err, sizeof err) == SM_OK, "%s\n%s", err,
+                  t1);
+    char a[64], b[64];
+    ck_assert_msg(os->dtype == o1->dtype && sm_shape_equal(&os->shape, &o1->shape),
+                  "sharded %s%s vs single %s%s\n%s", sm_dtype_name(os->dtype),
+                  sm_shape_format(&os->shape, a, sizeof a), sm_dtype_name(o1->dtype),
+                  sm_shape_format(&o1->shape, b, sizeof b), ts);
+    if (r->tol > 0)
+        ck_assert_msg(close_enough(os, o1, r->tol), "results differ beyond %g\n%s", r->tol, ts);
+    else
+        ck_assert_msg(os->nbytes == 0 || memcmp(os->data, o1->data, (size_t)os->nbytes) == 0,
+                      "sharded and single-device results differ\n%s", ts);
+    for (int i = 0; i < ps->nparams; i++)
+        sm_array_free(in[i]);
+    sm_array_free(os);
+    sm_array_free(o1);
+    sm_program_free(ps);
+    sm_program_free(p1);
+}
+END_TEST
+
+/* The table exercises every op kind of sm_ir_ops.h. */
+START_TEST(test_table_covers_every_op)
+{
+    int seen[SM_OP_COUNT] = {0};
+    for (int i = 0; i < NROWS; i++) {
+        char t[2048];
+        program_text(&rows[i], 0, t, sizeof t);
+        sm_program *p = parse(t);
+        for (int k = 0; k < p->nops; k++)
+            seen[p->ops[k].kind] = 1;
+        sm_program_free(p);
+    }
+    seen[SM_OP_AXIS_SIZE] = 1; /* static in the text form: test_builder_axis_size */
+    for (int k = 0; k < SM_OP_COUNT; k++)
+        ck_assert_msg(seen[k], "no row runs op '%s'", sm_op_name((sm_op_kind)k));
+}
+END_TEST
+
+/* Spot values: semantics the sharded-vs-single comparison cannot see. */
+START_TEST(test_spot_values)
+{
+    sm_program *p =
+        parse("mesh i=2\n"
+              "shard_map f(n: i32[4] @ P('i')) -> (P('i'), P('i'), P('i'), P()):\n"
+              "    return n % 3, n / 2, round(n * 0.5), psum(1, 'i') + 0 * axis_index('i')\n");
+    sm_array *n, *o[4];
+    char err[512];
+    sm_shape s = {.rank = 1, .dims = {4}};
+    ck_assert_int_eq(sm_array_create(SM_I32, &s, &n, err, sizeof err), SM_OK);
+    int32_t v[4] = {-7, -1, 5, 3};
+    memcpy(n->data, v, sizeof v);
+    ck_assert_msg(sm_exec_local_run(p, &n, o, NULL, err, sizeof err) == SM_OK, "%s", err);
+    const int32_t *mod = o[0]->data;
+    ck_assert_int_eq(mod[0], 2); /* numpy: the divisor's sign */
+    ck_assert_int_eq(mod[1], 2);
+    ck_assert_int_eq(o[1]->dtype, SM_F32);
+    ck_assert_float_eq(((float *)o[1]->data)[0], -3.5f);
+    ck_assert_float_eq(((float *)o[2]->data)[0], -4.0f); /* half to even */
+    ck_assert_float_eq(((float *)o[2]->data)[3], 2.0f);
+    ck_assert_int_eq(((int32_t *)o[3]->data)[0], 2);
+    for (int k = 0; k < 4; k++)
+        sm_array_free(o[k]);
+    sm_array_free(n);
+    sm_program_free(p);
+}
+END_TEST
+
+/* One value returned twice, and a parameter returned as it is. */
+START_TEST(test_repeated_returns)
+{
+    sm_program *p = parse("mesh i=4 j=2\n"
+                          "shard_map f(x: f32[8,16] @ P('i', 'j')) -> (P('i', 'j'), P('i', 'j'), "
+                          "P('i', 'j')):\n"
+                          "    y = x * 2\n"
+                          "    return y, x, y\n");
+    sm_array *in[1], *o[3];
+    char err[512];
+    make_inputs(p, 1, in);
+    ck_assert_msg(sm_exec_local_run(p, in, o, NULL, err, sizeof err) == SM_OK, "%s", err);
+    ck_assert(memcmp(o[1]->data, in[0]->data, (size_t)in[0]->nbytes) == 0);
+    ck_assert(memcmp(o[0]->data, o[2]->data, (size_t)o[0]->nbytes) == 0);
+    for (int k = 0; k < 8 * 16; k++)
+        ck_assert_float_eq(((float *)o[0]->data)[k], 2 * ((float *)in[0]->data)[k]);
+    for (int k = 0; k < 3; k++)
+        sm_array_free(o[k]);
+    sm_array_free(in[0]);
+    sm_program_free(p);
+}
+END_TEST
+
+/* An explicit device order changes which device runs which block, not the
+ * result; errors name the device id. */
+START_TEST(test_device_order)
+{
+    const char *body = "shard_map f(x: f32[8,16] @ P('i', 'j')) -> (P(None, 'j'), P('i', 'j')):\n"
+                       "    return psum(x, 'i'), ppermute(x, 'j', [(0, 1)]) + axis_index('i')\n";
+    char t1[512], t2[512], err[512];
+    snprintf(t1, sizeof t1, "mesh i=4 j=2\n%s", body);
+    snprintf(t2, sizeof t2, "mesh i=4 j=2 devices=[7, 5, 3, 1, 6, 4, 2, 0]\n%s", body);
+    sm_program *p1 = parse(t1), *p2 = parse(t2);
+    sm_array *in[1], *a[2], *b[2];
+    make_inputs(p1, 3, in);
+    ck_assert_msg(sm_exec_local_run(p1, in, a, NULL, err, sizeof err) == SM_OK, "%s", err);
+    ck_assert_msg(sm_exec_local_run(p2, in, b, NULL, err, sizeof err) == SM_OK, "%s", err);
+    for (int r = 0; r < 2; r++) {
+        ck_assert(memcmp(a[r]->data, b[r]->data, (size_t)a[r]->nbytes) == 0);
+        sm_array_free(a[r]);
+        sm_array_free(b[r]);
+    }
+    sm_array_free(in[0]);
+    sm_program_free(p1);
+    sm_program_free(p2);
+}
+END_TEST
+
+/* axis_size as an op (the C builder; the text form folds it to a number). */
+START_TEST(test_builder_axis_size)
+{
+    sm_mesh m;
+    char err[512];
+    const char *names[] = {"i", "j"};
+    int64_t sizes[] = {4, 2};
+    ck_assert_int_eq(sm_mesh_init(&m, 2, names, sizes, NULL, 8, err, sizeof err), SM_OK);
+    sm_program *p;
+    ck_assert_int_eq(sm_program_create(&m, "f", &p, err, sizeof err), SM_OK);
+    sm_ir_attrs a = {.naxes = 2};
+    strcpy(a.axes[0], "j");
+    strcpy(a.axes[1], "i");
+    int v, w;
+    ck_assert_int_eq(sm_program_add_op(p, SM_OP_AXIS_SIZE, NULL, 0, &a, &v, err, sizeof err),
+                     SM_OK);
+    ck_assert_int_eq(sm_program_add_op(p, SM_OP_AXIS_INDEX, NULL, 0, &a, &w, err, sizeof err),
+                     SM_OK);
+    int ops[2] = {v, w};
+    ck_assert_int_eq(sm_program_add_op(p, SM_OP_MULTIPLY, ops, 2, NULL, &w, err, sizeof err),
+                     SM_OK);
+    sm_pspec spec[2] = {{0}, {0}};
+    int rets[2] = {v, w};
+    ck_assert_int_eq(sm_program_set_returns(p, rets, spec, 2, err, sizeof err), SM_OK);
+    ck_assert_msg(sm_program_verify(p, 0, err, sizeof err) == SM_OK, "%s", err);
+    sm_array *o[2];
+    ck_assert_msg(sm_exec_local_run(p, NULL, o, NULL, err, sizeof err) == SM_OK, "%s", err);
+    ck_assert_int_eq(((int32_t *)o[0]->data)[0], 8);
+    ck_assert_int_eq(((int32_t *)o[1]->data)[0], 0); /* device 0: rank 0 */
+    sm_array_free(o[0]);
+    sm_array_free(o[1]);
+    sm_program_free(p);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("exec");
+    TCase *tc = tcase_create("ops");
+    tcase_set_timeout(tc, 60);
+    tcase_add_loop_test(tc, test_op_sharded_vs_single, 0, NROWS);
+    tcase_add_test(tc, test_table_covers_every_op);
+    tcase_add_test(tc, test_spot_values);
+    tcase_add_test(tc, test_builder_axis_size);
+    tcase_add_test(tc, test_repeated_returns);
+    tcase_add_test(tc, test_device_order);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

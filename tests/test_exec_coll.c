@@ -1,0 +1,655 @@
+/* Check suite for common/exec collectives: every collective with every
+ * keyword (tiled/untiled, axis, scatter_dimension, split_axis/concat_axis
+ * positions, single and tuple axes in both orders, full and partial
+ * ppermute perms) on meshes (8,), (4,2) and (2,2,2), each device's result
+ * compared bitwise with a reference computed here from the devices' input
+ * blocks (integer-valued f32 data, reductions in rank order); determinism;
+ * a failing device releases its peers; a missing peer times out. */
+#include <check.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sm_comm_local.h"
+#include "sm_exec_local.h"
+
+/* ---- the case table ---- */
+
+typedef enum {
+    K_PSUM,
+    K_PMAX,
+    K_PMIN,
+    K_PMEAN,
+    K_GATHER,
+    K_SCATTER,
+    K_A2A,
+    K_PERM,
+    K_INDEX,
+    K_SIZE
+} kind;
+
+typedef struct {
+    kind k;
+    int a, b;  /* axis / scatter_dimension / split_axis; concat_axis */
+    int tiled; /* or, for ppermute: 0 ring, 1 partial, 2 reverse */
+} variant;
+
+static const variant variants[] = {
+    {K_PSUM},
+    {K_PMAX},
+    {K_PMIN},
+    {K_PMEAN},
+    {K_GATHER, 0, 0, 0},
+    {K_GATHER, 1, 0, 0},
+    {K_GATHER, 3, 0, 0},
+    {K_GATHER, -1, 0, 0},
+    {K_GATHER, 0, 0, 1},
+    {K_GATHER, 1, 0, 1},
+    {K_GATHER, 2, 0, 1},
+    {K_GATHER, -1, 0, 1},
+    {K_SCATTER, 0, 0, 1},
+    {K_SCATTER, 1, 0, 1},
+    {K_SCATTER, 2, 0, 1},
+    {K_SCATTER, -1, 0, 1},
+    {K_SCATTER, 0, 0, 0},
+    {K_SCATTER, 1, 0, 0},
+    {K_SCATTER, 2, 0, 0},
+    {K_A2A, 0, 0, 1},
+    {K_A2A, 0, 1, 1},
+    {K_A2A, 1, 0, 1},
+    {K_A2A, 2, 1, 1},
+    {K_A2A, 1, 2, 1},
+    {K_A2A, 2, 2, 1},
+    {K_A2A, 0, 2, 1},
+    {K_A2A, 0, 0, 0},
+    {K_A2A, 0, 2, 0},
+    {K_A2A, 2, 0, 0},
+    {K_A2A, 1, 1, 0},
+    {K_A2A, 1, 2, 0},
+    {K_PERM, 0, 0, 0},
+    {K_PERM, 0, 0, 1},
+    {K_PERM, 0, 0, 2},
+    {K_INDEX},
+    {K_SIZE},
+};
+#define NVARIANTS ((int)(sizeof variants / sizeof variants[0]))
+
+typedef struct {
+    const char *mesh; /* "i=4 j=2" */
+    const char *all;  /* every axis, for the in/out specs: "'i', 'j'" */
+    const char *axes; /* the collective's axes, as written */
+} group_case;
+
+static const group_case groups[] = {
+    {"i=8", "'i'", "'i'"},
+    {"i=8", "'i'", "('i',)"},
+    {"i=4 j=2", "'i', 'j'", "'i'"},
+    {"i=4 j=2", "'i', 'j'", "'j'"},
+    {"i=4 j=2", "'i', 'j'", "('i', 'j')"},
+    {"i=4 j=2", "'i', 'j'", "('j', 'i')"},
+    {"i=2 j=2 k=2", "'i', 'j', 'k'", "'j'"},
+    {"i=2 j=2 k=2", "'i', 'j', 'k'", "('k', 'i')"},
+    {"i=2 j=2 k=2", "'i', 'j', 'k'", "('i', 'j', 'k')"},
+    {"i=2 j=2 k=2", "'i', 'j', 'k'", "('j', 'k', 'i')"},
+};
+#define NGROUPS ((int)(sizeof groups / sizeof groups[0]))
+
+/* ---- reference helpers ---- */
+
+/* The group of pos: members[rank] in rank order, *rank, and the size;
+ * computed independently of sm_comm_group_make. */
+static int ref_group(const sm_program *p, const char *axes_text, int pos, int *members, int *rank)
+{
+    int ax[SM_MAX_AXES], nax = 0;
+    for (const char *s = axes_text; *s; s++) {
+        if (*s != '\'')
+            continue;
+        char name[SM_AXIS_NAME_MAX];
+        int n = 0;
+        for (s++; *s != '\''; s++)
+            name[n++] = *s;
+        name[n] = '\0';
+        ax[nax++] = sm_mesh_axis(&p->mesh, name);
+    }
+    int64_t c[SM_MAX_AXES], q[SM_MAX_AXES];
+    sm_mesh_coords(&p->mesh, pos, c);
+    int size = 1;
+    for (int k = 0; k < nax; k++)
+        size *= (int)p->mesh.sizes[ax[k]];
+    for (int other = 0; other < p->mesh.ndevices; other++) {
+        sm_mesh_coords(&p->mesh, other, q);
+        int same = 1;
+        for (int a = 0; a < p->mesh.naxes; a++) {
+            int named = 0;
+            for (int k = 0; k < nax; k++)
+                named |= ax[k] == a;
+            if (!named && q[a] != c[a])
+                same = 0;
+        }
+        if (!same)
+            continue;
+        int r = 0;
+        for (int k = 0; k < nax; k++)
+            r = r * (int)p->mesh.sizes[ax[k]] + (int)q[ax[k]];
+        members[r] = other;
+        if (other == pos)
+            *rank = r;
+    }
+    return size;
+}
+
+static int64_t flat(const sm_shape *s, const int64_t *idx)
+{
+    int64_t f = 0;
+    for (int d = 0; d < s->rank; d++)
+        f = f * s->dims[d] + idx[d];
+    return f;
+}
+
+static void unflat(const sm_shape *s, int64_t f, int64_t *idx)
+{
+    for (int d = s->rank - 1; d >= 0; d--) {
+        idx[d] = f % s->dims[d];
+        f /= s->dims[d];
+    }
+}
+
+static int norm(int a, int rank)
+{
+    return a < 0 ? a + rank : a;
+}
+
+/* Reference result of device pos: out (shape os) from blocks X[q] (shape bs). */
+static void reference(const variant *v, const float *const *X, const sm_shape *bs, const int *m,
+                      int n, int rank, const sm_shape *os, float *out)
+{
+    int64_t numel = 1, idx[SM_MAX_RANK + 1], src[SM_MAX_RANK + 1];
+    for (int d = 0; d < os->rank; d++)
+        numel *= os->dims[d];
+    int R = bs->rank;
+    for (int64_t f = 0; f < numel; f++) {
+        unflat(os, f, idx);
+        float val = 0;
+        switch (v->k) {
+        case K_PSUM:
+        case K_PMEAN:
+            val = X[m[0]][f];
+            for (int r = 1; r < n; r++)
+                val += X[m[r]][f];
+            if (v->k == K_PMEAN)
+                val = val / (float)n;
+            break;
+        case K_PMAX:
+        case K_PMIN:
+            val = X[m[0]][f];
+            for (int r = 1; r < n; r++)
+                val = v->k == K_PMAX ? (X[m[r]][f] > val ? X[m[r]][f] : val)
+                                     : (X[m[r]][f] < val ? X[m[r]][f] : val);
+            break;
+        case K_GATHER: {
+            int a = norm(v->a, v->tiled ? R : R + 1), j;
+            if (v->tiled) {
+                memcpy(src, idx, sizeof(int64_t) * (size_t)R);
+                j = (int)(idx[a] / bs->dims[a]);
+                src[a] = idx[a] % bs->dims[a];
+            } else {
+                j = (int)idx[a];
+                for (int d = 0, k = 0; d <= R; d++)
+                    if (d != a)
+                        src[k++] = idx[d];
+            }
+            val = X[m[j]][flat(bs, src)];
+            break;
+        }
+        case K_SCATTER: {
+            int d0 = norm(v->a, R);
+            int64_t c = bs->dims[d0] / n;
+            if (v->tiled) {
+                memcpy(src, idx, sizeof(int64_t) * (size_t)R);
+                src[d0] = rank * c + idx[d0];
+            } else {
+                for (int d = 0, k = 0; d < R; d++)
+                    src[d] = d == d0 ? rank : idx[k++];
+            }
+            val = X[m[0]][flat(bs, src)];
+            for (int r = 1; r < n; r++)
+                val += X[m[r]][flat(bs, src)];
+            break;
+        }
+        case K_A2A: {
+            int sa = norm(v->a, R), ca = norm(v->b, R), j;
+            if (v->tiled) {
+                int64_t c = bs->dims[sa] / n, cca = ca == sa ? c : bs->dims[ca];
+                memcpy(src, idx, sizeof(int64_t) * (size_t)R);
+                j = (int)(idx[ca] / cca);
+                src[ca] = idx[ca] % cca;
+                src[sa] += rank * c;
+            } else {
+                int64_t rest[SM_MAX_RANK];
+                j = (int)idx[ca];
+                for (int d = 0, k = 0; d < R; d++)
+                    if (d != ca)
+                        rest[k++] = idx[d];
+                for (int d = 0, k = 0; d < R; d++)
+                    src[d] = d == sa ? rank : rest[k++];
+            }
+            val = X[m[j]][flat(bs, src)];
+            break;
+        }
+        case K_PERM: {
+            int from = -1;
+            for (int s = 0; s < n; s++) {
+                int dst = v->tiled == 0 ? (s + 1) % n : v->tiled == 2 ? n - 1 - s : s + n / 2;
+                if (v->tiled == 1 && (s >= n / 2 || n < 2))
+                    continue;
+                if (dst == rank)
+                    from = s;
+            }
+            val = from < 0 ? 0.0f : X[m[from]][f];
+            break;
+        }
+        case K_INDEX:
+            val = (float)rank;
+            break;
+        case K_SIZE:
+            val = (float)n;
+            break;
+        }
+        out[f] = val;
+    }
+}
+
+/* The collective's expression for the program text. */
+static void expr(const variant *v, const char *axes, int n, char *buf, size_t len)
+{
+    const char *names[] = {"psum", "pmax", "pmin", "pmean"};
+    char perm[512] = "[";
+    switch (v->k) {
+    case K_PSUM:
+    case K_PMAX:
+    case K_PMIN:
+    case K_PMEAN:
+        snprintf(buf, len, "%s(x, %s)", names[v->k], axes);
+        break;
+    case K_GATHER:
+        snprintf(buf, len, "all_gather(x, %s, axis=%d, tiled=%s)", axes, v->a,
+                 v->tiled ? "True" : "False");
+        break;
+    case K_SCATTER:
+        snprintf(buf, len, "psum_scatter(x, %s, scatter_dimension=%d, tiled=%s)", axes, v->a,
+                 v->tiled ? "True" : "False");
+        break;
+    case K_A2A:
+        snprintf(buf, len, "all_to_all(x, %s, %d, %d, tiled=%s)", axes, v->a, v->b,
+                 v->tiled ? "True" : "False");
+        break;
+    case K_PERM:
+        for (int s = 0; s < n; s++) {
+            int dst = v->tiled == 0 ? (s + 1) % n : v->tiled == 2 ? n - 1 - s : s + n / 2;
+            if (v->tiled == 1 && s >= n / 2)
+                continue;
+            size_t o = strlen(perm);
+            snprintf(perm + o, sizeof perm - o, "%s(%d, %d)", o > 1 ? ", " : "", s, dst);
+        }
+        strcat(perm, "]");
+        snprintf(buf, len, "ppermute(x, %s, perm=%s)", axes, perm);
+        break;
+    case K_INDEX:
+        snprintf(buf, len, "zeros((1,), f32) + axis_index(%s)", axes);
+        break;
+    case K_SIZE:
+        snprintf(buf, len, "zeros((1,), f32) + axis_size(%s)", axes);
+        break;
+    }
+}
+
+/* Parses and verifies (replication check off: outputs are tiled over every
+ * axis anyway). */
+static sm_program *program(const char *text)
+{
+    sm_program *p = NULL;
+    char err[1024] = "";
+    ck_assert_msg(sm_program_parse(text, "t.shmap", &p, err, sizeof err) == SM_OK, "%s\n%s", err,
+                  text);
+    ck_assert_msg(sm_program_verify(p, 0, err, sizeof err) == SM_OK, "%s\n%s", err, text);
+    return p;
+}
+
+static int group_size_of(const char *mesh, const char *axes)
+{
+    int n = 1;
+    for (const char *s = mesh; *s; s++)
+        if (*s == '=' && strchr(axes, s[-1]))
+            n *= atoi(s + 1);
+    return n;
+}
+
+START_TEST(test_collective)
+{
+    const group_case *g = &groups[_i / NVARIANTS];
+    const variant *v = &variants[_i % NVARIANTS];
+    int n = group_size_of(g->mesh, g->axes);
+    int nd = group_size_of(g->mesh, "ijk");
+    int64_t bd[3] = {8, 16, 24};
+    if (v->k == K_SCATTER && !v->tiled)
+        bd[norm(v->a, 3)] = n;
+    if (v->k == K_A2A && !v->tiled)
+        bd[norm(v->a, 3)] = n;
+    char text[2048], e[512];
+    expr(v, g->axes, n, e, sizeof e);
+    snprintf(text, sizeof text,
+             "mesh %s\n"
+             "shard_map f(x: f32[%lld,%lld,%lld] @ P((%s,))) -> P((%s,)):\n"
+             "    y = %s\n"
+             "    return y\n",
+             g->mesh, (long long)(bd[0] * nd), (long long)bd[1], (long long)bd[2], g->all, g->all,
+             e);
+    sm_program *p = program(text);
+    sm_array *x, *out;
+    char err[1024] = "";
+    ck_assert_int_eq(sm_array_create(SM_F32, &p->params[0].global, &x, err, sizeof err), SM_OK);
+    int64_t total = bd[0] * bd[1] * bd[2] * nd;
+    uint64_t st = (uint64_t)_i * 7919 + 1;
+    for (int64_t k = 0; k < total; k++) {
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        ((float *)x->data)[k] = (float)((int)((st >> 33) % 17) - 8);
+    }
+    sm_exec_local_opts o = {.timeout_s = 20};
+    ck_assert_msg(sm_exec_local_run(p, &x, &out, &o, err, sizeof err) == SM_OK, "%s\n%s", err,
+                  text);
+    sm_shape bs = {.rank = 3, .dims = {bd[0], bd[1], bd[2]}};
+    const sm_shape *os = &p->values[p->returns[0]].shape;
+    int64_t bn = bd[0] * bd[1] * bd[2], on = 1;
+    for (int d = 0; d < os->rank; d++)
+        on *= os->dims[d];
+    const float *X[SM_MAX_DEVICES];
+    for (int q = 0; q < nd; q++)
+        X[q] = (const float *)x->data + q * bn;
+    float *want = malloc(sizeof(float) * (size_t)on);
+    for (int pos = 0; pos < nd; pos++) {
+        int members[SM_MAX_DEVICES], rank = -1;
+        int size = ref_group(p, g->axes, pos, members, &rank);
+        ck_assert_int_eq(size, n);
+        reference(v, X, &bs, members, n, rank, os, want);
+        const float *got = (const float *)out->data + pos * on;
+        int64_t f = 0; /* first mismatch (one assert: Check's asserts cost a syscall) */
+        while (f < on && memcmp(&got[f], &want[f], sizeof(float)) == 0)
+            f++;
+        ck_assert_msg(f == on, "device %d element %lld: got %g, expected %g\n%s", pos, (long long)f,
+                      f < on ? got[f] : 0.0, f < on ? want[f] : 0.0, text);
+    }
+    free(want);
+    sm_array_free(x);
+    sm_array_free(out);
+    sm_program_free(p);
+}
+END_TEST
+
+/* ---- determinism, failures, timeouts ---- */
+
+static sm_program *psum_program(void)
+{
+    return program("mesh i=4 j=2\n"
+                   "shard_map f(x: f32[64,33] @ P(('i', 'j'))) -> P():\n"
+                   "    y = psum(x * 1.37, ('j', 'i'))\n"
+                   "    z = psum_scatter(y, 'i', scatter_dimension=0, tiled=True)\n"
+                   "    return pmean(all_gather(z, 'i', tiled=True), ('i', 'j'))\n");
+}
+
+START_TEST(test_deterministic)
+{
+    sm_program *p = psum_program();
+    sm_array *x, *a, *b;
+    char err[1024];
+    ck_assert_int_eq(sm_array_create(SM_F32, &p->params[0].global, &x, err, sizeof err), SM_OK);
+    for (int k = 0; k < 64 * 33; k++)
+        ((float *)x->data)[k] = 1.0f / (float)(k + 3) + (float)(k % 7) * 1e-3f;
+    ck_assert_msg(sm_exec_local_run(p, &x, &a, NULL, err, sizeof err) == SM_OK, "%s", err);
+    ck_assert_msg(sm_exec_local_run(p, &x, &b, NULL, err, sizeof err) == SM_OK, "%s", err);
+    ck_assert_int_eq(a->nbytes, b->nbytes);
+    ck_assert(memcmp(a->data, b->data, (size_t)a->nbytes) == 0);
+    sm_array_free(x);
+    sm_array_free(a);
+    sm_array_free(b);
+    sm_program_free(p);
+}
+END_TEST
+
+typedef struct {
+    const sm_program *p;
+    sm_comm_local *comm;
+    int pos;
+    sm_array *in;
+    sm_array *out[2];
+    sm_err e;
+    char err[1024];
+} dev_run;
+
+static void *dev_main(void *arg)
+{
+    dev_run *d = arg;
+    d->e = sm_exec_run(d->p, d->pos, &sm_comm_local_ops, d->comm, &d->in, d->out, d->err,
+                       sizeof d->err);
+    return NULL;
+}
+
+/* Runs devices [0, nrun) of an 8-device program as threads; device bad (if
+ * >= 0) runs program q instead of p, or gets a wrong block if q is NULL. */
+static void run_devices(const sm_program *p, const sm_program *q, int bad, int nrun, double timeout,
+                        dev_run *d)
+{
+    sm_comm_local *comm;
+    char err[256];
+    ck_assert_int_eq(sm_comm_local_create(timeout, &comm, err, sizeof err), SM_OK);
+    pthread_t th[8];
+    for (int pos = 0; pos < nrun; pos++) {
+        d[pos] = (dev_run){.p = pos == bad && q ? q : p, .comm = comm, .pos = pos};
+        sm_shape s = p->values[p->params[0].value].shape;
+        if (pos == bad && !q)
+            s.dims[0]++;
+        ck_assert_int_eq(sm_array_create(SM_F32, &s, &d[pos].in, err, sizeof err), SM_OK);
+        ck_assert_int_eq(pthread_create(&th[pos], NULL, dev_main, &d[pos]), 0);
+    }
+    for (int pos = 0; pos < nrun; pos++) {
+        pthread_join(th[pos], NULL);
+        sm_array_free(d[pos].in);
+        for (int r = 0; r < 2; r++)
+            sm_array_free(d[pos].out[r]);
+    }
+    sm_comm_local_free(comm);
+}
+
+START_TEST(test_bad_input_releases_peers)
+{
+    sm_program *p = psum_program();
+    dev_run d[8];
+    run_devices(p, NULL, 3, 8, 30, d);
+    ck_assert_int_eq(d[3].e, SM_EINVAL);
+    ck_assert_msg(strstr(d[3].err, "argument 'x'") && strstr(d[3].err, "device 3"), "%s", d[3].err);
+    for (int pos = 0; pos < 8; pos++)
+        if (pos != 3) {
+            ck_assert_int_eq(d[pos].e, SM_ECANCELLED);
+            ck_assert_msg(strstr(d[pos].err, "argument 'x'"), "%s", d[pos].err);
+            ck_assert_ptr_null(d[pos].out[0]);
+        }
+    sm_program_free(p);
+}
+END_TEST
+
+START_TEST(test_kernel_error_releases_peers)
+{
+    sm_program *p = psum_program();
+    /* device 5 fails in a kernel (abs of bool) before its first collective */
+    sm_program *q = program("mesh i=4 j=2\n"
+                            "shard_map f(x: f32[64,33] @ P(('i', 'j'))) -> P():\n"
+                            "    b = abs(x > 0)\n"
+                            "    y = psum(x, ('j', 'i'))\n"
+                            "    return y\n");
+    dev_run d[8];
+    run_devices(p, q, 5, 8, 30, d);
+    ck_assert_int_ne(d[5].e, SM_OK);
+    ck_assert_msg(strstr(d[5].err, "t.shmap:3:") && strstr(d[5].err, "'abs'") &&
+                      strstr(d[5].err, "device 5"),
+                  "%s", d[5].err);
+    for (int pos = 0; pos < 8; pos++)
+        if (pos != 5)
+            ck_assert_msg(d[pos].e == SM_ECANCELLED && strstr(d[pos].err, "'abs'"), "%s",
+                          d[pos].err);
+    sm_program_free(p);
+    sm_program_free(q);
+}
+END_TEST
+
+START_TEST(test_missing_peer_times_out)
+{
+    sm_program *p = psum_program();
+    dev_run d[8];
+    run_devices(p, NULL, -1, 7, 0.2, d); /* device 7 never runs */
+    for (int pos = 0; pos < 7; pos++) {
+        ck_assert_int_eq(d[pos].e, SM_ETIMEOUT);
+        ck_assert_msg(strstr(d[pos].err, "timed out"), "%s", d[pos].err);
+    }
+    sm_program_free(p);
+}
+END_TEST
+
+START_TEST(test_local_run_reports_op)
+{
+    sm_program *p = program("mesh i=4 j=2\n"
+                            "shard_map f(x: f32[64,33] @ P(('i', 'j'))) -> P():\n"
+                            "    y = psum(x, 'i')\n"
+                            "    b = abs(y > 0)\n"
+                            "    return psum(b, 'j')\n");
+    sm_array *x, *out = (sm_array *)1;
+    char err[1024];
+    ck_assert_int_eq(sm_array_create(SM_F32, &p->params[0].global, &x, err, sizeof err), SM_OK);
+    sm_err e = sm_exec_local_run(p, &x, &out, NULL, err, sizeof err);
+    ck_assert_int_eq(e, SM_EUNSUPPORTED);
+    ck_assert_ptr_null(out);
+    ck_assert_msg(strstr(err, "t.shmap:4:") && strstr(err, "'abs'") && strstr(err, "device"), "%s",
+                  err);
+    /* a reduction the kernels refuse fails every member alike, without a hang */
+    sm_program *q = program("mesh i=4 j=2\n"
+                            "shard_map f(x: f32[64,33] @ P(('i', 'j'))) -> P():\n"
+                            "    return psum(x[:1, :3] > 0, ('i', 'j'))\n");
+    e = sm_exec_local_run(q, &x, &out, NULL, err, sizeof err);
+    ck_assert_msg(e == SM_EUNSUPPORTED && strstr(err, "'psum'"), "%s", err);
+    ck_assert_ptr_null(out);
+    sm_program_free(q);
+    /* wrong global shape */
+    sm_array *bad;
+    sm_shape s = {.rank = 2, .dims = {64, 32}};
+    ck_assert_int_eq(sm_array_create(SM_F32, &s, &bad, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_exec_local_run(p, &bad, &out, NULL, err, sizeof err), SM_EINVAL);
+    ck_assert_msg(strstr(err, "argument 'x'"), "%s", err);
+    sm_array_free(bad);
+    sm_array_free(x);
+    sm_program_free(p);
+}
+END_TEST
+
+/* ---- the comm on its own ---- */
+
+START_TEST(test_group_make)
+{
+    sm_mesh m;
+    char err[256];
+    const char *names[] = {"i", "j", "k"};
+    int64_t sizes[] = {2, 3, 4};
+    ck_assert_int_eq(sm_mesh_init(&m, 3, names, sizes, NULL, 24, err, sizeof err), SM_OK);
+    int members[24];
+    sm_comm_group g;
+    const char ax[2][SM_AXIS_NAME_MAX] = {"k", "i"};
+    /* position 17 = (1, 1, 1): group over (k, i) holds (i, 1, k), rank k * 2 + i */
+    ck_assert_int_eq(sm_comm_group_make(&m, 17, 2, ax, members, &g, err, sizeof err), SM_OK);
+    ck_assert_int_eq(g.size, 8);
+    ck_assert_int_eq(g.rank, 1 * 2 + 1);
+    ck_assert_int_eq(members[0], 0 * 12 + 1 * 4 + 0);
+    ck_assert_int_eq(members[1], 1 * 12 + 1 * 4 + 0);
+    ck_assert_int_eq(members[7], 1 * 12 + 1 * 4 + 3);
+    const char bad[2][SM_AXIS_NAME_MAX] = {"k", "z"};
+    ck_assert_int_eq(sm_comm_group_make(&m, 0, 2, bad, members, &g, err, sizeof err), SM_EINVAL);
+    ck_assert_msg(strstr(err, "'z'"), "%s", err);
+    const char twice[2][SM_AXIS_NAME_MAX] = {"j", "j"};
+    ck_assert_int_eq(sm_comm_group_make(&m, 0, 2, twice, members, &g, err, sizeof err), SM_EINVAL);
+    ck_assert_int_eq(sm_comm_group_make(&m, 24, 1, ax, members, &g, err, sizeof err), SM_EINVAL);
+}
+END_TEST
+
+typedef struct {
+    sm_comm_local *c;
+    int rank;
+    int64_t n; /* elements this member claims */
+    float in[8], out[64];
+    sm_err e;
+    char err[512];
+} comm_member;
+
+static void *comm_member_main(void *arg)
+{
+    comm_member *m = arg;
+    static const int members[4] = {0, 1, 2, 3};
+    sm_comm_group g = {.size = 4, .rank = m->rank, .members = members};
+    m->e = sm_comm_local_ops.all_reduce(m->c, &g, 0, SM_F32, SM_KERN_SUM, m->in, m->out, m->n,
+                                        m->err, sizeof m->err);
+    return NULL;
+}
+
+/* Members that disagree on sizes fail (SM_EINVAL) instead of reading past a
+ * peer's buffer; an aborted context fails every later collective. */
+START_TEST(test_comm_mismatch_and_abort)
+{
+    sm_comm_local *c;
+    char err[256];
+    ck_assert_int_eq(sm_comm_local_create(5, &c, err, sizeof err), SM_OK);
+    comm_member m[4];
+    pthread_t th[4];
+    for (int r = 0; r < 4; r++) {
+        m[r] = (comm_member){.c = c, .rank = r, .n = r == 2 ? 8 : 4};
+        ck_assert_int_eq(pthread_create(&th[r], NULL, comm_member_main, &m[r]), 0);
+    }
+    int einval = 0, cancelled = 0;
+    for (int r = 0; r < 4; r++) {
+        pthread_join(th[r], NULL);
+        einval += m[r].e == SM_EINVAL;
+        cancelled += m[r].e == SM_ECANCELLED;
+    }
+    ck_assert_int_eq(einval, 1);
+    ck_assert_int_eq(einval + cancelled, 4);
+    sm_comm_local_free(c);
+
+    ck_assert_int_eq(sm_comm_local_create(5, &c, err, sizeof err), SM_OK);
+    sm_comm_local_ops.abort(c, "device 9 failed");
+    sm_comm_local_ops.abort(c, "ignored");
+    m[0] = (comm_member){.c = c, .rank = 0, .n = 4};
+    comm_member_main(&m[0]);
+    ck_assert_int_eq(m[0].e, SM_ECANCELLED);
+    ck_assert_msg(strstr(m[0].err, "device 9 failed"), "%s", m[0].err);
+    sm_comm_local_free(c);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("exec_coll");
+    TCase *tc = tcase_create("collectives");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_collective, 0, NGROUPS * NVARIANTS);
+    suite_add_tcase(s, tc);
+    TCase *tf = tcase_create("failures");
+    tcase_set_timeout(tf, 60);
+    tcase_add_test(tf, test_deterministic);
+    tcase_add_test(tf, test_bad_input_releases_peers);
+    tcase_add_test(tf, test_kernel_error_releases_peers);
+    tcase_add_test(tf, test_missing_peer_times_out);
+    tcase_add_test(tf, test_local_run_reports_op);
+    tcase_add_test(tf, test_group_make);
+    tcase_add_test(tf, test_comm_mismatch_and_abort);
+    suite_add_tcase(s, tf);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
