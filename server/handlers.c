@@ -1,0 +1,215 @@
+/* handlers: the Coordinator service. See handlers.h. */
+#include "handlers.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "relay.h"
+#include "sm_log.h"
+#include "sm_rpc.h"
+
+static sm_err h_list_devices(void *user, sm_worker_info **out, int *n, char *err, size_t errlen)
+{
+    sm_coord *c = user;
+    return sm_registry_workers_list(c->reg, sm_registry_now_ms(), out, n, err, errlen);
+}
+
+static sm_err h_create_mesh(void *user, const char *name, const sm_mesh *mesh, int default_order,
+                            sm_mesh_info *out, char *err, size_t errlen)
+{
+    sm_coord *c = user;
+    return sm_registry_mesh_create(c->reg, name, mesh, default_order, out, err, errlen);
+}
+
+static sm_err h_get_mesh(void *user, sm_mesh_id id, const char *name, sm_mesh_info *out, char *err,
+                         size_t errlen)
+{
+    sm_coord *c = user;
+    if (!id.v && !(name && *name))
+        return sm_fail(err, errlen, SM_EINVAL, "the request names no mesh (no id, no name)");
+    return sm_registry_mesh_get(c->reg, id, name, out, err, errlen);
+}
+
+static sm_err h_list_meshes(void *user, sm_mesh_info **out, int *n, char *err, size_t errlen)
+{
+    sm_coord *c = user;
+    return sm_registry_mesh_list(c->reg, out, n, err, errlen);
+}
+
+static sm_err h_create_array(void *user, const sm_svc_create_array_req *req,
+                             sm_svc_create_array_reply *out, char *err, size_t errlen)
+{
+    sm_coord *c = user;
+    return sm_registry_array_create(c->reg, req, sm_registry_now_ms(), out, err, errlen);
+}
+
+static sm_err h_upload(void *user, sm_svc_upload_in *in, sm_svc_upload_reply *out, char *err,
+                       size_t errlen)
+{
+    sm_coord *c = user;
+    return sm_relay_upload(c->reg, in, out, err, errlen);
+}
+
+static sm_err h_download(void *user, const sm_svc_download_req *req, sm_svc_download_out *out,
+                         char *err, size_t errlen)
+{
+    sm_coord *c = user;
+    return sm_relay_download(c->reg, req, out, c->call_deadline_ms, err, errlen);
+}
+
+static sm_err h_describe(void *user, sm_array_ref ref, sm_array_info *out, char *err, size_t errlen)
+{
+    sm_coord *c = user;
+    return sm_registry_array_describe(c->reg, ref, out, err, errlen);
+}
+
+static sm_err h_list_arrays(void *user, sm_array_info **out, int *n, char *err, size_t errlen)
+{
+    sm_coord *c = user;
+    return sm_registry_array_list(c->reg, out, n, err, errlen);
+}
+
+static sm_err h_delete(void *user, sm_array_ref ref, char *err, size_t errlen)
+{
+    sm_coord *c = user;
+    sm_reg_free *f = NULL;
+    int nf = 0;
+    sm_err e = sm_registry_array_delete(c->reg, ref, &f, &nf, err, errlen);
+    if (!e)
+        sm_relay_free(f, nf, c->call_deadline_ms);
+    free(f);
+    return e;
+}
+
+/* One worker's Assemble, run on its own thread. */
+typedef struct {
+    const sm_reg_assemble *part;
+    int deadline_ms;
+    sm_err e;
+    char err[512];
+    pthread_t th;
+    int started;
+} h_assemble_job;
+
+static void *h_assemble_run(void *arg)
+{
+    h_assemble_job *j = arg;
+    int64_t bytes = 0;
+    j->e = sm_svc_worker_assemble(j->part->t.ch, j->deadline_ms, &j->part->req, &bytes, j->err,
+                                  sizeof j->err);
+    if (j->e)
+        sm_relay_strip_status(j->err);
+    return NULL;
+}
+
+/* Frees array id's new shards on every worker of a reshard. */
+static void h_free_parts(sm_coord *c, sm_array_id id, const sm_reg_assemble *parts, int np)
+{
+    sm_reg_free *f = calloc(np ? (size_t)np : 1, sizeof *f);
+    for (int k = 0; f && k < np; k++)
+        f[k] = (sm_reg_free){id, parts[k].t};
+    if (f)
+        sm_relay_free(f, np, c->call_deadline_ms);
+    else
+        SM_ERROR("out of memory: shards of array %llu stay on their workers",
+                 (unsigned long long)id.v);
+    free(f);
+}
+
+static sm_err h_reshard(void *user, const sm_svc_reshard_req *req, sm_array_info *out, char *err,
+                        size_t errlen)
+{
+    sm_coord *c = user;
+    sm_array_id id;
+    sm_reg_assemble *parts = NULL;
+    int np = 0;
+    h_assemble_job *jobs = NULL;
+    sm_err e =
+        sm_registry_reshard_begin(c->reg, req, sm_registry_now_ms(), &id, &parts, &np, err, errlen);
+    if (e)
+        return e;
+    jobs = calloc((size_t)np, sizeof *jobs);
+    if (!jobs) {
+        e = sm_fail(err, errlen, SM_ENOMEM, "out of memory starting a reshard");
+        goto fail;
+    }
+    for (int k = 0; k < np; k++) {
+        jobs[k].part = &parts[k];
+        jobs[k].deadline_ms = req->deadline_ms ? (int)req->deadline_ms : c->call_deadline_ms;
+        jobs[k].started = pthread_create(&jobs[k].th, NULL, h_assemble_run, &jobs[k]) == 0;
+        if (!jobs[k].started)
+            h_assemble_run(&jobs[k]);
+    }
+    for (int k = 0; k < np; k++)
+        if (jobs[k].started)
+            pthread_join(jobs[k].th, NULL);
+    for (int k = 0; k < np && !e; k++)
+        if (jobs[k].e)
+            e = sm_fail(err, errlen, jobs[k].e, "reshard failed on worker %u at %s: %s",
+                        parts[k].t.worker_id, parts[k].t.address, jobs[k].err);
+fail:
+    if (e) {
+        char ignore[256];
+        h_free_parts(c, id, parts, np);
+        sm_registry_reshard_end(c->reg, id, 0, NULL, ignore, sizeof ignore);
+    } else if ((e = sm_registry_reshard_end(c->reg, id, 1, out, err, errlen))) {
+        h_free_parts(c, id, parts, np); /* deleted or failed meanwhile */
+    }
+    free(jobs);
+    sm_registry_assemble_free(parts, np);
+    return e;
+}
+
+static sm_err h_register(void *user, const sm_svc_register_req *req, sm_svc_register_reply *out,
+                         char *err, size_t errlen)
+{
+    sm_coord *c = user;
+    sm_rpc_channel *ch = NULL;
+    sm_reg_free *f = NULL;
+    int nf = 0;
+    if (!req->address || !*req->address)
+        return sm_fail(err, errlen, SM_EINVAL, "a worker must give the address it serves on");
+    sm_err e = sm_rpc_channel_create(req->address, c->token, &ch, err, errlen);
+    if (e)
+        return e;
+    e = sm_registry_worker_add(c->reg, req, ch, sm_registry_now_ms(), out, &f, &nf, err, errlen);
+    if (e)
+        sm_rpc_channel_free(ch);
+    sm_relay_free(f, nf, c->call_deadline_ms);
+    free(f);
+    return e;
+}
+
+static sm_err h_heartbeat(void *user, const sm_svc_heartbeat_req *req, int *known, char *err,
+                          size_t errlen)
+{
+    sm_coord *c = user;
+    *known = sm_registry_worker_heartbeat(c->reg, req, sm_registry_now_ms());
+    if (!*known)
+        SM_INFO("heartbeat from unknown or lost worker %u: asking it to register again",
+                req->worker_id);
+    return SM_OK;
+}
+
+static const sm_svc_coord_ops h_ops = {
+    .list_devices = h_list_devices,
+    .create_mesh = h_create_mesh,
+    .get_mesh = h_get_mesh,
+    .list_meshes = h_list_meshes,
+    .create_array = h_create_array,
+    .upload = h_upload,
+    .download = h_download,
+    .describe = h_describe,
+    .list_arrays = h_list_arrays,
+    .delete_array = h_delete,
+    .reshard = h_reshard,
+    .register_worker = h_register,
+    .heartbeat = h_heartbeat,
+};
+
+const sm_svc_coord_ops *sm_handlers_ops(void)
+{
+    return &h_ops;
+}

@@ -1,0 +1,533 @@
+/* jobs: the job table, the Coordinator's job handlers and the runner pool
+ * (see jobs.h). Running one job is jobs_run.c; the pure checks are
+ * jobs_check.c. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "jobs_int.h"
+#include "relay.h"
+#include "sm_log.h"
+#include "sm_rpc.h"
+
+/* Control calls to workers (CancelJob, FreeArray). */
+#define SM_JOBS_CTL_MS 5000
+/* Pending outputs of a job without a deadline fail after this long. */
+#define SM_JOBS_OUTPUT_DEADLINE_MS 86400000u
+
+int64_t sm_jobs_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* ---- workers ------------------------------------------------------------------------ */
+
+sm_rpc_channel *sm_jobs_channel(sm_jobs *j, const char *address, char *err, size_t errlen)
+{
+    sm_rpc_channel *ch = NULL;
+    pthread_mutex_lock(&j->chmu);
+    for (int i = 0; i < j->nchans && !ch; i++)
+        if (!strcmp(j->chans[i].address, address))
+            ch = j->chans[i].ch;
+    if (!ch) {
+        if (j->nchans == j->capchans) {
+            int nc = j->capchans ? 2 * j->capchans : 8;
+            sm_jobs_chan *v = realloc(j->chans, (size_t)nc * sizeof *v);
+            if (!v) {
+                sm_fail(err, errlen, SM_ENOMEM, "out of memory connecting to %s", address);
+                goto out;
+            }
+            j->chans = v;
+            j->capchans = nc;
+        }
+        if (sm_rpc_channel_create(address, j->coord->token, &ch, err, errlen) == SM_OK) {
+            snprintf(j->chans[j->nchans].address, SM_ADDR_MAX, "%s", address);
+            j->chans[j->nchans++].ch = ch;
+        }
+    }
+out:
+    pthread_mutex_unlock(&j->chmu);
+    return ch;
+}
+
+void sm_jobs_cancel_workers(sm_jobs *j, const sm_job *job, int skip)
+{
+    char err[512];
+    for (int k = 0; k < job->npeers; k++) {
+        if (k == skip)
+            continue;
+        sm_rpc_channel *ch = sm_jobs_channel(j, job->peers[k].address, err, sizeof err);
+        if (!ch ||
+            sm_svc_worker_cancel_job(ch, SM_JOBS_CTL_MS, (sm_job_id){job->id}, err, sizeof err))
+            SM_DEBUG("job %llu: cancel on %s: %s", (unsigned long long)job->id,
+                     job->peers[k].address, err);
+    }
+}
+
+void sm_jobs_delete_arrays(sm_jobs *j, const sm_array_id *ids, int n)
+{
+    char err[512];
+    for (int k = 0; k < n; k++) {
+        if (!ids[k].v)
+            continue;
+        sm_reg_free *f = NULL;
+        int nf = 0;
+        if (sm_registry_array_delete(j->coord->reg, (sm_array_ref){ids[k], NULL}, &f, &nf, err,
+                                     sizeof err) == SM_OK)
+            sm_relay_free(f, nf, SM_JOBS_CTL_MS);
+        free(f);
+    }
+}
+
+/* ---- job records --------------------------------------------------------------------- */
+
+static void job_destroy(sm_job *job)
+{
+    if (!job)
+        return;
+    sm_program_free(job->prog);
+    free(job->args);
+    free(job->reshard);
+    free(job->outs);
+    free(job->peers);
+    free(job->wids);
+    if (job->out_infos)
+        sm_array_info_list_free(job->out_infos, job->nout);
+    free(job);
+}
+
+void sm_jobs_end_locked(sm_jobs *j, sm_job *job, sm_job_state state, const char *msg)
+{
+    job->state = state;
+    snprintf(job->error, sizeof job->error, "%s", msg ? msg : "");
+    job->end_us = sm_jobs_now_us();
+    if (!job->start_us)
+        job->start_us = job->end_us;
+    pthread_cond_broadcast(&j->changed);
+    SM_INFO("job %llu %s%s%s", (unsigned long long)job->id, sm_job_state_name(state),
+            job->error[0] ? ": " : "", job->error);
+}
+
+/* The job with this id, or NULL (mu held). */
+static sm_job *job_find(sm_jobs *j, sm_job_id id)
+{
+    return id.v >= 1 && id.v <= (uint64_t)j->njobs ? j->jobs[id.v - 1] : NULL;
+}
+
+static sm_err not_found(sm_job_id id, char *err, size_t errlen)
+{
+    return sm_fail(err, errlen, SM_ENOTFOUND, "job %llu does not exist", (unsigned long long)id.v);
+}
+
+/* A deep copy of an array info (shards malloc'd). */
+static sm_err info_copy(const sm_array_info *in, sm_array_info *out)
+{
+    *out = *in;
+    out->shards = NULL;
+    if (in->nshards > 0) {
+        out->shards = malloc((size_t)in->nshards * sizeof *out->shards);
+        if (!out->shards) {
+            out->nshards = 0;
+            return SM_ENOMEM;
+        }
+        memcpy(out->shards, in->shards, (size_t)in->nshards * sizeof *out->shards);
+    }
+    return SM_OK;
+}
+
+/* Fills out from job (mu NOT held: takes it; describes outputs after). */
+static sm_err job_describe(sm_jobs *j, sm_job *job, sm_job_info *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&j->mu);
+    int64_t now = sm_jobs_now_us();
+    out->id.v = job->id;
+    out->state = job->state;
+    snprintf(out->error, sizeof out->error, "%s", job->error);
+    out->queued_us = (job->start_us ? job->start_us : now) - job->submit_us;
+    out->run_us = job->start_us ? (job->end_us ? job->end_us : now) - job->start_us : 0;
+    int done = job->state == SM_JOB_DONE && job->out_infos;
+    sm_array_info *saved = NULL;
+    int n = job->nout;
+    if (done && (saved = calloc((size_t)(n > 0 ? n : 1), sizeof *saved)))
+        for (int k = 0; k < n; k++)
+            info_copy(&job->out_infos[k], &saved[k]);
+    pthread_mutex_unlock(&j->mu);
+    if (!done)
+        return SM_OK;
+    if (!saved)
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory describing job %llu",
+                       (unsigned long long)job->id);
+    /* The current state of each output; the one recorded at the end if it
+     * was deleted since. */
+    for (int k = 0; k < n; k++) {
+        sm_array_info now_info;
+        char tmp[256];
+        if (sm_registry_array_describe(j->coord->reg, (sm_array_ref){job->outs[k], NULL}, &now_info,
+                                       tmp, sizeof tmp) == SM_OK) {
+            sm_array_info_free(&saved[k]);
+            saved[k] = now_info;
+        } else {
+            snprintf(saved[k].error, sizeof saved[k].error, "%s", tmp);
+        }
+    }
+    out->outputs = saved;
+    out->noutputs = n;
+    return SM_OK;
+}
+
+/* ---- submit -------------------------------------------------------------------------- */
+
+/* Checks req against the registry and fills job (everything but the id);
+ * creates the output arrays. On failure nothing is left in the registry. */
+static sm_err job_prepare(sm_jobs *j, const sm_svc_submit_req *req, sm_job *job, char *err,
+                          size_t errlen)
+{
+    sm_registry *reg = j->coord->reg;
+    sm_program *p = job->prog;
+    sm_worker_info *workers = NULL;
+    int nw = 0;
+    char tmp[SM_JOBS_ERR_MAX];
+    sm_err e;
+    if ((e = sm_program_verify(p, req->check_vma, err, errlen)))
+        return e;
+    if (req->nargs != p->nparams)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "the job has %d arguments but program '%s' takes %d parameters", req->nargs,
+                       p->name, p->nparams);
+    if ((e = sm_jobs_check_out_names(p, req->nout_names, req->out_names, err, errlen)))
+        return e;
+    for (int k = 0; k < req->nout_names; k++) {
+        const char *s = req->out_names[k];
+        sm_array_info a;
+        if (s && *s &&
+            sm_registry_array_describe(reg, (sm_array_ref){{0}, s}, &a, tmp, sizeof tmp) == SM_OK) {
+            sm_array_info_free(&a);
+            return sm_fail(err, errlen, SM_EEXIST,
+                           "output %d cannot be named '%s': an array of that name already exists",
+                           k, s);
+        }
+    }
+    /* The mesh: the program's devices, or the default order. */
+    if ((e = sm_registry_workers_list(reg, sm_registry_now_ms(), &workers, &nw, err, errlen)))
+        return e;
+    if (!p->has_devices && (e = sm_jobs_default_devices(&p->mesh, workers, nw, err, errlen)))
+        goto out;
+    p->has_devices = 1;
+    if ((e = sm_jobs_peers(&p->mesh, workers, nw, &job->peers, &job->wids, &job->npeers, err,
+                           errlen)))
+        goto out;
+    /* The arguments. */
+    job->nargs = p->nparams;
+    job->args = calloc((size_t)(p->nparams ? p->nparams : 1), sizeof *job->args);
+    job->reshard = calloc((size_t)(p->nparams ? p->nparams : 1), 1);
+    job->nout = p->nreturns;
+    job->outs = calloc((size_t)(p->nreturns ? p->nreturns : 1), sizeof *job->outs);
+    if (!job->args || !job->reshard || !job->outs) {
+        e = sm_fail(err, errlen, SM_ENOMEM, "out of memory submitting a job");
+        goto out;
+    }
+    for (int k = 0; k < p->nparams; k++) {
+        sm_array_info a;
+        if ((e = sm_registry_array_describe(reg, req->args[k], &a, tmp, sizeof tmp))) {
+            e = sm_fail(err, errlen, e, "argument %d for parameter '%s': %s", k, p->params[k].name,
+                        tmp);
+            goto out;
+        }
+        e = sm_jobs_check_arg(p, k, &a, err, errlen);
+        job->args[k] = a.id;
+        job->reshard[k] = !sm_jobs_sharding_same(&a.sharding, &p->mesh, &p->params[k].spec);
+        sm_array_info_free(&a);
+        if (e)
+            goto out;
+    }
+    /* The outputs, pending until the job is done. */
+    for (int k = 0; k < p->nreturns; k++) {
+        sm_svc_create_array_req cr;
+        sm_svc_create_array_reply rep;
+        memset(&cr, 0, sizeof cr);
+        memset(&rep, 0, sizeof rep);
+        cr.name = k < req->nout_names && req->out_names[k] ? req->out_names[k] : "";
+        cr.dtype = p->values[p->returns[k]].dtype;
+        cr.has_shape = 1;
+        cr.shape = p->out_global[k];
+        cr.sharding.mesh = &p->mesh;
+        cr.sharding.spec = p->out_specs[k];
+        cr.kind = SM_PUT_SHARDS;
+        cr.deadline_ms = req->deadline_ms ? req->deadline_ms + 60000 : SM_JOBS_OUTPUT_DEADLINE_MS;
+        if ((e = sm_registry_array_create(reg, &cr, sm_registry_now_ms(), &rep, tmp, sizeof tmp))) {
+            e = sm_fail(err, errlen, e, "output %d: %s", k, tmp);
+            sm_jobs_delete_arrays(j, job->outs, k);
+            memset(job->outs, 0, (size_t)k * sizeof *job->outs);
+            goto out;
+        }
+        job->outs[k] = rep.array.id;
+        sm_svc_create_array_reply_free(&rep);
+    }
+    job->deadline_ms = req->deadline_ms;
+out:
+    free(workers);
+    return e;
+}
+
+static sm_err j_submit(void *user, sm_svc_submit_req *req, sm_job_id *out, char *err, size_t errlen)
+{
+    sm_jobs *j = user;
+    sm_job *job = calloc(1, sizeof *job);
+    if (!job) {
+        sm_program_free(req->program);
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory submitting a job");
+    }
+    job->prog = req->program; /* ours from here on */
+    job->submit_us = sm_jobs_now_us();
+    job->state = SM_JOB_QUEUED;
+    sm_err e = job_prepare(j, req, job, err, errlen);
+    if (e) {
+        job_destroy(job);
+        return e;
+    }
+    pthread_mutex_lock(&j->mu);
+    if (j->stopping) {
+        e = sm_fail(err, errlen, SM_EUNAVAILABLE, "the coordinator is shutting down");
+    } else if (j->njobs == j->capjobs) {
+        int nc = j->capjobs ? 2 * j->capjobs : 64;
+        sm_job **v = realloc(j->jobs, (size_t)nc * sizeof *v);
+        if (!v)
+            e = sm_fail(err, errlen, SM_ENOMEM, "out of memory submitting a job");
+        else
+            j->jobs = v, j->capjobs = nc;
+    }
+    if (!e) {
+        j->jobs[j->njobs++] = job;
+        job->id = (uint64_t)j->njobs;
+        if (j->qtail)
+            j->qtail->qnext = job;
+        else
+            j->qhead = job;
+        j->qtail = job;
+        pthread_cond_signal(&j->work);
+        out->v = job->id;
+        SM_INFO("job %llu queued: program '%s' on %d workers", (unsigned long long)job->id,
+                job->prog->name, job->npeers);
+    }
+    pthread_mutex_unlock(&j->mu);
+    if (e) {
+        sm_jobs_delete_arrays(j, job->outs, job->nout);
+        job_destroy(job);
+    }
+    return e;
+}
+
+/* ---- wait / get / cancel ----------------------------------------------------------------- */
+
+static int ended(const sm_job *job)
+{
+    return job->state == SM_JOB_DONE || job->state == SM_JOB_FAILED ||
+           job->state == SM_JOB_CANCELLED;
+}
+
+/* Waits (mu held) until job ended, the manager stops or wait_ms passed. */
+static void wait_end_locked(sm_jobs *j, sm_job *job, uint32_t wait_ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += wait_ms / 1000;
+    until.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    while (!ended(job) && !j->stopping)
+        if (pthread_cond_timedwait(&j->changed, &j->mu, &until) == ETIMEDOUT)
+            break;
+}
+
+static sm_err j_wait(void *user, sm_job_id id, uint32_t wait_ms, sm_job_info *out, char *err,
+                     size_t errlen)
+{
+    sm_jobs *j = user;
+    pthread_mutex_lock(&j->mu);
+    sm_job *job = job_find(j, id);
+    if (job)
+        wait_end_locked(j, job, wait_ms > SM_JOBS_MAX_WAIT_MS ? SM_JOBS_MAX_WAIT_MS : wait_ms);
+    pthread_mutex_unlock(&j->mu);
+    return job ? job_describe(j, job, out, err, errlen) : not_found(id, err, errlen);
+}
+
+static sm_err j_get(void *user, sm_job_id id, sm_job_info *out, char *err, size_t errlen)
+{
+    sm_jobs *j = user;
+    pthread_mutex_lock(&j->mu);
+    sm_job *job = job_find(j, id);
+    pthread_mutex_unlock(&j->mu);
+    return job ? job_describe(j, job, out, err, errlen) : not_found(id, err, errlen);
+}
+
+static sm_err j_cancel(void *user, sm_job_id id, sm_job_info *out, char *err, size_t errlen)
+{
+    sm_jobs *j = user;
+    int drop = 0, running = 0;
+    char msg[128];
+    pthread_mutex_lock(&j->mu);
+    sm_job *job = job_find(j, id);
+    if (job && job->state == SM_JOB_QUEUED) {
+        snprintf(msg, sizeof msg, "job %llu was cancelled before it started",
+                 (unsigned long long)job->id);
+        sm_jobs_end_locked(j, job, SM_JOB_CANCELLED, msg);
+        drop = 1; /* the runner skips it when it comes up */
+    } else if (job && job->state == SM_JOB_RUNNING && !job->cancel) {
+        job->cancel = 1;
+        running = 1;
+    }
+    pthread_mutex_unlock(&j->mu);
+    if (!job)
+        return not_found(id, err, errlen);
+    if (drop)
+        sm_jobs_delete_arrays(j, job->outs, job->nout);
+    if (running) {
+        SM_INFO("job %llu: cancelling on %d workers", (unsigned long long)job->id, job->npeers);
+        sm_jobs_cancel_workers(j, job, -1);
+        pthread_mutex_lock(&j->mu);
+        wait_end_locked(j, job, SM_JOBS_CTL_MS);
+        pthread_mutex_unlock(&j->mu);
+    }
+    return job_describe(j, job, out, err, errlen);
+}
+
+static const sm_svc_coord_job_ops job_ops = {
+    .submit = j_submit,
+    .wait = j_wait,
+    .get = j_get,
+    .cancel = j_cancel,
+};
+
+const sm_svc_coord_job_ops *sm_jobs_ops(void)
+{
+    return &job_ops;
+}
+
+/* ---- runner pool ----------------------------------------------------------------------- */
+
+static void *runner_main(void *arg)
+{
+    sm_jobs *j = arg;
+    pthread_mutex_lock(&j->mu);
+    for (;;) {
+        while (!j->stopping && !j->qhead)
+            pthread_cond_wait(&j->work, &j->mu);
+        if (j->stopping)
+            break;
+        sm_job *job = j->qhead;
+        j->qhead = job->qnext;
+        if (!j->qhead)
+            j->qtail = NULL;
+        job->qnext = NULL;
+        if (job->state != SM_JOB_QUEUED)
+            continue; /* cancelled while queued */
+        job->state = SM_JOB_RUNNING;
+        job->start_us = sm_jobs_now_us();
+        pthread_cond_broadcast(&j->changed);
+        pthread_mutex_unlock(&j->mu);
+        sm_jobs_run(j, job);
+        pthread_mutex_lock(&j->mu);
+    }
+    pthread_mutex_unlock(&j->mu);
+    return NULL;
+}
+
+sm_err sm_jobs_create(sm_coord *coord, int nthreads, sm_jobs **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (nthreads < 1 || nthreads > 16)
+        return sm_fail(err, errlen, SM_EINVAL, "a job manager has 1 to 16 runner threads, not %d",
+                       nthreads);
+    sm_jobs *j = calloc(1, sizeof *j);
+    pthread_t *th = calloc((size_t)nthreads, sizeof *th);
+    if (!j || !th) {
+        free(j);
+        free(th);
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory creating the job manager");
+    }
+    j->coord = coord;
+    j->threads = th;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_mutex_init(&j->chmu, NULL);
+    pthread_cond_init(&j->changed, &ca);
+    pthread_cond_init(&j->work, NULL);
+    pthread_condattr_destroy(&ca);
+    for (int i = 0; i < nthreads; i++) {
+        if (pthread_create(&th[i], NULL, runner_main, j) != 0) {
+            sm_jobs_free(j);
+            return sm_fail(err, errlen, SM_ERESOURCE, "cannot start job runner thread %d", i);
+        }
+        j->nthreads++;
+    }
+    *out = j;
+    return SM_OK;
+}
+
+void sm_jobs_stop(sm_jobs *j)
+{
+    if (!j)
+        return;
+    pthread_mutex_lock(&j->mu);
+    if (j->stopping) {
+        pthread_mutex_unlock(&j->mu);
+        return;
+    }
+    j->stopping = 1;
+    int n = j->njobs;
+    unsigned char *drop = calloc((size_t)(n ? n : 1), 1), *cancel = calloc((size_t)(n ? n : 1), 1);
+    for (int i = 0; i < n; i++) {
+        sm_job *job = j->jobs[i];
+        if (job->state == SM_JOB_QUEUED) {
+            sm_jobs_end_locked(j, job, SM_JOB_CANCELLED, "the coordinator shut down");
+            if (drop)
+                drop[i] = 1;
+        } else if (job->state == SM_JOB_RUNNING && !job->cancel) {
+            job->cancel = 1;
+            if (cancel)
+                cancel[i] = 1;
+        }
+    }
+    j->qhead = j->qtail = NULL;
+    pthread_cond_broadcast(&j->work);
+    pthread_cond_broadcast(&j->changed);
+    pthread_mutex_unlock(&j->mu);
+    for (int i = 0; i < n; i++) {
+        if (drop && drop[i])
+            sm_jobs_delete_arrays(j, j->jobs[i]->outs, j->jobs[i]->nout);
+        if (cancel && cancel[i])
+            sm_jobs_cancel_workers(j, j->jobs[i], -1);
+    }
+    free(drop);
+    free(cancel);
+}
+
+void sm_jobs_free(sm_jobs *j)
+{
+    if (!j)
+        return;
+    sm_jobs_stop(j);
+    for (int i = 0; i < j->nthreads; i++)
+        pthread_join(j->threads[i], NULL);
+    for (int i = 0; i < j->njobs; i++)
+        job_destroy(j->jobs[i]);
+    for (int i = 0; i < j->nchans; i++)
+        sm_rpc_channel_free(j->chans[i].ch);
+    free(j->chans);
+    free(j->jobs);
+    free(j->threads);
+    pthread_mutex_destroy(&j->mu);
+    pthread_mutex_destroy(&j->chmu);
+    pthread_cond_destroy(&j->changed);
+    pthread_cond_destroy(&j->work);
+    free(j);
+}

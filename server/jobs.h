@@ -1,0 +1,73 @@
+/* jobs: the coordinator's job manager — Coordinator.SubmitJob, WaitJob,
+ * GetJob and CancelJob (sm_svc_coord_job_ops) over the registry.
+ *
+ * Submit checks everything before anything runs, on the caller's thread:
+ * the program (sm_program_verify, with the replication check unless turned
+ * off), the output names, the job's mesh (the program's; its devices, or
+ * the default order when it names none, must be on alive workers) and every
+ * argument (READY, dtype and global shape equal to its parameter's). It then
+ * creates the output arrays (PENDING, sharded (mesh, out_spec), named as
+ * asked) and queues the job; a small pool of threads runs queued jobs:
+ * inputs whose sharding is not (mesh, in_spec) are resharded into
+ * temporary arrays, then Worker.RunJob goes to every worker of the mesh at
+ * once (one thread each). All OK: the outputs turn READY and the job DONE.
+ * Any failure: the job FAILED with the first failing worker's sentence, the
+ * other workers told to cancel, the outputs deleted everywhere. Temporary
+ * arrays are always deleted; inputs are never touched. Cancel and a job's
+ * deadline end it the same way (CANCELLED, or FAILED with "deadline").
+ *
+ * Thread-safety: every function is safe from any thread. */
+#ifndef SM_SERVER_JOBS_H
+#define SM_SERVER_JOBS_H
+
+#include "handlers.h"
+#include "sm_ir.h"
+#include "sm_svc_job.h"
+
+typedef struct sm_jobs sm_jobs;
+
+/* Starts a job manager with nthreads runner threads (1..16) over coord
+ * (borrowed; it must outlive the manager). *out is freed with
+ * sm_jobs_free. */
+sm_err sm_jobs_create(sm_coord *coord, int nthreads, sm_jobs **out, char *err, size_t errlen);
+/* Stops taking jobs, cancels running ones and wakes every waiter, so that
+ * handlers blocked in WaitJob return at once. Call before stopping the rpc
+ * server. NULL ok. */
+void sm_jobs_stop(sm_jobs *j);
+/* Stops (if not yet), joins the runner threads and frees everything. Call
+ * after the rpc server stopped and before the registry is freed. NULL ok. */
+void sm_jobs_free(sm_jobs *j);
+
+/* The handler table; pass an sm_jobs * as user to sm_svc_coord_jobs_serve. */
+const sm_svc_coord_job_ops *sm_jobs_ops(void);
+
+/* Longest WaitJob the server blocks for; a longer wait_ms returns the job
+ * still running after this long (the client asks again). */
+#define SM_JOBS_MAX_WAIT_MS 10000
+
+/* ---- pure checks (unit-tested) ----------------------------------------------- */
+
+/* Output names: at most p->nreturns; NULL or "" entries are unnamed; the
+ * rest at most SM_NAME_MAX-1 bytes, not all digits, and distinct. */
+sm_err sm_jobs_check_out_names(const sm_program *p, int n, const char *const *names, char *err,
+                               size_t errlen);
+/* Argument k (described by a) against parameter k: READY, same dtype and
+ * global shape. SM_EINVAL naming the parameter. */
+sm_err sm_jobs_check_arg(const sm_program *p, int k, const sm_array_info *a, char *err,
+                         size_t errlen);
+/* 1 if sharding s lays an array out as spec on mesh m (same axes, sizes and
+ * devices; specs equal up to trailing unsharded dimensions). */
+int sm_jobs_sharding_same(const sm_sharding *s, const sm_mesh *m, const sm_pspec *spec);
+/* Sets m->devices to the service's default order over the alive workers of
+ * w[0..n) (process-index order, whole workers, sm_mesh_default_devices).
+ * SM_EINVAL when the alive workers' devices do not make up the mesh. */
+sm_err sm_jobs_default_devices(sm_mesh *m, const sm_worker_info *w, int n, char *err,
+                               size_t errlen);
+/* The workers holding the devices of m, each with its mesh devices in its
+ * own order: *peers (malloc'd, one per worker, in process-index order) and
+ * wids (worker ids, malloc'd). A device of a lost worker is SM_EUNAVAILABLE
+ * naming both; a device no worker has is SM_EINVAL. */
+sm_err sm_jobs_peers(const sm_mesh *m, const sm_worker_info *w, int n, sm_svc_peer **peers,
+                     uint32_t **wids, int *npeers, char *err, size_t errlen);
+
+#endif

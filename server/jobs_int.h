@@ -1,0 +1,73 @@
+/* jobs_int: the job manager's records, shared by jobs.c (table, handlers,
+ * runner pool) and jobs_run.c (running one job). Not for use outside the
+ * job manager. */
+#ifndef SM_SERVER_JOBS_INT_H
+#define SM_SERVER_JOBS_INT_H
+
+#include <pthread.h>
+
+#include "jobs.h"
+
+#define SM_JOBS_ERR_MAX 1024
+
+typedef struct sm_job {
+    uint64_t id;
+    /* Guarded by sm_jobs.mu: */
+    sm_job_state state;
+    char error[SM_JOBS_ERR_MAX];
+    int cancel;               /* cancel requested while running */
+    int64_t start_us, end_us; /* 0 until started / ended */
+    sm_array_info *out_infos; /* [nout] when DONE (owned) */
+    struct sm_job *qnext;     /* run queue link */
+    /* Set at submit, read-only afterwards: */
+    sm_program *prog; /* owned; mesh with its devices (has_devices = 1) */
+    int nargs;
+    sm_array_id *args;      /* [nargs] resolved input ids */
+    unsigned char *reshard; /* [nargs] the input must be resharded first */
+    int nout;
+    sm_array_id *outs; /* [nout] output arrays (PENDING until DONE) */
+    int npeers;
+    sm_svc_peer *peers;   /* [npeers] */
+    uint32_t *wids;       /* [npeers] worker ids */
+    uint32_t deadline_ms; /* 0: none */
+    int64_t submit_us;
+} sm_job;
+
+typedef struct {
+    char address[SM_ADDR_MAX];
+    sm_rpc_channel *ch;
+} sm_jobs_chan;
+
+struct sm_jobs {
+    sm_coord *coord; /* borrowed */
+    pthread_mutex_t mu;
+    pthread_cond_t changed; /* a job's state changed (CLOCK_MONOTONIC) */
+    pthread_cond_t work;    /* the queue got a job, or stopping */
+    sm_job **jobs;          /* jobs[id - 1] */
+    int njobs, capjobs;
+    sm_job *qhead, *qtail;
+    int stopping;
+    int nthreads;
+    pthread_t *threads;
+    pthread_mutex_t chmu;
+    sm_jobs_chan *chans;
+    int nchans, capchans;
+};
+
+/* Monotonic clock in microseconds. */
+int64_t sm_jobs_now_us(void);
+/* The channel to a worker (created on first use, owned by j). */
+sm_rpc_channel *sm_jobs_channel(sm_jobs *j, const char *address, char *err, size_t errlen);
+/* Sends CancelJob for job to every worker of its mesh but peers[skip]
+ * (skip -1: all); errors are logged. */
+void sm_jobs_cancel_workers(sm_jobs *j, const sm_job *job, int skip);
+/* Deletes arrays ids[0..n) (0 ids skipped) from the registry and frees
+ * their shards on the workers. */
+void sm_jobs_delete_arrays(sm_jobs *j, const sm_array_id *ids, int n);
+/* Runs a job whose state is RUNNING to its end (DONE, FAILED or
+ * CANCELLED), on the calling runner thread. */
+void sm_jobs_run(sm_jobs *j, sm_job *job);
+/* Ends job with state and msg (under mu: the caller holds it). */
+void sm_jobs_end_locked(sm_jobs *j, sm_job *job, sm_job_state state, const char *msg);
+
+#endif

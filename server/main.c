@@ -1,0 +1,203 @@
+/* shmap-coordinator: the one address clients need. Serves
+ * shmap.v1.Coordinator (handlers.c, and jobs.c for shard_map jobs) over the
+ * registry (registry.c), runs
+ * the reaper (reaper.c) and, in the embedded default, its own workers
+ * (local.c). Shuts down cleanly on SIGTERM / SIGINT, taken with sigwait on
+ * the main thread (every other thread has them blocked). */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "handlers.h"
+#include "jobs.h"
+#include "local.h"
+#include "reaper.h"
+#include "sm_config.h"
+#include "sm_log.h"
+#include "sm_rpc.h"
+
+enum {
+    CFG_LISTEN,
+    CFG_PORT_FILE,
+    CFG_LOCAL_WORKERS,
+    CFG_DEVICES,
+    CFG_WORKER_BINARY,
+    CFG_TOKEN,
+    CFG_HEARTBEAT,
+    CFG_LOST_AFTER,
+    CFG_DEADLINE,
+    CFG_LOG_LEVEL,
+    CFG_COUNT
+};
+
+static const sm_config_row cfg_rows[CFG_COUNT] = {
+    [CFG_LISTEN] = {"listen", 'l', SM_CFG_STRING, "0.0.0.0:7070", "SHMAP_LISTEN",
+                    "Address to serve on, host:port; port 0 picks a free port."},
+    [CFG_PORT_FILE] = {"port-file", 0, SM_CFG_STRING, NULL, NULL,
+                       "Once serving, write the bound port and a newline to this file "
+                       "(atomically)."},
+    [CFG_LOCAL_WORKERS] = {"local-workers", 'w', SM_CFG_INT, "0", NULL,
+                           "Start this many shmap-worker processes on loopback."},
+    [CFG_DEVICES] = {"devices-per-worker", 'd', SM_CFG_INT, "4", NULL,
+                     "Devices of each local worker."},
+    [CFG_WORKER_BINARY] = {"worker-binary", 0, SM_CFG_STRING, NULL, NULL,
+                           "The shmap-worker program for local workers (default: beside this "
+                           "program, else ../worker/shmap-worker from its directory)."},
+    [CFG_TOKEN] = {"token", 't', SM_CFG_STRING, NULL, "SHMAP_TOKEN",
+                   "Shared token every call must carry (none if unset)."},
+    [CFG_HEARTBEAT] = {"heartbeat-ms", 0, SM_CFG_INT, "500", NULL,
+                       "Heartbeat period told to workers, in milliseconds."},
+    [CFG_LOST_AFTER] = {"lost-after-ms", 0, SM_CFG_INT, "3000", NULL,
+                        "A worker silent this long is marked lost, in milliseconds."},
+    [CFG_DEADLINE] = {"default-deadline-ms", 0, SM_CFG_INT, "60000", NULL,
+                      "Time a pending array has to receive all its data, in milliseconds."},
+    [CFG_LOG_LEVEL] = {"log-level", 0, SM_CFG_STRING, "info", "SHMAP_LOG",
+                       "Log level: error, warn, info or debug."},
+};
+
+/* Threads that run queued shard_map jobs. */
+#define JOB_THREADS 2
+
+static const char usage[] = "usage: shmap-coordinator [options]\n\n"
+                            "Serves the shmap.v1.Coordinator service: the registry of workers, "
+                            "meshes and sharded arrays.";
+
+static int usage_error(const char *msg)
+{
+    fprintf(stderr, "shmap-coordinator: %s\n", msg);
+    return 2;
+}
+
+static int check_range(const sm_config_value *v, int row, int64_t lo, int64_t hi, char *msg,
+                       size_t len)
+{
+    if (v[row].i >= lo && v[row].i <= hi)
+        return 0;
+    snprintf(msg, len, "--%s must be between %lld and %lld, got %lld", cfg_rows[row].name,
+             (long long)lo, (long long)hi, (long long)v[row].i);
+    return 1;
+}
+
+/* Writes "PORT\n" to path via a temporary file and rename. */
+static sm_err write_port_file(const char *path, int port, char *err, size_t errlen)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return sm_fail(err, errlen, SM_EIO, "cannot write port file '%s': %s", tmp,
+                       strerror(errno));
+    int bad = fprintf(f, "%d\n", port) < 0;
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return sm_fail(err, errlen, SM_EIO, "cannot write port file '%s': %s", path,
+                       strerror(errno));
+    }
+    return SM_OK;
+}
+
+int main(int argc, char **argv)
+{
+    sm_config_value v[CFG_COUNT];
+    char err[1024], msg[256], binary[4200] = "";
+    sigset_t sigs;
+    int sig = 0, rc = 1;
+    sm_registry *reg = NULL;
+    sm_rpc_server *srv = NULL;
+    sm_reaper *reaper = NULL;
+    sm_local *local = NULL;
+    sm_jobs *jobs = NULL;
+
+    sm_err e = sm_config_parse(cfg_rows, CFG_COUNT, v, argc, argv, usage, NULL, err, sizeof err);
+    if (e == SM_ECANCELLED)
+        return 0;
+    if (e)
+        return usage_error(err);
+    if (check_range(v, CFG_LOCAL_WORKERS, 0, 64, msg, sizeof msg) ||
+        check_range(v, CFG_DEVICES, 1, SM_MAX_WORKER_DEVICES, msg, sizeof msg) ||
+        check_range(v, CFG_HEARTBEAT, 10, 3600000, msg, sizeof msg) ||
+        check_range(v, CFG_LOST_AFTER, v[CFG_HEARTBEAT].i, 86400000, msg, sizeof msg) ||
+        check_range(v, CFG_DEADLINE, 1, 86400000, msg, sizeof msg))
+        return usage_error(msg);
+    static const char *const levels[] = {"error", "warn", "info", "debug"};
+    int level = -1;
+    for (int k = 0; k < 4; k++)
+        if (!strcmp(v[CFG_LOG_LEVEL].s, levels[k]))
+            level = k;
+    if (level < 0) {
+        snprintf(msg, sizeof msg, "--log-level must be error, warn, info or debug, got '%s'",
+                 v[CFG_LOG_LEVEL].s);
+        return usage_error(msg);
+    }
+    sm_log_set_level((sm_log_level)level);
+    sm_log_set_name("shmap-coordinator");
+    if (v[CFG_LOCAL_WORKERS].i > 0) {
+        if (v[CFG_WORKER_BINARY].s)
+            snprintf(binary, sizeof binary, "%s", v[CFG_WORKER_BINARY].s);
+        else if (sm_local_default_binary(binary, sizeof binary, err, sizeof err))
+            return usage_error(err);
+        if (access(binary, X_OK) != 0) {
+            snprintf(msg, sizeof msg, "worker binary '%.200s' is not an executable file", binary);
+            return usage_error(msg);
+        }
+    }
+
+    /* Every thread started from here on inherits this mask. */
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    sm_rpc_init();
+    const char *token = v[CFG_TOKEN].s && *v[CFG_TOKEN].s ? v[CFG_TOKEN].s : NULL;
+    int deadline = (int)v[CFG_DEADLINE].i;
+    if ((e = sm_registry_create((uint32_t)deadline, (uint32_t)v[CFG_HEARTBEAT].i, &reg, err,
+                                sizeof err)))
+        goto fail;
+    sm_coord coord = {reg, token, deadline};
+    sm_rpc_server_opts so = {v[CFG_LISTEN].s, token, 0};
+    if ((e = sm_rpc_server_create(&so, &srv, err, sizeof err)) ||
+        (e = sm_svc_coord_serve(srv, sm_handlers_ops(), &coord, "shmap-coordinator", err,
+                                sizeof err)) ||
+        (e = sm_jobs_create(&coord, JOB_THREADS, &jobs, err, sizeof err)) ||
+        (e = sm_svc_coord_jobs_serve(srv, sm_jobs_ops(), jobs, err, sizeof err)) ||
+        (e = sm_rpc_server_start(srv, err, sizeof err)))
+        goto fail;
+    int port = sm_rpc_server_port(srv);
+    SM_INFO("serving shmap.v1.Coordinator on %s (port %d)%s", v[CFG_LISTEN].s, port,
+            token ? " with a token" : "");
+    if (v[CFG_PORT_FILE].s && (e = write_port_file(v[CFG_PORT_FILE].s, port, err, sizeof err)))
+        goto fail;
+    if ((e = sm_reaper_start(reg, v[CFG_LOST_AFTER].i, 100, deadline, &reaper, err, sizeof err)))
+        goto fail;
+    if (v[CFG_LOCAL_WORKERS].i > 0) {
+        sm_local_opts lo = {
+            binary, (int)v[CFG_LOCAL_WORKERS].i, (int)v[CFG_DEVICES].i, port, token, deadline};
+        if ((e = sm_local_start(&lo, reg, &local, err, sizeof err)))
+            goto fail;
+    }
+    while (sigwait(&sigs, &sig) != 0)
+        ;
+    SM_INFO("signal %d: shutting down", sig);
+    rc = 0;
+fail:
+    if (rc)
+        SM_ERROR("%s", err);
+    sm_jobs_stop(jobs); /* wakes handlers blocked in WaitJob */
+    if (srv)
+        sm_rpc_server_stop(srv);
+    sm_local_stop(local, 5000);
+    sm_reaper_stop(reaper);
+    sm_rpc_server_free(srv);
+    sm_jobs_free(jobs);
+    sm_registry_free(reg);
+    sm_rpc_shutdown();
+    if (!rc)
+        SM_INFO("stopped");
+    return rc;
+}

@@ -1,0 +1,86 @@
+/* reaper: deadlines and lost workers. See reaper.h. */
+#include "reaper.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "relay.h"
+#include "sm_log.h"
+
+struct sm_reaper {
+    sm_registry *reg;
+    int64_t lost_after_ms;
+    int period_ms, call_deadline_ms;
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* CLOCK_MONOTONIC */
+    int stop;
+    pthread_t th;
+};
+
+static void *sm_reaper_run(void *arg)
+{
+    sm_reaper *rp = arg;
+    pthread_mutex_lock(&rp->mu);
+    while (!rp->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += (long)rp->period_ms * 1000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        while (!rp->stop && pthread_cond_timedwait(&rp->cv, &rp->mu, &ts) == 0)
+            ;
+        if (rp->stop)
+            break;
+        pthread_mutex_unlock(&rp->mu);
+        sm_reg_free *f = NULL;
+        int nf = 0;
+        sm_registry_reap(rp->reg, sm_registry_now_ms(), rp->lost_after_ms, &f, &nf);
+        sm_relay_free(f, nf, rp->call_deadline_ms);
+        free(f);
+        pthread_mutex_lock(&rp->mu);
+    }
+    pthread_mutex_unlock(&rp->mu);
+    return NULL;
+}
+
+sm_err sm_reaper_start(sm_registry *r, int64_t lost_after_ms, int period_ms, int call_deadline_ms,
+                       sm_reaper **out, char *err, size_t errlen)
+{
+    sm_reaper *rp = calloc(1, sizeof *rp);
+    pthread_condattr_t ca;
+    *out = NULL;
+    if (!rp)
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory starting the reaper");
+    rp->reg = r;
+    rp->lost_after_ms = lost_after_ms;
+    rp->period_ms = period_ms > 0 ? period_ms : 100;
+    rp->call_deadline_ms = call_deadline_ms;
+    pthread_mutex_init(&rp->mu, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&rp->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (pthread_create(&rp->th, NULL, sm_reaper_run, rp)) {
+        pthread_cond_destroy(&rp->cv);
+        pthread_mutex_destroy(&rp->mu);
+        free(rp);
+        return sm_fail(err, errlen, SM_ERESOURCE, "cannot start the reaper thread");
+    }
+    *out = rp;
+    return SM_OK;
+}
+
+void sm_reaper_stop(sm_reaper *rp)
+{
+    if (!rp)
+        return;
+    pthread_mutex_lock(&rp->mu);
+    rp->stop = 1;
+    pthread_cond_broadcast(&rp->cv);
+    pthread_mutex_unlock(&rp->mu);
+    pthread_join(rp->th, NULL);
+    pthread_cond_destroy(&rp->cv);
+    pthread_mutex_destroy(&rp->mu);
+    free(rp);
+}

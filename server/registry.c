@@ -1,0 +1,373 @@
+/* registry: workers, meshes, time and reaping. Arrays are in
+ * registry_array.c, reshards in registry_reshard.c. See registry.h. */
+#include "registry_int.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sm_log.h"
+#include "sm_rpc.h"
+
+int64_t sm_registry_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int sm_reg_vec_push(void ***v, int *n, int *cap, void *item)
+{
+    if (*n == *cap) {
+        int nc = *cap ? *cap * 2 : 8;
+        void **nv = realloc(*v, sizeof *nv * (size_t)nc);
+        if (!nv)
+            return -1;
+        *v = nv;
+        *cap = nc;
+    }
+    (*v)[(*n)++] = item;
+    return 0;
+}
+
+sm_err sm_registry_create(uint32_t default_deadline_ms, uint32_t heartbeat_ms, sm_registry **out,
+                          char *err, size_t errlen)
+{
+    sm_registry *r = calloc(1, sizeof *r);
+    *out = NULL;
+    if (!r)
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory creating the registry");
+    pthread_mutex_init(&r->mu, NULL);
+    r->default_deadline_ms = default_deadline_ms ? default_deadline_ms : 60000;
+    r->heartbeat_ms = heartbeat_ms ? heartbeat_ms : 500;
+    r->next_worker = 1;
+    r->next_mesh = 1;
+    r->next_array = 1;
+    *out = r;
+    return SM_OK;
+}
+
+void sm_registry_free(sm_registry *r)
+{
+    if (!r)
+        return;
+    for (int i = 0; i < r->nworkers; i++) {
+        if (r->workers[i]->ch)
+            sm_rpc_channel_free(r->workers[i]->ch);
+        free(r->workers[i]);
+    }
+    for (int i = 0; i < r->nmeshes; i++)
+        free(r->meshes[i]);
+    for (int i = 0; i < r->narrays; i++)
+        sm_reg_array_destroy(r->arrays[i]);
+    free(r->workers);
+    free(r->meshes);
+    free(r->arrays);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
+
+sm_err sm_reg_name_check(const char *what, const char *name, size_t max, char *err, size_t errlen)
+{
+    size_t len = strlen(name), digits = 0;
+    for (size_t i = 0; i < len; i++)
+        digits += isdigit((unsigned char)name[i]) != 0;
+    if (len >= max)
+        return sm_fail(err, errlen, SM_EINVAL, "%s name '%.40s...' is longer than %zu characters",
+                       what, name, max - 1);
+    if (digits == len)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "%s name '%s' is made only of digits, which would read as an id; add a "
+                       "letter",
+                       what, name);
+    return SM_OK;
+}
+
+/* ---- workers ------------------------------------------------------------ */
+
+sm_reg_worker *sm_reg_worker_by_id(sm_registry *r, uint32_t id)
+{
+    for (int i = 0; i < r->nworkers; i++)
+        if (r->workers[i]->id == id)
+            return r->workers[i];
+    return NULL;
+}
+
+sm_reg_worker *sm_reg_worker_of_device(sm_registry *r, int32_t device)
+{
+    for (int i = 0; i < r->nworkers; i++) {
+        sm_reg_worker *w = r->workers[i];
+        if (device >= w->first_device && device < w->first_device + w->ndevices)
+            return w;
+    }
+    return NULL;
+}
+
+static sm_reg_worker *sm_reg_worker_alive_at(sm_registry *r, int process)
+{
+    for (int i = 0; i < r->nworkers; i++)
+        if (r->workers[i]->alive && r->workers[i]->process_index == process)
+            return r->workers[i];
+    return NULL;
+}
+
+/* Formats, in increasing order, the devices of a at the positions where
+ * pick[p] is set ("4,5,6"); returns how many. */
+static int sm_reg_device_list(const sm_reg_array *a, const unsigned char *pick, char *buf,
+                              size_t len)
+{
+    int32_t *d = malloc(sizeof *d * (size_t)a->n);
+    int count = 0;
+    size_t n = 0;
+    buf[0] = 0;
+    if (!d)
+        return 0;
+    for (int p = 0; p < a->n; p++)
+        if (pick[p]) {
+            int k = count++;
+            for (; k > 0 && d[k - 1] > a->slices[p].device; k--)
+                d[k] = d[k - 1];
+            d[k] = a->slices[p].device;
+        }
+    for (int k = 0; k < count && n < len; k++)
+        n += (size_t)snprintf(buf + n, len - n, "%s%d", k ? "," : "", (int)d[k]);
+    free(d);
+    return count;
+}
+
+/* Marks w lost and updates every array with devices on it (see
+ * sm_registry_worker_lose). */
+static void sm_reg_worker_mark_lost(sm_registry *r, sm_reg_worker *w, const char *why,
+                                    sm_reg_free **frees, int *nfrees)
+{
+    char label[SM_NAME_MAX + 16];
+    w->alive = 0;
+    SM_WARN("worker %u at %s (process %d) is lost: %s", w->id, w->address, w->process_index, why);
+    for (int i = 0; i < r->narrays; i++) {
+        sm_reg_array *a = r->arrays[i];
+        char devs[256];
+        unsigned char gone[SM_MAX_DEVICES];
+        int hit = 0;
+        for (int p = 0; p < a->n; p++) {
+            sm_reg_worker *o = sm_reg_worker_by_id(r, a->worker[p]);
+            gone[p] = o && !o->alive;
+            hit |= a->worker[p] == w->id;
+        }
+        if (hit)
+            sm_reg_device_list(a, gone, devs, sizeof devs);
+        if (!hit)
+            continue;
+        sm_reg_array_label(a, label, sizeof label);
+        char msg[1024];
+        if (a->state == SM_ARRAY_READY || a->state == SM_ARRAY_LOST) {
+            snprintf(msg, sizeof msg, "%s is lost: devices %s are gone (worker %u at %s: %s)",
+                     label, devs, w->id, w->address, why);
+            a->state = SM_ARRAY_LOST;
+            sm_reg_array_set_error(a, msg);
+        } else if (a->state == SM_ARRAY_PENDING) {
+            snprintf(msg, sizeof msg, "%s failed: devices %s are gone (worker %u at %s: %s)", label,
+                     devs, w->id, w->address, why);
+            sm_reg_array_fail(r, a, msg, frees, nfrees);
+        }
+    }
+}
+
+sm_err sm_registry_worker_add(sm_registry *r, const sm_svc_register_req *req, sm_rpc_channel *ch,
+                              int64_t now_ms, sm_svc_register_reply *out, sm_reg_free **frees,
+                              int *nfrees, char *err, size_t errlen)
+{
+    sm_err rc = SM_OK;
+    sm_reg_worker *w = NULL;
+    const char *addr = req->address ? req->address : "";
+    pthread_mutex_lock(&r->mu);
+    if (!*addr || strlen(addr) >= SM_ADDR_MAX) {
+        rc = sm_fail(err, errlen, SM_EINVAL, "worker address '%.60s' is empty or too long", addr);
+        goto out;
+    }
+    if (req->ndevices < 1 || req->ndevices > SM_MAX_WORKER_DEVICES) {
+        rc = sm_fail(err, errlen, SM_EINVAL, "a worker must have 1 to %d devices, not %d",
+                     SM_MAX_WORKER_DEVICES, req->ndevices);
+        goto out;
+    }
+    if (r->next_device + req->ndevices > SM_MAX_DEVICES) {
+        rc = sm_fail(err, errlen, SM_ERESOURCE,
+                     "cannot give %d more devices: device ids would pass %d", req->ndevices,
+                     SM_MAX_DEVICES);
+        goto out;
+    }
+    sm_reg_worker *holder =
+        req->process_index >= 0 ? sm_reg_worker_alive_at(r, req->process_index) : NULL;
+    if (holder && strcmp(holder->address, addr) != 0) {
+        rc = sm_fail(err, errlen, SM_EEXIST, "process index %d is already held by worker %u at %s",
+                     req->process_index, holder->id, holder->address);
+        goto out;
+    }
+    w = calloc(1, sizeof *w);
+    if (!w || sm_reg_vec_push((void ***)&r->workers, &r->nworkers, &r->capworkers, w)) {
+        free(w);
+        rc = sm_fail(err, errlen, SM_ENOMEM, "out of memory registering a worker");
+        goto out;
+    }
+    /* A worker restarted at the same address: its old self is gone. */
+    for (int i = 0; i < r->nworkers - 1; i++)
+        if (r->workers[i]->alive && !strcmp(r->workers[i]->address, addr))
+            sm_reg_worker_mark_lost(r, r->workers[i], "it registered again", frees, nfrees);
+    w->id = r->next_worker++;
+    snprintf(w->address, sizeof w->address, "%s", addr);
+    snprintf(w->host, sizeof w->host, "%s", req->host ? req->host : "");
+    w->process_index = req->process_index;
+    if (w->process_index < 0)
+        for (w->process_index = 0; sm_reg_worker_alive_at(r, w->process_index);)
+            w->process_index++;
+    w->alive = 1;
+    w->last_seen = now_ms;
+    w->ndevices = req->ndevices;
+    w->first_device = r->next_device;
+    r->next_device += req->ndevices;
+    w->ch = ch;
+    memset(out, 0, sizeof *out);
+    out->worker_id = w->id;
+    out->ndevices = w->ndevices;
+    for (int k = 0; k < w->ndevices; k++)
+        out->devices[k] = w->first_device + k;
+    out->process_index = w->process_index;
+    out->heartbeat_ms = r->heartbeat_ms;
+    SM_INFO("worker %u registered at %s: process %d, devices %d..%d", w->id, w->address,
+            w->process_index, (int)w->first_device, (int)(w->first_device + w->ndevices - 1));
+out:
+    pthread_mutex_unlock(&r->mu);
+    return rc;
+}
+
+int sm_registry_worker_heartbeat(sm_registry *r, const sm_svc_heartbeat_req *req, int64_t now_ms)
+{
+    int known = 0;
+    pthread_mutex_lock(&r->mu);
+    sm_reg_worker *w = sm_reg_worker_by_id(r, req->worker_id);
+    if (w && w->alive) {
+        known = 1;
+        w->last_seen = now_ms;
+        for (int k = 0; k < w->ndevices && k < req->ndevices; k++)
+            w->device_bytes[k] = req->device_bytes[k];
+    }
+    pthread_mutex_unlock(&r->mu);
+    return known;
+}
+
+int sm_registry_worker_lose(sm_registry *r, uint32_t id, int process, const char *why,
+                            sm_reg_free **frees, int *nfrees)
+{
+    int marked = 0;
+    pthread_mutex_lock(&r->mu);
+    sm_reg_worker *w = id ? sm_reg_worker_by_id(r, id) : sm_reg_worker_alive_at(r, process);
+    if (w && w->alive) {
+        sm_reg_worker_mark_lost(r, w, why, frees, nfrees);
+        marked = 1;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return marked;
+}
+
+sm_err sm_registry_workers_list(sm_registry *r, int64_t now_ms, sm_worker_info **out, int *n,
+                                char *err, size_t errlen)
+{
+    sm_err rc = SM_OK;
+    pthread_mutex_lock(&r->mu);
+    *out = calloc(r->nworkers ? (size_t)r->nworkers : 1, sizeof **out);
+    *n = 0;
+    if (!*out) {
+        rc = sm_fail(err, errlen, SM_ENOMEM, "out of memory listing workers");
+        goto out;
+    }
+    for (int i = 0; i < r->nworkers; i++) {
+        const sm_reg_worker *w = r->workers[i];
+        sm_worker_info *wi = &(*out)[i];
+        wi->id = w->id;
+        snprintf(wi->address, sizeof wi->address, "%s", w->address);
+        snprintf(wi->host, sizeof wi->host, "%s", w->host);
+        wi->process_index = w->process_index;
+        wi->alive = w->alive;
+        wi->ms_since_heartbeat = now_ms - w->last_seen;
+        wi->ndevices = w->ndevices;
+        for (int k = 0; k < w->ndevices; k++) {
+            wi->devices[k] = w->first_device + k;
+            wi->device_bytes[k] = w->device_bytes[k];
+        }
+    }
+    *n = r->nworkers;
+out:
+    pthread_mutex_unlock(&r->mu);
+    return rc;
+}
+
+int sm_registry_workers_alive(sm_registry *r)
+{
+    int n = 0;
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->nworkers; i++)
+        n += r->workers[i]->alive;
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
+/* ---- reaping ------------------------------------------------------------------ */
+
+/* The deadline sentence of a pending array into msg. */
+static void sm_reg_deadline_msg(sm_registry *r, const sm_reg_array *a, char *msg, size_t len)
+{
+    char label[SM_NAME_MAX + 16], list[256] = "";
+    size_t n = 0;
+    int count = 0;
+    sm_reg_array_label(a, label, sizeof label);
+    if (a->local) {
+        for (int p = 0; p < a->nprocs; p++) {
+            int missing = 0;
+            for (int i = 0; i < a->n && !missing; i++) {
+                sm_reg_worker *w = sm_reg_worker_by_id(r, a->worker[i]);
+                missing = w && w->process_index == a->proc_index[p] && !a->filled[i];
+            }
+            if (missing && n < sizeof list) {
+                n += (size_t)snprintf(list + n, sizeof list - n, "%s%d", count ? "," : "",
+                                      a->proc_index[p]);
+                count++;
+            }
+        }
+        snprintf(msg, len, "%s failed: process%s %s never sent %s part%s before the %u ms deadline",
+                 label, count > 1 ? "es" : "", list, count > 1 ? "their" : "its",
+                 count > 1 ? "s" : "", a->deadline_ms);
+        return;
+    }
+    unsigned char unfilled[SM_MAX_DEVICES];
+    for (int i = 0; i < a->n; i++)
+        unfilled[i] = !a->filled[i];
+    count = sm_reg_device_list(a, unfilled, list, sizeof list);
+    snprintf(msg, len, "%s failed: device%s %s never received data before the %u ms deadline",
+             label, count > 1 ? "s" : "", list, a->deadline_ms);
+}
+
+void sm_registry_reap(sm_registry *r, int64_t now_ms, int64_t lost_after_ms, sm_reg_free **frees,
+                      int *nfrees)
+{
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->narrays; i++) {
+        sm_reg_array *a = r->arrays[i];
+        if (a->state != SM_ARRAY_PENDING || now_ms < a->deadline)
+            continue;
+        char msg[1024];
+        sm_reg_deadline_msg(r, a, msg, sizeof msg);
+        SM_WARN("%s", msg);
+        sm_reg_array_fail(r, a, msg, frees, nfrees);
+    }
+    for (int i = 0; i < r->nworkers; i++) {
+        sm_reg_worker *w = r->workers[i];
+        if (w->alive && now_ms - w->last_seen > lost_after_ms) {
+            char why[96];
+            snprintf(why, sizeof why, "no heartbeat for %lld ms",
+                     (long long)(now_ms - w->last_seen));
+            sm_reg_worker_mark_lost(r, w, why, frees, nfrees);
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+}

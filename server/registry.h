@@ -1,0 +1,168 @@
+/* registry: everything the coordinator knows — workers and their devices,
+ * meshes, arrays (with the state of every shard) — behind one mutex.
+ *
+ * The registry never talks to the network. Operations that need workers
+ * (uploads, deletes, reshards, failing arrays) are split in two: a registry
+ * call validates and changes state under the lock and returns what to send
+ * to whom (worker channels, device lists); the caller does the RPCs with no
+ * lock held and reports back. Every function takes the current time
+ * (now_ms, monotonic milliseconds) instead of reading a clock, so tests
+ * drive time by hand.
+ *
+ * Ids are never reused. Worker channels are owned by the registry and live
+ * until sm_registry_free, so a channel pointer returned by any call stays
+ * valid after the lock is released.
+ *
+ * Thread-safety: every function is safe from any thread. Errors are an
+ * sm_err with one sentence in err; a failed call changes nothing. */
+#ifndef SM_SERVER_REGISTRY_H
+#define SM_SERVER_REGISTRY_H
+
+#include <stdint.h>
+
+#include "plan.h"
+#include "sm_info.h"
+#include "sm_svc.h"
+
+typedef struct sm_registry sm_registry;
+
+/* Monotonic clock in milliseconds (the now_ms every function takes). */
+int64_t sm_registry_now_ms(void);
+
+/* Creates an empty registry. default_deadline_ms: pending arrays fail after
+ * this long unless a request gives its own; heartbeat_ms: told to workers
+ * at registration. *out is freed with sm_registry_free. */
+sm_err sm_registry_create(uint32_t default_deadline_ms, uint32_t heartbeat_ms, sm_registry **out,
+                          char *err, size_t errlen);
+/* Frees everything, including worker channels. Call when nothing else uses
+ * the registry (server stopped). NULL ok. */
+void sm_registry_free(sm_registry *r);
+
+/* The devices of one array on one worker: what a caller must send there. */
+typedef struct {
+    uint32_t worker_id;
+    sm_rpc_channel *ch; /* borrowed from the registry; may be NULL in tests */
+    char address[SM_ADDR_MAX];
+    int ndevices;
+    int32_t devices[SM_MAX_WORKER_DEVICES];
+} sm_reg_target;
+
+/* A request to free one array's shards on one worker. */
+typedef struct {
+    sm_array_id array;
+    sm_reg_target t;
+} sm_reg_free;
+
+/* ---- workers ------------------------------------------------------------ */
+
+/* Registers a worker. process_index < 0 assigns the lowest index no alive
+ * worker holds; a requested index an alive worker holds is SM_EEXIST. A new
+ * worker at the address of an alive one replaces it (the old one is marked
+ * lost: its process restarted). Device ids continue from the last worker's.
+ * ch (may be NULL) is taken on success only. Pending arrays that lose
+ * devices this way are failed and their frees appended to *frees / *nfrees
+ * (malloc'd, caller frees; may be set even on SM_OK). */
+sm_err sm_registry_worker_add(sm_registry *r, const sm_svc_register_req *req, sm_rpc_channel *ch,
+                              int64_t now_ms, sm_svc_register_reply *out, sm_reg_free **frees,
+                              int *nfrees, char *err, size_t errlen);
+/* Records a heartbeat; returns 1 if the worker is known and alive, else 0
+ * (the worker must register again). */
+int sm_registry_worker_heartbeat(sm_registry *r, const sm_svc_heartbeat_req *req, int64_t now_ms);
+/* Marks the alive worker with this id (or, if id is 0, the alive worker
+ * with process index process) lost, with why in the log. Ready arrays with
+ * shards there turn LOST; pending ones FAILED, their frees appended to
+ * *frees (as above). Returns 1 if a worker was marked. */
+int sm_registry_worker_lose(sm_registry *r, uint32_t id, int process, const char *why,
+                            sm_reg_free **frees, int *nfrees);
+/* Every worker (lost ones too) in registration order; *out malloc'd. */
+sm_err sm_registry_workers_list(sm_registry *r, int64_t now_ms, sm_worker_info **out, int *n,
+                                char *err, size_t errlen);
+/* Number of alive workers. */
+int sm_registry_workers_alive(sm_registry *r);
+
+/* ---- meshes --------------------------------------------------------------- */
+
+/* Creates a mesh from mesh's axes; default_order (or mesh->ndevices == 0)
+ * fills the devices with the default order over the alive workers in
+ * process-index order (the first whole workers that make up the mesh size),
+ * else mesh->devices must name registered devices, each once. name may be
+ * NULL/"" ; otherwise unique and not all digits. */
+sm_err sm_registry_mesh_create(sm_registry *r, const char *name, const sm_mesh *mesh,
+                               int default_order, sm_mesh_info *out, char *err, size_t errlen);
+/* By id (id.v != 0) or name. SM_ENOTFOUND naming it. */
+sm_err sm_registry_mesh_get(sm_registry *r, sm_mesh_id id, const char *name, sm_mesh_info *out,
+                            char *err, size_t errlen);
+sm_err sm_registry_mesh_list(sm_registry *r, sm_mesh_info **out, int *n, char *err, size_t errlen);
+
+/* ---- arrays ----------------------------------------------------------------- */
+
+/* CreateArray for every put kind (docs/service.md "Uploads"): validates,
+ * creates (or, for PUT_LOCAL with an existing name, attaches to) a pending
+ * array with its deadline and fills out (owned by the caller,
+ * sm_svc_create_array_reply_free). */
+sm_err sm_registry_array_create(sm_registry *r, const sm_svc_create_array_req *req, int64_t now_ms,
+                                sm_svc_create_array_reply *out, char *err, size_t errlen);
+
+/* Starts an upload: checks the header (array pending, devices of the array
+ * and unfilled and not being uploaded, shape the shard shape, dtype and
+ * byte count) and reserves the devices. *targets (malloc'd, caller frees)
+ * lists them per worker, in worker order; *deadline_ms is the time left
+ * before the array's deadline. Every successful begin must be followed by
+ * one sm_registry_upload_end with the same devices. */
+sm_err sm_registry_upload_begin(sm_registry *r, const sm_svc_upload_header *h, int64_t now_ms,
+                                sm_reg_target **targets, int *ntargets, int64_t *deadline_ms,
+                                char *err, size_t errlen);
+/* Ends an upload: releases the devices and, if ok, marks them filled (the
+ * array turns READY when every device is; *ready says so). If the array was
+ * deleted or left the pending state meanwhile, returns SM_EPRECONDITION with
+ * a sentence: the caller must free what it stored. */
+sm_err sm_registry_upload_end(sm_registry *r, sm_array_id id, const int32_t *devices, int n, int ok,
+                              int *ready, char *err, size_t errlen);
+
+/* Checks that ref names a READY array holding device and returns the
+ * array id and the device's worker. Not ready: SM_EPRECONDITION saying how
+ * many shards arrived. */
+sm_err sm_registry_download_begin(sm_registry *r, sm_array_ref ref, int32_t device, sm_array_id *id,
+                                  sm_reg_target *worker, char *err, size_t errlen);
+
+/* Describe / list (info owned by the caller, sm_array_info_free /
+ * sm_array_info_list_free). */
+sm_err sm_registry_array_describe(sm_registry *r, sm_array_ref ref, sm_array_info *out, char *err,
+                                  size_t errlen);
+sm_err sm_registry_array_list(sm_registry *r, sm_array_info **out, int *n, char *err,
+                              size_t errlen);
+
+/* Removes an array; *frees lists its shards on alive workers (caller frees
+ * the list and sends FreeArray). Unknown: SM_ENOTFOUND. */
+sm_err sm_registry_array_delete(sm_registry *r, sm_array_ref ref, sm_reg_free **frees, int *nfrees,
+                                char *err, size_t errlen);
+
+/* One worker's part of a reshard. */
+typedef struct {
+    sm_reg_target t;            /* the worker and its new devices */
+    sm_svc_assemble_req req;    /* shards and pieces (owned, see _free) */
+    char (*addrs)[SM_ADDR_MAX]; /* one source address per piece (owned) */
+} sm_reg_assemble;
+
+/* Starts a reshard: the source must be READY; the new sharding is checked
+ * against its global shape; a new pending array (name unique) is created
+ * and planned (plan.h). *parts (one per worker, malloc'd) is released
+ * with sm_registry_assemble_free. */
+sm_err sm_registry_reshard_begin(sm_registry *r, const sm_svc_reshard_req *req, int64_t now_ms,
+                                 sm_array_id *new_id, sm_reg_assemble **parts, int *nparts,
+                                 char *err, size_t errlen);
+void sm_registry_assemble_free(sm_reg_assemble *parts, int n);
+/* Ends a reshard: ok marks every device filled (READY) and fills *info
+ * (caller frees); otherwise the new array is removed. A new array that left
+ * the pending state meanwhile is removed and SM_EPRECONDITION returned. */
+sm_err sm_registry_reshard_end(sm_registry *r, sm_array_id id, int ok, sm_array_info *info,
+                               char *err, size_t errlen);
+
+/* Periodic work: pending arrays past their deadline turn FAILED with a
+ * sentence naming the missing processes or devices; alive workers silent
+ * for lost_after_ms turn lost (see sm_registry_worker_lose). Frees to send
+ * go to *frees (malloc'd, caller frees). */
+void sm_registry_reap(sm_registry *r, int64_t now_ms, int64_t lost_after_ms, sm_reg_free **frees,
+                      int *nfrees);
+
+#endif

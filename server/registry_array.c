@@ -1,0 +1,510 @@
+/* registry_array: arrays — creation for every put kind, uploads, downloads,
+ * describe, list, delete. See registry.h. */
+#include "registry_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sm_log.h"
+
+static sm_err sm_reg_oom(char *err, size_t errlen)
+{
+    return sm_fail(err, errlen, SM_ENOMEM, "out of memory in the registry");
+}
+
+sm_reg_array *sm_reg_array_alloc(int n)
+{
+    sm_reg_array *a = calloc(1, sizeof *a);
+    if (!a)
+        return NULL;
+    a->n = n;
+    a->slices = calloc((size_t)n, sizeof *a->slices);
+    a->worker = calloc((size_t)n, sizeof *a->worker);
+    a->filled = calloc((size_t)n, 1);
+    a->busy = calloc((size_t)n, 1);
+    if (!a->slices || !a->worker || !a->filled || !a->busy) {
+        sm_reg_array_destroy(a);
+        return NULL;
+    }
+    return a;
+}
+
+void sm_reg_array_destroy(sm_reg_array *a)
+{
+    if (!a)
+        return;
+    free(a->slices);
+    free(a->worker);
+    free(a->filled);
+    free(a->busy);
+    free(a->proc_index);
+    free(a->proc_started);
+    free(a);
+}
+
+void sm_reg_array_unlink(sm_registry *r, sm_reg_array *a)
+{
+    for (int i = 0; i < r->narrays; i++)
+        if (r->arrays[i] == a) {
+            memmove(&r->arrays[i], &r->arrays[i + 1],
+                    sizeof *r->arrays * (size_t)(r->narrays - i - 1));
+            r->narrays--;
+            return;
+        }
+}
+
+const char *sm_reg_array_label(const sm_reg_array *a, char *buf, size_t len)
+{
+    if (a->name[0])
+        snprintf(buf, len, "array '%s'", a->name);
+    else
+        snprintf(buf, len, "array %llu", (unsigned long long)a->id);
+    return buf;
+}
+
+sm_reg_array *sm_reg_array_find(sm_registry *r, sm_array_ref ref, char *err, size_t errlen)
+{
+    for (int i = 0; i < r->narrays; i++) {
+        sm_reg_array *a = r->arrays[i];
+        if (ref.id.v ? a->id == ref.id.v : (ref.name && *ref.name && !strcmp(a->name, ref.name)))
+            return a;
+    }
+    if (ref.id.v)
+        sm_fail(err, errlen, SM_ENOTFOUND, "array %llu does not exist",
+                (unsigned long long)ref.id.v);
+    else if (ref.name && *ref.name)
+        sm_fail(err, errlen, SM_ENOTFOUND, "array '%s' does not exist", ref.name);
+    else
+        sm_fail(err, errlen, SM_EINVAL, "the request names no array (no id, no name)");
+    return NULL;
+}
+
+void sm_reg_array_frees(sm_registry *r, const sm_reg_array *a, int filled_only, sm_reg_free **frees,
+                        int *nfrees)
+{
+    for (int i = 0; i < r->nworkers; i++) {
+        sm_reg_worker *w = r->workers[i];
+        sm_reg_free f = {.array = {a->id}};
+        if (!w->alive)
+            continue;
+        for (int p = 0; p < a->n; p++)
+            if (a->worker[p] == w->id && (!filled_only || a->filled[p] || a->busy[p]) &&
+                f.t.ndevices < SM_MAX_WORKER_DEVICES)
+                f.t.devices[f.t.ndevices++] = a->slices[p].device;
+        if (!f.t.ndevices)
+            continue;
+        f.t.worker_id = w->id;
+        f.t.ch = w->ch;
+        snprintf(f.t.address, sizeof f.t.address, "%s", w->address);
+        sm_reg_free *nf = realloc(*frees, sizeof *nf * (size_t)(*nfrees + 1));
+        if (!nf) {
+            SM_ERROR("out of memory: shards of array %llu stay on worker %u",
+                     (unsigned long long)a->id, w->id);
+            continue;
+        }
+        *frees = nf;
+        nf[(*nfrees)++] = f;
+    }
+}
+
+void sm_reg_array_set_error(sm_reg_array *a, const char *msg)
+{
+    size_t n = strlen(msg);
+    if (n >= sizeof a->error)
+        n = sizeof a->error - 1;
+    memcpy(a->error, msg, n);
+    a->error[n] = 0;
+}
+
+void sm_reg_array_fail(sm_registry *r, sm_reg_array *a, const char *msg, sm_reg_free **frees,
+                       int *nfrees)
+{
+    sm_reg_array_frees(r, a, 1, frees, nfrees);
+    a->state = SM_ARRAY_FAILED;
+    sm_reg_array_set_error(a, msg);
+    memset(a->filled, 0, (size_t)a->n);
+}
+
+sm_err sm_reg_array_info(sm_registry *r, const sm_reg_array *a, sm_array_info *info, char *err,
+                         size_t errlen)
+{
+    memset(info, 0, sizeof *info);
+    info->shards = calloc((size_t)a->n, sizeof *info->shards);
+    if (!info->shards)
+        return sm_reg_oom(err, errlen);
+    info->nshards = a->n;
+    info->id.v = a->id;
+    snprintf(info->name, sizeof info->name, "%s", a->name);
+    info->dtype = a->dtype;
+    info->shape = a->shape;
+    info->shard_shape = a->shard_shape;
+    info->mesh_id.v = a->mesh_id;
+    snprintf(info->mesh_name, sizeof info->mesh_name, "%s", a->mesh_name);
+    info->sharding = a->sharding;
+    sm_sharding_type_str(&a->sharding, a->dtype, &a->shape, info->type, sizeof info->type);
+    info->state = a->state;
+    snprintf(info->error, sizeof info->error, "%s", a->error);
+    if (sm_shape_nbytes(&a->shape, a->dtype, &info->bytes, NULL, 0))
+        info->bytes = -1;
+    for (int p = 0; p < a->n; p++) {
+        sm_shard_info *s = &info->shards[p];
+        sm_reg_worker *w = sm_reg_worker_by_id(r, a->worker[p]);
+        s->device = a->slices[p].device;
+        s->worker_id = a->worker[p];
+        if (w)
+            snprintf(s->worker_address, sizeof s->worker_address, "%s", w->address);
+        memcpy(s->coords, a->slices[p].coords, sizeof s->coords);
+        s->index = a->slices[p].index;
+        s->replica_id = a->slices[p].replica_id;
+        s->present = a->filled[p] && w && w->alive;
+    }
+    return SM_OK;
+}
+
+/* ---- creation ------------------------------------------------------------- */
+
+/* A new pending array record for sharding s (validated against shape). */
+sm_err sm_reg_array_new(sm_registry *r, const char *name, sm_dtype dtype, const sm_sharding *s,
+                        const sm_reg_mesh *rm, const sm_shape *shape, const uint32_t *worker,
+                        int64_t now_ms, uint32_t deadline_ms, sm_reg_array **out, char *err,
+                        size_t errlen)
+{
+    sm_reg_array *a = sm_reg_array_alloc(s->mesh.ndevices);
+    sm_err rc;
+    *out = NULL;
+    if (!a)
+        return sm_reg_oom(err, errlen);
+    rc = sm_sharding_init(&a->sharding, &s->mesh, &s->spec, shape, err, errlen);
+    if (!rc)
+        rc = sm_sharding_shard_shape(&a->sharding, shape, &a->shard_shape, err, errlen);
+    if (!rc)
+        rc = sm_sharding_indices(&a->sharding, shape, a->slices, err, errlen);
+    if (rc) {
+        sm_reg_array_destroy(a);
+        return rc;
+    }
+    snprintf(a->name, sizeof a->name, "%s", name ? name : "");
+    a->dtype = dtype;
+    a->shape = *shape;
+    a->mesh_id = rm->id;
+    snprintf(a->mesh_name, sizeof a->mesh_name, "%s", rm->name);
+    a->state = SM_ARRAY_PENDING;
+    memcpy(a->worker, worker, sizeof *worker * (size_t)a->n);
+    a->deadline_ms = deadline_ms ? deadline_ms : r->default_deadline_ms;
+    a->deadline = now_ms + a->deadline_ms;
+    *out = a;
+    return SM_OK;
+}
+
+sm_err sm_reg_array_insert(sm_registry *r, sm_reg_array *a, char *err, size_t errlen)
+{
+    if (sm_reg_vec_push((void ***)&r->arrays, &r->narrays, &r->caparrays, a))
+        return sm_reg_oom(err, errlen);
+    a->id = r->next_array++;
+    return SM_OK;
+}
+
+/* PUT_LOCAL: the process map of the mesh (workers owning its devices, in
+ * process-index order) into pm / its buffers; *self the map index of
+ * process, -1 if it holds no device of the mesh. */
+static sm_err sm_reg_local_procs(sm_registry *r, const sm_mesh *m, int process, int *proc_index,
+                                 int *proc_ndev, int32_t *proc_devices, sm_proc_map *pm, int *self,
+                                 char *err, size_t errlen)
+{
+    sm_reg_worker *ws[SM_MAX_DEVICES];
+    int nw = 0, off = 0;
+    for (int p = 0; p < m->ndevices; p++) {
+        sm_reg_worker *w = sm_reg_worker_of_device(r, m->devices[p]);
+        int k;
+        for (k = 0; k < nw && ws[k] != w; k++)
+            ;
+        if (k == nw)
+            ws[nw++] = w;
+    }
+    for (int i = 1; i < nw; i++)
+        for (int k = i; k > 0 && ws[k - 1]->process_index > ws[k]->process_index; k--) {
+            sm_reg_worker *t = ws[k];
+            ws[k] = ws[k - 1];
+            ws[k - 1] = t;
+        }
+    *self = -1;
+    for (int i = 0; i < nw; i++) {
+        proc_index[i] = ws[i]->process_index;
+        proc_ndev[i] = 0;
+        if (ws[i]->process_index == process)
+            *self = i;
+        for (int p = 0; p < m->ndevices; p++)
+            if (sm_reg_worker_of_device(r, m->devices[p]) == ws[i])
+                proc_devices[off + proc_ndev[i]++] = m->devices[p];
+        off += proc_ndev[i];
+    }
+    *pm = (sm_proc_map){nw, proc_ndev, proc_devices};
+    if (*self < 0)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "process %d owns no device of the mesh (its processes are those of the "
+                       "%d workers holding its devices)",
+                       process, nw);
+    return SM_OK;
+}
+
+/* Checks a later PUT_LOCAL call against the array it attaches to. */
+static sm_err sm_reg_local_match(const sm_reg_array *a, const sm_svc_create_array_req *req,
+                                 const sm_sharding *s, char *err, size_t errlen)
+{
+    char x[160], y[160];
+    if (!a->local || a->state != SM_ARRAY_PENDING)
+        return sm_fail(err, errlen, SM_EEXIST,
+                       "array '%s' already exists and is not a pending process-local upload",
+                       a->name);
+    if (req->dtype != a->dtype)
+        return sm_fail(err, errlen, SM_EINVAL, "array '%s' has dtype %s, this part has %s", a->name,
+                       sm_dtype_name(a->dtype), sm_dtype_name(req->dtype));
+    if (!sm_pspec_equal(&s->spec, &a->sharding.spec) ||
+        s->mesh.ndevices != a->sharding.mesh.ndevices ||
+        memcmp(s->mesh.devices, a->sharding.mesh.devices,
+               sizeof s->mesh.devices[0] * (size_t)s->mesh.ndevices))
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "array '%s' is sharded %s over another mesh or order; this part says %s",
+                       a->name, sm_pspec_format(&a->sharding.spec, x, sizeof x),
+                       sm_pspec_format(&s->spec, y, sizeof y));
+    if (!sm_shape_equal(&req->local_shape, &a->local_shape))
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "array '%s' takes local data of shape %s from every process, this part "
+                       "has %s",
+                       a->name, sm_shape_format(&a->local_shape, x, sizeof x),
+                       sm_shape_format(&req->local_shape, y, sizeof y));
+    if (req->has_shape && !sm_shape_equal(&req->shape, &a->shape))
+        return sm_fail(err, errlen, SM_EINVAL, "array '%s' has global shape %s, this part says %s",
+                       a->name, sm_shape_format(&a->shape, x, sizeof x),
+                       sm_shape_format(&req->shape, y, sizeof y));
+    return SM_OK;
+}
+
+static sm_err sm_reg_create_local(sm_registry *r, const sm_svc_create_array_req *req,
+                                  const sm_sharding *s, const sm_reg_mesh *rm,
+                                  const uint32_t *worker, int64_t now_ms, sm_reg_array **out,
+                                  sm_svc_create_array_reply *reply, char *err, size_t errlen)
+{
+    int *pidx = NULL, *pndev = NULL, self;
+    int32_t *pdevs = NULL;
+    sm_local_plan *plan = NULL;
+    sm_reg_array *a = NULL, *existing = NULL;
+    sm_proc_map pm;
+    sm_err rc;
+    *out = NULL;
+    pidx = malloc(sizeof *pidx * SM_MAX_DEVICES);
+    pndev = malloc(sizeof *pndev * SM_MAX_DEVICES);
+    pdevs = malloc(sizeof *pdevs * SM_MAX_DEVICES);
+    if (!pidx || !pndev || !pdevs) {
+        rc = sm_reg_oom(err, errlen);
+        goto fail;
+    }
+    rc = sm_reg_local_procs(r, &s->mesh, req->process, pidx, pndev, pdevs, &pm, &self, err, errlen);
+    if (rc)
+        goto fail;
+    if (req->name && *req->name) {
+        for (int i = 0; i < r->narrays && !existing; i++)
+            if (!strcmp(r->arrays[i]->name, req->name))
+                existing = r->arrays[i];
+    } else if (pm.nprocs > 1) {
+        rc = sm_fail(err, errlen, SM_EINVAL,
+                     "a process-local upload over %d processes needs an array name so the "
+                     "parts can meet",
+                     pm.nprocs);
+        goto fail;
+    }
+    if (existing) {
+        rc = sm_reg_local_match(existing, req, s, err, errlen);
+        if (rc)
+            goto fail;
+    }
+    rc = sm_local_plan_create(s, &pm, &req->local_shape,
+                              existing         ? &existing->shape
+                              : req->has_shape ? &req->shape
+                                               : NULL,
+                              &plan, err, errlen);
+    if (rc)
+        goto fail;
+    rc = sm_plan_local_targets_create(&plan->procs[self], &reply->targets, &reply->ntargets, err,
+                                      errlen);
+    if (rc)
+        goto fail;
+    if (!existing) {
+        rc = sm_reg_array_new(r, req->name, req->dtype, s, rm, &plan->global_shape, worker, now_ms,
+                              req->deadline_ms, &a, err, errlen);
+        if (rc)
+            goto fail;
+        a->local = 1;
+        a->local_shape = req->local_shape;
+        a->nprocs = pm.nprocs;
+        a->proc_index = pidx;
+        pidx = NULL;
+        a->proc_started = calloc((size_t)pm.nprocs, 1);
+        if (!a->proc_started) {
+            rc = sm_reg_oom(err, errlen);
+            goto fail;
+        }
+        rc = sm_reg_array_insert(r, a, err, errlen);
+        if (rc)
+            goto fail;
+        existing = a;
+        a = NULL;
+    }
+    existing->proc_started[self] = 1;
+    *out = existing;
+    rc = SM_OK;
+fail:
+    if (rc) {
+        sm_plan_targets_free(reply->targets, reply->ntargets);
+        reply->targets = NULL;
+        reply->ntargets = 0;
+    }
+    sm_reg_array_destroy(a);
+    sm_local_plan_free(plan);
+    free(pidx);
+    free(pndev);
+    free(pdevs);
+    return rc;
+}
+
+sm_err sm_registry_array_create(sm_registry *r, const sm_svc_create_array_req *req, int64_t now_ms,
+                                sm_svc_create_array_reply *out, char *err, size_t errlen)
+{
+    sm_err rc;
+    sm_sharding s;
+    sm_reg_mesh *rm = NULL;
+    sm_reg_array *a = NULL;
+    uint32_t *worker = NULL;
+    const char *name = req->name ? req->name : "";
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&r->mu);
+    if ((int)req->dtype < 0 || req->dtype >= SM_DTYPE_COUNT) {
+        rc = sm_fail(err, errlen, SM_EINVAL, "dtype %d is not a known dtype", (int)req->dtype);
+        goto out;
+    }
+    if (*name && (rc = sm_reg_name_check("array", name, SM_NAME_MAX, err, errlen)))
+        goto out;
+    rc = sm_reg_sharding_resolve(r, &req->sharding, &s, &rm, err, errlen);
+    if (rc)
+        goto out;
+    worker = malloc(sizeof *worker * (size_t)s.mesh.ndevices);
+    if (!worker) {
+        rc = sm_reg_oom(err, errlen);
+        goto out;
+    }
+    rc = sm_reg_mesh_workers(r, &s.mesh, worker, err, errlen);
+    if (rc)
+        goto out;
+    if (req->kind == SM_PUT_LOCAL) {
+        sm_reg_array *la;
+        rc = sm_reg_create_local(r, req, &s, rm, worker, now_ms, &la, out, err, errlen);
+        if (rc)
+            goto out;
+        rc = sm_reg_array_info(r, la, &out->array, err, errlen);
+        goto out; /* attached or created: done */
+    }
+    if (req->kind != SM_PUT_WHOLE && req->kind != SM_PUT_SHARDS) {
+        rc = sm_fail(err, errlen, SM_EINVAL, "put kind %d is not whole, shards or local",
+                     (int)req->kind);
+        goto out;
+    }
+    if (!req->has_shape) {
+        rc = sm_fail(err, errlen, SM_EINVAL, "a %s upload needs the global shape",
+                     req->kind == SM_PUT_WHOLE ? "whole-array" : "per-shard");
+        goto out;
+    }
+    if (*name) {
+        sm_array_ref ref = {{0}, name};
+        if (sm_reg_array_find(r, ref, NULL, 0)) {
+            rc = sm_fail(err, errlen, SM_EEXIST, "an array named '%s' already exists", name);
+            goto out;
+        }
+    }
+    rc = sm_reg_array_new(r, name, req->dtype, &s, rm, &req->shape, worker, now_ms,
+                          req->deadline_ms, &a, err, errlen);
+    if (rc)
+        goto out;
+    rc = sm_plan_targets_create(a->slices, a->n, req->kind, &out->targets, &out->ntargets, err,
+                                errlen);
+    if (!rc)
+        rc = sm_reg_array_insert(r, a, err, errlen);
+    if (!rc)
+        rc = sm_reg_array_info(r, a, &out->array, err, errlen);
+    if (rc) {
+        sm_reg_array_unlink(r, a);
+        sm_reg_array_destroy(a);
+        goto out;
+    }
+    SM_INFO("array %llu%s%s%s created: %s, %d targets, deadline %u ms", (unsigned long long)a->id,
+            *name ? " '" : "", name, *name ? "'" : "", out->array.type, out->ntargets,
+            a->deadline_ms);
+out:
+    if (rc) {
+        sm_plan_targets_free(out->targets, out->ntargets);
+        sm_array_info_free(&out->array);
+        memset(out, 0, sizeof *out);
+    }
+    pthread_mutex_unlock(&r->mu);
+    free(worker);
+    return rc;
+}
+
+/* ---- describe, list, delete ------------------------------------------------ */
+
+sm_err sm_registry_array_describe(sm_registry *r, sm_array_ref ref, sm_array_info *out, char *err,
+                                  size_t errlen)
+{
+    sm_err rc = SM_ENOTFOUND;
+    pthread_mutex_lock(&r->mu);
+    sm_reg_array *a = sm_reg_array_find(r, ref, err, errlen);
+    if (a)
+        rc = sm_reg_array_info(r, a, out, err, errlen);
+    else if (!ref.id.v && !(ref.name && *ref.name))
+        rc = SM_EINVAL;
+    pthread_mutex_unlock(&r->mu);
+    return rc;
+}
+
+sm_err sm_registry_array_list(sm_registry *r, sm_array_info **out, int *n, char *err, size_t errlen)
+{
+    sm_err rc = SM_OK;
+    pthread_mutex_lock(&r->mu);
+    *n = 0;
+    *out = calloc(r->narrays ? (size_t)r->narrays : 1, sizeof **out);
+    if (!*out)
+        rc = sm_reg_oom(err, errlen);
+    for (int i = 0; !rc && i < r->narrays; i++) {
+        rc = sm_reg_array_info(r, r->arrays[i], &(*out)[i], err, errlen);
+        if (!rc)
+            (*n)++;
+    }
+    if (rc && *out) {
+        sm_array_info_list_free(*out, *n);
+        *out = NULL;
+        *n = 0;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return rc;
+}
+
+sm_err sm_registry_array_delete(sm_registry *r, sm_array_ref ref, sm_reg_free **frees, int *nfrees,
+                                char *err, size_t errlen)
+{
+    sm_err rc = SM_OK;
+    char label[SM_NAME_MAX + 16];
+    *frees = NULL;
+    *nfrees = 0;
+    pthread_mutex_lock(&r->mu);
+    sm_reg_array *a = sm_reg_array_find(r, ref, err, errlen);
+    if (!a) {
+        rc = ref.id.v || (ref.name && *ref.name) ? SM_ENOTFOUND : SM_EINVAL;
+    } else {
+        sm_reg_array_frees(r, a, 0, frees, nfrees);
+        sm_reg_array_unlink(r, a);
+        SM_INFO("%s deleted", sm_reg_array_label(a, label, sizeof label));
+        sm_reg_array_destroy(a);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return rc;
+}

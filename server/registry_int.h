@@ -1,0 +1,119 @@
+/* registry_int: the registry's records, shared by registry.c (workers,
+ * meshes, time), registry_array.c (arrays, uploads) and registry_reshard.c.
+ * Not for use outside the registry. Every function here expects r->mu
+ * held. */
+#ifndef SM_SERVER_REGISTRY_INT_H
+#define SM_SERVER_REGISTRY_INT_H
+
+#include <pthread.h>
+
+#include "registry.h"
+
+typedef struct {
+    uint32_t id;
+    char address[SM_ADDR_MAX];
+    char host[64];
+    int process_index;
+    int alive;
+    int64_t last_seen;
+    int ndevices;
+    int32_t first_device; /* devices first_device .. first_device+ndevices-1 */
+    int64_t device_bytes[SM_MAX_WORKER_DEVICES];
+    sm_rpc_channel *ch; /* owned */
+} sm_reg_worker;
+
+typedef struct {
+    uint64_t id;
+    char name[64];
+    sm_mesh mesh;
+} sm_reg_mesh;
+
+typedef struct {
+    uint64_t id;
+    char name[SM_NAME_MAX];
+    sm_dtype dtype;
+    sm_shape shape, shard_shape;
+    uint64_t mesh_id;
+    char mesh_name[64];
+    sm_sharding sharding;
+    sm_array_state state;
+    char error[512];
+    int n;                   /* mesh devices */
+    sm_device_slice *slices; /* [n], mesh order */
+    uint32_t *worker;        /* [n] worker id per position */
+    unsigned char *filled;   /* [n] */
+    unsigned char *busy;     /* [n] an upload to it is in flight */
+    int64_t deadline;        /* now_ms-based */
+    uint32_t deadline_ms;    /* as requested, for messages */
+    /* PUT_LOCAL: the processes (process indices, in order) owning the
+     * mesh's devices, and the local shape every part has. */
+    int local;
+    sm_shape local_shape;
+    int nprocs;
+    int *proc_index;             /* [nprocs] */
+    unsigned char *proc_started; /* [nprocs] the process called CreateArray */
+} sm_reg_array;
+
+struct sm_registry {
+    pthread_mutex_t mu;
+    uint32_t default_deadline_ms, heartbeat_ms;
+    sm_reg_worker **workers;
+    int nworkers, capworkers;
+    sm_reg_mesh **meshes;
+    int nmeshes, capmeshes;
+    sm_reg_array **arrays;
+    int narrays, caparrays;
+    uint32_t next_worker;
+    int32_t next_device;
+    uint64_t next_mesh, next_array;
+};
+
+/* Grows a pointer vector by one slot; 0 on success, -1 out of memory. */
+int sm_reg_vec_push(void ***v, int *n, int *cap, void *item);
+
+sm_reg_worker *sm_reg_worker_by_id(sm_registry *r, uint32_t id);
+sm_reg_worker *sm_reg_worker_of_device(sm_registry *r, int32_t device);
+sm_reg_mesh *sm_reg_mesh_find(sm_registry *r, uint64_t id, const char *name);
+/* Checks a user-chosen name: at most max-1 bytes, not all digits. */
+sm_err sm_reg_name_check(const char *what, const char *name, size_t max, char *err, size_t errlen);
+
+/* Resolves a sharding reference into a mesh and spec (inline meshes are
+ * registered, or matched to an identical registered one). */
+sm_err sm_reg_sharding_resolve(sm_registry *r, const sm_sharding_ref *ref, sm_sharding *out,
+                               sm_reg_mesh **mesh, char *err, size_t errlen);
+
+sm_reg_array *sm_reg_array_find(sm_registry *r, sm_array_ref ref, char *err, size_t errlen);
+/* "array 'x'" or "array 17" into buf. */
+const char *sm_reg_array_label(const sm_reg_array *a, char *buf, size_t len);
+void sm_reg_array_destroy(sm_reg_array *a);
+/* Removes a from the list (not freed). */
+void sm_reg_array_unlink(sm_registry *r, sm_reg_array *a);
+/* Sets a->error to msg (truncated to fit). */
+void sm_reg_array_set_error(sm_reg_array *a, const char *msg);
+/* Fails a pending array with msg and appends frees for its shards on alive
+ * workers. */
+void sm_reg_array_fail(sm_registry *r, sm_reg_array *a, const char *msg, sm_reg_free **frees,
+                       int *nfrees);
+/* Appends one free per alive worker holding devices of a (all of them if
+ * filled_only is 0, else only filled or busy ones). */
+void sm_reg_array_frees(sm_registry *r, const sm_reg_array *a, int filled_only, sm_reg_free **frees,
+                        int *nfrees);
+/* Allocates an array record of n devices; NULL when out of memory. */
+sm_reg_array *sm_reg_array_alloc(int n);
+/* A new pending array record (not yet listed) for sharding s, validated
+ * against shape; worker[] gives each mesh position's worker. */
+sm_err sm_reg_array_new(sm_registry *r, const char *name, sm_dtype dtype, const sm_sharding *s,
+                        const sm_reg_mesh *rm, const sm_shape *shape, const uint32_t *worker,
+                        int64_t now_ms, uint32_t deadline_ms, sm_reg_array **out, char *err,
+                        size_t errlen);
+/* Lists a and gives it the next id. */
+sm_err sm_reg_array_insert(sm_registry *r, sm_reg_array *a, char *err, size_t errlen);
+/* Fills info from a. */
+sm_err sm_reg_array_info(sm_registry *r, const sm_reg_array *a, sm_array_info *info, char *err,
+                         size_t errlen);
+/* Looks up the worker of every mesh device of s (into worker[]); a device
+ * no alive worker holds is SM_EUNAVAILABLE. */
+sm_err sm_reg_mesh_workers(sm_registry *r, const sm_mesh *m, uint32_t *worker, char *err,
+                           size_t errlen);
+
+#endif

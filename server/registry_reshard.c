@@ -1,0 +1,202 @@
+/* registry_reshard: the registry's side of a reshard: the new array, its
+ * plan (plan.h) turned into one Assemble request per worker, and the
+ * outcome. See registry.h. */
+#include "registry_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sm_log.h"
+
+void sm_registry_assemble_free(sm_reg_assemble *parts, int n)
+{
+    if (!parts)
+        return;
+    for (int i = 0; i < n; i++) {
+        for (int k = 0; k < parts[i].req.nshards; k++)
+            free(parts[i].req.shards[k].pieces);
+        free(parts[i].req.shards);
+        free(parts[i].addrs);
+    }
+    free(parts);
+}
+
+/* Turns the plan into one part per destination worker. */
+static sm_err sm_reg_assemble_build(sm_registry *r, const sm_reg_array *src, uint64_t new_id,
+                                    const sm_plan_reshard *plan, sm_reg_assemble **out, int *nout,
+                                    char *err, size_t errlen)
+{
+    sm_reg_assemble *parts = calloc((size_t)plan->nshards, sizeof *parts);
+    int np = 0;
+    if (!parts)
+        goto oom;
+    for (int j = 0; j < plan->nshards; j++) {
+        const sm_plan_shard *ps = &plan->shards[j];
+        int k;
+        for (k = 0; k < np && parts[k].t.worker_id != ps->worker; k++)
+            ;
+        if (k == np) {
+            sm_reg_worker *w = sm_reg_worker_by_id(r, ps->worker);
+            parts[k].t.worker_id = w->id;
+            parts[k].t.ch = w->ch;
+            snprintf(parts[k].t.address, sizeof parts[k].t.address, "%s", w->address);
+            parts[k].req.array_id.v = new_id;
+            parts[k].req.dtype = src->dtype;
+            parts[k].req.shards = calloc((size_t)plan->nshards, sizeof *parts[k].req.shards);
+            int total = 0;
+            for (int q = 0; q < plan->nshards; q++)
+                if (plan->shards[q].worker == ps->worker)
+                    total += plan->shards[q].npieces;
+            parts[k].addrs = calloc(total ? (size_t)total : 1, sizeof *parts[k].addrs);
+            np++;
+            if (!parts[k].req.shards || !parts[k].addrs)
+                goto oom;
+        }
+        sm_reg_assemble *pa = &parts[k];
+        pa->t.devices[pa->t.ndevices++] = ps->device;
+        int used = 0;
+        for (int s = 0; s < pa->req.nshards; s++)
+            used += pa->req.shards[s].npieces;
+        sm_svc_assemble_shard *sh = &pa->req.shards[pa->req.nshards++];
+        sh->device = ps->device;
+        sh->shape = ps->shape;
+        sh->pieces = calloc(ps->npieces ? (size_t)ps->npieces : 1, sizeof *sh->pieces);
+        if (!sh->pieces)
+            goto oom;
+        for (int q = 0; q < ps->npieces; q++) {
+            const sm_plan_piece *pp = &ps->pieces[q];
+            sm_svc_piece *sp = &sh->pieces[sh->npieces++];
+            char *addr = pa->addrs[used + q];
+            if (pp->src_worker != ps->worker)
+                snprintf(addr, SM_ADDR_MAX, "%s", sm_reg_worker_by_id(r, pp->src_worker)->address);
+            sp->src_address = addr;
+            sp->src_array.v = src->id;
+            sp->src_device = pp->src_device;
+            sp->src_box = pp->src_box;
+            memcpy(sp->dst_offset, pp->dst_offset, sizeof sp->dst_offset);
+        }
+    }
+    *out = parts;
+    *nout = np;
+    return SM_OK;
+oom:
+    sm_registry_assemble_free(parts, np);
+    return sm_fail(err, errlen, SM_ENOMEM, "out of memory planning a reshard");
+}
+
+sm_err sm_registry_reshard_begin(sm_registry *r, const sm_svc_reshard_req *req, int64_t now_ms,
+                                 sm_array_id *new_id, sm_reg_assemble **parts, int *nparts,
+                                 char *err, size_t errlen)
+{
+    sm_err rc;
+    sm_sharding s;
+    sm_reg_mesh *rm;
+    sm_reg_array *a = NULL;
+    uint32_t *worker = NULL;
+    sm_plan_owner *src_own = NULL, *dst_own = NULL;
+    sm_plan_reshard plan = {0};
+    const char *name = req->name ? req->name : "";
+    char label[SM_NAME_MAX + 16];
+    *parts = NULL;
+    *nparts = 0;
+    pthread_mutex_lock(&r->mu);
+    sm_reg_array *src = sm_reg_array_find(r, req->array, err, errlen);
+    if (!src) {
+        rc = req->array.id.v || (req->array.name && *req->array.name) ? SM_ENOTFOUND : SM_EINVAL;
+        goto out;
+    }
+    sm_reg_array_label(src, label, sizeof label);
+    if (src->state != SM_ARRAY_READY) {
+        rc = sm_fail(err, errlen, SM_EPRECONDITION, "%s is %s and cannot be resharded", label,
+                     sm_array_state_name(src->state));
+        goto out;
+    }
+    if (*name && (rc = sm_reg_name_check("array", name, SM_NAME_MAX, err, errlen)))
+        goto out;
+    if (*name && sm_reg_array_find(r, (sm_array_ref){{0}, name}, NULL, 0)) {
+        rc = sm_fail(err, errlen, SM_EEXIST, "an array named '%s' already exists", name);
+        goto out;
+    }
+    rc = sm_reg_sharding_resolve(r, &req->sharding, &s, &rm, err, errlen);
+    if (rc)
+        goto out;
+    worker = malloc(sizeof *worker * (size_t)s.mesh.ndevices);
+    src_own = malloc(sizeof *src_own * (size_t)src->n);
+    dst_own = malloc(sizeof *dst_own * (size_t)s.mesh.ndevices);
+    if (!worker || !src_own || !dst_own) {
+        rc = sm_fail(err, errlen, SM_ENOMEM, "out of memory planning a reshard");
+        goto out;
+    }
+    rc = sm_reg_mesh_workers(r, &s.mesh, worker, err, errlen);
+    if (rc)
+        goto out;
+    rc = sm_reg_array_new(r, name, src->dtype, &s, rm, &src->shape, worker, now_ms,
+                          req->deadline_ms, &a, err, errlen);
+    if (rc)
+        goto out;
+    for (int p = 0; p < src->n; p++) {
+        sm_reg_worker *w = sm_reg_worker_by_id(r, src->worker[p]);
+        src_own[p] = (sm_plan_owner){src->worker[p], w && w->alive};
+    }
+    for (int p = 0; p < a->n; p++)
+        dst_own[p] = (sm_plan_owner){worker[p], 1};
+    rc = sm_plan_reshard_create(src->slices, src_own, src->n, a->slices, dst_own, a->n, &plan, err,
+                                errlen);
+    if (rc)
+        goto out;
+    rc = sm_reg_assemble_build(r, src, r->next_array, &plan, parts, nparts, err, errlen);
+    if (rc)
+        goto out;
+    rc = sm_reg_array_insert(r, a, err, errlen);
+    if (rc) {
+        sm_registry_assemble_free(*parts, *nparts);
+        *parts = NULL;
+        *nparts = 0;
+        goto out;
+    }
+    new_id->v = a->id;
+    SM_INFO("reshard of %s into array %llu over %d workers", label, (unsigned long long)a->id,
+            *nparts);
+    a = NULL;
+out:
+    pthread_mutex_unlock(&r->mu);
+    sm_reg_array_destroy(a);
+    sm_plan_reshard_free(&plan);
+    free(worker);
+    free(src_own);
+    free(dst_own);
+    return rc;
+}
+
+sm_err sm_registry_reshard_end(sm_registry *r, sm_array_id id, int ok, sm_array_info *info,
+                               char *err, size_t errlen)
+{
+    sm_err rc = SM_OK;
+    char label[SM_NAME_MAX + 16];
+    pthread_mutex_lock(&r->mu);
+    sm_reg_array *a = sm_reg_array_find(r, (sm_array_ref){id, NULL}, NULL, 0);
+    if (!a) {
+        rc = sm_fail(err, errlen, SM_EPRECONDITION, "array %llu was deleted during the reshard",
+                     (unsigned long long)id.v);
+        goto out;
+    }
+    sm_reg_array_label(a, label, sizeof label);
+    if (a->state != SM_ARRAY_PENDING) {
+        rc = sm_fail(err, errlen, SM_EPRECONDITION, "%s became %s during the reshard%s%s", label,
+                     sm_array_state_name(a->state), a->error[0] ? ": " : "", a->error);
+        ok = 0;
+    }
+    if (!ok) {
+        sm_reg_array_unlink(r, a);
+        sm_reg_array_destroy(a);
+        goto out;
+    }
+    memset(a->filled, 1, (size_t)a->n);
+    a->state = SM_ARRAY_READY;
+    rc = sm_reg_array_info(r, a, info, err, errlen);
+    SM_INFO("%s is ready (reshard)", label);
+out:
+    pthread_mutex_unlock(&r->mu);
+    return rc;
+}

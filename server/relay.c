@@ -1,0 +1,257 @@
+/* relay: upload and download relays, FreeArray. See relay.h. */
+#include "relay.h"
+
+#include <ctype.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sm_log.h"
+
+void sm_relay_strip_status(char *err)
+{
+    size_t k = 0;
+    while (isupper((unsigned char)err[k]) || err[k] == '_')
+        k++;
+    if (k > 0 && err[k] == ':' && err[k + 1] == ' ')
+        memmove(err, err + k + 2, strlen(err + k + 2) + 1);
+}
+
+void sm_relay_free(const sm_reg_free *frees, int n, int deadline_ms)
+{
+    char err[512];
+    for (int i = 0; i < n; i++) {
+        const sm_reg_free *f = &frees[i];
+        if (!f->t.ch)
+            continue;
+        sm_err e = sm_svc_worker_free_array(f->t.ch, deadline_ms, f->array, f->t.ndevices,
+                                            f->t.devices, err, sizeof err);
+        if (e)
+            SM_WARN("freeing array %llu on worker %u at %s failed: %s",
+                    (unsigned long long)f->array.v, f->t.worker_id, f->t.address, err);
+    }
+}
+
+/* Rewrites a worker's error as "worker N at ADDR: sentence". */
+static void sm_relay_worker_err(const sm_reg_target *t, char *err, size_t errlen)
+{
+    char tmp[512];
+    sm_relay_strip_status(err);
+    snprintf(tmp, sizeof tmp, "%s", err);
+    snprintf(err, errlen, "worker %u at %s: %s", t->worker_id, t->address, tmp);
+}
+
+/* Frees array id's devices listed in t[0..n) on their workers. */
+static void sm_relay_drop(sm_array_id id, const sm_reg_target *t, int n)
+{
+    sm_reg_free *f = malloc(sizeof *f * (size_t)(n > 0 ? n : 1));
+    for (int k = 0; f && k < n; k++)
+        f[k] = (sm_reg_free){id, t[k]};
+    if (f)
+        sm_relay_free(f, n, 10000);
+    free(f);
+}
+
+/* The worker-side streams of one upload. */
+typedef struct {
+    sm_reg_target *t;
+    int nt;
+    sm_svc_upload_stream **st;
+} sm_relay_up;
+
+static void sm_relay_up_abort(sm_relay_up *u)
+{
+    for (int k = 0; k < u->nt; k++)
+        if (u->st[k]) {
+            sm_svc_upload_abort(u->st[k]);
+            u->st[k] = NULL;
+        }
+}
+
+/* Sends msg to every worker stream; the first message carries each
+ * worker's own devices in its header. */
+static sm_err sm_relay_up_send(sm_relay_up *u, const sm_svc_upload_msg *msg, char *err,
+                               size_t errlen)
+{
+    for (int k = 0; k < u->nt; k++) {
+        sm_svc_upload_msg m = *msg;
+        if (m.has_header) {
+            m.header.ndevices = u->t[k].ndevices;
+            m.header.devices = u->t[k].devices;
+        }
+        sm_err e = sm_svc_upload_send(u->st[k], &m, err, errlen);
+        if (e) {
+            sm_relay_worker_err(&u->t[k], err, errlen);
+            return e;
+        }
+    }
+    return SM_OK;
+}
+
+/* Checks a data message's position: offsets increase without gaps and stay
+ * within the total. */
+static sm_err sm_relay_check_chunk(const sm_svc_upload_msg *m, int64_t got, int64_t total,
+                                   char *err, size_t errlen)
+{
+    if (m->offset != got)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "upload chunk at offset %lld is out of order: %lld bytes came before it",
+                       (long long)m->offset, (long long)got);
+    if ((int64_t)m->len > total - got)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "upload chunk at offset %lld of %zu bytes passes the end (%lld bytes)",
+                       (long long)m->offset, m->len, (long long)total);
+    return SM_OK;
+}
+
+/* Streams the rest of the upload after the header message first. */
+static sm_err sm_relay_up_pump(sm_relay_up *u, sm_svc_upload_in *in, sm_svc_upload_msg *first,
+                               int64_t total, uint64_t *checksum, char *err, size_t errlen)
+{
+    sm_svc_upload_msg m = *first;
+    int64_t got = 0;
+    int end = 0;
+    sm_err e;
+    for (;;) {
+        e = sm_relay_check_chunk(&m, got, total, err, errlen);
+        if (e)
+            return e;
+        got += (int64_t)m.len;
+        e = sm_relay_up_send(u, &m, err, errlen);
+        if (e)
+            return e;
+        if (m.last)
+            break;
+        e = sm_svc_upload_recv(in, &m, &end, err, errlen);
+        if (e)
+            return e;
+        if (end)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "the upload ended after %lld of %lld bytes without a last message",
+                           (long long)got, (long long)total);
+        if (m.has_header)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "upload message at offset %lld carries a second header",
+                           (long long)m.offset);
+    }
+    if (got != total)
+        return sm_fail(err, errlen, SM_EINVAL, "the upload sent %lld of %lld bytes", (long long)got,
+                       (long long)total);
+    *checksum = m.checksum;
+    e = sm_svc_upload_recv(in, &m, &end, err, errlen);
+    if (e)
+        return e;
+    if (!end)
+        return sm_fail(err, errlen, SM_EINVAL, "the upload continued after its last message");
+    return SM_OK;
+}
+
+sm_err sm_relay_upload(sm_registry *r, sm_svc_upload_in *in, sm_svc_upload_reply *out, char *err,
+                       size_t errlen)
+{
+    sm_svc_upload_msg first;
+    sm_relay_up u = {0};
+    int32_t *devs = NULL;
+    int ndevs = 0, end = 0, began = 0, ready = 0;
+    int64_t left = 0;
+    uint64_t checksum = 0;
+    sm_err e = sm_svc_upload_recv(in, &first, &end, err, errlen);
+    if (e)
+        return e;
+    if (end || !first.has_header)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "the first upload message must carry the header (array, devices, shape)");
+    sm_svc_upload_header h = first.header;
+    if (h.ndevices > 0) {
+        devs = malloc(sizeof *devs * (size_t)h.ndevices);
+        if (!devs)
+            return sm_fail(err, errlen, SM_ENOMEM, "out of memory starting an upload");
+        memcpy(devs, h.devices, sizeof *devs * (size_t)h.ndevices);
+        ndevs = h.ndevices;
+    }
+    h.devices = devs;
+    e = sm_registry_upload_begin(r, &h, sm_registry_now_ms(), &u.t, &u.nt, &left, err, errlen);
+    if (e)
+        goto fail;
+    began = 1;
+    u.st = calloc((size_t)u.nt, sizeof *u.st);
+    if (!u.st) {
+        e = sm_fail(err, errlen, SM_ENOMEM, "out of memory starting an upload");
+        goto fail;
+    }
+    for (int k = 0; k < u.nt; k++) {
+        int ms = left < 1000 ? 1000 : left > INT32_MAX ? INT32_MAX : (int)left;
+        e = sm_svc_upload_open(u.t[k].ch, 1, ms, &u.st[k], err, errlen);
+        if (e) {
+            sm_relay_worker_err(&u.t[k], err, errlen);
+            goto fail;
+        }
+    }
+    e = sm_relay_up_pump(&u, in, &first, h.total_bytes, &checksum, err, errlen);
+    if (e)
+        goto fail;
+    for (int k = 0; k < u.nt; k++) {
+        sm_svc_upload_reply wr = {0};
+        e = sm_svc_upload_finish(u.st[k], &wr, err, errlen);
+        u.st[k] = NULL;
+        if (e) {
+            sm_relay_worker_err(&u.t[k], err, errlen);
+            sm_relay_drop(h.array_id, u.t, k); /* workers that stored it */
+            goto fail;
+        }
+    }
+    began = 0;
+    e = sm_registry_upload_end(r, h.array_id, devs, ndevs, 1, &ready, err, errlen);
+    if (e) {
+        sm_relay_drop(h.array_id, u.t, u.nt); /* the array went away or failed meanwhile */
+        goto fail;
+    }
+    out->bytes = h.total_bytes;
+    out->checksum = checksum;
+    out->array_ready = ready;
+    SM_DEBUG("upload of %lld bytes to array %llu (%d devices) done", (long long)h.total_bytes,
+             (unsigned long long)h.array_id.v, ndevs);
+fail:
+    sm_relay_up_abort(&u);
+    if (began) {
+        char ignore[256];
+        int r2;
+        sm_registry_upload_end(r, h.array_id, devs, ndevs, 0, &r2, ignore, sizeof ignore);
+    }
+    free(u.st);
+    free(u.t);
+    free(devs);
+    return e;
+}
+
+sm_err sm_relay_download(sm_registry *r, const sm_svc_download_req *req, sm_svc_download_out *out,
+                         int deadline_ms, char *err, size_t errlen)
+{
+    sm_array_id id;
+    sm_reg_target w;
+    sm_svc_download_stream *st = NULL;
+    sm_svc_chunk c;
+    int end = 0;
+    sm_err e = sm_registry_download_begin(r, req->array, req->device, &id, &w, err, errlen);
+    if (e)
+        return e;
+    sm_svc_download_req wreq = *req;
+    wreq.array.id = id;
+    wreq.array.name = NULL;
+    e = sm_svc_download_open(w.ch, 1, &wreq, deadline_ms, &st, err, errlen);
+    while (!e) {
+        e = sm_svc_download_recv(st, &c, &end, err, errlen);
+        if (e || end)
+            break;
+        if (sm_svc_download_cancelled(out)) {
+            e = sm_fail(err, errlen, SM_ECANCELLED, "the client went away");
+            break;
+        }
+        e = sm_svc_download_send(out, &c, err, errlen);
+    }
+    if (e)
+        sm_relay_strip_status(err);
+    sm_svc_download_free(st);
+    return e;
+}

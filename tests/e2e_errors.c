@@ -1,0 +1,448 @@
+/* e2e_errors: every kind of bad request against a real cluster gets its
+ * error code and a sentence, and leaves the service serving: unknown
+ * arrays, bad specs, duplicate names, upload headers that disagree with the
+ * array, chunks out of order, checksum mismatches, clients that vanish
+ * mid-upload, reads of pending arrays, missing or wrong tokens, and a worker
+ * killed with SIGKILL. Uploads are driven through sm_svc directly where the
+ * library would never send such a stream. */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "sm_checksum.h"
+#include "sm_rpc.h"
+#include "sm_svc.h"
+
+static harness_cluster *g_h;
+
+static void cluster_up(void)
+{
+    harness_opts o = {.nworkers = 2, .devices_per_worker = 4};
+    char err[512];
+    sm_rpc_init();
+    if (harness_cluster_start(&o, &g_h, err, sizeof err)) {
+        fprintf(stderr, "e2e_errors: %s\n", err);
+        exit(1);
+    }
+}
+
+static void cluster_down(void)
+{
+    harness_cluster_stop(g_h);
+    g_h = NULL;
+    sm_rpc_shutdown();
+}
+
+static sm_client *connect_to(const harness_cluster *h)
+{
+    sm_client *c = NULL;
+    char err[512];
+    sm_err e = harness_connect(h, &c, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "connect: %s", err);
+    return c;
+}
+
+static sm_array_ref id_ref(sm_array_id id)
+{
+    sm_array_ref r = {.id = id, .name = NULL};
+    return r;
+}
+
+/* The error text is one sentence naming something. */
+static void check_sentence(const char *err)
+{
+    ck_assert_msg(strlen(err) > 10, "error text too short: '%s'", err);
+    ck_assert_msg(!strchr(err, '\n'), "error text has a newline: '%s'", err);
+}
+
+START_TEST(unknown_arrays)
+{
+    sm_client *c = connect_to(g_h);
+    sm_array_info info;
+    sm_array *a = NULL;
+    char err[512];
+    sm_array_ref refs[2] = {sm_array_ref_parse("no-such-array"), sm_array_ref_parse("987654")};
+    ck_assert_uint_eq(refs[1].id.v, 987654);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(sm_client_describe(c, refs[i], &info, err, sizeof err), SM_ENOTFOUND);
+        check_sentence(err);
+        ck_assert_int_eq(sm_client_get(c, refs[i], &a, err, sizeof err), SM_ENOTFOUND);
+        ck_assert_int_eq(sm_client_get_shard(c, refs[i], 0, &a, err, sizeof err), SM_ENOTFOUND);
+        ck_assert_int_eq(sm_client_delete(c, refs[i], err, sizeof err), SM_ENOTFOUND);
+        sm_mesh mesh;
+        sm_sharding_ref sh = harness_sharding(&mesh, "x=8", NULL, 0, "P()");
+        ck_assert_int_eq(sm_client_reshard(c, refs[i], &sh, NULL, NULL, err, sizeof err),
+                         SM_ENOTFOUND);
+    }
+    sm_mesh_info mi;
+    ck_assert_int_eq(sm_client_mesh_get(c, (sm_mesh_id){0}, "no-such-mesh", &mi, err, sizeof err),
+                     SM_ENOTFOUND);
+    sm_client_close(c);
+}
+END_TEST
+
+/* Specs the service must refuse, on (6,16) over x=4,y=2. */
+static const struct {
+    const char *spec;
+    int rank;
+} bad_specs[] = {
+    {"P('x')", 2},             /* 6 is not divisible by 4 */
+    {"P(('x', 'y'))", 2},      /* nor by 8 */
+    {"P('z')", 2},             /* unknown axis */
+    {"P('x', 'x')", 2},        /* axis used twice */
+    {"P(None, None, 'y')", 2}, /* longer than the rank */
+    {"P('y')", 0},             /* a scalar needs P() */
+};
+
+START_TEST(bad_specs_refused)
+{
+    sm_client *c = connect_to(g_h);
+    sm_mesh mesh;
+    sm_sharding_ref sh = harness_sharding(&mesh, "x=4,y=2", NULL, 0, bad_specs[_i].spec);
+    sm_shape s = bad_specs[_i].rank ? HARNESS_SHAPE(6, 16) : harness_shape_of(0, NULL);
+    sm_array *x = harness_array_iota(SM_F32, &s, 1);
+    char err[512];
+    sm_err e = sm_client_put(c, SM_F32, &s, x->data, &sh, NULL, NULL, err, sizeof err);
+    ck_assert_msg(e == SM_EINVAL, "%s: got %s (%s)", bad_specs[_i].spec, sm_err_name(e), err);
+    check_sentence(err);
+    sm_array_free(x);
+    sm_client_close(c);
+}
+END_TEST
+
+START_TEST(duplicate_name)
+{
+    sm_client *c = connect_to(g_h);
+    sm_mesh mesh;
+    sm_sharding_ref sh = harness_sharding(&mesh, "x=8", NULL, 0, "P('x')");
+    sm_shape s = HARNESS_SHAPE(8);
+    sm_array *x = harness_array_iota(SM_I32, &s, 1);
+    char err[512];
+    ck_assert_int_eq(sm_client_put(c, SM_I32, &s, x->data, &sh, "dup", NULL, err, sizeof err),
+                     SM_OK);
+    ck_assert_int_eq(sm_client_put(c, SM_I32, &s, x->data, &sh, "dup", NULL, err, sizeof err),
+                     SM_EEXIST);
+    check_sentence(err);
+    ck_assert_int_eq(sm_client_delete(c, sm_array_ref_parse("dup"), err, sizeof err), SM_OK);
+    sm_array_free(x);
+    sm_client_close(c);
+}
+END_TEST
+
+/* ---- raw upload streams ------------------------------------------------------ */
+
+typedef enum {
+    RAW_OK,
+    RAW_DTYPE,
+    RAW_SHAPE,
+    RAW_BYTES,
+    RAW_ORDER,
+    RAW_CHECKSUM,
+    RAW_ABORT
+} raw_kind;
+
+/* Sends target t of a CreateArray reply (8-byte f32 rows of x) with one
+ * defect; returns the first error of the stream. */
+static sm_err raw_upload(sm_rpc_channel *ch, const sm_svc_create_array_reply *r, int t,
+                         const sm_array *x, raw_kind kind, char *err, size_t errlen)
+{
+    const sm_svc_upload_target *tg = &r->targets[t];
+    sm_shape bs = sm_index_shape(&tg->global_index);
+    int64_t off[SM_MAX_RANK], zero[SM_MAX_RANK] = {0}, nbytes = 0;
+    sm_svc_upload_stream *st = NULL;
+    sm_svc_upload_msg m;
+    char buf[4096];
+    sm_err e;
+
+    for (int d = 0; d < bs.rank; d++)
+        off[d] = tg->global_index.r[d].start;
+    ck_assert_int_eq(sm_shape_nbytes(&bs, SM_F32, &nbytes, err, errlen), SM_OK);
+    ck_assert_int_le(nbytes, (int64_t)sizeof buf);
+    ck_assert_int_eq(
+        sm_block_copy(buf, &bs, zero, x->data, &x->shape, off, bs.dims, 4, err, errlen), SM_OK);
+    if ((e = sm_svc_upload_open(ch, 0, 10000, &st, err, errlen)))
+        return e;
+    memset(&m, 0, sizeof m);
+    m.has_header = 1;
+    m.header.array_id = r->array.id;
+    m.header.ndevices = tg->ndevices;
+    m.header.devices = tg->devices;
+    m.header.shape = bs;
+    m.header.dtype = kind == RAW_DTYPE ? SM_I32 : SM_F32;
+    m.header.total_bytes = kind == RAW_BYTES ? nbytes + 4 : nbytes;
+    if (kind == RAW_SHAPE)
+        m.header.shape.dims[0] += 1;
+    if ((e = sm_svc_upload_send(st, &m, err, errlen)))
+        goto fail;
+    int64_t half = nbytes / 2;
+    memset(&m, 0, sizeof m);
+    if (kind == RAW_ORDER) {
+        m.offset = half; /* the second half first */
+        m.data = buf + half;
+        m.len = (size_t)(nbytes - half);
+        if ((e = sm_svc_upload_send(st, &m, err, errlen)))
+            goto fail;
+    } else {
+        m.offset = 0;
+        m.data = buf;
+        m.len = (size_t)half;
+        if ((e = sm_svc_upload_send(st, &m, err, errlen)))
+            goto fail;
+        if (kind == RAW_ABORT) {
+            sm_svc_upload_abort(st);
+            return SM_ECANCELLED;
+        }
+        m.offset = half;
+        m.data = buf + half;
+        m.len = (size_t)(nbytes - half);
+        m.last = 1;
+        m.checksum = sm_checksum_oneshot(buf, (size_t)nbytes) ^ (kind == RAW_CHECKSUM ? 1 : 0);
+        if ((e = sm_svc_upload_send(st, &m, err, errlen)))
+            goto fail;
+    }
+    return sm_svc_upload_finish(st, NULL, err, errlen);
+fail:
+    sm_svc_upload_abort(st);
+    return e;
+}
+
+START_TEST(bad_uploads_then_good)
+{
+    static const struct {
+        raw_kind kind;
+        sm_err want;
+    } cases[] = {{RAW_DTYPE, SM_EINVAL}, {RAW_SHAPE, SM_EINVAL},       {RAW_BYTES, SM_EINVAL},
+                 {RAW_ORDER, SM_EINVAL}, {RAW_CHECKSUM, SM_EDATALOSS}, {RAW_ABORT, SM_ECANCELLED}};
+    sm_client *c = connect_to(g_h);
+    sm_rpc_channel *ch = NULL;
+    sm_mesh mesh;
+    sm_sharding_ref sh = harness_sharding(&mesh, "x=4,y=2", NULL, 0, "P('x', 'y')");
+    sm_shape s = HARNESS_SHAPE(8, 16);
+    sm_array *x = harness_array_iota(SM_F32, &s, 77), *back = NULL;
+    sm_svc_create_array_req q;
+    sm_svc_create_array_reply r;
+    char err[512];
+
+    ck_assert_int_eq(sm_rpc_channel_create(g_h->target, NULL, &ch, err, sizeof err), SM_OK);
+    memset(&q, 0, sizeof q);
+    q.dtype = SM_F32;
+    q.has_shape = 1;
+    q.shape = s;
+    q.sharding = sh;
+    q.kind = SM_PUT_WHOLE;
+    memset(&r, 0, sizeof r);
+    ck_assert_int_eq(sm_svc_coord_create_array(ch, 10000, &q, &r, err, sizeof err), SM_OK);
+    ck_assert_int_eq(r.ntargets, 8);
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        err[0] = 0;
+        sm_err e = raw_upload(ch, &r, 0, x, cases[k].kind, err, sizeof err);
+        ck_assert_msg(e == cases[k].want, "case %zu: got %s (%s)", k, sm_err_name(e), err);
+        if (cases[k].kind != RAW_ABORT)
+            check_sentence(err);
+    }
+    /* Every failed attempt left the array pending and reading it is refused. */
+    ck_assert_int_eq(harness_wait_state(c, id_ref(r.array.id), SM_ARRAY_PENDING, 100),
+                     SM_ARRAY_PENDING);
+    ck_assert_int_eq(sm_client_get(c, id_ref(r.array.id), &back, err, sizeof err),
+                     SM_EPRECONDITION);
+    sm_svc_download_req dq = {.array = id_ref(r.array.id), .device = 0};
+    sm_svc_download_stream *ds = NULL;
+    sm_svc_chunk chunk;
+    int end = 0;
+    sm_err e = sm_svc_download_open(ch, 0, &dq, 10000, &ds, err, sizeof err);
+    if (e == SM_OK)
+        e = sm_svc_download_recv(ds, &chunk, &end, err, sizeof err);
+    sm_svc_download_free(ds);
+    ck_assert_msg(e == SM_EPRECONDITION, "download of a pending array: %s (%s)", sm_err_name(e),
+                  err);
+    /* The same targets, sent properly, complete it. */
+    for (int t = 0; t < r.ntargets; t++)
+        ck_assert_int_eq(raw_upload(ch, &r, t, x, RAW_OK, err, sizeof err), SM_OK);
+    ck_assert_int_eq(harness_wait_state(c, id_ref(r.array.id), SM_ARRAY_READY, 5000),
+                     SM_ARRAY_READY);
+    ck_assert_int_eq(sm_client_get(c, id_ref(r.array.id), &back, err, sizeof err), SM_OK);
+    ck_assert_int_eq(memcmp(back->data, x->data, (size_t)x->nbytes), 0);
+    /* A filled target cannot be sent again. */
+    ck_assert_int_ne(raw_upload(ch, &r, 0, x, RAW_OK, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_client_delete(c, id_ref(r.array.id), err, sizeof err), SM_OK);
+    sm_svc_create_array_reply_free(&r);
+    sm_rpc_channel_free(ch);
+    sm_array_free(back);
+    sm_array_free(x);
+    sm_client_close(c);
+}
+END_TEST
+
+/* A put-shards shard of the wrong shape, sent around the library's own
+ * check, is refused by the service. */
+START_TEST(put_shards_wrong_shape_server_side)
+{
+    sm_client *c = connect_to(g_h);
+    sm_rpc_channel *ch = NULL;
+    sm_mesh mesh;
+    sm_sharding_ref sh = harness_sharding(&mesh, "x=8", NULL, 0, "P('x')");
+    sm_svc_create_array_req q;
+    sm_svc_create_array_reply r;
+    sm_shape s = HARNESS_SHAPE(16, 4);
+    sm_array *x = harness_array_iota(SM_F32, &s, 5);
+    char err[512];
+
+    ck_assert_int_eq(sm_rpc_channel_create(g_h->target, NULL, &ch, err, sizeof err), SM_OK);
+    memset(&q, 0, sizeof q);
+    q.dtype = SM_F32;
+    q.has_shape = 1;
+    q.shape = s;
+    q.sharding = sh;
+    q.kind = SM_PUT_SHARDS;
+    memset(&r, 0, sizeof r);
+    ck_assert_int_eq(sm_svc_coord_create_array(ch, 10000, &q, &r, err, sizeof err), SM_OK);
+    ck_assert_int_eq(r.ntargets, 8);
+    ck_assert_int_eq(raw_upload(ch, &r, 2, x, RAW_SHAPE, err, sizeof err), SM_EINVAL);
+    check_sentence(err);
+    sm_client_delete(c, id_ref(r.array.id), err, sizeof err);
+    sm_svc_create_array_reply_free(&r);
+    sm_rpc_channel_free(ch);
+    sm_array_free(x);
+    sm_client_close(c);
+}
+END_TEST
+
+/* After all of the above the cluster still serves a normal round trip. */
+START_TEST(still_serving)
+{
+    sm_client *c = connect_to(g_h);
+    sm_mesh mesh;
+    sm_sharding_ref sh = harness_sharding(&mesh, "x=4,y=2", NULL, 0, "P('y', 'x')");
+    sm_shape s = HARNESS_SHAPE(4, 8);
+    sm_array *x = harness_array_iota(SM_F32, &s, 9), *back = NULL;
+    sm_array_info info;
+    char err[512];
+    ck_assert_int_eq(sm_client_put(c, SM_F32, &s, x->data, &sh, NULL, &info, err, sizeof err),
+                     SM_OK);
+    ck_assert_int_eq(sm_client_get(c, id_ref(info.id), &back, err, sizeof err), SM_OK);
+    ck_assert_int_eq(memcmp(back->data, x->data, (size_t)x->nbytes), 0);
+    sm_client_delete(c, id_ref(info.id), err, sizeof err);
+    sm_array_info_free(&info);
+    sm_array_free(back);
+    sm_array_free(x);
+    sm_client_close(c);
+}
+END_TEST
+
+START_TEST(tokens)
+{
+    harness_opts o = {.nworkers = 1, .devices_per_worker = 2, .token = "s3cret"};
+    harness_cluster *h = NULL;
+    sm_client *c = NULL;
+    sm_client_opts co = {0};
+    char err[512];
+    ck_assert_msg(harness_cluster_start(&o, &h, err, sizeof err) == SM_OK, "start: %s", err);
+    ck_assert_int_eq(sm_client_connect(h->target, NULL, &c, err, sizeof err), SM_EAUTH);
+    check_sentence(err);
+    co.token = "wrong";
+    ck_assert_int_eq(sm_client_connect(h->target, &co, &c, err, sizeof err), SM_EAUTH);
+    co.token = "s3cret";
+    ck_assert_int_eq(sm_client_connect(h->target, &co, &c, err, sizeof err), SM_OK);
+    sm_worker_info *w = NULL;
+    int n = 0;
+    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
+    ck_assert_int_eq(n, 1);
+    free(w);
+    sm_client_close(c);
+    /* shmapctl gets the token from the environment; without it, exit 1. */
+    harness_run run;
+    const char *args[] = {"ls", NULL};
+    ck_assert_int_eq(harness_shmapctl(h, &run, args), 0);
+    ck_assert_int_eq(run.code, 0);
+    harness_run_free(&run);
+    const char *args2[] = {"ls", "--token", "nope", NULL};
+    ck_assert_int_eq(harness_shmapctl(h, &run, args2), 0);
+    ck_assert_int_eq(run.code, 1);
+    ck_assert_ptr_nonnull(strstr(run.err, "shmapctl: "));
+    harness_run_free(&run);
+    harness_cluster_stop(h);
+}
+END_TEST
+
+START_TEST(worker_killed)
+{
+    harness_opts o = {.nworkers = 2, .devices_per_worker = 2};
+    harness_cluster *h = NULL;
+    sm_client *c = NULL;
+    char err[512];
+    ck_assert_msg(harness_cluster_start(&o, &h, err, sizeof err) == SM_OK, "start: %s", err);
+    c = connect_to(h);
+    sm_mesh mesh;
+    sm_sharding_ref sh = harness_sharding(&mesh, "x=4", NULL, 0, "P('x')");
+    sm_shape s = HARNESS_SHAPE(8, 4);
+    sm_array *x = harness_array_iota(SM_F32, &s, 3), *back = NULL;
+    sm_array_info info, after;
+    ck_assert_int_eq(sm_client_put(c, SM_F32, &s, x->data, &sh, "doomed", &info, err, sizeof err),
+                     SM_OK);
+    pid_t pids[4];
+    int np = harness_worker_pids(h, pids, 4);
+    ck_assert_int_eq(np, 2);
+    ck_assert_int_eq(kill(pids[0], SIGKILL), 0);
+    ck_assert_int_eq(harness_wait_state(c, id_ref(info.id), SM_ARRAY_LOST, 10000), SM_ARRAY_LOST);
+    ck_assert_int_eq(sm_client_describe(c, id_ref(info.id), &after, err, sizeof err), SM_OK);
+    check_sentence(after.error);
+    int missing = 0;
+    for (int i = 0; i < after.nshards; i++)
+        missing += !after.shards[i].present;
+    ck_assert_int_eq(missing, 2);
+    sm_array_info_free(&after);
+    ck_assert_int_ne(sm_client_get(c, id_ref(info.id), &back, err, sizeof err), SM_OK);
+    check_sentence(err);
+    /* The coordinator still serves: one worker alive, and its devices take
+     * a new array. */
+    ck_assert_int_eq(harness_wait_workers(c, 1, 10000, err, sizeof err), SM_OK);
+    sm_worker_info *w = NULL;
+    int n = 0;
+    int32_t alive[2];
+    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
+    for (int i = 0; i < n; i++)
+        if (w[i].alive)
+            memcpy(alive, w[i].devices, sizeof alive);
+    free(w);
+    sm_mesh m2;
+    sm_sharding_ref sh2 = harness_sharding(&m2, "x=2", alive, 2, "P('x')");
+    sm_array_info fresh;
+    ck_assert_int_eq(sm_client_put(c, SM_F32, &s, x->data, &sh2, NULL, &fresh, err, sizeof err),
+                     SM_OK);
+    ck_assert_int_eq(sm_client_get(c, id_ref(fresh.id), &back, err, sizeof err), SM_OK);
+    ck_assert_int_eq(memcmp(back->data, x->data, (size_t)x->nbytes), 0);
+    ck_assert_int_eq(sm_client_delete(c, id_ref(info.id), err, sizeof err), SM_OK);
+    sm_array_info_free(&fresh);
+    sm_array_info_free(&info);
+    sm_array_free(back);
+    sm_array_free(x);
+    sm_client_close(c);
+    harness_cluster_stop(h);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("e2e_errors");
+    TCase *tc = tcase_create("cluster");
+    tcase_add_unchecked_fixture(tc, cluster_up, cluster_down);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, unknown_arrays);
+    tcase_add_loop_test(tc, bad_specs_refused, 0, (int)(sizeof bad_specs / sizeof bad_specs[0]));
+    tcase_add_test(tc, duplicate_name);
+    tcase_add_test(tc, bad_uploads_then_good);
+    tcase_add_test(tc, put_shards_wrong_shape_server_side);
+    tcase_add_test(tc, still_serving);
+    tcase_add_test(tc, tokens);
+    tcase_add_test(tc, worker_killed);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK); /* the cluster lives in this process */
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,476 @@
+/* harness: real clusters, shmapctl runs and temp dirs for the e2e suites. */
+#define _GNU_SOURCE
+#include "harness.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+/* Process groups of the clusters still running, so a watchdog can end them
+ * if a suite hangs (Check's timeouts do not apply in CK_NOFORK mode, and a
+ * runner that kills the suite would leave the cluster behind). */
+static pthread_mutex_t g_live_mu = PTHREAD_MUTEX_INITIALIZER;
+static pid_t g_live[16];
+static int g_watchdog_started;
+
+static void live_set(pid_t pid, int on)
+{
+    pthread_mutex_lock(&g_live_mu);
+    for (int i = 0; i < 16; i++)
+        if (on ? g_live[i] == 0 : g_live[i] == pid) {
+            g_live[i] = on ? pid : 0;
+            break;
+        }
+    pthread_mutex_unlock(&g_live_mu);
+}
+
+static void *watchdog(void *arg)
+{
+    const char *env = getenv("SM_E2E_WATCHDOG_S");
+    int secs = env && atoi(env) > 0 ? atoi(env) : 300;
+    (void)arg;
+    sleep((unsigned)secs);
+    fprintf(stderr, "harness: the suite ran longer than %d s; ending its clusters\n", secs);
+    pthread_mutex_lock(&g_live_mu);
+    for (int i = 0; i < 16; i++)
+        if (g_live[i] > 0)
+            kill(-g_live[i], SIGKILL);
+    _exit(1);
+}
+
+static void watchdog_start(void)
+{
+    pthread_t th;
+    pthread_mutex_lock(&g_live_mu);
+    if (!g_watchdog_started && pthread_create(&th, NULL, watchdog, NULL) == 0) {
+        pthread_detach(th);
+        g_watchdog_started = 1;
+    }
+    pthread_mutex_unlock(&g_live_mu);
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+char *harness_tmpdir(void)
+{
+    const char *base = getenv("TMPDIR");
+    char *p = NULL;
+    if (asprintf(&p, "%s/shmap-e2e-XXXXXX", base && *base ? base : "/tmp") < 0)
+        return NULL;
+    if (!mkdtemp(p)) {
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+void harness_rmdir(char *path)
+{
+    if (!path)
+        return;
+    nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    free(path);
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    if (!f)
+        return strdup("");
+    for (;;) {
+        if (len + 4096 + 1 > cap) {
+            cap = cap ? cap * 2 : 8192;
+            char *nb = realloc(buf, cap);
+            if (!nb)
+                break;
+            buf = nb;
+        }
+        size_t n = fread(buf + len, 1, cap - len - 1, f);
+        if (n == 0)
+            break;
+        len += n;
+    }
+    fclose(f);
+    if (!buf)
+        return strdup("");
+    buf[len] = 0;
+    return buf;
+}
+
+/* environ without SHMAP_TARGET / SHMAP_TOKEN, plus the given entries. */
+static char **make_env(const char *target, const char *token)
+{
+    size_t n = 0;
+    while (environ[n])
+        n++;
+    char **env = calloc(n + 3, sizeof *env);
+    size_t k = 0;
+    if (!env)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], "SHMAP_TARGET=", 13) && strncmp(environ[i], "SHMAP_TOKEN=", 12))
+            env[k++] = environ[i];
+    if (target && asprintf(&env[k], "SHMAP_TARGET=%s", target) >= 0)
+        k++;
+    if (token && *token && asprintf(&env[k], "SHMAP_TOKEN=%s", token) >= 0)
+        k++;
+    env[k] = NULL;
+    return env;
+}
+
+static void free_env(char **env)
+{
+    if (!env)
+        return;
+    for (size_t i = 0; env[i]; i++)
+        if (!strncmp(env[i], "SHMAP_TARGET=", 13) || !strncmp(env[i], "SHMAP_TOKEN=", 12))
+            free(env[i]);
+    free(env);
+}
+
+/* Spawns argv with stdout/stderr to files (NULL: inherit); new process
+ * group if pgroup. */
+static pid_t spawn(char *const *argv, char **env, const char *out, const char *errf, int pgroup)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t at;
+    pid_t pid = -1;
+
+    posix_spawn_file_actions_init(&fa);
+    posix_spawnattr_init(&at);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    if (out)
+        posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (errf)
+        posix_spawn_file_actions_addopen(&fa, 2, errf, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (pgroup) {
+        posix_spawnattr_setpgroup(&at, 0);
+        posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP);
+    }
+    if (posix_spawn(&pid, argv[0], &fa, &at, argv, env) != 0)
+        pid = -1;
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&at);
+    return pid;
+}
+
+static void dump_log(const harness_cluster *h)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/coordinator.log", h->dir);
+    char *log = slurp(path);
+    fprintf(stderr, "---- coordinator log (%s) ----\n%s---- end of log ----\n", path, log);
+    free(log);
+}
+
+sm_err harness_cluster_start(const harness_opts *o, harness_cluster **out, char *err, size_t errlen)
+{
+    const char *bin = getenv("SHMAP_COORDINATOR_BIN");
+    harness_cluster *h;
+    char portfile[512], logfile[512], nw[16], nd[16];
+    char *dir;
+    sm_client *c = NULL;
+    sm_err e;
+
+    *out = NULL;
+    if (!bin || !*bin)
+        return sm_fail(err, errlen, SM_EUNAVAILABLE, "SHMAP_COORDINATOR_BIN is not set");
+    if (!(h = calloc(1, sizeof *h)) || !(dir = harness_tmpdir())) {
+        free(h);
+        return sm_fail(err, errlen, SM_EIO, "cannot create a temp dir");
+    }
+    snprintf(h->dir, sizeof h->dir, "%s", dir);
+    free(dir);
+    h->nworkers = o->nworkers;
+    h->ndevices = o->nworkers * o->devices_per_worker;
+    if (o->token)
+        snprintf(h->token, sizeof h->token, "%s", o->token);
+    snprintf(portfile, sizeof portfile, "%s/port", h->dir);
+    snprintf(logfile, sizeof logfile, "%s/coordinator.log", h->dir);
+    snprintf(nw, sizeof nw, "%d", o->nworkers);
+    snprintf(nd, sizeof nd, "%d", o->devices_per_worker);
+    char *argv[16] = {(char *)bin,
+                      "--listen",
+                      "127.0.0.1:0",
+                      "--port-file",
+                      portfile,
+                      "--local-workers",
+                      nw,
+                      "--devices-per-worker",
+                      nd,
+                      NULL};
+    if (o->token) {
+        argv[9] = "--token";
+        argv[10] = (char *)o->token;
+        argv[11] = NULL;
+    }
+    char **env = make_env(NULL, NULL);
+    watchdog_start();
+    h->pid = spawn(argv, env, logfile, logfile, 1);
+    free_env(env);
+    if (h->pid > 0)
+        live_set(h->pid, 1);
+    if (h->pid < 0) {
+        e = sm_fail(err, errlen, SM_EUNAVAILABLE, "cannot start %s", bin);
+        goto fail;
+    }
+    int64_t until = now_ms() + 30000;
+    while (!h->port) {
+        FILE *f = fopen(portfile, "r");
+        if (f) {
+            char line[128] = "";
+            if (fgets(line, sizeof line, f) && strchr(line, '\n')) {
+                char *colon = strrchr(line, ':');
+                h->port = atoi(colon ? colon + 1 : line);
+            }
+            fclose(f);
+        }
+        int st;
+        if (waitpid(h->pid, &st, WNOHANG) == h->pid) {
+            kill(-h->pid, SIGKILL); /* any worker it started */
+            live_set(h->pid, 0);
+            h->pid = -1;
+            e = sm_fail(err, errlen, SM_EUNAVAILABLE, "the coordinator exited at start-up");
+            goto fail;
+        }
+        if (!h->port) {
+            if (now_ms() > until) {
+                e = sm_fail(err, errlen, SM_ETIMEOUT, "the coordinator wrote no port file");
+                goto fail;
+            }
+            sleep_ms(20);
+        }
+    }
+    snprintf(h->target, sizeof h->target, "127.0.0.1:%d", h->port);
+    if ((e = harness_connect(h, &c, err, errlen)))
+        goto fail;
+    e = harness_wait_workers(c, o->nworkers, (int)(until - now_ms()), err, errlen);
+    sm_client_close(c);
+    if (e)
+        goto fail;
+    *out = h;
+    return SM_OK;
+
+fail:
+    dump_log(h);
+    harness_cluster_stop(h);
+    return e;
+}
+
+sm_err harness_wait_workers(sm_client *c, int alive, int timeout_ms, char *err, size_t errlen)
+{
+    int64_t until = now_ms() + timeout_ms;
+    int got = -1;
+    sm_err e = SM_OK;
+    for (;;) {
+        sm_worker_info *w = NULL;
+        int n = 0;
+        e = sm_client_devices(c, &w, &n, err, errlen);
+        if (!e) {
+            got = 0;
+            for (int i = 0; i < n; i++)
+                got += w[i].alive;
+        }
+        free(w);
+        if (got == alive)
+            return SM_OK;
+        if (now_ms() > until)
+            break;
+        sleep_ms(50);
+    }
+    if (e)
+        return e;
+    return sm_fail(err, errlen, SM_ETIMEOUT, "%d workers were alive, not %d", got, alive);
+}
+
+void harness_cluster_stop(harness_cluster *h)
+{
+    if (!h)
+        return;
+    if (h->pid > 0) {
+        int st;
+        kill(h->pid, SIGTERM);
+        int64_t until = now_ms() + 5000;
+        while (waitpid(h->pid, &st, WNOHANG) == 0 && now_ms() < until)
+            sleep_ms(20);
+        /* Whatever is left of the group (a stuck coordinator, its workers). */
+        kill(-h->pid, SIGKILL);
+        waitpid(h->pid, &st, WNOHANG);
+        live_set(h->pid, 0);
+    }
+    harness_rmdir(strdup(h->dir));
+    free(h);
+}
+
+sm_err harness_connect(const harness_cluster *h, sm_client **out, char *err, size_t errlen)
+{
+    sm_client_opts o = {.token = h->token[0] ? h->token : NULL, .timeout_ms = 30000};
+    return sm_client_connect(h->target, &o, out, err, errlen);
+}
+
+int harness_worker_pids(const harness_cluster *h, pid_t *out, int max)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *de;
+    int n = 0;
+    if (!d)
+        return 0;
+    while ((de = readdir(d)) && n < max) {
+        char path[300], buf[512];
+        if (de->d_name[0] < '0' || de->d_name[0] > '9')
+            continue;
+        snprintf(path, sizeof path, "/proc/%s/stat", de->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        size_t len = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[len] = 0;
+        char *rp = strrchr(buf, ')');
+        char state;
+        int ppid;
+        if (rp && sscanf(rp + 1, " %c %d", &state, &ppid) == 2 && ppid == h->pid && state != 'Z')
+            out[n++] = (pid_t)atoi(de->d_name);
+    }
+    closedir(d);
+    return n;
+}
+
+int harness_wait_state(sm_client *c, sm_array_ref ref, int state, int timeout_ms)
+{
+    int64_t until = now_ms() + timeout_ms;
+    int got = 0;
+    for (;;) {
+        sm_array_info info;
+        char err[512];
+        if (sm_client_describe(c, ref, &info, err, sizeof err) == SM_OK) {
+            got = (int)info.state;
+            sm_array_info_free(&info);
+        }
+        if (got == state || now_ms() > until)
+            return got;
+        sleep_ms(50);
+    }
+}
+
+int harness_shmapctl(const harness_cluster *h, harness_run *r, const char *const *args)
+{
+    const char *bin = getenv("SHMAPCTL");
+    char *dir = harness_tmpdir();
+    char outp[512], errp[512];
+    char *argv[64];
+    int n = 0, st = 0;
+
+    memset(r, 0, sizeof *r);
+    r->code = -1;
+    if (!bin || !dir) {
+        harness_rmdir(dir);
+        return -1;
+    }
+    argv[n++] = (char *)bin;
+    for (int i = 0; args[i] && n < 63; i++)
+        argv[n++] = (char *)args[i];
+    argv[n] = NULL;
+    snprintf(outp, sizeof outp, "%s/out", dir);
+    snprintf(errp, sizeof errp, "%s/err", dir);
+    char **env = make_env(h ? h->target : NULL, h && h->token[0] ? h->token : NULL);
+    pid_t pid = spawn(argv, env, outp, errp, 0);
+    free_env(env);
+    if (pid < 0) {
+        harness_rmdir(dir);
+        return -1;
+    }
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    r->code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    r->out = slurp(outp);
+    r->err = slurp(errp);
+    harness_rmdir(dir);
+    return 0;
+}
+
+void harness_run_free(harness_run *r)
+{
+    free(r->out);
+    free(r->err);
+    r->out = r->err = NULL;
+}
+
+sm_array *harness_array_iota(sm_dtype t, const sm_shape *s, uint64_t seed)
+{
+    sm_array *a = NULL;
+    char err[256];
+    if (sm_array_create(t, s, &a, err, sizeof err))
+        abort();
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    unsigned char *p = a->data;
+    for (int64_t i = 0; i < a->nbytes; i++) {
+        /* splitmix64, one byte per step is plenty for test data */
+        x += 0x9E3779B97F4A7C15ull;
+        uint64_t z = x;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        p[i] = (unsigned char)(z >> 56);
+        if (t == SM_BOOL)
+            p[i] &= 1;
+    }
+    return a;
+}
+
+sm_shape harness_shape_of(int rank, const int64_t *dims)
+{
+    sm_shape s = {.rank = rank};
+    for (int i = 0; i < rank; i++)
+        s.dims[i] = dims[i];
+    return s;
+}
+
+sm_sharding_ref harness_sharding(sm_mesh *mesh, const char *axes, const int32_t *devices,
+                                 int ndevices, const char *spec)
+{
+    sm_sharding_ref r;
+    char err[256];
+    memset(&r, 0, sizeof r);
+    if (sm_mesh_parse(axes, devices, ndevices, mesh, err, sizeof err) ||
+        sm_pspec_parse(spec, &r.spec, err, sizeof err)) {
+        fprintf(stderr, "harness_sharding: %s\n", err);
+        abort();
+    }
+    r.mesh = mesh;
+    r.default_order = devices == NULL;
+    return r;
+}
