@@ -1,0 +1,330 @@
+/* sm_svc_job: the Coordinator's job methods (SubmitJob, WaitJob, GetJob,
+ * CancelJob): adapters and client calls, with the same conventions as
+ * sm_svc_coord_serve.c and sm_svc_coord.c. The Program conversion is in
+ * sm_svc_job_conv.c; the Worker's job methods in sm_svc_job_worker.c. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sm_svc_internal.h"
+#include "sm_svc_job.h"
+
+/* Provided by LeakSanitizer in sanitizer builds, absent otherwise. */
+extern void __lsan_ignore_object(const void *p) __attribute__((weak));
+
+#define SM_SVC_MAX_OUTPUTS 1024
+
+/* Shared with sm_svc_job_conv.c / sm_svc_job_worker.c (defined there/here). */
+Shmap__V1__Program *sm_svc_program_enc(sm_arena *a, const sm_program *p);
+sm_err sm_svc_program_dec(const Shmap__V1__Program *m, const char *what, sm_program **out,
+                          char *err, size_t errlen);
+
+/* ---- JobInfo conversions ------------------------------------------------------------ */
+
+static Shmap__V1__JobInfo *job_info_enc(sm_arena *a, const sm_job_info *in)
+{
+    Shmap__V1__JobInfo *p = sm_arena_alloc(a, sizeof *p);
+    if (!p)
+        return NULL;
+    shmap__v1__job_info__init(p);
+    p->job_id = in->id.v;
+    p->state = (Shmap__V1__JobState)in->state;
+    p->error = (char *)in->error;
+    p->queued_us = in->queued_us;
+    p->run_us = in->run_us;
+    if (in->noutputs > 0 && in->outputs) {
+        p->outputs = sm_arena_alloc(a, (size_t)in->noutputs * sizeof *p->outputs);
+        if (!p->outputs)
+            return NULL;
+        for (int i = 0; i < in->noutputs; i++)
+            if (!(p->outputs[p->n_outputs++] = sm_svc_array_info_enc(a, &in->outputs[i])))
+                return NULL;
+    }
+    return p;
+}
+
+/* out->outputs is malloc'd (sm_job_info_free); nothing is left allocated on
+ * failure. */
+static sm_err job_info_dec(const Shmap__V1__JobInfo *p, sm_job_info *out, char *err, size_t errlen)
+{
+    char what[64];
+    sm_err e;
+    memset(out, 0, sizeof *out);
+    if (p->state < SHMAP__V1__JOB_STATE__JOB_QUEUED ||
+        p->state > SHMAP__V1__JOB_STATE__JOB_CANCELLED)
+        return sm_fail(err, errlen, SM_EINVAL, "JobInfo.state is %d, which is not a known state",
+                       (int)p->state);
+    if ((e = sm_svc_str_dec(p->error, sizeof out->error, "JobInfo.error", out->error, err,
+                            errlen)) ||
+        (e = sm_svc_count_dec(p->n_outputs, SM_SVC_MAX_OUTPUTS, "JobInfo", "outputs", err, errlen)))
+        return e;
+    out->id.v = p->job_id;
+    out->state = (sm_job_state)p->state;
+    out->queued_us = p->queued_us;
+    out->run_us = p->run_us;
+    if (p->n_outputs) {
+        out->outputs = calloc(p->n_outputs, sizeof *out->outputs);
+        if (!out->outputs)
+            return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate %zu outputs", p->n_outputs);
+    }
+    for (size_t i = 0; i < p->n_outputs; i++) {
+        snprintf(what, sizeof what, "JobInfo.outputs[%zu]", i);
+        if ((e = sm_svc_array_info_dec(p->outputs[i], what, &out->outputs[i], err, errlen))) {
+            out->noutputs = (int)i;
+            sm_job_info_free(out);
+            return e;
+        }
+    }
+    out->noutputs = (int)p->n_outputs;
+    return SM_OK;
+}
+
+/* ---- adapters ---------------------------------------------------------------------- */
+
+typedef struct {
+    const sm_svc_coord_job_ops *ops;
+    void *user;
+} job_ctx;
+
+#define OP(c, name)                                                                                \
+    do {                                                                                           \
+        if (!(c)->ops->name) {                                                                     \
+            sm_svc_finish_unimplemented(call);                                                     \
+            return;                                                                                \
+        }                                                                                          \
+    } while (0)
+
+static void submit(sm_rpc_call *call, void *u)
+{
+    const job_ctx *c = u;
+    OP(c, submit);
+    ProtobufCMessage *m = sm_svc_recv_request(call);
+    if (!m)
+        return;
+    const Shmap__V1__SubmitJobRequest *r = (const Shmap__V1__SubmitJobRequest *)m;
+    char err[SM_SVC_ERRLEN] = "", what[64];
+    sm_svc_submit_req req;
+    memset(&req, 0, sizeof req);
+    sm_job_id id = {0};
+    sm_err e;
+    if ((e = sm_svc_count_dec(r->n_args, SM_SVC_MAX_OUTPUTS, "SubmitJobRequest", "args", err,
+                              sizeof err)) ||
+        (e = sm_svc_count_dec(r->n_out_names, SM_SVC_MAX_OUTPUTS, "SubmitJobRequest", "out_names",
+                              err, sizeof err)))
+        goto done;
+    req.args = calloc(r->n_args ? r->n_args : 1, sizeof *req.args);
+    req.out_names = calloc(r->n_out_names ? r->n_out_names : 1, sizeof *req.out_names);
+    if (!req.args || !req.out_names) {
+        e = sm_fail(err, sizeof err, SM_ENOMEM, "cannot allocate a request");
+        goto done;
+    }
+    for (size_t i = 0; i < r->n_args; i++) {
+        snprintf(what, sizeof what, "SubmitJobRequest.args[%zu]", i);
+        if ((e = sm_svc_array_ref_dec(r->args[i], what, &req.args[i], err, sizeof err)))
+            goto done;
+    }
+    for (size_t i = 0; i < r->n_out_names; i++) {
+        snprintf(what, sizeof what, "SubmitJobRequest.out_names[%zu]", i);
+        if ((e = sm_svc_str_dec(r->out_names[i], SM_NAME_MAX, what, NULL, err, sizeof err)))
+            goto done;
+        req.out_names[i] = r->out_names[i] ? r->out_names[i] : "";
+    }
+    if ((e = sm_svc_program_dec(r->program, "SubmitJobRequest.program", &req.program, err,
+                                sizeof err)))
+        goto done;
+    if (r->n_args != (size_t)req.program->nparams) {
+        e = sm_fail(err, sizeof err, SM_EINVAL,
+                    "the job has %zu arguments but program '%s' takes %d parameters", r->n_args,
+                    req.program->name, req.program->nparams);
+        goto done;
+    }
+    if (r->n_out_names > (size_t)req.program->nreturns) {
+        e = sm_fail(err, sizeof err, SM_EINVAL,
+                    "the job names %zu outputs but program '%s' returns %d values", r->n_out_names,
+                    req.program->name, req.program->nreturns);
+        goto done;
+    }
+    req.nargs = (int)r->n_args;
+    req.nout_names = (int)r->n_out_names;
+    req.check_vma = !r->no_check_vma;
+    req.deadline_ms = r->deadline_ms;
+    e = c->ops->submit(c->user, &req, &id, err, sizeof err);
+    req.program = NULL; /* the handler's now */
+done:
+    sm_program_free(req.program);
+    free(req.args);
+    free(req.out_names);
+    sm_rpc_msg_free(m);
+    if (e) {
+        sm_svc_finish_err(call, e, err);
+        return;
+    }
+    Shmap__V1__SubmitJobReply rep;
+    shmap__v1__submit_job_reply__init(&rep);
+    rep.job_id = id.v;
+    sm_rpc_finish(call, SM_OK, NULL, &rep.base);
+}
+
+/* WaitJob / GetJob / CancelJob: a JobRef in, a JobInfo out. */
+typedef enum { REF_WAIT, REF_GET, REF_CANCEL } ref_kind;
+
+static void job_ref_call(sm_rpc_call *call, const job_ctx *c, ref_kind kind)
+{
+    ProtobufCMessage *m = sm_svc_recv_request(call);
+    if (!m)
+        return;
+    const Shmap__V1__JobRef *r = (const Shmap__V1__JobRef *)m;
+    char err[SM_SVC_ERRLEN] = "";
+    sm_job_info *info = calloc(1, sizeof *info);
+    sm_job_id id = {r->job_id};
+    sm_err e;
+    if (!info)
+        e = sm_fail(err, sizeof err, SM_ENOMEM, "cannot allocate a job info");
+    else if (kind == REF_WAIT)
+        e = c->ops->wait(c->user, id, r->wait_ms, info, err, sizeof err);
+    else if (kind == REF_GET)
+        e = c->ops->get(c->user, id, info, err, sizeof err);
+    else
+        e = c->ops->cancel(c->user, id, info, err, sizeof err);
+    sm_rpc_msg_free(m);
+    sm_arena *a = e ? NULL : sm_arena_create(0);
+    Shmap__V1__JobInfo *p = a ? job_info_enc(a, info) : NULL;
+    if (e)
+        sm_svc_finish_err(call, e, err);
+    else if (!p)
+        sm_svc_finish_err(call, SM_ENOMEM, "the server ran out of memory encoding the reply");
+    else
+        sm_rpc_finish(call, SM_OK, NULL, &p->base);
+    if (a)
+        sm_arena_free(a);
+    if (info)
+        sm_job_info_free(info);
+    free(info);
+}
+
+static void wait_job(sm_rpc_call *call, void *u)
+{
+    const job_ctx *c = u;
+    OP(c, wait);
+    job_ref_call(call, c, REF_WAIT);
+}
+
+static void get_job(sm_rpc_call *call, void *u)
+{
+    const job_ctx *c = u;
+    OP(c, get);
+    job_ref_call(call, c, REF_GET);
+}
+
+static void cancel_job(sm_rpc_call *call, void *u)
+{
+    const job_ctx *c = u;
+    OP(c, cancel);
+    job_ref_call(call, c, REF_CANCEL);
+}
+
+sm_err sm_svc_coord_jobs_serve(sm_rpc_server *s, const sm_svc_coord_job_ops *ops, void *user,
+                               char *err, size_t errlen)
+{
+    static const sm_svc_coord_job_ops none; /* ops NULL: every method UNIMPLEMENTED */
+    job_ctx *ctx = calloc(1, sizeof *ctx);  /* never freed: see sm_svc_ctx_create */
+    if (!ctx)
+        return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate the job adapters");
+    if (__lsan_ignore_object)
+        __lsan_ignore_object(ctx);
+    ctx->ops = ops ? ops : &none;
+    ctx->user = user;
+    const sm_rpc_method rows[] = {
+#define ROW(name, req, fn) {SM_SVC_COORD_PATH(name), SM_RPC_UNARY, &req##__descriptor, fn, ctx}
+        ROW("SubmitJob", shmap__v1__submit_job_request, submit),
+        ROW("WaitJob", shmap__v1__job_ref, wait_job),
+        ROW("GetJob", shmap__v1__job_ref, get_job),
+        ROW("CancelJob", shmap__v1__job_ref, cancel_job),
+#undef ROW
+    };
+    sm_err e = SM_OK;
+    for (size_t i = 0; !e && i < sizeof rows / sizeof rows[0]; i++)
+        e = sm_rpc_server_add(s, &rows[i], err, errlen);
+    return e;
+}
+
+/* ---- client calls ------------------------------------------------------------------ */
+
+sm_err sm_svc_job_submit(sm_rpc_channel *ch, int deadline_ms, const sm_svc_submit_req *req,
+                         sm_job_id *out, char *err, size_t errlen)
+{
+    out->v = 0;
+    sm_arena *a = sm_arena_create(0);
+    Shmap__V1__SubmitJobRequest *p = a ? sm_arena_alloc(a, sizeof *p) : NULL;
+    int ok = p != NULL;
+    if (ok) {
+        shmap__v1__submit_job_request__init(p);
+        ok = (p->program = sm_svc_program_enc(a, req->program)) != NULL;
+    }
+    int na = req->nargs > 0 ? req->nargs : 0, nn = req->nout_names > 0 ? req->nout_names : 0;
+    if (ok && na) {
+        ok = (p->args = sm_arena_alloc(a, (size_t)na * sizeof *p->args)) != NULL;
+        for (int i = 0; ok && i < na; i++)
+            ok = (p->args[p->n_args++] = sm_svc_array_ref_enc(a, req->args[i])) != NULL;
+    }
+    if (ok && nn) {
+        ok = (p->out_names = sm_arena_alloc(a, (size_t)nn * sizeof *p->out_names)) != NULL;
+        for (int i = 0; ok && i < nn; i++)
+            p->out_names[p->n_out_names++] =
+                (char *)(req->out_names && req->out_names[i] ? req->out_names[i] : "");
+    }
+    if (!ok) {
+        sm_arena_free(a);
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory encoding a job");
+    }
+    p->no_check_vma = !req->check_vma;
+    p->deadline_ms = req->deadline_ms;
+    ProtobufCMessage *m;
+    sm_err e = sm_rpc_unary(ch, SM_SVC_COORD_PATH("SubmitJob"), &p->base,
+                            &shmap__v1__submit_job_reply__descriptor, &m, deadline_ms, err, errlen);
+    sm_arena_free(a);
+    if (e)
+        return e;
+    out->v = ((const Shmap__V1__SubmitJobReply *)m)->job_id;
+    sm_rpc_msg_free(m);
+    return SM_OK;
+}
+
+static sm_err job_ref_client(sm_rpc_channel *ch, const char *path, int deadline_ms, sm_job_id id,
+                             uint32_t wait_ms, sm_job_info *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    Shmap__V1__JobRef req;
+    shmap__v1__job_ref__init(&req);
+    req.job_id = id.v;
+    req.wait_ms = wait_ms;
+    ProtobufCMessage *m;
+    sm_err e = sm_rpc_unary(ch, path, &req.base, &shmap__v1__job_info__descriptor, &m, deadline_ms,
+                            err, errlen);
+    if (e)
+        return e;
+    char tmp[SM_SVC_ERRLEN];
+    e = job_info_dec((const Shmap__V1__JobInfo *)m, out, tmp, sizeof tmp);
+    sm_rpc_msg_free(m);
+    return e ? sm_svc_bad_reply(path, tmp, err, errlen) : SM_OK;
+}
+
+sm_err sm_svc_job_wait(sm_rpc_channel *ch, int deadline_ms, sm_job_id id, uint32_t wait_ms,
+                       sm_job_info *out, char *err, size_t errlen)
+{
+    int64_t dl = (int64_t)deadline_ms + wait_ms;
+    return job_ref_client(ch, SM_SVC_COORD_PATH("WaitJob"), dl > INT32_MAX ? INT32_MAX : (int)dl,
+                          id, wait_ms, out, err, errlen);
+}
+
+sm_err sm_svc_job_get(sm_rpc_channel *ch, int deadline_ms, sm_job_id id, sm_job_info *out,
+                      char *err, size_t errlen)
+{
+    return job_ref_client(ch, SM_SVC_COORD_PATH("GetJob"), deadline_ms, id, 0, out, err, errlen);
+}
+
+sm_err sm_svc_job_cancel(sm_rpc_channel *ch, int deadline_ms, sm_job_id id, sm_job_info *out,
+                         char *err, size_t errlen)
+{
+    return job_ref_client(ch, SM_SVC_COORD_PATH("CancelJob"), deadline_ms, id, 0, out, err, errlen);
+}

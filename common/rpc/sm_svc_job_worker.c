@@ -1,0 +1,393 @@
+/* sm_svc_job_worker: the Worker's job methods (RunJob, CancelJob, and the
+ * Exchange stream of collective blocks): adapters and client calls, with
+ * the conventions of sm_svc_worker.c and sm_svc_stream.c. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sm_svc_internal.h"
+#include "sm_svc_job.h"
+
+/* Provided by LeakSanitizer in sanitizer builds, absent otherwise. */
+extern void __lsan_ignore_object(const void *p) __attribute__((weak));
+
+#define SM_SVC_MAX_JOB_ARRAYS 1024
+
+/* Defined in sm_svc_job_conv.c. */
+Shmap__V1__Program *sm_svc_program_enc(sm_arena *a, const sm_program *p);
+sm_err sm_svc_program_dec(const Shmap__V1__Program *m, const char *what, sm_program **out,
+                          char *err, size_t errlen);
+
+/* ---- RunJobRequest conversions ---------------------------------------------------- */
+
+static Shmap__V1__RunJobRequest *run_job_enc(sm_arena *a, const sm_svc_run_job_req *req)
+{
+    Shmap__V1__RunJobRequest *p = sm_arena_alloc(a, sizeof *p);
+    if (!p)
+        return NULL;
+    shmap__v1__run_job_request__init(p);
+    p->job_id = req->job_id.v;
+    p->deadline_ms = req->deadline_ms;
+    if (!(p->program = sm_svc_program_enc(a, req->program)))
+        return NULL;
+    int ni = req->ninputs > 0 ? req->ninputs : 0, no = req->noutputs > 0 ? req->noutputs : 0;
+    int np = req->npeers > 0 ? req->npeers : 0;
+    p->input_arrays = sm_arena_alloc(a, (size_t)(ni ? ni : 1) * sizeof *p->input_arrays);
+    p->output_arrays = sm_arena_alloc(a, (size_t)(no ? no : 1) * sizeof *p->output_arrays);
+    p->peers = sm_arena_alloc(a, (size_t)(np ? np : 1) * sizeof *p->peers);
+    if (!p->input_arrays || !p->output_arrays || !p->peers)
+        return NULL;
+    for (int i = 0; i < ni; i++)
+        p->input_arrays[i] = req->inputs[i].v;
+    for (int i = 0; i < no; i++)
+        p->output_arrays[i] = req->outputs[i].v;
+    p->n_input_arrays = (size_t)ni;
+    p->n_output_arrays = (size_t)no;
+    for (int i = 0; i < np; i++) {
+        const sm_svc_peer *s = &req->peers[i];
+        Shmap__V1__PeerDevices *q = sm_arena_alloc(a, sizeof *q);
+        if (!q)
+            return NULL;
+        shmap__v1__peer_devices__init(q);
+        q->address = (char *)s->address;
+        q->n_devices = s->ndevices < 0                       ? 0
+                       : s->ndevices > SM_MAX_WORKER_DEVICES ? SM_MAX_WORKER_DEVICES
+                                                             : (size_t)s->ndevices;
+        q->devices = (int32_t *)s->devices;
+        p->peers[p->n_peers++] = q;
+    }
+    return p;
+}
+
+/* Fills out (inputs, outputs and peers malloc'd into *mem, one block freed
+ * with free; the program is new and the caller's). */
+static sm_err run_job_dec(const Shmap__V1__RunJobRequest *p, sm_svc_run_job_req *out, void **mem,
+                          char *err, size_t errlen)
+{
+    char what[96];
+    sm_err e;
+    memset(out, 0, sizeof *out);
+    *mem = NULL;
+    if ((e = sm_svc_count_dec(p->n_input_arrays, SM_SVC_MAX_JOB_ARRAYS, "RunJobRequest",
+                              "input_arrays", err, errlen)) ||
+        (e = sm_svc_count_dec(p->n_output_arrays, SM_SVC_MAX_JOB_ARRAYS, "RunJobRequest",
+                              "output_arrays", err, errlen)) ||
+        (e = sm_svc_count_dec(p->n_peers, SM_MAX_DEVICES, "RunJobRequest", "peers", err, errlen)))
+        return e;
+    size_t ids = (p->n_input_arrays + p->n_output_arrays) * sizeof(sm_array_id);
+    uint8_t *blk = malloc(ids + p->n_peers * sizeof(sm_svc_peer) + 1);
+    if (!blk)
+        return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a job request");
+    out->inputs = (sm_array_id *)blk;
+    out->outputs = out->inputs + p->n_input_arrays;
+    out->peers = (sm_svc_peer *)(blk + ids);
+    for (size_t i = 0; i < p->n_input_arrays; i++)
+        out->inputs[i].v = p->input_arrays[i];
+    for (size_t i = 0; i < p->n_output_arrays; i++)
+        out->outputs[i].v = p->output_arrays[i];
+    for (size_t i = 0; i < p->n_peers; i++) {
+        const Shmap__V1__PeerDevices *q = p->peers[i];
+        sm_svc_peer *s = &out->peers[i];
+        memset(s, 0, sizeof *s);
+        snprintf(what, sizeof what, "RunJobRequest.peers[%zu].address", i);
+        if ((e = sm_svc_str_dec(q->address, SM_ADDR_MAX, what, s->address, err, errlen)))
+            goto fail;
+        snprintf(what, sizeof what, "RunJobRequest.peers[%zu]", i);
+        if ((e = sm_svc_count_dec(q->n_devices, SM_MAX_WORKER_DEVICES, what, "devices", err,
+                                  errlen)))
+            goto fail;
+        s->ndevices = (int)q->n_devices;
+        sm_svc_copy(s->devices, q->devices, q->n_devices * sizeof *q->devices);
+    }
+    if ((e = sm_svc_program_dec(p->program, "RunJobRequest.program", &out->program, err, errlen)))
+        goto fail;
+    if (!out->program->has_devices) {
+        e = sm_fail(err, errlen, SM_EINVAL,
+                    "RunJobRequest.program.mesh has no devices; a job's mesh is sent with them");
+        goto fail;
+    }
+    if (p->n_input_arrays != (size_t)out->program->nparams ||
+        p->n_output_arrays != (size_t)out->program->nreturns) {
+        e = sm_fail(err, errlen, SM_EINVAL,
+                    "RunJobRequest has %zu input_arrays and %zu output_arrays but the program "
+                    "takes %d parameters and returns %d values",
+                    p->n_input_arrays, p->n_output_arrays, out->program->nparams,
+                    out->program->nreturns);
+        goto fail;
+    }
+    out->job_id.v = p->job_id;
+    out->ninputs = (int)p->n_input_arrays;
+    out->noutputs = (int)p->n_output_arrays;
+    out->npeers = (int)p->n_peers;
+    out->deadline_ms = p->deadline_ms;
+    *mem = blk;
+    return SM_OK;
+fail:
+    sm_program_free(out->program);
+    out->program = NULL;
+    free(blk);
+    return e;
+}
+
+static void coll_msg_enc(const sm_svc_coll_msg *m, Shmap__V1__CollMsg *p)
+{
+    shmap__v1__coll_msg__init(p);
+    p->job_id = m->job_id.v;
+    p->seq = m->seq;
+    p->src_device = m->src_device;
+    p->dst_device = m->dst_device;
+    p->offset = m->offset;
+    p->data.len = m->len;
+    p->data.data = (uint8_t *)m->data;
+    p->total_bytes = m->total_bytes;
+    p->last = m->last != 0;
+    p->checksum = m->checksum;
+}
+
+static sm_err coll_msg_dec(const Shmap__V1__CollMsg *p, sm_svc_coll_msg *out, char *err,
+                           size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    if (p->offset < 0)
+        return sm_fail(err, errlen, SM_EINVAL, "CollMsg.offset is %" PRId64 "; must be >= 0",
+                       p->offset);
+    if (p->total_bytes < 0)
+        return sm_fail(err, errlen, SM_EINVAL, "CollMsg.total_bytes is %" PRId64 "; must be >= 0",
+                       p->total_bytes);
+    if (p->src_device < 0)
+        return sm_fail(err, errlen, SM_EINVAL, "CollMsg.src_device is %d; must be >= 0",
+                       (int)p->src_device);
+    if (p->dst_device < -1)
+        return sm_fail(err, errlen, SM_EINVAL, "CollMsg.dst_device is %d; must be >= -1",
+                       (int)p->dst_device);
+    out->job_id.v = p->job_id;
+    out->seq = p->seq;
+    out->src_device = p->src_device;
+    out->dst_device = p->dst_device;
+    out->offset = p->offset;
+    out->data = p->data.len ? p->data.data : NULL;
+    out->len = p->data.len;
+    out->total_bytes = p->total_bytes;
+    out->last = p->last != 0;
+    out->checksum = p->checksum;
+    return SM_OK;
+}
+
+/* ---- adapters ---------------------------------------------------------------------- */
+
+typedef struct {
+    const sm_svc_worker_job_ops *ops;
+    void *user;
+} job_ctx;
+
+#define OP(c, name)                                                                                \
+    do {                                                                                           \
+        if (!(c)->ops->name) {                                                                     \
+            sm_svc_finish_unimplemented(call);                                                     \
+            return;                                                                                \
+        }                                                                                          \
+    } while (0)
+
+static void run_job(sm_rpc_call *call, void *u)
+{
+    const job_ctx *c = u;
+    OP(c, run_job);
+    ProtobufCMessage *m = sm_svc_recv_request(call);
+    if (!m)
+        return;
+    char err[SM_SVC_ERRLEN] = "";
+    sm_svc_run_job_req req;
+    void *mem = NULL;
+    int64_t bytes = 0;
+    sm_err e = run_job_dec((const Shmap__V1__RunJobRequest *)m, &req, &mem, err, sizeof err);
+    sm_rpc_msg_free(m);
+    if (!e)
+        e = c->ops->run_job(c->user, &req, &bytes, err, sizeof err); /* takes req.program */
+    free(mem);
+    if (e) {
+        sm_svc_finish_err(call, e, err);
+        return;
+    }
+    Shmap__V1__RunJobReply rep;
+    shmap__v1__run_job_reply__init(&rep);
+    rep.output_bytes = bytes;
+    sm_rpc_finish(call, SM_OK, NULL, &rep.base);
+}
+
+static void cancel_job(sm_rpc_call *call, void *u)
+{
+    const job_ctx *c = u;
+    OP(c, cancel_job);
+    ProtobufCMessage *m = sm_svc_recv_request(call);
+    if (!m)
+        return;
+    sm_job_id id = {((const Shmap__V1__JobRef *)m)->job_id};
+    sm_rpc_msg_free(m);
+    char err[SM_SVC_ERRLEN] = "";
+    sm_err e = c->ops->cancel_job(c->user, id, err, sizeof err);
+    if (e) {
+        sm_svc_finish_err(call, e, err);
+        return;
+    }
+    Shmap__V1__Empty rep;
+    shmap__v1__empty__init(&rep);
+    sm_rpc_finish(call, SM_OK, NULL, &rep.base);
+}
+
+struct sm_svc_coll_in {
+    sm_rpc_call *call;
+    ProtobufCMessage *cur; /* the message the last msg points into */
+    int ended;
+};
+
+sm_err sm_svc_coll_recv(sm_svc_coll_in *in, sm_svc_coll_msg *msg, int *end, char *err,
+                        size_t errlen)
+{
+    *end = 0;
+    sm_rpc_msg_free(in->cur);
+    in->cur = NULL;
+    if (in->ended) {
+        *end = 1;
+        return SM_OK;
+    }
+    sm_err e = sm_rpc_recv(in->call, &in->cur, err, errlen);
+    if (e)
+        return e;
+    if (!in->cur) {
+        in->ended = 1;
+        *end = 1;
+        return SM_OK;
+    }
+    return coll_msg_dec((const Shmap__V1__CollMsg *)in->cur, msg, err, errlen);
+}
+
+static void exchange(sm_rpc_call *call, void *u)
+{
+    const job_ctx *c = u;
+    OP(c, exchange);
+    sm_svc_coll_in in = {call, NULL, 0};
+    int64_t bytes = 0;
+    char err[SM_SVC_ERRLEN] = "";
+    sm_err e = c->ops->exchange(c->user, &in, &bytes, err, sizeof err);
+    sm_rpc_msg_free(in.cur);
+    if (e) {
+        sm_svc_finish_err(call, e, err);
+        return;
+    }
+    Shmap__V1__CollAck rep;
+    shmap__v1__coll_ack__init(&rep);
+    rep.bytes = bytes;
+    sm_rpc_finish(call, SM_OK, NULL, &rep.base);
+}
+
+sm_err sm_svc_worker_jobs_serve(sm_rpc_server *s, const sm_svc_worker_job_ops *ops, void *user,
+                                char *err, size_t errlen)
+{
+    static const sm_svc_worker_job_ops none; /* ops NULL: every method UNIMPLEMENTED */
+    job_ctx *ctx = calloc(1, sizeof *ctx);   /* never freed: see sm_svc_ctx_create */
+    if (!ctx)
+        return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate the worker job adapters");
+    if (__lsan_ignore_object)
+        __lsan_ignore_object(ctx);
+    ctx->ops = ops ? ops : &none;
+    ctx->user = user;
+    const sm_rpc_method rows[] = {
+#define ROW(name, kind, req, fn) {SM_SVC_WORKER_PATH(name), kind, &req##__descriptor, fn, ctx}
+        ROW("RunJob", SM_RPC_UNARY, shmap__v1__run_job_request, run_job),
+        ROW("CancelJob", SM_RPC_UNARY, shmap__v1__job_ref, cancel_job),
+        ROW("Exchange", SM_RPC_CLIENT_STREAM, shmap__v1__coll_msg, exchange),
+#undef ROW
+    };
+    sm_err e = SM_OK;
+    for (size_t i = 0; !e && i < sizeof rows / sizeof rows[0]; i++)
+        e = sm_rpc_server_add(s, &rows[i], err, errlen);
+    return e;
+}
+
+/* ---- client calls ------------------------------------------------------------------ */
+
+sm_err sm_svc_worker_run_job(sm_rpc_channel *ch, int deadline_ms, const sm_svc_run_job_req *req,
+                             int64_t *output_bytes, char *err, size_t errlen)
+{
+    sm_arena *a = sm_arena_create(0);
+    Shmap__V1__RunJobRequest *p = a ? run_job_enc(a, req) : NULL;
+    if (!p) {
+        sm_arena_free(a);
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory encoding a job");
+    }
+    ProtobufCMessage *m;
+    sm_err e = sm_rpc_unary(ch, SM_SVC_WORKER_PATH("RunJob"), &p->base,
+                            &shmap__v1__run_job_reply__descriptor, &m, deadline_ms, err, errlen);
+    sm_arena_free(a);
+    if (e)
+        return e;
+    if (output_bytes)
+        *output_bytes = ((const Shmap__V1__RunJobReply *)m)->output_bytes;
+    sm_rpc_msg_free(m);
+    return SM_OK;
+}
+
+sm_err sm_svc_worker_cancel_job(sm_rpc_channel *ch, int deadline_ms, sm_job_id id, char *err,
+                                size_t errlen)
+{
+    Shmap__V1__JobRef p;
+    shmap__v1__job_ref__init(&p);
+    p.job_id = id.v;
+    ProtobufCMessage *m;
+    sm_err e = sm_rpc_unary(ch, SM_SVC_WORKER_PATH("CancelJob"), &p.base,
+                            &shmap__v1__empty__descriptor, &m, deadline_ms, err, errlen);
+    if (!e)
+        sm_rpc_msg_free(m);
+    return e;
+}
+
+struct sm_svc_coll_stream {
+    sm_rpc_stream *st;
+};
+
+sm_err sm_svc_coll_open(sm_rpc_channel *ch, int deadline_ms, sm_svc_coll_stream **out, char *err,
+                        size_t errlen)
+{
+    *out = NULL;
+    sm_svc_coll_stream *c = calloc(1, sizeof *c);
+    if (!c)
+        return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate an exchange stream");
+    sm_err e =
+        sm_rpc_cstream_open(ch, SM_SVC_WORKER_PATH("Exchange"), deadline_ms, &c->st, err, errlen);
+    if (e) {
+        free(c);
+        return e;
+    }
+    *out = c;
+    return SM_OK;
+}
+
+sm_err sm_svc_coll_send(sm_svc_coll_stream *st, const sm_svc_coll_msg *msg, char *err,
+                        size_t errlen)
+{
+    Shmap__V1__CollMsg p;
+    coll_msg_enc(msg, &p);
+    return sm_rpc_cstream_send(st->st, &p.base, err, errlen);
+}
+
+sm_err sm_svc_coll_finish(sm_svc_coll_stream *st, int64_t *bytes, char *err, size_t errlen)
+{
+    ProtobufCMessage *m = NULL;
+    sm_err e = sm_rpc_cstream_finish(st->st, &shmap__v1__coll_ack__descriptor, &m, err, errlen);
+    free(st);
+    if (e)
+        return e;
+    if (bytes)
+        *bytes = ((const Shmap__V1__CollAck *)m)->bytes;
+    sm_rpc_msg_free(m);
+    return SM_OK;
+}
+
+void sm_svc_coll_abort(sm_svc_coll_stream *st)
+{
+    if (!st)
+        return;
+    sm_rpc_stream_free(st->st);
+    free(st);
+}
