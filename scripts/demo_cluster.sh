@@ -23,15 +23,15 @@ trap cleanup EXIT
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 run() { echo "\$ shmapctl $*"; "$ctl" "$@"; }
 
-say "Starting a local cluster: shmap-coordinator --local-workers 2 --devices-per-worker 4"
+say "Starting a local cluster: shmap-coordinator --local-workers 4 --devices-per-worker 2 (4 processes x 2 devices)"
 "$bin/server/shmap-coordinator" --listen 127.0.0.1:0 --port-file "$work/port" \
-  --local-workers 2 --devices-per-worker 4 >"$work/cluster.log" 2>&1 &
+  --local-workers 4 --devices-per-worker 2 >"$work/cluster.log" 2>&1 &
 coord_pid=$!
 for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
 [ -s "$work/port" ] || { echo "the coordinator did not start:"; cat "$work/cluster.log"; exit 1; }
 export SHMAP_TARGET=127.0.0.1:$(head -1 "$work/port")
 for _ in $(seq 100); do
-  [ "$("$ctl" devices --json 2>/dev/null | "$py" -c 'import json,sys; print(sum(w["state"]=="alive" for w in json.load(sys.stdin)["workers"]))' 2>/dev/null)" = 2 ] && break
+  [ "$("$ctl" devices --json 2>/dev/null | "$py" -c 'import json,sys; print(sum(w["state"]=="alive" for w in json.load(sys.stdin)["workers"]))' 2>/dev/null)" = 4 ] && break
   sleep 0.1
 done
 run devices
@@ -66,11 +66,13 @@ for l in "${layouts[@]}"; do
 done
 
 say "Process-local upload: 4 clients, each sending only its own 16 rows (make_array_from_process_local_data)"
+pids=()
 for p in 0 1 2 3; do
   echo "\$ shmapctl put-local $work/local$p.npy --process $p --mesh x=4,y=2 --spec \"P('x', 'y')\" --name local &"
   "$ctl" put-local "$work/local$p.npy" --process "$p" --mesh x=4,y=2 --spec "P('x', 'y')" --name local &
+  pids+=($!)
 done
-wait
+for pid in "${pids[@]}"; do wait "$pid"; done
 run describe local
 run get local "$work/back-local.npy"
 cmp <(tail -c 32768 "$work/x.npy") <(tail -c 32768 "$work/back-local.npy") \

@@ -17,7 +17,7 @@
 /* Pending outputs of a job without a deadline fail after this long. */
 #define SM_JOBS_OUTPUT_DEADLINE_MS 86400000u
 
-int64_t sm_jobs_now_us(void)
+int64_t sm_cjobs_now_us(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -26,7 +26,7 @@ int64_t sm_jobs_now_us(void)
 
 /* ---- workers ------------------------------------------------------------------------ */
 
-sm_rpc_channel *sm_jobs_channel(sm_jobs *j, const char *address, char *err, size_t errlen)
+sm_rpc_channel *sm_cjobs_channel(sm_cjobs *j, const char *address, char *err, size_t errlen)
 {
     sm_rpc_channel *ch = NULL;
     pthread_mutex_lock(&j->chmu);
@@ -36,7 +36,7 @@ sm_rpc_channel *sm_jobs_channel(sm_jobs *j, const char *address, char *err, size
     if (!ch) {
         if (j->nchans == j->capchans) {
             int nc = j->capchans ? 2 * j->capchans : 8;
-            sm_jobs_chan *v = realloc(j->chans, (size_t)nc * sizeof *v);
+            sm_cjobs_chan *v = realloc(j->chans, (size_t)nc * sizeof *v);
             if (!v) {
                 sm_fail(err, errlen, SM_ENOMEM, "out of memory connecting to %s", address);
                 goto out;
@@ -54,13 +54,13 @@ out:
     return ch;
 }
 
-void sm_jobs_cancel_workers(sm_jobs *j, const sm_job *job, int skip)
+void sm_cjobs_cancel_workers(sm_cjobs *j, const sm_job *job, int skip)
 {
     char err[512];
     for (int k = 0; k < job->npeers; k++) {
         if (k == skip)
             continue;
-        sm_rpc_channel *ch = sm_jobs_channel(j, job->peers[k].address, err, sizeof err);
+        sm_rpc_channel *ch = sm_cjobs_channel(j, job->peers[k].address, err, sizeof err);
         if (!ch ||
             sm_svc_worker_cancel_job(ch, SM_JOBS_CTL_MS, (sm_job_id){job->id}, err, sizeof err))
             SM_DEBUG("job %llu: cancel on %s: %s", (unsigned long long)job->id,
@@ -68,7 +68,7 @@ void sm_jobs_cancel_workers(sm_jobs *j, const sm_job *job, int skip)
     }
 }
 
-void sm_jobs_delete_arrays(sm_jobs *j, const sm_array_id *ids, int n)
+void sm_cjobs_delete_arrays(sm_cjobs *j, const sm_array_id *ids, int n)
 {
     char err[512];
     for (int k = 0; k < n; k++) {
@@ -100,11 +100,11 @@ static void job_destroy(sm_job *job)
     free(job);
 }
 
-void sm_jobs_end_locked(sm_jobs *j, sm_job *job, sm_job_state state, const char *msg)
+void sm_cjobs_end_locked(sm_cjobs *j, sm_job *job, sm_job_state state, const char *msg)
 {
     job->state = state;
     snprintf(job->error, sizeof job->error, "%s", msg ? msg : "");
-    job->end_us = sm_jobs_now_us();
+    job->end_us = sm_cjobs_now_us();
     if (!job->start_us)
         job->start_us = job->end_us;
     pthread_cond_broadcast(&j->changed);
@@ -113,7 +113,7 @@ void sm_jobs_end_locked(sm_jobs *j, sm_job *job, sm_job_state state, const char 
 }
 
 /* The job with this id, or NULL (mu held). */
-static sm_job *job_find(sm_jobs *j, sm_job_id id)
+static sm_job *job_find(sm_cjobs *j, sm_job_id id)
 {
     return id.v >= 1 && id.v <= (uint64_t)j->njobs ? j->jobs[id.v - 1] : NULL;
 }
@@ -140,11 +140,11 @@ static sm_err info_copy(const sm_array_info *in, sm_array_info *out)
 }
 
 /* Fills out from job (mu NOT held: takes it; describes outputs after). */
-static sm_err job_describe(sm_jobs *j, sm_job *job, sm_job_info *out, char *err, size_t errlen)
+static sm_err job_describe(sm_cjobs *j, sm_job *job, sm_job_info *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
     pthread_mutex_lock(&j->mu);
-    int64_t now = sm_jobs_now_us();
+    int64_t now = sm_cjobs_now_us();
     out->id.v = job->id;
     out->state = job->state;
     snprintf(out->error, sizeof out->error, "%s", job->error);
@@ -184,7 +184,7 @@ static sm_err job_describe(sm_jobs *j, sm_job *job, sm_job_info *out, char *err,
 
 /* Checks req against the registry and fills job (everything but the id);
  * creates the output arrays. On failure nothing is left in the registry. */
-static sm_err job_prepare(sm_jobs *j, const sm_svc_submit_req *req, sm_job *job, char *err,
+static sm_err job_prepare(sm_cjobs *j, const sm_svc_submit_req *req, sm_job *job, char *err,
                           size_t errlen)
 {
     sm_registry *reg = j->coord->reg;
@@ -199,7 +199,7 @@ static sm_err job_prepare(sm_jobs *j, const sm_svc_submit_req *req, sm_job *job,
         return sm_fail(err, errlen, SM_EINVAL,
                        "the job has %d arguments but program '%s' takes %d parameters", req->nargs,
                        p->name, p->nparams);
-    if ((e = sm_jobs_check_out_names(p, req->nout_names, req->out_names, err, errlen)))
+    if ((e = sm_cjobs_check_out_names(p, req->nout_names, req->out_names, err, errlen)))
         return e;
     for (int k = 0; k < req->nout_names; k++) {
         const char *s = req->out_names[k];
@@ -215,11 +215,11 @@ static sm_err job_prepare(sm_jobs *j, const sm_svc_submit_req *req, sm_job *job,
     /* The mesh: the program's devices, or the default order. */
     if ((e = sm_registry_workers_list(reg, sm_registry_now_ms(), &workers, &nw, err, errlen)))
         return e;
-    if (!p->has_devices && (e = sm_jobs_default_devices(&p->mesh, workers, nw, err, errlen)))
+    if (!p->has_devices && (e = sm_cjobs_default_devices(&p->mesh, workers, nw, err, errlen)))
         goto out;
     p->has_devices = 1;
-    if ((e = sm_jobs_peers(&p->mesh, workers, nw, &job->peers, &job->wids, &job->npeers, err,
-                           errlen)))
+    if ((e = sm_cjobs_peers(&p->mesh, workers, nw, &job->peers, &job->wids, &job->npeers, err,
+                            errlen)))
         goto out;
     /* The arguments. */
     job->nargs = p->nparams;
@@ -238,9 +238,9 @@ static sm_err job_prepare(sm_jobs *j, const sm_svc_submit_req *req, sm_job *job,
                         tmp);
             goto out;
         }
-        e = sm_jobs_check_arg(p, k, &a, err, errlen);
+        e = sm_cjobs_check_arg(p, k, &a, err, errlen);
         job->args[k] = a.id;
-        job->reshard[k] = !sm_jobs_sharding_same(&a.sharding, &p->mesh, &p->params[k].spec);
+        job->reshard[k] = !sm_cjobs_sharding_same(&a.sharding, &p->mesh, &p->params[k].spec);
         sm_array_info_free(&a);
         if (e)
             goto out;
@@ -258,10 +258,12 @@ static sm_err job_prepare(sm_jobs *j, const sm_svc_submit_req *req, sm_job *job,
         cr.sharding.mesh = &p->mesh;
         cr.sharding.spec = p->out_specs[k];
         cr.kind = SM_PUT_SHARDS;
-        cr.deadline_ms = req->deadline_ms ? req->deadline_ms + 60000 : SM_JOBS_OUTPUT_DEADLINE_MS;
+        cr.deadline_ms = req->deadline_ms && req->deadline_ms < SM_JOBS_OUTPUT_DEADLINE_MS
+                             ? req->deadline_ms + 60000
+                             : SM_JOBS_OUTPUT_DEADLINE_MS;
         if ((e = sm_registry_array_create(reg, &cr, sm_registry_now_ms(), &rep, tmp, sizeof tmp))) {
             e = sm_fail(err, errlen, e, "output %d: %s", k, tmp);
-            sm_jobs_delete_arrays(j, job->outs, k);
+            sm_cjobs_delete_arrays(j, job->outs, k);
             memset(job->outs, 0, (size_t)k * sizeof *job->outs);
             goto out;
         }
@@ -276,14 +278,14 @@ out:
 
 static sm_err j_submit(void *user, sm_svc_submit_req *req, sm_job_id *out, char *err, size_t errlen)
 {
-    sm_jobs *j = user;
+    sm_cjobs *j = user;
     sm_job *job = calloc(1, sizeof *job);
     if (!job) {
         sm_program_free(req->program);
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory submitting a job");
     }
     job->prog = req->program; /* ours from here on */
-    job->submit_us = sm_jobs_now_us();
+    job->submit_us = sm_cjobs_now_us();
     job->state = SM_JOB_QUEUED;
     sm_err e = job_prepare(j, req, job, err, errlen);
     if (e) {
@@ -316,7 +318,7 @@ static sm_err j_submit(void *user, sm_svc_submit_req *req, sm_job_id *out, char 
     }
     pthread_mutex_unlock(&j->mu);
     if (e) {
-        sm_jobs_delete_arrays(j, job->outs, job->nout);
+        sm_cjobs_delete_arrays(j, job->outs, job->nout);
         job_destroy(job);
     }
     return e;
@@ -331,7 +333,7 @@ static int ended(const sm_job *job)
 }
 
 /* Waits (mu held) until job ended, the manager stops or wait_ms passed. */
-static void wait_end_locked(sm_jobs *j, sm_job *job, uint32_t wait_ms)
+static void wait_end_locked(sm_cjobs *j, sm_job *job, uint32_t wait_ms)
 {
     struct timespec until;
     clock_gettime(CLOCK_MONOTONIC, &until);
@@ -349,7 +351,7 @@ static void wait_end_locked(sm_jobs *j, sm_job *job, uint32_t wait_ms)
 static sm_err j_wait(void *user, sm_job_id id, uint32_t wait_ms, sm_job_info *out, char *err,
                      size_t errlen)
 {
-    sm_jobs *j = user;
+    sm_cjobs *j = user;
     pthread_mutex_lock(&j->mu);
     sm_job *job = job_find(j, id);
     if (job)
@@ -360,7 +362,7 @@ static sm_err j_wait(void *user, sm_job_id id, uint32_t wait_ms, sm_job_info *ou
 
 static sm_err j_get(void *user, sm_job_id id, sm_job_info *out, char *err, size_t errlen)
 {
-    sm_jobs *j = user;
+    sm_cjobs *j = user;
     pthread_mutex_lock(&j->mu);
     sm_job *job = job_find(j, id);
     pthread_mutex_unlock(&j->mu);
@@ -369,7 +371,7 @@ static sm_err j_get(void *user, sm_job_id id, sm_job_info *out, char *err, size_
 
 static sm_err j_cancel(void *user, sm_job_id id, sm_job_info *out, char *err, size_t errlen)
 {
-    sm_jobs *j = user;
+    sm_cjobs *j = user;
     int drop = 0, running = 0;
     char msg[128];
     pthread_mutex_lock(&j->mu);
@@ -377,7 +379,7 @@ static sm_err j_cancel(void *user, sm_job_id id, sm_job_info *out, char *err, si
     if (job && job->state == SM_JOB_QUEUED) {
         snprintf(msg, sizeof msg, "job %llu was cancelled before it started",
                  (unsigned long long)job->id);
-        sm_jobs_end_locked(j, job, SM_JOB_CANCELLED, msg);
+        sm_cjobs_end_locked(j, job, SM_JOB_CANCELLED, msg);
         drop = 1; /* the runner skips it when it comes up */
     } else if (job && job->state == SM_JOB_RUNNING && !job->cancel) {
         job->cancel = 1;
@@ -387,10 +389,10 @@ static sm_err j_cancel(void *user, sm_job_id id, sm_job_info *out, char *err, si
     if (!job)
         return not_found(id, err, errlen);
     if (drop)
-        sm_jobs_delete_arrays(j, job->outs, job->nout);
+        sm_cjobs_delete_arrays(j, job->outs, job->nout);
     if (running) {
         SM_INFO("job %llu: cancelling on %d workers", (unsigned long long)job->id, job->npeers);
-        sm_jobs_cancel_workers(j, job, -1);
+        sm_cjobs_cancel_workers(j, job, -1);
         pthread_mutex_lock(&j->mu);
         wait_end_locked(j, job, SM_JOBS_CTL_MS);
         pthread_mutex_unlock(&j->mu);
@@ -405,7 +407,7 @@ static const sm_svc_coord_job_ops job_ops = {
     .cancel = j_cancel,
 };
 
-const sm_svc_coord_job_ops *sm_jobs_ops(void)
+const sm_svc_coord_job_ops *sm_cjobs_ops(void)
 {
     return &job_ops;
 }
@@ -414,7 +416,7 @@ const sm_svc_coord_job_ops *sm_jobs_ops(void)
 
 static void *runner_main(void *arg)
 {
-    sm_jobs *j = arg;
+    sm_cjobs *j = arg;
     pthread_mutex_lock(&j->mu);
     for (;;) {
         while (!j->stopping && !j->qhead)
@@ -429,23 +431,23 @@ static void *runner_main(void *arg)
         if (job->state != SM_JOB_QUEUED)
             continue; /* cancelled while queued */
         job->state = SM_JOB_RUNNING;
-        job->start_us = sm_jobs_now_us();
+        job->start_us = sm_cjobs_now_us();
         pthread_cond_broadcast(&j->changed);
         pthread_mutex_unlock(&j->mu);
-        sm_jobs_run(j, job);
+        sm_cjobs_run(j, job);
         pthread_mutex_lock(&j->mu);
     }
     pthread_mutex_unlock(&j->mu);
     return NULL;
 }
 
-sm_err sm_jobs_create(sm_coord *coord, int nthreads, sm_jobs **out, char *err, size_t errlen)
+sm_err sm_cjobs_create(sm_coord *coord, int nthreads, sm_cjobs **out, char *err, size_t errlen)
 {
     *out = NULL;
     if (nthreads < 1 || nthreads > 16)
         return sm_fail(err, errlen, SM_EINVAL, "a job manager has 1 to 16 runner threads, not %d",
                        nthreads);
-    sm_jobs *j = calloc(1, sizeof *j);
+    sm_cjobs *j = calloc(1, sizeof *j);
     pthread_t *th = calloc((size_t)nthreads, sizeof *th);
     if (!j || !th) {
         free(j);
@@ -464,7 +466,7 @@ sm_err sm_jobs_create(sm_coord *coord, int nthreads, sm_jobs **out, char *err, s
     pthread_condattr_destroy(&ca);
     for (int i = 0; i < nthreads; i++) {
         if (pthread_create(&th[i], NULL, runner_main, j) != 0) {
-            sm_jobs_free(j);
+            sm_cjobs_free(j);
             return sm_fail(err, errlen, SM_ERESOURCE, "cannot start job runner thread %d", i);
         }
         j->nthreads++;
@@ -473,7 +475,7 @@ sm_err sm_jobs_create(sm_coord *coord, int nthreads, sm_jobs **out, char *err, s
     return SM_OK;
 }
 
-void sm_jobs_stop(sm_jobs *j)
+void sm_cjobs_stop(sm_cjobs *j)
 {
     if (!j)
         return;
@@ -488,7 +490,7 @@ void sm_jobs_stop(sm_jobs *j)
     for (int i = 0; i < n; i++) {
         sm_job *job = j->jobs[i];
         if (job->state == SM_JOB_QUEUED) {
-            sm_jobs_end_locked(j, job, SM_JOB_CANCELLED, "the coordinator shut down");
+            sm_cjobs_end_locked(j, job, SM_JOB_CANCELLED, "the coordinator shut down");
             if (drop)
                 drop[i] = 1;
         } else if (job->state == SM_JOB_RUNNING && !job->cancel) {
@@ -503,19 +505,19 @@ void sm_jobs_stop(sm_jobs *j)
     pthread_mutex_unlock(&j->mu);
     for (int i = 0; i < n; i++) {
         if (drop && drop[i])
-            sm_jobs_delete_arrays(j, j->jobs[i]->outs, j->jobs[i]->nout);
+            sm_cjobs_delete_arrays(j, j->jobs[i]->outs, j->jobs[i]->nout);
         if (cancel && cancel[i])
-            sm_jobs_cancel_workers(j, j->jobs[i], -1);
+            sm_cjobs_cancel_workers(j, j->jobs[i], -1);
     }
     free(drop);
     free(cancel);
 }
 
-void sm_jobs_free(sm_jobs *j)
+void sm_cjobs_free(sm_cjobs *j)
 {
     if (!j)
         return;
-    sm_jobs_stop(j);
+    sm_cjobs_stop(j);
     for (int i = 0; i < j->nthreads; i++)
         pthread_join(j->threads[i], NULL);
     for (int i = 0; i < j->njobs; i++)

@@ -24,22 +24,22 @@
 #include "sm_ir.h"
 #include "sm_svc_job.h"
 
-typedef struct sm_jobs sm_jobs;
+typedef struct sm_cjobs sm_cjobs;
 
 /* Starts a job manager with nthreads runner threads (1..16) over coord
  * (borrowed; it must outlive the manager). *out is freed with
- * sm_jobs_free. */
-sm_err sm_jobs_create(sm_coord *coord, int nthreads, sm_jobs **out, char *err, size_t errlen);
+ * sm_cjobs_free. */
+sm_err sm_cjobs_create(sm_coord *coord, int nthreads, sm_cjobs **out, char *err, size_t errlen);
 /* Stops taking jobs, cancels running ones and wakes every waiter, so that
  * handlers blocked in WaitJob return at once. Call before stopping the rpc
  * server. NULL ok. */
-void sm_jobs_stop(sm_jobs *j);
+void sm_cjobs_stop(sm_cjobs *j);
 /* Stops (if not yet), joins the runner threads and frees everything. Call
  * after the rpc server stopped and before the registry is freed. NULL ok. */
-void sm_jobs_free(sm_jobs *j);
+void sm_cjobs_free(sm_cjobs *j);
 
-/* The handler table; pass an sm_jobs * as user to sm_svc_coord_jobs_serve. */
-const sm_svc_coord_job_ops *sm_jobs_ops(void);
+/* The handler table; pass an sm_cjobs * as user to sm_svc_coord_jobs_serve. */
+const sm_svc_coord_job_ops *sm_cjobs_ops(void);
 
 /* Longest WaitJob the server blocks for; a longer wait_ms returns the job
  * still running after this long (the client asks again). */
@@ -49,25 +49,25 @@ const sm_svc_coord_job_ops *sm_jobs_ops(void);
 
 /* Output names: at most p->nreturns; NULL or "" entries are unnamed; the
  * rest at most SM_NAME_MAX-1 bytes, not all digits, and distinct. */
-sm_err sm_jobs_check_out_names(const sm_program *p, int n, const char *const *names, char *err,
-                               size_t errlen);
+sm_err sm_cjobs_check_out_names(const sm_program *p, int n, const char *const *names, char *err,
+                                size_t errlen);
 /* Argument k (described by a) against parameter k: READY, same dtype and
  * global shape. SM_EINVAL naming the parameter. */
-sm_err sm_jobs_check_arg(const sm_program *p, int k, const sm_array_info *a, char *err,
-                         size_t errlen);
+sm_err sm_cjobs_check_arg(const sm_program *p, int k, const sm_array_info *a, char *err,
+                          size_t errlen);
 /* 1 if sharding s lays an array out as spec on mesh m (same axes, sizes and
  * devices; specs equal up to trailing unsharded dimensions). */
-int sm_jobs_sharding_same(const sm_sharding *s, const sm_mesh *m, const sm_pspec *spec);
+int sm_cjobs_sharding_same(const sm_sharding *s, const sm_mesh *m, const sm_pspec *spec);
 /* Sets m->devices to the service's default order over the alive workers of
  * w[0..n) (process-index order, whole workers, sm_mesh_default_devices).
  * SM_EINVAL when the alive workers' devices do not make up the mesh. */
-sm_err sm_jobs_default_devices(sm_mesh *m, const sm_worker_info *w, int n, char *err,
-                               size_t errlen);
+sm_err sm_cjobs_default_devices(sm_mesh *m, const sm_worker_info *w, int n, char *err,
+                                size_t errlen);
 /* The workers holding the devices of m, each with its mesh devices in its
  * own order: *peers (malloc'd, one per worker, in process-index order) and
  * wids (worker ids, malloc'd). A device of a lost worker is SM_EUNAVAILABLE
  * naming both; a device no worker has is SM_EINVAL. */
-sm_err sm_jobs_peers(const sm_mesh *m, const sm_worker_info *w, int n, sm_svc_peer **peers,
-                     uint32_t **wids, int *npeers, char *err, size_t errlen);
+sm_err sm_cjobs_peers(const sm_mesh *m, const sm_worker_info *w, int n, sm_svc_peer **peers,
+                      uint32_t **wids, int *npeers, char *err, size_t errlen);
 
 #endif

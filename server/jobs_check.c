@@ -18,8 +18,8 @@ static const char *type_str(sm_dtype t, const sm_shape *s, char *buf, size_t len
     return buf;
 }
 
-sm_err sm_jobs_check_out_names(const sm_program *p, int n, const char *const *names, char *err,
-                               size_t errlen)
+sm_err sm_cjobs_check_out_names(const sm_program *p, int n, const char *const *names, char *err,
+                                size_t errlen)
 {
     if (n < 0 || n > p->nreturns)
         return sm_fail(err, errlen, SM_EINVAL,
@@ -46,8 +46,8 @@ sm_err sm_jobs_check_out_names(const sm_program *p, int n, const char *const *na
     return SM_OK;
 }
 
-sm_err sm_jobs_check_arg(const sm_program *p, int k, const sm_array_info *a, char *err,
-                         size_t errlen)
+sm_err sm_cjobs_check_arg(const sm_program *p, int k, const sm_array_info *a, char *err,
+                          size_t errlen)
 {
     const sm_ir_param *pa = &p->params[k];
     char label[SM_NAME_MAX + 32], want[128], got[128];
@@ -80,7 +80,7 @@ static int entry_same(const sm_pspec *a, const sm_pspec *b, int d)
     return 1;
 }
 
-int sm_jobs_sharding_same(const sm_sharding *s, const sm_mesh *m, const sm_pspec *spec)
+int sm_cjobs_sharding_same(const sm_sharding *s, const sm_mesh *m, const sm_pspec *spec)
 {
     const sm_mesh *h = &s->mesh;
     if (h->naxes != m->naxes || h->ndevices != m->ndevices)
@@ -113,7 +113,8 @@ static int alive_order(const sm_worker_info *w, int n, int *order)
     return k;
 }
 
-sm_err sm_jobs_default_devices(sm_mesh *m, const sm_worker_info *w, int n, char *err, size_t errlen)
+sm_err sm_cjobs_default_devices(sm_mesh *m, const sm_worker_info *w, int n, char *err,
+                                size_t errlen)
 {
     int64_t total = 1;
     for (int a = 0; a < m->naxes; a++)
@@ -154,8 +155,8 @@ out:
     return e;
 }
 
-sm_err sm_jobs_peers(const sm_mesh *m, const sm_worker_info *w, int n, sm_svc_peer **peers,
-                     uint32_t **wids, int *npeers, char *err, size_t errlen)
+sm_err sm_cjobs_peers(const sm_mesh *m, const sm_worker_info *w, int n, sm_svc_peer **peers,
+                      uint32_t **wids, int *npeers, char *err, size_t errlen)
 {
     *peers = NULL;
     *wids = NULL;

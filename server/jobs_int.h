@@ -12,7 +12,7 @@
 
 typedef struct sm_job {
     uint64_t id;
-    /* Guarded by sm_jobs.mu: */
+    /* Guarded by sm_cjobs.mu: */
     sm_job_state state;
     char error[SM_JOBS_ERR_MAX];
     int cancel;               /* cancel requested while running */
@@ -36,9 +36,9 @@ typedef struct sm_job {
 typedef struct {
     char address[SM_ADDR_MAX];
     sm_rpc_channel *ch;
-} sm_jobs_chan;
+} sm_cjobs_chan;
 
-struct sm_jobs {
+struct sm_cjobs {
     sm_coord *coord; /* borrowed */
     pthread_mutex_t mu;
     pthread_cond_t changed; /* a job's state changed (CLOCK_MONOTONIC) */
@@ -50,24 +50,24 @@ struct sm_jobs {
     int nthreads;
     pthread_t *threads;
     pthread_mutex_t chmu;
-    sm_jobs_chan *chans;
+    sm_cjobs_chan *chans;
     int nchans, capchans;
 };
 
 /* Monotonic clock in microseconds. */
-int64_t sm_jobs_now_us(void);
+int64_t sm_cjobs_now_us(void);
 /* The channel to a worker (created on first use, owned by j). */
-sm_rpc_channel *sm_jobs_channel(sm_jobs *j, const char *address, char *err, size_t errlen);
+sm_rpc_channel *sm_cjobs_channel(sm_cjobs *j, const char *address, char *err, size_t errlen);
 /* Sends CancelJob for job to every worker of its mesh but peers[skip]
  * (skip -1: all); errors are logged. */
-void sm_jobs_cancel_workers(sm_jobs *j, const sm_job *job, int skip);
+void sm_cjobs_cancel_workers(sm_cjobs *j, const sm_job *job, int skip);
 /* Deletes arrays ids[0..n) (0 ids skipped) from the registry and frees
  * their shards on the workers. */
-void sm_jobs_delete_arrays(sm_jobs *j, const sm_array_id *ids, int n);
+void sm_cjobs_delete_arrays(sm_cjobs *j, const sm_array_id *ids, int n);
 /* Runs a job whose state is RUNNING to its end (DONE, FAILED or
  * CANCELLED), on the calling runner thread. */
-void sm_jobs_run(sm_jobs *j, sm_job *job);
+void sm_cjobs_run(sm_cjobs *j, sm_job *job);
 /* Ends job with state and msg (under mu: the caller holds it). */
-void sm_jobs_end_locked(sm_jobs *j, sm_job *job, sm_job_state state, const char *msg);
+void sm_cjobs_end_locked(sm_cjobs *j, sm_job *job, sm_job_state state, const char *msg);
 
 #endif

@@ -14,7 +14,7 @@
 
 /* What the dispatch threads of one job share. */
 typedef struct {
-    sm_jobs *j;
+    sm_cjobs *j;
     sm_job *job;
     sm_svc_run_job_req req;
     int rpc_deadline_ms;
@@ -32,7 +32,7 @@ typedef struct {
     int started;
 } part;
 
-static int cancelled(sm_jobs *j, sm_job *job)
+static int cancelled(sm_cjobs *j, sm_job *job)
 {
     pthread_mutex_lock(&j->mu);
     int c = job->cancel;
@@ -45,7 +45,7 @@ static int64_t time_left_ms(const sm_job *job)
 {
     if (!job->deadline_ms)
         return SM_JOBS_NO_DEADLINE_MS;
-    return (job->submit_us + (int64_t)job->deadline_ms * 1000 - sm_jobs_now_us()) / 1000;
+    return (job->submit_us + (int64_t)job->deadline_ms * 1000 - sm_cjobs_now_us()) / 1000;
 }
 
 static void *part_main(void *arg)
@@ -56,7 +56,7 @@ static void *part_main(void *arg)
     char err[SM_JOBS_ERR_MAX] = "";
     int64_t bytes = 0;
     sm_err e;
-    sm_rpc_channel *ch = sm_jobs_channel(d->j, peer->address, err, sizeof err);
+    sm_rpc_channel *ch = sm_cjobs_channel(d->j, peer->address, err, sizeof err);
     e = ch ? sm_svc_worker_run_job(ch, d->rpc_deadline_ms, &d->req, &bytes, err, sizeof err)
            : SM_EUNAVAILABLE;
     if (!e)
@@ -81,13 +81,14 @@ static void *part_main(void *arg)
     if (first) { /* the others may wait for this one in a collective */
         SM_INFO("job %llu failed on worker %u at %s: %s", (unsigned long long)d->job->id,
                 d->job->wids[pt->k], peer->address, err);
-        sm_jobs_cancel_workers(d->j, d->job, pt->k);
+        sm_cjobs_cancel_workers(d->j, d->job, pt->k);
     }
     return NULL;
 }
 
 /* RunJob on every worker of the mesh at once. */
-static sm_err run_everywhere(sm_jobs *j, sm_job *job, sm_array_id *inputs, char *msg, size_t msglen)
+static sm_err run_everywhere(sm_cjobs *j, sm_job *job, sm_array_id *inputs, char *msg,
+                             size_t msglen)
 {
     int64_t left = time_left_ms(job);
     if (left <= 0)
@@ -135,7 +136,7 @@ static sm_err run_everywhere(sm_jobs *j, sm_job *job, sm_array_id *inputs, char 
 
 /* Reshards argument k into a temporary array laid out as its in_spec on
  * the job's mesh; *tmp is its id. */
-static sm_err reshard_arg(sm_jobs *j, sm_job *job, int k, sm_array_id *tmp, char *msg,
+static sm_err reshard_arg(sm_cjobs *j, sm_job *job, int k, sm_array_id *tmp, char *msg,
                           size_t msglen)
 {
     const sm_ir_param *pa = &job->prog->params[k];
@@ -166,7 +167,7 @@ static sm_err reshard_arg(sm_jobs *j, sm_job *job, int k, sm_array_id *tmp, char
     return SM_OK;
 }
 
-void sm_jobs_run(sm_jobs *j, sm_job *job)
+void sm_cjobs_run(sm_cjobs *j, sm_job *job)
 {
     char msg[SM_JOBS_ERR_MAX] = "";
     sm_err e = SM_OK;
@@ -196,19 +197,19 @@ void sm_jobs_run(sm_jobs *j, sm_job *job)
     }
     int cancel = cancelled(j, job);
     if (e || cancel)
-        sm_jobs_delete_arrays(j, job->outs, job->nout);
+        sm_cjobs_delete_arrays(j, job->outs, job->nout);
     if (temps)
-        sm_jobs_delete_arrays(j, temps, job->nargs);
+        sm_cjobs_delete_arrays(j, temps, job->nargs);
     pthread_mutex_lock(&j->mu);
     if (cancel) {
         snprintf(msg, sizeof msg, "job %llu was cancelled", (unsigned long long)job->id);
-        sm_jobs_end_locked(j, job, SM_JOB_CANCELLED, msg);
+        sm_cjobs_end_locked(j, job, SM_JOB_CANCELLED, msg);
     } else if (e) {
-        sm_jobs_end_locked(j, job, SM_JOB_FAILED, msg);
+        sm_cjobs_end_locked(j, job, SM_JOB_FAILED, msg);
     } else {
         job->out_infos = infos;
         infos = NULL;
-        sm_jobs_end_locked(j, job, SM_JOB_DONE, NULL);
+        sm_cjobs_end_locked(j, job, SM_JOB_DONE, NULL);
     }
     pthread_mutex_unlock(&j->mu);
     if (infos)

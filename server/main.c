@@ -110,7 +110,7 @@ int main(int argc, char **argv)
     sm_rpc_server *srv = NULL;
     sm_reaper *reaper = NULL;
     sm_local *local = NULL;
-    sm_jobs *jobs = NULL;
+    sm_cjobs *jobs = NULL;
 
     sm_err e = sm_config_parse(cfg_rows, CFG_COUNT, v, argc, argv, usage, NULL, err, sizeof err);
     if (e == SM_ECANCELLED)
@@ -164,8 +164,8 @@ int main(int argc, char **argv)
     if ((e = sm_rpc_server_create(&so, &srv, err, sizeof err)) ||
         (e = sm_svc_coord_serve(srv, sm_handlers_ops(), &coord, "shmap-coordinator", err,
                                 sizeof err)) ||
-        (e = sm_jobs_create(&coord, JOB_THREADS, &jobs, err, sizeof err)) ||
-        (e = sm_svc_coord_jobs_serve(srv, sm_jobs_ops(), jobs, err, sizeof err)) ||
+        (e = sm_cjobs_create(&coord, JOB_THREADS, &jobs, err, sizeof err)) ||
+        (e = sm_svc_coord_jobs_serve(srv, sm_cjobs_ops(), jobs, err, sizeof err)) ||
         (e = sm_rpc_server_start(srv, err, sizeof err)))
         goto fail;
     int port = sm_rpc_server_port(srv);
@@ -188,13 +188,13 @@ int main(int argc, char **argv)
 fail:
     if (rc)
         SM_ERROR("%s", err);
-    sm_jobs_stop(jobs); /* wakes handlers blocked in WaitJob */
+    sm_cjobs_stop(jobs); /* wakes handlers blocked in WaitJob */
     if (srv)
         sm_rpc_server_stop(srv);
     sm_local_stop(local, 5000);
     sm_reaper_stop(reaper);
     sm_rpc_server_free(srv);
-    sm_jobs_free(jobs);
+    sm_cjobs_free(jobs);
     sm_registry_free(reg);
     sm_rpc_shutdown();
     if (!rc)

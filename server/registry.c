@@ -191,7 +191,23 @@ sm_err sm_registry_worker_add(sm_registry *r, const sm_svc_register_req *req, sm
                      SM_MAX_WORKER_DEVICES, req->ndevices);
         goto out;
     }
-    if (r->next_device + req->ndevices > SM_MAX_DEVICES) {
+    /* Device ids: a worker that asked for process index k gets k * ndevices
+     * onward when no worker ever held those ids, so a cluster started with
+     * explicit indices numbers its devices by process (process 1 of 4 x 2
+     * holds devices 2 and 3) whatever the order of registration; otherwise
+     * the next unused ids. Ids are never reused. */
+    int64_t first = r->next_device;
+    if (req->process_index >= 0) {
+        int64_t base = (int64_t)req->process_index * req->ndevices;
+        int taken = base + req->ndevices > SM_MAX_DEVICES;
+        for (int i = 0; i < r->nworkers && !taken; i++) {
+            const sm_reg_worker *o = r->workers[i];
+            taken = base < o->first_device + o->ndevices && o->first_device < base + req->ndevices;
+        }
+        if (!taken)
+            first = base;
+    }
+    if (first + req->ndevices > SM_MAX_DEVICES) {
         rc = sm_fail(err, errlen, SM_ERESOURCE,
                      "cannot give %d more devices: device ids would pass %d", req->ndevices,
                      SM_MAX_DEVICES);
@@ -224,8 +240,9 @@ sm_err sm_registry_worker_add(sm_registry *r, const sm_svc_register_req *req, sm
     w->alive = 1;
     w->last_seen = now_ms;
     w->ndevices = req->ndevices;
-    w->first_device = r->next_device;
-    r->next_device += req->ndevices;
+    w->first_device = first;
+    if (first + req->ndevices > r->next_device)
+        r->next_device = first + req->ndevices;
     w->ch = ch;
     memset(out, 0, sizeof *out);
     out->worker_id = w->id;

@@ -318,6 +318,35 @@ static void reply_free(sm_svc_create_array_reply *rep)
     sm_array_info_free(&rep->array);
 }
 
+/* Workers that ask for process index k get devices k * ndevices onward,
+ * whatever order they register in; taken ids fall back to the next free. */
+START_TEST(test_registry_device_ids_by_process)
+{
+    sm_registry *r;
+    char err[256];
+    ck_assert_int_eq(sm_registry_create(60000, 500, &r, err, sizeof err), SM_OK);
+    static const struct {
+        const char *addr;
+        int process, first;
+    } rows[] = {
+        {"127.0.0.1:9003", 3, 6}, {"127.0.0.1:9001", 1, 2},  {"127.0.0.1:9000", 0, 0},
+        {"127.0.0.1:9002", 2, 4}, {"127.0.0.1:9004", -1, 8}, /* next free after 0..7 */
+    };
+    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
+        sm_svc_register_req req = {rows[k].addr, 2, rows[k].process, "h"};
+        sm_svc_register_reply rep;
+        sm_reg_free *f = NULL;
+        int nf = 0;
+        ck_assert_int_eq(sm_registry_worker_add(r, &req, NULL, T0, &rep, &f, &nf, err, sizeof err),
+                         SM_OK);
+        ck_assert_int_eq(rep.devices[0], rows[k].first);
+        ck_assert_int_eq(rep.devices[1], rows[k].first + 1);
+        free(f);
+    }
+    sm_registry_free(r);
+}
+END_TEST
+
 START_TEST(test_registry_workers)
 {
     sm_registry *r = reg_with_workers(4, 2);
@@ -337,7 +366,7 @@ START_TEST(test_registry_workers)
                      SM_OK);
     ck_assert_int_eq(rep.worker_id, 5); /* ids never reused, failures take none */
     ck_assert_int_eq(rep.process_index, 7);
-    ck_assert_int_eq(rep.devices[0], 8);
+    ck_assert_int_eq(rep.devices[0], 28); /* process 7 x 4 devices: ids 28..31 */
     sm_svc_heartbeat_req hb = {5, 4, {100, 0, 0, 0}};
     ck_assert_int_eq(sm_registry_worker_heartbeat(r, &hb, T0 + 10), 1);
     hb.worker_id = 77;
@@ -828,6 +857,7 @@ static Suite *server_plan_suite(void)
     suite_add_tcase(s, tc);
     TCase *tr = tcase_create("registry");
     tcase_add_test(tr, test_registry_workers);
+    tcase_add_test(tr, test_registry_device_ids_by_process);
     tcase_add_test(tr, test_registry_meshes);
     tcase_add_test(tr, test_registry_array_names_and_errors);
     tcase_add_test(tr, test_registry_upload_states);

@@ -334,8 +334,17 @@ done:
 }
 #endif
 
+int cli_run_service(int argc, char **argv); /* cmd_run.c */
+
 int cli_cmd_run(int argc, char **argv)
 {
+    /* Without --local the program runs on the service (cmd_run.c). */
+    int is_local = 0;
+    for (int k = 1; k < argc; k++)
+        is_local |= !strcmp(argv[k], "--local");
+    if (!is_local)
+        return cli_run_service(argc, argv);
+
     enum { OPT_LOCAL = 300, OPT_ARG, OPT_INPUTS, OPT_OUT, OPT_NOVMA };
     static const struct option opts[] = {
         {"local", no_argument, NULL, OPT_LOCAL},

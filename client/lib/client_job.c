@@ -1,0 +1,90 @@
+/* client_job: shard_map jobs (shmap_job.h) over the Coordinator's
+ * SubmitJob, WaitJob, GetJob and CancelJob. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "client_internal.h"
+#include "shmap_job.h"
+#include "sm_svc_job.h"
+
+/* The server blocks at most this long in one WaitJob; longer waits loop. */
+#define CLIENT_WAIT_SLICE_MS 5000
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+sm_err sm_job_submit(sm_client *c, const sm_program *p, int nargs, const sm_array_ref *args,
+                     const char *const *out_names, int check_vma, uint32_t deadline_ms,
+                     sm_job_id *out, char *err, size_t errlen)
+{
+    out->v = 0;
+    if (!p)
+        return sm_fail(err, errlen, SM_EINVAL, "sm_job_submit needs a program");
+    if (nargs < 0 || (nargs > 0 && !args))
+        return sm_fail(err, errlen, SM_EINVAL, "sm_job_submit: %d arguments but no list", nargs);
+    /* Verify a copy here first: the wire form carries no position of the
+     * `return`, so this is where an output's error gets its file:line:col. */
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    sm_program *copy = NULL;
+    sm_err e = sm_svc_program_encode(p, &buf, &len, err, errlen);
+    if (!e)
+        e = sm_svc_program_decode(buf, len, &copy, err, errlen);
+    free(buf);
+    if (!e) {
+        copy->ret_line = p->ret_line;
+        copy->ret_col = p->ret_col;
+        e = sm_program_verify(copy, check_vma != 0, err, errlen);
+    }
+    sm_program_free(copy);
+    if (e)
+        return e;
+    sm_svc_submit_req req;
+    memset(&req, 0, sizeof req);
+    req.program = (sm_program *)p; /* only read */
+    req.nargs = nargs;
+    req.args = (sm_array_ref *)args;
+    req.nout_names = out_names ? p->nreturns : 0;
+    req.out_names = (const char **)out_names;
+    req.check_vma = check_vma != 0;
+    req.deadline_ms = deadline_ms;
+    return sm_svc_job_submit(c->ch, c->timeout_ms, &req, out, err, errlen);
+}
+
+static int job_ended(sm_job_state s)
+{
+    return s == SM_JOB_DONE || s == SM_JOB_FAILED || s == SM_JOB_CANCELLED;
+}
+
+sm_err sm_job_wait(sm_client *c, sm_job_id id, int64_t timeout_ms, sm_job_info *out, char *err,
+                   size_t errlen)
+{
+    int64_t end = timeout_ms < 0 ? INT64_MAX : now_ms() + timeout_ms;
+    memset(out, 0, sizeof *out);
+    for (;;) {
+        int64_t left = end == INT64_MAX ? CLIENT_WAIT_SLICE_MS : end - now_ms();
+        uint32_t slice = left <= 0                     ? 0
+                         : left > CLIENT_WAIT_SLICE_MS ? CLIENT_WAIT_SLICE_MS
+                                                       : (uint32_t)left;
+        sm_err e = sm_svc_job_wait(c->ch, c->timeout_ms, id, slice, out, err, errlen);
+        if (e || job_ended(out->state) || slice == 0 || now_ms() >= end)
+            return e;
+        sm_job_info_free(out);
+        memset(out, 0, sizeof *out);
+    }
+}
+
+sm_err sm_job_status(sm_client *c, sm_job_id id, sm_job_info *out, char *err, size_t errlen)
+{
+    return sm_svc_job_get(c->ch, c->timeout_ms, id, out, err, errlen);
+}
+
+sm_err sm_job_cancel(sm_client *c, sm_job_id id, sm_job_info *out, char *err, size_t errlen)
+{
+    return sm_svc_job_cancel(c->ch, c->timeout_ms, id, out, err, errlen);
+}

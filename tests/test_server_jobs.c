@@ -1,0 +1,382 @@
+/* Check suite for the coordinator's job manager (server/jobs*.c): the pure
+ * checks (output names, arguments against parameters, sharding comparison,
+ * default device order, the workers of a mesh) and the submit path over a
+ * registry with NULL channels: every rejection happens before anything
+ * runs and leaves no array behind; an accepted job whose workers cannot be
+ * reached fails with UNAVAILABLE naming the worker, and its outputs are
+ * deleted. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jobs.h"
+#include "registry.h"
+#include "sm_log.h"
+#include "sm_rpc.h"
+
+#define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+#define MM_TEXT                                                                                    \
+    "mesh i=4 j=2\n"                                                                               \
+    "shard_map matmul_basic(a: f32[8,16] @ P('i','j'), b: f32[16,32] @ P('j', None)) -> "          \
+    "(P('i', None), P('i', 'j')):\n"                                                               \
+    "    z = dot(a, b)\n"                                                                          \
+    "    return psum(z, 'j'), z\n"
+
+static sm_program *parse(const char *text)
+{
+    char err[512];
+    sm_program *p = NULL;
+    ck_assert_msg(sm_program_parse(text, "t.shmap", &p, err, sizeof err) == SM_OK, "%s", err);
+    ck_assert_msg(sm_program_verify(p, 1, err, sizeof err) == SM_OK, "%s", err);
+    return p;
+}
+
+/* ---- pure checks --------------------------------------------------------------------- */
+
+typedef struct {
+    int n;
+    const char *names[3];
+    sm_err want;
+    const char *msg;
+} names_case;
+
+static const names_case names_cases[] = {
+    {0, {NULL}, SM_OK, NULL},
+    {2, {"c", "d"}, SM_OK, NULL},
+    {2, {"", NULL}, SM_OK, NULL},
+    {3, {"a", "b", "c"}, SM_EINVAL, "names 3 outputs but program 'matmul_basic' returns 2"},
+    {2, {"c", "c"}, SM_EINVAL, "outputs 0 and 1 are both named 'c'"},
+    {1, {"123"}, SM_EINVAL, "all digits"},
+};
+
+START_TEST(test_out_names)
+{
+    const names_case *c = &names_cases[_i];
+    sm_program *p = parse(MM_TEXT);
+    char err[256] = "";
+    ck_assert_int_eq(sm_cjobs_check_out_names(p, c->n, c->names, err, sizeof err), c->want);
+    if (c->msg)
+        ck_assert_msg(strstr(err, c->msg), "'%s' lacks '%s'", err, c->msg);
+    sm_program_free(p);
+}
+END_TEST
+
+START_TEST(test_check_arg)
+{
+    sm_program *p = parse(MM_TEXT);
+    sm_array_info a;
+    memset(&a, 0, sizeof a);
+    a.id.v = 7;
+    snprintf(a.name, sizeof a.name, "x");
+    a.dtype = SM_F32;
+    a.shape = (sm_shape){2, {8, 16}};
+    a.state = SM_ARRAY_READY;
+    char err[512] = "";
+    ck_assert_int_eq(sm_cjobs_check_arg(p, 0, &a, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_cjobs_check_arg(p, 1, &a, err, sizeof err), SM_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "parameter 'b'"));
+    ck_assert_ptr_nonnull(strstr(err, "f32[16,32]"));
+    a.dtype = SM_I32;
+    ck_assert_int_eq(sm_cjobs_check_arg(p, 0, &a, err, sizeof err), SM_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "i32[8,16]"));
+    a.dtype = SM_F32;
+    a.state = SM_ARRAY_PENDING;
+    ck_assert_int_eq(sm_cjobs_check_arg(p, 0, &a, err, sizeof err), SM_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "pending, not ready"));
+    sm_program_free(p);
+}
+END_TEST
+
+START_TEST(test_sharding_same)
+{
+    char err[256];
+    sm_sharding s;
+    sm_mesh m;
+    sm_pspec want;
+    ck_assert_int_eq(sm_mesh_parse("i=4,j=2", NULL, 0, &m, err, sizeof err), SM_OK);
+    s.mesh = m;
+    ck_assert_int_eq(sm_pspec_parse("P('i', None)", &s.spec, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_pspec_parse("P('i')", &want, err, sizeof err), SM_OK);
+    ck_assert(sm_cjobs_sharding_same(&s, &m, &want)); /* trailing None */
+    ck_assert_int_eq(sm_pspec_parse("P(('i',))", &want, err, sizeof err), SM_OK);
+    ck_assert(sm_cjobs_sharding_same(&s, &m, &want)); /* a 1-tuple */
+    ck_assert_int_eq(sm_pspec_parse("P('j')", &want, err, sizeof err), SM_OK);
+    ck_assert(!sm_cjobs_sharding_same(&s, &m, &want));
+    ck_assert_int_eq(sm_pspec_parse("P('i')", &want, err, sizeof err), SM_OK);
+    s.mesh.devices[0] = 7, s.mesh.devices[7] = 0;
+    ck_assert(!sm_cjobs_sharding_same(&s, &m, &want)); /* another device order */
+    ck_assert_int_eq(sm_mesh_parse("i=2,j=4", NULL, 0, &s.mesh, err, sizeof err), SM_OK);
+    ck_assert(!sm_cjobs_sharding_same(&s, &m, &want));
+}
+END_TEST
+
+static void workers(sm_worker_info *w, int n, int ndev)
+{
+    memset(w, 0, (size_t)n * sizeof *w);
+    for (int k = 0; k < n; k++) {
+        w[k].id = (uint32_t)k + 1;
+        snprintf(w[k].address, SM_ADDR_MAX, "127.0.0.1:%d", 9000 + k);
+        w[k].process_index = n - 1 - k; /* registered in reverse process order */
+        w[k].alive = 1;
+        w[k].ndevices = ndev;
+        for (int d = 0; d < ndev; d++)
+            w[k].devices[d] = k * ndev + d;
+    }
+}
+
+START_TEST(test_default_devices_and_peers)
+{
+    sm_worker_info w[3];
+    workers(w, 3, 4);
+    sm_mesh m;
+    char err[512] = "";
+    ck_assert_int_eq(sm_mesh_parse("i=2,j=4", NULL, 0, &m, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_cjobs_default_devices(&m, w, 3, err, sizeof err), SM_OK);
+    /* process 0 is worker 3 (devices 8..11), process 1 worker 2 (4..7) */
+    ck_assert_int_eq(m.devices[0], 8);
+    ck_assert_int_eq(m.devices[3], 11);
+    ck_assert_int_eq(m.devices[4], 4);
+    sm_svc_peer *peers;
+    uint32_t *ids;
+    int np;
+    ck_assert_int_eq(sm_cjobs_peers(&m, w, 3, &peers, &ids, &np, err, sizeof err), SM_OK);
+    ck_assert_int_eq(np, 2);
+    ck_assert_uint_eq(ids[0], 3);
+    ck_assert_str_eq(peers[0].address, "127.0.0.1:9002");
+    ck_assert_int_eq(peers[0].ndevices, 4);
+    ck_assert_int_eq(peers[1].devices[0], 4);
+    free(peers);
+    free(ids);
+    /* not whole workers */
+    ck_assert_int_eq(sm_mesh_parse("i=3", NULL, 0, &m, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_cjobs_default_devices(&m, w, 3, err, sizeof err), SM_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "whole workers"));
+    /* a device on a lost worker; a device nobody has */
+    int32_t devs[2] = {1, 4};
+    ck_assert_int_eq(sm_mesh_parse("i=2", devs, 2, &m, err, sizeof err), SM_OK);
+    w[0].alive = 0;
+    ck_assert_int_eq(sm_cjobs_peers(&m, w, 3, &peers, &ids, &np, err, sizeof err), SM_EUNAVAILABLE);
+    ck_assert_ptr_nonnull(strstr(err, "device 1 of the job's mesh is on worker 1 at "
+                                      "127.0.0.1:9000, which is lost"));
+    devs[0] = 99;
+    ck_assert_int_eq(sm_mesh_parse("i=2", devs, 2, &m, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_cjobs_peers(&m, w, 3, &peers, &ids, &np, err, sizeof err), SM_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "device 99"));
+}
+END_TEST
+
+/* ---- submit over a registry -------------------------------------------------------------- */
+
+static struct {
+    sm_registry *reg;
+    sm_coord coord;
+    sm_cjobs *jobs;
+} fx;
+
+static void setup(void)
+{
+    char err[256];
+    sm_log_set_level(SM_LOG_ERROR);
+    sm_rpc_init();
+    memset(&fx, 0, sizeof fx);
+    ck_assert_int_eq(sm_registry_create(60000, 500, &fx.reg, err, sizeof err), SM_OK);
+    for (int k = 0; k < 2; k++) {
+        char addr[32];
+        snprintf(addr, sizeof addr, "127.0.0.1:%d", 1 + k); /* nothing listens there */
+        sm_svc_register_req req = {addr, 4, -1, "host"};
+        sm_svc_register_reply rep;
+        sm_reg_free *f = NULL;
+        int nf = 0;
+        ck_assert_int_eq(sm_registry_worker_add(fx.reg, &req, NULL, sm_registry_now_ms(), &rep, &f,
+                                                &nf, err, sizeof err),
+                         SM_OK);
+        free(f);
+    }
+    fx.coord = (sm_coord){fx.reg, NULL, 2000};
+    ck_assert_int_eq(sm_cjobs_create(&fx.coord, 2, &fx.jobs, err, sizeof err), SM_OK);
+}
+
+static void teardown(void)
+{
+    sm_cjobs_free(fx.jobs);
+    sm_registry_free(fx.reg);
+    sm_rpc_shutdown();
+}
+
+/* A READY array of dtype/shape/spec on the default mesh i=4 j=2. */
+static sm_array_id ready_array(const char *name, sm_dtype t, sm_shape shape, const char *spec)
+{
+    char err[512];
+    sm_mesh m;
+    ck_assert_int_eq(sm_mesh_parse("i=4,j=2", NULL, 0, &m, err, sizeof err), SM_OK);
+    sm_svc_create_array_req req;
+    memset(&req, 0, sizeof req);
+    req.name = name;
+    req.dtype = t;
+    req.has_shape = 1;
+    req.shape = shape;
+    req.sharding.mesh = &m;
+    req.sharding.default_order = 1;
+    ck_assert_int_eq(sm_pspec_parse(spec, &req.sharding.spec, err, sizeof err), SM_OK);
+    req.kind = SM_PUT_SHARDS;
+    sm_svc_create_array_reply rep;
+    ck_assert_msg(sm_registry_array_create(fx.reg, &req, sm_registry_now_ms(), &rep, err,
+                                           sizeof err) == SM_OK,
+                  "%s", err);
+    sm_array_id id = rep.array.id;
+    sm_svc_create_array_reply_free(&rep);
+    sm_array_info info;
+    ck_assert_int_eq(sm_registry_reshard_end(fx.reg, id, 1, &info, err, sizeof err), SM_OK);
+    sm_array_info_free(&info);
+    return id;
+}
+
+static int narrays(void)
+{
+    sm_array_info *l;
+    int n;
+    char err[256];
+    ck_assert_int_eq(sm_registry_array_list(fx.reg, &l, &n, err, sizeof err), SM_OK);
+    sm_array_info_list_free(l, n);
+    return n;
+}
+
+typedef struct {
+    const char *name;
+    const char *text;
+    int check_vma;
+    const char *args[2]; /* array names */
+    const char *outs[2];
+    sm_err want;
+    const char *msg;
+} submit_case;
+
+static const submit_case submit_cases[] = {
+    {"vma violation",
+     "mesh i=4 j=2\n"
+     "shard_map f(a: f32[8,16] @ P('i','j')) -> P('i', None):\n"
+     "    return a\n",
+     1,
+     {"A"},
+     {NULL},
+     SM_EINVAL,
+     "t.shmap:3:5:"},
+    {"accepted", MM_TEXT, 0, {"A", "B"}, {"x", "y"}, SM_OK, ""},
+    {"unknown argument",
+     MM_TEXT,
+     1,
+     {"A", "nope"},
+     {NULL},
+     SM_ENOTFOUND,
+     "argument 1 for parameter 'b'"},
+    {"wrong shape", MM_TEXT, 1, {"A", "A"}, {NULL}, SM_EINVAL, "parameter 'b'"},
+    {"name taken", MM_TEXT, 1, {"A", "B"}, {"A"}, SM_EEXIST, "output 0 cannot be named 'A'"},
+    {"names twice", MM_TEXT, 1, {"A", "B"}, {"c", "c"}, SM_EINVAL, "both named 'c'"},
+    {"mesh too big",
+     "mesh i=16\n"
+     "shard_map f(a: f32[16] @ P('i')) -> P('i'):\n"
+     "    return a\n",
+     1,
+     {"A"},
+     {NULL},
+     SM_EINVAL,
+     "whole workers"},
+};
+
+START_TEST(test_submit_rejected)
+{
+    const submit_case *c = &submit_cases[_i];
+    ready_array("A", SM_F32, (sm_shape){2, {8, 16}}, "P('i','j')");
+    ready_array("B", SM_F32, (sm_shape){2, {16, 32}}, "P('j')");
+    int before = narrays();
+    char err[1024] = "";
+    sm_program *p = NULL;
+    ck_assert_msg(sm_program_parse(c->text, "t.shmap", &p, err, sizeof err) == SM_OK, "%s", err);
+    sm_array_ref args[2] = {{{0}, c->args[0]}, {{0}, c->args[1]}};
+    const char *outs[2] = {c->outs[0], c->outs[1]};
+    sm_svc_submit_req req = {p,    p->nparams,   args, c->outs[0] ? 1 + (c->outs[1] != NULL) : 0,
+                             outs, c->check_vma, 0};
+    sm_job_id id = {0};
+    sm_err e = sm_cjobs_ops()->submit(fx.jobs, &req, &id, err, sizeof err);
+    ck_assert_msg(e == c->want, "%s: %d %s", c->name, e, err);
+    ck_assert_msg(strstr(err, c->msg), "%s: '%s' lacks '%s'", c->name, err, c->msg);
+    if (e == SM_OK) { /* accepted: the job fails (no worker listens) and drops its outputs */
+        sm_job_info info;
+        ck_assert_int_eq(sm_cjobs_ops()->cancel(fx.jobs, id, &info, err, sizeof err), SM_OK);
+        for (int k = 0; k < 40 && info.state < SM_JOB_DONE; k++) {
+            sm_job_info_free(&info);
+            ck_assert_int_eq(sm_cjobs_ops()->wait(fx.jobs, id, 500, &info, err, sizeof err), SM_OK);
+        }
+        ck_assert_int_ge(info.state, SM_JOB_FAILED);
+        sm_job_info_free(&info);
+    }
+    ck_assert_int_eq(narrays(), before);
+}
+END_TEST
+
+START_TEST(test_submit_unreachable)
+{
+    ready_array("A", SM_F32, (sm_shape){2, {8, 16}}, "P('i','j')");
+    ready_array("B", SM_F32, (sm_shape){2, {16, 32}}, "P('j', None)");
+    char err[1024] = "";
+    sm_program *p = NULL;
+    ck_assert_int_eq(sm_program_parse(MM_TEXT, "t.shmap", &p, err, sizeof err), SM_OK);
+    sm_array_ref args[2] = {{{0}, "A"}, {{0}, "B"}};
+    const char *outs[1] = {"C"};
+    sm_svc_submit_req req = {p, 2, args, 1, outs, 1, 0};
+    sm_job_id id = {0};
+    ck_assert_msg(sm_cjobs_ops()->submit(fx.jobs, &req, &id, err, sizeof err) == SM_OK, "%s", err);
+    ck_assert_uint_eq(id.v, 1);
+    ck_assert_int_eq(narrays(), 4); /* the two outputs, pending */
+    sm_job_info info;
+    for (int k = 0; k < 40; k++) {
+        ck_assert_int_eq(sm_cjobs_ops()->wait(fx.jobs, id, 500, &info, err, sizeof err), SM_OK);
+        if (info.state == SM_JOB_FAILED)
+            break;
+        sm_job_info_free(&info);
+    }
+    ck_assert_int_eq(info.state, SM_JOB_FAILED);
+    ck_assert_msg(strstr(info.error, "worker 1 at 127.0.0.1:1 is unavailable") ||
+                      strstr(info.error, "worker 2 at 127.0.0.1:2 is unavailable"),
+                  "%s", info.error);
+    ck_assert_int_eq(info.noutputs, 0);
+    sm_job_info_free(&info);
+    ck_assert_int_eq(narrays(), 2); /* outputs dropped, inputs untouched */
+    /* get / cancel of an ended job; unknown jobs */
+    ck_assert_int_eq(sm_cjobs_ops()->cancel(fx.jobs, id, &info, err, sizeof err), SM_OK);
+    ck_assert_int_eq(info.state, SM_JOB_FAILED);
+    sm_job_info_free(&info);
+    ck_assert_int_eq(sm_cjobs_ops()->get(fx.jobs, (sm_job_id){9}, &info, err, sizeof err),
+                     SM_ENOTFOUND);
+    ck_assert_ptr_nonnull(strstr(err, "job 9 does not exist"));
+}
+END_TEST
+
+static Suite *jobs_suite(void)
+{
+    Suite *s = suite_create("server_jobs");
+    TCase *tc = tcase_create("checks");
+    tcase_add_loop_test(tc, test_out_names, 0, N(names_cases));
+    tcase_add_test(tc, test_check_arg);
+    tcase_add_test(tc, test_sharding_same);
+    tcase_add_test(tc, test_default_devices_and_peers);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("submit");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_loop_test(tc, test_submit_rejected, 0, N(submit_cases));
+    tcase_add_test(tc, test_submit_unreachable);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(jobs_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
