@@ -15,6 +15,7 @@
 
 #include "agent.h"
 #include "handlers.h"
+#include "job.h"
 #include "peer.h"
 #include "sm_config.h"
 #include "sm_kern.h"
@@ -107,6 +108,7 @@ int main(int argc, char **argv)
     sm_store *store = NULL;
     sm_peer *peers = NULL;
     sm_agent *agent = NULL;
+    sm_jobs *jobs = NULL;
     sm_handlers ctx;
     sm_log_level level;
     long port = 0;
@@ -180,8 +182,11 @@ int main(int argc, char **argv)
                         .peers = peers,
                         .self_address = advertise,
                         .assemble_threads = ndevices < 4 ? (int)ndevices : 4};
-    if ((e = sm_svc_worker_serve(server, &sm_handlers_ops, &ctx, "shmap-worker", err,
+    sm_jobs_config jcfg = {.store = store, .peers = peers, .self_address = advertise};
+    if ((e = sm_jobs_create(&jcfg, &jobs, err, sizeof err)) ||
+        (e = sm_svc_worker_serve(server, &sm_handlers_ops, &ctx, "shmap-worker", err,
                                  sizeof err)) ||
+        (e = sm_svc_worker_jobs_serve(server, &sm_jobs_ops, jobs, err, sizeof err)) ||
         (e = sm_rpc_server_start(server, err, sizeof err)))
         goto fail;
     SM_INFO("serving shmap.v1.Worker on %s (port %d), advertised as %s, %lld device(s)",
@@ -206,10 +211,12 @@ int main(int argc, char **argv)
 fail:
     if (rc)
         SM_ERROR("%s", err);
+    sm_jobs_stop(jobs);
     if (server)
         sm_rpc_server_stop(server);
     sm_agent_stop(agent);
     sm_rpc_server_free(server);
+    sm_jobs_free(jobs);
     sm_peer_free(peers);
     sm_store_free(store);
     if (rpc_up)

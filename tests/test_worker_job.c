@@ -1,0 +1,1183 @@
+/* Check suite for shard_map jobs on workers (worker/job.c, worker/comm_grpc*.c):
+ * two workers with two devices each, programs whose collectives span both
+ * workers (mesh i=2 j=2, devices=[0, 2, 1, 3]: 'j' crosses the workers,
+ * 'i' stays inside one), inputs uploaded with PutShard, RunJob sent to both
+ * workers at once, outputs fetched with GetShard and compared bit for bit
+ * with the in-process runner (sm_exec_local_run) on the global inputs.
+ * Values are small integers so every reduction order gives the same bits;
+ * a separate case checks that random floats give the same bits run after
+ * run and on every member of a group.
+ *
+ * Two fixtures run the same tests:
+ * - "inproc": both workers are rpc servers in this process (sm_handlers +
+ *   sm_jobs over their own stores), so Exchange streams cross real sockets;
+ * - "proc": two real shmap-worker processes ($SHMAP_WORKER) registered with
+ *   a fake coordinator served here (skipped when the binary does not serve
+ *   RunJob yet).
+ * Last in each: a worker that dies while the other waits for its data; the
+ * survivor must fail with SM_EUNAVAILABLE naming it, well within the
+ * deadline. */
+#include <check.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "comm_grpc.h"
+#include "comm_grpc_mailbox.h"
+#include "handlers.h"
+#include "job.h"
+#include "peer.h"
+#include "sm_checksum.h"
+#include "sm_exec_local.h"
+#include "sm_rpc.h"
+#include "sm_sharding.h"
+#include "sm_svc.h"
+#include "sm_svc_job.h"
+#include "store.h"
+
+#define NW      2 /* workers */
+#define DPW     2 /* devices per worker */
+#define CALL_MS 30000
+
+/* ---- the cluster under test -------------------------------------------------- */
+
+typedef struct {
+    char addr[NW][SM_ADDR_MAX];
+    sm_rpc_channel *ch[NW];
+    /* inproc */
+    sm_rpc_server *srv[NW];
+    sm_store *store[NW];
+    sm_peer *peer[NW];
+    sm_handlers h[NW];
+    sm_jobs *jobs[NW];
+    /* proc */
+    pid_t pid[NW];
+    sm_rpc_server *coord;
+    char coord_addr[64];
+    pthread_mutex_t mu;
+    int nreg;
+    char reg_addr[8][SM_ADDR_MAX];
+    int skip; /* the worker binary serves no RunJob */
+} cluster;
+
+static cluster cl = {.mu = PTHREAD_MUTEX_INITIALIZER};
+static uint64_t next_id = 1000;
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void inproc_setup(void)
+{
+    char err[512];
+    memset(cl.srv, 0, sizeof cl.srv);
+    sm_rpc_init();
+    cl.skip = 0;
+    for (int w = 0; w < NW; w++) {
+        int32_t devs[DPW];
+        for (int k = 0; k < DPW; k++)
+            devs[k] = w * DPW + k;
+        sm_rpc_server_opts o = {.addr = "127.0.0.1:0"};
+        ck_assert_msg(sm_rpc_server_create(&o, &cl.srv[w], err, sizeof err) == SM_OK, "%s", err);
+        snprintf(cl.addr[w], SM_ADDR_MAX, "127.0.0.1:%d", sm_rpc_server_port(cl.srv[w]));
+        ck_assert(sm_store_create(&cl.store[w], err, sizeof err) == SM_OK);
+        ck_assert(sm_store_set_identity(cl.store[w], (uint32_t)w, DPW, devs, err, sizeof err) ==
+                  SM_OK);
+        ck_assert(sm_peer_create(NULL, CALL_MS, &cl.peer[w], err, sizeof err) == SM_OK);
+        cl.h[w] = (sm_handlers){.store = cl.store[w],
+                                .peers = cl.peer[w],
+                                .self_address = cl.addr[w],
+                                .assemble_threads = 2};
+        sm_jobs_config jc = {
+            .store = cl.store[w], .peers = cl.peer[w], .self_address = cl.addr[w], .probe_ms = 200};
+        ck_assert(sm_jobs_create(&jc, &cl.jobs[w], err, sizeof err) == SM_OK);
+        ck_assert_msg(sm_svc_worker_serve(cl.srv[w], &sm_handlers_ops, &cl.h[w], "test-worker", err,
+                                          sizeof err) == SM_OK,
+                      "%s", err);
+        ck_assert_msg(
+            sm_svc_worker_jobs_serve(cl.srv[w], &sm_jobs_ops, cl.jobs[w], err, sizeof err) == SM_OK,
+            "%s", err);
+        ck_assert_msg(sm_rpc_server_start(cl.srv[w], err, sizeof err) == SM_OK, "%s", err);
+        ck_assert(sm_rpc_channel_create(cl.addr[w], NULL, &cl.ch[w], err, sizeof err) == SM_OK);
+    }
+}
+
+static void inproc_teardown(void)
+{
+    for (int w = 0; w < NW; w++) {
+        sm_rpc_channel_free(cl.ch[w]);
+        cl.ch[w] = NULL;
+        sm_jobs_stop(cl.jobs[w]);
+        sm_rpc_server_stop(cl.srv[w]);
+        sm_jobs_free(cl.jobs[w]);
+        sm_peer_free(cl.peer[w]);
+        sm_rpc_server_free(cl.srv[w]);
+        sm_store_free(cl.store[w]);
+    }
+    sm_rpc_shutdown();
+}
+
+/* ---- real worker processes under a fake coordinator ----------------------------- */
+
+static sm_err fc_register(void *user, const sm_svc_register_req *req, sm_svc_register_reply *out,
+                          char *err, size_t errlen)
+{
+    pthread_mutex_lock(&cl.mu);
+    int w = 0;
+    while (w < cl.nreg && strcmp(cl.reg_addr[w], req->address))
+        w++;
+    if (w == 8 || req->ndevices != DPW) {
+        pthread_mutex_unlock(&cl.mu);
+        return sm_fail(err, errlen, SM_EINVAL, "the fake coordinator takes %d devices", DPW);
+    }
+    if (w == cl.nreg)
+        snprintf(cl.reg_addr[cl.nreg++], SM_ADDR_MAX, "%s", req->address);
+    memset(out, 0, sizeof *out);
+    out->worker_id = (uint32_t)w;
+    out->ndevices = DPW;
+    for (int k = 0; k < DPW; k++)
+        out->devices[k] = w * DPW + k;
+    out->process_index = w;
+    out->heartbeat_ms = 500;
+    pthread_mutex_unlock(&cl.mu);
+    return SM_OK;
+}
+
+static sm_err fc_heartbeat(void *user, const sm_svc_heartbeat_req *req, int *known, char *err,
+                           size_t errlen)
+{
+    *known = 1;
+    return SM_OK;
+}
+
+static const sm_svc_coord_ops fc_ops = {.register_worker = fc_register, .heartbeat = fc_heartbeat};
+
+static const char *worker_bin(void)
+{
+    const char *b = getenv("SHMAP_WORKER");
+    return b && *b ? b : "../worker/shmap-worker";
+}
+
+static void proc_setup(void)
+{
+    char err[512];
+    sm_rpc_init();
+    memset(cl.pid, 0, sizeof cl.pid);
+    cl.nreg = 0;
+    cl.skip = 0;
+    sm_rpc_server_opts o = {.addr = "127.0.0.1:0"};
+    ck_assert(sm_rpc_server_create(&o, &cl.coord, err, sizeof err) == SM_OK);
+    ck_assert(sm_svc_coord_serve(cl.coord, &fc_ops, NULL, "fake", err, sizeof err) == SM_OK);
+    ck_assert(sm_rpc_server_start(cl.coord, err, sizeof err) == SM_OK);
+    snprintf(cl.coord_addr, sizeof cl.coord_addr, "127.0.0.1:%d", sm_rpc_server_port(cl.coord));
+    ck_assert_msg(access(worker_bin(), X_OK) == 0, "worker binary %s not found (set SHMAP_WORKER)",
+                  worker_bin());
+    for (int w = 0; w < NW; w++) {
+        pid_t pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            execl(worker_bin(), worker_bin(), "--listen", "127.0.0.1:0", "--coordinator",
+                  cl.coord_addr, "--devices", "2", "--log-level",
+                  getenv("SM_TEST_VERBOSE") ? "debug" : "warn", (char *)NULL);
+            _exit(127);
+        }
+        cl.pid[w] = pid;
+        /* register one at a time so worker w gets devices 2w, 2w+1 */
+        int n = 0;
+        for (int t = 0; t < 300 && n <= w; t++) {
+            sleep_ms(50);
+            pthread_mutex_lock(&cl.mu);
+            n = cl.nreg;
+            pthread_mutex_unlock(&cl.mu);
+        }
+        ck_assert_msg(n > w, "worker %d did not register within 15 s", w);
+        snprintf(cl.addr[w], SM_ADDR_MAX, "%s", cl.reg_addr[w]);
+        ck_assert(sm_rpc_channel_create(cl.addr[w], NULL, &cl.ch[w], err, sizeof err) == SM_OK);
+        /* the identity lands just after the reply: wait for it in Stats */
+        sm_svc_worker_stats st = {0};
+        for (int t = 0; t < 100; t++) {
+            if (sm_svc_worker_stats_get(cl.ch[w], CALL_MS, &st, err, sizeof err) == SM_OK &&
+                st.ndevices == DPW)
+                break;
+            sleep_ms(50);
+        }
+        ck_assert_int_eq(st.ndevices, DPW);
+    }
+    /* a worker built without the job service answers UNIMPLEMENTED */
+    if (sm_svc_worker_cancel_job(cl.ch[0], CALL_MS, (sm_job_id){1}, err, sizeof err) ==
+        SM_EUNIMPLEMENTED) {
+        fprintf(stderr, "test_worker_job: %s serves no RunJob yet; skipping the proc case\n",
+                worker_bin());
+        cl.skip = 1;
+    }
+}
+
+static void proc_teardown(void)
+{
+    for (int w = 0; w < NW; w++) {
+        sm_rpc_channel_free(cl.ch[w]);
+        cl.ch[w] = NULL;
+        if (cl.pid[w] > 0) {
+            kill(cl.pid[w], SIGTERM);
+            int status = 0, done = 0;
+            for (int t = 0; t < 250 && !done; t++) {
+                done = waitpid(cl.pid[w], &status, WNOHANG) == cl.pid[w];
+                if (!done)
+                    sleep_ms(20);
+            }
+            if (!done) {
+                kill(cl.pid[w], SIGKILL);
+                waitpid(cl.pid[w], &status, 0);
+            }
+            ck_assert_msg(done && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                          "worker %d did not exit cleanly on SIGTERM (status %#x)", w,
+                          (unsigned)status);
+        }
+        cl.pid[w] = 0;
+    }
+    sm_rpc_server_free(cl.coord);
+    cl.coord = NULL;
+    sm_rpc_shutdown();
+}
+
+/* ---- client helpers ------------------------------------------------------------- */
+
+static sm_program *prog(const char *text)
+{
+    sm_program *p = NULL;
+    char err[512];
+    ck_assert_msg(sm_program_parse(text, "test", &p, err, sizeof err) == SM_OK, "%s", err);
+    ck_assert_msg(sm_program_verify(p, 0, err, sizeof err) == SM_OK, "%s", err);
+    return p;
+}
+
+/* A global input: small integers (exact in any summation order), or random
+ * floats in [-1, 1) when random is set. */
+static sm_array *global_input(sm_dtype t, const sm_shape *s, int seed, int random)
+{
+    sm_array *a;
+    char err[256];
+    ck_assert(sm_array_create(t, s, &a, err, sizeof err) == SM_OK);
+    int64_t n = a->nbytes / (int64_t)sm_dtype_size(t);
+    uint64_t x = (uint64_t)seed * 0x9E3779B97F4A7C15ull + 1;
+    for (int64_t k = 0; k < n; k++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        double v = random ? (double)(x >> 11) / (double)(1ull << 53) * 2 - 1
+                          : (double)((k * 7 + seed) % 17 - 8);
+        if (t == SM_F32)
+            ((float *)a->data)[k] = (float)v;
+        else if (t == SM_F64)
+            ((double *)a->data)[k] = v;
+        else if (t == SM_I32)
+            ((int32_t *)a->data)[k] = (int32_t)v;
+        else
+            ck_abort_msg("unsupported test dtype");
+    }
+    return a;
+}
+
+static int worker_of(int32_t dev)
+{
+    return dev / DPW;
+}
+
+static sm_err upload(sm_rpc_channel *ch, uint64_t array, int32_t dev, sm_dtype t, const sm_shape *s,
+                     const void *data, int64_t nbytes, char *err, size_t errlen)
+{
+    sm_svc_upload_stream *st = NULL;
+    sm_err e = sm_svc_upload_open(ch, 1, CALL_MS, &st, err, errlen);
+    if (e)
+        return e;
+    sm_svc_upload_msg m = {.has_header = 1};
+    m.header = (sm_svc_upload_header){.array_id = {array},
+                                      .ndevices = 1,
+                                      .devices = &dev,
+                                      .shape = *s,
+                                      .dtype = t,
+                                      .total_bytes = nbytes};
+    if ((e = sm_svc_upload_send(st, &m, err, errlen)))
+        goto finish;
+    uint64_t sum = sm_checksum_oneshot(data, (size_t)nbytes);
+    for (int64_t off = 0;;) {
+        int64_t n = nbytes - off < SM_SVC_CHUNK ? nbytes - off : SM_SVC_CHUNK;
+        m = (sm_svc_upload_msg){.offset = off, .data = (const char *)data + off, .len = (size_t)n};
+        m.last = off + n == nbytes;
+        m.checksum = sum;
+        if ((e = sm_svc_upload_send(st, &m, err, errlen)))
+            goto finish;
+        off += n;
+        if (off == nbytes)
+            break;
+    }
+finish:;
+    char ferr[512];
+    sm_err f = sm_svc_upload_finish(st, NULL, ferr, sizeof ferr);
+    if (!e && f)
+        snprintf(err, errlen, "%s", ferr);
+    return e ? e : f;
+}
+
+/* The block of device pos of global array g under spec (new array). */
+static sm_array *block_of(const sm_program *p, const sm_pspec *spec, const sm_array *g, int pos)
+{
+    sm_sharding sh = {.mesh = p->mesh, .spec = *spec};
+    sm_device_slice sl[SM_MAX_DEVICES];
+    char err[256];
+    ck_assert_msg(sm_sharding_indices(&sh, &g->shape, sl, err, sizeof err) == SM_OK, "%s", err);
+    sm_shape bs = sm_index_shape(&sl[pos].index);
+    int64_t off[SM_MAX_RANK], zero[SM_MAX_RANK] = {0};
+    for (int d = 0; d < bs.rank; d++)
+        off[d] = sl[pos].index.r[d].start;
+    sm_array *b;
+    ck_assert(sm_array_create(g->dtype, &bs, &b, err, sizeof err) == SM_OK);
+    ck_assert(sm_block_copy(b->data, &bs, zero, g->data, &g->shape, off, bs.dims,
+                            sm_dtype_size(g->dtype), err, sizeof err) == SM_OK);
+    return b;
+}
+
+/* Uploads every device's block of param k under array id. */
+static void put_param(const sm_program *p, int k, const sm_array *g, uint64_t id)
+{
+    char err[512];
+    for (int pos = 0; pos < p->mesh.ndevices; pos++) {
+        int32_t dev = p->mesh.devices[pos];
+        sm_array *b = block_of(p, &p->params[k].spec, g, pos);
+        sm_err e = upload(cl.ch[worker_of(dev)], id, dev, b->dtype, &b->shape, b->data, b->nbytes,
+                          err, sizeof err);
+        ck_assert_msg(e == SM_OK, "upload of array %llu to device %d: %s", (unsigned long long)id,
+                      (int)dev, err);
+        sm_array_free(b);
+    }
+}
+
+static sm_array *fetch(uint64_t id, int32_t dev)
+{
+    char err[512];
+    sm_svc_download_req req = {.array = {.id = {id}}, .device = dev};
+    sm_svc_download_stream *st = NULL;
+    sm_array *a = NULL;
+    sm_err e = sm_svc_download_open(cl.ch[worker_of(dev)], 1, &req, CALL_MS, &st, err, sizeof err);
+    while (!e) {
+        sm_svc_chunk c;
+        int end = 0;
+        if ((e = sm_svc_download_recv(st, &c, &end, err, sizeof err)) || end)
+            break;
+        if (c.has_meta)
+            ck_assert(sm_array_create(c.dtype, &c.shape, &a, err, sizeof err) == SM_OK);
+        ck_assert(a && c.offset + (int64_t)c.len <= a->nbytes);
+        if (c.len)
+            memcpy((char *)a->data + c.offset, c.data, c.len);
+    }
+    sm_svc_download_free(st);
+    ck_assert_msg(e == SM_OK, "GetShard of array %llu on device %d: %s", (unsigned long long)id,
+                  (int)dev, err);
+    return a;
+}
+
+typedef struct {
+    int w;
+    const sm_svc_run_job_req *req;
+    sm_err e;
+    int64_t bytes;
+    char err[1024];
+    double took;
+} run_res;
+
+static void *run_main(void *arg)
+{
+    run_res *r = arg;
+    double t0 = now_s();
+    r->e =
+        sm_svc_worker_run_job(cl.ch[r->w], CALL_MS * 2, r->req, &r->bytes, r->err, sizeof r->err);
+    r->took = now_s() - t0;
+    return NULL;
+}
+
+static void job_req(sm_svc_run_job_req *req, sm_svc_peer *peers, sm_program *p, uint64_t job,
+                    sm_array_id *in, sm_array_id *out, uint32_t deadline_ms)
+{
+    for (int w = 0; w < NW; w++) {
+        memset(&peers[w], 0, sizeof peers[w]);
+        snprintf(peers[w].address, SM_ADDR_MAX, "%s", cl.addr[w]);
+        peers[w].ndevices = DPW;
+        for (int k = 0; k < DPW; k++)
+            peers[w].devices[k] = w * DPW + k;
+    }
+    *req = (sm_svc_run_job_req){.job_id = {job},
+                                .program = p,
+                                .ninputs = p->nparams,
+                                .inputs = in,
+                                .noutputs = p->nreturns,
+                                .outputs = out,
+                                .npeers = NW,
+                                .peers = peers,
+                                .deadline_ms = deadline_ms};
+}
+
+/* Sends RunJob to the workers in mask at once; fills res[w]. */
+static void run_on(const sm_svc_run_job_req *req, unsigned mask, run_res *res)
+{
+    pthread_t th[NW];
+    for (int w = 0; w < NW; w++) {
+        res[w] = (run_res){.w = w, .req = req};
+        if (mask & (1u << w))
+            ck_assert(pthread_create(&th[w], NULL, run_main, &res[w]) == 0);
+    }
+    for (int w = 0; w < NW; w++)
+        if (mask & (1u << w))
+            pthread_join(th[w], NULL);
+}
+
+/* Runs text on both workers over the given global inputs and checks every
+ * device's output block against sm_exec_local_run; returns the output
+ * array ids (base + r). */
+static uint64_t run_and_check(const char *text, sm_array *const *g)
+{
+    char err[1024];
+    sm_program *p = prog(text);
+    sm_array_id in[8], out[8];
+    uint64_t job = next_id++, base;
+    for (int k = 0; k < p->nparams; k++) {
+        in[k].v = next_id++;
+        put_param(p, k, g[k], in[k].v);
+    }
+    base = next_id;
+    for (int r = 0; r < p->nreturns; r++)
+        out[r].v = next_id++;
+    sm_svc_run_job_req req;
+    sm_svc_peer peers[NW];
+    run_res res[NW];
+    job_req(&req, peers, p, job, in, out, 30000);
+    run_on(&req, (1u << NW) - 1, res);
+    for (int w = 0; w < NW; w++)
+        ck_assert_msg(res[w].e == SM_OK, "RunJob on worker %d: %s (%s)", w, res[w].err,
+                      sm_err_name(res[w].e));
+    sm_array *ref[8] = {0};
+    ck_assert_msg(sm_exec_local_run(p, g, ref, NULL, err, sizeof err) == SM_OK, "%s", err);
+    int64_t total = 0;
+    for (int r = 0; r < p->nreturns; r++) {
+        for (int pos = 0; pos < p->mesh.ndevices; pos++) {
+            int32_t dev = p->mesh.devices[pos];
+            sm_array *got = fetch(out[r].v, dev);
+            sm_array *want = block_of(p, &p->out_specs[r], ref[r], pos);
+            ck_assert_int_eq(got->dtype, want->dtype);
+            ck_assert_msg(sm_shape_equal(&got->shape, &want->shape),
+                          "output %d on device %d has the wrong shape", r, (int)dev);
+            ck_assert_msg(!memcmp(got->data, want->data, (size_t)want->nbytes),
+                          "output %d on device %d differs from the reference", r, (int)dev);
+            total += got->nbytes;
+            sm_array_free(got);
+            sm_array_free(want);
+        }
+        sm_array_free(ref[r]);
+    }
+    ck_assert_int_eq(res[0].bytes + res[1].bytes, total);
+    sm_program_free(p);
+    return base;
+}
+
+static void run1(const char *text, sm_dtype t, sm_shape s)
+{
+    sm_array *g = global_input(t, &s, 3, 0);
+    run_and_check(text, &g);
+    sm_array_free(g);
+}
+
+#define MESH "mesh i=2 j=2 devices=[0, 2, 1, 3]\n"
+
+/* ---- tests ----------------------------------------------------------------------- */
+
+START_TEST(test_psum)
+{
+    if (cl.skip)
+        return;
+    run1(MESH "shard_map f(x: f32[8,12] @ P('i','j')) -> P('i', None):\n"
+              "    return psum(x, 'j')\n",
+         SM_F32, (sm_shape){2, {8, 12}});
+    run1(MESH "shard_map f(x: f32[8,12] @ P('i','j')) -> P(None, None):\n"
+              "    return psum(x, ('i', 'j'))\n",
+         SM_F32, (sm_shape){2, {8, 12}});
+    run1(MESH "shard_map f(x: i32[8,12] @ P('i','j')) -> (P(None, None), P('i', None)):\n"
+              "    return pmax(x, ('j', 'i')), pmin(x, 'j')\n",
+         SM_I32, (sm_shape){2, {8, 12}});
+    run1(MESH "shard_map f(x: f64[8,12] @ P('i','j')) -> P(None, 'j'):\n"
+              "    return pmean(x, 'i')\n",
+         SM_F64, (sm_shape){2, {8, 12}});
+}
+END_TEST
+
+START_TEST(test_all_gather)
+{
+    if (cl.skip)
+        return;
+    run1(MESH "shard_map f(x: f32[8,12] @ P('i','j')) -> P('i','j'):\n"
+              "    return all_gather(x, 'j')\n",
+         SM_F32, (sm_shape){2, {8, 12}});
+    run1(MESH "shard_map f(x: f32[8,12] @ P('i','j')) -> P('i','j'):\n"
+              "    return all_gather(x, 'j', axis=1, tiled=True)\n",
+         SM_F32, (sm_shape){2, {8, 12}});
+    run1(MESH "shard_map f(x: i32[8,12] @ P(('i','j'))) -> P(('i','j')):\n"
+              "    return all_gather(x, ('j', 'i'), axis=0, tiled=True)\n",
+         SM_I32, (sm_shape){2, {8, 12}});
+}
+END_TEST
+
+START_TEST(test_psum_scatter)
+{
+    if (cl.skip)
+        return;
+    run1(MESH "shard_map f(x: f32[8,12] @ P('i','j')) -> P('i','j'):\n"
+              "    return psum_scatter(x, 'j', scatter_dimension=1, tiled=True)\n",
+         SM_F32, (sm_shape){2, {8, 12}});
+    run1(MESH "shard_map f(x: f32[8,4] @ P('i', None)) -> P(('i', 'j')):\n"
+              "    return psum_scatter(x, ('i', 'j'), scatter_dimension=0, tiled=True)\n",
+         SM_F32, (sm_shape){2, {8, 4}});
+}
+END_TEST
+
+START_TEST(test_ppermute)
+{
+    if (cl.skip)
+        return;
+    run1(MESH "shard_map f(x: f32[8,12] @ P('i','j')) -> P('i','j'):\n"
+              "    return ppermute(x, ('i', 'j'), perm=[(0, 1), (1, 2), (2, 3), (3, 0)])\n",
+         SM_F32, (sm_shape){2, {8, 12}});
+    /* a partial permutation: rank 0 of each j pair gets zeros */
+    run1(MESH "shard_map f(x: f32[8,12] @ P('i','j')) -> P('i','j'):\n"
+              "    return ppermute(x, 'j', perm=[(0, 1)])\n",
+         SM_F32, (sm_shape){2, {8, 12}});
+}
+END_TEST
+
+START_TEST(test_all_to_all)
+{
+    if (cl.skip)
+        return;
+    run1(MESH "shard_map f(x: f32[8,12] @ P('i','j')) -> P('i','j'):\n"
+              "    return all_to_all(x, 'j', 1, 0, tiled=True)\n",
+         SM_F32, (sm_shape){2, {8, 12}});
+    run1(MESH "shard_map f(x: i32[8,16] @ P('i','j')) -> P('i','j'):\n"
+              "    return all_to_all(x, ('i', 'j'), 1, 0, tiled=True)\n",
+         SM_I32, (sm_shape){2, {8, 16}});
+}
+END_TEST
+
+START_TEST(test_matmul_basic)
+{
+    if (cl.skip)
+        return;
+    sm_array *g[2] = {global_input(SM_F32, &(sm_shape){2, {8, 16}}, 1, 0),
+                      global_input(SM_F32, &(sm_shape){2, {16, 32}}, 2, 0)};
+    run_and_check(MESH "shard_map matmul_basic(a: f32[8,16] @ P('i','j'), b: f32[16,32] @ "
+                       "P('j', None)) -> P('i', None):\n"
+                       "    z = dot(a, b)\n"
+                       "    return psum(z, 'j')\n",
+                  g);
+    sm_array_free(g[0]);
+    sm_array_free(g[1]);
+}
+END_TEST
+
+/* Other device orders: worker 1 holding rank 0, and a worker holding ranks
+ * that are not contiguous (0 and 3 of a 4-device axis). */
+START_TEST(test_layouts)
+{
+    if (cl.skip)
+        return;
+    run1("mesh i=2 j=2 devices=[2, 0, 3, 1]\n"
+         "shard_map f(x: f32[8,16] @ P('i','j')) -> (P(None, None), P('i', 'j')):\n"
+         "    return psum(x, ('i', 'j')), all_to_all(x, ('j', 'i'), 1, 0, tiled=True)\n",
+         SM_F32, (sm_shape){2, {8, 16}});
+    run1("mesh k=4 devices=[0, 2, 3, 1]\n"
+         "shard_map f(x: f32[16,8] @ P('k')) -> (P('k'), P('k'), P('k'), P(None)):\n"
+         "    a = psum_scatter(x, 'k', scatter_dimension=0, tiled=True)\n"
+         "    b = all_to_all(x, 'k', 0, 1, tiled=True)\n"
+         "    c = ppermute(x, 'k', perm=[(0, 3), (3, 1), (1, 2), (2, 0)])\n"
+         "    return a, b, c, psum(x, 'k')\n",
+         SM_F32, (sm_shape){2, {16, 8}});
+}
+END_TEST
+
+/* Blocks of 8 MiB: every blob crosses in several chunks. */
+START_TEST(test_large)
+{
+    if (cl.skip)
+        return;
+    run1(MESH "shard_map f(x: f32[2048,4096] @ P('i','j')) -> (P('i', None), P('i', 'j')):\n"
+              "    return psum(x, 'j'), ppermute(x, 'j', perm=[(0, 1), (1, 0)])\n",
+         SM_F32, (sm_shape){2, {2048, 4096}});
+}
+END_TEST
+
+/* Random floats: the same bits on every run and on every group member. */
+START_TEST(test_deterministic)
+{
+    if (cl.skip)
+        return;
+    sm_shape s = {2, {64, 96}};
+    sm_array *g = global_input(SM_F32, &s, 9, 1);
+    const char *text = MESH "shard_map f(x: f32[64,96] @ P('i','j')) -> P(None, None):\n"
+                            "    y = x * 1.37 + 0.1\n"
+                            "    return psum(y, ('i', 'j'))\n";
+    sm_program *p = prog(text);
+    sm_array_id in = {next_id++};
+    put_param(p, 0, g, in.v);
+    sm_array *first = NULL;
+    for (int run = 0; run < 3; run++) {
+        sm_array_id out = {next_id++};
+        sm_svc_run_job_req req;
+        sm_svc_peer peers[NW];
+        run_res res[NW];
+        job_req(&req, peers, p, next_id++, &in, &out, 30000);
+        run_on(&req, 3, res);
+        for (int w = 0; w < NW; w++)
+            ck_assert_msg(res[w].e == SM_OK, "%s", res[w].err);
+        for (int32_t dev = 0; dev < NW * DPW; dev++) {
+            sm_array *a = fetch(out.v, dev);
+            if (!first)
+                first = a;
+            else {
+                ck_assert_msg(!memcmp(a->data, first->data, (size_t)a->nbytes),
+                              "run %d, device %d: different bits", run, (int)dev);
+                sm_array_free(a);
+            }
+        }
+    }
+    sm_array_free(first);
+    sm_array_free(g);
+    sm_program_free(p);
+}
+END_TEST
+
+/* An input missing on one worker: it names the array and device; the other
+ * worker is told to cancel and does not wait for its deadline. */
+START_TEST(test_missing_input)
+{
+    if (cl.skip)
+        return;
+    sm_shape s = {2, {8, 12}};
+    sm_array *g = global_input(SM_F32, &s, 3, 0);
+    sm_program *p = prog(MESH "shard_map f(x: f32[8,12] @ P('i','j')) -> P('i', None):\n"
+                              "    return psum(x, 'j')\n");
+    sm_array_id in = {next_id++}, out = {next_id++};
+    /* upload only worker 1's blocks */
+    char err[512];
+    for (int pos = 0; pos < 4; pos++) {
+        int32_t dev = p->mesh.devices[pos];
+        if (worker_of(dev) != 1)
+            continue;
+        sm_array *b = block_of(p, &p->params[0].spec, g, pos);
+        ck_assert(upload(cl.ch[1], in.v, dev, b->dtype, &b->shape, b->data, b->nbytes, err,
+                         sizeof err) == SM_OK);
+        sm_array_free(b);
+    }
+    sm_svc_run_job_req req;
+    sm_svc_peer peers[NW];
+    run_res res[NW];
+    uint64_t job = next_id++;
+    job_req(&req, peers, p, job, &in, &out, 20000);
+    run_on(&req, 3, res);
+    ck_assert_msg(res[0].e == SM_ENOTFOUND, "%s: %s", sm_err_name(res[0].e), res[0].err);
+    char want[64];
+    snprintf(want, sizeof want, "array %llu", (unsigned long long)in.v);
+    ck_assert_msg(strstr(res[0].err, want) && strstr(res[0].err, "device 0"), "%s", res[0].err);
+    ck_assert_msg(res[1].e == SM_ECANCELLED, "%s: %s", sm_err_name(res[1].e), res[1].err);
+    ck_assert_msg(res[1].took < 10, "worker 1 took %.1f s", res[1].took);
+    /* nothing stored on either worker */
+    sm_svc_download_req dr = {.array = {.id = out}, .device = 2};
+    sm_svc_download_stream *st;
+    sm_err e = sm_svc_download_open(cl.ch[1], 1, &dr, CALL_MS, &st, err, sizeof err);
+    if (!e) {
+        sm_svc_chunk c;
+        int end;
+        e = sm_svc_download_recv(st, &c, &end, err, sizeof err);
+        sm_svc_download_free(st);
+    }
+    ck_assert_int_eq(e, SM_ENOTFOUND);
+    /* the same job id does not run again */
+    run_on(&req, 2, res);
+    ck_assert_msg(res[1].e == SM_ECANCELLED || res[1].e == SM_EEXIST, "%s", res[1].err);
+    sm_array_free(g);
+    sm_program_free(p);
+}
+END_TEST
+
+/* CancelJob releases a job blocked in a collective. */
+START_TEST(test_cancel)
+{
+    if (cl.skip)
+        return;
+    sm_shape s = {2, {8, 12}};
+    sm_array *g = global_input(SM_F32, &s, 3, 0);
+    sm_program *p = prog(MESH "shard_map f(x: f32[8,12] @ P('i','j')) -> P('i', None):\n"
+                              "    return psum(x, 'j')\n");
+    sm_array_id in = {next_id++}, out = {next_id++};
+    put_param(p, 0, g, in.v);
+    sm_svc_run_job_req req;
+    sm_svc_peer peers[NW];
+    run_res res[NW];
+    uint64_t job = next_id++;
+    job_req(&req, peers, p, job, &in, &out, 30000);
+    pthread_t th;
+    res[0] = (run_res){.w = 0, .req = &req};
+    ck_assert(pthread_create(&th, NULL, run_main, &res[0]) == 0);
+    sleep_ms(500);
+    char err[512];
+    ck_assert(sm_svc_worker_cancel_job(cl.ch[0], CALL_MS, (sm_job_id){job}, err, sizeof err) ==
+              SM_OK);
+    pthread_join(th, NULL);
+    ck_assert_msg(res[0].e == SM_ECANCELLED, "%s: %s", sm_err_name(res[0].e), res[0].err);
+    char want[64];
+    snprintf(want, sizeof want, "job %llu was cancelled", (unsigned long long)job);
+    ck_assert_msg(strstr(res[0].err, want), "%s", res[0].err);
+    ck_assert_msg(res[0].took < 5, "took %.1f s", res[0].took);
+    sm_array_free(g);
+    sm_program_free(p);
+}
+END_TEST
+
+/* Malformed Exchange streams get their error; the worker keeps serving. */
+START_TEST(test_exchange_bad_input)
+{
+    if (cl.skip)
+        return;
+    static const char data[8] = "abcdefgh";
+    uint64_t sum = sm_checksum_oneshot(data, 8);
+    struct {
+        int64_t offset, total;
+        uint64_t sum;
+        int32_t dst;
+        sm_err want;
+    } rows[] = {
+        {0, 8, 1, -1, SM_EDATALOSS},  /* checksum */
+        {4, 8, 0, -1, SM_EINVAL},     /* does not start at 0 */
+        {0, 4, 0, -1, SM_EINVAL},     /* more bytes than announced */
+        {0, 16, 0, -1, SM_EDATALOSS}, /* ends short */
+        {0, 8, 0, -2, SM_EINVAL},     /* bad dst_device */
+    };
+    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
+        char err[512] = "";
+        sm_svc_coll_stream *st;
+        ck_assert(sm_svc_coll_open(cl.ch[0], CALL_MS, &st, err, sizeof err) == SM_OK);
+        sm_svc_coll_msg m = {.job_id = {next_id++},
+                             .seq = 0,
+                             .src_device = 2,
+                             .dst_device = rows[k].dst,
+                             .offset = rows[k].offset,
+                             .data = data,
+                             .len = 8,
+                             .total_bytes = rows[k].total,
+                             .last = 1,
+                             .checksum = sum ^ rows[k].sum};
+        sm_err e = sm_svc_coll_send(st, &m, err, sizeof err);
+        if (!e)
+            e = sm_svc_coll_finish(st, NULL, err, sizeof err);
+        else
+            sm_svc_coll_abort(st);
+        ck_assert_msg(e == rows[k].want, "row %zu: %s: %s", k, sm_err_name(e), err);
+    }
+    sm_svc_worker_stats stats;
+    char err[512];
+    ck_assert(sm_svc_worker_stats_get(cl.ch[0], CALL_MS, &stats, err, sizeof err) == SM_OK);
+}
+END_TEST
+
+/* Worker 1 dies while worker 0 waits for its data (kept last: it kills). */
+START_TEST(test_dead_peer)
+{
+    if (cl.skip)
+        return;
+    sm_shape s = {2, {8, 12}};
+    sm_array *g = global_input(SM_F32, &s, 3, 0);
+    sm_program *p = prog(MESH "shard_map f(x: f32[8,12] @ P('i','j')) -> P('i', None):\n"
+                              "    y = psum(x, 'i')\n"
+                              "    return psum(y, 'j')\n");
+    sm_array_id in = {next_id++}, out = {next_id++};
+    put_param(p, 0, g, in.v);
+    sm_svc_run_job_req req;
+    sm_svc_peer peers[NW];
+    run_res res[NW];
+    job_req(&req, peers, p, next_id++, &in, &out, 30000);
+    pthread_t th;
+    res[0] = (run_res){.w = 0, .req = &req};
+    ck_assert(pthread_create(&th, NULL, run_main, &res[0]) == 0);
+    sleep_ms(700);
+    if (cl.pid[1] > 0) {
+        kill(cl.pid[1], SIGKILL);
+        waitpid(cl.pid[1], NULL, 0);
+        cl.pid[1] = 0;
+    } else {
+        sm_rpc_server_stop(cl.srv[1]);
+    }
+    pthread_join(th, NULL);
+    ck_assert_msg(res[0].e == SM_EUNAVAILABLE, "%s: %s", sm_err_name(res[0].e), res[0].err);
+    ck_assert_msg(strstr(res[0].err, cl.addr[1]), "'%s' does not name %s", res[0].err, cl.addr[1]);
+    ck_assert_msg(res[0].took < 10, "took %.1f s", res[0].took);
+    sm_array_free(g);
+    sm_program_free(p);
+}
+END_TEST
+
+/* Worker 0 waits for data from a live peer that never sends it (a server
+ * that only answers Negotiate, holding devices 4 and 5); stopping worker 0
+ * (SIGTERM, or sm_jobs_stop in process) ends the job at once and, for the
+ * process, exits 0. */
+START_TEST(test_shutdown_during_job)
+{
+    if (cl.skip)
+        return;
+    char err[512];
+    sm_rpc_server *fake;
+    sm_rpc_server_opts o = {.addr = "127.0.0.1:0"};
+    ck_assert(sm_rpc_server_create(&o, &fake, err, sizeof err) == SM_OK);
+    ck_assert(sm_svc_worker_serve(fake, NULL, NULL, "fake-peer", err, sizeof err) == SM_OK);
+    ck_assert(sm_rpc_server_start(fake, err, sizeof err) == SM_OK);
+    sm_shape s = {2, {8, 12}};
+    sm_array *g = global_input(SM_F32, &s, 3, 0);
+    sm_program *p = prog("mesh i=2 j=2 devices=[0, 4, 1, 5]\n"
+                         "shard_map f(x: f32[8,12] @ P('i','j')) -> P('i','j'):\n"
+                         "    return ppermute(x, 'j', perm=[(1, 0)])\n");
+    sm_array_id in = {next_id++}, out = {next_id++};
+    for (int pos = 0; pos < 4; pos += 2) {
+        int32_t dev = p->mesh.devices[pos];
+        sm_array *b = block_of(p, &p->params[0].spec, g, pos);
+        ck_assert(upload(cl.ch[0], in.v, dev, b->dtype, &b->shape, b->data, b->nbytes, err,
+                         sizeof err) == SM_OK);
+        sm_array_free(b);
+    }
+    sm_svc_run_job_req req;
+    sm_svc_peer peers[NW];
+    job_req(&req, peers, p, next_id++, &in, &out, 60000);
+    snprintf(peers[1].address, SM_ADDR_MAX, "127.0.0.1:%d", sm_rpc_server_port(fake));
+    peers[1].devices[0] = 4;
+    peers[1].devices[1] = 5;
+    run_res res = {.w = 0, .req = &req};
+    pthread_t th;
+    ck_assert(pthread_create(&th, NULL, run_main, &res) == 0);
+    sleep_ms(1500); /* past a few probes of the live fake peer */
+    double t0 = now_s();
+    int proc = cl.pid[0] > 0;
+    if (proc) {
+        kill(cl.pid[0], SIGTERM);
+        int status = 0, done = 0;
+        for (int t = 0; t < 250 && !done; t++) {
+            done = waitpid(cl.pid[0], &status, WNOHANG) == cl.pid[0];
+            if (!done)
+                sleep_ms(20);
+        }
+        ck_assert_msg(done, "worker 0 did not exit within 5 s of SIGTERM during a job");
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %#x",
+                      (unsigned)status);
+        cl.pid[0] = 0;
+    } else {
+        sm_jobs_stop(cl.jobs[0]);
+    }
+    pthread_join(th, NULL);
+    ck_assert_msg(res.e != SM_OK, "the job succeeded");
+    ck_assert_msg(now_s() - t0 < 5, "RunJob returned %.1f s after the stop", now_s() - t0);
+    if (!proc)
+        ck_assert_msg(strstr(res.err, "shutting down"), "%s", res.err);
+    sm_rpc_server_free(fake);
+    sm_array_free(g);
+    sm_program_free(p);
+}
+END_TEST
+
+/* ---- the mailbox's reassembly checks, table-driven -------------------------------- */
+
+START_TEST(test_mailbox_rx)
+{
+    static const char data[10] = "0123456789";
+    uint64_t sum = sm_checksum_oneshot(data, 10);
+    struct {
+        int64_t off2, total;
+        uint64_t sum;
+        int32_t src2;
+        sm_err want;
+    } rows[] = {
+        {5, 10, 0, 7, SM_OK},        /* good */
+        {6, 10, 0, 7, SM_EINVAL},    /* gap */
+        {5, 10, 1, 7, SM_EDATALOSS}, /* bad checksum */
+        {5, 10, 0, 8, SM_EINVAL},    /* device changes mid-blob */
+        {5, 9, 0, 7, SM_EINVAL},     /* overrun */
+    };
+    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
+        sm_mailbox_rx rx = {0};
+        sm_mailbox_blob *b = NULL;
+        sm_job_id job;
+        int done = 0;
+        char err[256];
+        sm_svc_coll_msg m = {.job_id = {5},
+                             .seq = 2,
+                             .src_device = 7,
+                             .dst_device = -1,
+                             .data = data,
+                             .len = 5,
+                             .total_bytes = rows[k].total};
+        sm_err e = sm_mailbox_rx_feed(&rx, &m, &job, &b, &done, err, sizeof err);
+        if (!e) {
+            m = (sm_svc_coll_msg){.job_id = {5},
+                                  .seq = 2,
+                                  .src_device = rows[k].src2,
+                                  .dst_device = -1,
+                                  .offset = rows[k].off2,
+                                  .data = data + 5,
+                                  .len = 5,
+                                  .total_bytes = rows[k].total,
+                                  .last = 1,
+                                  .checksum = sum ^ rows[k].sum};
+            e = sm_mailbox_rx_feed(&rx, &m, &job, &b, &done, err, sizeof err);
+        }
+        ck_assert_msg(e == rows[k].want, "row %zu: %s (%s)", k, sm_err_name(e), err);
+        if (!e) {
+            ck_assert(done && b && b->len == 10 && !memcmp(b->data, data, 10));
+            sm_mailbox *box;
+            struct timespec dl;
+            clock_gettime(CLOCK_MONOTONIC, &dl);
+            ck_assert(sm_mailbox_create(0, &box, err, sizeof err) == SM_OK);
+            ck_assert(sm_mailbox_put(box, b, err, sizeof err) == SM_OK);
+            sm_mailbox_blob *got;
+            ck_assert(sm_mailbox_take(box, 2, 7, 1, &dl, &got, err, sizeof err) == SM_OK);
+            ck_assert_int_eq(sm_mailbox_bytes(box), 10);
+            sm_mailbox_release(box, got);
+            ck_assert_int_eq(sm_mailbox_bytes(box), 0);
+            ck_assert_int_eq(sm_mailbox_take(box, 2, 7, 1, &dl, &got, err, sizeof err),
+                             SM_ETIMEOUT);
+            sm_mailbox_abort(box, SM_ECANCELLED, "job 5 was cancelled");
+            ck_assert_int_eq(sm_mailbox_take(box, 2, 7, 1, &dl, &got, err, sizeof err),
+                             SM_ECANCELLED);
+            sm_mailbox_free(box);
+        }
+        sm_mailbox_rx_end(&rx);
+    }
+}
+END_TEST
+
+/* ---- comm_grpc across three workers in this process, without gRPC ------------------ */
+
+#define FN_WORKERS 3
+
+typedef struct {
+    sm_mailbox *box[FN_WORKERS];
+    char addr[FN_WORKERS][16];
+} fake_net;
+
+typedef struct {
+    sm_mailbox *box;
+    sm_mailbox_rx rx;
+} fake_stream;
+
+static sm_err fn_open(void *user, const char *address, int timeout_ms, void **stream, char *err,
+                      size_t errlen)
+{
+    fake_net *n = user;
+    for (int w = 0; w < FN_WORKERS; w++) {
+        if (!strcmp(n->addr[w], address)) {
+            fake_stream *st = calloc(1, sizeof *st);
+            st->box = n->box[w];
+            *stream = st;
+            return SM_OK;
+        }
+    }
+    return sm_fail(err, errlen, SM_EUNAVAILABLE, "no worker at %s", address);
+}
+
+static sm_err fn_send(void *stream, const sm_svc_coll_msg *m, char *err, size_t errlen)
+{
+    fake_stream *st = stream;
+    sm_mailbox_blob *b;
+    sm_job_id job;
+    int done;
+    ck_assert_int_le(m->len, SM_SVC_CHUNK);
+    sm_err e = sm_mailbox_rx_feed(&st->rx, m, &job, &b, &done, err, errlen);
+    if (!e && done)
+        e = sm_mailbox_put(st->box, b, err, errlen);
+    return e;
+}
+
+static sm_err fn_finish(void *stream, char *err, size_t errlen)
+{
+    fake_stream *st = stream;
+    sm_err e = st->rx.cur ? sm_fail(err, errlen, SM_EDATALOSS, "stream ended mid-blob") : SM_OK;
+    sm_mailbox_rx_end(&st->rx);
+    free(st);
+    return e;
+}
+
+static void fn_abort(void *stream)
+{
+    fn_finish(stream, NULL, 0);
+}
+
+static sm_err fn_probe(void *user, const char *address, int timeout_ms, char *err, size_t errlen)
+{
+    return SM_OK;
+}
+
+static const sm_comm_grpc_transport fn_tr = {
+    .open = fn_open, .send = fn_send, .finish = fn_finish, .abort = fn_abort, .probe = fn_probe};
+
+typedef struct {
+    const sm_exec_plan *plan;
+    sm_comm_grpc *comm;
+    int pos;
+    sm_array *in;
+    sm_array *out[8];
+    sm_err e;
+    char err[512];
+} fn_dev;
+
+static void *fn_dev_main(void *arg)
+{
+    fn_dev *d = arg;
+    d->e = sm_exec_run_plan(d->plan, d->pos, &sm_comm_grpc_ops, d->comm, &d->in, d->out, d->err,
+                            sizeof d->err);
+    return NULL;
+}
+
+/* Six devices on three workers holding ranks {0,3}, {1,4}, {2,5}: every
+ * collective combines three partials and sends non-contiguous chunks. */
+START_TEST(test_comm_three_workers)
+{
+    char err[512];
+    sm_program *p = prog("mesh x=6 devices=[0, 2, 4, 1, 3, 5]\n"
+                         "shard_map f(v: f32[12,12] @ P('x')) -> "
+                         "(P(None), P('x'), P('x'), P('x'), P('x'), P(None)):\n"
+                         "    a = psum(v, 'x')\n"
+                         "    b = all_gather(v, 'x', tiled=True)\n"
+                         "    c = psum_scatter(v, 'x', scatter_dimension=1, tiled=True)\n"
+                         "    d = all_to_all(v, 'x', 1, 0, tiled=True)\n"
+                         "    e = ppermute(v, 'x', perm=[(0, 5), (5, 1), (1, 4), (4, 2), (2, 3), "
+                         "(3, 0)])\n"
+                         "    return a, b, c, d, e, pmax(v, 'x')\n");
+    sm_array *g = global_input(SM_F32, &(sm_shape){2, {12, 12}}, 5, 0);
+    fake_net net;
+    sm_svc_peer peers[FN_WORKERS];
+    int pos_worker[6];
+    sm_comm_grpc *comm[FN_WORKERS];
+    for (int w = 0; w < FN_WORKERS; w++) {
+        snprintf(net.addr[w], sizeof net.addr[w], "w%d", w);
+        ck_assert(sm_mailbox_create(0, &net.box[w], err, sizeof err) == SM_OK);
+        memset(&peers[w], 0, sizeof peers[w]);
+        snprintf(peers[w].address, SM_ADDR_MAX, "%s", net.addr[w]);
+        peers[w].ndevices = 2;
+        peers[w].devices[0] = 2 * w;
+        peers[w].devices[1] = 2 * w + 1;
+    }
+    for (int pos = 0; pos < 6; pos++)
+        pos_worker[pos] = p->mesh.devices[pos] / 2;
+    for (int w = 0; w < FN_WORKERS; w++) {
+        sm_comm_grpc_config cc = {.job = {77},
+                                  .mesh = &p->mesh,
+                                  .nworkers = FN_WORKERS,
+                                  .workers = peers,
+                                  .pos_worker = pos_worker,
+                                  .self = w,
+                                  .box = net.box[w],
+                                  .tr = &fn_tr,
+                                  .tr_user = &net};
+        clock_gettime(CLOCK_MONOTONIC, &cc.deadline);
+        cc.deadline.tv_sec += 20;
+        ck_assert(sm_comm_grpc_create(&cc, &comm[w], err, sizeof err) == SM_OK);
+    }
+    sm_exec_plan *plan;
+    ck_assert(sm_exec_plan_create(p, &plan, err, sizeof err) == SM_OK);
+    fn_dev devs[6];
+    pthread_t th[6];
+    for (int pos = 0; pos < 6; pos++) {
+        devs[pos] = (fn_dev){.plan = plan, .comm = comm[pos_worker[pos]], .pos = pos};
+        devs[pos].in = block_of(p, &p->params[0].spec, g, pos);
+        ck_assert(pthread_create(&th[pos], NULL, fn_dev_main, &devs[pos]) == 0);
+    }
+    for (int pos = 0; pos < 6; pos++)
+        pthread_join(th[pos], NULL);
+    sm_array *ref[8] = {0};
+    ck_assert_msg(sm_exec_local_run(p, &g, ref, NULL, err, sizeof err) == SM_OK, "%s", err);
+    for (int pos = 0; pos < 6; pos++) {
+        ck_assert_msg(devs[pos].e == SM_OK, "position %d: %s", pos, devs[pos].err);
+        for (int r = 0; r < p->nreturns; r++) {
+            sm_array *want = block_of(p, &p->out_specs[r], ref[r], pos);
+            ck_assert(sm_shape_equal(&devs[pos].out[r]->shape, &want->shape));
+            ck_assert_msg(!memcmp(devs[pos].out[r]->data, want->data, (size_t)want->nbytes),
+                          "output %d at position %d differs", r, pos);
+            sm_array_free(want);
+            sm_array_free(devs[pos].out[r]);
+        }
+        sm_array_free(devs[pos].in);
+    }
+    for (int w = 0; w < FN_WORKERS; w++) {
+        ck_assert_int_eq(sm_mailbox_bytes(net.box[w]), 0); /* every blob consumed */
+        sm_comm_grpc_free(comm[w]);
+        sm_mailbox_free(net.box[w]);
+    }
+    for (int r = 0; r < p->nreturns; r++)
+        sm_array_free(ref[r]);
+    sm_exec_plan_free(plan);
+    sm_array_free(g);
+    sm_program_free(p);
+}
+END_TEST
+
+static void add_job_tests(TCase *tc)
+{
+    tcase_add_test(tc, test_psum);
+    tcase_add_test(tc, test_all_gather);
+    tcase_add_test(tc, test_psum_scatter);
+    tcase_add_test(tc, test_ppermute);
+    tcase_add_test(tc, test_all_to_all);
+    tcase_add_test(tc, test_matmul_basic);
+    tcase_add_test(tc, test_layouts);
+    tcase_add_test(tc, test_large);
+    tcase_add_test(tc, test_deterministic);
+    tcase_add_test(tc, test_missing_input);
+    tcase_add_test(tc, test_cancel);
+    tcase_add_test(tc, test_exchange_bad_input);
+    tcase_add_test(tc, test_dead_peer);
+    tcase_add_test(tc, test_shutdown_during_job);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    Suite *s = suite_create("worker_job");
+    TCase *unit = tcase_create("comm");
+    tcase_set_timeout(unit, 60);
+    tcase_add_test(unit, test_mailbox_rx);
+    tcase_add_test(unit, test_comm_three_workers);
+    suite_add_tcase(s, unit);
+    TCase *inproc = tcase_create("inproc");
+    tcase_set_timeout(inproc, 240);
+    tcase_add_unchecked_fixture(inproc, inproc_setup, inproc_teardown);
+    add_job_tests(inproc);
+    suite_add_tcase(s, inproc);
+    TCase *proc = tcase_create("proc");
+    tcase_set_timeout(proc, 240);
+    tcase_add_unchecked_fixture(proc, proc_setup, proc_teardown);
+    add_job_tests(proc);
+    suite_add_tcase(s, proc);
+    SRunner *r = srunner_create(s);
+    srunner_set_fork_status(r, CK_NOFORK);
+    srunner_run_all(r, CK_ENV);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? 1 : 0;
+}

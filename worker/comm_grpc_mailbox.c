@@ -1,0 +1,248 @@
+/* comm_grpc_mailbox: collective blobs pushed by peers (see header). */
+#include "comm_grpc_mailbox.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sm_checksum.h"
+
+struct sm_mailbox {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    sm_mailbox_blob *blobs;
+    int64_t bytes, max_bytes;
+    int aborted;
+    sm_err code;
+    char why[512];
+};
+
+sm_err sm_mailbox_create(int64_t max_bytes, sm_mailbox **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    sm_mailbox *b = calloc(1, sizeof *b);
+    if (!b)
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a collective mailbox");
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&b->mu, NULL);
+    pthread_cond_init(&b->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    b->max_bytes = max_bytes;
+    *out = b;
+    return SM_OK;
+}
+
+void sm_mailbox_blob_free(sm_mailbox_blob *b)
+{
+    if (b) {
+        free(b->data);
+        free(b);
+    }
+}
+
+void sm_mailbox_free(sm_mailbox *box)
+{
+    if (!box)
+        return;
+    for (sm_mailbox_blob *b = box->blobs, *n; b; b = n) {
+        n = b->next;
+        sm_mailbox_blob_free(b);
+    }
+    pthread_cond_destroy(&box->cv);
+    pthread_mutex_destroy(&box->mu);
+    free(box);
+}
+
+sm_err sm_mailbox_put(sm_mailbox *box, sm_mailbox_blob *b, char *err, size_t errlen)
+{
+    sm_err e = SM_OK;
+    pthread_mutex_lock(&box->mu);
+    if (box->aborted)
+        goto drop;
+    for (sm_mailbox_blob *o = box->blobs; o; o = o->next) {
+        if (o->seq == b->seq && o->src_device == b->src_device) {
+            e = sm_fail(err, errlen, SM_EEXIST,
+                        "collective #%u already has a block from device %d on this worker", b->seq,
+                        b->src_device);
+            goto drop;
+        }
+    }
+    if (box->max_bytes > 0 && box->bytes + b->len > box->max_bytes) {
+        e = sm_fail(err, errlen, SM_ERESOURCE,
+                    "collective #%u: a block of %lld bytes from device %d exceeds the %lld bytes "
+                    "this worker buffers for a job that has not started",
+                    b->seq, (long long)b->len, b->src_device, (long long)box->max_bytes);
+        goto drop;
+    }
+    b->readers = -1;
+    b->next = box->blobs;
+    box->blobs = b;
+    box->bytes += b->len;
+    pthread_cond_broadcast(&box->cv);
+    pthread_mutex_unlock(&box->mu);
+    return SM_OK;
+drop:
+    pthread_mutex_unlock(&box->mu);
+    sm_mailbox_blob_free(b);
+    return e;
+}
+
+sm_err sm_mailbox_take(sm_mailbox *box, uint32_t seq, int32_t src_device, int readers,
+                       const struct timespec *deadline, sm_mailbox_blob **out, char *err,
+                       size_t errlen)
+{
+    sm_err e = SM_OK;
+    *out = NULL;
+    pthread_mutex_lock(&box->mu);
+    for (;;) {
+        if (box->aborted) {
+            e = sm_fail(err, errlen, box->code, "%s", box->why);
+            break;
+        }
+        sm_mailbox_blob *b = box->blobs;
+        while (b && !(b->seq == seq && b->src_device == src_device))
+            b = b->next;
+        if (b) {
+            if (b->readers < 0)
+                b->readers = readers;
+            *out = b;
+            break;
+        }
+        if (pthread_cond_timedwait(&box->cv, &box->mu, deadline) == ETIMEDOUT) {
+            e = SM_ETIMEOUT;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&box->mu);
+    return e;
+}
+
+void sm_mailbox_release(sm_mailbox *box, sm_mailbox_blob *b)
+{
+    pthread_mutex_lock(&box->mu);
+    if (--b->readers > 0) {
+        pthread_mutex_unlock(&box->mu);
+        return;
+    }
+    for (sm_mailbox_blob **pp = &box->blobs; *pp; pp = &(*pp)->next) {
+        if (*pp == b) {
+            *pp = b->next;
+            break;
+        }
+    }
+    box->bytes -= b->len;
+    pthread_mutex_unlock(&box->mu);
+    sm_mailbox_blob_free(b);
+}
+
+void sm_mailbox_abort(sm_mailbox *box, sm_err code, const char *why)
+{
+    pthread_mutex_lock(&box->mu);
+    if (!box->aborted) {
+        box->aborted = 1;
+        box->code = code;
+        snprintf(box->why, sizeof box->why, "%s", why);
+        pthread_cond_broadcast(&box->cv);
+    }
+    pthread_mutex_unlock(&box->mu);
+}
+
+void sm_mailbox_set_max(sm_mailbox *box, int64_t max_bytes)
+{
+    pthread_mutex_lock(&box->mu);
+    box->max_bytes = max_bytes;
+    pthread_mutex_unlock(&box->mu);
+}
+
+int64_t sm_mailbox_bytes(sm_mailbox *box)
+{
+    pthread_mutex_lock(&box->mu);
+    int64_t n = box->bytes;
+    pthread_mutex_unlock(&box->mu);
+    return n;
+}
+
+/* ---- reassembly ----------------------------------------------------------- */
+
+sm_err sm_mailbox_rx_feed(sm_mailbox_rx *rx, const sm_svc_coll_msg *m, sm_job_id *job,
+                          sm_mailbox_blob **out, int *done, char *err, size_t errlen)
+{
+    *done = 0;
+    *out = NULL;
+    if (!rx->sum && !(rx->sum = sm_checksum_create()))
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a checksum");
+    if (!rx->cur) {
+        if (m->offset != 0)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "collective #%u from device %d starts at offset %lld, not 0", m->seq,
+                           m->src_device, (long long)m->offset);
+        if (m->total_bytes < 0 || m->total_bytes > SM_MAILBOX_MAX_BLOB)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "collective #%u from device %d announces %lld bytes (at most %lld)",
+                           m->seq, m->src_device, (long long)m->total_bytes,
+                           (long long)SM_MAILBOX_MAX_BLOB);
+        sm_mailbox_blob *b = calloc(1, sizeof *b);
+        if (b)
+            b->data = malloc(m->total_bytes ? (size_t)m->total_bytes : 1);
+        if (!b || !b->data) {
+            sm_mailbox_blob_free(b);
+            return sm_fail(err, errlen, SM_ERESOURCE,
+                           "no memory for a %lld-byte block of collective #%u",
+                           (long long)m->total_bytes, m->seq);
+        }
+        b->seq = m->seq;
+        b->src_device = m->src_device;
+        b->dst_device = m->dst_device;
+        b->len = m->total_bytes;
+        rx->cur = b;
+        rx->job = m->job_id;
+        rx->got = 0;
+        sm_checksum_reset(rx->sum);
+    }
+    sm_mailbox_blob *b = rx->cur;
+    if (m->job_id.v != rx->job.v || m->seq != b->seq || m->src_device != b->src_device ||
+        m->total_bytes != b->len || m->offset != rx->got)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "collective message out of order: job %llu #%u from device %d at offset "
+                       "%lld, expected job %llu #%u from device %d at offset %lld",
+                       (unsigned long long)m->job_id.v, m->seq, m->src_device, (long long)m->offset,
+                       (unsigned long long)rx->job.v, b->seq, b->src_device, (long long)rx->got);
+    if ((int64_t)m->len > b->len - rx->got)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "collective #%u from device %d: %lld bytes at offset %lld overrun its %lld "
+                       "bytes",
+                       b->seq, b->src_device, (long long)m->len, (long long)rx->got,
+                       (long long)b->len);
+    if (m->len) {
+        memcpy((char *)b->data + rx->got, m->data, m->len);
+        sm_checksum_update(rx->sum, m->data, m->len);
+        rx->got += (int64_t)m->len;
+    }
+    if (!m->last)
+        return SM_OK;
+    if (rx->got != b->len)
+        return sm_fail(err, errlen, SM_EDATALOSS,
+                       "collective #%u from device %d ended after %lld of %lld bytes", b->seq,
+                       b->src_device, (long long)rx->got, (long long)b->len);
+    if (sm_checksum_digest(rx->sum) != m->checksum)
+        return sm_fail(err, errlen, SM_EDATALOSS,
+                       "collective #%u from device %d: checksum mismatch over %lld bytes", b->seq,
+                       b->src_device, (long long)b->len);
+    *job = rx->job;
+    *out = b;
+    *done = 1;
+    rx->cur = NULL;
+    return SM_OK;
+}
+
+void sm_mailbox_rx_end(sm_mailbox_rx *rx)
+{
+    sm_mailbox_blob_free(rx->cur);
+    rx->cur = NULL;
+    sm_checksum_free(rx->sum);
+    rx->sum = NULL;
+}

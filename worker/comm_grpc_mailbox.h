@@ -1,0 +1,93 @@
+/* comm_grpc_mailbox: where the blocks of a job's collectives that other
+ * workers push (Worker.Exchange) wait for the devices that need them.
+ *
+ * A *blob* is the bytes one device sends to one worker for one collective:
+ * it is keyed by (seq, src_device), unique within a job because groups of
+ * one sequence number are disjoint and a device sends at most one blob per
+ * collective to a given worker. A blob crosses the wire as one or more
+ * CollMsg chunks (offsets in order, the last one with the xxHash3-64
+ * checksum of the whole blob); sm_mailbox_rx reassembles them.
+ *
+ * A mailbox holds complete blobs until their readers have released them:
+ * the first sm_mailbox_take of a key says how many local devices will read
+ * it; the last sm_mailbox_release frees it. Abort wakes every waiter with
+ * the abort's code and sentence, frees nothing in use and drops later puts.
+ *
+ * Ownership: sm_mailbox_create's result is owned by the caller
+ * (sm_mailbox_free, once no thread uses it; it frees every blob). A put
+ * takes the blob's buffer. Threads: every sm_mailbox_* function is
+ * thread-safe; an sm_mailbox_rx belongs to one stream (one thread). */
+#ifndef SM_WORKER_COMM_GRPC_MAILBOX_H
+#define SM_WORKER_COMM_GRPC_MAILBOX_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "sm_err.h"
+#include "sm_svc_job.h"
+
+/* Largest blob accepted (bytes). */
+#define SM_MAILBOX_MAX_BLOB ((int64_t)8 << 30)
+
+typedef struct sm_mailbox sm_mailbox;
+
+/* One complete blob, as handed out by take. */
+typedef struct sm_mailbox_blob {
+    struct sm_mailbox_blob *next;
+    uint32_t seq;
+    int32_t src_device;
+    int32_t dst_device;
+    void *data; /* owned; never NULL */
+    int64_t len;
+    int readers; /* -1 until the first take */
+} sm_mailbox_blob;
+
+/* max_bytes: most bytes held at once (0: unlimited); a put beyond it is
+ * SM_ERESOURCE. */
+sm_err sm_mailbox_create(int64_t max_bytes, sm_mailbox **out, char *err, size_t errlen);
+void sm_mailbox_free(sm_mailbox *b);
+
+/* Adds a complete blob (takes b, which must come from sm_mailbox_rx or
+ * malloc with its data malloc'd). A key already present is SM_EEXIST; after
+ * an abort the blob is dropped and SM_OK returned. On error b is freed. */
+sm_err sm_mailbox_put(sm_mailbox *box, sm_mailbox_blob *b, char *err, size_t errlen);
+
+/* Waits until the blob (seq, src_device) is there, the mailbox is aborted or
+ * the absolute CLOCK_MONOTONIC time deadline passes (SM_ETIMEOUT, nothing
+ * written to err). readers: how many takes will release it (set by the
+ * first take). On SM_OK *out is valid until sm_mailbox_release. */
+sm_err sm_mailbox_take(sm_mailbox *box, uint32_t seq, int32_t src_device, int readers,
+                       const struct timespec *deadline, sm_mailbox_blob **out, char *err,
+                       size_t errlen);
+void sm_mailbox_release(sm_mailbox *box, sm_mailbox_blob *b);
+
+/* Wakes every waiter with code and why (one sentence); the first abort
+ * wins. */
+void sm_mailbox_abort(sm_mailbox *box, sm_err code, const char *why);
+
+/* Changes the most bytes held at once (0: unlimited). */
+void sm_mailbox_set_max(sm_mailbox *box, int64_t max_bytes);
+/* Bytes held now. */
+int64_t sm_mailbox_bytes(sm_mailbox *box);
+
+/* Reassembly of the blobs of one Exchange stream, in order. */
+typedef struct {
+    sm_mailbox_blob *cur; /* blob being received, or NULL */
+    sm_job_id job;
+    int64_t got;
+    struct sm_checksum *sum;
+} sm_mailbox_rx;
+
+/* Feeds one message. Checks that a new blob starts at offset 0 with a sane
+ * total_bytes, that offsets follow on, that the bytes do not exceed the
+ * total, and on the last message the byte count and checksum (SM_EDATALOSS).
+ * On SM_OK with *done set, *job and *out are the finished blob (owned by the
+ * caller: put it or free it with sm_mailbox_blob_free). */
+sm_err sm_mailbox_rx_feed(sm_mailbox_rx *rx, const sm_svc_coll_msg *m, sm_job_id *job,
+                          sm_mailbox_blob **out, int *done, char *err, size_t errlen);
+/* Frees a half-received blob and the checksum state. */
+void sm_mailbox_rx_end(sm_mailbox_rx *rx);
+void sm_mailbox_blob_free(sm_mailbox_blob *b);
+
+#endif

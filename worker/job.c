@@ -1,0 +1,578 @@
+/* job: RunJob, CancelJob and Exchange on a worker (see header). */
+#include "job.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm_grpc.h"
+#include "sm_exec.h"
+#include "sm_log.h"
+
+typedef enum { SM_WJOB_PENDING, SM_WJOB_RUNNING, SM_WJOB_ENDED } sm_wjob_state;
+
+/* One job known to this worker: pending (blobs arrived first), running, or
+ * ended (a tombstone that drops late blobs and refuses a rerun). */
+typedef struct sm_job {
+    struct sm_job *next;
+    uint64_t id;
+    sm_wjob_state state;
+    int cancelled;
+    int refs;           /* runner and exchange handlers using box */
+    sm_mailbox *box;    /* NULL once ended and unused */
+    sm_comm_grpc *comm; /* while running */
+    time_t since;       /* CLOCK_MONOTONIC seconds of the last state change */
+} sm_job;
+
+struct sm_jobs {
+    pthread_mutex_t mu;
+    sm_store *store;
+    sm_peer *peers;
+    char self[SM_ADDR_MAX];
+    int probe_ms;
+    sm_job *jobs;
+    int njobs;
+    int stopping;
+};
+
+static time_t sm_jobs_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec;
+}
+
+sm_err sm_jobs_create(const sm_jobs_config *cfg, sm_jobs **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    sm_jobs *j = calloc(1, sizeof *j);
+    if (!j)
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory for the job table");
+    pthread_mutex_init(&j->mu, NULL);
+    j->store = cfg->store;
+    j->peers = cfg->peers;
+    snprintf(j->self, sizeof j->self, "%s", cfg->self_address ? cfg->self_address : "");
+    j->probe_ms = cfg->probe_ms;
+    *out = j;
+    return SM_OK;
+}
+
+static void sm_job_free(sm_job *job)
+{
+    sm_mailbox_free(job->box);
+    free(job);
+}
+
+void sm_jobs_free(sm_jobs *j)
+{
+    if (!j)
+        return;
+    for (sm_job *job = j->jobs, *n; job; job = n) {
+        n = job->next;
+        sm_comm_grpc_free(job->comm); /* only if a runner never returned */
+        sm_job_free(job);
+    }
+    pthread_mutex_destroy(&j->mu);
+    free(j);
+}
+
+/* Drops entries not running, unused and older than SM_JOBS_LINGER_S. */
+static void sm_jobs_sweep_locked(sm_jobs *j)
+{
+    time_t now = sm_jobs_now();
+    for (sm_job **pp = &j->jobs; *pp;) {
+        sm_job *job = *pp;
+        if (job->state != SM_WJOB_RUNNING && job->refs == 0 &&
+            now - job->since > SM_JOBS_LINGER_S) {
+            *pp = job->next;
+            sm_job_free(job);
+            j->njobs--;
+        } else {
+            pp = &job->next;
+        }
+    }
+}
+
+static sm_job *sm_jobs_find_locked(sm_jobs *j, uint64_t id)
+{
+    sm_job *job = j->jobs;
+    while (job && job->id != id)
+        job = job->next;
+    return job;
+}
+
+/* A new pending entry (with a mailbox unless tombstone), or NULL. */
+static sm_job *sm_jobs_add_locked(sm_jobs *j, uint64_t id, int tombstone)
+{
+    char err[128];
+    if (j->njobs >= SM_JOBS_MAX)
+        return NULL;
+    sm_job *job = calloc(1, sizeof *job);
+    if (!job)
+        return NULL;
+    if (!tombstone && sm_mailbox_create(SM_JOBS_PENDING_BYTES, &job->box, err, sizeof err)) {
+        free(job);
+        return NULL;
+    }
+    job->id = id;
+    job->state = tombstone ? SM_WJOB_ENDED : SM_WJOB_PENDING;
+    job->since = sm_jobs_now();
+    job->next = j->jobs;
+    j->jobs = job;
+    j->njobs++;
+    return job;
+}
+
+/* Drops a reference; an ended job frees its mailbox with the last one. */
+static void sm_jobs_unref_locked(sm_job *job)
+{
+    if (--job->refs == 0 && job->state == SM_WJOB_ENDED) {
+        sm_mailbox_free(job->box);
+        job->box = NULL;
+    }
+}
+
+/* ---- Exchange ---------------------------------------------------------------- */
+
+static sm_err sm_jobs_deliver(sm_jobs *j, sm_job_id id, sm_mailbox_blob *b, char *err,
+                              size_t errlen)
+{
+    pthread_mutex_lock(&j->mu);
+    sm_jobs_sweep_locked(j);
+    sm_job *job = sm_jobs_find_locked(j, id.v);
+    if (!job && !(job = sm_jobs_add_locked(j, id.v, 0))) {
+        pthread_mutex_unlock(&j->mu);
+        sm_mailbox_blob_free(b);
+        return sm_fail(err, errlen, SM_ERESOURCE,
+                       "cannot keep blocks of job %llu: out of memory or %d jobs known",
+                       (unsigned long long)id.v, SM_JOBS_MAX);
+    }
+    if (job->state == SM_WJOB_ENDED || job->cancelled) {
+        pthread_mutex_unlock(&j->mu);
+        sm_mailbox_blob_free(b); /* late: the job is over here */
+        return SM_OK;
+    }
+    job->refs++;
+    pthread_mutex_unlock(&j->mu);
+    sm_err e = sm_mailbox_put(job->box, b, err, errlen);
+    pthread_mutex_lock(&j->mu);
+    sm_jobs_unref_locked(job);
+    pthread_mutex_unlock(&j->mu);
+    return e;
+}
+
+static sm_err sm_jobs_exchange(void *user, sm_svc_coll_in *in, int64_t *bytes, char *err,
+                               size_t errlen)
+{
+    sm_jobs *j = user;
+    sm_mailbox_rx rx = {0};
+    sm_err e;
+    for (;;) {
+        sm_svc_coll_msg m;
+        sm_mailbox_blob *b;
+        sm_job_id id;
+        int end = 0, done = 0;
+        if ((e = sm_svc_coll_recv(in, &m, &end, err, errlen)) || end)
+            break;
+        if ((e = sm_mailbox_rx_feed(&rx, &m, &id, &b, &done, err, errlen)))
+            break;
+        *bytes += (int64_t)m.len;
+        if (done && (e = sm_jobs_deliver(j, id, b, err, errlen)))
+            break;
+    }
+    sm_mailbox_rx_end(&rx);
+    return e;
+}
+
+/* ---- CancelJob ---------------------------------------------------------------- */
+
+static sm_err sm_jobs_cancel(void *user, sm_job_id id, char *err, size_t errlen)
+{
+    sm_jobs *j = user;
+    char why[96];
+    snprintf(why, sizeof why, "job %llu was cancelled", (unsigned long long)id.v);
+    pthread_mutex_lock(&j->mu);
+    sm_jobs_sweep_locked(j);
+    sm_job *job = sm_jobs_find_locked(j, id.v);
+    if (!job && !(job = sm_jobs_add_locked(j, id.v, 1))) {
+        pthread_mutex_unlock(&j->mu);
+        return sm_fail(err, errlen, SM_ERESOURCE,
+                       "cannot record the cancel of job %llu: out of memory or %d jobs known",
+                       (unsigned long long)id.v, SM_JOBS_MAX);
+    }
+    job->cancelled = 1; /* a job that has not started yet fails when it does */
+    if (job->comm)
+        sm_comm_grpc_fail(job->comm, SM_ECANCELLED, why);
+    pthread_mutex_unlock(&j->mu);
+    SM_DEBUG("%s", why);
+    return SM_OK;
+}
+
+void sm_jobs_stop(sm_jobs *j)
+{
+    if (!j)
+        return;
+    char why[SM_ADDR_MAX + 64];
+    snprintf(why, sizeof why, "worker %s is shutting down", j->self);
+    pthread_mutex_lock(&j->mu);
+    j->stopping = 1;
+    for (sm_job *job = j->jobs; job; job = job->next)
+        if (job->comm)
+            sm_comm_grpc_fail(job->comm, SM_EUNAVAILABLE, why);
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* ---- RunJob ------------------------------------------------------------------- */
+
+/* One local device of a running job. */
+typedef struct {
+    const sm_exec_plan *plan;
+    sm_comm_grpc *comm;
+    int pos;
+    int32_t dev;
+    sm_store_shard **shards; /* nparams references */
+    sm_array *views;         /* nparams views of the shards */
+    sm_array **in;           /* nparams pointers to views */
+    sm_array **out;          /* nreturns results */
+    sm_err e;
+    char err[1024];
+} sm_job_dev;
+
+static void *sm_job_dev_main(void *arg)
+{
+    sm_job_dev *d = arg;
+    d->e = sm_exec_run_plan(d->plan, d->pos, &sm_comm_grpc_ops, d->comm, d->in, d->out, d->err,
+                            sizeof d->err);
+    return NULL;
+}
+
+/* Maps every mesh position to its worker; finds this worker's positions. */
+static sm_err sm_jobs_layout(sm_jobs *j, const sm_svc_run_job_req *req, int *pos_worker, int *self,
+                             int *local, int *nlocal, char *err, size_t errlen)
+{
+    const sm_mesh *m = &req->program->mesh;
+    unsigned long long id = (unsigned long long)req->job_id.v;
+    *self = -1;
+    *nlocal = 0;
+    if (sm_store_worker_id(j->store) < 0)
+        return sm_fail(err, errlen, SM_EUNAVAILABLE,
+                       "job %llu: worker %s is not registered with the coordinator yet", id,
+                       j->self);
+    for (int pos = 0; pos < m->ndevices; pos++) {
+        int32_t dev = m->devices[pos];
+        pos_worker[pos] = -1;
+        for (int w = 0; w < req->npeers && pos_worker[pos] < 0; w++)
+            for (int k = 0; k < req->peers[w].ndevices; k++)
+                if (req->peers[w].devices[k] == dev)
+                    pos_worker[pos] = w;
+        if (pos_worker[pos] < 0)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "job %llu: mesh device %d is on none of the job's %d workers", id,
+                           (int)dev, req->npeers);
+        char msg[256];
+        if (sm_store_check_device(j->store, dev, msg, sizeof msg) == SM_OK) {
+            if (*self >= 0 && pos_worker[pos] != *self)
+                return sm_fail(err, errlen, SM_EINVAL,
+                               "job %llu: the devices of worker %s are listed under two workers "
+                               "(%s and %s)",
+                               id, j->self, req->peers[*self].address,
+                               req->peers[pos_worker[pos]].address);
+            *self = pos_worker[pos];
+            local[(*nlocal)++] = pos;
+        }
+    }
+    if (*self < 0)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "job %llu: none of the mesh's %d devices is on worker %s", id, m->ndevices,
+                       j->self);
+    for (int pos = 0; pos < m->ndevices; pos++)
+        if (pos_worker[pos] == *self &&
+            sm_store_check_device(j->store, m->devices[pos], NULL, 0) != SM_OK)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "job %llu: device %d is listed under worker %s but is not one of its "
+                           "devices",
+                           id, (int)m->devices[pos], req->peers[*self].address);
+    return SM_OK;
+}
+
+/* Takes a reference to every input shard of every local device and checks
+ * it against the parameter's block type. */
+static sm_err sm_jobs_inputs(sm_jobs *j, const sm_svc_run_job_req *req, sm_job_dev *devs,
+                             int nlocal, char *err, size_t errlen)
+{
+    const sm_program *p = req->program;
+    for (int l = 0; l < nlocal; l++) {
+        sm_job_dev *d = &devs[l];
+        for (int k = 0; k < p->nparams; k++) {
+            const sm_ir_param *pa = &p->params[k];
+            const sm_ir_value *v = &p->values[pa->value];
+            char msg[256];
+            sm_err e =
+                sm_store_get(j->store, req->inputs[k], d->dev, &d->shards[k], msg, sizeof msg);
+            if (e)
+                return sm_fail(err, errlen, e,
+                               "job %llu: parameter '%s' (array %llu) has no shard on device %d "
+                               "of worker %s: %s",
+                               (unsigned long long)req->job_id.v, pa->name,
+                               (unsigned long long)req->inputs[k].v, (int)d->dev, j->self, msg);
+            const sm_store_shard *sh = d->shards[k];
+            if (sh->dtype != v->dtype || !sm_shape_equal(&sh->shape, &v->shape)) {
+                char want[64], got[64];
+                sm_shape_format(&v->shape, want, sizeof want);
+                sm_shape_format(&sh->shape, got, sizeof got);
+                return sm_fail(err, errlen, SM_EINVAL,
+                               "job %llu: parameter '%s' needs a %s%s block on device %d, but "
+                               "array %llu holds %s%s there",
+                               (unsigned long long)req->job_id.v, pa->name, sm_dtype_name(v->dtype),
+                               want, (int)d->dev, (unsigned long long)req->inputs[k].v,
+                               sm_dtype_name(sh->dtype), got);
+            }
+            d->views[k] = (sm_array){
+                .dtype = sh->dtype, .shape = sh->shape, .nbytes = sh->nbytes, .data = sh->data};
+            d->in[k] = &d->views[k];
+        }
+    }
+    return SM_OK;
+}
+
+/* Stores every output of every local device, each array in one step; on a
+ * failure the arrays already stored are freed again. */
+static sm_err sm_jobs_store(sm_jobs *j, const sm_svc_run_job_req *req, uint64_t epoch,
+                            sm_job_dev *devs, int nlocal, int64_t *bytes, char *err, size_t errlen)
+{
+    const sm_program *p = req->program;
+    int32_t ids[SM_MAX_WORKER_DEVICES];
+    sm_store_shard *sh[SM_MAX_WORKER_DEVICES];
+    sm_err e = SM_OK;
+    int r = 0;
+    for (int l = 0; l < nlocal; l++)
+        ids[l] = devs[l].dev;
+    for (; r < p->nreturns && !e; r++) {
+        int made = 0;
+        for (; made < nlocal && !e; made++) {
+            const sm_array *a = devs[made].out[r];
+            if ((e = sm_store_shard_create(a->dtype, &a->shape, &sh[made], err, errlen)))
+                break;
+            if (a->nbytes)
+                memcpy(sh[made]->data, a->data, (size_t)a->nbytes);
+        }
+        if (!e)
+            e = sm_store_put(j->store, epoch, req->outputs[r], nlocal, ids, sh, err, errlen);
+        if (e) {
+            for (int l = 0; l < made; l++)
+                sm_store_shard_release(sh[l]);
+            break;
+        }
+        for (int l = 0; l < nlocal; l++)
+            *bytes += devs[l].out[r]->nbytes;
+    }
+    if (e)
+        for (int q = 0; q < r; q++)
+            sm_store_free_array(j->store, req->outputs[q], nlocal, ids, NULL, NULL, 0);
+    return e;
+}
+
+/* Tells the other workers of a failed job to cancel it (best effort; self
+ * is this worker's index in req->peers, or -1 when unknown). */
+static void sm_jobs_cancel_peers(sm_jobs *j, const sm_svc_run_job_req *req, int self)
+{
+    for (int w = 0; w < req->npeers; w++) {
+        sm_rpc_channel *ch;
+        char msg[256];
+        if (w == self || !strcmp(req->peers[w].address, j->self) ||
+            sm_peer_channel(j->peers, req->peers[w].address, &ch, msg, sizeof msg))
+            continue;
+        if (sm_svc_worker_cancel_job(ch, 2000, req->job_id, msg, sizeof msg))
+            SM_DEBUG("job %llu: cancel on %s: %s", (unsigned long long)req->job_id.v,
+                     req->peers[w].address, msg);
+    }
+}
+
+/* Registers the job as running; fails if it ran or was cancelled here. */
+static sm_err sm_jobs_begin(sm_jobs *j, sm_job_id id, sm_job **out, char *err, size_t errlen)
+{
+    sm_err e = SM_OK;
+    pthread_mutex_lock(&j->mu);
+    sm_jobs_sweep_locked(j);
+    sm_job *job = sm_jobs_find_locked(j, id.v);
+    if (j->stopping)
+        e = sm_fail(err, errlen, SM_EUNAVAILABLE, "worker %s is shutting down", j->self);
+    else if (!job && !(job = sm_jobs_add_locked(j, id.v, 0)))
+        e = sm_fail(err, errlen, SM_ERESOURCE,
+                    "cannot run job %llu: out of memory or %d jobs known", (unsigned long long)id.v,
+                    SM_JOBS_MAX);
+    else if (job->cancelled)
+        e = sm_fail(err, errlen, SM_ECANCELLED, "job %llu was cancelled", (unsigned long long)id.v);
+    else if (job->state != SM_WJOB_PENDING)
+        e = sm_fail(err, errlen, SM_EEXIST, "job %llu already %s on this worker",
+                    (unsigned long long)id.v, job->state == SM_WJOB_RUNNING ? "runs" : "ran");
+    if (!e) {
+        job->state = SM_WJOB_RUNNING;
+        job->refs++;
+        sm_mailbox_set_max(job->box, 0);
+        *out = job;
+    }
+    pthread_mutex_unlock(&j->mu);
+    return e;
+}
+
+/* Marks the job ended and frees its comm; returns 1 if it was cancelled
+ * (by request, or by a failing peer that told the others). */
+static int sm_jobs_end(sm_jobs *j, sm_job *job)
+{
+    pthread_mutex_lock(&j->mu);
+    int cancelled = job->cancelled;
+    sm_comm_grpc *comm = job->comm;
+    job->comm = NULL;
+    job->state = SM_WJOB_ENDED;
+    job->since = sm_jobs_now();
+    sm_jobs_unref_locked(job);
+    pthread_mutex_unlock(&j->mu);
+    sm_comm_grpc_free(comm);
+    return cancelled;
+}
+
+static sm_err sm_jobs_run(void *user, sm_svc_run_job_req *req, int64_t *output_bytes, char *err,
+                          size_t errlen)
+{
+    sm_jobs *j = user;
+    sm_program *p = req->program;
+    const sm_mesh *m = p ? &p->mesh : NULL;
+    unsigned long long id = (unsigned long long)req->job_id.v;
+    int *pos_worker = calloc(SM_MAX_DEVICES, sizeof *pos_worker);
+    int *local = calloc(SM_MAX_DEVICES, sizeof *local);
+    sm_job_dev *devs = NULL;
+    sm_exec_plan *plan = NULL;
+    sm_job *job = NULL;
+    int self = -1, nlocal = 0, started = 0, tell_peers = 0;
+    uint64_t epoch = sm_store_epoch(j->store);
+    pthread_t th[SM_MAX_WORKER_DEVICES];
+    sm_err e;
+    *output_bytes = 0;
+    if (!p) {
+        e = sm_fail(err, errlen, SM_EINVAL, "job %llu comes without a program", id);
+        goto done;
+    }
+    if (!pos_worker || !local) {
+        e = sm_fail(err, errlen, SM_ENOMEM, "out of memory for job %llu", id);
+        goto done;
+    }
+    tell_peers = 1; /* from here a failure releases the peers waiting for this worker */
+    if ((e = sm_program_verify(p, 0, err, errlen)) ||
+        (e = sm_jobs_layout(j, req, pos_worker, &self, local, &nlocal, err, errlen)))
+        goto done;
+    if ((e = sm_jobs_begin(j, req->job_id, &job, err, errlen))) {
+        /* a job that runs, ran or was cancelled here is not this call's to cancel */
+        tell_peers = e != SM_EEXIST && e != SM_ECANCELLED;
+        goto done;
+    }
+    devs = calloc((size_t)nlocal, sizeof *devs);
+    if (!devs) {
+        e = sm_fail(err, errlen, SM_ENOMEM, "out of memory for job %llu", id);
+        goto done;
+    }
+    for (int l = 0; l < nlocal; l++) {
+        sm_job_dev *d = &devs[l];
+        d->pos = local[l];
+        d->dev = m->devices[local[l]];
+        d->shards = calloc((size_t)p->nparams + 1, sizeof *d->shards);
+        d->views = calloc((size_t)p->nparams + 1, sizeof *d->views);
+        d->in = calloc((size_t)p->nparams + 1, sizeof *d->in);
+        d->out = calloc((size_t)p->nreturns + 1, sizeof *d->out);
+        if (!d->shards || !d->views || !d->in || !d->out) {
+            e = sm_fail(err, errlen, SM_ENOMEM, "out of memory for job %llu", id);
+            goto done;
+        }
+    }
+    if ((e = sm_jobs_inputs(j, req, devs, nlocal, err, errlen)) ||
+        (e = sm_exec_plan_create(p, &plan, err, errlen)))
+        goto done;
+    uint32_t ms = req->deadline_ms ? req->deadline_ms : SM_JOBS_DEFAULT_DEADLINE_MS;
+    sm_comm_grpc_config cc = {.job = req->job_id,
+                              .mesh = m,
+                              .nworkers = req->npeers,
+                              .workers = req->peers,
+                              .pos_worker = pos_worker,
+                              .self = self,
+                              .probe_ms = j->probe_ms,
+                              .box = job->box,
+                              .tr = &sm_comm_grpc_net,
+                              .tr_user = j->peers};
+    clock_gettime(CLOCK_MONOTONIC, &cc.deadline);
+    cc.deadline.tv_sec += ms / 1000;
+    cc.deadline.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (cc.deadline.tv_nsec >= 1000000000L) {
+        cc.deadline.tv_sec++;
+        cc.deadline.tv_nsec -= 1000000000L;
+    }
+    sm_comm_grpc *comm;
+    if ((e = sm_comm_grpc_create(&cc, &comm, err, errlen)))
+        goto done;
+    pthread_mutex_lock(&j->mu);
+    job->comm = comm;
+    if (job->cancelled) {
+        char why[96];
+        snprintf(why, sizeof why, "job %llu was cancelled", id);
+        sm_comm_grpc_fail(comm, SM_ECANCELLED, why);
+    }
+    pthread_mutex_unlock(&j->mu);
+    for (; started < nlocal; started++) {
+        devs[started].plan = plan;
+        devs[started].comm = comm;
+        if (pthread_create(&th[started], NULL, sm_job_dev_main, &devs[started])) {
+            sm_comm_grpc_fail(comm, SM_ERESOURCE, "cannot start a device thread");
+            break;
+        }
+    }
+    for (int l = 0; l < started; l++)
+        pthread_join(th[l], NULL);
+    /* the first error that is not only a consequence of another */
+    int first = -1;
+    for (int l = 0; l < started; l++)
+        if (devs[l].e &&
+            (first < 0 || (devs[first].e == SM_ECANCELLED && devs[l].e != SM_ECANCELLED)))
+            first = l;
+    char why[600];
+    sm_err ce = sm_comm_grpc_status(comm, why, sizeof why);
+    if (first >= 0)
+        e = sm_fail(err, errlen, devs[first].e, "%s", devs[first].err);
+    else if (ce || started < nlocal)
+        e = sm_fail(err, errlen, ce ? ce : SM_ERESOURCE, "%s",
+                    ce ? why : "cannot start a device thread");
+    if (!e)
+        e = sm_jobs_store(j, req, epoch, devs, nlocal, output_bytes, err, errlen);
+    if (!e)
+        tell_peers = 0;
+done:
+    if (job && sm_jobs_end(j, job))
+        tell_peers = 0; /* whoever cancelled it told the others */
+    if (e && tell_peers)
+        sm_jobs_cancel_peers(j, req, self);
+    for (int l = 0; devs && l < nlocal; l++) {
+        for (int k = 0; devs[l].shards && k < p->nparams; k++)
+            sm_store_shard_release(devs[l].shards[k]);
+        for (int r = 0; devs[l].out && r < p->nreturns; r++)
+            sm_array_free(devs[l].out[r]);
+        free(devs[l].shards);
+        free(devs[l].views);
+        free(devs[l].in);
+        free(devs[l].out);
+    }
+    free(devs);
+    sm_exec_plan_free(plan);
+    free(pos_worker);
+    free(local);
+    sm_program_free(p);
+    req->program = NULL;
+    if (e)
+        SM_DEBUG("job %llu failed: %s", id, err);
+    return e;
+}
+
+const sm_svc_worker_job_ops sm_jobs_ops = {
+    .run_job = sm_jobs_run,
+    .cancel_job = sm_jobs_cancel,
+    .exchange = sm_jobs_exchange,
+};

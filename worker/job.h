@@ -1,0 +1,60 @@
+/* job: the worker's side of shard_map jobs (Worker.RunJob, CancelJob,
+ * Exchange) as an sm_svc_worker_job_ops vtable.
+ *
+ * RunJob finds every input's shard on every local device of the job's mesh
+ * (a missing one is SM_ENOTFOUND naming the array, parameter and device),
+ * runs the program on one thread per local device (sm_exec_run_plan) with
+ * the job's comm_grpc, and, only when every local device succeeded, stores
+ * each output block as the shard of the output array on that device. On a
+ * failure nothing is stored, the comm is aborted so local devices return,
+ * and the other workers of the job are told to cancel it (CancelJob) so
+ * none waits for this one until its deadline.
+ *
+ * Exchange routes incoming collective blobs into the mailbox of their job.
+ * A job that has not started yet gets a pending entry that keeps them (at
+ * most SM_JOBS_PENDING_BYTES, for SM_JOBS_LINGER_S seconds); blobs for an
+ * ended job are dropped. CancelJob aborts a running job ("job 5 was
+ * cancelled"); a job cancelled before it starts fails at once when it does.
+ *
+ * Serve with sm_svc_worker_jobs_serve(server, &sm_jobs_ops, jobs, ...).
+ *
+ * Ownership: sm_jobs_create copies cfg's strings and borrows the store and
+ * peer cache, which must outlive it; sm_jobs_free frees everything, once
+ * the server has stopped (no handler running). Threads: handlers run on
+ * many server threads at once; the job table has its own lock. */
+#ifndef SM_WORKER_JOB_H
+#define SM_WORKER_JOB_H
+
+#include "peer.h"
+#include "sm_svc_job.h"
+#include "store.h"
+
+/* Bytes kept for a job that has not started yet. */
+#define SM_JOBS_PENDING_BYTES ((int64_t)1 << 30)
+/* Seconds an entry of a job that has not started (or has ended) is kept. */
+#define SM_JOBS_LINGER_S 60
+/* Most jobs known at once (running, pending or recently ended). */
+#define SM_JOBS_MAX 4096
+/* Deadline of a job that names none, in ms. */
+#define SM_JOBS_DEFAULT_DEADLINE_MS 60000
+
+typedef struct {
+    sm_store *store;          /* borrowed */
+    sm_peer *peers;           /* borrowed: channels to the other workers */
+    const char *self_address; /* this worker's advertised address; copied */
+    int probe_ms;             /* liveness probe interval while waiting; <= 0: 1000 */
+} sm_jobs_config;
+
+typedef struct sm_jobs sm_jobs;
+
+/* The vtable; user is an sm_jobs *. */
+extern const sm_svc_worker_job_ops sm_jobs_ops;
+
+sm_err sm_jobs_create(const sm_jobs_config *cfg, sm_jobs **out, char *err, size_t errlen);
+/* Refuses new jobs and aborts the running ones (SM_EUNAVAILABLE, "worker
+ * ADDR is shutting down"), so their RunJob handlers return promptly: call
+ * before stopping the server. NULL ok. */
+void sm_jobs_stop(sm_jobs *j);
+void sm_jobs_free(sm_jobs *j);
+
+#endif
