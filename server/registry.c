@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "sm_log.h"
 #include "sm_rpc.h"
@@ -32,6 +34,18 @@ int sm_reg_vec_push(void ***v, int *n, int *cap, void *item)
     return 0;
 }
 
+/* A random 64-bit id for this coordinator run (never 0). */
+static uint64_t sm_reg_new_epoch(void)
+{
+    uint64_t e = 0;
+    if (getrandom(&e, sizeof e, 0) != (ssize_t)sizeof e || e == 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        e = ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 16) ^ 1;
+    }
+    return e;
+}
+
 sm_err sm_registry_create(uint32_t default_deadline_ms, uint32_t heartbeat_ms, sm_registry **out,
                           char *err, size_t errlen)
 {
@@ -43,6 +57,7 @@ sm_err sm_registry_create(uint32_t default_deadline_ms, uint32_t heartbeat_ms, s
     r->default_deadline_ms = default_deadline_ms ? default_deadline_ms : 60000;
     r->heartbeat_ms = heartbeat_ms ? heartbeat_ms : 500;
     r->next_worker = 1;
+    r->epoch = sm_reg_new_epoch();
     r->next_mesh = 1;
     r->next_array = 1;
     *out = r;
@@ -251,6 +266,7 @@ sm_err sm_registry_worker_add(sm_registry *r, const sm_svc_register_req *req, sm
         out->devices[k] = w->first_device + k;
     out->process_index = w->process_index;
     out->heartbeat_ms = r->heartbeat_ms;
+    out->epoch = r->epoch;
     SM_INFO("worker %u registered at %s: process %d, devices %d..%d", w->id, w->address,
             w->process_index, (int)w->first_device, (int)(w->first_device + w->ndevices - 1));
 out:
@@ -258,12 +274,19 @@ out:
     return rc;
 }
 
+uint64_t sm_registry_epoch(const sm_registry *r)
+{
+    return r->epoch;
+}
+
 int sm_registry_worker_heartbeat(sm_registry *r, const sm_svc_heartbeat_req *req, int64_t now_ms)
 {
     int known = 0;
     pthread_mutex_lock(&r->mu);
     sm_reg_worker *w = sm_reg_worker_by_id(r, req->worker_id);
-    if (w && w->alive) {
+    /* A heartbeat from another coordinator run names a worker of that run,
+     * whatever worker holds the same id now. */
+    if (w && w->alive && req->epoch == r->epoch) {
         known = 1;
         w->last_seen = now_ms;
         for (int k = 0; k < w->ndevices && k < req->ndevices; k++)

@@ -55,6 +55,9 @@ typedef struct {
 
 /* ---- workers ------------------------------------------------------------ */
 
+/* The random id of this coordinator run, echoed by heartbeats. */
+uint64_t sm_registry_epoch(const sm_registry *r);
+
 /* Registers a worker. process_index < 0 assigns the lowest index no alive
  * worker holds; a requested index an alive worker holds is SM_EEXIST. A new
  * worker at the address of an alive one replaces it (the old one is marked

@@ -65,6 +65,7 @@ struct sm_registry {
     int narrays, caparrays;
     uint32_t next_worker;
     int32_t next_device;
+    uint64_t epoch; /* random id of this coordinator run, echoed by heartbeats */
     uint64_t next_mesh, next_array;
 };
 

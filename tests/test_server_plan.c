@@ -367,8 +367,14 @@ START_TEST(test_registry_workers)
     ck_assert_int_eq(rep.worker_id, 5); /* ids never reused, failures take none */
     ck_assert_int_eq(rep.process_index, 7);
     ck_assert_int_eq(rep.devices[0], 28); /* process 7 x 4 devices: ids 28..31 */
-    sm_svc_heartbeat_req hb = {5, 4, {100, 0, 0, 0}};
+    ck_assert(rep.epoch != 0 && rep.epoch == sm_registry_epoch(r));
+    sm_svc_heartbeat_req hb = {
+        .worker_id = 5, .epoch = rep.epoch, .ndevices = 4, .device_bytes = {100, 0, 0, 0}};
     ck_assert_int_eq(sm_registry_worker_heartbeat(r, &hb, T0 + 10), 1);
+    /* another coordinator run's worker 5 (a restart): not this worker 5 */
+    hb.epoch = rep.epoch + 1;
+    ck_assert_int_eq(sm_registry_worker_heartbeat(r, &hb, T0 + 10), 0);
+    hb.epoch = rep.epoch;
     hb.worker_id = 77;
     ck_assert_int_eq(sm_registry_worker_heartbeat(r, &hb, T0 + 10), 0);
     sm_worker_info *wi;
@@ -722,7 +728,7 @@ START_TEST(test_registry_lost_worker)
                      SM_OK);
     reply_free(&rep);
     /* worker 1 keeps beating, worker 2 goes silent */
-    sm_svc_heartbeat_req hb = {1, 4, {0}};
+    sm_svc_heartbeat_req hb = {.worker_id = 1, .epoch = sm_registry_epoch(r), .ndevices = 4};
     ck_assert_int_eq(sm_registry_worker_heartbeat(r, &hb, T0 + 2500), 1);
     sm_reg_free *f = NULL;
     int nf = 0;

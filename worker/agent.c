@@ -87,11 +87,13 @@ static sm_err agent_register(sm_agent *a, char *err, size_t errlen)
 }
 
 /* One heartbeat; *known = 0 when the coordinator forgot this worker. */
-static sm_err agent_heartbeat(sm_agent *a, uint32_t worker_id, int *known, char *err, size_t errlen)
+static sm_err agent_heartbeat(sm_agent *a, const sm_svc_register_reply *id, int *known, char *err,
+                              size_t errlen)
 {
     sm_svc_heartbeat_req req;
     memset(&req, 0, sizeof req);
-    req.worker_id = worker_id;
+    req.worker_id = id->worker_id;
+    req.epoch = id->epoch;
     req.ndevices = sm_store_stats(a->store, NULL, req.device_bytes, NULL);
     return sm_svc_coord_heartbeat(a->ch, AGENT_CALL_MS, &req, known, err, errlen);
 }
@@ -124,7 +126,7 @@ static void *agent_main(void *arg)
         if (agent_sleep(a, (int)id.heartbeat_ms))
             break;
         int known = 1;
-        sm_err e = agent_heartbeat(a, id.worker_id, &known, err, sizeof err);
+        sm_err e = agent_heartbeat(a, &id, &known, err, sizeof err);
         if (e) {
             if (!hb_failing++)
                 SM_WARN("heartbeat to coordinator %s failed (%s); will keep trying", a->coordinator,

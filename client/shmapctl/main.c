@@ -1,6 +1,7 @@
 /* shmapctl: subcommand dispatch. The command table comes from
  * CLI_COMMAND_LIST in cli.h, so adding a command adds no code here. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -30,6 +31,9 @@ static void cli_print_usage(FILE *f)
     for (int i = 0; i < CLI_NCOMMANDS; i++)
         fprintf(f, "  %-14s %s\n", cli_commands[i].name, cli_commands[i].summary);
     fprintf(f, "\n"
+               "Global options (before or after the command): --target HOST:PORT\n"
+               "(env SHMAP_TARGET, default localhost:7070), --token TOKEN (env SHMAP_TOKEN).\n"
+               "\n"
                "Exit codes: 0 success, 1 invalid input, 2 usage error.\n"
                "Example:\n"
                "  shmapctl sharding --mesh i=4,j=2 --spec \"P('i','j')\" --shape 8,16\n");
@@ -43,8 +47,51 @@ static const cli_command *cli_find(const char *name)
     return NULL;
 }
 
+/* Global options before the command: --target/--token (also --target=X)
+ * set SHMAP_TARGET/SHMAP_TOKEN for the command, so both
+ * `shmapctl --target H:P devices` and `shmapctl devices --target H:P` work.
+ * Returns how many arguments were consumed, or -1 after a usage error. */
+static int cli_global_options(int argc, char **argv)
+{
+    static const struct {
+        const char *opt, *env;
+    } globals[] = {{"--target", "SHMAP_TARGET"}, {"--token", "SHMAP_TOKEN"}};
+    int k = 1;
+    while (k < argc && argv[k][0] == '-') {
+        int matched = 0;
+        for (size_t g = 0; g < sizeof globals / sizeof globals[0]; g++) {
+            size_t n = strlen(globals[g].opt);
+            if (strncmp(argv[k], globals[g].opt, n) != 0)
+                continue;
+            const char *v = NULL;
+            if (argv[k][n] == '=')
+                v = argv[k] + n + 1;
+            else if (argv[k][n] == 0 && k + 1 < argc)
+                v = argv[++k];
+            else if (argv[k][n] == 0) {
+                cli_fail(CLI_EXIT_USAGE, "option %s needs a value", globals[g].opt);
+                return -1;
+            } else
+                continue;
+            setenv(globals[g].env, v, 1);
+            matched = 1;
+            break;
+        }
+        if (!matched)
+            break;
+        k++;
+    }
+    return k - 1;
+}
+
 int main(int argc, char **argv)
 {
+    int used = cli_global_options(argc, argv);
+    if (used < 0)
+        return CLI_EXIT_USAGE;
+    argv[used] = argv[0];
+    argc -= used;
+    argv += used;
     if (argc < 2) {
         cli_print_usage(stderr);
         return CLI_EXIT_USAGE;

@@ -201,10 +201,12 @@ typedef struct {
     int32_t devices[SM_MAX_WORKER_DEVICES];
     int process_index;
     uint32_t heartbeat_ms;
+    uint64_t epoch; /* the coordinator run; echoed in every heartbeat */
 } sm_svc_register_reply;
 
 typedef struct {
     uint32_t worker_id;
+    uint64_t epoch; /* from the registration reply */
     int ndevices;
     int64_t device_bytes[SM_MAX_WORKER_DEVICES];
 } sm_svc_heartbeat_req;

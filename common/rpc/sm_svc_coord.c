@@ -19,66 +19,60 @@ void sm_svc_create_array_reply_free(sm_svc_create_array_reply *r)
     r->ntargets = 0;
 }
 
-/* One unary call: req (NULL: an Empty message) → *reply. */
-static sm_err call(sm_rpc_channel *ch, const char *path, const ProtobufCMessage *req,
-                   const ProtobufCMessageDescriptor *desc, ProtobufCMessage **reply,
-                   int deadline_ms, char *err, size_t errlen)
-{
-    Shmap__V1__Empty empty;
-    shmap__v1__empty__init(&empty);
-    return sm_rpc_unary(ch, path, req ? req : &empty.base, desc, reply, deadline_ms, err, errlen);
-}
-
 static sm_err oom(char *err, size_t errlen)
 {
     return sm_fail(err, errlen, SM_ENOMEM, "out of memory encoding a request");
 }
 
+/* A decoded list reply: list is malloc'd (n elements). */
+typedef struct {
+    void *list;
+    size_t n;
+} list_reply;
+
+static sm_err devices_dec(const ProtobufCMessage *m, void *out, char *err, size_t errlen)
+{
+    const Shmap__V1__ListDevicesReply *r = (const Shmap__V1__ListDevicesReply *)m;
+    sm_worker_info *list = NULL;
+    char what[64];
+    sm_err e =
+        sm_svc_count_dec(r->n_workers, SM_MAX_DEVICES, "ListDevicesReply", "workers", err, errlen);
+    if (!e && r->n_workers && !(list = calloc(r->n_workers, sizeof *list)))
+        e = sm_fail(err, errlen, SM_ENOMEM, "cannot allocate %zu workers", r->n_workers);
+    for (size_t i = 0; !e && i < r->n_workers; i++) {
+        snprintf(what, sizeof what, "ListDevicesReply.workers[%zu]", i);
+        e = sm_svc_worker_info_dec(r->workers[i], what, &list[i], err, errlen);
+    }
+    if (e)
+        free(list);
+    else
+        *(list_reply *)out = (list_reply){list, r->n_workers};
+    return e;
+}
+
 sm_err sm_svc_coord_list_devices(sm_rpc_channel *ch, int deadline_ms, sm_worker_info **out, int *n,
                                  char *err, size_t errlen)
 {
-    const char *path = SM_SVC_COORD_PATH("ListDevices");
-    ProtobufCMessage *m;
-    char tmp[SM_SVC_ERRLEN], what[64];
-    *out = NULL;
-    *n = 0;
-    sm_err e = call(ch, path, NULL, &shmap__v1__list_devices_reply__descriptor, &m, deadline_ms,
-                    err, errlen);
-    if (e)
-        return e;
-    const Shmap__V1__ListDevicesReply *r = (const Shmap__V1__ListDevicesReply *)m;
-    sm_worker_info *list = NULL;
-    e = sm_svc_count_dec(r->n_workers, SM_MAX_DEVICES, "ListDevicesReply", "workers", tmp,
-                         sizeof tmp);
-    if (!e && r->n_workers && !(list = calloc(r->n_workers, sizeof *list)))
-        e = sm_fail(tmp, sizeof tmp, SM_ENOMEM, "cannot allocate %zu workers", r->n_workers);
-    for (size_t i = 0; !e && i < r->n_workers; i++) {
-        snprintf(what, sizeof what, "ListDevicesReply.workers[%zu]", i);
-        e = sm_svc_worker_info_dec(r->workers[i], what, &list[i], tmp, sizeof tmp);
-    }
-    if (!e) {
-        *out = list;
-        *n = (int)r->n_workers;
-    } else {
-        free(list);
-        e = sm_svc_bad_reply(path, tmp, err, errlen);
-    }
-    sm_rpc_msg_free(m);
+    list_reply r = {NULL, 0};
+    sm_err e =
+        sm_svc_unary(ch, SM_SVC_COORD_PATH("ListDevices"), deadline_ms, NULL,
+                     &shmap__v1__list_devices_reply__descriptor, devices_dec, &r, err, errlen);
+    *out = r.list;
+    *n = (int)r.n;
     return e;
+}
+
+static sm_err mesh_dec(const ProtobufCMessage *m, void *out, char *err, size_t errlen)
+{
+    return sm_svc_mesh_info_dec((const Shmap__V1__Mesh *)m, "Mesh", out, err, errlen);
 }
 
 /* A Mesh reply into out. */
 static sm_err mesh_call(sm_rpc_channel *ch, const char *path, const ProtobufCMessage *req,
                         int deadline_ms, sm_mesh_info *out, char *err, size_t errlen)
 {
-    ProtobufCMessage *m;
-    char tmp[SM_SVC_ERRLEN];
-    sm_err e = call(ch, path, req, &shmap__v1__mesh__descriptor, &m, deadline_ms, err, errlen);
-    if (e)
-        return e;
-    e = sm_svc_mesh_info_dec((const Shmap__V1__Mesh *)m, "Mesh", out, tmp, sizeof tmp);
-    sm_rpc_msg_free(m);
-    return e ? sm_svc_bad_reply(path, tmp, err, errlen) : SM_OK;
+    return sm_svc_unary(ch, path, deadline_ms, req, &shmap__v1__mesh__descriptor, mesh_dec, out,
+                        err, errlen);
 }
 
 sm_err sm_svc_coord_create_mesh(sm_rpc_channel *ch, int deadline_ms, const char *name,
@@ -108,36 +102,60 @@ sm_err sm_svc_coord_get_mesh(sm_rpc_channel *ch, int deadline_ms, sm_mesh_id id,
     return mesh_call(ch, SM_SVC_COORD_PATH("GetMesh"), &req.base, deadline_ms, out, err, errlen);
 }
 
+static sm_err meshes_dec(const ProtobufCMessage *m, void *out, char *err, size_t errlen)
+{
+    const Shmap__V1__ListMeshesReply *r = (const Shmap__V1__ListMeshesReply *)m;
+    sm_mesh_info *list = NULL;
+    char what[64];
+    sm_err e =
+        sm_svc_count_dec(r->n_meshes, SM_SVC_MAX_LIST, "ListMeshesReply", "meshes", err, errlen);
+    if (!e && r->n_meshes && !(list = calloc(r->n_meshes, sizeof *list)))
+        e = sm_fail(err, errlen, SM_ENOMEM, "cannot allocate %zu meshes", r->n_meshes);
+    for (size_t i = 0; !e && i < r->n_meshes; i++) {
+        snprintf(what, sizeof what, "ListMeshesReply.meshes[%zu]", i);
+        e = sm_svc_mesh_info_dec(r->meshes[i], what, &list[i], err, errlen);
+    }
+    if (e)
+        free(list);
+    else
+        *(list_reply *)out = (list_reply){list, r->n_meshes};
+    return e;
+}
+
 sm_err sm_svc_coord_list_meshes(sm_rpc_channel *ch, int deadline_ms, sm_mesh_info **out, int *n,
                                 char *err, size_t errlen)
 {
-    const char *path = SM_SVC_COORD_PATH("ListMeshes");
-    ProtobufCMessage *m;
-    char tmp[SM_SVC_ERRLEN], what[64];
-    *out = NULL;
-    *n = 0;
-    sm_err e = call(ch, path, NULL, &shmap__v1__list_meshes_reply__descriptor, &m, deadline_ms, err,
-                    errlen);
+    list_reply r = {NULL, 0};
+    sm_err e = sm_svc_unary(ch, SM_SVC_COORD_PATH("ListMeshes"), deadline_ms, NULL,
+                            &shmap__v1__list_meshes_reply__descriptor, meshes_dec, &r, err, errlen);
+    *out = r.list;
+    *n = (int)r.n;
+    return e;
+}
+
+/* out is left empty on failure. */
+static sm_err create_array_dec(const ProtobufCMessage *m, void *o, char *err, size_t errlen)
+{
+    const Shmap__V1__CreateArrayReply *r = (const Shmap__V1__CreateArrayReply *)m;
+    sm_svc_create_array_reply *out = o;
+    char what[64];
+    sm_err e;
+    if (!r->array)
+        e = sm_fail(err, errlen, SM_EINVAL, "CreateArrayReply.array is missing");
+    else
+        e = sm_svc_array_info_dec(r->array, "CreateArrayReply.array", &out->array, err, errlen);
+    if (!e)
+        e = sm_svc_count_dec(r->n_targets, SM_MAX_DEVICES, "CreateArrayReply", "targets", err,
+                             errlen);
+    if (!e && r->n_targets && !(out->targets = calloc(r->n_targets, sizeof *out->targets)))
+        e = sm_fail(err, errlen, SM_ENOMEM, "cannot allocate %zu targets", r->n_targets);
+    for (size_t i = 0; !e && i < r->n_targets; i++) {
+        snprintf(what, sizeof what, "CreateArrayReply.targets[%zu]", i);
+        e = sm_svc_target_dec(r->targets[i], what, &out->targets[i], err, errlen);
+        out->ntargets = (int)i + 1;
+    }
     if (e)
-        return e;
-    const Shmap__V1__ListMeshesReply *r = (const Shmap__V1__ListMeshesReply *)m;
-    sm_mesh_info *list = NULL;
-    e = sm_svc_count_dec(r->n_meshes, SM_SVC_MAX_LIST, "ListMeshesReply", "meshes", tmp,
-                         sizeof tmp);
-    if (!e && r->n_meshes && !(list = calloc(r->n_meshes, sizeof *list)))
-        e = sm_fail(tmp, sizeof tmp, SM_ENOMEM, "cannot allocate %zu meshes", r->n_meshes);
-    for (size_t i = 0; !e && i < r->n_meshes; i++) {
-        snprintf(what, sizeof what, "ListMeshesReply.meshes[%zu]", i);
-        e = sm_svc_mesh_info_dec(r->meshes[i], what, &list[i], tmp, sizeof tmp);
-    }
-    if (!e) {
-        *out = list;
-        *n = (int)r->n_meshes;
-    } else {
-        free(list);
-        e = sm_svc_bad_reply(path, tmp, err, errlen);
-    }
-    sm_rpc_msg_free(m);
+        sm_svc_create_array_reply_free(out);
     return e;
 }
 
@@ -145,7 +163,6 @@ sm_err sm_svc_coord_create_array(sm_rpc_channel *ch, int deadline_ms,
                                  const sm_svc_create_array_req *req, sm_svc_create_array_reply *out,
                                  char *err, size_t errlen)
 {
-    const char *path = SM_SVC_COORD_PATH("CreateArray");
     memset(out, 0, sizeof *out);
     Shmap__V1__CreateArrayRequest p;
     shmap__v1__create_array_request__init(&p);
@@ -164,50 +181,25 @@ sm_err sm_svc_coord_create_array(sm_rpc_channel *ch, int deadline_ms,
         sm_arena_free(a);
         return oom(err, errlen);
     }
-    ProtobufCMessage *m;
-    sm_err e = call(ch, path, &p.base, &shmap__v1__create_array_reply__descriptor, &m, deadline_ms,
-                    err, errlen);
+    sm_err e = sm_svc_unary(ch, SM_SVC_COORD_PATH("CreateArray"), deadline_ms, &p.base,
+                            &shmap__v1__create_array_reply__descriptor, create_array_dec, out, err,
+                            errlen);
     sm_arena_free(a);
-    if (e)
-        return e;
-    const Shmap__V1__CreateArrayReply *r = (const Shmap__V1__CreateArrayReply *)m;
-    char tmp[SM_SVC_ERRLEN], what[64];
-    if (!r->array)
-        e = sm_fail(tmp, sizeof tmp, SM_EINVAL, "CreateArrayReply.array is missing");
-    else
-        e = sm_svc_array_info_dec(r->array, "CreateArrayReply.array", &out->array, tmp, sizeof tmp);
-    if (!e)
-        e = sm_svc_count_dec(r->n_targets, SM_MAX_DEVICES, "CreateArrayReply", "targets", tmp,
-                             sizeof tmp);
-    if (!e && r->n_targets && !(out->targets = calloc(r->n_targets, sizeof *out->targets)))
-        e = sm_fail(tmp, sizeof tmp, SM_ENOMEM, "cannot allocate %zu targets", r->n_targets);
-    for (size_t i = 0; !e && i < r->n_targets; i++) {
-        snprintf(what, sizeof what, "CreateArrayReply.targets[%zu]", i);
-        e = sm_svc_target_dec(r->targets[i], what, &out->targets[i], tmp, sizeof tmp);
-        out->ntargets = (int)i + 1;
-    }
-    sm_rpc_msg_free(m);
-    if (e) {
-        sm_svc_create_array_reply_free(out);
-        return sm_svc_bad_reply(path, tmp, err, errlen);
-    }
-    return SM_OK;
+    return e;
+}
+
+static sm_err info_dec(const ProtobufCMessage *m, void *out, char *err, size_t errlen)
+{
+    return sm_svc_array_info_dec((const Shmap__V1__ArrayInfo *)m, "ArrayInfo", out, err, errlen);
 }
 
 /* An ArrayInfo reply into out. */
 static sm_err info_call(sm_rpc_channel *ch, const char *path, const ProtobufCMessage *req,
                         int deadline_ms, sm_array_info *out, char *err, size_t errlen)
 {
-    ProtobufCMessage *m;
-    char tmp[SM_SVC_ERRLEN];
     memset(out, 0, sizeof *out);
-    sm_err e =
-        call(ch, path, req, &shmap__v1__array_info__descriptor, &m, deadline_ms, err, errlen);
-    if (e)
-        return e;
-    e = sm_svc_array_info_dec((const Shmap__V1__ArrayInfo *)m, "ArrayInfo", out, tmp, sizeof tmp);
-    sm_rpc_msg_free(m);
-    return e ? sm_svc_bad_reply(path, tmp, err, errlen) : SM_OK;
+    return sm_svc_unary(ch, path, deadline_ms, req, &shmap__v1__array_info__descriptor, info_dec,
+                        out, err, errlen);
 }
 
 sm_err sm_svc_coord_describe(sm_rpc_channel *ch, int deadline_ms, sm_array_ref ref,
@@ -220,37 +212,35 @@ sm_err sm_svc_coord_describe(sm_rpc_channel *ch, int deadline_ms, sm_array_ref r
     return info_call(ch, SM_SVC_COORD_PATH("Describe"), &req.base, deadline_ms, out, err, errlen);
 }
 
-sm_err sm_svc_coord_list_arrays(sm_rpc_channel *ch, int deadline_ms, sm_array_info **out, int *n,
-                                char *err, size_t errlen)
+static sm_err arrays_dec(const ProtobufCMessage *m, void *out, char *err, size_t errlen)
 {
-    const char *path = SM_SVC_COORD_PATH("ListArrays");
-    ProtobufCMessage *m;
-    char tmp[SM_SVC_ERRLEN], what[64];
-    *out = NULL;
-    *n = 0;
-    sm_err e = call(ch, path, NULL, &shmap__v1__list_arrays_reply__descriptor, &m, deadline_ms, err,
-                    errlen);
-    if (e)
-        return e;
     const Shmap__V1__ListArraysReply *r = (const Shmap__V1__ListArraysReply *)m;
     sm_array_info *list = NULL;
     size_t done = 0;
-    e = sm_svc_count_dec(r->n_arrays, SM_SVC_MAX_LIST, "ListArraysReply", "arrays", tmp,
-                         sizeof tmp);
+    char what[64];
+    sm_err e =
+        sm_svc_count_dec(r->n_arrays, SM_SVC_MAX_LIST, "ListArraysReply", "arrays", err, errlen);
     if (!e && r->n_arrays && !(list = calloc(r->n_arrays, sizeof *list)))
-        e = sm_fail(tmp, sizeof tmp, SM_ENOMEM, "cannot allocate %zu arrays", r->n_arrays);
+        e = sm_fail(err, errlen, SM_ENOMEM, "cannot allocate %zu arrays", r->n_arrays);
     for (; !e && done < r->n_arrays; done++) {
         snprintf(what, sizeof what, "ListArraysReply.arrays[%zu]", done);
-        e = sm_svc_array_info_dec(r->arrays[done], what, &list[done], tmp, sizeof tmp);
+        e = sm_svc_array_info_dec(r->arrays[done], what, &list[done], err, errlen);
     }
-    if (!e) {
-        *out = list;
-        *n = (int)r->n_arrays;
-    } else {
+    if (e)
         sm_array_info_list_free(list, (int)done);
-        e = sm_svc_bad_reply(path, tmp, err, errlen);
-    }
-    sm_rpc_msg_free(m);
+    else
+        *(list_reply *)out = (list_reply){list, r->n_arrays};
+    return e;
+}
+
+sm_err sm_svc_coord_list_arrays(sm_rpc_channel *ch, int deadline_ms, sm_array_info **out, int *n,
+                                char *err, size_t errlen)
+{
+    list_reply r = {NULL, 0};
+    sm_err e = sm_svc_unary(ch, SM_SVC_COORD_PATH("ListArrays"), deadline_ms, NULL,
+                            &shmap__v1__list_arrays_reply__descriptor, arrays_dec, &r, err, errlen);
+    *out = r.list;
+    *n = (int)r.n;
     return e;
 }
 
@@ -261,12 +251,8 @@ sm_err sm_svc_coord_delete(sm_rpc_channel *ch, int deadline_ms, sm_array_ref ref
     shmap__v1__array_ref__init(&req);
     req.id = ref.id.v;
     req.name = (char *)(ref.name ? ref.name : "");
-    ProtobufCMessage *m;
-    sm_err e = call(ch, SM_SVC_COORD_PATH("Delete"), &req.base, &shmap__v1__empty__descriptor, &m,
-                    deadline_ms, err, errlen);
-    if (!e)
-        sm_rpc_msg_free(m);
-    return e;
+    return sm_svc_unary(ch, SM_SVC_COORD_PATH("Delete"), deadline_ms, &req.base,
+                        &shmap__v1__empty__descriptor, NULL, NULL, err, errlen);
 }
 
 sm_err sm_svc_coord_reshard(sm_rpc_channel *ch, int deadline_ms, const sm_svc_reshard_req *req,
@@ -288,35 +274,43 @@ sm_err sm_svc_coord_reshard(sm_rpc_channel *ch, int deadline_ms, const sm_svc_re
     return e;
 }
 
+static sm_err register_dec(const ProtobufCMessage *m, void *o, char *err, size_t errlen)
+{
+    const Shmap__V1__RegisterWorkerReply *r = (const Shmap__V1__RegisterWorkerReply *)m;
+    sm_svc_register_reply *out = o;
+    memset(out, 0, sizeof *out);
+    sm_err e = sm_svc_count_dec(r->n_devices, SM_MAX_WORKER_DEVICES, "RegisterWorkerReply",
+                                "devices", err, errlen);
+    if (e)
+        return e;
+    out->worker_id = r->worker_id;
+    out->ndevices = (int)r->n_devices;
+    sm_svc_copy(out->devices, r->devices, r->n_devices * sizeof *r->devices);
+    out->process_index = r->process_index;
+    out->heartbeat_ms = r->heartbeat_ms;
+    return SM_OK;
+}
+
 sm_err sm_svc_coord_register(sm_rpc_channel *ch, int deadline_ms, const sm_svc_register_req *req,
                              sm_svc_register_reply *out, char *err, size_t errlen)
 {
-    const char *path = SM_SVC_COORD_PATH("RegisterWorker");
     Shmap__V1__RegisterWorkerRequest p;
     shmap__v1__register_worker_request__init(&p);
     p.address = (char *)(req->address ? req->address : "");
     p.ndevices = req->ndevices;
     p.process_index = req->process_index;
     p.host = (char *)(req->host ? req->host : "");
-    ProtobufCMessage *m;
-    sm_err e = call(ch, path, &p.base, &shmap__v1__register_worker_reply__descriptor, &m,
-                    deadline_ms, err, errlen);
-    if (e)
-        return e;
-    const Shmap__V1__RegisterWorkerReply *r = (const Shmap__V1__RegisterWorkerReply *)m;
-    char tmp[SM_SVC_ERRLEN];
-    memset(out, 0, sizeof *out);
-    e = sm_svc_count_dec(r->n_devices, SM_MAX_WORKER_DEVICES, "RegisterWorkerReply", "devices", tmp,
-                         sizeof tmp);
-    if (!e) {
-        out->worker_id = r->worker_id;
-        out->ndevices = (int)r->n_devices;
-        sm_svc_copy(out->devices, r->devices, r->n_devices * sizeof *r->devices);
-        out->process_index = r->process_index;
-        out->heartbeat_ms = r->heartbeat_ms;
-    }
-    sm_rpc_msg_free(m);
-    return e ? sm_svc_bad_reply(path, tmp, err, errlen) : SM_OK;
+    return sm_svc_unary(ch, SM_SVC_COORD_PATH("RegisterWorker"), deadline_ms, &p.base,
+                        &shmap__v1__register_worker_reply__descriptor, register_dec, out, err,
+                        errlen);
+}
+
+static sm_err heartbeat_dec(const ProtobufCMessage *m, void *known, char *err, size_t errlen)
+{
+    (void)err, (void)errlen;
+    if (known)
+        *(int *)known = ((const Shmap__V1__HeartbeatReply *)m)->known != 0;
+    return SM_OK;
 }
 
 sm_err sm_svc_coord_heartbeat(sm_rpc_channel *ch, int deadline_ms, const sm_svc_heartbeat_req *req,
@@ -328,15 +322,9 @@ sm_err sm_svc_coord_heartbeat(sm_rpc_channel *ch, int deadline_ms, const sm_svc_
     Shmap__V1__HeartbeatRequest p;
     shmap__v1__heartbeat_request__init(&p);
     p.worker_id = req->worker_id;
+    p.epoch = req->epoch;
     p.n_device_bytes = (size_t)req->ndevices;
     p.device_bytes = (int64_t *)req->device_bytes;
-    ProtobufCMessage *m;
-    sm_err e = call(ch, SM_SVC_COORD_PATH("Heartbeat"), &p.base,
-                    &shmap__v1__heartbeat_reply__descriptor, &m, deadline_ms, err, errlen);
-    if (e)
-        return e;
-    if (known)
-        *known = ((const Shmap__V1__HeartbeatReply *)m)->known != 0;
-    sm_rpc_msg_free(m);
-    return SM_OK;
+    return sm_svc_unary(ch, SM_SVC_COORD_PATH("Heartbeat"), deadline_ms, &p.base,
+                        &shmap__v1__heartbeat_reply__descriptor, heartbeat_dec, known, err, errlen);
 }

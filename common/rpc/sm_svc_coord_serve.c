@@ -8,25 +8,7 @@
 
 #include "sm_svc_internal.h"
 
-#define OP(c, name)                                                                                \
-    do {                                                                                           \
-        if (!(c)->coord->name) {                                                                   \
-            sm_svc_finish_unimplemented(call);                                                     \
-            return;                                                                                \
-        }                                                                                          \
-    } while (0)
-
-/* Finishes a call: with e (and err) when the handler failed, else with the
- * encoded reply (NULL: the encoder ran out of memory). */
-static void finish(sm_rpc_call *call, sm_err e, const char *err, const ProtobufCMessage *reply)
-{
-    if (e)
-        sm_svc_finish_err(call, e, err);
-    else if (!reply)
-        sm_svc_finish_err(call, SM_ENOMEM, "the server ran out of memory encoding the reply");
-    else
-        sm_rpc_finish(call, SM_OK, NULL, reply);
-}
+#define OP(c, name) SM_SVC_REQUIRE(call, (c)->coord->name)
 
 static void list_devices(sm_rpc_call *call, void *u)
 {
@@ -50,7 +32,7 @@ static void list_devices(sm_rpc_call *call, void *u)
             if (!(rep.workers[rep.n_workers++] = sm_svc_worker_info_enc(a, &list[i])))
                 rp = NULL;
     }
-    finish(call, e, err, rp ? &rp->base : NULL);
+    sm_svc_finish(call, e, err, rp ? &rp->base : NULL);
     if (a)
         sm_arena_free(a);
     free(list);
@@ -60,7 +42,7 @@ static void mesh_reply(sm_rpc_call *call, sm_err e, const char *err, const sm_me
 {
     sm_arena *a = e ? NULL : sm_arena_create(0);
     Shmap__V1__Mesh *p = a ? sm_svc_mesh_enc(a, info->id.v, info->name, &info->mesh, 1) : NULL;
-    finish(call, e, err, p ? &p->base : NULL);
+    sm_svc_finish(call, e, err, p ? &p->base : NULL);
     if (a)
         sm_arena_free(a);
 }
@@ -139,7 +121,7 @@ static void list_meshes(sm_rpc_call *call, void *u)
                       sm_svc_mesh_enc(a, list[i].id.v, list[i].name, &list[i].mesh, 1)))
                 rp = NULL;
     }
-    finish(call, e, err, rp ? &rp->base : NULL);
+    sm_svc_finish(call, e, err, rp ? &rp->base : NULL);
     if (a)
         sm_arena_free(a);
     free(list);
@@ -196,7 +178,7 @@ static void create_array(sm_rpc_call *call, void *u)
             if (!(rep.targets[rep.n_targets++] = sm_svc_target_enc(a, &out->targets[i])))
                 rp = NULL;
     }
-    finish(call, e, err, rp ? &rp->base : NULL);
+    sm_svc_finish(call, e, err, rp ? &rp->base : NULL);
     if (a)
         sm_arena_free(a);
     sm_svc_create_array_reply_free(out);
@@ -221,7 +203,7 @@ static void info_reply(sm_rpc_call *call, sm_err e, const char *err, const sm_ar
 {
     sm_arena *a = e ? NULL : sm_arena_create(0);
     Shmap__V1__ArrayInfo *p = a ? sm_svc_array_info_enc(a, info) : NULL;
-    finish(call, e, err, p ? &p->base : NULL);
+    sm_svc_finish(call, e, err, p ? &p->base : NULL);
     if (a)
         sm_arena_free(a);
 }
@@ -269,7 +251,7 @@ static void list_arrays(sm_rpc_call *call, void *u)
             if (!(rep.arrays[rep.n_arrays++] = sm_svc_array_info_enc(a, &list[i])))
                 rp = NULL;
     }
-    finish(call, e, err, rp ? &rp->base : NULL);
+    sm_svc_finish(call, e, err, rp ? &rp->base : NULL);
     if (a)
         sm_arena_free(a);
     sm_array_info_list_free(list, n);
@@ -290,7 +272,7 @@ static void delete_array(sm_rpc_call *call, void *u)
         e = c->coord->delete_array(c->user, ref, err, sizeof err);
     Shmap__V1__Empty rep;
     shmap__v1__empty__init(&rep);
-    finish(call, e, err, &rep.base);
+    sm_svc_finish(call, e, err, &rep.base);
     sm_rpc_msg_free(m);
 }
 
@@ -365,7 +347,8 @@ static void register_worker(sm_rpc_call *call, void *u)
     rep.devices = out.devices;
     rep.process_index = out.process_index;
     rep.heartbeat_ms = out.heartbeat_ms;
-    finish(call, e, err, &rep.base);
+    rep.epoch = out.epoch;
+    sm_svc_finish(call, e, err, &rep.base);
     sm_rpc_msg_free(m);
 }
 
@@ -385,6 +368,7 @@ static void heartbeat(sm_rpc_call *call, void *u)
         sm_svc_heartbeat_req req;
         memset(&req, 0, sizeof req);
         req.worker_id = r->worker_id;
+        req.epoch = r->epoch;
         req.ndevices = (int)r->n_device_bytes;
         sm_svc_copy(req.device_bytes, r->device_bytes, r->n_device_bytes * sizeof *r->device_bytes);
         e = c->coord->heartbeat(c->user, &req, &known, err, sizeof err);
@@ -392,7 +376,7 @@ static void heartbeat(sm_rpc_call *call, void *u)
     Shmap__V1__HeartbeatReply rep;
     shmap__v1__heartbeat_reply__init(&rep);
     rep.known = known != 0;
-    finish(call, e, err, &rep.base);
+    sm_svc_finish(call, e, err, &rep.base);
     sm_rpc_msg_free(m);
 }
 
@@ -421,7 +405,5 @@ sm_err sm_svc_coord_serve(sm_rpc_server *s, const sm_svc_coord_ops *ops, void *u
 #undef ROW
     };
     sm_err e = sm_svc_negotiate_add(s, SM_SVC_COORD_PATH("Negotiate"), ctx, err, errlen);
-    for (size_t i = 0; !e && i < sizeof rows / sizeof rows[0]; i++)
-        e = sm_rpc_server_add(s, &rows[i], err, errlen);
-    return e;
+    return e ? e : sm_svc_add_methods(s, rows, sizeof rows / sizeof rows[0], err, errlen);
 }

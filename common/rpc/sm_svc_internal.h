@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "sm_arena.h"
+#include "sm_ir.h"
 #include "sm_rpc_msg.h"
 #include "sm_rpc_proto.h"
 #include "sm_svc.h"
@@ -63,8 +64,29 @@ sm_svc_ctx *sm_svc_ctx_create(const sm_svc_coord_ops *coord, const sm_svc_worker
 sm_err sm_svc_negotiate_add(sm_rpc_server *s, const char *path, sm_svc_ctx *ctx, char *err,
                             size_t errlen);
 
+/* A zeroed block that lives as long as the process (an adapter context: see
+ * sm_svc_negotiate.c), marked as kept for LeakSanitizer; NULL when out of
+ * memory. */
+void *sm_svc_keep_alloc(size_t size);
+/* Registers the n methods of rows, stopping at the first failure. */
+sm_err sm_svc_add_methods(sm_rpc_server *s, const sm_rpc_method *rows, size_t n, char *err,
+                          size_t errlen);
+
+/* In an adapter: ends the call with UNIMPLEMENTED and returns when the
+ * handler fn is NULL. */
+#define SM_SVC_REQUIRE(call, fn)                                                                   \
+    do {                                                                                           \
+        if (!(fn)) {                                                                               \
+            sm_svc_finish_unimplemented(call);                                                     \
+            return;                                                                                \
+        }                                                                                          \
+    } while (0)
+
 /* Ends a call with e and msg (sm_strerror(e) when msg is empty). */
 void sm_svc_finish_err(sm_rpc_call *call, sm_err e, const char *msg);
+/* Ends a call: with e (and err) when the handler failed, else with reply
+ * (NULL: the encoder ran out of memory). */
+void sm_svc_finish(sm_rpc_call *call, sm_err e, const char *err, const ProtobufCMessage *reply);
 /* Ends a call with UNIMPLEMENTED naming its method. */
 void sm_svc_finish_unimplemented(sm_rpc_call *call);
 /* Receives the one request of a unary or server-streaming call. On failure
@@ -73,6 +95,22 @@ ProtobufCMessage *sm_svc_recv_request(sm_rpc_call *call);
 /* Client side: turns a reply decoding failure (sentence in tmp) into
  * SM_EFORMAT naming the method. */
 sm_err sm_svc_bad_reply(const char *path, const char *tmp, char *err, size_t errlen);
+
+/* Decodes a reply message m into out; a failure sentence goes to err. */
+typedef sm_err (*sm_svc_reply_dec)(const ProtobufCMessage *m, void *out, char *err, size_t errlen);
+/* Client side, one unary call: req (NULL: an Empty message) to path, the
+ * reply (of type desc) decoded by dec into out (dec NULL: the reply is
+ * dropped). A reply dec rejects is SM_EFORMAT naming the method. req is
+ * borrowed for the call. */
+sm_err sm_svc_unary(sm_rpc_channel *ch, const char *path, int deadline_ms,
+                    const ProtobufCMessage *req, const ProtobufCMessageDescriptor *desc,
+                    sm_svc_reply_dec dec, void *out, char *err, size_t errlen);
+
+/* Server side, the next message of a client stream: frees *cur, then
+ * receives into *cur, or sets *end (and *ended, which makes later calls end
+ * at once) when the client has finished. */
+sm_err sm_svc_stream_next(sm_rpc_call *call, ProtobufCMessage **cur, int *ended, int *end,
+                          char *err, size_t errlen);
 
 /* ---- stream adapters (sm_svc_stream.c) ------------------------------------ */
 
@@ -156,5 +194,13 @@ void sm_svc_download_req_enc(const sm_svc_download_req *r, Shmap__V1__DownloadRe
                              Shmap__V1__ArrayRef *ar, Shmap__V1__Box *box, int64_t *boxbuf);
 sm_err sm_svc_download_req_dec(const Shmap__V1__DownloadRequest *p, sm_svc_download_req *out,
                                char *err, size_t errlen);
+
+/* ---- Program conversion (sm_svc_job_conv.c) -------------------------------- */
+
+/* Encoders and decoders of the conventions above; the decoded program is
+ * the caller's (sm_program_free). */
+Shmap__V1__Program *sm_svc_program_enc(sm_arena *a, const sm_program *p);
+sm_err sm_svc_program_dec(const Shmap__V1__Program *m, const char *what, sm_program **out,
+                          char *err, size_t errlen);
 
 #endif

@@ -9,15 +9,7 @@
 #include "sm_svc_internal.h"
 #include "sm_svc_job.h"
 
-/* Provided by LeakSanitizer in sanitizer builds, absent otherwise. */
-extern void __lsan_ignore_object(const void *p) __attribute__((weak));
-
 #define SM_SVC_MAX_OUTPUTS 1024
-
-/* Shared with sm_svc_job_conv.c / sm_svc_job_worker.c (defined there/here). */
-Shmap__V1__Program *sm_svc_program_enc(sm_arena *a, const sm_program *p);
-sm_err sm_svc_program_dec(const Shmap__V1__Program *m, const char *what, sm_program **out,
-                          char *err, size_t errlen);
 
 /* ---- JobInfo conversions ------------------------------------------------------------ */
 
@@ -45,8 +37,10 @@ static Shmap__V1__JobInfo *job_info_enc(sm_arena *a, const sm_job_info *in)
 
 /* out->outputs is malloc'd (sm_job_info_free); nothing is left allocated on
  * failure. */
-static sm_err job_info_dec(const Shmap__V1__JobInfo *p, sm_job_info *out, char *err, size_t errlen)
+static sm_err job_info_dec(const ProtobufCMessage *m, void *o, char *err, size_t errlen)
 {
+    const Shmap__V1__JobInfo *p = (const Shmap__V1__JobInfo *)m;
+    sm_job_info *out = o;
     char what[64];
     sm_err e;
     memset(out, 0, sizeof *out);
@@ -86,13 +80,7 @@ typedef struct {
     void *user;
 } job_ctx;
 
-#define OP(c, name)                                                                                \
-    do {                                                                                           \
-        if (!(c)->ops->name) {                                                                     \
-            sm_svc_finish_unimplemented(call);                                                     \
-            return;                                                                                \
-        }                                                                                          \
-    } while (0)
+#define OP(c, name) SM_SVC_REQUIRE(call, (c)->ops->name)
 
 static void submit(sm_rpc_call *call, void *u)
 {
@@ -155,14 +143,10 @@ done:
     free(req.args);
     free(req.out_names);
     sm_rpc_msg_free(m);
-    if (e) {
-        sm_svc_finish_err(call, e, err);
-        return;
-    }
     Shmap__V1__SubmitJobReply rep;
     shmap__v1__submit_job_reply__init(&rep);
     rep.job_id = id.v;
-    sm_rpc_finish(call, SM_OK, NULL, &rep.base);
+    sm_svc_finish(call, e, err, &rep.base);
 }
 
 /* WaitJob / GetJob / CancelJob: a JobRef in, a JobInfo out. */
@@ -189,12 +173,7 @@ static void job_ref_call(sm_rpc_call *call, const job_ctx *c, ref_kind kind)
     sm_rpc_msg_free(m);
     sm_arena *a = e ? NULL : sm_arena_create(0);
     Shmap__V1__JobInfo *p = a ? job_info_enc(a, info) : NULL;
-    if (e)
-        sm_svc_finish_err(call, e, err);
-    else if (!p)
-        sm_svc_finish_err(call, SM_ENOMEM, "the server ran out of memory encoding the reply");
-    else
-        sm_rpc_finish(call, SM_OK, NULL, &p->base);
+    sm_svc_finish(call, e, err, p ? &p->base : NULL);
     if (a)
         sm_arena_free(a);
     if (info)
@@ -227,11 +206,9 @@ sm_err sm_svc_coord_jobs_serve(sm_rpc_server *s, const sm_svc_coord_job_ops *ops
                                char *err, size_t errlen)
 {
     static const sm_svc_coord_job_ops none; /* ops NULL: every method UNIMPLEMENTED */
-    job_ctx *ctx = calloc(1, sizeof *ctx);  /* never freed: see sm_svc_ctx_create */
+    job_ctx *ctx = sm_svc_keep_alloc(sizeof *ctx);
     if (!ctx)
         return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate the job adapters");
-    if (__lsan_ignore_object)
-        __lsan_ignore_object(ctx);
     ctx->ops = ops ? ops : &none;
     ctx->user = user;
     const sm_rpc_method rows[] = {
@@ -242,10 +219,7 @@ sm_err sm_svc_coord_jobs_serve(sm_rpc_server *s, const sm_svc_coord_job_ops *ops
         ROW("CancelJob", shmap__v1__job_ref, cancel_job),
 #undef ROW
     };
-    sm_err e = SM_OK;
-    for (size_t i = 0; !e && i < sizeof rows / sizeof rows[0]; i++)
-        e = sm_rpc_server_add(s, &rows[i], err, errlen);
-    return e;
+    return sm_svc_add_methods(s, rows, sizeof rows / sizeof rows[0], err, errlen);
 }
 
 /* ---- client calls ------------------------------------------------------------------ */
@@ -298,15 +272,8 @@ static sm_err job_ref_client(sm_rpc_channel *ch, const char *path, int deadline_
     shmap__v1__job_ref__init(&req);
     req.job_id = id.v;
     req.wait_ms = wait_ms;
-    ProtobufCMessage *m;
-    sm_err e = sm_rpc_unary(ch, path, &req.base, &shmap__v1__job_info__descriptor, &m, deadline_ms,
-                            err, errlen);
-    if (e)
-        return e;
-    char tmp[SM_SVC_ERRLEN];
-    e = job_info_dec((const Shmap__V1__JobInfo *)m, out, tmp, sizeof tmp);
-    sm_rpc_msg_free(m);
-    return e ? sm_svc_bad_reply(path, tmp, err, errlen) : SM_OK;
+    return sm_svc_unary(ch, path, deadline_ms, &req.base, &shmap__v1__job_info__descriptor,
+                        job_info_dec, out, err, errlen);
 }
 
 sm_err sm_svc_job_wait(sm_rpc_channel *ch, int deadline_ms, sm_job_id id, uint32_t wait_ms,

@@ -8,9 +8,8 @@
  * program is type-checked; every field is validated first and a bad one is
  * SM_EINVAL naming it ("Program.ops[3].operands[1] is 9; ...").
  *
- * The functions below other than sm_svc_program_encode/decode are shared
- * with sm_svc_job.c and sm_svc_job_worker.c, which declare them (the job
- * part of common/rpc has no private header of its own). */
+ * sm_svc_program_enc/dec are shared with sm_svc_job.c and
+ * sm_svc_job_worker.c through sm_svc_internal.h. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,10 +25,6 @@
 #define SM_SVC_MAX_PERM    SM_MAX_DEVICES
 #define SM_SVC_SPEC_MAX    256
 #define SM_SVC_FILE_MAX    4096
-
-Shmap__V1__Program *sm_svc_program_enc(sm_arena *a, const sm_program *p);
-sm_err sm_svc_program_dec(const Shmap__V1__Program *m, const char *what, sm_program **out,
-                          char *err, size_t errlen);
 
 /* ---- encoding ------------------------------------------------------------------- */
 

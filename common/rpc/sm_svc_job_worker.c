@@ -9,15 +9,7 @@
 #include "sm_svc_internal.h"
 #include "sm_svc_job.h"
 
-/* Provided by LeakSanitizer in sanitizer builds, absent otherwise. */
-extern void __lsan_ignore_object(const void *p) __attribute__((weak));
-
 #define SM_SVC_MAX_JOB_ARRAYS 1024
-
-/* Defined in sm_svc_job_conv.c. */
-Shmap__V1__Program *sm_svc_program_enc(sm_arena *a, const sm_program *p);
-sm_err sm_svc_program_dec(const Shmap__V1__Program *m, const char *what, sm_program **out,
-                          char *err, size_t errlen);
 
 /* ---- RunJobRequest conversions ---------------------------------------------------- */
 
@@ -181,13 +173,7 @@ typedef struct {
     void *user;
 } job_ctx;
 
-#define OP(c, name)                                                                                \
-    do {                                                                                           \
-        if (!(c)->ops->name) {                                                                     \
-            sm_svc_finish_unimplemented(call);                                                     \
-            return;                                                                                \
-        }                                                                                          \
-    } while (0)
+#define OP(c, name) SM_SVC_REQUIRE(call, (c)->ops->name)
 
 static void run_job(sm_rpc_call *call, void *u)
 {
@@ -205,14 +191,10 @@ static void run_job(sm_rpc_call *call, void *u)
     if (!e)
         e = c->ops->run_job(c->user, &req, &bytes, err, sizeof err); /* takes req.program */
     free(mem);
-    if (e) {
-        sm_svc_finish_err(call, e, err);
-        return;
-    }
     Shmap__V1__RunJobReply rep;
     shmap__v1__run_job_reply__init(&rep);
     rep.output_bytes = bytes;
-    sm_rpc_finish(call, SM_OK, NULL, &rep.base);
+    sm_svc_finish(call, e, err, &rep.base);
 }
 
 static void cancel_job(sm_rpc_call *call, void *u)
@@ -226,13 +208,9 @@ static void cancel_job(sm_rpc_call *call, void *u)
     sm_rpc_msg_free(m);
     char err[SM_SVC_ERRLEN] = "";
     sm_err e = c->ops->cancel_job(c->user, id, err, sizeof err);
-    if (e) {
-        sm_svc_finish_err(call, e, err);
-        return;
-    }
     Shmap__V1__Empty rep;
     shmap__v1__empty__init(&rep);
-    sm_rpc_finish(call, SM_OK, NULL, &rep.base);
+    sm_svc_finish(call, e, err, &rep.base);
 }
 
 struct sm_svc_coll_in {
@@ -244,21 +222,9 @@ struct sm_svc_coll_in {
 sm_err sm_svc_coll_recv(sm_svc_coll_in *in, sm_svc_coll_msg *msg, int *end, char *err,
                         size_t errlen)
 {
-    *end = 0;
-    sm_rpc_msg_free(in->cur);
-    in->cur = NULL;
-    if (in->ended) {
-        *end = 1;
-        return SM_OK;
-    }
-    sm_err e = sm_rpc_recv(in->call, &in->cur, err, errlen);
-    if (e)
+    sm_err e = sm_svc_stream_next(in->call, &in->cur, &in->ended, end, err, errlen);
+    if (e || *end)
         return e;
-    if (!in->cur) {
-        in->ended = 1;
-        *end = 1;
-        return SM_OK;
-    }
     return coll_msg_dec((const Shmap__V1__CollMsg *)in->cur, msg, err, errlen);
 }
 
@@ -271,25 +237,19 @@ static void exchange(sm_rpc_call *call, void *u)
     char err[SM_SVC_ERRLEN] = "";
     sm_err e = c->ops->exchange(c->user, &in, &bytes, err, sizeof err);
     sm_rpc_msg_free(in.cur);
-    if (e) {
-        sm_svc_finish_err(call, e, err);
-        return;
-    }
     Shmap__V1__CollAck rep;
     shmap__v1__coll_ack__init(&rep);
     rep.bytes = bytes;
-    sm_rpc_finish(call, SM_OK, NULL, &rep.base);
+    sm_svc_finish(call, e, err, &rep.base);
 }
 
 sm_err sm_svc_worker_jobs_serve(sm_rpc_server *s, const sm_svc_worker_job_ops *ops, void *user,
                                 char *err, size_t errlen)
 {
     static const sm_svc_worker_job_ops none; /* ops NULL: every method UNIMPLEMENTED */
-    job_ctx *ctx = calloc(1, sizeof *ctx);   /* never freed: see sm_svc_ctx_create */
+    job_ctx *ctx = sm_svc_keep_alloc(sizeof *ctx);
     if (!ctx)
         return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate the worker job adapters");
-    if (__lsan_ignore_object)
-        __lsan_ignore_object(ctx);
     ctx->ops = ops ? ops : &none;
     ctx->user = user;
     const sm_rpc_method rows[] = {
@@ -299,10 +259,7 @@ sm_err sm_svc_worker_jobs_serve(sm_rpc_server *s, const sm_svc_worker_job_ops *o
         ROW("Exchange", SM_RPC_CLIENT_STREAM, shmap__v1__coll_msg, exchange),
 #undef ROW
     };
-    sm_err e = SM_OK;
-    for (size_t i = 0; !e && i < sizeof rows / sizeof rows[0]; i++)
-        e = sm_rpc_server_add(s, &rows[i], err, errlen);
-    return e;
+    return sm_svc_add_methods(s, rows, sizeof rows / sizeof rows[0], err, errlen);
 }
 
 /* ---- client calls ------------------------------------------------------------------ */
@@ -334,12 +291,8 @@ sm_err sm_svc_worker_cancel_job(sm_rpc_channel *ch, int deadline_ms, sm_job_id i
     Shmap__V1__JobRef p;
     shmap__v1__job_ref__init(&p);
     p.job_id = id.v;
-    ProtobufCMessage *m;
-    sm_err e = sm_rpc_unary(ch, SM_SVC_WORKER_PATH("CancelJob"), &p.base,
-                            &shmap__v1__empty__descriptor, &m, deadline_ms, err, errlen);
-    if (!e)
-        sm_rpc_msg_free(m);
-    return e;
+    return sm_svc_unary(ch, SM_SVC_WORKER_PATH("CancelJob"), deadline_ms, &p.base,
+                        &shmap__v1__empty__descriptor, NULL, NULL, err, errlen);
 }
 
 struct sm_svc_coll_stream {

@@ -13,24 +13,49 @@ extern void __lsan_ignore_object(const void *p) __attribute__((weak));
  * hook to learn when a server is freed, so it is never released (one small
  * block per served service per process). It is marked as intentionally
  * kept for LeakSanitizer. */
+void *sm_svc_keep_alloc(size_t size)
+{
+    void *p = calloc(1, size);
+    if (p && __lsan_ignore_object)
+        __lsan_ignore_object(p);
+    return p;
+}
+
 sm_svc_ctx *sm_svc_ctx_create(const sm_svc_coord_ops *coord, const sm_svc_worker_ops *worker,
                               void *user, const char *server_name)
 {
-    sm_svc_ctx *c = calloc(1, sizeof *c);
+    sm_svc_ctx *c = sm_svc_keep_alloc(sizeof *c);
     if (!c)
         return NULL;
     c->coord = coord;
     c->worker = worker;
     c->user = user;
     snprintf(c->server_name, sizeof c->server_name, "%s", server_name ? server_name : "");
-    if (__lsan_ignore_object)
-        __lsan_ignore_object(c);
     return c;
+}
+
+sm_err sm_svc_add_methods(sm_rpc_server *s, const sm_rpc_method *rows, size_t n, char *err,
+                          size_t errlen)
+{
+    sm_err e = SM_OK;
+    for (size_t i = 0; !e && i < n; i++)
+        e = sm_rpc_server_add(s, &rows[i], err, errlen);
+    return e;
 }
 
 void sm_svc_finish_err(sm_rpc_call *call, sm_err e, const char *msg)
 {
     sm_rpc_finish(call, e, msg && msg[0] ? msg : sm_strerror(e), NULL);
+}
+
+void sm_svc_finish(sm_rpc_call *call, sm_err e, const char *err, const ProtobufCMessage *reply)
+{
+    if (e)
+        sm_svc_finish_err(call, e, err);
+    else if (!reply)
+        sm_svc_finish_err(call, SM_ENOMEM, "the server ran out of memory encoding the reply");
+    else
+        sm_rpc_finish(call, SM_OK, NULL, reply);
 }
 
 void sm_svc_finish_unimplemented(sm_rpc_call *call)
@@ -59,6 +84,38 @@ ProtobufCMessage *sm_svc_recv_request(sm_rpc_call *call)
 sm_err sm_svc_bad_reply(const char *path, const char *tmp, char *err, size_t errlen)
 {
     return sm_fail(err, errlen, SM_EFORMAT, "%s answered with a malformed reply: %s", path, tmp);
+}
+
+sm_err sm_svc_unary(sm_rpc_channel *ch, const char *path, int deadline_ms,
+                    const ProtobufCMessage *req, const ProtobufCMessageDescriptor *desc,
+                    sm_svc_reply_dec dec, void *out, char *err, size_t errlen)
+{
+    Shmap__V1__Empty empty;
+    shmap__v1__empty__init(&empty);
+    ProtobufCMessage *m;
+    sm_err e = sm_rpc_unary(ch, path, req ? req : &empty.base, desc, &m, deadline_ms, err, errlen);
+    if (e)
+        return e;
+    char tmp[SM_SVC_ERRLEN];
+    e = dec ? dec(m, out, tmp, sizeof tmp) : SM_OK;
+    sm_rpc_msg_free(m);
+    return e ? sm_svc_bad_reply(path, tmp, err, errlen) : SM_OK;
+}
+
+sm_err sm_svc_stream_next(sm_rpc_call *call, ProtobufCMessage **cur, int *ended, int *end,
+                          char *err, size_t errlen)
+{
+    *end = 0;
+    sm_rpc_msg_free(*cur);
+    *cur = NULL;
+    if (*ended) {
+        *end = 1;
+        return SM_OK;
+    }
+    sm_err e = sm_rpc_recv(call, cur, err, errlen);
+    if (!e && !*cur)
+        *ended = *end = 1;
+    return e;
 }
 
 /* ---- Negotiate ---------------------------------------------------------------- */

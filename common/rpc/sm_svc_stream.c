@@ -278,21 +278,9 @@ struct sm_svc_upload_in {
 sm_err sm_svc_upload_recv(sm_svc_upload_in *in, sm_svc_upload_msg *msg, int *end, char *err,
                           size_t errlen)
 {
-    *end = 0;
-    sm_rpc_msg_free(in->cur);
-    in->cur = NULL;
-    if (in->ended) {
-        *end = 1;
-        return SM_OK;
-    }
-    sm_err e = sm_rpc_recv(in->call, &in->cur, err, errlen);
-    if (e)
+    sm_err e = sm_svc_stream_next(in->call, &in->cur, &in->ended, end, err, errlen);
+    if (e || *end)
         return e;
-    if (!in->cur) {
-        in->ended = 1;
-        *end = 1;
-        return SM_OK;
-    }
     return sm_svc_upload_msg_dec((const Shmap__V1__UploadMsg *)in->cur, msg, err, errlen);
 }
 
@@ -303,25 +291,18 @@ int sm_svc_upload_cancelled(sm_svc_upload_in *in)
 
 void sm_svc_serve_upload(sm_rpc_call *call, sm_svc_upload_fn fn, void *user)
 {
-    if (!fn) {
-        sm_svc_finish_unimplemented(call);
-        return;
-    }
+    SM_SVC_REQUIRE(call, fn);
     sm_svc_upload_in in = {call, NULL, 0};
     sm_svc_upload_reply out = {0};
     char err[SM_SVC_ERRLEN] = "";
     sm_err e = fn(user, &in, &out, err, sizeof err);
     sm_rpc_msg_free(in.cur);
-    if (e) {
-        sm_svc_finish_err(call, e, err);
-        return;
-    }
     Shmap__V1__UploadReply r;
     shmap__v1__upload_reply__init(&r);
     r.bytes = out.bytes;
     r.checksum = out.checksum;
     r.array_ready = out.array_ready != 0;
-    sm_rpc_finish(call, SM_OK, NULL, &r.base);
+    sm_svc_finish(call, e, err, &r.base);
 }
 
 /* ---- server: download ------------------------------------------------------------- */
@@ -346,10 +327,7 @@ int sm_svc_download_cancelled(sm_svc_download_out *out)
 
 void sm_svc_serve_download(sm_rpc_call *call, sm_svc_download_fn fn, void *user)
 {
-    if (!fn) {
-        sm_svc_finish_unimplemented(call);
-        return;
-    }
+    SM_SVC_REQUIRE(call, fn);
     ProtobufCMessage *m = sm_svc_recv_request(call);
     if (!m)
         return;

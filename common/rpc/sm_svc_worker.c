@@ -124,13 +124,7 @@ static sm_err assemble_dec(const Shmap__V1__AssembleRequest *p, sm_arena *a,
 
 /* ---- adapters ---------------------------------------------------------------------- */
 
-#define OP(c, name)                                                                                \
-    do {                                                                                           \
-        if (!(c)->worker->name) {                                                                  \
-            sm_svc_finish_unimplemented(call);                                                     \
-            return;                                                                                \
-        }                                                                                          \
-    } while (0)
+#define OP(c, name) SM_SVC_REQUIRE(call, (c)->worker->name)
 
 static void put_shard(sm_rpc_call *call, void *u)
 {
@@ -159,13 +153,9 @@ static void free_array(sm_rpc_call *call, void *u)
         e = c->worker->free_array(c->user, (sm_array_id){r->array_id}, (int)r->n_devices,
                                   r->devices, err, sizeof err);
     sm_rpc_msg_free(m);
-    if (e) {
-        sm_svc_finish_err(call, e, err);
-        return;
-    }
     Shmap__V1__Empty rep;
     shmap__v1__empty__init(&rep);
-    sm_rpc_finish(call, SM_OK, NULL, &rep.base);
+    sm_svc_finish(call, e, err, &rep.base);
 }
 
 static void assemble(sm_rpc_call *call, void *u)
@@ -186,14 +176,10 @@ static void assemble(sm_rpc_call *call, void *u)
     if (a)
         sm_arena_free(a);
     sm_rpc_msg_free(m);
-    if (e) {
-        sm_svc_finish_err(call, e, err);
-        return;
-    }
     Shmap__V1__AssembleReply rep;
     shmap__v1__assemble_reply__init(&rep);
     rep.bytes = bytes;
-    sm_rpc_finish(call, SM_OK, NULL, &rep.base);
+    sm_svc_finish(call, e, err, &rep.base);
 }
 
 static void stats(sm_rpc_call *call, void *u)
@@ -213,10 +199,8 @@ static void stats(sm_rpc_call *call, void *u)
                     out->ndevices);
     if (e) {
         free(out);
-        {
-            sm_svc_finish_err(call, e, err);
-            return;
-        }
+        sm_svc_finish_err(call, e, err);
+        return;
     }
     Shmap__V1__WorkerStatsReply rep;
     shmap__v1__worker_stats_reply__init(&rep);
@@ -245,9 +229,7 @@ sm_err sm_svc_worker_serve(sm_rpc_server *s, const sm_svc_worker_ops *ops, void 
 #undef ROW
     };
     sm_err e = sm_svc_negotiate_add(s, SM_SVC_WORKER_PATH("Negotiate"), ctx, err, errlen);
-    for (size_t i = 0; !e && i < sizeof rows / sizeof rows[0]; i++)
-        e = sm_rpc_server_add(s, &rows[i], err, errlen);
-    return e;
+    return e ? e : sm_svc_add_methods(s, rows, sizeof rows / sizeof rows[0], err, errlen);
 }
 
 /* ---- client calls ------------------------------------------------------------------ */
@@ -260,12 +242,8 @@ sm_err sm_svc_worker_free_array(sm_rpc_channel *ch, int deadline_ms, sm_array_id
     p.array_id = id.v;
     p.n_devices = ndevices > 0 ? (size_t)ndevices : 0;
     p.devices = (int32_t *)devices;
-    ProtobufCMessage *m;
-    sm_err e = sm_rpc_unary(ch, SM_SVC_WORKER_PATH("FreeArray"), &p.base,
-                            &shmap__v1__empty__descriptor, &m, deadline_ms, err, errlen);
-    if (!e)
-        sm_rpc_msg_free(m);
-    return e;
+    return sm_svc_unary(ch, SM_SVC_WORKER_PATH("FreeArray"), deadline_ms, &p.base,
+                        &shmap__v1__empty__descriptor, NULL, NULL, err, errlen);
 }
 
 sm_err sm_svc_worker_assemble(sm_rpc_channel *ch, int deadline_ms, const sm_svc_assemble_req *req,
@@ -290,33 +268,29 @@ sm_err sm_svc_worker_assemble(sm_rpc_channel *ch, int deadline_ms, const sm_svc_
     return SM_OK;
 }
 
+static sm_err stats_dec(const ProtobufCMessage *m, void *o, char *err, size_t errlen)
+{
+    const Shmap__V1__WorkerStatsReply *r = (const Shmap__V1__WorkerStatsReply *)m;
+    sm_svc_worker_stats *out = o;
+    memset(out, 0, sizeof *out);
+    sm_err e = sm_svc_count_dec(r->n_devices, SM_MAX_WORKER_DEVICES, "WorkerStatsReply", "devices",
+                                err, errlen);
+    if (e)
+        return e;
+    if (r->n_device_bytes != r->n_devices)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "WorkerStatsReply has %zu devices but %zu device_bytes", r->n_devices,
+                       r->n_device_bytes);
+    out->ndevices = (int)r->n_devices;
+    sm_svc_copy(out->devices, r->devices, r->n_devices * sizeof *r->devices);
+    sm_svc_copy(out->device_bytes, r->device_bytes, r->n_device_bytes * sizeof *r->device_bytes);
+    out->shards = r->shards;
+    return SM_OK;
+}
+
 sm_err sm_svc_worker_stats_get(sm_rpc_channel *ch, int deadline_ms, sm_svc_worker_stats *out,
                                char *err, size_t errlen)
 {
-    const char *path = SM_SVC_WORKER_PATH("Stats");
-    Shmap__V1__Empty p;
-    shmap__v1__empty__init(&p);
-    ProtobufCMessage *m;
-    sm_err e = sm_rpc_unary(ch, path, &p.base, &shmap__v1__worker_stats_reply__descriptor, &m,
-                            deadline_ms, err, errlen);
-    if (e)
-        return e;
-    const Shmap__V1__WorkerStatsReply *r = (const Shmap__V1__WorkerStatsReply *)m;
-    char tmp[SM_SVC_ERRLEN];
-    memset(out, 0, sizeof *out);
-    e = sm_svc_count_dec(r->n_devices, SM_MAX_WORKER_DEVICES, "WorkerStatsReply", "devices", tmp,
-                         sizeof tmp);
-    if (!e && r->n_device_bytes != r->n_devices)
-        e = sm_fail(tmp, sizeof tmp, SM_EINVAL,
-                    "WorkerStatsReply has %zu devices but %zu device_bytes", r->n_devices,
-                    r->n_device_bytes);
-    if (!e) {
-        out->ndevices = (int)r->n_devices;
-        sm_svc_copy(out->devices, r->devices, r->n_devices * sizeof *r->devices);
-        sm_svc_copy(out->device_bytes, r->device_bytes,
-                    r->n_device_bytes * sizeof *r->device_bytes);
-        out->shards = r->shards;
-    }
-    sm_rpc_msg_free(m);
-    return e ? sm_svc_bad_reply(path, tmp, err, errlen) : SM_OK;
+    return sm_svc_unary(ch, SM_SVC_WORKER_PATH("Stats"), deadline_ms, NULL,
+                        &shmap__v1__worker_stats_reply__descriptor, stats_dec, out, err, errlen);
 }

@@ -1,0 +1,634 @@
+#!/usr/bin/env bash
+# Multi-host test of shmap on one machine, with Linux network namespaces.
+#
+#   bash tests/netns/multihost.sh SHMAP-COORDINATOR SHMAP-WORKER SHMAPCTL
+#
+# Builds a private network that exists only inside namespaces this script
+# creates (names end in the script's pid, so parallel runs never collide):
+#
+#   shmap-br-PID   bridge br0 (the "switch"); nothing in the root namespace
+#   shmap-h0-PID   10.77.0.1   shmap-coordinator --listen 10.77.0.1:7070
+#   shmap-h1-PID   10.77.0.11  shmap-worker --advertise 10.77.0.11:7171 (process 0)
+#   shmap-h2-PID   10.77.0.12  shmap-worker --advertise 10.77.0.12:7171 (process 1)
+#
+# each host joined to the bridge by a veth pair created inside the namespaces.
+# Every process and client carries a token (SHMAP_TOKEN). Then it loads the
+# data loading guide's (64,128) layouts from h0, uploads process-local parts
+# from a client on each worker host, reshards across hosts, deletes, checks
+# auth failures, kills a worker host and checks the coordinator's view,
+# brings the host back, restarts the coordinator (with h1 cut off meanwhile,
+# so the new coordinator hands h1's old worker id to h2), restarts a worker
+# at once, and stops everything with SIGTERM.
+# One line per check, then "N passed, N failed". Exit 0 all passed, 1 a check
+# failed, 2 usage, 77 skipped (no CAP_NET_ADMIN, no `ip`, no numpy).
+# SHMAP_NETNS_KEEP_LOGS=1 keeps the temp dir (logs, .npy, JSON) and says where.
+# Everything is torn down on exit, whatever happens.
+set -u
+
+if [ $# -ne 3 ]; then
+    echo "usage: $0 SHMAP-COORDINATOR SHMAP-WORKER SHMAPCTL" >&2
+    exit 2
+fi
+COORD_BIN=$(readlink -f "$1")
+WORKER_BIN=$(readlink -f "$2")
+CTL_BIN=$(readlink -f "$3")
+HERE=$(cd "$(dirname "$0")" && pwd)
+PY=/usr/bin/python3
+HELP="$HERE/nshelp.py"
+for b in "$COORD_BIN" "$WORKER_BIN" "$CTL_BIN"; do
+    if [ ! -x "$b" ]; then
+        echo "not an executable: $b" >&2
+        exit 2
+    fi
+done
+
+skip() {
+    echo "skipped: $*"
+    exit 77
+}
+command -v ip >/dev/null 2>&1 || skip "the 'ip' command (iproute2) is not installed"
+[ -x "$PY" ] || skip "$PY is missing"
+"$PY" -c 'import numpy' 2>/dev/null || skip "numpy is not installed for $PY (apt-get install python3-numpy)"
+
+# ---------------------------------------------------------------- names, state
+SUF=$$
+for n in br h0 h1 h2; do
+    if [ -e "/run/netns/shmap-$n-$SUF" ]; then
+        SUF="$$-$RANDOM"
+        break
+    fi
+done
+NS_BR="shmap-br-$SUF"
+NS_H0="shmap-h0-$SUF"
+NS_H1="shmap-h1-$SUF"
+NS_H2="shmap-h2-$SUF"
+NETS=()        # namespaces created so far (deleted on exit)
+PIDS=()        # processes started so far (killed on exit)
+T=$(mktemp -d "${TMPDIR:-/tmp}/shmap-netns.XXXXXX")
+TOKEN="netns-token-$SUF-$RANDOM"
+IP_H0=10.77.0.1
+IP_H1=10.77.0.11
+IP_H2=10.77.0.12
+TARGET="$IP_H0:7070"
+PASSED=0
+FAILED=0
+KEEP=${SHMAP_NETNS_KEEP_LOGS:-0}
+
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    local p
+    for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
+    for _ in $(seq 1 30); do
+        local alive=0
+        for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+        [ $alive = 0 ] && break
+        sleep 0.1
+    done
+    for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
+    # Anything still inside our namespaces was started by this script.
+    local ns
+    for ns in "${NETS[@]}"; do
+        for p in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
+    done
+    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
+    for ns in "${NETS[@]}"; do ip netns del "$ns" 2>/dev/null; done
+    if [ "$KEEP" = 1 ]; then
+        echo "logs kept in $T"
+    else
+        rm -rf "$T"
+    fi
+    exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+ok() {
+    echo "ok   - $1"
+    PASSED=$((PASSED + 1))
+}
+bad() {
+    echo "FAIL - $1${2:+ ($2)}"
+    FAILED=$((FAILED + 1))
+}
+# check NAME CMD...: one check line from the exit code of CMD (its output,
+# last lines, goes into the failure line).
+check() {
+    local name=$1
+    shift
+    local out
+    if out=$("$@" 2>&1); then
+        ok "$name"
+    else
+        bad "$name" "$(printf '%s' "$out" | tail -n 3 | tr '\n' ' ' | cut -c1-300)"
+    fi
+}
+finish() {
+    echo "$PASSED passed, $FAILED failed"
+    [ $FAILED -eq 0 ] && exit 0
+    exit 1
+}
+# Fatal: the rest cannot run. Counts as a failure, shows the logs.
+abort() {
+    bad "$1" "${2:-}"
+    local f
+    for f in "$T"/*.log; do
+        [ -e "$f" ] || continue
+        echo "--- $(basename "$f") (last lines)"
+        tail -n 15 "$f"
+    done
+    finish
+}
+
+in_ns() { # in_ns NS CMD...
+    local ns=$1
+    shift
+    ip netns exec "$ns" "$@"
+}
+# ctl NS ARGS...: shmapctl inside NS, with the cluster's target and token.
+ctl() {
+    local ns=$1
+    shift
+    timeout 60 ip netns exec "$ns" env SHMAP_TARGET="$TARGET" SHMAP_TOKEN="$TOKEN" \
+        "$CTL_BIN" "$@"
+}
+py() { "$PY" "$HELP" "$@"; }
+# q JSONFILE EXPR: evaluate EXPR with d = the JSON; fails on False.
+q() {
+    local f=$1
+    shift
+    py q "$1" <"$f"
+}
+
+start_coord() { # (re)starts the coordinator in h0; waits for its port file
+    rm -f "$T/coord.port"
+    ip netns exec "$NS_H0" env SHMAP_TOKEN="$TOKEN" "$COORD_BIN" --listen "$TARGET" \
+        --port-file "$T/coord.port" >>"$T/coordinator.log" 2>&1 &
+    COORD_PID=$!
+    PIDS+=("$COORD_PID")
+    for _ in $(seq 1 150); do
+        [ -s "$T/coord.port" ] && break
+        kill -0 "$COORD_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    [ "$(tr -d '\n' <"$T/coord.port" 2>/dev/null)" = 7070 ]
+}
+start_worker() { # start_worker NS IP PROCESS-INDEX LOGNAME: sets LAST_PID
+    ip netns exec "$1" env SHMAP_TOKEN="$TOKEN" "$WORKER_BIN" --coordinator "$TARGET" --devices 4 \
+        --listen 0.0.0.0:7171 --advertise "$2:7171" --process-index "$3" >"$T/$4.log" 2>&1 &
+    LAST_PID=$!
+    PIDS+=("$LAST_PID")
+}
+# two_alive: waits (20 s) until exactly h1's worker (process 0) and h2's
+# (process 1) are alive.
+two_alive() {
+    for _ in $(seq 1 100); do
+        ctl "$NS_H0" devices --json >"$T/devices-back.json" 2>&1 &&
+            q "$T/devices-back.json" "sorted((w['address'], w['process_index']) for w in d if w['state'] == 'alive') == [('$IP_H1:7171', 0), ('$IP_H2:7171', 1)]" &&
+            return 0
+        sleep 0.2
+    done
+    cat "$T/devices-back.json"
+    return 1
+}
+stop() { # stop PID: SIGTERM, exits within 10 s
+    kill -TERM "$1" 2>/dev/null || return 1
+    for _ in $(seq 1 100); do
+        kill -0 "$1" 2>/dev/null || { wait "$1" 2>/dev/null; return 0; }
+        sleep 0.1
+    done
+    return 1
+}
+
+# ---------------------------------------------------------------- the network
+if ! ip netns add "$NS_BR" 2>"$T/netns.err"; then
+    skip "cannot create a network namespace ($(tr '\n' ' ' <"$T/netns.err")); needs root or CAP_NET_ADMIN + CAP_SYS_ADMIN"
+fi
+NETS+=("$NS_BR")
+setup_net() {
+    ip -n "$NS_BR" link set lo up &&
+        ip -n "$NS_BR" link add br0 type bridge &&
+        ip -n "$NS_BR" link set br0 up || return 1
+    local i ns addr
+    for i in 0 1 2; do
+        ns="shmap-h$i-$SUF"
+        case $i in 0) addr=$IP_H0 ;; 1) addr=$IP_H1 ;; 2) addr=$IP_H2 ;; esac
+        ip netns add "$ns" || return 1
+        NETS+=("$ns")
+        # The veth pair is born inside the host namespace; its peer moves
+        # straight into the bridge namespace. The root namespace never sees it.
+        ip -n "$ns" link add eth0 type veth peer name "h$i" netns "$NS_BR" &&
+            ip -n "$NS_BR" link set "h$i" master br0 &&
+            ip -n "$NS_BR" link set "h$i" up &&
+            ip -n "$ns" addr add "$addr/24" dev eth0 &&
+            ip -n "$ns" link set eth0 up &&
+            ip -n "$ns" link set lo up || return 1
+    done
+}
+if ! setup_net >"$T/net.log" 2>&1; then
+    if grep -qiE 'not supported|Unknown device type|Operation not permitted' "$T/net.log"; then
+        skip "cannot build the namespace network: $(tr '\n' ' ' <"$T/net.log")"
+    fi
+    abort "network: 3 host namespaces and a bridge" "$(tr '\n' ' ' <"$T/net.log")"
+fi
+ok "network: $NS_H0 ($IP_H0), $NS_H1 ($IP_H1), $NS_H2 ($IP_H2) on a bridge in $NS_BR"
+
+# ---------------------------------------------------------------- the cluster
+# Coordinator: token from the environment. Workers: one by --token, one by
+# SHMAP_TOKEN, both with an explicit process index so the per-host loaders
+# below know which part is theirs.
+start_coord || abort "coordinator serves on $TARGET in $NS_H0" "no port file, or not port 7070"
+ok "coordinator serves on $TARGET in $NS_H0"
+
+ip netns exec "$NS_H1" env -u SHMAP_TOKEN "$WORKER_BIN" --coordinator "$TARGET" --devices 4 \
+    --listen 0.0.0.0:7171 --advertise "$IP_H1:7171" --process-index 0 --token "$TOKEN" \
+    >"$T/worker-h1.log" 2>&1 &
+W1_PID=$!
+PIDS+=("$W1_PID")
+# h2's worker starts once h1's has registered, so h1's is worker 1 (the
+# coordinator restart below depends on it).
+for _ in $(seq 1 100); do
+    ctl "$NS_H0" devices --json >"$T/devices.json" 2>"$T/devices.err" &&
+        q "$T/devices.json" "[w['address'] for w in d if w['state'] == 'alive'] == ['$IP_H1:7171']" >/dev/null 2>&1 &&
+        break
+    sleep 0.1
+done
+ip netns exec "$NS_H2" env SHMAP_TOKEN="$TOKEN" "$WORKER_BIN" --coordinator "$TARGET" --devices 4 \
+    --listen 0.0.0.0:7171 --advertise "$IP_H2:7171" --process-index 1 \
+    >"$T/worker-h2.log" 2>&1 &
+W2_PID=$!
+PIDS+=("$W2_PID")
+
+alive=0
+for _ in $(seq 1 100); do
+    if ctl "$NS_H0" devices --json >"$T/devices.json" 2>"$T/devices.err"; then
+        alive=$(q "$T/devices.json" 'sum(1 for w in d if w["state"] == "alive")' 2>/dev/null || echo 0)
+        [ "$alive" = 2 ] && break
+    fi
+    sleep 0.2
+done
+[ "$alive" = 2 ] || abort "2 workers alive (devices --json from $NS_H0)" "alive=$alive $(cat "$T/devices.err" 2>/dev/null)"
+ok "2 workers alive (devices --json from $NS_H0)"
+
+check "workers advertise their namespace addresses with process index 0 and 1, 4 devices each" \
+    q "$T/devices.json" "sorted((w['address'], w['process_index'], len(w['devices'])) for w in d) == [('$IP_H1:7171', 0, 4), ('$IP_H2:7171', 1, 4)]"
+P0_DEVS=$(q "$T/devices.json" "','.join(str(x) for w in d if w['process_index'] == 0 for x in w['devices'])")
+P1_DEVS=$(q "$T/devices.json" "','.join(str(x) for w in d if w['process_index'] == 1 for x in w['devices'])")
+
+# The namespaces really are separate hosts: h1 has no coordinator on its own
+# loopback, and reaches it only through the bridge.
+no_local_coordinator() {
+    ! timeout 20 ip netns exec "$NS_H1" env SHMAP_TOKEN="$TOKEN" "$CTL_BIN" devices --target 127.0.0.1:7070
+}
+check "hosts are isolated: from $NS_H1, 127.0.0.1:7070 has no coordinator" no_local_coordinator
+reach_from_workers() { ctl "$NS_H1" ls && ctl "$NS_H2" ls; }
+check "from $NS_H1 and $NS_H2, the coordinator answers at $TARGET" reach_from_workers
+
+# A worker with the wrong token never joins the cluster.
+ip netns exec "$NS_H1" env -u SHMAP_TOKEN "$WORKER_BIN" --coordinator "$TARGET" --devices 2 \
+    --listen 0.0.0.0:7172 --advertise "$IP_H1:7172" --token "wrong-$TOKEN" \
+    >"$T/worker-rogue.log" 2>&1 &
+ROGUE_PID=$!
+PIDS+=("$ROGUE_PID")
+sleep 2
+ctl "$NS_H0" devices --json >"$T/devices-rogue.json" 2>&1
+check "a worker with a wrong token is not registered" \
+    q "$T/devices-rogue.json" "len(d) == 2 and all(w['address'] != '$IP_H1:7172' for w in d)"
+check "the rejected worker's log says why (UNAUTHENTICATED/token)" \
+    grep -qiE 'unauthenticated|token' "$T/worker-rogue.log"
+kill -TERM "$ROGUE_PID" 2>/dev/null
+wait "$ROGUE_PID" 2>/dev/null
+
+# ---------------------------------------------------------------- layouts
+# The data loading guide's (64,128) array over 8 devices (here 2 hosts x 4
+# devices): NAME DTYPE MESH SPEC SHARD-SHAPE DISTINCT-SHARDS
+LAYOUTS=(
+    "col8   float32 x=8     P(None,'x')     64,16  8"
+    "grid   float32 x=4,y=2 P('x','y')      16,64  8"
+    "grid2  int32   x=2,y=4 P('x','y')      32,32  8"
+    "repl   float32 x=8     P()             64,128 1"
+    "rowsP  float64 x=2,y=4 P('x')          32,128 2"
+    "colsR  float32 x=2,y=4 P(None,'y')     64,32  4"
+)
+seed=1
+for l in "${LAYOUTS[@]}"; do
+    read -r name dtype mesh spec sshape ndistinct <<<"$l"
+    seed=$((seed + 1))
+    py gen "$T/$name.npy" 64,128 "$dtype" "$seed"
+    if ! ctl "$NS_H0" put "$T/$name.npy" --mesh "$mesh" --spec "$spec" --name "$name" \
+        >"$T/put-$name.out" 2>&1; then
+        bad "put $name ($dtype, $mesh, $spec) from $NS_H0" "$(tail -n 2 "$T/put-$name.out" | tr '\n' ' ')"
+        continue
+    fi
+    ok "put $name ($dtype (64,128), mesh $mesh, $spec) from $NS_H0"
+    ctl "$NS_H0" describe "$name" --json >"$T/desc-$name.json" 2>&1
+    check "describe $name: ready, shard shape [$sshape], $ndistinct distinct shards, on both hosts' workers" \
+        q "$T/desc-$name.json" "d['state'] == 'ready' and d['shard_shape'] == [$sshape] and len(d['devices']) == 8 and all(x['present'] for x in d['devices']) and len({json.dumps(x['index']) for x in d['devices']}) == $ndistinct and {x['address'] for x in d['devices']} == {'$IP_H1:7171', '$IP_H2:7171'}"
+    if ctl "$NS_H0" get "$name" "$T/$name.out.npy" >"$T/get-$name.out" 2>&1; then
+        check "get $name from $NS_H0 is bit-exact" py same "$T/$name.npy" "$T/$name.out.npy"
+    else
+        bad "get $name from $NS_H0" "$(tail -n 2 "$T/get-$name.out" | tr '\n' ' ')"
+    fi
+done
+
+# Another host attaches by name: a client on h2 reads what h0 wrote.
+if ctl "$NS_H2" get grid "$T/grid.h2.npy" >"$T/get-grid-h2.out" 2>&1; then
+    check "get grid by name from $NS_H2 is bit-exact" py same "$T/grid.npy" "$T/grid.h2.npy"
+else
+    bad "get grid by name from $NS_H2" "$(tail -n 2 "$T/get-grid-h2.out" | tr '\n' ' ')"
+fi
+
+# ---------------------------------------------------------------- process-local
+# make_array_from_process_local_data, one loader per host: the (64,128) array
+# sharded along dimension 1 over x=8 (default order: process 0's devices
+# first), so process 0 (h1) holds columns 0:64 and process 1 (h2) 64:128.
+py gen "$T/local.npy" 64,128 float32 99
+py cut "$T/local.npy" "$T/local0.npy" : 0:64
+py cut "$T/local.npy" "$T/local1.npy" : 64:128
+ctl "$NS_H1" put-local "$T/local0.npy" --process 0 --name batch --mesh x=8 --spec "P(None,'x')" \
+    >"$T/putlocal0.out" 2>&1 &
+PL0=$!
+ctl "$NS_H2" put-local "$T/local1.npy" --process 1 --name batch --mesh x=8 --spec "P(None,'x')" \
+    >"$T/putlocal1.out" 2>&1 &
+PL1=$!
+wait $PL0
+rc0=$?
+wait $PL1
+rc1=$?
+if [ $rc0 = 0 ] && [ $rc1 = 0 ]; then
+    ok "put-local: process 0 from $NS_H1 and process 1 from $NS_H2, at once"
+else
+    bad "put-local: process 0 from $NS_H1 and process 1 from $NS_H2" \
+        "rc $rc0/$rc1: $(tail -n 1 "$T/putlocal0.out") / $(tail -n 1 "$T/putlocal1.out")"
+fi
+for _ in $(seq 1 50); do
+    ctl "$NS_H0" describe batch --json >"$T/desc-batch.json" 2>&1
+    q "$T/desc-batch.json" "d['state'] != 'pending'" >/dev/null 2>&1 && break
+    sleep 0.1
+done
+check "batch is ready with global shape [64,128] inferred, shard shape [64,16]" \
+    q "$T/desc-batch.json" "d['state'] == 'ready' and d['shape'] == [64, 128] and d['shard_shape'] == [64, 16]"
+check "batch: columns 0:64 on $NS_H1's worker (process 0), 64:128 on $NS_H2's (process 1)" \
+    q "$T/desc-batch.json" "all(x['address'] == ('$IP_H1:7171' if x['index'][1][0] < 64 else '$IP_H2:7171') for x in d['devices'])"
+if ctl "$NS_H0" get batch "$T/batch.out.npy" >"$T/get-batch.out" 2>&1; then
+    check "get batch is bit-exact (the two parts, concatenated)" py same "$T/local.npy" "$T/batch.out.npy"
+else
+    bad "get batch" "$(tail -n 2 "$T/get-batch.out" | tr '\n' ' ')"
+fi
+
+# ---------------------------------------------------------------- resharding
+# col8 lives as P(None,'x') over [process 0's devices, process 1's]. The same
+# spec over the mesh with the hosts swapped moves every shard to the other
+# host, worker to worker.
+SWAPPED="$P1_DEVS,$P0_DEVS"
+if ctl "$NS_H0" reshard col8 --mesh x=8 --devices "$SWAPPED" --spec "P(None,'x')" --name col8_swapped \
+    >"$T/reshard1.out" 2>&1; then
+    ok "reshard col8 onto the host-swapped mesh (devices $SWAPPED)"
+    ctl "$NS_H0" describe col8_swapped --json >"$T/desc-col8_swapped.json" 2>&1
+    check "every shard of col8_swapped is on the other host than in col8" \
+        "$PY" -c "
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+where = lambda d: {json.dumps(x['index']): x['address'] for x in d['devices']}
+wa, wb = where(a), where(b)
+assert b['state'] == 'ready', b['state']
+assert wa.keys() == wb.keys() and len(wa) == 8, (wa, wb)
+moved = [k for k in wa if wa[k] != wb[k]]
+assert len(moved) == 8, f'only {len(moved)} of 8 shards changed host'
+" "$T/desc-col8.json" "$T/desc-col8_swapped.json"
+    if ctl "$NS_H0" get col8_swapped "$T/col8_swapped.out.npy" >"$T/get-swapped.out" 2>&1; then
+        check "get col8_swapped is bit-exact" py same "$T/col8.npy" "$T/col8_swapped.out.npy"
+    else
+        bad "get col8_swapped" "$(tail -n 2 "$T/get-swapped.out" | tr '\n' ' ')"
+    fi
+else
+    bad "reshard col8 onto the host-swapped mesh" "$(tail -n 2 "$T/reshard1.out" | tr '\n' ' ')"
+fi
+# All-to-all: columns to rows, every device needs a piece from every other.
+if ctl "$NS_H1" reshard batch --spec "P('x', None)" --name batch_rows >"$T/reshard2.out" 2>&1; then
+    ok "reshard batch P(None,'x') -> P('x',None) (all-to-all across hosts, from $NS_H1)"
+    ctl "$NS_H0" describe batch_rows --json >"$T/desc-batch_rows.json" 2>&1
+    check "batch_rows: ready, shard shape [8,128] on both hosts" \
+        q "$T/desc-batch_rows.json" "d['state'] == 'ready' and d['shard_shape'] == [8, 128] and {x['address'] for x in d['devices']} == {'$IP_H1:7171', '$IP_H2:7171'}"
+    if ctl "$NS_H2" get batch_rows "$T/batch_rows.out.npy" >"$T/get-rows.out" 2>&1; then
+        check "get batch_rows from $NS_H2 is bit-exact" py same "$T/local.npy" "$T/batch_rows.out.npy"
+    else
+        bad "get batch_rows" "$(tail -n 2 "$T/get-rows.out" | tr '\n' ' ')"
+    fi
+else
+    bad "reshard batch -> P('x',None)" "$(tail -n 2 "$T/reshard2.out" | tr '\n' ' ')"
+fi
+sources_unchanged() {
+    ctl "$NS_H0" get col8 "$T/col8.again.npy" && py same "$T/col8.npy" "$T/col8.again.npy" &&
+        ctl "$NS_H0" get batch "$T/batch.again.npy" && py same "$T/local.npy" "$T/batch.again.npy"
+}
+check "the source arrays are unchanged after resharding (get col8, batch)" sources_unchanged
+
+# ---------------------------------------------------------------- delete
+wait_bytes() { # wait_bytes EXPR: poll devices --json until EXPR holds (10 s)
+    for _ in $(seq 1 50); do
+        ctl "$NS_H0" devices --json >"$T/devices-now.json" 2>&1 &&
+            q "$T/devices-now.json" "$1" >/dev/null 2>&1 && return 0
+        sleep 0.2
+    done
+    cat "$T/devices-now.json"
+    return 1
+}
+check "both workers report bytes held while arrays exist" \
+    wait_bytes "all(sum(w['device_bytes']) > 0 for w in d)"
+mapfile -t ALL < <(ctl "$NS_H0" ls --json 2>/dev/null | py q "'\\n'.join(str(a['name'] or a['id']) for a in d)")
+if [ ${#ALL[@]} -gt 0 ] && ctl "$NS_H0" rm "${ALL[@]}" >"$T/rm.out" 2>&1; then
+    ok "rm ${#ALL[@]} arrays (${ALL[*]})"
+else
+    bad "rm ${#ALL[@]} arrays" "$(tail -n 2 "$T/rm.out" 2>/dev/null | tr '\n' ' ')"
+fi
+ls_empty() { ctl "$NS_H0" ls --json >"$T/ls-empty.json" && q "$T/ls-empty.json" "d == []"; }
+check "ls is empty after rm" ls_empty
+check "every device on both hosts is back to 0 bytes (devices --json)" \
+    wait_bytes "len(d) == 2 and all(b == 0 for w in d for b in w['device_bytes'])"
+
+# ---------------------------------------------------------------- auth
+ctl_as() { # ctl_as TOKEN-OR-EMPTY ARGS...
+    local tok=$1
+    shift
+    if [ -n "$tok" ]; then
+        timeout 60 ip netns exec "$NS_H1" env -u SHMAP_TOKEN "$CTL_BIN" "$@" --target "$TARGET" --token "$tok"
+    else
+        timeout 60 ip netns exec "$NS_H1" env -u SHMAP_TOKEN "$CTL_BIN" "$@" --target "$TARGET"
+    fi
+}
+ctl_as "wrong-token" devices >"$T/auth-wrong.out" 2>&1
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -qE 'UNAUTHENTICATED|[Uu]nauthenticated' "$T/auth-wrong.out"; then
+    ok "a client with a wrong token from $NS_H1: exit $rc, UNAUTHENTICATED"
+else
+    bad "a client with a wrong token from $NS_H1 fails with UNAUTHENTICATED" "exit $rc: $(head -c 300 "$T/auth-wrong.out")"
+fi
+ctl_as "" ls >"$T/auth-none.out" 2>&1
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -qE 'UNAUTHENTICATED|[Uu]nauthenticated' "$T/auth-none.out"; then
+    ok "a client without a token from $NS_H1: exit $rc, UNAUTHENTICATED"
+else
+    bad "a client without a token from $NS_H1 fails with UNAUTHENTICATED" "exit $rc: $(head -c 300 "$T/auth-none.out")"
+fi
+check "the error is one sentence a person can act on (names the token)" \
+    grep -qiE 'token' "$T/auth-wrong.out"
+check "a client with the right --token flag (no env) succeeds" ctl_as "$TOKEN" ls
+
+# ---------------------------------------------------------------- lose a host
+py gen "$T/victim.npy" 64,128 float32 7
+check "put victim (x=8, P(None,'x')) across both hosts" \
+    ctl "$NS_H0" put "$T/victim.npy" --mesh x=8 --spec "P(None,'x')" --name victim
+kill -KILL "$W2_PID" 2>/dev/null
+wait "$W2_PID" 2>/dev/null
+lost=0
+for _ in $(seq 1 100); do
+    ctl "$NS_H0" devices --json >"$T/devices-lost.json" 2>&1
+    if q "$T/devices-lost.json" "[w['state'] for w in d if w['address'] == '$IP_H2:7171'] == ['lost']" >/dev/null 2>&1; then
+        lost=1
+        break
+    fi
+    sleep 0.2
+done
+if [ $lost = 1 ]; then
+    ok "after SIGKILL of $NS_H2's worker, devices --json reports it lost"
+else
+    bad "after SIGKILL of $NS_H2's worker, devices --json reports it lost" "$(head -c 400 "$T/devices-lost.json")"
+fi
+check "the worker on $NS_H1 is still alive" \
+    q "$T/devices-lost.json" "[w['state'] for w in d if w['address'] == '$IP_H1:7171'] == ['alive']"
+ctl "$NS_H0" describe victim --json >"$T/desc-victim.json" 2>&1
+check "describe victim: state lost, $NS_H2's shards not present, $NS_H1's present, error set" \
+    q "$T/desc-victim.json" "d['state'] == 'lost' and all(x['present'] == (x['address'] == '$IP_H1:7171') for x in d['devices']) and bool(d['error'])"
+ctl "$NS_H0" get victim "$T/victim.out.npy" >"$T/get-victim.out" 2>&1
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ -s "$T/get-victim.out" ]; then
+    ok "get victim fails (exit $rc): $(head -n 1 "$T/get-victim.out" | cut -c1-160)"
+else
+    bad "get victim fails with a message" "exit $rc: $(head -c 300 "$T/get-victim.out")"
+fi
+check "the coordinator still serves: ls" ctl "$NS_H0" ls
+py gen "$T/survivor.npy" 64,128 float32 8
+if ctl "$NS_H0" put "$T/survivor.npy" --mesh x=4 --devices "$P0_DEVS" --spec "P('x')" --name survivor \
+    >"$T/put-survivor.out" 2>&1 &&
+    ctl "$NS_H0" get survivor "$T/survivor.out.npy" >>"$T/put-survivor.out" 2>&1; then
+    check "the coordinator still serves: put + get on $NS_H1's 4 devices, bit-exact" \
+        py same "$T/survivor.npy" "$T/survivor.out.npy"
+else
+    bad "the coordinator still serves: put + get on $NS_H1's devices" "$(tail -n 2 "$T/put-survivor.out" | tr '\n' ' ')"
+fi
+ALL8="$P0_DEVS,$P1_DEVS"
+ctl "$NS_H0" put "$T/survivor.npy" --mesh x=8 --devices "$ALL8" --spec "P('x')" --name ghost \
+    >"$T/put-ghost.out" 2>&1
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ -s "$T/put-ghost.out" ]; then
+    ok "put onto the lost worker's devices fails (exit $rc): $(head -n 1 "$T/put-ghost.out" | cut -c1-160)"
+else
+    bad "put onto the lost worker's devices fails with a message, without hanging" "exit $rc: $(head -c 300 "$T/put-ghost.out")"
+fi
+no_ready_ghost() {
+    ctl "$NS_H0" ls --json >"$T/ls-ghost.json" &&
+        q "$T/ls-ghost.json" "not any(a['name'] == 'ghost' and a['state'] == 'ready' for a in d)"
+}
+check "no half array: ghost is not ready" no_ready_ghost
+
+# The host comes back (a pod restart): a new worker process at the same
+# address registers again; the old array stays lost, new arrays span both.
+start_worker "$NS_H2" "$IP_H2" 1 worker-h2-restarted
+W2_PID=$LAST_PID
+check "a restarted worker on $NS_H2 registers again (2 alive, process 0 on $NS_H1, 1 on $NS_H2)" two_alive
+victim_still_lost() {
+    ctl "$NS_H0" describe victim --json >"$T/desc-victim2.json" && q "$T/desc-victim2.json" "d['state'] == 'lost'"
+}
+check "victim stays lost after the host comes back" victim_still_lost
+# put_both NAME SEED: put (64,128) over x=8 from h0, spread over both hosts,
+# and get it back bit-exact.
+put_both() {
+    py gen "$T/$1.npy" 64,128 float32 "$2" &&
+        ctl "$NS_H0" put "$T/$1.npy" --mesh x=8 --spec "P(None,'x')" --name "$1" &&
+        ctl "$NS_H0" describe "$1" --json >"$T/desc-$1.json" &&
+        q "$T/desc-$1.json" "{x['address'] for x in d['devices']} == {'$IP_H1:7171', '$IP_H2:7171'}" &&
+        ctl "$NS_H0" get "$1" "$T/$1.out.npy" && py same "$T/$1.npy" "$T/$1.out.npy"
+}
+check "put + get across both hosts again (x=8, P(None,'x')), bit-exact" put_both reborn 11
+mapfile -t ALL < <(ctl "$NS_H0" ls --json 2>/dev/null | py q "'\\n'.join(str(a['name'] or a['id']) for a in d if a['name'] != 'reborn')")
+check "rm the arrays but reborn (${ALL[*]})" ctl "$NS_H0" rm "${ALL[@]}"
+
+# ---------------------------------------------------------------- coordinator restart
+# The coordinator goes away and comes back at the same address (its pod is
+# rescheduled): workers learn from their heartbeats that it does not know
+# them, free everything and register again. h1's network blips meanwhile, so
+# h2's worker registers first with the new coordinator and is given id 1:
+# h1's old id. h1's next heartbeat (as worker 1) must still be told to
+# register again, not taken for h2's.
+h1_link() { ip -n "$NS_H1" link set eth0 "$1"; }
+h1_link down
+check "SIGTERM stops the coordinator within 10 s" stop "$COORD_PID"
+if start_coord; then
+    ok "the coordinator restarts at $TARGET"
+else
+    h1_link up
+    abort "the coordinator restarts at $TARGET" "no port file"
+fi
+h2_back() {
+    for _ in $(seq 1 100); do
+        ctl "$NS_H0" devices --json >"$T/devices-h2back.json" 2>&1 &&
+            q "$T/devices-h2back.json" "[w['address'] for w in d if w['state'] == 'alive'] == ['$IP_H2:7171']" &&
+            return 0
+        sleep 0.1
+    done
+    cat "$T/devices-h2back.json"
+    return 1
+}
+check "$NS_H2's worker registers with the new coordinator while $NS_H1 is cut off" h2_back
+h1_link up
+if two_alive >"$T/two_alive.out" 2>&1; then
+    ok "$NS_H1's worker, back on the network, registers again although its old worker id now names $NS_H2's worker"
+else
+    bad "$NS_H1's worker, back on the network, registers again although its old worker id now names $NS_H2's worker" \
+        "$(head -c 300 "$T/two_alive.out"); its heartbeats as the old id were taken for the other worker's"
+    # Recover so that the rest can run: a fresh worker process on h1.
+    kill -KILL "$W1_PID" 2>/dev/null
+    wait "$W1_PID" 2>/dev/null
+    start_worker "$NS_H1" "$IP_H1" 0 worker-h1-recovered
+    W1_PID=$LAST_PID
+    two_alive >/dev/null 2>&1 || abort "both workers registered with the new coordinator after restarting $NS_H1's worker"
+fi
+check "the new coordinator knows no arrays" ls_empty
+check "the workers freed what the old coordinator had placed (0 bytes everywhere)" \
+    wait_bytes "len(d) == 2 and all(b == 0 for w in d for b in w['device_bytes'])"
+check "put + get across both hosts after the restart, bit-exact" put_both after 12
+
+# A worker that dies and is restarted at once, before the coordinator has
+# noticed (a container restart inside its pod): it asks for the same process
+# index at the same address.
+kill -KILL "$W1_PID" 2>/dev/null
+wait "$W1_PID" 2>/dev/null
+start_worker "$NS_H1" "$IP_H1" 0 worker-h1-restarted
+W1_PID=$LAST_PID
+check "a worker restarted at once on $NS_H1 gets back in (2 alive, process 0 on $NS_H1, 1 on $NS_H2)" two_alive
+after_lost() {
+    for _ in $(seq 1 50); do
+        ctl "$NS_H0" describe after --json >"$T/desc-after2.json" 2>&1 &&
+            q "$T/desc-after2.json" "d['state'] == 'lost' and not all(x['present'] for x in d['devices'])" &&
+            return 0
+        sleep 0.2
+    done
+    head -c 400 "$T/desc-after2.json"
+    return 1
+}
+check "the array it held is lost, not half-present" after_lost
+check "put + get across both hosts with the new worker, bit-exact" put_both final 13
+check "rm after final" ctl "$NS_H0" rm after final
+check "every device of the alive workers is back to 0 bytes" \
+    wait_bytes "all(b == 0 for w in d if w['state'] == 'alive' for b in w['device_bytes'])"
+
+# ---------------------------------------------------------------- shutdown
+check "SIGTERM stops $NS_H1's worker within 10 s" stop "$W1_PID"
+check "SIGTERM stops $NS_H2's worker within 10 s" stop "$W2_PID"
+check "SIGTERM stops the coordinator within 10 s" stop "$COORD_PID"
+no_reports() { ! grep -lE 'ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:|SUMMARY: UndefinedBehaviorSanitizer' "$T"/*.log; }
+check "no sanitizer or crash report in any log" no_reports
+
+finish
