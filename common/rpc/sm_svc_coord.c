@@ -288,6 +288,7 @@ static sm_err register_dec(const ProtobufCMessage *m, void *o, char *err, size_t
     sm_svc_copy(out->devices, r->devices, r->n_devices * sizeof *r->devices);
     out->process_index = r->process_index;
     out->heartbeat_ms = r->heartbeat_ms;
+    out->epoch = r->epoch;
     return SM_OK;
 }
 
