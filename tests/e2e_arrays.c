@@ -17,14 +17,8 @@ static harness_cluster *g_two, *g_one;
 
 static void clusters_up(void)
 {
-    harness_opts two = {.nworkers = 2, .devices_per_worker = 4};
-    harness_opts one = {.nworkers = 1, .devices_per_worker = 8};
-    char err[512];
-    if (harness_cluster_start(&two, &g_two, err, sizeof err) ||
-        harness_cluster_start(&one, &g_one, err, sizeof err)) {
-        fprintf(stderr, "e2e_arrays: %s\n", err);
-        exit(1);
-    }
+    g_two = harness_cluster_up(2, 4, "e2e_arrays");
+    g_one = harness_cluster_up(1, 8, "e2e_arrays");
 }
 
 static void clusters_down(void)
@@ -32,21 +26,6 @@ static void clusters_down(void)
     harness_cluster_stop(g_two);
     harness_cluster_stop(g_one);
     g_two = g_one = NULL;
-}
-
-static sm_client *connect_to(const harness_cluster *h)
-{
-    sm_client *c = NULL;
-    char err[512];
-    sm_err e = harness_connect(h, &c, err, sizeof err);
-    ck_assert_msg(e == SM_OK, "connect: %s", err);
-    return c;
-}
-
-static sm_array_ref id_ref(sm_array_id id)
-{
-    sm_array_ref r = {.id = id, .name = NULL};
-    return r;
 }
 
 /* Asserts a and b hold the same bytes, naming the first difference. */
@@ -108,13 +87,13 @@ static void round_trip(sm_client *c, const sm_array *x, const sm_sharding_ref *s
     sm_err e = sm_client_put(c, x->dtype, &x->shape, x->data, sh, NULL, &info, err, sizeof err);
     ck_assert_msg(e == SM_OK, "put: %s", err);
     check_info(&info, x->dtype, &x->shape, sh);
-    e = sm_client_get(c, id_ref(info.id), &back, err, sizeof err);
+    e = sm_client_get(c, harness_id_ref(info.id), &back, err, sizeof err);
     ck_assert_msg(e == SM_OK, "get: %s", err);
     ck_assert_int_eq(back->dtype, x->dtype);
     ck_assert(sm_shape_equal(&back->shape, &x->shape));
     assert_same(back->data, x->data, x->nbytes);
     sm_array_free(back);
-    ck_assert_int_eq(sm_client_delete(c, id_ref(info.id), err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_client_delete(c, harness_id_ref(info.id), err, sizeof err), SM_OK);
     sm_array_info_free(&info);
 }
 
@@ -141,7 +120,7 @@ static const layout guide_layouts[] = {
 static void run_layout(const harness_cluster *h, int i)
 {
     const layout *l = &guide_layouts[i];
-    sm_client *c = connect_to(h);
+    sm_client *c = harness_client(h);
     sm_mesh mesh;
     int explicit_order = l->devices[0] || l->devices[1];
     sm_sharding_ref sh = harness_sharding(&mesh, l->axes, explicit_order ? l->devices : NULL,
@@ -188,7 +167,7 @@ START_TEST(meshes)
 {
     const mesh_case *m = &mesh_cases[_i % N_MESH];
     const harness_cluster *h = _i < N_MESH ? g_two : g_one;
-    sm_client *c = connect_to(h);
+    sm_client *c = harness_client(h);
     sm_mesh mesh;
     sm_sharding_ref sh = harness_sharding(&mesh, m->axes, NULL, 0, m->spec);
     sm_shape s = harness_shape_of(m->rank, m->dims);
@@ -203,7 +182,7 @@ static const sm_dtype dtypes[] = {SM_F32, SM_F64, SM_I32, SM_I64, SM_U8, SM_BOOL
 
 START_TEST(dtype_round_trips)
 {
-    sm_client *c = connect_to(g_two);
+    sm_client *c = harness_client(g_two);
     sm_mesh mesh;
     sm_sharding_ref sh = harness_sharding(&mesh, "x=4,y=2", NULL, 0, "P('x', 'y')");
     sm_shape s = HARNESS_SHAPE(8, 6);
@@ -217,7 +196,7 @@ END_TEST
 /* Shards larger than one 4 MiB chunk, in memory and through .npy files. */
 START_TEST(multi_chunk)
 {
-    sm_client *c = connect_to(g_two);
+    sm_client *c = harness_client(g_two);
     sm_mesh mesh;
     sm_shape s = HARNESS_SHAPE(3000, 1024); /* 12.3 MB of f32 */
     sm_array *x = harness_array_iota(SM_F32, &s, 11), *back = NULL;
@@ -236,12 +215,12 @@ START_TEST(multi_chunk)
     sm_array_info info;
     sm_err e = sm_client_put_file(c, in, &sh2, "big", &info, err, sizeof err);
     ck_assert_msg(e == SM_OK, "put_file: %s", err);
-    e = sm_client_get_file(c, id_ref(info.id), out, err, sizeof err);
+    e = sm_client_get_file(c, harness_id_ref(info.id), out, err, sizeof err);
     ck_assert_msg(e == SM_OK, "get_file: %s", err);
     ck_assert_int_eq(sm_npy_read(out, &back, err, sizeof err), SM_OK);
     ck_assert(sm_shape_equal(&back->shape, &x->shape));
     assert_same(back->data, x->data, x->nbytes);
-    ck_assert_int_eq(sm_client_delete(c, id_ref(info.id), err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_client_delete(c, harness_id_ref(info.id), err, sizeof err), SM_OK);
     sm_array_info_free(&info);
     sm_array_free(back);
     harness_rmdir(dir);
@@ -268,7 +247,7 @@ static sm_array *slice_of(const sm_array *x, const sm_index *ix)
 
 START_TEST(put_shards_and_callback)
 {
-    sm_client *c = connect_to(g_two);
+    sm_client *c = harness_client(g_two);
     sm_mesh mesh;
     sm_sharding_ref sh = harness_sharding(&mesh, "x=4,y=2", NULL, 0, "P('x')");
     sm_shape s = HARNESS_SHAPE(8, 16);
@@ -295,13 +274,13 @@ START_TEST(put_shards_and_callback)
                                     (const sm_array *const *)shards, &info, err, sizeof err);
     ck_assert_msg(e == SM_OK, "put_shards: %s", err);
     ck_assert_int_eq(info.state, SM_ARRAY_READY);
-    ck_assert_int_eq(sm_client_get(c, id_ref(info.id), &back, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_client_get(c, harness_id_ref(info.id), &back, err, sizeof err), SM_OK);
     assert_same(back->data, x->data, x->nbytes);
     sm_array_free(back);
     back = NULL;
     /* One device's shard alone. */
-    ck_assert_int_eq(sm_client_get_shard(c, id_ref(info.id), devs[5], &back, err, sizeof err),
-                     SM_OK);
+    ck_assert_int_eq(
+        sm_client_get_shard(c, harness_id_ref(info.id), devs[5], &back, err, sizeof err), SM_OK);
     ck_assert_int_eq(memcmp(back->data, shards[5]->data, (size_t)shards[5]->nbytes), 0);
     sm_array_free(back);
     sm_array_info_free(&info);
@@ -335,7 +314,7 @@ static sm_array *callback_block(void *user, const sm_index *ix)
 
 START_TEST(put_callback)
 {
-    sm_client *c = connect_to(g_two);
+    sm_client *c = harness_client(g_two);
     sm_mesh mesh;
     sm_sharding_ref sh = harness_sharding(&mesh, "x=4,y=2", NULL, 0, "P('y')");
     sm_shape s = HARNESS_SHAPE(6, 5);
@@ -350,9 +329,9 @@ START_TEST(put_callback)
                                       sizeof err);
     ck_assert_msg(e == SM_OK, "put_callback: %s", err);
     ck_assert_int_eq(user.calls, 2); /* once per distinct index */
-    ck_assert_int_eq(sm_client_get(c, id_ref(info.id), &back, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_client_get(c, harness_id_ref(info.id), &back, err, sizeof err), SM_OK);
     assert_same(back->data, x->data, x->nbytes);
-    sm_client_delete(c, id_ref(info.id), err, sizeof err);
+    sm_client_delete(c, harness_id_ref(info.id), err, sizeof err);
     sm_array_info_free(&info);
     sm_array_free(back);
     sm_array_free(x);
@@ -417,7 +396,7 @@ static sm_local_plan *plan_parts(sm_client *c, const sm_mesh *mesh, const sm_psp
 
 START_TEST(put_local_two_clients)
 {
-    sm_client *c = connect_to(g_two);
+    sm_client *c = harness_client(g_two);
     sm_mesh mesh;
     sm_sharding_ref sh = harness_sharding(&mesh, "x=4,y=2", NULL, 0, "P('x', 'y')");
     sm_shape g = HARNESS_SHAPE(64, 128), ls = HARNESS_SHAPE(32, 128);
@@ -461,7 +440,7 @@ END_TEST
 
 START_TEST(put_local_missing_part_fails)
 {
-    sm_client *c = connect_to(g_two);
+    sm_client *c = harness_client(g_two);
     sm_mesh mesh;
     sm_sharding_ref sh = harness_sharding(&mesh, "x=4,y=2", NULL, 0, "P('x', 'y')");
     sm_shape ls = HARNESS_SHAPE(4, 8);
@@ -500,7 +479,7 @@ static int64_t worker_bytes(sm_client *c)
 START_TEST(reshard_every_pair)
 {
     static const char *specs[] = {"P('x', 'y')", "P(None, 'x')", "P()", "P(('x', 'y'))"};
-    sm_client *c = connect_to(g_two);
+    sm_client *c = harness_client(g_two);
     sm_shape s = HARNESS_SHAPE(16, 8);
     sm_array *x = harness_array_iota(SM_I32, &s, 9);
     /* Settle: earlier tests' frees reach the coordinator with heartbeats. */
@@ -523,19 +502,21 @@ START_TEST(reshard_every_pair)
             sm_sharding_ref sb = harness_sharding(&m2, "x=4,y=2", NULL, 0, specs[b]);
             sm_array_info dst;
             sm_array *back = NULL;
-            sm_err e = sm_client_reshard(c, id_ref(src.id), &sb, NULL, &dst, err, sizeof err);
+            sm_err e =
+                sm_client_reshard(c, harness_id_ref(src.id), &sb, NULL, &dst, err, sizeof err);
             ck_assert_msg(e == SM_OK, "reshard %s -> %s: %s", specs[a], specs[b], err);
             ck_assert(sm_pspec_equal(&dst.sharding.spec, &sb.spec));
-            ck_assert_int_eq(harness_wait_state(c, id_ref(dst.id), SM_ARRAY_READY, 10000),
+            ck_assert_int_eq(harness_wait_state(c, harness_id_ref(dst.id), SM_ARRAY_READY, 10000),
                              SM_ARRAY_READY);
-            ck_assert_int_eq(sm_client_get(c, id_ref(dst.id), &back, err, sizeof err), SM_OK);
+            ck_assert_int_eq(sm_client_get(c, harness_id_ref(dst.id), &back, err, sizeof err),
+                             SM_OK);
             ck_assert_msg(memcmp(back->data, x->data, (size_t)x->nbytes) == 0,
                           "values changed in reshard %s -> %s", specs[a], specs[b]);
             sm_array_free(back);
-            ck_assert_int_eq(sm_client_delete(c, id_ref(dst.id), err, sizeof err), SM_OK);
+            ck_assert_int_eq(sm_client_delete(c, harness_id_ref(dst.id), err, sizeof err), SM_OK);
             sm_array_info_free(&dst);
         }
-        ck_assert_int_eq(sm_client_delete(c, id_ref(src.id), err, sizeof err), SM_OK);
+        ck_assert_int_eq(sm_client_delete(c, harness_id_ref(src.id), err, sizeof err), SM_OK);
         sm_array_info_free(&src);
     }
     /* Heartbeats carry the freed bytes back within a few hundred ms. */
@@ -550,7 +531,7 @@ END_TEST
 
 START_TEST(names_attach_and_delete)
 {
-    sm_client *a = connect_to(g_two), *b = connect_to(g_two);
+    sm_client *a = harness_client(g_two), *b = harness_client(g_two);
     sm_mesh mesh;
     sm_sharding_ref sh = harness_sharding(&mesh, "x=8", NULL, 0, "P('x')");
     sm_shape s = HARNESS_SHAPE(16);
@@ -577,7 +558,8 @@ START_TEST(names_attach_and_delete)
     sm_array_info_list_free(list, n);
     /* Deleted by the second client: gone for both. */
     ck_assert_int_eq(sm_client_delete(b, by_name, err, sizeof err), SM_OK);
-    ck_assert_int_eq(sm_client_describe(a, id_ref(info.id), &seen, err, sizeof err), SM_ENOTFOUND);
+    ck_assert_int_eq(sm_client_describe(a, harness_id_ref(info.id), &seen, err, sizeof err),
+                     SM_ENOTFOUND);
     sm_array_free(back);
     back = NULL;
     ck_assert_int_eq(sm_client_get(a, by_name, &back, err, sizeof err), SM_ENOTFOUND);
@@ -590,7 +572,7 @@ END_TEST
 
 START_TEST(meshes_by_name)
 {
-    sm_client *c = connect_to(g_two);
+    sm_client *c = harness_client(g_two);
     sm_mesh mesh, m2;
     sm_mesh_info mi, got;
     sm_mesh_info *list = NULL;
@@ -617,7 +599,7 @@ START_TEST(meshes_by_name)
                      SM_OK);
     ck_assert_uint_eq(info.mesh_id.v, mi.id.v);
     ck_assert_str_eq(info.type, "f32[8@i,16@j]");
-    sm_client_delete(c, id_ref(info.id), err, sizeof err);
+    sm_client_delete(c, harness_id_ref(info.id), err, sizeof err);
     sm_array_info_free(&info);
     (void)m2;
     sm_array_free(x);
@@ -644,12 +626,5 @@ int main(void)
     tcase_add_test(tc, names_attach_and_delete);
     tcase_add_test(tc, meshes_by_name);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    /* One process: the clusters live in this process, and gRPC is not
-     * fork-safe. */
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return harness_run_suite(s);
 }

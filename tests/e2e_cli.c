@@ -17,10 +17,9 @@ static char *g_dir;
 
 static void cluster_up(void)
 {
-    harness_opts o = {.nworkers = 4, .devices_per_worker = 2};
-    char err[512];
-    if (harness_cluster_start(&o, &g_h, err, sizeof err) || !(g_dir = harness_tmpdir())) {
-        fprintf(stderr, "e2e_cli: %s\n", err);
+    g_h = harness_cluster_up(4, 2, "e2e_cli");
+    if (!(g_dir = harness_tmpdir())) {
+        fprintf(stderr, "e2e_cli: cannot create a temp dir\n");
         exit(1);
     }
 }
@@ -81,6 +80,21 @@ static void check_npy_equal(const char *path, const sm_array *want)
     ck_assert(sm_shape_equal(&a->shape, &want->shape));
     ck_assert_int_eq(memcmp(a->data, want->data, (size_t)want->nbytes), 0);
     sm_array_free(a);
+}
+
+/* Runs shmapctl, which must succeed, dropping its output. */
+static void ctl_ok(const char *const *args)
+{
+    harness_run r = ctl(0, args);
+    harness_run_free(&r);
+}
+
+/* shmapctl get name into file (in the temp dir) holds want. */
+static void get_equal(const char *name, const char *file, const sm_array *want)
+{
+    const char *args[] = {"get", name, path_in(file), NULL};
+    ctl_ok(args);
+    check_npy_equal(path_in(file), want);
 }
 
 static const char *commands[] = {"devices",   "mesh", "put",       "put-shards",
@@ -217,14 +231,10 @@ START_TEST(put_describe_get_reshard_rm)
     ck_assert_ptr_nonnull(strstr(r.out, "[16:32, 64:128]"));
     harness_run_free(&r);
 
-    const char *g1[] = {"get", "a", path_in("a_out.npy"), NULL};
-    r = ctl(0, g1);
-    harness_run_free(&r);
-    check_npy_equal(path_in("a_out.npy"), x);
+    get_equal("a", "a_out.npy", x);
 
     const char *g2[] = {"get-shard", "a", "--device", "5", path_in("a3.npy"), NULL};
-    r = ctl(0, g2);
-    harness_run_free(&r);
+    ctl_ok(g2);
     sm_array *s3 = NULL;
     char err[512];
     ck_assert_int_eq(sm_npy_read(path_in("a3.npy"), &s3, err, sizeof err), SM_OK);
@@ -236,10 +246,7 @@ START_TEST(put_describe_get_reshard_rm)
     j = ctl_json(rs);
     ck_assert_str_eq(json_string_value(json_object_get(j, "type")), "f32[64,128@x]");
     json_decref(j);
-    const char *g3[] = {"get", "b", path_in("b_out.npy"), NULL};
-    r = ctl(0, g3);
-    harness_run_free(&r);
-    check_npy_equal(path_in("b_out.npy"), x);
+    get_equal("b", "b_out.npy", x);
 
     const char *l1[] = {"ls", "--json", NULL};
     j = ctl_json(l1);
@@ -252,8 +259,7 @@ START_TEST(put_describe_get_reshard_rm)
     json_decref(j);
 
     const char *rm[] = {"rm", "a", "b", NULL};
-    r = ctl(0, rm);
-    harness_run_free(&r);
+    ctl_ok(rm);
     r = ctl(1, d1);
     ck_assert_ptr_nonnull(strstr(r.err, "NOT_FOUND"));
     harness_run_free(&r);
@@ -289,15 +295,10 @@ START_TEST(put_shards_cli)
     args[n++] = args_buf[7];
     args[n] = NULL;
     args[12] = "ps2";
-    r = ctl(0, args);
-    harness_run_free(&r);
-    const char *g1[] = {"get", "ps2", path_in("ps_out.npy"), NULL};
-    r = ctl(0, g1);
-    harness_run_free(&r);
-    check_npy_equal(path_in("ps_out.npy"), x);
+    ctl_ok(args);
+    get_equal("ps2", "ps_out.npy", x);
     const char *rm[] = {"rm", "ps2", NULL};
-    r = ctl(0, rm);
-    harness_run_free(&r);
+    ctl_ok(rm);
     sm_array_free(x);
 }
 END_TEST
@@ -346,19 +347,13 @@ START_TEST(put_local_four_processes)
         ck_assert_msg(jobs[p].r.code == 0, "process %d: %s", p, jobs[p].r.err);
         harness_run_free(&jobs[p].r);
     }
-    sm_client *c = NULL;
-    char err[512];
-    ck_assert_int_eq(harness_connect(g_h, &c, err, sizeof err), SM_OK);
+    sm_client *c = harness_client(g_h);
     ck_assert_int_eq(harness_wait_state(c, sm_array_ref_parse("loaded"), SM_ARRAY_READY, 10000),
                      SM_ARRAY_READY);
     sm_client_close(c);
-    const char *g1[] = {"get", "loaded", path_in("loaded.npy"), NULL};
-    harness_run r = ctl(0, g1);
-    harness_run_free(&r);
-    check_npy_equal(path_in("loaded.npy"), x);
+    get_equal("loaded", "loaded.npy", x);
     const char *rm[] = {"rm", "loaded", NULL};
-    r = ctl(0, rm);
-    harness_run_free(&r);
+    ctl_ok(rm);
     sm_array_free(x);
 }
 END_TEST
@@ -377,10 +372,5 @@ int main(void)
     tcase_add_test(tc, put_shards_cli);
     tcase_add_test(tc, put_local_four_processes);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK); /* the cluster lives in this process */
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return harness_run_suite(s);
 }

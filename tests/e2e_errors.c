@@ -20,13 +20,8 @@ static harness_cluster *g_h;
 
 static void cluster_up(void)
 {
-    harness_opts o = {.nworkers = 2, .devices_per_worker = 4};
-    char err[512];
     sm_rpc_init();
-    if (harness_cluster_start(&o, &g_h, err, sizeof err)) {
-        fprintf(stderr, "e2e_errors: %s\n", err);
-        exit(1);
-    }
+    g_h = harness_cluster_up(2, 4, "e2e_errors");
 }
 
 static void cluster_down(void)
@@ -34,21 +29,6 @@ static void cluster_down(void)
     harness_cluster_stop(g_h);
     g_h = NULL;
     sm_rpc_shutdown();
-}
-
-static sm_client *connect_to(const harness_cluster *h)
-{
-    sm_client *c = NULL;
-    char err[512];
-    sm_err e = harness_connect(h, &c, err, sizeof err);
-    ck_assert_msg(e == SM_OK, "connect: %s", err);
-    return c;
-}
-
-static sm_array_ref id_ref(sm_array_id id)
-{
-    sm_array_ref r = {.id = id, .name = NULL};
-    return r;
 }
 
 /* The error text is one sentence naming something. */
@@ -60,7 +40,7 @@ static void check_sentence(const char *err)
 
 START_TEST(unknown_arrays)
 {
-    sm_client *c = connect_to(g_h);
+    sm_client *c = harness_client(g_h);
     sm_array_info info;
     sm_array *a = NULL;
     char err[512];
@@ -99,7 +79,7 @@ static const struct {
 
 START_TEST(bad_specs_refused)
 {
-    sm_client *c = connect_to(g_h);
+    sm_client *c = harness_client(g_h);
     sm_mesh mesh;
     sm_sharding_ref sh = harness_sharding(&mesh, "x=4,y=2", NULL, 0, bad_specs[_i].spec);
     sm_shape s = bad_specs[_i].rank ? HARNESS_SHAPE(6, 16) : harness_shape_of(0, NULL);
@@ -115,7 +95,7 @@ END_TEST
 
 START_TEST(duplicate_name)
 {
-    sm_client *c = connect_to(g_h);
+    sm_client *c = harness_client(g_h);
     sm_mesh mesh;
     sm_sharding_ref sh = harness_sharding(&mesh, "x=8", NULL, 0, "P('x')");
     sm_shape s = HARNESS_SHAPE(8);
@@ -143,6 +123,19 @@ typedef enum {
     RAW_CHECKSUM,
     RAW_ABORT
 } raw_kind;
+
+/* Creates an f32 array of shape s over sh through sm_svc directly (no
+ * library checks), which must give 8 upload targets. */
+static void raw_create(sm_rpc_channel *ch, const sm_shape *s, const sm_sharding_ref *sh,
+                       sm_put_kind kind, sm_svc_create_array_reply *r)
+{
+    sm_svc_create_array_req q = {
+        .dtype = SM_F32, .has_shape = 1, .shape = *s, .sharding = *sh, .kind = kind};
+    char err[512];
+    memset(r, 0, sizeof *r);
+    ck_assert_msg(sm_svc_coord_create_array(ch, 10000, &q, r, err, sizeof err) == SM_OK, "%s", err);
+    ck_assert_int_eq(r->ntargets, 8);
+}
 
 /* Sends target t of a CreateArray reply (8-byte f32 rows of x) with one
  * defect; returns the first error of the stream. */
@@ -216,26 +209,17 @@ START_TEST(bad_uploads_then_good)
         sm_err want;
     } cases[] = {{RAW_DTYPE, SM_EINVAL}, {RAW_SHAPE, SM_EINVAL},       {RAW_BYTES, SM_EINVAL},
                  {RAW_ORDER, SM_EINVAL}, {RAW_CHECKSUM, SM_EDATALOSS}, {RAW_ABORT, SM_ECANCELLED}};
-    sm_client *c = connect_to(g_h);
+    sm_client *c = harness_client(g_h);
     sm_rpc_channel *ch = NULL;
     sm_mesh mesh;
     sm_sharding_ref sh = harness_sharding(&mesh, "x=4,y=2", NULL, 0, "P('x', 'y')");
     sm_shape s = HARNESS_SHAPE(8, 16);
     sm_array *x = harness_array_iota(SM_F32, &s, 77), *back = NULL;
-    sm_svc_create_array_req q;
     sm_svc_create_array_reply r;
     char err[512];
 
     ck_assert_int_eq(sm_rpc_channel_create(g_h->target, NULL, &ch, err, sizeof err), SM_OK);
-    memset(&q, 0, sizeof q);
-    q.dtype = SM_F32;
-    q.has_shape = 1;
-    q.shape = s;
-    q.sharding = sh;
-    q.kind = SM_PUT_WHOLE;
-    memset(&r, 0, sizeof r);
-    ck_assert_int_eq(sm_svc_coord_create_array(ch, 10000, &q, &r, err, sizeof err), SM_OK);
-    ck_assert_int_eq(r.ntargets, 8);
+    raw_create(ch, &s, &sh, SM_PUT_WHOLE, &r);
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         err[0] = 0;
         sm_err e = raw_upload(ch, &r, 0, x, cases[k].kind, err, sizeof err);
@@ -244,11 +228,11 @@ START_TEST(bad_uploads_then_good)
             check_sentence(err);
     }
     /* Every failed attempt left the array pending and reading it is refused. */
-    ck_assert_int_eq(harness_wait_state(c, id_ref(r.array.id), SM_ARRAY_PENDING, 100),
+    ck_assert_int_eq(harness_wait_state(c, harness_id_ref(r.array.id), SM_ARRAY_PENDING, 100),
                      SM_ARRAY_PENDING);
-    ck_assert_int_eq(sm_client_get(c, id_ref(r.array.id), &back, err, sizeof err),
+    ck_assert_int_eq(sm_client_get(c, harness_id_ref(r.array.id), &back, err, sizeof err),
                      SM_EPRECONDITION);
-    sm_svc_download_req dq = {.array = id_ref(r.array.id), .device = 0};
+    sm_svc_download_req dq = {.array = harness_id_ref(r.array.id), .device = 0};
     sm_svc_download_stream *ds = NULL;
     sm_svc_chunk chunk;
     int end = 0;
@@ -261,13 +245,13 @@ START_TEST(bad_uploads_then_good)
     /* The same targets, sent properly, complete it. */
     for (int t = 0; t < r.ntargets; t++)
         ck_assert_int_eq(raw_upload(ch, &r, t, x, RAW_OK, err, sizeof err), SM_OK);
-    ck_assert_int_eq(harness_wait_state(c, id_ref(r.array.id), SM_ARRAY_READY, 5000),
+    ck_assert_int_eq(harness_wait_state(c, harness_id_ref(r.array.id), SM_ARRAY_READY, 5000),
                      SM_ARRAY_READY);
-    ck_assert_int_eq(sm_client_get(c, id_ref(r.array.id), &back, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_client_get(c, harness_id_ref(r.array.id), &back, err, sizeof err), SM_OK);
     ck_assert_int_eq(memcmp(back->data, x->data, (size_t)x->nbytes), 0);
     /* A filled target cannot be sent again. */
     ck_assert_int_ne(raw_upload(ch, &r, 0, x, RAW_OK, err, sizeof err), SM_OK);
-    ck_assert_int_eq(sm_client_delete(c, id_ref(r.array.id), err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_client_delete(c, harness_id_ref(r.array.id), err, sizeof err), SM_OK);
     sm_svc_create_array_reply_free(&r);
     sm_rpc_channel_free(ch);
     sm_array_free(back);
@@ -280,29 +264,20 @@ END_TEST
  * check, is refused by the service. */
 START_TEST(put_shards_wrong_shape_server_side)
 {
-    sm_client *c = connect_to(g_h);
+    sm_client *c = harness_client(g_h);
     sm_rpc_channel *ch = NULL;
     sm_mesh mesh;
     sm_sharding_ref sh = harness_sharding(&mesh, "x=8", NULL, 0, "P('x')");
-    sm_svc_create_array_req q;
     sm_svc_create_array_reply r;
     sm_shape s = HARNESS_SHAPE(16, 4);
     sm_array *x = harness_array_iota(SM_F32, &s, 5);
     char err[512];
 
     ck_assert_int_eq(sm_rpc_channel_create(g_h->target, NULL, &ch, err, sizeof err), SM_OK);
-    memset(&q, 0, sizeof q);
-    q.dtype = SM_F32;
-    q.has_shape = 1;
-    q.shape = s;
-    q.sharding = sh;
-    q.kind = SM_PUT_SHARDS;
-    memset(&r, 0, sizeof r);
-    ck_assert_int_eq(sm_svc_coord_create_array(ch, 10000, &q, &r, err, sizeof err), SM_OK);
-    ck_assert_int_eq(r.ntargets, 8);
+    raw_create(ch, &s, &sh, SM_PUT_SHARDS, &r);
     ck_assert_int_eq(raw_upload(ch, &r, 2, x, RAW_SHAPE, err, sizeof err), SM_EINVAL);
     check_sentence(err);
-    sm_client_delete(c, id_ref(r.array.id), err, sizeof err);
+    sm_client_delete(c, harness_id_ref(r.array.id), err, sizeof err);
     sm_svc_create_array_reply_free(&r);
     sm_rpc_channel_free(ch);
     sm_array_free(x);
@@ -313,7 +288,7 @@ END_TEST
 /* After all of the above the cluster still serves a normal round trip. */
 START_TEST(still_serving)
 {
-    sm_client *c = connect_to(g_h);
+    sm_client *c = harness_client(g_h);
     sm_mesh mesh;
     sm_sharding_ref sh = harness_sharding(&mesh, "x=4,y=2", NULL, 0, "P('y', 'x')");
     sm_shape s = HARNESS_SHAPE(4, 8);
@@ -322,9 +297,9 @@ START_TEST(still_serving)
     char err[512];
     ck_assert_int_eq(sm_client_put(c, SM_F32, &s, x->data, &sh, NULL, &info, err, sizeof err),
                      SM_OK);
-    ck_assert_int_eq(sm_client_get(c, id_ref(info.id), &back, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_client_get(c, harness_id_ref(info.id), &back, err, sizeof err), SM_OK);
     ck_assert_int_eq(memcmp(back->data, x->data, (size_t)x->nbytes), 0);
-    sm_client_delete(c, id_ref(info.id), err, sizeof err);
+    sm_client_delete(c, harness_id_ref(info.id), err, sizeof err);
     sm_array_info_free(&info);
     sm_array_free(back);
     sm_array_free(x);
@@ -374,7 +349,7 @@ START_TEST(worker_killed)
     sm_client *c = NULL;
     char err[512];
     ck_assert_msg(harness_cluster_start(&o, &h, err, sizeof err) == SM_OK, "start: %s", err);
-    c = connect_to(h);
+    c = harness_client(h);
     sm_mesh mesh;
     sm_sharding_ref sh = harness_sharding(&mesh, "x=4", NULL, 0, "P('x')");
     sm_shape s = HARNESS_SHAPE(8, 4);
@@ -386,15 +361,17 @@ START_TEST(worker_killed)
     int np = harness_worker_pids(h, pids, 4);
     ck_assert_int_eq(np, 2);
     ck_assert_int_eq(kill(pids[0], SIGKILL), 0);
-    ck_assert_int_eq(harness_wait_state(c, id_ref(info.id), SM_ARRAY_LOST, 10000), SM_ARRAY_LOST);
-    ck_assert_int_eq(sm_client_describe(c, id_ref(info.id), &after, err, sizeof err), SM_OK);
+    ck_assert_int_eq(harness_wait_state(c, harness_id_ref(info.id), SM_ARRAY_LOST, 10000),
+                     SM_ARRAY_LOST);
+    ck_assert_int_eq(sm_client_describe(c, harness_id_ref(info.id), &after, err, sizeof err),
+                     SM_OK);
     check_sentence(after.error);
     int missing = 0;
     for (int i = 0; i < after.nshards; i++)
         missing += !after.shards[i].present;
     ck_assert_int_eq(missing, 2);
     sm_array_info_free(&after);
-    ck_assert_int_ne(sm_client_get(c, id_ref(info.id), &back, err, sizeof err), SM_OK);
+    ck_assert_int_ne(sm_client_get(c, harness_id_ref(info.id), &back, err, sizeof err), SM_OK);
     check_sentence(err);
     /* The coordinator still serves: one worker alive, and its devices take
      * a new array. */
@@ -412,9 +389,9 @@ START_TEST(worker_killed)
     sm_array_info fresh;
     ck_assert_int_eq(sm_client_put(c, SM_F32, &s, x->data, &sh2, NULL, &fresh, err, sizeof err),
                      SM_OK);
-    ck_assert_int_eq(sm_client_get(c, id_ref(fresh.id), &back, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_client_get(c, harness_id_ref(fresh.id), &back, err, sizeof err), SM_OK);
     ck_assert_int_eq(memcmp(back->data, x->data, (size_t)x->nbytes), 0);
-    ck_assert_int_eq(sm_client_delete(c, id_ref(info.id), err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_client_delete(c, harness_id_ref(info.id), err, sizeof err), SM_OK);
     sm_array_info_free(&fresh);
     sm_array_info_free(&info);
     sm_array_free(back);
@@ -439,10 +416,5 @@ int main(void)
     tcase_add_test(tc, tokens);
     tcase_add_test(tc, worker_killed);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK); /* the cluster lives in this process */
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return harness_run_suite(s);
 }

@@ -24,26 +24,13 @@ static harness_cluster *g;
 
 static void cluster_up(void)
 {
-    harness_opts o = {.nworkers = 2, .devices_per_worker = 4};
-    char err[512];
-    if (harness_cluster_start(&o, &g, err, sizeof err)) {
-        fprintf(stderr, "e2e_jobs: %s\n", err);
-        exit(1);
-    }
+    g = harness_cluster_up(2, 4, "e2e_jobs");
 }
 
 static void cluster_down(void)
 {
     harness_cluster_stop(g);
     g = NULL;
-}
-
-static sm_client *connect_c(void)
-{
-    sm_client *c = NULL;
-    char err[512];
-    ck_assert_msg(harness_connect(g, &c, err, sizeof err) == SM_OK, "connect: %s", err);
-    return c;
 }
 
 /* ---- programs --------------------------------------------------------------------------- */
@@ -200,7 +187,7 @@ static void assert_f32_equal(const sm_array *got, const float *want, int64_t n)
 /* _i: 0 matmul_basic, 1 matmul_reduce_scatter; the result equals a @ b. */
 START_TEST(test_matmul)
 {
-    sm_client *c = connect_c();
+    sm_client *c = harness_client(g);
     sm_program *p = load(_i);
     sm_array *a = arange_f32(8, 16), *b = arange_f32(16, 32);
     sm_array_ref args[2] = {{put(c, a, "i=4,j=2", "P('i','j')", NULL), NULL},
@@ -234,7 +221,7 @@ END_TEST
  * resharded by the service; the temporary copies do not stay. */
 START_TEST(test_matmul_resharded_inputs)
 {
-    sm_client *c = connect_c();
+    sm_client *c = harness_client(g);
     sm_program *p = load(0);
     sm_array *a = arange_f32(8, 16), *b = arange_f32(16, 32);
     sm_array_ref args[2] = {{put(c, a, "i=8", "P(None, 'i')", "ra"), NULL},
@@ -266,7 +253,7 @@ END_TEST
 
 START_TEST(test_slice_and_average)
 {
-    sm_client *c = connect_c();
+    sm_client *c = harness_client(g);
     sm_program *p = load(2);
     sm_array *x;
     char err[512];
@@ -334,7 +321,7 @@ static const reject_case rejects[] = {
 START_TEST(test_rejected)
 {
     const reject_case *rc = &rejects[_i];
-    sm_client *c = connect_c();
+    sm_client *c = harness_client(g);
     sm_array *a = arange_f32(8, 16);
     delete_all(c);
     put(c, a, "i=4,j=2", "P('i','j')", "A");
@@ -370,7 +357,7 @@ START_TEST(test_not_divisible_and_unknown_job)
                      SM_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "t.shmap:2:"));
     ck_assert_ptr_nonnull(strstr(err, "not divisible by 4"));
-    sm_client *c = connect_c();
+    sm_client *c = harness_client(g);
     sm_job_info info;
     ck_assert_int_eq(sm_job_status(c, (sm_job_id){987654}, &info, err, sizeof err), SM_ENOTFOUND);
     ck_assert_ptr_nonnull(strstr(err, "job 987654 does not exist"));
@@ -392,7 +379,7 @@ static const char *heavy_text = "mesh i=8\n"
  * (CANCELLED / FAILED naming the deadline) and its output is dropped. */
 START_TEST(test_cancel_and_deadline)
 {
-    sm_client *c = connect_c();
+    sm_client *c = harness_client(g);
     delete_all(c);
     char err[1024];
     sm_array *a;
@@ -559,7 +546,7 @@ START_TEST(test_shmapctl_run)
     ck_assert_int_eq(json_integer_value(json_array_get(shape, 1)), 32);
     json_decref(root);
     harness_run_free(&r);
-    sm_client *c = connect_c();
+    sm_client *c = harness_client(g);
     ck_assert_int_eq(narrays(c), 1); /* the uploaded arguments were dropped */
     sm_array *got = NULL;
     ck_assert_int_eq(sm_client_get(c, (sm_array_ref){{0}, "cli_c"}, &got, err, sizeof err), SM_OK);

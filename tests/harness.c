@@ -336,10 +336,47 @@ void harness_cluster_stop(harness_cluster *h)
     free(h);
 }
 
+harness_cluster *harness_cluster_up(int nworkers, int devices_per_worker, const char *suite)
+{
+    harness_opts o = {.nworkers = nworkers, .devices_per_worker = devices_per_worker};
+    harness_cluster *h = NULL;
+    char err[512];
+    if (harness_cluster_start(&o, &h, err, sizeof err)) {
+        fprintf(stderr, "%s: %s\n", suite, err);
+        exit(1);
+    }
+    return h;
+}
+
 sm_err harness_connect(const harness_cluster *h, sm_client **out, char *err, size_t errlen)
 {
     sm_client_opts o = {.token = h->token[0] ? h->token : NULL, .timeout_ms = 30000};
     return sm_client_connect(h->target, &o, out, err, errlen);
+}
+
+sm_client *harness_client(const harness_cluster *h)
+{
+    sm_client *c = NULL;
+    char err[512];
+    sm_err e = harness_connect(h, &c, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "connect: %s", err);
+    return c;
+}
+
+sm_array_ref harness_id_ref(sm_array_id id)
+{
+    sm_array_ref r = {.id = id, .name = NULL};
+    return r;
+}
+
+int harness_run_suite(Suite *s)
+{
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
 }
 
 int harness_worker_pids(const harness_cluster *h, pid_t *out, int max)

@@ -10,6 +10,7 @@
 #ifndef HARNESS_H
 #define HARNESS_H
 
+#include <check.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -36,12 +37,24 @@ typedef struct {
  * *out is owned by the caller (harness_cluster_stop). */
 sm_err harness_cluster_start(const harness_opts *o, harness_cluster **out, char *err,
                              size_t errlen);
+/* For a suite fixture: starts a cluster of nworkers x devices_per_worker
+ * (no token), or prints "<suite>: <error>" to stderr and exits 1. */
+harness_cluster *harness_cluster_up(int nworkers, int devices_per_worker, const char *suite);
 /* SIGTERM to the coordinator, waits up to 5 s, then SIGKILL to its whole
  * process group; removes the temp dir and frees h. NULL is ignored. */
 void harness_cluster_stop(harness_cluster *h);
 
 /* Connects a client to the cluster (with its token, if any). */
 sm_err harness_connect(const harness_cluster *h, sm_client **out, char *err, size_t errlen);
+/* In a Check test: harness_connect, asserting it succeeds. The caller
+ * closes the client. */
+sm_client *harness_client(const harness_cluster *h);
+/* A reference to an array by id alone. */
+sm_array_ref harness_id_ref(sm_array_id id);
+/* Runs every test of s in this process (CK_NOFORK: the clusters live in
+ * this process and gRPC is not fork-safe), frees s; returns the exit code
+ * of a suite program (1 when a test failed). */
+int harness_run_suite(Suite *s);
 
 /* Pids of the cluster's worker processes (children of the coordinator), at
  * most max; returns the count. */

@@ -11,30 +11,12 @@
 #include <string.h>
 #include <time.h>
 
+#define KT_RNG_SEED 0x9E3779B97F4A7C15ull
+#include "kern_testutil.h"
 #include "sm_kern.h"
 #include "sm_kern_impl.h"
 
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-
-static uint64_t rnd(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
-
 static const sm_dtype prod_types[] = {SM_F32, SM_F64, SM_I32, SM_I64};
-
-static int is_float(sm_dtype t)
-{
-    return t == SM_F32 || t == SM_F64;
-}
-
-static size_t esize(sm_dtype t)
-{
-    return t == SM_F32 || t == SM_I32 ? 4 : 8;
-}
 
 static double getd(sm_dtype t, const void *p, int64_t k)
 {
@@ -56,7 +38,7 @@ static int64_t geti(sm_dtype t, const void *p, int64_t k)
 }
 
 /* Random data: floats in [-1, 1], integers in [-5, 5]. */
-static void *rand_buf(sm_dtype t, int64_t n)
+static void *rand_small(sm_dtype t, int64_t n)
 {
     void *p = malloc(n > 0 ? (size_t)n * esize(t) : 1);
     for (int64_t k = 0; k < n; k++) {
@@ -78,41 +60,6 @@ static void *rand_buf(sm_dtype t, int64_t n)
         }
     }
     return p;
-}
-
-static sm_shape shp(int rank, ...)
-{
-    sm_shape s = {.rank = rank};
-    va_list ap;
-    va_start(ap, rank);
-    for (int i = 0; i < rank; i++)
-        s.dims[i] = va_arg(ap, int);
-    va_end(ap);
-    return s;
-}
-
-static int64_t numel(const sm_shape *s)
-{
-    int64_t n = 1;
-    for (int i = 0; i < s->rank; i++)
-        n *= s->dims[i];
-    return n;
-}
-
-static void unravel(int64_t k, const sm_shape *s, int64_t *idx)
-{
-    for (int d = s->rank - 1; d >= 0; d--) {
-        idx[d] = s->dims[d] ? k % s->dims[d] : 0;
-        k = s->dims[d] ? k / s->dims[d] : 0;
-    }
-}
-
-static int64_t ravel(const int64_t *idx, const sm_shape *s)
-{
-    int64_t k = 0;
-    for (int d = 0; d < s->rank; d++)
-        k = k * s->dims[d] + idx[d];
-    return k;
 }
 
 /* Compares out (dtype t) with reference sums (floats) or wrapped integer
@@ -198,7 +145,7 @@ START_TEST(test_matmul_table)
         char err[256] = "";
         ck_assert_msg(sm_kern_matmul_shape(&c.a, c.ta, &c.b, c.tb, &os, err, sizeof err) == SM_OK,
                       "%s", err);
-        void *a = rand_buf(t, numel(&c.a)), *b = rand_buf(t, numel(&c.b));
+        void *a = rand_small(t, numel(&c.a)), *b = rand_small(t, numel(&c.b));
         int64_t no = numel(&os);
         void *o = malloc(no ? (size_t)no * esize(t) : 1);
         ck_assert_msg(sm_kern_matmul(t, a, &c.a, c.ta, b, &c.b, c.tb, o, err, sizeof err) == SM_OK,
@@ -363,7 +310,7 @@ START_TEST(test_einsum_table)
     ck_assert_int_eq(smk_einsum_copies(c->spec, SM_F32, &as, &bs), c->copies);
     for (int ti = 0; ti < 4; ti++) {
         sm_dtype t = prod_types[ti];
-        void *a = rand_buf(t, numel(&as)), *b = rand_buf(t, numel(&bs));
+        void *a = rand_small(t, numel(&as)), *b = rand_small(t, numel(&bs));
         int64_t no = numel(&os);
         void *o = malloc(no ? (size_t)no * esize(t) : 1);
         ck_assert_msg(sm_kern_einsum(c->spec, t, a, &as, b, &bs, o, err, sizeof err) == SM_OK,
@@ -404,7 +351,7 @@ START_TEST(test_dot_table)
             ck_assert_int_eq(sm_kern_dot_shape(&c->a, &c->b, &os, NULL, 0), SM_OK);
             sm_shape want = term_shape(to, NULL);
             ck_assert_msg(sm_shape_equal(&os, &want), "dot case %d shape", ci);
-            void *a = rand_buf(t, numel(&c->a)), *b = rand_buf(t, numel(&c->b));
+            void *a = rand_small(t, numel(&c->a)), *b = rand_small(t, numel(&c->b));
             int64_t no = numel(&os);
             void *o = malloc(no ? (size_t)no * esize(t) : 1);
             char err[256] = "";
@@ -473,7 +420,7 @@ START_TEST(test_sgemm_gflops)
 {
     int64_t n = 1024;
     sm_shape s = shp(2, (int)n, (int)n);
-    float *a = rand_buf(SM_F32, n * n), *b = rand_buf(SM_F32, n * n);
+    float *a = rand_small(SM_F32, n * n), *b = rand_small(SM_F32, n * n);
     float *c = malloc((size_t)(n * n) * sizeof *c);
     ck_assert_int_eq(sm_kern_matmul(SM_F32, a, &s, 0, b, &s, 0, c, NULL, 0), SM_OK);
     struct timespec t0, t1;
@@ -505,9 +452,5 @@ int main(void)
     tcase_add_test(tc, test_einsum_errors);
     tcase_add_test(tc, test_sgemm_gflops);
     suite_add_tcase(s, tc);
-    SRunner *r = srunner_create(s);
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return kt_run(s);
 }

@@ -9,155 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kern_testutil.h"
 #include "sm_kern.h"
 
 /* ---- helpers -------------------------------------------------------------------------------- */
-
-static uint64_t rng = 88172645463325252ull;
-
-static uint64_t rnd(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
-
-static const sm_dtype all_types[] = {SM_F32, SM_F64, SM_I32, SM_I64, SM_U8, SM_BOOL};
-#define NTYPES 6
-
-static int is_float(sm_dtype t)
-{
-    return t == SM_F32 || t == SM_F64;
-}
-
-static size_t esize(sm_dtype t)
-{
-    return t == SM_F32 || t == SM_I32 ? 4 : t == SM_F64 || t == SM_I64 ? 8 : 1;
-}
-
-/* A value of any dtype: floats in f, integers (and bool) in i. */
-typedef struct {
-    double f;
-    int64_t i;
-} val;
-
-static val get(sm_dtype t, const void *p, int64_t k)
-{
-    val v = {0, 0};
-    switch (t) {
-    case SM_F32:
-        v.f = ((const float *)p)[k];
-        break;
-    case SM_F64:
-        v.f = ((const double *)p)[k];
-        break;
-    case SM_I32:
-        v.i = ((const int32_t *)p)[k];
-        break;
-    case SM_I64:
-        v.i = ((const int64_t *)p)[k];
-        break;
-    default:
-        v.i = ((const uint8_t *)p)[k];
-        break;
-    }
-    return v;
-}
-
-/* Stores v, wrapping integers to the dtype's width. */
-static void put(sm_dtype t, void *p, int64_t k, val v)
-{
-    switch (t) {
-    case SM_F32:
-        ((float *)p)[k] = (float)v.f;
-        break;
-    case SM_F64:
-        ((double *)p)[k] = v.f;
-        break;
-    case SM_I32:
-        ((int32_t *)p)[k] = (int32_t)(uint32_t)(uint64_t)v.i;
-        break;
-    case SM_I64:
-        ((int64_t *)p)[k] = v.i;
-        break;
-    case SM_BOOL:
-        ((uint8_t *)p)[k] = v.i != 0;
-        break;
-    default:
-        ((uint8_t *)p)[k] = (uint8_t)(uint64_t)v.i;
-        break;
-    }
-}
-
-/* v rounded (or wrapped) to dtype t, through a heap buffer. */
-static val rt(sm_dtype t, val v)
-{
-    void *p = malloc(8);
-    put(t, p, 0, v);
-    val r = get(t, p, 0);
-    free(p);
-    return r;
-}
-
-/* Random data: integers in [lo, hi], floats in [lo, hi] with fractions. */
-static void *rand_buf(sm_dtype t, int64_t n, int lo, int hi)
-{
-    void *p = malloc(n > 0 ? (size_t)n * esize(t) : 1);
-    for (int64_t k = 0; k < n; k++) {
-        val v;
-        v.i = lo + (int64_t)(rnd() % (uint64_t)(hi - lo + 1));
-        v.f = lo + (hi - lo) * (double)(rnd() >> 11) / 9007199254740992.0;
-        if (t == SM_BOOL)
-            v.i &= 1;
-        put(t, p, k, v);
-    }
-    return p;
-}
-
-static sm_shape shp(int rank, ...)
-{
-    sm_shape s = {.rank = rank};
-    va_list ap;
-    va_start(ap, rank);
-    for (int i = 0; i < rank; i++)
-        s.dims[i] = va_arg(ap, int);
-    va_end(ap);
-    return s;
-}
-
-static int64_t numel(const sm_shape *s)
-{
-    int64_t n = 1;
-    for (int i = 0; i < s->rank; i++)
-        n *= s->dims[i];
-    return n;
-}
-
-static void unravel(int64_t k, const sm_shape *s, int64_t *idx)
-{
-    for (int d = s->rank - 1; d >= 0; d--) {
-        idx[d] = s->dims[d] ? k % s->dims[d] : 0;
-        k = s->dims[d] ? k / s->dims[d] : 0;
-    }
-}
-
-/* Equal values (NaN == NaN), floats within rel. */
-static int same(sm_dtype t, val a, val b, double rel)
-{
-    if (!is_float(t))
-        return a.i == b.i;
-    if (isnan(a.f) || isnan(b.f))
-        return isnan(a.f) && isnan(b.f);
-    if (a.f == b.f)
-        return 1;
-    return fabs(a.f - b.f) <= rel * fmax(1.0, fabs(b.f));
-}
-
-static int64_t wrap(sm_dtype t, uint64_t u)
-{
-    return t == SM_I32 ? (int64_t)(int32_t)(uint32_t)u : (int64_t)u;
-}
 
 /* dst op src for one element, the accumulate reference. */
 static val ref_combine(sm_kern_reduce_op op, sm_dtype t, val a, val b)
@@ -436,9 +291,5 @@ int main(void)
     tcase_add_test(tc, test_reduce_deterministic);
     tcase_add_test(tc, test_accumulate_scale);
     suite_add_tcase(s, tc);
-    SRunner *r = srunner_create(s);
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return kt_run(s);
 }

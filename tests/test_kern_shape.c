@@ -12,61 +12,13 @@
 #include <strings.h>
 #include <unistd.h>
 
+#define KT_RNG_SEED 0x2545F4914F6CDD1Dull
+#include "kern_testutil.h"
 #include "sm_kern.h"
-
-static uint64_t rng = 0x2545F4914F6CDD1Dull;
-
-static uint64_t rnd(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
 
 /* One dtype per element size the kernels move. */
 static const sm_dtype size_types[] = {SM_U8, SM_BOOL, SM_I32, SM_F32, SM_I64, SM_F64, SM_F16};
 #define NSIZES 7
-
-static size_t esize(sm_dtype t)
-{
-    return t == SM_F32 || t == SM_I32 ? 4 : t == SM_F64 || t == SM_I64 ? 8 : t == SM_F16 ? 2 : 1;
-}
-
-static sm_shape shp(int rank, ...)
-{
-    sm_shape s = {.rank = rank};
-    va_list ap;
-    va_start(ap, rank);
-    for (int i = 0; i < rank; i++)
-        s.dims[i] = va_arg(ap, int);
-    va_end(ap);
-    return s;
-}
-
-static int64_t numel(const sm_shape *s)
-{
-    int64_t n = 1;
-    for (int i = 0; i < s->rank; i++)
-        n *= s->dims[i];
-    return n;
-}
-
-static void unravel(int64_t k, const sm_shape *s, int64_t *idx)
-{
-    for (int d = s->rank - 1; d >= 0; d--) {
-        idx[d] = s->dims[d] ? k % s->dims[d] : 0;
-        k = s->dims[d] ? k / s->dims[d] : 0;
-    }
-}
-
-static int64_t ravel(const int64_t *idx, const sm_shape *s)
-{
-    int64_t k = 0;
-    for (int d = 0; d < s->rank; d++)
-        k = k * s->dims[d] + idx[d];
-    return k;
-}
 
 static void *rand_bytes(int64_t n, size_t e)
 {
@@ -575,9 +527,5 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_coretype);
     tcase_add_test(tc, test_coretype_reexec);
     suite_add_tcase(s, tc);
-    SRunner *r = srunner_create(s);
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return kt_run(s);
 }

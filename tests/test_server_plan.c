@@ -169,18 +169,24 @@ static void owners(sm_plan_owner *o, int dead_worker)
         o[d] = (sm_plan_owner){(uint32_t)(d / 2 + 1), (d / 2 + 1) != dead_worker};
 }
 
-START_TEST(test_reshard_rows_to_columns)
+/* *p = the plan from spec `from` to spec `to` over g64x128, two devices a
+ * worker, every worker alive. */
+static void plan_ok(const char *from, const char *to, sm_plan_reshard *p)
 {
     sm_device_slice src[8], dst[8];
     sm_plan_owner so[8], downer[8];
-    sm_plan_reshard p;
     char err[256];
-    slices_of("P('i', None)", &g64x128, src);
-    slices_of("P(None, 'j')", &g64x128, dst);
+    slices_of(from, &g64x128, src);
+    slices_of(to, &g64x128, dst);
     owners(so, 0);
     owners(downer, 0);
-    ck_assert_int_eq(sm_plan_reshard_create(src, so, 8, dst, downer, 8, &p, err, sizeof err),
-                     SM_OK);
+    ck_assert_int_eq(sm_plan_reshard_create(src, so, 8, dst, downer, 8, p, err, sizeof err), SM_OK);
+}
+
+START_TEST(test_reshard_rows_to_columns)
+{
+    sm_plan_reshard p;
+    plan_ok("P('i', None)", "P(None, 'j')", &p);
     ck_assert_int_eq(p.nshards, 8);
     /* device 1 (worker 1, j=1): box [0:64, 64:128] from all four row blocks */
     const sm_plan_shard *s = &p.shards[1];
@@ -208,16 +214,8 @@ END_TEST
 
 START_TEST(test_reshard_same_worker_preferred)
 {
-    sm_device_slice src[8], dst[8];
-    sm_plan_owner so[8], downer[8];
     sm_plan_reshard p;
-    char err[256];
-    slices_of("P()", &g64x128, src);
-    slices_of("P('i','j')", &g64x128, dst);
-    owners(so, 0);
-    owners(downer, 0);
-    ck_assert_int_eq(sm_plan_reshard_create(src, so, 8, dst, downer, 8, &p, err, sizeof err),
-                     SM_OK);
+    plan_ok("P()", "P('i','j')", &p);
     for (int d = 0; d < 8; d++) {
         ck_assert_int_eq(p.shards[d].npieces, 1);
         /* the lowest replica on the same worker: device 2*(d/2) */
@@ -263,6 +261,17 @@ END_TEST
 
 #define T0 1000000
 
+/* Registers a worker at T0, freeing what the registry hands back. */
+static sm_err reg_worker(sm_registry *r, const sm_svc_register_req *req, sm_svc_register_reply *rep,
+                         char *err, size_t errlen)
+{
+    sm_reg_free *f = NULL;
+    int nf = 0;
+    sm_err e = sm_registry_worker_add(r, req, NULL, T0, rep, &f, &nf, err, errlen);
+    free(f);
+    return e;
+}
+
 static sm_registry *reg_with_workers(int nworkers, int ndev)
 {
     sm_registry *r;
@@ -273,15 +282,11 @@ static sm_registry *reg_with_workers(int nworkers, int ndev)
         snprintf(addr, sizeof addr, "127.0.0.1:%d", 9000 + k);
         sm_svc_register_req req = {addr, ndev, -1, "host"};
         sm_svc_register_reply rep;
-        sm_reg_free *f = NULL;
-        int nf = 0;
-        ck_assert_int_eq(sm_registry_worker_add(r, &req, NULL, T0, &rep, &f, &nf, err, sizeof err),
-                         SM_OK);
+        ck_assert_int_eq(reg_worker(r, &req, &rep, err, sizeof err), SM_OK);
         ck_assert_int_eq(rep.worker_id, (uint32_t)k + 1);
         ck_assert_int_eq(rep.process_index, k);
         ck_assert_int_eq(rep.devices[0], k * ndev);
         ck_assert_int_eq(rep.heartbeat_ms, 500);
-        free(f);
     }
     return r;
 }
@@ -335,13 +340,9 @@ START_TEST(test_registry_device_ids_by_process)
     for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
         sm_svc_register_req req = {rows[k].addr, 2, rows[k].process, "h"};
         sm_svc_register_reply rep;
-        sm_reg_free *f = NULL;
-        int nf = 0;
-        ck_assert_int_eq(sm_registry_worker_add(r, &req, NULL, T0, &rep, &f, &nf, err, sizeof err),
-                         SM_OK);
+        ck_assert_int_eq(reg_worker(r, &req, &rep, err, sizeof err), SM_OK);
         ck_assert_int_eq(rep.devices[0], rows[k].first);
         ck_assert_int_eq(rep.devices[1], rows[k].first + 1);
-        free(f);
     }
     sm_registry_free(r);
 }
@@ -352,18 +353,13 @@ START_TEST(test_registry_workers)
     sm_registry *r = reg_with_workers(4, 2);
     char err[256];
     sm_svc_register_reply rep;
-    sm_reg_free *f = NULL;
-    int nf = 0;
     sm_svc_register_req taken = {"127.0.0.1:9100", 2, 1, "h"};
-    ck_assert_int_eq(sm_registry_worker_add(r, &taken, NULL, T0, &rep, &f, &nf, err, sizeof err),
-                     SM_EEXIST);
+    ck_assert_int_eq(reg_worker(r, &taken, &rep, err, sizeof err), SM_EEXIST);
     ck_assert_ptr_nonnull(strstr(err, "process index 1"));
     sm_svc_register_req bad = {"127.0.0.1:9101", 0, -1, "h"};
-    ck_assert_int_eq(sm_registry_worker_add(r, &bad, NULL, T0, &rep, &f, &nf, err, sizeof err),
-                     SM_EINVAL);
+    ck_assert_int_eq(reg_worker(r, &bad, &rep, err, sizeof err), SM_EINVAL);
     sm_svc_register_req asked = {"127.0.0.1:9102", 4, 7, "h"};
-    ck_assert_int_eq(sm_registry_worker_add(r, &asked, NULL, T0, &rep, &f, &nf, err, sizeof err),
-                     SM_OK);
+    ck_assert_int_eq(reg_worker(r, &asked, &rep, err, sizeof err), SM_OK);
     ck_assert_int_eq(rep.worker_id, 5); /* ids never reused, failures take none */
     ck_assert_int_eq(rep.process_index, 7);
     ck_assert_int_eq(rep.devices[0], 28); /* process 7 x 4 devices: ids 28..31 */
@@ -385,7 +381,6 @@ START_TEST(test_registry_workers)
     ck_assert_int_eq(wi[4].ms_since_heartbeat, 10);
     ck_assert_int_eq(wi[0].ms_since_heartbeat, 20);
     free(wi);
-    free(f);
     sm_registry_free(r);
 }
 END_TEST
@@ -754,8 +749,7 @@ START_TEST(test_registry_lost_worker)
     /* the lost worker's process index can be taken again */
     sm_svc_register_req again = {"127.0.0.1:9001", 4, 1, "h"};
     sm_svc_register_reply rr;
-    ck_assert_int_eq(sm_registry_worker_add(r, &again, NULL, T0, &rr, &f, &nf, err, sizeof err),
-                     SM_OK);
+    ck_assert_int_eq(reg_worker(r, &again, &rr, err, sizeof err), SM_OK);
     ck_assert_int_eq(rr.worker_id, 3);
     ck_assert_int_eq(rr.devices[0], 8);
     /* a new array over the old mesh is refused: its devices are gone */

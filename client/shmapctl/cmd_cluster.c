@@ -16,6 +16,21 @@ static const char devices_help[] =
     "Example:\n"
     "  shmapctl devices --target localhost:7070\n";
 
+/* The options both commands take besides their own (connection, help) and
+ * getopt errors: -1 when ch was a connection option, else the exit code. */
+static int common_opt(int ch, cli_conn *cc, const char *help, char **argv)
+{
+    if (ch == OPT_TARGET)
+        cc->target = optarg;
+    else if (ch == OPT_TOKEN)
+        cc->token = optarg;
+    else if (ch == 'h' || ch == OPT_HELP)
+        return fputs(help, stdout), CLI_EXIT_OK;
+    else
+        return cli_getopt_error(argv[0], ch, argv);
+    return -1;
+}
+
 int cli_cmd_devices(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -33,18 +48,9 @@ int cli_cmd_devices(int argc, char **argv)
         case OPT_JSON:
             json = 1;
             break;
-        case OPT_TARGET:
-            cc.target = optarg;
-            break;
-        case OPT_TOKEN:
-            cc.token = optarg;
-            break;
-        case 'h':
-        case OPT_HELP:
-            fputs(devices_help, stdout);
-            return CLI_EXIT_OK;
         default:
-            return cli_getopt_error(argv[0], ch, argv);
+            if ((rc = common_opt(ch, &cc, devices_help, argv)) >= 0)
+                return rc;
         }
     }
     if (optind < argc)
@@ -152,18 +158,9 @@ int cli_cmd_mesh(int argc, char **argv)
         case OPT_NAME:
             name = optarg;
             break;
-        case OPT_TARGET:
-            cc.target = optarg;
-            break;
-        case OPT_TOKEN:
-            cc.token = optarg;
-            break;
-        case 'h':
-        case OPT_HELP:
-            fputs(mesh_help, stdout);
-            return CLI_EXIT_OK;
         default:
-            return cli_getopt_error(argv[0], ch, argv);
+            if ((rc = common_opt(ch, &cc, mesh_help, argv)) >= 0)
+                return rc;
         }
     }
     if (optind >= argc)

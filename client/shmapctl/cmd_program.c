@@ -3,10 +3,7 @@
  *            varying axes, or the first error as "file:line:col: sentence".
  *   run    — run a program; --local runs every device as a thread of this
  *            process (sm_exec_local) on .npy arguments and writes .npy
- *            results (the service path is not here yet).
- *
- * The program libraries are optional at build time: without sm_ir `check`
- * says so and fails; without sm_exec, `run --local` does. */
+ *            results (without --local the service runs it: cmd_run.c). */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,20 +12,10 @@
 
 #include "cli.h"
 
-#if __has_include("sm_ir.h")
-#include "sm_ir.h"
-#define CLI_HAVE_PROGRAMS 1
-#else
-#define CLI_HAVE_PROGRAMS 0
-#endif
-#if CLI_HAVE_PROGRAMS && __has_include("sm_exec_local.h")
 #include "sm_array.h"
 #include "sm_example.h"
 #include "sm_exec_local.h"
-#define CLI_HAVE_EXEC 1
-#else
-#define CLI_HAVE_EXEC 0
-#endif
+#include "sm_ir.h"
 
 enum { OPT_NO_CHECK_VMA = 256, OPT_JSON };
 
@@ -56,7 +43,6 @@ static const char check_help[] =
     "Example:\n"
     "  shmapctl check examples/matmul_basic.shmap\n";
 
-#if CLI_HAVE_PROGRAMS
 /* 0 if the file's leading comment lines hold "# check_vma: false" (the
  * directive of examples/README.md; same rule as sm_exec_text_check_vma). */
 static int cli_text_check_vma(const char *text)
@@ -155,7 +141,17 @@ done:
     free(text);
     return rc;
 }
-#endif
+
+/* The one PROGRAM argument left after the options: CLI_EXIT_OK, or the
+ * usage error. */
+static int program_arg(const char *cmd, int argc, char **argv)
+{
+    if (optind >= argc)
+        return cli_usage(cmd, "a program file is required");
+    if (optind + 1 < argc)
+        return cli_usage(cmd, "unexpected argument '%s'", argv[optind + 1]);
+    return CLI_EXIT_OK;
+}
 
 int cli_cmd_check(int argc, char **argv)
 {
@@ -165,7 +161,7 @@ int cli_cmd_check(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    int no_vma = 0, json = 0;
+    int no_vma = 0, json = 0, rc;
     optind = 1;
     opterr = 0;
     for (;;) {
@@ -186,18 +182,9 @@ int cli_cmd_check(int argc, char **argv)
             return cli_getopt_error("check", c, argv);
         }
     }
-    if (optind >= argc)
-        return cli_usage("check", "a program file is required");
-    if (optind + 1 < argc)
-        return cli_usage("check", "unexpected argument '%s'", argv[optind + 1]);
-#if CLI_HAVE_PROGRAMS
+    if ((rc = program_arg("check", argc, argv)))
+        return rc;
     return cli_check_run(argv[optind], no_vma, json);
-#else
-    (void)no_vma;
-    (void)json;
-    return cli_fail(CLI_EXIT_INVALID,
-                    "this shmapctl was built without the program library (sm_ir)");
-#endif
 }
 
 static const char run_help[] =
@@ -227,7 +214,6 @@ static const char run_help[] =
     "  shmapctl run --local examples/slice_and_average.shmap \\\n"
     "      --inputs examples/slice_and_average.inputs --out /tmp\n";
 
-#if CLI_HAVE_EXEC
 #define CLI_RUN_MAXARGS 64
 
 /* Prints up to 16 elements of a small result. */
@@ -332,7 +318,6 @@ done:
     free(itext);
     return rc;
 }
-#endif
 
 int cli_run_service(int argc, char **argv); /* cmd_run.c */
 
@@ -356,7 +341,7 @@ int cli_cmd_run(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     char *args[64];
-    int nargs = 0, local = 0, no_vma = 0;
+    int nargs = 0, local = 0, no_vma = 0, rc;
     const char *inputs = NULL, *outdir = NULL;
     optind = 1;
     opterr = 0;
@@ -389,20 +374,9 @@ int cli_cmd_run(int argc, char **argv)
             return cli_getopt_error("run", c, argv);
         }
     }
-    if (optind >= argc)
-        return cli_usage("run", "a program file is required");
-    if (optind + 1 < argc)
-        return cli_usage("run", "unexpected argument '%s'", argv[optind + 1]);
+    if ((rc = program_arg("run", argc, argv)))
+        return rc;
     if (!local)
         return cli_usage("run", "only --local is supported for now");
-#if CLI_HAVE_EXEC
     return cli_run_local(argv[optind], args, nargs, inputs, outdir, no_vma);
-#else
-    (void)args;
-    (void)inputs;
-    (void)outdir;
-    (void)no_vma;
-    return cli_fail(CLI_EXIT_INVALID,
-                    "this shmapctl was built without the executor library (link sm_exec)");
-#endif
 }

@@ -47,6 +47,19 @@ static int sm_exec_norm(int64_t a, int rank)
     return (int)(a < 0 ? a + rank : a);
 }
 
+/* perm moving axis d of s to the front, others in order; returns its shape. */
+static sm_shape sm_exec_front_perm(const sm_shape *s, int d, int *perm)
+{
+    sm_shape ts = {.rank = s->rank};
+    perm[0] = d;
+    for (int i = 0, k = 1; i < s->rank; i++)
+        if (i != d)
+            perm[k++] = i;
+    for (int i = 0; i < s->rank; i++)
+        ts.dims[i] = s->dims[perm[i]];
+    return ts;
+}
+
 sm_err sm_exec_preduce(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
                        char *err, size_t errlen)
 {
@@ -137,13 +150,7 @@ sm_err sm_exec_psum_scatter(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const 
                                        out->data, chunk, err, errlen);
     /* move the scatter dimension to the front so chunk r is contiguous */
     int perm[SM_MAX_RANK];
-    sm_shape ts = {.rank = xs->rank};
-    perm[0] = d;
-    for (int i = 0, k = 1; i < xs->rank; i++)
-        if (i != d)
-            perm[k++] = i;
-    for (int i = 0; i < xs->rank; i++)
-        ts.dims[i] = xs->dims[perm[i]];
+    sm_shape ts = sm_exec_front_perm(xs, d, perm);
     size_t el = sm_dtype_size(out->dtype);
     void *t = malloc((size_t)in[0]->nbytes + 1), *r = malloc((size_t)chunk * el + 1);
     if (!t || !r) {
@@ -183,13 +190,7 @@ sm_err sm_exec_all_to_all(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *i
     int ca = sm_exec_norm(op->attrs.axis2, rank), n = g.size;
     sm_dtype t = out->dtype;
     int perm[SM_MAX_RANK];
-    sm_shape ts = {.rank = rank};
-    perm[0] = sa;
-    for (int i = 0, k = 1; i < rank; i++)
-        if (i != sa)
-            perm[k++] = i;
-    for (int i = 0; i < rank; i++)
-        ts.dims[i] = xs->dims[perm[i]];
+    sm_shape ts = sm_exec_front_perm(xs, sa, perm);
     void *send = malloc((size_t)in[0]->nbytes + 1), *recv = malloc((size_t)in[0]->nbytes + 1);
     if (!send || !recv) {
         e = sm_fail(err, errlen, SM_ENOMEM, "out of memory for all_to_all");
@@ -220,9 +221,8 @@ sm_err sm_exec_all_to_all(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *i
         e = sm_exec_permute_axes(t, recv, &rs, rp, out->data, err, errlen);
     } else {
         /* drop the size-1 split axis: [n, others...]; source axis at ca */
-        sm_shape us = {.rank = rank, .dims = {n}};
-        for (int i = 1; i < rank; i++)
-            us.dims[i] = ts.dims[i];
+        sm_shape us = ts;
+        us.dims[0] = n;
         for (int d = 0, other = 1; d < rank; d++)
             rp[d] = d == ca ? 0 : other++;
         e = sm_exec_permute_axes(t, recv, &us, rp, out->data, err, errlen);

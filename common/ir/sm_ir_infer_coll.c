@@ -6,16 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Resolves the axes and formats the operand type for messages. */
-static sm_err sm_ir_coll_begin(const sm_program *p, const sm_ir_op *op, const sm_ir_value *x,
-                               int64_t *n, char *t, size_t tlen, char *err, size_t errlen)
-{
-    uint32_t mask;
-    if (x)
-        sm_ir_type_str(x, t, tlen);
-    return sm_ir_axes_resolve(p, op, &mask, n, err, errlen);
-}
-
 /* "'i'" or "('i', 'j')" for messages. */
 static const char *sm_ir_axes_text(const sm_ir_attrs *a, char *buf, size_t len)
 {
@@ -29,20 +19,41 @@ static const char *sm_ir_axes_text(const sm_ir_attrs *a, char *buf, size_t len)
     return buf;
 }
 
+/* Resolves the axes (*n devices); for messages, formats x's type into t
+ * and the axes into ax[SM_IR_AX_LEN] (each when not NULL). */
+#define SM_IR_AX_LEN 200
+static sm_err sm_ir_coll_begin(const sm_program *p, const sm_ir_op *op, const sm_ir_value *x,
+                               int64_t *n, char *t, size_t tlen, char *ax, char *err, size_t errlen)
+{
+    uint32_t mask;
+    if (x)
+        sm_ir_type_str(x, t, tlen);
+    if (ax)
+        sm_ir_axes_text(&op->attrs, ax, SM_IR_AX_LEN);
+    return sm_ir_axes_resolve(p, op, &mask, n, err, errlen);
+}
+
+/* The result: dtype dt, shape s and x's weak type. */
+static sm_err sm_ir_coll_result(sm_ir_value *out, sm_dtype dt, const sm_shape *s,
+                                const sm_ir_value *x)
+{
+    sm_ir_set(out, dt, s);
+    out->weak = x->weak;
+    return SM_OK;
+}
+
 sm_err sm_ir_infer_preduce(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
                            sm_ir_value *out, char *err, size_t errlen)
 {
     int64_t n;
     char t[240];
-    sm_err e = sm_ir_coll_begin(p, op, in[0], &n, t, sizeof t, err, errlen);
+    sm_err e = sm_ir_coll_begin(p, op, in[0], &n, t, sizeof t, NULL, err, errlen);
     if (e)
         return e;
     sm_dtype dt = in[0]->dtype;
     if (op->kind == SM_OP_PMEAN && !sm_dtype_is_float(dt))
         dt = SM_F32;
-    sm_ir_set(out, dt, &in[0]->shape);
-    out->weak = in[0]->weak;
-    return SM_OK;
+    return sm_ir_coll_result(out, dt, &in[0]->shape, in[0]);
 }
 
 sm_err sm_ir_infer_pvary(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
@@ -55,8 +66,8 @@ sm_err sm_ir_infer_all_gather(const sm_program *p, const sm_ir_op *op, const sm_
                               sm_ir_value *out, char *err, size_t errlen)
 {
     int64_t n;
-    char t[240], ax[200];
-    sm_err e = sm_ir_coll_begin(p, op, in[0], &n, t, sizeof t, err, errlen);
+    char t[240], ax[SM_IR_AX_LEN];
+    sm_err e = sm_ir_coll_begin(p, op, in[0], &n, t, sizeof t, ax, err, errlen);
     if (e)
         return e;
     const sm_shape *x = &in[0]->shape;
@@ -80,8 +91,7 @@ sm_err sm_ir_infer_all_gather(const sm_program *p, const sm_ir_op *op, const sm_
             return sm_fail(err, errlen, SM_EINVAL,
                            "all_gather: operand %s: axis %lld is out of range [0, %d] for the "
                            "new stacked dimension over %s",
-                           t, (long long)op->attrs.axis, x->rank,
-                           sm_ir_axes_text(&op->attrs, ax, sizeof ax));
+                           t, (long long)op->attrs.axis, x->rank, ax);
         s.rank = x->rank + 1;
         for (int d = 0; d < s.rank; d++)
             s.dims[d] = d < a ? x->dims[d] : d == a ? n : x->dims[d - 1];
@@ -95,8 +105,8 @@ sm_err sm_ir_infer_psum_scatter(const sm_program *p, const sm_ir_op *op,
                                 size_t errlen)
 {
     int64_t n;
-    char t[240], ax[200];
-    sm_err e = sm_ir_coll_begin(p, op, in[0], &n, t, sizeof t, err, errlen);
+    char t[240], ax[SM_IR_AX_LEN];
+    sm_err e = sm_ir_coll_begin(p, op, in[0], &n, t, sizeof t, ax, err, errlen);
     if (e)
         return e;
     const sm_shape *x = &in[0]->shape;
@@ -105,7 +115,6 @@ sm_err sm_ir_infer_psum_scatter(const sm_program *p, const sm_ir_op *op,
         return sm_fail(err, errlen, SM_EINVAL,
                        "psum_scatter: operand %s: scatter_dimension %lld is out of range", t,
                        (long long)op->attrs.axis);
-    sm_ir_axes_text(&op->attrs, ax, sizeof ax);
     sm_shape s = *x;
     if (op->attrs.tiled) {
         if (x->dims[d] % n)
@@ -125,20 +134,17 @@ sm_err sm_ir_infer_psum_scatter(const sm_program *p, const sm_ir_op *op,
         for (int k = d; k < s.rank; k++)
             s.dims[k] = x->dims[k + 1];
     }
-    sm_ir_set(out, in[0]->dtype, &s);
-    out->weak = in[0]->weak;
-    return SM_OK;
+    return sm_ir_coll_result(out, in[0]->dtype, &s, in[0]);
 }
 
 sm_err sm_ir_infer_ppermute(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
                             sm_ir_value *out, char *err, size_t errlen)
 {
     int64_t n;
-    char t[240], ax[200];
-    sm_err e = sm_ir_coll_begin(p, op, in[0], &n, t, sizeof t, err, errlen);
+    char t[240], ax[SM_IR_AX_LEN];
+    sm_err e = sm_ir_coll_begin(p, op, in[0], &n, t, sizeof t, ax, err, errlen);
     if (e)
         return e;
-    sm_ir_axes_text(&op->attrs, ax, sizeof ax);
     const sm_ir_attrs *a = &op->attrs;
     if (a->nperm > 0 && !a->perm)
         return sm_fail(err, errlen, SM_EINVAL, "ppermute: perm is missing");
@@ -172,27 +178,23 @@ sm_err sm_ir_infer_ppermute(const sm_program *p, const sm_ir_op *op, const sm_ir
         }
     }
     free(seen);
-    sm_ir_set(out, in[0]->dtype, &in[0]->shape);
-    out->weak = in[0]->weak;
-    return SM_OK;
+    return sm_ir_coll_result(out, in[0]->dtype, &in[0]->shape, in[0]);
 }
 
 sm_err sm_ir_infer_all_to_all(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
                               sm_ir_value *out, char *err, size_t errlen)
 {
     int64_t n;
-    char t[240], ax[200];
-    sm_err e = sm_ir_coll_begin(p, op, in[0], &n, t, sizeof t, err, errlen);
+    char t[240], ax[SM_IR_AX_LEN];
+    sm_err e = sm_ir_coll_begin(p, op, in[0], &n, t, sizeof t, ax, err, errlen);
     if (e)
         return e;
-    sm_ir_axes_text(&op->attrs, ax, sizeof ax);
     const sm_shape *x = &in[0]->shape;
     int sa, ca;
     if (sm_ir_norm_axis(op->attrs.axis, x->rank, &sa))
         return sm_fail(err, errlen, SM_EINVAL,
-                       "all_to_all: operand %s: split_axis %lld is out of "
-                       "range",
-                       t, (long long)op->attrs.axis);
+                       "all_to_all: operand %s: split_axis %lld is out of range", t,
+                       (long long)op->attrs.axis);
     if (sm_ir_norm_axis(op->attrs.axis2, x->rank, &ca))
         return sm_fail(err, errlen, SM_EINVAL,
                        "all_to_all: operand %s: concat_axis %lld is out of range", t,
@@ -220,9 +222,7 @@ sm_err sm_ir_infer_all_to_all(const sm_program *p, const sm_ir_op *op, const sm_
         for (int d = 0, k = 0; d < s.rank; d++)
             s.dims[d] = d == ca ? n : r.dims[k++];
     }
-    sm_ir_set(out, in[0]->dtype, &s);
-    out->weak = in[0]->weak;
-    return SM_OK;
+    return sm_ir_coll_result(out, in[0]->dtype, &s, in[0]);
 }
 
 sm_err sm_ir_infer_axis_scalar(const sm_program *p, const sm_ir_op *op,
@@ -231,7 +231,7 @@ sm_err sm_ir_infer_axis_scalar(const sm_program *p, const sm_ir_op *op,
 {
     int64_t n;
     char t[8];
-    sm_err e = sm_ir_coll_begin(p, op, NULL, &n, t, sizeof t, err, errlen);
+    sm_err e = sm_ir_coll_begin(p, op, NULL, &n, t, sizeof t, NULL, err, errlen);
     if (e)
         return e;
     sm_shape s = {0};
