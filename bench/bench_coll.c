@@ -1,0 +1,443 @@
+/* bench_coll: shmap's collectives across worker processes, through the
+ * worker's job path (Worker.RunJob, collectives over Worker.Exchange).
+ *
+ * Starts a fake coordinator in this process (RegisterWorker, Heartbeat) and
+ * two shmap-worker processes with two devices each, on loopback. For each
+ * op and size S (bytes per device, the larger of its input and output, as
+ * nccl-tests and bench_mpi_coll count it), f32 data, mesh x=4 over the four
+ * devices (two per worker, so every collective crosses the workers):
+ *   psum          S in and out                       busbw factor 2(n-1)/n
+ *   all_gather    S/n in, S out (tiled)              (n-1)/n
+ *   psum_scatter  S in, S/n out (tiled)              (n-1)/n
+ *   all_to_all    S in and out (tiled)               (n-1)/n
+ *   ppermute      ring 0->1->2->3->0, S              1
+ * Each job applies the collective R times (all_gather and psum_scatter
+ * chained with a slice / tile back to the input shape); the time of one
+ * collective is (t(R = 1 + K) - t(R = 1)) / K with medians over --runs
+ * jobs, so RunJob, input lookup and output storing cancel out. algbw =
+ * S / t, busbw = algbw * factor. Prints a table and SUMMARY lines for
+ * bench/run.sh (the figure names start "<op> <MiB>" so run.sh pairs them
+ * with the Open MPI rows).
+ *
+ *   bench_coll [--sizes 1,16,64] [--runs 5] [--worker PATH]
+ *
+ * The worker binary defaults to ../worker/shmap-worker next to this
+ * program (the build tree). */
+#define _GNU_SOURCE
+#include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench_util.h"
+#include "sm_checksum.h"
+#include "sm_rpc.h"
+#include "sm_svc.h"
+#include "sm_svc_job.h"
+
+#define BC_WORKERS 2
+#define BC_DPW     2
+#define BC_N       (BC_WORKERS * BC_DPW)
+#define BC_COLS    1024
+#define BC_K       4
+#define BC_CALL_MS 300000
+#define BC_MAX_RUN 50
+
+typedef enum { BC_PSUM, BC_ALL_GATHER, BC_PSUM_SCATTER, BC_ALL_TO_ALL, BC_PPERMUTE } bc_op;
+static const char *const bc_names[] = {"psum", "all_gather", "psum_scatter", "all_to_all",
+                                       "ppermute"};
+static const double bc_factor[] = {2.0 * (BC_N - 1) / BC_N, (double)(BC_N - 1) / BC_N,
+                                   (double)(BC_N - 1) / BC_N, (double)(BC_N - 1) / BC_N, 1.0};
+#define BC_NOPS 5
+
+typedef struct {
+    pthread_mutex_t mu;
+    int nreg;
+    char addr[BC_WORKERS][SM_ADDR_MAX];
+    sm_rpc_channel *ch[BC_WORKERS];
+    pid_t pid[BC_WORKERS];
+    sm_rpc_server *coord;
+    uint64_t next_id;
+} bc_cluster;
+
+static sm_err bc_register(void *user, const sm_svc_register_req *req, sm_svc_register_reply *out,
+                          char *err, size_t errlen)
+{
+    bc_cluster *c = user;
+    pthread_mutex_lock(&c->mu);
+    int w = 0;
+    while (w < c->nreg && strcmp(c->addr[w], req->address))
+        w++;
+    if (w == BC_WORKERS || req->ndevices != BC_DPW) {
+        pthread_mutex_unlock(&c->mu);
+        return sm_fail(err, errlen, SM_EINVAL, "this bench takes %d workers of %d devices",
+                       BC_WORKERS, BC_DPW);
+    }
+    if (w == c->nreg)
+        snprintf(c->addr[c->nreg++], SM_ADDR_MAX, "%s", req->address);
+    memset(out, 0, sizeof *out);
+    out->worker_id = (uint32_t)w;
+    out->ndevices = BC_DPW;
+    for (int k = 0; k < BC_DPW; k++)
+        out->devices[k] = w * BC_DPW + k;
+    out->process_index = w;
+    out->heartbeat_ms = 1000;
+    pthread_mutex_unlock(&c->mu);
+    return SM_OK;
+}
+
+static sm_err bc_heartbeat(void *user, const sm_svc_heartbeat_req *req, int *known, char *err,
+                           size_t errlen)
+{
+    *known = 1;
+    return SM_OK;
+}
+
+static const sm_svc_coord_ops bc_coord_ops = {.register_worker = bc_register,
+                                              .heartbeat = bc_heartbeat};
+
+static void bc_sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Starts the fake coordinator and the workers, one at a time so worker w
+ * owns devices 2w, 2w+1. Returns 0 or -1 with a sentence in err. */
+static int bc_start(bc_cluster *c, const char *bin, char *err, size_t errlen)
+{
+    char coord[64];
+    sm_rpc_server_opts o = {.addr = "127.0.0.1:0"};
+    if (sm_rpc_server_create(&o, &c->coord, err, errlen) ||
+        sm_svc_coord_serve(c->coord, &bc_coord_ops, c, "bench-coordinator", err, errlen) ||
+        sm_rpc_server_start(c->coord, err, errlen))
+        return -1;
+    snprintf(coord, sizeof coord, "127.0.0.1:%d", sm_rpc_server_port(c->coord));
+    for (int w = 0; w < BC_WORKERS; w++) {
+        pid_t pid = fork();
+        if (pid < 0)
+            return snprintf(err, errlen, "fork failed"), -1;
+        if (pid == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            execl(bin, bin, "--listen", "127.0.0.1:0", "--coordinator", coord, "--devices", "2",
+                  "--log-level", "warn", (char *)NULL);
+            _exit(127);
+        }
+        c->pid[w] = pid;
+        int n = 0;
+        for (int t = 0; t < 300 && n <= w; t++) {
+            bc_sleep_ms(50);
+            pthread_mutex_lock(&c->mu);
+            n = c->nreg;
+            pthread_mutex_unlock(&c->mu);
+        }
+        if (n <= w)
+            return snprintf(err, errlen, "worker %s did not register within 15 s", bin), -1;
+        if (sm_rpc_channel_create(c->addr[w], NULL, &c->ch[w], err, errlen))
+            return -1;
+        sm_svc_worker_stats st = {0};
+        for (int t = 0; t < 100 && st.ndevices != BC_DPW; t++) {
+            if (sm_svc_worker_stats_get(c->ch[w], 5000, &st, err, errlen) || st.ndevices != BC_DPW)
+                bc_sleep_ms(50);
+        }
+        if (st.ndevices != BC_DPW)
+            return snprintf(err, errlen, "worker %d did not take its devices", w), -1;
+    }
+    return 0;
+}
+
+static void bc_stop(bc_cluster *c)
+{
+    for (int w = 0; w < BC_WORKERS; w++) {
+        sm_rpc_channel_free(c->ch[w]);
+        if (c->pid[w] > 0) {
+            kill(c->pid[w], SIGTERM);
+            waitpid(c->pid[w], NULL, 0);
+        }
+    }
+    sm_rpc_server_free(c->coord);
+}
+
+/* Uploads nbytes of data as the shard of (array, dev). */
+static sm_err bc_upload(bc_cluster *c, uint64_t array, int32_t dev, const sm_shape *s,
+                        const void *data, int64_t nbytes, char *err, size_t errlen)
+{
+    sm_svc_upload_stream *st = NULL;
+    sm_err e = sm_svc_upload_open(c->ch[dev / BC_DPW], 1, BC_CALL_MS, &st, err, errlen);
+    if (e)
+        return e;
+    sm_svc_upload_msg m = {.has_header = 1};
+    m.header = (sm_svc_upload_header){.array_id = {array},
+                                      .ndevices = 1,
+                                      .devices = &dev,
+                                      .shape = *s,
+                                      .dtype = SM_F32,
+                                      .total_bytes = nbytes};
+    uint64_t sum = sm_checksum_oneshot(data, (size_t)nbytes);
+    e = sm_svc_upload_send(st, &m, err, errlen);
+    for (int64_t off = 0; !e && off < nbytes;) {
+        int64_t n = nbytes - off < SM_SVC_CHUNK ? nbytes - off : SM_SVC_CHUNK;
+        m = (sm_svc_upload_msg){.offset = off,
+                                .data = (const char *)data + off,
+                                .len = (size_t)n,
+                                .last = off + n == nbytes,
+                                .checksum = sum};
+        e = sm_svc_upload_send(st, &m, err, errlen);
+        off += n;
+    }
+    char ferr[512];
+    sm_err f = sm_svc_upload_finish(st, NULL, ferr, sizeof ferr);
+    if (!e && f)
+        snprintf(err, errlen, "%s", ferr);
+    return e ? e : f;
+}
+
+/* The program applying op R times to a block of `rows` rows. */
+static void bc_text(bc_op op, int64_t rows, int R, char *out, size_t len)
+{
+    int64_t grows = rows * BC_N;
+    const char *body = "";
+    char b[512];
+    switch (op) {
+    case BC_PSUM:
+        body = "        y = psum(y, 'x')\n";
+        break;
+    case BC_ALL_GATHER:
+        snprintf(b, sizeof b,
+                 "        g = all_gather(y, 'x', tiled=True)\n"
+                 "        y = slice(g, (0, 0), (%lld, %d))\n",
+                 (long long)rows, BC_COLS);
+        body = b;
+        break;
+    case BC_PSUM_SCATTER:
+        snprintf(b, sizeof b,
+                 "        s = psum_scatter(y, 'x', tiled=True)\n"
+                 "        y = tile(s, (%d, 1))\n",
+                 BC_N);
+        body = b;
+        break;
+    case BC_ALL_TO_ALL:
+        body = "        y = all_to_all(y, 'x', 0, 0, tiled=True)\n";
+        break;
+    case BC_PPERMUTE:
+        body = "        y = ppermute(y, 'x', perm=[(0, 1), (1, 2), (2, 3), (3, 0)])\n";
+        break;
+    }
+    snprintf(out, len,
+             "mesh x=%d devices=[0, 1, 2, 3]\n"
+             "shard_map f(v: f32[%lld,%d] @ P('x')) -> P('x'):\n"
+             "    y = v\n"
+             "    for k in range(%d):\n"
+             "%s"
+             "    return y\n",
+             BC_N, (long long)grows, BC_COLS, R, body);
+}
+
+typedef struct {
+    bc_cluster *c;
+    int w;
+    const sm_svc_run_job_req *req;
+    sm_err e;
+    char err[1024];
+} bc_run;
+
+static void *bc_run_main(void *arg)
+{
+    bc_run *r = arg;
+    int64_t bytes;
+    r->e = sm_svc_worker_run_job(r->c->ch[r->w], BC_CALL_MS, r->req, &bytes, r->err, sizeof r->err);
+    return NULL;
+}
+
+/* Runs one job (RunJob on both workers at once) and frees its output;
+ * *seconds is the wall time until both answered. */
+static int bc_job(bc_cluster *c, bc_op op, int64_t rows, int R, uint64_t input, double *seconds,
+                  char *err, size_t errlen)
+{
+    char text[2048];
+    sm_program *p = NULL;
+    bc_text(op, rows, R, text, sizeof text);
+    if (sm_program_parse(text, bc_names[op], &p, err, errlen) ||
+        sm_program_verify(p, 0, err, errlen)) {
+        sm_program_free(p);
+        return -1;
+    }
+    sm_svc_peer peers[BC_WORKERS];
+    for (int w = 0; w < BC_WORKERS; w++) {
+        memset(&peers[w], 0, sizeof peers[w]);
+        snprintf(peers[w].address, SM_ADDR_MAX, "%s", c->addr[w]);
+        peers[w].ndevices = BC_DPW;
+        for (int k = 0; k < BC_DPW; k++)
+            peers[w].devices[k] = w * BC_DPW + k;
+    }
+    sm_array_id in = {input}, out = {c->next_id++};
+    sm_svc_run_job_req req = {.job_id = {c->next_id++},
+                              .program = p,
+                              .ninputs = 1,
+                              .inputs = &in,
+                              .noutputs = 1,
+                              .outputs = &out,
+                              .npeers = BC_WORKERS,
+                              .peers = peers,
+                              .deadline_ms = BC_CALL_MS};
+    bc_run r[BC_WORKERS];
+    pthread_t th[BC_WORKERS];
+    double t0 = bench_now_s();
+    for (int w = 0; w < BC_WORKERS; w++) {
+        r[w] = (bc_run){.c = c, .w = w, .req = &req};
+        pthread_create(&th[w], NULL, bc_run_main, &r[w]);
+    }
+    for (int w = 0; w < BC_WORKERS; w++)
+        pthread_join(th[w], NULL);
+    *seconds = bench_now_s() - t0;
+    sm_program_free(p);
+    int rc = 0;
+    for (int w = 0; w < BC_WORKERS; w++) {
+        char ferr[256];
+        if (r[w].e && !rc) {
+            snprintf(err, errlen, "%s on worker %d: %s", bc_names[op], w, r[w].err);
+            rc = -1;
+        }
+        sm_svc_worker_free_array(c->ch[w], BC_CALL_MS, out, 0, NULL, ferr, sizeof ferr);
+    }
+    return rc;
+}
+
+static int bc_parse_sizes(const char *s, long *sizes, int max)
+{
+    int n = 0;
+    char *end;
+    while (*s && n < max) {
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 1 || v > 1024)
+            return -1;
+        sizes[n++] = v;
+        s = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',')
+            return -1;
+    }
+    return n;
+}
+
+int main(int argc, char **argv)
+{
+    long sizes[16] = {1, 16, 64};
+    int nsizes = 3, runs = 5;
+    char bin[PATH_MAX] = "", err[1024];
+    static const struct option opts[] = {{"sizes", required_argument, 0, 's'},
+                                         {"runs", required_argument, 0, 'r'},
+                                         {"worker", required_argument, 0, 'w'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    for (int ch; (ch = getopt_long(argc, argv, "s:r:w:h", opts, NULL)) != -1;) {
+        if (ch == 's' && (nsizes = bc_parse_sizes(optarg, sizes, 16)) > 0)
+            continue;
+        if (ch == 'r' && (runs = atoi(optarg)) >= 1 && runs <= BC_MAX_RUN)
+            continue;
+        if (ch == 'w') {
+            snprintf(bin, sizeof bin, "%s", optarg);
+            continue;
+        }
+        printf("usage: bench_coll [--sizes 1,16,64] [--runs 5] [--worker PATH]\n"
+               "Collectives across 2 shmap-worker processes x 2 devices (RunJob + Exchange);\n"
+               "sizes in MiB per device, runs in 1..%d.\n",
+               BC_MAX_RUN);
+        return ch == 'h' ? 0 : 2;
+    }
+    if (!*bin) {
+        char self[PATH_MAX];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+        if (n <= 0)
+            return fprintf(stderr, "bench_coll: cannot find myself\n"), 1;
+        self[n] = 0;
+        snprintf(bin, sizeof bin, "%s/../worker/shmap-worker", dirname(self));
+    }
+    signal(SIGPIPE, SIG_IGN);
+    sm_rpc_init();
+    bc_cluster c = {.mu = PTHREAD_MUTEX_INITIALIZER, .next_id = 1};
+    int rc = 1;
+    if (bc_start(&c, bin, err, sizeof err)) {
+        fprintf(stderr, "bench_coll: %s\n", err);
+        goto done;
+    }
+    printf("collectives over mesh x=%d: %d worker processes x %d devices, f32, K=%d extra "
+           "collectives per job, median of %d jobs\n",
+           BC_N, BC_WORKERS, BC_DPW, BC_K, runs);
+    printf("%-13s %8s %11s %11s %11s %11s\n", "op", "MiB/dev", "job R=1 ms", "t/op ms",
+           "algbw GB/s", "busbw GB/s");
+    for (int si = 0; si < nsizes; si++) {
+        int64_t bytes = (int64_t)sizes[si] << 20;
+        int64_t rows = bytes / (BC_COLS * 4);
+        rows -= rows % (BC_N * BC_N);
+        bytes = rows * BC_COLS * 4; /* S as measured */
+        float *data = malloc((size_t)rows * BC_COLS * 4);
+        if (!data || rows < BC_N * BC_N) {
+            fprintf(stderr, "bench_coll: size %ld MiB is too small or too large\n", sizes[si]);
+            free(data);
+            goto done;
+        }
+        uint64_t x = 88172645463325252ull;
+        for (int64_t k = 0; k < rows * BC_COLS; k++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            data[k] = (float)((double)(x >> 40) / (double)(1 << 24) - 0.5);
+        }
+        /* one full block array and one quarter block array (all_gather) */
+        uint64_t full = c.next_id++, quarter = c.next_id++;
+        for (int32_t dev = 0; dev < BC_N; dev++) {
+            sm_shape fs = {2, {rows, BC_COLS}}, qs = {2, {rows / BC_N, BC_COLS}};
+            if (bc_upload(&c, full, dev, &fs, data, rows * BC_COLS * 4, err, sizeof err) ||
+                bc_upload(&c, quarter, dev, &qs, data, rows / BC_N * BC_COLS * 4, err,
+                          sizeof err)) {
+                fprintf(stderr, "bench_coll: upload: %s\n", err);
+                free(data);
+                goto done;
+            }
+        }
+        free(data);
+        for (int op = 0; op < BC_NOPS; op++) {
+            double t1[BC_MAX_RUN], t2[BC_MAX_RUN];
+            int64_t r = op == BC_ALL_GATHER ? rows / BC_N : rows;
+            uint64_t in = op == BC_ALL_GATHER ? quarter : full;
+            int bad = 0;
+            for (int k = 0; k < runs && !bad; k++)
+                bad = bc_job(&c, op, r, 1, in, &t1[k], err, sizeof err) ||
+                      bc_job(&c, op, r, 1 + BC_K, in, &t2[k], err, sizeof err);
+            if (bad) {
+                fprintf(stderr, "bench_coll: %s\n", err);
+                goto done;
+            }
+            double m1 = bench_median(t1, runs), m2 = bench_median(t2, runs);
+            double t = (m2 - m1) / BC_K;
+            double algbw = t > 0 ? (double)bytes / t / 1e9 : 0;
+            double busbw = algbw * bc_factor[op];
+            printf("%-13s %8ld %11.2f %11.3f %11.3f %11.3f\n", bc_names[op], sizes[si], m1 * 1e3,
+                   t * 1e3, algbw, busbw);
+            char fig[128];
+            snprintf(fig, sizeof fig, "%s %ld MiB, shmap %d workers x %d devices", bc_names[op],
+                     sizes[si], BC_WORKERS, BC_DPW);
+            printf("SUMMARY|coll|%s|%.4g|GB/s busbw|||||n/a\n", fig, busbw);
+            fflush(stdout);
+        }
+        for (int w = 0; w < BC_WORKERS; w++) {
+            sm_svc_worker_free_array(c.ch[w], BC_CALL_MS, (sm_array_id){full}, 0, NULL, err,
+                                     sizeof err);
+            sm_svc_worker_free_array(c.ch[w], BC_CALL_MS, (sm_array_id){quarter}, 0, NULL, err,
+                                     sizeof err);
+        }
+    }
+    rc = 0;
+done:
+    bc_stop(&c);
+    sm_rpc_shutdown();
+    return rc;
+}

@@ -1,0 +1,176 @@
+/* bench_dispatch: round trip of an empty shard_map job against a plain unary
+ * RPC, measured side by side in the same run.
+ *
+ * Starts a local cluster of 2 workers x 4 devices, uploads x: f32[8] with
+ * P('i') over mesh i=8 once, then times `return x` from submit to result
+ * ready (sm_job_submit + sm_job_wait), deleting the output between runs (not
+ * timed). The anchor is sm_client_devices, a unary RPC the coordinator
+ * answers from its registry; the two are interleaved. Prints median and p90
+ * over the timed runs after the warm-up; the target is a median job round
+ * trip <= 0.5 ms.
+ *
+ *   bench_dispatch [--runs 200] [--warmup 20] [--coordinator PATH] */
+#define _GNU_SOURCE
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_util.h"
+
+#define DISPATCH_MAX_RUNS  100000
+#define DISPATCH_TARGET_MS 0.5
+
+static const char dispatch_program[] = "mesh i=8\n"
+                                       "shard_map empty(x: f32[8] @ P('i')) -> P('i'):\n"
+                                       "    return x\n";
+
+static int dispatch_rpc(sm_client *cli, double *secs, char *err, size_t errlen)
+{
+    sm_worker_info *w = NULL;
+    int n = 0;
+    double t0 = bench_now_s();
+    if (sm_client_devices(cli, &w, &n, err, errlen))
+        return -1;
+    *secs = bench_now_s() - t0;
+    free(w);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    int runs = 200, warmup = 20;
+    const char *binarg = NULL;
+    static const struct option opts[] = {{"runs", required_argument, 0, 'r'},
+                                         {"warmup", required_argument, 0, 'w'},
+                                         {"coordinator", required_argument, 0, 'c'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    int o;
+    while ((o = getopt_long(argc, argv, "r:w:c:h", opts, NULL)) != -1) {
+        switch (o) {
+        case 'r':
+            runs = atoi(optarg);
+            break;
+        case 'w':
+            warmup = atoi(optarg);
+            break;
+        case 'c':
+            binarg = optarg;
+            break;
+        default:
+            printf("usage: bench_dispatch [--runs N] [--warmup W] [--coordinator PATH]\n"
+                   "Round trip of an empty shard_map job (return x, 8 devices on 2 workers x 4)\n"
+                   "vs a plain unary RPC (sm_client_devices), same run. N defaults to 200, W "
+                   "to 20.\n");
+            return o == 'h' ? 0 : 2;
+        }
+    }
+    if (runs < 1 || runs > DISPATCH_MAX_RUNS)
+        runs = 200;
+    if (warmup < 0 || warmup > DISPATCH_MAX_RUNS)
+        warmup = 20;
+    char bin[PATH_MAX], err[1024];
+    if (bench_coordinator_path(binarg, bin, sizeof bin))
+        return 1;
+    double *rpc = calloc((size_t)runs, sizeof *rpc), *job = calloc((size_t)runs, sizeof *job);
+    double *svc = calloc((size_t)runs, sizeof *svc); /* service side: queued + run */
+    if (!rpc || !job || !svc)
+        return 1;
+
+    bench_cluster cl;
+    sm_client *cli = NULL;
+    if (bench_cluster_start(&cl, bin, 2, 4, &cli, err, sizeof err)) {
+        fprintf(stderr, "bench_dispatch: cluster not ready: %s\n", err);
+        bench_cluster_stop(&cl);
+        return 1;
+    }
+    printf("bench_dispatch: 2 workers x 4 devices, %d runs after %d warm-up, times in ms\n", runs,
+           warmup);
+    int rc = 0, have_jobs = BENCH_HAVE_JOBS;
+#if BENCH_HAVE_JOBS
+    sm_program *prog = NULL;
+    sm_array_info x = {0};
+    float xs[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    const char *names[] = {"i"};
+    int64_t sizes[] = {8};
+    sm_mesh mesh;
+    sm_shape shape = {.rank = 1, .dims = {8}};
+    sm_sharding_ref sh = {.mesh = &mesh, .default_order = 1};
+    if (bench_program(dispatch_program, &prog, err, sizeof err) ||
+        sm_mesh_init(&mesh, 1, names, sizes, NULL, 8, err, sizeof err) ||
+        sm_pspec_parse("P('i')", &sh.spec, err, sizeof err) ||
+        sm_client_put(cli, SM_F32, &shape, xs, &sh, NULL, &x, err, sizeof err)) {
+        fprintf(stderr, "bench_dispatch: setup: %s\n", err);
+        rc = 1;
+        have_jobs = 0;
+    }
+    sm_array_ref arg = {.id = x.id};
+#else
+    printf("jobs not available in this build (no client/lib/shmap_job.h): RPC anchor only\n");
+    (void)dispatch_program;
+#endif
+
+    for (int r = -warmup; r < runs && !rc; r++) {
+        double t;
+        if (dispatch_rpc(cli, &t, err, sizeof err)) {
+            fprintf(stderr, "bench_dispatch: devices RPC: %s\n", err);
+            rc = 1;
+            break;
+        }
+        if (r >= 0)
+            rpc[r] = t;
+#if BENCH_HAVE_JOBS
+        if (have_jobs) {
+            sm_job_info info;
+            if (bench_job_run(cli, prog, 1, &arg, &t, &info, err, sizeof err)) {
+                fprintf(stderr, "bench_dispatch: job: %s\n", err);
+                rc = 1;
+                break;
+            }
+            for (int k = 0; k < info.noutputs; k++)
+                if (info.outputs[k].id.v == x.id.v) /* an output aliasing x stays */
+                    info.outputs[k].id.v = 0;
+            if (r >= 0) {
+                job[r] = t;
+                svc[r] = (double)(info.queued_us + info.run_us) * 1e-6;
+            }
+            bench_job_drop(cli, &info);
+        }
+#endif
+    }
+
+    if (!rc) {
+        double rm = bench_median(rpc, runs) * 1e3, r90 = bench_percentile(rpc, runs, 90) * 1e3;
+        printf("\n%-36s %10s %10s\n", "", "median", "p90");
+        printf("%-36s %10.3f %10.3f\n", "anchor: unary RPC (devices)", rm, r90);
+        bench_summary("dispatch", "devices RPC round trip, median", rm, "ms", "", 0, "", -1);
+        if (have_jobs) {
+            double jm = bench_median(job, runs) * 1e3, j90 = bench_percentile(job, runs, 90) * 1e3;
+            printf("%-36s %10.3f %10.3f   (%.1fx the RPC; target median <= %.1f ms)\n",
+                   "empty job, 8 devices", jm, j90, jm / rm, DISPATCH_TARGET_MS);
+            double sm = bench_median(svc, runs) * 1e3;
+            printf("%-36s %10.3f   (the job's queued_us + run_us as the service reports them)\n",
+                   "  of which queued + run", sm);
+            bench_summary("dispatch", "empty job round trip, median", jm, "ms", "devices RPC", rm,
+                          "<= 0.5 ms", jm <= DISPATCH_TARGET_MS);
+            bench_summary("dispatch", "empty job round trip, p90", j90, "ms", "devices RPC p90",
+                          r90, "", -1);
+        } else {
+            bench_summary("dispatch", "empty job round trip (jobs n/a)", -1, "ms", "devices RPC",
+                          rm, "<= 0.5 ms", -1);
+        }
+    }
+#if BENCH_HAVE_JOBS
+    if (x.id.v)
+        sm_client_delete(cli, arg, err, sizeof err);
+    sm_array_info_free(&x);
+    sm_program_free(prog);
+#endif
+    sm_client_close(cli);
+    bench_cluster_stop(&cl);
+    free(rpc);
+    free(job);
+    free(svc);
+    return rc;
+}

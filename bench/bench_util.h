@@ -1,0 +1,84 @@
+/* bench_util: what the shmap benchmarks share: a monotonic clock, medians
+ * and percentiles, a local cluster started from the build tree (the
+ * coordinator with --local-workers), shard_map jobs timed from submit to
+ * result ready, and the SUMMARY lines bench/run.sh collects into its table.
+ *
+ * Everything here is for one thread (a benchmark's main). A bench_cluster
+ * owns the coordinator process and its temporary directory until
+ * bench_cluster_stop. */
+#ifndef BENCH_UTIL_H
+#define BENCH_UTIL_H
+
+#include <limits.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "shmap.h"
+#include "sm_ir.h"
+
+/* The job API (client/lib/shmap_job.h) is being written alongside; without
+ * it the job parts of the benchmarks print "jobs not available in this
+ * build" and the anchors still run. */
+#if defined(__has_include)
+#if __has_include("shmap_job.h")
+#include "shmap_job.h"
+#define BENCH_HAVE_JOBS 1
+#endif
+#endif
+#ifndef BENCH_HAVE_JOBS
+#define BENCH_HAVE_JOBS 0
+#endif
+
+#define BENCH_MIB (1024.0 * 1024.0)
+
+double bench_now_s(void);
+/* Median of v[0..n) (sorts v); 0 when n < 1. */
+double bench_median(double *v, int n);
+/* Nearest-rank percentile p (0..100) of v[0..n) (sorts v); 0 when n < 1. */
+double bench_percentile(double *v, int n, double p);
+
+/* Writes the coordinator binary to use into out: arg when not NULL, else
+ * ../server/shmap-coordinator next to this program (the build tree).
+ * Returns 0, or -1 if /proc/self/exe cannot be read. */
+int bench_coordinator_path(const char *arg, char *out, size_t len);
+
+typedef struct {
+    pid_t pid; /* the coordinator; 0 when not running */
+    char dir[PATH_MAX];
+    char target[64]; /* "127.0.0.1:PORT" */
+    int workers;
+} bench_cluster;
+
+/* Starts `bin --listen 127.0.0.1:0 --local-workers W --devices-per-worker D`
+ * with a port file in a fresh /tmp directory, and connects a client once
+ * all W workers report alive (up to ~15 s). On success *cli is owned by the
+ * caller (sm_client_close before bench_cluster_stop). Returns 0 or -1 with
+ * a sentence in err. */
+int bench_cluster_start(bench_cluster *c, const char *bin, int workers, int devices_per_worker,
+                        sm_client **cli, char *err, size_t errlen);
+/* Stops the coordinator (SIGTERM, then its workers if they outlive it) and
+ * removes the directory. Safe on a cluster that did not start. */
+void bench_cluster_stop(bench_cluster *c);
+
+/* Prints one line for bench/run.sh's summary table:
+ *   SUMMARY|bench|figure|value|unit|anchor name|anchor value|ratio|target|met
+ * value < 0 means no figure ("-"); ratio is value/anchor (empty when either
+ * is missing); met is "met", "not met" or "n/a" (met < 0: no target). */
+void bench_summary(const char *bench, const char *figure, double value, const char *unit,
+                   const char *anchor_name, double anchor, const char *target, int met);
+
+#if BENCH_HAVE_JOBS
+/* Submits p over args (one per parameter) and waits for it to end; *seconds
+ * is the time from submit to result ready. On SM_OK the job is DONE and
+ * *info (owned by the caller, sm_job_info_free) lists its outputs. */
+sm_err bench_job_run(sm_client *cli, const sm_program *p, int nargs, const sm_array_ref *args,
+                     double *seconds, sm_job_info *info, char *err, size_t errlen);
+/* Deletes a finished job's output arrays and frees *info. */
+void bench_job_drop(sm_client *cli, sm_job_info *info);
+#endif
+
+/* Parses text (a .shmap program) and verifies it with check_vma; *out owned
+ * by the caller (sm_program_free). */
+sm_err bench_program(const char *text, sm_program **out, char *err, size_t errlen);
+
+#endif
