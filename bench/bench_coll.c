@@ -303,7 +303,8 @@ static int bc_job(bc_cluster *c, bc_op op, int64_t rows, int R, uint64_t input, 
     for (int w = 0; w < BC_WORKERS; w++) {
         char ferr[256];
         if (r[w].e && !rc) {
-            snprintf(err, errlen, "%s on worker %d: %s", bc_names[op], w, r[w].err);
+            int n = snprintf(err, errlen, "%s on worker %d: %.200s", bc_names[op], w, r[w].err);
+            (void)n; /* truncating a long message is fine */
             rc = -1;
         }
         sm_svc_worker_free_array(c->ch[w], BC_CALL_MS, out, 0, NULL, ferr, sizeof ferr);

@@ -323,6 +323,58 @@ static void reply_free(sm_svc_create_array_reply *rep)
     sm_array_info_free(&rep->array);
 }
 
+/* reg_with_workers, then mesh "m" of axes. */
+static sm_registry *reg_with_mesh(int nworkers, int ndev, const char *axes)
+{
+    sm_registry *r = reg_with_workers(nworkers, ndev);
+    reg_mesh(r, "m", axes);
+    return r;
+}
+
+/* Creates array name over mesh "m" (must succeed); returns its id. */
+static sm_array_id reg_array_ok(sm_registry *r, const char *name, const char *spec,
+                                sm_put_kind kind, uint32_t deadline)
+{
+    sm_svc_create_array_reply rep;
+    char err[256];
+    ck_assert_msg(reg_array(r, name, "m", spec, kind, deadline, &rep, err, sizeof err) == SM_OK,
+                  "%s", err);
+    sm_array_id id = rep.array.id;
+    reply_free(&rep);
+    return id;
+}
+
+/* Uploads the f32 shard of shape s on devs[0..n) of array id at T0 (begin
+ * and a successful end, both must succeed); returns whether the array is
+ * ready, and the number of targets in *nt unless NULL. */
+static int reg_upload_ok(sm_registry *r, sm_array_id id, int32_t *devs, int n, sm_shape s, int *nt)
+{
+    char err[256];
+    sm_svc_upload_header h = {id, n, devs, s, SM_F32, 4};
+    for (int d = 0; d < s.rank; d++)
+        h.total_bytes *= s.dims[d];
+    sm_reg_target *t;
+    int ntargets, ready;
+    int64_t left;
+    ck_assert_int_eq(sm_registry_upload_begin(r, &h, T0, &t, &ntargets, &left, err, sizeof err),
+                     SM_OK);
+    free(t);
+    if (nt)
+        *nt = ntargets;
+    ck_assert_int_eq(sm_registry_upload_end(r, id, devs, n, 1, &ready, err, sizeof err), SM_OK);
+    return ready;
+}
+
+/* The description of array ref, which must exist; free it with
+ * sm_array_info_free. */
+static sm_array_info reg_describe(sm_registry *r, sm_array_ref ref)
+{
+    sm_array_info info;
+    char err[256];
+    ck_assert_msg(sm_registry_array_describe(r, ref, &info, err, sizeof err) == SM_OK, "%s", err);
+    return info;
+}
+
 /* Workers that ask for process index k get devices k * ndevices onward,
  * whatever order they register in; taken ids fall back to the next free. */
 START_TEST(test_registry_device_ids_by_process)
@@ -433,10 +485,9 @@ END_TEST
 
 START_TEST(test_registry_array_names_and_errors)
 {
-    sm_registry *r = reg_with_workers(4, 2);
+    sm_registry *r = reg_with_mesh(4, 2, "i=4,j=2");
     sm_svc_create_array_reply rep;
     char err[256];
-    reg_mesh(r, "m", "i=4,j=2");
     ck_assert_int_eq(reg_array(r, "a", "m", "P('i','j')", SM_PUT_WHOLE, 0, &rep, err, sizeof err),
                      SM_OK);
     ck_assert_int_eq(rep.array.id.v, 1);
@@ -486,14 +537,9 @@ END_TEST
 
 START_TEST(test_registry_upload_states)
 {
-    sm_registry *r = reg_with_workers(4, 2);
-    sm_svc_create_array_reply rep;
+    sm_registry *r = reg_with_mesh(4, 2, "i=4,j=2");
     char err[256];
-    reg_mesh(r, "m", "i=4,j=2");
-    ck_assert_int_eq(reg_array(r, "a", "m", "P('i', None)", SM_PUT_WHOLE, 0, &rep, err, sizeof err),
-                     SM_OK);
-    sm_array_id id = rep.array.id;
-    reply_free(&rep);
+    sm_array_id id = reg_array_ok(r, "a", "P('i', None)", SM_PUT_WHOLE, 0);
     int32_t devs[2] = {2, 3};
     sm_svc_upload_header h = {id, 2, devs, {2, {16, 128}}, SM_F32, 16 * 128 * 4};
     sm_reg_target *t;
@@ -558,16 +604,10 @@ START_TEST(test_registry_upload_states)
         if (k == 1)
             continue;
         int32_t d[2] = {2 * k, 2 * k + 1};
-        h.devices = d;
-        ck_assert_int_eq(sm_registry_upload_begin(r, &h, T0, &t, &nt, &left, err, sizeof err),
-                         SM_OK);
-        free(t);
-        ck_assert_int_eq(sm_registry_upload_end(r, id, d, 2, 1, &ready, err, sizeof err), SM_OK);
+        ready = reg_upload_ok(r, id, d, 2, (sm_shape){2, {16, 128}}, NULL);
     }
     ck_assert_int_eq(ready, 1);
-    sm_array_info info;
-    ck_assert_int_eq(
-        sm_registry_array_describe(r, (sm_array_ref){id, NULL}, &info, err, sizeof err), SM_OK);
+    sm_array_info info = reg_describe(r, (sm_array_ref){id, NULL});
     ck_assert_int_eq(info.state, SM_ARRAY_READY);
     ck_assert_int_eq(info.shards[5].present, 1);
     ck_assert_int_eq(info.shards[5].replica_id, 1);
@@ -586,25 +626,14 @@ END_TEST
 
 START_TEST(test_registry_deadline)
 {
-    sm_registry *r = reg_with_workers(4, 2);
-    sm_svc_create_array_reply rep;
+    sm_registry *r = reg_with_mesh(4, 2, "i=4,j=2");
     char err[256];
-    reg_mesh(r, "m", "i=4,j=2");
-    ck_assert_int_eq(
-        reg_array(r, "a", "m", "P('i', 'j')", SM_PUT_SHARDS, 100, &rep, err, sizeof err), SM_OK);
-    sm_array_id id = rep.array.id;
-    reply_free(&rep);
+    sm_array_id id = reg_array_ok(r, "a", "P('i', 'j')", SM_PUT_SHARDS, 100);
     int32_t d0 = 0;
-    sm_svc_upload_header h = {id, 1, &d0, {2, {16, 64}}, SM_F32, 16 * 64 * 4};
-    sm_reg_target *t;
-    int nt, ready;
-    int64_t left;
+    int ready;
     for (int k = 0; k < 6; k++) {
         d0 = k;
-        ck_assert_int_eq(sm_registry_upload_begin(r, &h, T0, &t, &nt, &left, err, sizeof err),
-                         SM_OK);
-        free(t);
-        ck_assert_int_eq(sm_registry_upload_end(r, id, &d0, 1, 1, &ready, err, sizeof err), SM_OK);
+        reg_upload_ok(r, id, &d0, 1, (sm_shape){2, {16, 64}}, NULL);
     }
     sm_reg_free *f = NULL;
     int nf = 0;
@@ -614,9 +643,7 @@ START_TEST(test_registry_deadline)
     ck_assert_int_eq(nf, 3); /* filled devices 0..5 are on workers 1..3 */
     ck_assert_int_eq(f[0].t.ndevices, 2);
     free(f);
-    sm_array_info info;
-    ck_assert_int_eq(
-        sm_registry_array_describe(r, (sm_array_ref){id, NULL}, &info, err, sizeof err), SM_OK);
+    sm_array_info info = reg_describe(r, (sm_array_ref){id, NULL});
     ck_assert_int_eq(info.state, SM_ARRAY_FAILED);
     ck_assert_str_eq(
         info.error, "array 'a' failed: devices 6,7 never received data before the 100 ms deadline");
@@ -631,10 +658,9 @@ END_TEST
 
 START_TEST(test_registry_local)
 {
-    sm_registry *r = reg_with_workers(4, 2);
+    sm_registry *r = reg_with_mesh(4, 2, "i=4,j=2");
     sm_svc_create_array_reply rep;
     char err[256];
-    reg_mesh(r, "m", "i=4,j=2");
     sm_svc_create_array_req req = {0};
     req.name = "loc";
     req.dtype = SM_F32;
@@ -674,23 +700,13 @@ START_TEST(test_registry_local)
     for (int p = 0; p < 4; p += 2)
         for (int k = 0; k < 2; k++) {
             int32_t d = 2 * p + k;
-            sm_svc_upload_header h = {id, 1, &d, {2, {64, 16}}, SM_F32, 64 * 16 * 4};
-            sm_reg_target *t;
-            int nt, ready;
-            int64_t left;
-            ck_assert_int_eq(sm_registry_upload_begin(r, &h, T0, &t, &nt, &left, err, sizeof err),
-                             SM_OK);
-            free(t);
-            ck_assert_int_eq(sm_registry_upload_end(r, id, &d, 1, 1, &ready, err, sizeof err),
-                             SM_OK);
+            reg_upload_ok(r, id, &d, 1, (sm_shape){2, {64, 16}}, NULL);
         }
     sm_reg_free *f = NULL;
     int nf = 0;
     sm_registry_reap(r, T0 + 60, 1000000, &f, &nf);
     free(f);
-    sm_array_info info;
-    ck_assert_int_eq(
-        sm_registry_array_describe(r, (sm_array_ref){id, NULL}, &info, err, sizeof err), SM_OK);
+    sm_array_info info = reg_describe(r, (sm_array_ref){id, NULL});
     ck_assert_int_eq(info.state, SM_ARRAY_FAILED);
     ck_assert_str_eq(info.error, "array 'loc' failed: processes 1,3 never sent their parts "
                                  "before the 50 ms deadline");
@@ -701,27 +717,15 @@ END_TEST
 
 START_TEST(test_registry_lost_worker)
 {
-    sm_registry *r = reg_with_workers(2, 4);
+    sm_registry *r = reg_with_mesh(2, 4, "i=2,j=4");
     sm_svc_create_array_reply rep;
     char err[256];
-    reg_mesh(r, "m", "i=2,j=4");
-    ck_assert_int_eq(reg_array(r, "ready", "m", "P()", SM_PUT_WHOLE, 0, &rep, err, sizeof err),
-                     SM_OK);
-    sm_array_id id = rep.array.id;
+    sm_array_id id = reg_array_ok(r, "ready", "P()", SM_PUT_WHOLE, 0);
     int32_t all[8] = {0, 1, 2, 3, 4, 5, 6, 7};
-    sm_svc_upload_header h = {id, 8, all, g64x128, SM_F32, 64 * 128 * 4};
-    sm_reg_target *t;
-    int nt, ready;
-    int64_t left;
-    ck_assert_int_eq(sm_registry_upload_begin(r, &h, T0, &t, &nt, &left, err, sizeof err), SM_OK);
+    int nt;
+    ck_assert_int_eq(reg_upload_ok(r, id, all, 8, g64x128, &nt), 1);
     ck_assert_int_eq(nt, 2);
-    free(t);
-    ck_assert_int_eq(sm_registry_upload_end(r, id, all, 8, 1, &ready, err, sizeof err), SM_OK);
-    ck_assert_int_eq(ready, 1);
-    reply_free(&rep);
-    ck_assert_int_eq(reg_array(r, "pend", "m", "P()", SM_PUT_WHOLE, 0, &rep, err, sizeof err),
-                     SM_OK);
-    reply_free(&rep);
+    reg_array_ok(r, "pend", "P()", SM_PUT_WHOLE, 0);
     /* worker 1 keeps beating, worker 2 goes silent */
     sm_svc_heartbeat_req hb = {.worker_id = 1, .epoch = sm_registry_epoch(r), .ndevices = 4};
     ck_assert_int_eq(sm_registry_worker_heartbeat(r, &hb, T0 + 2500), 1);
@@ -732,16 +736,13 @@ START_TEST(test_registry_lost_worker)
     sm_registry_reap(r, T0 + 3001, 3000, &f, &nf);
     ck_assert_int_eq(sm_registry_workers_alive(r), 1);
     free(f);
-    sm_array_info info;
-    ck_assert_int_eq(
-        sm_registry_array_describe(r, (sm_array_ref){{0}, "ready"}, &info, err, sizeof err), SM_OK);
+    sm_array_info info = reg_describe(r, (sm_array_ref){{0}, "ready"});
     ck_assert_int_eq(info.state, SM_ARRAY_LOST);
     ck_assert_ptr_nonnull(strstr(info.error, "devices 4,5,6,7 are gone"));
     ck_assert_int_eq(info.shards[0].present, 1);
     ck_assert_int_eq(info.shards[4].present, 0);
     sm_array_info_free(&info);
-    ck_assert_int_eq(
-        sm_registry_array_describe(r, (sm_array_ref){{0}, "pend"}, &info, err, sizeof err), SM_OK);
+    info = reg_describe(r, (sm_array_ref){{0}, "pend"});
     ck_assert_int_eq(info.state, SM_ARRAY_FAILED);
     sm_array_info_free(&info);
     hb.worker_id = 2;
@@ -767,13 +768,9 @@ END_TEST
 
 START_TEST(test_registry_reshard)
 {
-    sm_registry *r = reg_with_workers(4, 2);
-    sm_svc_create_array_reply rep;
+    sm_registry *r = reg_with_mesh(4, 2, "i=4,j=2");
     char err[256];
-    reg_mesh(r, "m", "i=4,j=2");
-    ck_assert_int_eq(reg_array(r, "a", "m", "P()", SM_PUT_WHOLE, 0, &rep, err, sizeof err), SM_OK);
-    sm_array_id id = rep.array.id;
-    reply_free(&rep);
+    sm_array_id id = reg_array_ok(r, "a", "P()", SM_PUT_WHOLE, 0);
     sm_svc_reshard_req rq = {0};
     rq.array.id = id;
     rq.sharding.mesh_name = "m";
@@ -785,13 +782,7 @@ START_TEST(test_registry_reshard)
     ck_assert_int_eq(sm_registry_reshard_begin(r, &rq, T0, &nid, &parts, &np, err, sizeof err),
                      SM_EPRECONDITION);
     int32_t all[8] = {0, 1, 2, 3, 4, 5, 6, 7};
-    sm_svc_upload_header h = {id, 8, all, g64x128, SM_F32, 64 * 128 * 4};
-    sm_reg_target *t;
-    int nt, ready;
-    int64_t left;
-    ck_assert_int_eq(sm_registry_upload_begin(r, &h, T0, &t, &nt, &left, err, sizeof err), SM_OK);
-    free(t);
-    ck_assert_int_eq(sm_registry_upload_end(r, id, all, 8, 1, &ready, err, sizeof err), SM_OK);
+    reg_upload_ok(r, id, all, 8, g64x128, NULL);
     ck_assert_int_eq(sm_pspec_parse("P('q')", &rq.sharding.spec, err, sizeof err), SM_OK);
     ck_assert_int_eq(sm_registry_reshard_begin(r, &rq, T0, &nid, &parts, &np, err, sizeof err),
                      SM_EINVAL);

@@ -354,12 +354,15 @@ static sm_array *block_of(const sm_program *p, const sm_pspec *spec, const sm_ar
     return b;
 }
 
-/* Uploads every device's block of param k under array id. */
-static void put_param(const sm_program *p, int k, const sm_array *g, uint64_t id)
+/* Uploads the block of param k of every device on a worker in mask (bit w:
+ * worker w) under array id. */
+static void put_param(const sm_program *p, int k, const sm_array *g, uint64_t id, unsigned mask)
 {
     char err[512];
     for (int pos = 0; pos < p->mesh.ndevices; pos++) {
         int32_t dev = p->mesh.devices[pos];
+        if (!(mask & (1u << worker_of(dev))))
+            continue;
         sm_array *b = block_of(p, &p->params[k].spec, g, pos);
         sm_err e = upload(cl.ch[worker_of(dev)], id, dev, b->dtype, &b->shape, b->data, b->nbytes,
                           err, sizeof err);
@@ -458,7 +461,7 @@ static uint64_t run_and_check(const char *text, sm_array *const *g)
     uint64_t job = next_id++, base;
     for (int k = 0; k < p->nparams; k++) {
         in[k].v = next_id++;
-        put_param(p, k, g[k], in[k].v);
+        put_param(p, k, g[k], in[k].v, ~0u);
     }
     base = next_id;
     for (int r = 0; r < p->nreturns; r++)
@@ -495,136 +498,147 @@ static uint64_t run_and_check(const char *text, sm_array *const *g)
     return base;
 }
 
-static void run1(const char *text, sm_dtype t, sm_shape s)
+#define MESH "mesh i=2 j=2 devices=[0, 2, 1, 3]\n"
+#define PSUM_J                                                                                     \
+    MESH "shard_map f(x: f32[8,12] @ P('i','j')) -> P('i', None):\n"                               \
+         "    return psum(x, 'j')\n"
+
+/* One job over global inputs made by global_input (small integers, seed
+ * each), uploaded to the workers in a mask. */
+typedef struct {
+    sm_array *g;
+    sm_program *p;
+    sm_array_id in, out;
+    uint64_t job;
+    sm_svc_run_job_req req;
+    sm_svc_peer peers[NW];
+    run_res res[NW];
+} one_job;
+
+/* Parses text (one f32 input of shape s, seed 3), uploads the blocks of the
+ * devices on the workers in mask and builds the RunJob request. */
+static void one_job_init(one_job *j, const char *text, sm_shape s, unsigned mask,
+                         uint32_t deadline_ms)
 {
-    sm_array *g = global_input(t, &s, 3, 0);
-    run_and_check(text, &g);
-    sm_array_free(g);
+    j->g = global_input(SM_F32, &s, 3, 0);
+    j->p = prog(text);
+    j->in.v = next_id++;
+    j->out.v = next_id++;
+    put_param(j->p, 0, j->g, j->in.v, mask);
+    j->job = next_id++;
+    job_req(&j->req, j->peers, j->p, j->job, &j->in, &j->out, deadline_ms);
 }
 
-#define MESH "mesh i=2 j=2 devices=[0, 2, 1, 3]\n"
+static void one_job_free(one_job *j)
+{
+    sm_array_free(j->g);
+    sm_program_free(j->p);
+}
+
+/* Sends RunJob to worker 0 alone, in a thread the caller joins. */
+static void run_start_w0(one_job *j, pthread_t *th)
+{
+    j->res[0] = (run_res){.w = 0, .req = &j->req};
+    ck_assert(pthread_create(th, NULL, run_main, &j->res[0]) == 0);
+}
 
 /* ---- tests ----------------------------------------------------------------------- */
 
-START_TEST(test_psum)
-{
-    if (cl.skip)
-        return;
-    run1(MESH "shard_map f(x: f32[8,12] @ P('i','j')) -> P('i', None):\n"
-              "    return psum(x, 'j')\n",
-         SM_F32, (sm_shape){2, {8, 12}});
-    run1(MESH "shard_map f(x: f32[8,12] @ P('i','j')) -> P(None, None):\n"
-              "    return psum(x, ('i', 'j'))\n",
-         SM_F32, (sm_shape){2, {8, 12}});
-    run1(MESH "shard_map f(x: i32[8,12] @ P('i','j')) -> (P(None, None), P('i', None)):\n"
-              "    return pmax(x, ('j', 'i')), pmin(x, 'j')\n",
-         SM_I32, (sm_shape){2, {8, 12}});
-    run1(MESH "shard_map f(x: f64[8,12] @ P('i','j')) -> P(None, 'j'):\n"
-              "    return pmean(x, 'i')\n",
-         SM_F64, (sm_shape){2, {8, 12}});
-}
-END_TEST
+/* Programs run on both workers and checked against the in-process runner:
+ * one row a program, its inputs made by global_input (small integers). */
+typedef struct {
+    sm_dtype t;
+    sm_shape s;
+    int seed;
+} job_input;
 
-START_TEST(test_all_gather)
-{
-    if (cl.skip)
-        return;
-    run1(MESH "shard_map f(x: f32[8,12] @ P('i','j')) -> P('i','j'):\n"
-              "    return all_gather(x, 'j')\n",
-         SM_F32, (sm_shape){2, {8, 12}});
-    run1(MESH "shard_map f(x: f32[8,12] @ P('i','j')) -> P('i','j'):\n"
-              "    return all_gather(x, 'j', axis=1, tiled=True)\n",
-         SM_F32, (sm_shape){2, {8, 12}});
-    run1(MESH "shard_map f(x: i32[8,12] @ P(('i','j'))) -> P(('i','j')):\n"
-              "    return all_gather(x, ('j', 'i'), axis=0, tiled=True)\n",
-         SM_I32, (sm_shape){2, {8, 12}});
-}
-END_TEST
+static const struct {
+    const char *text;
+    job_input in[2]; /* p->nparams of them */
+} job_cases[] = {
+    /* psum, pmax, pmin, pmean */
+    {MESH "shard_map f(x: f32[8,12] @ P('i','j')) -> P('i', None):\n"
+          "    return psum(x, 'j')\n",
+     {{SM_F32, {2, {8, 12}}, 3}}},
+    {MESH "shard_map f(x: f32[8,12] @ P('i','j')) -> P(None, None):\n"
+          "    return psum(x, ('i', 'j'))\n",
+     {{SM_F32, {2, {8, 12}}, 3}}},
+    {MESH "shard_map f(x: i32[8,12] @ P('i','j')) -> (P(None, None), P('i', None)):\n"
+          "    return pmax(x, ('j', 'i')), pmin(x, 'j')\n",
+     {{SM_I32, {2, {8, 12}}, 3}}},
+    {MESH "shard_map f(x: f64[8,12] @ P('i','j')) -> P(None, 'j'):\n"
+          "    return pmean(x, 'i')\n",
+     {{SM_F64, {2, {8, 12}}, 3}}},
+    /* all_gather */
+    {MESH "shard_map f(x: f32[8,12] @ P('i','j')) -> P('i','j'):\n"
+          "    return all_gather(x, 'j')\n",
+     {{SM_F32, {2, {8, 12}}, 3}}},
+    {MESH "shard_map f(x: f32[8,12] @ P('i','j')) -> P('i','j'):\n"
+          "    return all_gather(x, 'j', axis=1, tiled=True)\n",
+     {{SM_F32, {2, {8, 12}}, 3}}},
+    {MESH "shard_map f(x: i32[8,12] @ P(('i','j'))) -> P(('i','j')):\n"
+          "    return all_gather(x, ('j', 'i'), axis=0, tiled=True)\n",
+     {{SM_I32, {2, {8, 12}}, 3}}},
+    /* psum_scatter */
+    {MESH "shard_map f(x: f32[8,12] @ P('i','j')) -> P('i','j'):\n"
+          "    return psum_scatter(x, 'j', scatter_dimension=1, tiled=True)\n",
+     {{SM_F32, {2, {8, 12}}, 3}}},
+    {MESH "shard_map f(x: f32[8,4] @ P('i', None)) -> P(('i', 'j')):\n"
+          "    return psum_scatter(x, ('i', 'j'), scatter_dimension=0, tiled=True)\n",
+     {{SM_F32, {2, {8, 4}}, 3}}},
+    /* ppermute, then a partial permutation: rank 0 of each j pair gets zeros */
+    {MESH "shard_map f(x: f32[8,12] @ P('i','j')) -> P('i','j'):\n"
+          "    return ppermute(x, ('i', 'j'), perm=[(0, 1), (1, 2), (2, 3), (3, 0)])\n",
+     {{SM_F32, {2, {8, 12}}, 3}}},
+    {MESH "shard_map f(x: f32[8,12] @ P('i','j')) -> P('i','j'):\n"
+          "    return ppermute(x, 'j', perm=[(0, 1)])\n",
+     {{SM_F32, {2, {8, 12}}, 3}}},
+    /* all_to_all */
+    {MESH "shard_map f(x: f32[8,12] @ P('i','j')) -> P('i','j'):\n"
+          "    return all_to_all(x, 'j', 1, 0, tiled=True)\n",
+     {{SM_F32, {2, {8, 12}}, 3}}},
+    {MESH "shard_map f(x: i32[8,16] @ P('i','j')) -> P('i','j'):\n"
+          "    return all_to_all(x, ('i', 'j'), 1, 0, tiled=True)\n",
+     {{SM_I32, {2, {8, 16}}, 3}}},
+    /* matmul_basic */
+    {MESH "shard_map matmul_basic(a: f32[8,16] @ P('i','j'), b: f32[16,32] @ "
+          "P('j', None)) -> P('i', None):\n"
+          "    z = dot(a, b)\n"
+          "    return psum(z, 'j')\n",
+     {{SM_F32, {2, {8, 16}}, 1}, {SM_F32, {2, {16, 32}}, 2}}},
+    /* other device orders: worker 1 holding rank 0, and a worker holding
+     * ranks that are not contiguous (0 and 3 of a 4-device axis) */
+    {"mesh i=2 j=2 devices=[2, 0, 3, 1]\n"
+     "shard_map f(x: f32[8,16] @ P('i','j')) -> (P(None, None), P('i', 'j')):\n"
+     "    return psum(x, ('i', 'j')), all_to_all(x, ('j', 'i'), 1, 0, tiled=True)\n",
+     {{SM_F32, {2, {8, 16}}, 3}}},
+    {"mesh k=4 devices=[0, 2, 3, 1]\n"
+     "shard_map f(x: f32[16,8] @ P('k')) -> (P('k'), P('k'), P('k'), P(None)):\n"
+     "    a = psum_scatter(x, 'k', scatter_dimension=0, tiled=True)\n"
+     "    b = all_to_all(x, 'k', 0, 1, tiled=True)\n"
+     "    c = ppermute(x, 'k', perm=[(0, 3), (3, 1), (1, 2), (2, 0)])\n"
+     "    return a, b, c, psum(x, 'k')\n",
+     {{SM_F32, {2, {16, 8}}, 3}}},
+    /* blocks of 8 MiB: every blob crosses in several chunks */
+    {MESH "shard_map f(x: f32[2048,4096] @ P('i','j')) -> (P('i', None), P('i', 'j')):\n"
+          "    return psum(x, 'j'), ppermute(x, 'j', perm=[(0, 1), (1, 0)])\n",
+     {{SM_F32, {2, {2048, 4096}}, 3}}},
+};
 
-START_TEST(test_psum_scatter)
-{
-    if (cl.skip)
-        return;
-    run1(MESH "shard_map f(x: f32[8,12] @ P('i','j')) -> P('i','j'):\n"
-              "    return psum_scatter(x, 'j', scatter_dimension=1, tiled=True)\n",
-         SM_F32, (sm_shape){2, {8, 12}});
-    run1(MESH "shard_map f(x: f32[8,4] @ P('i', None)) -> P(('i', 'j')):\n"
-              "    return psum_scatter(x, ('i', 'j'), scatter_dimension=0, tiled=True)\n",
-         SM_F32, (sm_shape){2, {8, 4}});
-}
-END_TEST
+#define NJOB_CASES ((int)(sizeof job_cases / sizeof job_cases[0]))
 
-START_TEST(test_ppermute)
+START_TEST(test_job_case)
 {
     if (cl.skip)
         return;
-    run1(MESH "shard_map f(x: f32[8,12] @ P('i','j')) -> P('i','j'):\n"
-              "    return ppermute(x, ('i', 'j'), perm=[(0, 1), (1, 2), (2, 3), (3, 0)])\n",
-         SM_F32, (sm_shape){2, {8, 12}});
-    /* a partial permutation: rank 0 of each j pair gets zeros */
-    run1(MESH "shard_map f(x: f32[8,12] @ P('i','j')) -> P('i','j'):\n"
-              "    return ppermute(x, 'j', perm=[(0, 1)])\n",
-         SM_F32, (sm_shape){2, {8, 12}});
-}
-END_TEST
-
-START_TEST(test_all_to_all)
-{
-    if (cl.skip)
-        return;
-    run1(MESH "shard_map f(x: f32[8,12] @ P('i','j')) -> P('i','j'):\n"
-              "    return all_to_all(x, 'j', 1, 0, tiled=True)\n",
-         SM_F32, (sm_shape){2, {8, 12}});
-    run1(MESH "shard_map f(x: i32[8,16] @ P('i','j')) -> P('i','j'):\n"
-              "    return all_to_all(x, ('i', 'j'), 1, 0, tiled=True)\n",
-         SM_I32, (sm_shape){2, {8, 16}});
-}
-END_TEST
-
-START_TEST(test_matmul_basic)
-{
-    if (cl.skip)
-        return;
-    sm_array *g[2] = {global_input(SM_F32, &(sm_shape){2, {8, 16}}, 1, 0),
-                      global_input(SM_F32, &(sm_shape){2, {16, 32}}, 2, 0)};
-    run_and_check(MESH "shard_map matmul_basic(a: f32[8,16] @ P('i','j'), b: f32[16,32] @ "
-                       "P('j', None)) -> P('i', None):\n"
-                       "    z = dot(a, b)\n"
-                       "    return psum(z, 'j')\n",
-                  g);
-    sm_array_free(g[0]);
-    sm_array_free(g[1]);
-}
-END_TEST
-
-/* Other device orders: worker 1 holding rank 0, and a worker holding ranks
- * that are not contiguous (0 and 3 of a 4-device axis). */
-START_TEST(test_layouts)
-{
-    if (cl.skip)
-        return;
-    run1("mesh i=2 j=2 devices=[2, 0, 3, 1]\n"
-         "shard_map f(x: f32[8,16] @ P('i','j')) -> (P(None, None), P('i', 'j')):\n"
-         "    return psum(x, ('i', 'j')), all_to_all(x, ('j', 'i'), 1, 0, tiled=True)\n",
-         SM_F32, (sm_shape){2, {8, 16}});
-    run1("mesh k=4 devices=[0, 2, 3, 1]\n"
-         "shard_map f(x: f32[16,8] @ P('k')) -> (P('k'), P('k'), P('k'), P(None)):\n"
-         "    a = psum_scatter(x, 'k', scatter_dimension=0, tiled=True)\n"
-         "    b = all_to_all(x, 'k', 0, 1, tiled=True)\n"
-         "    c = ppermute(x, 'k', perm=[(0, 3), (3, 1), (1, 2), (2, 0)])\n"
-         "    return a, b, c, psum(x, 'k')\n",
-         SM_F32, (sm_shape){2, {16, 8}});
-}
-END_TEST
-
-/* Blocks of 8 MiB: every blob crosses in several chunks. */
-START_TEST(test_large)
-{
-    if (cl.skip)
-        return;
-    run1(MESH "shard_map f(x: f32[2048,4096] @ P('i','j')) -> (P('i', None), P('i', 'j')):\n"
-              "    return psum(x, 'j'), ppermute(x, 'j', perm=[(0, 1), (1, 0)])\n",
-         SM_F32, (sm_shape){2, {2048, 4096}});
+    const job_input *in = job_cases[_i].in;
+    int nin = in[1].s.rank ? 2 : 1;
+    sm_array *g[2] = {0};
+    for (int k = 0; k < nin; k++)
+        g[k] = global_input(in[k].t, &in[k].s, in[k].seed, 0);
+    run_and_check(job_cases[_i].text, g);
+    for (int k = 0; k < nin; k++)
+        sm_array_free(g[k]);
 }
 END_TEST
 
@@ -640,7 +654,7 @@ START_TEST(test_deterministic)
                             "    return psum(y, ('i', 'j'))\n";
     sm_program *p = prog(text);
     sm_array_id in = {next_id++};
-    put_param(p, 0, g, in.v);
+    put_param(p, 0, g, in.v, ~0u);
     sm_array *first = NULL;
     for (int run = 0; run < 3; run++) {
         sm_array_id out = {next_id++};
@@ -674,36 +688,19 @@ START_TEST(test_missing_input)
 {
     if (cl.skip)
         return;
-    sm_shape s = {2, {8, 12}};
-    sm_array *g = global_input(SM_F32, &s, 3, 0);
-    sm_program *p = prog(MESH "shard_map f(x: f32[8,12] @ P('i','j')) -> P('i', None):\n"
-                              "    return psum(x, 'j')\n");
-    sm_array_id in = {next_id++}, out = {next_id++};
-    /* upload only worker 1's blocks */
-    char err[512];
-    for (int pos = 0; pos < 4; pos++) {
-        int32_t dev = p->mesh.devices[pos];
-        if (worker_of(dev) != 1)
-            continue;
-        sm_array *b = block_of(p, &p->params[0].spec, g, pos);
-        ck_assert(upload(cl.ch[1], in.v, dev, b->dtype, &b->shape, b->data, b->nbytes, err,
-                         sizeof err) == SM_OK);
-        sm_array_free(b);
-    }
-    sm_svc_run_job_req req;
-    sm_svc_peer peers[NW];
-    run_res res[NW];
-    uint64_t job = next_id++;
-    job_req(&req, peers, p, job, &in, &out, 20000);
-    run_on(&req, 3, res);
+    one_job j;
+    one_job_init(&j, PSUM_J, (sm_shape){2, {8, 12}}, 2 /* only worker 1's blocks */, 20000);
+    run_res *res = j.res;
+    run_on(&j.req, 3, res);
     ck_assert_msg(res[0].e == SM_ENOTFOUND, "%s: %s", sm_err_name(res[0].e), res[0].err);
     char want[64];
-    snprintf(want, sizeof want, "array %llu", (unsigned long long)in.v);
+    snprintf(want, sizeof want, "array %llu", (unsigned long long)j.in.v);
     ck_assert_msg(strstr(res[0].err, want) && strstr(res[0].err, "device 0"), "%s", res[0].err);
     ck_assert_msg(res[1].e == SM_ECANCELLED, "%s: %s", sm_err_name(res[1].e), res[1].err);
     ck_assert_msg(res[1].took < 10, "worker 1 took %.1f s", res[1].took);
     /* nothing stored on either worker */
-    sm_svc_download_req dr = {.array = {.id = out}, .device = 2};
+    char err[512];
+    sm_svc_download_req dr = {.array = {.id = j.out}, .device = 2};
     sm_svc_download_stream *st;
     sm_err e = sm_svc_download_open(cl.ch[1], 1, &dr, CALL_MS, &st, err, sizeof err);
     if (!e) {
@@ -714,10 +711,9 @@ START_TEST(test_missing_input)
     }
     ck_assert_int_eq(e, SM_ENOTFOUND);
     /* the same job id does not run again */
-    run_on(&req, 2, res);
+    run_on(&j.req, 2, res);
     ck_assert_msg(res[1].e == SM_ECANCELLED || res[1].e == SM_EEXIST, "%s", res[1].err);
-    sm_array_free(g);
-    sm_program_free(p);
+    one_job_free(&j);
 }
 END_TEST
 
@@ -726,32 +722,22 @@ START_TEST(test_cancel)
 {
     if (cl.skip)
         return;
-    sm_shape s = {2, {8, 12}};
-    sm_array *g = global_input(SM_F32, &s, 3, 0);
-    sm_program *p = prog(MESH "shard_map f(x: f32[8,12] @ P('i','j')) -> P('i', None):\n"
-                              "    return psum(x, 'j')\n");
-    sm_array_id in = {next_id++}, out = {next_id++};
-    put_param(p, 0, g, in.v);
-    sm_svc_run_job_req req;
-    sm_svc_peer peers[NW];
-    run_res res[NW];
-    uint64_t job = next_id++;
-    job_req(&req, peers, p, job, &in, &out, 30000);
+    one_job j;
+    one_job_init(&j, PSUM_J, (sm_shape){2, {8, 12}}, 3, 30000);
+    run_res *res = j.res;
     pthread_t th;
-    res[0] = (run_res){.w = 0, .req = &req};
-    ck_assert(pthread_create(&th, NULL, run_main, &res[0]) == 0);
+    run_start_w0(&j, &th);
     sleep_ms(500);
     char err[512];
-    ck_assert(sm_svc_worker_cancel_job(cl.ch[0], CALL_MS, (sm_job_id){job}, err, sizeof err) ==
+    ck_assert(sm_svc_worker_cancel_job(cl.ch[0], CALL_MS, (sm_job_id){j.job}, err, sizeof err) ==
               SM_OK);
     pthread_join(th, NULL);
     ck_assert_msg(res[0].e == SM_ECANCELLED, "%s: %s", sm_err_name(res[0].e), res[0].err);
     char want[64];
-    snprintf(want, sizeof want, "job %llu was cancelled", (unsigned long long)job);
+    snprintf(want, sizeof want, "job %llu was cancelled", (unsigned long long)j.job);
     ck_assert_msg(strstr(res[0].err, want), "%s", res[0].err);
     ck_assert_msg(res[0].took < 5, "took %.1f s", res[0].took);
-    sm_array_free(g);
-    sm_program_free(p);
+    one_job_free(&j);
 }
 END_TEST
 
@@ -806,20 +792,15 @@ START_TEST(test_dead_peer)
 {
     if (cl.skip)
         return;
-    sm_shape s = {2, {8, 12}};
-    sm_array *g = global_input(SM_F32, &s, 3, 0);
-    sm_program *p = prog(MESH "shard_map f(x: f32[8,12] @ P('i','j')) -> P('i', None):\n"
-                              "    y = psum(x, 'i')\n"
-                              "    return psum(y, 'j')\n");
-    sm_array_id in = {next_id++}, out = {next_id++};
-    put_param(p, 0, g, in.v);
-    sm_svc_run_job_req req;
-    sm_svc_peer peers[NW];
-    run_res res[NW];
-    job_req(&req, peers, p, next_id++, &in, &out, 30000);
+    one_job j;
+    one_job_init(&j,
+                 MESH "shard_map f(x: f32[8,12] @ P('i','j')) -> P('i', None):\n"
+                      "    y = psum(x, 'i')\n"
+                      "    return psum(y, 'j')\n",
+                 (sm_shape){2, {8, 12}}, 3, 30000);
+    run_res *res = j.res;
     pthread_t th;
-    res[0] = (run_res){.w = 0, .req = &req};
-    ck_assert(pthread_create(&th, NULL, run_main, &res[0]) == 0);
+    run_start_w0(&j, &th);
     sleep_ms(700);
     if (cl.pid[1] > 0) {
         kill(cl.pid[1], SIGKILL);
@@ -832,8 +813,7 @@ START_TEST(test_dead_peer)
     ck_assert_msg(res[0].e == SM_EUNAVAILABLE, "%s: %s", sm_err_name(res[0].e), res[0].err);
     ck_assert_msg(strstr(res[0].err, cl.addr[1]), "'%s' does not name %s", res[0].err, cl.addr[1]);
     ck_assert_msg(res[0].took < 10, "took %.1f s", res[0].took);
-    sm_array_free(g);
-    sm_program_free(p);
+    one_job_free(&j);
 }
 END_TEST
 
@@ -851,28 +831,18 @@ START_TEST(test_shutdown_during_job)
     ck_assert(sm_rpc_server_create(&o, &fake, err, sizeof err) == SM_OK);
     ck_assert(sm_svc_worker_serve(fake, NULL, NULL, "fake-peer", err, sizeof err) == SM_OK);
     ck_assert(sm_rpc_server_start(fake, err, sizeof err) == SM_OK);
-    sm_shape s = {2, {8, 12}};
-    sm_array *g = global_input(SM_F32, &s, 3, 0);
-    sm_program *p = prog("mesh i=2 j=2 devices=[0, 4, 1, 5]\n"
-                         "shard_map f(x: f32[8,12] @ P('i','j')) -> P('i','j'):\n"
-                         "    return ppermute(x, 'j', perm=[(1, 0)])\n");
-    sm_array_id in = {next_id++}, out = {next_id++};
-    for (int pos = 0; pos < 4; pos += 2) {
-        int32_t dev = p->mesh.devices[pos];
-        sm_array *b = block_of(p, &p->params[0].spec, g, pos);
-        ck_assert(upload(cl.ch[0], in.v, dev, b->dtype, &b->shape, b->data, b->nbytes, err,
-                         sizeof err) == SM_OK);
-        sm_array_free(b);
-    }
-    sm_svc_run_job_req req;
-    sm_svc_peer peers[NW];
-    job_req(&req, peers, p, next_id++, &in, &out, 60000);
-    snprintf(peers[1].address, SM_ADDR_MAX, "127.0.0.1:%d", sm_rpc_server_port(fake));
-    peers[1].devices[0] = 4;
-    peers[1].devices[1] = 5;
-    run_res res = {.w = 0, .req = &req};
+    one_job j; /* worker 0's blocks: devices 0 and 1 */
+    one_job_init(&j,
+                 "mesh i=2 j=2 devices=[0, 4, 1, 5]\n"
+                 "shard_map f(x: f32[8,12] @ P('i','j')) -> P('i','j'):\n"
+                 "    return ppermute(x, 'j', perm=[(1, 0)])\n",
+                 (sm_shape){2, {8, 12}}, 1, 60000);
+    snprintf(j.peers[1].address, SM_ADDR_MAX, "127.0.0.1:%d", sm_rpc_server_port(fake));
+    j.peers[1].devices[0] = 4;
+    j.peers[1].devices[1] = 5;
+    run_res *res = j.res;
     pthread_t th;
-    ck_assert(pthread_create(&th, NULL, run_main, &res) == 0);
+    run_start_w0(&j, &th);
     sleep_ms(1500); /* past a few probes of the live fake peer */
     double t0 = now_s();
     int proc = cl.pid[0] > 0;
@@ -892,13 +862,12 @@ START_TEST(test_shutdown_during_job)
         sm_jobs_stop(cl.jobs[0]);
     }
     pthread_join(th, NULL);
-    ck_assert_msg(res.e != SM_OK, "the job succeeded");
+    ck_assert_msg(res->e != SM_OK, "the job succeeded");
     ck_assert_msg(now_s() - t0 < 5, "RunJob returned %.1f s after the stop", now_s() - t0);
     if (!proc)
-        ck_assert_msg(strstr(res.err, "shutting down"), "%s", res.err);
+        ck_assert_msg(strstr(res->err, "shutting down"), "%s", res->err);
     sm_rpc_server_free(fake);
-    sm_array_free(g);
-    sm_program_free(p);
+    one_job_free(&j);
 }
 END_TEST
 
@@ -1139,14 +1108,7 @@ END_TEST
 
 static void add_job_tests(TCase *tc)
 {
-    tcase_add_test(tc, test_psum);
-    tcase_add_test(tc, test_all_gather);
-    tcase_add_test(tc, test_psum_scatter);
-    tcase_add_test(tc, test_ppermute);
-    tcase_add_test(tc, test_all_to_all);
-    tcase_add_test(tc, test_matmul_basic);
-    tcase_add_test(tc, test_layouts);
-    tcase_add_test(tc, test_large);
+    tcase_add_loop_test(tc, test_job_case, 0, NJOB_CASES);
     tcase_add_test(tc, test_deterministic);
     tcase_add_test(tc, test_missing_input);
     tcase_add_test(tc, test_cancel);

@@ -1,14 +1,13 @@
 /* comm_grpc: collectives of one job across workers (see header). */
 #include "comm_grpc.h"
 
-#include <errno.h>
 #include <stdarg.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "sm_checksum.h"
+#include "sm_rendezvous.h"
 
 #define SM_CG_PROBE_MS 1000
 
@@ -17,24 +16,8 @@ typedef enum { SM_CG_AR, SM_CG_AG, SM_CG_RS, SM_CG_A2A, SM_CG_PERM } sm_cg_kind;
 static const char *const sm_cg_names[] = {"all-reduce", "all-gather", "reduce-scatter",
                                           "all-to-all", "permute"};
 
-/* The local members of one group at one sequence number. */
-typedef struct sm_cg_slot {
-    struct sm_cg_slot *next;
-    uint64_t seq;
-    int leader; /* members[0] */
-    int nlocal;
-    sm_cg_kind kind;
-    int64_t arg;
-    int arrived, finished, left, broken;
-    const void **in; /* per local index */
-    void *part_owned;
-    const void *part; /* the worker's partial (reductions) */
-    int pstate;       /* 0 pending, 1 ready, -1 failed */
-} sm_cg_slot;
-
 struct sm_comm_grpc {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
+    sm_rendezvous *rv; /* the members on this worker, and the abort state */
     sm_job_id job;
     sm_mesh mesh;
     int nworkers, self;
@@ -45,10 +28,6 @@ struct sm_comm_grpc {
     sm_mailbox *box;
     const sm_comm_grpc_transport *tr;
     void *tr_user;
-    sm_cg_slot *slots;
-    int aborted;
-    sm_err code;
-    char why[600];
 };
 
 /* A group seen from this worker. */
@@ -84,6 +63,23 @@ static void sm_cg_layout_make(const sm_comm_grpc *c, const sm_comm_group *g, sm_
 
 /* ---- lifecycle and abort ---------------------------------------------------- */
 
+static void sm_cg_timeout_why(void *user, const sm_rendezvous_key *k, int missing, char *why,
+                              size_t len)
+{
+    const sm_comm_grpc *c = user;
+    (void)missing;
+    snprintf(why, len,
+             "collective #%llu (%s) of job %llu timed out waiting for the other devices of this "
+             "worker",
+             (unsigned long long)k->seq, sm_cg_names[k->kind], (unsigned long long)c->job.v);
+}
+
+static void sm_cg_on_abort(void *user, sm_err code, const char *why)
+{
+    const sm_comm_grpc *c = user;
+    sm_mailbox_abort(c->box, code, why);
+}
+
 sm_err sm_comm_grpc_create(const sm_comm_grpc_config *cfg, sm_comm_grpc **out, char *err,
                            size_t errlen)
 {
@@ -93,18 +89,16 @@ sm_err sm_comm_grpc_create(const sm_comm_grpc_config *cfg, sm_comm_grpc **out, c
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a job's comm");
     c->addr = calloc((size_t)cfg->nworkers, sizeof *c->addr);
     c->pos_worker = calloc((size_t)cfg->mesh->ndevices, sizeof *c->pos_worker);
-    if (!c->addr || !c->pos_worker) {
+    const sm_rendezvous_config rc = {.names = sm_cg_names,
+                                     .timeout_why = sm_cg_timeout_why,
+                                     .on_abort = sm_cg_on_abort,
+                                     .user = c};
+    if (!c->addr || !c->pos_worker || sm_rendezvous_create(&rc, &c->rv, err, errlen)) {
         free(c->addr);
         free(c->pos_worker);
         free(c);
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a job's comm");
     }
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->cv, &ca);
-    pthread_condattr_destroy(&ca);
     c->job = cfg->job;
     c->mesh = *cfg->mesh;
     c->nworkers = cfg->nworkers;
@@ -121,59 +115,24 @@ sm_err sm_comm_grpc_create(const sm_comm_grpc_config *cfg, sm_comm_grpc **out, c
     return SM_OK;
 }
 
-static void sm_cg_slot_free(sm_cg_slot *s)
-{
-    if (s) {
-        free(s->in);
-        free(s->part_owned);
-        free(s);
-    }
-}
-
 void sm_comm_grpc_free(sm_comm_grpc *c)
 {
     if (!c)
         return;
-    for (sm_cg_slot *s = c->slots, *n; s; s = n) {
-        n = s->next;
-        sm_cg_slot_free(s);
-    }
-    pthread_cond_destroy(&c->cv);
-    pthread_mutex_destroy(&c->mu);
+    sm_rendezvous_free(c->rv);
     free(c->addr);
     free(c->pos_worker);
     free(c);
 }
 
-/* Sets the abort state (caller holds mu); returns 1 if this call set it. */
-static int sm_cg_abort_locked(sm_comm_grpc *c, sm_err code, const char *why)
-{
-    if (c->aborted)
-        return 0;
-    c->aborted = 1;
-    c->code = code;
-    snprintf(c->why, sizeof c->why, "%s", why);
-    pthread_cond_broadcast(&c->cv);
-    return 1;
-}
-
 void sm_comm_grpc_fail(sm_comm_grpc *c, sm_err code, const char *why)
 {
-    pthread_mutex_lock(&c->mu);
-    int set = sm_cg_abort_locked(c, code, why);
-    pthread_mutex_unlock(&c->mu);
-    if (set)
-        sm_mailbox_abort(c->box, code, why);
+    sm_rendezvous_abort(c->rv, code, why);
 }
 
 sm_err sm_comm_grpc_status(sm_comm_grpc *c, char *why, size_t len)
 {
-    pthread_mutex_lock(&c->mu);
-    sm_err e = c->aborted ? c->code : SM_OK;
-    if (why && len)
-        snprintf(why, len, "%s", c->aborted ? c->why : "");
-    pthread_mutex_unlock(&c->mu);
-    return e;
+    return sm_rendezvous_status(c->rv, why, len);
 }
 
 static void sm_cg_abort(void *ctx, const char *why)
@@ -181,12 +140,6 @@ static void sm_cg_abort(void *ctx, const char *why)
     char msg[600];
     snprintf(msg, sizeof msg, "collective cancelled: %s", why);
     sm_comm_grpc_fail(ctx, SM_ECANCELLED, msg);
-}
-
-/* The abort's error (caller holds mu or reads a settled state). */
-static sm_err sm_cg_aborted_fail(sm_comm_grpc *c, char *err, size_t errlen)
-{
-    return sm_fail(err, errlen, c->code, "%s", c->why);
 }
 
 /* Aborts with a sentence built here and returns it as the error. */
@@ -201,10 +154,7 @@ static sm_err sm_cg_failf(sm_comm_grpc *c, sm_err code, char *err, size_t errlen
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
     sm_comm_grpc_fail(c, code, why);
-    pthread_mutex_lock(&c->mu);
-    sm_err e = sm_cg_aborted_fail(c, err, errlen); /* the first abort's, if another won */
-    pthread_mutex_unlock(&c->mu);
-    return e;
+    return sm_rendezvous_check(c->rv, err, errlen); /* the first abort's, if another won */
 }
 
 static int sm_cg_ms_left(const sm_comm_grpc *c)
@@ -218,97 +168,18 @@ static int sm_cg_ms_left(const sm_comm_grpc *c)
 
 /* ---- local rendezvous ------------------------------------------------------- */
 
+/* Joins the local members of g (sm_rendezvous_join) until the job's
+ * deadline; members that disagree or run out of memory abort the job. */
 static sm_err sm_cg_join(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
                          uint64_t seq, sm_cg_kind kind, int64_t arg, const void *in,
-                         sm_cg_slot **out, char *err, size_t errlen)
+                         sm_rendezvous_slot **out, char *err, size_t errlen)
 {
-    sm_err e = SM_OK;
-    char why[600];
-    pthread_mutex_lock(&c->mu);
-    if (c->aborted) {
-        e = sm_cg_aborted_fail(c, err, errlen);
-        goto done;
-    }
-    sm_cg_slot *s = c->slots;
-    while (s && !(s->seq == seq && s->leader == g->members[0]))
-        s = s->next;
-    if (!s) {
-        s = calloc(1, sizeof *s);
-        if (s)
-            s->in = calloc((size_t)L->nlocal, sizeof *s->in);
-        if (!s || !s->in) {
-            sm_cg_slot_free(s);
-            snprintf(why, sizeof why, "out of memory for collective #%llu",
-                     (unsigned long long)seq);
-            goto abort;
-        }
-        s->seq = seq;
-        s->leader = g->members[0];
-        s->nlocal = L->nlocal;
-        s->kind = kind;
-        s->arg = arg;
-        s->next = c->slots;
-        c->slots = s;
-    }
-    if (s->nlocal != L->nlocal || s->kind != kind || s->arg != arg || s->in[L->li]) {
-        snprintf(why, sizeof why,
-                 "collective #%llu: members disagree (%s of size %lld vs %s of size %lld at rank "
-                 "%d)",
-                 (unsigned long long)seq, sm_cg_names[s->kind], (long long)s->arg,
-                 sm_cg_names[kind], (long long)arg, g->rank);
-        goto abort;
-    }
-    s->in[L->li] = in ? in : (const void *)s;
-    if (++s->arrived == s->nlocal)
-        pthread_cond_broadcast(&c->cv);
-    while (s->arrived < s->nlocal && !c->aborted) {
-        if (pthread_cond_timedwait(&c->cv, &c->mu, &c->deadline) == ETIMEDOUT &&
-            s->arrived < s->nlocal && !c->aborted) {
-            snprintf(why, sizeof why,
-                     "collective #%llu (%s) of job %llu timed out waiting for the other devices "
-                     "of this worker",
-                     (unsigned long long)seq, sm_cg_names[kind], (unsigned long long)c->job.v);
-            sm_cg_abort_locked(c, SM_ETIMEOUT, why);
-            pthread_mutex_unlock(&c->mu);
-            sm_mailbox_abort(c->box, SM_ETIMEOUT, why);
-            pthread_mutex_lock(&c->mu);
-        }
-    }
-    if (s->arrived < s->nlocal) {
-        s->broken = 1;
-        s->in[L->li] = NULL;
-        e = sm_cg_aborted_fail(c, err, errlen);
-        goto done;
-    }
-    *out = s;
-done:
-    pthread_mutex_unlock(&c->mu);
+    const sm_rendezvous_key k = {
+        .g = g, .seq = seq, .size = L->nlocal, .index = L->li, .kind = (int)kind, .arg = arg};
+    sm_err e = sm_rendezvous_join(c->rv, &k, in, NULL, &c->deadline, out, err, errlen);
+    if (e) /* a no-op once aborted: then this returns the abort's error */
+        e = sm_cg_failf(c, SM_EINVAL, err, errlen, "%s", err);
     return e;
-abort:
-    pthread_mutex_unlock(&c->mu);
-    return sm_cg_failf(c, SM_EINVAL, err, errlen, "%s", why);
-}
-
-/* Waits until every local member is done with the slot (members never block
- * for long between join and leave: every wait there is bounded), then the
- * last one out frees it. */
-static void sm_cg_leave(sm_comm_grpc *c, sm_cg_slot *s)
-{
-    pthread_mutex_lock(&c->mu);
-    if (++s->finished == s->nlocal)
-        pthread_cond_broadcast(&c->cv);
-    while (s->finished < s->nlocal)
-        pthread_cond_wait(&c->cv, &c->mu);
-    if (++s->left == s->nlocal) {
-        for (sm_cg_slot **pp = &c->slots; *pp; pp = &(*pp)->next) {
-            if (*pp == s) {
-                *pp = s->next;
-                break;
-            }
-        }
-        sm_cg_slot_free(s);
-    }
-    pthread_mutex_unlock(&c->mu);
 }
 
 /* ---- moving blobs ------------------------------------------------------------ */
@@ -364,13 +235,9 @@ static sm_err sm_cg_push(sm_comm_grpc *c, int w, uint64_t seq, int32_t src, int3
                          const sm_comm_grpc_seg *segs, int nseg, char *err, size_t errlen)
 {
     char msg[400];
-    pthread_mutex_lock(&c->mu);
-    if (c->aborted) {
-        sm_err e = sm_cg_aborted_fail(c, err, errlen);
-        pthread_mutex_unlock(&c->mu);
+    sm_err e = sm_rendezvous_check(c->rv, err, errlen);
+    if (e)
         return e;
-    }
-    pthread_mutex_unlock(&c->mu);
     int ms = sm_cg_ms_left(c);
     if (ms == 0)
         return sm_cg_failf(c, SM_ETIMEOUT, err, errlen,
@@ -379,8 +246,8 @@ static sm_err sm_cg_push(sm_comm_grpc *c, int w, uint64_t seq, int32_t src, int3
                            (unsigned long long)c->job.v, (unsigned long long)seq, c->addr[w]);
     sm_svc_coll_msg hdr = {
         .job_id = c->job, .seq = (uint32_t)seq, .src_device = src, .dst_device = dst};
-    sm_err e = sm_comm_grpc_send_blob(c->tr, c->tr_user, c->addr[w], ms, &hdr, segs, nseg, msg,
-                                      sizeof msg);
+    e = sm_comm_grpc_send_blob(c->tr, c->tr_user, c->addr[w], ms, &hdr, segs, nseg, msg,
+                               sizeof msg);
     if (!e)
         return SM_OK;
     return sm_cg_failf(c, SM_EUNAVAILABLE, err, errlen,
@@ -448,7 +315,7 @@ static sm_err sm_cg_reduce(sm_comm_grpc *c, const sm_comm_group *g, uint64_t seq
 {
     sm_cg_layout *L = malloc(sizeof *L);
     sm_comm_grpc_seg *segs = malloc((size_t)g->size * sizeof *segs);
-    sm_cg_slot *s = NULL;
+    sm_rendezvous_slot *s = NULL;
     sm_err e;
     if (!L || !segs) {
         e = sm_cg_failf(c, SM_ENOMEM, err, errlen, "out of memory for collective #%llu",
@@ -463,14 +330,14 @@ static sm_err sm_cg_reduce(sm_comm_grpc *c, const sm_comm_group *g, uint64_t seq
     if (L->li == 0) {
         const void *part = in;
         if (L->nlocal > 1) {
-            if (!(s->part_owned = malloc(nch * cb > 0 ? (size_t)(nch * cb) : 1))) {
+            if (!(s->scratch = malloc(nch * cb > 0 ? (size_t)(nch * cb) : 1))) {
                 e = sm_cg_failf(c, SM_ENOMEM, err, errlen, "out of memory for collective #%llu",
                                 (unsigned long long)seq);
             } else {
-                memcpy(s->part_owned, s->in[0], (size_t)(nch * cb));
+                memcpy(s->scratch, s->in[0], (size_t)(nch * cb));
                 for (int l = 1; l < L->nlocal && !e; l++)
-                    e = sm_kern_accumulate(t, s->part_owned, s->in[l], nch * n, op, err, errlen);
-                part = s->part_owned;
+                    e = sm_kern_accumulate(t, s->scratch, s->in[l], nch * n, op, err, errlen);
+                part = s->scratch;
             }
         }
         for (int k = 0; k < L->nw && !e; k++) {
@@ -487,18 +354,9 @@ static sm_err sm_cg_reduce(sm_comm_grpc *c, const sm_comm_group *g, uint64_t seq
         }
         if (e)
             sm_cg_abort(c, err);
-        pthread_mutex_lock(&c->mu);
-        s->part = part;
-        s->pstate = e ? -1 : 1;
-        pthread_cond_broadcast(&c->cv);
-        pthread_mutex_unlock(&c->mu);
+        sm_rendezvous_publish(c->rv, s, part, !e);
     } else {
-        pthread_mutex_lock(&c->mu);
-        while (s->pstate == 0 && !c->aborted)
-            pthread_cond_wait(&c->cv, &c->mu); /* the leader's sends are bounded */
-        if (s->pstate != 1)
-            e = sm_cg_aborted_fail(c, err, errlen);
-        pthread_mutex_unlock(&c->mu);
+        e = sm_rendezvous_wait_shared(c->rv, s, err, errlen); /* the leader's sends are bounded */
     }
     int64_t chunk = kind == SM_CG_RS ? g->rank : 0;
     for (int k = 0; k < L->nw && !e; k++) {
@@ -506,7 +364,7 @@ static sm_err sm_cg_reduce(sm_comm_grpc *c, const sm_comm_group *g, uint64_t seq
         const void *src;
         sm_mailbox_blob *b = NULL;
         if (w == c->self) {
-            src = (const char *)s->part + chunk * cb;
+            src = (const char *)s->shared + chunk * cb;
         } else {
             int64_t expect = kind == SM_CG_RS ? L->nlocal * cb : cb;
             if ((e = sm_cg_take(c, seq, L->dev[L->first[k]], w, L->nlocal, expect, &b, err,
@@ -523,7 +381,7 @@ static sm_err sm_cg_reduce(sm_comm_grpc *c, const sm_comm_group *g, uint64_t seq
         if (b)
             sm_mailbox_release(c->box, b);
     }
-    sm_cg_leave(c, s);
+    sm_rendezvous_leave(c->rv, s);
 out:
     free(L);
     free(segs);
@@ -555,7 +413,7 @@ static sm_err sm_cg_move(sm_comm_grpc *c, const sm_comm_group *g, uint64_t seq, 
 {
     sm_cg_layout *L = malloc(sizeof *L);
     sm_comm_grpc_seg *segs = malloc((size_t)g->size * sizeof *segs);
-    sm_cg_slot *s = NULL;
+    sm_rendezvous_slot *s = NULL;
     sm_err e = SM_OK;
     int to = -1, from = -1; /* permute: the caller's destination and source ranks */
     if (!L || !segs) {
@@ -624,7 +482,7 @@ static sm_err sm_cg_move(sm_comm_grpc *c, const sm_comm_group *g, uint64_t seq, 
     }
     if (!e && kind == SM_CG_PERM && from < 0 && cb)
         memset(out, 0, (size_t)cb);
-    sm_cg_leave(c, s);
+    sm_rendezvous_leave(c->rv, s);
 out:
     free(L);
     free(segs);

@@ -1,8 +1,9 @@
 /* comm_grpc: the sm_comm of one job on one worker, for groups whose members
  * live on several workers (DESIGN.md "Execution and collectives").
  *
- * Members on this worker meet in-process: a rendezvous keyed by (seq,
- * members[0]) where they publish their input pointers, as in sm_comm_local.
+ * Members on this worker meet in-process at an sm_rendezvous (common/exec)
+ * keyed by (seq, members[0]), where they publish their input pointers; the
+ * rendezvous also holds the job's abort state.
  * Blocks of members on other workers arrive as blobs in the job's mailbox
  * (comm_grpc_mailbox.h), pushed by their owners through a transport
  * (Worker.Exchange over gRPC in production, see sm_comm_grpc_net).

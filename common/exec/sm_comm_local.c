@@ -1,12 +1,12 @@
 /* sm_comm_local: in-process collectives over shared memory (see header). */
 #include "sm_comm_local.h"
 
-#include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "sm_rendezvous.h"
 
 typedef enum {
     SM_CL_ALL_REDUCE,
@@ -19,33 +19,21 @@ typedef enum {
 static const char *const sm_cl_names[] = {"all-reduce", "all-gather", "reduce-scatter",
                                           "all-to-all", "permute"};
 
-/* One rendezvous: a group at one sequence number. */
-typedef struct sm_cl_slot {
-    struct sm_cl_slot *next;
-    uint64_t seq;
-    int leader; /* members[0] */
-    int size;
-    sm_cl_kind kind;
-    int64_t arg;     /* size argument every member must agree on */
-    int arrived;     /* members that published their input */
-    int finished;    /* members done reading their peers' inputs */
-    int left;        /* members gone after the second barrier */
-    int broken;      /* a member left the first barrier early: never completes */
-    int reduced;     /* all-reduce: members done with their own chunk */
-    int failed;      /* all-reduce: a member's reduction failed */
-    const void **in; /* per rank */
-    void **out;      /* per rank (all-reduce: peers copy reduced chunks) */
-} sm_cl_slot;
-
 struct sm_comm_local {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
+    sm_rendezvous *rv;
     double timeout_s;
-    sm_cl_slot *slots;
-    int aborted;
-    sm_err abort_code;
-    char abort_why[512];
 };
+
+static void sm_cl_timeout_why(void *user, const sm_rendezvous_key *k, int missing, char *why,
+                              size_t len)
+{
+    const sm_comm_local *c = user;
+    snprintf(why, len,
+             "collective #%llu (%s over %d devices) timed out after %g s waiting for rank %d "
+             "(mesh position %d)",
+             (unsigned long long)k->seq, sm_cl_names[k->kind], k->size, c->timeout_s, missing,
+             missing >= 0 ? k->g->members[missing] : -1);
+}
 
 sm_err sm_comm_local_create(double timeout_s, sm_comm_local **out, char *err, size_t errlen)
 {
@@ -53,83 +41,40 @@ sm_err sm_comm_local_create(double timeout_s, sm_comm_local **out, char *err, si
     sm_comm_local *c = calloc(1, sizeof *c);
     if (!c)
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory for an in-process comm context");
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    const sm_rendezvous_config rc = {
+        .names = sm_cl_names, .timeout_why = sm_cl_timeout_why, .user = c};
+    sm_err e = sm_rendezvous_create(&rc, &c->rv, err, errlen);
+    if (e) {
+        free(c);
+        return e;
+    }
     c->timeout_s = timeout_s > 0 ? timeout_s : SM_COMM_LOCAL_TIMEOUT_S;
     *out = c;
     return SM_OK;
-}
-
-static void sm_cl_slot_free(sm_cl_slot *s)
-{
-    if (s) {
-        free(s->in);
-        free(s->out);
-        free(s);
-    }
 }
 
 void sm_comm_local_free(sm_comm_local *c)
 {
     if (!c)
         return;
-    for (sm_cl_slot *s = c->slots, *n; s; s = n) {
-        n = s->next;
-        sm_cl_slot_free(s);
-    }
-    pthread_cond_destroy(&c->cv);
-    pthread_mutex_destroy(&c->mu);
+    sm_rendezvous_free(c->rv);
     free(c);
-}
-
-/* Sets the abort state; the caller holds mu. */
-static void sm_cl_abort_locked(sm_comm_local *c, sm_err code, const char *why)
-{
-    if (c->aborted)
-        return;
-    c->aborted = 1;
-    c->abort_code = code;
-    snprintf(c->abort_why, sizeof c->abort_why, "%s", why);
-    pthread_cond_broadcast(&c->cv);
 }
 
 static void sm_cl_abort(void *ctx, const char *why)
 {
     sm_comm_local *c = ctx;
-    pthread_mutex_lock(&c->mu);
-    sm_cl_abort_locked(c, SM_ECANCELLED, why);
-    pthread_mutex_unlock(&c->mu);
+    char msg[600];
+    snprintf(msg, sizeof msg, "collective cancelled: %s", why);
+    sm_rendezvous_abort(c->rv, SM_ECANCELLED, msg);
 }
 
-static sm_err sm_cl_aborted_fail(sm_comm_local *c, char *err, size_t errlen)
-{
-    if (c->abort_code == SM_ETIMEOUT)
-        return sm_fail(err, errlen, SM_ETIMEOUT, "%s", c->abort_why);
-    return sm_fail(err, errlen, SM_ECANCELLED, "collective cancelled: %s", c->abort_why);
-}
-
-static void sm_cl_unlink(sm_comm_local *c, sm_cl_slot *s)
-{
-    for (sm_cl_slot **pp = &c->slots; *pp; pp = &(*pp)->next) {
-        if (*pp == s) {
-            *pp = s->next;
-            break;
-        }
-    }
-    sm_cl_slot_free(s);
-}
-
-/* First barrier: publishes in and waits for every member. On success *out
- * is the slot, whose inputs stay valid until sm_cl_leave. */
+/* First barrier (sm_rendezvous_join) with this job's timeout; members that
+ * disagree or run out of memory cancel the job. */
 static sm_err sm_cl_join(sm_comm_local *c, const sm_comm_group *g, uint64_t seq, sm_cl_kind kind,
-                         int64_t arg, const void *in, void *dst, sm_cl_slot **out, char *err,
-                         size_t errlen)
+                         int64_t arg, const void *in, void *dst, sm_rendezvous_slot **out,
+                         char *err, size_t errlen)
 {
-    sm_err e = SM_OK;
     struct timespec dl;
     clock_gettime(CLOCK_MONOTONIC, &dl);
     double whole = (double)(int64_t)c->timeout_s;
@@ -139,111 +84,17 @@ static sm_err sm_cl_join(sm_comm_local *c, const sm_comm_group *g, uint64_t seq,
         dl.tv_sec++;
         dl.tv_nsec -= 1000000000L;
     }
-    pthread_mutex_lock(&c->mu);
-    if (c->aborted) {
-        e = sm_cl_aborted_fail(c, err, errlen);
-        goto done;
-    }
-    sm_cl_slot *s = c->slots;
-    while (s && !(s->seq == seq && s->leader == g->members[0]))
-        s = s->next;
-    if (!s) {
-        s = calloc(1, sizeof *s);
-        if (s)
-            s->in = calloc((size_t)g->size, sizeof *s->in);
-        if (s && s->in)
-            s->out = calloc((size_t)g->size, sizeof *s->out);
-        if (!s || !s->in || !s->out) {
-            sm_cl_slot_free(s);
-            e = sm_fail(err, errlen, SM_ENOMEM, "out of memory for a collective rendezvous");
-            sm_cl_abort_locked(c, SM_ECANCELLED, err);
-            goto done;
-        }
-        s->seq = seq;
-        s->leader = g->members[0];
-        s->size = g->size;
-        s->kind = kind;
-        s->arg = arg;
-        s->next = c->slots;
-        c->slots = s;
-    }
-    if (s->size != g->size || s->kind != kind || s->arg != arg || s->in[g->rank]) {
-        e = sm_fail(err, errlen, SM_EINVAL,
-                    "collective #%llu: members disagree (%s of %d members, size %lld, vs %s of "
-                    "%d members, size %lld, rank %d)",
-                    (unsigned long long)seq, sm_cl_names[s->kind], s->size, (long long)s->arg,
-                    sm_cl_names[kind], g->size, (long long)arg, g->rank);
-        sm_cl_abort_locked(c, SM_ECANCELLED, err);
-        goto done;
-    }
-    s->in[g->rank] = in ? in : (const void *)s; /* a zero-size input may be NULL */
-    s->out[g->rank] = dst;
-    s->arrived++;
-    if (s->arrived == s->size)
-        pthread_cond_broadcast(&c->cv);
-    while (s->arrived < s->size && !c->aborted) {
-        int rc = pthread_cond_timedwait(&c->cv, &c->mu, &dl);
-        if (rc == ETIMEDOUT && s->arrived < s->size && !c->aborted) {
-            int missing = -1;
-            for (int r = 0; r < s->size && missing < 0; r++)
-                if (!s->in[r])
-                    missing = r;
-            char why[400];
-            snprintf(why, sizeof why,
-                     "collective #%llu (%s over %d devices) timed out after %g s waiting for "
-                     "rank %d (mesh position %d)",
-                     (unsigned long long)seq, sm_cl_names[kind], s->size, c->timeout_s, missing,
-                     missing >= 0 ? g->members[missing] : -1);
-            sm_cl_abort_locked(c, SM_ETIMEOUT, why);
-        }
-    }
-    if (s->arrived < s->size) { /* aborted before everyone arrived */
-        s->broken = 1;
-        s->in[g->rank] = NULL;
-        e = sm_cl_aborted_fail(c, err, errlen);
-        goto done;
-    }
-    *out = s;
-done:
-    pthread_mutex_unlock(&c->mu);
+    const sm_rendezvous_key k = {
+        .g = g, .seq = seq, .size = g->size, .index = g->rank, .kind = (int)kind, .arg = arg};
+    sm_err e = sm_rendezvous_join(c->rv, &k, in, dst, &dl, out, err, errlen);
+    if (e)
+        sm_cl_abort(c, err); /* a no-op once aborted */
     return e;
 }
 
-/* Second barrier: waits until every member has read its peers' inputs (no
- * member can block while reading, so this never hangs), then the last one
- * out frees the slot. */
-static void sm_cl_leave(sm_comm_local *c, sm_cl_slot *s)
-{
-    pthread_mutex_lock(&c->mu);
-    s->finished++;
-    if (s->finished == s->size)
-        pthread_cond_broadcast(&c->cv);
-    while (s->finished < s->size)
-        pthread_cond_wait(&c->cv, &c->mu);
-    if (++s->left == s->size)
-        sm_cl_unlink(c, s);
-    pthread_mutex_unlock(&c->mu);
-}
-
-/* Middle barrier of the all-reduce: every member has reduced its own chunk
- * into its own output (members past the first barrier never block, so this
- * never hangs). */
-static int sm_cl_mid(sm_comm_local *c, sm_cl_slot *s, int failed)
-{
-    pthread_mutex_lock(&c->mu);
-    s->failed |= failed;
-    if (++s->reduced == s->size)
-        pthread_cond_broadcast(&c->cv);
-    while (s->reduced < s->size)
-        pthread_cond_wait(&c->cv, &c->mu);
-    failed = s->failed;
-    pthread_mutex_unlock(&c->mu);
-    return failed;
-}
-
 /* out[0..n) = reduction in rank order of in[r] + off elements. */
-static sm_err sm_cl_reduce(const sm_cl_slot *s, sm_dtype t, sm_kern_reduce_op op, int64_t off,
-                           void *out, int64_t n, char *err, size_t errlen)
+static sm_err sm_cl_reduce(const sm_rendezvous_slot *s, sm_dtype t, sm_kern_reduce_op op,
+                           int64_t off, void *out, int64_t n, char *err, size_t errlen)
 {
     size_t el = sm_dtype_size(t);
     if (n == 0)
@@ -274,7 +125,7 @@ static sm_err sm_cl_all_reduce(void *ctx, const sm_comm_group *g, uint64_t seq, 
                                char *err, size_t errlen)
 {
     sm_comm_local *c = ctx;
-    sm_cl_slot *s;
+    sm_rendezvous_slot *s;
     sm_err e = sm_cl_join(c, g, seq, SM_CL_ALL_REDUCE, n, in, out, &s, err, errlen);
     if (e)
         return e;
@@ -282,7 +133,7 @@ static sm_err sm_cl_all_reduce(void *ctx, const sm_comm_group *g, uint64_t seq, 
     int64_t lo, hi;
     sm_cl_chunk(n, s->size, g->rank, &lo, &hi);
     e = sm_cl_reduce(s, t, op, lo, (char *)out + (size_t)lo * el, hi - lo, err, errlen);
-    if (sm_cl_mid(c, s, e != SM_OK) && !e) /* every member fails alike */
+    if (sm_rendezvous_mid(c->rv, s, e != SM_OK) && !e) /* every member fails alike */
         e = sm_fail(err, errlen, SM_EUNSUPPORTED, "all-reduce of %s failed on a peer",
                     sm_dtype_name(t));
     for (int r = 0; r < s->size && !e; r++) {
@@ -291,7 +142,7 @@ static sm_err sm_cl_all_reduce(void *ctx, const sm_comm_group *g, uint64_t seq, 
             memcpy((char *)out + (size_t)lo * el, (const char *)s->out[r] + (size_t)lo * el,
                    (size_t)(hi - lo) * el);
     }
-    sm_cl_leave(c, s);
+    sm_rendezvous_leave(c->rv, s);
     return e;
 }
 
@@ -300,12 +151,12 @@ static sm_err sm_cl_reduce_scatter(void *ctx, const sm_comm_group *g, uint64_t s
                                    char *err, size_t errlen)
 {
     sm_comm_local *c = ctx;
-    sm_cl_slot *s;
+    sm_rendezvous_slot *s;
     sm_err e = sm_cl_join(c, g, seq, SM_CL_REDUCE_SCATTER, n, in, out, &s, err, errlen);
     if (e)
         return e;
     e = sm_cl_reduce(s, t, op, (int64_t)g->rank * n, out, n, err, errlen);
-    sm_cl_leave(c, s);
+    sm_rendezvous_leave(c->rv, s);
     return e;
 }
 
@@ -313,13 +164,13 @@ static sm_err sm_cl_all_gather(void *ctx, const sm_comm_group *g, uint64_t seq, 
                                void *out, int64_t nbytes, char *err, size_t errlen)
 {
     sm_comm_local *c = ctx;
-    sm_cl_slot *s;
+    sm_rendezvous_slot *s;
     sm_err e = sm_cl_join(c, g, seq, SM_CL_ALL_GATHER, nbytes, in, out, &s, err, errlen);
     if (e)
         return e;
     for (int r = 0; r < s->size && nbytes > 0; r++)
         memcpy((char *)out + (size_t)r * (size_t)nbytes, s->in[r], (size_t)nbytes);
-    sm_cl_leave(c, s);
+    sm_rendezvous_leave(c->rv, s);
     return SM_OK;
 }
 
@@ -327,14 +178,14 @@ static sm_err sm_cl_all_to_all(void *ctx, const sm_comm_group *g, uint64_t seq, 
                                void *out, int64_t chunk, char *err, size_t errlen)
 {
     sm_comm_local *c = ctx;
-    sm_cl_slot *s;
+    sm_rendezvous_slot *s;
     sm_err e = sm_cl_join(c, g, seq, SM_CL_ALL_TO_ALL, chunk, in, out, &s, err, errlen);
     if (e)
         return e;
     for (int r = 0; r < s->size && chunk > 0; r++)
         memcpy((char *)out + (size_t)r * (size_t)chunk,
                (const char *)s->in[r] + (size_t)g->rank * (size_t)chunk, (size_t)chunk);
-    sm_cl_leave(c, s);
+    sm_rendezvous_leave(c->rv, s);
     return SM_OK;
 }
 
@@ -343,7 +194,7 @@ static sm_err sm_cl_permute(void *ctx, const sm_comm_group *g, uint64_t seq,
                             int64_t nbytes, char *err, size_t errlen)
 {
     sm_comm_local *c = ctx;
-    sm_cl_slot *s;
+    sm_rendezvous_slot *s;
     int src = -1;
     for (int k = 0; k < npairs; k++) {
         if (perm[k][0] < 0 || perm[k][0] >= g->size || perm[k][1] < 0 || perm[k][1] >= g->size)
@@ -362,7 +213,7 @@ static sm_err sm_cl_permute(void *ctx, const sm_comm_group *g, uint64_t seq,
         else
             memset(out, 0, (size_t)nbytes);
     }
-    sm_cl_leave(c, s);
+    sm_rendezvous_leave(c->rv, s);
     return SM_OK;
 }
 

@@ -2,7 +2,7 @@
  * run as threads of one process (the local runner, and devices of one
  * worker).
  *
- * Each collective is a rendezvous keyed by (sequence number, rank-0 mesh
+ * Each collective is a rendezvous (sm_rendezvous.h) keyed by (sequence number, rank-0 mesh
  * position): members publish their input pointers and wait at a first
  * barrier; then each computes its own output by reading its peers' inputs
  * directly (a reduce-scatter member reduces only its own chunk, in rank

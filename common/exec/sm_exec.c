@@ -124,18 +124,13 @@ static sm_exec_fn sm_exec_fn_of(sm_op_kind k)
     case SM_OP_PMEAN:
     case SM_OP_PMAX:
     case SM_OP_PMIN:
-        return sm_exec_preduce;
     case SM_OP_ALL_GATHER:
-        return sm_exec_all_gather;
     case SM_OP_PSUM_SCATTER:
-        return sm_exec_psum_scatter;
     case SM_OP_PPERMUTE:
-        return sm_exec_ppermute;
     case SM_OP_ALL_TO_ALL:
-        return sm_exec_all_to_all;
     case SM_OP_AXIS_INDEX:
     case SM_OP_AXIS_SIZE:
-        return sm_exec_axis_scalar;
+        return sm_exec_coll;
     case SM_OP_COUNT:
         break;
     }

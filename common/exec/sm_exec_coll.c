@@ -1,7 +1,8 @@
 /* sm_exec_coll: handlers of the collectives (SEMANTICS.md §4 table). The
  * comm moves contiguous rank-ordered chunks; the keywords (axis, tiled,
  * scatter_dimension, split_axis, concat_axis) become transposes before or
- * after the exchange that make the chunks contiguous. */
+ * after the exchange that make the chunks contiguous. One entry point,
+ * sm_exec_coll, makes the op's group and sequence number for all of them. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,14 +61,26 @@ static sm_shape sm_exec_front_perm(const sm_shape *s, int d, int *perm)
     return ts;
 }
 
-sm_err sm_exec_preduce(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
-                       char *err, size_t errlen)
+/* Stages the operand of op for an exchange of rank-ordered chunks: *front
+ * gets in with dimension d moved to the front (by perm, shape *ts), and *recv
+ * rbytes for the result. The caller frees both buffers, also on failure. */
+static sm_err sm_exec_stage(const sm_ir_op *op, const sm_array *in, int d, int64_t rbytes,
+                            int *perm, sm_shape *ts, void **front, void **recv, char *err,
+                            size_t errlen)
 {
-    sm_comm_group g;
-    uint64_t seq;
-    sm_err e = sm_exec_group(x, op, &g, &seq, err, errlen);
-    if (e)
-        return e;
+    *ts = sm_exec_front_perm(&in->shape, d, perm);
+    *front = malloc((size_t)in->nbytes + 1);
+    *recv = malloc((size_t)rbytes + 1);
+    if (!*front || !*recv)
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory for %s", sm_op_name(op->kind));
+    return sm_exec_permute_axes(in->dtype, in->data, &in->shape, perm, *front, err, errlen);
+}
+
+static sm_err sm_exec_preduce(sm_exec_ctx *x, const sm_ir_op *op, const sm_comm_group *g,
+                              uint64_t seq, sm_array *const *in, sm_array *out, char *err,
+                              size_t errlen)
+{
+    sm_err e = SM_OK;
     sm_kern_reduce_op k = op->kind == SM_OP_PMAX   ? SM_KERN_MAX
                           : op->kind == SM_OP_PMIN ? SM_KERN_MIN
                                                    : SM_KERN_SUM;
@@ -79,7 +92,7 @@ sm_err sm_exec_preduce(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, 
             return sm_fail(err, errlen, SM_ENOMEM, "out of memory for %s", sm_op_name(op->kind));
         dst = tmp;
     }
-    e = x->comm->all_reduce(x->cctx, &g, seq, t, k, in[0]->data, dst, n, err, errlen);
+    e = x->comm->all_reduce(x->cctx, g, seq, t, k, in[0]->data, dst, n, err, errlen);
     if (!e && tmp)
         e = sm_kern_astype(t, tmp, out->dtype, out->data, n, err, errlen);
     free(tmp);
@@ -87,11 +100,11 @@ sm_err sm_exec_preduce(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, 
         return e;
     /* psum / n, as JAX divides (not a multiply by 1/n) */
     if (out->dtype == SM_F32) {
-        float *v = out->data, d = (float)g.size;
+        float *v = out->data, d = (float)g->size;
         for (int64_t i = 0; i < n; i++)
             v[i] = v[i] / d;
     } else if (out->dtype == SM_F64) {
-        double *v = out->data, d = (double)g.size;
+        double *v = out->data, d = (double)g->size;
         for (int64_t i = 0; i < n; i++)
             v[i] = v[i] / d;
     } else {
@@ -101,22 +114,19 @@ sm_err sm_exec_preduce(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, 
     return SM_OK;
 }
 
-sm_err sm_exec_all_gather(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
-                          char *err, size_t errlen)
+static sm_err sm_exec_all_gather(sm_exec_ctx *x, const sm_ir_op *op, const sm_comm_group *g,
+                                 uint64_t seq, sm_array *const *in, sm_array *out, char *err,
+                                 size_t errlen)
 {
-    sm_comm_group g;
-    uint64_t seq;
-    sm_err e = sm_exec_group(x, op, &g, &seq, err, errlen);
-    if (e)
-        return e;
+    sm_err e = SM_OK;
     const sm_shape *xs = &in[0]->shape;
     int a = sm_exec_norm(op->attrs.axis, xs->rank + (op->attrs.tiled ? 0 : 1));
     if (a == 0) /* rank-order blocks are already the result */
-        return x->comm->all_gather(x->cctx, &g, seq, in[0]->data, out->data, in[0]->nbytes, err,
+        return x->comm->all_gather(x->cctx, g, seq, in[0]->data, out->data, in[0]->nbytes, err,
                                    errlen);
     /* gathered: [n, x...]; the result moves n to just before x's dim a
      * (tiled: then merged with it, which is the same memory) */
-    sm_shape gs = {.rank = xs->rank + 1, .dims = {g.size}};
+    sm_shape gs = {.rank = xs->rank + 1, .dims = {g->size}};
     for (int d = 0; d < xs->rank; d++)
         gs.dims[d + 1] = xs->dims[d];
     if (gs.rank > SM_MAX_RANK)
@@ -124,7 +134,7 @@ sm_err sm_exec_all_gather(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *i
     void *tmp = malloc((size_t)out->nbytes + 1);
     if (!tmp)
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory for all_gather");
-    e = x->comm->all_gather(x->cctx, &g, seq, in[0]->data, tmp, in[0]->nbytes, err, errlen);
+    e = x->comm->all_gather(x->cctx, g, seq, in[0]->data, tmp, in[0]->nbytes, err, errlen);
     int perm[SM_MAX_RANK];
     for (int d = 0, k = 0; d < gs.rank; d++)
         perm[d] = d == a ? 0 : 1 + k++;
@@ -134,38 +144,31 @@ sm_err sm_exec_all_gather(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *i
     return e;
 }
 
-sm_err sm_exec_psum_scatter(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
-                            char *err, size_t errlen)
+static sm_err sm_exec_psum_scatter(sm_exec_ctx *x, const sm_ir_op *op, const sm_comm_group *g,
+                                   uint64_t seq, sm_array *const *in, sm_array *out, char *err,
+                                   size_t errlen)
 {
-    sm_comm_group g;
-    uint64_t seq;
-    sm_err e = sm_exec_group(x, op, &g, &seq, err, errlen);
-    if (e)
-        return e;
+    sm_err e = SM_OK;
     const sm_shape *xs = &in[0]->shape;
     int d = sm_exec_norm(op->attrs.axis, xs->rank);
     int64_t chunk = sm_exec_numel(out);
     if (d == 0)
-        return x->comm->reduce_scatter(x->cctx, &g, seq, out->dtype, SM_KERN_SUM, in[0]->data,
+        return x->comm->reduce_scatter(x->cctx, g, seq, out->dtype, SM_KERN_SUM, in[0]->data,
                                        out->data, chunk, err, errlen);
     /* move the scatter dimension to the front so chunk r is contiguous */
     int perm[SM_MAX_RANK];
-    sm_shape ts = sm_exec_front_perm(xs, d, perm);
-    size_t el = sm_dtype_size(out->dtype);
-    void *t = malloc((size_t)in[0]->nbytes + 1), *r = malloc((size_t)chunk * el + 1);
-    if (!t || !r) {
-        e = sm_fail(err, errlen, SM_ENOMEM, "out of memory for psum_scatter");
-        goto done;
-    }
-    if ((e = sm_kern_transpose(out->dtype, in[0]->data, xs, perm, t, err, errlen)))
+    sm_shape ts;
+    void *t = NULL, *r = NULL;
+    if ((e = sm_exec_stage(op, in[0], d, chunk * (int64_t)sm_dtype_size(out->dtype), perm, &ts, &t,
+                           &r, err, errlen)))
         goto done;
     void *dst = op->attrs.tiled ? r : out->data; /* untiled: [others...] is the result */
-    if ((e = x->comm->reduce_scatter(x->cctx, &g, seq, out->dtype, SM_KERN_SUM, t, dst, chunk, err,
+    if ((e = x->comm->reduce_scatter(x->cctx, g, seq, out->dtype, SM_KERN_SUM, t, dst, chunk, err,
                                      errlen)))
         goto done;
     if (op->attrs.tiled) { /* [x_d/n, others...] back to dimension d */
         sm_shape rs = ts;
-        rs.dims[0] = ts.dims[0] / g.size;
+        rs.dims[0] = ts.dims[0] / g->size;
         int back[SM_MAX_RANK];
         for (int i = 0; i < xs->rank; i++)
             back[i] = i < d ? i + 1 : i == d ? 0 : i;
@@ -177,29 +180,22 @@ done:
     return e;
 }
 
-sm_err sm_exec_all_to_all(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
-                          char *err, size_t errlen)
+static sm_err sm_exec_all_to_all(sm_exec_ctx *x, const sm_ir_op *op, const sm_comm_group *g,
+                                 uint64_t seq, sm_array *const *in, sm_array *out, char *err,
+                                 size_t errlen)
 {
-    sm_comm_group g;
-    uint64_t seq;
-    sm_err e = sm_exec_group(x, op, &g, &seq, err, errlen);
-    if (e)
-        return e;
+    sm_err e = SM_OK;
     const sm_shape *xs = &in[0]->shape;
     int rank = xs->rank, sa = sm_exec_norm(op->attrs.axis, rank);
-    int ca = sm_exec_norm(op->attrs.axis2, rank), n = g.size;
+    int ca = sm_exec_norm(op->attrs.axis2, rank), n = g->size;
     sm_dtype t = out->dtype;
     int perm[SM_MAX_RANK];
-    sm_shape ts = sm_exec_front_perm(xs, sa, perm);
-    void *send = malloc((size_t)in[0]->nbytes + 1), *recv = malloc((size_t)in[0]->nbytes + 1);
-    if (!send || !recv) {
-        e = sm_fail(err, errlen, SM_ENOMEM, "out of memory for all_to_all");
-        goto done;
-    }
+    sm_shape ts;
+    void *send = NULL, *recv = NULL;
     /* [x_sa, others...]: chunk j (x_sa/n rows) goes to rank j */
-    if ((e = sm_exec_permute_axes(t, in[0]->data, xs, perm, send, err, errlen)))
+    if ((e = sm_exec_stage(op, in[0], sa, in[0]->nbytes, perm, &ts, &send, &recv, err, errlen)))
         goto done;
-    if ((e = x->comm->all_to_all(x->cctx, &g, seq, send, recv, in[0]->nbytes / n, err, errlen)))
+    if ((e = x->comm->all_to_all(x->cctx, g, seq, send, recv, in[0]->nbytes / n, err, errlen)))
         goto done;
     /* recv: [n (source), x_sa/n, others...] */
     sm_shape rs = {.rank = rank + 1, .dims = {n, xs->dims[sa] / n}};
@@ -233,26 +229,62 @@ done:
     return e;
 }
 
-sm_err sm_exec_ppermute(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
-                        char *err, size_t errlen)
+static sm_err sm_exec_ppermute(sm_exec_ctx *x, const sm_ir_op *op, const sm_comm_group *g,
+                               uint64_t seq, sm_array *const *in, sm_array *out, char *err,
+                               size_t errlen)
 {
-    sm_comm_group g;
-    uint64_t seq;
-    sm_err e = sm_exec_group(x, op, &g, &seq, err, errlen);
-    if (e)
-        return e;
-    return x->comm->permute(x->cctx, &g, seq, op->attrs.perm, op->attrs.nperm, in[0]->data,
+    return x->comm->permute(x->cctx, g, seq, op->attrs.perm, op->attrs.nperm, in[0]->data,
                             out->data, in[0]->nbytes, err, errlen);
 }
 
 /* axis_index: the device's rank in the group; axis_size: the group size. */
-sm_err sm_exec_axis_scalar(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
-                           char *err, size_t errlen)
+static sm_err sm_exec_axis_scalar(sm_exec_ctx *x, const sm_ir_op *op, const sm_comm_group *g,
+                                  uint64_t seq, sm_array *const *in, sm_array *out, char *err,
+                                  size_t errlen)
 {
-    sm_comm_group g;
-    sm_err e = sm_exec_group(x, op, &g, NULL, err, errlen);
-    if (e)
-        return e;
-    int32_t v = op->kind == SM_OP_AXIS_INDEX ? g.rank : g.size;
+    int32_t v = op->kind == SM_OP_AXIS_INDEX ? g->rank : g->size;
     return sm_kern_astype(SM_I32, &v, out->dtype, out->data, 1, err, errlen);
+}
+
+/* A collective's handler: an sm_exec_fn given the op's group g and, for an
+ * exchange, its sequence number. */
+typedef sm_err (*sm_exec_coll_fn)(sm_exec_ctx *x, const sm_ir_op *op, const sm_comm_group *g,
+                                  uint64_t seq, sm_array *const *in, sm_array *out, char *err,
+                                  size_t errlen);
+
+sm_err sm_exec_coll(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
+                    char *err, size_t errlen)
+{
+    sm_exec_coll_fn fn;
+    switch (op->kind) {
+    case SM_OP_PSUM:
+    case SM_OP_PMEAN:
+    case SM_OP_PMAX:
+    case SM_OP_PMIN:
+        fn = sm_exec_preduce;
+        break;
+    case SM_OP_ALL_GATHER:
+        fn = sm_exec_all_gather;
+        break;
+    case SM_OP_PSUM_SCATTER:
+        fn = sm_exec_psum_scatter;
+        break;
+    case SM_OP_PPERMUTE:
+        fn = sm_exec_ppermute;
+        break;
+    case SM_OP_ALL_TO_ALL:
+        fn = sm_exec_all_to_all;
+        break;
+    case SM_OP_AXIS_INDEX:
+    case SM_OP_AXIS_SIZE: /* no exchange: no sequence number */
+        fn = sm_exec_axis_scalar;
+        break;
+    default:
+        return sm_fail(err, errlen, SM_EINVAL, "%s is not a collective", sm_op_name(op->kind));
+    }
+    sm_comm_group g;
+    uint64_t seq = 0;
+    int exchange = fn != sm_exec_axis_scalar;
+    sm_err e = sm_exec_group(x, op, &g, exchange ? &seq : NULL, err, errlen);
+    return e ? e : fn(x, op, &g, seq, in, out, err, errlen);
 }

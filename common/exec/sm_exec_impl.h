@@ -41,12 +41,7 @@ typedef sm_err (*sm_exec_fn)(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const
     X(sm_exec_pad)                                                                                 \
     X(sm_exec_tile)                                                                                \
     X(sm_exec_roll)                                                                                \
-    X(sm_exec_preduce)                                                                             \
-    X(sm_exec_all_gather)                                                                          \
-    X(sm_exec_psum_scatter)                                                                        \
-    X(sm_exec_ppermute)                                                                            \
-    X(sm_exec_all_to_all)                                                                          \
-    X(sm_exec_axis_scalar)
+    X(sm_exec_coll) /* every collective, axis_index and axis_size */
 
 #define SM_EXEC_DECL(fn)                                                                           \
     sm_err fn(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out, char *err,   \

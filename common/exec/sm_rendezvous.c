@@ -1,0 +1,243 @@
+/* sm_rendezvous: in-process meeting points of collectives (see header). */
+#include "sm_rendezvous.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+struct sm_rendezvous {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    sm_rendezvous_config cfg;
+    sm_rendezvous_slot *slots;
+    int aborted;
+    sm_err code;
+    char why[600];
+};
+
+sm_err sm_rendezvous_create(const sm_rendezvous_config *cfg, sm_rendezvous **out, char *err,
+                            size_t errlen)
+{
+    *out = NULL;
+    sm_rendezvous *r = calloc(1, sizeof *r);
+    if (!r)
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a collective rendezvous");
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    r->cfg = *cfg;
+    *out = r;
+    return SM_OK;
+}
+
+static void sm_rendezvous_slot_free(sm_rendezvous_slot *s)
+{
+    if (s) {
+        free(s->in);
+        free(s->out);
+        free(s->scratch);
+        free(s);
+    }
+}
+
+void sm_rendezvous_free(sm_rendezvous *r)
+{
+    if (!r)
+        return;
+    for (sm_rendezvous_slot *s = r->slots, *n; s; s = n) {
+        n = s->next;
+        sm_rendezvous_slot_free(s);
+    }
+    pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
+
+/* Sets the abort state (caller holds mu); returns 1 if this call set it. */
+static int sm_rendezvous_abort_locked(sm_rendezvous *r, sm_err code, const char *why)
+{
+    if (r->aborted)
+        return 0;
+    r->aborted = 1;
+    r->code = code;
+    snprintf(r->why, sizeof r->why, "%s", why);
+    pthread_cond_broadcast(&r->cv);
+    return 1;
+}
+
+int sm_rendezvous_abort(sm_rendezvous *r, sm_err code, const char *why)
+{
+    pthread_mutex_lock(&r->mu);
+    int set = sm_rendezvous_abort_locked(r, code, why);
+    pthread_mutex_unlock(&r->mu);
+    if (set && r->cfg.on_abort)
+        r->cfg.on_abort(r->cfg.user, code, why);
+    return set;
+}
+
+sm_err sm_rendezvous_status(sm_rendezvous *r, char *why, size_t len)
+{
+    pthread_mutex_lock(&r->mu);
+    sm_err e = r->aborted ? r->code : SM_OK;
+    if (why && len)
+        snprintf(why, len, "%s", r->aborted ? r->why : "");
+    pthread_mutex_unlock(&r->mu);
+    return e;
+}
+
+/* The abort's error; the caller holds mu and the job is aborted. */
+static sm_err sm_rendezvous_fail_locked(sm_rendezvous *r, char *err, size_t errlen)
+{
+    return sm_fail(err, errlen, r->code, "%s", r->why);
+}
+
+sm_err sm_rendezvous_check(sm_rendezvous *r, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&r->mu);
+    sm_err e = r->aborted ? sm_rendezvous_fail_locked(r, err, errlen) : SM_OK;
+    pthread_mutex_unlock(&r->mu);
+    return e;
+}
+
+/* The slot of k, created if new; NULL when out of memory. Caller holds mu. */
+static sm_rendezvous_slot *sm_rendezvous_slot_get(sm_rendezvous *r, const sm_rendezvous_key *k)
+{
+    sm_rendezvous_slot *s = r->slots;
+    while (s && !(s->seq == k->seq && s->leader == k->g->members[0]))
+        s = s->next;
+    if (s)
+        return s;
+    s = calloc(1, sizeof *s);
+    if (s)
+        s->in = calloc((size_t)k->size, sizeof *s->in);
+    if (s && s->in)
+        s->out = calloc((size_t)k->size, sizeof *s->out);
+    if (!s || !s->in || !s->out) {
+        sm_rendezvous_slot_free(s);
+        return NULL;
+    }
+    s->seq = k->seq;
+    s->leader = k->g->members[0];
+    s->size = k->size;
+    s->kind = k->kind;
+    s->arg = k->arg;
+    s->next = r->slots;
+    r->slots = s;
+    return s;
+}
+
+sm_err sm_rendezvous_join(sm_rendezvous *r, const sm_rendezvous_key *k, const void *in, void *out,
+                          const struct timespec *deadline, sm_rendezvous_slot **slot, char *err,
+                          size_t errlen)
+{
+    const char *const *names = r->cfg.names;
+    sm_err e = SM_OK;
+    pthread_mutex_lock(&r->mu);
+    if (r->aborted) {
+        e = sm_rendezvous_fail_locked(r, err, errlen);
+        goto done;
+    }
+    sm_rendezvous_slot *s = sm_rendezvous_slot_get(r, k);
+    if (!s) {
+        e = sm_fail(err, errlen, SM_ENOMEM, "out of memory for a collective rendezvous");
+        goto done;
+    }
+    if (s->size != k->size || s->kind != k->kind || s->arg != k->arg || s->in[k->index]) {
+        e = sm_fail(err, errlen, SM_EINVAL,
+                    "collective #%llu: members disagree (%s of %d members, size %lld, vs %s of "
+                    "%d members, size %lld, rank %d)",
+                    (unsigned long long)k->seq, names[s->kind], s->size, (long long)s->arg,
+                    names[k->kind], k->size, (long long)k->arg, k->g->rank);
+        goto done;
+    }
+    s->in[k->index] = in ? in : (const void *)s; /* a zero-size input may be NULL */
+    s->out[k->index] = out;
+    if (++s->arrived == s->size)
+        pthread_cond_broadcast(&r->cv);
+    while (s->arrived < s->size && !r->aborted) {
+        if (pthread_cond_timedwait(&r->cv, &r->mu, deadline) == ETIMEDOUT && s->arrived < s->size &&
+            !r->aborted) {
+            int missing = -1;
+            for (int i = 0; i < s->size && missing < 0; i++)
+                if (!s->in[i])
+                    missing = i;
+            char why[600];
+            r->cfg.timeout_why(r->cfg.user, k, missing, why, sizeof why);
+            sm_rendezvous_abort_locked(r, SM_ETIMEOUT, why);
+            if (r->cfg.on_abort) {
+                pthread_mutex_unlock(&r->mu);
+                r->cfg.on_abort(r->cfg.user, SM_ETIMEOUT, why);
+                pthread_mutex_lock(&r->mu);
+            }
+        }
+    }
+    if (s->arrived < s->size) { /* aborted before everyone arrived */
+        s->in[k->index] = NULL;
+        e = sm_rendezvous_fail_locked(r, err, errlen);
+        goto done;
+    }
+    *slot = s;
+done:
+    pthread_mutex_unlock(&r->mu);
+    return e;
+}
+
+int sm_rendezvous_mid(sm_rendezvous *r, sm_rendezvous_slot *s, int failed)
+{
+    pthread_mutex_lock(&r->mu);
+    s->failed |= failed;
+    if (++s->reduced == s->size)
+        pthread_cond_broadcast(&r->cv);
+    while (s->reduced < s->size)
+        pthread_cond_wait(&r->cv, &r->mu);
+    failed = s->failed;
+    pthread_mutex_unlock(&r->mu);
+    return failed;
+}
+
+void sm_rendezvous_publish(sm_rendezvous *r, sm_rendezvous_slot *s, const void *shared, int ok)
+{
+    pthread_mutex_lock(&r->mu);
+    s->shared = shared;
+    s->pstate = ok ? 1 : -1;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+sm_err sm_rendezvous_wait_shared(sm_rendezvous *r, sm_rendezvous_slot *s, char *err, size_t errlen)
+{
+    sm_err e = SM_OK;
+    pthread_mutex_lock(&r->mu);
+    while (s->pstate == 0 && !r->aborted)
+        pthread_cond_wait(&r->cv, &r->mu);
+    if (s->pstate != 1 && r->aborted)
+        e = sm_rendezvous_fail_locked(r, err, errlen);
+    else if (s->pstate != 1)
+        e = sm_fail(err, errlen, SM_ECANCELLED, "collective #%llu failed on a peer",
+                    (unsigned long long)s->seq);
+    pthread_mutex_unlock(&r->mu);
+    return e;
+}
+
+void sm_rendezvous_leave(sm_rendezvous *r, sm_rendezvous_slot *s)
+{
+    pthread_mutex_lock(&r->mu);
+    if (++s->finished == s->size)
+        pthread_cond_broadcast(&r->cv);
+    while (s->finished < s->size)
+        pthread_cond_wait(&r->cv, &r->mu);
+    if (++s->left == s->size) {
+        for (sm_rendezvous_slot **pp = &r->slots; *pp; pp = &(*pp)->next) {
+            if (*pp == s) {
+                *pp = s->next;
+                break;
+            }
+        }
+        sm_rendezvous_slot_free(s);
+    }
+    pthread_mutex_unlock(&r->mu);
+}

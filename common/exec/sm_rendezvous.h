@@ -1,0 +1,102 @@
+/* sm_rendezvous: where the members of a collective that live in one process
+ * meet, and the abort state of the job they belong to. Shared by
+ * sm_comm_local (every member in-process) and the worker's comm_grpc (the
+ * members on one worker).
+ *
+ * A slot is keyed by (sequence number, group leader members[0]). Each of its
+ * size members joins with its own index, publishes its input and output
+ * pointers and waits at a first barrier until all have arrived; members then
+ * read each other's pointers freely until sm_rendezvous_leave, a second
+ * barrier that keeps every pointer valid until all are done (the last member
+ * out frees the slot). Between join and leave, sm_rendezvous_mid is a full
+ * barrier that ORs a failure flag, and sm_rendezvous_publish /
+ * sm_rendezvous_wait_shared hand one pointer from one member to the others.
+ *
+ * Aborts: the first sm_rendezvous_abort wins, wakes every waiter and calls the
+ * on_abort hook; later joins fail at once with its code and sentence. A
+ * member whose peers have not all arrived by its deadline aborts with
+ * SM_ETIMEOUT and the sentence of the timeout_why hook.
+ *
+ * Ownership: sm_rendezvous_create returns a context owned by the caller,
+ * freed by sm_rendezvous_free once no thread uses it; it copies the config
+ * (whose names and user it borrows). All functions are thread-safe. */
+#ifndef SM_RENDEZVOUS_H
+#define SM_RENDEZVOUS_H
+
+#include <time.h>
+
+#include "sm_comm.h"
+
+/* What a member joins with. g is borrowed for the call. */
+typedef struct {
+    const sm_comm_group *g; /* members[0] keys the slot; rank names the caller */
+    uint64_t seq;
+    int size;    /* members meeting in this process */
+    int index;   /* the caller's, in [0, size) */
+    int kind;    /* an index into the config's names; every member agrees */
+    int64_t arg; /* a size every member agrees on */
+} sm_rendezvous_key;
+
+/* One rendezvous. Members read in, out and shared between join and leave;
+ * the other fields belong to sm_rendezvous. */
+typedef struct sm_rendezvous_slot {
+    const void **in;    /* per index; a NULL input reads as a non-NULL dummy */
+    void **out;         /* per index */
+    const void *shared; /* set by sm_rendezvous_publish */
+    void *scratch;      /* a member's allocation, freed (free()) with the slot */
+    struct sm_rendezvous_slot *next;
+    uint64_t seq;
+    int leader, size, kind;
+    int64_t arg;
+    int arrived, finished, left, reduced, failed, pstate;
+} sm_rendezvous_slot;
+
+typedef struct {
+    const char *const *names; /* kind -> collective name, for messages */
+    /* Writes the sentence of a join that timed out at key k, missing being
+     * the index of a member that has not arrived. Called with the lock held;
+     * must not call into the rendezvous. */
+    void (*timeout_why)(void *user, const sm_rendezvous_key *k, int missing, char *why, size_t len);
+    /* Called once, without the lock, by the abort that wins. May be NULL. */
+    void (*on_abort)(void *user, sm_err code, const char *why);
+    void *user;
+} sm_rendezvous_config;
+
+typedef struct sm_rendezvous sm_rendezvous;
+
+sm_err sm_rendezvous_create(const sm_rendezvous_config *cfg, sm_rendezvous **out, char *err,
+                            size_t errlen);
+void sm_rendezvous_free(sm_rendezvous *r);
+
+/* Aborts with code and why (one sentence); returns 1 if this call won. */
+int sm_rendezvous_abort(sm_rendezvous *r, sm_err code, const char *why);
+/* SM_OK while not aborted; else the abort's code, with its sentence in why
+ * (if why and len). */
+sm_err sm_rendezvous_status(sm_rendezvous *r, char *why, size_t len);
+/* SM_OK while not aborted; else the abort's code, with its sentence in err. */
+sm_err sm_rendezvous_check(sm_rendezvous *r, char *err, size_t errlen);
+
+/* First barrier: publishes in and out under k and waits for every member
+ * until deadline (CLOCK_MONOTONIC). On success *slot is the slot, valid until
+ * sm_rendezvous_leave. Fails with the abort's error once aborted (a timeout
+ * aborts), or without aborting with SM_EINVAL when members disagree on kind,
+ * size or arg (or an index joins twice) and SM_ENOMEM: the caller decides
+ * whether that aborts the job. */
+sm_err sm_rendezvous_join(sm_rendezvous *r, const sm_rendezvous_key *k, const void *in, void *out,
+                          const struct timespec *deadline, sm_rendezvous_slot **slot, char *err,
+                          size_t errlen);
+/* Waits until every member has called it; returns 1 if any passed failed.
+ * Members must not block between join and mid. */
+int sm_rendezvous_mid(sm_rendezvous *r, sm_rendezvous_slot *s, int failed);
+/* Sets s->shared (ok) or marks it failed (!ok) and wakes the waiters. */
+void sm_rendezvous_publish(sm_rendezvous *r, sm_rendezvous_slot *s, const void *shared, int ok);
+/* Waits until s->shared is published or the job aborted; SM_OK if it was
+ * published ok, else the abort's error. The publisher must not block for
+ * long. */
+sm_err sm_rendezvous_wait_shared(sm_rendezvous *r, sm_rendezvous_slot *s, char *err, size_t errlen);
+/* Second barrier: waits until every member is done with the slot, then the
+ * last one out frees it. Members must not block between join and leave for
+ * longer than bounded waits. */
+void sm_rendezvous_leave(sm_rendezvous *r, sm_rendezvous_slot *s);
+
+#endif
