@@ -125,8 +125,8 @@ run_bench() {
 transfer_summary() {
   awk '
     $2 == "MiB" && NF == 7 {
-      printf "SUMMARY|transfer|upload %s MiB|%s|MB/s|raw TCP 1 conn|%s|%.2f||n/a\n", $1, $3, $5, $6
-      printf "SUMMARY|transfer|download %s MiB|%s|MB/s|raw TCP 1 conn|%s|%.2f||n/a\n", $1, $4, $5, $7
+      printf "SUMMARY|transfer|upload %s MiB|%s|MB/s|raw TCP 1 conn|%s|%.2f|>= 0.5x|%s\n", $1, $3, $5, $6, ($6 >= 0.5 ? "met" : "not met")
+      printf "SUMMARY|transfer|download %s MiB|%s|MB/s|raw TCP 1 conn|%s|%.2f|>= 0.5x|%s\n", $1, $4, $5, $7, ($7 >= 0.5 ? "met" : "not met")
     }
     /^peak RSS:/ {
       sub(/^peak RSS: /, "")
@@ -168,14 +168,18 @@ print_summary() {
             ra = ra (ra == "" ? "" : "; ") (anc[key, lb] > 0 ? sprintf("%.2f", f[4] / anc[key, lb]) : "")
           }
           f[6] = an; f[7] = av; f[8] = ra
+          # issue target: psum at least MPI TCP bus bandwidth at 16 and 64 MiB
+          if (w[1] == "psum" && (w[2] == "16" || w[2] == "64") && ((key, "tcp") in anc)) {
+            f[9] = ">= MPI tcp"; f[10] = f[4] >= anc[key, "tcp"] ? "met" : "not met"
+          }
         }
         printf "%-9s %-48s %8s %-10s %-18s %11s %11s %-9s %s\n", f[2], f[3], fmt(f[4]), f[5],
                f[6], f[7], f[8], f[9], f[10]
       }
-    }' "$raw"
+    }' "$raw" | tee "$raw.table"
   local met notmet
-  met=$(awk -F'|' '$10 == "met"' "$raw" | wc -l)
-  notmet=$(awk -F'|' '$10 == "not met"' "$raw" | wc -l)
+  met=$(grep ' met$' "$raw.table" | grep -vc ' not met$' || true)
+  notmet=$(grep -c ' not met$' "$raw.table" || true)
   say ""
   say "targets: $met met, $notmet not met; load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cpus"
   if [ ${#failures[@]} -gt 0 ]; then
