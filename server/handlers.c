@@ -52,6 +52,13 @@ static sm_err h_upload(void *user, sm_svc_upload_in *in, sm_svc_upload_reply *ou
     return sm_relay_upload(c->reg, in, out, err, errlen);
 }
 
+static sm_err h_commit_shards(void *user, const sm_svc_commit_req *req, sm_svc_upload_reply *out,
+                              char *err, size_t errlen)
+{
+    sm_coord *c = user;
+    return sm_relay_commit(c->reg, req, out, c->call_deadline_ms, err, errlen);
+}
+
 static sm_err h_download(void *user, const sm_svc_download_req *req, sm_svc_download_out *out,
                          char *err, size_t errlen)
 {
@@ -207,6 +214,7 @@ static const sm_svc_coord_ops h_ops = {
     .reshard = h_reshard,
     .register_worker = h_register,
     .heartbeat = h_heartbeat,
+    .commit_shards = h_commit_shards,
 };
 
 const sm_svc_coord_ops *sm_handlers_ops(void)

@@ -122,6 +122,13 @@ sm_err sm_registry_upload_begin(sm_registry *r, const sm_svc_upload_header *h, i
 sm_err sm_registry_upload_end(sm_registry *r, sm_array_id id, const int32_t *devices, int n, int ok,
                               int *ready, char *err, size_t errlen);
 
+/* Starts a commit of a direct upload (CommitShards): as
+ * sm_registry_upload_begin with a header of the array's shard shape and
+ * dtype and req's devices and byte count. Ended with sm_registry_upload_end. */
+sm_err sm_registry_commit_begin(sm_registry *r, const sm_svc_commit_req *req, int64_t now_ms,
+                                sm_reg_target **targets, int *ntargets, int64_t *deadline_ms,
+                                char *err, size_t errlen);
+
 /* Checks that ref names a READY array holding device and returns the
  * array id and the device's worker. Not ready: SM_EPRECONDITION saying how
  * many shards arrived. */

@@ -120,7 +120,10 @@ void sm_reg_array_set_error(sm_reg_array *a, const char *msg)
 void sm_reg_array_fail(sm_registry *r, sm_reg_array *a, const char *msg, sm_reg_free **frees,
                        int *nfrees)
 {
-    sm_reg_array_frees(r, a, 1, frees, nfrees);
+    /* Every device, not only the filled ones: a direct upload (PutShard
+     * straight to a worker) may have stored a shard that was never
+     * committed. */
+    sm_reg_array_frees(r, a, 0, frees, nfrees);
     a->state = SM_ARRAY_FAILED;
     sm_reg_array_set_error(a, msg);
     memset(a->filled, 0, (size_t)a->n);

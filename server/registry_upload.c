@@ -118,6 +118,30 @@ out:
     return rc;
 }
 
+sm_err sm_registry_commit_begin(sm_registry *r, const sm_svc_commit_req *req, int64_t now_ms,
+                                sm_reg_target **targets, int *ntargets, int64_t *deadline_ms,
+                                char *err, size_t errlen)
+{
+    sm_svc_upload_header h;
+    memset(&h, 0, sizeof h);
+    h.array_id = req->array_id;
+    h.ndevices = req->ndevices;
+    h.devices = (int32_t *)req->devices;
+    h.total_bytes = req->bytes;
+    *targets = NULL;
+    *ntargets = 0;
+    pthread_mutex_lock(&r->mu);
+    sm_reg_array *a = sm_reg_array_find(r, (sm_array_ref){req->array_id, NULL}, err, errlen);
+    if (a) {
+        h.shape = a->shard_shape; /* fixed at creation */
+        h.dtype = a->dtype;
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (!a)
+        return SM_ENOTFOUND;
+    return sm_registry_upload_begin(r, &h, now_ms, targets, ntargets, deadline_ms, err, errlen);
+}
+
 sm_err sm_registry_upload_end(sm_registry *r, sm_array_id id, const int32_t *devices, int n, int ok,
                               int *ready, char *err, size_t errlen)
 {

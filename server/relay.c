@@ -225,6 +225,69 @@ fail:
     return e;
 }
 
+/* Checks what worker t holds against req (see sm_relay_commit). */
+static sm_err sm_relay_verify(const sm_reg_target *t, const sm_svc_commit_req *req, int deadline_ms,
+                              char *err, size_t errlen)
+{
+    sm_svc_shard_state st[SM_MAX_WORKER_DEVICES];
+    sm_err e = sm_svc_worker_shard_info(t->ch, deadline_ms, req->array_id, t->ndevices, t->devices,
+                                        st, err, errlen);
+    if (e) {
+        sm_relay_worker_err(t, err, errlen);
+        return e;
+    }
+    for (int k = 0; k < t->ndevices; k++) {
+        if (!st[k].present)
+            return sm_fail(err, errlen, SM_EPRECONDITION,
+                           "worker %u at %s holds no shard of array %llu on device %d; send it "
+                           "with PutShard before committing it",
+                           t->worker_id, t->address, (unsigned long long)req->array_id.v,
+                           (int)t->devices[k]);
+        if (st[k].bytes != req->bytes || st[k].checksum != req->checksum)
+            return sm_fail(err, errlen, SM_EDATALOSS,
+                           "device %d of array %llu on worker %u holds %lld bytes with checksum "
+                           "%016llx, not the %lld bytes with checksum %016llx being committed",
+                           (int)t->devices[k], (unsigned long long)req->array_id.v, t->worker_id,
+                           (long long)st[k].bytes, (unsigned long long)st[k].checksum,
+                           (long long)req->bytes, (unsigned long long)req->checksum);
+    }
+    return SM_OK;
+}
+
+sm_err sm_relay_commit(sm_registry *r, const sm_svc_commit_req *req, sm_svc_upload_reply *out,
+                       int deadline_ms, char *err, size_t errlen)
+{
+    sm_reg_target *t = NULL;
+    int nt = 0, ready = 0;
+    int64_t left = 0;
+    char ignore[256];
+    sm_err e = sm_registry_commit_begin(r, req, sm_registry_now_ms(), &t, &nt, &left, err, errlen);
+    if (e)
+        return e;
+    for (int k = 0; k < nt && !e; k++)
+        e = sm_relay_verify(&t[k], req, deadline_ms, err, errlen);
+    if (e) {
+        sm_registry_upload_end(r, req->array_id, req->devices, req->ndevices, 0, &ready, ignore,
+                               sizeof ignore);
+        sm_relay_drop(req->array_id, t, nt); /* bad or partial: send again */
+        free(t);
+        return e;
+    }
+    e = sm_registry_upload_end(r, req->array_id, req->devices, req->ndevices, 1, &ready, err,
+                               errlen);
+    if (e)
+        sm_relay_drop(req->array_id, t, nt); /* the array went away or failed meanwhile */
+    free(t);
+    if (e)
+        return e;
+    out->bytes = req->bytes;
+    out->checksum = req->checksum;
+    out->array_ready = ready;
+    SM_DEBUG("commit of %lld bytes to array %llu (%d devices) done", (long long)req->bytes,
+             (unsigned long long)req->array_id.v, req->ndevices);
+    return SM_OK;
+}
+
 sm_err sm_relay_download(sm_registry *r, const sm_svc_download_req *req, sm_svc_download_out *out,
                          int deadline_ms, char *err, size_t errlen)
 {

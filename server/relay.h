@@ -26,6 +26,15 @@ sm_err sm_relay_download(sm_registry *r, const sm_svc_download_req *req, sm_svc_
 
 /* Sends each FreeArray of frees[0..n) (skipping NULL channels); failures
  * are logged, not returned. */
+/* CommitShards: reserves req's devices (sm_registry_commit_begin), asks
+ * every worker holding them (Worker.ShardInfo, deadline_ms) whether each
+ * shard is present with req's size and checksum, and only then marks them
+ * filled. Absent: SM_EPRECONDITION; another size or checksum: SM_EDATALOSS;
+ * on any failure the workers' copies are freed and the devices may be sent
+ * again until the array's deadline. */
+sm_err sm_relay_commit(sm_registry *r, const sm_svc_commit_req *req, sm_svc_upload_reply *out,
+                       int deadline_ms, char *err, size_t errlen);
+
 void sm_relay_free(const sm_reg_free *frees, int n, int deadline_ms);
 
 /* Removes a leading "STATUS_NAME: " (as sm_rpc writes it) from err, so a

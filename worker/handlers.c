@@ -174,6 +174,8 @@ static sm_err h_put_shard(void *user, sm_svc_upload_in *in, sm_svc_upload_reply 
                     (unsigned long long)array.v, (long long)got, (long long)shards[0]->nbytes);
         goto fail;
     }
+    shards[0]->has_checksum = 1;
+    shards[0]->checksum = sum;
     for (int k = 1; k < ndev; k++)
         if ((e = sm_store_shard_copy(shards[0], &shards[k], err, errlen)))
             goto fail;
@@ -359,10 +361,48 @@ static sm_err h_assemble(void *user, const sm_svc_assemble_req *req, int64_t *by
     return sm_assemble_run(user, req, bytes, err, errlen);
 }
 
+/* ---- ShardInfo --------------------------------------------------------- */
+
+/* What this worker holds of an array on each device asked about: the
+ * coordinator's check before it commits a direct upload. A device the
+ * worker does not own is an error; a shard it does not hold is absent. */
+static sm_err h_shard_info(void *user, sm_array_id id, int ndevices, const int32_t *devices,
+                           sm_svc_shard_state *out, char *err, size_t errlen)
+{
+    sm_handlers *h = user;
+    for (int k = 0; k < ndevices; k++) {
+        sm_store_shard *sh = NULL;
+        char ignore[256];
+        sm_err e = sm_store_check_device(h->store, devices[k], err, errlen);
+        if (e)
+            return e;
+        out[k].device = devices[k];
+        if (sm_store_get(h->store, id, devices[k], &sh, ignore, sizeof ignore))
+            continue;
+        out[k].present = 1;
+        out[k].bytes = sh->nbytes;
+        if (sh->has_checksum) {
+            out[k].checksum = sh->checksum;
+        } else {
+            sm_checksum *ck = sm_checksum_create();
+            if (!ck) {
+                sm_store_shard_release(sh);
+                return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a checksum");
+            }
+            sm_checksum_update(ck, sh->data, (size_t)sh->nbytes);
+            out[k].checksum = sm_checksum_digest(ck);
+            sm_checksum_free(ck);
+        }
+        sm_store_shard_release(sh);
+    }
+    return SM_OK;
+}
+
 const sm_svc_worker_ops sm_handlers_ops = {
     .put_shard = h_put_shard,
     .get_shard = h_get_shard,
     .free_array = h_free_array,
     .assemble = h_assemble,
     .stats = h_stats,
+    .shard_info = h_shard_info,
 };

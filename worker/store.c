@@ -77,6 +77,8 @@ sm_err sm_store_shard_copy(const sm_store_shard *src, sm_store_shard **out, char
         return e;
     if (src->nbytes)
         memcpy((*out)->data, src->data, (size_t)src->nbytes);
+    (*out)->has_checksum = src->has_checksum;
+    (*out)->checksum = src->checksum;
     return SM_OK;
 }
 

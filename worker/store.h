@@ -35,6 +35,10 @@ typedef struct {
     int64_t nbytes;
     void *data; /* SM_STORE_ALIGN-aligned; never NULL, even for 0 bytes */
     int refs;   /* private: atomic reference count */
+    /* xxHash3-64 of the bytes, if has_checksum (set by its creator before
+     * the put: PutShard records the verified checksum; copies keep it). */
+    int has_checksum;
+    uint64_t checksum;
 } sm_store_shard;
 
 typedef struct sm_store sm_store;

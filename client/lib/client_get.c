@@ -1,5 +1,6 @@
 /* client_get: the download calls of libshmap. The array is described, each
- * distinct index is fetched once from its lowest live replica and scattered
+ * distinct index is fetched once from its lowest live replica (straight from
+ * its worker where reachable, else through the coordinator) and scattered
  * straight into the result (memory or a mapped .npy file), two at a time. */
 #include <fcntl.h>
 #include <stdio.h>
@@ -80,8 +81,8 @@ static sm_err fetch_task(void *user, int i, char *err, size_t errlen)
 {
     fetch_job *j = user;
     const sm_shard_info *s = &j->info->shards[j->pick[i]];
-    return client_download_box(j->c, j->info->id, s->device, j->info->dtype, j->dst,
-                               &j->info->shape, &s->index, &j->prog, err, errlen);
+    return client_download_box(j->c, s->worker_address, j->info->id, s->device, j->info->dtype,
+                               j->dst, &j->info->shape, &s->index, &j->prog, err, errlen);
 }
 
 /* Fetches the whole array described by info into dst (row-major, global
@@ -99,6 +100,20 @@ static sm_err fetch_all(sm_client *c, const sm_array_info *info, void *dst, char
         return e;
     if ((e = pick_shards(info, &j.pick, &j.n, err, errlen)))
         return e;
+    /* Consecutive fetches from different workers. */
+    int *order = malloc(sizeof *order * ((size_t)j.n + 1));
+    uint32_t *wid = malloc(sizeof *wid * ((size_t)j.n + 1));
+    if (order && wid) {
+        for (int k = 0; k < j.n; k++)
+            wid[k] = info->shards[j.pick[k]].worker_id;
+        client_order_by_worker(wid, j.n, order);
+        for (int k = 0; k < j.n; k++)
+            wid[k] = (uint32_t)j.pick[order[k]];
+        for (int k = 0; k < j.n; k++)
+            j.pick[k] = (int)wid[k];
+    }
+    free(order);
+    free(wid);
     client_progress_init(&j.prog, c, total);
     e = client_run_tasks(j.n, 2, fetch_task, &j, err, errlen);
     client_progress_destroy(&j.prog);
@@ -234,8 +249,8 @@ sm_err sm_client_get_shard(sm_client *c, sm_array_ref ref, int32_t device, sm_ar
     if ((e = sm_array_create(info.dtype, &shape, &a, err, errlen)))
         goto done;
     client_progress_init(&prog, c, a->nbytes);
-    e = client_download_box(c, info.id, device, info.dtype, a->data, &shape, &full, &prog, err,
-                            errlen);
+    e = client_download_box(c, s->worker_address, info.id, device, info.dtype, a->data, &shape,
+                            &full, &prog, err, errlen);
     client_progress_destroy(&prog);
     if (e) {
         sm_array_free(a);

@@ -14,12 +14,38 @@
 #include "shmap.h"
 #include "sm_svc.h"
 
+/* A cached channel to one worker, for direct transfers. */
+typedef struct {
+    char addr[SM_ADDR_MAX];
+    sm_rpc_channel *ch;    /* owned */
+    int64_t unreachable_s; /* monotonic second it was found unreachable; 0: fine */
+} client_worker;
+
 struct sm_client {
     sm_rpc_channel *ch; /* owned */
     int timeout_ms;     /* deadline of each unary call */
     void (*progress)(void *user, int64_t done, int64_t total);
     void *progress_user;
+    int relay_only;      /* every transfer through the coordinator */
+    char *token;         /* owned copy of opts->token, or NULL */
+    pthread_mutex_t wmu; /* guards workers, nworkers */
+    client_worker *workers;
+    int nworkers, cworkers;
 };
+
+/* The cached channel to the worker at addr (created on first use; the first
+ * use waits up to CLIENT_READY_MS for it to connect), or NULL when transfers
+ * to it must go through the coordinator's relay: relay_only, no address, or
+ * the worker was unreachable within the last CLIENT_RETRY_S seconds. */
+#define CLIENT_READY_MS 1000
+#define CLIENT_RETRY_S  30
+sm_rpc_channel *client_worker_channel(sm_client *c, const char *addr);
+/* Records that the worker at addr could not be reached (UNAVAILABLE). */
+void client_worker_unreachable(sm_client *c, const char *addr);
+/* Frees every cached worker channel. */
+void client_workers_free(sm_client *c);
+/* 1 if the environment forces the relay (SHMAP_RELAY set, not "0"). */
+int client_env_relay(void);
 
 /* Progress of one transfer of `total` bytes, shared by the threads that move
  * its pieces. */
@@ -61,19 +87,33 @@ void client_box_scatter(const client_box *b, void *buf, int64_t pos, const void 
 /* Uploads the box `box` of src (row-major, shape src_shape, dtype t) to the
  * devices of one upload target of array `id`, in chunks of at most
  * SM_SVC_CHUNK bytes through a 4 MiB staging buffer. *ready is set to 1 when
- * the server says this upload completed the array (ready may be NULL). */
-sm_err client_upload_box(sm_client *c, sm_array_id id, int ndevices, const int32_t *devices,
-                         sm_dtype t, const void *src, const sm_shape *src_shape,
-                         const sm_index *box, client_progress *prog, int *ready, char *err,
-                         size_t errlen);
+ * the server says this upload completed the array (ready may be NULL).
+ *
+ * With info (the array's description, for its shards' worker addresses)
+ * the box goes straight to the workers holding the devices (one PutShard
+ * stream per worker, the same chunks to each) and is then committed with
+ * CommitShards; a worker that cannot be reached sends the target through
+ * the coordinator's relay (Upload) instead, as does info == NULL. */
+sm_err client_upload_box(sm_client *c, const sm_array_info *info, sm_array_id id, int ndevices,
+                         const int32_t *devices, sm_dtype t, const void *src,
+                         const sm_shape *src_shape, const sm_index *box, client_progress *prog,
+                         int *ready, char *err, size_t errlen);
 
 /* Downloads device `device`'s shard of array `id` (expected dtype t and
  * shape of `box`) and scatters it into the box `box` of dst (row-major, shape
  * dst_shape). Sizes, offsets and the checksum are verified (SM_EDATALOSS on a
- * mismatch). */
-sm_err client_download_box(sm_client *c, sm_array_id id, int32_t device, sm_dtype t, void *dst,
-                           const sm_shape *dst_shape, const sm_index *box, client_progress *prog,
-                           char *err, size_t errlen);
+ * mismatch). With worker_address (may be NULL or "") the shard comes
+ * straight from that worker (GetShard), else, or if it cannot be reached,
+ * through the coordinator (Download). */
+sm_err client_download_box(sm_client *c, const char *worker_address, sm_array_id id, int32_t device,
+                           sm_dtype t, void *dst, const sm_shape *dst_shape, const sm_index *box,
+                           client_progress *prog, char *err, size_t errlen);
+
+/* Fills order[0..n) with 0..n-1 arranged so that consecutive entries go to
+ * different workers where possible (round robin over the distinct values
+ * of worker[], each worker's items in their order): tasks run a few at a
+ * time then keep every worker busy. */
+void client_order_by_worker(const uint32_t *worker, int n, int *order);
 
 /* Runs fn(user, i, err, errlen) for i in [0, n) on up to `width` threads
  * (the caller's included); stops handing out work after the first failure,

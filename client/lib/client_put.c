@@ -1,7 +1,8 @@
 /* client_put: the upload calls of libshmap (device_put of a whole array or
  * .npy file, per-device shards, a per-index callback, and process-local
- * data). Every one is CreateArray followed by one Upload stream per target,
- * two targets in flight at once. */
+ * data). Every one is CreateArray followed, per target, by PutShard streams
+ * straight to its workers and a CommitShards (or one relayed Upload stream
+ * where a worker cannot be reached), two targets in flight at once. */
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +20,8 @@ typedef struct {
     sm_dtype dtype;
     const void *src;
     sm_shape src_shape;
-    int local; /* 1: boxes are local_slice, else global_index */
+    int local;  /* 1: boxes are local_slice, else global_index */
+    int *order; /* task i uploads target order[i] */
     client_progress prog;
 } upload_job;
 
@@ -31,9 +33,10 @@ static const sm_index *job_box(const upload_job *j, int i)
 static sm_err upload_task(void *user, int i, char *err, size_t errlen)
 {
     upload_job *j = user;
+    i = j->order[i];
     const sm_svc_upload_target *t = &j->r->targets[i];
-    return client_upload_box(j->c, j->r->array.id, t->ndevices, t->devices, j->dtype, j->src,
-                             &j->src_shape, job_box(j, i), &j->prog, NULL, err, errlen);
+    return client_upload_box(j->c, &j->r->array, j->r->array.id, t->ndevices, t->devices, j->dtype,
+                             j->src, &j->src_shape, job_box(j, i), &j->prog, NULL, err, errlen);
 }
 
 static sm_err upload_all(sm_client *c, const sm_svc_create_array_reply *r, sm_dtype t,
@@ -52,9 +55,23 @@ static sm_err upload_all(sm_client *c, const sm_svc_create_array_reply *r, sm_dt
             return e;
         total += nb;
     }
+    j.order = malloc(sizeof *j.order * ((size_t)r->ntargets + 1));
+    uint32_t *wid = calloc((size_t)r->ntargets + 1, sizeof *wid);
+    if (!j.order || !wid) {
+        free(j.order);
+        free(wid);
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory");
+    }
+    for (int i = 0; i < r->ntargets; i++)
+        for (int s = 0; s < r->array.nshards && r->targets[i].ndevices > 0; s++)
+            if (r->array.shards[s].device == r->targets[i].devices[0])
+                wid[i] = r->array.shards[s].worker_id;
+    client_order_by_worker(wid, r->ntargets, j.order);
+    free(wid);
     client_progress_init(&j.prog, c, total);
     e = client_run_tasks(r->ntargets, 2, upload_task, &j, err, errlen);
     client_progress_destroy(&j.prog);
+    free(j.order);
     return e;
 }
 
@@ -229,8 +246,8 @@ sm_err sm_client_put_shards(sm_client *c, sm_dtype dtype, const sm_shape *global
     for (int i = 0; i < r.ntargets && !e; i++) {
         const sm_array *a = shards[which[i]];
         sm_index full = sm_index_full(&a->shape);
-        e = client_upload_box(c, r.array.id, r.targets[i].ndevices, r.targets[i].devices, dtype,
-                              a->data, &a->shape, &full, &prog, NULL, err, errlen);
+        e = client_upload_box(c, &r.array, r.array.id, r.targets[i].ndevices, r.targets[i].devices,
+                              dtype, a->data, &a->shape, &full, &prog, NULL, err, errlen);
     }
     client_progress_destroy(&prog);
     if (e)
@@ -285,8 +302,8 @@ sm_err sm_client_put_callback(sm_client *c, sm_dtype dtype, const sm_shape *glob
                         sm_shape_format(&want, s2, sizeof s2));
         } else {
             sm_index full = sm_index_full(&blk->shape);
-            e = client_upload_box(c, r.array.id, t->ndevices, t->devices, dtype, blk->data,
-                                  &blk->shape, &full, &prog, NULL, err, errlen);
+            e = client_upload_box(c, &r.array, r.array.id, t->ndevices, t->devices, dtype,
+                                  blk->data, &blk->shape, &full, &prog, NULL, err, errlen);
         }
         sm_array_free(blk);
     }

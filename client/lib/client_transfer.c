@@ -1,5 +1,7 @@
 /* client_transfer: box streaming, chunked uploads and downloads over sm_svc
- * streams, a small task runner and progress accounting for libshmap. */
+ * streams (straight to and from the workers, with the coordinator's relay
+ * as the fallback), a small task runner and progress accounting for
+ * libshmap. */
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -131,130 +133,239 @@ void client_box_scatter(const client_box *b, void *buf, int64_t pos, const void 
 
 /* ---- uploads ----------------------------------------------------------------- */
 
-sm_err client_upload_box(sm_client *c, sm_array_id id, int ndevices, const int32_t *devices,
-                         sm_dtype t, const void *src, const sm_shape *src_shape,
-                         const sm_index *box, client_progress *prog, int *ready, char *err,
-                         size_t errlen)
+/* The streams of one upload: one to the coordinator (relay), or one per
+ * worker holding some of the target's devices (direct). */
+typedef struct {
+    sm_rpc_channel *ch;
+    const char *addr; /* NULL: the coordinator */
+    int ndevices;
+    int32_t devices[SM_MAX_WORKER_DEVICES];
+    sm_svc_upload_stream *st;
+} up_stream;
+
+static void up_abort(up_stream *u, int n)
+{
+    for (int k = 0; k < n; k++)
+        if (u[k].st) {
+            sm_svc_upload_abort(u[k].st);
+            u[k].st = NULL;
+        }
+}
+
+/* Groups devices by the worker holding them (info's shards). Returns the
+ * number of streams, or 0 if some worker must be reached through the relay. */
+static int up_group(sm_client *c, const sm_array_info *info, int ndevices, const int32_t *devices,
+                    up_stream *u)
+{
+    int n = 0;
+    for (int i = 0; i < ndevices; i++) {
+        const char *addr = NULL;
+        for (int s = 0; s < info->nshards && !addr; s++)
+            if (info->shards[s].device == devices[i])
+                addr = info->shards[s].worker_address;
+        if (!addr || !*addr)
+            return 0;
+        int k = 0;
+        while (k < n && strcmp(u[k].addr, addr) != 0)
+            k++;
+        if (k == n) {
+            sm_rpc_channel *ch = client_worker_channel(c, addr);
+            if (!ch)
+                return 0;
+            memset(&u[n], 0, sizeof u[n]);
+            u[n].ch = ch;
+            u[n].addr = addr;
+            n++;
+        }
+        if (u[k].ndevices == SM_MAX_WORKER_DEVICES)
+            return 0;
+        u[k].devices[u[k].ndevices++] = devices[i];
+    }
+    return n;
+}
+
+/* Sends the box through streams u[0..n) (direct: each its own devices in the
+ * header) and checks every reply. *fallback = 1 when a direct stream failed
+ * UNAVAILABLE before any data went out: nothing was sent, use the relay. */
+static sm_err up_send(sm_client *c, up_stream *u, int n, int direct, const sm_svc_upload_msg *hdr,
+                      const client_box *b, const void *src, char *stage, client_progress *prog,
+                      uint64_t *sum, int *ready, int *fallback, char *err, size_t errlen)
+{
+    sm_checksum *ck = sm_checksum_create();
+    sm_svc_upload_msg msg;
+    sm_err e = SM_OK;
+
+    *fallback = 0;
+    if (!ck)
+        return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a checksum state");
+    for (int k = 0; k < n && !e; k++) {
+        e = sm_svc_upload_open(u[k].ch, direct, client_stream_deadline(c, b->nbytes), &u[k].st, err,
+                               errlen);
+        if (!e) {
+            msg = *hdr;
+            if (direct) {
+                msg.header.ndevices = u[k].ndevices;
+                msg.header.devices = u[k].devices;
+            }
+            e = sm_svc_upload_send(u[k].st, &msg, err, errlen);
+        }
+        if (e && direct && e == SM_EUNAVAILABLE) {
+            client_worker_unreachable(c, u[k].addr);
+            *fallback = 1;
+        }
+    }
+    for (int64_t pos = 0; !e && (pos < b->nbytes || pos == 0);) {
+        size_t len = b->nbytes - pos < SM_SVC_CHUNK ? (size_t)(b->nbytes - pos) : SM_SVC_CHUNK;
+        int64_t avail, at = box_locate(b, pos, &avail);
+        const char *data = (const char *)src + at; /* contiguous in src: sent from there */
+        if (len == 0 || avail < (int64_t)len) {
+            client_box_gather(b, src, pos, stage, len);
+            data = stage;
+        }
+        sm_checksum_update(ck, data, len);
+        memset(&msg, 0, sizeof msg);
+        msg.offset = pos;
+        msg.data = data;
+        msg.len = len;
+        msg.last = pos + (int64_t)len == b->nbytes;
+        if (msg.last)
+            msg.checksum = sm_checksum_digest(ck);
+        for (int k = 0; k < n && !e; k++)
+            e = sm_svc_upload_send(u[k].st, &msg, err, errlen);
+        if (e)
+            break;
+        client_progress_add(prog, (int64_t)len);
+        pos += (int64_t)len;
+        if (msg.last)
+            break;
+    }
+    *sum = sm_checksum_digest(ck);
+    sm_checksum_free(ck);
+    for (int k = 0; k < n && !e; k++) {
+        sm_svc_upload_reply reply = {0};
+        e = sm_svc_upload_finish(u[k].st, &reply, err, errlen);
+        u[k].st = NULL;
+        if (e)
+            break;
+        if (reply.bytes != b->nbytes || reply.checksum != *sum)
+            e = sm_fail(err, errlen, SM_EDATALOSS,
+                        "%s%s acknowledged %lld bytes with checksum %016llx for an upload of "
+                        "%lld bytes with checksum %016llx",
+                        direct ? "the worker at " : "the service", direct ? u[k].addr : "",
+                        (long long)reply.bytes, (unsigned long long)reply.checksum,
+                        (long long)b->nbytes, (unsigned long long)*sum);
+        if (ready)
+            *ready = reply.array_ready;
+    }
+    up_abort(u, n);
+    return e;
+}
+
+sm_err client_upload_box(sm_client *c, const sm_array_info *info, sm_array_id id, int ndevices,
+                         const int32_t *devices, sm_dtype t, const void *src,
+                         const sm_shape *src_shape, const sm_index *box, client_progress *prog,
+                         int *ready, char *err, size_t errlen)
 {
     client_box b;
-    sm_svc_upload_stream *st = NULL;
-    sm_checksum *ck = NULL;
+    up_stream *u = NULL;
     char *stage = NULL;
-    sm_svc_upload_msg msg;
-    sm_svc_upload_reply reply;
+    sm_svc_upload_msg hdr;
+    uint64_t sum = 0;
+    int n = 0, fallback = 0, r = 0;
     sm_err e;
 
     if ((e = client_box_init(&b, src_shape, box, t, err, errlen)))
         return e;
-    ck = sm_checksum_create();
+    if (ndevices < 1)
+        return sm_fail(err, errlen, SM_EINVAL, "an upload target lists no devices");
     stage = malloc(b.nbytes < SM_SVC_CHUNK ? (size_t)b.nbytes + 1 : SM_SVC_CHUNK);
-    if (!ck || !stage) {
+    u = calloc((size_t)ndevices, sizeof *u);
+    if (!u || !stage) {
         e = sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a %d-byte upload buffer",
                     SM_SVC_CHUNK);
-        goto fail;
+        goto done;
     }
-    if ((e = sm_svc_upload_open(c->ch, 0, client_stream_deadline(c, b.nbytes), &st, err, errlen)))
-        goto fail;
+    memset(&hdr, 0, sizeof hdr);
+    hdr.has_header = 1;
+    hdr.header.array_id = id;
+    hdr.header.ndevices = ndevices;
+    hdr.header.devices = (int32_t *)devices;
+    hdr.header.shape = sm_index_shape(box);
+    hdr.header.dtype = t;
+    hdr.header.total_bytes = b.nbytes;
 
-    memset(&msg, 0, sizeof msg);
-    msg.has_header = 1;
-    msg.header.array_id = id;
-    msg.header.ndevices = ndevices;
-    msg.header.devices = (int32_t *)devices;
-    msg.header.shape = sm_index_shape(box);
-    msg.header.dtype = t;
-    msg.header.total_bytes = b.nbytes;
-    if ((e = sm_svc_upload_send(st, &msg, err, errlen)))
-        goto fail;
-
-    for (int64_t pos = 0; pos < b.nbytes || (pos == 0 && b.nbytes == 0);) {
-        size_t n = b.nbytes - pos < SM_SVC_CHUNK ? (size_t)(b.nbytes - pos) : SM_SVC_CHUNK;
-        client_box_gather(&b, src, pos, stage, n);
-        sm_checksum_update(ck, stage, n);
-        memset(&msg, 0, sizeof msg);
-        msg.offset = pos;
-        msg.data = stage;
-        msg.len = n;
-        msg.last = pos + (int64_t)n == b.nbytes;
-        if (msg.last)
-            msg.checksum = sm_checksum_digest(ck);
-        if ((e = sm_svc_upload_send(st, &msg, err, errlen)))
-            goto fail;
-        client_progress_add(prog, (int64_t)n);
-        pos += (int64_t)n;
-        if (msg.last)
-            break;
+    if (info && !c->relay_only && (n = up_group(c, info, ndevices, devices, u)) > 0) {
+        e = up_send(c, u, n, 1, &hdr, &b, src, stage, prog, &sum, NULL, &fallback, err, errlen);
+        if (!e) {
+            sm_svc_commit_req q = {id, ndevices, devices, sum, b.nbytes};
+            sm_svc_upload_reply reply = {0};
+            e = sm_svc_coord_commit_shards(c->ch, c->timeout_ms, &q, &reply, err, errlen);
+            r = reply.array_ready;
+            goto done;
+        }
+        if (!fallback)
+            goto done;
     }
-
-    memset(&reply, 0, sizeof reply);
-    e = sm_svc_upload_finish(st, &reply, err, errlen);
-    st = NULL;
-    if (e)
-        goto fail;
-    if (reply.bytes != b.nbytes || reply.checksum != sm_checksum_digest(ck)) {
-        e = sm_fail(err, errlen, SM_EDATALOSS,
-                    "the service acknowledged %lld bytes with checksum %016llx for an upload of "
-                    "%lld bytes with checksum %016llx",
-                    (long long)reply.bytes, (unsigned long long)reply.checksum, (long long)b.nbytes,
-                    (unsigned long long)sm_checksum_digest(ck));
-        goto fail;
-    }
-    if (ready)
-        *ready = reply.array_ready;
-    sm_checksum_free(ck);
-    free(stage);
-    return SM_OK;
-
-fail:
-    if (st)
-        sm_svc_upload_abort(st);
-    sm_checksum_free(ck);
+    /* Through the coordinator. */
+    memset(u, 0, sizeof *u);
+    u[0].ch = c->ch;
+    e = up_send(c, u, 1, 0, &hdr, &b, src, stage, prog, &sum, &r, &fallback, err, errlen);
+done:
+    if (!e && ready)
+        *ready = r;
+    free(u);
     free(stage);
     return e;
 }
 
 /* ---- downloads --------------------------------------------------------------- */
 
-sm_err client_download_box(sm_client *c, sm_array_id id, int32_t device, sm_dtype t, void *dst,
-                           const sm_shape *dst_shape, const sm_index *box, client_progress *prog,
-                           char *err, size_t errlen)
+/* One download from ch (direct: a worker's GetShard). *fallback = 1 when a
+ * direct stream failed UNAVAILABLE before any data arrived. */
+static sm_err download_from(sm_client *c, sm_rpc_channel *ch, int direct, sm_array_id id,
+                            int32_t device, sm_dtype t, void *dst, const client_box *b,
+                            const sm_index *box, client_progress *prog, int *fallback, char *err,
+                            size_t errlen)
 {
-    client_box b;
     sm_svc_download_stream *st = NULL;
     sm_checksum *ck = NULL;
     sm_svc_download_req req;
-    sm_svc_chunk ch;
+    sm_svc_chunk ch_;
     sm_shape want = sm_index_shape(box);
     int64_t got = 0;
     int meta = 0, last = 0, end = 0;
     char s1[128], s2[128];
     sm_err e;
 
-    if ((e = client_box_init(&b, dst_shape, box, t, err, errlen)))
-        return e;
+    *fallback = 0;
     if (!(ck = sm_checksum_create()))
         return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a checksum state");
     memset(&req, 0, sizeof req);
     req.array.id = id;
     req.device = device;
-    if ((e = sm_svc_download_open(c->ch, 0, &req, client_stream_deadline(c, b.nbytes), &st, err,
-                                  errlen)))
+    if ((e = sm_svc_download_open(ch, direct, &req, client_stream_deadline(c, b->nbytes), &st, err,
+                                  errlen))) {
+        *fallback = direct && e == SM_EUNAVAILABLE;
         goto fail;
+    }
     for (;;) {
-        memset(&ch, 0, sizeof ch);
-        if ((e = sm_svc_download_recv(st, &ch, &end, err, errlen)))
+        memset(&ch_, 0, sizeof ch_);
+        if ((e = sm_svc_download_recv(st, &ch_, &end, err, errlen))) {
+            *fallback = direct && !meta && e == SM_EUNAVAILABLE;
             goto fail;
+        }
         if (end)
             break;
-        if (ch.has_meta) {
-            if (ch.dtype != t || !sm_shape_equal(&ch.shape, &want) || ch.total_bytes != b.nbytes) {
+        if (ch_.has_meta) {
+            if (ch_.dtype != t || !sm_shape_equal(&ch_.shape, &want) ||
+                ch_.total_bytes != b->nbytes) {
                 e = sm_fail(err, errlen, SM_EDATALOSS,
                             "device %d sent a %s%s shard of %lld bytes where a %s%s shard of %lld "
                             "bytes was expected",
-                            (int)device, sm_dtype_name(ch.dtype),
-                            sm_shape_format(&ch.shape, s1, sizeof s1), (long long)ch.total_bytes,
+                            (int)device, sm_dtype_name(ch_.dtype),
+                            sm_shape_format(&ch_.shape, s1, sizeof s1), (long long)ch_.total_bytes,
                             sm_dtype_name(t), sm_shape_format(&want, s2, sizeof s2),
-                            (long long)b.nbytes);
+                            (long long)b->nbytes);
                 goto fail;
             }
             meta = 1;
@@ -264,28 +375,28 @@ sm_err client_download_box(sm_client *c, sm_array_id id, int32_t device, sm_dtyp
                         (int)device, meta ? "after its last chunk" : "before its shape");
             goto fail;
         }
-        if (ch.len > 0) {
-            if (ch.offset != got || (int64_t)ch.len > b.nbytes - got) {
+        if (ch_.len > 0) {
+            if (ch_.offset != got || (int64_t)ch_.len > b->nbytes - got) {
                 e = sm_fail(err, errlen, SM_EDATALOSS,
                             "the download of device %d's shard sent %zu bytes at offset %lld "
                             "after %lld of %lld bytes",
-                            (int)device, ch.len, (long long)ch.offset, (long long)got,
-                            (long long)b.nbytes);
+                            (int)device, ch_.len, (long long)ch_.offset, (long long)got,
+                            (long long)b->nbytes);
                 goto fail;
             }
-            client_box_scatter(&b, dst, got, ch.data, ch.len);
-            sm_checksum_update(ck, ch.data, ch.len);
-            got += (int64_t)ch.len;
-            client_progress_add(prog, (int64_t)ch.len);
+            client_box_scatter(b, dst, got, ch_.data, ch_.len);
+            sm_checksum_update(ck, ch_.data, ch_.len);
+            got += (int64_t)ch_.len;
+            client_progress_add(prog, (int64_t)ch_.len);
         }
-        if (ch.last) {
+        if (ch_.last) {
             last = 1;
-            if (got != b.nbytes || ch.checksum != sm_checksum_digest(ck)) {
+            if (got != b->nbytes || ch_.checksum != sm_checksum_digest(ck)) {
                 e = sm_fail(err, errlen, SM_EDATALOSS,
                             "the download of device %d's shard ended with %lld of %lld bytes "
                             "and checksum %016llx where %016llx was computed",
-                            (int)device, (long long)got, (long long)b.nbytes,
-                            (unsigned long long)ch.checksum,
+                            (int)device, (long long)got, (long long)b->nbytes,
+                            (unsigned long long)ch_.checksum,
                             (unsigned long long)sm_checksum_digest(ck));
                 goto fail;
             }
@@ -295,7 +406,7 @@ sm_err client_download_box(sm_client *c, sm_array_id id, int32_t device, sm_dtyp
         e = sm_fail(err, errlen, SM_EDATALOSS,
                     "the download of device %d's shard ended after %lld of %lld bytes without "
                     "its checksum",
-                    (int)device, (long long)got, (long long)b.nbytes);
+                    (int)device, (long long)got, (long long)b->nbytes);
         goto fail;
     }
     sm_svc_download_free(st);
@@ -306,6 +417,53 @@ fail:
     sm_svc_download_free(st);
     sm_checksum_free(ck);
     return e;
+}
+
+sm_err client_download_box(sm_client *c, const char *worker_address, sm_array_id id, int32_t device,
+                           sm_dtype t, void *dst, const sm_shape *dst_shape, const sm_index *box,
+                           client_progress *prog, char *err, size_t errlen)
+{
+    client_box b;
+    sm_rpc_channel *wch = NULL;
+    int fallback = 0;
+    sm_err e;
+
+    if ((e = client_box_init(&b, dst_shape, box, t, err, errlen)))
+        return e;
+    if (!c->relay_only && worker_address && *worker_address &&
+        (wch = client_worker_channel(c, worker_address))) {
+        e = download_from(c, wch, 1, id, device, t, dst, &b, box, prog, &fallback, err, errlen);
+        if (!fallback)
+            return e;
+        client_worker_unreachable(c, worker_address);
+    }
+    return download_from(c, c->ch, 0, id, device, t, dst, &b, box, prog, &fallback, err, errlen);
+}
+
+void client_order_by_worker(const uint32_t *worker, int n, int *order)
+{
+    int m = 0;
+    char *used = calloc((size_t)n + 1, 1);
+    if (!used) {
+        for (int i = 0; i < n; i++)
+            order[i] = i;
+        return;
+    }
+    while (m < n) {
+        int round = m;
+        for (int i = 0; i < n; i++) {
+            if (used[i])
+                continue;
+            int seen = 0;
+            for (int k = round; k < m && !seen; k++)
+                seen = worker[order[k]] == worker[i];
+            if (!seen) {
+                used[i] = 1;
+                order[m++] = i;
+            }
+        }
+    }
+    free(used);
 }
 
 /* ---- tasks ------------------------------------------------------------------ */

@@ -45,6 +45,11 @@ typedef struct {
     /* Called during long transfers with bytes done and total; may be NULL. */
     void (*progress)(void *user, int64_t done, int64_t total);
     void *progress_user;
+    /* 1: every upload and download goes through the coordinator (its relay),
+     * never straight to a worker, e.g. when workers sit behind NAT. 0 (the
+     * default): direct where the worker can be reached, relay otherwise.
+     * The environment variable SHMAP_RELAY=1 has the same effect. */
+    int relay_only;
 } sm_client_opts;
 
 /* Connects to target ("host:port") and negotiates the protocol version.

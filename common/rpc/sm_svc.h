@@ -211,6 +211,16 @@ typedef struct {
     int64_t device_bytes[SM_MAX_WORKER_DEVICES];
 } sm_svc_heartbeat_req;
 
+/* Coordinator.CommitShards: the devices of one upload target, written
+ * directly to their workers with Worker.PutShard, to be marked filled. */
+typedef struct {
+    sm_array_id array_id;
+    int ndevices;
+    const int32_t *devices; /* borrowed */
+    uint64_t checksum;      /* of the shard bytes */
+    int64_t bytes;
+} sm_svc_commit_req;
+
 /* The coordinator's handlers. Every handler returns SM_OK or an error with
  * one sentence in err (sent to the client as the status details). List
  * outputs (*out, *n) are malloc'd by the handler and freed by the adapter.
@@ -247,6 +257,9 @@ typedef struct {
     /* *known = 0 tells the worker to register again. */
     sm_err (*heartbeat)(void *user, const sm_svc_heartbeat_req *req, int *known, char *err,
                         size_t errlen);
+    /* out->bytes, checksum and array_ready as for an upload. */
+    sm_err (*commit_shards)(void *user, const sm_svc_commit_req *req, sm_svc_upload_reply *out,
+                            char *err, size_t errlen);
 } sm_svc_coord_ops;
 
 /* Registers every Coordinator method (and Negotiate, answered with
@@ -282,6 +295,8 @@ sm_err sm_svc_coord_register(sm_rpc_channel *ch, int deadline_ms, const sm_svc_r
                              sm_svc_register_reply *out, char *err, size_t errlen);
 sm_err sm_svc_coord_heartbeat(sm_rpc_channel *ch, int deadline_ms, const sm_svc_heartbeat_req *req,
                               int *known, char *err, size_t errlen);
+sm_err sm_svc_coord_commit_shards(sm_rpc_channel *ch, int deadline_ms, const sm_svc_commit_req *req,
+                                  sm_svc_upload_reply *out, char *err, size_t errlen);
 
 /* ---- worker messages -------------------------------------------------------- */
 
@@ -314,6 +329,14 @@ typedef struct {
     int64_t shards;
 } sm_svc_worker_stats;
 
+/* What a worker holds of one array on one device (Worker.ShardInfo). */
+typedef struct {
+    int32_t device;
+    int present;
+    int64_t bytes;
+    uint64_t checksum; /* xxHash3-64 of the shard bytes */
+} sm_svc_shard_state;
+
 /* The worker's handlers (contract as for sm_svc_coord_ops). */
 typedef struct {
     sm_err (*put_shard)(void *user, sm_svc_upload_in *in, sm_svc_upload_reply *out, char *err,
@@ -326,6 +349,9 @@ typedef struct {
     sm_err (*assemble)(void *user, const sm_svc_assemble_req *req, int64_t *bytes, char *err,
                        size_t errlen);
     sm_err (*stats)(void *user, sm_svc_worker_stats *out, char *err, size_t errlen);
+    /* out has ndevices (1..SM_MAX_WORKER_DEVICES) entries, one per device. */
+    sm_err (*shard_info)(void *user, sm_array_id id, int ndevices, const int32_t *devices,
+                         sm_svc_shard_state *out, char *err, size_t errlen);
 } sm_svc_worker_ops;
 
 /* As sm_svc_coord_serve, for every Worker method. */
@@ -341,5 +367,9 @@ sm_err sm_svc_worker_assemble(sm_rpc_channel *ch, int deadline_ms, const sm_svc_
                               int64_t *bytes, char *err, size_t errlen);
 sm_err sm_svc_worker_stats_get(sm_rpc_channel *ch, int deadline_ms, sm_svc_worker_stats *out,
                                char *err, size_t errlen);
+/* out: ndevices (1..SM_MAX_WORKER_DEVICES) entries, in the order asked. */
+sm_err sm_svc_worker_shard_info(sm_rpc_channel *ch, int deadline_ms, sm_array_id id, int ndevices,
+                                const int32_t *devices, sm_svc_shard_state *out, char *err,
+                                size_t errlen);
 
 #endif

@@ -329,3 +329,30 @@ sm_err sm_svc_coord_heartbeat(sm_rpc_channel *ch, int deadline_ms, const sm_svc_
     return sm_svc_unary(ch, SM_SVC_COORD_PATH("Heartbeat"), deadline_ms, &p.base,
                         &shmap__v1__heartbeat_reply__descriptor, heartbeat_dec, known, err, errlen);
 }
+
+static sm_err commit_dec(const ProtobufCMessage *m, void *o, char *err, size_t errlen)
+{
+    (void)err, (void)errlen;
+    const Shmap__V1__UploadReply *r = (const Shmap__V1__UploadReply *)m;
+    sm_svc_upload_reply *out = o;
+    if (out) {
+        out->bytes = r->bytes;
+        out->checksum = r->checksum;
+        out->array_ready = r->array_ready != 0;
+    }
+    return SM_OK;
+}
+
+sm_err sm_svc_coord_commit_shards(sm_rpc_channel *ch, int deadline_ms, const sm_svc_commit_req *req,
+                                  sm_svc_upload_reply *out, char *err, size_t errlen)
+{
+    Shmap__V1__CommitShardsRequest p;
+    shmap__v1__commit_shards_request__init(&p);
+    p.array_id = req->array_id.v;
+    p.n_devices = req->ndevices > 0 ? (size_t)req->ndevices : 0;
+    p.devices = (int32_t *)req->devices;
+    p.checksum = req->checksum;
+    p.bytes = req->bytes;
+    return sm_svc_unary(ch, SM_SVC_COORD_PATH("CommitShards"), deadline_ms, &p.base,
+                        &shmap__v1__upload_reply__descriptor, commit_dec, out, err, errlen);
+}

@@ -380,6 +380,35 @@ static void heartbeat(sm_rpc_call *call, void *u)
     sm_rpc_msg_free(m);
 }
 
+static void commit_shards(sm_rpc_call *call, void *u)
+{
+    const sm_svc_ctx *c = u;
+    OP(c, commit_shards);
+    ProtobufCMessage *m = sm_svc_recv_request(call);
+    if (!m)
+        return;
+    const Shmap__V1__CommitShardsRequest *r = (const Shmap__V1__CommitShardsRequest *)m;
+    char err[SM_SVC_ERRLEN] = "";
+    sm_svc_upload_reply out = {0};
+    sm_err e = sm_svc_count_dec(r->n_devices, SM_MAX_DEVICES, "CommitShardsRequest", "devices", err,
+                                sizeof err);
+    if (!e && r->bytes < 0)
+        e = sm_fail(err, sizeof err, SM_EINVAL, "CommitShardsRequest.bytes is negative (%lld)",
+                    (long long)r->bytes);
+    if (!e) {
+        sm_svc_commit_req req = {
+            {r->array_id}, (int)r->n_devices, r->devices, r->checksum, r->bytes};
+        e = c->coord->commit_shards(c->user, &req, &out, err, sizeof err);
+    }
+    Shmap__V1__UploadReply rep;
+    shmap__v1__upload_reply__init(&rep);
+    rep.bytes = out.bytes;
+    rep.checksum = out.checksum;
+    rep.array_ready = out.array_ready != 0;
+    sm_svc_finish(call, e, err, &rep.base);
+    sm_rpc_msg_free(m);
+}
+
 sm_err sm_svc_coord_serve(sm_rpc_server *s, const sm_svc_coord_ops *ops, void *user,
                           const char *server_name, char *err, size_t errlen)
 {
@@ -402,6 +431,7 @@ sm_err sm_svc_coord_serve(sm_rpc_server *s, const sm_svc_coord_ops *ops, void *u
         ROW("Reshard", SM_RPC_UNARY, shmap__v1__reshard_request, reshard),
         ROW("RegisterWorker", SM_RPC_UNARY, shmap__v1__register_worker_request, register_worker),
         ROW("Heartbeat", SM_RPC_UNARY, shmap__v1__heartbeat_request, heartbeat),
+        ROW("CommitShards", SM_RPC_UNARY, shmap__v1__commit_shards_request, commit_shards),
 #undef ROW
     };
     sm_err e = sm_svc_negotiate_add(s, SM_SVC_COORD_PATH("Negotiate"), ctx, err, errlen);

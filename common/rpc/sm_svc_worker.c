@@ -212,6 +212,44 @@ static void stats(sm_rpc_call *call, void *u)
     free(out);
 }
 
+static void shard_info(sm_rpc_call *call, void *u)
+{
+    const sm_svc_ctx *c = u;
+    OP(c, shard_info);
+    ProtobufCMessage *m = sm_svc_recv_request(call);
+    if (!m)
+        return;
+    const Shmap__V1__ShardInfoRequest *r = (const Shmap__V1__ShardInfoRequest *)m;
+    char err[SM_SVC_ERRLEN] = "";
+    sm_svc_shard_state st[SM_MAX_WORKER_DEVICES];
+    Shmap__V1__ShardState ps[SM_MAX_WORKER_DEVICES], *pp[SM_MAX_WORKER_DEVICES];
+    int n = (int)r->n_devices;
+    memset(st, 0, sizeof st);
+    sm_err e = sm_svc_count_dec(r->n_devices, SM_MAX_WORKER_DEVICES, "ShardInfoRequest", "devices",
+                                err, sizeof err);
+    if (!e && n < 1)
+        e = sm_fail(err, sizeof err, SM_EINVAL, "ShardInfoRequest lists no devices");
+    if (!e)
+        e = c->worker->shard_info(c->user, (sm_array_id){r->array_id}, n, r->devices, st, err,
+                                  sizeof err);
+    sm_rpc_msg_free(m);
+    Shmap__V1__ShardInfoReply rep;
+    shmap__v1__shard_info_reply__init(&rep);
+    if (!e) {
+        for (int k = 0; k < n; k++) {
+            shmap__v1__shard_state__init(&ps[k]);
+            ps[k].device = st[k].device;
+            ps[k].present = st[k].present != 0;
+            ps[k].bytes = st[k].bytes;
+            ps[k].checksum = st[k].checksum;
+            pp[k] = &ps[k];
+        }
+        rep.n_shards = (size_t)n;
+        rep.shards = pp;
+    }
+    sm_svc_finish(call, e, err, &rep.base);
+}
+
 sm_err sm_svc_worker_serve(sm_rpc_server *s, const sm_svc_worker_ops *ops, void *user,
                            const char *server_name, char *err, size_t errlen)
 {
@@ -226,6 +264,7 @@ sm_err sm_svc_worker_serve(sm_rpc_server *s, const sm_svc_worker_ops *ops, void 
         ROW("FreeArray", SM_RPC_UNARY, shmap__v1__free_array_request, free_array),
         ROW("Assemble", SM_RPC_UNARY, shmap__v1__assemble_request, assemble),
         ROW("Stats", SM_RPC_UNARY, shmap__v1__empty, stats),
+        ROW("ShardInfo", SM_RPC_UNARY, shmap__v1__shard_info_request, shard_info),
 #undef ROW
     };
     sm_err e = sm_svc_negotiate_add(s, SM_SVC_WORKER_PATH("Negotiate"), ctx, err, errlen);
@@ -293,4 +332,44 @@ sm_err sm_svc_worker_stats_get(sm_rpc_channel *ch, int deadline_ms, sm_svc_worke
 {
     return sm_svc_unary(ch, SM_SVC_WORKER_PATH("Stats"), deadline_ms, NULL,
                         &shmap__v1__worker_stats_reply__descriptor, stats_dec, out, err, errlen);
+}
+
+typedef struct {
+    int n;
+    sm_svc_shard_state *out;
+} shard_info_out;
+
+static sm_err shard_info_dec(const ProtobufCMessage *m, void *o, char *err, size_t errlen)
+{
+    const Shmap__V1__ShardInfoReply *r = (const Shmap__V1__ShardInfoReply *)m;
+    shard_info_out *so = o;
+    if (r->n_shards != (size_t)so->n)
+        return sm_fail(err, errlen, SM_EINVAL, "ShardInfoReply has %zu shards for %d devices",
+                       r->n_shards, so->n);
+    for (int k = 0; k < so->n; k++) {
+        const Shmap__V1__ShardState *p = r->shards[k];
+        so->out[k].device = p->device;
+        so->out[k].present = p->present != 0;
+        so->out[k].bytes = p->bytes;
+        so->out[k].checksum = p->checksum;
+    }
+    return SM_OK;
+}
+
+sm_err sm_svc_worker_shard_info(sm_rpc_channel *ch, int deadline_ms, sm_array_id id, int ndevices,
+                                const int32_t *devices, sm_svc_shard_state *out, char *err,
+                                size_t errlen)
+{
+    if (ndevices < 1 || ndevices > SM_MAX_WORKER_DEVICES)
+        return sm_fail(err, errlen, SM_EINVAL, "ShardInfo asks about 1 to %d devices, not %d",
+                       SM_MAX_WORKER_DEVICES, ndevices);
+    Shmap__V1__ShardInfoRequest p;
+    shmap__v1__shard_info_request__init(&p);
+    p.array_id = id.v;
+    p.n_devices = (size_t)ndevices;
+    p.devices = (int32_t *)devices;
+    shard_info_out so = {ndevices, out};
+    memset(out, 0, sizeof *out * (size_t)ndevices);
+    return sm_svc_unary(ch, SM_SVC_WORKER_PATH("ShardInfo"), deadline_ms, &p.base,
+                        &shmap__v1__shard_info_reply__descriptor, shard_info_dec, &so, err, errlen);
 }

@@ -1,0 +1,294 @@
+/* e2e_direct: direct transfers between client and workers against a real
+ * cluster (coordinator + 2 worker processes on loopback): round trips over
+ * the direct path and with the relay forced (SHMAP_RELAY=1 and
+ * sm_client_opts.relay_only), CommitShards refused when the worker does not
+ * hold the shard or holds other bytes (sm_svc calls driven directly), and
+ * the fallback to the relay when a worker address cannot be reached. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client_internal.h"
+#include "harness.h"
+#include "sm_checksum.h"
+#include "sm_rpc.h"
+
+#define DEAD_ADDR "127.0.0.1:1"
+
+static harness_cluster *g_two;
+
+static void cluster_up(void)
+{
+    g_two = harness_cluster_up(2, 4, "e2e_direct");
+}
+
+static void cluster_down(void)
+{
+    harness_cluster_stop(g_two);
+    g_two = NULL;
+}
+
+static sm_client *connect_opts(int relay_only)
+{
+    sm_client_opts o;
+    sm_client *c = NULL;
+    char err[512];
+    memset(&o, 0, sizeof o);
+    o.token = g_two->token[0] ? g_two->token : NULL;
+    o.relay_only = relay_only;
+    sm_err e = sm_client_connect(g_two->target, &o, &c, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "connect: %s", err);
+    return c;
+}
+
+/* Puts x with spec over mesh x=8 (or x=4,y=2), gets it back and one shard,
+ * compares bit-exact, deletes. */
+static void round_trip(sm_client *c, const char *axes, const char *spec)
+{
+    sm_mesh mesh;
+    sm_sharding_ref sh = harness_sharding(&mesh, axes, NULL, 0, spec);
+    sm_shape s = HARNESS_SHAPE(64, 40);
+    sm_array *x = harness_array_iota(SM_F32, &s, 7), *back = NULL, *shard = NULL;
+    sm_array_info info;
+    char err[512];
+
+    sm_err e = sm_client_put(c, SM_F32, &s, x->data, &sh, NULL, &info, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "put %s %s: %s", axes, spec, err);
+    ck_assert_int_eq(info.state, SM_ARRAY_READY);
+    e = sm_client_get(c, harness_id_ref(info.id), &back, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "get: %s", err);
+    ck_assert_int_eq(memcmp(back->data, x->data, (size_t)x->nbytes), 0);
+    const sm_shard_info *si = &info.shards[info.nshards - 1];
+    e = sm_client_get_shard(c, harness_id_ref(info.id), si->device, &shard, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "get_shard: %s", err);
+    client_box b;
+    ck_assert_int_eq(client_box_init(&b, &x->shape, &si->index, SM_F32, err, sizeof err), SM_OK);
+    ck_assert_int_eq(b.nbytes, shard->nbytes);
+    void *want = malloc((size_t)b.nbytes + 1);
+    client_box_gather(&b, x->data, 0, want, (size_t)b.nbytes);
+    ck_assert_int_eq(memcmp(shard->data, want, (size_t)b.nbytes), 0);
+    free(want);
+    sm_array_free(shard);
+    sm_array_free(back);
+    ck_assert_int_eq(sm_client_delete(c, harness_id_ref(info.id), err, sizeof err), SM_OK);
+    sm_array_info_free(&info);
+    sm_array_free(x);
+}
+
+static void round_trips(sm_client *c)
+{
+    round_trip(c, "x=8", "P('x')");
+    round_trip(c, "x=4,y=2", "P('x', 'y')");
+    round_trip(c, "x=8", "P()");              /* one target spanning both workers */
+    round_trip(c, "x=4,y=2", "P(None, 'y')"); /* replicas on both workers */
+}
+
+START_TEST(direct_round_trips)
+{
+    sm_client *c = connect_opts(0);
+    ck_assert_int_eq(c->relay_only, 0);
+    round_trips(c);
+    /* Both workers were reached directly, one cached channel each. */
+    ck_assert_int_eq(c->nworkers, 2);
+    for (int k = 0; k < c->nworkers; k++)
+        ck_assert_int_eq(c->workers[k].unreachable_s, 0);
+    sm_client_close(c);
+}
+END_TEST
+
+START_TEST(relay_forced)
+{
+    /* By the option. */
+    sm_client *c = connect_opts(1);
+    round_trips(c);
+    ck_assert_int_eq(c->nworkers, 0); /* never opened a worker channel */
+    sm_client_close(c);
+    /* By the environment. */
+    setenv("SHMAP_RELAY", "1", 1);
+    c = connect_opts(0);
+    unsetenv("SHMAP_RELAY");
+    ck_assert_int_eq(c->relay_only, 1);
+    round_trips(c);
+    ck_assert_int_eq(c->nworkers, 0);
+    sm_client_close(c);
+}
+END_TEST
+
+/* Sends a 16-byte shard of array id to device d of the worker at ch. */
+static void put_shard(sm_rpc_channel *ch, sm_array_id id, int32_t d, const float *data)
+{
+    sm_svc_upload_stream *st = NULL;
+    sm_svc_upload_msg m;
+    sm_svc_upload_reply r = {0};
+    char err[512];
+    ck_assert_int_eq(sm_svc_upload_open(ch, 1, 10000, &st, err, sizeof err), SM_OK);
+    memset(&m, 0, sizeof m);
+    m.has_header = 1;
+    m.header.array_id = id;
+    m.header.ndevices = 1;
+    m.header.devices = &d;
+    m.header.shape = HARNESS_SHAPE(1, 4);
+    m.header.dtype = SM_F32;
+    m.header.total_bytes = 16;
+    ck_assert_int_eq(sm_svc_upload_send(st, &m, err, sizeof err), SM_OK);
+    memset(&m, 0, sizeof m);
+    m.data = data;
+    m.len = 16;
+    m.last = 1;
+    m.checksum = sm_checksum_oneshot(data, 16);
+    ck_assert_int_eq(sm_svc_upload_send(st, &m, err, sizeof err), SM_OK);
+    sm_err e = sm_svc_upload_finish(st, &r, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "PutShard: %s", err);
+    ck_assert_int_eq(r.bytes, 16);
+}
+
+START_TEST(commit_verified)
+{
+    sm_rpc_channel *ch = NULL, *wch = NULL;
+    sm_svc_create_array_req q;
+    sm_svc_create_array_reply r;
+    sm_svc_upload_reply rep;
+    sm_svc_shard_state st;
+    sm_mesh mesh;
+    char err[512];
+    float data[4] = {1, 2, 3, 4};
+    const char *tok = g_two->token[0] ? g_two->token : NULL;
+
+    ck_assert_int_eq(sm_rpc_channel_create(g_two->target, tok, &ch, err, sizeof err), SM_OK);
+    memset(&q, 0, sizeof q);
+    q.dtype = SM_F32;
+    q.has_shape = 1;
+    q.shape = HARNESS_SHAPE(8, 4);
+    q.sharding = harness_sharding(&mesh, "x=8", NULL, 0, "P('x')");
+    q.kind = SM_PUT_SHARDS;
+    memset(&r, 0, sizeof r);
+    sm_err e = sm_svc_coord_create_array(ch, 10000, &q, &r, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "create: %s", err);
+    sm_array_id id = r.array.id;
+    int32_t d = r.array.shards[0].device;
+    ck_assert_int_eq(
+        sm_rpc_channel_create(r.array.shards[0].worker_address, tok, &wch, err, sizeof err), SM_OK);
+    sm_svc_commit_req c = {id, 1, &d, sm_checksum_oneshot(data, 16), 16};
+
+    /* Nothing was sent: refused. */
+    memset(&rep, 0, sizeof rep);
+    e = sm_svc_coord_commit_shards(ch, 10000, &c, &rep, err, sizeof err);
+    ck_assert_msg(e == SM_EPRECONDITION, "%d: %s", e, err);
+    ck_assert_ptr_nonnull(strstr(err, "holds no shard"));
+
+    /* Other bytes than committed: refused and the worker's copy dropped. */
+    put_shard(wch, id, d, data);
+    c.checksum ^= 1;
+    e = sm_svc_coord_commit_shards(ch, 10000, &c, &rep, err, sizeof err);
+    ck_assert_msg(e == SM_EDATALOSS, "%d: %s", e, err);
+    c.checksum ^= 1;
+    ck_assert_int_eq(sm_svc_worker_shard_info(wch, 10000, id, 1, &d, &st, err, sizeof err), SM_OK);
+    ck_assert_int_eq(st.present, 0);
+
+    /* A wrong size is refused before any worker is asked. */
+    put_shard(wch, id, d, data);
+    c.bytes = 12;
+    ck_assert_int_eq(sm_svc_coord_commit_shards(ch, 10000, &c, &rep, err, sizeof err), SM_EINVAL);
+    c.bytes = 16;
+
+    /* The worker records the checksum it verified. */
+    ck_assert_int_eq(sm_svc_worker_shard_info(wch, 10000, id, 1, &d, &st, err, sizeof err), SM_OK);
+    ck_assert_int_eq(st.present, 1);
+    ck_assert_int_eq(st.bytes, 16);
+    ck_assert_uint_eq(st.checksum, c.checksum);
+
+    /* The right bytes: filled, the array still pending for the others. */
+    e = sm_svc_coord_commit_shards(ch, 10000, &c, &rep, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "commit: %s", err);
+    ck_assert_int_eq(rep.bytes, 16);
+    ck_assert_int_eq(rep.array_ready, 0);
+    e = sm_svc_coord_commit_shards(ch, 10000, &c, &rep, err, sizeof err);
+    ck_assert_int_eq(e, SM_EPRECONDITION); /* already has its data */
+
+    sm_array_info info;
+    memset(&info, 0, sizeof info);
+    ck_assert_int_eq(sm_svc_coord_describe(ch, 10000, harness_id_ref(id), &info, err, sizeof err),
+                     SM_OK);
+    ck_assert_int_eq(info.state, SM_ARRAY_PENDING);
+    ck_assert_int_eq(info.shards[0].present, 1);
+    ck_assert_int_eq(info.shards[1].present, 0);
+    sm_array_info_free(&info);
+
+    /* An unknown array, and one that is not pending, are refused. */
+    c.array_id.v = id.v + 1000;
+    ck_assert_int_eq(sm_svc_coord_commit_shards(ch, 10000, &c, &rep, err, sizeof err),
+                     SM_ENOTFOUND);
+    ck_assert_int_eq(sm_svc_coord_delete(ch, 10000, harness_id_ref(id), err, sizeof err), SM_OK);
+    sm_svc_create_array_reply_free(&r);
+    sm_rpc_channel_free(wch);
+    sm_rpc_channel_free(ch);
+}
+END_TEST
+
+START_TEST(fallback_unreachable_worker)
+{
+    sm_client *c = connect_opts(0);
+    sm_svc_create_array_req q;
+    sm_svc_create_array_reply r;
+    sm_mesh mesh;
+    char err[512], real[SM_ADDR_MAX];
+    int ready = 0;
+    sm_shape s = HARNESS_SHAPE(16, 8);
+    sm_array *x = harness_array_iota(SM_F32, &s, 3), *back = NULL;
+
+    ck_assert_ptr_null(client_worker_channel(c, DEAD_ADDR));
+    ck_assert_ptr_null(client_worker_channel(c, DEAD_ADDR)); /* cached verdict */
+
+    memset(&q, 0, sizeof q);
+    q.dtype = SM_F32;
+    q.has_shape = 1;
+    q.shape = s;
+    q.sharding = harness_sharding(&mesh, "x=4,y=2", NULL, 0, "P('x')");
+    q.kind = SM_PUT_WHOLE;
+    memset(&r, 0, sizeof r);
+    sm_err e = sm_svc_coord_create_array(c->ch, 10000, &q, &r, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "create: %s", err);
+    snprintf(real, sizeof real, "%s", r.array.shards[0].worker_address);
+    ck_assert_ptr_nonnull(client_worker_channel(c, real));
+    /* Every worker advertised where the client cannot reach it: the
+     * targets go through the relay. */
+    for (int k = 0; k < r.array.nshards; k++)
+        snprintf(r.array.shards[k].worker_address, SM_ADDR_MAX, "%s", DEAD_ADDR);
+    for (int i = 0; i < r.ntargets; i++) {
+        const sm_svc_upload_target *t = &r.targets[i];
+        e = client_upload_box(c, &r.array, r.array.id, t->ndevices, t->devices, SM_F32, x->data,
+                              &x->shape, &t->global_index, NULL, &ready, err, sizeof err);
+        ck_assert_msg(e == SM_OK, "upload target %d: %s", i, err);
+    }
+    ck_assert_int_eq(ready, 1);
+    ck_assert_int_eq(sm_array_create(SM_F32, &s, &back, err, sizeof err), SM_OK);
+    memset(back->data, 0, (size_t)back->nbytes);
+    for (int k = 0; k < r.array.nshards; k++) {
+        const sm_shard_info *si = &r.array.shards[k];
+        e = client_download_box(c, DEAD_ADDR, r.array.id, si->device, SM_F32, back->data, &s,
+                                &si->index, NULL, err, sizeof err);
+        ck_assert_msg(e == SM_OK, "download device %d: %s", (int)si->device, err);
+    }
+    ck_assert_int_eq(memcmp(back->data, x->data, (size_t)x->nbytes), 0);
+    ck_assert_int_eq(sm_client_delete(c, harness_id_ref(r.array.id), err, sizeof err), SM_OK);
+    sm_svc_create_array_reply_free(&r);
+    sm_array_free(back);
+    sm_array_free(x);
+    sm_client_close(c);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("e2e_direct");
+    TCase *tc = tcase_create("cluster");
+    tcase_add_unchecked_fixture(tc, cluster_up, cluster_down);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, direct_round_trips);
+    tcase_add_test(tc, relay_forced);
+    tcase_add_test(tc, commit_verified);
+    tcase_add_test(tc, fallback_unreachable_worker);
+    suite_add_tcase(s, tc);
+    return harness_run_suite(s);
+}
