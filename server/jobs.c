@@ -108,8 +108,13 @@ void sm_cjobs_end_locked(sm_cjobs *j, sm_job *job, sm_job_state state, const cha
     if (!job->start_us)
         job->start_us = job->end_us;
     pthread_cond_broadcast(&j->changed);
-    SM_INFO("job %llu %s%s%s", (unsigned long long)job->id, sm_job_state_name(state),
-            job->error[0] ? ": " : "", job->error);
+    /* Per job: DEBUG for a job that went well, so a stream of small jobs
+     * does not pay a log line each (failures stay at INFO). */
+    if (state == SM_JOB_DONE)
+        SM_DEBUG("job %llu %s", (unsigned long long)job->id, sm_job_state_name(state));
+    else
+        SM_INFO("job %llu %s%s%s", (unsigned long long)job->id, sm_job_state_name(state),
+                job->error[0] ? ": " : "", job->error);
 }
 
 /* The job with this id, or NULL (mu held). */
@@ -313,8 +318,8 @@ static sm_err j_submit(void *user, sm_svc_submit_req *req, sm_job_id *out, char 
         j->qtail = job;
         pthread_cond_signal(&j->work);
         out->v = job->id;
-        SM_INFO("job %llu queued: program '%s' on %d workers", (unsigned long long)job->id,
-                job->prog->name, job->npeers);
+        SM_DEBUG("job %llu queued: program '%s' on %d workers", (unsigned long long)job->id,
+                 job->prog->name, job->npeers);
     }
     pthread_mutex_unlock(&j->mu);
     if (e) {

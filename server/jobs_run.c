@@ -12,25 +12,16 @@
 /* RunJob's own deadline when the job has none. */
 #define SM_JOBS_NO_DEADLINE_MS 86400000
 
-/* What the dispatch threads of one job share. */
+/* What the RunJob calls of one job share (all on the runner thread). */
 typedef struct {
     sm_cjobs *j;
     sm_job *job;
-    sm_svc_run_job_req req;
-    int rpc_deadline_ms;
-    pthread_mutex_t mu;
-    int failed; /* a worker failed: the first one's error is below */
-    int failed_worker;
+    sm_rpc_channel **chs; /* [npeers]; NULL where no channel could be made */
+    char (*cherr)[256];   /* [npeers] why not */
+    int failed;           /* a worker failed: the first one's error is below */
     sm_err e;
     char msg[SM_JOBS_ERR_MAX];
 } dispatch;
-
-typedef struct {
-    dispatch *d;
-    int k; /* peer index */
-    pthread_t th;
-    int started;
-} part;
 
 static int cancelled(sm_cjobs *j, sm_job *job)
 {
@@ -48,45 +39,34 @@ static int64_t time_left_ms(const sm_job *job)
     return (job->submit_us + (int64_t)job->deadline_ms * 1000 - sm_cjobs_now_us()) / 1000;
 }
 
-static void *part_main(void *arg)
+/* Worker k's RunJob ended; the first failure cancels the job on the
+ * others, which may wait for this one in a collective. */
+static void part_done(void *user, int k, sm_err e, int64_t output_bytes, const char *why)
 {
-    part *pt = arg;
-    dispatch *d = pt->d;
-    const sm_svc_peer *peer = &d->job->peers[pt->k];
-    char err[SM_JOBS_ERR_MAX] = "";
-    int64_t bytes = 0;
-    sm_err e;
-    sm_rpc_channel *ch = sm_cjobs_channel(d->j, peer->address, err, sizeof err);
-    e = ch ? sm_svc_worker_run_job(ch, d->rpc_deadline_ms, &d->req, &bytes, err, sizeof err)
-           : SM_EUNAVAILABLE;
-    if (!e)
-        return NULL;
+    dispatch *d = user;
+    const sm_svc_peer *peer = &d->job->peers[k];
+    char err[SM_JOBS_ERR_MAX - 192]; /* room for the text around it */
+    (void)output_bytes;
+    if (!e || d->failed)
+        return;
+    snprintf(err, sizeof err, "%s", d->chs[k] ? why : d->cherr[k]);
     sm_relay_strip_status(err);
-    int first = 0;
-    pthread_mutex_lock(&d->mu);
-    if (!d->failed) {
-        d->failed = first = 1;
-        d->failed_worker = pt->k;
-        d->e = e;
-        if (e == SM_EUNAVAILABLE)
-            snprintf(d->msg, sizeof d->msg, "worker %u at %s is unavailable: %s",
-                     d->job->wids[pt->k], peer->address, err);
-        else if (e == SM_ETIMEOUT)
-            snprintf(d->msg, sizeof d->msg, "job %llu exceeded its deadline of %u ms",
-                     (unsigned long long)d->job->id, d->job->deadline_ms);
-        else
-            snprintf(d->msg, sizeof d->msg, "%s", err);
-    }
-    pthread_mutex_unlock(&d->mu);
-    if (first) { /* the others may wait for this one in a collective */
-        SM_INFO("job %llu failed on worker %u at %s: %s", (unsigned long long)d->job->id,
-                d->job->wids[pt->k], peer->address, err);
-        sm_cjobs_cancel_workers(d->j, d->job, pt->k);
-    }
-    return NULL;
+    d->failed = 1;
+    d->e = e;
+    if (e == SM_EUNAVAILABLE)
+        snprintf(d->msg, sizeof d->msg, "worker %u at %s is unavailable: %s", d->job->wids[k],
+                 peer->address, err);
+    else if (e == SM_ETIMEOUT)
+        snprintf(d->msg, sizeof d->msg, "job %llu exceeded its deadline of %u ms",
+                 (unsigned long long)d->job->id, d->job->deadline_ms);
+    else
+        snprintf(d->msg, sizeof d->msg, "%s", err);
+    SM_INFO("job %llu failed on worker %u at %s: %s", (unsigned long long)d->job->id,
+            d->job->wids[k], peer->address, err);
+    sm_cjobs_cancel_workers(d->j, d->job, k);
 }
 
-/* RunJob on every worker of the mesh at once. */
+/* RunJob on every worker of the mesh at once, all from this thread. */
 static sm_err run_everywhere(sm_cjobs *j, sm_job *job, sm_array_id *inputs, char *msg,
                              size_t msglen)
 {
@@ -94,44 +74,43 @@ static sm_err run_everywhere(sm_cjobs *j, sm_job *job, sm_array_id *inputs, char
     if (left <= 0)
         return sm_fail(msg, msglen, SM_ETIMEOUT, "job %llu exceeded its deadline of %u ms",
                        (unsigned long long)job->id, job->deadline_ms);
+    sm_svc_run_job_req req;
+    memset(&req, 0, sizeof req);
+    req.job_id.v = job->id;
+    req.program = job->prog;
+    req.ninputs = job->nargs;
+    req.inputs = inputs;
+    req.noutputs = job->nout;
+    req.outputs = job->outs;
+    req.npeers = job->npeers;
+    req.peers = job->peers;
+    req.deadline_ms = job->deadline_ms ? (uint32_t)left : 0;
     dispatch d;
     memset(&d, 0, sizeof d);
     d.j = j;
     d.job = job;
-    d.req.job_id.v = job->id;
-    d.req.program = job->prog;
-    d.req.ninputs = job->nargs;
-    d.req.inputs = inputs;
-    d.req.noutputs = job->nout;
-    d.req.outputs = job->outs;
-    d.req.npeers = job->npeers;
-    d.req.peers = job->peers;
-    d.req.deadline_ms = job->deadline_ms ? (uint32_t)left : 0;
-    d.rpc_deadline_ms = (int)left;
-    pthread_mutex_init(&d.mu, NULL);
-    part *parts = calloc((size_t)(job->npeers ? job->npeers : 1), sizeof *parts);
-    if (!parts) {
-        pthread_mutex_destroy(&d.mu);
-        return sm_fail(msg, msglen, SM_ENOMEM, "out of memory starting job %llu",
-                       (unsigned long long)job->id);
-    }
-    for (int k = 0; k < job->npeers; k++) {
-        parts[k].d = &d;
-        parts[k].k = k;
-        parts[k].started = pthread_create(&parts[k].th, NULL, part_main, &parts[k]) == 0;
+    size_t n = (size_t)(job->npeers ? job->npeers : 1);
+    d.chs = calloc(n, sizeof *d.chs);
+    d.cherr = calloc(n, sizeof *d.cherr);
+    sm_err e = SM_OK;
+    if (!d.chs || !d.cherr) {
+        e = sm_fail(msg, msglen, SM_ENOMEM, "out of memory starting job %llu",
+                    (unsigned long long)job->id);
+        goto out;
     }
     for (int k = 0; k < job->npeers; k++)
-        if (!parts[k].started)
-            part_main(&parts[k]); /* no thread: run it here (the others may then wait) */
-    for (int k = 0; k < job->npeers; k++)
-        if (parts[k].started)
-            pthread_join(parts[k].th, NULL);
-    free(parts);
-    pthread_mutex_destroy(&d.mu);
-    if (!d.failed)
-        return SM_OK;
-    snprintf(msg, msglen, "%s", d.msg);
-    return d.e;
+        d.chs[k] = sm_cjobs_channel(j, job->peers[k].address, d.cherr[k], sizeof d.cherr[k]);
+    if ((e = sm_svc_worker_run_job_all(d.chs, job->npeers, (int)left, &req, part_done, &d, msg,
+                                       msglen)))
+        goto out;
+    if (d.failed) {
+        snprintf(msg, msglen, "%s", d.msg);
+        e = d.e;
+    }
+out:
+    free(d.chs);
+    free(d.cherr);
+    return e;
 }
 
 /* Reshards argument k into a temporary array laid out as its in_spec on

@@ -1,5 +1,7 @@
-/* Check suite for common/base: error texts, message buffers, strbuf, arena. */
+/* Check suite for common/base: error texts, message buffers, strbuf, arena,
+ * config, thread pool. */
 #include <check.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -7,6 +9,7 @@
 #include "sm_config.h"
 #include "sm_err.h"
 #include "sm_strbuf.h"
+#include "sm_tpool.h"
 
 START_TEST(test_err_texts)
 {
@@ -127,6 +130,62 @@ START_TEST(test_config_errors)
 }
 END_TEST
 
+/* Tasks of one round meet at a barrier: each must run at once, whatever
+ * the number of idle threads. */
+typedef struct {
+    pthread_barrier_t *meet;
+    pthread_mutex_t *mu;
+    int *ran;
+} tpool_task;
+
+static void tpool_task_main(void *arg)
+{
+    tpool_task *t = arg;
+    pthread_barrier_wait(t->meet);
+    pthread_mutex_lock(t->mu);
+    (*t->ran)++;
+    pthread_mutex_unlock(t->mu);
+}
+
+START_TEST(test_tpool)
+{
+    static const struct {
+        int max_idle, ntasks, rounds;
+    } rows[] = {
+        {0, 1, 3},  /* no thread kept: a new one each time */
+        {2, 6, 3},  /* more tasks than idle threads */
+        {8, 4, 5},  /* every round on the same threads */
+        {4, 16, 2}, /* grows past max_idle, then trims */
+    };
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+        sm_tpool *p;
+        char err[256];
+        ck_assert_int_eq(sm_tpool_create(rows[r].max_idle, &p, err, sizeof err), SM_OK);
+        for (int round = 0; round < rows[r].rounds; round++) {
+            pthread_barrier_t meet;
+            pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+            int ran = 0;
+            tpool_task t = {&meet, &mu, &ran};
+            pthread_barrier_init(&meet, NULL, (unsigned)rows[r].ntasks);
+            sm_tpool_group g;
+            sm_tpool_group_init(&g);
+            for (int k = 0; k < rows[r].ntasks; k++)
+                ck_assert_int_eq(sm_tpool_start(p, &g, tpool_task_main, &t), SM_OK);
+            sm_tpool_group_wait(&g);
+            ck_assert_int_eq(ran, rows[r].ntasks);
+            pthread_barrier_destroy(&meet);
+        }
+        sm_tpool_free(p);
+    }
+    sm_tpool *p = NULL;
+    char err[256];
+    ck_assert_int_eq(sm_tpool_create(-1, &p, err, sizeof err), SM_EINVAL);
+    ck_assert_ptr_null(p);
+    ck_assert_ptr_nonnull(strstr(err, "-1"));
+    sm_tpool_free(NULL);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("base");
@@ -137,6 +196,7 @@ int main(void)
     tcase_add_test(tc, test_arena);
     tcase_add_test(tc, test_config_precedence);
     tcase_add_test(tc, test_config_errors);
+    tcase_add_test(tc, test_tpool);
     suite_add_tcase(s, tc);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

@@ -10,6 +10,7 @@
 #include "comm_grpc.h"
 #include "sm_exec.h"
 #include "sm_log.h"
+#include "sm_tpool.h"
 
 typedef enum { SM_WJOB_PENDING, SM_WJOB_RUNNING, SM_WJOB_ENDED } sm_wjob_state;
 
@@ -35,6 +36,8 @@ struct sm_jobs {
     sm_job *jobs;
     int njobs;
     int stopping;
+    time_t swept;   /* when sm_jobs_sweep_locked last ran */
+    sm_tpool *pool; /* device threads, kept between jobs */
 };
 
 static time_t sm_jobs_now(void)
@@ -50,6 +53,11 @@ sm_err sm_jobs_create(const sm_jobs_config *cfg, sm_jobs **out, char *err, size_
     sm_jobs *j = calloc(1, sizeof *j);
     if (!j)
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory for the job table");
+    sm_err e = sm_tpool_create(SM_JOBS_IDLE_THREADS, &j->pool, err, errlen);
+    if (e) {
+        free(j);
+        return e;
+    }
     pthread_mutex_init(&j->mu, NULL);
     j->store = cfg->store;
     j->peers = cfg->peers;
@@ -74,18 +82,28 @@ void sm_jobs_free(sm_jobs *j)
         sm_comm_grpc_free(job->comm); /* only if a runner never returned */
         sm_job_free(job);
     }
+    sm_tpool_free(j->pool);
     pthread_mutex_destroy(&j->mu);
     free(j);
 }
 
-/* Drops entries not running, unused and older than SM_JOBS_LINGER_S. */
-static void sm_jobs_sweep_locked(sm_jobs *j)
+/* Drops entries not running, unused and older than SM_JOBS_LINGER_S, at
+ * most once a second (ages count in seconds). With full set (the table is
+ * full) it also drops every unused entry of a job that ended without a
+ * cancel: such an entry only drops late blobs and refuses a rerun the
+ * coordinator never sends, and a table full of them must not refuse new
+ * jobs. */
+static void sm_jobs_sweep_locked(sm_jobs *j, int full)
 {
     time_t now = sm_jobs_now();
+    if (!full && now == j->swept)
+        return;
+    j->swept = now;
     for (sm_job **pp = &j->jobs; *pp;) {
         sm_job *job = *pp;
+        int spare = full && job->state == SM_WJOB_ENDED && !job->cancelled;
         if (job->state != SM_WJOB_RUNNING && job->refs == 0 &&
-            now - job->since > SM_JOBS_LINGER_S) {
+            (spare || now - job->since > SM_JOBS_LINGER_S)) {
             *pp = job->next;
             sm_job_free(job);
             j->njobs--;
@@ -107,6 +125,8 @@ static sm_job *sm_jobs_find_locked(sm_jobs *j, uint64_t id)
 static sm_job *sm_jobs_add_locked(sm_jobs *j, uint64_t id, int tombstone)
 {
     char err[128];
+    if (j->njobs >= SM_JOBS_MAX)
+        sm_jobs_sweep_locked(j, 1);
     if (j->njobs >= SM_JOBS_MAX)
         return NULL;
     sm_job *job = calloc(1, sizeof *job);
@@ -140,7 +160,7 @@ static sm_err sm_jobs_deliver(sm_jobs *j, sm_job_id id, sm_mailbox_blob *b, char
                               size_t errlen)
 {
     pthread_mutex_lock(&j->mu);
-    sm_jobs_sweep_locked(j);
+    sm_jobs_sweep_locked(j, 0);
     sm_job *job = sm_jobs_find_locked(j, id.v);
     if (!job && !(job = sm_jobs_add_locked(j, id.v, 0))) {
         pthread_mutex_unlock(&j->mu);
@@ -194,7 +214,7 @@ static sm_err sm_jobs_cancel(void *user, sm_job_id id, char *err, size_t errlen)
     char why[96];
     snprintf(why, sizeof why, "job %llu was cancelled", (unsigned long long)id.v);
     pthread_mutex_lock(&j->mu);
-    sm_jobs_sweep_locked(j);
+    sm_jobs_sweep_locked(j, 0);
     sm_job *job = sm_jobs_find_locked(j, id.v);
     if (!job && !(job = sm_jobs_add_locked(j, id.v, 1))) {
         pthread_mutex_unlock(&j->mu);
@@ -240,12 +260,36 @@ typedef struct {
     char err[1024];
 } sm_job_dev;
 
-static void *sm_job_dev_main(void *arg)
+static void sm_job_dev_main(void *arg)
 {
     sm_job_dev *d = arg;
     d->e = sm_exec_run_plan(d->plan, d->pos, &sm_comm_grpc_ops, d->comm, d->in, d->out, d->err,
                             sizeof d->err);
-    return NULL;
+}
+
+/* 1 if the local devices may run one after another on the calling thread:
+ * no op that may communicate (so no device waits for another), no product,
+ * and at most SM_JOBS_INLINE_BYTES of values per device, so the run costs
+ * less than waking device threads. */
+static int sm_jobs_inline(const sm_program *p)
+{
+    int64_t bytes = 0;
+    for (int k = 0; k < p->nops; k++) {
+        sm_op_kind kind = p->ops[k].kind;
+        sm_vma_rule r = sm_op_vma_rule(kind);
+        if (r == SM_VMA_REMOVE || r == SM_VMA_ADD || kind == SM_OP_DOT || kind == SM_OP_MATMUL ||
+            kind == SM_OP_EINSUM)
+            return 0;
+    }
+    for (int v = 0; v < p->nvalues; v++) {
+        int64_t n;
+        if (sm_shape_numel(&p->values[v].shape, &n, NULL, 0))
+            return 0;
+        bytes += n * (int64_t)sm_dtype_size(p->values[v].dtype);
+        if (bytes > SM_JOBS_INLINE_BYTES)
+            return 0;
+    }
+    return 1;
 }
 
 /* Maps every mesh position to its worker; finds this worker's positions. */
@@ -395,7 +439,7 @@ static sm_err sm_jobs_begin(sm_jobs *j, sm_job_id id, sm_job **out, char *err, s
 {
     sm_err e = SM_OK;
     pthread_mutex_lock(&j->mu);
-    sm_jobs_sweep_locked(j);
+    sm_jobs_sweep_locked(j, 0);
     sm_job *job = sm_jobs_find_locked(j, id.v);
     if (j->stopping)
         e = sm_fail(err, errlen, SM_EUNAVAILABLE, "worker %s is shutting down", j->self);
@@ -448,7 +492,6 @@ static sm_err sm_jobs_run(void *user, sm_svc_run_job_req *req, int64_t *output_b
     sm_job *job = NULL;
     int self = -1, nlocal = 0, started = 0, tell_peers = 0;
     uint64_t epoch = sm_store_epoch(j->store);
-    pthread_t th[SM_MAX_WORKER_DEVICES];
     sm_err e;
     *output_bytes = 0;
     if (!p) {
@@ -518,16 +561,25 @@ static sm_err sm_jobs_run(void *user, sm_svc_run_job_req *req, int64_t *output_b
         sm_comm_grpc_fail(comm, SM_ECANCELLED, why);
     }
     pthread_mutex_unlock(&j->mu);
-    for (; started < nlocal; started++) {
-        devs[started].plan = plan;
-        devs[started].comm = comm;
-        if (pthread_create(&th[started], NULL, sm_job_dev_main, &devs[started])) {
+    /* A small job without collectives runs its devices here one by one;
+     * otherwise every local device but the last runs on a pool thread and
+     * the last on this one, all at once, as collectives between them need. */
+    sm_tpool_group g;
+    sm_tpool_group_init(&g);
+    for (int l = 0; l < nlocal; l++) {
+        devs[l].plan = plan;
+        devs[l].comm = comm;
+    }
+    int here = sm_jobs_inline(p) ? 0 : nlocal - 1;
+    for (; started < here; started++)
+        if (sm_tpool_start(j->pool, &g, sm_job_dev_main, &devs[started])) {
             sm_comm_grpc_fail(comm, SM_ERESOURCE, "cannot start a device thread");
             break;
         }
-    }
-    for (int l = 0; l < started; l++)
-        pthread_join(th[l], NULL);
+    if (started == here)
+        for (; started < nlocal; started++)
+            sm_job_dev_main(&devs[started]);
+    sm_tpool_group_wait(&g);
     /* the first error that is not only a consequence of another */
     int first = -1;
     for (int l = 0; l < started; l++)

@@ -3,12 +3,15 @@
  *
  * RunJob finds every input's shard on every local device of the job's mesh
  * (a missing one is SM_ENOTFOUND naming the array, parameter and device),
- * runs the program on one thread per local device (sm_exec_run_plan) with
- * the job's comm_grpc, and, only when every local device succeeded, stores
- * each output block as the shard of the output array on that device. On a
- * failure nothing is stored, the comm is aborted so local devices return,
- * and the other workers of the job are told to cancel it (CancelJob) so
- * none waits for this one until its deadline.
+ * runs the program on one thread per local device (sm_exec_run_plan; the
+ * handler's own thread runs the last device, the others come from a pool
+ * kept between jobs; a small job without collectives or products runs
+ * every device on the handler's thread) with the job's comm_grpc, and,
+ * only when every local device succeeded, stores each output block as the
+ * shard of the output array on that device. On a failure nothing is
+ * stored, the comm is aborted so local devices return, and the other
+ * workers of the job are told to cancel it (CancelJob) so none waits for
+ * this one until its deadline.
  *
  * Exchange routes incoming collective blobs into the mailbox of their job.
  * A job that has not started yet gets a pending entry that keeps them (at
@@ -33,10 +36,16 @@
 #define SM_JOBS_PENDING_BYTES ((int64_t)1 << 30)
 /* Seconds an entry of a job that has not started (or has ended) is kept. */
 #define SM_JOBS_LINGER_S 60
-/* Most jobs known at once (running, pending or recently ended). */
+/* Most jobs known at once (running, pending or recently ended); when full,
+ * entries of jobs that ended without a cancel are dropped first. */
 #define SM_JOBS_MAX 4096
 /* Deadline of a job that names none, in ms. */
 #define SM_JOBS_DEFAULT_DEADLINE_MS 60000
+/* Values per device up to which a job without collectives or products runs
+ * its local devices one after another on the handler's thread. */
+#define SM_JOBS_INLINE_BYTES (64 * 1024)
+/* Device threads kept idle between jobs. */
+#define SM_JOBS_IDLE_THREADS 64
 
 typedef struct {
     sm_store *store;          /* borrowed */

@@ -179,6 +179,82 @@ sm_err sm_rpc_channel_wait_ready(sm_rpc_channel *ch, int timeout_ms, char *err, 
 
 /* ---- unary ------------------------------------------------------------ */
 
+/* One unary call in flight: everything its one batch fills in. */
+typedef struct {
+    grpc_call *call;
+    grpc_byte_buffer *send_bb; /* owned */
+    grpc_metadata_array init_md, trailing_md;
+    grpc_byte_buffer *recv_bb;
+    grpc_status_code status;
+    grpc_slice details;
+    int inited; /* unary_start ran: unary_clear has something to free */
+} unary_call;
+
+/* Starts the whole call as one batch (takes send_bb); tag marks its
+ * completion on cq. SM_EINTERNAL if gRPC refused the batch. */
+static sm_err unary_start(unary_call *u, sm_rpc_channel *ch, const char *path,
+                          grpc_byte_buffer *send_bb, grpc_completion_queue *cq, int deadline_ms,
+                          void *tag, char *err, size_t errlen)
+{
+    memset(u, 0, sizeof *u);
+    u->inited = 1;
+    u->send_bb = send_bb;
+    u->status = GRPC_STATUS_UNKNOWN;
+    u->details = grpc_empty_slice();
+    grpc_metadata_array_init(&u->init_md);
+    grpc_metadata_array_init(&u->trailing_md);
+    u->call = call_create(ch, path, cq, deadline_ms);
+    grpc_op ops[6];
+    memset(ops, 0, sizeof ops);
+    op_send_md(&ops[0], ch);
+    ops[1].op = GRPC_OP_SEND_MESSAGE;
+    ops[1].data.send_message.send_message = send_bb;
+    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[3].data.recv_initial_metadata.recv_initial_metadata = &u->init_md;
+    ops[4].op = GRPC_OP_RECV_MESSAGE;
+    ops[4].data.recv_message.recv_message = &u->recv_bb;
+    ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+    ops[5].data.recv_status_on_client.trailing_metadata = &u->trailing_md;
+    ops[5].data.recv_status_on_client.status = &u->status;
+    ops[5].data.recv_status_on_client.status_details = &u->details;
+    grpc_call_error ge = grpc_call_start_batch(u->call, ops, 6, tag, NULL);
+    if (ge != GRPC_CALL_OK)
+        return sm_fail(err, errlen, SM_EINTERNAL, "cannot start the call to %s (%d)", path,
+                       (int)ge);
+    return SM_OK;
+}
+
+/* The result of a completed call: its status, then its reply. */
+static sm_err unary_result(unary_call *u, const char *path,
+                           const ProtobufCMessageDescriptor *reply_desc, ProtobufCMessage **reply,
+                           char *err, size_t errlen)
+{
+    *reply = NULL;
+    sm_err e = status_err(u->status, u->details, path, err, errlen);
+    if (e)
+        return e;
+    if (!u->recv_bb)
+        return sm_fail(err, errlen, SM_EFORMAT, "the server answered %s with no reply message",
+                       path);
+    return sm_rpc_unpack(u->recv_bb, reply_desc, "reply", reply, err, errlen);
+}
+
+static void unary_clear(unary_call *u)
+{
+    if (!u->inited)
+        return;
+    if (u->recv_bb)
+        grpc_byte_buffer_destroy(u->recv_bb);
+    if (u->send_bb)
+        grpc_byte_buffer_destroy(u->send_bb);
+    grpc_slice_unref(u->details);
+    grpc_metadata_array_destroy(&u->init_md);
+    grpc_metadata_array_destroy(&u->trailing_md);
+    if (u->call)
+        grpc_call_unref(u->call);
+}
+
 sm_err sm_rpc_unary(sm_rpc_channel *ch, const char *path, const ProtobufCMessage *req,
                     const ProtobufCMessageDescriptor *reply_desc, ProtobufCMessage **reply,
                     int deadline_ms, char *err, size_t errlen)
@@ -191,56 +267,77 @@ sm_err sm_rpc_unary(sm_rpc_channel *ch, const char *path, const ProtobufCMessage
     sm_err e = sm_rpc_pack(req, "request", &send_bb, err, errlen);
     if (e)
         return e;
-
     grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
-    grpc_call *call = call_create(ch, path, cq, deadline_ms);
-    grpc_metadata_array init_md, trailing_md;
-    grpc_metadata_array_init(&init_md);
-    grpc_metadata_array_init(&trailing_md);
-    grpc_byte_buffer *recv_bb = NULL;
-    grpc_status_code status = GRPC_STATUS_UNKNOWN;
-    grpc_slice details = grpc_empty_slice();
+    unary_call u;
     char t;
-
-    grpc_op ops[6];
-    memset(ops, 0, sizeof ops);
-    op_send_md(&ops[0], ch);
-    ops[1].op = GRPC_OP_SEND_MESSAGE;
-    ops[1].data.send_message.send_message = send_bb;
-    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
-    ops[3].data.recv_initial_metadata.recv_initial_metadata = &init_md;
-    ops[4].op = GRPC_OP_RECV_MESSAGE;
-    ops[4].data.recv_message.recv_message = &recv_bb;
-    ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-    ops[5].data.recv_status_on_client.trailing_metadata = &trailing_md;
-    ops[5].data.recv_status_on_client.status = &status;
-    ops[5].data.recv_status_on_client.status_details = &details;
-    grpc_call_error ge = grpc_call_start_batch(call, ops, 6, &t, NULL);
-    if (ge != GRPC_CALL_OK) {
-        e = sm_fail(err, errlen, SM_EINTERNAL, "cannot start the call to %s (%d)", path, (int)ge);
-        goto fail;
+    e = unary_start(&u, ch, path, send_bb, cq, deadline_ms, &t, err, errlen);
+    if (!e) {
+        pluck(cq, &t);
+        e = unary_result(&u, path, reply_desc, reply, err, errlen);
     }
-    pluck(cq, &t);
-    e = status_err(status, details, path, err, errlen);
-    if (e)
-        goto fail;
-    if (!recv_bb) {
-        e = sm_fail(err, errlen, SM_EFORMAT, "the server answered %s with no reply message", path);
-        goto fail;
-    }
-    e = sm_rpc_unpack(recv_bb, reply_desc, "reply", reply, err, errlen);
-
-fail:
-    if (recv_bb)
-        grpc_byte_buffer_destroy(recv_bb);
-    grpc_byte_buffer_destroy(send_bb);
-    grpc_slice_unref(details);
-    grpc_metadata_array_destroy(&init_md);
-    grpc_metadata_array_destroy(&trailing_md);
-    grpc_call_unref(call);
+    unary_clear(&u);
     cq_free(cq);
     return e;
+}
+
+sm_err sm_rpc_unary_all(sm_rpc_channel *const *chs, int n, const char *path,
+                        const ProtobufCMessage *req, const ProtobufCMessageDescriptor *reply_desc,
+                        int deadline_ms, sm_rpc_unary_done done, void *user, char *err,
+                        size_t errlen)
+{
+    if (deadline_ms <= 0)
+        return sm_fail(err, errlen, SM_EINVAL, "call to %s needs a positive deadline, not %d ms",
+                       path, deadline_ms);
+    if (n <= 0)
+        return SM_OK;
+    grpc_byte_buffer *send_bb;
+    sm_err e = sm_rpc_pack(req, "request", &send_bb, err, errlen);
+    if (e)
+        return e;
+    unary_call *u = calloc((size_t)n, sizeof *u);
+    if (!u) {
+        grpc_byte_buffer_destroy(send_bb);
+        return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate %d calls to %s", n, path);
+    }
+    /* One completion queue; a call's tag is its slot. The request is packed
+     * once: each call gets its own reference to the same slices. */
+    grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
+    char msg[512];
+    int pending = 0;
+    for (int i = 0; i < n; i++) {
+        if (!chs[i]) {
+            done(user, i, SM_EUNAVAILABLE, NULL, "no channel");
+            continue;
+        }
+        sm_err ei = unary_start(&u[i], chs[i], path, grpc_byte_buffer_copy(send_bb), cq,
+                                deadline_ms, &u[i], msg, sizeof msg);
+        if (ei)
+            done(user, i, ei, NULL, msg);
+        else
+            pending++;
+    }
+    grpc_byte_buffer_destroy(send_bb);
+    while (pending > 0) {
+        grpc_event ev = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        if (ev.type != GRPC_OP_COMPLETE)
+            continue;
+        unary_call *c = ev.tag;
+        int i = (int)(c - u);
+        ProtobufCMessage *reply = NULL;
+        msg[0] = '\0';
+        sm_err ei = unary_result(c, path, reply_desc, &reply, msg, sizeof msg);
+        pending--;
+        done(user, i, ei, reply, msg);
+    }
+    for (int i = 0; i < n; i++)
+        unary_clear(&u[i]);
+    free(u);
+    grpc_completion_queue_shutdown(cq);
+    while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+           GRPC_QUEUE_SHUTDOWN)
+        ;
+    grpc_completion_queue_destroy(cq);
+    return SM_OK;
 }
 
 /* ---- streams ----------------------------------------------------------- */

@@ -101,6 +101,23 @@ sm_err sm_rpc_unary(sm_rpc_channel *ch, const char *path, const ProtobufCMessage
                     const ProtobufCMessageDescriptor *reply_desc, ProtobufCMessage **reply,
                     int deadline_ms, char *err, size_t errlen);
 
+/* Called by sm_rpc_unary_all for call i once it ended: e and err ("<STATUS>:
+ * <details>") as sm_rpc_unary returns them; on SM_OK reply is the callee's
+ * (sm_rpc_msg_free), else NULL. */
+typedef void (*sm_rpc_unary_done)(void *user, int i, sm_err e, ProtobufCMessage *reply,
+                                  const char *err);
+
+/* The same unary call of path with req (borrowed, packed once) on chs[0..n)
+ * at once, from the calling thread, without a thread per call. done runs on
+ * this thread for each call as it ends, in the order they end (at once for
+ * a NULL channel: SM_EUNAVAILABLE); it may block, the other calls go on.
+ * Returns once every call ended: SM_OK, or an error before any call
+ * started (done not called). deadline_ms > 0 covers each call. */
+sm_err sm_rpc_unary_all(sm_rpc_channel *const *chs, int n, const char *path,
+                        const ProtobufCMessage *req, const ProtobufCMessageDescriptor *reply_desc,
+                        int deadline_ms, sm_rpc_unary_done done, void *user, char *err,
+                        size_t errlen);
+
 /* Client-streaming call: open, send N times, finish. The deadline covers the
  * whole call. A failed send returns the server's final status (finish then
  * returns the same status); a send blocked on flow control is released

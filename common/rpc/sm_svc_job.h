@@ -107,6 +107,17 @@ sm_err sm_svc_worker_jobs_serve(sm_rpc_server *s, const sm_svc_worker_job_ops *o
 
 sm_err sm_svc_worker_run_job(sm_rpc_channel *ch, int deadline_ms, const sm_svc_run_job_req *req,
                              int64_t *output_bytes, char *err, size_t errlen);
+/* Called by sm_svc_worker_run_job_all as worker i's RunJob ends: e and err
+ * as sm_svc_worker_run_job returns them, output_bytes 0 on failure. */
+typedef void (*sm_svc_run_job_done)(void *user, int i, sm_err e, int64_t output_bytes,
+                                    const char *err);
+/* RunJob with the same req on chs[0..n) at once from the calling thread
+ * (encoded once; sm_rpc_unary_all): done runs here for each worker as its
+ * call ends and may block. SM_OK once all ended, or an error before any
+ * started (done not called). */
+sm_err sm_svc_worker_run_job_all(sm_rpc_channel *const *chs, int n, int deadline_ms,
+                                 const sm_svc_run_job_req *req, sm_svc_run_job_done done,
+                                 void *user, char *err, size_t errlen);
 sm_err sm_svc_worker_cancel_job(sm_rpc_channel *ch, int deadline_ms, sm_job_id id, char *err,
                                 size_t errlen);
 

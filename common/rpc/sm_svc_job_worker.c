@@ -285,6 +285,38 @@ sm_err sm_svc_worker_run_job(sm_rpc_channel *ch, int deadline_ms, const sm_svc_r
     return SM_OK;
 }
 
+typedef struct {
+    sm_svc_run_job_done done;
+    void *user;
+} run_job_all_ctx;
+
+static void run_job_all_done(void *user, int i, sm_err e, ProtobufCMessage *reply, const char *err)
+{
+    const run_job_all_ctx *c = user;
+    int64_t bytes = reply ? ((const Shmap__V1__RunJobReply *)reply)->output_bytes : 0;
+    if (reply)
+        sm_rpc_msg_free(reply);
+    c->done(c->user, i, e, bytes, err);
+}
+
+sm_err sm_svc_worker_run_job_all(sm_rpc_channel *const *chs, int n, int deadline_ms,
+                                 const sm_svc_run_job_req *req, sm_svc_run_job_done done,
+                                 void *user, char *err, size_t errlen)
+{
+    sm_arena *a = sm_arena_create(0);
+    Shmap__V1__RunJobRequest *p = a ? run_job_enc(a, req) : NULL;
+    if (!p) {
+        sm_arena_free(a);
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory encoding a job");
+    }
+    run_job_all_ctx c = {done, user};
+    sm_err e = sm_rpc_unary_all(chs, n, SM_SVC_WORKER_PATH("RunJob"), &p->base,
+                                &shmap__v1__run_job_reply__descriptor, deadline_ms,
+                                run_job_all_done, &c, err, errlen);
+    sm_arena_free(a);
+    return e;
+}
+
 sm_err sm_svc_worker_cancel_job(sm_rpc_channel *ch, int deadline_ms, sm_job_id id, char *err,
                                 size_t errlen)
 {
