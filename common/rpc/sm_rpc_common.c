@@ -1,4 +1,5 @@
 /* sm_rpc_common: lifecycle, status mapping, message packing. */
+#include <inttypes.h>
 #include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,10 +154,182 @@ sm_err sm_rpc_pack(const ProtobufCMessage *msg, const char *what, grpc_byte_buff
     return SM_OK;
 }
 
+/* ---- one-copy unpack of messages with a large bytes field ----------------
+ * readall copies the whole slice chain into one buffer and protobuf-c's
+ * unpack copies each bytes field out of it again. For large messages the
+ * top-level fields are scanned straight from the slices instead: every
+ * occurrence of a singular bytes field is copied once into its own malloc'd
+ * buffer, the other fields into a small side buffer that protobuf-c unpacks;
+ * the bytes field is then set in the unpacked message, where
+ * protobuf_c_message_free_unpacked (default allocator: free) releases it.
+ * Anything unusual falls back to readall + unpack. */
+
+/* Below this packed size the plain path is as fast. */
+#define SM_RPC_SPLIT_MIN (64 << 10)
+
+typedef struct {
+    grpc_byte_buffer_reader r;
+    const uint8_t *p, *end;
+} sm_rpc_cur;
+
+static int sm_rpc_cur_fill(sm_rpc_cur *c)
+{
+    grpc_slice *s;
+    while (c->p == c->end) {
+        if (!grpc_byte_buffer_reader_peek(&c->r, &s))
+            return 0;
+        c->p = GRPC_SLICE_START_PTR(*s);
+        c->end = c->p + GRPC_SLICE_LENGTH(*s);
+    }
+    return 1;
+}
+
+/* Reads a varint into *v, appending its bytes to raw (room for 10) when
+ * raw is not NULL; returns its length in bytes, 0 if malformed or cut. */
+static size_t sm_rpc_cur_varint(sm_rpc_cur *c, uint64_t *v, uint8_t *raw)
+{
+    *v = 0;
+    for (size_t i = 0; i < 10; i++) {
+        if (!sm_rpc_cur_fill(c))
+            return 0;
+        uint8_t b = *c->p++;
+        if (raw)
+            raw[i] = b;
+        *v |= (uint64_t)(b & 0x7f) << (7 * i);
+        if (!(b & 0x80))
+            return i + 1;
+    }
+    return 0;
+}
+
+/* Copies n bytes to dst; 0 if the buffer ends first. */
+static int sm_rpc_cur_copy(sm_rpc_cur *c, uint8_t *dst, size_t n)
+{
+    while (n) {
+        if (!sm_rpc_cur_fill(c))
+            return 0;
+        size_t k = (size_t)(c->end - c->p);
+        if (k > n)
+            k = n;
+        memcpy(dst, c->p, k);
+        dst += k;
+        c->p += k;
+        n -= k;
+    }
+    return 1;
+}
+
+/* The split path. SM_OK with *out set, or SM_OK with *out NULL when the
+ * caller should use the plain path (also for malformed input, so that
+ * protobuf-c reports it); SM_ENOMEM. */
+static sm_err sm_rpc_unpack_split(grpc_byte_buffer *bb, size_t total,
+                                  const ProtobufCMessageDescriptor *desc, ProtobufCMessage **out,
+                                  char *err, size_t errlen)
+{
+    sm_rpc_cur c = {.p = NULL, .end = NULL};
+    const ProtobufCFieldDescriptor *bf = NULL; /* the extracted field */
+    uint8_t *data = NULL, *rest = NULL;
+    size_t dlen = 0, nrest = 0, cap = 0;
+    sm_err e = SM_OK;
+    *out = NULL;
+    if (!grpc_byte_buffer_reader_init(&c.r, bb))
+        return SM_OK;
+    while (sm_rpc_cur_fill(&c)) {
+        uint8_t hdr[20];
+        uint64_t tag, len = 0;
+        size_t nt = sm_rpc_cur_varint(&c, &tag, hdr), nl = 0;
+        if (!nt || tag >> 3 == 0 || tag >> 3 > UINT32_MAX)
+            goto plain;
+        unsigned wt = (unsigned)(tag & 7);
+        if (wt == 0) {
+            nl = sm_rpc_cur_varint(&c, &len, hdr + nt);
+            if (!nl)
+                goto plain;
+            len = 0;
+        } else if (wt == 1 || wt == 5) {
+            len = wt == 1 ? 8 : 4;
+        } else if (wt == 2) {
+            nl = sm_rpc_cur_varint(&c, &len, hdr + nt);
+            if (!nl)
+                goto plain;
+        } else {
+            goto plain; /* groups: let protobuf-c decide */
+        }
+        if (len > total)
+            goto plain;
+        const ProtobufCFieldDescriptor *f =
+            protobuf_c_message_descriptor_get_field(desc, (unsigned)(tag >> 3));
+        if (wt == 2 && f && f->type == PROTOBUF_C_TYPE_BYTES &&
+            f->label != PROTOBUF_C_LABEL_REPEATED && !(f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) &&
+            (!bf || bf == f)) {
+            /* last occurrence wins, as in protobuf-c */
+            uint8_t *d = malloc(len ? len : 1);
+            if (!d) {
+                e = sm_fail(err, errlen, SM_ENOMEM, "cannot allocate %" PRIu64 " bytes for %s.%s",
+                            len, desc->name, f->name);
+                goto done;
+            }
+            if (!sm_rpc_cur_copy(&c, d, len)) {
+                free(d);
+                goto plain;
+            }
+            free(data);
+            bf = f;
+            data = d;
+            dlen = len;
+            continue;
+        }
+        size_t need = nrest + nt + nl + len;
+        if (need > cap) {
+            size_t ncap = cap ? cap : 256;
+            while (ncap < need)
+                ncap *= 2;
+            uint8_t *nr = realloc(rest, ncap);
+            if (!nr) {
+                e = sm_fail(err, errlen, SM_ENOMEM, "cannot allocate %zu bytes for a message",
+                            ncap);
+                goto done;
+            }
+            rest = nr;
+            cap = ncap;
+        }
+        memcpy(rest + nrest, hdr, nt + nl);
+        nrest += nt + nl;
+        if (!sm_rpc_cur_copy(&c, rest + nrest, len))
+            goto plain;
+        nrest += len;
+    }
+    if (!bf)
+        goto plain;
+    *out = protobuf_c_message_unpack(desc, NULL, nrest, rest ? rest : (const uint8_t *)"");
+    if (!*out)
+        goto plain;
+    ProtobufCBinaryData *bd = (ProtobufCBinaryData *)((char *)*out + bf->offset);
+    bd->data = data;
+    bd->len = dlen;
+    if (bf->label == PROTOBUF_C_LABEL_OPTIONAL)
+        *(protobuf_c_boolean *)((char *)*out + bf->quantifier_offset) = 1;
+    data = NULL;
+    goto done;
+plain:
+    *out = NULL;
+done:
+    free(data);
+    free(rest);
+    grpc_byte_buffer_reader_destroy(&c.r);
+    return e;
+}
+
 sm_err sm_rpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc, const char *what,
                      ProtobufCMessage **out, char *err, size_t errlen)
 {
     *out = NULL;
+    size_t total = grpc_byte_buffer_length(bb);
+    if (total >= SM_RPC_SPLIT_MIN) {
+        sm_err e = sm_rpc_unpack_split(bb, total, desc, out, err, errlen);
+        if (e || *out)
+            return e;
+    }
     grpc_byte_buffer_reader r;
     if (!grpc_byte_buffer_reader_init(&r, bb))
         return sm_fail(err, errlen, SM_EFORMAT, "%s message could not be read", what);

@@ -19,8 +19,11 @@
 sm_err sm_rpc_pack(const ProtobufCMessage *msg, const char *what, grpc_byte_buffer **out, char *err,
                    size_t errlen);
 
-/* Unpacks bb (borrowed) as desc into *out (owned by the caller).
- * SM_EFORMAT if it does not parse. */
+/* Unpacks bb (borrowed) as desc into *out (owned by the caller, freed with
+ * sm_rpc_msg_free; nothing in it points into bb). SM_EFORMAT if it does not
+ * parse, SM_ENOMEM. Messages of 64 KiB or more are read straight from bb's
+ * slices and their singular bytes field copied once into its own malloc'd
+ * block (one copy instead of readall's plus protobuf-c's). */
 sm_err sm_rpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc, const char *what,
                      ProtobufCMessage **out, char *err, size_t errlen);
 
