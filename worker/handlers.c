@@ -67,134 +67,150 @@ static sm_err put_check_header(sm_handlers *h, const sm_svc_upload_header *hd, s
     return sm_store_shard_create(hd->dtype, &hd->shape, out, err, errlen);
 }
 
-/* Copies one data message into the shard at its offset. */
-static sm_err put_data(const sm_svc_upload_msg *m, sm_store_shard *sh, int64_t *got,
-                       sm_checksum *ck, char *err, size_t errlen)
+/* One PutShard stream: the state its messages are checked against. */
+typedef struct {
+    sm_handlers *h;
+    uint64_t epoch;
+    sm_store_shard *shards[SM_MAX_WORKER_DEVICES];
+    int32_t devices[SM_MAX_WORKER_DEVICES];
+    int ndev, first, last;
+    int64_t got;
+    uint64_t sum; /* the verified checksum, once last */
+    sm_array_id array;
+    sm_checksum *ck;
+} put_stream;
+
+/* Checks one message against the stream so far (the header on the first
+ * one, the order and bounds of its data) and places its data in the shard
+ * at its offset. */
+static sm_err put_place(void *user, const sm_svc_upload_msg *m, void **dst, char *err,
+                        size_t errlen)
 {
-    if (m->offset != *got)
+    put_stream *ps = user;
+    sm_err e;
+    if (ps->first) {
+        if (!m->has_header)
+            return sm_fail(err, errlen, SM_EINVAL, "the first PutShard message has no header");
+        /* The identity the header is checked against (or a newer one, then
+         * the final put fails) is the one the shard is stored under. */
+        ps->epoch = sm_store_epoch(ps->h->store);
+        if ((e = put_check_header(ps->h, &m->header, &ps->shards[0], err, errlen)))
+            return e;
+        ps->first = 0;
+        ps->array = m->header.array_id;
+        ps->ndev = m->header.ndevices;
+        memcpy(ps->devices, m->header.devices, (size_t)ps->ndev * sizeof *ps->devices);
+    } else if (m->has_header) {
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "PutShard message at offset %lld carries a second header",
+                       (long long)m->offset);
+    }
+    if (ps->last)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "PutShard message at offset %lld came after the last one",
+                       (long long)m->offset);
+    const sm_store_shard *sh = ps->shards[0];
+    if (m->offset != ps->got)
         return sm_fail(err, errlen, SM_EINVAL,
                        "chunk at offset %lld %s: %lld bytes had arrived, so the next chunk must "
                        "start at offset %lld",
                        (long long)m->offset,
-                       m->offset < *got ? "overlaps data already received" : "leaves a gap",
-                       (long long)*got, (long long)*got);
-    if ((int64_t)m->len > sh->nbytes - *got)
+                       m->offset < ps->got ? "overlaps data already received" : "leaves a gap",
+                       (long long)ps->got, (long long)ps->got);
+    if ((int64_t)m->len > sh->nbytes - ps->got)
         return sm_fail(err, errlen, SM_EINVAL,
                        "chunk at offset %lld of %zu bytes runs past the end of the %lld-byte shard",
                        (long long)m->offset, m->len, (long long)sh->nbytes);
-    if (m->len) {
-        memcpy((char *)sh->data + *got, m->data, m->len);
-        sm_checksum_update(ck, m->data, m->len);
-    }
-    *got += (int64_t)m->len;
+    *dst = (char *)sh->data + ps->got;
+    return SM_OK;
+}
+
+/* Checksums data as it lands in the shard. */
+static void put_copied(void *user, const void *p, size_t n)
+{
+    put_stream *ps = user;
+    sm_checksum_update(ps->ck, p, n);
+}
+
+/* After a message was placed: counts its bytes and checks the total and
+ * the checksum on the last one. */
+static sm_err put_account(put_stream *ps, const sm_svc_upload_msg *m, char *err, size_t errlen)
+{
+    ps->got += (int64_t)m->len;
+    if (!m->last)
+        return SM_OK;
+    ps->last = 1;
+    uint64_t sum = sm_checksum_digest(ps->ck);
+    if (ps->got != ps->shards[0]->nbytes)
+        return sm_fail(
+            err, errlen, SM_EINVAL, "the upload of array %llu ended after %lld of %lld bytes",
+            (unsigned long long)ps->array.v, (long long)ps->got, (long long)ps->shards[0]->nbytes);
+    if (sum != m->checksum)
+        return sm_fail(err, errlen, SM_EDATALOSS,
+                       "checksum mismatch on array %llu: the worker received %016llx, the "
+                       "sender says %016llx",
+                       (unsigned long long)ps->array.v, (unsigned long long)sum,
+                       (unsigned long long)m->checksum);
+    ps->shards[0]->has_checksum = 1;
+    ps->shards[0]->checksum = sum;
+    ps->sum = sum;
     return SM_OK;
 }
 
 static sm_err h_put_shard(void *user, sm_svc_upload_in *in, sm_svc_upload_reply *out, char *err,
                           size_t errlen)
 {
-    sm_handlers *h = user;
-    uint64_t epoch = 0;
-    sm_store_shard *shards[SM_MAX_WORKER_DEVICES] = {0};
-    int32_t devices[SM_MAX_WORKER_DEVICES];
-    int ndev = 0, end = 0, last = 0;
-    int64_t got = 0;
-    uint64_t sum = 0;
-    sm_array_id array = {0};
-    sm_checksum *ck = NULL;
+    put_stream ps = {.h = user, .first = 1};
+    sm_svc_upload_sink sink = {put_place, put_copied, &ps};
+    int end = 0;
     sm_svc_upload_msg m;
     sm_err e;
 
-    memset(&m, 0, sizeof m);
-    if ((e = sm_svc_upload_recv(in, &m, &end, err, errlen)))
-        goto fail;
-    if (end) {
-        e = sm_fail(err, errlen, SM_EINVAL, "the PutShard stream ended before its header");
-        goto fail;
-    }
-    if (!m.has_header) {
-        e = sm_fail(err, errlen, SM_EINVAL, "the first PutShard message has no header");
-        goto fail;
-    }
-    /* The identity the header is checked against (or a newer one, then the
-     * final put fails) is the one the shard is stored under. */
-    epoch = sm_store_epoch(h->store);
-    if ((e = put_check_header(h, &m.header, &shards[0], err, errlen)))
-        goto fail;
-    array = m.header.array_id;
-    ndev = m.header.ndevices;
-    memcpy(devices, m.header.devices, (size_t)ndev * sizeof *devices);
-    if (!(ck = sm_checksum_create())) {
+    if (!(ps.ck = sm_checksum_create())) {
         e = sm_fail(err, errlen, SM_ENOMEM, "out of memory for a checksum");
         goto fail;
     }
-    for (int first = 1;; first = 0) {
-        if (!first && m.has_header) {
-            e = sm_fail(err, errlen, SM_EINVAL,
-                        "PutShard message at offset %lld carries a second header",
-                        (long long)m.offset);
-            goto fail;
-        }
-        if (last) {
-            e = sm_fail(err, errlen, SM_EINVAL,
-                        "PutShard message at offset %lld came after the last one",
-                        (long long)m.offset);
-            goto fail;
-        }
-        if ((e = put_data(&m, shards[0], &got, ck, err, errlen)))
-            goto fail;
-        if (m.last) {
-            last = 1;
-            sum = sm_checksum_digest(ck);
-            if (got != shards[0]->nbytes) {
-                e = sm_fail(err, errlen, SM_EINVAL,
-                            "the upload of array %llu ended after %lld of %lld bytes",
-                            (unsigned long long)array.v, (long long)got,
-                            (long long)shards[0]->nbytes);
-                goto fail;
-            }
-            if (sum != m.checksum) {
-                e = sm_fail(err, errlen, SM_EDATALOSS,
-                            "checksum mismatch on array %llu: the worker received %016llx, the "
-                            "sender says %016llx",
-                            (unsigned long long)array.v, (unsigned long long)sum,
-                            (unsigned long long)m.checksum);
-                goto fail;
-            }
-        }
-        if ((e = sm_svc_upload_recv(in, &m, &end, err, errlen)))
+    for (;;) {
+        memset(&m, 0, sizeof m);
+        if ((e = sm_svc_upload_recv_into(in, &sink, &m, &end, err, errlen)))
             goto fail;
         if (end)
             break;
+        if ((e = put_account(&ps, &m, err, errlen)))
+            goto fail;
     }
-    if (!last) {
+    if (ps.first) {
+        e = sm_fail(err, errlen, SM_EINVAL, "the PutShard stream ended before its header");
+        goto fail;
+    }
+    if (!ps.last) {
         e = sm_fail(err, errlen, SM_EINVAL,
                     "the upload of array %llu ended after %lld of %lld bytes without a last "
                     "message",
-                    (unsigned long long)array.v, (long long)got, (long long)shards[0]->nbytes);
+                    (unsigned long long)ps.array.v, (long long)ps.got,
+                    (long long)ps.shards[0]->nbytes);
         goto fail;
     }
-    shards[0]->has_checksum = 1;
-    shards[0]->checksum = sum;
-    for (int k = 1; k < ndev; k++)
-        if ((e = sm_store_shard_copy(shards[0], &shards[k], err, errlen)))
+    for (int k = 1; k < ps.ndev; k++)
+        if ((e = sm_store_shard_copy(ps.shards[0], &ps.shards[k], err, errlen)))
             goto fail;
-    if ((e = sm_store_put(h->store, epoch, array, ndev, devices, shards, err, errlen)))
+    if ((e = sm_store_put(ps.h->store, ps.epoch, ps.array, ps.ndev, ps.devices, ps.shards, err,
+                          errlen)))
         goto fail;
     SM_DEBUG("stored array %llu (%lld bytes) on %d device(s) from device %d",
-             (unsigned long long)array.v, (long long)got, ndev, (int)devices[0]);
-    out->bytes = got;
-    out->checksum = sum;
+             (unsigned long long)ps.array.v, (long long)ps.got, ps.ndev, (int)ps.devices[0]);
+    out->bytes = ps.got;
+    out->checksum = ps.sum;
     out->array_ready = 0;
-    sm_checksum_free(ck);
+    sm_checksum_free(ps.ck);
     return SM_OK;
 fail:
     if (e == SM_ECANCELLED)
         SM_DEBUG("upload of array %llu cancelled after %lld bytes; discarded",
-                 (unsigned long long)array.v, (long long)got);
+                 (unsigned long long)ps.array.v, (long long)ps.got);
     for (int k = 0; k < SM_MAX_WORKER_DEVICES; k++)
-        sm_store_shard_release(shards[k]);
-    sm_checksum_free(ck);
+        sm_store_shard_release(ps.shards[k]);
+    sm_checksum_free(ps.ck);
     return e;
 }
 
@@ -209,9 +225,17 @@ typedef struct {
     int64_t sent;
 } get_stream;
 
+static void get_release(void *arg)
+{
+    sm_store_shard_release(arg);
+}
+
 /* Sends len bytes at data as the next chunk (first: with meta; the one that
- * reaches total: last, with the checksum). */
-static sm_err get_send(get_stream *gs, const void *data, size_t len, char *err, size_t errlen)
+ * reaches total: last, with the checksum). If owner is not NULL, data lies
+ * in owner's buffer and is sent without a copy, under a reference to owner
+ * that the network layer drops once done with it. */
+static sm_err get_send(get_stream *gs, const void *data, size_t len, sm_store_shard *owner,
+                       char *err, size_t errlen)
 {
     sm_svc_chunk c;
     memset(&c, 0, sizeof c);
@@ -227,6 +251,10 @@ static sm_err get_send(get_stream *gs, const void *data, size_t len, char *err, 
     c.last = gs->sent == gs->total;
     if (c.last)
         c.checksum = sm_checksum_digest(gs->ck);
+    if (owner && len) {
+        c.release = get_release;
+        c.release_arg = sm_store_shard_ref(owner);
+    }
     return sm_svc_download_send(gs->out, &c, err, errlen);
 }
 
@@ -260,7 +288,7 @@ static sm_err get_send_box(get_stream *gs, const sm_store_shard *sh, const sm_in
         if (c > ext[k] - idx[k])
             c = ext[k] - idx[k];
         if (c == 0) {
-            if ((e = get_send(gs, stage, (size_t)fill, err, errlen)))
+            if ((e = get_send(gs, stage, (size_t)fill, NULL, err, errlen)))
                 goto done;
             fill = 0;
             continue;
@@ -287,7 +315,7 @@ static sm_err get_send_box(get_stream *gs, const sm_store_shard *sh, const sm_in
             break;
     }
     if (fill)
-        e = get_send(gs, stage, (size_t)fill, err, errlen);
+        e = get_send(gs, stage, (size_t)fill, NULL, err, errlen);
 done:
     free(stage);
     return e;
@@ -320,11 +348,11 @@ static sm_err h_get_shard(void *user, const sm_svc_download_req *req, sm_svc_dow
         goto done;
     }
     if (gs.total == 0) {
-        e = get_send(&gs, NULL, 0, err, errlen);
+        e = get_send(&gs, NULL, 0, NULL, err, errlen);
     } else if (sm_shape_equal(&gs.shape, &sh->shape)) {
         while (!e && gs.sent < gs.total) {
             int64_t n = gs.total - gs.sent < SM_SVC_CHUNK ? gs.total - gs.sent : SM_SVC_CHUNK;
-            e = get_send(&gs, (const char *)sh->data + gs.sent, (size_t)n, err, errlen);
+            e = get_send(&gs, (const char *)sh->data + gs.sent, (size_t)n, sh, err, errlen);
         }
     } else {
         e = get_send_box(&gs, sh, &box, err, errlen);

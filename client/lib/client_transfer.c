@@ -228,6 +228,8 @@ static sm_err up_send(sm_client *c, up_stream *u, int n, int direct, const sm_sv
         msg.data = data;
         msg.len = len;
         msg.last = pos + (int64_t)len == b->nbytes;
+        /* the caller's buffer outlives the streams; the staging one is reused */
+        msg.stable = data != stage;
         if (msg.last)
             msg.checksum = sm_checksum_digest(ck);
         for (int k = 0; k < n && !e; k++)
@@ -320,6 +322,104 @@ done:
 
 /* ---- downloads --------------------------------------------------------------- */
 
+/* One download stream's state: what its chunks are checked against and
+ * where their data goes. */
+typedef struct {
+    int32_t device;
+    sm_dtype t;
+    sm_shape want;
+    void *dst;
+    const client_box *b;
+    int64_t got;
+    int meta, last;
+    sm_checksum *ck;
+    char *stage; /* for chunks that are not contiguous in dst; lazily */
+    int staged;  /* the current chunk went to stage */
+} down_state;
+
+/* Checks one chunk against the stream so far and places its data: straight
+ * in dst where the chunk is contiguous there, else in the staging buffer
+ * (scattered by down_account). */
+static sm_err down_place(void *user, const sm_svc_chunk *ch, void **dst, char *err, size_t errlen)
+{
+    down_state *d = user;
+    const client_box *b = d->b;
+    char s1[128], s2[128];
+    d->staged = 0;
+    if (ch->has_meta) {
+        if (ch->dtype != d->t || !sm_shape_equal(&ch->shape, &d->want) ||
+            ch->total_bytes != b->nbytes)
+            return sm_fail(err, errlen, SM_EDATALOSS,
+                           "device %d sent a %s%s shard of %lld bytes where a %s%s shard of %lld "
+                           "bytes was expected",
+                           (int)d->device, sm_dtype_name(ch->dtype),
+                           sm_shape_format(&ch->shape, s1, sizeof s1), (long long)ch->total_bytes,
+                           sm_dtype_name(d->t), sm_shape_format(&d->want, s2, sizeof s2),
+                           (long long)b->nbytes);
+        d->meta = 1;
+    }
+    if (!d->meta || d->last)
+        return sm_fail(err, errlen, SM_EDATALOSS, "the download of device %d's shard sent data %s",
+                       (int)d->device, d->meta ? "after its last chunk" : "before its shape");
+    if (ch->len == 0)
+        return SM_OK;
+    if (ch->offset != d->got || (int64_t)ch->len > b->nbytes - d->got)
+        return sm_fail(err, errlen, SM_EDATALOSS,
+                       "the download of device %d's shard sent %zu bytes at offset %lld "
+                       "after %lld of %lld bytes",
+                       (int)d->device, ch->len, (long long)ch->offset, (long long)d->got,
+                       (long long)b->nbytes);
+    int64_t avail, at = box_locate(b, d->got, &avail);
+    if (avail >= (int64_t)ch->len) {
+        *dst = (char *)d->dst + at;
+        return SM_OK;
+    }
+    if (!d->stage && !(d->stage = malloc(SM_SVC_CHUNK)))
+        return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a %d-byte download buffer",
+                       SM_SVC_CHUNK);
+    if (ch->len > SM_SVC_CHUNK) {
+        /* larger than any chunk shmap sends: take it through a buffer of its own */
+        char *big = realloc(d->stage, ch->len);
+        if (!big)
+            return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a %zu-byte download buffer",
+                           ch->len);
+        d->stage = big;
+    }
+    d->staged = 1;
+    *dst = d->stage;
+    return SM_OK;
+}
+
+static void down_copied(void *user, const void *p, size_t n)
+{
+    down_state *d = user;
+    sm_checksum_update(d->ck, p, n);
+}
+
+/* After a chunk was placed: scatters staged data, counts the bytes, and
+ * checks the total and the checksum on the last chunk. */
+static sm_err down_account(down_state *d, const sm_svc_chunk *ch, client_progress *prog, char *err,
+                           size_t errlen)
+{
+    if (ch->len > 0) {
+        if (d->staged)
+            client_box_scatter(d->b, d->dst, d->got, d->stage, ch->len);
+        d->got += (int64_t)ch->len;
+        client_progress_add(prog, (int64_t)ch->len);
+    }
+    if (ch->last) {
+        d->last = 1;
+        if (d->got != d->b->nbytes || ch->checksum != sm_checksum_digest(d->ck))
+            return sm_fail(err, errlen, SM_EDATALOSS,
+                           "the download of device %d's shard ended with %lld of %lld bytes "
+                           "and checksum %016llx where %016llx was computed",
+                           (int)d->device, (long long)d->got, (long long)d->b->nbytes,
+                           (unsigned long long)ch->checksum,
+                           (unsigned long long)sm_checksum_digest(d->ck));
+    }
+    return SM_OK;
+}
+
 /* One download from ch (direct: a worker's GetShard). *fallback = 1 when a
  * direct stream failed UNAVAILABLE before any data arrived. */
 static sm_err download_from(sm_client *c, sm_rpc_channel *ch, int direct, sm_array_id id,
@@ -328,17 +428,15 @@ static sm_err download_from(sm_client *c, sm_rpc_channel *ch, int direct, sm_arr
                             size_t errlen)
 {
     sm_svc_download_stream *st = NULL;
-    sm_checksum *ck = NULL;
     sm_svc_download_req req;
     sm_svc_chunk ch_;
-    sm_shape want = sm_index_shape(box);
-    int64_t got = 0;
-    int meta = 0, last = 0, end = 0;
-    char s1[128], s2[128];
+    down_state d = {.device = device, .t = t, .want = sm_index_shape(box), .dst = dst, .b = b};
+    sm_svc_chunk_sink sink = {down_place, down_copied, &d};
+    int end = 0;
     sm_err e;
 
     *fallback = 0;
-    if (!(ck = sm_checksum_create()))
+    if (!(d.ck = sm_checksum_create()))
         return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a checksum state");
     memset(&req, 0, sizeof req);
     req.array.id = id;
@@ -346,76 +444,28 @@ static sm_err download_from(sm_client *c, sm_rpc_channel *ch, int direct, sm_arr
     if ((e = sm_svc_download_open(ch, direct, &req, client_stream_deadline(c, b->nbytes), &st, err,
                                   errlen))) {
         *fallback = direct && e == SM_EUNAVAILABLE;
-        goto fail;
+        goto done;
     }
     for (;;) {
         memset(&ch_, 0, sizeof ch_);
-        if ((e = sm_svc_download_recv(st, &ch_, &end, err, errlen))) {
-            *fallback = direct && !meta && e == SM_EUNAVAILABLE;
-            goto fail;
+        if ((e = sm_svc_download_recv_into(st, &sink, &ch_, &end, err, errlen))) {
+            *fallback = direct && !d.meta && e == SM_EUNAVAILABLE;
+            goto done;
         }
         if (end)
             break;
-        if (ch_.has_meta) {
-            if (ch_.dtype != t || !sm_shape_equal(&ch_.shape, &want) ||
-                ch_.total_bytes != b->nbytes) {
-                e = sm_fail(err, errlen, SM_EDATALOSS,
-                            "device %d sent a %s%s shard of %lld bytes where a %s%s shard of %lld "
-                            "bytes was expected",
-                            (int)device, sm_dtype_name(ch_.dtype),
-                            sm_shape_format(&ch_.shape, s1, sizeof s1), (long long)ch_.total_bytes,
-                            sm_dtype_name(t), sm_shape_format(&want, s2, sizeof s2),
-                            (long long)b->nbytes);
-                goto fail;
-            }
-            meta = 1;
-        }
-        if (!meta || last) {
-            e = sm_fail(err, errlen, SM_EDATALOSS, "the download of device %d's shard sent data %s",
-                        (int)device, meta ? "after its last chunk" : "before its shape");
-            goto fail;
-        }
-        if (ch_.len > 0) {
-            if (ch_.offset != got || (int64_t)ch_.len > b->nbytes - got) {
-                e = sm_fail(err, errlen, SM_EDATALOSS,
-                            "the download of device %d's shard sent %zu bytes at offset %lld "
-                            "after %lld of %lld bytes",
-                            (int)device, ch_.len, (long long)ch_.offset, (long long)got,
-                            (long long)b->nbytes);
-                goto fail;
-            }
-            client_box_scatter(b, dst, got, ch_.data, ch_.len);
-            sm_checksum_update(ck, ch_.data, ch_.len);
-            got += (int64_t)ch_.len;
-            client_progress_add(prog, (int64_t)ch_.len);
-        }
-        if (ch_.last) {
-            last = 1;
-            if (got != b->nbytes || ch_.checksum != sm_checksum_digest(ck)) {
-                e = sm_fail(err, errlen, SM_EDATALOSS,
-                            "the download of device %d's shard ended with %lld of %lld bytes "
-                            "and checksum %016llx where %016llx was computed",
-                            (int)device, (long long)got, (long long)b->nbytes,
-                            (unsigned long long)ch_.checksum,
-                            (unsigned long long)sm_checksum_digest(ck));
-                goto fail;
-            }
-        }
+        if ((e = down_account(&d, &ch_, prog, err, errlen)))
+            goto done;
     }
-    if (!last) {
+    if (!d.last)
         e = sm_fail(err, errlen, SM_EDATALOSS,
                     "the download of device %d's shard ended after %lld of %lld bytes without "
                     "its checksum",
-                    (int)device, (long long)got, (long long)b->nbytes);
-        goto fail;
-    }
+                    (int)device, (long long)d.got, (long long)b->nbytes);
+done:
     sm_svc_download_free(st);
-    sm_checksum_free(ck);
-    return SM_OK;
-
-fail:
-    sm_svc_download_free(st);
-    sm_checksum_free(ck);
+    sm_checksum_free(d.ck);
+    free(d.stage);
     return e;
 }
 

@@ -511,7 +511,12 @@ fail:
     return e;
 }
 
-static sm_err stream_send(sm_rpc_stream *st, const ProtobufCMessage *msg, char *err, size_t errlen)
+/* Sends msg, packed by sm_rpc_pack, or by sm_rpc_pack_data with field,
+ * data, len, release and arg when field is not 0, and waits until gRPC took
+ * it. */
+static sm_err stream_send(sm_rpc_stream *st, const ProtobufCMessage *msg, uint32_t field,
+                          const void *data, size_t len, sm_rpc_release_fn release, void *arg,
+                          char *err, size_t errlen)
 {
     pthread_mutex_lock(&st->mu);
     int ended = st->ended;
@@ -519,6 +524,8 @@ static sm_err stream_send(sm_rpc_stream *st, const ProtobufCMessage *msg, char *
         st->send_active = 1;
     pthread_mutex_unlock(&st->mu);
     if (ended || st->half_closed) {
+        if (release)
+            release(arg);
         sm_err e = stream_status(st, err, errlen);
         if (e)
             return e;
@@ -526,7 +533,9 @@ static sm_err stream_send(sm_rpc_stream *st, const ProtobufCMessage *msg, char *
     }
 
     grpc_byte_buffer *bb;
-    sm_err e = sm_rpc_pack(msg, "request", &bb, err, errlen);
+    sm_err e =
+        field ? sm_rpc_pack_data(msg, field, data, len, release, arg, "request", &bb, err, errlen)
+              : sm_rpc_pack(msg, "request", &bb, err, errlen);
     int ok = 0;
     if (e == SM_OK) {
         grpc_op op;
@@ -557,10 +566,11 @@ static sm_err stream_send(sm_rpc_stream *st, const ProtobufCMessage *msg, char *
     return e;
 }
 
-static sm_err stream_recv(sm_rpc_stream *st, const ProtobufCMessageDescriptor *desc,
-                          ProtobufCMessage **msg, char *err, size_t errlen)
+/* The next message as received: SM_OK with *out (the caller destroys it),
+ * or with *out NULL once the server finished with OK. */
+static sm_err stream_recv_bb(sm_rpc_stream *st, grpc_byte_buffer **out, char *err, size_t errlen)
 {
-    *msg = NULL;
+    *out = NULL;
     pthread_mutex_lock(&st->mu);
     int ended = st->ended;
     pthread_mutex_unlock(&st->mu);
@@ -586,9 +596,21 @@ static sm_err stream_recv(sm_rpc_stream *st, const ProtobufCMessageDescriptor *d
         if (!e && !ok)
             e = sm_fail(err, errlen, SM_EUNAVAILABLE, "UNAVAILABLE: receive on %s failed",
                         st->path);
-        return e; /* SM_OK with *msg == NULL: the server finished with OK */
+        return e; /* SM_OK with *out == NULL: the server finished with OK */
     }
-    sm_err e = sm_rpc_unpack(bb, desc, "reply", msg, err, errlen);
+    *out = bb;
+    return SM_OK;
+}
+
+static sm_err stream_recv(sm_rpc_stream *st, const ProtobufCMessageDescriptor *desc,
+                          ProtobufCMessage **msg, char *err, size_t errlen)
+{
+    grpc_byte_buffer *bb;
+    *msg = NULL;
+    sm_err e = stream_recv_bb(st, &bb, err, errlen);
+    if (e || !bb)
+        return e;
+    e = sm_rpc_unpack(bb, desc, "reply", msg, err, errlen);
     grpc_byte_buffer_destroy(bb);
     return e;
 }
@@ -619,7 +641,14 @@ sm_err sm_rpc_cstream_open(sm_rpc_channel *ch, const char *path, int deadline_ms
 
 sm_err sm_rpc_cstream_send(sm_rpc_stream *st, const ProtobufCMessage *msg, char *err, size_t errlen)
 {
-    return stream_send(st, msg, err, errlen);
+    return stream_send(st, msg, 0, NULL, 0, NULL, NULL, err, errlen);
+}
+
+sm_err sm_rpc_cstream_send_data(sm_rpc_stream *st, const ProtobufCMessage *msg, uint32_t field,
+                                const void *data, size_t len, sm_rpc_release_fn release, void *arg,
+                                char *err, size_t errlen)
+{
+    return stream_send(st, msg, field, data, len, release, arg, err, errlen);
 }
 
 sm_err sm_rpc_cstream_finish(sm_rpc_stream *st, const ProtobufCMessageDescriptor *reply_desc,
@@ -671,6 +700,21 @@ sm_err sm_rpc_sstream_recv(sm_rpc_stream *st, const ProtobufCMessageDescriptor *
     return stream_recv(st, desc, msg, err, errlen);
 }
 
+sm_err sm_rpc_sstream_recv_data(sm_rpc_stream *st, const ProtobufCMessageDescriptor *desc,
+                                uint32_t field, const sm_rpc_sink *sink, ProtobufCMessage **msg,
+                                size_t *len, char *err, size_t errlen)
+{
+    grpc_byte_buffer *bb;
+    *msg = NULL;
+    *len = 0;
+    sm_err e = stream_recv_bb(st, &bb, err, errlen);
+    if (e || !bb)
+        return e;
+    e = sm_rpc_unpack_data(bb, desc, field, sink, "reply", msg, len, err, errlen);
+    grpc_byte_buffer_destroy(bb);
+    return e;
+}
+
 /* ---- bidi ------------------------------------------------------------ */
 
 sm_err sm_rpc_bidi_open(sm_rpc_channel *ch, const char *path, int deadline_ms, sm_rpc_stream **out,
@@ -681,7 +725,7 @@ sm_err sm_rpc_bidi_open(sm_rpc_channel *ch, const char *path, int deadline_ms, s
 
 sm_err sm_rpc_bidi_send(sm_rpc_stream *st, const ProtobufCMessage *msg, char *err, size_t errlen)
 {
-    return stream_send(st, msg, err, errlen);
+    return stream_send(st, msg, 0, NULL, 0, NULL, NULL, err, errlen);
 }
 
 sm_err sm_rpc_bidi_close_send(sm_rpc_stream *st, char *err, size_t errlen)

@@ -154,22 +154,81 @@ sm_err sm_rpc_pack(const ProtobufCMessage *msg, const char *what, grpc_byte_buff
     return SM_OK;
 }
 
-/* ---- one-copy unpack of messages with a large bytes field ----------------
+static void sm_rpc_release_none(void *arg)
+{
+    (void)arg;
+}
+
+sm_err sm_rpc_pack_data(const ProtobufCMessage *msg, uint32_t field, const void *data, size_t len,
+                        sm_rpc_release_fn release, void *arg, const char *what,
+                        grpc_byte_buffer **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (len == 0) {
+        if (release)
+            release(arg);
+        return sm_rpc_pack(msg, what, out, err, errlen);
+    }
+    if (!release)
+        release = sm_rpc_release_none;
+    size_t n = protobuf_c_message_get_packed_size(msg);
+    uint8_t *b = malloc(n + 20);
+    if (!b) {
+        release(arg);
+        return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate %zu bytes for a %s message", n,
+                       what);
+    }
+    protobuf_c_message_pack(msg, b);
+    /* the payload field last: a parser takes fields in any order */
+    uint64_t v[2] = {(uint64_t)field << 3 | 2, len};
+    for (int i = 0; i < 2; i++) {
+        for (; v[i] >= 0x80; v[i] >>= 7)
+            b[n++] = (uint8_t)(v[i] | 0x80);
+        b[n++] = (uint8_t)v[i];
+    }
+    if (len > SM_RPC_MAX_MSG || n + len > SM_RPC_MAX_MSG) {
+        free(b);
+        release(arg);
+        return sm_fail(err, errlen, SM_ERESOURCE,
+                       "%s message %s of %zu bytes exceeds the limit of %d bytes", what,
+                       msg->descriptor->name, n + len, SM_RPC_MAX_MSG);
+    }
+    grpc_slice s[2];
+    s[0] = grpc_slice_new(b, n, free); /* the slice owns b */
+    s[1] = grpc_slice_new_with_user_data((void *)data, len, release, arg);
+    *out = grpc_raw_byte_buffer_create(s, 2);
+    grpc_slice_unref(s[0]);
+    grpc_slice_unref(s[1]); /* the byte buffer holds the last reference */
+    return SM_OK;
+}
+
+/* ---- unpack without copying a large bytes field twice --------------------
  * readall copies the whole slice chain into one buffer and protobuf-c's
  * unpack copies each bytes field out of it again. For large messages the
- * top-level fields are scanned straight from the slices instead: every
- * occurrence of a singular bytes field is copied once into its own malloc'd
- * buffer, the other fields into a small side buffer that protobuf-c unpacks;
- * the bytes field is then set in the unpacked message, where
- * protobuf_c_message_free_unpacked (default allocator: free) releases it.
- * Anything unusual falls back to readall + unpack. */
+ * top-level fields are scanned straight from the slices instead: the other
+ * fields go to a small side buffer that protobuf-c unpacks, and the pieces
+ * of one singular bytes field (its last occurrence, as in protobuf-c) are
+ * only located in the slices, then copied once to their destination: their
+ * own malloc'd block (sm_rpc_unpack), or where a sink says
+ * (sm_rpc_unpack_data). Anything unusual falls back to readall + unpack. */
 
 /* Below this packed size the plain path is as fast. */
 #define SM_RPC_SPLIT_MIN (64 << 10)
 
 typedef struct {
+    const uint8_t *p;
+    size_t n;
+} sm_rpc_piece;
+
+typedef struct {
     grpc_byte_buffer_reader r;
     const uint8_t *p, *end;
+    /* results of the scan */
+    uint8_t *rest; /* every other field, in wire format */
+    size_t nrest, cap;
+    const ProtobufCFieldDescriptor *bf; /* the field located in pieces */
+    sm_rpc_piece *pc;
+    size_t npc, pccap, dlen;
 } sm_rpc_cur;
 
 static int sm_rpc_cur_fill(sm_rpc_cur *c)
@@ -202,8 +261,9 @@ static size_t sm_rpc_cur_varint(sm_rpc_cur *c, uint64_t *v, uint8_t *raw)
     return 0;
 }
 
-/* Copies n bytes to dst; 0 if the buffer ends first. */
-static int sm_rpc_cur_copy(sm_rpc_cur *c, uint8_t *dst, size_t n)
+/* Copies n bytes to dst (NULL: records them as pieces); 0 if the buffer
+ * ends first, -1 if out of memory. */
+static int sm_rpc_cur_take(sm_rpc_cur *c, uint8_t *dst, size_t n)
 {
     while (n) {
         if (!sm_rpc_cur_fill(c))
@@ -211,125 +271,145 @@ static int sm_rpc_cur_copy(sm_rpc_cur *c, uint8_t *dst, size_t n)
         size_t k = (size_t)(c->end - c->p);
         if (k > n)
             k = n;
-        memcpy(dst, c->p, k);
-        dst += k;
+        if (dst) {
+            memcpy(dst, c->p, k);
+            dst += k;
+        } else {
+            if (c->npc == c->pccap) {
+                size_t ncap = c->pccap ? 2 * c->pccap : 64;
+                sm_rpc_piece *np = realloc(c->pc, ncap * sizeof *np);
+                if (!np)
+                    return -1;
+                c->pc = np;
+                c->pccap = ncap;
+            }
+            c->pc[c->npc++] = (sm_rpc_piece){c->p, k};
+        }
         c->p += k;
         n -= k;
     }
     return 1;
 }
 
-/* The split path. SM_OK with *out set, or SM_OK with *out NULL when the
- * caller should use the plain path (also for malformed input, so that
- * protobuf-c reports it); SM_ENOMEM. */
-static sm_err sm_rpc_unpack_split(grpc_byte_buffer *bb, size_t total,
-                                  const ProtobufCMessageDescriptor *desc, ProtobufCMessage **out,
-                                  char *err, size_t errlen)
+/* Whether f is a bytes field that can be taken out of a message. */
+static int sm_rpc_field_splits(const ProtobufCFieldDescriptor *f)
 {
-    sm_rpc_cur c = {.p = NULL, .end = NULL};
-    const ProtobufCFieldDescriptor *bf = NULL; /* the extracted field */
-    uint8_t *data = NULL, *rest = NULL;
-    size_t dlen = 0, nrest = 0, cap = 0;
-    sm_err e = SM_OK;
-    *out = NULL;
-    if (!grpc_byte_buffer_reader_init(&c.r, bb))
-        return SM_OK;
-    while (sm_rpc_cur_fill(&c)) {
+    return f && f->type == PROTOBUF_C_TYPE_BYTES && f->label != PROTOBUF_C_LABEL_REPEATED &&
+           !(f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF);
+}
+
+/* Scans bb's top-level fields (reader already initialised): want (or, when
+ * NULL, the first splittable bytes field met) into pieces, the rest into
+ * c->rest. 1: done; 0: unusual or malformed, use the plain path; -1: out of
+ * memory. */
+static int sm_rpc_scan(sm_rpc_cur *c, size_t total, const ProtobufCMessageDescriptor *desc,
+                       const ProtobufCFieldDescriptor *want)
+{
+    c->bf = want;
+    while (sm_rpc_cur_fill(c)) {
         uint8_t hdr[20];
         uint64_t tag, len = 0;
-        size_t nt = sm_rpc_cur_varint(&c, &tag, hdr), nl = 0;
+        size_t nt = sm_rpc_cur_varint(c, &tag, hdr), nl = 0;
         if (!nt || tag >> 3 == 0 || tag >> 3 > UINT32_MAX)
-            goto plain;
+            return 0;
         unsigned wt = (unsigned)(tag & 7);
         if (wt == 0) {
-            nl = sm_rpc_cur_varint(&c, &len, hdr + nt);
+            nl = sm_rpc_cur_varint(c, &len, hdr + nt);
             if (!nl)
-                goto plain;
+                return 0;
             len = 0;
         } else if (wt == 1 || wt == 5) {
             len = wt == 1 ? 8 : 4;
         } else if (wt == 2) {
-            nl = sm_rpc_cur_varint(&c, &len, hdr + nt);
+            nl = sm_rpc_cur_varint(c, &len, hdr + nt);
             if (!nl)
-                goto plain;
+                return 0;
         } else {
-            goto plain; /* groups: let protobuf-c decide */
+            return 0; /* groups: let protobuf-c decide */
         }
         if (len > total)
-            goto plain;
+            return 0;
         const ProtobufCFieldDescriptor *f =
             protobuf_c_message_descriptor_get_field(desc, (unsigned)(tag >> 3));
-        if (wt == 2 && f && f->type == PROTOBUF_C_TYPE_BYTES &&
-            f->label != PROTOBUF_C_LABEL_REPEATED && !(f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) &&
-            (!bf || bf == f)) {
-            /* last occurrence wins, as in protobuf-c */
-            uint8_t *d = malloc(len ? len : 1);
-            if (!d) {
-                e = sm_fail(err, errlen, SM_ENOMEM, "cannot allocate %" PRIu64 " bytes for %s.%s",
-                            len, desc->name, f->name);
-                goto done;
-            }
-            if (!sm_rpc_cur_copy(&c, d, len)) {
-                free(d);
-                goto plain;
-            }
-            free(data);
-            bf = f;
-            data = d;
-            dlen = len;
+        if (wt == 2 && f && (c->bf ? f == c->bf : sm_rpc_field_splits(f))) {
+            c->bf = f;
+            c->npc = 0; /* last occurrence wins, as in protobuf-c */
+            c->dlen = len;
+            int r = sm_rpc_cur_take(c, NULL, len);
+            if (r <= 0)
+                return r;
             continue;
         }
-        size_t need = nrest + nt + nl + len;
-        if (need > cap) {
-            size_t ncap = cap ? cap : 256;
+        size_t need = c->nrest + nt + nl + len;
+        if (need > c->cap) {
+            size_t ncap = c->cap ? c->cap : 256;
             while (ncap < need)
                 ncap *= 2;
-            uint8_t *nr = realloc(rest, ncap);
-            if (!nr) {
-                e = sm_fail(err, errlen, SM_ENOMEM, "cannot allocate %zu bytes for a message",
-                            ncap);
-                goto done;
-            }
-            rest = nr;
-            cap = ncap;
+            uint8_t *nr = realloc(c->rest, ncap);
+            if (!nr)
+                return -1;
+            c->rest = nr;
+            c->cap = ncap;
         }
-        memcpy(rest + nrest, hdr, nt + nl);
-        nrest += nt + nl;
-        if (!sm_rpc_cur_copy(&c, rest + nrest, len))
-            goto plain;
-        nrest += len;
+        memcpy(c->rest + c->nrest, hdr, nt + nl);
+        c->nrest += nt + nl;
+        if (sm_rpc_cur_take(c, c->rest + c->nrest, len) <= 0)
+            return 0;
+        c->nrest += len;
     }
-    if (!bf)
-        goto plain;
-    *out = protobuf_c_message_unpack(desc, NULL, nrest, rest ? rest : (const uint8_t *)"");
-    if (!*out)
-        goto plain;
-    ProtobufCBinaryData *bd = (ProtobufCBinaryData *)((char *)*out + bf->offset);
-    bd->data = data;
-    bd->len = dlen;
-    if (bf->label == PROTOBUF_C_LABEL_OPTIONAL)
-        *(protobuf_c_boolean *)((char *)*out + bf->quantifier_offset) = 1;
-    data = NULL;
-    goto done;
-plain:
-    *out = NULL;
-done:
-    free(data);
-    free(rest);
-    grpc_byte_buffer_reader_destroy(&c.r);
-    return e;
+    return c->bf != NULL;
 }
 
-sm_err sm_rpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc, const char *what,
-                     ProtobufCMessage **out, char *err, size_t errlen)
+/* The split path: SM_OK with *out set (the pieces of c->bf still to be
+ * placed, the field empty in *out), or SM_OK with *out NULL when the caller
+ * should use the plain path (also for malformed input, so that protobuf-c
+ * reports it); SM_ENOMEM. Call sm_rpc_cur_done after either. */
+static sm_err sm_rpc_unpack_split(sm_rpc_cur *c, grpc_byte_buffer *bb, size_t total,
+                                  const ProtobufCMessageDescriptor *desc,
+                                  const ProtobufCFieldDescriptor *want, ProtobufCMessage **out,
+                                  char *err, size_t errlen)
 {
+    memset(c, 0, sizeof *c);
     *out = NULL;
-    size_t total = grpc_byte_buffer_length(bb);
-    if (total >= SM_RPC_SPLIT_MIN) {
-        sm_err e = sm_rpc_unpack_split(bb, total, desc, out, err, errlen);
-        if (e || *out)
-            return e;
+    if (!grpc_byte_buffer_reader_init(&c->r, bb))
+        return SM_OK;
+    int r = sm_rpc_scan(c, total, desc, want);
+    if (r < 0)
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory unpacking a %s", desc->name);
+    if (r > 0)
+        *out = protobuf_c_message_unpack(desc, NULL, c->nrest,
+                                         c->rest ? c->rest : (const uint8_t *)"");
+    return SM_OK;
+}
+
+static void sm_rpc_cur_done(sm_rpc_cur *c)
+{
+    free(c->rest);
+    free(c->pc);
+    grpc_byte_buffer_reader_destroy(&c->r);
+}
+
+/* Copies the located pieces to dst, calling copied after each. */
+static void sm_rpc_cur_place(const sm_rpc_cur *c, uint8_t *dst, const sm_rpc_sink *sink)
+{
+    for (size_t i = 0; i < c->npc; i++) {
+        memcpy(dst, c->pc[i].p, c->pc[i].n);
+        if (sink && sink->copied)
+            sink->copied(sink->user, dst, c->pc[i].n);
+        dst += c->pc[i].n;
     }
+}
+
+static ProtobufCBinaryData *sm_rpc_field_bytes(ProtobufCMessage *m,
+                                               const ProtobufCFieldDescriptor *f)
+{
+    return (ProtobufCBinaryData *)((char *)m + f->offset);
+}
+
+static sm_err sm_rpc_unpack_plain(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc,
+                                  const char *what, ProtobufCMessage **out, char *err,
+                                  size_t errlen)
+{
     grpc_byte_buffer_reader r;
     if (!grpc_byte_buffer_reader_init(&r, bb))
         return sm_fail(err, errlen, SM_EFORMAT, "%s message could not be read", what);
@@ -342,6 +422,84 @@ sm_err sm_rpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *des
         return sm_fail(err, errlen, SM_EFORMAT, "%s message of %zu bytes is not a valid %s", what,
                        n, desc->name);
     return SM_OK;
+}
+
+sm_err sm_rpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc, const char *what,
+                     ProtobufCMessage **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    size_t total = grpc_byte_buffer_length(bb);
+    if (total >= SM_RPC_SPLIT_MIN) {
+        sm_rpc_cur c;
+        sm_err e = sm_rpc_unpack_split(&c, bb, total, desc, NULL, out, err, errlen);
+        uint8_t *d = NULL;
+        if (!e && *out && !(d = malloc(c.dlen ? c.dlen : 1))) {
+            e = sm_fail(err, errlen, SM_ENOMEM, "cannot allocate %zu bytes for %s.%s", c.dlen,
+                        desc->name, c.bf->name);
+            sm_rpc_msg_free(*out);
+            *out = NULL;
+        }
+        if (d) {
+            sm_rpc_cur_place(&c, d, NULL);
+            ProtobufCBinaryData *bd = sm_rpc_field_bytes(*out, c.bf);
+            bd->data = d;
+            bd->len = c.dlen;
+            if (c.bf->label == PROTOBUF_C_LABEL_OPTIONAL)
+                *(protobuf_c_boolean *)((char *)*out + c.bf->quantifier_offset) = 1;
+        }
+        sm_rpc_cur_done(&c);
+        if (e || *out)
+            return e;
+    }
+    return sm_rpc_unpack_plain(bb, desc, what, out, err, errlen);
+}
+
+sm_err sm_rpc_unpack_data(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc,
+                          uint32_t field, const sm_rpc_sink *sink, const char *what,
+                          ProtobufCMessage **out, size_t *len, char *err, size_t errlen)
+{
+    *out = NULL;
+    *len = 0;
+    const ProtobufCFieldDescriptor *f = protobuf_c_message_descriptor_get_field(desc, field);
+    if (!sm_rpc_field_splits(f))
+        return sm_fail(err, errlen, SM_EINTERNAL, "field %u of %s is not a singular bytes field",
+                       field, desc->name);
+    sm_rpc_cur c;
+    void *dst = NULL;
+    sm_err e = sm_rpc_unpack_split(&c, bb, grpc_byte_buffer_length(bb), desc, f, out, err, errlen);
+    if (!e && *out) {
+        *len = c.dlen;
+        e = sink->place(sink->user, *out, c.dlen, &dst, err, errlen);
+        if (!e && c.dlen)
+            sm_rpc_cur_place(&c, dst, sink);
+    }
+    sm_rpc_cur_done(&c);
+    if (e || *out)
+        goto done;
+    /* the plain path: unpack, then move the field out of the message */
+    if ((e = sm_rpc_unpack_plain(bb, desc, what, out, err, errlen)))
+        return e;
+    ProtobufCBinaryData *bd = sm_rpc_field_bytes(*out, f), d = *bd;
+    const ProtobufCBinaryData *def = f->default_value;
+    if (def && d.data == def->data)
+        d.data = NULL; /* a default shared by every message: not ours */
+    bd->data = NULL;
+    bd->len = 0;
+    *len = d.len;
+    e = sink->place(sink->user, *out, d.len, &dst, err, errlen);
+    if (!e && d.len) {
+        memcpy(dst, d.data, d.len);
+        if (sink->copied)
+            sink->copied(sink->user, dst, d.len);
+    }
+    free(d.data);
+done:
+    if (e) {
+        sm_rpc_msg_free(*out);
+        *out = NULL;
+        *len = 0;
+    }
+    return e;
 }
 
 void sm_rpc_fill_args(grpc_arg *args, size_t *n)

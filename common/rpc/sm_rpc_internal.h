@@ -27,6 +27,23 @@ sm_err sm_rpc_pack(const ProtobufCMessage *msg, const char *what, grpc_byte_buff
 sm_err sm_rpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc, const char *what,
                      ProtobufCMessage **out, char *err, size_t errlen);
 
+/* Packs a data message: msg (its bytes field number `field` empty) followed
+ * by that field holding data[0..len), referenced, not copied, from the byte
+ * buffer; release(arg) runs once gRPC drops the last reference (at once when
+ * len is 0 or on failure). Errors as for sm_rpc_pack. */
+sm_err sm_rpc_pack_data(const ProtobufCMessage *msg, uint32_t field, const void *data, size_t len,
+                        sm_rpc_release_fn release, void *arg, const char *what,
+                        grpc_byte_buffer **out, char *err, size_t errlen);
+
+/* Unpacks bb (borrowed) as a data message of type desc whose bytes field
+ * number `field` is copied to where sink->place says (see sm_rpc_sink);
+ * *out as for sm_rpc_unpack with that field empty, *len the payload length.
+ * SM_EFORMAT if it does not parse, the place error if place refuses,
+ * SM_EINTERNAL if field is not a singular bytes field of desc. */
+sm_err sm_rpc_unpack_data(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc,
+                          uint32_t field, const sm_rpc_sink *sink, const char *what,
+                          ProtobufCMessage **out, size_t *len, char *err, size_t errlen);
+
 /* Fills args (room for at least 2) with the message-size limits shared by
  * servers and channels; *n is set to the number filled. */
 void sm_rpc_fill_args(grpc_arg *args, size_t *n);

@@ -15,6 +15,32 @@
  * with the default allocator). NULL is ignored. */
 void sm_rpc_msg_free(ProtobufCMessage *msg);
 
+/* ---- bulk data without copies -------------------------------------------
+ * A data message is a protobuf message with one singular bytes field (the
+ * payload) and a few small fields. These calls move the payload without the
+ * copies of pack and unpack: a send references the caller's memory from the
+ * gRPC byte buffer; a receive parses the small fields and copies the payload
+ * straight from the received slices to where the receiver wants it. */
+
+/* Called once gRPC no longer references memory sent without a copy (on any
+ * thread, possibly after the send returned, the call ended or the stream was
+ * freed). */
+typedef void (*sm_rpc_release_fn)(void *arg);
+
+/* Where the payload of a received data message goes. */
+typedef struct {
+    /* Called once per message after every other field was unpacked into msg
+     * (its payload field left empty), with len the payload length. Returns
+     * SM_OK with *dst at len writable bytes (may stay NULL when len is 0), or
+     * an error with a sentence in err: the message is refused with it. */
+    sm_err (*place)(void *user, const ProtobufCMessage *msg, size_t len, void **dst, char *err,
+                    size_t errlen);
+    /* Called after each piece of the payload was copied to dst + the bytes
+     * before it, in order, with the piece as written; may be NULL. */
+    void (*copied)(void *user, const void *p, size_t n);
+    void *user;
+} sm_rpc_sink;
+
 /* One incoming call; owned by the server, borrowed by its handler for the
  * duration of the handler function. */
 typedef struct sm_rpc_call sm_rpc_call;
@@ -65,6 +91,24 @@ sm_err sm_rpc_recv(sm_rpc_call *call, ProtobufCMessage **msg, char *err, size_t 
  * gRPC took it (flow control). SM_ECANCELLED as for recv; SM_ERESOURCE if
  * larger than SM_RPC_MAX_MSG. */
 sm_err sm_rpc_send(sm_rpc_call *call, const ProtobufCMessage *msg, char *err, size_t errlen);
+
+/* Receives the next request of a data message type (the method's request
+ * type; field: the number of its singular bytes field) and copies the
+ * payload to where sink->place says. Results as for sm_rpc_recv; on SM_OK
+ * with *msg set, *len is the payload length and msg's payload field is
+ * empty. A place error is returned as is (err holds its sentence). Any
+ * encoding protobuf-c accepts is accepted (unusual ones with one copy
+ * more); malformed input is SM_EFORMAT. */
+sm_err sm_rpc_recv_data(sm_rpc_call *call, uint32_t field, const sm_rpc_sink *sink,
+                        ProtobufCMessage **msg, size_t *len, char *err, size_t errlen);
+
+/* Like sm_rpc_send, with msg's bytes field number `field` (left empty in
+ * msg) set to data[0..len) without a copy: data must stay valid and
+ * unchanged until release(arg) runs. release runs exactly once, also when
+ * the send fails (release may be NULL when len is 0). */
+sm_err sm_rpc_send_data(sm_rpc_call *call, const ProtobufCMessage *msg, uint32_t field,
+                        const void *data, size_t len, sm_rpc_release_fn release, void *arg,
+                        char *err, size_t errlen);
 
 /* Ends the call with a status: code (SM_OK or an error mapped by
  * sm_rpc_status_from_err), msg the sentence sent as status details (may be
@@ -131,6 +175,12 @@ sm_err sm_rpc_cstream_send(sm_rpc_stream *st, const ProtobufCMessage *msg, char 
 sm_err sm_rpc_cstream_finish(sm_rpc_stream *st, const ProtobufCMessageDescriptor *reply_desc,
                              ProtobufCMessage **reply, char *err, size_t errlen);
 
+/* sm_rpc_cstream_send of a data message without a copy of its payload,
+ * as sm_rpc_send_data describes. */
+sm_err sm_rpc_cstream_send_data(sm_rpc_stream *st, const ProtobufCMessage *msg, uint32_t field,
+                                const void *data, size_t len, sm_rpc_release_fn release, void *arg,
+                                char *err, size_t errlen);
+
 /* Server-streaming call: open with the one request (borrowed), then recv
  * until SM_OK with *msg == NULL (the server finished with OK) or an error
  * (the server's status, or SM_EFORMAT if a message did not parse). Free the
@@ -139,6 +189,13 @@ sm_err sm_rpc_sstream_open(sm_rpc_channel *ch, const char *path, const ProtobufC
                            int deadline_ms, sm_rpc_stream **out, char *err, size_t errlen);
 sm_err sm_rpc_sstream_recv(sm_rpc_stream *st, const ProtobufCMessageDescriptor *desc,
                            ProtobufCMessage **msg, char *err, size_t errlen);
+
+/* sm_rpc_sstream_recv of a data message (type desc, payload field number
+ * field) whose payload is copied to where sink->place says, as for
+ * sm_rpc_recv_data. */
+sm_err sm_rpc_sstream_recv_data(sm_rpc_stream *st, const ProtobufCMessageDescriptor *desc,
+                                uint32_t field, const sm_rpc_sink *sink, ProtobufCMessage **msg,
+                                size_t *len, char *err, size_t errlen);
 
 /* Bidi call: open, then send / recv in any order (one sender thread and one
  * receiver thread may run at once), close_send to half-close, recv until

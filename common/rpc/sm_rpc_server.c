@@ -419,10 +419,12 @@ static sm_err cancelled_err(sm_rpc_call *c, const char *what, char *err, size_t 
                    what, sm_rpc_call_path(c));
 }
 
-sm_err sm_rpc_recv(sm_rpc_call *c, ProtobufCMessage **msg, char *err, size_t errlen)
+/* The next request as received: SM_OK with *bb (the caller destroys it), or
+ * with *bb NULL at the end of the stream. */
+static sm_err recv_bb(sm_rpc_call *c, grpc_byte_buffer **out, char *err, size_t errlen)
 {
     const method *m = &c->srv->methods[c->method];
-    *msg = NULL;
+    *out = NULL;
     if (m->kind == SM_RPC_UNARY || m->kind == SM_RPC_SERVER_STREAM) {
         if (c->payload_out)
             return SM_OK; /* the one request was already returned */
@@ -433,10 +435,9 @@ sm_err sm_rpc_recv(sm_rpc_call *c, ProtobufCMessage **msg, char *err, size_t err
             return sm_fail(err, errlen, SM_EINVAL, "the call to %s carried no request message",
                            m->path);
         }
-        sm_err e = sm_rpc_unpack(c->payload, m->request, "request", msg, err, errlen);
-        grpc_byte_buffer_destroy(c->payload);
+        *out = c->payload;
         c->payload = NULL;
-        return e;
+        return SM_OK;
     }
 
     pthread_mutex_lock(&c->mu);
@@ -478,22 +479,51 @@ sm_err sm_rpc_recv(sm_rpc_call *c, ProtobufCMessage **msg, char *err, size_t err
             return cancelled_err(c, "receive", err, errlen);
         return SM_OK; /* half-closed: end of stream */
     }
-    sm_err e = sm_rpc_unpack(bb, m->request, "request", msg, err, errlen);
+    *out = bb;
+    return SM_OK;
+}
+
+sm_err sm_rpc_recv(sm_rpc_call *c, ProtobufCMessage **msg, char *err, size_t errlen)
+{
+    grpc_byte_buffer *bb;
+    *msg = NULL;
+    sm_err e = recv_bb(c, &bb, err, errlen);
+    if (e || !bb)
+        return e;
+    e = sm_rpc_unpack(bb, c->srv->methods[c->method].request, "request", msg, err, errlen);
     grpc_byte_buffer_destroy(bb);
     return e;
 }
 
-sm_err sm_rpc_send(sm_rpc_call *c, const ProtobufCMessage *msg, char *err, size_t errlen)
+sm_err sm_rpc_recv_data(sm_rpc_call *c, uint32_t field, const sm_rpc_sink *sink,
+                        ProtobufCMessage **msg, size_t *len, char *err, size_t errlen)
+{
+    grpc_byte_buffer *bb;
+    *msg = NULL;
+    *len = 0;
+    sm_err e = recv_bb(c, &bb, err, errlen);
+    if (e || !bb)
+        return e;
+    e = sm_rpc_unpack_data(bb, c->srv->methods[c->method].request, field, sink, "request", msg, len,
+                           err, errlen);
+    grpc_byte_buffer_destroy(bb);
+    return e;
+}
+
+static sm_err send_check(sm_rpc_call *c, char *err, size_t errlen)
 {
     const method *m = &c->srv->methods[c->method];
     if (m->kind != SM_RPC_SERVER_STREAM && m->kind != SM_RPC_BIDI)
         return sm_fail(err, errlen, SM_EPRECONDITION,
                        "send on %s, which is not server-streaming; reply with sm_rpc_finish",
                        m->path);
-    grpc_byte_buffer *bb;
-    sm_err e = sm_rpc_pack(msg, "reply", &bb, err, errlen);
-    if (e)
-        return e;
+    return SM_OK;
+}
+
+/* Sends bb (taken: destroyed here) and waits until gRPC took it. */
+static sm_err send_bb(sm_rpc_call *c, grpc_byte_buffer *bb, char *err, size_t errlen)
+{
+    const method *m = &c->srv->methods[c->method];
 
     pthread_mutex_lock(&c->mu);
     if (c->send_pending || c->finished) {
@@ -528,6 +558,31 @@ sm_err sm_rpc_send(sm_rpc_call *c, const ProtobufCMessage *msg, char *err, size_
     pthread_mutex_unlock(&c->mu);
     grpc_byte_buffer_destroy(bb);
     return ok ? SM_OK : cancelled_err(c, "send", err, errlen);
+}
+
+sm_err sm_rpc_send(sm_rpc_call *c, const ProtobufCMessage *msg, char *err, size_t errlen)
+{
+    grpc_byte_buffer *bb;
+    sm_err e = send_check(c, err, errlen);
+    if (e || (e = sm_rpc_pack(msg, "reply", &bb, err, errlen)))
+        return e;
+    return send_bb(c, bb, err, errlen);
+}
+
+sm_err sm_rpc_send_data(sm_rpc_call *c, const ProtobufCMessage *msg, uint32_t field,
+                        const void *data, size_t len, sm_rpc_release_fn release, void *arg,
+                        char *err, size_t errlen)
+{
+    grpc_byte_buffer *bb;
+    sm_err e = send_check(c, err, errlen);
+    if (e) {
+        if (release)
+            release(arg);
+        return e;
+    }
+    if ((e = sm_rpc_pack_data(msg, field, data, len, release, arg, "reply", &bb, err, errlen)))
+        return e;
+    return send_bb(c, bb, err, errlen);
 }
 
 sm_err sm_rpc_finish(sm_rpc_call *c, sm_err code, const char *msg, const ProtobufCMessage *reply)

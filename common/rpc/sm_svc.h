@@ -70,6 +70,10 @@ typedef struct {
     size_t len;
     int last;
     uint64_t checksum;
+    /* send: 1 if data stays valid and unchanged until the stream is finished
+     * or aborted; it is then sent without a copy (finish and abort wait until
+     * the network layer let go of it). 0: data is copied. */
+    int stable;
 } sm_svc_upload_msg;
 
 typedef struct {
@@ -90,7 +94,32 @@ typedef struct {
     size_t len;
     int last;
     uint64_t checksum;
+    /* send: if release is set, data is sent without a copy and must stay
+     * valid and unchanged until release(release_arg) runs: exactly once, on
+     * any thread, possibly after the send returned (also when it failed).
+     * NULL: data is copied. */
+    void (*release)(void *arg);
+    void *release_arg;
 } sm_svc_chunk;
+
+/* Receiving without a copy: where the data of each received message goes.
+ * place runs once per message, after its other fields were decoded and
+ * validated into *msg (msg->data NULL, msg->len the data length); it returns
+ * SM_OK with *dst at msg->len writable bytes (may stay NULL when len is 0),
+ * or an error with a sentence in err, which the receive then returns.
+ * copied (may be NULL) runs after each piece of the data was written to
+ * *dst, in order, with the piece as written (for a running checksum). */
+typedef struct {
+    sm_err (*place)(void *user, const sm_svc_upload_msg *msg, void **dst, char *err, size_t errlen);
+    void (*copied)(void *user, const void *p, size_t n);
+    void *user;
+} sm_svc_upload_sink;
+
+typedef struct {
+    sm_err (*place)(void *user, const sm_svc_chunk *chunk, void **dst, char *err, size_t errlen);
+    void (*copied)(void *user, const void *p, size_t n);
+    void *user;
+} sm_svc_chunk_sink;
 
 typedef struct {
     sm_array_ref array;
@@ -123,6 +152,10 @@ sm_err sm_svc_download_open(sm_rpc_channel *ch, int worker_service, const sm_svc
  * filled). chunk->data is valid until the next recv or free. */
 sm_err sm_svc_download_recv(sm_svc_download_stream *st, sm_svc_chunk *chunk, int *end, char *err,
                             size_t errlen);
+/* sm_svc_download_recv with the data copied to where sink->place says
+ * (chunk->data stays NULL). A place error is returned as is. */
+sm_err sm_svc_download_recv_into(sm_svc_download_stream *st, const sm_svc_chunk_sink *sink,
+                                 sm_svc_chunk *chunk, int *end, char *err, size_t errlen);
 /* Frees the stream, cancelling it if it has not ended. NULL ok. */
 void sm_svc_download_free(sm_svc_download_stream *st);
 
@@ -141,6 +174,10 @@ typedef struct sm_svc_upload_in sm_svc_upload_in;
  * SM_ECANCELLED. */
 sm_err sm_svc_upload_recv(sm_svc_upload_in *in, sm_svc_upload_msg *msg, int *end, char *err,
                           size_t errlen);
+/* sm_svc_upload_recv with the data copied to where sink->place says
+ * (msg->data stays NULL). A place error is returned as is. */
+sm_err sm_svc_upload_recv_into(sm_svc_upload_in *in, const sm_svc_upload_sink *sink,
+                               sm_svc_upload_msg *msg, int *end, char *err, size_t errlen);
 int sm_svc_upload_cancelled(sm_svc_upload_in *in);
 
 /* Server side of a download: what a handler writes to. */

@@ -1,8 +1,11 @@
 /* sm_svc_stream: upload (UploadMsg) and download (DataChunk) streams, both
  * sides, and the DownloadRequest conversions. Data fields are never copied
- * by this layer: sent data points at the caller's buffer, received data into
- * the unpacked message. */
+ * by this layer: sent data points at the caller's buffer (and is copied
+ * once by the packing below unless the caller lets it go without a copy),
+ * received data into the unpacked message or straight to where a sink
+ * says. */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,11 +148,42 @@ sm_err sm_svc_download_req_dec(const Shmap__V1__DownloadRequest *p, sm_svc_downl
     return sm_svc_box_dec(p->box, "DownloadRequest.box", &out->box, err, errlen);
 }
 
+/* Number of the payload field of a data message type. */
+static uint32_t data_field(const ProtobufCMessageDescriptor *desc)
+{
+    return protobuf_c_message_descriptor_get_field_by_name(desc, "data")->id;
+}
+
 /* ---- client: upload --------------------------------------------------------------- */
 
 struct sm_svc_upload_stream {
     sm_rpc_stream *st;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int held; /* stable sends the network layer still references */
 };
+
+static void upload_release(void *arg)
+{
+    sm_svc_upload_stream *u = arg;
+    pthread_mutex_lock(&u->mu);
+    if (--u->held == 0)
+        pthread_cond_broadcast(&u->cv);
+    pthread_mutex_unlock(&u->mu);
+}
+
+/* Waits until no stable send is referenced any more, then frees u (its
+ * rpc stream already freed). */
+static void upload_free(sm_svc_upload_stream *u)
+{
+    pthread_mutex_lock(&u->mu);
+    while (u->held > 0)
+        pthread_cond_wait(&u->cv, &u->mu);
+    pthread_mutex_unlock(&u->mu);
+    pthread_mutex_destroy(&u->mu);
+    pthread_cond_destroy(&u->cv);
+    free(u);
+}
 
 static const char *upload_path(int worker_service)
 {
@@ -163,10 +197,12 @@ sm_err sm_svc_upload_open(sm_rpc_channel *ch, int worker_service, int deadline_m
     sm_svc_upload_stream *u = calloc(1, sizeof *u);
     if (!u)
         return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate an upload stream");
+    pthread_mutex_init(&u->mu, NULL);
+    pthread_cond_init(&u->cv, NULL);
     sm_err e =
         sm_rpc_cstream_open(ch, upload_path(worker_service), deadline_ms, &u->st, err, errlen);
     if (e) {
-        free(u);
+        upload_free(u);
         return e;
     }
     *out = u;
@@ -180,7 +216,15 @@ sm_err sm_svc_upload_send(sm_svc_upload_stream *st, const sm_svc_upload_msg *msg
     Shmap__V1__UploadHeader h;
     Shmap__V1__Shape sh;
     sm_svc_upload_msg_enc(msg, &p, &h, &sh);
-    return sm_rpc_cstream_send(st->st, &p.base, err, errlen);
+    if (!msg->stable || msg->len == 0)
+        return sm_rpc_cstream_send(st->st, &p.base, err, errlen);
+    p.data.len = 0;
+    p.data.data = NULL;
+    pthread_mutex_lock(&st->mu);
+    st->held++;
+    pthread_mutex_unlock(&st->mu);
+    return sm_rpc_cstream_send_data(st->st, &p.base, data_field(p.base.descriptor), msg->data,
+                                    msg->len, upload_release, st, err, errlen);
 }
 
 sm_err sm_svc_upload_finish(sm_svc_upload_stream *st, sm_svc_upload_reply *reply, char *err,
@@ -188,7 +232,7 @@ sm_err sm_svc_upload_finish(sm_svc_upload_stream *st, sm_svc_upload_reply *reply
 {
     ProtobufCMessage *m = NULL;
     sm_err e = sm_rpc_cstream_finish(st->st, &shmap__v1__upload_reply__descriptor, &m, err, errlen);
-    free(st);
+    upload_free(st);
     if (e)
         return e;
     const Shmap__V1__UploadReply *r = (const Shmap__V1__UploadReply *)m;
@@ -206,7 +250,7 @@ void sm_svc_upload_abort(sm_svc_upload_stream *st)
     if (!st)
         return;
     sm_rpc_stream_free(st->st);
-    free(st);
+    upload_free(st);
 }
 
 /* ---- client: download ------------------------------------------------------------- */
@@ -258,6 +302,48 @@ sm_err sm_svc_download_recv(sm_svc_download_stream *st, sm_svc_chunk *chunk, int
     return e ? sm_svc_bad_reply(st->path, tmp, err, errlen) : SM_OK;
 }
 
+typedef struct {
+    sm_svc_download_stream *st;
+    const sm_svc_chunk_sink *sink;
+    sm_svc_chunk *chunk;
+} chunk_place_ctx;
+
+static sm_err chunk_place(void *user, const ProtobufCMessage *m, size_t len, void **dst, char *err,
+                          size_t errlen)
+{
+    chunk_place_ctx *x = user;
+    char tmp[SM_SVC_ERRLEN];
+    if (sm_svc_chunk_dec((const Shmap__V1__DataChunk *)m, x->chunk, tmp, sizeof tmp))
+        return sm_svc_bad_reply(x->st->path, tmp, err, errlen);
+    x->chunk->data = NULL;
+    x->chunk->len = len;
+    return x->sink->place(x->sink->user, x->chunk, dst, err, errlen);
+}
+
+static void chunk_copied(void *user, const void *p, size_t n)
+{
+    chunk_place_ctx *x = user;
+    if (x->sink->copied)
+        x->sink->copied(x->sink->user, p, n);
+}
+
+sm_err sm_svc_download_recv_into(sm_svc_download_stream *st, const sm_svc_chunk_sink *sink,
+                                 sm_svc_chunk *chunk, int *end, char *err, size_t errlen)
+{
+    chunk_place_ctx x = {st, sink, chunk};
+    sm_rpc_sink rs = {chunk_place, chunk_copied, &x};
+    size_t len;
+    *end = 0;
+    sm_rpc_msg_free(st->cur);
+    st->cur = NULL;
+    sm_err e = sm_rpc_sstream_recv_data(st->st, &shmap__v1__data_chunk__descriptor,
+                                        data_field(&shmap__v1__data_chunk__descriptor), &rs,
+                                        &st->cur, &len, err, errlen);
+    if (!e && !st->cur)
+        *end = 1;
+    return e;
+}
+
 void sm_svc_download_free(sm_svc_download_stream *st)
 {
     if (!st)
@@ -282,6 +368,50 @@ sm_err sm_svc_upload_recv(sm_svc_upload_in *in, sm_svc_upload_msg *msg, int *end
     if (e || *end)
         return e;
     return sm_svc_upload_msg_dec((const Shmap__V1__UploadMsg *)in->cur, msg, err, errlen);
+}
+
+typedef struct {
+    const sm_svc_upload_sink *sink;
+    sm_svc_upload_msg *msg;
+} upload_place_ctx;
+
+static sm_err upload_place(void *user, const ProtobufCMessage *m, size_t len, void **dst, char *err,
+                           size_t errlen)
+{
+    upload_place_ctx *x = user;
+    sm_err e = sm_svc_upload_msg_dec((const Shmap__V1__UploadMsg *)m, x->msg, err, errlen);
+    if (e)
+        return e;
+    x->msg->data = NULL;
+    x->msg->len = len;
+    return x->sink->place(x->sink->user, x->msg, dst, err, errlen);
+}
+
+static void upload_copied(void *user, const void *p, size_t n)
+{
+    upload_place_ctx *x = user;
+    if (x->sink->copied)
+        x->sink->copied(x->sink->user, p, n);
+}
+
+sm_err sm_svc_upload_recv_into(sm_svc_upload_in *in, const sm_svc_upload_sink *sink,
+                               sm_svc_upload_msg *msg, int *end, char *err, size_t errlen)
+{
+    upload_place_ctx x = {sink, msg};
+    sm_rpc_sink rs = {upload_place, upload_copied, &x};
+    size_t len;
+    *end = 0;
+    sm_rpc_msg_free(in->cur);
+    in->cur = NULL;
+    if (in->ended) {
+        *end = 1;
+        return SM_OK;
+    }
+    sm_err e = sm_rpc_recv_data(in->call, data_field(&shmap__v1__upload_msg__descriptor), &rs,
+                                &in->cur, &len, err, errlen);
+    if (!e && !in->cur)
+        in->ended = *end = 1;
+    return e;
 }
 
 int sm_svc_upload_cancelled(sm_svc_upload_in *in)
@@ -317,7 +447,12 @@ sm_err sm_svc_download_send(sm_svc_download_out *out, const sm_svc_chunk *chunk,
     Shmap__V1__DataChunk p;
     Shmap__V1__Shape sh;
     sm_svc_chunk_enc(chunk, &p, &sh);
-    return sm_rpc_send(out->call, &p.base, err, errlen);
+    if (!chunk->release)
+        return sm_rpc_send(out->call, &p.base, err, errlen);
+    p.data.len = 0;
+    p.data.data = NULL;
+    return sm_rpc_send_data(out->call, &p.base, data_field(p.base.descriptor), chunk->data,
+                            chunk->len, chunk->release, chunk->release_arg, err, errlen);
 }
 
 int sm_svc_download_cancelled(sm_svc_download_out *out)
