@@ -1,5 +1,7 @@
 #include "store.h"
 
+#include "sm_array.h"
+
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +29,8 @@ struct sm_store {
 
 /* ---- shards ------------------------------------------------------------ */
 
+_Static_assert(SM_STORE_ALIGN == 64, "shard data comes from sm_array_data_alloc (64-byte aligned)");
+
 sm_err sm_store_shard_create(sm_dtype t, const sm_shape *s, sm_store_shard **out, char *err,
                              size_t errlen)
 {
@@ -53,10 +57,8 @@ sm_err sm_store_shard_create(sm_dtype t, const sm_shape *s, sm_store_shard **out
     sm_store_shard *sh = calloc(1, sizeof *sh);
     if (!sh)
         return sm_fail(err, errlen, SM_ERESOURCE, "out of memory for a shard header");
-    size_t alloc = ((size_t)nbytes + SM_STORE_ALIGN - 1) / SM_STORE_ALIGN * SM_STORE_ALIGN;
-    if (alloc == 0)
-        alloc = SM_STORE_ALIGN;
-    if (posix_memalign(&sh->data, SM_STORE_ALIGN, alloc) != 0) {
+    /* contents uninitialised, as documented; huge pages for large shards */
+    if (!(sh->data = sm_array_data_alloc((size_t)nbytes, 0))) {
         free(sh);
         return sm_fail(err, errlen, SM_ERESOURCE, "cannot allocate %lld bytes for a shard",
                        (long long)nbytes);

@@ -132,7 +132,7 @@ sm_err sm_client_get(sm_client *c, sm_array_ref ref, sm_array **out, char *err, 
         return e;
     if ((e = check_ready(&info, err, errlen)))
         goto done;
-    if ((e = sm_array_create(info.dtype, &info.shape, &a, err, errlen)))
+    if ((e = sm_array_create_uninit(info.dtype, &info.shape, &a, err, errlen)))
         goto done;
     if ((e = fetch_all(c, &info, a->data, err, errlen))) {
         sm_array_free(a);
@@ -246,7 +246,7 @@ sm_err sm_client_get_shard(sm_client *c, sm_array_ref ref, int32_t device, sm_ar
     }
     sm_shape shape = sm_index_shape(&s->index);
     sm_index full = sm_index_full(&shape);
-    if ((e = sm_array_create(info.dtype, &shape, &a, err, errlen)))
+    if ((e = sm_array_create_uninit(info.dtype, &shape, &a, err, errlen)))
         goto done;
     client_progress_init(&prog, c, a->nbytes);
     e = client_download_box(c, s->worker_address, info.id, device, info.dtype, a->data, &shape,

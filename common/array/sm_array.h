@@ -21,7 +21,17 @@ typedef struct {
 
 /* Allocates a zero-filled array; *out is owned by the caller (sm_array_free). */
 sm_err sm_array_create(sm_dtype t, const sm_shape *s, sm_array **out, char *err, size_t errlen);
+/* sm_array_create without the zero fill, for callers that write every
+ * byte before reading any: the contents are undefined until then. */
+sm_err sm_array_create_uninit(sm_dtype t, const sm_shape *s, sm_array **out, char *err,
+                              size_t errlen);
 void sm_array_free(sm_array *a);
+
+/* n bytes (n may be 0) for array data, 64-byte aligned, zero-filled if zero,
+ * freed with free(); NULL if out of memory. Blocks of 8 MiB and more are
+ * prefaulted (mapped at once rather than page by page on first write): for
+ * data that is about to be written in full. */
+void *sm_array_data_alloc(size_t n, int zero);
 
 /* The header of a .npy file: what it holds and where its data starts. */
 typedef struct {
