@@ -1,6 +1,11 @@
 /* sm_checksum: a thin wrapper over libxxhash's XXH3 64-bit streaming state. */
 #include <stdlib.h>
 #include <xxhash.h>
+#if defined(__x86_64__) || defined(__i386__)
+/* The same hash through libxxhash's run-time dispatch to the widest vector
+ * unit of the CPU (AVX2, AVX-512) instead of the SSE2 baseline. */
+#include <xxh_x86dispatch.h>
+#endif
 
 #include "sm_checksum.h"
 
