@@ -1029,6 +1029,54 @@ START_TEST(test_sigterm)
 }
 END_TEST
 
+/* An upload sent without copies to a worker that stopped reading (frozen
+ * with SIGSTOP): the stream fails at its deadline and is freed within a
+ * bounded wait although the connection still references the data; once
+ * the worker resumes, the same connection carries a correct upload. */
+START_TEST(test_frozen_worker_upload)
+{
+    int n0 = fc_nreg();
+    pid_t pid = spawn_worker(NULL);
+    reg_rec r = wait_registered(n0 + 1);
+    char err[512];
+    sm_rpc_channel *ch = NULL;
+    ck_assert_int_eq(sm_rpc_channel_create(r.address, NULL, &ch, err, sizeof err), SM_OK);
+    sm_shape s = shape2(4096, 4096);
+    int32_t dev = (int32_t)(r.id * NDEV);
+    free(put_random(ch, 1, dev, SM_F32, &s)); /* the connection is up */
+    size_t nbytes = 4096 * 4096 * 4;
+    char *data = malloc(nbytes);
+    fill_random(data, nbytes, 3);
+    ck_assert_int_eq(kill(pid, SIGSTOP), 0);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    sm_svc_upload_stream *st = NULL;
+    ck_assert_int_eq(sm_svc_upload_open(ch, 1, 1500, &st, err, sizeof err), SM_OK);
+    sm_svc_upload_msg m = {.has_header = 1};
+    m.header = (sm_svc_upload_header){.array_id = {2},
+                                      .ndevices = 1,
+                                      .devices = &dev,
+                                      .shape = s,
+                                      .dtype = SM_F32,
+                                      .total_bytes = (int64_t)nbytes};
+    sm_err e = sm_svc_upload_send(st, &m, err, sizeof err);
+    for (size_t off = 0; !e && off < nbytes; off += SM_SVC_CHUNK) {
+        sm_svc_upload_msg c = {.offset = (int64_t)off, .data = data + off, .len = SM_SVC_CHUNK};
+        c.stable = 1;
+        e = sm_svc_upload_send(st, &c, err, sizeof err);
+    }
+    ck_assert_int_eq(e, SM_ETIMEOUT);
+    sm_svc_upload_abort(st);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s_taken = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    ck_assert_msg(s_taken < 9.0, "the failed upload took %.1f s to return", s_taken);
+    ck_assert_int_eq(kill(pid, SIGCONT), 0);
+    free(put_random(ch, 3, dev, SM_F32, &s)); /* asserts the upload and its read back */
+    sm_rpc_channel_free(ch);
+    free(data);
+}
+END_TEST
+
 START_TEST(test_token)
 {
     int n0 = fc_nreg();
@@ -1106,6 +1154,7 @@ int main(void)
     tcase_add_test(tc, test_assemble_large_remote);
     tcase_add_test(tc, test_coordinator_restart);
     tcase_add_test(tc, test_sigterm);
+    tcase_add_test(tc, test_frozen_worker_upload);
     tcase_add_test(tc, test_token);
     tcase_add_test(tc, test_usage_errors);
     suite_add_tcase(s, tc);

@@ -72,7 +72,8 @@ typedef struct {
     uint64_t checksum;
     /* send: 1 if data stays valid and unchanged until the stream is finished
      * or aborted; it is then sent without a copy (finish and abort wait until
-     * the network layer let go of it). 0: data is copied. */
+     * the network layer let go of it, at most 5 s: see sm_svc_stream.c).
+     * 0: data is copied. */
     int stable;
 } sm_svc_upload_msg;
 

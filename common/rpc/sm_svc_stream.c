@@ -9,7 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "sm_log.h"
 #include "sm_svc_internal.h"
 
 /* ---- message conversions ------------------------------------------------------ */
@@ -156,33 +158,73 @@ static uint32_t data_field(const ProtobufCMessageDescriptor *desc)
 
 /* ---- client: upload --------------------------------------------------------------- */
 
-struct sm_svc_upload_stream {
-    sm_rpc_stream *st;
+/* The stable sends of an upload stream that the network layer still
+ * references. Shared by the stream and its release callbacks; whichever of
+ * them is last frees it. */
+typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int held; /* stable sends the network layer still references */
+    int held;      /* references not yet released */
+    int abandoned; /* the stream is gone: the last release frees this */
+} upload_hold;
+
+struct sm_svc_upload_stream {
+    sm_rpc_stream *st;
+    upload_hold *hold;
 };
+
+/* How long freeing an upload stream waits for the network layer to let go
+ * of stable data. Once the call is over that takes milliseconds, except on
+ * a connection whose peer stopped reading (a frozen process): its unsent
+ * bytes stay referenced until the connection closes. After this wait the
+ * stream is freed anyway; by then its call is cancelled, so whatever the
+ * kernel may still send from the caller's buffer belongs to a stream the
+ * peer discards (and an upload is only ever committed after its checksum
+ * matched). */
+#define UPLOAD_HOLD_MS 5000
 
 static void upload_release(void *arg)
 {
-    sm_svc_upload_stream *u = arg;
-    pthread_mutex_lock(&u->mu);
-    if (--u->held == 0)
-        pthread_cond_broadcast(&u->cv);
-    pthread_mutex_unlock(&u->mu);
+    upload_hold *h = arg;
+    pthread_mutex_lock(&h->mu);
+    int last = --h->held == 0;
+    int gone = h->abandoned;
+    if (last)
+        pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+    if (last && gone) {
+        pthread_mutex_destroy(&h->mu);
+        pthread_cond_destroy(&h->cv);
+        free(h);
+    }
 }
 
-/* Waits until no stable send is referenced any more, then frees u (its
- * rpc stream already freed). */
+/* Waits (at most UPLOAD_HOLD_MS) until no stable send is referenced any
+ * more, then frees u (its rpc stream already freed). */
 static void upload_free(sm_svc_upload_stream *u)
 {
-    pthread_mutex_lock(&u->mu);
-    while (u->held > 0)
-        pthread_cond_wait(&u->cv, &u->mu);
-    pthread_mutex_unlock(&u->mu);
-    pthread_mutex_destroy(&u->mu);
-    pthread_cond_destroy(&u->cv);
+    upload_hold *h = u->hold;
     free(u);
+    if (!h)
+        return;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += UPLOAD_HOLD_MS / 1000;
+    pthread_mutex_lock(&h->mu);
+    while (h->held > 0 && pthread_cond_timedwait(&h->cv, &h->mu, &until) == 0)
+        ;
+    int held = h->held;
+    h->abandoned = held > 0;
+    pthread_mutex_unlock(&h->mu);
+    if (held) {
+        SM_WARN("an upload stream was freed while the network still referenced %d of its "
+                "chunks (peer not reading)",
+                held);
+        return;
+    }
+    pthread_mutex_destroy(&h->mu);
+    pthread_cond_destroy(&h->cv);
+    free(h);
 }
 
 static const char *upload_path(int worker_service)
@@ -197,8 +239,12 @@ sm_err sm_svc_upload_open(sm_rpc_channel *ch, int worker_service, int deadline_m
     sm_svc_upload_stream *u = calloc(1, sizeof *u);
     if (!u)
         return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate an upload stream");
-    pthread_mutex_init(&u->mu, NULL);
-    pthread_cond_init(&u->cv, NULL);
+    if (!(u->hold = calloc(1, sizeof *u->hold))) {
+        free(u);
+        return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate an upload stream");
+    }
+    pthread_mutex_init(&u->hold->mu, NULL);
+    pthread_cond_init(&u->hold->cv, NULL);
     sm_err e =
         sm_rpc_cstream_open(ch, upload_path(worker_service), deadline_ms, &u->st, err, errlen);
     if (e) {
@@ -220,11 +266,11 @@ sm_err sm_svc_upload_send(sm_svc_upload_stream *st, const sm_svc_upload_msg *msg
         return sm_rpc_cstream_send(st->st, &p.base, err, errlen);
     p.data.len = 0;
     p.data.data = NULL;
-    pthread_mutex_lock(&st->mu);
-    st->held++;
-    pthread_mutex_unlock(&st->mu);
+    pthread_mutex_lock(&st->hold->mu);
+    st->hold->held++;
+    pthread_mutex_unlock(&st->hold->mu);
     return sm_rpc_cstream_send_data(st->st, &p.base, data_field(p.base.descriptor), msg->data,
-                                    msg->len, upload_release, st, err, errlen);
+                                    msg->len, upload_release, st->hold, err, errlen);
 }
 
 sm_err sm_svc_upload_finish(sm_svc_upload_stream *st, sm_svc_upload_reply *reply, char *err,
