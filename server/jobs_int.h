@@ -20,7 +20,8 @@ typedef struct sm_job {
     sm_array_info *out_infos; /* [nout] when DONE (owned) */
     struct sm_job *qnext;     /* run queue link */
     /* Set at submit, read-only afterwards: */
-    sm_program *prog; /* owned; mesh with its devices (has_devices = 1) */
+    sm_program *prog; /* owned; mesh with its devices (has_devices = 1); freed by the
+                         runner once the job ended (NULL) */
     int nargs;
     sm_array_id *args;      /* [nargs] resolved input ids */
     unsigned char *reshard; /* [nargs] the input must be resharded first */

@@ -5,12 +5,16 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Grows an arena array of elem-sized items to hold at least need. */
+/* Grows an arena array of elem-sized items to hold at least need. The first
+ * allocation is about 4 KiB (2 to 16 items): parameters and ops are large
+ * (a PartitionSpec, op attributes) and most programs have few of them, so a
+ * small program stays a few pages, which matters when every job decodes one. */
 static int sm_ir_grow(sm_arena *a, void **arr, int *cap, int need, size_t elem)
 {
     if (need <= *cap)
         return 0;
-    int nc = *cap ? *cap * 2 : 16;
+    int first = (int)(4096 / elem);
+    int nc = *cap ? *cap * 2 : first < 2 ? 2 : first > 16 ? 16 : first;
     while (nc < need)
         nc *= 2;
     void *n = sm_arena_alloc(a, (size_t)nc * elem);
