@@ -281,10 +281,13 @@ out:
     return e;
 }
 
-static sm_err j_submit(void *user, sm_svc_submit_req *req, sm_job_id *out, char *err, size_t errlen)
+/* Checks req, creates the job's outputs and queues it (takes req->program);
+ * *out is the queued job, owned by the table. */
+static sm_err job_enqueue(sm_cjobs *j, sm_svc_submit_req *req, sm_job **out, char *err,
+                          size_t errlen)
 {
-    sm_cjobs *j = user;
     sm_job *job = calloc(1, sizeof *job);
+    *out = NULL;
     if (!job) {
         sm_program_free(req->program);
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory submitting a job");
@@ -317,7 +320,7 @@ static sm_err j_submit(void *user, sm_svc_submit_req *req, sm_job_id *out, char 
             j->qhead = job;
         j->qtail = job;
         pthread_cond_signal(&j->work);
-        out->v = job->id;
+        *out = job;
         SM_DEBUG("job %llu queued: program '%s' on %d workers", (unsigned long long)job->id,
                  job->prog->name, job->npeers);
     }
@@ -326,6 +329,14 @@ static sm_err j_submit(void *user, sm_svc_submit_req *req, sm_job_id *out, char 
         sm_cjobs_delete_arrays(j, job->outs, job->nout);
         job_destroy(job);
     }
+    return e;
+}
+
+static sm_err j_submit(void *user, sm_svc_submit_req *req, sm_job_id *out, char *err, size_t errlen)
+{
+    sm_job *job;
+    sm_err e = job_enqueue(user, req, &job, err, errlen);
+    out->v = e ? 0 : job->id;
     return e;
 }
 
@@ -363,6 +374,30 @@ static sm_err j_wait(void *user, sm_job_id id, uint32_t wait_ms, sm_job_info *ou
         wait_end_locked(j, job, wait_ms > SM_JOBS_MAX_WAIT_MS ? SM_JOBS_MAX_WAIT_MS : wait_ms);
     pthread_mutex_unlock(&j->mu);
     return job ? job_describe(j, job, out, err, errlen) : not_found(id, err, errlen);
+}
+
+static sm_err j_submit_wait(void *user, sm_svc_submit_req *req, sm_job_info *out, char *err,
+                            size_t errlen)
+{
+    sm_cjobs *j = user;
+    sm_job *job;
+    memset(out, 0, sizeof *out);
+    sm_err e = job_enqueue(j, req, &job, err, errlen);
+    if (e)
+        return e;
+    uint32_t wait_ms = req->wait_ms > SM_JOBS_MAX_WAIT_MS ? SM_JOBS_MAX_WAIT_MS : req->wait_ms;
+    pthread_mutex_lock(&j->mu);
+    wait_end_locked(j, job, wait_ms);
+    pthread_mutex_unlock(&j->mu);
+    char tmp[256];
+    if (job_describe(j, job, out, tmp, sizeof tmp) == SM_OK)
+        return SM_OK;
+    /* The job exists: the caller must learn its id, and asks again. */
+    SM_WARN("job %llu: %s", (unsigned long long)job->id, tmp);
+    memset(out, 0, sizeof *out);
+    out->id.v = job->id;
+    out->state = SM_JOB_RUNNING;
+    return SM_OK;
 }
 
 static sm_err j_get(void *user, sm_job_id id, sm_job_info *out, char *err, size_t errlen)
@@ -407,6 +442,7 @@ static sm_err j_cancel(void *user, sm_job_id id, sm_job_info *out, char *err, si
 
 static const sm_svc_coord_job_ops job_ops = {
     .submit = j_submit,
+    .submit_wait = j_submit_wait,
     .wait = j_wait,
     .get = j_get,
     .cancel = j_cancel,
