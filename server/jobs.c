@@ -281,9 +281,23 @@ out:
     return e;
 }
 
+/* 1 if job may run on the thread that submits it: nothing to reshard and a
+ * light program, so that its run is about one RunJob round trip (a wait
+ * for it never outlasts a submit's wait by much). */
+static int job_light(const sm_job *job)
+{
+    for (int k = 0; k < job->nargs; k++)
+        if (job->reshard[k])
+            return 0;
+    return sm_program_light(job->prog, SM_JOBS_LIGHT_BYTES);
+}
+
 /* Checks req, creates the job's outputs and queues it (takes req->program);
- * *out is the queued job, owned by the table. */
-static sm_err job_enqueue(sm_cjobs *j, sm_svc_submit_req *req, sm_job **out, char *err,
+ * *out is the job, owned by the table. With here not NULL, a light job
+ * (job_light) when no job waits and fewer than nthreads run is not queued
+ * but marked RUNNING, and *here set: the caller runs it (sm_cjobs_run) and
+ * then calls job_run_done. */
+static sm_err job_enqueue(sm_cjobs *j, sm_svc_submit_req *req, sm_job **out, int *here, char *err,
                           size_t errlen)
 {
     sm_job *job = calloc(1, sizeof *job);
@@ -295,7 +309,10 @@ static sm_err job_enqueue(sm_cjobs *j, sm_svc_submit_req *req, sm_job **out, cha
     job->prog = req->program; /* ours from here on */
     job->submit_us = sm_cjobs_now_us();
     job->state = SM_JOB_QUEUED;
+    if (here)
+        *here = 0;
     sm_err e = job_prepare(j, req, job, err, errlen);
+    int light = !e && here && job_light(job);
     if (e) {
         job_destroy(job);
         return e;
@@ -314,13 +331,24 @@ static sm_err job_enqueue(sm_cjobs *j, sm_svc_submit_req *req, sm_job **out, cha
     if (!e) {
         j->jobs[j->njobs++] = job;
         job->id = (uint64_t)j->njobs;
+        *out = job;
+    }
+    if (!e && light && !j->qhead && j->running < j->nthreads) {
+        *here = 1;
+        j->running++;
+        job->state = SM_JOB_RUNNING;
+        job->start_us = sm_cjobs_now_us();
+        j->running++;
+        pthread_cond_broadcast(&j->changed);
+        SM_DEBUG("job %llu runs: program '%s' on %d workers", (unsigned long long)job->id,
+                 job->prog->name, job->npeers);
+    } else if (!e) {
         if (j->qtail)
             j->qtail->qnext = job;
         else
             j->qhead = job;
         j->qtail = job;
         pthread_cond_signal(&j->work);
-        *out = job;
         SM_DEBUG("job %llu queued: program '%s' on %d workers", (unsigned long long)job->id,
                  job->prog->name, job->npeers);
     }
@@ -332,10 +360,20 @@ static sm_err job_enqueue(sm_cjobs *j, sm_svc_submit_req *req, sm_job **out, cha
     return e;
 }
 
+/* A job run by the caller of job_enqueue ended: its slot is free. */
+static void job_run_done(sm_cjobs *j)
+{
+    pthread_mutex_lock(&j->mu);
+    j->running--;
+    if (j->qhead)
+        pthread_cond_signal(&j->work);
+    pthread_mutex_unlock(&j->mu);
+}
+
 static sm_err j_submit(void *user, sm_svc_submit_req *req, sm_job_id *out, char *err, size_t errlen)
 {
     sm_job *job;
-    sm_err e = job_enqueue(user, req, &job, err, errlen);
+    sm_err e = job_enqueue(user, req, &job, NULL, err, errlen);
     out->v = e ? 0 : job->id;
     return e;
 }
@@ -381,14 +419,20 @@ static sm_err j_submit_wait(void *user, sm_svc_submit_req *req, sm_job_info *out
 {
     sm_cjobs *j = user;
     sm_job *job;
+    int here = 0;
     memset(out, 0, sizeof *out);
-    sm_err e = job_enqueue(j, req, &job, err, errlen);
+    sm_err e = job_enqueue(j, req, &job, &here, err, errlen);
     if (e)
         return e;
-    uint32_t wait_ms = req->wait_ms > SM_JOBS_MAX_WAIT_MS ? SM_JOBS_MAX_WAIT_MS : req->wait_ms;
-    pthread_mutex_lock(&j->mu);
-    wait_end_locked(j, job, wait_ms);
-    pthread_mutex_unlock(&j->mu);
+    if (here) { /* no hand-off to a runner thread and back */
+        sm_cjobs_run(j, job);
+        job_run_done(j);
+    } else {
+        uint32_t wait_ms = req->wait_ms > SM_JOBS_MAX_WAIT_MS ? SM_JOBS_MAX_WAIT_MS : req->wait_ms;
+        pthread_mutex_lock(&j->mu);
+        wait_end_locked(j, job, wait_ms);
+        pthread_mutex_unlock(&j->mu);
+    }
     char tmp[256];
     if (job_describe(j, job, out, tmp, sizeof tmp) == SM_OK)
         return SM_OK;
@@ -460,7 +504,7 @@ static void *runner_main(void *arg)
     sm_cjobs *j = arg;
     pthread_mutex_lock(&j->mu);
     for (;;) {
-        while (!j->stopping && !j->qhead)
+        while (!j->stopping && (!j->qhead || j->running >= j->nthreads))
             pthread_cond_wait(&j->work, &j->mu);
         if (j->stopping)
             break;
@@ -477,6 +521,7 @@ static void *runner_main(void *arg)
         pthread_mutex_unlock(&j->mu);
         sm_cjobs_run(j, job);
         pthread_mutex_lock(&j->mu);
+        j->running--;
     }
     pthread_mutex_unlock(&j->mu);
     return NULL;

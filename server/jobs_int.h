@@ -48,7 +48,8 @@ struct sm_cjobs {
     int njobs, capjobs;
     sm_job *qhead, *qtail;
     int stopping;
-    int nthreads;
+    int nthreads; /* runner threads, also the bound on jobs running at once */
+    int running;  /* jobs running: on runner threads and on handler threads */
     pthread_t *threads;
     pthread_mutex_t chmu;
     sm_cjobs_chan *chans;

@@ -396,3 +396,24 @@ int sm_program_equal(const sm_program *a, const sm_program *b)
             return 0;
     return 1;
 }
+
+int sm_program_light(const sm_program *p, int64_t max_bytes)
+{
+    int64_t bytes = 0;
+    for (int k = 0; k < p->nops; k++) {
+        sm_op_kind kind = p->ops[k].kind;
+        sm_vma_rule r = sm_op_vma_rule(kind);
+        if (r == SM_VMA_REMOVE || r == SM_VMA_ADD || kind == SM_OP_DOT || kind == SM_OP_MATMUL ||
+            kind == SM_OP_EINSUM)
+            return 0;
+    }
+    for (int v = 0; v < p->nvalues; v++) {
+        int64_t n;
+        if (sm_shape_numel(&p->values[v].shape, &n, NULL, 0))
+            return 0;
+        bytes += n * (int64_t)sm_dtype_size(p->values[v].dtype);
+        if (bytes > max_bytes)
+            return 0;
+    }
+    return 1;
+}
