@@ -338,7 +338,6 @@ static sm_err job_enqueue(sm_cjobs *j, sm_svc_submit_req *req, sm_job **out, int
         j->running++;
         job->state = SM_JOB_RUNNING;
         job->start_us = sm_cjobs_now_us();
-        j->running++;
         pthread_cond_broadcast(&j->changed);
         SM_DEBUG("job %llu runs: program '%s' on %d workers", (unsigned long long)job->id,
                  job->prog->name, job->npeers);
@@ -517,6 +516,7 @@ static void *runner_main(void *arg)
             continue; /* cancelled while queued */
         job->state = SM_JOB_RUNNING;
         job->start_us = sm_cjobs_now_us();
+        j->running++;
         pthread_cond_broadcast(&j->changed);
         pthread_mutex_unlock(&j->mu);
         sm_cjobs_run(j, job);
