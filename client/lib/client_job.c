@@ -81,7 +81,7 @@ static uint32_t wait_slice(int64_t end)
 }
 
 /* Waits (WaitJob slices) until the job ended or end passed; *out already
- * describes it as last seen. */
+ * describes it as last seen. On an error out->id still names the job. */
 static sm_err wait_until(sm_client *c, int64_t end, sm_job_info *out, char *err, size_t errlen)
 {
     sm_job_id id = out->id;
@@ -91,6 +91,8 @@ static sm_err wait_until(sm_client *c, int64_t end, sm_job_info *out, char *err,
             return SM_OK;
         sm_job_info_free(out);
         sm_err e = sm_svc_job_wait(c->ch, c->timeout_ms, id, slice, out, err, errlen);
+        if (e)
+            out->id = id;
         if (e || now_ms() >= end)
             return e;
     }
