@@ -18,18 +18,10 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Checks the arguments and verifies a copy of p (see sm_job_submit), then
- * fills req for the wire. */
-static sm_err job_request(const sm_program *p, int nargs, const sm_array_ref *args,
-                          const char *const *out_names, int check_vma, uint32_t deadline_ms,
-                          sm_svc_submit_req *req, char *err, size_t errlen)
+/* Verifies a copy of p here: the wire form carries no position of the
+ * `return`, so this is where an output's error gets its file:line:col. */
+static sm_err job_verify_here(const sm_program *p, int check_vma, char *err, size_t errlen)
 {
-    if (!p)
-        return sm_fail(err, errlen, SM_EINVAL, "a job needs a program");
-    if (nargs < 0 || (nargs > 0 && !args))
-        return sm_fail(err, errlen, SM_EINVAL, "a job with %d arguments needs their list", nargs);
-    /* Verify a copy here first: the wire form carries no position of the
-     * `return`, so this is where an output's error gets its file:line:col. */
     uint8_t *buf = NULL;
     size_t len = 0;
     sm_program *copy = NULL;
@@ -43,8 +35,30 @@ static sm_err job_request(const sm_program *p, int nargs, const sm_array_ref *ar
         e = sm_program_verify(copy, check_vma != 0, err, errlen);
     }
     sm_program_free(copy);
-    if (e)
-        return e;
+    return e;
+}
+
+/* The coordinator verifies every program before anything runs, so a job
+ * goes out unverified; when it comes back SM_EINVAL, a program error is
+ * reported as the local verifier words it (with its position), any other
+ * as the coordinator did. */
+static sm_err job_refused(const sm_program *p, int check_vma, sm_err e, char *err, size_t errlen)
+{
+    char mine[1024];
+    if (e == SM_EINVAL && job_verify_here(p, check_vma, mine, sizeof mine) != SM_OK)
+        return sm_fail(err, errlen, SM_EINVAL, "%s", mine);
+    return e;
+}
+
+/* Checks the arguments and fills req for the wire. */
+static sm_err job_request(const sm_program *p, int nargs, const sm_array_ref *args,
+                          const char *const *out_names, int check_vma, uint32_t deadline_ms,
+                          sm_svc_submit_req *req, char *err, size_t errlen)
+{
+    if (!p)
+        return sm_fail(err, errlen, SM_EINVAL, "a job needs a program");
+    if (nargs < 0 || (nargs > 0 && !args))
+        return sm_fail(err, errlen, SM_EINVAL, "a job with %d arguments needs their list", nargs);
     memset(req, 0, sizeof *req);
     req->program = (sm_program *)p; /* only read */
     req->nargs = nargs;
@@ -63,8 +77,8 @@ sm_err sm_job_submit(sm_client *c, const sm_program *p, int nargs, const sm_arra
     sm_svc_submit_req req;
     out->v = 0;
     sm_err e = job_request(p, nargs, args, out_names, check_vma, deadline_ms, &req, err, errlen);
-    if (!e)
-        e = sm_svc_job_submit(c->ch, c->timeout_ms, &req, out, err, errlen);
+    if (!e && (e = sm_svc_job_submit(c->ch, c->timeout_ms, &req, out, err, errlen)))
+        e = job_refused(p, check_vma, e, err, errlen);
     return e;
 }
 
@@ -121,7 +135,9 @@ sm_err sm_job_run(sm_client *c, const sm_program *p, int nargs, const sm_array_r
     uint32_t slice = wait_slice(end);
     req.wait_ms = slice ? slice : 1;
     e = sm_svc_job_submit_wait(c->ch, c->timeout_ms, &req, out, err, errlen);
-    return e ? e : wait_until(c, end, out, err, errlen);
+    if (e)
+        return job_refused(p, check_vma, e, err, errlen);
+    return wait_until(c, end, out, err, errlen);
 }
 
 sm_err sm_job_status(sm_client *c, sm_job_id id, sm_job_info *out, char *err, size_t errlen)
