@@ -90,8 +90,8 @@ int main(int argc, char **argv)
         default:
             printf("usage: bench_dispatch [--runs N] [--warmup W] [--coordinator PATH]\n"
                    "Round trip of an empty shard_map job (return x, 8 devices on 2 workers x 4)\n"
-                   "vs a plain unary RPC (sm_client_devices), same run. N defaults to 200, W "
-                   "to 20.\n");
+                   "with sm_job_run, and with sm_job_submit + sm_job_wait, vs a plain unary RPC\n"
+                   "(sm_client_devices), same run. N defaults to 200, W to 20.\n");
             return o == 'h' ? 0 : 2;
         }
     }
