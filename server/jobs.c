@@ -282,8 +282,9 @@ out:
 }
 
 /* 1 if job may run on the thread that submits it: nothing to reshard and a
- * light program, so that its run is about one RunJob round trip (a wait
- * for it never outlasts a submit's wait by much). */
+ * light program, so that its run is about one RunJob round trip. (Such a
+ * submit answers when the job ended even after its wait_ms: only a worker
+ * that stops answering without closing its connection makes that long.) */
 static int job_light(const sm_job *job)
 {
     for (int k = 0; k < job->nargs; k++)
