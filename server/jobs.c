@@ -281,10 +281,28 @@ out:
     return e;
 }
 
-static sm_err j_submit(void *user, sm_svc_submit_req *req, sm_job_id *out, char *err, size_t errlen)
+/* 1 if job may run on the thread that submits it: nothing to reshard and a
+ * light program, so that its run is about one RunJob round trip. (Such a
+ * submit answers when the job ended even after its wait_ms: only a worker
+ * that stops answering without closing its connection makes that long.) */
+static int job_light(const sm_job *job)
 {
-    sm_cjobs *j = user;
+    for (int k = 0; k < job->nargs; k++)
+        if (job->reshard[k])
+            return 0;
+    return sm_program_light(job->prog, SM_JOBS_LIGHT_BYTES);
+}
+
+/* Checks req, creates the job's outputs and queues it (takes req->program);
+ * *out is the job, owned by the table. With here not NULL, a light job
+ * (job_light) when no job waits and fewer than nthreads run is not queued
+ * but marked RUNNING, and *here set: the caller runs it (sm_cjobs_run) and
+ * then calls job_run_done. */
+static sm_err job_enqueue(sm_cjobs *j, sm_svc_submit_req *req, sm_job **out, int *here, char *err,
+                          size_t errlen)
+{
     sm_job *job = calloc(1, sizeof *job);
+    *out = NULL;
     if (!job) {
         sm_program_free(req->program);
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory submitting a job");
@@ -292,7 +310,10 @@ static sm_err j_submit(void *user, sm_svc_submit_req *req, sm_job_id *out, char 
     job->prog = req->program; /* ours from here on */
     job->submit_us = sm_cjobs_now_us();
     job->state = SM_JOB_QUEUED;
+    if (here)
+        *here = 0;
     sm_err e = job_prepare(j, req, job, err, errlen);
+    int light = !e && here && job_light(job);
     if (e) {
         job_destroy(job);
         return e;
@@ -311,13 +332,23 @@ static sm_err j_submit(void *user, sm_svc_submit_req *req, sm_job_id *out, char 
     if (!e) {
         j->jobs[j->njobs++] = job;
         job->id = (uint64_t)j->njobs;
+        *out = job;
+    }
+    if (!e && light && !j->qhead && j->running < j->nthreads) {
+        *here = 1;
+        j->running++;
+        job->state = SM_JOB_RUNNING;
+        job->start_us = sm_cjobs_now_us();
+        pthread_cond_broadcast(&j->changed);
+        SM_DEBUG("job %llu runs: program '%s' on %d workers", (unsigned long long)job->id,
+                 job->prog->name, job->npeers);
+    } else if (!e) {
         if (j->qtail)
             j->qtail->qnext = job;
         else
             j->qhead = job;
         j->qtail = job;
         pthread_cond_signal(&j->work);
-        out->v = job->id;
         SM_DEBUG("job %llu queued: program '%s' on %d workers", (unsigned long long)job->id,
                  job->prog->name, job->npeers);
     }
@@ -326,6 +357,24 @@ static sm_err j_submit(void *user, sm_svc_submit_req *req, sm_job_id *out, char 
         sm_cjobs_delete_arrays(j, job->outs, job->nout);
         job_destroy(job);
     }
+    return e;
+}
+
+/* A job run by the caller of job_enqueue ended: its slot is free. */
+static void job_run_done(sm_cjobs *j)
+{
+    pthread_mutex_lock(&j->mu);
+    j->running--;
+    if (j->qhead)
+        pthread_cond_signal(&j->work);
+    pthread_mutex_unlock(&j->mu);
+}
+
+static sm_err j_submit(void *user, sm_svc_submit_req *req, sm_job_id *out, char *err, size_t errlen)
+{
+    sm_job *job;
+    sm_err e = job_enqueue(user, req, &job, NULL, err, errlen);
+    out->v = e ? 0 : job->id;
     return e;
 }
 
@@ -363,6 +412,36 @@ static sm_err j_wait(void *user, sm_job_id id, uint32_t wait_ms, sm_job_info *ou
         wait_end_locked(j, job, wait_ms > SM_JOBS_MAX_WAIT_MS ? SM_JOBS_MAX_WAIT_MS : wait_ms);
     pthread_mutex_unlock(&j->mu);
     return job ? job_describe(j, job, out, err, errlen) : not_found(id, err, errlen);
+}
+
+static sm_err j_submit_wait(void *user, sm_svc_submit_req *req, sm_job_info *out, char *err,
+                            size_t errlen)
+{
+    sm_cjobs *j = user;
+    sm_job *job;
+    int here = 0;
+    memset(out, 0, sizeof *out);
+    sm_err e = job_enqueue(j, req, &job, &here, err, errlen);
+    if (e)
+        return e;
+    if (here) { /* no hand-off to a runner thread and back */
+        sm_cjobs_run(j, job);
+        job_run_done(j);
+    } else {
+        uint32_t wait_ms = req->wait_ms > SM_JOBS_MAX_WAIT_MS ? SM_JOBS_MAX_WAIT_MS : req->wait_ms;
+        pthread_mutex_lock(&j->mu);
+        wait_end_locked(j, job, wait_ms);
+        pthread_mutex_unlock(&j->mu);
+    }
+    char tmp[256];
+    if (job_describe(j, job, out, tmp, sizeof tmp) == SM_OK)
+        return SM_OK;
+    /* The job exists: the caller must learn its id, and asks again. */
+    SM_WARN("job %llu: %s", (unsigned long long)job->id, tmp);
+    memset(out, 0, sizeof *out);
+    out->id.v = job->id;
+    out->state = SM_JOB_RUNNING;
+    return SM_OK;
 }
 
 static sm_err j_get(void *user, sm_job_id id, sm_job_info *out, char *err, size_t errlen)
@@ -407,6 +486,7 @@ static sm_err j_cancel(void *user, sm_job_id id, sm_job_info *out, char *err, si
 
 static const sm_svc_coord_job_ops job_ops = {
     .submit = j_submit,
+    .submit_wait = j_submit_wait,
     .wait = j_wait,
     .get = j_get,
     .cancel = j_cancel,
@@ -424,7 +504,7 @@ static void *runner_main(void *arg)
     sm_cjobs *j = arg;
     pthread_mutex_lock(&j->mu);
     for (;;) {
-        while (!j->stopping && !j->qhead)
+        while (!j->stopping && (!j->qhead || j->running >= j->nthreads))
             pthread_cond_wait(&j->work, &j->mu);
         if (j->stopping)
             break;
@@ -437,10 +517,12 @@ static void *runner_main(void *arg)
             continue; /* cancelled while queued */
         job->state = SM_JOB_RUNNING;
         job->start_us = sm_cjobs_now_us();
+        j->running++;
         pthread_cond_broadcast(&j->changed);
         pthread_mutex_unlock(&j->mu);
         sm_cjobs_run(j, job);
         pthread_mutex_lock(&j->mu);
+        j->running--;
     }
     pthread_mutex_unlock(&j->mu);
     return NULL;

@@ -7,7 +7,9 @@
  * the default order when it names none, must be on alive workers) and every
  * argument (READY, dtype and global shape equal to its parameter's). It then
  * creates the output arrays (PENDING, sharded (mesh, out_spec), named as
- * asked) and queues the job; a small pool of threads runs queued jobs:
+ * asked) and queues the job; a small pool of threads runs queued jobs (a
+ * light job whose submit waits for it runs on the submitting thread
+ * instead, when a runner slot is free: at most nthreads jobs run at once):
  * inputs whose sharding is not (mesh, in_spec) are resharded into
  * temporary arrays, then Worker.RunJob goes to every worker of the mesh at
  * once (one thread each). All OK: the outputs turn READY and the job DONE.
@@ -44,6 +46,10 @@ const sm_svc_coord_job_ops *sm_cjobs_ops(void);
 /* Longest WaitJob the server blocks for; a longer wait_ms returns the job
  * still running after this long (the client asks again). */
 #define SM_JOBS_MAX_WAIT_MS 10000
+/* Values per device up to which a job without collectives or products that
+ * needs no reshard runs on the thread of the SubmitJob that waits for it
+ * (no hand-off to a runner thread and back), when a runner slot is free. */
+#define SM_JOBS_LIGHT_BYTES (64 * 1024)
 
 /* ---- pure checks (unit-tested) ----------------------------------------------- */
 

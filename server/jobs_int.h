@@ -20,7 +20,8 @@ typedef struct sm_job {
     sm_array_info *out_infos; /* [nout] when DONE (owned) */
     struct sm_job *qnext;     /* run queue link */
     /* Set at submit, read-only afterwards: */
-    sm_program *prog; /* owned; mesh with its devices (has_devices = 1) */
+    sm_program *prog; /* owned; mesh with its devices (has_devices = 1); freed by the
+                         runner once the job ended (NULL) */
     int nargs;
     sm_array_id *args;      /* [nargs] resolved input ids */
     unsigned char *reshard; /* [nargs] the input must be resharded first */
@@ -47,7 +48,8 @@ struct sm_cjobs {
     int njobs, capjobs;
     sm_job *qhead, *qtail;
     int stopping;
-    int nthreads;
+    int nthreads; /* runner threads, also the bound on jobs running at once */
+    int running;  /* jobs running: on runner threads and on handler threads */
     pthread_t *threads;
     pthread_mutex_t chmu;
     sm_cjobs_chan *chans;

@@ -191,6 +191,10 @@ void sm_cjobs_run(sm_cjobs *j, sm_job *job)
         sm_cjobs_end_locked(j, job, SM_JOB_DONE, NULL);
     }
     pthread_mutex_unlock(&j->mu);
+    /* Only the runner reads the program; an ended job keeps what describing
+     * it needs, so the job table grows by a small record per job. */
+    sm_program_free(job->prog);
+    job->prog = NULL;
     if (infos)
         sm_array_info_list_free(infos, ninfos);
     free(inputs);

@@ -5,8 +5,10 @@
  * resharded by the service (and the temporary copy dropped); verifier
  * errors and bad arguments are rejected before anything runs and leave no
  * arrays; shmapctl run uploads .npy arguments, prints JSON and leaves only
- * the outputs. Programs come from the examples directory (NAME.shmap) (inline copies if the
- * directory is missing). */
+ * the outputs. sm_job_run (submit and wait in one call) gives the same
+ * results and errors, for a light job (run on the coordinator's handler
+ * thread) as for one that goes through the runner pool. Programs come from the examples directory
+ * (NAME.shmap) (inline copies if the directory is missing). */
 #include <check.h>
 #include <jansson.h>
 #include <signal.h>
@@ -280,6 +282,87 @@ START_TEST(test_slice_and_average)
 }
 END_TEST
 
+/* sm_job_run, one round trip: _i 0 a light job (x * 2 + 1, no collective:
+ * it runs on the coordinator's handler thread), 1 the same with an input
+ * to reshard first and 2 matmul_basic (psum): both through a runner. The
+ * outputs are right and named, and nothing else stays. */
+START_TEST(test_run_one_call)
+{
+    sm_client *c = harness_client(g);
+    delete_all(c);
+    char err[1024];
+    sm_program *p = NULL;
+    sm_array *a = arange_f32(8, 16), *b = arange_f32(16, 32);
+    sm_array_ref args[2];
+    float want[8 * 32];
+    if (_i < 2) {
+        ck_assert_int_eq(sm_program_parse("mesh i=4 j=2\n"
+                                          "shard_map f(a: f32[8,16] @ P('i','j')) -> P('i','j'):\n"
+                                          "    return a * 2 + 1\n",
+                                          "light.shmap", &p, err, sizeof err),
+                         SM_OK);
+        args[0] = (sm_array_ref){put(c, a, "i=4,j=2", _i ? "P('i')" : "P('i','j')", NULL), NULL};
+        for (int k = 0; k < 8 * 16; k++)
+            want[k] = (float)k * 2 + 1;
+    } else {
+        p = load(0);
+        args[0] = (sm_array_ref){put(c, a, "i=4,j=2", "P('i','j')", NULL), NULL};
+        args[1] = (sm_array_ref){put(c, b, "i=4,j=2", "P('j', None)", NULL), NULL};
+        want_matmul(want);
+    }
+    /* several in a row: each frees its runner slot (a leaked slot would
+     * leave a later job queued forever: 10 s to end is plenty) */
+    int runs = _i == 0 ? 16 : 2;
+    const char *names[1] = {"one_call"};
+    sm_job_info info;
+    sm_array *got = NULL;
+    sm_err e;
+    for (int k = 0; k < runs; k++) {
+        e = sm_job_run(c, p, p->nparams, args, k == runs - 1 ? names : NULL, 1, 0, 10000, &info,
+                       err, sizeof err);
+        ck_assert_msg(e == SM_OK, "%s", err);
+        ck_assert_msg(info.state == SM_JOB_DONE, "run %d: %s: %s", k, sm_job_state_name(info.state),
+                      info.error);
+        ck_assert_uint_gt(info.id.v, 0);
+        ck_assert_int_eq(info.noutputs, 1);
+        ck_assert_int_eq(info.outputs[0].state, SM_ARRAY_READY);
+        ck_assert_int_eq(
+            sm_client_get(c, (sm_array_ref){info.outputs[0].id, NULL}, &got, err, sizeof err),
+            SM_OK);
+        assert_f32_equal(got, want, _i < 2 ? 8 * 16 : 8 * 32);
+        sm_array_free(got);
+        got = NULL;
+        if (k < runs - 1) {
+            ck_assert_int_eq(
+                sm_client_delete(c, (sm_array_ref){info.outputs[0].id, NULL}, err, sizeof err),
+                SM_OK);
+            sm_job_info_free(&info);
+        }
+    }
+    ck_assert_str_eq(info.outputs[0].name, "one_call");
+    ck_assert_int_eq(narrays(c), p->nparams + 1); /* no temporary copy stays */
+    /* the job is known afterwards, as after sm_job_wait */
+    sm_job_info again;
+    ck_assert_int_eq(sm_job_status(c, info.id, &again, err, sizeof err), SM_OK);
+    ck_assert_int_eq(again.state, SM_JOB_DONE);
+    sm_job_info_free(&again);
+    /* a name taken now: rejected, nothing added */
+    e = sm_job_run(c, p, p->nparams, args, names, 1, 0, WAIT_MS, &again, err, sizeof err);
+    ck_assert_int_eq(e, SM_EEXIST);
+    ck_assert_int_eq(narrays(c), p->nparams + 1);
+    /* no program */
+    ck_assert_int_eq(sm_job_run(c, NULL, 0, NULL, NULL, 1, 0, WAIT_MS, &again, err, sizeof err),
+                     SM_EINVAL);
+    sm_array_free(got);
+    sm_job_info_free(&info);
+    delete_all(c);
+    sm_array_free(a);
+    sm_array_free(b);
+    sm_program_free(p);
+    sm_client_close(c);
+}
+END_TEST
+
 typedef struct {
     const char *name;
     const char *text;
@@ -317,10 +400,12 @@ static const reject_case rejects[] = {
      0, NULL, SM_EINVAL, "device 42"},
 };
 
-/* Rejected before anything runs: nothing is created. */
+/* Rejected before anything runs: nothing is created. _i / 2 is the case;
+ * odd _i use sm_job_run instead of sm_job_submit. */
 START_TEST(test_rejected)
 {
-    const reject_case *rc = &rejects[_i];
+    const reject_case *rc = &rejects[_i / 2];
+    int one_call = _i % 2;
     sm_client *c = harness_client(g);
     sm_array *a = arange_f32(8, 16);
     delete_all(c);
@@ -332,8 +417,11 @@ START_TEST(test_rejected)
     sm_array_ref args[2] = {{{0}, "A"}, {{0}, rc->nargs == 2 ? "A" : "nope"}};
     const char *names[1] = {rc->out_name};
     sm_job_id id = {0};
-    sm_err e = sm_job_submit(c, p, p->nparams, args, rc->out_name ? names : NULL, 1, 0, &id, err,
-                             sizeof err);
+    sm_job_info info;
+    sm_err e = one_call ? sm_job_run(c, p, p->nparams, args, rc->out_name ? names : NULL, 1, 0,
+                                     WAIT_MS, &info, err, sizeof err)
+                        : sm_job_submit(c, p, p->nparams, args, rc->out_name ? names : NULL, 1, 0,
+                                        &id, err, sizeof err);
     ck_assert_msg(e == rc->want, "%s: %d: %s", rc->name, e, err);
     ck_assert_msg(strstr(err, rc->msg), "%s: '%s' lacks '%s'", rc->name, err, rc->msg);
     ck_assert_int_eq(narrays(c), before);
@@ -376,7 +464,9 @@ static const char *heavy_text = "mesh i=8\n"
                                 "    return z\n";
 
 /* _i: 0 cancel after 200 ms, 1 a 200 ms deadline. Either way the job ends
- * (CANCELLED / FAILED naming the deadline) and its output is dropped. */
+ * (CANCELLED / FAILED naming the deadline) and its output is dropped. 2 and
+ * 3 the same with sm_job_run: 2 waits 200 ms, gets the job still running
+ * and cancels it; 3 waits for the end of the job with its deadline. */
 START_TEST(test_cancel_and_deadline)
 {
     sm_client *c = harness_client(g);
@@ -392,10 +482,28 @@ START_TEST(test_cancel_and_deadline)
     sm_program *p = NULL;
     ck_assert_int_eq(sm_program_parse(heavy_text, "heavy.shmap", &p, err, sizeof err), SM_OK);
     sm_job_id id;
-    ck_assert_int_eq(sm_job_submit(c, p, 2, args, NULL, 1, _i ? 200 : 0, &id, err, sizeof err),
-                     SM_OK);
     sm_job_info info;
-    if (_i == 0) {
+    uint32_t deadline = _i % 2 ? 200 : 0;
+    if (_i < 2) {
+        ck_assert_int_eq(sm_job_submit(c, p, 2, args, NULL, 1, deadline, &id, err, sizeof err),
+                         SM_OK);
+    } else {
+        ck_assert_int_eq(sm_job_run(c, p, 2, args, NULL, 1, deadline, _i == 2 ? 200 : WAIT_MS,
+                                    &info, err, sizeof err),
+                         SM_OK);
+        id = info.id;
+        ck_assert_uint_gt(id.v, 0);
+        if (_i == 2 && info.state == SM_JOB_DONE)
+            fprintf(stderr, "e2e_jobs: the heavy job ended within 200 ms\n");
+        else if (_i == 2)
+            ck_assert_msg(info.state == SM_JOB_RUNNING || info.state == SM_JOB_QUEUED, "%s: %s",
+                          sm_job_state_name(info.state), info.error);
+        else
+            ck_assert_msg(info.state != SM_JOB_RUNNING && info.state != SM_JOB_QUEUED, "%s",
+                          sm_job_state_name(info.state));
+        sm_job_info_free(&info);
+    }
+    if (_i % 2 == 0) {
         struct timespec ts = {0, 200 * 1000000L};
         nanosleep(&ts, NULL);
         ck_assert_int_eq(sm_job_cancel(c, id, &info, err, sizeof err), SM_OK);
@@ -405,7 +513,7 @@ START_TEST(test_cancel_and_deadline)
     if (info.state == SM_JOB_DONE) { /* a very fast machine: nothing to stop */
         fprintf(stderr, "e2e_jobs: the heavy job ended in %lld us before it could be stopped\n",
                 (long long)info.run_us);
-    } else if (_i == 0) {
+    } else if (_i % 2 == 0) {
         ck_assert_msg(info.state == SM_JOB_CANCELLED, "%s: %s", sm_job_state_name(info.state),
                       info.error);
         ck_assert_int_eq(info.noutputs, 0);
@@ -438,6 +546,10 @@ static void e2e_reject_lost(sm_client *c, sm_program *p, const sm_array_ref *arg
                                       "lost.shmap", &q, err, sizeof err),
                      SM_OK);
     e = sm_job_submit(c, q, 1, args, NULL, 1, 0, &id, err, sizeof err);
+    ck_assert_msg(e == SM_EUNAVAILABLE, "%d: %s", e, err);
+    ck_assert_msg(strstr(err, "which is lost"), "%s", err);
+    sm_job_info info;
+    e = sm_job_run(c, q, 1, args, NULL, 1, 0, WAIT_MS, &info, err, sizeof err);
     ck_assert_msg(e == SM_EUNAVAILABLE, "%d: %s", e, err);
     ck_assert_msg(strstr(err, "which is lost"), "%s", err);
     sm_program_free(q);
@@ -583,9 +695,10 @@ static Suite *jobs_suite(void)
     tcase_add_loop_test(tc, test_matmul, 0, 2);
     tcase_add_test(tc, test_matmul_resharded_inputs);
     tcase_add_test(tc, test_slice_and_average);
-    tcase_add_loop_test(tc, test_rejected, 0, (int)(sizeof rejects / sizeof rejects[0]));
+    tcase_add_loop_test(tc, test_rejected, 0, 2 * (int)(sizeof rejects / sizeof rejects[0]));
+    tcase_add_loop_test(tc, test_run_one_call, 0, 3);
     tcase_add_test(tc, test_not_divisible_and_unknown_job);
-    tcase_add_loop_test(tc, test_cancel_and_deadline, 0, 2);
+    tcase_add_loop_test(tc, test_cancel_and_deadline, 0, 4);
     tcase_add_test(tc, test_shmapctl_run);
     suite_add_tcase(s, tc);
     tc = tcase_create("failures");

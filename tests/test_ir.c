@@ -318,6 +318,34 @@ START_TEST(test_describe)
 }
 END_TEST
 
+/* sm_program_light: no communicating op, no product, values within the
+ * byte bound. */
+static const struct {
+    const char *text;
+    int64_t max_bytes;
+    int light;
+} light_cases[] = {
+    {"mesh i=8\nshard_map f(x: f32[8] @ P('i')) -> P('i'):\n    return x\n", 64, 1},
+    {"mesh i=4\nshard_map f(x: f32[8,16] @ P('i')) -> P('i'):\n    return tanh(x * 2) + 1\n",
+     1 << 16, 1},
+    /* 2x16 f32 blocks: x, x * 2 and the result are 384 bytes */
+    {"mesh i=4\nshard_map f(x: f32[8,16] @ P('i')) -> P('i'):\n    return x * 2 + 1\n", 383, 0},
+    {"mesh i=4\nshard_map f(x: f32[8,16] @ P('i')) -> P():\n    return psum(x, 'i')\n", 1 << 16, 0},
+    {"mesh i=4\nshard_map f(x: f32[8,16] @ P('i')) -> P(None, 'i'):\n"
+     "    return all_to_all(x, 'i', 1, 0, tiled=True)\n",
+     1 << 16, 0},
+    {"mesh i=4\nshard_map f(x: f32[8,8] @ P('i')) -> P('i'):\n    return dot(x, x.T)\n", 1 << 16,
+     0},
+};
+
+START_TEST(test_light)
+{
+    sm_program *p = parse_ok(light_cases[_i].text, 1);
+    ck_assert_int_eq(sm_program_light(p, light_cases[_i].max_bytes), light_cases[_i].light);
+    sm_program_free(p);
+}
+END_TEST
+
 START_TEST(test_vma_off_accepts)
 {
     const char *text = "mesh i=4 j=2\n"
@@ -619,6 +647,7 @@ Suite *ir_suite(void)
     tcase_add_test(tc, test_vma_off_accepts);
     tcase_add_test(tc, test_roundtrip_oddities);
     tcase_add_test(tc, test_describe);
+    tcase_add_loop_test(tc, test_light, 0, sizeof light_cases / sizeof light_cases[0]);
     suite_add_tcase(s, tc);
     TCase *te = tcase_create("errors");
     tcase_add_loop_test(te, test_errors, 0, sizeof errors / sizeof errors[0]);

@@ -1339,6 +1339,14 @@ static void build_templates(void)
     sj.program = prog;
     set_template(method_of(0, "SubmitJob"), &sj.base);
     sm_rpc_msg_free(&prog->base);
+    /* a light job submitted with a wait: it runs on the handler's thread */
+    prog = program_of("mesh i=2 j=4\n"
+                      "shard_map light(a: f32[16,32] @ P('i','j')) -> P('i', 'j'):\n"
+                      "    return a * 2 + 1\n");
+    sj.program = prog;
+    sj.wait_ms = 200;
+    set_template(method_of(0, "SubmitJob"), &sj.base);
+    sm_rpc_msg_free(&prog->base);
 
     Shmap__V1__JobRef jr = SHMAP__V1__JOB_REF__INIT;
     jr.job_id = 4242;

@@ -301,7 +301,28 @@ static sm_err f_cancel(void *u, sm_job_id id, sm_job_info *out, char *err, size_
     return SM_OK;
 }
 
-static const sm_svc_coord_job_ops coord_ops = {
+/* Records like f_submit; wait_ms 1 stands for a job still running when the
+ * wait ends. */
+static sm_err f_submit_wait(void *u, sm_svc_submit_req *req, sm_job_info *out, char *err,
+                            size_t errlen)
+{
+    rec *r = u;
+    sm_job_id id;
+    r->wait_ms = req->wait_ms;
+    sm_err e = f_submit(u, req, &id, err, errlen);
+    if (e)
+        return e;
+    fill_info(id, req->wait_ms == 1 ? SM_JOB_RUNNING : SM_JOB_DONE, out);
+    return SM_OK;
+}
+
+static const sm_svc_coord_job_ops coord_ops = {.submit = f_submit,
+                                               .submit_wait = f_submit_wait,
+                                               .wait = f_wait,
+                                               .get = f_get,
+                                               .cancel = f_cancel};
+/* A coordinator from before SubmitJob.wait_ms. */
+static const sm_svc_coord_job_ops coord_ops_old = {
     .submit = f_submit, .wait = f_wait, .get = f_get, .cancel = f_cancel};
 
 static sm_err f_run_job(void *u, sm_svc_run_job_req *req, int64_t *output_bytes, char *err,
@@ -417,6 +438,83 @@ START_TEST(test_submit)
     ck_assert_int_eq(sm_svc_job_submit(fx.ch, DL, &req, &id, err, sizeof err), SM_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "2 parameters"));
     ck_assert_int_eq(fx.r.calls, 2);
+    sm_program_free(p);
+}
+END_TEST
+
+static void info_same(const sm_array_info *a, const sm_array_info *b);
+
+/* SubmitJob with wait_ms: the reply carries the JobInfo (or the handler's
+ * error and no job); a coordinator without submit_wait answers with the id
+ * only, and the client reports the job QUEUED. */
+START_TEST(test_submit_wait)
+{
+    sm_program *p = parse(progs[0].text, "mm.shmap");
+    char err[512] = "";
+    sm_array_ref args[2] = {{{5}, ""}, {{0}, "bee"}};
+    const char *names[1] = {"c"};
+    sm_svc_submit_req req = {p, 2, args, 1, names, 1, 1500, 300};
+    sm_job_info info;
+    ck_assert_int_eq(sm_svc_job_submit_wait(fx.ch, DL, &req, &info, err, sizeof err), SM_OK);
+    ck_assert_int_eq(fx.r.calls, 1);
+    ck_assert_uint_eq(fx.r.wait_ms, 300);
+    ck_assert(sm_program_equal(p, fx.r.prog));
+    ck_assert_str_eq(fx.r.args[1].name, "bee");
+    ck_assert_str_eq(fx.r.out_names[0], "c");
+    ck_assert_uint_eq(fx.r.deadline_ms, 1500);
+    ck_assert_uint_eq(info.id.v, 42);
+    ck_assert_int_eq(info.state, SM_JOB_DONE);
+    ck_assert_int_eq(info.queued_us, 11);
+    ck_assert_int_eq(info.noutputs, 2);
+    for (int k = 0; k < 2; k++) {
+        sm_array_info want = out_info(k);
+        info_same(&info.outputs[k], &want);
+        sm_array_info_free(&want);
+    }
+    sm_job_info_free(&info);
+    /* not ended when the wait ran out */
+    req.wait_ms = 1;
+    ck_assert_int_eq(sm_svc_job_submit_wait(fx.ch, DL, &req, &info, err, sizeof err), SM_OK);
+    ck_assert_uint_eq(info.id.v, 42);
+    ck_assert_int_eq(info.state, SM_JOB_RUNNING);
+    ck_assert_int_eq(info.noutputs, 0);
+    sm_job_info_free(&info);
+    /* a handler error comes back with its code and sentence, and no job */
+    args[1].name = "fail";
+    ck_assert_int_eq(sm_svc_job_submit_wait(fx.ch, DL, &req, &info, err, sizeof err), SM_ENOTFOUND);
+    ck_assert_ptr_nonnull(strstr(err, "array 'fail' does not exist"));
+    ck_assert_uint_eq(info.id.v, 0);
+    ck_assert_int_eq(info.noutputs, 0);
+    /* checked before the handler: the argument count */
+    req.nargs = 1;
+    ck_assert_int_eq(sm_svc_job_submit_wait(fx.ch, DL, &req, &info, err, sizeof err), SM_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "2 parameters"));
+    ck_assert_int_eq(fx.r.calls, 3);
+
+    /* an older coordinator: submit only, no JobInfo in the reply */
+    sm_rpc_server *old = NULL;
+    sm_rpc_channel *ch = NULL;
+    rec r2;
+    memset(&r2, 0, sizeof r2);
+    sm_rpc_server_opts o = {"127.0.0.1:0", NULL, 0};
+    ck_assert_int_eq(sm_rpc_server_create(&o, &old, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_svc_coord_jobs_serve(old, &coord_ops_old, &r2, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_rpc_server_start(old, err, sizeof err), SM_OK);
+    char target[64];
+    snprintf(target, sizeof target, "127.0.0.1:%d", sm_rpc_server_port(old));
+    ck_assert_int_eq(sm_rpc_channel_create(target, NULL, &ch, err, sizeof err), SM_OK);
+    req.nargs = 2;
+    args[1].name = "bee";
+    req.wait_ms = 300;
+    ck_assert_int_eq(sm_svc_job_submit_wait(ch, DL, &req, &info, err, sizeof err), SM_OK);
+    ck_assert_int_eq(r2.calls, 1);
+    ck_assert_uint_eq(info.id.v, 42);
+    ck_assert_int_eq(info.state, SM_JOB_QUEUED);
+    ck_assert_int_eq(info.noutputs, 0);
+    sm_job_info_free(&info);
+    sm_rpc_channel_free(ch);
+    sm_rpc_server_free(old);
+    sm_program_free(r2.prog);
     sm_program_free(p);
 }
 END_TEST
@@ -767,6 +865,7 @@ static Suite *job_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, test_submit, 0, 2);
+    tcase_add_test(tc, test_submit_wait);
     tcase_add_test(tc, test_wait_get_cancel);
     tcase_add_test(tc, test_run_job);
     tcase_add_test(tc, test_cancel_job_worker);

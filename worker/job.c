@@ -267,31 +267,6 @@ static void sm_job_dev_main(void *arg)
                             sizeof d->err);
 }
 
-/* 1 if the local devices may run one after another on the calling thread:
- * no op that may communicate (so no device waits for another), no product,
- * and at most SM_JOBS_INLINE_BYTES of values per device, so the run costs
- * less than waking device threads. */
-static int sm_jobs_inline(const sm_program *p)
-{
-    int64_t bytes = 0;
-    for (int k = 0; k < p->nops; k++) {
-        sm_op_kind kind = p->ops[k].kind;
-        sm_vma_rule r = sm_op_vma_rule(kind);
-        if (r == SM_VMA_REMOVE || r == SM_VMA_ADD || kind == SM_OP_DOT || kind == SM_OP_MATMUL ||
-            kind == SM_OP_EINSUM)
-            return 0;
-    }
-    for (int v = 0; v < p->nvalues; v++) {
-        int64_t n;
-        if (sm_shape_numel(&p->values[v].shape, &n, NULL, 0))
-            return 0;
-        bytes += n * (int64_t)sm_dtype_size(p->values[v].dtype);
-        if (bytes > SM_JOBS_INLINE_BYTES)
-            return 0;
-    }
-    return 1;
-}
-
 /* Maps every mesh position to its worker; finds this worker's positions. */
 static sm_err sm_jobs_layout(sm_jobs *j, const sm_svc_run_job_req *req, int *pos_worker, int *self,
                              int *local, int *nlocal, char *err, size_t errlen)
@@ -561,16 +536,18 @@ static sm_err sm_jobs_run(void *user, sm_svc_run_job_req *req, int64_t *output_b
         sm_comm_grpc_fail(comm, SM_ECANCELLED, why);
     }
     pthread_mutex_unlock(&j->mu);
-    /* A small job without collectives runs its devices here one by one;
-     * otherwise every local device but the last runs on a pool thread and
-     * the last on this one, all at once, as collectives between them need. */
+    /* A light job (sm_program_light: no collectives, no products, at most
+     * SM_JOBS_INLINE_BYTES of values per device) runs its devices here one
+     * by one, which costs less than waking device threads; otherwise every local device but the
+     * last runs on a pool thread and the last on this one, all at once, as collectives between them
+     * need. */
     sm_tpool_group g;
     sm_tpool_group_init(&g);
     for (int l = 0; l < nlocal; l++) {
         devs[l].plan = plan;
         devs[l].comm = comm;
     }
-    int here = sm_jobs_inline(p) ? 0 : nlocal - 1;
+    int here = sm_program_light(p, SM_JOBS_INLINE_BYTES) ? 0 : nlocal - 1;
     for (; started < here; started++)
         if (sm_tpool_start(j->pool, &g, sm_job_dev_main, &devs[started])) {
             sm_comm_grpc_fail(comm, SM_ERESOURCE, "cannot start a device thread");

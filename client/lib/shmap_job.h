@@ -56,6 +56,18 @@ sm_err sm_job_submit(sm_client *c, const sm_program *p, int nargs, const sm_arra
 sm_err sm_job_wait(sm_client *c, sm_job_id id, int64_t timeout_ms, sm_job_info *out, char *err,
                    size_t errlen);
 
+/* Submits a job and waits for it to end, in one round trip when the job
+ * ends within the coordinator's longest wait (10 s; longer waits go on
+ * with WaitJob as sm_job_wait does): sm_job_submit followed by
+ * sm_job_wait(timeout_ms), with the errors of both. On SM_OK *out
+ * describes the job (out->id is its id), ended or, after timeout_ms
+ * (< 0: no limit), still QUEUED or RUNNING. An error while waiting for a
+ * job that was submitted leaves its id in out->id (0 when nothing was
+ * submitted), for sm_job_status or sm_job_cancel. */
+sm_err sm_job_run(sm_client *c, const sm_program *p, int nargs, const sm_array_ref *args,
+                  const char *const *out_names, int check_vma, uint32_t deadline_ms,
+                  int64_t timeout_ms, sm_job_info *out, char *err, size_t errlen);
+
 /* Describes job id now, without waiting. */
 sm_err sm_job_status(sm_client *c, sm_job_id id, sm_job_info *out, char *err, size_t errlen);
 

@@ -178,5 +178,9 @@ char *sm_program_value_type(const sm_program *p, int value_id, char *buf, size_t
 /* 1 if a and b have the same mesh, params, ops, attributes, types and
  * returns (value names are ignored). */
 int sm_program_equal(const sm_program *a, const sm_program *b);
+/* 1 if a verified program is light: no op that may communicate (so no
+ * device waits for another), no product, and at most max_bytes of values
+ * per device. Running it costs less than waking a thread for it. */
+int sm_program_light(const sm_program *p, int64_t max_bytes);
 
 #endif

@@ -5,12 +5,16 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Grows an arena array of elem-sized items to hold at least need. */
+/* Grows an arena array of elem-sized items to hold at least need. The first
+ * allocation is about 4 KiB (2 to 16 items): parameters and ops are large
+ * (a PartitionSpec, op attributes) and most programs have few of them, so a
+ * small program stays a few pages, which matters when every job decodes one. */
 static int sm_ir_grow(sm_arena *a, void **arr, int *cap, int need, size_t elem)
 {
     if (need <= *cap)
         return 0;
-    int nc = *cap ? *cap * 2 : 16;
+    int first = (int)(4096 / elem);
+    int nc = *cap ? *cap * 2 : first < 2 ? 2 : first > 16 ? 16 : first;
     while (nc < need)
         nc *= 2;
     void *n = sm_arena_alloc(a, (size_t)nc * elem);
@@ -390,5 +394,26 @@ int sm_program_equal(const sm_program *a, const sm_program *b)
     for (int k = 0; k < a->nreturns; k++)
         if (a->returns[k] != b->returns[k] || !sm_pspec_equal(&a->out_specs[k], &b->out_specs[k]))
             return 0;
+    return 1;
+}
+
+int sm_program_light(const sm_program *p, int64_t max_bytes)
+{
+    int64_t bytes = 0;
+    for (int k = 0; k < p->nops; k++) {
+        sm_op_kind kind = p->ops[k].kind;
+        sm_vma_rule r = sm_op_vma_rule(kind);
+        if (r == SM_VMA_REMOVE || r == SM_VMA_ADD || kind == SM_OP_DOT || kind == SM_OP_MATMUL ||
+            kind == SM_OP_EINSUM)
+            return 0;
+    }
+    for (int v = 0; v < p->nvalues; v++) {
+        int64_t n;
+        if (sm_shape_numel(&p->values[v].shape, &n, NULL, 0))
+            return 0;
+        bytes += n * (int64_t)sm_dtype_size(p->values[v].dtype);
+        if (bytes > max_bytes)
+            return 0;
+    }
     return 1;
 }

@@ -94,6 +94,7 @@ static void submit(sm_rpc_call *call, void *u)
     sm_svc_submit_req req;
     memset(&req, 0, sizeof req);
     sm_job_id id = {0};
+    sm_job_info *info = NULL;
     sm_err e;
     if ((e = sm_svc_count_dec(r->n_args, SM_SVC_MAX_OUTPUTS, "SubmitJobRequest", "args", err,
                               sizeof err)) ||
@@ -136,7 +137,16 @@ static void submit(sm_rpc_call *call, void *u)
     req.nout_names = (int)r->n_out_names;
     req.check_vma = !r->no_check_vma;
     req.deadline_ms = r->deadline_ms;
-    e = c->ops->submit(c->user, &req, &id, err, sizeof err);
+    req.wait_ms = r->wait_ms;
+    if (req.wait_ms && c->ops->submit_wait) {
+        if (!(info = calloc(1, sizeof *info)))
+            e = sm_fail(err, sizeof err, SM_ENOMEM, "cannot allocate a job info");
+        else
+            e = c->ops->submit_wait(c->user, &req, info, err, sizeof err);
+        id = info ? info->id : id;
+    } else {
+        e = c->ops->submit(c->user, &req, &id, err, sizeof err);
+    }
     req.program = NULL; /* the handler's now */
 done:
     sm_program_free(req.program);
@@ -146,7 +156,15 @@ done:
     Shmap__V1__SubmitJobReply rep;
     shmap__v1__submit_job_reply__init(&rep);
     rep.job_id = id.v;
+    sm_arena *a = !e && info ? sm_arena_create(0) : NULL;
+    if (a && !(rep.info = job_info_enc(a, info)))
+        e = sm_fail(err, sizeof err, SM_ENOMEM, "out of memory describing job %llu",
+                    (unsigned long long)id.v);
     sm_svc_finish(call, e, err, &rep.base);
+    sm_arena_free(a);
+    if (info)
+        sm_job_info_free(info);
+    free(info);
 }
 
 /* WaitJob / GetJob / CancelJob: a JobRef in, a JobInfo out. */
@@ -224,44 +242,83 @@ sm_err sm_svc_coord_jobs_serve(sm_rpc_server *s, const sm_svc_coord_job_ops *ops
 
 /* ---- client calls ------------------------------------------------------------------ */
 
+/* The SubmitJobRequest of req in a, or NULL when out of memory. */
+static Shmap__V1__SubmitJobRequest *submit_enc(sm_arena *a, const sm_svc_submit_req *req)
+{
+    Shmap__V1__SubmitJobRequest *p = a ? sm_arena_alloc(a, sizeof *p) : NULL;
+    if (!p)
+        return NULL;
+    shmap__v1__submit_job_request__init(p);
+    if (!(p->program = sm_svc_program_enc(a, req->program)))
+        return NULL;
+    int na = req->nargs > 0 ? req->nargs : 0, nn = req->nout_names > 0 ? req->nout_names : 0;
+    if (na && !(p->args = sm_arena_alloc(a, (size_t)na * sizeof *p->args)))
+        return NULL;
+    for (int i = 0; i < na; i++)
+        if (!(p->args[p->n_args++] = sm_svc_array_ref_enc(a, req->args[i])))
+            return NULL;
+    if (nn && !(p->out_names = sm_arena_alloc(a, (size_t)nn * sizeof *p->out_names)))
+        return NULL;
+    for (int i = 0; i < nn; i++)
+        p->out_names[p->n_out_names++] =
+            (char *)(req->out_names && req->out_names[i] ? req->out_names[i] : "");
+    p->no_check_vma = !req->check_vma;
+    p->deadline_ms = req->deadline_ms;
+    p->wait_ms = req->wait_ms;
+    return p;
+}
+
+/* Sends SubmitJob; *reply is the caller's (sm_rpc_msg_free). */
+static sm_err submit_call(sm_rpc_channel *ch, int deadline_ms, const sm_svc_submit_req *req,
+                          ProtobufCMessage **reply, char *err, size_t errlen)
+{
+    sm_arena *a = sm_arena_create(0);
+    Shmap__V1__SubmitJobRequest *p = submit_enc(a, req);
+    if (!p) {
+        sm_arena_free(a);
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory encoding a job");
+    }
+    sm_err e =
+        sm_rpc_unary(ch, SM_SVC_COORD_PATH("SubmitJob"), &p->base,
+                     &shmap__v1__submit_job_reply__descriptor, reply, deadline_ms, err, errlen);
+    sm_arena_free(a);
+    return e;
+}
+
 sm_err sm_svc_job_submit(sm_rpc_channel *ch, int deadline_ms, const sm_svc_submit_req *req,
                          sm_job_id *out, char *err, size_t errlen)
 {
     out->v = 0;
-    sm_arena *a = sm_arena_create(0);
-    Shmap__V1__SubmitJobRequest *p = a ? sm_arena_alloc(a, sizeof *p) : NULL;
-    int ok = p != NULL;
-    if (ok) {
-        shmap__v1__submit_job_request__init(p);
-        ok = (p->program = sm_svc_program_enc(a, req->program)) != NULL;
-    }
-    int na = req->nargs > 0 ? req->nargs : 0, nn = req->nout_names > 0 ? req->nout_names : 0;
-    if (ok && na) {
-        ok = (p->args = sm_arena_alloc(a, (size_t)na * sizeof *p->args)) != NULL;
-        for (int i = 0; ok && i < na; i++)
-            ok = (p->args[p->n_args++] = sm_svc_array_ref_enc(a, req->args[i])) != NULL;
-    }
-    if (ok && nn) {
-        ok = (p->out_names = sm_arena_alloc(a, (size_t)nn * sizeof *p->out_names)) != NULL;
-        for (int i = 0; ok && i < nn; i++)
-            p->out_names[p->n_out_names++] =
-                (char *)(req->out_names && req->out_names[i] ? req->out_names[i] : "");
-    }
-    if (!ok) {
-        sm_arena_free(a);
-        return sm_fail(err, errlen, SM_ENOMEM, "out of memory encoding a job");
-    }
-    p->no_check_vma = !req->check_vma;
-    p->deadline_ms = req->deadline_ms;
     ProtobufCMessage *m;
-    sm_err e = sm_rpc_unary(ch, SM_SVC_COORD_PATH("SubmitJob"), &p->base,
-                            &shmap__v1__submit_job_reply__descriptor, &m, deadline_ms, err, errlen);
-    sm_arena_free(a);
+    sm_err e = submit_call(ch, deadline_ms, req, &m, err, errlen);
     if (e)
         return e;
     out->v = ((const Shmap__V1__SubmitJobReply *)m)->job_id;
     sm_rpc_msg_free(m);
     return SM_OK;
+}
+
+sm_err sm_svc_job_submit_wait(sm_rpc_channel *ch, int deadline_ms, const sm_svc_submit_req *req,
+                              sm_job_info *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    int64_t dl = (int64_t)deadline_ms + req->wait_ms;
+    ProtobufCMessage *m;
+    sm_err e = submit_call(ch, dl > INT32_MAX ? INT32_MAX : (int)dl, req, &m, err, errlen);
+    if (e)
+        return e;
+    const Shmap__V1__SubmitJobReply *r = (const Shmap__V1__SubmitJobReply *)m;
+    if (!r->info) { /* a coordinator that does not wait */
+        out->id.v = r->job_id;
+        out->state = SM_JOB_QUEUED;
+    } else if (!(e = job_info_dec(&r->info->base, out, err, errlen)) && out->id.v != r->job_id) {
+        e = sm_fail(err, errlen, SM_EFORMAT, "SubmitJobReply describes job %llu but names job %llu",
+                    (unsigned long long)out->id.v, (unsigned long long)r->job_id);
+        sm_job_info_free(out);
+        memset(out, 0, sizeof *out);
+    }
+    sm_rpc_msg_free(m);
+    return e;
 }
 
 static sm_err job_ref_client(sm_rpc_channel *ch, const char *path, int deadline_ms, sm_job_id id,

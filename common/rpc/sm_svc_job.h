@@ -26,11 +26,18 @@ typedef struct {
     const char **out_names; /* "" or NULL entries: unnamed */
     int check_vma;          /* 1 by default */
     uint32_t deadline_ms;   /* 0: none */
+    uint32_t wait_ms;       /* sm_svc_job_submit_wait: how long to wait for the end */
 } sm_svc_submit_req;
 
 typedef struct {
     /* Returns at once with the new job's id; the job runs asynchronously. */
     sm_err (*submit)(void *user, sm_svc_submit_req *req, sm_job_id *out, char *err, size_t errlen);
+    /* SubmitJob with wait_ms: submits as submit does (the same errors, and
+     * nothing created on one), then waits up to req->wait_ms for the job to
+     * end and describes it as wait does (out->id always set). NULL: such a
+     * request is served by submit and answered without a JobInfo. */
+    sm_err (*submit_wait)(void *user, sm_svc_submit_req *req, sm_job_info *out, char *err,
+                          size_t errlen);
     /* Waits up to wait_ms for the job to end, then describes it. */
     sm_err (*wait)(void *user, sm_job_id id, uint32_t wait_ms, sm_job_info *out, char *err,
                    size_t errlen);
@@ -45,6 +52,14 @@ sm_err sm_svc_coord_jobs_serve(sm_rpc_server *s, const sm_svc_coord_job_ops *ops
 
 sm_err sm_svc_job_submit(sm_rpc_channel *ch, int deadline_ms, const sm_svc_submit_req *req,
                          sm_job_id *out, char *err, size_t errlen);
+/* Submit and wait in one call: SubmitJob with req->wait_ms (> 0; the
+ * call's own deadline is wait_ms plus deadline_ms). *out describes the job
+ * as WaitJob would (owned by the caller, sm_job_info_free): ended, or
+ * QUEUED / RUNNING when it had not ended after wait_ms. A coordinator that
+ * does not wait answers at once: then only out->id is set, with state
+ * QUEUED, and the caller goes on with sm_svc_job_wait. */
+sm_err sm_svc_job_submit_wait(sm_rpc_channel *ch, int deadline_ms, const sm_svc_submit_req *req,
+                              sm_job_info *out, char *err, size_t errlen);
 /* The call's own deadline is wait_ms plus deadline_ms. */
 sm_err sm_svc_job_wait(sm_rpc_channel *ch, int deadline_ms, sm_job_id id, uint32_t wait_ms,
                        sm_job_info *out, char *err, size_t errlen);
