@@ -357,16 +357,16 @@ int cli_run_service(int argc, char **argv)
         refs[i] = (sm_array_ref){a.id, NULL};
         sm_array_info_free(&a);
     }
-    sm_job_id id;
-    if (sm_job_submit(c, p, p->nparams, refs, names, check_vma, (uint32_t)o.deadline_ms, &id, err,
-                      sizeof err)) {
-        rc = cli_fail(CLI_EXIT_INVALID, "%s", err);
+    /* Submit and wait in one round trip when the job ends soon. */
+    if (sm_job_run(c, p, p->nparams, refs, names, check_vma, (uint32_t)o.deadline_ms, o.timeout_ms,
+                   &info, err, sizeof err)) {
+        if (info.id.v)
+            rc = cli_fail(CLI_EXIT_INVALID, "job %llu: %s", (unsigned long long)info.id.v, err);
+        else
+            rc = cli_fail(CLI_EXIT_INVALID, "%s", err);
         goto done;
     }
-    if (sm_job_wait(c, id, o.timeout_ms, &info, err, sizeof err)) {
-        rc = cli_fail(CLI_EXIT_INVALID, "job %llu: %s", (unsigned long long)id.v, err);
-        goto done;
-    }
+    sm_job_id id = info.id;
     if (info.state == SM_JOB_QUEUED || info.state == SM_JOB_RUNNING) {
         sm_job_info_free(&info);
         sm_job_cancel(c, id, &info, err, sizeof err);
