@@ -167,6 +167,10 @@ sm_err sm_kern_reduce(sm_kern_reduce_op op, sm_dtype t, const void *x, const sm_
  * for sm_kern_reduce. dst and src must not overlap. For collectives. */
 sm_err sm_kern_accumulate(sm_dtype t, void *dst, const void *src, int64_t n, sm_kern_reduce_op op,
                           char *err, size_t errlen);
+/* dst[i] = op(a[i], b[i]) for i < n: the same values as copying a to dst and
+ * accumulating b, in one pass. dst must not overlap a or b. */
+sm_err sm_kern_combine(sm_dtype t, void *dst, const void *a, const void *b, int64_t n,
+                       sm_kern_reduce_op op, char *err, size_t errlen);
 /* x[i] *= factor for i < n (f32 f64); pmean is psum then scale by 1/size. */
 sm_err sm_kern_scale(sm_dtype t, void *x, int64_t n, double factor, char *err, size_t errlen);
 
