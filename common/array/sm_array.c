@@ -1,4 +1,5 @@
-/* sm_array: dense host arrays with 64-byte aligned, zero-filled data. */
+/* sm_array: dense host arrays with 64-byte aligned data, zero-filled unless
+ * asked otherwise. */
 #include "sm_array.h"
 
 #include <inttypes.h>
@@ -7,7 +8,9 @@
 
 #define SM_ARRAY_ALIGN 64
 
-sm_err sm_array_create(sm_dtype t, const sm_shape *s, sm_array **out, char *err, size_t errlen)
+/* sm_array_create (zero 1) or sm_array_create_uninit (zero 0). */
+static sm_err sm_array_alloc(sm_dtype t, const sm_shape *s, int zero, sm_array **out, char *err,
+                             size_t errlen)
 {
     sm_array *a = NULL;
     int64_t nbytes;
@@ -31,13 +34,27 @@ sm_err sm_array_create(sm_dtype t, const sm_shape *s, sm_array **out, char *err,
             a->data = NULL;
             goto nomem;
         }
-        memset(a->data, 0, padded);
+        if (zero)
+            memset(a->data, 0, padded);
+        else /* only the padding past the data */
+            memset((char *)a->data + nbytes, 0, padded - (size_t)nbytes);
     }
     *out = a;
     return SM_OK;
 nomem:
     free(a);
     return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate an array of %" PRId64 " bytes", nbytes);
+}
+
+sm_err sm_array_create(sm_dtype t, const sm_shape *s, sm_array **out, char *err, size_t errlen)
+{
+    return sm_array_alloc(t, s, 1, out, err, errlen);
+}
+
+sm_err sm_array_create_uninit(sm_dtype t, const sm_shape *s, sm_array **out, char *err,
+                              size_t errlen)
+{
+    return sm_array_alloc(t, s, 0, out, err, errlen);
 }
 
 void sm_array_free(sm_array *a)

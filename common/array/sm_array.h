@@ -21,6 +21,11 @@ typedef struct {
 
 /* Allocates a zero-filled array; *out is owned by the caller (sm_array_free). */
 sm_err sm_array_create(sm_dtype t, const sm_shape *s, sm_array **out, char *err, size_t errlen);
+/* As sm_array_create, but the data is left unset (no zero-fill, so no pass
+ * over memory the caller overwrites anyway): for callers that write every
+ * element before anything reads it. */
+sm_err sm_array_create_uninit(sm_dtype t, const sm_shape *s, sm_array **out, char *err,
+                              size_t errlen);
 void sm_array_free(sm_array *a);
 
 /* The header of a .npy file: what it holds and where its data starts. */

@@ -137,6 +137,16 @@ static sm_exec_fn sm_exec_fn_of(sm_op_kind k)
     return NULL;
 }
 
+/* 1 if the handler of kind writes every element of its result, so the
+ * result need not be zero-filled first: products (gemm with beta 0, or
+ * zeros when the contraction is empty; integer loops store every element)
+ * and the reductions over devices (the comm writes all of out). */
+static int sm_exec_writes_all(sm_op_kind k)
+{
+    return k == SM_OP_DOT || k == SM_OP_MATMUL || k == SM_OP_PSUM || k == SM_OP_PMEAN ||
+           k == SM_OP_PMAX || k == SM_OP_PMIN;
+}
+
 /* "file:line:col: " or "" into buf. */
 static const char *sm_exec_where_str(const sm_program *p, int line, int col, char *buf, size_t len)
 {
@@ -205,8 +215,12 @@ sm_err sm_exec_run_plan(const sm_exec_plan *plan, int mesh_pos, const sm_comm *c
         sm_array *out = NULL;
         if (!fn) {
             e = sm_fail(msg, sizeof msg, SM_EUNIMPLEMENTED, "no kernel for this op");
-        } else if (!(e = sm_array_create(rv->dtype, &rv->shape, &out, msg, sizeof msg))) {
-            e = fn(&x, op, in, out, msg, sizeof msg);
+        } else {
+            e = sm_exec_writes_all(op->kind)
+                    ? sm_array_create_uninit(rv->dtype, &rv->shape, &out, msg, sizeof msg)
+                    : sm_array_create(rv->dtype, &rv->shape, &out, msg, sizeof msg);
+            if (!e)
+                e = fn(&x, op, in, out, msg, sizeof msg);
         }
         if (e) {
             sm_array_free(out);
