@@ -138,13 +138,27 @@ static sm_exec_fn sm_exec_fn_of(sm_op_kind k)
 }
 
 /* 1 if the handler of kind writes every element of its result, so the
- * result need not be zero-filled first: products (gemm with beta 0, or
- * zeros when the contraction is empty; integer loops store every element)
- * and the reductions over devices (the comm writes all of out). */
+ * result need not be zero-filled first: dot and matmul (sm_kern_matmul
+ * writes all of out, zeros for an empty contraction) and the collectives
+ * that exchange data (sm_comm fills all of out, zeros for a ppermute member
+ * that is no destination, or a staging buffer then transposed into out). */
 static int sm_exec_writes_all(sm_op_kind k)
 {
-    return k == SM_OP_DOT || k == SM_OP_MATMUL || k == SM_OP_PSUM || k == SM_OP_PMEAN ||
-           k == SM_OP_PMAX || k == SM_OP_PMIN;
+    switch (k) {
+    case SM_OP_DOT:
+    case SM_OP_MATMUL:
+    case SM_OP_PSUM:
+    case SM_OP_PMEAN:
+    case SM_OP_PMAX:
+    case SM_OP_PMIN:
+    case SM_OP_ALL_GATHER:
+    case SM_OP_PSUM_SCATTER:
+    case SM_OP_PPERMUTE:
+    case SM_OP_ALL_TO_ALL:
+        return 1;
+    default:
+        return 0;
+    }
 }
 
 /* "file:line:col: " or "" into buf. */

@@ -180,7 +180,8 @@ sm_err sm_kern_scale(sm_dtype t, void *x, int64_t n, double factor, char *err, s
  * (OpenBLAS gemm) and i32 i64 (loops, wrapping). trans_a says a's last two
  * dims are stored transposed (a is used as swapaxes(a, -1, -2)); likewise
  * trans_b; ignored for rank-1 operands. No copy is made: transposes fold
- * into the gemm call. */
+ * into the gemm call. Every element of out is written (zeros for an empty
+ * contraction), so out need not be zeroed first; likewise for dot. */
 sm_err sm_kern_matmul_shape(const sm_shape *as, int trans_a, const sm_shape *bs, int trans_b,
                             sm_shape *out, char *err, size_t errlen);
 sm_err sm_kern_matmul(sm_dtype t, const void *a, const sm_shape *as, int trans_a, const void *b,
