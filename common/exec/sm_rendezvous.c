@@ -247,9 +247,10 @@ void sm_rendezvous_leave(sm_rendezvous *r, sm_rendezvous_slot *s)
     pthread_mutex_unlock(&r->mu);
 }
 
-/* Elements [lo, hi) of the reduction of every member's input at element
- * offset off, into out[self] (at element 0 for lo) and, if all, copied to
- * every other member's output at the same place. */
+/* Elements [lo, hi) of the reduction of the members' inputs (read from
+ * element off + lo on), written to out (which receives element lo at its
+ * start) and, if all, copied block by block from there to the same
+ * elements of every member's output but self's. */
 static sm_err sm_rendezvous_reduce_range(const sm_rendezvous_slot *s, sm_dtype t,
                                          sm_kern_reduce_op op, int64_t off, int64_t lo, int64_t hi,
                                          void *out, int self, int all, char *err, size_t errlen)
