@@ -91,7 +91,8 @@ START_TEST(test_shard_adopt)
         sm_store_shard *sh = NULL;
         char err[256] = "";
         ck_assert_int_eq(sm_array_create(cases[k].t, &s, &a, err, sizeof err), SM_OK);
-        memset(a->data, 0x3c, (size_t)a->nbytes);
+        if (a->nbytes)
+            memset(a->data, 0x3c, (size_t)a->nbytes);
         void *data = a->data;
         int64_t nbytes = a->nbytes;
         ck_assert_msg(sm_store_shard_adopt(&a, &sh, err, sizeof err) == SM_OK, "case %zu: %s", k,
