@@ -596,6 +596,110 @@ static void *comm_member_main(void *arg)
     return NULL;
 }
 
+/* all_reduce and reduce_scatter straight on the comm, with sizes the mesh
+ * cases do not reach: fewer elements than members, shares that do not
+ * divide, several blocks per share; every dtype kind and op, compared
+ * bitwise with a reduction in rank order done here. */
+typedef struct {
+    int size;
+    int64_t n;
+    sm_dtype t;
+    sm_kern_reduce_op op;
+    int scatter;
+} reduce_case;
+
+static const reduce_case reduce_cases[] = {
+    {2, 0, SM_F32, SM_KERN_SUM, 0},     {2, 1, SM_F32, SM_KERN_SUM, 0},
+    {3, 2, SM_F32, SM_KERN_SUM, 0},     {3, 40007, SM_F32, SM_KERN_SUM, 0},
+    {4, 70001, SM_F64, SM_KERN_SUM, 0}, {2, 33333, SM_I32, SM_KERN_SUM, 0},
+    {4, 20000, SM_F32, SM_KERN_MAX, 0}, {3, 9999, SM_I64, SM_KERN_MIN, 0},
+    {1, 1000, SM_F32, SM_KERN_SUM, 0},  {3, 17000, SM_F32, SM_KERN_SUM, 1},
+    {2, 5, SM_F64, SM_KERN_MAX, 1},     {4, 0, SM_F32, SM_KERN_SUM, 1},
+};
+#define NREDUCE ((int)(sizeof reduce_cases / sizeof reduce_cases[0]))
+
+typedef struct {
+    const reduce_case *rc;
+    sm_comm_local *c;
+    int rank;
+    void *in, *out;
+    sm_err e;
+    char err[512];
+} reduce_member;
+
+static void *reduce_member_main(void *arg)
+{
+    reduce_member *m = arg;
+    static const int members[4] = {0, 1, 2, 3};
+    sm_comm_group g = {.size = m->rc->size, .rank = m->rank, .members = members};
+    const sm_comm *ops = &sm_comm_local_ops;
+    m->e = (m->rc->scatter ? ops->reduce_scatter : ops->all_reduce)(
+        m->c, &g, 0, m->rc->t, m->rc->op, m->in, m->out, m->rc->n, m->err, sizeof m->err);
+    return NULL;
+}
+
+/* Element k of member r's input, as a double (exact in every dtype used). */
+static double reduce_input(int r, int64_t k)
+{
+    return (double)((k * 7 + r * 13) % 23) - 11.0 + (r == 1 ? 0.25 : 0.0);
+}
+
+static void reduce_store(sm_dtype t, void *p, int64_t k, double v)
+{
+    if (t == SM_F32)
+        ((float *)p)[k] = (float)v;
+    else if (t == SM_F64)
+        ((double *)p)[k] = v;
+    else if (t == SM_I32)
+        ((int32_t *)p)[k] = (int32_t)v;
+    else
+        ((int64_t *)p)[k] = (int64_t)v;
+}
+
+START_TEST(test_comm_reduce_sizes)
+{
+    const reduce_case *rc = &reduce_cases[_i];
+    size_t el = sm_dtype_size(rc->t);
+    int64_t nin = rc->scatter ? rc->n * rc->size : rc->n;
+    sm_comm_local *c;
+    char err[256];
+    ck_assert_int_eq(sm_comm_local_create(20, &c, err, sizeof err), SM_OK);
+    reduce_member m[4];
+    pthread_t th[4];
+    for (int r = 0; r < rc->size; r++) {
+        m[r] = (reduce_member){.rc = rc, .c = c, .rank = r};
+        m[r].in = malloc((size_t)nin * el + 1);
+        m[r].out = malloc((size_t)rc->n * el + 1);
+        for (int64_t k = 0; k < nin; k++)
+            reduce_store(rc->t, m[r].in, k, reduce_input(r, k) * (rc->t == SM_I32 ? 1 : 1.5));
+        memset(m[r].out, 0x5a, (size_t)rc->n * el); /* every element must be written */
+        ck_assert_int_eq(pthread_create(&th[r], NULL, reduce_member_main, &m[r]), 0);
+    }
+    for (int r = 0; r < rc->size; r++)
+        pthread_join(th[r], NULL);
+    void *want = malloc((size_t)rc->n * el + 1);
+    for (int r = 0; r < rc->size; r++) {
+        ck_assert_msg(m[r].e == SM_OK, "case %d rank %d: %s", _i, r, m[r].err);
+        int64_t off = rc->scatter ? r * rc->n : 0;
+        if (rc->n) { /* the reference: copy rank 0, accumulate the others in rank order */
+            memcpy(want, (char *)m[0].in + (size_t)off * el, (size_t)rc->n * el);
+            for (int q = 1; q < rc->size; q++)
+                ck_assert_int_eq(sm_kern_accumulate(rc->t, want, (char *)m[q].in + (size_t)off * el,
+                                                    rc->n, rc->op, err, sizeof err),
+                                 SM_OK);
+        }
+        ck_assert_msg(memcmp(m[r].out, want, (size_t)rc->n * el) == 0, "case %d rank %d differs",
+                      _i, r);
+    }
+    for (int r = 0; r < rc->size; r++) {
+        free(m[r].in);
+        free(m[r].out);
+    }
+    free(want);
+    sm_comm_local_free(c);
+}
+END_TEST
+
 /* Members that disagree on sizes fail (SM_EINVAL) instead of reading past a
  * peer's buffer; an aborted context fails every later collective. */
 START_TEST(test_comm_mismatch_and_abort)
@@ -646,6 +750,7 @@ int main(void)
     tcase_add_test(tf, test_local_run_reports_op);
     tcase_add_test(tf, test_group_make);
     tcase_add_test(tf, test_comm_mismatch_and_abort);
+    tcase_add_loop_test(tf, test_comm_reduce_sizes, 0, NREDUCE);
     suite_add_tcase(s, tf);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -1,7 +1,7 @@
 /* Check suite for common/kern, part 2: reductions (sum mean max min over
  * axis sets, keepdims, empty and rank-0 cases) against a naive reference on
  * random data for every dtype, bitwise determinism, exact identities and
- * error paths; and the collective helpers accumulate and scale. */
+ * error paths; and the collective helpers accumulate, combine and scale. */
 #include <check.h>
 #include <math.h>
 #include <stdarg.h>
@@ -253,20 +253,26 @@ START_TEST(test_accumulate_scale)
             void *d = rand_buf(t, n, -100, 100), *s = rand_buf(t, n, -100, 100);
             void *d0 = malloc((size_t)n * esize(t));
             memcpy(d0, d, (size_t)n * esize(t));
+            void *c = rand_buf(t, n, -100, 100); /* combine's destination, overwritten */
             char err[256];
             sm_err e = sm_kern_accumulate(t, d, s, n, ops[oi], err, sizeof err);
+            sm_err ec = sm_kern_combine(t, c, d0, s, n, ops[oi], err, sizeof err);
             if (t == SM_BOOL && ops[oi] == SM_KERN_SUM) {
                 ck_assert_int_eq(e, SM_EUNSUPPORTED);
+                ck_assert_int_eq(ec, SM_EUNSUPPORTED);
             } else {
                 ck_assert_int_eq(e, SM_OK);
+                ck_assert_int_eq(ec, SM_OK);
                 for (int64_t k = 0; k < n; k++) {
                     val want = rt(t, ref_combine(ops[oi], t, get(t, d0, k), get(t, s, k)));
                     ck_assert(same(t, get(t, d, k), want, 0));
+                    ck_assert(same(t, get(t, c, k), want, 0));
                 }
             }
             free(d);
             free(s);
             free(d0);
+            free(c);
         }
     float f[] = {1, 2, 3};
     ck_assert_int_eq(sm_kern_scale(SM_F32, f, 3, 0.5, NULL, 0), SM_OK);
@@ -277,6 +283,8 @@ START_TEST(test_accumulate_scale)
     int32_t i[] = {4};
     ck_assert_int_eq(sm_kern_scale(SM_I32, i, 1, 0.25, NULL, 0), SM_EUNSUPPORTED);
     ck_assert_int_eq(sm_kern_accumulate(SM_F32, f, f + 1, 1, SM_KERN_MEAN, NULL, 0),
+                     SM_EUNSUPPORTED);
+    ck_assert_int_eq(sm_kern_combine(SM_F32, f + 2, f, f + 1, 1, SM_KERN_MEAN, NULL, 0),
                      SM_EUNSUPPORTED);
 }
 END_TEST

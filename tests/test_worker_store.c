@@ -1,5 +1,6 @@
-/* Check suite for worker/store: shards, put/get/free, bytes accounting,
- * replace-on-complete, identity epochs and a 4-thread concurrency smoke. */
+/* Check suite for worker/store: shards (created, copied, adopted from an
+ * array), put/get/free, bytes accounting, replace-on-complete, identity
+ * epochs and a 4-thread concurrency smoke. */
 #include <check.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -70,6 +71,45 @@ START_TEST(test_shard_create)
         ck_assert(sm_shape_equal(&c->shape, &sh->shape));
         sm_store_shard_release(sh);
         sm_store_shard_release(c);
+    }
+}
+END_TEST
+
+/* A job's result becomes a shard without a copy: the shard holds the
+ * array's own buffer (an empty array gets a buffer of its own), the array
+ * is consumed, and the bytes are intact. */
+START_TEST(test_shard_adopt)
+{
+    static const struct {
+        sm_dtype t;
+        int rank;
+        int64_t d0, d1;
+    } cases[] = {{SM_F32, 2, 64, 33}, {SM_U8, 1, 5, 0}, {SM_F64, 0, 0, 0}, {SM_I32, 2, 0, 7}};
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        sm_shape s = {.rank = cases[k].rank, .dims = {cases[k].d0, cases[k].d1}};
+        sm_array *a = NULL;
+        sm_store_shard *sh = NULL;
+        char err[256] = "";
+        ck_assert_int_eq(sm_array_create(cases[k].t, &s, &a, err, sizeof err), SM_OK);
+        if (a->nbytes)
+            memset(a->data, 0x3c, (size_t)a->nbytes);
+        void *data = a->data;
+        int64_t nbytes = a->nbytes;
+        ck_assert_msg(sm_store_shard_adopt(&a, &sh, err, sizeof err) == SM_OK, "case %zu: %s", k,
+                      err);
+        ck_assert_ptr_null(a);
+        ck_assert_int_eq(sh->dtype, cases[k].t);
+        ck_assert(sm_shape_equal(&sh->shape, &s));
+        ck_assert_int_eq(sh->nbytes, nbytes);
+        ck_assert_ptr_nonnull(sh->data);
+        ck_assert_uint_eq((uintptr_t)sh->data % SM_STORE_ALIGN, 0);
+        ck_assert_int_eq(sh->has_checksum, 0);
+        if (nbytes) {
+            ck_assert_ptr_eq(sh->data, data);
+            for (int64_t i = 0; i < nbytes; i++)
+                ck_assert_uint_eq(((unsigned char *)sh->data)[i], 0x3c);
+        }
+        sm_store_shard_release(sh);
     }
 }
 END_TEST
@@ -298,6 +338,7 @@ int main(void)
     TCase *tc = tcase_create("store");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_shard_create);
+    tcase_add_test(tc, test_shard_adopt);
     tcase_add_test(tc, test_unregistered);
     tcase_add_test(tc, test_put_get_free);
     tcase_add_test(tc, test_bytes_and_replace);

@@ -307,6 +307,26 @@ static sm_err sm_cg_take(sm_comm_grpc *c, uint64_t seq, int32_t src, int w, int 
 
 /* ---- reductions ------------------------------------------------------------- */
 
+/* A reduction whose members all live on this worker: they reduce among
+ * themselves in shared memory (sm_rendezvous_reduce), every member doing
+ * its share, with no scratch copy. */
+static sm_err sm_cg_reduce_local(sm_comm_grpc *c, const sm_comm_group *g, uint64_t seq,
+                                 sm_cg_kind kind, sm_dtype t, sm_kern_reduce_op op, const void *in,
+                                 void *out, int64_t n, char *err, size_t errlen)
+{
+    const sm_rendezvous_key k = {
+        .g = g, .seq = seq, .size = g->size, .index = g->rank, .kind = (int)kind, .arg = n};
+    sm_rendezvous_slot *s;
+    sm_err e = sm_rendezvous_join(c->rv, &k, in, out, &c->deadline, &s, err, errlen);
+    if (e) /* as sm_cg_join */
+        return sm_cg_failf(c, SM_EINVAL, err, errlen, "%s", err);
+    e = sm_rendezvous_reduce(c->rv, s, g->rank, kind == SM_CG_RS, t, op, n, err, errlen);
+    if (e)
+        sm_cg_abort(c, err);
+    sm_rendezvous_leave(c->rv, s);
+    return e;
+}
+
 /* all_reduce (one chunk everyone needs) and reduce_scatter (size chunks,
  * rank r needs chunk r): partial per worker, combined in worker order. */
 static sm_err sm_cg_reduce(sm_comm_grpc *c, const sm_comm_group *g, uint64_t seq, sm_cg_kind kind,
@@ -323,6 +343,10 @@ static sm_err sm_cg_reduce(sm_comm_grpc *c, const sm_comm_group *g, uint64_t seq
         goto out;
     }
     sm_cg_layout_make(c, g, L);
+    if (L->nw == 1) {
+        e = sm_cg_reduce_local(c, g, seq, kind, t, op, in, out, n, err, errlen);
+        goto out;
+    }
     size_t el = sm_dtype_size(t);
     int64_t cb = n * (int64_t)el, nch = kind == SM_CG_RS ? g->size : 1;
     if ((e = sm_cg_join(c, g, L, seq, kind, n, in, &s, err, errlen)))

@@ -370,12 +370,11 @@ static sm_err sm_jobs_store(sm_jobs *j, const sm_svc_run_job_req *req, uint64_t 
         ids[l] = devs[l].dev;
     for (; r < p->nreturns && !e; r++) {
         int made = 0;
-        for (; made < nlocal && !e; made++) {
-            const sm_array *a = devs[made].out[r];
-            if ((e = sm_store_shard_create(a->dtype, &a->shape, &sh[made], err, errlen)))
+        int64_t nb = 0;
+        for (; made < nlocal && !e; made++) { /* the results' buffers become the shards */
+            if ((e = sm_store_shard_adopt(&devs[made].out[r], &sh[made], err, errlen)))
                 break;
-            if (a->nbytes)
-                memcpy(sh[made]->data, a->data, (size_t)a->nbytes);
+            nb += sh[made]->nbytes;
         }
         if (!e)
             e = sm_store_put(j->store, epoch, req->outputs[r], nlocal, ids, sh, err, errlen);
@@ -384,8 +383,7 @@ static sm_err sm_jobs_store(sm_jobs *j, const sm_svc_run_job_req *req, uint64_t 
                 sm_store_shard_release(sh[l]);
             break;
         }
-        for (int l = 0; l < nlocal; l++)
-            *bytes += devs[l].out[r]->nbytes;
+        *bytes += nb;
     }
     if (e)
         for (int q = 0; q < r; q++)

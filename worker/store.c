@@ -84,6 +84,32 @@ sm_err sm_store_shard_copy(const sm_store_shard *src, sm_store_shard **out, char
     return SM_OK;
 }
 
+sm_err sm_store_shard_adopt(sm_array **a, sm_store_shard **out, char *err, size_t errlen)
+{
+    sm_array *x = *a;
+    if (!x->data || (uintptr_t)x->data % SM_STORE_ALIGN) {
+        sm_err e = sm_store_shard_create(x->dtype, &x->shape, out, err, errlen);
+        if (e)
+            return e;
+        if (x->nbytes)
+            memcpy((*out)->data, x->data, (size_t)x->nbytes);
+    } else {
+        sm_store_shard *sh = calloc(1, sizeof *sh);
+        if (!sh)
+            return sm_fail(err, errlen, SM_ERESOURCE, "out of memory for a shard header");
+        sh->dtype = x->dtype;
+        sh->shape = x->shape;
+        sh->nbytes = x->nbytes;
+        sh->data = x->data;
+        sh->refs = 1;
+        x->data = NULL;
+        *out = sh;
+    }
+    sm_array_free(x);
+    *a = NULL;
+    return SM_OK;
+}
+
 sm_store_shard *sm_store_shard_ref(sm_store_shard *sh)
 {
     __atomic_add_fetch(&sh->refs, 1, __ATOMIC_RELAXED);

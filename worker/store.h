@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sm_array.h"
 #include "sm_dtype.h"
 #include "sm_err.h"
 #include "sm_info.h"
@@ -54,6 +55,12 @@ sm_err sm_store_shard_create(sm_dtype t, const sm_shape *s, sm_store_shard **out
 /* A new shard (one reference) with a copy of src's dtype, shape and bytes. */
 sm_err sm_store_shard_copy(const sm_store_shard *src, sm_store_shard **out, char *err,
                            size_t errlen);
+/* A new shard (one reference) holding the bytes of *a without a copy: it
+ * takes over a's data (a malloc-family buffer, as sm_array_create makes;
+ * copied instead if it is not SM_STORE_ALIGN-aligned or a is empty). On
+ * success *a is freed and set to NULL; on failure (SM_ERESOURCE) it is left
+ * as it was. */
+sm_err sm_store_shard_adopt(sm_array **a, sm_store_shard **out, char *err, size_t errlen);
 /* Adds a reference; returns sh. */
 sm_store_shard *sm_store_shard_ref(sm_store_shard *sh);
 /* Drops a reference, freeing the shard with the last one. NULL ok. */

@@ -33,6 +33,8 @@ void *sm_array_data_alloc(size_t n, int zero)
 #endif
     if (zero)
         memset(p, 0, padded);
+    else /* only the padding past the data */
+        memset((char *)p + n, 0, padded - n);
     return p;
 }
 

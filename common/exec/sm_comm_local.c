@@ -92,34 +92,10 @@ static sm_err sm_cl_join(sm_comm_local *c, const sm_comm_group *g, uint64_t seq,
     return e;
 }
 
-/* out[0..n) = reduction in rank order of in[r] + off elements. */
-static sm_err sm_cl_reduce(const sm_rendezvous_slot *s, sm_dtype t, sm_kern_reduce_op op,
-                           int64_t off, void *out, int64_t n, char *err, size_t errlen)
-{
-    size_t el = sm_dtype_size(t);
-    if (n == 0)
-        return SM_OK;
-    memcpy(out, (const char *)s->in[0] + (size_t)off * el, (size_t)n * el);
-    for (int r = 1; r < s->size; r++) {
-        sm_err e = sm_kern_accumulate(t, out, (const char *)s->in[r] + (size_t)off * el, n, op, err,
-                                      errlen);
-        if (e)
-            return e;
-    }
-    return SM_OK;
-}
-
-/* Chunk r of n elements split over size members: [*lo, *hi). */
-static void sm_cl_chunk(int64_t n, int size, int r, int64_t *lo, int64_t *hi)
-{
-    *lo = n * r / size;
-    *hi = n * (r + 1) / size;
-}
-
-/* Each member reduces its own chunk (in rank order, so the result is the
- * same as reducing everything in rank order) into its own output, then
- * copies the other chunks from its peers' outputs. A failed reduction
- * fails every member. */
+/* Each member reduces its share of the elements (in rank order, so the
+ * result is the same as reducing everything in rank order) and writes it to
+ * every member's output (sm_rendezvous_reduce). A failed reduction fails
+ * every member. */
 static sm_err sm_cl_all_reduce(void *ctx, const sm_comm_group *g, uint64_t seq, sm_dtype t,
                                sm_kern_reduce_op op, const void *in, void *out, int64_t n,
                                char *err, size_t errlen)
@@ -129,19 +105,7 @@ static sm_err sm_cl_all_reduce(void *ctx, const sm_comm_group *g, uint64_t seq, 
     sm_err e = sm_cl_join(c, g, seq, SM_CL_ALL_REDUCE, n, in, out, &s, err, errlen);
     if (e)
         return e;
-    size_t el = sm_dtype_size(t);
-    int64_t lo, hi;
-    sm_cl_chunk(n, s->size, g->rank, &lo, &hi);
-    e = sm_cl_reduce(s, t, op, lo, (char *)out + (size_t)lo * el, hi - lo, err, errlen);
-    if (sm_rendezvous_mid(c->rv, s, e != SM_OK) && !e) /* every member fails alike */
-        e = sm_fail(err, errlen, SM_EUNSUPPORTED, "all-reduce of %s failed on a peer",
-                    sm_dtype_name(t));
-    for (int r = 0; r < s->size && !e; r++) {
-        sm_cl_chunk(n, s->size, r, &lo, &hi);
-        if (r != g->rank && hi > lo)
-            memcpy((char *)out + (size_t)lo * el, (const char *)s->out[r] + (size_t)lo * el,
-                   (size_t)(hi - lo) * el);
-    }
+    e = sm_rendezvous_reduce(c->rv, s, g->rank, 0, t, op, n, err, errlen);
     sm_rendezvous_leave(c->rv, s);
     return e;
 }
@@ -155,7 +119,7 @@ static sm_err sm_cl_reduce_scatter(void *ctx, const sm_comm_group *g, uint64_t s
     sm_err e = sm_cl_join(c, g, seq, SM_CL_REDUCE_SCATTER, n, in, out, &s, err, errlen);
     if (e)
         return e;
-    e = sm_cl_reduce(s, t, op, (int64_t)g->rank * n, out, n, err, errlen);
+    e = sm_rendezvous_reduce(c->rv, s, g->rank, 1, t, op, n, err, errlen);
     sm_rendezvous_leave(c->rv, s);
     return e;
 }

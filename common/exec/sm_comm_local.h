@@ -4,14 +4,16 @@
  *
  * Each collective is a rendezvous (sm_rendezvous.h) keyed by (sequence number, rank-0 mesh
  * position): members publish their input pointers and wait at a first
- * barrier; then each computes its own output by reading its peers' inputs
- * directly (a reduce-scatter member reduces only its own chunk, in rank
- * order); a second barrier keeps every input alive until all members have
- * read it. Any op sequence in which every device issues the same
- * collectives in the same order completes. A member blocked at the first
- * barrier returns SM_ECANCELLED once the job is aborted (sm_comm.abort) and
- * SM_ETIMEOUT when its peers have not all arrived within the timeout (which
- * also aborts the job, releasing the others with SM_ETIMEOUT).
+ * barrier; then each reads its peers' inputs directly: a data-moving member
+ * fills its own output, an all-reduce member reduces its share of the
+ * elements (in rank order) into every member's output, and a reduce-scatter
+ * member reduces only its own chunk; a second barrier keeps every buffer
+ * alive until all members are done with it. Any op sequence in which every
+ * device issues the same collectives in the same order completes. A member
+ * blocked at the first barrier returns SM_ECANCELLED once the job is aborted
+ * (sm_comm.abort) and SM_ETIMEOUT when its peers have not all arrived within
+ * the timeout (which also aborts the job, releasing the others with
+ * SM_ETIMEOUT).
  *
  * Ownership: sm_comm_local_create returns a context owned by the caller,
  * freed by sm_comm_local_free once no thread uses it. All ops are

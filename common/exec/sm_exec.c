@@ -137,6 +137,30 @@ static sm_exec_fn sm_exec_fn_of(sm_op_kind k)
     return NULL;
 }
 
+/* 1 if the handler of kind writes every element of its result, so the
+ * result need not be zero-filled first: dot and matmul (sm_kern_matmul
+ * writes all of out, zeros for an empty contraction) and the collectives
+ * that exchange data (sm_comm fills all of out, zeros for a ppermute member
+ * that is no destination, or a staging buffer then transposed into out). */
+static int sm_exec_writes_all(sm_op_kind k)
+{
+    switch (k) {
+    case SM_OP_DOT:
+    case SM_OP_MATMUL:
+    case SM_OP_PSUM:
+    case SM_OP_PMEAN:
+    case SM_OP_PMAX:
+    case SM_OP_PMIN:
+    case SM_OP_ALL_GATHER:
+    case SM_OP_PSUM_SCATTER:
+    case SM_OP_PPERMUTE:
+    case SM_OP_ALL_TO_ALL:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 /* "file:line:col: " or "" into buf. */
 static const char *sm_exec_where_str(const sm_program *p, int line, int col, char *buf, size_t len)
 {
@@ -205,8 +229,12 @@ sm_err sm_exec_run_plan(const sm_exec_plan *plan, int mesh_pos, const sm_comm *c
         sm_array *out = NULL;
         if (!fn) {
             e = sm_fail(msg, sizeof msg, SM_EUNIMPLEMENTED, "no kernel for this op");
-        } else if (!(e = sm_array_create(rv->dtype, &rv->shape, &out, msg, sizeof msg))) {
-            e = fn(&x, op, in, out, msg, sizeof msg);
+        } else {
+            e = sm_exec_writes_all(op->kind)
+                    ? sm_array_create_uninit(rv->dtype, &rv->shape, &out, msg, sizeof msg)
+                    : sm_array_create(rv->dtype, &rv->shape, &out, msg, sizeof msg);
+            if (!e)
+                e = fn(&x, op, in, out, msg, sizeof msg);
         }
         if (e) {
             sm_array_free(out);

@@ -16,8 +16,9 @@ typedef struct {
     int *members; /* scratch: room for p->mesh.ndevices positions */
 } sm_exec_ctx;
 
-/* A handler fills out (already allocated, zeroed, with the dtype and block
- * shape of the op's result value) from the operands in[0..op->noperands).
+/* A handler fills out (already allocated with the dtype and block shape of
+ * the op's result value; zeroed unless sm_exec.c lists the op as writing
+ * every element) from the operands in[0..op->noperands).
  * Messages need not name the op or device: the caller prefixes them. */
 typedef sm_err (*sm_exec_fn)(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
                              char *err, size_t errlen);

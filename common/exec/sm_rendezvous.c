@@ -5,6 +5,11 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+/* Bytes of each operand per pass of sm_rendezvous_reduce: the inputs' block
+ * and the combined block stay in L2 while the block is copied out. */
+#define SM_RENDEZVOUS_BLOCK_BYTES (64 * 1024)
 
 struct sm_rendezvous {
     pthread_mutex_t mu;
@@ -240,4 +245,50 @@ void sm_rendezvous_leave(sm_rendezvous *r, sm_rendezvous_slot *s)
         sm_rendezvous_slot_free(s);
     }
     pthread_mutex_unlock(&r->mu);
+}
+
+/* Elements [lo, hi) of the reduction of the members' inputs (read from
+ * element off + lo on), written to out (which receives element lo at its
+ * start) and, if all, copied block by block from there to the same
+ * elements of every member's output but self's. */
+static sm_err sm_rendezvous_reduce_range(const sm_rendezvous_slot *s, sm_dtype t,
+                                         sm_kern_reduce_op op, int64_t off, int64_t lo, int64_t hi,
+                                         void *out, int self, int all, char *err, size_t errlen)
+{
+    size_t el = sm_dtype_size(t);
+    int64_t blk = SM_RENDEZVOUS_BLOCK_BYTES / (int64_t)el;
+    for (int64_t b = lo; b < hi; b += blk) {
+        int64_t m = hi - b < blk ? hi - b : blk;
+        size_t src = (size_t)(off + b) * el, dst = (size_t)(b - lo) * el, len = (size_t)m * el;
+        char *d = (char *)out + dst;
+        sm_err e = SM_OK;
+        if (s->size == 1)
+            memcpy(d, (const char *)s->in[0] + src, len);
+        else
+            e = sm_kern_combine(t, d, (const char *)s->in[0] + src, (const char *)s->in[1] + src, m,
+                                op, err, errlen);
+        for (int q = 2; q < s->size && !e; q++)
+            e = sm_kern_accumulate(t, d, (const char *)s->in[q] + src, m, op, err, errlen);
+        if (e)
+            return e;
+        for (int q = 0; all && q < s->size; q++)
+            if (q != self)
+                memcpy((char *)s->out[q] + (size_t)b * el, d, len);
+    }
+    return SM_OK;
+}
+
+sm_err sm_rendezvous_reduce(sm_rendezvous *r, sm_rendezvous_slot *s, int index, int scatter,
+                            sm_dtype t, sm_kern_reduce_op op, int64_t n, char *err, size_t errlen)
+{
+    if (scatter)
+        return sm_rendezvous_reduce_range(s, t, op, (int64_t)index * n, 0, n, s->out[index], index,
+                                          0, err, errlen);
+    int64_t lo = n * index / s->size, hi = n * (index + 1) / s->size;
+    char *mine = (char *)s->out[index] + (size_t)lo * sm_dtype_size(t);
+    sm_err e = sm_rendezvous_reduce_range(s, t, op, 0, lo, hi, mine, index, 1, err, errlen);
+    if (sm_rendezvous_mid(r, s, e != SM_OK) && !e) /* every member fails alike */
+        e = sm_fail(err, errlen, SM_EUNSUPPORTED, "%s of %s failed on a peer",
+                    r->cfg.names[s->kind], sm_dtype_name(t));
+    return e;
 }

@@ -94,6 +94,21 @@ void sm_rendezvous_publish(sm_rendezvous *r, sm_rendezvous_slot *s, const void *
  * published ok, else the abort's error. The publisher must not block for
  * long. */
 sm_err sm_rendezvous_wait_shared(sm_rendezvous *r, sm_rendezvous_slot *s, char *err, size_t errlen);
+/* A reduction among the members of slot s, in index order (in[0] op in[1]
+ * op ...) whoever computes which element, so results are bitwise the same on
+ * every run. Called by every member, with its index, between join and
+ * leave, after joining with an output that does not overlap any input.
+ * All-reduce (scatter 0): inputs and outputs hold n elements of t; each
+ * member reduces its share of the elements (n split evenly in index order)
+ * and writes it to every member's output, block by block while the block is
+ * in cache, so every member works and every output element is written once.
+ * A failure on any member fails every member (this calls
+ * sm_rendezvous_mid). Reduce-scatter (scatter 1): inputs hold size chunks of
+ * n elements; the member reduces chunk index into its own output. Returns
+ * SM_OK, or SM_EUNSUPPORTED (a dtype the reduction does not support) with a
+ * sentence in err. */
+sm_err sm_rendezvous_reduce(sm_rendezvous *r, sm_rendezvous_slot *s, int index, int scatter,
+                            sm_dtype t, sm_kern_reduce_op op, int64_t n, char *err, size_t errlen);
 /* Second barrier: waits until every member is done with the slot, then the
  * last one out frees it. Members must not block between join and leave for
  * longer than bounded waits. */

@@ -167,6 +167,10 @@ sm_err sm_kern_reduce(sm_kern_reduce_op op, sm_dtype t, const void *x, const sm_
  * for sm_kern_reduce. dst and src must not overlap. For collectives. */
 sm_err sm_kern_accumulate(sm_dtype t, void *dst, const void *src, int64_t n, sm_kern_reduce_op op,
                           char *err, size_t errlen);
+/* dst[i] = op(a[i], b[i]) for i < n: the same values as copying a to dst and
+ * accumulating b, in one pass. dst must not overlap a or b. */
+sm_err sm_kern_combine(sm_dtype t, void *dst, const void *a, const void *b, int64_t n,
+                       sm_kern_reduce_op op, char *err, size_t errlen);
 /* x[i] *= factor for i < n (f32 f64); pmean is psum then scale by 1/size. */
 sm_err sm_kern_scale(sm_dtype t, void *x, int64_t n, double factor, char *err, size_t errlen);
 
@@ -176,7 +180,8 @@ sm_err sm_kern_scale(sm_dtype t, void *x, int64_t n, double factor, char *err, s
  * (OpenBLAS gemm) and i32 i64 (loops, wrapping). trans_a says a's last two
  * dims are stored transposed (a is used as swapaxes(a, -1, -2)); likewise
  * trans_b; ignored for rank-1 operands. No copy is made: transposes fold
- * into the gemm call. */
+ * into the gemm call. Every element of out is written (zeros for an empty
+ * contraction), so out need not be zeroed first; likewise for dot. */
 sm_err sm_kern_matmul_shape(const sm_shape *as, int trans_a, const sm_shape *bs, int trans_b,
                             sm_shape *out, char *err, size_t errlen);
 sm_err sm_kern_matmul(sm_dtype t, const void *a, const sm_shape *as, int trans_a, const void *b,

@@ -297,7 +297,9 @@ sm_err sm_kern_reduce(sm_kern_reduce_op op, sm_dtype t, const void *x, const sm_
 
 /* ---- collective helpers --------------------------------------------------------------------- */
 
-/* One typed accumulate loop per (dtype, op), restrict parameters. */
+/* Two typed loops per (dtype, op), restrict parameters: accumulate
+ * (d op= s) and combine (d = a op b, one pass instead of a copy and an
+ * accumulate). */
 #define SMK_ACC_DEF(name, T, A, COMB)                                                              \
     static inline void name##_r(T *restrict d, const T *restrict s, int64_t n)                     \
     {                                                                                              \
@@ -309,6 +311,18 @@ sm_err sm_kern_reduce(sm_kern_reduce_op op, sm_dtype t, const void *x, const sm_
     static void name(void *d, const void *s, int64_t n)                                            \
     {                                                                                              \
         name##_r(d, s, n);                                                                         \
+    }                                                                                              \
+    static inline void name##_cr(T *restrict d, const T *restrict x, const T *restrict y,          \
+                                 int64_t n)                                                        \
+    {                                                                                              \
+        SMK_FOR(i, n, {                                                                            \
+            A a = (A)x[i], v = (A)y[i];                                                            \
+            d[i] = (T)COMB(a, v);                                                                  \
+        });                                                                                        \
+    }                                                                                              \
+    static void name##_c(void *d, const void *x, const void *y, int64_t n)                         \
+    {                                                                                              \
+        name##_cr(d, x, y, n);                                                                     \
     }
 SMK_ACC_DEF(acc_sum_f32, float, float, SMK_ADD)
 SMK_ACC_DEF(acc_sum_f64, double, double, SMK_ADD)
@@ -326,28 +340,31 @@ SMK_ACC_DEF(acc_min_i32, int32_t, int32_t, SMK_IMIN)
 SMK_ACC_DEF(acc_min_i64, int64_t, int64_t, SMK_IMIN)
 SMK_ACC_DEF(acc_min_u8, uint8_t, uint8_t, SMK_IMIN)
 
-typedef void (*smk_acc_fn)(void *d, const void *s, int64_t n);
-#define SMK_ACC_FN(f) (f)
+typedef struct {
+    void (*acc)(void *d, const void *s, int64_t n);
+    void (*comb)(void *d, const void *x, const void *y, int64_t n);
+} smk_acc_kit;
+#define SMK_ACC_KIT(f) ((smk_acc_kit){f, f##_c})
 
-/* Bool max/min are u8 max/min; bool sum is not defined. */
-static smk_acc_fn acc_fn(sm_kern_reduce_op op, sm_dtype t)
+/* Bool max/min are u8 max/min; bool sum is not defined (a NULL kit). */
+static smk_acc_kit acc_kit(sm_kern_reduce_op op, sm_dtype t)
 {
 #define SMK_ACC_ROW(OP)                                                                            \
     switch (t) {                                                                                   \
     case SM_F32:                                                                                   \
-        return SMK_ACC_FN(acc_##OP##_f32);                                                         \
+        return SMK_ACC_KIT(acc_##OP##_f32);                                                        \
     case SM_F64:                                                                                   \
-        return SMK_ACC_FN(acc_##OP##_f64);                                                         \
+        return SMK_ACC_KIT(acc_##OP##_f64);                                                        \
     case SM_I32:                                                                                   \
-        return SMK_ACC_FN(acc_##OP##_i32);                                                         \
+        return SMK_ACC_KIT(acc_##OP##_i32);                                                        \
     case SM_I64:                                                                                   \
-        return SMK_ACC_FN(acc_##OP##_i64);                                                         \
+        return SMK_ACC_KIT(acc_##OP##_i64);                                                        \
     case SM_U8:                                                                                    \
-        return SMK_ACC_FN(acc_##OP##_u8);                                                          \
+        return SMK_ACC_KIT(acc_##OP##_u8);                                                         \
     case SM_BOOL:                                                                                  \
-        return op == SM_KERN_SUM ? NULL : SMK_ACC_FN(acc_##OP##_u8);                               \
+        return op == SM_KERN_SUM ? (smk_acc_kit){0} : SMK_ACC_KIT(acc_##OP##_u8);                  \
     default:                                                                                       \
-        return NULL;                                                                               \
+        return (smk_acc_kit){0};                                                                   \
     }
     switch (op) {
     case SM_KERN_SUM:
@@ -357,19 +374,34 @@ static smk_acc_fn acc_fn(sm_kern_reduce_op op, sm_dtype t)
     case SM_KERN_MIN:
         SMK_ACC_ROW(min)
     default:
-        return NULL;
+        return (smk_acc_kit){0};
     }
 #undef SMK_ACC_ROW
+}
+
+static sm_err acc_unsupported(sm_kern_reduce_op op, sm_dtype t, char *err, size_t errlen)
+{
+    return sm_fail(err, errlen, SM_EUNSUPPORTED, "accumulate %s does not support dtype %s",
+                   sm_kern_reduce_name(op), sm_dtype_name(t));
 }
 
 sm_err sm_kern_accumulate(sm_dtype t, void *dst, const void *src, int64_t n, sm_kern_reduce_op op,
                           char *err, size_t errlen)
 {
-    smk_acc_fn fn = acc_fn(op, t);
-    if (!fn)
-        return sm_fail(err, errlen, SM_EUNSUPPORTED, "accumulate %s does not support dtype %s",
-                       sm_kern_reduce_name(op), sm_dtype_name(t));
-    fn(dst, src, n);
+    smk_acc_kit kit = acc_kit(op, t);
+    if (!kit.acc)
+        return acc_unsupported(op, t, err, errlen);
+    kit.acc(dst, src, n);
+    return SM_OK;
+}
+
+sm_err sm_kern_combine(sm_dtype t, void *dst, const void *a, const void *b, int64_t n,
+                       sm_kern_reduce_op op, char *err, size_t errlen)
+{
+    smk_acc_kit kit = acc_kit(op, t);
+    if (!kit.comb)
+        return acc_unsupported(op, t, err, errlen);
+    kit.comb(dst, a, b, n);
     return SM_OK;
 }
 
