@@ -19,7 +19,7 @@
  * bench/run.sh (the figure names start "<op> <MiB>" so run.sh pairs them
  * with the Open MPI rows).
  *
- *   bench_coll [--sizes 1,16,64] [--runs 5] [--worker PATH]
+ *   bench_coll [--sizes 1,16,64] [--runs 5] [--ops psum,...] [--worker PATH]
  *
  * The worker binary defaults to ../worker/shmap-worker next to this
  * program (the build tree). */
@@ -312,6 +312,23 @@ static int bc_job(bc_cluster *c, bc_op op, int64_t rows, int R, uint64_t input, 
     return rc;
 }
 
+/* Parses a comma-separated list of op names into a bit set; 0 if bad. */
+static unsigned bc_parse_ops(const char *s)
+{
+    unsigned set = 0;
+    while (*s) {
+        size_t n = strcspn(s, ",");
+        int op = 0;
+        while (op < BC_NOPS && (strlen(bc_names[op]) != n || strncmp(bc_names[op], s, n)))
+            op++;
+        if (op == BC_NOPS)
+            return 0;
+        set |= 1u << op;
+        s += n + (s[n] == ',');
+    }
+    return set;
+}
+
 static int bc_parse_sizes(const char *s, long *sizes, int max)
 {
     int n = 0;
@@ -332,24 +349,27 @@ int main(int argc, char **argv)
 {
     long sizes[16] = {1, 16, 64};
     int nsizes = 3, runs = 5;
+    unsigned ops = (1u << BC_NOPS) - 1;
     char bin[PATH_MAX] = "", err[1024];
-    static const struct option opts[] = {{"sizes", required_argument, 0, 's'},
-                                         {"runs", required_argument, 0, 'r'},
-                                         {"worker", required_argument, 0, 'w'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    for (int ch; (ch = getopt_long(argc, argv, "s:r:w:h", opts, NULL)) != -1;) {
+    static const struct option opts[] = {
+        {"sizes", required_argument, 0, 's'}, {"runs", required_argument, 0, 'r'},
+        {"ops", required_argument, 0, 'o'},   {"worker", required_argument, 0, 'w'},
+        {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
+    for (int ch; (ch = getopt_long(argc, argv, "s:r:o:w:h", opts, NULL)) != -1;) {
         if (ch == 's' && (nsizes = bc_parse_sizes(optarg, sizes, 16)) > 0)
             continue;
         if (ch == 'r' && (runs = atoi(optarg)) >= 1 && runs <= BC_MAX_RUN)
+            continue;
+        if (ch == 'o' && (ops = bc_parse_ops(optarg)))
             continue;
         if (ch == 'w') {
             snprintf(bin, sizeof bin, "%s", optarg);
             continue;
         }
-        printf("usage: bench_coll [--sizes 1,16,64] [--runs 5] [--worker PATH]\n"
+        printf("usage: bench_coll [--sizes 1,16,64] [--runs 5] [--ops psum,...] [--worker PATH]\n"
                "Collectives across 2 shmap-worker processes x 2 devices (RunJob + Exchange);\n"
-               "sizes in MiB per device, runs in 1..%d.\n",
+               "sizes in MiB per device, runs in 1..%d, ops among psum, all_gather,\n"
+               "psum_scatter, all_to_all and ppermute (default: all).\n",
                BC_MAX_RUN);
         return ch == 'h' ? 0 : 2;
     }
@@ -410,6 +430,8 @@ int main(int argc, char **argv)
             int64_t r = op == BC_ALL_GATHER ? rows / BC_N : rows;
             uint64_t in = op == BC_ALL_GATHER ? quarter : full;
             int bad = 0;
+            if (!(ops & (1u << op)))
+                continue;
             for (int k = 0; k < runs && !bad; k++)
                 bad = bc_job(&c, op, r, 1, in, &t1[k], err, sizeof err) ||
                       bc_job(&c, op, r, 1 + BC_K, in, &t2[k], err, sizeof err);

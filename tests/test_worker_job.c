@@ -902,37 +902,47 @@ START_TEST(test_mailbox_rx)
                              .data = data,
                              .len = 5,
                              .total_bytes = rows[k].total};
-        sm_err e = sm_mailbox_rx_feed(&rx, &m, &job, &b, &done, err, sizeof err);
+        sm_err e = sm_mailbox_rx_feed(&rx, &m, NULL, &job, &b, &done, err, sizeof err);
         if (!e) {
+            char *own = malloc(5); /* the second chunk is handed over, not copied */
+            memcpy(own, data + 5, 5);
             m = (sm_svc_coll_msg){.job_id = {5},
                                   .seq = 2,
                                   .src_device = rows[k].src2,
                                   .dst_device = -1,
                                   .offset = rows[k].off2,
-                                  .data = data + 5,
+                                  .data = own,
                                   .len = 5,
                                   .total_bytes = rows[k].total,
                                   .last = 1,
                                   .checksum = sum ^ rows[k].sum};
-            e = sm_mailbox_rx_feed(&rx, &m, &job, &b, &done, err, sizeof err);
+            e = sm_mailbox_rx_feed(&rx, &m, own, &job, &b, &done, err, sizeof err);
         }
         ck_assert_msg(e == rows[k].want, "row %zu: %s (%s)", k, sm_err_name(e), err);
         if (!e) {
-            ck_assert(done && b && b->len == 10 && !memcmp(b->data, data, 10));
+            char got10[10];
+            ck_assert(done && b && b->len == 10 && b->npieces == 2);
+            sm_mailbox_blob_copy(b, 0, got10, 10);
+            ck_assert(!memcmp(got10, data, 10));
+            sm_mailbox_blob_copy(b, 3, got10, 4); /* across the two pieces */
+            ck_assert(!memcmp(got10, data + 3, 4));
+            ck_assert(sm_mailbox_blob_aligned(b, 5) && !sm_mailbox_blob_aligned(b, 2));
             sm_mailbox *box;
             struct timespec dl;
             clock_gettime(CLOCK_MONOTONIC, &dl);
             ck_assert(sm_mailbox_create(0, &box, err, sizeof err) == SM_OK);
             ck_assert(sm_mailbox_put(box, b, err, sizeof err) == SM_OK);
             sm_mailbox_blob *got;
-            ck_assert(sm_mailbox_take(box, 2, 7, 1, &dl, &got, err, sizeof err) == SM_OK);
+            ck_assert_int_eq(sm_mailbox_take(box, 2, 7, 3, 1, &dl, &got, err, sizeof err),
+                             SM_ETIMEOUT); /* another destination */
+            ck_assert(sm_mailbox_take(box, 2, 7, -1, 1, &dl, &got, err, sizeof err) == SM_OK);
             ck_assert_int_eq(sm_mailbox_bytes(box), 10);
             sm_mailbox_release(box, got);
             ck_assert_int_eq(sm_mailbox_bytes(box), 0);
-            ck_assert_int_eq(sm_mailbox_take(box, 2, 7, 1, &dl, &got, err, sizeof err),
+            ck_assert_int_eq(sm_mailbox_take(box, 2, 7, -1, 1, &dl, &got, err, sizeof err),
                              SM_ETIMEOUT);
             sm_mailbox_abort(box, SM_ECANCELLED, "job 5 was cancelled");
-            ck_assert_int_eq(sm_mailbox_take(box, 2, 7, 1, &dl, &got, err, sizeof err),
+            ck_assert_int_eq(sm_mailbox_take(box, 2, 7, -1, 1, &dl, &got, err, sizeof err),
                              SM_ECANCELLED);
             sm_mailbox_free(box);
         }
@@ -977,7 +987,13 @@ static sm_err fn_send(void *stream, const sm_svc_coll_msg *m, char *err, size_t 
     sm_job_id job;
     int done;
     ck_assert_int_le(m->len, SM_SVC_CHUNK);
-    sm_err e = sm_mailbox_rx_feed(&st->rx, m, &job, &b, &done, err, errlen);
+    void *own = m->len ? malloc(m->len) : NULL; /* as the Exchange handler hands chunks over */
+    sm_svc_coll_msg mm = *m;
+    if (own) {
+        memcpy(own, m->data, m->len);
+        mm.data = own;
+    }
+    sm_err e = sm_mailbox_rx_feed(&st->rx, &mm, own, &job, &b, &done, err, errlen);
     if (!e && done)
         e = sm_mailbox_put(st->box, b, err, errlen);
     return e;
