@@ -619,10 +619,25 @@ static const struct {
      "    c = ppermute(x, 'k', perm=[(0, 3), (3, 1), (1, 2), (2, 0)])\n"
      "    return a, b, c, psum(x, 'k')\n",
      {{SM_F32, {2, {16, 8}}, 3}}},
+    /* blocks whose element count does not split evenly over the workers
+     * (15 elements: parts of 7 and 8), in every reduction and dtype */
+    {MESH "shard_map f(x: f32[6,10] @ P('i','j')) -> (P('i', None), P('i', None)):\n"
+          "    return psum(x, 'j'), pmax(x, 'j')\n",
+     {{SM_F32, {2, {6, 10}}, 3}}},
+    {MESH "shard_map f(x: i32[6,10] @ P('i','j')) -> (P('i', None), P(None, None)):\n"
+          "    return pmin(x, 'j'), pmean(x, ('j', 'i'))\n",
+     {{SM_I32, {2, {6, 10}}, 3}}},
+    {MESH "shard_map f(x: f64[6,10] @ P('i','j')) -> P(None, None):\n"
+          "    return psum(x, ('j', 'i'))\n",
+     {{SM_F64, {2, {6, 10}}, 3}}},
     /* blocks of 8 MiB: every blob crosses in several chunks */
     {MESH "shard_map f(x: f32[2048,4096] @ P('i','j')) -> (P('i', None), P('i', 'j')):\n"
           "    return psum(x, 'j'), ppermute(x, 'j', perm=[(0, 1), (1, 0)])\n",
      {{SM_F32, {2, {2048, 4096}}, 3}}},
+    /* 8 MiB blocks of an odd element count: the parts split a chunk */
+    {MESH "shard_map f(x: f32[2046,4094] @ P('i','j')) -> P(None, None):\n"
+          "    return psum(x, ('j', 'i'))\n",
+     {{SM_F32, {2, {2046, 4094}}, 3}}},
 };
 
 #define NJOB_CASES ((int)(sizeof job_cases / sizeof job_cases[0]))

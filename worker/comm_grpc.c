@@ -357,6 +357,24 @@ static sm_err sm_cg_peer_failed(sm_comm_grpc *c, uint64_t seq, char *err, size_t
                        (unsigned long long)seq);
 }
 
+/* out = a op b, n elements of t (out overlaps neither): one pass where the
+ * elementwise kernel has the dtype (the same operation as
+ * sm_kern_accumulate, so the same bits), else a copy and an accumulate. */
+static sm_err sm_cg_reduce2(sm_dtype t, sm_kern_reduce_op op, const void *a, const void *b,
+                            void *out, int64_t n, char *err, size_t errlen)
+{
+    sm_kern_binary_op bop = op == SM_KERN_MAX   ? SM_KERN_MAXIMUM
+                            : op == SM_KERN_MIN ? SM_KERN_MINIMUM
+                                                : SM_KERN_ADD;
+    sm_shape s = {1, {n}};
+    if ((op == SM_KERN_SUM || op == SM_KERN_MAX || op == SM_KERN_MIN) &&
+        sm_kern_binary(bop, t, a, &s, b, &s, out, err, errlen) == SM_OK)
+        return SM_OK;
+    if (n)
+        memcpy(out, a, (size_t)n * sm_dtype_size(t));
+    return sm_kern_accumulate(t, out, b, n, op, err, errlen);
+}
+
 /* Part k of n elements split over nw workers: [sm_cg_part(n, nw, k),
  * sm_cg_part(n, nw, k + 1)). */
 static int64_t sm_cg_part(int64_t n, int nw, int k)
@@ -463,8 +481,13 @@ static sm_err sm_cg_all_reduce(void *ctx, const sm_comm_group *g, uint64_t seq, 
     char *acc = s->out[0];
     int64_t lo = n * L->li / L->nlocal, hi = n * (L->li + 1) / L->nlocal;
     if (hi > lo) {
-        memcpy(acc + lo * el, (const char *)s->in[0] + lo * el, (size_t)((hi - lo) * el));
-        for (int l = 1; l < L->nlocal && !e; l++)
+        const char *in0 = (const char *)s->in[0] + lo * el;
+        if (L->nlocal == 1)
+            memcpy(acc + lo * el, in0, (size_t)((hi - lo) * el));
+        else
+            e = sm_cg_reduce2(t, op, in0, (const char *)s->in[1] + lo * el, acc + lo * el, hi - lo,
+                              err, errlen);
+        for (int l = 2; l < L->nlocal && !e; l++)
             e = sm_kern_accumulate(t, acc + lo * el, (const char *)s->in[l] + lo * el, hi - lo, op,
                                    err, errlen);
         if (e)
@@ -517,8 +540,8 @@ static sm_err sm_cg_reduce_scatter(void *ctx, const sm_comm_group *g, uint64_t s
                 e = sm_cg_failf(c, SM_ENOMEM, err, errlen, "out of memory for collective #%llu",
                                 (unsigned long long)seq);
             } else {
-                memcpy(s->scratch, s->in[0], (size_t)(nch * cb));
-                for (int l = 1; l < L->nlocal && !e; l++)
+                e = sm_cg_reduce2(t, op, s->in[0], s->in[1], s->scratch, nch * n, err, errlen);
+                for (int l = 2; l < L->nlocal && !e; l++)
                     e = sm_kern_accumulate(t, s->scratch, s->in[l], nch * n, op, err, errlen);
                 part = s->scratch;
             }
