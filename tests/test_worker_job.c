@@ -978,6 +978,7 @@ typedef struct {
 typedef struct {
     sm_mailbox *box;
     sm_mailbox_rx rx;
+    int nmsg;
 } fake_stream;
 
 static sm_err fn_open(void *user, const char *address, int timeout_ms, void **stream, char *err,
@@ -995,23 +996,42 @@ static sm_err fn_open(void *user, const char *address, int timeout_ms, void **st
     return sm_fail(err, errlen, SM_EUNAVAILABLE, "no worker at %s", address);
 }
 
-static sm_err fn_send(void *stream, const sm_svc_coll_msg *m, char *err, size_t errlen)
+/* Feeds bytes [off, off + len) of m as one message (the last part keeps
+ * m's last flag and checksum), handing a copy over as the Exchange handler
+ * hands chunks over. */
+static sm_err fn_feed(fake_stream *st, const sm_svc_coll_msg *m, size_t off, size_t len, int last,
+                      char *err, size_t errlen)
 {
-    fake_stream *st = stream;
     sm_mailbox_blob *b;
     sm_job_id job;
     int done;
-    ck_assert_int_le(m->len, SM_SVC_CHUNK);
-    void *own = m->len ? malloc(m->len) : NULL; /* as the Exchange handler hands chunks over */
+    void *own = len ? malloc(len) : NULL;
     sm_svc_coll_msg mm = *m;
-    if (own) {
-        memcpy(own, m->data, m->len);
-        mm.data = own;
-    }
+    if (own)
+        memcpy(own, (const char *)m->data + off, len);
+    mm.data = own;
+    mm.len = len;
+    mm.offset = m->offset + (int64_t)off;
+    mm.last = last && m->last;
+    mm.checksum = mm.last ? m->checksum : 0;
     sm_err e = sm_mailbox_rx_feed(&st->rx, &mm, own, &job, &b, &done, err, errlen);
     if (!e && done)
         e = sm_mailbox_put(st->box, b, err, errlen);
     return e;
+}
+
+/* Splits every message in two at a multiple of 8 bytes that changes from
+ * message to message, so that blobs of one collective arrive in pieces of
+ * different layouts. */
+static sm_err fn_send(void *stream, const sm_svc_coll_msg *m, char *err, size_t errlen)
+{
+    fake_stream *st = stream;
+    ck_assert_int_le(m->len, SM_SVC_CHUNK);
+    size_t cut = 8 * (size_t)(1 + st->nmsg++ % 5);
+    if (m->len <= cut)
+        return fn_feed(st, m, 0, m->len, 1, err, errlen);
+    sm_err e = fn_feed(st, m, 0, cut, 0, err, errlen);
+    return e ? e : fn_feed(st, m, cut, m->len - cut, 1, err, errlen);
 }
 
 static sm_err fn_finish(void *stream, char *err, size_t errlen)

@@ -382,6 +382,71 @@ static int64_t sm_cg_part(int64_t n, int nw, int k)
     return n * k / nw;
 }
 
+/* dst op= src over len bytes, both given as runs of bytes (mailbox pieces
+ * or one contiguous run) whose boundaries fall between elements of t. */
+static sm_err sm_cg_acc_runs(sm_dtype t, sm_kern_reduce_op op, const sm_mailbox_piece *dst,
+                             const sm_mailbox_piece *src, int64_t len, char *err, size_t errlen)
+{
+    int64_t el = (int64_t)sm_dtype_size(t), od = 0, os = 0;
+    while (len > 0) {
+        int64_t m = dst->len - od < src->len - os ? dst->len - od : src->len - os;
+        m = m < len ? m : len;
+        sm_err e = sm_kern_accumulate(t, (char *)dst->data + od, (const char *)src->data + os,
+                                      m / el, op, err, errlen);
+        if (e)
+            return e;
+        len -= m;
+        if ((od += m) == dst->len) {
+            dst++;
+            od = 0;
+        }
+        if ((os += m) == src->len) {
+            src++;
+            os = 0;
+        }
+    }
+    return SM_OK;
+}
+
+/* Worker order ks's part of all_reduce: mine (m elements) holds this
+ * worker's partial of the part; on return it holds the partials of every
+ * worker combined in worker order. Worker order 0's partial is the first
+ * operand: when that is a peer's, its received pieces are the accumulator
+ * (the leader is their only reader) and the result is copied into mine. */
+static sm_err sm_cg_ar_combine(sm_comm_grpc *c, const sm_cg_layout *L, uint64_t seq, sm_dtype t,
+                               sm_kern_reduce_op op, int ks, char *mine, int64_t m, char *err,
+                               size_t errlen)
+{
+    int64_t el = (int64_t)sm_dtype_size(t);
+    const int32_t me = L->dev[L->first[ks]];
+    const sm_mailbox_piece own = {mine, m * el};
+    sm_mailbox_blob *first = NULL;
+    sm_err e = SM_OK;
+    for (int k = 0; k < L->nw && !e; k++) {
+        sm_mailbox_blob *b = NULL;
+        if (k == ks) {
+            if (first)
+                e = sm_cg_acc_runs(t, op, first->pieces, &own, m * el, err, errlen);
+            continue;
+        }
+        if ((e = sm_cg_take(c, seq, L->dev[L->first[k]], me, L->order[k], 1, m * el, el, &b, err,
+                            errlen)))
+            break;
+        if (k == 0)
+            first = b;
+        else
+            e = sm_cg_acc_runs(t, op, first ? first->pieces : &own, b->pieces, m * el, err, errlen);
+        if (b != first)
+            sm_mailbox_release(c->box, b);
+    }
+    if (first) {
+        if (!e)
+            sm_mailbox_blob_copy(first, 0, mine, m * el);
+        sm_mailbox_release(c->box, first);
+    }
+    return e;
+}
+
 /* The leader's share of all_reduce across workers: acc holds this worker's
  * partial (n elements). Worker order k reduces part k of every worker's
  * partial in worker order and sends the result to the others, which write
@@ -403,27 +468,9 @@ static sm_err sm_cg_ar_net(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_
             e = sm_cg_push(c, L->order[k], seq, me, L->dev[L->first[k]], &seg, 1, err, errlen);
     }
     int64_t a = sm_cg_part(n, nw, ks), m = sm_cg_part(n, nw, ks + 1) - a;
-    char *mine = acc + a * el, *tmp = NULL;
-    if (!e && ks > 0 && !(tmp = malloc(m > 0 ? (size_t)(m * el) : 1)))
-        e = sm_cg_failf(c, SM_ENOMEM, err, errlen, "out of memory for collective #%llu",
-                        (unsigned long long)seq);
-    char *dst = ks > 0 ? tmp : mine; /* the first term is worker order 0's */
-    for (int k = 0; k < nw && !e; k++) {
-        sm_mailbox_blob *b = NULL;
-        if (k == ks) {
-            if (k > 0)
-                e = sm_kern_accumulate(t, dst, mine, m, op, err, errlen);
-            continue;
-        }
-        if ((e = sm_cg_take(c, seq, L->dev[L->first[k]], me, L->order[k], 1, m * el, el, &b, err,
-                            errlen)))
-            break;
-        e = sm_cg_combine(t, op, k == 0, dst, b, 0, m, err, errlen);
-        sm_mailbox_release(c->box, b);
-    }
-    if (!e && tmp && m)
-        memcpy(mine, tmp, (size_t)(m * el));
-    free(tmp);
+    char *mine = acc + a * el;
+    if (!e)
+        e = sm_cg_ar_combine(c, L, seq, t, op, ks, mine, m, err, errlen);
     sm_comm_grpc_seg seg = {mine, m * el};
     for (int k = 0; k < nw && !e; k++) /* all-gather: the reduced part to every worker */
         if (k != ks)
