@@ -7,7 +7,9 @@
 
 #define SM_ARRAY_ALIGN 64
 
-sm_err sm_array_create(sm_dtype t, const sm_shape *s, sm_array **out, char *err, size_t errlen)
+/* sm_array_create (fill 0) and sm_array_create_uninit (fill -1: none). */
+static sm_err sm_array_alloc(sm_dtype t, const sm_shape *s, int fill, sm_array **out, char *err,
+                             size_t errlen)
 {
     sm_array *a = NULL;
     int64_t nbytes;
@@ -31,13 +33,29 @@ sm_err sm_array_create(sm_dtype t, const sm_shape *s, sm_array **out, char *err,
             a->data = NULL;
             goto nomem;
         }
-        memset(a->data, 0, padded);
+        if (fill >= 0)
+            memset(a->data, fill, padded);
     }
     *out = a;
     return SM_OK;
 nomem:
     free(a);
     return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate an array of %" PRId64 " bytes", nbytes);
+}
+
+sm_err sm_array_create(sm_dtype t, const sm_shape *s, sm_array **out, char *err, size_t errlen)
+{
+    return sm_array_alloc(t, s, 0, out, err, errlen);
+}
+
+sm_err sm_array_create_uninit(sm_dtype t, const sm_shape *s, sm_array **out, char *err,
+                              size_t errlen)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    return sm_array_alloc(t, s, 0xa5, out, err, errlen);
+#else
+    return sm_array_alloc(t, s, -1, out, err, errlen);
+#endif
 }
 
 void sm_array_free(sm_array *a)

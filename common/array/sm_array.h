@@ -21,6 +21,12 @@ typedef struct {
 
 /* Allocates a zero-filled array; *out is owned by the caller (sm_array_free). */
 sm_err sm_array_create(sm_dtype t, const sm_shape *s, sm_array **out, char *err, size_t errlen);
+/* As sm_array_create, but the data is left unset: for an array the caller
+ * overwrites in full (zero-filling a block of tens of MiB costs a pass over
+ * it). Sanitizer builds fill it with 0xa5 bytes, so that a caller that
+ * leaves some unwritten shows up in tests. */
+sm_err sm_array_create_uninit(sm_dtype t, const sm_shape *s, sm_array **out, char *err,
+                              size_t errlen);
 void sm_array_free(sm_array *a);
 
 /* The header of a .npy file: what it holds and where its data starts. */
