@@ -966,6 +966,37 @@ START_TEST(test_mailbox_rx)
 }
 END_TEST
 
+/* A blob sent in one-byte chunks is refused once it has more pieces than
+ * its size allows, before its end. */
+START_TEST(test_mailbox_rx_tiny_chunks)
+{
+    enum { TOTAL = 4096 };
+    static char data[TOTAL];
+    sm_mailbox_rx rx = {0};
+    sm_mailbox_blob *b = NULL;
+    sm_job_id job;
+    int done = 0;
+    char err[256] = "";
+    sm_err e = SM_OK;
+    int64_t k = 0;
+    for (; k < TOTAL && !e; k++) {
+        sm_svc_coll_msg m = {.job_id = {5},
+                             .seq = 3,
+                             .src_device = 1,
+                             .dst_device = -1,
+                             .offset = k,
+                             .data = data + k,
+                             .len = 1,
+                             .total_bytes = TOTAL};
+        e = sm_mailbox_rx_feed(&rx, &m, NULL, &job, &b, &done, err, sizeof err);
+    }
+    ck_assert_msg(e == SM_EINVAL && strstr(err, "chunks"), "%s: %s", sm_err_name(e), err);
+    ck_assert_int_eq(k, SM_MAILBOX_MAX_PIECES + TOTAL / SM_MAILBOX_PIECE_BYTES + 1);
+    ck_assert(!done && !b);
+    sm_mailbox_rx_end(&rx);
+}
+END_TEST
+
 /* ---- comm_grpc across three workers in this process, without gRPC ------------------ */
 
 #define FN_WORKERS 3
@@ -1175,6 +1206,7 @@ int main(void)
     TCase *unit = tcase_create("comm");
     tcase_set_timeout(unit, 60);
     tcase_add_test(unit, test_mailbox_rx);
+    tcase_add_test(unit, test_mailbox_rx_tiny_chunks);
     tcase_add_test(unit, test_comm_three_workers);
     suite_add_tcase(s, unit);
     TCase *inproc = tcase_create("inproc");

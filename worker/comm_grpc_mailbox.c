@@ -259,6 +259,11 @@ static sm_err sm_mailbox_rx_step(sm_mailbox_rx *rx, const sm_svc_coll_msg *m, vo
                        "bytes",
                        b->seq, b->src_device, (long long)m->len, (long long)rx->got,
                        (long long)b->len);
+    if (m->len && b->npieces >= SM_MAILBOX_MAX_PIECES + b->len / SM_MAILBOX_PIECE_BYTES)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "collective #%u from device %d: %lld bytes in more than %lld chunks", b->seq,
+                       b->src_device, (long long)b->len,
+                       (long long)(SM_MAILBOX_MAX_PIECES + b->len / SM_MAILBOX_PIECE_BYTES));
     if (m->len) {
         void *piece = *owned ? *owned : malloc(m->len);
         if (piece && !*owned)

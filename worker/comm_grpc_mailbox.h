@@ -31,6 +31,12 @@
 
 /* Largest blob accepted (bytes). */
 #define SM_MAILBOX_MAX_BLOB ((int64_t)8 << 30)
+/* Most chunks a blob of len bytes may come in: SM_MAILBOX_MAX_PIECES plus
+ * one per SM_MAILBOX_PIECE_BYTES, which bounds the bookkeeping of blobs
+ * sent in tiny chunks (senders cut SM_SVC_CHUNK, and shorter chunks only
+ * at the end of a segment). */
+#define SM_MAILBOX_MAX_PIECES  1024
+#define SM_MAILBOX_PIECE_BYTES 4096
 
 typedef struct sm_mailbox sm_mailbox;
 
@@ -98,7 +104,8 @@ typedef struct {
 
 /* Feeds one message. Checks that a new blob starts at offset 0 with a sane
  * total_bytes, that offsets follow on, that the bytes do not exceed the
- * total, and on the last message the byte count and checksum (SM_EDATALOSS).
+ * total nor come in too many chunks (SM_EINVAL), and on the last message
+ * the byte count and checksum (SM_EDATALOSS).
  * owned: NULL to copy m->data into a new piece, or m->data itself when it
  * is a malloc'd buffer the feed takes as the piece (freed here on error).
  * On SM_OK with *done set, *job and *out are the finished blob (owned by the
