@@ -600,6 +600,12 @@ static const struct {
     {MESH "shard_map f(x: i32[8,16] @ P('i','j')) -> P('i','j'):\n"
           "    return all_to_all(x, ('i', 'j'), 1, 0, tiled=True)\n",
      {{SM_I32, {2, {8, 16}}, 3}}},
+    {MESH "shard_map f(x: f32[16,8] @ P('i','j')) -> P('i','j'):\n"
+          "    return all_to_all(x, ('i', 'j'), 0, 0, tiled=True)\n",
+     {{SM_F32, {2, {16, 8}}, 3}}},
+    {MESH "shard_map f(x: f32[4,8] @ P('i','j')) -> P('i','j'):\n"
+          "    return all_to_all(x, 'j', 0, 0)\n",
+     {{SM_F32, {2, {4, 8}}, 3}}},
     /* matmul_basic */
     {MESH "shard_map matmul_basic(a: f32[8,16] @ P('i','j'), b: f32[16,32] @ "
           "P('j', None)) -> P('i', None):\n"
