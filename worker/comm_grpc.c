@@ -543,8 +543,8 @@ static sm_err sm_cg_all_reduce(void *ctx, const sm_comm_group *g, uint64_t seq, 
     if (sm_rendezvous_mid(c->rv, s, e != SM_OK) && !e)
         e = sm_cg_peer_failed(c, seq, err, errlen);
     if (!e && L->li == 0) {
-        if (L->nw > 1 && n > 0)
-            e = sm_cg_ar_net(c, g, L, seq, t, op, acc, n, err, errlen);
+        if (L->nw > 1 && n > 0 && (e = sm_cg_ar_net(c, g, L, seq, t, op, acc, n, err, errlen)))
+            e = sm_cg_failf(c, e, err, errlen, "%s", err); /* releases the peers (if not yet) */
         sm_rendezvous_publish(c->rv, s, acc, !e);
     } else if (!e) {
         e = sm_rendezvous_wait_shared(c->rv, s, err, errlen); /* the leader's sends are bounded */
