@@ -109,8 +109,9 @@ static int parse_level(const char *s, sm_log_level *out)
  * blocks). One arena (the brk heap) with the mmap threshold at 256 MiB
  * reuses their memory instead; free memory above the trim threshold at the
  * top of the heap still goes back to the system. MALLOC_ARENA_MAX in the
- * environment overrides the arena count (sm_rpc_init then leaves it alone,
- * which is why it is set here before sm_rpc_init starts gRPC's threads). */
+ * environment overrides the arena count; sm_rpc_init leaves the count
+ * alone when that variable is set, which is why it is set here, before
+ * this program starts threads (the core-type re-exec inherits it). */
 #define SM_WORKER_MMAP_THRESHOLD (256 << 20)
 #define SM_WORKER_TRIM_THRESHOLD (512 << 20)
 static void sm_worker_malloc_tune(void)
@@ -143,6 +144,7 @@ int main(int argc, char **argv)
     sigaddset(&sigs, SIGTERM);
     sigaddset(&sigs, SIGINT);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    sm_worker_malloc_tune(); /* before our threads start; kept across the re-exec */
     sm_kern_coretype_setup(argc, argv);
     sm_err e = sm_config_parse(worker_config, CFG_COUNT, cfg, argc, argv, worker_usage, NULL, err,
                                sizeof err);
@@ -181,7 +183,6 @@ int main(int argc, char **argv)
 
     signal(SIGPIPE, SIG_IGN);
 
-    sm_worker_malloc_tune();
     sm_rpc_init();
     mallopt(M_MMAP_THRESHOLD, SM_WORKER_MMAP_THRESHOLD);
     mallopt(M_TRIM_THRESHOLD, SM_WORKER_TRIM_THRESHOLD);
