@@ -15,11 +15,13 @@
  * chained with a slice / tile back to the input shape); the time of one
  * collective is (t(R = 1 + K) - t(R = 1)) / K with medians over --runs
  * jobs, so RunJob, input lookup and output storing cancel out. algbw =
- * S / t, busbw = algbw * factor. Prints a table and SUMMARY lines for
- * bench/run.sh (the figure names start "<op> <MiB>" so run.sh pairs them
- * with the Open MPI rows).
+ * S / t, busbw = algbw * factor. "cpu ms/op" is the workers' CPU time
+ * (user + system, both workers) per collective, taken the same way: on a
+ * machine shared with other work it moves much less than the wall time. Prints a table and SUMMARY
+ * lines for bench/run.sh (the figure names start "<op> <MiB>" so run.sh pairs them with the Open
+ * MPI rows).
  *
- *   bench_coll [--sizes 1,16,64] [--runs 5] [--worker PATH]
+ *   bench_coll [--sizes 1,16,64] [--runs 5] [--ops psum,...] [--worker PATH]
  *
  * The worker binary defaults to ../worker/shmap-worker next to this
  * program (the build tree). */
@@ -257,10 +259,33 @@ static void *bc_run_main(void *arg)
     return NULL;
 }
 
+/* CPU seconds (user + system) the workers have used so far; 0 if unknown. */
+static double bc_workers_cpu(const bc_cluster *c)
+{
+    double s = 0;
+    for (int w = 0; w < BC_WORKERS; w++) {
+        char path[64], buf[1024];
+        snprintf(path, sizeof path, "/proc/%d/stat", (int)c->pid[w]);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        const char *p = strrchr(buf, ')'); /* the fields after the command name */
+        unsigned long long ut = 0, st = 0;
+        if (p &&
+            sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) == 2)
+            s += (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+    }
+    return s;
+}
+
 /* Runs one job (RunJob on both workers at once) and frees its output;
- * *seconds is the wall time until both answered. */
+ * *seconds is the wall time until both answered, *cpu the workers' CPU
+ * seconds meanwhile. */
 static int bc_job(bc_cluster *c, bc_op op, int64_t rows, int R, uint64_t input, double *seconds,
-                  char *err, size_t errlen)
+                  double *cpu, char *err, size_t errlen)
 {
     char text[2048];
     sm_program *p = NULL;
@@ -290,7 +315,7 @@ static int bc_job(bc_cluster *c, bc_op op, int64_t rows, int R, uint64_t input, 
                               .deadline_ms = BC_CALL_MS};
     bc_run r[BC_WORKERS];
     pthread_t th[BC_WORKERS];
-    double t0 = bench_now_s();
+    double c0 = bc_workers_cpu(c), t0 = bench_now_s();
     for (int w = 0; w < BC_WORKERS; w++) {
         r[w] = (bc_run){.c = c, .w = w, .req = &req};
         pthread_create(&th[w], NULL, bc_run_main, &r[w]);
@@ -298,6 +323,7 @@ static int bc_job(bc_cluster *c, bc_op op, int64_t rows, int R, uint64_t input, 
     for (int w = 0; w < BC_WORKERS; w++)
         pthread_join(th[w], NULL);
     *seconds = bench_now_s() - t0;
+    *cpu = bc_workers_cpu(c) - c0;
     sm_program_free(p);
     int rc = 0;
     for (int w = 0; w < BC_WORKERS; w++) {
@@ -310,6 +336,23 @@ static int bc_job(bc_cluster *c, bc_op op, int64_t rows, int R, uint64_t input, 
         sm_svc_worker_free_array(c->ch[w], BC_CALL_MS, out, 0, NULL, ferr, sizeof ferr);
     }
     return rc;
+}
+
+/* Parses a comma-separated list of op names into a bit set; 0 if bad. */
+static unsigned bc_parse_ops(const char *s)
+{
+    unsigned set = 0;
+    while (*s) {
+        size_t n = strcspn(s, ",");
+        int op = 0;
+        while (op < BC_NOPS && (strlen(bc_names[op]) != n || strncmp(bc_names[op], s, n)))
+            op++;
+        if (op == BC_NOPS)
+            return 0;
+        set |= 1u << op;
+        s += n + (s[n] == ',');
+    }
+    return set;
 }
 
 static int bc_parse_sizes(const char *s, long *sizes, int max)
@@ -332,24 +375,27 @@ int main(int argc, char **argv)
 {
     long sizes[16] = {1, 16, 64};
     int nsizes = 3, runs = 5;
+    unsigned ops = (1u << BC_NOPS) - 1;
     char bin[PATH_MAX] = "", err[1024];
-    static const struct option opts[] = {{"sizes", required_argument, 0, 's'},
-                                         {"runs", required_argument, 0, 'r'},
-                                         {"worker", required_argument, 0, 'w'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    for (int ch; (ch = getopt_long(argc, argv, "s:r:w:h", opts, NULL)) != -1;) {
+    static const struct option opts[] = {
+        {"sizes", required_argument, 0, 's'}, {"runs", required_argument, 0, 'r'},
+        {"ops", required_argument, 0, 'o'},   {"worker", required_argument, 0, 'w'},
+        {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
+    for (int ch; (ch = getopt_long(argc, argv, "s:r:o:w:h", opts, NULL)) != -1;) {
         if (ch == 's' && (nsizes = bc_parse_sizes(optarg, sizes, 16)) > 0)
             continue;
         if (ch == 'r' && (runs = atoi(optarg)) >= 1 && runs <= BC_MAX_RUN)
+            continue;
+        if (ch == 'o' && (ops = bc_parse_ops(optarg)))
             continue;
         if (ch == 'w') {
             snprintf(bin, sizeof bin, "%s", optarg);
             continue;
         }
-        printf("usage: bench_coll [--sizes 1,16,64] [--runs 5] [--worker PATH]\n"
+        printf("usage: bench_coll [--sizes 1,16,64] [--runs 5] [--ops psum,...] [--worker PATH]\n"
                "Collectives across 2 shmap-worker processes x 2 devices (RunJob + Exchange);\n"
-               "sizes in MiB per device, runs in 1..%d.\n",
+               "sizes in MiB per device, runs in 1..%d, ops among psum, all_gather,\n"
+               "psum_scatter, all_to_all and ppermute (default: all).\n",
                BC_MAX_RUN);
         return ch == 'h' ? 0 : 2;
     }
@@ -372,8 +418,8 @@ int main(int argc, char **argv)
     printf("collectives over mesh x=%d: %d worker processes x %d devices, f32, K=%d extra "
            "collectives per job, median of %d jobs\n",
            BC_N, BC_WORKERS, BC_DPW, BC_K, runs);
-    printf("%-13s %8s %11s %11s %11s %11s\n", "op", "MiB/dev", "job R=1 ms", "t/op ms",
-           "algbw GB/s", "busbw GB/s");
+    printf("%-13s %8s %11s %11s %11s %11s %11s\n", "op", "MiB/dev", "job R=1 ms", "t/op ms",
+           "algbw GB/s", "busbw GB/s", "cpu ms/op");
     for (int si = 0; si < nsizes; si++) {
         int64_t bytes = (int64_t)sizes[si] << 20;
         int64_t rows = bytes / (BC_COLS * 4);
@@ -406,23 +452,26 @@ int main(int argc, char **argv)
         }
         free(data);
         for (int op = 0; op < BC_NOPS; op++) {
-            double t1[BC_MAX_RUN], t2[BC_MAX_RUN];
+            double t1[BC_MAX_RUN], t2[BC_MAX_RUN], c1[BC_MAX_RUN], c2[BC_MAX_RUN];
             int64_t r = op == BC_ALL_GATHER ? rows / BC_N : rows;
             uint64_t in = op == BC_ALL_GATHER ? quarter : full;
             int bad = 0;
+            if (!(ops & (1u << op)))
+                continue;
             for (int k = 0; k < runs && !bad; k++)
-                bad = bc_job(&c, op, r, 1, in, &t1[k], err, sizeof err) ||
-                      bc_job(&c, op, r, 1 + BC_K, in, &t2[k], err, sizeof err);
+                bad = bc_job(&c, op, r, 1, in, &t1[k], &c1[k], err, sizeof err) ||
+                      bc_job(&c, op, r, 1 + BC_K, in, &t2[k], &c2[k], err, sizeof err);
             if (bad) {
                 fprintf(stderr, "bench_coll: %s\n", err);
                 goto done;
             }
             double m1 = bench_median(t1, runs), m2 = bench_median(t2, runs);
             double t = (m2 - m1) / BC_K;
+            double cpu = (bench_median(c2, runs) - bench_median(c1, runs)) / BC_K;
             double algbw = t > 0 ? (double)bytes / t / 1e9 : 0;
             double busbw = algbw * bc_factor[op];
-            printf("%-13s %8ld %11.2f %11.3f %11.3f %11.3f\n", bc_names[op], sizes[si], m1 * 1e3,
-                   t * 1e3, algbw, busbw);
+            printf("%-13s %8ld %11.2f %11.3f %11.3f %11.3f %11.1f\n", bc_names[op], sizes[si],
+                   m1 * 1e3, t * 1e3, algbw, busbw, cpu * 1e3);
             char fig[128];
             snprintf(fig, sizeof fig, "%s %ld MiB, shmap %d workers x %d devices", bc_names[op],
                      sizes[si], BC_WORKERS, BC_DPW);

@@ -600,6 +600,12 @@ static const struct {
     {MESH "shard_map f(x: i32[8,16] @ P('i','j')) -> P('i','j'):\n"
           "    return all_to_all(x, ('i', 'j'), 1, 0, tiled=True)\n",
      {{SM_I32, {2, {8, 16}}, 3}}},
+    {MESH "shard_map f(x: f32[16,8] @ P('i','j')) -> P('i','j'):\n"
+          "    return all_to_all(x, ('i', 'j'), 0, 0, tiled=True)\n",
+     {{SM_F32, {2, {16, 8}}, 3}}},
+    {MESH "shard_map f(x: f32[4,8] @ P('i','j')) -> P('i','j'):\n"
+          "    return all_to_all(x, 'j', 0, 0)\n",
+     {{SM_F32, {2, {4, 8}}, 3}}},
     /* matmul_basic */
     {MESH "shard_map matmul_basic(a: f32[8,16] @ P('i','j'), b: f32[16,32] @ "
           "P('j', None)) -> P('i', None):\n"
@@ -619,10 +625,25 @@ static const struct {
      "    c = ppermute(x, 'k', perm=[(0, 3), (3, 1), (1, 2), (2, 0)])\n"
      "    return a, b, c, psum(x, 'k')\n",
      {{SM_F32, {2, {16, 8}}, 3}}},
+    /* blocks whose element count does not split evenly over the workers
+     * (15 elements: parts of 7 and 8), in every reduction and dtype */
+    {MESH "shard_map f(x: f32[6,10] @ P('i','j')) -> (P('i', None), P('i', None)):\n"
+          "    return psum(x, 'j'), pmax(x, 'j')\n",
+     {{SM_F32, {2, {6, 10}}, 3}}},
+    {MESH "shard_map f(x: i32[6,10] @ P('i','j')) -> (P('i', None), P(None, None)):\n"
+          "    return pmin(x, 'j'), pmean(x, ('j', 'i'))\n",
+     {{SM_I32, {2, {6, 10}}, 3}}},
+    {MESH "shard_map f(x: f64[6,10] @ P('i','j')) -> P(None, None):\n"
+          "    return psum(x, ('j', 'i'))\n",
+     {{SM_F64, {2, {6, 10}}, 3}}},
     /* blocks of 8 MiB: every blob crosses in several chunks */
     {MESH "shard_map f(x: f32[2048,4096] @ P('i','j')) -> (P('i', None), P('i', 'j')):\n"
           "    return psum(x, 'j'), ppermute(x, 'j', perm=[(0, 1), (1, 0)])\n",
      {{SM_F32, {2, {2048, 4096}}, 3}}},
+    /* 8 MiB blocks of an odd element count: the parts split a chunk */
+    {MESH "shard_map f(x: f32[2046,4094] @ P('i','j')) -> P(None, None):\n"
+          "    return psum(x, ('j', 'i'))\n",
+     {{SM_F32, {2, {2046, 4094}}, 3}}},
 };
 
 #define NJOB_CASES ((int)(sizeof job_cases / sizeof job_cases[0]))
@@ -902,42 +923,83 @@ START_TEST(test_mailbox_rx)
                              .data = data,
                              .len = 5,
                              .total_bytes = rows[k].total};
-        sm_err e = sm_mailbox_rx_feed(&rx, &m, &job, &b, &done, err, sizeof err);
+        sm_err e = sm_mailbox_rx_feed(&rx, &m, NULL, &job, &b, &done, err, sizeof err);
         if (!e) {
+            char *own = malloc(5); /* the second chunk is handed over, not copied */
+            memcpy(own, data + 5, 5);
             m = (sm_svc_coll_msg){.job_id = {5},
                                   .seq = 2,
                                   .src_device = rows[k].src2,
                                   .dst_device = -1,
                                   .offset = rows[k].off2,
-                                  .data = data + 5,
+                                  .data = own,
                                   .len = 5,
                                   .total_bytes = rows[k].total,
                                   .last = 1,
                                   .checksum = sum ^ rows[k].sum};
-            e = sm_mailbox_rx_feed(&rx, &m, &job, &b, &done, err, sizeof err);
+            e = sm_mailbox_rx_feed(&rx, &m, own, &job, &b, &done, err, sizeof err);
         }
         ck_assert_msg(e == rows[k].want, "row %zu: %s (%s)", k, sm_err_name(e), err);
         if (!e) {
-            ck_assert(done && b && b->len == 10 && !memcmp(b->data, data, 10));
+            char got10[10];
+            ck_assert(done && b && b->len == 10 && b->npieces == 2);
+            sm_mailbox_blob_copy(b, 0, got10, 10);
+            ck_assert(!memcmp(got10, data, 10));
+            sm_mailbox_blob_copy(b, 3, got10, 4); /* across the two pieces */
+            ck_assert(!memcmp(got10, data + 3, 4));
+            ck_assert(sm_mailbox_blob_aligned(b, 5) && !sm_mailbox_blob_aligned(b, 2));
             sm_mailbox *box;
             struct timespec dl;
             clock_gettime(CLOCK_MONOTONIC, &dl);
             ck_assert(sm_mailbox_create(0, &box, err, sizeof err) == SM_OK);
             ck_assert(sm_mailbox_put(box, b, err, sizeof err) == SM_OK);
             sm_mailbox_blob *got;
-            ck_assert(sm_mailbox_take(box, 2, 7, 1, &dl, &got, err, sizeof err) == SM_OK);
+            ck_assert_int_eq(sm_mailbox_take(box, 2, 7, 3, 1, &dl, &got, err, sizeof err),
+                             SM_ETIMEOUT); /* another destination */
+            ck_assert(sm_mailbox_take(box, 2, 7, -1, 1, &dl, &got, err, sizeof err) == SM_OK);
             ck_assert_int_eq(sm_mailbox_bytes(box), 10);
             sm_mailbox_release(box, got);
             ck_assert_int_eq(sm_mailbox_bytes(box), 0);
-            ck_assert_int_eq(sm_mailbox_take(box, 2, 7, 1, &dl, &got, err, sizeof err),
+            ck_assert_int_eq(sm_mailbox_take(box, 2, 7, -1, 1, &dl, &got, err, sizeof err),
                              SM_ETIMEOUT);
             sm_mailbox_abort(box, SM_ECANCELLED, "job 5 was cancelled");
-            ck_assert_int_eq(sm_mailbox_take(box, 2, 7, 1, &dl, &got, err, sizeof err),
+            ck_assert_int_eq(sm_mailbox_take(box, 2, 7, -1, 1, &dl, &got, err, sizeof err),
                              SM_ECANCELLED);
             sm_mailbox_free(box);
         }
         sm_mailbox_rx_end(&rx);
     }
+}
+END_TEST
+
+/* A blob sent in one-byte chunks is refused once it has more pieces than
+ * its size allows, before its end. */
+START_TEST(test_mailbox_rx_tiny_chunks)
+{
+    enum { TOTAL = 4096 };
+    static char data[TOTAL];
+    sm_mailbox_rx rx = {0};
+    sm_mailbox_blob *b = NULL;
+    sm_job_id job;
+    int done = 0;
+    char err[256] = "";
+    sm_err e = SM_OK;
+    int64_t k = 0;
+    for (; k < TOTAL && !e; k++) {
+        sm_svc_coll_msg m = {.job_id = {5},
+                             .seq = 3,
+                             .src_device = 1,
+                             .dst_device = -1,
+                             .offset = k,
+                             .data = data + k,
+                             .len = 1,
+                             .total_bytes = TOTAL};
+        e = sm_mailbox_rx_feed(&rx, &m, NULL, &job, &b, &done, err, sizeof err);
+    }
+    ck_assert_msg(e == SM_EINVAL && strstr(err, "chunks"), "%s: %s", sm_err_name(e), err);
+    ck_assert_int_eq(k, SM_MAILBOX_MAX_PIECES + TOTAL / SM_MAILBOX_PIECE_BYTES + 1);
+    ck_assert(!done && !b);
+    sm_mailbox_rx_end(&rx);
 }
 END_TEST
 
@@ -953,6 +1015,7 @@ typedef struct {
 typedef struct {
     sm_mailbox *box;
     sm_mailbox_rx rx;
+    int nmsg;
 } fake_stream;
 
 static sm_err fn_open(void *user, const char *address, int timeout_ms, void **stream, char *err,
@@ -970,17 +1033,42 @@ static sm_err fn_open(void *user, const char *address, int timeout_ms, void **st
     return sm_fail(err, errlen, SM_EUNAVAILABLE, "no worker at %s", address);
 }
 
-static sm_err fn_send(void *stream, const sm_svc_coll_msg *m, char *err, size_t errlen)
+/* Feeds bytes [off, off + len) of m as one message (the last part keeps
+ * m's last flag and checksum), handing a copy over as the Exchange handler
+ * hands chunks over. */
+static sm_err fn_feed(fake_stream *st, const sm_svc_coll_msg *m, size_t off, size_t len, int last,
+                      char *err, size_t errlen)
 {
-    fake_stream *st = stream;
     sm_mailbox_blob *b;
     sm_job_id job;
     int done;
-    ck_assert_int_le(m->len, SM_SVC_CHUNK);
-    sm_err e = sm_mailbox_rx_feed(&st->rx, m, &job, &b, &done, err, errlen);
+    void *own = len ? malloc(len) : NULL;
+    sm_svc_coll_msg mm = *m;
+    if (own)
+        memcpy(own, (const char *)m->data + off, len);
+    mm.data = own;
+    mm.len = len;
+    mm.offset = m->offset + (int64_t)off;
+    mm.last = last && m->last;
+    mm.checksum = mm.last ? m->checksum : 0;
+    sm_err e = sm_mailbox_rx_feed(&st->rx, &mm, own, &job, &b, &done, err, errlen);
     if (!e && done)
         e = sm_mailbox_put(st->box, b, err, errlen);
     return e;
+}
+
+/* Splits every message in two at a multiple of 8 bytes that changes from
+ * message to message, so that blobs of one collective arrive in pieces of
+ * different layouts. */
+static sm_err fn_send(void *stream, const sm_svc_coll_msg *m, char *err, size_t errlen)
+{
+    fake_stream *st = stream;
+    ck_assert_int_le(m->len, SM_SVC_CHUNK);
+    size_t cut = 8 * (size_t)(1 + st->nmsg++ % 5);
+    if (m->len <= cut)
+        return fn_feed(st, m, 0, m->len, 1, err, errlen);
+    sm_err e = fn_feed(st, m, 0, cut, 0, err, errlen);
+    return e ? e : fn_feed(st, m, cut, m->len - cut, 1, err, errlen);
 }
 
 static sm_err fn_finish(void *stream, char *err, size_t errlen)
@@ -1124,6 +1212,7 @@ int main(void)
     TCase *unit = tcase_create("comm");
     tcase_set_timeout(unit, 60);
     tcase_add_test(unit, test_mailbox_rx);
+    tcase_add_test(unit, test_mailbox_rx_tiny_chunks);
     tcase_add_test(unit, test_comm_three_workers);
     suite_add_tcase(s, unit);
     TCase *inproc = tcase_create("inproc");

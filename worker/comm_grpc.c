@@ -171,12 +171,12 @@ static int sm_cg_ms_left(const sm_comm_grpc *c)
 /* Joins the local members of g (sm_rendezvous_join) until the job's
  * deadline; members that disagree or run out of memory abort the job. */
 static sm_err sm_cg_join(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
-                         uint64_t seq, sm_cg_kind kind, int64_t arg, const void *in,
-                         sm_rendezvous_slot **out, char *err, size_t errlen)
+                         uint64_t seq, sm_cg_kind kind, int64_t arg, const void *in, void *out,
+                         sm_rendezvous_slot **slot, char *err, size_t errlen)
 {
     const sm_rendezvous_key k = {
         .g = g, .seq = seq, .size = L->nlocal, .index = L->li, .kind = (int)kind, .arg = arg};
-    sm_err e = sm_rendezvous_join(c->rv, &k, in, NULL, &c->deadline, out, err, errlen);
+    sm_err e = sm_rendezvous_join(c->rv, &k, in, out, &c->deadline, slot, err, errlen);
     if (e) /* a no-op once aborted: then this returns the abort's error */
         e = sm_cg_failf(c, SM_EINVAL, err, errlen, "%s", err);
     return e;
@@ -256,10 +256,12 @@ static sm_err sm_cg_push(sm_comm_grpc *c, int w, uint64_t seq, int32_t src, int3
                        c->addr[w], (unsigned long long)seq, (unsigned long long)c->job.v, msg);
 }
 
-/* Waits for the blob of device src from worker w, probing w while waiting;
- * checks its length. */
-static sm_err sm_cg_take(sm_comm_grpc *c, uint64_t seq, int32_t src, int w, int readers,
-                         int64_t expect, sm_mailbox_blob **out, char *err, size_t errlen)
+/* Waits for the blob of device src for dst (-1: any device of this worker)
+ * from worker w, probing w while waiting; checks its length, and that no
+ * element of align bytes straddles two of its pieces. */
+static sm_err sm_cg_take(sm_comm_grpc *c, uint64_t seq, int32_t src, int32_t dst, int w,
+                         int readers, int64_t expect, int64_t align, sm_mailbox_blob **out,
+                         char *err, size_t errlen)
 {
     char msg[400];
     for (;;) {
@@ -274,7 +276,8 @@ static sm_err sm_cg_take(sm_comm_grpc *c, uint64_t seq, int32_t src, int w, int 
         if (slice.tv_sec > c->deadline.tv_sec ||
             (slice.tv_sec == c->deadline.tv_sec && slice.tv_nsec > c->deadline.tv_nsec))
             slice = c->deadline;
-        sm_err e = sm_mailbox_take(c->box, (uint32_t)seq, src, readers, &slice, out, err, errlen);
+        sm_err e =
+            sm_mailbox_take(c->box, (uint32_t)seq, src, dst, readers, &slice, out, err, errlen);
         if (e && e != SM_ETIMEOUT)
             return e;
         if (!e)
@@ -302,6 +305,44 @@ static sm_err sm_cg_take(sm_comm_grpc *c, uint64_t seq, int32_t src, int w, int 
                            (unsigned long long)seq, (unsigned long long)c->job.v, src, c->addr[w],
                            (long long)got, (long long)expect);
     }
+    if (align > 1 && !sm_mailbox_blob_aligned(*out, align)) {
+        sm_mailbox_release(c->box, *out);
+        *out = NULL;
+        return sm_cg_failf(c, SM_EINVAL, err, errlen,
+                           "collective #%llu of job %llu: device %d on worker %s sent chunks that "
+                           "split its %lld-byte elements",
+                           (unsigned long long)seq, (unsigned long long)c->job.v, src, c->addr[w],
+                           (long long)align);
+    }
+    return SM_OK;
+}
+
+/* dst (n elements of t) = the n elements of b from byte offset off (first),
+ * or dst op= them. b's pieces are aligned to elements (sm_cg_take). */
+static sm_err sm_cg_combine(sm_dtype t, sm_kern_reduce_op op, int first, void *dst,
+                            const sm_mailbox_blob *b, int64_t off, int64_t n, char *err,
+                            size_t errlen)
+{
+    int64_t el = (int64_t)sm_dtype_size(t), len = n * el;
+    if (first) {
+        sm_mailbox_blob_copy(b, off, dst, len);
+        return SM_OK;
+    }
+    char *d = dst;
+    for (int k = 0; k < b->npieces && len > 0; k++) {
+        const sm_mailbox_piece *p = &b->pieces[k];
+        if (off >= p->len) {
+            off -= p->len;
+            continue;
+        }
+        int64_t m = p->len - off < len ? p->len - off : len;
+        sm_err e = sm_kern_accumulate(t, d, (const char *)p->data + off, m / el, op, err, errlen);
+        if (e)
+            return e;
+        d += m;
+        len -= m;
+        off = 0;
+    }
     return SM_OK;
 }
 
@@ -327,12 +368,228 @@ static sm_err sm_cg_reduce_local(sm_comm_grpc *c, const sm_comm_group *g, uint64
     return e;
 }
 
-/* all_reduce (one chunk everyone needs) and reduce_scatter (size chunks,
- * rank r needs chunk r): partial per worker, combined in worker order. */
-static sm_err sm_cg_reduce(sm_comm_grpc *c, const sm_comm_group *g, uint64_t seq, sm_cg_kind kind,
-                           sm_dtype t, sm_kern_reduce_op op, const void *in, void *out, int64_t n,
+/* The error of a member whose peers failed (one of them aborted the job). */
+static sm_err sm_cg_peer_failed(sm_comm_grpc *c, uint64_t seq, char *err, size_t errlen)
+{
+    sm_err e = sm_rendezvous_check(c->rv, err, errlen);
+    return e ? e
+             : sm_fail(err, errlen, SM_ECANCELLED, "collective #%llu failed on another device",
+                       (unsigned long long)seq);
+}
+
+/* out = a op b, n elements of t (out overlaps neither): one pass where the
+ * elementwise kernel has the dtype (the same operation as
+ * sm_kern_accumulate, so the same bits), else a copy and an accumulate. */
+static sm_err sm_cg_reduce2(sm_dtype t, sm_kern_reduce_op op, const void *a, const void *b,
+                            void *out, int64_t n, char *err, size_t errlen)
+{
+    sm_kern_binary_op bop = op == SM_KERN_MAX   ? SM_KERN_MAXIMUM
+                            : op == SM_KERN_MIN ? SM_KERN_MINIMUM
+                                                : SM_KERN_ADD;
+    sm_shape s = {1, {n}};
+    if ((op == SM_KERN_SUM || op == SM_KERN_MAX || op == SM_KERN_MIN) &&
+        sm_kern_binary(bop, t, a, &s, b, &s, out, err, errlen) == SM_OK)
+        return SM_OK;
+    if (n)
+        memcpy(out, a, (size_t)n * sm_dtype_size(t));
+    return sm_kern_accumulate(t, out, b, n, op, err, errlen);
+}
+
+/* Part k of n elements split over nw workers: [sm_cg_part(n, nw, k),
+ * sm_cg_part(n, nw, k + 1)). */
+static int64_t sm_cg_part(int64_t n, int nw, int k)
+{
+    return n * k / nw;
+}
+
+/* dst op= src over len bytes, both given as runs of bytes (mailbox pieces
+ * or one contiguous run) whose boundaries fall between elements of t. */
+static sm_err sm_cg_acc_runs(sm_dtype t, sm_kern_reduce_op op, const sm_mailbox_piece *dst,
+                             const sm_mailbox_piece *src, int64_t len, char *err, size_t errlen)
+{
+    int64_t el = (int64_t)sm_dtype_size(t), od = 0, os = 0;
+    while (len > 0) {
+        int64_t m = dst->len - od < src->len - os ? dst->len - od : src->len - os;
+        m = m < len ? m : len;
+        sm_err e = sm_kern_accumulate(t, (char *)dst->data + od, (const char *)src->data + os,
+                                      m / el, op, err, errlen);
+        if (e)
+            return e;
+        len -= m;
+        if ((od += m) == dst->len) {
+            dst++;
+            od = 0;
+        }
+        if ((os += m) == src->len) {
+            src++;
+            os = 0;
+        }
+    }
+    return SM_OK;
+}
+
+/* Worker order ks's part of all_reduce: mine (m elements) holds this
+ * worker's partial of the part; on return it holds the partials of every
+ * worker combined in worker order. Worker order 0's partial is the first
+ * operand: when that is a peer's, its received pieces are the accumulator
+ * (the leader is their only reader) and the result is copied into mine. */
+static sm_err sm_cg_ar_combine(sm_comm_grpc *c, const sm_cg_layout *L, uint64_t seq, sm_dtype t,
+                               sm_kern_reduce_op op, int ks, char *mine, int64_t m, char *err,
+                               size_t errlen)
+{
+    int64_t el = (int64_t)sm_dtype_size(t);
+    const int32_t me = L->dev[L->first[ks]];
+    const sm_mailbox_piece own = {mine, m * el};
+    sm_mailbox_blob *first = NULL;
+    sm_err e = SM_OK;
+    for (int k = 0; k < L->nw && !e; k++) {
+        sm_mailbox_blob *b = NULL;
+        if (k == ks) {
+            if (first)
+                e = sm_cg_acc_runs(t, op, first->pieces, &own, m * el, err, errlen);
+            continue;
+        }
+        if ((e = sm_cg_take(c, seq, L->dev[L->first[k]], me, L->order[k], 1, m * el, el, &b, err,
+                            errlen)))
+            break;
+        if (k == 0)
+            first = b;
+        else
+            e = sm_cg_acc_runs(t, op, first ? first->pieces : &own, b->pieces, m * el, err, errlen);
+        if (b != first)
+            sm_mailbox_release(c->box, b);
+    }
+    if (first) {
+        if (!e)
+            sm_mailbox_blob_copy(first, 0, mine, m * el);
+        sm_mailbox_release(c->box, first);
+    }
+    return e;
+}
+
+/* The leader's share of all_reduce across workers: acc holds this worker's
+ * partial (n elements). Worker order k reduces part k of every worker's
+ * partial in worker order and sends the result to the others, which write
+ * it into acc; on return acc holds the reduction of every member's input. */
+static sm_err sm_cg_ar_net(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
+                           uint64_t seq, sm_dtype t, sm_kern_reduce_op op, char *acc, int64_t n,
                            char *err, size_t errlen)
 {
+    int64_t el = (int64_t)sm_dtype_size(t);
+    int32_t me = L->dev[g->rank];
+    int ks = 0, nw = L->nw;
+    sm_err e = SM_OK;
+    while (L->order[ks] != c->self)
+        ks++;
+    for (int k = 0; k < nw && !e; k++) { /* reduce-scatter: part k to worker k */
+        int64_t a = sm_cg_part(n, nw, k), m = sm_cg_part(n, nw, k + 1) - a;
+        sm_comm_grpc_seg seg = {acc + a * el, m * el};
+        if (k != ks)
+            e = sm_cg_push(c, L->order[k], seq, me, L->dev[L->first[k]], &seg, 1, err, errlen);
+    }
+    int64_t a = sm_cg_part(n, nw, ks), m = sm_cg_part(n, nw, ks + 1) - a;
+    char *mine = acc + a * el;
+    if (!e)
+        e = sm_cg_ar_combine(c, L, seq, t, op, ks, mine, m, err, errlen);
+    sm_comm_grpc_seg seg = {mine, m * el};
+    for (int k = 0; k < nw && !e; k++) /* all-gather: the reduced part to every worker */
+        if (k != ks)
+            e = sm_cg_push(c, L->order[k], seq, me, -1, &seg, 1, err, errlen);
+    for (int k = 0; k < nw && !e; k++) {
+        sm_mailbox_blob *b = NULL;
+        int64_t ak = sm_cg_part(n, nw, k), mk = sm_cg_part(n, nw, k + 1) - ak;
+        if (k == ks)
+            continue;
+        if ((e = sm_cg_take(c, seq, L->dev[L->first[k]], -1, L->order[k], 1, mk * el, 1, &b, err,
+                            errlen)))
+            break;
+        sm_mailbox_blob_copy(b, 0, acc + ak * el, mk * el);
+        sm_mailbox_release(c->box, b);
+    }
+    return e;
+}
+
+/* Copies the first n elements (el bytes each) of src into the outputs of
+ * local indices 1..nlocal-1, the caller's share of that copying. */
+static void sm_cg_fan_out(const sm_rendezvous_slot *s, const sm_cg_layout *L, const char *src,
+                          int64_t n, int64_t el)
+{
+    int64_t total = (int64_t)(L->nlocal - 1) * n;
+    int64_t a = total * L->li / L->nlocal, b = total * (L->li + 1) / L->nlocal;
+    for (int l = 1; l < L->nlocal; l++) {
+        int64_t lo = (l - 1) * n, hi = l * n;
+        lo = lo > a ? lo : a;
+        hi = hi < b ? hi : b;
+        if (hi > lo)
+            memcpy((char *)s->out[l] + (lo - (l - 1) * n) * el, src + (lo - (l - 1) * n) * el,
+                   (size_t)((hi - lo) * el));
+    }
+}
+
+/* all_reduce: the local members reduce their inputs in rank order into the
+ * leader's output, a slice each; across workers the leader reduce-scatters
+ * and all-gathers the partials (sm_cg_ar_net); then the local members copy
+ * the leader's output into the others' outputs, a share each. */
+static sm_err sm_cg_all_reduce(void *ctx, const sm_comm_group *g, uint64_t seq, sm_dtype t,
+                               sm_kern_reduce_op op, const void *in, void *out, int64_t n,
+                               char *err, size_t errlen)
+{
+    sm_comm_grpc *c = ctx;
+    sm_cg_layout *L = malloc(sizeof *L);
+    sm_rendezvous_slot *s = NULL;
+    sm_err e;
+    if (!L)
+        return sm_cg_failf(c, SM_ENOMEM, err, errlen, "out of memory for collective #%llu",
+                           (unsigned long long)seq);
+    sm_cg_layout_make(c, g, L);
+    if (L->nw == 1) {
+        e = sm_cg_reduce_local(c, g, seq, SM_CG_AR, t, op, in, out, n, err, errlen);
+        goto out;
+    }
+    int64_t el = (int64_t)sm_dtype_size(t);
+    if ((e = sm_cg_join(c, g, L, seq, SM_CG_AR, n, in, out, &s, err, errlen)))
+        goto out;
+    char *acc = s->out[0];
+    int64_t lo = n * L->li / L->nlocal, hi = n * (L->li + 1) / L->nlocal;
+    if (hi > lo) {
+        const char *in0 = (const char *)s->in[0] + lo * el;
+        if (L->nlocal == 1)
+            memcpy(acc + lo * el, in0, (size_t)((hi - lo) * el));
+        else
+            e = sm_cg_reduce2(t, op, in0, (const char *)s->in[1] + lo * el, acc + lo * el, hi - lo,
+                              err, errlen);
+        for (int l = 2; l < L->nlocal && !e; l++)
+            e = sm_kern_accumulate(t, acc + lo * el, (const char *)s->in[l] + lo * el, hi - lo, op,
+                                   err, errlen);
+        if (e)
+            e = sm_cg_failf(c, e, err, errlen, "%s", err);
+    }
+    if (sm_rendezvous_mid(c->rv, s, e != SM_OK) && !e)
+        e = sm_cg_peer_failed(c, seq, err, errlen);
+    if (!e && L->li == 0) {
+        if (L->nw > 1 && n > 0 && (e = sm_cg_ar_net(c, g, L, seq, t, op, acc, n, err, errlen)))
+            e = sm_cg_failf(c, e, err, errlen, "%s", err); /* releases the peers (if not yet) */
+        sm_rendezvous_publish(c->rv, s, acc, !e);
+    } else if (!e) {
+        e = sm_rendezvous_wait_shared(c->rv, s, err, errlen); /* the leader's sends are bounded */
+    }
+    if (!e && n > 0)
+        sm_cg_fan_out(s, L, acc, n, el);
+    sm_rendezvous_leave(c->rv, s);
+out:
+    free(L);
+    return e;
+}
+
+/* reduce_scatter (size chunks, rank r needs chunk r): the leader reduces
+ * the local inputs into one partial, pushes every other worker the chunks
+ * of its members, and each member combines its chunk of every worker's
+ * partial in worker order. */
+static sm_err sm_cg_reduce_scatter(void *ctx, const sm_comm_group *g, uint64_t seq, sm_dtype t,
+                                   sm_kern_reduce_op op, const void *in, void *out, int64_t n,
+                                   char *err, size_t errlen)
+{
+    sm_comm_grpc *c = ctx;
     sm_cg_layout *L = malloc(sizeof *L);
     sm_comm_grpc_seg *segs = malloc((size_t)g->size * sizeof *segs);
     sm_rendezvous_slot *s = NULL;
@@ -344,12 +601,12 @@ static sm_err sm_cg_reduce(sm_comm_grpc *c, const sm_comm_group *g, uint64_t seq
     }
     sm_cg_layout_make(c, g, L);
     if (L->nw == 1) {
-        e = sm_cg_reduce_local(c, g, seq, kind, t, op, in, out, n, err, errlen);
+        e = sm_cg_reduce_local(c, g, seq, SM_CG_RS, t, op, in, out, n, err, errlen);
         goto out;
     }
     size_t el = sm_dtype_size(t);
-    int64_t cb = n * (int64_t)el, nch = kind == SM_CG_RS ? g->size : 1;
-    if ((e = sm_cg_join(c, g, L, seq, kind, n, in, &s, err, errlen)))
+    int64_t cb = n * (int64_t)el, nch = g->size;
+    if ((e = sm_cg_join(c, g, L, seq, SM_CG_RS, n, in, NULL, &s, err, errlen)))
         goto out;
     if (L->li == 0) {
         const void *part = in;
@@ -358,8 +615,8 @@ static sm_err sm_cg_reduce(sm_comm_grpc *c, const sm_comm_group *g, uint64_t seq
                 e = sm_cg_failf(c, SM_ENOMEM, err, errlen, "out of memory for collective #%llu",
                                 (unsigned long long)seq);
             } else {
-                memcpy(s->scratch, s->in[0], (size_t)(nch * cb));
-                for (int l = 1; l < L->nlocal && !e; l++)
+                e = sm_cg_reduce2(t, op, s->in[0], s->in[1], s->scratch, nch * n, err, errlen);
+                for (int l = 2; l < L->nlocal && !e; l++)
                     e = sm_kern_accumulate(t, s->scratch, s->in[l], nch * n, op, err, errlen);
                 part = s->scratch;
             }
@@ -368,12 +625,9 @@ static sm_err sm_cg_reduce(sm_comm_grpc *c, const sm_comm_group *g, uint64_t seq
             int w = L->order[k], nseg = 0;
             if (w == c->self)
                 continue;
-            if (kind == SM_CG_AR)
-                segs[nseg++] = (sm_comm_grpc_seg){part, cb};
-            else
-                for (int q = 0; q < g->size; q++)
-                    if (L->worker[q] == w)
-                        segs[nseg++] = (sm_comm_grpc_seg){(const char *)part + q * cb, cb};
+            for (int q = 0; q < g->size; q++)
+                if (L->worker[q] == w)
+                    segs[nseg++] = (sm_comm_grpc_seg){(const char *)part + q * cb, cb};
             e = sm_cg_push(c, w, seq, L->dev[g->rank], -1, segs, nseg, err, errlen);
         }
         if (e)
@@ -382,48 +636,28 @@ static sm_err sm_cg_reduce(sm_comm_grpc *c, const sm_comm_group *g, uint64_t seq
     } else {
         e = sm_rendezvous_wait_shared(c->rv, s, err, errlen); /* the leader's sends are bounded */
     }
-    int64_t chunk = kind == SM_CG_RS ? g->rank : 0;
     for (int k = 0; k < L->nw && !e; k++) {
         int w = L->order[k];
-        const void *src;
         sm_mailbox_blob *b = NULL;
         if (w == c->self) {
-            src = (const char *)s->shared + chunk * cb;
-        } else {
-            int64_t expect = kind == SM_CG_RS ? L->nlocal * cb : cb;
-            if ((e = sm_cg_take(c, seq, L->dev[L->first[k]], w, L->nlocal, expect, &b, err,
-                                errlen)))
-                break;
-            src = (const char *)b->data + (kind == SM_CG_RS ? L->li * cb : 0);
-        }
-        if (k == 0) {
-            if (cb)
+            const char *src = (const char *)s->shared + g->rank * cb;
+            if (k == 0 && cb)
                 memcpy(out, src, (size_t)cb);
-        } else {
-            e = sm_kern_accumulate(t, out, src, n, op, err, errlen);
+            else if (k > 0)
+                e = sm_kern_accumulate(t, out, src, n, op, err, errlen);
+            continue;
         }
-        if (b)
-            sm_mailbox_release(c->box, b);
+        if ((e = sm_cg_take(c, seq, L->dev[L->first[k]], -1, w, L->nlocal, L->nlocal * cb,
+                            (int64_t)el, &b, err, errlen)))
+            break;
+        e = sm_cg_combine(t, op, k == 0, out, b, L->li * cb, n, err, errlen);
+        sm_mailbox_release(c->box, b);
     }
     sm_rendezvous_leave(c->rv, s);
 out:
     free(L);
     free(segs);
     return e;
-}
-
-static sm_err sm_cg_all_reduce(void *ctx, const sm_comm_group *g, uint64_t seq, sm_dtype t,
-                               sm_kern_reduce_op op, const void *in, void *out, int64_t n,
-                               char *err, size_t errlen)
-{
-    return sm_cg_reduce(ctx, g, seq, SM_CG_AR, t, op, in, out, n, err, errlen);
-}
-
-static sm_err sm_cg_reduce_scatter(void *ctx, const sm_comm_group *g, uint64_t seq, sm_dtype t,
-                                   sm_kern_reduce_op op, const void *in, void *out, int64_t n,
-                                   char *err, size_t errlen)
-{
-    return sm_cg_reduce(ctx, g, seq, SM_CG_RS, t, op, in, out, n, err, errlen);
 }
 
 /* ---- data movement --------------------------------------------------------- */
@@ -481,7 +715,7 @@ static sm_err sm_cg_move(sm_comm_grpc *c, const sm_comm_group *g, uint64_t seq, 
     }
     if (e)
         goto out;
-    if ((e = sm_cg_join(c, g, L, seq, kind, cb, in, &s, err, errlen)))
+    if ((e = sm_cg_join(c, g, L, seq, kind, cb, in, NULL, &s, err, errlen)))
         goto out;
     for (int q = 0; q < g->size && !e; q++) {
         char *dst = (char *)out + (kind == SM_CG_PERM ? 0 : q * cb);
@@ -498,10 +732,11 @@ static sm_err sm_cg_move(sm_comm_grpc *c, const sm_comm_group *g, uint64_t seq, 
         sm_mailbox_blob *b;
         int readers = kind == SM_CG_PERM ? 1 : L->nlocal;
         int64_t expect = kind == SM_CG_A2A ? L->nlocal * cb : cb;
-        if ((e = sm_cg_take(c, seq, L->dev[q], L->worker[q], readers, expect, &b, err, errlen)))
+        int32_t to_dev = kind == SM_CG_PERM ? me : -1;
+        if ((e = sm_cg_take(c, seq, L->dev[q], to_dev, L->worker[q], readers, expect, 1, &b, err,
+                            errlen)))
             break;
-        if (cb)
-            memcpy(dst, (const char *)b->data + (kind == SM_CG_A2A ? L->li * cb : 0), (size_t)cb);
+        sm_mailbox_blob_copy(b, kind == SM_CG_A2A ? L->li * cb : 0, dst, cb);
         sm_mailbox_release(c->box, b);
     }
     if (!e && kind == SM_CG_PERM && from < 0 && cb)

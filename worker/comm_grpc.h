@@ -9,17 +9,27 @@
  * (Worker.Exchange over gRPC in production, see sm_comm_grpc_net).
  *
  * Algorithms, chosen from the group's layout:
- * - all_reduce / reduce_scatter: the lowest local rank reduces the local
- *   inputs in rank order into one partial per worker, pushes it (for
- *   reduce_scatter only the chunks of the receiver's members) to every other
- *   worker of the group, and each member combines the partials in worker
- *   order (workers ordered by their lowest member rank). Every member gets
- *   the same bits on every run.
+ * - all_reduce: the local members reduce their inputs in rank order into
+ *   one partial per worker (in the output of the lowest local rank, the
+ *   leader; each member reduces a slice). Across workers the leaders then
+ *   reduce-scatter and all-gather: with workers ordered by their lowest
+ *   member rank, worker k gets part k (of nworkers contiguous parts) of
+ *   every other partial (blob dst_device = its leader's device), combines
+ *   the partials of that part in worker order and pushes the result to
+ *   every other worker (dst_device = -1), so each element is reduced once,
+ *   always in the same order, and every member gets the same bits on every
+ *   run. Each local member then copies a share of the leader's output into
+ *   the other local outputs.
+ * - reduce_scatter: the leader reduces the local inputs in rank order into
+ *   one partial, pushes every other worker of the group the chunks of that
+ *   worker's members, and each member combines the partials of its chunk in
+ *   worker order.
  * - all_gather / all_to_all / permute: each member pushes what another
  *   worker needs from it (its block; for all_to_all the chunks of that
  *   worker's members in rank order) as one blob with dst_device = -1 (the
  *   permute destination's device for permute), then assembles its output in
- *   rank order from local inputs and received blobs.
+ *   rank order from local inputs and received blobs. Received blobs are read
+ *   straight from the chunks they arrived in.
  *
  * Failures: a send that fails, or a peer that stops answering a probe while
  * a member waits for its data, aborts the job with SM_EUNAVAILABLE naming

@@ -39,9 +39,53 @@ sm_err sm_mailbox_create(int64_t max_bytes, sm_mailbox **out, char *err, size_t 
 void sm_mailbox_blob_free(sm_mailbox_blob *b)
 {
     if (b) {
-        free(b->data);
+        for (int k = 0; k < b->npieces; k++)
+            free(b->pieces[k].data);
+        free(b->pieces);
         free(b);
     }
+}
+
+/* Appends a piece (takes data); SM_ENOMEM frees data. */
+static sm_err sm_mailbox_blob_add(sm_mailbox_blob *b, void *data, int64_t len)
+{
+    if (b->npieces == b->cap) {
+        int cap = b->cap ? 2 * b->cap : 8;
+        sm_mailbox_piece *p = realloc(b->pieces, (size_t)cap * sizeof *p);
+        if (!p) {
+            free(data);
+            return SM_ENOMEM;
+        }
+        b->pieces = p;
+        b->cap = cap;
+    }
+    b->pieces[b->npieces++] = (sm_mailbox_piece){data, len};
+    return SM_OK;
+}
+
+void sm_mailbox_blob_copy(const sm_mailbox_blob *b, int64_t off, void *dst, int64_t len)
+{
+    char *d = dst;
+    for (int k = 0; k < b->npieces && len > 0; k++) {
+        const sm_mailbox_piece *p = &b->pieces[k];
+        if (off >= p->len) {
+            off -= p->len;
+            continue;
+        }
+        int64_t n = p->len - off < len ? p->len - off : len;
+        memcpy(d, (const char *)p->data + off, (size_t)n);
+        d += n;
+        len -= n;
+        off = 0;
+    }
+}
+
+int sm_mailbox_blob_aligned(const sm_mailbox_blob *b, int64_t align)
+{
+    for (int k = 0; k + 1 < b->npieces; k++)
+        if (b->pieces[k].len % align)
+            return 0;
+    return 1;
 }
 
 void sm_mailbox_free(sm_mailbox *box)
@@ -64,10 +108,11 @@ sm_err sm_mailbox_put(sm_mailbox *box, sm_mailbox_blob *b, char *err, size_t err
     if (box->aborted)
         goto drop;
     for (sm_mailbox_blob *o = box->blobs; o; o = o->next) {
-        if (o->seq == b->seq && o->src_device == b->src_device) {
+        if (o->seq == b->seq && o->src_device == b->src_device && o->dst_device == b->dst_device) {
             e = sm_fail(err, errlen, SM_EEXIST,
-                        "collective #%u already has a block from device %d on this worker", b->seq,
-                        b->src_device);
+                        "collective #%u already has a block from device %d for device %d on this "
+                        "worker",
+                        b->seq, b->src_device, b->dst_device);
             goto drop;
         }
     }
@@ -91,9 +136,9 @@ drop:
     return e;
 }
 
-sm_err sm_mailbox_take(sm_mailbox *box, uint32_t seq, int32_t src_device, int readers,
-                       const struct timespec *deadline, sm_mailbox_blob **out, char *err,
-                       size_t errlen)
+sm_err sm_mailbox_take(sm_mailbox *box, uint32_t seq, int32_t src_device, int32_t dst_device,
+                       int readers, const struct timespec *deadline, sm_mailbox_blob **out,
+                       char *err, size_t errlen)
 {
     sm_err e = SM_OK;
     *out = NULL;
@@ -104,7 +149,7 @@ sm_err sm_mailbox_take(sm_mailbox *box, uint32_t seq, int32_t src_device, int re
             break;
         }
         sm_mailbox_blob *b = box->blobs;
-        while (b && !(b->seq == seq && b->src_device == src_device))
+        while (b && !(b->seq == seq && b->src_device == src_device && b->dst_device == dst_device))
             b = b->next;
         if (b) {
             if (b->readers < 0)
@@ -168,11 +213,12 @@ int64_t sm_mailbox_bytes(sm_mailbox *box)
 
 /* ---- reassembly ----------------------------------------------------------- */
 
-sm_err sm_mailbox_rx_feed(sm_mailbox_rx *rx, const sm_svc_coll_msg *m, sm_job_id *job,
-                          sm_mailbox_blob **out, int *done, char *err, size_t errlen)
+/* The checks and bookkeeping of sm_mailbox_rx_feed; sets *owned to NULL
+ * once the blob has taken it. */
+static sm_err sm_mailbox_rx_step(sm_mailbox_rx *rx, const sm_svc_coll_msg *m, void **owned,
+                                 sm_job_id *job, sm_mailbox_blob **out, int *done, char *err,
+                                 size_t errlen)
 {
-    *done = 0;
-    *out = NULL;
     if (!rx->sum && !(rx->sum = sm_checksum_create()))
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a checksum");
     if (!rx->cur) {
@@ -186,14 +232,10 @@ sm_err sm_mailbox_rx_feed(sm_mailbox_rx *rx, const sm_svc_coll_msg *m, sm_job_id
                            m->seq, m->src_device, (long long)m->total_bytes,
                            (long long)SM_MAILBOX_MAX_BLOB);
         sm_mailbox_blob *b = calloc(1, sizeof *b);
-        if (b)
-            b->data = malloc(m->total_bytes ? (size_t)m->total_bytes : 1);
-        if (!b || !b->data) {
-            sm_mailbox_blob_free(b);
+        if (!b)
             return sm_fail(err, errlen, SM_ERESOURCE,
                            "no memory for a %lld-byte block of collective #%u",
                            (long long)m->total_bytes, m->seq);
-        }
         b->seq = m->seq;
         b->src_device = m->src_device;
         b->dst_device = m->dst_device;
@@ -205,7 +247,7 @@ sm_err sm_mailbox_rx_feed(sm_mailbox_rx *rx, const sm_svc_coll_msg *m, sm_job_id
     }
     sm_mailbox_blob *b = rx->cur;
     if (m->job_id.v != rx->job.v || m->seq != b->seq || m->src_device != b->src_device ||
-        m->total_bytes != b->len || m->offset != rx->got)
+        m->dst_device != b->dst_device || m->total_bytes != b->len || m->offset != rx->got)
         return sm_fail(err, errlen, SM_EINVAL,
                        "collective message out of order: job %llu #%u from device %d at offset "
                        "%lld, expected job %llu #%u from device %d at offset %lld",
@@ -217,8 +259,20 @@ sm_err sm_mailbox_rx_feed(sm_mailbox_rx *rx, const sm_svc_coll_msg *m, sm_job_id
                        "bytes",
                        b->seq, b->src_device, (long long)m->len, (long long)rx->got,
                        (long long)b->len);
+    if (m->len && b->npieces >= SM_MAILBOX_MAX_PIECES + b->len / SM_MAILBOX_PIECE_BYTES)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "collective #%u from device %d: %lld bytes in more than %lld chunks", b->seq,
+                       b->src_device, (long long)b->len,
+                       (long long)(SM_MAILBOX_MAX_PIECES + b->len / SM_MAILBOX_PIECE_BYTES));
     if (m->len) {
-        memcpy((char *)b->data + rx->got, m->data, m->len);
+        void *piece = *owned ? *owned : malloc(m->len);
+        if (piece && !*owned)
+            memcpy(piece, m->data, m->len);
+        *owned = NULL; /* the blob's from here, or freed by sm_mailbox_blob_add */
+        if (!piece || sm_mailbox_blob_add(b, piece, (int64_t)m->len))
+            return sm_fail(err, errlen, SM_ERESOURCE,
+                           "no memory for a %lld-byte block of collective #%u", (long long)b->len,
+                           b->seq);
         sm_checksum_update(rx->sum, m->data, m->len);
         rx->got += (int64_t)m->len;
     }
@@ -237,6 +291,16 @@ sm_err sm_mailbox_rx_feed(sm_mailbox_rx *rx, const sm_svc_coll_msg *m, sm_job_id
     *done = 1;
     rx->cur = NULL;
     return SM_OK;
+}
+
+sm_err sm_mailbox_rx_feed(sm_mailbox_rx *rx, const sm_svc_coll_msg *m, void *owned, sm_job_id *job,
+                          sm_mailbox_blob **out, int *done, char *err, size_t errlen)
+{
+    *done = 0;
+    *out = NULL;
+    sm_err e = sm_mailbox_rx_step(rx, m, &owned, job, out, done, err, errlen);
+    free(owned); /* refused before it became a piece */
+    return e;
 }
 
 void sm_mailbox_rx_end(sm_mailbox_rx *rx)

@@ -2,11 +2,13 @@
  * workers push (Worker.Exchange) wait for the devices that need them.
  *
  * A *blob* is the bytes one device sends to one worker for one collective:
- * it is keyed by (seq, src_device), unique within a job because groups of
- * one sequence number are disjoint and a device sends at most one blob per
- * collective to a given worker. A blob crosses the wire as one or more
- * CollMsg chunks (offsets in order, the last one with the xxHash3-64
- * checksum of the whole blob); sm_mailbox_rx reassembles them.
+ * it is keyed by (seq, src_device, dst_device), unique within a job because
+ * groups of one sequence number are disjoint and a device sends at most one
+ * blob per collective to a given (worker, dst_device). A blob crosses the
+ * wire as one or more CollMsg chunks (offsets in order, the last one with
+ * the xxHash3-64 checksum of the whole blob); sm_mailbox_rx collects them.
+ * The blob keeps the chunks as they came (pieces), without copying them
+ * into one buffer: readers copy or combine straight from the pieces.
  *
  * A mailbox holds complete blobs until their readers have released them:
  * the first sm_mailbox_take of a key says how many local devices will read
@@ -29,16 +31,30 @@
 
 /* Largest blob accepted (bytes). */
 #define SM_MAILBOX_MAX_BLOB ((int64_t)8 << 30)
+/* Most chunks a blob of len bytes may come in: SM_MAILBOX_MAX_PIECES plus
+ * one per SM_MAILBOX_PIECE_BYTES, which bounds the bookkeeping of blobs
+ * sent in tiny chunks (senders cut SM_SVC_CHUNK, and shorter chunks only
+ * at the end of a segment). */
+#define SM_MAILBOX_MAX_PIECES  1024
+#define SM_MAILBOX_PIECE_BYTES 4096
 
 typedef struct sm_mailbox sm_mailbox;
 
-/* One complete blob, as handed out by take. */
+/* A run of a blob's bytes (one received chunk). */
+typedef struct {
+    void *data; /* owned by the blob */
+    int64_t len;
+} sm_mailbox_piece;
+
+/* One complete blob, as handed out by take: the concatenation of its
+ * pieces, len bytes in all. */
 typedef struct sm_mailbox_blob {
     struct sm_mailbox_blob *next;
     uint32_t seq;
     int32_t src_device;
     int32_t dst_device;
-    void *data; /* owned; never NULL */
+    sm_mailbox_piece *pieces; /* owned, npieces of them (none when len is 0) */
+    int npieces, cap;
     int64_t len;
     int readers; /* -1 until the first take */
 } sm_mailbox_blob;
@@ -48,19 +64,26 @@ typedef struct sm_mailbox_blob {
 sm_err sm_mailbox_create(int64_t max_bytes, sm_mailbox **out, char *err, size_t errlen);
 void sm_mailbox_free(sm_mailbox *b);
 
-/* Adds a complete blob (takes b, which must come from sm_mailbox_rx or
- * malloc with its data malloc'd). A key already present is SM_EEXIST; after
- * an abort the blob is dropped and SM_OK returned. On error b is freed. */
+/* Adds a complete blob (takes b, which must come from sm_mailbox_rx). A key
+ * already present is SM_EEXIST; after an abort the blob is dropped and SM_OK
+ * returned. On error b is freed. */
 sm_err sm_mailbox_put(sm_mailbox *box, sm_mailbox_blob *b, char *err, size_t errlen);
 
-/* Waits until the blob (seq, src_device) is there, the mailbox is aborted or
+/* Waits until the blob (seq, src_device, dst_device) is there, the mailbox is aborted or
  * the absolute CLOCK_MONOTONIC time deadline passes (SM_ETIMEOUT, nothing
  * written to err). readers: how many takes will release it (set by the
  * first take). On SM_OK *out is valid until sm_mailbox_release. */
-sm_err sm_mailbox_take(sm_mailbox *box, uint32_t seq, int32_t src_device, int readers,
-                       const struct timespec *deadline, sm_mailbox_blob **out, char *err,
-                       size_t errlen);
+sm_err sm_mailbox_take(sm_mailbox *box, uint32_t seq, int32_t src_device, int32_t dst_device,
+                       int readers, const struct timespec *deadline, sm_mailbox_blob **out,
+                       char *err, size_t errlen);
 void sm_mailbox_release(sm_mailbox *box, sm_mailbox_blob *b);
+
+/* Copies len bytes of b from byte offset off into dst; off + len must be
+ * within b->len. */
+void sm_mailbox_blob_copy(const sm_mailbox_blob *b, int64_t off, void *dst, int64_t len);
+/* 1 if every piece but the last holds a multiple of align bytes, so that
+ * no element of that size straddles two pieces. */
+int sm_mailbox_blob_aligned(const sm_mailbox_blob *b, int64_t align);
 
 /* Wakes every waiter with code and why (one sentence); the first abort
  * wins. */
@@ -81,10 +104,13 @@ typedef struct {
 
 /* Feeds one message. Checks that a new blob starts at offset 0 with a sane
  * total_bytes, that offsets follow on, that the bytes do not exceed the
- * total, and on the last message the byte count and checksum (SM_EDATALOSS).
+ * total nor come in too many chunks (SM_EINVAL), and on the last message
+ * the byte count and checksum (SM_EDATALOSS).
+ * owned: NULL to copy m->data into a new piece, or m->data itself when it
+ * is a malloc'd buffer the feed takes as the piece (freed here on error).
  * On SM_OK with *done set, *job and *out are the finished blob (owned by the
  * caller: put it or free it with sm_mailbox_blob_free). */
-sm_err sm_mailbox_rx_feed(sm_mailbox_rx *rx, const sm_svc_coll_msg *m, sm_job_id *job,
+sm_err sm_mailbox_rx_feed(sm_mailbox_rx *rx, const sm_svc_coll_msg *m, void *owned, sm_job_id *job,
                           sm_mailbox_blob **out, int *done, char *err, size_t errlen);
 /* Frees a half-received blob and the checksum state. */
 void sm_mailbox_rx_end(sm_mailbox_rx *rx);

@@ -196,7 +196,8 @@ static sm_err sm_jobs_exchange(void *user, sm_svc_coll_in *in, int64_t *bytes, c
         int end = 0, done = 0;
         if ((e = sm_svc_coll_recv(in, &m, &end, err, errlen)) || end)
             break;
-        if ((e = sm_mailbox_rx_feed(&rx, &m, &id, &b, &done, err, errlen)))
+        void *own = sm_svc_coll_take_data(in); /* the chunk becomes a piece of the blob */
+        if ((e = sm_mailbox_rx_feed(&rx, &m, own, &id, &b, &done, err, errlen)))
             break;
         *bytes += (int64_t)m.len;
         if (done && (e = sm_jobs_deliver(j, id, b, err, errlen)))

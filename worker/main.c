@@ -6,6 +6,7 @@
  * sigwait on the main thread, never in a handler) stops the server, joins
  * the threads, frees everything and exits 0. Usage errors exit 2 with one
  * sentence on stderr; a start-up failure exits 1. */
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -100,6 +101,27 @@ static int parse_level(const char *s, sm_log_level *out)
     return 0;
 }
 
+/* Device blocks (a job's values, collective outputs) are allocated and
+ * freed on every op. glibc serves blocks at or above the mmap threshold
+ * with a fresh mmap, and a thread arena other than the main one cannot hold
+ * a block of 64 MiB or more, so such blocks were mapped, page-faulted in and
+ * unmapped on every op (a quarter of a worker's cycles in a psum of 64 MiB
+ * blocks). One arena (the brk heap) with the mmap threshold at 256 MiB
+ * reuses their memory instead; free memory above the trim threshold at the
+ * top of the heap still goes back to the system. MALLOC_ARENA_MAX in the
+ * environment overrides the arena count; sm_rpc_init leaves the count
+ * alone when that variable is set, which is why it is set here, before
+ * this program starts threads (the core-type re-exec inherits it). */
+#define SM_WORKER_MMAP_THRESHOLD (256 << 20)
+#define SM_WORKER_TRIM_THRESHOLD (512 << 20)
+static void sm_worker_malloc_tune(void)
+{
+    if (getenv("MALLOC_ARENA_MAX"))
+        return;
+    mallopt(M_ARENA_MAX, 1);
+    setenv("MALLOC_ARENA_MAX", "1", 0);
+}
+
 int main(int argc, char **argv)
 {
     sm_config_value cfg[CFG_COUNT];
@@ -122,6 +144,7 @@ int main(int argc, char **argv)
     sigaddset(&sigs, SIGTERM);
     sigaddset(&sigs, SIGINT);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    sm_worker_malloc_tune(); /* before our threads start; kept across the re-exec */
     sm_kern_coretype_setup(argc, argv);
     sm_err e = sm_config_parse(worker_config, CFG_COUNT, cfg, argc, argv, worker_usage, NULL, err,
                                sizeof err);
@@ -161,6 +184,8 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     sm_rpc_init();
+    mallopt(M_MMAP_THRESHOLD, SM_WORKER_MMAP_THRESHOLD);
+    mallopt(M_TRIM_THRESHOLD, SM_WORKER_TRIM_THRESHOLD);
     rpc_up = 1;
     if ((e = sm_store_create(&store, err, sizeof err)) ||
         (e = sm_peer_create(cfg[CFG_TOKEN].s, 120000, &peers, err, sizeof err)))

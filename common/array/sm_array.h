@@ -22,7 +22,9 @@ typedef struct {
 /* Allocates a zero-filled array; *out is owned by the caller (sm_array_free). */
 sm_err sm_array_create(sm_dtype t, const sm_shape *s, sm_array **out, char *err, size_t errlen);
 /* sm_array_create without the zero fill, for callers that write every
- * byte before reading any: the contents are undefined until then. */
+ * byte before reading any: the contents are undefined until then.
+ * Sanitizer builds fill it with 0xa5 bytes, so that a caller that leaves
+ * some unwritten shows up in tests. */
 sm_err sm_array_create_uninit(sm_dtype t, const sm_shape *s, sm_array **out, char *err,
                               size_t errlen);
 void sm_array_free(sm_array *a);

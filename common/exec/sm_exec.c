@@ -227,14 +227,15 @@ sm_err sm_exec_run_plan(const sm_exec_plan *plan, int mesh_pos, const sm_comm *c
             in[i] = vals[op->operands[i]];
         sm_exec_fn fn = sm_exec_fn_of(op->kind);
         sm_array *out = NULL;
+        /* an op that writes all of its output (every collective) needs no
+         * zero-fill first */
+        sm_err (*create)(sm_dtype, const sm_shape *, sm_array **, char *, size_t) =
+            fn == sm_exec_coll || sm_exec_writes_all(op->kind) ? sm_array_create_uninit
+                                                               : sm_array_create;
         if (!fn) {
             e = sm_fail(msg, sizeof msg, SM_EUNIMPLEMENTED, "no kernel for this op");
-        } else {
-            e = sm_exec_writes_all(op->kind)
-                    ? sm_array_create_uninit(rv->dtype, &rv->shape, &out, msg, sizeof msg)
-                    : sm_array_create(rv->dtype, &rv->shape, &out, msg, sizeof msg);
-            if (!e)
-                e = fn(&x, op, in, out, msg, sizeof msg);
+        } else if (!(e = create(rv->dtype, &rv->shape, &out, msg, sizeof msg))) {
+            e = fn(&x, op, in, out, msg, sizeof msg);
         }
         if (e) {
             sm_array_free(out);

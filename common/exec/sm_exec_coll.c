@@ -192,6 +192,9 @@ static sm_err sm_exec_all_to_all(sm_exec_ctx *x, const sm_ir_op *op, const sm_co
     int perm[SM_MAX_RANK];
     sm_shape ts;
     void *send = NULL, *recv = NULL;
+    if (sa == 0 && ca == 0) /* the chunks are rows of in, the received ones rows of out */
+        return x->comm->all_to_all(x->cctx, g, seq, in[0]->data, out->data, in[0]->nbytes / n, err,
+                                   errlen);
     /* [x_sa, others...]: chunk j (x_sa/n rows) goes to rank j */
     if ((e = sm_exec_stage(op, in[0], sa, in[0]->nbytes, perm, &ts, &send, &recv, err, errlen)))
         goto done;

@@ -106,6 +106,11 @@ typedef struct sm_svc_coll_in sm_svc_coll_in;
 /* Server side: next message; SM_OK with *end = 1 at the end of the stream. */
 sm_err sm_svc_coll_recv(sm_svc_coll_in *in, sm_svc_coll_msg *msg, int *end, char *err,
                         size_t errlen);
+/* Server side, after sm_svc_coll_recv returned a message with len > 0:
+ * hands that message's data buffer to the caller, who owns it from now on
+ * (free with free()); msg->data stays valid and is that buffer. Saves a
+ * copy of the bytes. NULL if there is none to take. */
+void *sm_svc_coll_take_data(sm_svc_coll_in *in);
 
 typedef struct {
     /* Runs the job on every local device of the mesh; returns when all are

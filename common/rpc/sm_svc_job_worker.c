@@ -228,6 +228,17 @@ sm_err sm_svc_coll_recv(sm_svc_coll_in *in, sm_svc_coll_msg *msg, int *end, char
     return coll_msg_dec((const Shmap__V1__CollMsg *)in->cur, msg, err, errlen);
 }
 
+void *sm_svc_coll_take_data(sm_svc_coll_in *in)
+{
+    Shmap__V1__CollMsg *p = (Shmap__V1__CollMsg *)in->cur;
+    if (!p || !p->data.len)
+        return NULL;
+    void *d = p->data.data; /* malloc'd by the unpack, freed by free_unpacked */
+    p->data.data = NULL;
+    p->data.len = 0;
+    return d;
+}
+
 static void exchange(sm_rpc_call *call, void *u)
 {
     const job_ctx *c = u;
