@@ -66,6 +66,19 @@ static void part_done(void *user, int k, sm_err e, int64_t output_bytes, const c
     sm_cjobs_cancel_workers(d->j, d->job, k);
 }
 
+/* Worker k's RunJob is still pending: end it if the registry marked the
+ * worker lost (it stopped heartbeating: frozen, or cut off without its
+ * connection closing), so the job fails now instead of at its deadline. */
+static int part_watch(void *user, int k, char *why, size_t whylen)
+{
+    dispatch *d = user;
+    if (sm_registry_worker_alive(d->j->coord->reg, d->job->wids[k]))
+        return 0;
+    snprintf(why, whylen, "it was marked lost (no heartbeat) while running job %llu",
+             (unsigned long long)d->job->id);
+    return 1;
+}
+
 /* RunJob on every worker of the mesh at once, all from this thread. */
 static sm_err run_everywhere(sm_cjobs *j, sm_job *job, sm_array_id *inputs, char *msg,
                              size_t msglen)
@@ -100,8 +113,8 @@ static sm_err run_everywhere(sm_cjobs *j, sm_job *job, sm_array_id *inputs, char
     }
     for (int k = 0; k < job->npeers; k++)
         d.chs[k] = sm_cjobs_channel(j, job->peers[k].address, d.cherr[k], sizeof d.cherr[k]);
-    if ((e = sm_svc_worker_run_job_all(d.chs, job->npeers, (int)left, &req, part_done, &d, msg,
-                                       msglen)))
+    if ((e = sm_svc_worker_run_job_all(d.chs, job->npeers, (int)left, &req, part_done, part_watch,
+                                       &d, msg, msglen)))
         goto out;
     if (d.failed) {
         snprintf(msg, msglen, "%s", d.msg);

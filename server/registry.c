@@ -352,6 +352,15 @@ int sm_registry_workers_alive(sm_registry *r)
     return n;
 }
 
+int sm_registry_worker_alive(sm_registry *r, uint32_t id)
+{
+    pthread_mutex_lock(&r->mu);
+    const sm_reg_worker *w = sm_reg_worker_by_id(r, id);
+    int alive = w && w->alive;
+    pthread_mutex_unlock(&r->mu);
+    return alive;
+}
+
 /* ---- reaping ------------------------------------------------------------------ */
 
 /* The deadline sentence of a pending array into msg. */

@@ -82,6 +82,8 @@ sm_err sm_registry_workers_list(sm_registry *r, int64_t now_ms, sm_worker_info *
                                 char *err, size_t errlen);
 /* Number of alive workers. */
 int sm_registry_workers_alive(sm_registry *r);
+/* 1 if worker id is registered and alive, 0 if it is lost or unknown. */
+int sm_registry_worker_alive(sm_registry *r, uint32_t id);
 
 /* ---- meshes --------------------------------------------------------------- */
 

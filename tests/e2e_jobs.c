@@ -462,6 +462,14 @@ static const char *heavy_text = "mesh i=8\n"
                                 "    for k in range(40):\n"
                                 "        z = tanh(dot(z, w))\n"
                                 "    return z\n";
+/* The same, four times as long: cannot end within 150 ms. */
+static const char *heavier_text = "mesh i=8\n"
+                                  "shard_map heavy(a: f32[1024,1024] @ P('i'), w: f32[1024,1024] @ "
+                                  "P()) -> P('i'):\n"
+                                  "    z = a\n"
+                                  "    for k in range(160):\n"
+                                  "        z = tanh(dot(z, w))\n"
+                                  "    return z\n";
 
 /* _i: 0 cancel after 200 ms, 1 a 200 ms deadline. Either way the job ends
  * (CANCELLED / FAILED naming the deadline) and its output is dropped. 2 and
@@ -555,11 +563,14 @@ static void e2e_reject_lost(sm_client *c, sm_program *p, const sm_array_ref *arg
     sm_program_free(q);
 }
 
-/* A worker killed while a job runs: the job fails naming it, its output is
- * dropped, and a job on the lost worker's devices is refused at submit. Uses
- * its own cluster. */
+/* A worker killed (_i 0) or frozen (_i 1: SIGSTOP, its connection stays
+ * open, so only its missing heartbeats tell) while a job runs: the job fails
+ * naming it, soon after the worker is marked lost rather than at the job's
+ * deadline; its output is dropped, and a job on the lost worker's devices is
+ * refused at submit. Uses its own cluster. */
 START_TEST(test_worker_lost)
 {
+    const int freeze = _i == 1;
     harness_opts ho = {.nworkers = 2, .devices_per_worker = 4};
     harness_cluster *h = NULL;
     char err[1024];
@@ -579,16 +590,23 @@ START_TEST(test_worker_lost)
     ck_assert_int_eq(sm_client_put(c, SM_F32, &s, a->data, &sh, NULL, &iw, err, sizeof err), SM_OK);
     sm_array_ref args[2] = {{ia.id, NULL}, {iw.id, NULL}};
     sm_program *p = NULL;
-    ck_assert_int_eq(sm_program_parse(heavy_text, "heavy.shmap", &p, err, sizeof err), SM_OK);
+    ck_assert_int_eq(
+        sm_program_parse(freeze ? heavier_text : heavy_text, "heavy.shmap", &p, err, sizeof err),
+        SM_OK);
     sm_job_id id;
     ck_assert_int_eq(sm_job_submit(c, p, 2, args, NULL, 1, 0, &id, err, sizeof err), SM_OK);
     struct timespec ts = {0, 150 * 1000000L};
     nanosleep(&ts, NULL);
     pid_t pids[4];
     ck_assert_int_eq(harness_worker_pids(h, pids, 4), 2);
-    ck_assert_int_eq(kill(pids[1], SIGKILL), 0);
+    ck_assert_int_eq(kill(pids[1], freeze ? SIGSTOP : SIGKILL), 0);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     sm_job_info info;
     ck_assert_int_eq(sm_job_wait(c, id, WAIT_MS, &info, err, sizeof err), SM_OK);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double waited = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    ck_assert_msg(!freeze || info.state != SM_JOB_DONE, "the job ended before the freeze");
     if (info.state == SM_JOB_DONE) {
         fprintf(stderr, "e2e_jobs: the job ended before its worker was killed\n");
     } else {
@@ -598,8 +616,16 @@ START_TEST(test_worker_lost)
                           strstr(info.error, "worker"),
                       "%s", info.error);
         ck_assert_int_eq(narrays(c), 2); /* the output is gone */
+        if (freeze) {
+            /* Marked lost after 3 s of silence (the coordinator's default
+             * --lost-after-ms), then the job fails within a watch period. */
+            ck_assert_msg(strstr(info.error, "marked lost"), "%s", info.error);
+            ck_assert_msg(waited < 15.0, "the job took %.1f s to fail", waited);
+        }
     }
     sm_job_info_free(&info);
+    if (freeze)
+        ck_assert_int_eq(kill(pids[1], SIGKILL), 0);
     ck_assert_int_eq(harness_wait_workers(c, 1, 10000, err, sizeof err), SM_OK);
     /* The default order now has 4 devices: an 8-device mesh cannot be made;
      * explicit devices on the lost worker are refused. */
@@ -703,7 +729,7 @@ static Suite *jobs_suite(void)
     suite_add_tcase(s, tc);
     tc = tcase_create("failures");
     tcase_set_timeout(tc, 180);
-    tcase_add_test(tc, test_worker_lost);
+    tcase_add_loop_test(tc, test_worker_lost, 0, 2);
     suite_add_tcase(s, tc);
     return s;
 }

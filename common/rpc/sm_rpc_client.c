@@ -188,6 +188,7 @@ typedef struct {
     grpc_status_code status;
     grpc_slice details;
     int inited; /* unary_start ran: unary_clear has something to free */
+    int ended;  /* sm_rpc_unary_all: completed, or cancelled by its watch */
 } unary_call;
 
 /* Starts the whole call as one batch (takes send_bb); tag marks its
@@ -282,8 +283,8 @@ sm_err sm_rpc_unary(sm_rpc_channel *ch, const char *path, const ProtobufCMessage
 
 sm_err sm_rpc_unary_all(sm_rpc_channel *const *chs, int n, const char *path,
                         const ProtobufCMessage *req, const ProtobufCMessageDescriptor *reply_desc,
-                        int deadline_ms, sm_rpc_unary_done done, void *user, char *err,
-                        size_t errlen)
+                        int deadline_ms, sm_rpc_unary_done done, sm_rpc_unary_watch watch,
+                        void *user, char *err, size_t errlen)
 {
     if (deadline_ms <= 0)
         return sm_fail(err, errlen, SM_EINVAL, "call to %s needs a positive deadline, not %d ms",
@@ -318,11 +319,27 @@ sm_err sm_rpc_unary_all(sm_rpc_channel *const *chs, int n, const char *path,
     }
     grpc_byte_buffer_destroy(send_bb);
     while (pending > 0) {
-        grpc_event ev = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        gpr_timespec until = watch
+                                 ? gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                                gpr_time_from_millis(SM_RPC_WATCH_MS, GPR_TIMESPAN))
+                                 : gpr_inf_future(GPR_CLOCK_REALTIME);
+        grpc_event ev = grpc_completion_queue_next(cq, until, NULL);
+        if (ev.type == GRPC_QUEUE_TIMEOUT) {
+            /* Ended by cancelling: the completion arrives with this status. */
+            for (int i = 0; i < n; i++) {
+                char why[256] = "";
+                if (u[i].call && !u[i].ended && watch(user, i, why, sizeof why)) {
+                    u[i].ended = 1;
+                    grpc_call_cancel_with_status(u[i].call, GRPC_STATUS_UNAVAILABLE, why, NULL);
+                }
+            }
+            continue;
+        }
         if (ev.type != GRPC_OP_COMPLETE)
             continue;
         unary_call *c = ev.tag;
         int i = (int)(c - u);
+        c->ended = 1;
         ProtobufCMessage *reply = NULL;
         msg[0] = '\0';
         sm_err ei = unary_result(c, path, reply_desc, &reply, msg, sizeof msg);

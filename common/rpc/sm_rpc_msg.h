@@ -151,16 +151,26 @@ sm_err sm_rpc_unary(sm_rpc_channel *ch, const char *path, const ProtobufCMessage
 typedef void (*sm_rpc_unary_done)(void *user, int i, sm_err e, ProtobufCMessage *reply,
                                   const char *err);
 
+/* Asked by sm_rpc_unary_all about call i while it is still pending: a
+ * non-zero return ends it at once with SM_EUNAVAILABLE and the sentence
+ * written to why (its peer is known to be gone, say, while its connection
+ * still looks open). */
+typedef int (*sm_rpc_unary_watch)(void *user, int i, char *why, size_t whylen);
+
+/* How often sm_rpc_unary_all asks its watch, in milliseconds. */
+#define SM_RPC_WATCH_MS 100
+
 /* The same unary call of path with req (borrowed, packed once) on chs[0..n)
  * at once, from the calling thread, without a thread per call. done runs on
  * this thread for each call as it ends, in the order they end (at once for
  * a NULL channel: SM_EUNAVAILABLE); it may block, the other calls go on.
- * Returns once every call ended: SM_OK, or an error before any call
- * started (done not called). deadline_ms > 0 covers each call. */
+ * watch (may be NULL) is asked about every pending call every
+ * SM_RPC_WATCH_MS. Returns once every call ended: SM_OK, or an error before
+ * any call started (done not called). deadline_ms > 0 covers each call. */
 sm_err sm_rpc_unary_all(sm_rpc_channel *const *chs, int n, const char *path,
                         const ProtobufCMessage *req, const ProtobufCMessageDescriptor *reply_desc,
-                        int deadline_ms, sm_rpc_unary_done done, void *user, char *err,
-                        size_t errlen);
+                        int deadline_ms, sm_rpc_unary_done done, sm_rpc_unary_watch watch,
+                        void *user, char *err, size_t errlen);
 
 /* Client-streaming call: open, send N times, finish. The deadline covers the
  * whole call. A failed send returns the server's final status (finish then

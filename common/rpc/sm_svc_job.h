@@ -131,13 +131,17 @@ sm_err sm_svc_worker_run_job(sm_rpc_channel *ch, int deadline_ms, const sm_svc_r
  * as sm_svc_worker_run_job returns them, output_bytes 0 on failure. */
 typedef void (*sm_svc_run_job_done)(void *user, int i, sm_err e, int64_t output_bytes,
                                     const char *err);
+/* Asked about worker i's pending RunJob about every 100 ms: non-zero ends
+ * that call at once with SM_EUNAVAILABLE and the sentence in why. */
+typedef int (*sm_svc_run_job_watch)(void *user, int i, char *why, size_t whylen);
 /* RunJob with the same req on chs[0..n) at once from the calling thread
  * (encoded once; sm_rpc_unary_all): done runs here for each worker as its
- * call ends and may block. SM_OK once all ended, or an error before any
- * started (done not called). */
+ * call ends and may block; watch (may be NULL) can end a pending call
+ * whose worker is known to be gone. SM_OK once all ended, or an error
+ * before any started (done not called). */
 sm_err sm_svc_worker_run_job_all(sm_rpc_channel *const *chs, int n, int deadline_ms,
                                  const sm_svc_run_job_req *req, sm_svc_run_job_done done,
-                                 void *user, char *err, size_t errlen);
+                                 sm_svc_run_job_watch watch, void *user, char *err, size_t errlen);
 sm_err sm_svc_worker_cancel_job(sm_rpc_channel *ch, int deadline_ms, sm_job_id id, char *err,
                                 size_t errlen);
 

@@ -298,8 +298,15 @@ sm_err sm_svc_worker_run_job(sm_rpc_channel *ch, int deadline_ms, const sm_svc_r
 
 typedef struct {
     sm_svc_run_job_done done;
+    sm_svc_run_job_watch watch;
     void *user;
 } run_job_all_ctx;
+
+static int run_job_all_watch(void *user, int i, char *why, size_t whylen)
+{
+    const run_job_all_ctx *c = user;
+    return c->watch(c->user, i, why, whylen);
+}
 
 static void run_job_all_done(void *user, int i, sm_err e, ProtobufCMessage *reply, const char *err)
 {
@@ -312,7 +319,7 @@ static void run_job_all_done(void *user, int i, sm_err e, ProtobufCMessage *repl
 
 sm_err sm_svc_worker_run_job_all(sm_rpc_channel *const *chs, int n, int deadline_ms,
                                  const sm_svc_run_job_req *req, sm_svc_run_job_done done,
-                                 void *user, char *err, size_t errlen)
+                                 sm_svc_run_job_watch watch, void *user, char *err, size_t errlen)
 {
     sm_arena *a = sm_arena_create(0);
     Shmap__V1__RunJobRequest *p = a ? run_job_enc(a, req) : NULL;
@@ -320,10 +327,10 @@ sm_err sm_svc_worker_run_job_all(sm_rpc_channel *const *chs, int n, int deadline
         sm_arena_free(a);
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory encoding a job");
     }
-    run_job_all_ctx c = {done, user};
-    sm_err e = sm_rpc_unary_all(chs, n, SM_SVC_WORKER_PATH("RunJob"), &p->base,
-                                &shmap__v1__run_job_reply__descriptor, deadline_ms,
-                                run_job_all_done, &c, err, errlen);
+    run_job_all_ctx c = {done, watch, user};
+    sm_err e = sm_rpc_unary_all(
+        chs, n, SM_SVC_WORKER_PATH("RunJob"), &p->base, &shmap__v1__run_job_reply__descriptor,
+        deadline_ms, run_job_all_done, watch ? run_job_all_watch : NULL, &c, err, errlen);
     sm_arena_free(a);
     return e;
 }
