@@ -55,6 +55,18 @@ typedef struct {
     int64_t done, total;
 } client_progress;
 
+/* Commits of direct uploads held back to be sent together, shared by the
+ * threads that upload the targets. devices are borrowed and must outlive
+ * client_commits_send. */
+typedef struct {
+    pthread_mutex_t mu;
+    int n, cap;
+    sm_svc_commit_target *t;
+} client_commits;
+
+sm_err client_commits_init(client_commits *cm, int cap, char *err, size_t errlen);
+void client_commits_destroy(client_commits *cm);
+
 void client_progress_init(client_progress *p, const sm_client *c, int64_t total);
 void client_progress_add(client_progress *p, int64_t n);
 void client_progress_destroy(client_progress *p);
@@ -92,12 +104,18 @@ void client_box_scatter(const client_box *b, void *buf, int64_t pos, const void 
  * With info (the array's description, for its shards' worker addresses)
  * the box goes straight to the workers holding the devices (one PutShard
  * stream per worker, the same chunks to each) and is then committed with
- * CommitShards; a worker that cannot be reached sends the target through
- * the coordinator's relay (Upload) instead, as does info == NULL. */
+ * CommitShards, or added to later (if not NULL) to be committed with the
+ * array's other targets; a worker that cannot be reached sends the target
+ * through the coordinator's relay (Upload) instead, as does info == NULL. */
 sm_err client_upload_box(sm_client *c, const sm_array_info *info, sm_array_id id, int ndevices,
                          const int32_t *devices, sm_dtype t, const void *src,
                          const sm_shape *src_shape, const sm_index *box, client_progress *prog,
-                         int *ready, char *err, size_t errlen);
+                         client_commits *later, char *err, size_t errlen);
+
+/* Sends the commits gathered in cm for array id in one CommitShards (none:
+ * nothing is sent). */
+sm_err client_commits_send(sm_client *c, sm_array_id id, client_commits *cm, char *err,
+                           size_t errlen);
 
 /* Downloads device `device`'s shard of array `id` (expected dtype t and
  * shape of `box`) and scatters it into the box `box` of dst (row-major, shape

@@ -1,8 +1,9 @@
 /* client_put: the upload calls of libshmap (device_put of a whole array or
  * .npy file, per-device shards, a per-index callback, and process-local
  * data). Every one is CreateArray followed, per target, by PutShard streams
- * straight to its workers and a CommitShards (or one relayed Upload stream
- * where a worker cannot be reached), two targets in flight at once. */
+ * straight to its workers (or one relayed Upload stream where a worker
+ * cannot be reached), two targets in flight at once, and one CommitShards
+ * for all the targets sent straight. */
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@ typedef struct {
     int local;  /* 1: boxes are local_slice, else global_index */
     int *order; /* task i uploads target order[i] */
     client_progress prog;
+    client_commits later;
 } upload_job;
 
 static const sm_index *job_box(const upload_job *j, int i)
@@ -36,7 +38,8 @@ static sm_err upload_task(void *user, int i, char *err, size_t errlen)
     i = j->order[i];
     const sm_svc_upload_target *t = &j->r->targets[i];
     return client_upload_box(j->c, &j->r->array, j->r->array.id, t->ndevices, t->devices, j->dtype,
-                             j->src, &j->src_shape, job_box(j, i), &j->prog, NULL, err, errlen);
+                             j->src, &j->src_shape, job_box(j, i), &j->prog, &j->later, err,
+                             errlen);
 }
 
 static sm_err upload_all(sm_client *c, const sm_svc_create_array_reply *r, sm_dtype t,
@@ -68,9 +71,17 @@ static sm_err upload_all(sm_client *c, const sm_svc_create_array_reply *r, sm_dt
                 wid[i] = r->array.shards[s].worker_id;
     client_order_by_worker(wid, r->ntargets, j.order);
     free(wid);
+    if ((e = client_commits_init(&j.later, r->ntargets, err, errlen))) {
+        free(j.order);
+        return e;
+    }
     client_progress_init(&j.prog, c, total);
     e = client_run_tasks(r->ntargets, 2, upload_task, &j, err, errlen);
     client_progress_destroy(&j.prog);
+    /* Every target arrived: one commit fills them all. */
+    if (!e)
+        e = client_commits_send(c, r->array.id, &j.later, err, errlen);
+    client_commits_destroy(&j.later);
     free(j.order);
     return e;
 }
@@ -239,17 +250,23 @@ sm_err sm_client_put_shards(sm_client *c, sm_dtype dtype, const sm_shape *global
         }
     }
     client_progress prog;
+    client_commits later;
     int64_t total = 0;
     for (int i = 0; i < r.ntargets; i++)
         total += shards[which[i]]->nbytes;
+    if ((e = client_commits_init(&later, r.ntargets, err, errlen)))
+        goto fail;
     client_progress_init(&prog, c, total);
     for (int i = 0; i < r.ntargets && !e; i++) {
         const sm_array *a = shards[which[i]];
         sm_index full = sm_index_full(&a->shape);
         e = client_upload_box(c, &r.array, r.array.id, r.targets[i].ndevices, r.targets[i].devices,
-                              dtype, a->data, &a->shape, &full, &prog, NULL, err, errlen);
+                              dtype, a->data, &a->shape, &full, &prog, &later, err, errlen);
     }
     client_progress_destroy(&prog);
+    if (!e)
+        e = client_commits_send(c, r.array.id, &later, err, errlen);
+    client_commits_destroy(&later);
     if (e)
         goto fail;
     e = describe_id(c, r.array.id, out, err, errlen);
@@ -271,6 +288,7 @@ sm_err sm_client_put_callback(sm_client *c, sm_dtype dtype, const sm_shape *glob
     sm_svc_create_array_req q;
     sm_svc_create_array_reply r;
     client_progress prog;
+    client_commits later;
     int64_t total;
     char s1[128], s2[128];
     sm_err e;
@@ -283,6 +301,11 @@ sm_err sm_client_put_callback(sm_client *c, sm_dtype dtype, const sm_shape *glob
     memset(&r, 0, sizeof r);
     if ((e = sm_svc_coord_create_array(c->ch, c->timeout_ms, &q, &r, err, errlen)))
         return e;
+    if ((e = client_commits_init(&later, r.ntargets, err, errlen))) {
+        client_discard(c, r.array.id);
+        sm_svc_create_array_reply_free(&r);
+        return e;
+    }
     client_progress_init(&prog, c, total);
     /* One call of cb per distinct index, in the caller's thread. */
     for (int i = 0; i < r.ntargets && !e; i++) {
@@ -303,11 +326,14 @@ sm_err sm_client_put_callback(sm_client *c, sm_dtype dtype, const sm_shape *glob
         } else {
             sm_index full = sm_index_full(&blk->shape);
             e = client_upload_box(c, &r.array, r.array.id, t->ndevices, t->devices, dtype,
-                                  blk->data, &blk->shape, &full, &prog, NULL, err, errlen);
+                                  blk->data, &blk->shape, &full, &prog, &later, err, errlen);
         }
         sm_array_free(blk);
     }
     client_progress_destroy(&prog);
+    if (!e)
+        e = client_commits_send(c, r.array.id, &later, err, errlen);
+    client_commits_destroy(&later);
     if (e)
         client_discard(c, r.array.id);
     else

@@ -38,6 +38,56 @@ void client_progress_destroy(client_progress *p)
     pthread_mutex_destroy(&p->mu);
 }
 
+/* ---- held-back commits --------------------------------------------------- */
+
+sm_err client_commits_init(client_commits *cm, int cap, char *err, size_t errlen)
+{
+    cm->n = 0;
+    cm->cap = cap > 0 ? cap : 0;
+    if (!(cm->t = calloc((size_t)cm->cap + 1, sizeof *cm->t)))
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory");
+    pthread_mutex_init(&cm->mu, NULL);
+    return SM_OK;
+}
+
+void client_commits_destroy(client_commits *cm)
+{
+    pthread_mutex_destroy(&cm->mu);
+    free(cm->t);
+}
+
+static sm_err client_commits_add(client_commits *cm, const sm_svc_commit_target *t, char *err,
+                                 size_t errlen)
+{
+    sm_err e = SM_OK;
+    pthread_mutex_lock(&cm->mu);
+    if (cm->n < cm->cap)
+        cm->t[cm->n++] = *t;
+    else
+        e = sm_fail(err, errlen, SM_EINTERNAL, "more commits than the %d upload targets", cm->cap);
+    pthread_mutex_unlock(&cm->mu);
+    return e;
+}
+
+sm_err client_commits_send(sm_client *c, sm_array_id id, client_commits *cm, char *err,
+                           size_t errlen)
+{
+    sm_svc_commit_req q = {.array_id = id};
+    sm_svc_upload_reply reply = {0};
+    if (cm->n == 0)
+        return SM_OK;
+    if (cm->n == 1) { /* the single-target form */
+        q.ndevices = cm->t[0].ndevices;
+        q.devices = cm->t[0].devices;
+        q.checksum = cm->t[0].checksum;
+        q.bytes = cm->t[0].bytes;
+    } else {
+        q.ntargets = cm->n;
+        q.targets = cm->t;
+    }
+    return sm_svc_coord_commit_shards(c->ch, c->timeout_ms, &q, &reply, err, errlen);
+}
+
 int client_stream_deadline(const sm_client *c, int64_t bytes)
 {
     int64_t ms = (int64_t)c->timeout_ms + bytes / 20000;
@@ -189,7 +239,7 @@ static int up_group(sm_client *c, const sm_array_info *info, int ndevices, const
  * UNAVAILABLE before any data went out: nothing was sent, use the relay. */
 static sm_err up_send(sm_client *c, up_stream *u, int n, int direct, const sm_svc_upload_msg *hdr,
                       const client_box *b, const void *src, char *stage, client_progress *prog,
-                      uint64_t *sum, int *ready, int *fallback, char *err, size_t errlen)
+                      uint64_t *sum, int *fallback, char *err, size_t errlen)
 {
     sm_checksum *ck = sm_checksum_create();
     sm_svc_upload_msg msg;
@@ -256,8 +306,6 @@ static sm_err up_send(sm_client *c, up_stream *u, int n, int direct, const sm_sv
                         direct ? "the worker at " : "the service", direct ? u[k].addr : "",
                         (long long)reply.bytes, (unsigned long long)reply.checksum,
                         (long long)b->nbytes, (unsigned long long)*sum);
-        if (ready)
-            *ready = reply.array_ready;
     }
     up_abort(u, n);
     return e;
@@ -266,14 +314,14 @@ static sm_err up_send(sm_client *c, up_stream *u, int n, int direct, const sm_sv
 sm_err client_upload_box(sm_client *c, const sm_array_info *info, sm_array_id id, int ndevices,
                          const int32_t *devices, sm_dtype t, const void *src,
                          const sm_shape *src_shape, const sm_index *box, client_progress *prog,
-                         int *ready, char *err, size_t errlen)
+                         client_commits *later, char *err, size_t errlen)
 {
     client_box b;
     up_stream *u = NULL;
     char *stage = NULL;
     sm_svc_upload_msg hdr;
     uint64_t sum = 0;
-    int n = 0, fallback = 0, r = 0;
+    int n = 0, fallback = 0;
     sm_err e;
 
     if ((e = client_box_init(&b, src_shape, box, t, err, errlen)))
@@ -297,12 +345,12 @@ sm_err client_upload_box(sm_client *c, const sm_array_info *info, sm_array_id id
     hdr.header.total_bytes = b.nbytes;
 
     if (info && !c->relay_only && (n = up_group(c, info, ndevices, devices, u)) > 0) {
-        e = up_send(c, u, n, 1, &hdr, &b, src, stage, prog, &sum, NULL, &fallback, err, errlen);
+        e = up_send(c, u, n, 1, &hdr, &b, src, stage, prog, &sum, &fallback, err, errlen);
         if (!e) {
-            sm_svc_commit_req q = {id, ndevices, devices, sum, b.nbytes};
-            sm_svc_upload_reply reply = {0};
-            e = sm_svc_coord_commit_shards(c->ch, c->timeout_ms, &q, &reply, err, errlen);
-            r = reply.array_ready;
+            sm_svc_commit_target t = {ndevices, devices, sum, b.nbytes};
+            client_commits one = {.n = 1, .cap = 1, .t = &t};
+            e = later ? client_commits_add(later, &t, err, errlen)
+                      : client_commits_send(c, id, &one, err, errlen);
             goto done;
         }
         if (!fallback)
@@ -311,10 +359,8 @@ sm_err client_upload_box(sm_client *c, const sm_array_info *info, sm_array_id id
     /* Through the coordinator. */
     memset(u, 0, sizeof *u);
     u[0].ch = c->ch;
-    e = up_send(c, u, 1, 0, &hdr, &b, src, stage, prog, &sum, &r, &fallback, err, errlen);
+    e = up_send(c, u, 1, 0, &hdr, &b, src, stage, prog, &sum, &fallback, err, errlen);
 done:
-    if (!e && ready)
-        *ready = r;
     free(u);
     free(stage);
     return e;

@@ -249,14 +249,26 @@ typedef struct {
     int64_t device_bytes[SM_MAX_WORKER_DEVICES];
 } sm_svc_heartbeat_req;
 
-/* Coordinator.CommitShards: the devices of one upload target, written
- * directly to their workers with Worker.PutShard, to be marked filled. */
+/* One upload target of a batched commit. */
+typedef struct {
+    int ndevices;
+    const int32_t *devices; /* borrowed */
+    uint64_t checksum;      /* of the shard bytes */
+    int64_t bytes;
+} sm_svc_commit_target;
+
+/* Coordinator.CommitShards: the devices of one upload target (ndevices,
+ * devices, checksum, bytes), or of ntargets targets (then ndevices is 0),
+ * written directly to their workers with Worker.PutShard, to be marked
+ * filled: all of them or none. */
 typedef struct {
     sm_array_id array_id;
     int ndevices;
     const int32_t *devices; /* borrowed */
     uint64_t checksum;      /* of the shard bytes */
     int64_t bytes;
+    int ntargets;
+    const sm_svc_commit_target *targets; /* borrowed */
 } sm_svc_commit_req;
 
 /* The coordinator's handlers. Every handler returns SM_OK or an error with
