@@ -226,6 +226,157 @@ START_TEST(commit_verified)
 }
 END_TEST
 
+/* The worker channel of device d of array a (opened once per address). */
+static sm_rpc_channel *worker_of(const sm_array_info *a, int32_t d, sm_rpc_channel **chs)
+{
+    const char *tok = g_two->token[0] ? g_two->token : NULL;
+    char err[512];
+    for (int k = 0; k < a->nshards; k++) {
+        if (a->shards[k].device != d)
+            continue;
+        int w = a->shards[k].worker_id == a->shards[0].worker_id ? 0 : 1;
+        if (!chs[w])
+            ck_assert_int_eq(
+                sm_rpc_channel_create(a->shards[k].worker_address, tok, &chs[w], err, sizeof err),
+                SM_OK);
+        return chs[w];
+    }
+    ck_abort_msg("device %d holds no shard", (int)d);
+    return NULL;
+}
+
+/* Whether device d of array a holds a shard on its worker. */
+static int worker_has(const sm_array_info *a, int32_t d, sm_rpc_channel **chs)
+{
+    sm_svc_shard_state st;
+    char err[512];
+    ck_assert_int_eq(
+        sm_svc_worker_shard_info(worker_of(a, d, chs), 10000, a->id, 1, &d, &st, err, sizeof err),
+        SM_OK);
+    return st.present;
+}
+
+static int described_present(sm_rpc_channel *ch, sm_array_id id, int *ready)
+{
+    sm_array_info info;
+    char err[512];
+    int n = 0;
+    memset(&info, 0, sizeof info);
+    ck_assert_int_eq(sm_svc_coord_describe(ch, 10000, harness_id_ref(id), &info, err, sizeof err),
+                     SM_OK);
+    for (int k = 0; k < info.nshards; k++)
+        n += info.shards[k].present;
+    *ready = info.state == SM_ARRAY_READY;
+    sm_array_info_free(&info);
+    return n;
+}
+
+START_TEST(commit_batched)
+{
+    sm_rpc_channel *ch = NULL, *wch[2] = {NULL, NULL};
+    sm_svc_create_array_req q;
+    sm_svc_create_array_reply r;
+    sm_svc_upload_reply rep;
+    sm_svc_commit_target t[8];
+    sm_mesh mesh;
+    char err[512];
+    float data[4] = {5, 6, 7, 8};
+    uint64_t sum = sm_checksum_oneshot(data, 16);
+    const char *tok = g_two->token[0] ? g_two->token : NULL;
+    int ready = 0;
+
+    ck_assert_int_eq(sm_rpc_channel_create(g_two->target, tok, &ch, err, sizeof err), SM_OK);
+    memset(&q, 0, sizeof q);
+    q.dtype = SM_F32;
+    q.has_shape = 1;
+    q.shape = HARNESS_SHAPE(8, 4);
+    q.sharding = harness_sharding(&mesh, "x=8", NULL, 0, "P('x')");
+    q.kind = SM_PUT_SHARDS;
+    memset(&r, 0, sizeof r);
+    sm_err e = sm_svc_coord_create_array(ch, 10000, &q, &r, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "create: %s", err);
+    ck_assert_int_eq(r.ntargets, 8);
+    sm_array_id id = r.array.id;
+    for (int i = 0; i < 8; i++)
+        t[i] = (sm_svc_commit_target){1, r.targets[i].devices, sum, 16};
+    for (int i = 0; i < 3; i++)
+        put_shard(worker_of(&r.array, t[i].devices[0], wch), id, t[i].devices[0], data);
+    sm_svc_commit_req c = {.array_id = id, .ntargets = 3, .targets = t};
+
+    /* A device named by two targets: refused, nothing filled. */
+    t[1].devices = t[0].devices;
+    memset(&rep, 0, sizeof rep);
+    e = sm_svc_coord_commit_shards(ch, 10000, &c, &rep, err, sizeof err);
+    ck_assert_msg(e == SM_EINVAL, "%d: %s", e, err);
+    ck_assert_ptr_nonnull(strstr(err, "named by two targets"));
+    t[1].devices = r.targets[1].devices;
+    ck_assert_int_eq(described_present(ch, id, &ready), 0);
+
+    /* Both forms at once: refused. */
+    c.ndevices = 1;
+    c.devices = t[0].devices;
+    e = sm_svc_coord_commit_shards(ch, 10000, &c, &rep, err, sizeof err);
+    ck_assert_msg(e == SM_EINVAL, "%d: %s", e, err);
+    c.ndevices = 0;
+    c.devices = NULL;
+
+    /* A bad second target (a wrong size): refused before any worker is asked. */
+    t[1].bytes = 12;
+    ck_assert_int_eq(sm_svc_coord_commit_shards(ch, 10000, &c, &rep, err, sizeof err), SM_EINVAL);
+    t[1].bytes = 16;
+    ck_assert_int_eq(described_present(ch, id, &ready), 0);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(worker_has(&r.array, t[i].devices[0], wch), 1);
+
+    /* A checksum mismatch in the middle target: none is filled, and every
+     * worker copy of the commit is dropped. */
+    t[1].checksum ^= 1;
+    e = sm_svc_coord_commit_shards(ch, 10000, &c, &rep, err, sizeof err);
+    ck_assert_msg(e == SM_EDATALOSS, "%d: %s", e, err);
+    t[1].checksum ^= 1;
+    ck_assert_int_eq(described_present(ch, id, &ready), 0);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(worker_has(&r.array, t[i].devices[0], wch), 0);
+
+    /* A target not sent: refused, nothing filled. */
+    for (int i = 0; i < 2; i++)
+        put_shard(worker_of(&r.array, t[i].devices[0], wch), id, t[i].devices[0], data);
+    e = sm_svc_coord_commit_shards(ch, 10000, &c, &rep, err, sizeof err);
+    ck_assert_msg(e == SM_EPRECONDITION, "%d: %s", e, err);
+    ck_assert_int_eq(described_present(ch, id, &ready), 0);
+
+    /* Sent and committed together: filled, the array pending; the rest
+     * complete it. */
+    for (int i = 0; i < 8; i++)
+        if (!worker_has(&r.array, t[i].devices[0], wch))
+            put_shard(worker_of(&r.array, t[i].devices[0], wch), id, t[i].devices[0], data);
+    e = sm_svc_coord_commit_shards(ch, 10000, &c, &rep, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "commit: %s", err);
+    ck_assert_int_eq(rep.bytes, 48);
+    ck_assert_int_eq(rep.array_ready, 0);
+    ck_assert_int_eq(described_present(ch, id, &ready), 3);
+    ck_assert_int_eq(ready, 0);
+    c.targets = t + 2; /* overlaps the committed target 2 */
+    c.ntargets = 6;
+    ck_assert_int_eq(sm_svc_coord_commit_shards(ch, 10000, &c, &rep, err, sizeof err),
+                     SM_EPRECONDITION);
+    ck_assert_int_eq(described_present(ch, id, &ready), 3);
+    c.targets = t + 3;
+    c.ntargets = 5;
+    e = sm_svc_coord_commit_shards(ch, 10000, &c, &rep, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "commit: %s", err);
+    ck_assert_int_eq(rep.array_ready, 1);
+    ck_assert_int_eq(described_present(ch, id, &ready), 8);
+    ck_assert_int_eq(ready, 1);
+
+    ck_assert_int_eq(sm_svc_coord_delete(ch, 10000, harness_id_ref(id), err, sizeof err), SM_OK);
+    sm_svc_create_array_reply_free(&r);
+    for (int w = 0; w < 2; w++)
+        sm_rpc_channel_free(wch[w]);
+    sm_rpc_channel_free(ch);
+}
+END_TEST
+
 START_TEST(fallback_unreachable_worker)
 {
     sm_client *c = connect_opts(0);
@@ -292,6 +443,7 @@ int main(void)
     tcase_add_test(tc, direct_round_trips);
     tcase_add_test(tc, relay_forced);
     tcase_add_test(tc, commit_verified);
+    tcase_add_test(tc, commit_batched);
     tcase_add_test(tc, fallback_unreachable_worker);
     suite_add_tcase(s, tc);
     return harness_run_suite(s);

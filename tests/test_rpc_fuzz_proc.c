@@ -1016,6 +1016,7 @@ static method methods[] = {
     ROW(0, "Reshard", reshard_request, array_info, G_NONE),
     ROW(0, "RegisterWorker", register_worker_request, register_worker_reply, G_NONE),
     ROW(0, "Heartbeat", heartbeat_request, heartbeat_reply, G_NONE),
+    ROW(0, "CommitShards", commit_shards_request, upload_reply, G_NONE),
     ROW(0, "SubmitJob", submit_job_request, submit_job_reply, G_NONE),
     ROW(0, "WaitJob", job_ref, job_info, G_NONE),
     ROW(0, "GetJob", job_ref, job_info, G_NONE),
@@ -1295,6 +1296,30 @@ static void build_templates(void)
     hb.n_device_bytes = 4;
     hb.device_bytes = bytes4;
     set_template(method_of(0, "Heartbeat"), &hb.base);
+    /* CommitShards: one target, and several (of an array that is not there) */
+    int32_t cdev[2] = {0, 1}, cdev2[2] = {2, 3};
+    Shmap__V1__CommitShardsRequest cs = SHMAP__V1__COMMIT_SHARDS_REQUEST__INIT;
+    cs.array_id = 424242;
+    cs.n_devices = 2;
+    cs.devices = cdev;
+    cs.checksum = 7;
+    cs.bytes = 64;
+    set_template(method_of(0, "CommitShards"), &cs.base);
+    Shmap__V1__CommitTarget ct[2] = {SHMAP__V1__COMMIT_TARGET__INIT,
+                                     SHMAP__V1__COMMIT_TARGET__INIT};
+    Shmap__V1__CommitTarget *ctp[2] = {&ct[0], &ct[1]};
+    ct[0].n_devices = ct[1].n_devices = 2;
+    ct[0].devices = cdev;
+    ct[1].devices = cdev2;
+    ct[0].bytes = ct[1].bytes = 64;
+    ct[1].checksum = 9;
+    cs.n_devices = 0;
+    cs.devices = NULL;
+    cs.checksum = 0;
+    cs.bytes = 0;
+    cs.n_targets = 2;
+    cs.targets = ctp;
+    set_template(method_of(0, "CommitShards"), &cs.base);
 
     Shmap__V1__Program *prog =
         program_of("mesh i=2 j=4\n"
