@@ -56,6 +56,26 @@ static void round_trip(sm_client *c, const char *axes, const char *spec)
     sm_err e = sm_client_put(c, SM_F32, &s, x->data, &sh, NULL, &info, err, sizeof err);
     ck_assert_msg(e == SM_OK, "put %s %s: %s", axes, spec, err);
     ck_assert_int_eq(info.state, SM_ARRAY_READY);
+    /* The put's description (taken from the commit) is what Describe says. */
+    sm_array_info d;
+    e = sm_client_describe(c, harness_id_ref(info.id), &d, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "describe: %s", err);
+    ck_assert_int_eq(d.state, info.state);
+    ck_assert_int_eq(d.bytes, info.bytes);
+    ck_assert_int_eq(d.dtype, info.dtype);
+    ck_assert(sm_shape_equal(&d.shape, &info.shape));
+    ck_assert(sm_shape_equal(&d.shard_shape, &info.shard_shape));
+    ck_assert_str_eq(d.type, info.type);
+    ck_assert_str_eq(d.name, info.name);
+    ck_assert_int_eq(d.nshards, info.nshards);
+    for (int k = 0; k < d.nshards; k++) {
+        ck_assert_int_eq(d.shards[k].device, info.shards[k].device);
+        ck_assert_int_eq(d.shards[k].present, info.shards[k].present);
+        ck_assert_int_eq(d.shards[k].replica_id, info.shards[k].replica_id);
+        ck_assert_str_eq(d.shards[k].worker_address, info.shards[k].worker_address);
+        ck_assert(sm_index_equal(&d.shards[k].index, &info.shards[k].index));
+    }
+    sm_array_info_free(&d);
     e = sm_client_get(c, harness_id_ref(info.id), &back, err, sizeof err);
     ck_assert_msg(e == SM_OK, "get: %s", err);
     ck_assert_int_eq(memcmp(back->data, x->data, (size_t)x->nbytes), 0);

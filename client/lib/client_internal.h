@@ -113,8 +113,9 @@ sm_err client_upload_box(sm_client *c, const sm_array_info *info, sm_array_id id
                          client_commits *later, char *err, size_t errlen);
 
 /* Sends the commits gathered in cm for array id in one CommitShards (none:
- * nothing is sent). */
-sm_err client_commits_send(sm_client *c, sm_array_id id, client_commits *cm, char *err,
+ * nothing is sent). *ready (ready may be NULL) is set to 1 when the service
+ * says the commit completed the array. */
+sm_err client_commits_send(sm_client *c, sm_array_id id, client_commits *cm, int *ready, char *err,
                            size_t errlen);
 
 /* Downloads device `device`'s shard of array `id` (expected dtype t and

@@ -43,8 +43,8 @@ static sm_err upload_task(void *user, int i, char *err, size_t errlen)
 }
 
 static sm_err upload_all(sm_client *c, const sm_svc_create_array_reply *r, sm_dtype t,
-                         const void *src, const sm_shape *src_shape, int local, char *err,
-                         size_t errlen)
+                         const void *src, const sm_shape *src_shape, int local, int *ready,
+                         char *err, size_t errlen)
 {
     upload_job j = {
         .c = c, .r = r, .dtype = t, .src = src, .src_shape = *src_shape, .local = local};
@@ -80,7 +80,7 @@ static sm_err upload_all(sm_client *c, const sm_svc_create_array_reply *r, sm_dt
     client_progress_destroy(&j.prog);
     /* Every target arrived: one commit fills them all. */
     if (!e)
-        e = client_commits_send(c, r->array.id, &j.later, err, errlen);
+        e = client_commits_send(c, r->array.id, &j.later, ready, err, errlen);
     client_commits_destroy(&j.later);
     free(j.order);
     return e;
@@ -94,6 +94,20 @@ static sm_err describe_id(sm_client *c, sm_array_id id, sm_array_info *out, char
     if (!out)
         return SM_OK;
     return sm_client_describe(c, ref, out, err, errlen);
+}
+
+/* The description of the array of r that the last commit completed, without
+ * asking for it: what CreateArray said, every shard now present. */
+static void take_info(sm_svc_create_array_reply *r, sm_array_info *out)
+{
+    if (!out)
+        return;
+    *out = r->array;
+    out->state = SM_ARRAY_READY;
+    for (int k = 0; k < out->nshards; k++)
+        out->shards[k].present = 1;
+    r->array.shards = NULL;
+    r->array.nshards = 0;
 }
 
 static sm_err check_data(sm_dtype dtype, const sm_shape *shape, const void *data, int64_t *nbytes,
@@ -131,6 +145,7 @@ sm_err sm_client_put(sm_client *c, sm_dtype dtype, const sm_shape *shape, const 
     sm_svc_create_array_req q;
     sm_svc_create_array_reply r;
     int64_t nbytes;
+    int ready = 0;
     sm_err e;
 
     if ((e = check_data(dtype, shape, data, &nbytes, err, errlen)))
@@ -139,11 +154,14 @@ sm_err sm_client_put(sm_client *c, sm_dtype dtype, const sm_shape *shape, const 
     memset(&r, 0, sizeof r);
     if ((e = sm_svc_coord_create_array(c->ch, c->timeout_ms, &q, &r, err, errlen)))
         return e;
-    if ((e = upload_all(c, &r, dtype, data, shape, 0, err, errlen))) {
+    if ((e = upload_all(c, &r, dtype, data, shape, 0, &ready, err, errlen))) {
         client_discard(c, r.array.id);
         goto done;
     }
-    e = describe_id(c, r.array.id, out, err, errlen);
+    if (ready)
+        take_info(&r, out);
+    else
+        e = describe_id(c, r.array.id, out, err, errlen);
 done:
     sm_svc_create_array_reply_free(&r);
     return e;
@@ -265,7 +283,7 @@ sm_err sm_client_put_shards(sm_client *c, sm_dtype dtype, const sm_shape *global
     }
     client_progress_destroy(&prog);
     if (!e)
-        e = client_commits_send(c, r.array.id, &later, err, errlen);
+        e = client_commits_send(c, r.array.id, &later, NULL, err, errlen);
     client_commits_destroy(&later);
     if (e)
         goto fail;
@@ -332,7 +350,7 @@ sm_err sm_client_put_callback(sm_client *c, sm_dtype dtype, const sm_shape *glob
     }
     client_progress_destroy(&prog);
     if (!e)
-        e = client_commits_send(c, r.array.id, &later, err, errlen);
+        e = client_commits_send(c, r.array.id, &later, NULL, err, errlen);
     client_commits_destroy(&later);
     if (e)
         client_discard(c, r.array.id);
@@ -367,7 +385,7 @@ sm_err sm_client_put_local(sm_client *c, int process, const sm_array *local,
         return e;
     /* The other processes' parts may still come: a failure here leaves the
      * array pending until its deadline rather than deleting it. */
-    if (!(e = upload_all(c, &r, local->dtype, local->data, &local->shape, 1, err, errlen)))
+    if (!(e = upload_all(c, &r, local->dtype, local->data, &local->shape, 1, NULL, err, errlen)))
         e = describe_id(c, r.array.id, out, err, errlen);
     sm_svc_create_array_reply_free(&r);
     return e;

@@ -69,11 +69,14 @@ static sm_err client_commits_add(client_commits *cm, const sm_svc_commit_target 
     return e;
 }
 
-sm_err client_commits_send(sm_client *c, sm_array_id id, client_commits *cm, char *err,
+sm_err client_commits_send(sm_client *c, sm_array_id id, client_commits *cm, int *ready, char *err,
                            size_t errlen)
 {
     sm_svc_commit_req q = {.array_id = id};
     sm_svc_upload_reply reply = {0};
+    sm_err e;
+    if (ready)
+        *ready = 0;
     if (cm->n == 0)
         return SM_OK;
     if (cm->n == 1) { /* the single-target form */
@@ -85,7 +88,10 @@ sm_err client_commits_send(sm_client *c, sm_array_id id, client_commits *cm, cha
         q.ntargets = cm->n;
         q.targets = cm->t;
     }
-    return sm_svc_coord_commit_shards(c->ch, c->timeout_ms, &q, &reply, err, errlen);
+    e = sm_svc_coord_commit_shards(c->ch, c->timeout_ms, &q, &reply, err, errlen);
+    if (!e && ready)
+        *ready = reply.array_ready;
+    return e;
 }
 
 int client_stream_deadline(const sm_client *c, int64_t bytes)
@@ -350,7 +356,7 @@ sm_err client_upload_box(sm_client *c, const sm_array_info *info, sm_array_id id
             sm_svc_commit_target t = {ndevices, devices, sum, b.nbytes};
             client_commits one = {.n = 1, .cap = 1, .t = &t};
             e = later ? client_commits_add(later, &t, err, errlen)
-                      : client_commits_send(c, id, &one, err, errlen);
+                      : client_commits_send(c, id, &one, NULL, err, errlen);
             goto done;
         }
         if (!fallback)
