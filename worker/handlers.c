@@ -324,23 +324,21 @@ done:
     return e;
 }
 
-static sm_err h_get_shard(void *user, const sm_svc_download_req *req, sm_svc_download_out *out,
-                          char *err, size_t errlen)
+/* Streams device's shard of array id (or the sub-box req_box of it, if not
+ * NULL) to out. */
+static sm_err get_one(sm_handlers *h, sm_array_id id, int32_t device, const sm_index *req_box,
+                      sm_svc_download_out *out, char *err, size_t errlen)
 {
-    sm_handlers *h = user;
     sm_store_shard *sh = NULL;
     get_stream gs = {.out = out};
     sm_err e;
-    if (req->array.id.v == 0)
-        return sm_fail(err, errlen, SM_EINVAL,
-                       "GetShard on a worker needs an array id (workers do not know names)");
-    if ((e = sm_store_get(h->store, req->array.id, req->device, &sh, err, errlen)))
+    if ((e = sm_store_get(h->store, id, device, &sh, err, errlen)))
         return e;
     sm_index box = sm_index_full(&sh->shape);
-    if (req->has_box) {
-        if ((e = sm_handlers_check_box(&req->box, &sh->shape, err, errlen)))
+    if (req_box) {
+        if ((e = sm_handlers_check_box(req_box, &sh->shape, err, errlen)))
             goto done;
-        box = req->box;
+        box = *req_box;
     }
     gs.shape = sm_index_shape(&box);
     gs.dtype = sh->dtype;
@@ -367,6 +365,33 @@ static sm_err h_get_shard(void *user, const sm_svc_download_req *req, sm_svc_dow
 done:
     sm_checksum_free(gs.ck);
     sm_store_shard_release(sh);
+    return e;
+}
+
+static sm_err h_get_shard(void *user, const sm_svc_download_req *req, sm_svc_download_out *out,
+                          char *err, size_t errlen)
+{
+    sm_handlers *h = user;
+    sm_err e = SM_OK;
+    if (req->array.id.v == 0)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "GetShard on a worker needs an array id (workers do not know names)");
+    if (req->ndevices == 0)
+        return get_one(h, req->array.id, req->device, req->has_box ? &req->box : NULL, out, err,
+                       errlen);
+    /* Several whole shards, one after the other: every device is checked
+     * before anything is sent. */
+    for (int k = 0; k < req->ndevices && !e; k++) {
+        for (int m = 0; m < k; m++)
+            if (req->devices[m] == req->devices[k])
+                return sm_fail(err, errlen, SM_EINVAL, "device %d is asked for twice",
+                               (int)req->devices[k]);
+        sm_store_shard *sh = NULL;
+        if (!(e = sm_store_get(h->store, req->array.id, req->devices[k], &sh, err, errlen)))
+            sm_store_shard_release(sh);
+    }
+    for (int k = 0; k < req->ndevices && !e; k++)
+        e = get_one(h, req->array.id, req->devices[k], NULL, out, err, errlen);
     return e;
 }
 

@@ -128,6 +128,13 @@ sm_err client_download_box(sm_client *c, const char *worker_address, sm_array_id
                            sm_dtype t, void *dst, const sm_shape *dst_shape, const sm_index *box,
                            client_progress *prog, char *err, size_t errlen);
 
+/* client_download_box for the n devices of one worker (boxes[k] for
+ * devices[k]), in one GetShard stream where there are several. */
+sm_err client_download_boxes(sm_client *c, const char *worker_address, sm_array_id id, int n,
+                             const int32_t *devices, const sm_index *boxes, sm_dtype t, void *dst,
+                             const sm_shape *dst_shape, client_progress *prog, char *err,
+                             size_t errlen);
+
 /* Fills order[0..n) with 0..n-1 arranged so that consecutive entries go to
  * different workers where possible (round robin over the distinct values
  * of worker[], each worker's items in their order): tasks run a few at a

@@ -542,6 +542,129 @@ sm_err client_download_box(sm_client *c, const char *worker_address, sm_array_id
     return download_from(c, c->ch, 0, id, device, t, dst, &b, box, prog, &fallback, err, errlen);
 }
 
+/* The shards of one batched download, received in turn. */
+typedef struct {
+    down_state *d;
+    int n, cur;
+} down_multi;
+
+static sm_err multi_place(void *user, const sm_svc_chunk *ch, void **dst, char *err, size_t errlen)
+{
+    down_multi *m = user;
+    if (m->d[m->cur].last && m->cur + 1 < m->n)
+        m->cur++;
+    return down_place(&m->d[m->cur], ch, dst, err, errlen);
+}
+
+static void multi_copied(void *user, const void *p, size_t n)
+{
+    down_multi *m = user;
+    down_copied(&m->d[m->cur], p, n);
+}
+
+/* The shards of devices[0..n) from one worker's GetShard stream, each into
+ * its box b[k] of dst. *fallback = 1 when the stream failed UNAVAILABLE
+ * before any data arrived. */
+static sm_err download_multi(sm_client *c, sm_rpc_channel *ch, sm_array_id id, int n,
+                             const int32_t *devices, const sm_index *boxes, const client_box *b,
+                             sm_dtype t, void *dst, client_progress *prog, int *fallback, char *err,
+                             size_t errlen)
+{
+    sm_svc_download_stream *st = NULL;
+    sm_svc_download_req req;
+    sm_svc_chunk ch_;
+    down_multi m = {.d = calloc((size_t)n, sizeof *m.d), .n = n};
+    sm_svc_chunk_sink sink = {multi_place, multi_copied, &m};
+    int64_t total = 0;
+    int end = 0;
+    sm_err e = SM_OK;
+
+    *fallback = 0;
+    if (!m.d)
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory");
+    for (int k = 0; k < n; k++) {
+        m.d[k] = (down_state){.device = devices[k],
+                              .t = t,
+                              .want = sm_index_shape(&boxes[k]),
+                              .dst = dst,
+                              .b = &b[k]};
+        total += b[k].nbytes;
+        if (!(m.d[k].ck = sm_checksum_create()))
+            e = sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a checksum state");
+    }
+    if (e)
+        goto done;
+    memset(&req, 0, sizeof req);
+    req.array.id = id;
+    req.device = devices[0];
+    req.ndevices = n;
+    req.devices = devices;
+    if ((e = sm_svc_download_open(ch, 1, &req, client_stream_deadline(c, total), &st, err,
+                                  errlen))) {
+        *fallback = e == SM_EUNAVAILABLE;
+        goto done;
+    }
+    for (;;) {
+        memset(&ch_, 0, sizeof ch_);
+        if ((e = sm_svc_download_recv_into(st, &sink, &ch_, &end, err, errlen))) {
+            *fallback = !m.d[0].meta && e == SM_EUNAVAILABLE;
+            goto done;
+        }
+        if (end)
+            break;
+        if ((e = down_account(&m.d[m.cur], &ch_, prog, err, errlen)))
+            goto done;
+    }
+    for (int k = 0; k < n && !e; k++)
+        if (!m.d[k].last)
+            e = sm_fail(err, errlen, SM_EDATALOSS,
+                        "the download of device %d's shard ended after %lld of %lld bytes "
+                        "without its checksum",
+                        (int)devices[k], (long long)m.d[k].got, (long long)b[k].nbytes);
+done:
+    sm_svc_download_free(st);
+    for (int k = 0; k < n; k++) {
+        sm_checksum_free(m.d[k].ck);
+        free(m.d[k].stage);
+    }
+    free(m.d);
+    return e;
+}
+
+sm_err client_download_boxes(sm_client *c, const char *worker_address, sm_array_id id, int n,
+                             const int32_t *devices, const sm_index *boxes, sm_dtype t, void *dst,
+                             const sm_shape *dst_shape, client_progress *prog, char *err,
+                             size_t errlen)
+{
+    client_box *b = NULL;
+    sm_rpc_channel *wch = NULL;
+    int fallback = 0;
+    sm_err e = SM_OK;
+
+    if (n == 1) /* the single-shard form */
+        return client_download_box(c, worker_address, id, devices[0], t, dst, dst_shape, &boxes[0],
+                                   prog, err, errlen);
+    if (!(b = calloc((size_t)n + 1, sizeof *b)))
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory");
+    for (int k = 0; k < n && !e; k++)
+        e = client_box_init(&b[k], dst_shape, &boxes[k], t, err, errlen);
+    if (!e && !c->relay_only && worker_address && *worker_address &&
+        (wch = client_worker_channel(c, worker_address))) {
+        e = download_multi(c, wch, id, n, devices, boxes, b, t, dst, prog, &fallback, err, errlen);
+        if (!fallback)
+            goto done;
+        client_worker_unreachable(c, worker_address);
+        e = SM_OK;
+    }
+    /* Through the coordinator, one shard at a time. */
+    for (int k = 0; k < n && !e; k++)
+        e = download_from(c, c->ch, 0, id, devices[k], t, dst, &b[k], &boxes[k], prog, &fallback,
+                          err, errlen);
+done:
+    free(b);
+    return e;
+}
+
 void client_order_by_worker(const uint32_t *worker, int n, int *order)
 {
     int m = 0;

@@ -127,6 +127,10 @@ typedef struct {
     int32_t device;
     int has_box;
     sm_index box; /* sub-box in shard coordinates */
+    /* Worker.GetShard: ndevices > 0 asks for the whole shards of devices
+     * (borrowed) in one stream, in order; device is devices[0], no box. */
+    int ndevices;
+    const int32_t *devices;
 } sm_svc_download_req;
 
 /* Client side of an upload stream. */
