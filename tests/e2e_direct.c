@@ -397,6 +397,59 @@ START_TEST(commit_batched)
 }
 END_TEST
 
+/* Several shards of one worker in one GetShard stream, and the checks. */
+START_TEST(download_batched)
+{
+    sm_client *c = connect_opts(0);
+    sm_mesh mesh;
+    sm_sharding_ref sh = harness_sharding(&mesh, "x=8", NULL, 0, "P('x')");
+    sm_shape s = HARNESS_SHAPE(16, 8);
+    sm_array *x = harness_array_iota(SM_F32, &s, 5), *back = NULL;
+    sm_array_info info;
+    int32_t dev[8];
+    sm_index box[8];
+    char err[512];
+
+    sm_err e = sm_client_put(c, SM_F32, &s, x->data, &sh, NULL, &info, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "put: %s", err);
+    ck_assert_int_eq(sm_array_create(SM_F32, &s, &back, err, sizeof err), SM_OK);
+    for (int round = 0; round < 2; round++) { /* straight, then through the relay */
+        memset(back->data, 0, (size_t)back->nbytes);
+        for (int w = 0; w < 2; w++) {
+            uint32_t wid = info.shards[w ? info.nshards - 1 : 0].worker_id;
+            const char *addr = NULL;
+            int n = 0;
+            for (int k = 0; k < info.nshards; k++)
+                if (info.shards[k].worker_id == wid) {
+                    dev[n] = info.shards[k].device;
+                    box[n++] = info.shards[k].index;
+                    addr = round ? DEAD_ADDR : info.shards[k].worker_address;
+                }
+            ck_assert_int_gt(n, 1);
+            e = client_download_boxes(c, addr, info.id, n, dev, box, SM_F32, back->data, &s, NULL,
+                                      err, sizeof err);
+            ck_assert_msg(e == SM_OK, "download of worker %u: %s", wid, err);
+            if (round == 0 && w == 0) {
+                /* a second shard of another shape than expected */
+                sm_index b1 = box[1];
+                box[1].r[1].stop--;
+                e = client_download_boxes(c, addr, info.id, n, dev, box, SM_F32, back->data, &s,
+                                          NULL, err, sizeof err);
+                ck_assert_msg(e == SM_EDATALOSS, "%d: %s", e, err);
+                ck_assert_ptr_nonnull(strstr(err, "was expected"));
+                box[1] = b1;
+            }
+        }
+        ck_assert_int_eq(memcmp(back->data, x->data, (size_t)x->nbytes), 0);
+    }
+    ck_assert_int_eq(sm_client_delete(c, harness_id_ref(info.id), err, sizeof err), SM_OK);
+    sm_array_info_free(&info);
+    sm_array_free(back);
+    sm_array_free(x);
+    sm_client_close(c);
+}
+END_TEST
+
 START_TEST(fallback_unreachable_worker)
 {
     sm_client *c = connect_opts(0);
@@ -464,6 +517,7 @@ int main(void)
     tcase_add_test(tc, relay_forced);
     tcase_add_test(tc, commit_verified);
     tcase_add_test(tc, commit_batched);
+    tcase_add_test(tc, download_batched);
     tcase_add_test(tc, fallback_unreachable_worker);
     suite_add_tcase(s, tc);
     return harness_run_suite(s);

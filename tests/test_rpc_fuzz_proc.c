@@ -1980,6 +1980,8 @@ static sm_err run_download(int worker, const ProtobufCMessage *req, const uint8_
         Shmap__V1__DataChunk *dc = (Shmap__V1__DataChunk *)c;
         if (total < 0)
             total = dc->total_bytes;
+        else if (dc->shape && got == total) /* the next shard of a several-device stream */
+            total += dc->total_bytes;
         got += (int64_t)dc->data.len;
         sm_rpc_msg_free(c);
         if (got > ((int64_t)64 << 20) || now_ms() - t0 > PROMPT_MS) {
@@ -2053,6 +2055,51 @@ static void fuzz_downloads(void)
             ck_assert_int_ne(
                 run_download(w, &rq.base, NULL, 0, "download: no array", err, sizeof err), SM_OK);
         }
+    /* several devices in one stream: served by a worker only, each device
+     * once, no box, device the first of them */
+    {
+        Shmap__V1__ArrayRef ref = SHMAP__V1__ARRAY_REF__INIT;
+        ref.id = cl.keep.v;
+        int32_t many[4] = {cl.wdev[0][2], cl.wdev[0][0], cl.wdev[0][3], cl.wdev[0][1]};
+        Shmap__V1__DownloadRequest rq = SHMAP__V1__DOWNLOAD_REQUEST__INIT;
+        rq.array = &ref;
+        rq.device = many[0];
+        rq.n_devices = 4;
+        rq.devices = many;
+        ck_assert_int_eq(run_download(1, &rq.base, NULL, 0, "download: 4 devices", err, sizeof err),
+                         SM_OK);
+        ck_assert_int_eq(run_download(0, &rq.base, NULL, 0, "download: 4 devices from the relay",
+                                      err, sizeof err),
+                         SM_EINVAL);
+        rq.device = many[1];
+        ck_assert_int_eq(
+            run_download(1, &rq.base, NULL, 0, "download: device not devices[0]", err, sizeof err),
+            SM_EINVAL);
+        rq.device = many[0];
+        many[2] = many[0];
+        ck_assert_int_eq(
+            run_download(1, &rq.base, NULL, 0, "download: a device twice", err, sizeof err),
+            SM_EINVAL);
+        many[2] = cl.wdev[1][0]; /* another worker's: refused as when asked alone */
+        Shmap__V1__DownloadRequest one = SHMAP__V1__DOWNLOAD_REQUEST__INIT;
+        one.array = &ref;
+        one.device = many[2];
+        sm_err alone = run_download(1, &one.base, NULL, 0, "download: not held", err, sizeof err);
+        ck_assert_int_ne(alone, SM_OK);
+        ck_assert_int_eq(
+            run_download(1, &rq.base, NULL, 0, "download: a device not held", err, sizeof err),
+            alone);
+        many[2] = cl.wdev[0][3];
+        Shmap__V1__Box box = SHMAP__V1__BOX__INIT;
+        int64_t start[2] = {0, 0}, stop[2] = {1, 1};
+        box.n_start = box.n_stop = 2;
+        box.start = start;
+        box.stop = stop;
+        rq.box = &box;
+        ck_assert_int_eq(
+            run_download(1, &rq.base, NULL, 0, "download: devices and a box", err, sizeof err),
+            SM_EINVAL);
+    }
     /* the pending array cannot be read */
     Shmap__V1__ArrayRef pref = SHMAP__V1__ARRAY_REF__INIT;
     pref.id = cl.pending.v;
