@@ -442,7 +442,17 @@ START_TEST(download_batched)
         }
         ck_assert_int_eq(memcmp(back->data, x->data, (size_t)x->nbytes), 0);
     }
+    /* The put's description fetches it without a Describe; once deleted,
+     * the same description fails. */
+    sm_array *again = NULL;
+    e = sm_client_get_described(c, &info, &again, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "get_described: %s", err);
+    ck_assert_int_eq(memcmp(again->data, x->data, (size_t)x->nbytes), 0);
+    sm_array_free(again);
     ck_assert_int_eq(sm_client_delete(c, harness_id_ref(info.id), err, sizeof err), SM_OK);
+    again = NULL;
+    ck_assert_int_ne(sm_client_get_described(c, &info, &again, err, sizeof err), SM_OK);
+    ck_assert_ptr_null(again);
     sm_array_info_free(&info);
     sm_array_free(back);
     sm_array_free(x);

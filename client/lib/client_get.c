@@ -160,25 +160,34 @@ static sm_err fetch_all(sm_client *c, const sm_array_info *info, void *dst, char
     return e;
 }
 
+sm_err sm_client_get_described(sm_client *c, const sm_array_info *info, sm_array **out, char *err,
+                               size_t errlen)
+{
+    sm_array *a = NULL;
+    sm_err e;
+
+    *out = NULL;
+    if ((e = check_ready(info, err, errlen)))
+        return e;
+    if ((e = sm_array_create_uninit(info->dtype, &info->shape, &a, err, errlen)))
+        return e;
+    if ((e = fetch_all(c, info, a->data, err, errlen))) {
+        sm_array_free(a);
+        return e;
+    }
+    *out = a;
+    return SM_OK;
+}
+
 sm_err sm_client_get(sm_client *c, sm_array_ref ref, sm_array **out, char *err, size_t errlen)
 {
     sm_array_info info;
-    sm_array *a = NULL;
     sm_err e;
 
     *out = NULL;
     if ((e = sm_client_describe(c, ref, &info, err, errlen)))
         return e;
-    if ((e = check_ready(&info, err, errlen)))
-        goto done;
-    if ((e = sm_array_create_uninit(info.dtype, &info.shape, &a, err, errlen)))
-        goto done;
-    if ((e = fetch_all(c, &info, a->data, err, errlen))) {
-        sm_array_free(a);
-        goto done;
-    }
-    *out = a;
-done:
+    e = sm_client_get_described(c, &info, out, err, errlen);
     sm_array_info_free(&info);
     return e;
 }
