@@ -77,10 +77,16 @@ typedef struct {
     int stable;
 } sm_svc_upload_msg;
 
+/* Most targets one Worker.PutShard stream takes. */
+#define SM_SVC_MAX_BATCH 64
+
 typedef struct {
-    int64_t bytes;
-    uint64_t checksum;
+    int64_t bytes;     /* all targets' */
+    uint64_t checksum; /* the last target's */
     int array_ready;
+    int ntargets; /* PutShard: each target's bytes and checksum, in order */
+    int64_t target_bytes[SM_SVC_MAX_BATCH];
+    uint64_t target_checksum[SM_SVC_MAX_BATCH];
 } sm_svc_upload_reply;
 
 /* One download message (Coordinator.Download / Worker.GetShard). The first

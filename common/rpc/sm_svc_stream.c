@@ -297,6 +297,12 @@ sm_err sm_svc_upload_finish(sm_svc_upload_stream *st, sm_svc_upload_reply *reply
         reply->bytes = r->bytes;
         reply->checksum = r->checksum;
         reply->array_ready = r->array_ready != 0;
+        reply->ntargets = 0;
+        for (size_t k = 0; k < r->n_targets && k < SM_SVC_MAX_BATCH; k++) {
+            reply->target_bytes[k] = r->targets[k]->bytes;
+            reply->target_checksum[k] = r->targets[k]->checksum;
+            reply->ntargets++;
+        }
     }
     sm_rpc_msg_free(m);
     return SM_OK;
@@ -485,10 +491,19 @@ void sm_svc_serve_upload(sm_rpc_call *call, sm_svc_upload_fn fn, void *user)
     sm_err e = fn(user, &in, &out, err, sizeof err);
     sm_rpc_msg_free(in.cur);
     Shmap__V1__UploadReply r;
+    Shmap__V1__UploadAck ack[SM_SVC_MAX_BATCH], *ackp[SM_SVC_MAX_BATCH];
     shmap__v1__upload_reply__init(&r);
     r.bytes = out.bytes;
     r.checksum = out.checksum;
     r.array_ready = out.array_ready != 0;
+    for (int k = 0; k < out.ntargets && k < SM_SVC_MAX_BATCH; k++) {
+        shmap__v1__upload_ack__init(&ack[k]);
+        ack[k].bytes = out.target_bytes[k];
+        ack[k].checksum = out.target_checksum[k];
+        ackp[k] = &ack[k];
+        r.n_targets++;
+    }
+    r.targets = ackp;
     sm_svc_finish(call, e, err, &r.base);
 }
 
