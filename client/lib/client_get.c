@@ -97,38 +97,30 @@ static sm_err fetch_task(void *user, int i, char *err, size_t errlen)
                                  j->dst, &j->info->shape, &j->prog, err, errlen);
 }
 
-/* Sorts j->pick by worker (stable) and splits it into groups of at most
- * SM_MAX_WORKER_DEVICES shards of one worker each. */
+/* Groups j->pick by worker, at most SM_MAX_WORKER_DEVICES shards a group. */
 static sm_err group_by_worker(fetch_job *j, char *err, size_t errlen)
 {
-    int *sorted = malloc(sizeof *sorted * ((size_t)j->n + 1));
+    uint32_t *wid = malloc(sizeof *wid * ((size_t)j->n + 1));
+    int *order = malloc(sizeof *order * ((size_t)j->n + 1));
+    int *pick = malloc(sizeof *pick * ((size_t)j->n + 1));
     j->first = malloc(sizeof *j->first * ((size_t)j->n + 2));
-    if (!sorted || !j->first) {
-        free(sorted);
+    j->ngroups = -1;
+    if (wid && order && pick && j->first) {
+        for (int k = 0; k < j->n; k++)
+            wid[k] = j->info->shards[j->pick[k]].worker_id;
+        j->ngroups = client_group_by(wid, j->n, SM_MAX_WORKER_DEVICES, order, j->first);
+        for (int k = 0; k < j->n; k++)
+            pick[k] = j->pick[order[k]];
+        memcpy(j->pick, pick, sizeof *pick * (size_t)j->n);
+    }
+    free(wid);
+    free(order);
+    free(pick);
+    if (j->ngroups < 0) {
+        free(j->first);
+        j->first = NULL;
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory");
     }
-    int m = 0;
-    j->ngroups = 0;
-    for (int k = 0; k < j->n; k++) {
-        uint32_t w = j->info->shards[j->pick[k]].worker_id;
-        int seen = 0;
-        for (int q = 0; q < k && !seen; q++)
-            seen = j->info->shards[j->pick[q]].worker_id == w;
-        if (seen)
-            continue;
-        int cnt = 0;
-        for (int q = k; q < j->n; q++) {
-            if (j->info->shards[j->pick[q]].worker_id != w)
-                continue;
-            if (cnt % SM_MAX_WORKER_DEVICES == 0)
-                j->first[j->ngroups++] = m;
-            sorted[m++] = j->pick[q];
-            cnt++;
-        }
-    }
-    j->first[j->ngroups] = m;
-    memcpy(j->pick, sorted, sizeof *sorted * (size_t)m);
-    free(sorted);
     return SM_OK;
 }
 

@@ -112,6 +112,21 @@ sm_err client_upload_box(sm_client *c, const sm_array_info *info, sm_array_id id
                          const sm_shape *src_shape, const sm_index *box, client_progress *prog,
                          client_commits *later, char *err, size_t errlen);
 
+/* One target of client_upload_boxes. */
+typedef struct {
+    int ndevices;
+    const int32_t *devices; /* borrowed */
+    const sm_index *box;    /* of src */
+} client_up_target;
+
+/* client_upload_box for targets tg[0..n), all of whose devices one worker
+ * holds: one PutShard stream carries them all (or each goes its own way,
+ * as with client_upload_box, when that worker cannot be reached). */
+sm_err client_upload_boxes(sm_client *c, const sm_array_info *info, sm_array_id id, int n,
+                           const client_up_target *tg, sm_dtype t, const void *src,
+                           const sm_shape *src_shape, client_progress *prog, client_commits *later,
+                           char *err, size_t errlen);
+
 /* Sends the commits gathered in cm for array id in one CommitShards (none:
  * nothing is sent). *ready (ready may be NULL) is set to 1 when the service
  * says the commit completed the array. */
@@ -135,11 +150,11 @@ sm_err client_download_boxes(sm_client *c, const char *worker_address, sm_array_
                              const sm_shape *dst_shape, client_progress *prog, char *err,
                              size_t errlen);
 
-/* Fills order[0..n) with 0..n-1 arranged so that consecutive entries go to
- * different workers where possible (round robin over the distinct values
- * of worker[], each worker's items in their order): tasks run a few at a
- * time then keep every worker busy. */
-void client_order_by_worker(const uint32_t *worker, int n, int *order);
+/* Groups 0..n-1 by key[]: fills order[0..n) with them, those of equal key
+ * together (in their order, keys in order of first appearance), and
+ * first[0..ngroups] with where each group starts (groups of at most max
+ * items; first[ngroups] = n). Returns ngroups, or -1 when out of memory. */
+int client_group_by(const uint32_t *key, int n, int max, int *order, int *first);
 
 /* Runs fn(user, i, err, errlen) for i in [0, n) on up to `width` threads
  * (the caller's included); stops handing out work after the first failure,

@@ -1,9 +1,10 @@
 /* client_put: the upload calls of libshmap (device_put of a whole array or
  * .npy file, per-device shards, a per-index callback, and process-local
- * data). Every one is CreateArray followed, per target, by PutShard streams
- * straight to its workers (or one relayed Upload stream where a worker
- * cannot be reached), two targets in flight at once, and one CommitShards
- * for all the targets sent straight. */
+ * data). Every one is CreateArray, then PutShard streams straight to the
+ * workers (one per worker for all the targets it alone holds, two streams
+ * in flight at once; one relayed Upload stream per target where a worker
+ * cannot be reached), then one CommitShards for all the targets sent
+ * straight. */
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +23,8 @@ typedef struct {
     const void *src;
     sm_shape src_shape;
     int local;  /* 1: boxes are local_slice, else global_index */
-    int *order; /* task i uploads target order[i] */
+    int *order; /* task i uploads targets order[first[i] .. first[i + 1]) */
+    int *first;
     client_progress prog;
     client_commits later;
 } upload_job;
@@ -35,11 +37,32 @@ static const sm_index *job_box(const upload_job *j, int i)
 static sm_err upload_task(void *user, int i, char *err, size_t errlen)
 {
     upload_job *j = user;
-    i = j->order[i];
-    const sm_svc_upload_target *t = &j->r->targets[i];
-    return client_upload_box(j->c, &j->r->array, j->r->array.id, t->ndevices, t->devices, j->dtype,
-                             j->src, &j->src_shape, job_box(j, i), &j->prog, &j->later, err,
-                             errlen);
+    client_up_target tg[SM_SVC_MAX_BATCH];
+    int n = j->first[i + 1] - j->first[i];
+    for (int k = 0; k < n; k++) {
+        int x = j->order[j->first[i] + k];
+        tg[k] =
+            (client_up_target){j->r->targets[x].ndevices, j->r->targets[x].devices, job_box(j, x)};
+    }
+    return client_upload_boxes(j->c, &j->r->array, j->r->array.id, n, tg, j->dtype, j->src,
+                               &j->src_shape, &j->prog, &j->later, err, errlen);
+}
+
+/* The worker holding every device of target t, or a key of t's own
+ * (uploaded alone) when its devices are on several workers. */
+static uint32_t target_key(const sm_svc_create_array_reply *r, int i)
+{
+    const sm_svc_upload_target *t = &r->targets[i];
+    uint32_t w = UINT32_MAX;
+    for (int k = 0; k < t->ndevices; k++)
+        for (int s = 0; s < r->array.nshards; s++) {
+            if (r->array.shards[s].device != t->devices[k])
+                continue;
+            if (w != UINT32_MAX && w != r->array.shards[s].worker_id)
+                return 0x80000000u | (uint32_t)i;
+            w = r->array.shards[s].worker_id;
+        }
+    return w == UINT32_MAX ? 0x80000000u | (uint32_t)i : w;
 }
 
 static sm_err upload_all(sm_client *c, const sm_svc_create_array_reply *r, sm_dtype t,
@@ -58,31 +81,32 @@ static sm_err upload_all(sm_client *c, const sm_svc_create_array_reply *r, sm_dt
             return e;
         total += nb;
     }
+    /* One task (one PutShard stream) per worker for the targets it alone
+     * holds, one per target spanning workers; two tasks in flight. */
     j.order = malloc(sizeof *j.order * ((size_t)r->ntargets + 1));
-    uint32_t *wid = calloc((size_t)r->ntargets + 1, sizeof *wid);
-    if (!j.order || !wid) {
-        free(j.order);
-        free(wid);
-        return sm_fail(err, errlen, SM_ENOMEM, "out of memory");
+    j.first = malloc(sizeof *j.first * ((size_t)r->ntargets + 2));
+    uint32_t *key = calloc((size_t)r->ntargets + 1, sizeof *key);
+    int ntasks = -1;
+    if (j.order && j.first && key) {
+        for (int i = 0; i < r->ntargets; i++)
+            key[i] = target_key(r, i);
+        ntasks = client_group_by(key, r->ntargets, SM_SVC_MAX_BATCH, j.order, j.first);
     }
-    for (int i = 0; i < r->ntargets; i++)
-        for (int s = 0; s < r->array.nshards && r->targets[i].ndevices > 0; s++)
-            if (r->array.shards[s].device == r->targets[i].devices[0])
-                wid[i] = r->array.shards[s].worker_id;
-    client_order_by_worker(wid, r->ntargets, j.order);
-    free(wid);
-    if ((e = client_commits_init(&j.later, r->ntargets, err, errlen))) {
+    free(key);
+    if (ntasks < 0 || (e = client_commits_init(&j.later, r->ntargets, err, errlen))) {
         free(j.order);
-        return e;
+        free(j.first);
+        return ntasks < 0 ? sm_fail(err, errlen, SM_ENOMEM, "out of memory") : e;
     }
     client_progress_init(&j.prog, c, total);
-    e = client_run_tasks(r->ntargets, 2, upload_task, &j, err, errlen);
+    e = client_run_tasks(ntasks, 2, upload_task, &j, err, errlen);
     client_progress_destroy(&j.prog);
     /* Every target arrived: one commit fills them all. */
     if (!e)
         e = client_commits_send(c, r->array.id, &j.later, ready, err, errlen);
     client_commits_destroy(&j.later);
     free(j.order);
+    free(j.first);
     return e;
 }
 

@@ -240,6 +240,43 @@ static int up_group(sm_client *c, const sm_array_info *info, int ndevices, const
     return n;
 }
 
+/* Sends the data of box b of src to the streams u[0..n), in chunks, the last
+ * with the checksum, which ck (reset) accumulates. */
+static sm_err up_chunks(up_stream *u, int n, const client_box *b, const void *src, char *stage,
+                        sm_checksum *ck, client_progress *prog, char *err, size_t errlen)
+{
+    sm_svc_upload_msg msg;
+    sm_err e = SM_OK;
+    for (int64_t pos = 0; !e && (pos < b->nbytes || pos == 0);) {
+        size_t len = b->nbytes - pos < SM_SVC_CHUNK ? (size_t)(b->nbytes - pos) : SM_SVC_CHUNK;
+        int64_t avail, at = box_locate(b, pos, &avail);
+        const char *data = (const char *)src + at; /* contiguous in src: sent from there */
+        if (len == 0 || avail < (int64_t)len) {
+            client_box_gather(b, src, pos, stage, len);
+            data = stage;
+        }
+        sm_checksum_update(ck, data, len);
+        memset(&msg, 0, sizeof msg);
+        msg.offset = pos;
+        msg.data = data;
+        msg.len = len;
+        msg.last = pos + (int64_t)len == b->nbytes;
+        /* the caller's buffer outlives the streams; the staging one is reused */
+        msg.stable = data != stage;
+        if (msg.last)
+            msg.checksum = sm_checksum_digest(ck);
+        for (int k = 0; k < n && !e; k++)
+            e = sm_svc_upload_send(u[k].st, &msg, err, errlen);
+        if (e)
+            break;
+        client_progress_add(prog, (int64_t)len);
+        pos += (int64_t)len;
+        if (msg.last)
+            break;
+    }
+    return e;
+}
+
 /* Sends the box through streams u[0..n) (direct: each its own devices in the
  * header) and checks every reply. *fallback = 1 when a direct stream failed
  * UNAVAILABLE before any data went out: nothing was sent, use the relay. */
@@ -270,33 +307,8 @@ static sm_err up_send(sm_client *c, up_stream *u, int n, int direct, const sm_sv
             *fallback = 1;
         }
     }
-    for (int64_t pos = 0; !e && (pos < b->nbytes || pos == 0);) {
-        size_t len = b->nbytes - pos < SM_SVC_CHUNK ? (size_t)(b->nbytes - pos) : SM_SVC_CHUNK;
-        int64_t avail, at = box_locate(b, pos, &avail);
-        const char *data = (const char *)src + at; /* contiguous in src: sent from there */
-        if (len == 0 || avail < (int64_t)len) {
-            client_box_gather(b, src, pos, stage, len);
-            data = stage;
-        }
-        sm_checksum_update(ck, data, len);
-        memset(&msg, 0, sizeof msg);
-        msg.offset = pos;
-        msg.data = data;
-        msg.len = len;
-        msg.last = pos + (int64_t)len == b->nbytes;
-        /* the caller's buffer outlives the streams; the staging one is reused */
-        msg.stable = data != stage;
-        if (msg.last)
-            msg.checksum = sm_checksum_digest(ck);
-        for (int k = 0; k < n && !e; k++)
-            e = sm_svc_upload_send(u[k].st, &msg, err, errlen);
-        if (e)
-            break;
-        client_progress_add(prog, (int64_t)len);
-        pos += (int64_t)len;
-        if (msg.last)
-            break;
-    }
+    if (!e)
+        e = up_chunks(u, n, b, src, stage, ck, prog, err, errlen);
     *sum = sm_checksum_digest(ck);
     sm_checksum_free(ck);
     for (int k = 0; k < n && !e; k++) {
@@ -368,6 +380,115 @@ sm_err client_upload_box(sm_client *c, const sm_array_info *info, sm_array_id id
     e = up_send(c, u, 1, 0, &hdr, &b, src, stage, prog, &sum, &fallback, err, errlen);
 done:
     free(u);
+    free(stage);
+    return e;
+}
+
+/* Sends targets tg[0..n), all held by the worker of stream u (its devices
+ * set for each in turn), in that one stream, and checks each
+ * acknowledgement. *fallback = 1 when the stream failed UNAVAILABLE before
+ * any data went out. sums[k]: target k's checksum. */
+static sm_err up_send_batch(sm_client *c, up_stream *u, sm_svc_upload_msg *hdr,
+                            const client_up_target *tg, const client_box *b, int n, const void *src,
+                            char *stage, client_progress *prog, uint64_t *sums, int *fallback,
+                            char *err, size_t errlen)
+{
+    sm_checksum *ck = sm_checksum_create();
+    sm_svc_upload_reply reply = {0};
+    int64_t total = 0;
+    sm_err e = SM_OK;
+
+    *fallback = 0;
+    if (!ck)
+        return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a checksum state");
+    for (int k = 0; k < n; k++)
+        total += b[k].nbytes;
+    e = sm_svc_upload_open(u->ch, 1, client_stream_deadline(c, total), &u->st, err, errlen);
+    *fallback = e == SM_EUNAVAILABLE;
+    for (int k = 0; k < n && !e; k++) {
+        sm_checksum_reset(ck);
+        hdr->header.ndevices = tg[k].ndevices;
+        hdr->header.devices = (int32_t *)tg[k].devices;
+        hdr->header.shape = sm_index_shape(tg[k].box);
+        hdr->header.total_bytes = b[k].nbytes;
+        if ((e = sm_svc_upload_send(u->st, hdr, err, errlen))) {
+            *fallback = k == 0 && e == SM_EUNAVAILABLE;
+            break;
+        }
+        e = up_chunks(u, 1, &b[k], src, stage, ck, prog, err, errlen);
+        sums[k] = sm_checksum_digest(ck);
+    }
+    if (!e) {
+        e = sm_svc_upload_finish(u->st, &reply, err, errlen);
+        u->st = NULL;
+    }
+    for (int k = 0; k < n && !e; k++) {
+        int64_t got = k < reply.ntargets ? reply.target_bytes[k] : -1;
+        uint64_t sum = k < reply.ntargets ? reply.target_checksum[k] : 0;
+        if (got != b[k].nbytes || sum != sums[k])
+            e = sm_fail(err, errlen, SM_EDATALOSS,
+                        "the worker at %s acknowledged %lld bytes with checksum %016llx for "
+                        "target %d of %d of its upload, of %lld bytes with checksum %016llx",
+                        u->addr, (long long)got, (unsigned long long)sum, k + 1, n,
+                        (long long)b[k].nbytes, (unsigned long long)sums[k]);
+    }
+    sm_checksum_free(ck);
+    up_abort(u, 1);
+    return e;
+}
+
+sm_err client_upload_boxes(sm_client *c, const sm_array_info *info, sm_array_id id, int n,
+                           const client_up_target *tg, sm_dtype t, const void *src,
+                           const sm_shape *src_shape, client_progress *prog, client_commits *later,
+                           char *err, size_t errlen)
+{
+    client_box *b = NULL;
+    uint64_t *sums = NULL;
+    char *stage = NULL;
+    up_stream u;
+    sm_svc_upload_msg hdr;
+    int fallback = 0;
+    sm_err e = SM_OK;
+
+    if (n == 1 || c->relay_only || !info ||
+        up_group(c, info, tg[0].ndevices, tg[0].devices, &u) != 1)
+        goto one_by_one;
+    b = calloc((size_t)n + 1, sizeof *b);
+    sums = calloc((size_t)n + 1, sizeof *sums);
+    stage = malloc(SM_SVC_CHUNK);
+    if (!b || !sums || !stage) {
+        e = sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a %d-byte upload buffer",
+                    SM_SVC_CHUNK);
+        goto done;
+    }
+    for (int k = 0; k < n && !e; k++)
+        if (!(e = client_box_init(&b[k], src_shape, tg[k].box, t, err, errlen)) &&
+            tg[k].ndevices < 1)
+            e = sm_fail(err, errlen, SM_EINVAL, "an upload target lists no devices");
+    if (e)
+        goto done;
+    memset(&hdr, 0, sizeof hdr);
+    hdr.has_header = 1;
+    hdr.header.array_id = id;
+    hdr.header.dtype = t;
+    e = up_send_batch(c, &u, &hdr, tg, b, n, src, stage, prog, sums, &fallback, err, errlen);
+    for (int k = 0; k < n && !e; k++) {
+        sm_svc_commit_target ct = {tg[k].ndevices, tg[k].devices, sums[k], b[k].nbytes};
+        client_commits one = {.n = 1, .cap = 1, .t = &ct};
+        e = later ? client_commits_add(later, &ct, err, errlen)
+                  : client_commits_send(c, id, &one, NULL, err, errlen);
+    }
+    if (!fallback)
+        goto done;
+    client_worker_unreachable(c, u.addr);
+    e = SM_OK;
+one_by_one:
+    for (int k = 0; k < n && !e; k++)
+        e = client_upload_box(c, info, id, tg[k].ndevices, tg[k].devices, t, src, src_shape,
+                              tg[k].box, prog, later, err, errlen);
+done:
+    free(b);
+    free(sums);
     free(stage);
     return e;
 }
@@ -665,30 +786,27 @@ done:
     return e;
 }
 
-void client_order_by_worker(const uint32_t *worker, int n, int *order)
+int client_group_by(const uint32_t *key, int n, int max, int *order, int *first)
 {
-    int m = 0;
     char *used = calloc((size_t)n + 1, 1);
-    if (!used) {
-        for (int i = 0; i < n; i++)
-            order[i] = i;
-        return;
-    }
-    while (m < n) {
-        int round = m;
-        for (int i = 0; i < n; i++) {
-            if (used[i])
+    int m = 0, ng = 0;
+    if (!used)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        if (used[i])
+            continue;
+        for (int q = i, cnt = 0; q < n; q++) {
+            if (used[q] || key[q] != key[i])
                 continue;
-            int seen = 0;
-            for (int k = round; k < m && !seen; k++)
-                seen = worker[order[k]] == worker[i];
-            if (!seen) {
-                used[i] = 1;
-                order[m++] = i;
-            }
+            if (cnt++ % max == 0)
+                first[ng++] = m;
+            used[q] = 1;
+            order[m++] = q;
         }
     }
+    first[ng] = m;
     free(used);
+    return ng;
 }
 
 /* ---- tasks ------------------------------------------------------------------ */
