@@ -397,6 +397,122 @@ START_TEST(commit_batched)
 }
 END_TEST
 
+/* How send_targets spoils a batched PutShard stream. */
+enum { SPOIL_NONE, SPOIL_SIZE, SPOIL_SUM, SPOIL_DEVICE, SPOIL_ARRAY, SPOIL_CUT };
+
+/* Sends n 16-byte targets (device devs[k], data + 4k) of array id in one
+ * PutShard stream to ch, target `at` spoiled as `how`. */
+static sm_err send_targets(sm_rpc_channel *ch, sm_array_id id, const int32_t *devs, int n,
+                           const float *data, int at, int how, sm_svc_upload_reply *r)
+{
+    sm_svc_upload_stream *st = NULL;
+    sm_svc_upload_msg m;
+    char err[512];
+    sm_err e = sm_svc_upload_open(ch, 1, 10000, &st, err, sizeof err);
+    ck_assert_int_eq(e, SM_OK);
+    for (int k = 0; k < n && !e; k++) {
+        int32_t d = how == SPOIL_DEVICE && k == at ? devs[0] : devs[k];
+        memset(&m, 0, sizeof m);
+        m.has_header = 1;
+        m.header.array_id.v = id.v + (how == SPOIL_ARRAY && k == at ? 1 : 0);
+        m.header.ndevices = 1;
+        m.header.devices = &d;
+        m.header.shape = HARNESS_SHAPE(1, 4);
+        m.header.dtype = SM_F32;
+        m.header.total_bytes = how == SPOIL_SIZE && k == at ? 12 : 16;
+        e = sm_svc_upload_send(st, &m, err, sizeof err);
+        if (e || (how == SPOIL_CUT && k == at))
+            break;
+        memset(&m, 0, sizeof m);
+        m.data = data + 4 * k;
+        m.len = 16;
+        m.last = 1;
+        m.checksum = sm_checksum_oneshot(data + 4 * k, 16) ^ (how == SPOIL_SUM && k == at);
+        e = sm_svc_upload_send(st, &m, err, sizeof err);
+    }
+    memset(r, 0, sizeof *r);
+    sm_err f = sm_svc_upload_finish(st, r, err, sizeof err);
+    return f ? f : e;
+}
+
+/* One PutShard stream carrying several targets: acknowledged one by one,
+ * stored all together or not at all. */
+START_TEST(put_batched)
+{
+    sm_rpc_channel *ch = NULL, *wch[2] = {NULL, NULL};
+    sm_svc_create_array_req q;
+    sm_svc_create_array_reply r;
+    sm_svc_upload_reply rep;
+    sm_mesh mesh;
+    char err[512];
+    float data[16];
+    int32_t devs[4];
+    sm_svc_commit_target t[4];
+    const char *tok = g_two->token[0] ? g_two->token : NULL;
+    int n = 0, ready = 0;
+
+    for (int k = 0; k < 16; k++)
+        data[k] = (float)(k * 3 + 1);
+    ck_assert_int_eq(sm_rpc_channel_create(g_two->target, tok, &ch, err, sizeof err), SM_OK);
+    memset(&q, 0, sizeof q);
+    q.dtype = SM_F32;
+    q.has_shape = 1;
+    q.shape = HARNESS_SHAPE(8, 4);
+    q.sharding = harness_sharding(&mesh, "x=8", NULL, 0, "P('x')");
+    q.kind = SM_PUT_SHARDS;
+    memset(&r, 0, sizeof r);
+    sm_err e = sm_svc_coord_create_array(ch, 10000, &q, &r, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "create: %s", err);
+    sm_array_id id = r.array.id;
+    for (int k = 0; k < r.array.nshards && n < 4; k++)
+        if (r.array.shards[k].worker_id == r.array.shards[0].worker_id)
+            devs[n++] = r.array.shards[k].device;
+    ck_assert_int_eq(n, 4);
+    sm_rpc_channel *w = worker_of(&r.array, devs[0], wch);
+
+    /* Spoiled streams: refused, and none of their targets is kept. */
+    static const struct {
+        int how, at;
+        sm_err want;
+    } bad[] = {
+        {SPOIL_SIZE, 1, SM_EINVAL},   /* a bad second target */
+        {SPOIL_SUM, 1, SM_EDATALOSS}, /* a checksum mismatch in the middle target */
+        {SPOIL_DEVICE, 2, SM_EINVAL}, /* a device in two targets */
+        {SPOIL_ARRAY, 1, SM_EINVAL},  /* a target of another array */
+        {SPOIL_CUT, 2, SM_EINVAL},    /* the last target without its data */
+    };
+    for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+        e = send_targets(w, id, devs, 3, data, bad[b].at, bad[b].how, &rep);
+        ck_assert_msg(e == bad[b].want, "spoil %d: %d", bad[b].how, e);
+        for (int k = 0; k < 3; k++)
+            ck_assert_msg(!worker_has(&r.array, devs[k], wch), "spoil %d kept device %d",
+                          bad[b].how, (int)devs[k]);
+    }
+
+    /* A good one: every target acknowledged with its bytes and checksum. */
+    e = send_targets(w, id, devs, 4, data, -1, SPOIL_NONE, &rep);
+    ck_assert_msg(e == SM_OK, "PutShard: %d", e);
+    ck_assert_int_eq(rep.ntargets, 4);
+    ck_assert_int_eq(rep.bytes, 64);
+    for (int k = 0; k < 4; k++) {
+        ck_assert_int_eq(rep.target_bytes[k], 16);
+        ck_assert_uint_eq(rep.target_checksum[k], sm_checksum_oneshot(data + 4 * k, 16));
+        ck_assert_int_eq(worker_has(&r.array, devs[k], wch), 1);
+        t[k] = (sm_svc_commit_target){1, &devs[k], rep.target_checksum[k], 16};
+    }
+    sm_svc_commit_req c = {.array_id = id, .ntargets = 4, .targets = t};
+    e = sm_svc_coord_commit_shards(ch, 10000, &c, &rep, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "commit: %s", err);
+    ck_assert_int_eq(described_present(ch, id, &ready), 4);
+
+    ck_assert_int_eq(sm_svc_coord_delete(ch, 10000, harness_id_ref(id), err, sizeof err), SM_OK);
+    sm_svc_create_array_reply_free(&r);
+    for (int k = 0; k < 2; k++)
+        sm_rpc_channel_free(wch[k]);
+    sm_rpc_channel_free(ch);
+}
+END_TEST
+
 /* Several shards of one worker in one GetShard stream, and the checks. */
 START_TEST(download_batched)
 {
@@ -528,6 +644,7 @@ int main(void)
     tcase_add_test(tc, commit_verified);
     tcase_add_test(tc, commit_batched);
     tcase_add_test(tc, download_batched);
+    tcase_add_test(tc, put_batched);
     tcase_add_test(tc, fallback_unreachable_worker);
     suite_add_tcase(s, tc);
     return harness_run_suite(s);
