@@ -1707,22 +1707,44 @@ typedef enum {
     UP_UNKNOWN_DEVICE,
     UP_MANY_DEVICES,
     UP_WRONG_SHAPE,
+    UP_BATCH_BAD_SECOND,
+    UP_BATCH_MID_SUM,
+    UP_BATCH_SAME_DEVICE,
+    UP_BATCH_OTHER_ARRAY,
+    UP_BATCH_NO_LAST,
     UP_NCASES
 } up_case;
 
-static const char *const up_names[] = {"no header",         "header twice",
-                                       "offset backwards",  "offsets overlap",
-                                       "offset past end",   "negative offset",
-                                       "total_bytes 2^62",  "negative total_bytes",
-                                       "data after last",   "data after a full last",
-                                       "wrong checksum",    "100 tiny, bad sum",
-                                       "100 tiny, short",   "more than total",
-                                       "no last message",   "empty stream",
-                                       "9-dim shard shape", "2^62 dims",
-                                       "negative dims",     "bad dtype",
-                                       "no devices",        "duplicate devices",
-                                       "unknown device",    "300 devices",
-                                       "wrong shard shape"};
+static const char *const up_names[] = {"no header",
+                                       "header twice",
+                                       "offset backwards",
+                                       "offsets overlap",
+                                       "offset past end",
+                                       "negative offset",
+                                       "total_bytes 2^62",
+                                       "negative total_bytes",
+                                       "data after last",
+                                       "data after a full last",
+                                       "wrong checksum",
+                                       "100 tiny, bad sum",
+                                       "100 tiny, short",
+                                       "more than total",
+                                       "no last message",
+                                       "empty stream",
+                                       "9-dim shard shape",
+                                       "2^62 dims",
+                                       "negative dims",
+                                       "bad dtype",
+                                       "no devices",
+                                       "duplicate devices",
+                                       "unknown device",
+                                       "300 devices",
+                                       "wrong shard shape",
+                                       "targets: a bad second",
+                                       "targets: bad middle sum",
+                                       "targets: a device twice",
+                                       "targets: two arrays",
+                                       "targets: no last"};
 
 /* The messages of upload case c of data (2048 bytes, [16,32] f32) for
  * array id to devs. */
@@ -1867,6 +1889,33 @@ static void upload_case(seq *s, up_case c, uint64_t id, const int32_t *devs, int
         dims[0] = 16;
         dims[1] = 16;
         break;
+    case UP_BATCH_BAD_SECOND:
+    case UP_BATCH_MID_SUM:
+    case UP_BATCH_SAME_DEVICE:
+    case UP_BATCH_OTHER_ARRAY:
+    case UP_BATCH_NO_LAST: { /* three one-device targets in one stream */
+        int32_t d[3] = {devs[0], devs[1 % ndevs], devs[2 % ndevs]};
+        Shmap__V1__UploadHeader hk[3];
+        for (int k = 0; k < 3; k++) {
+            hk[k] = h;
+            hk[k].n_devices = 1;
+            hk[k].devices = &d[k];
+        }
+        if (c == UP_BATCH_BAD_SECOND)
+            hk[1].total_bytes = (int64_t)nb - 4;
+        if (c == UP_BATCH_SAME_DEVICE)
+            hk[2].devices = &d[0];
+        if (c == UP_BATCH_OTHER_ARRAY)
+            hk[1].array_id = id + 1;
+        for (int k = 0; k < 3; k++) {
+            if (c == UP_BATCH_NO_LAST && k == 2) {
+                MSG(&hk[k], 0, 0, half, 0, 0);
+                break;
+            }
+            MSG(&hk[k], 0, 0, nb, 1, c == UP_BATCH_MID_SUM && k == 1 ? sum ^ 1 : sum);
+        }
+        return;
+    }
     default:
         break;
     }
@@ -1907,6 +1956,15 @@ static void fuzz_uploads(void)
                 fprintf(stderr, "fuzz: %-34s %-12s %s\n", kind, w ? "worker" : "coordinator", err);
             ck_assert_msg(e != SM_OK, "%s to %s was accepted", kind,
                           w ? "a worker" : "the coordinator");
+            if (w) { /* and nothing of it was kept */
+                sm_svc_shard_state st[4];
+                ck_assert_int_eq(sm_svc_worker_shard_info(cl.wch[1], CALL_MS, (sm_array_id){id}, 4,
+                                                          cl.wdev[1], st, err, sizeof err),
+                                 SM_OK);
+                for (int k = 0; k < 4; k++)
+                    ck_assert_msg(!st[k].present, "%s left a shard on device %d", kind,
+                                  (int)cl.wdev[1][k]);
+            }
             seq_free(&s);
         }
     }
