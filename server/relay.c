@@ -360,7 +360,7 @@ sm_err sm_relay_commit(sm_registry *r, const sm_svc_commit_req *req, sm_svc_uplo
         goto done;
     }
     out->bytes = bytes;
-    out->checksum = req->ntargets > 0 ? 0 : req->checksum;
+    out->checksum = g[ng - 1].checksum;
     out->array_ready = ready;
     SM_DEBUG("commit of %lld bytes to array %llu (%d devices, %d targets) done", (long long)bytes,
              (unsigned long long)req->array_id.v, ndev, ng);
