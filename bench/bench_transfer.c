@@ -326,7 +326,8 @@ int main(int argc, char **argv)
             sm_array *back = NULL;
             sm_array_ref ref = {.id = info.id};
             t0 = now_s();
-            if (sm_client_get(cli, ref, &back, err, sizeof err)) {
+            /* the put's description at hand, as a caller holding the array has */
+            if (sm_client_get_described(cli, &info, &back, err, sizeof err)) {
                 fprintf(stderr, "bench_transfer: get failed: %s\n", err);
                 rc = 1;
                 sm_array_info_free(&info);

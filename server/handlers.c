@@ -63,6 +63,9 @@ static sm_err h_download(void *user, const sm_svc_download_req *req, sm_svc_down
                          char *err, size_t errlen)
 {
     sm_coord *c = user;
+    if (req->ndevices > 0)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "Download relays one device's shard; ask for each device separately");
     return sm_relay_download(c->reg, req, out, c->call_deadline_ms, err, errlen);
 }
 

@@ -225,13 +225,21 @@ fail:
     return e;
 }
 
-/* Checks what worker t holds against req (see sm_relay_commit). */
-static sm_err sm_relay_verify(const sm_reg_target *t, const sm_svc_commit_req *req, int deadline_ms,
-                              char *err, size_t errlen)
+/* What a commit expects of each device of one worker (parallel to its
+ * sm_reg_target's devices). */
+typedef struct {
+    int64_t bytes[SM_MAX_WORKER_DEVICES];
+    uint64_t checksum[SM_MAX_WORKER_DEVICES];
+} sm_relay_want;
+
+/* Checks what worker t holds against w with one ShardInfo call (see
+ * sm_relay_commit). */
+static sm_err sm_relay_verify(const sm_reg_target *t, const sm_relay_want *w, sm_array_id id,
+                              int deadline_ms, char *err, size_t errlen)
 {
     sm_svc_shard_state st[SM_MAX_WORKER_DEVICES];
-    sm_err e = sm_svc_worker_shard_info(t->ch, deadline_ms, req->array_id, t->ndevices, t->devices,
-                                        st, err, errlen);
+    sm_err e =
+        sm_svc_worker_shard_info(t->ch, deadline_ms, id, t->ndevices, t->devices, st, err, errlen);
     if (e) {
         sm_relay_worker_err(t, err, errlen);
         return e;
@@ -241,51 +249,126 @@ static sm_err sm_relay_verify(const sm_reg_target *t, const sm_svc_commit_req *r
             return sm_fail(err, errlen, SM_EPRECONDITION,
                            "worker %u at %s holds no shard of array %llu on device %d; send it "
                            "with PutShard before committing it",
-                           t->worker_id, t->address, (unsigned long long)req->array_id.v,
-                           (int)t->devices[k]);
-        if (st[k].bytes != req->bytes || st[k].checksum != req->checksum)
+                           t->worker_id, t->address, (unsigned long long)id.v, (int)t->devices[k]);
+        if (st[k].bytes != w->bytes[k] || st[k].checksum != w->checksum[k])
             return sm_fail(err, errlen, SM_EDATALOSS,
                            "device %d of array %llu on worker %u holds %lld bytes with checksum "
                            "%016llx, not the %lld bytes with checksum %016llx being committed",
-                           (int)t->devices[k], (unsigned long long)req->array_id.v, t->worker_id,
+                           (int)t->devices[k], (unsigned long long)id.v, t->worker_id,
                            (long long)st[k].bytes, (unsigned long long)st[k].checksum,
-                           (long long)req->bytes, (unsigned long long)req->checksum);
+                           (long long)w->bytes[k], (unsigned long long)w->checksum[k]);
     }
+    return SM_OK;
+}
+
+/* Adds the per-worker device lists t[0..n) of target g to the per-worker
+ * lists wt/want[0..*nw). */
+static sm_err sm_relay_merge(sm_reg_target *wt, sm_relay_want *want, int *nw,
+                             const sm_reg_target *t, int n, const sm_svc_commit_target *g,
+                             char *err, size_t errlen)
+{
+    for (int i = 0; i < n; i++) {
+        int k = 0;
+        while (k < *nw && wt[k].worker_id != t[i].worker_id)
+            k++;
+        if (k == *nw) {
+            wt[k] = t[i];
+            wt[k].ndevices = 0;
+            (*nw)++;
+        }
+        for (int j = 0; j < t[i].ndevices; j++) {
+            int m = wt[k].ndevices;
+            if (m == SM_MAX_WORKER_DEVICES)
+                return sm_fail(err, errlen, SM_EINVAL,
+                               "a commit names more than %d devices of worker %u",
+                               SM_MAX_WORKER_DEVICES, t[i].worker_id);
+            wt[k].devices[m] = t[i].devices[j];
+            want[k].bytes[m] = g->bytes;
+            want[k].checksum[m] = g->checksum;
+            wt[k].ndevices = m + 1;
+        }
+    }
+    return SM_OK;
+}
+
+/* Refuses a device named by two targets of one commit. */
+static sm_err sm_relay_commit_dups(const sm_svc_commit_target *g, int n, char *err, size_t errlen)
+{
+    for (int a = 0; a < n; a++)
+        for (int i = 0; i < g[a].ndevices; i++)
+            for (int b = 0; b < a; b++)
+                for (int j = 0; j < g[b].ndevices; j++)
+                    if (g[a].devices[i] == g[b].devices[j])
+                        return sm_fail(err, errlen, SM_EINVAL,
+                                       "device %d is named by two targets of the commit",
+                                       (int)g[a].devices[i]);
     return SM_OK;
 }
 
 sm_err sm_relay_commit(sm_registry *r, const sm_svc_commit_req *req, sm_svc_upload_reply *out,
                        int deadline_ms, char *err, size_t errlen)
 {
-    sm_reg_target *t = NULL;
-    int nt = 0, ready = 0;
-    int64_t left = 0;
+    sm_svc_commit_target one = {req->ndevices, req->devices, req->checksum, req->bytes};
+    const sm_svc_commit_target *g = req->ntargets > 0 ? req->targets : &one;
+    int ng = req->ntargets > 0 ? req->ntargets : 1, ndev = 0, nbegun = 0, nw = 0, ready = 0;
+    int64_t left = 0, bytes = 0;
     char ignore[256];
-    sm_err e = sm_registry_commit_begin(r, req, sm_registry_now_ms(), &t, &nt, &left, err, errlen);
-    if (e)
+    sm_err e;
+
+    if ((e = sm_relay_commit_dups(g, ng, err, errlen)))
         return e;
-    for (int k = 0; k < nt && !e; k++)
-        e = sm_relay_verify(&t[k], req, deadline_ms, err, errlen);
-    if (e) {
-        sm_registry_upload_end(r, req->array_id, req->devices, req->ndevices, 0, &ready, ignore,
-                               sizeof ignore);
-        sm_relay_drop(req->array_id, t, nt); /* bad or partial: send again */
-        free(t);
-        return e;
+    for (int k = 0; k < ng; k++)
+        ndev += g[k].ndevices;
+    int32_t *devs = malloc(sizeof *devs * ((size_t)ndev + 1));
+    sm_reg_target *wt = calloc((size_t)ndev + 1, sizeof *wt);
+    sm_relay_want *want = calloc((size_t)ndev + 1, sizeof *want);
+    if (!devs || !wt || !want) {
+        e = sm_fail(err, errlen, SM_ENOMEM, "out of memory committing shards");
+        goto done;
     }
-    e = sm_registry_upload_end(r, req->array_id, req->devices, req->ndevices, 1, &ready, err,
-                               errlen);
-    if (e)
-        sm_relay_drop(req->array_id, t, nt); /* the array went away or failed meanwhile */
-    free(t);
-    if (e)
-        return e;
-    out->bytes = req->bytes;
-    out->checksum = req->checksum;
+    /* Reserve every target's devices (each target's checks as for one). */
+    for (int k = 0; k < ng && !e; k++) {
+        sm_svc_commit_req q = {
+            req->array_id, g[k].ndevices, g[k].devices, g[k].checksum, g[k].bytes, 0, NULL};
+        sm_reg_target *t = NULL;
+        int nt = 0;
+        if ((e = sm_registry_commit_begin(r, &q, sm_registry_now_ms(), &t, &nt, &left, err,
+                                          errlen)))
+            break;
+        memcpy(devs + nbegun, g[k].devices, sizeof *devs * (size_t)g[k].ndevices);
+        nbegun += g[k].ndevices;
+        bytes += g[k].bytes;
+        e = sm_relay_merge(wt, want, &nw, t, nt, &g[k], err, errlen);
+        free(t);
+    }
+    if (e) {
+        sm_registry_upload_end(r, req->array_id, devs, nbegun, 0, &ready, ignore, sizeof ignore);
+        goto done;
+    }
+    /* One ShardInfo per worker. */
+    for (int k = 0; k < nw && !e; k++)
+        e = sm_relay_verify(&wt[k], &want[k], req->array_id, deadline_ms, err, errlen);
+    if (e) {
+        sm_registry_upload_end(r, req->array_id, devs, nbegun, 0, &ready, ignore, sizeof ignore);
+        sm_relay_drop(req->array_id, wt, nw); /* bad or partial: send again */
+        goto done;
+    }
+    /* All filled at once, or none. */
+    e = sm_registry_upload_end(r, req->array_id, devs, nbegun, 1, &ready, err, errlen);
+    if (e) {
+        sm_relay_drop(req->array_id, wt, nw); /* the array went away or failed meanwhile */
+        goto done;
+    }
+    out->bytes = bytes;
+    out->checksum = g[ng - 1].checksum;
     out->array_ready = ready;
-    SM_DEBUG("commit of %lld bytes to array %llu (%d devices) done", (long long)req->bytes,
-             (unsigned long long)req->array_id.v, req->ndevices);
-    return SM_OK;
+    SM_DEBUG("commit of %lld bytes to array %llu (%d devices, %d targets) done", (long long)bytes,
+             (unsigned long long)req->array_id.v, ndev, ng);
+done:
+    free(devs);
+    free(wt);
+    free(want);
+    return e;
 }
 
 sm_err sm_relay_download(sm_registry *r, const sm_svc_download_req *req, sm_svc_download_out *out,

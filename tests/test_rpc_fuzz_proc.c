@@ -1016,6 +1016,7 @@ static method methods[] = {
     ROW(0, "Reshard", reshard_request, array_info, G_NONE),
     ROW(0, "RegisterWorker", register_worker_request, register_worker_reply, G_NONE),
     ROW(0, "Heartbeat", heartbeat_request, heartbeat_reply, G_NONE),
+    ROW(0, "CommitShards", commit_shards_request, upload_reply, G_NONE),
     ROW(0, "SubmitJob", submit_job_request, submit_job_reply, G_NONE),
     ROW(0, "WaitJob", job_ref, job_info, G_NONE),
     ROW(0, "GetJob", job_ref, job_info, G_NONE),
@@ -1295,6 +1296,30 @@ static void build_templates(void)
     hb.n_device_bytes = 4;
     hb.device_bytes = bytes4;
     set_template(method_of(0, "Heartbeat"), &hb.base);
+    /* CommitShards: one target, and several (of an array that is not there) */
+    int32_t cdev[2] = {0, 1}, cdev2[2] = {2, 3};
+    Shmap__V1__CommitShardsRequest cs = SHMAP__V1__COMMIT_SHARDS_REQUEST__INIT;
+    cs.array_id = 424242;
+    cs.n_devices = 2;
+    cs.devices = cdev;
+    cs.checksum = 7;
+    cs.bytes = 64;
+    set_template(method_of(0, "CommitShards"), &cs.base);
+    Shmap__V1__CommitTarget ct[2] = {SHMAP__V1__COMMIT_TARGET__INIT,
+                                     SHMAP__V1__COMMIT_TARGET__INIT};
+    Shmap__V1__CommitTarget *ctp[2] = {&ct[0], &ct[1]};
+    ct[0].n_devices = ct[1].n_devices = 2;
+    ct[0].devices = cdev;
+    ct[1].devices = cdev2;
+    ct[0].bytes = ct[1].bytes = 64;
+    ct[1].checksum = 9;
+    cs.n_devices = 0;
+    cs.devices = NULL;
+    cs.checksum = 0;
+    cs.bytes = 0;
+    cs.n_targets = 2;
+    cs.targets = ctp;
+    set_template(method_of(0, "CommitShards"), &cs.base);
 
     Shmap__V1__Program *prog =
         program_of("mesh i=2 j=4\n"
@@ -1682,22 +1707,44 @@ typedef enum {
     UP_UNKNOWN_DEVICE,
     UP_MANY_DEVICES,
     UP_WRONG_SHAPE,
+    UP_BATCH_BAD_SECOND,
+    UP_BATCH_MID_SUM,
+    UP_BATCH_SAME_DEVICE,
+    UP_BATCH_OTHER_ARRAY,
+    UP_BATCH_NO_LAST,
     UP_NCASES
 } up_case;
 
-static const char *const up_names[] = {"no header",         "header twice",
-                                       "offset backwards",  "offsets overlap",
-                                       "offset past end",   "negative offset",
-                                       "total_bytes 2^62",  "negative total_bytes",
-                                       "data after last",   "data after a full last",
-                                       "wrong checksum",    "100 tiny, bad sum",
-                                       "100 tiny, short",   "more than total",
-                                       "no last message",   "empty stream",
-                                       "9-dim shard shape", "2^62 dims",
-                                       "negative dims",     "bad dtype",
-                                       "no devices",        "duplicate devices",
-                                       "unknown device",    "300 devices",
-                                       "wrong shard shape"};
+static const char *const up_names[] = {"no header",
+                                       "header twice",
+                                       "offset backwards",
+                                       "offsets overlap",
+                                       "offset past end",
+                                       "negative offset",
+                                       "total_bytes 2^62",
+                                       "negative total_bytes",
+                                       "data after last",
+                                       "data after a full last",
+                                       "wrong checksum",
+                                       "100 tiny, bad sum",
+                                       "100 tiny, short",
+                                       "more than total",
+                                       "no last message",
+                                       "empty stream",
+                                       "9-dim shard shape",
+                                       "2^62 dims",
+                                       "negative dims",
+                                       "bad dtype",
+                                       "no devices",
+                                       "duplicate devices",
+                                       "unknown device",
+                                       "300 devices",
+                                       "wrong shard shape",
+                                       "targets: a bad second",
+                                       "targets: bad middle sum",
+                                       "targets: a device twice",
+                                       "targets: two arrays",
+                                       "targets: no last"};
 
 /* The messages of upload case c of data (2048 bytes, [16,32] f32) for
  * array id to devs. */
@@ -1842,6 +1889,33 @@ static void upload_case(seq *s, up_case c, uint64_t id, const int32_t *devs, int
         dims[0] = 16;
         dims[1] = 16;
         break;
+    case UP_BATCH_BAD_SECOND:
+    case UP_BATCH_MID_SUM:
+    case UP_BATCH_SAME_DEVICE:
+    case UP_BATCH_OTHER_ARRAY:
+    case UP_BATCH_NO_LAST: { /* three one-device targets in one stream */
+        int32_t d[3] = {devs[0], devs[1 % ndevs], devs[2 % ndevs]};
+        Shmap__V1__UploadHeader hk[3];
+        for (int k = 0; k < 3; k++) {
+            hk[k] = h;
+            hk[k].n_devices = 1;
+            hk[k].devices = &d[k];
+        }
+        if (c == UP_BATCH_BAD_SECOND)
+            hk[1].total_bytes = (int64_t)nb - 4;
+        if (c == UP_BATCH_SAME_DEVICE)
+            hk[2].devices = &d[0];
+        if (c == UP_BATCH_OTHER_ARRAY)
+            hk[1].array_id = id + 1;
+        for (int k = 0; k < 3; k++) {
+            if (c == UP_BATCH_NO_LAST && k == 2) {
+                MSG(&hk[k], 0, 0, half, 0, 0);
+                break;
+            }
+            MSG(&hk[k], 0, 0, nb, 1, c == UP_BATCH_MID_SUM && k == 1 ? sum ^ 1 : sum);
+        }
+        return;
+    }
     default:
         break;
     }
@@ -1882,6 +1956,15 @@ static void fuzz_uploads(void)
                 fprintf(stderr, "fuzz: %-34s %-12s %s\n", kind, w ? "worker" : "coordinator", err);
             ck_assert_msg(e != SM_OK, "%s to %s was accepted", kind,
                           w ? "a worker" : "the coordinator");
+            if (w) { /* and nothing of it was kept */
+                sm_svc_shard_state st[4];
+                ck_assert_int_eq(sm_svc_worker_shard_info(cl.wch[1], CALL_MS, (sm_array_id){id}, 4,
+                                                          cl.wdev[1], st, err, sizeof err),
+                                 SM_OK);
+                for (int k = 0; k < 4; k++)
+                    ck_assert_msg(!st[k].present, "%s left a shard on device %d", kind,
+                                  (int)cl.wdev[1][k]);
+            }
             seq_free(&s);
         }
     }
@@ -1955,6 +2038,8 @@ static sm_err run_download(int worker, const ProtobufCMessage *req, const uint8_
         Shmap__V1__DataChunk *dc = (Shmap__V1__DataChunk *)c;
         if (total < 0)
             total = dc->total_bytes;
+        else if (dc->shape && got == total) /* the next shard of a several-device stream */
+            total += dc->total_bytes;
         got += (int64_t)dc->data.len;
         sm_rpc_msg_free(c);
         if (got > ((int64_t)64 << 20) || now_ms() - t0 > PROMPT_MS) {
@@ -2028,6 +2113,51 @@ static void fuzz_downloads(void)
             ck_assert_int_ne(
                 run_download(w, &rq.base, NULL, 0, "download: no array", err, sizeof err), SM_OK);
         }
+    /* several devices in one stream: served by a worker only, each device
+     * once, no box, device the first of them */
+    {
+        Shmap__V1__ArrayRef ref = SHMAP__V1__ARRAY_REF__INIT;
+        ref.id = cl.keep.v;
+        int32_t many[4] = {cl.wdev[0][2], cl.wdev[0][0], cl.wdev[0][3], cl.wdev[0][1]};
+        Shmap__V1__DownloadRequest rq = SHMAP__V1__DOWNLOAD_REQUEST__INIT;
+        rq.array = &ref;
+        rq.device = many[0];
+        rq.n_devices = 4;
+        rq.devices = many;
+        ck_assert_int_eq(run_download(1, &rq.base, NULL, 0, "download: 4 devices", err, sizeof err),
+                         SM_OK);
+        ck_assert_int_eq(run_download(0, &rq.base, NULL, 0, "download: 4 devices from the relay",
+                                      err, sizeof err),
+                         SM_EINVAL);
+        rq.device = many[1];
+        ck_assert_int_eq(
+            run_download(1, &rq.base, NULL, 0, "download: device not devices[0]", err, sizeof err),
+            SM_EINVAL);
+        rq.device = many[0];
+        many[2] = many[0];
+        ck_assert_int_eq(
+            run_download(1, &rq.base, NULL, 0, "download: a device twice", err, sizeof err),
+            SM_EINVAL);
+        many[2] = cl.wdev[1][0]; /* another worker's: refused as when asked alone */
+        Shmap__V1__DownloadRequest one = SHMAP__V1__DOWNLOAD_REQUEST__INIT;
+        one.array = &ref;
+        one.device = many[2];
+        sm_err alone = run_download(1, &one.base, NULL, 0, "download: not held", err, sizeof err);
+        ck_assert_int_ne(alone, SM_OK);
+        ck_assert_int_eq(
+            run_download(1, &rq.base, NULL, 0, "download: a device not held", err, sizeof err),
+            alone);
+        many[2] = cl.wdev[0][3];
+        Shmap__V1__Box box = SHMAP__V1__BOX__INIT;
+        int64_t start[2] = {0, 0}, stop[2] = {1, 1};
+        box.n_start = box.n_stop = 2;
+        box.start = start;
+        box.stop = stop;
+        rq.box = &box;
+        ck_assert_int_eq(
+            run_download(1, &rq.base, NULL, 0, "download: devices and a box", err, sizeof err),
+            SM_EINVAL);
+    }
     /* the pending array cannot be read */
     Shmap__V1__ArrayRef pref = SHMAP__V1__ARRAY_REF__INIT;
     pref.id = cl.pending.v;

@@ -67,39 +67,82 @@ static sm_err put_check_header(sm_handlers *h, const sm_svc_upload_header *hd, s
     return sm_store_shard_create(hd->dtype, &hd->shape, out, err, errlen);
 }
 
-/* One PutShard stream: the state its messages are checked against. */
+/* One target of a PutShard stream: its header's devices and its shard. */
+typedef struct {
+    sm_store_shard *shards[SM_MAX_WORKER_DEVICES];
+    int32_t devices[SM_MAX_WORKER_DEVICES];
+    int ndev;
+    int64_t got;
+    uint64_t sum; /* the verified checksum, once last */
+} put_target;
+
+/* One PutShard stream: the state its messages are checked against. Its
+ * targets (one, or several of one array in turn) are stored together at
+ * its end. */
 typedef struct {
     sm_handlers *h;
     uint64_t epoch;
-    sm_store_shard *shards[SM_MAX_WORKER_DEVICES];
-    int32_t devices[SM_MAX_WORKER_DEVICES];
-    int ndev, first, last;
+    put_target *t; /* nt of them; the last is the current one */
+    int nt, first, last;
     int64_t got;
-    uint64_t sum; /* the verified checksum, once last */
     sm_array_id array;
     sm_checksum *ck;
 } put_stream;
 
-/* Checks one message against the stream so far (the header on the first
- * one, the order and bounds of its data) and places its data in the shard
- * at its offset. */
+/* Starts the target whose header m carries (the first, or the next after
+ * a last message). */
+static sm_err put_begin(put_stream *ps, const sm_svc_upload_msg *m, char *err, size_t errlen)
+{
+    const sm_svc_upload_header *hd = &m->header;
+    sm_err e;
+    if (!ps->first && hd->array_id.v != ps->array.v)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "a PutShard stream carries targets of one array (%llu), not also of %llu",
+                       (unsigned long long)ps->array.v, (unsigned long long)hd->array_id.v);
+    if (ps->nt == SM_SVC_MAX_BATCH)
+        return sm_fail(err, errlen, SM_EINVAL, "a PutShard stream carries at most %d targets",
+                       SM_SVC_MAX_BATCH);
+    for (int k = 0; k < hd->ndevices && k < SM_MAX_WORKER_DEVICES; k++)
+        for (int i = 0; i < ps->nt; i++)
+            for (int j = 0; j < ps->t[i].ndev; j++)
+                if (ps->t[i].devices[j] == hd->devices[k])
+                    return sm_fail(err, errlen, SM_EINVAL,
+                                   "device %d is in two targets of the PutShard stream",
+                                   (int)hd->devices[k]);
+    put_target *t = realloc(ps->t, sizeof *t * (size_t)(ps->nt + 1));
+    if (!t)
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a PutShard target");
+    ps->t = t;
+    t = &ps->t[ps->nt++];
+    memset(t, 0, sizeof *t);
+    if (ps->first) /* the identity the headers are checked against (or a newer
+                    * one, then the final put fails) is the one stored under */
+        ps->epoch = sm_store_epoch(ps->h->store);
+    if ((e = put_check_header(ps->h, hd, &t->shards[0], err, errlen)))
+        return e;
+    ps->first = 0;
+    ps->last = 0;
+    ps->got = 0;
+    sm_checksum_reset(ps->ck);
+    ps->array = hd->array_id;
+    t->ndev = hd->ndevices;
+    memcpy(t->devices, hd->devices, (size_t)t->ndev * sizeof *t->devices);
+    return SM_OK;
+}
+
+/* Checks one message against the stream so far (a header on the first one
+ * and after each last one, the order and bounds of its data) and places its
+ * data in the current target's shard at its offset. */
 static sm_err put_place(void *user, const sm_svc_upload_msg *m, void **dst, char *err,
                         size_t errlen)
 {
     put_stream *ps = user;
     sm_err e;
-    if (ps->first) {
+    if (ps->first || (ps->last && m->has_header)) {
         if (!m->has_header)
             return sm_fail(err, errlen, SM_EINVAL, "the first PutShard message has no header");
-        /* The identity the header is checked against (or a newer one, then
-         * the final put fails) is the one the shard is stored under. */
-        ps->epoch = sm_store_epoch(ps->h->store);
-        if ((e = put_check_header(ps->h, &m->header, &ps->shards[0], err, errlen)))
+        if ((e = put_begin(ps, m, err, errlen)))
             return e;
-        ps->first = 0;
-        ps->array = m->header.array_id;
-        ps->ndev = m->header.ndevices;
-        memcpy(ps->devices, m->header.devices, (size_t)ps->ndev * sizeof *ps->devices);
     } else if (m->has_header) {
         return sm_fail(err, errlen, SM_EINVAL,
                        "PutShard message at offset %lld carries a second header",
@@ -109,7 +152,7 @@ static sm_err put_place(void *user, const sm_svc_upload_msg *m, void **dst, char
         return sm_fail(err, errlen, SM_EINVAL,
                        "PutShard message at offset %lld came after the last one",
                        (long long)m->offset);
-    const sm_store_shard *sh = ps->shards[0];
+    const sm_store_shard *sh = ps->t[ps->nt - 1].shards[0];
     if (m->offset != ps->got)
         return sm_fail(err, errlen, SM_EINVAL,
                        "chunk at offset %lld %s: %lld bytes had arrived, so the next chunk must "
@@ -133,28 +176,71 @@ static void put_copied(void *user, const void *p, size_t n)
 }
 
 /* After a message was placed: counts its bytes and checks the total and
- * the checksum on the last one. */
+ * the checksum on the last one of a target. */
 static sm_err put_account(put_stream *ps, const sm_svc_upload_msg *m, char *err, size_t errlen)
 {
+    put_target *t = &ps->t[ps->nt - 1];
     ps->got += (int64_t)m->len;
+    t->got = ps->got;
     if (!m->last)
         return SM_OK;
     ps->last = 1;
     uint64_t sum = sm_checksum_digest(ps->ck);
-    if (ps->got != ps->shards[0]->nbytes)
+    if (ps->got != t->shards[0]->nbytes)
         return sm_fail(
             err, errlen, SM_EINVAL, "the upload of array %llu ended after %lld of %lld bytes",
-            (unsigned long long)ps->array.v, (long long)ps->got, (long long)ps->shards[0]->nbytes);
+            (unsigned long long)ps->array.v, (long long)ps->got, (long long)t->shards[0]->nbytes);
     if (sum != m->checksum)
         return sm_fail(err, errlen, SM_EDATALOSS,
                        "checksum mismatch on array %llu: the worker received %016llx, the "
                        "sender says %016llx",
                        (unsigned long long)ps->array.v, (unsigned long long)sum,
                        (unsigned long long)m->checksum);
-    ps->shards[0]->has_checksum = 1;
-    ps->shards[0]->checksum = sum;
-    ps->sum = sum;
+    t->shards[0]->has_checksum = 1;
+    t->shards[0]->checksum = sum;
+    t->sum = sum;
     return SM_OK;
+}
+
+/* Stores every target of ps at once (all or none). */
+static sm_err put_store(put_stream *ps, sm_svc_upload_reply *out, char *err, size_t errlen)
+{
+    int n = 0;
+    for (int i = 0; i < ps->nt; i++)
+        n += ps->t[i].ndev;
+    int32_t *devs = malloc(sizeof *devs * (size_t)n);
+    sm_store_shard **sh = malloc(sizeof *sh * (size_t)n);
+    sm_err e = SM_OK;
+    if (!devs || !sh) {
+        e = sm_fail(err, errlen, SM_ENOMEM, "out of memory storing %d shards", n);
+        goto done;
+    }
+    n = 0;
+    for (int i = 0; i < ps->nt && !e; i++) {
+        put_target *t = &ps->t[i];
+        for (int k = 1; k < t->ndev && !e; k++)
+            e = sm_store_shard_copy(t->shards[0], &t->shards[k], err, errlen);
+        for (int k = 0; k < t->ndev; k++) {
+            devs[n] = t->devices[k];
+            sh[n++] = t->shards[k];
+        }
+    }
+    if (!e && !(e = sm_store_put(ps->h->store, ps->epoch, ps->array, n, devs, sh, err, errlen))) {
+        out->bytes = 0;
+        for (int i = 0; i < ps->nt; i++) {
+            memset(ps->t[i].shards, 0, sizeof ps->t[i].shards); /* the store's now */
+            out->bytes += ps->t[i].got;
+            out->target_bytes[i] = ps->t[i].got;
+            out->target_checksum[i] = ps->t[i].sum;
+        }
+        out->ntargets = ps->nt;
+        out->checksum = ps->t[ps->nt - 1].sum;
+        out->array_ready = 0;
+    }
+done:
+    free(devs);
+    free(sh);
+    return e;
 }
 
 static sm_err h_put_shard(void *user, sm_svc_upload_in *in, sm_svc_upload_reply *out, char *err,
@@ -168,48 +254,41 @@ static sm_err h_put_shard(void *user, sm_svc_upload_in *in, sm_svc_upload_reply 
 
     if (!(ps.ck = sm_checksum_create())) {
         e = sm_fail(err, errlen, SM_ENOMEM, "out of memory for a checksum");
-        goto fail;
+        goto out;
     }
     for (;;) {
         memset(&m, 0, sizeof m);
         if ((e = sm_svc_upload_recv_into(in, &sink, &m, &end, err, errlen)))
-            goto fail;
+            goto out;
         if (end)
             break;
         if ((e = put_account(&ps, &m, err, errlen)))
-            goto fail;
+            goto out;
     }
     if (ps.first) {
         e = sm_fail(err, errlen, SM_EINVAL, "the PutShard stream ended before its header");
-        goto fail;
+        goto out;
     }
     if (!ps.last) {
         e = sm_fail(err, errlen, SM_EINVAL,
                     "the upload of array %llu ended after %lld of %lld bytes without a last "
                     "message",
                     (unsigned long long)ps.array.v, (long long)ps.got,
-                    (long long)ps.shards[0]->nbytes);
-        goto fail;
+                    (long long)ps.t[ps.nt - 1].shards[0]->nbytes);
+        goto out;
     }
-    for (int k = 1; k < ps.ndev; k++)
-        if ((e = sm_store_shard_copy(ps.shards[0], &ps.shards[k], err, errlen)))
-            goto fail;
-    if ((e = sm_store_put(ps.h->store, ps.epoch, ps.array, ps.ndev, ps.devices, ps.shards, err,
-                          errlen)))
-        goto fail;
-    SM_DEBUG("stored array %llu (%lld bytes) on %d device(s) from device %d",
-             (unsigned long long)ps.array.v, (long long)ps.got, ps.ndev, (int)ps.devices[0]);
-    out->bytes = ps.got;
-    out->checksum = ps.sum;
-    out->array_ready = 0;
-    sm_checksum_free(ps.ck);
-    return SM_OK;
-fail:
+    if ((e = put_store(&ps, out, err, errlen)))
+        goto out;
+    SM_DEBUG("stored array %llu (%lld bytes, %d target(s)) from device %d",
+             (unsigned long long)ps.array.v, (long long)out->bytes, ps.nt, (int)ps.t[0].devices[0]);
+out:
     if (e == SM_ECANCELLED)
         SM_DEBUG("upload of array %llu cancelled after %lld bytes; discarded",
                  (unsigned long long)ps.array.v, (long long)ps.got);
-    for (int k = 0; k < SM_MAX_WORKER_DEVICES; k++)
-        sm_store_shard_release(ps.shards[k]);
+    for (int i = 0; i < ps.nt; i++)
+        for (int k = 0; k < SM_MAX_WORKER_DEVICES; k++)
+            sm_store_shard_release(ps.t[i].shards[k]);
+    free(ps.t);
     sm_checksum_free(ps.ck);
     return e;
 }
@@ -324,23 +403,21 @@ done:
     return e;
 }
 
-static sm_err h_get_shard(void *user, const sm_svc_download_req *req, sm_svc_download_out *out,
-                          char *err, size_t errlen)
+/* Streams device's shard of array id (or the sub-box req_box of it, if not
+ * NULL) to out. */
+static sm_err get_one(sm_handlers *h, sm_array_id id, int32_t device, const sm_index *req_box,
+                      sm_svc_download_out *out, char *err, size_t errlen)
 {
-    sm_handlers *h = user;
     sm_store_shard *sh = NULL;
     get_stream gs = {.out = out};
     sm_err e;
-    if (req->array.id.v == 0)
-        return sm_fail(err, errlen, SM_EINVAL,
-                       "GetShard on a worker needs an array id (workers do not know names)");
-    if ((e = sm_store_get(h->store, req->array.id, req->device, &sh, err, errlen)))
+    if ((e = sm_store_get(h->store, id, device, &sh, err, errlen)))
         return e;
     sm_index box = sm_index_full(&sh->shape);
-    if (req->has_box) {
-        if ((e = sm_handlers_check_box(&req->box, &sh->shape, err, errlen)))
+    if (req_box) {
+        if ((e = sm_handlers_check_box(req_box, &sh->shape, err, errlen)))
             goto done;
-        box = req->box;
+        box = *req_box;
     }
     gs.shape = sm_index_shape(&box);
     gs.dtype = sh->dtype;
@@ -367,6 +444,33 @@ static sm_err h_get_shard(void *user, const sm_svc_download_req *req, sm_svc_dow
 done:
     sm_checksum_free(gs.ck);
     sm_store_shard_release(sh);
+    return e;
+}
+
+static sm_err h_get_shard(void *user, const sm_svc_download_req *req, sm_svc_download_out *out,
+                          char *err, size_t errlen)
+{
+    sm_handlers *h = user;
+    sm_err e = SM_OK;
+    if (req->array.id.v == 0)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "GetShard on a worker needs an array id (workers do not know names)");
+    if (req->ndevices == 0)
+        return get_one(h, req->array.id, req->device, req->has_box ? &req->box : NULL, out, err,
+                       errlen);
+    /* Several whole shards, one after the other: every device is checked
+     * before anything is sent. */
+    for (int k = 0; k < req->ndevices && !e; k++) {
+        for (int m = 0; m < k; m++)
+            if (req->devices[m] == req->devices[k])
+                return sm_fail(err, errlen, SM_EINVAL, "device %d is asked for twice",
+                               (int)req->devices[k]);
+        sm_store_shard *sh = NULL;
+        if (!(e = sm_store_get(h->store, req->array.id, req->devices[k], &sh, err, errlen)))
+            sm_store_shard_release(sh);
+    }
+    for (int k = 0; k < req->ndevices && !e; k++)
+        e = get_one(h, req->array.id, req->devices[k], NULL, out, err, errlen);
     return e;
 }
 

@@ -1,7 +1,8 @@
 /* client_get: the download calls of libshmap. The array is described, each
  * distinct index is fetched once from its lowest live replica (straight from
- * its worker where reachable, else through the coordinator) and scattered
- * straight into the result (memory or a mapped .npy file), two at a time. */
+ * its worker where reachable, one stream per worker, else through the
+ * coordinator) and scattered straight into the result (memory or a mapped
+ * .npy file), two workers at a time. */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,11 +13,14 @@
 
 #include "client_internal.h"
 
+/* The shards to fetch, grouped by worker: group g is pick[first[g] ..
+ * first[g + 1]). */
 typedef struct {
     sm_client *c;
     const sm_array_info *info;
-    int n;
-    int *pick; /* shard positions, one per distinct index */
+    int n, ngroups;
+    int *pick;  /* shard positions, one per distinct index */
+    int *first; /* ngroups + 1 */
     void *dst;
     client_progress prog;
 } fetch_job;
@@ -77,12 +81,47 @@ static sm_err pick_shards(const sm_array_info *info, int **out, int *n, char *er
     return SM_OK;
 }
 
+/* Fetches the shards of group i, from one worker, in one stream. */
 static sm_err fetch_task(void *user, int i, char *err, size_t errlen)
 {
     fetch_job *j = user;
-    const sm_shard_info *s = &j->info->shards[j->pick[i]];
-    return client_download_box(j->c, s->worker_address, j->info->id, s->device, j->info->dtype,
-                               j->dst, &j->info->shape, &s->index, &j->prog, err, errlen);
+    int n = j->first[i + 1] - j->first[i];
+    int32_t dev[SM_MAX_WORKER_DEVICES];
+    sm_index box[SM_MAX_WORKER_DEVICES];
+    const sm_shard_info *s = &j->info->shards[j->pick[j->first[i]]];
+    for (int k = 0; k < n; k++) {
+        dev[k] = j->info->shards[j->pick[j->first[i] + k]].device;
+        box[k] = j->info->shards[j->pick[j->first[i] + k]].index;
+    }
+    return client_download_boxes(j->c, s->worker_address, j->info->id, n, dev, box, j->info->dtype,
+                                 j->dst, &j->info->shape, &j->prog, err, errlen);
+}
+
+/* Groups j->pick by worker, at most SM_MAX_WORKER_DEVICES shards a group. */
+static sm_err group_by_worker(fetch_job *j, char *err, size_t errlen)
+{
+    uint32_t *wid = malloc(sizeof *wid * ((size_t)j->n + 1));
+    int *order = malloc(sizeof *order * ((size_t)j->n + 1));
+    int *pick = malloc(sizeof *pick * ((size_t)j->n + 1));
+    j->first = malloc(sizeof *j->first * ((size_t)j->n + 2));
+    j->ngroups = -1;
+    if (wid && order && pick && j->first) {
+        for (int k = 0; k < j->n; k++)
+            wid[k] = j->info->shards[j->pick[k]].worker_id;
+        j->ngroups = client_group_by(wid, j->n, SM_MAX_WORKER_DEVICES, order, j->first);
+        for (int k = 0; k < j->n; k++)
+            pick[k] = j->pick[order[k]];
+        memcpy(j->pick, pick, sizeof *pick * (size_t)j->n);
+    }
+    free(wid);
+    free(order);
+    free(pick);
+    if (j->ngroups < 0) {
+        free(j->first);
+        j->first = NULL;
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory");
+    }
+    return SM_OK;
 }
 
 /* Fetches the whole array described by info into dst (row-major, global
@@ -100,46 +139,47 @@ static sm_err fetch_all(sm_client *c, const sm_array_info *info, void *dst, char
         return e;
     if ((e = pick_shards(info, &j.pick, &j.n, err, errlen)))
         return e;
-    /* Consecutive fetches from different workers. */
-    int *order = malloc(sizeof *order * ((size_t)j.n + 1));
-    uint32_t *wid = malloc(sizeof *wid * ((size_t)j.n + 1));
-    if (order && wid) {
-        for (int k = 0; k < j.n; k++)
-            wid[k] = info->shards[j.pick[k]].worker_id;
-        client_order_by_worker(wid, j.n, order);
-        for (int k = 0; k < j.n; k++)
-            wid[k] = (uint32_t)j.pick[order[k]];
-        for (int k = 0; k < j.n; k++)
-            j.pick[k] = (int)wid[k];
+    /* One stream per worker, the workers' streams in flight at once. */
+    if ((e = group_by_worker(&j, err, errlen))) {
+        free(j.pick);
+        return e;
     }
-    free(order);
-    free(wid);
     client_progress_init(&j.prog, c, total);
-    e = client_run_tasks(j.n, 2, fetch_task, &j, err, errlen);
+    e = client_run_tasks(j.ngroups, 2, fetch_task, &j, err, errlen);
     client_progress_destroy(&j.prog);
     free(j.pick);
+    free(j.first);
     return e;
+}
+
+sm_err sm_client_get_described(sm_client *c, const sm_array_info *info, sm_array **out, char *err,
+                               size_t errlen)
+{
+    sm_array *a = NULL;
+    sm_err e;
+
+    *out = NULL;
+    if ((e = check_ready(info, err, errlen)))
+        return e;
+    if ((e = sm_array_create_uninit(info->dtype, &info->shape, &a, err, errlen)))
+        return e;
+    if ((e = fetch_all(c, info, a->data, err, errlen))) {
+        sm_array_free(a);
+        return e;
+    }
+    *out = a;
+    return SM_OK;
 }
 
 sm_err sm_client_get(sm_client *c, sm_array_ref ref, sm_array **out, char *err, size_t errlen)
 {
     sm_array_info info;
-    sm_array *a = NULL;
     sm_err e;
 
     *out = NULL;
     if ((e = sm_client_describe(c, ref, &info, err, errlen)))
         return e;
-    if ((e = check_ready(&info, err, errlen)))
-        goto done;
-    if ((e = sm_array_create_uninit(info.dtype, &info.shape, &a, err, errlen)))
-        goto done;
-    if ((e = fetch_all(c, &info, a->data, err, errlen))) {
-        sm_array_free(a);
-        goto done;
-    }
-    *out = a;
-done:
+    e = sm_client_get_described(c, &info, out, err, errlen);
     sm_array_info_free(&info);
     return e;
 }

@@ -55,6 +55,18 @@ typedef struct {
     int64_t done, total;
 } client_progress;
 
+/* Commits of direct uploads held back to be sent together, shared by the
+ * threads that upload the targets. devices are borrowed and must outlive
+ * client_commits_send. */
+typedef struct {
+    pthread_mutex_t mu;
+    int n, cap;
+    sm_svc_commit_target *t;
+} client_commits;
+
+sm_err client_commits_init(client_commits *cm, int cap, char *err, size_t errlen);
+void client_commits_destroy(client_commits *cm);
+
 void client_progress_init(client_progress *p, const sm_client *c, int64_t total);
 void client_progress_add(client_progress *p, int64_t n);
 void client_progress_destroy(client_progress *p);
@@ -92,12 +104,34 @@ void client_box_scatter(const client_box *b, void *buf, int64_t pos, const void 
  * With info (the array's description, for its shards' worker addresses)
  * the box goes straight to the workers holding the devices (one PutShard
  * stream per worker, the same chunks to each) and is then committed with
- * CommitShards; a worker that cannot be reached sends the target through
- * the coordinator's relay (Upload) instead, as does info == NULL. */
+ * CommitShards, or added to later (if not NULL) to be committed with the
+ * array's other targets; a worker that cannot be reached sends the target
+ * through the coordinator's relay (Upload) instead, as does info == NULL. */
 sm_err client_upload_box(sm_client *c, const sm_array_info *info, sm_array_id id, int ndevices,
                          const int32_t *devices, sm_dtype t, const void *src,
                          const sm_shape *src_shape, const sm_index *box, client_progress *prog,
-                         int *ready, char *err, size_t errlen);
+                         client_commits *later, char *err, size_t errlen);
+
+/* One target of client_upload_boxes. */
+typedef struct {
+    int ndevices;
+    const int32_t *devices; /* borrowed */
+    const sm_index *box;    /* of src */
+} client_up_target;
+
+/* client_upload_box for targets tg[0..n), all of whose devices one worker
+ * holds: one PutShard stream carries them all (or each goes its own way,
+ * as with client_upload_box, when that worker cannot be reached). */
+sm_err client_upload_boxes(sm_client *c, const sm_array_info *info, sm_array_id id, int n,
+                           const client_up_target *tg, sm_dtype t, const void *src,
+                           const sm_shape *src_shape, client_progress *prog, client_commits *later,
+                           char *err, size_t errlen);
+
+/* Sends the commits gathered in cm for array id in one CommitShards (none:
+ * nothing is sent). *ready (ready may be NULL) is set to 1 when the service
+ * says the commit completed the array. */
+sm_err client_commits_send(sm_client *c, sm_array_id id, client_commits *cm, int *ready, char *err,
+                           size_t errlen);
 
 /* Downloads device `device`'s shard of array `id` (expected dtype t and
  * shape of `box`) and scatters it into the box `box` of dst (row-major, shape
@@ -109,11 +143,18 @@ sm_err client_download_box(sm_client *c, const char *worker_address, sm_array_id
                            sm_dtype t, void *dst, const sm_shape *dst_shape, const sm_index *box,
                            client_progress *prog, char *err, size_t errlen);
 
-/* Fills order[0..n) with 0..n-1 arranged so that consecutive entries go to
- * different workers where possible (round robin over the distinct values
- * of worker[], each worker's items in their order): tasks run a few at a
- * time then keep every worker busy. */
-void client_order_by_worker(const uint32_t *worker, int n, int *order);
+/* client_download_box for the n devices of one worker (boxes[k] for
+ * devices[k]), in one GetShard stream where there are several. */
+sm_err client_download_boxes(sm_client *c, const char *worker_address, sm_array_id id, int n,
+                             const int32_t *devices, const sm_index *boxes, sm_dtype t, void *dst,
+                             const sm_shape *dst_shape, client_progress *prog, char *err,
+                             size_t errlen);
+
+/* Groups 0..n-1 by key[]: fills order[0..n) with them, those of equal key
+ * together (in their order, keys in order of first appearance), and
+ * first[0..ngroups] with where each group starts (groups of at most max
+ * items; first[ngroups] = n). Returns ngroups, or -1 when out of memory. */
+int client_group_by(const uint32_t *key, int n, int max, int *order, int *first);
 
 /* Runs fn(user, i, err, errlen) for i in [0, n) on up to `width` threads
  * (the caller's included); stops handing out work after the first failure,

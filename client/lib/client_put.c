@@ -1,8 +1,10 @@
 /* client_put: the upload calls of libshmap (device_put of a whole array or
  * .npy file, per-device shards, a per-index callback, and process-local
- * data). Every one is CreateArray followed, per target, by PutShard streams
- * straight to its workers and a CommitShards (or one relayed Upload stream
- * where a worker cannot be reached), two targets in flight at once. */
+ * data). Every one is CreateArray, then PutShard streams straight to the
+ * workers (one per worker for all the targets it alone holds, two streams
+ * in flight at once; one relayed Upload stream per target where a worker
+ * cannot be reached), then one CommitShards for all the targets sent
+ * straight. */
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,8 +23,10 @@ typedef struct {
     const void *src;
     sm_shape src_shape;
     int local;  /* 1: boxes are local_slice, else global_index */
-    int *order; /* task i uploads target order[i] */
+    int *order; /* task i uploads targets order[first[i] .. first[i + 1]) */
+    int *first;
     client_progress prog;
+    client_commits later;
 } upload_job;
 
 static const sm_index *job_box(const upload_job *j, int i)
@@ -33,15 +37,37 @@ static const sm_index *job_box(const upload_job *j, int i)
 static sm_err upload_task(void *user, int i, char *err, size_t errlen)
 {
     upload_job *j = user;
-    i = j->order[i];
-    const sm_svc_upload_target *t = &j->r->targets[i];
-    return client_upload_box(j->c, &j->r->array, j->r->array.id, t->ndevices, t->devices, j->dtype,
-                             j->src, &j->src_shape, job_box(j, i), &j->prog, NULL, err, errlen);
+    client_up_target tg[SM_SVC_MAX_BATCH];
+    int n = j->first[i + 1] - j->first[i];
+    for (int k = 0; k < n; k++) {
+        int x = j->order[j->first[i] + k];
+        tg[k] =
+            (client_up_target){j->r->targets[x].ndevices, j->r->targets[x].devices, job_box(j, x)};
+    }
+    return client_upload_boxes(j->c, &j->r->array, j->r->array.id, n, tg, j->dtype, j->src,
+                               &j->src_shape, &j->prog, &j->later, err, errlen);
+}
+
+/* The worker holding every device of target t, or a key of t's own
+ * (uploaded alone) when its devices are on several workers. */
+static uint32_t target_key(const sm_svc_create_array_reply *r, int i)
+{
+    const sm_svc_upload_target *t = &r->targets[i];
+    uint32_t w = UINT32_MAX;
+    for (int k = 0; k < t->ndevices; k++)
+        for (int s = 0; s < r->array.nshards; s++) {
+            if (r->array.shards[s].device != t->devices[k])
+                continue;
+            if (w != UINT32_MAX && w != r->array.shards[s].worker_id)
+                return 0x80000000u | (uint32_t)i;
+            w = r->array.shards[s].worker_id;
+        }
+    return w == UINT32_MAX ? 0x80000000u | (uint32_t)i : w;
 }
 
 static sm_err upload_all(sm_client *c, const sm_svc_create_array_reply *r, sm_dtype t,
-                         const void *src, const sm_shape *src_shape, int local, char *err,
-                         size_t errlen)
+                         const void *src, const sm_shape *src_shape, int local, int *ready,
+                         char *err, size_t errlen)
 {
     upload_job j = {
         .c = c, .r = r, .dtype = t, .src = src, .src_shape = *src_shape, .local = local};
@@ -55,23 +81,32 @@ static sm_err upload_all(sm_client *c, const sm_svc_create_array_reply *r, sm_dt
             return e;
         total += nb;
     }
+    /* One task (one PutShard stream) per worker for the targets it alone
+     * holds, one per target spanning workers; two tasks in flight. */
     j.order = malloc(sizeof *j.order * ((size_t)r->ntargets + 1));
-    uint32_t *wid = calloc((size_t)r->ntargets + 1, sizeof *wid);
-    if (!j.order || !wid) {
-        free(j.order);
-        free(wid);
-        return sm_fail(err, errlen, SM_ENOMEM, "out of memory");
+    j.first = malloc(sizeof *j.first * ((size_t)r->ntargets + 2));
+    uint32_t *key = calloc((size_t)r->ntargets + 1, sizeof *key);
+    int ntasks = -1;
+    if (j.order && j.first && key) {
+        for (int i = 0; i < r->ntargets; i++)
+            key[i] = target_key(r, i);
+        ntasks = client_group_by(key, r->ntargets, SM_SVC_MAX_BATCH, j.order, j.first);
     }
-    for (int i = 0; i < r->ntargets; i++)
-        for (int s = 0; s < r->array.nshards && r->targets[i].ndevices > 0; s++)
-            if (r->array.shards[s].device == r->targets[i].devices[0])
-                wid[i] = r->array.shards[s].worker_id;
-    client_order_by_worker(wid, r->ntargets, j.order);
-    free(wid);
+    free(key);
+    if (ntasks < 0 || (e = client_commits_init(&j.later, r->ntargets, err, errlen))) {
+        free(j.order);
+        free(j.first);
+        return ntasks < 0 ? sm_fail(err, errlen, SM_ENOMEM, "out of memory") : e;
+    }
     client_progress_init(&j.prog, c, total);
-    e = client_run_tasks(r->ntargets, 2, upload_task, &j, err, errlen);
+    e = client_run_tasks(ntasks, 2, upload_task, &j, err, errlen);
     client_progress_destroy(&j.prog);
+    /* Every target arrived: one commit fills them all. */
+    if (!e)
+        e = client_commits_send(c, r->array.id, &j.later, ready, err, errlen);
+    client_commits_destroy(&j.later);
     free(j.order);
+    free(j.first);
     return e;
 }
 
@@ -83,6 +118,20 @@ static sm_err describe_id(sm_client *c, sm_array_id id, sm_array_info *out, char
     if (!out)
         return SM_OK;
     return sm_client_describe(c, ref, out, err, errlen);
+}
+
+/* The description of the array of r that the last commit completed, without
+ * asking for it: what CreateArray said, every shard now present. */
+static void take_info(sm_svc_create_array_reply *r, sm_array_info *out)
+{
+    if (!out)
+        return;
+    *out = r->array;
+    out->state = SM_ARRAY_READY;
+    for (int k = 0; k < out->nshards; k++)
+        out->shards[k].present = 1;
+    r->array.shards = NULL;
+    r->array.nshards = 0;
 }
 
 static sm_err check_data(sm_dtype dtype, const sm_shape *shape, const void *data, int64_t *nbytes,
@@ -120,6 +169,7 @@ sm_err sm_client_put(sm_client *c, sm_dtype dtype, const sm_shape *shape, const 
     sm_svc_create_array_req q;
     sm_svc_create_array_reply r;
     int64_t nbytes;
+    int ready = 0;
     sm_err e;
 
     if ((e = check_data(dtype, shape, data, &nbytes, err, errlen)))
@@ -128,11 +178,14 @@ sm_err sm_client_put(sm_client *c, sm_dtype dtype, const sm_shape *shape, const 
     memset(&r, 0, sizeof r);
     if ((e = sm_svc_coord_create_array(c->ch, c->timeout_ms, &q, &r, err, errlen)))
         return e;
-    if ((e = upload_all(c, &r, dtype, data, shape, 0, err, errlen))) {
+    if ((e = upload_all(c, &r, dtype, data, shape, 0, &ready, err, errlen))) {
         client_discard(c, r.array.id);
         goto done;
     }
-    e = describe_id(c, r.array.id, out, err, errlen);
+    if (ready)
+        take_info(&r, out);
+    else
+        e = describe_id(c, r.array.id, out, err, errlen);
 done:
     sm_svc_create_array_reply_free(&r);
     return e;
@@ -239,17 +292,23 @@ sm_err sm_client_put_shards(sm_client *c, sm_dtype dtype, const sm_shape *global
         }
     }
     client_progress prog;
+    client_commits later;
     int64_t total = 0;
     for (int i = 0; i < r.ntargets; i++)
         total += shards[which[i]]->nbytes;
+    if ((e = client_commits_init(&later, r.ntargets, err, errlen)))
+        goto fail;
     client_progress_init(&prog, c, total);
     for (int i = 0; i < r.ntargets && !e; i++) {
         const sm_array *a = shards[which[i]];
         sm_index full = sm_index_full(&a->shape);
         e = client_upload_box(c, &r.array, r.array.id, r.targets[i].ndevices, r.targets[i].devices,
-                              dtype, a->data, &a->shape, &full, &prog, NULL, err, errlen);
+                              dtype, a->data, &a->shape, &full, &prog, &later, err, errlen);
     }
     client_progress_destroy(&prog);
+    if (!e)
+        e = client_commits_send(c, r.array.id, &later, NULL, err, errlen);
+    client_commits_destroy(&later);
     if (e)
         goto fail;
     e = describe_id(c, r.array.id, out, err, errlen);
@@ -271,6 +330,7 @@ sm_err sm_client_put_callback(sm_client *c, sm_dtype dtype, const sm_shape *glob
     sm_svc_create_array_req q;
     sm_svc_create_array_reply r;
     client_progress prog;
+    client_commits later;
     int64_t total;
     char s1[128], s2[128];
     sm_err e;
@@ -283,6 +343,11 @@ sm_err sm_client_put_callback(sm_client *c, sm_dtype dtype, const sm_shape *glob
     memset(&r, 0, sizeof r);
     if ((e = sm_svc_coord_create_array(c->ch, c->timeout_ms, &q, &r, err, errlen)))
         return e;
+    if ((e = client_commits_init(&later, r.ntargets, err, errlen))) {
+        client_discard(c, r.array.id);
+        sm_svc_create_array_reply_free(&r);
+        return e;
+    }
     client_progress_init(&prog, c, total);
     /* One call of cb per distinct index, in the caller's thread. */
     for (int i = 0; i < r.ntargets && !e; i++) {
@@ -303,11 +368,14 @@ sm_err sm_client_put_callback(sm_client *c, sm_dtype dtype, const sm_shape *glob
         } else {
             sm_index full = sm_index_full(&blk->shape);
             e = client_upload_box(c, &r.array, r.array.id, t->ndevices, t->devices, dtype,
-                                  blk->data, &blk->shape, &full, &prog, NULL, err, errlen);
+                                  blk->data, &blk->shape, &full, &prog, &later, err, errlen);
         }
         sm_array_free(blk);
     }
     client_progress_destroy(&prog);
+    if (!e)
+        e = client_commits_send(c, r.array.id, &later, NULL, err, errlen);
+    client_commits_destroy(&later);
     if (e)
         client_discard(c, r.array.id);
     else
@@ -341,7 +409,7 @@ sm_err sm_client_put_local(sm_client *c, int process, const sm_array *local,
         return e;
     /* The other processes' parts may still come: a failure here leaves the
      * array pending until its deadline rather than deleting it. */
-    if (!(e = upload_all(c, &r, local->dtype, local->data, &local->shape, 1, err, errlen)))
+    if (!(e = upload_all(c, &r, local->dtype, local->data, &local->shape, 1, NULL, err, errlen)))
         e = describe_id(c, r.array.id, out, err, errlen);
     sm_svc_create_array_reply_free(&r);
     return e;

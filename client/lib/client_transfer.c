@@ -38,6 +38,62 @@ void client_progress_destroy(client_progress *p)
     pthread_mutex_destroy(&p->mu);
 }
 
+/* ---- held-back commits --------------------------------------------------- */
+
+sm_err client_commits_init(client_commits *cm, int cap, char *err, size_t errlen)
+{
+    cm->n = 0;
+    cm->cap = cap > 0 ? cap : 0;
+    if (!(cm->t = calloc((size_t)cm->cap + 1, sizeof *cm->t)))
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory");
+    pthread_mutex_init(&cm->mu, NULL);
+    return SM_OK;
+}
+
+void client_commits_destroy(client_commits *cm)
+{
+    pthread_mutex_destroy(&cm->mu);
+    free(cm->t);
+}
+
+static sm_err client_commits_add(client_commits *cm, const sm_svc_commit_target *t, char *err,
+                                 size_t errlen)
+{
+    sm_err e = SM_OK;
+    pthread_mutex_lock(&cm->mu);
+    if (cm->n < cm->cap)
+        cm->t[cm->n++] = *t;
+    else
+        e = sm_fail(err, errlen, SM_EINTERNAL, "more commits than the %d upload targets", cm->cap);
+    pthread_mutex_unlock(&cm->mu);
+    return e;
+}
+
+sm_err client_commits_send(sm_client *c, sm_array_id id, client_commits *cm, int *ready, char *err,
+                           size_t errlen)
+{
+    sm_svc_commit_req q = {.array_id = id};
+    sm_svc_upload_reply reply = {0};
+    sm_err e;
+    if (ready)
+        *ready = 0;
+    if (cm->n == 0)
+        return SM_OK;
+    if (cm->n == 1) { /* the single-target form */
+        q.ndevices = cm->t[0].ndevices;
+        q.devices = cm->t[0].devices;
+        q.checksum = cm->t[0].checksum;
+        q.bytes = cm->t[0].bytes;
+    } else {
+        q.ntargets = cm->n;
+        q.targets = cm->t;
+    }
+    e = sm_svc_coord_commit_shards(c->ch, c->timeout_ms, &q, &reply, err, errlen);
+    if (!e && ready)
+        *ready = reply.array_ready;
+    return e;
+}
+
 int client_stream_deadline(const sm_client *c, int64_t bytes)
 {
     int64_t ms = (int64_t)c->timeout_ms + bytes / 20000;
@@ -184,36 +240,13 @@ static int up_group(sm_client *c, const sm_array_info *info, int ndevices, const
     return n;
 }
 
-/* Sends the box through streams u[0..n) (direct: each its own devices in the
- * header) and checks every reply. *fallback = 1 when a direct stream failed
- * UNAVAILABLE before any data went out: nothing was sent, use the relay. */
-static sm_err up_send(sm_client *c, up_stream *u, int n, int direct, const sm_svc_upload_msg *hdr,
-                      const client_box *b, const void *src, char *stage, client_progress *prog,
-                      uint64_t *sum, int *ready, int *fallback, char *err, size_t errlen)
+/* Sends the data of box b of src to the streams u[0..n), in chunks, the last
+ * with the checksum, which ck (reset) accumulates. */
+static sm_err up_chunks(up_stream *u, int n, const client_box *b, const void *src, char *stage,
+                        sm_checksum *ck, client_progress *prog, char *err, size_t errlen)
 {
-    sm_checksum *ck = sm_checksum_create();
     sm_svc_upload_msg msg;
     sm_err e = SM_OK;
-
-    *fallback = 0;
-    if (!ck)
-        return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a checksum state");
-    for (int k = 0; k < n && !e; k++) {
-        e = sm_svc_upload_open(u[k].ch, direct, client_stream_deadline(c, b->nbytes), &u[k].st, err,
-                               errlen);
-        if (!e) {
-            msg = *hdr;
-            if (direct) {
-                msg.header.ndevices = u[k].ndevices;
-                msg.header.devices = u[k].devices;
-            }
-            e = sm_svc_upload_send(u[k].st, &msg, err, errlen);
-        }
-        if (e && direct && e == SM_EUNAVAILABLE) {
-            client_worker_unreachable(c, u[k].addr);
-            *fallback = 1;
-        }
-    }
     for (int64_t pos = 0; !e && (pos < b->nbytes || pos == 0);) {
         size_t len = b->nbytes - pos < SM_SVC_CHUNK ? (size_t)(b->nbytes - pos) : SM_SVC_CHUNK;
         int64_t avail, at = box_locate(b, pos, &avail);
@@ -241,6 +274,41 @@ static sm_err up_send(sm_client *c, up_stream *u, int n, int direct, const sm_sv
         if (msg.last)
             break;
     }
+    return e;
+}
+
+/* Sends the box through streams u[0..n) (direct: each its own devices in the
+ * header) and checks every reply. *fallback = 1 when a direct stream failed
+ * UNAVAILABLE before any data went out: nothing was sent, use the relay. */
+static sm_err up_send(sm_client *c, up_stream *u, int n, int direct, const sm_svc_upload_msg *hdr,
+                      const client_box *b, const void *src, char *stage, client_progress *prog,
+                      uint64_t *sum, int *fallback, char *err, size_t errlen)
+{
+    sm_checksum *ck = sm_checksum_create();
+    sm_svc_upload_msg msg;
+    sm_err e = SM_OK;
+
+    *fallback = 0;
+    if (!ck)
+        return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a checksum state");
+    for (int k = 0; k < n && !e; k++) {
+        e = sm_svc_upload_open(u[k].ch, direct, client_stream_deadline(c, b->nbytes), &u[k].st, err,
+                               errlen);
+        if (!e) {
+            msg = *hdr;
+            if (direct) {
+                msg.header.ndevices = u[k].ndevices;
+                msg.header.devices = u[k].devices;
+            }
+            e = sm_svc_upload_send(u[k].st, &msg, err, errlen);
+        }
+        if (e && direct && e == SM_EUNAVAILABLE) {
+            client_worker_unreachable(c, u[k].addr);
+            *fallback = 1;
+        }
+    }
+    if (!e)
+        e = up_chunks(u, n, b, src, stage, ck, prog, err, errlen);
     *sum = sm_checksum_digest(ck);
     sm_checksum_free(ck);
     for (int k = 0; k < n && !e; k++) {
@@ -256,8 +324,6 @@ static sm_err up_send(sm_client *c, up_stream *u, int n, int direct, const sm_sv
                         direct ? "the worker at " : "the service", direct ? u[k].addr : "",
                         (long long)reply.bytes, (unsigned long long)reply.checksum,
                         (long long)b->nbytes, (unsigned long long)*sum);
-        if (ready)
-            *ready = reply.array_ready;
     }
     up_abort(u, n);
     return e;
@@ -266,14 +332,14 @@ static sm_err up_send(sm_client *c, up_stream *u, int n, int direct, const sm_sv
 sm_err client_upload_box(sm_client *c, const sm_array_info *info, sm_array_id id, int ndevices,
                          const int32_t *devices, sm_dtype t, const void *src,
                          const sm_shape *src_shape, const sm_index *box, client_progress *prog,
-                         int *ready, char *err, size_t errlen)
+                         client_commits *later, char *err, size_t errlen)
 {
     client_box b;
     up_stream *u = NULL;
     char *stage = NULL;
     sm_svc_upload_msg hdr;
     uint64_t sum = 0;
-    int n = 0, fallback = 0, r = 0;
+    int n = 0, fallback = 0;
     sm_err e;
 
     if ((e = client_box_init(&b, src_shape, box, t, err, errlen)))
@@ -297,12 +363,12 @@ sm_err client_upload_box(sm_client *c, const sm_array_info *info, sm_array_id id
     hdr.header.total_bytes = b.nbytes;
 
     if (info && !c->relay_only && (n = up_group(c, info, ndevices, devices, u)) > 0) {
-        e = up_send(c, u, n, 1, &hdr, &b, src, stage, prog, &sum, NULL, &fallback, err, errlen);
+        e = up_send(c, u, n, 1, &hdr, &b, src, stage, prog, &sum, &fallback, err, errlen);
         if (!e) {
-            sm_svc_commit_req q = {id, ndevices, devices, sum, b.nbytes};
-            sm_svc_upload_reply reply = {0};
-            e = sm_svc_coord_commit_shards(c->ch, c->timeout_ms, &q, &reply, err, errlen);
-            r = reply.array_ready;
+            sm_svc_commit_target t = {ndevices, devices, sum, b.nbytes};
+            client_commits one = {.n = 1, .cap = 1, .t = &t};
+            e = later ? client_commits_add(later, &t, err, errlen)
+                      : client_commits_send(c, id, &one, NULL, err, errlen);
             goto done;
         }
         if (!fallback)
@@ -311,11 +377,118 @@ sm_err client_upload_box(sm_client *c, const sm_array_info *info, sm_array_id id
     /* Through the coordinator. */
     memset(u, 0, sizeof *u);
     u[0].ch = c->ch;
-    e = up_send(c, u, 1, 0, &hdr, &b, src, stage, prog, &sum, &r, &fallback, err, errlen);
+    e = up_send(c, u, 1, 0, &hdr, &b, src, stage, prog, &sum, &fallback, err, errlen);
 done:
-    if (!e && ready)
-        *ready = r;
     free(u);
+    free(stage);
+    return e;
+}
+
+/* Sends targets tg[0..n), all held by the worker of stream u (its devices
+ * set for each in turn), in that one stream, and checks each
+ * acknowledgement. *fallback = 1 when the stream failed UNAVAILABLE before
+ * any data went out. sums[k]: target k's checksum. */
+static sm_err up_send_batch(sm_client *c, up_stream *u, sm_svc_upload_msg *hdr,
+                            const client_up_target *tg, const client_box *b, int n, const void *src,
+                            char *stage, client_progress *prog, uint64_t *sums, int *fallback,
+                            char *err, size_t errlen)
+{
+    sm_checksum *ck = sm_checksum_create();
+    sm_svc_upload_reply reply = {0};
+    int64_t total = 0;
+    sm_err e = SM_OK;
+
+    *fallback = 0;
+    if (!ck)
+        return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a checksum state");
+    for (int k = 0; k < n; k++)
+        total += b[k].nbytes;
+    e = sm_svc_upload_open(u->ch, 1, client_stream_deadline(c, total), &u->st, err, errlen);
+    *fallback = e == SM_EUNAVAILABLE;
+    for (int k = 0; k < n && !e; k++) {
+        sm_checksum_reset(ck);
+        hdr->header.ndevices = tg[k].ndevices;
+        hdr->header.devices = (int32_t *)tg[k].devices;
+        hdr->header.shape = sm_index_shape(tg[k].box);
+        hdr->header.total_bytes = b[k].nbytes;
+        if ((e = sm_svc_upload_send(u->st, hdr, err, errlen))) {
+            *fallback = k == 0 && e == SM_EUNAVAILABLE;
+            break;
+        }
+        e = up_chunks(u, 1, &b[k], src, stage, ck, prog, err, errlen);
+        sums[k] = sm_checksum_digest(ck);
+    }
+    if (!e) {
+        e = sm_svc_upload_finish(u->st, &reply, err, errlen);
+        u->st = NULL;
+    }
+    for (int k = 0; k < n && !e; k++) {
+        int64_t got = k < reply.ntargets ? reply.target_bytes[k] : -1;
+        uint64_t sum = k < reply.ntargets ? reply.target_checksum[k] : 0;
+        if (got != b[k].nbytes || sum != sums[k])
+            e = sm_fail(err, errlen, SM_EDATALOSS,
+                        "the worker at %s acknowledged %lld bytes with checksum %016llx for "
+                        "target %d of %d of its upload, of %lld bytes with checksum %016llx",
+                        u->addr, (long long)got, (unsigned long long)sum, k + 1, n,
+                        (long long)b[k].nbytes, (unsigned long long)sums[k]);
+    }
+    sm_checksum_free(ck);
+    up_abort(u, 1);
+    return e;
+}
+
+sm_err client_upload_boxes(sm_client *c, const sm_array_info *info, sm_array_id id, int n,
+                           const client_up_target *tg, sm_dtype t, const void *src,
+                           const sm_shape *src_shape, client_progress *prog, client_commits *later,
+                           char *err, size_t errlen)
+{
+    client_box *b = NULL;
+    uint64_t *sums = NULL;
+    char *stage = NULL;
+    up_stream u;
+    sm_svc_upload_msg hdr;
+    int fallback = 0;
+    sm_err e = SM_OK;
+
+    if (n == 1 || c->relay_only || !info ||
+        up_group(c, info, tg[0].ndevices, tg[0].devices, &u) != 1)
+        goto one_by_one;
+    b = calloc((size_t)n + 1, sizeof *b);
+    sums = calloc((size_t)n + 1, sizeof *sums);
+    stage = malloc(SM_SVC_CHUNK);
+    if (!b || !sums || !stage) {
+        e = sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a %d-byte upload buffer",
+                    SM_SVC_CHUNK);
+        goto done;
+    }
+    for (int k = 0; k < n && !e; k++)
+        if (!(e = client_box_init(&b[k], src_shape, tg[k].box, t, err, errlen)) &&
+            tg[k].ndevices < 1)
+            e = sm_fail(err, errlen, SM_EINVAL, "an upload target lists no devices");
+    if (e)
+        goto done;
+    memset(&hdr, 0, sizeof hdr);
+    hdr.has_header = 1;
+    hdr.header.array_id = id;
+    hdr.header.dtype = t;
+    e = up_send_batch(c, &u, &hdr, tg, b, n, src, stage, prog, sums, &fallback, err, errlen);
+    for (int k = 0; k < n && !e; k++) {
+        sm_svc_commit_target ct = {tg[k].ndevices, tg[k].devices, sums[k], b[k].nbytes};
+        client_commits one = {.n = 1, .cap = 1, .t = &ct};
+        e = later ? client_commits_add(later, &ct, err, errlen)
+                  : client_commits_send(c, id, &one, NULL, err, errlen);
+    }
+    if (!fallback)
+        goto done;
+    client_worker_unreachable(c, u.addr);
+    e = SM_OK;
+one_by_one:
+    for (int k = 0; k < n && !e; k++)
+        e = client_upload_box(c, info, id, tg[k].ndevices, tg[k].devices, t, src, src_shape,
+                              tg[k].box, prog, later, err, errlen);
+done:
+    free(b);
+    free(sums);
     free(stage);
     return e;
 }
@@ -490,30 +663,150 @@ sm_err client_download_box(sm_client *c, const char *worker_address, sm_array_id
     return download_from(c, c->ch, 0, id, device, t, dst, &b, box, prog, &fallback, err, errlen);
 }
 
-void client_order_by_worker(const uint32_t *worker, int n, int *order)
+/* The shards of one batched download, received in turn. */
+typedef struct {
+    down_state *d;
+    int n, cur;
+} down_multi;
+
+static sm_err multi_place(void *user, const sm_svc_chunk *ch, void **dst, char *err, size_t errlen)
 {
-    int m = 0;
-    char *used = calloc((size_t)n + 1, 1);
-    if (!used) {
-        for (int i = 0; i < n; i++)
-            order[i] = i;
-        return;
+    down_multi *m = user;
+    if (m->d[m->cur].last && m->cur + 1 < m->n)
+        m->cur++;
+    return down_place(&m->d[m->cur], ch, dst, err, errlen);
+}
+
+static void multi_copied(void *user, const void *p, size_t n)
+{
+    down_multi *m = user;
+    down_copied(&m->d[m->cur], p, n);
+}
+
+/* The shards of devices[0..n) from one worker's GetShard stream, each into
+ * its box b[k] of dst. *fallback = 1 when the stream failed UNAVAILABLE
+ * before any data arrived. */
+static sm_err download_multi(sm_client *c, sm_rpc_channel *ch, sm_array_id id, int n,
+                             const int32_t *devices, const sm_index *boxes, const client_box *b,
+                             sm_dtype t, void *dst, client_progress *prog, int *fallback, char *err,
+                             size_t errlen)
+{
+    sm_svc_download_stream *st = NULL;
+    sm_svc_download_req req;
+    sm_svc_chunk ch_;
+    down_multi m = {.d = calloc((size_t)n, sizeof *m.d), .n = n};
+    sm_svc_chunk_sink sink = {multi_place, multi_copied, &m};
+    int64_t total = 0;
+    int end = 0;
+    sm_err e = SM_OK;
+
+    *fallback = 0;
+    if (!m.d)
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory");
+    for (int k = 0; k < n; k++) {
+        m.d[k] = (down_state){.device = devices[k],
+                              .t = t,
+                              .want = sm_index_shape(&boxes[k]),
+                              .dst = dst,
+                              .b = &b[k]};
+        total += b[k].nbytes;
+        if (!(m.d[k].ck = sm_checksum_create()))
+            e = sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a checksum state");
     }
-    while (m < n) {
-        int round = m;
-        for (int i = 0; i < n; i++) {
-            if (used[i])
+    if (e)
+        goto done;
+    memset(&req, 0, sizeof req);
+    req.array.id = id;
+    req.device = devices[0];
+    req.ndevices = n;
+    req.devices = devices;
+    if ((e = sm_svc_download_open(ch, 1, &req, client_stream_deadline(c, total), &st, err,
+                                  errlen))) {
+        *fallback = e == SM_EUNAVAILABLE;
+        goto done;
+    }
+    for (;;) {
+        memset(&ch_, 0, sizeof ch_);
+        if ((e = sm_svc_download_recv_into(st, &sink, &ch_, &end, err, errlen))) {
+            *fallback = !m.d[0].meta && e == SM_EUNAVAILABLE;
+            goto done;
+        }
+        if (end)
+            break;
+        if ((e = down_account(&m.d[m.cur], &ch_, prog, err, errlen)))
+            goto done;
+    }
+    for (int k = 0; k < n && !e; k++)
+        if (!m.d[k].last)
+            e = sm_fail(err, errlen, SM_EDATALOSS,
+                        "the download of device %d's shard ended after %lld of %lld bytes "
+                        "without its checksum",
+                        (int)devices[k], (long long)m.d[k].got, (long long)b[k].nbytes);
+done:
+    sm_svc_download_free(st);
+    for (int k = 0; k < n; k++) {
+        sm_checksum_free(m.d[k].ck);
+        free(m.d[k].stage);
+    }
+    free(m.d);
+    return e;
+}
+
+sm_err client_download_boxes(sm_client *c, const char *worker_address, sm_array_id id, int n,
+                             const int32_t *devices, const sm_index *boxes, sm_dtype t, void *dst,
+                             const sm_shape *dst_shape, client_progress *prog, char *err,
+                             size_t errlen)
+{
+    client_box *b = NULL;
+    sm_rpc_channel *wch = NULL;
+    int fallback = 0;
+    sm_err e = SM_OK;
+
+    if (n == 1) /* the single-shard form */
+        return client_download_box(c, worker_address, id, devices[0], t, dst, dst_shape, &boxes[0],
+                                   prog, err, errlen);
+    if (!(b = calloc((size_t)n + 1, sizeof *b)))
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory");
+    for (int k = 0; k < n && !e; k++)
+        e = client_box_init(&b[k], dst_shape, &boxes[k], t, err, errlen);
+    if (!e && !c->relay_only && worker_address && *worker_address &&
+        (wch = client_worker_channel(c, worker_address))) {
+        e = download_multi(c, wch, id, n, devices, boxes, b, t, dst, prog, &fallback, err, errlen);
+        if (!fallback)
+            goto done;
+        client_worker_unreachable(c, worker_address);
+        e = SM_OK;
+    }
+    /* Through the coordinator, one shard at a time. */
+    for (int k = 0; k < n && !e; k++)
+        e = download_from(c, c->ch, 0, id, devices[k], t, dst, &b[k], &boxes[k], prog, &fallback,
+                          err, errlen);
+done:
+    free(b);
+    return e;
+}
+
+int client_group_by(const uint32_t *key, int n, int max, int *order, int *first)
+{
+    char *used = calloc((size_t)n + 1, 1);
+    int m = 0, ng = 0;
+    if (!used)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        if (used[i])
+            continue;
+        for (int q = i, cnt = 0; q < n; q++) {
+            if (used[q] || key[q] != key[i])
                 continue;
-            int seen = 0;
-            for (int k = round; k < m && !seen; k++)
-                seen = worker[order[k]] == worker[i];
-            if (!seen) {
-                used[i] = 1;
-                order[m++] = i;
-            }
+            if (cnt++ % max == 0)
+                first[ng++] = m;
+            used[q] = 1;
+            order[m++] = q;
         }
     }
+    first[ng] = m;
     free(used);
+    return ng;
 }
 
 /* ---- tasks ------------------------------------------------------------------ */

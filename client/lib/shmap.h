@@ -113,6 +113,12 @@ sm_err sm_client_put_local(sm_client *c, int process, const sm_array *local,
 
 /* Fetches a whole ready array; *out owned by the caller (sm_array_free). */
 sm_err sm_client_get(sm_client *c, sm_array_ref ref, sm_array **out, char *err, size_t errlen);
+/* sm_client_get of the array that info describes (from sm_client_put or
+ * sm_client_describe), without asking for its description again. A stale
+ * description (the array deleted, a worker lost) makes the fetch fail; every
+ * shard's shape, size and checksum are checked as with sm_client_get. */
+sm_err sm_client_get_described(sm_client *c, const sm_array_info *info, sm_array **out, char *err,
+                               size_t errlen);
 /* Fetches a whole ready array into a .npy file, holding one shard at a time. */
 sm_err sm_client_get_file(sm_client *c, sm_array_ref ref, const char *path, char *err,
                           size_t errlen);

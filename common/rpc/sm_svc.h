@@ -77,10 +77,16 @@ typedef struct {
     int stable;
 } sm_svc_upload_msg;
 
+/* Most targets one Worker.PutShard stream takes. */
+#define SM_SVC_MAX_BATCH 64
+
 typedef struct {
-    int64_t bytes;
-    uint64_t checksum;
+    int64_t bytes;     /* all targets' */
+    uint64_t checksum; /* the last target's */
     int array_ready;
+    int ntargets; /* PutShard: each target's bytes and checksum, in order */
+    int64_t target_bytes[SM_SVC_MAX_BATCH];
+    uint64_t target_checksum[SM_SVC_MAX_BATCH];
 } sm_svc_upload_reply;
 
 /* One download message (Coordinator.Download / Worker.GetShard). The first
@@ -127,6 +133,10 @@ typedef struct {
     int32_t device;
     int has_box;
     sm_index box; /* sub-box in shard coordinates */
+    /* Worker.GetShard: ndevices > 0 asks for the whole shards of devices
+     * (borrowed) in one stream, in order; device is devices[0], no box. */
+    int ndevices;
+    const int32_t *devices;
 } sm_svc_download_req;
 
 /* Client side of an upload stream. */
@@ -249,14 +259,26 @@ typedef struct {
     int64_t device_bytes[SM_MAX_WORKER_DEVICES];
 } sm_svc_heartbeat_req;
 
-/* Coordinator.CommitShards: the devices of one upload target, written
- * directly to their workers with Worker.PutShard, to be marked filled. */
+/* One upload target of a batched commit. */
+typedef struct {
+    int ndevices;
+    const int32_t *devices; /* borrowed */
+    uint64_t checksum;      /* of the shard bytes */
+    int64_t bytes;
+} sm_svc_commit_target;
+
+/* Coordinator.CommitShards: the devices of one upload target (ndevices,
+ * devices, checksum, bytes), or of ntargets targets (then ndevices is 0),
+ * written directly to their workers with Worker.PutShard, to be marked
+ * filled: all of them or none. */
 typedef struct {
     sm_array_id array_id;
     int ndevices;
     const int32_t *devices; /* borrowed */
     uint64_t checksum;      /* of the shard bytes */
     int64_t bytes;
+    int ntargets;
+    const sm_svc_commit_target *targets; /* borrowed */
 } sm_svc_commit_req;
 
 /* The coordinator's handlers. Every handler returns SM_OK or an error with

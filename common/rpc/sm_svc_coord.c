@@ -347,12 +347,34 @@ sm_err sm_svc_coord_commit_shards(sm_rpc_channel *ch, int deadline_ms, const sm_
                                   sm_svc_upload_reply *out, char *err, size_t errlen)
 {
     Shmap__V1__CommitShardsRequest p;
+    size_t nt = req->ntargets > 0 ? (size_t)req->ntargets : 0;
+    Shmap__V1__CommitTarget *t = calloc(nt + 1, sizeof *t);
+    Shmap__V1__CommitTarget **tp = calloc(nt + 1, sizeof *tp);
+    sm_err e;
+    if (!t || !tp) {
+        free(t);
+        free(tp);
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory encoding a commit");
+    }
     shmap__v1__commit_shards_request__init(&p);
     p.array_id = req->array_id.v;
     p.n_devices = req->ndevices > 0 ? (size_t)req->ndevices : 0;
     p.devices = (int32_t *)req->devices;
     p.checksum = req->checksum;
     p.bytes = req->bytes;
-    return sm_svc_unary(ch, SM_SVC_COORD_PATH("CommitShards"), deadline_ms, &p.base,
-                        &shmap__v1__upload_reply__descriptor, commit_dec, out, err, errlen);
+    for (size_t k = 0; k < nt; k++) {
+        shmap__v1__commit_target__init(&t[k]);
+        t[k].n_devices = req->targets[k].ndevices > 0 ? (size_t)req->targets[k].ndevices : 0;
+        t[k].devices = (int32_t *)req->targets[k].devices;
+        t[k].checksum = req->targets[k].checksum;
+        t[k].bytes = req->targets[k].bytes;
+        tp[k] = &t[k];
+    }
+    p.n_targets = nt;
+    p.targets = tp;
+    e = sm_svc_unary(ch, SM_SVC_COORD_PATH("CommitShards"), deadline_ms, &p.base,
+                     &shmap__v1__upload_reply__descriptor, commit_dec, out, err, errlen);
+    free(t);
+    free(tp);
+    return e;
 }

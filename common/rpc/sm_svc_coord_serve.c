@@ -395,11 +395,30 @@ static void commit_shards(sm_rpc_call *call, void *u)
     if (!e && r->bytes < 0)
         e = sm_fail(err, sizeof err, SM_EINVAL, "CommitShardsRequest.bytes is negative (%lld)",
                     (long long)r->bytes);
+    if (!e)
+        e = sm_svc_count_dec(r->n_targets, SM_MAX_DEVICES, "CommitShardsRequest", "targets", err,
+                             sizeof err);
+    if (!e && r->n_targets > 0 && (r->n_devices > 0 || r->bytes || r->checksum))
+        e = sm_fail(err, sizeof err, SM_EINVAL,
+                    "a CommitShardsRequest gives either devices or targets, not both");
+    sm_svc_commit_target *t = calloc(r->n_targets + 1, sizeof *t);
+    if (!e && !t)
+        e = sm_fail(err, sizeof err, SM_ENOMEM, "out of memory decoding a commit");
+    for (size_t k = 0; !e && k < r->n_targets; k++) {
+        const Shmap__V1__CommitTarget *p = r->targets[k];
+        e = sm_svc_count_dec(p->n_devices, SM_MAX_DEVICES, "CommitTarget", "devices", err,
+                             sizeof err);
+        if (!e && p->bytes < 0)
+            e = sm_fail(err, sizeof err, SM_EINVAL, "CommitTarget.bytes is negative (%lld)",
+                        (long long)p->bytes);
+        t[k] = (sm_svc_commit_target){(int)p->n_devices, p->devices, p->checksum, p->bytes};
+    }
     if (!e) {
-        sm_svc_commit_req req = {
-            {r->array_id}, (int)r->n_devices, r->devices, r->checksum, r->bytes};
+        sm_svc_commit_req req = {{r->array_id}, (int)r->n_devices, r->devices, r->checksum,
+                                 r->bytes,      (int)r->n_targets, t};
         e = c->coord->commit_shards(c->user, &req, &out, err, sizeof err);
     }
+    free(t);
     Shmap__V1__UploadReply rep;
     shmap__v1__upload_reply__init(&rep);
     rep.bytes = out.bytes;

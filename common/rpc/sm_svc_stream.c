@@ -125,6 +125,8 @@ void sm_svc_download_req_enc(const sm_svc_download_req *r, Shmap__V1__DownloadRe
     ar->name = (char *)(r->array.name ? r->array.name : "");
     p->array = ar;
     p->device = r->device;
+    p->n_devices = r->ndevices > 0 ? (size_t)r->ndevices : 0;
+    p->devices = (int32_t *)r->devices;
     if (r->has_box) {
         shmap__v1__box__init(box);
         box->n_start = box->n_stop = sm_svc_rank(r->box.rank);
@@ -145,6 +147,15 @@ sm_err sm_svc_download_req_dec(const Shmap__V1__DownloadRequest *p, sm_svc_downl
     memset(out, 0, sizeof *out);
     out->device = p->device;
     out->has_box = p->box != NULL;
+    if ((e = sm_svc_count_dec(p->n_devices, SM_MAX_WORKER_DEVICES, "DownloadRequest", "devices",
+                              err, errlen)))
+        return e;
+    out->ndevices = (int)p->n_devices;
+    out->devices = p->devices;
+    if (out->ndevices > 0 && (out->has_box || out->device != out->devices[0]))
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "a DownloadRequest of several devices takes no box, and its device is the "
+                       "first of them");
     if ((e = sm_svc_array_ref_dec(p->array, "DownloadRequest.array", &out->array, err, errlen)))
         return e;
     return sm_svc_box_dec(p->box, "DownloadRequest.box", &out->box, err, errlen);
@@ -286,6 +297,12 @@ sm_err sm_svc_upload_finish(sm_svc_upload_stream *st, sm_svc_upload_reply *reply
         reply->bytes = r->bytes;
         reply->checksum = r->checksum;
         reply->array_ready = r->array_ready != 0;
+        reply->ntargets = 0;
+        for (size_t k = 0; k < r->n_targets && k < SM_SVC_MAX_BATCH; k++) {
+            reply->target_bytes[k] = r->targets[k]->bytes;
+            reply->target_checksum[k] = r->targets[k]->checksum;
+            reply->ntargets++;
+        }
     }
     sm_rpc_msg_free(m);
     return SM_OK;
@@ -474,10 +491,19 @@ void sm_svc_serve_upload(sm_rpc_call *call, sm_svc_upload_fn fn, void *user)
     sm_err e = fn(user, &in, &out, err, sizeof err);
     sm_rpc_msg_free(in.cur);
     Shmap__V1__UploadReply r;
+    Shmap__V1__UploadAck ack[SM_SVC_MAX_BATCH], *ackp[SM_SVC_MAX_BATCH];
     shmap__v1__upload_reply__init(&r);
     r.bytes = out.bytes;
     r.checksum = out.checksum;
     r.array_ready = out.array_ready != 0;
+    for (int k = 0; k < out.ntargets && k < SM_SVC_MAX_BATCH; k++) {
+        shmap__v1__upload_ack__init(&ack[k]);
+        ack[k].bytes = out.target_bytes[k];
+        ack[k].checksum = out.target_checksum[k];
+        ackp[k] = &ack[k];
+        r.n_targets++;
+    }
+    r.targets = ackp;
     sm_svc_finish(call, e, err, &r.base);
 }
 
