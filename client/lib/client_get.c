@@ -171,6 +171,26 @@ sm_err sm_client_get_described(sm_client *c, const sm_array_info *info, sm_array
     return SM_OK;
 }
 
+sm_err sm_client_get_into(sm_client *c, const sm_array_info *info, void *dst, size_t dstlen,
+                          char *err, size_t errlen)
+{
+    int64_t nbytes = 0;
+    char ref[200];
+    sm_err e;
+
+    if ((e = check_ready(info, err, errlen)) ||
+        (e = sm_shape_nbytes(&info->shape, info->dtype, &nbytes, err, errlen)))
+        return e;
+    if ((uint64_t)nbytes != (uint64_t)dstlen)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "array %s holds %lld bytes; the buffer given for it holds %zu",
+                       ref_text(info, ref, sizeof ref), (long long)nbytes, dstlen);
+    if (nbytes > 0 && !dst)
+        return sm_fail(err, errlen, SM_EINVAL, "no buffer was given to fetch array %s into",
+                       ref_text(info, ref, sizeof ref));
+    return fetch_all(c, info, dst, err, errlen);
+}
+
 sm_err sm_client_get(sm_client *c, sm_array_ref ref, sm_array **out, char *err, size_t errlen)
 {
     sm_array_info info;

@@ -119,6 +119,13 @@ sm_err sm_client_get(sm_client *c, sm_array_ref ref, sm_array **out, char *err, 
  * shard's shape, size and checksum are checked as with sm_client_get. */
 sm_err sm_client_get_described(sm_client *c, const sm_array_info *info, sm_array **out, char *err,
                                size_t errlen);
+/* sm_client_get_described into the caller's memory: dst holds dstlen bytes,
+ * which must be the array's size (row-major, global shape). Fetching into a
+ * buffer that is reused saves mapping fresh memory for every fetch (a page
+ * fault per 4 KiB, which costs as much as moving the data on loopback). On
+ * failure dst holds part of the array. */
+sm_err sm_client_get_into(sm_client *c, const sm_array_info *info, void *dst, size_t dstlen,
+                          char *err, size_t errlen);
 /* Fetches a whole ready array into a .npy file, holding one shard at a time. */
 sm_err sm_client_get_file(sm_client *c, sm_array_ref ref, const char *path, char *err,
                           size_t errlen);
