@@ -564,6 +564,15 @@ START_TEST(download_batched)
     e = sm_client_get_described(c, &info, &again, err, sizeof err);
     ck_assert_msg(e == SM_OK, "get_described: %s", err);
     ck_assert_int_eq(memcmp(again->data, x->data, (size_t)x->nbytes), 0);
+    /* Into the caller's buffer: it must be the array's size exactly. */
+    memset(again->data, 0, (size_t)again->nbytes);
+    e = sm_client_get_into(c, &info, again->data, (size_t)again->nbytes - 4, err, sizeof err);
+    ck_assert_msg(e == SM_EINVAL && strstr(err, "the buffer given for it holds"), "%d: %s", e, err);
+    e = sm_client_get_into(c, &info, NULL, (size_t)again->nbytes, err, sizeof err);
+    ck_assert_msg(e == SM_EINVAL, "%d: %s", e, err);
+    e = sm_client_get_into(c, &info, again->data, (size_t)again->nbytes, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "get_into: %s", err);
+    ck_assert_int_eq(memcmp(again->data, x->data, (size_t)x->nbytes), 0);
     sm_array_free(again);
     ck_assert_int_eq(sm_client_delete(c, harness_id_ref(info.id), err, sizeof err), SM_OK);
     again = NULL;
