@@ -147,17 +147,9 @@ static int sm_exec_writes_all(sm_op_kind k)
     switch (k) {
     case SM_OP_DOT:
     case SM_OP_MATMUL:
-    case SM_OP_PSUM:
-    case SM_OP_PMEAN:
-    case SM_OP_PMAX:
-    case SM_OP_PMIN:
-    case SM_OP_ALL_GATHER:
-    case SM_OP_PSUM_SCATTER:
-    case SM_OP_PPERMUTE:
-    case SM_OP_ALL_TO_ALL:
         return 1;
-    default:
-        return 0;
+    default: /* every collective */
+        return sm_exec_fn_of(k) == sm_exec_coll;
     }
 }
 
@@ -227,11 +219,9 @@ sm_err sm_exec_run_plan(const sm_exec_plan *plan, int mesh_pos, const sm_comm *c
             in[i] = vals[op->operands[i]];
         sm_exec_fn fn = sm_exec_fn_of(op->kind);
         sm_array *out = NULL;
-        /* an op that writes all of its output (every collective) needs no
-         * zero-fill first */
+        /* an op that writes all of its output needs no zero-fill first */
         sm_err (*create)(sm_dtype, const sm_shape *, sm_array **, char *, size_t) =
-            fn == sm_exec_coll || sm_exec_writes_all(op->kind) ? sm_array_create_uninit
-                                                               : sm_array_create;
+            sm_exec_writes_all(op->kind) ? sm_array_create_uninit : sm_array_create;
         if (!fn) {
             e = sm_fail(msg, sizeof msg, SM_EUNIMPLEMENTED, "no kernel for this op");
         } else if (!(e = create(rv->dtype, &rv->shape, &out, msg, sizeof msg))) {
