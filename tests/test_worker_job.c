@@ -1016,6 +1016,8 @@ typedef struct {
     sm_mailbox *box;
     sm_mailbox_rx rx;
     int nmsg;
+    sm_svc_coll_msg *held; /* sent without a copy: released at the stream's end */
+    int nheld;
 } fake_stream;
 
 static sm_err fn_open(void *user, const char *address, int timeout_ms, void **stream, char *err,
@@ -1065,6 +1067,10 @@ static sm_err fn_send(void *stream, const sm_svc_coll_msg *m, char *err, size_t 
     fake_stream *st = stream;
     ck_assert_int_le(m->len, SM_SVC_CHUNK);
     size_t cut = 8 * (size_t)(1 + st->nmsg++ % 5);
+    if (m->release) {
+        st->held = realloc(st->held, (size_t)(st->nheld + 1) * sizeof *st->held);
+        st->held[st->nheld++] = *m;
+    }
     if (m->len <= cut)
         return fn_feed(st, m, 0, m->len, 1, err, errlen);
     sm_err e = fn_feed(st, m, 0, cut, 0, err, errlen);
@@ -1076,6 +1082,9 @@ static sm_err fn_finish(void *stream, char *err, size_t errlen)
     fake_stream *st = stream;
     sm_err e = st->rx.cur ? sm_fail(err, errlen, SM_EDATALOSS, "stream ended mid-blob") : SM_OK;
     sm_mailbox_rx_end(&st->rx);
+    for (int k = 0; k < st->nheld; k++)
+        st->held[k].release(st->held[k].release_arg);
+    free(st->held);
     free(st);
     return e;
 }

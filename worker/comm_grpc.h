@@ -57,6 +57,9 @@ typedef struct {
      * timeout_ms from now. */
     sm_err (*open)(void *user, const char *address, int timeout_ms, void **stream, char *err,
                    size_t errlen);
+    /* Sends one chunk. m->data may stay referenced after the return, until
+     * m->release(m->release_arg) when m->release is set: the transport
+     * calls it exactly once, also when the send fails. */
     sm_err (*send)(void *stream, const sm_svc_coll_msg *m, char *err, size_t errlen);
     /* Half-closes, waits for the ack and frees the stream. */
     sm_err (*finish)(void *stream, char *err, size_t errlen);
@@ -101,7 +104,11 @@ sm_err sm_comm_grpc_status(sm_comm_grpc *c, char *why, size_t len);
 
 /* Sends one blob made of nseg segments (concatenated) over tr: chunks of at
  * most SM_SVC_CHUNK bytes, offsets in order, the last with the checksum of
- * the whole blob. hdr gives job_id, seq, src_device and dst_device. */
+ * the whole blob. hdr gives job_id, seq, src_device and dst_device. The
+ * chunks are sent without a copy: on return the transport no longer
+ * references the segments (it waits for the releases, up to 5 s after the
+ * stream ended; past that a peer that stopped reading may still be sent
+ * bytes of them, which it discards with the cancelled stream). */
 typedef struct {
     const void *data;
     int64_t len;

@@ -100,6 +100,12 @@ typedef struct {
     int64_t total_bytes;
     int last;
     uint64_t checksum;
+    /* send: if release is set, data is sent without a copy and must stay
+     * valid and unchanged until release(release_arg) runs: exactly once, on
+     * any thread, possibly after the send returned (also when it failed).
+     * NULL: data is copied. Ignored by receives. */
+    void (*release)(void *arg);
+    void *release_arg;
 } sm_svc_coll_msg;
 
 typedef struct sm_svc_coll_in sm_svc_coll_in;

@@ -338,6 +338,13 @@ sm_err sm_svc_worker_cancel_job(sm_rpc_channel *ch, int deadline_ms, sm_job_id i
                         &shmap__v1__empty__descriptor, NULL, NULL, err, errlen);
 }
 
+/* Number of CollMsg's payload field. */
+static uint32_t coll_data_field(void)
+{
+    return protobuf_c_message_descriptor_get_field_by_name(&shmap__v1__coll_msg__descriptor, "data")
+        ->id;
+}
+
 struct sm_svc_coll_stream {
     sm_rpc_stream *st;
 };
@@ -364,7 +371,12 @@ sm_err sm_svc_coll_send(sm_svc_coll_stream *st, const sm_svc_coll_msg *msg, char
 {
     Shmap__V1__CollMsg p;
     coll_msg_enc(msg, &p);
-    return sm_rpc_cstream_send(st->st, &p.base, err, errlen);
+    if (!msg->release)
+        return sm_rpc_cstream_send(st->st, &p.base, err, errlen);
+    p.data.len = 0;
+    p.data.data = NULL;
+    return sm_rpc_cstream_send_data(st->st, &p.base, coll_data_field(), msg->data, msg->len,
+                                    msg->release, msg->release_arg, err, errlen);
 }
 
 sm_err sm_svc_coll_finish(sm_svc_coll_stream *st, int64_t *bytes, char *err, size_t errlen)
