@@ -559,7 +559,11 @@ static sm_err sm_cg_ar_combine(sm_comm_grpc *c, const sm_cg_layout *L, uint64_t 
 /* The leader's share of all_reduce across workers: acc holds this worker's
  * partial (n elements). Worker order k reduces part k of every worker's
  * partial in worker order and sends the result to the others, which write
- * it into acc; on return acc holds the reduction of every member's input. */
+ * it into acc; on return acc holds the reduction of every member's input.
+ * Once the reduce-scatter's sends are done (the network no longer reads
+ * acc), acc's other parts are offered to the mailbox, so the all-gather's
+ * blobs are received straight into them; the offers are withdrawn before
+ * return, whatever happened. */
 static sm_err sm_cg_ar_net(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
                            uint64_t seq, sm_dtype t, sm_kern_reduce_op op, char *acc, int64_t n,
                            char *err, size_t errlen)
@@ -575,6 +579,12 @@ static sm_err sm_cg_ar_net(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_
         sm_comm_grpc_seg seg = {acc + a * el, m * el};
         if (k != ks)
             e = sm_cg_push(c, L->order[k], seq, me, L->dev[L->first[k]], &seg, 1, err, errlen);
+    }
+    for (int k = 0; k < nw && !e; k++) { /* the parts to come, straight into acc */
+        int64_t ak = sm_cg_part(n, nw, k), mk = sm_cg_part(n, nw, k + 1) - ak;
+        if (k != ks && mk > 0) /* else (or out of memory) they come as pieces */
+            (void)sm_mailbox_expect(c->box, (uint32_t)seq, L->dev[L->first[k]], -1, acc + ak * el,
+                                    mk * el);
     }
     int64_t a = sm_cg_part(n, nw, ks), m = sm_cg_part(n, nw, ks + 1) - a;
     char *mine = acc + a * el;
@@ -592,9 +602,12 @@ static sm_err sm_cg_ar_net(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_
         if ((e = sm_cg_take(c, seq, L->dev[L->first[k]], -1, L->order[k], 1, mk * el, 1, &b, err,
                             errlen)))
             break;
-        sm_mailbox_blob_copy(b, 0, acc + ak * el, mk * el);
+        sm_mailbox_blob_copy(b, 0, acc + ak * el, mk * el); /* none if received in place */
         sm_mailbox_release(c->box, b);
     }
+    for (int k = 0; k < nw; k++)
+        if (k != ks)
+            sm_mailbox_unexpect(c->box, (uint32_t)seq, L->dev[L->first[k]], -1);
     return e;
 }
 
