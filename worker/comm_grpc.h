@@ -19,7 +19,12 @@
  *   every other worker (dst_device = -1), so each element is reduced once,
  *   always in the same order, and every member gets the same bits on every
  *   run. Each local member then copies a share of the leader's output into
- *   the other local outputs.
+ *   the other local outputs. Copies are saved where the order allows: a
+ *   worker other than worker order 0 leaves its own part out of the local
+ *   reduction and its leader combines it from the local inputs, a block at
+ *   a time, into worker order 0's partial of that part, which it receives
+ *   straight into its output (sm_mailbox_expect), as it receives the
+ *   all-gather's parts.
  * - reduce_scatter: the leader reduces the local inputs in rank order into
  *   one partial, pushes every other worker of the group the chunks of that
  *   worker's members, and each member combines the partials of its chunk in
