@@ -1075,6 +1075,82 @@ START_TEST(test_mailbox_rx_direct)
 }
 END_TEST
 
+/* A transport that lets go of the chunks sent without a copy only 50 ms
+ * after the stream ended, from another thread (as gRPC may); its send
+ * fails at chunk fail_at (-1: never). */
+typedef struct {
+    sm_svc_coll_msg held[8];
+    int nheld, fail_at, released;
+    pthread_mutex_t mu;
+} late_tr;
+
+static sm_err late_open(void *user, const char *address, int timeout_ms, void **stream, char *err,
+                        size_t errlen)
+{
+    *stream = user;
+    return SM_OK;
+}
+
+static sm_err late_send(void *stream, const sm_svc_coll_msg *m, char *err, size_t errlen)
+{
+    late_tr *t = stream;
+    ck_assert(m->release && t->nheld < 8);
+    t->held[t->nheld++] = *m; /* released later, also when failing */
+    if (t->nheld - 1 == t->fail_at)
+        return sm_fail(err, errlen, SM_EUNAVAILABLE, "connection reset");
+    return SM_OK;
+}
+
+static void *late_release(void *arg)
+{
+    late_tr *t = arg;
+    usleep(50000);
+    pthread_mutex_lock(&t->mu);
+    for (int k = 0; k < t->nheld; k++)
+        t->held[k].release(t->held[k].release_arg);
+    t->released = 1;
+    pthread_mutex_unlock(&t->mu);
+    return NULL;
+}
+
+static sm_err late_finish(void *stream, char *err, size_t errlen)
+{
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, late_release, stream), 0);
+    pthread_detach(th);
+    return SM_OK;
+}
+
+static void late_abort(void *stream)
+{
+    late_finish(stream, NULL, 0);
+}
+
+/* sm_comm_grpc_send_blob returns only once the transport let go of every
+ * chunk, whether the stream succeeded or failed. */
+START_TEST(test_send_blob_waits_release)
+{
+    static const sm_comm_grpc_transport tr = {
+        .open = late_open, .send = late_send, .finish = late_finish, .abort = late_abort};
+    static char block[3 * SM_SVC_CHUNK / 2];
+    const sm_comm_grpc_seg seg = {block, sizeof block};
+    const int fail_at[] = {-1, 0, 1};
+    for (size_t k = 0; k < sizeof fail_at / sizeof fail_at[0]; k++) {
+        late_tr t = {.fail_at = fail_at[k]};
+        pthread_mutex_init(&t.mu, NULL);
+        sm_svc_coll_msg hdr = {.job_id = {1}, .seq = 1, .src_device = 0, .dst_device = -1};
+        char err[256] = "";
+        sm_err e = sm_comm_grpc_send_blob(&tr, &t, "w", 1000, &hdr, &seg, 1, err, sizeof err);
+        ck_assert_int_eq(e, fail_at[k] < 0 ? SM_OK : SM_EUNAVAILABLE);
+        ck_assert_int_eq(t.nheld, fail_at[k] < 0 ? 2 : fail_at[k] + 1);
+        pthread_mutex_lock(&t.mu);
+        ck_assert_msg(t.released, "row %zu: returned before the release", k);
+        pthread_mutex_unlock(&t.mu);
+        pthread_mutex_destroy(&t.mu);
+    }
+}
+END_TEST
+
 /* ---- comm_grpc across three workers in this process, without gRPC ------------------ */
 
 #define FN_WORKERS 3
@@ -1293,6 +1369,7 @@ int main(void)
     tcase_add_test(unit, test_mailbox_rx);
     tcase_add_test(unit, test_mailbox_rx_tiny_chunks);
     tcase_add_test(unit, test_mailbox_rx_direct);
+    tcase_add_test(unit, test_send_blob_waits_release);
     tcase_add_test(unit, test_comm_three_workers);
     suite_add_tcase(s, unit);
     TCase *inproc = tcase_create("inproc");
