@@ -1003,6 +1003,154 @@ START_TEST(test_mailbox_rx_tiny_chunks)
 }
 END_TEST
 
+/* A blob whose destination was offered is written straight into it, in
+ * chunks; an offer of another size is ignored; a withdrawn offer stops the
+ * stream part-way, with nothing written after; a bad checksum still fails. */
+START_TEST(test_mailbox_rx_direct)
+{
+    static const char data[12] = "abcdefghijkl";
+    uint64_t sum = sm_checksum_oneshot(data, 12);
+    struct {
+        int64_t offer;   /* bytes offered (0: none) */
+        int withdraw;    /* withdraw after the first chunk */
+        uint64_t badsum; /* xor-ed into the checksum */
+        sm_err want;
+        int direct;
+    } rows[] = {
+        {12, 0, 0, SM_OK, 1}, /* received in place */
+        {0, 0, 0, SM_OK, 0},  /* no offer: pieces */
+        {11, 0, 0, SM_OK, 0}, /* an offer of another size: pieces */
+        {12, 1, 0, SM_ECANCELLED, 1}, {12, 0, 1, SM_EDATALOSS, 1},
+    };
+    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
+        char buf[13], err[256] = "";
+        memset(buf, '.', sizeof buf);
+        sm_mailbox *box;
+        ck_assert(sm_mailbox_create(0, &box, err, sizeof err) == SM_OK);
+        if (rows[k].offer)
+            ck_assert(sm_mailbox_expect(box, 4, 1, -1, buf, rows[k].offer) == SM_OK);
+        ck_assert(sm_mailbox_expect(box, 4, 1, -1, buf, 12) == (rows[k].offer ? SM_EEXIST : SM_OK));
+        if (!rows[k].offer)
+            sm_mailbox_unexpect(box, 4, 1, -1);
+        sm_mailbox_rx rx = {.box = box};
+        sm_mailbox_blob *b = NULL;
+        sm_job_id job;
+        int done = 0;
+        sm_err e = SM_OK;
+        for (int64_t off = 0; off < 12 && !e; off += 4) {
+            if (off == 4 && rows[k].withdraw)
+                sm_mailbox_unexpect(box, 4, 1, -1);
+            sm_svc_coll_msg m = {.job_id = {9},
+                                 .seq = 4,
+                                 .src_device = 1,
+                                 .dst_device = -1,
+                                 .offset = off,
+                                 .data = data + off,
+                                 .len = 4,
+                                 .total_bytes = 12,
+                                 .last = off == 8,
+                                 .checksum = off == 8 ? sum ^ rows[k].badsum : 0};
+            e = sm_mailbox_rx_feed(&rx, &m, NULL, &job, &b, &done, err, sizeof err);
+        }
+        ck_assert_msg(e == rows[k].want, "row %zu: %s (%s)", k, sm_err_name(e), err);
+        ck_assert(!memcmp(
+            buf, rows[k].direct ? (rows[k].withdraw ? "abcd........" : data) : "............", 12));
+        ck_assert_int_eq(buf[12], '.');
+        if (!e) {
+            char got[12];
+            ck_assert(done && b->len == 12 && b->direct == rows[k].direct);
+            ck_assert(!rows[k].direct || (b->npieces == 1 && b->pieces[0].data == buf));
+            ck_assert(sm_mailbox_put(box, b, err, sizeof err) == SM_OK);
+            struct timespec dl;
+            clock_gettime(CLOCK_MONOTONIC, &dl);
+            ck_assert(sm_mailbox_take(box, 4, 1, -1, 1, &dl, &b, err, sizeof err) == SM_OK);
+            sm_mailbox_blob_copy(b, 0, rows[k].direct ? buf : got, 12); /* in place: no copy */
+            ck_assert(!memcmp(rows[k].direct ? buf : got, data, 12));
+            sm_mailbox_release(box, b);
+        }
+        sm_mailbox_rx_end(&rx);
+        sm_mailbox_unexpect(box, 4, 1, -1);
+        sm_mailbox_free(box);
+    }
+}
+END_TEST
+
+/* A transport that lets go of the chunks sent without a copy only 50 ms
+ * after the stream ended, from another thread (as gRPC may); its send
+ * fails at chunk fail_at (-1: never). */
+typedef struct {
+    sm_svc_coll_msg held[8];
+    int nheld, fail_at, released;
+    pthread_mutex_t mu;
+} late_tr;
+
+static sm_err late_open(void *user, const char *address, int timeout_ms, void **stream, char *err,
+                        size_t errlen)
+{
+    *stream = user;
+    return SM_OK;
+}
+
+static sm_err late_send(void *stream, const sm_svc_coll_msg *m, char *err, size_t errlen)
+{
+    late_tr *t = stream;
+    ck_assert(m->release && t->nheld < 8);
+    t->held[t->nheld++] = *m; /* released later, also when failing */
+    if (t->nheld - 1 == t->fail_at)
+        return sm_fail(err, errlen, SM_EUNAVAILABLE, "connection reset");
+    return SM_OK;
+}
+
+static void *late_release(void *arg)
+{
+    late_tr *t = arg;
+    usleep(50000);
+    pthread_mutex_lock(&t->mu);
+    for (int k = 0; k < t->nheld; k++)
+        t->held[k].release(t->held[k].release_arg);
+    t->released = 1;
+    pthread_mutex_unlock(&t->mu);
+    return NULL;
+}
+
+static sm_err late_finish(void *stream, char *err, size_t errlen)
+{
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, late_release, stream), 0);
+    pthread_detach(th);
+    return SM_OK;
+}
+
+static void late_abort(void *stream)
+{
+    late_finish(stream, NULL, 0);
+}
+
+/* sm_comm_grpc_send_blob returns only once the transport let go of every
+ * chunk, whether the stream succeeded or failed. */
+START_TEST(test_send_blob_waits_release)
+{
+    static const sm_comm_grpc_transport tr = {
+        .open = late_open, .send = late_send, .finish = late_finish, .abort = late_abort};
+    static char block[3 * SM_SVC_CHUNK / 2];
+    const sm_comm_grpc_seg seg = {block, sizeof block};
+    const int fail_at[] = {-1, 0, 1};
+    for (size_t k = 0; k < sizeof fail_at / sizeof fail_at[0]; k++) {
+        late_tr t = {.fail_at = fail_at[k]};
+        pthread_mutex_init(&t.mu, NULL);
+        sm_svc_coll_msg hdr = {.job_id = {1}, .seq = 1, .src_device = 0, .dst_device = -1};
+        char err[256] = "";
+        sm_err e = sm_comm_grpc_send_blob(&tr, &t, "w", 1000, &hdr, &seg, 1, err, sizeof err);
+        ck_assert_int_eq(e, fail_at[k] < 0 ? SM_OK : SM_EUNAVAILABLE);
+        ck_assert_int_eq(t.nheld, fail_at[k] < 0 ? 2 : fail_at[k] + 1);
+        pthread_mutex_lock(&t.mu);
+        ck_assert_msg(t.released, "row %zu: returned before the release", k);
+        pthread_mutex_unlock(&t.mu);
+        pthread_mutex_destroy(&t.mu);
+    }
+}
+END_TEST
+
 /* ---- comm_grpc across three workers in this process, without gRPC ------------------ */
 
 #define FN_WORKERS 3
@@ -1016,6 +1164,8 @@ typedef struct {
     sm_mailbox *box;
     sm_mailbox_rx rx;
     int nmsg;
+    sm_svc_coll_msg *held; /* sent without a copy: released at the stream's end */
+    int nheld;
 } fake_stream;
 
 static sm_err fn_open(void *user, const char *address, int timeout_ms, void **stream, char *err,
@@ -1034,24 +1184,22 @@ static sm_err fn_open(void *user, const char *address, int timeout_ms, void **st
 }
 
 /* Feeds bytes [off, off + len) of m as one message (the last part keeps
- * m's last flag and checksum), handing a copy over as the Exchange handler
- * hands chunks over. */
+ * m's last flag and checksum), copied as the Exchange handler copies them
+ * from the network: into an offered destination or a piece of its own. */
 static sm_err fn_feed(fake_stream *st, const sm_svc_coll_msg *m, size_t off, size_t len, int last,
                       char *err, size_t errlen)
 {
     sm_mailbox_blob *b;
     sm_job_id job;
     int done;
-    void *own = len ? malloc(len) : NULL;
     sm_svc_coll_msg mm = *m;
-    if (own)
-        memcpy(own, (const char *)m->data + off, len);
-    mm.data = own;
+    mm.data = len ? (const char *)m->data + off : NULL;
     mm.len = len;
     mm.offset = m->offset + (int64_t)off;
     mm.last = last && m->last;
     mm.checksum = mm.last ? m->checksum : 0;
-    sm_err e = sm_mailbox_rx_feed(&st->rx, &mm, own, &job, &b, &done, err, errlen);
+    st->rx.box = st->box; /* blobs may go straight to offered destinations */
+    sm_err e = sm_mailbox_rx_feed(&st->rx, &mm, NULL, &job, &b, &done, err, errlen);
     if (!e && done)
         e = sm_mailbox_put(st->box, b, err, errlen);
     return e;
@@ -1065,6 +1213,10 @@ static sm_err fn_send(void *stream, const sm_svc_coll_msg *m, char *err, size_t 
     fake_stream *st = stream;
     ck_assert_int_le(m->len, SM_SVC_CHUNK);
     size_t cut = 8 * (size_t)(1 + st->nmsg++ % 5);
+    if (m->release) {
+        st->held = realloc(st->held, (size_t)(st->nheld + 1) * sizeof *st->held);
+        st->held[st->nheld++] = *m;
+    }
     if (m->len <= cut)
         return fn_feed(st, m, 0, m->len, 1, err, errlen);
     sm_err e = fn_feed(st, m, 0, cut, 0, err, errlen);
@@ -1076,6 +1228,9 @@ static sm_err fn_finish(void *stream, char *err, size_t errlen)
     fake_stream *st = stream;
     sm_err e = st->rx.cur ? sm_fail(err, errlen, SM_EDATALOSS, "stream ended mid-blob") : SM_OK;
     sm_mailbox_rx_end(&st->rx);
+    for (int k = 0; k < st->nheld; k++)
+        st->held[k].release(st->held[k].release_arg);
+    free(st->held);
     free(st);
     return e;
 }
@@ -1213,6 +1368,8 @@ int main(void)
     tcase_set_timeout(unit, 60);
     tcase_add_test(unit, test_mailbox_rx);
     tcase_add_test(unit, test_mailbox_rx_tiny_chunks);
+    tcase_add_test(unit, test_mailbox_rx_direct);
+    tcase_add_test(unit, test_send_blob_waits_release);
     tcase_add_test(unit, test_comm_three_workers);
     suite_add_tcase(s, unit);
     TCase *inproc = tcase_create("inproc");

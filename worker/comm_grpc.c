@@ -1,12 +1,15 @@
 /* comm_grpc: collectives of one job across workers (see header). */
 #include "comm_grpc.h"
 
+#include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "sm_checksum.h"
+#include "sm_log.h"
 #include "sm_rendezvous.h"
 
 #define SM_CG_PROBE_MS 1000
@@ -184,6 +187,84 @@ static sm_err sm_cg_join(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_la
 
 /* ---- moving blobs ------------------------------------------------------------ */
 
+/* The chunks of one blob that the transport still references (sent
+ * without a copy). Shared by sm_comm_grpc_send_blob and the release
+ * callbacks; whichever of them is last frees it. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int held;      /* chunks not yet released */
+    int abandoned; /* the sender stopped waiting: the last release frees this */
+} sm_cg_hold;
+
+/* How long a send waits, once its stream has ended, for the transport to
+ * let go of the chunks. After an acknowledged blob that takes
+ * milliseconds; only a connection whose peer stopped reading keeps its
+ * unsent bytes referenced until it closes. */
+#define SM_CG_HOLD_MS 5000
+
+static sm_cg_hold *sm_cg_hold_create(void)
+{
+    sm_cg_hold *h = calloc(1, sizeof *h);
+    if (!h)
+        return NULL;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    return h;
+}
+
+static void sm_cg_hold_destroy(sm_cg_hold *h)
+{
+    pthread_mutex_destroy(&h->mu);
+    pthread_cond_destroy(&h->cv);
+    free(h);
+}
+
+static void sm_cg_hold_take(sm_cg_hold *h)
+{
+    pthread_mutex_lock(&h->mu);
+    h->held++;
+    pthread_mutex_unlock(&h->mu);
+}
+
+static void sm_cg_hold_release(void *arg)
+{
+    sm_cg_hold *h = arg;
+    pthread_mutex_lock(&h->mu);
+    int last = --h->held == 0, gone = h->abandoned;
+    if (last)
+        pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+    if (last && gone)
+        sm_cg_hold_destroy(h);
+}
+
+/* Waits (at most SM_CG_HOLD_MS) until no chunk is referenced any more, then
+ * frees h; if some still are, leaves h to the last release. */
+static void sm_cg_hold_end(sm_cg_hold *h, const char *address)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += SM_CG_HOLD_MS / 1000;
+    pthread_mutex_lock(&h->mu);
+    while (h->held > 0 && pthread_cond_timedwait(&h->cv, &h->mu, &until) != ETIMEDOUT)
+        ;
+    int held = h->held;
+    h->abandoned = held > 0;
+    pthread_mutex_unlock(&h->mu);
+    if (!held) {
+        sm_cg_hold_destroy(h);
+        return;
+    }
+    SM_WARN("a collective stream to %s ended while the network still referenced %d of its "
+            "chunks (peer not reading)",
+            address, held);
+}
+
 sm_err sm_comm_grpc_send_blob(const sm_comm_grpc_transport *tr, void *tr_user, const char *address,
                               int timeout_ms, const sm_svc_coll_msg *hdr,
                               const sm_comm_grpc_seg *segs, int nseg, char *err, size_t errlen)
@@ -192,8 +273,11 @@ sm_err sm_comm_grpc_send_blob(const sm_comm_grpc_transport *tr, void *tr_user, c
     for (int k = 0; k < nseg; k++)
         total += segs[k].len;
     sm_checksum *sum = sm_checksum_create();
-    if (!sum)
+    sm_cg_hold *h = sum ? sm_cg_hold_create() : NULL;
+    if (!h) {
+        sm_checksum_free(sum);
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a checksum");
+    }
     void *st = NULL;
     sm_err e = tr->open(tr_user, address, timeout_ms, &st, err, errlen);
     if (e)
@@ -218,6 +302,10 @@ sm_err sm_comm_grpc_send_blob(const sm_comm_grpc_transport *tr, void *tr_user, c
         at += n;
         m.last = m.offset + n == total;
         m.checksum = m.last ? sm_checksum_digest(sum) : 0;
+        m.release = n ? sm_cg_hold_release : NULL; /* sent without a copy */
+        m.release_arg = h;
+        if (n)
+            sm_cg_hold_take(h);
         if ((e = tr->send(st, &m, err, errlen))) {
             tr->abort(st);
             goto done;
@@ -227,6 +315,7 @@ sm_err sm_comm_grpc_send_blob(const sm_comm_grpc_transport *tr, void *tr_user, c
     e = tr->finish(st, err, errlen);
 done:
     sm_checksum_free(sum);
+    sm_cg_hold_end(h, address);
     return e;
 }
 
@@ -428,69 +517,109 @@ static sm_err sm_cg_acc_runs(sm_dtype t, sm_kern_reduce_op op, const sm_mailbox_
     return SM_OK;
 }
 
-/* Worker order ks's part of all_reduce: mine (m elements) holds this
- * worker's partial of the part; on return it holds the partials of every
- * worker combined in worker order. Worker order 0's partial is the first
- * operand: when that is a peer's, its received pieces are the accumulator
- * (the leader is their only reader) and the result is copied into mine. */
-static sm_err sm_cg_ar_combine(sm_comm_grpc *c, const sm_cg_layout *L, uint64_t seq, sm_dtype t,
-                               sm_kern_reduce_op op, int ks, char *mine, int64_t m, char *err,
-                               size_t errlen)
+/* The order of this worker among the group's workers. */
+static int sm_cg_self_order(const sm_comm_grpc *c, const sm_cg_layout *L)
+{
+    int k = 0;
+    while (L->order[k] != c->self)
+        k++;
+    return k;
+}
+
+/* This worker's partial of elements [lo, lo + n): the local inputs in rank
+ * order (in[0..nlocal)), combined into acc (acc op= partial), a block at a
+ * time through a small buffer that stays in cache: the same operations,
+ * hence the same bits, as reducing the whole partial first. */
+static sm_err sm_cg_acc_local(const sm_cg_layout *L, const void *const *in, sm_dtype t,
+                              sm_kern_reduce_op op, char *acc, int64_t lo, int64_t n, char *err,
+                              size_t errlen)
+{
+    int64_t el = (int64_t)sm_dtype_size(t), blk = (256 << 10) / el;
+    if (L->nlocal == 1)
+        return sm_kern_accumulate(t, acc, (const char *)in[0] + lo * el, n, op, err, errlen);
+    char *tmp = malloc((size_t)((n < blk ? n : blk) * el));
+    if (!tmp)
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a reduction");
+    sm_err e = SM_OK;
+    for (int64_t i = 0; i < n && !e; i += blk) {
+        int64_t k = n - i < blk ? n - i : blk, at = (lo + i) * el;
+        e = sm_cg_reduce2(t, op, (const char *)in[0] + at, (const char *)in[1] + at, tmp, k, err,
+                          errlen);
+        for (int l = 2; l < L->nlocal && !e; l++)
+            e = sm_kern_accumulate(t, tmp, (const char *)in[l] + at, k, op, err, errlen);
+        if (!e)
+            e = sm_kern_accumulate(t, acc + i * el, tmp, k, op, err, errlen);
+    }
+    free(tmp);
+    return e;
+}
+
+/* Worker order ks's part of all_reduce, elements [a, a + m) into mine: the
+ * partials of every worker combined in worker order. For ks = 0, mine holds
+ * this worker's partial, the first operand. Else the local members left
+ * the part alone: worker order 0's partial comes into mine (straight from
+ * the network when the offer of sm_cg_all_reduce was in time), and this
+ * worker's partial is combined from the local inputs in its turn. */
+static sm_err sm_cg_ar_combine(sm_comm_grpc *c, const sm_cg_layout *L, const void *const *in,
+                               uint64_t seq, sm_dtype t, sm_kern_reduce_op op, int ks, char *mine,
+                               int64_t a, int64_t m, char *err, size_t errlen)
 {
     int64_t el = (int64_t)sm_dtype_size(t);
     const int32_t me = L->dev[L->first[ks]];
     const sm_mailbox_piece own = {mine, m * el};
-    sm_mailbox_blob *first = NULL;
     sm_err e = SM_OK;
     for (int k = 0; k < L->nw && !e; k++) {
         sm_mailbox_blob *b = NULL;
         if (k == ks) {
-            if (first)
-                e = sm_cg_acc_runs(t, op, first->pieces, &own, m * el, err, errlen);
+            if (k > 0)
+                e = sm_cg_acc_local(L, in, t, op, mine, a, m, err, errlen);
             continue;
         }
         if ((e = sm_cg_take(c, seq, L->dev[L->first[k]], me, L->order[k], 1, m * el, el, &b, err,
                             errlen)))
             break;
         if (k == 0)
-            first = b;
+            sm_mailbox_blob_copy(b, 0, mine, m * el); /* none if received in place */
         else
-            e = sm_cg_acc_runs(t, op, first ? first->pieces : &own, b->pieces, m * el, err, errlen);
-        if (b != first)
-            sm_mailbox_release(c->box, b);
-    }
-    if (first) {
-        if (!e)
-            sm_mailbox_blob_copy(first, 0, mine, m * el);
-        sm_mailbox_release(c->box, first);
+            e = sm_cg_acc_runs(t, op, &own, b->pieces, m * el, err, errlen);
+        sm_mailbox_release(c->box, b);
     }
     return e;
 }
 
 /* The leader's share of all_reduce across workers: acc holds this worker's
- * partial (n elements). Worker order k reduces part k of every worker's
+ * partial (n elements; but for its own part when it is not worker order 0,
+ * see sm_cg_ar_combine), in the local inputs in[]. Worker order k reduces part k of every worker's
  * partial in worker order and sends the result to the others, which write
- * it into acc; on return acc holds the reduction of every member's input. */
+ * it into acc; on return acc holds the reduction of every member's input.
+ * Once the reduce-scatter's sends are done (the network no longer reads
+ * acc), acc's other parts are offered to the mailbox, so the all-gather's
+ * blobs are received straight into them; the offers are withdrawn before
+ * return, whatever happened. */
 static sm_err sm_cg_ar_net(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
-                           uint64_t seq, sm_dtype t, sm_kern_reduce_op op, char *acc, int64_t n,
-                           char *err, size_t errlen)
+                           const void *const *in, uint64_t seq, sm_dtype t, sm_kern_reduce_op op,
+                           char *acc, int64_t n, char *err, size_t errlen)
 {
     int64_t el = (int64_t)sm_dtype_size(t);
     int32_t me = L->dev[g->rank];
-    int ks = 0, nw = L->nw;
+    int ks = sm_cg_self_order(c, L), nw = L->nw;
     sm_err e = SM_OK;
-    while (L->order[ks] != c->self)
-        ks++;
     for (int k = 0; k < nw && !e; k++) { /* reduce-scatter: part k to worker k */
         int64_t a = sm_cg_part(n, nw, k), m = sm_cg_part(n, nw, k + 1) - a;
         sm_comm_grpc_seg seg = {acc + a * el, m * el};
         if (k != ks)
             e = sm_cg_push(c, L->order[k], seq, me, L->dev[L->first[k]], &seg, 1, err, errlen);
     }
+    for (int k = 0; k < nw && !e; k++) { /* the parts to come, straight into acc */
+        int64_t ak = sm_cg_part(n, nw, k), mk = sm_cg_part(n, nw, k + 1) - ak;
+        if (k != ks && mk > 0) /* else (or out of memory) they come as pieces */
+            (void)sm_mailbox_expect(c->box, (uint32_t)seq, L->dev[L->first[k]], -1, acc + ak * el,
+                                    mk * el);
+    }
     int64_t a = sm_cg_part(n, nw, ks), m = sm_cg_part(n, nw, ks + 1) - a;
     char *mine = acc + a * el;
     if (!e)
-        e = sm_cg_ar_combine(c, L, seq, t, op, ks, mine, m, err, errlen);
+        e = sm_cg_ar_combine(c, L, in, seq, t, op, ks, mine, a, m, err, errlen);
     sm_comm_grpc_seg seg = {mine, m * el};
     for (int k = 0; k < nw && !e; k++) /* all-gather: the reduced part to every worker */
         if (k != ks)
@@ -503,9 +632,12 @@ static sm_err sm_cg_ar_net(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_
         if ((e = sm_cg_take(c, seq, L->dev[L->first[k]], -1, L->order[k], 1, mk * el, 1, &b, err,
                             errlen)))
             break;
-        sm_mailbox_blob_copy(b, 0, acc + ak * el, mk * el);
+        sm_mailbox_blob_copy(b, 0, acc + ak * el, mk * el); /* none if received in place */
         sm_mailbox_release(c->box, b);
     }
+    for (int k = 0; k < nw; k++)
+        if (k != ks)
+            sm_mailbox_unexpect(c->box, (uint32_t)seq, L->dev[L->first[k]], -1);
     return e;
 }
 
@@ -524,6 +656,27 @@ static void sm_cg_fan_out(const sm_rendezvous_slot *s, const sm_cg_layout *L, co
             memcpy((char *)s->out[l] + (lo - (l - 1) * n) * el, src + (lo - (l - 1) * n) * el,
                    (size_t)((hi - lo) * el));
     }
+}
+
+/* acc[lo, hi) = the local inputs' elements [lo, hi) reduced in rank order. */
+static sm_err sm_cg_local_range(const sm_cg_layout *L, const sm_rendezvous_slot *s, sm_dtype t,
+                                sm_kern_reduce_op op, char *acc, int64_t lo, int64_t hi, char *err,
+                                size_t errlen)
+{
+    int64_t el = (int64_t)sm_dtype_size(t);
+    if (hi <= lo)
+        return SM_OK;
+    const char *in0 = (const char *)s->in[0] + lo * el;
+    sm_err e = SM_OK;
+    if (L->nlocal == 1)
+        memcpy(acc + lo * el, in0, (size_t)((hi - lo) * el));
+    else
+        e = sm_cg_reduce2(t, op, in0, (const char *)s->in[1] + lo * el, acc + lo * el, hi - lo, err,
+                          errlen);
+    for (int l = 2; l < L->nlocal && !e; l++)
+        e = sm_kern_accumulate(t, acc + lo * el, (const char *)s->in[l] + lo * el, hi - lo, op, err,
+                               errlen);
+    return e;
 }
 
 /* all_reduce: the local members reduce their inputs in rank order into the
@@ -550,31 +703,37 @@ static sm_err sm_cg_all_reduce(void *ctx, const sm_comm_group *g, uint64_t seq, 
     if ((e = sm_cg_join(c, g, L, seq, SM_CG_AR, n, in, out, &s, err, errlen)))
         goto out;
     char *acc = s->out[0];
-    int64_t lo = n * L->li / L->nlocal, hi = n * (L->li + 1) / L->nlocal;
-    if (hi > lo) {
-        const char *in0 = (const char *)s->in[0] + lo * el;
-        if (L->nlocal == 1)
-            memcpy(acc + lo * el, in0, (size_t)((hi - lo) * el));
-        else
-            e = sm_cg_reduce2(t, op, in0, (const char *)s->in[1] + lo * el, acc + lo * el, hi - lo,
-                              err, errlen);
-        for (int l = 2; l < L->nlocal && !e; l++)
-            e = sm_kern_accumulate(t, acc + lo * el, (const char *)s->in[l] + lo * el, hi - lo, op,
-                                   err, errlen);
-        if (e)
-            e = sm_cg_failf(c, e, err, errlen, "%s", err);
-    }
+    /* this worker's part, unless it is worker order 0's: the leader combines
+     * it (sm_cg_ar_combine) into what worker order 0 sends, offered here */
+    int ks = sm_cg_self_order(c, L);
+    int64_t pa = ks ? sm_cg_part(n, L->nw, ks) : 0, pb = ks ? sm_cg_part(n, L->nw, ks + 1) : 0;
+    int offered = L->li == 0 && pb > pa &&
+                  sm_mailbox_expect(c->box, (uint32_t)seq, L->dev[L->first[0]],
+                                    L->dev[L->first[ks]], acc + pa * el, (pb - pa) * el) == SM_OK;
+    int64_t r = n - (pb - pa); /* the rest, a slice each */
+    int64_t lo = r * L->li / L->nlocal, hi = r * (L->li + 1) / L->nlocal;
+    if (lo < pa && (e = sm_cg_local_range(L, s, t, op, acc, lo, hi < pa ? hi : pa, err, errlen)))
+        e = sm_cg_failf(c, e, err, errlen, "%s", err);
+    lo = lo > pa ? lo : pa;
+    if (!e && hi > pa &&
+        (e = sm_cg_local_range(L, s, t, op, acc, lo + pb - pa, hi + pb - pa, err, errlen)))
+        e = sm_cg_failf(c, e, err, errlen, "%s", err);
     if (sm_rendezvous_mid(c->rv, s, e != SM_OK) && !e)
         e = sm_cg_peer_failed(c, seq, err, errlen);
     if (!e && L->li == 0) {
-        if (L->nw > 1 && n > 0 && (e = sm_cg_ar_net(c, g, L, seq, t, op, acc, n, err, errlen)))
+        if (L->nw > 1 && n > 0 &&
+            (e = sm_cg_ar_net(c, g, L, (const void *const *)s->in, seq, t, op, acc, n, err,
+                              errlen)))
             e = sm_cg_failf(c, e, err, errlen, "%s", err); /* releases the peers (if not yet) */
+        sm_mailbox_unexpect(c->box, (uint32_t)seq, L->dev[L->first[0]], L->dev[L->first[ks]]);
         sm_rendezvous_publish(c->rv, s, acc, !e);
     } else if (!e) {
         e = sm_rendezvous_wait_shared(c->rv, s, err, errlen); /* the leader's sends are bounded */
     }
     if (!e && n > 0)
         sm_cg_fan_out(s, L, acc, n, el);
+    if (offered) /* withdrawn above unless the leader failed first */
+        sm_mailbox_unexpect(c->box, (uint32_t)seq, L->dev[L->first[0]], L->dev[L->first[ks]]);
     sm_rendezvous_leave(c->rv, s);
 out:
     free(L);

@@ -19,7 +19,12 @@
  *   every other worker (dst_device = -1), so each element is reduced once,
  *   always in the same order, and every member gets the same bits on every
  *   run. Each local member then copies a share of the leader's output into
- *   the other local outputs.
+ *   the other local outputs. Copies are saved where the order allows: a
+ *   worker other than worker order 0 leaves its own part out of the local
+ *   reduction and its leader combines it from the local inputs, a block at
+ *   a time, into worker order 0's partial of that part, which it receives
+ *   straight into its output (sm_mailbox_expect), as it receives the
+ *   all-gather's parts.
  * - reduce_scatter: the leader reduces the local inputs in rank order into
  *   one partial, pushes every other worker of the group the chunks of that
  *   worker's members, and each member combines the partials of its chunk in
@@ -57,6 +62,9 @@ typedef struct {
      * timeout_ms from now. */
     sm_err (*open)(void *user, const char *address, int timeout_ms, void **stream, char *err,
                    size_t errlen);
+    /* Sends one chunk. m->data may stay referenced after the return, until
+     * m->release(m->release_arg) when m->release is set: the transport
+     * calls it exactly once, also when the send fails. */
     sm_err (*send)(void *stream, const sm_svc_coll_msg *m, char *err, size_t errlen);
     /* Half-closes, waits for the ack and frees the stream. */
     sm_err (*finish)(void *stream, char *err, size_t errlen);
@@ -101,7 +109,11 @@ sm_err sm_comm_grpc_status(sm_comm_grpc *c, char *why, size_t len);
 
 /* Sends one blob made of nseg segments (concatenated) over tr: chunks of at
  * most SM_SVC_CHUNK bytes, offsets in order, the last with the checksum of
- * the whole blob. hdr gives job_id, seq, src_device and dst_device. */
+ * the whole blob. hdr gives job_id, seq, src_device and dst_device. The
+ * chunks are sent without a copy: on return the transport no longer
+ * references the segments (it waits for the releases, up to 5 s after the
+ * stream ended; past that a peer that stopped reading may still be sent
+ * bytes of them, which it discards with the cancelled stream). */
 typedef struct {
     const void *data;
     int64_t len;

@@ -9,10 +9,22 @@
 
 #include "sm_checksum.h"
 
+/* A destination offered for a blob not yet received (sm_mailbox_expect). */
+typedef struct sm_mailbox_dest {
+    struct sm_mailbox_dest *next;
+    uint32_t seq;
+    int32_t src_device, dst_device;
+    void *buf; /* borrowed */
+    int64_t len;
+    const sm_mailbox_rx *claimed; /* the stream receiving into buf, or NULL */
+    int busy;                     /* a chunk is being written into buf */
+} sm_mailbox_dest;
+
 struct sm_mailbox {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     sm_mailbox_blob *blobs;
+    sm_mailbox_dest *dests;
     int64_t bytes, max_bytes;
     int aborted;
     sm_err code;
@@ -39,7 +51,7 @@ sm_err sm_mailbox_create(int64_t max_bytes, sm_mailbox **out, char *err, size_t 
 void sm_mailbox_blob_free(sm_mailbox_blob *b)
 {
     if (b) {
-        for (int k = 0; k < b->npieces; k++)
+        for (int k = 0; k < b->npieces && !b->direct; k++)
             free(b->pieces[k].data);
         free(b->pieces);
         free(b);
@@ -73,7 +85,8 @@ void sm_mailbox_blob_copy(const sm_mailbox_blob *b, int64_t off, void *dst, int6
             continue;
         }
         int64_t n = p->len - off < len ? p->len - off : len;
-        memcpy(d, (const char *)p->data + off, (size_t)n);
+        if ((const char *)p->data + off != d) /* else received in place */
+            memcpy(d, (const char *)p->data + off, (size_t)n);
         d += n;
         len -= n;
         off = 0;
@@ -95,6 +108,10 @@ void sm_mailbox_free(sm_mailbox *box)
     for (sm_mailbox_blob *b = box->blobs, *n; b; b = n) {
         n = b->next;
         sm_mailbox_blob_free(b);
+    }
+    for (sm_mailbox_dest *d = box->dests, *n; d; d = n) {
+        n = d->next;
+        free(d);
     }
     pthread_cond_destroy(&box->cv);
     pthread_mutex_destroy(&box->mu);
@@ -211,31 +228,129 @@ int64_t sm_mailbox_bytes(sm_mailbox *box)
     return n;
 }
 
+/* ---- destinations ---------------------------------------------------------- */
+
+static sm_mailbox_dest *sm_mailbox_dest_find(sm_mailbox *box, uint32_t seq, int32_t src_device,
+                                             int32_t dst_device, sm_mailbox_dest ***at)
+{
+    for (sm_mailbox_dest **pp = &box->dests; *pp; pp = &(*pp)->next) {
+        sm_mailbox_dest *d = *pp;
+        if (d->seq == seq && d->src_device == src_device && d->dst_device == dst_device) {
+            if (at)
+                *at = pp;
+            return d;
+        }
+    }
+    return NULL;
+}
+
+sm_err sm_mailbox_expect(sm_mailbox *box, uint32_t seq, int32_t src_device, int32_t dst_device,
+                         void *buf, int64_t len)
+{
+    sm_mailbox_dest *d = calloc(1, sizeof *d);
+    if (!d)
+        return SM_ENOMEM;
+    *d = (sm_mailbox_dest){
+        .seq = seq, .src_device = src_device, .dst_device = dst_device, .buf = buf, .len = len};
+    pthread_mutex_lock(&box->mu);
+    if (sm_mailbox_dest_find(box, seq, src_device, dst_device, NULL)) {
+        pthread_mutex_unlock(&box->mu);
+        free(d);
+        return SM_EEXIST;
+    }
+    d->next = box->dests;
+    box->dests = d;
+    pthread_mutex_unlock(&box->mu);
+    return SM_OK;
+}
+
+void sm_mailbox_unexpect(sm_mailbox *box, uint32_t seq, int32_t src_device, int32_t dst_device)
+{
+    sm_mailbox_dest **at;
+    pthread_mutex_lock(&box->mu);
+    sm_mailbox_dest *d = sm_mailbox_dest_find(box, seq, src_device, dst_device, &at);
+    while (d && d->busy) {
+        pthread_cond_wait(&box->cv, &box->mu);
+        d = sm_mailbox_dest_find(box, seq, src_device, dst_device, &at);
+    }
+    if (d)
+        *at = d->next;
+    pthread_mutex_unlock(&box->mu);
+    free(d);
+}
+
+/* Claims the destination offered for rx's new blob b if it fits, making b
+ * direct (one piece over the destination). */
+static sm_err sm_mailbox_claim(sm_mailbox_rx *rx, sm_mailbox_blob *b)
+{
+    if (!rx->box || !b->len)
+        return SM_OK;
+    sm_mailbox *box = rx->box;
+    pthread_mutex_lock(&box->mu);
+    sm_mailbox_dest *d = sm_mailbox_dest_find(box, b->seq, b->src_device, b->dst_device, NULL);
+    if (d && !d->claimed && d->len == b->len) {
+        d->claimed = rx;
+        b->direct = 1;
+    }
+    pthread_mutex_unlock(&box->mu);
+    if (!b->direct)
+        return SM_OK;
+    if (!(b->pieces = malloc(sizeof *b->pieces)))
+        return SM_ENOMEM; /* the claim stays: the stream fails, its blob with it */
+    b->pieces[0] = (sm_mailbox_piece){d->buf, b->len};
+    b->npieces = b->cap = 1;
+    return SM_OK;
+}
+
+/* Marks the destination of rx's direct blob busy for one chunk; 0 once it
+ * was withdrawn. */
+static int sm_mailbox_dest_hold(sm_mailbox_rx *rx, int busy)
+{
+    const sm_mailbox_blob *b = rx->cur;
+    sm_mailbox *box = rx->box;
+    pthread_mutex_lock(&box->mu);
+    sm_mailbox_dest *d = sm_mailbox_dest_find(box, b->seq, b->src_device, b->dst_device, NULL);
+    int ok = d && d->claimed == rx;
+    if (ok)
+        d->busy = busy;
+    if (ok && !busy)
+        pthread_cond_broadcast(&box->cv);
+    pthread_mutex_unlock(&box->mu);
+    return ok;
+}
+
 /* ---- reassembly ----------------------------------------------------------- */
 
-/* The checks and bookkeeping of sm_mailbox_rx_feed; sets *owned to NULL
- * once the blob has taken it. */
-static sm_err sm_mailbox_rx_step(sm_mailbox_rx *rx, const sm_svc_coll_msg *m, void **owned,
-                                 sm_job_id *job, sm_mailbox_blob **out, int *done, char *err,
-                                 size_t errlen)
+/* The checks of a message's header and where its data goes (*dst); takes
+ * owned (a malloc'd copy of the data) as the piece when not NULL (freed
+ * on error). */
+static sm_err sm_mailbox_rx_put(sm_mailbox_rx *rx, const sm_svc_coll_msg *m, void *owned,
+                                void **dst, char *err, size_t errlen)
 {
+    *dst = NULL;
     if (!rx->sum && !(rx->sum = sm_checksum_create()))
-        return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a checksum");
+        goto nomem;
     if (!rx->cur) {
-        if (m->offset != 0)
+        if (m->offset != 0) {
+            free(owned);
             return sm_fail(err, errlen, SM_EINVAL,
                            "collective #%u from device %d starts at offset %lld, not 0", m->seq,
                            m->src_device, (long long)m->offset);
-        if (m->total_bytes < 0 || m->total_bytes > SM_MAILBOX_MAX_BLOB)
+        }
+        if (m->total_bytes < 0 || m->total_bytes > SM_MAILBOX_MAX_BLOB) {
+            free(owned);
             return sm_fail(err, errlen, SM_EINVAL,
                            "collective #%u from device %d announces %lld bytes (at most %lld)",
                            m->seq, m->src_device, (long long)m->total_bytes,
                            (long long)SM_MAILBOX_MAX_BLOB);
+        }
         sm_mailbox_blob *b = calloc(1, sizeof *b);
-        if (!b)
+        if (!b) {
+            free(owned);
             return sm_fail(err, errlen, SM_ERESOURCE,
                            "no memory for a %lld-byte block of collective #%u",
                            (long long)m->total_bytes, m->seq);
+        }
         b->seq = m->seq;
         b->src_device = m->src_device;
         b->dst_device = m->dst_device;
@@ -244,38 +359,78 @@ static sm_err sm_mailbox_rx_step(sm_mailbox_rx *rx, const sm_svc_coll_msg *m, vo
         rx->job = m->job_id;
         rx->got = 0;
         sm_checksum_reset(rx->sum);
+        if (!owned && sm_mailbox_claim(rx, b))
+            goto nomem;
     }
     sm_mailbox_blob *b = rx->cur;
     if (m->job_id.v != rx->job.v || m->seq != b->seq || m->src_device != b->src_device ||
-        m->dst_device != b->dst_device || m->total_bytes != b->len || m->offset != rx->got)
+        m->dst_device != b->dst_device || m->total_bytes != b->len || m->offset != rx->got) {
+        free(owned);
         return sm_fail(err, errlen, SM_EINVAL,
                        "collective message out of order: job %llu #%u from device %d at offset "
                        "%lld, expected job %llu #%u from device %d at offset %lld",
                        (unsigned long long)m->job_id.v, m->seq, m->src_device, (long long)m->offset,
                        (unsigned long long)rx->job.v, b->seq, b->src_device, (long long)rx->got);
-    if ((int64_t)m->len > b->len - rx->got)
+    }
+    if ((int64_t)m->len > b->len - rx->got) {
+        free(owned);
         return sm_fail(err, errlen, SM_EINVAL,
                        "collective #%u from device %d: %lld bytes at offset %lld overrun its %lld "
                        "bytes",
                        b->seq, b->src_device, (long long)m->len, (long long)rx->got,
                        (long long)b->len);
-    if (m->len && b->npieces >= SM_MAILBOX_MAX_PIECES + b->len / SM_MAILBOX_PIECE_BYTES)
+    }
+    if (m->len && b->npieces >= SM_MAILBOX_MAX_PIECES + b->len / SM_MAILBOX_PIECE_BYTES) {
+        free(owned);
         return sm_fail(err, errlen, SM_EINVAL,
                        "collective #%u from device %d: %lld bytes in more than %lld chunks", b->seq,
                        b->src_device, (long long)b->len,
                        (long long)(SM_MAILBOX_MAX_PIECES + b->len / SM_MAILBOX_PIECE_BYTES));
-    if (m->len) {
-        void *piece = *owned ? *owned : malloc(m->len);
-        if (piece && !*owned)
-            memcpy(piece, m->data, m->len);
-        *owned = NULL; /* the blob's from here, or freed by sm_mailbox_blob_add */
-        if (!piece || sm_mailbox_blob_add(b, piece, (int64_t)m->len))
-            return sm_fail(err, errlen, SM_ERESOURCE,
-                           "no memory for a %lld-byte block of collective #%u", (long long)b->len,
-                           b->seq);
-        sm_checksum_update(rx->sum, m->data, m->len);
-        rx->got += (int64_t)m->len;
     }
+    if (!m->len)
+        return SM_OK;
+    if (b->direct) {
+        if (!sm_mailbox_dest_hold(rx, 1))
+            return sm_fail(err, errlen, SM_ECANCELLED,
+                           "collective #%u from device %d is no longer awaited on this worker",
+                           b->seq, b->src_device);
+        rx->busy = 1;
+        *dst = (char *)b->pieces[0].data + rx->got;
+        return SM_OK;
+    }
+    void *piece = owned ? owned : malloc(m->len);
+    if (!piece || sm_mailbox_blob_add(b, piece, (int64_t)m->len)) /* frees piece on error */
+        goto nomem;
+    *dst = piece;
+    return SM_OK;
+nomem:
+    free(owned);
+    return sm_fail(err, errlen, SM_ERESOURCE, "no memory for a %lld-byte block of collective #%u",
+                   (long long)m->total_bytes, m->seq);
+}
+
+sm_err sm_mailbox_rx_place(sm_mailbox_rx *rx, const sm_svc_coll_msg *m, void **dst, char *err,
+                           size_t errlen)
+{
+    return sm_mailbox_rx_put(rx, m, NULL, dst, err, errlen);
+}
+
+void sm_mailbox_rx_copied(sm_mailbox_rx *rx, const void *p, size_t n)
+{
+    sm_checksum_update(rx->sum, p, n);
+}
+
+sm_err sm_mailbox_rx_done(sm_mailbox_rx *rx, const sm_svc_coll_msg *m, sm_job_id *job,
+                          sm_mailbox_blob **out, int *done, char *err, size_t errlen)
+{
+    *done = 0;
+    *out = NULL;
+    sm_mailbox_blob *b = rx->cur;
+    if (rx->busy) {
+        rx->busy = 0;
+        sm_mailbox_dest_hold(rx, 0);
+    }
+    rx->got += (int64_t)m->len;
     if (!m->last)
         return SM_OK;
     if (rx->got != b->len)
@@ -296,15 +451,25 @@ static sm_err sm_mailbox_rx_step(sm_mailbox_rx *rx, const sm_svc_coll_msg *m, vo
 sm_err sm_mailbox_rx_feed(sm_mailbox_rx *rx, const sm_svc_coll_msg *m, void *owned, sm_job_id *job,
                           sm_mailbox_blob **out, int *done, char *err, size_t errlen)
 {
+    void *dst;
     *done = 0;
     *out = NULL;
-    sm_err e = sm_mailbox_rx_step(rx, m, &owned, job, out, done, err, errlen);
-    free(owned); /* refused before it became a piece */
-    return e;
+    sm_err e = sm_mailbox_rx_put(rx, m, owned, &dst, err, errlen);
+    if (e)
+        return e;
+    if (m->len && dst != m->data)
+        memcpy(dst, m->data, m->len);
+    if (m->len)
+        sm_mailbox_rx_copied(rx, dst, m->len);
+    return sm_mailbox_rx_done(rx, m, job, out, done, err, errlen);
 }
 
 void sm_mailbox_rx_end(sm_mailbox_rx *rx)
 {
+    if (rx->busy) {
+        rx->busy = 0;
+        sm_mailbox_dest_hold(rx, 0);
+    }
     sm_mailbox_blob_free(rx->cur);
     rx->cur = NULL;
     sm_checksum_free(rx->sum);

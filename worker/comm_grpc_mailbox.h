@@ -8,7 +8,10 @@
  * wire as one or more CollMsg chunks (offsets in order, the last one with
  * the xxHash3-64 checksum of the whole blob); sm_mailbox_rx collects them.
  * The blob keeps the chunks as they came (pieces), without copying them
- * into one buffer: readers copy or combine straight from the pieces.
+ * into one buffer: readers copy or combine straight from the pieces. A
+ * reader that knows where a blob will go may offer that memory first
+ * (sm_mailbox_expect): a blob that starts arriving after the offer is
+ * written there straight from the network, as one piece.
  *
  * A mailbox holds complete blobs until their readers have released them:
  * the first sm_mailbox_take of a key says how many local devices will read
@@ -57,6 +60,8 @@ typedef struct sm_mailbox_blob {
     int npieces, cap;
     int64_t len;
     int readers; /* -1 until the first take */
+    int direct;  /* received into a destination offered by sm_mailbox_expect:
+                    one piece over it, not owned */
 } sm_mailbox_blob;
 
 /* max_bytes: most bytes held at once (0: unlimited); a put beyond it is
@@ -94,22 +99,54 @@ void sm_mailbox_set_max(sm_mailbox *box, int64_t max_bytes);
 /* Bytes held now. */
 int64_t sm_mailbox_bytes(sm_mailbox *box);
 
+/* Offers buf (len bytes, borrowed) as where the blob (seq, src_device,
+ * dst_device) goes: if its first chunk comes in after this, on a stream
+ * whose sm_mailbox_rx names this mailbox, and it has len bytes, its chunks
+ * are written straight into buf and take hands it out as direct (one piece
+ * over buf). Otherwise it arrives as pieces as usual. SM_ENOMEM, or
+ * SM_EEXIST if that blob was offered a destination already. */
+sm_err sm_mailbox_expect(sm_mailbox *box, uint32_t seq, int32_t src_device, int32_t dst_device,
+                         void *buf, int64_t len);
+/* Withdraws the offer (if any): once this returns nothing writes into its
+ * buf any more. Waits for a chunk being written; a stream part-way through
+ * the blob then fails (SM_ECANCELLED). Call it before buf is reused or freed,
+ * also after the blob was taken. */
+void sm_mailbox_unexpect(sm_mailbox *box, uint32_t seq, int32_t src_device, int32_t dst_device);
+
 /* Reassembly of the blobs of one Exchange stream, in order. */
 typedef struct {
     sm_mailbox_blob *cur; /* blob being received, or NULL */
     sm_job_id job;
     int64_t got;
     struct sm_checksum *sum;
+    /* the mailbox whose offered destinations a new blob may be received
+     * into (borrowed; NULL: none), set by the caller before a blob's first
+     * chunk */
+    sm_mailbox *box;
+    int busy; /* a chunk is being written into an offered destination */
 } sm_mailbox_rx;
 
-/* Feeds one message. Checks that a new blob starts at offset 0 with a sane
+/* One message in three steps, so that its data can be written straight
+ * from the network: place checks the header and says where the m->len
+ * bytes of data go (*dst, NULL when len is 0); the caller writes them there
+ * and calls copied for each run written, in order (it keeps the checksum);
+ * then done. place checks that a new blob starts at offset 0 with a sane
  * total_bytes, that offsets follow on, that the bytes do not exceed the
- * total nor come in too many chunks (SM_EINVAL), and on the last message
- * the byte count and checksum (SM_EDATALOSS).
- * owned: NULL to copy m->data into a new piece, or m->data itself when it
- * is a malloc'd buffer the feed takes as the piece (freed here on error).
- * On SM_OK with *done set, *job and *out are the finished blob (owned by the
- * caller: put it or free it with sm_mailbox_blob_free). */
+ * total nor come in too many chunks (SM_EINVAL), that an offered
+ * destination being received into was not withdrawn (SM_ECANCELLED); done
+ * checks on the last message the byte count and checksum (SM_EDATALOSS).
+ * On SM_OK with *done set, *job and *out are the finished blob (owned by
+ * the caller: put it or free it with sm_mailbox_blob_free). After an error
+ * the stream is over: call sm_mailbox_rx_end. */
+sm_err sm_mailbox_rx_place(sm_mailbox_rx *rx, const sm_svc_coll_msg *m, void **dst, char *err,
+                           size_t errlen);
+void sm_mailbox_rx_copied(sm_mailbox_rx *rx, const void *p, size_t n);
+sm_err sm_mailbox_rx_done(sm_mailbox_rx *rx, const sm_svc_coll_msg *m, sm_job_id *job,
+                          sm_mailbox_blob **out, int *done, char *err, size_t errlen);
+/* The three steps for a message whose data is in memory (m->data).
+ * owned: NULL to copy m->data, or m->data itself when it is a malloc'd
+ * buffer the feed takes as a piece (freed here on error; such a blob is
+ * not received into an offered destination). */
 sm_err sm_mailbox_rx_feed(sm_mailbox_rx *rx, const sm_svc_coll_msg *m, void *owned, sm_job_id *job,
                           sm_mailbox_blob **out, int *done, char *err, size_t errlen);
 /* Frees a half-received blob and the checksum state. */

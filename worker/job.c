@@ -156,54 +156,109 @@ static void sm_jobs_unref_locked(sm_job *job)
 
 /* ---- Exchange ---------------------------------------------------------------- */
 
-static sm_err sm_jobs_deliver(sm_jobs *j, sm_job_id id, sm_mailbox_blob *b, char *err,
-                              size_t errlen)
+/* The job a blob names, with a reference for its stream (NULL and SM_OK:
+ * the job is over here, drop the blob). */
+static sm_err sm_jobs_hold(sm_jobs *j, sm_job_id id, sm_job **out, char *err, size_t errlen)
 {
+    *out = NULL;
     pthread_mutex_lock(&j->mu);
     sm_jobs_sweep_locked(j, 0);
     sm_job *job = sm_jobs_find_locked(j, id.v);
     if (!job && !(job = sm_jobs_add_locked(j, id.v, 0))) {
         pthread_mutex_unlock(&j->mu);
-        sm_mailbox_blob_free(b);
         return sm_fail(err, errlen, SM_ERESOURCE,
                        "cannot keep blocks of job %llu: out of memory or %d jobs known",
                        (unsigned long long)id.v, SM_JOBS_MAX);
     }
-    if (job->state == SM_WJOB_ENDED || job->cancelled) {
-        pthread_mutex_unlock(&j->mu);
-        sm_mailbox_blob_free(b); /* late: the job is over here */
-        return SM_OK;
+    if (job->state != SM_WJOB_ENDED && !job->cancelled) {
+        job->refs++;
+        *out = job;
     }
-    job->refs++;
     pthread_mutex_unlock(&j->mu);
-    sm_err e = sm_mailbox_put(job->box, b, err, errlen);
+    return SM_OK;
+}
+
+static void sm_jobs_unhold(sm_jobs *j, sm_job *job)
+{
     pthread_mutex_lock(&j->mu);
     sm_jobs_unref_locked(job);
     pthread_mutex_unlock(&j->mu);
+}
+
+/* An Exchange stream: the blob being received and the job it belongs to. */
+typedef struct {
+    sm_jobs *j;
+    sm_mailbox_rx rx;
+    sm_job *job; /* held while its blob comes in; NULL: none, or one to drop */
+} sm_jobs_xin;
+
+/* A blob's chunks go straight to where its job's comm offered (if it did),
+ * else into pieces of their own. */
+static sm_err sm_jobs_x_place(void *user, const sm_svc_coll_msg *m, void **dst, char *err,
+                              size_t errlen)
+{
+    sm_jobs_xin *x = user;
+    if (!x->rx.cur) {
+        if (x->job)
+            sm_jobs_unhold(x->j, x->job);
+        sm_err e = sm_jobs_hold(x->j, m->job_id, &x->job, err, errlen);
+        if (e)
+            return e;
+        x->rx.box = x->job ? x->job->box : NULL;
+    }
+    return sm_mailbox_rx_place(&x->rx, m, dst, err, errlen);
+}
+
+static void sm_jobs_x_copied(void *user, const void *p, size_t n)
+{
+    sm_jobs_xin *x = user;
+    sm_mailbox_rx_copied(&x->rx, p, n);
+}
+
+/* Hands a complete blob to its job's mailbox (drops it if the job is over
+ * here) and lets the job go. */
+static sm_err sm_jobs_deliver(sm_jobs_xin *x, sm_mailbox_blob *b, char *err, size_t errlen)
+{
+    sm_job *job = x->job;
+    x->job = NULL;
+    if (!job) {
+        sm_mailbox_blob_free(b); /* late: the job is over here */
+        return SM_OK;
+    }
+    pthread_mutex_lock(&x->j->mu);
+    int over = job->state == SM_WJOB_ENDED || job->cancelled;
+    pthread_mutex_unlock(&x->j->mu);
+    sm_err e = SM_OK;
+    if (over)
+        sm_mailbox_blob_free(b);
+    else
+        e = sm_mailbox_put(job->box, b, err, errlen);
+    sm_jobs_unhold(x->j, job);
     return e;
 }
 
 static sm_err sm_jobs_exchange(void *user, sm_svc_coll_in *in, int64_t *bytes, char *err,
                                size_t errlen)
 {
-    sm_jobs *j = user;
-    sm_mailbox_rx rx = {0};
+    sm_jobs_xin x = {.j = user};
+    const sm_svc_coll_sink sink = {sm_jobs_x_place, sm_jobs_x_copied, &x};
     sm_err e;
     for (;;) {
         sm_svc_coll_msg m;
         sm_mailbox_blob *b;
         sm_job_id id;
         int end = 0, done = 0;
-        if ((e = sm_svc_coll_recv(in, &m, &end, err, errlen)) || end)
+        if ((e = sm_svc_coll_recv_into(in, &sink, &m, &end, err, errlen)) || end)
             break;
-        void *own = sm_svc_coll_take_data(in); /* the chunk becomes a piece of the blob */
-        if ((e = sm_mailbox_rx_feed(&rx, &m, own, &id, &b, &done, err, errlen)))
+        if ((e = sm_mailbox_rx_done(&x.rx, &m, &id, &b, &done, err, errlen)))
             break;
         *bytes += (int64_t)m.len;
-        if (done && (e = sm_jobs_deliver(j, id, b, err, errlen)))
+        if (done && (e = sm_jobs_deliver(&x, b, err, errlen)))
             break;
     }
-    sm_mailbox_rx_end(&rx);
+    sm_mailbox_rx_end(&x.rx); /* before the job goes: it may write into the job's memory */
+    if (x.job)
+        sm_jobs_unhold(x.j, x.job);
     return e;
 }
 

@@ -100,17 +100,35 @@ typedef struct {
     int64_t total_bytes;
     int last;
     uint64_t checksum;
+    /* send: if release is set, data is sent without a copy and must stay
+     * valid and unchanged until release(release_arg) runs: exactly once, on
+     * any thread, possibly after the send returned (also when it failed).
+     * NULL: data is copied. Ignored by receives. */
+    void (*release)(void *arg);
+    void *release_arg;
 } sm_svc_coll_msg;
 
 typedef struct sm_svc_coll_in sm_svc_coll_in;
 /* Server side: next message; SM_OK with *end = 1 at the end of the stream. */
 sm_err sm_svc_coll_recv(sm_svc_coll_in *in, sm_svc_coll_msg *msg, int *end, char *err,
                         size_t errlen);
-/* Server side, after sm_svc_coll_recv returned a message with len > 0:
- * hands that message's data buffer to the caller, who owns it from now on
- * (free with free()); msg->data stays valid and is that buffer. Saves a
- * copy of the bytes. NULL if there is none to take. */
-void *sm_svc_coll_take_data(sm_svc_coll_in *in);
+/* Server side, receiving without a copy: where each message's data goes. */
+typedef struct {
+    /* Called once per message with its other fields (msg->data NULL,
+     * msg->len the data's length); SM_OK with *dst at msg->len writable
+     * bytes (may stay NULL when len is 0), or an error with a sentence in
+     * err, which refuses the message. */
+    sm_err (*place)(void *user, const sm_svc_coll_msg *msg, void **dst, char *err, size_t errlen);
+    /* Called after each piece of the data was written, in order, with the
+     * piece as written; may be NULL. */
+    void (*copied)(void *user, const void *p, size_t n);
+    void *user;
+} sm_svc_coll_sink;
+/* sm_svc_coll_recv with the data copied straight from the network buffers
+ * to where sink->place says (msg->data stays NULL). A place error is
+ * returned as is. */
+sm_err sm_svc_coll_recv_into(sm_svc_coll_in *in, const sm_svc_coll_sink *sink, sm_svc_coll_msg *msg,
+                             int *end, char *err, size_t errlen);
 
 typedef struct {
     /* Runs the job on every local device of the mesh; returns when all are

@@ -213,6 +213,13 @@ static void cancel_job(sm_rpc_call *call, void *u)
     sm_svc_finish(call, e, err, &rep.base);
 }
 
+/* Number of CollMsg's payload field. */
+static uint32_t coll_data_field(void)
+{
+    return protobuf_c_message_descriptor_get_field_by_name(&shmap__v1__coll_msg__descriptor, "data")
+        ->id;
+}
+
 struct sm_svc_coll_in {
     sm_rpc_call *call;
     ProtobufCMessage *cur; /* the message the last msg points into */
@@ -228,15 +235,47 @@ sm_err sm_svc_coll_recv(sm_svc_coll_in *in, sm_svc_coll_msg *msg, int *end, char
     return coll_msg_dec((const Shmap__V1__CollMsg *)in->cur, msg, err, errlen);
 }
 
-void *sm_svc_coll_take_data(sm_svc_coll_in *in)
+typedef struct {
+    const sm_svc_coll_sink *sink;
+    sm_svc_coll_msg *msg;
+} coll_place_ctx;
+
+static sm_err coll_place(void *user, const ProtobufCMessage *m, size_t len, void **dst, char *err,
+                         size_t errlen)
 {
-    Shmap__V1__CollMsg *p = (Shmap__V1__CollMsg *)in->cur;
-    if (!p || !p->data.len)
-        return NULL;
-    void *d = p->data.data; /* malloc'd by the unpack, freed by free_unpacked */
-    p->data.data = NULL;
-    p->data.len = 0;
-    return d;
+    coll_place_ctx *x = user;
+    sm_err e = coll_msg_dec((const Shmap__V1__CollMsg *)m, x->msg, err, errlen);
+    if (e)
+        return e;
+    x->msg->data = NULL;
+    x->msg->len = len;
+    return x->sink->place(x->sink->user, x->msg, dst, err, errlen);
+}
+
+static void coll_copied(void *user, const void *p, size_t n)
+{
+    coll_place_ctx *x = user;
+    if (x->sink->copied)
+        x->sink->copied(x->sink->user, p, n);
+}
+
+sm_err sm_svc_coll_recv_into(sm_svc_coll_in *in, const sm_svc_coll_sink *sink, sm_svc_coll_msg *msg,
+                             int *end, char *err, size_t errlen)
+{
+    coll_place_ctx x = {sink, msg};
+    sm_rpc_sink rs = {coll_place, coll_copied, &x};
+    size_t len;
+    *end = 0;
+    sm_rpc_msg_free(in->cur);
+    in->cur = NULL;
+    if (in->ended) {
+        *end = 1;
+        return SM_OK;
+    }
+    sm_err e = sm_rpc_recv_data(in->call, coll_data_field(), &rs, &in->cur, &len, err, errlen);
+    if (!e && !in->cur)
+        in->ended = *end = 1;
+    return e;
 }
 
 static void exchange(sm_rpc_call *call, void *u)
@@ -371,7 +410,12 @@ sm_err sm_svc_coll_send(sm_svc_coll_stream *st, const sm_svc_coll_msg *msg, char
 {
     Shmap__V1__CollMsg p;
     coll_msg_enc(msg, &p);
-    return sm_rpc_cstream_send(st->st, &p.base, err, errlen);
+    if (!msg->release)
+        return sm_rpc_cstream_send(st->st, &p.base, err, errlen);
+    p.data.len = 0;
+    p.data.data = NULL;
+    return sm_rpc_cstream_send_data(st->st, &p.base, coll_data_field(), msg->data, msg->len,
+                                    msg->release, msg->release_arg, err, errlen);
 }
 
 sm_err sm_svc_coll_finish(sm_svc_coll_stream *st, int64_t *bytes, char *err, size_t errlen)
