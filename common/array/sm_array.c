@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 
 #define SM_ARRAY_ALIGN 64
 
@@ -90,4 +93,33 @@ void sm_array_free(sm_array *a)
         return;
     free(a->data);
     free(a);
+}
+
+void sm_copy_stream(void *dst, const void *src, size_t n)
+{
+#if defined(__x86_64__)
+    if (n >= 4096) {
+        char *d = dst;
+        const char *s = src;
+        size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+        memcpy(d, s, head);
+        d += head;
+        s += head;
+        n -= head;
+        for (; n >= 64; n -= 64, d += 64, s += 64) {
+            __m128i a = _mm_loadu_si128((const __m128i *)s);
+            __m128i b = _mm_loadu_si128((const __m128i *)(s + 16));
+            __m128i c = _mm_loadu_si128((const __m128i *)(s + 32));
+            __m128i e = _mm_loadu_si128((const __m128i *)(s + 48));
+            _mm_stream_si128((__m128i *)d, a);
+            _mm_stream_si128((__m128i *)(d + 16), b);
+            _mm_stream_si128((__m128i *)(d + 32), c);
+            _mm_stream_si128((__m128i *)(d + 48), e);
+        }
+        memcpy(d, s, n);
+        _mm_sfence(); /* the streamed stores are visible before what follows */
+        return;
+    }
+#endif
+    memcpy(dst, src, n);
 }

@@ -29,6 +29,12 @@ sm_err sm_array_create_uninit(sm_dtype t, const sm_shape *s, sm_array **out, cha
                               size_t errlen);
 void sm_array_free(sm_array *a);
 
+/* memcpy for bulk data written now and read much later (a received chunk
+ * landing in a shard): from 4 KiB up, the stores bypass the cache, which
+ * spares reading each destination line first (about 1.4x memcpy into cold
+ * memory here). dst and src must not overlap. */
+void sm_copy_stream(void *dst, const void *src, size_t n);
+
 /* n bytes (n may be 0) for array data, 64-byte aligned, zero-filled if zero,
  * freed with free(); NULL if out of memory. Blocks of 8 MiB and more are
  * prefaulted (mapped at once rather than page by page on first write): for

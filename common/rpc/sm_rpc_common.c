@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sm_array.h"
 #include "sm_rpc_internal.h"
 
 /* Multi-MiB messages are allocated and freed on every chunk: keep them off
@@ -396,9 +397,14 @@ static void sm_rpc_cur_done(sm_rpc_cur *c)
 static void sm_rpc_cur_place(const sm_rpc_cur *c, uint8_t *dst, const sm_rpc_sink *sink)
 {
     for (size_t i = 0; i < c->npc; i++) {
-        memcpy(dst, c->pc[i].p, c->pc[i].n);
+        /* copied reads the source, still cached, whichever way dst was
+         * written. */
+        if (sink && sink->cold)
+            sm_copy_stream(dst, c->pc[i].p, c->pc[i].n);
+        else
+            memcpy(dst, c->pc[i].p, c->pc[i].n);
         if (sink && sink->copied)
-            sink->copied(sink->user, dst, c->pc[i].n);
+            sink->copied(sink->user, c->pc[i].p, c->pc[i].n);
         dst += c->pc[i].n;
     }
 }

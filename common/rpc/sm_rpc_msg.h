@@ -36,9 +36,14 @@ typedef struct {
     sm_err (*place)(void *user, const ProtobufCMessage *msg, size_t len, void **dst, char *err,
                     size_t errlen);
     /* Called after each piece of the payload was copied to dst + the bytes
-     * before it, in order, with the piece as written; may be NULL. */
+     * before it, in order, with the piece's bytes (the received copy, equal
+     * to what was written); may be NULL. */
     void (*copied)(void *user, const void *p, size_t n);
     void *user;
+    /* 1: dst is not read again soon (a stored shard, a fetched array): the
+     * copy bypasses the cache (sm_copy_stream). 0: a plain memcpy, for data
+     * that is combined right after it lands. */
+    int cold;
 } sm_rpc_sink;
 
 /* One incoming call; owned by the server, borrowed by its handler for the

@@ -263,7 +263,7 @@ sm_err sm_svc_coll_recv_into(sm_svc_coll_in *in, const sm_svc_coll_sink *sink, s
                              int *end, char *err, size_t errlen)
 {
     coll_place_ctx x = {sink, msg};
-    sm_rpc_sink rs = {coll_place, coll_copied, &x};
+    sm_rpc_sink rs = {coll_place, coll_copied, &x, 0}; /* combined right away */
     size_t len;
     *end = 0;
     sm_rpc_msg_free(in->cur);

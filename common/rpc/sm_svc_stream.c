@@ -394,7 +394,7 @@ sm_err sm_svc_download_recv_into(sm_svc_download_stream *st, const sm_svc_chunk_
                                  sm_svc_chunk *chunk, int *end, char *err, size_t errlen)
 {
     chunk_place_ctx x = {st, sink, chunk};
-    sm_rpc_sink rs = {chunk_place, chunk_copied, &x};
+    sm_rpc_sink rs = {chunk_place, chunk_copied, &x, 1}; /* a shard, a fetched array */
     size_t len;
     *end = 0;
     sm_rpc_msg_free(st->cur);
@@ -461,7 +461,7 @@ sm_err sm_svc_upload_recv_into(sm_svc_upload_in *in, const sm_svc_upload_sink *s
                                sm_svc_upload_msg *msg, int *end, char *err, size_t errlen)
 {
     upload_place_ctx x = {sink, msg};
-    sm_rpc_sink rs = {upload_place, upload_copied, &x};
+    sm_rpc_sink rs = {upload_place, upload_copied, &x, 1}; /* a shard, a fetched array */
     size_t len;
     *end = 0;
     sm_rpc_msg_free(in->cur);
