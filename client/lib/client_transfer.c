@@ -593,76 +593,6 @@ static sm_err down_account(down_state *d, const sm_svc_chunk *ch, client_progres
     return SM_OK;
 }
 
-/* One download from ch (direct: a worker's GetShard). *fallback = 1 when a
- * direct stream failed UNAVAILABLE before any data arrived. */
-static sm_err download_from(sm_client *c, sm_rpc_channel *ch, int direct, sm_array_id id,
-                            int32_t device, sm_dtype t, void *dst, const client_box *b,
-                            const sm_index *box, client_progress *prog, int *fallback, char *err,
-                            size_t errlen)
-{
-    sm_svc_download_stream *st = NULL;
-    sm_svc_download_req req;
-    sm_svc_chunk ch_;
-    down_state d = {.device = device, .t = t, .want = sm_index_shape(box), .dst = dst, .b = b};
-    sm_svc_chunk_sink sink = {down_place, down_copied, &d};
-    int end = 0;
-    sm_err e;
-
-    *fallback = 0;
-    if (!(d.ck = sm_checksum_create()))
-        return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a checksum state");
-    memset(&req, 0, sizeof req);
-    req.array.id = id;
-    req.device = device;
-    if ((e = sm_svc_download_open(ch, direct, &req, client_stream_deadline(c, b->nbytes), &st, err,
-                                  errlen))) {
-        *fallback = direct && e == SM_EUNAVAILABLE;
-        goto done;
-    }
-    for (;;) {
-        memset(&ch_, 0, sizeof ch_);
-        if ((e = sm_svc_download_recv_into(st, &sink, &ch_, &end, err, errlen))) {
-            *fallback = direct && !d.meta && e == SM_EUNAVAILABLE;
-            goto done;
-        }
-        if (end)
-            break;
-        if ((e = down_account(&d, &ch_, prog, err, errlen)))
-            goto done;
-    }
-    if (!d.last)
-        e = sm_fail(err, errlen, SM_EDATALOSS,
-                    "the download of device %d's shard ended after %lld of %lld bytes without "
-                    "its checksum",
-                    (int)device, (long long)d.got, (long long)b->nbytes);
-done:
-    sm_svc_download_free(st);
-    sm_checksum_free(d.ck);
-    free(d.stage);
-    return e;
-}
-
-sm_err client_download_box(sm_client *c, const char *worker_address, sm_array_id id, int32_t device,
-                           sm_dtype t, void *dst, const sm_shape *dst_shape, const sm_index *box,
-                           client_progress *prog, char *err, size_t errlen)
-{
-    client_box b;
-    sm_rpc_channel *wch = NULL;
-    int fallback = 0;
-    sm_err e;
-
-    if ((e = client_box_init(&b, dst_shape, box, t, err, errlen)))
-        return e;
-    if (!c->relay_only && worker_address && *worker_address &&
-        (wch = client_worker_channel(c, worker_address))) {
-        e = download_from(c, wch, 1, id, device, t, dst, &b, box, prog, &fallback, err, errlen);
-        if (!fallback)
-            return e;
-        client_worker_unreachable(c, worker_address);
-    }
-    return download_from(c, c->ch, 0, id, device, t, dst, &b, box, prog, &fallback, err, errlen);
-}
-
 /* The shards of one batched download, received in turn. */
 typedef struct {
     down_state *d;
@@ -683,13 +613,14 @@ static void multi_copied(void *user, const void *p, size_t n)
     down_copied(&m->d[m->cur], p, n);
 }
 
-/* The shards of devices[0..n) from one worker's GetShard stream, each into
- * its box b[k] of dst. *fallback = 1 when the stream failed UNAVAILABLE
- * before any data arrived. */
-static sm_err download_multi(sm_client *c, sm_rpc_channel *ch, sm_array_id id, int n,
-                             const int32_t *devices, const sm_index *boxes, const client_box *b,
-                             sm_dtype t, void *dst, client_progress *prog, int *fallback, char *err,
-                             size_t errlen)
+/* The shards of devices[0..n) from one download stream, each into its box
+ * b[k] of dst: a worker's GetShard (direct; n > 1 asks for several devices
+ * at once) or the coordinator's Download (n 1). *fallback = 1 when a direct
+ * stream failed UNAVAILABLE before any data arrived. */
+static sm_err download_stream(sm_client *c, sm_rpc_channel *ch, int direct, sm_array_id id, int n,
+                              const int32_t *devices, const sm_index *boxes, const client_box *b,
+                              sm_dtype t, void *dst, client_progress *prog, int *fallback,
+                              char *err, size_t errlen)
 {
     sm_svc_download_stream *st = NULL;
     sm_svc_download_req req;
@@ -718,17 +649,19 @@ static sm_err download_multi(sm_client *c, sm_rpc_channel *ch, sm_array_id id, i
     memset(&req, 0, sizeof req);
     req.array.id = id;
     req.device = devices[0];
-    req.ndevices = n;
-    req.devices = devices;
-    if ((e = sm_svc_download_open(ch, 1, &req, client_stream_deadline(c, total), &st, err,
+    if (n > 1) {
+        req.ndevices = n;
+        req.devices = devices;
+    }
+    if ((e = sm_svc_download_open(ch, direct, &req, client_stream_deadline(c, total), &st, err,
                                   errlen))) {
-        *fallback = e == SM_EUNAVAILABLE;
+        *fallback = direct && e == SM_EUNAVAILABLE;
         goto done;
     }
     for (;;) {
         memset(&ch_, 0, sizeof ch_);
         if ((e = sm_svc_download_recv_into(st, &sink, &ch_, &end, err, errlen))) {
-            *fallback = !m.d[0].meta && e == SM_EUNAVAILABLE;
+            *fallback = direct && !m.d[0].meta && e == SM_EUNAVAILABLE;
             goto done;
         }
         if (end)
@@ -752,6 +685,29 @@ done:
     return e;
 }
 
+sm_err client_download_box(sm_client *c, const char *worker_address, sm_array_id id, int32_t device,
+                           sm_dtype t, void *dst, const sm_shape *dst_shape, const sm_index *box,
+                           client_progress *prog, char *err, size_t errlen)
+{
+    client_box b;
+    sm_rpc_channel *wch = NULL;
+    int fallback = 0;
+    sm_err e;
+
+    if ((e = client_box_init(&b, dst_shape, box, t, err, errlen)))
+        return e;
+    if (!c->relay_only && worker_address && *worker_address &&
+        (wch = client_worker_channel(c, worker_address))) {
+        e = download_stream(c, wch, 1, id, 1, &device, box, &b, t, dst, prog, &fallback, err,
+                            errlen);
+        if (!fallback)
+            return e;
+        client_worker_unreachable(c, worker_address);
+    }
+    return download_stream(c, c->ch, 0, id, 1, &device, box, &b, t, dst, prog, &fallback, err,
+                           errlen);
+}
+
 sm_err client_download_boxes(sm_client *c, const char *worker_address, sm_array_id id, int n,
                              const int32_t *devices, const sm_index *boxes, sm_dtype t, void *dst,
                              const sm_shape *dst_shape, client_progress *prog, char *err,
@@ -771,7 +727,8 @@ sm_err client_download_boxes(sm_client *c, const char *worker_address, sm_array_
         e = client_box_init(&b[k], dst_shape, &boxes[k], t, err, errlen);
     if (!e && !c->relay_only && worker_address && *worker_address &&
         (wch = client_worker_channel(c, worker_address))) {
-        e = download_multi(c, wch, id, n, devices, boxes, b, t, dst, prog, &fallback, err, errlen);
+        e = download_stream(c, wch, 1, id, n, devices, boxes, b, t, dst, prog, &fallback, err,
+                            errlen);
         if (!fallback)
             goto done;
         client_worker_unreachable(c, worker_address);
@@ -779,8 +736,8 @@ sm_err client_download_boxes(sm_client *c, const char *worker_address, sm_array_
     }
     /* Through the coordinator, one shard at a time. */
     for (int k = 0; k < n && !e; k++)
-        e = download_from(c, c->ch, 0, id, devices[k], t, dst, &b[k], &boxes[k], prog, &fallback,
-                          err, errlen);
+        e = download_stream(c, c->ch, 0, id, 1, &devices[k], &boxes[k], &b[k], t, dst, prog,
+                            &fallback, err, errlen);
 done:
     free(b);
     return e;
