@@ -312,10 +312,12 @@ sm_err sm_rpc_unary_all(sm_rpc_channel *const *chs, int n, const char *path,
         }
         sm_err ei = unary_start(&u[i], chs[i], path, grpc_byte_buffer_copy(send_bb), cq,
                                 deadline_ms, &u[i], msg, sizeof msg);
-        if (ei)
+        if (ei) {
+            u[i].ended = 1; /* no completion to wait for */
             done(user, i, ei, NULL, msg);
-        else
+        } else {
             pending++;
+        }
     }
     grpc_byte_buffer_destroy(send_bb);
     while (pending > 0) {
