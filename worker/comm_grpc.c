@@ -406,33 +406,51 @@ static sm_err sm_cg_take(sm_comm_grpc *c, uint64_t seq, int32_t src, int32_t dst
     return SM_OK;
 }
 
+/* dst op= src from byte offset soff, over len bytes, both given as runs of
+ * bytes (mailbox pieces or one contiguous run) whose boundaries fall
+ * between elements of t. */
+static sm_err sm_cg_acc_runs(sm_dtype t, sm_kern_reduce_op op, const sm_mailbox_piece *dst,
+                             const sm_mailbox_piece *src, int64_t soff, int64_t len, char *err,
+                             size_t errlen)
+{
+    int64_t el = (int64_t)sm_dtype_size(t), od = 0, os = soff;
+    while (len > 0 && os >= src->len) {
+        os -= src->len;
+        src++;
+    }
+    while (len > 0) {
+        int64_t m = dst->len - od < src->len - os ? dst->len - od : src->len - os;
+        m = m < len ? m : len;
+        sm_err e = sm_kern_accumulate(t, (char *)dst->data + od, (const char *)src->data + os,
+                                      m / el, op, err, errlen);
+        if (e)
+            return e;
+        len -= m;
+        if ((od += m) == dst->len) {
+            dst++;
+            od = 0;
+        }
+        if ((os += m) == src->len) {
+            src++;
+            os = 0;
+        }
+    }
+    return SM_OK;
+}
+
 /* dst (n elements of t) = the n elements of b from byte offset off (first),
  * or dst op= them. b's pieces are aligned to elements (sm_cg_take). */
 static sm_err sm_cg_combine(sm_dtype t, sm_kern_reduce_op op, int first, void *dst,
                             const sm_mailbox_blob *b, int64_t off, int64_t n, char *err,
                             size_t errlen)
 {
-    int64_t el = (int64_t)sm_dtype_size(t), len = n * el;
+    int64_t len = n * (int64_t)sm_dtype_size(t);
     if (first) {
         sm_mailbox_blob_copy(b, off, dst, len);
         return SM_OK;
     }
-    char *d = dst;
-    for (int k = 0; k < b->npieces && len > 0; k++) {
-        const sm_mailbox_piece *p = &b->pieces[k];
-        if (off >= p->len) {
-            off -= p->len;
-            continue;
-        }
-        int64_t m = p->len - off < len ? p->len - off : len;
-        sm_err e = sm_kern_accumulate(t, d, (const char *)p->data + off, m / el, op, err, errlen);
-        if (e)
-            return e;
-        d += m;
-        len -= m;
-        off = 0;
-    }
-    return SM_OK;
+    const sm_mailbox_piece whole = {dst, len};
+    return sm_cg_acc_runs(t, op, &whole, b->pieces, off, len, err, errlen);
 }
 
 /* ---- reductions ------------------------------------------------------------- */
@@ -489,32 +507,6 @@ static sm_err sm_cg_reduce2(sm_dtype t, sm_kern_reduce_op op, const void *a, con
 static int64_t sm_cg_part(int64_t n, int nw, int k)
 {
     return n * k / nw;
-}
-
-/* dst op= src over len bytes, both given as runs of bytes (mailbox pieces
- * or one contiguous run) whose boundaries fall between elements of t. */
-static sm_err sm_cg_acc_runs(sm_dtype t, sm_kern_reduce_op op, const sm_mailbox_piece *dst,
-                             const sm_mailbox_piece *src, int64_t len, char *err, size_t errlen)
-{
-    int64_t el = (int64_t)sm_dtype_size(t), od = 0, os = 0;
-    while (len > 0) {
-        int64_t m = dst->len - od < src->len - os ? dst->len - od : src->len - os;
-        m = m < len ? m : len;
-        sm_err e = sm_kern_accumulate(t, (char *)dst->data + od, (const char *)src->data + os,
-                                      m / el, op, err, errlen);
-        if (e)
-            return e;
-        len -= m;
-        if ((od += m) == dst->len) {
-            dst++;
-            od = 0;
-        }
-        if ((os += m) == src->len) {
-            src++;
-            os = 0;
-        }
-    }
-    return SM_OK;
 }
 
 /* The order of this worker among the group's workers. */
@@ -581,7 +573,7 @@ static sm_err sm_cg_ar_combine(sm_comm_grpc *c, const sm_cg_layout *L, const voi
         if (k == 0)
             sm_mailbox_blob_copy(b, 0, mine, m * el); /* none if received in place */
         else
-            e = sm_cg_acc_runs(t, op, &own, b->pieces, m * el, err, errlen);
+            e = sm_cg_acc_runs(t, op, &own, b->pieces, 0, m * el, err, errlen);
         sm_mailbox_release(c->box, b);
     }
     return e;
