@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "sm_checksum.h"
+#include "sm_hold.h"
 #include "sm_log.h"
 #include "sm_rendezvous.h"
 
@@ -187,83 +188,11 @@ static sm_err sm_cg_join(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_la
 
 /* ---- moving blobs ------------------------------------------------------------ */
 
-/* The chunks of one blob that the transport still references (sent
- * without a copy). Shared by sm_comm_grpc_send_blob and the release
- * callbacks; whichever of them is last frees it. */
-typedef struct {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int held;      /* chunks not yet released */
-    int abandoned; /* the sender stopped waiting: the last release frees this */
-} sm_cg_hold;
-
 /* How long a send waits, once its stream has ended, for the transport to
- * let go of the chunks. After an acknowledged blob that takes
- * milliseconds; only a connection whose peer stopped reading keeps its
- * unsent bytes referenced until it closes. */
+ * let go of the chunks it sent without a copy. After an acknowledged blob
+ * that takes milliseconds; only a connection whose peer stopped reading
+ * keeps its unsent bytes referenced until it closes. */
 #define SM_CG_HOLD_MS 5000
-
-static sm_cg_hold *sm_cg_hold_create(void)
-{
-    sm_cg_hold *h = calloc(1, sizeof *h);
-    if (!h)
-        return NULL;
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_mutex_init(&h->mu, NULL);
-    pthread_cond_init(&h->cv, &ca);
-    pthread_condattr_destroy(&ca);
-    return h;
-}
-
-static void sm_cg_hold_destroy(sm_cg_hold *h)
-{
-    pthread_mutex_destroy(&h->mu);
-    pthread_cond_destroy(&h->cv);
-    free(h);
-}
-
-static void sm_cg_hold_take(sm_cg_hold *h)
-{
-    pthread_mutex_lock(&h->mu);
-    h->held++;
-    pthread_mutex_unlock(&h->mu);
-}
-
-static void sm_cg_hold_release(void *arg)
-{
-    sm_cg_hold *h = arg;
-    pthread_mutex_lock(&h->mu);
-    int last = --h->held == 0, gone = h->abandoned;
-    if (last)
-        pthread_cond_broadcast(&h->cv);
-    pthread_mutex_unlock(&h->mu);
-    if (last && gone)
-        sm_cg_hold_destroy(h);
-}
-
-/* Waits (at most SM_CG_HOLD_MS) until no chunk is referenced any more, then
- * frees h; if some still are, leaves h to the last release. */
-static void sm_cg_hold_end(sm_cg_hold *h, const char *address)
-{
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += SM_CG_HOLD_MS / 1000;
-    pthread_mutex_lock(&h->mu);
-    while (h->held > 0 && pthread_cond_timedwait(&h->cv, &h->mu, &until) != ETIMEDOUT)
-        ;
-    int held = h->held;
-    h->abandoned = held > 0;
-    pthread_mutex_unlock(&h->mu);
-    if (!held) {
-        sm_cg_hold_destroy(h);
-        return;
-    }
-    SM_WARN("a collective stream to %s ended while the network still referenced %d of its "
-            "chunks (peer not reading)",
-            address, held);
-}
 
 sm_err sm_comm_grpc_send_blob(const sm_comm_grpc_transport *tr, void *tr_user, const char *address,
                               int timeout_ms, const sm_svc_coll_msg *hdr,
@@ -273,7 +202,7 @@ sm_err sm_comm_grpc_send_blob(const sm_comm_grpc_transport *tr, void *tr_user, c
     for (int k = 0; k < nseg; k++)
         total += segs[k].len;
     sm_checksum *sum = sm_checksum_create();
-    sm_cg_hold *h = sum ? sm_cg_hold_create() : NULL;
+    sm_hold *h = sum ? sm_hold_create() : NULL;
     if (!h) {
         sm_checksum_free(sum);
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a checksum");
@@ -302,10 +231,10 @@ sm_err sm_comm_grpc_send_blob(const sm_comm_grpc_transport *tr, void *tr_user, c
         at += n;
         m.last = m.offset + n == total;
         m.checksum = m.last ? sm_checksum_digest(sum) : 0;
-        m.release = n ? sm_cg_hold_release : NULL; /* sent without a copy */
+        m.release = n ? sm_hold_release : NULL; /* sent without a copy */
         m.release_arg = h;
         if (n)
-            sm_cg_hold_take(h);
+            sm_hold_take(h);
         if ((e = tr->send(st, &m, err, errlen))) {
             tr->abort(st);
             goto done;
@@ -315,7 +244,11 @@ sm_err sm_comm_grpc_send_blob(const sm_comm_grpc_transport *tr, void *tr_user, c
     e = tr->finish(st, err, errlen);
 done:
     sm_checksum_free(sum);
-    sm_cg_hold_end(h, address);
+    int held = sm_hold_end(h, SM_CG_HOLD_MS);
+    if (held)
+        SM_WARN("a collective stream to %s ended while the network still referenced %d of its "
+                "chunks (peer not reading)",
+                address, held);
     return e;
 }
 

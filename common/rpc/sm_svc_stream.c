@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "sm_log.h"
+#include "sm_hold.h"
 #include "sm_svc_internal.h"
 
 /* ---- message conversions ------------------------------------------------------ */
@@ -169,19 +170,9 @@ static uint32_t data_field(const ProtobufCMessageDescriptor *desc)
 
 /* ---- client: upload --------------------------------------------------------------- */
 
-/* The stable sends of an upload stream that the network layer still
- * references. Shared by the stream and its release callbacks; whichever of
- * them is last frees it. */
-typedef struct {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int held;      /* references not yet released */
-    int abandoned; /* the stream is gone: the last release frees this */
-} upload_hold;
-
 struct sm_svc_upload_stream {
     sm_rpc_stream *st;
-    upload_hold *hold;
+    sm_hold *hold; /* stable sends the network layer still references */
 };
 
 /* How long freeing an upload stream waits for the network layer to let go
@@ -194,48 +185,16 @@ struct sm_svc_upload_stream {
  * matched). */
 #define UPLOAD_HOLD_MS 5000
 
-static void upload_release(void *arg)
-{
-    upload_hold *h = arg;
-    pthread_mutex_lock(&h->mu);
-    int last = --h->held == 0;
-    int gone = h->abandoned;
-    if (last)
-        pthread_cond_broadcast(&h->cv);
-    pthread_mutex_unlock(&h->mu);
-    if (last && gone) {
-        pthread_mutex_destroy(&h->mu);
-        pthread_cond_destroy(&h->cv);
-        free(h);
-    }
-}
-
 /* Waits (at most UPLOAD_HOLD_MS) until no stable send is referenced any
  * more, then frees u (its rpc stream already freed). */
 static void upload_free(sm_svc_upload_stream *u)
 {
-    upload_hold *h = u->hold;
+    int held = sm_hold_end(u->hold, UPLOAD_HOLD_MS);
     free(u);
-    if (!h)
-        return;
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += UPLOAD_HOLD_MS / 1000;
-    pthread_mutex_lock(&h->mu);
-    while (h->held > 0 && pthread_cond_timedwait(&h->cv, &h->mu, &until) == 0)
-        ;
-    int held = h->held;
-    h->abandoned = held > 0;
-    pthread_mutex_unlock(&h->mu);
-    if (held) {
+    if (held)
         SM_WARN("an upload stream was freed while the network still referenced %d of its "
                 "chunks (peer not reading)",
                 held);
-        return;
-    }
-    pthread_mutex_destroy(&h->mu);
-    pthread_cond_destroy(&h->cv);
-    free(h);
 }
 
 static const char *upload_path(int worker_service)
@@ -250,12 +209,10 @@ sm_err sm_svc_upload_open(sm_rpc_channel *ch, int worker_service, int deadline_m
     sm_svc_upload_stream *u = calloc(1, sizeof *u);
     if (!u)
         return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate an upload stream");
-    if (!(u->hold = calloc(1, sizeof *u->hold))) {
+    if (!(u->hold = sm_hold_create())) {
         free(u);
         return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate an upload stream");
     }
-    pthread_mutex_init(&u->hold->mu, NULL);
-    pthread_cond_init(&u->hold->cv, NULL);
     sm_err e =
         sm_rpc_cstream_open(ch, upload_path(worker_service), deadline_ms, &u->st, err, errlen);
     if (e) {
@@ -277,11 +234,9 @@ sm_err sm_svc_upload_send(sm_svc_upload_stream *st, const sm_svc_upload_msg *msg
         return sm_rpc_cstream_send(st->st, &p.base, err, errlen);
     p.data.len = 0;
     p.data.data = NULL;
-    pthread_mutex_lock(&st->hold->mu);
-    st->hold->held++;
-    pthread_mutex_unlock(&st->hold->mu);
+    sm_hold_take(st->hold);
     return sm_rpc_cstream_send_data(st->st, &p.base, data_field(p.base.descriptor), msg->data,
-                                    msg->len, upload_release, st->hold, err, errlen);
+                                    msg->len, sm_hold_release, st->hold, err, errlen);
 }
 
 sm_err sm_svc_upload_finish(sm_svc_upload_stream *st, sm_svc_upload_reply *reply, char *err,
