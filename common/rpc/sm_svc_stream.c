@@ -5,11 +5,9 @@
  * received data into the unpacked message or straight to where a sink
  * says. */
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "sm_log.h"
 #include "sm_hold.h"
