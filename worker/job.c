@@ -17,7 +17,8 @@ typedef enum { SM_WJOB_PENDING, SM_WJOB_RUNNING, SM_WJOB_ENDED } sm_wjob_state;
 /* One job known to this worker: pending (blobs arrived first), running, or
  * ended (a tombstone that drops late blobs and refuses a rerun). */
 typedef struct sm_job {
-    struct sm_job *next;
+    struct sm_job *next;  /* all jobs, newest first */
+    struct sm_job *hnext; /* the jobs of the same index bucket */
     uint64_t id;
     sm_wjob_state state;
     int cancelled;
@@ -34,6 +35,7 @@ struct sm_jobs {
     char self[SM_ADDR_MAX];
     int probe_ms;
     sm_job *jobs;
+    sm_job *index[SM_JOBS_BUCKETS]; /* by id: a lookup walks one bucket, not every job */
     int njobs;
     int stopping;
     time_t swept;   /* when sm_jobs_sweep_locked last ran */
@@ -93,6 +95,11 @@ void sm_jobs_free(sm_jobs *j)
  * cancel: such an entry only drops late blobs and refuses a rerun the
  * coordinator never sends, and a table full of them must not refuse new
  * jobs. */
+static sm_job **sm_jobs_bucket(sm_jobs *j, uint64_t id)
+{
+    return &j->index[(id * 0x9E3779B97F4A7C15ull) >> 32 & (SM_JOBS_BUCKETS - 1)];
+}
+
 static void sm_jobs_sweep_locked(sm_jobs *j, int full)
 {
     time_t now = sm_jobs_now();
@@ -105,6 +112,10 @@ static void sm_jobs_sweep_locked(sm_jobs *j, int full)
         if (job->state != SM_WJOB_RUNNING && job->refs == 0 &&
             (spare || now - job->since > SM_JOBS_LINGER_S)) {
             *pp = job->next;
+            sm_job **hp = sm_jobs_bucket(j, job->id);
+            while (*hp != job)
+                hp = &(*hp)->hnext;
+            *hp = job->hnext;
             sm_job_free(job);
             j->njobs--;
         } else {
@@ -115,9 +126,9 @@ static void sm_jobs_sweep_locked(sm_jobs *j, int full)
 
 static sm_job *sm_jobs_find_locked(sm_jobs *j, uint64_t id)
 {
-    sm_job *job = j->jobs;
+    sm_job *job = *sm_jobs_bucket(j, id);
     while (job && job->id != id)
-        job = job->next;
+        job = job->hnext;
     return job;
 }
 
@@ -141,6 +152,9 @@ static sm_job *sm_jobs_add_locked(sm_jobs *j, uint64_t id, int tombstone)
     job->since = sm_jobs_now();
     job->next = j->jobs;
     j->jobs = job;
+    sm_job **hp = sm_jobs_bucket(j, id);
+    job->hnext = *hp;
+    *hp = job;
     j->njobs++;
     return job;
 }

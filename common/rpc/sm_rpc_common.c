@@ -1,4 +1,5 @@
 /* sm_rpc_common: lifecycle, status mapping, message packing. */
+#include <dlfcn.h>
 #include <inttypes.h>
 #include <malloc.h>
 #include <stdlib.h>
@@ -17,8 +18,37 @@
  * peak RSS grew with the size of the array it relayed (556 MiB for a 1 GiB
  * upload, against 150 MiB with two arenas). MALLOC_ARENA_MAX in the
  * environment still overrides the cap. */
+/* Debian 12 builds abseil without NDEBUG, so every absl::Mutex that gRPC
+ * takes also runs abseil's debug-only deadlock detector, which records each
+ * lock in a global graph under a global lock (about 6% of an empty job's
+ * round trip, and a contended lock between gRPC's threads). The detector
+ * is off in abseil's release builds; this turns it off here too, through
+ * abseil's own switch, SetMutexDeadlockDetectionMode(kIgnore), looked up at
+ * run time under its Debian and its upstream names (nothing happens when
+ * neither exists). SM_ABSL_DEADLOCK_DETECTION=1 keeps it on. */
+static void absl_deadlock_detection_off(void)
+{
+    static const char *const names[] = {
+        "_ZN4absl7debian329SetMutexDeadlockDetectionModeENS0_15OnDeadlockCycleE",
+        "_ZN4absl12lts_2022062329SetMutexDeadlockDetectionModeENS0_15OnDeadlockCycleE",
+        "_ZN4absl29SetMutexDeadlockDetectionModeENS_15OnDeadlockCycleE",
+    };
+    const char *keep = getenv("SM_ABSL_DEADLOCK_DETECTION");
+    if (keep && *keep && strcmp(keep, "0") != 0)
+        return;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        void *f = dlsym(RTLD_DEFAULT, names[i]);
+        if (f) {
+            void (*set_mode)(int) = (void (*)(int))f; /* enum class OnDeadlockCycle: kIgnore = 0 */
+            set_mode(0);
+            return;
+        }
+    }
+}
+
 void sm_rpc_init(void)
 {
+    absl_deadlock_detection_off();
     mallopt(M_MMAP_THRESHOLD, 64 << 20);
     mallopt(M_TRIM_THRESHOLD, 512 << 20);
     if (!getenv("MALLOC_ARENA_MAX"))
