@@ -1349,6 +1349,53 @@ START_TEST(test_comm_three_workers)
 }
 END_TEST
 
+/* More jobs than the table keeps (SM_JOBS_MAX): the entries of ended jobs
+ * make room for new ones, every job runs, and a job id just used is still
+ * refused. */
+START_TEST(test_many_jobs)
+{
+    if (cl.skip)
+        return;
+    sm_shape s = {2, {8, 12}};
+    sm_array *g = global_input(SM_F32, &s, 5, 0);
+    sm_program *p = prog(MESH "shard_map f(x: f32[8,12] @ P('i','j')) -> P('i','j'):\n"
+                              "    return x * 2.0 + 1.0\n");
+    sm_array_id in = {next_id++}, out = {0};
+    put_param(p, 0, g, in.v, ~0u);
+    sm_svc_run_job_req req;
+    sm_svc_peer peers[NW];
+    run_res res[NW];
+    uint64_t job = 0;
+    char err[512];
+    for (int n = 0; n < SM_JOBS_MAX + SM_JOBS_BUCKETS; n++) {
+        out.v = next_id++;
+        job = next_id++;
+        job_req(&req, peers, p, job, &in, &out, 30000);
+        run_on(&req, (1u << NW) - 1, res);
+        for (int w = 0; w < NW; w++)
+            ck_assert_msg(res[w].e == SM_OK, "job %d on worker %d: %s", n, w, res[w].err);
+        if (n + 1 < SM_JOBS_MAX + SM_JOBS_BUCKETS) /* the last output stays, to check */
+            for (int w = 0; w < NW; w++) {
+                int32_t devs[DPW];
+                for (int k = 0; k < DPW; k++)
+                    devs[k] = w * DPW + k;
+                ck_assert_msg(sm_svc_worker_free_array(cl.ch[w], CALL_MS, out, DPW, devs, err,
+                                                       sizeof err) == SM_OK,
+                              "%s", err);
+            }
+    }
+    for (int32_t dev = 0; dev < NW * DPW; dev++) {
+        sm_array *a = fetch(out.v, dev);
+        ck_assert_int_eq(a->nbytes, 6 * 4 * 4);
+        sm_array_free(a);
+    }
+    run_on(&req, 1, res); /* the last job again */
+    ck_assert_msg(res[0].e == SM_EEXIST, "%s: %s", sm_err_name(res[0].e), res[0].err);
+    sm_program_free(p);
+    sm_array_free(g);
+}
+END_TEST
+
 static void add_job_tests(TCase *tc)
 {
     tcase_add_loop_test(tc, test_job_case, 0, NJOB_CASES);
@@ -1375,6 +1422,7 @@ int main(void)
     TCase *inproc = tcase_create("inproc");
     tcase_set_timeout(inproc, 240);
     tcase_add_unchecked_fixture(inproc, inproc_setup, inproc_teardown);
+    tcase_add_test(inproc, test_many_jobs); /* before the shutdown test ends the workers */
     add_job_tests(inproc);
     suite_add_tcase(s, inproc);
     TCase *proc = tcase_create("proc");
