@@ -1,5 +1,12 @@
-/* sm_rpc_server: one `next` completion queue, one thread that only routes
- * completions, and a pool of handler threads running blocking handlers.
+/* sm_rpc_server: one `next` completion queue and a pool of threads that
+ * take turns at it (leader/followers). One thread at a time, the leader,
+ * drains the queue and routes completions; when a new call arrives it hands
+ * the queue to an idle thread (or a new one) and runs the call's handler
+ * itself, so a request starts being handled on the thread that received it,
+ * without waking another first. With no thread to hand the queue to (the
+ * pool at its cap, every thread in a handler) the call waits in a queue for
+ * the next free thread, and the leader keeps routing completions, which
+ * blocking handlers wait for.
  *
  * Every call context is reference counted under its own mutex: one reference
  * per pending batch (tag) plus one for the handler while it runs. The context
@@ -78,7 +85,6 @@ struct sm_rpc_server {
     int health; /* index of the built-in health method */
     int started;
     int stopped;
-    pthread_t cq_thread;
     tag tag_shutdown;
 
     pthread_mutex_t mu; /* guards the fields below */
@@ -88,10 +94,13 @@ struct sm_rpc_server {
     long live;         /* call contexts alive */
 
     pthread_mutex_t pool_mu; /* guards the pool */
-    pthread_cond_t pool_cv;
+    pthread_cond_t pool_cv;  /* idle threads wait here for the queue or a call */
+    pthread_cond_t done_cv;  /* sm_rpc_server_stop waits here for cq_done */
     sm_rpc_call *q_head, *q_tail;
     pthread_t *threads;
-    int nthreads, max_threads, idle, qlen, quit;
+    int nthreads, max_threads, idle, quit;
+    int leader;  /* a thread drains the CQ */
+    int cq_done; /* the CQ is shut down and drained: nobody leads again */
 };
 
 static void server_release_locked(sm_rpc_server *s)
@@ -212,55 +221,52 @@ const char *sm_rpc_call_path(const sm_rpc_call *c)
 
 /* ---- handler pool ------------------------------------------------------ */
 
-static void *pool_main(void *arg)
+static void *thread_main(void *arg);
+static void finish_status(sm_rpc_call *c, grpc_status_code code, const char *text, int with_close);
+
+/* Starts one more pool thread (pool_mu held); 0 if at the cap or refused. */
+static int spawn_locked(sm_rpc_server *s)
 {
-    sm_rpc_server *s = arg;
-    pthread_mutex_lock(&s->pool_mu);
-    for (;;) {
-        while (!s->q_head && !s->quit)
-            pthread_cond_wait(&s->pool_cv, &s->pool_mu);
-        if (!s->q_head)
-            break;
-        sm_rpc_call *c = s->q_head;
-        s->q_head = c->next;
-        if (!s->q_head)
-            s->q_tail = NULL;
-        s->qlen--;
-        s->idle--;
-        pthread_mutex_unlock(&s->pool_mu);
-
-        const method *m = &s->methods[c->method];
-        m->handler(c, m->user);
-        pthread_mutex_lock(&c->mu);
-        int finished = c->finished;
-        pthread_mutex_unlock(&c->mu);
-        if (!finished) {
-            SM_WARN("rpc: handler for %s returned without a status", m->path);
-            sm_rpc_finish(c, SM_EINTERNAL, "the handler returned without a status", NULL);
-        }
-        call_unref(c); /* the handler's reference */
-
-        pthread_mutex_lock(&s->pool_mu);
-        s->idle++;
-    }
-    pthread_mutex_unlock(&s->pool_mu);
-    return NULL;
+    if (s->nthreads >= s->max_threads ||
+        pthread_create(&s->threads[s->nthreads], NULL, thread_main, s) != 0)
+        return 0;
+    s->nthreads++;
+    return 1;
 }
 
-/* Queues c (its reference passes to the handler). Grows the pool when the
- * queue outnumbers the idle threads and the cap allows. Returns 0 if no
- * thread can run it. */
-static int pool_submit(sm_rpc_server *s, sm_rpc_call *c)
+/* Runs c's handler on this thread (c's reference passes to it). */
+static void run_call(sm_rpc_call *c)
+{
+    const method *m = &c->srv->methods[c->method];
+    m->handler(c, m->user);
+    pthread_mutex_lock(&c->mu);
+    int finished = c->finished;
+    pthread_mutex_unlock(&c->mu);
+    if (!finished) {
+        SM_WARN("rpc: handler for %s returned without a status", m->path);
+        sm_rpc_finish(c, SM_EINTERNAL, "the handler returned without a status", NULL);
+    }
+    call_unref(c); /* the handler's reference */
+}
+
+/* The leader got new call c: returns 1 when another thread takes over the
+ * CQ (an idle one, or a new one), and this one is to run c; otherwise
+ * queues c for the next free thread and returns 0 (this one leads on). */
+static int hand_over(sm_rpc_server *s, sm_rpc_call *c)
 {
     pthread_mutex_lock(&s->pool_mu);
-    if (s->qlen + 1 > s->idle && s->nthreads < s->max_threads) {
-        if (pthread_create(&s->threads[s->nthreads], NULL, pool_main, s) == 0) {
-            s->nthreads++;
-            s->idle++;
-        } else if (s->nthreads == 0) {
-            pthread_mutex_unlock(&s->pool_mu);
-            return 0;
-        }
+    if (s->idle > 0 || spawn_locked(s)) {
+        s->leader = 0;
+        if (s->idle > 0)
+            pthread_cond_signal(&s->pool_cv);
+        pthread_mutex_unlock(&s->pool_mu);
+        return 1;
+    }
+    if (s->nthreads == 0) { /* not even one thread: only an inline shutdown runs */
+        pthread_mutex_unlock(&s->pool_mu);
+        finish_status(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "no handler thread could be started", 0);
+        call_unref(c);
+        return 0;
     }
     c->next = NULL;
     if (s->q_tail)
@@ -268,10 +274,50 @@ static int pool_submit(sm_rpc_server *s, sm_rpc_call *c)
     else
         s->q_head = c;
     s->q_tail = c;
-    s->qlen++;
-    pthread_cond_signal(&s->pool_cv);
     pthread_mutex_unlock(&s->pool_mu);
-    return 1;
+    return 0;
+}
+
+static sm_rpc_call *lead(sm_rpc_server *s);
+
+/* Every pool thread: leads when nobody does, else runs queued calls, else
+ * waits. */
+static void *thread_main(void *arg)
+{
+    sm_rpc_server *s = arg;
+    pthread_mutex_lock(&s->pool_mu);
+    for (;;) {
+        sm_rpc_call *c = NULL;
+        if (!s->leader && !s->cq_done) {
+            s->leader = 1;
+            pthread_mutex_unlock(&s->pool_mu);
+            c = lead(s); /* NULL once the CQ is shut down; else no longer the leader */
+            pthread_mutex_lock(&s->pool_mu);
+            if (!c) {
+                s->leader = 0;
+                s->cq_done = 1;
+                pthread_cond_broadcast(&s->done_cv);
+                continue;
+            }
+        } else if (s->q_head) {
+            c = s->q_head;
+            s->q_head = c->next;
+            if (!s->q_head)
+                s->q_tail = NULL;
+        } else if (s->quit) {
+            break;
+        } else {
+            s->idle++;
+            pthread_cond_wait(&s->pool_cv, &s->pool_mu);
+            s->idle--;
+            continue;
+        }
+        pthread_mutex_unlock(&s->pool_mu);
+        run_call(c);
+        pthread_mutex_lock(&s->pool_mu);
+    }
+    pthread_mutex_unlock(&s->pool_mu);
+    return NULL;
 }
 
 /* ---- completion routing ------------------------------------------------ */
@@ -314,11 +360,13 @@ static void finish_status(sm_rpc_call *c, grpc_status_code code, const char *tex
     grpc_slice_unref(d);
 }
 
-static void on_new(sm_rpc_server *s, sm_rpc_call *c, int success)
+/* A new call arrived: checks it and returns it for a handler to run (with
+ * its reference), or NULL when it was answered here. */
+static sm_rpc_call *on_new(sm_rpc_server *s, sm_rpc_call *c, int success)
 {
     if (!success) { /* server shutting down: the request was cancelled */
         call_unref(c);
-        return;
+        return NULL;
     }
     pthread_mutex_lock(&s->mu);
     int stopping = s->stopping;
@@ -333,7 +381,7 @@ static void on_new(sm_rpc_server *s, sm_rpc_call *c, int success)
         gpr_free(path);
         finish_status(c, GRPC_STATUS_UNIMPLEMENTED, text, 1);
         call_unref(c);
-        return;
+        return NULL;
     }
 
     grpc_op close_op;
@@ -342,7 +390,7 @@ static void on_new(sm_rpc_server *s, sm_rpc_call *c, int success)
     close_op.data.recv_close_on_server.cancelled = &c->cancelled;
     if (call_start(c, &close_op, 1, &c->tag_close) != GRPC_CALL_OK) {
         call_unref(c);
-        return;
+        return NULL;
     }
     if (stopping)
         grpc_call_cancel(c->call, NULL);
@@ -354,12 +402,9 @@ static void on_new(sm_rpc_server *s, sm_rpc_call *c, int success)
                       " token; pass the server's token to the client",
                       0);
         call_unref(c);
-        return;
+        return NULL;
     }
-    if (!pool_submit(s, c)) {
-        finish_status(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "no handler thread could be started", 0);
-        call_unref(c);
-    }
+    return c;
 }
 
 static void on_op(sm_rpc_call *c, tag_kind kind, int success)
@@ -385,13 +430,15 @@ static void on_op(sm_rpc_call *c, tag_kind kind, int success)
     call_unref(c);
 }
 
-static void *cq_main(void *arg)
+/* Drains the CQ as the leader until a new call is to run on this thread
+ * (returned; another thread leads from then on) or the CQ is shut down
+ * (NULL). */
+static sm_rpc_call *lead(sm_rpc_server *s)
 {
-    sm_rpc_server *s = arg;
     for (;;) {
         grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
         if (ev.type == GRPC_QUEUE_SHUTDOWN)
-            break;
+            return NULL;
         if (ev.type != GRPC_OP_COMPLETE)
             continue;
         tag *t = ev.tag;
@@ -401,12 +448,13 @@ static void *cq_main(void *arg)
             server_release_locked(s);
             pthread_mutex_unlock(&s->mu);
         } else if (t->kind == TAG_NEW) {
-            on_new(s, t->call, ev.success);
+            sm_rpc_call *c = on_new(s, t->call, ev.success);
+            if (c && hand_over(s, c))
+                return c;
         } else {
             on_op(t->call, t->kind, ev.success);
         }
     }
-    return NULL;
 }
 
 /* ---- the handler-side call API ----------------------------------------- */
@@ -699,8 +747,11 @@ sm_err sm_rpc_server_create(const sm_rpc_server_opts *opts, sm_rpc_server **out,
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->pool_mu, NULL);
     pthread_cond_init(&s->pool_cv, NULL);
+    pthread_cond_init(&s->done_cv, NULL);
     s->tag_shutdown = (tag){NULL, TAG_SHUTDOWN};
-    s->max_threads = opts->max_handlers > 0 ? opts->max_handlers : SM_RPC_DEFAULT_MAX_HANDLERS;
+    /* the handlers, and one more thread that drains the CQ meanwhile */
+    s->max_threads =
+        (opts->max_handlers > 0 ? opts->max_handlers : SM_RPC_DEFAULT_MAX_HANDLERS) + 1;
     s->threads = calloc((size_t)s->max_threads, sizeof *s->threads);
     if (opts->token && opts->token[0])
         s->token = strdup(opts->token);
@@ -793,16 +844,24 @@ sm_err sm_rpc_server_start(sm_rpc_server *s, char *err, size_t errlen)
     for (int i = 0; i < s->nmethods; i++)
         arm(s, i);
     arm(s, -1);
-    if (pthread_create(&s->cq_thread, NULL, cq_main, s) != 0) {
-        /* Without the CQ thread nothing can be drained: shut down inline. */
+    pthread_mutex_lock(&s->pool_mu);
+    int ok = spawn_locked(s);
+    pthread_mutex_unlock(&s->pool_mu);
+    if (!ok) {
+        /* Without a thread nothing can be drained: shut down inline (every
+         * call that arrives is refused; the stopping server cancels it). */
         s->stopped = 1;
         grpc_server_shutdown_and_notify(s->srv, s->cq, &s->tag_shutdown);
         grpc_server_cancel_all_calls(s->srv);
         pthread_mutex_lock(&s->mu);
         s->stopping = 1;
         pthread_mutex_unlock(&s->mu);
-        cq_main(s);
-        return sm_fail(err, errlen, SM_ERESOURCE, "cannot start the completion-queue thread");
+        pthread_mutex_lock(&s->pool_mu);
+        s->max_threads = 0; /* no thread later either: hand_over refuses */
+        pthread_mutex_unlock(&s->pool_mu);
+        while (lead(s))
+            ;
+        return sm_fail(err, errlen, SM_ERESOURCE, "cannot start a server thread");
     }
     return SM_OK;
 }
@@ -822,9 +881,10 @@ void sm_rpc_server_stop(sm_rpc_server *s)
     pthread_mutex_unlock(&s->mu);
     grpc_server_shutdown_and_notify(s->srv, s->cq, &s->tag_shutdown);
     grpc_server_cancel_all_calls(s->srv);
-    pthread_join(s->cq_thread, NULL); /* returns once every call is released */
 
     pthread_mutex_lock(&s->pool_mu);
+    while (!s->cq_done) /* the CQ shuts down once every call is released */
+        pthread_cond_wait(&s->done_cv, &s->pool_mu);
     s->quit = 1;
     pthread_cond_broadcast(&s->pool_cv);
     pthread_mutex_unlock(&s->pool_mu);
@@ -862,5 +922,6 @@ void sm_rpc_server_free(sm_rpc_server *s)
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->pool_mu);
     pthread_cond_destroy(&s->pool_cv);
+    pthread_cond_destroy(&s->done_cv);
     free(s);
 }
