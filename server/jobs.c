@@ -389,6 +389,8 @@ static int ended(const sm_job *job)
 /* Waits (mu held) until job ended, the manager stops or wait_ms passed. */
 static void wait_end_locked(sm_cjobs *j, sm_job *job, uint32_t wait_ms)
 {
+    if (!ended(job))
+        sm_rpc_may_block(); /* the wait can be long */
     struct timespec until;
     clock_gettime(CLOCK_MONOTONIC, &until);
     until.tv_sec += wait_ms / 1000;

@@ -33,6 +33,8 @@ typedef struct {
     pthread_cond_t cv;
     int active;    /* handlers running */
     int cancelled; /* handlers that saw SM_ECANCELLED */
+    int held;      /* "hold" handlers waiting for a "release" */
+    int released;  /* a "release" call arrived */
 } state;
 
 typedef struct {
@@ -110,6 +112,23 @@ static void h_unary(sm_rpc_call *call, void *user)
         rep.data.data = calloc(1, rep.data.len);
         ck_assert_int_eq(sm_rpc_finish(call, SM_OK, NULL, &rep.base), SM_ERESOURCE);
         free(rep.data.data);
+    } else if (strcmp(req->text, "hold") == 0) {
+        /* blocks until another call of this server releases it, without
+         * telling the module (no sm_rpc_may_block) */
+        st_add(s, &s->held, 1);
+        double end = now_ms() + 10000;
+        pthread_mutex_lock(&s->mu);
+        while (!s->released && now_ms() < end) {
+            pthread_mutex_unlock(&s->mu);
+            usleep(1000);
+            pthread_mutex_lock(&s->mu);
+        }
+        int ok = s->released;
+        pthread_mutex_unlock(&s->mu);
+        sm_rpc_finish(call, ok ? SM_OK : SM_ETIMEOUT, ok ? NULL : "never released", ok ? m : NULL);
+    } else if (strcmp(req->text, "release") == 0) {
+        st_add(s, &s->released, 1);
+        sm_rpc_finish(call, SM_OK, NULL, m);
     } else if (strcmp(req->text, "none") == 0) {
         /* return without a status: the module answers INTERNAL */
     } else {
@@ -951,6 +970,60 @@ START_TEST(test_concurrent_unary)
 }
 END_TEST
 
+typedef struct {
+    fixture *f;
+    sm_err e;
+    double took_ms;
+} hold_client;
+
+static void *hold_main(void *arg)
+{
+    hold_client *h = arg;
+    char err[256];
+    double t0 = now_ms();
+    h->e = call_unary(h->f->ch, P_UNARY, "hold", 0, 20000, err, sizeof err);
+    h->took_ms = now_ms() - t0;
+    return NULL;
+}
+
+/* A handler that blocks without saying so (the first call after a quiet
+ * spell runs on the thread that drains the queue) does not hold up the
+ * server: the next call, the one that releases it, is served within
+ * milliseconds, on the same channel and on a new one. */
+START_TEST(test_blocked_handler)
+{
+    fixture f;
+    fx_start(&f, NULL, NULL);
+    char err[256];
+    for (int round = 0; round < 2; round++) {
+        usleep(300 * 1000); /* quiet: no thread watches the queue */
+        pthread_mutex_lock(&f.st.mu);
+        f.st.released = 0;
+        f.st.held = 0;
+        pthread_mutex_unlock(&f.st.mu);
+        hold_client h = {&f, SM_EINTERNAL, 0};
+        pthread_t th;
+        ck_assert_int_eq(pthread_create(&th, NULL, hold_main, &h), 0);
+        ck_assert_int_eq(st_wait(&f.st, &f.st.held, 1, 5000), 1);
+        sm_rpc_channel *ch = f.ch, *other = NULL;
+        if (round == 1) {
+            ck_assert_int_eq(sm_rpc_channel_create(f.target, NULL, &other, err, sizeof err), SM_OK);
+            ch = other;
+        }
+        double t0 = now_ms();
+        ck_assert_msg(call_unary(ch, P_UNARY, "release", 0, 5000, err, sizeof err) == SM_OK, "%s",
+                      err);
+        double took = now_ms() - t0;
+        pthread_join(th, NULL);
+        sm_rpc_channel_free(other);
+        ck_assert_msg(h.e == SM_OK, "the held call ended %s", sm_err_name(h.e));
+        ck_assert_msg(took < 1000, "round %d: the releasing call took %.0f ms", round, took);
+        ck_assert_msg(h.took_ms < 2000, "round %d: the held call took %.0f ms", round, h.took_ms);
+    }
+    fx_stop(&f);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("rpc");
@@ -981,6 +1054,7 @@ int main(void)
         {"test_wait_ready", test_wait_ready},
         {"test_stop_with_streams", test_stop_with_streams},
         {"test_concurrent_unary", test_concurrent_unary},
+        {"test_blocked_handler", test_blocked_handler},
     };
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++)
         if (!only || strcmp(only, tests[i].name) == 0)

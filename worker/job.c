@@ -10,6 +10,7 @@
 #include "comm_grpc.h"
 #include "sm_exec.h"
 #include "sm_log.h"
+#include "sm_rpc.h"
 #include "sm_tpool.h"
 
 typedef enum { SM_WJOB_PENDING, SM_WJOB_RUNNING, SM_WJOB_ENDED } sm_wjob_state;
@@ -615,7 +616,10 @@ static sm_err sm_jobs_run(void *user, sm_svc_run_job_req *req, int64_t *output_b
         devs[l].plan = plan;
         devs[l].comm = comm;
     }
-    int here = sm_program_light(p, SM_JOBS_INLINE_BYTES) ? 0 : nlocal - 1;
+    int light = sm_program_light(p, SM_JOBS_INLINE_BYTES);
+    int here = light ? 0 : nlocal - 1;
+    if (!light) /* devices wait for each other and for peers */
+        sm_rpc_may_block();
     for (; started < here; started++)
         if (sm_tpool_start(j->pool, &g, sm_job_dev_main, &devs[started])) {
             sm_comm_grpc_fail(comm, SM_ERESOURCE, "cannot start a device thread");

@@ -94,6 +94,14 @@ typedef struct {
                           Calls beyond the cap wait for a free thread. */
 } sm_rpc_server_opts;
 
+/* A handler about to wait for long on something other than its own call
+ * (another call of this server, a peer, a job) calls this first: the
+ * thread that received the call may still be the one that drains the
+ * server's completion queue, and hands it to another thread here. Cheap
+ * and harmless anywhere else; without it the queue is taken over anyway
+ * after 2 ms. */
+void sm_rpc_may_block(void);
+
 /* Creates a server and binds opts->addr (plaintext). Nothing is served until
  * sm_rpc_server_start(). On success *out is owned by the caller and freed
  * with sm_rpc_server_free(). Bind failure: SM_EUNAVAILABLE. */

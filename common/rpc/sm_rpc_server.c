@@ -1,11 +1,15 @@
 /* sm_rpc_server: one `next` completion queue and a pool of threads that
  * take turns at it (leader/followers). One thread at a time, the leader,
- * drains the queue and routes completions; when a new call arrives it hands
- * the queue to an idle thread (or a new one) and runs the call's handler
- * itself, so a request starts being handled on the thread that received it,
- * without waking another first. With no thread to hand the queue to (the
- * pool at its cap, every thread in a handler) the call waits in a queue for
- * the next free thread, and the leader keeps routing completions, which
+ * drains the queue and routes completions. When a new call arrives, the
+ * leader runs its handler itself, on the thread that received the request,
+ * and stays the leader: a short handler (most unary calls) wakes no other
+ * thread at all. The leader hands the queue to an idle thread as soon as
+ * its handler waits for this server (a stream's receive or send, or
+ * sm_rpc_may_block); and should a handler run longer than LEAD_AWAY_MS
+ * without doing so, an idle thread that wakes every LEAD_AWAY_MS while the
+ * server is busy takes the queue over. With no idle thread a new one is
+ * started to lead; at the thread cap the call waits in a queue for the
+ * next free thread while the leader keeps routing completions, which
  * blocking handlers wait for.
  *
  * Every call context is reference counted under its own mutex: one reference
@@ -15,6 +19,7 @@
  * stopping, the shutdown tag has arrived and no context is left (notes §1
  * Shutdown, §3 pitfall 1). */
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +30,14 @@
 #include "sm_rpc_proto.h"
 
 #define HEALTH_PATH "/grpc.health.v1.Health/Check"
+
+/* How long the leader may run a handler before an idle thread takes the
+ * queue over (a handler that blocks on something else than this server's
+ * own waits leaves the queue undrained for that long at most), in ms. */
+#define LEAD_AWAY_MS 2
+/* After the leader last ran a handler, an idle thread keeps waking every
+ * LEAD_AWAY_MS for this long (ms), to watch the next one. */
+#define LEAD_WATCH_MS 200
 
 typedef enum {
     TAG_NEW,      /* a requested (registered or generic) call arrived */
@@ -99,9 +112,26 @@ struct sm_rpc_server {
     sm_rpc_call *q_head, *q_tail;
     pthread_t *threads;
     int nthreads, max_threads, idle, quit;
-    int leader;  /* a thread drains the CQ */
-    int cq_done; /* the CQ is shut down and drained: nobody leads again */
+    int leader;        /* a thread holds the leader's role */
+    uint64_t lead_gen; /* counts the times the role was taken */
+    int away;          /* the leader runs a handler: nobody drains the CQ */
+    int64_t away_ns;   /* since when (CLOCK_MONOTONIC) */
+    int64_t active_ns; /* when the leader last went to run a handler */
+    int timed;         /* idle threads in a timed wait (watching the leader) */
+    int cq_done;       /* the CQ is shut down and drained: nobody leads again */
 };
+
+/* Set while this thread, the leader, runs a handler (with the generation
+ * of its role): yield_lead hands the queue over. */
+static __thread sm_rpc_server *tls_away;
+static __thread uint64_t tls_gen;
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 static void server_release_locked(sm_rpc_server *s)
 {
@@ -249,24 +279,34 @@ static void run_call(sm_rpc_call *c)
     call_unref(c); /* the handler's reference */
 }
 
-/* The leader got new call c: returns 1 when another thread takes over the
- * CQ (an idle one, or a new one), and this one is to run c; otherwise
- * queues c for the next free thread and returns 0 (this one leads on). */
-static int hand_over(sm_rpc_server *s, sm_rpc_call *c)
+typedef enum {
+    NEW_HERE,    /* run it on this thread, still the leader */
+    NEW_HANDED,  /* another thread leads now: run it on this one */
+    NEW_DEFERRED /* queued for the next free thread, or refused */
+} new_way;
+
+/* What the leader does with new call c. */
+static new_way place_new(sm_rpc_server *s, sm_rpc_call *c)
 {
     pthread_mutex_lock(&s->pool_mu);
-    if (s->idle > 0 || spawn_locked(s)) {
-        s->leader = 0;
-        if (s->idle > 0)
+    if (s->idle > 0) { /* one of them can take the queue over if need be */
+        s->away = 1;
+        s->away_ns = s->active_ns = mono_ns();
+        if (s->timed == 0) /* nobody watches yet: one idle thread starts to */
             pthread_cond_signal(&s->pool_cv);
         pthread_mutex_unlock(&s->pool_mu);
-        return 1;
+        return NEW_HERE;
+    }
+    if (spawn_locked(s)) { /* the new thread leads */
+        s->leader = 0;
+        pthread_mutex_unlock(&s->pool_mu);
+        return NEW_HANDED;
     }
     if (s->nthreads == 0) { /* not even one thread: only an inline shutdown runs */
         pthread_mutex_unlock(&s->pool_mu);
         finish_status(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "no handler thread could be started", 0);
         call_unref(c);
-        return 0;
+        return NEW_DEFERRED;
     }
     c->next = NULL;
     if (s->q_tail)
@@ -275,10 +315,88 @@ static int hand_over(sm_rpc_server *s, sm_rpc_call *c)
         s->q_head = c;
     s->q_tail = c;
     pthread_mutex_unlock(&s->pool_mu);
-    return 0;
+    return NEW_DEFERRED;
 }
 
-static sm_rpc_call *lead(sm_rpc_server *s);
+/* Called before a handler blocks: if this thread is the leader running a
+ * handler, an idle (or new) thread takes the queue over. */
+static void yield_lead(void)
+{
+    sm_rpc_server *s = tls_away;
+    if (!s)
+        return;
+    tls_away = NULL;
+    pthread_mutex_lock(&s->pool_mu);
+    if (s->away && s->lead_gen == tls_gen) {
+        s->away = 0;
+        s->leader = 0;
+        if (s->idle > 0)
+            pthread_cond_signal(&s->pool_cv);
+        else if (!spawn_locked(s))
+            SM_WARN("rpc: no thread to take the completion queue over from a blocking handler");
+    }
+    pthread_mutex_unlock(&s->pool_mu);
+}
+
+void sm_rpc_may_block(void)
+{
+    yield_lead();
+}
+
+static sm_rpc_call *lead(sm_rpc_server *s, new_way *way);
+
+/* Leads from generation gen on: runs the handlers of new calls here while
+ * it stays the leader. Returns a call to run as a plain pool thread (the
+ * role handed over), or NULL: *shut set when the CQ is shut down, else the
+ * role was taken over while a handler ran here. */
+static sm_rpc_call *lead_turn(sm_rpc_server *s, uint64_t gen, int *shut)
+{
+    *shut = 0;
+    for (;;) {
+        new_way way;
+        sm_rpc_call *c = lead(s, &way);
+        if (!c) {
+            *shut = 1;
+            return NULL;
+        }
+        if (way == NEW_HANDED)
+            return c;
+        tls_away = s;
+        tls_gen = gen;
+        run_call(c);
+        tls_away = NULL;
+        pthread_mutex_lock(&s->pool_mu);
+        int still = s->away && s->lead_gen == gen;
+        if (still)
+            s->away = 0;
+        pthread_mutex_unlock(&s->pool_mu);
+        if (!still)
+            return NULL;
+    }
+}
+
+/* Idle (pool_mu held): waits for work; while the server is busy, wakes
+ * every LEAD_AWAY_MS and takes the leader's role over from a leader that
+ * has run a handler for longer than that. */
+static void idle_wait(sm_rpc_server *s)
+{
+    s->idle++;
+    int64_t now = mono_ns(), away_max = (int64_t)LEAD_AWAY_MS * 1000000;
+    if (s->away || now - s->active_ns < (int64_t)LEAD_WATCH_MS * 1000000) {
+        int64_t until = (s->away ? s->away_ns : now) + away_max;
+        struct timespec ts = {(time_t)(until / 1000000000), (long)(until % 1000000000)};
+        s->timed++;
+        pthread_cond_timedwait(&s->pool_cv, &s->pool_mu, &ts);
+        s->timed--;
+    } else {
+        pthread_cond_wait(&s->pool_cv, &s->pool_mu);
+    }
+    s->idle--;
+    if (s->leader && s->away && mono_ns() - s->away_ns >= away_max) {
+        s->away = 0; /* the role is free: the caller takes it */
+        s->leader = 0;
+    }
+}
 
 /* Every pool thread: leads when nobody does, else runs queued calls, else
  * waits. */
@@ -290,15 +408,18 @@ static void *thread_main(void *arg)
         sm_rpc_call *c = NULL;
         if (!s->leader && !s->cq_done) {
             s->leader = 1;
+            uint64_t gen = ++s->lead_gen;
             pthread_mutex_unlock(&s->pool_mu);
-            c = lead(s); /* NULL once the CQ is shut down; else no longer the leader */
+            int shut;
+            c = lead_turn(s, gen, &shut);
             pthread_mutex_lock(&s->pool_mu);
-            if (!c) {
+            if (shut) {
                 s->leader = 0;
                 s->cq_done = 1;
                 pthread_cond_broadcast(&s->done_cv);
-                continue;
             }
+            if (!c)
+                continue;
         } else if (s->q_head) {
             c = s->q_head;
             s->q_head = c->next;
@@ -307,9 +428,7 @@ static void *thread_main(void *arg)
         } else if (s->quit) {
             break;
         } else {
-            s->idle++;
-            pthread_cond_wait(&s->pool_cv, &s->pool_mu);
-            s->idle--;
+            idle_wait(s);
             continue;
         }
         pthread_mutex_unlock(&s->pool_mu);
@@ -431,9 +550,8 @@ static void on_op(sm_rpc_call *c, tag_kind kind, int success)
 }
 
 /* Drains the CQ as the leader until a new call is to run on this thread
- * (returned; another thread leads from then on) or the CQ is shut down
- * (NULL). */
-static sm_rpc_call *lead(sm_rpc_server *s)
+ * (returned, with how in *way) or the CQ is shut down (NULL). */
+static sm_rpc_call *lead(sm_rpc_server *s, new_way *way)
 {
     for (;;) {
         grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
@@ -449,7 +567,7 @@ static sm_rpc_call *lead(sm_rpc_server *s)
             pthread_mutex_unlock(&s->mu);
         } else if (t->kind == TAG_NEW) {
             sm_rpc_call *c = on_new(s, t->call, ev.success);
-            if (c && hand_over(s, c))
+            if (c && (*way = place_new(s, c)) != NEW_DEFERRED)
                 return c;
         } else {
             on_op(t->call, t->kind, ev.success);
@@ -507,6 +625,7 @@ static sm_err recv_bb(sm_rpc_call *c, grpc_byte_buffer **out, char *err, size_t 
         pthread_mutex_unlock(&c->mu);
         return sm_fail(err, errlen, SM_EINTERNAL, "cannot start a receive on %s", m->path);
     }
+    yield_lead();
     pthread_mutex_lock(&c->mu);
     while (c->recv_pending)
         pthread_cond_wait(&c->cv, &c->mu);
@@ -599,6 +718,7 @@ static sm_err send_bb(sm_rpc_call *c, grpc_byte_buffer *bb, char *err, size_t er
         grpc_byte_buffer_destroy(bb);
         return sm_fail(err, errlen, SM_EINTERNAL, "cannot start a send on %s", m->path);
     }
+    yield_lead();
     pthread_mutex_lock(&c->mu);
     while (c->send_pending)
         pthread_cond_wait(&c->cv, &c->mu);
@@ -698,6 +818,7 @@ int sm_rpc_call_wait_cancelled(sm_rpc_call *c, int timeout_ms)
         end.tv_sec++;
         end.tv_nsec -= 1000000000L;
     }
+    yield_lead();
     pthread_mutex_lock(&c->mu);
     while (!c->closed && pthread_cond_timedwait(&c->cv, &c->mu, &end) == 0)
         ;
@@ -746,7 +867,11 @@ sm_err sm_rpc_server_create(const sm_rpc_server_opts *opts, sm_rpc_server **out,
         return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a server");
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->pool_mu, NULL);
-    pthread_cond_init(&s->pool_cv, NULL);
+    pthread_condattr_t ca_mono;
+    pthread_condattr_init(&ca_mono);
+    pthread_condattr_setclock(&ca_mono, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->pool_cv, &ca_mono);
+    pthread_condattr_destroy(&ca_mono);
     pthread_cond_init(&s->done_cv, NULL);
     s->tag_shutdown = (tag){NULL, TAG_SHUTDOWN};
     /* the handlers, and one more thread that drains the CQ meanwhile */
@@ -859,7 +984,8 @@ sm_err sm_rpc_server_start(sm_rpc_server *s, char *err, size_t errlen)
         pthread_mutex_lock(&s->pool_mu);
         s->max_threads = 0; /* no thread later either: hand_over refuses */
         pthread_mutex_unlock(&s->pool_mu);
-        while (lead(s))
+        new_way way;
+        while (lead(s, &way))
             ;
         return sm_fail(err, errlen, SM_ERESOURCE, "cannot start a server thread");
     }
