@@ -75,11 +75,14 @@ void sm_registry_free(sm_registry *r)
     }
     for (int i = 0; i < r->nmeshes; i++)
         free(r->meshes[i]);
-    for (int i = 0; i < r->narrays; i++)
-        sm_reg_array_destroy(r->arrays[i]);
+    for (sm_reg_array *a = r->arrays, *next; a; a = next) {
+        next = a->next;
+        sm_reg_array_destroy(a);
+    }
     free(r->workers);
     free(r->meshes);
-    free(r->arrays);
+    sm_htab_free(&r->array_ids);
+    sm_htab_free(&r->array_names);
     pthread_mutex_destroy(&r->mu);
     free(r);
 }
@@ -160,8 +163,7 @@ static void sm_reg_worker_mark_lost(sm_registry *r, sm_reg_worker *w, const char
     char label[SM_NAME_MAX + 16];
     w->alive = 0;
     SM_WARN("worker %u at %s (process %d) is lost: %s", w->id, w->address, w->process_index, why);
-    for (int i = 0; i < r->narrays; i++) {
-        sm_reg_array *a = r->arrays[i];
+    for (sm_reg_array *a = r->arrays; a; a = a->next) {
         char devs[256];
         unsigned char gone[SM_MAX_DEVICES];
         int hit = 0;
@@ -400,8 +402,7 @@ void sm_registry_reap(sm_registry *r, int64_t now_ms, int64_t lost_after_ms, sm_
                       int *nfrees)
 {
     pthread_mutex_lock(&r->mu);
-    for (int i = 0; i < r->narrays; i++) {
-        sm_reg_array *a = r->arrays[i];
+    for (sm_reg_array *a = r->arrays; a; a = a->next) {
         if (a->state != SM_ARRAY_PENDING || now_ms < a->deadline)
             continue;
         char msg[1024];

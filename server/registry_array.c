@@ -2,6 +2,7 @@
  * describe, list, delete. See registry.h. */
 #include "registry_int.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,15 +44,53 @@ void sm_reg_array_destroy(sm_reg_array *a)
     free(a);
 }
 
+static int sm_reg_array_has_id(const void *item, const void *key)
+{
+    return ((const sm_reg_array *)item)->id == *(const uint64_t *)key;
+}
+
+static int sm_reg_array_has_name(const void *item, const void *key)
+{
+    return !strcmp(((const sm_reg_array *)item)->name, (const char *)key);
+}
+
+sm_err sm_reg_array_insert(sm_registry *r, sm_reg_array *a, char *err, size_t errlen)
+{
+    assert(!a->name[0] || !sm_reg_array_find(r, (sm_array_ref){{0}, a->name}, NULL, 0));
+    if (sm_htab_reserve(&r->array_ids, r->array_ids.n + 1) ||
+        (a->name[0] && sm_htab_reserve(&r->array_names, r->array_names.n + 1)))
+        return sm_reg_oom(err, errlen);
+    a->id = r->next_array++;
+    a->prev = r->last_array;
+    a->next = NULL;
+    if (r->last_array)
+        r->last_array->next = a;
+    else
+        r->arrays = a;
+    r->last_array = a;
+    r->narrays++;
+    sm_htab_put(&r->array_ids, sm_htab_hash_u64(a->id), a);
+    if (a->name[0])
+        sm_htab_put(&r->array_names, sm_htab_hash_str(a->name), a);
+    return SM_OK;
+}
+
 void sm_reg_array_unlink(sm_registry *r, sm_reg_array *a)
 {
-    for (int i = 0; i < r->narrays; i++)
-        if (r->arrays[i] == a) {
-            memmove(&r->arrays[i], &r->arrays[i + 1],
-                    sizeof *r->arrays * (size_t)(r->narrays - i - 1));
-            r->narrays--;
-            return;
-        }
+    if (!sm_htab_del(&r->array_ids, sm_htab_hash_u64(a->id), a))
+        return; /* not listed */
+    if (a->name[0])
+        sm_htab_del(&r->array_names, sm_htab_hash_str(a->name), a);
+    if (a->prev)
+        a->prev->next = a->next;
+    else
+        r->arrays = a->next;
+    if (a->next)
+        a->next->prev = a->prev;
+    else
+        r->last_array = a->prev;
+    a->prev = a->next = NULL;
+    r->narrays--;
 }
 
 const char *sm_reg_array_label(const sm_reg_array *a, char *buf, size_t len)
@@ -65,11 +104,14 @@ const char *sm_reg_array_label(const sm_reg_array *a, char *buf, size_t len)
 
 sm_reg_array *sm_reg_array_find(sm_registry *r, sm_array_ref ref, char *err, size_t errlen)
 {
-    for (int i = 0; i < r->narrays; i++) {
-        sm_reg_array *a = r->arrays[i];
-        if (ref.id.v ? a->id == ref.id.v : (ref.name && *ref.name && !strcmp(a->name, ref.name)))
-            return a;
-    }
+    sm_reg_array *a = NULL;
+    if (ref.id.v)
+        a = sm_htab_find(&r->array_ids, sm_htab_hash_u64(ref.id.v), sm_reg_array_has_id, &ref.id.v);
+    else if (ref.name && *ref.name)
+        a = sm_htab_find(&r->array_names, sm_htab_hash_str(ref.name), sm_reg_array_has_name,
+                         ref.name);
+    if (a)
+        return a;
     if (ref.id.v)
         sm_fail(err, errlen, SM_ENOTFOUND, "array %llu does not exist",
                 (unsigned long long)ref.id.v);
@@ -200,14 +242,6 @@ sm_err sm_reg_array_new(sm_registry *r, const char *name, sm_dtype dtype, const 
     return SM_OK;
 }
 
-sm_err sm_reg_array_insert(sm_registry *r, sm_reg_array *a, char *err, size_t errlen)
-{
-    if (sm_reg_vec_push((void ***)&r->arrays, &r->narrays, &r->caparrays, a))
-        return sm_reg_oom(err, errlen);
-    a->id = r->next_array++;
-    return SM_OK;
-}
-
 /* PUT_LOCAL: the process map of the mesh (workers owning its devices, in
  * process-index order) into pm / its buffers; *self the map index of
  * process, -1 if it holds no device of the mesh. */
@@ -306,11 +340,9 @@ static sm_err sm_reg_create_local(sm_registry *r, const sm_svc_create_array_req 
     rc = sm_reg_local_procs(r, &s->mesh, req->process, pidx, pndev, pdevs, &pm, &self, err, errlen);
     if (rc)
         goto fail;
-    if (req->name && *req->name) {
-        for (int i = 0; i < r->narrays && !existing; i++)
-            if (!strcmp(r->arrays[i]->name, req->name))
-                existing = r->arrays[i];
-    } else if (pm.nprocs > 1) {
+    if (req->name && *req->name)
+        existing = sm_reg_array_find(r, (sm_array_ref){{0}, req->name}, NULL, 0);
+    else if (pm.nprocs > 1) {
         rc = sm_fail(err, errlen, SM_EINVAL,
                      "a process-local upload over %d processes needs an array name so the "
                      "parts can meet",
@@ -477,8 +509,8 @@ sm_err sm_registry_array_list(sm_registry *r, sm_array_info **out, int *n, char 
     *out = calloc(r->narrays ? (size_t)r->narrays : 1, sizeof **out);
     if (!*out)
         rc = sm_reg_oom(err, errlen);
-    for (int i = 0; !rc && i < r->narrays; i++) {
-        rc = sm_reg_array_info(r, r->arrays[i], &(*out)[i], err, errlen);
+    for (const sm_reg_array *a = r->arrays; !rc && a; a = a->next) {
+        rc = sm_reg_array_info(r, a, &(*out)[*n], err, errlen);
         if (!rc)
             (*n)++;
     }

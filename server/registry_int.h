@@ -8,6 +8,7 @@
 #include <pthread.h>
 
 #include "registry.h"
+#include "sm_htab.h"
 
 typedef struct {
     uint32_t id;
@@ -28,9 +29,10 @@ typedef struct {
     sm_mesh mesh;
 } sm_reg_mesh;
 
-typedef struct {
+typedef struct sm_reg_array {
+    struct sm_reg_array *prev, *next; /* the listed arrays, in creation order */
     uint64_t id;
-    char name[SM_NAME_MAX];
+    char name[SM_NAME_MAX]; /* "" or unique among listed arrays; never changes once listed */
     sm_dtype dtype;
     sm_shape shape, shard_shape;
     uint64_t mesh_id;
@@ -61,8 +63,12 @@ struct sm_registry {
     int nworkers, capworkers;
     sm_reg_mesh **meshes;
     int nmeshes, capmeshes;
-    sm_reg_array **arrays;
-    int narrays, caparrays;
+    /* The listed arrays: a list in creation order (what ListArrays returns)
+     * and two indexes into it, by id and by name (named arrays only). Only
+     * sm_reg_array_insert and sm_reg_array_unlink change them. */
+    sm_reg_array *arrays, *last_array;
+    int narrays;
+    sm_htab array_ids, array_names;
     uint32_t next_worker;
     int32_t next_device;
     uint64_t epoch; /* random id of this coordinator run, echoed by heartbeats */
@@ -83,11 +89,14 @@ sm_err sm_reg_name_check(const char *what, const char *name, size_t max, char *e
 sm_err sm_reg_sharding_resolve(sm_registry *r, const sm_sharding_ref *ref, sm_sharding *out,
                                sm_reg_mesh **mesh, char *err, size_t errlen);
 
+/* The listed array ref names: by id if ref.id.v, else by name. NULL with
+ * SM_ENOTFOUND (or SM_EINVAL for an empty ref) in err when there is none. */
 sm_reg_array *sm_reg_array_find(sm_registry *r, sm_array_ref ref, char *err, size_t errlen);
 /* "array 'x'" or "array 17" into buf. */
 const char *sm_reg_array_label(const sm_reg_array *a, char *buf, size_t len);
 void sm_reg_array_destroy(sm_reg_array *a);
-/* Removes a from the list (not freed). */
+/* Removes a from the list and its indexes (not freed); a no-op if a is not
+ * listed. */
 void sm_reg_array_unlink(sm_registry *r, sm_reg_array *a);
 /* Sets a->error to msg (truncated to fit). */
 void sm_reg_array_set_error(sm_reg_array *a, const char *msg);
@@ -107,7 +116,8 @@ sm_err sm_reg_array_new(sm_registry *r, const char *name, sm_dtype dtype, const 
                         const sm_reg_mesh *rm, const sm_shape *shape, const uint32_t *worker,
                         int64_t now_ms, uint32_t deadline_ms, sm_reg_array **out, char *err,
                         size_t errlen);
-/* Lists a and gives it the next id. */
+/* Lists a (last) and gives it the next id; its name, if any, must not be
+ * taken (callers check with sm_reg_array_find). SM_ENOMEM changes nothing. */
 sm_err sm_reg_array_insert(sm_registry *r, sm_reg_array *a, char *err, size_t errlen);
 /* Fills info from a. */
 sm_err sm_reg_array_info(sm_registry *r, const sm_reg_array *a, sm_array_info *info, char *err,

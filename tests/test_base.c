@@ -1,5 +1,5 @@
 /* Check suite for common/base: error texts, message buffers, strbuf, arena,
- * config, thread pool. */
+ * config, thread pool, hold, hash index. */
 #include <check.h>
 #include "sm_hold.h"
 #include <time.h>
@@ -10,6 +10,7 @@
 #include "sm_arena.h"
 #include "sm_config.h"
 #include "sm_err.h"
+#include "sm_htab.h"
 #include "sm_strbuf.h"
 #include "sm_tpool.h"
 
@@ -225,6 +226,91 @@ START_TEST(test_hold)
 }
 END_TEST
 
+/* sm_htab: random puts and removals against a table of what is present,
+ * with well-mixed hashes and with hashes that collide (few values; one
+ * value whose run wraps past the last slot), so removals shift runs back
+ * across the end of the table. */
+typedef struct {
+    const char *name;
+    uint64_t (*hash)(uint64_t key);
+} htab_case;
+
+static uint64_t htab_mixed(uint64_t key)
+{
+    return sm_htab_hash_u64(key);
+}
+
+static uint64_t htab_few(uint64_t key)
+{
+    return sm_htab_hash_u64(key % 7) | 15; /* 7 values, all near the end */
+}
+
+static uint64_t htab_one(uint64_t key)
+{
+    (void)key;
+    return UINT64_MAX; /* the last slot of any table */
+}
+
+static const htab_case htab_cases[] = {
+    {"mixed", htab_mixed},
+    {"few", htab_few},
+    {"one", htab_one},
+};
+
+static int htab_match(const void *item, const void *key)
+{
+    return *(const uint64_t *)item == *(const uint64_t *)key;
+}
+
+START_TEST(test_htab)
+{
+    const htab_case *c = &htab_cases[_i];
+    enum { NKEYS = 600, NOPS = 20000 };
+    static uint64_t keys[NKEYS];
+    unsigned char in[NKEYS] = {0};
+    size_t n = 0;
+    uint64_t rng = 12345;
+    sm_htab t = {0};
+    for (int k = 0; k < NKEYS; k++)
+        keys[k] = (uint64_t)k * 1000003u;
+    uint64_t absent = 7;
+    ck_assert_ptr_null(sm_htab_find(&t, c->hash(absent), htab_match, &absent));
+    ck_assert_int_eq(sm_htab_del(&t, c->hash(absent), &absent), 0);
+    for (int op = 0; op < NOPS; op++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        int k = (int)(rng >> 33) % NKEYS;
+        if (in[k]) {
+            ck_assert_int_eq(sm_htab_del(&t, c->hash(keys[k]), &keys[k]), 1);
+            ck_assert_int_eq(sm_htab_del(&t, c->hash(keys[k]), &keys[k]), 0);
+            in[k] = 0;
+            n--;
+        } else {
+            ck_assert_int_eq(sm_htab_reserve(&t, t.n + 1), SM_OK);
+            sm_htab_put(&t, c->hash(keys[k]), &keys[k]);
+            in[k] = 1;
+            n++;
+        }
+        ck_assert_uint_eq(t.n, n);
+        if (op % 97 && op < NOPS - 1)
+            continue;
+        for (int j = 0; j < NKEYS; j++) {
+            uint64_t key = keys[j];
+            ck_assert_msg(sm_htab_find(&t, c->hash(key), htab_match, &key) ==
+                              (in[j] ? &keys[j] : NULL),
+                          "%s: key %d after %d operations", c->name, j, op);
+        }
+    }
+    ck_assert_uint_le(t.n * 2, t.cap);
+    sm_htab_free(&t);
+    ck_assert_uint_eq(t.cap, 0);
+    ck_assert_ptr_null(sm_htab_find(&t, 1, htab_match, &absent));
+    /* strings: equal texts hash alike, different ones (almost surely) not */
+    ck_assert_uint_eq(sm_htab_hash_str("abc"), sm_htab_hash_str("abc"));
+    ck_assert_uint_ne(sm_htab_hash_str("abc"), sm_htab_hash_str("abd"));
+    ck_assert_uint_ne(sm_htab_hash_str(""), sm_htab_hash_str("a"));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("base");
@@ -237,6 +323,7 @@ int main(void)
     tcase_add_test(tc, test_config_errors);
     tcase_add_test(tc, test_tpool);
     tcase_add_test(tc, test_hold);
+    tcase_add_loop_test(tc, test_htab, 0, (int)(sizeof htab_cases / sizeof htab_cases[0]));
     suite_add_tcase(s, tc);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
