@@ -195,7 +195,8 @@ static void setup(void)
         free(f);
     }
     fx.coord = (sm_coord){fx.reg, NULL, 2000};
-    ck_assert_int_eq(sm_cjobs_create(&fx.coord, 2, &fx.jobs, err, sizeof err), SM_OK);
+    sm_cjobs_config cfg = sm_cjobs_config_default(2);
+    ck_assert_int_eq(sm_cjobs_create(&fx.coord, &cfg, &fx.jobs, err, sizeof err), SM_OK);
 }
 
 static void teardown(void)
