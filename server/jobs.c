@@ -125,12 +125,9 @@ static void table_put(sm_job **slots, int cap, sm_job *job)
     slots[i] = job;
 }
 
-/* Makes room for one more job (at most half the slots used). */
-static sm_err table_reserve(sm_cjobs *j)
+/* Moves the table to nc slots (a power of two, more than nslots). */
+static sm_err table_resize(sm_cjobs *j, int nc)
 {
-    if (2 * (j->nslots + 1) <= j->capslots)
-        return SM_OK;
-    int nc = j->capslots ? 2 * j->capslots : 64;
     sm_job **v = calloc((size_t)nc, sizeof *v);
     if (!v)
         return SM_ENOMEM;
@@ -141,6 +138,14 @@ static sm_err table_reserve(sm_cjobs *j)
     j->slots = v;
     j->capslots = nc;
     return SM_OK;
+}
+
+/* Makes room for one more job (at most half the slots used). */
+static sm_err table_reserve(sm_cjobs *j)
+{
+    if (2 * (j->nslots + 1) <= j->capslots)
+        return SM_OK;
+    return table_resize(j, j->capslots ? 2 * j->capslots : 64);
 }
 
 /* Takes job out of the table, moving back the entries after it that
@@ -165,6 +170,16 @@ static void table_remove(sm_cjobs *j, const sm_job *job)
         j->slots[k] = NULL;
         i = k;
     }
+}
+
+/* Takes job out of the table and halves the table once at most an eighth
+ * of it is used (after a burst of queued jobs), keeping it as it is when
+ * memory is short. */
+static void table_drop(sm_cjobs *j, const sm_job *job)
+{
+    table_remove(j, job);
+    if (j->capslots > 64 && 8 * j->nslots <= j->capslots)
+        table_resize(j, j->capslots / 2);
 }
 
 /* Drops one reference to job (mu held); frees a dropped job's last one. */
@@ -192,7 +207,7 @@ static void table_sweep_locked(sm_cjobs *j, int64_t now)
             j->ended_tail = NULL;
         j->nended--;
         job->enext = NULL;
-        table_remove(j, job);
+        table_drop(j, job);
         job->dropped = 1;
         if (!job->refs)
             job_destroy(job);
