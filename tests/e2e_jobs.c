@@ -736,6 +736,7 @@ START_TEST(test_records_dropped)
     sm_array_info ia;
     ck_assert_int_eq(sm_client_put(c, SM_F32, &s, a->data, &sh, NULL, &ia, err, sizeof err), SM_OK);
     sm_array_ref args[1] = {{ia.id, NULL}};
+    sm_array_info_free(&ia);
     sm_job_info info;
     uint64_t ids[4];
     for (int k = 0; k < 4; k++) {
