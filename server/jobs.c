@@ -2,6 +2,7 @@
  * (see jobs.h). Running one job is jobs_run.c; the pure checks are
  * jobs_check.c. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,6 +101,119 @@ static void job_destroy(sm_job *job)
     free(job);
 }
 
+/* ---- the table ------------------------------------------------------------------------- */
+
+/* The slot holding id, or -1 (mu held). */
+static int table_slot(const sm_cjobs *j, uint64_t id)
+{
+    if (!j->capslots)
+        return -1;
+    size_t mask = (size_t)j->capslots - 1;
+    for (size_t i = (size_t)id & mask;; i = (i + 1) & mask) {
+        if (!j->slots[i])
+            return -1;
+        if (j->slots[i]->id == id)
+            return (int)i;
+    }
+}
+
+static void table_put(sm_job **slots, int cap, sm_job *job)
+{
+    size_t mask = (size_t)cap - 1, i = (size_t)job->id & mask;
+    while (slots[i])
+        i = (i + 1) & mask;
+    slots[i] = job;
+}
+
+/* Moves the table to nc slots (a power of two, more than nslots). */
+static sm_err table_resize(sm_cjobs *j, int nc)
+{
+    sm_job **v = calloc((size_t)nc, sizeof *v);
+    if (!v)
+        return SM_ENOMEM;
+    for (int i = 0; i < j->capslots; i++)
+        if (j->slots[i])
+            table_put(v, nc, j->slots[i]);
+    free(j->slots);
+    j->slots = v;
+    j->capslots = nc;
+    return SM_OK;
+}
+
+/* Makes room for one more job (at most half the slots used). */
+static sm_err table_reserve(sm_cjobs *j)
+{
+    if (2 * (j->nslots + 1) <= j->capslots)
+        return SM_OK;
+    return table_resize(j, j->capslots ? 2 * j->capslots : 64);
+}
+
+/* Takes job out of the table, moving back the entries after it that
+ * probed past its slot. */
+static void table_remove(sm_cjobs *j, const sm_job *job)
+{
+    int at = table_slot(j, job->id);
+    if (at < 0)
+        return;
+    size_t mask = (size_t)j->capslots - 1, i = (size_t)at, k = i;
+    j->slots[i] = NULL;
+    j->nslots--;
+    for (;;) {
+        k = (k + 1) & mask;
+        if (!j->slots[k])
+            return;
+        size_t h = (size_t)j->slots[k]->id & mask;
+        /* The entry at k stays when its home h lies cyclically in (i, k]. */
+        if (i <= k ? (i < h && h <= k) : (i < h || h <= k))
+            continue;
+        j->slots[i] = j->slots[k];
+        j->slots[k] = NULL;
+        i = k;
+    }
+}
+
+/* Takes job out of the table and halves the table once at most an eighth
+ * of it is used (after a burst of queued jobs), keeping it as it is when
+ * memory is short. */
+static void table_drop(sm_cjobs *j, const sm_job *job)
+{
+    table_remove(j, job);
+    if (j->capslots > 64 && 8 * j->nslots <= j->capslots)
+        table_resize(j, j->capslots / 2);
+}
+
+/* Drops one reference to job (mu held); frees a dropped job's last one. */
+static void job_put_locked(sm_job *job)
+{
+    if (--job->refs == 0 && job->dropped)
+        job_destroy(job);
+}
+
+static void job_put(sm_cjobs *j, sm_job *job)
+{
+    pthread_mutex_lock(&j->mu);
+    job_put_locked(job);
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* Drops the records of ended jobs past the retention, oldest end first
+ * (mu held). */
+static void table_sweep_locked(sm_cjobs *j, int64_t now)
+{
+    sm_job *job;
+    while ((job = j->ended_head) && (j->nended > j->keep_max || now - job->end_us >= j->keep_us)) {
+        j->ended_head = job->enext;
+        if (!j->ended_head)
+            j->ended_tail = NULL;
+        j->nended--;
+        job->enext = NULL;
+        table_drop(j, job);
+        job->dropped = 1;
+        if (!job->refs)
+            job_destroy(job);
+    }
+}
+
 void sm_cjobs_end_locked(sm_cjobs *j, sm_job *job, sm_job_state state, const char *msg)
 {
     job->state = state;
@@ -107,6 +221,12 @@ void sm_cjobs_end_locked(sm_cjobs *j, sm_job *job, sm_job_state state, const cha
     job->end_us = sm_cjobs_now_us();
     if (!job->start_us)
         job->start_us = job->end_us;
+    if (j->ended_tail)
+        j->ended_tail->enext = job;
+    else
+        j->ended_head = job;
+    j->ended_tail = job;
+    j->nended++;
     pthread_cond_broadcast(&j->changed);
     /* Per job: DEBUG for a job that went well, so a stream of small jobs
      * does not pay a log line each (failures stay at INFO). */
@@ -115,17 +235,30 @@ void sm_cjobs_end_locked(sm_cjobs *j, sm_job *job, sm_job_state state, const cha
     else
         SM_INFO("job %llu %s%s%s", (unsigned long long)job->id, sm_job_state_name(state),
                 job->error[0] ? ": " : "", job->error);
+    table_sweep_locked(j, job->end_us);
 }
 
-/* The job with this id, or NULL (mu held). */
-static sm_job *job_find(sm_cjobs *j, sm_job_id id)
+/* The job with this id in *out, with a reference the caller drops with
+ * job_put (mu held). SM_ENOTFOUND for an id never handed out, and for a
+ * job whose record was dropped, saying so. */
+static sm_err job_get_locked(sm_cjobs *j, sm_job_id id, sm_job **out, char *err, size_t errlen)
 {
-    return id.v >= 1 && id.v <= (uint64_t)j->njobs ? j->jobs[id.v - 1] : NULL;
-}
-
-static sm_err not_found(sm_job_id id, char *err, size_t errlen)
-{
-    return sm_fail(err, errlen, SM_ENOTFOUND, "job %llu does not exist", (unsigned long long)id.v);
+    table_sweep_locked(j, sm_cjobs_now_us());
+    int at = table_slot(j, id.v);
+    *out = at < 0 ? NULL : j->slots[at];
+    if (*out) {
+        (*out)->refs++;
+        return SM_OK;
+    }
+    if (id.v < 1 || id.v > j->last_id)
+        return sm_fail(err, errlen, SM_ENOTFOUND, "job %llu does not exist",
+                       (unsigned long long)id.v);
+    int64_t ms = j->keep_us / 1000;
+    return sm_fail(err, errlen, SM_ENOTFOUND,
+                   "job %llu ended and its record was dropped: the coordinator keeps an ended "
+                   "job's record for %lld %s, and only the newest %d",
+                   (unsigned long long)id.v, (long long)(ms % 1000 ? ms : ms / 1000),
+                   ms % 1000 ? "ms" : "s", j->keep_max);
 }
 
 /* A deep copy of an array info (shards malloc'd). */
@@ -294,7 +427,7 @@ static int job_light(const sm_job *job)
 }
 
 /* Checks req, creates the job's outputs and queues it (takes req->program);
- * *out is the job, owned by the table. With here not NULL, a light job
+ * *out is the job, with a reference the caller drops with job_put. With here not NULL, a light job
  * (job_light) when no job waits and fewer than nthreads run is not queued
  * but marked RUNNING, and *here set: the caller runs it (sm_cjobs_run) and
  * then calls job_run_done. */
@@ -319,19 +452,15 @@ static sm_err job_enqueue(sm_cjobs *j, sm_svc_submit_req *req, sm_job **out, int
         return e;
     }
     pthread_mutex_lock(&j->mu);
-    if (j->stopping) {
+    if (j->stopping)
         e = sm_fail(err, errlen, SM_EUNAVAILABLE, "the coordinator is shutting down");
-    } else if (j->njobs == j->capjobs) {
-        int nc = j->capjobs ? 2 * j->capjobs : 64;
-        sm_job **v = realloc(j->jobs, (size_t)nc * sizeof *v);
-        if (!v)
-            e = sm_fail(err, errlen, SM_ENOMEM, "out of memory submitting a job");
-        else
-            j->jobs = v, j->capjobs = nc;
-    }
+    else if (table_reserve(j))
+        e = sm_fail(err, errlen, SM_ENOMEM, "out of memory submitting a job");
     if (!e) {
-        j->jobs[j->njobs++] = job;
-        job->id = (uint64_t)j->njobs;
+        job->id = ++j->last_id;
+        table_put(j->slots, j->capslots, job);
+        j->nslots++;
+        job->refs = 1; /* the caller's */
         *out = job;
     }
     if (!e && light && !j->qhead && j->running < j->nthreads) {
@@ -343,6 +472,7 @@ static sm_err job_enqueue(sm_cjobs *j, sm_svc_submit_req *req, sm_job **out, int
         SM_DEBUG("job %llu runs: program '%s' on %d workers", (unsigned long long)job->id,
                  job->prog->name, job->npeers);
     } else if (!e) {
+        job->refs++; /* the run queue's, handed to the runner that takes it */
         if (j->qtail)
             j->qtail->qnext = job;
         else
@@ -375,6 +505,8 @@ static sm_err j_submit(void *user, sm_svc_submit_req *req, sm_job_id *out, char 
     sm_job *job;
     sm_err e = job_enqueue(user, req, &job, NULL, err, errlen);
     out->v = e ? 0 : job->id;
+    if (!e)
+        job_put(user, job);
     return e;
 }
 
@@ -408,12 +540,17 @@ static sm_err j_wait(void *user, sm_job_id id, uint32_t wait_ms, sm_job_info *ou
                      size_t errlen)
 {
     sm_cjobs *j = user;
+    sm_job *job;
     pthread_mutex_lock(&j->mu);
-    sm_job *job = job_find(j, id);
-    if (job)
+    sm_err e = job_get_locked(j, id, &job, err, errlen);
+    if (!e)
         wait_end_locked(j, job, wait_ms > SM_JOBS_MAX_WAIT_MS ? SM_JOBS_MAX_WAIT_MS : wait_ms);
     pthread_mutex_unlock(&j->mu);
-    return job ? job_describe(j, job, out, err, errlen) : not_found(id, err, errlen);
+    if (e)
+        return e;
+    e = job_describe(j, job, out, err, errlen);
+    job_put(j, job);
+    return e;
 }
 
 static sm_err j_submit_wait(void *user, sm_svc_submit_req *req, sm_job_info *out, char *err,
@@ -436,23 +573,29 @@ static sm_err j_submit_wait(void *user, sm_svc_submit_req *req, sm_job_info *out
         pthread_mutex_unlock(&j->mu);
     }
     char tmp[256];
-    if (job_describe(j, job, out, tmp, sizeof tmp) == SM_OK)
-        return SM_OK;
-    /* The job exists: the caller must learn its id, and asks again. */
-    SM_WARN("job %llu: %s", (unsigned long long)job->id, tmp);
-    memset(out, 0, sizeof *out);
-    out->id.v = job->id;
-    out->state = SM_JOB_RUNNING;
+    if (job_describe(j, job, out, tmp, sizeof tmp) != SM_OK) {
+        /* The job exists: the caller must learn its id, and asks again. */
+        SM_WARN("job %llu: %s", (unsigned long long)job->id, tmp);
+        memset(out, 0, sizeof *out);
+        out->id.v = job->id;
+        out->state = SM_JOB_RUNNING;
+    }
+    job_put(j, job);
     return SM_OK;
 }
 
 static sm_err j_get(void *user, sm_job_id id, sm_job_info *out, char *err, size_t errlen)
 {
     sm_cjobs *j = user;
+    sm_job *job;
     pthread_mutex_lock(&j->mu);
-    sm_job *job = job_find(j, id);
+    sm_err e = job_get_locked(j, id, &job, err, errlen);
     pthread_mutex_unlock(&j->mu);
-    return job ? job_describe(j, job, out, err, errlen) : not_found(id, err, errlen);
+    if (e)
+        return e;
+    e = job_describe(j, job, out, err, errlen);
+    job_put(j, job);
+    return e;
 }
 
 static sm_err j_cancel(void *user, sm_job_id id, sm_job_info *out, char *err, size_t errlen)
@@ -460,20 +603,23 @@ static sm_err j_cancel(void *user, sm_job_id id, sm_job_info *out, char *err, si
     sm_cjobs *j = user;
     int drop = 0, running = 0;
     char msg[128];
+    sm_job *job;
     pthread_mutex_lock(&j->mu);
-    sm_job *job = job_find(j, id);
-    if (job && job->state == SM_JOB_QUEUED) {
+    sm_err e = job_get_locked(j, id, &job, err, errlen);
+    if (e) {
+        pthread_mutex_unlock(&j->mu);
+        return e;
+    }
+    if (job->state == SM_JOB_QUEUED) {
         snprintf(msg, sizeof msg, "job %llu was cancelled before it started",
                  (unsigned long long)job->id);
         sm_cjobs_end_locked(j, job, SM_JOB_CANCELLED, msg);
         drop = 1; /* the runner skips it when it comes up */
-    } else if (job && job->state == SM_JOB_RUNNING && !job->cancel) {
+    } else if (job->state == SM_JOB_RUNNING && !job->cancel) {
         job->cancel = 1;
         running = 1;
     }
     pthread_mutex_unlock(&j->mu);
-    if (!job)
-        return not_found(id, err, errlen);
     if (drop)
         sm_cjobs_delete_arrays(j, job->outs, job->nout);
     if (running) {
@@ -483,7 +629,9 @@ static sm_err j_cancel(void *user, sm_job_id id, sm_job_info *out, char *err, si
         wait_end_locked(j, job, SM_JOBS_CTL_MS);
         pthread_mutex_unlock(&j->mu);
     }
-    return job_describe(j, job, out, err, errlen);
+    e = job_describe(j, job, out, err, errlen);
+    job_put(j, job);
+    return e;
 }
 
 static const sm_svc_coord_job_ops job_ops = {
@@ -515,8 +663,10 @@ static void *runner_main(void *arg)
         if (!j->qhead)
             j->qtail = NULL;
         job->qnext = NULL;
-        if (job->state != SM_JOB_QUEUED)
-            continue; /* cancelled while queued */
+        if (job->state != SM_JOB_QUEUED) { /* cancelled while queued */
+            job_put_locked(job);
+            continue;
+        }
         job->state = SM_JOB_RUNNING;
         job->start_us = sm_cjobs_now_us();
         j->running++;
@@ -525,17 +675,30 @@ static void *runner_main(void *arg)
         sm_cjobs_run(j, job);
         pthread_mutex_lock(&j->mu);
         j->running--;
+        job_put_locked(job); /* the queue's, taken over */
     }
     pthread_mutex_unlock(&j->mu);
     return NULL;
 }
 
-sm_err sm_cjobs_create(sm_coord *coord, int nthreads, sm_cjobs **out, char *err, size_t errlen)
+sm_cjobs_config sm_cjobs_config_default(int nthreads)
+{
+    return (sm_cjobs_config){nthreads, (int64_t)SM_JOBS_KEEP_S * 1000, SM_JOBS_KEEP_MAX};
+}
+
+sm_err sm_cjobs_create(sm_coord *coord, const sm_cjobs_config *cfg, sm_cjobs **out, char *err,
+                       size_t errlen)
 {
     *out = NULL;
+    int nthreads = cfg->nthreads;
     if (nthreads < 1 || nthreads > 16)
         return sm_fail(err, errlen, SM_EINVAL, "a job manager has 1 to 16 runner threads, not %d",
                        nthreads);
+    if (cfg->keep_ms < 0 || cfg->keep_ms > INT64_MAX / 1000 || cfg->keep_max < 0)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "ended jobs are kept for 0 ms or more and 0 records or more, not %lld ms "
+                       "and %d records",
+                       (long long)cfg->keep_ms, cfg->keep_max);
     sm_cjobs *j = calloc(1, sizeof *j);
     pthread_t *th = calloc((size_t)nthreads, sizeof *th);
     if (!j || !th) {
@@ -545,6 +708,8 @@ sm_err sm_cjobs_create(sm_coord *coord, int nthreads, sm_cjobs **out, char *err,
     }
     j->coord = coord;
     j->threads = th;
+    j->keep_us = cfg->keep_ms * 1000;
+    j->keep_max = cfg->keep_max;
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -574,32 +739,49 @@ void sm_cjobs_stop(sm_cjobs *j)
         return;
     }
     j->stopping = 1;
-    int n = j->njobs;
-    unsigned char *drop = calloc((size_t)(n ? n : 1), 1), *cancel = calloc((size_t)(n ? n : 1), 1);
-    for (int i = 0; i < n; i++) {
-        sm_job *job = j->jobs[i];
+    /* Queued jobs end here and running ones are told to cancel, each held
+     * (a queued one by the queue's reference) until its outputs are
+     * deleted or its workers told. */
+    sm_job **held = calloc((size_t)j->nslots + 1, sizeof *held);
+    int nheld = 0, nqueued;
+    for (sm_job *job = j->qhead, *next; job; job = next) {
+        next = job->qnext;
+        job->qnext = NULL;
         if (job->state == SM_JOB_QUEUED) {
             sm_cjobs_end_locked(j, job, SM_JOB_CANCELLED, "the coordinator shut down");
-            if (drop)
-                drop[i] = 1;
-        } else if (job->state == SM_JOB_RUNNING && !job->cancel) {
-            job->cancel = 1;
-            if (cancel)
-                cancel[i] = 1;
+            if (held) {
+                held[nheld++] = job;
+                continue;
+            }
         }
+        job_put_locked(job);
     }
     j->qhead = j->qtail = NULL;
+    nqueued = nheld;
+    for (int i = 0; i < j->capslots; i++) {
+        sm_job *job = j->slots[i];
+        if (job && job->state == SM_JOB_RUNNING && !job->cancel) {
+            job->cancel = 1;
+            if (held) {
+                job->refs++;
+                held[nheld++] = job;
+            }
+        }
+    }
     pthread_cond_broadcast(&j->work);
     pthread_cond_broadcast(&j->changed);
     pthread_mutex_unlock(&j->mu);
-    for (int i = 0; i < n; i++) {
-        if (drop && drop[i])
-            sm_cjobs_delete_arrays(j, j->jobs[i]->outs, j->jobs[i]->nout);
-        if (cancel && cancel[i])
-            sm_cjobs_cancel_workers(j, j->jobs[i], -1);
+    for (int i = 0; i < nheld; i++) {
+        if (i < nqueued)
+            sm_cjobs_delete_arrays(j, held[i]->outs, held[i]->nout);
+        else
+            sm_cjobs_cancel_workers(j, held[i], -1);
     }
-    free(drop);
-    free(cancel);
+    pthread_mutex_lock(&j->mu);
+    for (int i = 0; i < nheld; i++)
+        job_put_locked(held[i]);
+    pthread_mutex_unlock(&j->mu);
+    free(held);
 }
 
 void sm_cjobs_free(sm_cjobs *j)
@@ -609,12 +791,12 @@ void sm_cjobs_free(sm_cjobs *j)
     sm_cjobs_stop(j);
     for (int i = 0; i < j->nthreads; i++)
         pthread_join(j->threads[i], NULL);
-    for (int i = 0; i < j->njobs; i++)
-        job_destroy(j->jobs[i]);
+    for (int i = 0; i < j->capslots; i++)
+        job_destroy(j->slots[i]); /* every holder is gone: no dropped job is left */
     for (int i = 0; i < j->nchans; i++)
         sm_rpc_channel_free(j->chans[i].ch);
     free(j->chans);
-    free(j->jobs);
+    free(j->slots);
     free(j->threads);
     pthread_mutex_destroy(&j->mu);
     pthread_mutex_destroy(&j->chmu);

@@ -18,6 +18,14 @@
  * arrays are always deleted; inputs are never touched. Cancel and a job's
  * deadline end it the same way (CANCELLED, or FAILED with "deadline").
  *
+ * The job table holds queued and running jobs, and the record of an ended
+ * job (state, error, output descriptions) for keep_ms after it ended, at
+ * most the keep_max most recent ones: older records are dropped, oldest end
+ * first, and GetJob / WaitJob / CancelJob of such an id answer NOT_FOUND
+ * saying the record was dropped (an id never handed out "does not exist").
+ * Ids are never reused. A call that already holds a job (a WaitJob blocked
+ * on it) still describes it after its record was dropped.
+ *
  * Thread-safety: every function is safe from any thread. */
 #ifndef SM_SERVER_JOBS_H
 #define SM_SERVER_JOBS_H
@@ -28,10 +36,25 @@
 
 typedef struct sm_cjobs sm_cjobs;
 
-/* Starts a job manager with nthreads runner threads (1..16) over coord
- * (borrowed; it must outlive the manager). *out is freed with
- * sm_cjobs_free. */
-sm_err sm_cjobs_create(sm_coord *coord, int nthreads, sm_cjobs **out, char *err, size_t errlen);
+/* Default retention of ended jobs' records: seconds after the end, and
+ * count. */
+#define SM_JOBS_KEEP_S   600
+#define SM_JOBS_KEEP_MAX 10000
+
+typedef struct {
+    int nthreads;    /* runner threads, 1..16 */
+    int64_t keep_ms; /* an ended job's record is kept this long (>= 0) */
+    int keep_max;    /* and only the newest keep_max ended records (>= 0) */
+} sm_cjobs_config;
+
+/* The defaults: nthreads runner threads, SM_JOBS_KEEP_S, SM_JOBS_KEEP_MAX. */
+sm_cjobs_config sm_cjobs_config_default(int nthreads);
+
+/* Starts a job manager configured by cfg (copied) over coord (borrowed; it
+ * must outlive the manager). SM_EINVAL for a value out of range. *out is
+ * freed with sm_cjobs_free. */
+sm_err sm_cjobs_create(sm_coord *coord, const sm_cjobs_config *cfg, sm_cjobs **out, char *err,
+                       size_t errlen);
 /* Stops taking jobs, cancels running ones and wakes every waiter, so that
  * handlers blocked in WaitJob return at once. Call before stopping the rpc
  * server. NULL ok. */

@@ -19,6 +19,9 @@ typedef struct sm_job {
     int64_t start_us, end_us; /* 0 until started / ended */
     sm_array_info *out_infos; /* [nout] when DONE (owned) */
     struct sm_job *qnext;     /* run queue link */
+    struct sm_job *enext;     /* ended list link (newer end) */
+    int refs;                 /* holders besides the table: the run queue, a runner, handlers */
+    int dropped;              /* out of the table; the last holder frees it */
     /* Set at submit, read-only afterwards: */
     sm_program *prog; /* owned; mesh with its devices (has_devices = 1); freed by the
                          runner once the job ended (NULL) */
@@ -44,8 +47,15 @@ struct sm_cjobs {
     pthread_mutex_t mu;
     pthread_cond_t changed; /* a job's state changed (CLOCK_MONOTONIC) */
     pthread_cond_t work;    /* the queue got a job, or stopping */
-    sm_job **jobs;          /* jobs[id - 1] */
-    int njobs, capjobs;
+    /* The table: open addressing on id (linear probing from id & (cap - 1)),
+     * queued, running and kept ended jobs. */
+    sm_job **slots;
+    int nslots, capslots;
+    uint64_t last_id;                /* ids 1..last_id were handed out */
+    sm_job *ended_head, *ended_tail; /* kept ended jobs, oldest end first */
+    int nended;
+    int64_t keep_us;
+    int keep_max;
     sm_job *qhead, *qtail;
     int stopping;
     int nthreads; /* runner threads, also the bound on jobs running at once */
@@ -67,9 +77,11 @@ void sm_cjobs_cancel_workers(sm_cjobs *j, const sm_job *job, int skip);
  * their shards on the workers. */
 void sm_cjobs_delete_arrays(sm_cjobs *j, const sm_array_id *ids, int n);
 /* Runs a job whose state is RUNNING to its end (DONE, FAILED or
- * CANCELLED), on the calling runner thread. */
+ * CANCELLED), on the calling thread, which holds a reference to it. */
 void sm_cjobs_run(sm_cjobs *j, sm_job *job);
-/* Ends job with state and msg (under mu: the caller holds it). */
+/* Ends job with state and msg (under mu: the caller holds it) and adds it
+ * to the ended list; records past the retention are dropped, job too
+ * (freed unless someone holds a reference to it). */
 void sm_cjobs_end_locked(sm_cjobs *j, sm_job *job, sm_job_state state, const char *msg);
 
 #endif

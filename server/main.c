@@ -19,6 +19,9 @@
 #include "sm_log.h"
 #include "sm_rpc.h"
 
+#define SM_STR_(x) #x
+#define SM_STR(x)  SM_STR_(x)
+
 enum {
     CFG_LISTEN,
     CFG_PORT_FILE,
@@ -29,6 +32,8 @@ enum {
     CFG_HEARTBEAT,
     CFG_LOST_AFTER,
     CFG_DEADLINE,
+    CFG_JOB_KEEP_S,
+    CFG_JOB_KEEP_MAX,
     CFG_LOG_LEVEL,
     CFG_COUNT
 };
@@ -54,6 +59,12 @@ static const sm_config_row cfg_rows[CFG_COUNT] = {
                         "A worker silent this long is marked lost, in milliseconds."},
     [CFG_DEADLINE] = {"default-deadline-ms", 0, SM_CFG_INT, "60000", NULL,
                       "Time a pending array has to receive all its data, in milliseconds."},
+    [CFG_JOB_KEEP_S] = {"job-keep-s", 0, SM_CFG_INT, SM_STR(SM_JOBS_KEEP_S), NULL,
+                        "An ended job's record (state, error, outputs) is kept this long, in "
+                        "seconds; GetJob of an older one is NOT_FOUND."},
+    [CFG_JOB_KEEP_MAX] = {"job-keep-max", 0, SM_CFG_INT, SM_STR(SM_JOBS_KEEP_MAX), NULL,
+                          "At most this many ended jobs' records are kept, the most recent "
+                          "ones."},
     [CFG_LOG_LEVEL] = {"log-level", 0, SM_CFG_STRING, "info", "SHMAP_LOG",
                        "Log level: error, warn, info or debug."},
 };
@@ -121,7 +132,9 @@ int main(int argc, char **argv)
         check_range(v, CFG_DEVICES, 1, SM_MAX_WORKER_DEVICES, msg, sizeof msg) ||
         check_range(v, CFG_HEARTBEAT, 10, 3600000, msg, sizeof msg) ||
         check_range(v, CFG_LOST_AFTER, v[CFG_HEARTBEAT].i, 86400000, msg, sizeof msg) ||
-        check_range(v, CFG_DEADLINE, 1, 86400000, msg, sizeof msg))
+        check_range(v, CFG_DEADLINE, 1, 86400000, msg, sizeof msg) ||
+        check_range(v, CFG_JOB_KEEP_S, 0, 31 * 86400, msg, sizeof msg) ||
+        check_range(v, CFG_JOB_KEEP_MAX, 0, 100000000, msg, sizeof msg))
         return usage_error(msg);
     static const char *const levels[] = {"error", "warn", "info", "debug"};
     int level = -1;
@@ -160,11 +173,14 @@ int main(int argc, char **argv)
                                 sizeof err)))
         goto fail;
     sm_coord coord = {reg, token, deadline};
+    sm_cjobs_config jobs_cfg = sm_cjobs_config_default(JOB_THREADS);
+    jobs_cfg.keep_ms = v[CFG_JOB_KEEP_S].i * 1000;
+    jobs_cfg.keep_max = (int)v[CFG_JOB_KEEP_MAX].i;
     sm_rpc_server_opts so = {v[CFG_LISTEN].s, token, 0};
     if ((e = sm_rpc_server_create(&so, &srv, err, sizeof err)) ||
         (e = sm_svc_coord_serve(srv, sm_handlers_ops(), &coord, "shmap-coordinator", err,
                                 sizeof err)) ||
-        (e = sm_cjobs_create(&coord, JOB_THREADS, &jobs, err, sizeof err)) ||
+        (e = sm_cjobs_create(&coord, &jobs_cfg, &jobs, err, sizeof err)) ||
         (e = sm_svc_coord_jobs_serve(srv, sm_cjobs_ops(), jobs, err, sizeof err)) ||
         (e = sm_rpc_server_start(srv, err, sizeof err)))
         goto fail;

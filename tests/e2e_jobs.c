@@ -712,6 +712,71 @@ done:
 }
 END_TEST
 
+/* A coordinator that keeps 2 ended jobs' records: the jobs before them
+ * answer NOT_FOUND saying their record was dropped, unlike an id never
+ * handed out; the newest still answer. */
+START_TEST(test_records_dropped)
+{
+    static const char *const flags[] = {"--job-keep-max", "2", NULL};
+    harness_opts ho = {.nworkers = 1, .devices_per_worker = 4, .coord_args = flags};
+    harness_cluster *h = NULL;
+    char err[1024];
+    ck_assert_msg(harness_cluster_start(&ho, &h, err, sizeof err) == SM_OK, "%s", err);
+    sm_client *c = harness_client(h);
+    sm_program *p = NULL;
+    ck_assert_int_eq(sm_program_parse("mesh i=4\n"
+                                      "shard_map f(a: f32[8] @ P('i')) -> P('i'):\n"
+                                      "    return a + 1\n",
+                                      "inc.shmap", &p, err, sizeof err),
+                     SM_OK);
+    sm_array *a = arange_f32(8, 1);
+    sm_shape s = HARNESS_SHAPE(8);
+    sm_mesh m;
+    sm_sharding_ref sh = harness_sharding(&m, "i=4", NULL, 0, "P('i')");
+    sm_array_info ia;
+    ck_assert_int_eq(sm_client_put(c, SM_F32, &s, a->data, &sh, NULL, &ia, err, sizeof err), SM_OK);
+    sm_array_ref args[1] = {{ia.id, NULL}};
+    sm_array_info_free(&ia);
+    sm_job_info info;
+    uint64_t ids[4];
+    for (int k = 0; k < 4; k++) {
+        ck_assert_msg(sm_job_run(c, p, 1, args, NULL, 1, 0, 10000, &info, err, sizeof err) == SM_OK,
+                      "%s", err);
+        ck_assert_int_eq(info.state, SM_JOB_DONE);
+        ids[k] = info.id.v;
+        sm_job_info_free(&info);
+    }
+    for (int k = 0; k < 2; k++) {
+        char want[96];
+        snprintf(want, sizeof want, "job %llu ended and its record was dropped",
+                 (unsigned long long)ids[k]);
+        ck_assert_int_eq(sm_job_status(c, (sm_job_id){ids[k]}, &info, err, sizeof err),
+                         SM_ENOTFOUND);
+        ck_assert_msg(strstr(err, want) && strstr(err, "only the newest 2"), "%s", err);
+        ck_assert_int_eq(sm_job_wait(c, (sm_job_id){ids[k]}, 100, &info, err, sizeof err),
+                         SM_ENOTFOUND);
+        ck_assert_msg(strstr(err, want), "%s", err);
+        ck_assert_int_eq(sm_job_cancel(c, (sm_job_id){ids[k]}, &info, err, sizeof err),
+                         SM_ENOTFOUND);
+        ck_assert_msg(strstr(err, want), "%s", err);
+    }
+    for (int k = 2; k < 4; k++) {
+        ck_assert_msg(sm_job_status(c, (sm_job_id){ids[k]}, &info, err, sizeof err) == SM_OK, "%s",
+                      err);
+        ck_assert_int_eq(info.state, SM_JOB_DONE);
+        ck_assert_int_eq(info.noutputs, 1);
+        sm_job_info_free(&info);
+    }
+    ck_assert_int_eq(sm_job_status(c, (sm_job_id){ids[3] + 1}, &info, err, sizeof err),
+                     SM_ENOTFOUND);
+    ck_assert_msg(strstr(err, "does not exist"), "%s", err);
+    sm_array_free(a);
+    sm_program_free(p);
+    sm_client_close(c);
+    harness_cluster_stop(h);
+}
+END_TEST
+
 static Suite *jobs_suite(void)
 {
     Suite *s = suite_create("e2e_jobs");
@@ -730,6 +795,7 @@ static Suite *jobs_suite(void)
     tc = tcase_create("failures");
     tcase_set_timeout(tc, 180);
     tcase_add_loop_test(tc, test_worker_lost, 0, 2);
+    tcase_add_test(tc, test_records_dropped);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -223,7 +223,7 @@ sm_err harness_cluster_start(const harness_opts *o, harness_cluster **out, char 
     snprintf(logfile, sizeof logfile, "%s/coordinator.log", h->dir);
     snprintf(nw, sizeof nw, "%d", o->nworkers);
     snprintf(nd, sizeof nd, "%d", o->devices_per_worker);
-    char *argv[16] = {(char *)bin,
+    char *argv[32] = {(char *)bin,
                       "--listen",
                       "127.0.0.1:0",
                       "--port-file",
@@ -233,11 +233,14 @@ sm_err harness_cluster_start(const harness_opts *o, harness_cluster **out, char 
                       "--devices-per-worker",
                       nd,
                       NULL};
+    int na = 9;
     if (o->token) {
-        argv[9] = "--token";
-        argv[10] = (char *)o->token;
-        argv[11] = NULL;
+        argv[na++] = "--token";
+        argv[na++] = (char *)o->token;
     }
+    for (int k = 0; o->coord_args && o->coord_args[k] && na < 31; k++)
+        argv[na++] = (char *)o->coord_args[k];
+    argv[na] = NULL;
     char **env = make_env(NULL, NULL);
     watchdog_start();
     h->pid = spawn(argv, env, logfile, logfile, 1);

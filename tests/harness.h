@@ -20,7 +20,8 @@
 typedef struct {
     int nworkers;
     int devices_per_worker;
-    const char *token; /* NULL: none */
+    const char *token;             /* NULL: none */
+    const char *const *coord_args; /* more coordinator flags, NULL-terminated (NULL: none) */
 } harness_opts;
 
 typedef struct {

@@ -4,11 +4,16 @@
  * registry with NULL channels: every rejection happens before anything
  * runs and leaves no array behind; an accepted job whose workers cannot be
  * reached fails with UNAVAILABLE naming the worker, and its outputs are
- * deleted. */
+ * deleted. The retention of ended jobs' records: past the count or the
+ * time, GetJob / WaitJob / CancelJob say the record was dropped, while
+ * queued and running jobs (on workers that listen but never answer) stay. */
+#include <arpa/inet.h>
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "jobs.h"
 #include "registry.h"
@@ -175,16 +180,15 @@ static struct {
     sm_cjobs *jobs;
 } fx;
 
-static void setup(void)
+/* A registry with two 4-device workers at ports[0..1] on loopback, and a
+ * job manager configured by cfg. */
+static void fx_open(const int *ports, const sm_cjobs_config *cfg)
 {
     char err[256];
-    sm_log_set_level(SM_LOG_ERROR);
-    sm_rpc_init();
-    memset(&fx, 0, sizeof fx);
     ck_assert_int_eq(sm_registry_create(60000, 500, &fx.reg, err, sizeof err), SM_OK);
     for (int k = 0; k < 2; k++) {
         char addr[32];
-        snprintf(addr, sizeof addr, "127.0.0.1:%d", 1 + k); /* nothing listens there */
+        snprintf(addr, sizeof addr, "127.0.0.1:%d", ports[k]);
         sm_svc_register_req req = {addr, 4, -1, "host"};
         sm_svc_register_reply rep;
         sm_reg_free *f = NULL;
@@ -195,7 +199,22 @@ static void setup(void)
         free(f);
     }
     fx.coord = (sm_coord){fx.reg, NULL, 2000};
-    ck_assert_int_eq(sm_cjobs_create(&fx.coord, 2, &fx.jobs, err, sizeof err), SM_OK);
+    ck_assert_msg(sm_cjobs_create(&fx.coord, cfg, &fx.jobs, err, sizeof err) == SM_OK, "%s", err);
+}
+
+static void setup_bare(void)
+{
+    sm_log_set_level(SM_LOG_ERROR);
+    sm_rpc_init();
+    memset(&fx, 0, sizeof fx);
+}
+
+static void setup(void)
+{
+    static const int nobody[2] = {1, 2}; /* nothing listens there */
+    setup_bare();
+    sm_cjobs_config cfg = sm_cjobs_config_default(2);
+    fx_open(nobody, &cfg);
 }
 
 static void teardown(void)
@@ -354,6 +373,220 @@ START_TEST(test_submit_unreachable)
 }
 END_TEST
 
+/* ---- retention of ended jobs ------------------------------------------------------- */
+
+/* Submits MM_TEXT over the arrays A and B (made by the caller). */
+static sm_job_id submit_mm(void)
+{
+    char err[1024] = "";
+    sm_program *p = NULL;
+    ck_assert_int_eq(sm_program_parse(MM_TEXT, "t.shmap", &p, err, sizeof err), SM_OK);
+    sm_array_ref args[2] = {{{0}, "A"}, {{0}, "B"}};
+    sm_svc_submit_req req = {p, 2, args, 0, NULL, 1, 0, 0};
+    sm_job_id id = {0};
+    ck_assert_msg(sm_cjobs_ops()->submit(fx.jobs, &req, &id, err, sizeof err) == SM_OK, "%s", err);
+    return id;
+}
+
+static void mm_arrays(void)
+{
+    ready_array("A", SM_F32, (sm_shape){2, {8, 16}}, "P('i','j')");
+    ready_array("B", SM_F32, (sm_shape){2, {16, 32}}, "P('j', None)");
+}
+
+/* The state of job id (SM_OK), or -1 with its NOT_FOUND sentence in err. */
+static int job_state(uint64_t id, char *err, size_t errlen)
+{
+    sm_job_info info;
+    sm_err e = sm_cjobs_ops()->get(fx.jobs, (sm_job_id){id}, &info, err, errlen);
+    if (e) {
+        ck_assert_int_eq(e, SM_ENOTFOUND);
+        return -1;
+    }
+    ck_assert_uint_eq(info.id.v, id);
+    int st = info.state;
+    sm_job_info_free(&info);
+    return st;
+}
+
+/* Job id is gone with the dropped-record sentence from get, wait and
+ * cancel alike; *what (e.g. "kept for 600 s") is in it. */
+static void assert_dropped(uint64_t id, const char *what)
+{
+    char err[512] = "", want[64];
+    sm_job_info info;
+    snprintf(want, sizeof want, "job %llu ended and its record was dropped",
+             (unsigned long long)id);
+    ck_assert_msg(job_state(id, err, sizeof err) == -1, "job %llu is still kept",
+                  (unsigned long long)id);
+    ck_assert_msg(strstr(err, want) && strstr(err, what), "'%s'", err);
+    err[0] = 0;
+    ck_assert_int_eq(sm_cjobs_ops()->wait(fx.jobs, (sm_job_id){id}, 100, &info, err, sizeof err),
+                     SM_ENOTFOUND);
+    ck_assert_msg(strstr(err, want), "'%s'", err);
+    err[0] = 0;
+    ck_assert_int_eq(sm_cjobs_ops()->cancel(fx.jobs, (sm_job_id){id}, &info, err, sizeof err),
+                     SM_ENOTFOUND);
+    ck_assert_msg(strstr(err, want), "'%s'", err);
+}
+
+/* A loopback socket that listens but never accepts: a call to it waits
+ * until the socket is closed. */
+static int silent_listener(int *port)
+{
+    struct sockaddr_in a;
+    socklen_t alen = sizeof a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(listen(fd, 64), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+/* More ended jobs than keep_max: the oldest ends go first; a running job
+ * and a queued one stay however many end after them. */
+START_TEST(test_keep_max)
+{
+    int ports[2], fds[2];
+    for (int k = 0; k < 2; k++)
+        fds[k] = silent_listener(&ports[k]);
+    sm_cjobs_config cfg = sm_cjobs_config_default(1);
+    cfg.keep_max = 3;
+    fx_open(ports, &cfg);
+    mm_arrays();
+    char err[512];
+    sm_job_info info;
+    ck_assert_uint_eq(submit_mm().v, 1); /* runs on the one runner and hangs */
+    for (int k = 0; k < 200 && job_state(1, err, sizeof err) != SM_JOB_RUNNING; k++)
+        usleep(10000);
+    ck_assert_int_eq(job_state(1, err, sizeof err), SM_JOB_RUNNING);
+    /* A burst of queued jobs behind it (the table grows), all cancelled
+     * (and it shrinks back). */
+    for (uint64_t id = 2; id <= 200; id++)
+        ck_assert_uint_eq(submit_mm().v, id);
+    for (uint64_t id = 3; id <= 200; id++) {
+        ck_assert_int_eq(sm_cjobs_ops()->cancel(fx.jobs, (sm_job_id){id}, &info, err, sizeof err),
+                         SM_OK);
+        ck_assert_int_eq(info.state, SM_JOB_CANCELLED);
+        sm_job_info_free(&info);
+    }
+    ck_assert_int_eq(narrays(), 2 + 2 * 2); /* jobs 1 and 2's pending outputs */
+    ck_assert_int_eq(job_state(1, err, sizeof err), SM_JOB_RUNNING);
+    ck_assert_int_eq(job_state(2, err, sizeof err), SM_JOB_QUEUED);
+    assert_dropped(3, "and only the newest 3");
+    for (uint64_t id = 4; id <= 197; id++)
+        ck_assert_int_eq(job_state(id, err, sizeof err), -1);
+    for (uint64_t id = 198; id <= 200; id++)
+        ck_assert_int_eq(job_state(id, err, sizeof err), SM_JOB_CANCELLED);
+    ck_assert_int_eq(job_state(201, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "job 201 does not exist"), "'%s'", err);
+    ck_assert_int_eq(job_state(0, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "job 0 does not exist"), "'%s'", err);
+    /* The workers go away: job 1 fails, job 2 runs and fails; their ends
+     * push out 198 and 199. */
+    for (int k = 0; k < 2; k++)
+        close(fds[k]);
+    for (int k = 0; k < 100 && job_state(2, err, sizeof err) < SM_JOB_DONE; k++) {
+        ck_assert_int_eq(sm_cjobs_ops()->wait(fx.jobs, (sm_job_id){2}, 100, &info, err, sizeof err),
+                         SM_OK);
+        sm_job_info_free(&info);
+    }
+    ck_assert_int_eq(job_state(1, err, sizeof err), SM_JOB_FAILED);
+    ck_assert_int_eq(job_state(2, err, sizeof err), SM_JOB_FAILED);
+    ck_assert_int_eq(job_state(200, err, sizeof err), SM_JOB_CANCELLED);
+    assert_dropped(198, "newest 3");
+    assert_dropped(199, "newest 3");
+    ck_assert_int_eq(narrays(), 2);
+}
+END_TEST
+
+/* Many jobs through a small table: only the newest keep_max answer, and a
+ * SubmitJob that waits gets its job's end even with nothing kept. */
+START_TEST(test_keep_many)
+{
+    static const int nobody[2] = {1, 2};
+    sm_cjobs_config cfg = sm_cjobs_config_default(2);
+    cfg.keep_max = 40;
+    fx_open(nobody, &cfg);
+    mm_arrays();
+    char err[512];
+    for (uint64_t id = 1; id <= 300; id++) {
+        sm_program *p = NULL;
+        ck_assert_int_eq(sm_program_parse(MM_TEXT, "t.shmap", &p, err, sizeof err), SM_OK);
+        sm_array_ref args[2] = {{{0}, "A"}, {{0}, "B"}};
+        sm_svc_submit_req req = {p, 2, args, 0, NULL, 1, 0, 5000};
+        sm_job_info info;
+        ck_assert_int_eq(sm_cjobs_ops()->submit_wait(fx.jobs, &req, &info, err, sizeof err), SM_OK);
+        ck_assert_uint_eq(info.id.v, id);
+        ck_assert_msg(info.state == SM_JOB_FAILED, "job %llu: %d", (unsigned long long)id,
+                      info.state);
+        sm_job_info_free(&info);
+    }
+    for (uint64_t id = 1; id <= 300; id++) {
+        if (id <= 260)
+            ck_assert_int_eq(job_state(id, err, sizeof err), -1);
+        else
+            ck_assert_int_eq(job_state(id, err, sizeof err), SM_JOB_FAILED);
+    }
+    assert_dropped(1, "and only the newest 40");
+    assert_dropped(260, "for 600 s");
+    ck_assert_int_eq(job_state(301, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "job 301 does not exist"), "'%s'", err);
+    ck_assert_int_eq(narrays(), 2);
+}
+END_TEST
+
+/* A record older than keep_ms goes; with keep_max 0 a SubmitJob that
+ * waits still describes the job it ran. */
+START_TEST(test_keep_time)
+{
+    static const int nobody[2] = {1, 2};
+    sm_cjobs_config cfg = sm_cjobs_config_default(2);
+    cfg.keep_ms = 300;
+    fx_open(nobody, &cfg);
+    mm_arrays();
+    char err[512];
+    sm_job_info info;
+    sm_job_id id = submit_mm();
+    ck_assert_int_eq(sm_cjobs_ops()->wait(fx.jobs, id, 5000, &info, err, sizeof err), SM_OK);
+    ck_assert_int_eq(info.state, SM_JOB_FAILED);
+    sm_job_info_free(&info);
+    ck_assert_int_eq(job_state(id.v, err, sizeof err), SM_JOB_FAILED);
+    usleep(400000);
+    assert_dropped(id.v, "for 300 ms");
+    sm_cjobs_free(fx.jobs);
+    cfg.keep_max = 0;
+    ck_assert_int_eq(sm_cjobs_create(&fx.coord, &cfg, &fx.jobs, err, sizeof err), SM_OK);
+    sm_program *p = NULL;
+    ck_assert_int_eq(sm_program_parse(MM_TEXT, "t.shmap", &p, err, sizeof err), SM_OK);
+    sm_array_ref args[2] = {{{0}, "A"}, {{0}, "B"}};
+    sm_svc_submit_req req = {p, 2, args, 0, NULL, 1, 0, 5000};
+    ck_assert_int_eq(sm_cjobs_ops()->submit_wait(fx.jobs, &req, &info, err, sizeof err), SM_OK);
+    ck_assert_uint_eq(info.id.v, 1);
+    ck_assert_int_eq(info.state, SM_JOB_FAILED);
+    ck_assert_ptr_nonnull(strstr(info.error, "is unavailable"));
+    sm_job_info_free(&info);
+    assert_dropped(1, "and only the newest 0");
+    ck_assert_int_eq(narrays(), 2);
+}
+END_TEST
+
+START_TEST(test_keep_bad_config)
+{
+    char err[256] = "";
+    sm_cjobs_config cfg = sm_cjobs_config_default(2);
+    cfg.keep_max = -1;
+    ck_assert_int_eq(sm_cjobs_create(&fx.coord, &cfg, &fx.jobs, err, sizeof err), SM_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "-1 records"));
+    ck_assert_ptr_null(fx.jobs);
+}
+END_TEST
+
 static Suite *jobs_suite(void)
 {
     Suite *s = suite_create("server_jobs");
@@ -368,6 +601,14 @@ static Suite *jobs_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, test_submit_rejected, 0, N(submit_cases));
     tcase_add_test(tc, test_submit_unreachable);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("retention");
+    tcase_add_checked_fixture(tc, setup_bare, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_keep_max);
+    tcase_add_test(tc, test_keep_many);
+    tcase_add_test(tc, test_keep_time);
+    tcase_add_test(tc, test_keep_bad_config);
     suite_add_tcase(s, tc);
     return s;
 }

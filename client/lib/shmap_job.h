@@ -52,7 +52,9 @@ sm_err sm_job_submit(sm_client *c, const sm_program *p, int nargs, const sm_arra
  * outputs in return order when DONE, and queued_us / run_us. Returns SM_OK
  * whenever the job could be described, also when it failed or is still
  * running after timeout_ms: out->state says which. SM_ENOTFOUND for an
- * unknown job. */
+ * unknown job, and for one whose record the coordinator dropped (it keeps
+ * an ended job's record for --job-keep-s, the newest --job-keep-max; the
+ * sentence says so). */
 sm_err sm_job_wait(sm_client *c, sm_job_id id, int64_t timeout_ms, sm_job_info *out, char *err,
                    size_t errlen);
 
@@ -68,7 +70,7 @@ sm_err sm_job_run(sm_client *c, const sm_program *p, int nargs, const sm_array_r
                   const char *const *out_names, int check_vma, uint32_t deadline_ms,
                   int64_t timeout_ms, sm_job_info *out, char *err, size_t errlen);
 
-/* Describes job id now, without waiting. */
+/* Describes job id now, without waiting. SM_ENOTFOUND as sm_job_wait. */
 sm_err sm_job_status(sm_client *c, sm_job_id id, sm_job_info *out, char *err, size_t errlen);
 
 /* Cancels a queued or running job (the workers stop it, its outputs are
