@@ -311,6 +311,52 @@ START_TEST(test_htab)
 }
 END_TEST
 
+/* sm_htab shrinking: a table grown to thousands of items halves its slots
+ * as they are removed, down to SM_HTAB_MIN, and finds what stays at every
+ * size (colliding hashes too). */
+START_TEST(test_htab_shrink)
+{
+    const htab_case *c = &htab_cases[_i];
+    enum { NKEYS = 2000, KEEP = 200 }; /* every KEEP-th key stays a while */
+    static uint64_t keys[NKEYS];
+    sm_htab t = {0};
+    for (int k = 0; k < NKEYS; k++) {
+        keys[k] = (uint64_t)k * 1000003u;
+        ck_assert_int_eq(sm_htab_reserve(&t, t.n + 1), SM_OK);
+        sm_htab_put(&t, c->hash(keys[k]), &keys[k]);
+    }
+    size_t grown = t.cap;
+    ck_assert_uint_ge(grown, 2 * NKEYS);
+    for (int k = 0; k < NKEYS; k++) {
+        if (k % KEEP == 0)
+            continue;
+        ck_assert_int_eq(sm_htab_del(&t, c->hash(keys[k]), &keys[k]), 1);
+        /* never more than needed: at most an eighth full only at the floor */
+        ck_assert_uint_le(t.n * 2, t.cap);
+        ck_assert_msg(t.cap == SM_HTAB_MIN || t.n * 8 > t.cap,
+                      "%s: %zu slots for %zu items after removing key %d", c->name, t.cap, t.n, k);
+    }
+    ck_assert_uint_eq(t.n, NKEYS / KEEP);
+    ck_assert_uint_lt(t.cap, grown / 16);
+    for (int k = 0; k < NKEYS; k++) {
+        uint64_t key = keys[k];
+        ck_assert_msg(sm_htab_find(&t, c->hash(key), htab_match, &key) ==
+                          (k % KEEP == 0 ? &keys[k] : NULL),
+                      "%s: key %d after the shrink", c->name, k);
+    }
+    for (int k = 0; k < NKEYS; k += KEEP)
+        ck_assert_int_eq(sm_htab_del(&t, c->hash(keys[k]), &keys[k]), 1);
+    ck_assert_uint_eq(t.n, 0);
+    ck_assert_uint_eq(t.cap, SM_HTAB_MIN);
+    uint64_t key = keys[1]; /* the shrunk table takes items again */
+    ck_assert_ptr_null(sm_htab_find(&t, c->hash(key), htab_match, &key));
+    ck_assert_int_eq(sm_htab_reserve(&t, t.n + 1), SM_OK);
+    sm_htab_put(&t, c->hash(key), &keys[1]);
+    ck_assert_ptr_eq(sm_htab_find(&t, c->hash(key), htab_match, &key), &keys[1]);
+    sm_htab_free(&t);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("base");
@@ -324,6 +370,7 @@ int main(void)
     tcase_add_test(tc, test_tpool);
     tcase_add_test(tc, test_hold);
     tcase_add_loop_test(tc, test_htab, 0, (int)(sizeof htab_cases / sizeof htab_cases[0]));
+    tcase_add_loop_test(tc, test_htab_shrink, 0, (int)(sizeof htab_cases / sizeof htab_cases[0]));
     suite_add_tcase(s, tc);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

@@ -31,16 +31,10 @@ static void sm_htab_place(sm_htab_slot *slots, size_t cap, uint64_t hash, void *
     slots[i] = (sm_htab_slot){hash, item};
 }
 
-sm_err sm_htab_reserve(sm_htab *t, size_t n)
+/* Moves the items to cap slots (a power of two, more than twice t->n).
+ * SM_ENOMEM leaves the table as it was. */
+static sm_err sm_htab_rehash(sm_htab *t, size_t cap)
 {
-    size_t cap = t->cap ? t->cap : 16;
-    while (cap / 2 < n) {
-        if (cap > SIZE_MAX / 2 / sizeof *t->slots)
-            return SM_ENOMEM;
-        cap *= 2;
-    }
-    if (cap == t->cap)
-        return SM_OK;
     sm_htab_slot *slots = calloc(cap, sizeof *slots);
     if (!slots)
         return SM_ENOMEM;
@@ -51,6 +45,17 @@ sm_err sm_htab_reserve(sm_htab *t, size_t n)
     t->slots = slots;
     t->cap = cap;
     return SM_OK;
+}
+
+sm_err sm_htab_reserve(sm_htab *t, size_t n)
+{
+    size_t cap = t->cap ? t->cap : SM_HTAB_MIN;
+    while (cap / 2 < n) {
+        if (cap > SIZE_MAX / 2 / sizeof *t->slots)
+            return SM_ENOMEM;
+        cap *= 2;
+    }
+    return cap == t->cap ? SM_OK : sm_htab_rehash(t, cap);
 }
 
 void sm_htab_put(sm_htab *t, uint64_t hash, void *item)
@@ -90,6 +95,14 @@ int sm_htab_del(sm_htab *t, uint64_t hash, const void *item)
     }
     t->slots[i] = (sm_htab_slot){0, NULL};
     t->n--;
+    /* At most an eighth full: halve (once more while that still holds), so
+     * a burst of items does not keep its memory. Out of memory: keep the
+     * slots as they are, which still hold everything. */
+    size_t cap = t->cap;
+    while (cap > SM_HTAB_MIN && 8 * t->n <= cap)
+        cap /= 2;
+    if (cap < t->cap)
+        (void)sm_htab_rehash(t, cap);
     return 1;
 }
 

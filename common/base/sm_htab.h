@@ -1,7 +1,9 @@
 /* sm_htab: an index of items the caller owns, found by a 64-bit hash of a
  * key each item holds. Open addressing with linear probing, at most half
  * full; a removal shifts the following slots back, so there are no
- * tombstones and a lookup never walks more than its run. The table keeps
+ * tombstones and a lookup never walks more than its run, and halves the
+ * slots once at most an eighth of them are used (never below SM_HTAB_MIN),
+ * so a burst of items does not keep its memory. The table keeps
  * only item pointers and their hashes: the caller's match function tells
  * apart keys whose hashes are equal.
  *
@@ -23,6 +25,10 @@
 
 #include "sm_err.h"
 
+/* The fewest slots of a table that holds items: the first reserve's size
+ * and the floor a removal shrinks to. */
+#define SM_HTAB_MIN 16
+
 typedef struct {
     uint64_t hash;
     void *item; /* NULL: empty slot */
@@ -37,7 +43,8 @@ typedef struct {
 typedef int (*sm_htab_match)(const void *item, const void *key);
 
 /* Makes room for n items in all, so that the next n - t->n puts cannot
- * fail. SM_ENOMEM leaves the table as it was. Never shrinks. */
+ * fail (a removal in between may give the room back: reserve after it).
+ * SM_ENOMEM leaves the table as it was. Never shrinks. */
 sm_err sm_htab_reserve(sm_htab *t, size_t n);
 /* Adds item (not NULL) under hash. The caller reserved room for it
  * (sm_htab_reserve) and does not add the same item twice. */
@@ -46,7 +53,10 @@ void sm_htab_put(sm_htab *t, uint64_t hash, void *item);
  * do, any one of them. */
 void *sm_htab_find(const sm_htab *t, uint64_t hash, sm_htab_match match, const void *key);
 /* Removes item (compared by pointer), held under hash. Returns 1 if it was
- * there, else 0 (nothing changed). */
+ * there, else 0 (nothing changed). Then halves the slots while more than
+ * SM_HTAB_MIN and at most an eighth used; out of memory, the slots stay as
+ * they were (the removal is done either way). Moves items between slots:
+ * a walk over t->slots does not remove as it goes. */
 int sm_htab_del(sm_htab *t, uint64_t hash, const void *item);
 /* Frees the slots (not the items) and empties t. */
 void sm_htab_free(sm_htab *t);
