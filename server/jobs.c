@@ -103,83 +103,15 @@ static void job_destroy(sm_job *job)
 
 /* ---- the table ------------------------------------------------------------------------- */
 
-/* The slot holding id, or -1 (mu held). */
-static int table_slot(const sm_cjobs *j, uint64_t id)
+static int job_has_id(const void *item, const void *key)
 {
-    if (!j->capslots)
-        return -1;
-    size_t mask = (size_t)j->capslots - 1;
-    for (size_t i = (size_t)id & mask;; i = (i + 1) & mask) {
-        if (!j->slots[i])
-            return -1;
-        if (j->slots[i]->id == id)
-            return (int)i;
-    }
+    return ((const sm_job *)item)->id == *(const uint64_t *)key;
 }
 
-static void table_put(sm_job **slots, int cap, sm_job *job)
+/* The job with this id in the table, or NULL (mu held). */
+static sm_job *table_find(const sm_cjobs *j, uint64_t id)
 {
-    size_t mask = (size_t)cap - 1, i = (size_t)job->id & mask;
-    while (slots[i])
-        i = (i + 1) & mask;
-    slots[i] = job;
-}
-
-/* Moves the table to nc slots (a power of two, more than nslots). */
-static sm_err table_resize(sm_cjobs *j, int nc)
-{
-    sm_job **v = calloc((size_t)nc, sizeof *v);
-    if (!v)
-        return SM_ENOMEM;
-    for (int i = 0; i < j->capslots; i++)
-        if (j->slots[i])
-            table_put(v, nc, j->slots[i]);
-    free(j->slots);
-    j->slots = v;
-    j->capslots = nc;
-    return SM_OK;
-}
-
-/* Makes room for one more job (at most half the slots used). */
-static sm_err table_reserve(sm_cjobs *j)
-{
-    if (2 * (j->nslots + 1) <= j->capslots)
-        return SM_OK;
-    return table_resize(j, j->capslots ? 2 * j->capslots : 64);
-}
-
-/* Takes job out of the table, moving back the entries after it that
- * probed past its slot. */
-static void table_remove(sm_cjobs *j, const sm_job *job)
-{
-    int at = table_slot(j, job->id);
-    if (at < 0)
-        return;
-    size_t mask = (size_t)j->capslots - 1, i = (size_t)at, k = i;
-    j->slots[i] = NULL;
-    j->nslots--;
-    for (;;) {
-        k = (k + 1) & mask;
-        if (!j->slots[k])
-            return;
-        size_t h = (size_t)j->slots[k]->id & mask;
-        /* The entry at k stays when its home h lies cyclically in (i, k]. */
-        if (i <= k ? (i < h && h <= k) : (i < h || h <= k))
-            continue;
-        j->slots[i] = j->slots[k];
-        j->slots[k] = NULL;
-        i = k;
-    }
-}
-
-/* Takes job out of the table and halves the table once at most an eighth
- * of it is used (after a burst of queued jobs), keeping it as it is when
- * memory is short. */
-static void table_drop(sm_cjobs *j, const sm_job *job)
-{
-    table_remove(j, job);
-    if (j->capslots > 64 && 8 * j->nslots <= j->capslots)
-        table_resize(j, j->capslots / 2);
+    return sm_htab_find(&j->table, sm_htab_hash_u64(id), job_has_id, &id);
 }
 
 /* Drops one reference to job (mu held); frees a dropped job's last one. */
@@ -207,7 +139,8 @@ static void table_sweep_locked(sm_cjobs *j, int64_t now)
             j->ended_tail = NULL;
         j->nended--;
         job->enext = NULL;
-        table_drop(j, job);
+        /* the table gives its slots back after a burst of jobs */
+        sm_htab_del(&j->table, sm_htab_hash_u64(job->id), job);
         job->dropped = 1;
         if (!job->refs)
             job_destroy(job);
@@ -244,8 +177,7 @@ void sm_cjobs_end_locked(sm_cjobs *j, sm_job *job, sm_job_state state, const cha
 static sm_err job_get_locked(sm_cjobs *j, sm_job_id id, sm_job **out, char *err, size_t errlen)
 {
     table_sweep_locked(j, sm_cjobs_now_us());
-    int at = table_slot(j, id.v);
-    *out = at < 0 ? NULL : j->slots[at];
+    *out = table_find(j, id.v);
     if (*out) {
         (*out)->refs++;
         return SM_OK;
@@ -454,12 +386,11 @@ static sm_err job_enqueue(sm_cjobs *j, sm_svc_submit_req *req, sm_job **out, int
     pthread_mutex_lock(&j->mu);
     if (j->stopping)
         e = sm_fail(err, errlen, SM_EUNAVAILABLE, "the coordinator is shutting down");
-    else if (table_reserve(j))
+    else if (sm_htab_reserve(&j->table, j->table.n + 1))
         e = sm_fail(err, errlen, SM_ENOMEM, "out of memory submitting a job");
     if (!e) {
         job->id = ++j->last_id;
-        table_put(j->slots, j->capslots, job);
-        j->nslots++;
+        sm_htab_put(&j->table, sm_htab_hash_u64(job->id), job);
         job->refs = 1; /* the caller's */
         *out = job;
     }
@@ -742,7 +673,7 @@ void sm_cjobs_stop(sm_cjobs *j)
     /* Queued jobs end here and running ones are told to cancel, each held
      * (a queued one by the queue's reference) until its outputs are
      * deleted or its workers told. */
-    sm_job **held = calloc((size_t)j->nslots + 1, sizeof *held);
+    sm_job **held = calloc(j->table.n + 1, sizeof *held);
     int nheld = 0, nqueued;
     for (sm_job *job = j->qhead, *next; job; job = next) {
         next = job->qnext;
@@ -758,8 +689,8 @@ void sm_cjobs_stop(sm_cjobs *j)
     }
     j->qhead = j->qtail = NULL;
     nqueued = nheld;
-    for (int i = 0; i < j->capslots; i++) {
-        sm_job *job = j->slots[i];
+    for (size_t i = 0; i < j->table.cap; i++) { /* nothing leaves the table here */
+        sm_job *job = j->table.slots[i].item;
         if (job && job->state == SM_JOB_RUNNING && !job->cancel) {
             job->cancel = 1;
             if (held) {
@@ -791,12 +722,12 @@ void sm_cjobs_free(sm_cjobs *j)
     sm_cjobs_stop(j);
     for (int i = 0; i < j->nthreads; i++)
         pthread_join(j->threads[i], NULL);
-    for (int i = 0; i < j->capslots; i++)
-        job_destroy(j->slots[i]); /* every holder is gone: no dropped job is left */
+    for (size_t i = 0; i < j->table.cap; i++)
+        job_destroy(j->table.slots[i].item); /* every holder is gone: no dropped job is left */
     for (int i = 0; i < j->nchans; i++)
         sm_rpc_channel_free(j->chans[i].ch);
     free(j->chans);
-    free(j->slots);
+    sm_htab_free(&j->table);
     free(j->threads);
     pthread_mutex_destroy(&j->mu);
     pthread_mutex_destroy(&j->chmu);

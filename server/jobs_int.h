@@ -7,6 +7,7 @@
 #include <pthread.h>
 
 #include "jobs.h"
+#include "sm_htab.h"
 
 #define SM_JOBS_ERR_MAX 1024
 
@@ -47,10 +48,9 @@ struct sm_cjobs {
     pthread_mutex_t mu;
     pthread_cond_t changed; /* a job's state changed (CLOCK_MONOTONIC) */
     pthread_cond_t work;    /* the queue got a job, or stopping */
-    /* The table: open addressing on id (linear probing from id & (cap - 1)),
-     * queued, running and kept ended jobs. */
-    sm_job **slots;
-    int nslots, capslots;
+    /* The table: queued, running and kept ended jobs by id (items are
+     * sm_job *, hashed with sm_htab_hash_u64(id)). */
+    sm_htab table;
     uint64_t last_id;                /* ids 1..last_id were handed out */
     sm_job *ended_head, *ended_tail; /* kept ended jobs, oldest end first */
     int nended;

@@ -16,9 +16,11 @@
 #include <unistd.h>
 
 #include "jobs.h"
+#include "jobs_int.h" /* the job table's size */
 #include "registry.h"
 #include "sm_log.h"
 #include "sm_rpc.h"
+#include "suite_main.h"
 
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -388,6 +390,33 @@ static sm_job_id submit_mm(void)
     return id;
 }
 
+/* Submits MM_TEXT over A and B with a SubmitJob that waits for the end:
+ * the job gets id and fails (no worker answers). *info is the caller's to
+ * free. */
+static void submit_wait_mm(uint64_t id, sm_job_info *info)
+{
+    char err[1024] = "";
+    sm_program *p = NULL;
+    ck_assert_int_eq(sm_program_parse(MM_TEXT, "t.shmap", &p, err, sizeof err), SM_OK);
+    sm_array_ref args[2] = {{{0}, "A"}, {{0}, "B"}};
+    sm_svc_submit_req req = {p, 2, args, 0, NULL, 1, 0, 5000};
+    ck_assert_msg(sm_cjobs_ops()->submit_wait(fx.jobs, &req, info, err, sizeof err) == SM_OK, "%s",
+                  err);
+    ck_assert_uint_eq(info->id.v, id);
+    ck_assert_msg(info->state == SM_JOB_FAILED, "job %llu: %d", (unsigned long long)id,
+                  info->state);
+}
+
+/* Slots of the job table (it grows with a burst of jobs and shrinks back
+ * as their records go). */
+static size_t table_cap(void)
+{
+    pthread_mutex_lock(&fx.jobs->mu);
+    size_t cap = fx.jobs->table.cap;
+    pthread_mutex_unlock(&fx.jobs->mu);
+    return cap;
+}
+
 static void mm_arrays(void)
 {
     ready_array("A", SM_F32, (sm_shape){2, {8, 16}}, "P('i','j')");
@@ -469,6 +498,7 @@ START_TEST(test_keep_max)
      * (and it shrinks back). */
     for (uint64_t id = 2; id <= 200; id++)
         ck_assert_uint_eq(submit_mm().v, id);
+    ck_assert_uint_ge(table_cap(), 2 * 200);
     for (uint64_t id = 3; id <= 200; id++) {
         ck_assert_int_eq(sm_cjobs_ops()->cancel(fx.jobs, (sm_job_id){id}, &info, err, sizeof err),
                          SM_OK);
@@ -476,6 +506,7 @@ START_TEST(test_keep_max)
         sm_job_info_free(&info);
     }
     ck_assert_int_eq(narrays(), 2 + 2 * 2); /* jobs 1 and 2's pending outputs */
+    ck_assert_uint_le(table_cap(), 64);     /* 5 jobs left: 1, 2, 198..200 */
     ck_assert_int_eq(job_state(1, err, sizeof err), SM_JOB_RUNNING);
     ck_assert_int_eq(job_state(2, err, sizeof err), SM_JOB_QUEUED);
     assert_dropped(3, "and only the newest 3");
@@ -516,15 +547,8 @@ START_TEST(test_keep_many)
     mm_arrays();
     char err[512];
     for (uint64_t id = 1; id <= 300; id++) {
-        sm_program *p = NULL;
-        ck_assert_int_eq(sm_program_parse(MM_TEXT, "t.shmap", &p, err, sizeof err), SM_OK);
-        sm_array_ref args[2] = {{{0}, "A"}, {{0}, "B"}};
-        sm_svc_submit_req req = {p, 2, args, 0, NULL, 1, 0, 5000};
         sm_job_info info;
-        ck_assert_int_eq(sm_cjobs_ops()->submit_wait(fx.jobs, &req, &info, err, sizeof err), SM_OK);
-        ck_assert_uint_eq(info.id.v, id);
-        ck_assert_msg(info.state == SM_JOB_FAILED, "job %llu: %d", (unsigned long long)id,
-                      info.state);
+        submit_wait_mm(id, &info);
         sm_job_info_free(&info);
     }
     for (uint64_t id = 1; id <= 300; id++) {
@@ -562,13 +586,7 @@ START_TEST(test_keep_time)
     sm_cjobs_free(fx.jobs);
     cfg.keep_max = 0;
     ck_assert_int_eq(sm_cjobs_create(&fx.coord, &cfg, &fx.jobs, err, sizeof err), SM_OK);
-    sm_program *p = NULL;
-    ck_assert_int_eq(sm_program_parse(MM_TEXT, "t.shmap", &p, err, sizeof err), SM_OK);
-    sm_array_ref args[2] = {{{0}, "A"}, {{0}, "B"}};
-    sm_svc_submit_req req = {p, 2, args, 0, NULL, 1, 0, 5000};
-    ck_assert_int_eq(sm_cjobs_ops()->submit_wait(fx.jobs, &req, &info, err, sizeof err), SM_OK);
-    ck_assert_uint_eq(info.id.v, 1);
-    ck_assert_int_eq(info.state, SM_JOB_FAILED);
+    submit_wait_mm(1, &info);
     ck_assert_ptr_nonnull(strstr(info.error, "is unavailable"));
     sm_job_info_free(&info);
     assert_dropped(1, "and only the newest 0");
@@ -615,9 +633,5 @@ static Suite *jobs_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(jobs_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return suite_main(jobs_suite());
 }
