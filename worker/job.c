@@ -9,6 +9,7 @@
 
 #include "comm_grpc.h"
 #include "sm_exec.h"
+#include "sm_htab.h"
 #include "sm_log.h"
 #include "sm_rpc.h"
 #include "sm_tpool.h"
@@ -18,8 +19,7 @@ typedef enum { SM_WJOB_PENDING, SM_WJOB_RUNNING, SM_WJOB_ENDED } sm_wjob_state;
 /* One job known to this worker: pending (blobs arrived first), running, or
  * ended (a tombstone that drops late blobs and refuses a rerun). */
 typedef struct sm_job {
-    struct sm_job *next;  /* all jobs, newest first */
-    struct sm_job *hnext; /* the jobs of the same index bucket */
+    struct sm_job *next; /* all jobs, newest first */
     uint64_t id;
     sm_wjob_state state;
     int cancelled;
@@ -36,7 +36,7 @@ struct sm_jobs {
     char self[SM_ADDR_MAX];
     int probe_ms;
     sm_job *jobs;
-    sm_job *index[SM_JOBS_BUCKETS]; /* by id: a lookup walks one bucket, not every job */
+    sm_htab index; /* the jobs by sm_htab_hash_u64(id): a lookup walks no list */
     int njobs;
     int stopping;
     time_t swept;   /* when sm_jobs_sweep_locked last ran */
@@ -85,6 +85,7 @@ void sm_jobs_free(sm_jobs *j)
         sm_comm_grpc_free(job->comm); /* only if a runner never returned */
         sm_job_free(job);
     }
+    sm_htab_free(&j->index);
     sm_tpool_free(j->pool);
     pthread_mutex_destroy(&j->mu);
     free(j);
@@ -96,11 +97,6 @@ void sm_jobs_free(sm_jobs *j)
  * cancel: such an entry only drops late blobs and refuses a rerun the
  * coordinator never sends, and a table full of them must not refuse new
  * jobs. */
-static sm_job **sm_jobs_bucket(sm_jobs *j, uint64_t id)
-{
-    return &j->index[(id * 0x9E3779B97F4A7C15ull) >> 32 & (SM_JOBS_BUCKETS - 1)];
-}
-
 static void sm_jobs_sweep_locked(sm_jobs *j, int full)
 {
     time_t now = sm_jobs_now();
@@ -113,10 +109,7 @@ static void sm_jobs_sweep_locked(sm_jobs *j, int full)
         if (job->state != SM_WJOB_RUNNING && job->refs == 0 &&
             (spare || now - job->since > SM_JOBS_LINGER_S)) {
             *pp = job->next;
-            sm_job **hp = sm_jobs_bucket(j, job->id);
-            while (*hp != job)
-                hp = &(*hp)->hnext;
-            *hp = job->hnext;
+            sm_htab_del(&j->index, sm_htab_hash_u64(job->id), job);
             sm_job_free(job);
             j->njobs--;
         } else {
@@ -125,12 +118,14 @@ static void sm_jobs_sweep_locked(sm_jobs *j, int full)
     }
 }
 
+static int sm_job_has_id(const void *item, const void *key)
+{
+    return ((const sm_job *)item)->id == *(const uint64_t *)key;
+}
+
 static sm_job *sm_jobs_find_locked(sm_jobs *j, uint64_t id)
 {
-    sm_job *job = *sm_jobs_bucket(j, id);
-    while (job && job->id != id)
-        job = job->hnext;
-    return job;
+    return sm_htab_find(&j->index, sm_htab_hash_u64(id), sm_job_has_id, &id);
 }
 
 /* A new pending entry (with a mailbox unless tombstone), or NULL. */
@@ -139,7 +134,7 @@ static sm_job *sm_jobs_add_locked(sm_jobs *j, uint64_t id, int tombstone)
     char err[128];
     if (j->njobs >= SM_JOBS_MAX)
         sm_jobs_sweep_locked(j, 1);
-    if (j->njobs >= SM_JOBS_MAX)
+    if (j->njobs >= SM_JOBS_MAX || sm_htab_reserve(&j->index, j->index.n + 1))
         return NULL;
     sm_job *job = calloc(1, sizeof *job);
     if (!job)
@@ -153,9 +148,7 @@ static sm_job *sm_jobs_add_locked(sm_jobs *j, uint64_t id, int tombstone)
     job->since = sm_jobs_now();
     job->next = j->jobs;
     j->jobs = job;
-    sm_job **hp = sm_jobs_bucket(j, id);
-    job->hnext = *hp;
-    *hp = job;
+    sm_htab_put(&j->index, sm_htab_hash_u64(id), job);
     j->njobs++;
     return job;
 }

@@ -39,8 +39,6 @@
 /* Most jobs known at once (running, pending or recently ended); when full,
  * entries of jobs that ended without a cancel are dropped first. */
 #define SM_JOBS_MAX 4096
-/* Buckets of the job index (a power of two; a quarter of SM_JOBS_MAX). */
-#define SM_JOBS_BUCKETS 1024
 /* Deadline of a job that names none, in ms. */
 #define SM_JOBS_DEFAULT_DEADLINE_MS 60000
 /* Values per device up to which a job without collectives or products runs
