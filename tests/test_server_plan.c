@@ -13,6 +13,7 @@
 #include "registry.h"
 #include "relay.h"
 #include "sm_log.h"
+#include "suite_main.h"
 
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -864,9 +865,5 @@ static Suite *server_plan_suite(void)
 int main(void)
 {
     sm_log_set_level(SM_LOG_ERROR);
-    SRunner *sr = srunner_create(server_plan_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return suite_main(server_plan_suite());
 }

@@ -21,6 +21,7 @@
 #include "sm_log.h"
 #include "sm_rpc.h"
 #include "sm_svc.h"
+#include "suite_main.h"
 
 #define CALL_MS 10000
 
@@ -827,9 +828,5 @@ static Suite *server_proc_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(server_proc_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return suite_main(server_proc_suite());
 }

@@ -15,6 +15,7 @@
 
 #include "registry.h"
 #include "sm_log.h"
+#include "suite_main.h"
 
 #define N(a)    ((int)(sizeof(a) / sizeof((a)[0])))
 #define T0      1000000
@@ -356,9 +357,5 @@ static Suite *server_registry_suite(void)
 int main(void)
 {
     sm_log_set_level(SM_LOG_ERROR);
-    SRunner *sr = srunner_create(server_registry_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return suite_main(server_registry_suite());
 }
