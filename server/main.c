@@ -212,7 +212,7 @@ fail:
     sm_rpc_server_free(srv);
     sm_cjobs_free(jobs);
     sm_registry_free(reg);
-    sm_rpc_shutdown();
+    sm_rpc_shutdown_or_exit(2000, rc); /* or _exit(rc) after 2 s */
     if (!rc)
         SM_INFO("stopped");
     return rc;

@@ -245,7 +245,7 @@ fail:
     sm_peer_free(peers);
     sm_store_free(store);
     if (rpc_up)
-        sm_rpc_shutdown();
+        sm_rpc_shutdown_or_exit(2000, rc); /* or _exit(rc) after 2 s */
     if (!rc)
         SM_INFO("stopped");
     return rc;

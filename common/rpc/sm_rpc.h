@@ -75,6 +75,12 @@ void sm_rpc_init(void);
  * server, channel and stream has been freed. */
 void sm_rpc_shutdown(void);
 
+/* sm_rpc_shutdown for a process about to exit with status rc: if gRPC has
+ * not shut down within ms (a gRPC 1.51 executor thread can sit in a 10 s
+ * poll that the shutdown joins), logs a warning and ends the process at
+ * once with _exit(rc); otherwise returns. */
+void sm_rpc_shutdown_or_exit(int ms, int rc);
+
 /* ---- status mapping (the one place each way) ---------------------------- */
 
 /* gRPC status code (0..16, the standard numbering) for an sm_err. */

@@ -2,10 +2,15 @@
 #include <dlfcn.h>
 #include <inttypes.h>
 #include <malloc.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "sm_array.h"
+#include "sm_log.h"
 #include "sm_rpc_internal.h"
 
 /* Multi-MiB messages are allocated and freed on every chunk: keep them off
@@ -59,6 +64,51 @@ void sm_rpc_init(void)
 void sm_rpc_shutdown(void)
 {
     grpc_shutdown();
+}
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+} shut = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+
+static void *shutdown_main(void *arg)
+{
+    (void)arg;
+    grpc_shutdown();
+    pthread_mutex_lock(&shut.mu);
+    shut.done = 1;
+    pthread_cond_broadcast(&shut.cv);
+    pthread_mutex_unlock(&shut.mu);
+    return NULL;
+}
+
+void sm_rpc_shutdown_or_exit(int ms, int rc)
+{
+    pthread_t th;
+    if (pthread_create(&th, NULL, shutdown_main, NULL) != 0) {
+        grpc_shutdown();
+        return;
+    }
+    pthread_detach(th);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += ms / 1000;
+    until.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&shut.mu);
+    while (!shut.done && pthread_cond_timedwait(&shut.cv, &shut.mu, &until) == 0)
+        ;
+    int done = shut.done;
+    pthread_mutex_unlock(&shut.mu);
+    if (done)
+        return;
+    SM_WARN("gRPC did not finish shutting down within %d ms; exiting without it", ms);
+    fflush(NULL);
+    _exit(rc);
 }
 
 int sm_rpc_status_from_err(sm_err e)
