@@ -12,6 +12,7 @@
 #include "relay.h"
 #include "sm_log.h"
 #include "sm_rpc.h"
+#include "sm_time.h"
 
 /* Control calls to workers (CancelJob, FreeArray). */
 #define SM_JOBS_CTL_MS 5000
@@ -454,14 +455,7 @@ static void wait_end_locked(sm_cjobs *j, sm_job *job, uint32_t wait_ms)
 {
     if (!ended(job))
         sm_rpc_may_block(); /* the wait can be long */
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += wait_ms / 1000;
-    until.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    struct timespec until = sm_time_after_ms(CLOCK_MONOTONIC, wait_ms);
     while (!ended(job) && !j->stopping)
         if (pthread_cond_timedwait(&j->changed, &j->mu, &until) == ETIMEDOUT)
             break;

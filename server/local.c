@@ -15,6 +15,7 @@
 
 #include "relay.h"
 #include "sm_log.h"
+#include "sm_time.h"
 
 extern char **environ;
 
@@ -223,13 +224,7 @@ void sm_local_stop(sm_local *l, int grace_ms)
     for (int k = 0; k < l->n; k++)
         if (!l->kids[k].exited)
             kill(l->kids[k].pid, SIGTERM);
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += grace_ms / 1000;
-    until.tv_nsec += (long)(grace_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    until = sm_time_after_ms(CLOCK_MONOTONIC, grace_ms);
     if (!sm_local_wait_all(l, &until))
         for (int k = 0; k < l->n; k++)
             if (!l->kids[k].exited) {

@@ -12,6 +12,7 @@
 #include "sm_err.h"
 #include "sm_htab.h"
 #include "sm_strbuf.h"
+#include "sm_time.h"
 #include "sm_tpool.h"
 
 START_TEST(test_err_texts)
@@ -357,6 +358,29 @@ START_TEST(test_htab_shrink)
 }
 END_TEST
 
+/* A deadline ms from now: normalised (nsec below 1e9), and as far off as
+ * asked, on both clocks; a negative delay is now. */
+START_TEST(test_time_after)
+{
+    const clockid_t clocks[] = {CLOCK_MONOTONIC, CLOCK_REALTIME};
+    const int64_t delays[] = {0, 1, 999, 1000, 1999, 86400123, -5};
+    for (size_t c = 0; c < 2; c++)
+        for (size_t d = 0; d < sizeof delays / sizeof delays[0]; d++) {
+            struct timespec t0, t1;
+            clock_gettime(clocks[c], &t0);
+            struct timespec at = sm_time_after_ms(clocks[c], delays[d]);
+            clock_gettime(clocks[c], &t1);
+            ck_assert(at.tv_nsec >= 0 && at.tv_nsec < 1000000000L);
+            int64_t want = delays[d] < 0 ? 0 : delays[d] * 1000000;
+            int64_t ns = (int64_t)(at.tv_sec - t0.tv_sec) * 1000000000 + (at.tv_nsec - t0.tv_nsec);
+            int64_t took =
+                (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
+            ck_assert_msg(ns >= want && ns <= want + took, "clock %zu, %lld ms: %lld ns ahead", c,
+                          (long long)delays[d], (long long)ns);
+        }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("base");
@@ -369,6 +393,7 @@ int main(void)
     tcase_add_test(tc, test_config_errors);
     tcase_add_test(tc, test_tpool);
     tcase_add_test(tc, test_hold);
+    tcase_add_test(tc, test_time_after);
     tcase_add_loop_test(tc, test_htab, 0, (int)(sizeof htab_cases / sizeof htab_cases[0]));
     tcase_add_loop_test(tc, test_htab_shrink, 0, (int)(sizeof htab_cases / sizeof htab_cases[0]));
     suite_add_tcase(s, tc);

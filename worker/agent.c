@@ -7,6 +7,7 @@
 
 #include "sm_log.h"
 #include "sm_rpc.h"
+#include "sm_time.h"
 
 #define AGENT_BACKOFF_MIN_MS 100
 #define AGENT_BACKOFF_MAX_MS 2000
@@ -28,14 +29,7 @@ struct sm_agent {
 /* Sleeps ms or until stopping; returns 1 when stopping. */
 static int agent_sleep(sm_agent *a, int ms)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    struct timespec ts = sm_time_after_ms(CLOCK_MONOTONIC, ms);
     pthread_mutex_lock(&a->mu);
     while (!a->stopping && pthread_cond_timedwait(&a->cv, &a->mu, &ts) == 0)
         ;

@@ -12,6 +12,7 @@
 #include "sm_hold.h"
 #include "sm_log.h"
 #include "sm_rendezvous.h"
+#include "sm_time.h"
 
 #define SM_CG_PROBE_MS 1000
 
@@ -287,14 +288,7 @@ static sm_err sm_cg_take(sm_comm_grpc *c, uint64_t seq, int32_t src, int32_t dst
 {
     char msg[400];
     for (;;) {
-        struct timespec slice;
-        clock_gettime(CLOCK_MONOTONIC, &slice);
-        slice.tv_sec += c->probe_ms / 1000;
-        slice.tv_nsec += (long)(c->probe_ms % 1000) * 1000000L;
-        if (slice.tv_nsec >= 1000000000L) {
-            slice.tv_sec++;
-            slice.tv_nsec -= 1000000000L;
-        }
+        struct timespec slice = sm_time_after_ms(CLOCK_MONOTONIC, c->probe_ms);
         if (slice.tv_sec > c->deadline.tv_sec ||
             (slice.tv_sec == c->deadline.tv_sec && slice.tv_nsec > c->deadline.tv_nsec))
             slice = c->deadline;

@@ -12,6 +12,7 @@
 #include "sm_htab.h"
 #include "sm_log.h"
 #include "sm_rpc.h"
+#include "sm_time.h"
 #include "sm_tpool.h"
 
 typedef enum { SM_WJOB_PENDING, SM_WJOB_RUNNING, SM_WJOB_ENDED } sm_wjob_state;
@@ -580,13 +581,7 @@ static sm_err sm_jobs_run(void *user, sm_svc_run_job_req *req, int64_t *output_b
                               .box = job->box,
                               .tr = &sm_comm_grpc_net,
                               .tr_user = j->peers};
-    clock_gettime(CLOCK_MONOTONIC, &cc.deadline);
-    cc.deadline.tv_sec += ms / 1000;
-    cc.deadline.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (cc.deadline.tv_nsec >= 1000000000L) {
-        cc.deadline.tv_sec++;
-        cc.deadline.tv_nsec -= 1000000000L;
-    }
+    cc.deadline = sm_time_after_ms(CLOCK_MONOTONIC, ms);
     sm_comm_grpc *comm;
     if ((e = sm_comm_grpc_create(&cc, &comm, err, errlen)))
         goto done;

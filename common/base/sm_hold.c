@@ -1,5 +1,6 @@
 /* sm_hold: lent buffers given back from other threads. See sm_hold.h. */
 #include "sm_hold.h"
+#include "sm_time.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -57,14 +58,7 @@ int sm_hold_end(sm_hold *h, int wait_ms)
 {
     if (!h)
         return 0;
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += wait_ms / 1000;
-    until.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    struct timespec until = sm_time_after_ms(CLOCK_MONOTONIC, wait_ms);
     pthread_mutex_lock(&h->mu);
     while (h->held > 0 && pthread_cond_timedwait(&h->cv, &h->mu, &until) != ETIMEDOUT)
         ;

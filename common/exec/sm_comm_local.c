@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "sm_rendezvous.h"
+#include "sm_time.h"
 
 typedef enum {
     SM_CL_ALL_REDUCE,
@@ -75,15 +76,7 @@ static sm_err sm_cl_join(sm_comm_local *c, const sm_comm_group *g, uint64_t seq,
                          int64_t arg, const void *in, void *dst, sm_rendezvous_slot **out,
                          char *err, size_t errlen)
 {
-    struct timespec dl;
-    clock_gettime(CLOCK_MONOTONIC, &dl);
-    double whole = (double)(int64_t)c->timeout_s;
-    dl.tv_sec += (time_t)whole;
-    dl.tv_nsec += (long)((c->timeout_s - whole) * 1e9);
-    if (dl.tv_nsec >= 1000000000L) {
-        dl.tv_sec++;
-        dl.tv_nsec -= 1000000000L;
-    }
+    struct timespec dl = sm_time_after_ms(CLOCK_MONOTONIC, (int64_t)(c->timeout_s * 1000.0));
     const sm_rendezvous_key k = {
         .g = g, .seq = seq, .size = g->size, .index = g->rank, .kind = (int)kind, .arg = arg};
     sm_err e = sm_rendezvous_join(c->rv, &k, in, dst, &dl, out, err, errlen);

@@ -12,6 +12,7 @@
 #include "sm_array.h"
 #include "sm_log.h"
 #include "sm_rpc_internal.h"
+#include "sm_time.h"
 
 /* Multi-MiB messages are allocated and freed on every chunk: keep them off
  * mmap (no map/unmap and page faults per message), and keep up to 512 MiB
@@ -91,14 +92,7 @@ void sm_rpc_shutdown_or_exit(int ms, int rc)
         return;
     }
     pthread_detach(th);
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += ms / 1000;
-    until.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    struct timespec until = sm_time_after_ms(CLOCK_REALTIME, ms);
     pthread_mutex_lock(&shut.mu);
     while (!shut.done && pthread_cond_timedwait(&shut.cv, &shut.mu, &until) == 0)
         ;

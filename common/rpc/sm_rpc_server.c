@@ -28,6 +28,7 @@
 #include "sm_log.h"
 #include "sm_rpc_internal.h"
 #include "sm_rpc_proto.h"
+#include "sm_time.h"
 
 #define HEALTH_PATH "/grpc.health.v1.Health/Check"
 
@@ -810,14 +811,7 @@ int sm_rpc_call_cancelled(sm_rpc_call *c)
 
 int sm_rpc_call_wait_cancelled(sm_rpc_call *c, int timeout_ms)
 {
-    struct timespec end;
-    clock_gettime(CLOCK_REALTIME, &end);
-    end.tv_sec += timeout_ms / 1000;
-    end.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (end.tv_nsec >= 1000000000L) {
-        end.tv_sec++;
-        end.tv_nsec -= 1000000000L;
-    }
+    struct timespec end = sm_time_after_ms(CLOCK_REALTIME, timeout_ms);
     yield_lead();
     pthread_mutex_lock(&c->mu);
     while (!c->closed && pthread_cond_timedwait(&c->cv, &c->mu, &end) == 0)

@@ -1,0 +1,17 @@
+/* sm_time: see the header. */
+#include "sm_time.h"
+
+struct timespec sm_time_after_ms(clockid_t clock, int64_t ms)
+{
+    struct timespec t;
+    clock_gettime(clock, &t);
+    if (ms < 0)
+        ms = 0;
+    t.tv_sec += (time_t)(ms / 1000);
+    t.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (t.tv_nsec >= 1000000000L) {
+        t.tv_sec++;
+        t.tv_nsec -= 1000000000L;
+    }
+    return t;
+}

@@ -1,0 +1,18 @@
+/* sm_time: absolute deadlines for the timed waits of pthreads.
+ *
+ *   struct timespec until = sm_time_after_ms(CLOCK_MONOTONIC, 500);
+ *   while (!ready && pthread_cond_timedwait(&cv, &mu, &until) == 0)
+ *       ;
+ *
+ * The clock is the one the condition variable waits on (CLOCK_REALTIME for
+ * one made without attributes). */
+#ifndef SM_TIME_H
+#define SM_TIME_H
+
+#include <stdint.h>
+#include <time.h>
+
+/* The time ms milliseconds (>= 0) from now on clock. */
+struct timespec sm_time_after_ms(clockid_t clock, int64_t ms);
+
+#endif
