@@ -14,16 +14,6 @@
 #include "sm_rpc_internal.h"
 #include "sm_time.h"
 
-/* Multi-MiB messages are allocated and freed on every chunk: keep them off
- * mmap (no map/unmap and page faults per message), and keep up to 512 MiB
- * of freed heap instead of trimming it, so the multi-MiB blocks of
- * successive jobs reuse memory that is already mapped (a first touch costs
- * a page fault per 4 KiB, slower than filling the page); but cap the malloc
- * arenas. gRPC and the handler pools run many threads; with one arena per
- * thread each one keeps its own freed chunks, and a relaying coordinator's
- * peak RSS grew with the size of the array it relayed (556 MiB for a 1 GiB
- * upload, against 150 MiB with two arenas). MALLOC_ARENA_MAX in the
- * environment still overrides the cap. */
 /* Debian 12 builds abseil without NDEBUG, so every absl::Mutex that gRPC
  * takes also runs abseil's debug-only deadlock detector, which records each
  * lock in a global graph under a global lock (about 6% of an empty job's
@@ -52,6 +42,16 @@ static void absl_deadlock_detection_off(void)
     }
 }
 
+/* Multi-MiB messages are allocated and freed on every chunk: keep them off
+ * mmap (no map/unmap and page faults per message), and keep up to 512 MiB
+ * of freed heap instead of trimming it, so the multi-MiB blocks of
+ * successive jobs reuse memory that is already mapped (a first touch costs
+ * a page fault per 4 KiB, slower than filling the page); but cap the malloc
+ * arenas. gRPC and the handler pools run many threads; with one arena per
+ * thread each one keeps its own freed chunks, and a relaying coordinator's
+ * peak RSS grew with the size of the array it relayed (556 MiB for a 1 GiB
+ * upload, against 150 MiB with two arenas). MALLOC_ARENA_MAX in the
+ * environment still overrides the cap. */
 void sm_rpc_init(void)
 {
     absl_deadlock_detection_off();
