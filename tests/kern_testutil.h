@@ -14,6 +14,7 @@
 #include <stdlib.h>
 
 #include "sm_kern.h"
+#include "suite_main.h"
 
 #ifndef KT_RNG_SEED
 #define KT_RNG_SEED 88172645463325252ull
@@ -182,11 +183,7 @@ static KT_UNUSED int64_t wrap(sm_dtype t, uint64_t u)
 /* Runs every test of s (freeing it); the suite program's exit status. */
 static KT_UNUSED int kt_run(Suite *s)
 {
-    SRunner *r = srunner_create(s);
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return suite_main(s);
 }
 
 #endif
