@@ -530,6 +530,96 @@ START_TEST(test_copy_stream)
 }
 END_TEST
 
+/* Whether p[0..n) are all zero. */
+static int all_zero(const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    for (size_t k = 0; k < n; k++)
+        if (b[k])
+            return 0;
+    return 1;
+}
+
+/* Array data of 1 MiB and more: freed blocks are kept (up to the limit)
+ * and handed out again for the same size class, zero-filled when asked,
+ * with the padding past the data zero; nothing is kept by default or
+ * beyond the limit, and a trim with no idle time returns everything. */
+START_TEST(test_data_cache)
+{
+    sm_array_cache_info ci;
+    sm_array_cache_stats(&ci);
+    ck_assert_uint_eq(ci.max_bytes, 0);  /* the default keeps nothing */
+    const size_t n = (3 << 20) + 100005; /* 3.25 MiB blocks */
+    uint8_t *p = sm_array_data_alloc(n, 1);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_uint_eq((uintptr_t)p % 64, 0);
+    ck_assert(all_zero(p, (n + 63) & ~(size_t)63)); /* the data and its padding */
+    memset(p, 0x5a, n);
+    sm_array_data_free(p, n);
+    sm_array_cache_stats(&ci);
+    ck_assert_uint_eq(ci.held_bytes, 0);
+
+    sm_array_cache_set((size_t)8 << 20, 60000);
+    p = sm_array_data_alloc(n, 0);
+    memset(p, 0x5a, n);
+    sm_array_data_free(p, n);
+    sm_array_cache_stats(&ci);
+    ck_assert_uint_ge(ci.held_bytes, n);
+    int64_t hits = ci.hits;
+    /* a size of the same class gets the kept block: zeroed if asked */
+    uint8_t *q = sm_array_data_alloc(n - 1000, 1);
+    ck_assert_ptr_eq(q, p);
+    ck_assert(all_zero(q, n - 1000));
+    sm_array_cache_stats(&ci);
+    ck_assert_int_eq(ci.hits, hits + 1);
+    ck_assert_uint_eq(ci.held_bytes, 0);
+    /* uninitialised: the data is the caller's, the padding is zero */
+    memset(q, 0x77, n - 1000);
+    sm_array_data_free(q, n - 1000);
+    q = sm_array_data_alloc(n - 1001, 0);
+    ck_assert_ptr_eq(q, p);
+    ck_assert(all_zero(q + n - 1001, ((n - 1001 + 63) & ~(size_t)63) - (n - 1001)));
+    /* another size class is a fresh block */
+    uint8_t *r = sm_array_data_alloc((size_t)2 << 20, 0);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_ptr_ne(r, q);
+    sm_array_data_free(q, n - 1001);
+    sm_array_data_free(r, (size_t)2 << 20);
+    sm_array_cache_stats(&ci);
+    ck_assert_uint_le(ci.held_bytes, (size_t)8 << 20);
+    ck_assert_uint_ge(ci.held_bytes, ((size_t)2 << 20) + n);
+    /* a block larger than the limit is never kept */
+    size_t big = (size_t)9 << 20;
+    uint8_t *b = sm_array_data_alloc(big, 0);
+    ck_assert_ptr_nonnull(b);
+    b[big - 1] = 1;
+    sm_array_data_free(b, big);
+    sm_array_cache_stats(&ci);
+    ck_assert_uint_le(ci.held_bytes, (size_t)8 << 20);
+    /* a lower limit gives back the excess, a trim with no idle time all */
+    sm_array_cache_set((size_t)3 << 20, 60000);
+    sm_array_cache_stats(&ci);
+    ck_assert_uint_le(ci.held_bytes, (size_t)3 << 20);
+    sm_array_cache_set((size_t)8 << 20, 0);
+    sm_array_cache_trim();
+    sm_array_cache_stats(&ci);
+    ck_assert_uint_eq(ci.held_bytes, 0);
+    /* arrays go through the same blocks */
+    sm_array_cache_set((size_t)8 << 20, 60000);
+    sm_shape sh = {.rank = 2, .dims = {1024, 1024}};
+    sm_array *a = NULL;
+    char err[256];
+    ck_assert_int_eq(sm_array_create_uninit(SM_F32, &sh, &a, err, sizeof err), SM_OK);
+    void *ad = a->data;
+    memset(ad, 0x11, (size_t)a->nbytes);
+    sm_array_free(a);
+    ck_assert_int_eq(sm_array_create(SM_F32, &sh, &a, err, sizeof err), SM_OK);
+    ck_assert_ptr_eq(a->data, ad);
+    ck_assert(all_zero(a->data, (size_t)a->nbytes));
+    sm_array_free(a);
+}
+END_TEST
+
 int main(void)
 {
 
@@ -549,6 +639,7 @@ int main(void)
     tcase_add_test(tc, test_block_copy_errors);
     tcase_add_test(tc, test_array_create);
     tcase_add_test(tc, test_copy_stream);
+    tcase_add_test(tc, test_data_cache);
     suite_add_tcase(s, tc);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

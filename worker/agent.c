@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "sm_array.h"
 #include "sm_log.h"
 #include "sm_rpc.h"
 #include "sm_time.h"
@@ -119,6 +120,7 @@ static void *agent_main(void *arg)
         }
         if (agent_sleep(a, (int)id.heartbeat_ms))
             break;
+        sm_array_cache_trim(); /* freed blocks kept too long go back */
         int known = 1;
         sm_err e = agent_heartbeat(a, &id, &known, err, sizeof err);
         if (e) {

@@ -6,6 +6,7 @@
  * sigwait on the main thread, never in a handler) stops the server, joins
  * the threads, frees everything and exits 0. Usage errors exit 2 with one
  * sentence on stderr; a start-up failure exits 1. */
+#include <inttypes.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
@@ -18,6 +19,7 @@
 #include "handlers.h"
 #include "job.h"
 #include "peer.h"
+#include "sm_array.h"
 #include "sm_config.h"
 #include "sm_kern.h"
 #include "sm_log.h"
@@ -33,6 +35,7 @@ enum {
     CFG_PROCESS_INDEX,
     CFG_TOKEN,
     CFG_BLAS_THREADS,
+    CFG_CACHE_MB,
     CFG_LOG_LEVEL,
     CFG_COUNT
 };
@@ -55,6 +58,9 @@ static const sm_config_row worker_config[CFG_COUNT] = {
                    "coordinator and peers."},
     [CFG_BLAS_THREADS] = {"blas-threads", 0, SM_CFG_INT, "1", "SHMAP_BLAS_THREADS",
                           "OpenBLAS threads per device."},
+    [CFG_CACHE_MB] = {"buffer-cache-mb", 0, SM_CFG_INT, "-1", "SHMAP_BUFFER_CACHE_MB",
+                      "Freed shard and job memory kept for reuse, in MiB, each block for at "
+                      "most 10 s; -1: an eighth of this host's memory, at most 4096; 0: none."},
     [CFG_LOG_LEVEL] = {"log-level", 0, SM_CFG_STRING, "info", "SHMAP_LOG",
                        "Log level: error, warn, info or debug."},
 };
@@ -122,6 +128,22 @@ static void sm_worker_malloc_tune(void)
     setenv("MALLOC_ARENA_MAX", "1", 0);
 }
 
+/* Shards and job values of 1 MiB and more are mappings of their own
+ * (sm_array_data_alloc). Uploads, job outputs and reshards free and
+ * allocate blocks of the same few sizes over and over; kept for reuse,
+ * they skip the page fault per 4 KiB of fresh memory, which on a virtual
+ * machine costs more than receiving the bytes. A block unused for 10 s goes
+ * back to the system (the agent trims at every heartbeat). */
+#define SM_WORKER_CACHE_IDLE_MS 10000
+static size_t worker_cache_bytes(int64_t mib)
+{
+    if (mib >= 0)
+        return (size_t)mib << 20;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    uint64_t eighth = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 8 : 0;
+    return (size_t)(eighth < (UINT64_C(4096) << 20) ? eighth : UINT64_C(4096) << 20);
+}
+
 int main(int argc, char **argv)
 {
     sm_config_value cfg[CFG_COUNT];
@@ -166,6 +188,8 @@ int main(int argc, char **argv)
         return usage_error("--process-index must be -1 (assign) or a non-negative index.");
     if (cfg[CFG_BLAS_THREADS].i < 1 || cfg[CFG_BLAS_THREADS].i > 1024)
         return usage_error("--blas-threads must be in 1..1024.");
+    if (cfg[CFG_CACHE_MB].i < -1 || cfg[CFG_CACHE_MB].i > (INT64_C(1) << 30))
+        return usage_error("--buffer-cache-mb must be -1 (automatic), 0 (none) or a size in MiB.");
     if (!parse_level(cfg[CFG_LOG_LEVEL].s, &level))
         return usage_error("--log-level must be error, warn, info or debug.");
     if (!split_host_port(cfg[CFG_LISTEN].s, host, sizeof host, &port))
@@ -186,6 +210,7 @@ int main(int argc, char **argv)
     sm_rpc_init();
     mallopt(M_MMAP_THRESHOLD, SM_WORKER_MMAP_THRESHOLD);
     mallopt(M_TRIM_THRESHOLD, SM_WORKER_TRIM_THRESHOLD);
+    sm_array_cache_set(worker_cache_bytes(cfg[CFG_CACHE_MB].i), SM_WORKER_CACHE_IDLE_MS);
     rpc_up = 1;
     if ((e = sm_store_create(&store, err, sizeof err)) ||
         (e = sm_peer_create(cfg[CFG_TOKEN].s, 120000, &peers, err, sizeof err)))

@@ -121,7 +121,7 @@ void sm_store_shard_release(sm_store_shard *sh)
     if (!sh)
         return;
     if (__atomic_sub_fetch(&sh->refs, 1, __ATOMIC_ACQ_REL) == 0) {
-        free(sh->data);
+        sm_array_data_free(sh->data, (size_t)sh->nbytes);
         free(sh);
     }
 }

@@ -5,41 +5,11 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #if defined(__x86_64__)
 #include <emmintrin.h>
 #endif
 
 #define SM_ARRAY_ALIGN 64
-
-/* Blocks from this size up are prefaulted in one call. */
-#define SM_ARRAY_PREFAULT (8 << 20)
-
-void *sm_array_data_alloc(size_t n, int zero)
-{
-    void *p = NULL;
-    size_t padded = (n + SM_ARRAY_ALIGN - 1) & ~(size_t)(SM_ARRAY_ALIGN - 1);
-    if (padded == 0)
-        padded = SM_ARRAY_ALIGN;
-    if (padded < n || posix_memalign(&p, SM_ARRAY_ALIGN, padded) != 0)
-        return NULL;
-#ifdef MADV_POPULATE_WRITE
-    /* Every byte is written soon: mapping the pages in one call costs less
-     * than a fault per 4 KiB page on first write (advice only; older kernels
-     * refuse it). */
-    if (padded >= SM_ARRAY_PREFAULT) {
-        uintptr_t lo = ((uintptr_t)p + 4095) & ~(uintptr_t)4095;
-        uintptr_t hi = ((uintptr_t)p + padded) & ~(uintptr_t)4095;
-        if (hi > lo)
-            (void)madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
-    }
-#endif
-    if (zero)
-        memset(p, 0, padded);
-    else /* only the padding past the data */
-        memset((char *)p + n, 0, padded - n);
-    return p;
-}
 
 static sm_err array_create(sm_dtype t, const sm_shape *s, int zero, sm_array **out, char *err,
                            size_t errlen)
@@ -91,7 +61,7 @@ void sm_array_free(sm_array *a)
 {
     if (!a)
         return;
-    free(a->data);
+    sm_array_data_free(a->data, (size_t)a->nbytes);
     free(a);
 }
 

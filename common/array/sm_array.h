@@ -36,10 +36,28 @@ void sm_array_free(sm_array *a);
 void sm_copy_stream(void *dst, const void *src, size_t n);
 
 /* n bytes (n may be 0) for array data, 64-byte aligned, zero-filled if zero,
- * freed with free(); NULL if out of memory. Blocks of 8 MiB and more are
- * prefaulted (mapped at once rather than page by page on first write): for
- * data that is about to be written in full. */
+ * freed with sm_array_data_free(p, n) (the same n); NULL if out of memory.
+ * Blocks of 1 MiB and more are mappings of their own, kept when freed for
+ * a later block of about the same size (sm_array_cache_set); fresh ones of
+ * 8 MiB and more are prefaulted (mapped at once rather than page by page
+ * on first write), for data that is about to be written in full. */
 void *sm_array_data_alloc(size_t n, int zero);
+void sm_array_data_free(void *p, size_t n);
+
+/* How much freed array memory (blocks of 1 MiB and more) the process keeps
+ * for reuse: at most max_bytes, each block for at most idle_ms after it was
+ * freed (checked on every free and on sm_array_cache_trim). The default
+ * keeps nothing. A process that frees and allocates large arrays over and
+ * over (a worker's shards and job values) skips the page faults of fresh
+ * memory, which cost more here than moving the bytes. */
+void sm_array_cache_set(size_t max_bytes, int idle_ms);
+/* Returns the blocks kept longer than idle_ms to the system. */
+void sm_array_cache_trim(void);
+typedef struct {
+    size_t max_bytes, held_bytes; /* the limit; kept now */
+    int64_t hits, misses;         /* allocations of 1 MiB and more served kept / fresh */
+} sm_array_cache_info;
+void sm_array_cache_stats(sm_array_cache_info *out);
 
 /* The header of a .npy file: what it holds and where its data starts. */
 typedef struct {
