@@ -12,9 +12,13 @@
  * (one page fault per 4 KiB). Prints medians, the shmap/TCP ratios, and the
  * peak RSS (VmHWM) of the coordinator and of each worker.
  *
- *   bench_transfer [--sizes 16,256,1024] [--runs 3] [--coordinator PATH]
+ *   bench_transfer [--sizes 16,256,1024] [--runs 5] [--warmup 1]
+ *                  [--coordinator PATH]
  *
- * Sizes are in MiB. The coordinator binary defaults to
+ * Sizes are in MiB. Each size starts with --warmup untimed runs of every
+ * step (the first transfer to a worker opens its connection, the first
+ * write to fresh memory faults it in, on both sides and for TCP alike). The coordinator binary
+ * defaults to
  * ../server/shmap-coordinator relative to this program (the build tree). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -237,16 +241,15 @@ static int wait_workers(sm_client *cl, int want)
 int main(int argc, char **argv)
 {
     const char *sizes_arg = "16,256,1024";
-    int runs = 3;
+    int runs = 5, warmup = 1;
     char binbuf[PATH_MAX];
     const char *bin = NULL;
-    static const struct option opts[] = {{"sizes", required_argument, 0, 's'},
-                                         {"runs", required_argument, 0, 'r'},
-                                         {"coordinator", required_argument, 0, 'c'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"sizes", required_argument, 0, 's'},  {"runs", required_argument, 0, 'r'},
+        {"warmup", required_argument, 0, 'w'}, {"coordinator", required_argument, 0, 'c'},
+        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
     int c;
-    while ((c = getopt_long(argc, argv, "s:r:c:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "s:r:w:c:h", opts, NULL)) != -1) {
         switch (c) {
         case 's':
             sizes_arg = optarg;
@@ -254,17 +257,23 @@ int main(int argc, char **argv)
         case 'r':
             runs = atoi(optarg);
             break;
+        case 'w':
+            warmup = atoi(optarg);
+            break;
         case 'c':
             bin = optarg;
             break;
         default:
-            printf("usage: bench_transfer [--sizes MiB,MiB,...] [--runs N] [--coordinator PATH]\n"
+            printf("usage: bench_transfer [--sizes MiB,MiB,...] [--runs N] [--warmup N] "
+                   "[--coordinator PATH]\n"
                    "Upload/download throughput of shmap vs plain loopback TCP, same run.\n");
             return c == 'h' ? 0 : 2;
         }
     }
     if (runs < 1 || runs > 50)
-        runs = 3;
+        runs = 5;
+    if (warmup < 0 || warmup > 10)
+        warmup = 1;
     if (!bin) {
         char self[PATH_MAX];
         ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -296,8 +305,8 @@ int main(int argc, char **argv)
     sm_pspec_parse("P('i', None)", &sh.spec, err, sizeof err);
 
     printf("bench_transfer: f32 arrays, P('i', None) over 2 workers x 4 devices, %d runs "
-           "each, medians (MB = 10^6 bytes)\n\n",
-           runs);
+           "each after %d untimed, medians (MB = 10^6 bytes)\n\n",
+           runs, warmup);
     printf("%8s  %12s  %12s  %12s  %10s  %10s  %14s\n", "size", "upload MB/s", "download MB/s",
            "tcp MB/s", "up/tcp", "down/tcp", "get-new MB/s");
     int rc = 0;
@@ -320,8 +329,10 @@ int main(int argc, char **argv)
         }
         for (size_t k = 0; k < bytes / 4; k++)
             data[k] = (float)(k % 1000003);
-        double up[50], down[50], tcp[50], fresh[50];
-        for (int r = 0; r < runs; r++) {
+        /* slot 50 takes the untimed warm-up runs */
+        double up[51], down[51], tcp[51], fresh[51];
+        for (int run = -warmup; run < runs; run++) {
+            int r = run < 0 ? 50 : run;
             sm_array_info info = {0};
             double t0 = now_s();
             if (sm_client_put(cli, SM_F32, &shape, data, &sh, NULL, &info, err, sizeof err)) {
