@@ -232,18 +232,13 @@ typedef struct {
     uint64_t checksum[SM_MAX_WORKER_DEVICES];
 } sm_relay_want;
 
-/* Checks what worker t holds against w with one ShardInfo call (see
- * sm_relay_commit). */
-static sm_err sm_relay_verify(const sm_reg_target *t, const sm_relay_want *w, sm_array_id id,
-                              int deadline_ms, char *err, size_t errlen)
+/* Room for one worker's sentence in sm_relay_verify. */
+#define SM_RELAY_ERRLEN 512
+
+/* Checks what worker t holds (st, from ShardInfo) against w. */
+static sm_err sm_relay_check(const sm_reg_target *t, const sm_relay_want *w,
+                             const sm_svc_shard_state *st, sm_array_id id, char *err, size_t errlen)
 {
-    sm_svc_shard_state st[SM_MAX_WORKER_DEVICES];
-    sm_err e =
-        sm_svc_worker_shard_info(t->ch, deadline_ms, id, t->ndevices, t->devices, st, err, errlen);
-    if (e) {
-        sm_relay_worker_err(t, err, errlen);
-        return e;
-    }
     for (int k = 0; k < t->ndevices; k++) {
         if (!st[k].present)
             return sm_fail(err, errlen, SM_EPRECONDITION,
@@ -259,6 +254,45 @@ static sm_err sm_relay_verify(const sm_reg_target *t, const sm_relay_want *w, sm
                            (long long)w->bytes[k], (unsigned long long)w->checksum[k]);
     }
     return SM_OK;
+}
+
+/* Checks what workers t[0..n) hold against want[0..n), asking them all at
+ * once (one ShardInfo each; see sm_relay_commit). */
+static sm_err sm_relay_verify(const sm_reg_target *t, const sm_relay_want *want, int n,
+                              sm_array_id id, int deadline_ms, char *err, size_t errlen)
+{
+    sm_rpc_channel **chs = calloc((size_t)n, sizeof *chs);
+    sm_svc_shard_query *q = calloc((size_t)n, sizeof *q);
+    sm_svc_shard_state *st = calloc((size_t)n * SM_MAX_WORKER_DEVICES, sizeof *st);
+    sm_err *es = calloc((size_t)n, sizeof *es);
+    char **errs = calloc((size_t)n, sizeof *errs), *msgs = calloc((size_t)n, SM_RELAY_ERRLEN);
+    sm_err e = SM_OK;
+    if (!chs || !q || !st || !es || !errs || !msgs) {
+        e = sm_fail(err, errlen, SM_ENOMEM, "out of memory checking %d workers' shards", n);
+        goto done;
+    }
+    for (int k = 0; k < n; k++) {
+        chs[k] = t[k].ch;
+        q[k] = (sm_svc_shard_query){t[k].ndevices, t[k].devices, st + k * SM_MAX_WORKER_DEVICES};
+        errs[k] = msgs + (size_t)k * SM_RELAY_ERRLEN;
+    }
+    sm_svc_worker_shard_info_all(chs, n, deadline_ms, id, q, es, errs, SM_RELAY_ERRLEN);
+    for (int k = 0; k < n && !e; k++) {
+        if ((e = es[k])) {
+            snprintf(err, errlen, "%s", errs[k]);
+            sm_relay_worker_err(&t[k], err, errlen);
+        } else {
+            e = sm_relay_check(&t[k], &want[k], q[k].out, id, err, errlen);
+        }
+    }
+done:
+    free(chs);
+    free(q);
+    free(st);
+    free(es);
+    free(errs);
+    free(msgs);
+    return e;
 }
 
 /* Adds the per-worker device lists t[0..n) of target g to the per-worker
@@ -345,9 +379,8 @@ sm_err sm_relay_commit(sm_registry *r, const sm_svc_commit_req *req, sm_svc_uplo
         sm_registry_upload_end(r, req->array_id, devs, nbegun, 0, &ready, ignore, sizeof ignore);
         goto done;
     }
-    /* One ShardInfo per worker. */
-    for (int k = 0; k < nw && !e; k++)
-        e = sm_relay_verify(&wt[k], &want[k], req->array_id, deadline_ms, err, errlen);
+    /* One ShardInfo per worker, all at once. */
+    e = sm_relay_verify(wt, want, nw, req->array_id, deadline_ms, err, errlen);
     if (e) {
         sm_registry_upload_end(r, req->array_id, devs, nbegun, 0, &ready, ignore, sizeof ignore);
         sm_relay_drop(req->array_id, wt, nw); /* bad or partial: send again */

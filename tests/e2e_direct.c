@@ -383,6 +383,34 @@ START_TEST(commit_batched)
     ck_assert_int_eq(described_present(ch, id, &ready), 3);
     c.targets = t + 3;
     c.ntargets = 5;
+    /* Targets 3..7 span both workers, asked at once: the second worker's
+     * missing shard and its wrong bytes are found and named. */
+    int32_t last = t[7].devices[0];
+    ck_assert(worker_of(&r.array, last, wch) != worker_of(&r.array, t[3].devices[0], wch));
+    ck_assert_int_eq(sm_svc_worker_free_array(worker_of(&r.array, last, wch), 10000, id, 1, &last,
+                                              err, sizeof err),
+                     SM_OK);
+    e = sm_svc_coord_commit_shards(ch, 10000, &c, &rep, err, sizeof err);
+    ck_assert_msg(e == SM_EPRECONDITION, "%d: %s", e, err);
+    char want[64];
+    snprintf(want, sizeof want, "on device %d;", (int)last);
+    ck_assert_msg(strstr(err, want), "%s", err);
+    ck_assert_int_eq(described_present(ch, id, &ready), 3);
+    for (int i = 3; i < 8; i++) { /* a failed commit drops every copy it named */
+        ck_assert_int_eq(worker_has(&r.array, t[i].devices[0], wch), 0);
+        put_shard(worker_of(&r.array, t[i].devices[0], wch), id, t[i].devices[0], data);
+    }
+    t[7].checksum ^= 1;
+    e = sm_svc_coord_commit_shards(ch, 10000, &c, &rep, err, sizeof err);
+    ck_assert_msg(e == SM_EDATALOSS, "%d: %s", e, err);
+    snprintf(want, sizeof want, "device %d of array", (int)last);
+    ck_assert_msg(strstr(err, want), "%s", err);
+    t[7].checksum ^= 1;
+    ck_assert_int_eq(described_present(ch, id, &ready), 3);
+    for (int i = 3; i < 8; i++) {
+        ck_assert_int_eq(worker_has(&r.array, t[i].devices[0], wch), 0);
+        put_shard(worker_of(&r.array, t[i].devices[0], wch), id, t[i].devices[0], data);
+    }
     e = sm_svc_coord_commit_shards(ch, 10000, &c, &rep, err, sizeof err);
     ck_assert_msg(e == SM_OK, "commit: %s", err);
     ck_assert_int_eq(rep.array_ready, 1);

@@ -281,37 +281,32 @@ sm_err sm_rpc_unary(sm_rpc_channel *ch, const char *path, const ProtobufCMessage
     return e;
 }
 
-sm_err sm_rpc_unary_all(sm_rpc_channel *const *chs, int n, const char *path,
-                        const ProtobufCMessage *req, const ProtobufCMessageDescriptor *reply_desc,
-                        int deadline_ms, sm_rpc_unary_done done, sm_rpc_unary_watch watch,
-                        void *user, char *err, size_t errlen)
+/* sm_rpc_unary_all (nreq 1: every call sends bbs[0]) and sm_rpc_unary_each
+ * (nreq n: call i sends bbs[i]); takes the buffers. */
+static void unary_many(sm_rpc_channel *const *chs, int n, const char *path, grpc_byte_buffer **bbs,
+                       int nreq, unary_call *u, const ProtobufCMessageDescriptor *reply_desc,
+                       int deadline_ms, sm_rpc_unary_done done, sm_rpc_unary_watch watch,
+                       void *user)
 {
-    if (deadline_ms <= 0)
-        return sm_fail(err, errlen, SM_EINVAL, "call to %s needs a positive deadline, not %d ms",
-                       path, deadline_ms);
-    if (n <= 0)
-        return SM_OK;
-    grpc_byte_buffer *send_bb;
-    sm_err e = sm_rpc_pack(req, "request", &send_bb, err, errlen);
-    if (e)
-        return e;
-    unary_call *u = calloc((size_t)n, sizeof *u);
-    if (!u) {
-        grpc_byte_buffer_destroy(send_bb);
-        return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate %d calls to %s", n, path);
-    }
-    /* One completion queue; a call's tag is its slot. The request is packed
-     * once: each call gets its own reference to the same slices. */
+    /* One completion queue; a call's tag is its slot. A request packed once
+     * gives each call its own reference to the same slices. */
     grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
     char msg[512];
     int pending = 0;
     for (int i = 0; i < n; i++) {
+        grpc_byte_buffer *bb;
+        if (nreq == 1) {
+            bb = grpc_byte_buffer_copy(bbs[0]);
+        } else {
+            bb = bbs[i];
+            bbs[i] = NULL;
+        }
         if (!chs[i]) {
+            grpc_byte_buffer_destroy(bb);
             done(user, i, SM_EUNAVAILABLE, NULL, "no channel");
             continue;
         }
-        sm_err ei = unary_start(&u[i], chs[i], path, grpc_byte_buffer_copy(send_bb), cq,
-                                deadline_ms, &u[i], msg, sizeof msg);
+        sm_err ei = unary_start(&u[i], chs[i], path, bb, cq, deadline_ms, &u[i], msg, sizeof msg);
         if (ei) {
             u[i].ended = 1; /* no completion to wait for */
             done(user, i, ei, NULL, msg);
@@ -319,7 +314,10 @@ sm_err sm_rpc_unary_all(sm_rpc_channel *const *chs, int n, const char *path,
             pending++;
         }
     }
-    grpc_byte_buffer_destroy(send_bb);
+    if (nreq == 1) {
+        grpc_byte_buffer_destroy(bbs[0]);
+        bbs[0] = NULL;
+    }
     while (pending > 0) {
         gpr_timespec until = watch
                                  ? gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
@@ -350,13 +348,50 @@ sm_err sm_rpc_unary_all(sm_rpc_channel *const *chs, int n, const char *path,
     }
     for (int i = 0; i < n; i++)
         unary_clear(&u[i]);
-    free(u);
     grpc_completion_queue_shutdown(cq);
     while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
            GRPC_QUEUE_SHUTDOWN)
         ;
     grpc_completion_queue_destroy(cq);
-    return SM_OK;
+}
+
+sm_err sm_rpc_unary_all(sm_rpc_channel *const *chs, int n, const char *path,
+                        const ProtobufCMessage *req, const ProtobufCMessageDescriptor *reply_desc,
+                        int deadline_ms, sm_rpc_unary_done done, sm_rpc_unary_watch watch,
+                        void *user, char *err, size_t errlen)
+{
+    return sm_rpc_unary_each(chs, n, path, &req, 1, reply_desc, deadline_ms, done, watch, user, err,
+                             errlen);
+}
+
+sm_err sm_rpc_unary_each(sm_rpc_channel *const *chs, int n, const char *path,
+                         const ProtobufCMessage *const *reqs, int nreq,
+                         const ProtobufCMessageDescriptor *reply_desc, int deadline_ms,
+                         sm_rpc_unary_done done, sm_rpc_unary_watch watch, void *user, char *err,
+                         size_t errlen)
+{
+    if (deadline_ms <= 0)
+        return sm_fail(err, errlen, SM_EINVAL, "call to %s needs a positive deadline, not %d ms",
+                       path, deadline_ms);
+    if (n <= 0)
+        return SM_OK;
+    if (nreq != 1 && nreq != n)
+        return sm_fail(err, errlen, SM_EINVAL, "%d calls to %s with %d requests", n, path, nreq);
+    unary_call *u = calloc((size_t)n, sizeof *u);
+    grpc_byte_buffer **bbs = calloc((size_t)nreq, sizeof *bbs);
+    sm_err e = SM_OK;
+    if (!u || !bbs)
+        e = sm_fail(err, errlen, SM_ENOMEM, "cannot allocate %d calls to %s", n, path);
+    for (int i = 0; i < nreq && !e; i++)
+        e = sm_rpc_pack(reqs[i], "request", &bbs[i], err, errlen);
+    if (!e)
+        unary_many(chs, n, path, bbs, nreq, u, reply_desc, deadline_ms, done, watch, user);
+    for (int i = 0; bbs && i < nreq; i++)
+        if (bbs[i])
+            grpc_byte_buffer_destroy(bbs[i]);
+    free(bbs);
+    free(u);
+    return e;
 }
 
 /* ---- streams ----------------------------------------------------------- */

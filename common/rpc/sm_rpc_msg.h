@@ -176,6 +176,13 @@ sm_err sm_rpc_unary_all(sm_rpc_channel *const *chs, int n, const char *path,
                         const ProtobufCMessage *req, const ProtobufCMessageDescriptor *reply_desc,
                         int deadline_ms, sm_rpc_unary_done done, sm_rpc_unary_watch watch,
                         void *user, char *err, size_t errlen);
+/* As sm_rpc_unary_all, with call i sending reqs[i] (nreq == n), or every
+ * call reqs[0] (nreq == 1). */
+sm_err sm_rpc_unary_each(sm_rpc_channel *const *chs, int n, const char *path,
+                         const ProtobufCMessage *const *reqs, int nreq,
+                         const ProtobufCMessageDescriptor *reply_desc, int deadline_ms,
+                         sm_rpc_unary_done done, sm_rpc_unary_watch watch, void *user, char *err,
+                         size_t errlen);
 
 /* Client-streaming call: open, send N times, finish. The deadline covers the
  * whole call. A failed send returns the server's final status (finish then
