@@ -60,7 +60,8 @@ static const sm_config_row worker_config[CFG_COUNT] = {
                           "OpenBLAS threads per device."},
     [CFG_CACHE_MB] = {"buffer-cache-mb", 0, SM_CFG_INT, "-1", "SHMAP_BUFFER_CACHE_MB",
                       "Freed shard and job memory kept for reuse, in MiB, each block for at "
-                      "most 10 s; -1: an eighth of this host's memory, at most 4096; 0: none."},
+                      "most 10 s; -1: an eighth of the memory this worker may use (the "
+                      "host's, or its cgroup's limit), at most 4096; 0: none."},
     [CFG_LOG_LEVEL] = {"log-level", 0, SM_CFG_STRING, "info", "SHMAP_LOG",
                        "Log level: error, warn, info or debug."},
 };
@@ -135,13 +136,32 @@ static void sm_worker_malloc_tune(void)
  * machine costs more than receiving the bytes. A block unused for 10 s goes
  * back to the system (the agent trims at every heartbeat). */
 #define SM_WORKER_CACHE_IDLE_MS 10000
+/* The memory this worker may use: the host's, or its cgroup's limit when
+ * lower (a container's); 0 if unknown. */
+static uint64_t worker_memory_bytes(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    uint64_t mem = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+    static const char *limits[] = {"/sys/fs/cgroup/memory.max",
+                                   "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
+    for (size_t k = 0; k < sizeof limits / sizeof *limits; k++) {
+        FILE *f = fopen(limits[k], "r");
+        unsigned long long v = 0;
+        if (!f)
+            continue;
+        if (fscanf(f, "%llu", &v) == 1 && v > 0 && (mem == 0 || v < mem))
+            mem = v; /* "max" (no limit) does not parse */
+        fclose(f);
+    }
+    return mem;
+}
+
 static size_t worker_cache_bytes(int64_t mib)
 {
     if (mib >= 0)
         return (size_t)mib << 20;
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    uint64_t eighth = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 8 : 0;
-    return (size_t)(eighth < (UINT64_C(4096) << 20) ? eighth : UINT64_C(4096) << 20);
+    uint64_t eighth = worker_memory_bytes() / 8, cap = UINT64_C(4096) << 20;
+    return (size_t)(eighth < cap ? eighth : cap);
 }
 
 int main(int argc, char **argv)
@@ -210,7 +230,10 @@ int main(int argc, char **argv)
     sm_rpc_init();
     mallopt(M_MMAP_THRESHOLD, SM_WORKER_MMAP_THRESHOLD);
     mallopt(M_TRIM_THRESHOLD, SM_WORKER_TRIM_THRESHOLD);
-    sm_array_cache_set(worker_cache_bytes(cfg[CFG_CACHE_MB].i), SM_WORKER_CACHE_IDLE_MS);
+    size_t cache = worker_cache_bytes(cfg[CFG_CACHE_MB].i);
+    sm_array_cache_set(cache, SM_WORKER_CACHE_IDLE_MS);
+    SM_INFO("keeping up to %zu MiB of freed shard memory for reuse (--buffer-cache-mb)",
+            cache >> 20);
     rpc_up = 1;
     if ((e = sm_store_create(&store, err, sizeof err)) ||
         (e = sm_peer_create(cfg[CFG_TOKEN].s, 120000, &peers, err, sizeof err)))
