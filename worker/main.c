@@ -108,17 +108,19 @@ static int parse_level(const char *s, sm_log_level *out)
     return 0;
 }
 
-/* Device blocks (a job's values, collective outputs) are allocated and
- * freed on every op. glibc serves blocks at or above the mmap threshold
- * with a fresh mmap, and a thread arena other than the main one cannot hold
- * a block of 64 MiB or more, so such blocks were mapped, page-faulted in and
- * unmapped on every op (a quarter of a worker's cycles in a psum of 64 MiB
- * blocks). One arena (the brk heap) with the mmap threshold at 256 MiB
- * reuses their memory instead; free memory above the trim threshold at the
- * top of the heap still goes back to the system. MALLOC_ARENA_MAX in the
- * environment overrides the arena count; sm_rpc_init leaves the count
- * alone when that variable is set, which is why it is set here, before
- * this program starts threads (the core-type re-exec inherits it). */
+/* Buffers other than array data (received message pieces, collective
+ * scratch) are allocated and freed on every op; array data of 1 MiB and
+ * more has its own cache (below). glibc serves blocks at or above the mmap
+ * threshold with a fresh mmap, and a thread arena other than the main one
+ * cannot hold a block of 64 MiB or more, so such blocks were mapped,
+ * page-faulted in and unmapped on every op (a quarter of a worker's cycles
+ * in a psum of 64 MiB blocks). One arena (the brk heap) with the mmap
+ * threshold at 256 MiB reuses their memory instead; free memory above the
+ * trim threshold at the top of the heap still goes back to the system.
+ * MALLOC_ARENA_MAX in the environment overrides the arena count;
+ * sm_rpc_init leaves the count alone when that variable is set, which is
+ * why it is set here, before this program starts threads (the core-type
+ * re-exec inherits it). */
 #define SM_WORKER_MMAP_THRESHOLD (256 << 20)
 #define SM_WORKER_TRIM_THRESHOLD (512 << 20)
 static void sm_worker_malloc_tune(void)
