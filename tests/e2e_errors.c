@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "shmap_job.h"
 #include "sm_checksum.h"
 #include "sm_rpc.h"
 #include "sm_svc.h"
@@ -401,6 +402,93 @@ START_TEST(worker_killed)
 }
 END_TEST
 
+/* Workers with a 16 MiB memory limit (SHMAP_MEMORY_LIMIT_MB): an upload
+ * and a job output that need more fail RESOURCE_EXHAUSTED with a sentence
+ * naming the limit, leave nothing behind and no worker down; what fits
+ * still works. */
+START_TEST(memory_limit)
+{
+    harness_opts o = {.nworkers = 2, .devices_per_worker = 2};
+    harness_cluster *h = NULL;
+    char err[1024];
+    setenv("SHMAP_MEMORY_LIMIT_MB", "16", 1);
+    sm_err e = harness_cluster_start(&o, &h, err, sizeof err);
+    unsetenv("SHMAP_MEMORY_LIMIT_MB");
+    ck_assert_msg(e == SM_OK, "start: %s", err);
+    sm_client *c = harness_client(h);
+    sm_mesh mesh;
+    sm_sharding_ref sh = harness_sharding(&mesh, "x=4", NULL, 0, "P('x')");
+
+    /* 64 MiB over 4 devices: 32 MiB on each worker */
+    sm_shape big = HARNESS_SHAPE(4096, 4096);
+    sm_array *x = harness_array_iota(SM_F32, &big, 5), *back = NULL;
+    sm_array_info info;
+    e = sm_client_put(c, SM_F32, &big, x->data, &sh, "too_big", &info, err, sizeof err);
+    ck_assert_msg(e == SM_ERESOURCE, "%d: %s", e, err);
+    ck_assert_msg(strstr(err, "limit of 16 MiB"), "%s", err);
+    check_sentence(err);
+    sm_array_info *all = NULL;
+    int n = -1;
+    ck_assert_int_eq(sm_client_list(c, &all, &n, err, sizeof err), SM_OK);
+    ck_assert_int_eq(n, 0);
+    sm_array_info_list_free(all, n);
+    sm_array_free(x);
+
+    /* what fits: 8 MiB, 1 MiB per device */
+    sm_shape fits = HARNESS_SHAPE(512, 4096);
+    x = harness_array_iota(SM_F32, &fits, 6);
+    ck_assert_msg(sm_client_put(c, SM_F32, &fits, x->data, &sh, "fits", &info, err, sizeof err) ==
+                      SM_OK,
+                  "%s", err);
+    ck_assert_int_eq(sm_client_get(c, harness_id_ref(info.id), &back, err, sizeof err), SM_OK);
+    ck_assert_int_eq(memcmp(back->data, x->data, (size_t)x->nbytes), 0);
+    sm_array_free(back);
+
+    /* a job whose output block is 64 MiB per device */
+    sm_program *p = NULL;
+    ck_assert_int_eq(sm_program_parse("mesh x=4\n"
+                                      "shard_map outer(a: f32[16384,1] @ P('x'), b: f32[1,4096] "
+                                      "@ P(None, None)) -> P('x'):\n"
+                                      "    return dot(a, b)\n",
+                                      "outer.shmap", &p, err, sizeof err),
+                     SM_OK);
+    sm_shape sa = HARNESS_SHAPE(16384, 1), sb = HARNESS_SHAPE(1, 4096);
+    sm_array *a = harness_array_iota(SM_F32, &sa, 7), *b = harness_array_iota(SM_F32, &sb, 8);
+    sm_mesh m2;
+    sm_sharding_ref shb = harness_sharding(&m2, "x=4", NULL, 0, "P(None, None)");
+    sm_array_info ia, ib;
+    ck_assert_int_eq(sm_client_put(c, SM_F32, &sa, a->data, &sh, NULL, &ia, err, sizeof err),
+                     SM_OK);
+    ck_assert_int_eq(sm_client_put(c, SM_F32, &sb, b->data, &shb, NULL, &ib, err, sizeof err),
+                     SM_OK);
+    sm_array_ref args[2] = {harness_id_ref(ia.id), harness_id_ref(ib.id)};
+    sm_job_info ji;
+    e = sm_job_run(c, p, 2, args, NULL, 1, 0, 60000, &ji, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "%s", err);
+    ck_assert_msg(ji.state == SM_JOB_FAILED, "%s", sm_job_state_name(ji.state));
+    ck_assert_msg(strstr(ji.error, "limit of 16 MiB"), "%s", ji.error);
+    check_sentence(ji.error);
+
+    /* nothing was lost: both workers alive, the arrays that fit intact */
+    ck_assert_int_eq(harness_wait_workers(c, 2, 10000, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_client_list(c, &all, &n, err, sizeof err), SM_OK);
+    ck_assert_int_eq(n, 3); /* fits, a, b: no job output */
+    sm_array_info_list_free(all, n);
+    ck_assert_int_eq(sm_client_get(c, harness_id_ref(info.id), &back, err, sizeof err), SM_OK);
+    ck_assert_int_eq(memcmp(back->data, x->data, (size_t)x->nbytes), 0);
+    sm_array_free(back);
+    sm_array_info_free(&ia);
+    sm_array_info_free(&ib);
+    sm_array_info_free(&info);
+    sm_program_free(p);
+    sm_array_free(a);
+    sm_array_free(b);
+    sm_array_free(x);
+    sm_client_close(c);
+    harness_cluster_stop(h);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("e2e_errors");
@@ -415,6 +503,7 @@ int main(void)
     tcase_add_test(tc, still_serving);
     tcase_add_test(tc, tokens);
     tcase_add_test(tc, worker_killed);
+    tcase_add_test(tc, memory_limit);
     suite_add_tcase(s, tc);
     return harness_run_suite(s);
 }

@@ -620,6 +620,51 @@ START_TEST(test_data_cache)
 }
 END_TEST
 
+/* A memory limit: array data beyond it is refused (NULL, and an array
+ * create says why), kept blocks are given back to make room, and freeing
+ * makes room again. */
+START_TEST(test_data_limit)
+{
+    const size_t mib = (size_t)1 << 20;
+    sm_array_cache_info ci;
+    char why[200], err[300];
+    sm_array_mem_limit_set(8 * mib);
+    sm_array_cache_set(8 * mib, 60000);
+    uint8_t *a = sm_array_data_alloc(5 * mib, 0);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_int_eq(sm_array_mem_refused(2 * mib, why, sizeof why), 0);
+    ck_assert_int_eq(sm_array_mem_refused(4 * mib, why, sizeof why), 1);
+    ck_assert_msg(strstr(why, "limit of 8 MiB"), "%s", why);
+    ck_assert_ptr_null(sm_array_data_alloc(4 * mib, 0));
+    uint8_t *small = sm_array_data_alloc(1000, 1); /* small blocks count too */
+    ck_assert_ptr_nonnull(small);
+    sm_array_cache_stats(&ci);
+    ck_assert_uint_eq(ci.limit_bytes, 8 * mib);
+    ck_assert_uint_eq(ci.live_bytes, 5 * mib + 1024);
+    sm_array_data_free(small, 1000);
+    /* an array create past the limit: SM_ENOMEM saying so */
+    sm_shape sh = {.rank = 1, .dims = {(int64_t)mib}}; /* 4 MiB of f32 */
+    sm_array *arr = NULL;
+    ck_assert_int_eq(sm_array_create(SM_F32, &sh, &arr, err, sizeof err), SM_ENOMEM);
+    ck_assert_msg(strstr(err, "beyond this process's limit"), "%s", err);
+    /* freed into the cache: a block of another size gets the room */
+    sm_array_data_free(a, 5 * mib);
+    sm_array_cache_stats(&ci);
+    ck_assert_uint_eq(ci.live_bytes, 0);
+    ck_assert_uint_ge(ci.held_bytes, 5 * mib);
+    uint8_t *b = sm_array_data_alloc(7 * mib, 0);
+    ck_assert_ptr_nonnull(b);
+    sm_array_cache_stats(&ci);
+    ck_assert_uint_le(ci.held_bytes + ci.live_bytes, 8 * mib);
+    sm_array_data_free(b, 7 * mib);
+    ck_assert_int_eq(sm_array_create(SM_F32, &sh, &arr, err, sizeof err), SM_OK);
+    sm_array_free(arr);
+    /* no limit again */
+    sm_array_mem_limit_set(0);
+    ck_assert_int_eq(sm_array_mem_refused(SIZE_MAX / 2, why, sizeof why), 0);
+}
+END_TEST
+
 int main(void)
 {
 
@@ -640,6 +685,7 @@ int main(void)
     tcase_add_test(tc, test_array_create);
     tcase_add_test(tc, test_copy_stream);
     tcase_add_test(tc, test_data_cache);
+    tcase_add_test(tc, test_data_limit);
     suite_add_tcase(s, tc);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

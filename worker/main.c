@@ -25,6 +25,7 @@
 #include "sm_log.h"
 #include "sm_rpc.h"
 #include "sm_svc.h"
+#include "sm_sys.h"
 #include "store.h"
 
 enum {
@@ -36,6 +37,7 @@ enum {
     CFG_TOKEN,
     CFG_BLAS_THREADS,
     CFG_CACHE_MB,
+    CFG_MEM_LIMIT_MB,
     CFG_LOG_LEVEL,
     CFG_COUNT
 };
@@ -62,6 +64,11 @@ static const sm_config_row worker_config[CFG_COUNT] = {
                       "Freed shard and job memory kept for reuse, in MiB, each block for at "
                       "most 10 s; -1: an eighth of the memory this worker may use (the "
                       "host's, or its cgroup's limit), at most 4096; 0: none."},
+    [CFG_MEM_LIMIT_MB] = {"memory-limit-mb", 0, SM_CFG_INT, "-1", "SHMAP_MEMORY_LIMIT_MB",
+                          "Most shard and job memory this worker holds, in MiB; an upload, "
+                          "reshard or job needing more fails RESOURCE_EXHAUSTED instead of "
+                          "running the host out of memory. -1: 90% of the memory this worker "
+                          "may use (the host's, or its cgroup's limit); 0: no limit."},
     [CFG_LOG_LEVEL] = {"log-level", 0, SM_CFG_STRING, "info", "SHMAP_LOG",
                        "Log level: error, warn, info or debug."},
 };
@@ -138,31 +145,11 @@ static void sm_worker_malloc_tune(void)
  * machine costs more than receiving the bytes. A block unused for 10 s goes
  * back to the system (the agent trims at every heartbeat). */
 #define SM_WORKER_CACHE_IDLE_MS 10000
-/* The memory this worker may use: the host's, or its cgroup's limit when
- * lower (a container's); 0 if unknown. */
-static uint64_t worker_memory_bytes(void)
-{
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    uint64_t mem = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
-    static const char *limits[] = {"/sys/fs/cgroup/memory.max",
-                                   "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
-    for (size_t k = 0; k < sizeof limits / sizeof *limits; k++) {
-        FILE *f = fopen(limits[k], "r");
-        unsigned long long v = 0;
-        if (!f)
-            continue;
-        if (fscanf(f, "%llu", &v) == 1 && v > 0 && (mem == 0 || v < mem))
-            mem = v; /* "max" (no limit) does not parse */
-        fclose(f);
-    }
-    return mem;
-}
-
 static size_t worker_cache_bytes(int64_t mib)
 {
     if (mib >= 0)
         return (size_t)mib << 20;
-    uint64_t eighth = worker_memory_bytes() / 8, cap = UINT64_C(4096) << 20;
+    uint64_t eighth = sm_sys_memory_bytes() / 8, cap = UINT64_C(4096) << 20;
     return (size_t)(eighth < cap ? eighth : cap);
 }
 
@@ -212,6 +199,9 @@ int main(int argc, char **argv)
         return usage_error("--blas-threads must be in 1..1024.");
     if (cfg[CFG_CACHE_MB].i < -1 || cfg[CFG_CACHE_MB].i > (INT64_C(1) << 30))
         return usage_error("--buffer-cache-mb must be -1 (automatic), 0 (none) or a size in MiB.");
+    if (cfg[CFG_MEM_LIMIT_MB].i < -1 || cfg[CFG_MEM_LIMIT_MB].i > (INT64_C(1) << 30))
+        return usage_error(
+            "--memory-limit-mb must be -1 (automatic), 0 (no limit) or a size in MiB.");
     if (!parse_level(cfg[CFG_LOG_LEVEL].s, &level))
         return usage_error("--log-level must be error, warn, info or debug.");
     if (!split_host_port(cfg[CFG_LISTEN].s, host, sizeof host, &port))
@@ -233,9 +223,18 @@ int main(int argc, char **argv)
     mallopt(M_MMAP_THRESHOLD, SM_WORKER_MMAP_THRESHOLD);
     mallopt(M_TRIM_THRESHOLD, SM_WORKER_TRIM_THRESHOLD);
     size_t cache = worker_cache_bytes(cfg[CFG_CACHE_MB].i);
+    int64_t limit_mb = cfg[CFG_MEM_LIMIT_MB].i;
+    uint64_t limit = limit_mb >= 0 ? (uint64_t)limit_mb << 20 : sm_sys_memory_bytes() / 10 * 9;
     sm_array_cache_set(cache, SM_WORKER_CACHE_IDLE_MS);
-    SM_INFO("keeping up to %zu MiB of freed shard memory for reuse (--buffer-cache-mb)",
-            cache >> 20);
+    sm_array_mem_limit_set((size_t)limit);
+    if (limit)
+        SM_INFO("shard and job memory limited to %llu MiB (--memory-limit-mb); freed blocks "
+                "kept for reuse up to %zu MiB (--buffer-cache-mb)",
+                (unsigned long long)(limit >> 20), cache >> 20);
+    else
+        SM_INFO("no limit on shard and job memory (--memory-limit-mb 0); freed blocks kept for "
+                "reuse up to %zu MiB (--buffer-cache-mb)",
+                cache >> 20);
     rpc_up = 1;
     if ((e = sm_store_create(&store, err, sizeof err)) ||
         (e = sm_peer_create(cfg[CFG_TOKEN].s, 120000, &peers, err, sizeof err)))

@@ -59,7 +59,12 @@ sm_err sm_store_shard_create(sm_dtype t, const sm_shape *s, sm_store_shard **out
         return sm_fail(err, errlen, SM_ERESOURCE, "out of memory for a shard header");
     /* contents uninitialised, as documented; huge pages for large shards */
     if (!(sh->data = sm_array_data_alloc((size_t)nbytes, 0))) {
+        char why[160];
         free(sh);
+        if (sm_array_mem_refused((size_t)nbytes, why, sizeof why))
+            return sm_fail(err, errlen, SM_ERESOURCE,
+                           "cannot allocate %lld bytes for a shard: %s (--memory-limit-mb)",
+                           (long long)nbytes, why);
         return sm_fail(err, errlen, SM_ERESOURCE, "cannot allocate %lld bytes for a shard",
                        (long long)nbytes);
     }

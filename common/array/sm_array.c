@@ -36,6 +36,10 @@ static sm_err array_create(sm_dtype t, const sm_shape *s, int zero, sm_array **o
     return SM_OK;
 nomem:
     free(a);
+    char why[160];
+    if (sm_array_mem_refused((size_t)nbytes, why, sizeof why))
+        return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate an array of %" PRId64 " bytes: %s",
+                       nbytes, why);
     return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate an array of %" PRId64 " bytes", nbytes);
 }
 

@@ -54,10 +54,20 @@ void sm_array_cache_set(size_t max_bytes, int idle_ms);
 /* Returns the blocks kept longer than idle_ms to the system. */
 void sm_array_cache_trim(void);
 typedef struct {
-    size_t max_bytes, held_bytes; /* the limit; kept now */
-    int64_t hits, misses;         /* allocations of 1 MiB and more served kept / fresh */
+    size_t max_bytes, held_bytes;   /* the limit; kept now */
+    int64_t hits, misses;           /* allocations of 1 MiB and more served kept / fresh */
+    size_t limit_bytes, live_bytes; /* sm_array_mem_limit_set; array data in use */
 } sm_array_cache_info;
 void sm_array_cache_stats(sm_array_cache_info *out);
+
+/* The most array data (sm_array_data_alloc, counted in whole blocks, kept
+ * ones included) the process may hold; 0 (the default): no limit. Beyond it
+ * sm_array_data_alloc returns NULL (giving back kept blocks first), and
+ * sm_array_create fails with SM_ENOMEM saying so. */
+void sm_array_mem_limit_set(size_t bytes);
+/* 1, with a sentence in why, if n more bytes of array data would pass the
+ * limit now; 0 otherwise (no limit, or room). */
+int sm_array_mem_refused(size_t n, char *why, size_t whylen);
 
 /* The header of a .npy file: what it holds and where its data starts. */
 typedef struct {

@@ -16,6 +16,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -49,7 +50,8 @@ static struct {
     int64_t idle_ms;
     ent *head, *tail;
     int64_t hits, misses;
-} cache = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 10000, NULL, NULL, 0, 0};
+    size_t limit, live; /* the memory limit (0: none); array data allocated */
+} cache = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 10000, NULL, NULL, 0, 0, 0, 0};
 
 static int64_t now_ms(void)
 {
@@ -119,6 +121,54 @@ void sm_array_cache_set(size_t max_bytes, int idle_ms)
     unmap_all(v);
 }
 
+void sm_array_mem_limit_set(size_t bytes)
+{
+    pthread_mutex_lock(&cache.mu);
+    cache.limit = bytes;
+    pthread_mutex_unlock(&cache.mu);
+}
+
+/* Counts charge more bytes of array data if the limit allows, giving back
+ * kept blocks to make room (cache.mu held); the blocks to unmap are
+ * chained to *victims. 0: over the limit, nothing counted. */
+static int charge_locked(size_t charge, ent **victims)
+{
+    if (cache.limit) {
+        if (charge > cache.limit || cache.live > cache.limit - charge)
+            return 0;
+        size_t room = cache.limit - charge - cache.live;
+        if (cache.held > room) {
+            ent *v = evict_locked(room, now_ms());
+            ent *last = v;
+            while (last && last->next)
+                last = last->next;
+            if (last) {
+                last->next = *victims;
+                *victims = v;
+            }
+        }
+    }
+    cache.live += charge;
+    return 1;
+}
+
+static int charge(size_t n)
+{
+    ent *v = NULL;
+    pthread_mutex_lock(&cache.mu);
+    int ok = charge_locked(n, &v);
+    pthread_mutex_unlock(&cache.mu);
+    unmap_all(v);
+    return ok;
+}
+
+static void uncharge(size_t n)
+{
+    pthread_mutex_lock(&cache.mu);
+    cache.live -= n;
+    pthread_mutex_unlock(&cache.mu);
+}
+
 void sm_array_cache_trim(void)
 {
     pthread_mutex_lock(&cache.mu);
@@ -134,6 +184,8 @@ void sm_array_cache_stats(sm_array_cache_info *out)
     out->held_bytes = cache.held;
     out->hits = cache.hits;
     out->misses = cache.misses;
+    out->limit_bytes = cache.limit;
+    out->live_bytes = cache.live;
     pthread_mutex_unlock(&cache.mu);
 }
 
@@ -149,10 +201,12 @@ static void *cache_take(size_t len)
             free(e);
             break;
         }
-    if (p)
+    if (p) {
         cache.hits++;
-    else
+        cache.live += len; /* kept, then in use: the total stays */
+    } else {
         cache.misses++;
+    }
     pthread_mutex_unlock(&cache.mu);
     return p;
 }
@@ -164,6 +218,7 @@ static void cache_put(void *p, size_t len)
     int64_t now = now_ms();
     SM_POISON(p, len);
     pthread_mutex_lock(&cache.mu);
+    cache.live -= len;
     if (e && len <= cache.max_bytes) {
         v = evict_locked(cache.max_bytes - len, now);
         *e = (ent){p, len, now, NULL, cache.head};
@@ -200,8 +255,12 @@ void *sm_array_data_alloc(size_t n, int zero)
         return NULL;
     if (padded < SM_CACHE_MIN) {
         void *p = NULL;
-        if (posix_memalign(&p, SM_ARRAY_ALIGN, padded) != 0)
+        if (!charge(padded))
             return NULL;
+        if (posix_memalign(&p, SM_ARRAY_ALIGN, padded) != 0) {
+            uncharge(padded);
+            return NULL;
+        }
         if (zero)
             memset(p, 0, padded);
         else /* only the padding past the data */
@@ -220,9 +279,13 @@ void *sm_array_data_alloc(size_t n, int zero)
             memset((char *)p + n, 0, padded - n);
         return p;
     }
-    p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
+    if (!charge(len))
         return NULL;
+    p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        uncharge(len);
+        return NULL;
+    }
 #ifdef MADV_POPULATE_WRITE
     /* Every byte is written soon: mapping the pages in one call costs less
      * than a fault per 4 KiB page on first write (advice only; older kernels
@@ -242,7 +305,24 @@ void sm_array_data_free(void *p, size_t n)
     size_t padded = padded_len(n);
     if (padded < SM_CACHE_MIN) {
         free(p);
+        uncharge(padded);
         return;
     }
     cache_put(p, class_len(padded));
+}
+
+int sm_array_mem_refused(size_t n, char *why, size_t whylen)
+{
+    size_t padded = padded_len(n);
+    size_t charge = padded < SM_CACHE_MIN ? padded : class_len(padded);
+    pthread_mutex_lock(&cache.mu);
+    size_t limit = cache.limit, live = cache.live;
+    pthread_mutex_unlock(&cache.mu);
+    if (!limit || (charge && charge <= limit && live <= limit - charge))
+        return 0;
+    snprintf(why, whylen,
+             "%zu MiB of array data in use and %zu MiB asked for, beyond this process's "
+             "limit of %zu MiB",
+             live >> 20, (charge + (1 << 20) - 1) >> 20, limit >> 20);
+    return 1;
 }
