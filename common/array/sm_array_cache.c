@@ -10,7 +10,12 @@
  * of machine; a kept one costs nothing. Smaller blocks come from malloc.
  *
  * The length of a mapping follows from the size asked for, so freeing
- * needs that size again (sm_array_data_free) and no table of blocks. */
+ * needs that size again (sm_array_data_free) and no table of blocks.
+ *
+ * Every block in use counts against an optional limit
+ * (sm_array_mem_limit_set), kept blocks too: past it an allocation first
+ * gives kept blocks back, then fails. Without a limit the count is kept
+ * with atomics alone. */
 #define _GNU_SOURCE
 #include "sm_array.h"
 
@@ -124,7 +129,7 @@ void sm_array_cache_set(size_t max_bytes, int idle_ms)
 void sm_array_mem_limit_set(size_t bytes)
 {
     pthread_mutex_lock(&cache.mu);
-    cache.limit = bytes;
+    __atomic_store_n(&cache.limit, bytes, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&cache.mu);
 }
 
@@ -134,9 +139,10 @@ void sm_array_mem_limit_set(size_t bytes)
 static int charge_locked(size_t charge, ent **victims)
 {
     if (cache.limit) {
-        if (charge > cache.limit || cache.live > cache.limit - charge)
+        size_t live = __atomic_load_n(&cache.live, __ATOMIC_RELAXED);
+        if (charge > cache.limit || live > cache.limit - charge)
             return 0;
-        size_t room = cache.limit - charge - cache.live;
+        size_t room = cache.limit - charge - live;
         if (cache.held > room) {
             ent *v = evict_locked(room, now_ms());
             ent *last = v;
@@ -148,13 +154,17 @@ static int charge_locked(size_t charge, ent **victims)
             }
         }
     }
-    cache.live += charge;
+    __atomic_add_fetch(&cache.live, charge, __ATOMIC_RELAXED);
     return 1;
 }
 
 static int charge(size_t n)
 {
     ent *v = NULL;
+    if (!__atomic_load_n(&cache.limit, __ATOMIC_RELAXED)) {
+        __atomic_add_fetch(&cache.live, n, __ATOMIC_RELAXED);
+        return 1;
+    }
     pthread_mutex_lock(&cache.mu);
     int ok = charge_locked(n, &v);
     pthread_mutex_unlock(&cache.mu);
@@ -164,9 +174,7 @@ static int charge(size_t n)
 
 static void uncharge(size_t n)
 {
-    pthread_mutex_lock(&cache.mu);
-    cache.live -= n;
-    pthread_mutex_unlock(&cache.mu);
+    __atomic_sub_fetch(&cache.live, n, __ATOMIC_RELAXED);
 }
 
 void sm_array_cache_trim(void)
@@ -185,7 +193,7 @@ void sm_array_cache_stats(sm_array_cache_info *out)
     out->hits = cache.hits;
     out->misses = cache.misses;
     out->limit_bytes = cache.limit;
-    out->live_bytes = cache.live;
+    out->live_bytes = __atomic_load_n(&cache.live, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&cache.mu);
 }
 
@@ -203,7 +211,7 @@ static void *cache_take(size_t len)
         }
     if (p) {
         cache.hits++;
-        cache.live += len; /* kept, then in use: the total stays */
+        __atomic_add_fetch(&cache.live, len, __ATOMIC_RELAXED); /* kept, then in use */
     } else {
         cache.misses++;
     }
@@ -218,7 +226,7 @@ static void cache_put(void *p, size_t len)
     int64_t now = now_ms();
     SM_POISON(p, len);
     pthread_mutex_lock(&cache.mu);
-    cache.live -= len;
+    __atomic_sub_fetch(&cache.live, len, __ATOMIC_RELAXED);
     if (e && len <= cache.max_bytes) {
         v = evict_locked(cache.max_bytes - len, now);
         *e = (ent){p, len, now, NULL, cache.head};
@@ -316,7 +324,7 @@ int sm_array_mem_refused(size_t n, char *why, size_t whylen)
     size_t padded = padded_len(n);
     size_t charge = padded < SM_CACHE_MIN ? padded : class_len(padded);
     pthread_mutex_lock(&cache.mu);
-    size_t limit = cache.limit, live = cache.live;
+    size_t limit = cache.limit, live = __atomic_load_n(&cache.live, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&cache.mu);
     if (!limit || (charge && charge <= limit && live <= limit - charge))
         return 0;
