@@ -198,7 +198,7 @@ main() {
   local B=$BUILD_DIR/bench
   if want transfer; then
     if [ $quick = 1 ]; then run_bench transfer "$B/bench_transfer" --sizes 16 --runs 2 --warmup 1
-    else run_bench transfer "$B/bench_transfer" --sizes 16,256,1024 --runs 5 --warmup 1; fi
+    else run_bench transfer "$B/bench_transfer" --sizes 16,256,1024 --runs 9 --warmup 1; fi
     transfer_summary
   fi
   if want matmul; then
