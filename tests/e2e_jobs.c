@@ -712,6 +712,126 @@ done:
 }
 END_TEST
 
+/* Runs shmapctl with args (NULL-terminated) and returns its parsed stdout
+ * (JSON), asserting it exits with code. */
+static json_t *ctl_json(const char *const *args, int code)
+{
+    harness_run r;
+    ck_assert_int_eq(harness_shmapctl(g, &r, args), 0);
+    ck_assert_msg(r.code == code, "shmapctl %s %s: exit %d: %s", args[0], args[1], r.code, r.err);
+    json_error_t je;
+    json_t *root = json_loads(r.out, 0, &je);
+    ck_assert_msg(root != NULL, "not JSON: %s", r.out);
+    harness_run_free(&r);
+    return root;
+}
+
+/* shmapctl run --detach, then shmapctl job wait / status / cancel by id: the
+ * outputs as run prints them; a heavy job cancelled while running; an
+ * unknown id and a .npy argument with --detach refused. */
+START_TEST(test_shmapctl_job)
+{
+    char *dir = harness_tmpdir(), prog[512], heavy[512], pa[512], bad_arg[600], id[32], err[512];
+    sm_client *c = harness_client(g);
+    delete_all(c);
+    sm_array *a = arange_f32(8, 16), *b = arange_f32(16, 32);
+    put(c, a, "i=4,j=2", "P('i','j')", "job_a");
+    put(c, b, "i=4,j=2", "P('j', None)", "job_b");
+    snprintf(prog, sizeof prog, "%s/mm.shmap", dir);
+    FILE *f = fopen(prog, "w");
+    fputs(examples[0].text, f);
+    fclose(f);
+
+    const char *run[] = {"run",        prog,      "--arg",    "a=job_a", "--arg", "b=job_b",
+                         "--out-name", "0=job_c", "--detach", "--json",  NULL};
+    json_t *root = ctl_json(run, 0);
+    json_int_t job = json_integer_value(json_object_get(root, "job"));
+    ck_assert(job > 0);
+    json_decref(root);
+    snprintf(id, sizeof id, "%lld", (long long)job);
+    const char *wait[] = {"job", "wait", id, "--json", NULL};
+    root = ctl_json(wait, 0);
+    ck_assert_str_eq(json_string_value(json_object_get(root, "state")), "done");
+    json_t *o = json_array_get(json_object_get(root, "outputs"), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(o, "name")), "job_c");
+    ck_assert_str_eq(json_string_value(json_object_get(o, "type")), "f32[8@i,32]");
+    json_decref(root);
+    sm_array *got = NULL;
+    ck_assert_int_eq(sm_client_get(c, (sm_array_ref){{0}, "job_c"}, &got, err, sizeof err), SM_OK);
+    float want[8 * 32];
+    want_matmul(want);
+    assert_f32_equal(got, want, 8 * 32);
+    sm_array_free(got);
+    /* status and cancel of an ended job describe it as it is */
+    harness_run r;
+    const char *status[] = {"job", "status", id, NULL};
+    ck_assert_int_eq(harness_shmapctl(g, &r, status), 0);
+    ck_assert_msg(r.code == 0 && strstr(r.out, "done") && strstr(r.out, "job_c"), "%d: %s%s",
+                  r.code, r.out, r.err);
+    harness_run_free(&r);
+    const char *cancel_done[] = {"job", "cancel", id, "--json", NULL};
+    root = ctl_json(cancel_done, 0);
+    ck_assert_str_eq(json_string_value(json_object_get(root, "state")), "done");
+    json_decref(root);
+
+    /* a heavy job: still running after 1 ms of waiting, then cancelled */
+    sm_array *h;
+    sm_shape hs = HARNESS_SHAPE(1024, 1024);
+    ck_assert_int_eq(sm_array_create(SM_F32, &hs, &h, err, sizeof err), SM_OK);
+    put(c, h, "i=8", "P('i')", "job_h");
+    put(c, h, "i=8", "P()", "job_w");
+    snprintf(heavy, sizeof heavy, "%s/heavy.shmap", dir);
+    f = fopen(heavy, "w");
+    fputs(heavier_text, f);
+    fclose(f);
+    const char *run_h[] = {"run", heavy, "--arg", "a=job_h", "--arg", "w=job_w", "--detach", NULL};
+    ck_assert_int_eq(harness_shmapctl(g, &r, run_h), 0);
+    ck_assert_msg(r.code == 0 && sscanf(r.out, "job %31s submitted", id) == 1, "%d: %s%s", r.code,
+                  r.out, r.err);
+    harness_run_free(&r);
+    const char *wait_h[] = {"job", "wait", id, "--timeout-ms", "1", NULL};
+    ck_assert_int_eq(harness_shmapctl(g, &r, wait_h), 0);
+    if (r.code == 0) { /* a very fast machine */
+        fprintf(stderr, "e2e_jobs: the heavier job ended within 1 ms of waiting\n");
+    } else {
+        ck_assert_msg(r.code == 1 && strstr(r.err, "is still"), "%d: %s", r.code, r.err);
+        harness_run_free(&r);
+        const char *cancel[] = {"job", "cancel", id, NULL};
+        ck_assert_int_eq(harness_shmapctl(g, &r, cancel), 0);
+        ck_assert_msg(r.code == 0, "%d: %s", r.code, r.err);
+        harness_run_free(&r);
+        const char *wait_c[] = {"job", "wait", id, NULL};
+        ck_assert_int_eq(harness_shmapctl(g, &r, wait_c), 0);
+        ck_assert_msg(r.code == 1 && strstr(r.err, "cancelled"), "%d: %s", r.code, r.err);
+    }
+    harness_run_free(&r);
+
+    /* refused: an unknown job, a file argument with --detach, a bad id */
+    const char *unknown[] = {"job", "status", "987654321", NULL};
+    ck_assert_int_eq(harness_shmapctl(g, &r, unknown), 0);
+    ck_assert_msg(r.code == 1 && strstr(r.err, "shmapctl: "), "%d: %s", r.code, r.err);
+    harness_run_free(&r);
+    snprintf(pa, sizeof pa, "%s/a.npy", dir);
+    ck_assert_int_eq(sm_npy_write(pa, a, err, sizeof err), SM_OK);
+    snprintf(bad_arg, sizeof bad_arg, "a=%s", pa);
+    const char *run_file[] = {"run", prog, "--arg", bad_arg, "--arg", "b=job_b", "--detach", NULL};
+    ck_assert_int_eq(harness_shmapctl(g, &r, run_file), 0);
+    ck_assert_msg(r.code == 2 && strstr(r.err, "shmapctl put"), "%d: %s", r.code, r.err);
+    harness_run_free(&r);
+    const char *bad_id[] = {"job", "wait", "seven", NULL};
+    ck_assert_int_eq(harness_shmapctl(g, &r, bad_id), 0);
+    ck_assert_msg(r.code == 2 && strstr(r.err, "not a job id"), "%d: %s", r.code, r.err);
+    harness_run_free(&r);
+
+    delete_all(c);
+    sm_array_free(a);
+    sm_array_free(b);
+    sm_array_free(h);
+    sm_client_close(c);
+    harness_rmdir(dir);
+}
+END_TEST
+
 /* A coordinator that keeps 2 ended jobs' records: the jobs before them
  * answer NOT_FOUND saying their record was dropped, unlike an id never
  * handed out; the newest still answer. */
@@ -791,6 +911,7 @@ static Suite *jobs_suite(void)
     tcase_add_test(tc, test_not_divisible_and_unknown_job);
     tcase_add_loop_test(tc, test_cancel_and_deadline, 0, 4);
     tcase_add_test(tc, test_shmapctl_run);
+    tcase_add_test(tc, test_shmapctl_job);
     suite_add_tcase(s, tc);
     tc = tcase_create("failures");
     tcase_set_timeout(tc, 180);

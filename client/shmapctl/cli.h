@@ -37,7 +37,8 @@ enum {
     X(rm, "rm", "delete arrays and free their shards")                                             \
     X(ls, "ls", "list the arrays on the service")                                                  \
     X(check, "check", "parse and verify a shard_map program and print each value's block type")    \
-    X(run, "run", "run a shard_map program (--local: in this process) on .npy arguments")
+    X(run, "run", "run a shard_map program (--local: in this process) on .npy arguments")          \
+    X(job, "job", "follow a submitted job: status, wait, cancel")
 
 #define CLI_DECLARE(fn, name, summary) int cli_cmd_##fn(int argc, char **argv);
 CLI_COMMAND_LIST(CLI_DECLARE)

@@ -120,4 +120,10 @@ int cli_print_array(const sm_array_info *a);
 /* "name (id N)" or "id N" into buf. */
 const char *cli_array_label(const sm_array_info *a, char *buf, size_t len);
 
+/* Prints a job's description (state, timings, outputs when done, why it
+ * failed or was cancelled), or with json the object {job, state,
+ * queued_us, run_us, outputs: [{name, id, type, shape, dtype}], error}.
+ * Returns CLI_EXIT_OK. */
+int cli_job_report(const sm_job_info *info, int json);
+
 #endif

@@ -20,7 +20,8 @@ int cli_run_service(int argc, char **argv);
 static const char run_service_help[] =
     "Usage: shmapctl run PROGRAM.shmap --arg PARAM=NAME|ID|FILE.npy ...\n"
     "                    [--out-name OUT=NAME ...] [--no-check-vma] [--timeout-ms N]\n"
-    "                    [--deadline-ms N] [--json] [--target HOST:PORT] [--token T]\n"
+    "                    [--deadline-ms N] [--detach] [--json] [--target HOST:PORT]\n"
+    "                    [--token T]\n"
     "       shmapctl run --local PROGRAM.shmap ...   (in this process; see run --local --help)\n"
     "\n"
     "Runs a shard_map program (PROGRAMS.md) on the service, as\n"
@@ -45,9 +46,12 @@ static const char run_service_help[] =
     "      --timeout-ms N       stop waiting after N ms (the job is cancelled);\n"
     "                           default: wait until it ends\n"
     "      --deadline-ms N      the service fails the job if not done by then\n"
+    "      --detach             submit and print the job's id without waiting; follow\n"
+    "                           it with shmapctl job status|wait|cancel ID (arguments\n"
+    "                           must be arrays on the service, not .npy files)\n"
     "      --json               print {job, state, queued_us, run_us, outputs: [{name,\n"
-    "                           id, type, shape, dtype}]} (outputs in return order)\n" CLI_CONN_HELP
-    "\n"
+    "                           id, type, shape, dtype}], error} (outputs in return\n"
+    "                           order; with --detach {job, state})\n" CLI_CONN_HELP "\n"
     "Exit codes: 0 done, 1 invalid program or argument, or the job failed (one\n"
     "sentence on stderr), 2 usage error.\n"
     "\n"
@@ -118,7 +122,7 @@ static int ends_with(const char *s, const char *suffix)
 
 typedef struct {
     const char *path;
-    int json, no_vma;
+    int json, no_vma, detach;
     int64_t timeout_ms, deadline_ms;
     int nargs, nouts;
     char *args[RUN_MAX], *outs[RUN_MAX];
@@ -127,13 +131,14 @@ typedef struct {
 
 static int run_parse(int argc, char **argv, run_opts *o)
 {
-    enum { O_ARG = 2000, O_OUT, O_NOVMA, O_TIMEOUT, O_DEADLINE };
+    enum { O_ARG = 2000, O_OUT, O_NOVMA, O_TIMEOUT, O_DEADLINE, O_DETACH };
     static const struct option opts[] = {
         {"arg", required_argument, NULL, O_ARG},
         {"out-name", required_argument, NULL, O_OUT},
         {"no-check-vma", no_argument, NULL, O_NOVMA},
         {"timeout-ms", required_argument, NULL, O_TIMEOUT},
         {"deadline-ms", required_argument, NULL, O_DEADLINE},
+        {"detach", no_argument, NULL, O_DETACH},
         {"json", no_argument, NULL, OPT_JSON},
         CLI_CONN_OPTIONS,
         {NULL, 0, NULL, 0},
@@ -162,6 +167,9 @@ static int run_parse(int argc, char **argv, run_opts *o)
             break;
         case O_NOVMA:
             o->no_vma = 1;
+            break;
+        case O_DETACH:
+            o->detach = 1;
             break;
         case O_TIMEOUT:
         case O_DEADLINE:
@@ -198,6 +206,8 @@ static int run_parse(int argc, char **argv, run_opts *o)
                                        : "missing PROGRAM.shmap%.0d",
                          argc - optind);
     o->path = argv[optind];
+    if (o->detach && o->timeout_ms >= 0)
+        return cli_usage(argv[0], "--detach does not wait, so it takes no --timeout-ms");
     return 0;
 }
 
@@ -224,46 +234,6 @@ static int run_out_names(const sm_program *p, const run_opts *o, const char **na
         names[r] = eq + 1;
     }
     return 0;
-}
-
-static json_t *output_json(const sm_array_info *a)
-{
-    json_t *o = json_object();
-    json_object_set_new(o, "name", json_string(a->name));
-    json_object_set_new(o, "id", json_integer((json_int_t)a->id.v));
-    json_object_set_new(o, "type", json_string(a->type));
-    json_object_set_new(o, "shape", cli_json_shape(&a->shape));
-    json_object_set_new(o, "dtype", json_string(sm_dtype_name(a->dtype)));
-    return o;
-}
-
-static int run_report(const run_opts *o, const sm_job_info *info)
-{
-    if (o->json) {
-        json_t *root = json_object(), *outs = json_array();
-        json_object_set_new(root, "job", json_integer((json_int_t)info->id.v));
-        json_object_set_new(root, "state", json_string(sm_job_state_name(info->state)));
-        json_object_set_new(root, "queued_us", json_integer(info->queued_us));
-        json_object_set_new(root, "run_us", json_integer(info->run_us));
-        for (int k = 0; k < info->noutputs; k++)
-            json_array_append_new(outs, output_json(&info->outputs[k]));
-        json_object_set_new(root, "outputs", outs);
-        return cli_print_json(root);
-    }
-    printf("job %llu done in %.3f s (queued %.3f s)\n", (unsigned long long)info->id.v,
-           (double)info->run_us / 1e6, (double)info->queued_us / 1e6);
-    for (int k = 0; k < info->noutputs; k++) {
-        const sm_array_info *a = &info->outputs[k];
-        char shape[128];
-        size_t n = 0;
-        shape[0] = 0;
-        for (int d = 0; d < a->shape.rank && n < sizeof shape; d++)
-            n += (size_t)snprintf(shape + n, sizeof shape - n, "%s%lld", d ? "," : "",
-                                  (long long)a->shape.dims[d]);
-        printf("output %d: %s (id %llu)  %s  shape [%s]  dtype %s\n", k, a->name[0] ? a->name : "-",
-               (unsigned long long)a->id.v, a->type, shape, sm_dtype_name(a->dtype));
-    }
-    return CLI_EXIT_OK;
 }
 
 int cli_run_service(int argc, char **argv)
@@ -316,11 +286,19 @@ int cli_run_service(int argc, char **argv)
         have[i] = 1;
         refs[i] = sm_array_ref_parse(eq + 1);
     }
-    for (int i = 0; i < p->nparams; i++)
+    for (int i = 0; i < p->nparams; i++) {
         if (!have[i]) {
             rc = cli_usage(argv[0], "parameter '%s' has no --arg", p->params[i].name);
             goto done;
         }
+        if (o.detach && !refs[i].id.v && ends_with(refs[i].name, ".npy")) {
+            rc = cli_usage(argv[0],
+                           "--detach cannot take the file %s as argument '%s': run deletes the "
+                           "arrays it uploads when the job ends; upload it with shmapctl put",
+                           refs[i].name, p->params[i].name);
+            goto done;
+        }
+    }
     if ((rc = cli_conn_open(&o.cc, &c)))
         goto done;
     /* .npy arguments: uploaded with the parameter's spec on the job's mesh. */
@@ -357,6 +335,25 @@ int cli_run_service(int argc, char **argv)
         refs[i] = (sm_array_ref){a.id, NULL};
         sm_array_info_free(&a);
     }
+    if (o.detach) {
+        sm_job_id jid = {0};
+        if (sm_job_submit(c, p, p->nparams, refs, names, check_vma, (uint32_t)o.deadline_ms, &jid,
+                          err, sizeof err)) {
+            rc = cli_fail(CLI_EXIT_INVALID, "%s", err);
+            goto done;
+        }
+        if (o.json) {
+            json_t *root = json_object();
+            json_object_set_new(root, "job", json_integer((json_int_t)jid.v));
+            json_object_set_new(root, "state", json_string(sm_job_state_name(SM_JOB_QUEUED)));
+            rc = cli_print_json(root);
+        } else {
+            printf("job %llu submitted; follow it with: shmapctl job wait %llu\n",
+                   (unsigned long long)jid.v, (unsigned long long)jid.v);
+            rc = CLI_EXIT_OK;
+        }
+        goto done;
+    }
     /* Submit and wait in one round trip when the job ends soon. */
     if (sm_job_run(c, p, p->nparams, refs, names, check_vma, (uint32_t)o.deadline_ms, o.timeout_ms,
                    &info, err, sizeof err)) {
@@ -379,7 +376,7 @@ int cli_run_service(int argc, char **argv)
                       sm_job_state_name(info.state), info.error);
         goto done;
     }
-    rc = run_report(&o, &info);
+    rc = cli_job_report(&info, o.json);
 done:
     for (int i = 0; c && i < RUN_MAX; i++)
         if (uploaded[i].v)
