@@ -1003,6 +1003,93 @@ START_TEST(test_mailbox_rx_tiny_chunks)
 }
 END_TEST
 
+/* Feeds a blob of len bytes (seq) to rx, into box, in chunks of chunk
+ * bytes, stopping after `upto` chunks (all when < 0); returns the first
+ * error, and the completed blob in *out. */
+static sm_err feed_blob(sm_mailbox_rx *rx, sm_mailbox *box, uint32_t seq, int64_t len,
+                        int64_t chunk, int upto, sm_mailbox_blob **out, char *err, size_t errlen)
+{
+    static char data[4096];
+    uint64_t sum = sm_checksum_oneshot(data, (size_t)len);
+    sm_job_id job;
+    int done = 0;
+    *out = NULL;
+    rx->box = box;
+    for (int64_t off = 0, k = 0; off < len && (upto < 0 || k < upto); off += chunk, k++) {
+        int64_t n = len - off < chunk ? len - off : chunk;
+        sm_svc_coll_msg m = {.job_id = {9},
+                             .seq = seq,
+                             .src_device = 1,
+                             .dst_device = -1,
+                             .offset = off,
+                             .data = data + off,
+                             .len = (size_t)n,
+                             .total_bytes = len,
+                             .last = off + n == len,
+                             .checksum = sum};
+        sm_err e = sm_mailbox_rx_feed(rx, &m, NULL, &job, out, &done, err, errlen);
+        if (e)
+            return e;
+    }
+    return SM_OK;
+}
+
+/* Capped mailboxes (jobs not started yet): a blob past a mailbox's cap or
+ * the budget they share is refused at its first chunk; a stream that stops
+ * part-way, a discarded blob and an uncapped mailbox give their bytes back. */
+START_TEST(test_mailbox_pending_budget)
+{
+    char err[512];
+    sm_mailbox *a, *b;
+    sm_mailbox_blob *blob;
+    sm_mailbox_pending_limit(1500);
+    ck_assert(sm_mailbox_create(1000, &a, err, sizeof err) == SM_OK);
+    ck_assert(sm_mailbox_create(1000, &b, err, sizeof err) == SM_OK);
+    sm_mailbox_rx rx = {0};
+
+    /* past a's cap: refused at the first chunk */
+    sm_err e = feed_blob(&rx, a, 1, 1200, 100, 1, &blob, err, sizeof err);
+    ck_assert_msg(e == SM_ERESOURCE && strstr(err, "exceeds the 1000 bytes"), "%s", err);
+    ck_assert_int_eq(sm_mailbox_pending_bytes(), 0);
+    sm_mailbox_rx_end(&rx);
+    /* 800 bytes into a: counted from the first chunk, held once put */
+    ck_assert(feed_blob(&rx, a, 2, 800, 400, 1, &blob, err, sizeof err) == SM_OK);
+    ck_assert_int_eq(sm_mailbox_pending_bytes(), 800);
+    ck_assert(feed_blob(&rx, a, 2, 800, 800, -1, &blob, err, sizeof err) == SM_EINVAL);
+    sm_mailbox_rx_end(&rx); /* the stream broke off: given back */
+    ck_assert_int_eq(sm_mailbox_pending_bytes(), 0);
+    ck_assert(feed_blob(&rx, a, 2, 800, 400, -1, &blob, err, sizeof err) == SM_OK && blob);
+    ck_assert(sm_mailbox_put(a, blob, err, sizeof err) == SM_OK);
+    ck_assert_int_eq(sm_mailbox_pending_bytes(), 800);
+    ck_assert_int_eq(sm_mailbox_bytes(a), 800);
+    /* 800 more into b: within b's cap, past the shared budget, at once */
+    e = feed_blob(&rx, b, 3, 800, 400, 1, &blob, err, sizeof err);
+    ck_assert_msg(e == SM_ERESOURCE && strstr(err, "all jobs that have not started"), "%s", err);
+    sm_mailbox_rx_end(&rx);
+    ck_assert_int_eq(sm_mailbox_pending_bytes(), 800);
+    /* a complete blob discarded (its job ended) gives its bytes back */
+    ck_assert(feed_blob(&rx, b, 4, 500, 500, -1, &blob, err, sizeof err) == SM_OK && blob);
+    ck_assert_int_eq(sm_mailbox_pending_bytes(), 1300);
+    sm_mailbox_discard(b, blob);
+    ck_assert_int_eq(sm_mailbox_pending_bytes(), 800);
+    /* a starts: out of the budget, so b's 800 fit */
+    sm_mailbox_set_max(a, 0);
+    ck_assert_int_eq(sm_mailbox_pending_bytes(), 0);
+    ck_assert(feed_blob(&rx, b, 3, 800, 400, -1, &blob, err, sizeof err) == SM_OK && blob);
+    ck_assert(sm_mailbox_put(b, blob, err, sizeof err) == SM_OK);
+    ck_assert_int_eq(sm_mailbox_pending_bytes(), 800);
+    /* a, uncapped, takes anything */
+    ck_assert(feed_blob(&rx, a, 5, 3000, 1000, -1, &blob, err, sizeof err) == SM_OK && blob);
+    ck_assert(sm_mailbox_put(a, blob, err, sizeof err) == SM_OK);
+    ck_assert_int_eq(sm_mailbox_pending_bytes(), 800);
+    sm_mailbox_free(b); /* a pending job dropped */
+    ck_assert_int_eq(sm_mailbox_pending_bytes(), 0);
+    sm_mailbox_free(a);
+    sm_mailbox_rx_end(&rx);
+    sm_mailbox_pending_limit(0);
+}
+END_TEST
+
 /* A blob whose destination was offered is written straight into it, in
  * chunks; an offer of another size is ignored; a withdrawn offer stops the
  * stream part-way, with nothing written after; a bad checksum still fails. */
@@ -1415,6 +1502,7 @@ int main(void)
     tcase_set_timeout(unit, 60);
     tcase_add_test(unit, test_mailbox_rx);
     tcase_add_test(unit, test_mailbox_rx_tiny_chunks);
+    tcase_add_test(unit, test_mailbox_pending_budget);
     tcase_add_test(unit, test_mailbox_rx_direct);
     tcase_add_test(unit, test_send_blob_waits_release);
     tcase_add_test(unit, test_comm_three_workers);

@@ -26,10 +26,56 @@ struct sm_mailbox {
     sm_mailbox_blob *blobs;
     sm_mailbox_dest *dests;
     int64_t bytes, max_bytes;
+    int64_t reserved; /* bytes of blobs being received into this mailbox */
+    int pending;      /* created capped, not yet uncapped: counts in the
+                         shared budget (bytes + reserved) */
     int aborted;
     sm_err code;
     char why[512];
 };
+
+/* The budget every capped mailbox shares (sm_mailbox_pending_limit). Lock
+ * order: a mailbox's mu, then this one's. */
+static struct {
+    pthread_mutex_t mu;
+    int64_t used, max;
+} pending_budget = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
+
+void sm_mailbox_pending_limit(int64_t max_bytes)
+{
+    pthread_mutex_lock(&pending_budget.mu);
+    pending_budget.max = max_bytes;
+    pthread_mutex_unlock(&pending_budget.mu);
+}
+
+int64_t sm_mailbox_pending_bytes(void)
+{
+    pthread_mutex_lock(&pending_budget.mu);
+    int64_t n = pending_budget.used;
+    pthread_mutex_unlock(&pending_budget.mu);
+    return n;
+}
+
+/* Counts n more bytes in the shared budget; 0 (nothing counted) if they do
+ * not fit, with the budget's figures in *used / *max. */
+static int pending_charge(int64_t n, int64_t *used, int64_t *max)
+{
+    pthread_mutex_lock(&pending_budget.mu);
+    *used = pending_budget.used;
+    *max = pending_budget.max;
+    int ok = !pending_budget.max || pending_budget.used + n <= pending_budget.max;
+    if (ok)
+        pending_budget.used += n;
+    pthread_mutex_unlock(&pending_budget.mu);
+    return ok;
+}
+
+static void pending_uncharge(int64_t n)
+{
+    pthread_mutex_lock(&pending_budget.mu);
+    pending_budget.used -= n;
+    pthread_mutex_unlock(&pending_budget.mu);
+}
 
 sm_err sm_mailbox_create(int64_t max_bytes, sm_mailbox **out, char *err, size_t errlen)
 {
@@ -44,6 +90,7 @@ sm_err sm_mailbox_create(int64_t max_bytes, sm_mailbox **out, char *err, size_t 
     pthread_cond_init(&b->cv, &ca);
     pthread_condattr_destroy(&ca);
     b->max_bytes = max_bytes;
+    b->pending = max_bytes > 0;
     *out = b;
     return SM_OK;
 }
@@ -105,6 +152,8 @@ void sm_mailbox_free(sm_mailbox *box)
 {
     if (!box)
         return;
+    if (box->pending)
+        pending_uncharge(box->bytes + box->reserved);
     for (sm_mailbox_blob *b = box->blobs, *n; b; b = n) {
         n = b->next;
         sm_mailbox_blob_free(b);
@@ -116,6 +165,17 @@ void sm_mailbox_free(sm_mailbox *box)
     pthread_cond_destroy(&box->cv);
     pthread_mutex_destroy(&box->mu);
     free(box);
+}
+
+/* Gives back b's reservation in box (box->mu held). */
+static void unreserve_locked(sm_mailbox *box, sm_mailbox_blob *b)
+{
+    if (b->reserved_in != box)
+        return;
+    box->reserved -= b->len;
+    if (box->pending)
+        pending_uncharge(b->len);
+    b->reserved_in = NULL;
 }
 
 sm_err sm_mailbox_put(sm_mailbox *box, sm_mailbox_blob *b, char *err, size_t errlen)
@@ -133,7 +193,10 @@ sm_err sm_mailbox_put(sm_mailbox *box, sm_mailbox_blob *b, char *err, size_t err
             goto drop;
         }
     }
-    if (box->max_bytes > 0 && box->bytes + b->len > box->max_bytes) {
+    if (b->reserved_in == box) { /* checked and counted at its first chunk */
+        box->reserved -= b->len;
+        b->reserved_in = NULL;
+    } else if (box->max_bytes > 0 && box->bytes + b->len > box->max_bytes) {
         e = sm_fail(err, errlen, SM_ERESOURCE,
                     "collective #%u: a block of %lld bytes from device %d exceeds the %lld bytes "
                     "this worker buffers for a job that has not started",
@@ -148,8 +211,52 @@ sm_err sm_mailbox_put(sm_mailbox *box, sm_mailbox_blob *b, char *err, size_t err
     pthread_mutex_unlock(&box->mu);
     return SM_OK;
 drop:
+    unreserve_locked(box, b);
     pthread_mutex_unlock(&box->mu);
     sm_mailbox_blob_free(b);
+    return e;
+}
+
+void sm_mailbox_discard(sm_mailbox *box, sm_mailbox_blob *b)
+{
+    if (!b)
+        return;
+    if (box) {
+        pthread_mutex_lock(&box->mu);
+        unreserve_locked(box, b);
+        pthread_mutex_unlock(&box->mu);
+    }
+    sm_mailbox_blob_free(b);
+}
+
+/* Checks a blob about to be received into box (rx->box) against its cap
+ * and the shared budget while box is capped, and reserves its bytes. */
+static sm_err sm_mailbox_reserve(sm_mailbox *box, sm_mailbox_blob *b, char *err, size_t errlen)
+{
+    if (!box || !b->len)
+        return SM_OK;
+    sm_err e = SM_OK;
+    int64_t used, max;
+    pthread_mutex_lock(&box->mu);
+    if (!box->pending) {
+        /* running: no cap */
+    } else if (box->bytes + box->reserved + b->len > box->max_bytes) {
+        e = sm_fail(err, errlen, SM_ERESOURCE,
+                    "collective #%u: a block of %lld bytes from device %d exceeds the %lld bytes "
+                    "this worker buffers for a job that has not started (%lld in use)",
+                    b->seq, (long long)b->len, b->src_device, (long long)box->max_bytes,
+                    (long long)(box->bytes + box->reserved));
+    } else if (!pending_charge(b->len, &used, &max)) {
+        e = sm_fail(err, errlen, SM_ERESOURCE,
+                    "collective #%u: a block of %lld bytes from device %d does not fit in the "
+                    "%lld bytes this worker buffers for all jobs that have not started (%lld in "
+                    "use)",
+                    b->seq, (long long)b->len, b->src_device, (long long)max, (long long)used);
+    } else {
+        box->reserved += b->len;
+        b->reserved_in = box;
+    }
+    pthread_mutex_unlock(&box->mu);
     return e;
 }
 
@@ -197,6 +304,8 @@ void sm_mailbox_release(sm_mailbox *box, sm_mailbox_blob *b)
         }
     }
     box->bytes -= b->len;
+    if (box->pending)
+        pending_uncharge(b->len);
     pthread_mutex_unlock(&box->mu);
     sm_mailbox_blob_free(b);
 }
@@ -217,6 +326,10 @@ void sm_mailbox_set_max(sm_mailbox *box, int64_t max_bytes)
 {
     pthread_mutex_lock(&box->mu);
     box->max_bytes = max_bytes;
+    if (max_bytes == 0 && box->pending) { /* the job started: out of the budget */
+        pending_uncharge(box->bytes + box->reserved);
+        box->pending = 0;
+    }
     pthread_mutex_unlock(&box->mu);
 }
 
@@ -355,6 +468,12 @@ static sm_err sm_mailbox_rx_put(sm_mailbox_rx *rx, const sm_svc_coll_msg *m, voi
         b->src_device = m->src_device;
         b->dst_device = m->dst_device;
         b->len = m->total_bytes;
+        sm_err re = sm_mailbox_reserve(rx->box, b, err, errlen);
+        if (re) {
+            free(owned);
+            sm_mailbox_blob_free(b);
+            return re;
+        }
         rx->cur = b;
         rx->job = m->job_id;
         rx->got = 0;
@@ -470,7 +589,7 @@ void sm_mailbox_rx_end(sm_mailbox_rx *rx)
         rx->busy = 0;
         sm_mailbox_dest_hold(rx, 0);
     }
-    sm_mailbox_blob_free(rx->cur);
+    sm_mailbox_discard(rx->cur ? rx->cur->reserved_in : NULL, rx->cur);
     rx->cur = NULL;
     sm_checksum_free(rx->sum);
     rx->sum = NULL;

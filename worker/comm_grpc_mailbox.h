@@ -59,20 +59,33 @@ typedef struct sm_mailbox_blob {
     sm_mailbox_piece *pieces; /* owned, npieces of them (none when len is 0) */
     int npieces, cap;
     int64_t len;
-    int readers; /* -1 until the first take */
-    int direct;  /* received into a destination offered by sm_mailbox_expect:
-                    one piece over it, not owned */
+    int readers;                    /* -1 until the first take */
+    int direct;                     /* received into a destination offered by sm_mailbox_expect:
+                                       one piece over it, not owned */
+    struct sm_mailbox *reserved_in; /* the capped mailbox its bytes were counted in at
+                                       its first chunk, until put or discarded */
 } sm_mailbox_blob;
 
-/* max_bytes: most bytes held at once (0: unlimited); a put beyond it is
- * SM_ERESOURCE. */
+/* max_bytes: most bytes held at once (0: unlimited) while the mailbox is
+ * capped (for a job that has not started): a blob beyond it, or beyond the
+ * budget every capped mailbox shares (sm_mailbox_pending_limit), is
+ * refused SM_ERESOURCE at its first chunk, before its bytes are received.
+ * sm_mailbox_set_max(box, 0) uncaps it for good (the job started). */
 sm_err sm_mailbox_create(int64_t max_bytes, sm_mailbox **out, char *err, size_t errlen);
+/* The most bytes all capped mailboxes together hold or are receiving (0:
+ * no limit; the default). */
+void sm_mailbox_pending_limit(int64_t max_bytes);
+/* Bytes that capped mailboxes hold or are receiving now. */
+int64_t sm_mailbox_pending_bytes(void);
 void sm_mailbox_free(sm_mailbox *b);
 
 /* Adds a complete blob (takes b, which must come from sm_mailbox_rx). A key
  * already present is SM_EEXIST; after an abort the blob is dropped and SM_OK
  * returned. On error b is freed. */
 sm_err sm_mailbox_put(sm_mailbox *box, sm_mailbox_blob *b, char *err, size_t errlen);
+/* Frees a complete blob from sm_mailbox_rx that is not put (its job is
+ * over), giving back what it reserved in box (rx's box; may be NULL). */
+void sm_mailbox_discard(sm_mailbox *box, sm_mailbox_blob *b);
 
 /* Waits until the blob (seq, src_device, dst_device) is there, the mailbox is aborted or
  * the absolute CLOCK_MONOTONIC time deadline passes (SM_ETIMEOUT, nothing

@@ -67,6 +67,7 @@ sm_err sm_jobs_create(const sm_jobs_config *cfg, sm_jobs **out, char *err, size_
     j->peers = cfg->peers;
     snprintf(j->self, sizeof j->self, "%s", cfg->self_address ? cfg->self_address : "");
     j->probe_ms = cfg->probe_ms;
+    sm_mailbox_pending_limit(SM_JOBS_PENDING_TOTAL);
     *out = j;
     return SM_OK;
 }
@@ -231,7 +232,7 @@ static sm_err sm_jobs_deliver(sm_jobs_xin *x, sm_mailbox_blob *b, char *err, siz
     sm_job *job = x->job;
     x->job = NULL;
     if (!job) {
-        sm_mailbox_blob_free(b); /* late: the job is over here */
+        sm_mailbox_discard(NULL, b); /* late: the job is over here */
         return SM_OK;
     }
     pthread_mutex_lock(&x->j->mu);
@@ -239,7 +240,7 @@ static sm_err sm_jobs_deliver(sm_jobs_xin *x, sm_mailbox_blob *b, char *err, siz
     pthread_mutex_unlock(&x->j->mu);
     sm_err e = SM_OK;
     if (over)
-        sm_mailbox_blob_free(b);
+        sm_mailbox_discard(job->box, b);
     else
         e = sm_mailbox_put(job->box, b, err, errlen);
     sm_jobs_unhold(x->j, job);

@@ -15,8 +15,9 @@
  *
  * Exchange routes incoming collective blobs into the mailbox of their job.
  * A job that has not started yet gets a pending entry that keeps them (at
- * most SM_JOBS_PENDING_BYTES, for SM_JOBS_LINGER_S seconds); blobs for an
- * ended job are dropped. CancelJob aborts a running job ("job 5 was
+ * most SM_JOBS_PENDING_BYTES, and SM_JOBS_PENDING_TOTAL for all such jobs
+ * together, checked at a blob's first chunk; for SM_JOBS_LINGER_S seconds);
+ * blobs for an ended job are dropped. CancelJob aborts a running job ("job 5 was
  * cancelled"); a job cancelled before it starts fails at once when it does.
  *
  * Serve with sm_svc_worker_jobs_serve(server, &sm_jobs_ops, jobs, ...).
@@ -32,8 +33,9 @@
 #include "sm_svc_job.h"
 #include "store.h"
 
-/* Bytes kept for a job that has not started yet. */
+/* Bytes kept for a job that has not started yet, and for all of them. */
 #define SM_JOBS_PENDING_BYTES ((int64_t)1 << 30)
+#define SM_JOBS_PENDING_TOTAL ((int64_t)2 << 30)
 /* Seconds an entry of a job that has not started (or has ended) is kept. */
 #define SM_JOBS_LINGER_S 60
 /* Most jobs known at once (running, pending or recently ended); when full,
