@@ -184,6 +184,18 @@ static void assert_f32_equal(const sm_array *got, const float *want, int64_t n)
         ck_assert_msg(v[i] == want[i], "element %lld: %g != %g", (long long)i, v[i], want[i]);
 }
 
+/* Fetches ref and asserts it holds want_matmul's result. */
+static void assert_matmul_at(sm_client *c, sm_array_ref ref)
+{
+    sm_array *got = NULL;
+    char err[512];
+    ck_assert_msg(sm_client_get(c, ref, &got, err, sizeof err) == SM_OK, "%s", err);
+    float want[8 * 32];
+    want_matmul(want);
+    assert_f32_equal(got, want, 8 * 32);
+    sm_array_free(got);
+}
+
 /* ---- tests --------------------------------------------------------------------------------- */
 
 /* _i: 0 matmul_basic, 1 matmul_reduce_scatter; the result equals a @ b. */
@@ -202,14 +214,8 @@ START_TEST(test_matmul)
     ck_assert_int_eq(o->dtype, SM_F32);
     ck_assert(sm_shape_equal(&o->shape, &(sm_shape){2, {8, 32}}));
     ck_assert_str_eq(o->type, _i ? "f32[8@i,32@j]" : "f32[8@i,32]");
-    sm_array *got = NULL;
-    char err[512];
-    ck_assert_int_eq(sm_client_get(c, (sm_array_ref){o->id, NULL}, &got, err, sizeof err), SM_OK);
-    float want[8 * 32];
-    want_matmul(want);
-    assert_f32_equal(got, want, 8 * 32);
+    assert_matmul_at(c, (sm_array_ref){o->id, NULL});
     ck_assert_int_eq(narrays(c), 3); /* a, b and the output */
-    sm_array_free(got);
     sm_job_info_free(&info);
     delete_all(c);
     sm_array_free(a);
@@ -231,19 +237,13 @@ START_TEST(test_matmul_resharded_inputs)
     args[0] = (sm_array_ref){{0}, "ra"};
     args[1] = (sm_array_ref){{0}, "rb"};
     sm_job_info info = run_ok(c, p, args, NULL);
-    sm_array *got = NULL;
     char err[512];
-    ck_assert_int_eq(
-        sm_client_get(c, (sm_array_ref){info.outputs[0].id, NULL}, &got, err, sizeof err), SM_OK);
-    float want[8 * 32];
-    want_matmul(want);
-    assert_f32_equal(got, want, 8 * 32);
+    assert_matmul_at(c, (sm_array_ref){info.outputs[0].id, NULL});
     ck_assert_int_eq(narrays(c), 3);
     sm_array_info ia;
     ck_assert_int_eq(sm_client_describe(c, (sm_array_ref){{0}, "ra"}, &ia, err, sizeof err), SM_OK);
     ck_assert_str_eq(ia.type, "f32[8,16@i]"); /* the input is untouched */
     sm_array_info_free(&ia);
-    sm_array_free(got);
     sm_job_info_free(&info);
     delete_all(c);
     sm_array_free(a);
@@ -686,12 +686,7 @@ START_TEST(test_shmapctl_run)
     harness_run_free(&r);
     sm_client *c = harness_client(g);
     ck_assert_int_eq(narrays(c), 1); /* the uploaded arguments were dropped */
-    sm_array *got = NULL;
-    ck_assert_int_eq(sm_client_get(c, (sm_array_ref){{0}, "cli_c"}, &got, err, sizeof err), SM_OK);
-    float want[8 * 32];
-    want_matmul(want);
-    assert_f32_equal(got, want, 8 * 32);
-    sm_array_free(got);
+    assert_matmul_at(c, (sm_array_ref){{0}, "cli_c"});
     /* a program error: file:line:col and exit 1, nothing created */
     f = fopen(prog, "w");
     fputs("mesh i=4 j=2\nshard_map f(a: f32[8,16] @ P('i','j')) -> P('i', None):\n    return a\n",
@@ -768,12 +763,7 @@ START_TEST(test_shmapctl_job)
     ck_assert_str_eq(json_string_value(json_object_get(o, "name")), "job_c");
     ck_assert_str_eq(json_string_value(json_object_get(o, "type")), "f32[8@i,32]");
     json_decref(root);
-    sm_array *got = NULL;
-    ck_assert_int_eq(sm_client_get(c, (sm_array_ref){{0}, "job_c"}, &got, err, sizeof err), SM_OK);
-    float want[8 * 32];
-    want_matmul(want);
-    assert_f32_equal(got, want, 8 * 32);
-    sm_array_free(got);
+    assert_matmul_at(c, (sm_array_ref){{0}, "job_c"});
     /* status and cancel of an ended job describe it as it is */
     harness_run r;
     const char *status[] = {"job", "status", id, NULL};

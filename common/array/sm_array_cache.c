@@ -14,8 +14,8 @@
  *
  * Every block in use counts against an optional limit
  * (sm_array_mem_limit_set), kept blocks too: past it an allocation first
- * gives kept blocks back, then fails. Without a limit the count is kept
- * with atomics alone. */
+ * gives kept blocks back, then fails. The count is kept with atomics; the
+ * lock is taken only to give kept blocks back. */
 #define _GNU_SOURCE
 #include "sm_array.h"
 
@@ -87,7 +87,7 @@ static void unlink_ent(ent *e)
         e->next->prev = e->prev;
     else
         cache.tail = e->prev;
-    cache.held -= e->len;
+    __atomic_sub_fetch(&cache.held, e->len, __ATOMIC_RELAXED);
 }
 
 /* Takes off the list (cache.mu held) the oldest entries until at most
@@ -133,42 +133,26 @@ void sm_array_mem_limit_set(size_t bytes)
     pthread_mutex_unlock(&cache.mu);
 }
 
-/* Counts charge more bytes of array data if the limit allows, giving back
- * kept blocks to make room (cache.mu held); the blocks to unmap are
- * chained to *victims. 0: over the limit, nothing counted. */
-static int charge_locked(size_t charge, ent **victims)
-{
-    if (cache.limit) {
-        size_t live = __atomic_load_n(&cache.live, __ATOMIC_RELAXED);
-        if (charge > cache.limit || live > cache.limit - charge)
-            return 0;
-        size_t room = cache.limit - charge - live;
-        if (cache.held > room) {
-            ent *v = evict_locked(room, now_ms());
-            ent *last = v;
-            while (last && last->next)
-                last = last->next;
-            if (last) {
-                last->next = *victims;
-                *victims = v;
-            }
-        }
-    }
-    __atomic_add_fetch(&cache.live, charge, __ATOMIC_RELAXED);
-    return 1;
-}
-
+/* Counts n more bytes of array data if the limit allows: counted first,
+ * then checked, so that racing callers see each other. Only when kept
+ * blocks stand in the way does it take the lock, to give them back. 0:
+ * over the limit, nothing counted. */
 static int charge(size_t n)
 {
-    ent *v = NULL;
-    if (!__atomic_load_n(&cache.limit, __ATOMIC_RELAXED)) {
-        __atomic_add_fetch(&cache.live, n, __ATOMIC_RELAXED);
+    size_t limit = __atomic_load_n(&cache.limit, __ATOMIC_RELAXED);
+    size_t live = __atomic_add_fetch(&cache.live, n, __ATOMIC_RELAXED);
+    if (!limit || (live <= limit && __atomic_load_n(&cache.held, __ATOMIC_RELAXED) <= limit - live))
         return 1;
+    ent *v = NULL;
+    int ok = live <= limit;
+    if (ok) {
+        pthread_mutex_lock(&cache.mu);
+        v = evict_locked(limit - live, now_ms());
+        pthread_mutex_unlock(&cache.mu);
     }
-    pthread_mutex_lock(&cache.mu);
-    int ok = charge_locked(n, &v);
-    pthread_mutex_unlock(&cache.mu);
     unmap_all(v);
+    if (!ok)
+        __atomic_sub_fetch(&cache.live, n, __ATOMIC_RELAXED);
     return ok;
 }
 
@@ -235,7 +219,7 @@ static void cache_put(void *p, size_t len)
         else
             cache.tail = e;
         cache.head = e;
-        cache.held += len;
+        __atomic_add_fetch(&cache.held, len, __ATOMIC_RELAXED);
         p = NULL;
         e = NULL;
     }
