@@ -232,9 +232,6 @@ typedef struct {
     uint64_t checksum[SM_MAX_WORKER_DEVICES];
 } sm_relay_want;
 
-/* Room for one worker's sentence in sm_relay_verify. */
-#define SM_RELAY_ERRLEN 512
-
 /* Checks what worker t holds (st, from ShardInfo) against w. */
 static sm_err sm_relay_check(const sm_reg_target *t, const sm_relay_want *w,
                              const sm_svc_shard_state *st, sm_array_id id, char *err, size_t errlen)
@@ -261,37 +258,32 @@ static sm_err sm_relay_check(const sm_reg_target *t, const sm_relay_want *w,
 static sm_err sm_relay_verify(const sm_reg_target *t, const sm_relay_want *want, int n,
                               sm_array_id id, int deadline_ms, char *err, size_t errlen)
 {
-    sm_rpc_channel **chs = calloc((size_t)n, sizeof *chs);
-    sm_svc_shard_query *q = calloc((size_t)n, sizeof *q);
-    sm_svc_shard_state *st = calloc((size_t)n * SM_MAX_WORKER_DEVICES, sizeof *st);
-    sm_err *es = calloc((size_t)n, sizeof *es);
-    char **errs = calloc((size_t)n, sizeof *errs), *msgs = calloc((size_t)n, SM_RELAY_ERRLEN);
+    sm_svc_shard_state(*st)[SM_MAX_WORKER_DEVICES] = calloc((size_t)n + 1, sizeof *st);
+    sm_rpc_channel **chs = calloc((size_t)n + 1, sizeof *chs);
+    sm_svc_shard_query *q = calloc((size_t)n + 1, sizeof *q);
     sm_err e = SM_OK;
-    if (!chs || !q || !st || !es || !errs || !msgs) {
+    if (!st || !chs || !q) {
         e = sm_fail(err, errlen, SM_ENOMEM, "out of memory checking %d workers' shards", n);
         goto done;
     }
     for (int k = 0; k < n; k++) {
         chs[k] = t[k].ch;
-        q[k] = (sm_svc_shard_query){t[k].ndevices, t[k].devices, st + k * SM_MAX_WORKER_DEVICES};
-        errs[k] = msgs + (size_t)k * SM_RELAY_ERRLEN;
+        q[k] =
+            (sm_svc_shard_query){.ndevices = t[k].ndevices, .devices = t[k].devices, .out = st[k]};
     }
-    sm_svc_worker_shard_info_all(chs, n, deadline_ms, id, q, es, errs, SM_RELAY_ERRLEN);
+    sm_svc_worker_shard_info_all(chs, n, deadline_ms, id, q);
     for (int k = 0; k < n && !e; k++) {
-        if ((e = es[k])) {
-            snprintf(err, errlen, "%s", errs[k]);
+        if ((e = q[k].e)) {
+            snprintf(err, errlen, "%s", q[k].err);
             sm_relay_worker_err(&t[k], err, errlen);
         } else {
             e = sm_relay_check(&t[k], &want[k], q[k].out, id, err, errlen);
         }
     }
 done:
+    free(st);
     free(chs);
     free(q);
-    free(st);
-    free(es);
-    free(errs);
-    free(msgs);
     return e;
 }
 

@@ -431,17 +431,18 @@ sm_err sm_svc_worker_stats_get(sm_rpc_channel *ch, int deadline_ms, sm_svc_worke
 sm_err sm_svc_worker_shard_info(sm_rpc_channel *ch, int deadline_ms, sm_array_id id, int ndevices,
                                 const int32_t *devices, sm_svc_shard_state *out, char *err,
                                 size_t errlen);
-/* One worker's part of sm_svc_worker_shard_info_all: its devices, and room
- * for as many states. */
+/* One worker's part of sm_svc_worker_shard_info_all: its devices and room
+ * for as many states (in), and how its call went (out). */
 typedef struct {
     int ndevices;
     const int32_t *devices;
     sm_svc_shard_state *out;
+    sm_err e;
+    char err[512];
 } sm_svc_shard_query;
 /* ShardInfo about array id on the workers of chs[0..n) at once, worker i
- * about q[i]: es[i] its result, errs[i] (errlen bytes) its sentence. */
+ * about q[i]. */
 void sm_svc_worker_shard_info_all(sm_rpc_channel *const *chs, int n, int deadline_ms,
-                                  sm_array_id id, const sm_svc_shard_query *q, sm_err *es,
-                                  char *const *errs, size_t errlen);
+                                  sm_array_id id, sm_svc_shard_query *q);
 
 #endif

@@ -356,67 +356,55 @@ static sm_err shard_info_dec(const ProtobufCMessage *m, void *o, char *err, size
     return SM_OK;
 }
 
-typedef struct {
-    const sm_svc_shard_query *q;
-    sm_err *es;
-    char *const *errs;
-    size_t errlen;
-} shard_info_all_ctx;
-
 static void shard_info_all_done(void *user, int i, sm_err e, ProtobufCMessage *reply,
                                 const char *err)
 {
-    const shard_info_all_ctx *c = user;
+    sm_svc_shard_query *q = (sm_svc_shard_query *)user + i;
     char tmp[SM_SVC_ERRLEN];
     if (!e) {
-        shard_info_out so = {c->q[i].ndevices, c->q[i].out};
+        shard_info_out so = {q->ndevices, q->out};
         if ((e = shard_info_dec(reply, &so, tmp, sizeof tmp)))
-            e = sm_svc_bad_reply(SM_SVC_WORKER_PATH("ShardInfo"), tmp, c->errs[i], c->errlen);
+            e = sm_svc_bad_reply(SM_SVC_WORKER_PATH("ShardInfo"), tmp, q->err, sizeof q->err);
     } else {
-        snprintf(c->errs[i], c->errlen, "%s", err);
+        snprintf(q->err, sizeof q->err, "%s", err);
     }
     if (reply)
         sm_rpc_msg_free(reply);
-    c->es[i] = e;
+    q->e = e;
 }
 
 void sm_svc_worker_shard_info_all(sm_rpc_channel *const *chs, int n, int deadline_ms,
-                                  sm_array_id id, const sm_svc_shard_query *q, sm_err *es,
-                                  char *const *errs, size_t errlen)
+                                  sm_array_id id, sm_svc_shard_query *q)
 {
     Shmap__V1__ShardInfoRequest *p = calloc((size_t)n + 1, sizeof *p);
     const ProtobufCMessage **reqs = calloc((size_t)n + 1, sizeof *reqs);
-    sm_err e = p && reqs ? SM_OK : SM_ENOMEM;
-    for (int i = 0; i < n; i++) {
-        es[i] = SM_OK;
+    char err[sizeof q->err] = "";
+    sm_err e = p && reqs ? SM_OK
+                         : sm_fail(err, sizeof err, SM_ENOMEM,
+                                   "out of memory asking %d workers about their shards", n);
+    for (int i = 0; i < n && !e; i++) {
+        q[i].e = SM_OK;
+        q[i].err[0] = 0;
         if (q[i].ndevices < 1 || q[i].ndevices > SM_MAX_WORKER_DEVICES) {
-            e = sm_fail(errs[0], errlen, SM_EINVAL, "ShardInfo asks about 1 to %d devices, not %d",
+            e = sm_fail(err, sizeof err, SM_EINVAL, "ShardInfo asks about 1 to %d devices, not %d",
                         SM_MAX_WORKER_DEVICES, q[i].ndevices);
             break;
         }
         memset(q[i].out, 0, sizeof *q[i].out * (size_t)q[i].ndevices);
-        if (!p)
-            continue;
         shmap__v1__shard_info_request__init(&p[i]);
         p[i].array_id = id.v;
         p[i].n_devices = (size_t)q[i].ndevices;
         p[i].devices = (int32_t *)q[i].devices;
         reqs[i] = &p[i].base;
     }
-    shard_info_all_ctx c = {q, es, errs, errlen};
-    if (!e && n > 0) {
+    if (!e && n > 0)
         e = sm_rpc_unary_each(chs, n, SM_SVC_WORKER_PATH("ShardInfo"), reqs, n,
                               &shmap__v1__shard_info_reply__descriptor, deadline_ms,
-                              shard_info_all_done, NULL, &c, errs[0], errlen);
-    } else if (e == SM_ENOMEM) {
-        e = sm_fail(errs[0], errlen, e, "out of memory asking %d workers about their shards", n);
+                              shard_info_all_done, NULL, q, err, sizeof err);
+    for (int i = 0; e && i < n; i++) { /* no call started: every worker gets the error */
+        q[i].e = e;
+        snprintf(q[i].err, sizeof q[i].err, "%s", err);
     }
-    if (e) /* no call started: every worker gets the error */
-        for (int i = 0; i < n; i++) {
-            es[i] = e;
-            if (i > 0 && errs[i] != errs[0])
-                snprintf(errs[i], errlen, "%s", errs[0]);
-        }
     free(reqs);
     free(p);
 }
@@ -425,8 +413,9 @@ sm_err sm_svc_worker_shard_info(sm_rpc_channel *ch, int deadline_ms, sm_array_id
                                 const int32_t *devices, sm_svc_shard_state *out, char *err,
                                 size_t errlen)
 {
-    sm_svc_shard_query q = {ndevices, devices, out};
-    sm_err e;
-    sm_svc_worker_shard_info_all(&ch, 1, deadline_ms, id, &q, &e, &err, errlen);
-    return e;
+    sm_svc_shard_query q = {.ndevices = ndevices, .devices = devices, .out = out};
+    sm_svc_worker_shard_info_all(&ch, 1, deadline_ms, id, &q);
+    if (q.e)
+        snprintf(err, errlen, "%s", q.err);
+    return q.e;
 }
