@@ -150,6 +150,8 @@ static void table_sweep_locked(sm_cjobs *j, int64_t now)
 
 void sm_cjobs_end_locked(sm_cjobs *j, sm_job *job, sm_job_state state, const char *msg)
 {
+    if (job->state == SM_JOB_QUEUED)
+        j->nqueued--;
     job->state = state;
     snprintf(job->error, sizeof job->error, "%s", msg ? msg : "");
     job->end_us = sm_cjobs_now_us();
@@ -385,8 +387,14 @@ static sm_err job_enqueue(sm_cjobs *j, sm_svc_submit_req *req, sm_job **out, int
         return e;
     }
     pthread_mutex_lock(&j->mu);
+    int queue = !(light && !j->qhead && j->running < j->nthreads);
     if (j->stopping)
         e = sm_fail(err, errlen, SM_EUNAVAILABLE, "the coordinator is shutting down");
+    else if (queue && j->nqueued >= j->queue_max)
+        e = sm_fail(err, errlen, SM_ERESOURCE,
+                    "%d jobs already wait to start, the most this coordinator queues "
+                    "(--job-queue-max); wait for some to end or cancel some, then submit again",
+                    j->nqueued);
     else if (sm_htab_reserve(&j->table, j->table.n + 1))
         e = sm_fail(err, errlen, SM_ENOMEM, "out of memory submitting a job");
     if (!e) {
@@ -395,7 +403,7 @@ static sm_err job_enqueue(sm_cjobs *j, sm_svc_submit_req *req, sm_job **out, int
         job->refs = 1; /* the caller's */
         *out = job;
     }
-    if (!e && light && !j->qhead && j->running < j->nthreads) {
+    if (!e && !queue) {
         *here = 1;
         j->running++;
         job->state = SM_JOB_RUNNING;
@@ -405,6 +413,7 @@ static sm_err job_enqueue(sm_cjobs *j, sm_svc_submit_req *req, sm_job **out, int
                  job->prog->name, job->npeers);
     } else if (!e) {
         job->refs++; /* the run queue's, handed to the runner that takes it */
+        j->nqueued++;
         if (j->qtail)
             j->qtail->qnext = job;
         else
@@ -594,6 +603,7 @@ static void *runner_main(void *arg)
         }
         job->state = SM_JOB_RUNNING;
         job->start_us = sm_cjobs_now_us();
+        j->nqueued--;
         j->running++;
         pthread_cond_broadcast(&j->changed);
         pthread_mutex_unlock(&j->mu);
@@ -608,7 +618,8 @@ static void *runner_main(void *arg)
 
 sm_cjobs_config sm_cjobs_config_default(int nthreads)
 {
-    return (sm_cjobs_config){nthreads, (int64_t)SM_JOBS_KEEP_S * 1000, SM_JOBS_KEEP_MAX};
+    return (sm_cjobs_config){nthreads, (int64_t)SM_JOBS_KEEP_S * 1000, SM_JOBS_KEEP_MAX,
+                             SM_JOBS_QUEUE_MAX};
 }
 
 sm_err sm_cjobs_create(sm_coord *coord, const sm_cjobs_config *cfg, sm_cjobs **out, char *err,
@@ -624,6 +635,9 @@ sm_err sm_cjobs_create(sm_coord *coord, const sm_cjobs_config *cfg, sm_cjobs **o
                        "ended jobs are kept for 0 ms or more and 0 records or more, not %lld ms "
                        "and %d records",
                        (long long)cfg->keep_ms, cfg->keep_max);
+    if (cfg->queue_max < 1)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "at least 1 job must be allowed to wait to start, not %d", cfg->queue_max);
     sm_cjobs *j = calloc(1, sizeof *j);
     pthread_t *th = calloc((size_t)nthreads, sizeof *th);
     if (!j || !th) {
@@ -635,6 +649,7 @@ sm_err sm_cjobs_create(sm_coord *coord, const sm_cjobs_config *cfg, sm_cjobs **o
     j->threads = th;
     j->keep_us = cfg->keep_ms * 1000;
     j->keep_max = cfg->keep_max;
+    j->queue_max = cfg->queue_max;
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);

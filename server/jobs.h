@@ -40,14 +40,19 @@ typedef struct sm_cjobs sm_cjobs;
  * count. */
 #define SM_JOBS_KEEP_S   600
 #define SM_JOBS_KEEP_MAX 10000
+/* Default bound on jobs waiting in the run queue. */
+#define SM_JOBS_QUEUE_MAX 1000
 
 typedef struct {
     int nthreads;    /* runner threads, 1..16 */
     int64_t keep_ms; /* an ended job's record is kept this long (>= 0) */
     int keep_max;    /* and only the newest keep_max ended records (>= 0) */
+    int queue_max;   /* at most this many jobs wait to start (>= 1); one
+                      * more is refused RESOURCE_EXHAUSTED */
 } sm_cjobs_config;
 
-/* The defaults: nthreads runner threads, SM_JOBS_KEEP_S, SM_JOBS_KEEP_MAX. */
+/* The defaults: nthreads runner threads, SM_JOBS_KEEP_S, SM_JOBS_KEEP_MAX,
+ * SM_JOBS_QUEUE_MAX. */
 sm_cjobs_config sm_cjobs_config_default(int nthreads);
 
 /* Starts a job manager configured by cfg (copied) over coord (borrowed; it

@@ -57,6 +57,8 @@ struct sm_cjobs {
     int64_t keep_us;
     int keep_max;
     sm_job *qhead, *qtail;
+    int nqueued;   /* jobs in state QUEUED (the queue also holds cancelled ones) */
+    int queue_max; /* the most that may be QUEUED */
     int stopping;
     int nthreads; /* runner threads, also the bound on jobs running at once */
     int running;  /* jobs running: on runner threads and on handler threads */

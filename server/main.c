@@ -34,6 +34,7 @@ enum {
     CFG_DEADLINE,
     CFG_JOB_KEEP_S,
     CFG_JOB_KEEP_MAX,
+    CFG_JOB_QUEUE_MAX,
     CFG_LOG_LEVEL,
     CFG_COUNT
 };
@@ -65,6 +66,9 @@ static const sm_config_row cfg_rows[CFG_COUNT] = {
     [CFG_JOB_KEEP_MAX] = {"job-keep-max", 0, SM_CFG_INT, SM_STR(SM_JOBS_KEEP_MAX), NULL,
                           "At most this many ended jobs' records are kept, the most recent "
                           "ones."},
+    [CFG_JOB_QUEUE_MAX] = {"job-queue-max", 0, SM_CFG_INT, SM_STR(SM_JOBS_QUEUE_MAX), NULL,
+                           "At most this many submitted jobs wait to start; one more is "
+                           "refused RESOURCE_EXHAUSTED."},
     [CFG_LOG_LEVEL] = {"log-level", 0, SM_CFG_STRING, "info", "SHMAP_LOG",
                        "Log level: error, warn, info or debug."},
 };
@@ -134,7 +138,8 @@ int main(int argc, char **argv)
         check_range(v, CFG_LOST_AFTER, v[CFG_HEARTBEAT].i, 86400000, msg, sizeof msg) ||
         check_range(v, CFG_DEADLINE, 1, 86400000, msg, sizeof msg) ||
         check_range(v, CFG_JOB_KEEP_S, 0, 31 * 86400, msg, sizeof msg) ||
-        check_range(v, CFG_JOB_KEEP_MAX, 0, 100000000, msg, sizeof msg))
+        check_range(v, CFG_JOB_KEEP_MAX, 0, 100000000, msg, sizeof msg) ||
+        check_range(v, CFG_JOB_QUEUE_MAX, 1, 1000000, msg, sizeof msg))
         return usage_error(msg);
     static const char *const levels[] = {"error", "warn", "info", "debug"};
     int level = -1;
@@ -176,6 +181,7 @@ int main(int argc, char **argv)
     sm_cjobs_config jobs_cfg = sm_cjobs_config_default(JOB_THREADS);
     jobs_cfg.keep_ms = v[CFG_JOB_KEEP_S].i * 1000;
     jobs_cfg.keep_max = (int)v[CFG_JOB_KEEP_MAX].i;
+    jobs_cfg.queue_max = (int)v[CFG_JOB_QUEUE_MAX].i;
     sm_rpc_server_opts so = {v[CFG_LISTEN].s, token, 0};
     if ((e = sm_rpc_server_create(&so, &srv, err, sizeof err)) ||
         (e = sm_svc_coord_serve(srv, sm_handlers_ops(), &coord, "shmap-coordinator", err,

@@ -594,6 +594,70 @@ START_TEST(test_keep_time)
 }
 END_TEST
 
+/* At most queue_max jobs wait to start: one more is refused
+ * RESOURCE_EXHAUSTED and leaves no array behind; a cancelled or started
+ * job frees its place. */
+START_TEST(test_queue_max)
+{
+    int ports[2], fds[2];
+    for (int k = 0; k < 2; k++)
+        fds[k] = silent_listener(&ports[k]);
+    sm_cjobs_config cfg = sm_cjobs_config_default(1);
+    cfg.queue_max = 3;
+    fx_open(ports, &cfg);
+    mm_arrays();
+    char err[1024];
+    sm_job_info info;
+    ck_assert_uint_eq(submit_mm().v, 1); /* runs on the one runner and hangs */
+    for (int k = 0; k < 200 && job_state(1, err, sizeof err) != SM_JOB_RUNNING; k++)
+        usleep(10000);
+    ck_assert_int_eq(job_state(1, err, sizeof err), SM_JOB_RUNNING);
+    for (uint64_t id = 2; id <= 4; id++)
+        ck_assert_uint_eq(submit_mm().v, id);
+    int before = narrays();
+    ck_assert_int_eq(before, 2 + 4 * 2);
+    /* the fourth waiting job, by both submit calls */
+    for (int wait = 0; wait < 2; wait++) {
+        sm_program *p = NULL;
+        ck_assert_int_eq(sm_program_parse(MM_TEXT, "t.shmap", &p, err, sizeof err), SM_OK);
+        sm_array_ref args[2] = {{{0}, "A"}, {{0}, "B"}};
+        const char *outs[1] = {"out"};
+        sm_svc_submit_req req = {p, 2, args, 1, outs, 1, 0, wait ? 1000 : 0};
+        sm_job_id id = {0};
+        err[0] = 0;
+        sm_err e = wait ? sm_cjobs_ops()->submit_wait(fx.jobs, &req, &info, err, sizeof err)
+                        : sm_cjobs_ops()->submit(fx.jobs, &req, &id, err, sizeof err);
+        ck_assert_msg(e == SM_ERESOURCE, "%d %s", e, err);
+        ck_assert_msg(strstr(err, "3 jobs already wait to start") && strstr(err, "--job-queue-max"),
+                      "'%s'", err);
+        ck_assert_int_eq(narrays(), before); /* its outputs were dropped, "out" is free */
+    }
+    ck_assert_int_eq(job_state(5, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "job 5 does not exist"), "'%s'", err);
+    /* a cancelled job frees its place */
+    ck_assert_int_eq(sm_cjobs_ops()->cancel(fx.jobs, (sm_job_id){3}, &info, err, sizeof err),
+                     SM_OK);
+    ck_assert_int_eq(info.state, SM_JOB_CANCELLED);
+    sm_job_info_free(&info);
+    ck_assert_uint_eq(submit_mm().v, 5);
+    ck_assert_int_eq(job_state(5, err, sizeof err), SM_JOB_QUEUED);
+    /* the workers go away: every job ends, and the queue takes jobs again */
+    for (int k = 0; k < 2; k++)
+        close(fds[k]);
+    for (uint64_t id = 1; id <= 5; id++) {
+        for (int k = 0; k < 100 && job_state(id, err, sizeof err) < SM_JOB_DONE; k++) {
+            ck_assert_int_eq(
+                sm_cjobs_ops()->wait(fx.jobs, (sm_job_id){id}, 100, &info, err, sizeof err), SM_OK);
+            sm_job_info_free(&info);
+        }
+        ck_assert_int_ge(job_state(id, err, sizeof err), SM_JOB_DONE);
+    }
+    ck_assert_int_eq(narrays(), 2);
+    for (uint64_t id = 6; id <= 8; id++)
+        ck_assert_uint_eq(submit_mm().v, id);
+}
+END_TEST
+
 START_TEST(test_keep_bad_config)
 {
     char err[256] = "";
@@ -601,6 +665,11 @@ START_TEST(test_keep_bad_config)
     cfg.keep_max = -1;
     ck_assert_int_eq(sm_cjobs_create(&fx.coord, &cfg, &fx.jobs, err, sizeof err), SM_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "-1 records"));
+    ck_assert_ptr_null(fx.jobs);
+    cfg = sm_cjobs_config_default(2);
+    cfg.queue_max = 0;
+    ck_assert_int_eq(sm_cjobs_create(&fx.coord, &cfg, &fx.jobs, err, sizeof err), SM_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "not 0"));
     ck_assert_ptr_null(fx.jobs);
 }
 END_TEST
@@ -626,6 +695,7 @@ static Suite *jobs_suite(void)
     tcase_add_test(tc, test_keep_max);
     tcase_add_test(tc, test_keep_many);
     tcase_add_test(tc, test_keep_time);
+    tcase_add_test(tc, test_queue_max);
     tcase_add_test(tc, test_keep_bad_config);
     suite_add_tcase(s, tc);
     return s;
