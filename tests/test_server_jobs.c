@@ -479,21 +479,32 @@ static int silent_listener(int *port)
 
 /* More ended jobs than keep_max: the oldest ends go first; a running job
  * and a queued one stay however many end after them. */
-START_TEST(test_keep_max)
+/* A job manager with one runner (the rest of cfg as given) over two
+ * workers that never answer (fds: their listening sockets), the arrays A
+ * and B, and job 1 running on the runner, hung until fds close. */
+static void one_hung_runner(sm_cjobs_config cfg, int fds[2])
 {
-    int ports[2], fds[2];
+    int ports[2];
+    char err[512];
     for (int k = 0; k < 2; k++)
         fds[k] = silent_listener(&ports[k]);
-    sm_cjobs_config cfg = sm_cjobs_config_default(1);
-    cfg.keep_max = 3;
+    cfg.nthreads = 1;
     fx_open(ports, &cfg);
     mm_arrays();
-    char err[512];
-    sm_job_info info;
-    ck_assert_uint_eq(submit_mm().v, 1); /* runs on the one runner and hangs */
+    ck_assert_uint_eq(submit_mm().v, 1);
     for (int k = 0; k < 200 && job_state(1, err, sizeof err) != SM_JOB_RUNNING; k++)
         usleep(10000);
     ck_assert_int_eq(job_state(1, err, sizeof err), SM_JOB_RUNNING);
+}
+
+START_TEST(test_keep_max)
+{
+    int fds[2];
+    sm_cjobs_config cfg = sm_cjobs_config_default(1);
+    cfg.keep_max = 3;
+    one_hung_runner(cfg, fds);
+    char err[512];
+    sm_job_info info;
     /* A burst of queued jobs behind it (the table grows), all cancelled
      * (and it shrinks back). */
     for (uint64_t id = 2; id <= 200; id++)
@@ -599,19 +610,12 @@ END_TEST
  * job frees its place. */
 START_TEST(test_queue_max)
 {
-    int ports[2], fds[2];
-    for (int k = 0; k < 2; k++)
-        fds[k] = silent_listener(&ports[k]);
+    int fds[2];
     sm_cjobs_config cfg = sm_cjobs_config_default(1);
     cfg.queue_max = 3;
-    fx_open(ports, &cfg);
-    mm_arrays();
+    one_hung_runner(cfg, fds);
     char err[1024];
     sm_job_info info;
-    ck_assert_uint_eq(submit_mm().v, 1); /* runs on the one runner and hangs */
-    for (int k = 0; k < 200 && job_state(1, err, sizeof err) != SM_JOB_RUNNING; k++)
-        usleep(10000);
-    ck_assert_int_eq(job_state(1, err, sizeof err), SM_JOB_RUNNING);
     for (uint64_t id = 2; id <= 4; id++)
         ck_assert_uint_eq(submit_mm().v, id);
     int before = narrays();
