@@ -583,13 +583,33 @@ const sm_svc_coord_job_ops *sm_cjobs_ops(void)
 
 /* ---- runner pool ----------------------------------------------------------------------- */
 
+/* Waits for work (mu held); while ended records are kept, wakes when the
+ * oldest one's time is up and drops it, so that an idle coordinator gives
+ * their memory back too. */
+static void runner_wait_locked(sm_cjobs *j)
+{
+    if (!j->ended_head) {
+        pthread_cond_wait(&j->work, &j->mu);
+        return;
+    }
+    int64_t left_us = j->ended_head->end_us + j->keep_us - sm_cjobs_now_us();
+    if (left_us > 0) {
+        int64_t ms = left_us / 1000 + 1;
+        struct timespec until =
+            sm_time_after_ms(CLOCK_MONOTONIC, ms > 3600000 ? 3600000u : (uint32_t)ms);
+        if (pthread_cond_timedwait(&j->work, &j->mu, &until) != ETIMEDOUT)
+            return;
+    }
+    table_sweep_locked(j, sm_cjobs_now_us());
+}
+
 static void *runner_main(void *arg)
 {
     sm_cjobs *j = arg;
     pthread_mutex_lock(&j->mu);
     for (;;) {
         while (!j->stopping && (!j->qhead || j->running >= j->nthreads))
-            pthread_cond_wait(&j->work, &j->mu);
+            runner_wait_locked(j);
         if (j->stopping)
             break;
         sm_job *job = j->qhead;
@@ -656,7 +676,7 @@ sm_err sm_cjobs_create(sm_coord *coord, const sm_cjobs_config *cfg, sm_cjobs **o
     pthread_mutex_init(&j->mu, NULL);
     pthread_mutex_init(&j->chmu, NULL);
     pthread_cond_init(&j->changed, &ca);
-    pthread_cond_init(&j->work, NULL);
+    pthread_cond_init(&j->work, &ca);
     pthread_condattr_destroy(&ca);
     for (int i = 0; i < nthreads; i++) {
         if (pthread_create(&th[i], NULL, runner_main, j) != 0) {

@@ -47,7 +47,7 @@ struct sm_cjobs {
     sm_coord *coord; /* borrowed */
     pthread_mutex_t mu;
     pthread_cond_t changed; /* a job's state changed (CLOCK_MONOTONIC) */
-    pthread_cond_t work;    /* the queue got a job, or stopping */
+    pthread_cond_t work;    /* the queue got a job, or stopping (CLOCK_MONOTONIC) */
     /* The table: queued, running and kept ended jobs by id (items are
      * sm_job *, hashed with sm_htab_hash_u64(id)). */
     sm_htab table;
