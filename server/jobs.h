@@ -21,9 +21,10 @@
  * The job table holds queued and running jobs, and the record of an ended
  * job (state, error, output descriptions) for keep_ms after it ended, at
  * most the keep_max most recent ones: older records are dropped, oldest end
- * first (on time, by an idle runner thread, also when no call comes in), and GetJob / WaitJob /
- * CancelJob of such an id answer NOT_FOUND saying the record was dropped (an id never handed out
- * "does not exist"). Ids are never reused. A call that already holds a job (a WaitJob blocked on
+ * first (on time, by an idle runner thread, also when no call comes in),
+ * and GetJob / WaitJob / CancelJob of such an id answer NOT_FOUND saying
+ * the record was dropped (an id never handed out "does not exist"). Ids
+ * are never reused. A call that already holds a job (a WaitJob blocked on
  * it) still describes it after its record was dropped.
  *
  * Thread-safety: every function is safe from any thread. */
