@@ -479,6 +479,31 @@ START_TEST(memory_limit)
     ck_assert_msg(strstr(ji.error, "limit of 16 MiB"), "%s", ji.error);
     check_sentence(ji.error);
 
+    /* a job whose output fits (4 MiB per device, 8 per worker) but not with
+     * the buffer its all_gather stages the blocks in (as much again) */
+    sm_program *pg = NULL;
+    ck_assert_int_eq(sm_program_parse("mesh x=4\n"
+                                      "shard_map gather(g: f32[256,4096] @ P(None, 'x')) -> "
+                                      "P(None, None):\n"
+                                      "    return all_gather(g, 'x', axis=1, tiled=True)\n",
+                                      "gather.shmap", &pg, err, sizeof err),
+                     SM_OK);
+    sm_shape sg = HARNESS_SHAPE(256, 4096);
+    sm_array *g = harness_array_iota(SM_F32, &sg, 9);
+    sm_sharding_ref shg = harness_sharding(&m2, "x=4", NULL, 0, "P(None, 'x')");
+    sm_array_info ig;
+    ck_assert_int_eq(sm_client_put(c, SM_F32, &sg, g->data, &shg, NULL, &ig, err, sizeof err),
+                     SM_OK);
+    sm_array_ref garg = harness_id_ref(ig.id);
+    sm_job_info_free(&ji);
+    e = sm_job_run(c, pg, 1, &garg, NULL, 0, 0, 60000, &ji, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "%s", err);
+    ck_assert_msg(ji.state == SM_JOB_FAILED, "%s", sm_job_state_name(ji.state));
+    ck_assert_msg(strstr(ji.error, "all_gather") && strstr(ji.error, "limit of 16 MiB"), "%s",
+                  ji.error);
+    check_sentence(ji.error);
+    ck_assert_int_eq(sm_client_delete(c, garg, err, sizeof err), SM_OK);
+
     /* nothing was lost: both workers alive, the arrays that fit intact */
     ck_assert_int_eq(harness_wait_workers(c, 2, 10000, err, sizeof err), SM_OK);
     ck_assert_int_eq(sm_client_list(c, &all, &n, err, sizeof err), SM_OK);
@@ -489,8 +514,12 @@ START_TEST(memory_limit)
     sm_array_free(back);
     sm_array_info_free(&ia);
     sm_array_info_free(&ib);
+    sm_array_info_free(&ig);
     sm_array_info_free(&info);
+    sm_job_info_free(&ji);
     sm_program_free(p);
+    sm_program_free(pg);
+    sm_array_free(g);
     sm_array_free(a);
     sm_array_free(b);
     sm_array_free(x);

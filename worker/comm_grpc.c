@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sm_array.h"
 #include "sm_checksum.h"
 #include "sm_hold.h"
 #include "sm_log.h"
@@ -689,10 +690,12 @@ static sm_err sm_cg_reduce_scatter(void *ctx, const sm_comm_group *g, uint64_t s
     if (L->li == 0) {
         const void *part = in;
         if (L->nlocal > 1) {
-            if (!(s->scratch = malloc(nch * cb > 0 ? (size_t)(nch * cb) : 1))) {
-                e = sm_cg_failf(c, SM_ENOMEM, err, errlen, "out of memory for collective #%llu",
-                                (unsigned long long)seq);
+            char what[64];
+            snprintf(what, sizeof what, "the partial of collective #%llu", (unsigned long long)seq);
+            if ((e = sm_array_scratch((size_t)(nch * cb), what, &s->scratch, err, errlen))) {
+                e = sm_cg_failf(c, e, err, errlen, "%s", err);
             } else {
+                s->scratch_len = (size_t)(nch * cb);
                 e = sm_cg_reduce2(t, op, s->in[0], s->in[1], s->scratch, nch * n, err, errlen);
                 for (int l = 2; l < L->nlocal && !e; l++)
                     e = sm_kern_accumulate(t, s->scratch, s->in[l], nch * n, op, err, errlen);

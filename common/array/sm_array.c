@@ -11,6 +11,21 @@
 
 #define SM_ARRAY_ALIGN 64
 
+/* The SM_ENOMEM sentence of n bytes for what that could not be had. */
+static sm_err nomem(size_t n, const char *what, char *err, size_t errlen)
+{
+    char why[160];
+    if (sm_array_mem_refused(n, why, sizeof why))
+        return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate %s of %zu bytes: %s", what, n, why);
+    return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate %s of %zu bytes", what, n);
+}
+
+sm_err sm_array_scratch(size_t n, const char *what, void **out, char *err, size_t errlen)
+{
+    *out = sm_array_data_alloc(n, 0);
+    return *out ? SM_OK : nomem(n, what, err, errlen);
+}
+
 static sm_err array_create(sm_dtype t, const sm_shape *s, int zero, sm_array **out, char *err,
                            size_t errlen)
 {
@@ -26,21 +41,17 @@ static sm_err array_create(sm_dtype t, const sm_shape *s, int zero, sm_array **o
                        nbytes);
     a = calloc(1, sizeof *a);
     if (!a)
-        goto nomem;
+        goto fail;
     a->dtype = t;
     a->shape = *s;
     a->nbytes = nbytes;
     if (nbytes > 0 && !(a->data = sm_array_data_alloc((size_t)nbytes, zero)))
-        goto nomem;
+        goto fail;
     *out = a;
     return SM_OK;
-nomem:
+fail:
     free(a);
-    char why[160];
-    if (sm_array_mem_refused((size_t)nbytes, why, sizeof why))
-        return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate an array of %" PRId64 " bytes: %s",
-                       nbytes, why);
-    return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate an array of %" PRId64 " bytes", nbytes);
+    return nomem((size_t)nbytes, "an array", err, errlen);
 }
 
 sm_err sm_array_create(sm_dtype t, const sm_shape *s, sm_array **out, char *err, size_t errlen)

@@ -43,6 +43,12 @@ void sm_copy_stream(void *dst, const void *src, size_t n);
  * on first write), for data that is about to be written in full. */
 void *sm_array_data_alloc(size_t n, int zero);
 void sm_array_data_free(void *p, size_t n);
+/* n bytes of scratch for work on array data (a collective's staging, a
+ * temporary the size of an operand) into *out: sm_array_data_alloc, so it
+ * counts against sm_array_mem_limit_set like array data and reuses kept
+ * blocks. SM_ENOMEM with a sentence naming what (and the limit, when that
+ * is why). Free with sm_array_data_free(*out, n). */
+sm_err sm_array_scratch(size_t n, const char *what, void **out, char *err, size_t errlen);
 
 /* How much freed array memory (blocks of 1 MiB and more) the process keeps
  * for reuse: at most max_bytes, each block for at most idle_ms after it was

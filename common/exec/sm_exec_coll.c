@@ -61,19 +61,39 @@ static sm_shape sm_exec_front_perm(const sm_shape *s, int d, int *perm)
     return ts;
 }
 
-/* Stages the operand of op for an exchange of rank-ordered chunks: *front
- * gets in with dimension d moved to the front (by perm, shape *ts), and *recv
- * rbytes for the result. The caller frees both buffers, also on failure. */
+/* The buffers of an exchange of rank-ordered chunks. */
+typedef struct {
+    void *front, *recv;
+    size_t nfront, nrecv;
+} sm_exec_staged;
+
+/* Stages the operand of op for an exchange of rank-ordered chunks: st->front
+ * gets in with dimension d moved to the front (by perm, shape *ts), and
+ * st->recv rbytes for the result. The caller calls sm_exec_unstage, also on
+ * failure. */
 static sm_err sm_exec_stage(const sm_ir_op *op, const sm_array *in, int d, int64_t rbytes,
-                            int *perm, sm_shape *ts, void **front, void **recv, char *err,
-                            size_t errlen)
+                            int *perm, sm_shape *ts, sm_exec_staged *st, char *err, size_t errlen)
 {
+    char what[64];
+    sm_err e;
+    memset(st, 0, sizeof *st);
     *ts = sm_exec_front_perm(&in->shape, d, perm);
-    *front = malloc((size_t)in->nbytes + 1);
-    *recv = malloc((size_t)rbytes + 1);
-    if (!*front || !*recv)
-        return sm_fail(err, errlen, SM_ENOMEM, "out of memory for %s", sm_op_name(op->kind));
-    return sm_exec_permute_axes(in->dtype, in->data, &in->shape, perm, *front, err, errlen);
+    snprintf(what, sizeof what, "the buffers of %s", sm_op_name(op->kind));
+    if ((e = sm_array_scratch((size_t)in->nbytes, what, &st->front, err, errlen)))
+        return e;
+    st->nfront = (size_t)in->nbytes;
+    if ((e = sm_array_scratch((size_t)rbytes, what, &st->recv, err, errlen)))
+        return e;
+    st->nrecv = (size_t)rbytes;
+    return sm_exec_permute_axes(in->dtype, in->data, &in->shape, perm, st->front, err, errlen);
+}
+
+static void sm_exec_unstage(sm_exec_staged *st)
+{
+    if (st->front)
+        sm_array_data_free(st->front, st->nfront);
+    if (st->recv)
+        sm_array_data_free(st->recv, st->nrecv);
 }
 
 static sm_err sm_exec_preduce(sm_exec_ctx *x, const sm_ir_op *op, const sm_comm_group *g,
@@ -87,15 +107,17 @@ static sm_err sm_exec_preduce(sm_exec_ctx *x, const sm_ir_op *op, const sm_comm_
     int64_t n = sm_exec_numel(out);
     sm_dtype t = in[0]->dtype;
     void *tmp = NULL, *dst = out->data;
+    size_t ntmp = (size_t)n * sm_dtype_size(t);
     if (t != out->dtype) { /* pmean of integers: sum in the input dtype, then f32 */
-        if (!(tmp = malloc((size_t)n * sm_dtype_size(t) + 1)))
-            return sm_fail(err, errlen, SM_ENOMEM, "out of memory for %s", sm_op_name(op->kind));
+        if ((e = sm_array_scratch(ntmp, "the sum of pmean", &tmp, err, errlen)))
+            return e;
         dst = tmp;
     }
     e = x->comm->all_reduce(x->cctx, g, seq, t, k, in[0]->data, dst, n, err, errlen);
     if (!e && tmp)
         e = sm_kern_astype(t, tmp, out->dtype, out->data, n, err, errlen);
-    free(tmp);
+    if (tmp)
+        sm_array_data_free(tmp, ntmp);
     if (e || op->kind != SM_OP_PMEAN)
         return e;
     /* psum / n, as JAX divides (not a multiply by 1/n) */
@@ -131,16 +153,16 @@ static sm_err sm_exec_all_gather(sm_exec_ctx *x, const sm_ir_op *op, const sm_co
         gs.dims[d + 1] = xs->dims[d];
     if (gs.rank > SM_MAX_RANK)
         return sm_fail(err, errlen, SM_EUNSUPPORTED, "all_gather of a rank-%d operand", xs->rank);
-    void *tmp = malloc((size_t)out->nbytes + 1);
-    if (!tmp)
-        return sm_fail(err, errlen, SM_ENOMEM, "out of memory for all_gather");
+    void *tmp;
+    if ((e = sm_array_scratch((size_t)out->nbytes, "the buffer of all_gather", &tmp, err, errlen)))
+        return e;
     e = x->comm->all_gather(x->cctx, g, seq, in[0]->data, tmp, in[0]->nbytes, err, errlen);
     int perm[SM_MAX_RANK];
     for (int d = 0, k = 0; d < gs.rank; d++)
         perm[d] = d == a ? 0 : 1 + k++;
     if (!e)
         e = sm_exec_permute_axes(out->dtype, tmp, &gs, perm, out->data, err, errlen);
-    free(tmp);
+    sm_array_data_free(tmp, (size_t)out->nbytes);
     return e;
 }
 
@@ -158,10 +180,11 @@ static sm_err sm_exec_psum_scatter(sm_exec_ctx *x, const sm_ir_op *op, const sm_
     /* move the scatter dimension to the front so chunk r is contiguous */
     int perm[SM_MAX_RANK];
     sm_shape ts;
-    void *t = NULL, *r = NULL;
-    if ((e = sm_exec_stage(op, in[0], d, chunk * (int64_t)sm_dtype_size(out->dtype), perm, &ts, &t,
-                           &r, err, errlen)))
+    sm_exec_staged st;
+    if ((e = sm_exec_stage(op, in[0], d, chunk * (int64_t)sm_dtype_size(out->dtype), perm, &ts, &st,
+                           err, errlen)))
         goto done;
+    void *t = st.front, *r = st.recv;
     void *dst = op->attrs.tiled ? r : out->data; /* untiled: [others...] is the result */
     if ((e = x->comm->reduce_scatter(x->cctx, g, seq, out->dtype, SM_KERN_SUM, t, dst, chunk, err,
                                      errlen)))
@@ -175,8 +198,7 @@ static sm_err sm_exec_psum_scatter(sm_exec_ctx *x, const sm_ir_op *op, const sm_
         e = sm_kern_transpose(out->dtype, r, &rs, back, out->data, err, errlen);
     }
 done:
-    free(t);
-    free(r);
+    sm_exec_unstage(&st);
     return e;
 }
 
@@ -191,13 +213,14 @@ static sm_err sm_exec_all_to_all(sm_exec_ctx *x, const sm_ir_op *op, const sm_co
     sm_dtype t = out->dtype;
     int perm[SM_MAX_RANK];
     sm_shape ts;
-    void *send = NULL, *recv = NULL;
+    sm_exec_staged st = {0};
     if (sa == 0 && ca == 0) /* the chunks are rows of in, the received ones rows of out */
         return x->comm->all_to_all(x->cctx, g, seq, in[0]->data, out->data, in[0]->nbytes / n, err,
                                    errlen);
     /* [x_sa, others...]: chunk j (x_sa/n rows) goes to rank j */
-    if ((e = sm_exec_stage(op, in[0], sa, in[0]->nbytes, perm, &ts, &send, &recv, err, errlen)))
+    if ((e = sm_exec_stage(op, in[0], sa, in[0]->nbytes, perm, &ts, &st, err, errlen)))
         goto done;
+    void *send = st.front, *recv = st.recv;
     if ((e = x->comm->all_to_all(x->cctx, g, seq, send, recv, in[0]->nbytes / n, err, errlen)))
         goto done;
     /* recv: [n (source), x_sa/n, others...] */
@@ -227,8 +250,7 @@ static sm_err sm_exec_all_to_all(sm_exec_ctx *x, const sm_ir_op *op, const sm_co
         e = sm_exec_permute_axes(t, recv, &us, rp, out->data, err, errlen);
     }
 done:
-    free(send);
-    free(recv);
+    sm_exec_unstage(&st);
     return e;
 }
 

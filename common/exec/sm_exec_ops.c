@@ -501,10 +501,11 @@ sm_err sm_exec_roll(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_
                             err, errlen);
     if (ax->n == 0)
         return sm_exec_reshape(x, op, in, out, err, errlen);
-    void *tmp = ax->n > 1 ? malloc((size_t)out->nbytes + 1) : NULL;
-    if (ax->n > 1 && !tmp)
-        return sm_fail(err, errlen, SM_ENOMEM, "out of memory for roll");
+    void *tmp = NULL;
     sm_err e = SM_OK;
+    if (ax->n > 1 &&
+        (e = sm_array_scratch((size_t)out->nbytes, "the buffer of roll", &tmp, err, errlen)))
+        return e;
     const void *src = in[0]->data;
     /* Alternate between out and tmp so the last roll lands in out. */
     for (int i = 0; i < ax->n && !e; i++) {
@@ -514,6 +515,7 @@ sm_err sm_exec_roll(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_
                          errlen);
         src = dst;
     }
-    free(tmp);
+    if (tmp)
+        sm_array_data_free(tmp, (size_t)out->nbytes);
     return e;
 }

@@ -1,6 +1,8 @@
 /* sm_rendezvous: in-process meeting points of collectives (see header). */
 #include "sm_rendezvous.h"
 
+#include "sm_array.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -44,7 +46,8 @@ static void sm_rendezvous_slot_free(sm_rendezvous_slot *s)
     if (s) {
         free(s->in);
         free(s->out);
-        free(s->scratch);
+        if (s->scratch)
+            sm_array_data_free(s->scratch, s->scratch_len);
         free(s);
     }
 }

@@ -43,7 +43,9 @@ typedef struct sm_rendezvous_slot {
     const void **in;    /* per index; a NULL input reads as a non-NULL dummy */
     void **out;         /* per index */
     const void *shared; /* set by sm_rendezvous_publish */
-    void *scratch;      /* a member's allocation, freed (free()) with the slot */
+    void *scratch;      /* a member's sm_array_scratch of scratch_len bytes, freed
+                         * with the slot */
+    size_t scratch_len;
     struct sm_rendezvous_slot *next;
     uint64_t seq;
     int leader, size, kind;
