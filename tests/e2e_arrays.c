@@ -229,6 +229,49 @@ START_TEST(multi_chunk)
 }
 END_TEST
 
+/* SHMAP_CLIENT_CACHE_MB: an array fetched, freed and fetched again gets
+ * the memory of the one before (no fresh pages); a bad value is refused
+ * when connecting. */
+START_TEST(client_cache)
+{
+    char err[512];
+    sm_client *c = NULL;
+    setenv("SHMAP_CLIENT_CACHE_MB", "lots", 1);
+    sm_err e = harness_connect(g_two, &c, err, sizeof err);
+    ck_assert_int_eq(e, SM_EINVAL);
+    ck_assert_msg(strstr(err, "SHMAP_CLIENT_CACHE_MB") && strstr(err, "'lots'"), "%s", err);
+    setenv("SHMAP_CLIENT_CACHE_MB", "64", 1);
+    c = harness_client(g_two);
+    unsetenv("SHMAP_CLIENT_CACHE_MB");
+    sm_mesh mesh;
+    sm_shape s = HARNESS_SHAPE(1024, 1024); /* 4 MiB of f32 */
+    sm_array *x = harness_array_iota(SM_F32, &s, 12), *back = NULL;
+    sm_sharding_ref sh = harness_sharding(&mesh, "x=8", NULL, 0, "P('x')");
+    sm_array_info info;
+    ck_assert_int_eq(sm_client_put(c, SM_F32, &s, x->data, &sh, NULL, &info, err, sizeof err),
+                     SM_OK);
+    sm_array_cache_info before, after;
+    sm_array_cache_stats(&before);
+    ck_assert_uint_eq(before.max_bytes, (size_t)64 << 20);
+    for (int k = 0; k < 3; k++) {
+        ck_assert_int_eq(sm_client_get(c, harness_id_ref(info.id), &back, err, sizeof err), SM_OK);
+        assert_same(back->data, x->data, x->nbytes);
+        sm_array_free(back);
+    }
+    sm_array_cache_stats(&after);
+    ck_assert_msg(after.hits - before.hits >= 2, "%lld reuses in 3 fetches",
+                  (long long)(after.hits - before.hits));
+    ck_assert_uint_le(after.held_bytes, (size_t)64 << 20);
+    sm_array_cache_set(0, 0); /* the suite's other tests keep nothing */
+    sm_array_cache_stats(&after);
+    ck_assert_uint_eq(after.held_bytes, 0);
+    ck_assert_int_eq(sm_client_delete(c, harness_id_ref(info.id), err, sizeof err), SM_OK);
+    sm_array_info_free(&info);
+    sm_array_free(x);
+    sm_client_close(c);
+}
+END_TEST
+
 /* Copies box ix of x into a new array. */
 static sm_array *slice_of(const sm_array *x, const sm_index *ix)
 {
@@ -618,6 +661,7 @@ int main(void)
     tcase_add_loop_test(tc, meshes, 0, 2 * N_MESH);
     tcase_add_loop_test(tc, dtype_round_trips, 0, (int)(sizeof dtypes / sizeof dtypes[0]));
     tcase_add_test(tc, multi_chunk);
+    tcase_add_test(tc, client_cache);
     tcase_add_test(tc, put_shards_and_callback);
     tcase_add_test(tc, put_callback);
     tcase_add_test(tc, put_local_two_clients);

@@ -53,7 +53,13 @@ typedef struct {
 } sm_client_opts;
 
 /* Connects to target ("host:port") and negotiates the protocol version.
- * opts may be NULL. *out is owned by the caller (sm_client_close). */
+ * opts may be NULL. *out is owned by the caller (sm_client_close).
+ * The environment variable SHMAP_CLIENT_CACHE_MB=N makes the process keep
+ * up to N MiB of freed array memory (blocks of 1 MiB and more, each for
+ * 10 s) for the next array of about the same size: a program that fetches
+ * arrays over and over (sm_client_get, then sm_array_free) then skips the
+ * page faults of fresh memory, which cost about as much as the transfer.
+ * The setting is process-wide; the default keeps nothing. */
 sm_err sm_client_connect(const char *target, const sm_client_opts *opts, sm_client **out, char *err,
                          size_t errlen);
 void sm_client_close(sm_client *c);

@@ -2,11 +2,13 @@
  * meshes, describe, list, reshard, delete). Transfers live in
  * client_put.c and client_get.c. */
 #include <ctype.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "client_internal.h"
+#include "sm_array.h"
 #include "sm_rpc.h"
 
 sm_array_ref sm_array_ref_parse(const char *text)
@@ -31,6 +33,28 @@ sm_array_ref sm_array_ref_parse(const char *text)
     return r;
 }
 
+/* SHMAP_CLIENT_CACHE_MB: freed array memory of 1 MiB blocks and more the
+ * process keeps for reuse (sm_array_cache_set), each block at most
+ * CLIENT_CACHE_IDLE_MS. Unset or empty: left as it is (nothing kept unless
+ * the program set it). */
+#define CLIENT_CACHE_IDLE_MS 10000
+static sm_err client_env_cache(char *err, size_t errlen)
+{
+    const char *v = getenv("SHMAP_CLIENT_CACHE_MB");
+    char *end;
+    if (!v || !*v)
+        return SM_OK;
+    errno = 0;
+    long long mb = strtoll(v, &end, 10);
+    if (errno || *end || mb < 0 || mb > (1 << 20))
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "SHMAP_CLIENT_CACHE_MB must be a whole number of MiB from 0 to 1048576, "
+                       "not '%.40s'",
+                       v);
+    sm_array_cache_set((size_t)mb << 20, CLIENT_CACHE_IDLE_MS);
+    return SM_OK;
+}
+
 sm_err sm_client_connect(const char *target, const sm_client_opts *opts, sm_client **out, char *err,
                          size_t errlen)
 {
@@ -42,6 +66,8 @@ sm_err sm_client_connect(const char *target, const sm_client_opts *opts, sm_clie
     *out = NULL;
     if (!target || !*target)
         return sm_fail(err, errlen, SM_EINVAL, "no coordinator address was given");
+    if ((e = client_env_cache(err, errlen)))
+        return e;
     if (!(c = calloc(1, sizeof *c)))
         return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a client");
     c->timeout_ms = opts && opts->timeout_ms > 0 ? (int)opts->timeout_ms : 30000;
