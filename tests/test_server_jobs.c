@@ -479,6 +479,18 @@ static int silent_listener(int *port)
 
 /* More ended jobs than keep_max: the oldest ends go first; a running job
  * and a queued one stay however many end after them. */
+/* Waits (at most 10 s) until job id has ended. */
+static void wait_ended(uint64_t id)
+{
+    char err[512];
+    sm_job_info info;
+    for (int k = 0; k < 100 && job_state(id, err, sizeof err) < SM_JOB_DONE; k++) {
+        ck_assert_int_eq(
+            sm_cjobs_ops()->wait(fx.jobs, (sm_job_id){id}, 100, &info, err, sizeof err), SM_OK);
+        sm_job_info_free(&info);
+    }
+}
+
 /* A job manager with one runner (the rest of cfg as given) over two
  * workers that never answer (fds: their listening sockets), the arrays A
  * and B, and job 1 running on the runner, hung until fds close. */
@@ -533,11 +545,7 @@ START_TEST(test_keep_max)
      * push out 198 and 199. */
     for (int k = 0; k < 2; k++)
         close(fds[k]);
-    for (int k = 0; k < 100 && job_state(2, err, sizeof err) < SM_JOB_DONE; k++) {
-        ck_assert_int_eq(sm_cjobs_ops()->wait(fx.jobs, (sm_job_id){2}, 100, &info, err, sizeof err),
-                         SM_OK);
-        sm_job_info_free(&info);
-    }
+    wait_ended(2);
     ck_assert_int_eq(job_state(1, err, sizeof err), SM_JOB_FAILED);
     ck_assert_int_eq(job_state(2, err, sizeof err), SM_JOB_FAILED);
     ck_assert_int_eq(job_state(200, err, sizeof err), SM_JOB_CANCELLED);
@@ -659,11 +667,7 @@ START_TEST(test_queue_max)
     for (int k = 0; k < 2; k++)
         close(fds[k]);
     for (uint64_t id = 1; id <= 5; id++) {
-        for (int k = 0; k < 100 && job_state(id, err, sizeof err) < SM_JOB_DONE; k++) {
-            ck_assert_int_eq(
-                sm_cjobs_ops()->wait(fx.jobs, (sm_job_id){id}, 100, &info, err, sizeof err), SM_OK);
-            sm_job_info_free(&info);
-        }
+        wait_ended(id);
         ck_assert_int_ge(job_state(id, err, sizeof err), SM_JOB_DONE);
     }
     ck_assert_int_eq(narrays(), 2);

@@ -180,7 +180,7 @@ static sm_err sm_exec_psum_scatter(sm_exec_ctx *x, const sm_ir_op *op, const sm_
     /* move the scatter dimension to the front so chunk r is contiguous */
     int perm[SM_MAX_RANK];
     sm_shape ts;
-    sm_exec_staged st;
+    sm_exec_staged st = {0};
     if ((e = sm_exec_stage(op, in[0], d, chunk * (int64_t)sm_dtype_size(out->dtype), perm, &ts, &st,
                            err, errlen)))
         goto done;
