@@ -3,9 +3,12 @@
  * drains the queue and routes completions. When a new call arrives, the
  * leader runs its handler itself, on the thread that received the request,
  * and stays the leader: a short handler (most unary calls) wakes no other
- * thread at all. The leader hands the queue to an idle thread as soon as
- * its handler waits for this server (a stream's receive or send, or
- * sm_rpc_may_block); and should a handler run longer than LEAD_AWAY_MS
+ * thread at all. While its handler waits for one of its own stream's
+ * receives or sends, the leader drains the queue itself until that
+ * completion comes (routing the others, and queueing new calls for other
+ * threads), so a stream's messages cost no thread switch either. It hands
+ * the queue to an idle thread when its handler waits for anything else
+ * (sm_rpc_may_block); and should a handler run longer than LEAD_AWAY_MS
  * without doing so, an idle thread that wakes every LEAD_AWAY_MS while the
  * server is busy takes the queue over. With no idle thread a new one is
  * started to lead; at the thread cap the call waits in a queue for the
@@ -286,6 +289,17 @@ typedef enum {
     NEW_DEFERRED /* queued for the next free thread, or refused */
 } new_way;
 
+/* Queues new call c for the next free pool thread (pool_mu held). */
+static void queue_locked(sm_rpc_server *s, sm_rpc_call *c)
+{
+    c->next = NULL;
+    if (s->q_tail)
+        s->q_tail->next = c;
+    else
+        s->q_head = c;
+    s->q_tail = c;
+}
+
 /* What the leader does with new call c. */
 static new_way place_new(sm_rpc_server *s, sm_rpc_call *c)
 {
@@ -309,12 +323,7 @@ static new_way place_new(sm_rpc_server *s, sm_rpc_call *c)
         call_unref(c);
         return NEW_DEFERRED;
     }
-    c->next = NULL;
-    if (s->q_tail)
-        s->q_tail->next = c;
-    else
-        s->q_head = c;
-    s->q_tail = c;
+    queue_locked(s, c);
     pthread_mutex_unlock(&s->pool_mu);
     return NEW_DEFERRED;
 }
@@ -342,6 +351,54 @@ static void yield_lead(void)
 void sm_rpc_may_block(void)
 {
     yield_lead();
+}
+
+static sm_rpc_call *route(sm_rpc_server *s, grpc_event ev);
+
+/* The handler of c waits until *pending (c's receive or send) is cleared.
+ * Run by the leader, it drains the queue meanwhile (its own completion
+ * comes to this thread: no switch per message); new calls go to the pool's
+ * queue for other threads. 0 when this thread does not lead: the caller
+ * hands the queue over and waits on c->cv. */
+static int wait_leading(sm_rpc_call *c, const int *pending)
+{
+    sm_rpc_server *s = tls_away;
+    if (!s)
+        return 0;
+    pthread_mutex_lock(&s->pool_mu);
+    if (!s->away || s->lead_gen != tls_gen) { /* the role was taken over */
+        pthread_mutex_unlock(&s->pool_mu);
+        tls_away = NULL;
+        return 0;
+    }
+    s->away = 0; /* draining: nobody needs to take over */
+    pthread_mutex_unlock(&s->pool_mu);
+    for (;;) {
+        pthread_mutex_lock(&c->mu);
+        int done = !*pending;
+        pthread_mutex_unlock(&c->mu);
+        if (done)
+            break;
+        /* c lives, so the queue is not shut down before its completion */
+        sm_rpc_call *n =
+            route(s, grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL));
+        if (!n)
+            continue;
+        pthread_mutex_lock(&s->pool_mu);
+        queue_locked(s, n);
+        if (s->idle > 0)
+            pthread_cond_signal(&s->pool_cv);
+        else
+            spawn_locked(s); /* at the cap: the next free thread runs it */
+        pthread_mutex_unlock(&s->pool_mu);
+    }
+    pthread_mutex_lock(&s->pool_mu);
+    s->away = 1; /* back in the handler */
+    s->away_ns = s->active_ns = mono_ns();
+    if (s->timed == 0 && s->idle > 0)
+        pthread_cond_signal(&s->pool_cv);
+    pthread_mutex_unlock(&s->pool_mu);
+    return 1;
 }
 
 static sm_rpc_call *lead(sm_rpc_server *s, new_way *way);
@@ -550,6 +607,26 @@ static void on_op(sm_rpc_call *c, tag_kind kind, int success)
     call_unref(c);
 }
 
+/* Routes one event of the CQ: returns a new call for a handler to run (with
+ * its reference), else NULL. */
+static sm_rpc_call *route(sm_rpc_server *s, grpc_event ev)
+{
+    if (ev.type != GRPC_OP_COMPLETE)
+        return NULL;
+    tag *t = ev.tag;
+    if (t->kind == TAG_SHUTDOWN) {
+        pthread_mutex_lock(&s->mu);
+        s->shutdown_done = 1;
+        server_release_locked(s);
+        pthread_mutex_unlock(&s->mu);
+    } else if (t->kind == TAG_NEW) {
+        return on_new(s, t->call, ev.success);
+    } else {
+        on_op(t->call, t->kind, ev.success);
+    }
+    return NULL;
+}
+
 /* Drains the CQ as the leader until a new call is to run on this thread
  * (returned, with how in *way) or the CQ is shut down (NULL). */
 static sm_rpc_call *lead(sm_rpc_server *s, new_way *way)
@@ -558,21 +635,9 @@ static sm_rpc_call *lead(sm_rpc_server *s, new_way *way)
         grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
         if (ev.type == GRPC_QUEUE_SHUTDOWN)
             return NULL;
-        if (ev.type != GRPC_OP_COMPLETE)
-            continue;
-        tag *t = ev.tag;
-        if (t->kind == TAG_SHUTDOWN) {
-            pthread_mutex_lock(&s->mu);
-            s->shutdown_done = 1;
-            server_release_locked(s);
-            pthread_mutex_unlock(&s->mu);
-        } else if (t->kind == TAG_NEW) {
-            sm_rpc_call *c = on_new(s, t->call, ev.success);
-            if (c && (*way = place_new(s, c)) != NEW_DEFERRED)
-                return c;
-        } else {
-            on_op(t->call, t->kind, ev.success);
-        }
+        sm_rpc_call *c = route(s, ev);
+        if (c && (*way = place_new(s, c)) != NEW_DEFERRED)
+            return c;
     }
 }
 
@@ -626,7 +691,8 @@ static sm_err recv_bb(sm_rpc_call *c, grpc_byte_buffer **out, char *err, size_t 
         pthread_mutex_unlock(&c->mu);
         return sm_fail(err, errlen, SM_EINTERNAL, "cannot start a receive on %s", m->path);
     }
-    yield_lead();
+    if (!wait_leading(c, &c->recv_pending))
+        yield_lead();
     pthread_mutex_lock(&c->mu);
     while (c->recv_pending)
         pthread_cond_wait(&c->cv, &c->mu);
@@ -719,7 +785,8 @@ static sm_err send_bb(sm_rpc_call *c, grpc_byte_buffer *bb, char *err, size_t er
         grpc_byte_buffer_destroy(bb);
         return sm_fail(err, errlen, SM_EINTERNAL, "cannot start a send on %s", m->path);
     }
-    yield_lead();
+    if (!wait_leading(c, &c->send_pending))
+        yield_lead();
     pthread_mutex_lock(&c->mu);
     while (c->send_pending)
         pthread_cond_wait(&c->cv, &c->mu);
