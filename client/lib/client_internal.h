@@ -98,7 +98,8 @@ void client_box_scatter(const client_box *b, void *buf, int64_t pos, const void 
 
 /* Uploads the box `box` of src (row-major, shape src_shape, dtype t) to the
  * devices of one upload target of array `id`, in chunks of at most
- * SM_SVC_CHUNK bytes through a 4 MiB staging buffer. *ready is set to 1 when
+ * SM_SVC_CHUNK bytes (a chunk not contiguous in src is gathered into a
+ * staging buffer first). *ready is set to 1 when
  * the server says this upload completed the array (ready may be NULL).
  *
  * With info (the array's description, for its shards' worker addresses)

@@ -34,8 +34,11 @@ typedef struct sm_rpc_channel sm_rpc_channel;
 
 #define SM_SVC_PROTOCOL_MIN 1
 #define SM_SVC_PROTOCOL_MAX 1
-/* Bulk transfers move in chunks of this size (bytes). */
-#define SM_SVC_CHUNK (4 << 20)
+/* Senders cut bulk transfers into chunks of this size (bytes). Receivers
+ * take any size up to the message limit; 1 MiB (rather than 4) keeps a
+ * chunk in the cache between its checksum and its copy on both sides, and
+ * lets the receiver place one chunk while the next arrives. */
+#define SM_SVC_CHUNK (1 << 20)
 
 /* ---- version negotiation -------------------------------------------------
  * Both services answer Negotiate from the version range and the server name
