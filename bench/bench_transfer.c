@@ -22,46 +22,18 @@
  * ../server/shmap-coordinator relative to this program (the build tree). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
-#include <dirent.h>
-#include <errno.h>
 #include <getopt.h>
-#include <libgen.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "shmap.h"
-
-#define MIB (1024.0 * 1024.0)
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+#include "bench_util.h"
 
 /* ---- plain loopback TCP: one connection, 1 MiB writes ------------------- */
 
@@ -111,7 +83,7 @@ static double tcp_seconds(size_t bytes)
     memset(buf, 7, chunk);
     tcp_job j = {.fd = as, .bytes = bytes};
     pthread_t th;
-    double t0 = now_s();
+    double t0 = bench_now_s();
     pthread_create(&th, NULL, tcp_reader, &j);
     size_t sent = 0;
     while (sent < bytes) {
@@ -124,7 +96,7 @@ static double tcp_seconds(size_t bytes)
     shutdown(cs, SHUT_WR);
     pthread_join(th, NULL);
     if (j.bytes == bytes)
-        t = now_s() - t0;
+        t = bench_now_s() - t0;
 done:
     free(buf);
     if (as >= 0)
@@ -136,58 +108,7 @@ done:
     return t;
 }
 
-/* ---- the cluster ----------------------------------------------------------- */
-
-typedef struct {
-    pid_t pid;
-    char dir[PATH_MAX];
-    char target[64];
-} cluster;
-
-static int cluster_start(cluster *c, const char *bin)
-{
-    snprintf(c->dir, sizeof c->dir, "/tmp/shmap-bench-XXXXXX");
-    if (!mkdtemp(c->dir))
-        return -1;
-    char portfile[PATH_MAX + 16];
-    snprintf(portfile, sizeof portfile, "%s/port", c->dir);
-    c->pid = fork();
-    if (c->pid < 0)
-        return -1;
-    if (c->pid == 0) {
-        execl(bin, bin, "--listen", "127.0.0.1:0", "--port-file", portfile, "--local-workers", "2",
-              "--devices-per-worker", "4", (char *)NULL);
-        fprintf(stderr, "bench_transfer: cannot run %s: %s\n", bin, strerror(errno));
-        _exit(127);
-    }
-    for (int i = 0; i < 200; i++) {
-        FILE *f = fopen(portfile, "r");
-        int port = 0;
-        if (f) {
-            if (fscanf(f, "%d", &port) != 1)
-                port = 0;
-            fclose(f);
-        }
-        if (port > 0) {
-            snprintf(c->target, sizeof c->target, "127.0.0.1:%d", port);
-            return 0;
-        }
-        usleep(50 * 1000);
-    }
-    return -1;
-}
-
-static void cluster_stop(cluster *c)
-{
-    if (c->pid > 0) {
-        kill(c->pid, SIGTERM);
-        waitpid(c->pid, NULL, 0);
-    }
-    char cmd[PATH_MAX + 16];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", c->dir);
-    if (system(cmd)) {
-    }
-}
+/* ---- the cluster's memory ------------------------------------------------- */
 
 /* Peak RSS in MiB of pid (VmHWM), or -1. */
 static double peak_rss_mib(pid_t pid)
@@ -218,24 +139,6 @@ static int children_of(pid_t pid, pid_t *out, int max)
         n++;
     fclose(f);
     return n;
-}
-
-static int wait_workers(sm_client *cl, int want)
-{
-    char err[512];
-    for (int i = 0; i < 200; i++) {
-        sm_worker_info *w = NULL;
-        int n = 0, alive = 0;
-        if (sm_client_devices(cl, &w, &n, err, sizeof err) == SM_OK) {
-            for (int k = 0; k < n; k++)
-                alive += w[k].alive;
-            free(w);
-            if (alive >= want)
-                return 0;
-        }
-        usleep(50 * 1000);
-    }
-    return -1;
 }
 
 int main(int argc, char **argv)
@@ -274,26 +177,14 @@ int main(int argc, char **argv)
         runs = 5;
     if (warmup < 0 || warmup > 10)
         warmup = 1;
-    if (!bin) {
-        char self[PATH_MAX];
-        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-        if (n <= 0)
-            return 1;
-        self[n] = 0;
-        snprintf(binbuf, sizeof binbuf, "%s/../server/shmap-coordinator", dirname(self));
-        bin = binbuf;
-    }
-
-    cluster cl = {0};
-    if (cluster_start(&cl, bin)) {
-        fprintf(stderr, "bench_transfer: could not start %s\n", bin);
+    if (bench_coordinator_path(bin, binbuf, sizeof binbuf))
         return 1;
-    }
+
+    bench_cluster cl = {0};
     char err[1024];
     sm_client *cli = NULL;
-    if (sm_client_connect(cl.target, NULL, &cli, err, sizeof err) || wait_workers(cli, 2)) {
-        fprintf(stderr, "bench_transfer: cluster not ready: %s\n", err);
-        cluster_stop(&cl);
+    if (bench_cluster_start(&cl, binbuf, 2, 4, &cli, err, sizeof err)) {
+        fprintf(stderr, "bench_transfer: %s\n", err);
         return 1;
     }
 
@@ -334,37 +225,37 @@ int main(int argc, char **argv)
         for (int run = -warmup; run < runs; run++) {
             int r = run < 0 ? 50 : run;
             sm_array_info info = {0};
-            double t0 = now_s();
+            double t0 = bench_now_s();
             if (sm_client_put(cli, SM_F32, &shape, data, &sh, NULL, &info, err, sizeof err)) {
                 fprintf(stderr, "bench_transfer: put failed: %s\n", err);
                 rc = 1;
                 break;
             }
-            up[r] = (double)bytes / (now_s() - t0) / 1e6;
+            up[r] = (double)bytes / (bench_now_s() - t0) / 1e6;
             sm_array *back = NULL;
             sm_array_ref ref = {.id = info.id};
             /* the put's description at hand, as a caller holding the array has */
-            t0 = now_s();
+            t0 = bench_now_s();
             if (sm_client_get_into(cli, &info, dst, bytes, err, sizeof err)) {
                 fprintf(stderr, "bench_transfer: get failed: %s\n", err);
                 rc = 1;
                 sm_array_info_free(&info);
                 break;
             }
-            down[r] = (double)bytes / (now_s() - t0) / 1e6;
+            down[r] = (double)bytes / (bench_now_s() - t0) / 1e6;
             if (memcmp(dst, data, bytes)) {
                 fprintf(stderr, "bench_transfer: data came back different\n");
                 rc = 1;
             }
             memset(dst, 0, bytes); /* the next run cannot pass on this one's bytes */
-            t0 = now_s();
+            t0 = bench_now_s();
             if (sm_client_get_described(cli, &info, &back, err, sizeof err)) {
                 fprintf(stderr, "bench_transfer: get failed: %s\n", err);
                 rc = 1;
                 sm_array_info_free(&info);
                 break;
             }
-            fresh[r] = (double)bytes / (now_s() - t0) / 1e6;
+            fresh[r] = (double)bytes / (bench_now_s() - t0) / 1e6;
             if (memcmp(back->data, data, bytes)) {
                 fprintf(stderr, "bench_transfer: data came back different\n");
                 rc = 1;
@@ -379,9 +270,10 @@ int main(int argc, char **argv)
         free(dst);
         if (rc)
             break;
-        double mu = median(up, runs), md = median(down, runs), mt = median(tcp, runs);
+        double mu = bench_median(up, runs), md = bench_median(down, runs),
+               mt = bench_median(tcp, runs);
         printf("%5ld MiB  %12.0f  %12.0f  %12.0f  %10.2f  %10.2f  %14.0f\n", mib, mu, md, mt,
-               mt > 0 ? mu / mt : 0, mt > 0 ? md / mt : 0, median(fresh, runs));
+               mt > 0 ? mu / mt : 0, mt > 0 ? md / mt : 0, bench_median(fresh, runs));
         fflush(stdout);
     }
     free(sz);
@@ -393,6 +285,6 @@ int main(int argc, char **argv)
         printf(", worker %d %.0f MiB", k, peak_rss_mib(kids[k]));
     printf("\n");
     sm_client_close(cli);
-    cluster_stop(&cl);
+    bench_cluster_stop(&cl);
     return rc;
 }
