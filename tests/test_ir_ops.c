@@ -174,6 +174,8 @@ START_TEST(test_every_op_has_a_row)
             seen[p->ops[k].kind] = 1;
         sm_program_free(p);
     }
+    for (int k = 0; k < SM_OP_COUNT; k++) /* global-view only: test_lower */
+        seen[k] |= sm_op_global_only((sm_op_kind)k);
     for (int k = 0; k < SM_OP_COUNT; k++)
         ck_assert_msg(seen[k], "op %s has no test row", sm_op_name((sm_op_kind)k));
     sm_op_kind kind;

@@ -41,100 +41,34 @@ void sm_exec_plan_free(sm_exec_plan *plan)
     }
 }
 
-/* The handler of an op kind: one switch over the whole op table, so a new
- * op without a handler is a compile warning (-Wswitch). */
+/* The handler and kernel of every op kind, from the op table's exec and
+ * kern columns (sm_ir_ops.def). */
+static const struct {
+    sm_exec_fn fn;
+    int kern;
+} sm_exec_rows[] = {
+#define SM_OP(e, name, mn, mx, infer, shard, vma, exec, kern, sig) {exec, kern},
+#include "sm_ir_ops.def"
+#undef SM_OP
+};
+_Static_assert(sizeof(sm_exec_rows) / sizeof(sm_exec_rows[0]) == SM_OP_COUNT, "one row per op");
+
 static sm_exec_fn sm_exec_fn_of(sm_op_kind k)
 {
-    switch (k) {
-    case SM_OP_ADD:
-    case SM_OP_SUBTRACT:
-    case SM_OP_MULTIPLY:
-    case SM_OP_DIVIDE:
-    case SM_OP_MOD:
-    case SM_OP_MAXIMUM:
-    case SM_OP_MINIMUM:
-    case SM_OP_POWER:
-    case SM_OP_EQUAL:
-    case SM_OP_NOT_EQUAL:
-    case SM_OP_LESS:
-    case SM_OP_LESS_EQUAL:
-    case SM_OP_GREATER:
-    case SM_OP_GREATER_EQUAL:
-        return sm_exec_binary;
-    case SM_OP_NEGATIVE:
-    case SM_OP_ABS:
-    case SM_OP_EXP:
-    case SM_OP_LOG:
-    case SM_OP_SIN:
-    case SM_OP_COS:
-    case SM_OP_TANH:
-    case SM_OP_SQRT:
-    case SM_OP_RSQRT:
-    case SM_OP_LOGISTIC:
-    case SM_OP_SIGN:
-    case SM_OP_FLOOR:
-    case SM_OP_CEIL:
-    case SM_OP_ROUND:
-        return sm_exec_unary;
-    case SM_OP_WHERE:
-        return sm_exec_where;
-    case SM_OP_ASTYPE:
-    case SM_OP_PVARY:
-        return sm_exec_astype;
-    case SM_OP_ZEROS:
-    case SM_OP_ONES:
-    case SM_OP_FULL:
-    case SM_OP_CONST:
-        return sm_exec_fill;
-    case SM_OP_ARANGE:
-        return sm_exec_arange;
-    case SM_OP_DOT:
-    case SM_OP_MATMUL:
-    case SM_OP_EINSUM:
-        return sm_exec_product;
-    case SM_OP_SUM:
-    case SM_OP_MEAN:
-    case SM_OP_MAX:
-    case SM_OP_MIN:
-        return sm_exec_reduce;
-    case SM_OP_RESHAPE:
-    case SM_OP_EXPAND_DIMS:
-    case SM_OP_SQUEEZE:
-        return sm_exec_reshape;
-    case SM_OP_TRANSPOSE:
-        return sm_exec_transpose;
-    case SM_OP_BROADCAST_TO:
-        return sm_exec_broadcast_to;
-    case SM_OP_SLICE:
-        return sm_exec_slice;
-    case SM_OP_DYNAMIC_SLICE:
-    case SM_OP_DYNAMIC_SLICE_IN_DIM:
-        return sm_exec_dynamic_slice;
-    case SM_OP_DYNAMIC_UPDATE_SLICE:
-        return sm_exec_dynamic_update_slice;
-    case SM_OP_CONCATENATE:
-        return sm_exec_concatenate;
-    case SM_OP_PAD:
-        return sm_exec_pad;
-    case SM_OP_TILE:
-        return sm_exec_tile;
-    case SM_OP_ROLL:
-        return sm_exec_roll;
-    case SM_OP_PSUM:
-    case SM_OP_PMEAN:
-    case SM_OP_PMAX:
-    case SM_OP_PMIN:
-    case SM_OP_ALL_GATHER:
-    case SM_OP_PSUM_SCATTER:
-    case SM_OP_PPERMUTE:
-    case SM_OP_ALL_TO_ALL:
-    case SM_OP_AXIS_INDEX:
-    case SM_OP_AXIS_SIZE:
-        return sm_exec_coll;
-    case SM_OP_COUNT:
-        break;
-    }
-    return NULL;
+    return (int)k >= 0 && k < SM_OP_COUNT ? sm_exec_rows[k].fn : NULL;
+}
+
+int sm_exec_kern_of(sm_op_kind k)
+{
+    return (int)k >= 0 && k < SM_OP_COUNT ? sm_exec_rows[k].kern : 0;
+}
+
+sm_err sm_exec_none(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
+                    char *err, size_t errlen)
+{
+    return sm_fail(err, errlen, SM_EINVAL,
+                   "%s belongs to global-view programs, which run once lowered to shard_map",
+                   sm_op_name(op->kind));
 }
 
 /* 1 if the handler of kind writes every element of its result, so the

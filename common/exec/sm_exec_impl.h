@@ -42,13 +42,18 @@ typedef sm_err (*sm_exec_fn)(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const
     X(sm_exec_pad)                                                                                 \
     X(sm_exec_tile)                                                                                \
     X(sm_exec_roll)                                                                                \
-    X(sm_exec_coll) /* every collective, axis_index and axis_size */
+    X(sm_exec_coll) /* every collective, axis_index and axis_size */                               \
+    X(sm_exec_none) /* the ops of global-view programs only: refused */
 
 #define SM_EXEC_DECL(fn)                                                                           \
     sm_err fn(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out, char *err,   \
               size_t errlen);
 SM_EXEC_HANDLERS(SM_EXEC_DECL)
 #undef SM_EXEC_DECL
+
+/* The kernel enum of an op's row in sm_ir_ops.def (SM_KERN_ADD for add,
+ * SM_KERN_EXP for exp, SM_KERN_SUM for sum ...), 0 when it has none. */
+int sm_exec_kern_of(sm_op_kind k);
 
 /* The data of a in dtype t: a->data itself when a has dtype t, else a new
  * converted copy stored in *tmp (free it with free()). */

@@ -66,53 +66,7 @@ static const sm_ir_value *sm_exec_val(const sm_exec_ctx *x, const sm_ir_op *op, 
 sm_err sm_exec_binary(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
                       char *err, size_t errlen)
 {
-    sm_kern_binary_op k;
-    switch (op->kind) {
-    case SM_OP_ADD:
-        k = SM_KERN_ADD;
-        break;
-    case SM_OP_SUBTRACT:
-        k = SM_KERN_SUBTRACT;
-        break;
-    case SM_OP_MULTIPLY:
-        k = SM_KERN_MULTIPLY;
-        break;
-    case SM_OP_DIVIDE:
-        k = SM_KERN_DIVIDE;
-        break;
-    case SM_OP_MOD:
-        k = SM_KERN_MOD;
-        break;
-    case SM_OP_MAXIMUM:
-        k = SM_KERN_MAXIMUM;
-        break;
-    case SM_OP_MINIMUM:
-        k = SM_KERN_MINIMUM;
-        break;
-    case SM_OP_POWER:
-        k = SM_KERN_POWER;
-        break;
-    case SM_OP_EQUAL:
-        k = SM_KERN_EQUAL;
-        break;
-    case SM_OP_NOT_EQUAL:
-        k = SM_KERN_NOT_EQUAL;
-        break;
-    case SM_OP_LESS:
-        k = SM_KERN_LESS;
-        break;
-    case SM_OP_LESS_EQUAL:
-        k = SM_KERN_LESS_EQUAL;
-        break;
-    case SM_OP_GREATER:
-        k = SM_KERN_GREATER;
-        break;
-    case SM_OP_GREATER_EQUAL:
-        k = SM_KERN_GREATER_EQUAL;
-        break;
-    default:
-        return sm_fail(err, errlen, SM_EINTERNAL, "not a binary op");
-    }
+    sm_kern_binary_op k = (sm_kern_binary_op)sm_exec_kern_of(op->kind);
     sm_dtype t = out->dtype;
     if (sm_kern_binary_is_compare(k)) {
         const sm_ir_value *a = sm_exec_val(x, op, 0), *b = sm_exec_val(x, op, 1);
@@ -134,53 +88,7 @@ sm_err sm_exec_binary(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, s
 sm_err sm_exec_unary(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
                      char *err, size_t errlen)
 {
-    sm_kern_unary_op k;
-    switch (op->kind) {
-    case SM_OP_NEGATIVE:
-        k = SM_KERN_NEGATIVE;
-        break;
-    case SM_OP_ABS:
-        k = SM_KERN_ABS;
-        break;
-    case SM_OP_EXP:
-        k = SM_KERN_EXP;
-        break;
-    case SM_OP_LOG:
-        k = SM_KERN_LOG;
-        break;
-    case SM_OP_SIN:
-        k = SM_KERN_SIN;
-        break;
-    case SM_OP_COS:
-        k = SM_KERN_COS;
-        break;
-    case SM_OP_TANH:
-        k = SM_KERN_TANH;
-        break;
-    case SM_OP_SQRT:
-        k = SM_KERN_SQRT;
-        break;
-    case SM_OP_RSQRT:
-        k = SM_KERN_RSQRT;
-        break;
-    case SM_OP_LOGISTIC:
-        k = SM_KERN_LOGISTIC;
-        break;
-    case SM_OP_SIGN:
-        k = SM_KERN_SIGN;
-        break;
-    case SM_OP_FLOOR:
-        k = SM_KERN_FLOOR;
-        break;
-    case SM_OP_CEIL:
-        k = SM_KERN_CEIL;
-        break;
-    case SM_OP_ROUND:
-        k = SM_KERN_ROUND;
-        break;
-    default:
-        return sm_fail(err, errlen, SM_EINTERNAL, "not a unary op");
-    }
+    sm_kern_unary_op k = (sm_kern_unary_op)sm_exec_kern_of(op->kind);
     const void *d;
     void *t;
     sm_err e = sm_exec_as(in[0], out->dtype, &d, &t, err, errlen);
@@ -359,10 +267,7 @@ done:
 sm_err sm_exec_reduce(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
                       char *err, size_t errlen)
 {
-    sm_kern_reduce_op k = op->kind == SM_OP_SUM    ? SM_KERN_SUM
-                          : op->kind == SM_OP_MEAN ? SM_KERN_MEAN
-                          : op->kind == SM_OP_MAX  ? SM_KERN_MAX
-                                                   : SM_KERN_MIN;
+    sm_kern_reduce_op k = (sm_kern_reduce_op)sm_exec_kern_of(op->kind);
     int axes[SM_IR_MAX_INTS];
     int naxes = -1;
     if (op->attrs.has_ints) {

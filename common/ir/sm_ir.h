@@ -19,6 +19,17 @@
  * are static Python numbers (so `for k in range(axis_size('i'))` works).
  * Basic indexing x[a:b, :, i] lowers to slice + squeeze.
  *
+ * Two kinds of program share these types (SEMANTICS.md §4 and §5):
+ * - SM_PROG_SHARD_MAP: the per-device program of a shard_map job; a
+ *   value's shape is its block shape and vma its varying axes;
+ * - SM_PROG_JIT: a global-view program (jax.jit with explicit or automatic
+ *   sharding); a value's shape is its global shape and layout the mesh axes
+ *   each dimension is sharded over (its type's sharding over Explicit axes,
+ *   plus the layout the service chose over Auto axes). Ops marked manual
+ *   come from a shard_map function called from the jit body and work on
+ *   blocks, as in a shard_map program. sm_lower (common/lower) turns a
+ *   verified jit program into a shard_map program.
+ *
  * Ownership: a program owns everything it points to, in one arena;
  * sm_program_free releases it. Not thread-safe; a verified program may be
  * read from many threads. */
@@ -42,6 +53,16 @@ typedef struct {
     int64_t v[SM_IR_MAX_INTS];
 } sm_ir_ints;
 
+/* A jit value's layout: for each dimension, the mesh axes (indices into
+ * the mesh, most significant first) it is sharded over. A mesh axis appears
+ * at most once. Value type. */
+typedef struct {
+    uint8_t n[SM_MAX_RANK];
+    uint8_t ax[SM_MAX_RANK][SM_MAX_AXES];
+} sm_ir_layout;
+
+typedef enum { SM_PROG_SHARD_MAP = 0, SM_PROG_JIT = 1 } sm_prog_kind;
+
 /* Attributes of one op; which fields an op reads is given by its signature
  * in sm_ir_ops.h. A zeroed struct holds JAX's defaults (axis=0,
  * tiled=False, keepdims=False, no dtype, axis=None for reductions). */
@@ -61,7 +82,10 @@ typedef struct {
     const int64_t (*perm)[2];
     int has_dtype;
     sm_dtype dtype;
-    const char *spec;   /* einsum subscripts; copied by add_op */
+    const char *spec; /* einsum subscripts; copied by add_op */
+    /* out_sharding= / reshard / with_sharding_constraint / shard_map_in and
+     * _out: the PartitionSpec (jit programs); copied by add_op, NULL if none */
+    const sm_pspec *sharding;
     int value_is_float; /* const / full value: f if set, else i (bool is an int 0/1 + dtype) */
     double f;
     int64_t i;
@@ -74,6 +98,10 @@ typedef struct {
     int weak;         /* weakly typed (a Python scalar literal) */
     const char *name; /* source name, or NULL */
     int def;          /* index of the defining op, or -1 for a parameter */
+    /* jit programs: */
+    sm_ir_layout layout; /* concrete layout over every mesh axis */
+    uint32_t hidden;     /* mesh axes its type does not show (Auto axes) */
+    int manual;          /* a block inside a shard_map call (shape is the block) */
 } sm_ir_value;
 
 typedef struct {
@@ -83,6 +111,9 @@ typedef struct {
     sm_ir_attrs attrs;
     int result;    /* value id */
     int line, col; /* source position; 0 when built in C */
+    /* jit programs: */
+    uint32_t auto_mask; /* mesh axes Auto at this op (auto_axes), beyond the mesh's */
+    int manual;         /* a per-device op of a shard_map function called from jit */
 } sm_ir_op;
 
 typedef struct {
@@ -94,8 +125,10 @@ typedef struct {
 } sm_ir_param;
 
 typedef struct {
+    sm_prog_kind kind;
     sm_mesh mesh;
-    int has_devices; /* the text named devices=[...] */
+    uint32_t auto_axes; /* jit: mesh axes of type Auto (axis_types=); the rest are Explicit */
+    int has_devices;    /* the text named devices=[...] */
     const char *name;
     const char *filename; /* for messages; may be NULL */
     int nparams;
@@ -106,7 +139,9 @@ typedef struct {
     sm_ir_op *ops;
     int nreturns;
     int *returns;          /* value ids */
-    sm_pspec *out_specs;   /* one per return */
+    sm_pspec *out_specs;   /* one per return; jit: the result shardings (the value's
+                              type's, or -> OUT_SHARDINGS when has_out_shardings) */
+    int has_out_shardings; /* jit: the header gave -> OUT_SHARDINGS */
     sm_shape *out_global;  /* result global shapes, set by set_returns/verify */
     int ret_line, ret_col; /* position of `return` in the text */
     /* private */
@@ -120,12 +155,18 @@ int sm_op_lookup(const char *name, sm_op_kind *out); /* 0 found, -1 unknown */
 sm_vma_rule sm_op_vma_rule(sm_op_kind k);
 const char *sm_op_signature(sm_op_kind k);
 void sm_op_arity(sm_op_kind k, int *min, int *max);
+/* 1 for the ops of global-view programs only (reshard,
+ * with_sharding_constraint, shard_map_in/_out): no shard_map body runs them. */
+int sm_op_global_only(sm_op_kind k);
 
 /* Creates an empty program over a copy of mesh. name may be NULL ("f").
  * On success *out owns its arena; free with sm_program_free. */
 sm_err sm_program_create(const sm_mesh *mesh, const char *name, sm_program **out, char *err,
                          size_t errlen);
 void sm_program_free(sm_program *p);
+/* Makes p a global-view (jit) program with these Auto mesh axes (a mask
+ * over p->mesh; 0: all Explicit). Call before the first parameter. */
+sm_err sm_program_set_jit(sm_program *p, uint32_t auto_axes, char *err, size_t errlen);
 
 /* Adds a parameter: checks spec against mesh and global shape
  * (sm_pspec_check), computes its block shape and adds its value (varying
@@ -147,7 +188,9 @@ void sm_program_name_value(sm_program *p, int value_id, const char *name);
 
 /* Sets the returned values and their out_specs (copied); checks each spec
  * against the mesh and the value's rank and computes the result global
- * shapes. Does not run the replication check (sm_program_verify does). */
+ * shapes. Does not run the replication check (sm_program_verify does).
+ * In a jit program out_specs are the result shardings (-> OUT_SHARDINGS);
+ * NULL means each result keeps its type's sharding. */
 sm_err sm_program_set_returns(sm_program *p, const int *values, const sm_pspec *out_specs, int n,
                               char *err, size_t errlen);
 
@@ -159,12 +202,16 @@ sm_err sm_program_set_returns(sm_program *p, const int *values, const sm_pspec *
 sm_err sm_program_verify(sm_program *p, int check_vma, char *err, size_t errlen);
 
 /* Parses the text form (PROGRAMS.md) and infers every type; `for` loops are
- * unrolled. filename is used in messages ("file:line:col: sentence"), may be
+ * unrolled. A file may hold several functions (`def`, `shard_map`, `jit`);
+ * the entry is the last `shard_map` or `jit` one. sm_program_parse_entry
+ * names another (NULL: the last). filename is used in messages ("file:line:col: sentence"), may be
  * NULL ("<text>"). Does not run the replication check: call
  * sm_program_verify(p, check_vma, ...) next. SM_EFORMAT for syntax errors,
  * SM_EINVAL for type and shape errors. */
 sm_err sm_program_parse(const char *text, const char *filename, sm_program **out, char *err,
                         size_t errlen);
+sm_err sm_program_parse_entry(const char *text, const char *filename, const char *entry,
+                              sm_program **out, char *err, size_t errlen);
 
 /* Emits the text form of p (loops unrolled, every value named); it re-parses
  * to an equal program. Returns SM_ENOMEM if the buffer ran out. */
@@ -173,7 +220,8 @@ sm_err sm_program_print(const sm_program *p, sm_strbuf *out);
  * axes, e.g. "z = dot(a, b) : f32[2,32]{V:i,j}" (shmapctl check). */
 sm_err sm_program_describe(const sm_program *p, sm_strbuf *out);
 /* Type of a value as JAX prints it: "f32[2,32]{V:i}" ("f32[2,32]" when it
- * varies over no axis). Returns buf. */
+ * varies over no axis); in a jit program with its sharding, "f32[8@X,2048@Y]",
+ * "f32[8@(X,Y),4]" (Auto axes not shown). Returns buf. */
 char *sm_program_value_type(const sm_program *p, int value_id, char *buf, size_t len);
 /* 1 if a and b have the same mesh, params, ops, attributes, types and
  * returns (value names are ignored). */

@@ -44,6 +44,18 @@ sm_err sm_program_create(const sm_mesh *mesh, const char *name, sm_program **out
     return SM_OK;
 }
 
+sm_err sm_program_set_jit(sm_program *p, uint32_t auto_axes, char *err, size_t errlen)
+{
+    if (p->nparams || p->nops)
+        return sm_fail(err, errlen, SM_EINVAL, "a program becomes jit before its first parameter");
+    if (p->mesh.naxes < 32 && (auto_axes >> p->mesh.naxes))
+        return sm_fail(err, errlen, SM_EINVAL, "axis_types names %d axes but the mesh has %d",
+                       32 - __builtin_clz(auto_axes), p->mesh.naxes);
+    p->kind = SM_PROG_JIT;
+    p->auto_axes = auto_axes;
+    return SM_OK;
+}
+
 void sm_program_free(sm_program *p)
 {
     if (p)
@@ -85,6 +97,12 @@ static sm_err sm_ir_param_block(const sm_program *p, const sm_ir_param *pa, sm_i
     v->shape = pa->global;
     v->vma = 0;
     v->weak = 0;
+    if (p->kind == SM_PROG_JIT) { /* the body sees the global array */
+        sm_ir_layout_of_spec(p, &pa->spec, &v->layout);
+        v->hidden = p->auto_axes;
+        v->manual = 0;
+        return SM_OK;
+    }
     for (int d = 0; d < pa->global.rank; d++)
         v->shape.dims[d] = pa->global.dims[d] / sm_pspec_dim_factor(&pa->spec, &p->mesh, d);
     for (int k = 0; k < pa->spec.nentries; k++)
@@ -142,6 +160,13 @@ sm_err sm_program_add_op_at(sm_program *p, sm_op_kind kind, const int *operands,
         memcpy(op.operands, operands, sizeof(int) * (size_t)n);
     if (op.attrs.spec && !(op.attrs.spec = sm_arena_strdup(p->arena, op.attrs.spec)))
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory adding an op");
+    if (op.attrs.sharding) {
+        sm_pspec *sp = sm_arena_alloc(p->arena, sizeof *sp);
+        if (!sp)
+            return sm_fail(err, errlen, SM_ENOMEM, "out of memory adding an op");
+        *sp = *op.attrs.sharding;
+        op.attrs.sharding = sp;
+    }
     if (op.attrs.nperm > 0 && op.attrs.perm) {
         int64_t(*pp)[2] = sm_arena_alloc(p->arena, sizeof *pp * (size_t)op.attrs.nperm);
         if (!pp)
@@ -210,6 +235,15 @@ static sm_err sm_ir_check_out(sm_program *p, int k, char *err, size_t errlen)
                        "%s: out_spec %s has %d entries but the value has rank %d%s", what,
                        sm_pspec_format(s, sp, sizeof sp), s->nentries, v->shape.rank,
                        v->shape.rank == 0 ? " (a scalar needs P())" : "");
+    if (p->kind == SM_PROG_JIT) { /* the result sharding of a global array */
+        if (v->manual)
+            return sm_fail(err, errlen, SM_EINVAL, "%s is a per-device block, not a global array",
+                           what);
+        p->out_global[k] = v->shape;
+        char w[320];
+        snprintf(w, sizeof w, "%s: out_sharding", what);
+        return sm_pspec_check(s, &p->mesh, &v->shape, w, err, errlen);
+    }
     p->out_global[k] = v->shape;
     for (int d = 0; d < v->shape.rank; d++)
         p->out_global[k].dims[d] *= sm_pspec_dim_factor(s, &p->mesh, d);
@@ -231,7 +265,14 @@ sm_err sm_program_set_returns(sm_program *p, const int *values, const sm_pspec *
     if (!r || !s || !g)
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory setting returns");
     memcpy(r, values, sizeof(int) * (size_t)n);
-    memcpy(s, out_specs, sizeof(sm_pspec) * (size_t)n);
+    if (out_specs) {
+        memcpy(s, out_specs, sizeof(sm_pspec) * (size_t)n);
+    } else { /* jit: each result keeps its type's sharding */
+        for (int k = 0; k < n; k++) {
+            const sm_ir_value *v = &p->values[values[k]];
+            sm_ir_layout_to_spec(p, &v->layout, v->shape.rank, 0, &s[k]);
+        }
+    }
     int *old_r = p->returns, old_n = p->nreturns;
     sm_pspec *old_s = p->out_specs;
     sm_shape *old_g = p->out_global;
@@ -297,7 +338,7 @@ sm_err sm_program_verify(sm_program *p, int check_vma, char *err, size_t errlen)
         if ((e = sm_ir_check_out(p, k, err, errlen)))
             return sm_ir_at(p, p->ret_line, p->ret_col, e, err, errlen);
     }
-    for (int k = 0; check_vma && k < p->nreturns; k++) {
+    for (int k = 0; check_vma && p->kind != SM_PROG_JIT && k < p->nreturns; k++) {
         const sm_ir_value *v = &p->values[p->returns[k]];
         uint32_t named = 0;
         const sm_pspec *s = &p->out_specs[k];
@@ -325,6 +366,8 @@ sm_err sm_program_verify(sm_program *p, int check_vma, char *err, size_t errlen)
 char *sm_program_value_type(const sm_program *p, int value_id, char *buf, size_t len)
 {
     const sm_ir_value *v = &p->values[value_id];
+    if (p->kind == SM_PROG_JIT && !v->manual)
+        return sm_ir_jit_type_str(p, v, buf, len);
     sm_ir_type_str(v, buf, len);
     size_t o = strlen(buf);
     if (!v->vma)
@@ -357,11 +400,16 @@ static int sm_ir_attrs_equal(const sm_ir_attrs *a, const sm_ir_attrs *b)
         return 0;
     if (!a->spec != !b->spec || (a->spec && strcmp(a->spec, b->spec)))
         return 0;
+    if (!a->sharding != !b->sharding || (a->sharding && !sm_pspec_equal(a->sharding, b->sharding)))
+        return 0;
     return 1;
 }
 
 int sm_program_equal(const sm_program *a, const sm_program *b)
 {
+    if (a->kind != b->kind || a->auto_axes != b->auto_axes ||
+        a->has_out_shardings != b->has_out_shardings)
+        return 0;
     if (a->mesh.naxes != b->mesh.naxes || a->nparams != b->nparams || a->nops != b->nops ||
         a->nvalues != b->nvalues || a->nreturns != b->nreturns || strcmp(a->name, b->name))
         return 0;
@@ -382,7 +430,8 @@ int sm_program_equal(const sm_program *a, const sm_program *b)
         const sm_ir_op *x = &a->ops[k], *y = &b->ops[k];
         if (x->kind != y->kind || x->noperands != y->noperands || x->result != y->result ||
             memcmp(x->operands, y->operands, sizeof(int) * (size_t)x->noperands) ||
-            !sm_ir_attrs_equal(&x->attrs, &y->attrs))
+            !sm_ir_attrs_equal(&x->attrs, &y->attrs) || x->manual != y->manual ||
+            x->auto_mask != y->auto_mask)
             return 0;
     }
     for (int v = 0; v < a->nvalues; v++) {

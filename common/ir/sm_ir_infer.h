@@ -16,11 +16,60 @@ typedef sm_err (*sm_ir_infer_fn)(const sm_program *p, const sm_ir_op *op,
                                  const sm_ir_value *const *in, sm_ir_value *out, char *err,
                                  size_t errlen);
 
-#define SM_OP_DECL(e, name, mn, mx, fn, vma, sig)                                                  \
-    sm_err fn(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,               \
-              sm_ir_value *out, char *err, size_t errlen);
-SM_OP_LIST(SM_OP_DECL)
-#undef SM_OP_DECL
+/* What a jit op's sharding rule decides, beyond the result's layout
+ * (out->layout): the layout each operand must have for the op to run on
+ * blocks, the op as it runs on blocks, and the collective that completes
+ * it. sm_lower reshards every operand k to in[k], runs `local` (the op
+ * with block-sized attributes) giving a block laid out as `local_layout`,
+ * applies `post` over post_axes (psum_scatter: tiled, along post_dim), and
+ * reshards the result from there to out->layout. */
+typedef enum {
+    SM_IR_POST_NONE,
+    SM_IR_POST_PSUM,
+    SM_IR_POST_PMEAN,
+    SM_IR_POST_PMAX,
+    SM_IR_POST_PMIN,
+    SM_IR_POST_PSUM_SCATTER
+} sm_ir_post;
+
+typedef struct {
+    sm_ir_layout in[SM_OP_MAXARGS];
+    sm_ir_attrs local;
+    sm_ir_layout local_layout;
+    sm_ir_post post;
+    int npost;
+    uint8_t post_axes[SM_MAX_AXES]; /* mesh axis indices, in group order */
+    int post_dim;
+} sm_ir_shard_plan;
+
+typedef sm_err (*sm_ir_shard_fn)(const sm_program *p, const sm_ir_op *op,
+                                 const sm_ir_value *const *in, sm_ir_value *out,
+                                 sm_ir_shard_plan *plan, char *err, size_t errlen);
+
+#define SM_OP(e, name, mn, mx, infer, shard, vma, exec, kern, sig)                                 \
+    sm_err infer(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,            \
+                 sm_ir_value *out, char *err, size_t errlen);                                      \
+    sm_err shard(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,            \
+                 sm_ir_value *out, sm_ir_shard_plan *plan, char *err, size_t errlen);
+#include "sm_ir_ops.def"
+#undef SM_OP
+
+/* Runs op's sharding rule in jit program p (operand types already in
+ * p->values; out has the inferred dtype and global shape): sets
+ * out->layout and out->hidden and fills plan (may be NULL). Messages are
+ * JAX's sentences. */
+sm_err sm_ir_shard_op(const sm_program *p, const sm_ir_op *op, sm_ir_value *out,
+                      sm_ir_shard_plan *plan, char *err, size_t errlen);
+/* Layout of spec over p's mesh (spec checked by the caller). */
+void sm_ir_layout_of_spec(const sm_program *p, const sm_pspec *spec, sm_ir_layout *out);
+/* PartitionSpec of a layout, showing only the axes not in hidden. */
+void sm_ir_layout_to_spec(const sm_program *p, const sm_ir_layout *l, int rank, uint32_t hidden,
+                          sm_pspec *out);
+int sm_ir_layout_equal(const sm_ir_layout *a, const sm_ir_layout *b, int rank);
+/* A jit value's type as JAX prints it: "f32[8@X,2048@Y]". */
+char *sm_ir_jit_type_str(const sm_program *p, const sm_ir_value *v, char *buf, size_t len);
+/* Number of shards along dim d (product of its axes' sizes). */
+int64_t sm_ir_layout_factor(const sm_program *p, const sm_ir_layout *l, int d);
 
 /* One parameter of an op's signature (sm_ir_ops.h). */
 typedef struct {

@@ -10,14 +10,16 @@ typedef struct {
     const char *name;
     int min, max;
     sm_ir_infer_fn infer;
+    sm_ir_shard_fn shard;
     sm_vma_rule vma;
     const char *sig;
 } sm_op_info;
 
 static const sm_op_info sm_ops[] = {
-#define SM_OP_ROW(e, name, mn, mx, fn, vma, sig) {name, mn, mx, fn, vma, sig},
-    SM_OP_LIST(SM_OP_ROW)
-#undef SM_OP_ROW
+#define SM_OP(e, name, mn, mx, infer, shard, vma, exec, kern, sig)                                 \
+    {name, mn, mx, infer, shard, vma, sig},
+#include "sm_ir_ops.def"
+#undef SM_OP
 };
 _Static_assert(sizeof(sm_ops) / sizeof(sm_ops[0]) == SM_OP_COUNT, "one row per op");
 
@@ -56,6 +58,12 @@ void sm_op_arity(sm_op_kind k, int *min, int *max)
 {
     *min = sm_op_valid(k) ? sm_ops[k].min : 0;
     *max = sm_op_valid(k) ? sm_ops[k].max : 0;
+}
+
+int sm_op_global_only(sm_op_kind k)
+{
+    return k == SM_OP_RESHARD || k == SM_OP_WITH_SHARDING_CONSTRAINT || k == SM_OP_SHARD_MAP_IN ||
+           k == SM_OP_SHARD_MAP_OUT;
 }
 
 int sm_op_params(sm_op_kind kind, sm_op_param *out, int max)
@@ -242,6 +250,19 @@ sm_err sm_ir_infer_op(const sm_program *p, const sm_ir_op *op, int limit, sm_ir_
         return sm_fail(err, errlen, SM_EINVAL, "%s takes %d to %d array operands, got %d",
                        info->name, info->min, info->max, op->noperands);
     }
+    int jit = p->kind == SM_PROG_JIT;
+    int global_only = sm_op_global_only(op->kind);
+    if (!jit && (global_only || op->attrs.sharding))
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "%s%s belongs to global-view (jit) programs; a shard_map body works on "
+                       "blocks and moves data with collectives",
+                       info->name, global_only ? "" : ": out_sharding=");
+    if (jit && op->manual && global_only)
+        return sm_fail(err, errlen, SM_EINVAL, "%s cannot be used inside a shard_map function",
+                       info->name);
+    if (jit && op->manual && op->attrs.sharding)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "%s: out_sharding= cannot be used inside a shard_map function", info->name);
     const sm_ir_value *in[SM_OP_MAXARGS];
     uint32_t vma = 0;
     for (int i = 0; i < op->noperands; i++) {
@@ -252,10 +273,22 @@ sm_err sm_ir_infer_op(const sm_program *p, const sm_ir_op *op, int limit, sm_ir_
                            info->name, i, id);
         in[i] = &p->values[id];
         vma |= in[i]->vma;
+        /* a block may only feed per-device ops (and shard_map_out); a global
+         * value only global ops (and shard_map_in) */
+        int want_manual = op->kind == SM_OP_SHARD_MAP_OUT  ? 1
+                          : op->kind == SM_OP_SHARD_MAP_IN ? 0
+                                                           : op->manual;
+        if (jit && in[i]->manual != want_manual)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "%s: operand %d is %s, but the op is %s (values cross a shard_map "
+                           "function's boundary only as its arguments and results)",
+                           info->name, i, in[i]->manual ? "a per-device block" : "a global array",
+                           op->manual ? "per-device" : "global");
     }
     sm_err e = info->infer(p, op, in, out, err, errlen);
     if (e)
         return e;
+    out->manual = jit && (op->manual || op->kind == SM_OP_SHARD_MAP_IN);
     int64_t numel = 1;
     for (int d = 0; d < out->shape.rank; d++) {
         if (out->shape.dims[d] > SM_IR_MAX_DIM ||
@@ -288,5 +321,26 @@ sm_err sm_ir_infer_op(const sm_program *p, const sm_ir_op *op, int limit, sm_ir_
         out->vma = mask;
         break;
     }
+    if (jit && !op->manual) {
+        out->vma = 0;
+        return sm_ir_shard_op(p, op, out, NULL, err, errlen);
+    }
     return SM_OK;
+}
+
+sm_err sm_ir_shard_op(const sm_program *p, const sm_ir_op *op, sm_ir_value *out,
+                      sm_ir_shard_plan *plan, char *err, size_t errlen)
+{
+    const sm_ir_value *in[SM_OP_MAXARGS];
+    for (int i = 0; i < op->noperands; i++)
+        in[i] = &p->values[op->operands[i]];
+    sm_ir_shard_plan local;
+    if (!plan)
+        plan = &local;
+    memset(plan, 0, sizeof *plan);
+    plan->local = op->attrs;
+    plan->local.sharding = NULL;
+    memset(&out->layout, 0, sizeof out->layout);
+    out->hidden = p->auto_axes | op->auto_mask;
+    return sm_ops[op->kind].shard(p, op, in, out, plan, err, errlen);
 }

@@ -1,0 +1,961 @@
+/* sm_ir_shard: the sharding rules of global-view (jit) programs — the
+ * shard column of sm_ir_ops.def. Each rule follows JAX's (jax/_src/lax/
+ * lax.py and slicing.py, the *_sharding_rule functions; SEMANTICS.md §5)
+ * for the type, and says how the op runs on blocks (sm_ir_shard_plan).
+ *
+ * Auto axes (the mesh's axis_types, or every axis inside auto_axes) never
+ * make a rule fail: where JAX's rule would refuse, the service chooses a
+ * layout instead (the first operand's, or replicated), and the lowering
+ * moves data to it. */
+#include "sm_ir_infer.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* ---- layouts ---- */
+
+void sm_ir_layout_of_spec(const sm_program *p, const sm_pspec *spec, sm_ir_layout *out)
+{
+    memset(out, 0, sizeof *out);
+    for (int d = 0; d < spec->nentries && d < SM_MAX_RANK; d++)
+        for (int j = 0; j < spec->e[d].naxes; j++) {
+            int a = sm_mesh_axis(&p->mesh, spec->e[d].axes[j]);
+            if (a >= 0)
+                out->ax[d][out->n[d]++] = (uint8_t)a;
+        }
+}
+
+void sm_ir_layout_to_spec(const sm_program *p, const sm_ir_layout *l, int rank, uint32_t hidden,
+                          sm_pspec *out)
+{
+    memset(out, 0, sizeof *out);
+    int last = 0;
+    for (int d = 0; d < rank; d++) {
+        sm_pspec_entry *e = &out->e[d];
+        for (int j = 0; j < l->n[d]; j++)
+            if (!(hidden & (1u << l->ax[d][j])))
+                snprintf(e->axes[e->naxes++], SM_AXIS_NAME_MAX, "%s", p->mesh.names[l->ax[d][j]]);
+        e->is_tuple = e->naxes > 1;
+        if (e->naxes)
+            last = d + 1;
+    }
+    out->nentries = last;
+}
+
+int sm_ir_layout_equal(const sm_ir_layout *a, const sm_ir_layout *b, int rank)
+{
+    for (int d = 0; d < rank; d++)
+        if (a->n[d] != b->n[d] || memcmp(a->ax[d], b->ax[d], a->n[d]))
+            return 0;
+    return 1;
+}
+
+int64_t sm_ir_layout_factor(const sm_program *p, const sm_ir_layout *l, int d)
+{
+    int64_t f = 1;
+    for (int j = 0; j < l->n[d]; j++)
+        f *= p->mesh.sizes[l->ax[d][j]];
+    return f;
+}
+
+static int sm_sh_dim_equal(const sm_ir_layout *a, int da, const sm_ir_layout *b, int db)
+{
+    return a->n[da] == b->n[db] && memcmp(a->ax[da], b->ax[db], a->n[da]) == 0;
+}
+
+static void sm_sh_dim_copy(sm_ir_layout *dst, int dd, const sm_ir_layout *src, int sd)
+{
+    dst->n[dd] = src->n[sd];
+    memcpy(dst->ax[dd], src->ax[sd], src->n[sd]);
+}
+
+static uint32_t sm_sh_dim_mask(const sm_ir_layout *l, int d)
+{
+    uint32_t m = 0;
+    for (int j = 0; j < l->n[d]; j++)
+        m |= 1u << l->ax[d][j];
+    return m;
+}
+
+/* "('X', None)": a layout as JAX prints tuple(spec) (hidden axes left out). */
+static char *sm_sh_tuple_str(const sm_program *p, const sm_ir_layout *l, int rank, uint32_t hidden,
+                             char *buf, size_t len)
+{
+    size_t o = 0;
+    o += (size_t)snprintf(buf + o, len - o, "(");
+    for (int d = 0; d < rank && o < len; d++) {
+        int n = 0;
+        for (int j = 0; j < l->n[d]; j++)
+            n += !(hidden & (1u << l->ax[d][j]));
+        if (d)
+            o += (size_t)snprintf(buf + o, len - o, ", ");
+        if (o >= len)
+            break;
+        if (!n) {
+            o += (size_t)snprintf(buf + o, len - o, "None");
+            continue;
+        }
+        if (n > 1)
+            o += (size_t)snprintf(buf + o, len - o, "(");
+        int k = 0;
+        for (int j = 0; j < l->n[d] && o < len; j++)
+            if (!(hidden & (1u << l->ax[d][j])))
+                o += (size_t)snprintf(buf + o, len - o, "%s'%s'", k++ ? ", " : "",
+                                      p->mesh.names[l->ax[d][j]]);
+        if (n > 1 && o < len)
+            o += (size_t)snprintf(buf + o, len - o, ")");
+    }
+    if (o < len)
+        snprintf(buf + o, len - o, "%s)", rank == 1 ? "," : "");
+    return buf;
+}
+
+/* The value's type as JAX prints it: f32[8@X,4]. */
+static char *sm_sh_type_str(const sm_program *p, const sm_ir_value *v, char *buf, size_t len)
+{
+    size_t o = (size_t)snprintf(buf, len, "%s[", sm_dtype_name(v->dtype));
+    for (int d = 0; d < v->shape.rank && o < len; d++) {
+        o +=
+            (size_t)snprintf(buf + o, len - o, "%s%lld", d ? "," : "", (long long)v->shape.dims[d]);
+        int n = 0;
+        for (int j = 0; j < v->layout.n[d]; j++)
+            n += !(v->hidden & (1u << v->layout.ax[d][j]));
+        if (!n || o >= len)
+            continue;
+        o += (size_t)snprintf(buf + o, len - o, n > 1 ? "@(" : "@");
+        int k = 0;
+        for (int j = 0; j < v->layout.n[d] && o < len; j++)
+            if (!(v->hidden & (1u << v->layout.ax[d][j])))
+                o += (size_t)snprintf(buf + o, len - o, "%s%s", k++ ? "," : "",
+                                      p->mesh.names[v->layout.ax[d][j]]);
+        if (n > 1 && o < len)
+            o += (size_t)snprintf(buf + o, len - o, ")");
+    }
+    if (o < len)
+        snprintf(buf + o, len - o, "]");
+    return buf;
+}
+
+char *sm_ir_jit_type_str(const sm_program *p, const sm_ir_value *v, char *buf, size_t len)
+{
+    return sm_sh_type_str(p, v, buf, len);
+}
+
+/* Layout of an attribute spec for a value of shape s: checked against the
+ * mesh, the rank and divisibility. */
+static sm_err sm_sh_spec(const sm_program *p, const sm_ir_op *op, const sm_pspec *spec,
+                         const sm_shape *s, const char *what, sm_ir_layout *out, char *err,
+                         size_t errlen)
+{
+    char w[200];
+    snprintf(w, sizeof w, "%s: %s", sm_op_name(op->kind), what);
+    sm_err e = sm_pspec_check(spec, &p->mesh, s, w, err, errlen);
+    if (e)
+        return e;
+    sm_ir_layout_of_spec(p, spec, out);
+    return SM_OK;
+}
+
+/* Fails when a mesh axis names two dimensions of l (JAX's DuplicateSpecError);
+ * axes in `fix` are dropped from the later dimension instead. */
+static sm_err sm_sh_no_twice(const sm_program *p, const sm_ir_op *op, sm_ir_layout *l, int rank,
+                             uint32_t fix, uint32_t hidden, char *err, size_t errlen)
+{
+    uint32_t seen = 0;
+    for (int d = 0; d < rank; d++) {
+        for (int j = 0; j < l->n[d]; j++) {
+            uint32_t bit = 1u << l->ax[d][j];
+            if (!(seen & bit)) {
+                seen |= bit;
+                continue;
+            }
+            if (!(fix & bit)) {
+                sm_pspec sp;
+                char s[300];
+                sm_ir_layout_to_spec(p, l, rank, hidden, &sp);
+                return sm_fail(err, errlen, SM_EINVAL,
+                               "%s: A single NamedSharding spec specification can map every mesh "
+                               "axis to at most one positional dimension, but %s has duplicate "
+                               "entries for %s. Use reshard, or out_sharding=, or auto_axes to "
+                               "say how the result is sharded",
+                               sm_op_name(op->kind), sm_pspec_format(&sp, s, sizeof s),
+                               p->mesh.names[l->ax[d][j]]);
+            }
+            memmove(&l->ax[d][j], &l->ax[d][j + 1], (size_t)(l->n[d] - j - 1));
+            l->n[d]--;
+            j--;
+        }
+    }
+    return SM_OK;
+}
+
+static uint32_t sm_sh_all(const sm_program *p)
+{
+    return p->mesh.naxes >= 32 ? ~0u : (1u << p->mesh.naxes) - 1;
+}
+
+/* ---- rules ---- */
+
+sm_err sm_ir_shard_none(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                        sm_ir_value *out, sm_ir_shard_plan *plan, char *err, size_t errlen)
+{
+    if (sm_op_vma_rule(op->kind) != SM_VMA_UNION || op->kind == SM_OP_PVARY)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "%s is a collective: it exists only in a shard_map body, which sees one "
+                       "device's block. A jit body sees whole arrays: use reshard to move data, "
+                       "or call a shard_map function from the jit body",
+                       sm_op_name(op->kind));
+    if ((out->hidden & sm_sh_all(p)) == sm_sh_all(p)) {
+        /* full auto sharding: run it on whole arrays */
+        for (int k = 0; k < op->noperands; k++)
+            memset(&plan->in[k], 0, sizeof plan->in[k]);
+        return SM_OK;
+    }
+    return sm_fail(err, errlen, SM_EINVAL,
+                   "sharding rule for %s is not implemented. You can work around this error by "
+                   "dropping that operation into full auto sharding mode via: "
+                   "auto_axes(fun, out_sharding=...), or reshard its operands to replicated first",
+                   sm_op_name(op->kind));
+}
+
+/* Elementwise (after numpy broadcasting): per result dimension, the
+ * operands' dimensions zipped to it agree on one sharding, or only one of
+ * them is sharded (a size-1 broadcast dimension has no say). */
+sm_err sm_ir_shard_elementwise(const sm_program *p, const sm_ir_op *op,
+                               const sm_ir_value *const *in, sm_ir_value *out,
+                               sm_ir_shard_plan *plan, char *err, size_t errlen)
+{
+    int R = out->shape.rank;
+    sm_ir_layout *l = &out->layout;
+    uint32_t autos = out->hidden;
+    for (int d = 0; d < R; d++) {
+        int have = 0;
+        for (int k = 0; k < op->noperands; k++) {
+            const sm_ir_value *v = in[k];
+            int od = d - (R - v->shape.rank);
+            if (od < 0 || (v->shape.dims[od] == 1 && v->layout.n[od] == 0))
+                continue;
+            if (v->layout.n[od] == 0)
+                continue;
+            if (!have) {
+                sm_sh_dim_copy(l, d, &v->layout, od);
+                have = 1;
+            } else if (!sm_sh_dim_equal(l, d, &v->layout, od)) {
+                uint32_t diff = sm_sh_dim_mask(l, d) ^ sm_sh_dim_mask(&v->layout, od);
+                if ((diff & autos) == diff)
+                    continue; /* Auto axes: keep the first operand's */
+                char specs[600];
+                size_t o = 0;
+                for (int j = 0; j < op->noperands && o < sizeof specs; j++) {
+                    char t[200];
+                    if (in[j]->shape.rank == 0)
+                        continue;
+                    o += (size_t)snprintf(specs + o, sizeof specs - o, "%s%s", o ? ", " : "",
+                                          sm_sh_tuple_str(p, &in[j]->layout, in[j]->shape.rank,
+                                                          in[j]->hidden, t, sizeof t));
+                }
+                return sm_fail(err, errlen, SM_EINVAL,
+                               "%s got incompatible shardings for broadcasting: %s. Use reshard "
+                               "on an operand, or auto_axes(fun, out_sharding=...)",
+                               sm_op_name(op->kind), specs);
+            }
+        }
+    }
+    sm_err e = sm_sh_no_twice(p, op, l, R, autos, out->hidden, err, errlen);
+    if (e)
+        return e;
+    for (int k = 0; k < op->noperands; k++) {
+        const sm_ir_value *v = in[k];
+        for (int od = 0; od < v->shape.rank; od++) {
+            int d = od + (R - v->shape.rank);
+            if (v->shape.dims[od] == 1 && out->shape.dims[d] != 1)
+                continue; /* broadcast: the block keeps size 1 */
+            sm_sh_dim_copy(&plan->in[k], od, l, d);
+        }
+    }
+    plan->local_layout = *l;
+    return SM_OK;
+}
+
+/* zeros, ones, full, arange, const: unsharded unless out_sharding=. */
+sm_err sm_ir_shard_fill(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                        sm_ir_value *out, sm_ir_shard_plan *plan, char *err, size_t errlen)
+{
+    if (!op->attrs.sharding)
+        return SM_OK;
+    sm_err e = sm_sh_spec(p, op, op->attrs.sharding, &out->shape, "out_sharding", &out->layout, err,
+                          errlen);
+    if (e || op->kind == SM_OP_ARANGE || op->kind == SM_OP_CONST)
+        return e; /* arange: computed whole, then each device keeps its slice */
+    plan->local_layout = out->layout;
+    plan->local.ints.n = out->shape.rank;
+    for (int d = 0; d < out->shape.rank; d++)
+        plan->local.ints.v[d] = out->shape.dims[d] / sm_ir_layout_factor(p, &out->layout, d);
+    return SM_OK;
+}
+
+/* ---- products ---- */
+
+typedef struct {
+    int rank[2];
+    int letter[2][SM_MAX_RANK]; /* per operand dimension */
+    int nout;
+    int out[SM_MAX_RANK]; /* letter of each result dimension */
+    int nletters;
+} sm_sh_prod;
+
+static int sm_sh_letter_in(const sm_sh_prod *g, int k, int c)
+{
+    for (int d = 0; d < g->rank[k]; d++)
+        if (g->letter[k][d] == c)
+            return d;
+    return -1;
+}
+
+/* The letters of a dot, matmul or einsum (shapes already checked). */
+static void sm_sh_prod_dims(const sm_ir_op *op, const sm_ir_value *const *in, sm_sh_prod *g)
+{
+    memset(g, 0, sizeof *g);
+    int ra = in[0]->shape.rank, rb = op->noperands > 1 ? in[1]->shape.rank : 0;
+    g->rank[0] = ra;
+    g->rank[1] = rb;
+    if (op->kind == SM_OP_EINSUM) {
+        int id[128];
+        for (int c = 0; c < 128; c++)
+            id[c] = -1;
+        const char *q = op->attrs.spec ? op->attrs.spec : "";
+        int count[128] = {0};
+        for (int k = 0; k < op->noperands; k++) {
+            int d = 0;
+            for (; *q && *q != ',' && *q != '-'; q++) {
+                if (*q == ' ')
+                    continue;
+                int c = (unsigned char)*q & 127;
+                if (id[c] < 0)
+                    id[c] = g->nletters++;
+                count[c]++;
+                if (d < SM_MAX_RANK)
+                    g->letter[k][d++] = id[c];
+            }
+            if (*q == ',')
+                q++;
+        }
+        if (*q == '-') {
+            for (q += 2; *q; q++)
+                if (*q != ' ' && g->nout < SM_MAX_RANK)
+                    g->out[g->nout++] = id[(unsigned char)*q & 127];
+        } else { /* implicit: letters seen once, in alphabetical order */
+            for (int c = 0; c < 128; c++)
+                if (count[c] == 1 && g->nout < SM_MAX_RANK)
+                    g->out[g->nout++] = id[c];
+        }
+        return;
+    }
+    if (op->kind == SM_OP_DOT) {
+        int k = ra - 1, kb = rb == 1 ? 0 : rb - 2;
+        for (int d = 0; d < ra; d++)
+            g->letter[0][d] = d;
+        g->nletters = ra;
+        for (int d = 0; d < rb; d++)
+            g->letter[1][d] = d == kb ? k : g->nletters++;
+        for (int d = 0; d < ra - 1; d++)
+            g->out[g->nout++] = d;
+        for (int d = 0; d < rb; d++)
+            if (d != kb)
+                g->out[g->nout++] = g->letter[1][d];
+        return;
+    }
+    /* matmul: batch dimensions aligned from the right; vectors promoted */
+    int nb = (ra > 2 ? ra - 2 : 0) > (rb > 2 ? rb - 2 : 0) ? (ra > 2 ? ra - 2 : 0)
+                                                           : (rb > 2 ? rb - 2 : 0);
+    g->nletters = nb;
+    for (int d = 0; d < nb; d++)
+        g->out[g->nout++] = d;
+    int ka = g->nletters++;
+    if (ra >= 2) {
+        for (int d = 0; d < ra - 2; d++)
+            g->letter[0][d] = nb - (ra - 2) + d;
+        g->letter[0][ra - 2] = g->nletters;
+        g->out[g->nout++] = g->nletters++;
+        g->letter[0][ra - 1] = ka;
+    } else {
+        g->letter[0][0] = ka;
+    }
+    if (rb >= 2) {
+        for (int d = 0; d < rb - 2; d++)
+            g->letter[1][d] = nb - (rb - 2) + d;
+        g->letter[1][rb - 2] = ka;
+        g->letter[1][rb - 1] = g->nletters;
+        g->out[g->nout++] = g->nletters++;
+    } else {
+        g->letter[1][0] = ka;
+    }
+}
+
+static int sm_sh_letter_out(const sm_sh_prod *g, int c)
+{
+    for (int d = 0; d < g->nout; d++)
+        if (g->out[d] == c)
+            return d;
+    return -1;
+}
+
+/* dot / matmul / einsum (JAX's _dot_general_sharding_rule). */
+sm_err sm_ir_shard_dot(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                       sm_ir_value *out, sm_ir_shard_plan *plan, char *err, size_t errlen)
+{
+    if (op->kind == SM_OP_DOT && (in[0]->shape.rank == 0 || in[1]->shape.rank == 0))
+        return sm_ir_shard_elementwise(p, op, in, out, plan, err, errlen);
+    sm_sh_prod g;
+    sm_sh_prod_dims(op, in, &g);
+    int nk = op->noperands;
+    uint32_t autos = out->hidden;
+    sm_ir_layout lc[2], rc[2]; /* contracting specs for the message */
+    memset(lc, 0, sizeof lc);
+    memset(rc, 0, sizeof rc);
+    int ncontract = 0, contract_sharded = 0, batch_bad = 0;
+    uint8_t cax[SM_MAX_AXES];
+    int ncax = 0;
+    int lsh[2 * SM_MAX_RANK];
+    uint8_t lax_[2 * SM_MAX_RANK][SM_MAX_AXES];
+    memset(lsh, 0, sizeof lsh);
+    for (int c = 0; c < g.nletters && c < 2 * SM_MAX_RANK; c++) {
+        int da = sm_sh_letter_in(&g, 0, c), db = nk > 1 ? sm_sh_letter_in(&g, 1, c) : -1;
+        int od = sm_sh_letter_out(&g, c);
+        const sm_ir_layout *A = &in[0]->layout, *B = nk > 1 ? &in[1]->layout : NULL;
+        int a_sh = da >= 0 && A->n[da] && in[0]->shape.dims[da] != 1;
+        int b_sh = db >= 0 && B->n[db] && in[1]->shape.dims[db] != 1;
+        const sm_ir_layout *src = a_sh ? A : b_sh ? B : NULL;
+        int sd = a_sh ? da : db;
+        if (od < 0 && da >= 0 && db >= 0) { /* contracting */
+            if (ncontract < SM_MAX_RANK) {
+                if (da >= 0)
+                    sm_sh_dim_copy(&lc[0], ncontract, A, da);
+                if (db >= 0)
+                    sm_sh_dim_copy(&rc[0], ncontract, B, db);
+            }
+            ncontract++;
+            if (a_sh && b_sh) {
+                uint32_t m = sm_sh_dim_mask(A, da) | sm_sh_dim_mask(B, db);
+                if ((m & autos) != m)
+                    contract_sharded = 1;
+            }
+        } else if (a_sh && b_sh && !sm_sh_dim_equal(A, da, B, db)) {
+            uint32_t diff = sm_sh_dim_mask(A, da) ^ sm_sh_dim_mask(B, db);
+            if ((diff & autos) != diff)
+                batch_bad = 1;
+        }
+        if (src) {
+            lsh[c] = src->n[sd];
+            memcpy(lax_[c], src->ax[sd], src->n[sd]);
+        }
+        if (od < 0 && src)
+            for (int j = 0; j < src->n[sd] && ncax < SM_MAX_AXES; j++)
+                cax[ncax++] = src->ax[sd][j];
+    }
+    if (batch_bad && !op->attrs.sharding) {
+        char a[300], b[300];
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "dot_general requires lhs batch dimensions and rhs batch dimensions to "
+                       "have the same sharding, got %s and %s.",
+                       sm_sh_tuple_str(p, &in[0]->layout, in[0]->shape.rank, 0, a, sizeof a),
+                       sm_sh_tuple_str(p, &in[1]->layout, in[1]->shape.rank, 0, b, sizeof b));
+    }
+    if (contract_sharded && !op->attrs.sharding) {
+        char a[300], b[300];
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "Contracting dimensions are sharded and it is ambiguous how the output "
+                       "should be sharded. Please specify the output sharding via the "
+                       "out_sharding parameter. Got lhs_contracting_spec=%s and "
+                       "rhs_contracting_spec=%s",
+                       sm_sh_tuple_str(p, &lc[0], ncontract, 0, a, sizeof a),
+                       sm_sh_tuple_str(p, &rc[0], ncontract, 0, b, sizeof b));
+    }
+    /* contracting axes must not shard a result dimension of the local product */
+    uint32_t cmask = 0;
+    for (int j = 0; j < ncax; j++)
+        cmask |= 1u << cax[j];
+    sm_ir_layout loc;
+    memset(&loc, 0, sizeof loc);
+    uint32_t used = cmask;
+    for (int d = 0; d < g.nout; d++) {
+        int c = g.out[d];
+        for (int j = 0; c < 2 * SM_MAX_RANK && j < lsh[c]; j++) {
+            uint32_t bit = 1u << lax_[c][j];
+            if (used & bit)
+                break; /* drop: an axis twice (the operand is gathered there) */
+            used |= bit;
+            loc.ax[d][loc.n[d]++] = lax_[c][j];
+        }
+        if (c < 2 * SM_MAX_RANK) {
+            lsh[c] = loc.n[d];
+            memcpy(lax_[c], loc.ax[d], loc.n[d]);
+        }
+    }
+    /* every operand dimension takes its letter's layout */
+    for (int k = 0; k < nk; k++)
+        for (int d = 0; d < g.rank[k]; d++) {
+            int c = g.letter[k][d];
+            if (c >= 2 * SM_MAX_RANK || in[k]->shape.dims[d] == 1)
+                continue;
+            if (sm_sh_letter_out(&g, c) < 0 && ncax) { /* contracting */
+                int in_both =
+                    sm_sh_letter_in(&g, 0, c) >= 0 && (nk > 1 && sm_sh_letter_in(&g, 1, c) >= 0);
+                if (!in_both)
+                    continue; /* summed within one operand: kept local */
+            }
+            plan->in[k].n[d] = (uint8_t)lsh[c];
+            memcpy(plan->in[k].ax[d], lax_[c], (size_t)lsh[c]);
+        }
+    plan->local_layout = loc;
+    /* the reduction that completes the local products */
+    uint32_t pending = 0;
+    for (int k = 0; k < nk; k++)
+        for (int d = 0; d < g.rank[k]; d++) {
+            int c = g.letter[k][d];
+            if (sm_sh_letter_out(&g, c) < 0)
+                pending |= sm_sh_dim_mask(&plan->in[k], d);
+        }
+    if (op->attrs.sharding) {
+        sm_err e = sm_sh_spec(p, op, op->attrs.sharding, &out->shape, "out_sharding", &out->layout,
+                              err, errlen);
+        if (e)
+            return e;
+    } else {
+        out->layout = loc;
+    }
+    if (pending) {
+        plan->npost = 0;
+        for (int j = 0; j < ncax; j++)
+            if (pending & (1u << cax[j]))
+                plan->post_axes[plan->npost++] = cax[j];
+        plan->post = SM_IR_POST_PSUM;
+        /* a reduce-scatter when the result shards one dimension on exactly
+         * these axes after its local ones */
+        for (int d = 0; d < g.nout; d++) {
+            const sm_ir_layout *o = &out->layout;
+            if (o->n[d] != loc.n[d] + plan->npost || memcmp(o->ax[d], loc.ax[d], loc.n[d]) ||
+                memcmp(o->ax[d] + loc.n[d], plan->post_axes, (size_t)plan->npost))
+                continue;
+            plan->post = SM_IR_POST_PSUM_SCATTER;
+            plan->post_dim = d;
+            break;
+        }
+    }
+    return SM_OK;
+}
+
+/* ---- reductions ---- */
+
+sm_err sm_ir_shard_reduce(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                          sm_ir_value *out, sm_ir_shard_plan *plan, char *err, size_t errlen)
+{
+    const sm_ir_value *x = in[0];
+    int red[SM_MAX_RANK] = {0};
+    sm_err e =
+        sm_ir_axes_list(op, &op->attrs.ints, op->attrs.has_ints, x->shape.rank, red, err, errlen);
+    if (e)
+        return e;
+    plan->in[0] = x->layout;
+    int o = 0;
+    for (int d = 0; d < x->shape.rank; d++) {
+        if (red[d]) {
+            for (int j = 0; j < x->layout.n[d] && plan->npost < SM_MAX_AXES; j++)
+                plan->post_axes[plan->npost++] = x->layout.ax[d][j];
+            if (op->attrs.keepdims)
+                out->layout.n[o++] = 0;
+            continue;
+        }
+        sm_sh_dim_copy(&out->layout, o++, &x->layout, d);
+    }
+    plan->local_layout = out->layout;
+    if (plan->npost)
+        plan->post = op->kind == SM_OP_SUM    ? SM_IR_POST_PSUM
+                     : op->kind == SM_OP_MEAN ? SM_IR_POST_PMEAN
+                     : op->kind == SM_OP_MAX  ? SM_IR_POST_PMAX
+                                              : SM_IR_POST_PMIN;
+    return SM_OK;
+}
+
+/* ---- shape ops ---- */
+
+static void sm_sh_block_shape(const sm_program *p, const sm_shape *s, const sm_ir_layout *l,
+                              sm_ir_ints *out)
+{
+    out->n = s->rank;
+    for (int d = 0; d < s->rank; d++)
+        out->v[d] = s->dims[d] / sm_ir_layout_factor(p, l, d);
+}
+
+static sm_err sm_sh_reshape_error(const sm_program *p, const sm_ir_op *op, const sm_ir_value *x,
+                                  const sm_shape *s, char *err, size_t errlen)
+{
+    char t[300], sh[200];
+    return sm_fail(err, errlen, SM_EINVAL,
+                   "This reshape is not supported. Please specify the sharding of the output via "
+                   "the out_sharding argument of reshape. Got operand type: %s, new sizes: %s",
+                   sm_sh_type_str(p, x, t, sizeof t), sm_ir_shape_str(s, sh, sizeof sh));
+}
+
+/* JAX's reshape rule: size-1 dimensions come and go; one dimension split
+ * (its axes go to the split dimensions, most significant first, whole) or
+ * adjacent dimensions merged (only the leading ones sharded). *direct is
+ * set when the blocks reshape in place (the result block of every device is
+ * its operand block, reshaped). */
+static int sm_sh_reshape_rule(const sm_program *p, const sm_ir_value *x, const sm_shape *s,
+                              sm_ir_layout *out, int *direct)
+{
+    memset(out, 0, sizeof *out);
+    *direct = 1;
+    int any = 0;
+    for (int d = 0; d < x->shape.rank; d++)
+        any |= x->layout.n[d] != 0;
+    if (!any)
+        return 0;
+    /* walk both shapes, grouping dimensions with equal products */
+    int i = 0, j = 0;
+    const sm_shape *a = &x->shape;
+    while (i < a->rank || j < s->rank) {
+        if (i < a->rank && a->dims[i] == 1 && (j >= s->rank || s->dims[j] != 1)) {
+            if (x->layout.n[i])
+                return -1;
+            i++;
+            continue;
+        }
+        if (j < s->rank && s->dims[j] == 1 && (i >= a->rank || a->dims[i] != 1)) {
+            j++;
+            continue;
+        }
+        if (i >= a->rank || j >= s->rank)
+            return -1;
+        int i0 = i, j0 = j;
+        int64_t pa = a->dims[i++], pb = s->dims[j++];
+        while (pa != pb) {
+            if (pa < pb) {
+                if (i >= a->rank)
+                    return -1;
+                pa *= a->dims[i++];
+            } else {
+                if (j >= s->rank)
+                    return -1;
+                pb *= s->dims[j++];
+            }
+        }
+        int na = i - i0, nb = j - j0;
+        if (na == 1 && nb == 1) {
+            sm_sh_dim_copy(out, j0, &x->layout, i0);
+            continue;
+        }
+        if (na > 1 && nb > 1)
+            return -1; /* neither a split nor a merge */
+        if (na == 1) { /* split dimension i0 into j0..j-1 */
+            int ax = 0;
+            for (int o = j0; o < j; o++) {
+                int64_t sz = s->dims[o];
+                while (sz > 1 && ax < x->layout.n[i0]) {
+                    int64_t asz = p->mesh.sizes[x->layout.ax[i0][ax]];
+                    if (sz % asz)
+                        return -1;
+                    sz /= asz;
+                    out->ax[o][out->n[o]++] = x->layout.ax[i0][ax++];
+                }
+                if (o > j0 && out->n[o])
+                    *direct = 0;
+            }
+            if (ax < x->layout.n[i0])
+                return -1;
+            continue;
+        }
+        /* merge i0..i-1 into j0: the sharded ones must lead */
+        int seen_none = 0;
+        for (int d = i0; d < i; d++) {
+            if (x->layout.n[d] && seen_none)
+                return -1;
+            if (!x->layout.n[d])
+                seen_none = 1;
+            for (int k = 0; k < x->layout.n[d]; k++)
+                out->ax[j0][out->n[j0]++] = x->layout.ax[d][k];
+            if (d > i0 && x->layout.n[d])
+                *direct = 0;
+        }
+    }
+    return 0;
+}
+
+sm_err sm_ir_shard_reshape(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                           sm_ir_value *out, sm_ir_shard_plan *plan, char *err, size_t errlen)
+{
+    const sm_ir_value *x = in[0];
+    sm_ir_layout nat;
+    int direct = 0;
+    int ok = sm_sh_reshape_rule(p, x, &out->shape, &nat, &direct) == 0;
+    if (op->attrs.sharding) {
+        sm_err e = sm_sh_spec(p, op, op->attrs.sharding, &out->shape, "out_sharding", &out->layout,
+                              err, errlen);
+        if (e)
+            return e;
+    } else if (ok) {
+        out->layout = nat;
+    } else {
+        uint32_t all = 0;
+        for (int d = 0; d < x->shape.rank; d++)
+            all |= sm_sh_dim_mask(&x->layout, d);
+        if ((all & out->hidden) != all)
+            return sm_sh_reshape_error(p, op, x, &out->shape, err, errlen);
+        memset(&out->layout, 0, sizeof out->layout); /* Auto: computed whole */
+    }
+    if (ok && direct) { /* reshape the blocks in place */
+        plan->in[0] = x->layout;
+        plan->local_layout = nat;
+    } /* else gather the operand, reshape it whole, keep each device's slice */
+    if (op->kind == SM_OP_RESHAPE)
+        sm_sh_block_shape(p, &out->shape, &plan->local_layout, &plan->local.ints);
+    return SM_OK;
+}
+
+sm_err sm_ir_shard_transpose(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                             sm_ir_value *out, sm_ir_shard_plan *plan, char *err, size_t errlen)
+{
+    const sm_ir_value *x = in[0];
+    int r = x->shape.rank;
+    for (int d = 0; d < r; d++) {
+        int src = op->attrs.has_ints ? (int)op->attrs.ints.v[d] : r - 1 - d;
+        if (src < 0)
+            src += r;
+        if (src >= 0 && src < r)
+            sm_sh_dim_copy(&out->layout, d, &x->layout, src);
+    }
+    plan->in[0] = x->layout;
+    plan->local_layout = out->layout;
+    return SM_OK;
+}
+
+sm_err sm_ir_shard_broadcast_to(const sm_program *p, const sm_ir_op *op,
+                                const sm_ir_value *const *in, sm_ir_value *out,
+                                sm_ir_shard_plan *plan, char *err, size_t errlen)
+{
+    const sm_ir_value *x = in[0];
+    int R = out->shape.rank;
+    for (int od = 0; od < x->shape.rank; od++) {
+        int d = od + R - x->shape.rank;
+        if (x->shape.dims[od] == out->shape.dims[d])
+            sm_sh_dim_copy(&out->layout, d, &x->layout, od);
+    }
+    plan->in[0] = x->layout;
+    plan->local_layout = out->layout;
+    sm_sh_block_shape(p, &out->shape, &out->layout, &plan->local.ints);
+    return SM_OK;
+}
+
+/* Slices, pads, rolls and updates (JAX's _get_sharding_for_varying_out_shape):
+ * the result keeps the operand's sharding where the new size still divides;
+ * the lowering gathers the dimensions the op changes, runs it whole along
+ * them, and keeps each device's slice. */
+sm_err sm_ir_shard_slice(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                         sm_ir_value *out, sm_ir_shard_plan *plan, char *err, size_t errlen)
+{
+    const sm_ir_value *x = in[0];
+    int r = x->shape.rank;
+    const char *what = op->kind == SM_OP_PAD                    ? "padding"
+                       : op->kind == SM_OP_ROLL                 ? "roll"
+                       : op->kind == SM_OP_SLICE                ? "slicing"
+                       : op->kind == SM_OP_DYNAMIC_UPDATE_SLICE ? "dynamic_update_slice"
+                                                                : "dynamic_slice";
+    int changed[SM_MAX_RANK] = {0};
+    const sm_shape *upd = op->kind == SM_OP_DYNAMIC_UPDATE_SLICE ? &in[1]->shape : &out->shape;
+    for (int d = 0; d < r && d < upd->rank; d++)
+        changed[d] = upd->dims[d] != x->shape.dims[d];
+    if (op->kind == SM_OP_ROLL) {
+        if (!op->attrs.has_ints2)
+            for (int d = 0; d < r; d++)
+                changed[d] = 1; /* a roll of the flattened array */
+        for (int k = 0; op->attrs.has_ints2 && k < op->attrs.ints2.n; k++) {
+            int a;
+            if (sm_ir_norm_axis(op->attrs.ints2.v[k], r, &a) == 0)
+                changed[a] = 1;
+        }
+    }
+    if (op->kind == SM_OP_DYNAMIC_UPDATE_SLICE) {
+        if (!sm_ir_layout_equal(&x->layout, &in[1]->layout, r)) {
+            uint32_t diff = 0;
+            for (int d = 0; d < r; d++)
+                diff |= sm_sh_dim_mask(&x->layout, d) ^ sm_sh_dim_mask(&in[1]->layout, d);
+            if ((diff & out->hidden) != diff) {
+                char a[300], b[300];
+                return sm_fail(err, errlen, SM_EINVAL,
+                               "dynamic_update_slice operand sharding must be equal to update "
+                               "sharding, got operand sharding %s and update sharding %s.",
+                               sm_sh_type_str(p, x, a, sizeof a),
+                               sm_sh_type_str(p, in[1], b, sizeof b));
+            }
+        }
+    }
+    int all_one = 1;
+    for (int d = 0; d < out->shape.rank; d++)
+        all_one &= out->shape.dims[d] == 1;
+    if (!all_one) {
+        for (int d = 0; d < r; d++) {
+            int64_t f = sm_ir_layout_factor(p, &x->layout, d);
+            if (out->shape.dims[d] != x->shape.dims[d] && x->layout.n[d] &&
+                out->shape.dims[d] % f) {
+                if ((sm_sh_dim_mask(&x->layout, d) & out->hidden) == sm_sh_dim_mask(&x->layout, d))
+                    continue; /* Auto: left unsharded */
+                char t[300], sh[200], sp[200];
+                sm_ir_layout one;
+                memset(&one, 0, sizeof one);
+                sm_sh_dim_copy(&one, 0, &x->layout, d);
+                return sm_fail(err, errlen, SM_EINVAL,
+                               "%s on sharded dims where out dim (%lld) is not divisible by mesh "
+                               "axes (%lld) with spec (%s) is not implemented. Got input type=%s "
+                               "and output shape=%s",
+                               what, (long long)out->shape.dims[d], (long long)f,
+                               sm_sh_tuple_str(p, &one, 1, 0, sp, sizeof sp),
+                               sm_sh_type_str(p, x, t, sizeof t),
+                               sm_ir_shape_str(&out->shape, sh, sizeof sh));
+            }
+            if (!(out->shape.dims[d] % f))
+                sm_sh_dim_copy(&out->layout, d, &x->layout, d);
+        }
+    }
+    /* blocks: gathered where the op changes the dimension */
+    for (int d = 0; d < r; d++) {
+        if (changed[d])
+            continue;
+        sm_sh_dim_copy(&plan->in[0], d, &x->layout, d);
+        sm_sh_dim_copy(&plan->local_layout, d, &x->layout, d);
+        int64_t blk = x->shape.dims[d] / sm_ir_layout_factor(p, &x->layout, d);
+        if (op->kind == SM_OP_SLICE && d < plan->local.ints2.n)
+            plan->local.ints2.v[d] = plan->local.ints.v[d] + blk;
+        if (op->kind == SM_OP_DYNAMIC_SLICE && d < plan->local.ints.n)
+            plan->local.ints.v[d] = blk;
+    }
+    if (op->kind == SM_OP_DYNAMIC_SLICE_IN_DIM) {
+        int a;
+        if (sm_ir_norm_axis(op->attrs.axis, r, &a) == 0 && !changed[a])
+            plan->local.ints.v[0] = x->shape.dims[a] / sm_ir_layout_factor(p, &x->layout, a);
+    }
+    if (op->kind == SM_OP_DYNAMIC_UPDATE_SLICE)
+        plan->in[1] = plan->in[0];
+    return SM_OK;
+}
+
+/* concatenate: every operand with the same sharding (JAX), the
+ * concatenation dimension gathered for the local op. */
+sm_err sm_ir_shard_concatenate(const sm_program *p, const sm_ir_op *op,
+                               const sm_ir_value *const *in, sm_ir_value *out,
+                               sm_ir_shard_plan *plan, char *err, size_t errlen)
+{
+    int r = out->shape.rank, ax;
+    if (sm_ir_norm_axis(op->attrs.axis, r, &ax))
+        ax = 0;
+    out->layout = in[0]->layout;
+    for (int k = 1; k < op->noperands; k++) {
+        if (sm_ir_layout_equal(&in[k]->layout, &in[0]->layout, r))
+            continue;
+        uint32_t diff = 0;
+        for (int d = 0; d < r; d++)
+            diff |= sm_sh_dim_mask(&in[0]->layout, d) ^ sm_sh_dim_mask(&in[k]->layout, d);
+        if ((diff & out->hidden) == diff)
+            continue;
+        char ss[800];
+        size_t o = 0;
+        for (int j = 0; j < op->noperands && o < sizeof ss; j++) {
+            sm_pspec sp;
+            char s[200];
+            sm_ir_layout_to_spec(p, &in[j]->layout, r, in[j]->hidden, &sp);
+            o += (size_t)snprintf(ss + o, sizeof ss - o, "%s%s", j ? ", " : "",
+                                  sm_pspec_format(&sp, s, sizeof s));
+        }
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "All operands should have the same sharding. Got shardings %s. Use "
+                       "reshard on the operands first",
+                       ss);
+    }
+    if (out->shape.dims[ax] % sm_ir_layout_factor(p, &out->layout, ax))
+        out->layout.n[ax] = 0;
+    for (int k = 0; k < op->noperands; k++) {
+        plan->in[k] = out->layout;
+        plan->in[k].n[ax] = 0;
+    }
+    plan->local_layout = plan->in[0];
+    return SM_OK;
+}
+
+/* reshard and with_sharding_constraint: the spec is the new layout. */
+sm_err sm_ir_shard_reshard(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                           sm_ir_value *out, sm_ir_shard_plan *plan, char *err, size_t errlen)
+{
+    if (!op->attrs.sharding)
+        return sm_fail(err, errlen, SM_EINVAL, "%s needs a PartitionSpec", sm_op_name(op->kind));
+    sm_err e =
+        sm_sh_spec(p, op, op->attrs.sharding, &out->shape, "sharding", &out->layout, err, errlen);
+    if (e)
+        return e;
+    if (op->kind == SM_OP_WITH_SHARDING_CONSTRAINT) {
+        /* the constraint pins Auto axes; Explicit axes keep the type's */
+        for (int d = 0; d < out->shape.rank; d++) {
+            uint32_t m = sm_sh_dim_mask(&out->layout, d) | sm_sh_dim_mask(&in[0]->layout, d);
+            if ((m & out->hidden) != m && !sm_sh_dim_equal(&out->layout, d, &in[0]->layout, d)) {
+                char t[300], s[200];
+                return sm_fail(err, errlen, SM_EINVAL,
+                               "with_sharding_constraint: %s conflicts with the explicit "
+                               "sharding of its operand %s; use reshard to change an explicit "
+                               "sharding",
+                               sm_pspec_format(op->attrs.sharding, s, sizeof s),
+                               sm_sh_type_str(p, in[0], t, sizeof t));
+            }
+        }
+    }
+    plan->in[0] = in[0]->layout;
+    plan->local_layout = in[0]->layout;
+    return SM_OK;
+}
+
+/* shard_map_in: the argument resharded to the in_spec becomes a block
+ * varying over the spec's axes; shard_map_out: a block becomes the global
+ * array its out_spec assembles. */
+sm_err sm_ir_shard_manual(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                          sm_ir_value *out, sm_ir_shard_plan *plan, char *err, size_t errlen)
+{
+    sm_ir_layout l;
+    sm_ir_layout_of_spec(p, op->attrs.sharding, &l);
+    if (op->kind == SM_OP_SHARD_MAP_IN) {
+        plan->in[0] = l;
+        out->vma = 0;
+        for (int d = 0; d < in[0]->shape.rank; d++)
+            out->vma |= sm_sh_dim_mask(&l, d);
+        memset(&out->layout, 0, sizeof out->layout);
+        return SM_OK;
+    }
+    out->layout = l;
+    return SM_OK;
+}
+
+sm_err sm_ir_infer_manual(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                          sm_ir_value *out, char *err, size_t errlen)
+{
+    const sm_pspec *s = op->attrs.sharding;
+    if (!s)
+        return sm_fail(err, errlen, SM_EINVAL, "%s needs a PartitionSpec", sm_op_name(op->kind));
+    sm_shape sh = in[0]->shape;
+    if (op->kind == SM_OP_SHARD_MAP_IN) {
+        sm_err e = sm_pspec_check(s, &p->mesh, &sh, "shard_map argument", err, errlen);
+        if (e)
+            return e;
+        for (int d = 0; d < sh.rank; d++)
+            sh.dims[d] /= sm_pspec_dim_factor(s, &p->mesh, d);
+    } else {
+        sm_err e = sm_pspec_check_mesh(s, &p->mesh, err, errlen);
+        if (e)
+            return e;
+        if (s->nentries > sh.rank)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "shard_map result: out_spec has %d entries but the value has rank %d",
+                           s->nentries, sh.rank);
+        for (int d = 0; d < sh.rank; d++)
+            sh.dims[d] *= sm_pspec_dim_factor(s, &p->mesh, d);
+    }
+    sm_ir_set(out, in[0]->dtype, &sh);
+    out->weak = in[0]->weak;
+    return SM_OK;
+}
