@@ -183,6 +183,12 @@ sm_err sm_program_add_op(sm_program *p, sm_op_kind kind, const int *operands, in
 sm_err sm_program_add_op_at(sm_program *p, sm_op_kind kind, const int *operands, int n,
                             const sm_ir_attrs *attrs, int line, int col, int *value_id, char *err,
                             size_t errlen);
+/* Like add_op_at, for jit programs: manual marks a per-device op of a
+ * shard_map function called from the jit body; auto_mask the mesh axes that
+ * are Auto at this op (inside auto_axes) beyond the mesh's own. */
+sm_err sm_program_add_op_jit(sm_program *p, sm_op_kind kind, const int *operands, int n,
+                             const sm_ir_attrs *attrs, int line, int col, int manual,
+                             uint32_t auto_mask, int *value_id, char *err, size_t errlen);
 /* Names a value (for messages and printing); name is copied. */
 void sm_program_name_value(sm_program *p, int value_id, const char *name);
 

@@ -147,12 +147,22 @@ sm_err sm_program_add_op_at(sm_program *p, sm_op_kind kind, const int *operands,
                             const sm_ir_attrs *attrs, int line, int col, int *value_id, char *err,
                             size_t errlen)
 {
+    return sm_program_add_op_jit(p, kind, operands, n, attrs, line, col, 0, 0, value_id, err,
+                                 errlen);
+}
+
+sm_err sm_program_add_op_jit(sm_program *p, sm_op_kind kind, const int *operands, int n,
+                             const sm_ir_attrs *attrs, int line, int col, int manual,
+                             uint32_t auto_mask, int *value_id, char *err, size_t errlen)
+{
     static const sm_ir_attrs none;
     if (n < 0 || n > SM_OP_MAXARGS)
         return sm_fail(err, errlen, SM_EINVAL, "%s: %d operands is too many", sm_op_name(kind), n);
     sm_ir_op op = {.kind = kind, .noperands = n, .attrs = attrs ? *attrs : none};
     op.line = line;
     op.col = col;
+    op.manual = manual;
+    op.auto_mask = auto_mask;
     op.operands = sm_arena_alloc(p->arena, sizeof(int) * (size_t)(n ? n : 1));
     if (!op.operands)
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory adding an op");

@@ -208,6 +208,11 @@ static int sm_ps_convert(sm_parser *ps, const char *op, const sm_op_param *pm, c
             return sm_ps_fail(ps, it->at, SM_EINVAL, "%s must be a string", what);
         a->spec = it->s;
         return 0;
+    case 'S':
+        if (it->kind != SM_IT_SPEC)
+            return sm_ps_fail(ps, it->at, SM_EINVAL, "%s must be a PartitionSpec P(...)", what);
+        a->sharding = it->spec;
+        return 0;
     case 'w':
         if (*nops < 1)
             return sm_ps_fail(ps, it->at, SM_EINVAL, "%s: no array to pad", what);

@@ -9,8 +9,9 @@
 
 static const char *sm_it_desc(const sm_item *it)
 {
-    static const char *const names[] = {"None",    "an int",   "a float", "a bool",    "a string",
-                                        "a tuple", "an array", "a dtype", "a function"};
+    static const char *const names[] = {"None",       "an int",         "a float",  "a bool",
+                                        "a string",   "a tuple",        "an array", "a dtype",
+                                        "a function", "a PartitionSpec"};
     return it->kind == SM_IT_TUPLE && it->is_list ? "a list" : names[it->kind];
 }
 
@@ -36,8 +37,8 @@ int sm_ps_emit(sm_parser *ps, sm_op_kind kind, const int *operands, int n, const
     if (ps->p->nops >= SM_PS_MAX_OPS)
         return sm_ps_fail(ps, at, SM_ERESOURCE, "the program unrolls to more than %d ops",
                           SM_PS_MAX_OPS);
-    sm_err e = sm_program_add_op_at(ps->p, kind, operands, n, attrs, at->line, at->col, &id,
-                                    ps->err, ps->errlen);
+    sm_err e = sm_program_add_op_jit(ps->p, kind, operands, n, attrs, at->line, at->col, ps->manual,
+                                     ps->auto_mask, &id, ps->err, ps->errlen);
     if (e)
         return sm_ps_fail_at(ps, at, e);
     *out = (sm_item){.kind = SM_IT_VALUE, .i = id, .at = at};
@@ -356,7 +357,8 @@ static int sm_ps_atom(sm_parser *ps, sm_item *out)
     } else if (sm_dtype_parse(name, &dt) == 0) {
         out->kind = SM_IT_DTYPE;
         out->i = dt;
-    } else if (sm_op_lookup(name, &k) == 0 || strcmp(name, "range") == 0) {
+    } else if (sm_op_lookup(name, &k) == 0 || strcmp(name, "range") == 0 ||
+               sm_ps_builtin(ps, name)) {
         out->kind = SM_IT_FUNC;
         out->s = name;
     } else if (sm_tok_is(sm_ps_peek(ps), "(")) {
@@ -535,6 +537,8 @@ static int sm_ps_call(sm_parser *ps, const sm_item *fn, const sm_item *self, sm_
     sm_op_kind kind;
     if (strcmp(fn->s, "range") == 0)
         return sm_ps_fail(ps, at, SM_EINVAL, "range(...) is only allowed in 'for' loops");
+    if (sm_ps_builtin(ps, fn->s) || fn->spec)
+        return sm_ps_call_builtin(ps, fn, at, args, n, out);
     if (sm_op_lookup(fn->s, &kind))
         return sm_ps_fail(ps, at, SM_EINVAL, "unknown op '%s'", fn->s);
     /* Python-level folds JAX does too: axis_size and psum of a static number. */

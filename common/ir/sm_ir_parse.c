@@ -3,6 +3,8 @@
  * and `return` — plus the parser's shared helpers. */
 #include "sm_ir_parse.h"
 
+#include "sm_ir_infer.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -205,6 +207,33 @@ static int sm_ps_mesh(sm_parser *ps, sm_mesh *m, int *has_devices)
         const sm_tok *t = sm_ps_next(ps);
         if (sm_ps_expect(ps, "=", "after a mesh axis name"))
             return -1;
+        if (sm_tok_is(t, "axis_types")) { /* (Explicit, Auto, ...), in mesh order */
+            if (sm_ps_expect(ps, "(", "to start the axis types"))
+                return -1;
+            int k = 0;
+            while (!sm_ps_accept(ps, ")")) {
+                const sm_tok *a = sm_ps_next(ps);
+                while (
+                    (sm_tok_is(a, "jax") || sm_tok_is(a, "sharding") || sm_tok_is(a, "AxisType")) &&
+                    sm_ps_accept(ps, "."))
+                    a = sm_ps_next(ps);
+                if (sm_tok_is(a, "Auto")) {
+                    ps->mesh_auto |= 1u << k;
+                } else if (!sm_tok_is(a, "Explicit")) {
+                    return sm_ps_fail(ps, a, SM_EINVAL,
+                                      "axis_types takes Explicit or Auto per mesh axis, got "
+                                      "'%.*s' (Manual axes come from calling a shard_map "
+                                      "function)",
+                                      a->len, a->text);
+                }
+                if (++k > SM_MAX_AXES)
+                    return sm_ps_fail(ps, a, SM_EINVAL, "too many axis types");
+                if (!sm_tok_is(sm_ps_peek(ps), ")") && sm_ps_expect(ps, ",", "between axis types"))
+                    return -1;
+            }
+            ps->mesh_ntypes = k;
+            continue;
+        }
         if (sm_tok_is(t, "devices")) {
             devs = sm_arena_alloc(ps->scratch, sizeof(int32_t) * SM_MAX_DEVICES);
             if (!devs || sm_ps_expect(ps, "[", "to start the device list"))
@@ -234,13 +263,20 @@ static int sm_ps_mesh(sm_parser *ps, sm_mesh *m, int *has_devices)
     if (sm_ps_expect_kind(ps, SM_TOK_NEWLINE, "end of line", "after the mesh axes"))
         return -1;
     sm_err e = sm_mesh_init(m, n, np, sizes, devs, devs ? ndev : 0, ps->err, ps->errlen);
-    return e ? sm_ps_fail_at(ps, start, e) : 0;
+    if (e)
+        return sm_ps_fail_at(ps, start, e);
+    if (ps->mesh_ntypes && ps->mesh_ntypes != n)
+        return sm_ps_fail(ps, start, SM_EINVAL, "axis_types gives %d types for %d mesh axes",
+                          ps->mesh_ntypes, n);
+    return 0;
 }
 
 /* name: f32[8,16] @ P('i','j') */
-static int sm_ps_param(sm_parser *ps)
+static int sm_ps_param_decl(sm_parser *ps, const sm_tok **ntp, sm_dtype *tp, sm_shape *gp,
+                            sm_pspec *specp)
 {
     const sm_tok *nt = sm_ps_peek(ps);
+    *ntp = nt;
     if (sm_ps_expect_kind(ps, SM_TOK_NAME, "a parameter name", "in the parameter list") ||
         sm_ps_expect(ps, ":", "after the parameter name"))
         return -1;
@@ -263,8 +299,20 @@ static int sm_ps_param(sm_parser *ps)
         if (!sm_tok_is(sm_ps_peek(ps), "]") && sm_ps_expect(ps, ",", "between dimensions"))
             return -1;
     }
+    if (sm_ps_expect(ps, "@", "before the parameter's PartitionSpec") || sm_ps_pspec(ps, specp))
+        return -1;
+    *tp = t;
+    *gp = g;
+    return 0;
+}
+
+static int sm_ps_param(sm_parser *ps)
+{
+    const sm_tok *nt;
+    sm_dtype t;
+    sm_shape g;
     sm_pspec spec;
-    if (sm_ps_expect(ps, "@", "before the parameter's PartitionSpec") || sm_ps_pspec(ps, &spec))
+    if (sm_ps_param_decl(ps, &nt, &t, &g, &spec))
         return -1;
     int id;
     char *name = sm_ps_text(ps, nt);
@@ -362,6 +410,23 @@ static int sm_ps_return(sm_parser *ps, const sm_tok *rt)
     if (sm_ps_expr_list(ps, &v) ||
         sm_ps_expect_kind(ps, SM_TOK_NEWLINE, "end of line", "after the returned values"))
         return -1;
+    if (ps->calls > 0) { /* an inlined call: its value */
+        ps->ret = v;
+        return 0;
+    }
+    if (ps->p->kind == SM_PROG_JIT && !ps->p->has_out_shardings) {
+        int n = v.kind == SM_IT_TUPLE ? v.n : 1;
+        int *ids = sm_arena_alloc(ps->scratch, sizeof(int) * (size_t)n);
+        if (!ids)
+            return sm_ps_fail(ps, rt, SM_ENOMEM, "out of memory");
+        for (int k = 0; k < n; k++)
+            if (sm_ps_value(ps, v.kind == SM_IT_TUPLE ? &v.elems[k] : &v, &ids[k]))
+                return -1;
+        ps->p->ret_line = rt->line;
+        ps->p->ret_col = rt->col;
+        sm_err e = sm_program_set_returns(ps->p, ids, NULL, n, ps->err, ps->errlen);
+        return e ? sm_ps_fail_at(ps, rt, e) : 0;
+    }
     int n = v.kind == SM_IT_TUPLE ? v.n : 1;
     int *ids = sm_arena_alloc(ps->scratch, sizeof(int) * (size_t)n);
     if (!ids)
@@ -418,23 +483,85 @@ static int sm_ps_block(sm_parser *ps, int top, int *returned)
     return 0;
 }
 
-static int sm_ps_file(sm_parser *ps)
+/* `-> P(...)` or `-> (P(...), ...)`: up to max specs into specs. */
+static int sm_ps_out_specs(sm_parser *ps, sm_pspec *specs, int max, int *n)
 {
-    sm_mesh mesh;
-    int has_devices = 0;
-    if (sm_ps_mesh(ps, &mesh, &has_devices))
+    *n = 0;
+    if (sm_ps_accept(ps, "(")) {
+        while (!sm_ps_accept(ps, ")")) {
+            if (*n == max)
+                return sm_ps_fail(ps, sm_ps_peek(ps), SM_EINVAL, "more than %d outputs", max);
+            if (sm_ps_pspec(ps, &specs[(*n)++]))
+                return -1;
+            if (!sm_tok_is(sm_ps_peek(ps), ")") && sm_ps_expect(ps, ",", "between out_specs"))
+                return -1;
+        }
+        return 0;
+    }
+    if (sm_ps_pspec(ps, &specs[0]))
         return -1;
-    const sm_tok *t = sm_ps_peek(ps);
-    if (!sm_ps_accept(ps, "shard_map"))
-        return sm_ps_fail(ps, t, SM_EFORMAT, "expected 'shard_map NAME(PARAMS) -> OUT_SPECS:'");
-    const sm_tok *nt = sm_ps_peek(ps);
-    if (sm_ps_expect_kind(ps, SM_TOK_NAME, "the program name", "after 'shard_map'"))
-        return -1;
-    sm_err e = sm_program_create(&mesh, sm_ps_text(ps, nt), &ps->p, ps->err, ps->errlen);
+    *n = 1;
+    return 0;
+}
+
+/* Records every top-level function: `def`, `shard_map` or `jit` NAME ...:
+ * with an indented body. */
+static int sm_ps_scan_fns(sm_parser *ps)
+{
+    int i = ps->pos;
+    while (ps->t[i].kind != SM_TOK_EOF) {
+        const sm_tok *t = &ps->t[i];
+        sm_fn_kind k;
+        if (t->kind == SM_TOK_NEWLINE) {
+            i++;
+            continue;
+        }
+        if (sm_tok_is(t, "def"))
+            k = SM_FN_DEF;
+        else if (sm_tok_is(t, "shard_map"))
+            k = SM_FN_SHARD_MAP;
+        else if (sm_tok_is(t, "jit"))
+            k = SM_FN_JIT;
+        else
+            return sm_ps_fail(
+                ps, t, SM_EFORMAT,
+                "expected 'shard_map NAME(PARAMS) -> OUT_SPECS:', 'jit NAME(PARAMS):' "
+                "or 'def NAME(PARAMS):'");
+        const sm_tok *nt = &ps->t[i + 1];
+        if (nt->kind != SM_TOK_NAME) {
+            ps->pos = i + 1;
+            return sm_ps_expect_kind(ps, SM_TOK_NAME, "the function name", "after its kind");
+        }
+        int j = i + 2;
+        while (ps->t[j].kind != SM_TOK_INDENT && ps->t[j].kind != SM_TOK_EOF &&
+               ps->t[j].kind != SM_TOK_DEDENT)
+            j++;
+        if (ps->nfns == SM_PS_MAX_FNS)
+            return sm_ps_fail(ps, t, SM_EINVAL, "more than %d functions in one file",
+                              SM_PS_MAX_FNS);
+        char *name = sm_ps_text(ps, nt);
+        if (sm_ps_find_fn(ps, name))
+            return sm_ps_fail(ps, nt, SM_EINVAL, "function '%s' is defined twice", name);
+        ps->fns[ps->nfns++] = (sm_fn){.kind = k, .name = name, .hdr = i + 1, .body = j};
+        if (ps->t[j].kind != SM_TOK_INDENT)
+            break; /* the header is malformed: parsing it will say how */
+        i = sm_ps_block_end(ps, j);
+    }
+    return 0;
+}
+
+/* The entry's header after its name, then its body. */
+static int sm_ps_entry(sm_parser *ps, const sm_fn *f, const sm_mesh *mesh, int has_devices)
+{
+    ps->pos = f->hdr;
+    const sm_tok *nt = sm_ps_next(ps);
+    sm_err e = sm_program_create(mesh, f->name, &ps->p, ps->err, ps->errlen);
     if (e)
         return sm_ps_fail_at(ps, nt, e);
     ps->p->has_devices = has_devices;
     ps->p->filename = sm_arena_strdup(ps->p->arena, ps->file);
+    if (f->kind == SM_FN_JIT && (e = sm_program_set_jit(ps->p, ps->mesh_auto, ps->err, ps->errlen)))
+        return sm_ps_fail_at(ps, nt, e);
     if (sm_ps_expect(ps, "(", "after the program name"))
         return -1;
     while (!sm_ps_accept(ps, ")")) {
@@ -443,20 +570,16 @@ static int sm_ps_file(sm_parser *ps)
         if (!sm_tok_is(sm_ps_peek(ps), ")") && sm_ps_expect(ps, ",", "between parameters"))
             return -1;
     }
-    if (sm_ps_expect(ps, "->", "before the out_specs"))
-        return -1;
     sm_pspec specs[64];
     int n = 0;
-    if (sm_ps_accept(ps, "(")) {
-        while (!sm_ps_accept(ps, ")")) {
-            if (n == 64)
-                return sm_ps_fail(ps, sm_ps_peek(ps), SM_EINVAL, "more than 64 outputs");
-            if (sm_ps_pspec(ps, &specs[n++]))
+    if (f->kind == SM_FN_JIT) {
+        if (sm_ps_accept(ps, "->")) {
+            if (sm_ps_out_specs(ps, specs, 64, &n))
                 return -1;
-            if (!sm_tok_is(sm_ps_peek(ps), ")") && sm_ps_expect(ps, ",", "between out_specs"))
-                return -1;
+            ps->p->has_out_shardings = 1;
         }
-    } else if (sm_ps_pspec(ps, &specs[n++])) {
+    } else if (sm_ps_expect(ps, "->", "before the out_specs") ||
+               sm_ps_out_specs(ps, specs, 64, &n)) {
         return -1;
     }
     ps->p->out_specs = sm_arena_alloc(ps->p->arena, sizeof(sm_pspec) * (size_t)(n ? n : 1));
@@ -471,18 +594,177 @@ static int sm_ps_file(sm_parser *ps)
         return sm_ps_expect_kind(ps, SM_TOK_INDENT, "an indented body", "after the header");
     ps->pos++;
     int returned = 0;
-    if (sm_ps_block(ps, 1, &returned))
+    return sm_ps_block(ps, 1, &returned);
+}
+
+static int sm_ps_file(sm_parser *ps)
+{
+    sm_mesh mesh;
+    int has_devices = 0;
+    if (sm_ps_mesh(ps, &mesh, &has_devices) || sm_ps_scan_fns(ps))
         return -1;
-    if (sm_ps_peek(ps)->kind != SM_TOK_EOF)
-        return sm_ps_fail(ps, sm_ps_peek(ps), SM_EFORMAT,
-                          "unexpected text after the shard_map body (one program per file)");
-    return 0;
+    const sm_fn *f = NULL;
+    if (ps->entry) {
+        f = sm_ps_find_fn(ps, ps->entry);
+        if (!f || f->kind == SM_FN_DEF)
+            return sm_ps_fail(ps, sm_ps_peek(ps), SM_EINVAL,
+                              "the file has no shard_map or jit function '%s' to run", ps->entry);
+    } else {
+        for (int k = 0; k < ps->nfns; k++)
+            if (ps->fns[k].kind != SM_FN_DEF)
+                f = &ps->fns[k];
+        if (!f)
+            return sm_ps_fail(ps, sm_ps_peek(ps), SM_EFORMAT,
+                              "expected 'shard_map NAME(PARAMS) -> OUT_SPECS:' or 'jit "
+                              "NAME(PARAMS):' (the file has no function to run)");
+    }
+    return sm_ps_entry(ps, f, &mesh, has_devices);
+}
+
+/* Binds one parameter of f's header to an argument at the current token;
+ * for shard_map functions, the argument enters the per-device region. */
+static int sm_ps_call_param(sm_parser *ps, const sm_fn *f, const sm_tok *at, const sm_item *arg,
+                            sm_item *bound)
+{
+    if (f->kind == SM_FN_DEF) {
+        const sm_tok *nt = sm_ps_peek(ps);
+        if (sm_ps_expect_kind(ps, SM_TOK_NAME, "a parameter name", "in the parameter list"))
+            return -1;
+        if (sm_ps_accept(ps, ":")) /* an annotation: skipped */
+            while (!sm_tok_is(sm_ps_peek(ps), ",") && !sm_tok_is(sm_ps_peek(ps), ")") &&
+                   sm_ps_peek(ps)->kind != SM_TOK_EOF)
+                ps->pos++;
+        *bound = *arg;
+        bound->at = arg->at ? arg->at : nt;
+        return 0;
+    }
+    const sm_tok *nt;
+    sm_dtype t;
+    sm_shape g;
+    sm_pspec spec;
+    if (sm_ps_param_decl(ps, &nt, &t, &g, &spec))
+        return -1;
+    int id;
+    if (sm_ps_value(ps, arg, &id))
+        return -1;
+    const sm_ir_value *v = &ps->p->values[id];
+    char want[300], got[300];
+    if (v->dtype != t || !sm_shape_equal(&v->shape, &g)) {
+        sm_ir_value w = {.dtype = t, .shape = g};
+        return sm_ps_fail(ps, arg->at ? arg->at : at, SM_EINVAL,
+                          "%s: argument '%.*s' is %s, but the function declares %s", f->name,
+                          nt->len, nt->text, sm_program_value_type(ps->p, id, got, sizeof got),
+                          sm_ir_type_str(&w, want, sizeof want));
+    }
+    sm_ir_attrs a = {.sharding = &spec};
+    sm_op_kind k = f->kind == SM_FN_SHARD_MAP ? SM_OP_SHARD_MAP_IN : SM_OP_RESHARD;
+    int saved = ps->manual;
+    ps->manual = 0;
+    int rc = sm_ps_emit(ps, k, &id, 1, &a, arg->at ? arg->at : at, bound);
+    ps->manual = saved;
+    if (!rc && v->name)
+        sm_program_name_value(ps->p, (int)bound->i, v->name);
+    return rc;
+}
+
+int sm_ps_call_fn(sm_parser *ps, const sm_fn *f, const sm_tok *at, const sm_arg *args, int nargs,
+                  sm_item *out)
+{
+    if (ps->calls >= SM_PS_MAX_CALLS)
+        return sm_ps_fail(ps, at, SM_EINVAL, "calls nest deeper than %d (is '%s' recursive?)",
+                          SM_PS_MAX_CALLS, f->name);
+    if (f->kind != SM_FN_DEF && ps->p->kind != SM_PROG_JIT)
+        return sm_ps_fail(ps, at, SM_EINVAL,
+                          "'%s' is a %s function: only a jit body calls shard_map and jit "
+                          "functions",
+                          f->name, f->kind == SM_FN_JIT ? "jit" : "shard_map");
+    if (f->kind == SM_FN_SHARD_MAP && ps->manual)
+        return sm_ps_fail(ps, at, SM_EINVAL, "a shard_map function cannot call another one");
+    int saved_pos = ps->pos, saved_n = ps->nsyms, saved_manual = ps->manual;
+    sm_sym *saved = malloc(sizeof *saved * (size_t)(saved_n ? saved_n : 1));
+    if (!saved)
+        return sm_ps_fail(ps, at, SM_ENOMEM, "out of memory");
+    memcpy(saved, ps->syms, sizeof *saved * (size_t)saved_n);
+    int rc = -1, na = 0;
+    ps->pos = f->hdr + 1;
+    if (sm_ps_expect(ps, "(", "after the function name"))
+        goto done;
+    while (!sm_ps_accept(ps, ")")) {
+        if (na >= nargs || args[na].kw) {
+            rc = sm_ps_fail(ps, at, SM_EINVAL, "%s: missing argument %d (arguments are positional)",
+                            f->name, na + 1);
+            goto done;
+        }
+        sm_item b;
+        const sm_tok *pt = sm_ps_peek(ps);
+        if (sm_ps_call_param(ps, f, at, &args[na].v, &b) || sm_ps_bind(ps, sm_ps_text(ps, pt), &b))
+            goto done;
+        na++;
+        if (!sm_tok_is(sm_ps_peek(ps), ")") && sm_ps_expect(ps, ",", "between parameters"))
+            goto done;
+    }
+    if (na != nargs) {
+        rc = sm_ps_fail(ps, at, SM_EINVAL, "%s takes %d argument%s, got %d", f->name, na,
+                        na == 1 ? "" : "s", nargs);
+        goto done;
+    }
+    sm_pspec specs[64];
+    int nout = 0;
+    if (sm_ps_accept(ps, "->") && sm_ps_out_specs(ps, specs, 64, &nout))
+        goto done;
+    ps->pos = f->body + 1;
+    ps->calls++;
+    if (f->kind == SM_FN_SHARD_MAP)
+        ps->manual = 1;
+    int returned = 0;
+    ps->ret = (sm_item){.kind = SM_IT_NONE};
+    int brc = sm_ps_block(ps, 1, &returned);
+    ps->calls--;
+    ps->manual = saved_manual;
+    if (brc)
+        goto done;
+    sm_item r = ps->ret;
+    if (f->kind != SM_FN_DEF && nout) {
+        int n = r.kind == SM_IT_TUPLE ? r.n : 1;
+        if (n != nout) {
+            rc = sm_ps_fail(ps, at, SM_EINVAL, "%s returns %d value%s but declares %d out_spec%s",
+                            f->name, n, n == 1 ? "" : "s", nout, nout == 1 ? "" : "s");
+            goto done;
+        }
+        sm_item *el = r.kind == SM_IT_TUPLE ? r.elems : &r;
+        for (int k = 0; k < n; k++) {
+            int id;
+            sm_ir_attrs a = {.sharding = &specs[k]};
+            if (sm_ps_value(ps, &el[k], &id) ||
+                sm_ps_emit(ps, f->kind == SM_FN_SHARD_MAP ? SM_OP_SHARD_MAP_OUT : SM_OP_RESHARD,
+                           &id, 1, &a, at, &el[k]))
+                goto done;
+        }
+    }
+    *out = r;
+    rc = 0;
+done:
+    if (ps->nsyms >= saved_n) { /* the caller's names as they were */
+        memcpy(ps->syms, saved, sizeof *saved * (size_t)saved_n);
+        ps->nsyms = saved_n;
+    }
+    free(saved);
+    ps->pos = saved_pos;
+    ps->manual = saved_manual;
+    return rc;
 }
 
 sm_err sm_program_parse(const char *text, const char *filename, sm_program **out, char *err,
                         size_t errlen)
 {
+    return sm_program_parse_entry(text, filename, NULL, out, err, errlen);
+}
+
+sm_err sm_program_parse_entry(const char *text, const char *filename, const char *entry,
+                              sm_program **out, char *err, size_t errlen)
+{
     sm_parser ps = {.file = filename ? filename : "<text>", .err = err, .errlen = errlen};
+    ps.entry = entry;
     sm_tok *toks = NULL;
     int nt = 0;
     *out = NULL;

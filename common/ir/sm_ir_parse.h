@@ -23,7 +23,8 @@ typedef enum {
     SM_IT_TUPLE,
     SM_IT_VALUE, /* an array value of the program: i is its id */
     SM_IT_DTYPE, /* i is the sm_dtype */
-    SM_IT_FUNC   /* an op or builtin name, s */
+    SM_IT_FUNC,  /* an op, builtin or function of the file, s */
+    SM_IT_SPEC   /* a PartitionSpec, spec */
 } sm_item_kind;
 
 typedef struct sm_item {
@@ -34,7 +35,8 @@ typedef struct sm_item {
     int n;         /* tuple length */
     int is_list;
     struct sm_item *elems;
-    const sm_tok *at; /* where it was written */
+    const sm_pspec *spec; /* SM_IT_SPEC; SM_IT_FUNC of auto_axes: its out_sharding */
+    const sm_tok *at;     /* where it was written */
 } sm_item;
 
 typedef struct {
@@ -42,9 +44,30 @@ typedef struct {
     sm_item item;
 } sm_sym;
 
+/* A function of the file: `def`, `shard_map` or `jit`. */
+typedef enum { SM_FN_DEF, SM_FN_SHARD_MAP, SM_FN_JIT } sm_fn_kind;
+typedef struct {
+    sm_fn_kind kind;
+    const char *name;
+    int hdr;  /* token index of its name */
+    int body; /* token index of the INDENT that opens its body */
+} sm_fn;
+
+#define SM_PS_MAX_FNS   64
+#define SM_PS_MAX_CALLS 32 /* nested inlined calls */
+
 typedef struct {
     const sm_tok *t;
     int nt, pos;
+    sm_fn fns[SM_PS_MAX_FNS];
+    int nfns;
+    uint32_t mesh_auto; /* axis_types: the Auto axes */
+    int mesh_ntypes;    /* how many axis_types were written */
+    const char *entry;  /* the function to run; NULL: the last shard_map or jit */
+    int manual;         /* emitting the ops of a shard_map function called from jit */
+    uint32_t auto_mask; /* inside auto_axes: every axis */
+    int calls;          /* depth of inlined calls; `return` gives ret then */
+    sm_item ret;
     sm_program *p;
     const char *file;
     char *err;
@@ -109,6 +132,18 @@ int sm_ps_call_op(sm_parser *ps, sm_op_kind kind, const sm_tok *at, const sm_arg
 /* Emits op kind over operand values with attrs, at `at`. */
 int sm_ps_emit(sm_parser *ps, sm_op_kind kind, const int *operands, int n, const sm_ir_attrs *attrs,
                const sm_tok *at, sm_item *out);
+/* Builtins beyond the op table (sm_ir_func.c): P / PartitionSpec,
+ * NamedSharding, square, auto_axes, and the functions of the file. */
+int sm_ps_builtin(sm_parser *ps, const char *name);
+int sm_ps_call_builtin(sm_parser *ps, const sm_item *fn, const sm_tok *at, const sm_arg *args,
+                       int nargs, sm_item *out);
+/* The function of the file called name, or NULL. */
+const sm_fn *sm_ps_find_fn(sm_parser *ps, const char *name);
+/* Inlines a call of f (sm_ir_parse.c): binds its parameters to args, reads
+ * its body again and gives what it returns (a value or a tuple). */
+int sm_ps_call_fn(sm_parser *ps, const sm_fn *f, const sm_tok *at, const sm_arg *args, int nargs,
+                  sm_item *out);
+
 /* Parses P(...) / PartitionSpec(...) at the current token. */
 int sm_ps_pspec(sm_parser *ps, sm_pspec *out);
 

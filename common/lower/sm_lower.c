@@ -1,13 +1,248 @@
-/* sm_lower: global-view (jit) programs lowered to shard_map programs. */
+/* sm_lower: global-view (jit) programs lowered to shard_map programs
+ * (sm_lower.h says how). */
 #include "sm_lower.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "sm_ir_infer.h"
+
+typedef struct {
+    const sm_program *j;
+    sm_program *o;
+    int replicate_all;
+    int *map;          /* jit value -> lowered value */
+    sm_ir_layout *lay; /* jit value -> layout of its lowered value */
+    char *err;
+    size_t errlen;
+    int line, col; /* position of the jit op being lowered */
+} sm_lw;
+
+static sm_err sm_lw_emit(sm_lw *w, sm_op_kind kind, const int *ops, int n, const sm_ir_attrs *a,
+                         int *id)
+{
+    return sm_program_add_op_at(w->o, kind, ops, n, a, w->line, w->col, id, w->err, w->errlen);
+}
+
+static void sm_lw_axis(sm_lw *w, sm_ir_attrs *a, int axis)
+{
+    snprintf(a->axes[a->naxes++], SM_AXIS_NAME_MAX, "%s", w->j->mesh.names[axis]);
+}
+
+static int sm_lw_prefix(const sm_ir_layout *c, const sm_ir_layout *t, int d)
+{
+    return c->n[d] <= t->n[d] && memcmp(c->ax[d], t->ax[d], c->n[d]) == 0;
+}
+
+/* Moves the block *id of a value of global shape s from layout cur to tgt
+ * (sm_lower.h: all_to_all, all_gather, local slices). */
+static sm_err sm_lw_reshard(sm_lw *w, int *id, const sm_shape *s, const sm_ir_layout *from,
+                            const sm_ir_layout *tgt)
+{
+    sm_ir_layout cur = *from;
+    sm_err e;
+    for (int d = 0; d < s->rank; d++) {
+        while (!sm_lw_prefix(&cur, tgt, d)) {
+            int a = cur.ax[d][cur.n[d] - 1], d2 = -1;
+            for (int k = 0; k < s->rank && d2 < 0; k++)
+                if (k != d && sm_lw_prefix(&cur, tgt, k) && cur.n[k] < tgt->n[k] &&
+                    tgt->ax[k][cur.n[k]] == a)
+                    d2 = k;
+            sm_ir_attrs at = {0};
+            sm_lw_axis(w, &at, a);
+            at.tiled = 1;
+            if (d2 >= 0) { /* a moves from d to d2 */
+                at.axis = d2;
+                at.axis2 = d;
+                if ((e = sm_lw_emit(w, SM_OP_ALL_TO_ALL, id, 1, &at, id)))
+                    return e;
+                cur.ax[d2][cur.n[d2]++] = (uint8_t)a;
+            } else {
+                at.axis = d;
+                if ((e = sm_lw_emit(w, SM_OP_ALL_GATHER, id, 1, &at, id)))
+                    return e;
+            }
+            cur.n[d]--;
+        }
+    }
+    for (int d = 0; d < s->rank; d++) {
+        while (cur.n[d] < tgt->n[d]) {
+            int a = tgt->ax[d][cur.n[d]];
+            int64_t blk = s->dims[d] / sm_ir_layout_factor(w->j, &cur, d);
+            int64_t nb = blk / w->j->mesh.sizes[a];
+            sm_ir_attrs ai = {0}, ac = {.has_dtype = 1, .dtype = SM_I32, .i = nb}, am = {0};
+            int idx, c, ops[2];
+            sm_lw_axis(w, &ai, a);
+            if ((e = sm_lw_emit(w, SM_OP_AXIS_INDEX, NULL, 0, &ai, &idx)) ||
+                (e = sm_lw_emit(w, SM_OP_CONST, NULL, 0, &ac, &c)))
+                return e;
+            ops[0] = idx;
+            ops[1] = c;
+            if ((e = sm_lw_emit(w, SM_OP_MULTIPLY, ops, 2, &am, &ops[1])))
+                return e;
+            ops[0] = *id;
+            sm_ir_attrs as = {.axis = d};
+            as.ints.n = 1;
+            as.ints.v[0] = nb;
+            if ((e = sm_lw_emit(w, SM_OP_DYNAMIC_SLICE_IN_DIM, ops, 2, &as, id)))
+                return e;
+            cur.ax[d][cur.n[d]++] = (uint8_t)a;
+        }
+    }
+    return SM_OK;
+}
+
+static const sm_op_kind sm_lw_post_kind[] = {
+    [SM_IR_POST_PSUM] = SM_OP_PSUM,
+    [SM_IR_POST_PMEAN] = SM_OP_PMEAN,
+    [SM_IR_POST_PMAX] = SM_OP_PMAX,
+    [SM_IR_POST_PMIN] = SM_OP_PMIN,
+    [SM_IR_POST_PSUM_SCATTER] = SM_OP_PSUM_SCATTER,
+};
+
+static sm_err sm_lw_op(sm_lw *w, const sm_ir_op *op)
+{
+    const sm_program *j = w->j;
+    const sm_ir_value *rv = &j->values[op->result];
+    sm_err e;
+    int ops[SM_OP_MAXARGS], id;
+    w->line = op->line;
+    w->col = op->col;
+    if (op->manual) { /* a shard_map function's own op */
+        for (int k = 0; k < op->noperands; k++)
+            ops[k] = w->map[op->operands[k]];
+        if ((e = sm_lw_emit(w, op->kind, ops, op->noperands, &op->attrs, &id)))
+            return e;
+        w->map[op->result] = id;
+        return SM_OK;
+    }
+    if (op->kind == SM_OP_SHARD_MAP_OUT) {
+        w->map[op->result] = w->map[op->operands[0]];
+        w->lay[op->result] = w->replicate_all ? (sm_ir_layout){{0}} : rv->layout;
+        return SM_OK;
+    }
+    sm_ir_value v = *rv;
+    sm_ir_shard_plan *plan = malloc(sizeof *plan);
+    if (!plan)
+        return sm_fail(w->err, w->errlen, SM_ENOMEM, "out of memory lowering");
+    if ((e = sm_ir_shard_op(j, op, &v, plan, w->err, w->errlen)))
+        goto done;
+    if (w->replicate_all) {
+        memset(plan->in, 0, sizeof plan->in);
+        memset(&plan->local_layout, 0, sizeof plan->local_layout);
+        memset(&v.layout, 0, sizeof v.layout);
+        plan->local = op->attrs;
+        plan->local.sharding = NULL;
+        plan->post = SM_IR_POST_NONE;
+    }
+    if (op->kind == SM_OP_SHARD_MAP_IN) { /* the block under the in_spec */
+        sm_ir_layout l;
+        sm_ir_layout_of_spec(j, op->attrs.sharding, &l);
+        if (w->replicate_all)
+            memset(&l, 0, sizeof l);
+        id = w->map[op->operands[0]];
+        const sm_ir_value *x = &j->values[op->operands[0]];
+        if (!(e = sm_lw_reshard(w, &id, &x->shape, &w->lay[op->operands[0]], &l)))
+            w->map[op->result] = id;
+        goto done;
+    }
+    for (int k = 0; k < op->noperands; k++) {
+        int src = op->operands[k];
+        ops[k] = w->map[src];
+        if ((e = sm_lw_reshard(w, &ops[k], &j->values[src].shape, &w->lay[src], &plan->in[k])))
+            goto done;
+    }
+    sm_ir_layout after = plan->local_layout;
+    if (op->kind == SM_OP_RESHARD || op->kind == SM_OP_WITH_SHARDING_CONSTRAINT) {
+        id = ops[0];
+    } else if ((e = sm_lw_emit(w, op->kind, ops, op->noperands, &plan->local, &id))) {
+        goto done;
+    }
+    if (plan->post != SM_IR_POST_NONE && plan->npost > 0) {
+        sm_ir_attrs pa = {0};
+        for (int k = 0; k < plan->npost; k++)
+            sm_lw_axis(w, &pa, plan->post_axes[k]);
+        if (plan->post == SM_IR_POST_PSUM_SCATTER) {
+            pa.axis = plan->post_dim;
+            pa.tiled = 1;
+            for (int k = 0; k < plan->npost; k++)
+                after.ax[plan->post_dim][after.n[plan->post_dim]++] = plan->post_axes[k];
+        }
+        if ((e = sm_lw_emit(w, sm_lw_post_kind[plan->post], &id, 1, &pa, &id)))
+            goto done;
+    }
+    if ((e = sm_lw_reshard(w, &id, &rv->shape, &after, &v.layout)))
+        goto done;
+    w->map[op->result] = id;
+    w->lay[op->result] = v.layout;
+done:
+    free(plan);
+    return e;
+}
 
 sm_err sm_lower(const sm_program *jit, const sm_lower_opts *opts, sm_program **out, char *err,
                 size_t errlen)
 {
     *out = NULL;
-    return sm_fail(err, errlen, SM_EINTERNAL, "lowering is not written yet");
+    if (jit->kind != SM_PROG_JIT)
+        return sm_fail(err, errlen, SM_EINVAL, "program '%s' is not a jit program", jit->name);
+    sm_lw w = {.j = jit, .err = err, .errlen = errlen};
+    w.replicate_all = opts && opts->replicate_all;
+    sm_err e = sm_program_create(&jit->mesh, jit->name, &w.o, err, errlen);
+    if (e)
+        return e;
+    w.o->has_devices = jit->has_devices;
+    w.o->filename = jit->filename;
+    w.map = calloc((size_t)jit->nvalues + 1, sizeof *w.map);
+    w.lay = calloc((size_t)jit->nvalues + 1, sizeof *w.lay);
+    int *rets = calloc((size_t)jit->nreturns + 1, sizeof *rets);
+    sm_pspec *specs = calloc((size_t)jit->nreturns + 1, sizeof *specs);
+    if (!w.map || !w.lay || !rets || !specs) {
+        e = sm_fail(err, errlen, SM_ENOMEM, "out of memory lowering '%s'", jit->name);
+        goto fail;
+    }
+    for (int i = 0; i < jit->nparams; i++) {
+        const sm_ir_param *pa = &jit->params[i];
+        sm_pspec none = {0};
+        const sm_pspec *sp = w.replicate_all ? &none : &pa->spec;
+        if ((e = sm_program_add_param(w.o, pa->name, pa->dtype, &pa->global, sp, &w.map[pa->value],
+                                      err, errlen)))
+            goto fail;
+        if (!w.replicate_all)
+            w.lay[pa->value] = jit->values[pa->value].layout;
+    }
+    for (int k = 0; k < jit->nops; k++)
+        if ((e = sm_lw_op(&w, &jit->ops[k])))
+            goto fail;
+    for (int k = 0; k < jit->nreturns; k++) {
+        int v = jit->returns[k];
+        sm_ir_layout t = {{0}};
+        if (!w.replicate_all) {
+            specs[k] = jit->out_specs[k];
+            sm_ir_layout_of_spec(jit, &specs[k], &t);
+        }
+        rets[k] = w.map[v];
+        w.line = jit->ret_line;
+        w.col = jit->ret_col;
+        if ((e = sm_lw_reshard(&w, &rets[k], &jit->values[v].shape, &w.lay[v], &t)))
+            goto fail;
+    }
+    if ((e = sm_program_set_returns(w.o, rets, specs, jit->nreturns, err, errlen)) ||
+        (e = sm_program_verify(w.o, 0, err, errlen)))
+        goto fail;
+    for (int v = 0; v < jit->nvalues; v++) /* the source names, where the value is the same */
+        if (jit->values[v].name && !w.o->values[w.map[v]].name)
+            sm_program_name_value(w.o, w.map[v], jit->values[v].name);
+    *out = w.o;
+    w.o = NULL;
+fail:
+    sm_program_free(w.o);
+    free(w.map);
+    free(w.lay);
+    free(rets);
+    free(specs);
+    return e;
 }
 
 int sm_lower_count_collectives(const sm_program *p, int counts[SM_OP_COUNT])
@@ -17,7 +252,7 @@ int sm_lower_count_collectives(const sm_program *p, int counts[SM_OP_COUNT])
         counts[k] = 0;
     for (int k = 0; k < p->nops; k++) {
         sm_vma_rule r = sm_op_vma_rule(p->ops[k].kind);
-        if (r == SM_VMA_REMOVE || r == SM_VMA_ADD) {
+        if ((r == SM_VMA_REMOVE || r == SM_VMA_ADD) && p->ops[k].kind != SM_OP_PVARY) {
             counts[p->ops[k].kind]++;
             n++;
         }

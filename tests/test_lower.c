@@ -1,0 +1,406 @@
+/* test_lower: global-view (jit) programs — the types JAX gives them (with
+ * their shardings), the programs JAX refuses, the collectives the lowering
+ * chooses, and differential runs: every lowered program run on its mesh
+ * (sm_exec_local_run, every device a thread) against the same program
+ * computed on whole arrays on every device, bit for bit on integers. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sm_exec_local.h"
+#include "sm_lower.h"
+#include "suite_main.h"
+
+static sm_program *parse_ok(const char *text)
+{
+    char err[1024] = "";
+    sm_program *p = NULL;
+    sm_err e = sm_program_parse(text, "t.shmap", &p, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "parse failed: %s\n%s", err, text);
+    e = sm_program_verify(p, 1, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "verify failed: %s", err);
+    return p;
+}
+
+static int value_named(const sm_program *p, const char *name)
+{
+    for (int v = p->nvalues - 1; v >= 0; v--)
+        if (p->values[v].name && strcmp(p->values[v].name, name) == 0)
+            return v;
+    return -1;
+}
+
+/* ---- types (what jax.typeof prints) ---- */
+
+typedef struct {
+    const char *text;
+    const char *value;
+    const char *type;
+} type_case;
+
+static const type_case types[] = {
+    /* explicit-sharding guide: propagation through + */
+    {"mesh X=2 Y=4\njit add_arrays(x: i32[4,1] @ P('X', None), y: i32[1,8] @ P(None, 'Y')):\n"
+     "    ans = x + y\n    return ans\n",
+     "ans", "i32[4@X,8@Y]"},
+    {"mesh X=2 Y=4\njit f(x: f32[8,16] @ P('X', 'Y')):\n    z = jnp.sin(x)\n    return z\n", "z",
+     "f32[8@X,16@Y]"},
+    {"mesh X=2 Y=4\njit f(x: f32[8,16] @ P(('X', 'Y'),)):\n    return x\n", "x", "f32[8@(X,Y),16]"},
+    /* scaling book: out_sharding chooses the reduce-scatter */
+    {"mesh X=2 Y=2\njit m(In: f32[8,2048] @ P('X','Y'), W: f32[2048,8192] @ P('Y', None)):\n"
+     "    o = einsum('bd,df->bf', square(In), W, out_sharding=P('X','Y'))\n    return o\n",
+     "o", "f32[8@X,8192@Y]"},
+    {"mesh X=2 Y=2\njit m(In: f32[8,2048] @ P('X','Y'), W: f32[2048,8192] @ P('Y', None)):\n"
+     "    o = einsum('bd,df->bf', In, W, out_sharding=P('X', None))\n    return o\n",
+     "o", "f32[8@X,8192]"},
+    {"mesh X=2 Y=4\njit d(a: f32[8,16] @ P('X', None), b: f32[16,32] @ P(None, 'Y')):\n"
+     "    c = a @ b\n    return c\n",
+     "c", "f32[8@X,32@Y]"},
+    {"mesh X=2 Y=4\njit s(a: f32[8,16] @ P('X', 'Y')):\n    t = jnp.sum(a, axis=1)\n    return t\n",
+     "t", "f32[8@X]"},
+    {"mesh X=2 Y=4\njit s(a: f32[8,16] @ P('X', 'Y')):\n    t = a.T\n    return t\n", "t",
+     "f32[16@Y,8@X]"},
+    {"mesh X=2 Y=4\njit r(a: f32[8,16] @ P('X', None)):\n    t = a.reshape(8, 4, 4)\n"
+     "    return t\n",
+     "t", "f32[8@X,4,4]"},
+    {"mesh X=2 Y=4\njit r(a: f32[8,4] @ P('X', 'Y')):\n    t = a.reshape(32)\n    return t\n", "t",
+     "f32[32@(X,Y)]"},
+    {"mesh X=2 Y=4\njit r(a: f32[8,16] @ P('X', None)):\n    t = reshard(a, P(None, 'Y'))\n"
+     "    return t\n",
+     "t", "f32[8,16@Y]"},
+    {"mesh X=2 Y=4\njit z():\n    t = jnp.zeros((8, 4), f32, out_sharding=P('X'))\n    return t\n",
+     "t", "f32[8@X,4]"},
+    {"mesh X=2 Y=4\njit z(a: i32[8,16] @ P('X', 'Y')):\n    t = a[2:6, :]\n    return t\n", "t",
+     "i32[4@X,16@Y]"},
+    /* Auto axes never show in a type */
+    {"mesh X=2 Y=4 axis_types=(Explicit, Auto)\njit f(x: f32[8,16] @ P('X', 'Y')):\n"
+     "    z = x * 2\n    return z\n",
+     "z", "f32[8@X,16]"},
+    /* the axis-twice error's auto_axes fix */
+    {"mesh X=2 Y=4\ndef add2(x, y):\n    return x + y\n"
+     "jit f(x: f32[4,4] @ P('X', None), y: f32[4,4] @ P(None, 'X')):\n"
+     "    z = auto_axes(add2, out_sharding=P('X', None))(x, y)\n    return z\n",
+     "z", "f32[4@X,4]"},
+};
+
+START_TEST(test_types)
+{
+    const type_case *c = &types[_i];
+    sm_program *p = parse_ok(c->text);
+    int v = value_named(p, c->value);
+    ck_assert_msg(v >= 0, "no value %s", c->value);
+    char t[256];
+    sm_program_value_type(p, v, t, sizeof t);
+    ck_assert_msg(strcmp(t, c->type) == 0, "%s: type %s, expected %s", c->value, t, c->type);
+    sm_program_free(p);
+}
+END_TEST
+
+/* ---- refusals, with JAX's sentences ---- */
+
+typedef struct {
+    const char *text;
+    const char *words[3];
+} error_case;
+
+static const error_case errors[] = {
+    {"mesh X=2 Y=2\njit m(In: f32[8,2048] @ P('X','Y'), W: f32[2048,8192] @ P('Y', None)):\n"
+     "    return einsum('bd,df->bf', In, W)\n",
+     {"t.shmap:3:", "Contracting dimensions are sharded and it is ambiguous",
+      "lhs_contracting_spec=('Y',) and rhs_contracting_spec=('Y',)"}},
+    {"mesh X=2 Y=4\njit f(x: f32[4,4] @ P('X', None), y: f32[4,4] @ P(None, 'X')):\n"
+     "    return x + y\n",
+     {"at most one positional dimension", "duplicate entries for X", "auto_axes"}},
+    {"mesh X=2 Y=4\njit f(x: f32[8] @ P('X'), y: f32[8] @ P('Y')):\n    return x + y\n",
+     {"add got incompatible shardings for broadcasting", "('X',), ('Y',)"}},
+    {"mesh X=2 Y=4\njit f(x: f32[8] @ P('X')):\n    return psum(x, 'X')\n",
+     {"psum is a collective", "shard_map"}},
+    {"mesh X=2 Y=4\njit f(x: f32[8, 6] @ P('X', None)):\n    return x[0:3, :]\n",
+     {"slicing on sharded dims where out dim (3) is not divisible by mesh axes (2)"}},
+    {"mesh X=2 Y=4\njit f(x: f32[8, 4] @ P('X', None)):\n    return x.reshape(4, 8)\n",
+     {"This reshape is not supported", "out_sharding"}},
+    {"mesh X=2 Y=4\njit f(x: f32[8] @ P('X'), y: f32[8] @ P(None)):\n"
+     "    return jnp.concatenate((x, y))\n",
+     {"All operands should have the same sharding"}},
+    {"mesh X=2 Y=4\njit f(x: f32[8] @ P('X')):\n    return jnp.tile(x, 2)\n",
+     {"sharding rule for tile is not implemented", "auto_axes"}},
+    {"mesh i=4\nshard_map f(x: f32[8] @ P('i')) -> P('i'):\n    return reshard(x, P())\n",
+     {"reshard belongs to global-view (jit) programs"}},
+    {"mesh X=2 Y=4\njit f(x: f32[6] @ P('X')):\n    return reshard(x, P('Y'))\n",
+     {"not divisible", "6"}},
+};
+
+START_TEST(test_errors)
+{
+    const error_case *c = &errors[_i];
+    char err[1024] = "";
+    sm_program *p = NULL;
+    sm_err e = sm_program_parse(c->text, "t.shmap", &p, err, sizeof err);
+    if (e == SM_OK)
+        e = sm_program_verify(p, 1, err, sizeof err);
+    ck_assert_msg(e != SM_OK, "accepted:\n%s", c->text);
+    for (int k = 0; k < 3 && c->words[k]; k++)
+        ck_assert_msg(strstr(err, c->words[k]), "message \"%s\" lacks \"%s\"", err, c->words[k]);
+    sm_program_free(p);
+}
+END_TEST
+
+/* ---- the collectives a lowering chooses ---- */
+
+typedef struct {
+    const char *text;
+    int all_gather, all_to_all, psum, psum_scatter, pmax;
+} lower_case;
+
+static const lower_case lowers[] = {
+    /* no communication: propagation through + and elementwise chains */
+    {"mesh X=2 Y=4\njit f(x: i32[4,1] @ P('X', None), y: i32[1,8] @ P(None, 'Y')):\n"
+     "    return x + y\n",
+     0, 0, 0, 0, 0},
+    {"mesh X=2 Y=4\njit f(a: f32[8,16] @ P('X', None), b: f32[16,32] @ P(None, 'Y')):\n"
+     "    return jnp.exp(a @ b) * 2\n",
+     0, 0, 0, 0, 0},
+    /* replicated -> sharded: a local slice */
+    {"mesh X=2 Y=4\njit f(x: f32[8,16] @ P()):\n    return reshard(x, P('X', 'Y'))\n", 0, 0, 0, 0,
+     0},
+    /* sharded -> replicated: all_gather */
+    {"mesh X=2 Y=4\njit f(x: f32[8,16] @ P('X', None)):\n    return reshard(x, P())\n", 1, 0, 0, 0,
+     0},
+    /* a sharding moved to another dimension: all_to_all */
+    {"mesh X=2 Y=4\njit f(x: f32[8,16] @ P('X', None)):\n    return reshard(x, P(None, 'X'))\n", 0,
+     1, 0, 0, 0},
+    /* out_sharding on the contracted axis: reduce-scatter, else all-reduce */
+    {"mesh X=2 Y=2\njit m(In: f32[8,64] @ P('X','Y'), W: f32[64,32] @ P('Y', None)):\n"
+     "    return einsum('bd,df->bf', In, W, out_sharding=P('X','Y'))\n",
+     0, 0, 0, 1, 0},
+    {"mesh X=2 Y=2\njit m(In: f32[8,64] @ P('X','Y'), W: f32[64,32] @ P('Y', None)):\n"
+     "    return einsum('bd,df->bf', In, W, out_sharding=P('X', None))\n",
+     0, 0, 1, 0, 0},
+    /* reductions over sharded dimensions */
+    {"mesh X=2 Y=4\njit s(a: f32[8,16] @ P('X', 'Y')):\n    return jnp.max(a, axis=1)\n", 0, 0, 0,
+     0, 1},
+    /* -> OUT_SHARDINGS */
+    {"mesh X=2 Y=4\njit s(a: f32[8,16] @ P('X', 'Y')) -> P():\n    return a + 1\n", 2, 0, 0, 0, 0},
+};
+
+START_TEST(test_lowering)
+{
+    const lower_case *c = &lowers[_i];
+    sm_program *p = parse_ok(c->text), *l = NULL;
+    char err[1024] = "";
+    sm_err e = sm_lower(p, NULL, &l, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "lower: %s", err);
+    int n[SM_OP_COUNT];
+    sm_lower_count_collectives(l, n);
+    sm_strbuf sb = {0};
+    sm_program_print(l, &sb);
+    ck_assert_msg(n[SM_OP_ALL_GATHER] == c->all_gather && n[SM_OP_ALL_TO_ALL] == c->all_to_all &&
+                      n[SM_OP_PSUM] == c->psum && n[SM_OP_PSUM_SCATTER] == c->psum_scatter &&
+                      n[SM_OP_PMAX] == c->pmax,
+                  "collectives differ (ag %d a2a %d psum %d rs %d pmax %d) in\n%s",
+                  n[SM_OP_ALL_GATHER], n[SM_OP_ALL_TO_ALL], n[SM_OP_PSUM], n[SM_OP_PSUM_SCATTER],
+                  n[SM_OP_PMAX], sb.data ? sb.data : "");
+    sm_strbuf_free(&sb);
+    sm_program_free(l);
+    sm_program_free(p);
+}
+END_TEST
+
+/* ---- differential runs ---- */
+
+static uint64_t rng_next(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* Small integers, exact in every dtype and every summation order. */
+static sm_array *random_input(sm_dtype t, const sm_shape *s, uint64_t *rng)
+{
+    sm_array *a;
+    char err[256];
+    ck_assert_int_eq(sm_array_create(t, s, &a, err, sizeof err), SM_OK);
+    int64_t n = 1;
+    for (int d = 0; d < s->rank; d++)
+        n *= s->dims[d];
+    for (int64_t i = 0; i < n; i++) {
+        int v = (int)(rng_next(rng) % 9) - 4;
+        switch (t) {
+        case SM_F32:
+            ((float *)a->data)[i] = (float)v;
+            break;
+        case SM_F64:
+            ((double *)a->data)[i] = v;
+            break;
+        case SM_I32:
+            ((int32_t *)a->data)[i] = v;
+            break;
+        case SM_I64:
+            ((int64_t *)a->data)[i] = v;
+            break;
+        default:
+            ((uint8_t *)a->data)[i] = (uint8_t)(v > 0);
+        }
+    }
+    return a;
+}
+
+/* Runs p lowered and p computed whole on every device; compares. Returns 0
+ * when both ran and agree. */
+static void differential(const sm_program *p, uint64_t seed)
+{
+    char err[1024] = "";
+    sm_program *l = NULL, *ref = NULL;
+    sm_lower_opts whole = {.replicate_all = 1};
+    sm_err e = sm_lower(p, NULL, &l, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "lower: %s", err);
+    ck_assert_int_eq(sm_lower(p, &whole, &ref, err, sizeof err), SM_OK);
+    sm_array *in[16] = {0}, *a[16] = {0}, *b[16] = {0};
+    uint64_t rng = seed * 2654435761u + 1;
+    for (int i = 0; i < p->nparams; i++)
+        in[i] = random_input(p->params[i].dtype, &p->params[i].global, &rng);
+    e = sm_exec_local_run(l, in, a, NULL, err, sizeof err);
+    sm_strbuf sb = {0};
+    sm_program_print(l, &sb);
+    ck_assert_msg(e == SM_OK, "run lowered: %s\n%s", err, sb.data ? sb.data : "");
+    ck_assert_msg(sm_exec_local_run(ref, in, b, NULL, err, sizeof err) == SM_OK, "run whole: %s",
+                  err);
+    for (int k = 0; k < p->nreturns; k++) {
+        ck_assert_int_eq(a[k]->dtype, b[k]->dtype);
+        ck_assert(sm_shape_equal(&a[k]->shape, &b[k]->shape));
+        ck_assert_int_eq(a[k]->nbytes, b[k]->nbytes);
+        int exact = !sm_dtype_is_float(a[k]->dtype) ||
+                    memcmp(a[k]->data, b[k]->data, (size_t)a[k]->nbytes) == 0;
+        if (!exact) { /* floats: within the rounding of another reduction order */
+            int64_t n = a[k]->nbytes / (int64_t)sm_dtype_size(a[k]->dtype);
+            for (int64_t i = 0; i < n; i++) {
+                double x =
+                    a[k]->dtype == SM_F32 ? ((float *)a[k]->data)[i] : ((double *)a[k]->data)[i];
+                double y =
+                    b[k]->dtype == SM_F32 ? ((float *)b[k]->data)[i] : ((double *)b[k]->data)[i];
+                ck_assert_msg(fabs(x - y) <= 1e-4 * (1 + fabs(y)), "output %d [%lld]: %g vs %g\n%s",
+                              k, (long long)i, x, y, sb.data ? sb.data : "");
+            }
+        } else {
+            ck_assert_msg(memcmp(a[k]->data, b[k]->data, (size_t)a[k]->nbytes) == 0,
+                          "output %d differs\n%s", k, sb.data ? sb.data : "");
+        }
+        sm_array_free(a[k]);
+        sm_array_free(b[k]);
+    }
+    sm_strbuf_free(&sb);
+    for (int i = 0; i < p->nparams; i++)
+        sm_array_free(in[i]);
+    sm_program_free(l);
+    sm_program_free(ref);
+}
+
+START_TEST(test_differential_cases)
+{
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        sm_program *p = parse_ok(types[i].text);
+        differential(p, i + 1);
+        sm_program_free(p);
+    }
+    for (size_t i = 0; i < sizeof lowers / sizeof lowers[0]; i++) {
+        sm_program *p = parse_ok(lowers[i].text);
+        differential(p, i + 100);
+        sm_program_free(p);
+    }
+}
+END_TEST
+
+/* Random well-typed programs: elementwise chains with broadcasting,
+ * reductions, products with every placement of shardings, reshape,
+ * transpose and reshard, on meshes (8,), (4,2), (2,2,2). */
+static const char *const meshes[] = {"mesh a=8", "mesh a=4 b=2", "mesh a=2 b=2 c=2"};
+static const char *const mesh_axes[][3] = {{"a"}, {"a", "b"}, {"a", "b", "c"}};
+static const int mesh_naxes[] = {1, 2, 3};
+
+static void random_spec(uint64_t *rng, int m, int rank, char *out, size_t len)
+{
+    int used[3] = {0};
+    size_t o = (size_t)snprintf(out, len, "P(");
+    for (int d = 0; d < rank; d++) {
+        int pick = (int)(rng_next(rng) % (unsigned)(mesh_naxes[m] + 2)) - 2;
+        if (pick >= 0 && !used[pick]) {
+            used[pick] = 1;
+            o += (size_t)snprintf(out + o, len - o, "%s'%s'", d ? ", " : "", mesh_axes[m][pick]);
+        } else {
+            o += (size_t)snprintf(out + o, len - o, "%sNone", d ? ", " : "");
+        }
+    }
+    snprintf(out + o, len - o, ")");
+}
+
+START_TEST(test_differential_random)
+{
+    uint64_t rng = 0x9e3779b97f4a7c15ull;
+    int ran = 0, refused = 0;
+    static const char *const bodies[] = {
+        "    t = x + y\n    u = jnp.maximum(t, 0) * 3\n    return u\n",
+        "    t = jnp.sum(x * y, axis=0)\n    return t\n",
+        "    t = x @ y.T\n    return t\n",
+        "    t = einsum('ij,kj->ik', x, y, out_sharding=%s)\n    return t\n",
+        "    t = jnp.max(x - y, axis=1, keepdims=True)\n    return t\n",
+        "    t = (x + y).reshape(4, 2, 8)\n    return t\n",
+        "    t = reshard(x, %s) + y\n    return t.T\n",
+        "    t = jnp.sum(x, axis=1) + jnp.sum(y, axis=1)\n    return t\n",
+        "    t = jnp.where(x > y, x, y)\n    return t\n",
+        "    t = jnp.mean(x.astype(f32), axis=0)\n    return t\n",
+    };
+    const int nbodies = (int)(sizeof bodies / sizeof bodies[0]);
+    for (int iter = 0; iter < 240; iter++) {
+        int m = iter % 3;
+        const char *dt = iter % 2 ? "i32" : "f32";
+        char sx[64], sy[64], so[64], body[256], text[1024];
+        random_spec(&rng, m, 2, sx, sizeof sx);
+        random_spec(&rng, m, 2, sy, sizeof sy);
+        random_spec(&rng, m, 2, so, sizeof so);
+        snprintf(body, sizeof body, bodies[iter % nbodies], so);
+        snprintf(text, sizeof text, "%s\njit f(x: %s[8,8] @ %s, y: %s[8,8] @ %s):\n%s", meshes[m],
+                 dt, sx, dt, sy, body);
+        char err[1024];
+        sm_program *p = NULL;
+        sm_err e = sm_program_parse(text, "r.shmap", &p, err, sizeof err);
+        if (e == SM_OK)
+            e = sm_program_verify(p, 1, err, sizeof err);
+        if (e != SM_OK) { /* a program JAX refuses too: the message says why */
+            ck_assert_msg(strstr(err, "shard") || strstr(err, "Contracting") ||
+                              strstr(err, "duplicate") || strstr(err, "reshape"),
+                          "unexpected refusal: %s\n%s", err, text);
+            refused++;
+            sm_program_free(p);
+            continue;
+        }
+        differential(p, (uint64_t)iter + 1000);
+        sm_program_free(p);
+        ran++;
+    }
+    ck_assert_msg(ran >= 150, "only %d of 240 random programs type-checked (%d refused)", ran,
+                  refused);
+}
+END_TEST
+
+static Suite *lower_suite(void)
+{
+    Suite *s = suite_create("lower");
+    TCase *tc = tcase_create("jit");
+    tcase_set_timeout(tc, 240);
+    tcase_add_loop_test(tc, test_types, 0, (int)(sizeof types / sizeof types[0]));
+    tcase_add_loop_test(tc, test_errors, 0, (int)(sizeof errors / sizeof errors[0]));
+    tcase_add_loop_test(tc, test_lowering, 0, (int)(sizeof lowers / sizeof lowers[0]));
+    tcase_add_test(tc, test_differential_cases);
+    tcase_add_test(tc, test_differential_random);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return suite_main(lower_suite());
+}
