@@ -12,6 +12,7 @@
 
 #include "sm_example.h"
 #include "sm_exec_local.h"
+#include "sm_lower.h"
 
 /* The seed examples that must exist (SEMANTICS.md §4 and the scaling book). */
 static const char *const required[] = {
@@ -65,6 +66,13 @@ static void run_example(const char *name)
     ck_assert_msg(e == SM_OK, "%s: parse: %s", name, err);
     e = sm_program_verify(p, sm_exec_text_check_vma(text), err, sizeof err);
     ck_assert_msg(e == SM_OK, "%s: verify: %s", name, err);
+    if (p->kind == SM_PROG_JIT) { /* a global-view program runs lowered */
+        sm_program *l = NULL;
+        e = sm_lower(p, NULL, &l, err, sizeof err);
+        ck_assert_msg(e == SM_OK, "%s: lower: %s", name, err);
+        sm_program_free(p);
+        p = l;
+    }
 
     sm_array *in[16] = {0}, *out[8] = {0}, *want[8] = {0};
     ck_assert_int_le(p->nparams, 16);

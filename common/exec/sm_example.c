@@ -69,9 +69,9 @@ static sm_err sm_ex_call(sm_ex *x, const char *fn, sm_ex_val *a, int n, sm_array
     int64_t ints[SM_EX_MAXARGS];
     for (int i = 0; i < n; i++)
         ints[i] = (int64_t)a[i].num;
-    static const char *const known[] = {"arange",    "random", "values", "reshape",
-                                        "transpose", "tile",   "roll",   "sum",
-                                        "mean",      "astype", "matmul", "add"};
+    static const char *const known[] = {"arange", "random", "values",  "reshape", "transpose",
+                                        "tile",   "roll",   "sum",     "mean",    "astype",
+                                        "matmul", "add",    "multiply"};
     int found = 0;
     for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
         found |= !strcmp(fn, known[k]);
@@ -177,11 +177,11 @@ static sm_err sm_ex_call(sm_ex *x, const char *fn, sm_ex_val *a, int n, sm_array
         return sm_kern_astype(t, x0->data, a[1].t, (*out)->data, sm_ex_numel(xs), x->err,
                               x->errlen);
     }
-    if (!strcmp(fn, "matmul") || !strcmp(fn, "add")) {
+    if (!strcmp(fn, "matmul") || !strcmp(fn, "add") || !strcmp(fn, "multiply")) {
         if (n != 2 || na != 2 || a[1].a->dtype != t)
-            return sm_ex_fail(x, "matmul and add take two arrays of one dtype");
+            return sm_ex_fail(x, "matmul, add and multiply take two arrays of one dtype");
         const sm_shape *bs = &a[1].a->shape;
-        if (fn[0] == 'm') {
+        if (!strcmp(fn, "matmul")) {
             if ((e = sm_kern_matmul_shape(xs, 0, bs, 0, &os, x->err, x->errlen)) ||
                 (e = sm_ex_new(x, t, &os, out)))
                 return e;
@@ -191,8 +191,8 @@ static sm_err sm_ex_call(sm_ex *x, const char *fn, sm_ex_val *a, int n, sm_array
         if ((e = sm_kern_broadcast_shape(xs, bs, &os, x->err, x->errlen)) ||
             (e = sm_ex_new(x, t, &os, out)))
             return e;
-        return sm_kern_binary(SM_KERN_ADD, t, x0->data, xs, a[1].a->data, bs, (*out)->data, x->err,
-                              x->errlen);
+        return sm_kern_binary(fn[0] == 'a' ? SM_KERN_ADD : SM_KERN_MULTIPLY, t, x0->data, xs,
+                              a[1].a->data, bs, (*out)->data, x->err, x->errlen);
     }
     return sm_fail(x->err, x->errlen, SM_EINTERNAL, "line %d: '%s' has no evaluator", x->line, fn);
 }

@@ -8,7 +8,7 @@
  *   values(dtype, v0, v1, ...)   an explicit list
  *   reshape(x, d0, ...)  transpose(x, p0, ...)  tile(x, r0, ...)
  *   roll(x, shift, axis)  sum(x, axis)  mean(x, axis)  astype(x, dtype)
- *   matmul(a, b)  add(a, b)
+ *   matmul(a, b)  add(a, b)  multiply(a, b)
  *
  * NAME.inputs has one `name = EXPR` line per parameter; NAME.expected has
  * one EXPR line per output, in return order, in which the parameter names
