@@ -18,6 +18,16 @@ import sys, numpy as np
 dt = {"f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np.int64,
       "u8": np.uint8, "bool": np.bool_}
 env = dict(dt)
+def random(n, t, seed):
+    # the generator of common/exec/sm_example.c: n integers in [-4, 4]
+    m = (1 << 64) - 1
+    st = (seed * 2654435761 + 12345) & m
+    out = []
+    for _ in range(n):
+        st = (st * 6364136223846793005 + 1442695040888963407) & m
+        out.append((st >> 33) % 9 - 4)
+    return np.array(out, dtype=t)
+env["random"] = random
 env.update(
     arange=lambda n, t: np.arange(n, dtype=t),
     values=lambda t, *v: np.array(v, dtype=t),
@@ -29,7 +39,8 @@ env.update(
     mean=lambda x, a: x.mean(axis=a, dtype=x.dtype),
     astype=lambda x, t: x.astype(t),
     matmul=lambda a, b: a @ b,
-    add=lambda a, b: a + b)
+    add=lambda a, b: a + b,
+    multiply=lambda a, b: a * b)
 def lines(path):
     return [l.split("#")[0].strip() for l in open(path) if l.split("#")[0].strip()]
 mode, name, out = sys.argv[1], sys.argv[2], sys.argv[3]
