@@ -7,7 +7,7 @@ set -euo pipefail
 SM_PACKAGES=(
   build-essential cmake pkg-config clang-format
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler grpc-proto
-  libopenblas-dev check libsubunit-dev libjansson-dev libxxhash-dev
+  libopenblas-dev check libsubunit-dev libjansson-dev libxxhash-dev libsqlite3-dev
   iproute2 procps python3 python3-numpy python3-yaml
 )
 # Benchmarks compare against Open MPI when it is there; tests do not need it.

@@ -36,6 +36,7 @@ enum {
     CFG_JOB_KEEP_MAX,
     CFG_JOB_QUEUE_MAX,
     CFG_LOG_LEVEL,
+    CFG_STATE_DIR,
     CFG_COUNT
 };
 
@@ -71,6 +72,10 @@ static const sm_config_row cfg_rows[CFG_COUNT] = {
                            "refused RESOURCE_EXHAUSTED."},
     [CFG_LOG_LEVEL] = {"log-level", 0, SM_CFG_STRING, "info", "SHMAP_LOG",
                        "Log level: error, warn, info or debug."},
+    [CFG_STATE_DIR] = {"state-dir", 0, SM_CFG_STRING, NULL, "SHMAP_STATE_DIR",
+                       "Keep the registry (meshes, arrays, workers, jobs' records) in SQLite "
+                       "in this directory, so a restarted coordinator gets its arrays back "
+                       "from the workers (none if unset: memory only)."},
 };
 
 /* Threads that run queued shard_map jobs. */
@@ -176,6 +181,9 @@ int main(int argc, char **argv)
     int deadline = (int)v[CFG_DEADLINE].i;
     if ((e = sm_registry_create((uint32_t)deadline, (uint32_t)v[CFG_HEARTBEAT].i, &reg, err,
                                 sizeof err)))
+        goto fail;
+    if (v[CFG_STATE_DIR].s && *v[CFG_STATE_DIR].s &&
+        (e = sm_registry_open_state(reg, v[CFG_STATE_DIR].s, err, sizeof err)))
         goto fail;
     sm_coord coord = {reg, token, deadline};
     sm_cjobs_config jobs_cfg = sm_cjobs_config_default(JOB_THREADS);

@@ -68,6 +68,7 @@ void sm_registry_free(sm_registry *r)
 {
     if (!r)
         return;
+    sm_registry_close_state(r);
     for (int i = 0; i < r->nworkers; i++) {
         if (r->workers[i]->ch)
             sm_rpc_channel_free(r->workers[i]->ch);
@@ -163,6 +164,7 @@ static void sm_reg_worker_mark_lost(sm_registry *r, sm_reg_worker *w, const char
     char label[SM_NAME_MAX + 16];
     w->alive = 0;
     SM_WARN("worker %u at %s (process %d) is lost: %s", w->id, w->address, w->process_index, why);
+    sm_reg_tx_begin(r);
     for (sm_reg_array *a = r->arrays; a; a = a->next) {
         char devs[256];
         unsigned char gone[SM_MAX_DEVICES];
@@ -183,12 +185,115 @@ static void sm_reg_worker_mark_lost(sm_registry *r, sm_reg_worker *w, const char
                      label, devs, w->id, w->address, why);
             a->state = SM_ARRAY_LOST;
             sm_reg_array_set_error(a, msg);
+            sm_reg_save_array(r, a);
         } else if (a->state == SM_ARRAY_PENDING) {
             snprintf(msg, sizeof msg, "%s failed: devices %s are gone (worker %u at %s: %s)", label,
                      devs, w->id, w->address, why);
             sm_reg_array_fail(r, a, msg, frees, nfrees);
         }
     }
+    sm_reg_tx_end(r);
+}
+
+/* Appends a free of (array, device) on w, joining the free of the same
+ * array on w if there is one. */
+static void sm_reg_free_one(sm_reg_worker *w, uint64_t array, int32_t device, sm_reg_free **frees,
+                            int *nfrees)
+{
+    for (int k = 0; k < *nfrees; k++) {
+        sm_reg_free *f = &(*frees)[k];
+        if (f->array.v == array && f->t.worker_id == w->id &&
+            f->t.ndevices < SM_MAX_WORKER_DEVICES) {
+            f->t.devices[f->t.ndevices++] = device;
+            return;
+        }
+    }
+    sm_reg_free *nf = realloc(*frees, sizeof *nf * (size_t)(*nfrees + 1));
+    if (!nf)
+        return;
+    *frees = nf;
+    sm_reg_free *f = &nf[(*nfrees)++];
+    memset(f, 0, sizeof *f);
+    f->array.v = array;
+    f->t.worker_id = w->id;
+    f->t.ch = w->ch;
+    snprintf(f->t.address, sizeof f->t.address, "%s", w->address);
+    f->t.ndevices = 1;
+    f->t.devices[0] = device;
+}
+
+/* Takes back the shards w offers (req->held): a shard of a LOST or READY
+ * array at a position of w's is marked present; an array whose every
+ * position is present on an alive worker is READY again. The shards of
+ * arrays this registry does not keep are freed. */
+static void sm_reg_worker_adopt(sm_registry *r, sm_reg_worker *w, const sm_svc_register_req *req,
+                                sm_reg_free **frees, int *nfrees)
+{
+    char label[SM_NAME_MAX + 16];
+    int adopted = 0, ready = 0;
+    for (sm_reg_array *a = r->arrays; a; a = a->next)
+        for (int p = 0; p < a->n; p++)
+            if (a->worker[p] == w->id && a->state != SM_ARRAY_PENDING)
+                a->filled[p] = 0;
+    for (int k = 0; k < req->nheld; k++) {
+        const sm_svc_held_shard *h = &req->held[k];
+        sm_reg_array *a = sm_reg_array_find(r, (sm_array_ref){{h->array}, NULL}, NULL, 0);
+        int p = a ? sm_mesh_find_device(&a->sharding.mesh, h->device) : -1;
+        if (a && p >= 0 && a->worker[p] == w->id &&
+            (a->state == SM_ARRAY_LOST || a->state == SM_ARRAY_READY)) {
+            a->filled[p] = 1;
+            adopted++;
+        } else if (!a || a->state != SM_ARRAY_PENDING) {
+            sm_reg_free_one(w, h->array, h->device, frees, nfrees);
+        }
+    }
+    for (sm_reg_array *a = r->arrays; a; a = a->next) {
+        if (a->state != SM_ARRAY_LOST && a->state != SM_ARRAY_READY)
+            continue;
+        int all = 1, mine = 0;
+        for (int p = 0; p < a->n; p++) {
+            sm_reg_worker *o = sm_reg_worker_by_id(r, a->worker[p]);
+            all &= a->filled[p] && o && o->alive;
+            mine |= a->worker[p] == w->id;
+        }
+        if (!mine)
+            continue;
+        if (all && a->state == SM_ARRAY_LOST) {
+            a->state = SM_ARRAY_READY;
+            a->error[0] = 0;
+            sm_reg_save_array(r, a);
+            SM_INFO("%s is ready again: worker %u offered back its shards",
+                    sm_reg_array_label(a, label, sizeof label), w->id);
+            ready++;
+        } else if (!all && a->state == SM_ARRAY_READY) {
+            char msg[512];
+            snprintf(msg, sizeof msg,
+                     "%s is lost: worker %u at %s came back without some of its "
+                     "shards",
+                     sm_reg_array_label(a, label, sizeof label), w->id, w->address);
+            a->state = SM_ARRAY_LOST;
+            sm_reg_array_set_error(a, msg);
+            sm_reg_save_array(r, a);
+        }
+    }
+    if (req->nheld)
+        SM_INFO("worker %u offered %d shard(s): %d adopted, %d array(s) ready again", w->id,
+                req->nheld, adopted, ready);
+}
+
+/* The registered worker a registration asking for its old identity names,
+ * if it may take it: same device count (and ids, if given), and not alive
+ * at another address. */
+static sm_reg_worker *sm_reg_worker_returning(sm_registry *r, const sm_svc_register_req *req,
+                                              const char *addr)
+{
+    sm_reg_worker *o = req->worker_id ? sm_reg_worker_by_id(r, req->worker_id) : NULL;
+    if (!o || o->ndevices != req->ndevices || (o->alive && strcmp(o->address, addr)))
+        return NULL;
+    for (int k = 0; req->devices && k < req->ndevices; k++)
+        if (req->devices[k] != o->first_device + k)
+            return NULL;
+    return o;
 }
 
 sm_err sm_registry_worker_add(sm_registry *r, const sm_svc_register_req *req, sm_rpc_channel *ch,
@@ -199,6 +304,7 @@ sm_err sm_registry_worker_add(sm_registry *r, const sm_svc_register_req *req, sm
     sm_reg_worker *w = NULL;
     const char *addr = req->address ? req->address : "";
     pthread_mutex_lock(&r->mu);
+    sm_reg_tx_begin(r);
     if (!*addr || strlen(addr) >= SM_ADDR_MAX) {
         rc = sm_fail(err, errlen, SM_EINVAL, "worker address '%.60s' is empty or too long", addr);
         goto out;
@@ -230,12 +336,40 @@ sm_err sm_registry_worker_add(sm_registry *r, const sm_svc_register_req *req, sm
                      SM_MAX_DEVICES);
         goto out;
     }
+    sm_reg_worker *back = sm_reg_worker_returning(r, req, addr);
     sm_reg_worker *holder =
         req->process_index >= 0 ? sm_reg_worker_alive_at(r, req->process_index) : NULL;
-    if (holder && strcmp(holder->address, addr) != 0) {
+    if (holder && strcmp(holder->address, addr) != 0 && holder != back) {
         rc = sm_fail(err, errlen, SM_EEXIST, "process index %d is already held by worker %u at %s",
                      req->process_index, holder->id, holder->address);
         goto out;
+    }
+    if (back) {
+        /* A worker coming back with its identity (the coordinator restarted
+         * or lost it): same id and devices, its offered shards adopted. */
+        for (int i = 0; i < r->nworkers; i++)
+            if (r->workers[i] != back && r->workers[i]->alive &&
+                !strcmp(r->workers[i]->address, addr))
+                sm_reg_worker_mark_lost(r, r->workers[i],
+                                        "another worker registered at its address", frees, nfrees);
+        w = back;
+        if (w->ch && w->ch != ch)
+            sm_rpc_channel_free(w->ch);
+        snprintf(w->address, sizeof w->address, "%s", addr);
+        snprintf(w->host, sizeof w->host, "%s", req->host ? req->host : "");
+        if (req->process_index >= 0)
+            w->process_index = req->process_index;
+        if (w->process_index < 0 || (sm_reg_worker_alive_at(r, w->process_index) &&
+                                     sm_reg_worker_alive_at(r, w->process_index) != w))
+            for (w->process_index = 0; sm_reg_worker_alive_at(r, w->process_index);)
+                w->process_index++;
+        w->alive = 1;
+        w->last_seen = now_ms;
+        w->ch = ch;
+        memset(w->device_bytes, 0, sizeof w->device_bytes);
+        sm_reg_save_worker(r, w);
+        sm_reg_worker_adopt(r, w, req, frees, nfrees);
+        goto reply;
     }
     w = calloc(1, sizeof *w);
     if (!w || sm_reg_vec_push((void ***)&r->workers, &r->nworkers, &r->capworkers, w)) {
@@ -247,6 +381,10 @@ sm_err sm_registry_worker_add(sm_registry *r, const sm_svc_register_req *req, sm
     for (int i = 0; i < r->nworkers - 1; i++)
         if (r->workers[i]->alive && !strcmp(r->workers[i]->address, addr))
             sm_reg_worker_mark_lost(r, r->workers[i], "it registered again", frees, nfrees);
+    /* A new worker may ask for an id never handed out (--worker-id). */
+    if (req->worker_id && req->worker_id >= r->next_worker &&
+        !sm_reg_worker_by_id(r, req->worker_id))
+        r->next_worker = req->worker_id;
     w->id = r->next_worker++;
     snprintf(w->address, sizeof w->address, "%s", addr);
     snprintf(w->host, sizeof w->host, "%s", req->host ? req->host : "");
@@ -261,6 +399,13 @@ sm_err sm_registry_worker_add(sm_registry *r, const sm_svc_register_req *req, sm
     if (first + req->ndevices > r->next_device)
         r->next_device = first + req->ndevices;
     w->ch = ch;
+    sm_reg_save_worker(r, w);
+    /* A new identity: what it offers belongs to no array here. (The frees
+     * go out before the reply, while the worker still has its old device
+     * ids; if it is given the same ids, it keeps its store.) */
+    for (int k = 0; k < req->nheld; k++)
+        sm_reg_free_one(w, req->held[k].array, req->held[k].device, frees, nfrees);
+reply:
     memset(out, 0, sizeof *out);
     out->worker_id = w->id;
     out->ndevices = w->ndevices;
@@ -272,6 +417,7 @@ sm_err sm_registry_worker_add(sm_registry *r, const sm_svc_register_req *req, sm
     SM_INFO("worker %u registered at %s: process %d, devices %d..%d", w->id, w->address,
             w->process_index, (int)w->first_device, (int)(w->first_device + w->ndevices - 1));
 out:
+    sm_reg_tx_end(r);
     pthread_mutex_unlock(&r->mu);
     return rc;
 }
@@ -402,6 +548,7 @@ void sm_registry_reap(sm_registry *r, int64_t now_ms, int64_t lost_after_ms, sm_
                       int *nfrees)
 {
     pthread_mutex_lock(&r->mu);
+    sm_reg_tx_begin(r);
     for (sm_reg_array *a = r->arrays; a; a = a->next) {
         if (a->state != SM_ARRAY_PENDING || now_ms < a->deadline)
             continue;
@@ -419,5 +566,6 @@ void sm_registry_reap(sm_registry *r, int64_t now_ms, int64_t lost_after_ms, sm_
             sm_reg_worker_mark_lost(r, w, why, frees, nfrees);
         }
     }
+    sm_reg_tx_end(r);
     pthread_mutex_unlock(&r->mu);
 }

@@ -34,6 +34,19 @@ int64_t sm_registry_now_ms(void);
  * at registration. *out is freed with sm_registry_free. */
 sm_err sm_registry_create(uint32_t default_deadline_ms, uint32_t heartbeat_ms, sm_registry **out,
                           char *err, size_t errlen);
+/* Keeps the registry in SQLite under dir (created if missing; the file
+ * dir/registry.db, WAL mode): checks the database (PRAGMA integrity_check;
+ * a damaged one is SM_EDATALOSS with a sentence), takes it for this process
+ * alone (another coordinator on it: SM_EPRECONDITION), loads what an
+ * earlier run recorded and from then on commits every registry change in
+ * one transaction. Loaded workers are lost until they register again;
+ * arrays that were ready or lost are LOST until every worker holding them
+ * registers again offering its shards (then READY, same id and name);
+ * pending ones are FAILED. Ids continue after the largest ever handed out.
+ * Call once, right after sm_registry_create, before any other use. */
+sm_err sm_registry_open_state(sm_registry *r, const char *dir, char *err, size_t errlen);
+/* Closes the database (sm_registry_free does too). */
+void sm_registry_close_state(sm_registry *r);
 /* Frees everything, including worker channels. Call when nothing else uses
  * the registry (server stopped). NULL ok. */
 void sm_registry_free(sm_registry *r);

@@ -72,6 +72,7 @@ sm_err sm_reg_array_insert(sm_registry *r, sm_reg_array *a, char *err, size_t er
     sm_htab_put(&r->array_ids, sm_htab_hash_u64(a->id), a);
     if (a->name[0])
         sm_htab_put(&r->array_names, sm_htab_hash_str(a->name), a);
+    sm_reg_save_array(r, a);
     return SM_OK;
 }
 
@@ -91,6 +92,7 @@ void sm_reg_array_unlink(sm_registry *r, sm_reg_array *a)
         r->last_array = a->prev;
     a->prev = a->next = NULL;
     r->narrays--;
+    sm_reg_save_array_gone(r, a->id);
 }
 
 const char *sm_reg_array_label(const sm_reg_array *a, char *buf, size_t len)
@@ -169,6 +171,7 @@ void sm_reg_array_fail(sm_registry *r, sm_reg_array *a, const char *msg, sm_reg_
     a->state = SM_ARRAY_FAILED;
     sm_reg_array_set_error(a, msg);
     memset(a->filled, 0, (size_t)a->n);
+    sm_reg_save_array(r, a);
 }
 
 sm_err sm_reg_array_info(sm_registry *r, const sm_reg_array *a, sm_array_info *info, char *err,

@@ -6,6 +6,7 @@
 #define SM_SERVER_REGISTRY_INT_H
 
 #include <pthread.h>
+#include <sqlite3.h>
 
 #include "registry.h"
 #include "sm_htab.h"
@@ -73,6 +74,10 @@ struct sm_registry {
     int32_t next_device;
     uint64_t epoch; /* random id of this coordinator run, echoed by heartbeats */
     uint64_t next_mesh, next_array;
+    /* The state dir's database (registry_state.c); NULL: memory only. */
+    sqlite3 *db;
+    int tx_depth;  /* open sm_reg_tx_begin calls */
+    int tx_failed; /* a write inside the open transaction failed */
 };
 
 /* Grows a pointer vector by one slot; 0 on success, -1 out of memory. */
@@ -126,5 +131,18 @@ sm_err sm_reg_array_info(sm_registry *r, const sm_reg_array *a, sm_array_info *i
  * no alive worker holds is SM_EUNAVAILABLE. */
 sm_err sm_reg_mesh_workers(sm_registry *r, const sm_mesh *m, uint32_t *worker, char *err,
                            size_t errlen);
+
+/* ---- persistence (registry_state.c) ------------------------------------
+ * Each call writes one change, with the id counters, in one transaction of
+ * its own, or in the enclosing sm_reg_tx_begin / sm_reg_tx_end (nestable)
+ * so that a change touching many records commits whole. No-ops without a
+ * database. A failed write is logged as an error: memory stays the
+ * authority for this run, and the next restart sees the last commit. */
+void sm_reg_tx_begin(sm_registry *r);
+void sm_reg_tx_end(sm_registry *r);
+void sm_reg_save_array(sm_registry *r, const sm_reg_array *a);
+void sm_reg_save_array_gone(sm_registry *r, uint64_t id);
+void sm_reg_save_worker(sm_registry *r, const sm_reg_worker *w);
+void sm_reg_save_mesh(sm_registry *r, const sm_reg_mesh *m);
 
 #endif

@@ -122,6 +122,7 @@ static sm_err sm_reg_mesh_add(sm_registry *r, const char *name, const sm_mesh *m
     rm->id = r->next_mesh++;
     snprintf(rm->name, sizeof rm->name, "%s", name);
     rm->mesh = *m;
+    sm_reg_save_mesh(r, rm);
     *out = rm;
     return SM_OK;
 }

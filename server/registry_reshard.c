@@ -194,6 +194,7 @@ sm_err sm_registry_reshard_end(sm_registry *r, sm_array_id id, int ok, sm_array_
     }
     memset(a->filled, 1, (size_t)a->n);
     a->state = SM_ARRAY_READY;
+    sm_reg_save_array(r, a);
     rc = sm_reg_array_info(r, a, info, err, errlen);
     SM_INFO("%s is ready (reshard)", label);
 out:

@@ -178,6 +178,7 @@ sm_err sm_registry_upload_end(sm_registry *r, sm_array_id id, const int32_t *dev
         all &= a->filled[p];
     if (all) {
         a->state = SM_ARRAY_READY;
+        sm_reg_save_array(r, a);
         SM_INFO("%s is ready", label);
     }
     *ready = all;

@@ -37,6 +37,7 @@ typedef struct {
     char address[SM_ADDR_MAX];
     int ndevices, process_index;
     uint32_t id;
+    int nheld; /* shards offered back */
 } reg_rec;
 
 typedef struct {
@@ -48,6 +49,7 @@ typedef struct {
     int heartbeats[MAX_REGS];         /* per worker id */
     int64_t hb_bytes[MAX_REGS][NDEV]; /* last heartbeat's bytes */
     int forget;                       /* worker id + 1 whose next heartbeat gets known = 0 */
+    int shift;                        /* added to every device id handed out */
 } fake_coord;
 
 static fake_coord fc = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -74,11 +76,12 @@ static sm_err fc_register(void *user, const sm_svc_register_req *req, sm_svc_reg
     r->ndevices = req->ndevices;
     r->process_index = req->process_index;
     r->id = (uint32_t)w;
+    r->nheld = req->nheld;
     memset(out, 0, sizeof *out);
     out->worker_id = (uint32_t)w;
     out->ndevices = NDEV;
     for (int k = 0; k < NDEV; k++)
-        out->devices[k] = w * NDEV + k;
+        out->devices[k] = c->shift + w * NDEV + k;
     out->process_index = req->process_index >= 0 ? req->process_index : w;
     out->heartbeat_ms = 200;
     pthread_mutex_unlock(&c->mu);
@@ -112,6 +115,13 @@ static int fc_nreg(void)
     int n = fc.nreg;
     pthread_mutex_unlock(&fc.mu);
     return n;
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static void sleep_ms(int ms)
@@ -994,13 +1004,39 @@ START_TEST(test_coordinator_restart)
     pthread_mutex_lock(&fc.mu);
     fc.forget = 1; /* worker 0: A */
     pthread_mutex_unlock(&fc.mu);
+    /* registering again, it offers its shard; given the same identity
+     * back, it keeps it */
     reg_rec r = wait_registered(n0 + 1);
     ck_assert_str_eq(r.address, addr_a);
+    ck_assert_int_eq(r.nheld, 1);
     sm_svc_worker_stats st = stats_of(ch_a);
-    ck_assert_int_eq(st.shards, 0);
+    ck_assert_int_eq(st.shards, 1);
     ck_assert_int_eq(st.devices[0], 0);
     dl_result d;
-    ck_assert_int_eq(download(ch_a, 800, 1, NULL, &d, err, sizeof err), SM_ENOTFOUND);
+    ck_assert_msg(download(ch_a, 800, 1, NULL, &d, err, sizeof err) == SM_OK, "%s", err);
+    free(d.data);
+    /* given other device ids, it drops every shard */
+    pthread_mutex_lock(&fc.mu);
+    fc.shift = 100;
+    fc.forget = 1;
+    pthread_mutex_unlock(&fc.mu);
+    r = wait_registered(n0 + 2);
+    ck_assert_int_eq(r.nheld, 1);
+    int64_t until = now_ms() + 5000;
+    while (stats_of(ch_a).devices[0] != 100 && now_ms() < until)
+        sleep_ms(20);
+    st = stats_of(ch_a);
+    ck_assert_int_eq(st.devices[0], 100);
+    ck_assert_int_eq(st.shards, 0);
+    ck_assert_int_eq(download(ch_a, 800, 101, NULL, &d, err, sizeof err), SM_ENOTFOUND);
+    pthread_mutex_lock(&fc.mu);
+    fc.shift = 0;
+    fc.forget = 1;
+    pthread_mutex_unlock(&fc.mu);
+    wait_registered(n0 + 3);
+    until = now_ms() + 5000;
+    while (stats_of(ch_a).devices[0] != 0 && now_ms() < until)
+        sleep_ms(20);
 }
 END_TEST
 

@@ -17,6 +17,7 @@
 struct sm_agent {
     char *coordinator, *token, *address, *host;
     int ndevices, process_index;
+    uint32_t worker_id; /* asked for at the first registration; 0: any */
     sm_store *store;
     sm_rpc_channel *ch;
     pthread_t thread;
@@ -54,20 +55,39 @@ static sm_err agent_register(sm_agent *a, char *err, size_t errlen)
                                .ndevices = a->ndevices,
                                .process_index = a->process_index,
                                .host = a->host};
-    sm_svc_register_reply rep;
+    sm_svc_register_reply rep, old;
+    sm_svc_held_shard *held = NULL;
     sm_err e;
     memset(&rep, 0, sizeof rep);
+    pthread_mutex_lock(&a->mu);
+    old = a->identity;
+    pthread_mutex_unlock(&a->mu);
+    /* Registering again: ask for the same identity and offer the shards
+     * still held, so the coordinator can adopt them. */
+    if (old.worker_id && old.ndevices == a->ndevices) {
+        req.worker_id = old.worker_id;
+        req.devices = old.devices;
+        if (req.process_index < 0)
+            req.process_index = old.process_index;
+    } else if (a->worker_id) {
+        req.worker_id = a->worker_id;
+    }
     if ((e = sm_rpc_channel_wait_ready(a->ch, 1000, err, errlen)))
         return e;
-    if ((e = sm_svc_coord_register(a->ch, AGENT_CALL_MS, &req, &rep, err, errlen)))
+    if ((e = sm_store_held(a->store, &held, &req.nheld, err, errlen)))
+        return e;
+    req.held = held;
+    e = sm_svc_coord_register(a->ch, AGENT_CALL_MS, &req, &rep, err, errlen);
+    free(held);
+    if (e)
         return e;
     if (rep.ndevices < 1 || rep.ndevices > SM_MAX_WORKER_DEVICES)
         return sm_fail(err, errlen, SM_EFORMAT, "the coordinator gave this worker %d devices",
                        rep.ndevices);
     if (rep.ndevices != a->ndevices)
         SM_WARN("asked for %d devices, the coordinator gave %d", a->ndevices, rep.ndevices);
-    if ((e = sm_store_set_identity(a->store, rep.worker_id, rep.ndevices, rep.devices, err,
-                                   errlen)))
+    if ((e = sm_store_renew_identity(a->store, rep.worker_id, rep.ndevices, rep.devices, 1, err,
+                                     errlen)))
         return e;
     if (rep.heartbeat_ms == 0)
         rep.heartbeat_ms = 500;
@@ -135,13 +155,12 @@ static void *agent_main(void *arg)
         if (!known) {
             int64_t shards = 0;
             sm_store_stats(a->store, NULL, NULL, &shards);
-            SM_WARN("coordinator %s no longer knows worker %u (restarted?); freeing %lld "
-                    "shard(s) and registering again",
+            SM_WARN("coordinator %s no longer knows worker %u (restarted?); registering again "
+                    "with the same identity and offering back %lld shard(s)",
                     a->coordinator, id.worker_id, (long long)shards);
             pthread_mutex_lock(&a->mu);
             a->registered = 0;
             pthread_mutex_unlock(&a->mu);
-            sm_store_set_identity(a->store, 0, 0, NULL, NULL, 0);
         }
     }
     return NULL;
@@ -177,6 +196,7 @@ sm_err sm_agent_start(const sm_agent_config *cfg, sm_agent **out, char *err, siz
     a->host = strdup(cfg->host ? cfg->host : "");
     a->ndevices = cfg->ndevices;
     a->process_index = cfg->process_index;
+    a->worker_id = cfg->worker_id;
     a->store = cfg->store;
     if (!a->coordinator || !a->token || !a->address || !a->host) {
         e = sm_fail(err, errlen, SM_ENOMEM, "out of memory starting the agent");

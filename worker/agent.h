@@ -3,7 +3,10 @@
  * answers), install the identity it hands out (worker id, global device ids,
  * process index) in the store, then heartbeat every heartbeat_ms with the
  * bytes held per device. A heartbeat answered with known = 0 (the
- * coordinator restarted) frees every shard and registers again.
+ * coordinator restarted, or marked this worker lost) registers again asking
+ * for the same worker id and device ids and offering the shards still held;
+ * the coordinator adopts those of arrays it knows and frees the others. If
+ * it hands out another identity, the store drops every shard.
  *
  * Threads: sm_agent_start/sm_agent_stop from one thread (main);
  * sm_agent_identity from any thread. */
@@ -23,8 +26,9 @@ typedef struct {
     const char *address;     /* this worker's advertised "host:port" */
     const char *host;        /* host name reported at registration; NULL ok */
     int ndevices;
-    int process_index; /* -1: let the coordinator assign one */
-    sm_store *store;   /* borrowed; must outlive the agent */
+    int process_index;  /* -1: let the coordinator assign one */
+    uint32_t worker_id; /* identity to ask for at the first registration; 0: any */
+    sm_store *store;    /* borrowed; must outlive the agent */
 } sm_agent_config;
 
 typedef struct sm_agent sm_agent;

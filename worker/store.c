@@ -245,6 +245,12 @@ void sm_store_free(sm_store *st)
 sm_err sm_store_set_identity(sm_store *st, uint32_t worker_id, int ndevices, const int32_t *devices,
                              char *err, size_t errlen)
 {
+    return sm_store_renew_identity(st, worker_id, ndevices, devices, 0, err, errlen);
+}
+
+sm_err sm_store_renew_identity(sm_store *st, uint32_t worker_id, int ndevices,
+                               const int32_t *devices, int keep, char *err, size_t errlen)
+{
     if (ndevices < 0 || ndevices > SM_MAX_WORKER_DEVICES)
         return sm_fail(err, errlen, SM_EINVAL, "a worker holds 0..%d devices, not %d",
                        SM_MAX_WORKER_DEVICES, ndevices);
@@ -254,8 +260,15 @@ sm_err sm_store_set_identity(sm_store *st, uint32_t worker_id, int ndevices, con
                 return sm_fail(err, errlen, SM_EINVAL, "device %d is listed twice",
                                (int)devices[i]);
     pthread_mutex_lock(&st->mu);
-    store_clear_locked(st);
+    int same = keep && ndevices > 0 && st->worker_id == (int64_t)worker_id &&
+               st->ndevices == ndevices &&
+               !memcmp(st->devices, devices, sizeof *devices * (size_t)ndevices);
     st->epoch++;
+    if (same) {
+        pthread_mutex_unlock(&st->mu);
+        return SM_OK;
+    }
+    store_clear_locked(st);
     st->worker_id = ndevices ? (int64_t)worker_id : -1;
     st->ndevices = ndevices;
     for (int i = 0; i < ndevices; i++) {
@@ -401,4 +414,24 @@ int sm_store_stats(sm_store *st, int32_t *devices, int64_t *bytes, int64_t *shar
         *shards = st->count;
     pthread_mutex_unlock(&st->mu);
     return n;
+}
+
+sm_err sm_store_held(sm_store *st, sm_svc_held_shard **out, int *n, char *err, size_t errlen)
+{
+    sm_err e = SM_OK;
+    *out = NULL;
+    *n = 0;
+    pthread_mutex_lock(&st->mu);
+    if (st->count > 0 && !(*out = calloc((size_t)st->count, sizeof **out))) {
+        e = sm_fail(err, errlen, SM_ENOMEM, "out of memory listing %lld shards",
+                    (long long)st->count);
+        goto out;
+    }
+    for (size_t i = 0; i < st->nbuckets; i++)
+        for (const sm_store_entry *en = st->buckets[i]; en && *n < st->count; en = en->next)
+            (*out)[(*n)++] = (sm_svc_held_shard){en->array, en->device,
+                                                 en->shard->has_checksum ? en->shard->checksum : 0};
+out:
+    pthread_mutex_unlock(&st->mu);
+    return e;
 }

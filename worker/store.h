@@ -26,6 +26,7 @@
 #include "sm_err.h"
 #include "sm_info.h"
 #include "sm_shape.h"
+#include "sm_svc.h"
 
 /* Alignment of every shard buffer, in bytes. */
 #define SM_STORE_ALIGN 64
@@ -77,6 +78,14 @@ void sm_store_free(sm_store *st);
  * ndevices == 0 makes the worker own no device (unregistered). */
 sm_err sm_store_set_identity(sm_store *st, uint32_t worker_id, int ndevices, const int32_t *devices,
                              char *err, size_t errlen);
+/* As sm_store_set_identity, but with keep set and the same worker id and
+ * devices as now, the shards stay (a worker registering again with its old
+ * identity); the epoch moves on either way. */
+sm_err sm_store_renew_identity(sm_store *st, uint32_t worker_id, int ndevices,
+                               const int32_t *devices, int keep, char *err, size_t errlen);
+/* Every shard held, as (array, device, checksum) in *out (malloc'd, caller
+ * frees; NULL when none), *n of them. */
+sm_err sm_store_held(sm_store *st, sm_svc_held_shard **out, int *n, char *err, size_t errlen);
 /* Current epoch (0 before the first identity). */
 uint64_t sm_store_epoch(sm_store *st);
 /* Worker id, or -1 while unregistered. */

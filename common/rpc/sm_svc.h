@@ -239,11 +239,27 @@ typedef struct {
     uint32_t deadline_ms;
 } sm_svc_reshard_req;
 
+/* A shard a registering worker still holds (RegisterWorker.held); at most
+ * SM_SVC_HELD_MAX are taken. */
+#define SM_SVC_HELD_MAX (1 << 20)
+typedef struct {
+    uint64_t array;
+    int32_t device;
+    uint64_t checksum; /* 0: unknown */
+} sm_svc_held_shard;
+
 typedef struct {
     const char *address;
     int ndevices;
     int process_index; /* -1: assign */
     const char *host;
+    /* Registering again: the identity asked for (worker_id 0: a new worker;
+     * devices NULL: any ids, else ndevices global ids) and the shards still
+     * held (borrowed). */
+    uint32_t worker_id;
+    const int32_t *devices;
+    int nheld;
+    const sm_svc_held_shard *held;
 } sm_svc_register_req;
 
 typedef struct {

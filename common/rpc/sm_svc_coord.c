@@ -301,9 +301,36 @@ sm_err sm_svc_coord_register(sm_rpc_channel *ch, int deadline_ms, const sm_svc_r
     p.ndevices = req->ndevices;
     p.process_index = req->process_index;
     p.host = (char *)(req->host ? req->host : "");
-    return sm_svc_unary(ch, SM_SVC_COORD_PATH("RegisterWorker"), deadline_ms, &p.base,
-                        &shmap__v1__register_worker_reply__descriptor, register_dec, out, err,
-                        errlen);
+    p.worker_id = req->worker_id;
+    if (req->devices) {
+        p.n_devices = (size_t)req->ndevices;
+        p.devices = (int32_t *)req->devices;
+    }
+    Shmap__V1__HeldShard *held = NULL, **heldp = NULL;
+    if (req->nheld > 0) {
+        held = calloc((size_t)req->nheld, sizeof *held);
+        heldp = calloc((size_t)req->nheld, sizeof *heldp);
+        if (!held || !heldp) {
+            free(held);
+            free(heldp);
+            return oom(err, errlen);
+        }
+        for (int k = 0; k < req->nheld; k++) {
+            shmap__v1__held_shard__init(&held[k]);
+            held[k].array_id = req->held[k].array;
+            held[k].device = req->held[k].device;
+            held[k].checksum = req->held[k].checksum;
+            heldp[k] = &held[k];
+        }
+        p.n_held = (size_t)req->nheld;
+        p.held = heldp;
+    }
+    sm_err e =
+        sm_svc_unary(ch, SM_SVC_COORD_PATH("RegisterWorker"), deadline_ms, &p.base,
+                     &shmap__v1__register_worker_reply__descriptor, register_dec, out, err, errlen);
+    free(held);
+    free(heldp);
+    return e;
 }
 
 static sm_err heartbeat_dec(const ProtobufCMessage *m, void *known, char *err, size_t errlen)

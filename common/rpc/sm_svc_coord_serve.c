@@ -333,11 +333,37 @@ static void register_worker(sm_rpc_call *call, void *u)
                         "RegisterWorkerRequest.process_index is %d; must be >= 0 (or -1: assign)",
                         (int)r->process_index);
     }
+    if (!e && r->n_devices && r->n_devices != (size_t)r->ndevices)
+        e = sm_fail(err, sizeof err, SM_EINVAL,
+                    "RegisterWorkerRequest lists %zu device ids for %d devices", r->n_devices,
+                    (int)r->ndevices);
+    if (!e && r->n_held > SM_SVC_HELD_MAX)
+        e = sm_fail(err, sizeof err, SM_EINVAL,
+                    "RegisterWorkerRequest offers %zu shards; at most %d are taken", r->n_held,
+                    SM_SVC_HELD_MAX);
+    sm_svc_held_shard *held = NULL;
+    if (!e && r->n_held && !(held = calloc(r->n_held, sizeof *held)))
+        e = sm_fail(err, sizeof err, SM_ENOMEM, "out of memory reading a registration");
+    for (size_t k = 0; !e && k < r->n_held; k++) {
+        if (!r->held[k]) {
+            e = sm_fail(err, sizeof err, SM_EINVAL, "RegisterWorkerRequest.held[%zu] is empty", k);
+            break;
+        }
+        held[k] =
+            (sm_svc_held_shard){r->held[k]->array_id, r->held[k]->device, r->held[k]->checksum};
+    }
     if (!e) {
-        sm_svc_register_req req = {r->address ? r->address : "", r->ndevices, r->process_index,
-                                   r->host ? r->host : ""};
+        sm_svc_register_req req = {r->address ? r->address : "",
+                                   r->ndevices,
+                                   r->process_index,
+                                   r->host ? r->host : "",
+                                   r->worker_id,
+                                   r->n_devices ? r->devices : NULL,
+                                   (int)r->n_held,
+                                   held};
         e = c->coord->register_worker(c->user, &req, &out, err, sizeof err);
     }
+    free(held);
     if (!e && (out.ndevices < 0 || out.ndevices > SM_MAX_WORKER_DEVICES))
         e = sm_fail(err, sizeof err, SM_EINTERNAL, "the handler returned %d devices", out.ndevices);
     Shmap__V1__RegisterWorkerReply rep;

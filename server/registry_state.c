@@ -1,0 +1,462 @@
+/* registry_state: the registry in SQLite under --state-dir (registry.db,
+ * WAL). Tables: counters (the next ids), workers, meshes, arrays and jobs
+ * (ended jobs' records and the ids of running ones). Meshes, shapes and
+ * shardings are stored as the bytes of their C structs, so the file is
+ * tied to a build's layout: the layout sizes are stored with it and a
+ * mismatch refuses to start. See registry.h. */
+#include "registry_int.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "sm_log.h"
+
+/* Bumped when the tables or the stored struct layouts change. */
+#define SM_REG_SCHEMA 1
+
+static const char sm_reg_schema[] =
+    "CREATE TABLE IF NOT EXISTS counters(k INTEGER PRIMARY KEY CHECK (k = 0),"
+    " next_worker INTEGER, next_device INTEGER, next_mesh INTEGER, next_array INTEGER,"
+    " next_job INTEGER);"
+    "CREATE TABLE IF NOT EXISTS layout(k INTEGER PRIMARY KEY CHECK (k = 0), schema INTEGER,"
+    " mesh INTEGER, shape INTEGER, sharding INTEGER);"
+    "CREATE TABLE IF NOT EXISTS workers(id INTEGER PRIMARY KEY, address TEXT, host TEXT,"
+    " process_index INTEGER, ndevices INTEGER, first_device INTEGER);"
+    "CREATE TABLE IF NOT EXISTS meshes(id INTEGER PRIMARY KEY, name TEXT, mesh BLOB);"
+    "CREATE TABLE IF NOT EXISTS arrays(id INTEGER PRIMARY KEY, name TEXT, dtype INTEGER,"
+    " shape BLOB, mesh_id INTEGER, mesh_name TEXT, sharding BLOB, state INTEGER, error TEXT,"
+    " workers BLOB);"
+    "CREATE TABLE IF NOT EXISTS jobs(id INTEGER PRIMARY KEY, state INTEGER, error TEXT);";
+
+static void sm_reg_db_log(sm_registry *r, const char *what)
+{
+    SM_ERROR("the registry database could not %s: %s; this change will not survive a restart", what,
+             sqlite3_errmsg(r->db));
+    if (r->tx_depth)
+        r->tx_failed = 1;
+}
+
+static int sm_reg_exec(sm_registry *r, const char *sql)
+{
+    return sqlite3_exec(r->db, sql, NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
+}
+
+void sm_reg_tx_begin(sm_registry *r)
+{
+    if (!r->db)
+        return;
+    if (r->tx_depth++ == 0) {
+        r->tx_failed = 0;
+        if (sm_reg_exec(r, "BEGIN IMMEDIATE"))
+            sm_reg_db_log(r, "begin a transaction");
+    }
+}
+
+void sm_reg_tx_end(sm_registry *r)
+{
+    if (!r->db || --r->tx_depth > 0)
+        return;
+    if (sm_reg_exec(r, "COMMIT")) {
+        sm_reg_db_log(r, "commit");
+        sm_reg_exec(r, "ROLLBACK");
+    }
+}
+
+/* Runs sql with the values bound by the caller's format: 'i' int64, 't'
+ * text, 'b' blob (pointer then size_t). 0 on success. */
+static int sm_reg_run(sm_registry *r, const char *sql, const char *fmt, ...)
+{
+    sqlite3_stmt *st = NULL;
+    va_list ap;
+    int rc = -1;
+    if (sqlite3_prepare_v2(r->db, sql, -1, &st, NULL) != SQLITE_OK)
+        return -1;
+    va_start(ap, fmt);
+    for (int k = 0; fmt[k]; k++) {
+        if (fmt[k] == 'i') {
+            sqlite3_bind_int64(st, k + 1, va_arg(ap, int64_t));
+        } else if (fmt[k] == 't') {
+            sqlite3_bind_text(st, k + 1, va_arg(ap, const char *), -1, SQLITE_TRANSIENT);
+        } else {
+            const void *p = va_arg(ap, const void *);
+            size_t n = va_arg(ap, size_t);
+            sqlite3_bind_blob(st, k + 1, p, (int)n, SQLITE_TRANSIENT);
+        }
+    }
+    va_end(ap);
+    if (sqlite3_step(st) == SQLITE_DONE)
+        rc = 0;
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static int sm_reg_save_counters(sm_registry *r)
+{
+    return sm_reg_run(r,
+                      "INSERT OR REPLACE INTO counters(k, next_worker, next_device, next_mesh,"
+                      " next_array, next_job) VALUES (0, ?, ?, ?, ?,"
+                      " COALESCE((SELECT next_job FROM counters WHERE k = 0), 1))",
+                      "iiii", (int64_t)r->next_worker, (int64_t)r->next_device,
+                      (int64_t)r->next_mesh, (int64_t)r->next_array);
+}
+
+void sm_reg_save_array(sm_registry *r, const sm_reg_array *a)
+{
+    if (!r->db)
+        return;
+    sm_reg_tx_begin(r);
+    if (sm_reg_save_counters(r) ||
+        sm_reg_run(r,
+                   "INSERT OR REPLACE INTO arrays(id, name, dtype, shape, mesh_id, mesh_name,"
+                   " sharding, state, error, workers) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   "itibitbitb", (int64_t)a->id, a->name, (int64_t)a->dtype, &a->shape,
+                   sizeof a->shape, (int64_t)a->mesh_id, a->mesh_name, &a->sharding,
+                   sizeof a->sharding, (int64_t)a->state, a->error, a->worker,
+                   sizeof *a->worker * (size_t)a->n))
+        sm_reg_db_log(r, "record an array");
+    sm_reg_tx_end(r);
+}
+
+void sm_reg_save_array_gone(sm_registry *r, uint64_t id)
+{
+    if (!r->db)
+        return;
+    if (sm_reg_run(r, "DELETE FROM arrays WHERE id = ?", "i", (int64_t)id))
+        sm_reg_db_log(r, "remove an array");
+}
+
+void sm_reg_save_worker(sm_registry *r, const sm_reg_worker *w)
+{
+    if (!r->db)
+        return;
+    sm_reg_tx_begin(r);
+    if (sm_reg_save_counters(r) ||
+        sm_reg_run(r,
+                   "INSERT OR REPLACE INTO workers(id, address, host, process_index, ndevices,"
+                   " first_device) VALUES (?, ?, ?, ?, ?, ?)",
+                   "ittiii", (int64_t)w->id, w->address, w->host, (int64_t)w->process_index,
+                   (int64_t)w->ndevices, (int64_t)w->first_device))
+        sm_reg_db_log(r, "record a worker");
+    sm_reg_tx_end(r);
+}
+
+void sm_reg_save_mesh(sm_registry *r, const sm_reg_mesh *m)
+{
+    if (!r->db)
+        return;
+    sm_reg_tx_begin(r);
+    if (sm_reg_save_counters(r) ||
+        sm_reg_run(r, "INSERT OR REPLACE INTO meshes(id, name, mesh) VALUES (?, ?, ?)", "itb",
+                   (int64_t)m->id, m->name, &m->mesh, sizeof m->mesh))
+        sm_reg_db_log(r, "record a mesh");
+    sm_reg_tx_end(r);
+}
+
+/* ---- opening and loading ----------------------------------------------- */
+
+static sm_err sm_reg_db_fail(sm_registry *r, const char *path, const char *what, char *err,
+                             size_t errlen)
+{
+    return sm_fail(err, errlen, SM_EIO, "cannot %s the registry database %s: %s", what, path,
+                   r->db ? sqlite3_errmsg(r->db) : "out of memory");
+}
+
+/* Checks the stored layout against this build's (or records it). */
+static sm_err sm_reg_layout_check(sm_registry *r, const char *path, char *err, size_t errlen)
+{
+    sqlite3_stmt *st = NULL;
+    int64_t want[4] = {SM_REG_SCHEMA, sizeof(sm_mesh), sizeof(sm_shape), sizeof(sm_sharding)};
+    sm_err e = SM_OK;
+    if (sqlite3_prepare_v2(r->db, "SELECT schema, mesh, shape, sharding FROM layout", -1, &st,
+                           NULL) != SQLITE_OK)
+        return sm_reg_db_fail(r, path, "read", err, errlen);
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        for (int k = 0; k < 4 && !e; k++)
+            if (sqlite3_column_int64(st, k) != want[k])
+                e = sm_fail(err, errlen, SM_EPRECONDITION,
+                            "the registry database %s was written by a shmap-coordinator of "
+                            "another format (layout field %d is %lld, this build needs %lld); "
+                            "start it with a new --state-dir",
+                            path, k, (long long)sqlite3_column_int64(st, k), (long long)want[k]);
+        sqlite3_finalize(st);
+        return e;
+    }
+    sqlite3_finalize(st);
+    if (sm_reg_run(r, "INSERT INTO layout(k, schema, mesh, shape, sharding) VALUES (0, ?, ?, ?, ?)",
+                   "iiii", want[0], want[1], want[2], want[3]))
+        return sm_reg_db_fail(r, path, "write", err, errlen);
+    return SM_OK;
+}
+
+static sm_err sm_reg_integrity(sm_registry *r, const char *path, char *err, size_t errlen)
+{
+    sqlite3_stmt *st = NULL;
+    char first[256] = "";
+    int rows = 0, rc;
+    if (sqlite3_prepare_v2(r->db, "PRAGMA integrity_check", -1, &st, NULL) != SQLITE_OK)
+        return sm_fail(err, errlen, SM_EDATALOSS,
+                       "the registry database %s is damaged and was not started from (%s); "
+                       "move it away to start empty, or restore a copy",
+                       path, sqlite3_errmsg(r->db));
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const unsigned char *t = sqlite3_column_text(st, 0);
+        if (!rows++)
+            snprintf(first, sizeof first, "%s", t ? (const char *)t : "");
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE || rows != 1 || strcmp(first, "ok"))
+        return sm_fail(err, errlen, SM_EDATALOSS,
+                       "the registry database %s fails its integrity check (%s); move it away "
+                       "to start empty, or restore a copy",
+                       path, rc != SQLITE_DONE ? sqlite3_errmsg(r->db) : first);
+    return SM_OK;
+}
+
+static sm_err sm_reg_load_counters(sm_registry *r)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(r->db,
+                           "SELECT next_worker, next_device, next_mesh, next_array FROM counters",
+                           -1, &st, NULL) != SQLITE_OK)
+        return SM_EIO;
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        r->next_worker = (uint32_t)sqlite3_column_int64(st, 0);
+        r->next_device = (int32_t)sqlite3_column_int64(st, 1);
+        r->next_mesh = (uint64_t)sqlite3_column_int64(st, 2);
+        r->next_array = (uint64_t)sqlite3_column_int64(st, 3);
+    }
+    sqlite3_finalize(st);
+    return SM_OK;
+}
+
+static sm_err sm_reg_load_workers(sm_registry *r, int64_t now_ms)
+{
+    sqlite3_stmt *st = NULL;
+    sm_err e = SM_OK;
+    if (sqlite3_prepare_v2(r->db,
+                           "SELECT id, address, host, process_index, ndevices, first_device"
+                           " FROM workers ORDER BY id",
+                           -1, &st, NULL) != SQLITE_OK)
+        return SM_EIO;
+    while (!e && sqlite3_step(st) == SQLITE_ROW) {
+        sm_reg_worker *w = calloc(1, sizeof *w);
+        if (!w || sm_reg_vec_push((void ***)&r->workers, &r->nworkers, &r->capworkers, w)) {
+            free(w);
+            e = SM_ENOMEM;
+            break;
+        }
+        const unsigned char *addr = sqlite3_column_text(st, 1), *host = sqlite3_column_text(st, 2);
+        w->id = (uint32_t)sqlite3_column_int64(st, 0);
+        snprintf(w->address, sizeof w->address, "%s", addr ? (const char *)addr : "");
+        snprintf(w->host, sizeof w->host, "%s", host ? (const char *)host : "");
+        w->process_index = sqlite3_column_int(st, 3);
+        w->ndevices = sqlite3_column_int(st, 4);
+        w->first_device = sqlite3_column_int(st, 5);
+        w->last_seen = now_ms;
+        if (w->ndevices < 1 || w->ndevices > SM_MAX_WORKER_DEVICES)
+            w->ndevices = 1;
+        if (w->id >= r->next_worker)
+            r->next_worker = w->id + 1;
+        if (w->first_device + w->ndevices > r->next_device)
+            r->next_device = w->first_device + w->ndevices;
+    }
+    sqlite3_finalize(st);
+    return e;
+}
+
+static sm_err sm_reg_load_meshes(sm_registry *r)
+{
+    sqlite3_stmt *st = NULL;
+    sm_err e = SM_OK;
+    if (sqlite3_prepare_v2(r->db, "SELECT id, name, mesh FROM meshes ORDER BY id", -1, &st, NULL) !=
+        SQLITE_OK)
+        return SM_EIO;
+    while (!e && sqlite3_step(st) == SQLITE_ROW) {
+        if (sqlite3_column_bytes(st, 2) != (int)sizeof(sm_mesh))
+            continue;
+        sm_reg_mesh *m = calloc(1, sizeof *m);
+        if (!m || sm_reg_vec_push((void ***)&r->meshes, &r->nmeshes, &r->capmeshes, m)) {
+            free(m);
+            e = SM_ENOMEM;
+            break;
+        }
+        const unsigned char *name = sqlite3_column_text(st, 1);
+        m->id = (uint64_t)sqlite3_column_int64(st, 0);
+        snprintf(m->name, sizeof m->name, "%s", name ? (const char *)name : "");
+        memcpy(&m->mesh, sqlite3_column_blob(st, 2), sizeof m->mesh);
+        if (m->id >= r->next_mesh)
+            r->next_mesh = m->id + 1;
+    }
+    sqlite3_finalize(st);
+    return e;
+}
+
+/* One stored array back as a record; NULL (logged) when the row is bad. */
+static sm_reg_array *sm_reg_load_array(sm_registry *r, sqlite3_stmt *st, int64_t now_ms)
+{
+    char err[512];
+    sm_shape shape;
+    sm_sharding s;
+    sm_reg_mesh rm = {0};
+    sm_reg_array *a = NULL;
+    uint64_t id = (uint64_t)sqlite3_column_int64(st, 0);
+    if (sqlite3_column_bytes(st, 3) != (int)sizeof shape ||
+        sqlite3_column_bytes(st, 6) != (int)sizeof s) {
+        SM_ERROR("array %llu in the registry database has a bad record; skipped",
+                 (unsigned long long)id);
+        return NULL;
+    }
+    memcpy(&shape, sqlite3_column_blob(st, 3), sizeof shape);
+    memcpy(&s, sqlite3_column_blob(st, 6), sizeof s);
+    const unsigned char *name = sqlite3_column_text(st, 1), *mname = sqlite3_column_text(st, 5),
+                        *error = sqlite3_column_text(st, 8);
+    rm.id = (uint64_t)sqlite3_column_int64(st, 4);
+    snprintf(rm.name, sizeof rm.name, "%s", mname ? (const char *)mname : "");
+    int bytes = sqlite3_column_bytes(st, 9);
+    if (s.mesh.ndevices < 1 || s.mesh.ndevices > SM_MAX_DEVICES ||
+        bytes != (int)sizeof(uint32_t) * s.mesh.ndevices) {
+        SM_ERROR("array %llu in the registry database has a bad device list; skipped",
+                 (unsigned long long)id);
+        return NULL;
+    }
+    if (sm_reg_array_new(r, name ? (const char *)name : "", (sm_dtype)sqlite3_column_int(st, 2), &s,
+                         &rm, &shape, sqlite3_column_blob(st, 9), now_ms, 0, &a, err, sizeof err)) {
+        SM_ERROR("array %llu in the registry database does not load: %s", (unsigned long long)id,
+                 err);
+        return NULL;
+    }
+    a->id = id;
+    a->state = (sm_array_state)sqlite3_column_int(st, 7);
+    sm_reg_array_set_error(a, error ? (const char *)error : "");
+    return a;
+}
+
+static sm_err sm_reg_load_arrays(sm_registry *r, int64_t now_ms)
+{
+    sqlite3_stmt *st = NULL;
+    sm_err e = SM_OK;
+    char err[256];
+    if (sqlite3_prepare_v2(r->db,
+                           "SELECT id, name, dtype, shape, mesh_id, mesh_name, sharding, state,"
+                           " error, workers FROM arrays ORDER BY id",
+                           -1, &st, NULL) != SQLITE_OK)
+        return SM_EIO;
+    uint64_t next = r->next_array;
+    while (!e && sqlite3_step(st) == SQLITE_ROW) {
+        sm_reg_array *a = sm_reg_load_array(r, st, now_ms);
+        if (!a)
+            continue;
+        char label[SM_NAME_MAX + 16], msg[1024];
+        sm_reg_array_label(a, label, sizeof label);
+        /* Nothing is known to be held until the workers offer it back. */
+        if (a->state == SM_ARRAY_READY || a->state == SM_ARRAY_LOST) {
+            snprintf(msg, sizeof msg,
+                     "%s waits for its workers to register again after the coordinator "
+                     "restarted",
+                     label);
+            a->state = SM_ARRAY_LOST;
+            sm_reg_array_set_error(a, msg);
+        } else if (a->state == SM_ARRAY_PENDING) {
+            snprintf(msg, sizeof msg,
+                     "%s failed: the coordinator restarted before all of its "
+                     "data arrived",
+                     label);
+            a->state = SM_ARRAY_FAILED;
+            sm_reg_array_set_error(a, msg);
+        }
+        uint64_t keep = a->id;
+        r->next_array = keep; /* sm_reg_array_insert hands out next_array */
+        if (a->name[0] && sm_reg_array_find(r, (sm_array_ref){{0}, a->name}, NULL, 0))
+            a->name[0] = 0;
+        if (sm_reg_array_insert(r, a, err, sizeof err)) {
+            sm_reg_array_destroy(a);
+            e = SM_ENOMEM;
+        }
+        if (keep + 1 > next)
+            next = keep + 1;
+    }
+    sqlite3_finalize(st);
+    r->next_array = next;
+    return e;
+}
+
+sm_err sm_registry_open_state(sm_registry *r, const char *dir, char *err, size_t errlen)
+{
+    char path[4200];
+    sm_err e;
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+        return sm_fail(err, errlen, SM_EIO, "cannot create the state dir %s: %s", dir,
+                       strerror(errno));
+    snprintf(path, sizeof path, "%s/registry.db", dir);
+    if (sqlite3_open_v2(path, &r->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
+        SQLITE_OK) {
+        e = sm_reg_db_fail(r, path, "open", err, errlen);
+        goto fail;
+    }
+    sqlite3_busy_timeout(r->db, 2000);
+    if ((e = sm_reg_integrity(r, path, err, errlen)))
+        goto fail;
+    /* One coordinator per state dir: the exclusive lock is taken by the
+     * first write below and kept until the database is closed. */
+    if (sm_reg_exec(r, "PRAGMA locking_mode = EXCLUSIVE") ||
+        sm_reg_exec(r, "PRAGMA journal_mode = WAL") ||
+        sm_reg_exec(r, "PRAGMA synchronous = NORMAL") || sm_reg_exec(r, "BEGIN IMMEDIATE")) {
+        e = sqlite3_errcode(r->db) == SQLITE_BUSY
+                ? sm_fail(err, errlen, SM_EPRECONDITION,
+                          "the state dir %s is in use by another shmap-coordinator", dir)
+                : sm_reg_db_fail(r, path, "set up", err, errlen);
+        goto fail;
+    }
+    r->tx_depth = 1; /* every write below joins this transaction */
+    if (sm_reg_exec(r, sm_reg_schema)) {
+        e = sm_reg_db_fail(r, path, "create the tables of", err, errlen);
+        goto fail;
+    }
+    if ((e = sm_reg_layout_check(r, path, err, errlen)))
+        goto fail;
+    int64_t now = sm_registry_now_ms();
+    pthread_mutex_lock(&r->mu);
+    e = sm_reg_load_counters(r);
+    if (!e)
+        e = sm_reg_load_workers(r, now);
+    if (!e)
+        e = sm_reg_load_meshes(r);
+    if (!e)
+        e = sm_reg_load_arrays(r, now);
+    /* The arrays were written back as they were listed (their new states);
+     * the counters too. */
+    if (!e && sm_reg_save_counters(r))
+        e = SM_EIO;
+    pthread_mutex_unlock(&r->mu);
+    if (e || r->tx_failed) {
+        e = e == SM_ENOMEM ? sm_fail(err, errlen, SM_ENOMEM, "out of memory loading %s", path)
+                           : sm_reg_db_fail(r, path, "load", err, errlen);
+        goto fail;
+    }
+    r->tx_depth = 0;
+    if (sm_reg_exec(r, "COMMIT")) {
+        e = sm_reg_db_fail(r, path, "write", err, errlen);
+        goto fail;
+    }
+    SM_INFO("registry state in %s: %d workers, %d meshes, %d arrays known from before; next "
+            "array id %llu",
+            path, r->nworkers, r->nmeshes, r->narrays, (unsigned long long)r->next_array);
+    return SM_OK;
+fail:
+    r->tx_depth = 0;
+    sqlite3_close(r->db);
+    r->db = NULL;
+    return e;
+}
+
+void sm_registry_close_state(sm_registry *r)
+{
+    if (r && r->db) {
+        sqlite3_close(r->db);
+        r->db = NULL;
+    }
+}

@@ -1,0 +1,417 @@
+/* End-to-end durability suite: a coordinator with --state-dir and two
+ * standalone workers (each in a process group of its own, so killing the
+ * coordinator leaves them running), on free loopback ports. The
+ * coordinator is killed with SIGKILL and started again on the same port
+ * and state dir: ready arrays come back under the same id and name,
+ * bit-exact, once the workers have registered again; arrays that were
+ * still pending are failed; deleted ones stay deleted; new ids continue
+ * after the old ones; the SQLite file passes its integrity check; a damaged
+ * one is refused at start. */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "sm_log.h"
+#include "sm_rpc.h"
+#include "sm_svc.h"
+
+extern char **environ;
+
+#define NWORKERS 2
+#define NDEV     4
+
+/* The processes of one test (tests run one after another in this process). */
+typedef struct {
+    char *dir;
+    int port;
+    pid_t coord;
+    pid_t workers[NWORKERS];
+    harness_cluster h; /* target only, for harness_client */
+} durable_env;
+
+static durable_env g;
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* posix_spawn in a process group of its own, output to log (appended). */
+static pid_t spawn_logged(char *const *argv, const char *log)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t at;
+    pid_t pid = -1;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawnattr_init(&at);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    posix_spawnattr_setpgroup(&at, 0);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP);
+    if (posix_spawn(&pid, argv[0], &fa, &at, argv, environ) != 0)
+        pid = -1;
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&at);
+    return pid;
+}
+
+static const char *bin(const char *env, const char *fallback)
+{
+    const char *b = getenv(env);
+    return b && *b ? b : fallback;
+}
+
+/* Starts the coordinator (port 0 the first time, then the same port) and
+ * returns its pid; waits for its port file when wait_port. */
+static pid_t coord_spawn(int wait_port)
+{
+    char listen[64], portfile[512], state[512], log[512];
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", g.port);
+    snprintf(portfile, sizeof portfile, "%s/port", g.dir);
+    snprintf(state, sizeof state, "%s/state", g.dir);
+    snprintf(log, sizeof log, "%s/coordinator.log", g.dir);
+    unlink(portfile);
+    char *argv[] = {(char *)bin("SHMAP_COORDINATOR_BIN", "../server/shmap-coordinator"),
+                    "--listen",
+                    listen,
+                    "--port-file",
+                    portfile,
+                    "--state-dir",
+                    state,
+                    "--heartbeat-ms",
+                    "200",
+                    "--lost-after-ms",
+                    "3000",
+                    NULL};
+    pid_t pid = spawn_logged(argv, log);
+    ck_assert_int_gt(pid, 0);
+    if (!wait_port)
+        return pid;
+    int64_t until = now_ms() + 20000;
+    int port = 0;
+    while (!port && now_ms() < until) {
+        FILE *f = fopen(portfile, "r");
+        if (f) {
+            if (fscanf(f, "%d", &port) != 1)
+                port = 0;
+            fclose(f);
+        }
+        ck_assert_msg(waitpid(pid, NULL, WNOHANG) == 0, "the coordinator exited at start");
+        if (!port)
+            sleep_ms(20);
+    }
+    ck_assert_int_gt(port, 0);
+    g.port = port;
+    snprintf(g.h.target, sizeof g.h.target, "127.0.0.1:%d", port);
+    return pid;
+}
+
+static pid_t worker_spawn(int k)
+{
+    char coord[64], idx[16], log[512];
+    snprintf(coord, sizeof coord, "127.0.0.1:%d", g.port);
+    snprintf(idx, sizeof idx, "%d", k);
+    snprintf(log, sizeof log, "%s/worker%d.log", g.dir, k);
+    char *argv[] = {(char *)bin("SHMAP_WORKER", "../worker/shmap-worker"),
+                    "--coordinator",
+                    coord,
+                    "--devices",
+                    "4",
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--process-index",
+                    idx,
+                    NULL};
+    pid_t pid = spawn_logged(argv, log);
+    ck_assert_int_gt(pid, 0);
+    return pid;
+}
+
+static void kill_wait(pid_t *pid)
+{
+    if (*pid > 0) {
+        kill(*pid, SIGKILL);
+        waitpid(*pid, NULL, 0);
+        *pid = 0;
+    }
+}
+
+static void env_setup(void)
+{
+    sm_log_set_level(SM_LOG_ERROR);
+    memset(&g, 0, sizeof g);
+    g.dir = harness_tmpdir();
+    g.coord = coord_spawn(1);
+    for (int k = 0; k < NWORKERS; k++)
+        g.workers[k] = worker_spawn(k);
+}
+
+static void env_teardown(void)
+{
+    kill_wait(&g.coord);
+    for (int k = 0; k < NWORKERS; k++)
+        kill_wait(&g.workers[k]);
+    if (getenv("SM_KEEP_LOGS"))
+        fprintf(stderr, "e2e_durable: logs kept in %s\n", g.dir), free(g.dir);
+    else
+        harness_rmdir(g.dir);
+    g.dir = NULL;
+}
+
+static void wait_alive(sm_client *c, int n)
+{
+    char err[512];
+    sm_err e = harness_wait_workers(c, n, 20000, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "workers: %s", err);
+}
+
+/* Puts an iota array of shape 16x32 (f32) with spec over the (4,2) mesh. */
+static sm_array_info put(sm_client *c, const char *name, const char *spec, uint64_t seed)
+{
+    sm_mesh mesh;
+    sm_sharding_ref sh = harness_sharding(&mesh, "i=4,j=2", NULL, 0, spec);
+    sm_shape s = HARNESS_SHAPE(16, 32);
+    sm_array *a = harness_array_iota(SM_F32, &s, seed);
+    sm_array_info info;
+    char err[512];
+    sm_err e = sm_client_put(c, SM_F32, &s, a->data, &sh, name, &info, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "put %s: %s", name ? name : "(unnamed)", err);
+    sm_array_free(a);
+    return info;
+}
+
+/* The array's values equal the iota of seed, bit for bit. */
+static void check_bits(sm_client *c, sm_array_ref ref, uint64_t seed)
+{
+    sm_shape s = HARNESS_SHAPE(16, 32);
+    sm_array *want = harness_array_iota(SM_F32, &s, seed), *got = NULL;
+    char err[512];
+    sm_err e = sm_client_get(c, ref, &got, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "get: %s", err);
+    ck_assert_int_eq(got->nbytes, want->nbytes);
+    ck_assert(!memcmp(got->data, want->data, (size_t)want->nbytes));
+    sm_array_free(got);
+    sm_array_free(want);
+}
+
+/* A pending array (created, never uploaded) over the (4,2) mesh. */
+static sm_array_id create_pending(const char *name)
+{
+    sm_rpc_channel *ch = NULL;
+    sm_svc_create_array_req req = {0};
+    sm_svc_create_array_reply rep;
+    sm_mesh mesh;
+    char err[512];
+    sm_rpc_init();
+    ck_assert_int_eq(sm_rpc_channel_create(g.h.target, NULL, &ch, err, sizeof err), SM_OK);
+    req.name = name;
+    req.dtype = SM_F32;
+    req.has_shape = 1;
+    req.shape = HARNESS_SHAPE(16, 32);
+    req.sharding = harness_sharding(&mesh, "i=4,j=2", NULL, 0, "P('i', 'j')");
+    req.kind = SM_PUT_WHOLE;
+    req.deadline_ms = 600000;
+    sm_err e = sm_svc_coord_create_array(ch, 10000, &req, &rep, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "create: %s", err);
+    sm_array_id id = rep.array.id;
+    sm_svc_create_array_reply_free(&rep);
+    sm_rpc_channel_free(ch);
+    return id;
+}
+
+static sm_array_info describe(sm_client *c, sm_array_ref ref, sm_err *e)
+{
+    sm_array_info info;
+    char err[512];
+    memset(&info, 0, sizeof info);
+    *e = sm_client_describe(c, ref, &info, err, sizeof err);
+    return info;
+}
+
+/* PRAGMA integrity_check of the state dir's database says ok. */
+static void check_db(void)
+{
+    char path[512];
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    snprintf(path, sizeof path, "%s/state/registry.db", g.dir);
+    ck_assert_int_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &st, NULL), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
+    ck_assert_str_eq((const char *)sqlite3_column_text(st, 0), "ok");
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+}
+
+START_TEST(test_coordinator_kill9_restart)
+{
+    sm_client *c = harness_client(&g.h);
+    wait_alive(c, NWORKERS);
+    sm_array_info a = put(c, "alpha", "P('i', 'j')", 1);
+    sm_array_info b = put(c, NULL, "P('i', None)", 2);
+    sm_array_info gone = put(c, "gone", "P(None, 'j')", 3);
+    char err[512];
+    ck_assert_int_eq(sm_client_delete(c, (sm_array_ref){{0}, "gone"}, err, sizeof err), SM_OK);
+    sm_array_id pend = create_pending("half");
+    sm_client_close(c);
+
+    kill_wait(&g.coord);
+    check_db();
+    g.coord = coord_spawn(1);
+    c = harness_client(&g.h);
+    wait_alive(c, NWORKERS);
+
+    ck_assert_int_eq(harness_wait_state(c, (sm_array_ref){{0}, "alpha"}, SM_ARRAY_READY, 20000),
+                     SM_ARRAY_READY);
+    ck_assert_int_eq(harness_wait_state(c, harness_id_ref(b.id), SM_ARRAY_READY, 20000),
+                     SM_ARRAY_READY);
+    sm_err e;
+    sm_array_info a2 = describe(c, (sm_array_ref){{0}, "alpha"}, &e);
+    ck_assert_int_eq(e, SM_OK);
+    ck_assert_uint_eq(a2.id.v, a.id.v);
+    ck_assert_str_eq(a2.type, a.type);
+    sm_array_info_free(&a2);
+    check_bits(c, (sm_array_ref){{0}, "alpha"}, 1);
+    check_bits(c, harness_id_ref(b.id), 2);
+
+    sm_array_info x = describe(c, (sm_array_ref){{0}, "gone"}, &e);
+    ck_assert_int_eq(e, SM_ENOTFOUND);
+    x = describe(c, harness_id_ref(pend), &e);
+    ck_assert_int_eq(e, SM_OK);
+    ck_assert_int_eq(x.state, SM_ARRAY_FAILED);
+    ck_assert_msg(strstr(x.error, "coordinator restarted"), "error: %s", x.error);
+    sm_array_info_free(&x);
+
+    /* Ids are never reused, and the worker memory of the deleted array
+     * is not held. */
+    sm_array_info n = put(c, "after", "P('i', 'j')", 4);
+    ck_assert_uint_gt(n.id.v, pend.v);
+    check_bits(c, (sm_array_ref){{0}, "after"}, 4);
+
+    /* A second restart keeps it all again. */
+    sm_client_close(c);
+    kill_wait(&g.coord);
+    check_db();
+    g.coord = coord_spawn(1);
+    c = harness_client(&g.h);
+    ck_assert_int_eq(harness_wait_state(c, (sm_array_ref){{0}, "after"}, SM_ARRAY_READY, 20000),
+                     SM_ARRAY_READY);
+    check_bits(c, (sm_array_ref){{0}, "after"}, 4);
+    check_bits(c, (sm_array_ref){{0}, "alpha"}, 1);
+    sm_array_info_free(&n);
+    sm_array_info_free(&a);
+    sm_array_info_free(&b);
+    sm_array_info_free(&gone);
+    sm_client_close(c);
+}
+END_TEST
+
+/* A worker that was killed comes back empty (no state dir): its arrays
+ * stay lost after a coordinator restart, and the others are ready. */
+START_TEST(test_restart_with_a_worker_gone)
+{
+    sm_client *c = harness_client(&g.h);
+    wait_alive(c, NWORKERS);
+    sm_mesh mesh;
+    int32_t devs0[NDEV] = {0, 1, 2, 3};
+    sm_sharding_ref sh = harness_sharding(&mesh, "i=4", devs0, NDEV, "P('i')");
+    sm_shape s = HARNESS_SHAPE(8, 4);
+    sm_array *d = harness_array_iota(SM_F32, &s, 9);
+    char err[512];
+    ck_assert_int_eq(sm_client_put(c, SM_F32, &s, d->data, &sh, "on0", NULL, err, sizeof err),
+                     SM_OK);
+    put(c, "both", "P('i', 'j')", 5);
+    sm_client_close(c);
+
+    kill_wait(&g.coord);
+    kill_wait(&g.workers[1]);
+    g.coord = coord_spawn(1);
+    g.workers[1] = worker_spawn(1);
+    c = harness_client(&g.h);
+    wait_alive(c, NWORKERS);
+    ck_assert_int_eq(harness_wait_state(c, (sm_array_ref){{0}, "on0"}, SM_ARRAY_READY, 20000),
+                     SM_ARRAY_READY);
+    sm_array *got = NULL;
+    ck_assert_int_eq(sm_client_get(c, (sm_array_ref){{0}, "on0"}, &got, err, sizeof err), SM_OK);
+    ck_assert(!memcmp(got->data, d->data, (size_t)d->nbytes));
+    sm_array_free(got);
+    sm_array_free(d);
+    sm_err e;
+    sm_array_info x = describe(c, (sm_array_ref){{0}, "both"}, &e);
+    ck_assert_int_eq(e, SM_OK);
+    ck_assert_int_eq(x.state, SM_ARRAY_LOST);
+    sm_array_info_free(&x);
+    sm_client_close(c);
+}
+END_TEST
+
+/* A damaged database is refused at start with a sentence. */
+START_TEST(test_damaged_db_refused)
+{
+    kill_wait(&g.coord);
+    char path[512], log[512];
+    snprintf(path, sizeof path, "%s/state/registry.db", g.dir);
+    /* Overwrite the middle of the file (past the header) with junk. */
+    int fd = open(path, O_WRONLY);
+    ck_assert_int_ge(fd, 0);
+    char junk[4096];
+    memset(junk, 0x5a, sizeof junk);
+    ck_assert_int_eq(pwrite(fd, junk, sizeof junk, 100), (ssize_t)sizeof junk);
+    close(fd);
+    snprintf(path, sizeof path, "%s/state/registry.db-wal", g.dir);
+    unlink(path);
+    g.coord = coord_spawn(0);
+    int status = 0;
+    int64_t until = now_ms() + 20000;
+    while (waitpid(g.coord, &status, WNOHANG) == 0 && now_ms() < until)
+        sleep_ms(20);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) != 0, "the coordinator started");
+    g.coord = 0;
+    snprintf(log, sizeof log, "%s/coordinator.log", g.dir);
+    FILE *f = fopen(log, "r");
+    ck_assert_ptr_nonnull(f);
+    static char text[65536];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = 0;
+    fclose(f);
+    ck_assert_msg(strstr(text, "registry database") && strstr(text, "move it away"), "log: %s",
+                  text);
+}
+END_TEST
+
+static Suite *durable_suite(void)
+{
+    Suite *s = suite_create("e2e_durable");
+    TCase *tc = tcase_create("restart");
+    tcase_add_checked_fixture(tc, env_setup, env_teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_coordinator_kill9_restart);
+    tcase_add_test(tc, test_restart_with_a_worker_gone);
+    tcase_add_test(tc, test_damaged_db_refused);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return harness_run_suite(durable_suite());
+}
