@@ -157,6 +157,7 @@ void sm_cjobs_end_locked(sm_cjobs *j, sm_job *job, sm_job_state state, const cha
     job->end_us = sm_cjobs_now_us();
     if (!job->start_us)
         job->start_us = job->end_us;
+    sm_registry_job_save(j->coord->reg, job->id, (int)state, job->error);
     if (j->ended_tail)
         j->ended_tail->enext = job;
     else
@@ -400,6 +401,7 @@ static sm_err job_enqueue(sm_cjobs *j, sm_svc_submit_req *req, sm_job **out, int
     if (!e) {
         job->id = ++j->last_id;
         sm_htab_put(&j->table, sm_htab_hash_u64(job->id), job);
+        sm_registry_job_save(j->coord->reg, job->id, SM_JOB_QUEUED, "");
         job->refs = 1; /* the caller's */
         *out = job;
     }
@@ -678,6 +680,11 @@ sm_err sm_cjobs_create(sm_coord *coord, const sm_cjobs_config *cfg, sm_cjobs **o
     pthread_cond_init(&j->changed, &ca);
     pthread_cond_init(&j->work, &ca);
     pthread_condattr_destroy(&ca);
+    sm_err e = sm_cjobs_restore(j, err, errlen);
+    if (e) {
+        sm_cjobs_free(j);
+        return e;
+    }
     for (int i = 0; i < nthreads; i++) {
         if (pthread_create(&th[i], NULL, runner_main, j) != 0) {
             sm_cjobs_free(j);

@@ -86,4 +86,11 @@ void sm_cjobs_run(sm_cjobs *j, sm_job *job);
  * (freed unless someone holds a reference to it). */
 void sm_cjobs_end_locked(sm_cjobs *j, sm_job *job, sm_job_state state, const char *msg);
 
+/* Takes back the jobs' records of the coordinator's earlier runs (state
+ * dir): ended jobs keep their state and error (not their outputs' details);
+ * jobs that were queued or running end FAILED, "the coordinator restarted".
+ * New ids continue after the largest handed out. Call before the runners
+ * start (jobs_restore.c). */
+sm_err sm_cjobs_restore(sm_cjobs *j, char *err, size_t errlen);
+
 #endif

@@ -47,6 +47,21 @@ sm_err sm_registry_create(uint32_t default_deadline_ms, uint32_t heartbeat_ms, s
 sm_err sm_registry_open_state(sm_registry *r, const char *dir, char *err, size_t errlen);
 /* Closes the database (sm_registry_free does too). */
 void sm_registry_close_state(sm_registry *r);
+/* A job's record as the database keeps it (state: an sm_job_state). */
+typedef struct {
+    uint64_t id;
+    int state;
+    char error[1024];
+} sm_reg_job;
+
+/* Records job id's state and error (one transaction); the job ids handed
+ * out so far are remembered with it. A no-op without a state dir. */
+void sm_registry_job_save(sm_registry *r, uint64_t id, int state, const char *error);
+/* The jobs' records of earlier runs in id order (*out malloc'd, caller
+ * frees; NULL and 0 without a state dir) and the largest job id ever
+ * handed out (*last_id; 0 if none). */
+sm_err sm_registry_jobs_restore(sm_registry *r, uint64_t *last_id, sm_reg_job **out, int *n,
+                                char *err, size_t errlen);
 /* Frees everything, including worker channels. Call when nothing else uses
  * the registry (server stopped). NULL ok. */
 void sm_registry_free(sm_registry *r);

@@ -460,3 +460,81 @@ void sm_registry_close_state(sm_registry *r)
         r->db = NULL;
     }
 }
+
+/* ---- jobs' records --------------------------------------------------------- */
+
+/* Records kept in the database beyond the newest id; older ones are
+ * dropped when the jobs are restored. */
+#define SM_REG_JOBS_KEPT 100000
+
+void sm_registry_job_save(sm_registry *r, uint64_t id, int state, const char *error)
+{
+    pthread_mutex_lock(&r->mu);
+    if (r->db) {
+        sm_reg_tx_begin(r);
+        if (sm_reg_run(r, "INSERT OR REPLACE INTO jobs(id, state, error) VALUES (?, ?, ?)", "iit",
+                       (int64_t)id, (int64_t)state, error ? error : "") ||
+            sm_reg_run(r,
+                       "UPDATE counters SET next_job = MAX(COALESCE(next_job, 1), ?) WHERE k = 0",
+                       "i", (int64_t)id + 1))
+            sm_reg_db_log(r, "record a job");
+        sm_reg_tx_end(r);
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+sm_err sm_registry_jobs_restore(sm_registry *r, uint64_t *last_id, sm_reg_job **out, int *n,
+                                char *err, size_t errlen)
+{
+    sqlite3_stmt *st = NULL;
+    sm_err e = SM_OK;
+    int cap = 0;
+    *last_id = 0;
+    *out = NULL;
+    *n = 0;
+    pthread_mutex_lock(&r->mu);
+    if (!r->db)
+        goto out;
+    if (sqlite3_prepare_v2(r->db, "SELECT COALESCE(next_job, 1) FROM counters", -1, &st, NULL) ==
+        SQLITE_OK) {
+        if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int64(st, 0) > 1)
+            *last_id = (uint64_t)sqlite3_column_int64(st, 0) - 1;
+        sqlite3_finalize(st);
+    }
+    if (*last_id > SM_REG_JOBS_KEPT && sm_reg_run(r, "DELETE FROM jobs WHERE id <= ?", "i",
+                                                  (int64_t)(*last_id - SM_REG_JOBS_KEPT)))
+        sm_reg_db_log(r, "drop old jobs' records");
+    if (sqlite3_prepare_v2(r->db, "SELECT id, state, error FROM jobs ORDER BY id", -1, &st, NULL) !=
+        SQLITE_OK) {
+        e = sm_fail(err, errlen, SM_EIO, "cannot read jobs' records: %s", sqlite3_errmsg(r->db));
+        goto out;
+    }
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        if (*n == cap) {
+            int nc = cap ? 2 * cap : 16;
+            sm_reg_job *v = realloc(*out, sizeof *v * (size_t)nc);
+            if (!v) {
+                e = sm_fail(err, errlen, SM_ENOMEM, "out of memory reading jobs' records");
+                break;
+            }
+            *out = v;
+            cap = nc;
+        }
+        sm_reg_job *jr = &(*out)[(*n)++];
+        const unsigned char *t = sqlite3_column_text(st, 2);
+        jr->id = (uint64_t)sqlite3_column_int64(st, 0);
+        jr->state = sqlite3_column_int(st, 1);
+        snprintf(jr->error, sizeof jr->error, "%s", t ? (const char *)t : "");
+        if (jr->id > *last_id)
+            *last_id = jr->id;
+    }
+    sqlite3_finalize(st);
+out:
+    if (e) {
+        free(*out);
+        *out = NULL;
+        *n = 0;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return e;
+}

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "shmap_job.h"
 #include "sm_log.h"
 #include "sm_rpc.h"
 #include "sm_svc.h"
@@ -364,6 +365,86 @@ START_TEST(test_restart_with_a_worker_gone)
 }
 END_TEST
 
+static const char *heavy_text = "mesh i=8\n"
+                                "shard_map heavy(a: f32[512,512] @ P('i'), w: f32[512,512] @ "
+                                "P()) -> P('i'):\n"
+                                "    z = a\n"
+                                "    for k in range(400):\n"
+                                "        z = tanh(dot(z, w))\n"
+                                "    return z\n";
+
+/* A job running (and one done) when the coordinator is killed: after the
+ * restart the running one is FAILED ("coordinator restarted"), the done
+ * one still DONE, its output ready; new job ids continue. */
+START_TEST(test_jobs_across_restart)
+{
+    sm_client *c = harness_client(&g.h);
+    wait_alive(c, NWORKERS);
+    char err[1024];
+    sm_mesh mesh;
+    sm_shape s = HARNESS_SHAPE(512, 512);
+    sm_array *a = harness_array_iota(SM_F32, &s, 7);
+    for (int64_t i = 0; i < 512 * 512; i++)
+        ((float *)a->data)[i] = (float)(i % 7) * 0.001f;
+    sm_sharding_ref row = harness_sharding(&mesh, "i=8", NULL, 0, "P('i')");
+    ck_assert_int_eq(sm_client_put(c, SM_F32, &s, a->data, &row, "a", NULL, err, sizeof err),
+                     SM_OK);
+    sm_mesh mesh2;
+    sm_sharding_ref rep = harness_sharding(&mesh2, "i=8", NULL, 0, "P()");
+    ck_assert_int_eq(sm_client_put(c, SM_F32, &s, a->data, &rep, "w", NULL, err, sizeof err),
+                     SM_OK);
+    sm_array_free(a);
+    sm_program *p = NULL;
+    ck_assert_int_eq(sm_program_parse(heavy_text, "heavy.shmap", &p, err, sizeof err), SM_OK);
+    sm_array_ref args[2] = {{{0}, "a"}, {{0}, "w"}};
+    const char *names[1] = {"small"};
+    sm_program *q = NULL;
+    ck_assert_int_eq(sm_program_parse("mesh i=8\n"
+                                      "shard_map twice(a: f32[512,512] @ P('i')) -> P('i'):\n"
+                                      "    return a + a\n",
+                                      "twice.shmap", &q, err, sizeof err),
+                     SM_OK);
+    sm_job_info done;
+    ck_assert_msg(sm_job_run(c, q, 1, args, names, 1, 0, 60000, &done, err, sizeof err) == SM_OK,
+                  "%s", err);
+    ck_assert_int_eq(done.state, SM_JOB_DONE);
+    sm_job_id running;
+    ck_assert_int_eq(sm_job_submit(c, p, 2, args, NULL, 1, 0, &running, err, sizeof err), SM_OK);
+    sleep_ms(300);
+    sm_job_info info;
+    ck_assert_int_eq(sm_job_status(c, running, &info, err, sizeof err), SM_OK);
+    int still = info.state == SM_JOB_RUNNING || info.state == SM_JOB_QUEUED;
+    sm_job_info_free(&info);
+    sm_client_close(c);
+    kill_wait(&g.coord);
+    g.coord = coord_spawn(1);
+    c = harness_client(&g.h);
+    ck_assert_int_eq(sm_job_status(c, running, &info, err, sizeof err), SM_OK);
+    if (still) {
+        ck_assert_int_eq(info.state, SM_JOB_FAILED);
+        ck_assert_msg(strstr(info.error, "coordinator restarted"), "%s", info.error);
+    } else {
+        fprintf(stderr, "e2e_durable: the heavy job ended before the coordinator was killed\n");
+    }
+    sm_job_info_free(&info);
+    ck_assert_int_eq(sm_job_status(c, done.id, &info, err, sizeof err), SM_OK);
+    ck_assert_int_eq(info.state, SM_JOB_DONE);
+    sm_job_info_free(&info);
+    ck_assert_int_eq(harness_wait_state(c, (sm_array_ref){{0}, "small"}, SM_ARRAY_READY, 20000),
+                     SM_ARRAY_READY);
+    sm_job_info again;
+    ck_assert_msg(sm_job_run(c, q, 1, args, NULL, 1, 0, 60000, &again, err, sizeof err) == SM_OK,
+                  "%s", err);
+    ck_assert_int_eq(again.state, SM_JOB_DONE);
+    ck_assert_uint_gt(again.id.v, running.v);
+    sm_job_info_free(&again);
+    sm_job_info_free(&done);
+    sm_program_free(p);
+    sm_program_free(q);
+    sm_client_close(c);
+}
+END_TEST
+
 /* A damaged database is refused at start with a sentence. */
 START_TEST(test_damaged_db_refused)
 {
@@ -406,6 +487,7 @@ static Suite *durable_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_coordinator_kill9_restart);
     tcase_add_test(tc, test_restart_with_a_worker_gone);
+    tcase_add_test(tc, test_jobs_across_restart);
     tcase_add_test(tc, test_damaged_db_refused);
     suite_add_tcase(s, tc);
     return s;
