@@ -282,13 +282,13 @@ static void sm_reg_worker_adopt(sm_registry *r, sm_reg_worker *w, const sm_svc_r
 }
 
 /* The registered worker a registration asking for its old identity names,
- * if it may take it: same device count (and ids, if given), and not alive
- * at another address. */
-static sm_reg_worker *sm_reg_worker_returning(sm_registry *r, const sm_svc_register_req *req,
-                                              const char *addr)
+ * if it may take it: same device count (and ids, if given). Its old self,
+ * if still alive at another address, is taken for a process that restarted
+ * (from its state dir, or with the same --worker-id). */
+static sm_reg_worker *sm_reg_worker_returning(sm_registry *r, const sm_svc_register_req *req)
 {
     sm_reg_worker *o = req->worker_id ? sm_reg_worker_by_id(r, req->worker_id) : NULL;
-    if (!o || o->ndevices != req->ndevices || (o->alive && strcmp(o->address, addr)))
+    if (!o || o->ndevices != req->ndevices)
         return NULL;
     for (int k = 0; req->devices && k < req->ndevices; k++)
         if (req->devices[k] != o->first_device + k)
@@ -336,7 +336,7 @@ sm_err sm_registry_worker_add(sm_registry *r, const sm_svc_register_req *req, sm
                      SM_MAX_DEVICES);
         goto out;
     }
-    sm_reg_worker *back = sm_reg_worker_returning(r, req, addr);
+    sm_reg_worker *back = sm_reg_worker_returning(r, req);
     sm_reg_worker *holder =
         req->process_index >= 0 ? sm_reg_worker_alive_at(r, req->process_index) : NULL;
     if (holder && strcmp(holder->address, addr) != 0 && holder != back) {
@@ -353,6 +353,11 @@ sm_err sm_registry_worker_add(sm_registry *r, const sm_svc_register_req *req, sm
                 sm_reg_worker_mark_lost(r, r->workers[i],
                                         "another worker registered at its address", frees, nfrees);
         w = back;
+        if (w->alive && strcmp(w->address, addr)) {
+            char why[SM_ADDR_MAX + 64];
+            snprintf(why, sizeof why, "it registered again from %s", addr);
+            sm_reg_worker_mark_lost(r, w, why, frees, nfrees);
+        }
         if (w->ch && w->ch != ch)
             sm_rpc_channel_free(w->ch);
         snprintf(w->address, sizeof w->address, "%s", addr);

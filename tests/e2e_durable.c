@@ -8,6 +8,7 @@
  * after the old ones; the SQLite file passes its integrity check; a damaged
  * one is refused at start. */
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -126,12 +127,14 @@ static pid_t coord_spawn(int wait_port)
     return pid;
 }
 
-static pid_t worker_spawn(int k)
+/* Starts worker k; with_state: with --state-dir DIR/worker<k>. */
+static pid_t worker_spawn_state(int k, int with_state)
 {
-    char coord[64], idx[16], log[512];
+    char coord[64], idx[16], log[512], state[512];
     snprintf(coord, sizeof coord, "127.0.0.1:%d", g.port);
     snprintf(idx, sizeof idx, "%d", k);
     snprintf(log, sizeof log, "%s/worker%d.log", g.dir, k);
+    snprintf(state, sizeof state, "%s/worker%d", g.dir, k);
     char *argv[] = {(char *)bin("SHMAP_WORKER", "../worker/shmap-worker"),
                     "--coordinator",
                     coord,
@@ -141,10 +144,36 @@ static pid_t worker_spawn(int k)
                     "127.0.0.1:0",
                     "--process-index",
                     idx,
+                    with_state ? "--state-dir" : NULL,
+                    state,
                     NULL};
     pid_t pid = spawn_logged(argv, log);
     ck_assert_int_gt(pid, 0);
     return pid;
+}
+
+static pid_t worker_spawn(int k)
+{
+    return worker_spawn_state(k, 0);
+}
+
+/* Waits (20 s at most) until worker k's state dir holds n shard copies
+ * (.sum files, written last). */
+static void wait_copies(int k, int n)
+{
+    char path[512];
+    int got = -1;
+    snprintf(path, sizeof path, "%s/worker%d/shards", g.dir, k);
+    for (int64_t until = now_ms() + 20000; got != n && now_ms() < until; sleep_ms(20)) {
+        DIR *d = opendir(path);
+        struct dirent *de;
+        got = 0;
+        while (d && (de = readdir(d)))
+            got += strstr(de->d_name, ".sum") && !strstr(de->d_name, ".tmp");
+        if (d)
+            closedir(d);
+    }
+    ck_assert_int_eq(got, n);
 }
 
 static void kill_wait(pid_t *pid)
@@ -445,6 +474,127 @@ START_TEST(test_jobs_across_restart)
 }
 END_TEST
 
+/* The addresses of the alive workers holding devices 0 and 4, "" if none. */
+static void worker_addrs(sm_client *c, char out[2][SM_ADDR_MAX])
+{
+    sm_worker_info *w = NULL;
+    int n = 0;
+    char err[512];
+    out[0][0] = out[1][0] = 0;
+    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
+    for (int i = 0; i < n; i++)
+        if (w[i].alive && (w[i].devices[0] == 0 || w[i].devices[0] == NDEV))
+            snprintf(out[w[i].devices[0] == NDEV], SM_ADDR_MAX, "%s", w[i].address);
+    free(w);
+}
+
+/* Workers with a state dir, killed with SIGKILL and started again (new
+ * processes, new ports): they restore their shards from disk and offer
+ * them; the arrays are ready again, bit-exact. A damaged copy is not
+ * offered: its array stays lost. Then the coordinator and both workers
+ * die together and come back. */
+START_TEST(test_workers_with_state_dir)
+{
+    for (int k = 0; k < NWORKERS; k++) {
+        kill_wait(&g.workers[k]);
+        g.workers[k] = worker_spawn_state(k, 1);
+    }
+    sm_client *c = harness_client(&g.h);
+    wait_alive(c, NWORKERS);
+    put(c, "kept", "P('i', 'j')", 11);
+    put(c, "rep", "P('i', None)", 12);
+    wait_copies(0, 8);
+    wait_copies(1, 8);
+    char old[2][SM_ADDR_MAX];
+    worker_addrs(c, old);
+    for (int k = 0; k < NWORKERS; k++) {
+        kill_wait(&g.workers[k]);
+        g.workers[k] = worker_spawn_state(k, 1);
+    }
+    /* the new processes took over the old identities (same devices) */
+    char now[2][SM_ADDR_MAX];
+    int64_t until = now_ms() + 20000;
+    do {
+        sleep_ms(50);
+        worker_addrs(c, now);
+    } while ((!strcmp(now[0], old[0]) || !strcmp(now[1], old[1])) && now_ms() < until);
+    ck_assert_str_ne(now[0], old[0]);
+    ck_assert_str_ne(now[1], old[1]);
+    ck_assert_int_eq(harness_wait_state(c, (sm_array_ref){{0}, "kept"}, SM_ARRAY_READY, 20000),
+                     SM_ARRAY_READY);
+    ck_assert_int_eq(harness_wait_state(c, (sm_array_ref){{0}, "rep"}, SM_ARRAY_READY, 20000),
+                     SM_ARRAY_READY);
+    check_bits(c, (sm_array_ref){{0}, "kept"}, 11);
+    check_bits(c, (sm_array_ref){{0}, "rep"}, 12);
+
+    /* everything at once */
+    kill_wait(&g.coord);
+    for (int k = 0; k < NWORKERS; k++)
+        kill_wait(&g.workers[k]);
+    g.coord = coord_spawn(1);
+    for (int k = 0; k < NWORKERS; k++)
+        g.workers[k] = worker_spawn_state(k, 1);
+    sm_client_close(c);
+    c = harness_client(&g.h);
+    ck_assert_int_eq(harness_wait_state(c, (sm_array_ref){{0}, "kept"}, SM_ARRAY_READY, 20000),
+                     SM_ARRAY_READY);
+    check_bits(c, (sm_array_ref){{0}, "kept"}, 11);
+    check_bits(c, (sm_array_ref){{0}, "rep"}, 12);
+
+    /* one damaged copy: "kept" on worker 1 cannot come back */
+    sm_err e;
+    sm_array_info kept = describe(c, (sm_array_ref){{0}, "kept"}, &e);
+    ck_assert_int_eq(e, SM_OK);
+    kill_wait(&g.workers[1]);
+    char path[512];
+    snprintf(path, sizeof path, "%s/worker1/shards/%llu-%d.npy", g.dir,
+             (unsigned long long)kept.id.v, (int)kept.shards[kept.nshards - 1].device);
+    int fd = open(path, O_WRONLY);
+    ck_assert_msg(fd >= 0, "%s: %s", path, strerror(errno));
+    ck_assert_int_eq(pwrite(fd, "garbage!", 8, 200), 8);
+    close(fd);
+    worker_addrs(c, old);
+    g.workers[1] = worker_spawn_state(1, 1);
+    until = now_ms() + 20000;
+    do {
+        sleep_ms(50);
+        worker_addrs(c, now);
+    } while ((!now[1][0] || !strcmp(now[1], old[1])) && now_ms() < until);
+    ck_assert_str_ne(now[1], old[1]);
+    ck_assert_int_eq(harness_wait_state(c, (sm_array_ref){{0}, "rep"}, SM_ARRAY_READY, 20000),
+                     SM_ARRAY_READY);
+    sm_array_info x = describe(c, (sm_array_ref){{0}, "kept"}, &e);
+    ck_assert_int_eq(x.state, SM_ARRAY_LOST);
+    sm_array_info_free(&x);
+    sm_array_info_free(&kept);
+    /* deleting frees the copies too */
+    char err[512];
+    ck_assert_int_eq(sm_client_delete(c, (sm_array_ref){{0}, "rep"}, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_client_delete(c, (sm_array_ref){{0}, "kept"}, err, sizeof err), SM_OK);
+    wait_copies(0, 0);
+    sm_client_close(c);
+}
+END_TEST
+
+/* A worker without a state dir, killed and started again, comes back
+ * empty under a new identity: its arrays stay lost, naming the devices. */
+START_TEST(test_worker_without_state_dir_lost)
+{
+    sm_client *c = harness_client(&g.h);
+    wait_alive(c, NWORKERS);
+    put(c, "w", "P('i', 'j')", 13);
+    kill_wait(&g.workers[1]);
+    g.workers[1] = worker_spawn(1);
+    ck_assert_int_eq(harness_wait_state(c, (sm_array_ref){{0}, "w"}, SM_ARRAY_LOST, 20000),
+                     SM_ARRAY_LOST);
+    sm_err e;
+    sm_array_info x = describe(c, (sm_array_ref){{0}, "w"}, &e);
+    ck_assert_msg(strstr(x.error, "devices"), "%s", x.error);
+    sm_array_info_free(&x);
+    sm_client_close(c);
+}
+END_TEST
+
 /* A damaged database is refused at start with a sentence. */
 START_TEST(test_damaged_db_refused)
 {
@@ -488,6 +638,8 @@ static Suite *durable_suite(void)
     tcase_add_test(tc, test_coordinator_kill9_restart);
     tcase_add_test(tc, test_restart_with_a_worker_gone);
     tcase_add_test(tc, test_jobs_across_restart);
+    tcase_add_test(tc, test_workers_with_state_dir);
+    tcase_add_test(tc, test_worker_without_state_dir_lost);
     tcase_add_test(tc, test_damaged_db_refused);
     suite_add_tcase(s, tc);
     return s;

@@ -18,6 +18,10 @@ struct sm_agent {
     char *coordinator, *token, *address, *host;
     int ndevices, process_index;
     uint32_t worker_id; /* asked for at the first registration; 0: any */
+    int ndevices_asked;
+    int32_t devices_asked[SM_MAX_WORKER_DEVICES];
+    void (*on_identity)(void *user, const sm_svc_register_reply *id);
+    void *on_identity_user;
     sm_store *store;
     sm_rpc_channel *ch;
     pthread_t thread;
@@ -71,6 +75,8 @@ static sm_err agent_register(sm_agent *a, char *err, size_t errlen)
             req.process_index = old.process_index;
     } else if (a->worker_id) {
         req.worker_id = a->worker_id;
+        if (a->ndevices_asked == a->ndevices)
+            req.devices = a->devices_asked;
     }
     if ((e = sm_rpc_channel_wait_ready(a->ch, 1000, err, errlen)))
         return e;
@@ -95,6 +101,8 @@ static sm_err agent_register(sm_agent *a, char *err, size_t errlen)
     a->identity = rep;
     a->registered = 1;
     pthread_mutex_unlock(&a->mu);
+    if (a->on_identity)
+        a->on_identity(a->on_identity_user, &rep);
     SM_INFO("registered with %s as worker %u, process index %d, devices %d..%d, heartbeat %u ms",
             a->coordinator, rep.worker_id, rep.process_index, (int)rep.devices[0],
             (int)rep.devices[rep.ndevices - 1], rep.heartbeat_ms);
@@ -197,6 +205,10 @@ sm_err sm_agent_start(const sm_agent_config *cfg, sm_agent **out, char *err, siz
     a->ndevices = cfg->ndevices;
     a->process_index = cfg->process_index;
     a->worker_id = cfg->worker_id;
+    a->ndevices_asked = cfg->ndevices_asked;
+    memcpy(a->devices_asked, cfg->devices_asked, sizeof a->devices_asked);
+    a->on_identity = cfg->on_identity;
+    a->on_identity_user = cfg->on_identity_user;
     a->store = cfg->store;
     if (!a->coordinator || !a->token || !a->address || !a->host) {
         e = sm_fail(err, errlen, SM_ENOMEM, "out of memory starting the agent");

@@ -28,7 +28,13 @@ typedef struct {
     int ndevices;
     int process_index;  /* -1: let the coordinator assign one */
     uint32_t worker_id; /* identity to ask for at the first registration; 0: any */
-    sm_store *store;    /* borrowed; must outlive the agent */
+    int ndevices_asked; /* with worker_id: the global device ids to ask for (0: any) */
+    int32_t devices_asked[SM_MAX_WORKER_DEVICES];
+    /* Called (if set) on the agent's thread after each registration, with
+     * the identity installed in the store. */
+    void (*on_identity)(void *user, const sm_svc_register_reply *id);
+    void *on_identity_user;
+    sm_store *store; /* borrowed; must outlive the agent */
 } sm_agent_config;
 
 typedef struct sm_agent sm_agent;

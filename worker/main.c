@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "disk.h"
 #include "handlers.h"
 #include "job.h"
 #include "peer.h"
@@ -39,6 +40,8 @@ enum {
     CFG_CACHE_MB,
     CFG_MEM_LIMIT_MB,
     CFG_LOG_LEVEL,
+    CFG_STATE_DIR,
+    CFG_WORKER_ID,
     CFG_COUNT
 };
 
@@ -71,6 +74,13 @@ static const sm_config_row worker_config[CFG_COUNT] = {
                           "may use (the host's, or its cgroup's limit); 0: no limit."},
     [CFG_LOG_LEVEL] = {"log-level", 0, SM_CFG_STRING, "info", "SHMAP_LOG",
                        "Log level: error, warn, info or debug."},
+    [CFG_STATE_DIR] = {"state-dir", 0, SM_CFG_STRING, NULL, "SHMAP_WORKER_STATE_DIR",
+                       "Keep this worker's identity and a copy of every shard (written in the "
+                       "background, with its checksum) in this directory; restarted, the "
+                       "worker offers those shards back to the coordinator. None if unset."},
+    [CFG_WORKER_ID] = {"worker-id", 0, SM_CFG_INT, "0", "SHMAP_WORKER_ID",
+                       "Stable worker id to register as (0: the one stored in --state-dir, "
+                       "else one the coordinator assigns). Two workers must not share one."},
 };
 
 static const char worker_usage[] =
@@ -153,6 +163,50 @@ static size_t worker_cache_bytes(int64_t mib)
     return (size_t)(eighth < cap ? eighth : cap);
 }
 
+static void worker_identity_saved(void *user, const sm_svc_register_reply *id)
+{
+    sm_disk_identity_save(user, id->worker_id, id->ndevices, id->devices);
+}
+
+/* --state-dir: opens it; a stored identity (the same id as --worker-id, if
+ * given) goes into the store and the agent's request, and the shard copies
+ * of its devices into the store; from then on the disk follows the store. */
+static sm_err worker_state_open(const char *dir, sm_store *store, sm_agent_config *acfg,
+                                sm_disk **out, char *err, size_t errlen)
+{
+    uint32_t id = 0;
+    int n = 0;
+    int32_t devs[SM_MAX_WORKER_DEVICES];
+    sm_err e = sm_disk_open(dir, out, err, errlen);
+    if (e)
+        return e;
+    if (sm_disk_identity_load(*out, &id, &n, devs)) {
+        if (acfg->worker_id && acfg->worker_id != id)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "--worker-id %u differs from the id %u stored in %s/identity; pass "
+                           "the same id or another --state-dir",
+                           acfg->worker_id, id, dir);
+        if (n != acfg->ndevices) {
+            SM_WARN("%s/identity is for %d devices, this worker has %d: starting as a new "
+                    "worker",
+                    dir, n, acfg->ndevices);
+        } else if ((e = sm_store_set_identity(store, id, n, devs, err, errlen))) {
+            return e;
+        } else {
+            acfg->worker_id = id;
+            acfg->ndevices_asked = n;
+            memcpy(acfg->devices_asked, devs, sizeof *devs * (size_t)n);
+            int got = sm_disk_restore(*out, store);
+            SM_INFO("state dir %s: worker %u, devices %d..%d, %d shard(s) restored from disk", dir,
+                    id, (int)devs[0], (int)devs[n - 1], got);
+        }
+    }
+    sm_store_observe(store, sm_disk_observer(), *out);
+    acfg->on_identity = worker_identity_saved;
+    acfg->on_identity_user = *out;
+    return SM_OK;
+}
+
 int main(int argc, char **argv)
 {
     sm_config_value cfg[CFG_COUNT];
@@ -161,6 +215,7 @@ int main(int argc, char **argv)
     sm_store *store = NULL;
     sm_peer *peers = NULL;
     sm_agent *agent = NULL;
+    sm_disk *disk = NULL;
     sm_jobs *jobs = NULL;
     sm_handlers ctx;
     sm_log_level level;
@@ -202,6 +257,8 @@ int main(int argc, char **argv)
     if (cfg[CFG_MEM_LIMIT_MB].i < -1 || cfg[CFG_MEM_LIMIT_MB].i > (INT64_C(1) << 30))
         return usage_error(
             "--memory-limit-mb must be -1 (automatic), 0 (no limit) or a size in MiB.");
+    if (cfg[CFG_WORKER_ID].i < 0 || cfg[CFG_WORKER_ID].i > UINT32_MAX)
+        return usage_error("--worker-id must be 0 (none) or an id in 1..4294967295.");
     if (!parse_level(cfg[CFG_LOG_LEVEL].s, &level))
         return usage_error("--log-level must be error, warn, info or debug.");
     if (!split_host_port(cfg[CFG_LISTEN].s, host, sizeof host, &port))
@@ -236,8 +293,13 @@ int main(int argc, char **argv)
                 "reuse up to %zu MiB (--buffer-cache-mb)",
                 cache >> 20);
     rpc_up = 1;
-    if ((e = sm_store_create(&store, err, sizeof err)) ||
-        (e = sm_peer_create(cfg[CFG_TOKEN].s, 120000, &peers, err, sizeof err)))
+    if ((e = sm_store_create(&store, err, sizeof err)))
+        goto fail;
+    sm_agent_config acfg = {.ndevices = (int)ndevices, .worker_id = (uint32_t)cfg[CFG_WORKER_ID].i};
+    if (cfg[CFG_STATE_DIR].s && *cfg[CFG_STATE_DIR].s &&
+        (e = worker_state_open(cfg[CFG_STATE_DIR].s, store, &acfg, &disk, err, sizeof err)))
+        goto fail;
+    if ((e = sm_peer_create(cfg[CFG_TOKEN].s, 120000, &peers, err, sizeof err)))
         goto fail;
     sm_rpc_server_opts opts = {.addr = cfg[CFG_LISTEN].s, .token = cfg[CFG_TOKEN].s};
     if ((e = sm_rpc_server_create(&opts, &server, err, sizeof err)))
@@ -267,13 +329,12 @@ int main(int argc, char **argv)
             cfg[CFG_LISTEN].s, sm_rpc_server_port(server), advertise, (long long)ndevices);
 
     gethostname(hostname, sizeof hostname - 1);
-    sm_agent_config acfg = {.coordinator = cfg[CFG_COORDINATOR].s,
-                            .token = cfg[CFG_TOKEN].s,
-                            .address = advertise,
-                            .host = hostname,
-                            .ndevices = (int)ndevices,
-                            .process_index = (int)cfg[CFG_PROCESS_INDEX].i,
-                            .store = store};
+    acfg.coordinator = cfg[CFG_COORDINATOR].s;
+    acfg.token = cfg[CFG_TOKEN].s;
+    acfg.address = advertise;
+    acfg.host = hostname;
+    acfg.process_index = (int)cfg[CFG_PROCESS_INDEX].i;
+    acfg.store = store;
     if ((e = sm_agent_start(&acfg, &agent, err, sizeof err)))
         goto fail;
 
@@ -292,6 +353,9 @@ fail:
     sm_rpc_server_free(server);
     sm_jobs_free(jobs);
     sm_peer_free(peers);
+    if (store)
+        sm_store_observe(store, NULL, NULL); /* the disk copies stay */
+    sm_disk_free(disk);
     sm_store_free(store);
     if (rpc_up)
         sm_rpc_shutdown_or_exit(2000, rc); /* or _exit(rc) after 2 s */

@@ -25,6 +25,8 @@ struct sm_store {
     int64_t count;
     size_t nbuckets; /* power of two */
     sm_store_entry **buckets;
+    const sm_store_observer *obs; /* NULL: none */
+    void *obs_user;
 };
 
 /* ---- shards ------------------------------------------------------------ */
@@ -185,6 +187,8 @@ static void store_drop(sm_store *st, sm_store_entry **p)
 {
     sm_store_entry *e = *p;
     *p = e->next;
+    if (st->obs)
+        st->obs->drop(st->obs_user, e->array, e->device);
     st->bytes[e->slot] -= e->shard->nbytes;
     st->count--;
     sm_store_shard_release(e->shard);
@@ -347,6 +351,8 @@ sm_err sm_store_put(sm_store *st, uint64_t epoch, sm_array_id array, int n, cons
         *p = en;
         st->bytes[en->slot] += shards[k]->nbytes;
         st->count++;
+        if (st->obs)
+            st->obs->put(st->obs_user, en->array, en->device, en->shard);
     }
     store_grow(st);
 unlock:
@@ -434,4 +440,12 @@ sm_err sm_store_held(sm_store *st, sm_svc_held_shard **out, int *n, char *err, s
 out:
     pthread_mutex_unlock(&st->mu);
     return e;
+}
+
+void sm_store_observe(sm_store *st, const sm_store_observer *obs, void *user)
+{
+    pthread_mutex_lock(&st->mu);
+    st->obs = obs;
+    st->obs_user = user;
+    pthread_mutex_unlock(&st->mu);
 }

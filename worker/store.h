@@ -86,6 +86,17 @@ sm_err sm_store_renew_identity(sm_store *st, uint32_t worker_id, int ndevices,
 /* Every shard held, as (array, device, checksum) in *out (malloc'd, caller
  * frees; NULL when none), *n of them. */
 sm_err sm_store_held(sm_store *st, sm_svc_held_shard **out, int *n, char *err, size_t errlen);
+/* Told of every shard stored and dropped (a disk copy follows them). Both
+ * are called with the store's lock held: they must be quick and must not
+ * call the store. put gets a borrowed shard (take a reference to keep
+ * it). */
+typedef struct {
+    void (*put)(void *user, uint64_t array, int32_t device, sm_store_shard *sh);
+    void (*drop)(void *user, uint64_t array, int32_t device);
+} sm_store_observer;
+/* Sets (obs NULL: removes) the observer; obs and user are borrowed until
+ * removed. */
+void sm_store_observe(sm_store *st, const sm_store_observer *obs, void *user);
 /* Current epoch (0 before the first identity). */
 uint64_t sm_store_epoch(sm_store *st);
 /* Worker id, or -1 while unregistered. */

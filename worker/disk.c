@@ -1,0 +1,322 @@
+#include "disk.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sm_array.h"
+#include "sm_checksum.h"
+#include "sm_log.h"
+
+#define SM_DISK_DIR  4000 /* longest state dir path, with its NUL */
+#define SM_DISK_PATH 4200
+
+typedef struct sm_disk_op {
+    struct sm_disk_op *next;
+    uint64_t array;
+    int32_t device;
+    sm_store_shard *sh; /* a reference; NULL: remove the files */
+} sm_disk_op;
+
+struct sm_disk {
+    char dir[SM_DISK_DIR];
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;   /* work queued, or stopping */
+    pthread_cond_t idle; /* the queue emptied */
+    sm_disk_op *head, *tail;
+    int busy; /* the thread is working on an op */
+    int stopping;
+};
+
+static void sm_disk_paths(const sm_disk *d, uint64_t array, int32_t device, char *npy, char *sum)
+{
+    snprintf(npy, SM_DISK_PATH, "%s/shards/%" PRIu64 "-%d.npy", d->dir, array, (int)device);
+    snprintf(sum, SM_DISK_PATH, "%s/shards/%" PRIu64 "-%d.sum", d->dir, array, (int)device);
+}
+
+/* Writes text to path through a temporary file and a rename. */
+static int sm_disk_write_small(const char *path, const char *text)
+{
+    char tmp[SM_DISK_PATH + 16];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return -1;
+    int bad = fputs(text, f) < 0;
+    bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+static void sm_disk_do(sm_disk *d, const sm_disk_op *op)
+{
+    char npy[SM_DISK_PATH], sum[SM_DISK_PATH], err[512], text[32];
+    sm_disk_paths(d, op->array, op->device, npy, sum);
+    unlink(sum); /* first: a shard without its .sum is never restored */
+    if (!op->sh) {
+        unlink(npy);
+        return;
+    }
+    const sm_store_shard *sh = op->sh;
+    if (sh->dtype == SM_BF16)
+        return;
+    sm_array view = {sh->dtype, sh->shape, sh->nbytes, sh->nbytes ? sh->data : NULL};
+    uint64_t c =
+        sh->has_checksum ? sh->checksum : sm_checksum_oneshot(sh->data, (size_t)sh->nbytes);
+    snprintf(text, sizeof text, "%016" PRIx64 "\n", c);
+    if (sm_npy_write(npy, &view, err, sizeof err)) {
+        SM_WARN("shard of array %" PRIu64 " on device %d not copied to disk: %s", op->array,
+                (int)op->device, err);
+        return;
+    }
+    if (sm_disk_write_small(sum, text))
+        SM_WARN("shard of array %" PRIu64 " on device %d not copied to disk: cannot write %s: %s",
+                op->array, (int)op->device, sum, strerror(errno));
+}
+
+static void *sm_disk_main(void *arg)
+{
+    sm_disk *d = arg;
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        while (!d->head && !d->stopping)
+            pthread_cond_wait(&d->cv, &d->mu);
+        sm_disk_op *op = d->head;
+        if (!op)
+            break; /* stopping with nothing queued */
+        d->head = op->next;
+        if (!d->head)
+            d->tail = NULL;
+        d->busy = 1;
+        pthread_mutex_unlock(&d->mu);
+        sm_disk_do(d, op);
+        sm_store_shard_release(op->sh);
+        free(op);
+        pthread_mutex_lock(&d->mu);
+        d->busy = 0;
+        if (!d->head)
+            pthread_cond_broadcast(&d->idle);
+    }
+    pthread_cond_broadcast(&d->idle);
+    pthread_mutex_unlock(&d->mu);
+    return NULL;
+}
+
+static void sm_disk_queue(sm_disk *d, uint64_t array, int32_t device, sm_store_shard *sh)
+{
+    sm_disk_op *op = calloc(1, sizeof *op);
+    if (!op) {
+        SM_WARN("out of memory: the shard of array %" PRIu64 " on device %d is not copied to disk",
+                array, (int)device);
+        return;
+    }
+    op->array = array;
+    op->device = device;
+    op->sh = sh ? sm_store_shard_ref(sh) : NULL;
+    pthread_mutex_lock(&d->mu);
+    if (d->tail)
+        d->tail->next = op;
+    else
+        d->head = op;
+    d->tail = op;
+    pthread_cond_signal(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+}
+
+static void sm_disk_on_put(void *user, uint64_t array, int32_t device, sm_store_shard *sh)
+{
+    sm_disk_queue(user, array, device, sh);
+}
+
+static void sm_disk_on_drop(void *user, uint64_t array, int32_t device)
+{
+    sm_disk_queue(user, array, device, NULL);
+}
+
+static const sm_store_observer sm_disk_obs = {sm_disk_on_put, sm_disk_on_drop};
+
+const sm_store_observer *sm_disk_observer(void)
+{
+    return &sm_disk_obs;
+}
+
+void sm_disk_flush(sm_disk *d)
+{
+    pthread_mutex_lock(&d->mu);
+    while (d->head || d->busy)
+        pthread_cond_wait(&d->idle, &d->mu);
+    pthread_mutex_unlock(&d->mu);
+}
+
+static int sm_disk_mkdir(const char *path)
+{
+    return mkdir(path, 0700) == 0 || errno == EEXIST ? 0 : -1;
+}
+
+sm_err sm_disk_open(const char *dir, sm_disk **out, char *err, size_t errlen)
+{
+    char shards[SM_DISK_PATH + 16];
+    *out = NULL;
+    if (strlen(dir) >= SM_DISK_DIR)
+        return sm_fail(err, errlen, SM_EINVAL, "the state dir path '%.60s...' is too long", dir);
+    snprintf(shards, sizeof shards, "%s/shards", dir);
+    if (sm_disk_mkdir(dir) || sm_disk_mkdir(shards))
+        return sm_fail(err, errlen, SM_EIO, "cannot create the state dir %s: %s", shards,
+                       strerror(errno));
+    sm_disk *d = calloc(1, sizeof *d);
+    if (!d)
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory opening the state dir");
+    snprintf(d->dir, sizeof d->dir, "%s", dir);
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_cond_init(&d->cv, NULL);
+    pthread_cond_init(&d->idle, NULL);
+    if (pthread_create(&d->thread, NULL, sm_disk_main, d)) {
+        pthread_mutex_destroy(&d->mu);
+        pthread_cond_destroy(&d->cv);
+        pthread_cond_destroy(&d->idle);
+        free(d);
+        return sm_fail(err, errlen, SM_ERESOURCE, "cannot start the state dir's writer thread");
+    }
+    *out = d;
+    return SM_OK;
+}
+
+void sm_disk_free(sm_disk *d)
+{
+    if (!d)
+        return;
+    pthread_mutex_lock(&d->mu);
+    d->stopping = 1;
+    pthread_cond_signal(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+    pthread_join(d->thread, NULL);
+    pthread_mutex_destroy(&d->mu);
+    pthread_cond_destroy(&d->cv);
+    pthread_cond_destroy(&d->idle);
+    free(d);
+}
+
+int sm_disk_identity_load(sm_disk *d, uint32_t *worker_id, int *ndevices, int32_t *devices)
+{
+    char path[SM_DISK_PATH + 16];
+    snprintf(path, sizeof path, "%s/identity", d->dir);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    unsigned id = 0;
+    int n = 0, ok = fscanf(f, "worker %u devices %d", &id, &n) == 2 && id > 0 && n >= 1 &&
+                    n <= SM_MAX_WORKER_DEVICES;
+    for (int k = 0; ok && k < n; k++) {
+        int v;
+        ok = fscanf(f, "%d", &v) == 1 && v >= 0;
+        devices[k] = v;
+    }
+    fclose(f);
+    if (!ok) {
+        SM_WARN("the identity file %s is unreadable; registering as a new worker", path);
+        return 0;
+    }
+    *worker_id = id;
+    *ndevices = n;
+    return 1;
+}
+
+void sm_disk_identity_save(sm_disk *d, uint32_t worker_id, int ndevices, const int32_t *devices)
+{
+    char path[SM_DISK_PATH + 16], text[16 * SM_MAX_WORKER_DEVICES + 64];
+    size_t n = (size_t)snprintf(text, sizeof text, "worker %u devices %d\n", worker_id, ndevices);
+    for (int k = 0; k < ndevices && n < sizeof text; k++)
+        n += (size_t)snprintf(text + n, sizeof text - n, "%d\n", (int)devices[k]);
+    snprintf(path, sizeof path, "%s/identity", d->dir);
+    if (sm_disk_write_small(path, text))
+        SM_WARN("cannot write the identity file %s: %s", path, strerror(errno));
+}
+
+/* Restores one shard from its files; 1 if it went into the store. */
+static int sm_disk_restore_one(sm_disk *d, sm_store *st, uint64_t array, int32_t device)
+{
+    char npy[SM_DISK_PATH], sum[SM_DISK_PATH], err[512];
+    sm_array *a = NULL;
+    sm_store_shard *sh = NULL;
+    unsigned long long want = 0;
+    sm_disk_paths(d, array, device, npy, sum);
+    FILE *f = fopen(sum, "r");
+    int have = f && fscanf(f, "%llx", &want) == 1;
+    if (f)
+        fclose(f);
+    if (!have) {
+        SM_WARN("%s has no checksum file (an interrupted copy); removed", npy);
+        goto drop;
+    }
+    if (sm_store_check_device(st, device, err, sizeof err)) {
+        SM_WARN("%s is of device %d, which is not this worker's; removed", npy, (int)device);
+        goto drop;
+    }
+    if (sm_npy_read(npy, &a, err, sizeof err)) {
+        SM_WARN("%s; removed", err);
+        goto drop;
+    }
+    uint64_t got = sm_checksum_oneshot(a->data, (size_t)a->nbytes);
+    if (got != (uint64_t)want) {
+        SM_WARN("%s is damaged: its data's checksum is %016" PRIx64 ", %s says %016llx; removed",
+                npy, got, sum, want);
+        goto drop;
+    }
+    if (sm_store_shard_adopt(&a, &sh, err, sizeof err)) {
+        SM_WARN("cannot restore %s: %s", npy, err);
+        sm_array_free(a);
+        return 0;
+    }
+    sh->has_checksum = 1;
+    sh->checksum = got;
+    if (sm_store_put(st, sm_store_epoch(st), (sm_array_id){array}, 1, &device, &sh, err,
+                     sizeof err)) {
+        SM_WARN("cannot restore %s: %s", npy, err);
+        sm_store_shard_release(sh);
+        return 0;
+    }
+    return 1;
+drop:
+    sm_array_free(a);
+    unlink(sum);
+    unlink(npy);
+    return 0;
+}
+
+int sm_disk_restore(sm_disk *d, sm_store *st)
+{
+    char path[SM_DISK_PATH + 16];
+    int n = 0;
+    snprintf(path, sizeof path, "%s/shards", d->dir);
+    DIR *dir = opendir(path);
+    if (!dir)
+        return 0;
+    struct dirent *de;
+    while ((de = readdir(dir))) {
+        unsigned long long array;
+        int device, used = 0;
+        if (sscanf(de->d_name, "%llu-%d.npy%n", &array, &device, &used) != 2 ||
+            used != (int)strlen(de->d_name)) {
+            if (strstr(de->d_name, ".tmp")) {
+                char tmp[SM_DISK_PATH * 2];
+                snprintf(tmp, sizeof tmp, "%s/%s", path, de->d_name);
+                unlink(tmp);
+            }
+            continue;
+        }
+        n += sm_disk_restore_one(d, st, array, device);
+    }
+    closedir(dir);
+    return n;
+}
