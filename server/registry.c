@@ -195,6 +195,9 @@ static void sm_reg_worker_mark_lost(sm_registry *r, sm_reg_worker *w, const char
     sm_reg_tx_end(r);
 }
 
+/* Worker ids a worker may ask for are below this. */
+#define SM_REG_WORKER_ID_MAX (UINT32_C(1) << 31)
+
 /* Appends a free of (array, device) on w, joining the free of the same
  * array on w if there is one. */
 static void sm_reg_free_one(sm_reg_worker *w, uint64_t array, int32_t device, sm_reg_free **frees,
@@ -281,11 +284,9 @@ static void sm_reg_worker_adopt(sm_registry *r, sm_reg_worker *w, const sm_svc_r
                 req->nheld, adopted, ready);
 }
 
-/* The registered worker a registration asking for its old identity names,
- * if it may take it: same device count (and ids, if given). Its old self,
- * if still alive at another address, is taken for a process that restarted
- * (from its state dir, or with the same --worker-id). */
-static sm_reg_worker *sm_reg_worker_returning(sm_registry *r, const sm_svc_register_req *req)
+/* The registered worker whose identity a registration asks for: same id,
+ * device count and (if given) device ids; NULL if none. */
+static sm_reg_worker *sm_reg_worker_claimed(sm_registry *r, const sm_svc_register_req *req)
 {
     sm_reg_worker *o = req->worker_id ? sm_reg_worker_by_id(r, req->worker_id) : NULL;
     if (!o || o->ndevices != req->ndevices)
@@ -336,7 +337,18 @@ sm_err sm_registry_worker_add(sm_registry *r, const sm_svc_register_req *req, sm
                      SM_MAX_DEVICES);
         goto out;
     }
-    sm_reg_worker *back = sm_reg_worker_returning(r, req);
+    /* A worker coming back takes its identity back, unless it is still
+     * alive at another address: then a restarted process waits (retrying)
+     * until its old self is marked lost, so that no stray registration
+     * can take an alive worker's place. */
+    sm_reg_worker *back = sm_reg_worker_claimed(r, req);
+    if (back && back->alive && strcmp(back->address, addr)) {
+        rc = sm_fail(err, errlen, SM_EEXIST,
+                     "worker %u is alive at %s; a restarted worker gets its identity back once "
+                     "its old self is marked lost (--lost-after-ms)",
+                     back->id, back->address);
+        goto out;
+    }
     sm_reg_worker *holder =
         req->process_index >= 0 ? sm_reg_worker_alive_at(r, req->process_index) : NULL;
     if (holder && strcmp(holder->address, addr) != 0 && holder != back) {
@@ -353,11 +365,6 @@ sm_err sm_registry_worker_add(sm_registry *r, const sm_svc_register_req *req, sm
                 sm_reg_worker_mark_lost(r, r->workers[i],
                                         "another worker registered at its address", frees, nfrees);
         w = back;
-        if (w->alive && strcmp(w->address, addr)) {
-            char why[SM_ADDR_MAX + 64];
-            snprintf(why, sizeof why, "it registered again from %s", addr);
-            sm_reg_worker_mark_lost(r, w, why, frees, nfrees);
-        }
         if (w->ch && w->ch != ch)
             sm_rpc_channel_free(w->ch);
         snprintf(w->address, sizeof w->address, "%s", addr);
@@ -386,9 +393,10 @@ sm_err sm_registry_worker_add(sm_registry *r, const sm_svc_register_req *req, sm
     for (int i = 0; i < r->nworkers - 1; i++)
         if (r->workers[i]->alive && !strcmp(r->workers[i]->address, addr))
             sm_reg_worker_mark_lost(r, r->workers[i], "it registered again", frees, nfrees);
-    /* A new worker may ask for an id never handed out (--worker-id). */
+    /* A new worker may ask for an id never handed out (--worker-id, below
+     * SM_REG_WORKER_ID_MAX so that ids never wrap around). */
     if (req->worker_id && req->worker_id >= r->next_worker &&
-        !sm_reg_worker_by_id(r, req->worker_id))
+        req->worker_id < SM_REG_WORKER_ID_MAX && !sm_reg_worker_by_id(r, req->worker_id))
         r->next_worker = req->worker_id;
     w->id = r->next_worker++;
     snprintf(w->address, sizeof w->address, "%s", addr);

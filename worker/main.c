@@ -257,8 +257,8 @@ int main(int argc, char **argv)
     if (cfg[CFG_MEM_LIMIT_MB].i < -1 || cfg[CFG_MEM_LIMIT_MB].i > (INT64_C(1) << 30))
         return usage_error(
             "--memory-limit-mb must be -1 (automatic), 0 (no limit) or a size in MiB.");
-    if (cfg[CFG_WORKER_ID].i < 0 || cfg[CFG_WORKER_ID].i > UINT32_MAX)
-        return usage_error("--worker-id must be 0 (none) or an id in 1..4294967295.");
+    if (cfg[CFG_WORKER_ID].i < 0 || cfg[CFG_WORKER_ID].i >= (INT64_C(1) << 31))
+        return usage_error("--worker-id must be 0 (none) or an id in 1..2147483647.");
     if (!parse_level(cfg[CFG_LOG_LEVEL].s, &level))
         return usage_error("--log-level must be error, warn, info or debug.");
     if (!split_host_port(cfg[CFG_LISTEN].s, host, sizeof host, &port))
