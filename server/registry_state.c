@@ -192,22 +192,32 @@ static sm_err sm_reg_layout_check(sm_registry *r, const char *path, char *err, s
     return SM_OK;
 }
 
+static sm_err sm_reg_in_use(const char *path, char *err, size_t errlen)
+{
+    return sm_fail(err, errlen, SM_EPRECONDITION,
+                   "the registry database %s is in use by another shmap-coordinator", path);
+}
+
 static sm_err sm_reg_integrity(sm_registry *r, const char *path, char *err, size_t errlen)
 {
     sqlite3_stmt *st = NULL;
     char first[256] = "";
     int rows = 0, rc;
     if (sqlite3_prepare_v2(r->db, "PRAGMA integrity_check", -1, &st, NULL) != SQLITE_OK)
-        return sm_fail(err, errlen, SM_EDATALOSS,
-                       "the registry database %s is damaged and was not started from (%s); "
-                       "move it away to start empty, or restore a copy",
-                       path, sqlite3_errmsg(r->db));
+        return sqlite3_errcode(r->db) == SQLITE_BUSY
+                   ? sm_reg_in_use(path, err, errlen)
+                   : sm_fail(err, errlen, SM_EDATALOSS,
+                             "the registry database %s is damaged and was not started from (%s); "
+                             "move it away to start empty, or restore a copy",
+                             path, sqlite3_errmsg(r->db));
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         const unsigned char *t = sqlite3_column_text(st, 0);
         if (!rows++)
             snprintf(first, sizeof first, "%s", t ? (const char *)t : "");
     }
     sqlite3_finalize(st);
+    if (rc == SQLITE_BUSY)
+        return sm_reg_in_use(path, err, errlen);
     if (rc != SQLITE_DONE || rows != 1 || strcmp(first, "ok"))
         return sm_fail(err, errlen, SM_EDATALOSS,
                        "the registry database %s fails its integrity check (%s); move it away "
@@ -405,10 +415,8 @@ sm_err sm_registry_open_state(sm_registry *r, const char *dir, char *err, size_t
     if (sm_reg_exec(r, "PRAGMA locking_mode = EXCLUSIVE") ||
         sm_reg_exec(r, "PRAGMA journal_mode = WAL") ||
         sm_reg_exec(r, "PRAGMA synchronous = NORMAL") || sm_reg_exec(r, "BEGIN IMMEDIATE")) {
-        e = sqlite3_errcode(r->db) == SQLITE_BUSY
-                ? sm_fail(err, errlen, SM_EPRECONDITION,
-                          "the state dir %s is in use by another shmap-coordinator", dir)
-                : sm_reg_db_fail(r, path, "set up", err, errlen);
+        e = sqlite3_errcode(r->db) == SQLITE_BUSY ? sm_reg_in_use(path, err, errlen)
+                                                  : sm_reg_db_fail(r, path, "set up", err, errlen);
         goto fail;
     }
     r->tx_depth = 1; /* every write below joins this transaction */

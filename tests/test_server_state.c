@@ -1,0 +1,285 @@
+/* Check suite for the registry's state dir (server/registry_state.c), with
+ * a real SQLite file and no network: what a registry recorded comes back
+ * in the next one opened on the same dir (ready arrays LOST until their
+ * worker offers its shards back, pending ones FAILED, deleted ones gone,
+ * ids continuing, the worker's identity and its offered shards adopted),
+ * and every way of refusing a state dir (damaged file, a second
+ * coordinator on it, another layout) gives its code and sentence. */
+#include <check.h>
+#include <fcntl.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "registry.h"
+#include "sm_log.h"
+#include "suite_main.h"
+
+#define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
+#define T0   1000000
+
+static const sm_shape g4 = {1, {4}};
+static char dir[64];
+
+static void dir_setup(void)
+{
+    sm_log_set_level(SM_LOG_ERROR);
+    snprintf(dir, sizeof dir, "/tmp/sm_state.XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+static void dir_teardown(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static sm_registry *reg_open(sm_err want, const char *msg)
+{
+    sm_registry *r;
+    char err[512] = "";
+    ck_assert_int_eq(sm_registry_create(60000, 500, &r, err, sizeof err), SM_OK);
+    sm_err e = sm_registry_open_state(r, dir, err, sizeof err);
+    ck_assert_msg(e == want, "open: %d, %s", (int)e, err);
+    if (msg)
+        ck_assert_msg(strstr(err, msg), "%s", err);
+    if (e) {
+        sm_registry_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+/* Registers worker (id 0: new) with one device at addr, offering held. */
+static sm_svc_register_reply reg_worker(sm_registry *r, uint32_t id, const sm_svc_held_shard *held,
+                                        int nheld)
+{
+    sm_svc_register_req req = {"127.0.0.1:9000", 1, -1, "host", id, NULL, nheld, held};
+    sm_svc_register_reply rep;
+    sm_reg_free *f = NULL;
+    int nf = 0;
+    char err[256];
+    ck_assert_msg(sm_registry_worker_add(r, &req, NULL, T0, &rep, &f, &nf, err, sizeof err) ==
+                      SM_OK,
+                  "%s", err);
+    free(f);
+    return rep;
+}
+
+static sm_array_id reg_put(sm_registry *r, const char *name, int fill)
+{
+    sm_svc_create_array_req req = {0};
+    sm_svc_create_array_reply rep;
+    char err[256];
+    req.name = name;
+    req.dtype = SM_F32;
+    req.has_shape = 1;
+    req.shape = g4;
+    req.sharding.mesh_name = "m";
+    req.kind = SM_PUT_WHOLE;
+    ck_assert_msg(sm_registry_array_create(r, &req, T0, &rep, err, sizeof err) == SM_OK, "%s", err);
+    sm_array_id id = rep.array.id;
+    sm_svc_create_array_reply_free(&rep);
+    if (fill) {
+        int32_t dev = 0;
+        sm_svc_upload_header h = {id, 1, &dev, g4, SM_F32, 16};
+        sm_reg_target *t;
+        int nt, ready;
+        int64_t left;
+        ck_assert_int_eq(sm_registry_upload_begin(r, &h, T0, &t, &nt, &left, err, sizeof err),
+                         SM_OK);
+        free(t);
+        ck_assert_int_eq(sm_registry_upload_end(r, id, &dev, 1, 1, &ready, err, sizeof err), SM_OK);
+    }
+    return id;
+}
+
+static sm_array_state state_of(sm_registry *r, const char *name, char *error, size_t len)
+{
+    sm_array_info info;
+    char err[256];
+    ck_assert_msg(
+        sm_registry_array_describe(r, (sm_array_ref){{0}, name}, &info, err, sizeof err) == SM_OK,
+        "%s", err);
+    sm_array_state s = info.state;
+    if (error)
+        snprintf(error, len, "%s", info.error);
+    sm_array_info_free(&info);
+    return s;
+}
+
+/* A registry with worker 1 (device 0), mesh "m", ready "r1" and "r2",
+ * pending "p", "d" created and deleted; closed. */
+static sm_array_id record_first_run(void)
+{
+    sm_registry *r = reg_open(SM_OK, NULL);
+    char err[256];
+    reg_worker(r, 0, NULL, 0);
+    sm_mesh m;
+    sm_mesh_info mi;
+    ck_assert_int_eq(sm_mesh_parse("i=1", NULL, 0, &m, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_registry_mesh_create(r, "m", &m, 1, &mi, err, sizeof err), SM_OK);
+    sm_array_id r1 = reg_put(r, "r1", 1);
+    reg_put(r, "r2", 1);
+    reg_put(r, "p", 0);
+    reg_put(r, "d", 1);
+    sm_reg_free *f = NULL;
+    int nf = 0;
+    ck_assert_int_eq(
+        sm_registry_array_delete(r, (sm_array_ref){{0}, "d"}, &f, &nf, err, sizeof err), SM_OK);
+    free(f);
+    sm_registry_free(r);
+    return r1;
+}
+
+START_TEST(test_restart_recovers)
+{
+    sm_array_id r1 = record_first_run();
+    sm_registry *r = reg_open(SM_OK, NULL);
+    char error[512], err[256];
+    /* before the worker is back */
+    ck_assert_int_eq(state_of(r, "r1", error, sizeof error), SM_ARRAY_LOST);
+    ck_assert_msg(strstr(error, "register again"), "%s", error);
+    ck_assert_int_eq(state_of(r, "p", error, sizeof error), SM_ARRAY_FAILED);
+    ck_assert_msg(strstr(error, "coordinator restarted"), "%s", error);
+    sm_array_info info;
+    ck_assert_int_eq(
+        sm_registry_array_describe(r, (sm_array_ref){{0}, "d"}, &info, err, sizeof err),
+        SM_ENOTFOUND);
+    ck_assert_int_eq(sm_registry_workers_alive(r), 0);
+    /* worker 1 comes back offering r1's shard only */
+    sm_svc_held_shard held[] = {{r1.v, 0, 0}, {999, 0, 0}};
+    sm_svc_register_reply rep = reg_worker(r, 1, held, N(held));
+    ck_assert_uint_eq(rep.worker_id, 1);
+    ck_assert_int_eq(rep.devices[0], 0);
+    ck_assert_int_eq(state_of(r, "r1", NULL, 0), SM_ARRAY_READY);
+    ck_assert_int_eq(state_of(r, "r2", NULL, 0), SM_ARRAY_LOST);
+    /* ids continue: 4 arrays were created before */
+    sm_array_id next = reg_put(r, "n", 0);
+    ck_assert_uint_eq(next.v, 5);
+    /* a new worker gets a new id */
+    rep = reg_worker(r, 0, NULL, 0);
+    ck_assert_uint_eq(rep.worker_id, 2);
+    sm_registry_free(r);
+    /* and all of that survives one more restart */
+    r = reg_open(SM_OK, NULL);
+    ck_assert_int_eq(state_of(r, "n", NULL, 0), SM_ARRAY_FAILED);
+    ck_assert_int_eq(state_of(r, "r1", NULL, 0), SM_ARRAY_LOST);
+    rep = reg_worker(r, 0, NULL, 0);
+    ck_assert_uint_eq(rep.worker_id, 3);
+    sm_registry_free(r);
+}
+END_TEST
+
+/* Refusals: each row damages the state dir one way, or holds it. */
+typedef struct {
+    const char *name;
+    void (*spoil)(void);
+    sm_err want;
+    const char *msg;
+} refusal_row;
+
+static void spoil_bytes(void)
+{
+    char path[128], junk[4096];
+    snprintf(path, sizeof path, "%s/registry.db", dir);
+    int fd = open(path, O_WRONLY);
+    ck_assert_int_ge(fd, 0);
+    memset(junk, 0x5a, sizeof junk);
+    ck_assert_int_eq(pwrite(fd, junk, sizeof junk, 100), (ssize_t)sizeof junk);
+    close(fd);
+}
+
+static void spoil_layout(void)
+{
+    char path[128];
+    sqlite3 *db;
+    snprintf(path, sizeof path, "%s/registry.db", dir);
+    ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_exec(db, "UPDATE layout SET mesh = 1", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+}
+
+static sm_registry *holder;
+
+static void spoil_held(void)
+{
+    holder = reg_open(SM_OK, NULL);
+}
+
+static const refusal_row refusals[] = {
+    {"damaged", spoil_bytes, SM_EDATALOSS, "move it away to start empty"},
+    {"layout", spoil_layout, SM_EPRECONDITION, "another format"},
+    {"held", spoil_held, SM_EPRECONDITION, "in use by another shmap-coordinator"},
+};
+
+START_TEST(test_refusals)
+{
+    const refusal_row *row = &refusals[_i];
+    record_first_run();
+    row->spoil();
+    reg_open(row->want, row->msg);
+    sm_registry_free(holder);
+    holder = NULL;
+}
+END_TEST
+
+START_TEST(test_no_state_dir_is_a_noop)
+{
+    sm_registry *r;
+    char err[256];
+    uint64_t last = 1;
+    sm_reg_job *jobs = (sm_reg_job *)&last;
+    int n = 1;
+    ck_assert_int_eq(sm_registry_create(60000, 500, &r, err, sizeof err), SM_OK);
+    sm_registry_job_save(r, 7, 1, "");
+    ck_assert_int_eq(sm_registry_jobs_restore(r, &last, &jobs, &n, err, sizeof err), SM_OK);
+    ck_assert_uint_eq(last, 0);
+    ck_assert_int_eq(n, 0);
+    ck_assert_ptr_null(jobs);
+    sm_registry_free(r);
+}
+END_TEST
+
+START_TEST(test_jobs_records)
+{
+    sm_registry *r = reg_open(SM_OK, NULL);
+    char err[256];
+    sm_registry_job_save(r, 1, 3, "");
+    sm_registry_job_save(r, 2, 2, "");
+    sm_registry_job_save(r, 2, 4, "job 2 failed: x");
+    sm_registry_free(r);
+    r = reg_open(SM_OK, NULL);
+    uint64_t last;
+    sm_reg_job *jobs;
+    int n;
+    ck_assert_int_eq(sm_registry_jobs_restore(r, &last, &jobs, &n, err, sizeof err), SM_OK);
+    ck_assert_uint_eq(last, 2);
+    ck_assert_int_eq(n, 2);
+    ck_assert_int_eq(jobs[1].state, 4);
+    ck_assert_str_eq(jobs[1].error, "job 2 failed: x");
+    free(jobs);
+    sm_registry_free(r);
+}
+END_TEST
+
+static Suite *state_suite(void)
+{
+    Suite *s = suite_create("server_state");
+    TCase *tc = tcase_create("state");
+    tcase_add_checked_fixture(tc, dir_setup, dir_teardown);
+    tcase_add_test(tc, test_restart_recovers);
+    tcase_add_loop_test(tc, test_refusals, 0, N(refusals));
+    tcase_add_test(tc, test_no_state_dir_is_a_noop);
+    tcase_add_test(tc, test_jobs_records);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return suite_main(state_suite());
+}
