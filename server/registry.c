@@ -242,8 +242,15 @@ static void sm_reg_worker_adopt(sm_registry *r, sm_reg_worker *w, const sm_svc_r
         const sm_svc_held_shard *h = &req->held[k];
         sm_reg_array *a = sm_reg_array_find(r, (sm_array_ref){{h->array}, NULL}, NULL, 0);
         int p = a ? sm_mesh_find_device(&a->sharding.mesh, h->device) : -1;
-        if (a && p >= 0 && a->worker[p] == w->id &&
-            (a->state == SM_ARRAY_LOST || a->state == SM_ARRAY_READY)) {
+        int ok = a && p >= 0 && a->worker[p] == w->id &&
+                 (a->state == SM_ARRAY_LOST || a->state == SM_ARRAY_READY);
+        if (ok && a->sums[p] && h->checksum && a->sums[p] != h->checksum) {
+            SM_WARN("worker %u offers the shard of %s on device %d with checksum %016llx, not "
+                    "the %016llx it was uploaded with; not taken back",
+                    w->id, sm_reg_array_label(a, label, sizeof label), (int)h->device,
+                    (unsigned long long)h->checksum, (unsigned long long)a->sums[p]);
+            sm_reg_free_one(w, h->array, h->device, frees, nfrees);
+        } else if (ok) {
             a->filled[p] = 1;
             adopted++;
         } else if (!a || a->state != SM_ARRAY_PENDING) {

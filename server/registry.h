@@ -152,6 +152,13 @@ sm_err sm_registry_upload_begin(sm_registry *r, const sm_svc_upload_header *h, i
 sm_err sm_registry_upload_end(sm_registry *r, sm_array_id id, const int32_t *devices, int n, int ok,
                               int *ready, char *err, size_t errlen);
 
+/* Records the checksum of the shard an upload stored on devices[0..n) of
+ * array id (after a successful sm_registry_upload_end), so that a worker
+ * offering it back after a restart is checked against it. Unknown arrays
+ * and devices are ignored. */
+void sm_registry_upload_checksum(sm_registry *r, sm_array_id id, const int32_t *devices, int n,
+                                 uint64_t checksum);
+
 /* Starts a commit of a direct upload (CommitShards): as
  * sm_registry_upload_begin with a header of the array's shard shape and
  * dtype and req's devices and byte count. Ended with sm_registry_upload_end. */

@@ -24,7 +24,8 @@ sm_reg_array *sm_reg_array_alloc(int n)
     a->worker = calloc((size_t)n, sizeof *a->worker);
     a->filled = calloc((size_t)n, 1);
     a->busy = calloc((size_t)n, 1);
-    if (!a->slices || !a->worker || !a->filled || !a->busy) {
+    a->sums = calloc((size_t)n, sizeof *a->sums);
+    if (!a->slices || !a->worker || !a->filled || !a->busy || !a->sums) {
         sm_reg_array_destroy(a);
         return NULL;
     }
@@ -39,6 +40,7 @@ void sm_reg_array_destroy(sm_reg_array *a)
     free(a->worker);
     free(a->filled);
     free(a->busy);
+    free(a->sums);
     free(a->proc_index);
     free(a->proc_started);
     free(a);

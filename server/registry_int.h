@@ -46,6 +46,7 @@ typedef struct sm_reg_array {
     uint32_t *worker;        /* [n] worker id per position */
     unsigned char *filled;   /* [n] */
     unsigned char *busy;     /* [n] an upload to it is in flight */
+    uint64_t *sums;          /* [n] xxHash3-64 of each shard as uploaded; 0: unknown */
     int64_t deadline;        /* now_ms-based */
     uint32_t deadline_ms;    /* as requested, for messages */
     /* PUT_LOCAL: the processes (process indices, in order) owning the

@@ -16,7 +16,7 @@
 #include "sm_log.h"
 
 /* Bumped when the tables or the stored struct layouts change. */
-#define SM_REG_SCHEMA 1
+#define SM_REG_SCHEMA 2
 
 static const char sm_reg_schema[] =
     "CREATE TABLE IF NOT EXISTS counters(k INTEGER PRIMARY KEY CHECK (k = 0),"
@@ -29,7 +29,7 @@ static const char sm_reg_schema[] =
     "CREATE TABLE IF NOT EXISTS meshes(id INTEGER PRIMARY KEY, name TEXT, mesh BLOB);"
     "CREATE TABLE IF NOT EXISTS arrays(id INTEGER PRIMARY KEY, name TEXT, dtype INTEGER,"
     " shape BLOB, mesh_id INTEGER, mesh_name TEXT, sharding BLOB, state INTEGER, error TEXT,"
-    " workers BLOB);"
+    " workers BLOB, sums BLOB);"
     "CREATE TABLE IF NOT EXISTS jobs(id INTEGER PRIMARY KEY, state INTEGER, error TEXT);";
 
 static void sm_reg_db_log(sm_registry *r, const char *what)
@@ -112,11 +112,12 @@ void sm_reg_save_array(sm_registry *r, const sm_reg_array *a)
     if (sm_reg_save_counters(r) ||
         sm_reg_run(r,
                    "INSERT OR REPLACE INTO arrays(id, name, dtype, shape, mesh_id, mesh_name,"
-                   " sharding, state, error, workers) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                   "itibitbitb", (int64_t)a->id, a->name, (int64_t)a->dtype, &a->shape,
+                   " sharding, state, error, workers, sums)"
+                   " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   "itibitbitbb", (int64_t)a->id, a->name, (int64_t)a->dtype, &a->shape,
                    sizeof a->shape, (int64_t)a->mesh_id, a->mesh_name, &a->sharding,
                    sizeof a->sharding, (int64_t)a->state, a->error, a->worker,
-                   sizeof *a->worker * (size_t)a->n))
+                   sizeof *a->worker * (size_t)a->n, a->sums, sizeof *a->sums * (size_t)a->n))
         sm_reg_db_log(r, "record an array");
     sm_reg_tx_end(r);
 }
@@ -340,6 +341,8 @@ static sm_reg_array *sm_reg_load_array(sm_registry *r, sqlite3_stmt *st, int64_t
         return NULL;
     }
     a->id = id;
+    if (sqlite3_column_bytes(st, 10) == (int)sizeof *a->sums * a->n)
+        memcpy(a->sums, sqlite3_column_blob(st, 10), sizeof *a->sums * (size_t)a->n);
     a->state = (sm_array_state)sqlite3_column_int(st, 7);
     sm_reg_array_set_error(a, error ? (const char *)error : "");
     return a;
@@ -352,7 +355,7 @@ static sm_err sm_reg_load_arrays(sm_registry *r, int64_t now_ms)
     char err[256];
     if (sqlite3_prepare_v2(r->db,
                            "SELECT id, name, dtype, shape, mesh_id, mesh_name, sharding, state,"
-                           " error, workers FROM arrays ORDER BY id",
+                           " error, workers, sums FROM arrays ORDER BY id",
                            -1, &st, NULL) != SQLITE_OK)
         return SM_EIO;
     uint64_t next = r->next_array;

@@ -187,6 +187,21 @@ out:
     return rc;
 }
 
+void sm_registry_upload_checksum(sm_registry *r, sm_array_id id, const int32_t *devices, int n,
+                                 uint64_t checksum)
+{
+    pthread_mutex_lock(&r->mu);
+    sm_reg_array *a = sm_reg_array_find(r, (sm_array_ref){id, NULL}, NULL, 0);
+    for (int i = 0; a && i < n; i++) {
+        int p = sm_mesh_find_device(&a->sharding.mesh, devices[i]);
+        if (p >= 0)
+            a->sums[p] = checksum;
+    }
+    if (a && a->state == SM_ARRAY_READY)
+        sm_reg_save_array(r, a);
+    pthread_mutex_unlock(&r->mu);
+}
+
 sm_err sm_registry_download_begin(sm_registry *r, sm_array_ref ref, int32_t device, sm_array_id *id,
                                   sm_reg_target *worker, char *err, size_t errlen)
 {

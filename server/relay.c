@@ -207,6 +207,7 @@ sm_err sm_relay_upload(sm_registry *r, sm_svc_upload_in *in, sm_svc_upload_reply
         sm_relay_drop(h.array_id, u.t, u.nt); /* the array went away or failed meanwhile */
         goto fail;
     }
+    sm_registry_upload_checksum(r, h.array_id, devs, ndevs, checksum);
     out->bytes = h.total_bytes;
     out->checksum = checksum;
     out->array_ready = ready;
@@ -384,6 +385,8 @@ sm_err sm_relay_commit(sm_registry *r, const sm_svc_commit_req *req, sm_svc_uplo
         sm_relay_drop(req->array_id, wt, nw); /* the array went away or failed meanwhile */
         goto done;
     }
+    for (int k = 0; k < ng; k++)
+        sm_registry_upload_checksum(r, req->array_id, g[k].devices, g[k].ndevices, g[k].checksum);
     out->bytes = bytes;
     out->checksum = g[ng - 1].checksum;
     out->array_ready = ready;

@@ -123,6 +123,8 @@ static sm_array_id record_first_run(void)
     ck_assert_int_eq(sm_mesh_parse("i=1", NULL, 0, &m, err, sizeof err), SM_OK);
     ck_assert_int_eq(sm_registry_mesh_create(r, "m", &m, 1, &mi, err, sizeof err), SM_OK);
     sm_array_id r1 = reg_put(r, "r1", 1);
+    int32_t dev0 = 0;
+    sm_registry_upload_checksum(r, r1, &dev0, 1, 0xabc);
     reg_put(r, "r2", 1);
     reg_put(r, "p", 0);
     reg_put(r, "d", 1);
@@ -150,11 +152,16 @@ START_TEST(test_restart_recovers)
         sm_registry_array_describe(r, (sm_array_ref){{0}, "d"}, &info, err, sizeof err),
         SM_ENOTFOUND);
     ck_assert_int_eq(sm_registry_workers_alive(r), 0);
-    /* worker 1 comes back offering r1's shard only */
-    sm_svc_held_shard held[] = {{r1.v, 0, 0}, {999, 0, 0}};
-    sm_svc_register_reply rep = reg_worker(r, 1, held, N(held));
+    /* worker 1 comes back offering r1's shard with another checksum: not
+     * taken; then with the one it was uploaded with (and only that) */
+    sm_svc_held_shard bad[] = {{r1.v, 0, 0xdef}};
+    sm_svc_register_reply rep = reg_worker(r, 1, bad, N(bad));
     ck_assert_uint_eq(rep.worker_id, 1);
     ck_assert_int_eq(rep.devices[0], 0);
+    ck_assert_int_eq(state_of(r, "r1", NULL, 0), SM_ARRAY_LOST);
+    sm_svc_held_shard held[] = {{r1.v, 0, 0xabc}, {999, 0, 0}};
+    rep = reg_worker(r, 1, held, N(held));
+    ck_assert_uint_eq(rep.worker_id, 1);
     ck_assert_int_eq(state_of(r, "r1", NULL, 0), SM_ARRAY_READY);
     ck_assert_int_eq(state_of(r, "r2", NULL, 0), SM_ARRAY_LOST);
     /* ids continue: 4 arrays were created before */
