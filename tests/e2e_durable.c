@@ -230,6 +230,13 @@ static sm_array_info put(sm_client *c, const char *name, const char *spec, uint6
     return info;
 }
 
+/* put, for callers that need no description. */
+static void put_only(sm_client *c, const char *name, const char *spec, uint64_t seed)
+{
+    sm_array_info info = put(c, name, spec, seed);
+    sm_array_info_free(&info);
+}
+
 /* The array's values equal the iota of seed, bit for bit. */
 static void check_bits(sm_client *c, sm_array_ref ref, uint64_t seed)
 {
@@ -370,7 +377,7 @@ START_TEST(test_restart_with_a_worker_gone)
     char err[512];
     ck_assert_int_eq(sm_client_put(c, SM_F32, &s, d->data, &sh, "on0", NULL, err, sizeof err),
                      SM_OK);
-    put(c, "both", "P('i', 'j')", 5);
+    put_only(c, "both", "P('i', 'j')", 5);
     sm_client_close(c);
 
     kill_wait(&g.coord);
@@ -502,8 +509,8 @@ START_TEST(test_workers_with_state_dir)
     }
     sm_client *c = harness_client(&g.h);
     wait_alive(c, NWORKERS);
-    put(c, "kept", "P('i', 'j')", 11);
-    put(c, "rep", "P('i', None)", 12);
+    put_only(c, "kept", "P('i', 'j')", 11);
+    put_only(c, "rep", "P('i', None)", 12);
     wait_copies(0, 8);
     wait_copies(1, 8);
     char old[2][SM_ADDR_MAX];
@@ -583,7 +590,7 @@ START_TEST(test_worker_without_state_dir_lost)
 {
     sm_client *c = harness_client(&g.h);
     wait_alive(c, NWORKERS);
-    put(c, "w", "P('i', 'j')", 13);
+    put_only(c, "w", "P('i', 'j')", 13);
     kill_wait(&g.workers[1]);
     g.workers[1] = worker_spawn(1);
     ck_assert_int_eq(harness_wait_state(c, (sm_array_ref){{0}, "w"}, SM_ARRAY_LOST, 20000),
@@ -656,7 +663,7 @@ START_TEST(test_kill_during_upload_and_reshard)
 {
     sm_client *c = harness_client(&g.h);
     wait_alive(c, NWORKERS);
-    put(c, "keep", "P('i', 'j')", 31);
+    put_only(c, "keep", "P('i', 'j')", 31);
     bg_op up = {0, SM_OK};
     pthread_t t;
     ck_assert_int_eq(pthread_create(&t, NULL, bg_main, &up), 0);
