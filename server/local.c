@@ -124,22 +124,32 @@ static char **sm_local_env(const char *token, char **tok_entry)
 static sm_err sm_local_spawn(const sm_local_opts *o, sm_local_child *c, char **env, char *err,
                              size_t errlen)
 {
-    char coord[64], devices[32], index[32], limit[32];
+    char coord[64], devices[32], index[32], limit[32], state[4200];
     posix_spawnattr_t attr;
     sigset_t none, def;
     snprintf(coord, sizeof coord, "127.0.0.1:%d", o->coord_port);
     snprintf(devices, sizeof devices, "%d", o->devices);
     snprintf(index, sizeof index, "%d", c->index);
-    char *argv[12] = {(char *)o->binary, "--coordinator",   coord, "--devices", devices, "--listen",
-                      "127.0.0.1:0",     "--process-index", index};
+    char *argv[16] = {
+        (char *)o->binary, "--coordinator",   coord, "--devices",         devices, "--listen",
+        "127.0.0.1:0",     "--process-index", index, "--exit-with-parent"};
+    int na = 10;
     /* The workers share this host: each may hold its part of 90% of the
      * memory, unless the operator set SHMAP_MEMORY_LIMIT_MB for them. */
     uint64_t mem = sm_sys_memory_bytes();
     if (!getenv("SHMAP_MEMORY_LIMIT_MB") && mem > 0) {
         uint64_t share = mem / 10 * 9 / (uint64_t)(o->nworkers > 0 ? o->nworkers : 1);
         snprintf(limit, sizeof limit, "%llu", (unsigned long long)(share >> 20 ? share >> 20 : 1));
-        argv[9] = "--memory-limit-mb";
-        argv[10] = limit;
+        argv[na++] = "--memory-limit-mb";
+        argv[na++] = limit;
+    }
+    /* With a state dir, each local worker keeps its own beside the
+     * registry, so a restarted coordinator's workers come back with their
+     * shards. */
+    if (o->state_dir && *o->state_dir) {
+        snprintf(state, sizeof state, "%.4000s/worker-%d", o->state_dir, c->index);
+        argv[na++] = "--state-dir";
+        argv[na++] = state;
     }
     sigemptyset(&none);
     sigemptyset(&def);

@@ -1,5 +1,7 @@
 /* local: the embedded default's worker processes. Starts N shmap-worker
- * processes on loopback (posix_spawn, with a clean signal mask), watches
+ * processes on loopback (posix_spawn, with a clean signal mask, and
+ * --exit-with-parent so that they end with the coordinator however it
+ * ends; with a state dir, worker k keeps DIR/worker-k), watches
  * each with a waitpid thread — an exit marks that worker lost at once —
  * and on stop sends SIGTERM, waits, then SIGKILL.
  *
@@ -15,12 +17,13 @@
 typedef struct sm_local sm_local;
 
 typedef struct {
-    const char *binary;   /* shmap-worker path */
-    int nworkers;         /* >= 1 */
-    int devices;          /* per worker */
-    int coord_port;       /* the coordinator's bound port (workers dial 127.0.0.1) */
-    const char *token;    /* NULL for none; given to workers as SHMAP_TOKEN */
-    int call_deadline_ms; /* FreeArray calls after a loss */
+    const char *binary;    /* shmap-worker path */
+    int nworkers;          /* >= 1 */
+    int devices;           /* per worker */
+    int coord_port;        /* the coordinator's bound port (workers dial 127.0.0.1) */
+    const char *token;     /* NULL for none; given to workers as SHMAP_TOKEN */
+    int call_deadline_ms;  /* FreeArray calls after a loss */
+    const char *state_dir; /* the coordinator's; NULL: none. Worker k gets DIR/worker-k */
 } sm_local_opts;
 
 /* Finds the default worker binary: "shmap-worker" beside this program

@@ -207,7 +207,8 @@ int main(int argc, char **argv)
         goto fail;
     if (v[CFG_LOCAL_WORKERS].i > 0) {
         sm_local_opts lo = {
-            binary, (int)v[CFG_LOCAL_WORKERS].i, (int)v[CFG_DEVICES].i, port, token, deadline};
+            binary,   (int)v[CFG_LOCAL_WORKERS].i, (int)v[CFG_DEVICES].i, port, token,
+            deadline, v[CFG_STATE_DIR].s};
         if ((e = sm_local_start(&lo, reg, &local, err, sizeof err)))
             goto fail;
     }

@@ -40,6 +40,7 @@ typedef struct {
     pid_t coord;
     pid_t workers[NWORKERS];
     harness_cluster h; /* target only, for harness_client */
+    int local;         /* the coordinator starts its own 2 workers */
 } durable_env;
 
 static durable_env g;
@@ -104,6 +105,12 @@ static pid_t coord_spawn(int wait_port)
                     "200",
                     "--lost-after-ms",
                     "1000",
+                    g.local ? "--local-workers" : NULL,
+                    "2",
+                    "--devices-per-worker",
+                    "4",
+                    "--worker-binary",
+                    (char *)bin("SHMAP_WORKER", "../worker/shmap-worker"),
                     NULL};
     pid_t pid = spawn_logged(argv, log);
     ck_assert_int_gt(pid, 0);
@@ -164,7 +171,10 @@ static void wait_copies(int k, int n)
 {
     char path[512];
     int got = -1;
-    snprintf(path, sizeof path, "%s/worker%d/shards", g.dir, k);
+    if (g.local)
+        snprintf(path, sizeof path, "%s/state/worker-%d/shards", g.dir, k);
+    else
+        snprintf(path, sizeof path, "%s/worker%d/shards", g.dir, k);
     for (int64_t until = now_ms() + 20000; got != n && now_ms() < until; sleep_ms(20)) {
         DIR *d = opendir(path);
         struct dirent *de;
@@ -727,6 +737,48 @@ START_TEST(test_kill_during_upload_and_reshard)
 }
 END_TEST
 
+/* The embedded default with a state dir: the coordinator killed with
+ * SIGKILL takes its local workers with it (--exit-with-parent); started
+ * again, its new local workers restore their shards from DIR/worker-K and
+ * every ready array is back, bit-exact. */
+START_TEST(test_local_workers_state_dir)
+{
+    kill_wait(&g.coord);
+    for (int k = 0; k < NWORKERS; k++)
+        kill_wait(&g.workers[k]);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s/state'", g.dir);
+    ck_assert_int_eq(system(cmd), 0);
+    g.local = 1;
+    g.port = 0;
+    g.coord = coord_spawn(1);
+    sm_client *c = harness_client(&g.h);
+    wait_alive(c, NWORKERS);
+    put_only(c, "emb", "P('i', 'j')", 41);
+    wait_copies(0, 4);
+    wait_copies(1, 4);
+    sm_client_close(c);
+    kill_wait(&g.coord);
+    g.port = 0;
+    g.coord = coord_spawn(1);
+    c = harness_client(&g.h);
+    ck_assert_int_eq(harness_wait_state(c, (sm_array_ref){{0}, "emb"}, SM_ARRAY_READY, 20000),
+                     SM_ARRAY_READY);
+    check_bits(c, (sm_array_ref){{0}, "emb"}, 41);
+    sm_worker_info *w = NULL;
+    int n = 0;
+    char err[512];
+    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
+    int alive = 0;
+    for (int i = 0; i < n; i++)
+        alive += w[i].alive;
+    free(w);
+    ck_assert_int_eq(alive, NWORKERS); /* the old processes are gone, not doubled */
+    ck_assert_int_eq(n, NWORKERS);
+    sm_client_close(c);
+}
+END_TEST
+
 /* A damaged database is refused at start with a sentence. */
 START_TEST(test_damaged_db_refused)
 {
@@ -773,6 +825,7 @@ static Suite *durable_suite(void)
     tcase_add_test(tc, test_workers_with_state_dir);
     tcase_add_test(tc, test_worker_without_state_dir_lost);
     tcase_add_test(tc, test_kill_during_upload_and_reshard);
+    tcase_add_test(tc, test_local_workers_state_dir);
     tcase_add_test(tc, test_damaged_db_refused);
     suite_add_tcase(s, tc);
     return s;

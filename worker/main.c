@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "agent.h"
@@ -42,6 +43,7 @@ enum {
     CFG_LOG_LEVEL,
     CFG_STATE_DIR,
     CFG_WORKER_ID,
+    CFG_EXIT_WITH_PARENT,
     CFG_COUNT
 };
 
@@ -81,6 +83,9 @@ static const sm_config_row worker_config[CFG_COUNT] = {
     [CFG_WORKER_ID] = {"worker-id", 0, SM_CFG_INT, "0", "SHMAP_WORKER_ID",
                        "Stable worker id to register as (0: the one stored in --state-dir, "
                        "else one the coordinator assigns). Two workers must not share one."},
+    [CFG_EXIT_WITH_PARENT] = {"exit-with-parent", 0, SM_CFG_BOOL, "false", NULL,
+                              "Stop (SIGTERM) when the process that started this one ends, "
+                              "however it ends (the coordinator's --local-workers use it)."},
 };
 
 static const char worker_usage[] =
@@ -267,6 +272,12 @@ int main(int argc, char **argv)
         (!split_host_port(cfg[CFG_ADVERTISE].s, advertise, sizeof advertise, &port) || port == 0))
         return usage_error("--advertise must be HOST:PORT with a port in 1..65535.");
 
+    if (cfg[CFG_EXIT_WITH_PARENT].i) {
+        pid_t parent = getppid();
+        /* SIGTERM is blocked: the sigwait below takes it, as any stop. */
+        if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || parent == 1)
+            return usage_error("--exit-with-parent: the parent is already gone.");
+    }
     sm_log_set_name("worker");
     sm_log_set_level(level);
     sm_kern_set_threads((int)cfg[CFG_BLAS_THREADS].i);
