@@ -124,7 +124,23 @@ static void sm_disk_queue(sm_disk *d, uint64_t array, int32_t device, sm_store_s
     op->array = array;
     op->device = device;
     op->sh = sh ? sm_store_shard_ref(sh) : NULL;
+    sm_disk_op *stale = NULL;
     pthread_mutex_lock(&d->mu);
+    /* A shard dropped before its copy was written (a reshard's or a job's
+     * temporary) is not written at all. */
+    for (sm_disk_op **p = &d->head, *prev = NULL; !sh && *p;) {
+        sm_disk_op *o = *p;
+        if (o->sh && o->array == array && o->device == device) {
+            *p = o->next;
+            if (d->tail == o)
+                d->tail = prev;
+            o->next = stale;
+            stale = o;
+        } else {
+            prev = o;
+            p = &o->next;
+        }
+    }
     if (d->tail)
         d->tail->next = op;
     else
@@ -132,6 +148,12 @@ static void sm_disk_queue(sm_disk *d, uint64_t array, int32_t device, sm_store_s
     d->tail = op;
     pthread_cond_signal(&d->cv);
     pthread_mutex_unlock(&d->mu);
+    while (stale) {
+        sm_disk_op *next = stale->next;
+        sm_store_shard_release(stale->sh);
+        free(stale);
+        stale = next;
+    }
 }
 
 static void sm_disk_on_put(void *user, uint64_t array, int32_t device, sm_store_shard *sh)
