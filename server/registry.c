@@ -198,12 +198,18 @@ static void sm_reg_worker_mark_lost(sm_registry *r, sm_reg_worker *w, const char
 /* Worker ids a worker may ask for are below this. */
 #define SM_REG_WORKER_ID_MAX (UINT32_C(1) << 31)
 
-/* Appends a free of (array, device) on w, joining the free of the same
- * array on w if there is one. */
+/* Frees one registration sends at most (the worker's shards of arrays that
+ * are gone); past it the rest stay until it registers again. */
+#define SM_REG_FREES_MAX 4096
+
+/* Appends a free of (array, device) on w, joining a recent free of the
+ * same array on w if there is one. */
 static void sm_reg_free_one(sm_reg_worker *w, uint64_t array, int32_t device, sm_reg_free **frees,
                             int *nfrees)
 {
-    for (int k = 0; k < *nfrees; k++) {
+    if (*nfrees >= SM_REG_FREES_MAX)
+        return;
+    for (int k = *nfrees > 16 ? *nfrees - 16 : 0; k < *nfrees; k++) {
         sm_reg_free *f = &(*frees)[k];
         if (f->array.v == array && f->t.worker_id == w->id &&
             f->t.ndevices < SM_MAX_WORKER_DEVICES) {
@@ -311,6 +317,7 @@ sm_err sm_registry_worker_add(sm_registry *r, const sm_svc_register_req *req, sm
     sm_err rc = SM_OK;
     sm_reg_worker *w = NULL;
     const char *addr = req->address ? req->address : "";
+    int keep = 0;
     pthread_mutex_lock(&r->mu);
     sm_reg_tx_begin(r);
     if (!*addr || strlen(addr) >= SM_ADDR_MAX) {
@@ -388,6 +395,7 @@ sm_err sm_registry_worker_add(sm_registry *r, const sm_svc_register_req *req, sm
         memset(w->device_bytes, 0, sizeof w->device_bytes);
         sm_reg_save_worker(r, w);
         sm_reg_worker_adopt(r, w, req, frees, nfrees);
+        keep = 1;
         goto reply;
     }
     w = calloc(1, sizeof *w);
@@ -420,11 +428,8 @@ sm_err sm_registry_worker_add(sm_registry *r, const sm_svc_register_req *req, sm
         r->next_device = first + req->ndevices;
     w->ch = ch;
     sm_reg_save_worker(r, w);
-    /* A new identity: what it offers belongs to no array here. (The frees
-     * go out before the reply, while the worker still has its old device
-     * ids; if it is given the same ids, it keeps its store.) */
-    for (int k = 0; k < req->nheld; k++)
-        sm_reg_free_one(w, req->held[k].array, req->held[k].device, frees, nfrees);
+    /* A new identity: what it offers belongs to no array here, and the
+     * reply (keep_shards 0) tells it to drop everything. */
 reply:
     memset(out, 0, sizeof *out);
     out->worker_id = w->id;
@@ -434,6 +439,7 @@ reply:
     out->process_index = w->process_index;
     out->heartbeat_ms = r->heartbeat_ms;
     out->epoch = r->epoch;
+    out->keep_shards = keep;
     SM_INFO("worker %u registered at %s: process %d, devices %d..%d", w->id, w->address,
             w->process_index, (int)w->first_device, (int)(w->first_device + w->ndevices - 1));
 out:

@@ -162,14 +162,16 @@ START_TEST(test_restart_recovers)
     sm_svc_held_shard held[] = {{r1.v, 0, 0xabc}, {999, 0, 0}};
     rep = reg_worker(r, 1, held, N(held));
     ck_assert_uint_eq(rep.worker_id, 1);
+    ck_assert_int_eq(rep.keep_shards, 1);
     ck_assert_int_eq(state_of(r, "r1", NULL, 0), SM_ARRAY_READY);
     ck_assert_int_eq(state_of(r, "r2", NULL, 0), SM_ARRAY_LOST);
     /* ids continue: 4 arrays were created before */
     sm_array_id next = reg_put(r, "n", 0);
     ck_assert_uint_eq(next.v, 5);
-    /* a new worker gets a new id */
-    rep = reg_worker(r, 0, NULL, 0);
+    /* a new worker gets a new id, and drops what it held */
+    rep = reg_worker(r, 0, held, N(held));
     ck_assert_uint_eq(rep.worker_id, 2);
+    ck_assert_int_eq(rep.keep_shards, 0);
     sm_registry_free(r);
     /* and all of that survives one more restart */
     r = reg_open(SM_OK, NULL);

@@ -84,6 +84,7 @@ static sm_err fc_register(void *user, const sm_svc_register_req *req, sm_svc_reg
         out->devices[k] = c->shift + w * NDEV + k;
     out->process_index = req->process_index >= 0 ? req->process_index : w;
     out->heartbeat_ms = 200;
+    out->keep_shards = 1; /* the same identity (or other device ids: dropped anyway) */
     pthread_mutex_unlock(&c->mu);
     return SM_OK;
 }

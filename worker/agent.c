@@ -92,8 +92,8 @@ static sm_err agent_register(sm_agent *a, char *err, size_t errlen)
                        rep.ndevices);
     if (rep.ndevices != a->ndevices)
         SM_WARN("asked for %d devices, the coordinator gave %d", a->ndevices, rep.ndevices);
-    if ((e = sm_store_renew_identity(a->store, rep.worker_id, rep.ndevices, rep.devices, 1, err,
-                                     errlen)))
+    if ((e = sm_store_renew_identity(a->store, rep.worker_id, rep.ndevices, rep.devices,
+                                     rep.keep_shards, err, errlen)))
         return e;
     if (rep.heartbeat_ms == 0)
         rep.heartbeat_ms = 500;

@@ -268,7 +268,9 @@ typedef struct {
     int32_t devices[SM_MAX_WORKER_DEVICES];
     int process_index;
     uint32_t heartbeat_ms;
-    uint64_t epoch; /* the coordinator run; echoed in every heartbeat */
+    uint64_t epoch;  /* the coordinator run; echoed in every heartbeat */
+    int keep_shards; /* 1: the identity asked for was given back and the offered shards the
+                        coordinator keeps were adopted; 0: drop every shard */
 } sm_svc_register_reply;
 
 typedef struct {

@@ -289,6 +289,7 @@ static sm_err register_dec(const ProtobufCMessage *m, void *o, char *err, size_t
     out->process_index = r->process_index;
     out->heartbeat_ms = r->heartbeat_ms;
     out->epoch = r->epoch;
+    out->keep_shards = r->keep_shards != 0;
     return SM_OK;
 }
 

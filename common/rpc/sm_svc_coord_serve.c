@@ -374,6 +374,7 @@ static void register_worker(sm_rpc_call *call, void *u)
     rep.process_index = out.process_index;
     rep.heartbeat_ms = out.heartbeat_ms;
     rep.epoch = out.epoch;
+    rep.keep_shards = out.keep_shards != 0;
     sm_svc_finish(call, e, err, &rep.base);
     sm_rpc_msg_free(m);
 }
