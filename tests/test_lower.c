@@ -130,6 +130,20 @@ static const error_case errors[] = {
      {"reshard belongs to global-view (jit) programs"}},
     {"mesh X=2 Y=4\njit f(x: f32[6] @ P('X')):\n    return reshard(x, P('Y'))\n",
      {"not divisible", "6"}},
+    /* the replication check of a shard_map function called from jit */
+    {"mesh X=2 Y=4\nshard_map g(a: f32[8,8] @ P('X', 'Y')) -> P('X', None):\n    return a * 2\n"
+     "jit f(x: f32[8,8] @ P('X', 'Y')):\n    return g(x)\n",
+     {"t.shmap:5:", "varies over mesh axis 'Y'", "check_vma=False"}},
+    {"mesh X=2 Y=4\nshard_map g(a: f32[8,8] @ P('X', 'Y')) -> P('X', None):\n    return a\n"
+     "jit f(x: f32[8,8] @ P('X', 'Y')):\n    return g(x, x)\n",
+     {"g takes 1 argument, got 2"}},
+    {"mesh X=2 Y=4\nshard_map g(a: f32[8,8] @ P('X', 'Y')) -> P('X', None):\n    return a\n"
+     "jit f(x: f32[4,8] @ P('X', 'Y')):\n    return g(x)\n",
+     {"argument 'a' is f32[4@X,8@Y], but the function declares f32[8,8]"}},
+    {"mesh X=2 Y=4\nshard_map g(a: f32[8,8] @ P('X', 'Y')) -> P('X', 'Y'):\n    return a\n"
+     "shard_map f(x: f32[8,8] @ P('X', 'Y')) -> P('X', 'Y'):\n    return g(x)\n",
+     {"only a jit body calls shard_map and jit functions"}},
+
 };
 
 START_TEST(test_errors)
@@ -144,6 +158,31 @@ START_TEST(test_errors)
     for (int k = 0; k < 3 && c->words[k]; k++)
         ck_assert_msg(strstr(err, c->words[k]), "message \"%s\" lacks \"%s\"", err, c->words[k]);
     sm_program_free(p);
+}
+END_TEST
+
+/* The entry: the last shard_map or jit function, or the one named. */
+START_TEST(test_entry)
+{
+    static const char text[] = "mesh X=2 Y=4\n"
+                               "def twice(v):\n    return v * 2\n"
+                               "shard_map g(a: f32[8,8] @ P('X', 'Y')) -> P('X', 'Y'):\n"
+                               "    return twice(a)\n"
+                               "jit f(x: f32[8,8] @ P('X', None)):\n    return g(x)\n";
+    char err[1024] = "";
+    sm_program *p = NULL;
+    ck_assert_int_eq(sm_program_parse_entry(text, "t.shmap", NULL, &p, err, sizeof err), SM_OK);
+    ck_assert_str_eq(p->name, "f");
+    ck_assert_int_eq(p->kind, SM_PROG_JIT);
+    sm_program_free(p);
+    ck_assert_int_eq(sm_program_parse_entry(text, "t.shmap", "g", &p, err, sizeof err), SM_OK);
+    ck_assert_str_eq(p->name, "g");
+    ck_assert_int_eq(p->kind, SM_PROG_SHARD_MAP);
+    ck_assert_int_eq(p->nops, 2); /* the helper inlined: a constant and a multiply */
+    sm_program_free(p);
+    ck_assert_int_ne(sm_program_parse_entry(text, "t.shmap", "twice", &p, err, sizeof err), SM_OK);
+    ck_assert_msg(strstr(err, "no shard_map or jit function 'twice'"), "%s", err);
+    ck_assert_int_ne(sm_program_parse_entry(text, "t.shmap", "main", &p, err, sizeof err), SM_OK);
 }
 END_TEST
 
@@ -393,6 +432,7 @@ static Suite *lower_suite(void)
     tcase_set_timeout(tc, 240);
     tcase_add_loop_test(tc, test_types, 0, (int)(sizeof types / sizeof types[0]));
     tcase_add_loop_test(tc, test_errors, 0, (int)(sizeof errors / sizeof errors[0]));
+    tcase_add_test(tc, test_entry);
     tcase_add_loop_test(tc, test_lowering, 0, (int)(sizeof lowers / sizeof lowers[0]));
     tcase_add_test(tc, test_differential_cases);
     tcase_add_test(tc, test_differential_random);

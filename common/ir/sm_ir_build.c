@@ -348,6 +348,31 @@ sm_err sm_program_verify(sm_program *p, int check_vma, char *err, size_t errlen)
         if ((e = sm_ir_check_out(p, k, err, errlen)))
             return sm_ir_at(p, p->ret_line, p->ret_col, e, err, errlen);
     }
+    for (int k = 0; check_vma && p->kind == SM_PROG_JIT && k < p->nops; k++) {
+        /* the replication check of every shard_map function the jit body calls */
+        const sm_ir_op *op = &p->ops[k];
+        if (op->kind != SM_OP_SHARD_MAP_OUT || !op->attrs.sharding)
+            continue;
+        const sm_ir_value *v = &p->values[op->operands[0]];
+        uint32_t named = 0;
+        const sm_pspec *s = op->attrs.sharding;
+        for (int d = 0; d < s->nentries; d++)
+            for (int j = 0; j < s->e[d].naxes; j++)
+                named |= 1u << sm_mesh_axis(&p->mesh, s->e[d].axes[j]);
+        uint32_t bad = v->vma & ~named;
+        if (!bad)
+            continue;
+        int ax = __builtin_ctz(bad);
+        char sp[300], ty[300];
+        e = sm_fail(err, errlen, SM_EINVAL,
+                    "a shard_map result of type %s varies over mesh axis '%s', but its out_spec "
+                    "%s does not name '%s' (reduce it over '%s', e.g. with psum, or name '%s' in "
+                    "the out_spec; or pass check_vma=False)",
+                    sm_program_value_type(p, op->operands[0], ty, sizeof ty), p->mesh.names[ax],
+                    sm_pspec_format(s, sp, sizeof sp), p->mesh.names[ax], p->mesh.names[ax],
+                    p->mesh.names[ax]);
+        return sm_ir_at(p, op->line, op->col, e, err, errlen);
+    }
     for (int k = 0; check_vma && p->kind != SM_PROG_JIT && k < p->nreturns; k++) {
         const sm_ir_value *v = &p->values[p->returns[k]];
         uint32_t named = 0;
