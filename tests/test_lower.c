@@ -74,6 +74,34 @@ static const type_case types[] = {
      "t", "f32[8@X,4]"},
     {"mesh X=2 Y=4\njit z(a: i32[8,16] @ P('X', 'Y')):\n    t = a[2:6, :]\n    return t\n", "t",
      "i32[4@X,16@Y]"},
+    /* shape ops keep what they can */
+    {"mesh X=2 Y=4\njit f(a: i32[8,16] @ P('X', 'Y')):\n    t = jnp.roll(a, 3, axis=1)\n"
+     "    return t\n",
+     "t", "i32[8@X,16@Y]"},
+    {"mesh X=2 Y=4\njit f(a: i32[8,16] @ P('X', 'Y')):\n    t = jnp.pad(a, ((0, 0), (4, 4)))\n"
+     "    return t\n",
+     "t", "i32[8@X,24@Y]"},
+    {"mesh X=2 Y=4\njit f(a: i32[8,16] @ P('X', None), b: i32[8,16] @ P('X', None)):\n"
+     "    t = jnp.concatenate((a, b), axis=1)\n    return t\n",
+     "t", "i32[8@X,32]"},
+    {"mesh X=2 Y=4\njit f(a: i32[8,16] @ P(None, 'Y'), b: i32[8,16] @ P(None, 'Y')):\n"
+     "    t = jnp.concatenate((a, b), axis=1)\n    return t\n",
+     "t", "i32[8,32@Y]"},
+    {"mesh X=2 Y=4\njit f(a: i32[8,16] @ P('X', 'Y')):\n    t = jnp.expand_dims(a, 0)\n"
+     "    u = jnp.squeeze(t, 0)\n    return u\n",
+     "t", "i32[1,8@X,16@Y]"},
+    {"mesh X=2 Y=4\njit f(a: i32[16] @ P('Y')):\n    t = jnp.broadcast_to(a, (8, 16))\n"
+     "    return t\n",
+     "t", "i32[8,16@Y]"},
+    {"mesh X=2 Y=4\njit f(a: i32[8,16] @ P('X', 'Y')):\n"
+     "    t = jax.lax.dynamic_slice_in_dim(a, 2, 8, axis=1)\n    return t\n",
+     "t", "i32[8@X,8@Y]"},
+    {"mesh X=2 Y=4\njit f(a: i32[8,16] @ P('X', 'Y')):\n    t = a[:, 4:8]\n    return t\n", "t",
+     "i32[8@X,4@Y]"},
+    {"mesh X=2 Y=4\njit f():\n    t = jnp.arange(16, out_sharding=P('Y'))\n    return t\n", "t",
+     "i32[16@Y]"},
+    {"mesh X=2 Y=4\njit f(a: f32[8,16] @ P('X', 'Y')):\n    t = jnp.mean(a)\n    return t\n", "t",
+     "f32[]"},
     /* Auto axes never show in a type */
     {"mesh X=2 Y=4 axis_types=(Explicit, Auto)\njit f(x: f32[8,16] @ P('X', 'Y')):\n"
      "    z = x * 2\n    return z\n",
