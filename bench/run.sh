@@ -25,7 +25,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-300}
 BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo}
-ALL="transfer matmul dispatch mpi_coll coll"
+ALL="transfer matmul jit dispatch mpi_coll coll"
 
 quick=0
 only=""
@@ -70,7 +70,7 @@ build_in() {
   local dir=$1 type=$2 werror=$3 log=$work/build.log t
   cmake -S "$ROOT" -B "$dir" -DCMAKE_BUILD_TYPE="$type" -DSM_SANITIZE=OFF -DSM_WERROR="$werror" \
     >>"$log" 2>&1 || return 1
-  BUILT="shmap-coordinator shmap-worker bench_transfer bench_matmul bench_dispatch"
+  BUILT="shmap-coordinator shmap-worker bench_transfer bench_matmul bench_jit bench_dispatch"
   local help
   help=$(cmake --build "$dir" --target help 2>/dev/null || true)
   for t in bench_mpi_coll bench_coll; do
@@ -204,6 +204,10 @@ main() {
   if want matmul; then
     if [ $quick = 1 ]; then run_bench matmul "$B/bench_matmul" --n 2048 --runs 2
     else run_bench matmul "$B/bench_matmul" --n 4096 --runs 5; fi
+  fi
+  if want jit; then
+    if [ $quick = 1 ]; then run_bench jit "$B/bench_jit" --n 2048 --runs 2
+    else run_bench jit "$B/bench_jit" --n 4096 --runs 5; fi
   fi
   if want dispatch; then
     if [ $quick = 1 ]; then run_bench dispatch "$B/bench_dispatch" --runs 50 --warmup 5
