@@ -6,7 +6,7 @@
 #   bench/run.sh [--quick] [--only NAME[,NAME...]] [--out FILE] [--no-deps]
 #
 #   --quick      fewer sizes and runs: a smoke run, not figures to quote
-#   --only NAME  transfer, matmul, dispatch, mpi_coll, coll (comma-separated)
+#   --only NAME  transfer, matmul, jit, dispatch, mpi_coll, coll (comma-separated)
 #   --out FILE   where the output goes; default bench/results/latest.txt for a
 #                full run, bench/results/partial.txt with --quick or --only
 #                (so a smoke run never replaces the committed figures)
