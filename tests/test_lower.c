@@ -248,6 +248,11 @@ static const lower_case lowers[] = {
     /* reductions over sharded dimensions */
     {"mesh X=2 Y=4\njit s(a: f32[8,16] @ P('X', 'Y')):\n    return jnp.max(a, axis=1)\n", 0, 0, 0,
      0, 1},
+    /* Auto axes: the larger operand keeps its layout, the bias moves */
+    {"mesh X=2 Y=4 axis_types=(Auto, Auto)\n"
+     "jit f(b: f32[1,16] @ P(None, 'X'), x: f32[8,16] @ P('X', 'Y')) -> P('X', 'Y'):\n"
+     "    return b + x\n",
+     1, 0, 0, 0, 0},
     /* -> OUT_SHARDINGS */
     {"mesh X=2 Y=4\njit s(a: f32[8,16] @ P('X', 'Y')) -> P():\n    return a + 1\n", 2, 0, 0, 0, 0},
 };

@@ -228,10 +228,25 @@ sm_err sm_ir_shard_elementwise(const sm_program *p, const sm_ir_op *op,
     int R = out->shape.rank;
     sm_ir_layout *l = &out->layout;
     uint32_t autos = out->hidden;
+    /* Over Auto axes the largest operand's layout wins, so the smaller
+     * operands are the ones that move (stable: the first among equals). */
+    int order[SM_OP_MAXARGS];
+    int64_t size[SM_OP_MAXARGS];
+    for (int k = 0; k < op->noperands; k++) {
+        order[k] = k;
+        size[k] = 1;
+        for (int d = 0; d < in[k]->shape.rank; d++)
+            size[k] *= in[k]->shape.dims[d];
+        for (int q = k; q > 0 && size[order[q - 1]] < size[order[q]]; q--) {
+            int t = order[q];
+            order[q] = order[q - 1];
+            order[q - 1] = t;
+        }
+    }
     for (int d = 0; d < R; d++) {
         int have = 0;
-        for (int k = 0; k < op->noperands; k++) {
-            const sm_ir_value *v = in[k];
+        for (int q = 0; q < op->noperands; q++) {
+            const sm_ir_value *v = in[order[q]];
             int od = d - (R - v->shape.rank);
             if (od < 0 || (v->shape.dims[od] == 1 && v->layout.n[od] == 0))
                 continue;
@@ -243,7 +258,7 @@ sm_err sm_ir_shard_elementwise(const sm_program *p, const sm_ir_op *op,
             } else if (!sm_sh_dim_equal(l, d, &v->layout, od)) {
                 uint32_t diff = sm_sh_dim_mask(l, d) ^ sm_sh_dim_mask(&v->layout, od);
                 if ((diff & autos) == diff)
-                    continue; /* Auto axes: keep the first operand's */
+                    continue; /* Auto axes: keep the larger operand's */
                 char specs[600];
                 size_t o = 0;
                 for (int j = 0; j < op->noperands && o < sizeof specs; j++) {
