@@ -453,8 +453,66 @@ START_TEST(test_differential_random)
         sm_program_free(p);
         ran++;
     }
+    printf("random jit programs: %d lowered and equal to the whole-array run, %d refused\n", ran,
+           refused);
     ck_assert_msg(ran >= 150, "only %d of 240 random programs type-checked (%d refused)", ran,
                   refused);
+}
+END_TEST
+
+/* Bad input of any kind: mutated programs (bytes changed, lines cut,
+ * tokens swapped) are refused with a message or accepted and lowered;
+ * nothing crashes (the sanitizer build runs this too). */
+START_TEST(test_mutations)
+{
+    static const char *const toks[] = {
+        "P(",         ")",        "(",  "'X'", "jit ",   "def ", "return ",       ",",
+        "auto_axes(", "reshard(", "->", ":",   "\n    ", "@",    "out_sharding=", "shard_map ",
+        "None",       "8",        "[",  "]"};
+    uint64_t rng = 12345;
+    int accepted = 0;
+    for (int iter = 0; iter < 3000; iter++) {
+        const char *base = types[iter % (sizeof types / sizeof types[0])].text;
+        char buf[2048];
+        snprintf(buf, sizeof buf, "%s", base);
+        size_t n = strlen(buf);
+        for (int m = 0; m < 1 + (int)(rng_next(&rng) % 3); m++) {
+            size_t at = n ? rng_next(&rng) % n : 0;
+            switch (rng_next(&rng) % 3) {
+            case 0: /* change a byte */
+                buf[at] = (char)(32 + rng_next(&rng) % 95);
+                break;
+            case 1: /* cut the rest */
+                buf[at] = 0;
+                n = at;
+                break;
+            default: { /* insert a token */
+                const char *t = toks[rng_next(&rng) % (sizeof toks / sizeof toks[0])];
+                size_t tl = strlen(t);
+                if (n + tl + 1 < sizeof buf) {
+                    memmove(buf + at + tl, buf + at, n - at + 1);
+                    memcpy(buf + at, t, tl);
+                    n += tl;
+                }
+            }
+            }
+        }
+        char err[1024];
+        sm_program *p = NULL, *l = NULL;
+        sm_err e = sm_program_parse(buf, "m.shmap", &p, err, sizeof err);
+        if (e == SM_OK)
+            e = sm_program_verify(p, 1, err, sizeof err);
+        if (e == SM_OK && p->kind == SM_PROG_JIT) {
+            e = sm_lower(p, NULL, &l, err, sizeof err);
+            ck_assert_msg(e == SM_OK, "a verified program failed to lower: %s\n%s", err, buf);
+            accepted++;
+        } else if (e != SM_OK) {
+            ck_assert_msg(err[0], "refused without a message:\n%s", buf);
+        }
+        sm_program_free(l);
+        sm_program_free(p);
+    }
+    ck_assert_int_gt(accepted, 0);
 }
 END_TEST
 
@@ -469,6 +527,7 @@ static Suite *lower_suite(void)
     tcase_add_loop_test(tc, test_lowering, 0, (int)(sizeof lowers / sizeof lowers[0]));
     tcase_add_test(tc, test_differential_cases);
     tcase_add_test(tc, test_differential_random);
+    tcase_add_test(tc, test_mutations);
     suite_add_tcase(s, tc);
     return s;
 }
