@@ -58,6 +58,10 @@ static const type_case types[] = {
     {"mesh X=2 Y=4\njit d(a: f32[8,16] @ P('X', None), b: f32[16,32] @ P(None, 'Y')):\n"
      "    c = a @ b\n    return c\n",
      "c", "f32[8@X,32@Y]"},
+    /* a contraction sharded on one side only: JAX keeps the free dimension's X */
+    {"mesh X=2 Y=4\njit d(a: f32[8,16] @ P('X', None), b: f32[16,4] @ P('X', None)):\n"
+     "    c = a @ b\n    return c\n",
+     "c", "f32[8@X,4]"},
     {"mesh X=2 Y=4\njit s(a: f32[8,16] @ P('X', 'Y')):\n    t = jnp.sum(a, axis=1)\n    return t\n",
      "t", "f32[8@X]"},
     {"mesh X=2 Y=4\njit s(a: f32[8,16] @ P('X', 'Y')):\n    t = a.T\n    return t\n", "t",

@@ -536,8 +536,23 @@ sm_err sm_ir_shard_dot(const sm_program *p, const sm_ir_op *op, const sm_ir_valu
                               err, errlen);
         if (e)
             return e;
-    } else {
-        out->layout = loc;
+    } else { /* JAX's: batch, then lhs free, then rhs free dimensions keep theirs */
+        sm_ir_layout jx;
+        memset(&jx, 0, sizeof jx);
+        for (int d = 0; d < g.nout; d++) {
+            int c = g.out[d];
+            for (int k = 0; k < nk; k++) {
+                int od = sm_sh_letter_in(&g, k, c);
+                if (od >= 0 && in[k]->shape.dims[od] != 1) {
+                    sm_sh_dim_copy(&jx, d, &in[k]->layout, od);
+                    break;
+                }
+            }
+        }
+        sm_err e = sm_sh_no_twice(p, op, &jx, g.nout, autos, out->hidden, err, errlen);
+        if (e)
+            return e;
+        out->layout = jx;
     }
     if (pending) {
         plan->npost = 0;
