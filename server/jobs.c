@@ -11,6 +11,7 @@
 #include "jobs_int.h"
 #include "relay.h"
 #include "sm_log.h"
+#include "sm_lower.h"
 #include "sm_rpc.h"
 #include "sm_time.h"
 
@@ -268,6 +269,13 @@ static sm_err job_prepare(sm_cjobs *j, const sm_svc_submit_req *req, sm_job *job
     sm_err e;
     if ((e = sm_program_verify(p, req->check_vma, err, errlen)))
         return e;
+    if (p->kind == SM_PROG_JIT) { /* workers run the shard_map program it lowers to */
+        sm_program *l = NULL;
+        if ((e = sm_lower(p, NULL, &l, err, errlen)))
+            return e;
+        sm_program_free(p);
+        job->prog = p = l;
+    }
     if (req->nargs != p->nparams)
         return sm_fail(err, errlen, SM_EINVAL,
                        "the job has %d arguments but program '%s' takes %d parameters", req->nargs,

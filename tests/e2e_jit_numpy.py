@@ -24,7 +24,7 @@ import numpy as np
 
 CTL = os.environ.get("SHMAPCTL", "build/client/shmapctl")
 COORD = os.environ.get("SHMAP_COORDINATOR_BIN", "build/server/shmap-coordinator")
-PROGRAMS_PER_CLUSTER = int(os.environ.get("SM_JIT_PROGRAMS", "40"))
+PROGRAMS_PER_CLUSTER = int(os.environ.get("SM_JIT_PROGRAMS", "60"))
 MESHES = [(("a", 8),), (("a", 4), ("b", 2)), (("a", 2), ("b", 2), ("c", 2))]
 
 # (body, numpy reference): x and y are f32/i32 [8, 8]; {o} is a spec

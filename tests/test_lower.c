@@ -130,6 +130,30 @@ START_TEST(test_types)
 }
 END_TEST
 
+/* A jit program prints in the text form and re-parses to an equal program
+ * (those with inlined shard_map or auto_axes calls print their per-device
+ * and Auto ops marked with comments, and are not re-parsed). */
+START_TEST(test_print_roundtrip)
+{
+    const type_case *c = &types[_i];
+    sm_program *p = parse_ok(c->text), *q = NULL;
+    int plain = 1;
+    for (int k = 0; k < p->nops; k++)
+        plain &= !p->ops[k].manual && !p->ops[k].auto_mask;
+    sm_strbuf sb = {0};
+    ck_assert_int_eq(sm_program_print(p, &sb), SM_OK);
+    if (plain) {
+        char err[1024];
+        sm_err e = sm_program_parse(sm_strbuf_str(&sb), "t.shmap", &q, err, sizeof err);
+        ck_assert_msg(e == SM_OK, "re-parse: %s\n%s", err, sm_strbuf_str(&sb));
+        ck_assert_msg(sm_program_equal(p, q), "printed program differs:\n%s", sm_strbuf_str(&sb));
+        sm_program_free(q);
+    }
+    sm_strbuf_free(&sb);
+    sm_program_free(p);
+}
+END_TEST
+
 /* ---- refusals, with JAX's sentences ---- */
 
 typedef struct {
@@ -526,6 +550,7 @@ static Suite *lower_suite(void)
     TCase *tc = tcase_create("jit");
     tcase_set_timeout(tc, 240);
     tcase_add_loop_test(tc, test_types, 0, (int)(sizeof types / sizeof types[0]));
+    tcase_add_loop_test(tc, test_print_roundtrip, 0, (int)(sizeof types / sizeof types[0]));
     tcase_add_loop_test(tc, test_errors, 0, (int)(sizeof errors / sizeof errors[0]));
     tcase_add_test(tc, test_entry);
     tcase_add_loop_test(tc, test_lowering, 0, (int)(sizeof lowers / sizeof lowers[0]));

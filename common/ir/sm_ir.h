@@ -229,6 +229,10 @@ sm_err sm_program_describe(const sm_program *p, sm_strbuf *out);
  * varies over no axis); in a jit program with its sharding, "f32[8@X,2048@Y]",
  * "f32[8@(X,Y),4]" (Auto axes not shown). Returns buf. */
 char *sm_program_value_type(const sm_program *p, int value_id, char *buf, size_t len);
+/* Type of output k as JAX prints the result array's: its global shape with
+ * the result sharding, "f32[8@i,32]" (a shard_map program's out_spec, a jit
+ * program's result sharding; Auto axes not shown). Returns buf. */
+char *sm_program_output_type(const sm_program *p, int k, char *buf, size_t len);
 /* 1 if a and b have the same mesh, params, ops, attributes, types and
  * returns (value names are ignored). */
 int sm_program_equal(const sm_program *a, const sm_program *b);

@@ -472,7 +472,8 @@ int sm_program_equal(const sm_program *a, const sm_program *b)
     for (int v = 0; v < a->nvalues; v++) {
         const sm_ir_value *x = &a->values[v], *y = &b->values[v];
         if (x->dtype != y->dtype || !sm_shape_equal(&x->shape, &y->shape) || x->vma != y->vma ||
-            x->weak != y->weak)
+            x->weak != y->weak || x->manual != y->manual || x->hidden != y->hidden ||
+            !sm_ir_layout_equal(&x->layout, &y->layout, x->shape.rank))
             return 0;
     }
     for (int k = 0; k < a->nreturns; k++)
