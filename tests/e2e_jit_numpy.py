@@ -11,6 +11,7 @@ an ambiguous contraction, a mesh axis named twice) is counted, and must be
 refused with JAX's sentence by `shmapctl check` as well.
 
 Environment: SHMAPCTL, SHMAP_COORDINATOR_BIN (set by ctest)."""
+import json
 import os
 import random
 import shutil
@@ -127,6 +128,15 @@ def one_cluster(workers, devices, seed):
                     continue
                 sys.exit(f"e2e_jit_numpy: program failed:\n{text}\nrun: {r.stderr}\n"
                          f"check: {c.stderr}")
+            # the result's sharding is its type's, as check computes it
+            if k < 12:
+                d = run([CTL, "--target", target, "describe", f"r{k}", "--json"])
+                c = run([CTL, "check", prog, "--json"])
+                got_t = json.loads(d.stdout).get("type")
+                want_t = json.loads(c.stdout)["outputs"][0]["type"]
+                if d.returncode != 0 or got_t != want_t:
+                    sys.exit(f"e2e_jit_numpy: result type {got_t} but check says {want_t}:\n"
+                             f"{text}\n{d.stderr}")
             out = os.path.join(work, "out.npy")
             g = run([CTL, "--target", target, "get", f"r{k}", out])
             if g.returncode != 0:
