@@ -316,6 +316,28 @@ static sm_program *program(const char *text)
     return p;
 }
 
+/* 1 if the axes, as written, name two axes of more than one device in
+ * another order than the mesh's (mesh "i=4 j=2", axes "('j', 'i')"). */
+static int perm_out_of_order(const char *mesh, const char *axes)
+{
+    int last = -1;
+    for (const char *a = axes; *a; a++) {
+        if (*a != '\'')
+            continue;
+        const char *m = mesh;
+        while (*m && !(m[0] == a[1] && m[1] == '='))
+            m++;
+        a += 2;
+        if (!*m || atoi(m + 2) == 1)
+            continue;
+        int pos = (int)(m - mesh);
+        if (pos < last)
+            return 1;
+        last = pos;
+    }
+    return 0;
+}
+
 static int group_size_of(const char *mesh, const char *axes)
 {
     int n = 1;
@@ -345,6 +367,16 @@ START_TEST(test_collective)
              "    return y\n",
              g->mesh, (long long)(bd[0] * nd), (long long)bd[1], (long long)bd[2], g->all, g->all,
              e);
+    if (v->k == K_PERM && perm_out_of_order(g->mesh, g->axes)) {
+        /* as JAX (raise_on_ppermute_sort_diff): refused before anything runs */
+        sm_program *q = NULL;
+        char msg[1024] = "";
+        sm_err pe = sm_program_parse(text, "t.shmap", &q, msg, sizeof msg);
+        ck_assert_int_eq(pe, SM_EINVAL);
+        ck_assert_msg(strstr(msg, "in the same order as the axis_names declared on the mesh"), "%s",
+                      msg);
+        return;
+    }
     sm_program *p = program(text);
     sm_array *x, *out;
     char err[1024] = "";

@@ -374,6 +374,11 @@ typedef struct {
 #define HDR "mesh i=4 j=2\nshard_map f(x: f32[8,16] @ P('i', None)) -> P('i', None):\n"
 
 static const error_case errors[] = {
+    {"ppermute axes out of mesh order (JAX raise_on_ppermute_sort_diff)",
+     "mesh i=4 j=2\nshard_map f(x: f32[8] @ P(('i', 'j'),)) -> P(('i', 'j'),):\n"
+     "    return ppermute(x, ('j', 'i'), perm=[(0, 1), (1, 0)])\n",
+     SM_EINVAL,
+     {"t.shmap:3:", "ppermute over ('j', 'i')", "in the same order as the axis_names declared"}},
     {"missing paren",
      "mesh i=4\nshard_map f(x: f32[4] @ P('i') -> P('i'):\n    return x\n",
      SM_EFORMAT,

@@ -146,6 +146,21 @@ sm_err sm_ir_infer_ppermute(const sm_program *p, const sm_ir_op *op, const sm_ir
     if (e)
         return e;
     const sm_ir_attrs *a = &op->attrs;
+    /* JAX (raise_on_ppermute_sort_diff, on by default): the group's rank order
+     * must be the mesh order, so axes of more than one device are named in
+     * mesh order */
+    for (int i = 1, last = -1; i <= a->naxes; i++) {
+        int m = sm_mesh_axis(&p->mesh, a->axes[i - 1]);
+        if (m < 0 || p->mesh.sizes[m] == 1)
+            continue;
+        if (m < last)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "ppermute over %s: Make sure that the axis_name passed to "
+                           "jax.lax.ppermute is in the same order as the axis_names declared on "
+                           "the mesh",
+                           ax);
+        last = m;
+    }
     if (a->nperm > 0 && !a->perm)
         return sm_fail(err, errlen, SM_EINVAL, "ppermute: perm is missing");
     if (a->nperm > n)
