@@ -374,6 +374,11 @@ typedef struct {
 #define HDR "mesh i=4 j=2\nshard_map f(x: f32[8,16] @ P('i', None)) -> P('i', None):\n"
 
 static const error_case errors[] = {
+    {"replication check: every offending axis, as JAX names them",
+     "mesh i=2 j=2 k=2\nshard_map f(x: f32[8] @ P(('i', 'j', 'k'),)) -> P('i'):\n"
+     "    return x * 2\n",
+     SM_EINVAL,
+     {"varies over mesh axes {j,k}", "out_spec P('i') names none of them", "check_vma=False"}},
     {"ppermute axes out of mesh order (JAX raise_on_ppermute_sort_diff)",
      "mesh i=4 j=2\nshard_map f(x: f32[8] @ P(('i', 'j'),)) -> P(('i', 'j'),):\n"
      "    return ppermute(x, ('j', 'i'), perm=[(0, 1), (1, 0)])\n",

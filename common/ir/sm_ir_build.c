@@ -314,6 +314,38 @@ static sm_err sm_ir_at(const sm_program *p, int line, int col, sm_err e, char *e
                    msg);
 }
 
+/* The replication check's refusal: what varies over the mesh axes in bad,
+ * which its out_spec s does not name; every such axis is named, in mesh
+ * order, as JAX's message does ({y,z}). */
+static sm_err sm_ir_vma_fail(const sm_program *p, const char *what, const sm_pspec *s, uint32_t bad,
+                             char *err, size_t errlen)
+{
+    char set[300] = "", tup[300] = "", sp[300];
+    size_t o = 0, t = 0;
+    int n = 0;
+    for (int a = 0; a < p->mesh.naxes; a++) {
+        if (!(bad & (1u << a)))
+            continue;
+        o += (size_t)snprintf(set + o, o < sizeof set ? sizeof set - o : 0, "%s%s", n ? "," : "",
+                              p->mesh.names[a]);
+        t += (size_t)snprintf(tup + t, t < sizeof tup ? sizeof tup - t : 0, "%s'%s'", n ? ", " : "",
+                              p->mesh.names[a]);
+        n++;
+    }
+    sm_pspec_format(s, sp, sizeof sp);
+    if (n == 1)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "%s varies over mesh axis %s, but its out_spec %s does not name %s (reduce "
+                       "it over %s, e.g. with psum, or name %s in the out_spec; or pass "
+                       "check_vma=False)",
+                       what, tup, sp, tup, tup, tup);
+    return sm_fail(err, errlen, SM_EINVAL,
+                   "%s varies over mesh axes {%s}, but its out_spec %s names none of them "
+                   "(reduce it over (%s), e.g. with psum, or name them in the out_spec; or pass "
+                   "check_vma=False)",
+                   what, set, sp, tup);
+}
+
 sm_err sm_program_verify(sm_program *p, int check_vma, char *err, size_t errlen)
 {
     sm_err e;
@@ -362,15 +394,10 @@ sm_err sm_program_verify(sm_program *p, int check_vma, char *err, size_t errlen)
         uint32_t bad = v->vma & ~named;
         if (!bad)
             continue;
-        int ax = __builtin_ctz(bad);
-        char sp[300], ty[300];
-        e = sm_fail(err, errlen, SM_EINVAL,
-                    "a shard_map result of type %s varies over mesh axis '%s', but its out_spec "
-                    "%s does not name '%s' (reduce it over '%s', e.g. with psum, or name '%s' in "
-                    "the out_spec; or pass check_vma=False)",
-                    sm_program_value_type(p, op->operands[0], ty, sizeof ty), p->mesh.names[ax],
-                    sm_pspec_format(s, sp, sizeof sp), p->mesh.names[ax], p->mesh.names[ax],
-                    p->mesh.names[ax]);
+        char ty[300], what[400];
+        snprintf(what, sizeof what, "a shard_map result of type %s",
+                 sm_program_value_type(p, op->operands[0], ty, sizeof ty));
+        e = sm_ir_vma_fail(p, what, s, bad, err, errlen);
         return sm_ir_at(p, op->line, op->col, e, err, errlen);
     }
     for (int k = 0; check_vma && p->kind != SM_PROG_JIT && k < p->nreturns; k++) {
@@ -383,16 +410,10 @@ sm_err sm_program_verify(sm_program *p, int check_vma, char *err, size_t errlen)
         uint32_t bad = v->vma & ~named;
         if (!bad)
             continue;
-        int ax = __builtin_ctz(bad);
-        char what[300], sp[300], ty[300];
-        e = sm_fail(err, errlen, SM_EINVAL,
-                    "%s of type %s varies over mesh axis '%s', but its out_spec %s does not name "
-                    "'%s' (reduce it over '%s', e.g. with psum, or name '%s' in the out_spec; or "
-                    "pass check_vma=False)",
-                    sm_ir_output_name(p, k, what, sizeof what),
-                    sm_program_value_type(p, p->returns[k], ty, sizeof ty), p->mesh.names[ax],
-                    sm_pspec_format(s, sp, sizeof sp), p->mesh.names[ax], p->mesh.names[ax],
-                    p->mesh.names[ax]);
+        char name[300], ty[300], what[700];
+        snprintf(what, sizeof what, "%s of type %s", sm_ir_output_name(p, k, name, sizeof name),
+                 sm_program_value_type(p, p->returns[k], ty, sizeof ty));
+        e = sm_ir_vma_fail(p, what, s, bad, err, errlen);
         return sm_ir_at(p, p->ret_line, p->ret_col, e, err, errlen);
     }
     return SM_OK;
