@@ -303,6 +303,36 @@ START_TEST(test_spot_values)
 }
 END_TEST
 
+/* psum and pmean of bools, as JAX: summed as int32 ([True, False] over two
+ * devices holding it gives [1, 1] and [0.5, 0.5]); pmax stays bool. */
+START_TEST(test_bool_reductions)
+{
+    sm_program *p = parse("mesh i=2\n"
+                          "shard_map f(b: bool[4] @ P('i')) -> (P(), P(), P()):\n"
+                          "    return psum(b, 'i'), pmean(b, 'i'), pmax(b, 'i')\n");
+    sm_array *b, *o[3];
+    char err[512];
+    sm_shape s = {.rank = 1, .dims = {4}};
+    ck_assert_int_eq(sm_array_create(SM_BOOL, &s, &b, err, sizeof err), SM_OK);
+    uint8_t v[4] = {1, 0, 1, 1};
+    memcpy(b->data, v, sizeof v);
+    ck_assert_int_eq(p->values[p->returns[0]].dtype, SM_I32);
+    ck_assert_int_eq(p->values[p->returns[1]].dtype, SM_F32);
+    ck_assert_int_eq(p->values[p->returns[2]].dtype, SM_BOOL);
+    ck_assert_msg(sm_exec_local_run(p, &b, o, NULL, err, sizeof err) == SM_OK, "%s", err);
+    ck_assert_int_eq(((int32_t *)o[0]->data)[0], 2);
+    ck_assert_int_eq(((int32_t *)o[0]->data)[1], 1);
+    ck_assert_float_eq(((float *)o[1]->data)[0], 1.0f);
+    ck_assert_float_eq(((float *)o[1]->data)[1], 0.5f);
+    ck_assert_int_eq(((uint8_t *)o[2]->data)[0], 1);
+    ck_assert_int_eq(((uint8_t *)o[2]->data)[1], 1);
+    for (int k = 0; k < 3; k++)
+        sm_array_free(o[k]);
+    sm_array_free(b);
+    sm_program_free(p);
+}
+END_TEST
+
 /* One value returned twice, and a parameter returned as it is. */
 START_TEST(test_repeated_returns)
 {
@@ -394,6 +424,7 @@ int main(void)
     tcase_add_loop_test(tc, test_op_sharded_vs_single, 0, NROWS);
     tcase_add_test(tc, test_table_covers_every_op);
     tcase_add_test(tc, test_spot_values);
+    tcase_add_test(tc, test_bool_reductions);
     tcase_add_test(tc, test_builder_axis_size);
     tcase_add_test(tc, test_repeated_returns);
     tcase_add_test(tc, test_device_order);

@@ -106,18 +106,28 @@ static sm_err sm_exec_preduce(sm_exec_ctx *x, const sm_ir_op *op, const sm_comm_
                                                    : SM_KERN_SUM;
     int64_t n = sm_exec_numel(out);
     sm_dtype t = in[0]->dtype;
+    const void *src = in[0]->data;
+    void *conv = NULL;
+    if (t == SM_BOOL) { /* as JAX: bools are reduced as int32 */
+        if ((e = sm_exec_as(in[0], SM_I32, &src, &conv, err, errlen)))
+            return e;
+        t = SM_I32;
+    }
     void *tmp = NULL, *dst = out->data;
     size_t ntmp = (size_t)n * sm_dtype_size(t);
     if (t != out->dtype) { /* pmean of integers: sum in the input dtype, then f32 */
-        if ((e = sm_array_scratch(ntmp, "the sum of pmean", &tmp, err, errlen)))
+        if ((e = sm_array_scratch(ntmp, "the sum of pmean", &tmp, err, errlen))) {
+            free(conv);
             return e;
+        }
         dst = tmp;
     }
-    e = x->comm->all_reduce(x->cctx, g, seq, t, k, in[0]->data, dst, n, err, errlen);
+    e = x->comm->all_reduce(x->cctx, g, seq, t, k, src, dst, n, err, errlen);
     if (!e && tmp)
         e = sm_kern_astype(t, tmp, out->dtype, out->data, n, err, errlen);
     if (tmp)
         sm_array_data_free(tmp, ntmp);
+    free(conv);
     if (e || op->kind != SM_OP_PMEAN)
         return e;
     /* psum / n, as JAX divides (not a multiply by 1/n) */

@@ -53,6 +53,8 @@ sm_err sm_ir_infer_preduce(const sm_program *p, const sm_ir_op *op, const sm_ir_
     sm_dtype dt = in[0]->dtype;
     if (op->kind == SM_OP_PMEAN && !sm_dtype_is_float(dt))
         dt = SM_F32;
+    if (op->kind == SM_OP_PSUM && dt == SM_BOOL)
+        dt = SM_I32; /* JAX sums bools as int32 */
     return sm_ir_coll_result(out, dt, &in[0]->shape, in[0]);
 }
 
