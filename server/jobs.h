@@ -94,8 +94,9 @@ sm_err sm_cjobs_check_arg(const sm_program *p, int k, const sm_array_info *a, ch
  * devices; specs equal up to trailing unsharded dimensions). */
 int sm_cjobs_sharding_same(const sm_sharding *s, const sm_mesh *m, const sm_pspec *spec);
 /* Sets m->devices to the service's default order over the alive workers of
- * w[0..n) (process-index order, whole workers, sm_mesh_default_devices).
- * SM_EINVAL when the alive workers' devices do not make up the mesh. */
+ * w[0..n) (process-index order: whole workers first, then the first devices
+ * of the next worker, sm_mesh_default_devices). SM_EINVAL when the alive
+ * workers have fewer devices than the mesh. */
 sm_err sm_cjobs_default_devices(sm_mesh *m, const sm_worker_info *w, int n, char *err,
                                 size_t errlen);
 /* The workers holding the devices of m, each with its mesh devices in its

@@ -27,6 +27,9 @@ CTL = os.environ.get("SHMAPCTL", "build/client/shmapctl")
 COORD = os.environ.get("SHMAP_COORDINATOR_BIN", "build/server/shmap-coordinator")
 PROGRAMS_PER_CLUSTER = int(os.environ.get("SM_JIT_PROGRAMS", "60"))
 MESHES = [(("a", 8),), (("a", 4), ("b", 2)), (("a", 2), ("b", 2), ("c", 2))]
+# meshes smaller than the cluster, in the default order (no devices=[...]):
+# whole workers first, then the first devices of the next, as jax.make_mesh
+SMALL_MESHES = [(("a", 2),), (("a", 3), ("b", 2)), (("a", 1), ("b", 4))]
 
 # (body, numpy reference): x and y are f32/i32 [8, 8]; {o} is a spec
 TEMPLATES = [
@@ -149,6 +152,26 @@ def one_cluster(workers, devices, seed):
                 sys.exit(f"e2e_jit_numpy: differs from numpy ({workers} workers):\n{text}\n"
                          f"got {got.dtype}{list(got.shape)}\n{got}\nwant\n{want}")
             run([CTL, "--target", target, "rm", f"r{k}"])
+            ran += 1
+        for k, mesh in enumerate(SMALL_MESHES):
+            n = 1
+            for _, size in mesh:
+                n *= size
+            axes = [a for a, _ in mesh]
+            text = ("mesh " + " ".join(f"{a}={m}" for a, m in mesh) + "\n" +
+                    f"jit g(x: i32[{6 * n},4] @ P({axes[0]!r}, None)):\n"
+                    "    return jnp.sum(x * 2, axis=0)\n")
+            prog = os.path.join(work, f"small{k}.shmap")
+            open(prog, "w").write(text)
+            x = np.arange(6 * n * 4, dtype=np.int32).reshape(6 * n, 4)
+            np.save(os.path.join(work, "x.npy"), x)
+            r = run([CTL, "--target", target, "run", prog, "--arg", f"x={work}/x.npy",
+                     "--out-name", f"0=s{k}"])
+            g = run([CTL, "--target", target, "get", f"s{k}", os.path.join(work, "s.npy")])
+            if r.returncode or g.returncode or not np.array_equal(
+                    np.load(os.path.join(work, "s.npy")), (x * 2).sum(axis=0)):
+                sys.exit(f"e2e_jit_numpy: small mesh failed ({workers} workers):\n{text}\n"
+                         f"{r.stderr}{g.stderr}")
             ran += 1
     finally:
         stop_cluster(proc)
