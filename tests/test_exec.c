@@ -333,6 +333,75 @@ START_TEST(test_bool_reductions)
 }
 END_TEST
 
+/* JAX's shard_map_test: test_all_gather_with_axis_index_groups,
+ * test_reduce_scatter_with_axis_index_groups, test_all_gather_invariant_basic. */
+START_TEST(test_axis_index_groups)
+{
+    char err[512];
+    sm_array *a, *o;
+    sm_shape s = {.rank = 2, .dims = {8, 8}};
+    ck_assert_int_eq(sm_array_create(SM_F32, &s, &a, err, sizeof err), SM_OK);
+    float *av = a->data;
+    for (int k = 0; k < 64; k++)
+        av[k] = (float)k;
+    sm_program *p = parse("mesh x=2 y=2 z=2\n"
+                          "shard_map fwd(a: f32[8,8] @ P('x', ('y', 'z'))) -> P('x', ('y', 'z')):\n"
+                          "    return all_gather(a, ('y', 'z'), axis_index_groups=((0, 1), (2, 3)),"
+                          " axis=-1, tiled=True)\n");
+    ck_assert_msg(sm_exec_local_run(p, &a, &o, NULL, err, sizeof err) == SM_OK, "%s", err);
+    ck_assert_int_eq(o->shape.dims[1], 16);
+    for (int r = 0; r < 8; r++) /* device (i, rank q) holds a[rows i, block q / 2] */
+        for (int c = 0; c < 16; c++) {
+            int q = c / 4, src = (q / 2) * 4 + c % 4;
+            ck_assert_float_eq(((float *)o->data)[r * 16 + c], av[r * 8 + src]);
+        }
+    sm_array_free(o);
+    sm_program_free(p);
+    p = parse("mesh x=2 y=2 z=2\n"
+              "shard_map fwd(a: f32[8,8] @ P(None, ('x', 'y', 'z'))) -> P(None, ('x', 'y', 'z')):\n"
+              "    return psum_scatter(a, ('x', 'y', 'z'), scatter_dimension=0,"
+              " axis_index_groups=((0, 2, 4, 6), (1, 3, 5, 7)), tiled=True)\n");
+    ck_assert_msg(sm_exec_local_run(p, &a, &o, NULL, err, sizeof err) == SM_OK, "%s", err);
+    ck_assert_int_eq(o->shape.dims[0], 2);
+    for (int r = 0; r < 8; r++) { /* rank r: group r % 2, chunk r / 2 of the group's sum */
+        for (int row = 0; row < 2; row++) {
+            float want = 0;
+            for (int m = r % 2; m < 8; m += 2)
+                want += av[((r / 2) * 2 + row) * 8 + m];
+            ck_assert_float_eq(((float *)o->data)[row * 8 + r], want);
+        }
+    }
+    sm_array_free(o);
+    sm_program_free(p);
+    /* groups that do not cover the ranks, or differ in size */
+    char text[512];
+    snprintf(text, sizeof text, "%s",
+             "mesh x=4\nshard_map f(a: f32[8] @ P('x')) -> P('x'):\n"
+             "    return psum(a, 'x', axis_index_groups=[[0, 1], [1, 2]])\n");
+    ck_assert_int_eq(sm_program_parse(text, "t.shmap", &p, err, sizeof err), SM_EINVAL);
+    ck_assert_msg(strstr(err, "each of the ranks 0..3 once"), "%s", err);
+    /* psum within groups: the result still varies over the axis */
+    p = parse("mesh x=4\nshard_map f(a: f32[8] @ P('x')) -> P('x'):\n"
+              "    return psum(a, 'x', axis_index_groups=[[0, 1], [2, 3]])\n");
+    ck_assert_uint_eq(p->values[p->returns[0]].vma, 1);
+    sm_array_free(a);
+    sm_program_free(p);
+    /* all_gather(..., to='invarying'): replicated, so out_specs P() passes the check */
+    sm_shape s8 = {.rank = 1, .dims = {8}};
+    ck_assert_int_eq(sm_array_create(SM_F32, &s8, &a, err, sizeof err), SM_OK);
+    for (int k = 0; k < 8; k++)
+        ((float *)a->data)[k] = (float)k;
+    p = parse("mesh x=4\nshard_map f(a: f32[8] @ P('x')) -> P():\n"
+              "    return all_gather(a, 'x', tiled=True, to='invarying')\n");
+    ck_assert_int_eq(sm_program_verify(p, 1, err, sizeof err), SM_OK);
+    ck_assert_msg(sm_exec_local_run(p, &a, &o, NULL, err, sizeof err) == SM_OK, "%s", err);
+    ck_assert_int_eq(memcmp(o->data, a->data, 32), 0);
+    sm_array_free(o);
+    sm_array_free(a);
+    sm_program_free(p);
+}
+END_TEST
+
 /* One value returned twice, and a parameter returned as it is. */
 START_TEST(test_repeated_returns)
 {
@@ -425,6 +494,7 @@ int main(void)
     tcase_add_test(tc, test_table_covers_every_op);
     tcase_add_test(tc, test_spot_values);
     tcase_add_test(tc, test_bool_reductions);
+    tcase_add_test(tc, test_axis_index_groups);
     tcase_add_test(tc, test_builder_axis_size);
     tcase_add_test(tc, test_repeated_returns);
     tcase_add_test(tc, test_device_order);

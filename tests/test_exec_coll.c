@@ -561,13 +561,16 @@ START_TEST(test_local_run_reports_op)
     ck_assert_ptr_null(out);
     ck_assert_msg(strstr(err, "t.shmap:4:") && strstr(err, "'abs'") && strstr(err, "device"), "%s",
                   err);
-    /* a reduction the kernels refuse fails every member alike, without a hang */
+    /* a reduction the kernels refuse (f16) fails every member alike, without a hang */
     sm_program *q = program("mesh i=4 j=2\n"
-                            "shard_map f(x: f32[64,33] @ P(('i', 'j'))) -> P():\n"
-                            "    return psum(x[:1, :3] > 0, ('i', 'j'))\n");
-    e = sm_exec_local_run(q, &x, &out, NULL, err, sizeof err);
+                            "shard_map f(x: f16[64,33] @ P(('i', 'j'))) -> P():\n"
+                            "    return psum(x[:1, :3], ('i', 'j'))\n");
+    sm_array *h;
+    ck_assert_int_eq(sm_array_create(SM_F16, &q->params[0].global, &h, err, sizeof err), SM_OK);
+    e = sm_exec_local_run(q, &h, &out, NULL, err, sizeof err);
     ck_assert_msg(e == SM_EUNSUPPORTED && strstr(err, "'psum'"), "%s", err);
     ck_assert_ptr_null(out);
+    sm_array_free(h);
     sm_program_free(q);
     /* wrong global shape */
     sm_array *bad;

@@ -159,6 +159,14 @@ static const seed_case seeds[] = {
      "    m = pmax(sum(t), 'i')\n"
      "    return t, m\n",
      1, "t=f64[2,4]{V:i};m=f64[]", "f64[4,4]"},
+    {"axis_index_groups and to='invarying' (JAX's shard_map_test)",
+     "mesh x=2 y=2 z=2\n"
+     "shard_map f(a: f32[8,8] @ P('x', ('y', 'z'))) -> (P('x', ('y', 'z')), P('x')):\n"
+     "    g = all_gather(a, ('y', 'z'), axis_index_groups=((0, 1), (2, 3)), axis=-1, tiled=True)\n"
+     "    s = psum(a, ('y', 'z'), axis_index_groups=[[0, 3], [1, 2]])\n"
+     "    i = all_gather(s[:, 0:1], ('y', 'z'), axis=1, tiled=True, to='invarying')\n"
+     "    return g, i\n",
+     1, "g=f32[4,4]{V:x,y,z};s=f32[4,2]{V:x,y,z};i=f32[4,4]{V:x}", "f32[8,16]"},
 };
 
 START_TEST(test_seed_types)

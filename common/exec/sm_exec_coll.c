@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "sm_exec_impl.h"
+#include "sm_ir_infer.h"
 
 /* The op's group and the next sequence number. */
 static sm_err sm_exec_group(sm_exec_ctx *x, const sm_ir_op *op, sm_comm_group *g, uint64_t *seq,
@@ -16,6 +17,23 @@ static sm_err sm_exec_group(sm_exec_ctx *x, const sm_ir_op *op, sm_comm_group *g
                                   g, err, errlen);
     if (e)
         return e;
+    if (sm_ir_has_groups(op)) { /* axis_index_groups: the caller's group only */
+        const sm_ir_attrs *a = &op->attrs;
+        int per = (int)(a->ints.n / a->ints2.v[0]), all[SM_IR_MAX_INTS];
+        if (per < 1 || a->ints.n != g->size || a->ints.n > SM_IR_MAX_INTS)
+            return sm_fail(err, errlen, SM_EINVAL, "axis_index_groups do not match the group");
+        memcpy(all, x->members, sizeof(int) * (size_t)g->size);
+        for (int k = 0; k < a->ints.n; k++) {
+            if (a->ints.v[k] != g->rank)
+                continue;
+            int first = k - k % per;
+            for (int j = 0; j < per; j++)
+                x->members[j] = all[a->ints.v[first + j]];
+            g->rank = k % per;
+            g->size = per;
+            break;
+        }
+    }
     if (seq) {
         if (!x->comm)
             return sm_fail(err, errlen, SM_EINVAL, "the run has no comm for collectives");

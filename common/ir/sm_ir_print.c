@@ -169,6 +169,12 @@ static void sm_ir_put_call(sm_strbuf *b, const sm_namer *nm, const sm_ir_op *op)
         case 'S':
             show = a->sharding != NULL;
             break;
+        case 's':
+            show |= a->spec != NULL;
+            break;
+        case 'g':
+            show = a->has_ints && a->has_ints2 && a->ints2.n == 1 && a->ints2.v[0] > 0;
+            break;
         }
         if (!show)
             continue;
@@ -235,6 +241,18 @@ static void sm_ir_put_call(sm_strbuf *b, const sm_namer *nm, const sm_ir_op *op)
             sm_strbuf_puts(b,
                            a->sharding ? sm_pspec_format(a->sharding, spec, sizeof spec) : "P()");
             break;
+        case 'g': {
+            int per = (int)(a->ints.n / a->ints2.v[0]);
+            sm_strbuf_puts(b, "[");
+            for (int k = 0; k < a->ints.n; k++)
+                sm_strbuf_printf(b, "%s%lld%s",
+                                 k % per ? ", "
+                                 : k     ? ", ["
+                                         : "[",
+                                 (long long)a->ints.v[k], k % per == per - 1 ? "]" : "");
+            sm_strbuf_puts(b, "]");
+            break;
+        }
         case 'w':
             sm_strbuf_puts(b, "(");
             for (int k = 0; k + 1 < a->ints.n; k += 2)
