@@ -8,7 +8,7 @@ SM_PACKAGES=(
   build-essential cmake pkg-config clang-format
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler grpc-proto
   libopenblas-dev check libsubunit-dev libjansson-dev libxxhash-dev
-  iproute2 procps python3 python3-numpy python3-yaml
+  iproute2 procps python3 python3-numpy python3-yaml python3-dev python3-pytest
 )
 # Benchmarks compare against Open MPI when it is there; tests do not need it.
 if [ "${SM_WITH_BENCH:-0}" = 1 ]; then
