@@ -210,9 +210,10 @@ main() {
     else run_bench jit "$B/bench_jit" --n 4096 --runs 5; fi
   fi
   if want python; then
-    if [ $quick = 1 ]; then set -- --mib 64 --runs 2; else set -- --mib 256 --runs 5; fi
+    local pyargs=(--mib 256 --runs 5)
+    [ $quick = 1 ] && pyargs=(--mib 64 --runs 2)
     PYTHONPATH="$ROOT/python:$BUILD_DIR/python" run_bench python /usr/bin/python3 \
-      "$ROOT/bench/bench_python.py" --build "$BUILD_DIR" "$@"
+      "$ROOT/bench/bench_python.py" --build "$BUILD_DIR" "${pyargs[@]}"
   fi
   if want dispatch; then
     if [ $quick = 1 ]; then run_bench dispatch "$B/bench_dispatch" --runs 50 --warmup 5
