@@ -226,16 +226,41 @@ static PyObject *from_info(const sm_array_info *a)
 
 typedef struct {
     PyObject_HEAD sm_client *c;
+    PyObject *progress; /* callable(done, total) or NULL */
 } Client;
+
+/* libshmap's progress callback, from whichever thread moves the bytes. */
+static void Client_progress(void *user, int64_t done, int64_t total)
+{
+    Client *self = user;
+    if (!self->progress)
+        return;
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *r = PyObject_CallFunction(self->progress, "LL", (long long)done, (long long)total);
+    if (!r)
+        PyErr_Clear(); /* a failing progress display never fails a transfer */
+    Py_XDECREF(r);
+    PyGILState_Release(g);
+}
 
 static int Client_init(Client *self, PyObject *args, PyObject *kw)
 {
-    static char *kws[] = {"target", "token", "timeout_ms", NULL};
+    static char *kws[] = {"target", "token", "timeout_ms", "progress", NULL};
     const char *target, *token = NULL;
     long long timeout_ms = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|zL", kws, &target, &token, &timeout_ms))
+    PyObject *progress = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|zLO", kws, &target, &token, &timeout_ms,
+                                     &progress))
         return -1;
+    if (progress && progress != Py_None) {
+        Py_INCREF(progress);
+        self->progress = progress;
+    }
     sm_client_opts o = {.token = token, .timeout_ms = timeout_ms};
+    if (self->progress) {
+        o.progress = Client_progress;
+        o.progress_user = self;
+    }
     char err[ERRLEN];
     sm_err e;
     Py_BEGIN_ALLOW_THREADS e = sm_client_connect(target, &o, &self->c, err, sizeof err);
@@ -251,6 +276,7 @@ static void Client_dealloc(Client *self)
 {
     if (self->c)
         sm_client_close(self->c);
+    Py_XDECREF(self->progress);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 

@@ -398,7 +398,7 @@ class Client:
         self.target = target or os.environ.get("SHMAP_TARGET", "localhost:7070")
         token = token if token is not None else os.environ.get("SHMAP_TOKEN")
         try:
-            self._c = _shmap.Client(self.target, token)
+            self._c = _shmap.Client(self.target, token, 0, _Progress())
         except _shmap.Error as e:
             _raise(e)
 
@@ -486,29 +486,51 @@ class Client:
 
     def _progress_get(self, array, out):
         buf = memoryview(out.reshape(-1)).cast("B") if out.size else bytearray(0)
-        bar = _Progress(array.dtype.itemsize * array.size, "get")
-        try:
-            _call(self._c.get_into, array.id, buf)
-        finally:
-            bar.done()
+        _call(self._c.get_into, array.id, buf)
 
 
 class _Progress:
-    """A plain progress line on a terminal for transfers over a few MB."""
+    """A progress bar on a terminal for transfers over a few MB: tqdm when
+    Debian's python3-tqdm is installed, a plain one otherwise; silent when
+    stderr is not a terminal."""
 
-    def __init__(self, nbytes, what):
+    MIN_BYTES = 8 << 20
+
+    def __init__(self):
         import sys
-        self.on = nbytes > (8 << 20) and sys.stderr.isatty()
-        self.nbytes, self.what, self.t0 = nbytes, what, time.time()
-        if self.on:
-            sys.stderr.write(f"shmap: {what} {nbytes / 1e6:.0f} MB ...")
-            sys.stderr.flush()
+        self.bar = None
+        self.tty = sys.stderr.isatty()
 
-    def done(self):
-        if self.on:
-            import sys
-            dt = max(time.time() - self.t0, 1e-9)
-            sys.stderr.write(f" done ({self.nbytes / dt / 1e6:.0f} MB/s)\n")
+    def __call__(self, done, total):
+        import sys
+        if not self.tty or total < self.MIN_BYTES:
+            return
+        if self.bar is None:
+            try:
+                import tqdm
+                self.bar = tqdm.tqdm(total=total, unit="B", unit_scale=True, desc="shmap")
+            except ImportError:
+                self.bar = "plain"
+                self.t0 = time.time()
+        if self.bar == "plain":
+            now = time.time()
+            if done < total and now - getattr(self, "last", 0) < 0.1:
+                return
+            self.last = now
+            width = 30
+            k = int(width * done / total)
+            rate = done / max(time.time() - self.t0, 1e-9) / 1e6
+            sys.stderr.write(f"\rshmap [{'#' * k}{'.' * (width - k)}] "
+                             f"{done / 1e6:.0f}/{total / 1e6:.0f} MB {rate:.0f} MB/s")
+            if done >= total:
+                sys.stderr.write("\n")
+                self.bar = None
+            sys.stderr.flush()
+        else:
+            self.bar.update(done - self.bar.n)
+            if done >= total:
+                self.bar.close()
+                self.bar = None
 
 
 _default = []
