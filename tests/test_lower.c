@@ -292,6 +292,9 @@ START_TEST(test_lowering)
     char err[1024] = "";
     sm_err e = sm_lower(p, NULL, &l, err, sizeof err);
     ck_assert_msg(e == SM_OK, "lower: %s", err);
+    sm_program_free(p); /* the lowered program owns all it points to */
+    p = NULL;
+    ck_assert_str_eq(l->filename, "t.shmap");
     int n[SM_OP_COUNT];
     sm_lower_count_collectives(l, n);
     sm_strbuf sb = {0};
