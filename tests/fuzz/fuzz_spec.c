@@ -24,8 +24,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     sm_shape s;
     char err[512];
     if (sm_mesh_parse(text, NULL, 0, &m, err, sizeof err) ||
-        sm_pspec_parse(spec, &p, err, sizeof err) ||
-        sm_shape_parse(shape, &s, err, sizeof err))
+        sm_pspec_parse(spec, &p, err, sizeof err) || sm_shape_parse(shape, &s, err, sizeof err))
         return 0;
     sm_sharding sh;
     if (sm_sharding_init(&sh, &m, &p, &s, err, sizeof err))
