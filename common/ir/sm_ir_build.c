@@ -314,6 +314,16 @@ static sm_err sm_ir_at(const sm_program *p, int line, int col, sm_err e, char *e
                    msg);
 }
 
+/* The mesh axes a spec names, as a mask (the spec checked against the mesh). */
+static uint32_t sm_ir_spec_axes(const sm_program *p, const sm_pspec *s)
+{
+    uint32_t named = 0;
+    for (int d = 0; d < s->nentries; d++)
+        for (int j = 0; j < s->e[d].naxes; j++)
+            named |= 1u << sm_mesh_axis(&p->mesh, s->e[d].axes[j]);
+    return named;
+}
+
 /* The replication check's refusal: what varies over the mesh axes in bad,
  * which its out_spec s does not name; every such axis is named, in mesh
  * order, as JAX's message does ({y,z}). */
@@ -385,13 +395,8 @@ sm_err sm_program_verify(sm_program *p, int check_vma, char *err, size_t errlen)
         const sm_ir_op *op = &p->ops[k];
         if (op->kind != SM_OP_SHARD_MAP_OUT || !op->attrs.sharding)
             continue;
-        const sm_ir_value *v = &p->values[op->operands[0]];
-        uint32_t named = 0;
         const sm_pspec *s = op->attrs.sharding;
-        for (int d = 0; d < s->nentries; d++)
-            for (int j = 0; j < s->e[d].naxes; j++)
-                named |= 1u << sm_mesh_axis(&p->mesh, s->e[d].axes[j]);
-        uint32_t bad = v->vma & ~named;
+        uint32_t bad = p->values[op->operands[0]].vma & ~sm_ir_spec_axes(p, s);
         if (!bad)
             continue;
         char ty[300], what[400];
@@ -401,13 +406,8 @@ sm_err sm_program_verify(sm_program *p, int check_vma, char *err, size_t errlen)
         return sm_ir_at(p, op->line, op->col, e, err, errlen);
     }
     for (int k = 0; check_vma && p->kind != SM_PROG_JIT && k < p->nreturns; k++) {
-        const sm_ir_value *v = &p->values[p->returns[k]];
-        uint32_t named = 0;
         const sm_pspec *s = &p->out_specs[k];
-        for (int d = 0; d < s->nentries; d++)
-            for (int j = 0; j < s->e[d].naxes; j++)
-                named |= 1u << sm_mesh_axis(&p->mesh, s->e[d].axes[j]);
-        uint32_t bad = v->vma & ~named;
+        uint32_t bad = p->values[p->returns[k]].vma & ~sm_ir_spec_axes(p, s);
         if (!bad)
             continue;
         char name[300], ty[300], what[700];
