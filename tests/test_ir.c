@@ -1,4 +1,4 @@
-/* Check suite for common/ir: the seed programs of SEMANTICS.md §4 in the
+/* Check suite for common/ir: the seed programs of docs/semantics.md in the
  * text form (block types, varying axes, result global shapes), print/parse
  * round trips, and the error table (every parse and type error kind, with
  * its code, position and key words). Op-by-op rows are in test_ir_ops.c. */

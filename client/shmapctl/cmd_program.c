@@ -1,4 +1,4 @@
-/* shmapctl: commands on shard_map programs (.shmap files, PROGRAMS.md).
+/* shmapctl: commands on shard_map programs (.shmap files, docs/programs.md).
  *   check  — parse and verify a program; print each value's block type and
  *            varying axes, or the first error as "file:line:col: sentence".
  *   run    — run a program; --local runs every device as a thread of this
@@ -24,7 +24,7 @@ static const char check_help[] =
     "Usage: shmapctl check PROGRAM.shmap [--entry NAME] [--lowered] [--no-check-vma]\n"
     "                      [--json]\n"
     "\n"
-    "Parses and verifies a program (PROGRAMS.md) as the coordinator would before\n"
+    "Parses and verifies a program (docs/programs.md) as the coordinator would before\n"
     "running it, and prints every value with its type. Needs no server.\n"
     "\n"
     "A shard_map function: block shapes from the in_specs, the dtype and shape of\n"

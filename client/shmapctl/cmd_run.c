@@ -25,7 +25,7 @@ static const char run_service_help[] =
     "                    [--token T]\n"
     "       shmapctl run --local PROGRAM.shmap ...   (in this process; see run --local --help)\n"
     "\n"
-    "Runs a program (PROGRAMS.md) on the service: a shard_map function as\n"
+    "Runs a program (docs/programs.md) on the service: a shard_map function as\n"
     "jax.shard_map(f, mesh, in_specs, out_specs)(*args) does, a jit function as\n"
     "jax.jit(f)(*args) does (the service lowers it to a shard_map program with\n"
     "the collectives its types require; see shmapctl check --lowered). The\n"

@@ -1,4 +1,4 @@
-/* sm_exec_coll: handlers of the collectives (SEMANTICS.md §4 table). The
+/* sm_exec_coll: handlers of the collectives (the table of docs/semantics.md, shard_map). The
  * comm moves contiguous rank-ordered chunks; the keywords (axis, tiled,
  * scatter_dimension, split_axis, concat_axis) become transposes before or
  * after the exchange that make the chunks contiguous. One entry point,

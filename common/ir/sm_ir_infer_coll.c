@@ -1,4 +1,4 @@
-/* sm_ir_infer_coll: type rules of the collectives (SEMANTICS.md §4 table).
+/* sm_ir_infer_coll: type rules of the collectives (the table of docs/semantics.md, shard_map).
  * n is the product of the sizes of the named axes. */
 #include "sm_ir_infer.h"
 

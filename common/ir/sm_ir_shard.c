@@ -1,6 +1,6 @@
 /* sm_ir_shard: the sharding rules of global-view (jit) programs — the
  * shard column of sm_ir_ops.def. Each rule follows JAX's (jax/_src/lax/
- * lax.py and slicing.py, the *_sharding_rule functions; SEMANTICS.md §5)
+ * lax.py and slicing.py, the *_sharding_rule functions; docs/semantics.md, the global view)
  * for the type, and says how the op runs on blocks (sm_ir_shard_plan).
  *
  * Auto axes (the mesh's axis_types, or every axis inside auto_axes) never
