@@ -9,6 +9,7 @@
 
 #include "jobs.h"
 #include "registry.h"
+#include "sm_metrics_http.h"
 #include "sm_strbuf.h"
 
 typedef struct sm_metrics sm_metrics;

@@ -19,6 +19,7 @@ import urllib.request
 import numpy as np
 
 CTL = os.environ.get("SHMAPCTL", "build/client/shmapctl")
+WORKER = os.environ.get("SHMAP_WORKER", "build/worker/shmap-worker")
 COORD = os.environ.get("SHMAP_COORDINATOR_BIN", "build/server/shmap-coordinator")
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
@@ -63,7 +64,7 @@ def main():
                               "--local-workers", "2", "--devices-per-worker", "4",
                               "--metrics-listen", "127.0.0.1:0"],
                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    prom = None
+    prom = wproc = None
     passed = 0
     try:
         port = wait_for(lambda: os.path.exists(f"{work}/port") and
@@ -73,9 +74,17 @@ def main():
                                              open(log.name).read()) or [None])[0],
                          "the metrics endpoint")
         url = f"http://127.0.0.1:{mport}/metrics"
+        # one more worker, started by hand, with its own endpoint
+        wlog = open(os.path.join(work, "worker.log"), "w+")
+        wproc = subprocess.Popen([WORKER, "--coordinator", target, "--devices", "2", "--listen",
+                                  "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"],
+                                 stdout=wlog, stderr=subprocess.STDOUT, start_new_session=True)
+        wport = wait_for(lambda: (re.findall(r"Prometheus metrics on \S+ \(port (\d+)\)",
+                                             open(wlog.name).read()) or [None])[0],
+                         "the worker's metrics endpoint")
         wait_for(lambda: subprocess.run([CTL, "--target", target, "devices"],
                                         capture_output=True, text=True).stdout.count(" alive ")
-                 == 2, "the workers")
+                 == 3, "the workers")
         np.save(f"{work}/a.npy", np.arange(128, dtype=np.float32).reshape(8, 16))
         np.save(f"{work}/b.npy", np.arange(512, dtype=np.float32).reshape(16, 32))
         r = subprocess.run([CTL, "--target", target, "run",
@@ -92,7 +101,7 @@ def main():
         if chk.returncode:
             fail(f"promtool refused the metrics:\n{chk.stdout}{chk.stderr}\n{text}")
         passed += 1
-        want = [("shmap_workers", '{state="alive"}', 2), ("shmap_devices", "", 8),
+        want = [("shmap_workers", '{state="alive"}', 3), ("shmap_devices", "", 10),
                 ("shmap_arrays", '{state="ready"}', 1),
                 ("shmap_jobs_submitted_total", "", 1),
                 ("shmap_jobs_ended_total", '{state="done"}', 1),
@@ -105,6 +114,15 @@ def main():
         passed += 1
         if get(f"http://127.0.0.1:{mport}/nothing")[0] != 404:
             fail("another path than /metrics is not 404")
+        passed += 1
+        status, wtext = get(f"http://127.0.0.1:{wport}/metrics")
+        chk = subprocess.run([promtool, "check", "metrics"], input=wtext, capture_output=True,
+                             text=True)
+        if status != 200 or chk.returncode:
+            fail(f"the worker's metrics ({status}):\n{chk.stdout}{chk.stderr}\n{wtext}")
+        if len(re.findall(r"^shmap_worker_device_used_bytes\{", wtext, re.M)) != 2 or \
+                not (sample(wtext, "shmap_worker_memory_limit_bytes") or 0) > 0:
+            fail(f"the worker's metrics lack its 2 devices or its memory limit:\n{wtext}")
         passed += 1
         # a real Prometheus scrapes the endpoint and answers a query about it
         pport = int(subprocess.run([sys.executable, "-c",
@@ -129,11 +147,11 @@ def main():
             except Exception:
                 return None
         v = wait_for(query, "Prometheus to scrape shmap", 60)
-        if v != 8:
-            fail(f"Prometheus reads shmap_devices = {v}, expected 8")
+        if v != 10:
+            fail(f"Prometheus reads shmap_devices = {v}, expected 10")
         passed += 1
     finally:
-        for p in (prom, coord):
+        for p in (prom, wproc, coord):
             if p and p.poll() is None:
                 os.killpg(p.pid, signal.SIGTERM)
                 try:
