@@ -6,7 +6,7 @@
 #   bench/run.sh [--quick] [--only NAME[,NAME...]] [--out FILE] [--no-deps]
 #
 #   --quick      fewer sizes and runs: a smoke run, not figures to quote
-#   --only NAME  transfer, matmul, dispatch, mpi_coll, coll (comma-separated)
+#   --only NAME  transfer, matmul, jit, python, dispatch, mpi_coll, coll (comma-separated)
 #   --out FILE   where the output goes; default bench/results/latest.txt for a
 #                full run, bench/results/partial.txt with --quick or --only
 #                (so a smoke run never replaces the committed figures)
@@ -25,7 +25,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-300}
 BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo}
-ALL="transfer matmul dispatch mpi_coll coll"
+ALL="transfer matmul jit python dispatch mpi_coll coll"
 
 quick=0
 only=""
@@ -70,7 +70,7 @@ build_in() {
   local dir=$1 type=$2 werror=$3 log=$work/build.log t
   cmake -S "$ROOT" -B "$dir" -DCMAKE_BUILD_TYPE="$type" -DSM_SANITIZE=OFF -DSM_WERROR="$werror" \
     >>"$log" 2>&1 || return 1
-  BUILT="shmap-coordinator shmap-worker bench_transfer bench_matmul bench_dispatch"
+  BUILT="shmap-coordinator shmap-worker bench_transfer bench_matmul bench_jit bench_roundtrip _shmap bench_dispatch"
   local help
   help=$(cmake --build "$dir" --target help 2>/dev/null || true)
   for t in bench_mpi_coll bench_coll; do
@@ -204,6 +204,16 @@ main() {
   if want matmul; then
     if [ $quick = 1 ]; then run_bench matmul "$B/bench_matmul" --n 2048 --runs 2
     else run_bench matmul "$B/bench_matmul" --n 4096 --runs 5; fi
+  fi
+  if want jit; then
+    if [ $quick = 1 ]; then run_bench jit "$B/bench_jit" --n 2048 --runs 2
+    else run_bench jit "$B/bench_jit" --n 4096 --runs 5; fi
+  fi
+  if want python; then
+    local pyargs=(--mib 256 --runs 5)
+    [ $quick = 1 ] && pyargs=(--mib 64 --runs 2)
+    PYTHONPATH="$ROOT/python:$BUILD_DIR/python" run_bench python /usr/bin/python3 \
+      "$ROOT/bench/bench_python.py" --build "$BUILD_DIR" "${pyargs[@]}"
   fi
   if want dispatch; then
     if [ $quick = 1 ]; then run_bench dispatch "$B/bench_dispatch" --runs 50 --warmup 5

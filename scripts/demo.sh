@@ -4,7 +4,9 @@
 #      guide: a (64,128) array over 4 processes x 2 devices;
 #   2. when the service is built: a local cluster (coordinator + 2 workers x 4
 #      devices), the same layouts uploaded, described, fetched back and
-#      compared, then the cluster stopped.
+#      compared, every seed program run as a job (shard_map and jit) and
+#      checked against numpy, then the cluster stopped;
+#   3. the same seeds written in Python with the shmap package.
 #   SM_JOBS=N  parallel build jobs (default: nproc)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,5 +44,12 @@ if [ -x "$root/build/server/shmap-coordinator" ] && [ -x "$root/build/worker/shm
    && [ -f "$root/scripts/demo_cluster.sh" ]; then
   say "Part 2: a local cluster"
   bash "$root/scripts/demo_cluster.sh"
+fi
+if ls "$root"/build/python/_shmap*.so >/dev/null 2>&1; then
+  say "Part 3: the same seeds from Python (import shmap), each checked against numpy"
+  echo "\$ PYTHONPATH=python:build/python /usr/bin/python3 examples/python/seeds.py"
+  PYTHONPATH="$root/python:$root/build/python" \
+    SHMAP_COORDINATOR_BIN="$root/build/server/shmap-coordinator" \
+    /usr/bin/python3 "$root/examples/python/seeds.py"
 fi
 say "demo finished"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Part 3 of the demo (called by scripts/demo_cluster.sh with its work dir,
 # SHMAP_TARGET set to a running cluster): runs every seed example of
-# examples/ as a shard_map job on the service with `shmapctl run`, fetches
+# examples/ (shard_map and jit) as a job on the service with `shmapctl run`, fetches
 # each result and compares it with the value numpy computes from the same
 # inputs (examples/NAME.inputs and NAME.expected, evaluated here in numpy,
 # independently of shmap).
@@ -63,8 +63,9 @@ cd "$root"
 fail=0
 for prog in examples/*.shmap; do
   name=$(basename "$prog" .shmap)
-  say "shard_map example '$name'"
-  grep -m1 '^shard_map' "$prog"
+  kind=$(grep -E '^(shard_map|jit) ' "$prog" | tail -1 | cut -d' ' -f1)
+  say "$kind example '$name'"
+  grep -E '^(shard_map|jit) ' "$prog" | tail -1
   mapfile -t args < <("$py" "$work/ev.py" inputs "$name" "$work")
   argv=()
   for a in "${args[@]}"; do argv+=(--arg "$a"); done

@@ -3,6 +3,9 @@
 # sanitizer (ASan+UBSan) build, and runs every test of both with ctest.
 # Exits non-zero on any failure.
 #   SM_SKIP_ASAN=1   only the normal build
+#   SM_SKIP_FUZZ=1   skip the short fuzzing run (scripts/fuzz.sh all 10)
+#   SM_SKIP_RELEASE=1  skip the Release build (built, not tested, so that the
+#                    build a packager uses stays warning-free under -Werror)
 #   SM_JOBS=N        parallel build jobs (default: nproc)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,5 +38,12 @@ run_tests build
 if [ "${SM_SKIP_ASAN:-0}" != 1 ]; then
   build build-asan -DSM_SANITIZE=ON
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 run_tests build-asan
+fi
+if [ "${SM_SKIP_FUZZ:-0}" != 1 ]; then
+  echo "== fuzz (10 s per target; scripts/fuzz.sh runs longer)"
+  bash scripts/fuzz.sh all 10
+fi
+if [ "${SM_SKIP_RELEASE:-0}" != 1 ]; then
+  build build-release -DCMAKE_BUILD_TYPE=Release
 fi
 echo "== all tests passed"

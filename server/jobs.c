@@ -11,6 +11,7 @@
 #include "jobs_int.h"
 #include "relay.h"
 #include "sm_log.h"
+#include "sm_lower.h"
 #include "sm_rpc.h"
 #include "sm_time.h"
 
@@ -148,6 +149,23 @@ static void table_sweep_locked(sm_cjobs *j, int64_t now)
     }
 }
 
+static const double sm_cjobs_buckets[SM_CJOBS_NBUCKETS] = {0.001, 0.005, 0.025, 0.1,
+                                                           0.5,   2.5,   10,    60};
+
+void sm_cjobs_stats_get(sm_cjobs *j, sm_cjobs_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    memcpy(out->buckets_s, sm_cjobs_buckets, sizeof out->buckets_s);
+    pthread_mutex_lock(&j->mu);
+    out->queued = j->nqueued;
+    out->running = j->running;
+    out->submitted = j->last_id;
+    memcpy(out->ended, j->ended_total, sizeof out->ended);
+    memcpy(out->run_hist, j->run_hist, sizeof out->run_hist);
+    out->run_sum_s = j->run_sum_s;
+    pthread_mutex_unlock(&j->mu);
+}
+
 void sm_cjobs_end_locked(sm_cjobs *j, sm_job *job, sm_job_state state, const char *msg)
 {
     if (job->state == SM_JOB_QUEUED)
@@ -158,6 +176,14 @@ void sm_cjobs_end_locked(sm_cjobs *j, sm_job *job, sm_job_state state, const cha
     if (!job->start_us)
         job->start_us = job->end_us;
     sm_registry_job_save(j->coord->reg, job->id, (int)state, job->error);
+    if ((int)state >= 0 && state <= SM_JOB_CANCELLED)
+        j->ended_total[state]++;
+    double run_s = (double)(job->end_us - job->start_us) * 1e-6;
+    int b = 0;
+    while (b < SM_CJOBS_NBUCKETS && run_s > sm_cjobs_buckets[b])
+        b++;
+    j->run_hist[b]++;
+    j->run_sum_s += run_s;
     if (j->ended_tail)
         j->ended_tail->enext = job;
     else
@@ -269,6 +295,13 @@ static sm_err job_prepare(sm_cjobs *j, const sm_svc_submit_req *req, sm_job *job
     sm_err e;
     if ((e = sm_program_verify(p, req->check_vma, err, errlen)))
         return e;
+    if (p->kind == SM_PROG_JIT) { /* workers run the shard_map program it lowers to */
+        sm_program *l = NULL;
+        if ((e = sm_lower(p, NULL, &l, err, errlen)))
+            return e;
+        sm_program_free(p);
+        job->prog = p = l;
+    }
     if (req->nargs != p->nparams)
         return sm_fail(err, errlen, SM_EINVAL,
                        "the job has %d arguments but program '%s' takes %d parameters", req->nargs,

@@ -69,6 +69,19 @@ void sm_cjobs_stop(sm_cjobs *j);
  * after the rpc server stopped and before the registry is freed. NULL ok. */
 void sm_cjobs_free(sm_cjobs *j);
 
+/* What the metrics endpoint reports of the jobs (server/metrics.c). */
+#define SM_CJOBS_NBUCKETS 8
+typedef struct {
+    int queued, running;
+    uint64_t submitted;                       /* ids handed out */
+    uint64_t ended[SM_JOB_CANCELLED + 1];     /* by sm_job_state */
+    double buckets_s[SM_CJOBS_NBUCKETS];      /* upper bounds of the run-time buckets */
+    uint64_t run_hist[SM_CJOBS_NBUCKETS + 1]; /* jobs per bucket (not cumulative), then +Inf */
+    double run_sum_s;                         /* total run time of ended jobs */
+} sm_cjobs_stats;
+/* A consistent snapshot of the counters. Thread-safe. */
+void sm_cjobs_stats_get(sm_cjobs *j, sm_cjobs_stats *out);
+
 /* The handler table; pass an sm_cjobs * as user to sm_svc_coord_jobs_serve. */
 const sm_svc_coord_job_ops *sm_cjobs_ops(void);
 
@@ -94,8 +107,9 @@ sm_err sm_cjobs_check_arg(const sm_program *p, int k, const sm_array_info *a, ch
  * devices; specs equal up to trailing unsharded dimensions). */
 int sm_cjobs_sharding_same(const sm_sharding *s, const sm_mesh *m, const sm_pspec *spec);
 /* Sets m->devices to the service's default order over the alive workers of
- * w[0..n) (process-index order, whole workers, sm_mesh_default_devices).
- * SM_EINVAL when the alive workers' devices do not make up the mesh. */
+ * w[0..n) (process-index order: whole workers first, then the first devices
+ * of the next worker, sm_mesh_default_devices). SM_EINVAL when the alive
+ * workers have fewer devices than the mesh. */
 sm_err sm_cjobs_default_devices(sm_mesh *m, const sm_worker_info *w, int n, char *err,
                                 size_t errlen);
 /* The workers holding the devices of m, each with its mesh devices in its

@@ -130,18 +130,19 @@ sm_err sm_cjobs_default_devices(sm_mesh *m, const sm_worker_info *w, int n, char
     int k = alive_order(w, n, order), np = 0, have = 0, all = 0;
     for (int i = 0; i < k; i++)
         all += w[order[i]].ndevices;
+    /* whole workers first, then the first devices of the next one (as
+     * jax.make_mesh takes the first N devices) */
     for (np = 0; np < k && have < total; np++) {
         const sm_worker_info *x = &w[order[np]];
-        ndev[np] = x->ndevices;
-        for (int d = 0; d < x->ndevices && have + d < SM_MAX_DEVICES; d++)
+        ndev[np] = x->ndevices < total - have ? x->ndevices : (int)(total - have);
+        for (int d = 0; d < ndev[np] && have + d < SM_MAX_DEVICES; d++)
             devs[have + d] = x->devices[d];
-        have += x->ndevices;
+        have += ndev[np];
     }
     if (have != total) {
         e = sm_fail(err, errlen, SM_EINVAL,
-                    "the program's mesh has %lld devices and names none; the default order "
-                    "needs whole workers adding up to that size, but the %d alive workers have "
-                    "%d devices in all (name the devices with devices=[...])",
+                    "the program's mesh has %lld devices and names none, but the %d alive "
+                    "workers have only %d devices in all",
                     (long long)total, k, all);
         goto out;
     }

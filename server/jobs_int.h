@@ -66,6 +66,10 @@ struct sm_cjobs {
     pthread_mutex_t chmu;
     sm_cjobs_chan *chans;
     int nchans, capchans;
+    /* for the metrics (sm_cjobs_stats_get), under mu */
+    uint64_t ended_total[SM_JOB_CANCELLED + 1]; /* jobs ended, by state */
+    uint64_t run_hist[SM_CJOBS_NBUCKETS + 1];   /* run times: per bucket, then +Inf */
+    double run_sum_s;
 };
 
 /* Monotonic clock in microseconds. */

@@ -14,6 +14,7 @@
 #include "handlers.h"
 #include "jobs.h"
 #include "local.h"
+#include "metrics.h"
 #include "reaper.h"
 #include "sm_config.h"
 #include "sm_log.h"
@@ -35,6 +36,7 @@ enum {
     CFG_JOB_KEEP_S,
     CFG_JOB_KEEP_MAX,
     CFG_JOB_QUEUE_MAX,
+    CFG_METRICS,
     CFG_LOG_LEVEL,
     CFG_STATE_DIR,
     CFG_COUNT
@@ -70,6 +72,9 @@ static const sm_config_row cfg_rows[CFG_COUNT] = {
     [CFG_JOB_QUEUE_MAX] = {"job-queue-max", 0, SM_CFG_INT, SM_STR(SM_JOBS_QUEUE_MAX), NULL,
                            "At most this many submitted jobs wait to start; one more is "
                            "refused RESOURCE_EXHAUSTED."},
+    [CFG_METRICS] = {"metrics-listen", 0, SM_CFG_STRING, NULL, "SHMAP_METRICS_LISTEN",
+                     "serve Prometheus metrics (GET /metrics) on HOST:PORT (port 0: a free one, "
+                     "logged); default: none"},
     [CFG_LOG_LEVEL] = {"log-level", 0, SM_CFG_STRING, "info", "SHMAP_LOG",
                        "Log level: error, warn, info or debug."},
     [CFG_STATE_DIR] = {"state-dir", 0, SM_CFG_STRING, NULL, "SHMAP_STATE_DIR",
@@ -131,6 +136,7 @@ int main(int argc, char **argv)
     sm_reaper *reaper = NULL;
     sm_local *local = NULL;
     sm_cjobs *jobs = NULL;
+    sm_metrics *metrics = NULL;
 
     sm_err e = sm_config_parse(cfg_rows, CFG_COUNT, v, argc, argv, usage, NULL, err, sizeof err);
     if (e == SM_ECANCELLED)
@@ -205,6 +211,13 @@ int main(int argc, char **argv)
         goto fail;
     if ((e = sm_reaper_start(reg, v[CFG_LOST_AFTER].i, 100, deadline, &reaper, err, sizeof err)))
         goto fail;
+    if (v[CFG_METRICS].s && *v[CFG_METRICS].s) {
+        int mport;
+        if ((e = sm_metrics_start(v[CFG_METRICS].s, reg, jobs, &metrics, &mport, err, sizeof err)))
+            goto fail;
+        SM_INFO("serving Prometheus metrics on http://%s/metrics (port %d)", v[CFG_METRICS].s,
+                mport);
+    }
     if (v[CFG_LOCAL_WORKERS].i > 0) {
         sm_local_opts lo = {
             binary,   (int)v[CFG_LOCAL_WORKERS].i, (int)v[CFG_DEVICES].i, port, token,
@@ -219,6 +232,7 @@ int main(int argc, char **argv)
 fail:
     if (rc)
         SM_ERROR("%s", err);
+    sm_metrics_stop(metrics);
     sm_cjobs_stop(jobs); /* wakes handlers blocked in WaitJob */
     if (srv)
         sm_rpc_server_stop(srv);

@@ -117,7 +117,8 @@ int sm_registry_worker_alive(sm_registry *r, uint32_t id);
 
 /* Creates a mesh from mesh's axes; default_order (or mesh->ndevices == 0)
  * fills the devices with the default order over the alive workers in
- * process-index order (the first whole workers that make up the mesh size),
+ * process-index order (whole workers first, then the first devices of the
+ * next one, as jax.make_mesh takes the first N devices),
  * else mesh->devices must name registered devices, each once. name may be
  * NULL/"" ; otherwise unique and not all digits. */
 sm_err sm_registry_mesh_create(sm_registry *r, const char *name, const sm_mesh *mesh,

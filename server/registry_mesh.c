@@ -44,17 +44,18 @@ static sm_err sm_reg_mesh_default(sm_registry *r, sm_mesh *m, char *err, size_t 
     int np = 0, have = 0, all = 0;
     for (int i = 0; i < n; i++)
         all += order[i]->ndevices;
+    /* whole workers first, then the first devices of the next one (as
+     * jax.make_mesh takes the first N devices) */
     for (np = 0; np < n && have < total; np++) {
-        ndev[np] = order[np]->ndevices;
+        ndev[np] = order[np]->ndevices < total - have ? order[np]->ndevices : (int)(total - have);
         for (int k = 0; k < ndev[np] && have + k < SM_MAX_DEVICES; k++)
             devs[have + k] = order[np]->first_device + k;
         have += ndev[np];
     }
     if (have != total)
         return sm_fail(err, errlen, SM_EINVAL,
-                       "a mesh of %lld devices in the default order needs whole workers adding "
-                       "up to that size; the %d alive workers have %d devices in all (pass an "
-                       "explicit device order)",
+                       "a mesh of %lld devices needs that many devices, but the %d alive workers "
+                       "have %d in all",
                        (long long)total, n, all);
     return sm_mesh_default_devices(m->naxes, m->sizes, np, np ? ndev : &zero, devs, m->devices, err,
                                    errlen);

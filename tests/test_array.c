@@ -321,7 +321,7 @@ static void naive_copy(char *dst, const sm_shape *ds, const int64_t *doff, const
     for (int d = 0; d < ds->rank; d++)
         n *= ext[d];
     for (int64_t k = 0; k < n; k++) {
-        int64_t rem = k, si[SM_MAX_RANK], di[SM_MAX_RANK];
+        int64_t rem = k, si[SM_MAX_RANK] = {0}, di[SM_MAX_RANK] = {0};
         for (int d = ds->rank - 1; d >= 0; d--) {
             int64_t c = rem % ext[d];
             rem /= ext[d];

@@ -303,6 +303,105 @@ START_TEST(test_spot_values)
 }
 END_TEST
 
+/* psum and pmean of bools, as JAX: summed as int32 ([True, False] over two
+ * devices holding it gives [1, 1] and [0.5, 0.5]); pmax stays bool. */
+START_TEST(test_bool_reductions)
+{
+    sm_program *p = parse("mesh i=2\n"
+                          "shard_map f(b: bool[4] @ P('i')) -> (P(), P(), P()):\n"
+                          "    return psum(b, 'i'), pmean(b, 'i'), pmax(b, 'i')\n");
+    sm_array *b, *o[3];
+    char err[512];
+    sm_shape s = {.rank = 1, .dims = {4}};
+    ck_assert_int_eq(sm_array_create(SM_BOOL, &s, &b, err, sizeof err), SM_OK);
+    uint8_t v[4] = {1, 0, 1, 1};
+    memcpy(b->data, v, sizeof v);
+    ck_assert_int_eq(p->values[p->returns[0]].dtype, SM_I32);
+    ck_assert_int_eq(p->values[p->returns[1]].dtype, SM_F32);
+    ck_assert_int_eq(p->values[p->returns[2]].dtype, SM_BOOL);
+    ck_assert_msg(sm_exec_local_run(p, &b, o, NULL, err, sizeof err) == SM_OK, "%s", err);
+    ck_assert_int_eq(((int32_t *)o[0]->data)[0], 2);
+    ck_assert_int_eq(((int32_t *)o[0]->data)[1], 1);
+    ck_assert_float_eq(((float *)o[1]->data)[0], 1.0f);
+    ck_assert_float_eq(((float *)o[1]->data)[1], 0.5f);
+    ck_assert_int_eq(((uint8_t *)o[2]->data)[0], 1);
+    ck_assert_int_eq(((uint8_t *)o[2]->data)[1], 1);
+    for (int k = 0; k < 3; k++)
+        sm_array_free(o[k]);
+    sm_array_free(b);
+    sm_program_free(p);
+}
+END_TEST
+
+/* JAX's shard_map_test: test_all_gather_with_axis_index_groups,
+ * test_reduce_scatter_with_axis_index_groups, test_all_gather_invariant_basic. */
+START_TEST(test_axis_index_groups)
+{
+    char err[512];
+    sm_array *a, *o;
+    sm_shape s = {.rank = 2, .dims = {8, 8}};
+    ck_assert_int_eq(sm_array_create(SM_F32, &s, &a, err, sizeof err), SM_OK);
+    float *av = a->data;
+    for (int k = 0; k < 64; k++)
+        av[k] = (float)k;
+    sm_program *p = parse("mesh x=2 y=2 z=2\n"
+                          "shard_map fwd(a: f32[8,8] @ P('x', ('y', 'z'))) -> P('x', ('y', 'z')):\n"
+                          "    return all_gather(a, ('y', 'z'), axis_index_groups=((0, 1), (2, 3)),"
+                          " axis=-1, tiled=True)\n");
+    ck_assert_msg(sm_exec_local_run(p, &a, &o, NULL, err, sizeof err) == SM_OK, "%s", err);
+    ck_assert_int_eq(o->shape.dims[1], 16);
+    for (int r = 0; r < 8; r++) /* device (i, rank q) holds a[rows i, block q / 2] */
+        for (int c = 0; c < 16; c++) {
+            int q = c / 4, src = (q / 2) * 4 + c % 4;
+            ck_assert_float_eq(((float *)o->data)[r * 16 + c], av[r * 8 + src]);
+        }
+    sm_array_free(o);
+    sm_program_free(p);
+    p = parse("mesh x=2 y=2 z=2\n"
+              "shard_map fwd(a: f32[8,8] @ P(None, ('x', 'y', 'z'))) -> P(None, ('x', 'y', 'z')):\n"
+              "    return psum_scatter(a, ('x', 'y', 'z'), scatter_dimension=0,"
+              " axis_index_groups=((0, 2, 4, 6), (1, 3, 5, 7)), tiled=True)\n");
+    ck_assert_msg(sm_exec_local_run(p, &a, &o, NULL, err, sizeof err) == SM_OK, "%s", err);
+    ck_assert_int_eq(o->shape.dims[0], 2);
+    for (int r = 0; r < 8; r++) { /* rank r: group r % 2, chunk r / 2 of the group's sum */
+        for (int row = 0; row < 2; row++) {
+            float want = 0;
+            for (int m = r % 2; m < 8; m += 2)
+                want += av[((r / 2) * 2 + row) * 8 + m];
+            ck_assert_float_eq(((float *)o->data)[row * 8 + r], want);
+        }
+    }
+    sm_array_free(o);
+    sm_program_free(p);
+    /* groups that do not cover the ranks, or differ in size */
+    char text[512];
+    snprintf(text, sizeof text, "%s",
+             "mesh x=4\nshard_map f(a: f32[8] @ P('x')) -> P('x'):\n"
+             "    return psum(a, 'x', axis_index_groups=[[0, 1], [1, 2]])\n");
+    ck_assert_int_eq(sm_program_parse(text, "t.shmap", &p, err, sizeof err), SM_EINVAL);
+    ck_assert_msg(strstr(err, "each of the ranks 0..3 once"), "%s", err);
+    /* psum within groups: the result still varies over the axis */
+    p = parse("mesh x=4\nshard_map f(a: f32[8] @ P('x')) -> P('x'):\n"
+              "    return psum(a, 'x', axis_index_groups=[[0, 1], [2, 3]])\n");
+    ck_assert_uint_eq(p->values[p->returns[0]].vma, 1);
+    sm_array_free(a);
+    sm_program_free(p);
+    /* all_gather(..., to='invarying'): replicated, so out_specs P() passes the check */
+    sm_shape s8 = {.rank = 1, .dims = {8}};
+    ck_assert_int_eq(sm_array_create(SM_F32, &s8, &a, err, sizeof err), SM_OK);
+    for (int k = 0; k < 8; k++)
+        ((float *)a->data)[k] = (float)k;
+    p = parse("mesh x=4\nshard_map f(a: f32[8] @ P('x')) -> P():\n"
+              "    return all_gather(a, 'x', tiled=True, to='invarying')\n");
+    ck_assert_int_eq(sm_program_verify(p, 1, err, sizeof err), SM_OK);
+    ck_assert_msg(sm_exec_local_run(p, &a, &o, NULL, err, sizeof err) == SM_OK, "%s", err);
+    ck_assert_int_eq(memcmp(o->data, a->data, 32), 0);
+    sm_array_free(o);
+    sm_array_free(a);
+    sm_program_free(p);
+}
+END_TEST
+
 /* One value returned twice, and a parameter returned as it is. */
 START_TEST(test_repeated_returns)
 {
@@ -394,6 +493,8 @@ int main(void)
     tcase_add_loop_test(tc, test_op_sharded_vs_single, 0, NROWS);
     tcase_add_test(tc, test_table_covers_every_op);
     tcase_add_test(tc, test_spot_values);
+    tcase_add_test(tc, test_bool_reductions);
+    tcase_add_test(tc, test_axis_index_groups);
     tcase_add_test(tc, test_builder_axis_size);
     tcase_add_test(tc, test_repeated_returns);
     tcase_add_test(tc, test_device_order);

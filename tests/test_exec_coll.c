@@ -316,6 +316,28 @@ static sm_program *program(const char *text)
     return p;
 }
 
+/* 1 if the axes, as written, name two axes of more than one device in
+ * another order than the mesh's (mesh "i=4 j=2", axes "('j', 'i')"). */
+static int perm_out_of_order(const char *mesh, const char *axes)
+{
+    int last = -1;
+    for (const char *a = axes; *a; a++) {
+        if (*a != '\'')
+            continue;
+        const char *m = mesh;
+        while (*m && !(m[0] == a[1] && m[1] == '='))
+            m++;
+        a += 2;
+        if (!*m || atoi(m + 2) == 1)
+            continue;
+        int pos = (int)(m - mesh);
+        if (pos < last)
+            return 1;
+        last = pos;
+    }
+    return 0;
+}
+
 static int group_size_of(const char *mesh, const char *axes)
 {
     int n = 1;
@@ -345,6 +367,16 @@ START_TEST(test_collective)
              "    return y\n",
              g->mesh, (long long)(bd[0] * nd), (long long)bd[1], (long long)bd[2], g->all, g->all,
              e);
+    if (v->k == K_PERM && perm_out_of_order(g->mesh, g->axes)) {
+        /* as JAX (raise_on_ppermute_sort_diff): refused before anything runs */
+        sm_program *q = NULL;
+        char msg[1024] = "";
+        sm_err pe = sm_program_parse(text, "t.shmap", &q, msg, sizeof msg);
+        ck_assert_int_eq(pe, SM_EINVAL);
+        ck_assert_msg(strstr(msg, "in the same order as the axis_names declared on the mesh"), "%s",
+                      msg);
+        return;
+    }
     sm_program *p = program(text);
     sm_array *x, *out;
     char err[1024] = "";
@@ -529,13 +561,16 @@ START_TEST(test_local_run_reports_op)
     ck_assert_ptr_null(out);
     ck_assert_msg(strstr(err, "t.shmap:4:") && strstr(err, "'abs'") && strstr(err, "device"), "%s",
                   err);
-    /* a reduction the kernels refuse fails every member alike, without a hang */
+    /* a reduction the kernels refuse (f16) fails every member alike, without a hang */
     sm_program *q = program("mesh i=4 j=2\n"
-                            "shard_map f(x: f32[64,33] @ P(('i', 'j'))) -> P():\n"
-                            "    return psum(x[:1, :3] > 0, ('i', 'j'))\n");
-    e = sm_exec_local_run(q, &x, &out, NULL, err, sizeof err);
+                            "shard_map f(x: f16[64,33] @ P(('i', 'j'))) -> P():\n"
+                            "    return psum(x[:1, :3], ('i', 'j'))\n");
+    sm_array *h;
+    ck_assert_int_eq(sm_array_create(SM_F16, &q->params[0].global, &h, err, sizeof err), SM_OK);
+    e = sm_exec_local_run(q, &h, &out, NULL, err, sizeof err);
     ck_assert_msg(e == SM_EUNSUPPORTED && strstr(err, "'psum'"), "%s", err);
     ck_assert_ptr_null(out);
+    sm_array_free(h);
     sm_program_free(q);
     /* wrong global shape */
     sm_array *bad;

@@ -14,7 +14,7 @@
 #include "sm_exec_local.h"
 #include "sm_lower.h"
 
-/* The seed examples that must exist (SEMANTICS.md §4 and the scaling book). */
+/* The seed examples that must exist (docs/semantics.md and the scaling book). */
 static const char *const required[] = {
     "matmul_basic",
     "matmul_reduce_scatter",
@@ -133,7 +133,7 @@ START_TEST(test_all_examples)
 }
 END_TEST
 
-/* The numbers SEMANTICS.md quotes, checked literally. */
+/* The numbers docs/semantics.md quotes, checked literally. */
 START_TEST(test_slice_and_average_numbers)
 {
     char err[1024] = "";

@@ -1,4 +1,4 @@
-/* Check suite for common/ir: the seed programs of SEMANTICS.md §4 in the
+/* Check suite for common/ir: the seed programs of docs/semantics.md in the
  * text form (block types, varying axes, result global shapes), print/parse
  * round trips, and the error table (every parse and type error kind, with
  * its code, position and key words). Op-by-op rows are in test_ir_ops.c. */
@@ -159,6 +159,14 @@ static const seed_case seeds[] = {
      "    m = pmax(sum(t), 'i')\n"
      "    return t, m\n",
      1, "t=f64[2,4]{V:i};m=f64[]", "f64[4,4]"},
+    {"axis_index_groups and to='invarying' (JAX's shard_map_test)",
+     "mesh x=2 y=2 z=2\n"
+     "shard_map f(a: f32[8,8] @ P('x', ('y', 'z'))) -> (P('x', ('y', 'z')), P('x')):\n"
+     "    g = all_gather(a, ('y', 'z'), axis_index_groups=((0, 1), (2, 3)), axis=-1, tiled=True)\n"
+     "    s = psum(a, ('y', 'z'), axis_index_groups=[[0, 3], [1, 2]])\n"
+     "    i = all_gather(s[:, 0:1], ('y', 'z'), axis=1, tiled=True, to='invarying')\n"
+     "    return g, i\n",
+     1, "g=f32[4,4]{V:x,y,z};s=f32[4,2]{V:x,y,z};i=f32[4,4]{V:x}", "f32[8,16]"},
 };
 
 START_TEST(test_seed_types)
@@ -374,6 +382,16 @@ typedef struct {
 #define HDR "mesh i=4 j=2\nshard_map f(x: f32[8,16] @ P('i', None)) -> P('i', None):\n"
 
 static const error_case errors[] = {
+    {"replication check: every offending axis, as JAX names them",
+     "mesh i=2 j=2 k=2\nshard_map f(x: f32[8] @ P(('i', 'j', 'k'),)) -> P('i'):\n"
+     "    return x * 2\n",
+     SM_EINVAL,
+     {"varies over mesh axes {j,k}", "out_spec P('i') names none of them", "check_vma=False"}},
+    {"ppermute axes out of mesh order (JAX raise_on_ppermute_sort_diff)",
+     "mesh i=4 j=2\nshard_map f(x: f32[8] @ P(('i', 'j'),)) -> P(('i', 'j'),):\n"
+     "    return ppermute(x, ('j', 'i'), perm=[(0, 1), (1, 0)])\n",
+     SM_EINVAL,
+     {"t.shmap:3:", "ppermute over ('j', 'i')", "in the same order as the axis_names declared"}},
     {"missing paren",
      "mesh i=4\nshard_map f(x: f32[4] @ P('i') -> P('i'):\n    return x\n",
      SM_EFORMAT,

@@ -58,6 +58,10 @@ static const type_case types[] = {
     {"mesh X=2 Y=4\njit d(a: f32[8,16] @ P('X', None), b: f32[16,32] @ P(None, 'Y')):\n"
      "    c = a @ b\n    return c\n",
      "c", "f32[8@X,32@Y]"},
+    /* a contraction sharded on one side only: JAX keeps the free dimension's X */
+    {"mesh X=2 Y=4\njit d(a: f32[8,16] @ P('X', None), b: f32[16,4] @ P('X', None)):\n"
+     "    c = a @ b\n    return c\n",
+     "c", "f32[8@X,4]"},
     {"mesh X=2 Y=4\njit s(a: f32[8,16] @ P('X', 'Y')):\n    t = jnp.sum(a, axis=1)\n    return t\n",
      "t", "f32[8@X]"},
     {"mesh X=2 Y=4\njit s(a: f32[8,16] @ P('X', 'Y')):\n    t = a.T\n    return t\n", "t",
@@ -74,6 +78,34 @@ static const type_case types[] = {
      "t", "f32[8@X,4]"},
     {"mesh X=2 Y=4\njit z(a: i32[8,16] @ P('X', 'Y')):\n    t = a[2:6, :]\n    return t\n", "t",
      "i32[4@X,16@Y]"},
+    /* shape ops keep what they can */
+    {"mesh X=2 Y=4\njit f(a: i32[8,16] @ P('X', 'Y')):\n    t = jnp.roll(a, 3, axis=1)\n"
+     "    return t\n",
+     "t", "i32[8@X,16@Y]"},
+    {"mesh X=2 Y=4\njit f(a: i32[8,16] @ P('X', 'Y')):\n    t = jnp.pad(a, ((0, 0), (4, 4)))\n"
+     "    return t\n",
+     "t", "i32[8@X,24@Y]"},
+    {"mesh X=2 Y=4\njit f(a: i32[8,16] @ P('X', None), b: i32[8,16] @ P('X', None)):\n"
+     "    t = jnp.concatenate((a, b), axis=1)\n    return t\n",
+     "t", "i32[8@X,32]"},
+    {"mesh X=2 Y=4\njit f(a: i32[8,16] @ P(None, 'Y'), b: i32[8,16] @ P(None, 'Y')):\n"
+     "    t = jnp.concatenate((a, b), axis=1)\n    return t\n",
+     "t", "i32[8,32@Y]"},
+    {"mesh X=2 Y=4\njit f(a: i32[8,16] @ P('X', 'Y')):\n    t = jnp.expand_dims(a, 0)\n"
+     "    u = jnp.squeeze(t, 0)\n    return u\n",
+     "t", "i32[1,8@X,16@Y]"},
+    {"mesh X=2 Y=4\njit f(a: i32[16] @ P('Y')):\n    t = jnp.broadcast_to(a, (8, 16))\n"
+     "    return t\n",
+     "t", "i32[8,16@Y]"},
+    {"mesh X=2 Y=4\njit f(a: i32[8,16] @ P('X', 'Y')):\n"
+     "    t = jax.lax.dynamic_slice_in_dim(a, 2, 8, axis=1)\n    return t\n",
+     "t", "i32[8@X,8@Y]"},
+    {"mesh X=2 Y=4\njit f(a: i32[8,16] @ P('X', 'Y')):\n    t = a[:, 4:8]\n    return t\n", "t",
+     "i32[8@X,4@Y]"},
+    {"mesh X=2 Y=4\njit f():\n    t = jnp.arange(16, out_sharding=P('Y'))\n    return t\n", "t",
+     "i32[16@Y]"},
+    {"mesh X=2 Y=4\njit f(a: f32[8,16] @ P('X', 'Y')):\n    t = jnp.mean(a)\n    return t\n", "t",
+     "f32[]"},
     /* Auto axes never show in a type */
     {"mesh X=2 Y=4 axis_types=(Explicit, Auto)\njit f(x: f32[8,16] @ P('X', 'Y')):\n"
      "    z = x * 2\n    return z\n",
@@ -94,6 +126,30 @@ START_TEST(test_types)
     char t[256];
     sm_program_value_type(p, v, t, sizeof t);
     ck_assert_msg(strcmp(t, c->type) == 0, "%s: type %s, expected %s", c->value, t, c->type);
+    sm_program_free(p);
+}
+END_TEST
+
+/* A jit program prints in the text form and re-parses to an equal program
+ * (those with inlined shard_map or auto_axes calls print their per-device
+ * and Auto ops marked with comments, and are not re-parsed). */
+START_TEST(test_print_roundtrip)
+{
+    const type_case *c = &types[_i];
+    sm_program *p = parse_ok(c->text), *q = NULL;
+    int plain = 1;
+    for (int k = 0; k < p->nops; k++)
+        plain &= !p->ops[k].manual && !p->ops[k].auto_mask;
+    sm_strbuf sb = {0};
+    ck_assert_int_eq(sm_program_print(p, &sb), SM_OK);
+    if (plain) {
+        char err[1024];
+        sm_err e = sm_program_parse(sm_strbuf_str(&sb), "t.shmap", &q, err, sizeof err);
+        ck_assert_msg(e == SM_OK, "re-parse: %s\n%s", err, sm_strbuf_str(&sb));
+        ck_assert_msg(sm_program_equal(p, q), "printed program differs:\n%s", sm_strbuf_str(&sb));
+        sm_program_free(q);
+    }
+    sm_strbuf_free(&sb);
     sm_program_free(p);
 }
 END_TEST
@@ -130,6 +186,20 @@ static const error_case errors[] = {
      {"reshard belongs to global-view (jit) programs"}},
     {"mesh X=2 Y=4\njit f(x: f32[6] @ P('X')):\n    return reshard(x, P('Y'))\n",
      {"not divisible", "6"}},
+    /* the replication check of a shard_map function called from jit */
+    {"mesh X=2 Y=4\nshard_map g(a: f32[8,8] @ P('X', 'Y')) -> P('X', None):\n    return a * 2\n"
+     "jit f(x: f32[8,8] @ P('X', 'Y')):\n    return g(x)\n",
+     {"t.shmap:5:", "varies over mesh axis 'Y'", "check_vma=False"}},
+    {"mesh X=2 Y=4\nshard_map g(a: f32[8,8] @ P('X', 'Y')) -> P('X', None):\n    return a\n"
+     "jit f(x: f32[8,8] @ P('X', 'Y')):\n    return g(x, x)\n",
+     {"g takes 1 argument, got 2"}},
+    {"mesh X=2 Y=4\nshard_map g(a: f32[8,8] @ P('X', 'Y')) -> P('X', None):\n    return a\n"
+     "jit f(x: f32[4,8] @ P('X', 'Y')):\n    return g(x)\n",
+     {"argument 'a' is f32[4@X,8@Y], but the function declares f32[8,8]"}},
+    {"mesh X=2 Y=4\nshard_map g(a: f32[8,8] @ P('X', 'Y')) -> P('X', 'Y'):\n    return a\n"
+     "shard_map f(x: f32[8,8] @ P('X', 'Y')) -> P('X', 'Y'):\n    return g(x)\n",
+     {"only a jit body calls shard_map and jit functions"}},
+
 };
 
 START_TEST(test_errors)
@@ -144,6 +214,31 @@ START_TEST(test_errors)
     for (int k = 0; k < 3 && c->words[k]; k++)
         ck_assert_msg(strstr(err, c->words[k]), "message \"%s\" lacks \"%s\"", err, c->words[k]);
     sm_program_free(p);
+}
+END_TEST
+
+/* The entry: the last shard_map or jit function, or the one named. */
+START_TEST(test_entry)
+{
+    static const char text[] = "mesh X=2 Y=4\n"
+                               "def twice(v):\n    return v * 2\n"
+                               "shard_map g(a: f32[8,8] @ P('X', 'Y')) -> P('X', 'Y'):\n"
+                               "    return twice(a)\n"
+                               "jit f(x: f32[8,8] @ P('X', None)):\n    return g(x)\n";
+    char err[1024] = "";
+    sm_program *p = NULL;
+    ck_assert_int_eq(sm_program_parse_entry(text, "t.shmap", NULL, &p, err, sizeof err), SM_OK);
+    ck_assert_str_eq(p->name, "f");
+    ck_assert_int_eq(p->kind, SM_PROG_JIT);
+    sm_program_free(p);
+    ck_assert_int_eq(sm_program_parse_entry(text, "t.shmap", "g", &p, err, sizeof err), SM_OK);
+    ck_assert_str_eq(p->name, "g");
+    ck_assert_int_eq(p->kind, SM_PROG_SHARD_MAP);
+    ck_assert_int_eq(p->nops, 2); /* the helper inlined: a constant and a multiply */
+    sm_program_free(p);
+    ck_assert_int_ne(sm_program_parse_entry(text, "t.shmap", "twice", &p, err, sizeof err), SM_OK);
+    ck_assert_msg(strstr(err, "no shard_map or jit function 'twice'"), "%s", err);
+    ck_assert_int_ne(sm_program_parse_entry(text, "t.shmap", "main", &p, err, sizeof err), SM_OK);
 }
 END_TEST
 
@@ -181,6 +276,11 @@ static const lower_case lowers[] = {
     /* reductions over sharded dimensions */
     {"mesh X=2 Y=4\njit s(a: f32[8,16] @ P('X', 'Y')):\n    return jnp.max(a, axis=1)\n", 0, 0, 0,
      0, 1},
+    /* Auto axes: the larger operand keeps its layout, the bias moves */
+    {"mesh X=2 Y=4 axis_types=(Auto, Auto)\n"
+     "jit f(b: f32[1,16] @ P(None, 'X'), x: f32[8,16] @ P('X', 'Y')) -> P('X', 'Y'):\n"
+     "    return b + x\n",
+     1, 0, 0, 0, 0},
     /* -> OUT_SHARDINGS */
     {"mesh X=2 Y=4\njit s(a: f32[8,16] @ P('X', 'Y')) -> P():\n    return a + 1\n", 2, 0, 0, 0, 0},
 };
@@ -192,6 +292,9 @@ START_TEST(test_lowering)
     char err[1024] = "";
     sm_err e = sm_lower(p, NULL, &l, err, sizeof err);
     ck_assert_msg(e == SM_OK, "lower: %s", err);
+    sm_program_free(p); /* the lowered program owns all it points to */
+    p = NULL;
+    ck_assert_str_eq(l->filename, "t.shmap");
     int n[SM_OP_COUNT];
     sm_lower_count_collectives(l, n);
     sm_strbuf sb = {0};
@@ -381,8 +484,66 @@ START_TEST(test_differential_random)
         sm_program_free(p);
         ran++;
     }
+    printf("random jit programs: %d lowered and equal to the whole-array run, %d refused\n", ran,
+           refused);
     ck_assert_msg(ran >= 150, "only %d of 240 random programs type-checked (%d refused)", ran,
                   refused);
+}
+END_TEST
+
+/* Bad input of any kind: mutated programs (bytes changed, lines cut,
+ * tokens swapped) are refused with a message or accepted and lowered;
+ * nothing crashes (the sanitizer build runs this too). */
+START_TEST(test_mutations)
+{
+    static const char *const toks[] = {
+        "P(",         ")",        "(",  "'X'", "jit ",   "def ", "return ",       ",",
+        "auto_axes(", "reshard(", "->", ":",   "\n    ", "@",    "out_sharding=", "shard_map ",
+        "None",       "8",        "[",  "]"};
+    uint64_t rng = 12345;
+    int accepted = 0;
+    for (int iter = 0; iter < 3000; iter++) {
+        const char *base = types[iter % (sizeof types / sizeof types[0])].text;
+        char buf[2048];
+        snprintf(buf, sizeof buf, "%s", base);
+        size_t n = strlen(buf);
+        for (int m = 0; m < 1 + (int)(rng_next(&rng) % 3); m++) {
+            size_t at = n ? rng_next(&rng) % n : 0;
+            switch (rng_next(&rng) % 3) {
+            case 0: /* change a byte */
+                buf[at] = (char)(32 + rng_next(&rng) % 95);
+                break;
+            case 1: /* cut the rest */
+                buf[at] = 0;
+                n = at;
+                break;
+            default: { /* insert a token */
+                const char *t = toks[rng_next(&rng) % (sizeof toks / sizeof toks[0])];
+                size_t tl = strlen(t);
+                if (n + tl + 1 < sizeof buf) {
+                    memmove(buf + at + tl, buf + at, n - at + 1);
+                    memcpy(buf + at, t, tl);
+                    n += tl;
+                }
+            }
+            }
+        }
+        char err[1024];
+        sm_program *p = NULL, *l = NULL;
+        sm_err e = sm_program_parse(buf, "m.shmap", &p, err, sizeof err);
+        if (e == SM_OK)
+            e = sm_program_verify(p, 1, err, sizeof err);
+        if (e == SM_OK && p->kind == SM_PROG_JIT) {
+            e = sm_lower(p, NULL, &l, err, sizeof err);
+            ck_assert_msg(e == SM_OK, "a verified program failed to lower: %s\n%s", err, buf);
+            accepted++;
+        } else if (e != SM_OK) {
+            ck_assert_msg(err[0], "refused without a message:\n%s", buf);
+        }
+        sm_program_free(l);
+        sm_program_free(p);
+    }
+    ck_assert_int_gt(accepted, 0);
 }
 END_TEST
 
@@ -392,10 +553,13 @@ static Suite *lower_suite(void)
     TCase *tc = tcase_create("jit");
     tcase_set_timeout(tc, 240);
     tcase_add_loop_test(tc, test_types, 0, (int)(sizeof types / sizeof types[0]));
+    tcase_add_loop_test(tc, test_print_roundtrip, 0, (int)(sizeof types / sizeof types[0]));
     tcase_add_loop_test(tc, test_errors, 0, (int)(sizeof errors / sizeof errors[0]));
+    tcase_add_test(tc, test_entry);
     tcase_add_loop_test(tc, test_lowering, 0, (int)(sizeof lowers / sizeof lowers[0]));
     tcase_add_test(tc, test_differential_cases);
     tcase_add_test(tc, test_differential_random);
+    tcase_add_test(tc, test_mutations);
     suite_add_tcase(s, tc);
     return s;
 }

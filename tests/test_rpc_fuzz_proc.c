@@ -1557,9 +1557,10 @@ static void *conc_main(void *p)
             }
             sm_svc_download_free(st);
             if (e || got != total || got != 8 * 8 * 4)
-                snprintf(a->fail, sizeof a->fail,
-                         "download of the kept array during the fuzzing: %lld of %lld bytes: %s",
-                         (long long)got, (long long)total, err);
+                snprintf(
+                    a->fail, sizeof a->fail,
+                    "download of the kept array during the fuzzing: %lld of %lld bytes: %.400s",
+                    (long long)got, (long long)total, err);
             continue;
         }
         method *m = &methods[below(&r, NMETHODS)];
@@ -1573,8 +1574,8 @@ static void *conc_main(void *p)
             sm_rpc_msg_free(rep);
             int64_t ms = now_ms() - t0;
             if (ms >= PROMPT_MS || e == SM_EFORMAT || transport_failure(e, err))
-                snprintf(a->fail, sizeof a->fail, "%s (%s, concurrent): %lld ms: %s", m->path, kind,
-                         (long long)ms, err);
+                snprintf(a->fail, sizeof a->fail, "%s (%s, concurrent): %lld ms: %.400s", m->path,
+                         kind, (long long)ms, err);
         }
         free(x.b);
     }
@@ -2493,7 +2494,7 @@ static void *race_main(void *p)
     }
     int64_t ms = now_ms() - t0;
     if (ms >= PROMPT_MS || transport_failure(e, err) || e == SM_EFORMAT)
-        snprintf(a->fail, sizeof a->fail, "race %d: %lld ms: %s", a->what, (long long)ms, err);
+        snprintf(a->fail, sizeof a->fail, "race %d: %lld ms: %.400s", a->what, (long long)ms, err);
     return NULL;
 }
 

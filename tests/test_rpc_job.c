@@ -117,6 +117,21 @@ static const prog_case progs[] = {
      "    d = concatenate((x, x), axis=1)\n"
      "    e = where(x > 0, x, -x) + arange(6, dtype=f32)\n"
      "    return a, b, c, d, e[:, 1:3]\n"},
+    /* global-view (jit) programs: shardings, out_sharding, Auto axes, inlined calls */
+    {"add_arrays", "mesh X=2 Y=4\n"
+                   "jit add_arrays(x: i32[4,1] @ P('X', None), y: i32[1,8] @ P(None, 'Y')):\n"
+                   "    ans = x + y\n"
+                   "    return ans\n"},
+    {"jit_einsum", "mesh X=2 Y=2 axis_types=(Explicit, Auto)\n"
+                   "def add2(a, b):\n    return a + b\n"
+                   "jit m(In: f32[8,64] @ P('X', 'Y'), W: f32[64,32] @ P('Y', None)) -> P('X'):\n"
+                   "    o = jnp.einsum('bd,df->bf', In, W, out_sharding=P('X', None))\n"
+                   "    z = auto_axes(add2, out_sharding=P(None, 'Y'))(o, o)\n"
+                   "    return reshard(z, P('X', None))\n"},
+    {"jit_shard_map", "mesh X=2 Y=4\n"
+                      "shard_map g(a: f32[8,8] @ P('X', 'Y')) -> P('X', None):\n"
+                      "    return psum(a, 'Y')\n"
+                      "jit f(x: f32[8,8] @ P('X', None)):\n    return g(x) * 2\n"},
 };
 
 static sm_program *parse(const char *text, const char *file)

@@ -156,10 +156,19 @@ START_TEST(test_default_devices_and_peers)
     ck_assert_int_eq(peers[1].devices[0], 4);
     free(peers);
     free(ids);
-    /* not whole workers */
+    /* not whole workers: the first devices, as jax.make_mesh takes them */
     ck_assert_int_eq(sm_mesh_parse("i=3", NULL, 0, &m, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_cjobs_default_devices(&m, w, 3, err, sizeof err), SM_OK);
+    ck_assert_int_eq(m.devices[0], 8);
+    ck_assert_int_eq(m.devices[2], 10);
+    ck_assert_int_eq(sm_mesh_parse("i=3,j=2", NULL, 0, &m, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_cjobs_default_devices(&m, w, 3, err, sizeof err), SM_OK);
+    ck_assert_int_eq(m.devices[3], 11); /* the minor axis stays inside a worker */
+    ck_assert_int_eq(m.devices[4], 4);
+    ck_assert_int_eq(m.devices[5], 5);
+    ck_assert_int_eq(sm_mesh_parse("i=13", NULL, 0, &m, err, sizeof err), SM_OK);
     ck_assert_int_eq(sm_cjobs_default_devices(&m, w, 3, err, sizeof err), SM_EINVAL);
-    ck_assert_ptr_nonnull(strstr(err, "whole workers"));
+    ck_assert_ptr_nonnull(strstr(err, "have only 12 devices"));
     /* a device on a lost worker; a device nobody has */
     int32_t devs[2] = {1, 4};
     ck_assert_int_eq(sm_mesh_parse("i=2", devs, 2, &m, err, sizeof err), SM_OK);
@@ -303,7 +312,7 @@ static const submit_case submit_cases[] = {
      {"A"},
      {NULL},
      SM_EINVAL,
-     "whole workers"},
+     "have only"},
 };
 
 START_TEST(test_submit_rejected)

@@ -452,14 +452,18 @@ START_TEST(test_registry_meshes)
     ck_assert_int_eq(sm_registry_mesh_create(r, "m", &m, 1, &mi, err, sizeof err), SM_EEXIST);
     ck_assert_int_eq(sm_registry_mesh_create(r, "42", &m, 1, &mi, err, sizeof err), SM_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "digits"));
-    /* x=4 takes the first two whole workers; x=3 fits no whole workers */
+    /* x=4 takes the first two whole workers; x=3 one whole worker and the
+     * first device of the next (jax.make_mesh takes the first N devices) */
     ck_assert_int_eq(sm_mesh_parse("x=4", NULL, 0, &m, err, sizeof err), SM_OK);
     ck_assert_int_eq(sm_registry_mesh_create(r, NULL, &m, 1, &mi, err, sizeof err), SM_OK);
     ck_assert_int_eq(mi.mesh.devices[3], 3);
     ck_assert_int_eq(mi.id.v, 2);
     ck_assert_int_eq(sm_mesh_parse("x=3", NULL, 0, &m, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_registry_mesh_create(r, NULL, &m, 1, &mi, err, sizeof err), SM_OK);
+    ck_assert_int_eq(mi.mesh.devices[2], 2);
+    ck_assert_int_eq(sm_mesh_parse("x=9", NULL, 0, &m, err, sizeof err), SM_OK);
     ck_assert_int_eq(sm_registry_mesh_create(r, NULL, &m, 1, &mi, err, sizeof err), SM_EINVAL);
-    ck_assert_ptr_nonnull(strstr(err, "whole workers"));
+    ck_assert_ptr_nonnull(strstr(err, "have 8 in all"));
     /* explicit orders */
     int32_t rev[4] = {7, 6, 5, 4};
     ck_assert_int_eq(sm_mesh_parse("x=4", rev, 4, &m, err, sizeof err), SM_OK);
@@ -472,13 +476,13 @@ START_TEST(test_registry_meshes)
     ck_assert_int_eq(sm_registry_mesh_create(r, "dup", &m, 0, &mi, err, sizeof err), SM_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "device 6"));
     ck_assert_int_eq(sm_registry_mesh_get(r, (sm_mesh_id){0}, "rev", &mi, err, sizeof err), SM_OK);
-    ck_assert_int_eq(mi.id.v, 3); /* failed creations take no id */
+    ck_assert_int_eq(mi.id.v, 4); /* x=3 took 3; failed creations take no id */
     ck_assert_int_eq(sm_registry_mesh_get(r, (sm_mesh_id){99}, NULL, &mi, err, sizeof err),
                      SM_ENOTFOUND);
     sm_mesh_info *list;
     int n;
     ck_assert_int_eq(sm_registry_mesh_list(r, &list, &n, err, sizeof err), SM_OK);
-    ck_assert_int_eq(n, 3);
+    ck_assert_int_eq(n, 4);
     free(list);
     sm_registry_free(r);
 }

@@ -1,6 +1,6 @@
 /* Check suite for common/shard, part 2: NamedSharding applied to a shape —
  * devices_indices_map and replica ids against a brute-force reference,
- * shard shapes, the worked numbers of SEMANTICS.md and the data loading
+ * shard shapes, the worked numbers of docs/semantics.md and the data loading
  * guide's layouts, type strings and diagrams. */
 #include <check.h>
 #include <stdio.h>
@@ -310,7 +310,7 @@ START_TEST(test_guide_layouts)
 }
 END_TEST
 
-/* SEMANTICS.md §2: (64,128) over 8 devices sharded along dim 1 gives
+/* docs/semantics.md, PartitionSpec: (64,128) over 8 devices sharded along dim 1 gives
  * (64,16) blocks; the matmul_basic operands on mesh (4,2). */
 START_TEST(test_semantics_numbers)
 {

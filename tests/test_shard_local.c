@@ -3,8 +3,8 @@
  * shapes for 1, 2, 4 and 8 processes, the data loading guide's layouts, the
  * reference's non-uniform 4x4 examples, and every error path. Each
  * successful plan is also checked by rebuilding every process's local data
- * from the rule of SEMANTICS.md §3 and comparing, element by element, what
- * each device would receive with its slice of the global array. */
+ * from the rule of docs/semantics.md (building sharded arrays) and comparing, element by element,
+ * what each device would receive with its slice of the global array. */
 #include <check.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -420,7 +420,7 @@ static void job_req(sm_svc_run_job_req *req, sm_svc_peer *peers, sm_program *p, 
 {
     for (int w = 0; w < NW; w++) {
         memset(&peers[w], 0, sizeof peers[w]);
-        snprintf(peers[w].address, SM_ADDR_MAX, "%s", cl.addr[w]);
+        snprintf(peers[w].address, SM_ADDR_MAX, "%.*s", SM_ADDR_MAX - 1, cl.addr[w]);
         peers[w].ndevices = DPW;
         for (int k = 0; k < DPW; k++)
             peers[w].devices[k] = w * DPW + k;

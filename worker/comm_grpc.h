@@ -1,5 +1,5 @@
 /* comm_grpc: the sm_comm of one job on one worker, for groups whose members
- * live on several workers (DESIGN.md "Execution and collectives").
+ * live on several workers (docs/architecture.md, "A job's path").
  *
  * Members on this worker meet in-process at an sm_rendezvous (common/exec)
  * keyed by (seq, members[0]), where they publish their input pointers; the

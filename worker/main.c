@@ -25,6 +25,7 @@
 #include "sm_config.h"
 #include "sm_kern.h"
 #include "sm_log.h"
+#include "sm_metrics_http.h"
 #include "sm_rpc.h"
 #include "sm_svc.h"
 #include "sm_sys.h"
@@ -40,6 +41,7 @@ enum {
     CFG_BLAS_THREADS,
     CFG_CACHE_MB,
     CFG_MEM_LIMIT_MB,
+    CFG_METRICS,
     CFG_LOG_LEVEL,
     CFG_STATE_DIR,
     CFG_WORKER_ID,
@@ -74,6 +76,9 @@ static const sm_config_row worker_config[CFG_COUNT] = {
                           "reshard or job needing more fails RESOURCE_EXHAUSTED instead of "
                           "running the host out of memory. -1: 90% of the memory this worker "
                           "may use (the host's, or its cgroup's limit); 0: no limit."},
+    [CFG_METRICS] = {"metrics-listen", 0, SM_CFG_STRING, NULL, "SHMAP_WORKER_METRICS_LISTEN",
+                     "serve Prometheus metrics (GET /metrics) on HOST:PORT (port 0: a free one, "
+                     "logged); default: none"},
     [CFG_LOG_LEVEL] = {"log-level", 0, SM_CFG_STRING, "info", "SHMAP_LOG",
                        "Log level: error, warn, info or debug."},
     [CFG_STATE_DIR] = {"state-dir", 0, SM_CFG_STRING, NULL, "SHMAP_WORKER_STATE_DIR",
@@ -212,6 +217,42 @@ static sm_err worker_state_open(const char *dir, sm_store *store, sm_agent_confi
     return SM_OK;
 }
 
+/* The worker's metrics (--metrics-listen): its devices' shards and bytes,
+ * and the memory its shards and jobs may use and use. */
+static sm_err worker_metrics(void *user, sm_strbuf *b)
+{
+    sm_store *store = user;
+    int32_t devs[SM_MAX_WORKER_DEVICES];
+    int64_t bytes[SM_MAX_WORKER_DEVICES], shards = 0;
+    int n = sm_store_stats(store, devs, bytes, &shards);
+    sm_array_cache_info ci;
+    sm_array_cache_stats(&ci);
+    sm_metrics_help(b, "shmap_worker_build_info", "gauge", "The worker's version.");
+    sm_strbuf_printf(b, "shmap_worker_build_info{version=\"%s\"} 1\n", SM_VERSION);
+    sm_metrics_help(b, "shmap_worker_device_used_bytes", "gauge", "Bytes of shards per device.");
+    for (int k = 0; k < n; k++)
+        sm_strbuf_printf(b, "shmap_worker_device_used_bytes{device=\"%d\"} %lld\n", (int)devs[k],
+                         (long long)bytes[k]);
+    sm_metrics_help(b, "shmap_worker_shards", "gauge", "Shards held on this worker's devices.");
+    sm_strbuf_printf(b, "shmap_worker_shards %lld\n", (long long)shards);
+    sm_metrics_help(b, "shmap_worker_memory_limit_bytes", "gauge",
+                    "The most shard and job memory it may hold (--memory-limit-mb; 0: none).");
+    sm_strbuf_printf(b, "shmap_worker_memory_limit_bytes %zu\n", ci.limit_bytes);
+    sm_metrics_help(b, "shmap_worker_memory_used_bytes", "gauge",
+                    "Shard and job memory in use, kept blocks included.");
+    sm_strbuf_printf(b, "shmap_worker_memory_used_bytes %zu\n", ci.live_bytes);
+    sm_metrics_help(b, "shmap_worker_buffer_cache_bytes", "gauge",
+                    "Freed blocks kept for reuse (--buffer-cache-mb).");
+    sm_strbuf_printf(b, "shmap_worker_buffer_cache_bytes %zu\n", ci.held_bytes);
+    sm_metrics_help(b, "shmap_worker_buffer_cache_allocations_total", "counter",
+                    "Allocations of 1 MiB and more, served from kept blocks (hit) or fresh.");
+    sm_strbuf_printf(b,
+                     "shmap_worker_buffer_cache_allocations_total{result=\"hit\"} %lld\n"
+                     "shmap_worker_buffer_cache_allocations_total{result=\"miss\"} %lld\n",
+                     (long long)ci.hits, (long long)ci.misses);
+    return b->oom ? SM_ENOMEM : SM_OK;
+}
+
 int main(int argc, char **argv)
 {
     sm_config_value cfg[CFG_COUNT];
@@ -221,6 +262,7 @@ int main(int argc, char **argv)
     sm_peer *peers = NULL;
     sm_agent *agent = NULL;
     sm_disk *disk = NULL;
+    sm_metrics_http *metrics = NULL;
     sm_jobs *jobs = NULL;
     sm_handlers ctx;
     sm_log_level level;
@@ -338,6 +380,14 @@ int main(int argc, char **argv)
         goto fail;
     SM_INFO("serving shmap.v1.Worker on %s (port %d), advertised as %s, %lld device(s)",
             cfg[CFG_LISTEN].s, sm_rpc_server_port(server), advertise, (long long)ndevices);
+    if (cfg[CFG_METRICS].s && *cfg[CFG_METRICS].s) {
+        int mport;
+        if ((e = sm_metrics_http_start(cfg[CFG_METRICS].s, worker_metrics, store, &metrics, &mport,
+                                       err, sizeof err)))
+            goto fail;
+        SM_INFO("serving Prometheus metrics on http://%s/metrics (port %d)", cfg[CFG_METRICS].s,
+                mport);
+    }
 
     gethostname(hostname, sizeof hostname - 1);
     acfg.coordinator = cfg[CFG_COORDINATOR].s;
@@ -357,6 +407,7 @@ int main(int argc, char **argv)
 fail:
     if (rc)
         SM_ERROR("%s", err);
+    sm_metrics_http_stop(metrics);
     sm_jobs_stop(jobs);
     if (server)
         sm_rpc_server_stop(server);

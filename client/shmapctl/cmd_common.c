@@ -144,7 +144,7 @@ int cli_args_parse(int argc, char **argv, unsigned allowed, const char *help, in
                 {OPT_DEVICE, CLI_A_DEVICE}};
     const char *cmd = argv[0];
     int ch, idx, rc;
-    int64_t v;
+    int64_t v = 0;
 
     memset(a, 0, sizeof *a);
     cli_conn_init(&a->cc);

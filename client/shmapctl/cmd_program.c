@@ -1,4 +1,4 @@
-/* shmapctl: commands on shard_map programs (.shmap files, PROGRAMS.md).
+/* shmapctl: commands on shard_map programs (.shmap files, docs/programs.md).
  *   check  — parse and verify a program; print each value's block type and
  *            varying axes, or the first error as "file:line:col: sentence".
  *   run    — run a program; --local runs every device as a thread of this
@@ -16,32 +16,50 @@
 #include "sm_example.h"
 #include "sm_exec_local.h"
 #include "sm_ir.h"
+#include "sm_lower.h"
 
-enum { OPT_NO_CHECK_VMA = 256, OPT_JSON };
+enum { OPT_NO_CHECK_VMA = 256, OPT_JSON, OPT_LOWERED, OPT_ENTRY };
 
 static const char check_help[] =
-    "Usage: shmapctl check PROGRAM.shmap [--no-check-vma] [--json]\n"
+    "Usage: shmapctl check PROGRAM.shmap [--entry NAME] [--lowered] [--no-check-vma]\n"
+    "                      [--json]\n"
     "\n"
-    "Parses and verifies a shard_map program (PROGRAMS.md) as the coordinator\n"
-    "would before running it: block shapes from the in_specs, the dtype and\n"
-    "shape of every op, out_specs and result global shapes, and the replication\n"
-    "check. Prints every parameter, op and output with its block type and the\n"
-    "mesh axes it may vary over, e.g. \"z = dot(a, b) : f32[2,32]{V:i,j}\", or\n"
-    "the first error as \"file:line:col: sentence\". Needs no server.\n"
+    "Parses and verifies a program (docs/programs.md) as the coordinator would before\n"
+    "running it, and prints every value with its type. Needs no server.\n"
+    "\n"
+    "A shard_map function: block shapes from the in_specs, the dtype and shape of\n"
+    "every op, out_specs and result global shapes, and the replication check;\n"
+    "each value prints with its block type and the mesh axes it may vary over,\n"
+    "e.g. \"z = dot(a, b) : f32[2,32]{V:i,j}\".\n"
+    "\n"
+    "A jit (global-view) function: every value prints with its type as\n"
+    "jax.typeof prints it, sharding included, e.g. \"ans = add(x, y) :\n"
+    "i32[4@X,8@Y]\"; programs JAX refuses are refused with its sentence. With\n"
+    "--lowered, the shard_map program the service runs follows, with every\n"
+    "collective the lowering inserted.\n"
+    "\n"
+    "The first error prints as \"file:line:col: sentence\".\n"
     "\n"
     "Options:\n"
+    "      --entry NAME     check function NAME (default: the last shard_map or jit\n"
+    "                       function of the file)\n"
+    "      --lowered        jit: also print the lowered shard_map program\n"
     "      --no-check-vma   turn the replication check off (check_vma=False); a\n"
     "                       file whose first lines hold the comment\n"
     "                       \"# check_vma: false\" turns it off too\n"
-    "      --json           print JSON: file, name, check_vma, mesh {axes, sizes,\n"
-    "                       devices}, lines (the description, one string per line);\n"
-    "                       on error {file, error} and exit 1\n"
+    "      --json           print JSON: file, name, kind (shard_map or jit),\n"
+    "                       check_vma, mesh {axes, sizes, devices}, values [{name,\n"
+    "                       type, line}] (line 0 for parameters), outputs [{type}],\n"
+    "                       lines (the description, one string per line) and, for\n"
+    "                       jit, lowered (the shard_map program's text); on error\n"
+    "                       {file, error} and exit 1\n"
     "  -h, --help           show this help\n"
     "\n"
     "Exit codes: 0 valid, 1 invalid program (or unreadable file), 2 usage error.\n"
     "\n"
-    "Example:\n"
-    "  shmapctl check examples/matmul_basic.shmap\n";
+    "Examples:\n"
+    "  shmapctl check examples/matmul_basic.shmap\n"
+    "  shmapctl check examples/matmul_explicit_rs.shmap --lowered\n";
 
 /* 0 if the file's leading comment lines hold "# check_vma: false" (the
  * directive of examples/README.md; same rule as sm_exec_text_check_vma). */
@@ -96,22 +114,54 @@ static int cli_check_fail(int json, const char *path, const char *msg)
     return CLI_EXIT_INVALID;
 }
 
-static int cli_check_run(const char *path, int no_vma, int json)
+/* The JSON of a value list: [{name, type, line}] and outputs [{type}]. */
+static void cli_check_json_values(json_t *o, const sm_program *p)
+{
+    json_t *vals = json_array(), *outs = json_array();
+    char ty[400];
+    for (int v = 0; vals && v < p->nvalues; v++) {
+        const sm_ir_value *x = &p->values[v];
+        json_t *e = json_object();
+        json_object_set_new(e, "name", json_string(x->name ? x->name : ""));
+        json_object_set_new(e, "type", json_string(sm_program_value_type(p, v, ty, sizeof ty)));
+        json_object_set_new(e, "line", json_integer(x->def >= 0 ? p->ops[x->def].line : 0));
+        json_array_append_new(vals, e);
+    }
+    for (int k = 0; outs && k < p->nreturns; k++) {
+        json_t *e = json_object();
+        json_object_set_new(e, "type", json_string(sm_program_output_type(p, k, ty, sizeof ty)));
+        json_array_append_new(outs, e);
+    }
+    json_object_set_new(o, "values", vals);
+    json_object_set_new(o, "outputs", outs);
+}
+
+static int cli_check_run(const char *path, const char *entry, int no_vma, int json, int lowered)
 {
     char err[2048] = "";
     char *text = NULL;
-    sm_program *p = NULL;
-    sm_strbuf out = {0};
+    sm_program *p = NULL, *l = NULL;
+    sm_strbuf out = {0}, low = {0};
     int rc = CLI_EXIT_INVALID;
     if (!(text = cli_read_text(path, err, sizeof err))) {
         rc = cli_check_fail(json, path, err);
         goto done;
     }
     int check_vma = !no_vma && cli_text_check_vma(text);
-    if (sm_program_parse(text, path, &p, err, sizeof err) ||
+    if (sm_program_parse_entry(text, path, entry, &p, err, sizeof err) ||
         sm_program_verify(p, check_vma, err, sizeof err)) {
         rc = cli_check_fail(json, path, err);
         goto done;
+    }
+    if (p->kind == SM_PROG_JIT && (lowered || json)) {
+        if (sm_lower(p, NULL, &l, err, sizeof err)) {
+            rc = cli_check_fail(json, path, err);
+            goto done;
+        }
+        if (sm_program_print(l, &low)) {
+            rc = cli_fail(CLI_EXIT_INVALID, "out of memory printing '%s'", path);
+            goto done;
+        }
     }
     if (sm_program_describe(p, &out)) {
         rc = cli_fail(CLI_EXIT_INVALID, "out of memory describing '%s'", path);
@@ -119,6 +169,15 @@ static int cli_check_run(const char *path, int no_vma, int json)
     }
     if (!json) {
         fputs(sm_strbuf_str(&out), stdout);
+        if (lowered && l) {
+            int n[SM_OP_COUNT];
+            int total = sm_lower_count_collectives(l, n);
+            printf("\n# lowered to this shard_map program (%d collective%s):\n", total,
+                   total == 1 ? "" : "s");
+            fputs(sm_strbuf_str(&low), stdout);
+        } else if (lowered) {
+            printf("\n# a shard_map program is run as it is: nothing to lower\n");
+        }
         rc = CLI_EXIT_OK;
         goto done;
     }
@@ -126,18 +185,24 @@ static int cli_check_run(const char *path, int no_vma, int json)
     if (o && lines) {
         json_object_set_new(o, "file", json_string(path));
         json_object_set_new(o, "name", json_string(p->name ? p->name : "f"));
+        json_object_set_new(o, "kind", json_string(p->kind == SM_PROG_JIT ? "jit" : "shard_map"));
         json_object_set_new(o, "check_vma", json_boolean(check_vma));
         json_object_set_new(o, "mesh", cli_json_mesh(&p->mesh));
+        cli_check_json_values(o, p);
         char *s = (char *)sm_strbuf_str(&out);
         for (char *line = strtok(s, "\n"); line; line = strtok(NULL, "\n"))
             json_array_append_new(lines, json_string(line));
         json_object_set(o, "lines", lines);
+        if (l)
+            json_object_set_new(o, "lowered", json_string(sm_strbuf_str(&low)));
     }
     json_decref(lines);
     rc = cli_print_json(o);
 done:
     sm_strbuf_free(&out);
+    sm_strbuf_free(&low);
     sm_program_free(p);
+    sm_program_free(l);
     free(text);
     return rc;
 }
@@ -158,10 +223,13 @@ int cli_cmd_check(int argc, char **argv)
     static const struct option opts[] = {
         {"no-check-vma", no_argument, NULL, OPT_NO_CHECK_VMA},
         {"json", no_argument, NULL, OPT_JSON},
+        {"lowered", no_argument, NULL, OPT_LOWERED},
+        {"entry", required_argument, NULL, OPT_ENTRY},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    int no_vma = 0, json = 0, rc;
+    int no_vma = 0, json = 0, lowered = 0, rc;
+    const char *entry = NULL;
     optind = 1;
     opterr = 0;
     for (;;) {
@@ -178,21 +246,29 @@ int cli_cmd_check(int argc, char **argv)
         case OPT_JSON:
             json = 1;
             break;
+        case OPT_LOWERED:
+            lowered = 1;
+            break;
+        case OPT_ENTRY:
+            entry = optarg;
+            break;
         default:
             return cli_getopt_error("check", c, argv);
         }
     }
     if ((rc = program_arg("check", argc, argv)))
         return rc;
-    return cli_check_run(argv[optind], no_vma, json);
+    return cli_check_run(argv[optind], entry, no_vma, json, lowered);
 }
 
 static const char run_help[] =
     "Usage: shmapctl run --local PROGRAM.shmap [--arg NAME=FILE.npy ...]\n"
-    "                    [--inputs FILE.inputs] [--out DIR] [--no-check-vma]\n"
+    "                    [--inputs FILE.inputs] [--out DIR] [--entry NAME]\n"
+    "                    [--no-check-vma]\n"
     "\n"
-    "Runs a shard_map program on GLOBAL arguments, as jax.shard_map(f, mesh,\n"
-    "in_specs, out_specs)(*args) does. With --local, every device of the\n"
+    "Runs a program on GLOBAL arguments, as jax.shard_map(f, mesh, in_specs,\n"
+    "out_specs)(*args) or, for a jit function, jax.jit(f)(*args) does (lowered\n"
+    "to shard_map first, as the service does). With --local, every device of the\n"
     "program's mesh runs as a thread of this process with in-process\n"
     "collectives; no server is needed. Results are written as DIR/out0.npy,\n"
     "DIR/out1.npy, ... (one per returned value) and summarised on stdout.\n"
@@ -205,6 +281,8 @@ static const char run_help[] =
     "                         examples/*.inputs file (examples/README.md)\n"
     "      --out DIR          directory for the results (must exist); default: no\n"
     "                         files, only the summary\n"
+    "      --entry NAME       run function NAME of the file (default: the last\n"
+    "                         shard_map or jit function)\n"
     "      --no-check-vma     turn the replication check off\n"
     "  -h, --help             show this help\n"
     "\n"
@@ -230,8 +308,8 @@ static void cli_run_print_values(const sm_array *a)
     printf("%s]\n", n > shown ? ", ..." : "");
 }
 
-static int cli_run_local(const char *path, char **args, int nargs, const char *inputs,
-                         const char *outdir, int no_vma)
+static int cli_run_local(const char *path, const char *entry, char **args, int nargs,
+                         const char *inputs, const char *outdir, int no_vma)
 {
     char err[2048] = "", *text = NULL, *itext = NULL;
     sm_program *p = NULL;
@@ -242,10 +320,19 @@ static int cli_run_local(const char *path, char **args, int nargs, const char *i
         rc = cli_fail(CLI_EXIT_INVALID, "%s", err);
         goto done;
     }
-    if (sm_program_parse(text, path, &p, err, sizeof err) ||
+    if (sm_program_parse_entry(text, path, entry, &p, err, sizeof err) ||
         sm_program_verify(p, !no_vma && cli_text_check_vma(text), err, sizeof err)) {
         rc = cli_fail(CLI_EXIT_INVALID, "%s", err);
         goto done;
+    }
+    if (p->kind == SM_PROG_JIT) { /* run the shard_map program it lowers to */
+        sm_program *l = NULL;
+        if (sm_lower(p, NULL, &l, err, sizeof err)) {
+            rc = cli_fail(CLI_EXIT_INVALID, "%s", err);
+            goto done;
+        }
+        sm_program_free(p);
+        p = l;
     }
     if (p->nparams > CLI_RUN_MAXARGS || p->nreturns > CLI_RUN_MAXARGS) {
         rc = cli_fail(CLI_EXIT_INVALID, "%s: more than %d parameters or outputs", path,
@@ -330,9 +417,10 @@ int cli_cmd_run(int argc, char **argv)
     if (!is_local)
         return cli_run_service(argc, argv);
 
-    enum { OPT_LOCAL = 300, OPT_ARG, OPT_INPUTS, OPT_OUT, OPT_NOVMA };
+    enum { OPT_LOCAL = 300, OPT_ARG, OPT_INPUTS, OPT_OUT, OPT_NOVMA, OPT_RUN_ENTRY };
     static const struct option opts[] = {
         {"local", no_argument, NULL, OPT_LOCAL},
+        {"entry", required_argument, NULL, OPT_RUN_ENTRY},
         {"arg", required_argument, NULL, OPT_ARG},
         {"inputs", required_argument, NULL, OPT_INPUTS},
         {"out", required_argument, NULL, OPT_OUT},
@@ -342,7 +430,7 @@ int cli_cmd_run(int argc, char **argv)
     };
     char *args[64];
     int nargs = 0, local = 0, no_vma = 0, rc;
-    const char *inputs = NULL, *outdir = NULL;
+    const char *inputs = NULL, *outdir = NULL, *entry = NULL;
     optind = 1;
     opterr = 0;
     for (;;) {
@@ -370,6 +458,9 @@ int cli_cmd_run(int argc, char **argv)
         case OPT_NOVMA:
             no_vma = 1;
             break;
+        case OPT_RUN_ENTRY:
+            entry = optarg;
+            break;
         default:
             return cli_getopt_error("run", c, argv);
         }
@@ -378,5 +469,5 @@ int cli_cmd_run(int argc, char **argv)
         return rc;
     if (!local)
         return cli_usage("run", "only --local is supported for now");
-    return cli_run_local(argv[optind], args, nargs, inputs, outdir, no_vma);
+    return cli_run_local(argv[optind], entry, args, nargs, inputs, outdir, no_vma);
 }

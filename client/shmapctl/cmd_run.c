@@ -19,13 +19,17 @@ int cli_run_service(int argc, char **argv);
 
 static const char run_service_help[] =
     "Usage: shmapctl run PROGRAM.shmap --arg PARAM=NAME|ID|FILE.npy ...\n"
-    "                    [--out-name OUT=NAME ...] [--no-check-vma] [--timeout-ms N]\n"
+    "                    [--entry NAME] [--out-name OUT=NAME ...] [--no-check-vma]\n"
+    "                    [--timeout-ms N]\n"
     "                    [--deadline-ms N] [--detach] [--json] [--target HOST:PORT]\n"
     "                    [--token T]\n"
     "       shmapctl run --local PROGRAM.shmap ...   (in this process; see run --local --help)\n"
     "\n"
-    "Runs a shard_map program (PROGRAMS.md) on the service, as\n"
-    "jax.shard_map(f, mesh, in_specs, out_specs)(*args) does. The program is\n"
+    "Runs a program (docs/programs.md) on the service: a shard_map function as\n"
+    "jax.shard_map(f, mesh, in_specs, out_specs)(*args) does, a jit function as\n"
+    "jax.jit(f)(*args) does (the service lowers it to a shard_map program with\n"
+    "the collectives its types require; see shmapctl check --lowered). The\n"
+    "function run is the file's last shard_map or jit one, or --entry NAME. It is\n"
     "parsed and verified here first (errors as \"file:line:col: sentence\"), then\n"
     "by the coordinator before anything runs. Every parameter needs an argument:\n"
     "an array on the service by name or id, or a .npy file, which is uploaded\n"
@@ -33,9 +37,10 @@ static const char run_service_help[] =
     "device order when the program names no devices) and deleted after the run.\n"
     "An argument laid out differently is resharded by the service first. Each\n"
     "returned value becomes a new array on the service, sharded as its out_spec\n"
-    "says; its name, id, type string, shape and dtype are printed.\n"
+    "(jit: its type) says; its name, id, type string, shape and dtype are printed.\n"
     "\n"
     "Options:\n"
+    "      --entry NAME         run function NAME of the file\n"
     "      --arg PARAM=VALUE    the argument of parameter PARAM: an array name, an\n"
     "                           id (all digits) or a FILE.npy; repeatable\n"
     "      --out-name OUT=NAME  name output OUT (its index, 0-based, or the name of\n"
@@ -121,7 +126,7 @@ static int ends_with(const char *s, const char *suffix)
 }
 
 typedef struct {
-    const char *path;
+    const char *path, *entry;
     int json, no_vma, detach;
     int64_t timeout_ms, deadline_ms;
     int nargs, nouts;
@@ -131,9 +136,10 @@ typedef struct {
 
 static int run_parse(int argc, char **argv, run_opts *o)
 {
-    enum { O_ARG = 2000, O_OUT, O_NOVMA, O_TIMEOUT, O_DEADLINE, O_DETACH };
+    enum { O_ARG = 2000, O_OUT, O_NOVMA, O_TIMEOUT, O_DEADLINE, O_DETACH, O_ENTRY };
     static const struct option opts[] = {
         {"arg", required_argument, NULL, O_ARG},
+        {"entry", required_argument, NULL, O_ENTRY},
         {"out-name", required_argument, NULL, O_OUT},
         {"no-check-vma", no_argument, NULL, O_NOVMA},
         {"timeout-ms", required_argument, NULL, O_TIMEOUT},
@@ -167,6 +173,9 @@ static int run_parse(int argc, char **argv, run_opts *o)
             break;
         case O_NOVMA:
             o->no_vma = 1;
+            break;
+        case O_ENTRY:
+            o->entry = optarg;
             break;
         case O_DETACH:
             o->detach = 1;
@@ -257,7 +266,7 @@ int cli_run_service(int argc, char **argv)
     if (!(text = read_text(o.path, err, sizeof err)))
         return cli_fail(CLI_EXIT_INVALID, "%s", err);
     int check_vma = !o.no_vma && text_check_vma(text);
-    if (sm_program_parse(text, o.path, &p, err, sizeof err) ||
+    if (sm_program_parse_entry(text, o.path, o.entry, &p, err, sizeof err) ||
         sm_program_verify(p, check_vma, err, sizeof err)) {
         rc = cli_fail(CLI_EXIT_INVALID, "%s", err);
         goto done;

@@ -1,5 +1,5 @@
 /* sm_comm: the collective interface the per-device executor talks to
- * (DESIGN.md "Execution and collectives"). An implementation is a const
+ * (docs/architecture.md, "A job's path"). An implementation is a const
  * vtable (sm_comm) plus an opaque context: sm_comm_local.h moves data
  * between threads of one process; a gRPC implementation across worker
  * processes plugs in the same way.

@@ -5,7 +5,7 @@
  * kernel (sm_kern.h) with numpy/JAX semantics: results have the dtype and
  * block shape the verifier gave their values (operands are converted with
  * sm_kern_astype where the types differ, e.g. weakly typed literals), and
- * collectives go through an sm_comm (SEMANTICS.md §4: psum/pmean/pmax/pmin,
+ * collectives go through an sm_comm (docs/semantics.md, shard_map: psum/pmean/pmax/pmin,
  * all_gather axis/tiled, psum_scatter scatter_dimension/tiled, all_to_all
  * split_axis/concat_axis/tiled, ppermute perm, axis_index, axis_size).
  * Each intermediate buffer is freed right after its last use.

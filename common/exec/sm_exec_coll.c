@@ -1,4 +1,4 @@
-/* sm_exec_coll: handlers of the collectives (SEMANTICS.md §4 table). The
+/* sm_exec_coll: handlers of the collectives (the table of docs/semantics.md, shard_map). The
  * comm moves contiguous rank-ordered chunks; the keywords (axis, tiled,
  * scatter_dimension, split_axis, concat_axis) become transposes before or
  * after the exchange that make the chunks contiguous. One entry point,
@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "sm_exec_impl.h"
+#include "sm_ir_infer.h"
 
 /* The op's group and the next sequence number. */
 static sm_err sm_exec_group(sm_exec_ctx *x, const sm_ir_op *op, sm_comm_group *g, uint64_t *seq,
@@ -16,6 +17,23 @@ static sm_err sm_exec_group(sm_exec_ctx *x, const sm_ir_op *op, sm_comm_group *g
                                   g, err, errlen);
     if (e)
         return e;
+    if (sm_ir_has_groups(op)) { /* axis_index_groups: the caller's group only */
+        const sm_ir_attrs *a = &op->attrs;
+        int per = (int)(a->ints.n / a->ints2.v[0]), all[SM_IR_MAX_INTS];
+        if (per < 1 || a->ints.n != g->size || a->ints.n > SM_IR_MAX_INTS)
+            return sm_fail(err, errlen, SM_EINVAL, "axis_index_groups do not match the group");
+        memcpy(all, x->members, sizeof(int) * (size_t)g->size);
+        for (int k = 0; k < a->ints.n; k++) {
+            if (a->ints.v[k] != g->rank)
+                continue;
+            int first = k - k % per;
+            for (int j = 0; j < per; j++)
+                x->members[j] = all[a->ints.v[first + j]];
+            g->rank = k % per;
+            g->size = per;
+            break;
+        }
+    }
     if (seq) {
         if (!x->comm)
             return sm_fail(err, errlen, SM_EINVAL, "the run has no comm for collectives");
@@ -106,18 +124,28 @@ static sm_err sm_exec_preduce(sm_exec_ctx *x, const sm_ir_op *op, const sm_comm_
                                                    : SM_KERN_SUM;
     int64_t n = sm_exec_numel(out);
     sm_dtype t = in[0]->dtype;
+    const void *src = in[0]->data;
+    void *conv = NULL;
+    if (t == SM_BOOL) { /* as JAX: bools are reduced as int32 */
+        if ((e = sm_exec_as(in[0], SM_I32, &src, &conv, err, errlen)))
+            return e;
+        t = SM_I32;
+    }
     void *tmp = NULL, *dst = out->data;
     size_t ntmp = (size_t)n * sm_dtype_size(t);
     if (t != out->dtype) { /* pmean of integers: sum in the input dtype, then f32 */
-        if ((e = sm_array_scratch(ntmp, "the sum of pmean", &tmp, err, errlen)))
+        if ((e = sm_array_scratch(ntmp, "the sum of pmean", &tmp, err, errlen))) {
+            free(conv);
             return e;
+        }
         dst = tmp;
     }
-    e = x->comm->all_reduce(x->cctx, g, seq, t, k, in[0]->data, dst, n, err, errlen);
+    e = x->comm->all_reduce(x->cctx, g, seq, t, k, src, dst, n, err, errlen);
     if (!e && tmp)
         e = sm_kern_astype(t, tmp, out->dtype, out->data, n, err, errlen);
     if (tmp)
         sm_array_data_free(tmp, ntmp);
+    free(conv);
     if (e || op->kind != SM_OP_PMEAN)
         return e;
     /* psum / n, as JAX divides (not a multiply by 1/n) */

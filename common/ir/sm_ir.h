@@ -3,13 +3,13 @@
  * value may vary over), with the mesh, parameters (global shapes + in_specs),
  * out_specs and returned values.
  *
- * Three ways in: the text form (sm_program_parse, PROGRAMS.md), the C builder
+ * Three ways in: the text form (sm_program_parse, docs/programs.md), the C builder
  * (sm_program_create / _add_param / _add_op / _set_returns), and protobuf
  * (common/rpc, through the builder). sm_program_verify checks any of them:
  * block shapes from in_specs, dtype and shape of every op (the op table,
  * sm_ir_ops.h), out_specs and result global shapes, and the replication check.
  *
- * The text form accepts, beyond PROGRAMS.md, what makes JAX code port line
+ * The text form accepts, beyond docs/programs.md, what makes JAX code port line
  * by line: module prefixes (jnp.dot, jax.lax.psum, jax.P), method calls and
  * attributes of arrays (x.reshape(2, 3), x.astype(f32), x.sum(axis=0),
  * x.T, x.shape, x.ndim, x.dtype), `**`, `//` on static ints, tuple
@@ -19,7 +19,7 @@
  * are static Python numbers (so `for k in range(axis_size('i'))` works).
  * Basic indexing x[a:b, :, i] lowers to slice + squeeze.
  *
- * Two kinds of program share these types (SEMANTICS.md §4 and §5):
+ * Two kinds of program share these types (docs/semantics.md: shard_map and the global view):
  * - SM_PROG_SHARD_MAP: the per-device program of a shard_map job; a
  *   value's shape is its block shape and vma its varying axes;
  * - SM_PROG_JIT: a global-view program (jax.jit with explicit or automatic
@@ -207,7 +207,7 @@ sm_err sm_program_set_returns(sm_program *p, const int *values, const sm_pspec *
  * out_global. Messages start with "file:line:col: " when positions are known. */
 sm_err sm_program_verify(sm_program *p, int check_vma, char *err, size_t errlen);
 
-/* Parses the text form (PROGRAMS.md) and infers every type; `for` loops are
+/* Parses the text form (docs/programs.md) and infers every type; `for` loops are
  * unrolled. A file may hold several functions (`def`, `shard_map`, `jit`);
  * the entry is the last `shard_map` or `jit` one. sm_program_parse_entry
  * names another (NULL: the last). filename is used in messages ("file:line:col: sentence"), may be
@@ -229,6 +229,10 @@ sm_err sm_program_describe(const sm_program *p, sm_strbuf *out);
  * varies over no axis); in a jit program with its sharding, "f32[8@X,2048@Y]",
  * "f32[8@(X,Y),4]" (Auto axes not shown). Returns buf. */
 char *sm_program_value_type(const sm_program *p, int value_id, char *buf, size_t len);
+/* Type of output k as JAX prints the result array's: its global shape with
+ * the result sharding, "f32[8@i,32]" (a shard_map program's out_spec, a jit
+ * program's result sharding; Auto axes not shown). Returns buf. */
+char *sm_program_output_type(const sm_program *p, int k, char *buf, size_t len);
 /* 1 if a and b have the same mesh, params, ops, attributes, types and
  * returns (value names are ignored). */
 int sm_program_equal(const sm_program *a, const sm_program *b);

@@ -314,6 +314,48 @@ static sm_err sm_ir_at(const sm_program *p, int line, int col, sm_err e, char *e
                    msg);
 }
 
+/* The mesh axes a spec names, as a mask (the spec checked against the mesh). */
+static uint32_t sm_ir_spec_axes(const sm_program *p, const sm_pspec *s)
+{
+    uint32_t named = 0;
+    for (int d = 0; d < s->nentries; d++)
+        for (int j = 0; j < s->e[d].naxes; j++)
+            named |= 1u << sm_mesh_axis(&p->mesh, s->e[d].axes[j]);
+    return named;
+}
+
+/* The replication check's refusal: what varies over the mesh axes in bad,
+ * which its out_spec s does not name; every such axis is named, in mesh
+ * order, as JAX's message does ({y,z}). */
+static sm_err sm_ir_vma_fail(const sm_program *p, const char *what, const sm_pspec *s, uint32_t bad,
+                             char *err, size_t errlen)
+{
+    char set[300] = "", tup[300] = "", sp[300];
+    size_t o = 0, t = 0;
+    int n = 0;
+    for (int a = 0; a < p->mesh.naxes; a++) {
+        if (!(bad & (1u << a)))
+            continue;
+        o += (size_t)snprintf(set + o, o < sizeof set ? sizeof set - o : 0, "%s%s", n ? "," : "",
+                              p->mesh.names[a]);
+        t += (size_t)snprintf(tup + t, t < sizeof tup ? sizeof tup - t : 0, "%s'%s'", n ? ", " : "",
+                              p->mesh.names[a]);
+        n++;
+    }
+    sm_pspec_format(s, sp, sizeof sp);
+    if (n == 1)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "%s varies over mesh axis %s, but its out_spec %s does not name %s (reduce "
+                       "it over %s, e.g. with psum, or name %s in the out_spec; or pass "
+                       "check_vma=False)",
+                       what, tup, sp, tup, tup, tup);
+    return sm_fail(err, errlen, SM_EINVAL,
+                   "%s varies over mesh axes {%s}, but its out_spec %s names none of them "
+                   "(reduce it over (%s), e.g. with psum, or name them in the out_spec; or pass "
+                   "check_vma=False)",
+                   what, set, sp, tup);
+}
+
 sm_err sm_program_verify(sm_program *p, int check_vma, char *err, size_t errlen)
 {
     sm_err e;
@@ -348,26 +390,30 @@ sm_err sm_program_verify(sm_program *p, int check_vma, char *err, size_t errlen)
         if ((e = sm_ir_check_out(p, k, err, errlen)))
             return sm_ir_at(p, p->ret_line, p->ret_col, e, err, errlen);
     }
-    for (int k = 0; check_vma && p->kind != SM_PROG_JIT && k < p->nreturns; k++) {
-        const sm_ir_value *v = &p->values[p->returns[k]];
-        uint32_t named = 0;
-        const sm_pspec *s = &p->out_specs[k];
-        for (int d = 0; d < s->nentries; d++)
-            for (int j = 0; j < s->e[d].naxes; j++)
-                named |= 1u << sm_mesh_axis(&p->mesh, s->e[d].axes[j]);
-        uint32_t bad = v->vma & ~named;
+    for (int k = 0; check_vma && p->kind == SM_PROG_JIT && k < p->nops; k++) {
+        /* the replication check of every shard_map function the jit body calls */
+        const sm_ir_op *op = &p->ops[k];
+        if (op->kind != SM_OP_SHARD_MAP_OUT || !op->attrs.sharding)
+            continue;
+        const sm_pspec *s = op->attrs.sharding;
+        uint32_t bad = p->values[op->operands[0]].vma & ~sm_ir_spec_axes(p, s);
         if (!bad)
             continue;
-        int ax = __builtin_ctz(bad);
-        char what[300], sp[300], ty[300];
-        e = sm_fail(err, errlen, SM_EINVAL,
-                    "%s of type %s varies over mesh axis '%s', but its out_spec %s does not name "
-                    "'%s' (reduce it over '%s', e.g. with psum, or name '%s' in the out_spec; or "
-                    "pass check_vma=False)",
-                    sm_ir_output_name(p, k, what, sizeof what),
-                    sm_program_value_type(p, p->returns[k], ty, sizeof ty), p->mesh.names[ax],
-                    sm_pspec_format(s, sp, sizeof sp), p->mesh.names[ax], p->mesh.names[ax],
-                    p->mesh.names[ax]);
+        char ty[300], what[400];
+        snprintf(what, sizeof what, "a shard_map result of type %s",
+                 sm_program_value_type(p, op->operands[0], ty, sizeof ty));
+        e = sm_ir_vma_fail(p, what, s, bad, err, errlen);
+        return sm_ir_at(p, op->line, op->col, e, err, errlen);
+    }
+    for (int k = 0; check_vma && p->kind != SM_PROG_JIT && k < p->nreturns; k++) {
+        const sm_pspec *s = &p->out_specs[k];
+        uint32_t bad = p->values[p->returns[k]].vma & ~sm_ir_spec_axes(p, s);
+        if (!bad)
+            continue;
+        char name[300], ty[300], what[700];
+        snprintf(what, sizeof what, "%s of type %s", sm_ir_output_name(p, k, name, sizeof name),
+                 sm_program_value_type(p, p->returns[k], ty, sizeof ty));
+        e = sm_ir_vma_fail(p, what, s, bad, err, errlen);
         return sm_ir_at(p, p->ret_line, p->ret_col, e, err, errlen);
     }
     return SM_OK;
@@ -447,7 +493,8 @@ int sm_program_equal(const sm_program *a, const sm_program *b)
     for (int v = 0; v < a->nvalues; v++) {
         const sm_ir_value *x = &a->values[v], *y = &b->values[v];
         if (x->dtype != y->dtype || !sm_shape_equal(&x->shape, &y->shape) || x->vma != y->vma ||
-            x->weak != y->weak)
+            x->weak != y->weak || x->manual != y->manual || x->hidden != y->hidden ||
+            !sm_ir_layout_equal(&x->layout, &y->layout, x->shape.rank))
             return 0;
     }
     for (int k = 0; k < a->nreturns; k++)

@@ -110,6 +110,37 @@ static int sm_ps_perm(sm_parser *ps, const sm_item *it, sm_ir_attrs *a)
     return 0;
 }
 
+/* axis_index_groups=[[0, 1], [2, 3]]: flattened into ints, the group count
+ * into ints2.v[0]; the type rule checks them against the group. */
+static int sm_ps_groups(sm_parser *ps, const char *op, const sm_item *it, sm_ir_attrs *a)
+{
+    if (it->kind != SM_IT_TUPLE || it->n < 1)
+        return sm_ps_fail(ps, it->at, SM_EINVAL,
+                          "%s: axis_index_groups must be a list of lists of axis indices", op);
+    a->ints.n = 0;
+    for (int g = 0; g < it->n; g++) {
+        const sm_item *grp = &it->elems[g];
+        if (grp->kind != SM_IT_TUPLE)
+            return sm_ps_fail(ps, grp->at, SM_EINVAL,
+                              "%s: axis_index_groups entry %d must be a list of axis indices", op,
+                              g);
+        for (int k = 0; k < grp->n; k++) {
+            if (a->ints.n == SM_IR_MAX_INTS)
+                return sm_ps_fail(ps, grp->at, SM_EINVAL,
+                                  "%s: axis_index_groups lists more than %d indices", op,
+                                  SM_IR_MAX_INTS);
+            if (sm_ps_static_int(ps, &grp->elems[k], "an axis index", &a->ints.v[a->ints.n]))
+                return -1;
+            a->ints.n++;
+        }
+    }
+    a->has_ints = 1;
+    a->has_ints2 = 1;
+    a->ints2.n = 1;
+    a->ints2.v[0] = it->n;
+    return 0;
+}
+
 /* Appends the array values of items to operands. */
 static int sm_ps_operands(sm_parser *ps, const char *op, const sm_item *el, int n, int *operands,
                           int *nops)
@@ -203,6 +234,8 @@ static int sm_ps_convert(sm_parser *ps, const char *op, const sm_op_param *pm, c
         return 0;
     case 'p':
         return sm_ps_perm(ps, it, a);
+    case 'g':
+        return sm_ps_groups(ps, op, it, a);
     case 's':
         if (it->kind != SM_IT_STR)
             return sm_ps_fail(ps, it->at, SM_EINVAL, "%s must be a string", what);

@@ -89,6 +89,13 @@ void sm_ir_attrs_normalize(sm_ir_op *op);
 sm_err sm_ir_infer_op(const sm_program *p, const sm_ir_op *op, int limit, sm_ir_value *out,
                       char *err, size_t errlen);
 
+/* 1 if a psum, pmean, pmax, pmin, all_gather or psum_scatter acts within
+ * axis_index_groups (attrs.ints flattened, attrs.ints2.v[0] groups). */
+int sm_ir_has_groups(const sm_ir_op *op);
+/* 1 for all_gather(..., to='invarying'): its result varies over none of the
+ * gathered axes (JAX's all_gather_invariant). */
+int sm_ir_gathers_invarying(const sm_ir_op *op);
+
 /* "f32[2,8]" for a value (no varying axes). */
 char *sm_ir_type_str(const sm_ir_value *v, char *buf, size_t len);
 /* "[2,8]". */

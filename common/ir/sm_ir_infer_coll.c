@@ -1,4 +1,4 @@
-/* sm_ir_infer_coll: type rules of the collectives (SEMANTICS.md §4 table).
+/* sm_ir_infer_coll: type rules of the collectives (the table of docs/semantics.md, shard_map).
  * n is the product of the sizes of the named axes. */
 #include "sm_ir_infer.h"
 
@@ -30,7 +30,45 @@ static sm_err sm_ir_coll_begin(const sm_program *p, const sm_ir_op *op, const sm
         sm_ir_type_str(x, t, tlen);
     if (ax)
         sm_ir_axes_text(&op->attrs, ax, SM_IR_AX_LEN);
-    return sm_ir_axes_resolve(p, op, &mask, n, err, errlen);
+    sm_err e = sm_ir_axes_resolve(p, op, &mask, n, err, errlen);
+    if (e || !sm_ir_has_groups(op))
+        return e;
+    /* axis_index_groups: equal-size groups that cover the ranks exactly once;
+     * the collective acts within each group */
+    const sm_ir_attrs *a = &op->attrs;
+    int64_t ng = a->ints2.v[0];
+    const char *name = sm_op_name(op->kind);
+    if (ng < 1 || a->ints.n % ng || a->ints.n != *n)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "%s: axis_index_groups must cover the %lld ranks of the axes exactly once "
+                       "in groups of equal size, got %d indices in %lld groups",
+                       name, (long long)*n, a->ints.n, (long long)ng);
+    uint32_t seen = 0;
+    for (int k = 0; k < a->ints.n; k++) {
+        int64_t r = a->ints.v[k];
+        if (r < 0 || r >= *n || (seen & (1u << r)))
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "%s: axis_index_groups must name each of the ranks 0..%lld once, got "
+                           "%lld %s",
+                           name, (long long)*n - 1, (long long)r,
+                           r < 0 || r >= *n ? "(out of range)" : "twice");
+        seen |= 1u << r;
+    }
+    *n /= ng;
+    return SM_OK;
+}
+
+int sm_ir_has_groups(const sm_ir_op *op)
+{
+    sm_op_kind k = op->kind;
+    return (k == SM_OP_PSUM || k == SM_OP_PMEAN || k == SM_OP_PMAX || k == SM_OP_PMIN ||
+            k == SM_OP_ALL_GATHER || k == SM_OP_PSUM_SCATTER) &&
+           op->attrs.has_ints2 && op->attrs.ints2.n == 1 && op->attrs.has_ints;
+}
+
+int sm_ir_gathers_invarying(const sm_ir_op *op)
+{
+    return op->kind == SM_OP_ALL_GATHER && op->attrs.spec && !strcmp(op->attrs.spec, "invarying");
 }
 
 /* The result: dtype dt, shape s and x's weak type. */
@@ -53,6 +91,8 @@ sm_err sm_ir_infer_preduce(const sm_program *p, const sm_ir_op *op, const sm_ir_
     sm_dtype dt = in[0]->dtype;
     if (op->kind == SM_OP_PMEAN && !sm_dtype_is_float(dt))
         dt = SM_F32;
+    if (op->kind == SM_OP_PSUM && dt == SM_BOOL)
+        dt = SM_I32; /* JAX sums bools as int32 */
     return sm_ir_coll_result(out, dt, &in[0]->shape, in[0]);
 }
 
@@ -70,6 +110,11 @@ sm_err sm_ir_infer_all_gather(const sm_program *p, const sm_ir_op *op, const sm_
     sm_err e = sm_ir_coll_begin(p, op, in[0], &n, t, sizeof t, ax, err, errlen);
     if (e)
         return e;
+    if (op->attrs.spec && strcmp(op->attrs.spec, "varying") && strcmp(op->attrs.spec, "invarying"))
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "all_gather: to must be 'varying' or 'invarying', got '%s' (reduced "
+                       "results are not supported)",
+                       op->attrs.spec);
     const sm_shape *x = &in[0]->shape;
     sm_shape s = *x;
     int64_t a = op->attrs.axis;
@@ -146,6 +191,21 @@ sm_err sm_ir_infer_ppermute(const sm_program *p, const sm_ir_op *op, const sm_ir
     if (e)
         return e;
     const sm_ir_attrs *a = &op->attrs;
+    /* JAX (raise_on_ppermute_sort_diff, on by default): the group's rank order
+     * must be the mesh order, so axes of more than one device are named in
+     * mesh order */
+    for (int i = 1, last = -1; i <= a->naxes; i++) {
+        int m = sm_mesh_axis(&p->mesh, a->axes[i - 1]);
+        if (m < 0 || p->mesh.sizes[m] == 1)
+            continue;
+        if (m < last)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "ppermute over %s: Make sure that the axis_name passed to "
+                           "jax.lax.ppermute is in the same order as the axis_names declared on "
+                           "the mesh",
+                           ax);
+        last = m;
+    }
     if (a->nperm > 0 && !a->perm)
         return sm_fail(err, errlen, SM_EINVAL, "ppermute: perm is missing");
     if (a->nperm > n)

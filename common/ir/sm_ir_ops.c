@@ -311,11 +311,11 @@ sm_err sm_ir_infer_op(const sm_program *p, const sm_ir_op *op, int limit, sm_ir_
     case SM_VMA_NONE:
         out->vma = 0;
         break;
-    case SM_VMA_REMOVE:
-        out->vma = vma & ~mask;
+    case SM_VMA_REMOVE: /* within axis_index_groups the groups still differ */
+        out->vma = sm_ir_has_groups(op) ? vma : vma & ~mask;
         break;
     case SM_VMA_ADD:
-        out->vma = vma | mask;
+        out->vma = sm_ir_gathers_invarying(op) ? vma & ~mask : vma | mask;
         break;
     case SM_VMA_SET:
         out->vma = mask;

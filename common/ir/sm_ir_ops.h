@@ -1,5 +1,6 @@
 /* sm_ir_ops: the op kinds of shmap programs, expanded from the one op
- * table sm_ir_ops.def (STYLE rule 4), which says what each column means. */
+ * table sm_ir_ops.def (one row per op, every per-op fact in it), which says what each column means.
+ */
 #ifndef SM_IR_OPS_H
 #define SM_IR_OPS_H
 

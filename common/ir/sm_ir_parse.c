@@ -414,19 +414,6 @@ static int sm_ps_return(sm_parser *ps, const sm_tok *rt)
         ps->ret = v;
         return 0;
     }
-    if (ps->p->kind == SM_PROG_JIT && !ps->p->has_out_shardings) {
-        int n = v.kind == SM_IT_TUPLE ? v.n : 1;
-        int *ids = sm_arena_alloc(ps->scratch, sizeof(int) * (size_t)n);
-        if (!ids)
-            return sm_ps_fail(ps, rt, SM_ENOMEM, "out of memory");
-        for (int k = 0; k < n; k++)
-            if (sm_ps_value(ps, v.kind == SM_IT_TUPLE ? &v.elems[k] : &v, &ids[k]))
-                return -1;
-        ps->p->ret_line = rt->line;
-        ps->p->ret_col = rt->col;
-        sm_err e = sm_program_set_returns(ps->p, ids, NULL, n, ps->err, ps->errlen);
-        return e ? sm_ps_fail_at(ps, rt, e) : 0;
-    }
     int n = v.kind == SM_IT_TUPLE ? v.n : 1;
     int *ids = sm_arena_alloc(ps->scratch, sizeof(int) * (size_t)n);
     if (!ids)
@@ -434,6 +421,12 @@ static int sm_ps_return(sm_parser *ps, const sm_tok *rt)
     for (int k = 0; k < n; k++)
         if (sm_ps_value(ps, v.kind == SM_IT_TUPLE ? &v.elems[k] : &v, &ids[k]))
             return -1;
+    if (ps->p->kind == SM_PROG_JIT && !ps->p->has_out_shardings) { /* the types' shardings */
+        ps->p->ret_line = rt->line;
+        ps->p->ret_col = rt->col;
+        sm_err e = sm_program_set_returns(ps->p, ids, NULL, n, ps->err, ps->errlen);
+        return e ? sm_ps_fail_at(ps, rt, e) : 0;
+    }
     if (n != ps->p->nreturns)
         return sm_ps_fail(ps, rt, SM_EINVAL,
                           "return gives %d value%s but the header declares %d out_spec%s", n,

@@ -14,10 +14,12 @@ typedef struct {
 
 static int sm_ir_reserved(const char *s)
 {
-    static const char *const words[] = {"None",      "True",    "False", "P",      "PartitionSpec",
-                                        "range",     "for",     "in",    "return", "mesh",
-                                        "shard_map", "jnp",     "np",    "lax",    "jax",
-                                        "numpy",     "devices", "inf",   "nan",    NULL};
+    static const char *const words[] = {
+        "None",       "True", "False",  "P",      "PartitionSpec", "range",
+        "for",        "in",   "return", "mesh",   "shard_map",     "jnp",
+        "np",         "lax",  "jax",    "numpy",  "devices",       "inf",
+        "nan",        "jit",  "def",    "square", "auto_axes",     "NamedSharding",
+        "axis_types", NULL};
     sm_op_kind k;
     sm_dtype t;
     for (int i = 0; words[i]; i++)
@@ -164,6 +166,15 @@ static void sm_ir_put_call(sm_strbuf *b, const sm_namer *nm, const sm_ir_op *op)
         case 't':
             show = a->has_dtype;
             break;
+        case 'S':
+            show = a->sharding != NULL;
+            break;
+        case 's':
+            show |= a->spec != NULL;
+            break;
+        case 'g':
+            show = a->has_ints && a->has_ints2 && a->ints2.n == 1 && a->ints2.v[0] > 0;
+            break;
         }
         if (!show)
             continue;
@@ -171,6 +182,7 @@ static void sm_ir_put_call(sm_strbuf *b, const sm_namer *nm, const sm_ir_op *op)
         first = 0;
         if (q->optional || q->kind == 't')
             sm_strbuf_printf(b, "%s=", q->name);
+        char spec[400];
         switch (q->kind) {
         case 'v':
             sm_strbuf_puts(b, nm->names[op->operands[next++]]);
@@ -225,6 +237,22 @@ static void sm_ir_put_call(sm_strbuf *b, const sm_namer *nm, const sm_ir_op *op)
         case 's':
             sm_strbuf_printf(b, "'%s'", a->spec ? a->spec : "");
             break;
+        case 'S':
+            sm_strbuf_puts(b,
+                           a->sharding ? sm_pspec_format(a->sharding, spec, sizeof spec) : "P()");
+            break;
+        case 'g': {
+            int per = (int)(a->ints.n / a->ints2.v[0]);
+            sm_strbuf_puts(b, "[");
+            for (int k = 0; k < a->ints.n; k++)
+                sm_strbuf_printf(b, "%s%lld%s",
+                                 k % per ? ", "
+                                 : k     ? ", ["
+                                         : "[",
+                                 (long long)a->ints.v[k], k % per == per - 1 ? "]" : "");
+            sm_strbuf_puts(b, "]");
+            break;
+        }
         case 'w':
             sm_strbuf_puts(b, "(");
             for (int k = 0; k + 1 < a->ints.n; k += 2)
@@ -249,12 +277,23 @@ static void sm_ir_put_header(sm_strbuf *b, const sm_program *p)
             sm_strbuf_printf(b, "%s%d", d ? ", " : "", (int)p->mesh.devices[d]);
         sm_strbuf_puts(b, "]");
     }
-    sm_strbuf_printf(b, "\nshard_map %s(", p->name);
+    if (p->kind == SM_PROG_JIT && p->auto_axes) {
+        sm_strbuf_puts(b, " axis_types=(");
+        for (int a = 0; a < p->mesh.naxes; a++)
+            sm_strbuf_printf(b, "%s%s", a ? ", " : "",
+                             p->auto_axes & (1u << a) ? "Auto" : "Explicit");
+        sm_strbuf_puts(b, ")");
+    }
+    sm_strbuf_printf(b, "\n%s %s(", p->kind == SM_PROG_JIT ? "jit" : "shard_map", p->name);
     for (int i = 0; i < p->nparams; i++) {
         const sm_ir_param *pa = &p->params[i];
         sm_strbuf_printf(b, "%s%s: %s%s @ %s", i ? ", " : "", pa->name, sm_dtype_name(pa->dtype),
                          sm_ir_shape_str(&pa->global, buf, 200),
                          sm_pspec_format(&pa->spec, buf + 200, 200));
+    }
+    if (p->kind == SM_PROG_JIT && !p->has_out_shardings) {
+        sm_strbuf_puts(b, "):\n");
+        return;
     }
     sm_strbuf_puts(b, ") -> ");
     if (p->nreturns != 1)
@@ -262,6 +301,15 @@ static void sm_ir_put_header(sm_strbuf *b, const sm_program *p)
     for (int k = 0; k < p->nreturns; k++)
         sm_strbuf_printf(b, "%s%s", k ? ", " : "", sm_pspec_format(&p->out_specs[k], buf, 400));
     sm_strbuf_puts(b, p->nreturns != 1 ? "):\n" : ":\n");
+}
+
+/* Marks the ops of a jit program that are not plain global ops. */
+static void sm_ir_put_region(sm_strbuf *b, const sm_ir_op *op)
+{
+    if (op->manual)
+        sm_strbuf_puts(b, "  # per-device (a shard_map function's body)");
+    else if (op->auto_mask)
+        sm_strbuf_puts(b, "  # inside auto_axes");
 }
 
 sm_err sm_program_print(const sm_program *p, sm_strbuf *out)
@@ -275,6 +323,7 @@ sm_err sm_program_print(const sm_program *p, sm_strbuf *out)
     for (int k = 0; k < p->nops; k++) {
         sm_strbuf_printf(out, "    %s = ", nm.names[p->ops[k].result]);
         sm_ir_put_call(out, &nm, &p->ops[k]);
+        sm_ir_put_region(out, &p->ops[k]);
         sm_strbuf_puts(out, "\n");
     }
     sm_strbuf_puts(out, "    return ");
@@ -300,9 +349,14 @@ sm_err sm_program_describe(const sm_program *p, sm_strbuf *out)
     for (int k = 0; k < p->nops; k++) {
         sm_strbuf_printf(out, "    %s = ", nm.names[p->ops[k].result]);
         sm_ir_put_call(out, &nm, &p->ops[k]);
-        sm_strbuf_printf(out, " : %s\n", sm_program_value_type(p, p->ops[k].result, ty, sizeof ty));
+        sm_strbuf_printf(out, " : %s", sm_program_value_type(p, p->ops[k].result, ty, sizeof ty));
+        sm_ir_put_region(out, &p->ops[k]);
+        sm_strbuf_puts(out, "\n");
     }
-    for (int k = 0; k < p->nreturns; k++) {
+    for (int k = 0; p->kind == SM_PROG_JIT && k < p->nreturns; k++)
+        sm_strbuf_printf(out, "    output %d: %s : %s\n", k, nm.names[p->returns[k]],
+                         sm_program_output_type(p, k, ty, sizeof ty));
+    for (int k = 0; p->kind != SM_PROG_JIT && k < p->nreturns; k++) {
         sm_ir_value v = p->values[p->returns[k]];
         v.shape = p->out_global ? p->out_global[k] : v.shape;
         sm_strbuf_printf(
@@ -312,4 +366,14 @@ sm_err sm_program_describe(const sm_program *p, sm_strbuf *out)
     }
     sm_namer_free(&nm);
     return out->oom ? SM_ENOMEM : SM_OK;
+}
+
+char *sm_program_output_type(const sm_program *p, int k, char *buf, size_t len)
+{
+    sm_ir_value v = p->values[p->returns[k]];
+    if (p->out_global)
+        v.shape = p->out_global[k];
+    sm_ir_layout_of_spec(p, &p->out_specs[k], &v.layout);
+    v.hidden = p->kind == SM_PROG_JIT ? p->auto_axes : 0;
+    return sm_ir_jit_type_str(p, &v, buf, len);
 }

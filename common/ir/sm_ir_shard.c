@@ -1,6 +1,6 @@
 /* sm_ir_shard: the sharding rules of global-view (jit) programs — the
  * shard column of sm_ir_ops.def. Each rule follows JAX's (jax/_src/lax/
- * lax.py and slicing.py, the *_sharding_rule functions; SEMANTICS.md §5)
+ * lax.py and slicing.py, the *_sharding_rule functions; docs/semantics.md, the global view)
  * for the type, and says how the op runs on blocks (sm_ir_shard_plan).
  *
  * Auto axes (the mesh's axis_types, or every axis inside auto_axes) never
@@ -228,10 +228,25 @@ sm_err sm_ir_shard_elementwise(const sm_program *p, const sm_ir_op *op,
     int R = out->shape.rank;
     sm_ir_layout *l = &out->layout;
     uint32_t autos = out->hidden;
+    /* Over Auto axes the largest operand's layout wins, so the smaller
+     * operands are the ones that move (stable: the first among equals). */
+    int order[SM_OP_MAXARGS];
+    int64_t size[SM_OP_MAXARGS];
+    for (int k = 0; k < op->noperands; k++) {
+        order[k] = k;
+        size[k] = 1;
+        for (int d = 0; d < in[k]->shape.rank; d++)
+            size[k] *= in[k]->shape.dims[d];
+        for (int q = k; q > 0 && size[order[q - 1]] < size[order[q]]; q--) {
+            int t = order[q];
+            order[q] = order[q - 1];
+            order[q - 1] = t;
+        }
+    }
     for (int d = 0; d < R; d++) {
         int have = 0;
-        for (int k = 0; k < op->noperands; k++) {
-            const sm_ir_value *v = in[k];
+        for (int q = 0; q < op->noperands; q++) {
+            const sm_ir_value *v = in[order[q]];
             int od = d - (R - v->shape.rank);
             if (od < 0 || (v->shape.dims[od] == 1 && v->layout.n[od] == 0))
                 continue;
@@ -243,7 +258,7 @@ sm_err sm_ir_shard_elementwise(const sm_program *p, const sm_ir_op *op,
             } else if (!sm_sh_dim_equal(l, d, &v->layout, od)) {
                 uint32_t diff = sm_sh_dim_mask(l, d) ^ sm_sh_dim_mask(&v->layout, od);
                 if ((diff & autos) == diff)
-                    continue; /* Auto axes: keep the first operand's */
+                    continue; /* Auto axes: keep the larger operand's */
                 char specs[600];
                 size_t o = 0;
                 for (int j = 0; j < op->noperands && o < sizeof specs; j++) {
@@ -521,8 +536,23 @@ sm_err sm_ir_shard_dot(const sm_program *p, const sm_ir_op *op, const sm_ir_valu
                               err, errlen);
         if (e)
             return e;
-    } else {
-        out->layout = loc;
+    } else { /* JAX's: batch, then lhs free, then rhs free dimensions keep theirs */
+        sm_ir_layout jx;
+        memset(&jx, 0, sizeof jx);
+        for (int d = 0; d < g.nout; d++) {
+            int c = g.out[d];
+            for (int k = 0; k < nk; k++) {
+                int od = sm_sh_letter_in(&g, k, c);
+                if (od >= 0 && in[k]->shape.dims[od] != 1) {
+                    sm_sh_dim_copy(&jx, d, &in[k]->layout, od);
+                    break;
+                }
+            }
+        }
+        sm_err e = sm_sh_no_twice(p, op, &jx, g.nout, autos, out->hidden, err, errlen);
+        if (e)
+            return e;
+        out->layout = jx;
     }
     if (pending) {
         plan->npost = 0;

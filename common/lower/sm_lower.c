@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sm_arena.h"
 #include "sm_ir_infer.h"
 
 typedef struct {
@@ -193,7 +194,7 @@ sm_err sm_lower(const sm_program *jit, const sm_lower_opts *opts, sm_program **o
     if (e)
         return e;
     w.o->has_devices = jit->has_devices;
-    w.o->filename = jit->filename;
+    w.o->filename = jit->filename ? sm_arena_strdup(w.o->arena, jit->filename) : NULL;
     w.map = calloc((size_t)jit->nvalues + 1, sizeof *w.map);
     w.lay = calloc((size_t)jit->nvalues + 1, sizeof *w.lay);
     int *rets = calloc((size_t)jit->nreturns + 1, sizeof *rets);

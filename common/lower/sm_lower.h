@@ -1,5 +1,5 @@
 /* sm_lower: turns a verified global-view (jit) program into the shard_map
- * program that runs it (SEMANTICS.md §5, lowering contract): the same mesh,
+ * program that runs it (docs/semantics.md, lowering): the same mesh,
  * the same parameters (global shapes, their shardings as in_specs), per-
  * device blocks of every value, and exactly the collectives the types
  * require — none for a program whose types need no communication.

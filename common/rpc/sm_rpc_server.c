@@ -19,8 +19,8 @@
  * per pending batch (tag) plus one for the handler while it runs. The context
  * is freed by whoever drops the last reference. The server counts live
  * contexts (armed requests included) and shuts the CQ down only once it is
- * stopping, the shutdown tag has arrived and no context is left (notes §1
- * Shutdown, §3 pitfall 1). */
+ * stopping, the shutdown tag has arrived and no context is left (gRPC core requires the CQ drained
+ * of every tag before grpc_completion_queue_destroy). */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>

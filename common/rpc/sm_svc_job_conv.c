@@ -84,6 +84,9 @@ Shmap__V1__Program *sm_svc_program_enc(sm_arena *a, const sm_program *p)
     m->filename = (char *)(p->filename ? p->filename : "");
     if (!(m->mesh = sm_svc_mesh_enc(a, 0, NULL, &p->mesh, p->has_devices)))
         return NULL;
+    m->jit = p->kind == SM_PROG_JIT;
+    m->auto_axes = p->auto_axes;
+    m->has_out_shardings = p->has_out_shardings != 0;
     for (int v = 0; v < p->nvalues; v++)
         map[v] = -1;
     for (int i = 0; i < p->nparams; i++)
@@ -141,6 +144,13 @@ Shmap__V1__Program *sm_svc_program_enc(sm_arena *a, const sm_program *p)
         q->name = (char *)(vn ? vn : "");
         q->line = op->line;
         q->col = op->col;
+        q->manual = op->manual != 0;
+        q->auto_mask = op->auto_mask;
+        if (op->attrs.sharding) {
+            q->has_sharding = 1;
+            if (!(q->sharding = sm_svc_pspec_enc(a, op->attrs.sharding)))
+                return NULL;
+        }
         m->ops[k] = q;
     }
     if (p->nreturns > 0) {
@@ -296,9 +306,19 @@ static sm_err op_dec(sm_program *p, const Shmap__V1__IrOp *q, size_t k, const ch
         free(perm);
         return e;
     }
+    sm_pspec sharding;
+    if (q->has_sharding) {
+        char ssub[220];
+        snprintf(ssub, sizeof ssub, "%s.sharding", sub);
+        if ((e = sm_svc_pspec_dec(q->sharding, ssub, &sharding, err, errlen))) {
+            free(perm);
+            return e;
+        }
+        at.sharding = &sharding;
+    }
     int id;
-    e = sm_program_add_op_at(p, kind, ops, (int)q->n_operands, &at, q->line, q->col, &id, tmp,
-                             sizeof tmp);
+    e = sm_program_add_op_jit(p, kind, ops, (int)q->n_operands, &at, q->line, q->col,
+                              q->manual != 0, q->auto_mask, &id, tmp, sizeof tmp);
     free(perm);
     if (e)
         return sm_fail(err, errlen, e, "%s (%s): %s", sub, q->op, tmp);
@@ -355,6 +375,11 @@ sm_err sm_svc_program_dec(const Shmap__V1__Program *m, const char *what, sm_prog
         goto fail;
     }
     p->has_devices = !default_order;
+    if (m->jit && (e = sm_program_set_jit(p, m->auto_axes, tmp, sizeof tmp))) {
+        e = sm_fail(err, errlen, e, "%s.auto_axes: %s", what, tmp);
+        goto fail;
+    }
+    p->has_out_shardings = m->jit && m->has_out_shardings;
     if (m->filename && m->filename[0] && !(p->filename = sm_arena_strdup(p->arena, m->filename))) {
         e = sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a program");
         goto fail;

@@ -90,7 +90,7 @@ typedef struct {
 
 /* Plans a process-local upload in which every process supplies local data of
  * shape local_shape (JAX's rule: all processes pass the same local shape).
- * global_shape NULL means infer it. Rules (SEMANTICS.md §3): a dimension
+ * global_shape NULL means infer it. Rules (docs/semantics.md, building sharded arrays): a dimension
  * whose local size equals the global size is held whole; otherwise the local
  * data holds, in increasing global order, the distinct shard ranges the
  * process's devices need, and local size must be shard size * count. The

@@ -1,0 +1,38 @@
+"""shmap for Python: JAX's sharding model as a service.
+
+    import numpy as np, shmap
+    from shmap import P, NamedSharding
+
+    with shmap.local_cluster(workers=2, devices_per_worker=4) as c:
+        mesh = c.make_mesh((4, 2), ('i', 'j'))
+        a = c.device_put(np.ones((8, 16), np.float32), NamedSharding(mesh, P('i', 'j')))
+        print(shmap.typeof(a))            # f32[8@i,16@j]
+
+        @shmap.shard_map(mesh=mesh, in_specs=(P('i', 'j'),), out_specs=P('i', None))
+        def f(x):
+            return shmap.lax.psum(x.sum(axis=1, keepdims=True), 'j')
+
+        print(np.asarray(f(a)))
+
+See docs/python.md. The ops of shmap.numpy and shmap.lax come from the C op
+table at import."""
+from . import lax, numpy
+from ._core import (AlreadyExists, Array, Auto, AxisType, Cancelled, Client, DataLoss,
+                    DeadlineExceeded, Device, Explicit, FailedPrecondition, Internal,
+                    InvalidArgument, Mesh, NamedSharding, NotFound, P, PartitionSpec,
+                    ProgramError, ResourceExhausted, Shard, ShmapError, Unauthenticated,
+                    Unavailable, Unimplemented, connect, local_cluster, typeof,
+                    visualize_array_sharding)
+from ._trace import Future, Lowered, Tracer, jit, shard_map
+
+reshard = numpy.reshard
+with_sharding_constraint = numpy.with_sharding_constraint
+
+__all__ = [
+    "AlreadyExists", "Array", "Auto", "AxisType", "Cancelled", "Client", "DataLoss",
+    "DeadlineExceeded", "Device", "Explicit", "FailedPrecondition", "Future", "Internal",
+    "InvalidArgument", "Lowered", "Mesh", "NamedSharding", "NotFound", "P", "PartitionSpec",
+    "ProgramError", "ResourceExhausted", "Shard", "ShmapError", "Tracer", "Unauthenticated",
+    "Unavailable", "Unimplemented", "connect", "jit", "lax", "local_cluster", "numpy",
+    "reshard", "shard_map", "typeof", "visualize_array_sharding", "with_sharding_constraint",
+]

@@ -1,0 +1,628 @@
+"""Arrays, meshes and shardings with JAX's names, over the _shmap extension."""
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+import weakref
+
+import numpy as np
+
+import _shmap
+
+# ---- errors ------------------------------------------------------------------
+
+
+class ShmapError(Exception):
+    """An error of the service or of a program: .code is the gRPC-style code
+    name (INVALID_ARGUMENT, NOT_FOUND, ...), .message the service's sentence."""
+
+    code = "UNKNOWN"
+
+    def __init__(self, message, code=None, source_line=None):
+        super().__init__(message)
+        self.message = message
+        if code:
+            self.code = code
+        self.source_line = source_line
+
+
+class InvalidArgument(ShmapError):
+    code = "INVALID_ARGUMENT"
+
+
+class ProgramError(InvalidArgument):
+    """A program that does not parse or type-check (.source_line: the Python
+    line of the offending op, when it was traced from Python)."""
+
+
+class NotFound(ShmapError):
+    code = "NOT_FOUND"
+
+
+class AlreadyExists(ShmapError):
+    code = "ALREADY_EXISTS"
+
+
+class FailedPrecondition(ShmapError):
+    code = "FAILED_PRECONDITION"
+
+
+class ResourceExhausted(ShmapError):
+    code = "RESOURCE_EXHAUSTED"
+
+
+class Unavailable(ShmapError):
+    code = "UNAVAILABLE"
+
+
+class DeadlineExceeded(ShmapError):
+    code = "DEADLINE_EXCEEDED"
+
+
+class DataLoss(ShmapError):
+    code = "DATA_LOSS"
+
+
+class Unauthenticated(ShmapError):
+    code = "UNAUTHENTICATED"
+
+
+class Cancelled(ShmapError):
+    code = "CANCELLED"
+
+
+class Unimplemented(ShmapError):
+    code = "UNIMPLEMENTED"
+
+
+class Internal(ShmapError):
+    code = "INTERNAL"
+
+
+_BY_ERR = {
+    "SM_EINVAL": InvalidArgument, "SM_EFORMAT": InvalidArgument, "SM_EOVERFLOW": InvalidArgument,
+    "SM_ENOTFOUND": NotFound, "SM_EEXIST": AlreadyExists, "SM_EPRECONDITION": FailedPrecondition,
+    "SM_ENOMEM": ResourceExhausted, "SM_ERESOURCE": ResourceExhausted,
+    "SM_EUNAVAILABLE": Unavailable, "SM_ETIMEOUT": DeadlineExceeded, "SM_EDATALOSS": DataLoss,
+    "SM_EAUTH": Unauthenticated, "SM_EPERM": Unauthenticated, "SM_ECANCELLED": Cancelled,
+    "SM_EUNSUPPORTED": Unimplemented, "SM_EUNIMPLEMENTED": Unimplemented,
+}
+
+
+def _raise(e, program=False):
+    """Re-raises an _shmap.Error as the matching ShmapError subclass."""
+    name, msg = e.args if len(e.args) == 2 else ("SM_EINTERNAL", str(e))
+    cls = _BY_ERR.get(name, Internal)
+    if program and cls is InvalidArgument:
+        cls = ProgramError
+    raise cls(msg) from None
+
+
+def _call(fn, *args):
+    try:
+        return fn(*args)
+    except _shmap.Error as e:
+        _raise(e)
+
+
+# ---- dtypes ------------------------------------------------------------------
+
+_DTYPES = {"f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np.int64,
+           "u8": np.uint8, "bool": np.bool_, "f16": np.float16}
+_NAMES = {np.dtype(v): k for k, v in _DTYPES.items()}
+
+
+def _dtype_name(dt):
+    if isinstance(dt, str) and dt in _DTYPES:
+        return dt
+    try:
+        return _NAMES[np.dtype(dt)]
+    except (KeyError, TypeError):
+        raise InvalidArgument(f"dtype {dt!r} is not one shmap supports "
+                              f"({', '.join(_DTYPES)})") from None
+
+
+# ---- PartitionSpec, Mesh, NamedSharding --------------------------------------
+
+
+class PartitionSpec(tuple):
+    """JAX's PartitionSpec: P('i', None), P(('x', 'y'),), P()."""
+
+    def __new__(cls, *entries):
+        for e in entries:
+            ok = e is None or isinstance(e, str) or (
+                isinstance(e, tuple) and all(isinstance(a, str) for a in e))
+            if not ok:
+                raise InvalidArgument(f"a PartitionSpec entry is None, an axis name or a tuple "
+                                      f"of axis names, got {e!r}")
+        return super().__new__(cls, entries)
+
+    def __repr__(self):
+        def one(e):
+            if e is None:
+                return "None"
+            if isinstance(e, str):
+                return repr(e)
+            return "(" + ", ".join(map(repr, e)) + ("," if len(e) == 1 else "") + ")"
+        return "P(" + ", ".join(one(e) for e in self) + ")"
+
+    __str__ = __repr__
+
+
+P = PartitionSpec
+
+
+class AxisType:
+    Explicit = "Explicit"
+    Auto = "Auto"
+
+
+Explicit, Auto = AxisType.Explicit, AxisType.Auto
+
+
+class Mesh:
+    """A device mesh: axis names with sizes and the device ids in row-major
+    mesh order (None: the service's default order, chosen at first use)."""
+
+    def __init__(self, axis_sizes, axis_names, devices=None, axis_types=None, client=None):
+        if isinstance(axis_names, str):
+            axis_names = (axis_names,)
+        self.axis_names = tuple(axis_names)
+        self.axis_sizes = tuple(int(s) for s in axis_sizes)
+        if len(self.axis_names) != len(self.axis_sizes):
+            raise InvalidArgument("a mesh needs one size per axis name")
+        self._devices = None if devices is None else tuple(int(d) for d in np.ravel(devices))
+        self.axis_types = tuple(axis_types) if axis_types else (Explicit,) * len(self.axis_names)
+        self._client = client
+
+    @property
+    def shape(self):
+        return dict(zip(self.axis_names, self.axis_sizes))
+
+    @property
+    def size(self):
+        return int(np.prod(self.axis_sizes))
+
+    @property
+    def devices(self):
+        if self._devices is None:
+            return None
+        return np.array(self._devices).reshape(self.axis_sizes)
+
+    def _c(self):
+        return (self.axis_names, self.axis_sizes, self._devices)
+
+    def _text(self):
+        s = "mesh " + " ".join(f"{n}={z}" for n, z in zip(self.axis_names, self.axis_sizes))
+        if self._devices is not None:
+            s += " devices=[" + ", ".join(map(str, self._devices)) + "]"
+        if any(t == Auto for t in self.axis_types):
+            s += " axis_types=(" + ", ".join(self.axis_types) + ")"
+        return s
+
+    def __eq__(self, other):
+        return (isinstance(other, Mesh) and self.axis_names == other.axis_names and
+                self.axis_sizes == other.axis_sizes and self._devices == other._devices)
+
+    def __hash__(self):
+        return hash((self.axis_names, self.axis_sizes, self._devices))
+
+    def __repr__(self):
+        return "Mesh(" + ", ".join(f"'{n}': {z}" for n, z in zip(self.axis_names,
+                                                                  self.axis_sizes)) + ")"
+
+
+class NamedSharding:
+    """JAX's NamedSharding(mesh, P(...)); the index math is the C core's."""
+
+    def __init__(self, mesh, spec=None):
+        self.mesh = mesh
+        self.spec = spec if spec is not None else P()
+        if not isinstance(self.spec, PartitionSpec):
+            self.spec = P(*self.spec)
+
+    def _info(self, shape):
+        if self.mesh._devices is None:
+            raise FailedPrecondition("the mesh has no device order yet: make it with "
+                                     "Client.make_mesh, or give devices=")
+        return _call(_shmap.sharding_info, self.mesh._c(), repr(self.spec), tuple(shape))
+
+    def devices_indices_map(self, shape):
+        """{device id: tuple of slices} of each device's block."""
+        return {d["device"]: tuple(slice(a, b) for a, b in d["index"])
+                for d in self._info(shape)["devices"]}
+
+    def shard_shape(self, shape):
+        return tuple(self._info(shape)["shard_shape"])
+
+    @property
+    def is_fully_replicated(self):
+        names = [a for e in self.spec if e is not None
+                 for a in ((e,) if isinstance(e, str) else e)]
+        return all(self.mesh.shape.get(a, 1) == 1 for a in names)
+
+    @property
+    def addressable_devices(self):
+        return set(self.mesh._devices or ())
+
+    @property
+    def device_set(self):
+        return self.addressable_devices
+
+    def __eq__(self, other):
+        return (isinstance(other, NamedSharding) and self.mesh == other.mesh and
+                tuple(self.spec) == tuple(other.spec))
+
+    def __repr__(self):
+        return f"NamedSharding(mesh={self.mesh!r}, spec={self.spec!r})"
+
+
+def _spec_of(text):
+    """P(...) from the C core's text of a spec."""
+    return eval(text, {"P": P, "None": None})  # the C formatter's own output
+
+
+# ---- arrays ------------------------------------------------------------------
+
+
+class Shard:
+    """One device's block of an Array; .data is fetched on first use."""
+
+    def __init__(self, array, device, index, replica_id):
+        self._array, self.device, self.index, self.replica_id = array, device, index, replica_id
+        self._data = None
+
+    @property
+    def data(self):
+        if self._data is None:
+            buf, dt, shape = _call(self._array._client._c.get_shard, self._array.id, self.device)
+            self._data = np.frombuffer(buf, dtype=_DTYPES[dt]).reshape(shape)
+        return self._data
+
+
+class Array:
+    """A sharded array held by the service. Freed there when this handle is
+    garbage-collected, unless it has a name (a named array lives until
+    deleted), as a JAX array's buffers are."""
+
+    def __init__(self, client, info, owned=True):
+        self._client = client
+        self._info = info
+        self.id = info["id"]
+        self.name = info["name"] or None
+        self._owned = owned and not self.name
+        self._deleted = False
+        if self._owned:
+            self._finalizer = weakref.finalize(self, _free, weakref.ref(client), self.id)
+
+    @property
+    def shape(self):
+        return tuple(self._info["shape"])
+
+    @property
+    def dtype(self):
+        return np.dtype(_DTYPES[self._info["dtype"]])
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape))
+
+    @property
+    def sharding(self):
+        names, sizes, devs = self._info["mesh"]
+        return NamedSharding(Mesh(sizes, names, devs, client=self._client),
+                             _spec_of(self._info["spec"]))
+
+    @property
+    def type(self):
+        return self._info["type"]
+
+    @property
+    def addressable_shards(self):
+        return [Shard(self, s["device"], tuple(slice(a, b) for a, b in s["index"]),
+                      s["replica_id"]) for s in self._info["shards"]]
+
+    def to_numpy(self, out=None):
+        """The whole array; with out, written into that buffer (C-contiguous,
+        writable, same shape and dtype) with no extra copy."""
+        self._check()
+        if out is None:
+            out = np.empty(self.shape, self.dtype)
+        elif (out.shape != self.shape or out.dtype != self.dtype or
+              not out.flags.c_contiguous or not out.flags.writeable):
+            raise InvalidArgument(f"out must be a writable C-contiguous {self.dtype}"
+                                  f"{list(self.shape)} array")
+        self._client._progress_get(self, out)
+        return out
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.to_numpy()
+        return a if dtype is None else a.astype(dtype)
+
+    def reshard(self, sharding, name=None):
+        self._check()
+        c = self._client
+        return Array(c, _call(c._c.reshard, self.id, c._mesh_c(sharding.mesh),
+                              repr(sharding.spec), name))
+
+    def delete(self):
+        if not self._deleted:
+            _call(self._client._c.delete, self.id)
+            self._deleted = True
+            if self._owned:
+                self._finalizer.detach()
+
+    def is_deleted(self):
+        return self._deleted
+
+    def _check(self):
+        if self._deleted:
+            raise FailedPrecondition(f"array {self.id} was deleted")
+
+    def __repr__(self):
+        return f"Array({self.type}, id={self.id}{', name=' + repr(self.name) if self.name else ''})"
+
+
+def _free(client_ref, array_id):
+    client = client_ref()
+    if client is not None and client._c is not None:
+        try:
+            client._c.delete(array_id)
+        except Exception:
+            pass
+
+
+class Device(int):
+    """A device id, with its worker and process."""
+
+    def __new__(cls, id, worker, process, address):
+        d = super().__new__(cls, id)
+        d.id, d.worker, d.process_index, d.address = id, worker, process, address
+        return d
+
+    def __repr__(self):
+        return f"Device(id={self.id}, process={self.process_index})"
+
+
+class Client:
+    """A connection to a coordinator (shmap.connect)."""
+
+    def __init__(self, target=None, token=None):
+        self.target = target or os.environ.get("SHMAP_TARGET", "localhost:7070")
+        token = token if token is not None else os.environ.get("SHMAP_TOKEN")
+        try:
+            self._c = _shmap.Client(self.target, token, 0, _Progress())
+        except _shmap.Error as e:
+            _raise(e)
+
+    def close(self):
+        if self._c is not None:
+            self._c.close()
+            self._c = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def devices(self):
+        out = []
+        for w in _call(self._c.devices):
+            if w["alive"]:
+                out += [Device(d, w["worker"], w["process"], w["address"]) for d in w["devices"]]
+        return sorted(out)
+
+    def make_mesh(self, axis_shapes, axis_names, devices=None, axis_types=None):
+        """jax.make_mesh: the service's default device order unless devices
+        are given (whole workers first, the minor axis inside one worker)."""
+        m = Mesh(axis_shapes, axis_names, devices, axis_types, client=self)
+        if devices is None:
+            m._devices = tuple(_call(self._c.mesh_create, m._c())[2])
+        return m
+
+    def _mesh_c(self, mesh):
+        if mesh._devices is None:
+            mesh._devices = tuple(_call(self._c.mesh_create, mesh._c())[2])
+        return mesh._c()
+
+    def device_put(self, x, sharding, name=None):
+        a = np.ascontiguousarray(x)
+        info = _call(self._c.put, memoryview(a).cast("B"), _dtype_name(a.dtype), a.shape,
+                     self._mesh_c(sharding.mesh), repr(sharding.spec), name)
+        return Array(self, info)
+
+    def make_array_from_callback(self, shape, sharding, data_callback, name=None):
+        """One call of data_callback(index) per distinct index (a tuple of slices)."""
+        blocks, shards = {}, []
+        for dev, idx in sharding.devices_indices_map(shape).items():
+            key = tuple((s.start, s.stop) for s in idx)
+            if key not in blocks:
+                blocks[key] = np.ascontiguousarray(data_callback(idx))
+            shards.append((dev, blocks[key]))
+        dt = _dtype_name(shards[0][1].dtype)
+        info = _call(self._c.put_shards, dt, tuple(shape), self._mesh_c(sharding.mesh),
+                     repr(sharding.spec), name,
+                     [(d, memoryview(b).cast("B"), b.shape) for d, b in shards])
+        return Array(self, info)
+
+    def make_array_from_single_device_arrays(self, shape, sharding, arrays, name=None):
+        """arrays: one per device of the mesh, in mesh order (or a dict by device id)."""
+        devs = list(self._mesh_c(sharding.mesh)[2])
+        if isinstance(arrays, dict):
+            arrays = [arrays[d] for d in devs]
+        if len(arrays) != len(devs):
+            raise InvalidArgument(f"{len(arrays)} arrays for a mesh of {len(devs)} devices")
+        arrs = [np.ascontiguousarray(a) for a in arrays]
+        info = _call(self._c.put_shards, _dtype_name(arrs[0].dtype), tuple(shape),
+                     self._mesh_c(sharding.mesh), repr(sharding.spec), name,
+                     [(d, memoryview(a).cast("B"), a.shape) for d, a in zip(devs, arrs)])
+        return Array(self, info)
+
+    def make_array_from_process_local_data(self, sharding, local_data, global_shape=None,
+                                           process=0, name=None):
+        """This process's part (worker process index `process`); the array is
+        ready once every process's part has arrived (all must use one name)."""
+        a = np.ascontiguousarray(local_data)
+        name = name or "local-" + uuid.uuid4().hex[:12]
+        info = _call(self._c.put_local, process, memoryview(a).cast("B"), _dtype_name(a.dtype),
+                     a.shape, self._mesh_c(sharding.mesh), repr(sharding.spec), name,
+                     None if global_shape is None else tuple(global_shape))
+        return Array(self, info, owned=False)
+
+    def get(self, name_or_id):
+        """Attaches to an array by name or id (not freed when collected)."""
+        return Array(self, _call(self._c.describe, name_or_id), owned=False)
+
+    def arrays(self):
+        return [Array(self, i, owned=False) for i in _call(self._c.list)]
+
+    def _progress_get(self, array, out):
+        buf = memoryview(out.reshape(-1)).cast("B") if out.size else bytearray(0)
+        _call(self._c.get_into, array.id, buf)
+
+
+class _Progress:
+    """A progress bar on a terminal for transfers over a few MB: tqdm when
+    Debian's python3-tqdm is installed, a plain one otherwise; silent when
+    stderr is not a terminal."""
+
+    MIN_BYTES = 8 << 20
+
+    def __init__(self):
+        import sys
+        self.bar = None
+        self.tty = sys.stderr.isatty()
+
+    def __call__(self, done, total):
+        import sys
+        if not self.tty or total < self.MIN_BYTES:
+            return
+        if self.bar is None:
+            try:
+                import tqdm
+                self.bar = tqdm.tqdm(total=total, unit="B", unit_scale=True, desc="shmap")
+            except ImportError:
+                self.bar = "plain"
+                self.t0 = time.time()
+        if self.bar == "plain":
+            now = time.time()
+            if done < total and now - getattr(self, "last", 0) < 0.1:
+                return
+            self.last = now
+            width = 30
+            k = int(width * done / total)
+            rate = done / max(time.time() - self.t0, 1e-9) / 1e6
+            sys.stderr.write(f"\rshmap [{'#' * k}{'.' * (width - k)}] "
+                             f"{done / 1e6:.0f}/{total / 1e6:.0f} MB {rate:.0f} MB/s")
+            if done >= total:
+                sys.stderr.write("\n")
+                self.bar = None
+            sys.stderr.flush()
+        else:
+            self.bar.update(done - self.bar.n)
+            if done >= total:
+                self.bar.close()
+                self.bar = None
+
+
+_default = []
+
+
+def connect(target=None, token=None):
+    """A Client for target (default $SHMAP_TARGET, else localhost:7070) with
+    token (default $SHMAP_TOKEN)."""
+    c = Client(target, token)
+    _default[:] = [c]
+    return c
+
+
+def _find_coordinator():
+    for cand in (os.environ.get("SHMAP_COORDINATOR_BIN"),
+                 os.path.join(os.environ.get("SHMAP_BIN_DIR", ""), "shmap-coordinator"),
+                 os.path.join(os.path.dirname(_shmap.__file__), "..", "server",
+                              "shmap-coordinator"),
+                 shutil.which("shmap-coordinator")):
+        if cand and os.path.isfile(cand) and os.access(cand, os.X_OK):
+            return cand
+    raise FailedPrecondition("shmap-coordinator not found: set SHMAP_COORDINATOR_BIN or "
+                             "SHMAP_BIN_DIR, or put it on the PATH")
+
+
+class local_cluster:
+    """The embedded default as a context manager: a coordinator with local
+    workers on a free loopback port, stopped on exit.
+
+        with shmap.local_cluster(workers=2, devices_per_worker=4) as c:
+            x = c.device_put(np.arange(8.), NamedSharding(c.make_mesh((8,), ('i',)), P('i')))
+    """
+
+    def __init__(self, workers=2, devices_per_worker=4, timeout=30):
+        self.workers, self.devices_per_worker, self.timeout = workers, devices_per_worker, timeout
+        self.proc = self.client = None
+
+    def __enter__(self):
+        self.dir = tempfile.mkdtemp(prefix="shmap-py-")
+        port_file = os.path.join(self.dir, "port")
+        self.log = open(os.path.join(self.dir, "coordinator.log"), "w")
+        self.proc = subprocess.Popen(
+            [_find_coordinator(), "--listen", "127.0.0.1:0", "--port-file", port_file,
+             "--local-workers", str(self.workers), "--devices-per-worker",
+             str(self.devices_per_worker)],
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.time() + self.timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                break
+            if os.path.exists(port_file) and open(port_file).read().strip():
+                try:
+                    c = Client("127.0.0.1:" + open(port_file).read().strip())
+                    if len(c.devices()) == self.workers * self.devices_per_worker:
+                        self.client = c
+                        _default[:] = [c]
+                        return c
+                    c.close()
+                except ShmapError:
+                    pass
+            time.sleep(0.05)
+        self._stop()
+        raise Unavailable("the local cluster did not start:\n" +
+                          open(os.path.join(self.dir, "coordinator.log")).read())
+
+    def _stop(self):
+        if self.client:
+            self.client.close()
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __exit__(self, *exc):
+        self._stop()
+
+
+def typeof(x):
+    """The type string jax.typeof prints: f32[8@i,16@j]."""
+    t = getattr(x, "type", None)
+    if t is None:
+        raise InvalidArgument(f"typeof takes a shmap Array or a traced value, got {type(x)}")
+    return t
+
+
+def visualize_array_sharding(x, use_color=False):
+    """Prints the layout diagram of an Array (and returns it)."""
+    d = _call(_shmap.sharding_info, x.sharding.mesh._c(), repr(x.sharding.spec), x.shape)
+    print(d["diagram"], end="")
+    return d["diagram"]

@@ -1,0 +1,463 @@
+"""Tracing Python functions into shmap programs, as jax.jit and
+jax.shard_map trace: the function runs once on tracers, every op it calls
+becomes one line of the program's text form (docs/programs.md), and the C
+core (the _shmap extension: the text parser, the verifier with JAX's type and
+sharding rules) types each value as it is traced, so x.shape works in the
+body and a type error points at the Python line of the op that caused it.
+Python `for` loops unroll, as under tracing."""
+import concurrent.futures
+import inspect
+import math
+import numbers
+import os
+import re
+import threading
+
+import numpy as np
+
+import _shmap
+
+from ._core import (Array, InvalidArgument, NamedSharding, P, PartitionSpec, ProgramError,
+                    ShmapError, _call, _default, _dtype_name, _raise)
+
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+_state = threading.local()
+
+
+def _builder():
+    b = getattr(_state, "builder", None)
+    if b is None:
+        raise InvalidArgument("shmap ops on traced values run only inside a function traced by "
+                              "shmap.shard_map or shmap.jit")
+    return b
+
+
+def _user_line():
+    """The line of the caller outside this package (for error messages)."""
+    f = inspect.currentframe()
+    while f is not None:
+        if not os.path.abspath(f.f_code.co_filename).startswith(_PKG_DIR):
+            return f"{f.f_code.co_filename}:{f.f_lineno}"
+        f = f.f_back
+    return None
+
+
+def _fmt(v):
+    """A Python value in the text form."""
+    if isinstance(v, Tracer):
+        return v.name
+    if isinstance(v, PartitionSpec):
+        return repr(v)
+    if isinstance(v, NamedSharding):
+        return repr(v.spec)
+    if isinstance(v, bool) or v is None:
+        return repr(v)
+    if isinstance(v, numbers.Integral):
+        return str(int(v))
+    if isinstance(v, numbers.Real):
+        f = float(v)
+        return "inf" if f == math.inf else "-inf" if f == -math.inf else "nan" if f != f \
+            else repr(f)
+    if isinstance(v, str):
+        return repr(v)
+    if isinstance(v, (tuple, list)):
+        inner = ", ".join(_fmt(e) for e in v)
+        if isinstance(v, list):
+            return "[" + inner + "]"
+        return "(" + inner + ("," if len(v) == 1 else "") + ")"
+    if isinstance(v, slice):
+        return (("" if v.start is None else _fmt(v.start)) + ":" +
+                ("" if v.stop is None else _fmt(v.stop)) +
+                ("" if v.step is None else ":" + _fmt(v.step)))
+    if isinstance(v, type) or isinstance(v, np.dtype):
+        return _dtype_name(v)
+    raise InvalidArgument(f"cannot use a value of type {type(v).__name__} in a traced program")
+
+
+class _Builder:
+    """The text of the program being traced, typed as it grows."""
+
+    def __init__(self, header_lines, kind, param_names):
+        self.header = header_lines  # mesh line(s) and the function header
+        self.kind = kind
+        self.lines = []  # (text, python line)
+        self.n = 0
+        self.params = param_names
+
+    def text(self, ret=None, out=None):
+        """The program returning ret; out is the final out_specs text (None
+        while tracing: P() for shard_map, no -> for jit)."""
+        head = list(self.header)
+        if out is None:
+            out = "P()" if self.kind == "shard_map" else ""
+        head[-1] = head[-1].replace("%OUT%", out)
+        body = [f"    {t}" for t, _ in self.lines]
+        if ret is not None:
+            body.append(f"    return {ret}")
+        return "\n".join(head + body) + "\n"
+
+    def _check(self, text):
+        try:
+            return _shmap.program_check(text, "<traced>", None, False)
+        except _shmap.Error as e:
+            name, msg = e.args
+            m = re.match(r"<traced>:(\d+):\d+: (.*)", msg, re.S)
+            src = None
+            if m:
+                k = int(m.group(1)) - len(self.header) - 1
+                if 0 <= k < len(self.lines):
+                    src = self.lines[k][1]
+                msg = m.group(2)
+            if src:
+                msg = f"{src}: {msg}"
+            err = ProgramError(msg, source_line=src)
+            raise err from None
+
+    def emit(self, expr):
+        name = f"v{self.n}"
+        self.n += 1
+        self.lines.append((f"{name} = {expr}", _user_line()))
+        try:
+            info = self._check(self.text(ret=name))
+        except ProgramError:
+            self.lines.pop()
+            raise
+        ty, dt, shape, _ = info["types"][-1]
+        return Tracer(name, ty, dt, tuple(shape))
+
+
+class Tracer:
+    """A value of the program being traced: its block (shard_map) or global
+    (jit) shape, its dtype and its type string."""
+
+    __array_priority__ = 1000
+
+    def __init__(self, name, type_str, dtype, shape):
+        self.name, self.type, self._dtype, self.shape = name, type_str, dtype, shape
+
+    @property
+    def dtype(self):
+        from ._core import _DTYPES
+        return np.dtype(_DTYPES.get(self._dtype, np.float32))
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape))
+
+    def __len__(self):
+        return self.shape[0]
+
+    def __repr__(self):
+        return f"Traced<{self.type}>"
+
+    def _bin(self, op, other, rev=False):
+        a, b = (other, self) if rev else (self, other)
+        return _builder().emit(f"{_fmt(a)} {op} {_fmt(b)}")
+
+    def __add__(self, o): return self._bin("+", o)
+    def __radd__(self, o): return self._bin("+", o, True)
+    def __sub__(self, o): return self._bin("-", o)
+    def __rsub__(self, o): return self._bin("-", o, True)
+    def __mul__(self, o): return self._bin("*", o)
+    def __rmul__(self, o): return self._bin("*", o, True)
+    def __truediv__(self, o): return self._bin("/", o)
+    def __rtruediv__(self, o): return self._bin("/", o, True)
+    def __mod__(self, o): return self._bin("%", o)
+    def __rmod__(self, o): return self._bin("%", o, True)
+    def __pow__(self, o): return self._bin("**", o)
+    def __matmul__(self, o): return self._bin("@", o)
+    def __rmatmul__(self, o): return self._bin("@", o, True)
+    def __lt__(self, o): return self._bin("<", o)
+    def __le__(self, o): return self._bin("<=", o)
+    def __gt__(self, o): return self._bin(">", o)
+    def __ge__(self, o): return self._bin(">=", o)
+    def __eq__(self, o): return self._bin("==", o)
+    def __ne__(self, o): return self._bin("!=", o)
+    def __neg__(self): return _builder().emit(f"-{self.name}")
+    def __pos__(self): return self
+    def __abs__(self): return _call_op("abs", self)
+    __hash__ = object.__hash__
+
+    def __getitem__(self, key):
+        key = key if isinstance(key, tuple) else (key,)
+        return _builder().emit(f"{self.name}[{', '.join(_fmt(k) for k in key)}]")
+
+    @property
+    def T(self):
+        return _call_op("transpose", self)
+
+    def reshape(self, *shape, out_sharding=None):
+        shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        kw = {} if out_sharding is None else {"out_sharding": out_sharding}
+        return _call_op("reshape", self, tuple(shape), **kw)
+
+    def transpose(self, *axes):
+        axes = axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes
+        return _call_op("transpose", self, tuple(axes)) if axes else _call_op("transpose", self)
+
+    def astype(self, dtype):
+        return _call_op("astype", self, dtype)
+
+    def sum(self, axis=None, keepdims=False):
+        return _reduce("sum", self, axis, keepdims)
+
+    def mean(self, axis=None, keepdims=False):
+        return _reduce("mean", self, axis, keepdims)
+
+    def max(self, axis=None, keepdims=False):
+        return _reduce("max", self, axis, keepdims)
+
+    def min(self, axis=None, keepdims=False):
+        return _reduce("min", self, axis, keepdims)
+
+
+def _reduce(op, x, axis, keepdims):
+    kw = {}
+    if axis is not None:
+        kw["axis"] = axis
+    if keepdims:
+        kw["keepdims"] = True
+    return _call_op(op, x, **kw)
+
+
+def _call_op(name, *args, **kwargs):
+    parts = [_fmt(a) for a in args] + [f"{k}={_fmt(v)}" for k, v in kwargs.items()
+                                       if v is not None]
+    return _builder().emit(f"{name}({', '.join(parts)})")
+
+
+def _axes_size(axes):
+    b = _builder()
+    axes = (axes,) if isinstance(axes, str) else tuple(axes)
+    sizes = dict(zip(b.mesh.axis_names, b.mesh.axis_sizes))
+    try:
+        return math.prod(sizes[a] for a in axes)
+    except KeyError as e:
+        raise InvalidArgument(f"unknown axis name {e.args[0]!r}: the mesh has "
+                              f"{b.mesh.axis_names}") from None
+
+
+def make_op(name):
+    """The Python function of op `name` (from the C op table)."""
+    def op(*args, **kwargs):
+        if name == "axis_size":  # a static number, as in JAX
+            return _axes_size(args[0] if args else kwargs["axis_name"])
+        if name in ("psum", "pmean", "pmax", "pmin") and args and \
+                isinstance(args[0], numbers.Number):
+            n = _axes_size(args[1] if len(args) > 1 else kwargs["axis_name"])
+            return args[0] * n if name == "psum" else args[0]
+        return _call_op(name, *args, **kwargs)
+    op.__name__ = name
+    return op
+
+
+# ---- shard_map and jit -----------------------------------------------------
+
+
+def _client_of(args, mesh):
+    for a in args:
+        if isinstance(a, Array):
+            return a._client
+    if mesh is not None and mesh._client is not None:
+        return mesh._client
+    if _default:
+        return _default[0]
+    raise InvalidArgument("no client: call shmap.connect() or use shmap.local_cluster(), or "
+                          "pass Arrays")
+
+
+def _param_names(f, n):
+    try:
+        names = [p.name for p in inspect.signature(f).parameters.values()
+                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        names = []
+    names = names[:n] + [f"arg{k}" for k in range(len(names), n)]
+    return [n if n.isidentifier() and not n.startswith("v") else f"a_{n}" for n in names]
+
+
+def _type_decl(a, spec):
+    return f"{_dtype_name(a.dtype)}[{','.join(map(str, a.shape))}] @ {spec!r}"
+
+
+class Lowered:
+    def __init__(self, text, info):
+        self._text, self._info = text, info
+
+    def as_text(self):
+        """The program's text form (for jit: the shard_map program it lowers to
+        follows under `# lowered:`)."""
+        if self._info["kind"] == "jit":
+            return self._text + "\n# lowered:\n" + self._info["lowered"]
+        return self._text
+
+
+class Future:
+    """A submitted job: .result(timeout), .cancel(), .done()."""
+
+    def __init__(self, client, job, finish):
+        self._client, self.job, self._finish = client, job, finish
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        self._fut = self._pool.submit(self._wait)
+
+    def _wait(self):
+        try:
+            info = self._client._c.wait(self.job, -1)
+        except _shmap.Error as e:
+            _raise(e)
+        return self._finish(info)
+
+    def result(self, timeout=None):
+        try:
+            return self._fut.result(timeout)
+        finally:
+            if self._fut.done():
+                self._pool.shutdown(wait=False)
+
+    def done(self):
+        return self._fut.done()
+
+    def cancel(self):
+        try:
+            self._client._c.cancel(self.job)
+        except _shmap.Error as e:
+            _raise(e)
+        return True
+
+
+class _Traced:
+    """A function traced into a program when called."""
+
+    def __init__(self, f, kind, mesh=None, in_specs=None, out_specs=None, check_vma=True,
+                 out_shardings=None):
+        self.f, self.kind, self.mesh = f, kind, mesh
+        self.in_specs, self.out_specs, self.check_vma = in_specs, out_specs, check_vma
+        self.out_shardings = out_shardings
+        self.__name__ = getattr(f, "__name__", "f")
+        self.__doc__ = getattr(f, "__doc__", None)
+
+    def _args(self, args):
+        """Arrays for the arguments (numpy values uploaded) and their specs."""
+        client = _client_of(args, self.mesh)
+        specs = self.in_specs
+        if self.kind == "shard_map":
+            if isinstance(specs, PartitionSpec):
+                specs = (specs,) * len(args)
+            if len(specs) != len(args):
+                raise InvalidArgument(f"{self.__name__} has {len(specs)} in_specs for "
+                                      f"{len(args)} arguments")
+        arrays, mesh = [], self.mesh
+        for k, a in enumerate(args):
+            if isinstance(a, Array):
+                if mesh is None:
+                    mesh = a.sharding.mesh
+                arrays.append(a)
+                continue
+            if mesh is None:
+                raise InvalidArgument("a jit function given numpy arguments needs a mesh: pass "
+                                      "Arrays, or decorate with shmap.jit(mesh=...)")
+            spec = specs[k] if self.kind == "shard_map" else P()
+            arrays.append(client.device_put(np.asarray(a), NamedSharding(mesh, spec)))
+        if mesh._devices is None:
+            client._mesh_c(mesh)
+        return client, mesh, arrays, specs
+
+    def _trace(self, args):
+        client, mesh, arrays, specs = self._args(args)
+        names = _param_names(self.f, len(arrays))
+        if self.kind == "shard_map":
+            params = [f"{n}: {_type_decl(a, s)}" for n, a, s in zip(names, arrays, specs)]
+            head = f"shard_map {self.__name__}({', '.join(params)}) -> %OUT%:"
+        else:
+            params = [f"{n}: {_type_decl(a, a.sharding.spec)}" for n, a in zip(names, arrays)]
+            jout = ""
+            if self.out_shardings is not None:
+                o = self.out_shardings
+                o = o.spec if isinstance(o, NamedSharding) else o
+                jout = " -> " + (repr(o) if isinstance(o, PartitionSpec) else
+                                 "(" + ", ".join(repr(getattr(x, "spec", x)) for x in o) + ")")
+            head = f"jit {self.__name__}({', '.join(params)})%OUT%:"
+        b = _Builder([mesh._text(), head], self.kind, names)
+        b.mesh = mesh
+        prev = getattr(_state, "builder", None)
+        _state.builder = b
+        try:
+            tracers = []
+            if names:
+                info = b._check(b.text(ret=names[0]))
+                for k, n in enumerate(names):
+                    ty, dt, shape, _ = info["types"][k]
+                    tracers.append(Tracer(n, ty, dt, tuple(shape)))
+            res = self.f(*tracers)
+        finally:
+            _state.builder = prev
+        multi = isinstance(res, (tuple, list))
+        outs = list(res) if multi else [res]
+        for o in outs:
+            if not isinstance(o, Tracer):
+                raise InvalidArgument(f"{self.__name__} must return traced values, got "
+                                      f"{type(o).__name__}")
+        out_text = None
+        if self.kind == "shard_map":
+            os_ = self.out_specs
+            if isinstance(os_, PartitionSpec):
+                os_ = (os_,)
+            if len(os_) != len(outs):
+                raise InvalidArgument(f"{self.__name__} returns {len(outs)} values but has "
+                                      f"{len(os_)} out_specs")
+            out_text = repr(os_[0]) if len(os_) == 1 else "(" + ", ".join(map(repr, os_)) + ")"
+        else:
+            out_text = jout
+        text = b.text(ret=", ".join(o.name for o in outs), out=out_text)
+        try:
+            info = _shmap.program_check(text, f"{self.__name__}.shmap", None, self.check_vma)
+        except _shmap.Error as e:
+            raise ProgramError(e.args[1]) from None
+        return client, arrays, text, info, multi
+
+    def lower(self, *args):
+        _, _, text, info, _ = self._trace(args)
+        return Lowered(text, info)
+
+    def _finish(self, client, multi):
+        def finish(info):
+            if info["state"] != "done":
+                raise ShmapError(f"job {info['job']} {info['state']}: {info['error']}",
+                                 code="CANCELLED" if info["state"] == "cancelled" else "ABORTED")
+            outs = [Array(client, o) for o in info["outputs"]]
+            return tuple(outs) if multi else outs[0]
+        return finish
+
+    def submit(self, *args):
+        client, arrays, text, info, multi = self._trace(args)
+        try:
+            job = client._c.submit(text, f"{self.__name__}.shmap", None,
+                                   [a.id for a in arrays], [], self.check_vma)
+        except _shmap.Error as e:
+            _raise(e, program=True)
+        fut = Future(client, job, self._finish(client, multi))
+        fut._keep = arrays  # uploaded arguments live until the job ends
+        return fut
+
+    def __call__(self, *args):
+        return self.submit(*args).result()
+
+
+def shard_map(f=None, *, mesh, in_specs, out_specs, check_vma=True):
+    """jax.shard_map: f runs once per device on blocks; as a decorator
+    (@shmap.shard_map(mesh=..., in_specs=..., out_specs=...)) or a call."""
+    def wrap(g):
+        return _Traced(g, "shard_map", mesh, in_specs, out_specs, check_vma)
+    return wrap if f is None else wrap(f)
+
+
+def jit(f=None, *, out_shardings=None, mesh=None):
+    """jax.jit with explicit sharding: f sees whole arrays whose types carry
+    their shardings; the service lowers it to per-device code."""
+    def wrap(g):
+        return _Traced(g, "jit", mesh, out_shardings=out_shardings)
+    return wrap if f is None else wrap(f)

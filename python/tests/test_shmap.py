@@ -1,0 +1,276 @@
+"""The shmap Python package against a real local cluster (2 workers x 4
+devices): shardings, arrays, traced shard_map and jit functions, errors and
+garbage collection. Run by ctest (python_shmap) with the build tree's
+PYTHONPATH and SHMAP_COORDINATOR_BIN."""
+import gc
+import os
+import inspect
+
+import numpy as np
+import pytest
+
+import shmap
+from shmap import P, NamedSharding, Mesh
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+
+
+@pytest.fixture(scope="module")
+def c():
+    with shmap.local_cluster(workers=2, devices_per_worker=4) as client:
+        yield client
+
+
+def ids(c):
+    return {a.id for a in c.arrays()}
+
+
+# ---- offline sharding math ----
+
+
+def test_devices_indices_map_offline():
+    mesh = Mesh((4, 2), ("i", "j"), devices=range(8))
+    s = NamedSharding(mesh, P("i"))
+    m = s.devices_indices_map((8, 16))
+    assert m[0] == (slice(0, 2), slice(0, 16))
+    assert m[1] == m[0]  # replicated along j
+    assert m[6] == (slice(6, 8), slice(0, 16))
+    assert s.shard_shape((8, 16)) == (2, 16)
+    assert not s.is_fully_replicated
+    assert NamedSharding(mesh, P()).is_fully_replicated
+    assert s.addressable_devices == set(range(8))
+    assert repr(P(("x", "y"), None)) == "P(('x', 'y'), None)"
+
+
+def test_sharding_errors_offline():
+    mesh = Mesh((4, 2), ("i", "j"), devices=range(8))
+    with pytest.raises(shmap.InvalidArgument, match="not divisible|divisible"):
+        NamedSharding(mesh, P("i")).shard_shape((6, 16))
+    with pytest.raises(shmap.InvalidArgument):
+        NamedSharding(mesh, P("k")).shard_shape((8, 16))
+
+
+# ---- arrays ----
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64, np.uint8,
+                                   np.bool_, np.float16])
+def test_round_trip_every_dtype(c, dtype):
+    mesh = c.make_mesh((4, 2), ("i", "j"))
+    rng = np.random.default_rng(7)
+    x = rng.integers(-100, 100, size=(8, 6)).astype(dtype)
+    a = c.device_put(x, NamedSharding(mesh, P("i", "j")))
+    y = np.asarray(a)
+    assert y.dtype == x.dtype and y.shape == x.shape
+    assert y.tobytes() == x.tobytes()  # bit-exact
+    assert shmap.typeof(a).endswith("[8@i,6@j]")
+
+
+def test_to_numpy_into_buffer(c):
+    mesh = c.make_mesh((8,), ("i",))
+    x = np.arange(64, dtype=np.float32).reshape(8, 8)
+    a = c.device_put(x, NamedSharding(mesh, P("i")))
+    out = np.zeros((8, 8), np.float32)
+    r = a.to_numpy(out=out)
+    assert r is out and np.array_equal(out, x)
+    with pytest.raises(shmap.InvalidArgument, match="writable C-contiguous"):
+        a.to_numpy(out=np.zeros((8, 8), np.float64))
+
+
+def test_reshard_name_get_delete(c):
+    mesh = c.make_mesh((4, 2), ("x", "y"))
+    x = np.arange(64 * 128, dtype=np.float32).reshape(64, 128)
+    a = c.device_put(x, NamedSharding(mesh, P("x", "y")), name="py-grid")
+    b = a.reshard(NamedSharding(mesh, P(None, "y")))
+    assert shmap.typeof(b) == "f32[64,128@y]"
+    assert np.array_equal(np.asarray(b), x)
+    g = c.get("py-grid")
+    assert g.id == a.id and g.name == "py-grid"
+    assert [s.data.shape for s in g.addressable_shards][:2] == [(16, 64), (16, 64)]
+    assert np.array_equal(g.addressable_shards[3].data, x[16:32, 64:128])
+    a.delete()
+    with pytest.raises(shmap.NotFound):
+        c.get("py-grid")
+    with pytest.raises(shmap.FailedPrecondition):
+        a.to_numpy()
+
+
+def test_gc_frees_unnamed_arrays(c):
+    mesh = c.make_mesh((8,), ("i",))
+    before = ids(c)
+    a = c.device_put(np.ones(8, np.float32), NamedSharding(mesh, P("i")))
+    n = c.device_put(np.ones(8, np.float32), NamedSharding(mesh, P("i")), name="py-kept")
+    aid, nid = a.id, n.id
+    assert aid in ids(c)
+    del a, n
+    gc.collect()
+    now = ids(c)
+    assert aid not in now  # freed on the service
+    assert nid in now      # a named array lives until deleted
+    c.get("py-kept").delete()
+    assert ids(c) == before
+
+
+def test_make_array_from_callback_and_single_device_arrays(c):
+    mesh = c.make_mesh((4, 2), ("i", "j"))
+    x = np.arange(8 * 16, dtype=np.int32).reshape(8, 16)
+    s = NamedSharding(mesh, P("i"))
+    calls = []
+
+    def cb(index):
+        calls.append(index)
+        return x[index]
+
+    a = c.make_array_from_callback(x.shape, s, cb)
+    assert np.array_equal(np.asarray(a), x)
+    assert len(calls) == 4  # one call per distinct index
+    idx = s.devices_indices_map(x.shape)
+    b = c.make_array_from_single_device_arrays(
+        x.shape, s, {d: x[i] for d, i in idx.items()})
+    assert np.array_equal(np.asarray(b), x)
+
+
+def test_make_array_from_process_local_data(c):
+    # the data-loading guide's layout: each worker process sends the rows of
+    # its own devices
+    mesh = c.make_mesh((4, 2), ("x", "y"))
+    x = np.arange(64 * 128, dtype=np.float32).reshape(64, 128)
+    s = NamedSharding(mesh, P("x", "y"))
+    parts = [c.make_array_from_process_local_data(s, x[32 * p:32 * (p + 1)], x.shape,
+                                                  process=p, name="py-local")
+             for p in (0, 1)]
+    a = c.get("py-local")
+    for _ in range(100):
+        if a._info["state"] == "ready":
+            break
+        a = c.get("py-local")
+    assert np.array_equal(np.asarray(a), x)
+    a.delete()
+    del parts
+
+
+# ---- programs ----
+
+
+def test_shard_map_matmul_basic_equals_the_shmap_file(c):
+    mesh = c.make_mesh((4, 2), ("i", "j"))
+    xa = np.arange(128, dtype=np.float32).reshape(8, 16)
+    xb = np.arange(512, dtype=np.float32).reshape(16, 32)
+    a = c.device_put(xa, NamedSharding(mesh, P("i", "j")))
+    b = c.device_put(xb, NamedSharding(mesh, P("j", None)))
+
+    @shmap.shard_map(mesh=mesh, in_specs=(P("i", "j"), P("j", None)), out_specs=P("i", None))
+    def matmul_basic(a, b):
+        z = shmap.numpy.dot(a, b)
+        return shmap.lax.psum(z, "j")
+
+    r = matmul_basic(a, b)
+    assert shmap.typeof(r) == "f32[8@i,32]"
+    assert np.array_equal(np.asarray(r), xa @ xb)
+    # the same program from examples/, submitted as text
+    text = open(os.path.join(ROOT, "examples", "matmul_basic.shmap")).read()
+    job = c._c.submit(text, "matmul_basic.shmap", None, [a.id, b.id], [], True)
+    info = c._c.wait(job, -1)
+    f = shmap.Array(c, info["outputs"][0])
+    assert np.asarray(f).tobytes() == np.asarray(r).tobytes()
+
+
+def test_shard_map_numpy_arguments_loops_and_future(c):
+    mesh = c.make_mesh((4, 2), ("X", "Y"))
+    x = np.arange(512 * 8, dtype=np.int32).reshape(512, 8)
+
+    @shmap.shard_map(mesh=mesh, in_specs=P("X", "Y"), out_specs=P("X", "Y"))
+    def shift(x):
+        for _ in range(5):  # unrolled, as under tracing
+            x = shmap.numpy.roll(x, 1, axis=0)
+        return x
+
+    fut = shift.submit(x)
+    r = fut.result(timeout=60)
+    assert fut.done()
+    want = np.roll(x.reshape(4, 128, 8), 5, axis=1).reshape(512, 8)
+    assert np.array_equal(np.asarray(r), want)
+    text = shift.lower(x).as_text()
+    assert text.count("roll(") == 5
+
+
+def test_jit_types_and_results(c):
+    mesh = c.make_mesh((2, 4), ("X", "Y"))
+    x = c.device_put(np.arange(4, dtype=np.int32).reshape(4, 1), NamedSharding(mesh, P("X", None)))
+    y = c.device_put(np.arange(8, dtype=np.int32).reshape(1, 8), NamedSharding(mesh, P(None, "Y")))
+    seen = []
+
+    @shmap.jit
+    def add_arrays(x, y):
+        ans = x + y
+        seen.append(shmap.typeof(ans))
+        return ans
+
+    r = add_arrays(x, y)
+    assert seen == ["i32[4@X,8@Y]"]
+    assert shmap.typeof(r) == "i32[4@X,8@Y]"
+    assert np.array_equal(np.asarray(r), np.arange(4)[:, None] + np.arange(8)[None, :])
+    assert "collective" not in add_arrays.lower(x, y).as_text()
+
+
+def test_jit_einsum_out_sharding_and_the_ambiguity_error(c):
+    mesh = c.make_mesh((2, 2), ("X", "Y"))
+    xi = np.arange(8 * 64, dtype=np.float32).reshape(8, 64) % 7
+    xw = np.arange(64 * 32, dtype=np.float32).reshape(64, 32) % 5
+    In = c.device_put(xi, NamedSharding(mesh, P("X", "Y")))
+    W = c.device_put(xw, NamedSharding(mesh, P("Y", None)))
+
+    @shmap.jit
+    def rs(In, W):
+        return shmap.numpy.einsum("bd,df->bf", shmap.numpy.square(In), W,
+                                  out_sharding=P("X", "Y"))
+
+    r = rs(In, W)
+    assert shmap.typeof(r) == "f32[8@X,32@Y]"
+    assert np.array_equal(np.asarray(r), (xi * xi) @ xw)
+    assert "psum_scatter" in rs.lower(In, W).as_text()
+
+    @shmap.jit
+    def ambiguous(In, W):
+        return shmap.numpy.einsum("bd,df->bf", In, W)
+
+    line = inspect.getsourcelines(ambiguous.f)[1] + 2
+    with pytest.raises(shmap.ProgramError) as e:
+        ambiguous(In, W)
+    assert "Contracting dimensions are sharded and it is ambiguous" in str(e.value)
+    assert e.value.source_line.endswith(f"test_shmap.py:{line}")
+    assert e.value.code == "INVALID_ARGUMENT"
+
+
+def test_jit_reshard_and_out_shardings(c):
+    mesh = c.make_mesh((2, 4), ("X", "Y"))
+    x = np.arange(8 * 16, dtype=np.float32).reshape(8, 16)
+    a = c.device_put(x, NamedSharding(mesh, P("X", None)))
+
+    @shmap.jit(out_shardings=P(None, "Y"))
+    def f(a):
+        b = shmap.reshard(a, P(None, "X"))
+        return b * 2
+
+    r = f(a)
+    assert shmap.typeof(r) == "f32[8,16@Y]"
+    assert np.array_equal(np.asarray(r), x * 2)
+
+
+def test_errors_carry_codes(c):
+    with pytest.raises(shmap.NotFound) as e:
+        c.get("no-such-array")
+    assert e.value.code == "NOT_FOUND" and "no-such-array" in e.value.message
+    mesh = c.make_mesh((8,), ("i",))
+    with pytest.raises(shmap.InvalidArgument):
+        c.device_put(np.ones(6, np.float32), NamedSharding(mesh, P("i")))
+    with pytest.raises(shmap.InvalidArgument, match="outside a function traced|only inside"):
+        shmap.lax.psum(shmap.Tracer("x", "f32[1]", "f32", (1,)), "i")
+
+
+def test_op_table_is_the_c_one():
+    import _shmap
+    names = {row[0] for row in _shmap.op_table()}
+    assert {"psum", "all_to_all", "einsum", "reshard"} <= names
+    assert all(hasattr(shmap.lax, n) for n in ("psum", "ppermute", "axis_index"))
+    assert all(hasattr(shmap.numpy, n) for n in ("dot", "einsum", "reshape", "reshard"))

@@ -1,0 +1,127 @@
+/* metrics: the coordinator's Prometheus endpoint (metrics.h). */
+#include "metrics.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct sm_metrics {
+    sm_metrics_http *http;
+    sm_registry *reg;
+    sm_cjobs *jobs;
+};
+
+sm_err sm_metrics_render(sm_registry *reg, sm_cjobs *jobs, sm_strbuf *b)
+{
+    char err[512];
+    sm_worker_info *w = NULL;
+    sm_array_info *a = NULL;
+    int nw = 0, na = 0;
+    sm_err e = sm_registry_workers_list(reg, sm_registry_now_ms(), &w, &nw, err, sizeof err);
+    if (!e)
+        e = sm_registry_array_list(reg, &a, &na, err, sizeof err);
+    if (e) {
+        free(w);
+        return e;
+    }
+    sm_metrics_help(b, "shmap_build_info", "gauge", "The coordinator's version.");
+    sm_strbuf_printf(b, "shmap_build_info{version=\"%s\"} 1\n", SM_VERSION);
+    int alive = 0;
+    for (int i = 0; i < nw; i++)
+        alive += w[i].alive != 0;
+    sm_metrics_help(b, "shmap_workers", "gauge", "Registered workers by state.");
+    sm_strbuf_printf(b, "shmap_workers{state=\"alive\"} %d\nshmap_workers{state=\"lost\"} %d\n",
+                     alive, nw - alive);
+    sm_metrics_help(b, "shmap_devices", "gauge", "Devices of the alive workers.");
+    int ndev = 0;
+    for (int i = 0; i < nw; i++)
+        ndev += w[i].alive ? w[i].ndevices : 0;
+    sm_strbuf_printf(b, "shmap_devices %d\n", ndev);
+    sm_metrics_help(b, "shmap_device_used_bytes", "gauge",
+                    "Bytes of shards each device holds, as its worker last reported.");
+    for (int i = 0; i < nw; i++)
+        for (int d = 0; w[i].alive && d < w[i].ndevices; d++)
+            sm_strbuf_printf(b, "shmap_device_used_bytes{device=\"%d\",worker=\"%u\"} %lld\n",
+                             (int)w[i].devices[d], w[i].id, (long long)w[i].device_bytes[d]);
+    static const sm_array_state states[] = {SM_ARRAY_PENDING, SM_ARRAY_READY, SM_ARRAY_FAILED,
+                                            SM_ARRAY_LOST};
+    int64_t count[5] = {0}, bytes[5] = {0};
+    for (int i = 0; i < na; i++)
+        if (a[i].state >= SM_ARRAY_PENDING && a[i].state <= SM_ARRAY_LOST) {
+            count[a[i].state]++;
+            bytes[a[i].state] += a[i].bytes;
+        }
+    sm_metrics_help(b, "shmap_arrays", "gauge", "Arrays by state.");
+    for (int k = 0; k < 4; k++)
+        sm_strbuf_printf(b, "shmap_arrays{state=\"%s\"} %lld\n", sm_array_state_name(states[k]),
+                         (long long)count[states[k]]);
+    sm_metrics_help(b, "shmap_array_bytes", "gauge",
+                    "Bytes of one full copy of the arrays, by state.");
+    for (int k = 0; k < 4; k++)
+        sm_strbuf_printf(b, "shmap_array_bytes{state=\"%s\"} %lld\n",
+                         sm_array_state_name(states[k]), (long long)bytes[states[k]]);
+    if (jobs) {
+        sm_cjobs_stats s;
+        sm_cjobs_stats_get(jobs, &s);
+        sm_metrics_help(b, "shmap_jobs", "gauge", "Jobs waiting to start and running.");
+        sm_strbuf_printf(b, "shmap_jobs{state=\"queued\"} %d\nshmap_jobs{state=\"running\"} %d\n",
+                         s.queued, s.running);
+        sm_metrics_help(b, "shmap_jobs_submitted_total", "counter",
+                        "Jobs accepted since the start.");
+        sm_strbuf_printf(b, "shmap_jobs_submitted_total %llu\n", (unsigned long long)s.submitted);
+        sm_metrics_help(b, "shmap_jobs_ended_total", "counter",
+                        "Jobs ended since the start, by state.");
+        static const sm_job_state ends[] = {SM_JOB_DONE, SM_JOB_FAILED, SM_JOB_CANCELLED};
+        for (int k = 0; k < 3; k++)
+            sm_strbuf_printf(b, "shmap_jobs_ended_total{state=\"%s\"} %llu\n",
+                             sm_job_state_name(ends[k]), (unsigned long long)s.ended[ends[k]]);
+        sm_metrics_help(b, "shmap_job_run_seconds", "histogram",
+                        "Time from a job's start to its end.");
+        uint64_t cum = 0;
+        for (int k = 0; k < SM_CJOBS_NBUCKETS; k++) {
+            cum += s.run_hist[k];
+            sm_strbuf_printf(b, "shmap_job_run_seconds_bucket{le=\"%g\"} %llu\n", s.buckets_s[k],
+                             (unsigned long long)cum);
+        }
+        cum += s.run_hist[SM_CJOBS_NBUCKETS];
+        sm_strbuf_printf(b,
+                         "shmap_job_run_seconds_bucket{le=\"+Inf\"} %llu\n"
+                         "shmap_job_run_seconds_sum %.6f\nshmap_job_run_seconds_count %llu\n",
+                         (unsigned long long)cum, s.run_sum_s, (unsigned long long)cum);
+    }
+    free(w);
+    sm_array_info_list_free(a, na);
+    return b->oom ? SM_ENOMEM : SM_OK;
+}
+
+static sm_err render(void *user, sm_strbuf *out)
+{
+    sm_metrics *m = user;
+    return sm_metrics_render(m->reg, m->jobs, out);
+}
+
+sm_err sm_metrics_start(const char *addr, sm_registry *reg, sm_cjobs *jobs, sm_metrics **out,
+                        int *port, char *err, size_t errlen)
+{
+    *out = NULL;
+    sm_metrics *m = calloc(1, sizeof *m);
+    if (!m)
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory starting the metrics endpoint");
+    m->reg = reg;
+    m->jobs = jobs;
+    sm_err e = sm_metrics_http_start(addr, render, m, &m->http, port, err, errlen);
+    if (e) {
+        free(m);
+        return e;
+    }
+    *out = m;
+    return SM_OK;
+}
+
+void sm_metrics_stop(sm_metrics *m)
+{
+    if (!m)
+        return;
+    sm_metrics_http_stop(m->http);
+    free(m);
+}

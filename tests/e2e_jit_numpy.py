@@ -1,0 +1,199 @@
+#!/usr/bin/python3
+"""e2e_jit_numpy: random well-typed global-view (jit) programs run on a real
+cluster with `shmapctl run`, each result compared with numpy on the whole
+arrays (bit for bit on integers).
+
+Programs are elementwise chains with broadcasting, reductions, dot/einsum
+with every placement of shardings, reshape, transpose and reshard, on
+meshes (8,), (4,2) and (2,2,2), over clusters of 1 worker x 8 devices and
+2 workers x 4 devices. A program the service refuses (as JAX refuses it:
+an ambiguous contraction, a mesh axis named twice) is counted, and must be
+refused with JAX's sentence by `shmapctl check` as well.
+
+Environment: SHMAPCTL, SHMAP_COORDINATOR_BIN (set by ctest)."""
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+CTL = os.environ.get("SHMAPCTL", "build/client/shmapctl")
+COORD = os.environ.get("SHMAP_COORDINATOR_BIN", "build/server/shmap-coordinator")
+PROGRAMS_PER_CLUSTER = int(os.environ.get("SM_JIT_PROGRAMS", "60"))
+MESHES = [(("a", 8),), (("a", 4), ("b", 2)), (("a", 2), ("b", 2), ("c", 2))]
+# meshes smaller than the cluster, in the default order (no devices=[...]):
+# whole workers first, then the first devices of the next, as jax.make_mesh
+SMALL_MESHES = [(("a", 2),), (("a", 3), ("b", 2)), (("a", 1), ("b", 4))]
+
+# (body, numpy reference): x and y are f32/i32 [8, 8]; {o} is a spec
+TEMPLATES = [
+    ("    t = x + y\n    u = jnp.maximum(t, 0) * 3\n    return u\n",
+     lambda x, y: np.maximum(x + y, 0) * 3),
+    ("    return jnp.sum(x * y, axis=0)\n", lambda x, y: (x * y).sum(axis=0, dtype=x.dtype)),
+    ("    return x @ y.T\n", lambda x, y: x @ y.T),
+    ("    return einsum('ij,kj->ik', x, y, out_sharding={o})\n", lambda x, y: x @ y.T),
+    ("    return jnp.max(x - y, axis=1, keepdims=True)\n",
+     lambda x, y: (x - y).max(axis=1, keepdims=True)),
+    ("    return (x + y).reshape(4, 2, 8)\n", lambda x, y: (x + y).reshape(4, 2, 8)),
+    ("    t = reshard(x, {o}) + y\n    return t.T\n", lambda x, y: (x + y).T),
+    ("    return jnp.sum(x, axis=1) + jnp.sum(y, axis=1)\n",
+     lambda x, y: x.sum(axis=1, dtype=x.dtype) + y.sum(axis=1, dtype=x.dtype)),
+    ("    return jnp.where(x > y, x, y)\n", lambda x, y: np.where(x > y, x, y)),
+    ("    t = x[2:6, :] * y[0:4, :]\n    return jnp.min(t, axis=0)\n",
+     lambda x, y: (x[2:6, :] * y[0:4, :]).min(axis=0)),
+    ("    return jnp.concatenate((x, y), axis=0)\n", lambda x, y: np.concatenate((x, y), axis=0)),
+    ("    return jnp.dot(x, y, out_sharding={o})\n", lambda x, y: x @ y),
+]
+
+
+def spec(rng, axes, rank):
+    used, out = set(), []
+    for _ in range(rank):
+        pick = rng.randrange(len(axes) + 2) - 2
+        if pick >= 0 and axes[pick] not in used:
+            used.add(axes[pick])
+            out.append(repr(axes[pick]))
+        else:
+            out.append("None")
+    return "P(" + ", ".join(out) + ")"
+
+
+def run(args, **kw):
+    return subprocess.run(args, capture_output=True, text=True, timeout=120, **kw)
+
+
+def start_cluster(work, workers, devices):
+    port_file = os.path.join(work, "port")
+    log = open(os.path.join(work, "coord.log"), "w")
+    p = subprocess.Popen([COORD, "--listen", "127.0.0.1:0", "--port-file", port_file,
+                          "--local-workers", str(workers), "--devices-per-worker", str(devices)],
+                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        if os.path.exists(port_file) and open(port_file).read().strip():
+            target = "127.0.0.1:" + open(port_file).read().strip()
+            r = run([CTL, "--target", target, "devices"])
+            alive = r.stdout.count(" alive ")
+            if r.returncode == 0 and alive == workers:
+                return p, target
+        time.sleep(0.1)
+    stop_cluster(p)
+    sys.exit("e2e_jit_numpy: the cluster did not start:\n" +
+             open(os.path.join(work, "coord.log")).read())
+
+
+def stop_cluster(p):
+    try:
+        os.killpg(p.pid, signal.SIGTERM)
+        p.wait(timeout=5)
+    except Exception:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+
+
+def one_cluster(workers, devices, seed):
+    rng = random.Random(seed)
+    work = tempfile.mkdtemp(prefix="shmap-jit-")
+    proc, target = start_cluster(work, workers, devices)
+    ran = refused = 0
+    try:
+        for k in range(PROGRAMS_PER_CLUSTER):
+            mesh = MESHES[k % len(MESHES)]
+            axes = [a for a, _ in mesh]
+            body, ref = TEMPLATES[k % len(TEMPLATES)]
+            dt = ("i32", np.int32) if k % 2 else ("f32", np.float32)
+            sx, sy, so = spec(rng, axes, 2), spec(rng, axes, 2), spec(rng, axes, 2)
+            text = ("mesh " + " ".join(f"{a}={n}" for a, n in mesh) + "\n" +
+                    f"jit f(x: {dt[0]}[8,8] @ {sx}, y: {dt[0]}[8,8] @ {sy}):\n" +
+                    body.replace("{o}", so))
+            prog = os.path.join(work, f"p{k}.shmap")
+            open(prog, "w").write(text)
+            x = np.array([rng.randrange(-4, 5) for _ in range(64)], dtype=dt[1]).reshape(8, 8)
+            y = np.array([rng.randrange(-4, 5) for _ in range(64)], dtype=dt[1]).reshape(8, 8)
+            np.save(os.path.join(work, "x.npy"), x)
+            np.save(os.path.join(work, "y.npy"), y)
+            r = run([CTL, "--target", target, "run", prog, "--arg", f"x={work}/x.npy",
+                     "--arg", f"y={work}/y.npy", "--out-name", f"0=r{k}"])
+            if r.returncode != 0:
+                c = run([CTL, "check", prog])
+                words = ("Contracting dimensions are sharded", "duplicate entries",
+                         "incompatible shardings", "not supported", "not divisible",
+                         "same sharding")
+                if c.returncode == 1 and any(w in c.stderr for w in words) and \
+                        any(w in r.stderr for w in words):
+                    refused += 1
+                    continue
+                sys.exit(f"e2e_jit_numpy: program failed:\n{text}\nrun: {r.stderr}\n"
+                         f"check: {c.stderr}")
+            # the result's sharding is its type's, as check computes it
+            if k < 12:
+                d = run([CTL, "--target", target, "describe", f"r{k}", "--json"])
+                c = run([CTL, "check", prog, "--json"])
+                got_t = json.loads(d.stdout).get("type")
+                want_t = json.loads(c.stdout)["outputs"][0]["type"]
+                if d.returncode != 0 or got_t != want_t:
+                    sys.exit(f"e2e_jit_numpy: result type {got_t} but check says {want_t}:\n"
+                             f"{text}\n{d.stderr}")
+            out = os.path.join(work, "out.npy")
+            g = run([CTL, "--target", target, "get", f"r{k}", out])
+            if g.returncode != 0:
+                sys.exit(f"e2e_jit_numpy: get failed: {g.stderr}")
+            got, want = np.load(out), ref(x, y).astype(dt[1])
+            ok = got.shape == want.shape and got.dtype == want.dtype and (
+                np.array_equal(got, want) if dt[1] == np.int32 else
+                np.allclose(got, want, rtol=1e-5, atol=1e-5))
+            if not ok:
+                sys.exit(f"e2e_jit_numpy: differs from numpy ({workers} workers):\n{text}\n"
+                         f"got {got.dtype}{list(got.shape)}\n{got}\nwant\n{want}")
+            run([CTL, "--target", target, "rm", f"r{k}"])
+            ran += 1
+        for k, mesh in enumerate(SMALL_MESHES):
+            n = 1
+            for _, size in mesh:
+                n *= size
+            axes = [a for a, _ in mesh]
+            text = ("mesh " + " ".join(f"{a}={m}" for a, m in mesh) + "\n" +
+                    f"jit g(x: i32[{6 * n},4] @ P({axes[0]!r}, None)):\n"
+                    "    return jnp.sum(x * 2, axis=0)\n")
+            prog = os.path.join(work, f"small{k}.shmap")
+            open(prog, "w").write(text)
+            x = np.arange(6 * n * 4, dtype=np.int32).reshape(6 * n, 4)
+            np.save(os.path.join(work, "x.npy"), x)
+            r = run([CTL, "--target", target, "run", prog, "--arg", f"x={work}/x.npy",
+                     "--out-name", f"0=s{k}"])
+            g = run([CTL, "--target", target, "get", f"s{k}", os.path.join(work, "s.npy")])
+            if r.returncode or g.returncode or not np.array_equal(
+                    np.load(os.path.join(work, "s.npy")), (x * 2).sum(axis=0)):
+                sys.exit(f"e2e_jit_numpy: small mesh failed ({workers} workers):\n{text}\n"
+                         f"{r.stderr}{g.stderr}")
+            ran += 1
+    finally:
+        stop_cluster(proc)
+        shutil.rmtree(work, ignore_errors=True)
+    return ran, refused
+
+
+def main():
+    total_ran = total_refused = 0
+    for workers, devices, seed in ((1, 8, 11), (2, 4, 12)):
+        ran, refused = one_cluster(workers, devices, seed)
+        print(f"{workers} worker(s) x {devices} devices: {ran} programs equal numpy, "
+              f"{refused} refused as JAX refuses them")
+        if ran < PROGRAMS_PER_CLUSTER // 2:
+            print(f"only {ran} of {PROGRAMS_PER_CLUSTER} programs ran")
+            print(f"{total_ran + ran} passed, 1 failed")
+            return 1
+        total_ran += ran
+        total_refused += refused
+    print(f"{total_ran} passed, 0 failed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
