@@ -155,11 +155,21 @@ sm_err sm_rendezvous_join(sm_rendezvous *r, const sm_rendezvous_key *k, const vo
         goto done;
     }
     if (s->size != k->size || s->kind != k->kind || s->arg != k->arg || s->in[k->index]) {
-        e = sm_fail(err, errlen, SM_EINVAL,
-                    "collective #%llu: members disagree (%s of %d members, size %lld, vs %s of "
-                    "%d members, size %lld, rank %d)",
-                    (unsigned long long)k->seq, names[s->kind], s->size, (long long)s->arg,
-                    names[k->kind], k->size, (long long)k->arg, k->g->rank);
+        char msg[560], why[600];
+        snprintf(msg, sizeof msg,
+                 "collective #%llu: members disagree (%s of %d members, size %lld, vs %s of %d "
+                 "members, size %lld, rank %d)",
+                 (unsigned long long)k->seq, names[s->kind], s->size, (long long)s->arg,
+                 names[k->kind], k->size, (long long)k->arg, k->g->rank);
+        e = sm_fail(err, errlen, SM_EINVAL, "%s", msg);
+        /* Aborted here, under the lock, so that members arriving after this
+         * one see the abort (cancelled) instead of disagreeing too. */
+        snprintf(why, sizeof why, "collective cancelled: %s", msg);
+        if (sm_rendezvous_abort_locked(r, SM_ECANCELLED, why) && r->cfg.on_abort) {
+            pthread_mutex_unlock(&r->mu);
+            r->cfg.on_abort(r->cfg.user, SM_ECANCELLED, why);
+            return e;
+        }
         goto done;
     }
     s->in[k->index] = in ? in : (const void *)s; /* a zero-size input may be NULL */

@@ -81,9 +81,9 @@ sm_err sm_rendezvous_check(sm_rendezvous *r, char *err, size_t errlen);
 /* First barrier: publishes in and out under k and waits for every member
  * until deadline (CLOCK_MONOTONIC). On success *slot is the slot, valid until
  * sm_rendezvous_leave. Fails with the abort's error once aborted (a timeout
- * aborts), or without aborting with SM_EINVAL when members disagree on kind,
- * size or arg (or an index joins twice) and SM_ENOMEM: the caller decides
- * whether that aborts the job. */
+ * aborts); with SM_EINVAL when members disagree on kind, size or arg (or an
+ * index joins twice), which aborts with SM_ECANCELLED for the others; or with
+ * SM_ENOMEM: the caller decides whether that aborts the job. */
 sm_err sm_rendezvous_join(sm_rendezvous *r, const sm_rendezvous_key *k, const void *in, void *out,
                           const struct timespec *deadline, sm_rendezvous_slot **slot, char *err,
                           size_t errlen);
