@@ -14,6 +14,7 @@ Environment: SHMAPCTL, SHMAP_COORDINATOR_BIN (set by ctest)."""
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -50,6 +51,76 @@ TEMPLATES = [
     ("    return jnp.concatenate((x, y), axis=0)\n", lambda x, y: np.concatenate((x, y), axis=0)),
     ("    return jnp.dot(x, y, out_sharding={o})\n", lambda x, y: x @ y),
 ]
+
+
+# JAX's shard_map tests with unreduced values, forward (tests/shard_map_test.py):
+# (name, program, inputs as shapes of arange, numpy reference)
+UNREDUCED = [
+    ("test_matmul_unreduced",
+     "mesh x=2 y=2\n"
+     "shard_map f(a: f32[2,4] @ P('x', 'y'), b: f32[4,2] @ P('y', None)) -> "
+     "P('x', None, unreduced={'y'}):\n"
+     "    c = jnp.einsum('ab,bc->ac', a, b)\n"
+     "    c = jax.lax.pcast(c, 'y', to='unreduced')\n"
+     "    return c\n"
+     "jit g(a: f32[2,4] @ P('x', 'y'), b: f32[4,2] @ P('y', None)):\n"
+     "    out = f(a, b)\n"
+     "    return jax.sharding.reshard(out, P('x', None))\n",
+     ((2, 4), (4, 2)), lambda a, b: a @ b),
+    ("test_unreduced_psum_fwd",
+     "mesh x=2\n"
+     "shard_map ar(x: f32[2,6] @ P(unreduced={'x'})) -> P():\n"
+     "    return jax.lax.psum(x, 'x')\n"
+     "jit f(x: f32[2,4] @ P(None, 'x'), y: f32[4,6] @ P('x', None)):\n"
+     "    z = jnp.einsum('ab,bc->ac', x, y, out_sharding=P(unreduced={'x'}))\n"
+     "    return ar(z).sum()\n",
+     ((2, 4), (4, 6)), lambda x, y: (x @ y).sum()),
+    ("test_unreduced_psum_scatter_fwd",
+     "mesh x=2\n"
+     "shard_map rs(a: f32[4,6] @ P(unreduced={'x'})) -> P('x', None):\n"
+     "    return jax.lax.psum_scatter(a, axis_name='x', tiled=True)\n"
+     "jit f(x: f32[4,2] @ P(None, 'x'), y: f32[2,6] @ P('x', None)):\n"
+     "    z = jnp.einsum('ab,bc->ac', x, y, out_sharding=P(unreduced={'x'}))\n"
+     "    return rs(z).sum()\n",
+     ((4, 2), (2, 6)), lambda x, y: (x @ y).sum()),
+    ("reshard of unreduced sums",
+     "mesh X=2 Y=2\n"
+     "jit f(x: f32[8,16] @ P(None, ('X', 'Y')), y: f32[16,4] @ P(('X', 'Y'), None)):\n"
+     "    z = jnp.einsum('ab,bc->ac', x, y, out_sharding=P(unreduced={'X', 'Y'}))\n"
+     "    w = (z + z).T\n"
+     "    return reshard(w, P('Y', 'X'))\n",
+     ((8, 16), (16, 4)), lambda x, y: (2 * (x @ y)).T),
+]
+
+
+def unreduced_programs(work, target):
+    """Runs UNREDUCED on the cluster; each result must equal numpy exactly
+    (small integers in f32). Returns how many ran."""
+    ran = 0
+    for k, (name, text, shapes, ref) in enumerate(UNREDUCED):
+        prog = os.path.join(work, f"u{k}.shmap")
+        open(prog, "w").write(text)
+        args, arrays = [], []
+        jit_line = [ln for ln in text.splitlines() if ln.startswith("jit ")][0]
+        pnames = re.findall(r"(\w+): \w+\[", jit_line)
+        for i, (pname, shape) in enumerate(zip(pnames, shapes)):
+            a = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+            path = os.path.join(work, f"u{k}_{i}.npy")
+            np.save(path, a)
+            arrays.append(a)
+            args += ["--arg", f"{pname}={path}"]
+        r = run([CTL, "--target", target, "run", prog, *args, "--out-name", f"0=u{k}"])
+        out = os.path.join(work, "u.npy")
+        g = run([CTL, "--target", target, "get", f"u{k}", out])
+        if r.returncode or g.returncode:
+            sys.exit(f"e2e_jit_numpy: {name} failed:\n{text}\n{r.stderr}{g.stderr}")
+        got, want = np.load(out), ref(*arrays).astype(np.float32)
+        if got.shape != want.shape or not np.array_equal(got, want):
+            sys.exit(f"e2e_jit_numpy: {name} differs from numpy:\n{text}\ngot\n{got}\n"
+                     f"want\n{want}")
+        run([CTL, "--target", target, "rm", f"u{k}"])
+        ran += 1
+    return ran
 
 
 def spec(rng, axes, rank):
@@ -153,6 +224,7 @@ def one_cluster(workers, devices, seed):
                          f"got {got.dtype}{list(got.shape)}\n{got}\nwant\n{want}")
             run([CTL, "--target", target, "rm", f"r{k}"])
             ran += 1
+        ran += unreduced_programs(work, target)
         for k, mesh in enumerate(SMALL_MESHES):
             n = 1
             for _, size in mesh:

@@ -137,6 +137,9 @@ static const op_row rows[] = {
     {M8, "x: f32[8,3] @ P('i')", "P('i')", "x + axis_index('i') * axis_size('i')",
      "x + reshape(arange(8), (8, 1)) * 8"},
     {M42, XY, PIJ, "pvary(x, 'i')", "x"},
+    /* the partial sums of a sharded contraction, left pending, then summed */
+    {M42, "a: f32[8,16] @ P('i', 'j'), b: f32[16,12] @ P('j', None)", "P('i', None)",
+     "psum(pcast(dot(a, b), 'j', to='unreduced'), 'j')", "dot(a, b)"},
     /* non-integer data: float reassociation, compared with a tolerance */
     {M42, XY, "P(None, 'j')", "psum(x * 0.1, 'i')", "sum(reshape(x * 0.1, (4, 2, 16)), axis=0)",
      1e-6},

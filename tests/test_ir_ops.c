@@ -120,6 +120,10 @@ static const op_case ops[] = {
     {"axis_index(('i', 'j'))", "i32[]{V:i,j}"},
     {"x * axis_size('j')", "f32[2,16]{V:i}"},
     {"pvary(y, 'j')", "f32[16,4]{V:j}"},
+    {"pcast(y, 'j', to='varying')", "f32[16,4]{V:j}"},
+    {"psum(pcast(x * 2, 'i', to='unreduced'), 'i')", "f32[2,16]"},
+    {"psum_scatter(pcast(pvary(x, 'j'), 'j', to='unreduced'), 'j', tiled=True)",
+     "f32[1,16]{V:i,j}"},
 };
 
 static sm_program *parse_row(const op_case *c, char *text, size_t len)

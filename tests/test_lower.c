@@ -199,6 +199,60 @@ static const error_case errors[] = {
     {"mesh X=2 Y=4\nshard_map g(a: f32[8,8] @ P('X', 'Y')) -> P('X', 'Y'):\n    return a\n"
      "shard_map f(x: f32[8,8] @ P('X', 'Y')) -> P('X', 'Y'):\n    return g(x)\n",
      {"only a jit body calls shard_map and jit functions"}},
+    /* unreduced values (JAX's *_ur_rule sentences) */
+    {"mesh x=2\nshard_map s(a: f32[4,6] @ P(unreduced={'x'})) -> P():\n    return jnp.sin(a)\n"
+     "jit f(x: f32[4,2] @ P(None, 'x'), y: f32[2,6] @ P('x', None)):\n"
+     "    z = jnp.einsum('ab,bc->ac', x, y, out_sharding=P(unreduced={'x'}))\n    return s(z)\n",
+     {"t.shmap:3:", "unreduced rule for sin is not implemented"}},
+    {"mesh x=2 y=2\nshard_map f(a: f32[2,4] @ P('x', None), b: f32[4,2] @ P(None, None)) "
+     "-> P('x', None, unreduced={'y'}):\n    return jnp.einsum('ab,bc->ac', a, b)\n"
+     "jit g(a: f32[2,4] @ P('x', None), b: f32[4,2] @ P(None, None)):\n    return f(a, b)\n",
+     {"out_specs passed to shard_map should be equal to the unreduced present on the out_aval",
+      "out_specs=P('x', None, unreduced={'y'})", "out_aval=f32[1,2]{V:x}"}},
+    {"mesh X=2\njit f(x: f32[4,2] @ P(None, 'X'), y: f32[2,6] @ P('X', None)):\n"
+     "    z = jnp.einsum('ab,bc->ac', x, y, out_sharding=P(unreduced={'X'}))\n    return z\n",
+     {"f32[4,6]{U:X} is unreduced", "arrays hold no partial sums", "reshard"}},
+    {"mesh X=2\njit f(x: f32[4,2] @ P(None, 'X'), y: f32[2,6] @ P('X', None)):\n"
+     "    z = jnp.einsum('ab,bc->ac', x, y, out_sharding=P(unreduced={'X'}))\n"
+     "    return reshard(z + 1, P())\n",
+     {"lhs is unreduced while rhs is not", "Please reduce lhs via `reshard`"}},
+    {"mesh X=2\njit f(x: f32[4,2] @ P(None, 'X'), y: f32[2,6] @ P('X', None)):\n"
+     "    z = jnp.einsum('ab,bc->ac', x, y, out_sharding=P(unreduced={'X'}))\n"
+     "    return reshard(z * z, P())\n",
+     {"lhs and rhs to `mul` cannot be unreduced since mul is bilinear"}},
+    {"mesh X=2\njit f(x: f32[4,2] @ P(None, 'X'), y: f32[2,6] @ P('X', None)):\n"
+     "    z = jnp.einsum('ab,bc->ac', x, y, out_sharding=P(unreduced={'X'}))\n"
+     "    return reshard(z @ y.T, P())\n",
+     {"lhs or rhs passed to dot_general cannot be unreduced"}},
+    {"mesh X=2 Y=2\njit f(x: f32[4,2] @ P(None, 'X'), y: f32[2,6] @ P('X', None)):\n"
+     "    z = jnp.einsum('ab,bc->ac', x, y, out_sharding=P(unreduced={'Y'}))\n"
+     "    return reshard(z, P())\n",
+     {"out_sharding's unreduced axes should be equal to the contracting specs",
+      "unreduced axes={'Y'} and contracting spec=('X',)"}},
+    {"mesh X=2 Y=2\njit f(x: f32[4,2] @ P(None, 'X'), y: f32[2,6] @ P('Y', None)):\n"
+     "    z = jnp.einsum('ab,bc->ac', x, y, out_sharding=P(unreduced={'X'}))\n"
+     "    return reshard(z, P())\n",
+     {"contracting dims should be sharded identically",
+      "lhs_contracting_spec=('X',), rhs_contracting_spec=('Y',)"}},
+    {"mesh X=2\njit f(x: f32[4,2] @ P(None, None, unreduced={'X'})):\n    return x\n",
+     {"argument 'x'", "arrays hold no partial sums"}},
+    {"mesh X=2\njit f(x: f32[4,2] @ P('X')):\n    return reshard(x, P('X', unreduced={'X'}))\n",
+     {"partitions cannot overlap", "unreduced"}},
+    {"mesh X=2\njit f(x: f32[4,2] @ P()):\n    return reshard(x, P(unreduced={'X'}))\n",
+     {"is not unreduced over {'X'}, so it cannot be made so"}},
+    {"mesh i=2 j=2\nshard_map f(x: f32[4,2] @ P('i')) -> P('i'):\n"
+     "    return psum(pcast(x, ('i', 'j'), to='unreduced'), 'j')\n",
+     {"pcast can only accept axis_name which corresponds to one of",
+      "input state: {'varying', 'invarying'}"}},
+    {"mesh i=2 j=2\nshard_map f(x: f32[4,2] @ P('i')) -> P('i'):\n"
+     "    return pcast(x, 'j', to='unreduced')\n",
+     {"Unsupported pcast from=invarying, to='unreduced'"}},
+    {"mesh i=2 j=2\nshard_map f(x: f32[4,2] @ P('i')) -> P():\n"
+     "    return pmax(pcast(x, 'i', to='unreduced'), 'i')\n",
+     {"unreduced rule for pmax is not implemented"}},
+    {"mesh i=2 j=2\nshard_map f(x: f32[4,2] @ P('i')) -> P(None, None, unreduced={'i'}):\n"
+     "    return pcast(x, 'i', to='unreduced')\n",
+     {"output 0", "is unreduced", "psum"}},
 
 };
 
@@ -305,6 +359,112 @@ START_TEST(test_lowering)
                   "collectives differ (ag %d a2a %d psum %d rs %d pmax %d) in\n%s",
                   n[SM_OP_ALL_GATHER], n[SM_OP_ALL_TO_ALL], n[SM_OP_PSUM], n[SM_OP_PSUM_SCATTER],
                   n[SM_OP_PMAX], sb.data ? sb.data : "");
+    sm_strbuf_free(&sb);
+    sm_program_free(l);
+    sm_program_free(p);
+}
+END_TEST
+
+/* ---- unreduced values: JAX's shard_map tests with unreduced ---- */
+
+typedef struct {
+    const char *text;
+    const char *value, *type;        /* a value of the program and its type */
+    int psum, psum_scatter, gathers; /* the lowered program's collectives */
+    int nout;
+    float out[4]; /* the result for inputs arange(n).reshape(shape) */
+} unreduced_case;
+
+static const unreduced_case unreduced[] = {
+    /* test_matmul_unreduced: the shard_map's result is unreduced over y,
+     * and reshard sums it (one psum, no more) */
+    {"mesh x=2 y=2\n"
+     "shard_map f(a: f32[2,4] @ P('x', 'y'), b: f32[4,2] @ P('y', None)) -> P('x', None, "
+     "unreduced={'y'}):\n"
+     "    c = jnp.einsum('ab,bc->ac', a, b)\n    c = jax.lax.pcast(c, 'y', to='unreduced')\n"
+     "    return c\n"
+     "jit g(a: f32[2,4] @ P('x', 'y'), b: f32[4,2] @ P('y', None)):\n    out = f(a, b)\n"
+     "    r = jax.sharding.reshard(out, P('x', None))\n    return r\n",
+     "out",
+     "f32[2@x,2]{U:y}",
+     1,
+     0,
+     0,
+     4,
+     {28, 34, 76, 98}},
+    /* test_unreduced_psum_fwd_preduced_bwd (forward) */
+    {"mesh x=2\nshard_map ar(x: f32[2,6] @ P(unreduced={'x'})) -> P():\n"
+     "    out = jax.lax.psum(x, 'x')\n    return out\n"
+     "jit f(x: f32[2,4] @ P(None, 'x'), y: f32[4,6] @ P('x', None)):\n"
+     "    z = jnp.einsum('ab,bc->ac', x, y, out_sharding=P(unreduced={'x'}))\n"
+     "    return ar(z).sum()\n",
+     "z",
+     "f32[2,6]{U:x}",
+     1,
+     0,
+     0,
+     1,
+     {2292}},
+    /* test_unreduced_psum_scatter_fwd_all_gather_reduced_bwd (forward) */
+    {"mesh x=2\nshard_map rs(a: f32[4,6] @ P(unreduced={'x'})) -> P('x', None):\n"
+     "    out = jax.lax.psum_scatter(a, axis_name='x', tiled=True)\n    return out\n"
+     "jit f(x: f32[4,2] @ P(None, 'x'), y: f32[2,6] @ P('x', None)):\n"
+     "    z = jnp.einsum('ab,bc->ac', x, y, out_sharding=P(unreduced={'x'}))\n"
+     "    return rs(z).sum()\n",
+     "z",
+     "f32[4,6]{U:x}",
+     1,
+     1,
+     0,
+     1,
+     {996}},
+    /* global view only: partial sums added, then summed by reshard */
+    {"mesh X=2 Y=2\njit f(x: f32[2,4] @ P(None, 'X'), y: f32[4,2] @ P('X', 'Y')):\n"
+     "    z = jnp.einsum('ab,bc->ac', x, y, out_sharding=P(None, 'Y', unreduced={'X'}))\n"
+     "    w = z + z\n    return reshard(w.T, P())\n",
+     "w",
+     "f32[2,2@Y]{U:X}",
+     1,
+     0,
+     1,
+     4,
+     {56, 152, 68, 196}},
+};
+
+START_TEST(test_unreduced)
+{
+    const unreduced_case *c = &unreduced[_i];
+    sm_program *p = parse_ok(c->text), *l = NULL;
+    char err[1024] = "", t[256];
+    int v = value_named(p, c->value);
+    ck_assert_msg(v >= 0, "no value %s", c->value);
+    sm_program_value_type(p, v, t, sizeof t);
+    ck_assert_msg(strcmp(t, c->type) == 0, "%s: type %s, expected %s", c->value, t, c->type);
+    ck_assert_msg(sm_lower(p, NULL, &l, err, sizeof err) == SM_OK, "lower: %s", err);
+    int n[SM_OP_COUNT];
+    sm_lower_count_collectives(l, n);
+    sm_strbuf sb = {0};
+    sm_program_print(l, &sb);
+    ck_assert_msg(n[SM_OP_PSUM] == c->psum && n[SM_OP_PSUM_SCATTER] == c->psum_scatter &&
+                      n[SM_OP_ALL_GATHER] + n[SM_OP_ALL_TO_ALL] == c->gathers,
+                  "collectives differ (psum %d rs %d ag %d a2a %d) in\n%s", n[SM_OP_PSUM],
+                  n[SM_OP_PSUM_SCATTER], n[SM_OP_ALL_GATHER], n[SM_OP_ALL_TO_ALL], sb.data);
+    sm_array *in[4] = {0}, *out[4] = {0};
+    for (int i = 0; i < p->nparams; i++) {
+        ck_assert_int_eq(sm_array_create(SM_F32, &p->params[i].global, &in[i], err, sizeof err),
+                         SM_OK);
+        for (int64_t k = 0; k < in[i]->nbytes / 4; k++)
+            ((float *)in[i]->data)[k] = (float)k;
+    }
+    ck_assert_msg(sm_exec_local_run(l, in, out, NULL, err, sizeof err) == SM_OK, "run: %s\n%s", err,
+                  sb.data);
+    ck_assert_int_eq(out[0]->nbytes, 4 * c->nout);
+    for (int k = 0; k < c->nout; k++)
+        ck_assert_msg(((float *)out[0]->data)[k] == c->out[k], "[%d]: %g, expected %g\n%s", k,
+                      ((float *)out[0]->data)[k], c->out[k], sb.data);
+    for (int i = 0; i < p->nparams; i++)
+        sm_array_free(in[i]);
+    sm_array_free(out[0]);
     sm_strbuf_free(&sb);
     sm_program_free(l);
     sm_program_free(p);
@@ -556,6 +716,7 @@ static Suite *lower_suite(void)
     tcase_add_loop_test(tc, test_print_roundtrip, 0, (int)(sizeof types / sizeof types[0]));
     tcase_add_loop_test(tc, test_errors, 0, (int)(sizeof errors / sizeof errors[0]));
     tcase_add_test(tc, test_entry);
+    tcase_add_loop_test(tc, test_unreduced, 0, (int)(sizeof unreduced / sizeof unreduced[0]));
     tcase_add_loop_test(tc, test_lowering, 0, (int)(sizeof lowers / sizeof lowers[0]));
     tcase_add_test(tc, test_differential_cases);
     tcase_add_test(tc, test_differential_random);

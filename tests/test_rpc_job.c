@@ -132,6 +132,18 @@ static const prog_case progs[] = {
                       "shard_map g(a: f32[8,8] @ P('X', 'Y')) -> P('X', None):\n"
                       "    return psum(a, 'Y')\n"
                       "jit f(x: f32[8,8] @ P('X', None)):\n    return g(x) * 2\n"},
+    /* unreduced specs on the wire: an out_sharding, in and out specs of an
+     * inner shard_map, pcast */
+    {"jit_unreduced",
+     "mesh x=2 y=2\n"
+     "shard_map f(a: f32[2,4] @ P('x', 'y'), b: f32[4,2] @ P('y', None)) -> P('x', None, "
+     "unreduced={'y'}):\n"
+     "    return jax.lax.pcast(jnp.einsum('ab,bc->ac', a, b), 'y', to='unreduced')\n"
+     "shard_map ar(c: f32[2,2] @ P('x', None, unreduced={'y'})) -> P('x'):\n"
+     "    return psum(c, 'y')\n"
+     "jit g(a: f32[2,4] @ P('x', 'y'), b: f32[4,2] @ P('y', None)):\n"
+     "    z = jnp.einsum('ab,bc->ac', a, b, out_sharding=P('x', None, unreduced={'y'}))\n"
+     "    return reshard(f(a, b) + z, P('x', None)) + ar(z)\n"},
 };
 
 static sm_program *parse(const char *text, const char *file)

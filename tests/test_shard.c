@@ -171,6 +171,11 @@ static const pspec_case pspec_cases[] = {
     {"P(('y','x'), 'z', None)", "P(('y', 'x'), 'z', None)", 3, {2, 1, 0}},
     {"PartitionSpec('data', 'model')", "P('data', 'model')", 2, {1, 1}},
     {"P(None, None, ('a','b','c'))", "P(None, None, ('a', 'b', 'c'))", 3, {0, 0, 3}},
+    /* unreduced axes, printed as JAX's repr prints them */
+    {"P('x', None, unreduced={'y'})", "P('x', None, unreduced={'y'})", 2, {1, 0}},
+    {"P(unreduced={'x', \"z\"})", "P(unreduced={'x', 'z'})", 0, {0}},
+    {"P(('x','y'), unreduced={'z'},)", "P(('x', 'y'), unreduced={'z'})", 1, {2}},
+    {"P('x', unreduced=set())", "P('x')", 1, {1}},
 };
 
 START_TEST(test_pspec_parse_table)
@@ -210,6 +215,9 @@ static const pspec_err_case pspec_err_cases[] = {
     {"P('i') x", "expected the end of the spec", "column 8"},
     {"P(None,None,None,None,None,None,None,None,None)", "more than 8 entries", NULL},
     {"P(Nonesuch)", "expected None, a quoted axis name", "column 3"},
+    {"P(unreduced='x')", "expected '{'", "column 13"},
+    {"P(unreduced={'x'}, 'y')", "expected ')' after unreduced={...}", "column 20"},
+    {"P(unreduced={x})", "expected a quoted axis name or '}'", "column 14"},
 };
 
 START_TEST(test_pspec_parse_errors)
@@ -236,6 +244,29 @@ START_TEST(test_pspec_equal)
     ck_assert_int_eq(sm_pspec_parse("P(('x','y'))", &a, err, sizeof err), SM_OK);
     ck_assert_int_eq(sm_pspec_parse("P(('y','x'))", &b, err, sizeof err), SM_OK);
     ck_assert(!sm_pspec_equal(&a, &b)); /* axis order matters */
+    ck_assert_int_eq(sm_pspec_parse("P('x', unreduced={'y', 'z'})", &a, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_pspec_parse("P('x', unreduced={'z', 'y'})", &b, err, sizeof err), SM_OK);
+    ck_assert(sm_pspec_equal(&a, &b)); /* a set */
+    ck_assert_int_eq(sm_pspec_parse("P('x', unreduced={'z'})", &b, err, sizeof err), SM_OK);
+    ck_assert(!sm_pspec_equal(&a, &b));
+    ck_assert_int_eq(sm_pspec_parse("P('x')", &b, err, sizeof err), SM_OK);
+    ck_assert(!sm_pspec_equal(&a, &b));
+    /* an array is never unreduced */
+    sm_mesh m;
+    sm_sharding sh;
+    sm_shape s = {.rank = 1, .dims = {8}};
+    const char *names[] = {"x", "y", "z"};
+    const int64_t sizes[] = {2, 2, 2};
+    ck_assert_int_eq(sm_mesh_init(&m, 3, names, sizes, NULL, 0, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_sharding_init(&sh, &m, &a, &s, err, sizeof err), SM_EUNIMPLEMENTED);
+    ck_assert_msg(strstr(err, "arrays hold no partial sums"), "%s", err);
+    ck_assert_int_eq(sm_pspec_check_mesh(&a, &m, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_pspec_parse("P('x', unreduced={'x'})", &a, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_pspec_check_mesh(&a, &m, err, sizeof err), SM_EINVAL);
+    ck_assert_msg(strstr(err, "partitions cannot overlap with unreduced axes"), "%s", err);
+    ck_assert_int_eq(sm_pspec_parse("P(unreduced={'w'})", &a, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_pspec_check_mesh(&a, &m, err, sizeof err), SM_EINVAL);
+    ck_assert_msg(strstr(err, "unreduced axis 'w' is not an axis of the mesh"), "%s", err);
 }
 END_TEST
 

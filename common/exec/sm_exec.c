@@ -47,7 +47,7 @@ static const struct {
     sm_exec_fn fn;
     int kern;
 } sm_exec_rows[] = {
-#define SM_OP(e, name, mn, mx, infer, shard, vma, exec, kern, sig) {exec, kern},
+#define SM_OP(e, name, mn, mx, infer, shard, vma, ur, exec, kern, sig) {exec, kern},
 #include "sm_ir_ops.def"
 #undef SM_OP
 };

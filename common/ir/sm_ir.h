@@ -93,11 +93,12 @@ typedef struct {
 
 typedef struct {
     sm_dtype dtype;
-    sm_shape shape;   /* block shape */
-    uint32_t vma;     /* bit a: may vary over mesh axis a */
-    int weak;         /* weakly typed (a Python scalar literal) */
-    const char *name; /* source name, or NULL */
-    int def;          /* index of the defining op, or -1 for a parameter */
+    sm_shape shape;     /* block shape */
+    uint32_t vma;       /* bit a: may vary over mesh axis a */
+    uint32_t unreduced; /* bit a: holds partial sums over mesh axis a (unreduced={...}) */
+    int weak;           /* weakly typed (a Python scalar literal) */
+    const char *name;   /* source name, or NULL */
+    int def;            /* index of the defining op, or -1 for a parameter */
     /* jit programs: */
     sm_ir_layout layout; /* concrete layout over every mesh axis */
     uint32_t hidden;     /* mesh axes its type does not show (Auto axes) */
@@ -153,6 +154,7 @@ typedef struct {
 const char *sm_op_name(sm_op_kind k);                /* "psum"; "?" if invalid */
 int sm_op_lookup(const char *name, sm_op_kind *out); /* 0 found, -1 unknown */
 sm_vma_rule sm_op_vma_rule(sm_op_kind k);
+sm_ur_rule sm_op_ur_rule(sm_op_kind k);
 const char *sm_op_signature(sm_op_kind k);
 void sm_op_arity(sm_op_kind k, int *min, int *max);
 /* 1 for the ops of global-view programs only (reshard,

@@ -91,9 +91,12 @@ static sm_err sm_ir_param_block(const sm_program *p, const sm_ir_param *pa, sm_i
                            "%s: dimension %d (%lld) is negative or too large", what, d,
                            (long long)pa->global.dims[d]);
     sm_err e = sm_pspec_check(&pa->spec, &p->mesh, &pa->global, what, err, errlen);
+    if (!e) /* a program's arguments are arrays */
+        e = sm_pspec_check_reduced(&pa->spec, what, err, errlen);
     if (e)
         return e;
     v->dtype = pa->dtype;
+    v->unreduced = 0;
     v->shape = pa->global;
     v->vma = 0;
     v->weak = 0;
@@ -245,6 +248,25 @@ static sm_err sm_ir_check_out(sm_program *p, int k, char *err, size_t errlen)
                        "%s: out_spec %s has %d entries but the value has rank %d%s", what,
                        sm_pspec_format(s, sp, sizeof sp), s->nentries, v->shape.rank,
                        v->shape.rank == 0 ? " (a scalar needs P())" : "");
+    uint32_t u = sm_ir_spec_unreduced(p, s);
+    if (p->kind != SM_PROG_JIT && u != v->unreduced) {
+        char ty[300];
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "out_specs passed to shard_map should be equal to the unreduced present "
+                       "on the out_aval. Got out_specs=%s and out_aval=%s",
+                       sm_pspec_format(s, sp, sizeof sp),
+                       sm_program_value_type(p, p->returns[k], ty, sizeof ty));
+    }
+    if (v->unreduced) { /* a program's results are arrays */
+        char ty[300];
+        return sm_fail(err, errlen, SM_EUNIMPLEMENTED,
+                       "%s of type %s is unreduced, and arrays hold no partial sums: reduce it "
+                       "before returning it (%s)",
+                       what, sm_program_value_type(p, p->returns[k], ty, sizeof ty),
+                       p->kind == SM_PROG_JIT ? "reshard(x, P(...))" : "psum over those axes");
+    }
+    if ((e = sm_pspec_check_reduced(s, what, err, errlen)))
+        return e;
     if (p->kind == SM_PROG_JIT) { /* the result sharding of a global array */
         if (v->manual)
             return sm_fail(err, errlen, SM_EINVAL, "%s is a per-device block, not a global array",
@@ -426,16 +448,34 @@ char *sm_program_value_type(const sm_program *p, int value_id, char *buf, size_t
         return sm_ir_jit_type_str(p, v, buf, len);
     sm_ir_type_str(v, buf, len);
     size_t o = strlen(buf);
-    if (!v->vma)
-        return buf;
-    const char *sep = "{V:";
-    for (int a = 0; a < p->mesh.naxes; a++) {
-        if (v->vma & (1u << a)) {
-            o += (size_t)snprintf(buf + o, len > o ? len - o : 0, "%s%s", sep, p->mesh.names[a]);
-            sep = ",";
+    if (o < len)
+        sm_ir_axes_suffix(p, v->vma, v->unreduced, buf + o, len - o);
+    return buf;
+}
+
+char *sm_ir_axes_suffix(const sm_program *p, uint32_t vma, uint32_t unreduced, char *buf,
+                        size_t len)
+{
+    size_t o = 0;
+    if (len)
+        buf[0] = 0;
+    const uint32_t sets[2] = {vma, unreduced};
+    const char *const tags[2] = {"V", "U"};
+    for (int s = 0; s < 2; s++) {
+        int first = 1;
+        for (int a = 0; a < p->mesh.naxes; a++) {
+            if (!(sets[s] & (1u << a)))
+                continue;
+            if (first)
+                o += (size_t)snprintf(buf + o, len > o ? len - o : 0, "%s%s:%s", o ? ", " : "{",
+                                      tags[s], p->mesh.names[a]);
+            else
+                o += (size_t)snprintf(buf + o, len > o ? len - o : 0, ",%s", p->mesh.names[a]);
+            first = 0;
         }
     }
-    snprintf(buf + o, len > o ? len - o : 0, "}");
+    if (o)
+        snprintf(buf + o, len > o ? len - o : 0, "}");
     return buf;
 }
 
@@ -493,8 +533,8 @@ int sm_program_equal(const sm_program *a, const sm_program *b)
     for (int v = 0; v < a->nvalues; v++) {
         const sm_ir_value *x = &a->values[v], *y = &b->values[v];
         if (x->dtype != y->dtype || !sm_shape_equal(&x->shape, &y->shape) || x->vma != y->vma ||
-            x->weak != y->weak || x->manual != y->manual || x->hidden != y->hidden ||
-            !sm_ir_layout_equal(&x->layout, &y->layout, x->shape.rank))
+            x->unreduced != y->unreduced || x->weak != y->weak || x->manual != y->manual ||
+            x->hidden != y->hidden || !sm_ir_layout_equal(&x->layout, &y->layout, x->shape.rank))
             return 0;
     }
     for (int k = 0; k < a->nreturns; k++)

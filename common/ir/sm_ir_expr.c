@@ -300,7 +300,7 @@ static int sm_ps_postfix(sm_parser *ps, sm_item *it)
 static int sm_ps_is_module(const sm_tok *t)
 {
     return sm_tok_is(t, "jnp") || sm_tok_is(t, "np") || sm_tok_is(t, "lax") ||
-           sm_tok_is(t, "jax") || sm_tok_is(t, "numpy");
+           sm_tok_is(t, "jax") || sm_tok_is(t, "numpy") || sm_tok_is(t, "sharding");
 }
 
 static int sm_ps_atom(sm_parser *ps, sm_item *out)
@@ -327,6 +327,8 @@ static int sm_ps_atom(sm_parser *ps, sm_item *out)
             return sm_ps_seq(ps, t, ")", 0, out);
         if (sm_tok_is(t, "["))
             return sm_ps_seq(ps, t, "]", 1, out);
+        if (sm_tok_is(t, "{")) /* a set of axis names: P(..., unreduced={'y'}) */
+            return sm_ps_seq(ps, t, "}", 1, out);
         return sm_ps_fail(ps, t, SM_EFORMAT, "expected an expression, got '%.*s'", t->len, t->text);
     }
     sm_item *bound = sm_ps_lookup(ps, t->text, t->len);

@@ -31,14 +31,28 @@ static int sm_ps_spec_of_args(sm_parser *ps, const sm_tok *at, const sm_arg *arg
     if (!sp)
         return sm_ps_fail(ps, at, SM_ENOMEM, "out of memory");
     memset(sp, 0, sizeof *sp);
-    if (n > SM_MAX_RANK)
-        return sm_ps_fail(ps, at, SM_EINVAL, "P(...) has more than %d entries", SM_MAX_RANK);
+    int npos = 0;
     for (int k = 0; k < n; k++) {
         const sm_item *v = &args[k].v;
-        sm_pspec_entry *e = &sp->e[k];
+        if (args[k].kw && strcmp(args[k].kw, "unreduced") == 0) { /* unreduced={'y', 'z'} */
+            const sm_item *el = v->kind == SM_IT_TUPLE ? v->elems : v;
+            int m = v->kind == SM_IT_TUPLE ? v->n : 1;
+            if (m > SM_MAX_AXES)
+                return sm_ps_fail(ps, v->at, SM_EINVAL, "too many unreduced axes in P(...)");
+            for (int j = 0; j < m; j++) {
+                if (el[j].kind != SM_IT_STR || !el[j].s[0] || strlen(el[j].s) >= SM_AXIS_NAME_MAX)
+                    return sm_ps_fail(ps, el[j].at ? el[j].at : at, SM_EINVAL,
+                                      "unreduced= takes a set of axis names: unreduced={'y'}");
+                memcpy(sp->unreduced[sp->nunreduced++], el[j].s, strlen(el[j].s) + 1);
+            }
+            continue;
+        }
         if (args[k].kw)
             return sm_ps_fail(ps, args[k].at, SM_EINVAL, "P(...) takes no keyword '%s'",
                               args[k].kw);
+        if (npos == SM_MAX_RANK)
+            return sm_ps_fail(ps, at, SM_EINVAL, "P(...) has more than %d entries", SM_MAX_RANK);
+        sm_pspec_entry *e = &sp->e[npos++];
         const sm_item *el = v->kind == SM_IT_TUPLE ? v->elems : v;
         int m = v->kind == SM_IT_TUPLE ? v->n : v->kind == SM_IT_NONE ? 0 : 1;
         e->is_tuple = v->kind == SM_IT_TUPLE;
@@ -52,7 +66,7 @@ static int sm_ps_spec_of_args(sm_parser *ps, const sm_tok *at, const sm_arg *arg
             memcpy(e->axes[e->naxes++], el[j].s, strlen(el[j].s) + 1);
         }
     }
-    sp->nentries = n;
+    sp->nentries = npos;
     *out = (sm_item){.kind = SM_IT_SPEC, .spec = sp, .at = at};
     return 0;
 }

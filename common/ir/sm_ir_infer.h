@@ -46,7 +46,7 @@ typedef sm_err (*sm_ir_shard_fn)(const sm_program *p, const sm_ir_op *op,
                                  const sm_ir_value *const *in, sm_ir_value *out,
                                  sm_ir_shard_plan *plan, char *err, size_t errlen);
 
-#define SM_OP(e, name, mn, mx, infer, shard, vma, exec, kern, sig)                                 \
+#define SM_OP(e, name, mn, mx, infer, shard, vma, ur, exec, kern, sig)                             \
     sm_err infer(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,            \
                  sm_ir_value *out, char *err, size_t errlen);                                      \
     sm_err shard(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,            \
@@ -68,6 +68,17 @@ void sm_ir_layout_to_spec(const sm_program *p, const sm_ir_layout *l, int rank, 
 int sm_ir_layout_equal(const sm_ir_layout *a, const sm_ir_layout *b, int rank);
 /* A jit value's type as JAX prints it: "f32[8@X,2048@Y]". */
 char *sm_ir_jit_type_str(const sm_program *p, const sm_ir_value *v, char *buf, size_t len);
+/* "{V:i,j, U:k}": the varying and unreduced axes a type string ends with
+ * ("" when both are empty), in mesh order. */
+char *sm_ir_axes_suffix(const sm_program *p, uint32_t vma, uint32_t unreduced, char *buf,
+                        size_t len);
+/* Runs op's unreduced rule (the ur column of sm_ir_ops.def): sets
+ * out->unreduced from the operands', or refuses with JAX's sentence. mask:
+ * the mesh axes the op names (collectives, pcast). */
+sm_err sm_ir_unreduced_op(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                          sm_ir_value *out, uint32_t mask, char *err, size_t errlen);
+/* The mesh axes of a spec's unreduced={...}, as a mask (unknown names left out). */
+uint32_t sm_ir_spec_unreduced(const sm_program *p, const sm_pspec *s);
 /* Number of shards along dim d (product of its axes' sizes). */
 int64_t sm_ir_layout_factor(const sm_program *p, const sm_ir_layout *l, int d);
 
@@ -92,8 +103,8 @@ sm_err sm_ir_infer_op(const sm_program *p, const sm_ir_op *op, int limit, sm_ir_
 /* 1 if a psum, pmean, pmax, pmin, all_gather or psum_scatter acts within
  * axis_index_groups (attrs.ints flattened, attrs.ints2.v[0] groups). */
 int sm_ir_has_groups(const sm_ir_op *op);
-/* 1 for all_gather(..., to='invarying'): its result varies over none of the
- * gathered axes (JAX's all_gather_invariant). */
+/* 1 for all_gather(..., to='invarying') (JAX's all_gather_invariant) and
+ * pcast(..., to='unreduced'): the result varies over none of the op's axes. */
 int sm_ir_gathers_invarying(const sm_ir_op *op);
 
 /* "f32[2,8]" for a value (no varying axes). */

@@ -68,7 +68,9 @@ int sm_ir_has_groups(const sm_ir_op *op)
 
 int sm_ir_gathers_invarying(const sm_ir_op *op)
 {
-    return op->kind == SM_OP_ALL_GATHER && op->attrs.spec && !strcmp(op->attrs.spec, "invarying");
+    const char *to = op->attrs.spec;
+    return to && ((op->kind == SM_OP_ALL_GATHER && !strcmp(to, "invarying")) ||
+                  (op->kind == SM_OP_PCAST && !strcmp(to, "unreduced")));
 }
 
 /* The result: dtype dt, shape s and x's weak type. */
@@ -99,6 +101,23 @@ sm_err sm_ir_infer_preduce(const sm_program *p, const sm_ir_op *op, const sm_ir_
 sm_err sm_ir_infer_pvary(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
                          sm_ir_value *out, char *err, size_t errlen)
 {
+    return sm_ir_infer_preduce(p, op, in, out, err, errlen);
+}
+
+/* pcast(x, axis_name, to=): JAX's jax.lax.pcast; the data does not change.
+ * Which casts exist (from the axes' state: varying, unreduced, invarying)
+ * is checked by the unreduced rule, which knows the operand's state. */
+sm_err sm_ir_infer_pcast(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                         sm_ir_value *out, char *err, size_t errlen)
+{
+    const char *to = op->attrs.spec;
+    if (!to || (strcmp(to, "varying") && strcmp(to, "unreduced") && strcmp(to, "reduced")))
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "Got unexpected `to` value. Allowed `to` values are: {'unreduced', "
+                       "'reduced', 'varying'}");
+    if (!strcmp(to, "reduced"))
+        return sm_fail(err, errlen, SM_EUNIMPLEMENTED,
+                       "pcast: to='reduced' is not supported (shmap has no reduced shardings)");
     return sm_ir_infer_preduce(p, op, in, out, err, errlen);
 }
 

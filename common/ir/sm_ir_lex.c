@@ -168,13 +168,13 @@ sm_err sm_ir_lex(const char *text, const char *file, sm_tok **out, int *n, char 
                 if (strncmp(s, sm_ir_ops3[i], 2) == 0)
                     len = 2;
             if (!len) {
-                if (!strchr("()[],:=+-*/%@<>.", c))
+                if (!strchr("()[]{},:=+-*/%@<>.", c))
                     SM_LEX_FAIL(col, "unexpected character '%c'", c);
                 len = 1;
             }
-            if (strchr("([", c) && len == 1)
+            if (strchr("([{", c) && len == 1)
                 depth++;
-            if (strchr(")]", c) && len == 1 && depth > 0)
+            if (strchr(")]}", c) && len == 1 && depth > 0)
                 depth--;
             s += len;
         }

@@ -12,12 +12,13 @@ typedef struct {
     sm_ir_infer_fn infer;
     sm_ir_shard_fn shard;
     sm_vma_rule vma;
+    sm_ur_rule ur;
     const char *sig;
 } sm_op_info;
 
 static const sm_op_info sm_ops[] = {
-#define SM_OP(e, name, mn, mx, infer, shard, vma, exec, kern, sig)                                 \
-    {name, mn, mx, infer, shard, vma, sig},
+#define SM_OP(e, name, mn, mx, infer, shard, vma, ur, exec, kern, sig)                             \
+    {name, mn, mx, infer, shard, vma, ur, sig},
 #include "sm_ir_ops.def"
 #undef SM_OP
 };
@@ -47,6 +48,11 @@ int sm_op_lookup(const char *name, sm_op_kind *out)
 sm_vma_rule sm_op_vma_rule(sm_op_kind k)
 {
     return sm_op_valid(k) ? sm_ops[k].vma : SM_VMA_UNION;
+}
+
+sm_ur_rule sm_op_ur_rule(sm_op_kind k)
+{
+    return sm_op_valid(k) ? sm_ops[k].ur : SM_UR_NONE;
 }
 
 const char *sm_op_signature(sm_op_kind k)
@@ -321,6 +327,8 @@ sm_err sm_ir_infer_op(const sm_program *p, const sm_ir_op *op, int limit, sm_ir_
         out->vma = mask;
         break;
     }
+    if ((e = sm_ir_unreduced_op(p, op, in, out, mask, err, errlen)))
+        return e;
     if (jit && !op->manual) {
         out->vma = 0;
         return sm_ir_shard_op(p, op, out, NULL, err, errlen);

@@ -132,7 +132,9 @@ static char *sm_sh_type_str(const sm_program *p, const sm_ir_value *v, char *buf
             o += (size_t)snprintf(buf + o, len - o, ")");
     }
     if (o < len)
-        snprintf(buf + o, len - o, "]");
+        o += (size_t)snprintf(buf + o, len - o, "]");
+    if (o < len)
+        sm_ir_axes_suffix(p, 0, v->unreduced, buf + o, len - o);
     return buf;
 }
 
@@ -553,6 +555,34 @@ sm_err sm_ir_shard_dot(const sm_program *p, const sm_ir_op *op, const sm_ir_valu
         if (e)
             return e;
         out->layout = jx;
+    }
+    if (out->unreduced) { /* out_sharding=P(..., unreduced=...): the partial sums stay */
+        char a[300], b[300], u[300];
+        if (!sm_ir_layout_equal(&lc[0], &rc[0], ncontract < SM_MAX_RANK ? ncontract : SM_MAX_RANK))
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "lhs and rhs contracting dims should be sharded identically when "
+                           "out_sharding provided to dot_general mentions unreduced_axes. Got "
+                           "lhs_contracting_spec=%s, rhs_contracting_spec=%s",
+                           sm_sh_tuple_str(p, &lc[0], ncontract, 0, a, sizeof a),
+                           sm_sh_tuple_str(p, &rc[0], ncontract, 0, b, sizeof b));
+        uint32_t cm = 0;
+        for (int d = 0; d < ncontract && d < SM_MAX_RANK; d++)
+            cm |= sm_sh_dim_mask(&lc[0], d);
+        if (cm != out->unreduced) {
+            sm_pspec us = {0};
+            for (int x = 0; x < p->mesh.naxes; x++)
+                if (out->unreduced & (1u << x))
+                    snprintf(us.unreduced[us.nunreduced++], SM_AXIS_NAME_MAX, "%s",
+                             p->mesh.names[x]);
+            sm_pspec_format(&us, u, sizeof u); /* P(unreduced={'x'}) */
+            u[strlen(u) - 1] = 0;
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "out_sharding's unreduced axes should be equal to the contracting "
+                           "specs. Got unreduced axes=%s and contracting spec=%s",
+                           u + strlen("P(unreduced="),
+                           sm_sh_tuple_str(p, &lc[0], ncontract, 0, a, sizeof a));
+        }
+        pending &= ~out->unreduced;
     }
     if (pending) {
         plan->npost = 0;

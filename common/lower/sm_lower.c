@@ -110,6 +110,12 @@ static sm_err sm_lw_op(sm_lw *w, const sm_ir_op *op)
     int ops[SM_OP_MAXARGS], id;
     w->line = op->line;
     w->col = op->col;
+    if (op->manual && op->kind == SM_OP_PCAST && sm_ir_gathers_invarying(op)) {
+        /* to='unreduced': the blocks are the partial sums already; the
+         * lowered program keeps them as values varying over the axes */
+        w->map[op->result] = w->map[op->operands[0]];
+        return SM_OK;
+    }
     if (op->manual) { /* a shard_map function's own op */
         for (int k = 0; k < op->noperands; k++)
             ops[k] = w->map[op->operands[k]];
@@ -151,6 +157,18 @@ static sm_err sm_lw_op(sm_lw *w, const sm_ir_op *op)
     for (int k = 0; k < op->noperands; k++) {
         int src = op->operands[k];
         ops[k] = w->map[src];
+        /* reshard to a spec without some of the operand's unreduced axes:
+         * the partial sums over those are summed first */
+        uint32_t sum = j->values[src].unreduced & ~rv->unreduced;
+        if (sum && !w->replicate_all &&
+            (op->kind == SM_OP_RESHARD || op->kind == SM_OP_WITH_SHARDING_CONSTRAINT)) {
+            sm_ir_attrs pa = {0};
+            for (int a = 0; a < j->mesh.naxes; a++)
+                if (sum & (1u << a))
+                    sm_lw_axis(w, &pa, a);
+            if ((e = sm_lw_emit(w, SM_OP_PSUM, &ops[k], 1, &pa, &ops[k])))
+                goto done;
+        }
         if ((e = sm_lw_reshard(w, &ops[k], &j->values[src].shape, &w->lay[src], &plan->in[k])))
             goto done;
     }

@@ -96,6 +96,14 @@ Shmap__V1__PartitionSpec *sm_svc_pspec_enc(sm_arena *a, const sm_pspec *sp)
         q->is_tuple = e->is_tuple != 0;
         p->entries[i] = q;
     }
+    if (sp->nunreduced > 0) {
+        p->n_unreduced = sm_svc_rank(sp->nunreduced < SM_MAX_AXES ? sp->nunreduced : SM_MAX_AXES);
+        p->unreduced = sm_arena_alloc(a, SM_MAX_AXES * sizeof *p->unreduced);
+        if (!p->unreduced)
+            return NULL;
+        for (size_t k = 0; k < p->n_unreduced; k++)
+            p->unreduced[k] = (char *)sp->unreduced[k];
+    }
     return p;
 }
 
@@ -357,6 +365,17 @@ sm_err sm_svc_pspec_dec(const Shmap__V1__PartitionSpec *p, const char *what, sm_
         out->e[i].is_tuple = q->is_tuple != 0;
     }
     out->nentries = (int)p->n_entries;
+    if ((e = sm_svc_count_dec(p->n_unreduced, SM_MAX_AXES, what, "unreduced axes", err, errlen)))
+        return e;
+    for (size_t k = 0; k < p->n_unreduced; k++) {
+        snprintf(sub, sizeof sub, "%s.unreduced[%zu]", what, k);
+        if (!p->unreduced[k] || !p->unreduced[k][0])
+            return sm_fail(err, errlen, SM_EINVAL, "%s is an empty axis name", sub);
+        if ((e = sm_svc_str_dec(p->unreduced[k], SM_AXIS_NAME_MAX, sub, out->unreduced[k], err,
+                                errlen)))
+            return e;
+    }
+    out->nunreduced = (int)p->n_unreduced;
     return SM_OK;
 }
 

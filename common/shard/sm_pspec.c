@@ -103,6 +103,46 @@ static sm_err sm_pspec_parse_entry(sm_pspec_lexer *lx, sm_pspec_entry *e)
     }
 }
 
+/* unreduced={'y', 'z'} (or unreduced=set()), after the entries. */
+static sm_err sm_pspec_parse_unreduced(sm_pspec_lexer *lx, sm_pspec *p)
+{
+    lx->p += strlen("unreduced");
+    sm_pspec_skip_ws(lx);
+    if (*lx->p != '=')
+        return sm_pspec_expected(lx, "'=' after unreduced");
+    lx->p++;
+    sm_pspec_skip_ws(lx);
+    if (strncmp(lx->p, "set()", 5) == 0 || strncmp(lx->p, "frozenset()", 11) == 0) {
+        lx->p += *lx->p == 's' ? 5 : 11;
+        return SM_OK;
+    }
+    if (*lx->p != '{')
+        return sm_pspec_expected(lx, "'{' (a set of quoted mesh axis names)");
+    lx->p++;
+    for (;;) {
+        sm_pspec_skip_ws(lx);
+        if (*lx->p == '}') {
+            lx->p++;
+            return SM_OK;
+        }
+        if (*lx->p != '\'' && *lx->p != '"')
+            return sm_pspec_expected(lx, "a quoted axis name or '}'");
+        if (p->nunreduced == SM_MAX_AXES)
+            return sm_fail(lx->err, lx->errlen, SM_EINVAL,
+                           "partition spec \"%s\": more than %d unreduced axes", lx->text,
+                           SM_MAX_AXES);
+        sm_err rc = sm_pspec_parse_name(lx, p->unreduced[p->nunreduced]);
+        if (rc)
+            return rc;
+        p->nunreduced++;
+        sm_pspec_skip_ws(lx);
+        if (*lx->p == ',')
+            lx->p++;
+        else if (*lx->p != '}')
+            return sm_pspec_expected(lx, "',' or '}'");
+    }
+}
+
 sm_err sm_pspec_parse(const char *text, sm_pspec *out, char *err, size_t errlen)
 {
     sm_pspec_lexer lx = {text ? text : "", text ? text : "", err, errlen};
@@ -124,6 +164,18 @@ sm_err sm_pspec_parse(const char *text, sm_pspec *out, char *err, size_t errlen)
         if (*lx.p == ')') {
             lx.p++;
             break;
+        }
+        if (sm_pspec_at_word(&lx, "unreduced")) {
+            sm_err rc = sm_pspec_parse_unreduced(&lx, &p);
+            if (rc)
+                return rc;
+            sm_pspec_skip_ws(&lx);
+            if (*lx.p == ',')
+                lx.p++;
+            sm_pspec_skip_ws(&lx);
+            if (*lx.p != ')')
+                return sm_pspec_expected(&lx, "')' after unreduced={...}");
+            continue;
         }
         if (p.nentries == SM_MAX_RANK)
             return sm_fail(err, errlen, SM_EINVAL,
@@ -179,8 +231,14 @@ char *sm_pspec_format(const sm_pspec *p, char *buf, size_t len)
             sm_pspec_put(buf, len, &n, "%s", ")");
         }
     }
-    if (p->nentries == 1 && p->e[0].naxes > 1)
+    if (p->nentries == 1 && p->e[0].naxes > 1 && p->nunreduced == 0)
         sm_pspec_put(buf, len, &n, "%s", ",");
+    if (p->nunreduced > 0) { /* as JAX's repr: P('x', None, unreduced={'y'}) */
+        sm_pspec_put(buf, len, &n, "%s", p->nentries ? ", unreduced={" : "unreduced={");
+        for (int a = 0; a < p->nunreduced; a++)
+            sm_pspec_put(buf, len, &n, a ? ", '%s'" : "'%s'", p->unreduced[a]);
+        sm_pspec_put(buf, len, &n, "%s", "}");
+    }
     sm_pspec_put(buf, len, &n, "%s", ")");
     return buf;
 }
@@ -196,7 +254,32 @@ int sm_pspec_equal(const sm_pspec *a, const sm_pspec *b)
             if (strcmp(a->e[i].axes[k], b->e[i].axes[k]) != 0)
                 return 0;
     }
+    if (a->nunreduced != b->nunreduced) /* as sets; check_mesh refuses repeats */
+        return 0;
+    for (int k = 0; k < a->nunreduced; k++)
+        if (!sm_pspec_is_unreduced(b, a->unreduced[k]))
+            return 0;
     return 1;
+}
+
+int sm_pspec_is_unreduced(const sm_pspec *p, const char *name)
+{
+    for (int k = 0; k < p->nunreduced; k++)
+        if (strcmp(p->unreduced[k], name) == 0)
+            return 1;
+    return 0;
+}
+
+sm_err sm_pspec_check_reduced(const sm_pspec *p, const char *what, char *err, size_t errlen)
+{
+    char spec[300];
+    if (p->nunreduced == 0)
+        return SM_OK;
+    return sm_fail(err, errlen, SM_EUNIMPLEMENTED,
+                   "%s: %s is unreduced, and arrays hold no partial sums: unreduced values live "
+                   "inside a program (reshard it there, e.g. reshard(x, P(...)) or psum in a "
+                   "shard_map)",
+                   what ? what : "the array", sm_pspec_format(p, spec, sizeof spec));
 }
 
 sm_err sm_pspec_check_mesh(const sm_pspec *p, const sm_mesh *m, char *err, size_t errlen)
@@ -224,6 +307,28 @@ sm_err sm_pspec_check_mesh(const sm_pspec *p, const sm_mesh *m, char *err, size_
                                        "mesh axis '%s' appears more than once in %s", ax,
                                        sm_pspec_format(p, spec, sizeof spec));
         }
+    }
+    if (p->nunreduced < 0 || p->nunreduced > SM_MAX_AXES)
+        return sm_fail(err, errlen, SM_EINVAL, "a partition spec has %d unreduced axes (0..%d)",
+                       p->nunreduced, SM_MAX_AXES);
+    for (int k = 0; k < p->nunreduced; k++) {
+        const char *ax = p->unreduced[k];
+        if (!memchr(ax, 0, SM_AXIS_NAME_MAX) || sm_mesh_axis(m, ax) < 0)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "%s: unreduced axis '%.*s' is not an axis of the mesh",
+                           sm_pspec_format(p, spec, sizeof spec), SM_AXIS_NAME_MAX - 1, ax);
+        for (int l = 0; l < k; l++)
+            if (strcmp(p->unreduced[l], ax) == 0)
+                return sm_fail(err, errlen, SM_EINVAL,
+                               "mesh axis '%s' appears more than once in the unreduced axes of %s",
+                               ax, sm_pspec_format(p, spec, sizeof spec));
+        for (int i = 0; i < p->nentries; i++)
+            for (int j = 0; j < p->e[i].naxes; j++)
+                if (strcmp(p->e[i].axes[j], ax) == 0)
+                    return sm_fail(err, errlen, SM_EINVAL,
+                                   "partitions cannot overlap with unreduced axes passed to "
+                                   "PartitionSpec. Got %s",
+                                   sm_pspec_format(p, spec, sizeof spec));
     }
     return SM_OK;
 }

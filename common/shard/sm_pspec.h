@@ -17,23 +17,29 @@ typedef struct {
 typedef struct {
     int nentries;
     sm_pspec_entry e[SM_MAX_RANK];
+    /* unreduced={'y'}: mesh axes over which each device holds a partial sum
+     * of the value (JAX's unreduced sharding; in the order written). Programs
+     * use them inside; arrays are never unreduced. */
+    int nunreduced;
+    char unreduced[SM_MAX_AXES][SM_AXIS_NAME_MAX];
 } sm_pspec;
 
 /* Parses P('i', None), P(('x','y'),), P(), P(None, 'j'),
- * PartitionSpec('i'), with single or double quotes and any spacing. Syntax
- * errors are SM_EINVAL naming the column and what was expected. Does not
- * check against a mesh. */
+ * PartitionSpec('i'), P('x', None, unreduced={'y'}), with single or double
+ * quotes and any spacing. Syntax errors are SM_EINVAL naming the column and
+ * what was expected. Does not check against a mesh. */
 sm_err sm_pspec_parse(const char *text, sm_pspec *out, char *err, size_t errlen);
 /* Formats as P('i', None) / P(('x', 'y'),) / P(); returns buf. Entries
  * are written canonically as JAX's PartitionSpec stores them: () as None,
  * ('x',) as 'x'. */
 char *sm_pspec_format(const sm_pspec *p, char *buf, size_t len);
 /* 1 if the specs have the same entries in canonical form (so ('x',) equals
- * 'x' and () equals None, but P('x') and P('x', None) differ, as in JAX). */
+ * 'x' and () equals None, but P('x') and P('x', None) differ, as in JAX) and
+ * the same set of unreduced axes. */
 int sm_pspec_equal(const sm_pspec *a, const sm_pspec *b);
 
 /* Checks the spec against a mesh only: every axis known to the mesh, no axis
- * used twice. */
+ * used twice, no unreduced axis also partitioning. */
 sm_err sm_pspec_check_mesh(const sm_pspec *p, const sm_mesh *m, char *err, size_t errlen);
 /* Full check against mesh and global shape: sm_pspec_check_mesh, then the
  * shape is sane (rank 0..SM_MAX_RANK, no negative dimension), then the
@@ -47,5 +53,10 @@ sm_err sm_pspec_check(const sm_pspec *p, const sm_mesh *m, const sm_shape *shape
 /* Number of shards along dimension dim (product of its axes' sizes; 1 for
  * dimensions past the spec). Assumes sm_pspec_check_mesh passed. */
 int64_t sm_pspec_dim_factor(const sm_pspec *p, const sm_mesh *m, int dim);
+/* 1 if mesh axis name is one of the spec's unreduced axes. */
+int sm_pspec_is_unreduced(const sm_pspec *p, const char *name);
+/* Refuses a spec with unreduced axes as an array's sharding (SM_EUNIMPLEMENTED
+ * naming what): arrays hold no partial sums. */
+sm_err sm_pspec_check_reduced(const sm_pspec *p, const char *what, char *err, size_t errlen);
 
 #endif

@@ -10,6 +10,8 @@ sm_err sm_sharding_init(sm_sharding *s, const sm_mesh *m, const sm_pspec *p, con
                         char *err, size_t errlen)
 {
     sm_err rc = sm_pspec_check(p, m, global, NULL, err, errlen);
+    if (!rc)
+        rc = sm_pspec_check_reduced(p, "an array's sharding", err, errlen);
     if (rc)
         return rc;
     s->mesh = *m;

@@ -129,16 +129,36 @@ def _dtype_name(dt):
 
 
 class PartitionSpec(tuple):
-    """JAX's PartitionSpec: P('i', None), P(('x', 'y'),), P()."""
+    """JAX's PartitionSpec: P('i', None), P(('x', 'y'),), P(), and
+    P('x', None, unreduced={'y'}) inside programs (partial sums pending over
+    y; arrays are never unreduced)."""
 
-    def __new__(cls, *entries):
+    def __new__(cls, *entries, unreduced=frozenset()):
         for e in entries:
             ok = e is None or isinstance(e, str) or (
                 isinstance(e, tuple) and all(isinstance(a, str) for a in e))
             if not ok:
                 raise InvalidArgument(f"a PartitionSpec entry is None, an axis name or a tuple "
                                       f"of axis names, got {e!r}")
-        return super().__new__(cls, entries)
+        if isinstance(unreduced, str) or not all(isinstance(a, str) for a in unreduced):
+            raise InvalidArgument(f"unreduced is a set of axis names, got {unreduced!r}")
+        obj = super().__new__(cls, entries)
+        obj._unreduced = tuple(dict.fromkeys(unreduced))
+        return obj
+
+    @property
+    def unreduced(self):
+        return frozenset(self._unreduced)
+
+    def __eq__(self, other):
+        return tuple.__eq__(self, other) and self.unreduced == getattr(
+            other, "unreduced", frozenset())
+
+    def __ne__(self, other):
+        return not self == other
+
+    def __hash__(self):
+        return hash((tuple(self), self.unreduced))
 
     def __repr__(self):
         def one(e):
@@ -147,7 +167,10 @@ class PartitionSpec(tuple):
             if isinstance(e, str):
                 return repr(e)
             return "(" + ", ".join(map(repr, e)) + ("," if len(e) == 1 else "") + ")"
-        return "P(" + ", ".join(one(e) for e in self) + ")"
+        parts = [one(e) for e in self]
+        if self._unreduced:
+            parts.append("unreduced={" + ", ".join(map(repr, self._unreduced)) + "}")
+        return "P(" + ", ".join(parts) + ")"
 
     __str__ = __repr__
 

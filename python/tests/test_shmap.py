@@ -257,6 +257,41 @@ def test_jit_reshard_and_out_shardings(c):
     assert np.array_equal(np.asarray(r), x * 2)
 
 
+def test_jit_unreduced_partial_sums(c):
+    """dot_general with out_sharding=P(unreduced=...) keeps the partial sums
+    (no collective), add keeps them, reshard sums them; arrays are never
+    unreduced."""
+    mesh = c.make_mesh((2, 2), ("X", "Y"))
+    x_np = np.arange(8, dtype=np.float32).reshape(2, 4)
+    y_np = np.arange(24, dtype=np.float32).reshape(4, 6)
+    x = c.device_put(x_np, NamedSharding(mesh, P(None, "X")))
+    y = c.device_put(y_np, NamedSharding(mesh, P("X", None)))
+    seen = []
+
+    @shmap.jit
+    def g(x, y):
+        z = shmap.numpy.einsum("ab,bc->ac", x, y, out_sharding=P(unreduced={"X"}))
+        seen.append(shmap.typeof(z))
+        return shmap.reshard(z + z, P(None, "Y"))
+
+    r = g(x, y)
+    assert seen == ["f32[2,6]{U:X}"]
+    assert shmap.typeof(r) == "f32[2,6@Y]"
+    assert np.array_equal(np.asarray(r), 2 * (x_np @ y_np))
+    assert g.lower(x, y).as_text().count("psum(") == 1
+    assert repr(P("x", None, unreduced={"y"})) == "P('x', None, unreduced={'y'})"
+    assert P("x", unreduced={"y"}) != P("x")
+    with pytest.raises(shmap.Unimplemented, match="arrays hold no partial sums"):
+        c.device_put(x_np, NamedSharding(mesh, P(None, None, unreduced={"X"})))
+
+    @shmap.jit
+    def returns_partial_sums(x, y):
+        return shmap.numpy.einsum("ab,bc->ac", x, y, out_sharding=P(unreduced={"X"}))
+
+    with pytest.raises(shmap.ProgramError, match="is unreduced"):
+        returns_partial_sums(x, y)
+
+
 def test_errors_carry_codes(c):
     with pytest.raises(shmap.NotFound) as e:
         c.get("no-such-array")

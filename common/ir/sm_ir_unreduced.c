@@ -1,0 +1,209 @@
+/* sm_ir_unreduced: the unreduced rules — the ur column of sm_ir_ops.def.
+ *
+ * A value unreduced over mesh axis a holds, on each device, a partial sum:
+ * the value is the sum of the blocks along a (JAX's unreduced sharding,
+ * P(..., unreduced={'a'}) and the U: of a type). No data moves to make one:
+ * a product whose contracting dimension is sharded over a is unreduced over
+ * a before its psum, and pcast(x, 'a', to='unreduced') says so of a block
+ * inside a shard_map. The rules below are JAX's (jax/_src/lax/lax.py, the
+ * *_ur_rule functions; jax/_src/lax/parallel.py, pcast), with JAX's
+ * sentences: only linear ops pass partial sums on, and psum (or reshard to
+ * a spec without the axis) completes them. */
+#include "sm_ir_infer.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+uint32_t sm_ir_spec_unreduced(const sm_program *p, const sm_pspec *s)
+{
+    uint32_t m = 0;
+    for (int k = 0; s && k < s->nunreduced && k < SM_MAX_AXES; k++) {
+        int a = sm_mesh_axis(&p->mesh, s->unreduced[k]);
+        if (a >= 0)
+            m |= 1u << a;
+    }
+    return m;
+}
+
+/* "{'x', 'y'}" (a Python set, in mesh order); "set()" when empty. */
+static char *sm_ur_set_str(const sm_program *p, uint32_t m, char *buf, size_t len)
+{
+    size_t o = 0;
+    if (!m) {
+        snprintf(buf, len, "set()");
+        return buf;
+    }
+    for (int a = 0; a < p->mesh.naxes; a++)
+        if (m & (1u << a))
+            o += (size_t)snprintf(buf + o, len > o ? len - o : 0, "%s'%s'", o ? ", " : "{",
+                                  p->mesh.names[a]);
+    snprintf(buf + o, len > o ? len - o : 0, "}");
+    return buf;
+}
+
+static char *sm_ur_type(const sm_program *p, const sm_ir_value *v, char *buf, size_t len)
+{
+    uintptr_t at = (uintptr_t)v, lo = (uintptr_t)p->values;
+    if (p->values && at >= lo && at < lo + sizeof *v * (size_t)p->nvalues)
+        return sm_program_value_type(p, (int)((at - lo) / sizeof *v), buf, len);
+    /* a value not in the program yet (the op's result) */
+    if (p->kind == SM_PROG_JIT && !v->manual)
+        return sm_ir_jit_type_str(p, v, buf, len);
+    sm_ir_type_str(v, buf, len);
+    size_t o = strlen(buf);
+    sm_ir_axes_suffix(p, v->vma, v->unreduced, buf + o, len > o ? len - o : 0);
+    return buf;
+}
+
+/* pcast: every named axis must be in one state (varying, unreduced or
+ * invarying), and (from, to) one of JAX's casts. */
+static sm_err sm_ur_pcast(const sm_program *p, const sm_ir_op *op, const sm_ir_value *x,
+                          sm_ir_value *out, uint32_t mask, char *err, size_t errlen)
+{
+    uint32_t vary = mask & x->vma, unred = mask & x->unreduced,
+             inv = mask & ~x->vma & ~x->unreduced;
+    int nstates = !!vary + !!unred + !!inv;
+    const char *to = op->attrs.spec ? op->attrs.spec : "";
+    char t[300];
+    if (nstates > 1) {
+        char axes[200] = "", st[100] = "";
+        size_t o = 0, so = 0;
+        for (int i = 0; i < op->attrs.naxes; i++)
+            o += (size_t)snprintf(axes + o, o < sizeof axes ? sizeof axes - o : 0, "%s'%s'",
+                                  i ? ", " : "", op->attrs.axes[i]);
+        const char *names[3] = {"varying", "unreduced", "invarying"};
+        const uint32_t sets[3] = {vary, unred, inv};
+        for (int i = 0; i < 3; i++)
+            if (sets[i])
+                so += (size_t)snprintf(st + so, so < sizeof st ? sizeof st - so : 0, "%s'%s'",
+                                       so ? ", " : "", names[i]);
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "jax.lax.pcast can only accept axis_name which corresponds to one of "
+                       "varying, unreduced, reduced or invarying state of the input. Got input "
+                       "type: %s, axes: (%s%s) and input state: {%s}",
+                       sm_ur_type(p, x, t, sizeof t), axes, op->attrs.naxes == 1 ? "," : "", st);
+    }
+    const char *from = vary ? "varying" : unred ? "unreduced" : "invarying";
+    if (!strcmp(from, "invarying") && !strcmp(to, "varying")) {
+        out->unreduced = x->unreduced;
+        return SM_OK;
+    }
+    if (!strcmp(from, "varying") && !strcmp(to, "unreduced")) {
+        out->unreduced = x->unreduced | mask;
+        return SM_OK;
+    }
+    return sm_fail(err, errlen, SM_EINVAL, "Unsupported pcast from=%s, to='%s'", from, to);
+}
+
+sm_err sm_ir_unreduced_op(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                          sm_ir_value *out, uint32_t mask, char *err, size_t errlen)
+{
+    const char *name = sm_op_name(op->kind);
+    uint32_t any = 0;
+    for (int i = 0; i < op->noperands; i++)
+        any |= in[i]->unreduced;
+    uint32_t u0 = op->noperands > 0 ? in[0]->unreduced : 0;
+    uint32_t u1 = op->noperands > 1 ? in[1]->unreduced : 0;
+    char a[300], b[300];
+    out->unreduced = 0;
+    if (op->attrs.sharding) { /* its unreduced axes are read below */
+        sm_err e = sm_pspec_check_mesh(op->attrs.sharding, &p->mesh, err, errlen);
+        if (e)
+            return e;
+    }
+    switch (sm_op_ur_rule(op->kind)) {
+    case SM_UR_NONE:
+        if (any)
+            return sm_fail(err, errlen, SM_EUNIMPLEMENTED,
+                           "unreduced rule for %s is not implemented (reduce the operand first: "
+                           "psum in a shard_map, or reshard)",
+                           name);
+        return SM_OK;
+    case SM_UR_KEEP:
+        out->unreduced = u0;
+        return SM_OK;
+    case SM_UR_ADD:
+        if (u0 && u1 && u0 != u1)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "lhs and rhs to `add` must be unreduced along the same mesh axes. Got "
+                           "lhs=%s, rhs=%s",
+                           sm_ur_set_str(p, u0, a, sizeof a), sm_ur_set_str(p, u1, b, sizeof b));
+        if (!u0 != !u1) {
+            const char *l = u0 ? "lhs" : "rhs", *r = u0 ? "rhs" : "lhs";
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "%s is unreduced while %s is not. `add` operation does not allow this "
+                           "because there will be implicit communication. Please reduce %s via "
+                           "`reshard` before calling `add`.",
+                           l, r, l);
+        }
+        out->unreduced = u0;
+        return SM_OK;
+    case SM_UR_MUL:
+        if (u0 && u1)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "lhs and rhs to `mul` cannot be unreduced since mul is bilinear. Got "
+                           "lhs=%s, rhs=%s",
+                           sm_ur_set_str(p, u0, a, sizeof a), sm_ur_set_str(p, u1, b, sizeof b));
+        if (any)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "%s should be reduced along the same axes %s is unreduced on. Got "
+                           "lhs=%s and rhs=%s",
+                           u0 ? "RHS" : "LHS", u0 ? "LHS" : "RHS",
+                           sm_ur_type(p, in[0], a, sizeof a), sm_ur_type(p, in[1], b, sizeof b));
+        return SM_OK;
+    case SM_UR_DOT:
+        if (any)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "lhs or rhs passed to dot_general cannot be unreduced. Got lhs=%s and "
+                           "rhs=%s",
+                           sm_ur_type(p, in[0], a, sizeof a),
+                           op->noperands > 1 ? sm_ur_type(p, in[1], b, sizeof b) : "None");
+        /* the sharding rule checks out_sharding's unreduced axes against
+         * the contracting dimensions (sm_ir_shard_dot) */
+        out->unreduced = sm_ir_spec_unreduced(p, op->attrs.sharding);
+        return SM_OK;
+    case SM_UR_PSUM:
+        if ((u0 & mask) && sm_ir_has_groups(op))
+            return sm_fail(err, errlen, SM_EUNIMPLEMENTED,
+                           "%s of a value unreduced over %s with axis_index_groups is not "
+                           "supported",
+                           name, sm_ur_set_str(p, u0 & mask, a, sizeof a));
+        out->unreduced = u0 & ~mask;
+        return SM_OK;
+    case SM_UR_PCAST:
+        return sm_ur_pcast(p, op, in[0], out, mask, err, errlen);
+    case SM_UR_RESHARD: {
+        uint32_t t = sm_ir_spec_unreduced(p, op->attrs.sharding);
+        if (t & ~u0)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "%s: %s is not unreduced over %s, so it cannot be made so (unreduced "
+                           "values come from dot_general with out_sharding=P(..., "
+                           "unreduced={...}) or from a shard_map's out_specs)",
+                           name, sm_ur_type(p, in[0], a, sizeof a),
+                           sm_ur_set_str(p, t & ~u0, b, sizeof b));
+        out->unreduced = t; /* the others are summed (sm_lower) */
+        return SM_OK;
+    }
+    case SM_UR_MANUAL: {
+        const sm_pspec *s = op->attrs.sharding;
+        uint32_t t = sm_ir_spec_unreduced(p, s);
+        char sp[300];
+        if (t != u0 && op->kind == SM_OP_SHARD_MAP_OUT)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "out_specs passed to shard_map should be equal to the unreduced "
+                           "present on the out_aval. Got out_specs=%s and out_aval=%s",
+                           s ? sm_pspec_format(s, sp, sizeof sp) : "None",
+                           sm_ur_type(p, in[0], a, sizeof a));
+        if (t != u0)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "in_specs passed to shard_map should be equal to the unreduced "
+                           "present on the argument. Got in_specs=%s and argument=%s",
+                           s ? sm_pspec_format(s, sp, sizeof sp) : "None",
+                           sm_ur_type(p, in[0], a, sizeof a));
+        out->unreduced = t;
+        return SM_OK;
+    }
+    }
+    return SM_OK;
+}
