@@ -348,6 +348,14 @@ static sm_err job_prepare(sm_cjobs *j, const sm_svc_submit_req *req, sm_job *job
         e = sm_cjobs_check_arg(p, k, &a, err, errlen);
         job->args[k] = a.id;
         job->reshard[k] = !sm_cjobs_sharding_same(&a.sharding, &p->mesh, &p->params[k].spec);
+        if (!e && job->reshard[k] && a.sharding.spec.nunreduced) {
+            char have[300], want[300];
+            e = sm_fail(err, errlen, SM_EINVAL,
+                        "argument %d for parameter '%s' is unreduced (%s) and cannot be resharded "
+                        "to the parameter's %s: take it with the same mesh and sharding",
+                        k, p->params[k].name, sm_pspec_format(&a.sharding.spec, have, sizeof have),
+                        sm_pspec_format(&p->params[k].spec, want, sizeof want));
+        }
         sm_array_info_free(&a);
         if (e)
             goto out;
@@ -365,6 +373,7 @@ static sm_err job_prepare(sm_cjobs *j, const sm_svc_submit_req *req, sm_job *job
         cr.sharding.mesh = &p->mesh;
         cr.sharding.spec = p->out_specs[k];
         cr.kind = SM_PUT_SHARDS;
+        cr.job_output = 1;
         cr.deadline_ms = req->deadline_ms && req->deadline_ms < SM_JOBS_OUTPUT_DEADLINE_MS
                              ? req->deadline_ms + 60000
                              : SM_JOBS_OUTPUT_DEADLINE_MS;

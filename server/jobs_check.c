@@ -94,6 +94,11 @@ int sm_cjobs_sharding_same(const sm_sharding *s, const sm_mesh *m, const sm_pspe
     for (int d = 0; d < n; d++)
         if (!entry_same(&s->spec, spec, d))
             return 0;
+    if (s->spec.nunreduced != spec->nunreduced) /* the same partial sums, or none */
+        return 0;
+    for (int k = 0; k < spec->nunreduced; k++)
+        if (!sm_pspec_is_unreduced(&s->spec, spec->unreduced[k]))
+            return 0;
     return 1;
 }
 

@@ -426,6 +426,8 @@ sm_err sm_registry_array_create(sm_registry *r, const sm_svc_create_array_req *r
     if (*name && (rc = sm_reg_name_check("array", name, SM_NAME_MAX, err, errlen)))
         goto out;
     rc = sm_reg_sharding_resolve(r, &req->sharding, &s, &rm, err, errlen);
+    if (!rc && !req->job_output)
+        rc = sm_pspec_check_reduced(&s.spec, "an uploaded array", err, errlen);
     if (rc)
         goto out;
     worker = malloc(sizeof *worker * (size_t)s.mesh.ndevices);

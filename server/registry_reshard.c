@@ -119,8 +119,19 @@ sm_err sm_registry_reshard_begin(sm_registry *r, const sm_svc_reshard_req *req, 
         goto out;
     }
     rc = sm_reg_sharding_resolve(r, &req->sharding, &s, &rm, err, errlen);
+    if (!rc)
+        rc = sm_pspec_check_reduced(&s.spec, "a reshard's target", err, errlen);
     if (rc)
         goto out;
+    if (src->sharding.spec.nunreduced) { /* moving blocks would not sum them */
+        char sp[300];
+        rc = sm_fail(err, errlen, SM_EUNIMPLEMENTED,
+                     "%s is unreduced (%s): resharding it sums its blocks, which a Reshard call "
+                     "does not do; run reshard(x, P(...)) in a jit program (libshmap's "
+                     "sm_client_reshard, shmapctl reshard and the Python package do)",
+                     label, sm_pspec_format(&src->sharding.spec, sp, sizeof sp));
+        goto out;
+    }
     worker = malloc(sizeof *worker * (size_t)s.mesh.ndevices);
     src_own = malloc(sizeof *src_own * (size_t)src->n);
     dst_own = malloc(sizeof *dst_own * (size_t)s.mesh.ndevices);

@@ -93,6 +93,82 @@ UNREDUCED = [
 ]
 
 
+def unreduced_array(work, target):
+    """JAX's test_matmul_unreduced as written: the jit function returns the
+    shard_map's unreduced result as an array; each device's shard is its
+    partial sum (JAX's expected_shards), a whole read is refused, and
+    reshard sums it, on the same mesh and onto another one."""
+    text = ("mesh x=2 y=2\n"
+            "shard_map f(a: f32[2,4] @ P('x', 'y'), b: f32[4,2] @ P('y', None)) -> "
+            "P('x', None, unreduced={'y'}):\n"
+            "    c = jnp.einsum('ab,bc->ac', a, b)\n"
+            "    c = jax.lax.pcast(c, 'y', to='unreduced')\n"
+            "    return c\n"
+            "jit g(a: f32[2,4] @ P('x', 'y'), b: f32[4,2] @ P('y', None)):\n"
+            "    return f(a, b)\n")
+    prog = os.path.join(work, "ua.shmap")
+    open(prog, "w").write(text)
+    a = np.arange(8, dtype=np.float32).reshape(2, 4)
+    b = np.arange(8, dtype=np.float32).reshape(4, 2)
+    np.save(os.path.join(work, "ua.npy"), a)
+    np.save(os.path.join(work, "ub.npy"), b)
+
+    def ok(r, what):
+        if r.returncode:
+            sys.exit(f"e2e_jit_numpy: unreduced array: {what} failed: {r.stderr}")
+        return r
+
+    ok(run([CTL, "--target", target, "run", prog, "--arg", f"a={work}/ua.npy",
+            "--arg", f"b={work}/ub.npy", "--out-name", "0=ured"]), "run")
+    d = json.loads(ok(run([CTL, "--target", target, "describe", "ured", "--json"]),
+                      "describe").stdout)
+    if d.get("type") != "f32[2@x,2]{U:y}":
+        sys.exit(f"e2e_jit_numpy: unreduced array: type {d.get('type')}")
+    expected_shards = [[[2., 3.]], [[26., 31.]], [[10., 19.]], [[66., 79.]]]
+    for dev, want in enumerate(expected_shards):
+        out = os.path.join(work, f"us{dev}.npy")
+        ok(run([CTL, "--target", target, "get-shard", "ured", "--device", str(dev), out]),
+           "get-shard")
+        if not np.array_equal(np.load(out), np.array(want, dtype=np.float32)):
+            sys.exit(f"e2e_jit_numpy: unreduced array: device {dev} holds {np.load(out)}, "
+                     f"JAX's test expects {want}")
+    g = run([CTL, "--target", target, "get", "ured", os.path.join(work, "u.npy")])
+    if g.returncode == 0 or "is unreduced" not in g.stderr:
+        sys.exit(f"e2e_jit_numpy: unreduced array: a whole read was not refused: {g.stderr}")
+    for name, mesh, spec in (("ur1", "x=2,y=2", "P('x', None)"), ("ur2", "z=4", "P()")):
+        ok(run([CTL, "--target", target, "reshard", "ured", "--mesh", mesh, "--spec", spec,
+                "--name", name]), "reshard")
+        out = os.path.join(work, f"{name}.npy")
+        ok(run([CTL, "--target", target, "get", name, out]), "get")
+        if not np.array_equal(np.load(out), a @ b):
+            sys.exit(f"e2e_jit_numpy: unreduced array: reshard to {mesh} {spec} gave "
+                     f"{np.load(out)}")
+    # the unreduced array as an argument: a shard_map taking it unreduced sums it
+    text2 = ("mesh x=2 y=2\n"
+             "shard_map s(c: f32[2,2] @ P('x', None, unreduced={'y'})) -> P('x', None):\n"
+             "    return jax.lax.psum(c, 'y')\n")
+    prog2 = os.path.join(work, "ua2.shmap")
+    open(prog2, "w").write(text2)
+    ok(run([CTL, "--target", target, "run", prog2, "--arg", "c=ured", "--out-name", "0=ur3"]),
+       "run with an unreduced argument")
+    out = os.path.join(work, "ur3.npy")
+    ok(run([CTL, "--target", target, "get", "ur3", out]), "get")
+    if not np.array_equal(np.load(out), a @ b):
+        sys.exit(f"e2e_jit_numpy: unreduced argument: psum gave {np.load(out)}")
+    # refused: an unreduced argument where the parameter wants another sharding,
+    # and an upload with an unreduced sharding
+    open(prog2, "w").write(text2.replace(", unreduced={'y'}", ""))
+    r = run([CTL, "--target", target, "run", prog2, "--arg", "c=ured"])
+    if r.returncode == 0 or "is unreduced" not in r.stderr or "cannot be resharded" not in r.stderr:
+        sys.exit(f"e2e_jit_numpy: unreduced argument resharded: {r.stderr}")
+    r = run([CTL, "--target", target, "put", f"{work}/ua.npy", "--mesh", "x=2,y=2", "--spec",
+             "P('x', unreduced={'y'})"])
+    if r.returncode == 0 or "only a program's results hold partial sums" not in r.stderr:
+        sys.exit(f"e2e_jit_numpy: unreduced upload not refused: {r.stderr}")
+    run([CTL, "--target", target, "rm", "ured", "ur1", "ur2", "ur3"])
+    return 1
+
+
 def unreduced_programs(work, target):
     """Runs UNREDUCED on the cluster; each result must equal numpy exactly
     (small integers in f32). Returns how many ran."""
@@ -224,7 +300,7 @@ def one_cluster(workers, devices, seed):
                          f"got {got.dtype}{list(got.shape)}\n{got}\nwant\n{want}")
             run([CTL, "--target", target, "rm", f"r{k}"])
             ran += 1
-        ran += unreduced_programs(work, target)
+        ran += unreduced_programs(work, target) + unreduced_array(work, target)
         for k, mesh in enumerate(SMALL_MESHES):
             n = 1
             for _, size in mesh:

@@ -343,6 +343,50 @@ START_TEST(test_index_ways_out)
 }
 END_TEST
 
+/* Only a job's result may be unreduced; Reshard neither moves one (that
+ * would not sum its blocks) nor makes one. */
+START_TEST(test_unreduced_arrays)
+{
+    sm_registry *r = reg_create(1);
+    char err[512];
+    sm_svc_create_array_req req = {0};
+    sm_svc_create_array_reply rep;
+    req.dtype = SM_F32;
+    req.has_shape = 1;
+    req.shape = g4;
+    req.sharding.mesh_name = "m";
+    ck_assert_int_eq(sm_pspec_parse("P(unreduced={'i'})", &req.sharding.spec, err, sizeof err),
+                     SM_OK);
+    req.kind = SM_PUT_WHOLE;
+    ck_assert_int_eq(sm_registry_array_create(r, &req, T0, &rep, err, sizeof err),
+                     SM_EUNIMPLEMENTED);
+    ck_assert_msg(strstr(err, "only a program's results hold partial sums"), "%s", err);
+    req.kind = SM_PUT_SHARDS;
+    req.job_output = 1;
+    ck_assert_msg(sm_registry_array_create(r, &req, T0, &rep, err, sizeof err) == SM_OK, "%s", err);
+    sm_array_id u = rep.array.id;
+    ck_assert_str_eq(rep.array.type, "f32[4]{U:i}");
+    sm_svc_create_array_reply_free(&rep);
+    reg_fill(r, u);
+    sm_svc_reshard_req rq = {0};
+    sm_array_id nid;
+    sm_reg_assemble *parts = NULL;
+    int np = 0;
+    rq.array.id = u;
+    rq.sharding.mesh_name = "m";
+    ck_assert_int_eq(sm_registry_reshard_begin(r, &rq, T0, &nid, &parts, &np, err, sizeof err),
+                     SM_EUNIMPLEMENTED);
+    ck_assert_msg(strstr(err, "resharding it sums its blocks"), "%s", err);
+    rq.array.id = reg_put_ok(r, "plain");
+    reg_fill(r, rq.array.id);
+    rq.sharding.spec = req.sharding.spec;
+    ck_assert_int_eq(sm_registry_reshard_begin(r, &rq, T0, &nid, &parts, &np, err, sizeof err),
+                     SM_EUNIMPLEMENTED);
+    ck_assert_msg(strstr(err, "a reshard's target"), "%s", err);
+    sm_registry_free(r);
+}
+END_TEST
+
 static Suite *server_registry_suite(void)
 {
     Suite *s = suite_create("server_registry");
@@ -350,6 +394,7 @@ static Suite *server_registry_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_index_scale);
     tcase_add_loop_test(tc, test_index_ways_out, 0, N(way_cases));
+    tcase_add_test(tc, test_unreduced_arrays);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -251,15 +251,25 @@ START_TEST(test_pspec_equal)
     ck_assert(!sm_pspec_equal(&a, &b));
     ck_assert_int_eq(sm_pspec_parse("P('x')", &b, err, sizeof err), SM_OK);
     ck_assert(!sm_pspec_equal(&a, &b));
-    /* an array is never unreduced */
+    /* an unreduced sharding: its type, and its index map is the reduced one's */
     sm_mesh m;
-    sm_sharding sh;
+    sm_sharding sh, plain;
     sm_shape s = {.rank = 1, .dims = {8}};
     const char *names[] = {"x", "y", "z"};
     const int64_t sizes[] = {2, 2, 2};
+    char ty[128];
     ck_assert_int_eq(sm_mesh_init(&m, 3, names, sizes, NULL, 0, err, sizeof err), SM_OK);
-    ck_assert_int_eq(sm_sharding_init(&sh, &m, &a, &s, err, sizeof err), SM_EUNIMPLEMENTED);
-    ck_assert_msg(strstr(err, "arrays hold no partial sums"), "%s", err);
+    ck_assert_int_eq(sm_sharding_init(&sh, &m, &a, &s, err, sizeof err), SM_OK);
+    ck_assert_str_eq(sm_sharding_type_str(&sh, SM_F32, &s, ty, sizeof ty), "f32[8@x]{U:y,z}");
+    ck_assert_int_eq(sm_pspec_parse("P('x')", &b, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_sharding_init(&plain, &m, &b, &s, err, sizeof err), SM_OK);
+    sm_device_slice u8[8], p8[8];
+    ck_assert_int_eq(sm_sharding_indices(&sh, &s, u8, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_sharding_indices(&plain, &s, p8, err, sizeof err), SM_OK);
+    for (int d = 0; d < 8; d++)
+        ck_assert(sm_index_equal(&u8[d].index, &p8[d].index));
+    ck_assert_int_eq(sm_pspec_check_reduced(&a, "an upload", err, sizeof err), SM_EUNIMPLEMENTED);
+    ck_assert_msg(strstr(err, "only a program's results hold partial sums"), "%s", err);
     ck_assert_int_eq(sm_pspec_check_mesh(&a, &m, err, sizeof err), SM_OK);
     ck_assert_int_eq(sm_pspec_parse("P('x', unreduced={'x'})", &a, err, sizeof err), SM_OK);
     ck_assert_int_eq(sm_pspec_check_mesh(&a, &m, err, sizeof err), SM_EINVAL);

@@ -45,6 +45,21 @@ static sm_err check_ready(const sm_array_info *info, char *err, size_t errlen)
                    info->error[0] ? ": " : "", info->error);
 }
 
+/* A whole array is read from one shard per index: an unreduced array's
+ * value is the sum of its shards, which a read does not compute. */
+static sm_err check_reduced(const sm_array_info *info, char *err, size_t errlen)
+{
+    char rb[200], sp[300];
+    if (!info->sharding.spec.nunreduced)
+        return SM_OK;
+    return sm_fail(err, errlen, SM_EPRECONDITION,
+                   "array %s is unreduced (%s): its value is the sum of its devices' blocks; "
+                   "reshard it to a sharding without unreduced axes to read it, or read one "
+                   "device's partial sum (get-shard)",
+                   ref_text(info, rb, sizeof rb),
+                   sm_pspec_format(&info->sharding.spec, sp, sizeof sp));
+}
+
 /* Chooses, for every distinct index, the present shard with the lowest
  * replica id. */
 static sm_err pick_shards(const sm_array_info *info, int **out, int *n, char *err, size_t errlen)
@@ -133,7 +148,7 @@ static sm_err fetch_all(sm_client *c, const sm_array_info *info, void *dst, char
     int64_t total = 0;
     sm_err e;
 
-    if ((e = check_ready(info, err, errlen)))
+    if ((e = check_ready(info, err, errlen)) || (e = check_reduced(info, err, errlen)))
         return e;
     if ((e = sm_shape_nbytes(&info->shape, info->dtype, &total, err, errlen)))
         return e;

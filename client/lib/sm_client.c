@@ -8,8 +8,10 @@
 #include <time.h>
 
 #include "client_internal.h"
+#include "shmap_job.h"
 #include "sm_array.h"
 #include "sm_rpc.h"
+#include "sm_strbuf.h"
 
 sm_array_ref sm_array_ref_parse(const char *text)
 {
@@ -250,6 +252,84 @@ sm_err sm_client_list(sm_client *c, sm_array_info **out, int *n, char *err, size
     return sm_svc_coord_list_arrays(c->ch, c->timeout_ms, out, n, err, errlen);
 }
 
+/* 1 if sh names src's mesh inline, devices and all. */
+static int client_same_mesh(const sm_array_info *src, const sm_sharding_ref *sh)
+{
+    const sm_mesh *a = &src->sharding.mesh, *b = sh->mesh;
+    if (!b || sh->default_order || a->naxes != b->naxes || a->ndevices != b->ndevices)
+        return 0;
+    for (int k = 0; k < a->naxes; k++)
+        if (strcmp(a->names[k], b->names[k]) || a->sizes[k] != b->sizes[k])
+            return 0;
+    return memcmp(a->devices, b->devices, sizeof *a->devices * (size_t)a->ndevices) == 0;
+}
+
+/* An unreduced array's value is the sum of its blocks, which the Reshard
+ * call does not compute: `reshard(x, P(...))` runs as a jit job on the
+ * array's mesh (its psum sums them), and a reshard to another mesh moves
+ * that job's result on. */
+static sm_err client_reshard_unreduced(sm_client *c, const sm_array_info *src,
+                                       const sm_sharding_ref *sh, const char *new_name,
+                                       sm_array_info *out, char *err, size_t errlen)
+{
+    const sm_mesh *m = &src->sharding.mesh;
+    int direct = client_same_mesh(src, sh);
+    sm_pspec target = src->sharding.spec; /* on another mesh: first reduced in place */
+    target.nunreduced = 0;
+    if (direct)
+        target = sh->spec;
+    char sp[400], tp[400], shp[200];
+    sm_strbuf t = {0};
+    sm_strbuf_printf(&t, "mesh");
+    for (int k = 0; k < m->naxes; k++)
+        sm_strbuf_printf(&t, " %s=%lld", m->names[k], (long long)m->sizes[k]);
+    sm_strbuf_printf(&t, " devices=[");
+    for (int d = 0; d < m->ndevices; d++)
+        sm_strbuf_printf(&t, "%s%d", d ? ", " : "", (int)m->devices[d]);
+    sm_strbuf_printf(&t, "]\njit reshard_unreduced(x: %s%s @ %s):\n    return reshard(x, %s)\n",
+                     sm_dtype_name(src->dtype), sm_shape_format(&src->shape, shp, sizeof shp),
+                     sm_pspec_format(&src->sharding.spec, sp, sizeof sp),
+                     sm_pspec_format(&target, tp, sizeof tp));
+    sm_program *p = NULL;
+    sm_job_info info;
+    memset(&info, 0, sizeof info);
+    sm_err e = t.oom ? sm_fail(err, errlen, SM_ENOMEM, "out of memory")
+                     : sm_program_parse(sm_strbuf_str(&t), "<reshard>", &p, err, errlen);
+    sm_strbuf_free(&t);
+    if (e)
+        return e;
+    const char *names[1] = {direct ? new_name : NULL};
+    sm_array_ref arg = {.id = src->id};
+    e = sm_job_run(c, p, 1, &arg, names, 1, 0, -1, &info, err, errlen);
+    sm_program_free(p);
+    if (!e && info.state != SM_JOB_DONE)
+        e = sm_fail(err, errlen, SM_EINTERNAL, "reshard of unreduced array %llu: the job %s: %s",
+                    (unsigned long long)src->id.v, sm_job_state_name(info.state), info.error);
+    if (!e && info.noutputs != 1)
+        e = sm_fail(err, errlen, SM_EINTERNAL, "reshard of unreduced array %llu: %d outputs",
+                    (unsigned long long)src->id.v, info.noutputs);
+    if (e) {
+        sm_job_info_free(&info);
+        return e;
+    }
+    sm_array_info *res = &info.outputs[0];
+    if (direct) { /* the job's output is the result */
+        if (out) {
+            *out = *res;
+            res->shards = NULL;
+            res->nshards = 0;
+        }
+        sm_job_info_free(&info);
+        return SM_OK;
+    }
+    sm_array_ref mid = {.id = res->id};
+    e = sm_client_reshard(c, mid, sh, new_name, out, err, errlen);
+    char e2[256];
+    sm_client_delete(c, mid, e2, sizeof e2);
+    sm_job_info_free(&info);
+    return e;
+}
+
 sm_err sm_client_reshard(sm_client *c, sm_array_ref ref, const sm_sharding_ref *sh,
                          const char *new_name, sm_array_info *out, char *err, size_t errlen)
 {
@@ -257,6 +337,16 @@ sm_err sm_client_reshard(sm_client *c, sm_array_ref ref, const sm_sharding_ref *
     sm_array_info tmp;
     sm_err e;
 
+    /* an unreduced array is summed by a job (client_reshard_unreduced) */
+    memset(&tmp, 0, sizeof tmp);
+    if ((e = sm_client_describe(c, ref, &tmp, err, errlen)))
+        return e;
+    if (tmp.sharding.spec.nunreduced) {
+        e = client_reshard_unreduced(c, &tmp, sh, new_name, out, err, errlen);
+        sm_array_info_free(&tmp);
+        return e;
+    }
+    sm_array_info_free(&tmp);
     memset(&req, 0, sizeof req);
     req.array = ref;
     req.sharding = *sh;

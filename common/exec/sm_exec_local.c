@@ -110,7 +110,20 @@ static sm_err sm_exec_local_check(const sm_program *p, sm_array *const *inputs, 
                            sm_dtype_name(a->dtype), sm_shape_format(&a->shape, got, sizeof got),
                            sm_dtype_name(pa->dtype),
                            sm_shape_format(&pa->global, want, sizeof want));
+        if (pa->spec.nunreduced)
+            return sm_fail(
+                err, errlen, SM_EUNIMPLEMENTED,
+                "argument '%s' is unreduced: a local run takes whole arrays, and an "
+                "unreduced array is the sum of per-device blocks (run it on the service)",
+                pa->name);
     }
+    for (int k = 0; k < p->nreturns; k++)
+        if (p->out_specs[k].nunreduced)
+            return sm_fail(
+                err, errlen, SM_EUNIMPLEMENTED,
+                "output %d is unreduced: a local run returns whole arrays (reshard it to "
+                "a spec without unreduced axes, or run it on the service)",
+                k);
     return SM_OK;
 }
 

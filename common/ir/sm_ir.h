@@ -143,6 +143,9 @@ typedef struct {
     sm_pspec *out_specs;   /* one per return; jit: the result shardings (the value's
                               type's, or -> OUT_SHARDINGS when has_out_shardings) */
     int has_out_shardings; /* jit: the header gave -> OUT_SHARDINGS */
+    int lowered; /* made by sm_lower (set before the params are added): an argument or result
+                    unreduced over an axis is a block varying over it (each device holds its
+                    own partial sum) */
     sm_shape *out_global;  /* result global shapes, set by set_returns/verify */
     int ret_line, ret_col; /* position of `return` in the text */
     /* private */

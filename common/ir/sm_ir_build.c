@@ -91,12 +91,11 @@ static sm_err sm_ir_param_block(const sm_program *p, const sm_ir_param *pa, sm_i
                            "%s: dimension %d (%lld) is negative or too large", what, d,
                            (long long)pa->global.dims[d]);
     sm_err e = sm_pspec_check(&pa->spec, &p->mesh, &pa->global, what, err, errlen);
-    if (!e) /* a program's arguments are arrays */
-        e = sm_pspec_check_reduced(&pa->spec, what, err, errlen);
     if (e)
         return e;
     v->dtype = pa->dtype;
-    v->unreduced = 0;
+    uint32_t u = sm_ir_spec_unreduced(p, &pa->spec);
+    v->unreduced = p->lowered ? 0 : u;
     v->shape = pa->global;
     v->vma = 0;
     v->weak = 0;
@@ -111,6 +110,8 @@ static sm_err sm_ir_param_block(const sm_program *p, const sm_ir_param *pa, sm_i
     for (int k = 0; k < pa->spec.nentries; k++)
         for (int j = 0; j < pa->spec.e[k].naxes; j++)
             v->vma |= 1u << sm_mesh_axis(&p->mesh, pa->spec.e[k].axes[j]);
+    if (p->lowered)
+        v->vma |= u;
     return SM_OK;
 }
 
@@ -249,24 +250,21 @@ static sm_err sm_ir_check_out(sm_program *p, int k, char *err, size_t errlen)
                        sm_pspec_format(s, sp, sizeof sp), s->nentries, v->shape.rank,
                        v->shape.rank == 0 ? " (a scalar needs P())" : "");
     uint32_t u = sm_ir_spec_unreduced(p, s);
-    if (p->kind != SM_PROG_JIT && u != v->unreduced) {
-        char ty[300];
+    char ty[300];
+    if (p->lowered ? (u & ~(v->vma | v->unreduced)) != 0
+                   : p->kind != SM_PROG_JIT && u != v->unreduced)
         return sm_fail(err, errlen, SM_EINVAL,
                        "out_specs passed to shard_map should be equal to the unreduced present "
                        "on the out_aval. Got out_specs=%s and out_aval=%s",
                        sm_pspec_format(s, sp, sizeof sp),
                        sm_program_value_type(p, p->returns[k], ty, sizeof ty));
-    }
-    if (v->unreduced) { /* a program's results are arrays */
-        char ty[300];
-        return sm_fail(err, errlen, SM_EUNIMPLEMENTED,
-                       "%s of type %s is unreduced, and arrays hold no partial sums: reduce it "
-                       "before returning it (%s)",
+    if (p->kind == SM_PROG_JIT && (u & ~v->unreduced)) /* -> OUT_SHARDINGS */
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "%s of type %s is not unreduced over every axis its out_sharding %s names "
+                       "(unreduced values come from dot_general with out_sharding=P(..., "
+                       "unreduced={...}) or from a shard_map's out_specs)",
                        what, sm_program_value_type(p, p->returns[k], ty, sizeof ty),
-                       p->kind == SM_PROG_JIT ? "reshard(x, P(...))" : "psum over those axes");
-    }
-    if ((e = sm_pspec_check_reduced(s, what, err, errlen)))
-        return e;
+                       sm_pspec_format(s, sp, sizeof sp));
     if (p->kind == SM_PROG_JIT) { /* the result sharding of a global array */
         if (v->manual)
             return sm_fail(err, errlen, SM_EINVAL, "%s is a per-device block, not a global array",
@@ -303,6 +301,10 @@ sm_err sm_program_set_returns(sm_program *p, const int *values, const sm_pspec *
         for (int k = 0; k < n; k++) {
             const sm_ir_value *v = &p->values[values[k]];
             sm_ir_layout_to_spec(p, &v->layout, v->shape.rank, 0, &s[k]);
+            for (int a = 0; a < p->mesh.naxes; a++)
+                if (v->unreduced & (1u << a))
+                    snprintf(s[k].unreduced[s[k].nunreduced++], SM_AXIS_NAME_MAX, "%s",
+                             p->mesh.names[a]);
         }
     }
     int *old_r = p->returns, old_n = p->nreturns;
@@ -339,7 +341,7 @@ static sm_err sm_ir_at(const sm_program *p, int line, int col, sm_err e, char *e
 /* The mesh axes a spec names, as a mask (the spec checked against the mesh). */
 static uint32_t sm_ir_spec_axes(const sm_program *p, const sm_pspec *s)
 {
-    uint32_t named = 0;
+    uint32_t named = sm_ir_spec_unreduced(p, s); /* lowered: blocks varying over them */
     for (int d = 0; d < s->nentries; d++)
         for (int j = 0; j < s->e[d].naxes; j++)
             named |= 1u << sm_mesh_axis(&p->mesh, s->e[d].axes[j]);
@@ -504,7 +506,7 @@ static int sm_ir_attrs_equal(const sm_ir_attrs *a, const sm_ir_attrs *b)
 int sm_program_equal(const sm_program *a, const sm_program *b)
 {
     if (a->kind != b->kind || a->auto_axes != b->auto_axes ||
-        a->has_out_shardings != b->has_out_shardings)
+        a->has_out_shardings != b->has_out_shardings || a->lowered != b->lowered)
         return 0;
     if (a->mesh.naxes != b->mesh.naxes || a->nparams != b->nparams || a->nops != b->nops ||
         a->nvalues != b->nvalues || a->nreturns != b->nreturns || strcmp(a->name, b->name))

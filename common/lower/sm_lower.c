@@ -212,6 +212,7 @@ sm_err sm_lower(const sm_program *jit, const sm_lower_opts *opts, sm_program **o
     if (e)
         return e;
     w.o->has_devices = jit->has_devices;
+    w.o->lowered = 1;
     w.o->filename = jit->filename ? sm_arena_strdup(w.o->arena, jit->filename) : NULL;
     w.map = calloc((size_t)jit->nvalues + 1, sizeof *w.map);
     w.lay = calloc((size_t)jit->nvalues + 1, sizeof *w.lay);
@@ -244,6 +245,16 @@ sm_err sm_lower(const sm_program *jit, const sm_lower_opts *opts, sm_program **o
         rets[k] = w.map[v];
         w.line = jit->ret_line;
         w.col = jit->ret_col;
+        /* -> OUT_SHARDINGS without some of the value's unreduced axes: summed */
+        uint32_t sum = jit->values[v].unreduced & ~sm_ir_spec_unreduced(jit, &specs[k]);
+        if (sum && !w.replicate_all) {
+            sm_ir_attrs pa = {0};
+            for (int a = 0; a < jit->mesh.naxes; a++)
+                if (sum & (1u << a))
+                    sm_lw_axis(&w, &pa, a);
+            if ((e = sm_lw_emit(&w, SM_OP_PSUM, &rets[k], 1, &pa, &rets[k])))
+                goto fail;
+        }
         if ((e = sm_lw_reshard(&w, &rets[k], &jit->values[v].shape, &w.lay[v], &t)))
             goto fail;
     }

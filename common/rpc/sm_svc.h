@@ -215,6 +215,7 @@ typedef struct {
     int process;          /* SM_PUT_LOCAL */
     sm_shape local_shape; /* SM_PUT_LOCAL */
     uint32_t deadline_ms; /* 0: default */
+    int job_output;       /* not on the wire: a job's result, which may be unreduced */
 } sm_svc_create_array_req;
 
 typedef struct {

@@ -87,6 +87,7 @@ Shmap__V1__Program *sm_svc_program_enc(sm_arena *a, const sm_program *p)
     m->jit = p->kind == SM_PROG_JIT;
     m->auto_axes = p->auto_axes;
     m->has_out_shardings = p->has_out_shardings != 0;
+    m->lowered = p->lowered != 0;
     for (int v = 0; v < p->nvalues; v++)
         map[v] = -1;
     for (int i = 0; i < p->nparams; i++)
@@ -380,6 +381,7 @@ sm_err sm_svc_program_dec(const Shmap__V1__Program *m, const char *what, sm_prog
         goto fail;
     }
     p->has_out_shardings = m->jit && m->has_out_shardings;
+    p->lowered = !m->jit && m->lowered;
     if (m->filename && m->filename[0] && !(p->filename = sm_arena_strdup(p->arena, m->filename))) {
         e = sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a program");
         goto fail;

@@ -276,9 +276,8 @@ sm_err sm_pspec_check_reduced(const sm_pspec *p, const char *what, char *err, si
     if (p->nunreduced == 0)
         return SM_OK;
     return sm_fail(err, errlen, SM_EUNIMPLEMENTED,
-                   "%s: %s is unreduced, and arrays hold no partial sums: unreduced values live "
-                   "inside a program (reshard it there, e.g. reshard(x, P(...)) or psum in a "
-                   "shard_map)",
+                   "%s: %s is unreduced, but only a program's results hold partial sums (a "
+                   "shard_map's out_specs, or a jit function's unreduced result)",
                    what ? what : "the array", sm_pspec_format(p, spec, sizeof spec));
 }
 

@@ -55,8 +55,9 @@ sm_err sm_pspec_check(const sm_pspec *p, const sm_mesh *m, const sm_shape *shape
 int64_t sm_pspec_dim_factor(const sm_pspec *p, const sm_mesh *m, int dim);
 /* 1 if mesh axis name is one of the spec's unreduced axes. */
 int sm_pspec_is_unreduced(const sm_pspec *p, const char *name);
-/* Refuses a spec with unreduced axes as an array's sharding (SM_EUNIMPLEMENTED
- * naming what): arrays hold no partial sums. */
+/* Refuses a spec with unreduced axes where the data comes whole (an upload,
+ * a reshard's target): SM_EUNIMPLEMENTED naming what. Only a program's
+ * results hold partial sums. */
 sm_err sm_pspec_check_reduced(const sm_pspec *p, const char *what, char *err, size_t errlen);
 
 #endif

@@ -10,8 +10,6 @@ sm_err sm_sharding_init(sm_sharding *s, const sm_mesh *m, const sm_pspec *p, con
                         char *err, size_t errlen)
 {
     sm_err rc = sm_pspec_check(p, m, global, NULL, err, errlen);
-    if (!rc)
-        rc = sm_pspec_check_reduced(p, "an array's sharding", err, errlen);
     if (rc)
         return rc;
     s->mesh = *m;
@@ -87,6 +85,8 @@ sm_err sm_sharding_indices(const sm_sharding *s, const sm_shape *global, sm_devi
 
 int sm_sharding_is_fully_replicated(const sm_sharding *s, const sm_shape *global)
 {
+    if (s->spec.nunreduced) /* each device holds a different partial sum */
+        return 0;
     for (int d = 0; d < global->rank; d++)
         if (sm_pspec_dim_factor(&s->spec, &s->mesh, d) > 1)
             return 0;
@@ -133,6 +133,12 @@ char *sm_sharding_type_str(const sm_sharding *s, sm_dtype t, const sm_shape *glo
         SM_TS_PUT(")");
     }
     SM_TS_PUT("]");
+    int nu = 0; /* unreduced axes, in mesh order: f32[2@x,2]{U:y} */
+    for (int a = 0; a < s->mesh.naxes; a++)
+        if (sm_pspec_is_unreduced(&s->spec, s->mesh.names[a]))
+            SM_TS_PUT("%s%s", nu++ ? "," : "{U:", s->mesh.names[a]);
+    if (nu)
+        SM_TS_PUT("}");
 #undef SM_TS_PUT
     return buf;
 }

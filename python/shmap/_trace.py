@@ -119,17 +119,9 @@ class _Builder:
         self.lines.append((f"{name} = {expr}", _user_line()))
         try:
             info = self._check(self.text(ret=name))
-        except ProgramError as e:
-            # an unreduced value cannot be a program's result; typed as the
-            # last value of a program that returns something else
-            if "arrays hold no partial sums" not in str(e) or not self.params:
-                self.lines.pop()
-                raise
-            try:
-                info = self._check(self.text(ret=self.params[0]))
-            except ProgramError:
-                self.lines.pop()
-                raise
+        except ProgramError:
+            self.lines.pop()
+            raise
         ty, dt, shape, _ = info["types"][-1]
         return Tracer(name, ty, dt, tuple(shape))
 

@@ -281,15 +281,25 @@ def test_jit_unreduced_partial_sums(c):
     assert g.lower(x, y).as_text().count("psum(") == 1
     assert repr(P("x", None, unreduced={"y"})) == "P('x', None, unreduced={'y'})"
     assert P("x", unreduced={"y"}) != P("x")
-    with pytest.raises(shmap.Unimplemented, match="arrays hold no partial sums"):
+    with pytest.raises(shmap.Unimplemented, match="only a program's results hold partial sums"):
         c.device_put(x_np, NamedSharding(mesh, P(None, None, unreduced={"X"})))
 
+    # an unreduced result: each device holds its partial sum
     @shmap.jit
     def returns_partial_sums(x, y):
         return shmap.numpy.einsum("ab,bc->ac", x, y, out_sharding=P(unreduced={"X"}))
 
-    with pytest.raises(shmap.ProgramError, match="is unreduced"):
-        returns_partial_sums(x, y)
+    u = returns_partial_sums(x, y)
+    assert shmap.typeof(u) == "f32[2,6]{U:X}"
+    with pytest.raises(shmap.FailedPrecondition, match="is unreduced"):
+        np.asarray(u)
+    parts = {s.device: s.data for s in u.addressable_shards}
+    x_col = {0: slice(0, 2), 1: slice(0, 2), 2: slice(2, 4), 3: slice(2, 4)}  # X is mesh axis 0
+    for dev, part in parts.items():
+        assert np.array_equal(part, x_np[:, x_col[dev]] @ y_np[x_col[dev], :])
+    assert np.array_equal(parts[0] + parts[2], x_np @ y_np)
+    r2 = u.reshard(NamedSharding(mesh, P(None, "Y")))
+    assert np.array_equal(np.asarray(r2), x_np @ y_np)
 
 
 def test_errors_carry_codes(c):
