@@ -53,19 +53,23 @@ TEMPLATES = [
 ]
 
 
+# JAX's test_matmul_unreduced: the jit function returns the shard_map's
+# unreduced result (as written), or reshards it first
+MATMUL_UNREDUCED = (
+    "mesh x=2 y=2\n"
+    "shard_map f(a: f32[2,4] @ P('x', 'y'), b: f32[4,2] @ P('y', None)) -> "
+    "P('x', None, unreduced={'y'}):\n"
+    "    c = jnp.einsum('ab,bc->ac', a, b)\n"
+    "    c = jax.lax.pcast(c, 'y', to='unreduced')\n"
+    "    return c\n"
+    "jit g(a: f32[2,4] @ P('x', 'y'), b: f32[4,2] @ P('y', None)):\n"
+    "    out = f(a, b)\n")
+
 # JAX's shard_map tests with unreduced values, forward (tests/shard_map_test.py):
 # (name, program, inputs as shapes of arange, numpy reference)
 UNREDUCED = [
     ("test_matmul_unreduced",
-     "mesh x=2 y=2\n"
-     "shard_map f(a: f32[2,4] @ P('x', 'y'), b: f32[4,2] @ P('y', None)) -> "
-     "P('x', None, unreduced={'y'}):\n"
-     "    c = jnp.einsum('ab,bc->ac', a, b)\n"
-     "    c = jax.lax.pcast(c, 'y', to='unreduced')\n"
-     "    return c\n"
-     "jit g(a: f32[2,4] @ P('x', 'y'), b: f32[4,2] @ P('y', None)):\n"
-     "    out = f(a, b)\n"
-     "    return jax.sharding.reshard(out, P('x', None))\n",
+     MATMUL_UNREDUCED + "    return jax.sharding.reshard(out, P('x', None))\n",
      ((2, 4), (4, 2)), lambda a, b: a @ b),
     ("test_unreduced_psum_fwd",
      "mesh x=2\n"
@@ -98,14 +102,7 @@ def unreduced_array(work, target):
     shard_map's unreduced result as an array; each device's shard is its
     partial sum (JAX's expected_shards), a whole read is refused, and
     reshard sums it, on the same mesh and onto another one."""
-    text = ("mesh x=2 y=2\n"
-            "shard_map f(a: f32[2,4] @ P('x', 'y'), b: f32[4,2] @ P('y', None)) -> "
-            "P('x', None, unreduced={'y'}):\n"
-            "    c = jnp.einsum('ab,bc->ac', a, b)\n"
-            "    c = jax.lax.pcast(c, 'y', to='unreduced')\n"
-            "    return c\n"
-            "jit g(a: f32[2,4] @ P('x', 'y'), b: f32[4,2] @ P('y', None)):\n"
-            "    return f(a, b)\n")
+    text = MATMUL_UNREDUCED + "    return out\n"
     prog = os.path.join(work, "ua.shmap")
     open(prog, "w").write(text)
     a = np.arange(8, dtype=np.float32).reshape(2, 4)
