@@ -213,7 +213,8 @@ int main(int argc, char **argv)
         goto fail;
     if (v[CFG_METRICS].s && *v[CFG_METRICS].s) {
         int mport;
-        if ((e = sm_metrics_start(v[CFG_METRICS].s, reg, jobs, &metrics, &mport, err, sizeof err)))
+        if ((e = sm_metrics_start(v[CFG_METRICS].s, reg, jobs, srv, &metrics, &mport, err,
+                                  sizeof err)))
             goto fail;
         SM_INFO("serving Prometheus metrics on http://%s/metrics (port %d)", v[CFG_METRICS].s,
                 mport);

@@ -9,9 +9,10 @@ struct sm_metrics {
     sm_metrics_http *http;
     sm_registry *reg;
     sm_cjobs *jobs;
+    sm_rpc_server *rpc;
 };
 
-sm_err sm_metrics_render(sm_registry *reg, sm_cjobs *jobs, sm_strbuf *b)
+sm_err sm_metrics_render(sm_registry *reg, sm_cjobs *jobs, sm_rpc_server *rpc, sm_strbuf *b)
 {
     char err[512];
     sm_worker_info *w = NULL;
@@ -77,18 +78,11 @@ sm_err sm_metrics_render(sm_registry *reg, sm_cjobs *jobs, sm_strbuf *b)
                              sm_job_state_name(ends[k]), (unsigned long long)s.ended[ends[k]]);
         sm_metrics_help(b, "shmap_job_run_seconds", "histogram",
                         "Time from a job's start to its end.");
-        uint64_t cum = 0;
-        for (int k = 0; k < SM_CJOBS_NBUCKETS; k++) {
-            cum += s.run_hist[k];
-            sm_strbuf_printf(b, "shmap_job_run_seconds_bucket{le=\"%g\"} %llu\n", s.buckets_s[k],
-                             (unsigned long long)cum);
-        }
-        cum += s.run_hist[SM_CJOBS_NBUCKETS];
-        sm_strbuf_printf(b,
-                         "shmap_job_run_seconds_bucket{le=\"+Inf\"} %llu\n"
-                         "shmap_job_run_seconds_sum %.6f\nshmap_job_run_seconds_count %llu\n",
-                         (unsigned long long)cum, s.run_sum_s, (unsigned long long)cum);
+        sm_metrics_histogram(b, "shmap_job_run_seconds", "", s.buckets_s, s.run_hist,
+                             SM_CJOBS_NBUCKETS, s.run_sum_s);
     }
+    if (rpc)
+        sm_metrics_rpc(rpc, b);
     free(w);
     sm_array_info_list_free(a, na);
     return b->oom ? SM_ENOMEM : SM_OK;
@@ -97,11 +91,11 @@ sm_err sm_metrics_render(sm_registry *reg, sm_cjobs *jobs, sm_strbuf *b)
 static sm_err render(void *user, sm_strbuf *out)
 {
     sm_metrics *m = user;
-    return sm_metrics_render(m->reg, m->jobs, out);
+    return sm_metrics_render(m->reg, m->jobs, m->rpc, out);
 }
 
-sm_err sm_metrics_start(const char *addr, sm_registry *reg, sm_cjobs *jobs, sm_metrics **out,
-                        int *port, char *err, size_t errlen)
+sm_err sm_metrics_start(const char *addr, sm_registry *reg, sm_cjobs *jobs, sm_rpc_server *rpc,
+                        sm_metrics **out, int *port, char *err, size_t errlen)
 {
     *out = NULL;
     sm_metrics *m = calloc(1, sizeof *m);
@@ -109,6 +103,7 @@ sm_err sm_metrics_start(const char *addr, sm_registry *reg, sm_cjobs *jobs, sm_m
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory starting the metrics endpoint");
     m->reg = reg;
     m->jobs = jobs;
+    m->rpc = rpc;
     sm_err e = sm_metrics_http_start(addr, render, m, &m->http, port, err, errlen);
     if (e) {
         free(m);

@@ -124,6 +124,47 @@ def main():
                 not (sample(wtext, "shmap_worker_memory_limit_bytes") or 0) > 0:
             fail(f"the worker's metrics lack its 2 devices or its memory limit:\n{wtext}")
         passed += 1
+        # bytes moved: an upload onto the hand-started worker's device 8 (and device
+        # 0), a psum across the two workers, a fetch; every RPC method's latency
+        dev = re.findall(r"^shmap_worker_device_used_bytes\{device=\"(\d+)\"", wtext, re.M)[0]
+        np.save(f"{work}/x.npy", np.arange(4096, dtype=np.float32).reshape(64, 64))
+        r = subprocess.run([CTL, "--target", target, "put", f"{work}/x.npy", "--mesh", "i=2",
+                            "--devices", f"0,{dev}", "--spec", "P('i')", "--name", "x"],
+                           capture_output=True, text=True)
+        open(f"{work}/ps.shmap", "w").write(
+            f"mesh i=2 devices=[0, {dev}]\n"
+            "shard_map f(x: f32[64,64] @ P('i')) -> P():\n    return psum(x, 'i')\n")
+        r2 = subprocess.run([CTL, "--target", target, "run", f"{work}/ps.shmap", "--arg", "x=x",
+                             "--out-name", "0=s"], capture_output=True, text=True)
+        r3 = subprocess.run([CTL, "--target", target, "get", "x", f"{work}/back.npy"],
+                            capture_output=True, text=True)
+        if r.returncode or r2.returncode or r3.returncode:
+            fail(f"put, psum or get failed: {r.stderr}{r2.stderr}{r3.stderr}")
+        _, wtext = get(f"http://127.0.0.1:{wport}/metrics")
+        block = 32 * 64 * 4
+        for labels, least in (('{path="put",direction="in"}', block),
+                              ('{path="get",direction="out"}', block)):
+            got = sample(wtext, "shmap_worker_transfer_bytes_total", labels) or 0
+            if got < least:
+                fail(f"shmap_worker_transfer_bytes_total{labels} is {got}, expected >= {least}")
+        for d in ("sent", "received"):
+            labels = f'{{transport="grpc",direction="{d}"}}'
+            got = sample(wtext, "shmap_worker_collective_bytes_total", labels) or 0
+            if got < block // 2:
+                fail(f"shmap_worker_collective_bytes_total{labels} is {got} after a psum across "
+                     f"workers\n{wtext}")
+        _, text = get(url)
+        for where, body, method in ((url, text, "/shmap.v1.Coordinator/CreateArray"),
+                                    (wport, wtext, "/shmap.v1.Worker/PutShard")):
+            n = sample(body, "shmap_rpc_duration_seconds_count", f'{{method="{method}"}}') or 0
+            if n < 1:
+                fail(f"shmap_rpc_duration_seconds_count{{method={method}}} is {n} at {where}")
+        for body in (text, wtext):
+            chk = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True,
+                                 text=True)
+            if chk.returncode:
+                fail(f"promtool refused the metrics:\n{chk.stdout}{chk.stderr}")
+        passed += 1
         # a real Prometheus scrapes the endpoint and answers a query about it
         pport = int(subprocess.run([sys.executable, "-c",
                                     "import socket; s = socket.socket(); "

@@ -14,6 +14,7 @@
 #include "sm_log.h"
 #include "sm_rendezvous.h"
 #include "sm_time.h"
+#include "traffic.h"
 
 #define SM_CG_PROBE_MS 1000
 
@@ -241,6 +242,7 @@ sm_err sm_comm_grpc_send_blob(const sm_comm_grpc_transport *tr, void *tr_user, c
             tr->abort(st);
             goto done;
         }
+        sm_traffic_add(SM_TRAFFIC_COLL_OUT, n);
         m.offset += n;
     } while (!m.last);
     e = tr->finish(st, err, errlen);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "sm_checksum.h"
+#include "traffic.h"
 
 /* A destination offered for a blob not yet received (sm_mailbox_expect). */
 typedef struct sm_mailbox_dest {
@@ -550,6 +551,7 @@ sm_err sm_mailbox_rx_done(sm_mailbox_rx *rx, const sm_svc_coll_msg *m, sm_job_id
         sm_mailbox_dest_hold(rx, 0);
     }
     rx->got += (int64_t)m->len;
+    sm_traffic_add(SM_TRAFFIC_COLL_IN, (int64_t)m->len);
     if (!m->last)
         return SM_OK;
     if (rx->got != b->len)

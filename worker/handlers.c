@@ -7,6 +7,7 @@
 #include "assemble.h"
 #include "sm_checksum.h"
 #include "sm_log.h"
+#include "traffic.h"
 
 sm_err sm_handlers_check_box(const sm_index *box, const sm_shape *shape, char *err, size_t errlen)
 {
@@ -181,6 +182,7 @@ static sm_err put_account(put_stream *ps, const sm_svc_upload_msg *m, char *err,
 {
     put_target *t = &ps->t[ps->nt - 1];
     ps->got += (int64_t)m->len;
+    sm_traffic_add(SM_TRAFFIC_PUT_IN, (int64_t)m->len);
     t->got = ps->got;
     if (!m->last)
         return SM_OK;
@@ -337,7 +339,10 @@ static sm_err get_send(get_stream *gs, const void *data, size_t len, sm_store_sh
         c.release = get_release;
         c.release_arg = sm_store_shard_ref(owner);
     }
-    return sm_svc_download_send(gs->out, &c, err, errlen);
+    sm_err e = sm_svc_download_send(gs->out, &c, err, errlen);
+    if (!e)
+        sm_traffic_add(SM_TRAFFIC_GET_OUT, (int64_t)len);
+    return e;
 }
 
 /* Streams a sub-box of sh: blocks of whole rows along a split dimension k

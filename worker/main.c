@@ -26,10 +26,12 @@
 #include "sm_kern.h"
 #include "sm_log.h"
 #include "sm_metrics_http.h"
+#include "sm_metrics_rpc.h"
 #include "sm_rpc.h"
 #include "sm_svc.h"
 #include "sm_sys.h"
 #include "store.h"
+#include "traffic.h"
 
 enum {
     CFG_COORDINATOR,
@@ -219,9 +221,16 @@ static sm_err worker_state_open(const char *dir, sm_store *store, sm_agent_confi
 
 /* The worker's metrics (--metrics-listen): its devices' shards and bytes,
  * and the memory its shards and jobs may use and use. */
+/* What the worker's metrics read (--metrics-listen). */
+typedef struct {
+    sm_store *store;
+    sm_rpc_server *server;
+} worker_metrics_src;
+
 static sm_err worker_metrics(void *user, sm_strbuf *b)
 {
-    sm_store *store = user;
+    const worker_metrics_src *src = user;
+    sm_store *store = src->store;
     int32_t devs[SM_MAX_WORKER_DEVICES];
     int64_t bytes[SM_MAX_WORKER_DEVICES], shards = 0;
     int n = sm_store_stats(store, devs, bytes, &shards);
@@ -250,6 +259,27 @@ static sm_err worker_metrics(void *user, sm_strbuf *b)
                      "shmap_worker_buffer_cache_allocations_total{result=\"hit\"} %lld\n"
                      "shmap_worker_buffer_cache_allocations_total{result=\"miss\"} %lld\n",
                      (long long)ci.hits, (long long)ci.misses);
+    uint64_t t[SM_TRAFFIC_COUNT];
+    sm_traffic_get(t);
+    sm_metrics_help(b, "shmap_worker_transfer_bytes_total", "counter",
+                    "Shard bytes moved over gRPC: received by PutShard (uploads, reshards), sent "
+                    "by GetShard (downloads, peers' pulls), pulled from peers (reshards).");
+    sm_strbuf_printf(b,
+                     "shmap_worker_transfer_bytes_total{path=\"put\",direction=\"in\"} %llu\n"
+                     "shmap_worker_transfer_bytes_total{path=\"get\",direction=\"out\"} %llu\n"
+                     "shmap_worker_transfer_bytes_total{path=\"peer\",direction=\"in\"} %llu\n",
+                     (unsigned long long)t[SM_TRAFFIC_PUT_IN],
+                     (unsigned long long)t[SM_TRAFFIC_GET_OUT],
+                     (unsigned long long)t[SM_TRAFFIC_PEER_IN]);
+    sm_metrics_help(b, "shmap_worker_collective_bytes_total", "counter",
+                    "Collective blocks exchanged with other workers, by transport (devices of "
+                    "one worker meet in memory and move nothing).");
+    sm_strbuf_printf(
+        b,
+        "shmap_worker_collective_bytes_total{transport=\"grpc\",direction=\"sent\"} %llu\n"
+        "shmap_worker_collective_bytes_total{transport=\"grpc\",direction=\"received\"} %llu\n",
+        (unsigned long long)t[SM_TRAFFIC_COLL_OUT], (unsigned long long)t[SM_TRAFFIC_COLL_IN]);
+    sm_metrics_rpc(src->server, b);
     return b->oom ? SM_ENOMEM : SM_OK;
 }
 
@@ -258,6 +288,7 @@ int main(int argc, char **argv)
     sm_config_value cfg[CFG_COUNT];
     char err[512], host[256], advertise[320], hostname[64] = "";
     sm_rpc_server *server = NULL;
+    worker_metrics_src msrc = {0};
     sm_store *store = NULL;
     sm_peer *peers = NULL;
     sm_agent *agent = NULL;
@@ -382,7 +413,8 @@ int main(int argc, char **argv)
             cfg[CFG_LISTEN].s, sm_rpc_server_port(server), advertise, (long long)ndevices);
     if (cfg[CFG_METRICS].s && *cfg[CFG_METRICS].s) {
         int mport;
-        if ((e = sm_metrics_http_start(cfg[CFG_METRICS].s, worker_metrics, store, &metrics, &mport,
+        msrc = (worker_metrics_src){store, server};
+        if ((e = sm_metrics_http_start(cfg[CFG_METRICS].s, worker_metrics, &msrc, &metrics, &mport,
                                        err, sizeof err)))
             goto fail;
         SM_INFO("serving Prometheus metrics on http://%s/metrics (port %d)", cfg[CFG_METRICS].s,

@@ -7,6 +7,7 @@
 
 #include "sm_checksum.h"
 #include "sm_rpc.h"
+#include "traffic.h"
 
 typedef struct sm_peer_conn {
     char *address;
@@ -177,6 +178,7 @@ sm_err sm_peer_fetch(sm_peer *p, const char *address, sm_array_id array, int32_t
         memset(&c, 0, sizeof c);
         if ((e = sm_svc_download_recv(st, &c, &end, inner, sizeof inner)))
             goto fail_peer;
+        sm_traffic_add(SM_TRAFFIC_PEER_IN, (int64_t)c.len);
         if (end)
             break;
         if (done) {

@@ -19,6 +19,26 @@ void sm_metrics_help(sm_strbuf *b, const char *name, const char *type, const cha
     sm_strbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, text, name, type);
 }
 
+void sm_metrics_histogram(sm_strbuf *out, const char *name, const char *labels,
+                          const double *bounds, const uint64_t *counts, int n, double sum)
+{
+    const char *sep = labels && *labels ? "," : "";
+    if (!labels)
+        labels = "";
+    uint64_t cum = 0;
+    for (int k = 0; k < n; k++) {
+        cum += counts[k];
+        sm_strbuf_printf(out, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, labels, sep, bounds[k],
+                         (unsigned long long)cum);
+    }
+    cum += counts[n];
+    sm_strbuf_printf(out, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, labels, sep,
+                     (unsigned long long)cum);
+    const char *open = *labels ? "{" : "", *close = *labels ? "}" : "";
+    sm_strbuf_printf(out, "%s_sum%s%s%s %.6f\n%s_count%s%s%s %llu\n", name, open, labels, close,
+                     sum, name, open, labels, close, (unsigned long long)cum);
+}
+
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
                               const char *method, const char *version, const char *upload,
                               size_t *upload_size, void **con_cls)

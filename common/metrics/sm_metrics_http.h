@@ -6,6 +6,8 @@
 #ifndef SM_METRICS_HTTP_H
 #define SM_METRICS_HTTP_H
 
+#include <stdint.h>
+
 #include "sm_err.h"
 #include "sm_strbuf.h"
 
@@ -26,5 +28,11 @@ void sm_metrics_http_stop(sm_metrics_http *h);
 
 /* "# HELP name text\n# TYPE name type\n" into out. */
 void sm_metrics_help(sm_strbuf *out, const char *name, const char *type, const char *text);
+/* The samples of one histogram series: name_bucket{labels,le="..."} for
+ * each of the n upper bounds (counts[k]: observations in bucket k, not
+ * cumulative; counts[n]: above the last bound), then +Inf, name_sum and
+ * name_count. labels is "" or 'key="value",...' without braces. */
+void sm_metrics_histogram(sm_strbuf *out, const char *name, const char *labels,
+                          const double *bounds, const uint64_t *counts, int n, double sum);
 
 #endif

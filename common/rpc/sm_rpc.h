@@ -108,6 +108,20 @@ typedef struct {
  * after 2 ms. */
 void sm_rpc_may_block(void);
 
+/* How long a method's calls took, from its handler's start to its return
+ * (a stream's whole life), as a histogram over sm_rpc_latency_bounds_s. */
+#define SM_RPC_LATENCY_NBUCKETS 14
+extern const double sm_rpc_latency_bounds_s[SM_RPC_LATENCY_NBUCKETS];
+typedef struct {
+    const char *path; /* "/shmap.v1.Coordinator/Describe"; the server's */
+    uint64_t calls;
+    double sum_s;
+    uint64_t buckets[SM_RPC_LATENCY_NBUCKETS + 1]; /* per bucket, not cumulative; then +Inf */
+} sm_rpc_method_stats;
+/* Fills out[0..max) with the registered methods' stats (thread-safe while
+ * the server runs); returns how many methods there are. */
+int sm_rpc_server_stats(sm_rpc_server *s, sm_rpc_method_stats *out, int max);
+
 /* Creates a server and binds opts->addr (plaintext). Nothing is served until
  * sm_rpc_server_start(). On success *out is owned by the caller and freed
  * with sm_rpc_server_free(). Bind failure: SM_EUNAVAILABLE. */

@@ -65,7 +65,23 @@ typedef struct {
     sm_rpc_handler handler;
     void *user;
     void *handle; /* grpc_server_register_method */
+    /* latency (sm_rpc_server_stats), updated with atomic adds */
+    uint64_t calls, sum_ns, buckets[SM_RPC_LATENCY_NBUCKETS + 1];
 } method;
+
+const double sm_rpc_latency_bounds_s[SM_RPC_LATENCY_NBUCKETS] = {
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30};
+
+static void method_observe(method *m, int64_t ns)
+{
+    double s = (double)ns * 1e-9;
+    int b = 0;
+    while (b < SM_RPC_LATENCY_NBUCKETS && s > sm_rpc_latency_bounds_s[b])
+        b++;
+    __atomic_add_fetch(&m->buckets[b], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&m->sum_ns, (uint64_t)(ns > 0 ? ns : 0), __ATOMIC_RELAXED);
+    __atomic_add_fetch(&m->calls, 1, __ATOMIC_RELAXED);
+}
 
 struct sm_rpc_call {
     sm_rpc_server *srv;
@@ -124,6 +140,19 @@ struct sm_rpc_server {
     int timed;         /* idle threads in a timed wait (watching the leader) */
     int cq_done;       /* the CQ is shut down and drained: nobody leads again */
 };
+
+int sm_rpc_server_stats(sm_rpc_server *s, sm_rpc_method_stats *out, int max)
+{
+    for (int k = 0; k < s->nmethods && k < max; k++) {
+        method *m = &s->methods[k];
+        out[k].path = m->path;
+        out[k].calls = __atomic_load_n(&m->calls, __ATOMIC_RELAXED);
+        out[k].sum_s = (double)__atomic_load_n(&m->sum_ns, __ATOMIC_RELAXED) * 1e-9;
+        for (int b = 0; b <= SM_RPC_LATENCY_NBUCKETS; b++)
+            out[k].buckets[b] = __atomic_load_n(&m->buckets[b], __ATOMIC_RELAXED);
+    }
+    return s->nmethods;
+}
 
 /* Set while this thread, the leader, runs a handler (with the generation
  * of its role): yield_lead hands the queue over. */
@@ -271,8 +300,10 @@ static int spawn_locked(sm_rpc_server *s)
 /* Runs c's handler on this thread (c's reference passes to it). */
 static void run_call(sm_rpc_call *c)
 {
-    const method *m = &c->srv->methods[c->method];
+    method *m = &c->srv->methods[c->method];
+    int64_t t0 = mono_ns();
     m->handler(c, m->user);
+    method_observe(m, mono_ns() - t0);
     pthread_mutex_lock(&c->mu);
     int finished = c->finished;
     pthread_mutex_unlock(&c->mu);
