@@ -442,6 +442,7 @@ static sm_err job_enqueue(sm_cjobs *j, sm_svc_submit_req *req, sm_job **out, int
         e = sm_fail(err, errlen, SM_ENOMEM, "out of memory submitting a job");
     if (!e) {
         job->id = ++j->last_id;
+        snprintf(job->request_id, sizeof job->request_id, "%s", sm_log_request_id());
         sm_htab_put(&j->table, sm_htab_hash_u64(job->id), job);
         sm_registry_job_save(j->coord->reg, job->id, SM_JOB_QUEUED, "");
         job->refs = 1; /* the caller's */
@@ -671,7 +672,9 @@ static void *runner_main(void *arg)
         j->running++;
         pthread_cond_broadcast(&j->changed);
         pthread_mutex_unlock(&j->mu);
+        sm_log_set_request_id(job->request_id);
         sm_cjobs_run(j, job);
+        sm_log_set_request_id(NULL);
         pthread_mutex_lock(&j->mu);
         j->running--;
         job_put_locked(job); /* the queue's, taken over */

@@ -8,6 +8,7 @@
 
 #include "jobs.h"
 #include "sm_htab.h"
+#include "sm_log.h"
 
 #define SM_JOBS_ERR_MAX 1024
 
@@ -36,6 +37,7 @@ typedef struct sm_job {
     uint32_t *wids;       /* [npeers] worker ids */
     uint32_t deadline_ms; /* 0: none */
     int64_t submit_us;
+    char request_id[SM_LOG_RID_LEN]; /* the submit's: its runner's log lines and calls carry it */
 } sm_job;
 
 typedef struct {

@@ -38,6 +38,7 @@ enum {
     CFG_JOB_QUEUE_MAX,
     CFG_METRICS,
     CFG_LOG_LEVEL,
+    CFG_LOG_FORMAT,
     CFG_STATE_DIR,
     CFG_COUNT
 };
@@ -77,6 +78,9 @@ static const sm_config_row cfg_rows[CFG_COUNT] = {
                      "logged); default: none"},
     [CFG_LOG_LEVEL] = {"log-level", 0, SM_CFG_STRING, "info", "SHMAP_LOG",
                        "Log level: error, warn, info or debug."},
+    [CFG_LOG_FORMAT] = {"log-format", 0, SM_CFG_STRING, "text", "SHMAP_LOG_FORMAT",
+                        "Log lines as text or json (one JSON object a line, with the request id "
+                        "that follows a call from client to coordinator to workers)."},
     [CFG_STATE_DIR] = {"state-dir", 0, SM_CFG_STRING, NULL, "SHMAP_STATE_DIR",
                        "Keep the registry (meshes, arrays, workers, jobs' records) in SQLite "
                        "in this directory, so a restarted coordinator gets its arrays back "
@@ -162,7 +166,15 @@ int main(int argc, char **argv)
                  v[CFG_LOG_LEVEL].s);
         return usage_error(msg);
     }
+    int fmt = sm_log_format_parse(v[CFG_LOG_FORMAT].s);
+    if (fmt < 0) {
+        snprintf(msg, sizeof msg, "--log-format must be text or json, got '%s'",
+                 v[CFG_LOG_FORMAT].s);
+        return usage_error(msg);
+    }
     sm_log_set_level((sm_log_level)level);
+    sm_log_set_format((sm_log_format)fmt);
+    setenv("SHMAP_LOG_FORMAT", v[CFG_LOG_FORMAT].s, 1); /* local workers log alike */
     sm_log_set_name("shmap-coordinator");
     if (v[CFG_LOCAL_WORKERS].i > 0) {
         if (v[CFG_WORKER_BINARY].s)

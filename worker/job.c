@@ -537,6 +537,8 @@ static sm_err sm_jobs_run(void *user, sm_svc_run_job_req *req, int64_t *output_b
         e = sm_fail(err, errlen, SM_EINVAL, "job %llu comes without a program", id);
         goto done;
     }
+    SM_DEBUG("job %llu: program '%s' on a mesh of %d devices", id, p->name ? p->name : "",
+             m->ndevices);
     if (!pos_worker || !local) {
         e = sm_fail(err, errlen, SM_ENOMEM, "out of memory for job %llu", id);
         goto done;
@@ -658,6 +660,8 @@ done:
     req->program = NULL;
     if (e)
         SM_DEBUG("job %llu failed: %s", id, err);
+    else
+        SM_DEBUG("job %llu done", id);
     return e;
 }
 

@@ -45,6 +45,7 @@ enum {
     CFG_MEM_LIMIT_MB,
     CFG_METRICS,
     CFG_LOG_LEVEL,
+    CFG_LOG_FORMAT,
     CFG_STATE_DIR,
     CFG_WORKER_ID,
     CFG_EXIT_WITH_PARENT,
@@ -83,6 +84,9 @@ static const sm_config_row worker_config[CFG_COUNT] = {
                      "logged); default: none"},
     [CFG_LOG_LEVEL] = {"log-level", 0, SM_CFG_STRING, "info", "SHMAP_LOG",
                        "Log level: error, warn, info or debug."},
+    [CFG_LOG_FORMAT] = {"log-format", 0, SM_CFG_STRING, "text", "SHMAP_LOG_FORMAT",
+                        "Log lines as text or json (one JSON object a line, with the request id "
+                        "that follows a call from client to coordinator to workers)."},
     [CFG_STATE_DIR] = {"state-dir", 0, SM_CFG_STRING, NULL, "SHMAP_WORKER_STATE_DIR",
                        "Keep this worker's identity and a copy of every shard (written in the "
                        "background, with its checksum) in this directory; restarted, the "
@@ -339,6 +343,9 @@ int main(int argc, char **argv)
         return usage_error("--worker-id must be 0 (none) or an id in 1..2147483647.");
     if (!parse_level(cfg[CFG_LOG_LEVEL].s, &level))
         return usage_error("--log-level must be error, warn, info or debug.");
+    int log_format = sm_log_format_parse(cfg[CFG_LOG_FORMAT].s);
+    if (log_format < 0)
+        return usage_error("--log-format must be text or json.");
     if (!split_host_port(cfg[CFG_LISTEN].s, host, sizeof host, &port))
         return usage_error("--listen must be HOST:PORT (port 0 picks a free port).");
     if (cfg[CFG_ADVERTISE].s && *cfg[CFG_ADVERTISE].s &&
@@ -353,6 +360,7 @@ int main(int argc, char **argv)
     }
     sm_log_set_name("worker");
     sm_log_set_level(level);
+    sm_log_set_format((sm_log_format)log_format);
     sm_kern_set_threads((int)cfg[CFG_BLAS_THREADS].i);
     const char *best = sm_kern_best_coretype();
     SM_INFO("OpenBLAS core %s (best for this CPU: %s), %lld thread(s) per device",

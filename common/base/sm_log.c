@@ -2,15 +2,19 @@
 
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
 #include <sys/time.h>
 #include <time.h>
 
 static atomic_int sm_log_level_v = -1;
+static atomic_int sm_log_format_v = -1;
 static char sm_log_name_v[32] = "shmap";
+static __thread char sm_log_rid[SM_LOG_RID_LEN];
 
 static int sm_log_level_from_env(void)
 {
@@ -46,26 +50,107 @@ int sm_log_enabled(sm_log_level level)
     return (int)level <= cur;
 }
 
+int sm_log_format_parse(const char *s)
+{
+    if (!s)
+        return -1;
+    if (!strcasecmp(s, "text"))
+        return SM_LOG_TEXT;
+    if (!strcasecmp(s, "json"))
+        return SM_LOG_JSON;
+    return -1;
+}
+
+void sm_log_set_format(sm_log_format f)
+{
+    atomic_store(&sm_log_format_v, (int)f);
+}
+
+static int sm_log_format_get(void)
+{
+    int f = atomic_load(&sm_log_format_v);
+    if (f < 0) {
+        f = sm_log_format_parse(getenv("SHMAP_LOG_FORMAT"));
+        if (f < 0)
+            f = SM_LOG_TEXT;
+        atomic_store(&sm_log_format_v, f);
+    }
+    return f;
+}
+
+void sm_log_set_request_id(const char *rid)
+{
+    snprintf(sm_log_rid, sizeof sm_log_rid, "%s", rid ? rid : "");
+}
+
+const char *sm_log_request_id(void)
+{
+    return sm_log_rid;
+}
+
+void sm_log_new_request_id(char out[SM_LOG_RID_LEN])
+{
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof v, GRND_NONBLOCK) != (ssize_t)sizeof v) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        v = ((uint64_t)ts.tv_sec * 1000000007u) ^ (uint64_t)ts.tv_nsec ^ (uint64_t)(uintptr_t)out;
+    }
+    snprintf(out, SM_LOG_RID_LEN, "%016llx", (unsigned long long)v);
+}
+
+/* s as the body of a JSON string into out (n bytes); returns out. */
+static char *sm_log_json_str(const char *s, char *out, size_t n)
+{
+    size_t o = 0;
+    for (; *s && o + 7 < n; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') {
+            out[o++] = '\\';
+            out[o++] = (char)c;
+        } else if (c < 0x20) {
+            o += (size_t)snprintf(out + o, n - o, "\\u%04x", c);
+        } else {
+            out[o++] = (char)c;
+        }
+    }
+    out[o] = 0;
+    return out;
+}
+
 void sm_log(sm_log_level level, const char *fmt, ...)
 {
     static const char *const tags[] = {"ERROR", "WARN", "INFO", "DEBUG"};
+    static const char *const names[] = {"error", "warn", "info", "debug"};
     if (!sm_log_enabled(level))
         return;
-    char line[2048];
+    char msg[2048], line[4600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
     struct timeval tv;
     gettimeofday(&tv, NULL);
     struct tm tm;
     gmtime_r(&tv.tv_sec, &tm);
-    int n = snprintf(line, sizeof line, "%02d:%02d:%02d.%03d %s %s: ", tm.tm_hour, tm.tm_min,
-                     tm.tm_sec, (int)(tv.tv_usec / 1000), sm_log_name_v, tags[level]);
-    va_list ap;
-    va_start(ap, fmt);
-    if (n > 0 && (size_t)n < sizeof line)
-        vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
-    va_end(ap);
+    if (sm_log_format_get() == SM_LOG_JSON) {
+        char m[4200], rid[64] = "";
+        if (sm_log_rid[0])
+            snprintf(rid, sizeof rid, ", \"request_id\": \"%s\"", sm_log_rid);
+        snprintf(line, sizeof line,
+                 "{\"time\": \"%04d-%02d-%02dT%02d:%02d:%02d.%03dZ\", \"level\": \"%s\", "
+                 "\"process\": \"%s\"%s, \"msg\": \"%s\"}\n",
+                 tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                 (int)(tv.tv_usec / 1000), names[level], sm_log_name_v, rid,
+                 sm_log_json_str(msg, m, sizeof m));
+    } else {
+        snprintf(line, sizeof line, "%02d:%02d:%02d.%03d %s %s%s%s%s: %s\n", tm.tm_hour, tm.tm_min,
+                 tm.tm_sec, (int)(tv.tv_usec / 1000), sm_log_name_v, tags[level],
+                 sm_log_rid[0] ? " [" : "", sm_log_rid, sm_log_rid[0] ? "]" : "", msg);
+    }
     /* one fputs per line keeps lines from different threads whole */
     size_t len = strlen(line);
-    if (len + 1 < sizeof line) {
+    if (len && line[len - 1] != '\n' && len + 1 < sizeof line) {
         line[len] = '\n';
         line[len + 1] = 0;
     }

@@ -62,6 +62,9 @@
 #define SM_RPC_DEFAULT_MAX_HANDLERS 256
 /* Metadata key that carries the shared token. */
 #define SM_RPC_TOKEN_KEY "x-shmap-token"
+/* Every call carries its request id (sm_log_request_id) as this metadata;
+ * a handler runs with it as its thread's id. */
+#define SM_RPC_REQUEST_ID_KEY "x-shmap-request-id"
 
 /* ---- process lifecycle ------------------------------------------------- */
 

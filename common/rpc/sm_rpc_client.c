@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sm_log.h"
 #include "sm_rpc_internal.h"
 
 struct sm_rpc_channel {
@@ -84,12 +85,31 @@ static grpc_call *call_create(sm_rpc_channel *ch, const char *path, grpc_complet
     return c;
 }
 
-static void op_send_md(grpc_op *op, const sm_rpc_channel *ch)
+/* A call's initial metadata into md[2]: the channel's token, if any, and
+ * the request id (this thread's, else a new one). gRPC takes its own
+ * reference to the values when the batch starts: md_done then drops ours. */
+static void op_send_md(grpc_op *op, const sm_rpc_channel *ch, grpc_metadata md[2])
 {
+    size_t n = 0;
+    char fresh[SM_LOG_RID_LEN];
+    const char *rid = sm_log_request_id();
+    if (!*rid) {
+        sm_log_new_request_id(fresh);
+        rid = fresh;
+    }
+    if (ch->nmd)
+        md[n++] = ch->md;
+    md[n].key = grpc_slice_from_static_string(SM_RPC_REQUEST_ID_KEY);
+    md[n++].value = grpc_slice_from_copied_string(rid);
     memset(op, 0, sizeof *op);
     op->op = GRPC_OP_SEND_INITIAL_METADATA;
-    op->data.send_initial_metadata.count = ch->nmd;
-    op->data.send_initial_metadata.metadata = ch->nmd ? (grpc_metadata *)&ch->md : NULL;
+    op->data.send_initial_metadata.count = n;
+    op->data.send_initial_metadata.metadata = md;
+}
+
+static void md_done(const sm_rpc_channel *ch, grpc_metadata md[2])
+{
+    grpc_slice_unref(md[ch->nmd].value);
 }
 
 /* ---- channel ---------------------------------------------------------- */
@@ -206,8 +226,9 @@ static sm_err unary_start(unary_call *u, sm_rpc_channel *ch, const char *path,
     grpc_metadata_array_init(&u->trailing_md);
     u->call = call_create(ch, path, cq, deadline_ms);
     grpc_op ops[6];
+    grpc_metadata md[2];
     memset(ops, 0, sizeof ops);
-    op_send_md(&ops[0], ch);
+    op_send_md(&ops[0], ch, md);
     ops[1].op = GRPC_OP_SEND_MESSAGE;
     ops[1].data.send_message.send_message = send_bb;
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
@@ -220,6 +241,7 @@ static sm_err unary_start(unary_call *u, sm_rpc_channel *ch, const char *path,
     ops[5].data.recv_status_on_client.status = &u->status;
     ops[5].data.recv_status_on_client.status_details = &u->details;
     grpc_call_error ge = grpc_call_start_batch(u->call, ops, 6, tag, NULL);
+    md_done(ch, md);
     if (ge != GRPC_CALL_OK)
         return sm_fail(err, errlen, SM_EINTERNAL, "cannot start the call to %s (%d)", path,
                        (int)ge);
@@ -525,16 +547,19 @@ static sm_err stream_open(sm_rpc_channel *ch, const char *path, stream_kind kind
     }
 
     grpc_op ops[3];
+    grpc_metadata md[2];
     memset(ops, 0, sizeof ops);
     size_t n = 0;
-    op_send_md(&ops[n++], ch);
+    op_send_md(&ops[n++], ch, md);
     if (bb) {
         ops[n].op = GRPC_OP_SEND_MESSAGE;
         ops[n++].data.send_message.send_message = bb;
         ops[n++].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
         st->half_closed = 1;
     }
-    if (!stream_batch(st, ops, n, &st->tag_misc)) {
+    int started = stream_batch(st, ops, n, &st->tag_misc);
+    md_done(ch, md);
+    if (!started) {
         e = stream_status(st, err, errlen);
         if (!e)
             e = sm_fail(err, errlen, SM_EUNAVAILABLE, "UNAVAILABLE: the call to %s failed", path);

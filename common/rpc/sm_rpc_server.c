@@ -21,6 +21,7 @@
  * contexts (armed requests included) and shuts the CQ down only once it is
  * stopping, the shutdown tag has arrived and no context is left (gRPC core requires the CQ drained
  * of every tag before grpc_completion_queue_destroy). */
+#include <ctype.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -297,12 +298,36 @@ static int spawn_locked(sm_rpc_server *s)
     return 1;
 }
 
+/* The caller's request id (SM_RPC_REQUEST_ID_KEY) becomes this thread's
+ * while the handler runs; a call without one gets a new one. */
+static void call_request_id(const sm_rpc_call *c)
+{
+    char rid[SM_LOG_RID_LEN] = "";
+    for (size_t i = 0; i < c->req_md.count; i++) {
+        if (grpc_slice_str_cmp(c->req_md.metadata[i].key, SM_RPC_REQUEST_ID_KEY) != 0)
+            continue;
+        const grpc_slice v = c->req_md.metadata[i].value;
+        size_t n = GRPC_SLICE_LENGTH(v) < sizeof rid - 1 ? GRPC_SLICE_LENGTH(v) : sizeof rid - 1;
+        const unsigned char *p = GRPC_SLICE_START_PTR(v);
+        size_t k = 0;
+        for (size_t j = 0; j < n; j++) /* only what a log line can carry as it is */
+            if (isalnum(p[j]) || p[j] == '-' || p[j] == '_')
+                rid[k++] = (char)p[j];
+        rid[k] = 0;
+    }
+    if (!rid[0])
+        sm_log_new_request_id(rid);
+    sm_log_set_request_id(rid);
+}
+
 /* Runs c's handler on this thread (c's reference passes to it). */
 static void run_call(sm_rpc_call *c)
 {
     method *m = &c->srv->methods[c->method];
     int64_t t0 = mono_ns();
+    call_request_id(c);
     m->handler(c, m->user);
+    sm_log_set_request_id(NULL);
     method_observe(m, mono_ns() - t0);
     pthread_mutex_lock(&c->mu);
     int finished = c->finished;

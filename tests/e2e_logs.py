@@ -1,0 +1,118 @@
+#!/usr/bin/python3
+"""e2e_logs: --log-format json on a real cluster (a coordinator and 2 local
+workers): every line is one JSON object with time, level, process and msg,
+and a job's request id follows it from the coordinator to both workers and
+back; a bad --log-format is a usage error; text lines show the request id.
+
+Environment: SHMAPCTL, SHMAP_COORDINATOR_BIN (set by ctest)."""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+CTL = os.environ.get("SHMAPCTL", "build/client/shmapctl")
+COORD = os.environ.get("SHMAP_COORDINATOR_BIN", "build/server/shmap-coordinator")
+
+
+def fail(msg):
+    print(f"e2e_logs: {msg}")
+    print("0 passed, 1 failed")
+    sys.exit(1)
+
+
+def run_cluster(work, fmt):
+    """Starts the cluster with --log-format fmt, runs a psum job over both
+    workers, stops it; returns the log's lines."""
+    log_path = os.path.join(work, f"coord-{fmt}.log")
+    port_file = os.path.join(work, f"port-{fmt}")
+    env = dict(os.environ, SHMAP_LOG="debug")
+    with open(log_path, "w") as log:
+        p = subprocess.Popen([COORD, "--log-format", fmt, "--listen", "127.0.0.1:0",
+                              "--port-file", port_file, "--local-workers", "2",
+                              "--devices-per-worker", "2"],
+                             stdout=log, stderr=subprocess.STDOUT, env=env,
+                             start_new_session=True)
+    try:
+        deadline = time.time() + 30
+        target = None
+        while time.time() < deadline:
+            if os.path.exists(port_file) and open(port_file).read().strip():
+                target = "127.0.0.1:" + open(port_file).read().strip()
+                r = subprocess.run([CTL, "--target", target, "devices"], capture_output=True,
+                                   text=True)
+                if r.stdout.count(" alive ") == 2:
+                    break
+            time.sleep(0.1)
+        else:
+            fail("the cluster did not start:\n" + open(log_path).read())
+        prog = os.path.join(work, "psum.shmap")
+        open(prog, "w").write("mesh x=4\nshard_map f(a: f32[8,2] @ P('x')) -> P():\n"
+                              "    return psum(a, 'x')\n")
+        np.save(os.path.join(work, "a.npy"), np.arange(16, dtype=np.float32).reshape(8, 2))
+        r = subprocess.run([CTL, "--target", target, "run", prog, "--arg",
+                            f"a={work}/a.npy"], capture_output=True, text=True)
+        if r.returncode:
+            fail(f"the job failed: {r.stderr}")
+        time.sleep(0.3)
+    finally:
+        os.killpg(p.pid, signal.SIGTERM)
+        p.wait(10)
+    return open(log_path).read().splitlines()
+
+
+def main():
+    work = tempfile.mkdtemp(prefix="shmap-logs-")
+    passed = 0
+    try:
+        lines = run_cluster(work, "json")
+        objs = []
+        for ln in lines:
+            try:
+                o = json.loads(ln)
+            except ValueError:
+                fail(f"a line is not JSON: {ln!r}")
+            for k in ("time", "level", "process", "msg"):
+                if k not in o:
+                    fail(f"a line lacks {k}: {ln}")
+            if not re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$", o["time"]):
+                fail(f"time {o['time']} is not RFC 3339 UTC")
+            objs.append(o)
+        if len({o["process"] for o in objs}) != 2:
+            fail(f"expected the coordinator's and the workers' lines: "
+                 f"{sorted({o['process'] for o in objs})}")
+        passed += 1
+        queued = [o for o in objs if o["process"] == "shmap-coordinator" and
+                  re.match(r"job 1 (queued|runs)", o["msg"])]
+        if not queued or not queued[0].get("request_id"):
+            fail("the coordinator logged the job without a request id:\n" + "\n".join(lines))
+        rid = queued[0]["request_id"]
+        on_workers = [o for o in objs if o["process"] == "worker" and
+                      o.get("request_id") == rid and o["msg"].startswith("job 1:")]
+        done = [o for o in objs if o["process"] == "shmap-coordinator" and
+                o.get("request_id") == rid and o["msg"].startswith("job 1 done")]
+        if len(on_workers) != 2 or not done:
+            fail(f"request id {rid} does not follow job 1 to both workers and back:\n" +
+                 "\n".join(lines))
+        passed += 1
+        text = run_cluster(work, "text")
+        if not any(re.search(r" DEBUG \[[0-9a-f]{16}\]: job 1 ", ln) for ln in text):
+            fail("text lines do not show the request id:\n" + "\n".join(text))
+        passed += 1
+        r = subprocess.run([COORD, "--log-format", "xml"], capture_output=True, text=True)
+        if r.returncode != 2 or "--log-format must be text or json" not in r.stderr:
+            fail(f"--log-format xml: exit {r.returncode}: {r.stderr}")
+        passed += 1
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"{passed} passed, 0 failed")
+
+
+if __name__ == "__main__":
+    main()
