@@ -6,7 +6,7 @@
 #   bench/run.sh [--quick] [--only NAME[,NAME...]] [--out FILE] [--no-deps]
 #
 #   --quick      fewer sizes and runs: a smoke run, not figures to quote
-#   --only NAME  transfer, matmul, jit, python, dispatch, mpi_coll, coll (comma-separated)
+#   --only NAME  transfer, matmul, jit, python, dispatch, state, mpi_coll, coll (comma-separated)
 #   --out FILE   where the output goes; default bench/results/latest.txt for a
 #                full run, bench/results/partial.txt with --quick or --only
 #                (so a smoke run never replaces the committed figures)
@@ -25,7 +25,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-300}
 BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo}
-ALL="transfer matmul jit python dispatch mpi_coll coll"
+ALL="transfer matmul jit python dispatch state mpi_coll coll"
 
 quick=0
 only=""
@@ -70,7 +70,7 @@ build_in() {
   local dir=$1 type=$2 werror=$3 log=$work/build.log t
   cmake -S "$ROOT" -B "$dir" -DCMAKE_BUILD_TYPE="$type" -DSM_SANITIZE=OFF -DSM_WERROR="$werror" \
     >>"$log" 2>&1 || return 1
-  BUILT="shmap-coordinator shmap-worker bench_transfer bench_matmul bench_jit bench_roundtrip _shmap bench_dispatch"
+  BUILT="shmap-coordinator shmap-worker bench_transfer bench_matmul bench_jit bench_roundtrip _shmap bench_dispatch bench_state"
   local help
   help=$(cmake --build "$dir" --target help 2>/dev/null || true)
   for t in bench_mpi_coll bench_coll; do
@@ -218,6 +218,10 @@ main() {
   if want dispatch; then
     if [ $quick = 1 ]; then run_bench dispatch "$B/bench_dispatch" --runs 50 --warmup 5
     else run_bench dispatch "$B/bench_dispatch" --runs 200 --warmup 20; fi
+  fi
+  if want state; then
+    if [ $quick = 1 ]; then run_bench state "$B/bench_state" --runs 50 --upload-runs 2
+    else run_bench state "$B/bench_state" --runs 200 --upload-runs 9; fi
   fi
   if want mpi_coll; then
     if [ ! -x "$B/bench_mpi_coll" ]; then
