@@ -2,8 +2,10 @@
  * 16 MiB upload on a cluster of 2 workers x 4 devices with state dirs (the
  * coordinator's SQLite registry, the workers' background disk copies:
  * SHMAP_STATE_DIR, which the local workers follow) against the same
- * cluster without, measured one after the other in the same run. Targets:
- * both within 10% of the figures without state dirs.
+ * cluster without, measured one after the other in the same run. The
+ * uploaded arrays are kept until the last upload ends, so their disk copies
+ * are written while the next uploads run. Targets: both within 10% of the
+ * figures without state dirs.
  *
  *     bench_state [--runs N] [--upload-runs N] [--coordinator PATH]
  */
@@ -79,6 +81,9 @@ static int measure(const char *bin, const char *dir, int runs, int uploads, stat
         if (r >= 0)
             job[r] = t;
     }
+    sm_array_id *kept = calloc((size_t)uploads + 1, sizeof *kept);
+    if (!kept)
+        rc = -1;
     for (int r = -1; !rc && r < uploads; r++) { /* one untimed */
         sm_array_info a = {0};
         double t0 = bench_now_s();
@@ -87,12 +92,17 @@ static int measure(const char *bin, const char *dir, int runs, int uploads, stat
             break;
         }
         double t = bench_now_s() - t0;
-        sm_array_ref ref = {.id = a.id};
-        sm_client_delete(cli, ref, err, errlen);
+        kept[r + 1] = a.id;
         sm_array_info_free(&a);
         if (r >= 0)
             up[r] = (double)bytes / t / 1e6;
     }
+    for (int r = 0; kept && r <= uploads; r++) {
+        sm_array_ref ref = {.id = kept[r]};
+        if (ref.id.v)
+            sm_client_delete(cli, ref, err, errlen);
+    }
+    free(kept);
     if (!rc) {
         out->job_ms = bench_median(job, runs) * 1e3;
         out->upload_mb = bench_median(up, uploads);

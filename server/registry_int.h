@@ -77,6 +77,12 @@ struct sm_registry {
     uint64_t next_mesh, next_array;
     /* The state dir's database (registry_state.c); NULL: memory only. */
     sqlite3 *db;
+    /* sm_reg_run's prepared statements, by the address of their SQL text
+     * (each a string literal of one call site) */
+    struct {
+        const char *sql;
+        sqlite3_stmt *st;
+    } stmts[16];
     int tx_depth;  /* open sm_reg_tx_begin calls */
     int tx_failed; /* a write inside the open transaction failed */
 };

@@ -32,6 +32,15 @@ static const char sm_reg_schema[] =
     " workers BLOB, sums BLOB);"
     "CREATE TABLE IF NOT EXISTS jobs(id INTEGER PRIMARY KEY, state INTEGER, error TEXT);";
 
+static void sm_reg_stmts_free(sm_registry *r)
+{
+    for (size_t k = 0; k < sizeof r->stmts / sizeof r->stmts[0]; k++) {
+        sqlite3_finalize(r->stmts[k].st);
+        r->stmts[k].sql = NULL;
+        r->stmts[k].st = NULL;
+    }
+}
+
 static void sm_reg_db_log(sm_registry *r, const char *what)
 {
     SM_ERROR("the registry database could not %s: %s; this change will not survive a restart", what,
@@ -72,9 +81,21 @@ static int sm_reg_run(sm_registry *r, const char *sql, const char *fmt, ...)
 {
     sqlite3_stmt *st = NULL;
     va_list ap;
-    int rc = -1;
-    if (sqlite3_prepare_v2(r->db, sql, -1, &st, NULL) != SQLITE_OK)
+    int rc = -1, k = 0, cached = 0;
+    for (; k < (int)(sizeof r->stmts / sizeof r->stmts[0]) && r->stmts[k].sql; k++)
+        if (r->stmts[k].sql == sql) {
+            st = r->stmts[k].st;
+            cached = 1;
+            break;
+        }
+    if (!st &&
+        sqlite3_prepare_v3(r->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &st, NULL) != SQLITE_OK)
         return -1;
+    if (!cached && k < (int)(sizeof r->stmts / sizeof r->stmts[0])) {
+        r->stmts[k].sql = sql;
+        r->stmts[k].st = st;
+        cached = 1;
+    }
     va_start(ap, fmt);
     for (int k = 0; fmt[k]; k++) {
         if (fmt[k] == 'i') {
@@ -90,7 +111,12 @@ static int sm_reg_run(sm_registry *r, const char *sql, const char *fmt, ...)
     va_end(ap);
     if (sqlite3_step(st) == SQLITE_DONE)
         rc = 0;
-    sqlite3_finalize(st);
+    if (cached) {
+        sqlite3_reset(st);
+        sqlite3_clear_bindings(st);
+    } else {
+        sqlite3_finalize(st);
+    }
     return rc;
 }
 
@@ -459,6 +485,7 @@ sm_err sm_registry_open_state(sm_registry *r, const char *dir, char *err, size_t
     return SM_OK;
 fail:
     r->tx_depth = 0;
+    sm_reg_stmts_free(r);
     sqlite3_close(r->db);
     r->db = NULL;
     return e;
@@ -467,6 +494,7 @@ fail:
 void sm_registry_close_state(sm_registry *r)
 {
     if (r && r->db) {
+        sm_reg_stmts_free(r);
         sqlite3_close(r->db);
         r->db = NULL;
     }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "sm_array.h"
@@ -16,12 +17,17 @@
 
 #define SM_DISK_DIR  4000 /* longest state dir path, with its NUL */
 #define SM_DISK_PATH 4200
+/* A shard's copy is written this long after it was stored, so that the
+ * temporaries of reshards and jobs, and results deleted at once, are
+ * dropped before anything is written. */
+#define SM_DISK_DELAY_MS 50
 
 typedef struct sm_disk_op {
     struct sm_disk_op *next;
     uint64_t array;
     int32_t device;
-    sm_store_shard *sh; /* a reference; NULL: remove the files */
+    sm_store_shard *sh;  /* a reference; NULL: remove the files */
+    struct timespec due; /* CLOCK_REALTIME: not before */
 } sm_disk_op;
 
 struct sm_disk {
@@ -33,6 +39,7 @@ struct sm_disk {
     sm_disk_op *head, *tail;
     int busy; /* the thread is working on an op */
     int stopping;
+    int flushing; /* sm_disk_flush waits: no delay */
 };
 
 static void sm_disk_paths(const sm_disk *d, uint64_t array, int32_t device, char *npy, char *sum)
@@ -98,6 +105,9 @@ static void *sm_disk_main(void *arg)
         sm_disk_op *op = d->head;
         if (!op)
             break; /* stopping with nothing queued */
+        if (!d->stopping && !d->flushing &&
+            pthread_cond_timedwait(&d->cv, &d->mu, &op->due) != ETIMEDOUT)
+            continue; /* woken before it was due: look again (it may be gone) */
         d->head = op->next;
         if (!d->head)
             d->tail = NULL;
@@ -127,6 +137,12 @@ static void sm_disk_queue(sm_disk *d, uint64_t array, int32_t device, sm_store_s
     op->array = array;
     op->device = device;
     op->sh = sh ? sm_store_shard_ref(sh) : NULL;
+    clock_gettime(CLOCK_REALTIME, &op->due);
+    op->due.tv_nsec += SM_DISK_DELAY_MS * 1000000L;
+    if (op->due.tv_nsec >= 1000000000L) {
+        op->due.tv_sec++;
+        op->due.tv_nsec -= 1000000000L;
+    }
     sm_disk_op *stale = NULL;
     pthread_mutex_lock(&d->mu);
     /* A shard dropped before its copy was written (a reshard's or a job's
@@ -179,8 +195,11 @@ const sm_store_observer *sm_disk_observer(void)
 void sm_disk_flush(sm_disk *d)
 {
     pthread_mutex_lock(&d->mu);
+    d->flushing++;
+    pthread_cond_signal(&d->cv);
     while (d->head || d->busy)
         pthread_cond_wait(&d->idle, &d->mu);
+    d->flushing--;
     pthread_mutex_unlock(&d->mu);
 }
 
