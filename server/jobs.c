@@ -293,6 +293,11 @@ static sm_err job_prepare(sm_cjobs *j, const sm_svc_submit_req *req, sm_job *job
     int nw = 0;
     char tmp[SM_JOBS_ERR_MAX];
     sm_err e;
+    if (j->max_ops > 0 && p->nops > j->max_ops)
+        return sm_fail(err, errlen, SM_ERESOURCE,
+                       "program '%s' has %d ops, more than the %d this coordinator takes "
+                       "(--max-program-ops)",
+                       p->name ? p->name : "", p->nops, j->max_ops);
     if ((e = sm_program_verify(p, req->check_vma, err, errlen)))
         return e;
     if (p->kind == SM_PROG_JIT) { /* workers run the shard_map program it lowers to */
@@ -686,7 +691,7 @@ static void *runner_main(void *arg)
 sm_cjobs_config sm_cjobs_config_default(int nthreads)
 {
     return (sm_cjobs_config){nthreads, (int64_t)SM_JOBS_KEEP_S * 1000, SM_JOBS_KEEP_MAX,
-                             SM_JOBS_QUEUE_MAX};
+                             SM_JOBS_QUEUE_MAX, SM_JOBS_MAX_OPS};
 }
 
 sm_err sm_cjobs_create(sm_coord *coord, const sm_cjobs_config *cfg, sm_cjobs **out, char *err,
@@ -717,6 +722,7 @@ sm_err sm_cjobs_create(sm_coord *coord, const sm_cjobs_config *cfg, sm_cjobs **o
     j->keep_us = cfg->keep_ms * 1000;
     j->keep_max = cfg->keep_max;
     j->queue_max = cfg->queue_max;
+    j->max_ops = cfg->max_ops;
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);

@@ -43,6 +43,8 @@ typedef struct sm_cjobs sm_cjobs;
 #define SM_JOBS_KEEP_MAX 10000
 /* Default bound on jobs waiting in the run queue. */
 #define SM_JOBS_QUEUE_MAX 1000
+/* Default bound on a submitted program's ops (loops unrolled). */
+#define SM_JOBS_MAX_OPS 100000
 
 typedef struct {
     int nthreads;    /* runner threads, 1..16 */
@@ -50,6 +52,7 @@ typedef struct {
     int keep_max;    /* and only the newest keep_max ended records (>= 0) */
     int queue_max;   /* at most this many jobs wait to start (>= 1); one
                       * more is refused RESOURCE_EXHAUSTED */
+    int max_ops;     /* a program with more ops (as submitted) is refused; 0: none */
 } sm_cjobs_config;
 
 /* The defaults: nthreads runner threads, SM_JOBS_KEEP_S, SM_JOBS_KEEP_MAX,

@@ -61,6 +61,7 @@ struct sm_cjobs {
     sm_job *qhead, *qtail;
     int nqueued;   /* jobs in state QUEUED (the queue also holds cancelled ones) */
     int queue_max; /* the most that may be QUEUED */
+    int max_ops;   /* the most ops a submitted program may have; 0: none */
     int stopping;
     int nthreads; /* runner threads, also the bound on jobs running at once */
     int running;  /* jobs running: on runner threads and on handler threads */

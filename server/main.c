@@ -36,6 +36,10 @@ enum {
     CFG_JOB_KEEP_S,
     CFG_JOB_KEEP_MAX,
     CFG_JOB_QUEUE_MAX,
+    CFG_MAX_MESSAGE_MB,
+    CFG_MAX_PROGRAM_OPS,
+    CFG_MAX_ARRAY_MB,
+    CFG_MAX_NAME_LENGTH,
     CFG_METRICS,
     CFG_LOG_LEVEL,
     CFG_LOG_FORMAT,
@@ -73,6 +77,20 @@ static const sm_config_row cfg_rows[CFG_COUNT] = {
     [CFG_JOB_QUEUE_MAX] = {"job-queue-max", 0, SM_CFG_INT, SM_STR(SM_JOBS_QUEUE_MAX), NULL,
                            "At most this many submitted jobs wait to start; one more is "
                            "refused RESOURCE_EXHAUSTED."},
+    [CFG_MAX_MESSAGE_MB] = {"max-message-mb", 0, SM_CFG_INT, "8", NULL,
+                            "Largest message a call may send, in MiB, 1..8 (8: the clients' own "
+                            "limit; data moves in 1 MiB chunks, programs and descriptions are "
+                            "what grow); a larger one is refused RESOURCE_EXHAUSTED."},
+    [CFG_MAX_PROGRAM_OPS] = {"max-program-ops", 0, SM_CFG_INT, SM_STR(SM_JOBS_MAX_OPS), NULL,
+                             "Most ops a submitted program may have, loops unrolled; a larger "
+                             "one is refused RESOURCE_EXHAUSTED."},
+    [CFG_MAX_ARRAY_MB] = {"max-array-mb", 0, SM_CFG_INT, "0", NULL,
+                          "Largest array (one full copy) an upload, reshard or job may create, "
+                          "in MiB; 0: no limit but the workers' memory. A larger one is refused "
+                          "RESOURCE_EXHAUSTED."},
+    [CFG_MAX_NAME_LENGTH] = {"max-name-length", 0, SM_CFG_INT, "127", NULL,
+                             "Longest array name, in characters (1..127); a longer one is "
+                             "refused INVALID_ARGUMENT."},
     [CFG_METRICS] = {"metrics-listen", 0, SM_CFG_STRING, NULL, "SHMAP_METRICS_LISTEN",
                      "serve Prometheus metrics (GET /metrics) on HOST:PORT (port 0: a free one, "
                      "logged); default: none"},
@@ -154,7 +172,11 @@ int main(int argc, char **argv)
         check_range(v, CFG_DEADLINE, 1, 86400000, msg, sizeof msg) ||
         check_range(v, CFG_JOB_KEEP_S, 0, 31 * 86400, msg, sizeof msg) ||
         check_range(v, CFG_JOB_KEEP_MAX, 0, 100000000, msg, sizeof msg) ||
-        check_range(v, CFG_JOB_QUEUE_MAX, 1, 1000000, msg, sizeof msg))
+        check_range(v, CFG_JOB_QUEUE_MAX, 1, 1000000, msg, sizeof msg) ||
+        check_range(v, CFG_MAX_MESSAGE_MB, 1, SM_RPC_MAX_MSG >> 20, msg, sizeof msg) ||
+        check_range(v, CFG_MAX_PROGRAM_OPS, 1, 1000000, msg, sizeof msg) ||
+        check_range(v, CFG_MAX_ARRAY_MB, 0, (int64_t)1 << 40, msg, sizeof msg) ||
+        check_range(v, CFG_MAX_NAME_LENGTH, 1, SM_NAME_MAX - 1, msg, sizeof msg))
         return usage_error(msg);
     static const char *const levels[] = {"error", "warn", "info", "debug"};
     int level = -1;
@@ -203,12 +225,14 @@ int main(int argc, char **argv)
     if (v[CFG_STATE_DIR].s && *v[CFG_STATE_DIR].s &&
         (e = sm_registry_open_state(reg, v[CFG_STATE_DIR].s, err, sizeof err)))
         goto fail;
+    sm_registry_set_limits(reg, v[CFG_MAX_ARRAY_MB].i << 20, (int)v[CFG_MAX_NAME_LENGTH].i);
     sm_coord coord = {reg, token, deadline};
     sm_cjobs_config jobs_cfg = sm_cjobs_config_default(JOB_THREADS);
     jobs_cfg.keep_ms = v[CFG_JOB_KEEP_S].i * 1000;
     jobs_cfg.keep_max = (int)v[CFG_JOB_KEEP_MAX].i;
     jobs_cfg.queue_max = (int)v[CFG_JOB_QUEUE_MAX].i;
-    sm_rpc_server_opts so = {v[CFG_LISTEN].s, token, 0};
+    jobs_cfg.max_ops = (int)v[CFG_MAX_PROGRAM_OPS].i;
+    sm_rpc_server_opts so = {v[CFG_LISTEN].s, token, 0, (int)(v[CFG_MAX_MESSAGE_MB].i << 20)};
     if ((e = sm_rpc_server_create(&so, &srv, err, sizeof err)) ||
         (e = sm_svc_coord_serve(srv, sm_handlers_ops(), &coord, "shmap-coordinator", err,
                                 sizeof err)) ||

@@ -88,6 +88,14 @@ void sm_registry_free(sm_registry *r)
     free(r);
 }
 
+void sm_registry_set_limits(sm_registry *r, int64_t max_array_bytes, int max_name_len)
+{
+    pthread_mutex_lock(&r->mu);
+    r->max_array_bytes = max_array_bytes > 0 ? max_array_bytes : 0;
+    r->max_name_len = max_name_len > 0 && max_name_len < SM_NAME_MAX ? max_name_len : 0;
+    pthread_mutex_unlock(&r->mu);
+}
+
 sm_err sm_reg_name_check(const char *what, const char *name, size_t max, char *err, size_t errlen)
 {
     size_t len = strlen(name), digits = 0;
@@ -102,6 +110,16 @@ sm_err sm_reg_name_check(const char *what, const char *name, size_t max, char *e
                        "letter",
                        what, name);
     return SM_OK;
+}
+
+sm_err sm_reg_array_name_check(const sm_registry *r, const char *name, char *err, size_t errlen)
+{
+    if (r->max_name_len > 0 && strlen(name) > (size_t)r->max_name_len)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "array name '%.40s...' is longer than %d characters, the most this "
+                       "coordinator takes (--max-name-length)",
+                       name, r->max_name_len);
+    return sm_reg_name_check("array", name, SM_NAME_MAX, err, errlen);
 }
 
 /* ---- workers ------------------------------------------------------------ */

@@ -34,6 +34,10 @@ int64_t sm_registry_now_ms(void);
  * at registration. *out is freed with sm_registry_free. */
 sm_err sm_registry_create(uint32_t default_deadline_ms, uint32_t heartbeat_ms, sm_registry **out,
                           char *err, size_t errlen);
+/* Limits on what clients create (the coordinator's flags): an array's bytes
+ * (one full copy; 0: none) and a name's length in characters (at most
+ * SM_NAME_MAX - 1). Refusals name the flag. */
+void sm_registry_set_limits(sm_registry *r, int64_t max_array_bytes, int max_name_len);
 /* Keeps the registry in SQLite under dir (created if missing; the file
  * dir/registry.db, WAL mode): checks the database (PRAGMA integrity_check;
  * a damaged one is SM_EDATALOSS with a sentence), takes it for this process

@@ -230,6 +230,15 @@ sm_err sm_reg_array_new(sm_registry *r, const char *name, sm_dtype dtype, const 
         rc = sm_sharding_shard_shape(&a->sharding, shape, &a->shard_shape, err, errlen);
     if (!rc)
         rc = sm_sharding_indices(&a->sharding, shape, a->slices, err, errlen);
+    int64_t bytes = 0;
+    if (!rc && (rc = sm_shape_nbytes(shape, dtype, &bytes, err, errlen)) == SM_OK &&
+        r->max_array_bytes > 0 && bytes > r->max_array_bytes)
+        rc = sm_fail(err, errlen, SM_ERESOURCE,
+                     "an array of %lld bytes (%s%s) is larger than the %lld MiB this coordinator "
+                     "takes (--max-array-mb)",
+                     (long long)bytes, sm_dtype_name(dtype),
+                     sm_shape_format(shape, (char[200]){0}, 200),
+                     (long long)(r->max_array_bytes >> 20));
     if (rc) {
         sm_reg_array_destroy(a);
         return rc;
@@ -423,7 +432,7 @@ sm_err sm_registry_array_create(sm_registry *r, const sm_svc_create_array_req *r
         rc = sm_fail(err, errlen, SM_EINVAL, "dtype %d is not a known dtype", (int)req->dtype);
         goto out;
     }
-    if (*name && (rc = sm_reg_name_check("array", name, SM_NAME_MAX, err, errlen)))
+    if (*name && (rc = sm_reg_array_name_check(r, name, err, errlen)))
         goto out;
     rc = sm_reg_sharding_resolve(r, &req->sharding, &s, &rm, err, errlen);
     if (!rc && !req->job_output)

@@ -75,6 +75,8 @@ struct sm_registry {
     int32_t next_device;
     uint64_t epoch; /* random id of this coordinator run, echoed by heartbeats */
     uint64_t next_mesh, next_array;
+    int64_t max_array_bytes; /* --max-array-mb; 0: none */
+    int max_name_len;        /* --max-name-length */
     /* The state dir's database (registry_state.c); NULL: memory only. */
     sqlite3 *db;
     /* sm_reg_run's prepared statements, by the address of their SQL text
@@ -86,6 +88,9 @@ struct sm_registry {
     int tx_depth;  /* open sm_reg_tx_begin calls */
     int tx_failed; /* a write inside the open transaction failed */
 };
+
+/* An array name against --max-name-length (r->mu held). */
+sm_err sm_reg_array_name_check(const sm_registry *r, const char *name, char *err, size_t errlen);
 
 /* Grows a pointer vector by one slot; 0 on success, -1 out of memory. */
 int sm_reg_vec_push(void ***v, int *n, int *cap, void *item);

@@ -112,7 +112,7 @@ sm_err sm_registry_reshard_begin(sm_registry *r, const sm_svc_reshard_req *req, 
                      sm_array_state_name(src->state));
         goto out;
     }
-    if (*name && (rc = sm_reg_name_check("array", name, SM_NAME_MAX, err, errlen)))
+    if (*name && (rc = sm_reg_array_name_check(r, name, err, errlen)))
         goto out;
     if (*name && sm_reg_array_find(r, (sm_array_ref){{0}, name}, NULL, 0)) {
         rc = sm_fail(err, errlen, SM_EEXIST, "an array named '%s' already exists", name);

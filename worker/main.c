@@ -43,6 +43,7 @@ enum {
     CFG_BLAS_THREADS,
     CFG_CACHE_MB,
     CFG_MEM_LIMIT_MB,
+    CFG_MAX_MESSAGE_MB,
     CFG_METRICS,
     CFG_LOG_LEVEL,
     CFG_LOG_FORMAT,
@@ -79,6 +80,10 @@ static const sm_config_row worker_config[CFG_COUNT] = {
                           "reshard or job needing more fails RESOURCE_EXHAUSTED instead of "
                           "running the host out of memory. -1: 90% of the memory this worker "
                           "may use (the host's, or its cgroup's limit); 0: no limit."},
+    [CFG_MAX_MESSAGE_MB] = {"max-message-mb", 0, SM_CFG_INT, "8", NULL,
+                            "Largest message a call may send it, in MiB, 1..8 (shard data "
+                            "comes in 1 MiB chunks); a larger one is refused "
+                            "RESOURCE_EXHAUSTED."},
     [CFG_METRICS] = {"metrics-listen", 0, SM_CFG_STRING, NULL, "SHMAP_WORKER_METRICS_LISTEN",
                      "serve Prometheus metrics (GET /metrics) on HOST:PORT (port 0: a free one, "
                      "logged); default: none"},
@@ -341,6 +346,8 @@ int main(int argc, char **argv)
             "--memory-limit-mb must be -1 (automatic), 0 (no limit) or a size in MiB.");
     if (cfg[CFG_WORKER_ID].i < 0 || cfg[CFG_WORKER_ID].i >= (INT64_C(1) << 31))
         return usage_error("--worker-id must be 0 (none) or an id in 1..2147483647.");
+    if (cfg[CFG_MAX_MESSAGE_MB].i < 1 || cfg[CFG_MAX_MESSAGE_MB].i > (SM_RPC_MAX_MSG >> 20))
+        return usage_error("--max-message-mb must be between 1 and 8.");
     if (!parse_level(cfg[CFG_LOG_LEVEL].s, &level))
         return usage_error("--log-level must be error, warn, info or debug.");
     int log_format = sm_log_format_parse(cfg[CFG_LOG_FORMAT].s);
@@ -393,7 +400,9 @@ int main(int argc, char **argv)
         goto fail;
     if ((e = sm_peer_create(cfg[CFG_TOKEN].s, 120000, &peers, err, sizeof err)))
         goto fail;
-    sm_rpc_server_opts opts = {.addr = cfg[CFG_LISTEN].s, .token = cfg[CFG_TOKEN].s};
+    sm_rpc_server_opts opts = {.addr = cfg[CFG_LISTEN].s,
+                               .token = cfg[CFG_TOKEN].s,
+                               .max_message_bytes = (int)(cfg[CFG_MAX_MESSAGE_MB].i << 20)};
     if ((e = sm_rpc_server_create(&opts, &server, err, sizeof err)))
         goto fail;
     if (cfg[CFG_ADVERTISE].s && *cfg[CFG_ADVERTISE].s) {

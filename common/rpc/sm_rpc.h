@@ -97,10 +97,13 @@ const char *sm_rpc_status_name(int status);
 
 typedef struct sm_rpc_server sm_rpc_server;
 typedef struct {
-    const char *addr;  /* "host:port"; port 0 picks a free port. Copied. */
-    const char *token; /* NULL or "": no authentication. Copied. */
-    int max_handlers;  /* handler thread cap; 0 = SM_RPC_DEFAULT_MAX_HANDLERS.
-                          Calls beyond the cap wait for a free thread. */
+    const char *addr;      /* "host:port"; port 0 picks a free port. Copied. */
+    const char *token;     /* NULL or "": no authentication. Copied. */
+    int max_handlers;      /* handler thread cap; 0 = SM_RPC_DEFAULT_MAX_HANDLERS.
+                              Calls beyond the cap wait for a free thread. */
+    int max_message_bytes; /* largest message a call may send it; 0 = SM_RPC_MAX_MSG.
+                              gRPC refuses a larger one with RESOURCE_EXHAUSTED
+                              ("received message larger than max"). */
 } sm_rpc_server_opts;
 
 /* A handler about to wait for long on something other than its own call

@@ -1005,6 +1005,10 @@ sm_err sm_rpc_server_create(const sm_rpc_server_opts *opts, sm_rpc_server **out,
     grpc_arg args[4];
     size_t n;
     sm_rpc_fill_args(args, &n);
+    if (opts->max_message_bytes > 0)
+        for (size_t k = 0; k < n; k++)
+            if (!strcmp(args[k].key, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH))
+                args[k].value.integer = opts->max_message_bytes;
     args[n].type = GRPC_ARG_INTEGER;
     args[n].key = GRPC_ARG_ALLOW_REUSEPORT; /* two servers must never share a port */
     args[n++].value.integer = 0;
