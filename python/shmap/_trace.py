@@ -83,6 +83,8 @@ class _Builder:
         self.lines = []  # (text, python line)
         self.n = 0
         self.params = param_names
+        self.prelude = []  # jit: the shard_map functions its body calls, as text lines
+        self.defined = {}  # (function, argument types) -> (name, number of results)
 
     def text(self, ret=None, out=None):
         """The program returning ret; out is the final out_specs text (None
@@ -91,6 +93,7 @@ class _Builder:
         if out is None:
             out = "P()" if self.kind == "shard_map" else ""
         head[-1] = head[-1].replace("%OUT%", out)
+        head[-1:-1] = self.prelude
         body = [f"    {t}" for t, _ in self.lines]
         if ret is not None:
             body.append(f"    return {ret}")
@@ -104,7 +107,7 @@ class _Builder:
             m = re.match(r"<traced>:(\d+):\d+: (.*)", msg, re.S)
             src = None
             if m:
-                k = int(m.group(1)) - len(self.header) - 1
+                k = int(m.group(1)) - len(self.header) - len(self.prelude) - 1
                 if 0 <= k < len(self.lines):
                     src = self.lines[k][1]
                 msg = m.group(2)
@@ -113,17 +116,44 @@ class _Builder:
             err = ProgramError(msg, source_line=src)
             raise err from None
 
+    def _check_ret(self, name):
+        """Types the program returning name; a shard_map block that holds
+        partial sums (U: in its type) is returned with the out_spec that
+        says so, as its real out_specs will."""
+        try:
+            return self._check(self.text(ret=name))
+        except ProgramError as e:
+            m = re.search(r"should be equal to the unreduced present on the out_aval\. Got "
+                          r"out_specs=P\(\) and out_aval=.*?U:([A-Za-z0-9_,]+)\}", str(e))
+            if self.kind != "shard_map" or not m:
+                raise
+            axes = ", ".join(repr(a) for a in m.group(1).split(","))
+            return self._check(self.text(ret=name, out=f"P(unreduced={{{axes}}})"))
+
     def emit(self, expr):
         name = f"v{self.n}"
         self.n += 1
         self.lines.append((f"{name} = {expr}", _user_line()))
         try:
-            info = self._check(self.text(ret=name))
+            info = self._check_ret(name)
         except ProgramError:
             self.lines.pop()
             raise
         ty, dt, shape, _ = info["types"][-1]
         return Tracer(name, ty, dt, tuple(shape))
+
+    def emit_multi(self, expr, n):
+        """names of n results = expr (a call of a function with n results)."""
+        names = [f"v{self.n + k}" for k in range(n)]
+        self.n += n
+        self.lines.append((f"{', '.join(names)} = {expr}", _user_line()))
+        try:
+            info = self._check_ret(names[-1])
+        except ProgramError:
+            self.lines.pop()
+            raise
+        return tuple(Tracer(nm, *info["types"][k - n][:2], tuple(info["types"][k - n][2]))
+                     for k, nm in enumerate(names))
 
 
 class Tracer:
@@ -419,6 +449,65 @@ class _Traced:
             raise ProgramError(e.args[1]) from None
         return client, arrays, text, info, multi
 
+    def _inline(self, outer, args):
+        """A shard_map function called inside a jit body: its text becomes a
+        shard_map function of the jit program's file, which the body calls
+        (as a jit function of the text form calls one; the service lowers
+        both into one per-device program)."""
+        if self.kind != "shard_map" or outer.kind != "jit":
+            raise InvalidArgument(f"{self.__name__}: only a shmap.jit function may call a "
+                                  f"traced function, and only a shmap.shard_map one")
+        if not all(isinstance(a, Tracer) for a in args):
+            raise InvalidArgument(f"{self.__name__}: inside a jit function, pass traced values "
+                                  f"(the jit function's arguments or results of its ops)")
+        mesh = getattr(outer, "mesh", None)
+        if self.mesh is not None and mesh is not None and (
+                tuple(self.mesh.axis_names) != tuple(mesh.axis_names) or
+                tuple(self.mesh.axis_sizes) != tuple(mesh.axis_sizes)):
+            raise InvalidArgument(f"{self.__name__}'s mesh {self.mesh._text()!r} is not the "
+                                  f"jit function's {mesh._text()!r}")
+        specs = self.in_specs
+        if isinstance(specs, PartitionSpec):
+            specs = (specs,) * len(args)
+        if len(specs) != len(args):
+            raise InvalidArgument(f"{self.__name__} has {len(specs)} in_specs for "
+                                  f"{len(args)} arguments")
+        key = (id(self), tuple(a.type for a in args))
+        if key not in outer.defined:
+            names = _param_names(self.f, len(args))
+            params = [f"{n}: {_type_decl(a, s)}" for n, a, s in zip(names, args, specs)]
+            taken = {nm for nm, _ in outer.defined.values()}
+            fname = self.__name__ if self.__name__.isidentifier() else "f"
+            k = 2
+            while fname in taken or outer.header[-1].startswith(f"jit {fname}("):
+                fname = f"{self.__name__}_{k}"
+                k += 1
+            head = f"shard_map {fname}({', '.join(params)}) -> %OUT%:"
+            inner = _Builder([outer.header[0], head], "shard_map", names)
+            inner.mesh = mesh
+            _state.builder = inner
+            try:
+                info = inner._check(inner.text(ret=names[0]))
+                tracers = [Tracer(n, *info["types"][j][:2], tuple(info["types"][j][2]))
+                           for j, n in enumerate(names)]
+                res = self.f(*tracers)
+            finally:
+                _state.builder = outer
+            outs = list(res) if isinstance(res, (tuple, list)) else [res]
+            os_ = self.out_specs
+            if isinstance(os_, PartitionSpec):
+                os_ = (os_,)
+            if len(os_) != len(outs) or not all(isinstance(o, Tracer) for o in outs):
+                raise InvalidArgument(f"{self.__name__} must return {len(os_)} traced values, "
+                                      f"one per out_spec")
+            out_text = repr(os_[0]) if len(os_) == 1 else "(" + ", ".join(map(repr, os_)) + ")"
+            text = inner.text(ret=", ".join(o.name for o in outs), out=out_text)
+            outer.prelude.extend(text.rstrip("\n").split("\n")[1:])
+            outer.defined[key] = (fname, len(outs))
+        fname, nout = outer.defined[key]
+        call = f"{fname}({', '.join(a.name for a in args)})"
+        return outer.emit(call) if nout == 1 else outer.emit_multi(call, nout)
+
     def lower(self, *args):
         _, _, text, info, _ = self._trace(args)
         return Lowered(text, info)
@@ -444,6 +533,9 @@ class _Traced:
         return fut
 
     def __call__(self, *args):
+        outer = getattr(_state, "builder", None)
+        if outer is not None:  # called while a jit function is traced
+            return self._inline(outer, args)
         return self.submit(*args).result()
 
 

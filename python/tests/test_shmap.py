@@ -302,6 +302,48 @@ def test_jit_unreduced_partial_sums(c):
     assert np.array_equal(np.asarray(r2), x_np @ y_np)
 
 
+def test_jit_calls_shard_map_as_jax_test_matmul_unreduced(c):
+    """jax.jit over a function calling a shard_map function: the shard_map
+    becomes a function of the jit program, and JAX's test_matmul_unreduced
+    runs as written (its shards, then reshard sums them)."""
+    mesh = c.make_mesh((2, 2), ("x", "y"))
+    a_np = np.arange(8, dtype=np.float32).reshape(2, 4)
+    b_np = np.arange(8, dtype=np.float32).reshape(4, 2)
+    a = c.device_put(a_np, NamedSharding(mesh, P("x", "y")))
+    b = c.device_put(b_np, NamedSharding(mesh, P("y", None)))
+    seen = []
+
+    @shmap.shard_map(mesh=mesh, in_specs=(P("x", "y"), P("y", None)),
+                     out_specs=P("x", None, unreduced={"y"}))
+    def f(a, b):
+        c_ = shmap.numpy.einsum("ab,bc->ac", a, b)
+        seen.append(shmap.typeof(c_))
+        c_ = shmap.lax.pcast(c_, "y", to="unreduced")
+        seen.append(shmap.typeof(c_))
+        return c_
+
+    @shmap.jit
+    def g(a, b):
+        return f(a, b)
+
+    out = g(a, b)
+    assert seen == ["f32[1,2]{V:x,y}", "f32[1,2]{V:x, U:y}"]
+    assert shmap.typeof(out) == "f32[2@x,2]{U:y}"
+    expected_shards = [[[2., 3.]], [[26., 31.]], [[10., 19.]], [[66., 79.]]]
+    for s, es in zip(sorted(out.addressable_shards, key=lambda s: s.device), expected_shards):
+        assert np.array_equal(s.data, np.array(es, dtype=np.float32))
+    r = out.reshard(NamedSharding(mesh, P("x", None)))
+    assert np.array_equal(np.asarray(r), a_np @ b_np)
+
+    @shmap.jit
+    def h(a, b):
+        return shmap.reshard(f(a, b), P("x", None)) * 2
+
+    assert np.array_equal(np.asarray(h(a, b)), 2 * (a_np @ b_np))
+    text = h.lower(a, b).as_text()
+    assert "shard_map f(" in text and text.count("psum(") == 1
+
+
 def test_errors_carry_codes(c):
     with pytest.raises(shmap.NotFound) as e:
         c.get("no-such-array")
