@@ -16,7 +16,7 @@
 #include "sm_log.h"
 
 /* Bumped when the tables or the stored struct layouts change. */
-#define SM_REG_SCHEMA 2
+#define SM_REG_SCHEMA 3 /* 3: an array's sharding packed (sm_reg_sharding_pack) */
 
 static const char sm_reg_schema[] =
     "CREATE TABLE IF NOT EXISTS counters(k INTEGER PRIMARY KEY CHECK (k = 0),"
@@ -130,10 +130,66 @@ static int sm_reg_save_counters(sm_registry *r)
                       (int64_t)r->next_mesh, (int64_t)r->next_array);
 }
 
+/* An array's sharding as its row stores it: the mesh's axes, its devices
+ * (only as many as it has) and the spec's text, a few hundred bytes where
+ * the struct takes kilobytes (every change of the array rewrites its row). */
+#define SM_REG_PACK_MAX (64 + SM_MAX_AXES * (SM_AXIS_NAME_MAX + 8) + SM_MAX_DEVICES * 4 + 1024)
+static size_t sm_reg_sharding_pack(const sm_sharding *s, unsigned char *out)
+{
+    size_t o = 0;
+    int32_t n = s->mesh.naxes, nd = s->mesh.ndevices;
+    memcpy(out + o, &n, 4);
+    o += 4;
+    for (int k = 0; k < n; k++) {
+        memcpy(out + o, s->mesh.names[k], SM_AXIS_NAME_MAX);
+        o += SM_AXIS_NAME_MAX;
+        memcpy(out + o, &s->mesh.sizes[k], 8);
+        o += 8;
+    }
+    memcpy(out + o, &nd, 4);
+    o += 4;
+    memcpy(out + o, s->mesh.devices, 4 * (size_t)nd);
+    o += 4 * (size_t)nd;
+    sm_pspec_format(&s->spec, (char *)out + o, 1024);
+    return o + strlen((char *)out + o) + 1;
+}
+
+static int sm_reg_sharding_unpack(const unsigned char *in, size_t len, sm_sharding *s)
+{
+    size_t o = 0;
+    int32_t n, nd;
+    char err[256];
+    memset(s, 0, sizeof *s);
+    if (len < 4)
+        return -1;
+    memcpy(&n, in, 4);
+    o = 4;
+    if (n < 1 || n > SM_MAX_AXES || len < o + (size_t)n * (SM_AXIS_NAME_MAX + 8) + 4)
+        return -1;
+    s->mesh.naxes = n;
+    for (int k = 0; k < n; k++) {
+        memcpy(s->mesh.names[k], in + o, SM_AXIS_NAME_MAX);
+        s->mesh.names[k][SM_AXIS_NAME_MAX - 1] = 0;
+        o += SM_AXIS_NAME_MAX;
+        memcpy(&s->mesh.sizes[k], in + o, 8);
+        o += 8;
+    }
+    memcpy(&nd, in + o, 4);
+    o += 4;
+    if (nd < 1 || nd > SM_MAX_DEVICES || len < o + 4 * (size_t)nd + 1 || in[len - 1] != 0)
+        return -1;
+    s->mesh.ndevices = nd;
+    memcpy(s->mesh.devices, in + o, 4 * (size_t)nd);
+    o += 4 * (size_t)nd;
+    return sm_pspec_parse((const char *)in + o, &s->spec, err, sizeof err) == SM_OK ? 0 : -1;
+}
+
 void sm_reg_save_array(sm_registry *r, const sm_reg_array *a)
 {
     if (!r->db)
         return;
+    unsigned char packed[SM_REG_PACK_MAX];
+    size_t np = sm_reg_sharding_pack(&a->sharding, packed);
     sm_reg_tx_begin(r);
     if (sm_reg_save_counters(r) ||
         sm_reg_run(r,
@@ -141,9 +197,9 @@ void sm_reg_save_array(sm_registry *r, const sm_reg_array *a)
                    " sharding, state, error, workers, sums)"
                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                    "itibitbitbb", (int64_t)a->id, a->name, (int64_t)a->dtype, &a->shape,
-                   sizeof a->shape, (int64_t)a->mesh_id, a->mesh_name, &a->sharding,
-                   sizeof a->sharding, (int64_t)a->state, a->error, a->worker,
-                   sizeof *a->worker * (size_t)a->n, a->sums, sizeof *a->sums * (size_t)a->n))
+                   sizeof a->shape, (int64_t)a->mesh_id, a->mesh_name, packed, np,
+                   (int64_t)a->state, a->error, a->worker, sizeof *a->worker * (size_t)a->n,
+                   a->sums, sizeof *a->sums * (size_t)a->n))
         sm_reg_db_log(r, "record an array");
     sm_reg_tx_end(r);
 }
@@ -342,13 +398,13 @@ static sm_reg_array *sm_reg_load_array(sm_registry *r, sqlite3_stmt *st, int64_t
     sm_reg_array *a = NULL;
     uint64_t id = (uint64_t)sqlite3_column_int64(st, 0);
     if (sqlite3_column_bytes(st, 3) != (int)sizeof shape ||
-        sqlite3_column_bytes(st, 6) != (int)sizeof s) {
+        sm_reg_sharding_unpack(sqlite3_column_blob(st, 6), (size_t)sqlite3_column_bytes(st, 6),
+                               &s)) {
         SM_ERROR("array %llu in the registry database has a bad record; skipped",
                  (unsigned long long)id);
         return NULL;
     }
     memcpy(&shape, sqlite3_column_blob(st, 3), sizeof shape);
-    memcpy(&s, sqlite3_column_blob(st, 6), sizeof s);
     const unsigned char *name = sqlite3_column_text(st, 1), *mname = sqlite3_column_text(st, 5),
                         *error = sqlite3_column_text(st, 8);
     rm.id = (uint64_t)sqlite3_column_int64(st, 4);

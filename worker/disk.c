@@ -160,12 +160,24 @@ static void sm_disk_queue(sm_disk *d, uint64_t array, int32_t device, sm_store_s
             p = &o->next;
         }
     }
-    if (d->tail)
-        d->tail->next = op;
-    else
-        d->head = op;
-    d->tail = op;
-    pthread_cond_signal(&d->cv);
+    int was_empty = !d->head;
+    if (!sh && stale) {
+        /* its copy was never written, so there is nothing to remove (a shard
+         * is stored once per array and device; were an older copy left, the
+         * next registration frees it, its array being gone) */
+        free(op);
+        op = NULL;
+    } else {
+        if (d->tail)
+            d->tail->next = op;
+        else
+            d->head = op;
+        d->tail = op;
+    }
+    /* ops come due in queue order: the thread, waiting for the head, needs
+     * waking only when the queue was empty */
+    if (was_empty && op)
+        pthread_cond_signal(&d->cv);
     pthread_mutex_unlock(&d->mu);
     while (stale) {
         sm_disk_op *next = stale->next;
