@@ -22,9 +22,7 @@
 
 int64_t sm_cjobs_now_us(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+    return sm_time_mono_us();
 }
 
 /* ---- workers ------------------------------------------------------------------------ */

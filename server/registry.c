@@ -12,12 +12,11 @@
 
 #include "sm_log.h"
 #include "sm_rpc.h"
+#include "sm_time.h"
 
 int64_t sm_registry_now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return sm_time_mono_ms();
 }
 
 int sm_reg_vec_push(void ***v, int *n, int *cap, void *item)

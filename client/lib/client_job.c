@@ -7,16 +7,10 @@
 #include "client_internal.h"
 #include "shmap_job.h"
 #include "sm_svc_job.h"
+#include "sm_time.h"
 
 /* The server blocks at most this long in one WaitJob; longer waits loop. */
 #define CLIENT_WAIT_SLICE_MS 5000
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Verifies a copy of p here: the wire form carries no position of the
  * `return`, so this is where an output's error gets its file:line:col. */
@@ -90,7 +84,7 @@ static int job_ended(sm_job_state s)
 /* The next wait slice before end (INT64_MAX: none): 0 when end passed. */
 static uint32_t wait_slice(int64_t end)
 {
-    int64_t left = end == INT64_MAX ? CLIENT_WAIT_SLICE_MS : end - now_ms();
+    int64_t left = end == INT64_MAX ? CLIENT_WAIT_SLICE_MS : end - sm_time_mono_ms();
     return left <= 0 ? 0 : left > CLIENT_WAIT_SLICE_MS ? CLIENT_WAIT_SLICE_MS : (uint32_t)left;
 }
 
@@ -107,7 +101,7 @@ static sm_err wait_until(sm_client *c, int64_t end, sm_job_info *out, char *err,
         sm_err e = sm_svc_job_wait(c->ch, c->timeout_ms, id, slice, out, err, errlen);
         if (e)
             out->id = id;
-        if (e || now_ms() >= end)
+        if (e || sm_time_mono_ms() >= end)
             return e;
     }
 }
@@ -115,7 +109,7 @@ static sm_err wait_until(sm_client *c, int64_t end, sm_job_info *out, char *err,
 sm_err sm_job_wait(sm_client *c, sm_job_id id, int64_t timeout_ms, sm_job_info *out, char *err,
                    size_t errlen)
 {
-    int64_t end = timeout_ms < 0 ? INT64_MAX : now_ms() + timeout_ms;
+    int64_t end = timeout_ms < 0 ? INT64_MAX : sm_time_mono_ms() + timeout_ms;
     memset(out, 0, sizeof *out);
     sm_err e = sm_svc_job_wait(c->ch, c->timeout_ms, id, wait_slice(end), out, err, errlen);
     return e ? e : wait_until(c, end, out, err, errlen);
@@ -125,7 +119,7 @@ sm_err sm_job_run(sm_client *c, const sm_program *p, int nargs, const sm_array_r
                   const char *const *out_names, int check_vma, uint32_t deadline_ms,
                   int64_t timeout_ms, sm_job_info *out, char *err, size_t errlen)
 {
-    int64_t end = timeout_ms < 0 ? INT64_MAX : now_ms() + timeout_ms;
+    int64_t end = timeout_ms < 0 ? INT64_MAX : sm_time_mono_ms() + timeout_ms;
     sm_svc_submit_req req;
     memset(out, 0, sizeof *out);
     sm_err e = job_request(p, nargs, args, out_names, check_vma, deadline_ms, &req, err, errlen);

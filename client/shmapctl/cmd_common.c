@@ -9,6 +9,7 @@
 
 #include "cmd_online.h"
 #include "sm_strbuf.h"
+#include "sm_time.h"
 
 #define CLI_PROGRESS_MIN (8 * 1000 * 1000)
 
@@ -21,18 +22,11 @@ void cli_conn_init(cli_conn *cc)
     cc->show_progress = isatty(STDERR_FILENO);
 }
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Draws "[#####     ]  50%  12.0 / 24.0 MB" at most 10 times a second. */
 static void cli_progress(void *user, int64_t done, int64_t total)
 {
     cli_conn *cc = user;
-    int64_t t = now_ms();
+    int64_t t = sm_time_mono_ms();
     const int width = 30;
 
     if (total < CLI_PROGRESS_MIN)

@@ -18,6 +18,7 @@
  * lock is taken only to give kept blocks back. */
 #define _GNU_SOURCE
 #include "sm_array.h"
+#include "sm_time.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -57,13 +58,6 @@ static struct {
     int64_t hits, misses;
     size_t limit, live; /* the memory limit (0: none); array data allocated */
 } cache = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 10000, NULL, NULL, 0, 0, 0, 0};
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* The mapping length of a block of n >= SM_CACHE_MIN bytes: n rounded up
  * to a multiple of an eighth of its power of two (a page multiple). 0 on
@@ -121,7 +115,7 @@ void sm_array_cache_set(size_t max_bytes, int idle_ms)
     pthread_mutex_lock(&cache.mu);
     cache.max_bytes = max_bytes;
     cache.idle_ms = idle_ms < 0 ? 0 : idle_ms;
-    ent *v = evict_locked(max_bytes, now_ms());
+    ent *v = evict_locked(max_bytes, sm_time_mono_ms());
     pthread_mutex_unlock(&cache.mu);
     unmap_all(v);
 }
@@ -147,7 +141,7 @@ static int charge(size_t n)
     int ok = live <= limit;
     if (ok) {
         pthread_mutex_lock(&cache.mu);
-        v = evict_locked(limit - live, now_ms());
+        v = evict_locked(limit - live, sm_time_mono_ms());
         pthread_mutex_unlock(&cache.mu);
     }
     unmap_all(v);
@@ -164,7 +158,7 @@ static void uncharge(size_t n)
 void sm_array_cache_trim(void)
 {
     pthread_mutex_lock(&cache.mu);
-    ent *v = evict_locked(cache.max_bytes, now_ms());
+    ent *v = evict_locked(cache.max_bytes, sm_time_mono_ms());
     pthread_mutex_unlock(&cache.mu);
     unmap_all(v);
 }
@@ -207,7 +201,7 @@ static void *cache_take(size_t len)
 static void cache_put(void *p, size_t len)
 {
     ent *e = malloc(sizeof *e), *v = NULL;
-    int64_t now = now_ms();
+    int64_t now = sm_time_mono_ms();
     SM_POISON(p, len);
     pthread_mutex_lock(&cache.mu);
     __atomic_sub_fetch(&cache.live, len, __ATOMIC_RELAXED);

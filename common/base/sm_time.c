@@ -15,3 +15,20 @@ struct timespec sm_time_after_ms(clockid_t clock, int64_t ms)
     }
     return t;
 }
+
+int64_t sm_time_mono_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+int64_t sm_time_mono_us(void)
+{
+    return sm_time_mono_ns() / 1000;
+}
+
+int64_t sm_time_mono_ms(void)
+{
+    return sm_time_mono_ns() / 1000000;
+}

@@ -1,4 +1,5 @@
-/* sm_time: absolute deadlines for the timed waits of pthreads.
+/* sm_time: the monotonic clock every module reads, and absolute deadlines
+ * for the timed waits of pthreads.
  *
  *   struct timespec until = sm_time_after_ms(CLOCK_MONOTONIC, 500);
  *   while (!ready && pthread_cond_timedwait(&cv, &mu, &until) == 0)
@@ -14,5 +15,11 @@
 
 /* The time ms milliseconds (>= 0) from now on clock. */
 struct timespec sm_time_after_ms(clockid_t clock, int64_t ms);
+
+/* CLOCK_MONOTONIC in nanoseconds, microseconds, milliseconds: for
+ * durations and deadlines within one process. */
+int64_t sm_time_mono_ns(void);
+int64_t sm_time_mono_us(void);
+int64_t sm_time_mono_ms(void);
 
 #endif

@@ -160,13 +160,6 @@ int sm_rpc_server_stats(sm_rpc_server *s, sm_rpc_method_stats *out, int max)
 static __thread sm_rpc_server *tls_away;
 static __thread uint64_t tls_gen;
 
-static int64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static void server_release_locked(sm_rpc_server *s)
 {
     if (s->stopping && s->shutdown_done && s->live == 0 && !s->cq_shut) {
@@ -324,11 +317,11 @@ static void call_request_id(const sm_rpc_call *c)
 static void run_call(sm_rpc_call *c)
 {
     method *m = &c->srv->methods[c->method];
-    int64_t t0 = mono_ns();
+    int64_t t0 = sm_time_mono_ns();
     call_request_id(c);
     m->handler(c, m->user);
     sm_log_set_request_id(NULL);
-    method_observe(m, mono_ns() - t0);
+    method_observe(m, sm_time_mono_ns() - t0);
     pthread_mutex_lock(&c->mu);
     int finished = c->finished;
     pthread_mutex_unlock(&c->mu);
@@ -362,7 +355,7 @@ static new_way place_new(sm_rpc_server *s, sm_rpc_call *c)
     pthread_mutex_lock(&s->pool_mu);
     if (s->idle > 0) { /* one of them can take the queue over if need be */
         s->away = 1;
-        s->away_ns = s->active_ns = mono_ns();
+        s->away_ns = s->active_ns = sm_time_mono_ns();
         if (s->timed == 0) /* nobody watches yet: one idle thread starts to */
             pthread_cond_signal(&s->pool_cv);
         pthread_mutex_unlock(&s->pool_mu);
@@ -450,7 +443,7 @@ static int wait_leading(sm_rpc_call *c, const int *pending)
     }
     pthread_mutex_lock(&s->pool_mu);
     s->away = 1; /* back in the handler */
-    s->away_ns = s->active_ns = mono_ns();
+    s->away_ns = s->active_ns = sm_time_mono_ns();
     if (s->timed == 0 && s->idle > 0)
         pthread_cond_signal(&s->pool_cv);
     pthread_mutex_unlock(&s->pool_mu);
@@ -495,7 +488,7 @@ static sm_rpc_call *lead_turn(sm_rpc_server *s, uint64_t gen, int *shut)
 static void idle_wait(sm_rpc_server *s)
 {
     s->idle++;
-    int64_t now = mono_ns(), away_max = (int64_t)LEAD_AWAY_MS * 1000000;
+    int64_t now = sm_time_mono_ns(), away_max = (int64_t)LEAD_AWAY_MS * 1000000;
     if (s->away || now - s->active_ns < (int64_t)LEAD_WATCH_MS * 1000000) {
         int64_t until = (s->away ? s->away_ns : now) + away_max;
         struct timespec ts = {(time_t)(until / 1000000000), (long)(until % 1000000000)};
@@ -506,7 +499,7 @@ static void idle_wait(sm_rpc_server *s)
         pthread_cond_wait(&s->pool_cv, &s->pool_mu);
     }
     s->idle--;
-    if (s->leader && s->away && mono_ns() - s->away_ns >= away_max) {
+    if (s->leader && s->away && sm_time_mono_ns() - s->away_ns >= away_max) {
         s->away = 0; /* the role is free: the caller takes it */
         s->leader = 0;
     }
