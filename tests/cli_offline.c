@@ -390,6 +390,32 @@ START_TEST(test_non_uniform_hint)
 }
 END_TEST
 
+/* run --local: a program on whole arrays in this process, its results
+ * written into --out DIR, which it creates. */
+START_TEST(test_run_local)
+{
+    const char *ex = getenv("SM_EXAMPLES");
+    ck_assert_msg(ex && *ex, "SM_EXAMPLES is not set");
+    char prog[4096], inputs[4096], dir[] = "/tmp/shmap-cli-XXXXXX", out[4200], file[4300];
+    snprintf(prog, sizeof prog, "%s/slice_and_average.shmap", ex);
+    snprintf(inputs, sizeof inputs, "%s/slice_and_average.inputs", ex);
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(out, sizeof out, "%s/results", dir);
+    const char *args[] = {"run", "--local", prog, "--inputs", inputs, "--out", out, NULL};
+    run_result r = run(args);
+    ck_assert_msg(r.code == 0, "exit %d: %s", r.code, r.err);
+    ck_assert_msg(strstr(r.out, "[224, 225, 226, 227]"), "%s", r.out);
+    snprintf(file, sizeof file, "%s/out0.npy", out);
+    FILE *f = fopen(file, "rb");
+    ck_assert_msg(f != NULL, "no %s", file);
+    fclose(f);
+    run_free(&r);
+    remove(file);
+    rmdir(out);
+    rmdir(dir);
+}
+END_TEST
+
 static Suite *cli_offline_suite(void)
 {
     Suite *s = suite_create("cli_offline");
@@ -398,6 +424,7 @@ static Suite *cli_offline_suite(void)
     tcase_add_loop_test(tc, test_sharding_json, 0, N(sharding_cases));
     tcase_add_loop_test(tc, test_plan_json, 0, N(plan_cases));
     tcase_add_test(tc, test_text_output);
+    tcase_add_test(tc, test_run_local);
     tcase_add_test(tc, test_help);
     tcase_add_loop_test(tc, test_errors, 0, N(err_cases));
     tcase_add_test(tc, test_non_uniform_hint);

@@ -4,11 +4,13 @@
  *   run    — run a program; --local runs every device as a thread of this
  *            process (sm_exec_local) on .npy arguments and writes .npy
  *            results (without --local the service runs it: cmd_run.c). */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 
@@ -279,8 +281,8 @@ static const char run_help[] =
     "                         shape must match the program); repeatable\n"
     "      --inputs FILE      generate the arguments not given by --arg from an\n"
     "                         examples/*.inputs file (examples/README.md)\n"
-    "      --out DIR          directory for the results (must exist); default: no\n"
-    "                         files, only the summary\n"
+    "      --out DIR          directory for the results (created if missing);\n"
+    "                         default: no files, only the summary\n"
     "      --entry NAME       run function NAME of the file (default: the last\n"
     "                         shard_map or jit function)\n"
     "      --no-check-vma     turn the replication check off\n"
@@ -378,6 +380,11 @@ static int cli_run_local(const char *path, const char *entry, char **args, int n
         }
     if (sm_exec_local_run(p, in, out, NULL, err, sizeof err)) {
         rc = cli_fail(CLI_EXIT_INVALID, "%s", err);
+        goto done;
+    }
+    if (outdir && mkdir(outdir, 0777) != 0 && errno != EEXIST) {
+        rc = cli_fail(CLI_EXIT_INVALID, "--out %s: cannot create the directory: %s", outdir,
+                      strerror(errno));
         goto done;
     }
     for (int r = 0; r < p->nreturns; r++) {
