@@ -58,10 +58,7 @@ static int dispatch_job(sm_client *cli, const sm_program *prog, const sm_array_r
         return -1;
     }
     *svc = (double)(info.queued_us + info.run_us) * 1e-6;
-    for (int k = 0; k < info.noutputs; k++)
-        if (info.outputs[k].id.v == arg->id.v) /* an output aliasing x stays */
-            info.outputs[k].id.v = 0;
-    bench_job_drop(cli, &info);
+    bench_job_drop_but(cli, &info, arg->id); /* an output aliasing x stays */
     return 0;
 }
 #endif
@@ -168,12 +165,9 @@ int main(int argc, char **argv)
                 rc = 1;
                 break;
             }
-            for (int k = 0; k < info.noutputs; k++)
-                if (info.outputs[k].id.v == x.id.v) /* an output aliasing x stays */
-                    info.outputs[k].id.v = 0;
             if (r >= 0)
                 two[r] = t;
-            bench_job_drop(cli, &info);
+            bench_job_drop_but(cli, &info, x.id); /* an output aliasing x stays */
         }
 #endif
     }

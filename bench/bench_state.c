@@ -74,10 +74,7 @@ static int measure(const char *bin, const char *dir, int runs, int uploads, stat
             rc = -1;
             break;
         }
-        for (int k = 0; k < info.noutputs; k++)
-            if (info.outputs[k].id.v == x.id.v) /* an output aliasing x stays */
-                info.outputs[k].id.v = 0;
-        bench_job_drop(cli, &info);
+        bench_job_drop_but(cli, &info, x.id); /* an output aliasing x stays */
         if (r >= 0)
             job[r] = t;
     }

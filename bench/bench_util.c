@@ -285,13 +285,19 @@ sm_err bench_job_run(sm_client *cli, const sm_program *p, int nargs, const sm_ar
     return e;
 }
 
-void bench_job_drop(sm_client *cli, sm_job_info *info)
+void bench_job_drop_but(sm_client *cli, sm_job_info *info, sm_array_id keep)
 {
     char err[256];
     for (int k = 0; k < info->noutputs; k++) {
         sm_array_ref ref = {.id = info->outputs[k].id};
-        sm_client_delete(cli, ref, err, sizeof err);
+        if (ref.id.v != keep.v)
+            sm_client_delete(cli, ref, err, sizeof err);
     }
     sm_job_info_free(info);
+}
+
+void bench_job_drop(sm_client *cli, sm_job_info *info)
+{
+    bench_job_drop_but(cli, info, (sm_array_id){0});
 }
 #endif

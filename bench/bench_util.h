@@ -75,6 +75,9 @@ sm_err bench_job_run(sm_client *cli, const sm_program *p, int nargs, const sm_ar
                      double *seconds, sm_job_info *info, char *err, size_t errlen);
 /* Deletes a finished job's output arrays and frees *info. */
 void bench_job_drop(sm_client *cli, sm_job_info *info);
+/* The same, but an output that is the array keep (a job returning its
+ * argument) stays. */
+void bench_job_drop_but(sm_client *cli, sm_job_info *info, sm_array_id keep);
 #endif
 
 /* Parses text (a .shmap program) and verifies it with check_vma; *out owned

@@ -16,16 +16,13 @@ import os
 import random
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 
-CTL = os.environ.get("SHMAPCTL", "build/client/shmapctl")
-COORD = os.environ.get("SHMAP_COORDINATOR_BIN", "build/server/shmap-coordinator")
+from cluster import CTL, run, start_cluster, stop_cluster
+
 PROGRAMS_PER_CLUSTER = int(os.environ.get("SM_JIT_PROGRAMS", "60"))
 MESHES = [(("a", 8),), (("a", 4), ("b", 2)), (("a", 2), ("b", 2), ("c", 2))]
 # meshes smaller than the cluster, in the default order (no devices=[...]):
@@ -208,43 +205,10 @@ def spec(rng, axes, rank):
     return "P(" + ", ".join(out) + ")"
 
 
-def run(args, **kw):
-    return subprocess.run(args, capture_output=True, text=True, timeout=120, **kw)
-
-
-def start_cluster(work, workers, devices):
-    port_file = os.path.join(work, "port")
-    log = open(os.path.join(work, "coord.log"), "w")
-    p = subprocess.Popen([COORD, "--listen", "127.0.0.1:0", "--port-file", port_file,
-                          "--local-workers", str(workers), "--devices-per-worker", str(devices)],
-                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        if os.path.exists(port_file) and open(port_file).read().strip():
-            target = "127.0.0.1:" + open(port_file).read().strip()
-            r = run([CTL, "--target", target, "devices"])
-            alive = r.stdout.count(" alive ")
-            if r.returncode == 0 and alive == workers:
-                return p, target
-        time.sleep(0.1)
-    stop_cluster(p)
-    sys.exit("e2e_jit_numpy: the cluster did not start:\n" +
-             open(os.path.join(work, "coord.log")).read())
-
-
-def stop_cluster(p):
-    try:
-        os.killpg(p.pid, signal.SIGTERM)
-        p.wait(timeout=5)
-    except Exception:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
-
-
 def one_cluster(workers, devices, seed):
     rng = random.Random(seed)
     work = tempfile.mkdtemp(prefix="shmap-jit-")
-    proc, target = start_cluster(work, workers, devices)
+    proc, target, _ = start_cluster(work, workers, devices)
     ran = refused = 0
     try:
         for k in range(PROGRAMS_PER_CLUSTER):

@@ -4,18 +4,13 @@ cluster: each refused with a sentence naming its flag, and a value out of
 range refused at start.
 
 Environment: SHMAPCTL, SHMAP_COORDINATOR_BIN (set by ctest)."""
-import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 
-CTL = os.environ.get("SHMAPCTL", "build/client/shmapctl")
-COORD = os.environ.get("SHMAP_COORDINATOR_BIN", "build/server/shmap-coordinator")
+from cluster import COORD, CTL, run, start_cluster, stop_cluster
 
 
 def fail(msg):
@@ -24,26 +19,8 @@ def fail(msg):
     sys.exit(1)
 
 
-def start(work, tag, flags):
-    port_file = os.path.join(work, f"port-{tag}")
-    log = open(os.path.join(work, f"coord-{tag}.log"), "w")
-    p = subprocess.Popen([COORD, "--listen", "127.0.0.1:0", "--port-file", port_file,
-                          "--local-workers", "1", "--devices-per-worker", "2", *flags],
-                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        if os.path.exists(port_file) and open(port_file).read().strip():
-            target = "127.0.0.1:" + open(port_file).read().strip()
-            r = subprocess.run([CTL, "--target", target, "devices"], capture_output=True,
-                               text=True)
-            if r.stdout.count(" alive ") == 1:
-                return p, target
-        time.sleep(0.1)
-    fail("the cluster did not start:\n" + open(log.name).read())
-
-
 def refused(args, words, what):
-    r = subprocess.run([CTL, *args], capture_output=True, text=True)
+    r = run([CTL, *args])
     if r.returncode == 0 or not all(w in r.stderr for w in words):
         fail(f"{what}: exit {r.returncode}, {r.stderr!r}; expected {words}")
 
@@ -53,8 +30,8 @@ def main():
     procs = []
     passed = 0
     try:
-        p, t = start(work, "a", ["--max-array-mb", "1", "--max-name-length", "8",
-                                 "--max-program-ops", "3"])
+        p, t, _ = start_cluster(work, 1, 2, ["--max-array-mb", "1", "--max-name-length", "8",
+                                             "--max-program-ops", "3"], tag="a")
         procs.append(p)
         np.save(f"{work}/big.npy", np.zeros((512, 1024), dtype=np.float32))  # 2 MiB
         np.save(f"{work}/small.npy", np.arange(8, dtype=np.float32))
@@ -63,8 +40,8 @@ def main():
         refused(["--target", t, "put", f"{work}/small.npy", "--mesh", "i=2", "--spec", "P('i')",
                  "--name", "a_long_name"], ["longer than 8 characters", "(--max-name-length)"],
                 "long name")
-        r = subprocess.run([CTL, "--target", t, "put", f"{work}/small.npy", "--mesh", "i=2",
-                            "--spec", "P('i')", "--name", "x"], capture_output=True, text=True)
+        r = run([CTL, "--target", t, "put", f"{work}/small.npy", "--mesh", "i=2", "--spec",
+                 "P('i')", "--name", "x"])
         if r.returncode:
             fail(f"a small array with a short name was refused: {r.stderr}")
         passed += 1
@@ -75,24 +52,23 @@ def main():
                 ["RESOURCE_EXHAUSTED", "has", "ops, more than the 3", "(--max-program-ops)"],
                 "long program")
         passed += 1
-        p2, t2 = start(work, "b", ["--max-message-mb", "1"])
+        p2, t2, _ = start_cluster(work, 1, 2, ["--max-message-mb", "1"], tag="b")
         procs.append(p2)
         body = "".join(f"    y{k} = x * {k}\n" for k in range(30000))
         open(prog, "w").write("mesh i=2\nshard_map f(x: f32[8] @ P('i')) -> P('i'):\n" + body +
                               "    return y29999\n")
-        subprocess.run([CTL, "--target", t2, "put", f"{work}/small.npy", "--mesh", "i=2",
-                        "--spec", "P('i')", "--name", "x"], capture_output=True, text=True)
+        run([CTL, "--target", t2, "put", f"{work}/small.npy", "--mesh", "i=2", "--spec",
+             "P('i')", "--name", "x"])
         refused(["--target", t2, "run", prog, "--arg", "x=x"], ["RESOURCE_EXHAUSTED"],
                 "a message over --max-message-mb")
         passed += 1
-        r = subprocess.run([COORD, "--max-array-mb", "-1"], capture_output=True, text=True)
+        r = run([COORD, "--max-array-mb", "-1"])
         if r.returncode != 2 or "--max-array-mb must be between 0 and" not in r.stderr:
             fail(f"--max-array-mb -1: exit {r.returncode}: {r.stderr}")
         passed += 1
     finally:
         for p in procs:
-            os.killpg(p.pid, signal.SIGTERM)
-            p.wait(10)
+            stop_cluster(p)
         shutil.rmtree(work, ignore_errors=True)
     print(f"{passed} passed, 0 failed")
 

@@ -9,16 +9,13 @@ import json
 import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 
 import numpy as np
 
-CTL = os.environ.get("SHMAPCTL", "build/client/shmapctl")
-COORD = os.environ.get("SHMAP_COORDINATOR_BIN", "build/server/shmap-coordinator")
+from cluster import COORD, CTL, run, start_cluster, stop_cluster
 
 
 def fail(msg):
@@ -30,40 +27,19 @@ def fail(msg):
 def run_cluster(work, fmt):
     """Starts the cluster with --log-format fmt, runs a psum job over both
     workers, stops it; returns the log's lines."""
-    log_path = os.path.join(work, f"coord-{fmt}.log")
-    port_file = os.path.join(work, f"port-{fmt}")
     env = dict(os.environ, SHMAP_LOG="debug")
-    with open(log_path, "w") as log:
-        p = subprocess.Popen([COORD, "--log-format", fmt, "--listen", "127.0.0.1:0",
-                              "--port-file", port_file, "--local-workers", "2",
-                              "--devices-per-worker", "2"],
-                             stdout=log, stderr=subprocess.STDOUT, env=env,
-                             start_new_session=True)
+    p, target, log_path = start_cluster(work, 2, 2, ["--log-format", fmt], env=env, tag=fmt)
     try:
-        deadline = time.time() + 30
-        target = None
-        while time.time() < deadline:
-            if os.path.exists(port_file) and open(port_file).read().strip():
-                target = "127.0.0.1:" + open(port_file).read().strip()
-                r = subprocess.run([CTL, "--target", target, "devices"], capture_output=True,
-                                   text=True)
-                if r.stdout.count(" alive ") == 2:
-                    break
-            time.sleep(0.1)
-        else:
-            fail("the cluster did not start:\n" + open(log_path).read())
         prog = os.path.join(work, "psum.shmap")
         open(prog, "w").write("mesh x=4\nshard_map f(a: f32[8,2] @ P('x')) -> P():\n"
                               "    return psum(a, 'x')\n")
         np.save(os.path.join(work, "a.npy"), np.arange(16, dtype=np.float32).reshape(8, 2))
-        r = subprocess.run([CTL, "--target", target, "run", prog, "--arg",
-                            f"a={work}/a.npy"], capture_output=True, text=True)
+        r = run([CTL, "--target", target, "run", prog, "--arg", f"a={work}/a.npy"])
         if r.returncode:
             fail(f"the job failed: {r.stderr}")
         time.sleep(0.3)
     finally:
-        os.killpg(p.pid, signal.SIGTERM)
-        p.wait(10)
+        stop_cluster(p)
     return open(log_path).read().splitlines()
 
 
@@ -105,7 +81,7 @@ def main():
         if not any(re.search(r" DEBUG \[[0-9a-f]{16}\]: job 1 ", ln) for ln in text):
             fail("text lines do not show the request id:\n" + "\n".join(text))
         passed += 1
-        r = subprocess.run([COORD, "--log-format", "xml"], capture_output=True, text=True)
+        r = run([COORD, "--log-format", "xml"])
         if r.returncode != 2 or "--log-format must be text or json" not in r.stderr:
             fail(f"--log-format xml: exit {r.returncode}: {r.stderr}")
         passed += 1

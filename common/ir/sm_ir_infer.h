@@ -77,6 +77,8 @@ char *sm_ir_axes_suffix(const sm_program *p, uint32_t vma, uint32_t unreduced, c
  * the mesh axes the op names (collectives, pcast). */
 sm_err sm_ir_unreduced_op(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
                           sm_ir_value *out, uint32_t mask, char *err, size_t errlen);
+/* "{'x', 'y'}": mesh axes as a Python set, in mesh order ("set()" if none). */
+char *sm_ir_axes_set_str(const sm_program *p, uint32_t m, char *buf, size_t len);
 /* The mesh axes of a spec's unreduced={...}, as a mask (unknown names left out). */
 uint32_t sm_ir_spec_unreduced(const sm_program *p, const sm_pspec *s);
 /* Number of shards along dim d (product of its axes' sizes). */

@@ -568,20 +568,12 @@ sm_err sm_ir_shard_dot(const sm_program *p, const sm_ir_op *op, const sm_ir_valu
         uint32_t cm = 0;
         for (int d = 0; d < ncontract && d < SM_MAX_RANK; d++)
             cm |= sm_sh_dim_mask(&lc[0], d);
-        if (cm != out->unreduced) {
-            sm_pspec us = {0};
-            for (int x = 0; x < p->mesh.naxes; x++)
-                if (out->unreduced & (1u << x))
-                    snprintf(us.unreduced[us.nunreduced++], SM_AXIS_NAME_MAX, "%s",
-                             p->mesh.names[x]);
-            sm_pspec_format(&us, u, sizeof u); /* P(unreduced={'x'}) */
-            u[strlen(u) - 1] = 0;
+        if (cm != out->unreduced)
             return sm_fail(err, errlen, SM_EINVAL,
                            "out_sharding's unreduced axes should be equal to the contracting "
                            "specs. Got unreduced axes=%s and contracting spec=%s",
-                           u + strlen("P(unreduced="),
+                           sm_ir_axes_set_str(p, out->unreduced, u, sizeof u),
                            sm_sh_tuple_str(p, &lc[0], ncontract, 0, a, sizeof a));
-        }
         pending &= ~out->unreduced;
     }
     if (pending) {

@@ -26,8 +26,7 @@ uint32_t sm_ir_spec_unreduced(const sm_program *p, const sm_pspec *s)
     return m;
 }
 
-/* "{'x', 'y'}" (a Python set, in mesh order); "set()" when empty. */
-static char *sm_ur_set_str(const sm_program *p, uint32_t m, char *buf, size_t len)
+char *sm_ir_axes_set_str(const sm_program *p, uint32_t m, char *buf, size_t len)
 {
     size_t o = 0;
     if (!m) {
@@ -128,7 +127,8 @@ sm_err sm_ir_unreduced_op(const sm_program *p, const sm_ir_op *op, const sm_ir_v
             return sm_fail(err, errlen, SM_EINVAL,
                            "lhs and rhs to `add` must be unreduced along the same mesh axes. Got "
                            "lhs=%s, rhs=%s",
-                           sm_ur_set_str(p, u0, a, sizeof a), sm_ur_set_str(p, u1, b, sizeof b));
+                           sm_ir_axes_set_str(p, u0, a, sizeof a),
+                           sm_ir_axes_set_str(p, u1, b, sizeof b));
         if (!u0 != !u1) {
             const char *l = u0 ? "lhs" : "rhs", *r = u0 ? "rhs" : "lhs";
             return sm_fail(err, errlen, SM_EINVAL,
@@ -144,7 +144,8 @@ sm_err sm_ir_unreduced_op(const sm_program *p, const sm_ir_op *op, const sm_ir_v
             return sm_fail(err, errlen, SM_EINVAL,
                            "lhs and rhs to `mul` cannot be unreduced since mul is bilinear. Got "
                            "lhs=%s, rhs=%s",
-                           sm_ur_set_str(p, u0, a, sizeof a), sm_ur_set_str(p, u1, b, sizeof b));
+                           sm_ir_axes_set_str(p, u0, a, sizeof a),
+                           sm_ir_axes_set_str(p, u1, b, sizeof b));
         if (any)
             return sm_fail(err, errlen, SM_EINVAL,
                            "%s should be reduced along the same axes %s is unreduced on. Got "
@@ -168,7 +169,7 @@ sm_err sm_ir_unreduced_op(const sm_program *p, const sm_ir_op *op, const sm_ir_v
             return sm_fail(err, errlen, SM_EUNIMPLEMENTED,
                            "%s of a value unreduced over %s with axis_index_groups is not "
                            "supported",
-                           name, sm_ur_set_str(p, u0 & mask, a, sizeof a));
+                           name, sm_ir_axes_set_str(p, u0 & mask, a, sizeof a));
         out->unreduced = u0 & ~mask;
         return SM_OK;
     case SM_UR_PCAST:
@@ -181,7 +182,7 @@ sm_err sm_ir_unreduced_op(const sm_program *p, const sm_ir_op *op, const sm_ir_v
                            "values come from dot_general with out_sharding=P(..., "
                            "unreduced={...}) or from a shard_map's out_specs)",
                            name, sm_ur_type(p, in[0], a, sizeof a),
-                           sm_ur_set_str(p, t & ~u0, b, sizeof b));
+                           sm_ir_axes_set_str(p, t & ~u0, b, sizeof b));
         out->unreduced = t; /* the others are summed (sm_lower) */
         return SM_OK;
     }

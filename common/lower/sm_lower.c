@@ -94,6 +94,20 @@ static sm_err sm_lw_reshard(sm_lw *w, int *id, const sm_shape *s, const sm_ir_la
     return SM_OK;
 }
 
+/* Sums the partial sums of block *id over the mesh axes in mask (a value
+ * leaving some of its unreduced axes); nothing when mask is 0 or the run is
+ * a whole-array reference, whose blocks hold no partial sums. */
+static sm_err sm_lw_sum_unreduced(sm_lw *w, int *id, uint32_t mask)
+{
+    if (!mask || w->replicate_all)
+        return SM_OK;
+    sm_ir_attrs pa = {0};
+    for (int a = 0; a < w->j->mesh.naxes; a++)
+        if (mask & (1u << a))
+            sm_lw_axis(w, &pa, a);
+    return sm_lw_emit(w, SM_OP_PSUM, id, 1, &pa, id);
+}
+
 static const sm_op_kind sm_lw_post_kind[] = {
     [SM_IR_POST_PSUM] = SM_OP_PSUM,
     [SM_IR_POST_PMEAN] = SM_OP_PMEAN,
@@ -159,16 +173,9 @@ static sm_err sm_lw_op(sm_lw *w, const sm_ir_op *op)
         ops[k] = w->map[src];
         /* reshard to a spec without some of the operand's unreduced axes:
          * the partial sums over those are summed first */
-        uint32_t sum = j->values[src].unreduced & ~rv->unreduced;
-        if (sum && !w->replicate_all &&
-            (op->kind == SM_OP_RESHARD || op->kind == SM_OP_WITH_SHARDING_CONSTRAINT)) {
-            sm_ir_attrs pa = {0};
-            for (int a = 0; a < j->mesh.naxes; a++)
-                if (sum & (1u << a))
-                    sm_lw_axis(w, &pa, a);
-            if ((e = sm_lw_emit(w, SM_OP_PSUM, &ops[k], 1, &pa, &ops[k])))
-                goto done;
-        }
+        if ((op->kind == SM_OP_RESHARD || op->kind == SM_OP_WITH_SHARDING_CONSTRAINT) &&
+            (e = sm_lw_sum_unreduced(w, &ops[k], j->values[src].unreduced & ~rv->unreduced)))
+            goto done;
         if ((e = sm_lw_reshard(w, &ops[k], &j->values[src].shape, &w->lay[src], &plan->in[k])))
             goto done;
     }
@@ -246,15 +253,9 @@ sm_err sm_lower(const sm_program *jit, const sm_lower_opts *opts, sm_program **o
         w.line = jit->ret_line;
         w.col = jit->ret_col;
         /* -> OUT_SHARDINGS without some of the value's unreduced axes: summed */
-        uint32_t sum = jit->values[v].unreduced & ~sm_ir_spec_unreduced(jit, &specs[k]);
-        if (sum && !w.replicate_all) {
-            sm_ir_attrs pa = {0};
-            for (int a = 0; a < jit->mesh.naxes; a++)
-                if (sum & (1u << a))
-                    sm_lw_axis(&w, &pa, a);
-            if ((e = sm_lw_emit(&w, SM_OP_PSUM, &rets[k], 1, &pa, &rets[k])))
-                goto fail;
-        }
+        if ((e = sm_lw_sum_unreduced(
+                 &w, &rets[k], jit->values[v].unreduced & ~sm_ir_spec_unreduced(jit, &specs[k]))))
+            goto fail;
         if ((e = sm_lw_reshard(&w, &rets[k], &jit->values[v].shape, &w.lay[v], &t)))
             goto fail;
     }
