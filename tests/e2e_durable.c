@@ -27,6 +27,7 @@
 #include "sm_log.h"
 #include "sm_rpc.h"
 #include "sm_svc.h"
+#include "sm_time.h"
 
 extern char **environ;
 
@@ -44,19 +45,6 @@ typedef struct {
 } durable_env;
 
 static durable_env g;
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 /* posix_spawn in a process group of its own, output to log (appended). */
 static pid_t spawn_logged(char *const *argv, const char *log)
@@ -116,9 +104,9 @@ static pid_t coord_spawn(int wait_port)
     ck_assert_int_gt(pid, 0);
     if (!wait_port)
         return pid;
-    int64_t until = now_ms() + 20000;
+    int64_t until = sm_time_mono_ms() + 20000;
     int port = 0;
-    while (!port && now_ms() < until) {
+    while (!port && sm_time_mono_ms() < until) {
         FILE *f = fopen(portfile, "r");
         if (f) {
             if (fscanf(f, "%d", &port) != 1)
@@ -127,7 +115,7 @@ static pid_t coord_spawn(int wait_port)
         }
         ck_assert_msg(waitpid(pid, NULL, WNOHANG) == 0, "the coordinator exited at start");
         if (!port)
-            sleep_ms(20);
+            harness_sleep_ms(20);
     }
     ck_assert_int_gt(port, 0);
     g.port = port;
@@ -175,7 +163,8 @@ static void wait_copies(int k, int n)
         snprintf(path, sizeof path, "%s/state/worker-%d/shards", g.dir, k);
     else
         snprintf(path, sizeof path, "%s/worker%d/shards", g.dir, k);
-    for (int64_t until = now_ms() + 20000; got != n && now_ms() < until; sleep_ms(20)) {
+    for (int64_t until = sm_time_mono_ms() + 20000; got != n && sm_time_mono_ms() < until;
+         harness_sleep_ms(20)) {
         DIR *d = opendir(path);
         struct dirent *de;
         got = 0;
@@ -457,7 +446,7 @@ START_TEST(test_jobs_across_restart)
     ck_assert_int_eq(done.state, SM_JOB_DONE);
     sm_job_id running;
     ck_assert_int_eq(sm_job_submit(c, p, 2, args, NULL, 1, 0, &running, err, sizeof err), SM_OK);
-    sleep_ms(300);
+    harness_sleep_ms(300);
     sm_job_info info;
     ck_assert_int_eq(sm_job_status(c, running, &info, err, sizeof err), SM_OK);
     int still = info.state == SM_JOB_RUNNING || info.state == SM_JOB_QUEUED;
@@ -531,11 +520,11 @@ START_TEST(test_workers_with_state_dir)
     }
     /* the new processes took over the old identities (same devices) */
     char now[2][SM_ADDR_MAX];
-    int64_t until = now_ms() + 20000;
+    int64_t until = sm_time_mono_ms() + 20000;
     do {
-        sleep_ms(50);
+        harness_sleep_ms(50);
         worker_addrs(c, now);
-    } while ((!strcmp(now[0], old[0]) || !strcmp(now[1], old[1])) && now_ms() < until);
+    } while ((!strcmp(now[0], old[0]) || !strcmp(now[1], old[1])) && sm_time_mono_ms() < until);
     ck_assert_str_ne(now[0], old[0]);
     ck_assert_str_ne(now[1], old[1]);
     ck_assert_int_eq(harness_wait_state(c, (sm_array_ref){{0}, "kept"}, SM_ARRAY_READY, 20000),
@@ -573,11 +562,11 @@ START_TEST(test_workers_with_state_dir)
     close(fd);
     worker_addrs(c, old);
     g.workers[1] = worker_spawn_state(1, 1);
-    until = now_ms() + 20000;
+    until = sm_time_mono_ms() + 20000;
     do {
-        sleep_ms(50);
+        harness_sleep_ms(50);
         worker_addrs(c, now);
-    } while ((!now[1][0] || !strcmp(now[1], old[1])) && now_ms() < until);
+    } while ((!now[1][0] || !strcmp(now[1], old[1])) && sm_time_mono_ms() < until);
     ck_assert_str_ne(now[1], old[1]);
     ck_assert_int_eq(harness_wait_state(c, (sm_array_ref){{0}, "rep"}, SM_ARRAY_READY, 20000),
                      SM_ARRAY_READY);
@@ -650,7 +639,7 @@ static void *bg_main(void *arg)
 static int kill_when_pending(sm_client *c, const char *name, bg_op *op)
 {
     int pending = 0;
-    for (int64_t until = now_ms() + 20000; now_ms() < until;) {
+    for (int64_t until = sm_time_mono_ms() + 20000; sm_time_mono_ms() < until;) {
         sm_err e;
         sm_array_info x = describe(c, (sm_array_ref){{0}, name}, &e);
         if (e == SM_OK) {
@@ -658,7 +647,7 @@ static int kill_when_pending(sm_client *c, const char *name, bg_op *op)
             sm_array_info_free(&x);
             break;
         }
-        sleep_ms(1);
+        harness_sleep_ms(1);
     }
     kill_wait(&g.coord);
     (void)op;
@@ -796,9 +785,9 @@ START_TEST(test_damaged_db_refused)
     unlink(path);
     g.coord = coord_spawn(0);
     int status = 0;
-    int64_t until = now_ms() + 20000;
-    while (waitpid(g.coord, &status, WNOHANG) == 0 && now_ms() < until)
-        sleep_ms(20);
+    int64_t until = sm_time_mono_ms() + 20000;
+    while (waitpid(g.coord, &status, WNOHANG) == 0 && sm_time_mono_ms() < until)
+        harness_sleep_ms(20);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) != 0, "the coordinator started");
     g.coord = 0;
     snprintf(log, sizeof log, "%s/coordinator.log", g.dir);

@@ -1,6 +1,7 @@
 /* harness: real clusters, shmapctl runs and temp dirs for the e2e suites. */
 #define _GNU_SOURCE
 #include "harness.h"
+#include "sm_time.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -62,14 +63,7 @@ static void watchdog_start(void)
     pthread_mutex_unlock(&g_live_mu);
 }
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int ms)
+void harness_sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
@@ -251,7 +245,7 @@ sm_err harness_cluster_start(const harness_opts *o, harness_cluster **out, char 
         e = sm_fail(err, errlen, SM_EUNAVAILABLE, "cannot start %s", bin);
         goto fail;
     }
-    int64_t until = now_ms() + 30000;
+    int64_t until = sm_time_mono_ms() + 30000;
     while (!h->port) {
         FILE *f = fopen(portfile, "r");
         if (f) {
@@ -271,17 +265,17 @@ sm_err harness_cluster_start(const harness_opts *o, harness_cluster **out, char 
             goto fail;
         }
         if (!h->port) {
-            if (now_ms() > until) {
+            if (sm_time_mono_ms() > until) {
                 e = sm_fail(err, errlen, SM_ETIMEOUT, "the coordinator wrote no port file");
                 goto fail;
             }
-            sleep_ms(20);
+            harness_sleep_ms(20);
         }
     }
     snprintf(h->target, sizeof h->target, "127.0.0.1:%d", h->port);
     if ((e = harness_connect(h, &c, err, errlen)))
         goto fail;
-    e = harness_wait_workers(c, o->nworkers, (int)(until - now_ms()), err, errlen);
+    e = harness_wait_workers(c, o->nworkers, (int)(until - sm_time_mono_ms()), err, errlen);
     sm_client_close(c);
     if (e)
         goto fail;
@@ -296,7 +290,7 @@ fail:
 
 sm_err harness_wait_workers(sm_client *c, int alive, int timeout_ms, char *err, size_t errlen)
 {
-    int64_t until = now_ms() + timeout_ms;
+    int64_t until = sm_time_mono_ms() + timeout_ms;
     int got = -1;
     sm_err e = SM_OK;
     for (;;) {
@@ -311,9 +305,9 @@ sm_err harness_wait_workers(sm_client *c, int alive, int timeout_ms, char *err, 
         free(w);
         if (got == alive)
             return SM_OK;
-        if (now_ms() > until)
+        if (sm_time_mono_ms() > until)
             break;
-        sleep_ms(50);
+        harness_sleep_ms(50);
     }
     if (e)
         return e;
@@ -327,9 +321,9 @@ void harness_cluster_stop(harness_cluster *h)
     if (h->pid > 0) {
         int st;
         kill(h->pid, SIGTERM);
-        int64_t until = now_ms() + 5000;
-        while (waitpid(h->pid, &st, WNOHANG) == 0 && now_ms() < until)
-            sleep_ms(20);
+        int64_t until = sm_time_mono_ms() + 5000;
+        while (waitpid(h->pid, &st, WNOHANG) == 0 && sm_time_mono_ms() < until)
+            harness_sleep_ms(20);
         /* Whatever is left of the group (a stuck coordinator, its workers). */
         kill(-h->pid, SIGKILL);
         waitpid(h->pid, &st, WNOHANG);
@@ -412,7 +406,7 @@ int harness_worker_pids(const harness_cluster *h, pid_t *out, int max)
 
 int harness_wait_state(sm_client *c, sm_array_ref ref, int state, int timeout_ms)
 {
-    int64_t until = now_ms() + timeout_ms;
+    int64_t until = sm_time_mono_ms() + timeout_ms;
     int got = 0;
     for (;;) {
         sm_array_info info;
@@ -421,9 +415,9 @@ int harness_wait_state(sm_client *c, sm_array_ref ref, int state, int timeout_ms
             got = (int)info.state;
             sm_array_info_free(&info);
         }
-        if (got == state || now_ms() > until)
+        if (got == state || sm_time_mono_ms() > until)
             return got;
-        sleep_ms(50);
+        harness_sleep_ms(50);
     }
 }
 

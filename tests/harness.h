@@ -70,6 +70,8 @@ sm_err harness_wait_workers(sm_client *c, int alive, int timeout_ms, char *err, 
 
 /* A new empty temp dir (malloc'd path; harness_rmdir removes it and frees
  * the path). */
+/* Sleeps ms milliseconds. */
+void harness_sleep_ms(int ms);
 char *harness_tmpdir(void);
 void harness_rmdir(char *path);
 
