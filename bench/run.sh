@@ -16,7 +16,7 @@
 # -Werror, BUILD_DIR-nowerror is used), BUILD_TYPE (RelWithDebInfo, the type
 # of the shared build/ tree, or Release), BENCH_TIMEOUT (seconds per
 # benchmark, default 300). A full run takes a few minutes on 2 cores; the
-# machine's speed drifts (notes/machine-limits.md), so compare only figures
+# machine's speed drifts from run to run, so compare only figures
 # of the same run.
 # Benchmarks are never part of ctest.
 set -euo pipefail
