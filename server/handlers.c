@@ -192,6 +192,67 @@ static sm_err h_register(void *user, const sm_svc_register_req *req, sm_svc_regi
     return e;
 }
 
+/* Repairs of degraded arrays onto one worker, run on a detached thread. */
+typedef struct {
+    sm_coord *c;
+    sm_reg_repair *reps;
+    int n;
+} h_repair_job;
+
+static void *h_repair_run(void *arg)
+{
+    h_repair_job *j = arg;
+    for (int k = 0; k < j->n; k++) {
+        char msg[512] = "";
+        int64_t bytes = 0;
+        sm_err e = sm_svc_worker_assemble(j->reps[k].part.t.ch, j->c->call_deadline_ms,
+                                          &j->reps[k].part.req, &bytes, msg, sizeof msg);
+        if (e)
+            sm_relay_strip_status(msg);
+        sm_registry_repair_end(j->c->reg, &j->reps[k], sm_registry_now_ms(), e == SM_OK, msg);
+    }
+    sm_registry_repairs_free(j->reps, j->n);
+    pthread_mutex_lock(&j->c->bg_mu);
+    j->c->bg_running--;
+    pthread_cond_broadcast(&j->c->bg_cv);
+    pthread_mutex_unlock(&j->c->bg_mu);
+    free(j);
+    return NULL;
+}
+
+/* Starts the repairs a worker that beats can take (its degraded arrays'
+ * missing shards, copied back from live copies). After registration, so
+ * the worker has its identity when the copies arrive. */
+static void h_repairs_start(sm_coord *c, uint32_t worker_id)
+{
+    char err[256];
+    h_repair_job *j = calloc(1, sizeof *j);
+    pthread_t th;
+    if (!j)
+        return;
+    j->c = c;
+    pthread_mutex_lock(&c->bg_mu);
+    int go = !c->bg_draining;
+    c->bg_running += go;
+    pthread_mutex_unlock(&c->bg_mu);
+    if (go && sm_registry_repairs_begin(c->reg, worker_id, sm_registry_now_ms(), &j->reps, &j->n,
+                                        err, sizeof err))
+        SM_WARN("repairs onto worker %u: %s", worker_id, err);
+    if (!j->n || pthread_create(&th, NULL, h_repair_run, j)) {
+        pthread_mutex_lock(&c->bg_mu);
+        c->bg_running -= go;
+        pthread_cond_broadcast(&c->bg_cv);
+        pthread_mutex_unlock(&c->bg_mu);
+        for (int k = 0; k < j->n; k++)
+            sm_registry_repair_end(c->reg, &j->reps[k], sm_registry_now_ms(), 0,
+                                   "no thread to run it");
+        sm_registry_repairs_free(j->reps, j->n);
+        free(j);
+        return;
+    }
+    pthread_detach(th);
+}
+
 static sm_err h_heartbeat(void *user, const sm_svc_heartbeat_req *req, int *known, char *err,
                           size_t errlen)
 {
@@ -200,6 +261,8 @@ static sm_err h_heartbeat(void *user, const sm_svc_heartbeat_req *req, int *know
     if (!*known)
         SM_INFO("heartbeat from unknown or lost worker %u: asking it to register again",
                 req->worker_id);
+    else
+        h_repairs_start(c, req->worker_id);
     return SM_OK;
 }
 
@@ -219,6 +282,35 @@ static const sm_svc_coord_ops h_ops = {
     .heartbeat = h_heartbeat,
     .commit_shards = h_commit_shards,
 };
+
+void sm_handlers_init(sm_coord *c, sm_registry *reg, const char *token, int call_deadline_ms)
+{
+    memset(c, 0, sizeof *c);
+    c->reg = reg;
+    c->token = token;
+    c->call_deadline_ms = call_deadline_ms;
+    pthread_mutex_init(&c->bg_mu, NULL);
+    pthread_cond_init(&c->bg_cv, NULL);
+}
+
+int sm_handlers_drain(sm_coord *c, int timeout_ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += timeout_ms / 1000;
+    until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&c->bg_mu);
+    c->bg_draining = 1;
+    while (c->bg_running > 0 && pthread_cond_timedwait(&c->bg_cv, &c->bg_mu, &until) == 0)
+        ;
+    int left = c->bg_running;
+    pthread_mutex_unlock(&c->bg_mu);
+    return left ? -1 : 0;
+}
 
 const sm_svc_coord_ops *sm_handlers_ops(void)
 {

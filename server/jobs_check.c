@@ -55,6 +55,11 @@ sm_err sm_cjobs_check_arg(const sm_program *p, int k, const sm_array_info *a, ch
         snprintf(label, sizeof label, "array %llu ('%s')", (unsigned long long)a->id.v, a->name);
     else
         snprintf(label, sizeof label, "array %llu", (unsigned long long)a->id.v);
+    if (a->state == SM_ARRAY_DEGRADED) /* a job needs every device of the mesh */
+        return sm_fail(err, errlen, SM_EUNAVAILABLE,
+                       "argument %d for parameter '%s' is %s, which is degraded; a job runs "
+                       "on every device of its mesh, so it waits until they are back: %s",
+                       k, pa->name, label, a->error);
     if (a->state != SM_ARRAY_READY)
         return sm_fail(err, errlen, SM_EINVAL,
                        "argument %d for parameter '%s' is %s, which is %s, not ready%s%s", k,
@@ -145,10 +150,27 @@ sm_err sm_cjobs_default_devices(sm_mesh *m, const sm_worker_info *w, int n, char
         have += ndev[np];
     }
     if (have != total) {
-        e = sm_fail(err, errlen, SM_EINVAL,
-                    "the program's mesh has %lld devices and names none, but the %d alive "
-                    "workers have only %d devices in all",
-                    (long long)total, k, all);
+        /* short because workers are lost: the job waits for them */
+        char lost[256] = "";
+        size_t used = 0;
+        int nlost = 0;
+        for (int i = 0; i < n; i++)
+            for (int d = 0; !w[i].alive && d < w[i].ndevices && used < sizeof lost - 16; d++) {
+                used += (size_t)snprintf(lost + used, sizeof lost - used, "%s%d", nlost ? "," : "",
+                                         (int)w[i].devices[d]);
+                nlost++;
+            }
+        if (all + nlost >= total)
+            e = sm_fail(err, errlen, SM_EUNAVAILABLE,
+                        "the program's mesh has %lld devices and names none, but the %d alive "
+                        "workers have only %d devices in all: devices %s are on lost workers, "
+                        "and the job can run when they are back",
+                        (long long)total, k, all, lost);
+        else
+            e = sm_fail(err, errlen, SM_EINVAL,
+                        "the program's mesh has %lld devices and names none, but the %d alive "
+                        "workers have only %d devices in all",
+                        (long long)total, k, all);
         goto out;
     }
     e = sm_mesh_default_devices(m->naxes, m->sizes, np, ndev, devs, m->devices, err, errlen);

@@ -154,6 +154,8 @@ int main(int argc, char **argv)
     sigset_t sigs;
     int sig = 0, rc = 1;
     sm_registry *reg = NULL;
+    sm_coord coord;
+    sm_handlers_init(&coord, NULL, NULL, 0);
     sm_rpc_server *srv = NULL;
     sm_reaper *reaper = NULL;
     sm_local *local = NULL;
@@ -226,7 +228,9 @@ int main(int argc, char **argv)
         (e = sm_registry_open_state(reg, v[CFG_STATE_DIR].s, err, sizeof err)))
         goto fail;
     sm_registry_set_limits(reg, v[CFG_MAX_ARRAY_MB].i << 20, (int)v[CFG_MAX_NAME_LENGTH].i);
-    sm_coord coord = {reg, token, deadline};
+    coord.reg = reg;
+    coord.token = token;
+    coord.call_deadline_ms = deadline;
     sm_cjobs_config jobs_cfg = sm_cjobs_config_default(JOB_THREADS);
     jobs_cfg.keep_ms = v[CFG_JOB_KEEP_S].i * 1000;
     jobs_cfg.keep_max = (int)v[CFG_JOB_KEEP_MAX].i;
@@ -277,7 +281,8 @@ fail:
     sm_reaper_stop(reaper);
     sm_rpc_server_free(srv);
     sm_cjobs_free(jobs);
-    sm_registry_free(reg);
+    if (sm_handlers_drain(&coord, 5000) == 0) /* else a repair still uses it: exit without */
+        sm_registry_free(reg);
     sm_rpc_shutdown_or_exit(2000, rc); /* or _exit(rc) after 2 s */
     if (!rc)
         SM_INFO("stopped");

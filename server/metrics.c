@@ -45,20 +45,21 @@ sm_err sm_metrics_render(sm_registry *reg, sm_cjobs *jobs, sm_rpc_server *rpc, s
             sm_strbuf_printf(b, "shmap_device_used_bytes{device=\"%d\",worker=\"%u\"} %lld\n",
                              (int)w[i].devices[d], w[i].id, (long long)w[i].device_bytes[d]);
     static const sm_array_state states[] = {SM_ARRAY_PENDING, SM_ARRAY_READY, SM_ARRAY_FAILED,
-                                            SM_ARRAY_LOST};
-    int64_t count[5] = {0}, bytes[5] = {0};
+                                            SM_ARRAY_LOST, SM_ARRAY_DEGRADED};
+    enum { NSTATES = sizeof states / sizeof *states };
+    int64_t count[NSTATES + 1] = {0}, bytes[NSTATES + 1] = {0};
     for (int i = 0; i < na; i++)
-        if (a[i].state >= SM_ARRAY_PENDING && a[i].state <= SM_ARRAY_LOST) {
+        if (a[i].state >= SM_ARRAY_PENDING && a[i].state <= SM_ARRAY_DEGRADED) {
             count[a[i].state]++;
             bytes[a[i].state] += a[i].bytes;
         }
     sm_metrics_help(b, "shmap_arrays", "gauge", "Arrays by state.");
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < NSTATES; k++)
         sm_strbuf_printf(b, "shmap_arrays{state=\"%s\"} %lld\n", sm_array_state_name(states[k]),
                          (long long)count[states[k]]);
     sm_metrics_help(b, "shmap_array_bytes", "gauge",
                     "Bytes of one full copy of the arrays, by state.");
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < NSTATES; k++)
         sm_strbuf_printf(b, "shmap_array_bytes{state=\"%s\"} %lld\n",
                          sm_array_state_name(states[k]), (long long)bytes[states[k]]);
     if (jobs) {

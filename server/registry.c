@@ -149,10 +149,7 @@ static sm_reg_worker *sm_reg_worker_alive_at(sm_registry *r, int process)
     return NULL;
 }
 
-/* Formats, in increasing order, the devices of a at the positions where
- * pick[p] is set ("4,5,6"); returns how many. */
-static int sm_reg_device_list(const sm_reg_array *a, const unsigned char *pick, char *buf,
-                              size_t len)
+int sm_reg_device_list(const sm_reg_array *a, const unsigned char *pick, char *buf, size_t len)
 {
     int32_t *d = malloc(sizeof *d * (size_t)a->n);
     int count = 0;
@@ -197,12 +194,10 @@ static void sm_reg_worker_mark_lost(sm_registry *r, sm_reg_worker *w, const char
             continue;
         sm_reg_array_label(a, label, sizeof label);
         char msg[1024];
-        if (a->state == SM_ARRAY_READY || a->state == SM_ARRAY_LOST) {
-            snprintf(msg, sizeof msg, "%s is lost: devices %s are gone (worker %u at %s: %s)",
-                     label, devs, w->id, w->address, why);
-            a->state = SM_ARRAY_LOST;
-            sm_reg_array_set_error(a, msg);
-            sm_reg_save_array(r, a);
+        if (a->state == SM_ARRAY_READY || a->state == SM_ARRAY_LOST ||
+            a->state == SM_ARRAY_DEGRADED) {
+            snprintf(msg, sizeof msg, "worker %u at %s: %s", w->id, w->address, why);
+            sm_reg_array_update_health(r, a, msg);
         } else if (a->state == SM_ARRAY_PENDING) {
             snprintf(msg, sizeof msg, "%s failed: devices %s are gone (worker %u at %s: %s)", label,
                      devs, w->id, w->address, why);
@@ -266,7 +261,8 @@ static void sm_reg_worker_adopt(sm_registry *r, sm_reg_worker *w, const sm_svc_r
         sm_reg_array *a = sm_reg_array_find(r, (sm_array_ref){{h->array}, NULL}, NULL, 0);
         int p = a ? sm_mesh_find_device(&a->sharding.mesh, h->device) : -1;
         int ok = a && p >= 0 && a->worker[p] == w->id &&
-                 (a->state == SM_ARRAY_LOST || a->state == SM_ARRAY_READY);
+                 (a->state == SM_ARRAY_LOST || a->state == SM_ARRAY_READY ||
+                  a->state == SM_ARRAY_DEGRADED);
         if (ok && a->sums[p] && h->checksum && a->sums[p] != h->checksum) {
             SM_WARN("worker %u offers the shard of %s on device %d with checksum %016llx, not "
                     "the %016llx it was uploaded with; not taken back",
@@ -281,33 +277,20 @@ static void sm_reg_worker_adopt(sm_registry *r, sm_reg_worker *w, const sm_svc_r
         }
     }
     for (sm_reg_array *a = r->arrays; a; a = a->next) {
-        if (a->state != SM_ARRAY_LOST && a->state != SM_ARRAY_READY)
+        if (a->state != SM_ARRAY_LOST && a->state != SM_ARRAY_READY &&
+            a->state != SM_ARRAY_DEGRADED)
             continue;
-        int all = 1, mine = 0;
-        for (int p = 0; p < a->n; p++) {
-            sm_reg_worker *o = sm_reg_worker_by_id(r, a->worker[p]);
-            all &= a->filled[p] && o && o->alive;
+        int mine = 0;
+        for (int p = 0; p < a->n; p++)
             mine |= a->worker[p] == w->id;
-        }
         if (!mine)
             continue;
-        if (all && a->state == SM_ARRAY_LOST) {
-            a->state = SM_ARRAY_READY;
-            a->error[0] = 0;
-            sm_reg_save_array(r, a);
-            SM_INFO("%s is ready again: worker %u offered back its shards",
-                    sm_reg_array_label(a, label, sizeof label), w->id);
-            ready++;
-        } else if (!all && a->state == SM_ARRAY_READY) {
-            char msg[512];
-            snprintf(msg, sizeof msg,
-                     "%s is lost: worker %u at %s came back without some of its "
-                     "shards",
-                     sm_reg_array_label(a, label, sizeof label), w->id, w->address);
-            a->state = SM_ARRAY_LOST;
-            sm_reg_array_set_error(a, msg);
-            sm_reg_save_array(r, a);
-        }
+        sm_array_state was = a->state;
+        char msg[512];
+        snprintf(msg, sizeof msg, "worker %u at %s came back without some of its shards", w->id,
+                 w->address);
+        sm_reg_array_update_health(r, a, msg);
+        ready += a->state == SM_ARRAY_READY && was != SM_ARRAY_READY;
     }
     if (req->nheld)
         SM_INFO("worker %u offered %d shard(s): %d adopted, %d array(s) ready again", w->id,

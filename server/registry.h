@@ -105,7 +105,8 @@ sm_err sm_registry_worker_add(sm_registry *r, const sm_svc_register_req *req, sm
 int sm_registry_worker_heartbeat(sm_registry *r, const sm_svc_heartbeat_req *req, int64_t now_ms);
 /* Marks the alive worker with this id (or, if id is 0, the alive worker
  * with process index process) lost, with why in the log. Ready arrays with
- * shards there turn LOST; pending ones FAILED, their frees appended to
+ * shards there turn DEGRADED when every block still has a live copy, else
+ * LOST; pending ones FAILED, their frees appended to
  * *frees (as above). Returns 1 if a worker was marked. */
 int sm_registry_worker_lose(sm_registry *r, uint32_t id, int process, const char *why,
                             sm_reg_free **frees, int *nfrees);
@@ -209,6 +210,30 @@ void sm_registry_assemble_free(sm_reg_assemble *parts, int n);
  * the pending state meanwhile is removed and SM_EPRECONDITION returned. */
 sm_err sm_registry_reshard_end(sm_registry *r, sm_array_id id, int ok, sm_array_info *info,
                                char *err, size_t errlen);
+
+/* ---- repairs (registry_repair.c) ---------------------------------------
+ * A DEGRADED array (some devices gone, every block still held by a live
+ * worker) is repaired when a position's worker is alive again without its
+ * shard: the shard is copied back from a live copy by an Assemble of the
+ * same array on that worker. */
+
+/* One repair: an Assemble of array's missing devices on one worker. */
+typedef struct {
+    sm_array_id array;
+    sm_reg_assemble part; /* one piece per shard, the whole block of a copy */
+} sm_reg_repair;
+
+/* The repairs worker_id can take now (degraded arrays with missing shards
+ * on it, not already being repaired, not waiting after a failed try);
+ * each is marked in flight until sm_registry_repair_end. *out (malloc'd)
+ * is released with sm_registry_repairs_free. */
+sm_err sm_registry_repairs_begin(sm_registry *r, uint32_t worker_id, int64_t now_ms,
+                                 sm_reg_repair **out, int *nout, char *err, size_t errlen);
+/* Ends one repair: ok marks its devices present (READY when every shard is
+ * back); a failure is logged with why and tried again a second later. */
+void sm_registry_repair_end(sm_registry *r, const sm_reg_repair *rep, int64_t now_ms, int ok,
+                            const char *why);
+void sm_registry_repairs_free(sm_reg_repair *reps, int n);
 
 /* Periodic work: pending arrays past their deadline turn FAILED with a
  * sentence naming the missing processes or devices; alive workers silent

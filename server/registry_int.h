@@ -56,6 +56,10 @@ typedef struct sm_reg_array {
     int nprocs;
     int *proc_index;             /* [nprocs] */
     unsigned char *proc_started; /* [nprocs] the process called CreateArray */
+    /* DEGRADED: a repair (registry_repair.c) is in flight; a failed one is
+     * tried again from repair_after (now_ms-based) */
+    int repairing;
+    int64_t repair_after;
 } sm_reg_array;
 
 struct sm_registry {
@@ -100,6 +104,21 @@ sm_reg_worker *sm_reg_worker_of_device(sm_registry *r, int32_t device);
 sm_reg_mesh *sm_reg_mesh_find(sm_registry *r, uint64_t id, const char *name);
 /* Checks a user-chosen name: at most max-1 bytes, not all digits. */
 sm_err sm_reg_name_check(const char *what, const char *name, size_t max, char *err, size_t errlen);
+
+/* Formats, in increasing order, the devices of a at the positions where
+ * pick[p] is set ("4,5,6"); returns how many. */
+int sm_reg_device_list(const sm_reg_array *a, const unsigned char *pick, char *buf, size_t len);
+
+/* The state an array that was once ready has now (registry_repair.c):
+ * READY when every position's shard is present on an alive worker,
+ * DEGRADED when some are not but every block (index) still has a present
+ * copy on an alive worker, LOST otherwise (and always when a position is
+ * missing from an unreduced array, whose blocks are not copies). */
+sm_array_state sm_reg_array_health(sm_registry *r, const sm_reg_array *a);
+/* Moves a (READY, DEGRADED or LOST) to sm_reg_array_health's state, with a
+ * sentence naming the missing devices and, where given, why (a worker's
+ * loss or return), saved; logs the change. */
+void sm_reg_array_update_health(sm_registry *r, sm_reg_array *a, const char *why);
 
 /* Resolves a sharding reference into a mesh and spec (inline meshes are
  * registered, or matched to an identical registered one). */

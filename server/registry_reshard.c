@@ -107,7 +107,7 @@ sm_err sm_registry_reshard_begin(sm_registry *r, const sm_svc_reshard_req *req, 
         goto out;
     }
     sm_reg_array_label(src, label, sizeof label);
-    if (src->state != SM_ARRAY_READY) {
+    if (src->state != SM_ARRAY_READY && src->state != SM_ARRAY_DEGRADED) {
         rc = sm_fail(err, errlen, SM_EPRECONDITION, "%s is %s and cannot be resharded", label,
                      sm_array_state_name(src->state));
         goto out;
@@ -148,7 +148,7 @@ sm_err sm_registry_reshard_begin(sm_registry *r, const sm_svc_reshard_req *req, 
         goto out;
     for (int p = 0; p < src->n; p++) {
         sm_reg_worker *w = sm_reg_worker_by_id(r, src->worker[p]);
-        src_own[p] = (sm_plan_owner){src->worker[p], w && w->alive};
+        src_own[p] = (sm_plan_owner){src->worker[p], w && w->alive && src->filled[p]};
     }
     for (int p = 0; p < a->n; p++)
         dst_own[p] = (sm_plan_owner){worker[p], 1};

@@ -448,7 +448,8 @@ static sm_err sm_reg_load_arrays(sm_registry *r, int64_t now_ms)
         char label[SM_NAME_MAX + 16], msg[1024];
         sm_reg_array_label(a, label, sizeof label);
         /* Nothing is known to be held until the workers offer it back. */
-        if (a->state == SM_ARRAY_READY || a->state == SM_ARRAY_LOST) {
+        if (a->state == SM_ARRAY_READY || a->state == SM_ARRAY_LOST ||
+            a->state == SM_ARRAY_DEGRADED) {
             snprintf(msg, sizeof msg,
                      "%s waits for its workers to register again after the coordinator "
                      "restarted",

@@ -123,29 +123,42 @@ static pid_t coord_spawn(int wait_port)
     return pid;
 }
 
-/* Starts worker k; with_state: with --state-dir DIR/worker<k>. */
-static pid_t worker_spawn_state(int k, int with_state)
+/* Starts worker k; with_state: with --state-dir DIR/worker<k>; id: with
+ * --worker-id id unless 0. */
+static pid_t worker_spawn_as(int k, int with_state, uint32_t id)
 {
-    char coord[64], idx[16], log[512], state[512];
+    char coord[64], idx[16], log[512], state[512], wid[16];
     snprintf(coord, sizeof coord, "127.0.0.1:%d", g.port);
     snprintf(idx, sizeof idx, "%d", k);
     snprintf(log, sizeof log, "%s/worker%d.log", g.dir, k);
     snprintf(state, sizeof state, "%s/worker%d", g.dir, k);
-    char *argv[] = {(char *)bin("SHMAP_WORKER", "../worker/shmap-worker"),
-                    "--coordinator",
-                    coord,
-                    "--devices",
-                    "4",
-                    "--listen",
-                    "127.0.0.1:0",
-                    "--process-index",
-                    idx,
-                    with_state ? "--state-dir" : NULL,
-                    state,
-                    NULL};
+    snprintf(wid, sizeof wid, "%u", id);
+    char *argv[16] = {(char *)bin("SHMAP_WORKER", "../worker/shmap-worker"),
+                      "--coordinator",
+                      coord,
+                      "--devices",
+                      "4",
+                      "--listen",
+                      "127.0.0.1:0",
+                      "--process-index",
+                      idx};
+    int n = 9;
+    if (with_state) {
+        argv[n++] = "--state-dir";
+        argv[n++] = state;
+    }
+    if (id) {
+        argv[n++] = "--worker-id";
+        argv[n++] = wid;
+    }
     pid_t pid = spawn_logged(argv, log);
     ck_assert_int_gt(pid, 0);
     return pid;
+}
+
+static pid_t worker_spawn_state(int k, int with_state)
+{
+    return worker_spawn_as(k, with_state, 0);
 }
 
 static pid_t worker_spawn(int k)
@@ -602,6 +615,110 @@ START_TEST(test_worker_without_state_dir_lost)
 }
 END_TEST
 
+/* The id of the alive worker holding device dev (0 if none). */
+static uint32_t worker_id_of(sm_client *c, int32_t dev)
+{
+    sm_worker_info *w = NULL;
+    int n = 0;
+    uint32_t id = 0;
+    char err[512];
+    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
+    for (int i = 0; i < n; i++)
+        for (int d = 0; w[i].alive && d < w[i].ndevices; d++)
+            if (w[i].devices[d] == dev)
+                id = w[i].id;
+    free(w);
+    return id;
+}
+
+/* Device dev's shard of array ref equals block [r0:r0+rows, c0:c0+cols]
+ * of the 16x32 iota of seed, bit for bit. */
+static void check_shard(sm_client *c, sm_array_ref ref, int32_t dev, uint64_t seed, int r0,
+                        int rows, int c0, int cols)
+{
+    sm_shape s = HARNESS_SHAPE(16, 32);
+    sm_array *want = harness_array_iota(SM_F32, &s, seed), *got = NULL;
+    char err[512];
+    sm_err e = sm_client_get_shard(c, ref, dev, &got, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "get-shard %d: %s", (int)dev, err);
+    ck_assert_int_eq(got->shape.dims[0], rows);
+    ck_assert_int_eq(got->shape.dims[1], cols);
+    for (int i = 0; i < rows; i++)
+        ck_assert(!memcmp((float *)got->data + (size_t)i * (size_t)cols,
+                          (float *)want->data + (size_t)(r0 + i) * 32 + c0,
+                          sizeof(float) * (size_t)cols));
+    sm_array_free(got);
+    sm_array_free(want);
+}
+
+/* A replicated array outlives a worker's loss: it turns degraded, is read
+ * and resharded from the live copies, and a job on its mesh is refused
+ * UNAVAILABLE; the worker started again under its id (empty: no state dir)
+ * gets the missing shards copied back from the live copies and the array
+ * is ready, every device's shard bit-exact. An array with no copy of some
+ * block elsewhere is lost, and stays lost. */
+START_TEST(test_replicated_survives_worker_loss)
+{
+    sm_client *c = harness_client(&g.h);
+    wait_alive(c, NWORKERS);
+    sm_array_ref cols = {{0}, "cols"}, grid = {{0}, "grid"};
+    put_only(c, "cols", "P(None, 'j')", 21); /* each column block on both workers */
+    put_only(c, "grid", "P('i', 'j')", 22);
+    uint32_t id1 = worker_id_of(c, NDEV);
+    ck_assert_uint_gt(id1, 0);
+    kill_wait(&g.workers[1]);
+    ck_assert_int_eq(harness_wait_state(c, cols, SM_ARRAY_DEGRADED, 20000), SM_ARRAY_DEGRADED);
+    ck_assert_int_eq(harness_wait_state(c, grid, SM_ARRAY_LOST, 20000), SM_ARRAY_LOST);
+    sm_err e;
+    sm_array_info x = describe(c, cols, &e);
+    ck_assert_msg(strstr(x.error, "array 'cols' is degraded: devices 4,5,6,7 are gone"), "%s",
+                  x.error);
+    sm_array_info_free(&x);
+    /* read, whole and by device, from the copies on worker 0 */
+    check_bits(c, cols, 21);
+    check_shard(c, cols, 1, 21, 0, 16, 16, 16);
+    char err[1024];
+    sm_array *shard = NULL;
+    ck_assert_int_eq(sm_client_get_shard(c, cols, 5, &shard, err, sizeof err), SM_EUNAVAILABLE);
+    /* resharded onto the devices that are left */
+    sm_mesh left;
+    int32_t devs[4] = {0, 1, 2, 3};
+    sm_sharding_ref rows = harness_sharding(&left, "k=4", devs, 4, "P('k')");
+    ck_assert_msg(sm_client_reshard(c, cols, &rows, "rows", NULL, err, sizeof err) == SM_OK, "%s",
+                  err);
+    check_bits(c, (sm_array_ref){{0}, "rows"}, 21);
+    /* a job needs every device of its mesh */
+    sm_program *p = NULL;
+    ck_assert_int_eq(sm_program_parse("mesh i=4 j=2\n"
+                                      "shard_map f(x: f32[16,32] @ P(None, 'j')) -> P(None, 'j'):\n"
+                                      "    return x + x\n",
+                                      "f.shmap", &p, err, sizeof err),
+                     SM_OK);
+    sm_job_info done;
+    e = sm_job_run(c, p, 1, &cols, NULL, 1, 0, 60000, &done, err, sizeof err);
+    ck_assert_msg(e == SM_EUNAVAILABLE && strstr(err, "4"), "%s: %s", sm_err_name(e), err);
+    /* back under its id, empty: the missing shards are copied back */
+    g.workers[1] = worker_spawn_as(1, 0, id1);
+    ck_assert_int_eq(harness_wait_state(c, cols, SM_ARRAY_READY, 20000), SM_ARRAY_READY);
+    x = describe(c, cols, &e);
+    ck_assert_str_eq(x.error, "");
+    for (int k = 0; k < x.nshards; k++)
+        ck_assert_int_eq(x.shards[k].present, 1);
+    sm_array_info_free(&x);
+    for (int32_t d = 0; d < 2 * NDEV; d++)
+        check_shard(c, cols, d, 21, 0, 16, (d % 2) * 16, 16);
+    check_bits(c, cols, 21);
+    memset(&done, 0, sizeof done);
+    ck_assert_msg(sm_job_run(c, p, 1, &cols, NULL, 1, 0, 60000, &done, err, sizeof err) == SM_OK,
+                  "%s", err);
+    ck_assert_int_eq(done.state, SM_JOB_DONE);
+    sm_job_info_free(&done);
+    sm_program_free(p);
+    ck_assert_int_eq(harness_wait_state(c, grid, SM_ARRAY_LOST, 1000), SM_ARRAY_LOST);
+    sm_client_close(c);
+}
+END_TEST
+
 /* A put or reshard run on a thread while the coordinator is killed. */
 typedef struct {
     int reshard; /* else a put */
@@ -813,6 +930,7 @@ static Suite *durable_suite(void)
     tcase_add_test(tc, test_jobs_across_restart);
     tcase_add_test(tc, test_workers_with_state_dir);
     tcase_add_test(tc, test_worker_without_state_dir_lost);
+    tcase_add_test(tc, test_replicated_survives_worker_loss);
     tcase_add_test(tc, test_kill_during_upload_and_reshard);
     tcase_add_test(tc, test_local_workers_state_dir);
     tcase_add_test(tc, test_damaged_db_refused);

@@ -357,8 +357,9 @@ static int reg_upload_ok(sm_registry *r, sm_array_id id, int32_t *devs, int n, s
     sm_reg_target *t;
     int ntargets, ready;
     int64_t left;
-    ck_assert_int_eq(sm_registry_upload_begin(r, &h, T0, &t, &ntargets, &left, err, sizeof err),
-                     SM_OK);
+    ck_assert_msg(sm_registry_upload_begin(r, &h, T0, &t, &ntargets, &left, err, sizeof err) ==
+                      SM_OK,
+                  "%s", err);
     free(t);
     if (nt)
         *nt = ntargets;
@@ -720,6 +721,90 @@ START_TEST(test_registry_local)
 }
 END_TEST
 
+/* A replicated array outlives a worker's loss (DEGRADED, readable) and is
+ * repaired when the worker registers again under its id: its missing
+ * shards are copied back from the live copies. */
+START_TEST(test_registry_repair)
+{
+    sm_registry *r = reg_with_mesh(2, 4, "i=2,j=4");
+    char err[256];
+    int nt;
+    /* columns over j, replicated over i: each block on both workers */
+    sm_array_id cols = reg_array_ok(r, "cols", "P(None, 'j')", SM_PUT_WHOLE, 0);
+    for (int k = 0; k < 4; k++) {
+        int32_t pair[2] = {k, 4 + k};
+        ck_assert_int_eq(reg_upload_ok(r, cols, pair, 2, (sm_shape){2, {64, 32}}, &nt), k == 3);
+        ck_assert_int_eq(nt, 2);
+    }
+    sm_reg_free *f = NULL;
+    int nf = 0;
+    ck_assert_int_eq(sm_registry_worker_lose(r, 1, -1, "killed", &f, &nf), 1);
+    free(f);
+    sm_array_info info = reg_describe(r, (sm_array_ref){cols, NULL});
+    ck_assert_int_eq(info.state, SM_ARRAY_DEGRADED);
+    ck_assert_ptr_nonnull(strstr(info.error, "devices 0,1,2,3 are gone (worker 1 at "
+                                             "127.0.0.1:9000: killed)"));
+    sm_array_info_free(&info);
+    /* nothing to repair while worker 1 is away; worker 2 holds all it should */
+    sm_reg_repair *reps;
+    int nr;
+    ck_assert_int_eq(sm_registry_repairs_begin(r, 1, T0, &reps, &nr, err, sizeof err), SM_OK);
+    ck_assert_int_eq(nr, 0);
+    ck_assert_int_eq(sm_registry_repairs_begin(r, 2, T0, &reps, &nr, err, sizeof err), SM_OK);
+    ck_assert_int_eq(nr, 0);
+    /* worker 1 comes back empty under its id and devices */
+    int32_t devs[4] = {0, 1, 2, 3};
+    sm_svc_register_req again = {"127.0.0.1:9100", 4, 0, "host", 1, devs, 0, NULL};
+    sm_svc_register_reply rr;
+    ck_assert_int_eq(reg_worker(r, &again, &rr, err, sizeof err), SM_OK);
+    ck_assert_int_eq(rr.worker_id, 1);
+    info = reg_describe(r, (sm_array_ref){cols, NULL});
+    ck_assert_int_eq(info.state, SM_ARRAY_DEGRADED);
+    ck_assert_ptr_nonnull(strstr(info.error, "came back without some of its shards"));
+    sm_array_info_free(&info);
+    ck_assert_int_eq(sm_registry_repairs_begin(r, 1, T0, &reps, &nr, err, sizeof err), SM_OK);
+    ck_assert_int_eq(nr, 1);
+    const sm_reg_assemble *pa = &reps[0].part;
+    ck_assert_int_eq(reps[0].array.v, cols.v);
+    ck_assert_int_eq(pa->t.worker_id, 1);
+    ck_assert_int_eq(pa->req.array_id.v, cols.v);
+    ck_assert_int_eq(pa->req.nshards, 4);
+    for (int k = 0; k < 4; k++) {
+        const sm_svc_assemble_shard *sh = &pa->req.shards[k];
+        ck_assert_int_eq(sh->device, k);
+        ck_assert_int_eq(sh->npieces, 1);
+        /* device k's copy is device 4 + k's (same column block), on worker 2 */
+        ck_assert_int_eq(sh->pieces[0].src_device, 4 + k);
+        ck_assert_str_eq(sh->pieces[0].src_address, "127.0.0.1:9001");
+        ck_assert_int_eq(sh->pieces[0].src_box.r[0].stop, 64);
+        ck_assert_int_eq(sh->pieces[0].src_box.r[1].stop, 32);
+    }
+    /* in flight: not handed out twice */
+    sm_reg_repair *again_reps;
+    int nagain;
+    ck_assert_int_eq(sm_registry_repairs_begin(r, 1, T0, &again_reps, &nagain, err, sizeof err),
+                     SM_OK);
+    ck_assert_int_eq(nagain, 0);
+    /* a failed copy is tried again a second later */
+    sm_registry_repair_end(r, &reps[0], T0, 0, "peer gone");
+    sm_registry_repairs_free(reps, nr);
+    ck_assert_int_eq(sm_registry_repairs_begin(r, 1, T0 + 500, &reps, &nr, err, sizeof err), SM_OK);
+    ck_assert_int_eq(nr, 0);
+    ck_assert_int_eq(sm_registry_repairs_begin(r, 1, T0 + 1000, &reps, &nr, err, sizeof err),
+                     SM_OK);
+    ck_assert_int_eq(nr, 1);
+    sm_registry_repair_end(r, &reps[0], T0 + 1000, 1, "");
+    sm_registry_repairs_free(reps, nr);
+    info = reg_describe(r, (sm_array_ref){cols, NULL});
+    ck_assert_int_eq(info.state, SM_ARRAY_READY);
+    ck_assert_str_eq(info.error, "");
+    for (int k = 0; k < 8; k++)
+        ck_assert_int_eq(info.shards[k].present, 1);
+    sm_array_info_free(&info);
+    sm_registry_free(r);
+}
+END_TEST
+
 START_TEST(test_registry_lost_worker)
 {
     sm_registry *r = reg_with_mesh(2, 4, "i=2,j=4");
@@ -730,6 +815,10 @@ START_TEST(test_registry_lost_worker)
     int nt;
     ck_assert_int_eq(reg_upload_ok(r, id, all, 8, g64x128, &nt), 1);
     ck_assert_int_eq(nt, 2);
+    /* rows over i: worker 2 alone holds rows 32:64 */
+    sm_array_id rows = reg_array_ok(r, "rows", "P('i')", SM_PUT_WHOLE, 0);
+    ck_assert_int_eq(reg_upload_ok(r, rows, all, 4, (sm_shape){2, {32, 128}}, &nt), 0);
+    ck_assert_int_eq(reg_upload_ok(r, rows, all + 4, 4, (sm_shape){2, {32, 128}}, &nt), 1);
     reg_array_ok(r, "pend", "P()", SM_PUT_WHOLE, 0);
     /* worker 1 keeps beating, worker 2 goes silent */
     sm_svc_heartbeat_req hb = {.worker_id = 1, .epoch = sm_registry_epoch(r), .ndevices = 4};
@@ -741,11 +830,20 @@ START_TEST(test_registry_lost_worker)
     sm_registry_reap(r, T0 + 3001, 3000, &f, &nf);
     ck_assert_int_eq(sm_registry_workers_alive(r), 1);
     free(f);
+    /* replicated on both workers: every block still has a live copy */
     sm_array_info info = reg_describe(r, (sm_array_ref){{0}, "ready"});
-    ck_assert_int_eq(info.state, SM_ARRAY_LOST);
-    ck_assert_ptr_nonnull(strstr(info.error, "devices 4,5,6,7 are gone"));
+    ck_assert_int_eq(info.state, SM_ARRAY_DEGRADED);
+    ck_assert_str_eq(info.error,
+                     "array 'ready' is degraded: devices 4,5,6,7 are gone (worker 2 at "
+                     "127.0.0.1:9001: no heartbeat for 3001 ms); every block still has a copy "
+                     "on a live worker, so it can be read and resharded, and the missing shards "
+                     "are copied back when their worker returns");
     ck_assert_int_eq(info.shards[0].present, 1);
     ck_assert_int_eq(info.shards[4].present, 0);
+    sm_array_info_free(&info);
+    info = reg_describe(r, (sm_array_ref){{0}, "rows"});
+    ck_assert_int_eq(info.state, SM_ARRAY_LOST);
+    ck_assert_ptr_nonnull(strstr(info.error, "array 'rows' is lost: devices 4,5,6,7 are gone"));
     sm_array_info_free(&info);
     info = reg_describe(r, (sm_array_ref){{0}, "pend"});
     ck_assert_int_eq(info.state, SM_ARRAY_FAILED);
@@ -860,6 +958,7 @@ static Suite *server_plan_suite(void)
     tcase_add_test(tr, test_registry_deadline);
     tcase_add_test(tr, test_registry_local);
     tcase_add_test(tr, test_registry_lost_worker);
+    tcase_add_test(tr, test_registry_repair);
     tcase_add_test(tr, test_registry_reshard);
     tcase_add_test(tr, test_relay_strip_status);
     suite_add_tcase(s, tr);

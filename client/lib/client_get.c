@@ -37,8 +37,8 @@ static const char *ref_text(const sm_array_info *info, char *buf, size_t len)
 static sm_err check_ready(const sm_array_info *info, char *err, size_t errlen)
 {
     char rb[200];
-    if (info->state == SM_ARRAY_READY)
-        return SM_OK;
+    if (info->state == SM_ARRAY_READY || info->state == SM_ARRAY_DEGRADED)
+        return SM_OK; /* a degraded array is read from its live copies */
     return sm_fail(err, errlen, SM_EPRECONDITION,
                    "array %s is %s; only a ready array can be read%s%s",
                    ref_text(info, rb, sizeof rb), sm_array_state_name(info->state),

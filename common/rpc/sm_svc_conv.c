@@ -462,7 +462,7 @@ sm_err sm_svc_array_info_dec(const Shmap__V1__ArrayInfo *p, const char *what, sm
     if ((e = sm_svc_shape_dec(p->shard_shape, sub, &out->shard_shape, err, errlen)))
         return e;
     if (p->state < SHMAP__V1__ARRAY_STATE__ARRAY_PENDING ||
-        p->state > SHMAP__V1__ARRAY_STATE__ARRAY_LOST)
+        p->state > SHMAP__V1__ARRAY_STATE__ARRAY_DEGRADED)
         return sm_fail(err, errlen, SM_EINVAL, "%s.state is %d, which is not a known state", what,
                        (int)p->state);
     out->state = (sm_array_state)p->state;

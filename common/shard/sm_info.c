@@ -13,6 +13,8 @@ const char *sm_array_state_name(sm_array_state s)
         return "failed";
     case SM_ARRAY_LOST:
         return "lost";
+    case SM_ARRAY_DEGRADED:
+        return "degraded";
     }
     return "?";
 }

@@ -67,9 +67,12 @@ typedef enum {
     SM_ARRAY_READY = 2,
     SM_ARRAY_FAILED = 3,
     SM_ARRAY_LOST = 4,
+    /* was ready; some devices are gone, but every block still has a copy on
+     * a live worker, so it can be read and resharded (not used by jobs) */
+    SM_ARRAY_DEGRADED = 5,
 } sm_array_state;
 
-/* "pending", "ready", "failed", "lost" ("?" otherwise). */
+/* "pending", "ready", "failed", "lost", "degraded" ("?" otherwise). */
 const char *sm_array_state_name(sm_array_state s);
 
 typedef struct {

@@ -1,0 +1,223 @@
+/* registry_repair: the health of arrays that were once ready (READY,
+ * DEGRADED, LOST) as workers go and come back, and the repair that copies
+ * a degraded array's missing shards back onto their returned worker from
+ * live copies. See registry.h. */
+#include "registry_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sm_log.h"
+
+/* A failed repair is tried again after this long. */
+#define SM_REG_REPAIR_RETRY_MS 1000
+
+/* Whether position p's shard is present on an alive worker. */
+static int sm_reg_present(sm_registry *r, const sm_reg_array *a, int p)
+{
+    sm_reg_worker *w = sm_reg_worker_by_id(r, a->worker[p]);
+    return a->filled[p] && w && w->alive;
+}
+
+/* A position holding a present copy of position p's block (p itself when
+ * present), preferring one on worker prefer; -1 if none. */
+static int sm_reg_copy_of(sm_registry *r, const sm_reg_array *a, int p, uint32_t prefer)
+{
+    int best = -1;
+    if (sm_reg_present(r, a, p))
+        return p;
+    if (a->sharding.spec.nunreduced) /* equal indices hold different partial sums */
+        return -1;
+    for (int q = 0; q < a->n; q++)
+        if (q != p && sm_reg_present(r, a, q) &&
+            sm_index_equal(&a->slices[q].index, &a->slices[p].index) &&
+            (best < 0 || (a->worker[q] == prefer && a->worker[best] != prefer)))
+            best = q;
+    return best;
+}
+
+sm_array_state sm_reg_array_health(sm_registry *r, const sm_reg_array *a)
+{
+    int all = 1;
+    for (int p = 0; p < a->n; p++) {
+        if (sm_reg_present(r, a, p))
+            continue;
+        all = 0;
+        if (sm_reg_copy_of(r, a, p, 0) < 0)
+            return SM_ARRAY_LOST;
+    }
+    return all ? SM_ARRAY_READY : SM_ARRAY_DEGRADED;
+}
+
+void sm_reg_array_update_health(sm_registry *r, sm_reg_array *a, const char *why)
+{
+    char label[SM_NAME_MAX + 16], devs[256], msg[1024];
+    unsigned char missing[SM_MAX_DEVICES];
+    sm_array_state was = a->state, now = sm_reg_array_health(r, a);
+    sm_reg_array_label(a, label, sizeof label);
+    for (int p = 0; p < a->n; p++)
+        missing[p] = !sm_reg_present(r, a, p);
+    int n = sm_reg_device_list(a, missing, devs, sizeof devs);
+    const char *s = n > 1 ? "s" : "", *are = n > 1 ? "are" : "is";
+    switch (now) {
+    case SM_ARRAY_READY:
+        a->error[0] = 0;
+        if (was != SM_ARRAY_READY)
+            SM_INFO("%s is ready again: every shard is back", label);
+        break;
+    case SM_ARRAY_DEGRADED:
+        snprintf(msg, sizeof msg,
+                 "%s is degraded: device%s %s %s gone (%s); every block still has a copy on a "
+                 "live worker, so it can be read and resharded, and the missing shards are "
+                 "copied back when their worker returns",
+                 label, s, devs, are, why);
+        sm_reg_array_set_error(a, msg);
+        if (was != SM_ARRAY_DEGRADED)
+            SM_WARN("%s", msg);
+        break;
+    default:
+        snprintf(msg, sizeof msg, "%s is lost: device%s %s %s gone (%s)", label, s, devs, are, why);
+        sm_reg_array_set_error(a, msg);
+        now = SM_ARRAY_LOST;
+        break;
+    }
+    a->state = now;
+    sm_reg_save_array(r, a);
+}
+
+static void sm_reg_repair_release(sm_reg_repair *rep)
+{
+    if (rep->part.req.nshards)
+        free(rep->part.req.shards[0].pieces); /* one block for all shards */
+    free(rep->part.req.shards);
+    free(rep->part.addrs);
+}
+
+void sm_registry_repairs_free(sm_reg_repair *reps, int n)
+{
+    for (int i = 0; reps && i < n; i++)
+        sm_reg_repair_release(&reps[i]);
+    free(reps);
+}
+
+/* The repair of a's positions on w whose shards are missing and have a
+ * live copy: one Assemble of those devices, each from one copy. 0 when
+ * there is nothing to copy, 1 when *rep was filled, -1 out of memory. */
+static int sm_reg_repair_build(sm_registry *r, const sm_reg_array *a, const sm_reg_worker *w,
+                               sm_reg_repair *rep)
+{
+    int todo[SM_MAX_WORKER_DEVICES], src[SM_MAX_WORKER_DEVICES], n = 0;
+    for (int p = 0; p < a->n && n < SM_MAX_WORKER_DEVICES; p++) {
+        if (a->worker[p] != w->id || a->filled[p])
+            continue;
+        int q = sm_reg_copy_of(r, a, p, w->id);
+        if (q >= 0) {
+            todo[n] = p;
+            src[n++] = q;
+        }
+    }
+    if (!n)
+        return 0;
+    memset(rep, 0, sizeof *rep);
+    rep->array.v = a->id;
+    sm_reg_assemble *pa = &rep->part;
+    pa->t.worker_id = w->id;
+    pa->t.ch = w->ch;
+    snprintf(pa->t.address, sizeof pa->t.address, "%s", w->address);
+    pa->req.array_id.v = a->id;
+    pa->req.dtype = a->dtype;
+    pa->req.shards = calloc((size_t)n, sizeof *pa->req.shards);
+    pa->addrs = calloc((size_t)n, sizeof *pa->addrs);
+    sm_svc_piece *pieces = calloc((size_t)n, sizeof *pieces);
+    if (!pa->req.shards || !pa->addrs || !pieces) {
+        free(pa->req.shards);
+        free(pa->addrs);
+        free(pieces);
+        return -1;
+    }
+    for (int k = 0; k < n; k++) {
+        const sm_device_slice *dst = &a->slices[todo[k]], *from = &a->slices[src[k]];
+        sm_svc_assemble_shard *sh = &pa->req.shards[pa->req.nshards++];
+        pa->t.devices[pa->t.ndevices++] = dst->device;
+        sh->device = dst->device;
+        sh->shape = a->shard_shape;
+        sh->pieces = &pieces[k];
+        sh->npieces = 1;
+        if (a->worker[src[k]] != w->id)
+            snprintf(pa->addrs[k], SM_ADDR_MAX, "%s",
+                     sm_reg_worker_by_id(r, a->worker[src[k]])->address);
+        pieces[k].src_address = pa->addrs[k];
+        pieces[k].src_array.v = a->id;
+        pieces[k].src_device = from->device;
+        pieces[k].src_box.rank = a->shard_shape.rank;
+        for (int d = 0; d < a->shard_shape.rank; d++)
+            pieces[k].src_box.r[d].stop = a->shard_shape.dims[d];
+    }
+    return 1;
+}
+
+sm_err sm_registry_repairs_begin(sm_registry *r, uint32_t worker_id, int64_t now_ms,
+                                 sm_reg_repair **out, int *nout, char *err, size_t errlen)
+{
+    sm_err e = SM_OK;
+    *out = NULL;
+    *nout = 0;
+    pthread_mutex_lock(&r->mu);
+    sm_reg_worker *w = sm_reg_worker_by_id(r, worker_id);
+    for (sm_reg_array *a = r->arrays; w && w->alive && a; a = a->next) {
+        if (a->state != SM_ARRAY_DEGRADED || a->repairing || now_ms < a->repair_after)
+            continue;
+        sm_reg_repair rep, *grown;
+        int got = sm_reg_repair_build(r, a, w, &rep);
+        if (got == 0)
+            continue;
+        grown = got > 0 ? realloc(*out, sizeof **out * (size_t)(*nout + 1)) : NULL;
+        if (!grown) {
+            if (got > 0)
+                sm_reg_repair_release(&rep);
+            e = sm_fail(err, errlen, SM_ENOMEM, "out of memory planning repairs");
+            break;
+        }
+        *out = grown;
+        (*out)[(*nout)++] = rep;
+        a->repairing = 1;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return e;
+}
+
+void sm_registry_repair_end(sm_registry *r, const sm_reg_repair *rep, int64_t now_ms, int ok,
+                            const char *why)
+{
+    char label[SM_NAME_MAX + 16];
+    pthread_mutex_lock(&r->mu);
+    sm_reg_array *a = sm_reg_array_find(r, (sm_array_ref){rep->array, NULL}, NULL, 0);
+    sm_reg_worker *w = sm_reg_worker_by_id(r, rep->part.t.worker_id);
+    if (!a) {
+        SM_INFO("array %llu was deleted while its shards were copied back",
+                (unsigned long long)rep->array.v);
+        goto out;
+    }
+    a->repairing = 0;
+    sm_reg_array_label(a, label, sizeof label);
+    if (!ok) {
+        a->repair_after = now_ms + SM_REG_REPAIR_RETRY_MS;
+        SM_WARN("copying the missing shards of %s back to worker %u failed (tried again in %d "
+                "ms): %s",
+                label, rep->part.t.worker_id, SM_REG_REPAIR_RETRY_MS, why);
+        goto out;
+    }
+    if (a->state != SM_ARRAY_DEGRADED || !w || !w->alive)
+        goto out;
+    for (int k = 0; k < rep->part.t.ndevices; k++) {
+        int p = sm_mesh_find_device(&a->sharding.mesh, rep->part.t.devices[k]);
+        if (p >= 0 && a->worker[p] == w->id)
+            a->filled[p] = 1;
+    }
+    SM_INFO("%s: %d shard(s) copied back to worker %u from live copies", label,
+            rep->part.t.ndevices, w->id);
+    sm_reg_array_update_health(r, a, "the others wait for their workers to return");
+out:
+    pthread_mutex_unlock(&r->mu);
+}
