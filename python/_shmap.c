@@ -208,10 +208,11 @@ static PyObject *from_info(const sm_array_info *a)
     for (int k = 0; shards && k < a->nshards; k++) {
         const sm_shard_info *s = &a->shards[k];
         PyList_SET_ITEM(shards, k,
-                        Py_BuildValue("{s:i,s:N,s:I,s:s,s:i,s:O}", "device", (int)s->device,
+                        Py_BuildValue("{s:i,s:N,s:I,s:s,s:i,s:O,s:O}", "device", (int)s->device,
                                       "index", from_index(&s->index), "worker", s->worker_id,
                                       "address", s->worker_address, "replica_id", s->replica_id,
-                                      "present", s->present ? Py_True : Py_False));
+                                      "present", s->present ? Py_True : Py_False, "spilled",
+                                      s->spilled ? Py_True : Py_False));
     }
     return Py_BuildValue(
         "{s:K,s:s,s:s,s:N,s:N,s:s,s:s,s:s,s:N,s:s,s:L,s:N,s:K}", "id", (unsigned long long)a->id.v,

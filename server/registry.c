@@ -465,6 +465,20 @@ int sm_registry_worker_heartbeat(sm_registry *r, const sm_svc_heartbeat_req *req
         w->last_seen = now_ms;
         for (int k = 0; k < w->ndevices && k < req->ndevices; k++)
             w->device_bytes[k] = req->device_bytes[k];
+        if (req->nspilled > 0 || w->spilled_any) { /* the list is whole: set it anew */
+            for (sm_reg_array *a = r->arrays; a; a = a->next)
+                for (int p = 0; p < a->n; p++)
+                    if (a->worker[p] == w->id)
+                        a->spilled[p] = 0;
+            for (int k = 0; k < req->nspilled; k++) {
+                sm_reg_array *a =
+                    sm_reg_array_find(r, (sm_array_ref){{req->spilled[k].array}, NULL}, NULL, 0);
+                int p = a ? sm_mesh_find_device(&a->sharding.mesh, req->spilled[k].device) : -1;
+                if (p >= 0 && a->worker[p] == w->id)
+                    a->spilled[p] = 1;
+            }
+            w->spilled_any = req->nspilled > 0;
+        }
     }
     pthread_mutex_unlock(&r->mu);
     return known;

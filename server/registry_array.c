@@ -25,7 +25,8 @@ sm_reg_array *sm_reg_array_alloc(int n)
     a->filled = calloc((size_t)n, 1);
     a->busy = calloc((size_t)n, 1);
     a->sums = calloc((size_t)n, sizeof *a->sums);
-    if (!a->slices || !a->worker || !a->filled || !a->busy || !a->sums) {
+    a->spilled = calloc((size_t)n, 1);
+    if (!a->slices || !a->worker || !a->filled || !a->busy || !a->sums || !a->spilled) {
         sm_reg_array_destroy(a);
         return NULL;
     }
@@ -41,6 +42,7 @@ void sm_reg_array_destroy(sm_reg_array *a)
     free(a->filled);
     free(a->busy);
     free(a->sums);
+    free(a->spilled);
     free(a->proc_index);
     free(a->proc_started);
     free(a);
@@ -208,6 +210,7 @@ sm_err sm_reg_array_info(sm_registry *r, const sm_reg_array *a, sm_array_info *i
         s->index = a->slices[p].index;
         s->replica_id = a->slices[p].replica_id;
         s->present = a->filled[p] && w && w->alive;
+        s->spilled = s->present && a->spilled[p];
     }
     return SM_OK;
 }

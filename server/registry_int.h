@@ -20,6 +20,7 @@ typedef struct {
     int64_t last_seen;
     int ndevices;
     int32_t first_device; /* devices first_device .. first_device+ndevices-1 */
+    int spilled_any;      /* its last heartbeat listed spilled shards */
     int64_t device_bytes[SM_MAX_WORKER_DEVICES];
     sm_rpc_channel *ch; /* owned */
 } sm_reg_worker;
@@ -47,6 +48,7 @@ typedef struct sm_reg_array {
     unsigned char *filled;   /* [n] */
     unsigned char *busy;     /* [n] an upload to it is in flight */
     uint64_t *sums;          /* [n] xxHash3-64 of each shard as uploaded; 0: unknown */
+    unsigned char *spilled;  /* [n] its worker's last heartbeat listed it as spilled to disk */
     int64_t deadline;        /* now_ms-based */
     uint32_t deadline_ms;    /* as requested, for messages */
     /* PUT_LOCAL: the processes (process indices, in order) owning the

@@ -40,8 +40,9 @@ typedef struct {
     int port;
     pid_t coord;
     pid_t workers[NWORKERS];
-    harness_cluster h; /* target only, for harness_client */
-    int local;         /* the coordinator starts its own 2 workers */
+    harness_cluster h;         /* target only, for harness_client */
+    int local;                 /* the coordinator starts its own 2 workers */
+    const char *worker_mem_mb; /* the workers' --memory-limit-mb, NULL: default */
 } durable_env;
 
 static durable_env g;
@@ -124,7 +125,8 @@ static pid_t coord_spawn(int wait_port)
 }
 
 /* Starts worker k; with_state: with --state-dir DIR/worker<k>; id: with
- * --worker-id id unless 0. */
+ * --worker-id id unless 0; g.worker_mem_mb: with --memory-limit-mb unless
+ * NULL. */
 static pid_t worker_spawn_as(int k, int with_state, uint32_t id)
 {
     char coord[64], idx[16], log[512], state[512], wid[16];
@@ -150,6 +152,10 @@ static pid_t worker_spawn_as(int k, int with_state, uint32_t id)
     if (id) {
         argv[n++] = "--worker-id";
         argv[n++] = wid;
+    }
+    if (g.worker_mem_mb) {
+        argv[n++] = "--memory-limit-mb";
+        argv[n++] = (char *)g.worker_mem_mb;
     }
     pid_t pid = spawn_logged(argv, log);
     ck_assert_int_gt(pid, 0);
@@ -719,6 +725,60 @@ START_TEST(test_replicated_survives_worker_loss)
 }
 END_TEST
 
+/* Workers with a state dir and a memory limit below what they are given:
+ * the least recently used shards are spilled to disk and read back on use,
+ * so every array stays ready and reads back bit-exact; describe shows the
+ * spilled shards. */
+START_TEST(test_spill_under_memory_limit)
+{
+    g.worker_mem_mb = "6";
+    for (int k = 0; k < NWORKERS; k++) {
+        kill_wait(&g.workers[k]);
+        g.workers[k] = worker_spawn_state(k, 1);
+    }
+    sm_client *c = harness_client(&g.h);
+    wait_alive(c, NWORKERS);
+    /* 8 arrays of 4 MiB over (4,2): 2 MiB each per worker, 16 MiB in all */
+    sm_mesh mesh;
+    sm_sharding_ref sh = harness_sharding(&mesh, "i=4,j=2", NULL, 0, "P('i', 'j')");
+    sm_shape s = HARNESS_SHAPE(1024, 1024);
+    char err[1024], name[16];
+    for (int k = 0; k < 8; k++) {
+        sm_array *a = harness_array_iota(SM_F32, &s, 100 + (uint64_t)k);
+        snprintf(name, sizeof name, "big%d", k);
+        sm_err e = sm_client_put(c, SM_F32, &s, a->data, &sh, name, NULL, err, sizeof err);
+        ck_assert_msg(e == SM_OK, "put %s: %s", name, err);
+        sm_array_free(a);
+    }
+    /* the heartbeats report what is on disk only */
+    int spilled = 0;
+    for (int64_t until = sm_time_mono_ms() + 10000; !spilled && sm_time_mono_ms() < until;
+         harness_sleep_ms(100))
+        for (int k = 0; k < 8 && !spilled; k++) {
+            sm_err e;
+            snprintf(name, sizeof name, "big%d", k);
+            sm_array_info x = describe(c, (sm_array_ref){{0}, name}, &e);
+            ck_assert_int_eq(e, SM_OK);
+            ck_assert_int_eq(x.state, SM_ARRAY_READY);
+            for (int p = 0; p < x.nshards; p++)
+                spilled += x.shards[p].spilled && x.shards[p].present;
+            sm_array_info_free(&x);
+        }
+    ck_assert_int_gt(spilled, 0);
+    for (int k = 7; k >= 0; k--) {
+        sm_array *want = harness_array_iota(SM_F32, &s, 100 + (uint64_t)k), *got = NULL;
+        snprintf(name, sizeof name, "big%d", k);
+        sm_err e = sm_client_get(c, (sm_array_ref){{0}, name}, &got, err, sizeof err);
+        ck_assert_msg(e == SM_OK, "get %s: %s", name, err);
+        ck_assert(!memcmp(got->data, want->data, (size_t)want->nbytes));
+        sm_array_free(got);
+        sm_array_free(want);
+    }
+    sm_client_close(c);
+    g.worker_mem_mb = NULL;
+}
+END_TEST
+
 /* A put or reshard run on a thread while the coordinator is killed. */
 typedef struct {
     int reshard; /* else a put */
@@ -931,6 +991,7 @@ static Suite *durable_suite(void)
     tcase_add_test(tc, test_workers_with_state_dir);
     tcase_add_test(tc, test_worker_without_state_dir_lost);
     tcase_add_test(tc, test_replicated_survives_worker_loss);
+    tcase_add_test(tc, test_spill_under_memory_limit);
     tcase_add_test(tc, test_kill_during_upload_and_reshard);
     tcase_add_test(tc, test_local_workers_state_dir);
     tcase_add_test(tc, test_damaged_db_refused);

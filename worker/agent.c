@@ -118,7 +118,12 @@ static sm_err agent_heartbeat(sm_agent *a, const sm_svc_register_reply *id, int 
     req.worker_id = id->worker_id;
     req.epoch = id->epoch;
     req.ndevices = sm_store_stats(a->store, NULL, req.device_bytes, NULL);
-    return sm_svc_coord_heartbeat(a->ch, AGENT_CALL_MS, &req, known, err, errlen);
+    sm_svc_held_shard *spilled = NULL;
+    req.nspilled = sm_store_spilled(a->store, &spilled, SM_SVC_SPILLED_MAX);
+    req.spilled = spilled;
+    sm_err e = sm_svc_coord_heartbeat(a->ch, AGENT_CALL_MS, &req, known, err, errlen);
+    free(spilled);
+    return e;
 }
 
 static void *agent_main(void *arg)

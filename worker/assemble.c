@@ -149,7 +149,8 @@ static sm_err assemble_prepare(sm_handlers *h, const sm_svc_assemble_req *req,
             if ((e = piece_check(&s->pieces[k], &s->shape, inner, sizeof inner)))
                 return sm_fail(err, errlen, e, "piece %d of device %d of array %llu: %s", k,
                                (int)s->device, (unsigned long long)req->array_id.v, inner);
-        if ((e = sm_store_shard_create(req->dtype, &s->shape, &shards[i], inner, sizeof inner)))
+        if ((e = sm_store_shard_alloc(h->store, req->dtype, &s->shape, &shards[i], inner,
+                                      sizeof inner)))
             return sm_fail(err, errlen, e, "the new shard of device %d: %s", (int)s->device, inner);
         memset(shards[i]->data, 0, (size_t)shards[i]->nbytes);
     }

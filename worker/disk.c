@@ -215,6 +215,78 @@ void sm_disk_flush(sm_disk *d)
     pthread_mutex_unlock(&d->mu);
 }
 
+static void sm_disk_sp_flush(void *user)
+{
+    sm_disk_flush(user);
+}
+
+/* A complete copy: nothing queued for it, and its .sum (written last) is
+ * there. */
+static int sm_disk_sp_saved(void *user, uint64_t array, int32_t device)
+{
+    sm_disk *d = user;
+    char npy[SM_DISK_PATH], sum[SM_DISK_PATH];
+    int queued = 0;
+    pthread_mutex_lock(&d->mu);
+    for (const sm_disk_op *o = d->head; o && !queued; o = o->next)
+        queued = o->array == array && o->device == device;
+    queued |= d->busy;
+    pthread_mutex_unlock(&d->mu);
+    if (queued)
+        return 0;
+    sm_disk_paths(d, array, device, npy, sum);
+    return access(sum, R_OK) == 0 && access(npy, R_OK) == 0;
+}
+
+/* Reads a copy's data straight into sh, checking its header against sh and
+ * its data against the .sum. */
+static sm_err sm_disk_sp_load(void *user, uint64_t array, int32_t device, sm_store_shard *sh,
+                              char *err, size_t errlen)
+{
+    sm_disk *d = user;
+    char npy[SM_DISK_PATH], sum[SM_DISK_PATH], inner[256];
+    unsigned long long want = 0;
+    sm_npy_info info;
+    sm_disk_paths(d, array, device, npy, sum);
+    FILE *f = fopen(sum, "r");
+    int have = f && fscanf(f, "%llx", &want) == 1;
+    if (f)
+        fclose(f);
+    if (!have)
+        return sm_fail(err, errlen, SM_EDATALOSS,
+                       "the spilled shard of array %" PRIu64 " on device %d has no readable "
+                       "checksum file %s",
+                       array, (int)device, sum);
+    sm_err e = sm_npy_read_info(npy, &info, inner, sizeof inner);
+    if (e)
+        return sm_fail(err, errlen, SM_EDATALOSS, "the spilled shard %s: %s", npy, inner);
+    if (info.dtype != sh->dtype || !sm_shape_equal(&info.shape, &sh->shape))
+        return sm_fail(err, errlen, SM_EDATALOSS,
+                       "the spilled shard %s does not hold the shard's dtype and shape", npy);
+    f = fopen(npy, "rb");
+    int ok = f && fseek(f, (long)info.data_offset, SEEK_SET) == 0 &&
+             (sh->nbytes == 0 || fread(sh->data, 1, (size_t)sh->nbytes, f) == (size_t)sh->nbytes);
+    if (f)
+        fclose(f);
+    if (!ok)
+        return sm_fail(err, errlen, SM_EDATALOSS, "cannot read the spilled shard %s: %s", npy,
+                       strerror(errno));
+    uint64_t got = sm_checksum_oneshot(sh->data, (size_t)sh->nbytes);
+    if (got != (uint64_t)want)
+        return sm_fail(err, errlen, SM_EDATALOSS,
+                       "the spilled shard %s is damaged: its data's checksum is %016" PRIx64
+                       ", %s says %016llx",
+                       npy, got, sum, want);
+    return SM_OK;
+}
+
+static const sm_store_spiller sm_disk_sp = {sm_disk_sp_flush, sm_disk_sp_saved, sm_disk_sp_load};
+
+const sm_store_spiller *sm_disk_spiller(void)
+{
+    return &sm_disk_sp;
+}
+
 static int sm_disk_mkdir(const char *path)
 {
     return mkdir(path, 0700) == 0 || errno == EEXIST ? 0 : -1;

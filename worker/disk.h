@@ -46,4 +46,8 @@ const sm_store_observer *sm_disk_observer(void);
 /* Blocks until every copy queued so far is on disk (tests, shutdown). */
 void sm_disk_flush(sm_disk *d);
 
+/* The store spiller that reads spilled shards back from their copies
+ * (user: the sm_disk; see sm_store_spill_to). */
+const sm_store_spiller *sm_disk_spiller(void);
+
 #endif

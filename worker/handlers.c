@@ -65,7 +65,7 @@ static sm_err put_check_header(sm_handlers *h, const sm_svc_upload_header *hd, s
                        "dtype %s has %lld",
                        (long long)hd->total_bytes, sm_shape_format(&hd->shape, b, sizeof b),
                        sm_dtype_name(hd->dtype), (long long)nbytes);
-    return sm_store_shard_create(hd->dtype, &hd->shape, out, err, errlen);
+    return sm_store_shard_alloc(h->store, hd->dtype, &hd->shape, out, err, errlen);
 }
 
 /* One target of a PutShard stream: its header's devices and its shard. */
@@ -221,7 +221,9 @@ static sm_err put_store(put_stream *ps, sm_svc_upload_reply *out, char *err, siz
     for (int i = 0; i < ps->nt && !e; i++) {
         put_target *t = &ps->t[i];
         for (int k = 1; k < t->ndev && !e; k++)
-            e = sm_store_shard_copy(t->shards[0], &t->shards[k], err, errlen);
+            if (!(e = sm_store_shard_alloc(ps->h->store, t->shards[0]->dtype, &t->shards[0]->shape,
+                                           &t->shards[k], err, errlen)))
+                sm_store_shard_copy_into(t->shards[0], t->shards[k]);
         for (int k = 0; k < t->ndev; k++) {
             devs[n] = t->devices[k];
             sh[n++] = t->shards[k];

@@ -76,10 +76,12 @@ static const sm_config_row worker_config[CFG_COUNT] = {
                       "most 10 s; -1: an eighth of the memory this worker may use (the "
                       "host's, or its cgroup's limit), at most 4096; 0: none."},
     [CFG_MEM_LIMIT_MB] = {"memory-limit-mb", 0, SM_CFG_INT, "-1", "SHMAP_MEMORY_LIMIT_MB",
-                          "Most shard and job memory this worker holds, in MiB; an upload, "
-                          "reshard or job needing more fails RESOURCE_EXHAUSTED instead of "
-                          "running the host out of memory. -1: 90% of the memory this worker "
-                          "may use (the host's, or its cgroup's limit); 0: no limit."},
+                          "Most shard and job memory this worker holds, in MiB; with --state-dir "
+                          "the least recently used shards are first spilled there (read back "
+                          "on use), else an upload, reshard or job needing more fails "
+                          "RESOURCE_EXHAUSTED instead of running the host out of memory. -1: "
+                          "90% of the memory this worker may use (the host's, or its cgroup's "
+                          "limit); 0: no limit."},
     [CFG_MAX_MESSAGE_MB] = {"max-message-mb", 0, SM_CFG_INT, "8", NULL,
                             "Largest message a call may send it, in MiB, 1..8 (shard data "
                             "comes in 1 MiB chunks); a larger one is refused "
@@ -223,6 +225,7 @@ static sm_err worker_state_open(const char *dir, sm_store *store, sm_agent_confi
         }
     }
     sm_store_observe(store, sm_disk_observer(), *out);
+    sm_store_spill_to(store, sm_disk_spiller(), *out);
     acfg->on_identity = worker_identity_saved;
     acfg->on_identity_user = *out;
     return SM_OK;
@@ -464,8 +467,10 @@ fail:
     sm_rpc_server_free(server);
     sm_jobs_free(jobs);
     sm_peer_free(peers);
-    if (store)
+    if (store) {
+        sm_store_spill_to(store, NULL, NULL);
         sm_store_observe(store, NULL, NULL); /* the disk copies stay */
+    }
     sm_disk_free(disk);
     sm_store_free(store);
     if (rpc_up)

@@ -10,8 +10,10 @@
 typedef struct sm_store_entry {
     uint64_t array;
     int32_t device;
-    int slot; /* index of device in st->devices */
-    sm_store_shard *shard;
+    int slot;              /* index of device in st->devices */
+    sm_store_shard *shard; /* NULL while spilled */
+    sm_store_shard meta;   /* spilled: the shard's dtype, shape, bytes and checksum (no data) */
+    uint64_t used;         /* st->tick at the last put or get: the LRU order */
     struct sm_store_entry *next;
 } sm_store_entry;
 
@@ -27,6 +29,11 @@ struct sm_store {
     sm_store_entry **buckets;
     const sm_store_observer *obs; /* NULL: none */
     void *obs_user;
+    const sm_store_spiller *sp; /* NULL: none */
+    void *sp_user;
+    uint64_t tick;
+    int64_t nspilled;
+    pthread_mutex_t load_mu; /* one read-back at a time */
 };
 
 /* ---- shards ------------------------------------------------------------ */
@@ -78,17 +85,21 @@ sm_err sm_store_shard_create(sm_dtype t, const sm_shape *s, sm_store_shard **out
     return SM_OK;
 }
 
+void sm_store_shard_copy_into(const sm_store_shard *src, sm_store_shard *dst)
+{
+    if (src->nbytes)
+        memcpy(dst->data, src->data, (size_t)src->nbytes);
+    dst->has_checksum = src->has_checksum;
+    dst->checksum = src->checksum;
+}
+
 sm_err sm_store_shard_copy(const sm_store_shard *src, sm_store_shard **out, char *err,
                            size_t errlen)
 {
     sm_err e = sm_store_shard_create(src->dtype, &src->shape, out, err, errlen);
-    if (e)
-        return e;
-    if (src->nbytes)
-        memcpy((*out)->data, src->data, (size_t)src->nbytes);
-    (*out)->has_checksum = src->has_checksum;
-    (*out)->checksum = src->checksum;
-    return SM_OK;
+    if (!e)
+        sm_store_shard_copy_into(src, *out);
+    return e;
 }
 
 sm_err sm_store_shard_adopt(sm_array **a, sm_store_shard **out, char *err, size_t errlen)
@@ -189,7 +200,8 @@ static void store_drop(sm_store *st, sm_store_entry **p)
     *p = e->next;
     if (st->obs)
         st->obs->drop(st->obs_user, e->array, e->device);
-    st->bytes[e->slot] -= e->shard->nbytes;
+    st->bytes[e->slot] -= e->shard ? e->shard->nbytes : e->meta.nbytes;
+    st->nspilled -= !e->shard;
     st->count--;
     sm_store_shard_release(e->shard);
     free(e);
@@ -232,6 +244,7 @@ sm_err sm_store_create(sm_store **out, char *err, size_t errlen)
     }
     st->worker_id = -1;
     pthread_mutex_init(&st->mu, NULL);
+    pthread_mutex_init(&st->load_mu, NULL);
     *out = st;
     return SM_OK;
 }
@@ -243,6 +256,7 @@ void sm_store_free(sm_store *st)
     store_clear_locked(st);
     free(st->buckets);
     pthread_mutex_destroy(&st->mu);
+    pthread_mutex_destroy(&st->load_mu);
     free(st);
 }
 
@@ -347,6 +361,7 @@ sm_err sm_store_put(sm_store *st, uint64_t epoch, sm_array_id array, int n, cons
         en->device = devices[k];
         en->slot = store_slot(st, devices[k]);
         en->shard = shards[k];
+        en->used = ++st->tick;
         en->next = *p;
         *p = en;
         st->bytes[en->slot] += shards[k]->nbytes;
@@ -364,21 +379,82 @@ fail:
     return e;
 }
 
+/* Under st->mu: a reference to the shard of (array, device) in *out, or
+ * *out NULL with *spilled = 1 (and its metadata in *meta) when it is on
+ * disk only; SM_ENOTFOUND when there is none. */
+static sm_err store_get_locked(sm_store *st, uint64_t array, int32_t device, sm_store_shard **out,
+                               int *spilled, sm_store_shard *meta, char *err, size_t errlen)
+{
+    sm_err e = store_check_locked(st, device, err, errlen);
+    *out = NULL;
+    *spilled = 0;
+    if (e)
+        return e;
+    sm_store_entry *en = *store_find(st, array, device);
+    if (!en)
+        return sm_fail(err, errlen, SM_ENOTFOUND,
+                       "worker %lld holds no shard of array %llu on device %d",
+                       (long long)st->worker_id, (unsigned long long)array, (int)device);
+    en->used = ++st->tick;
+    if (en->shard)
+        *out = sm_store_shard_ref(en->shard);
+    else {
+        *spilled = 1;
+        *meta = en->meta;
+    }
+    return SM_OK;
+}
+
+/* Reads a spilled shard back (one read-back at a time) and puts it in its
+ * entry again, unless another thread did meanwhile or it was dropped. */
+static sm_err store_load(sm_store *st, sm_array_id array, int32_t device, sm_store_shard **out,
+                         char *err, size_t errlen)
+{
+    sm_store_shard meta, *sh = NULL;
+    int spilled;
+    pthread_mutex_lock(&st->load_mu);
+    pthread_mutex_lock(&st->mu);
+    sm_err e = store_get_locked(st, array.v, device, out, &spilled, &meta, err, errlen);
+    pthread_mutex_unlock(&st->mu);
+    if (e || !spilled)
+        goto out;
+    if ((e = sm_store_shard_alloc(st, meta.dtype, &meta.shape, &sh, err, errlen)))
+        goto out;
+    if ((e = st->sp->load(st->sp_user, array.v, device, sh, err, errlen)))
+        goto out;
+    sh->has_checksum = meta.has_checksum;
+    sh->checksum = meta.checksum;
+    pthread_mutex_lock(&st->mu);
+    sm_store_entry *en = *store_find(st, array.v, device);
+    if (en && !en->shard) {
+        en->shard = sh;
+        st->nspilled--;
+        sh = NULL;
+    }
+    e = store_get_locked(st, array.v, device, out, &spilled, &meta, err, errlen);
+    pthread_mutex_unlock(&st->mu);
+out:
+    sm_store_shard_release(sh);
+    pthread_mutex_unlock(&st->load_mu);
+    return e;
+}
+
 sm_err sm_store_get(sm_store *st, sm_array_id array, int32_t device, sm_store_shard **out,
                     char *err, size_t errlen)
 {
+    sm_store_shard meta;
+    int spilled;
     pthread_mutex_lock(&st->mu);
-    sm_err e = store_check_locked(st, device, err, errlen);
-    if (!e) {
-        sm_store_entry **p = store_find(st, array.v, device);
-        if (*p)
-            *out = sm_store_shard_ref((*p)->shard);
-        else
-            e = sm_fail(err, errlen, SM_ENOTFOUND,
-                        "worker %lld holds no shard of array %llu on device %d",
-                        (long long)st->worker_id, (unsigned long long)array.v, (int)device);
-    }
+    sm_err e = store_get_locked(st, array.v, device, out, &spilled, &meta, err, errlen);
+    int can_load = st->sp != NULL;
     pthread_mutex_unlock(&st->mu);
+    if (!e && spilled && !can_load)
+        e = sm_fail(err, errlen, SM_EUNAVAILABLE,
+                    "the shard of array %llu on device %d was spilled to disk, which this worker "
+                    "no longer reads",
+                    (unsigned long long)array.v, (int)device);
+    else if (!e && spilled)
+        e = store_load(st, array, device, out, err, errlen);
     return e;
 }
 
@@ -422,6 +498,89 @@ int sm_store_stats(sm_store *st, int32_t *devices, int64_t *bytes, int64_t *shar
     return n;
 }
 
+/* ---- spilling ------------------------------------------------------------ */
+
+void sm_store_spill_to(sm_store *st, const sm_store_spiller *sp, void *user)
+{
+    pthread_mutex_lock(&st->mu);
+    st->sp = sp;
+    st->sp_user = user;
+    pthread_mutex_unlock(&st->mu);
+}
+
+static int store_lru_cmp(const void *a, const void *b)
+{
+    const sm_store_entry *x = *(sm_store_entry *const *)a, *y = *(sm_store_entry *const *)b;
+    return x->used < y->used ? -1 : x->used > y->used;
+}
+
+int64_t sm_store_reclaim(sm_store *st, int64_t want)
+{
+    int64_t freed = 0;
+    pthread_mutex_lock(&st->mu);
+    const sm_store_spiller *sp = st->sp;
+    void *user = st->sp_user;
+    pthread_mutex_unlock(&st->mu);
+    if (!sp)
+        return 0;
+    sp->flush(user); /* the copies queued so far hold references: write them */
+    pthread_mutex_lock(&st->mu);
+    sm_store_entry **v = st->count ? malloc(sizeof *v * (size_t)st->count) : NULL;
+    int n = 0;
+    for (size_t i = 0; v && i < st->nbuckets; i++)
+        for (sm_store_entry *en = st->buckets[i]; en && n < st->count; en = en->next)
+            /* only the store holds it: nobody reads its data now */
+            if (en->shard && en->shard->nbytes > 0 &&
+                __atomic_load_n(&en->shard->refs, __ATOMIC_ACQUIRE) == 1)
+                v[n++] = en;
+    if (n)
+        qsort(v, (size_t)n, sizeof *v, store_lru_cmp);
+    for (int k = 0; k < n && freed < want; k++) {
+        sm_store_entry *en = v[k];
+        if (!sp->saved(user, en->array, en->device))
+            continue;
+        en->meta = *en->shard;
+        en->meta.data = NULL;
+        en->meta.refs = 0;
+        freed += en->shard->nbytes;
+        sm_store_shard_release(en->shard);
+        en->shard = NULL;
+        st->nspilled++;
+    }
+    pthread_mutex_unlock(&st->mu);
+    free(v);
+    return freed;
+}
+
+sm_err sm_store_shard_alloc(sm_store *st, sm_dtype t, const sm_shape *s, sm_store_shard **out,
+                            char *err, size_t errlen)
+{
+    sm_err e = sm_store_shard_create(t, s, out, err, errlen);
+    int64_t nbytes = 0;
+    if (e != SM_ERESOURCE || sm_shape_nbytes(s, t, &nbytes, NULL, 0))
+        return e;
+    /* refused by the memory limit (or the allocator): make room and try once more */
+    if (sm_store_reclaim(st, nbytes) <= 0)
+        return e;
+    return sm_store_shard_create(t, s, out, err, errlen);
+}
+
+int sm_store_spilled(sm_store *st, sm_svc_held_shard **out, int max)
+{
+    int n = 0;
+    *out = NULL;
+    pthread_mutex_lock(&st->mu);
+    int64_t want = st->nspilled < max ? st->nspilled : max;
+    if (want > 0 && (*out = calloc((size_t)want, sizeof **out)))
+        for (size_t i = 0; i < st->nbuckets; i++)
+            for (const sm_store_entry *en = st->buckets[i]; en && n < want; en = en->next)
+                if (!en->shard)
+                    (*out)[n++] = (sm_svc_held_shard){
+                        en->array, en->device, en->meta.has_checksum ? en->meta.checksum : 0};
+    pthread_mutex_unlock(&st->mu);
+    return n;
+}
+
 sm_err sm_store_held(sm_store *st, sm_svc_held_shard **out, int *n, char *err, size_t errlen)
 {
     sm_err e = SM_OK;
@@ -434,9 +593,11 @@ sm_err sm_store_held(sm_store *st, sm_svc_held_shard **out, int *n, char *err, s
         goto out;
     }
     for (size_t i = 0; i < st->nbuckets; i++)
-        for (const sm_store_entry *en = st->buckets[i]; en && *n < st->count; en = en->next)
-            (*out)[(*n)++] = (sm_svc_held_shard){en->array, en->device,
-                                                 en->shard->has_checksum ? en->shard->checksum : 0};
+        for (const sm_store_entry *en = st->buckets[i]; en && *n < st->count; en = en->next) {
+            const sm_store_shard *m = en->shard ? en->shard : &en->meta;
+            (*out)[(*n)++] =
+                (sm_svc_held_shard){en->array, en->device, m->has_checksum ? m->checksum : 0};
+        }
 out:
     pthread_mutex_unlock(&st->mu);
     return e;

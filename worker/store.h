@@ -56,6 +56,9 @@ sm_err sm_store_shard_create(sm_dtype t, const sm_shape *s, sm_store_shard **out
 /* A new shard (one reference) with a copy of src's dtype, shape and bytes. */
 sm_err sm_store_shard_copy(const sm_store_shard *src, sm_store_shard **out, char *err,
                            size_t errlen);
+/* Copies src's bytes and checksum into dst, a shard of the same dtype and
+ * shape. */
+void sm_store_shard_copy_into(const sm_store_shard *src, sm_store_shard *dst);
 /* A new shard (one reference) holding the bytes of *a without a copy: it
  * takes over a's data (a malloc-family buffer, as sm_array_create makes;
  * copied instead if it is not SM_STORE_ALIGN-aligned or a is empty). On
@@ -97,6 +100,36 @@ typedef struct {
 /* Sets (obs NULL: removes) the observer; obs and user are borrowed until
  * removed. */
 void sm_store_observe(sm_store *st, const sm_store_observer *obs, void *user);
+
+/* ---- spilling ------------------------------------------------------------
+ * With a spiller (a worker's state dir, disk.c), a shard allocation that
+ * the memory limit refuses first spills least-recently-used shards: ones
+ * only the store references, whose disk copy is complete, lose their
+ * memory and are read back (checksum verified) by the next sm_store_get. */
+typedef struct {
+    /* Waits until every copy queued so far is on disk (store lock not held). */
+    void (*flush)(void *user);
+    /* Whether (array, device) has a complete copy on disk (store lock held:
+     * quick, and must not call the store). */
+    int (*saved)(void *user, uint64_t array, int32_t device);
+    /* Reads the copy of (array, device) into sh (allocated with the copy's
+     * dtype and shape), checking its checksum; SM_EDATALOSS naming the file
+     * if it does not match (store lock not held). */
+    sm_err (*load)(void *user, uint64_t array, int32_t device, sm_store_shard *sh, char *err,
+                   size_t errlen);
+} sm_store_spiller;
+/* Sets (sp NULL: removes) the spiller; borrowed until removed. */
+void sm_store_spill_to(sm_store *st, const sm_store_spiller *sp, void *user);
+/* sm_store_shard_create, spilling shards of st (if it has a spiller) to
+ * make room when the memory limit refuses the allocation. */
+sm_err sm_store_shard_alloc(sm_store *st, sm_dtype t, const sm_shape *s, sm_store_shard **out,
+                            char *err, size_t errlen);
+/* Spills least-recently-used shards until want bytes are freed or none is
+ * left to spill; returns the bytes freed. */
+int64_t sm_store_reclaim(sm_store *st, int64_t want);
+/* Every spilled shard, as (array, device, checksum) in *out (malloc'd,
+ * caller frees; NULL when none), at most max of them; returns how many. */
+int sm_store_spilled(sm_store *st, sm_svc_held_shard **out, int max);
 /* Current epoch (0 before the first identity). */
 uint64_t sm_store_epoch(sm_store *st);
 /* Worker id, or -1 while unregistered. */

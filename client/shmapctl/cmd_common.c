@@ -232,11 +232,11 @@ json_t *cli_json_array(const sm_array_info *a)
         json_t *coords = json_array();
         for (int k = 0; k < a->sharding.mesh.naxes; k++)
             json_array_append_new(coords, json_integer(s->coords[k]));
-        json_array_append_new(devs, json_pack("{s:i, s:i, s:s, s:o, s:o, s:i, s:b}", "device",
-                                              (int)s->device, "worker", (int)s->worker_id,
-                                              "address", s->worker_address, "coords", coords,
-                                              "index", cli_json_index(&s->index), "replica_id",
-                                              s->replica_id, "present", s->present));
+        json_array_append_new(
+            devs, json_pack("{s:i, s:i, s:s, s:o, s:o, s:i, s:b, s:b}", "device", (int)s->device,
+                            "worker", (int)s->worker_id, "address", s->worker_address, "coords",
+                            coords, "index", cli_json_index(&s->index), "replica_id", s->replica_id,
+                            "present", s->present, "spilled", s->spilled));
     }
     return json_pack("{s:s?, s:I, s:s, s:o, s:o, s:s, s:o, s:I, s:s?, s:s, s:s, s:s?, s:I, s:o}",
                      "name", a->name[0] ? a->name : NULL, "id", (json_int_t)a->id.v, "dtype",
@@ -289,7 +289,7 @@ int cli_print_array(const sm_array_info *a)
         snprintf(wb, sizeof wb, "%u %s", s->worker_id, s->worker_address);
         printf("%-7d %-10s %-16s %-22s %-8d %s\n", (int)s->device, cb,
                sm_index_format(&s->index, ib, sizeof ib), wb, s->replica_id,
-               s->present ? "yes" : "no");
+               s->present ? (s->spilled ? "yes (spilled to disk)" : "yes") : "no");
     }
     if (sm_sharding_diagram(&a->sharding, &a->shape, &diagram, err, sizeof err) == SM_OK &&
         !diagram.oom)

@@ -274,11 +274,17 @@ typedef struct {
                         coordinator keeps were adopted; 0: drop every shard */
 } sm_svc_register_reply;
 
+/* Spilled shards a heartbeat lists at most. */
+#define SM_SVC_SPILLED_MAX 4096
+
 typedef struct {
     uint32_t worker_id;
     uint64_t epoch; /* from the registration reply */
     int ndevices;
     int64_t device_bytes[SM_MAX_WORKER_DEVICES];
+    /* The shards spilled to disk (checksum unused), the whole list; borrowed. */
+    int nspilled;
+    const sm_svc_held_shard *spilled;
 } sm_svc_heartbeat_req;
 
 /* One upload target of a batched commit. */

@@ -140,6 +140,7 @@ static Shmap__V1__ShardInfo *shard_info_enc(sm_arena *a, const sm_shard_info *s,
     p->index = sm_svc_box_enc(a, &s->index);
     p->replica_id = s->replica_id;
     p->present = s->present != 0;
+    p->spilled = s->spilled != 0;
     return p->index ? p : NULL;
 }
 
@@ -428,6 +429,7 @@ static sm_err shard_info_dec(const Shmap__V1__ShardInfo *p, const char *what, sm
     out->worker_id = p->worker_id;
     out->replica_id = p->replica_id;
     out->present = p->present != 0;
+    out->spilled = p->spilled != 0;
     snprintf(sub, sizeof sub, "%s.worker_address", what);
     if ((e = sm_svc_str_dec(p->worker_address, SM_ADDR_MAX, sub, out->worker_address, err, errlen)))
         return e;

@@ -354,8 +354,30 @@ sm_err sm_svc_coord_heartbeat(sm_rpc_channel *ch, int deadline_ms, const sm_svc_
     p.epoch = req->epoch;
     p.n_device_bytes = (size_t)req->ndevices;
     p.device_bytes = (int64_t *)req->device_bytes;
-    return sm_svc_unary(ch, SM_SVC_COORD_PATH("Heartbeat"), deadline_ms, &p.base,
-                        &shmap__v1__heartbeat_reply__descriptor, heartbeat_dec, known, err, errlen);
+    int ns = req->nspilled > 0 ? req->nspilled : 0;
+    if (ns > SM_SVC_SPILLED_MAX)
+        ns = SM_SVC_SPILLED_MAX;
+    Shmap__V1__HeldShard *sp = ns ? calloc((size_t)ns, sizeof *sp) : NULL;
+    Shmap__V1__HeldShard **spp = ns ? calloc((size_t)ns, sizeof *spp) : NULL;
+    if (ns && (!sp || !spp)) {
+        free(sp);
+        free(spp);
+        return oom(err, errlen);
+    }
+    for (int k = 0; k < ns; k++) {
+        shmap__v1__held_shard__init(&sp[k]);
+        sp[k].array_id = req->spilled[k].array;
+        sp[k].device = req->spilled[k].device;
+        spp[k] = &sp[k];
+    }
+    p.n_spilled = (size_t)ns;
+    p.spilled = spp;
+    sm_err e =
+        sm_svc_unary(ch, SM_SVC_COORD_PATH("Heartbeat"), deadline_ms, &p.base,
+                     &shmap__v1__heartbeat_reply__descriptor, heartbeat_dec, known, err, errlen);
+    free(sp);
+    free(spp);
+    return e;
 }
 
 static sm_err commit_dec(const ProtobufCMessage *m, void *o, char *err, size_t errlen)

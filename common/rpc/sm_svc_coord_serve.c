@@ -389,8 +389,14 @@ static void heartbeat(sm_rpc_call *call, void *u)
     const Shmap__V1__HeartbeatRequest *r = (const Shmap__V1__HeartbeatRequest *)m;
     char err[SM_SVC_ERRLEN] = "";
     int known = 0;
+    sm_svc_held_shard *spilled = NULL;
     sm_err e = sm_svc_count_dec(r->n_device_bytes, SM_MAX_WORKER_DEVICES, "HeartbeatRequest",
                                 "device_bytes", err, sizeof err);
+    if (!e)
+        e = sm_svc_count_dec(r->n_spilled, SM_SVC_SPILLED_MAX, "HeartbeatRequest", "spilled", err,
+                             sizeof err);
+    if (!e && r->n_spilled && !(spilled = calloc(r->n_spilled, sizeof *spilled)))
+        e = sm_fail(err, sizeof err, SM_ENOMEM, "out of memory reading a heartbeat");
     if (!e) {
         sm_svc_heartbeat_req req;
         memset(&req, 0, sizeof req);
@@ -398,8 +404,14 @@ static void heartbeat(sm_rpc_call *call, void *u)
         req.epoch = r->epoch;
         req.ndevices = (int)r->n_device_bytes;
         sm_svc_copy(req.device_bytes, r->device_bytes, r->n_device_bytes * sizeof *r->device_bytes);
+        for (size_t k = 0; k < r->n_spilled; k++)
+            spilled[k] = (sm_svc_held_shard){r->spilled[k] ? r->spilled[k]->array_id : 0,
+                                             r->spilled[k] ? r->spilled[k]->device : -1, 0};
+        req.nspilled = (int)r->n_spilled;
+        req.spilled = spilled;
         e = c->coord->heartbeat(c->user, &req, &known, err, sizeof err);
     }
+    free(spilled);
     Shmap__V1__HeartbeatReply rep;
     shmap__v1__heartbeat_reply__init(&rep);
     rep.known = known != 0;

@@ -83,6 +83,7 @@ typedef struct {
     sm_index index;
     int replica_id;
     int present;
+    int spilled; /* present, on its worker's disk only (read back on use) */
 } sm_shard_info;
 
 typedef struct {

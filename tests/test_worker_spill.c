@@ -1,0 +1,202 @@
+/* Check suite for spilling (worker/store + worker/disk): under the memory
+ * limit, the least recently used shards whose disk copy is complete give
+ * their memory back and are read back, checksum verified, on use; a shard
+ * someone reads is never spilled; a damaged copy is DATA_LOSS; without a
+ * state dir the limit refuses as before. Real files in a temporary dir. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "disk.h"
+#include "sm_array.h"
+#include "store.h"
+
+#define MIB (1 << 20)
+
+static const int32_t devs[2] = {0, 1};
+
+typedef struct {
+    char dir[64];
+    sm_store *st;
+    sm_disk *disk;
+} spill_env;
+
+static void env_open(spill_env *e, int with_disk)
+{
+    char err[256];
+    memset(e, 0, sizeof *e);
+    snprintf(e->dir, sizeof e->dir, "/tmp/shmap-spill-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(e->dir));
+    ck_assert_int_eq(sm_store_create(&e->st, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_store_set_identity(e->st, 1, 2, devs, err, sizeof err), SM_OK);
+    if (with_disk) {
+        ck_assert_int_eq(sm_disk_open(e->dir, &e->disk, err, sizeof err), SM_OK);
+        sm_store_observe(e->st, sm_disk_observer(), e->disk);
+        sm_store_spill_to(e->st, sm_disk_spiller(), e->disk);
+    }
+}
+
+static void env_close(spill_env *e)
+{
+    char cmd[128];
+    sm_store_spill_to(e->st, NULL, NULL);
+    sm_store_observe(e->st, NULL, NULL);
+    sm_disk_free(e->disk);
+    sm_store_free(e->st);
+    sm_array_mem_limit_set(0);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", e->dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* A 1 MiB f32 shard whose floats are seed + i, allocated through the
+ * store (so it may spill others); SM_OK or the allocation's error. */
+static sm_err shard_mib(sm_store *st, float seed, sm_store_shard **out)
+{
+    char err[256];
+    sm_shape s = {.rank = 1, .dims = {MIB / 4}};
+    sm_err e = sm_store_shard_alloc(st, SM_F32, &s, out, err, sizeof err);
+    for (int64_t i = 0; !e && i < MIB / 4; i++)
+        ((float *)(*out)->data)[i] = seed + (float)i;
+    return e;
+}
+
+static void put(sm_store *st, uint64_t array, float seed)
+{
+    char err[256];
+    sm_store_shard *sh = NULL;
+    int32_t dev = 0;
+    ck_assert_int_eq(shard_mib(st, seed, &sh), SM_OK);
+    ck_assert_int_eq(
+        sm_store_put(st, sm_store_epoch(st), (sm_array_id){array}, 1, &dev, &sh, err, sizeof err),
+        SM_OK);
+}
+
+static void check(sm_store *st, uint64_t array, float seed)
+{
+    char err[256];
+    sm_store_shard *sh = NULL;
+    ck_assert_msg(sm_store_get(st, (sm_array_id){array}, 0, &sh, err, sizeof err) == SM_OK, "%s",
+                  err);
+    ck_assert_int_eq(sh->nbytes, MIB);
+    for (int64_t i = 0; i < MIB / 4; i += 4097)
+        ck_assert_float_eq(((float *)sh->data)[i], seed + (float)i);
+    sm_store_shard_release(sh);
+}
+
+/* The arrays whose shards are spilled now, as a bit set over ids 1..31. */
+static unsigned spilled_set(sm_store *st)
+{
+    sm_svc_held_shard *sp = NULL;
+    unsigned set = 0;
+    int n = sm_store_spilled(st, &sp, 64);
+    for (int k = 0; k < n; k++)
+        set |= 1u << sp[k].array;
+    free(sp);
+    return set;
+}
+
+START_TEST(test_spill_lru_and_read_back)
+{
+    spill_env e;
+    env_open(&e, 1);
+    sm_array_mem_limit_set((size_t)3 * MIB + MIB / 2);
+    put(e.st, 1, 100);
+    put(e.st, 2, 200);
+    put(e.st, 3, 300);
+    check(e.st, 1, 100); /* 1 is used again: 2 is now the least recently used */
+    ck_assert_uint_eq(spilled_set(e.st), 0);
+    put(e.st, 4, 400); /* over the limit: 2 goes to disk */
+    ck_assert_uint_eq(spilled_set(e.st), 1u << 2);
+    int64_t bytes[2];
+    sm_store_stats(e.st, NULL, bytes, NULL);
+    ck_assert_int_eq(bytes[0], 4 * MIB); /* held, in memory or not */
+    /* read back (3 goes out to make room), bit-exact */
+    check(e.st, 2, 200);
+    ck_assert_uint_eq(spilled_set(e.st), 1u << 3);
+    check(e.st, 3, 300);
+    check(e.st, 4, 400);
+    check(e.st, 1, 100);
+    /* a shard held by a reader is not spilled; with nothing to spill the
+     * limit refuses as before */
+    sm_store_shard *held[4], *extra = NULL;
+    char err[256];
+    for (int k = 0; k < 4; k++)
+        if (sm_store_get(e.st, (sm_array_id){(uint64_t)k + 1}, 0, &held[k], err, sizeof err)) {
+            /* spilled: reading it back needs room another reader holds */
+            held[k] = NULL;
+        }
+    ck_assert_int_eq(shard_mib(e.st, 0, &extra), SM_ERESOURCE);
+    for (int k = 0; k < 4; k++)
+        sm_store_shard_release(held[k]);
+    /* dropped shards take their files with them */
+    int freed = 0;
+    ck_assert_int_eq(sm_store_free_array(e.st, (sm_array_id){2}, 0, NULL, &freed, err, sizeof err),
+                     SM_OK);
+    ck_assert_int_eq(freed, 1);
+    sm_disk_flush(e.disk);
+    char path[128];
+    snprintf(path, sizeof path, "%s/shards/2-0.npy", e.dir);
+    ck_assert_int_ne(access(path, F_OK), 0);
+    env_close(&e);
+}
+END_TEST
+
+START_TEST(test_damaged_copy_is_data_loss)
+{
+    spill_env e;
+    env_open(&e, 1);
+    sm_array_mem_limit_set((size_t)2 * MIB + MIB / 2);
+    put(e.st, 1, 1);
+    put(e.st, 2, 2);
+    put(e.st, 3, 3); /* 1 spilled */
+    ck_assert_uint_eq(spilled_set(e.st), 1u << 1);
+    char path[128];
+    snprintf(path, sizeof path, "%s/shards/1-0.npy", e.dir);
+    FILE *f = fopen(path, "r+b");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fseek(f, 4096, SEEK_SET), 0);
+    ck_assert_int_eq(fputc(0x7f, f), 0x7f);
+    fclose(f);
+    sm_store_shard *sh = NULL;
+    char err[512];
+    ck_assert_int_eq(sm_store_get(e.st, (sm_array_id){1}, 0, &sh, err, sizeof err), SM_EDATALOSS);
+    ck_assert_msg(strstr(err, "1-0.npy is damaged"), "%s", err);
+    check(e.st, 3, 3);
+    env_close(&e);
+}
+END_TEST
+
+START_TEST(test_no_state_dir_refuses)
+{
+    spill_env e;
+    env_open(&e, 0);
+    sm_array_mem_limit_set((size_t)2 * MIB + MIB / 2);
+    put(e.st, 1, 1);
+    put(e.st, 2, 2);
+    sm_store_shard *sh = NULL;
+    ck_assert_int_eq(shard_mib(e.st, 3, &sh), SM_ERESOURCE);
+    ck_assert_uint_eq(spilled_set(e.st), 0);
+    check(e.st, 1, 1);
+    env_close(&e);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("worker_spill");
+    TCase *tc = tcase_create("spill");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_spill_lru_and_read_back);
+    tcase_add_test(tc, test_damaged_copy_is_data_loss);
+    tcase_add_test(tc, test_no_state_dir_refuses);
+    suite_add_tcase(s, tc);
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
