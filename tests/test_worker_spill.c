@@ -14,6 +14,7 @@
 #include "disk.h"
 #include "sm_array.h"
 #include "store.h"
+#include "suite_main.h"
 
 #define MIB (1 << 20)
 
@@ -194,9 +195,5 @@ int main(void)
     tcase_add_test(tc, test_damaged_copy_is_data_loss);
     tcase_add_test(tc, test_no_state_dir_refuses);
     suite_add_tcase(s, tc);
-    SRunner *r = srunner_create(s);
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return suite_main(s);
 }

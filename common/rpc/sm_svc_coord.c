@@ -274,6 +274,32 @@ sm_err sm_svc_coord_reshard(sm_rpc_channel *ch, int deadline_ms, const sm_svc_re
     return e;
 }
 
+/* The wire form of n held shards: *msgs and the pointer array *ptrs
+ * (both malloc'd, NULL when n is 0); -1 when out of memory. */
+static int held_enc(const sm_svc_held_shard *in, int n, Shmap__V1__HeldShard **msgs,
+                    Shmap__V1__HeldShard ***ptrs)
+{
+    *msgs = NULL;
+    *ptrs = NULL;
+    if (n <= 0)
+        return 0;
+    *msgs = calloc((size_t)n, sizeof **msgs);
+    *ptrs = calloc((size_t)n, sizeof **ptrs);
+    if (!*msgs || !*ptrs) {
+        free(*msgs);
+        free(*ptrs);
+        return -1;
+    }
+    for (int k = 0; k < n; k++) {
+        shmap__v1__held_shard__init(&(*msgs)[k]);
+        (*msgs)[k].array_id = in[k].array;
+        (*msgs)[k].device = in[k].device;
+        (*msgs)[k].checksum = in[k].checksum;
+        (*ptrs)[k] = &(*msgs)[k];
+    }
+    return 0;
+}
+
 static sm_err register_dec(const ProtobufCMessage *m, void *o, char *err, size_t errlen)
 {
     const Shmap__V1__RegisterWorkerReply *r = (const Shmap__V1__RegisterWorkerReply *)m;
@@ -308,24 +334,10 @@ sm_err sm_svc_coord_register(sm_rpc_channel *ch, int deadline_ms, const sm_svc_r
         p.devices = (int32_t *)req->devices;
     }
     Shmap__V1__HeldShard *held = NULL, **heldp = NULL;
-    if (req->nheld > 0) {
-        held = calloc((size_t)req->nheld, sizeof *held);
-        heldp = calloc((size_t)req->nheld, sizeof *heldp);
-        if (!held || !heldp) {
-            free(held);
-            free(heldp);
-            return oom(err, errlen);
-        }
-        for (int k = 0; k < req->nheld; k++) {
-            shmap__v1__held_shard__init(&held[k]);
-            held[k].array_id = req->held[k].array;
-            held[k].device = req->held[k].device;
-            held[k].checksum = req->held[k].checksum;
-            heldp[k] = &held[k];
-        }
-        p.n_held = (size_t)req->nheld;
-        p.held = heldp;
-    }
+    if (held_enc(req->held, req->nheld, &held, &heldp))
+        return oom(err, errlen);
+    p.n_held = req->nheld > 0 ? (size_t)req->nheld : 0;
+    p.held = heldp;
     sm_err e =
         sm_svc_unary(ch, SM_SVC_COORD_PATH("RegisterWorker"), deadline_ms, &p.base,
                      &shmap__v1__register_worker_reply__descriptor, register_dec, out, err, errlen);
@@ -357,19 +369,9 @@ sm_err sm_svc_coord_heartbeat(sm_rpc_channel *ch, int deadline_ms, const sm_svc_
     int ns = req->nspilled > 0 ? req->nspilled : 0;
     if (ns > SM_SVC_SPILLED_MAX)
         ns = SM_SVC_SPILLED_MAX;
-    Shmap__V1__HeldShard *sp = ns ? calloc((size_t)ns, sizeof *sp) : NULL;
-    Shmap__V1__HeldShard **spp = ns ? calloc((size_t)ns, sizeof *spp) : NULL;
-    if (ns && (!sp || !spp)) {
-        free(sp);
-        free(spp);
+    Shmap__V1__HeldShard *sp = NULL, **spp = NULL;
+    if (held_enc(req->spilled, ns, &sp, &spp))
         return oom(err, errlen);
-    }
-    for (int k = 0; k < ns; k++) {
-        shmap__v1__held_shard__init(&sp[k]);
-        sp[k].array_id = req->spilled[k].array;
-        sp[k].device = req->spilled[k].device;
-        spp[k] = &sp[k];
-    }
     p.n_spilled = (size_t)ns;
     p.spilled = spp;
     sm_err e =
