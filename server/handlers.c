@@ -172,6 +172,48 @@ fail:
     return e;
 }
 
+static sm_err h_replicate(void *user, const sm_svc_replicate_req *req, sm_array_info *out,
+                          char *err, size_t errlen)
+{
+    sm_coord *c = user;
+    sm_reg_repair *reps = NULL;
+    sm_reg_free *frees = NULL;
+    int n = 0, nf = 0;
+    sm_err e = sm_registry_replicate_begin(c->reg, req, &reps, &n, &frees, &nf, err, errlen);
+    if (!e && nf)
+        sm_relay_free(frees, nf, c->call_deadline_ms);
+    free(frees);
+    if (e)
+        return e;
+    h_assemble_job *jobs = calloc((size_t)n + 1, sizeof *jobs);
+    for (int k = 0; jobs && k < n; k++) {
+        jobs[k].part = &reps[k].part;
+        jobs[k].deadline_ms = req->deadline_ms ? (int)req->deadline_ms : c->call_deadline_ms;
+        jobs[k].started = pthread_create(&jobs[k].th, NULL, h_assemble_run, &jobs[k]) == 0;
+        if (!jobs[k].started)
+            h_assemble_run(&jobs[k]);
+    }
+    for (int k = 0; k < n; k++) {
+        if (jobs && jobs[k].started)
+            pthread_join(jobs[k].th, NULL);
+        sm_err ek = jobs ? jobs[k].e : SM_ENOMEM;
+        const char *why = jobs ? jobs[k].err : "out of memory";
+        if (!sm_registry_repair_end(c->reg, &reps[k], sm_registry_now_ms(), ek == SM_OK, why) &&
+            !ek) {
+            sm_reg_free f = {reps[k].part.req.array_id, reps[k].part.t};
+            sm_relay_free(&f, 1, c->call_deadline_ms);
+        }
+        if (ek && !e) /* the copy stays placed: heartbeats try it again */
+            e = sm_fail(err, errlen, ek, "copying blocks to worker %u at %s failed: %s",
+                        reps[k].part.t.worker_id, reps[k].part.t.address, why);
+    }
+    free(jobs);
+    sm_registry_repairs_free(reps, n);
+    if (!e)
+        e = sm_registry_array_describe(c->reg, req->array, out, err, errlen);
+    return e;
+}
+
 static sm_err h_register(void *user, const sm_svc_register_req *req, sm_svc_register_reply *out,
                          char *err, size_t errlen)
 {
@@ -209,7 +251,12 @@ static void *h_repair_run(void *arg)
                                           &j->reps[k].part.req, &bytes, msg, sizeof msg);
         if (e)
             sm_relay_strip_status(msg);
-        sm_registry_repair_end(j->c->reg, &j->reps[k], sm_registry_now_ms(), e == SM_OK, msg);
+        if (!sm_registry_repair_end(j->c->reg, &j->reps[k], sm_registry_now_ms(), e == SM_OK,
+                                    msg) &&
+            !e) {
+            sm_reg_free f = {j->reps[k].part.req.array_id, j->reps[k].part.t};
+            sm_relay_free(&f, 1, j->c->call_deadline_ms); /* the array went meanwhile */
+        }
     }
     sm_registry_repairs_free(j->reps, j->n);
     pthread_mutex_lock(&j->c->bg_mu);
@@ -278,6 +325,7 @@ static const sm_svc_coord_ops h_ops = {
     .list_arrays = h_list_arrays,
     .delete_array = h_delete,
     .reshard = h_reshard,
+    .replicate = h_replicate,
     .register_worker = h_register,
     .heartbeat = h_heartbeat,
     .commit_shards = h_commit_shards,

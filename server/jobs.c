@@ -226,6 +226,8 @@ static sm_err info_copy(const sm_array_info *in, sm_array_info *out)
 {
     *out = *in;
     out->shards = NULL;
+    out->copies = NULL;
+    out->ncopies = 0; /* a job's outputs have no copies */
     if (in->nshards > 0) {
         out->shards = malloc((size_t)in->nshards * sizeof *out->shards);
         if (!out->shards) {

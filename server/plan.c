@@ -191,6 +191,7 @@ sm_err sm_plan_reshard_create(const sm_device_slice *src, const sm_plan_owner *s
                 goto fail;
             }
             sm_plan_piece *p = &s->pieces[s->npieces++];
+            p->src_pos = from;
             p->src_device = src[from].device;
             p->src_worker = src_own[from].worker;
             p->src_box.rank = inter.rank;

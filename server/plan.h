@@ -42,6 +42,7 @@ typedef struct {
 /* One piece of a new shard: src_box (in the source shard's coordinates) of
  * the source shard on src_device, copied to dst_offset of the new shard. */
 typedef struct {
+    int src_pos; /* its source's position in src[] */
     int32_t src_device;
     uint32_t src_worker;
     sm_index src_box;

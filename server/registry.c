@@ -252,18 +252,26 @@ static void sm_reg_worker_adopt(sm_registry *r, sm_reg_worker *w, const sm_svc_r
 {
     char label[SM_NAME_MAX + 16];
     int adopted = 0, ready = 0;
-    for (sm_reg_array *a = r->arrays; a; a = a->next)
+    for (sm_reg_array *a = r->arrays; a; a = a->next) {
         for (int p = 0; p < a->n; p++)
             if (a->worker[p] == w->id && a->state != SM_ARRAY_PENDING)
                 a->filled[p] = 0;
+        for (int k = 0; k < a->ncopies; k++)
+            if (a->copies[k].worker == w->id)
+                a->copies[k].filled = 0;
+    }
     for (int k = 0; k < req->nheld; k++) {
         const sm_svc_held_shard *h = &req->held[k];
-        sm_reg_array *a = sm_reg_array_find(r, (sm_array_ref){{h->array}, NULL}, NULL, 0);
-        int p = a ? sm_mesh_find_device(&a->sharding.mesh, h->device) : -1;
-        int ok = a && p >= 0 && a->worker[p] == w->id &&
+        sm_reg_array *a =
+            sm_reg_array_find(r, (sm_array_ref){{SM_REG_COPY_OWNER(h->array)}, NULL}, NULL, 0);
+        int p = a ? sm_reg_slot_find(a, h->array, h->device) : -1;
+        int ok = a && p >= 0 && sm_reg_slot_worker(a, p) == w->id &&
                  (a->state == SM_ARRAY_LOST || a->state == SM_ARRAY_READY ||
                   a->state == SM_ARRAY_DEGRADED);
-        if (ok && a->sums[p] && h->checksum && a->sums[p] != h->checksum) {
+        if (ok && p >= a->n) { /* a copy: no checksum recorded, taken on the worker's word */
+            a->copies[p - a->n].filled = 1;
+            adopted++;
+        } else if (ok && a->sums[p] && h->checksum && a->sums[p] != h->checksum) {
             SM_WARN("worker %u offers the shard of %s on device %d with checksum %016llx, not "
                     "the %016llx it was uploaded with; not taken back",
                     w->id, sm_reg_array_label(a, label, sizeof label), (int)h->device,

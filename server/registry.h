@@ -215,7 +215,9 @@ sm_err sm_registry_reshard_end(sm_registry *r, sm_array_id id, int ok, sm_array_
  * A DEGRADED array (some devices gone, every block still held by a live
  * worker) is repaired when a position's worker is alive again without its
  * shard: the shard is copied back from a live copy by an Assemble of the
- * same array on that worker. */
+ * same array on that worker. The copies Replicate places on other workers
+ * (registry_replicate.c) are made, and made again after a loss, the same
+ * way, under the array's copy id. */
 
 /* One repair: an Assemble of array's missing devices on one worker. */
 typedef struct {
@@ -230,10 +232,23 @@ typedef struct {
 sm_err sm_registry_repairs_begin(sm_registry *r, uint32_t worker_id, int64_t now_ms,
                                  sm_reg_repair **out, int *nout, char *err, size_t errlen);
 /* Ends one repair: ok marks its devices present (READY when every shard is
- * back); a failure is logged with why and tried again a second later. */
-void sm_registry_repair_end(sm_registry *r, const sm_reg_repair *rep, int64_t now_ms, int ok,
-                            const char *why);
+ * back); a failure is logged with why and tried again a second later.
+ * Returns 0 when the array was deleted or failed meanwhile: the caller frees
+ * what the repair stored (part.req.array_id on the part's devices). */
+int sm_registry_repair_end(sm_registry *r, const sm_reg_repair *rep, int64_t now_ms, int ok,
+                           const char *why);
 void sm_registry_repairs_free(sm_reg_repair *reps, int n);
+
+/* Replicate (registry_replicate.c): with req->replicas 2, places a copy of
+ * every block of a READY array that one worker alone holds on another
+ * alive worker (once; kept across restarts) and returns the repairs that
+ * make the copies still missing (marked in flight; end each with
+ * sm_registry_repair_end). With 1, drops the copies: their frees are
+ * appended to *frees. SM_EUNAVAILABLE when no other worker can take a
+ * block. */
+sm_err sm_registry_replicate_begin(sm_registry *r, const sm_svc_replicate_req *req,
+                                   sm_reg_repair **reps, int *nreps, sm_reg_free **frees,
+                                   int *nfrees, char *err, size_t errlen);
 
 /* Periodic work: pending arrays past their deadline turn FAILED with a
  * sentence naming the missing processes or devices; alive workers silent

@@ -43,6 +43,7 @@ void sm_reg_array_destroy(sm_reg_array *a)
     free(a->busy);
     free(a->sums);
     free(a->spilled);
+    free(a->copies);
     free(a->proc_index);
     free(a->proc_started);
     free(a);
@@ -131,15 +132,21 @@ sm_reg_array *sm_reg_array_find(sm_registry *r, sm_array_ref ref, char *err, siz
 void sm_reg_array_frees(sm_registry *r, const sm_reg_array *a, int filled_only, sm_reg_free **frees,
                         int *nfrees)
 {
-    for (int i = 0; i < r->nworkers; i++) {
-        sm_reg_worker *w = r->workers[i];
-        sm_reg_free f = {.array = {a->id}};
-        if (!w->alive)
+    /* the mesh's shards, one free per worker, then each copy under its own
+     * id (even unfilled: one may be arriving) */
+    for (int i = 0; i < r->nworkers + a->ncopies; i++) {
+        int copy = i - r->nworkers;
+        sm_reg_worker *w =
+            copy < 0 ? r->workers[i] : sm_reg_worker_by_id(r, a->copies[copy].worker);
+        sm_reg_free f = {.array = {copy < 0 ? a->id : sm_reg_slot_store_id(a, a->n + copy)}};
+        if (!w || !w->alive)
             continue;
-        for (int p = 0; p < a->n; p++)
+        for (int p = 0; copy < 0 && p < a->n; p++)
             if (a->worker[p] == w->id && (!filled_only || a->filled[p] || a->busy[p]) &&
                 f.t.ndevices < SM_MAX_WORKER_DEVICES)
                 f.t.devices[f.t.ndevices++] = a->slices[p].device;
+        if (copy >= 0)
+            f.t.devices[f.t.ndevices++] = a->copies[copy].device;
         if (!f.t.ndevices)
             continue;
         f.t.worker_id = w->id;
@@ -211,6 +218,25 @@ sm_err sm_reg_array_info(sm_registry *r, const sm_reg_array *a, sm_array_info *i
         s->replica_id = a->slices[p].replica_id;
         s->present = a->filled[p] && w && w->alive;
         s->spilled = s->present && a->spilled[p];
+    }
+    if (a->ncopies && !(info->copies = calloc((size_t)a->ncopies, sizeof *info->copies))) {
+        sm_array_info_free(info);
+        return sm_reg_oom(err, errlen);
+    }
+    info->ncopies = a->ncopies;
+    for (int k = 0; k < a->ncopies; k++) {
+        const sm_reg_copy *cp = &a->copies[k];
+        sm_shard_info *s = &info->copies[k];
+        sm_reg_worker *w = sm_reg_worker_by_id(r, cp->worker);
+        s->device = cp->device;
+        s->worker_id = cp->worker;
+        if (w)
+            snprintf(s->worker_address, sizeof s->worker_address, "%s", w->address);
+        memcpy(s->coords, a->slices[cp->of].coords, sizeof s->coords);
+        s->index = a->slices[cp->of].index;
+        s->replica_id = -1;
+        s->present = cp->filled && w && w->alive;
+        s->stored_as = SM_REG_COPY_ID(a->id, cp->of);
     }
     return SM_OK;
 }

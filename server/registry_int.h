@@ -31,6 +31,24 @@ typedef struct {
     sm_mesh mesh;
 } sm_reg_mesh;
 
+/* A copy of one block kept on another worker than the mesh's devices
+ * holding it (Replicate): stored there under its own id (SM_REG_COPY_ID)
+ * and one of that worker's devices. */
+typedef struct {
+    int of;          /* the mesh position whose block it holds */
+    uint32_t worker; /* the worker holding it */
+    int32_t device;  /* a device of that worker */
+    unsigned char filled;
+} sm_reg_copy;
+
+/* The id the copy of array id's block `of` is stored under on its worker:
+ * never an array's own id (those count up from 1, below 2^40). */
+#define SM_REG_COPY_BIT        (UINT64_C(1) << 62)
+#define SM_REG_COPY_ID(id, of) (SM_REG_COPY_BIT | ((uint64_t)(of) + 1) << 40 | (id))
+#define SM_REG_IS_COPY_ID(id)  (((id)&SM_REG_COPY_BIT) != 0)
+#define SM_REG_COPY_OWNER(id)  ((id) & ((UINT64_C(1) << 40) - 1))
+#define SM_REG_COPY_OF(id)     ((int)(((id) >> 40) & 0x3fffff) - 1)
+
 typedef struct sm_reg_array {
     struct sm_reg_array *prev, *next; /* the listed arrays, in creation order */
     uint64_t id;
@@ -62,7 +80,41 @@ typedef struct sm_reg_array {
      * tried again from repair_after (now_ms-based) */
     int repairing;
     int64_t repair_after;
+    int ncopies;
+    sm_reg_copy *copies; /* [ncopies] */
 } sm_reg_array;
+
+/* Slots: an array's places holding a block, its mesh positions 0..n-1 then
+ * its copies n..n+ncopies-1 (registry_repair.c). */
+static inline int sm_reg_nslots(const sm_reg_array *a)
+{
+    return a->n + a->ncopies;
+}
+static inline uint32_t sm_reg_slot_worker(const sm_reg_array *a, int s)
+{
+    return s < a->n ? a->worker[s] : a->copies[s - a->n].worker;
+}
+static inline int32_t sm_reg_slot_device(const sm_reg_array *a, int s)
+{
+    return s < a->n ? a->slices[s].device : a->copies[s - a->n].device;
+}
+static inline int sm_reg_slot_filled(const sm_reg_array *a, int s)
+{
+    return s < a->n ? a->filled[s] : a->copies[s - a->n].filled;
+}
+static inline int sm_reg_slot_block(const sm_reg_array *a, int s)
+{
+    return s < a->n ? s : a->copies[s - a->n].of;
+}
+/* The id the slot's shard is stored under on its worker. */
+static inline uint64_t sm_reg_slot_store_id(const sm_reg_array *a, int s)
+{
+    return s < a->n ? a->id : SM_REG_COPY_ID(a->id, a->copies[s - a->n].of);
+}
+/* The slot of a's shard stored as (store id, device), -1 if none. */
+int sm_reg_slot_find(const sm_reg_array *a, uint64_t store_id, int32_t device);
+/* Whether slot s's shard is present on an alive worker. */
+int sm_reg_slot_present(sm_registry *r, const sm_reg_array *a, int s);
 
 struct sm_registry {
     pthread_mutex_t mu;
@@ -122,6 +174,15 @@ sm_array_state sm_reg_array_health(sm_registry *r, const sm_reg_array *a);
  * loss or return), saved; logs the change. */
 void sm_reg_array_update_health(sm_registry *r, sm_reg_array *a, const char *why);
 
+/* The repair of a's missing shards on w that have a live copy, among
+ * slots from..to-1 (all of one store id: the mesh's positions, or one
+ * copy): one Assemble of them, each from a live copy. 0: nothing to copy;
+ * 1: *rep filled (release it with sm_reg_repair_release); -1: out of
+ * memory. */
+int sm_reg_repair_build(sm_registry *r, const sm_reg_array *a, const sm_reg_worker *w, int from,
+                        int to, sm_reg_repair *rep);
+void sm_reg_repair_release(sm_reg_repair *rep);
+
 /* Resolves a sharding reference into a mesh and spec (inline meshes are
  * registered, or matched to an identical registered one). */
 sm_err sm_reg_sharding_resolve(sm_registry *r, const sm_sharding_ref *ref, sm_sharding *out,
@@ -175,6 +236,8 @@ void sm_reg_tx_begin(sm_registry *r);
 void sm_reg_tx_end(sm_registry *r);
 void sm_reg_save_array(sm_registry *r, const sm_reg_array *a);
 void sm_reg_save_array_gone(sm_registry *r, uint64_t id);
+/* Rewrites the rows of a's copies (Replicate). */
+void sm_reg_save_copies(sm_registry *r, const sm_reg_array *a);
 void sm_reg_save_worker(sm_registry *r, const sm_reg_worker *w);
 void sm_reg_save_mesh(sm_registry *r, const sm_reg_mesh *m);
 

@@ -13,26 +13,41 @@
 /* A failed repair is tried again after this long. */
 #define SM_REG_REPAIR_RETRY_MS 1000
 
-/* Whether position p's shard is present on an alive worker. */
-static int sm_reg_present(sm_registry *r, const sm_reg_array *a, int p)
+int sm_reg_slot_present(sm_registry *r, const sm_reg_array *a, int s)
 {
-    sm_reg_worker *w = sm_reg_worker_by_id(r, a->worker[p]);
-    return a->filled[p] && w && w->alive;
+    sm_reg_worker *w = sm_reg_worker_by_id(r, sm_reg_slot_worker(a, s));
+    return sm_reg_slot_filled(a, s) && w && w->alive;
 }
 
-/* A position holding a present copy of position p's block (p itself when
- * present), preferring one on worker prefer; -1 if none. */
+int sm_reg_slot_find(const sm_reg_array *a, uint64_t store_id, int32_t device)
+{
+    if (store_id == a->id)
+        return sm_mesh_find_device(&a->sharding.mesh, device);
+    if (!SM_REG_IS_COPY_ID(store_id) || SM_REG_COPY_OWNER(store_id) != a->id)
+        return -1;
+    for (int k = 0; k < a->ncopies; k++)
+        if (a->copies[k].of == SM_REG_COPY_OF(store_id) && a->copies[k].device == device)
+            return a->n + k;
+    return -1;
+}
+
+/* A slot holding a present copy of slot p's block (p itself when present),
+ * preferring one on worker prefer, then a mesh position; -1 if none. */
 static int sm_reg_copy_of(sm_registry *r, const sm_reg_array *a, int p, uint32_t prefer)
 {
     int best = -1;
-    if (sm_reg_present(r, a, p))
+    if (sm_reg_slot_present(r, a, p))
         return p;
-    if (a->sharding.spec.nunreduced) /* equal indices hold different partial sums */
-        return -1;
-    for (int q = 0; q < a->n; q++)
-        if (q != p && sm_reg_present(r, a, q) &&
-            sm_index_equal(&a->slices[q].index, &a->slices[p].index) &&
-            (best < 0 || (a->worker[q] == prefer && a->worker[best] != prefer)))
+    int block = sm_reg_slot_block(a, p);
+    const sm_index *want = &a->slices[block].index;
+    for (int q = 0; q < sm_reg_nslots(a); q++)
+        if (q != p && sm_reg_slot_present(r, a, q) &&
+            sm_index_equal(&a->slices[sm_reg_slot_block(a, q)].index, want) &&
+            /* equal indices of an unreduced array hold different partial
+             * sums: only the copies of the same device's block are copies */
+            (!a->sharding.spec.nunreduced || sm_reg_slot_block(a, q) == block) &&
+            (best < 0 ||
+             (sm_reg_slot_worker(a, q) == prefer && sm_reg_slot_worker(a, best) != prefer)))
             best = q;
     return best;
 }
@@ -41,7 +56,7 @@ sm_array_state sm_reg_array_health(sm_registry *r, const sm_reg_array *a)
 {
     int all = 1;
     for (int p = 0; p < a->n; p++) {
-        if (sm_reg_present(r, a, p))
+        if (sm_reg_slot_present(r, a, p))
             continue;
         all = 0;
         if (sm_reg_copy_of(r, a, p, 0) < 0)
@@ -57,7 +72,7 @@ void sm_reg_array_update_health(sm_registry *r, sm_reg_array *a, const char *why
     sm_array_state was = a->state, now = sm_reg_array_health(r, a);
     sm_reg_array_label(a, label, sizeof label);
     for (int p = 0; p < a->n; p++)
-        missing[p] = !sm_reg_present(r, a, p);
+        missing[p] = !sm_reg_slot_present(r, a, p);
     int n = sm_reg_device_list(a, missing, devs, sizeof devs);
     const char *s = n > 1 ? "s" : "", *are = n > 1 ? "are" : "is";
     switch (now) {
@@ -86,7 +101,7 @@ void sm_reg_array_update_health(sm_registry *r, sm_reg_array *a, const char *why
     sm_reg_save_array(r, a);
 }
 
-static void sm_reg_repair_release(sm_reg_repair *rep)
+void sm_reg_repair_release(sm_reg_repair *rep)
 {
     if (rep->part.req.nshards)
         free(rep->part.req.shards[0].pieces); /* one block for all shards */
@@ -101,15 +116,17 @@ void sm_registry_repairs_free(sm_reg_repair *reps, int n)
     free(reps);
 }
 
-/* The repair of a's positions on w whose shards are missing and have a
- * live copy: one Assemble of those devices, each from one copy. 0 when
- * there is nothing to copy, 1 when *rep was filled, -1 out of memory. */
-static int sm_reg_repair_build(sm_registry *r, const sm_reg_array *a, const sm_reg_worker *w,
-                               sm_reg_repair *rep)
+/* The repair of a's slots on w whose shards are missing and have a live
+ * copy, among its mesh positions (copies 0) or its copies (copies 1): one
+ * Assemble of those devices under their store id, each from one live copy.
+ * 0 when there is nothing to copy, 1 when *rep was filled, -1 out of
+ * memory. */
+int sm_reg_repair_build(sm_registry *r, const sm_reg_array *a, const sm_reg_worker *w, int from,
+                        int to, sm_reg_repair *rep)
 {
     int todo[SM_MAX_WORKER_DEVICES], src[SM_MAX_WORKER_DEVICES], n = 0;
-    for (int p = 0; p < a->n && n < SM_MAX_WORKER_DEVICES; p++) {
-        if (a->worker[p] != w->id || a->filled[p])
+    for (int p = from; p < to && n < SM_MAX_WORKER_DEVICES; p++) {
+        if (sm_reg_slot_worker(a, p) != w->id || sm_reg_slot_filled(a, p))
             continue;
         int q = sm_reg_copy_of(r, a, p, w->id);
         if (q >= 0) {
@@ -125,7 +142,7 @@ static int sm_reg_repair_build(sm_registry *r, const sm_reg_array *a, const sm_r
     pa->t.worker_id = w->id;
     pa->t.ch = w->ch;
     snprintf(pa->t.address, sizeof pa->t.address, "%s", w->address);
-    pa->req.array_id.v = a->id;
+    pa->req.array_id.v = sm_reg_slot_store_id(a, todo[0]);
     pa->req.dtype = a->dtype;
     pa->req.shards = calloc((size_t)n, sizeof *pa->req.shards);
     pa->addrs = calloc((size_t)n, sizeof *pa->addrs);
@@ -137,19 +154,18 @@ static int sm_reg_repair_build(sm_registry *r, const sm_reg_array *a, const sm_r
         return -1;
     }
     for (int k = 0; k < n; k++) {
-        const sm_device_slice *dst = &a->slices[todo[k]], *from = &a->slices[src[k]];
         sm_svc_assemble_shard *sh = &pa->req.shards[pa->req.nshards++];
-        pa->t.devices[pa->t.ndevices++] = dst->device;
-        sh->device = dst->device;
+        uint32_t holder = sm_reg_slot_worker(a, src[k]);
+        pa->t.devices[pa->t.ndevices++] = sm_reg_slot_device(a, todo[k]);
+        sh->device = sm_reg_slot_device(a, todo[k]);
         sh->shape = a->shard_shape;
         sh->pieces = &pieces[k];
         sh->npieces = 1;
-        if (a->worker[src[k]] != w->id)
-            snprintf(pa->addrs[k], SM_ADDR_MAX, "%s",
-                     sm_reg_worker_by_id(r, a->worker[src[k]])->address);
+        if (holder != w->id)
+            snprintf(pa->addrs[k], SM_ADDR_MAX, "%s", sm_reg_worker_by_id(r, holder)->address);
         pieces[k].src_address = pa->addrs[k];
-        pieces[k].src_array.v = a->id;
-        pieces[k].src_device = from->device;
+        pieces[k].src_array.v = sm_reg_slot_store_id(a, src[k]);
+        pieces[k].src_device = sm_reg_slot_device(a, src[k]);
         pieces[k].src_box.rank = a->shard_shape.rank;
         for (int d = 0; d < a->shard_shape.rank; d++)
             pieces[k].src_box.r[d].stop = a->shard_shape.dims[d];
@@ -165,59 +181,76 @@ sm_err sm_registry_repairs_begin(sm_registry *r, uint32_t worker_id, int64_t now
     *nout = 0;
     pthread_mutex_lock(&r->mu);
     sm_reg_worker *w = sm_reg_worker_by_id(r, worker_id);
-    for (sm_reg_array *a = r->arrays; w && w->alive && a; a = a->next) {
-        if (a->state != SM_ARRAY_DEGRADED || a->repairing || now_ms < a->repair_after)
+    for (sm_reg_array *a = r->arrays; !e && w && w->alive && a; a = a->next) {
+        if ((a->state != SM_ARRAY_DEGRADED && (a->state != SM_ARRAY_READY || !a->ncopies)) ||
+            a->repairing || now_ms < a->repair_after)
             continue;
-        sm_reg_repair rep, *grown;
-        int got = sm_reg_repair_build(r, a, w, &rep);
-        if (got == 0)
-            continue;
-        grown = got > 0 ? realloc(*out, sizeof **out * (size_t)(*nout + 1)) : NULL;
-        if (!grown) {
-            if (got > 0)
-                sm_reg_repair_release(&rep);
-            e = sm_fail(err, errlen, SM_ENOMEM, "out of memory planning repairs");
-            break;
+        /* the mesh's shards in one Assemble, then each copy (its own id) */
+        for (int k = -1; k < a->ncopies && !e; k++) {
+            sm_reg_repair rep, *grown;
+            int got = k < 0 ? sm_reg_repair_build(r, a, w, 0, a->n, &rep)
+                            : sm_reg_repair_build(r, a, w, a->n + k, a->n + k + 1, &rep);
+            if (got == 0)
+                continue;
+            grown = got > 0 ? realloc(*out, sizeof **out * (size_t)(*nout + 1)) : NULL;
+            if (!grown) {
+                if (got > 0)
+                    sm_reg_repair_release(&rep);
+                e = sm_fail(err, errlen, SM_ENOMEM, "out of memory planning repairs");
+                break;
+            }
+            *out = grown;
+            (*out)[(*nout)++] = rep;
+            a->repairing++;
         }
-        *out = grown;
-        (*out)[(*nout)++] = rep;
-        a->repairing = 1;
     }
     pthread_mutex_unlock(&r->mu);
     return e;
 }
 
-void sm_registry_repair_end(sm_registry *r, const sm_reg_repair *rep, int64_t now_ms, int ok,
-                            const char *why)
+int sm_registry_repair_end(sm_registry *r, const sm_reg_repair *rep, int64_t now_ms, int ok,
+                           const char *why)
 {
     char label[SM_NAME_MAX + 16];
+    int keep = 1;
     pthread_mutex_lock(&r->mu);
     sm_reg_array *a = sm_reg_array_find(r, (sm_array_ref){rep->array, NULL}, NULL, 0);
     sm_reg_worker *w = sm_reg_worker_by_id(r, rep->part.t.worker_id);
+    int copies = SM_REG_IS_COPY_ID(rep->part.req.array_id.v);
     if (!a) {
-        SM_INFO("array %llu was deleted while its shards were copied back",
+        SM_INFO("array %llu was deleted while its shards were copied",
                 (unsigned long long)rep->array.v);
+        keep = 0;
         goto out;
     }
-    a->repairing = 0;
+    if (a->repairing > 0)
+        a->repairing--;
     sm_reg_array_label(a, label, sizeof label);
     if (!ok) {
         a->repair_after = now_ms + SM_REG_REPAIR_RETRY_MS;
-        SM_WARN("copying the missing shards of %s back to worker %u failed (tried again in %d "
-                "ms): %s",
-                label, rep->part.t.worker_id, SM_REG_REPAIR_RETRY_MS, why);
+        SM_WARN("copying the missing %s of %s to worker %u failed (tried again in %d ms): %s",
+                copies ? "copies" : "shards", label, rep->part.t.worker_id, SM_REG_REPAIR_RETRY_MS,
+                why);
         goto out;
     }
-    if (a->state != SM_ARRAY_DEGRADED || !w || !w->alive)
+    if ((a->state != SM_ARRAY_DEGRADED && a->state != SM_ARRAY_READY) || !w || !w->alive) {
+        keep = 0;
         goto out;
+    }
     for (int k = 0; k < rep->part.t.ndevices; k++) {
-        int p = sm_mesh_find_device(&a->sharding.mesh, rep->part.t.devices[k]);
-        if (p >= 0 && a->worker[p] == w->id)
+        int p = sm_reg_slot_find(a, rep->part.req.array_id.v, rep->part.t.devices[k]);
+        if (p < 0 || sm_reg_slot_worker(a, p) != w->id)
+            continue;
+        if (p < a->n)
             a->filled[p] = 1;
+        else
+            a->copies[p - a->n].filled = 1;
     }
-    SM_INFO("%s: %d shard(s) copied back to worker %u from live copies", label,
-            rep->part.t.ndevices, w->id);
-    sm_reg_array_update_health(r, a, "the others wait for their workers to return");
+    SM_INFO("%s: %d %s copied to worker %u from live copies", label, rep->part.t.ndevices,
+            copies ? "copies" : "shard(s)", w->id);
+    if (a->state == SM_ARRAY_DEGRADED)
+        sm_reg_array_update_health(r, a, "the others wait for their workers to return");
 out:
     pthread_mutex_unlock(&r->mu);
+    return keep;
 }

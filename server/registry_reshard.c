@@ -71,7 +71,7 @@ static sm_err sm_reg_assemble_build(sm_registry *r, const sm_reg_array *src, uin
             if (pp->src_worker != ps->worker)
                 snprintf(addr, SM_ADDR_MAX, "%s", sm_reg_worker_by_id(r, pp->src_worker)->address);
             sp->src_address = addr;
-            sp->src_array.v = src->id;
+            sp->src_array.v = sm_reg_slot_store_id(src, pp->src_pos);
             sp->src_device = pp->src_device;
             sp->src_box = pp->src_box;
             memcpy(sp->dst_offset, pp->dst_offset, sizeof sp->dst_offset);
@@ -95,6 +95,7 @@ sm_err sm_registry_reshard_begin(sm_registry *r, const sm_svc_reshard_req *req, 
     sm_reg_array *a = NULL;
     uint32_t *worker = NULL;
     sm_plan_owner *src_own = NULL, *dst_own = NULL;
+    sm_device_slice *src_slices = NULL;
     sm_plan_reshard plan = {0};
     const char *name = req->name ? req->name : "";
     char label[SM_NAME_MAX + 16];
@@ -132,10 +133,12 @@ sm_err sm_registry_reshard_begin(sm_registry *r, const sm_svc_reshard_req *req, 
                      label, sm_pspec_format(&src->sharding.spec, sp, sizeof sp));
         goto out;
     }
+    int nsrc = sm_reg_nslots(src);
     worker = malloc(sizeof *worker * (size_t)s.mesh.ndevices);
-    src_own = malloc(sizeof *src_own * (size_t)src->n);
+    src_own = malloc(sizeof *src_own * (size_t)nsrc);
+    src_slices = malloc(sizeof *src_slices * (size_t)nsrc);
     dst_own = malloc(sizeof *dst_own * (size_t)s.mesh.ndevices);
-    if (!worker || !src_own || !dst_own) {
+    if (!worker || !src_own || !dst_own || !src_slices) {
         rc = sm_fail(err, errlen, SM_ENOMEM, "out of memory planning a reshard");
         goto out;
     }
@@ -146,13 +149,19 @@ sm_err sm_registry_reshard_begin(sm_registry *r, const sm_svc_reshard_req *req, 
                           req->deadline_ms, &a, err, errlen);
     if (rc)
         goto out;
-    for (int p = 0; p < src->n; p++) {
-        sm_reg_worker *w = sm_reg_worker_by_id(r, src->worker[p]);
-        src_own[p] = (sm_plan_owner){src->worker[p], w && w->alive && src->filled[p]};
+    /* every slot holding a block is a source: the mesh's shards, then the
+     * copies (last among equals: their replica ids come after the mesh's) */
+    for (int p = 0; p < nsrc; p++) {
+        src_slices[p] = src->slices[sm_reg_slot_block(src, p)];
+        if (p >= src->n) {
+            src_slices[p].device = sm_reg_slot_device(src, p);
+            src_slices[p].replica_id = SM_MAX_DEVICES + p;
+        }
+        src_own[p] = (sm_plan_owner){sm_reg_slot_worker(src, p), sm_reg_slot_present(r, src, p)};
     }
     for (int p = 0; p < a->n; p++)
         dst_own[p] = (sm_plan_owner){worker[p], 1};
-    rc = sm_plan_reshard_create(src->slices, src_own, src->n, a->slices, dst_own, a->n, &plan, err,
+    rc = sm_plan_reshard_create(src_slices, src_own, nsrc, a->slices, dst_own, a->n, &plan, err,
                                 errlen);
     if (rc)
         goto out;
@@ -177,6 +186,7 @@ out:
     free(worker);
     free(src_own);
     free(dst_own);
+    free(src_slices);
     return rc;
 }
 

@@ -30,7 +30,9 @@ static const char sm_reg_schema[] =
     "CREATE TABLE IF NOT EXISTS arrays(id INTEGER PRIMARY KEY, name TEXT, dtype INTEGER,"
     " shape BLOB, mesh_id INTEGER, mesh_name TEXT, sharding BLOB, state INTEGER, error TEXT,"
     " workers BLOB, sums BLOB);"
-    "CREATE TABLE IF NOT EXISTS jobs(id INTEGER PRIMARY KEY, state INTEGER, error TEXT);";
+    "CREATE TABLE IF NOT EXISTS jobs(id INTEGER PRIMARY KEY, state INTEGER, error TEXT);"
+    "CREATE TABLE IF NOT EXISTS copies(array_id INTEGER, k INTEGER, of INTEGER, worker INTEGER,"
+    " device INTEGER, PRIMARY KEY (array_id, k));";
 
 static void sm_reg_stmts_free(sm_registry *r)
 {
@@ -208,8 +210,56 @@ void sm_reg_save_array_gone(sm_registry *r, uint64_t id)
 {
     if (!r->db)
         return;
-    if (sm_reg_run(r, "DELETE FROM arrays WHERE id = ?", "i", (int64_t)id))
+    sm_reg_tx_begin(r);
+    if (sm_reg_run(r, "DELETE FROM arrays WHERE id = ?", "i", (int64_t)id) ||
+        sm_reg_run(r, "DELETE FROM copies WHERE array_id = ?", "i", (int64_t)id))
         sm_reg_db_log(r, "remove an array");
+    sm_reg_tx_end(r);
+}
+
+void sm_reg_save_copies(sm_registry *r, const sm_reg_array *a)
+{
+    if (!r->db)
+        return;
+    sm_reg_tx_begin(r);
+    int bad = sm_reg_run(r, "DELETE FROM copies WHERE array_id = ?", "i", (int64_t)a->id);
+    for (int k = 0; !bad && k < a->ncopies; k++)
+        bad = sm_reg_run(
+            r, "INSERT INTO copies(array_id, k, of, worker, device) VALUES (?, ?, ?, ?, ?)",
+            "iiiii", (int64_t)a->id, (int64_t)k, (int64_t)a->copies[k].of,
+            (int64_t)a->copies[k].worker, (int64_t)a->copies[k].device);
+    if (bad)
+        sm_reg_db_log(r, "record an array's copies");
+    sm_reg_tx_end(r);
+}
+
+/* Gives the loaded arrays their copies (none present until their workers
+ * offer them back). */
+static sm_err sm_reg_load_copies(sm_registry *r)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(r->db,
+                           "SELECT array_id, of, worker, device FROM copies ORDER BY array_id, k",
+                           -1, &st, NULL) != SQLITE_OK)
+        return SM_EIO;
+    sm_err e = SM_OK;
+    while (!e && sqlite3_step(st) == SQLITE_ROW) {
+        sm_reg_array *a = sm_reg_array_find(
+            r, (sm_array_ref){{(uint64_t)sqlite3_column_int64(st, 0)}, NULL}, NULL, 0);
+        int of = sqlite3_column_int(st, 1);
+        if (!a || of < 0 || of >= a->n || a->ncopies >= SM_MAX_DEVICES)
+            continue;
+        sm_reg_copy *grown = realloc(a->copies, sizeof *grown * (size_t)(a->ncopies + 1));
+        if (!grown) {
+            e = SM_ENOMEM;
+            break;
+        }
+        a->copies = grown;
+        a->copies[a->ncopies++] = (sm_reg_copy){of, (uint32_t)sqlite3_column_int64(st, 2),
+                                                (int32_t)sqlite3_column_int(st, 3), 0};
+    }
+    sqlite3_finalize(st);
+    return e;
 }
 
 void sm_reg_save_worker(sm_registry *r, const sm_reg_worker *w)
@@ -521,6 +571,8 @@ sm_err sm_registry_open_state(sm_registry *r, const char *dir, char *err, size_t
         e = sm_reg_load_meshes(r);
     if (!e)
         e = sm_reg_load_arrays(r, now);
+    if (!e)
+        e = sm_reg_load_copies(r);
     /* The arrays were written back as they were listed (their new states);
      * the counters too. */
     if (!e && sm_reg_save_counters(r))

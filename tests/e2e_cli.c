@@ -258,7 +258,30 @@ START_TEST(put_describe_get_reshard_rm)
     ck_assert_int_eq(seen, 2);
     json_decref(j);
 
-    const char *rm[] = {"rm", "a", "b", NULL};
+    /* put --replicas 2: a copy of every block on the other worker, listed
+     * by describe; a third replica is a usage error */
+    const char *pr[] = {
+        "put", path_in("a.npy"), "--mesh", "x=4,y=2", "--spec", "P('x', 'y')", "--name",
+        "c",   "--replicas",     "2",      "--json",  NULL};
+    j = ctl_json(pr);
+    json_t *copies = json_object_get(j, "copies");
+    ck_assert_int_eq((int)json_array_size(copies), 8);
+    for (size_t i = 0; i < json_array_size(copies); i++)
+        ck_assert(json_is_true(json_object_get(json_array_get(copies, i), "present")));
+    json_decref(j);
+    const char *d3[] = {"describe", "c", NULL};
+    r = ctl(0, d3);
+    ck_assert_ptr_nonnull(strstr(r.out, "copies (kept on other workers"));
+    harness_run_free(&r);
+    get_equal("c", "c_out.npy", x);
+    const char *p3[] = {"put",         path_in("a.npy"), "--mesh", "x=4,y=2",    "--spec",
+                        "P('x', 'y')", "--name",         "d",      "--replicas", "3",
+                        NULL};
+    r = ctl(2, p3);
+    ck_assert_ptr_nonnull(strstr(r.err, "--replicas needs an integer from 1 to 2"));
+    harness_run_free(&r);
+
+    const char *rm[] = {"rm", "a", "b", "c", NULL};
     ctl_ok(rm);
     r = ctl(1, d1);
     ck_assert_ptr_nonnull(strstr(r.err, "NOT_FOUND"));

@@ -327,6 +327,9 @@ START_TEST(test_coordinator_kill9_restart)
     sm_array_info gone = put(c, "gone", "P(None, 'j')", 3);
     char err[512];
     ck_assert_int_eq(sm_client_delete(c, (sm_array_ref){{0}, "gone"}, err, sizeof err), SM_OK);
+    ck_assert_msg(sm_client_replicate(c, (sm_array_ref){{0}, "alpha"}, 2, NULL, err, sizeof err) ==
+                      SM_OK,
+                  "%s", err);
     sm_array_id pend = create_pending("half");
     sm_client_close(c);
 
@@ -345,6 +348,10 @@ START_TEST(test_coordinator_kill9_restart)
     ck_assert_int_eq(e, SM_OK);
     ck_assert_uint_eq(a2.id.v, a.id.v);
     ck_assert_str_eq(a2.type, a.type);
+    /* its copies are known again, and present once the workers offered them */
+    ck_assert_int_eq(a2.ncopies, 2 * NDEV);
+    for (int k = 0; k < a2.ncopies; k++)
+        ck_assert_int_eq(a2.copies[k].present, 1);
     sm_array_info_free(&a2);
     check_bits(c, (sm_array_ref){{0}, "alpha"}, 1);
     check_bits(c, harness_id_ref(b.id), 2);
@@ -670,6 +677,11 @@ START_TEST(test_replicated_survives_worker_loss)
     sm_array_ref cols = {{0}, "cols"}, grid = {{0}, "grid"};
     put_only(c, "cols", "P(None, 'j')", 21); /* each column block on both workers */
     put_only(c, "grid", "P('i', 'j')", 22);
+    char err[1024];
+    sm_array_info rx;
+    ck_assert_int_eq(sm_client_replicate(c, cols, 2, &rx, err, sizeof err), SM_OK);
+    ck_assert_int_eq(rx.ncopies, 0); /* needs no copy */
+    sm_array_info_free(&rx);
     uint32_t id1 = worker_id_of(c, NDEV);
     ck_assert_uint_gt(id1, 0);
     kill_wait(&g.workers[1]);
@@ -683,9 +695,7 @@ START_TEST(test_replicated_survives_worker_loss)
     /* read, whole and by device, from the copies on worker 0 */
     check_bits(c, cols, 21);
     check_shard(c, cols, 1, 21, 0, 16, 16, 16);
-    char err[1024];
-    sm_array *shard = NULL;
-    ck_assert_int_eq(sm_client_get_shard(c, cols, 5, &shard, err, sizeof err), SM_EUNAVAILABLE);
+    check_shard(c, cols, 5, 21, 0, 16, 16, 16); /* device 5's block, from device 1 */
     /* resharded onto the devices that are left */
     sm_mesh left;
     int32_t devs[4] = {0, 1, 2, 3};
@@ -776,6 +786,98 @@ START_TEST(test_spill_under_memory_limit)
     }
     sm_client_close(c);
     g.worker_mem_mb = NULL;
+}
+END_TEST
+
+/* The sum of the bytes every alive worker reports holding. */
+static int64_t bytes_held(sm_client *c)
+{
+    sm_worker_info *w = NULL;
+    int n = 0;
+    int64_t sum = 0;
+    char err[512];
+    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
+    for (int i = 0; i < n; i++)
+        for (int d = 0; w[i].alive && d < w[i].ndevices; d++)
+            sum += w[i].device_bytes[d];
+    free(w);
+    return sum;
+}
+
+/* An array with 2 replicas (every block also on the other worker) outlives
+ * the loss of either worker: degraded, read and resharded from the copies;
+ * the worker started again under its id gets its shards and copies back.
+ * Deleting it frees the copies too. */
+START_TEST(test_replicas_survive_worker_loss)
+{
+    sm_client *c = harness_client(&g.h);
+    wait_alive(c, NWORKERS);
+    sm_array_ref grid = {{0}, "grid"}, plain = {{0}, "plain"};
+    put_only(c, "grid", "P('i', 'j')", 31);
+    put_only(c, "plain", "P('i', 'j')", 32);
+    char err[1024];
+    sm_array_info x;
+    ck_assert_msg(sm_client_replicate(c, grid, 2, &x, err, sizeof err) == SM_OK, "%s", err);
+    ck_assert_int_eq(x.ncopies, 2 * NDEV); /* every block is on one worker only */
+    for (int k = 0; k < x.ncopies; k++) {
+        ck_assert_int_eq(x.copies[k].present, 1);
+        /* a copy lives on the other worker than its block's device */
+        int of = -1;
+        for (int p = 0; p < x.nshards; p++)
+            if (sm_index_equal(&x.shards[p].index, &x.copies[k].index))
+                of = p;
+        ck_assert_int_ge(of, 0);
+        ck_assert_uint_ne(x.copies[k].worker_id, x.shards[of].worker_id);
+    }
+    sm_array_info_free(&x);
+    /* asking again changes nothing; 3 replicas are refused */
+    ck_assert_int_eq(sm_client_replicate(c, grid, 2, NULL, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_client_replicate(c, grid, 3, NULL, err, sizeof err), SM_EINVAL);
+    uint32_t id1 = worker_id_of(c, NDEV);
+    kill_wait(&g.workers[1]);
+    ck_assert_int_eq(harness_wait_state(c, grid, SM_ARRAY_DEGRADED, 20000), SM_ARRAY_DEGRADED);
+    ck_assert_int_eq(harness_wait_state(c, plain, SM_ARRAY_LOST, 20000), SM_ARRAY_LOST);
+    check_bits(c, grid, 31);
+    check_shard(c, grid, 5, 31, 8, 4, 16, 16); /* device 5: rows 8:12, columns 16:32 */
+    sm_mesh left;
+    int32_t devs[4] = {0, 1, 2, 3};
+    sm_sharding_ref rows = harness_sharding(&left, "k=4", devs, 4, "P('k')");
+    ck_assert_msg(sm_client_reshard(c, grid, &rows, "grid_rows", NULL, err, sizeof err) == SM_OK,
+                  "%s", err);
+    check_bits(c, (sm_array_ref){{0}, "grid_rows"}, 31);
+    /* back, empty, under its id: shards and copies are made again */
+    g.workers[1] = worker_spawn_as(1, 0, id1);
+    ck_assert_int_eq(harness_wait_state(c, grid, SM_ARRAY_READY, 20000), SM_ARRAY_READY);
+    int all = 0;
+    for (int64_t until = sm_time_mono_ms() + 20000; !all && sm_time_mono_ms() < until;
+         harness_sleep_ms(50)) {
+        sm_err e;
+        x = describe(c, grid, &e);
+        all = x.ncopies == 2 * NDEV;
+        for (int k = 0; k < x.ncopies; k++)
+            all &= x.copies[k].present;
+        sm_array_info_free(&x);
+    }
+    ck_assert_msg(all, "the copies on the returned worker were not made again");
+    for (int32_t d = 0; d < 2 * NDEV; d++)
+        check_shard(c, grid, d, 31, (d / 2) * 4, 4, (d % 2) * 16, 16);
+    /* the other worker goes: the array is read from the copies made again */
+    kill_wait(&g.workers[0]);
+    ck_assert_int_eq(harness_wait_state(c, grid, SM_ARRAY_DEGRADED, 20000), SM_ARRAY_DEGRADED);
+    check_bits(c, grid, 31);
+    g.workers[0] = worker_spawn(0);
+    wait_alive(c, NWORKERS);
+    /* deleting the arrays frees their shards and copies on the workers */
+    const char *names[] = {"grid", "plain", "grid_rows"};
+    for (int k = 0; k < 3; k++)
+        ck_assert_int_eq(sm_client_delete(c, (sm_array_ref){{0}, names[k]}, err, sizeof err),
+                         SM_OK);
+    int64_t held = -1;
+    for (int64_t until = sm_time_mono_ms() + 20000; held != 0 && sm_time_mono_ms() < until;
+         harness_sleep_ms(100))
+        held = bytes_held(c);
+    ck_assert_int_eq(held, 0);
+    sm_client_close(c);
 }
 END_TEST
 
@@ -991,6 +1093,7 @@ static Suite *durable_suite(void)
     tcase_add_test(tc, test_workers_with_state_dir);
     tcase_add_test(tc, test_worker_without_state_dir_lost);
     tcase_add_test(tc, test_replicated_survives_worker_loss);
+    tcase_add_test(tc, test_replicas_survive_worker_loss);
     tcase_add_test(tc, test_spill_under_memory_limit);
     tcase_add_test(tc, test_kill_during_upload_and_reshard);
     tcase_add_test(tc, test_local_workers_state_dir);

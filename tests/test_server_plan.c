@@ -805,6 +805,81 @@ START_TEST(test_registry_repair)
 }
 END_TEST
 
+/* Replicate 2: one copy of every block one worker alone holds, on another
+ * worker, each copy on a device of its own, made by repairs like a lost
+ * shard's; the array then survives either worker's loss. (Blocks already on
+ * two workers get none: e2e_durable.) */
+START_TEST(test_registry_replicate)
+{
+    sm_registry *r = reg_with_mesh(2, 4, "i=2,j=4");
+    char err[256];
+    int nt;
+    int32_t all[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    /* rows over i: worker 1 holds rows 0:32 on devices 0-3, worker 2 the rest */
+    sm_array_id rows = reg_array_ok(r, "rows", "P('i')", SM_PUT_WHOLE, 0);
+    ck_assert_int_eq(reg_upload_ok(r, rows, all, 4, (sm_shape){2, {32, 128}}, &nt), 0);
+    sm_svc_replicate_req rq = {{rows, NULL}, 2, 0};
+    sm_reg_repair *reps = NULL;
+    sm_reg_free *frees = NULL;
+    int nr = 0, nf = 0;
+    /* pending: refused */
+    ck_assert_int_eq(sm_registry_replicate_begin(r, &rq, &reps, &nr, &frees, &nf, err, sizeof err),
+                     SM_EPRECONDITION);
+    ck_assert_int_eq(reg_upload_ok(r, rows, all + 4, 4, (sm_shape){2, {32, 128}}, &nt), 1);
+    rq.replicas = 3;
+    ck_assert_int_eq(sm_registry_replicate_begin(r, &rq, &reps, &nr, &frees, &nf, err, sizeof err),
+                     SM_EINVAL);
+    rq.replicas = 2;
+    ck_assert_msg(sm_registry_replicate_begin(r, &rq, &reps, &nr, &frees, &nf, err, sizeof err) ==
+                      SM_OK,
+                  "%s", err);
+    /* two blocks (rows 0:32 on worker 1, rows 32:64 on worker 2): a copy of
+     * each on the other worker, made by one repair per worker */
+    ck_assert_int_eq(nr, 2);
+    for (int k = 0; k < nr; k++) {
+        const sm_reg_assemble *pa = &reps[k].part;
+        ck_assert_int_eq(pa->req.nshards, 1);
+        ck_assert(pa->req.array_id.v != rows.v); /* stored under the copy id */
+        uint32_t from = pa->t.worker_id == 1 ? 2 : 1;
+        ck_assert_str_eq(pa->req.shards[0].pieces[0].src_address,
+                         from == 1 ? "127.0.0.1:9000" : "127.0.0.1:9001");
+        ck_assert_int_eq(pa->req.shards[0].pieces[0].src_array.v, rows.v);
+        ck_assert_int_eq(pa->req.shards[0].shape.dims[0], 32);
+        ck_assert_int_eq(sm_registry_repair_end(r, &reps[k], T0, 1, ""), 1);
+    }
+    sm_registry_repairs_free(reps, nr);
+    sm_array_info info = reg_describe(r, (sm_array_ref){rows, NULL});
+    ck_assert_int_eq(info.ncopies, 2);
+    for (int k = 0; k < 2; k++) {
+        ck_assert_int_eq(info.copies[k].present, 1);
+        ck_assert_int_eq(info.copies[k].replica_id, -1);
+        ck_assert(info.copies[k].stored_as != 0);
+        ck_assert_int_eq(info.copies[k].index.r[0].start, k ? 32 : 0);
+        ck_assert_uint_eq(info.copies[k].worker_id, k ? 1 : 2);
+    }
+    sm_array_info_free(&info);
+    /* worker 2 is lost: every block still has a live copy */
+    sm_reg_free *f = NULL;
+    int nfr = 0;
+    ck_assert_int_eq(sm_registry_worker_lose(r, 2, -1, "killed", &f, &nfr), 1);
+    free(f);
+    info = reg_describe(r, (sm_array_ref){rows, NULL});
+    ck_assert_int_eq(info.state, SM_ARRAY_DEGRADED);
+    sm_array_info_free(&info);
+    /* deleting frees the copies under their id */
+    f = NULL;
+    nfr = 0;
+    ck_assert_int_eq(
+        sm_registry_array_delete(r, (sm_array_ref){rows, NULL}, &f, &nfr, err, sizeof err), SM_OK);
+    int copies_freed = 0;
+    for (int k = 0; k < nfr; k++)
+        copies_freed += f[k].array.v != rows.v;
+    ck_assert_int_eq(copies_freed, 1); /* worker 1's copy; worker 2 is gone */
+    free(f);
+    sm_registry_free(r);
+}
+END_TEST
+
 START_TEST(test_registry_lost_worker)
 {
     sm_registry *r = reg_with_mesh(2, 4, "i=2,j=4");
@@ -959,6 +1034,7 @@ static Suite *server_plan_suite(void)
     tcase_add_test(tr, test_registry_local);
     tcase_add_test(tr, test_registry_lost_worker);
     tcase_add_test(tr, test_registry_repair);
+    tcase_add_test(tr, test_registry_replicate);
     tcase_add_test(tr, test_registry_reshard);
     tcase_add_test(tr, test_relay_strip_status);
     suite_add_tcase(s, tr);

@@ -18,8 +18,9 @@
 typedef struct {
     sm_client *c;
     const sm_array_info *info;
+    sm_shard_info *all; /* info's shards, then its copies (owned) */
     int n, ngroups;
-    int *pick;  /* shard positions, one per distinct index */
+    int *pick;  /* positions in all, one per distinct index */
     int *first; /* ngroups + 1 */
     void *dst;
     client_progress prog;
@@ -60,32 +61,52 @@ static sm_err check_reduced(const sm_array_info *info, char *err, size_t errlen)
                    sm_pspec_format(&info->sharding.spec, sp, sizeof sp));
 }
 
-/* Chooses, for every distinct index, the present shard with the lowest
- * replica id. */
-static sm_err pick_shards(const sm_array_info *info, int **out, int *n, char *err, size_t errlen)
+/* info's shards followed by its copies, in one malloc'd list of *n. */
+static sm_shard_info *all_shards(const sm_array_info *info, int *n)
 {
-    int *pick = malloc(((size_t)info->nshards + 1) * sizeof *pick);
+    *n = info->nshards + info->ncopies;
+    sm_shard_info *all = malloc(((size_t)*n + 1) * sizeof *all);
+    if (all && info->nshards)
+        memcpy(all, info->shards, (size_t)info->nshards * sizeof *all);
+    if (all && info->ncopies)
+        memcpy(all + info->nshards, info->copies, (size_t)info->ncopies * sizeof *all);
+    return all;
+}
+
+/* Whether a is a better source of its block than b: present first, then
+ * the mesh's own shards (copies only stand in for lost ones), then the
+ * lowest replica id. */
+static int better_source(const sm_shard_info *a, const sm_shard_info *b)
+{
+    if (a->present != b->present)
+        return a->present;
+    if ((a->stored_as != 0) != (b->stored_as != 0))
+        return a->stored_as == 0;
+    return a->replica_id < b->replica_id;
+}
+
+/* Chooses, for every distinct index, the best source (better_source). */
+static sm_err pick_shards(const sm_array_info *info, const sm_shard_info *all, int nall, int **out,
+                          int *n, char *err, size_t errlen)
+{
+    int *pick = malloc(((size_t)nall + 1) * sizeof *pick);
     int np = 0;
     char ib[256], rb[200];
 
     if (!pick)
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory");
-    for (int i = 0; i < info->nshards; i++) {
-        const sm_shard_info *s = &info->shards[i];
+    for (int i = 0; i < nall; i++) {
         int k = 0;
-        while (k < np && !sm_index_equal(&info->shards[pick[k]].index, &s->index))
+        while (k < np && !sm_index_equal(&all[pick[k]].index, &all[i].index))
             k++;
-        if (k == np) {
+        if (k == np)
             pick[np++] = i;
-            continue;
-        }
-        const sm_shard_info *p = &info->shards[pick[k]];
-        if (s->present && (!p->present || s->replica_id < p->replica_id))
+        else if (better_source(&all[i], &all[pick[k]]))
             pick[k] = i;
     }
     for (int k = 0; k < np; k++)
-        if (!info->shards[pick[k]].present) {
-            const sm_index *lost = &info->shards[pick[k]].index;
+        if (!all[pick[k]].present) {
+            const sm_index *lost = &all[pick[k]].index;
             free(pick);
             return sm_fail(err, errlen, SM_EUNAVAILABLE,
                            "no live device holds index %s of array %s",
@@ -103,13 +124,14 @@ static sm_err fetch_task(void *user, int i, char *err, size_t errlen)
     int n = j->first[i + 1] - j->first[i];
     int32_t dev[SM_MAX_WORKER_DEVICES];
     sm_index box[SM_MAX_WORKER_DEVICES];
-    const sm_shard_info *s = &j->info->shards[j->pick[j->first[i]]];
+    const sm_shard_info *s = &j->all[j->pick[j->first[i]]];
     for (int k = 0; k < n; k++) {
-        dev[k] = j->info->shards[j->pick[j->first[i] + k]].device;
-        box[k] = j->info->shards[j->pick[j->first[i] + k]].index;
+        dev[k] = j->all[j->pick[j->first[i] + k]].device;
+        box[k] = j->all[j->pick[j->first[i] + k]].index;
     }
-    return client_download_boxes(j->c, s->worker_address, j->info->id, n, dev, box, j->info->dtype,
-                                 j->dst, &j->info->shape, &j->prog, err, errlen);
+    sm_array_id id = s->stored_as ? (sm_array_id){s->stored_as} : j->info->id;
+    return client_download_boxes(j->c, s->worker_address, id, n, dev, box, j->info->dtype, j->dst,
+                                 &j->info->shape, &j->prog, err, errlen);
 }
 
 /* Groups j->pick by worker, at most SM_MAX_WORKER_DEVICES shards a group. */
@@ -121,8 +143,9 @@ static sm_err group_by_worker(fetch_job *j, char *err, size_t errlen)
     j->first = malloc(sizeof *j->first * ((size_t)j->n + 2));
     j->ngroups = -1;
     if (wid && order && pick && j->first) {
-        for (int k = 0; k < j->n; k++)
-            wid[k] = j->info->shards[j->pick[k]].worker_id;
+        for (int k = 0; k < j->n; k++) /* a group reads one array id: each copy apart */
+            wid[k] = j->all[j->pick[k]].stored_as ? UINT32_C(0x80000000) | (uint32_t)k
+                                                  : j->all[j->pick[k]].worker_id;
         j->ngroups = client_group_by(wid, j->n, SM_MAX_WORKER_DEVICES, order, j->first);
         for (int k = 0; k < j->n; k++)
             pick[k] = j->pick[order[k]];
@@ -152,11 +175,17 @@ static sm_err fetch_all(sm_client *c, const sm_array_info *info, void *dst, char
         return e;
     if ((e = sm_shape_nbytes(&info->shape, info->dtype, &total, err, errlen)))
         return e;
-    if ((e = pick_shards(info, &j.pick, &j.n, err, errlen)))
+    int nall = 0;
+    if (!(j.all = all_shards(info, &nall)))
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory");
+    if ((e = pick_shards(info, j.all, nall, &j.pick, &j.n, err, errlen))) {
+        free(j.all);
         return e;
+    }
     /* One stream per worker, the workers' streams in flight at once. */
     if ((e = group_by_worker(&j, err, errlen))) {
         free(j.pick);
+        free(j.all);
         return e;
     }
     client_progress_init(&j.prog, c, total);
@@ -164,6 +193,7 @@ static sm_err fetch_all(sm_client *c, const sm_array_info *info, void *dst, char
     client_progress_destroy(&j.prog);
     free(j.pick);
     free(j.first);
+    free(j.all);
     return e;
 }
 
@@ -313,6 +343,15 @@ sm_err sm_client_get_shard(sm_client *c, sm_array_ref ref, int32_t device, sm_ar
                     ref_text(&info, rb, sizeof rb));
         goto done;
     }
+    /* a lost shard is read from a live copy of the same block, if any (not
+     * for an unreduced array: its devices' blocks are not copies) */
+    for (int i = 0;
+         !s->present && !info.sharding.spec.nunreduced && i < info.nshards + info.ncopies; i++) {
+        const sm_shard_info *o =
+            i < info.nshards ? &info.shards[i] : &info.copies[i - info.nshards];
+        if (o->present && sm_index_equal(&o->index, &s->index))
+            s = o;
+    }
     if (!s->present) {
         e = sm_fail(err, errlen, SM_EUNAVAILABLE,
                     "the shard of array %s on device %d is lost with its worker",
@@ -324,8 +363,9 @@ sm_err sm_client_get_shard(sm_client *c, sm_array_ref ref, int32_t device, sm_ar
     if ((e = sm_array_create_uninit(info.dtype, &shape, &a, err, errlen)))
         goto done;
     client_progress_init(&prog, c, a->nbytes);
-    e = client_download_box(c, s->worker_address, info.id, device, info.dtype, a->data, &shape,
-                            &full, &prog, err, errlen);
+    e = client_download_box(c, s->worker_address,
+                            s->stored_as ? (sm_array_id){s->stored_as} : info.id, s->device,
+                            info.dtype, a->data, &shape, &full, &prog, err, errlen);
     client_progress_destroy(&prog);
     if (e) {
         sm_array_free(a);

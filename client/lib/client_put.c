@@ -132,6 +132,8 @@ static void take_info(sm_svc_create_array_reply *r, sm_array_info *out)
         out->shards[k].present = 1;
     r->array.shards = NULL;
     r->array.nshards = 0;
+    r->array.copies = NULL;
+    r->array.ncopies = 0;
 }
 
 static sm_err check_data(sm_dtype dtype, const sm_shape *shape, const void *data, int64_t *nbytes,

@@ -147,6 +147,14 @@ sm_err sm_client_list(sm_client *c, sm_array_info **out, int *n, char *err, size
 sm_err sm_client_reshard(sm_client *c, sm_array_ref ref, const sm_sharding_ref *sh,
                          const char *new_name, sm_array_info *out, char *err, size_t errlen);
 sm_err sm_client_delete(sm_client *c, sm_array_ref ref, char *err, size_t errlen);
+/* Keeps replicas copies of every block on distinct workers (1 or 2): with
+ * 2, each block the mesh keeps on one worker only gets a copy on another
+ * worker, made before the call returns, so the array survives either
+ * worker's loss (it turns degraded, is read from the copies, and is
+ * repaired when the worker comes back). 1 drops the copies. The array must
+ * be ready; out (may be NULL) lists the copies (out->copies). */
+sm_err sm_client_replicate(sm_client *c, sm_array_ref ref, int replicas, sm_array_info *out,
+                           char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -318,6 +318,8 @@ static sm_err client_reshard_unreduced(sm_client *c, const sm_array_info *src,
             *out = *res;
             res->shards = NULL;
             res->nshards = 0;
+            res->copies = NULL;
+            res->ncopies = 0;
         }
         sm_job_info_free(&info);
         return SM_OK;
@@ -327,6 +329,19 @@ static sm_err client_reshard_unreduced(sm_client *c, const sm_array_info *src,
     char e2[256];
     sm_client_delete(c, mid, e2, sizeof e2);
     sm_job_info_free(&info);
+    return e;
+}
+
+sm_err sm_client_replicate(sm_client *c, sm_array_ref ref, int replicas, sm_array_info *out,
+                           char *err, size_t errlen)
+{
+    sm_svc_replicate_req req = {ref, replicas, 0};
+    sm_array_info tmp;
+    memset(&tmp, 0, sizeof tmp);
+    /* Copies move data between workers: allow it the transfer deadline. */
+    sm_err e = sm_svc_coord_replicate(c->ch, client_stream_deadline(c, (int64_t)1 << 30), &req,
+                                      out ? out : &tmp, err, errlen);
+    sm_array_info_free(&tmp);
     return e;
 }
 

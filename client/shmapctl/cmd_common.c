@@ -125,6 +125,7 @@ int cli_args_parse(int argc, char **argv, unsigned allowed, const char *help, in
         {"global-shape", required_argument, NULL, OPT_GLOBAL_SHAPE},
         {"deadline-ms", required_argument, NULL, OPT_DEADLINE},
         {"device", required_argument, NULL, OPT_DEVICE},
+        {"replicas", required_argument, NULL, OPT_REPLICAS},
         CLI_CONN_OPTIONS,
         {NULL, 0, NULL, 0}};
     static const struct {
@@ -135,7 +136,7 @@ int cli_args_parse(int argc, char **argv, unsigned allowed, const char *help, in
                 {OPT_NAME, CLI_A_NAME},           {OPT_SHAPE, CLI_A_SHAPE},
                 {OPT_DTYPE, CLI_A_DTYPE},         {OPT_PROCESS, CLI_A_PROCESS},
                 {OPT_GLOBAL_SHAPE, CLI_A_GLOBAL}, {OPT_DEADLINE, CLI_A_DEADLINE},
-                {OPT_DEVICE, CLI_A_DEVICE}};
+                {OPT_DEVICE, CLI_A_DEVICE},       {OPT_REPLICAS, CLI_A_REPLICAS}};
     const char *cmd = argv[0];
     int ch, idx, rc;
     int64_t v = 0;
@@ -189,6 +190,11 @@ int cli_args_parse(int argc, char **argv, unsigned allowed, const char *help, in
             a->device = (int32_t)v;
             a->has_device = 1;
             break;
+        case OPT_REPLICAS:
+            if ((rc = parse_int(cmd, "replicas", optarg, 1, 2, &v)))
+                return rc;
+            a->replicas = (int)v;
+            break;
         case OPT_TARGET:
             a->cc.target = optarg;
             break;
@@ -238,7 +244,16 @@ json_t *cli_json_array(const sm_array_info *a)
                             coords, "index", cli_json_index(&s->index), "replica_id", s->replica_id,
                             "present", s->present, "spilled", s->spilled));
     }
-    return json_pack("{s:s?, s:I, s:s, s:o, s:o, s:s, s:o, s:I, s:s?, s:s, s:s, s:s?, s:I, s:o}",
+    json_t *copies = json_array();
+    for (int i = 0; i < a->ncopies; i++) {
+        const sm_shard_info *s = &a->copies[i];
+        json_array_append_new(copies,
+                              json_pack("{s:i, s:i, s:s, s:o, s:b}", "device", (int)s->device,
+                                        "worker", (int)s->worker_id, "address", s->worker_address,
+                                        "index", cli_json_index(&s->index), "present", s->present));
+    }
+    return json_pack("{s:s?, s:I, s:s, s:o, s:o, s:s, s:o, s:I, s:s?, s:s, s:s, s:s?, s:I, s:o, "
+                     "s:o}",
                      "name", a->name[0] ? a->name : NULL, "id", (json_int_t)a->id.v, "dtype",
                      sm_dtype_name(a->dtype), "shape", cli_json_shape(&a->shape), "shard_shape",
                      cli_json_shape(&a->shard_shape), "type", a->type, "mesh",
@@ -246,7 +261,7 @@ json_t *cli_json_array(const sm_array_info *a)
                      "mesh_name", a->mesh_name[0] ? a->mesh_name : NULL, "spec",
                      sm_pspec_format(&a->sharding.spec, spec, sizeof spec), "state",
                      sm_array_state_name(a->state), "error", a->error[0] ? a->error : NULL, "bytes",
-                     (json_int_t)a->bytes, "devices", devs);
+                     (json_int_t)a->bytes, "devices", devs, "copies", copies);
 }
 
 void cli_print_array_line(const sm_array_info *a)
@@ -290,6 +305,17 @@ int cli_print_array(const sm_array_info *a)
         printf("%-7d %-10s %-16s %-22s %-8d %s\n", (int)s->device, cb,
                sm_index_format(&s->index, ib, sizeof ib), wb, s->replica_id,
                s->present ? (s->spilled ? "yes (spilled to disk)" : "yes") : "no");
+    }
+    if (a->ncopies)
+        printf("\ncopies (kept on other workers, read when the mesh's own shard is lost):\n"
+               "%-7s %-16s %-22s %s\n",
+               "device", "index", "worker", "present");
+    for (int i = 0; i < a->ncopies; i++) {
+        const sm_shard_info *s = &a->copies[i];
+        char wb[SM_ADDR_MAX + 16];
+        snprintf(wb, sizeof wb, "%u %s", s->worker_id, s->worker_address);
+        printf("%-7d %-16s %-22s %s\n", (int)s->device, sm_index_format(&s->index, ib, sizeof ib),
+               wb, s->present ? "yes" : "no");
     }
     if (sm_sharding_diagram(&a->sharding, &a->shape, &diagram, err, sizeof err) == SM_OK &&
         !diagram.oom)

@@ -28,6 +28,7 @@ enum {
     OPT_GLOBAL_SHAPE,
     OPT_DEADLINE,
     OPT_DEVICE,
+    OPT_REPLICAS,
     OPT_HELP,
 };
 
@@ -86,6 +87,7 @@ enum {
     CLI_A_GLOBAL = 1 << 6,
     CLI_A_DEADLINE = 1 << 7,
     CLI_A_DEVICE = 1 << 8,
+    CLI_A_REPLICAS = 1 << 9,
 };
 
 typedef struct {
@@ -97,6 +99,7 @@ typedef struct {
     int64_t deadline_ms;
     int32_t device;
     int has_device;
+    int replicas; /* --replicas; 0: not given */
     int npos;
     char **pos; /* positional arguments (into argv) */
 } cli_args;

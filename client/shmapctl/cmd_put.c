@@ -22,7 +22,7 @@ static int put_report(sm_client *c, sm_err e, const char *err, int json, sm_arra
 
 static const char put_help[] =
     "Usage: shmapctl put FILE.npy --mesh AXES|MESH [--devices IDS] --spec SPEC\n"
-    "                    [--name NAME] [--json]\n"
+    "                    [--name NAME] [--replicas 2] [--json]\n"
     "\n"
     "Uploads a whole .npy array with a NamedSharding (jax.device_put): every\n"
     "device receives its slice. The file is streamed, never read whole.\n"
@@ -32,9 +32,12 @@ static const char put_help[] =
     "      --devices IDS       device order of an inline mesh (default: the service's)\n"
     "      --spec SPEC         PartitionSpec, e.g. \"P('i', 'j')\"\n"
     "      --name NAME         unique name other clients can attach to\n"
+    "      --replicas 2        also keep a copy of every block that one worker alone\n"
+    "                          holds on another worker, so the array survives the\n"
+    "                          loss of either (default 1: the mesh's own devices)\n"
     "      --json              print the array's description as JSON\n" CLI_CONN_HELP "\n"
     "Example:\n"
-    "  shmapctl put x.npy --mesh i=4,j=2 --spec \"P('i','j')\" --name x\n";
+    "  shmapctl put x.npy --mesh i=4,j=2 --spec \"P('i','j')\" --name x --replicas 2\n";
 
 int cli_cmd_put(int argc, char **argv)
 {
@@ -44,13 +47,23 @@ int cli_cmd_put(int argc, char **argv)
     char err[512];
     int rc;
 
-    if ((rc = cli_args_parse(argc, argv, CLI_A_JSON | CLI_A_SHARDING | CLI_A_NAME, put_help, 1, 1,
-                             &a)))
+    if ((rc = cli_args_parse(argc, argv, CLI_A_JSON | CLI_A_SHARDING | CLI_A_NAME | CLI_A_REPLICAS,
+                             put_help, 1, 1, &a)))
         return rc < 0 ? CLI_EXIT_OK : rc;
     if ((rc = cli_sharding_build(argv[0], &a.sh)) || (rc = cli_conn_open(&a.cc, &c)))
         return rc;
     memset(&info, 0, sizeof info);
     sm_err e = sm_client_put_file(c, a.pos[0], &a.sh.ref, a.name, &info, err, sizeof err);
+    if (!e && a.replicas == 2) {
+        sm_array_ref ref = {info.id, NULL};
+        char why[400];
+        sm_array_info_free(&info);
+        if ((e = sm_client_replicate(c, ref, 2, &info, why, sizeof why)))
+            snprintf(err, sizeof err,
+                     "array %llu was uploaded, but its copies were not all made (the service "
+                     "keeps trying): %s",
+                     (unsigned long long)ref.id.v, why);
+    }
     return put_report(c, e, err, a.json, &info);
 }
 

@@ -240,6 +240,12 @@ typedef struct {
     uint32_t deadline_ms;
 } sm_svc_reshard_req;
 
+typedef struct {
+    sm_array_ref array;
+    int replicas; /* copies of every block on distinct workers: 1 or 2 */
+    uint32_t deadline_ms;
+} sm_svc_replicate_req;
+
 /* A shard a registering worker still holds (RegisterWorker.held); at most
  * SM_SVC_HELD_MAX are taken. */
 #define SM_SVC_HELD_MAX (1 << 20)
@@ -340,6 +346,8 @@ typedef struct {
     sm_err (*delete_array)(void *user, sm_array_ref ref, char *err, size_t errlen);
     sm_err (*reshard)(void *user, const sm_svc_reshard_req *req, sm_array_info *out, char *err,
                       size_t errlen);
+    sm_err (*replicate)(void *user, const sm_svc_replicate_req *req, sm_array_info *out, char *err,
+                        size_t errlen);
     sm_err (*register_worker)(void *user, const sm_svc_register_req *req,
                               sm_svc_register_reply *out, char *err, size_t errlen);
     /* *known = 0 tells the worker to register again. */
@@ -379,6 +387,8 @@ sm_err sm_svc_coord_delete(sm_rpc_channel *ch, int deadline_ms, sm_array_ref ref
                            size_t errlen);
 sm_err sm_svc_coord_reshard(sm_rpc_channel *ch, int deadline_ms, const sm_svc_reshard_req *req,
                             sm_array_info *out, char *err, size_t errlen);
+sm_err sm_svc_coord_replicate(sm_rpc_channel *ch, int deadline_ms, const sm_svc_replicate_req *req,
+                              sm_array_info *out, char *err, size_t errlen);
 sm_err sm_svc_coord_register(sm_rpc_channel *ch, int deadline_ms, const sm_svc_register_req *req,
                              sm_svc_register_reply *out, char *err, size_t errlen);
 sm_err sm_svc_coord_heartbeat(sm_rpc_channel *ch, int deadline_ms, const sm_svc_heartbeat_req *req,

@@ -141,6 +141,7 @@ static Shmap__V1__ShardInfo *shard_info_enc(sm_arena *a, const sm_shard_info *s,
     p->replica_id = s->replica_id;
     p->present = s->present != 0;
     p->spilled = s->spilled != 0;
+    p->stored_as = s->stored_as;
     return p->index ? p : NULL;
 }
 
@@ -171,6 +172,15 @@ Shmap__V1__ArrayInfo *sm_svc_array_info_enc(sm_arena *a, const sm_array_info *in
         p->n_shards = (size_t)in->nshards;
         for (int i = 0; i < in->nshards; i++)
             if (!(p->shards[i] = shard_info_enc(a, &in->shards[i], in->sharding.mesh.naxes)))
+                return NULL;
+    }
+    if (in->ncopies > 0) {
+        p->copies = sm_arena_alloc(a, (size_t)in->ncopies * sizeof *p->copies);
+        if (!p->copies)
+            return NULL;
+        p->n_copies = (size_t)in->ncopies;
+        for (int i = 0; i < in->ncopies; i++)
+            if (!(p->copies[i] = shard_info_enc(a, &in->copies[i], in->sharding.mesh.naxes)))
                 return NULL;
     }
     return p;
@@ -430,6 +440,7 @@ static sm_err shard_info_dec(const Shmap__V1__ShardInfo *p, const char *what, sm
     out->replica_id = p->replica_id;
     out->present = p->present != 0;
     out->spilled = p->spilled != 0;
+    out->stored_as = p->stored_as;
     snprintf(sub, sizeof sub, "%s.worker_address", what);
     if ((e = sm_svc_str_dec(p->worker_address, SM_ADDR_MAX, sub, out->worker_address, err, errlen)))
         return e;
@@ -490,6 +501,23 @@ sm_err sm_svc_array_info_dec(const Shmap__V1__ArrayInfo *p, const char *what, sm
     for (size_t i = 0; i < p->n_shards; i++) {
         snprintf(sub, sizeof sub, "%s.shards[%zu]", what, i);
         if ((e = shard_info_dec(p->shards[i], sub, &out->shards[i], err, errlen))) {
+            sm_array_info_free(out);
+            return e;
+        }
+    }
+    snprintf(sub, sizeof sub, "%s.copies", what);
+    if ((e = sm_svc_count_dec(p->n_copies, SM_MAX_DEVICES, sub, "entries", err, errlen))) {
+        sm_array_info_free(out);
+        return e;
+    }
+    if (p->n_copies && !(out->copies = calloc(p->n_copies, sizeof *out->copies))) {
+        sm_array_info_free(out);
+        return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate %zu shard infos", p->n_copies);
+    }
+    out->ncopies = (int)p->n_copies;
+    for (size_t i = 0; i < p->n_copies; i++) {
+        snprintf(sub, sizeof sub, "%s.copies[%zu]", what, i);
+        if ((e = shard_info_dec(p->copies[i], sub, &out->copies[i], err, errlen))) {
             sm_array_info_free(out);
             return e;
         }

@@ -300,6 +300,21 @@ static int held_enc(const sm_svc_held_shard *in, int n, Shmap__V1__HeldShard **m
     return 0;
 }
 
+sm_err sm_svc_coord_replicate(sm_rpc_channel *ch, int deadline_ms, const sm_svc_replicate_req *req,
+                              sm_array_info *out, char *err, size_t errlen)
+{
+    Shmap__V1__ReplicateRequest p;
+    Shmap__V1__ArrayRef ref;
+    shmap__v1__replicate_request__init(&p);
+    shmap__v1__array_ref__init(&ref);
+    ref.id = req->array.id.v;
+    ref.name = (char *)(req->array.name ? req->array.name : "");
+    p.array = &ref;
+    p.replicas = req->replicas;
+    p.deadline_ms = req->deadline_ms;
+    return info_call(ch, SM_SVC_COORD_PATH("Replicate"), &p.base, deadline_ms, out, err, errlen);
+}
+
 static sm_err register_dec(const ProtobufCMessage *m, void *o, char *err, size_t errlen)
 {
     const Shmap__V1__RegisterWorkerReply *r = (const Shmap__V1__RegisterWorkerReply *)m;

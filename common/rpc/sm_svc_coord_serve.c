@@ -309,6 +309,33 @@ static void reshard(sm_rpc_call *call, void *u)
     sm_rpc_msg_free(m);
 }
 
+static void replicate(sm_rpc_call *call, void *u)
+{
+    const sm_svc_ctx *c = u;
+    OP(c, replicate);
+    ProtobufCMessage *m = sm_svc_recv_request(call);
+    if (!m)
+        return;
+    const Shmap__V1__ReplicateRequest *r = (const Shmap__V1__ReplicateRequest *)m;
+    char err[SM_SVC_ERRLEN] = "";
+    sm_array_info *info = calloc(1, sizeof *info);
+    sm_svc_replicate_req req;
+    memset(&req, 0, sizeof req);
+    sm_err e;
+    if (!info)
+        e = sm_fail(err, sizeof err, SM_ENOMEM, "cannot allocate a request");
+    else if (!(e = sm_svc_array_ref_dec(r->array, "ReplicateRequest.array", &req.array, err,
+                                        sizeof err))) {
+        req.replicas = r->replicas;
+        req.deadline_ms = r->deadline_ms;
+        e = c->coord->replicate(c->user, &req, info, err, sizeof err);
+    }
+    info_reply(call, e, err, info);
+    sm_array_info_free(info);
+    free(info);
+    sm_rpc_msg_free(m);
+}
+
 static void register_worker(sm_rpc_call *call, void *u)
 {
     const sm_svc_ctx *c = u;
@@ -487,6 +514,7 @@ sm_err sm_svc_coord_serve(sm_rpc_server *s, const sm_svc_coord_ops *ops, void *u
         ROW("ListArrays", SM_RPC_UNARY, shmap__v1__empty, list_arrays),
         ROW("Delete", SM_RPC_UNARY, shmap__v1__array_ref, delete_array),
         ROW("Reshard", SM_RPC_UNARY, shmap__v1__reshard_request, reshard),
+        ROW("Replicate", SM_RPC_UNARY, shmap__v1__replicate_request, replicate),
         ROW("RegisterWorker", SM_RPC_UNARY, shmap__v1__register_worker_request, register_worker),
         ROW("Heartbeat", SM_RPC_UNARY, shmap__v1__heartbeat_request, heartbeat),
         ROW("CommitShards", SM_RPC_UNARY, shmap__v1__commit_shards_request, commit_shards),

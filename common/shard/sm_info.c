@@ -26,6 +26,9 @@ void sm_array_info_free(sm_array_info *info)
     free(info->shards);
     info->shards = NULL;
     info->nshards = 0;
+    free(info->copies);
+    info->copies = NULL;
+    info->ncopies = 0;
 }
 
 void sm_array_info_list_free(sm_array_info *list, int n)

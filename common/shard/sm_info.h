@@ -83,7 +83,9 @@ typedef struct {
     sm_index index;
     int replica_id;
     int present;
-    int spilled; /* present, on its worker's disk only (read back on use) */
+    int spilled;        /* present, on its worker's disk only (read back on use) */
+    uint64_t stored_as; /* a copy (sm_array_info.copies): the id it is stored under on its
+                           worker, to read it with; 0 for the mesh's own shards */
 } sm_shard_info;
 
 typedef struct {
@@ -101,6 +103,10 @@ typedef struct {
     int64_t bytes; /* bytes of one full copy */
     int nshards;
     sm_shard_info *shards; /* owned (malloc); one per mesh device, mesh order */
+    /* Copies of blocks kept on other workers (Replicate): device is the
+     * holder's device, index the block, replica_id -1; owned (malloc). */
+    int ncopies;
+    sm_shard_info *copies;
 } sm_array_info;
 
 /* Frees info->shards and zeroes the count; the struct itself is the
