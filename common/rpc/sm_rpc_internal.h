@@ -48,6 +48,15 @@ sm_err sm_rpc_unpack_data(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor
  * servers and channels; *n is set to the number filled. */
 void sm_rpc_fill_args(grpc_arg *args, size_t *n);
 
+/* Credentials for t (NULL: insecure ones); the caller releases them. */
+grpc_channel_credentials *sm_rpc_tls_channel_creds(const sm_rpc_tls *t);
+grpc_server_credentials *sm_rpc_tls_server_creds(const sm_rpc_tls *t, int require_client_cert);
+/* The name a channel expects in servers' certificates (NULL: the host). */
+const char *sm_rpc_tls_server_name(const sm_rpc_tls *t);
+/* 1 if the peer of a server call presented a client certificate the TLS
+ * handshake verified. */
+int sm_rpc_tls_peer_has_cert(grpc_call *call);
+
 /* Deadline ms from now on the monotonic clock. */
 gpr_timespec sm_rpc_deadline(int ms);
 

@@ -66,6 +66,7 @@ typedef struct {
     sm_rpc_handler handler;
     void *user;
     void *handle; /* grpc_server_register_method */
+    int cluster_only;
     /* latency (sm_rpc_server_stats), updated with atomic adds */
     uint64_t calls, sum_ns, buckets[SM_RPC_LATENCY_NBUCKETS + 1];
 } method;
@@ -113,6 +114,7 @@ struct sm_rpc_server {
     grpc_server *srv;
     grpc_completion_queue *cq;
     char *token;
+    int tls; /* serves TLS: cluster_only methods check the peer's certificate */
     int port;
     method *methods;
     int nmethods;
@@ -630,6 +632,16 @@ static sm_rpc_call *on_new(sm_rpc_server *s, sm_rpc_call *c, int success)
         call_unref(c);
         return NULL;
     }
+    if (s->tls && s->methods[c->method].cluster_only && !sm_rpc_tls_peer_has_cert(c->call)) {
+        char text[512];
+        snprintf(text, sizeof text,
+                 "%s is for the cluster's own processes: the caller presented no client "
+                 "certificate signed by the cluster's CA",
+                 s->methods[c->method].path);
+        finish_status(c, GRPC_STATUS_PERMISSION_DENIED, text, 0);
+        call_unref(c);
+        return NULL;
+    }
     return c;
 }
 
@@ -1009,13 +1021,21 @@ sm_err sm_rpc_server_create(const sm_rpc_server_opts *opts, sm_rpc_server **out,
     s->srv = grpc_server_create(&ca, NULL);
     s->cq = grpc_completion_queue_create_for_next(NULL);
     grpc_server_register_completion_queue(s->srv, s->cq, NULL);
-    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+    if (opts->tls && !sm_rpc_tls_has_cert(opts->tls)) {
+        sm_rpc_server_free(s);
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "a TLS server on '%s' needs a certificate and its key", opts->addr);
+    }
+    s->tls = opts->tls != NULL;
+    grpc_server_credentials *creds =
+        sm_rpc_tls_server_creds(opts->tls, opts->tls && opts->require_client_cert);
     s->port = grpc_server_add_http2_port(s->srv, opts->addr, creds);
     grpc_server_credentials_release(creds);
     if (s->port == 0) {
         sm_rpc_server_free(s);
         return sm_fail(err, errlen, SM_EUNAVAILABLE,
-                       "cannot listen on '%s' (address in use or not valid)", opts->addr);
+                       "cannot listen on '%s' (address in use or not valid%s)", opts->addr,
+                       opts->tls ? ", or gRPC refused the TLS certificate" : "");
     }
     sm_rpc_method health = {HEALTH_PATH, SM_RPC_UNARY,
                             &grpc__health__v1__health_check_request__descriptor, health_check, s};
@@ -1061,6 +1081,7 @@ sm_err sm_rpc_server_add(sm_rpc_server *s, const sm_rpc_method *m, char *err, si
     row->request = m->request;
     row->handler = m->handler;
     row->user = m->user;
+    row->cluster_only = m->cluster_only;
     int with_payload = m->kind == SM_RPC_UNARY || m->kind == SM_RPC_SERVER_STREAM;
     row->handle = grpc_server_register_method(
         s->srv, row->path, NULL,
