@@ -9,12 +9,14 @@
 #define SM_SERVER_HANDLERS_H
 
 #include "registry.h"
+#include "sm_rpc.h"
 
 /* What the handlers share; owned by main(), borrowed by the server. */
 typedef struct {
-    sm_registry *reg;     /* borrowed */
-    const char *token;    /* token for channels to workers; NULL for none; borrowed */
-    int call_deadline_ms; /* control calls to workers (FreeArray, Assemble) and downloads */
+    sm_registry *reg;      /* borrowed */
+    const char *token;     /* token for channels to workers; NULL for none; borrowed */
+    int call_deadline_ms;  /* control calls to workers (FreeArray, Assemble) and downloads */
+    const sm_rpc_tls *tls; /* channels to workers: NULL plaintext, else mutual TLS; borrowed */
 } sm_coord;
 
 /* The handler table; pass an sm_coord * as user to sm_svc_coord_serve. */
