@@ -238,6 +238,18 @@ sm_err harness_cluster_start(const harness_opts *o, harness_cluster **out, char 
         argv[na++] = "--token";
         argv[na++] = (char *)o->token;
     }
+    const struct {
+        const char *flag, *file;
+        char *copy;
+    } tls[] = {{"--tls-cert", o->tls_cert, h->tls_cert},
+               {"--tls-key", o->tls_key, h->tls_key},
+               {"--tls-ca", o->tls_ca, h->tls_ca}};
+    for (int k = 0; k < 3; k++)
+        if (tls[k].file) {
+            snprintf(tls[k].copy, sizeof h->tls_cert, "%s", tls[k].file);
+            argv[na++] = (char *)tls[k].flag;
+            argv[na++] = (char *)tls[k].file;
+        }
     for (int k = 0; o->coord_args && o->coord_args[k] && na < 31; k++)
         argv[na++] = (char *)o->coord_args[k];
     argv[na] = NULL;
@@ -353,7 +365,11 @@ harness_cluster *harness_cluster_up(int nworkers, int devices_per_worker, const 
 
 sm_err harness_connect(const harness_cluster *h, sm_client **out, char *err, size_t errlen)
 {
-    sm_client_opts o = {.token = h->token[0] ? h->token : NULL, .timeout_ms = 30000};
+    sm_client_opts o = {.token = h->token[0] ? h->token : NULL,
+                        .timeout_ms = 30000,
+                        .tls_cert = h->tls_cert[0] ? h->tls_cert : NULL,
+                        .tls_key = h->tls_key[0] ? h->tls_key : NULL,
+                        .tls_ca = h->tls_ca[0] ? h->tls_ca : NULL};
     return sm_client_connect(h->target, &o, out, err, errlen);
 }
 
