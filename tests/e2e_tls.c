@@ -77,16 +77,23 @@ static char *slurp(const char *file)
     return buf;
 }
 
+/* The cluster's and the stranger's certificates into g_dir; exits on
+ * failure (before any test runs). */
 static void certs_make(void)
 {
     const char *script = getenv("SM_TLS_CERTS");
     char dir[600];
-    ck_assert_msg(script && *script, "SM_TLS_CERTS (scripts/tls_certs.sh) is not set");
-    g_dir = harness_tmpdir();
+    if (!script || !*script || !(g_dir = harness_tmpdir())) {
+        fprintf(stderr, "e2e_tls: SM_TLS_CERTS (scripts/tls_certs.sh) is not set\n");
+        exit(1);
+    }
     for (int k = 0; k < 2; k++) {
         snprintf(dir, sizeof dir, "%s/%s", g_dir, k ? "stranger" : "cluster");
         char *argv[] = {"bash", (char *)script, dir, "localhost", "127.0.0.1", NULL};
-        ck_assert_msg(run(argv, NULL) == 0, "%s failed (is openssl installed?)", script);
+        if (run(argv, NULL) != 0) {
+            fprintf(stderr, "e2e_tls: %s failed (is openssl installed?)\n", script);
+            exit(1);
+        }
     }
     path(g_ca, "cluster", "ca.pem");
     path(g_cert, "cluster", "cluster.pem");
@@ -101,7 +108,6 @@ static void certs_make(void)
 static void cluster_up(void)
 {
     char err[512];
-    certs_make();
     harness_opts o = {.nworkers = 2,
                       .devices_per_worker = 2,
                       .tls_cert = g_cert,
@@ -127,8 +133,6 @@ static void cluster_down(void)
 {
     harness_cluster_stop(g);
     g = NULL;
-    harness_rmdir(g_dir);
-    g_dir = NULL;
 }
 
 /* Connects with the given TLS files (NULL: none); returns the error code
@@ -393,6 +397,61 @@ START_TEST(test_logged)
 }
 END_TEST
 
+/* --tls-server-name: a certificate that names shmap-cluster and localhost
+ * but not 127.0.0.1, the address every worker is dialled at. */
+static harness_cluster *g_named;
+
+static void named_up(void)
+{
+    char dir[600], err[512], cert[600], key[600], ca[600];
+    snprintf(dir, sizeof dir, "%s/named", g_dir);
+    char *argv[] = {"bash", getenv("SM_TLS_CERTS"), dir, "shmap-cluster", "localhost", NULL};
+    if (run(argv, NULL) != 0) {
+        fprintf(stderr, "e2e_tls: %s failed\n", argv[1]);
+        exit(1);
+    }
+    path(cert, "named", "cluster.pem");
+    path(key, "named", "cluster.key");
+    path(ca, "named", "ca.pem");
+    const char *more[] = {"--tls-server-name", "shmap-cluster", NULL};
+    harness_opts o = {.nworkers = 2,
+                      .devices_per_worker = 2,
+                      .tls_cert = cert,
+                      .tls_key = key,
+                      .tls_ca = ca,
+                      .coord_args = more,
+                      .target_host = "localhost"};
+    if (harness_cluster_start(&o, &g_named, err, sizeof err)) {
+        fprintf(stderr, "e2e_tls: a cluster with --tls-server-name: %s\n", err);
+        exit(1);
+    }
+}
+
+static void named_down(void)
+{
+    harness_cluster_stop(g_named);
+    g_named = NULL;
+}
+
+/* Both workers registered and their links work (a job's psum), though
+ * their addresses are not in the certificate; a client dialling
+ * 127.0.0.1 is refused (clients check the host they dial). */
+START_TEST(test_server_name)
+{
+    sm_client *c = harness_client(g_named);
+    char err[1024];
+    ck_assert_msg(harness_wait_workers(c, 2, 1, err, sizeof err) == SM_OK, "%s", err);
+    put_get_run(c);
+    sm_client_close(c);
+    char target[64];
+    snprintf(target, sizeof target, "127.0.0.1:%d", g_named->port);
+    sm_client_opts o = {.timeout_ms = 10000, .tls_ca = g_named->tls_ca};
+    sm_err e = sm_client_connect(target, &o, &c, err, sizeof err);
+    ck_assert_msg(e == SM_EUNAVAILABLE, "connect to 127.0.0.1 gave %s: %s", sm_err_name(e), err);
+    ck_assert_msg(strstr(err, "name the host dialled"), "no hint at the name: %s", err);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("e2e_tls");
@@ -408,5 +467,13 @@ int main(void)
     tcase_add_test(tc, test_stranger_worker);
     tcase_add_loop_test(tc, test_start_refused, 0, 3);
     suite_add_tcase(s, tc);
-    return harness_run_suite(s);
+    TCase *named = tcase_create("server_name");
+    tcase_set_timeout(named, 60);
+    tcase_add_unchecked_fixture(named, named_up, named_down);
+    tcase_add_test(named, test_server_name);
+    suite_add_tcase(s, named);
+    certs_make();
+    int rc = harness_run_suite(s);
+    harness_rmdir(g_dir);
+    return rc;
 }

@@ -290,7 +290,8 @@ sm_err harness_cluster_start(const harness_opts *o, harness_cluster **out, char 
             sleep_ms(20);
         }
     }
-    snprintf(h->target, sizeof h->target, "127.0.0.1:%d", h->port);
+    snprintf(h->target, sizeof h->target, "%s:%d", o->target_host ? o->target_host : "127.0.0.1",
+             h->port);
     if ((e = harness_connect(h, &c, err, errlen)))
         goto fail;
     e = harness_wait_workers(c, o->nworkers, (int)(until - now_ms()), err, errlen);

@@ -25,6 +25,7 @@ typedef struct {
     /* TLS files (NULL: plaintext): the coordinator's (and its workers')
      * --tls-cert/--tls-key/--tls-ca, also used by harness_connect. */
     const char *tls_cert, *tls_key, *tls_ca;
+    const char *target_host; /* the host clients dial (NULL: 127.0.0.1) */
 } harness_opts;
 
 typedef struct {

@@ -69,7 +69,8 @@ static void client_tls_hint(const sm_client *c, sm_err e, char *err, size_t errl
         snprintf(err + n, errlen - n,
                  " (if the coordinator serves TLS, give the CA that signs its certificate: "
                  "--tls-ca or SHMAP_TLS_CA)");
-    else if (strstr(err, "certificate verify failed") || strstr(err, "andshake"))
+    else if (strstr(err, "certificate verify failed") || strstr(err, "andshake") ||
+             strstr(err, "peer certificate"))
         snprintf(err + n, errlen - n,
                  " (TLS: the coordinator's certificate must be signed by the CA given and name "
                  "the host dialled; a coordinator in plaintext refuses TLS clients too)");
