@@ -44,6 +44,7 @@ enum {
     CFG_MAX_PROGRAM_OPS,
     CFG_MAX_ARRAY_MB,
     CFG_MAX_NAME_LENGTH,
+    CFG_MAX_CLIENT_STREAMS,
     CFG_METRICS,
     CFG_LOG_LEVEL,
     CFG_LOG_FORMAT,
@@ -108,6 +109,10 @@ static const sm_config_row cfg_rows[CFG_COUNT] = {
     [CFG_MAX_NAME_LENGTH] = {"max-name-length", 0, SM_CFG_INT, "127", NULL,
                              "Longest array name, in characters (1..127); a longer one is "
                              "refused INVALID_ARGUMENT."},
+    [CFG_MAX_CLIENT_STREAMS] = {"max-client-streams", 0, SM_CFG_INT, "64", NULL,
+                                "Most uploads and downloads (streaming calls) one client "
+                                "connection may have open at once, 1..100000 (a libshmap client "
+                                "opens up to 8); one more is refused RESOURCE_EXHAUSTED."},
     [CFG_METRICS] = {"metrics-listen", 0, SM_CFG_STRING, NULL, "SHMAP_METRICS_LISTEN",
                      "serve Prometheus metrics (GET /metrics) on HOST:PORT (port 0: a free one, "
                      "logged); default: none"},
@@ -194,7 +199,8 @@ int main(int argc, char **argv)
         check_range(v, CFG_MAX_MESSAGE_MB, 1, SM_RPC_MAX_MSG >> 20, msg, sizeof msg) ||
         check_range(v, CFG_MAX_PROGRAM_OPS, 1, 1000000, msg, sizeof msg) ||
         check_range(v, CFG_MAX_ARRAY_MB, 0, (int64_t)1 << 40, msg, sizeof msg) ||
-        check_range(v, CFG_MAX_NAME_LENGTH, 1, SM_NAME_MAX - 1, msg, sizeof msg))
+        check_range(v, CFG_MAX_NAME_LENGTH, 1, SM_NAME_MAX - 1, msg, sizeof msg) ||
+        check_range(v, CFG_MAX_CLIENT_STREAMS, 1, 100000, msg, sizeof msg))
         return usage_error(msg);
     static const char *const levels[] = {"error", "warn", "info", "debug"};
     int level = -1;
@@ -271,7 +277,9 @@ int main(int argc, char **argv)
     sm_rpc_server_opts so = {.addr = v[CFG_LISTEN].s,
                              .token = token,
                              .max_message_bytes = (int)(v[CFG_MAX_MESSAGE_MB].i << 20),
-                             .tls = tls};
+                             .tls = tls,
+                             .max_client_streams = (int)v[CFG_MAX_CLIENT_STREAMS].i,
+                             .max_client_streams_name = "--max-client-streams"};
     if ((e = sm_rpc_server_create(&so, &srv, err, sizeof err)) ||
         (e = sm_svc_coord_serve(srv, sm_handlers_ops(), &coord, "shmap-coordinator", err,
                                 sizeof err)) ||

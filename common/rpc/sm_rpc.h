@@ -138,20 +138,26 @@ const char *sm_rpc_tls_describe(const sm_rpc_tls *t);
 
 typedef struct sm_rpc_server sm_rpc_server;
 typedef struct {
-    const char *addr;        /* "host:port"; port 0 picks a free port. Copied. */
-    const char *token;       /* NULL or "": no authentication. Copied. */
-    int max_handlers;        /* handler thread cap; 0 = SM_RPC_DEFAULT_MAX_HANDLERS.
-                                Calls beyond the cap wait for a free thread. */
-    int max_message_bytes;   /* largest message a call may send it; 0 = SM_RPC_MAX_MSG.
-                                gRPC refuses a larger one with RESOURCE_EXHAUSTED
-                                ("received message larger than max"). */
-    const sm_rpc_tls *tls;   /* NULL: plaintext. Else it must hold a certificate;
-                                borrowed for sm_rpc_server_create only. */
-    int require_client_cert; /* with tls: 1 refuses every connection without a
-                                client certificate signed by tls's CA (the
-                                handshake fails); 0 accepts clients without one,
-                                verifies one if offered, and refuses them only
-                                the cluster_only methods. */
+    const char *addr;                    /* "host:port"; port 0 picks a free port. Copied. */
+    const char *token;                   /* NULL or "": no authentication. Copied. */
+    int max_handlers;                    /* handler thread cap; 0 = SM_RPC_DEFAULT_MAX_HANDLERS.
+                                            Calls beyond the cap wait for a free thread. */
+    int max_message_bytes;               /* largest message a call may send it; 0 = SM_RPC_MAX_MSG.
+                                            gRPC refuses a larger one with RESOURCE_EXHAUSTED
+                                            ("received message larger than max"). */
+    const sm_rpc_tls *tls;               /* NULL: plaintext. Else it must hold a certificate;
+                                            borrowed for sm_rpc_server_create only. */
+    int require_client_cert;             /* with tls: 1 refuses every connection without a
+                                            client certificate signed by tls's CA (the
+                                            handshake fails); 0 accepts clients without one,
+                                            verifies one if offered, and refuses them only
+                                            the cluster_only methods. */
+    int max_client_streams;              /* most streaming calls (client-, server-streaming,
+                                            bidi) one client (one connection) may have open
+                                            at once; one more is refused RESOURCE_EXHAUSTED.
+                                            0: no limit. */
+    const char *max_client_streams_name; /* how the refusal names the limit
+                                            ("--max-client-streams"); copied */
 } sm_rpc_server_opts;
 
 /* A handler about to wait for long on something other than its own call

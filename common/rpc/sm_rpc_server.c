@@ -108,13 +108,17 @@ struct sm_rpc_call {
     int payload_out;   /* the initial payload was handed out */
     int finished;      /* sm_rpc_finish was called */
     sm_rpc_call *next; /* pool queue */
+    char *peer;        /* counted against srv->peers until destroyed; NULL: not */
 };
 
 struct sm_rpc_server {
     grpc_server *srv;
     grpc_completion_queue *cq;
     char *token;
-    int tls; /* serves TLS: cluster_only methods check the peer's certificate */
+    int tls;                /* serves TLS: cluster_only methods check the peer's certificate */
+    sm_rpc_peers *peers;    /* streams open per client; NULL: no limit */
+    int max_client_streams; /* with peers */
+    char *max_streams_name; /* names the limit in the refusal */
     int port;
     method *methods;
     int nmethods;
@@ -212,6 +216,10 @@ static void call_destroy(sm_rpc_call *c)
         grpc_byte_buffer_destroy(c->finish_bb);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
+    if (c->peer) {
+        sm_rpc_peers_give(s->peers, c->peer);
+        free(c->peer);
+    }
     free(c);
     pthread_mutex_lock(&s->mu);
     s->live--;
@@ -588,6 +596,21 @@ static void finish_status(sm_rpc_call *c, grpc_status_code code, const char *tex
     grpc_slice_unref(d);
 }
 
+/* Counts streaming call c against its client's limit: 1 if within it. */
+static int peer_take(sm_rpc_server *s, sm_rpc_call *c)
+{
+    char *peer = grpc_call_get_peer(c->call);
+    int ok = 0;
+    if (peer && sm_rpc_peers_take(s->peers, peer)) {
+        if ((c->peer = strdup(peer)))
+            ok = 1;
+        else
+            sm_rpc_peers_give(s->peers, peer);
+    }
+    gpr_free(peer);
+    return ok;
+}
+
 /* A new call arrived: checks it and returns it for a handler to run (with
  * its reference), or NULL when it was answered here. */
 static sm_rpc_call *on_new(sm_rpc_server *s, sm_rpc_call *c, int success)
@@ -639,6 +662,19 @@ static sm_rpc_call *on_new(sm_rpc_server *s, sm_rpc_call *c, int success)
                  "certificate signed by the cluster's CA",
                  s->methods[c->method].path);
         finish_status(c, GRPC_STATUS_PERMISSION_DENIED, text, 0);
+        call_unref(c);
+        return NULL;
+    }
+    if (s->peers && s->methods[c->method].kind != SM_RPC_UNARY && !peer_take(s, c)) {
+        char *peer = grpc_call_get_peer(c->call);
+        char text[512];
+        snprintf(text, sizeof text,
+                 "this client (%s) already has %d streams open (uploads, downloads), the most "
+                 "one client may have at once (%s %d); wait for one to end",
+                 peer ? peer : "?", s->max_client_streams, s->max_streams_name,
+                 s->max_client_streams);
+        gpr_free(peer);
+        finish_status(c, GRPC_STATUS_RESOURCE_EXHAUSTED, text, 0);
         call_unref(c);
         return NULL;
     }
@@ -1027,6 +1063,16 @@ sm_err sm_rpc_server_create(const sm_rpc_server_opts *opts, sm_rpc_server **out,
                        "a TLS server on '%s' needs a certificate and its key", opts->addr);
     }
     s->tls = opts->tls != NULL;
+    if (opts->max_client_streams > 0) {
+        s->max_client_streams = opts->max_client_streams;
+        s->peers = sm_rpc_peers_create(opts->max_client_streams);
+        s->max_streams_name = strdup(opts->max_client_streams_name ? opts->max_client_streams_name
+                                                                   : "the server's limit");
+        if (!s->peers || !s->max_streams_name) {
+            sm_rpc_server_free(s);
+            return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a server");
+        }
+    }
     grpc_server_credentials *creds =
         sm_rpc_tls_server_creds(opts->tls, opts->tls && opts->require_client_cert);
     s->port = grpc_server_add_http2_port(s->srv, opts->addr, creds);
@@ -1180,6 +1226,8 @@ void sm_rpc_server_free(sm_rpc_server *s)
     free(s->methods);
     free(s->threads);
     free(s->token);
+    sm_rpc_peers_free(s->peers);
+    free(s->max_streams_name);
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->pool_mu);
     pthread_cond_destroy(&s->pool_cv);
