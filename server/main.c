@@ -257,9 +257,9 @@ int main(int argc, char **argv)
                 "signs",
                 sm_rpc_tls_describe(tls));
     else
-        SM_INFO("plaintext: no TLS (--tls-cert, --tls-key, --tls-ca); anyone on the network "
-                "can read the traffic and the token, use it on loopback or a trusted network "
-                "only");
+        sm_log(sm_rpc_addr_is_loopback(v[CFG_LISTEN].s) ? SM_LOG_INFO : SM_LOG_WARN,
+               "plaintext: no TLS (--tls-cert, --tls-key, --tls-ca); anyone on the network can "
+               "read the traffic and the token, use it on loopback or a trusted network only");
     int deadline = (int)v[CFG_DEADLINE].i;
     if ((e = sm_registry_create((uint32_t)deadline, (uint32_t)v[CFG_HEARTBEAT].i, &reg, err,
                                 sizeof err)))

@@ -3,7 +3,8 @@
  * by scripts/tls_certs.sh (openssl) at start: every refusal of
  * sm_rpc_tls_create with its code and the file it names; PEM text instead
  * of paths; a server that requires client certificates; one that only
- * verifies them, whose cluster_only methods refuse callers without one. */
+ * verifies them, whose cluster_only methods refuse callers without one;
+ * which listen addresses count as loopback. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -245,6 +246,23 @@ START_TEST(test_server_needs_cert)
 }
 END_TEST
 
+/* Where plaintext is logged as INFO (loopback) or WARN (anything else). */
+START_TEST(test_loopback)
+{
+    const struct {
+        const char *addr;
+        int want;
+    } rows[] = {{"127.0.0.1:7070", 1}, {"127.1.2.3:0", 1},
+                {"localhost:7070", 1}, {"[::1]:7070", 1},
+                {"0.0.0.0:7070", 0},   {"10.0.0.1:7070", 0},
+                {"[::]:7070", 0},      {"localhost.x:1", 0},
+                {"1270.0.0.1:1", 0},   {"", 0}};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        ck_assert_msg(sm_rpc_addr_is_loopback(rows[i].addr) == rows[i].want, "%s", rows[i].addr);
+    ck_assert_int_eq(sm_rpc_addr_is_loopback(NULL), 0);
+}
+END_TEST
+
 int main(void)
 {
     certs_make();
@@ -256,6 +274,7 @@ int main(void)
     tcase_add_test(tc, test_create_pem_text);
     tcase_add_loop_test(tc, test_server, 0, 2);
     tcase_add_test(tc, test_server_needs_cert);
+    tcase_add_test(tc, test_loopback);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK); /* gRPC is not fork-safe */

@@ -431,8 +431,9 @@ int main(int argc, char **argv)
         SM_INFO("mutual TLS: %s; every caller must present a certificate the CA signs",
                 sm_rpc_tls_describe(tls));
     else
-        SM_INFO("plaintext: no TLS (--tls-cert, --tls-key, --tls-ca); use it on loopback or a "
-                "trusted network only");
+        sm_log(sm_rpc_addr_is_loopback(cfg[CFG_LISTEN].s) ? SM_LOG_INFO : SM_LOG_WARN,
+               "plaintext: no TLS (--tls-cert, --tls-key, --tls-ca); use it on loopback or a "
+               "trusted network only");
     if ((e = sm_peer_create(cfg[CFG_TOKEN].s, tls, 120000, &peers, err, sizeof err)))
         goto fail;
     sm_rpc_server_opts opts = {.addr = cfg[CFG_LISTEN].s,

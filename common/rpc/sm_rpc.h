@@ -134,6 +134,11 @@ int sm_rpc_tls_has_cert(const sm_rpc_tls *t);
  * NULL. Borrowed from t. */
 const char *sm_rpc_tls_describe(const sm_rpc_tls *t);
 
+/* 1 if addr ("host:port") listens on loopback only (127.x.y.z, localhost,
+ * [::1]), where plaintext is safe; 0 otherwise (0.0.0.0, a host's
+ * address). */
+int sm_rpc_addr_is_loopback(const char *addr);
+
 /* ---- server ---------------------------------------------------------- */
 
 typedef struct sm_rpc_server sm_rpc_server;

@@ -236,6 +236,14 @@ void sm_rpc_tls_free(sm_rpc_tls *t)
     free(t);
 }
 
+int sm_rpc_addr_is_loopback(const char *addr)
+{
+    if (!addr)
+        return 0;
+    return strncmp(addr, "127.", 4) == 0 || strncmp(addr, "localhost:", 10) == 0 ||
+           strncmp(addr, "[::1]:", 6) == 0;
+}
+
 int sm_rpc_tls_has_cert(const sm_rpc_tls *t)
 {
     return t && t->cert_pem;
