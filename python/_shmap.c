@@ -3,7 +3,8 @@
  * sharding math and program parser. Everything a user sees is in the pure
  * Python package (python/shmap); this module only converts:
  *
- *   Client(target, token=None)        a connection (sm_client_connect)
+ *   Client(target, token=None, timeout_ms=0, progress=None, tls_ca=None, tls_cert=None,
+ *          tls_key=None)               a connection (sm_client_connect)
  *     .devices() .put(buf, dtype, shape, mesh, spec, name) .get_into(info, buf)
  *     .describe(ref) .list() .reshard(ref, mesh, spec, name) .delete(ref)
  *     .get_shard(ref, device) .put_shards(...) .put_local(...) .mesh_create(...)
@@ -246,18 +247,23 @@ static void Client_progress(void *user, int64_t done, int64_t total)
 
 static int Client_init(Client *self, PyObject *args, PyObject *kw)
 {
-    static char *kws[] = {"target", "token", "timeout_ms", "progress", NULL};
-    const char *target, *token = NULL;
+    static char *kws[] = {"target", "token",    "timeout_ms", "progress",
+                          "tls_ca", "tls_cert", "tls_key",    NULL};
+    const char *target, *token = NULL, *tls_ca = NULL, *tls_cert = NULL, *tls_key = NULL;
     long long timeout_ms = 0;
     PyObject *progress = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|zLO", kws, &target, &token, &timeout_ms,
-                                     &progress))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|zLOzzz", kws, &target, &token, &timeout_ms,
+                                     &progress, &tls_ca, &tls_cert, &tls_key))
         return -1;
     if (progress && progress != Py_None) {
         Py_INCREF(progress);
         self->progress = progress;
     }
-    sm_client_opts o = {.token = token, .timeout_ms = timeout_ms};
+    sm_client_opts o = {.token = token,
+                        .timeout_ms = timeout_ms,
+                        .tls_ca = tls_ca,
+                        .tls_cert = tls_cert,
+                        .tls_key = tls_key};
     if (self->progress) {
         o.progress = Client_progress;
         o.progress_user = self;

@@ -8,6 +8,7 @@ SM_PACKAGES=(
   build-essential cmake pkg-config clang-format clang libclang-rt-14-dev
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler grpc-proto
   libopenblas-dev check libsubunit-dev libjansson-dev libxxhash-dev libsqlite3-dev libmicrohttpd-dev prometheus
+  libssl-dev openssl
   iproute2 procps python3 python3-numpy python3-yaml python3-dev python3-pytest
 )
 # Benchmarks compare against Open MPI when it is there; tests do not need it.

@@ -223,7 +223,7 @@ static sm_err h_register(void *user, const sm_svc_register_req *req, sm_svc_regi
     int nf = 0;
     if (!req->address || !*req->address)
         return sm_fail(err, errlen, SM_EINVAL, "a worker must give the address it serves on");
-    sm_err e = sm_rpc_channel_create(req->address, c->token, &ch, err, errlen);
+    sm_err e = sm_rpc_channel_create_tls(req->address, c->token, c->tls, &ch, err, errlen);
     if (e)
         return e;
     e = sm_registry_worker_add(c->reg, req, ch, sm_registry_now_ms(), out, &f, &nf, err, errlen);

@@ -15,13 +15,15 @@
 #include <pthread.h>
 
 #include "registry.h"
+#include "sm_rpc.h"
 
 /* What the handlers share; owned by main(), borrowed by the server.
  * Initialise with sm_handlers_init. */
 typedef struct {
-    sm_registry *reg;     /* borrowed */
-    const char *token;    /* token for channels to workers; NULL for none; borrowed */
-    int call_deadline_ms; /* control calls to workers (FreeArray, Assemble) and downloads */
+    sm_registry *reg;      /* borrowed */
+    const char *token;     /* token for channels to workers; NULL for none; borrowed */
+    int call_deadline_ms;  /* control calls to workers (FreeArray, Assemble) and downloads */
+    const sm_rpc_tls *tls; /* channels to workers: NULL plaintext, else mutual TLS; borrowed */
     pthread_mutex_t bg_mu;
     pthread_cond_t bg_cv;
     int bg_running;  /* background repair threads */

@@ -45,7 +45,8 @@ sm_rpc_channel *sm_cjobs_channel(sm_cjobs *j, const char *address, char *err, si
             j->chans = v;
             j->capchans = nc;
         }
-        if (sm_rpc_channel_create(address, j->coord->token, &ch, err, errlen) == SM_OK) {
+        if (sm_rpc_channel_create_tls(address, j->coord->token, j->coord->tls, &ch, err, errlen) ==
+            SM_OK) {
             snprintf(j->chans[j->nchans].address, SM_ADDR_MAX, "%s", address);
             j->chans[j->nchans++].ch = ch;
         }

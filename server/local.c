@@ -93,30 +93,62 @@ static void *sm_local_watch(void *arg)
     return NULL;
 }
 
-/* environ plus SHMAP_TOKEN=token (replacing one already there); the
- * strings are borrowed except the token entry, *tok_entry (free it). */
-static char **sm_local_env(const char *token, char **tok_entry)
+/* The variables the coordinator hands its local workers: its token and
+ * TLS settings (each NULL or "" for none: an inherited value stays). */
+#define LOCAL_NENV 5
+static void sm_local_env_pairs(const sm_local_opts *o, const char *names[LOCAL_NENV],
+                               const char *values[LOCAL_NENV])
 {
+    names[0] = "SHMAP_TOKEN";
+    values[0] = o->token;
+    names[1] = "SHMAP_TLS_CERT";
+    values[1] = o->tls_cert;
+    names[2] = "SHMAP_TLS_KEY";
+    values[2] = o->tls_key;
+    names[3] = "SHMAP_TLS_CA";
+    values[3] = o->tls_ca;
+    names[4] = "SHMAP_TLS_SERVER_NAME";
+    values[4] = o->tls_server_name;
+}
+
+/* environ plus NAME=value for each pair of sm_local_env_pairs with a value
+ * (replacing one already there); the strings are borrowed except those
+ * new entries, owned[0..LOCAL_NENV) (free them, NULL ones too). */
+static char **sm_local_env(const sm_local_opts *o, char *owned[LOCAL_NENV])
+{
+    const char *names[LOCAL_NENV], *values[LOCAL_NENV];
     size_t n = 0;
+    sm_local_env_pairs(o, names, values);
     while (environ[n])
         n++;
-    char **env = calloc(n + 2, sizeof *env);
+    char **env = calloc(n + LOCAL_NENV + 1, sizeof *env);
     size_t k = 0;
-    *tok_entry = NULL;
+    memset(owned, 0, LOCAL_NENV * sizeof *owned);
     if (!env)
         return NULL;
-    for (size_t i = 0; i < n; i++)
-        if (!token || strncmp(environ[i], "SHMAP_TOKEN=", 12) != 0)
+    for (size_t i = 0; i < n; i++) {
+        int replaced = 0;
+        for (int p = 0; p < LOCAL_NENV; p++) {
+            size_t nl = strlen(names[p]);
+            if (values[p] && *values[p] && !strncmp(environ[i], names[p], nl) &&
+                environ[i][nl] == '=')
+                replaced = 1;
+        }
+        if (!replaced)
             env[k++] = environ[i];
-    if (token && *token) {
-        size_t len = strlen(token) + 13;
-        *tok_entry = malloc(len);
-        if (!*tok_entry) {
+    }
+    for (int p = 0; p < LOCAL_NENV; p++) {
+        if (!values[p] || !*values[p])
+            continue;
+        size_t len = strlen(names[p]) + strlen(values[p]) + 2;
+        if (!(owned[p] = malloc(len))) {
+            for (int q = 0; q < p; q++)
+                free(owned[q]);
             free(env);
             return NULL;
         }
-        snprintf(*tok_entry, len, "SHMAP_TOKEN=%s", token);
-        env[k++] = *tok_entry;
+        snprintf(owned[p], len, "%s=%s", names[p], values[p]);
+        env[k++] = owned[p];
     }
     return env;
 }
@@ -174,7 +206,7 @@ sm_err sm_local_start(const sm_local_opts *o, sm_registry *r, sm_local **out, ch
                       size_t errlen)
 {
     sm_local *l = calloc(1, sizeof *l);
-    char *tok = NULL;
+    char *owned[LOCAL_NENV] = {NULL};
     char **env = NULL;
     pthread_condattr_t ca;
     sm_err e = SM_OK;
@@ -189,7 +221,7 @@ sm_err sm_local_start(const sm_local_opts *o, sm_registry *r, sm_local **out, ch
     pthread_cond_init(&l->cv, &ca);
     pthread_condattr_destroy(&ca);
     l->kids = calloc((size_t)o->nworkers, sizeof *l->kids);
-    env = sm_local_env(o->token, &tok);
+    env = sm_local_env(o, owned);
     if (!l->kids || !env) {
         e = sm_fail(err, errlen, SM_ENOMEM, "out of memory starting local workers");
         goto fail;
@@ -209,12 +241,14 @@ sm_err sm_local_start(const sm_local_opts *o, sm_registry *r, sm_local **out, ch
         }
     }
     free(env);
-    free(tok);
+    for (int p = 0; p < LOCAL_NENV; p++)
+        free(owned[p]);
     *out = l;
     return SM_OK;
 fail:
     free(env);
-    free(tok);
+    for (int p = 0; p < LOCAL_NENV; p++)
+        free(owned[p]);
     sm_local_stop(l, 2000);
     return e;
 }

@@ -24,6 +24,9 @@ typedef struct {
     const char *token;     /* NULL for none; given to workers as SHMAP_TOKEN */
     int call_deadline_ms;  /* FreeArray calls after a loss */
     const char *state_dir; /* the coordinator's; NULL: none. Worker k gets DIR/worker-k */
+    /* The coordinator's TLS settings, given to workers as SHMAP_TLS_CERT,
+     * SHMAP_TLS_KEY, SHMAP_TLS_CA and SHMAP_TLS_SERVER_NAME; NULL: none. */
+    const char *tls_cert, *tls_key, *tls_ca, *tls_server_name;
 } sm_local_opts;
 
 /* Finds the default worker binary: "shmap-worker" beside this program

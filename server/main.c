@@ -30,6 +30,10 @@ enum {
     CFG_DEVICES,
     CFG_WORKER_BINARY,
     CFG_TOKEN,
+    CFG_TLS_CERT,
+    CFG_TLS_KEY,
+    CFG_TLS_CA,
+    CFG_TLS_SERVER_NAME,
     CFG_HEARTBEAT,
     CFG_LOST_AFTER,
     CFG_DEADLINE,
@@ -40,6 +44,7 @@ enum {
     CFG_MAX_PROGRAM_OPS,
     CFG_MAX_ARRAY_MB,
     CFG_MAX_NAME_LENGTH,
+    CFG_MAX_CLIENT_STREAMS,
     CFG_METRICS,
     CFG_LOG_LEVEL,
     CFG_LOG_FORMAT,
@@ -62,6 +67,19 @@ static const sm_config_row cfg_rows[CFG_COUNT] = {
                            "program, else ../worker/shmap-worker from its directory)."},
     [CFG_TOKEN] = {"token", 't', SM_CFG_STRING, NULL, "SHMAP_TOKEN",
                    "Shared token every call must carry (none if unset)."},
+    [CFG_TLS_CERT] = {"tls-cert", 0, SM_CFG_STRING, NULL, "SHMAP_TLS_CERT",
+                      "Serve TLS with this PEM certificate (it must name the host clients and "
+                      "workers dial), also shown to workers as this process's client "
+                      "certificate; with --tls-key and --tls-ca. Unset: plaintext."},
+    [CFG_TLS_KEY] = {"tls-key", 0, SM_CFG_STRING, NULL, "SHMAP_TLS_KEY",
+                     "The PEM private key of --tls-cert (unencrypted)."},
+    [CFG_TLS_CA] = {"tls-ca", 0, SM_CFG_STRING, NULL, "SHMAP_TLS_CA",
+                    "PEM CA certificate that signs the cluster's certificates: workers must "
+                    "present one it signs to register or heartbeat (mutual TLS); clients need "
+                    "only trust it."},
+    [CFG_TLS_SERVER_NAME] = {"tls-server-name", 0, SM_CFG_STRING, NULL, "SHMAP_TLS_SERVER_NAME",
+                             "Name the workers' certificates must carry, instead of the host of "
+                             "each worker's address (one name for a whole cluster)."},
     [CFG_HEARTBEAT] = {"heartbeat-ms", 0, SM_CFG_INT, "500", NULL,
                        "Heartbeat period told to workers, in milliseconds."},
     [CFG_LOST_AFTER] = {"lost-after-ms", 0, SM_CFG_INT, "3000", NULL,
@@ -91,6 +109,10 @@ static const sm_config_row cfg_rows[CFG_COUNT] = {
     [CFG_MAX_NAME_LENGTH] = {"max-name-length", 0, SM_CFG_INT, "127", NULL,
                              "Longest array name, in characters (1..127); a longer one is "
                              "refused INVALID_ARGUMENT."},
+    [CFG_MAX_CLIENT_STREAMS] = {"max-client-streams", 0, SM_CFG_INT, "64", NULL,
+                                "Most uploads and downloads (streaming calls) one client "
+                                "connection may have open at once, 1..100000 (a libshmap client "
+                                "opens up to 8); one more is refused RESOURCE_EXHAUSTED."},
     [CFG_METRICS] = {"metrics-listen", 0, SM_CFG_STRING, NULL, "SHMAP_METRICS_LISTEN",
                      "serve Prometheus metrics (GET /metrics) on HOST:PORT (port 0: a free one, "
                      "logged); default: none"},
@@ -161,6 +183,7 @@ int main(int argc, char **argv)
     sm_local *local = NULL;
     sm_cjobs *jobs = NULL;
     sm_metrics *metrics = NULL;
+    sm_rpc_tls *tls = NULL;
 
     sm_err e = sm_config_parse(cfg_rows, CFG_COUNT, v, argc, argv, usage, NULL, err, sizeof err);
     if (e == SM_ECANCELLED)
@@ -178,7 +201,8 @@ int main(int argc, char **argv)
         check_range(v, CFG_MAX_MESSAGE_MB, 1, SM_RPC_MAX_MSG >> 20, msg, sizeof msg) ||
         check_range(v, CFG_MAX_PROGRAM_OPS, 1, 1000000, msg, sizeof msg) ||
         check_range(v, CFG_MAX_ARRAY_MB, 0, (int64_t)1 << 40, msg, sizeof msg) ||
-        check_range(v, CFG_MAX_NAME_LENGTH, 1, SM_NAME_MAX - 1, msg, sizeof msg))
+        check_range(v, CFG_MAX_NAME_LENGTH, 1, SM_NAME_MAX - 1, msg, sizeof msg) ||
+        check_range(v, CFG_MAX_CLIENT_STREAMS, 1, 100000, msg, sizeof msg))
         return usage_error(msg);
     static const char *const levels[] = {"error", "warn", "info", "debug"};
     int level = -1;
@@ -200,6 +224,12 @@ int main(int argc, char **argv)
     sm_log_set_format((sm_log_format)fmt);
     setenv("SHMAP_LOG_FORMAT", v[CFG_LOG_FORMAT].s, 1); /* local workers log alike */
     sm_log_set_name("shmap-coordinator");
+    int ntls = !!(v[CFG_TLS_CERT].s && *v[CFG_TLS_CERT].s) +
+               !!(v[CFG_TLS_KEY].s && *v[CFG_TLS_KEY].s) + !!(v[CFG_TLS_CA].s && *v[CFG_TLS_CA].s);
+    if (ntls && ntls < 3)
+        return usage_error("--tls-cert, --tls-key and --tls-ca go together: the coordinator "
+                           "serves with its certificate, shows it to workers and verifies "
+                           "theirs with the CA");
     if (v[CFG_LOCAL_WORKERS].i > 0) {
         if (v[CFG_WORKER_BINARY].s)
             snprintf(binary, sizeof binary, "%s", v[CFG_WORKER_BINARY].s);
@@ -220,6 +250,18 @@ int main(int argc, char **argv)
 
     sm_rpc_init();
     const char *token = v[CFG_TOKEN].s && *v[CFG_TOKEN].s ? v[CFG_TOKEN].s : NULL;
+    sm_rpc_tls_opts tls_opts = {v[CFG_TLS_CERT].s, v[CFG_TLS_KEY].s, v[CFG_TLS_CA].s,
+                                v[CFG_TLS_SERVER_NAME].s};
+    if ((e = sm_rpc_tls_create(&tls_opts, &tls, err, sizeof err)))
+        goto fail;
+    if (tls)
+        SM_INFO("TLS: %s; clients must trust the CA, workers must present a certificate it "
+                "signs",
+                sm_rpc_tls_describe(tls));
+    else
+        sm_log(sm_rpc_addr_is_loopback(v[CFG_LISTEN].s) ? SM_LOG_INFO : SM_LOG_WARN,
+               "plaintext: no TLS (--tls-cert, --tls-key, --tls-ca); anyone on the network can "
+               "read the traffic and the token, use it on loopback or a trusted network only");
     int deadline = (int)v[CFG_DEADLINE].i;
     if ((e = sm_registry_create((uint32_t)deadline, (uint32_t)v[CFG_HEARTBEAT].i, &reg, err,
                                 sizeof err)))
@@ -231,12 +273,18 @@ int main(int argc, char **argv)
     coord.reg = reg;
     coord.token = token;
     coord.call_deadline_ms = deadline;
+    coord.tls = tls;
     sm_cjobs_config jobs_cfg = sm_cjobs_config_default(JOB_THREADS);
     jobs_cfg.keep_ms = v[CFG_JOB_KEEP_S].i * 1000;
     jobs_cfg.keep_max = (int)v[CFG_JOB_KEEP_MAX].i;
     jobs_cfg.queue_max = (int)v[CFG_JOB_QUEUE_MAX].i;
     jobs_cfg.max_ops = (int)v[CFG_MAX_PROGRAM_OPS].i;
-    sm_rpc_server_opts so = {v[CFG_LISTEN].s, token, 0, (int)(v[CFG_MAX_MESSAGE_MB].i << 20)};
+    sm_rpc_server_opts so = {.addr = v[CFG_LISTEN].s,
+                             .token = token,
+                             .max_message_bytes = (int)(v[CFG_MAX_MESSAGE_MB].i << 20),
+                             .tls = tls,
+                             .max_client_streams = (int)v[CFG_MAX_CLIENT_STREAMS].i,
+                             .max_client_streams_name = "--max-client-streams"};
     if ((e = sm_rpc_server_create(&so, &srv, err, sizeof err)) ||
         (e = sm_svc_coord_serve(srv, sm_handlers_ops(), &coord, "shmap-coordinator", err,
                                 sizeof err)) ||
@@ -245,8 +293,8 @@ int main(int argc, char **argv)
         (e = sm_rpc_server_start(srv, err, sizeof err)))
         goto fail;
     int port = sm_rpc_server_port(srv);
-    SM_INFO("serving shmap.v1.Coordinator on %s (port %d)%s", v[CFG_LISTEN].s, port,
-            token ? " with a token" : "");
+    SM_INFO("serving shmap.v1.Coordinator on %s (port %d)%s%s", v[CFG_LISTEN].s, port,
+            tls ? " over TLS" : " in plaintext", token ? " with a token" : "");
     if (v[CFG_PORT_FILE].s && (e = write_port_file(v[CFG_PORT_FILE].s, port, err, sizeof err)))
         goto fail;
     if ((e = sm_reaper_start(reg, v[CFG_LOST_AFTER].i, 100, deadline, &reaper, err, sizeof err)))
@@ -260,9 +308,17 @@ int main(int argc, char **argv)
                 mport);
     }
     if (v[CFG_LOCAL_WORKERS].i > 0) {
-        sm_local_opts lo = {
-            binary,   (int)v[CFG_LOCAL_WORKERS].i, (int)v[CFG_DEVICES].i, port, token,
-            deadline, v[CFG_STATE_DIR].s};
+        sm_local_opts lo = {binary,
+                            (int)v[CFG_LOCAL_WORKERS].i,
+                            (int)v[CFG_DEVICES].i,
+                            port,
+                            token,
+                            deadline,
+                            v[CFG_STATE_DIR].s,
+                            v[CFG_TLS_CERT].s,
+                            v[CFG_TLS_KEY].s,
+                            v[CFG_TLS_CA].s,
+                            v[CFG_TLS_SERVER_NAME].s};
         if ((e = sm_local_start(&lo, reg, &local, err, sizeof err)))
             goto fail;
     }
@@ -281,8 +337,10 @@ fail:
     sm_reaper_stop(reaper);
     sm_rpc_server_free(srv);
     sm_cjobs_free(jobs);
-    if (sm_handlers_drain(&coord, 5000) == 0) /* else a repair still uses it: exit without */
+    if (sm_handlers_drain(&coord, 5000) == 0) { /* else a repair still uses them: exit without */
         sm_registry_free(reg);
+        sm_rpc_tls_free(tls);
+    }
     sm_rpc_shutdown_or_exit(2000, rc); /* or _exit(rc) after 2 s */
     if (!rc)
         SM_INFO("stopped");

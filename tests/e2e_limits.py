@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """e2e_limits: the coordinator's limits on what clients send, on a real
 cluster: each refused with a sentence naming its flag, and a value out of
-range refused at start.
+range refused at start. (--max-client-streams is exercised by e2e_streams,
+which holds raw streams open.)
 
 Environment: SHMAPCTL, SHMAP_COORDINATOR_BIN (set by ctest)."""
 import shutil
@@ -65,6 +66,10 @@ def main():
         r = run([COORD, "--max-array-mb", "-1"])
         if r.returncode != 2 or "--max-array-mb must be between 0 and" not in r.stderr:
             fail(f"--max-array-mb -1: exit {r.returncode}: {r.stderr}")
+        passed += 1
+        r = run([COORD, "--max-client-streams", "0"])
+        if r.returncode != 2 or "--max-client-streams must be between 1 and" not in r.stderr:
+            fail(f"--max-client-streams 0: exit {r.returncode}: {r.stderr}")
         passed += 1
     finally:
         for p in procs:

@@ -232,6 +232,18 @@ sm_err harness_cluster_start(const harness_opts *o, harness_cluster **out, char 
         argv[na++] = "--token";
         argv[na++] = (char *)o->token;
     }
+    const struct {
+        const char *flag, *file;
+        char *copy;
+    } tls[] = {{"--tls-cert", o->tls_cert, h->tls_cert},
+               {"--tls-key", o->tls_key, h->tls_key},
+               {"--tls-ca", o->tls_ca, h->tls_ca}};
+    for (int k = 0; k < 3; k++)
+        if (tls[k].file) {
+            snprintf(tls[k].copy, sizeof h->tls_cert, "%s", tls[k].file);
+            argv[na++] = (char *)tls[k].flag;
+            argv[na++] = (char *)tls[k].file;
+        }
     for (int k = 0; o->coord_args && o->coord_args[k] && na < 31; k++)
         argv[na++] = (char *)o->coord_args[k];
     argv[na] = NULL;
@@ -272,7 +284,8 @@ sm_err harness_cluster_start(const harness_opts *o, harness_cluster **out, char 
             harness_sleep_ms(20);
         }
     }
-    snprintf(h->target, sizeof h->target, "127.0.0.1:%d", h->port);
+    snprintf(h->target, sizeof h->target, "%s:%d", o->target_host ? o->target_host : "127.0.0.1",
+             h->port);
     if ((e = harness_connect(h, &c, err, errlen)))
         goto fail;
     e = harness_wait_workers(c, o->nworkers, (int)(until - sm_time_mono_ms()), err, errlen);
@@ -347,7 +360,11 @@ harness_cluster *harness_cluster_up(int nworkers, int devices_per_worker, const 
 
 sm_err harness_connect(const harness_cluster *h, sm_client **out, char *err, size_t errlen)
 {
-    sm_client_opts o = {.token = h->token[0] ? h->token : NULL, .timeout_ms = 30000};
+    sm_client_opts o = {.token = h->token[0] ? h->token : NULL,
+                        .timeout_ms = 30000,
+                        .tls_cert = h->tls_cert[0] ? h->tls_cert : NULL,
+                        .tls_key = h->tls_key[0] ? h->tls_key : NULL,
+                        .tls_ca = h->tls_ca[0] ? h->tls_ca : NULL};
     return sm_client_connect(h->target, &o, out, err, errlen);
 }
 

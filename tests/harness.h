@@ -22,6 +22,10 @@ typedef struct {
     int devices_per_worker;
     const char *token;             /* NULL: none */
     const char *const *coord_args; /* more coordinator flags, NULL-terminated (NULL: none) */
+    /* TLS files (NULL: plaintext): the coordinator's (and its workers')
+     * --tls-cert/--tls-key/--tls-ca, also used by harness_connect. */
+    const char *tls_cert, *tls_key, *tls_ca;
+    const char *target_host; /* the host clients dial (NULL: 127.0.0.1) */
 } harness_opts;
 
 typedef struct {
@@ -30,6 +34,7 @@ typedef struct {
     char target[64]; /* "127.0.0.1:PORT" */
     char dir[256];   /* temp dir: port file, logs */
     char token[64];
+    char tls_cert[512], tls_key[512], tls_ca[512]; /* "" when plaintext */
     int nworkers, ndevices;
 } harness_cluster;
 
@@ -45,7 +50,7 @@ harness_cluster *harness_cluster_up(int nworkers, int devices_per_worker, const 
  * process group; removes the temp dir and frees h. NULL is ignored. */
 void harness_cluster_stop(harness_cluster *h);
 
-/* Connects a client to the cluster (with its token, if any). */
+/* Connects a client to the cluster (with its token and TLS files, if any). */
 sm_err harness_connect(const harness_cluster *h, sm_client **out, char *err, size_t errlen);
 /* In a Check test: harness_connect, asserting it succeeds. The caller
  * closes the client. */

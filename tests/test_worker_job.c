@@ -99,7 +99,7 @@ static void inproc_setup(void)
         ck_assert(sm_store_create(&cl.store[w], err, sizeof err) == SM_OK);
         ck_assert(sm_store_set_identity(cl.store[w], (uint32_t)w, DPW, devs, err, sizeof err) ==
                   SM_OK);
-        ck_assert(sm_peer_create(NULL, CALL_MS, &cl.peer[w], err, sizeof err) == SM_OK);
+        ck_assert(sm_peer_create(NULL, NULL, CALL_MS, &cl.peer[w], err, sizeof err) == SM_OK);
         cl.h[w] = (sm_handlers){.store = cl.store[w],
                                 .peers = cl.peer[w],
                                 .self_address = cl.addr[w],

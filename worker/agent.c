@@ -219,7 +219,7 @@ sm_err sm_agent_start(const sm_agent_config *cfg, sm_agent **out, char *err, siz
         e = sm_fail(err, errlen, SM_ENOMEM, "out of memory starting the agent");
         goto fail;
     }
-    if ((e = sm_rpc_channel_create(a->coordinator, a->token, &a->ch, err, errlen)))
+    if ((e = sm_rpc_channel_create_tls(a->coordinator, a->token, cfg->tls, &a->ch, err, errlen)))
         goto fail;
     if (pthread_create(&a->thread, NULL, agent_main, a)) {
         e = sm_fail(err, errlen, SM_ERESOURCE, "cannot start the agent thread");

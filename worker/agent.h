@@ -17,12 +17,14 @@
 #include <stdint.h>
 
 #include "sm_err.h"
+#include "sm_rpc.h"
 #include "sm_svc.h"
 #include "store.h"
 
 typedef struct {
     const char *coordinator; /* "host:port" */
     const char *token;       /* NULL or "" for none */
+    const sm_rpc_tls *tls;   /* NULL: plaintext; borrowed, must outlive the agent */
     const char *address;     /* this worker's advertised "host:port" */
     const char *host;        /* host name reported at registration; NULL ok */
     int ndevices;

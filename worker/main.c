@@ -40,6 +40,10 @@ enum {
     CFG_ADVERTISE,
     CFG_PROCESS_INDEX,
     CFG_TOKEN,
+    CFG_TLS_CERT,
+    CFG_TLS_KEY,
+    CFG_TLS_CA,
+    CFG_TLS_SERVER_NAME,
     CFG_BLAS_THREADS,
     CFG_CACHE_MB,
     CFG_MEM_LIMIT_MB,
@@ -69,6 +73,18 @@ static const sm_config_row worker_config[CFG_COUNT] = {
     [CFG_TOKEN] = {"token", 't', SM_CFG_STRING, NULL, "SHMAP_TOKEN",
                    "Shared token required on every call to this worker and sent to the "
                    "coordinator and peers."},
+    [CFG_TLS_CERT] = {"tls-cert", 0, SM_CFG_STRING, NULL, "SHMAP_TLS_CERT",
+                      "Mutual TLS: serve with this PEM certificate (it must name the host of "
+                      "--advertise) and show it to the coordinator and peers; with --tls-key "
+                      "and --tls-ca. Unset: plaintext."},
+    [CFG_TLS_KEY] = {"tls-key", 0, SM_CFG_STRING, NULL, "SHMAP_TLS_KEY",
+                     "The PEM private key of --tls-cert (unencrypted)."},
+    [CFG_TLS_CA] = {"tls-ca", 0, SM_CFG_STRING, NULL, "SHMAP_TLS_CA",
+                    "PEM CA certificate that signs the cluster's certificates: every caller of "
+                    "this worker must present a certificate it signs."},
+    [CFG_TLS_SERVER_NAME] = {"tls-server-name", 0, SM_CFG_STRING, NULL, "SHMAP_TLS_SERVER_NAME",
+                             "Name the coordinator's and peers' certificates must carry, instead "
+                             "of the host of their addresses (one name for a whole cluster)."},
     [CFG_BLAS_THREADS] = {"blas-threads", 0, SM_CFG_INT, "1", "SHMAP_BLAS_THREADS",
                           "OpenBLAS threads per device."},
     [CFG_CACHE_MB] = {"buffer-cache-mb", 0, SM_CFG_INT, "-1", "SHMAP_BUFFER_CACHE_MB",
@@ -303,6 +319,7 @@ int main(int argc, char **argv)
     worker_metrics_src msrc = {0};
     sm_store *store = NULL;
     sm_peer *peers = NULL;
+    sm_rpc_tls *tls = NULL;
     sm_agent *agent = NULL;
     sm_disk *disk = NULL;
     sm_metrics_http *metrics = NULL;
@@ -362,6 +379,14 @@ int main(int argc, char **argv)
         (!split_host_port(cfg[CFG_ADVERTISE].s, advertise, sizeof advertise, &port) || port == 0))
         return usage_error("--advertise must be HOST:PORT with a port in 1..65535.");
 
+    int ntls = 0;
+    for (int k = CFG_TLS_CERT; k <= CFG_TLS_CA; k++)
+        ntls += cfg[k].s && *cfg[k].s;
+    if (ntls && ntls < 3)
+        return usage_error("--tls-cert, --tls-key and --tls-ca go together: a worker serves "
+                           "with its certificate, shows it to the coordinator and peers, and "
+                           "verifies theirs with the CA.");
+
     if (cfg[CFG_EXIT_WITH_PARENT].i) {
         pid_t parent = getppid();
         /* SIGTERM is blocked: the sigwait below takes it, as any stop. */
@@ -401,11 +426,24 @@ int main(int argc, char **argv)
     if (cfg[CFG_STATE_DIR].s && *cfg[CFG_STATE_DIR].s &&
         (e = worker_state_open(cfg[CFG_STATE_DIR].s, store, &acfg, &disk, err, sizeof err)))
         goto fail;
-    if ((e = sm_peer_create(cfg[CFG_TOKEN].s, 120000, &peers, err, sizeof err)))
+    sm_rpc_tls_opts tls_opts = {cfg[CFG_TLS_CERT].s, cfg[CFG_TLS_KEY].s, cfg[CFG_TLS_CA].s,
+                                cfg[CFG_TLS_SERVER_NAME].s};
+    if ((e = sm_rpc_tls_create(&tls_opts, &tls, err, sizeof err)))
+        goto fail;
+    if (tls)
+        SM_INFO("mutual TLS: %s; every caller must present a certificate the CA signs",
+                sm_rpc_tls_describe(tls));
+    else
+        sm_log(sm_rpc_addr_is_loopback(cfg[CFG_LISTEN].s) ? SM_LOG_INFO : SM_LOG_WARN,
+               "plaintext: no TLS (--tls-cert, --tls-key, --tls-ca); use it on loopback or a "
+               "trusted network only");
+    if ((e = sm_peer_create(cfg[CFG_TOKEN].s, tls, 120000, &peers, err, sizeof err)))
         goto fail;
     sm_rpc_server_opts opts = {.addr = cfg[CFG_LISTEN].s,
                                .token = cfg[CFG_TOKEN].s,
-                               .max_message_bytes = (int)(cfg[CFG_MAX_MESSAGE_MB].i << 20)};
+                               .max_message_bytes = (int)(cfg[CFG_MAX_MESSAGE_MB].i << 20),
+                               .tls = tls,
+                               .require_client_cert = 1};
     if ((e = sm_rpc_server_create(&opts, &server, err, sizeof err)))
         goto fail;
     if (cfg[CFG_ADVERTISE].s && *cfg[CFG_ADVERTISE].s) {
@@ -429,8 +467,9 @@ int main(int argc, char **argv)
         (e = sm_svc_worker_jobs_serve(server, &sm_jobs_ops, jobs, err, sizeof err)) ||
         (e = sm_rpc_server_start(server, err, sizeof err)))
         goto fail;
-    SM_INFO("serving shmap.v1.Worker on %s (port %d), advertised as %s, %lld device(s)",
-            cfg[CFG_LISTEN].s, sm_rpc_server_port(server), advertise, (long long)ndevices);
+    SM_INFO("serving shmap.v1.Worker on %s (port %d)%s, advertised as %s, %lld device(s)",
+            cfg[CFG_LISTEN].s, sm_rpc_server_port(server), tls ? " over mutual TLS" : "", advertise,
+            (long long)ndevices);
     if (cfg[CFG_METRICS].s && *cfg[CFG_METRICS].s) {
         int mport;
         msrc = (worker_metrics_src){store, server};
@@ -444,6 +483,7 @@ int main(int argc, char **argv)
     gethostname(hostname, sizeof hostname - 1);
     acfg.coordinator = cfg[CFG_COORDINATOR].s;
     acfg.token = cfg[CFG_TOKEN].s;
+    acfg.tls = tls;
     acfg.address = advertise;
     acfg.host = hostname;
     acfg.process_index = (int)cfg[CFG_PROCESS_INDEX].i;
@@ -473,6 +513,7 @@ fail:
     }
     sm_disk_free(disk);
     sm_store_free(store);
+    sm_rpc_tls_free(tls);
     if (rpc_up)
         sm_rpc_shutdown_or_exit(2000, rc); /* or _exit(rc) after 2 s */
     if (!rc)

@@ -18,11 +18,13 @@ typedef struct sm_peer_conn {
 struct sm_peer {
     pthread_mutex_t mu;
     char *token;
+    const sm_rpc_tls *tls;
     int deadline_ms;
     sm_peer_conn *conns;
 };
 
-sm_err sm_peer_create(const char *token, int deadline_ms, sm_peer **out, char *err, size_t errlen)
+sm_err sm_peer_create(const char *token, const sm_rpc_tls *tls, int deadline_ms, sm_peer **out,
+                      char *err, size_t errlen)
 {
     sm_peer *p = calloc(1, sizeof *p);
     if (!p)
@@ -31,6 +33,7 @@ sm_err sm_peer_create(const char *token, int deadline_ms, sm_peer **out, char *e
         free(p);
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory creating the peer cache");
     }
+    p->tls = tls;
     p->deadline_ms = deadline_ms > 0 ? deadline_ms : 60000;
     pthread_mutex_init(&p->mu, NULL);
     *out = p;
@@ -66,7 +69,7 @@ sm_err sm_peer_channel(sm_peer *p, const char *address, sm_rpc_channel **out, ch
             e = sm_fail(err, errlen, SM_ENOMEM, "out of memory connecting to peer %s", address);
             goto fail;
         }
-        if ((e = sm_rpc_channel_create(address, p->token, &c->ch, err, errlen)))
+        if ((e = sm_rpc_channel_create_tls(address, p->token, p->tls, &c->ch, err, errlen)))
             goto fail;
         c->next = p->conns;
         p->conns = c;

@@ -13,13 +13,16 @@
 #include <stdint.h>
 
 #include "sm_err.h"
+#include "sm_rpc.h"
 #include "sm_svc.h"
 
 typedef struct sm_peer sm_peer;
 
-/* token: sent to peers (NULL or "" for none; copied). deadline_ms: the
- * deadline of one fetch. */
-sm_err sm_peer_create(const char *token, int deadline_ms, sm_peer **out, char *err, size_t errlen);
+/* token: sent to peers (NULL or "" for none; copied). tls: NULL for
+ * plaintext, else the worker's TLS settings (borrowed; must outlive p),
+ * mutual TLS to every peer. deadline_ms: the deadline of one fetch. */
+sm_err sm_peer_create(const char *token, const sm_rpc_tls *tls, int deadline_ms, sm_peer **out,
+                      char *err, size_t errlen);
 /* Frees every channel; no fetch may be running. NULL ok. */
 void sm_peer_free(sm_peer *p);
 

@@ -13,6 +13,7 @@
 
 #include "shmap.h"
 #include "sm_svc.h"
+#include "sm_rpc.h"
 
 /* A cached channel to one worker, for direct transfers. */
 typedef struct {
@@ -28,6 +29,7 @@ struct sm_client {
     void *progress_user;
     int relay_only;      /* every transfer through the coordinator */
     char *token;         /* owned copy of opts->token, or NULL */
+    sm_rpc_tls *tls;     /* owned; NULL: plaintext */
     pthread_mutex_t wmu; /* guards workers, nworkers */
     client_worker *workers;
     int nworkers, cworkers;
@@ -35,8 +37,9 @@ struct sm_client {
 
 /* The cached channel to the worker at addr (created on first use; the first
  * use waits up to CLIENT_READY_MS for it to connect), or NULL when transfers
- * to it must go through the coordinator's relay: relay_only, no address, or
- * the worker was unreachable within the last CLIENT_RETRY_S seconds. */
+ * to it must go through the coordinator's relay: relay_only, no address,
+ * TLS without a client certificate (worker ports require one), or the
+ * worker was unreachable within the last CLIENT_RETRY_S seconds. */
 #define CLIENT_READY_MS 1000
 #define CLIENT_RETRY_S  30
 sm_rpc_channel *client_worker_channel(sm_client *c, const char *addr);

@@ -50,6 +50,15 @@ typedef struct {
      * default): direct where the worker can be reached, relay otherwise.
      * The environment variable SHMAP_RELAY=1 has the same effect. */
     int relay_only;
+    /* TLS (each a PEM file's path, or PEM text; NULL: none). tls_ca alone:
+     * the coordinator's certificate must be signed by it, and transfers go
+     * through the coordinator (workers accept only callers with a client
+     * certificate). With tls_cert and tls_key too (a client certificate
+     * signed by the cluster's CA): mutual TLS, and direct transfers to
+     * workers. All NULL: plaintext. Read and checked at connect. */
+    const char *tls_ca;
+    const char *tls_cert;
+    const char *tls_key;
 } sm_client_opts;
 
 /* Connects to target ("host:port") and negotiates the protocol version.

@@ -57,6 +57,25 @@ static sm_err client_env_cache(char *err, size_t errlen)
     return SM_OK;
 }
 
+/* Adds to a failed connect's sentence what TLS may have to do with it: a
+ * plaintext client's connection to a TLS coordinator is simply closed, and
+ * a TLS failure reads as gRPC's handshake error. */
+static void client_tls_hint(const sm_client *c, sm_err e, char *err, size_t errlen)
+{
+    size_t n = err ? strlen(err) : 0;
+    if (e != SM_EUNAVAILABLE || !err || n + 1 >= errlen)
+        return;
+    if (!c->tls)
+        snprintf(err + n, errlen - n,
+                 " (if the coordinator serves TLS, give the CA that signs its certificate: "
+                 "--tls-ca or SHMAP_TLS_CA)");
+    else if (strstr(err, "certificate verify failed") || strstr(err, "andshake") ||
+             strstr(err, "peer certificate"))
+        snprintf(err + n, errlen - n,
+                 " (TLS: the coordinator's certificate must be signed by the CA given and name "
+                 "the host dialled; a coordinator in plaintext refuses TLS clients too)");
+}
+
 sm_err sm_client_connect(const char *target, const sm_client_opts *opts, sm_client **out, char *err,
                          size_t errlen)
 {
@@ -86,11 +105,19 @@ sm_err sm_client_connect(const char *target, const sm_client_opts *opts, sm_clie
         }
     }
     sm_rpc_init();
-    if ((e = sm_rpc_channel_create(target, opts ? opts->token : NULL, &c->ch, err, errlen)))
+    if (opts) {
+        sm_rpc_tls_opts to = {opts->tls_cert, opts->tls_key, opts->tls_ca, NULL};
+        if ((e = sm_rpc_tls_create(&to, &c->tls, err, errlen)))
+            goto fail;
+    }
+    if ((e = sm_rpc_channel_create_tls(target, opts ? opts->token : NULL, c->tls, &c->ch, err,
+                                       errlen)))
         goto fail;
     if ((e = sm_svc_negotiate(c->ch, 0, "libshmap", &version, server, sizeof server, c->timeout_ms,
-                              err, errlen)))
+                              err, errlen))) {
+        client_tls_hint(c, e, err, errlen);
         goto fail;
+    }
     if (version != SHMAP_PROTOCOL_VERSION) {
         e = sm_fail(err, errlen, SM_EPRECONDITION,
                     "the coordinator at %s agreed on protocol version %u, but this client speaks "
@@ -104,6 +131,7 @@ sm_err sm_client_connect(const char *target, const sm_client_opts *opts, sm_clie
 fail:
     if (c->ch)
         sm_rpc_channel_free(c->ch);
+    sm_rpc_tls_free(c->tls);
     pthread_mutex_destroy(&c->wmu);
     free(c->token);
     free(c);
@@ -117,6 +145,7 @@ void sm_client_close(sm_client *c)
         return;
     client_workers_free(c);
     sm_rpc_channel_free(c->ch);
+    sm_rpc_tls_free(c->tls);
     pthread_mutex_destroy(&c->wmu);
     free(c->token);
     free(c);
@@ -145,6 +174,9 @@ sm_rpc_channel *client_worker_channel(sm_client *c, const char *addr)
     int k;
 
     if (c->relay_only || !addr || !*addr || strlen(addr) >= SM_ADDR_MAX)
+        return NULL;
+    /* Worker ports require a client certificate: without one, the relay. */
+    if (c->tls && !sm_rpc_tls_has_cert(c->tls))
         return NULL;
     /* Held while a new channel connects (at most CLIENT_READY_MS, once per
      * worker), so concurrent transfers wait for one verdict. */
@@ -176,7 +208,7 @@ sm_rpc_channel *client_worker_channel(sm_client *c, const char *addr)
     client_worker *w = &c->workers[c->nworkers];
     memset(w, 0, sizeof *w);
     snprintf(w->addr, sizeof w->addr, "%s", addr);
-    if (sm_rpc_channel_create(addr, c->token, &w->ch, err, sizeof err))
+    if (sm_rpc_channel_create_tls(addr, c->token, c->tls, &w->ch, err, sizeof err))
         goto out;
     c->nworkers++;
     if (sm_rpc_channel_wait_ready(w->ch, CLIENT_READY_MS, err, sizeof err))

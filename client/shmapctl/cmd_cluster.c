@@ -20,10 +20,8 @@ static const char devices_help[] =
  * getopt errors: -1 when ch was a connection option, else the exit code. */
 static int common_opt(int ch, cli_conn *cc, const char *help, char **argv)
 {
-    if (ch == OPT_TARGET)
-        cc->target = optarg;
-    else if (ch == OPT_TOKEN)
-        cc->token = optarg;
+    if (cli_conn_opt(cc, ch, optarg))
+        ;
     else if (ch == 'h' || ch == OPT_HELP)
         return fputs(help, stdout), CLI_EXIT_OK;
     else

@@ -19,7 +19,33 @@ void cli_conn_init(cli_conn *cc)
     memset(cc, 0, sizeof *cc);
     cc->target = t && *t ? t : CLI_DEFAULT_TARGET;
     cc->token = k && *k ? k : NULL;
+    cc->tls_ca = getenv("SHMAP_TLS_CA");
+    cc->tls_cert = getenv("SHMAP_TLS_CERT");
+    cc->tls_key = getenv("SHMAP_TLS_KEY");
     cc->show_progress = isatty(STDERR_FILENO);
+}
+
+int cli_conn_opt(cli_conn *cc, int ch, const char *arg)
+{
+    switch (ch) {
+    case OPT_TARGET:
+        cc->target = arg;
+        return 1;
+    case OPT_TOKEN:
+        cc->token = arg;
+        return 1;
+    case OPT_TLS_CA:
+        cc->tls_ca = arg;
+        return 1;
+    case OPT_TLS_CERT:
+        cc->tls_cert = arg;
+        return 1;
+    case OPT_TLS_KEY:
+        cc->tls_key = arg;
+        return 1;
+    default:
+        return 0;
+    }
 }
 
 /* Draws "[#####     ]  50%  12.0 / 24.0 MB" at most 10 times a second. */
@@ -48,7 +74,11 @@ static void cli_progress(void *user, int64_t done, int64_t total)
 
 int cli_conn_open(cli_conn *cc, sm_client **out)
 {
-    sm_client_opts o = {.token = cc->token, .timeout_ms = 30000};
+    sm_client_opts o = {.token = cc->token,
+                        .timeout_ms = 30000,
+                        .tls_ca = cc->tls_ca,
+                        .tls_cert = cc->tls_cert,
+                        .tls_key = cc->tls_key};
     char err[512];
     sm_err e;
 
@@ -195,17 +225,13 @@ int cli_args_parse(int argc, char **argv, unsigned allowed, const char *help, in
                 return rc;
             a->replicas = (int)v;
             break;
-        case OPT_TARGET:
-            a->cc.target = optarg;
-            break;
-        case OPT_TOKEN:
-            a->cc.token = optarg;
-            break;
         case 'h':
         case OPT_HELP:
             fputs(help, stdout);
             return -1;
         default:
+            if (cli_conn_opt(&a->cc, ch, optarg))
+                break;
             return cli_getopt_error(cmd, ch, argv);
         }
     }

@@ -114,17 +114,13 @@ int cli_cmd_job(int argc, char **argv)
         case OPT_JSON:
             json = 1;
             break;
-        case OPT_TARGET:
-            cc.target = optarg;
-            break;
-        case OPT_TOKEN:
-            cc.token = optarg;
-            break;
         case 'h':
         case OPT_HELP:
             fputs(job_help, stdout);
             return CLI_EXIT_OK;
         default:
+            if (cli_conn_opt(&cc, ch, optarg))
+                break;
             return cli_getopt_error(argv[0], ch, argv);
         }
     }

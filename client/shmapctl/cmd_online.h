@@ -1,7 +1,7 @@
 /* cmd_online: what the online subcommands of shmapctl (cmd_cluster.c,
  * cmd_put.c, cmd_array.c) share: the connection options (--target / $SHMAP_TARGET,
- * --token / $SHMAP_TOKEN), the sharding options (--mesh, --devices, --spec),
- * a progress bar, and printers for array descriptions. */
+ * --token / $SHMAP_TOKEN, --tls-ca/--tls-cert/--tls-key / $SHMAP_TLS_*), the sharding options
+ * (--mesh, --devices, --spec), a progress bar, and printers for array descriptions. */
 #ifndef CMD_ONLINE_H
 #define CMD_ONLINE_H
 
@@ -30,11 +30,17 @@ enum {
     OPT_DEVICE,
     OPT_REPLICAS,
     OPT_HELP,
+    OPT_TLS_CA,
+    OPT_TLS_CERT,
+    OPT_TLS_KEY,
 };
 
 #define CLI_CONN_OPTIONS                                                                           \
     {"target", required_argument, NULL, OPT_TARGET},                                               \
         {"token", required_argument, NULL, OPT_TOKEN},                                             \
+        {"tls-ca", required_argument, NULL, OPT_TLS_CA},                                           \
+        {"tls-cert", required_argument, NULL, OPT_TLS_CERT},                                       \
+        {"tls-key", required_argument, NULL, OPT_TLS_KEY},                                         \
     {                                                                                              \
         "help", no_argument, NULL, OPT_HELP                                                        \
     }
@@ -42,18 +48,29 @@ enum {
 #define CLI_CONN_HELP                                                                              \
     "      --target HOST:PORT  coordinator address (env SHMAP_TARGET, default localhost:7070)\n"   \
     "      --token TOKEN       shared secret (env SHMAP_TOKEN)\n"                                  \
+    "      --tls-ca FILE       TLS: the CA that signs the coordinator's certificate (env\n"        \
+    "                          SHMAP_TLS_CA); unset: plaintext\n"                                  \
+    "      --tls-cert FILE     with --tls-key: a client certificate of the cluster's CA (env\n"    \
+    "                          SHMAP_TLS_CERT) for direct transfers to workers; without\n"         \
+    "                          one, data goes through the coordinator\n"                           \
+    "      --tls-key FILE      its private key (env SHMAP_TLS_KEY)\n"                              \
     "  -h, --help              show this help\n"
 
 /* Connection settings of one invocation. */
 typedef struct {
     const char *target;
     const char *token;
-    int show_progress; /* stderr is a terminal */
-    int64_t last_draw; /* progress bar state */
+    const char *tls_ca, *tls_cert, *tls_key; /* NULL: none */
+    int show_progress;                       /* stderr is a terminal */
+    int64_t last_draw;                       /* progress bar state */
 } cli_conn;
 
-/* Fills target and token from the environment (options override later). */
+/* Fills target, token and TLS files from the environment (options
+ * override later). */
 void cli_conn_init(cli_conn *cc);
+/* Takes a connection option (getopt code ch, value arg: --target, --token,
+ * --tls-*) into cc; returns 1 if ch was one, else 0. */
+int cli_conn_opt(cli_conn *cc, int ch, const char *arg);
 /* Connects; on failure prints the sentence and returns CLI_EXIT_INVALID
  * (*out NULL). The client draws a progress bar on stderr for transfers over
  * 8 MB when stderr is a terminal. */

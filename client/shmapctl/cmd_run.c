@@ -195,17 +195,13 @@ static int run_parse(int argc, char **argv, run_opts *o)
         case OPT_JSON:
             o->json = 1;
             break;
-        case OPT_TARGET:
-            o->cc.target = optarg;
-            break;
-        case OPT_TOKEN:
-            o->cc.token = optarg;
-            break;
         case 'h':
         case OPT_HELP:
             fputs(run_service_help, stdout);
             return -1;
         default:
+            if (cli_conn_opt(&o->cc, ch, optarg))
+                break;
             return cli_getopt_error(argv[0], ch, argv);
         }
     }

@@ -32,7 +32,11 @@ static void cli_print_usage(FILE *f)
         fprintf(f, "  %-14s %s\n", cli_commands[i].name, cli_commands[i].summary);
     fprintf(f, "\n"
                "Global options (before or after the command): --target HOST:PORT\n"
-               "(env SHMAP_TARGET, default localhost:7070), --token TOKEN (env SHMAP_TOKEN).\n"
+               "(env SHMAP_TARGET, default localhost:7070), --token TOKEN (env SHMAP_TOKEN),\n"
+               "--tls-ca FILE (env SHMAP_TLS_CA: TLS to a coordinator whose certificate this CA\n"
+               "signs; unset: plaintext), --tls-cert FILE and --tls-key FILE (env SHMAP_TLS_CERT,\n"
+               "SHMAP_TLS_KEY: a client certificate of the cluster's CA, for direct transfers\n"
+               "to workers; without one, data goes through the coordinator).\n"
                "\n"
                "Exit codes: 0 success, 1 invalid input, 2 usage error.\n"
                "Example:\n"
@@ -47,15 +51,19 @@ static const cli_command *cli_find(const char *name)
     return NULL;
 }
 
-/* Global options before the command: --target/--token (also --target=X)
- * set SHMAP_TARGET/SHMAP_TOKEN for the command, so both
+/* Global options before the command: --target/--token/--tls-* (also
+ * --target=X) set SHMAP_TARGET/SHMAP_TOKEN/SHMAP_TLS_* for the command, so both
  * `shmapctl --target H:P devices` and `shmapctl devices --target H:P` work.
  * Returns how many arguments were consumed, or -1 after a usage error. */
 static int cli_global_options(int argc, char **argv)
 {
     static const struct {
         const char *opt, *env;
-    } globals[] = {{"--target", "SHMAP_TARGET"}, {"--token", "SHMAP_TOKEN"}};
+    } globals[] = {{"--target", "SHMAP_TARGET"},
+                   {"--token", "SHMAP_TOKEN"},
+                   {"--tls-ca", "SHMAP_TLS_CA"},
+                   {"--tls-cert", "SHMAP_TLS_CERT"},
+                   {"--tls-key", "SHMAP_TLS_KEY"}};
     int k = 1;
     while (k < argc && argv[k][0] == '-') {
         int matched = 0;

@@ -43,6 +43,13 @@
  * reports an error with sm_rpc_finish(call, SM_ENOTFOUND, "array 17 does not
  * exist", NULL), which maps back with sm_rpc_status_from_err.
  *
+ * TLS. With an sm_rpc_tls (sm_rpc_tls_create) servers serve TLS and
+ * channels speak it; without, both are plaintext. A server either requires
+ * a client certificate signed by its CA on every connection (worker ports)
+ * or only verifies one if the client offers it (the coordinator's port,
+ * where clients with just the CA connect); methods marked cluster_only
+ * (sm_rpc_method) then refuse callers without one, PERMISSION_DENIED.
+ *
  * Limits. Messages above SM_RPC_MAX_MSG bytes (packed) are refused on both
  * ends with SM_ERESOURCE / RESOURCE_EXHAUSTED.
  *
@@ -93,17 +100,69 @@ sm_err sm_rpc_err_from_status(int status);
 /* Upper-case name of a gRPC status ("NOT_FOUND"); never NULL. */
 const char *sm_rpc_status_name(int status);
 
+/* ---- TLS ------------------------------------------------------------- */
+
+/* Where the TLS material comes from. Each of cert, key and ca is a PEM
+ * file's path, or the PEM text itself (starting "-----BEGIN"); NULL or ""
+ * for none. All borrowed for sm_rpc_tls_create only. */
+typedef struct {
+    const char *cert;        /* this process's certificate (chain, leaf first) */
+    const char *key;         /* cert's private key, unencrypted; with cert only */
+    const char *ca;          /* CA certificate(s) that sign the peers' certificates */
+    const char *server_name; /* channels: the name servers' certificates must carry
+                                instead of the target's host (one name for a whole
+                                cluster); NULL: the host */
+} sm_rpc_tls_opts;
+
+/* Checked TLS material, shared read-only by servers and channels. */
+typedef struct sm_rpc_tls sm_rpc_tls;
+
+/* Reads and checks o. Nothing given (o NULL, or cert, key and ca all unset):
+ * SM_OK with *out NULL, which means plaintext everywhere. Else ca is
+ * required, cert and key go together, and each must parse and the key must
+ * be the certificate's: SM_EIO (unreadable), SM_EFORMAT (no PEM
+ * certificate or key), SM_EINVAL (missing part, key of another
+ * certificate), each with a sentence naming the file. A certificate that
+ * is expired or not signed by ca is only logged as a warning. *out is owned
+ * by the caller (sm_rpc_tls_free), and must outlive every server and
+ * channel made with it. */
+sm_err sm_rpc_tls_create(const sm_rpc_tls_opts *o, sm_rpc_tls **out, char *err, size_t errlen);
+void sm_rpc_tls_free(sm_rpc_tls *t);
+/* 1 if t holds a certificate of this process (mutual TLS possible). */
+int sm_rpc_tls_has_cert(const sm_rpc_tls *t);
+/* "certificate PATH (/CN=...), CA PATH" for log lines; "plaintext" for
+ * NULL. Borrowed from t. */
+const char *sm_rpc_tls_describe(const sm_rpc_tls *t);
+
+/* 1 if addr ("host:port") listens on loopback only (127.x.y.z, localhost,
+ * [::1]), where plaintext is safe; 0 otherwise (0.0.0.0, a host's
+ * address). */
+int sm_rpc_addr_is_loopback(const char *addr);
+
 /* ---- server ---------------------------------------------------------- */
 
 typedef struct sm_rpc_server sm_rpc_server;
 typedef struct {
-    const char *addr;      /* "host:port"; port 0 picks a free port. Copied. */
-    const char *token;     /* NULL or "": no authentication. Copied. */
-    int max_handlers;      /* handler thread cap; 0 = SM_RPC_DEFAULT_MAX_HANDLERS.
-                              Calls beyond the cap wait for a free thread. */
-    int max_message_bytes; /* largest message a call may send it; 0 = SM_RPC_MAX_MSG.
-                              gRPC refuses a larger one with RESOURCE_EXHAUSTED
-                              ("received message larger than max"). */
+    const char *addr;                    /* "host:port"; port 0 picks a free port. Copied. */
+    const char *token;                   /* NULL or "": no authentication. Copied. */
+    int max_handlers;                    /* handler thread cap; 0 = SM_RPC_DEFAULT_MAX_HANDLERS.
+                                            Calls beyond the cap wait for a free thread. */
+    int max_message_bytes;               /* largest message a call may send it; 0 = SM_RPC_MAX_MSG.
+                                            gRPC refuses a larger one with RESOURCE_EXHAUSTED
+                                            ("received message larger than max"). */
+    const sm_rpc_tls *tls;               /* NULL: plaintext. Else it must hold a certificate;
+                                            borrowed for sm_rpc_server_create only. */
+    int require_client_cert;             /* with tls: 1 refuses every connection without a
+                                            client certificate signed by tls's CA (the
+                                            handshake fails); 0 accepts clients without one,
+                                            verifies one if offered, and refuses them only
+                                            the cluster_only methods. */
+    int max_client_streams;              /* most streaming calls (client-, server-streaming,
+                                            bidi) one client (one connection) may have open
+                                            at once; one more is refused RESOURCE_EXHAUSTED.
+                                            0: no limit. */
+    const char *max_client_streams_name; /* how the refusal names the limit
+                                            ("--max-client-streams"); copied */
 } sm_rpc_server_opts;
 
 /* A handler about to wait for long on something other than its own call
@@ -128,7 +187,8 @@ typedef struct {
  * the server runs); returns how many methods there are. */
 int sm_rpc_server_stats(sm_rpc_server *s, sm_rpc_method_stats *out, int max);
 
-/* Creates a server and binds opts->addr (plaintext). Nothing is served until
+/* Creates a server and binds opts->addr (plaintext, or TLS with
+ * opts->tls). Nothing is served until
  * sm_rpc_server_start(). On success *out is owned by the caller and freed
  * with sm_rpc_server_free(). Bind failure: SM_EUNAVAILABLE. */
 sm_err sm_rpc_server_create(const sm_rpc_server_opts *opts, sm_rpc_server **out, char *err,
@@ -159,6 +219,13 @@ typedef struct sm_rpc_channel sm_rpc_channel;
  * call or stream on it is active. */
 sm_err sm_rpc_channel_create(const char *target, const char *token, sm_rpc_channel **out, char *err,
                              size_t errlen);
+/* sm_rpc_channel_create over TLS when tls is not NULL (borrowed; it must
+ * outlive the channel): the server's certificate must be signed by tls's
+ * CA and name the target's host (or tls's server_name), and tls's own
+ * certificate, if any, is offered for mutual TLS. A TLS failure shows on
+ * the first call as UNAVAILABLE. */
+sm_err sm_rpc_channel_create_tls(const char *target, const char *token, const sm_rpc_tls *tls,
+                                 sm_rpc_channel **out, char *err, size_t errlen);
 void sm_rpc_channel_free(sm_rpc_channel *ch);
 
 /* Waits until the channel is connected, at most timeout_ms. SM_OK when

@@ -117,6 +117,12 @@ static void md_done(const sm_rpc_channel *ch, grpc_metadata md[2])
 sm_err sm_rpc_channel_create(const char *target, const char *token, sm_rpc_channel **out, char *err,
                              size_t errlen)
 {
+    return sm_rpc_channel_create_tls(target, token, NULL, out, err, errlen);
+}
+
+sm_err sm_rpc_channel_create_tls(const char *target, const char *token, const sm_rpc_tls *tls,
+                                 sm_rpc_channel **out, char *err, size_t errlen)
+{
     *out = NULL;
     sm_rpc_channel *ch = calloc(1, sizeof *ch);
     if (!ch || !(ch->target = strdup(target))) {
@@ -147,8 +153,14 @@ sm_err sm_rpc_channel_create(const char *target, const char *token, sm_rpc_chann
         args[n].key = (char *)extra[i].key;
         args[n++].value.integer = extra[i].value;
     }
+    const char *server_name = sm_rpc_tls_server_name(tls);
+    if (server_name) {
+        args[n].type = GRPC_ARG_STRING;
+        args[n].key = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
+        args[n++].value.string = (char *)server_name;
+    }
     grpc_channel_args ca = {n, args};
-    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+    grpc_channel_credentials *creds = sm_rpc_tls_channel_creds(tls);
     ch->ch = grpc_channel_create(target, creds, &ca);
     grpc_channel_credentials_release(creds);
     if (!ch->ch) {

@@ -48,6 +48,26 @@ sm_err sm_rpc_unpack_data(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor
  * servers and channels; *n is set to the number filled. */
 void sm_rpc_fill_args(grpc_arg *args, size_t *n);
 
+/* Credentials for t (NULL: insecure ones); the caller releases them. */
+grpc_channel_credentials *sm_rpc_tls_channel_creds(const sm_rpc_tls *t);
+grpc_server_credentials *sm_rpc_tls_server_creds(const sm_rpc_tls *t, int require_client_cert);
+/* The name a channel expects in servers' certificates (NULL: the host). */
+const char *sm_rpc_tls_server_name(const sm_rpc_tls *t);
+/* 1 if the peer of a server call presented a client certificate the TLS
+ * handshake verified. */
+int sm_rpc_tls_peer_has_cert(grpc_call *call);
+
+/* Open streams per client (sm_rpc_peers.c). A table allowing max streams
+ * per key (a peer, as grpc_call_get_peer names it); thread-safe. */
+typedef struct sm_rpc_peers sm_rpc_peers;
+sm_rpc_peers *sm_rpc_peers_create(int max); /* NULL when out of memory */
+void sm_rpc_peers_free(sm_rpc_peers *p);    /* NULL ok */
+/* Counts one more stream of key: 1, or 0 (nothing counted) when key has
+ * max open already or memory ran out. */
+int sm_rpc_peers_take(sm_rpc_peers *p, const char *key);
+/* Counts one stream of key less (after a take that returned 1). */
+void sm_rpc_peers_give(sm_rpc_peers *p, const char *key);
+
 /* Deadline ms from now on the monotonic clock. */
 gpr_timespec sm_rpc_deadline(int ms);
 

@@ -66,6 +66,7 @@ typedef struct {
     sm_rpc_handler handler;
     void *user;
     void *handle; /* grpc_server_register_method */
+    int cluster_only;
     /* latency (sm_rpc_server_stats), updated with atomic adds */
     uint64_t calls, sum_ns, buckets[SM_RPC_LATENCY_NBUCKETS + 1];
 } method;
@@ -107,12 +108,17 @@ struct sm_rpc_call {
     int payload_out;   /* the initial payload was handed out */
     int finished;      /* sm_rpc_finish was called */
     sm_rpc_call *next; /* pool queue */
+    char *peer;        /* counted against srv->peers until destroyed; NULL: not */
 };
 
 struct sm_rpc_server {
     grpc_server *srv;
     grpc_completion_queue *cq;
     char *token;
+    int tls;                /* serves TLS: cluster_only methods check the peer's certificate */
+    sm_rpc_peers *peers;    /* streams open per client; NULL: no limit */
+    int max_client_streams; /* with peers */
+    char *max_streams_name; /* names the limit in the refusal */
     int port;
     method *methods;
     int nmethods;
@@ -210,6 +216,10 @@ static void call_destroy(sm_rpc_call *c)
         grpc_byte_buffer_destroy(c->finish_bb);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
+    if (c->peer) {
+        sm_rpc_peers_give(s->peers, c->peer);
+        free(c->peer);
+    }
     free(c);
     pthread_mutex_lock(&s->mu);
     s->live--;
@@ -586,6 +596,21 @@ static void finish_status(sm_rpc_call *c, grpc_status_code code, const char *tex
     grpc_slice_unref(d);
 }
 
+/* Counts streaming call c against its client's limit: 1 if within it. */
+static int peer_take(sm_rpc_server *s, sm_rpc_call *c)
+{
+    char *peer = grpc_call_get_peer(c->call);
+    int ok = 0;
+    if (peer && sm_rpc_peers_take(s->peers, peer)) {
+        if ((c->peer = strdup(peer)))
+            ok = 1;
+        else
+            sm_rpc_peers_give(s->peers, peer);
+    }
+    gpr_free(peer);
+    return ok;
+}
+
 /* A new call arrived: checks it and returns it for a handler to run (with
  * its reference), or NULL when it was answered here. */
 static sm_rpc_call *on_new(sm_rpc_server *s, sm_rpc_call *c, int success)
@@ -627,6 +652,29 @@ static sm_rpc_call *on_new(sm_rpc_server *s, sm_rpc_call *c, int success)
                       "the call lacks the right " SM_RPC_TOKEN_KEY
                       " token; pass the server's token to the client",
                       0);
+        call_unref(c);
+        return NULL;
+    }
+    if (s->tls && s->methods[c->method].cluster_only && !sm_rpc_tls_peer_has_cert(c->call)) {
+        char text[512];
+        snprintf(text, sizeof text,
+                 "%s is for the cluster's own processes: the caller presented no client "
+                 "certificate signed by the cluster's CA",
+                 s->methods[c->method].path);
+        finish_status(c, GRPC_STATUS_PERMISSION_DENIED, text, 0);
+        call_unref(c);
+        return NULL;
+    }
+    if (s->peers && s->methods[c->method].kind != SM_RPC_UNARY && !peer_take(s, c)) {
+        char *peer = grpc_call_get_peer(c->call);
+        char text[512];
+        snprintf(text, sizeof text,
+                 "this client (%s) already has %d streams open (uploads, downloads), the most "
+                 "one client may have at once (%s %d); wait for one to end",
+                 peer ? peer : "?", s->max_client_streams, s->max_streams_name,
+                 s->max_client_streams);
+        gpr_free(peer);
+        finish_status(c, GRPC_STATUS_RESOURCE_EXHAUSTED, text, 0);
         call_unref(c);
         return NULL;
     }
@@ -1009,13 +1057,31 @@ sm_err sm_rpc_server_create(const sm_rpc_server_opts *opts, sm_rpc_server **out,
     s->srv = grpc_server_create(&ca, NULL);
     s->cq = grpc_completion_queue_create_for_next(NULL);
     grpc_server_register_completion_queue(s->srv, s->cq, NULL);
-    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+    if (opts->tls && !sm_rpc_tls_has_cert(opts->tls)) {
+        sm_rpc_server_free(s);
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "a TLS server on '%s' needs a certificate and its key", opts->addr);
+    }
+    s->tls = opts->tls != NULL;
+    if (opts->max_client_streams > 0) {
+        s->max_client_streams = opts->max_client_streams;
+        s->peers = sm_rpc_peers_create(opts->max_client_streams);
+        s->max_streams_name = strdup(opts->max_client_streams_name ? opts->max_client_streams_name
+                                                                   : "the server's limit");
+        if (!s->peers || !s->max_streams_name) {
+            sm_rpc_server_free(s);
+            return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a server");
+        }
+    }
+    grpc_server_credentials *creds =
+        sm_rpc_tls_server_creds(opts->tls, opts->tls && opts->require_client_cert);
     s->port = grpc_server_add_http2_port(s->srv, opts->addr, creds);
     grpc_server_credentials_release(creds);
     if (s->port == 0) {
         sm_rpc_server_free(s);
         return sm_fail(err, errlen, SM_EUNAVAILABLE,
-                       "cannot listen on '%s' (address in use or not valid)", opts->addr);
+                       "cannot listen on '%s' (address in use or not valid%s)", opts->addr,
+                       opts->tls ? ", or gRPC refused the TLS certificate" : "");
     }
     sm_rpc_method health = {HEALTH_PATH, SM_RPC_UNARY,
                             &grpc__health__v1__health_check_request__descriptor, health_check, s};
@@ -1061,6 +1127,7 @@ sm_err sm_rpc_server_add(sm_rpc_server *s, const sm_rpc_method *m, char *err, si
     row->request = m->request;
     row->handler = m->handler;
     row->user = m->user;
+    row->cluster_only = m->cluster_only;
     int with_payload = m->kind == SM_RPC_UNARY || m->kind == SM_RPC_SERVER_STREAM;
     row->handle = grpc_server_register_method(
         s->srv, row->path, NULL,
@@ -1159,6 +1226,8 @@ void sm_rpc_server_free(sm_rpc_server *s)
     free(s->methods);
     free(s->threads);
     free(s->token);
+    sm_rpc_peers_free(s->peers);
+    free(s->max_streams_name);
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->pool_mu);
     pthread_cond_destroy(&s->pool_cv);

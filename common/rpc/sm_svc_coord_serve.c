@@ -503,6 +503,11 @@ sm_err sm_svc_coord_serve(sm_rpc_server *s, const sm_svc_coord_ops *ops, void *u
         return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate the coordinator adapters");
     const sm_rpc_method rows[] = {
 #define ROW(name, kind, req, fn) {SM_SVC_COORD_PATH(name), kind, &req##__descriptor, fn, ctx}
+/* called by workers only: with TLS, refused to callers without a cluster certificate */
+#define ROW_CLUSTER(name, kind, req, fn)                                                           \
+    {                                                                                              \
+        SM_SVC_COORD_PATH(name), kind, &req##__descriptor, fn, ctx, 1                              \
+    }
         ROW("ListDevices", SM_RPC_UNARY, shmap__v1__empty, list_devices),
         ROW("CreateMesh", SM_RPC_UNARY, shmap__v1__create_mesh_request, create_mesh),
         ROW("GetMesh", SM_RPC_UNARY, shmap__v1__mesh, get_mesh),
@@ -515,10 +520,12 @@ sm_err sm_svc_coord_serve(sm_rpc_server *s, const sm_svc_coord_ops *ops, void *u
         ROW("Delete", SM_RPC_UNARY, shmap__v1__array_ref, delete_array),
         ROW("Reshard", SM_RPC_UNARY, shmap__v1__reshard_request, reshard),
         ROW("Replicate", SM_RPC_UNARY, shmap__v1__replicate_request, replicate),
-        ROW("RegisterWorker", SM_RPC_UNARY, shmap__v1__register_worker_request, register_worker),
-        ROW("Heartbeat", SM_RPC_UNARY, shmap__v1__heartbeat_request, heartbeat),
+        ROW_CLUSTER("RegisterWorker", SM_RPC_UNARY, shmap__v1__register_worker_request,
+                    register_worker),
+        ROW_CLUSTER("Heartbeat", SM_RPC_UNARY, shmap__v1__heartbeat_request, heartbeat),
         ROW("CommitShards", SM_RPC_UNARY, shmap__v1__commit_shards_request, commit_shards),
 #undef ROW
+#undef ROW_CLUSTER
     };
     sm_err e = sm_svc_negotiate_add(s, SM_SVC_COORD_PATH("Negotiate"), ctx, err, errlen);
     return e ? e : sm_svc_add_methods(s, rows, sizeof rows / sizeof rows[0], err, errlen);

@@ -417,11 +417,14 @@ class Device(int):
 class Client:
     """A connection to a coordinator (shmap.connect)."""
 
-    def __init__(self, target=None, token=None):
+    def __init__(self, target=None, token=None, tls_ca=None, tls_cert=None, tls_key=None):
         self.target = target or os.environ.get("SHMAP_TARGET", "localhost:7070")
         token = token if token is not None else os.environ.get("SHMAP_TOKEN")
+        tls = [v if v is not None else os.environ.get(env) or None
+               for v, env in ((tls_ca, "SHMAP_TLS_CA"), (tls_cert, "SHMAP_TLS_CERT"),
+                              (tls_key, "SHMAP_TLS_KEY"))]
         try:
-            self._c = _shmap.Client(self.target, token, 0, _Progress())
+            self._c = _shmap.Client(self.target, token, 0, _Progress(), *tls)
         except _shmap.Error as e:
             _raise(e)
 
@@ -559,10 +562,13 @@ class _Progress:
 _default = []
 
 
-def connect(target=None, token=None):
+def connect(target=None, token=None, tls_ca=None, tls_cert=None, tls_key=None):
     """A Client for target (default $SHMAP_TARGET, else localhost:7070) with
-    token (default $SHMAP_TOKEN)."""
-    c = Client(target, token)
+    token (default $SHMAP_TOKEN). TLS: tls_ca (default $SHMAP_TLS_CA), the CA
+    file that signs the coordinator's certificate; tls_cert and tls_key
+    (default $SHMAP_TLS_CERT, $SHMAP_TLS_KEY), a client certificate of the
+    cluster's CA for direct transfers to workers. None of them: plaintext."""
+    c = Client(target, token, tls_ca, tls_cert, tls_key)
     _default[:] = [c]
     return c
 

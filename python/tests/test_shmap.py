@@ -361,3 +361,50 @@ def test_op_table_is_the_c_one():
     assert {"psum", "all_to_all", "einsum", "reshard"} <= names
     assert all(hasattr(shmap.lax, n) for n in ("psum", "ppermute", "axis_index"))
     assert all(hasattr(shmap.numpy, n) for n in ("dot", "einsum", "reshape", "reshard"))
+
+
+# ---- TLS ----
+
+
+def test_connect_tls(tmp_path):
+    """shmap.connect with tls_ca against a coordinator serving TLS (the
+    certificates made by scripts/tls_certs.sh); without the CA, or with
+    another CA, it is refused."""
+    import shutil
+    import signal
+    import subprocess
+    import time
+    if not shutil.which("openssl"):
+        pytest.skip("openssl is not installed")
+    script = os.path.join(ROOT, "scripts", "tls_certs.sh")
+    for d in ("ours", "theirs"):
+        subprocess.run(["bash", script, str(tmp_path / d)], check=True, capture_output=True)
+    ca, cert, key = (str(tmp_path / "ours" / f) for f in ("ca.pem", "cluster.pem", "cluster.key"))
+    port_file = tmp_path / "port"
+    proc = subprocess.Popen(
+        [shmap._core._find_coordinator(), "--listen", "127.0.0.1:0", "--port-file",
+         str(port_file), "--local-workers", "2", "--devices-per-worker", "2",
+         "--tls-cert", cert, "--tls-key", key, "--tls-ca", ca],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + 30
+        while not (port_file.exists() and port_file.read_text().endswith("\n")):
+            assert time.time() < deadline and proc.poll() is None, "the coordinator did not start"
+            time.sleep(0.05)
+        target = "127.0.0.1:" + port_file.read_text().strip()
+        client = shmap.connect(target, tls_ca=ca)
+        while len(client.devices()) < 4:
+            assert time.time() < deadline, "the workers did not register over mutual TLS"
+            time.sleep(0.05)
+        x = np.arange(32, dtype=np.float32).reshape(8, 4)
+        a = client.device_put(x, NamedSharding(client.make_mesh((4,), ("i",)), P("i")))
+        assert np.asarray(a).tobytes() == x.tobytes()
+        del a
+        client.close()
+        with pytest.raises(shmap.Unavailable, match="tls-ca"):
+            shmap.connect(target, tls_ca="")  # plaintext
+        with pytest.raises(shmap.Unavailable):
+            shmap.connect(target, tls_ca=str(tmp_path / "theirs" / "ca.pem"))
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)

@@ -18,7 +18,9 @@
 # auth failures, kills a worker host and checks the coordinator's view,
 # brings the host back, restarts the coordinator (with h1 cut off meanwhile,
 # so the new coordinator hands h1's old worker id to h2), restarts a worker
-# at once, and stops everything with SIGTERM.
+# at once, and stops everything with SIGTERM; then starts the three again
+# with TLS (certificates for the three addresses from scripts/tls_certs.sh)
+# and moves data across both hosts relayed and direct.
 # One line per check, then "N passed, N failed". Exit 0 all passed, 1 a check
 # failed, 2 usage, 77 skipped (no CAP_NET_ADMIN, no `ip`, no numpy).
 # SHMAP_NETNS_KEEP_LOGS=1 keeps the temp dir (logs, .npy, JSON) and says where.
@@ -151,8 +153,10 @@ ctl() {
     local ns=$1
     shift
     timeout 60 ip netns exec "$ns" env SHMAP_TARGET="$TARGET" SHMAP_TOKEN="$TOKEN" \
-        "$CTL_BIN" "$@"
+        "${CTL_ENV[@]}" "$CTL_BIN" "$@"
 }
+CTL_ENV=()  # more variables for ctl (the TLS phase's SHMAP_TLS_*)
+TLS_ARGS=() # more flags for start_coord and start_worker (the TLS phase's)
 py() { "$PY" "$HELP" "$@"; }
 # q JSONFILE EXPR: evaluate EXPR with d = the JSON; fails on False.
 q() {
@@ -164,7 +168,7 @@ q() {
 start_coord() { # (re)starts the coordinator in h0; waits for its port file
     rm -f "$T/coord.port"
     ip netns exec "$NS_H0" env SHMAP_TOKEN="$TOKEN" "$COORD_BIN" --listen "$TARGET" \
-        --port-file "$T/coord.port" >>"$T/coordinator.log" 2>&1 &
+        --port-file "$T/coord.port" "${TLS_ARGS[@]}" >>"$T/coordinator.log" 2>&1 &
     COORD_PID=$!
     PIDS+=("$COORD_PID")
     for _ in $(seq 1 150); do
@@ -176,7 +180,8 @@ start_coord() { # (re)starts the coordinator in h0; waits for its port file
 }
 start_worker() { # start_worker NS IP PROCESS-INDEX LOGNAME: sets LAST_PID
     ip netns exec "$1" env SHMAP_TOKEN="$TOKEN" "$WORKER_BIN" --coordinator "$TARGET" --devices 4 \
-        --listen 0.0.0.0:7171 --advertise "$2:7171" --process-index "$3" >"$T/$4.log" 2>&1 &
+        --listen 0.0.0.0:7171 --advertise "$2:7171" --process-index "$3" "${TLS_ARGS[@]}" \
+        >"$T/$4.log" 2>&1 &
     LAST_PID=$!
     PIDS+=("$LAST_PID")
 }
@@ -628,6 +633,48 @@ check "every device of the alive workers is back to 0 bytes" \
 check "SIGTERM stops $NS_H1's worker within 10 s" stop "$W1_PID"
 check "SIGTERM stops $NS_H2's worker within 10 s" stop "$W2_PID"
 check "SIGTERM stops the coordinator within 10 s" stop "$COORD_PID"
+
+# ---------------------------------------------------------------- TLS
+# The same three hosts with TLS: one cluster certificate naming the three
+# addresses (scripts/tls_certs.sh), mutual TLS between the coordinator and
+# the workers; clients with the CA alone relay through the coordinator,
+# with the client certificate they reach the workers.
+TLS_DIR="$T/tls"
+if bash "$HERE/../../scripts/tls_certs.sh" "$TLS_DIR" "$IP_H0" "$IP_H1" "$IP_H2" \
+    >"$T/tls-certs.log" 2>&1; then
+    ok "certificates for $IP_H0, $IP_H1 and $IP_H2 (scripts/tls_certs.sh)"
+    TLS_ARGS=(--tls-cert "$TLS_DIR/cluster.pem" --tls-key "$TLS_DIR/cluster.key"
+        --tls-ca "$TLS_DIR/ca.pem")
+    start_coord || abort "the coordinator serves TLS at $TARGET" "no port file"
+    start_worker "$NS_H1" "$IP_H1" 0 worker-h1-tls
+    W1_PID=$LAST_PID
+    start_worker "$NS_H2" "$IP_H2" 1 worker-h2-tls
+    W2_PID=$LAST_PID
+    CTL_ENV=(SHMAP_TLS_CA="$TLS_DIR/ca.pem")
+    check "over mutual TLS both workers register (2 alive, a client with the CA)" two_alive
+    check "put + get across both hosts over TLS, relayed (the client has the CA only)" \
+        put_both tlsrelay 14
+    CTL_ENV=(SHMAP_TLS_CA="$TLS_DIR/ca.pem" SHMAP_TLS_CERT="$TLS_DIR/client.pem"
+        SHMAP_TLS_KEY="$TLS_DIR/client.key")
+    check "put + get across both hosts over TLS, direct (with the client certificate)" \
+        put_both tlsdirect 15
+    CTL_ENV=()
+    plain_refused() {
+        ! ctl "$NS_H1" ls >"$T/plain.out" 2>&1 && grep -q -- "--tls-ca" "$T/plain.out"
+    }
+    check "a plaintext client is refused, told to give the CA" plain_refused
+    tls_logged() {
+        local f
+        for f in coordinator worker-h1-tls worker-h2-tls; do
+            grep -q "TLS: certificate" "$T/$f.log" || { echo "not in $f.log"; return 1; }
+        done
+    }
+    check "the coordinator and the workers logged TLS at start" tls_logged
+    stop_tls() { stop "$W1_PID" && stop "$W2_PID" && stop "$COORD_PID"; }
+    check "SIGTERM stops the TLS workers and coordinator within 10 s" stop_tls
+else
+    bad "certificates with scripts/tls_certs.sh" "$(tail -n 3 "$T/tls-certs.log" | tr '\n' ' ')"
+fi
 no_reports() { ! grep -lE 'ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:|SUMMARY: UndefinedBehaviorSanitizer' "$T"/*.log; }
 check "no sanitizer or crash report in any log" no_reports
 
