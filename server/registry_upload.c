@@ -208,11 +208,17 @@ sm_err sm_registry_download_begin(sm_registry *r, sm_array_ref ref, int32_t devi
     sm_err rc = SM_OK;
     char label[SM_NAME_MAX + 16];
     pthread_mutex_lock(&r->mu);
+    /* a copy (Replicate) is read by its own id, which names its array */
+    uint64_t store = ref.id.v;
+    if (SM_REG_IS_COPY_ID(store))
+        ref.id.v = SM_REG_COPY_OWNER(store);
     sm_reg_array *a = sm_reg_array_find(r, ref, err, errlen);
     if (!a) {
         rc = ref.id.v || (ref.name && *ref.name) ? SM_ENOTFOUND : SM_EINVAL;
         goto out;
     }
+    if (!SM_REG_IS_COPY_ID(store))
+        store = a->id;
     sm_reg_array_label(a, label, sizeof label);
     if (a->state == SM_ARRAY_PENDING) {
         int filled = 0;
@@ -222,23 +228,23 @@ sm_err sm_registry_download_begin(sm_registry *r, sm_array_ref ref, int32_t devi
                      label, filled, a->n);
         goto out;
     }
-    if (a->state != SM_ARRAY_READY) {
+    if (a->state != SM_ARRAY_READY && a->state != SM_ARRAY_DEGRADED) {
         rc = sm_fail(err, errlen, SM_EPRECONDITION, "%s is %s: %s", label,
                      sm_array_state_name(a->state), a->error);
         goto out;
     }
-    int p = sm_mesh_find_device(&a->sharding.mesh, device);
+    int p = sm_reg_slot_find(a, store, device);
     if (p < 0) {
         rc = sm_fail(err, errlen, SM_EINVAL, "device %d holds no shard of %s", (int)device, label);
         goto out;
     }
-    sm_reg_worker *w = sm_reg_worker_by_id(r, a->worker[p]);
-    if (!w || !w->alive) {
+    sm_reg_worker *w = sm_reg_worker_by_id(r, sm_reg_slot_worker(a, p));
+    if (!w || !w->alive || !sm_reg_slot_filled(a, p)) {
         rc = sm_fail(err, errlen, SM_EUNAVAILABLE, "device %d of %s is on a lost worker",
                      (int)device, label);
         goto out;
     }
-    id->v = a->id;
+    id->v = store;
     memset(worker, 0, sizeof *worker);
     worker->worker_id = w->id;
     worker->ch = w->ch;

@@ -839,6 +839,13 @@ START_TEST(test_replicas_survive_worker_loss)
     ck_assert_int_eq(harness_wait_state(c, plain, SM_ARRAY_LOST, 20000), SM_ARRAY_LOST);
     check_bits(c, grid, 31);
     check_shard(c, grid, 5, 31, 8, 4, 16, 16); /* device 5: rows 8:12, columns 16:32 */
+    /* through the coordinator's relay too (a client that cannot reach workers) */
+    sm_client_opts ro = {.relay_only = 1};
+    sm_client *relay = NULL;
+    ck_assert_int_eq(sm_client_connect(g.h.target, &ro, &relay, err, sizeof err), SM_OK);
+    check_bits(relay, grid, 31);
+    check_shard(relay, grid, 5, 31, 8, 4, 16, 16);
+    sm_client_close(relay);
     sm_mesh left;
     int32_t devs[4] = {0, 1, 2, 3};
     sm_sharding_ref rows = harness_sharding(&left, "k=4", devs, 4, "P('k')");
