@@ -6,7 +6,7 @@
  *   Client(target, token=None, timeout_ms=0, progress=None, tls_ca=None, tls_cert=None,
  *          tls_key=None)               a connection (sm_client_connect)
  *     .devices() .put(buf, dtype, shape, mesh, spec, name) .get_into(info, buf)
- *     .describe(ref) .list() .reshard(ref, mesh, spec, name) .delete(ref)
+ *     .describe(ref) .list() .reshard(ref, mesh, spec, name) .replicate(ref, n) .delete(ref)
  *     .get_shard(ref, device) .put_shards(...) .put_local(...) .mesh_create(...)
  *     .submit(text, file, entry, args, out_names, check_vma) .wait(job, ms)
  *     .cancel(job) .run(...)
@@ -215,13 +215,22 @@ static PyObject *from_info(const sm_array_info *a)
                                       "present", s->present ? Py_True : Py_False, "spilled",
                                       s->spilled ? Py_True : Py_False));
     }
+    PyObject *copies = PyList_New(a->ncopies);
+    for (int k = 0; copies && k < a->ncopies; k++) {
+        const sm_shard_info *s = &a->copies[k];
+        PyList_SET_ITEM(copies, k,
+                        Py_BuildValue("{s:i,s:N,s:I,s:s,s:O}", "device", (int)s->device, "index",
+                                      from_index(&s->index), "worker", s->worker_id, "address",
+                                      s->worker_address, "present",
+                                      s->present ? Py_True : Py_False));
+    }
     return Py_BuildValue(
-        "{s:K,s:s,s:s,s:N,s:N,s:s,s:s,s:s,s:N,s:s,s:L,s:N,s:K}", "id", (unsigned long long)a->id.v,
-        "name", a->name, "dtype", sm_dtype_name(a->dtype), "shape", from_shape(&a->shape),
-        "shard_shape", from_shape(&a->shard_shape), "type", a->type, "state",
+        "{s:K,s:s,s:s,s:N,s:N,s:s,s:s,s:s,s:N,s:s,s:L,s:N,s:K,s:N}", "id",
+        (unsigned long long)a->id.v, "name", a->name, "dtype", sm_dtype_name(a->dtype), "shape",
+        from_shape(&a->shape), "shard_shape", from_shape(&a->shard_shape), "type", a->type, "state",
         sm_array_state_name(a->state), "error", a->error, "mesh", from_mesh(&a->sharding.mesh),
         "spec", sm_pspec_format(&a->sharding.spec, spec, sizeof spec), "bytes", (long long)a->bytes,
-        "shards", shards, "mesh_id", (unsigned long long)a->mesh_id.v);
+        "shards", shards, "mesh_id", (unsigned long long)a->mesh_id.v, "copies", copies);
 }
 
 /* ---- Client ---- */
@@ -505,6 +514,23 @@ static PyObject *Client_reshard(Client *self, PyObject *args)
     return res;
 }
 
+static PyObject *Client_replicate(Client *self, PyObject *args)
+{
+    PyObject *ro;
+    int replicas;
+    sm_array_ref r;
+    if (!Client_ok(self) || !PyArg_ParseTuple(args, "Oi", &ro, &replicas) || to_ref(ro, &r))
+        return NULL;
+    sm_array_info info;
+    char err[ERRLEN];
+    sm_err e;
+    Py_BEGIN_ALLOW_THREADS e = sm_client_replicate(self->c, r, replicas, &info, err, sizeof err);
+    Py_END_ALLOW_THREADS if (e) return raise_err(e, err);
+    PyObject *res = from_info(&info);
+    sm_array_info_free(&info);
+    return res;
+}
+
 static PyObject *Client_delete(Client *self, PyObject *args)
 {
     PyObject *ro;
@@ -754,6 +780,8 @@ static PyMethodDef Client_methods[] = {
     {"get_shard", (PyCFunction)Client_get_shard, METH_VARARGS, "Fetches one device's shard."},
     {"list", (PyCFunction)Client_list, METH_NOARGS, "Lists the arrays."},
     {"reshard", (PyCFunction)Client_reshard, METH_VARARGS, "A resharded copy."},
+    {"replicate", (PyCFunction)Client_replicate, METH_VARARGS,
+     "Keep copies of every block on 1 or 2 distinct workers."},
     {"delete", (PyCFunction)Client_delete, METH_VARARGS, "Deletes an array."},
     {"put_shards", (PyCFunction)Client_put_shards, METH_VARARGS, "One shard per device."},
     {"put_local", (PyCFunction)Client_put_local, METH_VARARGS, "A process's local data."},

@@ -375,6 +375,21 @@ class Array:
         return Array(c, _call(c._c.reshard, self.id, c._mesh_c(sharding.mesh),
                               repr(sharding.spec), name))
 
+    def replicate(self, replicas=2):
+        """Keeps a copy of every block one worker alone holds on another
+        worker (replicas=2), so the array survives the loss of either; 1
+        drops the copies. Returns self once the copies are made."""
+        self._check()
+        self._info = _call(self._client._c.replicate, self.id, replicas)
+        return self
+
+    @property
+    def copies(self):
+        """The copies Replicate keeps on other workers: (device, index) of
+        each, index a tuple of slices of the global array."""
+        return [(s["device"], tuple(slice(a, b) for a, b in s["index"]))
+                for s in self._info.get("copies", [])]
+
     def delete(self):
         if not self._deleted:
             _call(self._client._c.delete, self.id)
@@ -459,11 +474,12 @@ class Client:
             mesh._devices = tuple(_call(self._c.mesh_create, mesh._c())[2])
         return mesh._c()
 
-    def device_put(self, x, sharding, name=None):
+    def device_put(self, x, sharding, name=None, replicas=1):
         a = np.ascontiguousarray(x)
         info = _call(self._c.put, memoryview(a).cast("B"), _dtype_name(a.dtype), a.shape,
                      self._mesh_c(sharding.mesh), repr(sharding.spec), name)
-        return Array(self, info)
+        arr = Array(self, info)
+        return arr.replicate(replicas) if replicas != 1 else arr
 
     def make_array_from_callback(self, shape, sharding, data_callback, name=None):
         """One call of data_callback(index) per distinct index (a tuple of slices)."""

@@ -95,6 +95,23 @@ def test_reshard_name_get_delete(c):
         a.to_numpy()
 
 
+def test_replicas(c):
+    mesh = c.make_mesh((4, 2), ("x", "y"))
+    x = np.arange(64 * 128, dtype=np.float32).reshape(64, 128)
+    a = c.device_put(x, NamedSharding(mesh, P("x", "y")), replicas=2)
+    # every block is on one worker only: each gets a copy on the other
+    assert len(a.copies) == 8
+    def key(idx):
+        return tuple((s.start, s.stop) for s in idx)
+    want = NamedSharding(mesh, P("x", "y")).devices_indices_map(x.shape).values()
+    assert sorted(key(idx) for _, idx in a.copies) == sorted(key(i) for i in want)
+    assert np.array_equal(np.asarray(a), x)
+    assert a.replicate(1).copies == []
+    with pytest.raises(shmap.InvalidArgument, match="replicas must be 1"):
+        a.replicate(3)
+    a.delete()
+
+
 def test_gc_frees_unnamed_arrays(c):
     mesh = c.make_mesh((8,), ("i",))
     before = ids(c)
