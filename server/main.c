@@ -124,7 +124,9 @@ static const sm_config_row cfg_rows[CFG_COUNT] = {
     [CFG_STATE_DIR] = {"state-dir", 0, SM_CFG_STRING, NULL, "SHMAP_STATE_DIR",
                        "Keep the registry (meshes, arrays, workers, jobs' records) in SQLite "
                        "in this directory, so a restarted coordinator gets its arrays back "
-                       "from the workers (none if unset: memory only)."},
+                       "from the workers. Unset: memory only, except with --local-workers on "
+                       "a fixed port, which keep it in ./shmap-state-PORT under the working "
+                       "directory; 'none': memory only."},
 };
 
 /* Threads that run queued shard_map jobs. */
@@ -266,8 +268,22 @@ int main(int argc, char **argv)
     if ((e = sm_registry_create((uint32_t)deadline, (uint32_t)v[CFG_HEARTBEAT].i, &reg, err,
                                 sizeof err)))
         goto fail;
-    if (v[CFG_STATE_DIR].s && *v[CFG_STATE_DIR].s &&
-        (e = sm_registry_open_state(reg, v[CFG_STATE_DIR].s, err, sizeof err)))
+    /* --local-workers on a fixed port: a durable default, so the embedded
+     * cluster started again the same way gets its arrays back */
+    const char *state_dir = v[CFG_STATE_DIR].s;
+    char default_state[64];
+    const char *colon = strrchr(v[CFG_LISTEN].s, ':');
+    int lport = colon ? atoi(colon + 1) : 0;
+    if (state_dir && (!*state_dir || !strcmp(state_dir, "none"))) {
+        state_dir = NULL;
+    } else if (!state_dir && v[CFG_LOCAL_WORKERS].i > 0 && lport > 0) {
+        snprintf(default_state, sizeof default_state, "shmap-state-%d", lport);
+        state_dir = default_state;
+        SM_INFO("state dir ./%s (the default of --local-workers on a fixed port; --state-dir "
+                "none keeps everything in memory)",
+                state_dir);
+    }
+    if (state_dir && (e = sm_registry_open_state(reg, state_dir, err, sizeof err)))
         goto fail;
     sm_registry_set_limits(reg, v[CFG_MAX_ARRAY_MB].i << 20, (int)v[CFG_MAX_NAME_LENGTH].i);
     coord.reg = reg;
@@ -314,7 +330,7 @@ int main(int argc, char **argv)
                             port,
                             token,
                             deadline,
-                            v[CFG_STATE_DIR].s,
+                            state_dir,
                             v[CFG_TLS_CERT].s,
                             v[CFG_TLS_KEY].s,
                             v[CFG_TLS_CA].s,

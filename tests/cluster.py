@@ -16,17 +16,19 @@ def run(args, **kw):
     return subprocess.run(args, capture_output=True, text=True, timeout=120, **kw)
 
 
-def start_cluster(work, workers, devices, flags=(), env=None, tag="coord"):
-    """Starts `shmap-coordinator --local-workers workers` with flags, its log
-    in work/tag.log; returns (process, "127.0.0.1:PORT", log path) once all
-    workers are alive, or exits with the log."""
+def start_cluster(work, workers, devices, flags=(), env=None, tag="coord", listen="127.0.0.1:0",
+                  cwd=None):
+    """Starts `shmap-coordinator --local-workers workers` with flags (on
+    listen, in the working directory cwd), its log in work/tag.log; returns
+    (process, "127.0.0.1:PORT", log path) once all workers are alive, or
+    exits with the log."""
     port_file = os.path.join(work, f"{tag}.port")
     log_path = os.path.join(work, f"{tag}.log")
     with open(log_path, "w") as log:
-        p = subprocess.Popen([COORD, "--listen", "127.0.0.1:0", "--port-file", port_file,
+        p = subprocess.Popen([COORD, "--listen", listen, "--port-file", port_file,
                               "--local-workers", str(workers), "--devices-per-worker",
                               str(devices), *flags],
-                             stdout=log, stderr=subprocess.STDOUT, env=env,
+                             stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd,
                              start_new_session=True)
     deadline = time.time() + 30
     while time.time() < deadline:
