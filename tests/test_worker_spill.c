@@ -186,6 +186,41 @@ START_TEST(test_no_state_dir_refuses)
 }
 END_TEST
 
+/* A shard dropped before its copy is written takes its queued copy with
+ * it, while the writer waits for that copy to come due (the queue's head):
+ * the writer must not touch it afterwards (a use after free found under
+ * ASan when a job's inputs were deleted right after the job). */
+START_TEST(test_drop_before_copy)
+{
+    spill_env e;
+    env_open(&e, 1);
+    char err[256];
+    for (int k = 0; k < 4; k++) {
+        /* two copies queued (the second wakes nobody), the writer waiting for
+         * the first; then the first shard goes */
+        put(e.st, 100 + (uint64_t)k, (float)k);
+        put(e.st, 200 + (uint64_t)k, (float)k);
+        usleep(5000);
+        int freed = 0;
+        ck_assert_int_eq(sm_store_free_array(e.st, (sm_array_id){100 + (uint64_t)k}, 0, NULL,
+                                             &freed, err, sizeof err),
+                         SM_OK);
+        ck_assert_int_eq(freed, 1);
+        usleep(80000); /* past the first's due time: the writer wakes */
+    }
+    put(e.st, 7, 7);
+    usleep(120000); /* past every due time */
+    sm_disk_flush(e.disk);
+    char path[128];
+    snprintf(path, sizeof path, "%s/shards/7-0.sum", e.dir);
+    ck_assert_int_eq(access(path, F_OK), 0); /* the kept one is written */
+    snprintf(path, sizeof path, "%s/shards/100-0.npy", e.dir);
+    ck_assert_int_ne(access(path, F_OK), 0); /* the dropped ones never are */
+    check(e.st, 7, 7);
+    env_close(&e);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("worker_spill");
@@ -194,6 +229,7 @@ int main(void)
     tcase_add_test(tc, test_spill_lru_and_read_back);
     tcase_add_test(tc, test_damaged_copy_is_data_loss);
     tcase_add_test(tc, test_no_state_dir_refuses);
+    tcase_add_test(tc, test_drop_before_copy);
     suite_add_tcase(s, tc);
     return suite_main(s);
 }

@@ -105,9 +105,12 @@ static void *sm_disk_main(void *arg)
         sm_disk_op *op = d->head;
         if (!op)
             break; /* stopping with nothing queued */
+        /* Wait until it is due. The lock is released meanwhile: a drop may
+         * take op out of the queue and free it (without waking this thread),
+         * so op is only used again if it is still the head. */
         if (!d->stopping && !d->flushing &&
-            pthread_cond_timedwait(&d->cv, &d->mu, &op->due) != ETIMEDOUT)
-            continue; /* woken before it was due: look again (it may be gone) */
+            (pthread_cond_timedwait(&d->cv, &d->mu, &op->due) != ETIMEDOUT || d->head != op))
+            continue; /* woken before it was due, or it is gone: look again */
         d->head = op->next;
         if (!d->head)
             d->tail = NULL;
