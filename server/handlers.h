@@ -24,6 +24,7 @@ typedef struct {
     const char *token;     /* token for channels to workers; NULL for none; borrowed */
     int call_deadline_ms;  /* control calls to workers (FreeArray, Assemble) and downloads */
     const sm_rpc_tls *tls; /* channels to workers: NULL plaintext, else mutual TLS; borrowed */
+    sm_tenants *tenants;   /* --tokens: quotas; NULL: no tenants; borrowed */
     pthread_mutex_t bg_mu;
     pthread_cond_t bg_cv;
     int bg_running;  /* background repair threads */

@@ -207,6 +207,11 @@ static sm_err job_get_locked(sm_cjobs *j, sm_job_id id, sm_job **out, char *err,
 {
     table_sweep_locked(j, sm_cjobs_now_us());
     *out = table_find(j, id.v);
+    if (*out && !sm_tenant_sees((*out)->tenant)) { /* another tenant's: not there */
+        *out = NULL;
+        return sm_fail(err, errlen, SM_ENOTFOUND, "job %llu does not exist",
+                       (unsigned long long)id.v);
+    }
     if (*out) {
         (*out)->refs++;
         return SM_OK;
@@ -435,10 +440,19 @@ static sm_err job_enqueue(sm_cjobs *j, sm_svc_submit_req *req, sm_job **out, int
         job_destroy(job);
         return e;
     }
+    snprintf(job->tenant, sizeof job->tenant, "%s", sm_tenant_current());
+    sm_tenant_quota q = sm_tenants_quota(j->coord->tenants, job->tenant);
     pthread_mutex_lock(&j->mu);
-    int queue = !(light && !j->qhead && j->running < j->nthreads);
+    int queue = !(light && !j->qhead && j->running < j->nthreads), mine = 0;
+    for (const sm_job *o = j->qhead; q.max_jobs > 0 && o; o = o->qnext)
+        mine += !strcmp(o->tenant, job->tenant);
     if (j->stopping)
         e = sm_fail(err, errlen, SM_EUNAVAILABLE, "the coordinator is shutting down");
+    else if (queue && q.max_jobs > 0 && mine >= q.max_jobs)
+        e = sm_fail(err, errlen, SM_ERESOURCE,
+                    "tenant %s already has %d jobs waiting to start, its quota (max-jobs in "
+                    "--tokens); wait for some to end or cancel some, then submit again",
+                    job->tenant, mine);
     else if (queue && j->nqueued >= j->queue_max)
         e = sm_fail(err, errlen, SM_ERESOURCE,
                     "%d jobs already wait to start, the most this coordinator queues "
@@ -679,7 +693,9 @@ static void *runner_main(void *arg)
         pthread_cond_broadcast(&j->changed);
         pthread_mutex_unlock(&j->mu);
         sm_log_set_request_id(job->request_id);
+        sm_tenant_set(job->tenant); /* its outputs are its tenant's */
         sm_cjobs_run(j, job);
+        sm_tenant_set(NULL);
         sm_log_set_request_id(NULL);
         pthread_mutex_lock(&j->mu);
         j->running--;

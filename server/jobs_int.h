@@ -7,6 +7,7 @@
 #include <pthread.h>
 
 #include "jobs.h"
+#include "sm_tenant.h"
 #include "sm_htab.h"
 #include "sm_log.h"
 
@@ -38,6 +39,7 @@ typedef struct sm_job {
     uint32_t deadline_ms; /* 0: none */
     int64_t submit_us;
     char request_id[SM_LOG_RID_LEN]; /* the submit's: its runner's log lines and calls carry it */
+    char tenant[SM_TENANT_MAX];      /* the submit's: only it sees the job; its outputs are its */
 } sm_job;
 
 typedef struct {

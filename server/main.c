@@ -49,6 +49,7 @@ enum {
     CFG_LOG_LEVEL,
     CFG_LOG_FORMAT,
     CFG_STATE_DIR,
+    CFG_TOKENS,
     CFG_COUNT
 };
 
@@ -66,7 +67,15 @@ static const sm_config_row cfg_rows[CFG_COUNT] = {
                            "The shmap-worker program for local workers (default: beside this "
                            "program, else ../worker/shmap-worker from its directory)."},
     [CFG_TOKEN] = {"token", 't', SM_CFG_STRING, NULL, "SHMAP_TOKEN",
-                   "Shared token every call must carry (none if unset)."},
+                   "Shared token every call must carry (none if unset); with --tokens, the "
+                   "cluster's own token (workers, and clients that see every tenant's "
+                   "arrays)."},
+    [CFG_TOKENS] = {"tokens", 0, SM_CFG_STRING, NULL, "SHMAP_TOKENS",
+                    "Tenants: a file of lines 'TENANT TOKEN [max-bytes=N[K|M|G]] "
+                    "[max-jobs=N]' (# comments), read again on SIGHUP. A tenant's token "
+                    "opens its own arrays, meshes, names and jobs only (another's are "
+                    "NOT_FOUND), within its quotas, and no worker port (its transfers go "
+                    "through this coordinator). Needs --token."},
     [CFG_TLS_CERT] = {"tls-cert", 0, SM_CFG_STRING, NULL, "SHMAP_TLS_CERT",
                       "Serve TLS with this PEM certificate (it must name the host clients and "
                       "workers dial), also shown to workers as this process's client "
@@ -178,6 +187,7 @@ int main(int argc, char **argv)
     sigset_t sigs;
     int sig = 0, rc = 1;
     sm_registry *reg = NULL;
+    sm_tenants *tenants = NULL;
     sm_coord coord;
     sm_handlers_init(&coord, NULL, NULL, 0);
     sm_rpc_server *srv = NULL;
@@ -247,11 +257,25 @@ int main(int argc, char **argv)
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGTERM);
     sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
     sm_rpc_init();
     const char *token = v[CFG_TOKEN].s && *v[CFG_TOKEN].s ? v[CFG_TOKEN].s : NULL;
+    if (v[CFG_TOKENS].s && *v[CFG_TOKENS].s) {
+        if (!token) {
+            snprintf(err, sizeof err,
+                     "--tokens needs --token: the cluster's own processes (workers) use it, "
+                     "tenants use theirs");
+            e = SM_EINVAL;
+            goto fail;
+        }
+        if ((e = sm_tenants_load(v[CFG_TOKENS].s, &tenants, err, sizeof err)))
+            goto fail;
+        SM_INFO("tenants: %d from %s (SIGHUP reads it again)", sm_tenants_count(tenants),
+                v[CFG_TOKENS].s);
+    }
     sm_rpc_tls_opts tls_opts = {v[CFG_TLS_CERT].s, v[CFG_TLS_KEY].s, v[CFG_TLS_CA].s,
                                 v[CFG_TLS_SERVER_NAME].s};
     if ((e = sm_rpc_tls_create(&tls_opts, &tls, err, sizeof err)))
@@ -290,6 +314,8 @@ int main(int argc, char **argv)
     coord.token = token;
     coord.call_deadline_ms = deadline;
     coord.tls = tls;
+    coord.tenants = tenants;
+    sm_registry_set_tenants(reg, tenants);
     sm_cjobs_config jobs_cfg = sm_cjobs_config_default(JOB_THREADS);
     jobs_cfg.keep_ms = v[CFG_JOB_KEEP_S].i * 1000;
     jobs_cfg.keep_max = (int)v[CFG_JOB_KEEP_MAX].i;
@@ -300,7 +326,9 @@ int main(int argc, char **argv)
                              .max_message_bytes = (int)(v[CFG_MAX_MESSAGE_MB].i << 20),
                              .tls = tls,
                              .max_client_streams = (int)v[CFG_MAX_CLIENT_STREAMS].i,
-                             .max_client_streams_name = "--max-client-streams"};
+                             .max_client_streams_name = "--max-client-streams",
+                             .authenticate = tenants ? sm_tenants_authenticate : NULL,
+                             .authenticate_user = tenants};
     if ((e = sm_rpc_server_create(&so, &srv, err, sizeof err)) ||
         (e = sm_svc_coord_serve(srv, sm_handlers_ops(), &coord, "shmap-coordinator", err,
                                 sizeof err)) ||
@@ -338,8 +366,18 @@ int main(int argc, char **argv)
         if ((e = sm_local_start(&lo, reg, &local, err, sizeof err)))
             goto fail;
     }
-    while (sigwait(&sigs, &sig) != 0)
-        ;
+    for (;;) {
+        while (sigwait(&sigs, &sig) != 0)
+            ;
+        if (sig != SIGHUP)
+            break;
+        if (!tenants)
+            SM_INFO("SIGHUP: no --tokens to read again");
+        else if (sm_tenants_reload(tenants, err, sizeof err))
+            SM_ERROR("SIGHUP: %s; the tenants stay as they were", err);
+        else
+            SM_INFO("SIGHUP: tenants read again: %d", sm_tenants_count(tenants));
+    }
     SM_INFO("signal %d: shutting down", sig);
     rc = 0;
 fail:
@@ -356,6 +394,7 @@ fail:
     if (sm_handlers_drain(&coord, 5000) == 0) { /* else a repair still uses them: exit without */
         sm_registry_free(reg);
         sm_rpc_tls_free(tls);
+        sm_tenants_free(tenants);
     }
     sm_rpc_shutdown_or_exit(2000, rc); /* or _exit(rc) after 2 s */
     if (!rc)

@@ -95,6 +95,13 @@ void sm_registry_set_limits(sm_registry *r, int64_t max_array_bytes, int max_nam
     pthread_mutex_unlock(&r->mu);
 }
 
+void sm_registry_set_tenants(sm_registry *r, sm_tenants *t)
+{
+    pthread_mutex_lock(&r->mu);
+    r->tenants = t;
+    pthread_mutex_unlock(&r->mu);
+}
+
 sm_err sm_reg_name_check(const char *what, const char *name, size_t max, char *err, size_t errlen)
 {
     size_t len = strlen(name), digits = 0;

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "plan.h"
+#include "tenants.h"
 #include "sm_info.h"
 #include "sm_svc.h"
 
@@ -38,6 +39,12 @@ sm_err sm_registry_create(uint32_t default_deadline_ms, uint32_t heartbeat_ms, s
  * (one full copy; 0: none) and a name's length in characters (at most
  * SM_NAME_MAX - 1). Refusals name the flag. */
 void sm_registry_set_limits(sm_registry *r, int64_t max_array_bytes, int max_name_len);
+/* Tenants (--tokens; borrowed, NULL: none): every array and mesh belongs to
+ * the tenant of the thread that made it (sm_tenant_current), is found and
+ * listed by that tenant only (another gets NOT_FOUND; the cluster, tenant
+ * "", sees all), its name is unique within its tenant, and a tenant's
+ * arrays may not hold more than its max-bytes quota (RESOURCE_EXHAUSTED). */
+void sm_registry_set_tenants(sm_registry *r, sm_tenants *t);
 /* Keeps the registry in SQLite under dir (created if missing; the file
  * dir/registry.db, WAL mode): checks the database (PRAGMA integrity_check;
  * a damaged one is SM_EDATALOSS with a sentence), takes it for this process

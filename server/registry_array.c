@@ -54,9 +54,11 @@ static int sm_reg_array_has_id(const void *item, const void *key)
     return ((const sm_reg_array *)item)->id == *(const uint64_t *)key;
 }
 
+/* Names are per tenant: the caller's tenant's array of that name. */
 static int sm_reg_array_has_name(const void *item, const void *key)
 {
-    return !strcmp(((const sm_reg_array *)item)->name, (const char *)key);
+    const sm_reg_array *a = item;
+    return !strcmp(a->name, (const char *)key) && !strcmp(a->tenant, sm_tenant_current());
 }
 
 sm_err sm_reg_array_insert(sm_registry *r, sm_reg_array *a, char *err, size_t errlen)
@@ -117,7 +119,7 @@ sm_reg_array *sm_reg_array_find(sm_registry *r, sm_array_ref ref, char *err, siz
     else if (ref.name && *ref.name)
         a = sm_htab_find(&r->array_names, sm_htab_hash_str(ref.name), sm_reg_array_has_name,
                          ref.name);
-    if (a)
+    if (a && sm_tenant_sees(a->tenant)) /* another tenant's is not there at all */
         return a;
     if (ref.id.v)
         sm_fail(err, errlen, SM_ENOTFOUND, "array %llu does not exist",
@@ -243,6 +245,13 @@ sm_err sm_reg_array_info(sm_registry *r, const sm_reg_array *a, sm_array_info *i
 
 /* ---- creation ------------------------------------------------------------- */
 
+/* Bytes of one full copy of a (0 if it does not compute). */
+static int64_t sm_reg_array_bytes(const sm_reg_array *a)
+{
+    int64_t b = 0;
+    return sm_shape_nbytes(&a->shape, a->dtype, &b, NULL, 0) ? 0 : b;
+}
+
 /* A new pending array record for sharding s (validated against shape). */
 sm_err sm_reg_array_new(sm_registry *r, const char *name, sm_dtype dtype, const sm_sharding *s,
                         const sm_reg_mesh *rm, const sm_shape *shape, const uint32_t *worker,
@@ -268,10 +277,24 @@ sm_err sm_reg_array_new(sm_registry *r, const char *name, sm_dtype dtype, const 
                      (long long)bytes, sm_dtype_name(dtype),
                      sm_shape_format(shape, (char[200]){0}, 200),
                      (long long)(r->max_array_bytes >> 20));
+    const char *tenant = sm_tenant_current();
+    sm_tenant_quota q = sm_tenants_quota(r->tenants, tenant);
+    if (!rc && q.max_bytes > 0) {
+        int64_t held = 0;
+        for (const sm_reg_array *o = r->arrays; o; o = o->next)
+            if (!strcmp(o->tenant, tenant) && o->state != SM_ARRAY_FAILED)
+                held += sm_reg_array_bytes(o);
+        if (held + bytes > q.max_bytes)
+            rc = sm_fail(err, errlen, SM_ERESOURCE,
+                         "tenant %s holds %lld bytes of arrays; %lld more would pass its quota "
+                         "of %lld (max-bytes in --tokens): delete some first",
+                         tenant, (long long)held, (long long)bytes, (long long)q.max_bytes);
+    }
     if (rc) {
         sm_reg_array_destroy(a);
         return rc;
     }
+    snprintf(a->tenant, sizeof a->tenant, "%s", tenant);
     snprintf(a->name, sizeof a->name, "%s", name ? name : "");
     a->dtype = dtype;
     a->shape = *shape;
@@ -555,6 +578,8 @@ sm_err sm_registry_array_list(sm_registry *r, sm_array_info **out, int *n, char 
     if (!*out)
         rc = sm_reg_oom(err, errlen);
     for (const sm_reg_array *a = r->arrays; !rc && a; a = a->next) {
+        if (!sm_tenant_sees(a->tenant))
+            continue;
         rc = sm_reg_array_info(r, a, &(*out)[*n], err, errlen);
         if (!rc)
             (*n)++;

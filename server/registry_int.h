@@ -10,6 +10,7 @@
 
 #include "registry.h"
 #include "sm_htab.h"
+#include "sm_tenant.h"
 
 typedef struct {
     uint32_t id;
@@ -29,6 +30,7 @@ typedef struct {
     uint64_t id;
     char name[64];
     sm_mesh mesh;
+    char tenant[SM_TENANT_MAX]; /* who made it ("" the cluster); names are per tenant */
 } sm_reg_mesh;
 
 /* A copy of one block kept on another worker than the mesh's devices
@@ -52,7 +54,8 @@ typedef struct {
 typedef struct sm_reg_array {
     struct sm_reg_array *prev, *next; /* the listed arrays, in creation order */
     uint64_t id;
-    char name[SM_NAME_MAX]; /* "" or unique among listed arrays; never changes once listed */
+    char name[SM_NAME_MAX];     /* "" or unique among its tenant's listed arrays; never changes */
+    char tenant[SM_TENANT_MAX]; /* who made it ("" the cluster); others get NOT_FOUND */
     sm_dtype dtype;
     sm_shape shape, shard_shape;
     uint64_t mesh_id;
@@ -134,6 +137,7 @@ struct sm_registry {
     uint64_t epoch; /* random id of this coordinator run, echoed by heartbeats */
     uint64_t next_mesh, next_array;
     int64_t max_array_bytes; /* --max-array-mb; 0: none */
+    sm_tenants *tenants;     /* --tokens: their quotas; NULL: none */
     int max_name_len;        /* --max-name-length */
     /* The state dir's database (registry_state.c); NULL: memory only. */
     sqlite3 *db;

@@ -14,7 +14,10 @@ sm_reg_mesh *sm_reg_mesh_find(sm_registry *r, uint64_t id, const char *name)
 {
     for (int i = 0; i < r->nmeshes; i++) {
         sm_reg_mesh *m = r->meshes[i];
-        if (id ? m->id == id : (name && *name && !strcmp(m->name, name)))
+        /* by id: what the caller's tenant sees; by name: its own names */
+        if (id ? m->id == id && sm_tenant_sees(m->tenant)
+               : (name && *name && !strcmp(m->name, name) &&
+                  !strcmp(m->tenant, sm_tenant_current())))
             return m;
     }
     return NULL;
@@ -122,6 +125,7 @@ static sm_err sm_reg_mesh_add(sm_registry *r, const char *name, const sm_mesh *m
     }
     rm->id = r->next_mesh++;
     snprintf(rm->name, sizeof rm->name, "%s", name);
+    snprintf(rm->tenant, sizeof rm->tenant, "%s", sm_tenant_current());
     rm->mesh = *m;
     sm_reg_save_mesh(r, rm);
     *out = rm;
@@ -187,8 +191,8 @@ sm_err sm_registry_mesh_list(sm_registry *r, sm_mesh_info **out, int *n, char *e
         rc = sm_fail(err, errlen, SM_ENOMEM, "out of memory listing meshes");
     } else {
         for (int i = 0; i < r->nmeshes; i++)
-            sm_reg_mesh_info(r->meshes[i], &(*out)[i]);
-        *n = r->nmeshes;
+            if (sm_tenant_sees(r->meshes[i]->tenant))
+                sm_reg_mesh_info(r->meshes[i], &(*out)[(*n)++]);
     }
     pthread_mutex_unlock(&r->mu);
     return rc;
@@ -205,7 +209,8 @@ sm_err sm_reg_sharding_resolve(sm_registry *r, const sm_sharding_ref *ref, sm_sh
         if (rc)
             return rc;
         for (int i = 0; i < r->nmeshes && !rm; i++)
-            if (sm_reg_mesh_same(&r->meshes[i]->mesh, &m))
+            if (sm_reg_mesh_same(&r->meshes[i]->mesh, &m) &&
+                !strcmp(r->meshes[i]->tenant, sm_tenant_current()))
                 rm = r->meshes[i];
         if (!rm) {
             rc = sm_reg_mesh_add(r, "", &m, &rm, err, errlen);

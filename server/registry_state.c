@@ -32,7 +32,15 @@ static const char sm_reg_schema[] =
     " workers BLOB, sums BLOB);"
     "CREATE TABLE IF NOT EXISTS jobs(id INTEGER PRIMARY KEY, state INTEGER, error TEXT);"
     "CREATE TABLE IF NOT EXISTS copies(array_id INTEGER, k INTEGER, of INTEGER, worker INTEGER,"
-    " device INTEGER, PRIMARY KEY (array_id, k));";
+    " device INTEGER, PRIMARY KEY (array_id, k));"
+    "CREATE TABLE IF NOT EXISTS owners(kind INTEGER, id INTEGER, tenant TEXT,"
+    " PRIMARY KEY (kind, id));";
+
+/* owners.kind: what a tenant owns (a row only for tenants' records) */
+enum { SM_REG_OWNS_ARRAY = 0, SM_REG_OWNS_MESH = 1 };
+
+/* Records (kind, id)'s tenant, if it has one. 0 on success. */
+static int sm_reg_save_owner(sm_registry *r, int kind, uint64_t id, const char *tenant);
 
 static void sm_reg_stmts_free(sm_registry *r)
 {
@@ -201,7 +209,8 @@ void sm_reg_save_array(sm_registry *r, const sm_reg_array *a)
                    "itibitbitbb", (int64_t)a->id, a->name, (int64_t)a->dtype, &a->shape,
                    sizeof a->shape, (int64_t)a->mesh_id, a->mesh_name, packed, np,
                    (int64_t)a->state, a->error, a->worker, sizeof *a->worker * (size_t)a->n,
-                   a->sums, sizeof *a->sums * (size_t)a->n))
+                   a->sums, sizeof *a->sums * (size_t)a->n) ||
+        sm_reg_save_owner(r, SM_REG_OWNS_ARRAY, a->id, a->tenant))
         sm_reg_db_log(r, "record an array");
     sm_reg_tx_end(r);
 }
@@ -212,9 +221,69 @@ void sm_reg_save_array_gone(sm_registry *r, uint64_t id)
         return;
     sm_reg_tx_begin(r);
     if (sm_reg_run(r, "DELETE FROM arrays WHERE id = ?", "i", (int64_t)id) ||
-        sm_reg_run(r, "DELETE FROM copies WHERE array_id = ?", "i", (int64_t)id))
+        sm_reg_run(r, "DELETE FROM copies WHERE array_id = ?", "i", (int64_t)id) ||
+        (r->tenants &&
+         sm_reg_run(r, "DELETE FROM owners WHERE kind = 0 AND id = ?", "i", (int64_t)id)))
         sm_reg_db_log(r, "remove an array");
     sm_reg_tx_end(r);
+}
+
+static int sm_reg_save_owner(sm_registry *r, int kind, uint64_t id, const char *tenant)
+{
+    if (!tenant || !*tenant)
+        return 0;
+    return sm_reg_run(r, "INSERT OR REPLACE INTO owners(kind, id, tenant) VALUES (?, ?, ?)", "iit",
+                      (int64_t)kind, (int64_t)id, tenant);
+}
+
+/* The stored tenants of arrays and meshes, in (kind, id) order. */
+typedef struct {
+    int kind;
+    uint64_t id;
+    char tenant[SM_TENANT_MAX];
+} sm_reg_owner;
+
+static sm_err sm_reg_load_owners(sm_registry *r, sm_reg_owner **out, int *n)
+{
+    sqlite3_stmt *st = NULL;
+    int cap = 0;
+    *out = NULL;
+    *n = 0;
+    if (sqlite3_prepare_v2(r->db, "SELECT kind, id, tenant FROM owners ORDER BY kind, id", -1, &st,
+                           NULL) != SQLITE_OK)
+        return SM_EIO;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        if (*n == cap) {
+            sm_reg_owner *g = realloc(*out, sizeof *g * (size_t)(cap ? cap * 2 : 64));
+            if (!g) {
+                sqlite3_finalize(st);
+                return SM_ENOMEM;
+            }
+            *out = g;
+            cap = cap ? cap * 2 : 64;
+        }
+        const unsigned char *t = sqlite3_column_text(st, 2);
+        sm_reg_owner *o = &(*out)[(*n)++];
+        o->kind = sqlite3_column_int(st, 0);
+        o->id = (uint64_t)sqlite3_column_int64(st, 1);
+        snprintf(o->tenant, sizeof o->tenant, "%s", t ? (const char *)t : "");
+    }
+    sqlite3_finalize(st);
+    return SM_OK;
+}
+
+/* The stored tenant of (kind, id), "" if none. */
+static const char *sm_reg_owner_of(const sm_reg_owner *v, int n, int kind, uint64_t id)
+{
+    int lo = 0, hi = n;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (v[mid].kind < kind || (v[mid].kind == kind && v[mid].id < id))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && v[lo].kind == kind && v[lo].id == id ? v[lo].tenant : "";
 }
 
 void sm_reg_save_copies(sm_registry *r, const sm_reg_array *a)
@@ -284,7 +353,8 @@ void sm_reg_save_mesh(sm_registry *r, const sm_reg_mesh *m)
     sm_reg_tx_begin(r);
     if (sm_reg_save_counters(r) ||
         sm_reg_run(r, "INSERT OR REPLACE INTO meshes(id, name, mesh) VALUES (?, ?, ?)", "itb",
-                   (int64_t)m->id, m->name, &m->mesh, sizeof m->mesh))
+                   (int64_t)m->id, m->name, &m->mesh, sizeof m->mesh) ||
+        sm_reg_save_owner(r, SM_REG_OWNS_MESH, m->id, m->tenant))
         sm_reg_db_log(r, "record a mesh");
     sm_reg_tx_end(r);
 }
@@ -411,7 +481,7 @@ static sm_err sm_reg_load_workers(sm_registry *r, int64_t now_ms)
     return e;
 }
 
-static sm_err sm_reg_load_meshes(sm_registry *r)
+static sm_err sm_reg_load_meshes(sm_registry *r, const sm_reg_owner *own, int nown)
 {
     sqlite3_stmt *st = NULL;
     sm_err e = SM_OK;
@@ -430,6 +500,8 @@ static sm_err sm_reg_load_meshes(sm_registry *r)
         const unsigned char *name = sqlite3_column_text(st, 1);
         m->id = (uint64_t)sqlite3_column_int64(st, 0);
         snprintf(m->name, sizeof m->name, "%s", name ? (const char *)name : "");
+        snprintf(m->tenant, sizeof m->tenant, "%s",
+                 sm_reg_owner_of(own, nown, SM_REG_OWNS_MESH, m->id));
         memcpy(&m->mesh, sqlite3_column_blob(st, 2), sizeof m->mesh);
         if (m->id >= r->next_mesh)
             r->next_mesh = m->id + 1;
@@ -480,7 +552,7 @@ static sm_reg_array *sm_reg_load_array(sm_registry *r, sqlite3_stmt *st, int64_t
     return a;
 }
 
-static sm_err sm_reg_load_arrays(sm_registry *r, int64_t now_ms)
+static sm_err sm_reg_load_arrays(sm_registry *r, int64_t now_ms, const sm_reg_owner *own, int nown)
 {
     sqlite3_stmt *st = NULL;
     sm_err e = SM_OK;
@@ -516,8 +588,12 @@ static sm_err sm_reg_load_arrays(sm_registry *r, int64_t now_ms)
         }
         uint64_t keep = a->id;
         r->next_array = keep; /* sm_reg_array_insert hands out next_array */
+        snprintf(a->tenant, sizeof a->tenant, "%s",
+                 sm_reg_owner_of(own, nown, SM_REG_OWNS_ARRAY, a->id));
+        sm_tenant_set(a->tenant); /* names are unique per tenant */
         if (a->name[0] && sm_reg_array_find(r, (sm_array_ref){{0}, a->name}, NULL, 0))
             a->name[0] = 0;
+        sm_tenant_set(NULL);
         if (sm_reg_array_insert(r, a, err, sizeof err)) {
             sm_reg_array_destroy(a);
             e = SM_ENOMEM;
@@ -563,14 +639,19 @@ sm_err sm_registry_open_state(sm_registry *r, const char *dir, char *err, size_t
     if ((e = sm_reg_layout_check(r, path, err, errlen)))
         goto fail;
     int64_t now = sm_registry_now_ms();
+    sm_reg_owner *own = NULL;
+    int nown = 0;
     pthread_mutex_lock(&r->mu);
     e = sm_reg_load_counters(r);
     if (!e)
         e = sm_reg_load_workers(r, now);
     if (!e)
-        e = sm_reg_load_meshes(r);
+        e = sm_reg_load_owners(r, &own, &nown);
     if (!e)
-        e = sm_reg_load_arrays(r, now);
+        e = sm_reg_load_meshes(r, own, nown);
+    if (!e)
+        e = sm_reg_load_arrays(r, now, own, nown);
+    free(own);
     if (!e)
         e = sm_reg_load_copies(r);
     /* The arrays were written back as they were listed (their new states);

@@ -229,7 +229,7 @@ def rewrite_addrs(ctx, toks, server):
     if server == "worker":
         port = free_port()
     for i, t in enumerate(toks):
-        m = re.match(r"^(--?[\w-]+=)?([\w.-]+):(\d{2,5})$", t)
+        m = re.match(r"^(--?[\w-]+=)?([\w.-]+):(\d{1,5})$", t)
         if not m:
             out.append(t)
             continue
@@ -432,9 +432,9 @@ def main(argv):
     # the shared cluster most blocks talk to
     shared = Ctx()
     shared.work, shared.env, shared.bins, shared.servers, shared.ports = top, base_env, bins, [], {}
-    shared.raw_toks, shared.block_target = ["127.0.0.1:1"], None
+    shared.raw_toks, shared.block_target = ["127.0.0.1:0"], None
     err = start_server(shared, "coordinator",
-                       ["shmap-coordinator", "--listen", "127.0.0.1:1", "--local-workers", "2",
+                       ["shmap-coordinator", "--listen", "127.0.0.1:0", "--local-workers", "2",
                         "--devices-per-worker", "4"])
     if err:
         print(f"FAIL - the shared cluster: {err}")

@@ -163,6 +163,15 @@ typedef struct {
                                             0: no limit. */
     const char *max_client_streams_name; /* how the refusal names the limit
                                             ("--max-client-streams"); copied */
+    /* Tenants: with authenticate set, a call whose token is not the
+     * server's own is passed to it (token bytes, length); it returns 1 and
+     * writes the tenant's name (SM_TENANT_MAX) when the token is one of
+     * theirs, 0 otherwise (UNAUTHENTICATED, as a wrong token). The handler
+     * then runs with sm_tenant_current() naming the tenant ("" for the
+     * server's own token). Called on any thread: quick and thread-safe;
+     * compare in constant time. */
+    int (*authenticate)(void *user, const unsigned char *token, size_t len, char *tenant);
+    void *authenticate_user;
 } sm_rpc_server_opts;
 
 /* A handler about to wait for long on something other than its own call

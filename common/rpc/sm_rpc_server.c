@@ -30,6 +30,7 @@
 #include <time.h>
 
 #include "sm_log.h"
+#include "sm_tenant.h"
 #include "sm_rpc_internal.h"
 #include "sm_rpc_proto.h"
 #include "sm_time.h"
@@ -104,17 +105,20 @@ struct sm_rpc_call {
     int recv_pending, recv_ok;
     int send_pending, send_ok;
     int closed;
-    int md_sent;       /* initial metadata sent */
-    int payload_out;   /* the initial payload was handed out */
-    int finished;      /* sm_rpc_finish was called */
-    sm_rpc_call *next; /* pool queue */
-    char *peer;        /* counted against srv->peers until destroyed; NULL: not */
+    int md_sent;                /* initial metadata sent */
+    int payload_out;            /* the initial payload was handed out */
+    int finished;               /* sm_rpc_finish was called */
+    sm_rpc_call *next;          /* pool queue */
+    char *peer;                 /* counted against srv->peers until destroyed; NULL: not */
+    char tenant[SM_TENANT_MAX]; /* whose token it carries; "" the server's own */
 };
 
 struct sm_rpc_server {
     grpc_server *srv;
     grpc_completion_queue *cq;
     char *token;
+    int (*authenticate)(void *user, const unsigned char *token, size_t len, char *tenant);
+    void *authenticate_user;
     int tls;                /* serves TLS: cluster_only methods check the peer's certificate */
     sm_rpc_peers *peers;    /* streams open per client; NULL: no limit */
     int max_client_streams; /* with peers */
@@ -329,7 +333,9 @@ static void run_call(sm_rpc_call *c)
     method *m = &c->srv->methods[c->method];
     int64_t t0 = sm_time_mono_ns();
     call_request_id(c);
+    sm_tenant_set(c->tenant);
     m->handler(c, m->user);
+    sm_tenant_set(NULL);
     sm_log_set_request_id(NULL);
     method_observe(m, sm_time_mono_ns() - t0);
     pthread_mutex_lock(&c->mu);
@@ -558,20 +564,25 @@ static void *thread_main(void *arg)
 
 /* ---- completion routing ------------------------------------------------ */
 
-static int token_ok(const sm_rpc_server *s, const grpc_metadata_array *md)
+/* Whether the call carries the server's token, or (with tenants) one of a
+ * tenant's, whose name goes to c->tenant. */
+static int token_ok(const sm_rpc_server *s, sm_rpc_call *c)
 {
+    const grpc_metadata_array *md = &c->req_md;
     size_t tl = strlen(s->token);
+    c->tenant[0] = 0;
     for (size_t i = 0; i < md->count; i++) {
         if (grpc_slice_str_cmp(md->metadata[i].key, SM_RPC_TOKEN_KEY) != 0)
             continue;
         const grpc_slice v = md->metadata[i].value;
-        if (GRPC_SLICE_LENGTH(v) != tl)
-            return 0;
         const unsigned char *p = GRPC_SLICE_START_PTR(v);
-        unsigned diff = 0; /* constant time in the token length */
-        for (size_t k = 0; k < tl; k++)
+        unsigned diff = GRPC_SLICE_LENGTH(v) != tl; /* constant time in the token length */
+        for (size_t k = 0; !diff && k < tl; k++)
             diff |= (unsigned)(p[k] ^ (unsigned char)s->token[k]);
-        return diff == 0;
+        if (diff == 0)
+            return 1;
+        return s->authenticate &&
+               s->authenticate(s->authenticate_user, p, GRPC_SLICE_LENGTH(v), c->tenant);
     }
     return 0;
 }
@@ -647,7 +658,7 @@ static sm_rpc_call *on_new(sm_rpc_server *s, sm_rpc_call *c, int success)
         grpc_call_cancel(c->call, NULL);
 
     /* Health stays open so probes without metadata (Kubernetes) work. */
-    if (s->token && c->method != s->health && !token_ok(s, &c->req_md)) {
+    if (s->token && c->method != s->health && !token_ok(s, c)) {
         finish_status(c, GRPC_STATUS_UNAUTHENTICATED,
                       "the call lacks the right " SM_RPC_TOKEN_KEY
                       " token; pass the server's token to the client",
@@ -1038,6 +1049,8 @@ sm_err sm_rpc_server_create(const sm_rpc_server_opts *opts, sm_rpc_server **out,
     s->threads = calloc((size_t)s->max_threads, sizeof *s->threads);
     if (opts->token && opts->token[0])
         s->token = strdup(opts->token);
+    s->authenticate = opts->authenticate;
+    s->authenticate_user = opts->authenticate_user;
     if (!s->threads || (opts->token && opts->token[0] && !s->token)) {
         sm_rpc_server_free(s);
         return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a server");

@@ -50,6 +50,11 @@ typedef struct sm_rpc_channel sm_rpc_channel;
 sm_err sm_svc_negotiate(sm_rpc_channel *ch, int worker_service, const char *client_name,
                         uint32_t *version, char *server, size_t server_len, int deadline_ms,
                         char *err, size_t errlen);
+/* sm_svc_negotiate, and *relay_only (NULL ok) 1 when the server says the
+ * caller is a tenant whose transfers must go through the coordinator. */
+sm_err sm_svc_negotiate_relay(sm_rpc_channel *ch, int worker_service, const char *client_name,
+                              uint32_t *version, char *server, size_t server_len, int *relay_only,
+                              int deadline_ms, char *err, size_t errlen);
 
 /* ---- bulk transfer messages ---------------------------------------------- */
 

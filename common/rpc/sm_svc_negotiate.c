@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sm_tenant.h"
 #include "sm_svc_internal.h"
 
 /* Provided by LeakSanitizer in sanitizer builds, absent otherwise. */
@@ -153,6 +154,7 @@ static void negotiate_handler(sm_rpc_call *call, void *user)
     shmap__v1__negotiate_reply__init(&rep);
     rep.version = top;
     rep.server = (char *)c->server_name;
+    rep.relay_only = sm_tenant_current()[0] != 0; /* a tenant's token opens no worker */
     sm_rpc_finish(call, SM_OK, NULL, &rep.base);
 }
 
@@ -167,6 +169,14 @@ sm_err sm_svc_negotiate_add(sm_rpc_server *s, const char *path, sm_svc_ctx *ctx,
 sm_err sm_svc_negotiate(sm_rpc_channel *ch, int worker_service, const char *client_name,
                         uint32_t *version, char *server, size_t server_len, int deadline_ms,
                         char *err, size_t errlen)
+{
+    return sm_svc_negotiate_relay(ch, worker_service, client_name, version, server, server_len,
+                                  NULL, deadline_ms, err, errlen);
+}
+
+sm_err sm_svc_negotiate_relay(sm_rpc_channel *ch, int worker_service, const char *client_name,
+                              uint32_t *version, char *server, size_t server_len, int *relay_only,
+                              int deadline_ms, char *err, size_t errlen)
 {
     const char *path =
         worker_service ? SM_SVC_WORKER_PATH("Negotiate") : SM_SVC_COORD_PATH("Negotiate");
@@ -191,6 +201,8 @@ sm_err sm_svc_negotiate(sm_rpc_channel *ch, int worker_service, const char *clie
             *version = r->version;
         if (server && server_len)
             snprintf(server, server_len, "%s", r->server ? r->server : "");
+        if (relay_only)
+            *relay_only = r->relay_only != 0;
     }
     sm_rpc_msg_free(m);
     return e;
