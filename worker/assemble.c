@@ -154,7 +154,8 @@ static sm_err assemble_prepare(sm_handlers *h, const sm_svc_assemble_req *req,
                                (int)s->device, (unsigned long long)req->array_id.v, inner);
         if ((e = sm_store_shard_create(req->dtype, &s->shape, &shards[i], inner, sizeof inner)))
             return sm_fail(err, errlen, e, "the new shard of device %d: %s", (int)s->device, inner);
-        memset(shards[i]->data, 0, (size_t)shards[i]->nbytes);
+        if (!sm_ckpt_shard_is_landing(req, i)) /* a landing is read over whole */
+            memset(shards[i]->data, 0, (size_t)shards[i]->nbytes);
     }
     return SM_OK;
 }

@@ -255,6 +255,17 @@ static int ckpt_landing(const sm_svc_assemble_req *req, int f)
     return -1;
 }
 
+int sm_ckpt_shard_is_landing(const sm_svc_assemble_req *req, int i)
+{
+    const sm_svc_assemble_shard *s = &req->shards[i];
+    for (int k = 0; k < s->npieces; k++) {
+        int f = s->pieces[k].src_file - 1;
+        if (f >= 0 && f < req->nfiles && ckpt_landing(req, f) == i)
+            return 1;
+    }
+    return 0;
+}
+
 static sm_err ckpt_read_all(int fd, void *p, size_t n, const char *path, char *err, size_t errlen)
 {
     char *c = p;
@@ -293,6 +304,7 @@ static sm_err ckpt_file_read(const sm_svc_assemble_req *req, int f, sm_store_sha
         close(fd);
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory reading %s", path);
     }
+    posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL); /* a hint: more read-ahead */
     if (fstat(fd, &st) != 0)
         e = sm_fail(err, errlen, SM_EDATALOSS, "cannot stat %s: %s", path, strerror(errno));
     else if ((int64_t)st.st_size != cf->bytes)

@@ -39,6 +39,11 @@ sm_err sm_ckpt_write(sm_handlers *h, const sm_svc_ckpt_write_req *req, sm_svc_ck
  * or with an unreadable one, SM_EDATALOSS. */
 sm_err sm_ckpt_manifest_read(const char *dir, char **text, char *err, size_t errlen);
 
+/* 1 if a checkpoint file of req lands whole in new shard i (a piece that
+ * is all of the file and all of the shard): the file is then read straight
+ * into that shard, which need not be zeroed first. */
+int sm_ckpt_shard_is_landing(const sm_svc_assemble_req *req, int i);
+
 /* The file pieces of an assemble (pieces with src_file > 0): reads each
  * file of req->files that a piece names, once, checks it, and copies its
  * pieces into shards[i] (the new shard of req->shards[i], of the request's
