@@ -40,7 +40,7 @@ sm_err sm_registry_save_begin(sm_registry *r, sm_array_ref ref, sm_array_id *id,
         goto out;
     }
     if (a->dtype == SM_BF16) {
-        rc = sm_fail(err, errlen, SM_EUNSUPPORTED,
+        rc = sm_fail(err, errlen, SM_EUNIMPLEMENTED,
                      "%s is bf16, which numpy (and so a checkpoint's .npy files) cannot hold; "
                      "cast it to f32 first",
                      label);

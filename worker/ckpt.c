@@ -24,7 +24,7 @@ static sm_err ckpt_errno(char *err, size_t errlen, int en, const char *what, con
 {
     sm_err code = en == EACCES || en == EPERM || en == EROFS ? SM_EPERM
                   : en == ENOSPC || en == EDQUOT             ? SM_ERESOURCE
-                                                             : SM_EIO;
+                                                 : SM_EPRECONDITION; /* the directory's state */
     return sm_fail(err, errlen, code, "cannot %s %s: %s", what, path, strerror(en));
 }
 
@@ -124,7 +124,7 @@ static sm_err ckpt_shard_write(sm_handlers *h, const sm_svc_ckpt_write_req *req,
     if (e)
         return e;
     if (sh->dtype == SM_BF16)
-        e = sm_fail(err, errlen, SM_EUNSUPPORTED,
+        e = sm_fail(err, errlen, SM_EUNIMPLEMENTED,
                     "array %llu is bf16, which numpy (and so a checkpoint's .npy files) cannot "
                     "hold; cast it to f32 first",
                     (unsigned long long)req->array_id.v);
@@ -187,7 +187,7 @@ sm_err sm_ckpt_manifest_read(const char *dir, char **text, char *err, size_t err
         sm_err e = ckpt_errno(why, sizeof why, errno, "read", path);
         if (fd >= 0)
             close(fd);
-        return sm_fail(err, errlen, e == SM_EIO ? SM_EDATALOSS : e, "%s", why);
+        return sm_fail(err, errlen, e == SM_EPRECONDITION ? SM_EDATALOSS : e, "%s", why);
     }
     sm_err e = SM_OK;
     size_t n = (size_t)st.st_size, got = 0;

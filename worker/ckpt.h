@@ -29,8 +29,10 @@
  * of req->array_id on each files[k].device to dir/files[k].file, filling
  * out[k].bytes and out[k].checksum (xxHash3-64 of the whole file), or, with
  * no files, req->manifest to dir/manifest.json. bf16 shards are
- * SM_EUNSUPPORTED (numpy has no such dtype). On failure the temporary file
- * being written is removed. */
+ * SM_EUNIMPLEMENTED (numpy has no such dtype). A file that cannot be
+ * written is SM_EPERM (permissions, read-only), SM_ERESOURCE (no space) or
+ * SM_EPRECONDITION (anything else), naming it; the temporary file being
+ * written is then removed. */
 sm_err sm_ckpt_write(sm_handlers *h, const sm_svc_ckpt_write_req *req, sm_svc_ckpt_file *out,
                      char *err, size_t errlen);
 

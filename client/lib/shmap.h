@@ -159,7 +159,7 @@ sm_err sm_client_delete(sm_client *c, sm_array_ref ref, char *err, size_t errlen
  * against this process's working directory. dir is created if missing; one
  * that holds a manifest already is refused (SM_EEXIST). A failed save
  * leaves no manifest, so it never looks like a checkpoint. bf16 arrays are
- * SM_EUNSUPPORTED. bytes and files (may be NULL) receive the size and count
+ * SM_EUNIMPLEMENTED. bytes and files (may be NULL) receive the size and count
  * of the .npy files. The call waits up to 10 minutes, or the client's
  * timeout_ms if longer. */
 sm_err sm_client_save(sm_client *c, sm_array_ref ref, const char *dir, int64_t *bytes, int *files,
