@@ -227,7 +227,7 @@ main() {
   if want ckpt; then
     # 1 GiB by default; BENCH_CKPT_MIB for a machine with less memory or disk.
     # Checkpoints and the dd file go to BENCH_CKPT_DIR (default /tmp).
-    local ckargs=(--mib "${BENCH_CKPT_MIB:-1024}" --runs 3 --dir "${BENCH_CKPT_DIR:-/tmp}")
+    local ckargs=(--mib "${BENCH_CKPT_MIB:-1024}" --runs 5 --dir "${BENCH_CKPT_DIR:-/tmp}")
     [ $quick = 1 ] && ckargs=(--mib 64 --runs 1 --dir "${BENCH_CKPT_DIR:-/tmp}")
     run_bench ckpt "$B/bench_ckpt" "${ckargs[@]}"
   fi
