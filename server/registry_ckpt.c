@@ -52,7 +52,14 @@ sm_err sm_registry_save_begin(sm_registry *r, sm_array_ref ref, sm_array_id *id,
     m->sharding = a->sharding;
     int *first = calloc((size_t)a->n, sizeof *first); /* entry -> its first position */
     m->shards = calloc((size_t)a->n, sizeof *m->shards);
-    pa = calloc((size_t)a->n, sizeof *pa);
+    int nw = 0; /* distinct workers: one part each (a part is ~30 KB) */
+    for (int p = 0; p < a->n; p++) {
+        int q;
+        for (q = 0; q < p && a->worker[q] != a->worker[p]; q++)
+            ;
+        nw += q == p;
+    }
+    pa = calloc((size_t)nw, sizeof *pa);
     if (!first || !m->shards || !pa) {
         free(first);
         rc = sm_fail(err, errlen, SM_ENOMEM, "out of memory planning a save");
