@@ -82,6 +82,11 @@ char *sm_ckpt_manifest_format(const sm_ckpt_manifest *m)
         }
         for (int d = 0; dv && d < s->ndevices; d++)
             json_array_append_new(dv, json_integer(s->devices[d]));
+        json_t *cs = json_array();
+        for (int c = 0; cs && c < s->nchunks && c < SM_CKPT_MAX_CHUNKS; c++) {
+            snprintf(sum, sizeof sum, "%016" PRIx64, s->chunk_sums[c]);
+            json_array_append_new(cs, json_string(sum));
+        }
         snprintf(sum, sizeof sum, "%016" PRIx64, s->checksum);
         if (e) {
             json_object_set_new(e, "file", json_string(s->file));
@@ -89,9 +94,12 @@ char *sm_ckpt_manifest_format(const sm_ckpt_manifest *m)
             json_object_set_new(e, "devices", dv);
             json_object_set_new(e, "bytes", json_integer(s->bytes));
             json_object_set_new(e, "xxh3_64", json_string(sum));
+            json_object_set_new(e, "chunk_bytes", json_integer(s->chunk_bytes));
+            json_object_set_new(e, "chunk_xxh3_64", cs);
         } else {
             json_decref(ix);
             json_decref(dv);
+            json_decref(cs);
         }
         sm_strbuf_puts(&b, "    ");
         bad = ckpt_put(&b, e);
@@ -219,6 +227,23 @@ static sm_err ckpt_shard_parse(const json_t *e, int k, const sm_ckpt_manifest *m
         return bad(err, errlen, path, what);
     }
     s->bytes = json_integer_value(bytes);
+    const json_t *cb = json_object_get(e, "chunk_bytes"), *cs = json_object_get(e, "chunk_xxh3_64");
+    if (!json_is_integer(cb) || json_integer_value(cb) < 1 || !json_is_array(cs) ||
+        json_array_size(cs) > SM_CKPT_MAX_CHUNKS ||
+        (s->bytes + json_integer_value(cb) - 1) / json_integer_value(cb) !=
+            (int64_t)json_array_size(cs)) {
+        snprintf(what, sizeof what,
+                 "%s has no chunk_bytes and chunk_xxh3_64 list that fit its %lld bytes", file,
+                 (long long)s->bytes);
+        return bad(err, errlen, path, what);
+    }
+    s->chunk_bytes = json_integer_value(cb);
+    s->nchunks = (int)json_array_size(cs);
+    for (int c = 0; c < s->nchunks; c++)
+        if (ckpt_hex64(json_string_value(json_array_get(cs, (size_t)c)), &s->chunk_sums[c])) {
+            snprintf(what, sizeof what, "chunk %d of %s has no xxh3_64 of 16 hex digits", c, file);
+            return bad(err, errlen, path, what);
+        }
     if (!ckpt_int_list(json_object_get(e, "devices"), SM_MAX_DEVICES, 0, dv, &ndev) && ndev &&
         (s->devices = malloc(sizeof *s->devices * (size_t)ndev))) {
         for (int d = 0; d < ndev; d++)

@@ -2,7 +2,8 @@
  * coordinator writes it after a save and reads it before a load: the
  * array's dtype, shape, the sharding it was saved with, and one entry per
  * distinct shard (its .npy file, its box of the global array, the devices
- * that held it, its size and the xxHash3-64 of the whole file).
+ * that held it, its size, the xxHash3-64 of the whole file and of each of
+ * its chunks).
  *
  * Pure: no registry, no network, no files. Thread-safety: none needed. */
 #ifndef SM_SERVER_CKPT_H
@@ -16,6 +17,8 @@
 #define SM_CKPT_VERSION 1
 /* Longest shard file name. */
 #define SM_CKPT_FILE_MAX 64
+/* Most chunks a file is checked in (equal to SM_SVC_CKPT_CHUNKS). */
+#define SM_CKPT_MAX_CHUNKS 64
 
 typedef struct {
     char file[SM_CKPT_FILE_MAX]; /* a plain name inside the directory */
@@ -24,6 +27,11 @@ typedef struct {
     int32_t *devices;            /* owned */
     int64_t bytes;               /* of the whole file */
     uint64_t checksum;           /* xxHash3-64 of the whole file */
+    /* The file in chunks of chunk_bytes (the last may be shorter), nchunks
+     * of them, with the xxHash3-64 of each (what a reader checks). */
+    int64_t chunk_bytes;
+    int nchunks;
+    uint64_t chunk_sums[SM_CKPT_MAX_CHUNKS];
 } sm_ckpt_shard;
 
 typedef struct {
@@ -43,8 +51,8 @@ char *sm_ckpt_manifest_format(const sm_ckpt_manifest *m);
 
 /* Parses and validates a manifest: known format and version, a dtype, a
  * shape, and shards whose boxes lie inside the shape and tile it exactly
- * (every element in one shard), each with a plain file name, its size
- * (consistent with its box) and checksum. The saved mesh and spec are
+ * (every element in one shard), each with a plain file name, its size,
+ * checksum, and chunk checksums that fit its size. The saved mesh and spec are
  * parsed back if present and well formed. Anything else is SM_EDATALOSS
  * with a sentence naming `path` (the manifest's, for messages). On SM_OK
  * *out is the caller's (sm_ckpt_manifest_free). */

@@ -172,6 +172,8 @@ fail:
     return e;
 }
 
+_Static_assert(SM_CKPT_MAX_CHUNKS == SM_SVC_CKPT_CHUNKS, "one chunk limit");
+
 /* ---- checkpoints ------------------------------------------------------------ */
 
 static sm_err h_dir_check(const char *dir, char *err, size_t errlen)
@@ -248,8 +250,12 @@ static sm_err h_save(void *user, const sm_svc_save_req *req, sm_svc_save_reply *
     for (int k = 0; k < np; k++)
         for (int f = 0; f < parts[k].nfiles; f++) {
             sm_ckpt_shard *s = &m.shards[parts[k].shard[f]];
-            s->bytes = jobs[k].out[f].bytes;
-            s->checksum = jobs[k].out[f].checksum;
+            const sm_svc_ckpt_file *o = &jobs[k].out[f];
+            s->bytes = o->bytes;
+            s->checksum = o->checksum;
+            s->chunk_bytes = o->chunk_bytes;
+            s->nchunks = o->nchunks;
+            memcpy(s->chunk_sums, o->chunk_sums, sizeof s->chunk_sums);
             out->bytes += s->bytes;
         }
     out->files = m.nshards;
@@ -309,11 +315,15 @@ static sm_err h_load(void *user, const sm_svc_load_req *req, sm_array_info *out,
         sm_ckpt_manifest_free(&m);
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory planning a load");
     }
-    for (int k = 0; k < m.nshards; k++)
+    for (int k = 0; k < m.nshards; k++) {
         files[k] = (sm_svc_ckpt_file){.file = m.shards[k].file,
                                       .shape = sm_index_shape(&m.shards[k].index),
                                       .bytes = m.shards[k].bytes,
-                                      .checksum = m.shards[k].checksum};
+                                      .checksum = m.shards[k].checksum,
+                                      .chunk_bytes = m.shards[k].chunk_bytes,
+                                      .nchunks = m.shards[k].nchunks};
+        memcpy(files[k].chunk_sums, m.shards[k].chunk_sums, sizeof files[k].chunk_sums);
+    }
     if ((e = sm_registry_load_begin(c->reg, req, &m, files, sm_registry_now_ms(), &id, &parts, &np,
                                     err, errlen)))
         goto done;

@@ -399,6 +399,87 @@ START_TEST(interrupted_save_incomplete)
 }
 END_TEST
 
+/* "worker N at" of the worker holding device d. */
+static void worker_of(sm_client *c, int32_t d, char *buf, size_t len)
+{
+    sm_worker_info *w = NULL;
+    int n = 0;
+    char err[512];
+    buf[0] = 0;
+    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < w[i].ndevices; k++)
+            if (w[i].devices[k] == d)
+                snprintf(buf, len, "worker %u at", w[i].id);
+    free(w);
+    ck_assert_msg(buf[0], "no worker holds device %d", (int)d);
+}
+
+/* Flips one byte of path at offset off. */
+static void flip_byte(const char *path, long off)
+{
+    FILE *f = fopen(path, "r+b");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fseek(f, off, SEEK_SET), 0);
+    int b = fgetc(f);
+    ck_assert_int_eq(fseek(f, off, SEEK_SET), 0);
+    fputc(b ^ 0x10, f);
+    fclose(f);
+}
+
+/* A file is checked (and read) in chunks: a worker reads only the chunks
+ * holding the rows its devices need. One 16 MiB file (a replicated array),
+ * 5 chunks of 4 MiB; mesh (2,) over device 0 (worker A) and device 4
+ * (worker B): A needs the first half of the rows, B the second. A damaged
+ * byte in chunk 3 trips B alone, one in chunk 0 A alone. */
+START_TEST(chunks_read_where_needed)
+{
+    sm_shape s = HARNESS_SHAPE(2048, 2048);
+    sm_array *x = harness_array_iota(SM_F32, &s, 21);
+    sm_client *c = harness_client(g_two);
+    const int32_t devs[] = {0, 4};
+    char path[700], wa[64], wb[64], err[512];
+    const char *dir = ckpt_path("chunks");
+    sm_array_id id = put(c, x, "x=4,y=2", "P()", NULL);
+    save_ok(c, harness_id_ref(id), dir, 1);
+    json_t *m = manifest_load(dir);
+    json_t *e = json_array_get(json_object_get(m, "shards"), 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(e, "chunk_bytes")), 4 << 20);
+    ck_assert_int_eq(json_array_size(json_object_get(e, "chunk_xxh3_64")), 5);
+    json_decref(m);
+    sm_mesh mesh;
+    sm_sharding_ref sh = harness_sharding(&mesh, "i=2", devs, 2, "P('i')");
+    sm_array_info info;
+    ck_assert_int_eq(sm_client_load(c, dir, &sh, NULL, &info, err, sizeof err), SM_OK);
+    sm_array *got = NULL;
+    ck_assert_int_eq(sm_client_get(c, harness_id_ref(info.id), &got, err, sizeof err), SM_OK);
+    ck_assert_int_eq(memcmp(got->data, x->data, (size_t)x->nbytes), 0);
+    sm_array_free(got);
+    ck_assert_int_eq(sm_client_delete(c, harness_id_ref(info.id), err, sizeof err), SM_OK);
+    sm_array_info_free(&info);
+    load_check(c, dir, x, "a=2,b=2,c=2", "P('a', ('b', 'c'))", NULL);
+
+    worker_of(c, 0, wa, sizeof wa);
+    worker_of(c, 4, wb, sizeof wb);
+    snprintf(path, sizeof path, "%s/shard-00000.npy", dir);
+    flip_byte(path, (3L << 22) + 12345); /* chunk 3: rows of B only */
+    memset(&info, 0, sizeof info);
+    sm_err r = sm_client_load(c, dir, &sh, NULL, &info, err, sizeof err);
+    ck_assert_msg(r == SM_EDATALOSS && strstr(err, wb) && !strstr(err, wa) &&
+                      strstr(err, "bytes [12582912, 16777216)"),
+                  "%s: %s", sm_err_name(r), err);
+    flip_byte(path, (3L << 22) + 12345); /* repaired */
+    flip_byte(path, 5000);               /* chunk 0: rows of A only */
+    r = sm_client_load(c, dir, &sh, NULL, &info, err, sizeof err);
+    ck_assert_msg(r == SM_EDATALOSS && strstr(err, wa) && !strstr(err, wb) &&
+                      strstr(err, "bytes [0, 4194304)"),
+                  "%s: %s", sm_err_name(r), err);
+    ck_assert_int_eq(sm_client_delete(c, harness_id_ref(id), err, sizeof err), SM_OK);
+    sm_client_close(c);
+    sm_array_free(x);
+}
+END_TEST
+
 /* A relative directory is resolved against the caller's working directory. */
 START_TEST(relative_dir)
 {
@@ -497,6 +578,7 @@ int main(void)
     tcase_add_test(tc, load_names);
     tcase_add_test(tc, damaged_refused);
     tcase_add_test(tc, interrupted_save_incomplete);
+    tcase_add_test(tc, chunks_read_where_needed);
     tcase_add_test(tc, relative_dir);
     tcase_add_test(tc, cli_save_load);
     suite_add_tcase(s, tc);

@@ -37,6 +37,9 @@ static void manifest_2x(sm_ckpt_manifest *m)
         s->devices[0] = k;
         s->bytes = 128 + 2 * 6 * 8;
         s->checksum = 0xfedcba9876543210ull + (uint64_t)k;
+        s->chunk_bytes = 4 << 20;
+        s->nchunks = 1;
+        s->chunk_sums[0] = 0x0123456789abcdefull + (uint64_t)k;
     }
 }
 
@@ -61,6 +64,9 @@ START_TEST(test_round_trip)
         ck_assert_uint_eq(back.shards[k].checksum, m.shards[k].checksum);
         ck_assert_int_eq(back.shards[k].ndevices, 1);
         ck_assert_int_eq(back.shards[k].devices[0], k);
+        ck_assert_int_eq(back.shards[k].chunk_bytes, 4 << 20);
+        ck_assert_int_eq(back.shards[k].nchunks, 1);
+        ck_assert_uint_eq(back.shards[k].chunk_sums[0], m.shards[k].chunk_sums[0]);
     }
     ck_assert(sm_pspec_equal(&back.sharding.spec, &m.sharding.spec));
     ck_assert_int_eq(back.sharding.mesh.ndevices, 2);
@@ -91,6 +97,11 @@ static const struct {
     {"\"bytes\": 224, \"xxh3_64\": \"fedcba9876543211\"",
      "\"bytes\": -1, \"xxh3_64\": \"fedcba9876543211\"", "byte count"},
     {"\"shards\": [", "\"shards\": [], \"x\": [", "no shards"},
+    {"\"chunk_bytes\": 4194304", "\"chunk_bytes\": 0", "chunk_bytes"},
+    {"\"chunk_bytes\": 4194304", "\"chunk_bytes\": 100", "chunk_xxh3_64 list that fit"},
+    {"[\"0123456789abcdf0\"]", "[\"0123456789abcdf0\", \"0123456789abcdf0\"]",
+     "chunk_xxh3_64 list that fit"},
+    {"[\"0123456789abcdf0\"]", "[\"0123456789abcdfX\"]", "chunk 0 of shard-00001.npy"},
 };
 
 START_TEST(test_damage_table)

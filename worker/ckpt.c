@@ -78,27 +78,96 @@ static sm_err ckpt_write_all(int fd, const void *p, size_t n, const char *path, 
     return SM_OK;
 }
 
+/* The xxHash3-64 of a file's chunks, fed its bytes in order from pos:
+ * when a chunk is complete its digest is stored in sums[k] (writing) or
+ * compared with it (reading: *bad set to the first chunk that differs). */
+typedef struct {
+    sm_checksum *ck;
+    int64_t pos, chunk, bytes; /* next file offset; chunk size; file size */
+    uint64_t *sums;
+    const uint64_t *want;
+    int bad;      /* -1, or the first chunk whose digest differs */
+    uint64_t got; /* that chunk's digest */
+} ckpt_chunks;
+
+static void ckpt_chunks_feed(ckpt_chunks *c, const void *p, size_t n)
+{
+    const char *b = p;
+    while (n) {
+        int64_t k = c->pos / c->chunk, end = (k + 1) * c->chunk;
+        if (end > c->bytes)
+            end = c->bytes;
+        size_t take = (size_t)(end - c->pos) < n ? (size_t)(end - c->pos) : n;
+        sm_checksum_update(c->ck, b, take);
+        b += take;
+        n -= take;
+        c->pos += (int64_t)take;
+        if (c->pos == end) {
+            uint64_t d = sm_checksum_digest(c->ck);
+            if (c->sums)
+                c->sums[k] = d;
+            if (c->want && d != c->want[k] && c->bad < 0) {
+                c->bad = (int)k;
+                c->got = d;
+            }
+            sm_checksum_reset(c->ck);
+        }
+    }
+}
+
+/* The chunk size of a file of `bytes`: 4 MiB, or more (whole MiB) so that
+ * there are at most SM_SVC_CKPT_CHUNKS. */
+static int64_t ckpt_chunk_size(int64_t bytes)
+{
+    int64_t c = 4 << 20, per = (bytes + SM_SVC_CKPT_CHUNKS - 1) / SM_SVC_CKPT_CHUNKS;
+    if (per > c)
+        c = (per + (1 << 20) - 1) / (1 << 20) * (1 << 20);
+    return c;
+}
+
 /* Writes the pieces (head, data) to dir/name through dir/name.tmp: fsync,
- * rename. The checksum of everything written goes to *sum. */
+ * rename. The checksum of everything written goes to *sum and, when out is
+ * not NULL, the chunks' to out (chunk_bytes, nchunks, chunk_sums). */
 static sm_err ckpt_file_write(const char *dir, const char *name, const void *head, size_t nhead,
-                              const void *data, size_t ndata, uint64_t *sum, char *err,
-                              size_t errlen)
+                              const void *data, size_t ndata, uint64_t *sum, sm_svc_ckpt_file *out,
+                              char *err, size_t errlen)
 {
     char path[CKPT_PATH], tmp[CKPT_PATH + 8];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    int64_t bytes = (int64_t)(nhead + ndata);
     sm_checksum *ck = sm_checksum_create();
-    if (!ck)
+    ckpt_chunks cc = {sm_checksum_create(),
+                      0,
+                      ckpt_chunk_size(bytes),
+                      bytes,
+                      out ? out->chunk_sums : NULL,
+                      NULL,
+                      -1,
+                      0};
+    if (!ck || !cc.ck) {
+        sm_checksum_free(ck);
+        sm_checksum_free(cc.ck);
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory writing %s", path);
+    }
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     sm_err e = fd < 0 ? ckpt_errno(err, errlen, errno, "create", tmp) : SM_OK;
-    if (!e && !(e = ckpt_write_all(fd, head, nhead, tmp, err, errlen)))
+    if (!e && !(e = ckpt_write_all(fd, head, nhead, tmp, err, errlen))) {
         sm_checksum_update(ck, head, nhead);
+        ckpt_chunks_feed(&cc, head, nhead);
+    }
     for (size_t off = 0; !e && off < ndata; off += CKPT_IO) {
         size_t n = ndata - off < CKPT_IO ? ndata - off : CKPT_IO;
-        if (!(e = ckpt_write_all(fd, (const char *)data + off, n, tmp, err, errlen)))
+        if (!(e = ckpt_write_all(fd, (const char *)data + off, n, tmp, err, errlen))) {
             sm_checksum_update(ck, (const char *)data + off, n);
+            ckpt_chunks_feed(&cc, (const char *)data + off, n);
+        }
     }
+    if (out) {
+        out->chunk_bytes = cc.chunk;
+        out->nchunks = (int)((bytes + cc.chunk - 1) / cc.chunk);
+    }
+    sm_checksum_free(cc.ck);
     if (!e && fsync(fd) != 0)
         e = ckpt_errno(err, errlen, errno, "sync", tmp);
     if (fd >= 0 && close(fd) != 0 && !e)
@@ -132,7 +201,7 @@ static sm_err ckpt_shard_write(sm_handlers *h, const sm_svc_ckpt_write_req *req,
         e = sm_npy_format_header(sh->dtype, &sh->shape, head, sizeof head, &nhead, err, errlen);
     if (!e)
         e = ckpt_file_write(req->dir, f->file, head, nhead, sh->data, (size_t)sh->nbytes,
-                            &out->checksum, err, errlen);
+                            &out->checksum, out, err, errlen);
     if (!e)
         out->bytes = (int64_t)nhead + sh->nbytes;
     sm_store_shard_release(sh);
@@ -156,7 +225,8 @@ sm_err sm_ckpt_write(sm_handlers *h, const sm_svc_ckpt_write_req *req, sm_svc_ck
     if (req->nfiles == 0) {
         uint64_t sum;
         const char *m = req->manifest ? req->manifest : "";
-        e = ckpt_file_write(req->dir, SM_CKPT_MANIFEST, m, strlen(m), NULL, 0, &sum, err, errlen);
+        e = ckpt_file_write(req->dir, SM_CKPT_MANIFEST, m, strlen(m), NULL, 0, &sum, NULL, err,
+                            errlen);
     }
     for (int k = 0; !e && k < req->nfiles; k++)
         e = ckpt_shard_write(h, req, &req->files[k], &out[k], err, errlen);
@@ -282,11 +352,51 @@ static sm_err ckpt_read_all(int fd, void *p, size_t n, const char *path, char *e
     return SM_OK;
 }
 
-/* Reads file f into memory and checks it: *data (the data bytes, in the
- * landing shard's buffer or in *own, malloc'd with sm_array_data_alloc of
- * *nown bytes). */
+/* The rows [*lo, *hi) of file f (along its first dimension) that req's
+ * pieces take; all of them for a rank-0 file or a landing one. */
+static void ckpt_rows(const sm_svc_assemble_req *req, int f, int landing, int64_t *lo, int64_t *hi)
+{
+    const sm_shape *fs = &req->files[f].shape;
+    if (fs->rank == 0 || landing) {
+        *lo = 0;
+        *hi = fs->rank ? fs->dims[0] : 1;
+        return;
+    }
+    *lo = fs->dims[0];
+    *hi = 0;
+    for (int i = 0; i < req->nshards; i++)
+        for (int k = 0; k < req->shards[i].npieces; k++) {
+            const sm_svc_piece *p = &req->shards[i].pieces[k];
+            if (p->src_file != f + 1 || p->src_box.rank != fs->rank)
+                continue;
+            if (p->src_box.r[0].start < *lo)
+                *lo = p->src_box.r[0].start;
+            if (p->src_box.r[0].stop > *hi)
+                *hi = p->src_box.r[0].stop;
+        }
+    if (*lo < 0)
+        *lo = 0;
+    if (*hi > fs->dims[0])
+        *hi = fs->dims[0];
+    if (*hi < *lo)
+        *hi = *lo;
+}
+
+/* What was read of a file: rows [lo, hi) of it as an array of shape
+ * `shape` (the file's, with hi - lo rows) at `data`. */
+typedef struct {
+    int64_t lo, hi;
+    sm_shape shape;
+    const char *data;
+} ckpt_view;
+
+/* Reads the part of file f that req's pieces need, whole chunks of it, and
+ * checks it: the file's size, its .npy header against the manifest entry,
+ * and the xxHash3-64 of every chunk read. The rows needed land in the
+ * landing shard's buffer (all of them) or in *own (sm_array_scratch, *nown
+ * bytes). */
 static sm_err ckpt_file_read(const sm_svc_assemble_req *req, int f, sm_store_shard *landing,
-                             void **data, void **own, size_t *nown, char *err, size_t errlen)
+                             ckpt_view *v, void **own, size_t *nown, char *err, size_t errlen)
 {
     const sm_svc_ckpt_file *cf = &req->files[f];
     char path[CKPT_PATH], b1[96], b2[96];
@@ -295,12 +405,19 @@ static sm_err ckpt_file_read(const sm_svc_assemble_req *req, int f, sm_store_sha
     sm_npy_info info;
     sm_err e = SM_OK;
     snprintf(path, sizeof path, "%s/%s", req->ckpt_dir, cf->file);
+    if (cf->nchunks < 1 || cf->chunk_bytes < 1 ||
+        (cf->bytes + cf->chunk_bytes - 1) / cf->chunk_bytes != cf->nchunks)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "checkpoint file %s comes with %d chunk checksums for %lld bytes in "
+                       "chunks of %lld",
+                       path, cf->nchunks, (long long)cf->bytes, (long long)cf->chunk_bytes);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return sm_fail(err, errlen, SM_EDATALOSS, "checkpoint file %s cannot be opened: %s", path,
                        strerror(errno));
-    sm_checksum *ck = sm_checksum_create();
-    if (!ck) {
+    ckpt_chunks cc = {
+        sm_checksum_create(), 0, cf->chunk_bytes, cf->bytes, NULL, cf->chunk_sums, -1, 0};
+    if (!cc.ck) {
         close(fd);
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory reading %s", path);
     }
@@ -325,34 +442,63 @@ static sm_err ckpt_file_read(const sm_svc_assemble_req *req, int f, sm_store_sha
                     sm_dtype_name(info.dtype), sm_shape_format(&info.shape, b1, sizeof b1),
                     sm_dtype_name(req->dtype), sm_shape_format(&cf->shape, b2, sizeof b2),
                     (long long)cf->bytes);
-    size_t ndata = e ? 0 : (size_t)info.nbytes, early = e ? 0 : nh - (size_t)info.data_offset;
-    char *dst = NULL;
-    if (!e && landing) {
-        dst = landing->data;
-    } else if (!e && ndata) {
-        if ((e = sm_array_scratch(ndata, "a checkpoint file", own, err, errlen)) == SM_OK) {
-            *nown = ndata;
-            dst = *own;
-        }
+    if (e)
+        goto out;
+    /* the rows needed, as file offsets, widened to whole chunks */
+    int64_t d0 = info.data_offset, lo, hi;
+    ckpt_rows(req, f, landing != NULL, &lo, &hi);
+    int64_t rows = cf->shape.rank ? cf->shape.dims[0] : 1;
+    int64_t rb = rows ? info.nbytes / rows : 0; /* bytes of one row */
+    int64_t want_lo = d0 + lo * rb, want_hi = d0 + hi * rb;
+    int64_t start = want_lo / cc.chunk * cc.chunk;
+    int64_t end = want_hi == want_lo ? start : (want_hi + cc.chunk - 1) / cc.chunk * cc.chunk;
+    if (end > cf->bytes)
+        end = cf->bytes;
+    /* the data part of [start, end) lands at buf[0 ..) */
+    int64_t a = start > d0 ? start - d0 : 0, b = end > d0 ? end - d0 : 0;
+    char *buf = NULL;
+    if (landing)
+        buf = landing->data; /* a = 0, b = all of the data */
+    else if (b > a && (e = sm_array_scratch((size_t)(b - a), "a checkpoint file", own, err,
+                                            errlen)) == SM_OK) {
+        *nown = (size_t)(b - a);
+        buf = *own;
+    }
+    if (e)
+        goto out;
+    cc.pos = start;
+    if (lseek(fd, (off_t)start, SEEK_SET) != (off_t)start) {
+        e = sm_fail(err, errlen, SM_EDATALOSS, "cannot seek in %s: %s", path, strerror(errno));
+        goto out;
+    }
+    if (start < d0) { /* the header, again: its chunk is checked too */
+        if (!(e = ckpt_read_all(fd, head, (size_t)(d0 - start), path, err, errlen)))
+            ckpt_chunks_feed(&cc, head, (size_t)(d0 - start));
+    }
+    for (int64_t off = a; !e && off < b; off += CKPT_IO) {
+        size_t n = b - off < CKPT_IO ? (size_t)(b - off) : CKPT_IO;
+        if (!(e = ckpt_read_all(fd, buf + (off - a), n, path, err, errlen)))
+            ckpt_chunks_feed(&cc, buf + (off - a), n);
+    }
+    if (!e && cc.bad >= 0) {
+        int64_t cs = (int64_t)cc.bad * cc.chunk, ce = cs + cc.chunk;
+        e = sm_fail(err, errlen, SM_EDATALOSS,
+                    "checkpoint file %s is corrupted: its bytes [%lld, %lld) have xxHash3-64 "
+                    "%016" PRIx64 ", the manifest says %016" PRIx64,
+                    path, (long long)cs, (long long)(ce < cf->bytes ? ce : cf->bytes), cc.got,
+                    cf->chunk_sums[cc.bad]);
     }
     if (!e) {
-        sm_checksum_update(ck, head, nh);
-        if (early)
-            memcpy(dst, head + info.data_offset, early);
-        for (size_t off = early; !e && off < ndata; off += CKPT_IO) {
-            size_t n = ndata - off < CKPT_IO ? ndata - off : CKPT_IO;
-            if (!(e = ckpt_read_all(fd, dst + off, n, path, err, errlen)))
-                sm_checksum_update(ck, dst + off, n);
-        }
+        v->lo = lo;
+        v->hi = hi;
+        v->shape = cf->shape;
+        if (v->shape.rank)
+            v->shape.dims[0] = hi - lo;
+        v->data = buf ? buf + (d0 + lo * rb - d0 - a) : NULL;
     }
-    if (!e && sm_checksum_digest(ck) != cf->checksum)
-        e = sm_fail(err, errlen, SM_EDATALOSS,
-                    "checkpoint file %s is corrupted: its xxHash3-64 is %016" PRIx64
-                    ", the manifest says %016" PRIx64,
-                    path, sm_checksum_digest(ck), cf->checksum);
-    sm_checksum_free(ck);
+out:
+    sm_checksum_free(cc.ck);
     close(fd);
-    *data = dst;
     return e;
 }
 
@@ -369,10 +515,11 @@ sm_err sm_ckpt_load_pieces(const sm_svc_assemble_req *req, sm_store_shard **shar
         if (!used)
             continue;
         int li = ckpt_landing(req, f);
-        void *data = NULL, *own = NULL;
+        void *own = NULL;
         size_t nown = 0;
+        ckpt_view v;
         sm_err e =
-            ckpt_file_read(req, f, li >= 0 ? shards[li] : NULL, &data, &own, &nown, err, errlen);
+            ckpt_file_read(req, f, li >= 0 ? shards[li] : NULL, &v, &own, &nown, err, errlen);
         for (int i = 0; !e && i < req->nshards; i++) {
             const sm_svc_assemble_shard *s = &req->shards[i];
             for (int k = 0; !e && k < s->npieces; k++) {
@@ -383,12 +530,12 @@ sm_err sm_ckpt_load_pieces(const sm_svc_assemble_req *req, sm_store_shard **shar
                     continue;
                 e = sm_handlers_check_box(&p->src_box, &cf->shape, inner, sizeof inner);
                 for (int d = 0; !e && d < p->src_box.rank; d++) {
-                    src_off[d] = p->src_box.r[d].start;
+                    src_off[d] = p->src_box.r[d].start - (d == 0 ? v.lo : 0);
                     extent[d] = p->src_box.r[d].stop - p->src_box.r[d].start;
                 }
                 if (!e)
-                    e = sm_block_copy(shards[i]->data, &shards[i]->shape, p->dst_offset, data,
-                                      &cf->shape, src_off, extent, elem, inner, sizeof inner);
+                    e = sm_block_copy(shards[i]->data, &shards[i]->shape, p->dst_offset, v.data,
+                                      &v.shape, src_off, extent, elem, inner, sizeof inner);
                 if (e)
                     e = sm_fail(err, errlen, e, "piece %d of device %d from checkpoint file %s: %s",
                                 k, (int)s->device, cf->file, inner);

@@ -426,6 +426,9 @@ typedef struct {
     sm_svc_piece *pieces;
 } sm_svc_assemble_shard;
 
+/* Most chunks a checkpoint file is checked in (see sm_svc_ckpt_file). */
+#define SM_SVC_CKPT_CHUNKS 64
+
 /* One .npy file of a checkpoint (a plain name inside its directory). */
 typedef struct {
     const char *file;
@@ -433,6 +436,12 @@ typedef struct {
     sm_shape shape;    /* Assemble: the stored shard's shape */
     int64_t bytes;     /* of the whole file */
     uint64_t checksum; /* xxHash3-64 of the whole file */
+    /* The file in chunks of chunk_bytes (the last may be shorter), nchunks
+     * of them (1..SM_SVC_CKPT_CHUNKS; 0 in a WriteCheckpoint request), and
+     * the xxHash3-64 of each: a reader checks the chunks it reads. */
+    int64_t chunk_bytes;
+    int nchunks;
+    uint64_t chunk_sums[SM_SVC_CKPT_CHUNKS];
 } sm_svc_ckpt_file;
 
 /* Most files one Assemble request may read (the distinct shards of an

@@ -22,6 +22,11 @@ static Shmap__V1__CheckpointFile *ckpt_file_enc(sm_arena *a, const sm_svc_ckpt_f
         return NULL;
     p->bytes = f->bytes;
     p->checksum = f->checksum;
+    p->chunk_bytes = f->chunk_bytes;
+    p->n_chunk_sums = f->nchunks < 0                    ? 0
+                      : f->nchunks > SM_SVC_CKPT_CHUNKS ? SM_SVC_CKPT_CHUNKS
+                                                        : (size_t)f->nchunks;
+    p->chunk_sums = (uint64_t *)f->chunk_sums;
     return p;
 }
 
@@ -47,6 +52,18 @@ static sm_err ckpt_file_dec(const Shmap__V1__CheckpointFile *p, const char *what
     if (p->bytes < 0)
         return sm_fail(err, errlen, SM_EINVAL, "%s.bytes is negative (%lld)", what,
                        (long long)p->bytes);
+    snprintf(sub, sizeof sub, "%s", what);
+    if ((e = sm_svc_count_dec(p->n_chunk_sums, SM_SVC_CKPT_CHUNKS, sub, "chunk_sums", err, errlen)))
+        return e;
+    if (p->n_chunk_sums &&
+        (p->chunk_bytes < 1 ||
+         (p->bytes + p->chunk_bytes - 1) / p->chunk_bytes != (int64_t)p->n_chunk_sums))
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "%s has %zu chunk_sums for %lld bytes in chunks of %lld; they do not fit",
+                       what, p->n_chunk_sums, (long long)p->bytes, (long long)p->chunk_bytes);
+    out->chunk_bytes = p->chunk_bytes;
+    out->nchunks = (int)p->n_chunk_sums;
+    sm_svc_copy(out->chunk_sums, p->chunk_sums, p->n_chunk_sums * sizeof *p->chunk_sums);
     out->file = f;
     out->device = p->device;
     out->bytes = p->bytes;
@@ -346,11 +363,14 @@ static void write_checkpoint(sm_rpc_call *call, void *u)
         return;
     const Shmap__V1__WriteCheckpointRequest *r = (const Shmap__V1__WriteCheckpointRequest *)m;
     char err[SM_SVC_ERRLEN] = "", what[80];
-    sm_svc_ckpt_file in[SM_MAX_WORKER_DEVICES], out[SM_MAX_WORKER_DEVICES];
-    Shmap__V1__CheckpointFile pf[SM_MAX_WORKER_DEVICES], *pp[SM_MAX_WORKER_DEVICES];
     int n = (int)r->n_files;
     sm_err e = sm_svc_count_dec(r->n_files, SM_MAX_WORKER_DEVICES, "WriteCheckpointRequest",
                                 "files", err, sizeof err);
+    size_t cap = e || !n ? 1 : (size_t)n; /* ~600 bytes a file: not on the stack */
+    sm_svc_ckpt_file *in = calloc(cap, sizeof *in), *out = calloc(cap, sizeof *out);
+    Shmap__V1__CheckpointFile *pf = calloc(cap, sizeof *pf), **pp = calloc(cap, sizeof *pp);
+    if (!e && (!in || !out || !pf || !pp))
+        e = sm_fail(err, sizeof err, SM_ENOMEM, "out of memory for %d checkpoint files", n);
     if (!e)
         e = ckpt_dir_dec(r->dir, "WriteCheckpointRequest.dir", err, sizeof err);
     if (!e)
@@ -367,6 +387,7 @@ static void write_checkpoint(sm_rpc_call *call, void *u)
         out[k] = in[k];
         out[k].bytes = 0;
         out[k].checksum = 0;
+        out[k].nchunks = 0;
     }
     if (!e) {
         sm_svc_ckpt_write_req req = {
@@ -382,6 +403,11 @@ static void write_checkpoint(sm_rpc_call *call, void *u)
             pf[k].device = in[k].device;
             pf[k].bytes = out[k].bytes;
             pf[k].checksum = out[k].checksum;
+            pf[k].chunk_bytes = out[k].chunk_bytes;
+            pf[k].n_chunk_sums = out[k].nchunks < 0 || out[k].nchunks > SM_SVC_CKPT_CHUNKS
+                                     ? 0
+                                     : (size_t)out[k].nchunks;
+            pf[k].chunk_sums = out[k].chunk_sums;
             pp[k] = &pf[k];
         }
         rep.n_files = (size_t)n;
@@ -389,6 +415,10 @@ static void write_checkpoint(sm_rpc_call *call, void *u)
     }
     sm_svc_finish(call, e, err, &rep.base);
     sm_rpc_msg_free(m);
+    free(in);
+    free(out);
+    free(pf);
+    free(pp);
 }
 
 static void read_manifest(sm_rpc_call *call, void *u)
@@ -604,9 +634,19 @@ static sm_err ckpt_write_dec(const ProtobufCMessage *m, void *o, char *err, size
         if (r->files[k]->bytes < 0)
             return sm_fail(err, errlen, SM_EINVAL,
                            "WriteCheckpointReply.files[%d].bytes is negative", k);
+        const Shmap__V1__CheckpointFile *f = r->files[k];
         w->out[k] = w->req->files[k];
-        w->out[k].bytes = r->files[k]->bytes;
-        w->out[k].checksum = r->files[k]->checksum;
+        w->out[k].bytes = f->bytes;
+        w->out[k].checksum = f->checksum;
+        if (f->n_chunk_sums < 1 || f->n_chunk_sums > SM_SVC_CKPT_CHUNKS || f->chunk_bytes < 1 ||
+            (f->bytes + f->chunk_bytes - 1) / f->chunk_bytes != (int64_t)f->n_chunk_sums)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "WriteCheckpointReply.files[%d] has %zu chunk_sums for %lld bytes in "
+                           "chunks of %lld",
+                           k, f->n_chunk_sums, (long long)f->bytes, (long long)f->chunk_bytes);
+        w->out[k].chunk_bytes = f->chunk_bytes;
+        w->out[k].nchunks = (int)f->n_chunk_sums;
+        memcpy(w->out[k].chunk_sums, f->chunk_sums, f->n_chunk_sums * sizeof *f->chunk_sums);
     }
     return SM_OK;
 }
