@@ -8,6 +8,8 @@
  * file and leave nothing behind; shmapctl save and load. */
 #include <check.h>
 #include <jansson.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -480,6 +482,64 @@ START_TEST(chunks_read_where_needed)
 }
 END_TEST
 
+typedef struct {
+    sm_client *c;
+    sm_array_id id;
+    const char *dir;
+    sm_err e;
+    char err[512];
+} save_job;
+
+static void *save_thread(void *arg)
+{
+    save_job *j = arg;
+    j->e = sm_client_save(j->c, harness_id_ref(j->id), j->dir, NULL, NULL, j->err, sizeof j->err);
+    return NULL;
+}
+
+/* A save cut short by kill -9: one worker is held in the middle of its
+ * writes (its temporary file is a FIFO nobody reads, so its open blocks),
+ * the other has written its files; then the workers are killed. The save
+ * fails, the directory has no manifest, and a load of it is refused. */
+START_TEST(killed_save_incomplete)
+{
+    harness_opts o = {.nworkers = 2, .devices_per_worker = 4};
+    harness_cluster *h = NULL;
+    char err[512], path[700];
+    ck_assert_msg(harness_cluster_start(&o, &h, err, sizeof err) == SM_OK, "%s", err);
+    sm_client *c = harness_client(h), *c2 = harness_client(g_two);
+    sm_shape s = HARNESS_SHAPE(64, 64);
+    sm_array *x = harness_array_iota(SM_F32, &s, 23);
+    const char *dir = ckpt_path("killed");
+    ck_assert_int_eq(mkdir(dir, 0755), 0);
+    snprintf(path, sizeof path, "%s/shard-00006.npy.tmp", dir);
+    ck_assert_int_eq(mkfifo(path, 0644), 0);
+    save_job j = {.c = c, .id = put(c, x, "x=4,y=2", "P('x', 'y')", NULL), .dir = dir};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, save_thread, &j), 0);
+    snprintf(path, sizeof path, "%s/shard-00003.npy", dir); /* the other worker's last */
+    for (int t = 0; t < 500 && access(path, F_OK) != 0; t++)
+        usleep(10000);
+    ck_assert_msg(access(path, F_OK) == 0, "the save did not start");
+    usleep(100000);
+    pid_t w[4];
+    int n = harness_worker_pids(h, w, 4);
+    ck_assert_int_eq(n, 2);
+    for (int k = 0; k < n; k++)
+        ck_assert_int_eq(kill(w[k], SIGKILL), 0);
+    pthread_join(th, NULL);
+    ck_assert_msg(j.e == SM_EUNAVAILABLE || j.e == SM_ECANCELLED || j.e == SM_ETIMEOUT, "%s: %s",
+                  sm_err_name(j.e), j.err);
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    ck_assert_int_ne(access(path, F_OK), 0);
+    load_fails(c2, dir, SM_EDATALOSS, "manifest.json is missing", NULL);
+    sm_client_close(c);
+    sm_client_close(c2);
+    harness_cluster_stop(h);
+    sm_array_free(x);
+}
+END_TEST
+
 /* A relative directory is resolved against the caller's working directory. */
 START_TEST(relative_dir)
 {
@@ -579,6 +639,7 @@ int main(void)
     tcase_add_test(tc, damaged_refused);
     tcase_add_test(tc, interrupted_save_incomplete);
     tcase_add_test(tc, chunks_read_where_needed);
+    tcase_add_test(tc, killed_save_incomplete);
     tcase_add_test(tc, relative_dir);
     tcase_add_test(tc, cli_save_load);
     suite_add_tcase(s, tc);
