@@ -4,8 +4,10 @@
  * cluster; replicated shardings save each distinct shard once; the files
  * are plain .npy files a reader of the manifest can open by hand; damaged
  * checkpoints (truncated, corrupted, missing file, missing or malformed
- * manifest, an interrupted save) are refused with DATA_LOSS naming the
- * file and leave nothing behind; shmapctl save and load. */
+ * manifest, a save that failed or was cut short by kill -9) are refused
+ * with DATA_LOSS naming the file and leave nothing behind; a worker reads
+ * and checks only the chunks of a file its devices need; shmapctl save
+ * and load. */
 #include <check.h>
 #include <jansson.h>
 #include <pthread.h>
