@@ -6,7 +6,7 @@
 #   bench/run.sh [--quick] [--only NAME[,NAME...]] [--out FILE] [--no-deps]
 #
 #   --quick      fewer sizes and runs: a smoke run, not figures to quote
-#   --only NAME  transfer, matmul, jit, python, dispatch, state, mpi_coll, coll (comma-separated)
+#   --only NAME  transfer, matmul, jit, python, dispatch, state, ckpt, mpi_coll, coll (comma-separated)
 #   --out FILE   where the output goes; default bench/results/latest.txt for a
 #                full run, bench/results/partial.txt with --quick or --only
 #                (so a smoke run never replaces the committed figures)
@@ -15,7 +15,8 @@
 # Environment: BUILD_DIR (default <repo>/build; if it does not build with
 # -Werror, BUILD_DIR-nowerror is used), BUILD_TYPE (RelWithDebInfo, the type
 # of the shared build/ tree, or Release), BENCH_TIMEOUT (seconds per
-# benchmark, default 300). A full run takes a few minutes on 2 cores; the
+# benchmark, default 300), BENCH_CKPT_MIB and BENCH_CKPT_DIR (bench_ckpt's
+# array size, default 1024, and where it writes, default /tmp). A full run takes a few minutes on 2 cores; the
 # machine's speed drifts from run to run, so compare only figures
 # of the same run.
 # Benchmarks are never part of ctest.
@@ -25,7 +26,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-300}
 BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo}
-ALL="transfer matmul jit python dispatch state mpi_coll coll"
+ALL="transfer matmul jit python dispatch state ckpt mpi_coll coll"
 
 quick=0
 only=""
@@ -39,7 +40,7 @@ while [ $# -gt 0 ]; do
     --out) out=${2:?--out needs a file}; shift ;;
     --out=*) out=${1#--out=} ;;
     --no-deps) deps=0 ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown option $1 (try --help)" >&2; exit 2 ;;
   esac
   shift
@@ -70,7 +71,7 @@ build_in() {
   local dir=$1 type=$2 werror=$3 log=$work/build.log t
   cmake -S "$ROOT" -B "$dir" -DCMAKE_BUILD_TYPE="$type" -DSM_SANITIZE=OFF -DSM_WERROR="$werror" \
     >>"$log" 2>&1 || return 1
-  BUILT="shmap-coordinator shmap-worker bench_transfer bench_matmul bench_jit bench_roundtrip _shmap bench_dispatch bench_state"
+  BUILT="shmap-coordinator shmap-worker bench_transfer bench_matmul bench_jit bench_roundtrip _shmap bench_dispatch bench_state bench_ckpt"
   local help
   help=$(cmake --build "$dir" --target help 2>/dev/null || true)
   for t in bench_mpi_coll bench_coll; do
@@ -222,6 +223,13 @@ main() {
   if want state; then
     if [ $quick = 1 ]; then run_bench state "$B/bench_state" --runs 50 --upload-runs 2
     else run_bench state "$B/bench_state" --runs 200 --upload-runs 9; fi
+  fi
+  if want ckpt; then
+    # 1 GiB by default; BENCH_CKPT_MIB for a machine with less memory or disk.
+    # Checkpoints and the dd file go to BENCH_CKPT_DIR (default /tmp).
+    local ckargs=(--mib "${BENCH_CKPT_MIB:-1024}" --runs 5 --dir "${BENCH_CKPT_DIR:-/tmp}")
+    [ $quick = 1 ] && ckargs=(--mib 64 --runs 1 --dir "${BENCH_CKPT_DIR:-/tmp}")
+    run_bench ckpt "$B/bench_ckpt" "${ckargs[@]}"
   fi
   if want mpi_coll; then
     if [ ! -x "$B/bench_mpi_coll" ]; then

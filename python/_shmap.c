@@ -7,6 +7,7 @@
  *          tls_key=None)               a connection (sm_client_connect)
  *     .devices() .put(buf, dtype, shape, mesh, spec, name) .get_into(info, buf)
  *     .describe(ref) .list() .reshard(ref, mesh, spec, name) .replicate(ref, n) .delete(ref)
+ *     .save(ref, dir) .load(dir, mesh, spec, name)
  *     .get_shard(ref, device) .put_shards(...) .put_local(...) .mesh_create(...)
  *     .submit(text, file, entry, args, out_names, check_vma) .wait(job, ms)
  *     .cancel(job) .run(...)
@@ -531,6 +532,41 @@ static PyObject *Client_replicate(Client *self, PyObject *args)
     return res;
 }
 
+static PyObject *Client_save(Client *self, PyObject *args)
+{
+    PyObject *ro;
+    const char *dir;
+    sm_array_ref r;
+    if (!Client_ok(self) || !PyArg_ParseTuple(args, "Os", &ro, &dir) || to_ref(ro, &r))
+        return NULL;
+    char err[ERRLEN];
+    int64_t bytes = 0;
+    int files = 0;
+    sm_err e;
+    Py_BEGIN_ALLOW_THREADS e = sm_client_save(self->c, r, dir, &bytes, &files, err, sizeof err);
+    Py_END_ALLOW_THREADS if (e) return raise_err(e, err);
+    return Py_BuildValue("(iL)", files, (long long)bytes);
+}
+
+static PyObject *Client_load(Client *self, PyObject *args)
+{
+    PyObject *mo;
+    const char *dir, *spec, *name;
+    sm_mesh m;
+    sm_sharding_ref sh;
+    if (!Client_ok(self) || !PyArg_ParseTuple(args, "sOsz", &dir, &mo, &spec, &name) ||
+        to_sharding(mo, spec, &m, &sh))
+        return NULL;
+    sm_array_info info;
+    char err[ERRLEN];
+    sm_err e;
+    Py_BEGIN_ALLOW_THREADS e = sm_client_load(self->c, dir, &sh, name, &info, err, sizeof err);
+    Py_END_ALLOW_THREADS if (e) return raise_err(e, err);
+    PyObject *res = from_info(&info);
+    sm_array_info_free(&info);
+    return res;
+}
+
 static PyObject *Client_delete(Client *self, PyObject *args)
 {
     PyObject *ro;
@@ -782,6 +818,10 @@ static PyMethodDef Client_methods[] = {
     {"reshard", (PyCFunction)Client_reshard, METH_VARARGS, "A resharded copy."},
     {"replicate", (PyCFunction)Client_replicate, METH_VARARGS,
      "Keep copies of every block on 1 or 2 distinct workers."},
+    {"save", (PyCFunction)Client_save, METH_VARARGS,
+     "save(ref, dir) -> (files, bytes): the workers write a checkpoint."},
+    {"load", (PyCFunction)Client_load, METH_VARARGS,
+     "load(dir, mesh, spec, name) -> info: a checkpoint onto any sharding."},
     {"delete", (PyCFunction)Client_delete, METH_VARARGS, "Deletes an array."},
     {"put_shards", (PyCFunction)Client_put_shards, METH_VARARGS, "One shard per device."},
     {"put_local", (PyCFunction)Client_put_local, METH_VARARGS, "A process's local data."},

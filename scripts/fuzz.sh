@@ -2,7 +2,7 @@
 # Builds the libFuzzer targets of tests/fuzz with clang (ASan + UBSan) and
 # runs each for a bounded time, seeded from examples/ and tests/fuzz/seeds.
 #   scripts/fuzz.sh [TARGET|all] [SECONDS]     (default: all, 60 s each)
-# TARGET is program, npy, spec or rpc. A crash stops with exit 1 and leaves
+# TARGET is program, npy, spec, rpc or manifest. A crash stops with exit 1 and leaves
 # the input in build-fuzz/artifacts/; add it to tests/fuzz/seeds/TARGET/ as a
 # regression input once fixed (every seed is replayed on each run).
 set -euo pipefail
@@ -14,7 +14,7 @@ bash scripts/deps.sh
 dir=$root/build-fuzz
 CC=clang cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSM_FUZZ=ON \
   -DSM_WERROR=OFF >/dev/null
-targets=(program npy spec rpc)
+targets=(program npy spec rpc manifest)
 [ "$which" != all ] && targets=("$which")
 cmake --build "$dir" -j "${SM_JOBS:-$(nproc)}" --target "${targets[@]/#/fuzz_}" >/dev/null
 mkdir -p "$dir/artifacts"

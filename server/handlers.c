@@ -9,6 +9,7 @@
 #include "relay.h"
 #include "sm_log.h"
 #include "sm_rpc.h"
+#include "sm_tenant.h"
 
 static sm_err h_list_devices(void *user, sm_worker_info **out, int *n, char *err, size_t errlen)
 {
@@ -214,6 +215,203 @@ static sm_err h_replicate(void *user, const sm_svc_replicate_req *req, sm_array_
     return e;
 }
 
+_Static_assert(SM_CKPT_MAX_CHUNKS == SM_SVC_CKPT_CHUNKS, "one chunk limit");
+
+/* ---- checkpoints ------------------------------------------------------------ */
+
+static sm_err h_dir_check(const char *dir, char *err, size_t errlen)
+{
+    /* the workers write and read the path with their own rights: only the
+     * cluster's credential may name one, never a tenant's */
+    if (sm_tenant_current()[0])
+        return sm_fail(err, errlen, SM_EPERM,
+                       "checkpoints write and read directories on the workers' hosts, which "
+                       "tenant %s may not name; ask an operator holding the cluster's token",
+                       sm_tenant_current());
+    if (!dir || dir[0] != '/')
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "the checkpoint directory '%s' is not an absolute path; the workers "
+                       "resolve it, so give it whole (libshmap and shmapctl resolve a relative "
+                       "one against the caller's working directory)",
+                       dir ? dir : "");
+    return SM_OK;
+}
+
+/* One worker's WriteCheckpoint, run on its own thread. */
+typedef struct {
+    sm_reg_save_part *part;
+    sm_svc_ckpt_write_req req;
+    sm_svc_ckpt_file out[SM_MAX_WORKER_DEVICES];
+    int deadline_ms;
+    sm_err e;
+    char err[512];
+    pthread_t th;
+    int started;
+} h_save_job;
+
+static void *h_save_run(void *arg)
+{
+    h_save_job *j = arg;
+    j->e = sm_svc_worker_write_checkpoint(j->part->t.ch, j->deadline_ms, &j->req, j->out, j->err,
+                                          sizeof j->err);
+    if (j->e)
+        sm_relay_strip_status(j->err);
+    return NULL;
+}
+
+static sm_err h_save(void *user, const sm_svc_save_req *req, sm_svc_save_reply *out, char *err,
+                     size_t errlen)
+{
+    sm_coord *c = user;
+    sm_ckpt_manifest m;
+    sm_reg_save_part *parts = NULL;
+    h_save_job *jobs = NULL;
+    sm_array_id id;
+    char label[SM_NAME_MAX + 16], *text = NULL;
+    int np = 0;
+    int deadline_ms = req->deadline_ms ? (int)req->deadline_ms : c->call_deadline_ms;
+    sm_err e = h_dir_check(req->dir, err, errlen);
+    if (e)
+        return e;
+    if ((e = sm_registry_save_begin(c->reg, req->array, &id, &m, &parts, &np, label, sizeof label,
+                                    err, errlen)))
+        return e;
+    if (!(jobs = calloc((size_t)np, sizeof *jobs))) {
+        e = sm_fail(err, errlen, SM_ENOMEM, "out of memory starting a save");
+        goto out;
+    }
+    for (int k = 0; k < np; k++) {
+        jobs[k].part = &parts[k];
+        jobs[k].req = (sm_svc_ckpt_write_req){id, req->dir, parts[k].nfiles, parts[k].files, NULL};
+        jobs[k].deadline_ms = deadline_ms;
+        jobs[k].started = pthread_create(&jobs[k].th, NULL, h_save_run, &jobs[k]) == 0;
+        if (!jobs[k].started)
+            h_save_run(&jobs[k]);
+    }
+    for (int k = 0; k < np; k++)
+        if (jobs[k].started)
+            pthread_join(jobs[k].th, NULL);
+    for (int k = 0; k < np && !e; k++)
+        if (jobs[k].e)
+            e = sm_fail(err, errlen, jobs[k].e, "saving %s failed on worker %u at %s: %s", label,
+                        parts[k].t.worker_id, parts[k].t.address, jobs[k].err);
+    if (e)
+        goto out;
+    for (int k = 0; k < np; k++)
+        for (int f = 0; f < parts[k].nfiles; f++) {
+            sm_ckpt_shard *s = &m.shards[parts[k].shard[f]];
+            const sm_svc_ckpt_file *o = &jobs[k].out[f];
+            s->bytes = o->bytes;
+            s->checksum = o->checksum;
+            s->chunk_bytes = o->chunk_bytes;
+            s->nchunks = o->nchunks;
+            memcpy(s->chunk_sums, o->chunk_sums, sizeof s->chunk_sums);
+            out->bytes += s->bytes;
+        }
+    out->files = m.nshards;
+    if (!(text = sm_ckpt_manifest_format(&m))) {
+        e = sm_fail(err, errlen, SM_ENOMEM, "out of memory writing a manifest");
+        goto out;
+    }
+    /* The manifest last: a directory without one is an unfinished save. */
+    sm_svc_ckpt_write_req mreq = {id, req->dir, 0, NULL, text};
+    char why[512];
+    if ((e = sm_svc_worker_write_checkpoint(parts[0].t.ch, deadline_ms, &mreq, NULL, why,
+                                            sizeof why))) {
+        sm_relay_strip_status(why);
+        e = sm_fail(err, errlen, e, "saving %s: writing its manifest on worker %u at %s failed: %s",
+                    label, parts[0].t.worker_id, parts[0].t.address, why);
+        goto out;
+    }
+    SM_INFO("saved %s into %s: %d files, %lld bytes", label, req->dir, out->files,
+            (long long)out->bytes);
+out:
+    free(text);
+    free(jobs);
+    free(parts);
+    sm_ckpt_manifest_free(&m);
+    return e;
+}
+
+static sm_err h_load(void *user, const sm_svc_load_req *req, sm_array_info *out, char *err,
+                     size_t errlen)
+{
+    sm_coord *c = user;
+    sm_reg_target reader;
+    sm_ckpt_manifest m;
+    sm_svc_ckpt_file *files = NULL;
+    sm_reg_assemble *parts = NULL;
+    h_assemble_job *jobs = NULL;
+    sm_array_id id;
+    char *text = NULL, path[SM_ADDR_MAX + 4200], why[512];
+    int np = 0;
+    int deadline_ms = req->deadline_ms ? (int)req->deadline_ms : c->call_deadline_ms;
+    sm_err e = h_dir_check(req->dir, err, errlen);
+    if (!e)
+        e = sm_registry_any_worker(c->reg, &reader, err, errlen);
+    if (e)
+        return e;
+    if ((e = sm_svc_worker_read_manifest(reader.ch, deadline_ms, req->dir, &text, why,
+                                         sizeof why))) {
+        sm_relay_strip_status(why);
+        return sm_fail(err, errlen, e, "%s", why);
+    }
+    snprintf(path, sizeof path, "%s/manifest.json", req->dir);
+    e = sm_ckpt_manifest_parse(text, path, &m, err, errlen);
+    free(text);
+    if (e)
+        return e;
+    if (!(files = calloc((size_t)m.nshards, sizeof *files))) {
+        sm_ckpt_manifest_free(&m);
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory planning a load");
+    }
+    for (int k = 0; k < m.nshards; k++) {
+        files[k] = (sm_svc_ckpt_file){.file = m.shards[k].file,
+                                      .shape = sm_index_shape(&m.shards[k].index),
+                                      .bytes = m.shards[k].bytes,
+                                      .checksum = m.shards[k].checksum,
+                                      .chunk_bytes = m.shards[k].chunk_bytes,
+                                      .nchunks = m.shards[k].nchunks};
+        memcpy(files[k].chunk_sums, m.shards[k].chunk_sums, sizeof files[k].chunk_sums);
+    }
+    if ((e = sm_registry_load_begin(c->reg, req, &m, files, sm_registry_now_ms(), &id, &parts, &np,
+                                    err, errlen)))
+        goto done;
+    jobs = calloc((size_t)np, sizeof *jobs);
+    if (!jobs) {
+        e = sm_fail(err, errlen, SM_ENOMEM, "out of memory starting a load");
+        goto fail;
+    }
+    for (int k = 0; k < np; k++) {
+        jobs[k].part = &parts[k];
+        jobs[k].deadline_ms = deadline_ms;
+        jobs[k].started = pthread_create(&jobs[k].th, NULL, h_assemble_run, &jobs[k]) == 0;
+        if (!jobs[k].started)
+            h_assemble_run(&jobs[k]);
+    }
+    for (int k = 0; k < np; k++)
+        if (jobs[k].started)
+            pthread_join(jobs[k].th, NULL);
+    for (int k = 0; k < np && !e; k++)
+        if (jobs[k].e)
+            e = sm_fail(err, errlen, jobs[k].e, "loading %s failed on worker %u at %s: %s",
+                        req->dir, parts[k].t.worker_id, parts[k].t.address, jobs[k].err);
+fail:
+    if (e) {
+        char ignore[256];
+        h_free_parts(c, id, parts, np);
+        sm_registry_reshard_end(c->reg, id, 0, NULL, ignore, sizeof ignore);
+    } else if ((e = sm_registry_reshard_end(c->reg, id, 1, out, err, errlen))) {
+        h_free_parts(c, id, parts, np);
+    }
+done:
+    free(jobs);
+    sm_registry_assemble_free(parts, np);
+    free(files);
+    sm_ckpt_manifest_free(&m);
+    return e;
+}
+
 static sm_err h_register(void *user, const sm_svc_register_req *req, sm_svc_register_reply *out,
                          char *err, size_t errlen)
 {
@@ -329,6 +527,8 @@ static const sm_svc_coord_ops h_ops = {
     .register_worker = h_register,
     .heartbeat = h_heartbeat,
     .commit_shards = h_commit_shards,
+    .save = h_save,
+    .load = h_load,
 };
 
 void sm_handlers_init(sm_coord *c, sm_registry *reg, const char *token, int call_deadline_ms)

@@ -20,6 +20,7 @@
 
 #include <stdint.h>
 
+#include "ckpt.h"
 #include "plan.h"
 #include "tenants.h"
 #include "sm_info.h"
@@ -256,6 +257,42 @@ void sm_registry_repairs_free(sm_reg_repair *reps, int n);
 sm_err sm_registry_replicate_begin(sm_registry *r, const sm_svc_replicate_req *req,
                                    sm_reg_repair **reps, int *nreps, sm_reg_free **frees,
                                    int *nfrees, char *err, size_t errlen);
+
+/* ---- checkpoints (registry_ckpt.c) ------------------------------------------ */
+
+/* One worker's part of a save: the distinct shards it writes. */
+typedef struct {
+    sm_reg_target t;
+    int nfiles;
+    sm_svc_ckpt_file files[SM_MAX_WORKER_DEVICES]; /* file points into m's entries */
+    int shard[SM_MAX_WORKER_DEVICES];              /* each file's entry in the manifest */
+} sm_reg_save_part;
+
+/* Starts a save of a READY array: fills m (dtype, shape, sharding and one
+ * entry per distinct box, in order of first appearance in the mesh, with
+ * its file name and the devices holding it; bytes and checksum are left 0
+ * for the caller to fill from the workers' replies; sm_ckpt_manifest_free)
+ * and *parts (one per worker, malloc'd, caller frees): each box is written
+ * by the worker of the first device in mesh order holding it. *id is the
+ * array's id; label
+ * receives "array 'x'" for messages. */
+sm_err sm_registry_save_begin(sm_registry *r, sm_array_ref ref, sm_array_id *id,
+                              sm_ckpt_manifest *m, sm_reg_save_part **parts, int *nparts,
+                              char *label, size_t labellen, char *err, size_t errlen);
+
+/* The first alive worker in registration order (to read a manifest);
+ * SM_EUNAVAILABLE when there is none. */
+sm_err sm_registry_any_worker(sm_registry *r, sm_reg_target *out, char *err, size_t errlen);
+
+/* Starts a load: a new pending array (name unique, as for a reshard) of
+ * m's dtype and shape with req's sharding, planned from m's stored boxes:
+ * each device's shard from the pieces of the files it overlaps. *parts
+ * (one per worker; sm_registry_assemble_free) read files[k] (m's entry k;
+ * borrowed, with req->dir: both must outlive the parts). Ended with
+ * sm_registry_reshard_end. */
+sm_err sm_registry_load_begin(sm_registry *r, const sm_svc_load_req *req, const sm_ckpt_manifest *m,
+                              sm_svc_ckpt_file *files, int64_t now_ms, sm_array_id *new_id,
+                              sm_reg_assemble **parts, int *nparts, char *err, size_t errlen);
 
 /* Periodic work: pending arrays past their deadline turn FAILED with a
  * sentence naming the missing processes or devices; alive workers silent

@@ -56,6 +56,8 @@ NOT_HERE = [
 # Blocks that run TLS between the hosts their certificates name: ctest
 # e2e_tls starts the same processes with the same flags on loopback.
 TLS_HOSTS = re.compile(r"--tls-.*coord\.example\.net|coord\.example\.net.*--tls-")
+# Absolute paths the docs use, moved into the block's directory.
+PATHS = [("/etc/shmap/", "etc-shmap/"), ("/data/", "data/")]
 # Commands run as they are by bash in the block's directory (paths under
 # /etc/shmap are moved into it).
 SHELL = re.compile(r"^(openssl|printf|scripts/tls_certs\.sh)\b")
@@ -134,13 +136,21 @@ def join_continuations(lines):
 def commands(lang, body):
     """[(command, expected output lines or None)] of a block; [] if it holds none."""
     if any(ln.startswith("$ ") for ln in body):
-        out, cur = [], None
+        out, cur, open_quote = [], None, False
         for ln in join_continuations(body):
-            if ln.startswith("$ "):
+            if open_quote:  # a command's quoted argument spans lines
+                cur[0] += "\n" + ln
+            elif ln.startswith("$ "):
                 cur = [ln[2:], []]
                 out.append(cur)
             elif cur is not None:
                 cur[1].append(ln)
+            if cur is not None and (open_quote or ln.startswith("$ ")):
+                try:
+                    shlex.split(strip_comment(cur[0]))
+                    open_quote = False
+                except ValueError:
+                    open_quote = True
         return [(c, e) for c, e in out]
     if lang == "sh":
         cmds = []
@@ -336,6 +346,8 @@ def run_one(ctx, cmd, expected):
         return start_server(ctx, prog.split("-")[1], toks)
     if prog == "shmapctl":
         argv = rewrite_addrs(ctx, toks[1:], None)
+        for old, new in PATHS:
+            argv = [a.replace(old, new) for a in argv]
         # a job id quoted in the doc is the one the block's job got
         if len(argv) >= 3 and argv[0] == "job" and argv[2] in ctx.job_ids:
             argv[2] = ctx.job_ids[argv[2]]
@@ -344,6 +356,8 @@ def run_one(ctx, cmd, expected):
         exact = argv[1] in OFFLINE
     elif prog in ("python3", "/usr/bin/python3"):
         argv = ["/usr/bin/python3"] + toks[1:]
+        for old, new in PATHS:
+            argv = [a.replace(old, new) for a in argv]
         exact = False
     elif prog in ("cat", "mkdir"):
         argv, exact = toks, True
@@ -377,6 +391,9 @@ def run_one(ctx, cmd, expected):
         doc = re.search(r"^job (\d+) submitted", "\n".join(expected), re.M)
         if doc:
             ctx.job_ids[doc.group(1)] = m.group(1)
+    if expected:
+        for old, new in PATHS:
+            expected = [e.replace(old, new) for e in expected]
     if expected and any(e.strip() for e in expected) and not matches(expected, out, exact):
         return ("output differs\n      expected: " + "\n                ".join(expected) +
                 "\n      got:      " + "\n                ".join(out))
@@ -469,6 +486,16 @@ def main(argv):
                         print(f"ok   - {where}: python fragment (compiled; it continues a block above)")
                         passed += 1
                         continue
+                    if "/data/ckpt/grid" in src:  # the checkpoint the README's example makes
+                        for cmd in ("shmapctl put x.npy --mesh x=4,y=2 --spec \"P('x', 'y')\" "
+                                    "--name grid-" + str(line),
+                                    f"shmapctl save grid-{line} /data/ckpt/grid"):
+                            res = run_one(ctx, cmd, None)
+                            if res:
+                                print(f"FAIL - {where}: making its checkpoint: {res}")
+                                failed += 1
+                    for old, new in PATHS:
+                        src = src.replace(old, new)
                     r = subprocess.run(["/usr/bin/python3", "-c", src], cwd=ctx.work, env=ctx.env,
                                        capture_output=True, text=True, timeout=300)
                     if r.returncode != 0:

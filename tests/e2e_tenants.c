@@ -121,6 +121,13 @@ START_TEST(test_isolation)
     ck_assert_int_eq(sm_client_mesh_get(bob, (sm_mesh_id){0}, "rows", &mi, err, sizeof err),
                      SM_ENOTFOUND);
     ck_assert_int_eq(sm_client_mesh_create(bob, &m, 1, "rows", &mi, err, sizeof err), SM_OK);
+    /* a tenant names no directory on the workers' hosts */
+    int64_t bytes = 0;
+    int files = 0;
+    ck_assert_int_eq(sm_client_save(alice, (sm_array_ref){{0}, "x"}, "/tmp/shmap-tenant-ckpt",
+                                    &bytes, &files, err, sizeof err),
+                     SM_EPERM);
+    ck_assert_msg(strstr(err, "tenant alice may not name"), "%s", err);
     /* the cluster's token sees both tenants' arrays */
     ck_assert_int_eq(sm_client_list(root, &list, &n, err, sizeof err), SM_OK);
     ck_assert_int_eq(n, 2);

@@ -27,9 +27,11 @@
  * SM_FUZZ_N the number of cases per method and kind (default 500),
  * SM_FUZZ_VERBOSE prints every stream's status. A failing case is printed
  * in hex with the coordinator's log. */
+#define _GNU_SOURCE /* nftw */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
@@ -476,6 +478,15 @@ static void cluster_start(void)
     check_cluster("start");
 }
 
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
 static void cluster_stop(void)
 {
     for (int w = 0; w < 2; w++)
@@ -490,6 +501,8 @@ static void cluster_stop(void)
     unlink(path);
     snprintf(path, sizeof path, "%s/coord.log", cl.dir);
     unlink(path);
+    snprintf(path, sizeof path, "%s/ck", cl.dir);
+    nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS); /* the checkpoints written */
     rmdir(cl.dir);
 }
 
@@ -984,7 +997,9 @@ static void hexdump(const char *what, const uint8_t *b, size_t n)
 
 /* What a fuzz case may not do, because it would be a legitimate request that
  * deletes or overwrites the arrays the invariants watch. */
-typedef enum { G_NONE, G_DELETE, G_FREE, G_ASSEMBLE, G_RUNJOB } guard;
+/* G_CKPT: a checkpoint write (Save, WriteCheckpoint) is sent only when its
+ * directory is relative (refused) or inside the suite's ckpt dir. */
+typedef enum { G_NONE, G_DELETE, G_FREE, G_ASSEMBLE, G_RUNJOB, G_SAVE, G_WRITE_CKPT } guard;
 
 typedef struct {
     const char *path;
@@ -1021,12 +1036,16 @@ static method methods[] = {
     ROW(0, "WaitJob", job_ref, job_info, G_NONE),
     ROW(0, "GetJob", job_ref, job_info, G_NONE),
     ROW(0, "CancelJob", job_ref, job_info, G_NONE),
+    ROW(0, "Save", save_request, save_reply, G_SAVE),
+    ROW(0, "Load", load_request, array_info, G_NONE),
     ROW(1, "Negotiate", negotiate_request, negotiate_reply, G_NONE),
     ROW(1, "FreeArray", free_array_request, empty, G_FREE),
     ROW(1, "Assemble", assemble_request, assemble_reply, G_ASSEMBLE),
     ROW(1, "Stats", empty, worker_stats_reply, G_NONE),
     ROW(1, "RunJob", run_job_request, run_job_reply, G_RUNJOB),
     ROW(1, "CancelJob", job_ref, empty, G_NONE),
+    ROW(1, "WriteCheckpoint", write_checkpoint_request, write_checkpoint_reply, G_WRITE_CKPT),
+    ROW(1, "ReadManifest", read_manifest_request, read_manifest_reply, G_NONE),
 };
 #define NMETHODS ((int)(sizeof methods / sizeof methods[0]))
 
@@ -1036,8 +1055,23 @@ static int is_kept(uint64_t id, const char *name)
            (!id && name && (!strcmp(name, "fz_keep") || !strcmp(name, "fz_pending")));
 }
 
+/* The directory checkpoints may be written to: cl.dir/ck. */
+static void ckpt_root(char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/ck/", cl.dir);
+}
+
+/* 1 if a checkpoint write into dir would land outside the suite's ckpt dir
+ * (only absolute dirs are written; relative ones are refused). */
+static int ckpt_outside(const char *dir)
+{
+    char root[128];
+    ckpt_root(root, sizeof root);
+    return dir && dir[0] == '/' && (strncmp(dir, root, strlen(root)) || strstr(dir, ".."));
+}
+
 /* 1 if b parses as m's request and would legitimately delete or overwrite
- * the watched arrays. */
+ * the watched arrays, or write files outside the suite's own dir. */
 static int touches_kept(const method *m, const uint8_t *b, size_t n)
 {
     if (m->g == G_NONE)
@@ -1067,6 +1101,10 @@ static int touches_kept(const method *m, const uint8_t *b, size_t n)
                 bytes *= a->shape->dims[d] < 0 ? 0 : (double)a->shape->dims[d];
             hit |= bytes > (double)(256 << 20) && bytes <= 2 * phys;
         }
+    } else if (m->g == G_SAVE) {
+        hit = ckpt_outside(((Shmap__V1__SaveRequest *)p)->dir);
+    } else if (m->g == G_WRITE_CKPT) {
+        hit = ckpt_outside(((Shmap__V1__WriteCheckpointRequest *)p)->dir);
     } else if (m->g == G_RUNJOB) {
         Shmap__V1__RunJobRequest *r = (Shmap__V1__RunJobRequest *)p;
         for (size_t i = 0; i < r->n_output_arrays; i++)
@@ -1283,6 +1321,36 @@ static void build_templates(void)
     rs.sharding = &sh2;
     set_template(method_of(0, "Reshard"), &rs.base);
     spec.n_entries = 2;
+
+    /* checkpoints: the kept array saved into the suite's dir and loaded */
+    char ck_save[160], ck_write[160];
+    ckpt_root(ck_save, sizeof ck_save);
+    ckpt_root(ck_write, sizeof ck_write);
+    strcat(ck_save, "saved");
+    strcat(ck_write, "written");
+    Shmap__V1__SaveRequest sv = SHMAP__V1__SAVE_REQUEST__INIT;
+    sv.array = &keep;
+    sv.dir = ck_save;
+    set_template(method_of(0, "Save"), &sv.base);
+    Shmap__V1__LoadRequest ld = SHMAP__V1__LOAD_REQUEST__INIT;
+    ld.dir = ck_save;
+    ld.sharding = &sh; /* mesh m, P('i') */
+    spec.n_entries = 1;
+    set_template(method_of(0, "Load"), &ld.base);
+    spec.n_entries = 2;
+    Shmap__V1__ReadManifestRequest rm = SHMAP__V1__READ_MANIFEST_REQUEST__INIT;
+    rm.dir = ck_save;
+    set_template(method_of(1, "ReadManifest"), &rm.base);
+    Shmap__V1__CheckpointFile cf = SHMAP__V1__CHECKPOINT_FILE__INIT;
+    cf.file = "a.npy";
+    cf.device = cl.wdev[0][0];
+    Shmap__V1__CheckpointFile *cfs[] = {&cf};
+    Shmap__V1__WriteCheckpointRequest wc = SHMAP__V1__WRITE_CHECKPOINT_REQUEST__INIT;
+    wc.array_id = cl.keep.v;
+    wc.dir = ck_write;
+    wc.n_files = 1;
+    wc.files = cfs;
+    set_template(method_of(1, "WriteCheckpoint"), &wc.base);
 
     Shmap__V1__RegisterWorkerRequest rw = SHMAP__V1__REGISTER_WORKER_REQUEST__INIT;
     rw.address = "127.0.0.1:1";

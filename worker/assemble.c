@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt.h"
 #include "sm_log.h"
 
 typedef struct {
@@ -79,6 +80,8 @@ static sm_err assemble_one(assemble_job *job, int i, char *err, size_t errlen)
     char inner[768];
     for (int k = 0; k < s->npieces; k++) {
         const sm_svc_piece *p = &s->pieces[k];
+        if (p->src_file > 0) /* read by sm_ckpt_load_pieces */
+            continue;
         int local = piece_is_local(job->h, p);
         sm_err e = piece_check(p, &s->shape, inner, sizeof inner);
         if (!e && local)
@@ -152,7 +155,8 @@ static sm_err assemble_prepare(sm_handlers *h, const sm_svc_assemble_req *req,
         if ((e = sm_store_shard_alloc(h->store, req->dtype, &s->shape, &shards[i], inner,
                                       sizeof inner)))
             return sm_fail(err, errlen, e, "the new shard of device %d: %s", (int)s->device, inner);
-        memset(shards[i]->data, 0, (size_t)shards[i]->nbytes);
+        if (!sm_ckpt_shard_is_landing(req, i)) /* a landing is read over whole */
+            memset(shards[i]->data, 0, (size_t)shards[i]->nbytes);
     }
     return SM_OK;
 }
@@ -178,6 +182,8 @@ sm_err sm_assemble_run(sm_handlers *h, const sm_svc_assemble_req *req, int64_t *
     if ((e = assemble_prepare(h, req, shards, devices, err, errlen)))
         goto fail;
     job.shards = shards;
+    if (req->nfiles > 0 && (e = sm_ckpt_load_pieces(req, shards, err, errlen)))
+        goto fail;
     int want = h->assemble_threads < n ? h->assemble_threads : n;
     if (want > (int)(sizeof tids / sizeof *tids))
         want = (int)(sizeof tids / sizeof *tids);

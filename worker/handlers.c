@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "assemble.h"
+#include "ckpt.h"
 #include "sm_checksum.h"
 #include "sm_log.h"
 #include "traffic.h"
@@ -507,6 +508,18 @@ static sm_err h_assemble(void *user, const sm_svc_assemble_req *req, int64_t *by
     return sm_assemble_run(user, req, bytes, err, errlen);
 }
 
+static sm_err h_write_checkpoint(void *user, const sm_svc_ckpt_write_req *req,
+                                 sm_svc_ckpt_file *out, char *err, size_t errlen)
+{
+    return sm_ckpt_write(user, req, out, err, errlen);
+}
+
+static sm_err h_read_manifest(void *user, const char *dir, char **text, char *err, size_t errlen)
+{
+    (void)user;
+    return sm_ckpt_manifest_read(dir, text, err, errlen);
+}
+
 /* ---- ShardInfo --------------------------------------------------------- */
 
 /* What this worker holds of an array on each device asked about: the
@@ -551,4 +564,6 @@ const sm_svc_worker_ops sm_handlers_ops = {
     .assemble = h_assemble,
     .stats = h_stats,
     .shard_info = h_shard_info,
+    .write_checkpoint = h_write_checkpoint,
+    .read_manifest = h_read_manifest,
 };

@@ -1,5 +1,6 @@
 /* handlers: the shmap.v1.Worker service (PutShard, GetShard, FreeArray,
- * Assemble, Stats) over a shard store, as an sm_svc_worker_ops vtable.
+ * Assemble, Stats, ShardInfo, and the checkpoint methods of ckpt.h) over a
+ * shard store, as an sm_svc_worker_ops vtable.
  *
  * Serve with sm_svc_worker_serve(server, &sm_handlers_ops, &ctx, ...): the
  * context is borrowed for the server's lifetime and its members must outlive

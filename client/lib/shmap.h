@@ -165,6 +165,35 @@ sm_err sm_client_delete(sm_client *c, sm_array_ref ref, char *err, size_t errlen
 sm_err sm_client_replicate(sm_client *c, sm_array_ref ref, int replicas, sm_array_info *out,
                            char *err, size_t errlen);
 
+/* ---- checkpoints (docs/service.md "Checkpoints") ----------------------- */
+
+/* Saves a ready array as a checkpoint in dir: the workers holding it each
+ * write their distinct shards (one .npy file per distinct shard, replicas
+ * once) straight to dir, in parallel, then one of them writes
+ * dir/manifest.json; no data passes through the client or the
+ * coordinator. dir must be visible to every worker at the same path (the
+ * same host, or a shared filesystem); a relative dir is made absolute
+ * against this process's working directory. dir is created if missing; one
+ * that holds a manifest already is refused (SM_EEXIST). A failed save
+ * leaves no manifest, so it never looks like a checkpoint. bf16 arrays are
+ * SM_EUNIMPLEMENTED. bytes and files (may be NULL) receive the size and count
+ * of the .npy files. The call waits up to 10 minutes, or the client's
+ * timeout_ms if longer. */
+sm_err sm_client_save(sm_client *c, sm_array_ref ref, const char *dir, int64_t *bytes, int *files,
+                      char *err, size_t errlen);
+
+/* Loads the checkpoint in dir (made absolute as for sm_client_save) as a
+ * new ready array with sharding sh (any mesh and spec that fit the stored
+ * shape, whatever sharding it was saved with) and name (may be NULL): each
+ * worker reads the stored files its devices need and checks each file's
+ * size, xxHash3-64 and header against the manifest first. A damaged
+ * checkpoint (a file truncated, corrupted or missing, a missing or
+ * malformed manifest) is SM_EDATALOSS naming the file; a dir that does not
+ * exist is SM_ENOTFOUND. out (may be NULL) describes the new array. Waits
+ * as sm_client_save does. */
+sm_err sm_client_load(sm_client *c, const char *dir, const sm_sharding_ref *sh, const char *name,
+                      sm_array_info *out, char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -34,6 +34,8 @@ enum {
     X(get_shard, "get-shard", "fetch one device's shard into a .npy file")                         \
     X(describe, "describe", "show an array's type string, index map and layout")                   \
     X(reshard, "reshard", "copy an array to another sharding")                                     \
+    X(save, "save", "save an array as a checkpoint directory (workers write it)")                  \
+    X(load, "load", "load a checkpoint directory onto any sharding")                               \
     X(rm, "rm", "delete arrays and free their shards")                                             \
     X(ls, "ls", "list the arrays on the service")                                                  \
     X(check, "check", "parse and verify a shard_map program and print each value's block type")    \

@@ -251,6 +251,26 @@ typedef struct {
     uint32_t deadline_ms;
 } sm_svc_replicate_req;
 
+/* Coordinator.Save / Load (docs/service.md "Checkpoints"). dir is an
+ * absolute path as the workers see it. */
+typedef struct {
+    sm_array_ref array;
+    const char *dir;
+    uint32_t deadline_ms;
+} sm_svc_save_req;
+
+typedef struct {
+    int64_t bytes; /* of the .npy files */
+    int files;     /* .npy files written, one per distinct shard */
+} sm_svc_save_reply;
+
+typedef struct {
+    const char *dir;
+    sm_sharding_ref sharding;
+    const char *name; /* of the new array; NULL or "" for none */
+    uint32_t deadline_ms;
+} sm_svc_load_req;
+
 /* A shard a registering worker still holds (RegisterWorker.held); at most
  * SM_SVC_HELD_MAX are taken. */
 #define SM_SVC_HELD_MAX (1 << 20)
@@ -361,6 +381,10 @@ typedef struct {
     /* out->bytes, checksum and array_ready as for an upload. */
     sm_err (*commit_shards)(void *user, const sm_svc_commit_req *req, sm_svc_upload_reply *out,
                             char *err, size_t errlen);
+    sm_err (*save)(void *user, const sm_svc_save_req *req, sm_svc_save_reply *out, char *err,
+                   size_t errlen);
+    sm_err (*load)(void *user, const sm_svc_load_req *req, sm_array_info *out, char *err,
+                   size_t errlen);
 } sm_svc_coord_ops;
 
 /* Registers every Coordinator method (and Negotiate, answered with
@@ -400,6 +424,10 @@ sm_err sm_svc_coord_heartbeat(sm_rpc_channel *ch, int deadline_ms, const sm_svc_
                               int *known, char *err, size_t errlen);
 sm_err sm_svc_coord_commit_shards(sm_rpc_channel *ch, int deadline_ms, const sm_svc_commit_req *req,
                                   sm_svc_upload_reply *out, char *err, size_t errlen);
+sm_err sm_svc_coord_save(sm_rpc_channel *ch, int deadline_ms, const sm_svc_save_req *req,
+                         sm_svc_save_reply *out, char *err, size_t errlen);
+sm_err sm_svc_coord_load(sm_rpc_channel *ch, int deadline_ms, const sm_svc_load_req *req,
+                         sm_array_info *out, char *err, size_t errlen);
 
 /* ---- worker messages -------------------------------------------------------- */
 
@@ -409,6 +437,7 @@ typedef struct {
     int32_t src_device;
     sm_index src_box; /* in the source shard's coordinates */
     int64_t dst_offset[SM_MAX_RANK];
+    int src_file; /* > 0: from the request's ckpt_files[src_file - 1] instead */
 } sm_svc_piece;
 
 typedef struct {
@@ -418,12 +447,48 @@ typedef struct {
     sm_svc_piece *pieces;
 } sm_svc_assemble_shard;
 
+/* Most chunks a checkpoint file is checked in (see sm_svc_ckpt_file). */
+#define SM_SVC_CKPT_CHUNKS 64
+
+/* One .npy file of a checkpoint (a plain name inside its directory). */
+typedef struct {
+    const char *file;
+    int32_t device;    /* WriteCheckpoint: the device whose shard it holds */
+    sm_shape shape;    /* Assemble: the stored shard's shape */
+    int64_t bytes;     /* of the whole file */
+    uint64_t checksum; /* xxHash3-64 of the whole file */
+    /* The file in chunks of chunk_bytes (the last may be shorter), nchunks
+     * of them (1..SM_SVC_CKPT_CHUNKS; 0 in a WriteCheckpoint request), and
+     * the xxHash3-64 of each: a reader checks the chunks it reads. */
+    int64_t chunk_bytes;
+    int nchunks;
+    uint64_t chunk_sums[SM_SVC_CKPT_CHUNKS];
+} sm_svc_ckpt_file;
+
+/* Most files one Assemble request may read (the distinct shards of an
+ * array). */
+#define SM_SVC_MAX_CKPT_FILES SM_MAX_DEVICES
+
 typedef struct {
     sm_array_id array_id;
     sm_dtype dtype;
     int nshards;
     sm_svc_assemble_shard *shards;
+    /* Load: pieces with src_file > 0 come from these files of ckpt_dir. */
+    const char *ckpt_dir; /* NULL or "" when nfiles is 0 */
+    int nfiles;
+    sm_svc_ckpt_file *files;
 } sm_svc_assemble_req;
+
+/* Worker.WriteCheckpoint: the shards of array_id on files[k].device, each
+ * into dir/files[k].file; or (nfiles 0) manifest into dir/manifest.json. */
+typedef struct {
+    sm_array_id array_id;
+    const char *dir;
+    int nfiles; /* 0..SM_MAX_WORKER_DEVICES */
+    const sm_svc_ckpt_file *files;
+    const char *manifest; /* NULL or "" when nfiles > 0 */
+} sm_svc_ckpt_write_req;
 
 typedef struct {
     int ndevices;
@@ -455,6 +520,12 @@ typedef struct {
     /* out has ndevices (1..SM_MAX_WORKER_DEVICES) entries, one per device. */
     sm_err (*shard_info)(void *user, sm_array_id id, int ndevices, const int32_t *devices,
                          sm_svc_shard_state *out, char *err, size_t errlen);
+    /* out has req->nfiles entries (file and device copied from the request);
+     * the handler fills bytes and checksum. */
+    sm_err (*write_checkpoint)(void *user, const sm_svc_ckpt_write_req *req, sm_svc_ckpt_file *out,
+                               char *err, size_t errlen);
+    /* *text: the manifest, malloc'd (the adapter frees it). */
+    sm_err (*read_manifest)(void *user, const char *dir, char **text, char *err, size_t errlen);
 } sm_svc_worker_ops;
 
 /* As sm_svc_coord_serve, for every Worker method. */
@@ -474,6 +545,14 @@ sm_err sm_svc_worker_stats_get(sm_rpc_channel *ch, int deadline_ms, sm_svc_worke
 sm_err sm_svc_worker_shard_info(sm_rpc_channel *ch, int deadline_ms, sm_array_id id, int ndevices,
                                 const int32_t *devices, sm_svc_shard_state *out, char *err,
                                 size_t errlen);
+/* out: req->nfiles entries (bytes and checksum filled; file points into
+ * req). */
+sm_err sm_svc_worker_write_checkpoint(sm_rpc_channel *ch, int deadline_ms,
+                                      const sm_svc_ckpt_write_req *req, sm_svc_ckpt_file *out,
+                                      char *err, size_t errlen);
+/* *text malloc'd (free). */
+sm_err sm_svc_worker_read_manifest(sm_rpc_channel *ch, int deadline_ms, const char *dir,
+                                   char **text, char *err, size_t errlen);
 /* One worker's part of sm_svc_worker_shard_info_all: its devices and room
  * for as many states (in), and how its call went (out). */
 typedef struct {

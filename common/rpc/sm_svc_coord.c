@@ -315,6 +315,57 @@ sm_err sm_svc_coord_replicate(sm_rpc_channel *ch, int deadline_ms, const sm_svc_
     return info_call(ch, SM_SVC_COORD_PATH("Replicate"), &p.base, deadline_ms, out, err, errlen);
 }
 
+static sm_err save_dec(const ProtobufCMessage *m, void *o, char *err, size_t errlen)
+{
+    const Shmap__V1__SaveReply *r = (const Shmap__V1__SaveReply *)m;
+    sm_svc_save_reply *out = o;
+    if (r->bytes < 0 || r->files < 0)
+        return sm_fail(err, errlen, SM_EINVAL, "SaveReply has %lld bytes in %d files",
+                       (long long)r->bytes, (int)r->files);
+    out->bytes = r->bytes;
+    out->files = r->files;
+    return SM_OK;
+}
+
+sm_err sm_svc_coord_save(sm_rpc_channel *ch, int deadline_ms, const sm_svc_save_req *req,
+                         sm_svc_save_reply *out, char *err, size_t errlen)
+{
+    Shmap__V1__SaveRequest p;
+    shmap__v1__save_request__init(&p);
+    sm_arena *a = sm_arena_create(1024);
+    if (!a)
+        return oom(err, errlen);
+    p.array = sm_svc_array_ref_enc(a, req->array);
+    p.dir = (char *)(req->dir ? req->dir : "");
+    p.deadline_ms = req->deadline_ms;
+    memset(out, 0, sizeof *out);
+    sm_err e = !p.array
+                   ? oom(err, errlen)
+                   : sm_svc_unary(ch, SM_SVC_COORD_PATH("Save"), deadline_ms, &p.base,
+                                  &shmap__v1__save_reply__descriptor, save_dec, out, err, errlen);
+    sm_arena_free(a);
+    return e;
+}
+
+sm_err sm_svc_coord_load(sm_rpc_channel *ch, int deadline_ms, const sm_svc_load_req *req,
+                         sm_array_info *out, char *err, size_t errlen)
+{
+    Shmap__V1__LoadRequest p;
+    shmap__v1__load_request__init(&p);
+    sm_arena *a = sm_arena_create(4096);
+    if (!a)
+        return oom(err, errlen);
+    p.dir = (char *)(req->dir ? req->dir : "");
+    p.sharding = sm_svc_sharding_ref_enc(a, &req->sharding);
+    p.name = (char *)(req->name ? req->name : "");
+    p.deadline_ms = req->deadline_ms;
+    sm_err e = !p.sharding ? oom(err, errlen)
+                           : info_call(ch, SM_SVC_COORD_PATH("Load"), &p.base, deadline_ms, out,
+                                       err, errlen);
+    sm_arena_free(a);
+    return e;
+}
+
 static sm_err register_dec(const ProtobufCMessage *m, void *o, char *err, size_t errlen)
 {
     const Shmap__V1__RegisterWorkerReply *r = (const Shmap__V1__RegisterWorkerReply *)m;

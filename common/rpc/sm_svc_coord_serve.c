@@ -336,6 +336,72 @@ static void replicate(sm_rpc_call *call, void *u)
     sm_rpc_msg_free(m);
 }
 
+static void save(sm_rpc_call *call, void *u)
+{
+    const sm_svc_ctx *c = u;
+    OP(c, save);
+    ProtobufCMessage *m = sm_svc_recv_request(call);
+    if (!m)
+        return;
+    const Shmap__V1__SaveRequest *r = (const Shmap__V1__SaveRequest *)m;
+    char err[SM_SVC_ERRLEN] = "";
+    sm_svc_save_req req;
+    sm_svc_save_reply out = {0};
+    memset(&req, 0, sizeof req);
+    sm_err e = sm_svc_array_ref_dec(r->array, "SaveRequest.array", &req.array, err, sizeof err);
+    if (!e)
+        e = sm_svc_str_dec(r->dir, SM_SVC_PATH_MAX, "SaveRequest.dir", NULL, err, sizeof err);
+    if (!e) {
+        req.dir = r->dir ? r->dir : "";
+        req.deadline_ms = r->deadline_ms;
+        e = c->coord->save(c->user, &req, &out, err, sizeof err);
+    }
+    Shmap__V1__SaveReply rep;
+    shmap__v1__save_reply__init(&rep);
+    rep.bytes = out.bytes;
+    rep.files = out.files;
+    rep.dir = (char *)req.dir;
+    if (!rep.dir)
+        rep.dir = "";
+    sm_svc_finish(call, e, err, &rep.base);
+    sm_rpc_msg_free(m);
+}
+
+static void load(sm_rpc_call *call, void *u)
+{
+    const sm_svc_ctx *c = u;
+    OP(c, load);
+    ProtobufCMessage *m = sm_svc_recv_request(call);
+    if (!m)
+        return;
+    const Shmap__V1__LoadRequest *r = (const Shmap__V1__LoadRequest *)m;
+    char err[SM_SVC_ERRLEN] = "";
+    sm_mesh *mesh = malloc(sizeof *mesh);
+    sm_array_info *info = calloc(1, sizeof *info);
+    sm_svc_load_req req;
+    memset(&req, 0, sizeof req);
+    sm_err e;
+    if (!mesh || !info)
+        e = sm_fail(err, sizeof err, SM_ENOMEM, "cannot allocate a request");
+    else if (!(e = sm_svc_str_dec(r->dir, SM_SVC_PATH_MAX, "LoadRequest.dir", NULL, err,
+                                  sizeof err)) &&
+             !(e = sm_svc_str_dec(r->name, SM_NAME_MAX, "LoadRequest.name", NULL, err,
+                                  sizeof err)) &&
+             !(e = sm_svc_sharding_ref_dec(r->sharding, "LoadRequest.sharding", mesh, &req.sharding,
+                                           err, sizeof err))) {
+        req.dir = r->dir ? r->dir : "";
+        req.name = r->name ? r->name : "";
+        req.deadline_ms = r->deadline_ms;
+        e = c->coord->load(c->user, &req, info, err, sizeof err);
+    }
+    info_reply(call, e, err, info);
+    if (info)
+        sm_array_info_free(info);
+    free(info);
+    free(mesh);
+    sm_rpc_msg_free(m);
+}
+
 static void register_worker(sm_rpc_call *call, void *u)
 {
     const sm_svc_ctx *c = u;
@@ -524,6 +590,8 @@ sm_err sm_svc_coord_serve(sm_rpc_server *s, const sm_svc_coord_ops *ops, void *u
                     register_worker),
         ROW_CLUSTER("Heartbeat", SM_RPC_UNARY, shmap__v1__heartbeat_request, heartbeat),
         ROW("CommitShards", SM_RPC_UNARY, shmap__v1__commit_shards_request, commit_shards),
+        ROW("Save", SM_RPC_UNARY, shmap__v1__save_request, save),
+        ROW("Load", SM_RPC_UNARY, shmap__v1__load_request, load),
 #undef ROW
 #undef ROW_CLUSTER
     };

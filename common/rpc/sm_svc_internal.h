@@ -30,6 +30,9 @@
 #define SM_SVC_MAX_LIST 65536
 /* Mesh names: the size of sm_mesh_info.name. */
 #define SM_SVC_MESH_NAME_MAX 64
+/* Checkpoint directory paths (bytes, with the NUL) and manifest texts. */
+#define SM_SVC_PATH_MAX     4096
+#define SM_SVC_MANIFEST_MAX (4 << 20)
 /* Handler error sentences. */
 #define SM_SVC_ERRLEN 512
 

@@ -7,6 +7,80 @@
 
 #include "sm_svc_internal.h"
 
+/* ---- CheckpointFile conversions ---------------------------------------------------- */
+
+static Shmap__V1__CheckpointFile *ckpt_file_enc(sm_arena *a, const sm_svc_ckpt_file *f,
+                                                int with_shape)
+{
+    Shmap__V1__CheckpointFile *p = sm_arena_alloc(a, sizeof *p);
+    if (!p)
+        return NULL;
+    shmap__v1__checkpoint_file__init(p);
+    p->file = (char *)(f->file ? f->file : "");
+    p->device = f->device;
+    if (with_shape && !(p->shape = sm_svc_shape_enc(a, &f->shape)))
+        return NULL;
+    p->bytes = f->bytes;
+    p->checksum = f->checksum;
+    p->chunk_bytes = f->chunk_bytes;
+    p->n_chunk_sums = f->nchunks < 0                    ? 0
+                      : f->nchunks > SM_SVC_CKPT_CHUNKS ? SM_SVC_CKPT_CHUNKS
+                                                        : (size_t)f->nchunks;
+    p->chunk_sums = (uint64_t *)f->chunk_sums;
+    return p;
+}
+
+/* file points into p. The name is checked to be a plain file name (no
+ * directory part), so that no request reaches outside its directory. */
+static sm_err ckpt_file_dec(const Shmap__V1__CheckpointFile *p, const char *what,
+                            sm_svc_ckpt_file *out, char *err, size_t errlen)
+{
+    char sub[160];
+    sm_err e;
+    memset(out, 0, sizeof *out);
+    snprintf(sub, sizeof sub, "%s.file", what);
+    if ((e = sm_svc_str_dec(p->file, 256, sub, NULL, err, errlen)))
+        return e;
+    const char *f = p->file ? p->file : "";
+    if (!*f || strchr(f, '/') || !strcmp(f, ".") || !strcmp(f, ".."))
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "%s is '%s'; it must be a plain file name inside the checkpoint directory",
+                       sub, f);
+    snprintf(sub, sizeof sub, "%s.shape", what);
+    if ((e = sm_svc_shape_dec(p->shape, sub, &out->shape, err, errlen)))
+        return e;
+    if (p->bytes < 0)
+        return sm_fail(err, errlen, SM_EINVAL, "%s.bytes is negative (%lld)", what,
+                       (long long)p->bytes);
+    snprintf(sub, sizeof sub, "%s", what);
+    if ((e = sm_svc_count_dec(p->n_chunk_sums, SM_SVC_CKPT_CHUNKS, sub, "chunk_sums", err, errlen)))
+        return e;
+    if (p->n_chunk_sums &&
+        (p->chunk_bytes < 1 ||
+         (p->bytes + p->chunk_bytes - 1) / p->chunk_bytes != (int64_t)p->n_chunk_sums))
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "%s has %zu chunk_sums for %lld bytes in chunks of %lld; they do not fit",
+                       what, p->n_chunk_sums, (long long)p->bytes, (long long)p->chunk_bytes);
+    out->chunk_bytes = p->chunk_bytes;
+    out->nchunks = (int)p->n_chunk_sums;
+    sm_svc_copy(out->chunk_sums, p->chunk_sums, p->n_chunk_sums * sizeof *p->chunk_sums);
+    out->file = f;
+    out->device = p->device;
+    out->bytes = p->bytes;
+    out->checksum = p->checksum;
+    return SM_OK;
+}
+
+/* A checkpoint directory: non-empty, absolute, at most SM_SVC_PATH_MAX. */
+static sm_err ckpt_dir_dec(const char *dir, const char *what, char *err, size_t errlen)
+{
+    sm_err e = sm_svc_str_dec(dir, SM_SVC_PATH_MAX, what, NULL, err, errlen);
+    if (!e && (!dir || dir[0] != '/'))
+        e = sm_fail(err, errlen, SM_EINVAL, "%s is '%s'; it must be an absolute path", what,
+                    dir ? dir : "");
+    return e;
+}
+
 /* ---- AssembleRequest conversions ------------------------------------------------- */
 
 static Shmap__V1__AssembleRequest *assemble_enc(sm_arena *a, const sm_svc_assemble_req *req)
@@ -47,10 +121,18 @@ static Shmap__V1__AssembleRequest *assemble_enc(sm_arena *a, const sm_svc_assemb
                 return NULL;
             x->n_dst_offset = sm_svc_rank(pc->src_box.rank);
             x->dst_offset = (int64_t *)pc->dst_offset;
+            x->src_file = pc->src_file;
             q->pieces[k] = x;
         }
         p->shards[i] = q;
     }
+    int nf = req->nfiles > 0 ? req->nfiles : 0;
+    p->ckpt_dir = (char *)(req->ckpt_dir ? req->ckpt_dir : "");
+    if (!(p->ckpt_files = sm_arena_alloc(a, (size_t)(nf ? nf : 1) * sizeof *p->ckpt_files)))
+        return NULL;
+    for (int f = 0; f < nf; f++)
+        if (!(p->ckpt_files[p->n_ckpt_files++] = ckpt_file_enc(a, &req->files[f], 1)))
+            return NULL;
     return p;
 }
 
@@ -79,6 +161,7 @@ static sm_err piece_dec(const Shmap__V1__AssemblePiece *p, const char *what, sm_
     out->src_address = p->src_address ? p->src_address : "";
     out->src_array.v = p->src_array;
     out->src_device = p->src_device;
+    out->src_file = p->src_file;
     return SM_OK;
 }
 
@@ -117,8 +200,29 @@ static sm_err assemble_dec(const Shmap__V1__AssembleRequest *p, sm_arena *a,
                 return e;
         }
         s->npieces = (int)q->n_pieces;
+        for (int k = 0; k < s->npieces; k++)
+            if (s->pieces[k].src_file < 0 || (size_t)s->pieces[k].src_file > p->n_ckpt_files)
+                return sm_fail(err, errlen, SM_EINVAL,
+                               "%s.pieces[%d].src_file is %d; the request lists %zu checkpoint "
+                               "files",
+                               what, k, s->pieces[k].src_file, p->n_ckpt_files);
     }
     out->nshards = (int)p->n_shards;
+    if ((e = sm_svc_count_dec(p->n_ckpt_files, SM_SVC_MAX_CKPT_FILES, "AssembleRequest",
+                              "ckpt_files", err, errlen)))
+        return e;
+    if (p->n_ckpt_files && (e = ckpt_dir_dec(p->ckpt_dir, "AssembleRequest.ckpt_dir", err, errlen)))
+        return e;
+    out->ckpt_dir = p->ckpt_dir ? p->ckpt_dir : "";
+    out->files = sm_arena_alloc(a, (p->n_ckpt_files ? p->n_ckpt_files : 1) * sizeof *out->files);
+    if (!out->files)
+        return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate %zu files", p->n_ckpt_files);
+    for (size_t f = 0; f < p->n_ckpt_files; f++) {
+        snprintf(what, sizeof what, "AssembleRequest.ckpt_files[%zu]", f);
+        if ((e = ckpt_file_dec(p->ckpt_files[f], what, &out->files[f], err, errlen)))
+            return e;
+    }
+    out->nfiles = (int)p->n_ckpt_files;
     return SM_OK;
 }
 
@@ -250,6 +354,96 @@ static void shard_info(sm_rpc_call *call, void *u)
     sm_svc_finish(call, e, err, &rep.base);
 }
 
+static void write_checkpoint(sm_rpc_call *call, void *u)
+{
+    const sm_svc_ctx *c = u;
+    OP(c, write_checkpoint);
+    ProtobufCMessage *m = sm_svc_recv_request(call);
+    if (!m)
+        return;
+    const Shmap__V1__WriteCheckpointRequest *r = (const Shmap__V1__WriteCheckpointRequest *)m;
+    char err[SM_SVC_ERRLEN] = "", what[80];
+    int n = (int)r->n_files;
+    sm_err e = sm_svc_count_dec(r->n_files, SM_MAX_WORKER_DEVICES, "WriteCheckpointRequest",
+                                "files", err, sizeof err);
+    size_t cap = e || !n ? 1 : (size_t)n; /* ~600 bytes a file: not on the stack */
+    sm_svc_ckpt_file *in = calloc(cap, sizeof *in), *out = calloc(cap, sizeof *out);
+    Shmap__V1__CheckpointFile *pf = calloc(cap, sizeof *pf), **pp = calloc(cap, sizeof *pp);
+    if (!e && (!in || !out || !pf || !pp))
+        e = sm_fail(err, sizeof err, SM_ENOMEM, "out of memory for %d checkpoint files", n);
+    if (!e)
+        e = ckpt_dir_dec(r->dir, "WriteCheckpointRequest.dir", err, sizeof err);
+    if (!e)
+        e = sm_svc_str_dec(r->manifest, SM_SVC_MANIFEST_MAX, "WriteCheckpointRequest.manifest",
+                           NULL, err, sizeof err);
+    int has_manifest = r->manifest && *r->manifest;
+    if (!e && has_manifest == (n > 0))
+        e = sm_fail(err, sizeof err, SM_EINVAL,
+                    "a WriteCheckpointRequest gives either files or a manifest%s",
+                    n ? ", not both" : "");
+    for (int k = 0; !e && k < n; k++) {
+        snprintf(what, sizeof what, "WriteCheckpointRequest.files[%d]", k);
+        e = ckpt_file_dec(r->files[k], what, &in[k], err, sizeof err);
+        out[k] = in[k];
+        out[k].bytes = 0;
+        out[k].checksum = 0;
+        out[k].nchunks = 0;
+    }
+    if (!e) {
+        sm_svc_ckpt_write_req req = {
+            {r->array_id}, r->dir, n, in, has_manifest ? r->manifest : NULL};
+        e = c->worker->write_checkpoint(c->user, &req, out, err, sizeof err);
+    }
+    Shmap__V1__WriteCheckpointReply rep;
+    shmap__v1__write_checkpoint_reply__init(&rep);
+    if (!e) {
+        for (int k = 0; k < n; k++) {
+            shmap__v1__checkpoint_file__init(&pf[k]);
+            pf[k].file = (char *)in[k].file;
+            pf[k].device = in[k].device;
+            pf[k].bytes = out[k].bytes;
+            pf[k].checksum = out[k].checksum;
+            pf[k].chunk_bytes = out[k].chunk_bytes;
+            pf[k].n_chunk_sums = out[k].nchunks < 0 || out[k].nchunks > SM_SVC_CKPT_CHUNKS
+                                     ? 0
+                                     : (size_t)out[k].nchunks;
+            pf[k].chunk_sums = out[k].chunk_sums;
+            pp[k] = &pf[k];
+        }
+        rep.n_files = (size_t)n;
+        rep.files = pp;
+    }
+    sm_svc_finish(call, e, err, &rep.base);
+    sm_rpc_msg_free(m);
+    free(in);
+    free(out);
+    free(pf);
+    free(pp);
+}
+
+static void read_manifest(sm_rpc_call *call, void *u)
+{
+    const sm_svc_ctx *c = u;
+    OP(c, read_manifest);
+    ProtobufCMessage *m = sm_svc_recv_request(call);
+    if (!m)
+        return;
+    const Shmap__V1__ReadManifestRequest *r = (const Shmap__V1__ReadManifestRequest *)m;
+    char err[SM_SVC_ERRLEN] = "";
+    char *text = NULL;
+    sm_err e = ckpt_dir_dec(r->dir, "ReadManifestRequest.dir", err, sizeof err);
+    if (!e)
+        e = c->worker->read_manifest(c->user, r->dir, &text, err, sizeof err);
+    if (!e && !text)
+        e = sm_fail(err, sizeof err, SM_EINTERNAL, "the read_manifest handler returned no text");
+    Shmap__V1__ReadManifestReply rep;
+    shmap__v1__read_manifest_reply__init(&rep);
+    rep.manifest = text ? text : "";
+    sm_svc_finish(call, e, err, &rep.base);
+    free(text);
+    sm_rpc_msg_free(m);
+}
+
 sm_err sm_svc_worker_serve(sm_rpc_server *s, const sm_svc_worker_ops *ops, void *user,
                            const char *server_name, char *err, size_t errlen)
 {
@@ -265,6 +459,8 @@ sm_err sm_svc_worker_serve(sm_rpc_server *s, const sm_svc_worker_ops *ops, void 
         ROW("Assemble", SM_RPC_UNARY, shmap__v1__assemble_request, assemble),
         ROW("Stats", SM_RPC_UNARY, shmap__v1__empty, stats),
         ROW("ShardInfo", SM_RPC_UNARY, shmap__v1__shard_info_request, shard_info),
+        ROW("WriteCheckpoint", SM_RPC_UNARY, shmap__v1__write_checkpoint_request, write_checkpoint),
+        ROW("ReadManifest", SM_RPC_UNARY, shmap__v1__read_manifest_request, read_manifest),
 #undef ROW
     };
     sm_err e = sm_svc_negotiate_add(s, SM_SVC_WORKER_PATH("Negotiate"), ctx, err, errlen);
@@ -418,4 +614,88 @@ sm_err sm_svc_worker_shard_info(sm_rpc_channel *ch, int deadline_ms, sm_array_id
     if (q.e)
         snprintf(err, errlen, "%s", q.err);
     return q.e;
+}
+
+/* ---- checkpoints -------------------------------------------------------------------- */
+
+typedef struct {
+    const sm_svc_ckpt_write_req *req;
+    sm_svc_ckpt_file *out;
+} ckpt_write_out;
+
+static sm_err ckpt_write_dec(const ProtobufCMessage *m, void *o, char *err, size_t errlen)
+{
+    const Shmap__V1__WriteCheckpointReply *r = (const Shmap__V1__WriteCheckpointReply *)m;
+    ckpt_write_out *w = o;
+    if (r->n_files != (size_t)w->req->nfiles)
+        return sm_fail(err, errlen, SM_EINVAL, "WriteCheckpointReply has %zu files for %d asked",
+                       r->n_files, w->req->nfiles);
+    for (int k = 0; k < w->req->nfiles; k++) {
+        if (r->files[k]->bytes < 0)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "WriteCheckpointReply.files[%d].bytes is negative", k);
+        const Shmap__V1__CheckpointFile *f = r->files[k];
+        w->out[k] = w->req->files[k];
+        w->out[k].bytes = f->bytes;
+        w->out[k].checksum = f->checksum;
+        if (f->n_chunk_sums < 1 || f->n_chunk_sums > SM_SVC_CKPT_CHUNKS || f->chunk_bytes < 1 ||
+            (f->bytes + f->chunk_bytes - 1) / f->chunk_bytes != (int64_t)f->n_chunk_sums)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "WriteCheckpointReply.files[%d] has %zu chunk_sums for %lld bytes in "
+                           "chunks of %lld",
+                           k, f->n_chunk_sums, (long long)f->bytes, (long long)f->chunk_bytes);
+        w->out[k].chunk_bytes = f->chunk_bytes;
+        w->out[k].nchunks = (int)f->n_chunk_sums;
+        memcpy(w->out[k].chunk_sums, f->chunk_sums, f->n_chunk_sums * sizeof *f->chunk_sums);
+    }
+    return SM_OK;
+}
+
+sm_err sm_svc_worker_write_checkpoint(sm_rpc_channel *ch, int deadline_ms,
+                                      const sm_svc_ckpt_write_req *req, sm_svc_ckpt_file *out,
+                                      char *err, size_t errlen)
+{
+    sm_arena *a = sm_arena_create(0);
+    Shmap__V1__WriteCheckpointRequest p;
+    shmap__v1__write_checkpoint_request__init(&p);
+    int n = req->nfiles > 0 ? req->nfiles : 0;
+    if (!a || !(p.files = sm_arena_alloc(a, (size_t)(n ? n : 1) * sizeof *p.files)))
+        goto oom;
+    for (int k = 0; k < n; k++)
+        if (!(p.files[p.n_files++] = ckpt_file_enc(a, &req->files[k], 0)))
+            goto oom;
+    p.array_id = req->array_id.v;
+    p.dir = (char *)(req->dir ? req->dir : "");
+    p.manifest = (char *)(req->manifest ? req->manifest : "");
+    ckpt_write_out w = {req, out};
+    sm_err e = sm_svc_unary(ch, SM_SVC_WORKER_PATH("WriteCheckpoint"), deadline_ms, &p.base,
+                            &shmap__v1__write_checkpoint_reply__descriptor, ckpt_write_dec, &w, err,
+                            errlen);
+    sm_arena_free(a);
+    return e;
+oom:
+    if (a)
+        sm_arena_free(a);
+    return sm_fail(err, errlen, SM_ENOMEM, "out of memory encoding a checkpoint request");
+}
+
+static sm_err manifest_dec(const ProtobufCMessage *m, void *o, char *err, size_t errlen)
+{
+    const Shmap__V1__ReadManifestReply *r = (const Shmap__V1__ReadManifestReply *)m;
+    char **text = o;
+    if (!(*text = strdup(r->manifest ? r->manifest : "")))
+        return sm_fail(err, errlen, SM_ENOMEM, "cannot copy a manifest");
+    return SM_OK;
+}
+
+sm_err sm_svc_worker_read_manifest(sm_rpc_channel *ch, int deadline_ms, const char *dir,
+                                   char **text, char *err, size_t errlen)
+{
+    Shmap__V1__ReadManifestRequest p;
+    shmap__v1__read_manifest_request__init(&p);
+    p.dir = (char *)(dir ? dir : "");
+    *text = NULL;
+    return sm_svc_unary(ch, SM_SVC_WORKER_PATH("ReadManifest"), deadline_ms, &p.base,
+                        &shmap__v1__read_manifest_reply__descriptor, manifest_dec, text, err,
+                        errlen);
 }

@@ -519,6 +519,25 @@ class Client:
                      None if global_shape is None else tuple(global_shape))
         return Array(self, info, owned=False)
 
+    def save(self, x, directory):
+        """Saves x (an Array, or a name or id) as a checkpoint in directory:
+        the workers write its distinct shards there themselves, so it must be
+        a path they see (the same host or a shared filesystem); a relative
+        one is made absolute here. Returns (files, bytes) of the .npy files.
+        A directory holding a checkpoint already raises AlreadyExists."""
+        ref = x.id if isinstance(x, Array) else x
+        if isinstance(x, Array):
+            x._check()
+        return _call(self._c.save, ref, os.path.abspath(os.fspath(directory)))
+
+    def load(self, directory, sharding, name=None):
+        """A new Array from the checkpoint in directory, with any sharding
+        that fits its shape. A damaged checkpoint raises DataLoss naming the
+        file."""
+        info = _call(self._c.load, os.path.abspath(os.fspath(directory)),
+                     self._mesh_c(sharding.mesh), repr(sharding.spec), name)
+        return Array(self, info)
+
     def get(self, name_or_id):
         """Attaches to an array by name or id (not freed when collected)."""
         return Array(self, _call(self._c.describe, name_or_id), owned=False)

@@ -1,0 +1,250 @@
+/* registry_ckpt: the registry's side of checkpoints: which worker writes
+ * which distinct shard of a saved array, and the new array of a load with
+ * its plan (which stored file pieces each device reads). See registry.h. */
+#include "registry_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sm_log.h"
+
+static void sm_reg_target_set(sm_reg_target *t, const sm_reg_worker *w)
+{
+    memset(t, 0, sizeof *t);
+    t->worker_id = w->id;
+    t->ch = w->ch;
+    snprintf(t->address, sizeof t->address, "%s", w->address);
+}
+
+sm_err sm_registry_save_begin(sm_registry *r, sm_array_ref ref, sm_array_id *id,
+                              sm_ckpt_manifest *m, sm_reg_save_part **parts, int *nparts,
+                              char *label, size_t labellen, char *err, size_t errlen)
+{
+    sm_err rc = SM_OK;
+    sm_reg_save_part *pa = NULL;
+    int np = 0;
+    memset(m, 0, sizeof *m);
+    *parts = NULL;
+    *nparts = 0;
+    pthread_mutex_lock(&r->mu);
+    sm_reg_array *a = sm_reg_array_find(r, ref, err, errlen);
+    if (!a) {
+        rc = ref.id.v || (ref.name && *ref.name) ? SM_ENOTFOUND : SM_EINVAL;
+        goto out;
+    }
+    sm_reg_array_label(a, label, labellen);
+    if (a->state != SM_ARRAY_READY) {
+        rc = sm_fail(err, errlen, SM_EPRECONDITION, "%s is %s and cannot be saved", label,
+                     sm_array_state_name(a->state));
+        goto out;
+    }
+    if (a->dtype == SM_BF16) {
+        rc = sm_fail(err, errlen, SM_EUNIMPLEMENTED,
+                     "%s is bf16, which numpy (and so a checkpoint's .npy files) cannot hold; "
+                     "cast it to f32 first",
+                     label);
+        goto out;
+    }
+    id->v = a->id;
+    m->dtype = a->dtype;
+    m->shape = a->shape;
+    m->sharding = a->sharding;
+    int *first = calloc((size_t)a->n, sizeof *first); /* entry -> its first position */
+    m->shards = calloc((size_t)a->n, sizeof *m->shards);
+    int nw = 0; /* distinct workers: one part each (a part is ~30 KB) */
+    for (int p = 0; p < a->n; p++) {
+        int q;
+        for (q = 0; q < p && a->worker[q] != a->worker[p]; q++)
+            ;
+        nw += q == p;
+    }
+    pa = calloc((size_t)nw, sizeof *pa);
+    if (!first || !m->shards || !pa) {
+        free(first);
+        rc = sm_fail(err, errlen, SM_ENOMEM, "out of memory planning a save");
+        goto out;
+    }
+    for (int p = 0; p < a->n && !rc; p++) {
+        int k;
+        for (k = 0; k < m->nshards && !sm_index_equal(&m->shards[k].index, &a->slices[p].index);
+             k++)
+            ;
+        sm_ckpt_shard *s = &m->shards[k];
+        if (k == m->nshards) {
+            m->nshards++;
+            first[k] = p;
+            s->index = a->slices[p].index;
+            sm_ckpt_file_name(k, s->file, sizeof s->file);
+            if (!(s->devices = calloc((size_t)a->n, sizeof *s->devices)))
+                rc = sm_fail(err, errlen, SM_ENOMEM, "out of memory planning a save");
+        }
+        if (s->devices)
+            s->devices[s->ndevices++] = a->slices[p].device;
+    }
+    for (int k = 0; k < m->nshards && !rc; k++) {
+        int p = first[k], q;
+        sm_reg_worker *w = sm_reg_worker_by_id(r, a->worker[p]);
+        for (q = 0; q < np && pa[q].t.worker_id != w->id; q++)
+            ;
+        if (q == np)
+            sm_reg_target_set(&pa[np++].t, w);
+        sm_reg_save_part *part = &pa[q];
+        part->shard[part->nfiles] = k;
+        part->files[part->nfiles++] =
+            (sm_svc_ckpt_file){.file = m->shards[k].file, .device = a->slices[p].device};
+    }
+    free(first);
+out:
+    pthread_mutex_unlock(&r->mu);
+    if (rc) {
+        sm_ckpt_manifest_free(m);
+        free(pa);
+        return rc;
+    }
+    *parts = pa;
+    *nparts = np;
+    return SM_OK;
+}
+
+sm_err sm_registry_any_worker(sm_registry *r, sm_reg_target *out, char *err, size_t errlen)
+{
+    sm_err rc = sm_fail(err, errlen, SM_EUNAVAILABLE, "no worker is alive to read a checkpoint");
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->nworkers; i++)
+        if (r->workers[i]->alive) {
+            sm_reg_target_set(out, r->workers[i]);
+            rc = SM_OK;
+            break;
+        }
+    pthread_mutex_unlock(&r->mu);
+    return rc;
+}
+
+/* Turns the plan into one part per destination worker; source "devices"
+ * of the plan are the manifest's entries. */
+static sm_err sm_reg_load_build(sm_registry *r, const sm_svc_load_req *req,
+                                const sm_ckpt_manifest *m, sm_svc_ckpt_file *files, uint64_t new_id,
+                                const sm_plan_reshard *plan, sm_reg_assemble **out, int *nout,
+                                char *err, size_t errlen)
+{
+    sm_reg_assemble *parts = calloc((size_t)plan->nshards, sizeof *parts);
+    int np = 0;
+    if (!parts)
+        goto oom;
+    for (int j = 0; j < plan->nshards; j++) {
+        const sm_plan_shard *ps = &plan->shards[j];
+        int k;
+        for (k = 0; k < np && parts[k].t.worker_id != ps->worker; k++)
+            ;
+        if (k == np) {
+            sm_reg_target_set(&parts[k].t, sm_reg_worker_by_id(r, ps->worker));
+            parts[k].req.array_id.v = new_id;
+            parts[k].req.dtype = m->dtype;
+            parts[k].req.ckpt_dir = req->dir;
+            parts[k].req.nfiles = m->nshards;
+            parts[k].req.files = files;
+            parts[k].req.shards = calloc((size_t)plan->nshards, sizeof *parts[k].req.shards);
+            np++;
+            if (!parts[k].req.shards)
+                goto oom;
+        }
+        sm_reg_assemble *pa = &parts[k];
+        pa->t.devices[pa->t.ndevices++] = ps->device;
+        sm_svc_assemble_shard *sh = &pa->req.shards[pa->req.nshards++];
+        sh->device = ps->device;
+        sh->shape = ps->shape;
+        sh->pieces = calloc(ps->npieces ? (size_t)ps->npieces : 1, sizeof *sh->pieces);
+        if (!sh->pieces)
+            goto oom;
+        for (int q = 0; q < ps->npieces; q++) {
+            const sm_plan_piece *pp = &ps->pieces[q];
+            sm_svc_piece *sp = &sh->pieces[sh->npieces++];
+            sp->src_address = "";
+            sp->src_file = pp->src_device + 1;
+            sp->src_box = pp->src_box;
+            memcpy(sp->dst_offset, pp->dst_offset, sizeof sp->dst_offset);
+        }
+    }
+    *out = parts;
+    *nout = np;
+    return SM_OK;
+oom:
+    sm_registry_assemble_free(parts, np);
+    return sm_fail(err, errlen, SM_ENOMEM, "out of memory planning a load");
+}
+
+sm_err sm_registry_load_begin(sm_registry *r, const sm_svc_load_req *req, const sm_ckpt_manifest *m,
+                              sm_svc_ckpt_file *files, int64_t now_ms, sm_array_id *new_id,
+                              sm_reg_assemble **parts, int *nparts, char *err, size_t errlen)
+{
+    sm_err rc;
+    sm_sharding s;
+    sm_reg_mesh *rm;
+    sm_reg_array *a = NULL;
+    uint32_t *worker = NULL;
+    sm_device_slice *src = NULL;
+    sm_plan_owner *src_own = NULL, *dst_own = NULL;
+    sm_plan_reshard plan = {0};
+    const char *name = req->name ? req->name : "";
+    *parts = NULL;
+    *nparts = 0;
+    pthread_mutex_lock(&r->mu);
+    if (*name && (rc = sm_reg_array_name_check(r, name, err, errlen)))
+        goto out;
+    if (*name && sm_reg_array_find(r, (sm_array_ref){{0}, name}, NULL, 0)) {
+        rc = sm_fail(err, errlen, SM_EEXIST, "an array named '%s' already exists", name);
+        goto out;
+    }
+    rc = sm_reg_sharding_resolve(r, &req->sharding, &s, &rm, err, errlen);
+    if (!rc)
+        rc = sm_pspec_check_reduced(&s.spec, "a load's sharding", err, errlen);
+    if (rc)
+        goto out;
+    worker = malloc(sizeof *worker * (size_t)s.mesh.ndevices);
+    src = calloc((size_t)m->nshards, sizeof *src);
+    src_own = malloc(sizeof *src_own * (size_t)m->nshards);
+    dst_own = malloc(sizeof *dst_own * (size_t)s.mesh.ndevices);
+    if (!worker || !src || !src_own || !dst_own) {
+        rc = sm_fail(err, errlen, SM_ENOMEM, "out of memory planning a load");
+        goto out;
+    }
+    if ((rc = sm_reg_mesh_workers(r, &s.mesh, worker, err, errlen)))
+        goto out;
+    if ((rc = sm_reg_array_new(r, name, m->dtype, &s, rm, &m->shape, worker, now_ms,
+                               req->deadline_ms, &a, err, errlen)))
+        goto out;
+    for (int k = 0; k < m->nshards; k++) {
+        src[k].device = k;
+        src[k].pos = k;
+        src[k].index = m->shards[k].index;
+        src_own[k] = (sm_plan_owner){0, 1}; /* every worker reads the files */
+    }
+    for (int p = 0; p < a->n; p++)
+        dst_own[p] = (sm_plan_owner){worker[p], 1};
+    rc = sm_plan_reshard_create(src, src_own, m->nshards, a->slices, dst_own, a->n, &plan, err,
+                                errlen);
+    if (!rc)
+        rc = sm_reg_load_build(r, req, m, files, r->next_array, &plan, parts, nparts, err, errlen);
+    if (rc)
+        goto out;
+    if ((rc = sm_reg_array_insert(r, a, err, errlen))) {
+        sm_registry_assemble_free(*parts, *nparts);
+        *parts = NULL;
+        *nparts = 0;
+        goto out;
+    }
+    new_id->v = a->id;
+    SM_INFO("load of %s into array %llu over %d workers", req->dir, (unsigned long long)a->id,
+            *nparts);
+    a = NULL;
+out:
+    pthread_mutex_unlock(&r->mu);
+    sm_reg_array_destroy(a);
+    sm_plan_reshard_free(&plan);
+    free(worker);
+    free(src);
+    free(src_own);
+    free(dst_own);
+    return rc;
+}
