@@ -79,7 +79,10 @@ sm_err sm_reg_array_insert(sm_registry *r, sm_reg_array *a, char *err, size_t er
     sm_htab_put(&r->array_ids, sm_htab_hash_u64(a->id), a);
     if (a->name[0])
         sm_htab_put(&r->array_names, sm_htab_hash_str(a->name), a);
-    sm_reg_save_array(r, a);
+    if (a->unsaved)
+        sm_reg_save_ids(r);
+    else
+        sm_reg_save_array(r, a);
     return SM_OK;
 }
 
@@ -528,6 +531,9 @@ sm_err sm_registry_array_create(sm_registry *r, const sm_svc_create_array_req *r
                           req->deadline_ms, &a, err, errlen);
     if (rc)
         goto out;
+    /* A job's output is recorded once it is ready: a restart fails the job,
+     * and its pending outputs need no record (their ids are kept apart). */
+    a->unsaved = req->job_output;
     rc = sm_plan_targets_create(a->slices, a->n, req->kind, &out->targets, &out->ntargets, err,
                                 errlen);
     if (!rc)

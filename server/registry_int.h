@@ -85,6 +85,7 @@ typedef struct sm_reg_array {
     int64_t repair_after;
     int ncopies;
     sm_reg_copy *copies; /* [ncopies] */
+    int unsaved;         /* a job's pending output: no record until it is ready */
 } sm_reg_array;
 
 /* Slots: an array's places holding a block, its mesh positions 0..n-1 then
@@ -147,6 +148,12 @@ struct sm_registry {
         const char *sql;
         sqlite3_stmt *st;
     } stmts[16];
+    /* What the counters row holds: ids are handed out in blocks, so most
+     * changes need not rewrite it (a restart starts past the block). */
+    int ids_saved;
+    uint32_t saved_worker;
+    int32_t saved_device;
+    uint64_t saved_mesh_hw, saved_array_hw, saved_job_hw;
     int tx_depth;  /* open sm_reg_tx_begin calls */
     int tx_failed; /* a write inside the open transaction failed */
 };
@@ -242,6 +249,9 @@ void sm_reg_save_array(sm_registry *r, const sm_reg_array *a);
 void sm_reg_save_array_gone(sm_registry *r, uint64_t id);
 /* Rewrites the rows of a's copies (Replicate). */
 void sm_reg_save_copies(sm_registry *r, const sm_reg_array *a);
+/* Records the id counters if the ids handed out passed what is recorded
+ * (in a transaction of its own, or the enclosing one). */
+void sm_reg_save_ids(sm_registry *r);
 void sm_reg_save_worker(sm_registry *r, const sm_reg_worker *w);
 void sm_reg_save_mesh(sm_registry *r, const sm_reg_mesh *m);
 

@@ -130,14 +130,46 @@ static int sm_reg_run(sm_registry *r, const char *sql, const char *fmt, ...)
     return rc;
 }
 
+/* Mesh, array and job ids are recorded a block ahead of what is handed
+ * out, so that most changes need not rewrite the counters; a restart
+ * continues past the block (ids are never reused; some are skipped). */
+#define SM_REG_ID_BLOCK 4096
+
+static int sm_reg_ids_current(const sm_registry *r)
+{
+    return r->ids_saved && r->next_worker == r->saved_worker && r->next_device == r->saved_device &&
+           r->next_mesh <= r->saved_mesh_hw && r->next_array <= r->saved_array_hw;
+}
+
 static int sm_reg_save_counters(sm_registry *r)
 {
-    return sm_reg_run(r,
-                      "INSERT OR REPLACE INTO counters(k, next_worker, next_device, next_mesh,"
-                      " next_array, next_job) VALUES (0, ?, ?, ?, ?,"
-                      " COALESCE((SELECT next_job FROM counters WHERE k = 0), 1))",
-                      "iiii", (int64_t)r->next_worker, (int64_t)r->next_device,
-                      (int64_t)r->next_mesh, (int64_t)r->next_array);
+    if (sm_reg_ids_current(r))
+        return 0;
+    uint64_t mesh_hw = r->next_mesh + SM_REG_ID_BLOCK, array_hw = r->next_array + SM_REG_ID_BLOCK;
+    int rc = sm_reg_run(r,
+                        "INSERT OR REPLACE INTO counters(k, next_worker, next_device, next_mesh,"
+                        " next_array, next_job) VALUES (0, ?, ?, ?, ?,"
+                        " COALESCE((SELECT next_job FROM counters WHERE k = 0), 1))",
+                        "iiii", (int64_t)r->next_worker, (int64_t)r->next_device, (int64_t)mesh_hw,
+                        (int64_t)array_hw);
+    if (!rc) {
+        r->ids_saved = 1;
+        r->saved_worker = r->next_worker;
+        r->saved_device = r->next_device;
+        r->saved_mesh_hw = mesh_hw;
+        r->saved_array_hw = array_hw;
+    }
+    return rc;
+}
+
+void sm_reg_save_ids(sm_registry *r)
+{
+    if (!r->db || sm_reg_ids_current(r))
+        return;
+    sm_reg_tx_begin(r);
+    if (sm_reg_save_counters(r))
+        sm_reg_db_log(r, "record the id counters");
+    sm_reg_tx_end(r);
 }
 
 /* An array's sharding as its row stores it: the mesh's axes, its devices
@@ -701,11 +733,16 @@ void sm_registry_job_save(sm_registry *r, uint64_t id, int state, const char *er
     pthread_mutex_lock(&r->mu);
     if (r->db) {
         sm_reg_tx_begin(r);
-        if (sm_reg_run(r, "INSERT OR REPLACE INTO jobs(id, state, error) VALUES (?, ?, ?)", "iit",
-                       (int64_t)id, (int64_t)state, error ? error : "") ||
-            sm_reg_run(r,
-                       "UPDATE counters SET next_job = MAX(COALESCE(next_job, 1), ?) WHERE k = 0",
-                       "i", (int64_t)id + 1))
+        int bad = sm_reg_run(r, "INSERT OR REPLACE INTO jobs(id, state, error) VALUES (?, ?, ?)",
+                             "iit", (int64_t)id, (int64_t)state, error ? error : "");
+        if (!bad && id + 1 > r->saved_job_hw) { /* a block of job ids ahead, as the others */
+            bad = sm_reg_run(
+                r, "UPDATE counters SET next_job = MAX(COALESCE(next_job, 1), ?) WHERE k = 0", "i",
+                (int64_t)(id + 1 + SM_REG_ID_BLOCK));
+            if (!bad)
+                r->saved_job_hw = id + 1 + SM_REG_ID_BLOCK;
+        }
+        if (bad)
             sm_reg_db_log(r, "record a job");
         sm_reg_tx_end(r);
     }
