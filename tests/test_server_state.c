@@ -165,9 +165,9 @@ START_TEST(test_restart_recovers)
     ck_assert_int_eq(rep.keep_shards, 1);
     ck_assert_int_eq(state_of(r, "r1", NULL, 0), SM_ARRAY_READY);
     ck_assert_int_eq(state_of(r, "r2", NULL, 0), SM_ARRAY_LOST);
-    /* ids continue: 4 arrays were created before */
+    /* ids continue past the ones recorded (a block ahead): never reused */
     sm_array_id next = reg_put(r, "n", 0);
-    ck_assert_uint_eq(next.v, 5);
+    ck_assert_uint_gt(next.v, 4); /* 4 arrays were created before */
     /* a new worker gets a new id, and drops what it held */
     rep = reg_worker(r, 0, held, N(held));
     ck_assert_uint_eq(rep.worker_id, 2);
@@ -266,7 +266,7 @@ START_TEST(test_jobs_records)
     sm_reg_job *jobs;
     int n;
     ck_assert_int_eq(sm_registry_jobs_restore(r, &last, &jobs, &n, err, sizeof err), SM_OK);
-    ck_assert_uint_eq(last, 2);
+    ck_assert_uint_ge(last, 2); /* job ids continue past what was handed out */
     ck_assert_int_eq(n, 2);
     ck_assert_int_eq(jobs[1].state, 4);
     ck_assert_str_eq(jobs[1].error, "job 2 failed: x");
