@@ -8,6 +8,7 @@
 #include "sm_array.h"
 #include "sm_dtype.h"
 #include "sm_shape.h"
+#include "suite_main.h"
 
 #define ERRLEN 256
 #define T40    ((int64_t)1 << 40)
@@ -687,9 +688,5 @@ int main(void)
     tcase_add_test(tc, test_data_cache);
     tcase_add_test(tc, test_data_limit);
     suite_add_tcase(s, tc);
-    SRunner *r = srunner_create(s);
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return suite_main(s);
 }

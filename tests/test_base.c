@@ -14,6 +14,7 @@
 #include "sm_strbuf.h"
 #include "sm_time.h"
 #include "sm_tpool.h"
+#include "suite_main.h"
 
 START_TEST(test_err_texts)
 {
@@ -397,9 +398,5 @@ int main(void)
     tcase_add_loop_test(tc, test_htab, 0, (int)(sizeof htab_cases / sizeof htab_cases[0]));
     tcase_add_loop_test(tc, test_htab_shrink, 0, (int)(sizeof htab_cases / sizeof htab_cases[0]));
     suite_add_tcase(s, tc);
-    SRunner *r = srunner_create(s);
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return suite_main(s);
 }

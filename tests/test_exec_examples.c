@@ -13,6 +13,7 @@
 #include "sm_example.h"
 #include "sm_exec_local.h"
 #include "sm_lower.h"
+#include "suite_main.h"
 
 /* The seed examples that must exist (docs/semantics.md and the scaling book). */
 static const char *const required[] = {
@@ -225,9 +226,5 @@ int main(void)
     tcase_add_loop_test(tc, test_sidecar_errors, 0,
                         (int)(sizeof sidecar_errors / sizeof sidecar_errors[0]));
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return suite_main(s);
 }

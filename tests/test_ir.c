@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "sm_ir.h"
+#include "suite_main.h"
 
 /* Parses and verifies; fails the test with the message on error. */
 static sm_program *parse_ok(const char *text, int check_vma)
@@ -675,9 +676,5 @@ Suite *ir_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(ir_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return suite_main(ir_suite());
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "sm_ir.h"
+#include "suite_main.h"
 
 /* Parameters every row can use (mesh i=4 j=2):
  *   x f32[8,16] @ P('i', None) -> block f32[2,16]{V:i}
@@ -337,9 +338,5 @@ Suite *ir_ops_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(ir_ops_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return suite_main(ir_ops_suite());
 }

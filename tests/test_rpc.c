@@ -15,6 +15,7 @@
 #include "sm_checksum.h"
 #include "sm_rpc_msg.h"
 #include "sm_rpc_proto.h"
+#include "suite_main.h"
 
 #define MIB        (1u << 20)
 #define P_UNARY    "/shmap.test.Echo/Unary"
@@ -1155,9 +1156,5 @@ int main(void)
         if (!only || strcmp(only, tests[i].name) == 0)
             tcase_add_test(tc, tests[i].t);
     suite_add_tcase(s, tc);
-    SRunner *r = srunner_create(s);
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return suite_main(s);
 }

@@ -14,6 +14,7 @@
 #include "sm_checksum.h"
 #include "sm_rpc_internal.h"
 #include "sm_rpc_proto.h"
+#include "suite_main.h"
 
 #define MIB       (1u << 20)
 #define MSG_DESC  (&shmap__test__msg__descriptor)
@@ -577,9 +578,5 @@ int main(void)
     tcase_add_test(tc, test_pack_data);
     tcase_add_test(tc, test_streams_zero_copy);
     suite_add_tcase(s, tc);
-    SRunner *r = srunner_create(s);
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return suite_main(s);
 }

@@ -15,6 +15,7 @@
 #include "sm_rpc_msg.h"
 #include "sm_rpc_proto.h"
 #include "sm_svc.h"
+#include "suite_main.h"
 
 #define DL 5000
 
@@ -783,9 +784,5 @@ static Suite *svc_bad_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(svc_bad_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return suite_main(svc_bad_suite());
 }

@@ -13,6 +13,7 @@
 #include "sm_checksum.h"
 #include "sm_rpc_msg.h"
 #include "sm_svc.h"
+#include "suite_main.h"
 
 #define DL 5000 /* deadline of every call, ms */
 
@@ -394,9 +395,5 @@ static Suite *svc_stream_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(svc_stream_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return suite_main(svc_stream_suite());
 }

@@ -9,6 +9,7 @@
 #include "sm_mesh.h"
 #include "sm_pspec.h"
 #include "sm_sharding.h"
+#include "suite_main.h"
 
 /* ---- meshes ---------------------------------------------------------- */
 
@@ -445,9 +446,5 @@ static Suite *shard_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(shard_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return suite_main(shard_suite());
 }

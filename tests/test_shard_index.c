@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "sm_sharding.h"
+#include "suite_main.h"
 
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -560,9 +561,5 @@ static Suite *shard_index_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(shard_index_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return suite_main(shard_index_suite());
 }

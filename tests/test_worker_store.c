@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "store.h"
+#include "suite_main.h"
 
 static const int32_t devs[4] = {4, 5, 6, 7};
 
@@ -345,9 +346,5 @@ int main(void)
     tcase_add_test(tc, test_many_arrays);
     tcase_add_test(tc, test_concurrency_smoke);
     suite_add_tcase(s, tc);
-    SRunner *r = srunner_create(s);
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return suite_main(s);
 }
