@@ -1,9 +1,11 @@
+#define _GNU_SOURCE /* gettid */
 #include "disk.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,10 +100,25 @@ static void sm_disk_do(sm_disk *d, const sm_disk_op *op)
 static void *sm_disk_main(void *arg)
 {
     sm_disk *d = arg;
+    /* The copies are background work: this thread yields the cores to
+     * uploads and jobs (nice 10: a small share under load, all of an idle
+     * core; best effort). */
+    (void)setpriority(PRIO_PROCESS, (id_t)gettid(), 10);
     pthread_mutex_lock(&d->mu);
     for (;;) {
-        while (!d->head && !d->stopping)
-            pthread_cond_wait(&d->cv, &d->mu);
+        /* Idle, it looks at the queue every SM_DISK_DELAY_MS: storing a
+         * shard then never wakes it (a wake-up per job cost the job path a
+         * context switch), and no copy is due sooner anyway. */
+        while (!d->head && !d->stopping) {
+            struct timespec next;
+            clock_gettime(CLOCK_REALTIME, &next);
+            next.tv_nsec += SM_DISK_DELAY_MS * 1000000L;
+            if (next.tv_nsec >= 1000000000L) {
+                next.tv_sec++;
+                next.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&d->cv, &d->mu, &next);
+        }
         sm_disk_op *op = d->head;
         if (!op)
             break; /* stopping with nothing queued */
@@ -177,10 +194,8 @@ static void sm_disk_queue(sm_disk *d, uint64_t array, int32_t device, sm_store_s
             d->head = op;
         d->tail = op;
     }
-    /* ops come due in queue order: the thread, waiting for the head, needs
-     * waking only when the queue was empty */
-    if (was_empty && op)
-        pthread_cond_signal(&d->cv);
+    /* no wake-up: the thread looks at the queue every SM_DISK_DELAY_MS */
+    (void)was_empty;
     pthread_mutex_unlock(&d->mu);
     while (stale) {
         sm_disk_op *next = stale->next;
