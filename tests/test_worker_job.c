@@ -16,8 +16,16 @@
  *   RunJob yet).
  * Last in each: a worker that dies while the other waits for its data; the
  * survivor must fail with SM_EUNAVAILABLE naming it, well within the
- * deadline. */
+ * deadline.
+ *
+ * Both fixtures run again with shared memory ("inproc_shm", "proc_shm":
+ * RunJob gives both workers shm_domain 1, the proc workers run with
+ * --transport shm): the same tests, plus the probe, the same bits as gRPC
+ * on random floats, collective bytes counted as read from shared memory
+ * and none sent over gRPC, and no segment of this process's jobs left in
+ * /dev/shm, after a worker was killed too. */
 #include <check.h>
+#include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -40,7 +48,9 @@
 #include "sm_sharding.h"
 #include "sm_svc.h"
 #include "sm_svc_job.h"
+#include "shm.h"
 #include "store.h"
+#include "traffic.h"
 
 #define NW      2 /* workers */
 #define DPW     2 /* devices per worker */
@@ -69,6 +79,36 @@ typedef struct {
 
 static cluster cl = {.mu = PTHREAD_MUTEX_INITIALIZER};
 static uint64_t next_id = 1000;
+/* RunJob requests put both workers in shared-memory domain 1; the workers
+ * answer ShmProbe. */
+static int shm_mode;
+
+/* The key naming job's segments: this process's pid in the top 24 bits,
+ * so shm_left() finds what this suite's jobs left behind. */
+static uint64_t shm_key_of(uint64_t job)
+{
+    return ((uint64_t)getpid() << 40) | (job & ((1ull << 40) - 1));
+}
+
+/* Segments in /dev/shm of this process's jobs (of job, if non-zero). */
+static int shm_left(uint64_t job)
+{
+    char pre[64];
+    if (job)
+        snprintf(pre, sizeof pre, "shmap-%016llx-", (unsigned long long)shm_key_of(job));
+    else
+        snprintf(pre, sizeof pre, "shmap-%06llx", (unsigned long long)(shm_key_of(0) >> 40));
+    DIR *d = opendir("/dev/shm");
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (!strncmp(e->d_name, pre, strlen(pre))) {
+            fprintf(stderr, "test_worker_job: /dev/shm/%s is left\n", e->d_name);
+            n++;
+        }
+    if (d)
+        closedir(d);
+    return n;
+}
 
 static void sleep_ms(int ms)
 {
@@ -104,8 +144,11 @@ static void inproc_setup(void)
                                 .peers = cl.peer[w],
                                 .self_address = cl.addr[w],
                                 .assemble_threads = 2};
-        sm_jobs_config jc = {
-            .store = cl.store[w], .peers = cl.peer[w], .self_address = cl.addr[w], .probe_ms = 200};
+        sm_jobs_config jc = {.store = cl.store[w],
+                             .peers = cl.peer[w],
+                             .self_address = cl.addr[w],
+                             .probe_ms = 200,
+                             .shm = shm_mode || w == 0}; /* worker 1 refuses probes in gRPC mode */
         ck_assert(sm_jobs_create(&jc, &cl.jobs[w], err, sizeof err) == SM_OK);
         ck_assert_msg(sm_svc_worker_serve(cl.srv[w], &sm_handlers_ops, &cl.h[w], "test-worker", err,
                                           sizeof err) == SM_OK,
@@ -194,8 +237,8 @@ static void proc_setup(void)
         if (pid == 0) {
             prctl(PR_SET_PDEATHSIG, SIGKILL);
             execl(worker_bin(), worker_bin(), "--listen", "127.0.0.1:0", "--coordinator",
-                  cl.coord_addr, "--devices", "2", "--log-level",
-                  getenv("SM_TEST_VERBOSE") ? "debug" : "warn", (char *)NULL);
+                  cl.coord_addr, "--devices", "2", "--transport", shm_mode ? "shm" : "grpc",
+                  "--log-level", getenv("SM_TEST_VERBOSE") ? "debug" : "warn", (char *)NULL);
             _exit(127);
         }
         cl.pid[w] = pid;
@@ -424,6 +467,7 @@ static void job_req(sm_svc_run_job_req *req, sm_svc_peer *peers, sm_program *p, 
         peers[w].ndevices = DPW;
         for (int k = 0; k < DPW; k++)
             peers[w].devices[k] = w * DPW + k;
+        peers[w].shm_domain = shm_mode ? 1 : 0;
     }
     *req = (sm_svc_run_job_req){.job_id = {job},
                                 .program = p,
@@ -433,7 +477,8 @@ static void job_req(sm_svc_run_job_req *req, sm_svc_peer *peers, sm_program *p, 
                                 .outputs = out,
                                 .npeers = NW,
                                 .peers = peers,
-                                .deadline_ms = deadline_ms};
+                                .deadline_ms = deadline_ms,
+                                .shm_key = shm_mode ? shm_key_of(job) : 0};
 }
 
 /* Sends RunJob to the workers in mask at once; fills res[w]. */
@@ -834,6 +879,7 @@ START_TEST(test_dead_peer)
     ck_assert_msg(res[0].e == SM_EUNAVAILABLE, "%s: %s", sm_err_name(res[0].e), res[0].err);
     ck_assert_msg(strstr(res[0].err, cl.addr[1]), "'%s' does not name %s", res[0].err, cl.addr[1]);
     ck_assert_msg(res[0].took < 10, "took %.1f s", res[0].took);
+    ck_assert_int_eq(shm_left(j.job), 0);
     one_job_free(&j);
 }
 END_TEST
@@ -888,6 +934,188 @@ START_TEST(test_shutdown_during_job)
     if (!proc)
         ck_assert_msg(strstr(res->err, "shutting down"), "%s", res->err);
     sm_rpc_server_free(fake);
+    one_job_free(&j);
+}
+END_TEST
+
+/* ---- shared memory ---------------------------------------------------------------- */
+
+/* The probe proves the two workers share memory only when both answer it;
+ * bad names are refused; no probe segment is left either way. */
+START_TEST(test_shm_probe)
+{
+    if (cl.skip)
+        return;
+    char err[512];
+    ck_assert_int_eq(sm_svc_shm_prove(cl.ch[0], cl.ch[1], CALL_MS), shm_mode);
+    ck_assert_int_eq(sm_svc_shm_prove(cl.ch[1], cl.ch[0], CALL_MS), shm_mode);
+    ck_assert_int_eq(sm_svc_shm_prove(cl.ch[0], cl.ch[0], CALL_MS), shm_mode || cl.pid[0] <= 0);
+    /* a cookie that is not in the segment does not prove anything: the
+     * reader answers with what it finds */
+    sm_svc_shm_probe_req rq = {.create = 1};
+    sm_svc_shm_probe_reply made, seen;
+    sm_err e = sm_svc_worker_shm_probe(cl.ch[0], CALL_MS, &rq, &made, err, sizeof err);
+    if (!shm_mode && cl.pid[0] > 0) { /* a worker run with --transport grpc refuses */
+        ck_assert_msg(e == SM_EPRECONDITION && strstr(err, "--transport grpc"), "%s: %s",
+                      sm_err_name(e), err);
+        return;
+    }
+    ck_assert_msg(e == SM_OK, "%s", err);
+    char path[128];
+    snprintf(path, sizeof path, "/dev/shm%s", made.name);
+    ck_assert_msg(access(path, F_OK) == 0, "%s was not created", path);
+    sm_svc_shm_probe_req rd = {0};
+    snprintf(rd.read, sizeof rd.read, "%s", made.name);
+    e = sm_svc_worker_shm_probe(cl.ch[1], CALL_MS, &rd, &seen, err, sizeof err);
+    if (shm_mode) {
+        ck_assert_msg(e == SM_OK, "%s", err);
+        ck_assert(seen.cookie == made.cookie && made.cookie != 0);
+        ck_assert_msg(access(path, F_OK) != 0, "the reader left %s", path);
+    } else {
+        ck_assert_msg(e == SM_EPRECONDITION && strstr(err, "--transport grpc"), "%s: %s",
+                      sm_err_name(e), err);
+    }
+    sm_svc_shm_probe_req dr = {0};
+    snprintf(dr.drop, sizeof dr.drop, "%s", made.name);
+    ck_assert(sm_svc_worker_shm_probe(cl.ch[0], CALL_MS, &dr, &seen, err, sizeof err) == SM_OK);
+    ck_assert_msg(access(path, F_OK) != 0, "the drop left %s", path);
+    /* a segment that is gone, names outside the probe segments, no action */
+    ck_assert(sm_svc_worker_shm_probe(cl.ch[0], CALL_MS, &rd, &seen, err, sizeof err) ==
+              SM_ENOTFOUND);
+    static const char *const bad[] = {"/etc/passwd", "/shmap-probe-../x", "/shmap-0123",
+                                      "shmap-probe-00", "/shmap-probe-"};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        sm_svc_shm_probe_req b = {0};
+        snprintf(b.read, sizeof b.read, "%s", bad[k]);
+        e = sm_svc_worker_shm_probe(cl.ch[0], CALL_MS, &b, &seen, err, sizeof err);
+        ck_assert_msg(e == SM_EINVAL, "read %s: %s: %s", bad[k], sm_err_name(e), err);
+        memset(&b, 0, sizeof b);
+        snprintf(b.drop, sizeof b.drop, "%s", bad[k]);
+        e = sm_svc_worker_shm_probe(cl.ch[0], CALL_MS, &b, &seen, err, sizeof err);
+        ck_assert_msg(e == SM_EINVAL, "drop %s: %s: %s", bad[k], sm_err_name(e), err);
+    }
+    sm_svc_shm_probe_req none = {0};
+    ck_assert(sm_svc_worker_shm_probe(cl.ch[0], CALL_MS, &none, &seen, err, sizeof err) ==
+              SM_EINVAL);
+}
+END_TEST
+
+/* Random floats through every reduction and data movement, once over gRPC
+ * and once through shared memory: the same bits on every device. In
+ * process, the bytes are counted on the path taken. */
+START_TEST(test_shm_same_bits)
+{
+    if (cl.skip)
+        return;
+    static const struct {
+        const char *text;
+        sm_shape s;
+    } rows[] = {
+        {MESH "shard_map f(x: f32[64,96] @ P('i','j')) -> (P('i', None), P(None, None)):\n"
+              "    y = x * 1.37 + 0.1\n"
+              "    return psum(y, 'j'), psum(y, ('i', 'j'))\n",
+         {2, {64, 96}}},
+        {MESH
+         "shard_map f(x: f32[6,12] @ P('i','j')) -> (P('i', None), P('i', None), P('i','j')):\n"
+         "    return pmax(x, 'j'), pmean(x, 'j'), psum_scatter(x, 'j', scatter_dimension=1, "
+         "tiled=True)\n",
+         {2, {6, 12}}},
+        {"mesh i=2 j=2 devices=[2, 0, 3, 1]\n"
+         "shard_map f(x: f32[8,16] @ P('i','j')) -> (P(None, None), P('i', 'j'), P('i', 'j'), "
+         "P('i','j')):\n"
+         "    return psum(x, ('i', 'j')), all_to_all(x, ('j', 'i'), 1, 0, tiled=True), "
+         "all_gather(x, 'j', axis=1, tiled=True), ppermute(x, ('i', 'j'), perm=[(0, 3), (3, 1), "
+         "(1, 2), (2, 0)])\n",
+         {2, {8, 16}}},
+        {"mesh k=4 devices=[0, 2, 3, 1]\n"
+         "shard_map f(x: f32[16,8] @ P('k')) -> (P('k'), P(None)):\n"
+         "    return psum_scatter(x, 'k', scatter_dimension=0, tiled=True), psum(x, 'k')\n",
+         {2, {16, 8}}},
+    };
+    char err[512];
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+        sm_array *g = global_input(SM_F32, &rows[r].s, 11 + (int)r, 1);
+        sm_program *p = prog(rows[r].text);
+        sm_array_id in = {next_id++}, out[2][4];
+        put_param(p, 0, g, in.v, ~0u);
+        uint64_t t0[SM_TRAFFIC_COUNT], t1[SM_TRAFFIC_COUNT];
+        int mode = shm_mode;
+        for (int m = 0; m < 2; m++) {
+            shm_mode = m;
+            for (int k = 0; k < p->nreturns; k++)
+                out[m][k].v = next_id++;
+            sm_svc_run_job_req req;
+            sm_svc_peer peers[NW];
+            run_res res[NW];
+            job_req(&req, peers, p, next_id++, &in, out[m], 30000);
+            sm_traffic_get(t0);
+            run_on(&req, 3, res);
+            sm_traffic_get(t1);
+            for (int w = 0; w < NW; w++)
+                ck_assert_msg(res[w].e == SM_OK, "row %zu, %s: %s", r, m ? "shm" : "grpc",
+                              res[w].err);
+            if (cl.pid[0] <= 0) { /* in process: the counters are this process's */
+                ck_assert_msg((t1[SM_TRAFFIC_SHM_IN] > t0[SM_TRAFFIC_SHM_IN]) == m,
+                              "row %zu, %s: %llu bytes read from shared memory", r,
+                              m ? "shm" : "grpc",
+                              (unsigned long long)(t1[SM_TRAFFIC_SHM_IN] - t0[SM_TRAFFIC_SHM_IN]));
+                ck_assert_msg(
+                    (t1[SM_TRAFFIC_COLL_OUT] > t0[SM_TRAFFIC_COLL_OUT]) == !m,
+                    "row %zu, %s: %llu bytes sent over gRPC", r, m ? "shm" : "grpc",
+                    (unsigned long long)(t1[SM_TRAFFIC_COLL_OUT] - t0[SM_TRAFFIC_COLL_OUT]));
+            }
+        }
+        shm_mode = mode;
+        for (int k = 0; k < p->nreturns; k++)
+            for (int32_t dev = 0; dev < NW * DPW; dev++) {
+                sm_array *a = fetch(out[0][k].v, dev), *b = fetch(out[1][k].v, dev);
+                ck_assert_int_eq(a->nbytes, b->nbytes);
+                ck_assert_msg(!memcmp(a->data, b->data, (size_t)a->nbytes),
+                              "row %zu, output %d, device %d: gRPC and shared memory differ", r, k,
+                              (int)dev);
+                sm_array_free(a);
+                sm_array_free(b);
+            }
+        ck_assert_int_eq(shm_left(0), 0);
+        sm_program_free(p);
+        sm_array_free(g);
+        (void)err;
+    }
+}
+END_TEST
+
+/* Worker 1 waits in a collective (its segment made, worker 0 not started)
+ * and is killed (-9): its segment's name is left, as after any crash.
+ * Worker 0 then runs the job: it fails UNAVAILABLE naming worker 1 within
+ * seconds, and no segment of the job is left. Kills worker 1: kept last. */
+START_TEST(test_shm_killed_in_collective)
+{
+    if (cl.skip || cl.pid[1] <= 0)
+        return;
+    one_job j;
+    one_job_init(&j, PSUM_J, (sm_shape){2, {8, 12}}, 3, 30000);
+    run_res *res = j.res;
+    res[1] = (run_res){.w = 1, .req = &j.req};
+    pthread_t th;
+    ck_assert(pthread_create(&th, NULL, run_main, &res[1]) == 0);
+    char seg[128];
+    snprintf(seg, sizeof seg, "/dev/shm/shmap-%016llx-1", (unsigned long long)shm_key_of(j.job));
+    for (int t = 0; t < 200 && access(seg, F_OK) != 0; t++)
+        sleep_ms(10);
+    ck_assert_msg(access(seg, F_OK) == 0, "worker 1 made no segment %s", seg);
+    sleep_ms(300); /* its devices wait for worker 0 */
+    kill(cl.pid[1], SIGKILL);
+    waitpid(cl.pid[1], NULL, 0);
+    cl.pid[1] = 0;
+    pthread_join(th, NULL);
+    ck_assert_msg(res[1].e == SM_EUNAVAILABLE, "%s: %s", sm_err_name(res[1].e), res[1].err);
+    ck_assert_msg(access(seg, F_OK) == 0, "%s went with its worker", seg);
+    run_start_w0(&j, &th);
+    pthread_join(th, NULL);
+    ck_assert_msg(res[0].e == SM_EUNAVAILABLE, "%s: %s", sm_err_name(res[0].e), res[0].err);
+    ck_assert_msg(strstr(res[0].err, cl.addr[1]), "'%s' does not name %s", res[0].err, cl.addr[1]);
+    ck_assert_msg(res[0].took < 10, "took %.1f s", res[0].took);
+    ck_assert_int_eq(shm_left(j.job), 0);
     one_job_free(&j);
 }
 END_TEST
@@ -1483,15 +1711,51 @@ START_TEST(test_many_jobs)
 }
 END_TEST
 
-static void add_job_tests(TCase *tc)
+static void add_job_tests(TCase *tc, int killed_in_shm)
 {
     tcase_add_loop_test(tc, test_job_case, 0, NJOB_CASES);
     tcase_add_test(tc, test_deterministic);
+    tcase_add_test(tc, test_shm_probe);
+    tcase_add_test(tc, test_shm_same_bits);
     tcase_add_test(tc, test_missing_input);
     tcase_add_test(tc, test_cancel);
     tcase_add_test(tc, test_exchange_bad_input);
-    tcase_add_test(tc, test_dead_peer);
+    tcase_add_test(tc, killed_in_shm ? test_shm_killed_in_collective : test_dead_peer);
     tcase_add_test(tc, test_shutdown_during_job);
+}
+
+static void inproc_shm_setup(void)
+{
+    shm_mode = 1;
+    inproc_setup();
+}
+
+static void proc_shm_setup(void)
+{
+    shm_mode = 1;
+    proc_setup();
+}
+
+/* Teardowns: nothing of this process's jobs is left in /dev/shm. */
+static void shm_teardown_check(void)
+{
+    shm_mode = 0;
+    if (shm_left(0)) {
+        fprintf(stderr, "test_worker_job: segments left in /dev/shm\n");
+        exit(1);
+    }
+}
+
+static void inproc_shm_teardown(void)
+{
+    inproc_teardown();
+    shm_teardown_check();
+}
+
+static void proc_shm_teardown(void)
+{
+    proc_teardown();
+    shm_teardown_check();
 }
 
 int main(void)
@@ -1511,13 +1775,23 @@ int main(void)
     tcase_set_timeout(inproc, 240);
     tcase_add_unchecked_fixture(inproc, inproc_setup, inproc_teardown);
     tcase_add_test(inproc, test_many_jobs); /* before the shutdown test ends the workers */
-    add_job_tests(inproc);
+    add_job_tests(inproc, 0);
     suite_add_tcase(s, inproc);
     TCase *proc = tcase_create("proc");
     tcase_set_timeout(proc, 240);
     tcase_add_unchecked_fixture(proc, proc_setup, proc_teardown);
-    add_job_tests(proc);
+    add_job_tests(proc, 0);
     suite_add_tcase(s, proc);
+    TCase *inproc_shm = tcase_create("inproc_shm");
+    tcase_set_timeout(inproc_shm, 240);
+    tcase_add_unchecked_fixture(inproc_shm, inproc_shm_setup, inproc_shm_teardown);
+    add_job_tests(inproc_shm, 0);
+    suite_add_tcase(s, inproc_shm);
+    TCase *proc_shm = tcase_create("proc_shm");
+    tcase_set_timeout(proc_shm, 240);
+    tcase_add_unchecked_fixture(proc_shm, proc_shm_setup, proc_shm_teardown);
+    add_job_tests(proc_shm, 1);
+    suite_add_tcase(s, proc_shm);
     SRunner *r = srunner_create(s);
     srunner_set_fork_status(r, CK_NOFORK);
     srunner_run_all(r, CK_ENV);

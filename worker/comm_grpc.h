@@ -36,6 +36,10 @@
  *   rank order from local inputs and received blobs. Received blobs are read
  *   straight from the chunks they arrived in.
  *
+ * Groups whose workers all share memory with this one (the same non-zero
+ * shm_domain in the config) skip the network: see comm_grpc_shm.c. The
+ * reduction order is the same on both paths, so are the bits.
+ *
  * Failures: a send that fails, or a peer that stops answering a probe while
  * a member waits for its data, aborts the job with SM_EUNAVAILABLE naming
  * the worker's address; the job's deadline (absolute) bounds every wait
@@ -90,6 +94,11 @@ typedef struct {
     sm_mailbox *box;            /* borrowed */
     const sm_comm_grpc_transport *tr;
     void *tr_user;
+    /* Shared memory (comm_grpc_shm.c): per worker, its domain (NULL or 0:
+     * gRPC only); a group whose workers all share this worker's non-zero
+     * domain runs through segments named after shm_key. */
+    const uint32_t *shm_domain;
+    uint64_t shm_key;
 } sm_comm_grpc_config;
 
 typedef struct sm_comm_grpc sm_comm_grpc;

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "comm_grpc.h"
+#include "shm.h"
 #include "sm_exec.h"
 #include "sm_htab.h"
 #include "sm_log.h"
@@ -36,6 +37,7 @@ struct sm_jobs {
     sm_peer *peers;
     char self[SM_ADDR_MAX];
     int probe_ms;
+    int shm;
     sm_job *jobs;
     sm_htab index; /* the jobs by sm_htab_hash_u64(id): a lookup walks no list */
     int njobs;
@@ -67,6 +69,7 @@ sm_err sm_jobs_create(const sm_jobs_config *cfg, sm_jobs **out, char *err, size_
     j->peers = cfg->peers;
     snprintf(j->self, sizeof j->self, "%s", cfg->self_address ? cfg->self_address : "");
     j->probe_ms = cfg->probe_ms;
+    j->shm = cfg->shm;
     sm_mailbox_pending_limit(SM_JOBS_PENDING_TOTAL);
     *out = j;
     return SM_OK;
@@ -574,6 +577,13 @@ static sm_err sm_jobs_run(void *user, sm_svc_run_job_req *req, int64_t *output_b
         (e = sm_exec_plan_create(p, &plan, err, errlen)))
         goto done;
     uint32_t ms = req->deadline_ms ? req->deadline_ms : SM_JOBS_DEFAULT_DEADLINE_MS;
+    uint32_t *domain = calloc((size_t)req->npeers + 1, sizeof *domain);
+    if (!domain) {
+        e = sm_fail(err, errlen, SM_ENOMEM, "out of memory for job %llu", id);
+        goto done;
+    }
+    for (int w = 0; w < req->npeers; w++)
+        domain[w] = req->peers[w].shm_domain;
     sm_comm_grpc_config cc = {.job = req->job_id,
                               .mesh = m,
                               .nworkers = req->npeers,
@@ -583,10 +593,14 @@ static sm_err sm_jobs_run(void *user, sm_svc_run_job_req *req, int64_t *output_b
                               .probe_ms = j->probe_ms,
                               .box = job->box,
                               .tr = &sm_comm_grpc_net,
-                              .tr_user = j->peers};
+                              .tr_user = j->peers,
+                              .shm_domain = domain,
+                              .shm_key = req->shm_key};
     cc.deadline = sm_time_after_ms(CLOCK_MONOTONIC, ms);
     sm_comm_grpc *comm;
-    if ((e = sm_comm_grpc_create(&cc, &comm, err, errlen)))
+    e = sm_comm_grpc_create(&cc, &comm, err, errlen);
+    free(domain);
+    if (e)
         goto done;
     pthread_mutex_lock(&j->mu);
     job->comm = comm;
@@ -665,8 +679,28 @@ done:
     return e;
 }
 
+/* ---- ShmProbe ----------------------------------------------------------------- */
+
+static sm_err sm_jobs_shm_probe(void *user, const sm_svc_shm_probe_req *req,
+                                sm_svc_shm_probe_reply *out, char *err, size_t errlen)
+{
+    sm_jobs *j = user;
+    if (!j->shm)
+        return sm_fail(err, errlen, SM_EPRECONDITION,
+                       "worker %s uses --transport grpc: it shares no memory with its peers",
+                       j->self);
+    if (req->drop[0])
+        return sm_shm_probe_drop(req->drop, err, errlen);
+    if (req->read[0])
+        return sm_shm_probe_read(req->read, &out->cookie, err, errlen);
+    if (!req->create)
+        return sm_fail(err, errlen, SM_EINVAL, "ShmProbe names no action (create, read or drop)");
+    return sm_shm_probe_create(out->name, &out->cookie, err, errlen);
+}
+
 const sm_svc_worker_job_ops sm_jobs_ops = {
     .run_job = sm_jobs_run,
     .cancel_job = sm_jobs_cancel,
     .exchange = sm_jobs_exchange,
+    .shm_probe = sm_jobs_shm_probe,
 };

@@ -1,0 +1,505 @@
+/* comm_grpc_shm: the collectives of a job whose group's workers all share
+ * memory with this one (the same non-zero shm_domain, proven by
+ * Worker.ShmProbe before the job was dispatched).
+ *
+ * Segments: every worker of the domain creates one segment for the job,
+ * "/shmap-<key>-<worker index>", sparse: a header (magic, abort flag and
+ * sentence, one futex word per slot) and one slot of SM_SHM_SPAN bytes per
+ * mesh position of that worker. A group uses, on each of its workers, the
+ * slot of its lowest member there; groups of one collective are disjoint,
+ * so no two running groups share a slot. Peers open a segment the first
+ * time they need it and the last of them unlinks its name; every worker
+ * unlinks every name of the domain again when the job ends, so a worker
+ * that dies leaves no name behind once its peers have noticed.
+ *
+ * A collective, on each worker: the local members meet (sm_rendezvous),
+ * write what the others need into their slot (phase 1), then read their
+ * peers' slots where they lie (phase 2, all_reduce only), and wait until
+ * every worker is done reading before leaving (phase 3). A phase ends with
+ * the local members' barrier, the leader writing (seq << 2 | phase) to the
+ * slot's word and waking its waiters; a waiter sleeps on the peer's word
+ * (futex) in short slices, checking the job's abort, the peer's abort flag,
+ * the job's deadline and, every probe interval, that the peer still answers
+ * (else SM_EUNAVAILABLE naming it, as on the gRPC path).
+ *
+ * Reductions add in the order of the gRPC path (comm_grpc.h): each
+ * worker's members in rank order into the worker's partial, then the
+ * partials in worker order; the kernels are the same, so are the bits. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "comm_grpc_int.h"
+#include "shm.h"
+#include "sm_log.h"
+#include "sm_time.h"
+#include "traffic.h"
+
+#define SM_SHM_MAGIC    UINT64_C(0x3176626f6a706d73) /* "smpjobv1" */
+#define SM_SHM_HDR      ((size_t)64 << 10)
+#define SM_SHM_WORDS    4096
+#define SM_SHM_SPAN     ((size_t)2 << 30)
+#define SM_SHM_SLICE_MS 20
+#define SM_SHM_SPIN     4000
+
+typedef struct {
+    uint64_t magic;
+    uint32_t nslots;
+    uint32_t mapped;  /* peers that opened the segment */
+    uint32_t aborted; /* the owner's job aborted; why holds its sentence */
+    char why[512];
+} sm_shm_hdr;
+
+struct sm_cg_shm {
+    pthread_mutex_t mu;
+    uint64_t key;
+    int ndomain;     /* workers of this worker's domain, itself included */
+    sm_shm_seg *seg; /* per worker; base NULL until opened */
+    int *nslots;     /* per worker: its mesh positions */
+};
+
+static void sm_cg_shm_name(const sm_cg_shm *m, int w, char *name)
+{
+    snprintf(name, SM_SHM_NAME_MAX, "/shmap-%016llx-%d", (unsigned long long)m->key, w);
+}
+
+static size_t sm_cg_shm_len(const sm_cg_shm *m, int w)
+{
+    return SM_SHM_HDR + (size_t)m->nslots[w] * SM_SHM_SPAN;
+}
+
+static uint32_t *sm_cg_shm_word(const sm_shm_seg *s, int slot)
+{
+    return (uint32_t *)((char *)s->base + SM_SHM_WORDS + (size_t)slot * 64);
+}
+
+static char *sm_cg_shm_slot(const sm_shm_seg *s, int slot)
+{
+    return (char *)s->base + SM_SHM_HDR + (size_t)slot * SM_SHM_SPAN;
+}
+
+sm_err sm_cg_shm_create(sm_comm_grpc *c, uint64_t key, char *err, size_t errlen)
+{
+    uint32_t dom = c->domain[c->self];
+    int ndomain = 0;
+    for (int w = 0; w < c->nworkers; w++)
+        ndomain += dom && c->domain[w] == dom;
+    if (ndomain < 2)
+        return SM_OK;
+    sm_cg_shm *m = calloc(1, sizeof *m);
+    if (m) {
+        m->seg = calloc((size_t)c->nworkers, sizeof *m->seg);
+        m->nslots = calloc((size_t)c->nworkers, sizeof *m->nslots);
+    }
+    if (!m || !m->seg || !m->nslots) {
+        if (m) {
+            free(m->seg);
+            free(m->nslots);
+        }
+        free(m);
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a job's shared memory");
+    }
+    pthread_mutex_init(&m->mu, NULL);
+    m->key = key;
+    m->ndomain = ndomain;
+    for (int w = 0; w < c->nworkers; w++)
+        m->seg[w].fd = -1;
+    for (int pos = 0; pos < c->mesh.ndevices; pos++)
+        m->nslots[c->pos_worker[pos]]++;
+    char name[SM_SHM_NAME_MAX];
+    sm_cg_shm_name(m, c->self, name);
+    sm_err e = sm_shm_seg_create(name, sm_cg_shm_len(m, c->self), &m->seg[c->self], err, errlen);
+    if (e) {
+        pthread_mutex_destroy(&m->mu);
+        free(m->seg);
+        free(m->nslots);
+        free(m);
+        return e;
+    }
+    sm_shm_hdr *h = m->seg[c->self].base;
+    h->nslots = (uint32_t)m->nslots[c->self];
+    __atomic_store_n(&h->magic, SM_SHM_MAGIC, __ATOMIC_RELEASE);
+    c->shm = m;
+    return SM_OK;
+}
+
+void sm_cg_shm_free(sm_comm_grpc *c)
+{
+    sm_cg_shm *m = c->shm;
+    if (!m)
+        return;
+    char name[SM_SHM_NAME_MAX];
+    for (int w = 0; w < c->nworkers; w++) {
+        sm_shm_seg_close(&m->seg[w]);
+        if (c->domain[w] == c->domain[c->self]) {
+            sm_cg_shm_name(m, w, name);
+            sm_shm_unlink(name);
+        }
+    }
+    pthread_mutex_destroy(&m->mu);
+    free(m->seg);
+    free(m->nslots);
+    free(m);
+    c->shm = NULL;
+}
+
+void sm_cg_shm_abort(sm_comm_grpc *c, const char *why)
+{
+    sm_cg_shm *m = c->shm;
+    if (!m)
+        return;
+    const sm_shm_seg *s = &m->seg[c->self];
+    sm_shm_hdr *h = s->base;
+    snprintf(h->why, sizeof h->why, "%s", why);
+    __atomic_store_n(&h->aborted, 1, __ATOMIC_RELEASE);
+    for (int k = 0; k < m->nslots[c->self]; k++)
+        sm_shm_futex_wake(sm_cg_shm_word(s, k));
+}
+
+int sm_cg_shm_use(const sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
+                  sm_cg_kind kind, int64_t nbytes)
+{
+    (void)c;
+    if (!L->shm || nbytes <= 0)
+        return 0;
+    uint64_t need = (uint64_t)nbytes;
+    if (kind == SM_CG_AR)
+        need = 2 * (((uint64_t)nbytes + 63) & ~(uint64_t)63);
+    else if (kind == SM_CG_A2A || kind == SM_CG_PERM)
+        need = (uint64_t)g->size * (uint64_t)nbytes;
+    return need <= SM_SHM_SPAN;
+}
+
+/* Waits (bounded by the job's checks) until the peer answers probes again
+ * or fails; SM_OK to go on waiting. */
+static sm_err sm_cg_shm_checks(sm_comm_grpc *c, int w, const sm_shm_hdr *h, uint64_t seq,
+                               int64_t *next_probe, char *err, size_t errlen)
+{
+    char msg[400];
+    sm_err e = sm_rendezvous_check(c->rv, err, errlen);
+    if (e)
+        return e;
+    if (h && __atomic_load_n(&h->aborted, __ATOMIC_ACQUIRE)) {
+        memcpy(msg, h->why, sizeof msg - 1); /* the peer's sentence, cut to fit */
+        msg[sizeof msg - 1] = 0;
+        return sm_cg_failf(c, SM_ECANCELLED, err, errlen, "collective cancelled on worker %s: %s",
+                           c->addr[w], msg);
+    }
+    if (sm_cg_ms_left(c) == 0)
+        return sm_cg_failf(c, SM_ETIMEOUT, err, errlen,
+                           "collective #%llu of job %llu timed out waiting for worker %s in "
+                           "shared memory",
+                           (unsigned long long)seq, (unsigned long long)c->job.v, c->addr[w]);
+    int64_t now = sm_time_mono_ms();
+    if (now >= *next_probe) {
+        if (c->tr->probe(c->tr_user, c->addr[w], c->probe_ms, msg, sizeof msg) != SM_OK)
+            return sm_cg_failf(c, SM_EUNAVAILABLE, err, errlen,
+                               "worker %s is unavailable: it stopped answering while collective "
+                               "#%llu of job %llu waited for it in shared memory: %s",
+                               c->addr[w], (unsigned long long)seq, (unsigned long long)c->job.v,
+                               msg);
+        *next_probe = sm_time_mono_ms() + c->probe_ms;
+    }
+    return SM_OK;
+}
+
+/* Worker w's segment, opened (and its name unlinked by the last peer to
+ * open it) on first use; waits for its owner to create it. */
+static sm_err sm_cg_shm_seg(sm_comm_grpc *c, int w, uint64_t seq, const sm_shm_seg **out, char *err,
+                            size_t errlen)
+{
+    sm_cg_shm *m = c->shm;
+    int64_t next_probe = sm_time_mono_ms() + c->probe_ms;
+    char name[SM_SHM_NAME_MAX];
+    sm_cg_shm_name(m, w, name);
+    for (;;) {
+        pthread_mutex_lock(&m->mu);
+        sm_shm_seg *s = &m->seg[w];
+        sm_err e = SM_OK;
+        if (!s->base) {
+            e = sm_shm_seg_open(name, sm_cg_shm_len(m, w), s, err, errlen);
+            if (!e && __atomic_load_n(&((sm_shm_hdr *)s->base)->magic, __ATOMIC_ACQUIRE) !=
+                          SM_SHM_MAGIC) {
+                sm_shm_seg_close(s); /* created, not yet initialized */
+                e = SM_ENOTFOUND;
+            }
+            if (!e && __atomic_add_fetch(&((sm_shm_hdr *)s->base)->mapped, 1, __ATOMIC_ACQ_REL) ==
+                          (uint32_t)m->ndomain - 1)
+                sm_shm_unlink(name); /* every peer has it mapped */
+        }
+        pthread_mutex_unlock(&m->mu);
+        if (!e) {
+            *out = s;
+            return SM_OK;
+        }
+        if (e != SM_ENOTFOUND)
+            return sm_cg_failf(c, e, err, errlen, "%s", err);
+        if ((e = sm_cg_shm_checks(c, w, NULL, seq, &next_probe, err, errlen)))
+            return e;
+        usleep(500);
+    }
+}
+
+static uint32_t sm_cg_shm_tag(uint64_t seq, int phase)
+{
+    return (uint32_t)(seq << 2 | (uint64_t)phase);
+}
+
+/* The slot group g uses on the worker of order k. */
+static int sm_cg_shm_slot_of(const sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
+                             int k)
+{
+    return c->pos_local[g->members[L->first[k]]];
+}
+
+static void sm_cg_shm_post(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
+                           uint64_t seq, int phase)
+{
+    const sm_shm_seg *s = &c->shm->seg[c->self];
+    uint32_t *word = sm_cg_shm_word(s, sm_cg_shm_slot_of(c, g, L, sm_cg_self_order(c, L)));
+    __atomic_store_n(word, sm_cg_shm_tag(seq, phase), __ATOMIC_RELEASE);
+    sm_shm_futex_wake(word);
+}
+
+/* Waits until every other worker of the group has posted phase of seq. */
+static sm_err sm_cg_shm_wait(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
+                             uint64_t seq, int phase, char *err, size_t errlen)
+{
+    uint32_t tag = sm_cg_shm_tag(seq, phase);
+    for (int k = 0; k < L->nw; k++) {
+        int w = L->order[k];
+        if (w == c->self)
+            continue;
+        const sm_shm_seg *s;
+        sm_err e = sm_cg_shm_seg(c, w, seq, &s, err, errlen);
+        if (e)
+            return e;
+        uint32_t *word = sm_cg_shm_word(s, sm_cg_shm_slot_of(c, g, L, k));
+        int64_t next_probe = sm_time_mono_ms() + c->probe_ms;
+        for (int spin = 0;; spin++) {
+            uint32_t v = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+            if ((int32_t)(v - tag) >= 0)
+                break;
+            if (spin < SM_SHM_SPIN)
+                continue;
+            if ((e = sm_cg_shm_checks(c, w, s->base, seq, &next_probe, err, errlen)))
+                return e;
+            sm_shm_futex_wait(word, v, SM_SHM_SLICE_MS);
+        }
+    }
+    return SM_OK;
+}
+
+/* Ends a phase: the local barrier, the leader's post, the wait for the
+ * other workers. failed: this member failed (its error already in err). */
+static sm_err sm_cg_shm_phase(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
+                              sm_rendezvous_slot *s, uint64_t seq, int phase, sm_err failed,
+                              char *err, size_t errlen)
+{
+    if (failed)
+        sm_cg_failf(c, failed, err, errlen, "%s", err);
+    if (sm_rendezvous_sync(c->rv, s, failed != SM_OK)) {
+        sm_err e = sm_rendezvous_check(c->rv, err, errlen);
+        return failed ? failed
+               : e    ? e
+                      : sm_fail(err, errlen, SM_ECANCELLED,
+                                "collective #%llu failed on another device", (unsigned long long)seq);
+    }
+    if (L->li == 0)
+        sm_cg_shm_post(c, g, L, seq, phase);
+    return sm_cg_shm_wait(c, g, L, seq, phase, err, errlen);
+}
+
+/* The start of worker order k's slot for g, checked against truncation up
+ * to used bytes. */
+static sm_err sm_cg_shm_region(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
+                               int k, uint64_t seq, size_t used, const char **out, char *err,
+                               size_t errlen)
+{
+    const sm_shm_seg *s;
+    sm_err e = sm_cg_shm_seg(c, L->order[k], seq, &s, err, errlen);
+    if (e)
+        return e;
+    int slot = sm_cg_shm_slot_of(c, g, L, k);
+    if (L->order[k] != c->self &&
+        (e = sm_shm_seg_check(s, SM_SHM_HDR + (size_t)slot * SM_SHM_SPAN + used, err, errlen)))
+        return sm_cg_failf(c, e, err, errlen, "%s", err);
+    *out = sm_cg_shm_slot(s, slot);
+    return SM_OK;
+}
+
+/* acc[lo, hi) = the local inputs' elements [lo, hi) reduced in rank order. */
+static sm_err sm_cg_shm_local(const sm_cg_layout *L, const sm_rendezvous_slot *s, sm_dtype t,
+                              sm_kern_reduce_op op, char *acc, int64_t lo, int64_t hi, char *err,
+                              size_t errlen)
+{
+    int64_t el = (int64_t)sm_dtype_size(t);
+    if (hi <= lo)
+        return SM_OK;
+    const char *in0 = (const char *)s->in[0] + lo * el;
+    sm_err e = SM_OK;
+    if (L->nlocal == 1)
+        memcpy(acc + lo * el, in0, (size_t)((hi - lo) * el));
+    else
+        e = sm_cg_reduce2(t, op, in0, (const char *)s->in[1] + lo * el, acc + lo * el, hi - lo, err,
+                          errlen);
+    for (int l = 2; l < L->nlocal && !e; l++)
+        e = sm_kern_accumulate(t, acc + lo * el, (const char *)s->in[l] + lo * el, hi - lo, op, err,
+                               errlen);
+    return e;
+}
+
+/* dst[0, m) = the partials P[k] + off of every worker, in worker order. */
+static sm_err sm_cg_shm_combine(const sm_cg_layout *L, const char *const *P, int64_t off,
+                                sm_dtype t, sm_kern_reduce_op op, char *dst, int64_t m, char *err,
+                                size_t errlen)
+{
+    int64_t el = (int64_t)sm_dtype_size(t);
+    if (m <= 0)
+        return SM_OK;
+    sm_err e = sm_cg_reduce2(t, op, P[0] + off * el, P[1] + off * el, dst, m, err, errlen);
+    for (int k = 2; k < L->nw && !e; k++)
+        e = sm_kern_accumulate(t, dst, P[k] + off * el, m, op, err, errlen);
+    return e;
+}
+
+sm_err sm_cg_shm_all_reduce(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
+                            uint64_t seq, sm_dtype t, sm_kern_reduce_op op, const void *in,
+                            void *out, int64_t n, char *err, size_t errlen)
+{
+    int64_t el = (int64_t)sm_dtype_size(t);
+    size_t sa = ((size_t)(n * el) + 63) & ~(size_t)63; /* the partial, then the result */
+    int nw = L->nw, ks = sm_cg_self_order(c, L);
+    const char **P = malloc((size_t)nw * sizeof *P);
+    sm_rendezvous_slot *s;
+    if (!P)
+        return sm_cg_failf(c, SM_ENOMEM, err, errlen, "out of memory for collective #%llu",
+                           (unsigned long long)seq);
+    sm_err e = sm_cg_join(c, g, L, seq, SM_CG_AR, n, in, out, &s, err, errlen);
+    if (e) {
+        free(P);
+        return e;
+    }
+    char *mine = NULL;
+    e = sm_cg_shm_region(c, g, L, ks, seq, 2 * sa, (const char **)&mine, err, errlen);
+    /* phase 1: this worker's partial, a slice per local member */
+    if (!e)
+        e = sm_cg_shm_local(L, s, t, op, mine, n * L->li / L->nlocal, n * (L->li + 1) / L->nlocal,
+                            err, errlen);
+    e = sm_cg_shm_phase(c, g, L, s, seq, 1, e, err, errlen);
+    /* phase 2: part ks of the result from every worker's partial, a slice
+     * per local member, into this worker's result */
+    for (int k = 0; k < nw && !e; k++)
+        e = sm_cg_shm_region(c, g, L, k, seq, 2 * sa, &P[k], err, errlen);
+    if (!e) {
+        int64_t a = n * ks / nw, b = n * (ks + 1) / nw, m = b - a;
+        int64_t lo = a + m * L->li / L->nlocal, hi = a + m * (L->li + 1) / L->nlocal;
+        e = sm_cg_shm_combine(L, P, lo, t, op, mine + sa + lo * el, hi - lo, err, errlen);
+        sm_traffic_add(SM_TRAFFIC_SHM_IN, (hi - lo) * el * (nw - 1));
+    }
+    e = sm_cg_shm_phase(c, g, L, s, seq, 2, e, err, errlen);
+    /* phase 3: every local output gets every worker's part, a share per
+     * local member */
+    if (!e) {
+        int64_t total = (int64_t)L->nlocal * n;
+        int64_t a = total * L->li / L->nlocal, b = total * (L->li + 1) / L->nlocal;
+        for (int64_t i = a; i < b;) {
+            int l = (int)(i / n);
+            int64_t x = i - (int64_t)l * n; /* element of output l */
+            int k = 0;
+            while (k + 1 < nw && n * (k + 1) / nw <= x)
+                k++;
+            int64_t end = n * (k + 1) / nw, stop = (int64_t)l * n + end;
+            int64_t len = (stop < b ? stop : b) - i;
+            memcpy((char *)s->out[l] + x * el, P[k] + sa + x * el, (size_t)(len * el));
+            if (k != ks)
+                sm_traffic_add(SM_TRAFFIC_SHM_IN, len * el);
+            i += len;
+        }
+    }
+    e = sm_cg_shm_phase(c, g, L, s, seq, 3, e, err, errlen);
+    sm_rendezvous_leave(c->rv, s);
+    free(P);
+    return e;
+}
+
+sm_err sm_cg_shm_reduce_scatter(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
+                                uint64_t seq, sm_dtype t, sm_kern_reduce_op op, const void *in,
+                                void *out, int64_t n, char *err, size_t errlen)
+{
+    int64_t el = (int64_t)sm_dtype_size(t), total = (int64_t)g->size * n;
+    int nw = L->nw, ks = sm_cg_self_order(c, L);
+    const char **P = malloc((size_t)nw * sizeof *P);
+    sm_rendezvous_slot *s;
+    if (!P)
+        return sm_cg_failf(c, SM_ENOMEM, err, errlen, "out of memory for collective #%llu",
+                           (unsigned long long)seq);
+    sm_err e = sm_cg_join(c, g, L, seq, SM_CG_RS, n, in, NULL, &s, err, errlen);
+    if (e) {
+        free(P);
+        return e;
+    }
+    char *mine = NULL;
+    e = sm_cg_shm_region(c, g, L, ks, seq, (size_t)(total * el), (const char **)&mine, err, errlen);
+    if (!e) /* phase 1: this worker's partial of every chunk, a slice per local member */
+        e = sm_cg_shm_local(L, s, t, op, mine, total * L->li / L->nlocal,
+                            total * (L->li + 1) / L->nlocal, err, errlen);
+    e = sm_cg_shm_phase(c, g, L, s, seq, 1, e, err, errlen);
+    for (int k = 0; k < nw && !e; k++)
+        e = sm_cg_shm_region(c, g, L, k, seq, (size_t)(total * el), &P[k], err, errlen);
+    if (!e) /* the caller's chunk of every partial, in worker order */
+        e = sm_cg_shm_combine(L, P, (int64_t)g->rank * n, t, op, out, n, err, errlen);
+    if (!e)
+        sm_traffic_add(SM_TRAFFIC_SHM_IN, n * el * (nw - 1));
+    e = sm_cg_shm_phase(c, g, L, s, seq, 3, e, err, errlen);
+    sm_rendezvous_leave(c->rv, s);
+    free(P);
+    return e;
+}
+
+sm_err sm_cg_shm_move(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L, uint64_t seq,
+                      sm_cg_kind kind, int from, int to, const void *in, void *out, int64_t cb,
+                      char *err, size_t errlen)
+{
+    int64_t inb = kind == SM_CG_A2A ? (int64_t)g->size * cb : cb;
+    size_t used = (size_t)(g->size * inb);
+    int ks = sm_cg_self_order(c, L);
+    sm_rendezvous_slot *s;
+    sm_err e = sm_cg_join(c, g, L, seq, kind, cb, in, NULL, &s, err, errlen);
+    if (e)
+        return e;
+    char *mine = NULL;
+    e = sm_cg_shm_region(c, g, L, ks, seq, used, (const char **)&mine, err, errlen);
+    /* phase 1: the caller's input into this worker's slot, if a peer needs it */
+    if (!e && (kind != SM_CG_PERM || (to >= 0 && L->lidx[to] < 0)))
+        memcpy(mine + L->gidx[g->rank] * inb, in, (size_t)inb);
+    e = sm_cg_shm_phase(c, g, L, s, seq, 1, e, err, errlen);
+    for (int q = 0; q < g->size && !e; q++) {
+        if (kind == SM_CG_PERM && q != from)
+            continue;
+        char *dst = (char *)out + (kind == SM_CG_PERM ? 0 : q * cb);
+        const char *src;
+        if (L->lidx[q] >= 0) {
+            src = s->in[L->lidx[q]];
+        } else {
+            int k = 0;
+            while (L->order[k] != L->worker[q])
+                k++;
+            if ((e = sm_cg_shm_region(c, g, L, k, seq, used, &src, err, errlen)))
+                break;
+            src += L->gidx[q] * inb;
+            sm_traffic_add(SM_TRAFFIC_SHM_IN, cb);
+        }
+        if (kind == SM_CG_A2A)
+            src += (int64_t)g->rank * cb;
+        memcpy(dst, src, (size_t)cb);
+    }
+    if (!e && kind == SM_CG_PERM && from < 0)
+        memset(out, 0, (size_t)cb);
+    e = sm_cg_shm_phase(c, g, L, s, seq, 3, e, err, errlen);
+    sm_rendezvous_leave(c->rv, s);
+    return e;
+}

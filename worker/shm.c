@@ -1,0 +1,207 @@
+/* shm: shared-memory segments and the probe (see header). */
+#define _GNU_SOURCE
+#include "shm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SM_SHM_PROBE_PREFIX "/shmap-probe-"
+#define SM_SHM_PROBE_MAGIC  UINT64_C(0x65626f72706d6873) /* "shmprobe" */
+
+/* 1 if name is "/shmap-" followed by lowercase hex digits and dashes only
+ * (and, with probe, starts with the probe prefix). */
+static int sm_shm_name_ok(const char *name, int probe)
+{
+    const char *pre = probe ? SM_SHM_PROBE_PREFIX : "/shmap-";
+    size_t n = strlen(name), k = strlen(pre);
+    if (n <= k || n >= SM_SHM_NAME_MAX || strncmp(name, pre, k))
+        return 0;
+    for (size_t i = k; i < n; i++)
+        if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f') ||
+              name[i] == '-'))
+            return 0;
+    return 1;
+}
+
+static uint64_t sm_shm_random(void)
+{
+    uint64_t v = 0;
+    while (v == 0)
+        if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            v = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 40);
+        }
+    return v;
+}
+
+sm_err sm_shm_probe_create(char *name, uint64_t *cookie, char *err, size_t errlen)
+{
+    uint64_t v[2] = {SM_SHM_PROBE_MAGIC, sm_shm_random()};
+    snprintf(name, SM_SHM_NAME_MAX, SM_SHM_PROBE_PREFIX "%016llx%016llx",
+             (unsigned long long)sm_shm_random(), (unsigned long long)sm_shm_random());
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return sm_fail(err, errlen, SM_EIO, "cannot create shared-memory segment %s: %s", name,
+                       strerror(errno));
+    if (write(fd, v, sizeof v) != (ssize_t)sizeof v) {
+        int en = errno;
+        close(fd);
+        shm_unlink(name);
+        return sm_fail(err, errlen, SM_EIO, "cannot write shared-memory segment %s: %s", name,
+                       strerror(en));
+    }
+    close(fd);
+    *cookie = v[1];
+    return SM_OK;
+}
+
+sm_err sm_shm_probe_read(const char *name, uint64_t *cookie, char *err, size_t errlen)
+{
+    if (!sm_shm_name_ok(name, 1))
+        return sm_fail(err, errlen, SM_EINVAL, "'%s' is not the name of a shmap probe segment",
+                       name);
+    int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0)
+        return sm_fail(err, errlen, errno == ENOENT ? SM_ENOTFOUND : SM_EIO,
+                       "cannot open shared-memory segment %s: %s", name, strerror(errno));
+    uint64_t v[2] = {0, 0};
+    void *p = mmap(NULL, sizeof v, PROT_READ, MAP_SHARED, fd, 0);
+    struct stat st;
+    sm_err e = SM_OK;
+    if (fstat(fd, &st) || st.st_size < (off_t)sizeof v || p == MAP_FAILED)
+        e = sm_fail(err, errlen, SM_EDATALOSS, "shared-memory segment %s is too short", name);
+    else
+        memcpy(v, p, sizeof v); /* read through the mapping: what a collective does */
+    if (p != MAP_FAILED)
+        munmap(p, sizeof v);
+    close(fd);
+    shm_unlink(name);
+    if (!e && v[0] != SM_SHM_PROBE_MAGIC)
+        e = sm_fail(err, errlen, SM_EDATALOSS, "shared-memory segment %s is not a probe", name);
+    if (!e)
+        *cookie = v[1];
+    return e;
+}
+
+sm_err sm_shm_probe_drop(const char *name, char *err, size_t errlen)
+{
+    if (!sm_shm_name_ok(name, 1))
+        return sm_fail(err, errlen, SM_EINVAL, "'%s' is not the name of a shmap probe segment",
+                       name);
+    sm_shm_unlink(name);
+    return SM_OK;
+}
+
+static sm_err sm_shm_seg_map(int fd, const char *name, size_t len, sm_shm_seg *s, char *err,
+                             size_t errlen)
+{
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    if (p == MAP_FAILED) {
+        int en = errno;
+        close(fd);
+        return sm_fail(err, errlen, SM_ENOMEM,
+                       "cannot map shared-memory segment %s (%zu bytes): %s", name, len,
+                       strerror(en));
+    }
+    snprintf(s->name, sizeof s->name, "%s", name);
+    s->fd = fd;
+    s->base = p;
+    s->len = len;
+    return SM_OK;
+}
+
+sm_err sm_shm_seg_create(const char *name, size_t len, sm_shm_seg *s, char *err, size_t errlen)
+{
+    memset(s, 0, sizeof *s);
+    s->fd = -1;
+    if (!sm_shm_name_ok(name, 0))
+        return sm_fail(err, errlen, SM_EINVAL, "'%s' is not the name of a shmap segment", name);
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return sm_fail(err, errlen, errno == EEXIST ? SM_EEXIST : SM_EIO,
+                       "cannot create shared-memory segment %s: %s", name, strerror(errno));
+    if (ftruncate(fd, (off_t)len)) {
+        int en = errno;
+        close(fd);
+        shm_unlink(name);
+        return sm_fail(err, errlen, SM_ERESOURCE, "cannot size shared-memory segment %s: %s", name,
+                       strerror(en));
+    }
+    sm_err e = sm_shm_seg_map(fd, name, len, s, err, errlen);
+    if (e)
+        shm_unlink(name);
+    return e;
+}
+
+sm_err sm_shm_seg_open(const char *name, size_t len, sm_shm_seg *s, char *err, size_t errlen)
+{
+    memset(s, 0, sizeof *s);
+    s->fd = -1;
+    if (!sm_shm_name_ok(name, 0))
+        return sm_fail(err, errlen, SM_EINVAL, "'%s' is not the name of a shmap segment", name);
+    int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0)
+        return sm_fail(err, errlen, errno == ENOENT ? SM_ENOTFOUND : SM_EIO,
+                       "cannot open shared-memory segment %s: %s", name, strerror(errno));
+    struct stat st;
+    if (!fstat(fd, &st) && st.st_size == 0) { /* created, not yet sized by its owner */
+        close(fd);
+        return sm_fail(err, errlen, SM_ENOTFOUND, "shared-memory segment %s is not ready yet",
+                       name);
+    }
+    if (fstat(fd, &st) || st.st_size < (off_t)len) {
+        close(fd);
+        return sm_fail(err, errlen, SM_EDATALOSS,
+                       "shared-memory segment %s holds %lld bytes, expected %zu", name,
+                       (long long)st.st_size, len);
+    }
+    return sm_shm_seg_map(fd, name, len, s, err, errlen);
+}
+
+sm_err sm_shm_seg_check(const sm_shm_seg *s, size_t end, char *err, size_t errlen)
+{
+    struct stat st;
+    if (fstat(s->fd, &st) || st.st_size < (off_t)end)
+        return sm_fail(err, errlen, SM_EDATALOSS,
+                       "shared-memory segment %s was truncated to %lld bytes under its readers "
+                       "(needed %zu)",
+                       s->name, (long long)st.st_size, end);
+    return SM_OK;
+}
+
+void sm_shm_seg_close(sm_shm_seg *s)
+{
+    if (s->base)
+        munmap(s->base, s->len);
+    if (s->fd >= 0)
+        close(s->fd);
+    s->base = NULL;
+    s->fd = -1;
+}
+
+void sm_shm_unlink(const char *name)
+{
+    (void)shm_unlink(name); /* ENOENT: already gone */
+}
+
+void sm_shm_futex_wait(uint32_t *word, uint32_t val, int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    syscall(SYS_futex, word, FUTEX_WAIT, val, &ts, NULL, 0);
+}
+
+void sm_shm_futex_wake(uint32_t *word)
+{
+    syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}

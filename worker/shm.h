@@ -1,0 +1,63 @@
+/* shm: shared-memory segments between the worker processes of one host,
+ * and the probe that proves two processes share them (Worker.ShmProbe).
+ *
+ * Segment names are "/shmap-" plus lowercase hex and dashes, so a name
+ * from the network can never reach outside /dev/shm. A probe segment
+ * holds a magic number and a random 64-bit cookie; its reader unlinks it.
+ * A job segment (comm_grpc_shm.c) is created by its owner and opened by
+ * its peers; every process unlinks it once all peers have it mapped, and
+ * again (a no-op by then) when the job ends, so no name outlives the job,
+ * even when a worker dies.
+ *
+ * Ownership: an sm_shm_seg is the caller's, closed with sm_shm_seg_close
+ * (which unmaps; it never unlinks). Threads: every function is
+ * thread-safe; a segment's memory is synchronized by its users. */
+#ifndef SM_WORKER_SHM_H
+#define SM_WORKER_SHM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sm_err.h"
+
+#define SM_SHM_NAME_MAX 64
+
+typedef struct {
+    char name[SM_SHM_NAME_MAX];
+    int fd;
+    void *base;
+    size_t len;
+} sm_shm_seg;
+
+/* Creates a probe segment with a random cookie; writes its name (room for
+ * SM_SHM_NAME_MAX) and the cookie. */
+sm_err sm_shm_probe_create(char *name, uint64_t *cookie, char *err, size_t errlen);
+/* Maps the probe segment name, reads its cookie and unlinks it.
+ * SM_EINVAL for a name that is not a probe segment's; SM_ENOTFOUND when
+ * there is none (another host, another /dev/shm). */
+sm_err sm_shm_probe_read(const char *name, uint64_t *cookie, char *err, size_t errlen);
+/* Unlinks the probe segment name if it still exists; SM_EINVAL for a name
+ * that is not a probe segment's. */
+sm_err sm_shm_probe_drop(const char *name, char *err, size_t errlen);
+
+/* Creates the segment name of len bytes (sparse: memory is used as it is
+ * written) and maps it; SM_EEXIST if it exists. */
+sm_err sm_shm_seg_create(const char *name, size_t len, sm_shm_seg *s, char *err, size_t errlen);
+/* Opens and maps the existing segment name, which must hold len bytes
+ * (SM_EDATALOSS if shorter); SM_ENOTFOUND if it does not exist yet, or
+ * its owner has not sized it yet (empty). */
+sm_err sm_shm_seg_open(const char *name, size_t len, sm_shm_seg *s, char *err, size_t errlen);
+/* SM_OK if the segment still holds at least end bytes; SM_EDATALOSS with
+ * a sentence if it was truncated under its readers (reading past its end
+ * would fault). */
+sm_err sm_shm_seg_check(const sm_shm_seg *s, size_t end, char *err, size_t errlen);
+void sm_shm_seg_close(sm_shm_seg *s);
+/* Unlinks name if it exists (ENOENT is not an error). */
+void sm_shm_unlink(const char *name);
+
+/* Futex on a 32-bit word of a shared segment (across processes): waits up
+ * to ms while *word == val; wakes every waiter. */
+void sm_shm_futex_wait(uint32_t *word, uint32_t val, int ms);
+void sm_shm_futex_wake(uint32_t *word);
+
+#endif
