@@ -44,6 +44,7 @@
 #define SM_SHM_SPAN     ((size_t)2 << 30)
 #define SM_SHM_SLICE_MS 20
 #define SM_SHM_SPIN     4000
+#define SM_SHM_BLOCK    (64 << 10) /* bytes of each operand per pass of a reduction */
 
 typedef struct {
     uint64_t magic;
@@ -331,9 +332,10 @@ static sm_err sm_cg_shm_region(sm_comm_grpc *c, const sm_comm_group *g, const sm
     return SM_OK;
 }
 
-/* acc[lo, hi) = the local inputs' elements [lo, hi) reduced in rank order. */
+/* dst (which receives element lo at its start) = the local inputs'
+ * elements [lo, hi) reduced in rank order. */
 static sm_err sm_cg_shm_local(const sm_cg_layout *L, const sm_rendezvous_slot *s, sm_dtype t,
-                              sm_kern_reduce_op op, char *acc, int64_t lo, int64_t hi, char *err,
+                              sm_kern_reduce_op op, char *dst, int64_t lo, int64_t hi, char *err,
                               size_t errlen)
 {
     int64_t el = (int64_t)sm_dtype_size(t);
@@ -342,13 +344,11 @@ static sm_err sm_cg_shm_local(const sm_cg_layout *L, const sm_rendezvous_slot *s
     const char *in0 = (const char *)s->in[0] + lo * el;
     sm_err e = SM_OK;
     if (L->nlocal == 1)
-        memcpy(acc + lo * el, in0, (size_t)((hi - lo) * el));
+        memcpy(dst, in0, (size_t)((hi - lo) * el));
     else
-        e = sm_cg_reduce2(t, op, in0, (const char *)s->in[1] + lo * el, acc + lo * el, hi - lo, err,
-                          errlen);
+        e = sm_cg_reduce2(t, op, in0, (const char *)s->in[1] + lo * el, dst, hi - lo, err, errlen);
     for (int l = 2; l < L->nlocal && !e; l++)
-        e = sm_kern_accumulate(t, acc + lo * el, (const char *)s->in[l] + lo * el, hi - lo, op, err,
-                               errlen);
+        e = sm_kern_accumulate(t, dst, (const char *)s->in[l] + lo * el, hi - lo, op, err, errlen);
     return e;
 }
 
@@ -366,6 +366,44 @@ static sm_err sm_cg_shm_combine(const sm_cg_layout *L, const char *const *P, int
     return e;
 }
 
+/* Part ks of all_reduce, elements [lo, hi): every worker's partial in
+ * worker order, this worker's own computed here a block at a time (it wrote
+ * no partial of its own part), written to this worker's result (res) and
+ * to every local output. */
+static sm_err sm_cg_shm_ar_part(const sm_cg_layout *L, const sm_rendezvous_slot *s,
+                                const char *const *P, int ks, sm_dtype t, sm_kern_reduce_op op,
+                                char *res, int64_t lo, int64_t hi, char *err, size_t errlen)
+{
+    int64_t el = (int64_t)sm_dtype_size(t), blk = SM_SHM_BLOCK / el;
+    const char **ops = malloc((size_t)L->nw * sizeof *ops);
+    char *tmp = malloc((size_t)SM_SHM_BLOCK);
+    sm_err e = SM_OK;
+    if (!ops || !tmp)
+        e = sm_fail(err, errlen, SM_ENOMEM, "out of memory for a reduction");
+    for (int64_t b = lo; b < hi && !e; b += blk) {
+        int64_t m = hi - b < blk ? hi - b : blk;
+        if (!(e = sm_cg_shm_local(L, s, t, op, tmp, b, b + m, err, errlen))) {
+            for (int k = 0; k < L->nw; k++)
+                ops[k] = k == ks ? tmp : P[k] + b * el;
+            char *d = res + b * el;
+            e = sm_cg_reduce2(t, op, ops[0], ops[1], d, m, err, errlen);
+            for (int k = 2; k < L->nw && !e; k++)
+                e = sm_kern_accumulate(t, d, ops[k], m, op, err, errlen);
+            for (int l = 0; l < L->nlocal && !e; l++)
+                memcpy((char *)s->out[l] + b * el, d, (size_t)(m * el));
+        }
+    }
+    free(ops);
+    free(tmp);
+    return e;
+}
+
+/* all_reduce: phase 1, each worker writes its partial (its members' inputs
+ * in rank order) of the other workers' parts; phase 2, each worker reduces
+ * its own part (split among its members) from the others' partials and its
+ * own, computed in cache, into its result and its local outputs; phase 3,
+ * its members copy the other workers' parts of the result into the local
+ * outputs. */
 sm_err sm_cg_shm_all_reduce(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
                             uint64_t seq, sm_dtype t, sm_kern_reduce_op op, const void *in,
                             void *out, int64_t n, char *err, size_t errlen)
@@ -383,40 +421,41 @@ sm_err sm_cg_shm_all_reduce(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg
         free(P);
         return e;
     }
+    int64_t a = n * ks / nw, b = n * (ks + 1) / nw, m = b - a; /* this worker's part */
     char *mine = NULL;
     e = sm_cg_shm_region(c, g, L, ks, seq, 2 * sa, (const char **)&mine, err, errlen);
-    /* phase 1: this worker's partial, a slice per local member */
-    if (!e)
-        e = sm_cg_shm_local(L, s, t, op, mine, n * L->li / L->nlocal, n * (L->li + 1) / L->nlocal,
-                            err, errlen);
+    if (!e) { /* phase 1: the partial of the other parts, a slice per local member */
+        int64_t r = n - m, lo = r * L->li / L->nlocal, hi = r * (L->li + 1) / L->nlocal;
+        if (lo < a)
+            e = sm_cg_shm_local(L, s, t, op, mine + lo * el, lo, hi < a ? hi : a, err, errlen);
+        lo = (lo > a ? lo : a) + m;
+        if (!e && hi > a)
+            e = sm_cg_shm_local(L, s, t, op, mine + lo * el, lo, hi + m, err, errlen);
+    }
     e = sm_cg_shm_phase(c, g, L, s, seq, 1, e, err, errlen);
-    /* phase 2: part ks of the result from every worker's partial, a slice
-     * per local member, into this worker's result */
     for (int k = 0; k < nw && !e; k++)
         e = sm_cg_shm_region(c, g, L, k, seq, 2 * sa, &P[k], err, errlen);
-    if (!e) {
-        int64_t a = n * ks / nw, b = n * (ks + 1) / nw, m = b - a;
+    if (!e) { /* phase 2: this worker's part, a slice per local member */
         int64_t lo = a + m * L->li / L->nlocal, hi = a + m * (L->li + 1) / L->nlocal;
-        e = sm_cg_shm_combine(L, P, lo, t, op, mine + sa + lo * el, hi - lo, err, errlen);
+        e = sm_cg_shm_ar_part(L, s, P, ks, t, op, mine + sa, lo, hi, err, errlen);
         sm_traffic_add(SM_TRAFFIC_SHM_IN, (hi - lo) * el * (nw - 1));
     }
     e = sm_cg_shm_phase(c, g, L, s, seq, 2, e, err, errlen);
-    /* phase 3: every local output gets every worker's part, a share per
-     * local member */
-    if (!e) {
-        int64_t total = (int64_t)L->nlocal * n;
-        int64_t a = total * L->li / L->nlocal, b = total * (L->li + 1) / L->nlocal;
-        for (int64_t i = a; i < b;) {
-            int l = (int)(i / n);
-            int64_t x = i - (int64_t)l * n; /* element of output l */
+    if (!e) { /* phase 3: the other parts into every local output, a share per member */
+        int64_t r = n - m, total = (int64_t)L->nlocal * r;
+        int64_t x0 = total * L->li / L->nlocal, x1 = total * (L->li + 1) / L->nlocal;
+        for (int64_t i = x0; i < x1;) {
+            int l = (int)(i / r);
+            int64_t x = i - (int64_t)l * r; /* element of the rest, in output l */
+            int64_t end = x < a ? a : r, len = (end - x < x1 - i ? end - x : x1 - i);
+            int64_t at = x < a ? x : x + m; /* element of the output */
             int k = 0;
-            while (k + 1 < nw && n * (k + 1) / nw <= x)
+            while (k + 1 < nw && n * (k + 1) / nw <= at)
                 k++;
-            int64_t end = n * (k + 1) / nw, stop = (int64_t)l * n + end;
-            int64_t len = (stop < b ? stop : b) - i;
-            memcpy((char *)s->out[l] + x * el, P[k] + sa + x * el, (size_t)(len * el));
-            if (k != ks)
-                sm_traffic_add(SM_TRAFFIC_SHM_IN, len * el);
+            int64_t kend = n * (k + 1) / nw - at; /* stay within worker k's part */
+            len = len < kend ? len : kend;
+            memcpy((char *)s->out[l] + at * el, P[k] + sa + at * el, (size_t)(len * el));
+            sm_traffic_add(SM_TRAFFIC_SHM_IN, len * el);
             i += len;
         }
     }
@@ -444,9 +483,9 @@ sm_err sm_cg_shm_reduce_scatter(sm_comm_grpc *c, const sm_comm_group *g, const s
     }
     char *mine = NULL;
     e = sm_cg_shm_region(c, g, L, ks, seq, (size_t)(total * el), (const char **)&mine, err, errlen);
+    int64_t lo = total * L->li / L->nlocal, hi = total * (L->li + 1) / L->nlocal;
     if (!e) /* phase 1: this worker's partial of every chunk, a slice per local member */
-        e = sm_cg_shm_local(L, s, t, op, mine, total * L->li / L->nlocal,
-                            total * (L->li + 1) / L->nlocal, err, errlen);
+        e = sm_cg_shm_local(L, s, t, op, mine + lo * el, lo, hi, err, errlen);
     e = sm_cg_shm_phase(c, g, L, s, seq, 1, e, err, errlen);
     for (int k = 0; k < nw && !e; k++)
         e = sm_cg_shm_region(c, g, L, k, seq, (size_t)(total * el), &P[k], err, errlen);
