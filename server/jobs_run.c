@@ -116,6 +116,8 @@ static int shm_prove(void *user, int a, int b)
         x->chs[a] && x->chs[b] && sm_svc_shm_prove(x->chs[a], x->chs[b], SM_CJOBS_SHM_PROBE_MS);
     SM_DEBUG("workers %s and %s %s memory", pa->address, pb->address,
              shm ? "share" : "do not share");
+    if (shm)
+        sm_registry_worker_shm_peer(j->coord->reg, wa, wb);
     pthread_mutex_lock(&j->chmu);
     int i = 0;
     while (i < j->npairs && !(j->pairs[i].a == wa && j->pairs[i].b == wb))

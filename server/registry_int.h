@@ -22,6 +22,8 @@ typedef struct {
     int32_t first_device; /* devices first_device .. first_device+ndevices-1 */
     int64_t device_bytes[SM_MAX_WORKER_DEVICES];
     sm_rpc_channel *ch; /* owned */
+    int nshm_peers;     /* workers proven to share memory with it */
+    uint32_t shm_peers[SM_MAX_SHM_PEERS];
 } sm_reg_worker;
 
 typedef struct {
