@@ -26,12 +26,14 @@
  * /dev/shm, after a worker was killed too. */
 #include <check.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -1084,6 +1086,85 @@ START_TEST(test_shm_same_bits)
 }
 END_TEST
 
+/* Worker 1 waits in a collective; its segment is truncated under it (to
+ * 64 KiB: its header stays) before worker 0 maps it: the first worker to
+ * touch the segment fails DATA_LOSS naming it instead of going past its
+ * end, the other is cancelled, and no segment of the job is left. */
+START_TEST(test_shm_truncated)
+{
+    if (cl.skip || !shm_mode)
+        return;
+    one_job j;
+    one_job_init(&j, PSUM_J, (sm_shape){2, {8, 12}}, 3, 30000);
+    run_res *res = j.res;
+    res[1] = (run_res){.w = 1, .req = &j.req};
+    pthread_t th1, th0;
+    ck_assert(pthread_create(&th1, NULL, run_main, &res[1]) == 0);
+    char seg[128];
+    snprintf(seg, sizeof seg, "/dev/shm/shmap-%016llx-1", (unsigned long long)shm_key_of(j.job));
+    for (int t = 0; t < 200 && access(seg, F_OK) != 0; t++)
+        sleep_ms(10);
+    ck_assert_msg(truncate(seg, 64 << 10) == 0, "cannot truncate %s", seg);
+    run_start_w0(&j, &th0);
+    pthread_join(th0, NULL);
+    pthread_join(th1, NULL);
+    /* whichever touches the segment first fails DATA_LOSS naming it, the
+     * other is cancelled; neither faults */
+    int lost = 0;
+    for (int w = 0; w < NW; w++) {
+        ck_assert_msg(res[w].e == SM_EDATALOSS || res[w].e == SM_ECANCELLED, "worker %d: %s: %s", w,
+                      sm_err_name(res[w].e), res[w].err);
+        if (res[w].e == SM_EDATALOSS) {
+            ck_assert_msg(strstr(res[w].err, seg + 8), "%s does not name %s", res[w].err, seg + 8);
+            lost++;
+        }
+        ck_assert_msg(res[w].took < 10, "worker %d took %.1f s", w, res[w].took);
+    }
+    ck_assert_int_ge(lost, 1);
+    ck_assert_int_eq(shm_left(j.job), 0);
+    one_job_free(&j);
+}
+END_TEST
+
+/* Segments (shm.h): a reader sees a truncation, a segment not sized yet
+ * reads as absent, names outside shmap's are refused. */
+START_TEST(test_shm_segments)
+{
+    char err[256], name[SM_SHM_NAME_MAX];
+    snprintf(name, sizeof name, "/shmap-%016llx-77", (unsigned long long)shm_key_of(0));
+    sm_shm_seg own, peer;
+    size_t len = 1 << 20;
+    ck_assert_msg(sm_shm_seg_create(name, len, &own, err, sizeof err) == SM_OK, "%s", err);
+    ck_assert_int_eq(sm_shm_seg_create(name, len, &peer, err, sizeof err), SM_EEXIST);
+    ck_assert_msg(sm_shm_seg_open(name, len, &peer, err, sizeof err) == SM_OK, "%s", err);
+    ((char *)own.base)[len - 1] = 42; /* one memory */
+    ck_assert_int_eq(((char *)peer.base)[len - 1], 42);
+    ck_assert_int_eq(sm_shm_seg_check(&peer, len, err, sizeof err), SM_OK);
+    sm_shm_seg bigger;
+    ck_assert_int_eq(sm_shm_seg_open(name, 2 * len, &bigger, err, sizeof err), SM_EDATALOSS);
+    ck_assert_int_eq(ftruncate(own.fd, 4096), 0); /* under the reader */
+    ck_assert_int_eq(sm_shm_seg_check(&peer, len, err, sizeof err), SM_EDATALOSS);
+    ck_assert_msg(strstr(err, "truncated") && strstr(err, name), "%s", err);
+    ck_assert_int_eq(sm_shm_seg_check(&peer, 4096, err, sizeof err), SM_OK);
+    sm_shm_seg_close(&peer);
+    sm_shm_seg_close(&own);
+    sm_shm_unlink(name);
+    ck_assert_int_eq(sm_shm_seg_open(name, len, &peer, err, sizeof err), SM_ENOTFOUND);
+    int fd = shm_open(name, O_CREAT | O_RDWR, 0600); /* created, not sized yet */
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(sm_shm_seg_open(name, len, &peer, err, sizeof err), SM_ENOTFOUND);
+    close(fd);
+    sm_shm_unlink(name);
+    static const char *const bad[] = {"/dev/shm/x", "/shmap-../../etc", "/shmap-", "/other-00",
+                                      "/shmap-ABC"};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        ck_assert_int_eq(sm_shm_seg_create(bad[k], len, &own, err, sizeof err), SM_EINVAL);
+        ck_assert_int_eq(sm_shm_seg_open(bad[k], len, &own, err, sizeof err), SM_EINVAL);
+    }
+    ck_assert_int_eq(shm_left(0), 0);
+}
+END_TEST
+
 /* Worker 1 waits in a collective (its segment made, worker 0 not started)
  * and is killed (-9): its segment's name is left, as after any crash.
  * Worker 0 then runs the job: it fails UNAVAILABLE naming worker 1 within
@@ -1717,6 +1798,7 @@ static void add_job_tests(TCase *tc, int killed_in_shm)
     tcase_add_test(tc, test_deterministic);
     tcase_add_test(tc, test_shm_probe);
     tcase_add_test(tc, test_shm_same_bits);
+    tcase_add_test(tc, test_shm_truncated);
     tcase_add_test(tc, test_missing_input);
     tcase_add_test(tc, test_cancel);
     tcase_add_test(tc, test_exchange_bad_input);
@@ -1770,6 +1852,7 @@ int main(void)
     tcase_add_test(unit, test_mailbox_rx_direct);
     tcase_add_test(unit, test_send_blob_waits_release);
     tcase_add_test(unit, test_comm_three_workers);
+    tcase_add_test(unit, test_shm_segments);
     suite_add_tcase(s, unit);
     TCase *inproc = tcase_create("inproc");
     tcase_set_timeout(inproc, 240);

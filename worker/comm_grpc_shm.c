@@ -314,8 +314,10 @@ static sm_err sm_cg_shm_phase(sm_comm_grpc *c, const sm_comm_group *g, const sm_
     return sm_cg_shm_wait(c, g, L, seq, phase, err, errlen);
 }
 
-/* The start of worker order k's slot for g, checked against truncation up
- * to used bytes. */
+/* The start of worker order k's slot for g (this worker's too: another
+ * process of the same user could truncate it), checked against truncation
+ * up to used bytes. A truncation between this check and the access still
+ * faults: the check catches one that happened before the phase. */
 static sm_err sm_cg_shm_region(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
                                int k, uint64_t seq, size_t used, const char **out, char *err,
                                size_t errlen)
@@ -325,8 +327,7 @@ static sm_err sm_cg_shm_region(sm_comm_grpc *c, const sm_comm_group *g, const sm
     if (e)
         return e;
     int slot = sm_cg_shm_slot_of(c, g, L, k);
-    if (L->order[k] != c->self &&
-        (e = sm_shm_seg_check(s, SM_SHM_HDR + (size_t)slot * SM_SHM_SPAN + used, err, errlen)))
+    if ((e = sm_shm_seg_check(s, SM_SHM_HDR + (size_t)slot * SM_SHM_SPAN + used, err, errlen)))
         return sm_cg_failf(c, e, err, errlen, "%s", err);
     *out = sm_cg_shm_slot(s, slot);
     return SM_OK;
