@@ -1127,7 +1127,8 @@ START_TEST(test_shm_truncated)
 END_TEST
 
 /* Segments (shm.h): a reader sees a truncation, a segment not sized yet
- * reads as absent, names outside shmap's are refused. */
+ * reads as absent, names outside shmap's are refused, and the sweep
+ * removes what no process holds. */
 START_TEST(test_shm_segments)
 {
     char err[256], name[SM_SHM_NAME_MAX];
@@ -1161,6 +1162,19 @@ START_TEST(test_shm_segments)
         ck_assert_int_eq(sm_shm_seg_create(bad[k], len, &own, err, sizeof err), SM_EINVAL);
         ck_assert_int_eq(sm_shm_seg_open(bad[k], len, &own, err, sizeof err), SM_EINVAL);
     }
+    /* the sweep removes a segment nobody holds, not one a process maps */
+    char gone[SM_SHM_NAME_MAX];
+    snprintf(gone, sizeof gone, "/shmap-%016llx-78", (unsigned long long)shm_key_of(0));
+    ck_assert(sm_shm_seg_create(name, len, &own, err, sizeof err) == SM_OK);
+    fd = shm_open(gone, O_CREAT | O_RDWR, 0600); /* as a killed process leaves it */
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    ck_assert_int_ge(sm_shm_sweep(0), 1);
+    ck_assert_int_eq(shm_left(0), 1);
+    ck_assert_int_eq(sm_shm_seg_open(name, len, &peer, err, sizeof err), SM_OK);
+    sm_shm_seg_close(&peer);
+    sm_shm_seg_close(&own);
+    ck_assert_int_ge(sm_shm_sweep(0), 1);
     ck_assert_int_eq(shm_left(0), 0);
 }
 END_TEST

@@ -52,8 +52,9 @@ sm_err sm_cg_reduce2(sm_dtype t, sm_kern_reduce_op op, const void *a, const void
 
 /* ---- comm_grpc_shm.c ---- */
 
-/* Creates this worker's segment of the job when another worker of the job
- * shares its domain (c->shm stays NULL otherwise). */
+/* Prepares the job's shared memory when another worker of the job shares
+ * this worker's domain (c->shm stays NULL otherwise); this worker's
+ * segment is made by the first collective that needs it. */
 sm_err sm_cg_shm_create(sm_comm_grpc *c, uint64_t key, char *err, size_t errlen);
 /* Unmaps and unlinks every segment of the job's domain; frees c->shm. */
 void sm_cg_shm_free(sm_comm_grpc *c);

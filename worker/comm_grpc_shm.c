@@ -60,6 +60,8 @@ struct sm_cg_shm {
     int ndomain;     /* workers of this worker's domain, itself included */
     sm_shm_seg *seg; /* per worker; base NULL until opened */
     int *nslots;     /* per worker: its mesh positions */
+    int aborted;     /* the job aborted before this worker's segment was made */
+    char why[512];
 };
 
 static void sm_cg_shm_name(const sm_cg_shm *m, int w, char *name)
@@ -110,20 +112,26 @@ sm_err sm_cg_shm_create(sm_comm_grpc *c, uint64_t key, char *err, size_t errlen)
         m->seg[w].fd = -1;
     for (int pos = 0; pos < c->mesh.ndevices; pos++)
         m->nslots[c->pos_worker[pos]]++;
+    c->shm = m; /* this worker's segment is made by its first collective through it */
+    return SM_OK;
+}
+
+/* Makes this worker's segment (m->mu held). */
+static sm_err sm_cg_shm_make(sm_comm_grpc *c, char *err, size_t errlen)
+{
+    sm_cg_shm *m = c->shm;
     char name[SM_SHM_NAME_MAX];
     sm_cg_shm_name(m, c->self, name);
     sm_err e = sm_shm_seg_create(name, sm_cg_shm_len(m, c->self), &m->seg[c->self], err, errlen);
-    if (e) {
-        pthread_mutex_destroy(&m->mu);
-        free(m->seg);
-        free(m->nslots);
-        free(m);
+    if (e)
         return e;
-    }
     sm_shm_hdr *h = m->seg[c->self].base;
     h->nslots = (uint32_t)m->nslots[c->self];
+    if (m->aborted) { /* before it existed: its peers learn it here */
+        snprintf(h->why, sizeof h->why, "%s", m->why);
+        h->aborted = 1;
+    }
     __atomic_store_n(&h->magic, SM_SHM_MAGIC, __ATOMIC_RELEASE);
-    c->shm = m;
     return SM_OK;
 }
 
@@ -152,12 +160,18 @@ void sm_cg_shm_abort(sm_comm_grpc *c, const char *why)
     sm_cg_shm *m = c->shm;
     if (!m)
         return;
+    pthread_mutex_lock(&m->mu);
     const sm_shm_seg *s = &m->seg[c->self];
     sm_shm_hdr *h = s->base;
-    snprintf(h->why, sizeof h->why, "%s", why);
-    __atomic_store_n(&h->aborted, 1, __ATOMIC_RELEASE);
-    for (int k = 0; k < m->nslots[c->self]; k++)
-        sm_shm_futex_wake(sm_cg_shm_word(s, k));
+    m->aborted = 1;
+    snprintf(m->why, sizeof m->why, "%s", why);
+    if (h) {
+        snprintf(h->why, sizeof h->why, "%s", why);
+        __atomic_store_n(&h->aborted, 1, __ATOMIC_RELEASE);
+        for (int k = 0; k < m->nslots[c->self]; k++)
+            sm_shm_futex_wake(sm_cg_shm_word(s, k));
+    }
+    pthread_mutex_unlock(&m->mu);
 }
 
 int sm_cg_shm_use(const sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
@@ -207,8 +221,9 @@ static sm_err sm_cg_shm_checks(sm_comm_grpc *c, int w, const sm_shm_hdr *h, uint
     return SM_OK;
 }
 
-/* Worker w's segment, opened (and its name unlinked by the last peer to
- * open it) on first use; waits for its owner to create it. */
+/* Worker w's segment, made (this worker's) or opened (and its name
+ * unlinked by the last peer to open it) on first use; waits for its owner
+ * to make it. */
 static sm_err sm_cg_shm_seg(sm_comm_grpc *c, int w, uint64_t seq, const sm_shm_seg **out, char *err,
                             size_t errlen)
 {
@@ -220,7 +235,9 @@ static sm_err sm_cg_shm_seg(sm_comm_grpc *c, int w, uint64_t seq, const sm_shm_s
         pthread_mutex_lock(&m->mu);
         sm_shm_seg *s = &m->seg[w];
         sm_err e = SM_OK;
-        if (!s->base) {
+        if (!s->base && w == c->self) {
+            e = sm_cg_shm_make(c, err, errlen);
+        } else if (!s->base) {
             e = sm_shm_seg_open(name, sm_cg_shm_len(m, w), s, err, errlen);
             if (!e && __atomic_load_n(&((sm_shm_hdr *)s->base)->magic, __ATOMIC_ACQUIRE) !=
                           SM_SHM_MAGIC) {
@@ -236,7 +253,7 @@ static sm_err sm_cg_shm_seg(sm_comm_grpc *c, int w, uint64_t seq, const sm_shm_s
             *out = s;
             return SM_OK;
         }
-        if (e != SM_ENOTFOUND)
+        if (e != SM_ENOTFOUND || w == c->self)
             return sm_cg_failf(c, e, err, errlen, "%s", err);
         if ((e = sm_cg_shm_checks(c, w, NULL, seq, &next_probe, err, errlen)))
             return e;

@@ -672,6 +672,9 @@ done:
     free(local);
     sm_program_free(p);
     req->program = NULL;
+    if (e && req->shm_key)
+        sm_shm_sweep(
+            SM_SHM_SWEEP_AGE_S); /* a peer that died in a collective may have left its segment */
     if (e)
         SM_DEBUG("job %llu failed: %s", id, err);
     else

@@ -21,6 +21,7 @@
 #include "handlers.h"
 #include "job.h"
 #include "peer.h"
+#include "shm.h"
 #include "sm_array.h"
 #include "sm_config.h"
 #include "sm_kern.h"
@@ -429,6 +430,9 @@ int main(int argc, char **argv)
                         .peers = peers,
                         .self_address = advertise,
                         .assemble_threads = ndevices < 4 ? (int)ndevices : 4};
+    int swept = sm_shm_sweep(SM_SHM_SWEEP_AGE_S); /* what workers killed earlier left in /dev/shm */
+    if (swept)
+        SM_INFO("removed %d shared-memory segment(s) left by processes that ended", swept);
     sm_jobs_config jcfg = {.store = store,
                            .peers = peers,
                            .self_address = advertise,

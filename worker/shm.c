@@ -8,6 +8,8 @@
 #include <linux/futex.h>
 #include <stdio.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -106,6 +108,7 @@ sm_err sm_shm_probe_drop(const char *name, char *err, size_t errlen)
 static sm_err sm_shm_seg_map(int fd, const char *name, size_t len, sm_shm_seg *s, char *err,
                              size_t errlen)
 {
+    (void)flock(fd, LOCK_SH); /* held while mapped: sm_shm_sweep leaves the segment alone */
     void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
     if (p == MAP_FAILED) {
         int en = errno;
@@ -193,6 +196,36 @@ void sm_shm_seg_close(sm_shm_seg *s)
 void sm_shm_unlink(const char *name)
 {
     (void)shm_unlink(name); /* ENOENT: already gone */
+}
+
+int sm_shm_sweep(int min_age_s)
+{
+    DIR *d = opendir("/dev/shm");
+    int n = 0;
+    time_t now = time(NULL);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char name[SM_SHM_NAME_MAX + 1];
+        if (strlen(e->d_name) >= SM_SHM_NAME_MAX)
+            continue;
+        snprintf(name, sizeof name, "/%s", e->d_name);
+        int probe = sm_shm_name_ok(name, 1);
+        if (!probe && !sm_shm_name_ok(name, 0))
+            continue;
+        int fd = shm_open(name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC, 0);
+        struct stat st;
+        if (fd < 0)
+            continue;
+        /* old enough not to be in the making, and no process holds it */
+        if (!fstat(fd, &st) && now - st.st_ctime >= min_age_s &&
+            (probe || flock(fd, LOCK_EX | LOCK_NB) == 0)) {
+            shm_unlink(name);
+            n++;
+        }
+        close(fd);
+    }
+    if (d)
+        closedir(d);
+    return n;
 }
 
 void sm_shm_futex_wait(uint32_t *word, uint32_t val, int ms)

@@ -7,7 +7,9 @@
  * A job segment (comm_grpc_shm.c) is created by its owner and opened by
  * its peers; every process unlinks it once all peers have it mapped, and
  * again (a no-op by then) when the job ends, so no name outlives the job,
- * even when a worker dies.
+ * even when a worker dies; what every worker of a job leaves when all die
+ * at once is removed by the next sm_shm_sweep (at a worker's start, and
+ * after a job that failed).
  *
  * Ownership: an sm_shm_seg is the caller's, closed with sm_shm_seg_close
  * (which unmaps; it never unlinks). Threads: every function is
@@ -54,6 +56,13 @@ sm_err sm_shm_seg_check(const sm_shm_seg *s, size_t end, char *err, size_t errle
 void sm_shm_seg_close(sm_shm_seg *s);
 /* Unlinks name if it exists (ENOENT is not an error). */
 void sm_shm_unlink(const char *name);
+/* Unlinks what crashed processes left in /dev/shm: shmap job segments no
+ * process holds (every process that maps one holds a shared flock on it
+ * until it unmaps it) and probe segments, both older than min_age_s (so
+ * that none in the making goes; SM_SHM_SWEEP_AGE_S in the service).
+ * Returns how many it removed. */
+#define SM_SHM_SWEEP_AGE_S 10
+int sm_shm_sweep(int min_age_s);
 
 /* Futex on a 32-bit word of a shared segment (across processes): waits up
  * to ms while *word == val; wakes every waiter. */
