@@ -582,8 +582,15 @@ static sm_err sm_jobs_run(void *user, sm_svc_run_job_req *req, int64_t *output_b
         e = sm_fail(err, errlen, SM_ENOMEM, "out of memory for job %llu", id);
         goto done;
     }
-    for (int w = 0; w < req->npeers; w++)
+    int apart = 0; /* other workers of the job this one shares no memory with */
+    for (int w = 0; w < req->npeers; w++) {
         domain[w] = req->peers[w].shm_domain;
+        apart += w != self && (!domain[w] || domain[w] != req->peers[self].shm_domain);
+    }
+    if (j->shm == 2 && apart)
+        SM_WARN("job %llu: --transport shm, but %d of its other workers share no memory with this "
+                "one (another host, or not proven): their collectives go over gRPC",
+                id, apart);
     sm_comm_grpc_config cc = {.job = req->job_id,
                               .mesh = m,
                               .nworkers = req->npeers,

@@ -62,7 +62,9 @@ typedef struct {
     int probe_ms;             /* liveness probe interval while waiting; <= 0: 1000 */
     /* Answer Worker.ShmProbe (--transport auto or shm): then a dispatcher
      * that proves this worker shares memory with another runs their
-     * collectives through it. 0: refuse (--transport grpc). */
+     * collectives through it. 0: refuse (--transport grpc); 2 (--transport
+     * shm): as 1, and a job whose other workers this one shares no memory
+     * with is logged as a warning. */
     int shm;
 } sm_jobs_config;
 

@@ -105,9 +105,10 @@ static const sm_config_row worker_config[CFG_COUNT] = {
                               "Stop (SIGTERM) when the process that started this one ends, "
                               "however it ends (the coordinator's --local-workers use it)."},
     [CFG_TRANSPORT] = {"transport", 0, SM_CFG_STRING, "grpc", "SHMAP_TRANSPORT",
-                       "Collectives with the workers of this host: auto or shm (through shared "
-                       "memory with every worker that proves it shares it, gRPC with the "
-                       "others), or grpc (always gRPC)."},
+                       "Collectives with the workers of this host: auto (through shared memory "
+                       "with every worker that proves it shares it, gRPC with the others), shm "
+                       "(the same, and a warning for each job with workers it shares no memory "
+                       "with), or grpc (always gRPC)."},
 };
 
 static const char worker_usage[] =
@@ -436,7 +437,7 @@ int main(int argc, char **argv)
     sm_jobs_config jcfg = {.store = store,
                            .peers = peers,
                            .self_address = advertise,
-                           .shm = strcmp(transport, "grpc") != 0};
+                           .shm = !strcmp(transport, "shm") ? 2 : strcmp(transport, "grpc") != 0};
     if ((e = sm_jobs_create(&jcfg, &jobs, err, sizeof err)) ||
         (e = sm_svc_worker_serve(server, &sm_handlers_ops, &ctx, "shmap-worker", err,
                                  sizeof err)) ||
