@@ -1676,8 +1676,81 @@ static void *fn_dev_main(void *arg)
     return NULL;
 }
 
+/* Runs the three-worker program of test_comm_three_workers on input g
+ * with the comms of three in-process workers (shm: all in shared-memory
+ * domain 1, segments named after key); out[pos][r] gets every output. */
+static void three_workers_run(const sm_program *p, const sm_array *g, int shm, uint64_t key,
+                              sm_array *out[6][8])
+{
+    char err[512];
+    fake_net net;
+    sm_svc_peer peers[FN_WORKERS];
+    int pos_worker[6];
+    uint32_t domain[FN_WORKERS];
+    sm_comm_grpc *comm[FN_WORKERS];
+    for (int w = 0; w < FN_WORKERS; w++) {
+        snprintf(net.addr[w], sizeof net.addr[w], "w%d", w);
+        ck_assert(sm_mailbox_create(0, &net.box[w], err, sizeof err) == SM_OK);
+        memset(&peers[w], 0, sizeof peers[w]);
+        snprintf(peers[w].address, SM_ADDR_MAX, "%s", net.addr[w]);
+        peers[w].ndevices = 2;
+        peers[w].devices[0] = 2 * w;
+        peers[w].devices[1] = 2 * w + 1;
+        domain[w] = shm ? 1 : 0;
+    }
+    for (int pos = 0; pos < 6; pos++)
+        pos_worker[pos] = p->mesh.devices[pos] / 2;
+    for (int w = 0; w < FN_WORKERS; w++) {
+        sm_comm_grpc_config cc = {.job = {77},
+                                  .mesh = &p->mesh,
+                                  .nworkers = FN_WORKERS,
+                                  .workers = peers,
+                                  .pos_worker = pos_worker,
+                                  .self = w,
+                                  .box = net.box[w],
+                                  .tr = &fn_tr,
+                                  .tr_user = &net,
+                                  .shm_domain = domain,
+                                  .shm_key = key};
+        clock_gettime(CLOCK_MONOTONIC, &cc.deadline);
+        cc.deadline.tv_sec += 20;
+        ck_assert(sm_comm_grpc_create(&cc, &comm[w], err, sizeof err) == SM_OK);
+    }
+    sm_exec_plan *plan;
+    ck_assert(sm_exec_plan_create(p, &plan, err, sizeof err) == SM_OK);
+    fn_dev devs[6];
+    pthread_t th[6];
+    uint64_t t0[SM_TRAFFIC_COUNT], t1[SM_TRAFFIC_COUNT];
+    sm_traffic_get(t0);
+    for (int pos = 0; pos < 6; pos++) {
+        devs[pos] = (fn_dev){.plan = plan, .comm = comm[pos_worker[pos]], .pos = pos};
+        devs[pos].in = block_of(p, &p->params[0].spec, g, pos);
+        ck_assert(pthread_create(&th[pos], NULL, fn_dev_main, &devs[pos]) == 0);
+    }
+    for (int pos = 0; pos < 6; pos++)
+        pthread_join(th[pos], NULL);
+    sm_traffic_get(t1);
+    ck_assert_msg((t1[SM_TRAFFIC_SHM_IN] > t0[SM_TRAFFIC_SHM_IN]) == shm,
+                  "%llu bytes read from shared memory",
+                  (unsigned long long)(t1[SM_TRAFFIC_SHM_IN] - t0[SM_TRAFFIC_SHM_IN]));
+    for (int pos = 0; pos < 6; pos++) {
+        ck_assert_msg(devs[pos].e == SM_OK, "position %d: %s", pos, devs[pos].err);
+        for (int r = 0; r < p->nreturns; r++)
+            out[pos][r] = devs[pos].out[r];
+        sm_array_free(devs[pos].in);
+    }
+    for (int w = 0; w < FN_WORKERS; w++) {
+        ck_assert_int_eq(sm_mailbox_bytes(net.box[w]), 0); /* every blob consumed */
+        sm_comm_grpc_free(comm[w]);
+        sm_mailbox_free(net.box[w]);
+    }
+    sm_exec_plan_free(plan);
+}
+
 /* Six devices on three workers holding ranks {0,3}, {1,4}, {2,5}: every
- * collective combines three partials and sends non-contiguous chunks. */
+ * collective combines three partials and sends non-contiguous chunks.
+ * Small integers, checked against the in-process runner, over gRPC and
+ * through shared memory; then random floats, the same bits on both. */
 START_TEST(test_comm_three_workers)
 {
     char err[512];
@@ -1691,70 +1764,36 @@ START_TEST(test_comm_three_workers)
                          "    e = ppermute(v, 'x', perm=[(0, 5), (5, 1), (1, 4), (4, 2), (2, 3), "
                          "(3, 0)])\n"
                          "    return a, b, c, d, e, pmax(v, 'x')\n");
-    sm_array *g = global_input(SM_F32, &(sm_shape){2, {12, 12}}, 5, 0);
-    fake_net net;
-    sm_svc_peer peers[FN_WORKERS];
-    int pos_worker[6];
-    sm_comm_grpc *comm[FN_WORKERS];
-    for (int w = 0; w < FN_WORKERS; w++) {
-        snprintf(net.addr[w], sizeof net.addr[w], "w%d", w);
-        ck_assert(sm_mailbox_create(0, &net.box[w], err, sizeof err) == SM_OK);
-        memset(&peers[w], 0, sizeof peers[w]);
-        snprintf(peers[w].address, SM_ADDR_MAX, "%s", net.addr[w]);
-        peers[w].ndevices = 2;
-        peers[w].devices[0] = 2 * w;
-        peers[w].devices[1] = 2 * w + 1;
+    for (int random = 0; random < 2; random++) {
+        sm_array *g = global_input(SM_F32, &(sm_shape){2, {12, 12}}, 5, random);
+        sm_array *out[2][6][8];
+        for (int shm = 0; shm < 2; shm++)
+            three_workers_run(p, g, shm, shm_key_of(900 + (uint64_t)random), out[shm]);
+        sm_array *ref[8] = {0};
+        ck_assert_msg(sm_exec_local_run(p, &g, ref, NULL, err, sizeof err) == SM_OK, "%s", err);
+        for (int pos = 0; pos < 6; pos++)
+            for (int r = 0; r < p->nreturns; r++) {
+                sm_array *want = block_of(p, &p->out_specs[r], ref[r], pos);
+                for (int shm = 0; shm < 2; shm++) {
+                    const sm_array *got = out[shm][pos][r];
+                    ck_assert(sm_shape_equal(&got->shape, &want->shape));
+                    if (!random) /* exact in any order */
+                        ck_assert_msg(!memcmp(got->data, want->data, (size_t)want->nbytes),
+                                      "output %d at position %d differs (%s)", r, pos,
+                                      shm ? "shm" : "grpc");
+                }
+                ck_assert_msg(
+                    !memcmp(out[0][pos][r]->data, out[1][pos][r]->data, (size_t)want->nbytes),
+                    "output %d at position %d: gRPC and shared memory differ", r, pos);
+                sm_array_free(want);
+                sm_array_free(out[0][pos][r]);
+                sm_array_free(out[1][pos][r]);
+            }
+        for (int r = 0; r < p->nreturns; r++)
+            sm_array_free(ref[r]);
+        sm_array_free(g);
     }
-    for (int pos = 0; pos < 6; pos++)
-        pos_worker[pos] = p->mesh.devices[pos] / 2;
-    for (int w = 0; w < FN_WORKERS; w++) {
-        sm_comm_grpc_config cc = {.job = {77},
-                                  .mesh = &p->mesh,
-                                  .nworkers = FN_WORKERS,
-                                  .workers = peers,
-                                  .pos_worker = pos_worker,
-                                  .self = w,
-                                  .box = net.box[w],
-                                  .tr = &fn_tr,
-                                  .tr_user = &net};
-        clock_gettime(CLOCK_MONOTONIC, &cc.deadline);
-        cc.deadline.tv_sec += 20;
-        ck_assert(sm_comm_grpc_create(&cc, &comm[w], err, sizeof err) == SM_OK);
-    }
-    sm_exec_plan *plan;
-    ck_assert(sm_exec_plan_create(p, &plan, err, sizeof err) == SM_OK);
-    fn_dev devs[6];
-    pthread_t th[6];
-    for (int pos = 0; pos < 6; pos++) {
-        devs[pos] = (fn_dev){.plan = plan, .comm = comm[pos_worker[pos]], .pos = pos};
-        devs[pos].in = block_of(p, &p->params[0].spec, g, pos);
-        ck_assert(pthread_create(&th[pos], NULL, fn_dev_main, &devs[pos]) == 0);
-    }
-    for (int pos = 0; pos < 6; pos++)
-        pthread_join(th[pos], NULL);
-    sm_array *ref[8] = {0};
-    ck_assert_msg(sm_exec_local_run(p, &g, ref, NULL, err, sizeof err) == SM_OK, "%s", err);
-    for (int pos = 0; pos < 6; pos++) {
-        ck_assert_msg(devs[pos].e == SM_OK, "position %d: %s", pos, devs[pos].err);
-        for (int r = 0; r < p->nreturns; r++) {
-            sm_array *want = block_of(p, &p->out_specs[r], ref[r], pos);
-            ck_assert(sm_shape_equal(&devs[pos].out[r]->shape, &want->shape));
-            ck_assert_msg(!memcmp(devs[pos].out[r]->data, want->data, (size_t)want->nbytes),
-                          "output %d at position %d differs", r, pos);
-            sm_array_free(want);
-            sm_array_free(devs[pos].out[r]);
-        }
-        sm_array_free(devs[pos].in);
-    }
-    for (int w = 0; w < FN_WORKERS; w++) {
-        ck_assert_int_eq(sm_mailbox_bytes(net.box[w]), 0); /* every blob consumed */
-        sm_comm_grpc_free(comm[w]);
-        sm_mailbox_free(net.box[w]);
-    }
-    for (int r = 0; r < p->nreturns; r++)
-        sm_array_free(ref[r]);
-    sm_exec_plan_free(plan);
-    sm_array_free(g);
+    ck_assert_int_eq(shm_left(0), 0);
     sm_program_free(p);
 }
 END_TEST
