@@ -143,7 +143,7 @@ static int bc_start(bc_cluster *c, const char *bin, char *err, size_t errlen)
         if (pid == 0) {
             prctl(PR_SET_PDEATHSIG, SIGKILL);
             execl(bin, bin, "--listen", "127.0.0.1:0", "--coordinator", coord, "--devices", "2",
-                  "--transport", "shm", "--log-level", "warn", (char *)NULL);
+                  "--transport", "auto", "--log-level", "warn", (char *)NULL);
             _exit(127);
         }
         c->pid[w] = pid;

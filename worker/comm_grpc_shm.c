@@ -375,20 +375,6 @@ static sm_err sm_cg_shm_local(const sm_cg_layout *L, const sm_rendezvous_slot *s
     return e;
 }
 
-/* dst[0, m) = the partials P[k] + off of every worker, in worker order. */
-static sm_err sm_cg_shm_combine(const sm_cg_layout *L, const char *const *P, int64_t off,
-                                sm_dtype t, sm_kern_reduce_op op, char *dst, int64_t m, char *err,
-                                size_t errlen)
-{
-    int64_t el = (int64_t)sm_dtype_size(t);
-    if (m <= 0)
-        return SM_OK;
-    sm_err e = sm_cg_reduce2(t, op, P[0] + off * el, P[1] + off * el, dst, m, err, errlen);
-    for (int k = 2; k < L->nw && !e; k++)
-        e = sm_kern_accumulate(t, dst, P[k] + off * el, m, op, err, errlen);
-    return e;
-}
-
 /* memcpy with streaming stores where the target is 16-byte aligned: for
  * outputs this collective does not read again, so their lines are not
  * read for ownership first (a third of the memory traffic of a copy). */
@@ -419,13 +405,15 @@ static void sm_cg_shm_stream(void *dst, const void *src, size_t len)
 #endif
 }
 
-/* Part ks of all_reduce, elements [lo, hi): every worker's partial in
- * worker order, this worker's own computed here a block at a time (it wrote
- * no partial of its own part), written to this worker's result (res) and
- * to every local output. */
-static sm_err sm_cg_shm_ar_part(const sm_cg_layout *L, const sm_rendezvous_slot *s,
-                                const char *const *P, int ks, sm_dtype t, sm_kern_reduce_op op,
-                                char *res, int64_t lo, int64_t hi, char *err, size_t errlen)
+/* Elements [at, at + n) of the reduction: every worker's partial in worker
+ * order (P[k] + at), this worker's own (order ks) computed here from the
+ * local inputs a block at a time, in cache (it wrote no partial of these
+ * elements). Written to dst (element at at its start) and, if outs, to
+ * the same elements of every local output. */
+static sm_err sm_cg_shm_reduce_into(const sm_cg_layout *L, const sm_rendezvous_slot *s,
+                                    const char *const *P, int ks, sm_dtype t, sm_kern_reduce_op op,
+                                    int64_t at, int64_t n, char *dst, void *const *outs, char *err,
+                                    size_t errlen)
 {
     int64_t el = (int64_t)sm_dtype_size(t), blk = SM_SHM_BLOCK / el;
     const char **ops = malloc((size_t)L->nw * sizeof *ops);
@@ -433,17 +421,17 @@ static sm_err sm_cg_shm_ar_part(const sm_cg_layout *L, const sm_rendezvous_slot 
     sm_err e = SM_OK;
     if (!ops || !tmp)
         e = sm_fail(err, errlen, SM_ENOMEM, "out of memory for a reduction");
-    for (int64_t b = lo; b < hi && !e; b += blk) {
-        int64_t m = hi - b < blk ? hi - b : blk;
-        if (!(e = sm_cg_shm_local(L, s, t, op, tmp, b, b + m, err, errlen))) {
+    for (int64_t b = 0; b < n && !e; b += blk) {
+        int64_t m = n - b < blk ? n - b : blk, x = at + b;
+        if (!(e = sm_cg_shm_local(L, s, t, op, tmp, x, x + m, err, errlen))) {
             for (int k = 0; k < L->nw; k++)
-                ops[k] = k == ks ? tmp : P[k] + b * el;
-            char *d = res + b * el;
+                ops[k] = k == ks ? tmp : P[k] + x * el;
+            char *d = dst + b * el;
             e = sm_cg_reduce2(t, op, ops[0], ops[1], d, m, err, errlen);
             for (int k = 2; k < L->nw && !e; k++)
                 e = sm_kern_accumulate(t, d, ops[k], m, op, err, errlen);
-            for (int l = 0; l < L->nlocal && !e; l++)
-                sm_cg_shm_stream((char *)s->out[l] + b * el, d, (size_t)(m * el));
+            for (int l = 0; outs && l < L->nlocal && !e; l++)
+                sm_cg_shm_stream((char *)outs[l] + x * el, d, (size_t)(m * el));
         }
     }
     free(ops);
@@ -490,7 +478,8 @@ sm_err sm_cg_shm_all_reduce(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg
         e = sm_cg_shm_region(c, g, L, k, seq, 2 * sa, &P[k], err, errlen);
     if (!e) { /* phase 2: this worker's part, a slice per local member */
         int64_t lo = a + m * L->li / L->nlocal, hi = a + m * (L->li + 1) / L->nlocal;
-        e = sm_cg_shm_ar_part(L, s, P, ks, t, op, mine + sa, lo, hi, err, errlen);
+        e = sm_cg_shm_reduce_into(L, s, P, ks, t, op, lo, hi - lo, mine + sa + lo * el,
+                                  (void *const *)s->out, err, errlen);
         sm_traffic_add(SM_TRAFFIC_SHM_IN, (hi - lo) * el * (nw - 1));
     }
     e = sm_cg_shm_phase(c, g, L, s, seq, 2, e, err, errlen);
@@ -536,14 +525,25 @@ sm_err sm_cg_shm_reduce_scatter(sm_comm_grpc *c, const sm_comm_group *g, const s
     }
     char *mine = NULL;
     e = sm_cg_shm_region(c, g, L, ks, seq, (size_t)(total * el), (const char **)&mine, err, errlen);
-    int64_t lo = total * L->li / L->nlocal, hi = total * (L->li + 1) / L->nlocal;
-    if (!e) /* phase 1: this worker's partial of every chunk, a slice per local member */
-        e = sm_cg_shm_local(L, s, t, op, mine + lo * el, lo, hi, err, errlen);
+    /* phase 1: this worker's partial of the chunks of the other workers'
+     * members (chunk q at element q * n), a slice per local member */
+    int64_t rest = (int64_t)(g->size - L->nlocal) * n;
+    int64_t lo = rest * L->li / L->nlocal, hi = rest * (L->li + 1) / L->nlocal, i = 0;
+    for (int q = 0; q < g->size && !e && i < hi; q++) {
+        if (L->lidx[q] >= 0)
+            continue;
+        int64_t a = lo > i ? lo - i : 0, b = hi - i < n ? hi - i : n; /* of chunk q */
+        if (b > a)
+            e = sm_cg_shm_local(L, s, t, op, mine + (q * n + a) * el, q * n + a, q * n + b, err,
+                                errlen);
+        i += n;
+    }
     e = sm_cg_shm_phase(c, g, L, s, seq, 1, e, err, errlen);
     for (int k = 0; k < nw && !e; k++)
         e = sm_cg_shm_region(c, g, L, k, seq, (size_t)(total * el), &P[k], err, errlen);
-    if (!e) /* the caller's chunk of every partial, in worker order */
-        e = sm_cg_shm_combine(L, P, (int64_t)g->rank * n, t, op, out, n, err, errlen);
+    if (!e) /* the caller's chunk of every partial in worker order, its own in cache */
+        e = sm_cg_shm_reduce_into(L, s, P, ks, t, op, (int64_t)g->rank * n, n, out, NULL, err,
+                                  errlen);
     if (!e)
         sm_traffic_add(SM_TRAFFIC_SHM_IN, n * el * (nw - 1));
     e = sm_cg_shm_phase(c, g, L, s, seq, 3, e, err, errlen);
@@ -566,8 +566,14 @@ sm_err sm_cg_shm_move(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layou
     char *mine = NULL;
     e = sm_cg_shm_region(c, g, L, ks, seq, used, (const char **)&mine, err, errlen);
     /* phase 1: the caller's input into this worker's slot, if a peer needs it */
-    if (!e && (kind != SM_CG_PERM || (to >= 0 && L->lidx[to] < 0)))
+    if (!e && kind == SM_CG_A2A) { /* only the chunks of other workers' members */
+        for (int q = 0; q < g->size; q++)
+            if (L->lidx[q] < 0)
+                memcpy(mine + L->gidx[g->rank] * inb + q * cb, (const char *)in + q * cb,
+                       (size_t)cb);
+    } else if (!e && (kind != SM_CG_PERM || (to >= 0 && L->lidx[to] < 0))) {
         memcpy(mine + L->gidx[g->rank] * inb, in, (size_t)inb);
+    }
     e = sm_cg_shm_phase(c, g, L, s, seq, 1, e, err, errlen);
     for (int q = 0; q < g->size && !e; q++) {
         if (kind == SM_CG_PERM && q != from)
