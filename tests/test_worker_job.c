@@ -35,6 +35,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1162,6 +1163,18 @@ START_TEST(test_shm_segments)
         ck_assert_int_eq(sm_shm_seg_create(bad[k], len, &own, err, sizeof err), SM_EINVAL);
         ck_assert_int_eq(sm_shm_seg_open(bad[k], len, &own, err, sizeof err), SM_EINVAL);
     }
+    /* pages are reserved before they are written: more than /dev/shm holds
+     * is an error (tmpfs refuses a request larger than the whole mount at
+     * once, without allocating) */
+    struct statvfs vs;
+    ck_assert_int_eq(statvfs("/dev/shm", &vs), 0);
+    size_t whole = (size_t)vs.f_blocks * vs.f_frsize;
+    ck_assert(sm_shm_seg_create(name, whole + (4 << 20), &own, err, sizeof err) == SM_OK);
+    ck_assert_int_eq(sm_shm_seg_reserve(&own, 0, 1 << 20, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_shm_seg_reserve(&own, 0, whole + (2 << 20), err, sizeof err), SM_ERESOURCE);
+    ck_assert_msg(strstr(err, "no room in /dev/shm"), "%s", err);
+    sm_shm_seg_close(&own);
+    sm_shm_unlink(name);
     /* the sweep removes a segment nobody holds, not one a process maps */
     char gone[SM_SHM_NAME_MAX];
     snprintf(gone, sizeof gone, "/shmap-%016llx-78", (unsigned long long)shm_key_of(0));

@@ -111,11 +111,9 @@ sm_err sm_comm_grpc_create(const sm_comm_grpc_config *cfg, sm_comm_grpc **out, c
     for (int w = 0; w < cfg->nworkers; w++)
         c->domain[w] = cfg->shm_domain ? cfg->shm_domain[w] : 0;
     sm_err e = sm_cg_shm_create(c, cfg->shm_key, err, errlen);
-    if (e) { /* shared memory is an optimization: gRPC carries the job */
-        SM_WARN("job %llu runs its collectives over gRPC only: %s", (unsigned long long)c->job.v,
-                err);
-        for (int w = 0; w < cfg->nworkers; w++)
-            c->domain[w] = 0;
+    if (e) { /* failing the job: a worker that went over gRPC alone would wait for its peers */
+        sm_comm_grpc_free(c);
+        return e;
     }
     *out = c;
     return SM_OK;

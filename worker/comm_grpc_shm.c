@@ -65,6 +65,7 @@ struct sm_cg_shm {
     int ndomain;     /* workers of this worker's domain, itself included */
     sm_shm_seg *seg; /* per worker; base NULL until opened */
     int *nslots;     /* per worker: its mesh positions */
+    size_t *held;    /* per slot of this worker's segment: bytes allocated (fallocate) */
     int aborted;     /* the job aborted before this worker's segment was made */
     char why[512];
 };
@@ -101,11 +102,13 @@ sm_err sm_cg_shm_create(sm_comm_grpc *c, uint64_t key, char *err, size_t errlen)
     if (m) {
         m->seg = calloc((size_t)c->nworkers, sizeof *m->seg);
         m->nslots = calloc((size_t)c->nworkers, sizeof *m->nslots);
+        m->held = calloc((size_t)c->mesh.ndevices, sizeof *m->held);
     }
-    if (!m || !m->seg || !m->nslots) {
+    if (!m || !m->seg || !m->nslots || !m->held) {
         if (m) {
             free(m->seg);
             free(m->nslots);
+            free(m->held);
         }
         free(m);
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a job's shared memory");
@@ -156,6 +159,7 @@ void sm_cg_shm_free(sm_comm_grpc *c)
     pthread_mutex_destroy(&m->mu);
     free(m->seg);
     free(m->nslots);
+    free(m->held);
     free(m);
     c->shm = NULL;
 }
@@ -349,8 +353,21 @@ static sm_err sm_cg_shm_region(sm_comm_grpc *c, const sm_comm_group *g, const sm
     if (e)
         return e;
     int slot = sm_cg_shm_slot_of(c, g, L, k);
-    if ((e = sm_shm_seg_check(s, SM_SHM_HDR + (size_t)slot * SM_SHM_SPAN + used, err, errlen)))
+    size_t at = SM_SHM_HDR + (size_t)slot * SM_SHM_SPAN;
+    if ((e = sm_shm_seg_check(s, at + used, err, errlen)))
         return sm_cg_failf(c, e, err, errlen, "%s", err);
+    if (L->order[k] == c->self) { /* the pages it writes, allocated now: a full /dev/shm is an
+                                   * error here, not a fault on the first write */
+        sm_cg_shm *m = c->shm;
+        pthread_mutex_lock(&m->mu);
+        if (used > m->held[slot] &&
+            (e = sm_shm_seg_reserve(s, at + m->held[slot], used - m->held[slot], err, errlen)) ==
+                SM_OK)
+            m->held[slot] = used;
+        pthread_mutex_unlock(&m->mu);
+        if (e)
+            return sm_cg_failf(c, e, err, errlen, "%s", err);
+    }
     *out = sm_cg_shm_slot(s, slot);
     return SM_OK;
 }

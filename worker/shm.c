@@ -183,6 +183,19 @@ sm_err sm_shm_seg_check(const sm_shm_seg *s, size_t end, char *err, size_t errle
     return SM_OK;
 }
 
+sm_err sm_shm_seg_reserve(const sm_shm_seg *s, size_t off, size_t len, char *err, size_t errlen)
+{
+    int rc;
+    while ((rc = fallocate(s->fd, 0, (off_t)off, (off_t)len)) && errno == EINTR)
+        ;
+    if (!rc || errno == EOPNOTSUPP) /* no fallocate here: the pages come as they are written */
+        return SM_OK;
+    return sm_fail(err, errlen, SM_ERESOURCE,
+                   "no room in /dev/shm for %zu bytes of shared-memory segment %s: %s (give "
+                   "/dev/shm more room, or run the workers with --transport grpc)",
+                   len, s->name, strerror(errno));
+}
+
 void sm_shm_seg_close(sm_shm_seg *s)
 {
     if (s->base)

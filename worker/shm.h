@@ -53,6 +53,10 @@ sm_err sm_shm_seg_open(const char *name, size_t len, sm_shm_seg *s, char *err, s
  * a sentence if it was truncated under its readers (reading past its end
  * would fault). */
 sm_err sm_shm_seg_check(const sm_shm_seg *s, size_t end, char *err, size_t errlen);
+/* Allocates the pages of bytes [off, off + len) of the segment now
+ * (fallocate), so writing them cannot fault: SM_ERESOURCE with a sentence
+ * when /dev/shm has no room for them. */
+sm_err sm_shm_seg_reserve(const sm_shm_seg *s, size_t off, size_t len, char *err, size_t errlen);
 void sm_shm_seg_close(sm_shm_seg *s);
 /* Unlinks name if it exists (ENOENT is not an error). */
 void sm_shm_unlink(const char *name);
