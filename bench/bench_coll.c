@@ -364,8 +364,16 @@ typedef struct {
     int64_t n;
     int iters;
     pthread_barrier_t *bar;
-    double *t; /* per iteration, thread 0 */
+    double *t;   /* per iteration, thread 0 */
+    double *cpu; /* per iteration, this thread's CPU seconds */
 } bc_anchor_arg;
+
+static double bc_thread_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
 
 static void *bc_anchor_main(void *arg)
 {
@@ -374,7 +382,7 @@ static void *bc_anchor_main(void *arg)
     int64_t lo = a->n * me / 2, hi = a->n * (me + 1) / 2;
     for (int it = 0; it < a->iters; it++) {
         pthread_barrier_wait(a->bar);
-        double t0 = bench_now_s();
+        double t0 = bench_now_s(), c0 = bc_thread_cpu_s();
         for (int64_t b = lo; b < hi; b += BC_ANCHOR_BLOCK) {
             int64_t m = hi - b < BC_ANCHOR_BLOCK ? hi - b : BC_ANCHOR_BLOCK;
             float *d = a->out[me] + b;
@@ -383,6 +391,7 @@ static void *bc_anchor_main(void *arg)
                 d[i] = x[i] + y[i];
             memcpy(a->out[1 - me] + b, d, (size_t)m * sizeof *d);
         }
+        a->cpu[it] = bc_thread_cpu_s() - c0;
         pthread_barrier_wait(a->bar);
         if (a->t)
             a->t[it] = bench_now_s() - t0;
@@ -391,12 +400,13 @@ static void *bc_anchor_main(void *arg)
 }
 
 /* The anchor's bus bandwidth in GB/s for S = bytes (busbw = algbw with 2
- * ranks): the median of runs iterations after 2 untimed ones. */
-static double bc_anchor(int64_t bytes, int runs)
+ * ranks): the median of runs iterations after 2 untimed ones; *cpu_ms its
+ * median CPU time per all-reduce (both threads). */
+static double bc_anchor(int64_t bytes, int runs, double *cpu_ms)
 {
     int64_t n = bytes / 4;
     float *buf[4];
-    double t[BC_MAX_RUN * 4 + 2];
+    double t[BC_MAX_RUN * 4 + 2], c0[BC_MAX_RUN * 4 + 2], c1[BC_MAX_RUN * 4 + 2];
     int iters = 2 + runs * 4;
     for (int k = 0; k < 4; k++) {
         buf[k] = malloc((size_t)bytes);
@@ -407,8 +417,9 @@ static double bc_anchor(int64_t bytes, int runs)
     }
     pthread_barrier_t bar;
     pthread_barrier_init(&bar, NULL, 2);
-    bc_anchor_arg a0 = {{buf[0], buf[1]}, {buf[2], buf[3]}, n, iters, &bar, t}, a1 = a0;
+    bc_anchor_arg a0 = {{buf[0], buf[1]}, {buf[2], buf[3]}, n, iters, &bar, t, c0}, a1 = a0;
     a1.t = NULL;
+    a1.cpu = c1;
     pthread_t th;
     pthread_create(&th, NULL, bc_anchor_main, &a1);
     bc_anchor_main(&a0);
@@ -417,6 +428,9 @@ static double bc_anchor(int64_t bytes, int runs)
     for (int k = 0; k < 4; k++)
         free(buf[k]);
     double m = bench_median(t + 2, iters - 2);
+    for (int k = 0; k < iters; k++)
+        c0[k] += c1[k];
+    *cpu_ms = bench_median(c0 + 2, iters - 2) * 1e3;
     return m > 0 ? (double)bytes / m / 1e9 : 0;
 }
 
@@ -550,9 +564,10 @@ int main(int argc, char **argv)
         free(data);
         double anchor = 0;
         if (ops & (1u << BC_PSUM)) {
-            anchor = bc_anchor(bytes, runs);
-            printf("%-13s %-5s %8ld %11s %11s %11s %11.3f\n", "all-reduce", "2 thr", sizes[si], "",
-                   "", "", anchor);
+            double acpu = 0;
+            anchor = bc_anchor(bytes, runs, &acpu);
+            printf("%-13s %-5s %8ld %11s %11.3f %11.3f %11.3f %11.1f\n", "all-reduce", "2 thr",
+                   sizes[si], "", (double)bytes / anchor / 1e6, anchor, anchor, acpu);
             printf("SUMMARY|coll|all-reduce %ld MiB, in-process 2 threads (anchor)|%.4g|GB/s "
                    "busbw|||||n/a\n",
                    sizes[si], anchor);
