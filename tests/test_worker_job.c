@@ -93,11 +93,14 @@ static uint64_t shm_key_of(uint64_t job)
     return ((uint64_t)getpid() << 40) | (job & ((1ull << 40) - 1));
 }
 
-/* Segments in /dev/shm of this process's jobs (of job, if non-zero). */
+/* Segments in /dev/shm of this process's jobs (of job, if non-zero; any
+ * shmap segment, pool files of the workers included, if job is -1). */
 static int shm_left(uint64_t job)
 {
     char pre[64];
-    if (job)
+    if (job == (uint64_t)-1)
+        snprintf(pre, sizeof pre, "shmap-");
+    else if (job)
         snprintf(pre, sizeof pre, "shmap-%016llx-", (unsigned long long)shm_key_of(job));
     else
         snprintf(pre, sizeof pre, "shmap-%06llx", (unsigned long long)(shm_key_of(0) >> 40));
@@ -1888,7 +1891,7 @@ static void proc_shm_setup(void)
 static void shm_teardown_check(void)
 {
     shm_mode = 0;
-    if (shm_left(0)) {
+    if (shm_left((uint64_t)-1)) {
         fprintf(stderr, "test_worker_job: segments left in /dev/shm\n");
         exit(1);
     }

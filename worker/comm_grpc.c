@@ -103,6 +103,7 @@ sm_err sm_comm_grpc_create(const sm_comm_grpc_config *cfg, sm_comm_grpc **out, c
     c->box = cfg->box;
     c->tr = cfg->tr;
     c->tr_user = cfg->tr_user;
+    c->shm_pool = cfg->shm_pool;
     int seen[SM_MAX_DEVICES] = {0};
     for (int pos = 0; pos < c->mesh.ndevices; pos++) {
         int w = c->pos_worker[pos];

@@ -82,6 +82,8 @@ typedef struct {
  * user is an sm_peer * (worker/peer.h) whose channels it uses. */
 extern const sm_comm_grpc_transport sm_comm_grpc_net;
 
+typedef struct sm_shm_pool sm_shm_pool;
+
 typedef struct {
     sm_job_id job;
     const sm_mesh *mesh; /* copied */
@@ -99,6 +101,7 @@ typedef struct {
      * domain runs through segments named after shm_key. */
     const uint32_t *shm_domain;
     uint64_t shm_key;
+    sm_shm_pool *shm_pool; /* borrowed; NULL: a new file per job (worker/shm.h) */
 } sm_comm_grpc_config;
 
 typedef struct sm_comm_grpc sm_comm_grpc;

@@ -25,6 +25,7 @@ struct sm_comm_grpc {
     const sm_comm_grpc_transport *tr;
     void *tr_user;
     sm_cg_shm *shm; /* NULL: no worker of the job shares memory with this one */
+    sm_shm_pool *shm_pool;
 };
 
 /* A group seen from this worker. */

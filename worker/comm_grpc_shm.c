@@ -2,10 +2,14 @@
  * memory with this one (the same non-zero shm_domain, proven by
  * Worker.ShmProbe before the job was dispatched).
  *
- * Segments: every worker of the domain creates one segment for the job,
- * "/shmap-<key>-<worker index>", sparse: a header (magic, abort flag and
- * sentence, one futex word per slot) and one slot of SM_SHM_SPAN bytes per
- * mesh position of that worker. A group uses, on each of its workers, the
+ * Segments: every worker of the domain makes one segment for the job at its
+ * first collective through it, "/shmap-<key>-<worker index>", sparse: a
+ * header (magic, the job's key, abort flag and sentence, one futex word per
+ * slot) and one slot of SM_SHM_SPAN bytes per mesh position of that worker.
+ * With a pool (sm_comm_grpc_config.shm_pool) the segment is a file the
+ * worker keeps between jobs, pages and mapping included, under the job's
+ * name for the job (a hard link): its header starts over, and a peer that
+ * finds another job's key in it knows the owner moved on. A group uses, on each of its workers, the
  * slot of its lowest member there; groups of one collective are disjoint,
  * so no two running groups share a slot. Peers open a segment the first
  * time they need it and the last of them unlinks its name; every worker
@@ -30,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -53,6 +58,7 @@
 
 typedef struct {
     uint64_t magic;
+    uint64_t key; /* the job's: a file kept for another job is not this one's */
     uint32_t nslots;
     uint32_t mapped;  /* peers that opened the segment */
     uint32_t aborted; /* the owner's job aborted; why holds its sentence */
@@ -66,6 +72,7 @@ struct sm_cg_shm {
     sm_shm_seg *seg; /* per worker; base NULL until opened */
     int *nslots;     /* per worker: its mesh positions */
     size_t *held;    /* per slot of this worker's segment: bytes allocated (fallocate) */
+    size_t *mapped;  /* per mesh position's slot: bytes whose page tables are filled */
     int aborted;     /* the job aborted before this worker's segment was made */
     char why[512];
 };
@@ -103,12 +110,14 @@ sm_err sm_cg_shm_create(sm_comm_grpc *c, uint64_t key, char *err, size_t errlen)
         m->seg = calloc((size_t)c->nworkers, sizeof *m->seg);
         m->nslots = calloc((size_t)c->nworkers, sizeof *m->nslots);
         m->held = calloc((size_t)c->mesh.ndevices, sizeof *m->held);
+        m->mapped = calloc((size_t)c->mesh.ndevices, sizeof *m->mapped);
     }
-    if (!m || !m->seg || !m->nslots || !m->held) {
+    if (!m || !m->seg || !m->nslots || !m->held || !m->mapped) {
         if (m) {
             free(m->seg);
             free(m->nslots);
             free(m->held);
+            free(m->mapped);
         }
         free(m);
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a job's shared memory");
@@ -130,17 +139,25 @@ static sm_err sm_cg_shm_make(sm_comm_grpc *c, char *err, size_t errlen)
     sm_cg_shm *m = c->shm;
     char name[SM_SHM_NAME_MAX];
     sm_cg_shm_name(m, c->self, name);
-    sm_err e = sm_shm_seg_create(name, sm_cg_shm_len(m, c->self), &m->seg[c->self], err, errlen);
+    size_t len = sm_cg_shm_len(m, c->self);
+    sm_shm_seg *s = &m->seg[c->self];
+    sm_err e = c->shm_pool ? sm_shm_pool_take(c->shm_pool, len, s, err, errlen)
+                           : sm_shm_seg_create(name, len, s, err, errlen);
     if (e)
         return e;
-    sm_shm_hdr *h = m->seg[c->self].base;
+    sm_shm_hdr *h = s->base;
+    if (c->shm_pool) /* a file of an earlier job: its header starts over, unnamed yet */
+        memset(h, 0, SM_SHM_HDR);
+    h->key = m->key;
     h->nslots = (uint32_t)m->nslots[c->self];
     if (m->aborted) { /* before it existed: its peers learn it here */
         snprintf(h->why, sizeof h->why, "%s", m->why);
         h->aborted = 1;
     }
     __atomic_store_n(&h->magic, SM_SHM_MAGIC, __ATOMIC_RELEASE);
-    return SM_OK;
+    if (c->shm_pool && (e = sm_shm_pool_name(c->shm_pool, s, name, err, errlen)))
+        sm_shm_pool_give(c->shm_pool, s);
+    return e;
 }
 
 void sm_cg_shm_free(sm_comm_grpc *c)
@@ -150,6 +167,8 @@ void sm_cg_shm_free(sm_comm_grpc *c)
         return;
     char name[SM_SHM_NAME_MAX];
     for (int w = 0; w < c->nworkers; w++) {
+        if (w == c->self && c->shm_pool && m->seg[w].base)
+            sm_shm_pool_give(c->shm_pool, &m->seg[w]); /* kept, with its pages, for a next job */
         sm_shm_seg_close(&m->seg[w]);
         if (c->domain[w] == c->domain[c->self]) {
             sm_cg_shm_name(m, w, name);
@@ -160,6 +179,7 @@ void sm_cg_shm_free(sm_comm_grpc *c)
     free(m->seg);
     free(m->nslots);
     free(m->held);
+    free(m->mapped);
     free(m);
     c->shm = NULL;
 }
@@ -206,6 +226,10 @@ static sm_err sm_cg_shm_checks(sm_comm_grpc *c, int w, const sm_shm_hdr *h, uint
     sm_err e = sm_rendezvous_check(c->rv, err, errlen);
     if (e)
         return e;
+    if (h && __atomic_load_n(&h->key, __ATOMIC_ACQUIRE) != c->shm->key)
+        return sm_cg_failf(c, SM_ECANCELLED, err, errlen,
+                           "collective cancelled: worker %s left job %llu for another one",
+                           c->addr[w], (unsigned long long)c->job.v);
     if (h && __atomic_load_n(&h->aborted, __ATOMIC_ACQUIRE)) {
         memcpy(msg, h->why, sizeof msg - 1); /* the peer's sentence, cut to fit */
         msg[sizeof msg - 1] = 0;
@@ -248,8 +272,9 @@ static sm_err sm_cg_shm_seg(sm_comm_grpc *c, int w, uint64_t seq, const sm_shm_s
             e = sm_cg_shm_make(c, err, errlen);
         } else if (!s->base) {
             e = sm_shm_seg_open(name, sm_cg_shm_len(m, w), s, err, errlen);
-            if (!e && __atomic_load_n(&((sm_shm_hdr *)s->base)->magic, __ATOMIC_ACQUIRE) !=
-                          SM_SHM_MAGIC) {
+            if (!e && (__atomic_load_n(&((sm_shm_hdr *)s->base)->magic, __ATOMIC_ACQUIRE) !=
+                           SM_SHM_MAGIC ||
+                       ((sm_shm_hdr *)s->base)->key != m->key)) {
                 sm_shm_seg_close(s); /* created, not yet initialized */
                 e = SM_ENOTFOUND;
             }
@@ -308,8 +333,15 @@ static sm_err sm_cg_shm_wait(sm_comm_grpc *c, const sm_comm_group *g, const sm_c
         int64_t next_probe = sm_time_mono_ms() + c->probe_ms;
         for (int spin = 0;; spin++) {
             uint32_t v = __atomic_load_n(word, __ATOMIC_ACQUIRE);
-            if ((int32_t)(v - tag) >= 0)
+            if ((int32_t)(v - tag) >= 0) {
+                if (__atomic_load_n(&((const sm_shm_hdr *)s->base)->key, __ATOMIC_ACQUIRE) !=
+                    c->shm->key) /* the word is another job's */
+                    return sm_cg_failf(c, SM_ECANCELLED, err, errlen,
+                                       "collective cancelled: worker %s left job %llu for another "
+                                       "one",
+                                       c->addr[w], (unsigned long long)c->job.v);
                 break;
+            }
             if (spin < SM_SHM_SPIN)
                 continue;
             if ((e = sm_cg_shm_checks(c, w, s->base, seq, &next_probe, err, errlen)))
@@ -368,6 +400,18 @@ static sm_err sm_cg_shm_region(sm_comm_grpc *c, const sm_comm_group *g, const sm
         if (e)
             return sm_cg_failf(c, e, err, errlen, "%s", err);
     }
+    /* the page tables of the slot filled in one call, not a fault per page
+     * (a hint: without it the pages come as they are touched) */
+    sm_cg_shm *m = c->shm;
+    int pos = g->members[L->first[k]];
+    pthread_mutex_lock(&m->mu);
+    if (used > m->mapped[pos]) {
+        size_t from = m->mapped[pos] & ~(size_t)4095, to = (used + 4095) & ~(size_t)4095;
+        (void)madvise(sm_cg_shm_slot(s, slot) + from, to - from,
+                      L->order[k] == c->self ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
+        m->mapped[pos] = to;
+    }
+    pthread_mutex_unlock(&m->mu);
     *out = sm_cg_shm_slot(s, slot);
     return SM_OK;
 }
@@ -573,15 +617,15 @@ sm_err sm_cg_shm_move(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layou
                       sm_cg_kind kind, int from, int to, const void *in, void *out, int64_t cb,
                       char *err, size_t errlen)
 {
-    int64_t inb = kind == SM_CG_A2A ? (int64_t)g->size * cb : cb;
-    size_t used = (size_t)(g->size * inb);
+    int64_t inb = kind == SM_CG_A2A ? (int64_t)g->size * cb : cb; /* per member */
     int ks = sm_cg_self_order(c, L);
     sm_rendezvous_slot *s;
     sm_err e = sm_cg_join(c, g, L, seq, kind, cb, in, NULL, &s, err, errlen);
     if (e)
         return e;
     char *mine = NULL;
-    e = sm_cg_shm_region(c, g, L, ks, seq, used, (const char **)&mine, err, errlen);
+    e = sm_cg_shm_region(c, g, L, ks, seq, (size_t)(L->nlocal * inb), (const char **)&mine, err,
+                         errlen);
     /* phase 1: the caller's input into this worker's slot, if a peer needs it */
     if (!e && kind == SM_CG_A2A) { /* only the chunks of other workers' members */
         for (int q = 0; q < g->size; q++)
@@ -600,10 +644,12 @@ sm_err sm_cg_shm_move(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layou
         if (L->lidx[q] >= 0) {
             src = s->in[L->lidx[q]];
         } else {
-            int k = 0;
+            int k = 0, nk = 0; /* worker order of q, and its members in the group */
             while (L->order[k] != L->worker[q])
                 k++;
-            if ((e = sm_cg_shm_region(c, g, L, k, seq, used, &src, err, errlen)))
+            for (int x = 0; x < g->size; x++)
+                nk += L->worker[x] == L->worker[q];
+            if ((e = sm_cg_shm_region(c, g, L, k, seq, (size_t)(nk * inb), &src, err, errlen)))
                 break;
             src += L->gidx[q] * inb;
             sm_traffic_add(SM_TRAFFIC_SHM_IN, cb);

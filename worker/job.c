@@ -42,8 +42,9 @@ struct sm_jobs {
     sm_htab index; /* the jobs by sm_htab_hash_u64(id): a lookup walks no list */
     int njobs;
     int stopping;
-    time_t swept;   /* when sm_jobs_sweep_locked last ran */
-    sm_tpool *pool; /* device threads, kept between jobs */
+    time_t swept;          /* when sm_jobs_sweep_locked last ran */
+    sm_tpool *pool;        /* device threads, kept between jobs */
+    sm_shm_pool *shm_pool; /* shared-memory files, kept between jobs */
 };
 
 static time_t sm_jobs_now(void)
@@ -60,6 +61,8 @@ sm_err sm_jobs_create(const sm_jobs_config *cfg, sm_jobs **out, char *err, size_
     if (!j)
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory for the job table");
     sm_err e = sm_tpool_create(SM_JOBS_IDLE_THREADS, &j->pool, err, errlen);
+    if (!e && (e = sm_shm_pool_create(&j->shm_pool, err, errlen)))
+        sm_tpool_free(j->pool);
     if (e) {
         free(j);
         return e;
@@ -92,6 +95,7 @@ void sm_jobs_free(sm_jobs *j)
     }
     sm_htab_free(&j->index);
     sm_tpool_free(j->pool);
+    sm_shm_pool_free(j->shm_pool);
     pthread_mutex_destroy(&j->mu);
     free(j);
 }
@@ -602,7 +606,8 @@ static sm_err sm_jobs_run(void *user, sm_svc_run_job_req *req, int64_t *output_b
                               .tr = &sm_comm_grpc_net,
                               .tr_user = j->peers,
                               .shm_domain = domain,
-                              .shm_key = req->shm_key};
+                              .shm_key = req->shm_key,
+                              .shm_pool = j->shm_pool};
     cc.deadline = sm_time_after_ms(CLOCK_MONOTONIC, ms);
     sm_comm_grpc *comm;
     e = sm_comm_grpc_create(&cc, &comm, err, errlen);

@@ -4,6 +4,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <stdio.h>
@@ -228,8 +230,11 @@ int sm_shm_sweep(int min_age_s)
         struct stat st;
         if (fd < 0)
             continue;
-        /* old enough not to be in the making, and no process holds it */
-        if (!fstat(fd, &st) && now - st.st_ctime >= min_age_s &&
+        /* old enough not to be in the making (a pool file is locked before
+         * it has a name: any age), and no process holds it */
+        size_t nl = strlen(name);
+        int pooled = nl > 4 && !strcmp(name + nl - 4, "-fff");
+        if (!fstat(fd, &st) && (pooled || now - st.st_ctime >= min_age_s) &&
             (probe || flock(fd, LOCK_EX | LOCK_NB) == 0)) {
             shm_unlink(name);
             n++;
@@ -239,6 +244,152 @@ int sm_shm_sweep(int min_age_s)
     if (d)
         closedir(d);
     return n;
+}
+
+/* ---- pool -------------------------------------------------------------------- */
+
+#define SM_SHM_POOL_MAX 16
+
+typedef struct {
+    sm_shm_seg seg; /* name: the pool name */
+    int taken;
+} sm_shm_pool_file;
+
+struct sm_shm_pool {
+    pthread_mutex_t mu;
+    sm_shm_pool_file f[SM_SHM_POOL_MAX];
+    int n;
+};
+
+sm_err sm_shm_pool_create(sm_shm_pool **out, char *err, size_t errlen)
+{
+    sm_shm_pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a shared-memory pool");
+    pthread_mutex_init(&p->mu, NULL);
+    *out = p;
+    return SM_OK;
+}
+
+void sm_shm_pool_free(sm_shm_pool *p)
+{
+    if (!p)
+        return;
+    for (int i = 0; i < p->n; i++) {
+        shm_unlink(p->f[i].seg.name);
+        sm_shm_seg_close(&p->f[i].seg);
+    }
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}
+
+/* A new pool file of len bytes, locked before it has a name (mu held). */
+static sm_err sm_shm_pool_new(sm_shm_pool_file *f, size_t len, char *err, size_t errlen)
+{
+    char name[SM_SHM_NAME_MAX], path[SM_SHM_NAME_MAX + 16], proc[64];
+    snprintf(name, sizeof name, "/shmap-%016llx-fff", (unsigned long long)sm_shm_random());
+    snprintf(path, sizeof path, "/dev/shm%s", name);
+    int fd = open("/dev/shm", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return sm_fail(err, errlen, SM_EIO, "cannot create a shared-memory file in /dev/shm: %s",
+                       strerror(errno));
+    (void)flock(fd, LOCK_SH);
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+    if (ftruncate(fd, (off_t)len) || linkat(AT_FDCWD, proc, AT_FDCWD, path, AT_SYMLINK_FOLLOW)) {
+        int en = errno;
+        close(fd);
+        return sm_fail(err, errlen, SM_EIO, "cannot make shared-memory file %s: %s", name,
+                       strerror(en));
+    }
+    sm_err e = sm_shm_seg_map(fd, name, len, &f->seg, err, errlen); /* closes fd on failure */
+    if (e)
+        shm_unlink(name);
+    return e;
+}
+
+sm_err sm_shm_pool_take(sm_shm_pool *p, size_t len, sm_shm_seg *out, char *err, size_t errlen)
+{
+    sm_err e = SM_OK;
+    pthread_mutex_lock(&p->mu);
+    int i = 0;
+    while (i < p->n && p->f[i].taken)
+        i++;
+    if (i == p->n && p->n == SM_SHM_POOL_MAX) {
+        e = sm_fail(err, errlen, SM_ERESOURCE, "%d shared-memory files in use at once",
+                    SM_SHM_POOL_MAX);
+    } else if (i == p->n) {
+        if (!(e = sm_shm_pool_new(&p->f[i], len, err, errlen)))
+            p->n++;
+    } else if (p->f[i].seg.len < len) { /* grown: sparse, the pages kept */
+        sm_shm_seg *s = &p->f[i].seg;
+        void *q = MAP_FAILED;
+        if (!ftruncate(s->fd, (off_t)len))
+            q = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, s->fd, 0);
+        if (q == MAP_FAILED) {
+            e = sm_fail(err, errlen, SM_ENOMEM, "cannot grow shared-memory file %s: %s", s->name,
+                        strerror(errno));
+        } else {
+            munmap(s->base, s->len);
+            s->base = q;
+            s->len = len;
+        }
+    }
+    if (!e) {
+        p->f[i].taken = 1;
+        *out = p->f[i].seg;
+        out->name[0] = 0;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return e;
+}
+
+static sm_shm_pool_file *sm_shm_pool_find(sm_shm_pool *p, const sm_shm_seg *s)
+{
+    for (int i = 0; i < p->n; i++)
+        if (p->f[i].seg.fd == s->fd && p->f[i].taken)
+            return &p->f[i];
+    return NULL;
+}
+
+sm_err sm_shm_pool_name(sm_shm_pool *p, sm_shm_seg *s, const char *name, char *err, size_t errlen)
+{
+    char from[SM_SHM_NAME_MAX + 16], to[SM_SHM_NAME_MAX + 16];
+    if (!sm_shm_name_ok(name, 0))
+        return sm_fail(err, errlen, SM_EINVAL, "'%s' is not the name of a shmap segment", name);
+    pthread_mutex_lock(&p->mu);
+    sm_shm_pool_file *f = sm_shm_pool_find(p, s);
+    snprintf(from, sizeof from, "/dev/shm%s", f ? f->seg.name : "");
+    pthread_mutex_unlock(&p->mu);
+    snprintf(to, sizeof to, "/dev/shm%s", name);
+    if (!f || link(from, to))
+        return sm_fail(err, errlen, f && errno == EEXIST ? SM_EEXIST : SM_EIO,
+                       "cannot name shared-memory file %s: %s", name,
+                       f ? strerror(errno) : "not taken from the pool");
+    snprintf(s->name, sizeof s->name, "%s", name);
+    return SM_OK;
+}
+
+void sm_shm_pool_give(sm_shm_pool *p, sm_shm_seg *s)
+{
+    if (s->name[0])
+        (void)shm_unlink(s->name);
+    pthread_mutex_lock(&p->mu);
+    sm_shm_pool_file *f = sm_shm_pool_find(p, s);
+    int idle = 0;
+    for (int i = 0; i < p->n; i++)
+        idle += !p->f[i].taken;
+    struct stat st;
+    if (f && (idle >= SM_SHM_POOL_KEEP || fstat(f->seg.fd, &st) ||
+              st.st_size < (off_t)f->seg.len)) { /* enough kept, or truncated: this one goes */
+        shm_unlink(f->seg.name);
+        sm_shm_seg_close(&f->seg);
+        *f = p->f[--p->n];
+    } else if (f) {
+        f->taken = 0;
+    }
+    pthread_mutex_unlock(&p->mu);
+    s->base = NULL; /* the pool's */
+    s->fd = -1;
 }
 
 void sm_shm_futex_wait(uint32_t *word, uint32_t val, int ms)

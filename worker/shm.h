@@ -6,10 +6,11 @@
  * holds a magic number and a random 64-bit cookie; its reader unlinks it.
  * A job segment (comm_grpc_shm.c) is created by its owner and opened by
  * its peers; every process unlinks it once all peers have it mapped, and
- * again (a no-op by then) when the job ends, so no name outlives the job,
- * even when a worker dies; what every worker of a job leaves when all die
- * at once is removed by the next sm_shm_sweep (at a worker's start, and
- * after a job that failed).
+ * again (a no-op by then) when the job ends, so no job name outlives the
+ * job, even when a worker dies. Files a worker keeps between jobs
+ * (sm_shm_pool) go when it stops; what a killed worker leaves is removed
+ * by the next sm_shm_sweep on the host (at a worker's start, and after a
+ * job that failed).
  *
  * Ownership: an sm_shm_seg is the caller's, closed with sm_shm_seg_close
  * (which unmaps; it never unlinks). Threads: every function is
@@ -63,10 +64,31 @@ void sm_shm_unlink(const char *name);
 /* Unlinks what crashed processes left in /dev/shm: shmap job segments no
  * process holds (every process that maps one holds a shared flock on it
  * until it unmaps it) and probe segments, both older than min_age_s (so
- * that none in the making goes; SM_SHM_SWEEP_AGE_S in the service).
+ * that none in the making goes; SM_SHM_SWEEP_AGE_S in the service), and
+ * pool files no process holds, whatever their age.
  * Returns how many it removed. */
 #define SM_SHM_SWEEP_AGE_S 10
 int sm_shm_sweep(int min_age_s);
+
+/* A worker's pool of segment files kept between jobs with their pages, so
+ * a job's first collective does not allocate and zero its memory again.
+ * A pooled file is named "/shmap-<random>-fff" for its whole life (made
+ * unnamed, locked, then linked, so the sweep never sees it unlocked while
+ * its process lives); a job gives it its own name with a hard link.
+ * Thread-safe. */
+typedef struct sm_shm_pool sm_shm_pool;
+#define SM_SHM_POOL_KEEP 4 /* idle files kept */
+sm_err sm_shm_pool_create(sm_shm_pool **out, char *err, size_t errlen);
+/* Unmaps and unlinks every file; none may be taken. NULL ok. */
+void sm_shm_pool_free(sm_shm_pool *p);
+/* A mapped file of at least len bytes (an idle one, grown if needed, or a
+ * new one), not yet named for a job: out->name is "". */
+sm_err sm_shm_pool_take(sm_shm_pool *p, size_t len, sm_shm_seg *out, char *err, size_t errlen);
+/* Names a taken file name too (a hard link); SM_EEXIST if it exists. */
+sm_err sm_shm_pool_name(sm_shm_pool *p, sm_shm_seg *s, const char *name, char *err, size_t errlen);
+/* Gives a taken file back: unlinks its job name if any, keeps the file
+ * and its mapping for the next job (at most SM_SHM_POOL_KEEP idle). */
+void sm_shm_pool_give(sm_shm_pool *p, sm_shm_seg *s);
 
 /* Futex on a 32-bit word of a shared segment (across processes): waits up
  * to ms while *word == val; wakes every waiter. */
