@@ -51,7 +51,7 @@
 #include "sm_sharding.h"
 #include "sm_svc.h"
 #include "sm_svc_job.h"
-#include "shm.h"
+#include "sm_shm.h"
 #include "store.h"
 #include "traffic.h"
 

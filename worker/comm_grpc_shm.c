@@ -39,7 +39,7 @@
 #include <unistd.h>
 
 #include "comm_grpc_int.h"
-#include "shm.h"
+#include "sm_shm.h"
 #include "sm_log.h"
 #include "sm_time.h"
 #include "traffic.h"
@@ -63,7 +63,7 @@ typedef struct {
     uint32_t mapped;  /* peers that opened the segment */
     uint32_t aborted; /* the owner's job aborted; why holds its sentence */
     char why[512];
-} sm_shm_hdr;
+} sm_cg_shm_hdr;
 
 struct sm_cg_shm {
     pthread_mutex_t mu;
@@ -145,7 +145,7 @@ static sm_err sm_cg_shm_make(sm_comm_grpc *c, char *err, size_t errlen)
                            : sm_shm_seg_create(name, len, s, err, errlen);
     if (e)
         return e;
-    sm_shm_hdr *h = s->base;
+    sm_cg_shm_hdr *h = s->base;
     if (c->shm_pool) /* a file of an earlier job: its header starts over, unnamed yet */
         memset(h, 0, SM_SHM_HDR);
     h->key = m->key;
@@ -191,7 +191,7 @@ void sm_cg_shm_abort(sm_comm_grpc *c, const char *why)
         return;
     pthread_mutex_lock(&m->mu);
     const sm_shm_seg *s = &m->seg[c->self];
-    sm_shm_hdr *h = s->base;
+    sm_cg_shm_hdr *h = s->base;
     m->aborted = 1;
     snprintf(m->why, sizeof m->why, "%s", why);
     if (h) {
@@ -219,7 +219,7 @@ int sm_cg_shm_use(const sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_lay
 
 /* Waits (bounded by the job's checks) until the peer answers probes again
  * or fails; SM_OK to go on waiting. */
-static sm_err sm_cg_shm_checks(sm_comm_grpc *c, int w, const sm_shm_hdr *h, uint64_t seq,
+static sm_err sm_cg_shm_checks(sm_comm_grpc *c, int w, const sm_cg_shm_hdr *h, uint64_t seq,
                                int64_t *next_probe, char *err, size_t errlen)
 {
     char msg[400];
@@ -272,14 +272,14 @@ static sm_err sm_cg_shm_seg(sm_comm_grpc *c, int w, uint64_t seq, const sm_shm_s
             e = sm_cg_shm_make(c, err, errlen);
         } else if (!s->base) {
             e = sm_shm_seg_open(name, sm_cg_shm_len(m, w), s, err, errlen);
-            if (!e && (__atomic_load_n(&((sm_shm_hdr *)s->base)->magic, __ATOMIC_ACQUIRE) !=
+            if (!e && (__atomic_load_n(&((sm_cg_shm_hdr *)s->base)->magic, __ATOMIC_ACQUIRE) !=
                            SM_SHM_MAGIC ||
-                       ((sm_shm_hdr *)s->base)->key != m->key)) {
+                       ((sm_cg_shm_hdr *)s->base)->key != m->key)) {
                 sm_shm_seg_close(s); /* created, not yet initialized */
                 e = SM_ENOTFOUND;
             }
-            if (!e && __atomic_add_fetch(&((sm_shm_hdr *)s->base)->mapped, 1, __ATOMIC_ACQ_REL) ==
-                          (uint32_t)m->ndomain - 1)
+            if (!e && __atomic_add_fetch(&((sm_cg_shm_hdr *)s->base)->mapped, 1,
+                                         __ATOMIC_ACQ_REL) == (uint32_t)m->ndomain - 1)
                 sm_shm_unlink(name); /* every peer has it mapped */
         }
         pthread_mutex_unlock(&m->mu);
@@ -334,7 +334,7 @@ static sm_err sm_cg_shm_wait(sm_comm_grpc *c, const sm_comm_group *g, const sm_c
         for (int spin = 0;; spin++) {
             uint32_t v = __atomic_load_n(word, __ATOMIC_ACQUIRE);
             if ((int32_t)(v - tag) >= 0) {
-                if (__atomic_load_n(&((const sm_shm_hdr *)s->base)->key, __ATOMIC_ACQUIRE) !=
+                if (__atomic_load_n(&((const sm_cg_shm_hdr *)s->base)->key, __ATOMIC_ACQUIRE) !=
                     c->shm->key) /* the word is another job's */
                     return sm_cg_failf(c, SM_ECANCELLED, err, errlen,
                                        "collective cancelled: worker %s left job %llu for another "

@@ -8,7 +8,7 @@
 #include <time.h>
 
 #include "comm_grpc.h"
-#include "shm.h"
+#include "sm_shm.h"
 #include "sm_exec.h"
 #include "sm_htab.h"
 #include "sm_log.h"

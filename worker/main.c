@@ -21,7 +21,7 @@
 #include "handlers.h"
 #include "job.h"
 #include "peer.h"
-#include "shm.h"
+#include "sm_shm.h"
 #include "sm_array.h"
 #include "sm_config.h"
 #include "sm_kern.h"

@@ -1,4 +1,4 @@
-/* shm: shared-memory segments between the worker processes of one host,
+/* sm_shm: shared-memory segments between the worker processes of one host,
  * and the probe that proves two processes share them (Worker.ShmProbe).
  *
  * Segment names are "/shmap-" plus lowercase hex and dashes, so a name
@@ -15,8 +15,8 @@
  * Ownership: an sm_shm_seg is the caller's, closed with sm_shm_seg_close
  * (which unmaps; it never unlinks). Threads: every function is
  * thread-safe; a segment's memory is synchronized by its users. */
-#ifndef SM_WORKER_SHM_H
-#define SM_WORKER_SHM_H
+#ifndef SM_SHM_H
+#define SM_SHM_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,6 +1,6 @@
-/* shm: shared-memory segments and the probe (see header). */
+/* sm_shm: shared-memory segments, probes, pools and sweeps (see header). */
 #define _GNU_SOURCE
-#include "shm.h"
+#include "sm_shm.h"
 
 #include <errno.h>
 #include <fcntl.h>
