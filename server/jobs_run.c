@@ -116,8 +116,6 @@ static int shm_prove(void *user, int a, int b)
         x->chs[a] && x->chs[b] && sm_svc_shm_prove(x->chs[a], x->chs[b], SM_CJOBS_SHM_PROBE_MS);
     SM_DEBUG("workers %s and %s %s memory", pa->address, pb->address,
              shm ? "share" : "do not share");
-    if (shm)
-        sm_registry_worker_shm_peer(j->coord->reg, wa, wb);
     pthread_mutex_lock(&j->chmu);
     int i = 0;
     while (i < j->npairs && !(j->pairs[i].a == wa && j->pairs[i].b == wb))
@@ -154,8 +152,12 @@ static void shm_plan(sm_cjobs *j, sm_job *job, sm_rpc_channel **chs, sm_svc_run_
         return; /* gRPC only */
     shm_prove_ctx x = {j, job, chs};
     sm_svc_shm_domains(job->npeers, shm_prove, &x, dom);
-    for (int k = 0; k < job->npeers; k++)
+    for (int k = 0; k < job->npeers; k++) {
         job->peers[k].shm_domain = dom[k];
+        for (int q = 0; q < k; q++) /* for the listing: every pair of a domain */
+            if (dom[k] && dom[q] == dom[k])
+                sm_registry_worker_shm_peer(j->coord->reg, job->wids[q], job->wids[k]);
+    }
     free(dom);
     while (!req->shm_key)
         if (getrandom(&req->shm_key, sizeof req->shm_key, 0) != (ssize_t)sizeof req->shm_key)
