@@ -1090,6 +1090,71 @@ START_TEST(test_shm_same_bits)
 }
 END_TEST
 
+/* Three jobs at once on both workers, each with its collectives through
+ * its own segments (the pool hands out a file per running job, and the
+ * next jobs reuse them): every result checked against the in-process
+ * runner. */
+START_TEST(test_shm_concurrent_jobs)
+{
+    if (cl.skip || !shm_mode)
+        return;
+    enum { NJ = 3 };
+    const char *text =
+        MESH "shard_map f(x: f32[64,96] @ P('i','j')) -> (P('i', None), P('i','j')):\n"
+             "    y = psum(x, 'j')\n"
+             "    return y, all_to_all(x, 'j', 1, 0, tiled=True)\n";
+    for (int round = 0; round < 2; round++) {
+        sm_array *g[NJ];
+        sm_program *p[NJ];
+        sm_array_id in[NJ], out[NJ][2];
+        sm_svc_run_job_req req[NJ];
+        sm_svc_peer peers[NJ][NW];
+        run_res res[NJ][NW];
+        pthread_t th[NJ][NW];
+        for (int k = 0; k < NJ; k++) {
+            g[k] = global_input(SM_F32, &(sm_shape){2, {64, 96}}, 20 + k, 0);
+            p[k] = prog(text);
+            in[k].v = next_id++;
+            out[k][0].v = next_id++;
+            out[k][1].v = next_id++;
+            put_param(p[k], 0, g[k], in[k].v, ~0u);
+            job_req(&req[k], peers[k], p[k], next_id++, &in[k], out[k], 30000);
+        }
+        for (int k = 0; k < NJ; k++)
+            for (int w = 0; w < NW; w++) {
+                res[k][w] = (run_res){.w = w, .req = &req[k]};
+                ck_assert(pthread_create(&th[k][w], NULL, run_main, &res[k][w]) == 0);
+            }
+        for (int k = 0; k < NJ; k++)
+            for (int w = 0; w < NW; w++)
+                pthread_join(th[k][w], NULL);
+        char err[512];
+        for (int k = 0; k < NJ; k++) {
+            for (int w = 0; w < NW; w++)
+                ck_assert_msg(res[k][w].e == SM_OK, "job %d on worker %d: %s", k, w, res[k][w].err);
+            sm_array *ref[2] = {0};
+            ck_assert_msg(sm_exec_local_run(p[k], &g[k], ref, NULL, err, sizeof err) == SM_OK, "%s",
+                          err);
+            for (int r = 0; r < 2; r++) {
+                for (int pos = 0; pos < NW * DPW; pos++) {
+                    sm_array *got = fetch(out[k][r].v, p[k]->mesh.devices[pos]);
+                    sm_array *want = block_of(p[k], &p[k]->out_specs[r], ref[r], pos);
+                    ck_assert_msg(!memcmp(got->data, want->data, (size_t)want->nbytes),
+                                  "round %d, job %d, output %d, position %d differs", round, k, r,
+                                  pos);
+                    sm_array_free(got);
+                    sm_array_free(want);
+                }
+                sm_array_free(ref[r]);
+            }
+            sm_program_free(p[k]);
+            sm_array_free(g[k]);
+        }
+    }
+    ck_assert_int_eq(shm_left(0), 0);
+}
+END_TEST
+
 /* Worker 1 waits in a collective; its segment is truncated under it (to
  * 64 KiB: its header stays) before worker 0 maps it: the first worker to
  * touch the segment fails DATA_LOSS naming it instead of going past its
@@ -1867,6 +1932,7 @@ static void add_job_tests(TCase *tc, int killed_in_shm)
     tcase_add_test(tc, test_deterministic);
     tcase_add_test(tc, test_shm_probe);
     tcase_add_test(tc, test_shm_same_bits);
+    tcase_add_test(tc, test_shm_concurrent_jobs);
     tcase_add_test(tc, test_shm_truncated);
     tcase_add_test(tc, test_missing_input);
     tcase_add_test(tc, test_cancel);
