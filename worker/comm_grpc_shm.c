@@ -9,17 +9,23 @@
  * With a pool (sm_comm_grpc_config.shm_pool) the segment is a file the
  * worker keeps between jobs, pages and mapping included, under the job's
  * name for the job (a hard link): its header starts over, and a peer that
- * finds another job's key in it knows the owner moved on. A group uses, on each of its workers, the
- * slot of its lowest member there; groups of one collective are disjoint,
- * so no two running groups share a slot. Peers open a segment the first
+ * finds another job's key in it knows the owner moved on. A group uses, on
+ * each of its workers, the slot of its lowest member there; groups of one
+ * collective are disjoint, so no two running groups share a slot. Peers open a segment the first
  * time they need it and the last of them unlinks its name; every worker
  * unlinks every name of the domain again when the job ends, so a worker
  * that dies leaves no name behind once its peers have noticed.
  *
  * A collective, on each worker: the local members meet (sm_rendezvous),
- * write what the others need into their slot (phase 1), then read their
- * peers' slots where they lie (phase 2, all_reduce only), and wait until
- * every worker is done reading before leaving (phase 3). A phase ends with
+ * write what the others need into their slot (phase 1: for all_reduce and
+ * reduce_scatter the worker's partial of the other workers' parts, for
+ * the data movements their inputs), then read their peers' slots where
+ * they lie (all_reduce: each worker reduces its own part, with its own
+ * partial computed in cache, into its slot and its outputs, phase 2; then
+ * copies the others' parts), and wait until every worker is done reading
+ * before leaving (phase 3). Pages of a worker's own slot are allocated
+ * before they are written (fallocate: a full /dev/shm is an error, not a
+ * fault), and every slot is checked against truncation before a phase. A phase ends with
  * the local members' barrier, the leader writing (seq << 2 | phase) to the
  * slot's word and waking its waiters; a waiter sleeps on the peer's word
  * (futex) in short slices, checking the job's abort, the peer's abort flag,

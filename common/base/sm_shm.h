@@ -1,5 +1,8 @@
-/* sm_shm: shared-memory segments between the worker processes of one host,
- * and the probe that proves two processes share them (Worker.ShmProbe).
+/* sm_shm: shared-memory segments between the worker processes of one host
+ * (worker/comm_grpc_shm.c), the probe that proves two processes share them
+ * (Worker.ShmProbe), the files a worker keeps between jobs, and the sweep
+ * of what killed processes left. Pure C (POSIX shm, flock, futex); the
+ * coordinator uses the sweep only.
  *
  * Segment names are "/shmap-" plus lowercase hex and dashes, so a name
  * from the network can never reach outside /dev/shm. A probe segment
