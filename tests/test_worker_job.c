@@ -1195,6 +1195,35 @@ START_TEST(test_shm_truncated)
 }
 END_TEST
 
+static sm_err read_far(void *arg)
+{
+    const volatile char *p = arg;
+    return p[512 << 10] == 7 ? SM_EEXIST : SM_OK; /* past the end once truncated */
+}
+
+/* A guarded access to a segment truncated under it is cut short with
+ * DATA_LOSS (the collectives' bodies run so), not a SIGBUS that ends the
+ * process; the same access before the truncation runs as usual. */
+START_TEST(test_shm_guarded)
+{
+    char err[256], name[SM_SHM_NAME_MAX];
+    snprintf(name, sizeof name, "/shmap-%016llx-79", (unsigned long long)shm_key_of(0));
+    sm_shm_seg own;
+    ck_assert_msg(sm_shm_seg_create(name, 1 << 20, &own, err, sizeof err) == SM_OK, "%s", err);
+    ((char *)own.base)[512 << 10] = 7;
+    int faulted = -1;
+    ck_assert_int_eq(sm_shm_guarded(read_far, own.base, &faulted), SM_EEXIST);
+    ck_assert_int_eq(faulted, 0);
+    ck_assert_int_eq(ftruncate(own.fd, 4096), 0);
+    for (int k = 0; k < 2; k++) { /* and again: the handler stays */
+        ck_assert_int_eq(sm_shm_guarded(read_far, own.base, &faulted), SM_EDATALOSS);
+        ck_assert_int_eq(faulted, 1);
+    }
+    sm_shm_seg_close(&own);
+    sm_shm_unlink(name);
+}
+END_TEST
+
 /* Segments (shm.h): a reader sees a truncation, a segment not sized yet
  * reads as absent, names outside shmap's are refused, and the sweep
  * removes what no process holds. */
@@ -1988,6 +2017,7 @@ int main(void)
     tcase_add_test(unit, test_send_blob_waits_release);
     tcase_add_test(unit, test_comm_three_workers);
     tcase_add_test(unit, test_shm_segments);
+    tcase_add_test(unit, test_shm_guarded);
     suite_add_tcase(s, unit);
     TCase *inproc = tcase_create("inproc");
     tcase_set_timeout(inproc, 240);

@@ -479,15 +479,11 @@ static void sm_cg_shm_stream(void *dst, const void *src, size_t len)
  * the same elements of every local output. */
 static sm_err sm_cg_shm_reduce_into(const sm_cg_layout *L, const sm_rendezvous_slot *s,
                                     const char *const *P, int ks, sm_dtype t, sm_kern_reduce_op op,
-                                    int64_t at, int64_t n, char *dst, void *const *outs, char *err,
-                                    size_t errlen)
+                                    int64_t at, int64_t n, char *dst, void *const *outs,
+                                    const char **ops, char *tmp, char *err, size_t errlen)
 {
     int64_t el = (int64_t)sm_dtype_size(t), blk = SM_SHM_BLOCK / el;
-    const char **ops = malloc((size_t)L->nw * sizeof *ops);
-    char *tmp = malloc((size_t)SM_SHM_BLOCK);
     sm_err e = SM_OK;
-    if (!ops || !tmp)
-        e = sm_fail(err, errlen, SM_ENOMEM, "out of memory for a reduction");
     for (int64_t b = 0; b < n && !e; b += blk) {
         int64_t m = n - b < blk ? n - b : blk, x = at + b;
         if (!(e = sm_cg_shm_local(L, s, t, op, tmp, x, x + m, err, errlen))) {
@@ -501,8 +497,59 @@ static sm_err sm_cg_shm_reduce_into(const sm_cg_layout *L, const sm_rendezvous_s
                 sm_cg_shm_stream((char *)outs[l] + x * el, d, (size_t)(m * el));
         }
     }
-    free(ops);
-    free(tmp);
+    return e;
+}
+
+/* A collective's arguments and scratch, for its body run under
+ * sm_shm_guarded: a segment truncated under the body cuts it short (no
+ * lock held, nothing of its own to free) and fails the job DATA_LOSS. */
+typedef struct {
+    sm_comm_grpc *c;
+    const sm_comm_group *g;
+    const sm_cg_layout *L;
+    sm_rendezvous_slot *s;
+    uint64_t seq;
+    sm_cg_kind kind;
+    sm_dtype t;
+    sm_kern_reduce_op op;
+    int from, to;   /* permute */
+    const void *in; /* the caller's */
+    void *out;
+    int64_t n;        /* elements (reductions) or bytes (moves) */
+    const char **P;   /* per worker order: its slot */
+    const char **ops; /* per worker order: scratch of sm_cg_shm_reduce_into */
+    char *tmp;        /* SM_SHM_BLOCK bytes */
+    char *err;
+    size_t errlen;
+} sm_cg_shm_call;
+
+/* Joins, runs body guarded, leaves; frees the scratch. */
+static sm_err sm_cg_shm_run(sm_cg_shm_call *x, sm_err (*body)(void *), int64_t arg, void *dst)
+{
+    sm_comm_grpc *c = x->c;
+    int nw = x->L->nw;
+    x->P = malloc((size_t)nw * sizeof *x->P);
+    x->ops = malloc((size_t)nw * sizeof *x->ops);
+    x->tmp = malloc(SM_SHM_BLOCK);
+    sm_err e;
+    if (!x->P || !x->ops || !x->tmp)
+        e = sm_cg_failf(c, SM_ENOMEM, x->err, x->errlen, "out of memory for collective #%llu",
+                        (unsigned long long)x->seq);
+    else
+        e = sm_cg_join(c, x->g, x->L, x->seq, x->kind, arg, x->in, dst, &x->s, x->err, x->errlen);
+    if (!e) {
+        int faulted;
+        e = sm_shm_guarded(body, x, &faulted);
+        if (faulted)
+            e = sm_cg_failf(c, SM_EDATALOSS, x->err, x->errlen,
+                            "collective #%llu of job %llu: a shared-memory segment was truncated "
+                            "under it",
+                            (unsigned long long)x->seq, (unsigned long long)c->job.v);
+        sm_rendezvous_leave(c->rv, x->s);
+    }
+    free(x->P);
+    free(x->ops);
+    free(x->tmp);
     return e;
 }
 
@@ -512,26 +559,25 @@ static sm_err sm_cg_shm_reduce_into(const sm_cg_layout *L, const sm_rendezvous_s
  * own, computed in cache, into its result and its local outputs; phase 3,
  * its members copy the other workers' parts of the result into the local
  * outputs. */
-sm_err sm_cg_shm_all_reduce(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
-                            uint64_t seq, sm_dtype t, sm_kern_reduce_op op, const void *in,
-                            void *out, int64_t n, char *err, size_t errlen)
+static sm_err sm_cg_shm_ar_body(void *arg)
 {
-    int64_t el = (int64_t)sm_dtype_size(t);
+    sm_cg_shm_call *x = arg;
+    sm_comm_grpc *c = x->c;
+    const sm_comm_group *g = x->g;
+    const sm_cg_layout *L = x->L;
+    sm_rendezvous_slot *s = x->s;
+    uint64_t seq = x->seq;
+    sm_dtype t = x->t;
+    sm_kern_reduce_op op = x->op;
+    const char **P = x->P;
+    char *err = x->err;
+    size_t errlen = x->errlen;
+    int64_t n = x->n, el = (int64_t)sm_dtype_size(t);
     size_t sa = ((size_t)(n * el) + 63) & ~(size_t)63; /* the partial, then the result */
     int nw = L->nw, ks = sm_cg_self_order(c, L);
-    const char **P = malloc((size_t)nw * sizeof *P);
-    sm_rendezvous_slot *s;
-    if (!P)
-        return sm_cg_failf(c, SM_ENOMEM, err, errlen, "out of memory for collective #%llu",
-                           (unsigned long long)seq);
-    sm_err e = sm_cg_join(c, g, L, seq, SM_CG_AR, n, in, out, &s, err, errlen);
-    if (e) {
-        free(P);
-        return e;
-    }
     int64_t a = n * ks / nw, b = n * (ks + 1) / nw, m = b - a; /* this worker's part */
     char *mine = NULL;
-    e = sm_cg_shm_region(c, g, L, ks, seq, 2 * sa, (const char **)&mine, err, errlen);
+    sm_err e = sm_cg_shm_region(c, g, L, ks, seq, 2 * sa, (const char **)&mine, err, errlen);
     if (!e) { /* phase 1: the partial of the other parts, a slice per local member */
         int64_t r = n - m, lo = r * L->li / L->nlocal, hi = r * (L->li + 1) / L->nlocal;
         if (lo < a)
@@ -546,7 +592,7 @@ sm_err sm_cg_shm_all_reduce(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg
     if (!e) { /* phase 2: this worker's part, a slice per local member */
         int64_t lo = a + m * L->li / L->nlocal, hi = a + m * (L->li + 1) / L->nlocal;
         e = sm_cg_shm_reduce_into(L, s, P, ks, t, op, lo, hi - lo, mine + sa + lo * el,
-                                  (void *const *)s->out, err, errlen);
+                                  (void *const *)s->out, x->ops, x->tmp, err, errlen);
         sm_traffic_add(SM_TRAFFIC_SHM_IN, (hi - lo) * el * (nw - 1));
     }
     e = sm_cg_shm_phase(c, g, L, s, seq, 2, e, err, errlen);
@@ -555,9 +601,9 @@ sm_err sm_cg_shm_all_reduce(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg
         int64_t x0 = total * L->li / L->nlocal, x1 = total * (L->li + 1) / L->nlocal;
         for (int64_t i = x0; i < x1;) {
             int l = (int)(i / r);
-            int64_t x = i - (int64_t)l * r; /* element of the rest, in output l */
-            int64_t end = x < a ? a : r, len = (end - x < x1 - i ? end - x : x1 - i);
-            int64_t at = x < a ? x : x + m; /* element of the output */
+            int64_t xe = i - (int64_t)l * r; /* element of the rest, in output l */
+            int64_t end = xe < a ? a : r, len = (end - xe < x1 - i ? end - xe : x1 - i);
+            int64_t at = xe < a ? xe : xe + m; /* element of the output */
             int k = 0;
             while (k + 1 < nw && n * (k + 1) / nw <= at)
                 k++;
@@ -568,30 +614,46 @@ sm_err sm_cg_shm_all_reduce(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg
             i += len;
         }
     }
-    e = sm_cg_shm_phase(c, g, L, s, seq, 3, e, err, errlen);
-    sm_rendezvous_leave(c->rv, s);
-    free(P);
-    return e;
+    return sm_cg_shm_phase(c, g, L, s, seq, 3, e, err, errlen);
 }
 
-sm_err sm_cg_shm_reduce_scatter(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
-                                uint64_t seq, sm_dtype t, sm_kern_reduce_op op, const void *in,
-                                void *out, int64_t n, char *err, size_t errlen)
+sm_err sm_cg_shm_all_reduce(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
+                            uint64_t seq, sm_dtype t, sm_kern_reduce_op op, const void *in,
+                            void *out, int64_t n, char *err, size_t errlen)
 {
-    int64_t el = (int64_t)sm_dtype_size(t), total = (int64_t)g->size * n;
+    sm_cg_shm_call x = {.c = c,
+                        .g = g,
+                        .L = L,
+                        .seq = seq,
+                        .kind = SM_CG_AR,
+                        .t = t,
+                        .op = op,
+                        .in = in,
+                        .out = out,
+                        .n = n,
+                        .err = err,
+                        .errlen = errlen};
+    return sm_cg_shm_run(&x, sm_cg_shm_ar_body, n, out);
+}
+
+static sm_err sm_cg_shm_rs_body(void *arg)
+{
+    sm_cg_shm_call *x = arg;
+    sm_comm_grpc *c = x->c;
+    const sm_comm_group *g = x->g;
+    const sm_cg_layout *L = x->L;
+    sm_rendezvous_slot *s = x->s;
+    uint64_t seq = x->seq;
+    sm_dtype t = x->t;
+    sm_kern_reduce_op op = x->op;
+    const char **P = x->P;
+    char *err = x->err;
+    size_t errlen = x->errlen;
+    int64_t n = x->n, el = (int64_t)sm_dtype_size(t), total = (int64_t)g->size * n;
     int nw = L->nw, ks = sm_cg_self_order(c, L);
-    const char **P = malloc((size_t)nw * sizeof *P);
-    sm_rendezvous_slot *s;
-    if (!P)
-        return sm_cg_failf(c, SM_ENOMEM, err, errlen, "out of memory for collective #%llu",
-                           (unsigned long long)seq);
-    sm_err e = sm_cg_join(c, g, L, seq, SM_CG_RS, n, in, NULL, &s, err, errlen);
-    if (e) {
-        free(P);
-        return e;
-    }
     char *mine = NULL;
-    e = sm_cg_shm_region(c, g, L, ks, seq, (size_t)(total * el), (const char **)&mine, err, errlen);
+    sm_err e =
+        sm_cg_shm_region(c, g, L, ks, seq, (size_t)(total * el), (const char **)&mine, err, errlen);
     /* phase 1: this worker's partial of the chunks of the other workers'
      * members (chunk q at element q * n), a slice per local member */
     int64_t rest = (int64_t)(g->size - L->nlocal) * n;
@@ -609,43 +671,63 @@ sm_err sm_cg_shm_reduce_scatter(sm_comm_grpc *c, const sm_comm_group *g, const s
     for (int k = 0; k < nw && !e; k++)
         e = sm_cg_shm_region(c, g, L, k, seq, (size_t)(total * el), &P[k], err, errlen);
     if (!e) /* the caller's chunk of every partial in worker order, its own in cache */
-        e = sm_cg_shm_reduce_into(L, s, P, ks, t, op, (int64_t)g->rank * n, n, out, NULL, err,
-                                  errlen);
+        e = sm_cg_shm_reduce_into(L, s, P, ks, t, op, (int64_t)g->rank * n, n, x->out, NULL, x->ops,
+                                  x->tmp, err, errlen);
     if (!e)
         sm_traffic_add(SM_TRAFFIC_SHM_IN, n * el * (nw - 1));
-    e = sm_cg_shm_phase(c, g, L, s, seq, 3, e, err, errlen);
-    sm_rendezvous_leave(c->rv, s);
-    free(P);
-    return e;
+    return sm_cg_shm_phase(c, g, L, s, seq, 3, e, err, errlen);
 }
 
-sm_err sm_cg_shm_move(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L, uint64_t seq,
-                      sm_cg_kind kind, int from, int to, const void *in, void *out, int64_t cb,
-                      char *err, size_t errlen)
+sm_err sm_cg_shm_reduce_scatter(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
+                                uint64_t seq, sm_dtype t, sm_kern_reduce_op op, const void *in,
+                                void *out, int64_t n, char *err, size_t errlen)
 {
+    sm_cg_shm_call x = {.c = c,
+                        .g = g,
+                        .L = L,
+                        .seq = seq,
+                        .kind = SM_CG_RS,
+                        .t = t,
+                        .op = op,
+                        .in = in,
+                        .out = out,
+                        .n = n,
+                        .err = err,
+                        .errlen = errlen};
+    return sm_cg_shm_run(&x, sm_cg_shm_rs_body, n, NULL);
+}
+
+static sm_err sm_cg_shm_move_body(void *arg)
+{
+    sm_cg_shm_call *x = arg;
+    sm_comm_grpc *c = x->c;
+    const sm_comm_group *g = x->g;
+    const sm_cg_layout *L = x->L;
+    sm_rendezvous_slot *s = x->s;
+    uint64_t seq = x->seq;
+    sm_cg_kind kind = x->kind;
+    int64_t cb = x->n;
+    char *err = x->err;
+    size_t errlen = x->errlen;
     int64_t inb = kind == SM_CG_A2A ? (int64_t)g->size * cb : cb; /* per member */
     int ks = sm_cg_self_order(c, L);
-    sm_rendezvous_slot *s;
-    sm_err e = sm_cg_join(c, g, L, seq, kind, cb, in, NULL, &s, err, errlen);
-    if (e)
-        return e;
     char *mine = NULL;
-    e = sm_cg_shm_region(c, g, L, ks, seq, (size_t)(L->nlocal * inb), (const char **)&mine, err,
-                         errlen);
+    sm_err e = sm_cg_shm_region(c, g, L, ks, seq, (size_t)(L->nlocal * inb), (const char **)&mine,
+                                err, errlen);
     /* phase 1: the caller's input into this worker's slot, if a peer needs it */
     if (!e && kind == SM_CG_A2A) { /* only the chunks of other workers' members */
         for (int q = 0; q < g->size; q++)
             if (L->lidx[q] < 0)
-                memcpy(mine + L->gidx[g->rank] * inb + q * cb, (const char *)in + q * cb,
+                memcpy(mine + L->gidx[g->rank] * inb + q * cb, (const char *)x->in + q * cb,
                        (size_t)cb);
-    } else if (!e && (kind != SM_CG_PERM || (to >= 0 && L->lidx[to] < 0))) {
-        memcpy(mine + L->gidx[g->rank] * inb, in, (size_t)inb);
+    } else if (!e && (kind != SM_CG_PERM || (x->to >= 0 && L->lidx[x->to] < 0))) {
+        memcpy(mine + L->gidx[g->rank] * inb, x->in, (size_t)inb);
     }
     e = sm_cg_shm_phase(c, g, L, s, seq, 1, e, err, errlen);
     for (int q = 0; q < g->size && !e; q++) {
-        if (kind == SM_CG_PERM && q != from)
+        if (kind == SM_CG_PERM && q != x->from)
             continue;
-        char *dst = (char *)out + (kind == SM_CG_PERM ? 0 : q * cb);
+        char *dst = (char *)x->out + (kind == SM_CG_PERM ? 0 : q * cb);
         const char *src;
         if (L->lidx[q] >= 0) {
             src = s->in[L->lidx[q]];
@@ -653,8 +735,8 @@ sm_err sm_cg_shm_move(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layou
             int k = 0, nk = 0; /* worker order of q, and its members in the group */
             while (L->order[k] != L->worker[q])
                 k++;
-            for (int x = 0; x < g->size; x++)
-                nk += L->worker[x] == L->worker[q];
+            for (int y = 0; y < g->size; y++)
+                nk += L->worker[y] == L->worker[q];
             if ((e = sm_cg_shm_region(c, g, L, k, seq, (size_t)(nk * inb), &src, err, errlen)))
                 break;
             src += L->gidx[q] * inb;
@@ -664,9 +746,26 @@ sm_err sm_cg_shm_move(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layou
             src += (int64_t)g->rank * cb;
         sm_cg_shm_stream(dst, src, (size_t)cb);
     }
-    if (!e && kind == SM_CG_PERM && from < 0)
-        memset(out, 0, (size_t)cb);
-    e = sm_cg_shm_phase(c, g, L, s, seq, 3, e, err, errlen);
-    sm_rendezvous_leave(c->rv, s);
-    return e;
+    if (!e && kind == SM_CG_PERM && x->from < 0)
+        memset(x->out, 0, (size_t)cb);
+    return sm_cg_shm_phase(c, g, L, s, seq, 3, e, err, errlen);
+}
+
+sm_err sm_cg_shm_move(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L, uint64_t seq,
+                      sm_cg_kind kind, int from, int to, const void *in, void *out, int64_t cb,
+                      char *err, size_t errlen)
+{
+    sm_cg_shm_call x = {.c = c,
+                        .g = g,
+                        .L = L,
+                        .seq = seq,
+                        .kind = kind,
+                        .from = from,
+                        .to = to,
+                        .in = in,
+                        .out = out,
+                        .n = cb,
+                        .err = err,
+                        .errlen = errlen};
+    return sm_cg_shm_run(&x, sm_cg_shm_move_body, cb, NULL);
 }

@@ -5,6 +5,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <limits.h>
 #include <linux/futex.h>
@@ -390,6 +392,53 @@ void sm_shm_pool_give(sm_shm_pool *p, sm_shm_seg *s)
     pthread_mutex_unlock(&p->mu);
     s->base = NULL; /* the pool's */
     s->fd = -1;
+}
+
+/* ---- guard against truncation -------------------------------------------------- */
+
+/* The only way into a signal handler: the guarded call running on this
+ * thread, if any. */
+static __thread sigjmp_buf *sm_shm_guard_jb;
+static struct sigaction sm_shm_bus_prev;
+static pthread_once_t sm_shm_bus_once = PTHREAD_ONCE_INIT;
+
+static void sm_shm_bus(int sig, siginfo_t *si, void *uc)
+{
+    (void)si;
+    (void)uc;
+    sigjmp_buf *jb = sm_shm_guard_jb;
+    if (jb) {
+        sm_shm_guard_jb = NULL;
+        siglongjmp(*jb, 1);
+    }
+    /* not a guarded access: the previous disposition, which the faulting
+     * instruction meets when it runs again */
+    sigaction(sig, &sm_shm_bus_prev, NULL);
+}
+
+static void sm_shm_bus_install(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = sm_shm_bus;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, &sm_shm_bus_prev);
+}
+
+sm_err sm_shm_guarded(sm_err (*fn)(void *arg), void *arg, int *faulted)
+{
+    sigjmp_buf jb;
+    pthread_once(&sm_shm_bus_once, sm_shm_bus_install);
+    *faulted = 0;
+    if (sigsetjmp(jb, 1)) {
+        *faulted = 1;
+        return SM_EDATALOSS;
+    }
+    sm_shm_guard_jb = &jb;
+    sm_err e = fn(arg);
+    sm_shm_guard_jb = NULL;
+    return e;
 }
 
 void sm_shm_futex_wait(uint32_t *word, uint32_t val, int ms)

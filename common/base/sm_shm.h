@@ -93,6 +93,14 @@ sm_err sm_shm_pool_name(sm_shm_pool *p, sm_shm_seg *s, const char *name, char *e
  * and its mapping for the next job (at most SM_SHM_POOL_KEEP idle). */
 void sm_shm_pool_give(sm_shm_pool *p, sm_shm_seg *s);
 
+/* Runs fn(arg) and returns what it returns; if it touches a page of a
+ * shared-memory segment that another process truncated under it (SIGBUS),
+ * it is cut short there instead: returns SM_EDATALOSS with *faulted = 1.
+ * fn must not hold a lock or own memory it would leak when cut short, or
+ * call a guarded function itself. The handler is installed on the first
+ * call; a SIGBUS outside a guarded call gets the previous handler. */
+sm_err sm_shm_guarded(sm_err (*fn)(void *arg), void *arg, int *faulted);
+
 /* Futex on a 32-bit word of a shared segment (across processes): waits up
  * to ms while *word == val; wakes every waiter. */
 void sm_shm_futex_wait(uint32_t *word, uint32_t val, int ms);
