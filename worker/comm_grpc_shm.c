@@ -74,13 +74,16 @@ typedef struct {
 struct sm_cg_shm {
     pthread_mutex_t mu;
     uint64_t key;
-    int ndomain;     /* workers of this worker's domain, itself included */
-    sm_shm_seg *seg; /* per worker; base NULL until opened */
-    int *nslots;     /* per worker: its mesh positions */
-    size_t *held;    /* per slot of this worker's segment: bytes allocated (fallocate) */
-    size_t *mapped;  /* per mesh position's slot: bytes whose page tables are filled */
-    int aborted;     /* the job aborted before this worker's segment was made */
+    int ndomain;         /* workers of this worker's domain, itself included */
+    sm_shm_seg *seg;     /* per worker; base NULL until opened */
+    int *nslots;         /* per worker: its mesh positions */
+    size_t *held;        /* per slot of this worker's segment: bytes allocated (fallocate) */
+    size_t *mapped;      /* per mesh position's slot: bytes whose page tables are filled */
+    pthread_mutex_t amu; /* the abort state and own, apart from mu: an abort never waits
+                          * for a segment being opened */
+    int aborted;         /* the job aborted (before this worker's segment was made too) */
     char why[512];
+    sm_cg_shm_hdr *own; /* this worker's segment's header, once made */
 };
 
 static void sm_cg_shm_name(const sm_cg_shm *m, int w, char *name)
@@ -129,6 +132,7 @@ sm_err sm_cg_shm_create(sm_comm_grpc *c, uint64_t key, char *err, size_t errlen)
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a job's shared memory");
     }
     pthread_mutex_init(&m->mu, NULL);
+    pthread_mutex_init(&m->amu, NULL);
     m->key = key;
     m->ndomain = ndomain;
     for (int w = 0; w < c->nworkers; w++)
@@ -156,13 +160,20 @@ static sm_err sm_cg_shm_make(sm_comm_grpc *c, char *err, size_t errlen)
         memset(h, 0, SM_SHM_HDR);
     h->key = m->key;
     h->nslots = (uint32_t)m->nslots[c->self];
+    pthread_mutex_lock(&m->amu);
+    m->own = h;
     if (m->aborted) { /* before it existed: its peers learn it here */
         snprintf(h->why, sizeof h->why, "%s", m->why);
         h->aborted = 1;
     }
+    pthread_mutex_unlock(&m->amu);
     __atomic_store_n(&h->magic, SM_SHM_MAGIC, __ATOMIC_RELEASE);
-    if (c->shm_pool && (e = sm_shm_pool_name(c->shm_pool, s, name, err, errlen)))
+    if (c->shm_pool && (e = sm_shm_pool_name(c->shm_pool, s, name, err, errlen))) {
+        pthread_mutex_lock(&m->amu);
+        m->own = NULL;
+        pthread_mutex_unlock(&m->amu);
         sm_shm_pool_give(c->shm_pool, s);
+    }
     return e;
 }
 
@@ -172,6 +183,9 @@ void sm_cg_shm_free(sm_comm_grpc *c)
     if (!m)
         return;
     char name[SM_SHM_NAME_MAX];
+    pthread_mutex_lock(&m->amu);
+    m->own = NULL;
+    pthread_mutex_unlock(&m->amu);
     for (int w = 0; w < c->nworkers; w++) {
         if (w == c->self && c->shm_pool && m->seg[w].base)
             sm_shm_pool_give(c->shm_pool, &m->seg[w]); /* kept, with its pages, for a next job */
@@ -182,6 +196,7 @@ void sm_cg_shm_free(sm_comm_grpc *c)
         }
     }
     pthread_mutex_destroy(&m->mu);
+    pthread_mutex_destroy(&m->amu);
     free(m->seg);
     free(m->nslots);
     free(m->held);
@@ -195,18 +210,18 @@ void sm_cg_shm_abort(sm_comm_grpc *c, const char *why)
     sm_cg_shm *m = c->shm;
     if (!m)
         return;
-    pthread_mutex_lock(&m->mu);
-    const sm_shm_seg *s = &m->seg[c->self];
-    sm_cg_shm_hdr *h = s->base;
+    pthread_mutex_lock(&m->amu);
+    sm_cg_shm_hdr *h = m->own;
     m->aborted = 1;
     snprintf(m->why, sizeof m->why, "%s", why);
     if (h) {
+        const sm_shm_seg s = {.base = h};
         snprintf(h->why, sizeof h->why, "%s", why);
         __atomic_store_n(&h->aborted, 1, __ATOMIC_RELEASE);
         for (int k = 0; k < m->nslots[c->self]; k++)
-            sm_shm_futex_wake(sm_cg_shm_word(s, k));
+            sm_shm_futex_wake(sm_cg_shm_word(&s, k));
     }
-    pthread_mutex_unlock(&m->mu);
+    pthread_mutex_unlock(&m->amu);
 }
 
 int sm_cg_shm_use(const sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
@@ -274,24 +289,36 @@ static sm_err sm_cg_shm_seg(sm_comm_grpc *c, int w, uint64_t seq, const sm_shm_s
         pthread_mutex_lock(&m->mu);
         sm_shm_seg *s = &m->seg[w];
         sm_err e = SM_OK;
-        if (!s->base && w == c->self) {
+        if (!s->base && w == c->self)
             e = sm_cg_shm_make(c, err, errlen);
-        } else if (!s->base) {
-            e = sm_shm_seg_open(name, sm_cg_shm_len(m, w), s, err, errlen);
-            if (!e && (__atomic_load_n(&((sm_cg_shm_hdr *)s->base)->magic, __ATOMIC_ACQUIRE) !=
-                           SM_SHM_MAGIC ||
-                       ((sm_cg_shm_hdr *)s->base)->key != m->key)) {
-                sm_shm_seg_close(s); /* created, not yet initialized */
-                e = SM_ENOTFOUND;
-            }
-            if (!e && __atomic_add_fetch(&((sm_cg_shm_hdr *)s->base)->mapped, 1,
-                                         __ATOMIC_ACQ_REL) == (uint32_t)m->ndomain - 1)
-                sm_shm_unlink(name); /* every peer has it mapped */
-        }
+        int have = s->base != NULL;
         pthread_mutex_unlock(&m->mu);
-        if (!e) {
+        if (have) {
             *out = s;
             return SM_OK;
+        }
+        if (!e) { /* a peer's: opened and checked without the lock (a fault here is guarded) */
+            sm_shm_seg t;
+            e = sm_shm_seg_open(name, sm_cg_shm_len(m, w), &t, err, errlen);
+            const sm_cg_shm_hdr *h = e ? NULL : t.base;
+            if (h && (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != SM_SHM_MAGIC ||
+                      __atomic_load_n(&h->key, __ATOMIC_ACQUIRE) != m->key)) {
+                sm_shm_seg_close(&t); /* not ready yet, or an earlier job's */
+                e = SM_ENOTFOUND;
+            } else if (h) {
+                pthread_mutex_lock(&m->mu);
+                int first = !s->base;
+                if (first)
+                    *s = t;
+                pthread_mutex_unlock(&m->mu);
+                if (!first) /* another device of this worker opened it meanwhile */
+                    sm_shm_seg_close(&t);
+                else if (__atomic_add_fetch(&((sm_cg_shm_hdr *)s->base)->mapped, 1,
+                                            __ATOMIC_ACQ_REL) == (uint32_t)m->ndomain - 1)
+                    sm_shm_unlink(name); /* every peer has it mapped */
+                *out = s;
+                return SM_OK;
+            }
         }
         if (e != SM_ENOTFOUND || w == c->self)
             return sm_cg_failf(c, e, err, errlen, "%s", err);

@@ -322,7 +322,13 @@ sm_err sm_shm_pool_take(sm_shm_pool *p, size_t len, sm_shm_seg *out, char *err, 
     } else if (i == p->n) {
         if (!(e = sm_shm_pool_new(&p->f[i], len, err, errlen)))
             p->n++;
-    } else if (p->f[i].seg.len < len) { /* grown: sparse, the pages kept */
+    } else if (p->f[i].seg.len >= len) { /* as it was left: truncated since, it grows back */
+        struct stat st;
+        if (fstat(p->f[i].seg.fd, &st) || (st.st_size < (off_t)p->f[i].seg.len &&
+                                           ftruncate(p->f[i].seg.fd, (off_t)p->f[i].seg.len)))
+            e = sm_fail(err, errlen, SM_EIO, "cannot resize shared-memory file %s: %s",
+                        p->f[i].seg.name, strerror(errno));
+    } else { /* grown: sparse, the pages kept */
         sm_shm_seg *s = &p->f[i].seg;
         void *q = MAP_FAILED;
         if (!ftruncate(s->fd, (off_t)len))
