@@ -247,10 +247,6 @@ static sm_err sm_cg_shm_checks(sm_comm_grpc *c, int w, const sm_cg_shm_hdr *h, u
     sm_err e = sm_rendezvous_check(c->rv, err, errlen);
     if (e)
         return e;
-    if (h && __atomic_load_n(&h->key, __ATOMIC_ACQUIRE) != c->shm->key)
-        return sm_cg_failf(c, SM_ECANCELLED, err, errlen,
-                           "collective cancelled: worker %s left job %llu for another one",
-                           c->addr[w], (unsigned long long)c->job.v);
     if (h && __atomic_load_n(&h->aborted, __ATOMIC_ACQUIRE)) {
         memcpy(msg, h->why, sizeof msg - 1); /* the peer's sentence, cut to fit */
         msg[sizeof msg - 1] = 0;
@@ -364,17 +360,22 @@ static sm_err sm_cg_shm_wait(sm_comm_grpc *c, const sm_comm_group *g, const sm_c
             return e;
         uint32_t *word = sm_cg_shm_word(s, sm_cg_shm_slot_of(c, g, L, k));
         int64_t next_probe = sm_time_mono_ms() + c->probe_ms;
+        const sm_cg_shm_hdr *h = s->base;
         for (int spin = 0;; spin++) {
             uint32_t v = __atomic_load_n(word, __ATOMIC_ACQUIRE);
-            if ((int32_t)(v - tag) >= 0) {
-                if (__atomic_load_n(&((const sm_cg_shm_hdr *)s->base)->key, __ATOMIC_ACQUIRE) !=
-                    c->shm->key) /* the word is another job's */
-                    return sm_cg_failf(c, SM_ECANCELLED, err, errlen,
-                                       "collective cancelled: worker %s left job %llu for another "
-                                       "one",
-                                       c->addr[w], (unsigned long long)c->job.v);
+            int moved = __atomic_load_n(&h->key, __ATOMIC_ACQUIRE) != c->shm->key;
+            /* A worker whose file holds another job's key has ended this
+             * job. Only the last phase can see that when all went well: it
+             * passed its own wait, so every worker was done reading; any
+             * earlier phase still needed this worker's post. */
+            if (moved && phase == 3)
                 break;
-            }
+            if (moved)
+                return sm_cg_failf(c, SM_ECANCELLED, err, errlen,
+                                   "collective cancelled: worker %s left job %llu for another one",
+                                   c->addr[w], (unsigned long long)c->job.v);
+            if ((int32_t)(v - tag) >= 0)
+                break;
             if (spin < SM_SHM_SPIN)
                 continue;
             if ((e = sm_cg_shm_checks(c, w, s->base, seq, &next_probe, err, errlen)))
