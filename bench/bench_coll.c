@@ -11,6 +11,14 @@
  *   psum_scatter  S in, S/n out (tiled)              (n-1)/n
  *   all_to_all    S in and out (tiled)               (n-1)/n
  *   ppermute      ring 0->1->2->3->0, S              1
+ * Each op runs on both transports between the workers: "grpc" (Worker.Exchange
+ * over loopback) and "shm" (shared memory, once Worker.ShmProbe proved the
+ * workers share it; RunJob gives them one shared-memory domain). The
+ * physical anchor is an all-reduce of S bytes between 2 threads of this
+ * process over buffers they share, built here: each thread adds its half of
+ * the two inputs a block at a time (in cache) and writes the sums into both
+ * outputs, busbw = S / t (2 ranks); psum through shared memory is measured
+ * against it (target at 64 MiB: >= 0.5).
  * Each job applies the collective R times (all_gather and psum_scatter
  * chained with a slice / tile back to the input shape); the time of one
  * collective is (t(R = 1 + K) - t(R = 1)) / K with medians over --runs
@@ -21,7 +29,8 @@
  * lines for bench/run.sh (the figure names start "<op> <MiB>" so run.sh pairs them with the Open
  * MPI rows).
  *
- *   bench_coll [--sizes 1,16,64] [--runs 5] [--ops psum,...] [--worker PATH]
+ *   bench_coll [--sizes 1,16,64] [--runs 5] [--ops psum,...] [--transport grpc,shm]
+ *              [--worker PATH]
  *
  * The worker binary defaults to ../worker/shmap-worker next to this
  * program (the build tree). */
@@ -68,7 +77,11 @@ typedef struct {
     pid_t pid[BC_WORKERS];
     sm_rpc_server *coord;
     uint64_t next_id;
+    int shm; /* the workers proved they share memory */
 } bc_cluster;
+
+typedef enum { BC_GRPC, BC_SHM } bc_transport;
+static const char *const bc_transport_names[] = {"grpc", "shm"};
 
 static sm_err bc_register(void *user, const sm_svc_register_req *req, sm_svc_register_reply *out,
                           char *err, size_t errlen)
@@ -130,7 +143,7 @@ static int bc_start(bc_cluster *c, const char *bin, char *err, size_t errlen)
         if (pid == 0) {
             prctl(PR_SET_PDEATHSIG, SIGKILL);
             execl(bin, bin, "--listen", "127.0.0.1:0", "--coordinator", coord, "--devices", "2",
-                  "--log-level", "warn", (char *)NULL);
+                  "--transport", "auto", "--log-level", "warn", (char *)NULL);
             _exit(127);
         }
         c->pid[w] = pid;
@@ -153,6 +166,7 @@ static int bc_start(bc_cluster *c, const char *bin, char *err, size_t errlen)
         if (st.ndevices != BC_DPW)
             return snprintf(err, errlen, "worker %d did not take its devices", w), -1;
     }
+    c->shm = sm_svc_shm_prove(c->ch[0], c->ch[1], 5000);
     return 0;
 }
 
@@ -284,8 +298,8 @@ static double bc_workers_cpu(const bc_cluster *c)
 /* Runs one job (RunJob on both workers at once) and frees its output;
  * *seconds is the wall time until both answered, *cpu the workers' CPU
  * seconds meanwhile. */
-static int bc_job(bc_cluster *c, bc_op op, int64_t rows, int R, uint64_t input, double *seconds,
-                  double *cpu, char *err, size_t errlen)
+static int bc_job(bc_cluster *c, bc_transport tr, bc_op op, int64_t rows, int R, uint64_t input,
+                  double *seconds, double *cpu, char *err, size_t errlen)
 {
     char text[2048];
     sm_program *p = NULL;
@@ -302,6 +316,7 @@ static int bc_job(bc_cluster *c, bc_op op, int64_t rows, int R, uint64_t input, 
         peers[w].ndevices = BC_DPW;
         for (int k = 0; k < BC_DPW; k++)
             peers[w].devices[k] = w * BC_DPW + k;
+        peers[w].shm_domain = tr == BC_SHM ? 1 : 0;
     }
     sm_array_id in = {input}, out = {c->next_id++};
     sm_svc_run_job_req req = {.job_id = {c->next_id++},
@@ -312,7 +327,8 @@ static int bc_job(bc_cluster *c, bc_op op, int64_t rows, int R, uint64_t input, 
                               .outputs = &out,
                               .npeers = BC_WORKERS,
                               .peers = peers,
-                              .deadline_ms = BC_CALL_MS};
+                              .deadline_ms = BC_CALL_MS,
+                              .shm_key = ((uint64_t)getpid() << 40) ^ c->next_id};
     bc_run r[BC_WORKERS];
     pthread_t th[BC_WORKERS];
     double c0 = bc_workers_cpu(c), t0 = bench_now_s();
@@ -336,6 +352,86 @@ static int bc_job(bc_cluster *c, bc_op op, int64_t rows, int R, uint64_t input, 
         sm_svc_worker_free_array(c->ch[w], BC_CALL_MS, out, 0, NULL, ferr, sizeof ferr);
     }
     return rc;
+}
+
+/* ---- the physical anchor: an all-reduce between 2 threads of this process ---- */
+
+#define BC_ANCHOR_BLOCK (16 << 10) /* floats per pass: 64 KiB of each operand, in cache */
+
+typedef struct {
+    const float *in[2];
+    float *out[2];
+    int64_t n;
+    int iters;
+    pthread_barrier_t *bar;
+    double *t;   /* per iteration, thread 0 */
+    double *cpu; /* per iteration, this thread's CPU seconds */
+} bc_anchor_arg;
+
+static double bc_thread_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void *bc_anchor_main(void *arg)
+{
+    bc_anchor_arg *a = arg;
+    int me = a->t ? 0 : 1;
+    int64_t lo = a->n * me / 2, hi = a->n * (me + 1) / 2;
+    for (int it = 0; it < a->iters; it++) {
+        pthread_barrier_wait(a->bar);
+        double t0 = bench_now_s(), c0 = bc_thread_cpu_s();
+        for (int64_t b = lo; b < hi; b += BC_ANCHOR_BLOCK) {
+            int64_t m = hi - b < BC_ANCHOR_BLOCK ? hi - b : BC_ANCHOR_BLOCK;
+            float *d = a->out[me] + b;
+            const float *x = a->in[0] + b, *y = a->in[1] + b;
+            for (int64_t i = 0; i < m; i++)
+                d[i] = x[i] + y[i];
+            memcpy(a->out[1 - me] + b, d, (size_t)m * sizeof *d);
+        }
+        a->cpu[it] = bc_thread_cpu_s() - c0;
+        pthread_barrier_wait(a->bar);
+        if (a->t)
+            a->t[it] = bench_now_s() - t0;
+    }
+    return NULL;
+}
+
+/* The anchor's bus bandwidth in GB/s for S = bytes (busbw = algbw with 2
+ * ranks): the median of runs iterations after 2 untimed ones; *cpu_ms its
+ * median CPU time per all-reduce (both threads). */
+static double bc_anchor(int64_t bytes, int runs, double *cpu_ms)
+{
+    int64_t n = bytes / 4;
+    float *buf[4];
+    double t[BC_MAX_RUN * 4 + 2], c0[BC_MAX_RUN * 4 + 2], c1[BC_MAX_RUN * 4 + 2];
+    int iters = 2 + runs * 4;
+    for (int k = 0; k < 4; k++) {
+        buf[k] = malloc((size_t)bytes);
+        if (!buf[k])
+            return 0;
+        for (int64_t i = 0; i < n; i++)
+            buf[k][i] = (float)(i % 1000) * 0.001f;
+    }
+    pthread_barrier_t bar;
+    pthread_barrier_init(&bar, NULL, 2);
+    bc_anchor_arg a0 = {{buf[0], buf[1]}, {buf[2], buf[3]}, n, iters, &bar, t, c0}, a1 = a0;
+    a1.t = NULL;
+    a1.cpu = c1;
+    pthread_t th;
+    pthread_create(&th, NULL, bc_anchor_main, &a1);
+    bc_anchor_main(&a0);
+    pthread_join(th, NULL);
+    pthread_barrier_destroy(&bar);
+    for (int k = 0; k < 4; k++)
+        free(buf[k]);
+    double m = bench_median(t + 2, iters - 2);
+    for (int k = 0; k < iters; k++)
+        c0[k] += c1[k];
+    *cpu_ms = bench_median(c0 + 2, iters - 2) * 1e3;
+    return m > 0 ? (double)bytes / m / 1e9 : 0;
 }
 
 /* Parses a comma-separated list of op names into a bit set; 0 if bad. */
@@ -375,13 +471,21 @@ int main(int argc, char **argv)
 {
     long sizes[16] = {1, 16, 64};
     int nsizes = 3, runs = 5;
-    unsigned ops = (1u << BC_NOPS) - 1;
+    unsigned ops = (1u << BC_NOPS) - 1, trs = 3;
     char bin[PATH_MAX] = "", err[1024];
-    static const struct option opts[] = {
-        {"sizes", required_argument, 0, 's'}, {"runs", required_argument, 0, 'r'},
-        {"ops", required_argument, 0, 'o'},   {"worker", required_argument, 0, 'w'},
-        {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
-    for (int ch; (ch = getopt_long(argc, argv, "s:r:o:w:h", opts, NULL)) != -1;) {
+    static const struct option opts[] = {{"sizes", required_argument, 0, 's'},
+                                         {"runs", required_argument, 0, 'r'},
+                                         {"ops", required_argument, 0, 'o'},
+                                         {"worker", required_argument, 0, 'w'},
+                                         {"transport", required_argument, 0, 't'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    for (int ch; (ch = getopt_long(argc, argv, "s:r:o:w:t:h", opts, NULL)) != -1;) {
+        if (ch == 't') {
+            trs = (strstr(optarg, "grpc") ? 1u : 0u) | (strstr(optarg, "shm") ? 2u : 0u);
+            if (trs)
+                continue;
+        }
         if (ch == 's' && (nsizes = bc_parse_sizes(optarg, sizes, 16)) > 0)
             continue;
         if (ch == 'r' && (runs = atoi(optarg)) >= 1 && runs <= BC_MAX_RUN)
@@ -392,10 +496,13 @@ int main(int argc, char **argv)
             snprintf(bin, sizeof bin, "%s", optarg);
             continue;
         }
-        printf("usage: bench_coll [--sizes 1,16,64] [--runs 5] [--ops psum,...] [--worker PATH]\n"
-               "Collectives across 2 shmap-worker processes x 2 devices (RunJob + Exchange);\n"
-               "sizes in MiB per device, runs in 1..%d, ops among psum, all_gather,\n"
-               "psum_scatter, all_to_all and ppermute (default: all).\n",
+        printf("usage: bench_coll [--sizes 1,16,64] [--runs 5] [--ops psum,...] [--transport "
+               "grpc,shm]\n"
+               "                  [--worker PATH]\n"
+               "Collectives across 2 shmap-worker processes x 2 devices (RunJob, then Exchange\n"
+               "over gRPC or shared memory); sizes in MiB per device, runs in 1..%d, ops among\n"
+               "psum, all_gather, psum_scatter, all_to_all and ppermute (default: all),\n"
+               "transports grpc and shm (default: both).\n",
                BC_MAX_RUN);
         return ch == 'h' ? 0 : 2;
     }
@@ -415,11 +522,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_coll: %s\n", err);
         goto done;
     }
+    if ((trs & 2) && !c.shm) {
+        fprintf(stderr, "bench_coll: the workers could not prove they share memory\n");
+        goto done;
+    }
     printf("collectives over mesh x=%d: %d worker processes x %d devices, f32, K=%d extra "
            "collectives per job, median of %d jobs\n",
            BC_N, BC_WORKERS, BC_DPW, BC_K, runs);
-    printf("%-13s %8s %11s %11s %11s %11s %11s\n", "op", "MiB/dev", "job R=1 ms", "t/op ms",
-           "algbw GB/s", "busbw GB/s", "cpu ms/op");
+    printf("%-13s %-5s %8s %11s %11s %11s %11s %11s\n", "op", "via", "MiB/dev", "job R=1 ms",
+           "t/op ms", "algbw GB/s", "busbw GB/s", "cpu ms/op");
     for (int si = 0; si < nsizes; si++) {
         int64_t bytes = (int64_t)sizes[si] << 20;
         int64_t rows = bytes / (BC_COLS * 4);
@@ -451,32 +562,54 @@ int main(int argc, char **argv)
             }
         }
         free(data);
+        double anchor = 0;
+        if (ops & (1u << BC_PSUM)) {
+            double acpu = 0;
+            anchor = bc_anchor(bytes, runs, &acpu);
+            printf("%-13s %-5s %8ld %11s %11.3f %11.3f %11.3f %11.1f\n", "all-reduce", "2 thr",
+                   sizes[si], "", (double)bytes / anchor / 1e6, anchor, anchor, acpu);
+            printf("SUMMARY|coll|all-reduce %ld MiB, in-process 2 threads (anchor)|%.4g|GB/s "
+                   "busbw|||||n/a\n",
+                   sizes[si], anchor);
+        }
         for (int op = 0; op < BC_NOPS; op++) {
-            double t1[BC_MAX_RUN], t2[BC_MAX_RUN], c1[BC_MAX_RUN], c2[BC_MAX_RUN];
-            int64_t r = op == BC_ALL_GATHER ? rows / BC_N : rows;
-            uint64_t in = op == BC_ALL_GATHER ? quarter : full;
-            int bad = 0;
-            if (!(ops & (1u << op)))
-                continue;
-            for (int k = 0; k < runs && !bad; k++)
-                bad = bc_job(&c, op, r, 1, in, &t1[k], &c1[k], err, sizeof err) ||
-                      bc_job(&c, op, r, 1 + BC_K, in, &t2[k], &c2[k], err, sizeof err);
-            if (bad) {
-                fprintf(stderr, "bench_coll: %s\n", err);
-                goto done;
+            for (int tr = BC_GRPC; tr <= BC_SHM; tr++) {
+                double t1[BC_MAX_RUN], t2[BC_MAX_RUN], c1[BC_MAX_RUN], c2[BC_MAX_RUN];
+                int64_t r = op == BC_ALL_GATHER ? rows / BC_N : rows;
+                uint64_t in = op == BC_ALL_GATHER ? quarter : full;
+                int bad = 0;
+                if (!(ops & (1u << op)) || !(trs & (1u << tr)))
+                    continue;
+                for (int k = 0; k < runs && !bad; k++)
+                    bad = bc_job(&c, tr, op, r, 1, in, &t1[k], &c1[k], err, sizeof err) ||
+                          bc_job(&c, tr, op, r, 1 + BC_K, in, &t2[k], &c2[k], err, sizeof err);
+                if (bad) {
+                    fprintf(stderr, "bench_coll: %s\n", err);
+                    goto done;
+                }
+                double m1 = bench_median(t1, runs), m2 = bench_median(t2, runs);
+                double t = (m2 - m1) / BC_K;
+                double cpu = (bench_median(c2, runs) - bench_median(c1, runs)) / BC_K;
+                double algbw = t > 0 ? (double)bytes / t / 1e9 : 0;
+                double busbw = algbw * bc_factor[op];
+                printf("%-13s %-5s %8ld %11.2f %11.3f %11.3f %11.3f %11.1f\n", bc_names[op],
+                       bc_transport_names[tr], sizes[si], m1 * 1e3, t * 1e3, algbw, busbw,
+                       cpu * 1e3);
+                char fig[128];
+                snprintf(fig, sizeof fig, "%s %ld MiB, shmap %s%d workers x %d devices",
+                         bc_names[op], sizes[si], tr == BC_SHM ? "shm " : "", BC_WORKERS, BC_DPW);
+                if (op == BC_PSUM && anchor > 0) { /* against the in-process anchor */
+                    double ratio = busbw / anchor;
+                    int target = tr == BC_SHM && sizes[si] == 64;
+                    printf("SUMMARY|coll|%s%s|%.4g|GB/s busbw|in-process 2 thr|%.4g|%.2f|%s|%s\n",
+                           fig, tr == BC_SHM ? "" : " (vs anchor)", busbw, anchor, ratio,
+                           target ? ">= 0.5x" : "",
+                           target ? (ratio >= 0.5 ? "met" : "not met") : "n/a");
+                }
+                if (op != BC_PSUM || tr == BC_GRPC) /* paired with Open MPI by run.sh */
+                    printf("SUMMARY|coll|%s|%.4g|GB/s busbw|||||n/a\n", fig, busbw);
+                fflush(stdout);
             }
-            double m1 = bench_median(t1, runs), m2 = bench_median(t2, runs);
-            double t = (m2 - m1) / BC_K;
-            double cpu = (bench_median(c2, runs) - bench_median(c1, runs)) / BC_K;
-            double algbw = t > 0 ? (double)bytes / t / 1e9 : 0;
-            double busbw = algbw * bc_factor[op];
-            printf("%-13s %8ld %11.2f %11.3f %11.3f %11.3f %11.1f\n", bc_names[op], sizes[si],
-                   m1 * 1e3, t * 1e3, algbw, busbw, cpu * 1e3);
-            char fig[128];
-            snprintf(fig, sizeof fig, "%s %ld MiB, shmap %d workers x %d devices", bc_names[op],
-                     sizes[si], BC_WORKERS, BC_DPW);
-            printf("SUMMARY|coll|%s|%.4g|GB/s busbw|||||n/a\n", fig, busbw);
-            fflush(stdout);
         }
         for (int w = 0; w < BC_WORKERS; w++) {
             sm_svc_worker_free_array(c.ch[w], BC_CALL_MS, (sm_array_id){full}, 0, NULL, err,

@@ -831,6 +831,7 @@ void sm_cjobs_free(sm_cjobs *j)
     for (int i = 0; i < j->nchans; i++)
         sm_rpc_channel_free(j->chans[i].ch);
     free(j->chans);
+    free(j->pairs);
     sm_htab_free(&j->table);
     free(j->threads);
     pthread_mutex_destroy(&j->mu);

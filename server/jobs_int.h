@@ -47,6 +47,14 @@ typedef struct {
     sm_rpc_channel *ch;
 } sm_cjobs_chan;
 
+/* What ShmProbe proved about two workers (ids and addresses, a before b). */
+typedef struct {
+    uint32_t a, b;
+    char addr_a[SM_ADDR_MAX], addr_b[SM_ADDR_MAX];
+    int shm;       /* 1: they share memory */
+    int64_t at_us; /* when proven; a failed proof is tried again after a while */
+} sm_cjobs_pair;
+
 struct sm_cjobs {
     sm_coord *coord; /* borrowed */
     pthread_mutex_t mu;
@@ -71,6 +79,8 @@ struct sm_cjobs {
     pthread_mutex_t chmu;
     sm_cjobs_chan *chans;
     int nchans, capchans;
+    sm_cjobs_pair *pairs; /* under chmu */
+    int npairs, cappairs;
     /* for the metrics (sm_cjobs_stats_get), under mu */
     uint64_t ended_total[SM_JOB_CANCELLED + 1]; /* jobs ended, by state */
     uint64_t run_hist[SM_CJOBS_NBUCKETS + 1];   /* run times: per bucket, then +Inf */

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "jobs_int.h"
 #include "relay.h"
@@ -79,6 +80,90 @@ static int part_watch(void *user, int k, char *why, size_t whylen)
     return 1;
 }
 
+/* ---- shared memory between workers ---------------------------------------- */
+
+/* A failed proof (a worker refusing, or not answering) is tried again
+ * after this long; a success is kept while both workers keep their ids
+ * and addresses. */
+#define SM_CJOBS_SHM_RETRY_US (60 * 1000000LL)
+#define SM_CJOBS_SHM_PROBE_MS 2000
+
+typedef struct {
+    sm_cjobs *j;
+    const sm_job *job;
+    sm_rpc_channel **chs;
+} shm_prove_ctx;
+
+static int shm_prove(void *user, int a, int b)
+{
+    shm_prove_ctx *x = user;
+    sm_cjobs *j = x->j;
+    const sm_svc_peer *pa = &x->job->peers[a], *pb = &x->job->peers[b];
+    uint32_t wa = x->job->wids[a], wb = x->job->wids[b];
+    int64_t now = sm_cjobs_now_us();
+    pthread_mutex_lock(&j->chmu);
+    for (int i = 0; i < j->npairs; i++) {
+        const sm_cjobs_pair *p = &j->pairs[i];
+        if (p->a == wa && p->b == wb && !strcmp(p->addr_a, pa->address) &&
+            !strcmp(p->addr_b, pb->address) && (p->shm || now - p->at_us < SM_CJOBS_SHM_RETRY_US)) {
+            int shm = p->shm;
+            pthread_mutex_unlock(&j->chmu);
+            return shm;
+        }
+    }
+    pthread_mutex_unlock(&j->chmu);
+    int shm =
+        x->chs[a] && x->chs[b] && sm_svc_shm_prove(x->chs[a], x->chs[b], SM_CJOBS_SHM_PROBE_MS);
+    SM_DEBUG("workers %s and %s %s memory", pa->address, pb->address,
+             shm ? "share" : "do not share");
+    pthread_mutex_lock(&j->chmu);
+    int i = 0;
+    while (i < j->npairs && !(j->pairs[i].a == wa && j->pairs[i].b == wb))
+        i++;
+    if (i == j->npairs && j->npairs == j->cappairs) {
+        int nc = j->cappairs ? 2 * j->cappairs : 8;
+        sm_cjobs_pair *v = realloc(j->pairs, (size_t)nc * sizeof *v);
+        if (v) {
+            j->pairs = v;
+            j->cappairs = nc;
+        }
+    }
+    if (i < j->cappairs) {
+        sm_cjobs_pair *p = &j->pairs[i];
+        p->a = wa;
+        p->b = wb;
+        snprintf(p->addr_a, sizeof p->addr_a, "%s", pa->address);
+        snprintf(p->addr_b, sizeof p->addr_b, "%s", pb->address);
+        p->shm = shm;
+        p->at_us = now;
+        if (i == j->npairs)
+            j->npairs++;
+    }
+    pthread_mutex_unlock(&j->chmu);
+    return shm;
+}
+
+/* The shared-memory domains of the job's workers (each pair proven once,
+ * then remembered) and a random key naming the job's segments. */
+static void shm_plan(sm_cjobs *j, sm_job *job, sm_rpc_channel **chs, sm_svc_run_job_req *req)
+{
+    uint32_t *dom = calloc((size_t)job->npeers + 1, sizeof *dom);
+    if (!dom)
+        return; /* gRPC only */
+    shm_prove_ctx x = {j, job, chs};
+    sm_svc_shm_domains(job->npeers, shm_prove, &x, dom);
+    for (int k = 0; k < job->npeers; k++) {
+        job->peers[k].shm_domain = dom[k];
+        for (int q = 0; q < k; q++) /* for the listing: every pair of a domain */
+            if (dom[k] && dom[q] == dom[k])
+                sm_registry_worker_shm_peer(j->coord->reg, job->wids[q], job->wids[k]);
+    }
+    free(dom);
+    while (!req->shm_key)
+        if (getrandom(&req->shm_key, sizeof req->shm_key, 0) != (ssize_t)sizeof req->shm_key)
+            req->shm_key = (uint64_t)sm_cjobs_now_us() ^ (job->id << 32);
+}
+
 /* RunJob on every worker of the mesh at once, all from this thread. */
 static sm_err run_everywhere(sm_cjobs *j, sm_job *job, sm_array_id *inputs, char *msg,
                              size_t msglen)
@@ -113,6 +198,7 @@ static sm_err run_everywhere(sm_cjobs *j, sm_job *job, sm_array_id *inputs, char
     }
     for (int k = 0; k < job->npeers; k++)
         d.chs[k] = sm_cjobs_channel(j, job->peers[k].address, d.cherr[k], sizeof d.cherr[k]);
+    shm_plan(j, job, d.chs, &req);
     if ((e = sm_svc_worker_run_job_all(d.chs, job->npeers, (int)left, &req, part_done, part_watch,
                                        &d, msg, msglen)))
         goto out;

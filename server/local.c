@@ -15,6 +15,7 @@
 
 #include "relay.h"
 #include "sm_log.h"
+#include "sm_shm.h"
 #include "sm_sys.h"
 #include "sm_time.h"
 
@@ -82,6 +83,9 @@ static void *sm_local_watch(void *arg)
     int stopping = l->stopping;
     pthread_cond_broadcast(&l->cv);
     pthread_mutex_unlock(&l->mu);
+    /* the shared-memory files it kept, if it could not remove them itself
+     * (killed): this process shares its /dev/shm */
+    sm_shm_sweep(SM_SHM_SWEEP_AGE_S);
     if (stopping)
         return NULL;
     SM_WARN("local worker %d: %s", c->index, why);
@@ -293,6 +297,7 @@ void sm_local_stop(sm_local *l, int grace_ms)
         else
             waitpid(l->kids[k].pid, NULL, 0);
     }
+    sm_shm_sweep(SM_SHM_SWEEP_AGE_S); /* what workers killed on the way left */
     pthread_cond_destroy(&l->cv);
     pthread_mutex_destroy(&l->mu);
     free(l->kids);

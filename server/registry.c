@@ -538,6 +538,8 @@ sm_err sm_registry_workers_list(sm_registry *r, int64_t now_ms, sm_worker_info *
             wi->devices[k] = w->first_device + k;
             wi->device_bytes[k] = w->device_bytes[k];
         }
+        wi->nshm_peers = w->nshm_peers;
+        memcpy(wi->shm_peers, w->shm_peers, (size_t)w->nshm_peers * sizeof *w->shm_peers);
     }
     *n = r->nworkers;
 out:
@@ -562,6 +564,26 @@ int sm_registry_worker_alive(sm_registry *r, uint32_t id)
     int alive = w && w->alive;
     pthread_mutex_unlock(&r->mu);
     return alive;
+}
+
+static void sm_reg_shm_peer_add(sm_reg_worker *w, uint32_t peer)
+{
+    for (int k = 0; k < w->nshm_peers; k++)
+        if (w->shm_peers[k] == peer)
+            return;
+    if (w->nshm_peers < SM_MAX_SHM_PEERS)
+        w->shm_peers[w->nshm_peers++] = peer;
+}
+
+void sm_registry_worker_shm_peer(sm_registry *r, uint32_t a, uint32_t b)
+{
+    pthread_mutex_lock(&r->mu);
+    sm_reg_worker *wa = sm_reg_worker_by_id(r, a), *wb = sm_reg_worker_by_id(r, b);
+    if (wa && wb) {
+        sm_reg_shm_peer_add(wa, b);
+        sm_reg_shm_peer_add(wb, a);
+    }
+    pthread_mutex_unlock(&r->mu);
 }
 
 /* ---- reaping ------------------------------------------------------------------ */

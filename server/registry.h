@@ -125,6 +125,9 @@ sm_err sm_registry_workers_list(sm_registry *r, int64_t now_ms, sm_worker_info *
 int sm_registry_workers_alive(sm_registry *r);
 /* 1 if worker id is registered and alive, 0 if it is lost or unknown. */
 int sm_registry_worker_alive(sm_registry *r, uint32_t id);
+/* Records that workers a and b proved they share memory (both ways), for
+ * the listing; unknown ids are ignored. */
+void sm_registry_worker_shm_peer(sm_registry *r, uint32_t a, uint32_t b);
 
 /* ---- meshes --------------------------------------------------------------- */
 

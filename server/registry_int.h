@@ -24,6 +24,8 @@ typedef struct {
     int spilled_any;      /* its last heartbeat listed spilled shards */
     int64_t device_bytes[SM_MAX_WORKER_DEVICES];
     sm_rpc_channel *ch; /* owned */
+    int nshm_peers;     /* workers proven to share memory with it */
+    uint32_t shm_peers[SM_MAX_SHM_PEERS];
 } sm_reg_worker;
 
 typedef struct {

@@ -10,6 +10,7 @@
  * thread) as for one that goes through the runner pool. Programs come from the examples directory
  * (NAME.shmap) (inline copies if the directory is missing). */
 #include <check.h>
+#include <dirent.h>
 #include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
@@ -29,10 +30,41 @@ static void cluster_up(void)
     g = harness_cluster_up(2, 4, "e2e_jobs");
 }
 
+/* 1 when the workers run with SHMAP_TRANSPORT=shm (the e2e_jobs_shm run). */
+static int shm_transport(void)
+{
+    const char *t = getenv("SHMAP_TRANSPORT");
+    return t && (!strcmp(t, "shm") || !strcmp(t, "auto"));
+}
+
+/* Names in /dev/shm of shmap's segments (jobs and probes, and with pools
+ * the files workers keep between jobs, "-fff"); the e2e suites run alone
+ * (RUN_SERIAL), so any is this cluster's. */
+static int shm_segments_left(int pools)
+{
+    DIR *d = opendir("/dev/shm");
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        int pool = len > 4 && !strcmp(e->d_name + len - 4, "-fff");
+        if (!strncmp(e->d_name, "shmap-", 6) && (pools || !pool)) {
+            fprintf(stderr, "e2e_jobs: /dev/shm/%s is left\n", e->d_name);
+            n++;
+        }
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
 static void cluster_down(void)
 {
     harness_cluster_stop(g);
     g = NULL;
+    if (shm_segments_left(1)) { /* after a normal stop, and a worker killed by test_worker_lost */
+        fprintf(stderr, "e2e_jobs: shared-memory segments left after the cluster stopped\n");
+        exit(1);
+    }
 }
 
 /* ---- programs --------------------------------------------------------------------------- */
@@ -220,6 +252,65 @@ START_TEST(test_matmul)
     delete_all(c);
     sm_array_free(a);
     sm_array_free(b);
+    sm_program_free(p);
+    sm_client_close(c);
+}
+END_TEST
+
+static json_t *ctl_json(const char *const *args, int code);
+
+/* A psum across both workers (every device of mesh i=4,j=2, 'i' crossing
+ * the workers) gives the exact sum; with SHMAP_TRANSPORT=shm the
+ * coordinator proved the two workers share memory and `shmapctl devices`
+ * says so, else it lists no such peer; no segment outlives the job. */
+START_TEST(test_transport)
+{
+    sm_client *c = harness_client(g);
+    sm_program *p = NULL;
+    char err[512];
+    ck_assert_msg(sm_program_parse("mesh i=4 j=2\n"
+                                   "shard_map f(x: f32[8,16] @ P('i','j')) -> P(None, None):\n"
+                                   "    return psum(x, ('i', 'j'))\n",
+                                   "transport", &p, err, sizeof err) == SM_OK,
+                  "%s", err);
+    sm_array *a = arange_f32(8, 16);
+    sm_array_ref args[1] = {{put(c, a, "i=4,j=2", "P('i','j')", NULL), NULL}};
+    sm_job_info info = run_ok(c, p, args, NULL);
+    sm_array *got = NULL;
+    ck_assert_msg(
+        sm_client_get(c, (sm_array_ref){info.outputs[0].id, NULL}, &got, err, sizeof err) == SM_OK,
+        "%s", err);
+    float want[2 * 8]; /* the eight 2x8 blocks of the 8x16 input, summed (exact) */
+    for (int r = 0; r < 2; r++)
+        for (int q = 0; q < 8; q++) {
+            double v = 0;
+            for (int bi = 0; bi < 4; bi++)
+                for (int bj = 0; bj < 2; bj++)
+                    v += ((const float *)a->data)[(bi * 2 + r) * 16 + bj * 8 + q];
+            want[r * 8 + q] = (float)v;
+        }
+    ck_assert_int_eq(got->nbytes, 2 * 8 * 4);
+    for (int k = 0; k < 2 * 8; k++)
+        ck_assert_msg(((const float *)got->data)[k] == want[k], "element %d: %g, want %g", k,
+                      ((const float *)got->data)[k], want[k]);
+    const char *devs[] = {"devices", "--json", NULL};
+    json_t *root = ctl_json(devs, 0);
+    ck_assert_int_eq(json_array_size(root), 2);
+    for (size_t w = 0; w < 2; w++) {
+        json_t *peers = json_object_get(json_array_get(root, w), "shm_peers");
+        ck_assert_msg(json_is_array(peers), "no shm_peers in shmapctl devices --json");
+        ck_assert_int_eq(json_array_size(peers), shm_transport() ? 1 : 0);
+        if (shm_transport())
+            ck_assert_int_eq(
+                json_integer_value(json_array_get(peers, 0)),
+                json_integer_value(json_object_get(json_array_get(root, 1 - w), "worker")));
+    }
+    json_decref(root);
+    ck_assert_int_eq(shm_segments_left(0), 0); /* the workers keep their pool files */
+    sm_job_info_free(&info);
+    delete_all(c);
+    sm_array_free(got);
+    sm_array_free(a);
     sm_program_free(p);
     sm_client_close(c);
 }
@@ -912,6 +1003,7 @@ static Suite *jobs_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_matmul, 0, 2);
     tcase_add_test(tc, test_matmul_resharded_inputs);
+    tcase_add_test(tc, test_transport);
     tcase_add_test(tc, test_slice_and_average);
     tcase_add_loop_test(tc, test_rejected, 0, 2 * (int)(sizeof rejects / sizeof rejects[0]));
     tcase_add_loop_test(tc, test_run_one_call, 0, 3);

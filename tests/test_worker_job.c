@@ -16,15 +16,26 @@
  *   RunJob yet).
  * Last in each: a worker that dies while the other waits for its data; the
  * survivor must fail with SM_EUNAVAILABLE naming it, well within the
- * deadline. */
+ * deadline.
+ *
+ * Both fixtures run again with shared memory ("inproc_shm", "proc_shm":
+ * RunJob gives both workers shm_domain 1, the proc workers run with
+ * --transport shm): the same tests, plus the probe, the same bits as gRPC
+ * on random floats, collective bytes counted as read from shared memory
+ * and none sent over gRPC, and no segment of this process's jobs left in
+ * /dev/shm, after a worker was killed too. */
 #include <check.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -40,7 +51,9 @@
 #include "sm_sharding.h"
 #include "sm_svc.h"
 #include "sm_svc_job.h"
+#include "sm_shm.h"
 #include "store.h"
+#include "traffic.h"
 
 #define NW      2 /* workers */
 #define DPW     2 /* devices per worker */
@@ -69,6 +82,39 @@ typedef struct {
 
 static cluster cl = {.mu = PTHREAD_MUTEX_INITIALIZER};
 static uint64_t next_id = 1000;
+/* RunJob requests put both workers in shared-memory domain 1; the workers
+ * answer ShmProbe. */
+static int shm_mode;
+
+/* The key naming job's segments: this process's pid in the top 24 bits,
+ * so shm_left() finds what this suite's jobs left behind. */
+static uint64_t shm_key_of(uint64_t job)
+{
+    return ((uint64_t)getpid() << 40) | (job & ((1ull << 40) - 1));
+}
+
+/* Segments in /dev/shm of this process's jobs (of job, if non-zero; any
+ * shmap segment, pool files of the workers included, if job is -1). */
+static int shm_left(uint64_t job)
+{
+    char pre[64];
+    if (job == (uint64_t)-1)
+        snprintf(pre, sizeof pre, "shmap-");
+    else if (job)
+        snprintf(pre, sizeof pre, "shmap-%016llx-", (unsigned long long)shm_key_of(job));
+    else
+        snprintf(pre, sizeof pre, "shmap-%06llx", (unsigned long long)(shm_key_of(0) >> 40));
+    DIR *d = opendir("/dev/shm");
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (!strncmp(e->d_name, pre, strlen(pre))) {
+            fprintf(stderr, "test_worker_job: /dev/shm/%s is left\n", e->d_name);
+            n++;
+        }
+    if (d)
+        closedir(d);
+    return n;
+}
 
 static void sleep_ms(int ms)
 {
@@ -104,8 +150,11 @@ static void inproc_setup(void)
                                 .peers = cl.peer[w],
                                 .self_address = cl.addr[w],
                                 .assemble_threads = 2};
-        sm_jobs_config jc = {
-            .store = cl.store[w], .peers = cl.peer[w], .self_address = cl.addr[w], .probe_ms = 200};
+        sm_jobs_config jc = {.store = cl.store[w],
+                             .peers = cl.peer[w],
+                             .self_address = cl.addr[w],
+                             .probe_ms = 200,
+                             .shm = shm_mode || w == 0}; /* worker 1 refuses probes in gRPC mode */
         ck_assert(sm_jobs_create(&jc, &cl.jobs[w], err, sizeof err) == SM_OK);
         ck_assert_msg(sm_svc_worker_serve(cl.srv[w], &sm_handlers_ops, &cl.h[w], "test-worker", err,
                                           sizeof err) == SM_OK,
@@ -194,8 +243,8 @@ static void proc_setup(void)
         if (pid == 0) {
             prctl(PR_SET_PDEATHSIG, SIGKILL);
             execl(worker_bin(), worker_bin(), "--listen", "127.0.0.1:0", "--coordinator",
-                  cl.coord_addr, "--devices", "2", "--log-level",
-                  getenv("SM_TEST_VERBOSE") ? "debug" : "warn", (char *)NULL);
+                  cl.coord_addr, "--devices", "2", "--transport", shm_mode ? "shm" : "grpc",
+                  "--log-level", getenv("SM_TEST_VERBOSE") ? "debug" : "warn", (char *)NULL);
             _exit(127);
         }
         cl.pid[w] = pid;
@@ -424,6 +473,7 @@ static void job_req(sm_svc_run_job_req *req, sm_svc_peer *peers, sm_program *p, 
         peers[w].ndevices = DPW;
         for (int k = 0; k < DPW; k++)
             peers[w].devices[k] = w * DPW + k;
+        peers[w].shm_domain = shm_mode ? 1 : 0;
     }
     *req = (sm_svc_run_job_req){.job_id = {job},
                                 .program = p,
@@ -433,7 +483,8 @@ static void job_req(sm_svc_run_job_req *req, sm_svc_peer *peers, sm_program *p, 
                                 .outputs = out,
                                 .npeers = NW,
                                 .peers = peers,
-                                .deadline_ms = deadline_ms};
+                                .deadline_ms = deadline_ms,
+                                .shm_key = shm_mode ? shm_key_of(job) : 0};
 }
 
 /* Sends RunJob to the workers in mask at once; fills res[w]. */
@@ -834,6 +885,7 @@ START_TEST(test_dead_peer)
     ck_assert_msg(res[0].e == SM_EUNAVAILABLE, "%s: %s", sm_err_name(res[0].e), res[0].err);
     ck_assert_msg(strstr(res[0].err, cl.addr[1]), "'%s' does not name %s", res[0].err, cl.addr[1]);
     ck_assert_msg(res[0].took < 10, "took %.1f s", res[0].took);
+    ck_assert_int_eq(shm_left(j.job), 0);
     one_job_free(&j);
 }
 END_TEST
@@ -888,6 +940,387 @@ START_TEST(test_shutdown_during_job)
     if (!proc)
         ck_assert_msg(strstr(res->err, "shutting down"), "%s", res->err);
     sm_rpc_server_free(fake);
+    one_job_free(&j);
+}
+END_TEST
+
+/* ---- shared memory ---------------------------------------------------------------- */
+
+/* The probe proves the two workers share memory only when both answer it;
+ * bad names are refused; no probe segment is left either way. */
+START_TEST(test_shm_probe)
+{
+    if (cl.skip)
+        return;
+    char err[512];
+    ck_assert_int_eq(sm_svc_shm_prove(cl.ch[0], cl.ch[1], CALL_MS), shm_mode);
+    ck_assert_int_eq(sm_svc_shm_prove(cl.ch[1], cl.ch[0], CALL_MS), shm_mode);
+    ck_assert_int_eq(sm_svc_shm_prove(cl.ch[0], cl.ch[0], CALL_MS), shm_mode || cl.pid[0] <= 0);
+    /* a cookie that is not in the segment does not prove anything: the
+     * reader answers with what it finds */
+    sm_svc_shm_probe_req rq = {.create = 1};
+    sm_svc_shm_probe_reply made, seen;
+    sm_err e = sm_svc_worker_shm_probe(cl.ch[0], CALL_MS, &rq, &made, err, sizeof err);
+    if (!shm_mode && cl.pid[0] > 0) { /* a worker run with --transport grpc refuses */
+        ck_assert_msg(e == SM_EPRECONDITION && strstr(err, "--transport grpc"), "%s: %s",
+                      sm_err_name(e), err);
+        return;
+    }
+    ck_assert_msg(e == SM_OK, "%s", err);
+    char path[128];
+    snprintf(path, sizeof path, "/dev/shm%s", made.name);
+    ck_assert_msg(access(path, F_OK) == 0, "%s was not created", path);
+    sm_svc_shm_probe_req rd = {0};
+    snprintf(rd.read, sizeof rd.read, "%s", made.name);
+    e = sm_svc_worker_shm_probe(cl.ch[1], CALL_MS, &rd, &seen, err, sizeof err);
+    if (shm_mode) {
+        ck_assert_msg(e == SM_OK, "%s", err);
+        ck_assert(seen.cookie == made.cookie && made.cookie != 0);
+        ck_assert_msg(access(path, F_OK) != 0, "the reader left %s", path);
+    } else {
+        ck_assert_msg(e == SM_EPRECONDITION && strstr(err, "--transport grpc"), "%s: %s",
+                      sm_err_name(e), err);
+    }
+    sm_svc_shm_probe_req dr = {0};
+    snprintf(dr.drop, sizeof dr.drop, "%s", made.name);
+    ck_assert(sm_svc_worker_shm_probe(cl.ch[0], CALL_MS, &dr, &seen, err, sizeof err) == SM_OK);
+    ck_assert_msg(access(path, F_OK) != 0, "the drop left %s", path);
+    /* a segment that is gone, names outside the probe segments, no action */
+    ck_assert(sm_svc_worker_shm_probe(cl.ch[0], CALL_MS, &rd, &seen, err, sizeof err) ==
+              SM_ENOTFOUND);
+    static const char *const bad[] = {"/etc/passwd", "/shmap-probe-../x", "/shmap-0123",
+                                      "shmap-probe-00", "/shmap-probe-"};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        sm_svc_shm_probe_req b = {0};
+        snprintf(b.read, sizeof b.read, "%s", bad[k]);
+        e = sm_svc_worker_shm_probe(cl.ch[0], CALL_MS, &b, &seen, err, sizeof err);
+        ck_assert_msg(e == SM_EINVAL, "read %s: %s: %s", bad[k], sm_err_name(e), err);
+        memset(&b, 0, sizeof b);
+        snprintf(b.drop, sizeof b.drop, "%s", bad[k]);
+        e = sm_svc_worker_shm_probe(cl.ch[0], CALL_MS, &b, &seen, err, sizeof err);
+        ck_assert_msg(e == SM_EINVAL, "drop %s: %s: %s", bad[k], sm_err_name(e), err);
+    }
+    sm_svc_shm_probe_req none = {0};
+    ck_assert(sm_svc_worker_shm_probe(cl.ch[0], CALL_MS, &none, &seen, err, sizeof err) ==
+              SM_EINVAL);
+}
+END_TEST
+
+/* Random floats through every reduction and data movement, once over gRPC
+ * and once through shared memory: the same bits on every device. In
+ * process, the bytes are counted on the path taken. */
+START_TEST(test_shm_same_bits)
+{
+    if (cl.skip)
+        return;
+    static const struct {
+        const char *text;
+        sm_shape s;
+    } rows[] = {
+        {MESH "shard_map f(x: f32[64,96] @ P('i','j')) -> (P('i', None), P(None, None)):\n"
+              "    y = x * 1.37 + 0.1\n"
+              "    return psum(y, 'j'), psum(y, ('i', 'j'))\n",
+         {2, {64, 96}}},
+        {MESH
+         "shard_map f(x: f32[6,12] @ P('i','j')) -> (P('i', None), P('i', None), P('i','j')):\n"
+         "    return pmax(x, 'j'), pmean(x, 'j'), psum_scatter(x, 'j', scatter_dimension=1, "
+         "tiled=True)\n",
+         {2, {6, 12}}},
+        {"mesh i=2 j=2 devices=[2, 0, 3, 1]\n"
+         "shard_map f(x: f32[8,16] @ P('i','j')) -> (P(None, None), P('i', 'j'), P('i', 'j'), "
+         "P('i','j')):\n"
+         "    return psum(x, ('i', 'j')), all_to_all(x, ('j', 'i'), 1, 0, tiled=True), "
+         "all_gather(x, 'j', axis=1, tiled=True), ppermute(x, ('i', 'j'), perm=[(0, 3), (3, 1), "
+         "(1, 2), (2, 0)])\n",
+         {2, {8, 16}}},
+        {"mesh k=4 devices=[0, 2, 3, 1]\n"
+         "shard_map f(x: f32[16,8] @ P('k')) -> (P('k'), P(None)):\n"
+         "    return psum_scatter(x, 'k', scatter_dimension=0, tiled=True), psum(x, 'k')\n",
+         {2, {16, 8}}},
+    };
+    char err[512];
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+        sm_array *g = global_input(SM_F32, &rows[r].s, 11 + (int)r, 1);
+        sm_program *p = prog(rows[r].text);
+        sm_array_id in = {next_id++}, out[2][4];
+        put_param(p, 0, g, in.v, ~0u);
+        uint64_t t0[SM_TRAFFIC_COUNT], t1[SM_TRAFFIC_COUNT];
+        int mode = shm_mode;
+        for (int m = 0; m < 2; m++) {
+            shm_mode = m;
+            for (int k = 0; k < p->nreturns; k++)
+                out[m][k].v = next_id++;
+            sm_svc_run_job_req req;
+            sm_svc_peer peers[NW];
+            run_res res[NW];
+            job_req(&req, peers, p, next_id++, &in, out[m], 30000);
+            sm_traffic_get(t0);
+            run_on(&req, 3, res);
+            sm_traffic_get(t1);
+            for (int w = 0; w < NW; w++)
+                ck_assert_msg(res[w].e == SM_OK, "row %zu, %s: %s", r, m ? "shm" : "grpc",
+                              res[w].err);
+            if (cl.pid[0] <= 0) { /* in process: the counters are this process's */
+                ck_assert_msg((t1[SM_TRAFFIC_SHM_IN] > t0[SM_TRAFFIC_SHM_IN]) == m,
+                              "row %zu, %s: %llu bytes read from shared memory", r,
+                              m ? "shm" : "grpc",
+                              (unsigned long long)(t1[SM_TRAFFIC_SHM_IN] - t0[SM_TRAFFIC_SHM_IN]));
+                ck_assert_msg(
+                    (t1[SM_TRAFFIC_COLL_OUT] > t0[SM_TRAFFIC_COLL_OUT]) == !m,
+                    "row %zu, %s: %llu bytes sent over gRPC", r, m ? "shm" : "grpc",
+                    (unsigned long long)(t1[SM_TRAFFIC_COLL_OUT] - t0[SM_TRAFFIC_COLL_OUT]));
+            }
+        }
+        shm_mode = mode;
+        for (int k = 0; k < p->nreturns; k++)
+            for (int32_t dev = 0; dev < NW * DPW; dev++) {
+                sm_array *a = fetch(out[0][k].v, dev), *b = fetch(out[1][k].v, dev);
+                ck_assert_int_eq(a->nbytes, b->nbytes);
+                ck_assert_msg(!memcmp(a->data, b->data, (size_t)a->nbytes),
+                              "row %zu, output %d, device %d: gRPC and shared memory differ", r, k,
+                              (int)dev);
+                sm_array_free(a);
+                sm_array_free(b);
+            }
+        ck_assert_int_eq(shm_left(0), 0);
+        sm_program_free(p);
+        sm_array_free(g);
+        (void)err;
+    }
+}
+END_TEST
+
+/* Three jobs at once on both workers, each with its collectives through
+ * its own segments (the pool hands out a file per running job, and the
+ * next jobs reuse them): every result checked against the in-process
+ * runner. */
+START_TEST(test_shm_concurrent_jobs)
+{
+    if (cl.skip || !shm_mode)
+        return;
+    enum { NJ = 3 };
+    const char *text =
+        MESH "shard_map f(x: f32[64,96] @ P('i','j')) -> (P('i', None), P('i','j')):\n"
+             "    y = psum(x, 'j')\n"
+             "    return y, all_to_all(x, 'j', 1, 0, tiled=True)\n";
+    for (int round = 0; round < 2; round++) {
+        sm_array *g[NJ];
+        sm_program *p[NJ];
+        sm_array_id in[NJ], out[NJ][2];
+        sm_svc_run_job_req req[NJ];
+        sm_svc_peer peers[NJ][NW];
+        run_res res[NJ][NW];
+        pthread_t th[NJ][NW];
+        for (int k = 0; k < NJ; k++) {
+            g[k] = global_input(SM_F32, &(sm_shape){2, {64, 96}}, 20 + k, 0);
+            p[k] = prog(text);
+            in[k].v = next_id++;
+            out[k][0].v = next_id++;
+            out[k][1].v = next_id++;
+            put_param(p[k], 0, g[k], in[k].v, ~0u);
+            job_req(&req[k], peers[k], p[k], next_id++, &in[k], out[k], 30000);
+        }
+        for (int k = 0; k < NJ; k++)
+            for (int w = 0; w < NW; w++) {
+                res[k][w] = (run_res){.w = w, .req = &req[k]};
+                ck_assert(pthread_create(&th[k][w], NULL, run_main, &res[k][w]) == 0);
+            }
+        for (int k = 0; k < NJ; k++)
+            for (int w = 0; w < NW; w++)
+                pthread_join(th[k][w], NULL);
+        char err[512];
+        for (int k = 0; k < NJ; k++) {
+            for (int w = 0; w < NW; w++)
+                ck_assert_msg(res[k][w].e == SM_OK, "job %d on worker %d: %s", k, w, res[k][w].err);
+            sm_array *ref[2] = {0};
+            ck_assert_msg(sm_exec_local_run(p[k], &g[k], ref, NULL, err, sizeof err) == SM_OK, "%s",
+                          err);
+            for (int r = 0; r < 2; r++) {
+                for (int pos = 0; pos < NW * DPW; pos++) {
+                    sm_array *got = fetch(out[k][r].v, p[k]->mesh.devices[pos]);
+                    sm_array *want = block_of(p[k], &p[k]->out_specs[r], ref[r], pos);
+                    ck_assert_msg(!memcmp(got->data, want->data, (size_t)want->nbytes),
+                                  "round %d, job %d, output %d, position %d differs", round, k, r,
+                                  pos);
+                    sm_array_free(got);
+                    sm_array_free(want);
+                }
+                sm_array_free(ref[r]);
+            }
+            sm_program_free(p[k]);
+            sm_array_free(g[k]);
+        }
+    }
+    ck_assert_int_eq(shm_left(0), 0);
+}
+END_TEST
+
+/* Worker 1 waits in a collective; its segment is truncated under it (to
+ * 64 KiB: its header stays) before worker 0 maps it: the first worker to
+ * touch the segment fails DATA_LOSS naming it instead of going past its
+ * end, the other is cancelled, and no segment of the job is left. */
+START_TEST(test_shm_truncated)
+{
+    if (cl.skip || !shm_mode)
+        return;
+    one_job j;
+    one_job_init(&j, PSUM_J, (sm_shape){2, {8, 12}}, 3, 30000);
+    run_res *res = j.res;
+    res[1] = (run_res){.w = 1, .req = &j.req};
+    pthread_t th1, th0;
+    ck_assert(pthread_create(&th1, NULL, run_main, &res[1]) == 0);
+    char seg[128];
+    snprintf(seg, sizeof seg, "/dev/shm/shmap-%016llx-1", (unsigned long long)shm_key_of(j.job));
+    for (int t = 0; t < 200 && access(seg, F_OK) != 0; t++)
+        sleep_ms(10);
+    ck_assert_msg(truncate(seg, 64 << 10) == 0, "cannot truncate %s", seg);
+    run_start_w0(&j, &th0);
+    pthread_join(th0, NULL);
+    pthread_join(th1, NULL);
+    /* whichever touches the segment first fails DATA_LOSS naming it, the
+     * other is cancelled; neither faults */
+    int lost = 0;
+    for (int w = 0; w < NW; w++) {
+        ck_assert_msg(res[w].e == SM_EDATALOSS || res[w].e == SM_ECANCELLED, "worker %d: %s: %s", w,
+                      sm_err_name(res[w].e), res[w].err);
+        if (res[w].e == SM_EDATALOSS) {
+            ck_assert_msg(strstr(res[w].err, seg + 8), "%s does not name %s", res[w].err, seg + 8);
+            lost++;
+        }
+        ck_assert_msg(res[w].took < 10, "worker %d took %.1f s", w, res[w].took);
+    }
+    ck_assert_int_ge(lost, 1);
+    ck_assert_int_eq(shm_left(j.job), 0);
+    one_job_free(&j);
+}
+END_TEST
+
+static sm_err read_far(void *arg)
+{
+    const volatile char *p = arg;
+    return p[512 << 10] == 7 ? SM_EEXIST : SM_OK; /* past the end once truncated */
+}
+
+/* A guarded access to a segment truncated under it is cut short with
+ * DATA_LOSS (the collectives' bodies run so), not a SIGBUS that ends the
+ * process; the same access before the truncation runs as usual. */
+START_TEST(test_shm_guarded)
+{
+    char err[256], name[SM_SHM_NAME_MAX];
+    snprintf(name, sizeof name, "/shmap-%016llx-79", (unsigned long long)shm_key_of(0));
+    sm_shm_seg own;
+    ck_assert_msg(sm_shm_seg_create(name, 1 << 20, &own, err, sizeof err) == SM_OK, "%s", err);
+    ((char *)own.base)[512 << 10] = 7;
+    int faulted = -1;
+    ck_assert_int_eq(sm_shm_guarded(read_far, own.base, &faulted), SM_EEXIST);
+    ck_assert_int_eq(faulted, 0);
+    ck_assert_int_eq(ftruncate(own.fd, 4096), 0);
+    for (int k = 0; k < 2; k++) { /* and again: the handler stays */
+        ck_assert_int_eq(sm_shm_guarded(read_far, own.base, &faulted), SM_EDATALOSS);
+        ck_assert_int_eq(faulted, 1);
+    }
+    sm_shm_seg_close(&own);
+    sm_shm_unlink(name);
+}
+END_TEST
+
+/* Segments (shm.h): a reader sees a truncation, a segment not sized yet
+ * reads as absent, names outside shmap's are refused, and the sweep
+ * removes what no process holds. */
+START_TEST(test_shm_segments)
+{
+    char err[256], name[SM_SHM_NAME_MAX];
+    snprintf(name, sizeof name, "/shmap-%016llx-77", (unsigned long long)shm_key_of(0));
+    sm_shm_seg own, peer;
+    size_t len = 1 << 20;
+    ck_assert_msg(sm_shm_seg_create(name, len, &own, err, sizeof err) == SM_OK, "%s", err);
+    ck_assert_int_eq(sm_shm_seg_create(name, len, &peer, err, sizeof err), SM_EEXIST);
+    ck_assert_msg(sm_shm_seg_open(name, len, &peer, err, sizeof err) == SM_OK, "%s", err);
+    ((char *)own.base)[len - 1] = 42; /* one memory */
+    ck_assert_int_eq(((char *)peer.base)[len - 1], 42);
+    ck_assert_int_eq(sm_shm_seg_check(&peer, len, err, sizeof err), SM_OK);
+    sm_shm_seg bigger;
+    ck_assert_int_eq(sm_shm_seg_open(name, 2 * len, &bigger, err, sizeof err), SM_EDATALOSS);
+    ck_assert_int_eq(ftruncate(own.fd, 4096), 0); /* under the reader */
+    ck_assert_int_eq(sm_shm_seg_check(&peer, len, err, sizeof err), SM_EDATALOSS);
+    ck_assert_msg(strstr(err, "truncated") && strstr(err, name), "%s", err);
+    ck_assert_int_eq(sm_shm_seg_check(&peer, 4096, err, sizeof err), SM_OK);
+    sm_shm_seg_close(&peer);
+    sm_shm_seg_close(&own);
+    sm_shm_unlink(name);
+    ck_assert_int_eq(sm_shm_seg_open(name, len, &peer, err, sizeof err), SM_ENOTFOUND);
+    int fd = shm_open(name, O_CREAT | O_RDWR, 0600); /* created, not sized yet */
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(sm_shm_seg_open(name, len, &peer, err, sizeof err), SM_ENOTFOUND);
+    close(fd);
+    sm_shm_unlink(name);
+    static const char *const bad[] = {"/dev/shm/x", "/shmap-../../etc", "/shmap-", "/other-00",
+                                      "/shmap-ABC"};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        ck_assert_int_eq(sm_shm_seg_create(bad[k], len, &own, err, sizeof err), SM_EINVAL);
+        ck_assert_int_eq(sm_shm_seg_open(bad[k], len, &own, err, sizeof err), SM_EINVAL);
+    }
+    /* pages are reserved before they are written: more than /dev/shm holds
+     * is an error (tmpfs refuses a request larger than the whole mount at
+     * once, without allocating) */
+    struct statvfs vs;
+    ck_assert_int_eq(statvfs("/dev/shm", &vs), 0);
+    size_t whole = (size_t)vs.f_blocks * vs.f_frsize;
+    ck_assert(sm_shm_seg_create(name, whole + (4 << 20), &own, err, sizeof err) == SM_OK);
+    ck_assert_int_eq(sm_shm_seg_reserve(&own, 0, 1 << 20, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_shm_seg_reserve(&own, 0, whole + (2 << 20), err, sizeof err), SM_ERESOURCE);
+    ck_assert_msg(strstr(err, "no room in /dev/shm"), "%s", err);
+    sm_shm_seg_close(&own);
+    sm_shm_unlink(name);
+    /* the sweep removes a segment nobody holds, not one a process maps */
+    char gone[SM_SHM_NAME_MAX];
+    snprintf(gone, sizeof gone, "/shmap-%016llx-78", (unsigned long long)shm_key_of(0));
+    ck_assert(sm_shm_seg_create(name, len, &own, err, sizeof err) == SM_OK);
+    fd = shm_open(gone, O_CREAT | O_RDWR, 0600); /* as a killed process leaves it */
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    ck_assert_int_ge(sm_shm_sweep(0), 1);
+    ck_assert_int_eq(shm_left(0), 1);
+    ck_assert_int_eq(sm_shm_seg_open(name, len, &peer, err, sizeof err), SM_OK);
+    sm_shm_seg_close(&peer);
+    sm_shm_seg_close(&own);
+    ck_assert_int_ge(sm_shm_sweep(0), 1);
+    ck_assert_int_eq(shm_left(0), 0);
+}
+END_TEST
+
+/* Worker 1 waits in a collective (its segment made, worker 0 not started)
+ * and is killed (-9): its segment's name is left, as after any crash.
+ * Worker 0 then runs the job: it fails UNAVAILABLE naming worker 1 within
+ * seconds, and no segment of the job is left. Kills worker 1: kept last. */
+START_TEST(test_shm_killed_in_collective)
+{
+    if (cl.skip || cl.pid[1] <= 0)
+        return;
+    one_job j;
+    one_job_init(&j, PSUM_J, (sm_shape){2, {8, 12}}, 3, 30000);
+    run_res *res = j.res;
+    res[1] = (run_res){.w = 1, .req = &j.req};
+    pthread_t th;
+    ck_assert(pthread_create(&th, NULL, run_main, &res[1]) == 0);
+    char seg[128];
+    snprintf(seg, sizeof seg, "/dev/shm/shmap-%016llx-1", (unsigned long long)shm_key_of(j.job));
+    for (int t = 0; t < 200 && access(seg, F_OK) != 0; t++)
+        sleep_ms(10);
+    ck_assert_msg(access(seg, F_OK) == 0, "worker 1 made no segment %s", seg);
+    sleep_ms(300); /* its devices wait for worker 0 */
+    kill(cl.pid[1], SIGKILL);
+    waitpid(cl.pid[1], NULL, 0);
+    cl.pid[1] = 0;
+    pthread_join(th, NULL);
+    ck_assert_msg(res[1].e == SM_EUNAVAILABLE, "%s: %s", sm_err_name(res[1].e), res[1].err);
+    ck_assert_msg(access(seg, F_OK) == 0, "%s went with its worker", seg);
+    run_start_w0(&j, &th);
+    pthread_join(th, NULL);
+    ck_assert_msg(res[0].e == SM_EUNAVAILABLE, "%s: %s", sm_err_name(res[0].e), res[0].err);
+    ck_assert_msg(strstr(res[0].err, cl.addr[1]), "'%s' does not name %s", res[0].err, cl.addr[1]);
+    ck_assert_msg(res[0].took < 10, "took %.1f s", res[0].took);
+    ck_assert_int_eq(shm_left(j.job), 0);
     one_job_free(&j);
 }
 END_TEST
@@ -1353,8 +1786,81 @@ static void *fn_dev_main(void *arg)
     return NULL;
 }
 
+/* Runs the three-worker program of test_comm_three_workers on input g
+ * with the comms of three in-process workers (shm: all in shared-memory
+ * domain 1, segments named after key); out[pos][r] gets every output. */
+static void three_workers_run(const sm_program *p, const sm_array *g, int shm, uint64_t key,
+                              sm_array *out[6][8])
+{
+    char err[512];
+    fake_net net;
+    sm_svc_peer peers[FN_WORKERS];
+    int pos_worker[6];
+    uint32_t domain[FN_WORKERS];
+    sm_comm_grpc *comm[FN_WORKERS];
+    for (int w = 0; w < FN_WORKERS; w++) {
+        snprintf(net.addr[w], sizeof net.addr[w], "w%d", w);
+        ck_assert(sm_mailbox_create(0, &net.box[w], err, sizeof err) == SM_OK);
+        memset(&peers[w], 0, sizeof peers[w]);
+        snprintf(peers[w].address, SM_ADDR_MAX, "%s", net.addr[w]);
+        peers[w].ndevices = 2;
+        peers[w].devices[0] = 2 * w;
+        peers[w].devices[1] = 2 * w + 1;
+        domain[w] = shm ? 1 : 0;
+    }
+    for (int pos = 0; pos < 6; pos++)
+        pos_worker[pos] = p->mesh.devices[pos] / 2;
+    for (int w = 0; w < FN_WORKERS; w++) {
+        sm_comm_grpc_config cc = {.job = {77},
+                                  .mesh = &p->mesh,
+                                  .nworkers = FN_WORKERS,
+                                  .workers = peers,
+                                  .pos_worker = pos_worker,
+                                  .self = w,
+                                  .box = net.box[w],
+                                  .tr = &fn_tr,
+                                  .tr_user = &net,
+                                  .shm_domain = domain,
+                                  .shm_key = key};
+        clock_gettime(CLOCK_MONOTONIC, &cc.deadline);
+        cc.deadline.tv_sec += 20;
+        ck_assert(sm_comm_grpc_create(&cc, &comm[w], err, sizeof err) == SM_OK);
+    }
+    sm_exec_plan *plan;
+    ck_assert(sm_exec_plan_create(p, &plan, err, sizeof err) == SM_OK);
+    fn_dev devs[6];
+    pthread_t th[6];
+    uint64_t t0[SM_TRAFFIC_COUNT], t1[SM_TRAFFIC_COUNT];
+    sm_traffic_get(t0);
+    for (int pos = 0; pos < 6; pos++) {
+        devs[pos] = (fn_dev){.plan = plan, .comm = comm[pos_worker[pos]], .pos = pos};
+        devs[pos].in = block_of(p, &p->params[0].spec, g, pos);
+        ck_assert(pthread_create(&th[pos], NULL, fn_dev_main, &devs[pos]) == 0);
+    }
+    for (int pos = 0; pos < 6; pos++)
+        pthread_join(th[pos], NULL);
+    sm_traffic_get(t1);
+    ck_assert_msg((t1[SM_TRAFFIC_SHM_IN] > t0[SM_TRAFFIC_SHM_IN]) == shm,
+                  "%llu bytes read from shared memory",
+                  (unsigned long long)(t1[SM_TRAFFIC_SHM_IN] - t0[SM_TRAFFIC_SHM_IN]));
+    for (int pos = 0; pos < 6; pos++) {
+        ck_assert_msg(devs[pos].e == SM_OK, "position %d: %s", pos, devs[pos].err);
+        for (int r = 0; r < p->nreturns; r++)
+            out[pos][r] = devs[pos].out[r];
+        sm_array_free(devs[pos].in);
+    }
+    for (int w = 0; w < FN_WORKERS; w++) {
+        ck_assert_int_eq(sm_mailbox_bytes(net.box[w]), 0); /* every blob consumed */
+        sm_comm_grpc_free(comm[w]);
+        sm_mailbox_free(net.box[w]);
+    }
+    sm_exec_plan_free(plan);
+}
+
 /* Six devices on three workers holding ranks {0,3}, {1,4}, {2,5}: every
- * collective combines three partials and sends non-contiguous chunks. */
+ * collective combines three partials and sends non-contiguous chunks.
+ * Small integers, checked against the in-process runner, over gRPC and
+ * through shared memory; then random floats, the same bits on both. */
 START_TEST(test_comm_three_workers)
 {
     char err[512];
@@ -1368,70 +1874,36 @@ START_TEST(test_comm_three_workers)
                          "    e = ppermute(v, 'x', perm=[(0, 5), (5, 1), (1, 4), (4, 2), (2, 3), "
                          "(3, 0)])\n"
                          "    return a, b, c, d, e, pmax(v, 'x')\n");
-    sm_array *g = global_input(SM_F32, &(sm_shape){2, {12, 12}}, 5, 0);
-    fake_net net;
-    sm_svc_peer peers[FN_WORKERS];
-    int pos_worker[6];
-    sm_comm_grpc *comm[FN_WORKERS];
-    for (int w = 0; w < FN_WORKERS; w++) {
-        snprintf(net.addr[w], sizeof net.addr[w], "w%d", w);
-        ck_assert(sm_mailbox_create(0, &net.box[w], err, sizeof err) == SM_OK);
-        memset(&peers[w], 0, sizeof peers[w]);
-        snprintf(peers[w].address, SM_ADDR_MAX, "%s", net.addr[w]);
-        peers[w].ndevices = 2;
-        peers[w].devices[0] = 2 * w;
-        peers[w].devices[1] = 2 * w + 1;
+    for (int random = 0; random < 2; random++) {
+        sm_array *g = global_input(SM_F32, &(sm_shape){2, {12, 12}}, 5, random);
+        sm_array *out[2][6][8];
+        for (int shm = 0; shm < 2; shm++)
+            three_workers_run(p, g, shm, shm_key_of(900 + (uint64_t)random), out[shm]);
+        sm_array *ref[8] = {0};
+        ck_assert_msg(sm_exec_local_run(p, &g, ref, NULL, err, sizeof err) == SM_OK, "%s", err);
+        for (int pos = 0; pos < 6; pos++)
+            for (int r = 0; r < p->nreturns; r++) {
+                sm_array *want = block_of(p, &p->out_specs[r], ref[r], pos);
+                for (int shm = 0; shm < 2; shm++) {
+                    const sm_array *got = out[shm][pos][r];
+                    ck_assert(sm_shape_equal(&got->shape, &want->shape));
+                    if (!random) /* exact in any order */
+                        ck_assert_msg(!memcmp(got->data, want->data, (size_t)want->nbytes),
+                                      "output %d at position %d differs (%s)", r, pos,
+                                      shm ? "shm" : "grpc");
+                }
+                ck_assert_msg(
+                    !memcmp(out[0][pos][r]->data, out[1][pos][r]->data, (size_t)want->nbytes),
+                    "output %d at position %d: gRPC and shared memory differ", r, pos);
+                sm_array_free(want);
+                sm_array_free(out[0][pos][r]);
+                sm_array_free(out[1][pos][r]);
+            }
+        for (int r = 0; r < p->nreturns; r++)
+            sm_array_free(ref[r]);
+        sm_array_free(g);
     }
-    for (int pos = 0; pos < 6; pos++)
-        pos_worker[pos] = p->mesh.devices[pos] / 2;
-    for (int w = 0; w < FN_WORKERS; w++) {
-        sm_comm_grpc_config cc = {.job = {77},
-                                  .mesh = &p->mesh,
-                                  .nworkers = FN_WORKERS,
-                                  .workers = peers,
-                                  .pos_worker = pos_worker,
-                                  .self = w,
-                                  .box = net.box[w],
-                                  .tr = &fn_tr,
-                                  .tr_user = &net};
-        clock_gettime(CLOCK_MONOTONIC, &cc.deadline);
-        cc.deadline.tv_sec += 20;
-        ck_assert(sm_comm_grpc_create(&cc, &comm[w], err, sizeof err) == SM_OK);
-    }
-    sm_exec_plan *plan;
-    ck_assert(sm_exec_plan_create(p, &plan, err, sizeof err) == SM_OK);
-    fn_dev devs[6];
-    pthread_t th[6];
-    for (int pos = 0; pos < 6; pos++) {
-        devs[pos] = (fn_dev){.plan = plan, .comm = comm[pos_worker[pos]], .pos = pos};
-        devs[pos].in = block_of(p, &p->params[0].spec, g, pos);
-        ck_assert(pthread_create(&th[pos], NULL, fn_dev_main, &devs[pos]) == 0);
-    }
-    for (int pos = 0; pos < 6; pos++)
-        pthread_join(th[pos], NULL);
-    sm_array *ref[8] = {0};
-    ck_assert_msg(sm_exec_local_run(p, &g, ref, NULL, err, sizeof err) == SM_OK, "%s", err);
-    for (int pos = 0; pos < 6; pos++) {
-        ck_assert_msg(devs[pos].e == SM_OK, "position %d: %s", pos, devs[pos].err);
-        for (int r = 0; r < p->nreturns; r++) {
-            sm_array *want = block_of(p, &p->out_specs[r], ref[r], pos);
-            ck_assert(sm_shape_equal(&devs[pos].out[r]->shape, &want->shape));
-            ck_assert_msg(!memcmp(devs[pos].out[r]->data, want->data, (size_t)want->nbytes),
-                          "output %d at position %d differs", r, pos);
-            sm_array_free(want);
-            sm_array_free(devs[pos].out[r]);
-        }
-        sm_array_free(devs[pos].in);
-    }
-    for (int w = 0; w < FN_WORKERS; w++) {
-        ck_assert_int_eq(sm_mailbox_bytes(net.box[w]), 0); /* every blob consumed */
-        sm_comm_grpc_free(comm[w]);
-        sm_mailbox_free(net.box[w]);
-    }
-    for (int r = 0; r < p->nreturns; r++)
-        sm_array_free(ref[r]);
-    sm_exec_plan_free(plan);
-    sm_array_free(g);
+    ck_assert_int_eq(shm_left(0), 0);
     sm_program_free(p);
 }
 END_TEST
@@ -1483,15 +1955,53 @@ START_TEST(test_many_jobs)
 }
 END_TEST
 
-static void add_job_tests(TCase *tc)
+static void add_job_tests(TCase *tc, int killed_in_shm)
 {
     tcase_add_loop_test(tc, test_job_case, 0, NJOB_CASES);
     tcase_add_test(tc, test_deterministic);
+    tcase_add_test(tc, test_shm_probe);
+    tcase_add_test(tc, test_shm_same_bits);
+    tcase_add_test(tc, test_shm_concurrent_jobs);
+    tcase_add_test(tc, test_shm_truncated);
     tcase_add_test(tc, test_missing_input);
     tcase_add_test(tc, test_cancel);
     tcase_add_test(tc, test_exchange_bad_input);
-    tcase_add_test(tc, test_dead_peer);
+    tcase_add_test(tc, killed_in_shm ? test_shm_killed_in_collective : test_dead_peer);
     tcase_add_test(tc, test_shutdown_during_job);
+}
+
+static void inproc_shm_setup(void)
+{
+    shm_mode = 1;
+    inproc_setup();
+}
+
+static void proc_shm_setup(void)
+{
+    shm_mode = 1;
+    proc_setup();
+}
+
+/* Teardowns: nothing of this process's jobs is left in /dev/shm. */
+static void shm_teardown_check(void)
+{
+    shm_mode = 0;
+    if (shm_left((uint64_t)-1)) {
+        fprintf(stderr, "test_worker_job: segments left in /dev/shm\n");
+        exit(1);
+    }
+}
+
+static void inproc_shm_teardown(void)
+{
+    inproc_teardown();
+    shm_teardown_check();
+}
+
+static void proc_shm_teardown(void)
+{
+    proc_teardown();
+    shm_teardown_check();
 }
 
 int main(void)
@@ -1506,18 +2016,30 @@ int main(void)
     tcase_add_test(unit, test_mailbox_rx_direct);
     tcase_add_test(unit, test_send_blob_waits_release);
     tcase_add_test(unit, test_comm_three_workers);
+    tcase_add_test(unit, test_shm_segments);
+    tcase_add_test(unit, test_shm_guarded);
     suite_add_tcase(s, unit);
     TCase *inproc = tcase_create("inproc");
     tcase_set_timeout(inproc, 240);
     tcase_add_unchecked_fixture(inproc, inproc_setup, inproc_teardown);
     tcase_add_test(inproc, test_many_jobs); /* before the shutdown test ends the workers */
-    add_job_tests(inproc);
+    add_job_tests(inproc, 0);
     suite_add_tcase(s, inproc);
     TCase *proc = tcase_create("proc");
     tcase_set_timeout(proc, 240);
     tcase_add_unchecked_fixture(proc, proc_setup, proc_teardown);
-    add_job_tests(proc);
+    add_job_tests(proc, 0);
     suite_add_tcase(s, proc);
+    TCase *inproc_shm = tcase_create("inproc_shm");
+    tcase_set_timeout(inproc_shm, 240);
+    tcase_add_unchecked_fixture(inproc_shm, inproc_shm_setup, inproc_shm_teardown);
+    add_job_tests(inproc_shm, 0);
+    suite_add_tcase(s, inproc_shm);
+    TCase *proc_shm = tcase_create("proc_shm");
+    tcase_set_timeout(proc_shm, 240);
+    tcase_add_unchecked_fixture(proc_shm, proc_shm_setup, proc_shm_teardown);
+    add_job_tests(proc_shm, 1);
+    suite_add_tcase(s, proc_shm);
     SRunner *r = srunner_create(s);
     srunner_set_fork_status(r, CK_NOFORK);
     srunner_run_all(r, CK_ENV);

@@ -1,5 +1,5 @@
 /* comm_grpc: collectives of one job across workers (see header). */
-#include "comm_grpc.h"
+#include "comm_grpc_int.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -18,38 +18,12 @@
 
 #define SM_CG_PROBE_MS 1000
 
-typedef enum { SM_CG_AR, SM_CG_AG, SM_CG_RS, SM_CG_A2A, SM_CG_PERM } sm_cg_kind;
-
 static const char *const sm_cg_names[] = {"all-reduce", "all-gather", "reduce-scatter",
                                           "all-to-all", "permute"};
 
-struct sm_comm_grpc {
-    sm_rendezvous *rv; /* the members on this worker, and the abort state */
-    sm_job_id job;
-    sm_mesh mesh;
-    int nworkers, self;
-    char (*addr)[SM_ADDR_MAX];
-    int *pos_worker;
-    struct timespec deadline;
-    int probe_ms;
-    sm_mailbox *box;
-    const sm_comm_grpc_transport *tr;
-    void *tr_user;
-};
-
-/* A group seen from this worker. */
-typedef struct {
-    int nlocal, li;              /* local members, the caller's local index */
-    int nw;                      /* workers of the group */
-    int lidx[SM_MAX_DEVICES];    /* rank -> local index, or -1 */
-    int worker[SM_MAX_DEVICES];  /* rank -> worker */
-    int order[SM_MAX_DEVICES];   /* workers by lowest member rank */
-    int first[SM_MAX_DEVICES];   /* that lowest rank */
-    int32_t dev[SM_MAX_DEVICES]; /* rank -> device id */
-} sm_cg_layout;
-
 static void sm_cg_layout_make(const sm_comm_grpc *c, const sm_comm_group *g, sm_cg_layout *L)
 {
+    int count[SM_MAX_DEVICES]; /* members so far, per worker order */
     L->nlocal = L->nw = 0;
     L->li = -1;
     for (int q = 0; q < g->size; q++) {
@@ -63,9 +37,14 @@ static void sm_cg_layout_make(const sm_comm_grpc *c, const sm_comm_group *g, sm_
         if (k == L->nw) {
             L->order[L->nw] = w;
             L->first[L->nw++] = q;
+            count[k] = 0;
         }
+        L->gidx[q] = count[k]++;
     }
     L->li = L->lidx[g->rank];
+    L->shm = c->shm && L->nw > 1;
+    for (int k = 0; k < L->nw && L->shm; k++)
+        L->shm = c->domain[L->order[k]] == c->domain[c->self];
 }
 
 /* ---- lifecycle and abort ---------------------------------------------------- */
@@ -83,8 +62,9 @@ static void sm_cg_timeout_why(void *user, const sm_rendezvous_key *k, int missin
 
 static void sm_cg_on_abort(void *user, sm_err code, const char *why)
 {
-    const sm_comm_grpc *c = user;
+    sm_comm_grpc *c = user;
     sm_mailbox_abort(c->box, code, why);
+    sm_cg_shm_abort(c, why);
 }
 
 sm_err sm_comm_grpc_create(const sm_comm_grpc_config *cfg, sm_comm_grpc **out, char *err,
@@ -96,13 +76,18 @@ sm_err sm_comm_grpc_create(const sm_comm_grpc_config *cfg, sm_comm_grpc **out, c
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a job's comm");
     c->addr = calloc((size_t)cfg->nworkers, sizeof *c->addr);
     c->pos_worker = calloc((size_t)cfg->mesh->ndevices, sizeof *c->pos_worker);
+    c->pos_local = calloc((size_t)cfg->mesh->ndevices, sizeof *c->pos_local);
+    c->domain = calloc((size_t)cfg->nworkers, sizeof *c->domain);
     const sm_rendezvous_config rc = {.names = sm_cg_names,
                                      .timeout_why = sm_cg_timeout_why,
                                      .on_abort = sm_cg_on_abort,
                                      .user = c};
-    if (!c->addr || !c->pos_worker || sm_rendezvous_create(&rc, &c->rv, err, errlen)) {
+    if (!c->addr || !c->pos_worker || !c->pos_local || !c->domain ||
+        sm_rendezvous_create(&rc, &c->rv, err, errlen)) {
         free(c->addr);
         free(c->pos_worker);
+        free(c->pos_local);
+        free(c->domain);
         free(c);
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a job's comm");
     }
@@ -118,6 +103,19 @@ sm_err sm_comm_grpc_create(const sm_comm_grpc_config *cfg, sm_comm_grpc **out, c
     c->box = cfg->box;
     c->tr = cfg->tr;
     c->tr_user = cfg->tr_user;
+    c->shm_pool = cfg->shm_pool;
+    int seen[SM_MAX_DEVICES] = {0};
+    for (int pos = 0; pos < c->mesh.ndevices; pos++) {
+        int w = c->pos_worker[pos];
+        c->pos_local[pos] = w >= 0 && w < SM_MAX_DEVICES ? seen[w]++ : 0;
+    }
+    for (int w = 0; w < cfg->nworkers; w++)
+        c->domain[w] = cfg->shm_domain ? cfg->shm_domain[w] : 0;
+    sm_err e = sm_cg_shm_create(c, cfg->shm_key, err, errlen);
+    if (e) { /* failing the job: a worker that went over gRPC alone would wait for its peers */
+        sm_comm_grpc_free(c);
+        return e;
+    }
     *out = c;
     return SM_OK;
 }
@@ -126,9 +124,12 @@ void sm_comm_grpc_free(sm_comm_grpc *c)
 {
     if (!c)
         return;
+    sm_cg_shm_free(c);
     sm_rendezvous_free(c->rv);
     free(c->addr);
     free(c->pos_worker);
+    free(c->pos_local);
+    free(c->domain);
     free(c);
 }
 
@@ -150,10 +151,7 @@ static void sm_cg_abort(void *ctx, const char *why)
 }
 
 /* Aborts with a sentence built here and returns it as the error. */
-static sm_err sm_cg_failf(sm_comm_grpc *c, sm_err code, char *err, size_t errlen, const char *fmt,
-                          ...) __attribute__((format(printf, 5, 6)));
-static sm_err sm_cg_failf(sm_comm_grpc *c, sm_err code, char *err, size_t errlen, const char *fmt,
-                          ...)
+sm_err sm_cg_failf(sm_comm_grpc *c, sm_err code, char *err, size_t errlen, const char *fmt, ...)
 {
     char why[600];
     va_list ap;
@@ -164,7 +162,7 @@ static sm_err sm_cg_failf(sm_comm_grpc *c, sm_err code, char *err, size_t errlen
     return sm_rendezvous_check(c->rv, err, errlen); /* the first abort's, if another won */
 }
 
-static int sm_cg_ms_left(const sm_comm_grpc *c)
+int sm_cg_ms_left(const sm_comm_grpc *c)
 {
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
@@ -177,9 +175,9 @@ static int sm_cg_ms_left(const sm_comm_grpc *c)
 
 /* Joins the local members of g (sm_rendezvous_join) until the job's
  * deadline; members that disagree or run out of memory abort the job. */
-static sm_err sm_cg_join(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
-                         uint64_t seq, sm_cg_kind kind, int64_t arg, const void *in, void *out,
-                         sm_rendezvous_slot **slot, char *err, size_t errlen)
+sm_err sm_cg_join(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L, uint64_t seq,
+                  sm_cg_kind kind, int64_t arg, const void *in, void *out,
+                  sm_rendezvous_slot **slot, char *err, size_t errlen)
 {
     const sm_rendezvous_key k = {
         .g = g, .seq = seq, .size = L->nlocal, .index = L->li, .kind = (int)kind, .arg = arg};
@@ -417,8 +415,8 @@ static sm_err sm_cg_peer_failed(sm_comm_grpc *c, uint64_t seq, char *err, size_t
 /* out = a op b, n elements of t (out overlaps neither): one pass where the
  * elementwise kernel has the dtype (the same operation as
  * sm_kern_accumulate, so the same bits), else a copy and an accumulate. */
-static sm_err sm_cg_reduce2(sm_dtype t, sm_kern_reduce_op op, const void *a, const void *b,
-                            void *out, int64_t n, char *err, size_t errlen)
+sm_err sm_cg_reduce2(sm_dtype t, sm_kern_reduce_op op, const void *a, const void *b, void *out,
+                     int64_t n, char *err, size_t errlen)
 {
     sm_kern_binary_op bop = op == SM_KERN_MAX   ? SM_KERN_MAXIMUM
                             : op == SM_KERN_MIN ? SM_KERN_MINIMUM
@@ -440,7 +438,7 @@ static int64_t sm_cg_part(int64_t n, int nw, int k)
 }
 
 /* The order of this worker among the group's workers. */
-static int sm_cg_self_order(const sm_comm_grpc *c, const sm_cg_layout *L)
+int sm_cg_self_order(const sm_comm_grpc *c, const sm_cg_layout *L)
 {
     int k = 0;
     while (L->order[k] != c->self)
@@ -622,6 +620,10 @@ static sm_err sm_cg_all_reduce(void *ctx, const sm_comm_group *g, uint64_t seq, 
         goto out;
     }
     int64_t el = (int64_t)sm_dtype_size(t);
+    if (sm_cg_shm_use(c, g, L, SM_CG_AR, n * el)) {
+        e = sm_cg_shm_all_reduce(c, g, L, seq, t, op, in, out, n, err, errlen);
+        goto out;
+    }
     if ((e = sm_cg_join(c, g, L, seq, SM_CG_AR, n, in, out, &s, err, errlen)))
         goto out;
     char *acc = s->out[0];
@@ -687,6 +689,10 @@ static sm_err sm_cg_reduce_scatter(void *ctx, const sm_comm_group *g, uint64_t s
     }
     size_t el = sm_dtype_size(t);
     int64_t cb = n * (int64_t)el, nch = g->size;
+    if (sm_cg_shm_use(c, g, L, SM_CG_RS, nch * cb)) {
+        e = sm_cg_shm_reduce_scatter(c, g, L, seq, t, op, in, out, n, err, errlen);
+        goto out;
+    }
     if ((e = sm_cg_join(c, g, L, seq, SM_CG_RS, n, in, NULL, &s, err, errlen)))
         goto out;
     if (L->li == 0) {
@@ -778,6 +784,12 @@ static sm_err sm_cg_move(sm_comm_grpc *c, const sm_comm_group *g, uint64_t seq, 
             if (perm[k][1] == g->rank)
                 from = (int)perm[k][0];
         }
+    }
+    if (sm_cg_shm_use(c, g, L, kind, kind == SM_CG_PERM ? cb : (int64_t)g->size * cb)) {
+        e = sm_cg_shm_move(c, g, L, seq, kind, from, to, in, out, cb, err, errlen);
+        goto out;
+    }
+    if (kind == SM_CG_PERM) {
         if (to >= 0 && L->lidx[to] < 0) {
             segs[0] = (sm_comm_grpc_seg){in, cb};
             e = sm_cg_push(c, L->worker[to], seq, me, L->dev[to], segs, 1, err, errlen);

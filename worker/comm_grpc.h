@@ -36,6 +36,10 @@
  *   rank order from local inputs and received blobs. Received blobs are read
  *   straight from the chunks they arrived in.
  *
+ * Groups whose workers all share memory with this one (the same non-zero
+ * shm_domain in the config) skip the network: see comm_grpc_shm.c. The
+ * reduction order is the same on both paths, so are the bits.
+ *
  * Failures: a send that fails, or a peer that stops answering a probe while
  * a member waits for its data, aborts the job with SM_EUNAVAILABLE naming
  * the worker's address; the job's deadline (absolute) bounds every wait
@@ -78,6 +82,8 @@ typedef struct {
  * user is an sm_peer * (worker/peer.h) whose channels it uses. */
 extern const sm_comm_grpc_transport sm_comm_grpc_net;
 
+typedef struct sm_shm_pool sm_shm_pool;
+
 typedef struct {
     sm_job_id job;
     const sm_mesh *mesh; /* copied */
@@ -90,6 +96,12 @@ typedef struct {
     sm_mailbox *box;            /* borrowed */
     const sm_comm_grpc_transport *tr;
     void *tr_user;
+    /* Shared memory (comm_grpc_shm.c): per worker, its domain (NULL or 0:
+     * gRPC only); a group whose workers all share this worker's non-zero
+     * domain runs through segments named after shm_key. */
+    const uint32_t *shm_domain;
+    uint64_t shm_key;
+    sm_shm_pool *shm_pool; /* borrowed; NULL: a new file per job (worker/shm.h) */
 } sm_comm_grpc_config;
 
 typedef struct sm_comm_grpc sm_comm_grpc;

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "comm_grpc.h"
+#include "sm_shm.h"
 #include "sm_exec.h"
 #include "sm_htab.h"
 #include "sm_log.h"
@@ -36,12 +37,14 @@ struct sm_jobs {
     sm_peer *peers;
     char self[SM_ADDR_MAX];
     int probe_ms;
+    int shm;
     sm_job *jobs;
     sm_htab index; /* the jobs by sm_htab_hash_u64(id): a lookup walks no list */
     int njobs;
     int stopping;
-    time_t swept;   /* when sm_jobs_sweep_locked last ran */
-    sm_tpool *pool; /* device threads, kept between jobs */
+    time_t swept;          /* when sm_jobs_sweep_locked last ran */
+    sm_tpool *pool;        /* device threads, kept between jobs */
+    sm_shm_pool *shm_pool; /* shared-memory files, kept between jobs */
 };
 
 static time_t sm_jobs_now(void)
@@ -58,6 +61,8 @@ sm_err sm_jobs_create(const sm_jobs_config *cfg, sm_jobs **out, char *err, size_
     if (!j)
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory for the job table");
     sm_err e = sm_tpool_create(SM_JOBS_IDLE_THREADS, &j->pool, err, errlen);
+    if (!e && (e = sm_shm_pool_create(&j->shm_pool, err, errlen)))
+        sm_tpool_free(j->pool);
     if (e) {
         free(j);
         return e;
@@ -67,6 +72,7 @@ sm_err sm_jobs_create(const sm_jobs_config *cfg, sm_jobs **out, char *err, size_
     j->peers = cfg->peers;
     snprintf(j->self, sizeof j->self, "%s", cfg->self_address ? cfg->self_address : "");
     j->probe_ms = cfg->probe_ms;
+    j->shm = cfg->shm;
     sm_mailbox_pending_limit(SM_JOBS_PENDING_TOTAL);
     *out = j;
     return SM_OK;
@@ -89,6 +95,7 @@ void sm_jobs_free(sm_jobs *j)
     }
     sm_htab_free(&j->index);
     sm_tpool_free(j->pool);
+    sm_shm_pool_free(j->shm_pool);
     pthread_mutex_destroy(&j->mu);
     free(j);
 }
@@ -574,6 +581,20 @@ static sm_err sm_jobs_run(void *user, sm_svc_run_job_req *req, int64_t *output_b
         (e = sm_exec_plan_create(p, &plan, err, errlen)))
         goto done;
     uint32_t ms = req->deadline_ms ? req->deadline_ms : SM_JOBS_DEFAULT_DEADLINE_MS;
+    uint32_t *domain = calloc((size_t)req->npeers + 1, sizeof *domain);
+    if (!domain) {
+        e = sm_fail(err, errlen, SM_ENOMEM, "out of memory for job %llu", id);
+        goto done;
+    }
+    int apart = 0; /* other workers of the job this one shares no memory with */
+    for (int w = 0; w < req->npeers; w++) {
+        domain[w] = req->peers[w].shm_domain;
+        apart += w != self && (!domain[w] || domain[w] != req->peers[self].shm_domain);
+    }
+    if (j->shm == 2 && apart)
+        SM_WARN("job %llu: --transport shm, but %d of its other workers share no memory with this "
+                "one (another host, or not proven): their collectives go over gRPC",
+                id, apart);
     sm_comm_grpc_config cc = {.job = req->job_id,
                               .mesh = m,
                               .nworkers = req->npeers,
@@ -583,10 +604,15 @@ static sm_err sm_jobs_run(void *user, sm_svc_run_job_req *req, int64_t *output_b
                               .probe_ms = j->probe_ms,
                               .box = job->box,
                               .tr = &sm_comm_grpc_net,
-                              .tr_user = j->peers};
+                              .tr_user = j->peers,
+                              .shm_domain = domain,
+                              .shm_key = req->shm_key,
+                              .shm_pool = j->shm_pool};
     cc.deadline = sm_time_after_ms(CLOCK_MONOTONIC, ms);
     sm_comm_grpc *comm;
-    if ((e = sm_comm_grpc_create(&cc, &comm, err, errlen)))
+    e = sm_comm_grpc_create(&cc, &comm, err, errlen);
+    free(domain);
+    if (e)
         goto done;
     pthread_mutex_lock(&j->mu);
     job->comm = comm;
@@ -658,6 +684,9 @@ done:
     free(local);
     sm_program_free(p);
     req->program = NULL;
+    if (e && req->shm_key)
+        sm_shm_sweep(
+            SM_SHM_SWEEP_AGE_S); /* a peer that died in a collective may have left its segment */
     if (e)
         SM_DEBUG("job %llu failed: %s", id, err);
     else
@@ -665,8 +694,28 @@ done:
     return e;
 }
 
+/* ---- ShmProbe ----------------------------------------------------------------- */
+
+static sm_err sm_jobs_shm_probe(void *user, const sm_svc_shm_probe_req *req,
+                                sm_svc_shm_probe_reply *out, char *err, size_t errlen)
+{
+    sm_jobs *j = user;
+    if (!j->shm)
+        return sm_fail(err, errlen, SM_EPRECONDITION,
+                       "worker %s uses --transport grpc: it shares no memory with its peers",
+                       j->self);
+    if (req->drop[0])
+        return sm_shm_probe_drop(req->drop, err, errlen);
+    if (req->read[0])
+        return sm_shm_probe_read(req->read, &out->cookie, err, errlen);
+    if (!req->create)
+        return sm_fail(err, errlen, SM_EINVAL, "ShmProbe names no action (create, read or drop)");
+    return sm_shm_probe_create(out->name, &out->cookie, err, errlen);
+}
+
 const sm_svc_worker_job_ops sm_jobs_ops = {
     .run_job = sm_jobs_run,
     .cancel_job = sm_jobs_cancel,
     .exchange = sm_jobs_exchange,
+    .shm_probe = sm_jobs_shm_probe,
 };

@@ -20,6 +20,12 @@
  * blobs for an ended job are dropped. CancelJob aborts a running job ("job 5 was
  * cancelled"); a job cancelled before it starts fails at once when it does.
  *
+ * ShmProbe creates, reads or drops a probe segment (shm.h), or refuses
+ * when shared memory is off. A job whose request gives this worker a
+ * non-zero shm_domain runs the collectives among the workers of that
+ * domain through shared memory (comm_grpc_shm.c), whatever this worker's
+ * setting: every worker of a job follows the request, so all agree.
+ *
  * Serve with sm_svc_worker_jobs_serve(server, &sm_jobs_ops, jobs, ...).
  *
  * Ownership: sm_jobs_create copies cfg's strings and borrows the store and
@@ -54,6 +60,12 @@ typedef struct {
     sm_peer *peers;           /* borrowed: channels to the other workers */
     const char *self_address; /* this worker's advertised address; copied */
     int probe_ms;             /* liveness probe interval while waiting; <= 0: 1000 */
+    /* Answer Worker.ShmProbe (--transport auto or shm): then a dispatcher
+     * that proves this worker shares memory with another runs their
+     * collectives through it. 0: refuse (--transport grpc); 2 (--transport
+     * shm): as 1, and a job whose other workers this one shares no memory
+     * with is logged as a warning. */
+    int shm;
 } sm_jobs_config;
 
 typedef struct sm_jobs sm_jobs;

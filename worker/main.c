@@ -21,6 +21,7 @@
 #include "handlers.h"
 #include "job.h"
 #include "peer.h"
+#include "sm_shm.h"
 #include "sm_array.h"
 #include "sm_config.h"
 #include "sm_kern.h"
@@ -54,6 +55,7 @@ enum {
     CFG_STATE_DIR,
     CFG_WORKER_ID,
     CFG_EXIT_WITH_PARENT,
+    CFG_TRANSPORT,
     CFG_COUNT
 };
 
@@ -120,6 +122,11 @@ static const sm_config_row worker_config[CFG_COUNT] = {
     [CFG_EXIT_WITH_PARENT] = {"exit-with-parent", 0, SM_CFG_BOOL, "false", NULL,
                               "Stop (SIGTERM) when the process that started this one ends, "
                               "however it ends (the coordinator's --local-workers use it)."},
+    [CFG_TRANSPORT] = {"transport", 0, SM_CFG_STRING, "grpc", "SHMAP_TRANSPORT",
+                       "Collectives with the workers of this host: auto (through shared memory "
+                       "with every worker that proves it shares it, gRPC with the others), shm "
+                       "(the same, and a warning for each job with workers it shares no memory "
+                       "with), or grpc (always gRPC)."},
 };
 
 static const char worker_usage[] =
@@ -305,8 +312,10 @@ static sm_err worker_metrics(void *user, sm_strbuf *b)
     sm_strbuf_printf(
         b,
         "shmap_worker_collective_bytes_total{transport=\"grpc\",direction=\"sent\"} %llu\n"
-        "shmap_worker_collective_bytes_total{transport=\"grpc\",direction=\"received\"} %llu\n",
-        (unsigned long long)t[SM_TRAFFIC_COLL_OUT], (unsigned long long)t[SM_TRAFFIC_COLL_IN]);
+        "shmap_worker_collective_bytes_total{transport=\"grpc\",direction=\"received\"} %llu\n"
+        "shmap_worker_collective_bytes_total{transport=\"shm\",direction=\"received\"} %llu\n",
+        (unsigned long long)t[SM_TRAFFIC_COLL_OUT], (unsigned long long)t[SM_TRAFFIC_COLL_IN],
+        (unsigned long long)t[SM_TRAFFIC_SHM_IN]);
     sm_metrics_rpc(src->server, b);
     return b->oom ? SM_ENOMEM : SM_OK;
 }
@@ -368,6 +377,9 @@ int main(int argc, char **argv)
         return usage_error("--worker-id must be 0 (none) or an id in 1..2147483647.");
     if (cfg[CFG_MAX_MESSAGE_MB].i < 1 || cfg[CFG_MAX_MESSAGE_MB].i > (SM_RPC_MAX_MSG >> 20))
         return usage_error("--max-message-mb must be between 1 and 8.");
+    const char *transport = cfg[CFG_TRANSPORT].s ? cfg[CFG_TRANSPORT].s : "";
+    if (strcmp(transport, "auto") && strcmp(transport, "grpc") && strcmp(transport, "shm"))
+        return usage_error("--transport must be auto, grpc or shm.");
     if (!parse_level(cfg[CFG_LOG_LEVEL].s, &level))
         return usage_error("--log-level must be error, warn, info or debug.");
     int log_format = sm_log_format_parse(cfg[CFG_LOG_FORMAT].s);
@@ -460,7 +472,13 @@ int main(int argc, char **argv)
                         .peers = peers,
                         .self_address = advertise,
                         .assemble_threads = ndevices < 4 ? (int)ndevices : 4};
-    sm_jobs_config jcfg = {.store = store, .peers = peers, .self_address = advertise};
+    int swept = sm_shm_sweep(SM_SHM_SWEEP_AGE_S); /* what workers killed earlier left in /dev/shm */
+    if (swept)
+        SM_INFO("removed %d shared-memory segment(s) left by processes that ended", swept);
+    sm_jobs_config jcfg = {.store = store,
+                           .peers = peers,
+                           .self_address = advertise,
+                           .shm = !strcmp(transport, "shm") ? 2 : strcmp(transport, "grpc") != 0};
     if ((e = sm_jobs_create(&jcfg, &jobs, err, sizeof err)) ||
         (e = sm_svc_worker_serve(server, &sm_handlers_ops, &ctx, "shmap-worker", err,
                                  sizeof err)) ||

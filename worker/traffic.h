@@ -13,6 +13,7 @@ typedef enum {
     SM_TRAFFIC_PEER_IN,  /* shard pieces pulled from peers (reshards) */
     SM_TRAFFIC_COLL_OUT, /* collective blocks sent to peers (gRPC transport) */
     SM_TRAFFIC_COLL_IN,  /* collective blocks received from peers (gRPC transport) */
+    SM_TRAFFIC_SHM_IN,   /* collective bytes read from peers' shared memory */
     SM_TRAFFIC_COUNT
 } sm_traffic_kind;
 

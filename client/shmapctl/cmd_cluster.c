@@ -9,7 +9,8 @@ static const char devices_help[] =
     "Usage: shmapctl devices [--json] [--target HOST:PORT] [--token TOKEN]\n"
     "\n"
     "Lists the workers of the service: address, process index, devices, bytes\n"
-    "held per device, and whether the worker is alive.\n"
+    "held per device, whether the worker is alive, and the workers it proved to\n"
+    "share memory with (their collectives go through it; with the others, gRPC).\n"
     "\n"
     "Options:\n"
     "      --json              print a JSON list, one object per worker\n" CLI_CONN_HELP "\n"
@@ -62,17 +63,20 @@ int cli_cmd_devices(int argc, char **argv)
     if (json) {
         json_t *root = json_array();
         for (int i = 0; i < n; i++) {
-            json_t *d = json_array(), *b = json_array();
+            json_t *d = json_array(), *b = json_array(), *sp = json_array();
             for (int k = 0; k < w[i].ndevices; k++) {
                 json_array_append_new(d, json_integer(w[i].devices[k]));
                 json_array_append_new(b, json_integer(w[i].device_bytes[k]));
             }
-            json_array_append_new(
-                root, json_pack("{s:i, s:s, s:s, s:i, s:s, s:I, s:o, s:o}", "worker", (int)w[i].id,
-                                "address", w[i].address, "host", w[i].host, "process_index",
-                                w[i].process_index, "state", w[i].alive ? "alive" : "lost",
-                                "ms_since_heartbeat", (json_int_t)w[i].ms_since_heartbeat,
-                                "devices", d, "device_bytes", b));
+            for (int k = 0; k < w[i].nshm_peers; k++)
+                json_array_append_new(sp, json_integer(w[i].shm_peers[k]));
+            json_array_append_new(root,
+                                  json_pack("{s:i, s:s, s:s, s:i, s:s, s:I, s:o, s:o, s:o}",
+                                            "worker", (int)w[i].id, "address", w[i].address, "host",
+                                            w[i].host, "process_index", w[i].process_index, "state",
+                                            w[i].alive ? "alive" : "lost", "ms_since_heartbeat",
+                                            (json_int_t)w[i].ms_since_heartbeat, "devices", d,
+                                            "device_bytes", b, "shm_peers", sp));
         }
         rc = cli_print_json(root);
     } else {
@@ -84,6 +88,12 @@ int cli_cmd_devices(int argc, char **argv)
             for (int k = 0; k < w[i].ndevices; k++)
                 printf(" %d(%lld)", (int)w[i].devices[k], (long long)w[i].device_bytes[k]);
             printf("\n");
+            if (w[i].nshm_peers) { /* the others it shares with go over gRPC */
+                printf("        collectives through shared memory with worker");
+                for (int k = 0; k < w[i].nshm_peers; k++)
+                    printf("%s %u", k ? "," : (w[i].nshm_peers > 1 ? "s" : ""), w[i].shm_peers[k]);
+                printf("\n");
+            }
         }
         rc = CLI_EXIT_OK;
     }

@@ -217,6 +217,27 @@ int sm_rendezvous_mid(sm_rendezvous *r, sm_rendezvous_slot *s, int failed)
     return failed;
 }
 
+int sm_rendezvous_sync(sm_rendezvous *r, sm_rendezvous_slot *s, int failed)
+{
+    pthread_mutex_lock(&r->mu);
+    unsigned gen = s->sync_gen;
+    s->sync_failed |= failed;
+    if (++s->synced == s->size) {
+        s->synced = 0;
+        s->sync_gen++;
+        failed = s->sync_last = s->sync_failed;
+        s->sync_failed = 0;
+        pthread_cond_broadcast(&r->cv);
+    } else {
+        while (s->sync_gen == gen && !r->aborted)
+            pthread_cond_wait(&r->cv, &r->mu);
+        failed = s->sync_gen == gen ? 1 : s->sync_last; /* aborted before all arrived: 1 */
+    }
+    failed |= r->aborted;
+    pthread_mutex_unlock(&r->mu);
+    return failed;
+}
+
 void sm_rendezvous_publish(sm_rendezvous *r, sm_rendezvous_slot *s, const void *shared, int ok)
 {
     pthread_mutex_lock(&r->mu);

@@ -51,6 +51,8 @@ typedef struct sm_rendezvous_slot {
     int leader, size, kind;
     int64_t arg;
     int arrived, finished, left, reduced, failed, pstate;
+    int synced, sync_failed, sync_last; /* sm_rendezvous_sync */
+    unsigned sync_gen;
 } sm_rendezvous_slot;
 
 typedef struct {
@@ -90,6 +92,11 @@ sm_err sm_rendezvous_join(sm_rendezvous *r, const sm_rendezvous_key *k, const vo
 /* Waits until every member has called it; returns 1 if any passed failed.
  * Members must not block between join and mid. */
 int sm_rendezvous_mid(sm_rendezvous *r, sm_rendezvous_slot *s, int failed);
+/* A barrier among the members of s that can be passed any number of times
+ * between join and leave: waits until every member has called it (the
+ * same number of times) or the job is aborted; returns 1 if any member
+ * passed failed, or on an abort. */
+int sm_rendezvous_sync(sm_rendezvous *r, sm_rendezvous_slot *s, int failed);
 /* Sets s->shared (ok) or marks it failed (!ok) and wakes the waiters. */
 void sm_rendezvous_publish(sm_rendezvous *r, sm_rendezvous_slot *s, const void *shared, int ok);
 /* Waits until s->shared is published or the job aborted; SM_OK if it was

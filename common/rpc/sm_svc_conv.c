@@ -204,6 +204,10 @@ Shmap__V1__WorkerInfo *sm_svc_worker_info_enc(sm_arena *a, const sm_worker_info 
     p->state =
         w->alive ? SHMAP__V1__WORKER_STATE__WORKER_ALIVE : SHMAP__V1__WORKER_STATE__WORKER_LOST;
     p->ms_since_heartbeat = w->ms_since_heartbeat;
+    p->n_shm_peers = w->nshm_peers < 0                  ? 0
+                     : w->nshm_peers > SM_MAX_SHM_PEERS ? SM_MAX_SHM_PEERS
+                                                        : (size_t)w->nshm_peers;
+    p->shm_peers = (uint32_t *)w->shm_peers;
     return p;
 }
 
@@ -534,6 +538,10 @@ sm_err sm_svc_worker_info_dec(const Shmap__V1__WorkerInfo *p, const char *what, 
     out->id = p->id;
     out->process_index = p->process_index;
     out->ms_since_heartbeat = p->ms_since_heartbeat;
+    if ((e = sm_svc_count_dec(p->n_shm_peers, SM_MAX_SHM_PEERS, what, "shm_peers", err, errlen)))
+        return e;
+    out->nshm_peers = (int)p->n_shm_peers;
+    sm_svc_copy(out->shm_peers, p->shm_peers, p->n_shm_peers * sizeof *p->shm_peers);
     snprintf(out->host, sizeof out->host, "%s", p->host ? p->host : "");
     snprintf(sub, sizeof sub, "%s.address", what);
     if ((e = sm_svc_str_dec(p->address, SM_ADDR_MAX, sub, out->address, err, errlen)))

@@ -74,6 +74,9 @@ typedef struct {
     char address[SM_ADDR_MAX];
     int ndevices;
     int32_t devices[SM_MAX_WORKER_DEVICES];
+    /* Workers of a job with the same non-zero domain proved they share
+     * memory (sm_svc_shm_domains); 0: gRPC only. */
+    uint32_t shm_domain;
 } sm_svc_peer;
 
 typedef struct {
@@ -86,7 +89,21 @@ typedef struct {
     int npeers;
     sm_svc_peer *peers; /* every worker of the mesh, this one included */
     uint32_t deadline_ms;
+    uint64_t shm_key; /* random per job: names its shared-memory segments */
 } sm_svc_run_job_req;
+
+/* ShmProbe (see shmap.proto): create, read or drop a probe segment. */
+#define SM_SVC_SHM_NAME_MAX 64
+typedef struct {
+    int create;
+    char read[SM_SVC_SHM_NAME_MAX];
+    char drop[SM_SVC_SHM_NAME_MAX];
+} sm_svc_shm_probe_req;
+
+typedef struct {
+    char name[SM_SVC_SHM_NAME_MAX];
+    uint64_t cookie;
+} sm_svc_shm_probe_reply;
 
 /* One block of a collective pushed worker to worker (Worker.Exchange). */
 typedef struct {
@@ -138,6 +155,10 @@ typedef struct {
     sm_err (*cancel_job)(void *user, sm_job_id id, char *err, size_t errlen);
     /* Receives a stream of collective blocks from a peer. */
     sm_err (*exchange)(void *user, sm_svc_coll_in *in, int64_t *bytes, char *err, size_t errlen);
+    /* ShmProbe; NULL: UNIMPLEMENTED (then no pair with this worker shares
+     * memory). */
+    sm_err (*shm_probe)(void *user, const sm_svc_shm_probe_req *req, sm_svc_shm_probe_reply *out,
+                        char *err, size_t errlen);
 } sm_svc_worker_job_ops;
 
 sm_err sm_svc_worker_jobs_serve(sm_rpc_server *s, const sm_svc_worker_job_ops *ops, void *user,
@@ -162,6 +183,21 @@ sm_err sm_svc_worker_run_job_all(sm_rpc_channel *const *chs, int n, int deadline
                                  sm_svc_run_job_watch watch, void *user, char *err, size_t errlen);
 sm_err sm_svc_worker_cancel_job(sm_rpc_channel *ch, int deadline_ms, sm_job_id id, char *err,
                                 size_t errlen);
+
+sm_err sm_svc_worker_shm_probe(sm_rpc_channel *ch, int deadline_ms, const sm_svc_shm_probe_req *req,
+                               sm_svc_shm_probe_reply *out, char *err, size_t errlen);
+/* Proof that worker a and worker b share memory: a creates a segment
+ * holding a random cookie, b maps it and answers with the cookie it finds,
+ * a drops it. 1 when b's cookie is a's, 0 otherwise (any refusal or
+ * failure: then gRPC is used between them). */
+int sm_svc_shm_prove(sm_rpc_channel *a, sm_rpc_channel *b, int deadline_ms);
+/* The shared-memory domains of n workers: domain[i] is 0 for a worker
+ * that shares memory with no other, else the same non-zero value for every
+ * worker of its group (each proven with the group's first worker by
+ * prove(user, i, j): 1 when workers i and j share memory, as
+ * sm_svc_shm_prove answers). */
+void sm_svc_shm_domains(int n, int (*prove)(void *user, int i, int j), void *user,
+                        uint32_t *domain);
 
 typedef struct sm_svc_coll_stream sm_svc_coll_stream;
 sm_err sm_svc_coll_open(sm_rpc_channel *ch, int deadline_ms, sm_svc_coll_stream **out, char *err,

@@ -21,6 +21,7 @@ static Shmap__V1__RunJobRequest *run_job_enc(sm_arena *a, const sm_svc_run_job_r
     shmap__v1__run_job_request__init(p);
     p->job_id = req->job_id.v;
     p->deadline_ms = req->deadline_ms;
+    p->shm_key = req->shm_key;
     if (!(p->program = sm_svc_program_enc(a, req->program)))
         return NULL;
     int ni = req->ninputs > 0 ? req->ninputs : 0, no = req->noutputs > 0 ? req->noutputs : 0;
@@ -47,6 +48,7 @@ static Shmap__V1__RunJobRequest *run_job_enc(sm_arena *a, const sm_svc_run_job_r
                        : s->ndevices > SM_MAX_WORKER_DEVICES ? SM_MAX_WORKER_DEVICES
                                                              : (size_t)s->ndevices;
         q->devices = (int32_t *)s->devices;
+        q->shm_domain = s->shm_domain;
         p->peers[p->n_peers++] = q;
     }
     return p;
@@ -91,6 +93,7 @@ static sm_err run_job_dec(const Shmap__V1__RunJobRequest *p, sm_svc_run_job_req 
             goto fail;
         s->ndevices = (int)q->n_devices;
         sm_svc_copy(s->devices, q->devices, q->n_devices * sizeof *q->devices);
+        s->shm_domain = q->shm_domain;
     }
     if ((e = sm_svc_program_dec(p->program, "RunJobRequest.program", &out->program, err, errlen)))
         goto fail;
@@ -113,6 +116,7 @@ static sm_err run_job_dec(const Shmap__V1__RunJobRequest *p, sm_svc_run_job_req 
     out->noutputs = (int)p->n_output_arrays;
     out->npeers = (int)p->n_peers;
     out->deadline_ms = p->deadline_ms;
+    out->shm_key = p->shm_key;
     *mem = blk;
     return SM_OK;
 fail:
@@ -213,6 +217,32 @@ static void cancel_job(sm_rpc_call *call, void *u)
     sm_svc_finish(call, e, err, &rep.base);
 }
 
+static void shm_probe(sm_rpc_call *call, void *u)
+{
+    const job_ctx *c = u;
+    OP(c, shm_probe);
+    ProtobufCMessage *m = sm_svc_recv_request(call);
+    if (!m)
+        return;
+    const Shmap__V1__ShmProbeRequest *p = (const Shmap__V1__ShmProbeRequest *)m;
+    char err[SM_SVC_ERRLEN] = "";
+    sm_svc_shm_probe_req req = {.create = p->create};
+    sm_svc_shm_probe_reply out = {{0}};
+    sm_err e =
+        sm_svc_str_dec(p->read, sizeof req.read, "ShmProbeRequest.read", req.read, err, sizeof err);
+    if (!e)
+        e = sm_svc_str_dec(p->drop, sizeof req.drop, "ShmProbeRequest.drop", req.drop, err,
+                           sizeof err);
+    sm_rpc_msg_free(m);
+    if (!e)
+        e = c->ops->shm_probe(c->user, &req, &out, err, sizeof err);
+    Shmap__V1__ShmProbeReply rep;
+    shmap__v1__shm_probe_reply__init(&rep);
+    rep.name = out.name;
+    rep.cookie = out.cookie;
+    sm_svc_finish(call, e, err, &rep.base);
+}
+
 /* Number of CollMsg's payload field. */
 static uint32_t coll_data_field(void)
 {
@@ -307,6 +337,7 @@ sm_err sm_svc_worker_jobs_serve(sm_rpc_server *s, const sm_svc_worker_job_ops *o
         ROW("RunJob", SM_RPC_UNARY, shmap__v1__run_job_request, run_job),
         ROW("CancelJob", SM_RPC_UNARY, shmap__v1__job_ref, cancel_job),
         ROW("Exchange", SM_RPC_CLIENT_STREAM, shmap__v1__coll_msg, exchange),
+        ROW("ShmProbe", SM_RPC_UNARY, shmap__v1__shm_probe_request, shm_probe),
 #undef ROW
     };
     return sm_svc_add_methods(s, rows, sizeof rows / sizeof rows[0], err, errlen);
@@ -382,6 +413,57 @@ sm_err sm_svc_worker_cancel_job(sm_rpc_channel *ch, int deadline_ms, sm_job_id i
     p.job_id = id.v;
     return sm_svc_unary(ch, SM_SVC_WORKER_PATH("CancelJob"), deadline_ms, &p.base,
                         &shmap__v1__empty__descriptor, NULL, NULL, err, errlen);
+}
+
+sm_err sm_svc_worker_shm_probe(sm_rpc_channel *ch, int deadline_ms, const sm_svc_shm_probe_req *req,
+                               sm_svc_shm_probe_reply *out, char *err, size_t errlen)
+{
+    Shmap__V1__ShmProbeRequest p;
+    shmap__v1__shm_probe_request__init(&p);
+    p.create = req->create != 0;
+    p.read = (char *)req->read;
+    p.drop = (char *)req->drop;
+    ProtobufCMessage *m;
+    memset(out, 0, sizeof *out);
+    sm_err e = sm_rpc_unary(ch, SM_SVC_WORKER_PATH("ShmProbe"), &p.base,
+                            &shmap__v1__shm_probe_reply__descriptor, &m, deadline_ms, err, errlen);
+    if (e)
+        return e;
+    const Shmap__V1__ShmProbeReply *r = (const Shmap__V1__ShmProbeReply *)m;
+    e = sm_svc_str_dec(r->name, sizeof out->name, "ShmProbeReply.name", out->name, err, errlen);
+    out->cookie = r->cookie;
+    sm_rpc_msg_free(m);
+    return e;
+}
+
+int sm_svc_shm_prove(sm_rpc_channel *a, sm_rpc_channel *b, int deadline_ms)
+{
+    char err[SM_SVC_ERRLEN];
+    sm_svc_shm_probe_req rq = {.create = 1};
+    sm_svc_shm_probe_reply made, seen;
+    if (sm_svc_worker_shm_probe(a, deadline_ms, &rq, &made, err, sizeof err) || !made.name[0])
+        return 0;
+    sm_svc_shm_probe_req rd = {0};
+    snprintf(rd.read, sizeof rd.read, "%s", made.name);
+    int ok = sm_svc_worker_shm_probe(b, deadline_ms, &rd, &seen, err, sizeof err) == SM_OK &&
+             seen.cookie == made.cookie && made.cookie != 0;
+    sm_svc_shm_probe_req dr = {0};
+    snprintf(dr.drop, sizeof dr.drop, "%s", made.name);
+    (void)sm_svc_worker_shm_probe(a, deadline_ms, &dr, &seen, err, sizeof err);
+    return ok;
+}
+
+void sm_svc_shm_domains(int n, int (*prove)(void *user, int i, int j), void *user, uint32_t *domain)
+{
+    for (int i = 0; i < n; i++)
+        domain[i] = 0;
+    for (int i = 0; i < n; i++) {
+        if (domain[i])
+            continue;
+        for (int j = i + 1; j < n; j++) /* the first worker of each group proves the others */
+            if (!domain[j] && prove(user, i, j))
+                domain[i] = domain[j] = (uint32_t)i + 1;
+    }
 }
 
 struct sm_svc_coll_stream {

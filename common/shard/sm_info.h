@@ -13,6 +13,7 @@
 #include "sm_sharding.h"
 
 #define SM_MAX_WORKER_DEVICES 256
+#define SM_MAX_SHM_PEERS      64
 #define SM_NAME_MAX           128
 #define SM_ADDR_MAX           128
 
@@ -54,6 +55,10 @@ typedef struct {
     int ndevices;
     int32_t devices[SM_MAX_WORKER_DEVICES];
     int64_t device_bytes[SM_MAX_WORKER_DEVICES];
+    /* Workers proven to share memory with this one (their collectives go
+     * through it); known once a job ran on both. */
+    int nshm_peers;
+    uint32_t shm_peers[SM_MAX_SHM_PEERS];
 } sm_worker_info;
 
 typedef struct {

@@ -1,0 +1,81 @@
+/* comm_grpc_int: what comm_grpc.c shares with comm_grpc_shm.c, its
+ * shared-memory half (not a public interface). */
+#ifndef SM_WORKER_COMM_GRPC_INT_H
+#define SM_WORKER_COMM_GRPC_INT_H
+
+#include "comm_grpc.h"
+#include "sm_rendezvous.h"
+
+typedef enum { SM_CG_AR, SM_CG_AG, SM_CG_RS, SM_CG_A2A, SM_CG_PERM } sm_cg_kind;
+
+typedef struct sm_cg_shm sm_cg_shm;
+
+struct sm_comm_grpc {
+    sm_rendezvous *rv; /* the members on this worker, and the abort state */
+    sm_job_id job;
+    sm_mesh mesh;
+    int nworkers, self;
+    char (*addr)[SM_ADDR_MAX];
+    int *pos_worker;
+    int *pos_local; /* index of every mesh position among its worker's positions */
+    uint32_t *domain;
+    struct timespec deadline;
+    int probe_ms;
+    sm_mailbox *box;
+    const sm_comm_grpc_transport *tr;
+    void *tr_user;
+    sm_cg_shm *shm; /* NULL: no worker of the job shares memory with this one */
+    sm_shm_pool *shm_pool;
+};
+
+/* A group seen from this worker. */
+typedef struct {
+    int nlocal, li;              /* local members, the caller's local index */
+    int nw;                      /* workers of the group */
+    int shm;                     /* every worker of the group shares memory with this one */
+    int lidx[SM_MAX_DEVICES];    /* rank -> local index, or -1 */
+    int gidx[SM_MAX_DEVICES];    /* rank -> index among its worker's members of the group */
+    int worker[SM_MAX_DEVICES];  /* rank -> worker */
+    int order[SM_MAX_DEVICES];   /* workers by lowest member rank */
+    int first[SM_MAX_DEVICES];   /* that lowest rank */
+    int32_t dev[SM_MAX_DEVICES]; /* rank -> device id */
+} sm_cg_layout;
+
+sm_err sm_cg_failf(sm_comm_grpc *c, sm_err code, char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+int sm_cg_ms_left(const sm_comm_grpc *c);
+sm_err sm_cg_join(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L, uint64_t seq,
+                  sm_cg_kind kind, int64_t arg, const void *in, void *out,
+                  sm_rendezvous_slot **slot, char *err, size_t errlen);
+int sm_cg_self_order(const sm_comm_grpc *c, const sm_cg_layout *L);
+sm_err sm_cg_reduce2(sm_dtype t, sm_kern_reduce_op op, const void *a, const void *b, void *out,
+                     int64_t n, char *err, size_t errlen);
+
+/* ---- comm_grpc_shm.c ---- */
+
+/* Prepares the job's shared memory when another worker of the job shares
+ * this worker's domain (c->shm stays NULL otherwise); this worker's
+ * segment is made by the first collective that needs it. */
+sm_err sm_cg_shm_create(sm_comm_grpc *c, uint64_t key, char *err, size_t errlen);
+/* Unmaps and unlinks every segment of the job's domain; frees c->shm. */
+void sm_cg_shm_free(sm_comm_grpc *c);
+/* Tells the peers mapped to this worker's segment that the job aborted. */
+void sm_cg_shm_abort(sm_comm_grpc *c, const char *why);
+/* 1 if a collective of kind over L with nbytes per member (the larger of
+ * its input and output) runs through shared memory: decided from values
+ * every worker of the group shares, so they all decide alike. */
+int sm_cg_shm_use(const sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
+                  sm_cg_kind kind, int64_t nbytes);
+sm_err sm_cg_shm_all_reduce(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
+                            uint64_t seq, sm_dtype t, sm_kern_reduce_op op, const void *in,
+                            void *out, int64_t n, char *err, size_t errlen);
+sm_err sm_cg_shm_reduce_scatter(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
+                                uint64_t seq, sm_dtype t, sm_kern_reduce_op op, const void *in,
+                                void *out, int64_t n, char *err, size_t errlen);
+/* all_gather, all_to_all and permute (from: the caller's source rank or
+ * -1, to: its destination rank or -1). */
+sm_err sm_cg_shm_move(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L, uint64_t seq,
+                      sm_cg_kind kind, int from, int to, const void *in, void *out, int64_t cb,
+                      char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,799 @@
+/* comm_grpc_shm: the collectives of a job whose group's workers all share
+ * memory with this one (the same non-zero shm_domain, proven by
+ * Worker.ShmProbe before the job was dispatched).
+ *
+ * Segments: every worker of the domain makes one segment for the job at its
+ * first collective through it, "/shmap-<key>-<worker index>", sparse: a
+ * header (magic, the job's key, abort flag and sentence, one futex word per
+ * slot) and one slot of SM_SHM_SPAN bytes per mesh position of that worker.
+ * With a pool (sm_comm_grpc_config.shm_pool) the segment is a file the
+ * worker keeps between jobs, pages and mapping included, under the job's
+ * name for the job (a hard link): its header starts over, and a peer that
+ * finds another job's key in it knows the owner moved on. A group uses, on
+ * each of its workers, the slot of its lowest member there; groups of one
+ * collective are disjoint, so no two running groups share a slot. Peers open a segment the first
+ * time they need it and the last of them unlinks its name; every worker
+ * unlinks every name of the domain again when the job ends, so a worker
+ * that dies leaves no name behind once its peers have noticed.
+ *
+ * A collective, on each worker: the local members meet (sm_rendezvous),
+ * write what the others need into their slot (phase 1: for all_reduce and
+ * reduce_scatter the worker's partial of the other workers' parts, for
+ * the data movements their inputs), then read their peers' slots where
+ * they lie (all_reduce: each worker reduces its own part, with its own
+ * partial computed in cache, into its slot and its outputs, phase 2; then
+ * copies the others' parts), and wait until every worker is done reading
+ * before leaving (phase 3). Pages of a worker's own slot are allocated
+ * before they are written (fallocate: a full /dev/shm is an error, not a
+ * fault), and every slot is checked against truncation before a phase. A phase ends with
+ * the local members' barrier, the leader writing (seq << 2 | phase) to the
+ * slot's word and waking its waiters; a waiter sleeps on the peer's word
+ * (futex) in short slices, checking the job's abort, the peer's abort flag,
+ * the job's deadline and, every probe interval, that the peer still answers
+ * (else SM_EUNAVAILABLE naming it, as on the gRPC path).
+ *
+ * Reductions add in the order of the gRPC path (comm_grpc.h): each
+ * worker's members in rank order into the worker's partial, then the
+ * partials in worker order; the kernels are the same, so are the bits. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "comm_grpc_int.h"
+#include "sm_shm.h"
+#include "sm_log.h"
+#include "sm_time.h"
+#include "traffic.h"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#define SM_SHM_MAGIC    UINT64_C(0x3176626f6a706d73) /* "smpjobv1" */
+#define SM_SHM_HDR      ((size_t)64 << 10)
+#define SM_SHM_WORDS    4096
+#define SM_SHM_SPAN     ((size_t)2 << 30)
+#define SM_SHM_SLICE_MS 20
+#define SM_SHM_SPIN     4000
+#define SM_SHM_BLOCK    (64 << 10) /* bytes of each operand per pass of a reduction */
+
+typedef struct {
+    uint64_t magic;
+    uint64_t key; /* the job's: a file kept for another job is not this one's */
+    uint32_t nslots;
+    uint32_t mapped;  /* peers that opened the segment */
+    uint32_t aborted; /* the owner's job aborted; why holds its sentence */
+    char why[512];
+} sm_cg_shm_hdr;
+
+struct sm_cg_shm {
+    pthread_mutex_t mu;
+    uint64_t key;
+    int ndomain;         /* workers of this worker's domain, itself included */
+    sm_shm_seg *seg;     /* per worker; base NULL until opened */
+    int *nslots;         /* per worker: its mesh positions */
+    size_t *held;        /* per slot of this worker's segment: bytes allocated (fallocate) */
+    size_t *mapped;      /* per mesh position's slot: bytes whose page tables are filled */
+    pthread_mutex_t amu; /* the abort state and own, apart from mu: an abort never waits
+                          * for a segment being opened */
+    int aborted;         /* the job aborted (before this worker's segment was made too) */
+    char why[512];
+    sm_cg_shm_hdr *own; /* this worker's segment's header, once made */
+};
+
+static void sm_cg_shm_name(const sm_cg_shm *m, int w, char *name)
+{
+    snprintf(name, SM_SHM_NAME_MAX, "/shmap-%016llx-%d", (unsigned long long)m->key, w);
+}
+
+static size_t sm_cg_shm_len(const sm_cg_shm *m, int w)
+{
+    return SM_SHM_HDR + (size_t)m->nslots[w] * SM_SHM_SPAN;
+}
+
+static uint32_t *sm_cg_shm_word(const sm_shm_seg *s, int slot)
+{
+    return (uint32_t *)((char *)s->base + SM_SHM_WORDS + (size_t)slot * 64);
+}
+
+static char *sm_cg_shm_slot(const sm_shm_seg *s, int slot)
+{
+    return (char *)s->base + SM_SHM_HDR + (size_t)slot * SM_SHM_SPAN;
+}
+
+sm_err sm_cg_shm_create(sm_comm_grpc *c, uint64_t key, char *err, size_t errlen)
+{
+    uint32_t dom = c->domain[c->self];
+    int ndomain = 0;
+    for (int w = 0; w < c->nworkers; w++)
+        ndomain += dom && c->domain[w] == dom;
+    if (ndomain < 2)
+        return SM_OK;
+    sm_cg_shm *m = calloc(1, sizeof *m);
+    if (m) {
+        m->seg = calloc((size_t)c->nworkers, sizeof *m->seg);
+        m->nslots = calloc((size_t)c->nworkers, sizeof *m->nslots);
+        m->held = calloc((size_t)c->mesh.ndevices, sizeof *m->held);
+        m->mapped = calloc((size_t)c->mesh.ndevices, sizeof *m->mapped);
+    }
+    if (!m || !m->seg || !m->nslots || !m->held || !m->mapped) {
+        if (m) {
+            free(m->seg);
+            free(m->nslots);
+            free(m->held);
+            free(m->mapped);
+        }
+        free(m);
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a job's shared memory");
+    }
+    pthread_mutex_init(&m->mu, NULL);
+    pthread_mutex_init(&m->amu, NULL);
+    m->key = key;
+    m->ndomain = ndomain;
+    for (int w = 0; w < c->nworkers; w++)
+        m->seg[w].fd = -1;
+    for (int pos = 0; pos < c->mesh.ndevices; pos++)
+        m->nslots[c->pos_worker[pos]]++;
+    c->shm = m; /* this worker's segment is made by its first collective through it */
+    return SM_OK;
+}
+
+/* Makes this worker's segment (m->mu held). */
+static sm_err sm_cg_shm_make(sm_comm_grpc *c, char *err, size_t errlen)
+{
+    sm_cg_shm *m = c->shm;
+    char name[SM_SHM_NAME_MAX];
+    sm_cg_shm_name(m, c->self, name);
+    size_t len = sm_cg_shm_len(m, c->self);
+    sm_shm_seg *s = &m->seg[c->self];
+    sm_err e = c->shm_pool ? sm_shm_pool_take(c->shm_pool, len, s, err, errlen)
+                           : sm_shm_seg_create(name, len, s, err, errlen);
+    if (e)
+        return e;
+    sm_cg_shm_hdr *h = s->base;
+    if (c->shm_pool) /* a file of an earlier job: its header starts over, unnamed yet */
+        memset(h, 0, SM_SHM_HDR);
+    h->key = m->key;
+    h->nslots = (uint32_t)m->nslots[c->self];
+    pthread_mutex_lock(&m->amu);
+    m->own = h;
+    if (m->aborted) { /* before it existed: its peers learn it here */
+        snprintf(h->why, sizeof h->why, "%s", m->why);
+        h->aborted = 1;
+    }
+    pthread_mutex_unlock(&m->amu);
+    __atomic_store_n(&h->magic, SM_SHM_MAGIC, __ATOMIC_RELEASE);
+    if (c->shm_pool && (e = sm_shm_pool_name(c->shm_pool, s, name, err, errlen))) {
+        pthread_mutex_lock(&m->amu);
+        m->own = NULL;
+        pthread_mutex_unlock(&m->amu);
+        sm_shm_pool_give(c->shm_pool, s);
+    }
+    return e;
+}
+
+void sm_cg_shm_free(sm_comm_grpc *c)
+{
+    sm_cg_shm *m = c->shm;
+    if (!m)
+        return;
+    char name[SM_SHM_NAME_MAX];
+    pthread_mutex_lock(&m->amu);
+    m->own = NULL;
+    pthread_mutex_unlock(&m->amu);
+    for (int w = 0; w < c->nworkers; w++) {
+        if (w == c->self && c->shm_pool && m->seg[w].base)
+            sm_shm_pool_give(c->shm_pool, &m->seg[w]); /* kept, with its pages, for a next job */
+        sm_shm_seg_close(&m->seg[w]);
+        if (c->domain[w] == c->domain[c->self]) {
+            sm_cg_shm_name(m, w, name);
+            sm_shm_unlink(name);
+        }
+    }
+    pthread_mutex_destroy(&m->mu);
+    pthread_mutex_destroy(&m->amu);
+    free(m->seg);
+    free(m->nslots);
+    free(m->held);
+    free(m->mapped);
+    free(m);
+    c->shm = NULL;
+}
+
+void sm_cg_shm_abort(sm_comm_grpc *c, const char *why)
+{
+    sm_cg_shm *m = c->shm;
+    if (!m)
+        return;
+    pthread_mutex_lock(&m->amu);
+    sm_cg_shm_hdr *h = m->own;
+    m->aborted = 1;
+    snprintf(m->why, sizeof m->why, "%s", why);
+    if (h) {
+        const sm_shm_seg s = {.base = h};
+        snprintf(h->why, sizeof h->why, "%s", why);
+        __atomic_store_n(&h->aborted, 1, __ATOMIC_RELEASE);
+        for (int k = 0; k < m->nslots[c->self]; k++)
+            sm_shm_futex_wake(sm_cg_shm_word(&s, k));
+    }
+    pthread_mutex_unlock(&m->amu);
+}
+
+int sm_cg_shm_use(const sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
+                  sm_cg_kind kind, int64_t nbytes)
+{
+    (void)c;
+    if (!L->shm || nbytes <= 0)
+        return 0;
+    uint64_t need = (uint64_t)nbytes;
+    if (kind == SM_CG_AR)
+        need = 2 * (((uint64_t)nbytes + 63) & ~(uint64_t)63);
+    else if (kind == SM_CG_A2A || kind == SM_CG_PERM)
+        need = (uint64_t)g->size * (uint64_t)nbytes;
+    return need <= SM_SHM_SPAN;
+}
+
+/* Waits (bounded by the job's checks) until the peer answers probes again
+ * or fails; SM_OK to go on waiting. */
+static sm_err sm_cg_shm_checks(sm_comm_grpc *c, int w, const sm_cg_shm_hdr *h, uint64_t seq,
+                               int64_t *next_probe, char *err, size_t errlen)
+{
+    char msg[400];
+    sm_err e = sm_rendezvous_check(c->rv, err, errlen);
+    if (e)
+        return e;
+    if (h && __atomic_load_n(&h->aborted, __ATOMIC_ACQUIRE)) {
+        memcpy(msg, h->why, sizeof msg - 1); /* the peer's sentence, cut to fit */
+        msg[sizeof msg - 1] = 0;
+        return sm_cg_failf(c, SM_ECANCELLED, err, errlen, "collective cancelled on worker %s: %s",
+                           c->addr[w], msg);
+    }
+    if (sm_cg_ms_left(c) == 0)
+        return sm_cg_failf(c, SM_ETIMEOUT, err, errlen,
+                           "collective #%llu of job %llu timed out waiting for worker %s in "
+                           "shared memory",
+                           (unsigned long long)seq, (unsigned long long)c->job.v, c->addr[w]);
+    int64_t now = sm_time_mono_ms();
+    if (now >= *next_probe) {
+        if (c->tr->probe(c->tr_user, c->addr[w], c->probe_ms, msg, sizeof msg) != SM_OK)
+            return sm_cg_failf(c, SM_EUNAVAILABLE, err, errlen,
+                               "worker %s is unavailable: it stopped answering while collective "
+                               "#%llu of job %llu waited for it in shared memory: %s",
+                               c->addr[w], (unsigned long long)seq, (unsigned long long)c->job.v,
+                               msg);
+        *next_probe = sm_time_mono_ms() + c->probe_ms;
+    }
+    return SM_OK;
+}
+
+/* Worker w's segment, made (this worker's) or opened (and its name
+ * unlinked by the last peer to open it) on first use; waits for its owner
+ * to make it. */
+static sm_err sm_cg_shm_seg(sm_comm_grpc *c, int w, uint64_t seq, const sm_shm_seg **out, char *err,
+                            size_t errlen)
+{
+    sm_cg_shm *m = c->shm;
+    int64_t next_probe = sm_time_mono_ms() + c->probe_ms;
+    char name[SM_SHM_NAME_MAX];
+    sm_cg_shm_name(m, w, name);
+    for (;;) {
+        pthread_mutex_lock(&m->mu);
+        sm_shm_seg *s = &m->seg[w];
+        sm_err e = SM_OK;
+        if (!s->base && w == c->self)
+            e = sm_cg_shm_make(c, err, errlen);
+        int have = s->base != NULL;
+        pthread_mutex_unlock(&m->mu);
+        if (have) {
+            *out = s;
+            return SM_OK;
+        }
+        if (!e) { /* a peer's: opened and checked without the lock (a fault here is guarded) */
+            sm_shm_seg t;
+            e = sm_shm_seg_open(name, sm_cg_shm_len(m, w), &t, err, errlen);
+            const sm_cg_shm_hdr *h = e ? NULL : t.base;
+            if (h && (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != SM_SHM_MAGIC ||
+                      __atomic_load_n(&h->key, __ATOMIC_ACQUIRE) != m->key)) {
+                sm_shm_seg_close(&t); /* not ready yet, or an earlier job's */
+                e = SM_ENOTFOUND;
+            } else if (h) {
+                pthread_mutex_lock(&m->mu);
+                int first = !s->base;
+                if (first)
+                    *s = t;
+                pthread_mutex_unlock(&m->mu);
+                if (!first) /* another device of this worker opened it meanwhile */
+                    sm_shm_seg_close(&t);
+                else if (__atomic_add_fetch(&((sm_cg_shm_hdr *)s->base)->mapped, 1,
+                                            __ATOMIC_ACQ_REL) == (uint32_t)m->ndomain - 1)
+                    sm_shm_unlink(name); /* every peer has it mapped */
+                *out = s;
+                return SM_OK;
+            }
+        }
+        if (e != SM_ENOTFOUND || w == c->self)
+            return sm_cg_failf(c, e, err, errlen, "%s", err);
+        if ((e = sm_cg_shm_checks(c, w, NULL, seq, &next_probe, err, errlen)))
+            return e;
+        usleep(500);
+    }
+}
+
+static uint32_t sm_cg_shm_tag(uint64_t seq, int phase)
+{
+    return (uint32_t)(seq << 2 | (uint64_t)phase);
+}
+
+/* The slot group g uses on the worker of order k. */
+static int sm_cg_shm_slot_of(const sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
+                             int k)
+{
+    return c->pos_local[g->members[L->first[k]]];
+}
+
+static void sm_cg_shm_post(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
+                           uint64_t seq, int phase)
+{
+    const sm_shm_seg *s = &c->shm->seg[c->self];
+    uint32_t *word = sm_cg_shm_word(s, sm_cg_shm_slot_of(c, g, L, sm_cg_self_order(c, L)));
+    __atomic_store_n(word, sm_cg_shm_tag(seq, phase), __ATOMIC_RELEASE);
+    sm_shm_futex_wake(word);
+}
+
+/* Waits until every other worker of the group has posted phase of seq. */
+static sm_err sm_cg_shm_wait(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
+                             uint64_t seq, int phase, char *err, size_t errlen)
+{
+    uint32_t tag = sm_cg_shm_tag(seq, phase);
+    for (int k = 0; k < L->nw; k++) {
+        int w = L->order[k];
+        if (w == c->self)
+            continue;
+        const sm_shm_seg *s;
+        sm_err e = sm_cg_shm_seg(c, w, seq, &s, err, errlen);
+        if (e)
+            return e;
+        uint32_t *word = sm_cg_shm_word(s, sm_cg_shm_slot_of(c, g, L, k));
+        int64_t next_probe = sm_time_mono_ms() + c->probe_ms;
+        const sm_cg_shm_hdr *h = s->base;
+        for (int spin = 0;; spin++) {
+            uint32_t v = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+            int moved = __atomic_load_n(&h->key, __ATOMIC_ACQUIRE) != c->shm->key;
+            /* A worker whose file holds another job's key has ended this
+             * job. Only the last phase can see that when all went well: it
+             * passed its own wait, so every worker was done reading; any
+             * earlier phase still needed this worker's post. */
+            if (moved && phase == 3)
+                break;
+            if (moved)
+                return sm_cg_failf(c, SM_ECANCELLED, err, errlen,
+                                   "collective cancelled: worker %s left job %llu for another one",
+                                   c->addr[w], (unsigned long long)c->job.v);
+            if ((int32_t)(v - tag) >= 0)
+                break;
+            if (spin < SM_SHM_SPIN)
+                continue;
+            if ((e = sm_cg_shm_checks(c, w, s->base, seq, &next_probe, err, errlen)))
+                return e;
+            sm_shm_futex_wait(word, v, SM_SHM_SLICE_MS);
+        }
+    }
+    return SM_OK;
+}
+
+/* Ends a phase: the local barrier, the leader's post, the wait for the
+ * other workers. failed: this member failed (its error already in err). */
+static sm_err sm_cg_shm_phase(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
+                              sm_rendezvous_slot *s, uint64_t seq, int phase, sm_err failed,
+                              char *err, size_t errlen)
+{
+    if (failed)
+        sm_cg_failf(c, failed, err, errlen, "%s", err);
+    if (sm_rendezvous_sync(c->rv, s, failed != SM_OK)) {
+        sm_err e = sm_rendezvous_check(c->rv, err, errlen);
+        return failed ? failed
+               : e    ? e
+                      : sm_fail(err, errlen, SM_ECANCELLED,
+                                "collective #%llu failed on another device", (unsigned long long)seq);
+    }
+    if (L->li == 0)
+        sm_cg_shm_post(c, g, L, seq, phase);
+    return sm_cg_shm_wait(c, g, L, seq, phase, err, errlen);
+}
+
+/* The start of worker order k's slot for g (this worker's too: another
+ * process of the same user could truncate it), checked against truncation
+ * up to used bytes. A truncation between this check and the access still
+ * faults: the check catches one that happened before the phase. */
+static sm_err sm_cg_shm_region(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
+                               int k, uint64_t seq, size_t used, const char **out, char *err,
+                               size_t errlen)
+{
+    const sm_shm_seg *s;
+    sm_err e = sm_cg_shm_seg(c, L->order[k], seq, &s, err, errlen);
+    if (e)
+        return e;
+    int slot = sm_cg_shm_slot_of(c, g, L, k);
+    size_t at = SM_SHM_HDR + (size_t)slot * SM_SHM_SPAN;
+    if ((e = sm_shm_seg_check(s, at + used, err, errlen)))
+        return sm_cg_failf(c, e, err, errlen, "%s", err);
+    if (L->order[k] == c->self) { /* the pages it writes, allocated now: a full /dev/shm is an
+                                   * error here, not a fault on the first write */
+        sm_cg_shm *m = c->shm;
+        pthread_mutex_lock(&m->mu);
+        if (used > m->held[slot] &&
+            (e = sm_shm_seg_reserve(s, at + m->held[slot], used - m->held[slot], err, errlen)) ==
+                SM_OK)
+            m->held[slot] = used;
+        pthread_mutex_unlock(&m->mu);
+        if (e)
+            return sm_cg_failf(c, e, err, errlen, "%s", err);
+    }
+    /* the page tables of the slot filled in one call, not a fault per page
+     * (a hint: without it the pages come as they are touched) */
+    sm_cg_shm *m = c->shm;
+    int pos = g->members[L->first[k]];
+    pthread_mutex_lock(&m->mu);
+    if (used > m->mapped[pos]) {
+        size_t from = m->mapped[pos] & ~(size_t)4095, to = (used + 4095) & ~(size_t)4095;
+        (void)madvise(sm_cg_shm_slot(s, slot) + from, to - from,
+                      L->order[k] == c->self ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
+        m->mapped[pos] = to;
+    }
+    pthread_mutex_unlock(&m->mu);
+    *out = sm_cg_shm_slot(s, slot);
+    return SM_OK;
+}
+
+/* dst (which receives element lo at its start) = the local inputs'
+ * elements [lo, hi) reduced in rank order. */
+static sm_err sm_cg_shm_local(const sm_cg_layout *L, const sm_rendezvous_slot *s, sm_dtype t,
+                              sm_kern_reduce_op op, char *dst, int64_t lo, int64_t hi, char *err,
+                              size_t errlen)
+{
+    int64_t el = (int64_t)sm_dtype_size(t);
+    if (hi <= lo)
+        return SM_OK;
+    const char *in0 = (const char *)s->in[0] + lo * el;
+    sm_err e = SM_OK;
+    if (L->nlocal == 1)
+        memcpy(dst, in0, (size_t)((hi - lo) * el));
+    else
+        e = sm_cg_reduce2(t, op, in0, (const char *)s->in[1] + lo * el, dst, hi - lo, err, errlen);
+    for (int l = 2; l < L->nlocal && !e; l++)
+        e = sm_kern_accumulate(t, dst, (const char *)s->in[l] + lo * el, hi - lo, op, err, errlen);
+    return e;
+}
+
+/* memcpy with streaming stores where the target is 16-byte aligned: for
+ * outputs this collective does not read again, so their lines are not
+ * read for ownership first (a third of the memory traffic of a copy). */
+static void sm_cg_shm_stream(void *dst, const void *src, size_t len)
+{
+#if defined(__SSE2__)
+    char *d = dst;
+    const char *s = src;
+    size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+    if (len < 256 || head) {
+        memcpy(d, s, len);
+        return;
+    }
+    for (; len >= 64; len -= 64, d += 64, s += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)s);
+        __m128i b = _mm_loadu_si128((const __m128i *)(s + 16));
+        __m128i x = _mm_loadu_si128((const __m128i *)(s + 32));
+        __m128i y = _mm_loadu_si128((const __m128i *)(s + 48));
+        _mm_stream_si128((__m128i *)d, a);
+        _mm_stream_si128((__m128i *)(d + 16), b);
+        _mm_stream_si128((__m128i *)(d + 32), x);
+        _mm_stream_si128((__m128i *)(d + 48), y);
+    }
+    memcpy(d, s, len);
+    _mm_sfence();
+#else
+    memcpy(dst, src, len);
+#endif
+}
+
+/* Elements [at, at + n) of the reduction: every worker's partial in worker
+ * order (P[k] + at), this worker's own (order ks) computed here from the
+ * local inputs a block at a time, in cache (it wrote no partial of these
+ * elements). Written to dst (element at at its start) and, if outs, to
+ * the same elements of every local output. */
+static sm_err sm_cg_shm_reduce_into(const sm_cg_layout *L, const sm_rendezvous_slot *s,
+                                    const char *const *P, int ks, sm_dtype t, sm_kern_reduce_op op,
+                                    int64_t at, int64_t n, char *dst, void *const *outs,
+                                    const char **ops, char *tmp, char *err, size_t errlen)
+{
+    int64_t el = (int64_t)sm_dtype_size(t), blk = SM_SHM_BLOCK / el;
+    sm_err e = SM_OK;
+    for (int64_t b = 0; b < n && !e; b += blk) {
+        int64_t m = n - b < blk ? n - b : blk, x = at + b;
+        if (!(e = sm_cg_shm_local(L, s, t, op, tmp, x, x + m, err, errlen))) {
+            for (int k = 0; k < L->nw; k++)
+                ops[k] = k == ks ? tmp : P[k] + x * el;
+            char *d = dst + b * el;
+            e = sm_cg_reduce2(t, op, ops[0], ops[1], d, m, err, errlen);
+            for (int k = 2; k < L->nw && !e; k++)
+                e = sm_kern_accumulate(t, d, ops[k], m, op, err, errlen);
+            for (int l = 0; outs && l < L->nlocal && !e; l++)
+                sm_cg_shm_stream((char *)outs[l] + x * el, d, (size_t)(m * el));
+        }
+    }
+    return e;
+}
+
+/* A collective's arguments and scratch, for its body run under
+ * sm_shm_guarded: a segment truncated under the body cuts it short (no
+ * lock held, nothing of its own to free) and fails the job DATA_LOSS. */
+typedef struct {
+    sm_comm_grpc *c;
+    const sm_comm_group *g;
+    const sm_cg_layout *L;
+    sm_rendezvous_slot *s;
+    uint64_t seq;
+    sm_cg_kind kind;
+    sm_dtype t;
+    sm_kern_reduce_op op;
+    int from, to;   /* permute */
+    const void *in; /* the caller's */
+    void *out;
+    int64_t n;        /* elements (reductions) or bytes (moves) */
+    const char **P;   /* per worker order: its slot */
+    const char **ops; /* per worker order: scratch of sm_cg_shm_reduce_into */
+    char *tmp;        /* SM_SHM_BLOCK bytes */
+    char *err;
+    size_t errlen;
+} sm_cg_shm_call;
+
+/* Joins, runs body guarded, leaves; frees the scratch. */
+static sm_err sm_cg_shm_run(sm_cg_shm_call *x, sm_err (*body)(void *), int64_t arg, void *dst)
+{
+    sm_comm_grpc *c = x->c;
+    int nw = x->L->nw;
+    x->P = malloc((size_t)nw * sizeof *x->P);
+    x->ops = malloc((size_t)nw * sizeof *x->ops);
+    x->tmp = malloc(SM_SHM_BLOCK);
+    sm_err e;
+    if (!x->P || !x->ops || !x->tmp)
+        e = sm_cg_failf(c, SM_ENOMEM, x->err, x->errlen, "out of memory for collective #%llu",
+                        (unsigned long long)x->seq);
+    else
+        e = sm_cg_join(c, x->g, x->L, x->seq, x->kind, arg, x->in, dst, &x->s, x->err, x->errlen);
+    if (!e) {
+        int faulted;
+        e = sm_shm_guarded(body, x, &faulted);
+        if (faulted)
+            e = sm_cg_failf(c, SM_EDATALOSS, x->err, x->errlen,
+                            "collective #%llu of job %llu: a shared-memory segment was truncated "
+                            "under it",
+                            (unsigned long long)x->seq, (unsigned long long)c->job.v);
+        sm_rendezvous_leave(c->rv, x->s);
+    }
+    free(x->P);
+    free(x->ops);
+    free(x->tmp);
+    return e;
+}
+
+/* all_reduce: phase 1, each worker writes its partial (its members' inputs
+ * in rank order) of the other workers' parts; phase 2, each worker reduces
+ * its own part (split among its members) from the others' partials and its
+ * own, computed in cache, into its result and its local outputs; phase 3,
+ * its members copy the other workers' parts of the result into the local
+ * outputs. */
+static sm_err sm_cg_shm_ar_body(void *arg)
+{
+    sm_cg_shm_call *x = arg;
+    sm_comm_grpc *c = x->c;
+    const sm_comm_group *g = x->g;
+    const sm_cg_layout *L = x->L;
+    sm_rendezvous_slot *s = x->s;
+    uint64_t seq = x->seq;
+    sm_dtype t = x->t;
+    sm_kern_reduce_op op = x->op;
+    const char **P = x->P;
+    char *err = x->err;
+    size_t errlen = x->errlen;
+    int64_t n = x->n, el = (int64_t)sm_dtype_size(t);
+    size_t sa = ((size_t)(n * el) + 63) & ~(size_t)63; /* the partial, then the result */
+    int nw = L->nw, ks = sm_cg_self_order(c, L);
+    int64_t a = n * ks / nw, b = n * (ks + 1) / nw, m = b - a; /* this worker's part */
+    char *mine = NULL;
+    sm_err e = sm_cg_shm_region(c, g, L, ks, seq, 2 * sa, (const char **)&mine, err, errlen);
+    if (!e) { /* phase 1: the partial of the other parts, a slice per local member */
+        int64_t r = n - m, lo = r * L->li / L->nlocal, hi = r * (L->li + 1) / L->nlocal;
+        if (lo < a)
+            e = sm_cg_shm_local(L, s, t, op, mine + lo * el, lo, hi < a ? hi : a, err, errlen);
+        lo = (lo > a ? lo : a) + m;
+        if (!e && hi > a)
+            e = sm_cg_shm_local(L, s, t, op, mine + lo * el, lo, hi + m, err, errlen);
+    }
+    e = sm_cg_shm_phase(c, g, L, s, seq, 1, e, err, errlen);
+    for (int k = 0; k < nw && !e; k++)
+        e = sm_cg_shm_region(c, g, L, k, seq, 2 * sa, &P[k], err, errlen);
+    if (!e) { /* phase 2: this worker's part, a slice per local member */
+        int64_t lo = a + m * L->li / L->nlocal, hi = a + m * (L->li + 1) / L->nlocal;
+        e = sm_cg_shm_reduce_into(L, s, P, ks, t, op, lo, hi - lo, mine + sa + lo * el,
+                                  (void *const *)s->out, x->ops, x->tmp, err, errlen);
+        sm_traffic_add(SM_TRAFFIC_SHM_IN, (hi - lo) * el * (nw - 1));
+    }
+    e = sm_cg_shm_phase(c, g, L, s, seq, 2, e, err, errlen);
+    if (!e) { /* phase 3: the other parts into every local output, a share per member */
+        int64_t r = n - m, total = (int64_t)L->nlocal * r;
+        int64_t x0 = total * L->li / L->nlocal, x1 = total * (L->li + 1) / L->nlocal;
+        for (int64_t i = x0; i < x1;) {
+            int l = (int)(i / r);
+            int64_t xe = i - (int64_t)l * r; /* element of the rest, in output l */
+            int64_t end = xe < a ? a : r, len = (end - xe < x1 - i ? end - xe : x1 - i);
+            int64_t at = xe < a ? xe : xe + m; /* element of the output */
+            int k = 0;
+            while (k + 1 < nw && n * (k + 1) / nw <= at)
+                k++;
+            int64_t kend = n * (k + 1) / nw - at; /* stay within worker k's part */
+            len = len < kend ? len : kend;
+            sm_cg_shm_stream((char *)s->out[l] + at * el, P[k] + sa + at * el, (size_t)(len * el));
+            sm_traffic_add(SM_TRAFFIC_SHM_IN, len * el);
+            i += len;
+        }
+    }
+    return sm_cg_shm_phase(c, g, L, s, seq, 3, e, err, errlen);
+}
+
+sm_err sm_cg_shm_all_reduce(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
+                            uint64_t seq, sm_dtype t, sm_kern_reduce_op op, const void *in,
+                            void *out, int64_t n, char *err, size_t errlen)
+{
+    sm_cg_shm_call x = {.c = c,
+                        .g = g,
+                        .L = L,
+                        .seq = seq,
+                        .kind = SM_CG_AR,
+                        .t = t,
+                        .op = op,
+                        .in = in,
+                        .out = out,
+                        .n = n,
+                        .err = err,
+                        .errlen = errlen};
+    return sm_cg_shm_run(&x, sm_cg_shm_ar_body, n, out);
+}
+
+static sm_err sm_cg_shm_rs_body(void *arg)
+{
+    sm_cg_shm_call *x = arg;
+    sm_comm_grpc *c = x->c;
+    const sm_comm_group *g = x->g;
+    const sm_cg_layout *L = x->L;
+    sm_rendezvous_slot *s = x->s;
+    uint64_t seq = x->seq;
+    sm_dtype t = x->t;
+    sm_kern_reduce_op op = x->op;
+    const char **P = x->P;
+    char *err = x->err;
+    size_t errlen = x->errlen;
+    int64_t n = x->n, el = (int64_t)sm_dtype_size(t), total = (int64_t)g->size * n;
+    int nw = L->nw, ks = sm_cg_self_order(c, L);
+    char *mine = NULL;
+    sm_err e =
+        sm_cg_shm_region(c, g, L, ks, seq, (size_t)(total * el), (const char **)&mine, err, errlen);
+    /* phase 1: this worker's partial of the chunks of the other workers'
+     * members (chunk q at element q * n), a slice per local member */
+    int64_t rest = (int64_t)(g->size - L->nlocal) * n;
+    int64_t lo = rest * L->li / L->nlocal, hi = rest * (L->li + 1) / L->nlocal, i = 0;
+    for (int q = 0; q < g->size && !e && i < hi; q++) {
+        if (L->lidx[q] >= 0)
+            continue;
+        int64_t a = lo > i ? lo - i : 0, b = hi - i < n ? hi - i : n; /* of chunk q */
+        if (b > a)
+            e = sm_cg_shm_local(L, s, t, op, mine + (q * n + a) * el, q * n + a, q * n + b, err,
+                                errlen);
+        i += n;
+    }
+    e = sm_cg_shm_phase(c, g, L, s, seq, 1, e, err, errlen);
+    for (int k = 0; k < nw && !e; k++)
+        e = sm_cg_shm_region(c, g, L, k, seq, (size_t)(total * el), &P[k], err, errlen);
+    if (!e) /* the caller's chunk of every partial in worker order, its own in cache */
+        e = sm_cg_shm_reduce_into(L, s, P, ks, t, op, (int64_t)g->rank * n, n, x->out, NULL, x->ops,
+                                  x->tmp, err, errlen);
+    if (!e)
+        sm_traffic_add(SM_TRAFFIC_SHM_IN, n * el * (nw - 1));
+    return sm_cg_shm_phase(c, g, L, s, seq, 3, e, err, errlen);
+}
+
+sm_err sm_cg_shm_reduce_scatter(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
+                                uint64_t seq, sm_dtype t, sm_kern_reduce_op op, const void *in,
+                                void *out, int64_t n, char *err, size_t errlen)
+{
+    sm_cg_shm_call x = {.c = c,
+                        .g = g,
+                        .L = L,
+                        .seq = seq,
+                        .kind = SM_CG_RS,
+                        .t = t,
+                        .op = op,
+                        .in = in,
+                        .out = out,
+                        .n = n,
+                        .err = err,
+                        .errlen = errlen};
+    return sm_cg_shm_run(&x, sm_cg_shm_rs_body, n, NULL);
+}
+
+static sm_err sm_cg_shm_move_body(void *arg)
+{
+    sm_cg_shm_call *x = arg;
+    sm_comm_grpc *c = x->c;
+    const sm_comm_group *g = x->g;
+    const sm_cg_layout *L = x->L;
+    sm_rendezvous_slot *s = x->s;
+    uint64_t seq = x->seq;
+    sm_cg_kind kind = x->kind;
+    int64_t cb = x->n;
+    char *err = x->err;
+    size_t errlen = x->errlen;
+    int64_t inb = kind == SM_CG_A2A ? (int64_t)g->size * cb : cb; /* per member */
+    int ks = sm_cg_self_order(c, L);
+    char *mine = NULL;
+    sm_err e = sm_cg_shm_region(c, g, L, ks, seq, (size_t)(L->nlocal * inb), (const char **)&mine,
+                                err, errlen);
+    /* phase 1: the caller's input into this worker's slot, if a peer needs it */
+    if (!e && kind == SM_CG_A2A) { /* only the chunks of other workers' members */
+        for (int q = 0; q < g->size; q++)
+            if (L->lidx[q] < 0)
+                memcpy(mine + L->gidx[g->rank] * inb + q * cb, (const char *)x->in + q * cb,
+                       (size_t)cb);
+    } else if (!e && (kind != SM_CG_PERM || (x->to >= 0 && L->lidx[x->to] < 0))) {
+        memcpy(mine + L->gidx[g->rank] * inb, x->in, (size_t)inb);
+    }
+    e = sm_cg_shm_phase(c, g, L, s, seq, 1, e, err, errlen);
+    for (int q = 0; q < g->size && !e; q++) {
+        if (kind == SM_CG_PERM && q != x->from)
+            continue;
+        char *dst = (char *)x->out + (kind == SM_CG_PERM ? 0 : q * cb);
+        const char *src;
+        if (L->lidx[q] >= 0) {
+            src = s->in[L->lidx[q]];
+        } else {
+            int k = 0, nk = 0; /* worker order of q, and its members in the group */
+            while (L->order[k] != L->worker[q])
+                k++;
+            for (int y = 0; y < g->size; y++)
+                nk += L->worker[y] == L->worker[q];
+            if ((e = sm_cg_shm_region(c, g, L, k, seq, (size_t)(nk * inb), &src, err, errlen)))
+                break;
+            src += L->gidx[q] * inb;
+            sm_traffic_add(SM_TRAFFIC_SHM_IN, cb);
+        }
+        if (kind == SM_CG_A2A)
+            src += (int64_t)g->rank * cb;
+        sm_cg_shm_stream(dst, src, (size_t)cb);
+    }
+    if (!e && kind == SM_CG_PERM && x->from < 0)
+        memset(x->out, 0, (size_t)cb);
+    return sm_cg_shm_phase(c, g, L, s, seq, 3, e, err, errlen);
+}
+
+sm_err sm_cg_shm_move(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L, uint64_t seq,
+                      sm_cg_kind kind, int from, int to, const void *in, void *out, int64_t cb,
+                      char *err, size_t errlen)
+{
+    sm_cg_shm_call x = {.c = c,
+                        .g = g,
+                        .L = L,
+                        .seq = seq,
+                        .kind = kind,
+                        .from = from,
+                        .to = to,
+                        .in = in,
+                        .out = out,
+                        .n = cb,
+                        .err = err,
+                        .errlen = errlen};
+    return sm_cg_shm_run(&x, sm_cg_shm_move_body, cb, NULL);
+}
