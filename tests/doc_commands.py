@@ -341,9 +341,20 @@ def run_one(ctx, cmd, expected):
             val = " ".join(rewrite_addrs(ctx, [val], None))
         ctx.env[m.group(1)] = val
         return None
+    extra = {}  # VAR=value before the command: its environment
+    while toks and re.match(r"^[A-Z_][A-Z0-9_]*=", toks[0]):
+        k, _, v = toks.pop(0).partition("=")
+        extra[k] = v
+    if not toks:
+        return "an assignment with no command"
     prog = os.path.basename(toks[0])
     if prog in ("shmap-coordinator", "shmap-worker"):
-        return start_server(ctx, prog.split("-")[1], toks)
+        saved = ctx.env
+        ctx.env = dict(ctx.env, **extra)
+        try:
+            return start_server(ctx, prog.split("-")[1], toks)
+        finally:
+            ctx.env = saved
     if prog == "shmapctl":
         argv = rewrite_addrs(ctx, toks[1:], None)
         for old, new in PATHS:
@@ -368,7 +379,7 @@ def run_one(ctx, cmd, expected):
         argv, exact = ["bash", "-c", line], False
     else:
         return f"a command of no known kind: {cmd!r} (run it here or list it in NOT_HERE)"
-    env = dict(ctx.env)
+    env = dict(ctx.env, **extra)
     if ctx.block_target and "--target" not in argv:
         env["SHMAP_TARGET"] = ctx.block_target
     if background:
