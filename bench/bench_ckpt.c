@@ -49,8 +49,8 @@ static void drop_cache(const char *path)
     char p[PATH_MAX + 256];
     while ((de = readdir(d)))
         if (de->d_name[0] != '.') {
-            snprintf(p, sizeof p, "%s/%s", path, de->d_name);
-            drop_cache(p);
+            if (snprintf(p, sizeof p, "%s/%s", path, de->d_name) < (int)sizeof p)
+                drop_cache(p); /* a path too long to name is left in the cache */
         }
     closedir(d);
 }
