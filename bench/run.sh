@@ -181,8 +181,9 @@ print_summary() {
       }
     }' "$raw" | tee "$raw.table"
   local met notmet
-  met=$(grep ' met$' "$raw.table" | grep -vc ' not met$' || true)
-  notmet=$(grep -c ' not met$' "$raw.table" || true)
+  # (the table's first line is its header, whose last column is "met")
+  met=$(tail -n +2 "$raw.table" | grep ' met$' | grep -vc ' not met$' || true)
+  notmet=$(tail -n +2 "$raw.table" | grep -c ' not met$' || true)
   say ""
   say "targets: $met met, $notmet not met; load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cpus"
   if [ ${#failures[@]} -gt 0 ]; then
