@@ -115,6 +115,26 @@ static void *h_assemble_run(void *arg)
     return NULL;
 }
 
+/* Runs the Assemble of n parts at once, one thread each (part k at
+ * first + k * stride bytes, the parts living in larger records); returns
+ * their outcomes (caller frees), or NULL when out of memory (nothing ran). */
+static h_assemble_job *h_assemble_all(const sm_reg_assemble *first, size_t stride, int n,
+                                      int deadline_ms)
+{
+    h_assemble_job *jobs = calloc((size_t)n + 1, sizeof *jobs);
+    for (int k = 0; jobs && k < n; k++) {
+        jobs[k].part = (const sm_reg_assemble *)((const char *)first + (size_t)k * stride);
+        jobs[k].deadline_ms = deadline_ms;
+        jobs[k].started = pthread_create(&jobs[k].th, NULL, h_assemble_run, &jobs[k]) == 0;
+        if (!jobs[k].started)
+            h_assemble_run(&jobs[k]);
+    }
+    for (int k = 0; jobs && k < n; k++)
+        if (jobs[k].started)
+            pthread_join(jobs[k].th, NULL);
+    return jobs;
+}
+
 /* Frees array id's new shards on every worker of a reshard. */
 static void h_free_parts(sm_coord *c, sm_array_id id, const sm_reg_assemble *parts, int np)
 {
@@ -129,6 +149,21 @@ static void h_free_parts(sm_coord *c, sm_array_id id, const sm_reg_assemble *par
     free(f);
 }
 
+/* Ends a reshard's or a load's new array after its Assembles (e: how they
+ * went): ready, described in *out; or removed, its shards freed. */
+static sm_err h_new_array_end(sm_coord *c, sm_array_id id, const sm_reg_assemble *parts, int np,
+                              sm_err e, sm_array_info *out, char *err, size_t errlen)
+{
+    if (e) {
+        char ignore[256];
+        h_free_parts(c, id, parts, np);
+        sm_registry_reshard_end(c->reg, id, 0, NULL, ignore, sizeof ignore);
+    } else if ((e = sm_registry_reshard_end(c->reg, id, 1, out, err, errlen))) {
+        h_free_parts(c, id, parts, np); /* deleted or failed meanwhile */
+    }
+    return e;
+}
+
 static sm_err h_reshard(void *user, const sm_svc_reshard_req *req, sm_array_info *out, char *err,
                         size_t errlen)
 {
@@ -141,33 +176,15 @@ static sm_err h_reshard(void *user, const sm_svc_reshard_req *req, sm_array_info
         sm_registry_reshard_begin(c->reg, req, sm_registry_now_ms(), &id, &parts, &np, err, errlen);
     if (e)
         return e;
-    jobs = calloc((size_t)np, sizeof *jobs);
-    if (!jobs) {
+    jobs = h_assemble_all(parts, sizeof *parts, np,
+                          req->deadline_ms ? (int)req->deadline_ms : c->call_deadline_ms);
+    if (!jobs)
         e = sm_fail(err, errlen, SM_ENOMEM, "out of memory starting a reshard");
-        goto fail;
-    }
-    for (int k = 0; k < np; k++) {
-        jobs[k].part = &parts[k];
-        jobs[k].deadline_ms = req->deadline_ms ? (int)req->deadline_ms : c->call_deadline_ms;
-        jobs[k].started = pthread_create(&jobs[k].th, NULL, h_assemble_run, &jobs[k]) == 0;
-        if (!jobs[k].started)
-            h_assemble_run(&jobs[k]);
-    }
-    for (int k = 0; k < np; k++)
-        if (jobs[k].started)
-            pthread_join(jobs[k].th, NULL);
     for (int k = 0; k < np && !e; k++)
         if (jobs[k].e)
             e = sm_fail(err, errlen, jobs[k].e, "reshard failed on worker %u at %s: %s",
                         parts[k].t.worker_id, parts[k].t.address, jobs[k].err);
-fail:
-    if (e) {
-        char ignore[256];
-        h_free_parts(c, id, parts, np);
-        sm_registry_reshard_end(c->reg, id, 0, NULL, ignore, sizeof ignore);
-    } else if ((e = sm_registry_reshard_end(c->reg, id, 1, out, err, errlen))) {
-        h_free_parts(c, id, parts, np); /* deleted or failed meanwhile */
-    }
+    e = h_new_array_end(c, id, parts, np, e, out, err, errlen);
     free(jobs);
     sm_registry_assemble_free(parts, np);
     return e;
@@ -186,17 +203,10 @@ static sm_err h_replicate(void *user, const sm_svc_replicate_req *req, sm_array_
     free(frees);
     if (e)
         return e;
-    h_assemble_job *jobs = calloc((size_t)n + 1, sizeof *jobs);
-    for (int k = 0; jobs && k < n; k++) {
-        jobs[k].part = &reps[k].part;
-        jobs[k].deadline_ms = req->deadline_ms ? (int)req->deadline_ms : c->call_deadline_ms;
-        jobs[k].started = pthread_create(&jobs[k].th, NULL, h_assemble_run, &jobs[k]) == 0;
-        if (!jobs[k].started)
-            h_assemble_run(&jobs[k]);
-    }
+    h_assemble_job *jobs =
+        h_assemble_all(&reps[0].part, sizeof *reps, n,
+                       req->deadline_ms ? (int)req->deadline_ms : c->call_deadline_ms);
     for (int k = 0; k < n; k++) {
-        if (jobs && jobs[k].started)
-            pthread_join(jobs[k].th, NULL);
         sm_err ek = jobs ? jobs[k].e : SM_ENOMEM;
         const char *why = jobs ? jobs[k].err : "out of memory";
         if (!sm_registry_repair_end(c->reg, &reps[k], sm_registry_now_ms(), ek == SM_OK, why) &&
@@ -377,33 +387,14 @@ static sm_err h_load(void *user, const sm_svc_load_req *req, sm_array_info *out,
     if ((e = sm_registry_load_begin(c->reg, req, &m, files, sm_registry_now_ms(), &id, &parts, &np,
                                     err, errlen)))
         goto done;
-    jobs = calloc((size_t)np, sizeof *jobs);
-    if (!jobs) {
+    jobs = h_assemble_all(parts, sizeof *parts, np, deadline_ms);
+    if (!jobs)
         e = sm_fail(err, errlen, SM_ENOMEM, "out of memory starting a load");
-        goto fail;
-    }
-    for (int k = 0; k < np; k++) {
-        jobs[k].part = &parts[k];
-        jobs[k].deadline_ms = deadline_ms;
-        jobs[k].started = pthread_create(&jobs[k].th, NULL, h_assemble_run, &jobs[k]) == 0;
-        if (!jobs[k].started)
-            h_assemble_run(&jobs[k]);
-    }
-    for (int k = 0; k < np; k++)
-        if (jobs[k].started)
-            pthread_join(jobs[k].th, NULL);
     for (int k = 0; k < np && !e; k++)
         if (jobs[k].e)
             e = sm_fail(err, errlen, jobs[k].e, "loading %s failed on worker %u at %s: %s",
                         req->dir, parts[k].t.worker_id, parts[k].t.address, jobs[k].err);
-fail:
-    if (e) {
-        char ignore[256];
-        h_free_parts(c, id, parts, np);
-        sm_registry_reshard_end(c->reg, id, 0, NULL, ignore, sizeof ignore);
-    } else if ((e = sm_registry_reshard_end(c->reg, id, 1, out, err, errlen))) {
-        h_free_parts(c, id, parts, np);
-    }
+    e = h_new_array_end(c, id, parts, np, e, out, err, errlen);
 done:
     free(jobs);
     sm_registry_assemble_free(parts, np);

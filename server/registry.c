@@ -243,9 +243,7 @@ static void sm_reg_free_one(sm_reg_worker *w, uint64_t array, int32_t device, sm
     sm_reg_free *f = &nf[(*nfrees)++];
     memset(f, 0, sizeof *f);
     f->array.v = array;
-    f->t.worker_id = w->id;
-    f->t.ch = w->ch;
-    snprintf(f->t.address, sizeof f->t.address, "%s", w->address);
+    sm_reg_target_set(&f->t, w);
     f->t.ndevices = 1;
     f->t.devices[0] = device;
 }
@@ -264,8 +262,10 @@ static void sm_reg_worker_adopt(sm_registry *r, sm_reg_worker *w, const sm_svc_r
             if (a->worker[p] == w->id && a->state != SM_ARRAY_PENDING)
                 a->filled[p] = 0;
         for (int k = 0; k < a->ncopies; k++)
-            if (a->copies[k].worker == w->id)
-                a->copies[k].filled = 0;
+            if (a->copies[k].worker == w->id) {
+                a->copies[k].filled = 0; /* unless offered back below */
+                r->repair_hint = 1;
+            }
     }
     for (int k = 0; k < req->nheld; k++) {
         const sm_svc_held_shard *h = &req->held[k];

@@ -154,9 +154,7 @@ void sm_reg_array_frees(sm_registry *r, const sm_reg_array *a, int filled_only, 
             f.t.devices[f.t.ndevices++] = a->copies[copy].device;
         if (!f.t.ndevices)
             continue;
-        f.t.worker_id = w->id;
-        f.t.ch = w->ch;
-        snprintf(f.t.address, sizeof f.t.address, "%s", w->address);
+        sm_reg_target_set(&f.t, w);
         sm_reg_free *nf = realloc(*frees, sizeof *nf * (size_t)(*nfrees + 1));
         if (!nf) {
             SM_ERROR("out of memory: shards of array %llu stay on worker %u",

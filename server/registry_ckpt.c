@@ -9,14 +9,6 @@
 
 #include "sm_log.h"
 
-static void sm_reg_target_set(sm_reg_target *t, const sm_reg_worker *w)
-{
-    memset(t, 0, sizeof *t);
-    t->worker_id = w->id;
-    t->ch = w->ch;
-    snprintf(t->address, sizeof t->address, "%s", w->address);
-}
-
 sm_err sm_registry_save_begin(sm_registry *r, sm_array_ref ref, sm_array_id *id,
                               sm_ckpt_manifest *m, sm_reg_save_part **parts, int *nparts,
                               char *label, size_t labellen, char *err, size_t errlen)
@@ -113,6 +105,7 @@ sm_err sm_registry_any_worker(sm_registry *r, sm_reg_target *out, char *err, siz
     pthread_mutex_lock(&r->mu);
     for (int i = 0; i < r->nworkers; i++)
         if (r->workers[i]->alive) {
+            memset(out, 0, sizeof *out);
             sm_reg_target_set(out, r->workers[i]);
             rc = SM_OK;
             break;

@@ -6,6 +6,7 @@
 #define SM_SERVER_REGISTRY_INT_H
 
 #include <pthread.h>
+#include <stdio.h>
 #include <sqlite3.h>
 
 #include "registry.h"
@@ -90,6 +91,15 @@ typedef struct sm_reg_array {
     int unsaved;         /* a job's pending output: no record until it is ready */
 } sm_reg_array;
 
+/* Points t at worker w (its id, channel and address; t's devices are
+ * left as they are). */
+static inline void sm_reg_target_set(sm_reg_target *t, const sm_reg_worker *w)
+{
+    t->worker_id = w->id;
+    t->ch = w->ch;
+    snprintf(t->address, sizeof t->address, "%s", w->address);
+}
+
 /* Slots: an array's places holding a block, its mesh positions 0..n-1 then
  * its copies n..n+ncopies-1 (registry_repair.c). */
 static inline int sm_reg_nslots(const sm_reg_array *a)
@@ -156,6 +166,10 @@ struct sm_registry {
     uint32_t saved_worker;
     int32_t saved_device;
     uint64_t saved_mesh_hw, saved_array_hw, saved_job_hw;
+    /* Some array may have a repair to make (it turned DEGRADED, or copies
+     * were placed or lost); cleared by a sm_registry_repairs_begin scan
+     * that finds none, so heartbeats need not scan every array. */
+    int repair_hint;
     int tx_depth;  /* open sm_reg_tx_begin calls */
     int tx_failed; /* a write inside the open transaction failed */
 };

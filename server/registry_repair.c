@@ -82,6 +82,7 @@ void sm_reg_array_update_health(sm_registry *r, sm_reg_array *a, const char *why
             SM_INFO("%s is ready again: every shard is back", label);
         break;
     case SM_ARRAY_DEGRADED:
+        r->repair_hint = 1;
         snprintf(msg, sizeof msg,
                  "%s is degraded: device%s %s %s gone (%s); every block still has a copy on a "
                  "live worker, so it can be read and resharded, and the missing shards are "
@@ -139,9 +140,7 @@ int sm_reg_repair_build(sm_registry *r, const sm_reg_array *a, const sm_reg_work
     memset(rep, 0, sizeof *rep);
     rep->array.v = a->id;
     sm_reg_assemble *pa = &rep->part;
-    pa->t.worker_id = w->id;
-    pa->t.ch = w->ch;
-    snprintf(pa->t.address, sizeof pa->t.address, "%s", w->address);
+    sm_reg_target_set(&pa->t, w);
     pa->req.array_id.v = sm_reg_slot_store_id(a, todo[0]);
     pa->req.dtype = a->dtype;
     pa->req.shards = calloc((size_t)n, sizeof *pa->req.shards);
@@ -180,10 +179,16 @@ sm_err sm_registry_repairs_begin(sm_registry *r, uint32_t worker_id, int64_t now
     *out = NULL;
     *nout = 0;
     pthread_mutex_lock(&r->mu);
-    sm_reg_worker *w = sm_reg_worker_by_id(r, worker_id);
+    sm_reg_worker *w = r->repair_hint ? sm_reg_worker_by_id(r, worker_id) : NULL;
+    int candidates = 0;
     for (sm_reg_array *a = r->arrays; !e && w && w->alive && a; a = a->next) {
-        if ((a->state != SM_ARRAY_DEGRADED && (a->state != SM_ARRAY_READY || !a->ncopies)) ||
-            a->repairing || now_ms < a->repair_after)
+        if (a->state != SM_ARRAY_DEGRADED && (a->state != SM_ARRAY_READY || !a->ncopies))
+            continue;
+        int unfilled = a->state == SM_ARRAY_DEGRADED;
+        for (int k = 0; !unfilled && k < a->ncopies; k++)
+            unfilled = !a->copies[k].filled;
+        candidates += unfilled;
+        if (!unfilled || a->repairing || now_ms < a->repair_after)
             continue;
         /* the mesh's shards in one Assemble, then each copy (its own id) */
         for (int k = -1; k < a->ncopies && !e; k++) {
@@ -204,6 +209,8 @@ sm_err sm_registry_repairs_begin(sm_registry *r, uint32_t worker_id, int64_t now
             a->repairing++;
         }
     }
+    if (w && w->alive && !e && !candidates)
+        r->repair_hint = 0; /* nothing anywhere waits for a repair */
     pthread_mutex_unlock(&r->mu);
     return e;
 }

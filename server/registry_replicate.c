@@ -111,6 +111,7 @@ sm_err sm_registry_replicate_begin(sm_registry *r, const sm_svc_replicate_req *r
     if ((e = sm_reg_copies_place(r, a, &a->copies, &a->ncopies, err, errlen)))
         goto out;
     sm_reg_save_copies(r, a);
+    r->repair_hint = 1;
     SM_INFO("%s: %d copies placed on other workers", label, a->ncopies);
 make:
     for (int k = 0; k < a->ncopies && !e; k++) {

@@ -38,9 +38,7 @@ static sm_err sm_reg_assemble_build(sm_registry *r, const sm_reg_array *src, uin
             ;
         if (k == np) {
             sm_reg_worker *w = sm_reg_worker_by_id(r, ps->worker);
-            parts[k].t.worker_id = w->id;
-            parts[k].t.ch = w->ch;
-            snprintf(parts[k].t.address, sizeof parts[k].t.address, "%s", w->address);
+            sm_reg_target_set(&parts[k].t, w);
             parts[k].req.array_id.v = new_id;
             parts[k].req.dtype = src->dtype;
             parts[k].req.shards = calloc((size_t)plan->nshards, sizeof *parts[k].req.shards);

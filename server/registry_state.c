@@ -358,6 +358,7 @@ static sm_err sm_reg_load_copies(sm_registry *r)
         a->copies = grown;
         a->copies[a->ncopies++] = (sm_reg_copy){of, (uint32_t)sqlite3_column_int64(st, 2),
                                                 (int32_t)sqlite3_column_int(st, 3), 0};
+        r->repair_hint = 1; /* made again if its worker comes back without it */
     }
     sqlite3_finalize(st);
     return e;
