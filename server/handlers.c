@@ -204,7 +204,7 @@ static sm_err h_replicate(void *user, const sm_svc_replicate_req *req, sm_array_
     if (e)
         return e;
     h_assemble_job *jobs =
-        h_assemble_all(&reps[0].part, sizeof *reps, n,
+        h_assemble_all(n ? &reps[0].part : NULL, sizeof *reps, n,
                        req->deadline_ms ? (int)req->deadline_ms : c->call_deadline_ms);
     for (int k = 0; k < n; k++) {
         sm_err ek = jobs ? jobs[k].e : SM_ENOMEM;
