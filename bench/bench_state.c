@@ -2,10 +2,10 @@
  * 16 MiB upload on a cluster of 2 workers x 4 devices with state dirs (the
  * coordinator's SQLite registry, the workers' background disk copies:
  * SHMAP_STATE_DIR, which the local workers follow) against the same
- * cluster without, measured one after the other in the same run. The
- * uploaded arrays are kept until the last upload ends, so their disk copies
- * are written while the next uploads run. Targets: both within 10% of the
- * figures without state dirs.
+ * cluster without, both running in the same run and measured in
+ * alternating blocks. The uploaded arrays are kept until the end, so their
+ * disk copies are written while the block's next uploads run. Targets: both
+ * within 10% of the figures without state dirs.
  *
  *     bench_state [--runs N] [--upload-runs N] [--coordinator PATH]
  */
@@ -31,21 +31,104 @@ typedef struct {
 } state_figures;
 
 #if BENCH_HAVE_JOBS
-/* Measures one cluster, started with the state dir dir (NULL: none). */
-static int measure(const char *bin, const char *dir, int runs, int uploads, state_figures *out,
-                   char *err, size_t errlen)
-{
+/* One of the two clusters: its processes, client, the job's argument and
+ * every array uploaded, kept until the end. */
+typedef struct {
     bench_cluster cl;
-    sm_client *cli = NULL;
+    int started;
+    sm_client *cli;
+    sm_array_info x;
+    sm_array_id *kept;
+    int nkept;
+    double *job, *up; /* timings so far */
+    int njob, nup;
+} state_side;
+
+static int side_start(state_side *sd, const char *bin, const char *dir, int runs, int uploads,
+                      char *err, size_t errlen)
+{
     if (dir)
         setenv("SHMAP_STATE_DIR", dir, 1);
     else
         unsetenv("SHMAP_STATE_DIR");
-    int rc = bench_cluster_start(&cl, bin, 2, 4, &cli, err, errlen);
+    int rc = bench_cluster_start(&sd->cl, bin, 2, 4, &sd->cli, err, errlen);
     unsetenv("SHMAP_STATE_DIR");
+    if (rc)
+        return -1;
+    sd->started = 1;
+    sd->job = calloc((size_t)runs, sizeof *sd->job);
+    sd->up = calloc((size_t)uploads, sizeof *sd->up);
+    sd->kept = calloc((size_t)uploads + 1, sizeof *sd->kept);
+    if (!sd->job || !sd->up || !sd->kept) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+static void side_stop(state_side *sd)
+{
+    char err[256];
+    for (int r = 0; r < sd->nkept; r++) {
+        sm_array_ref ref = {.id = sd->kept[r]};
+        sm_client_delete(sd->cli, ref, err, sizeof err);
+    }
+    if (sd->x.id.v) {
+        sm_array_ref ref = {.id = sd->x.id};
+        sm_client_delete(sd->cli, ref, err, sizeof err);
+    }
+    sm_array_info_free(&sd->x);
+    free(sd->kept);
+    free(sd->job);
+    free(sd->up);
+    if (sd->cli)
+        sm_client_close(sd->cli);
+    if (sd->started)
+        bench_cluster_stop(&sd->cl);
+}
+
+/* jobs empty jobs (timed unless warm) and uploads 16 MiB uploads. */
+static int side_block(state_side *sd, const sm_program *prog, const sm_sharding_ref *sh,
+                      const float *data, int jobs, int uploads, int warm, char *err, size_t errlen)
+{
+    size_t bytes = (size_t)UPLOAD_MIB << 20;
+    sm_shape big = {.rank = 2, .dims = {(int64_t)(bytes / 16384), 4096}};
+    sm_array_ref arg = {.id = sd->x.id};
+    for (int r = 0; r < jobs; r++) {
+        double t;
+        sm_job_info info;
+        if (bench_job_run(sd->cli, prog, 1, &arg, &t, &info, err, errlen))
+            return -1;
+        bench_job_drop_but(sd->cli, &info, sd->x.id); /* an output aliasing x stays */
+        if (!warm)
+            sd->job[sd->njob++] = t;
+    }
+    for (int r = 0; r < uploads; r++) {
+        sm_array_info a = {0};
+        double t0 = bench_now_s();
+        if (sm_client_put(sd->cli, SM_F32, &big, data, sh, NULL, &a, err, errlen))
+            return -1;
+        double t = bench_now_s() - t0;
+        sd->kept[sd->nkept++] = a.id;
+        sm_array_info_free(&a);
+        if (!warm)
+            sd->up[sd->nup++] = (double)bytes / t / 1e6;
+    }
+    return 0;
+}
+
+/* Both clusters run side by side and are measured in alternating blocks
+ * (the order swapped every round), so that a change in the machine's load
+ * falls on both alike. After a block on the cluster with state dirs, the
+ * bench waits for its disk copies to be written before the other cluster's
+ * block, so each cluster's uploads share the cores only with their own
+ * background work. */
+static int measure(const char *bin, const char *dir, int runs, int uploads, state_figures *without,
+                   state_figures *with, char *err, size_t errlen)
+{
+    state_side sd[2]; /* 0: without, 1: with */
+    memset(sd, 0, sizeof sd);
     sm_program *prog = NULL;
-    sm_array_info x = {0};
-    double *job = calloc((size_t)runs, sizeof *job), *up = calloc((size_t)uploads, sizeof *up);
     size_t bytes = (size_t)UPLOAD_MIB << 20;
     float *data = malloc(bytes);
     const char *names[] = {"i"};
@@ -53,74 +136,49 @@ static int measure(const char *bin, const char *dir, int runs, int uploads, stat
     sm_mesh mesh;
     sm_sharding_ref sh = {.mesh = &mesh, .default_order = 1};
     float xs[8] = {0};
-    sm_shape s8 = {.rank = 1, .dims = {8}},
-             big = {.rank = 2, .dims = {(int64_t)(bytes / 16384), 4096}};
-    if (!rc && (!job || !up || !data)) {
+    sm_shape s8 = {.rank = 1, .dims = {8}};
+    int rc = data ? 0 : -1;
+    if (rc)
         snprintf(err, errlen, "out of memory");
-        rc = -1;
-    }
-    if (!rc && (bench_program(empty_program, &prog, err, errlen) ||
-                sm_mesh_init(&mesh, 1, names, sizes, NULL, 8, err, errlen) ||
-                sm_pspec_parse("P('i')", &sh.spec, err, errlen) ||
-                sm_client_put(cli, SM_F32, &s8, xs, &sh, NULL, &x, err, errlen)))
-        rc = -1;
     for (size_t k = 0; !rc && k < bytes / 4; k++)
         data[k] = (float)(k % 1000003);
-    sm_array_ref arg = {.id = x.id};
-    for (int r = -runs / 10; !rc && r < runs; r++) { /* a tenth of the runs as warm-up */
-        double t;
-        sm_job_info info;
-        if (bench_job_run(cli, prog, 1, &arg, &t, &info, err, errlen)) {
-            rc = -1;
-            break;
-        }
-        bench_job_drop_but(cli, &info, x.id); /* an output aliasing x stays */
-        if (r >= 0)
-            job[r] = t;
-    }
-    sm_array_id *kept = calloc((size_t)uploads + 1, sizeof *kept);
-    if (!kept)
+    if (!rc && (bench_program(empty_program, &prog, err, errlen) ||
+                sm_mesh_init(&mesh, 1, names, sizes, NULL, 8, err, errlen) ||
+                sm_pspec_parse("P('i')", &sh.spec, err, errlen)))
         rc = -1;
-    for (int r = -1; !rc && r < uploads; r++) { /* one untimed */
-        sm_array_info a = {0};
-        double t0 = bench_now_s();
-        if (sm_client_put(cli, SM_F32, &big, data, &sh, NULL, &a, err, errlen)) {
+    for (int c = 0; c < 2 && !rc; c++)
+        if (side_start(&sd[c], bin, c ? dir : NULL, runs, uploads, err, errlen) ||
+            sm_client_put(sd[c].cli, SM_F32, &s8, xs, &sh, NULL, &sd[c].x, err, errlen) ||
+            side_block(&sd[c], prog, &sh, data, runs / 10, 1, 1, err, errlen)) /* warm-up */
             rc = -1;
-            break;
+    const int rounds = 5;
+    for (int r = 0; r < rounds && !rc; r++) {
+        int jobs = runs * (r + 1) / rounds - runs * r / rounds;
+        int ups = uploads * (r + 1) / rounds - uploads * r / rounds;
+        for (int k = 0; k < 2 && !rc; k++) {
+            int c = (r + k) % 2;
+            rc = side_block(&sd[c], prog, &sh, data, jobs, ups, 0, err, errlen);
+            if (c == 1)
+                usleep(500 * 1000); /* its copies are written: 50 ms delay, ~1 GB/s */
         }
-        double t = bench_now_s() - t0;
-        kept[r + 1] = a.id;
-        sm_array_info_free(&a);
-        if (r >= 0)
-            up[r] = (double)bytes / t / 1e6;
     }
-    for (int r = 0; kept && r <= uploads; r++) {
-        sm_array_ref ref = {.id = kept[r]};
-        if (ref.id.v)
-            sm_client_delete(cli, ref, err, errlen);
-    }
-    free(kept);
     if (!rc) {
-        out->job_ms = bench_median(job, runs) * 1e3;
-        out->upload_mb = bench_median(up, uploads);
+        without->job_ms = bench_median(sd[0].job, sd[0].njob) * 1e3;
+        without->upload_mb = bench_median(sd[0].up, sd[0].nup);
+        with->job_ms = bench_median(sd[1].job, sd[1].njob) * 1e3;
+        with->upload_mb = bench_median(sd[1].up, sd[1].nup);
     }
-    if (x.id.v)
-        sm_client_delete(cli, arg, err, errlen);
-    sm_array_info_free(&x);
+    side_stop(&sd[0]);
+    side_stop(&sd[1]);
     sm_program_free(prog);
-    free(job);
-    free(up);
     free(data);
-    if (cli)
-        sm_client_close(cli);
-    bench_cluster_stop(&cl);
     return rc;
 }
 #endif
 
 int main(int argc, char **argv)
 {
-    int runs = 200, uploads = 9;
+    int runs = 200, uploads = 30;
     const char *binarg = NULL;
     static const struct option opts[] = {{"runs", required_argument, 0, 'r'},
                                          {"upload-runs", required_argument, 0, 'u'},
@@ -142,7 +200,7 @@ int main(int argc, char **argv)
         default:
             printf("usage: bench_state [--runs N] [--upload-runs N] [--coordinator PATH]\n"
                    "The empty-job round trip (N runs, default 200) and the %d MiB upload (default "
-                   "9 runs) on 2 workers x 4 devices with state dirs (SHMAP_STATE_DIR) against "
+                   "30 runs) on 2 workers x 4 devices with state dirs (SHMAP_STATE_DIR) against "
                    "without, same run.\n",
                    UPLOAD_MIB);
             return o == 'h' ? 0 : 2;
@@ -151,7 +209,7 @@ int main(int argc, char **argv)
     if (runs < 10 || runs > STATE_MAX_RUNS)
         runs = 200;
     if (uploads < 1 || uploads > 100)
-        uploads = 9;
+        uploads = 30;
 #if BENCH_HAVE_JOBS
     char bin[PATH_MAX], err[1024], dir[] = "/tmp/shmap-bench-state-XXXXXX";
     if (bench_coordinator_path(binarg, bin, sizeof bin))
@@ -162,10 +220,9 @@ int main(int argc, char **argv)
     }
     state_figures without, with;
     printf("bench_state: 2 workers x 4 devices, %d empty jobs and %d uploads of %d MiB each "
-           "(medians), without then with state dirs\n\n",
+           "(medians), with and without state dirs in alternating blocks\n\n",
            runs, uploads, UPLOAD_MIB);
-    if (measure(bin, NULL, runs, uploads, &without, err, sizeof err) ||
-        measure(bin, dir, runs, uploads, &with, err, sizeof err)) {
+    if (measure(bin, dir, runs, uploads, &without, &with, err, sizeof err)) {
         fprintf(stderr, "bench_state: %s\n", err);
         char cmd[PATH_MAX + 16];
         snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -222,8 +222,8 @@ main() {
     else run_bench dispatch "$B/bench_dispatch" --runs 200 --warmup 20; fi
   fi
   if want state; then
-    if [ $quick = 1 ]; then run_bench state "$B/bench_state" --runs 50 --upload-runs 2
-    else run_bench state "$B/bench_state" --runs 200 --upload-runs 9; fi
+    if [ $quick = 1 ]; then run_bench state "$B/bench_state" --runs 50 --upload-runs 10
+    else run_bench state "$B/bench_state" --runs 200 --upload-runs 30; fi
   fi
   if want ckpt; then
     # 1 GiB by default; BENCH_CKPT_MIB for a machine with less memory or disk.

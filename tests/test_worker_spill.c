@@ -2,13 +2,16 @@
  * limit, the least recently used shards whose disk copy is complete give
  * their memory back and are read back, checksum verified, on use; a shard
  * someone reads is never spilled; a damaged copy is DATA_LOSS; without a
- * state dir the limit refuses as before. Real files in a temporary dir. */
+ * state dir the limit refuses as before; copies go into spare files made
+ * ahead of need. Real files in a temporary dir. */
 #define _GNU_SOURCE
 #include <check.h>
+#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "disk.h"
@@ -221,6 +224,100 @@ START_TEST(test_drop_before_copy)
 }
 END_TEST
 
+/* The inode numbers of the files in dir/sub, into ino (at most cap); how
+ * many. Sizes must all be 0. */
+static int spare_inodes(const char *dir, unsigned long *ino, int cap)
+{
+    char path[128];
+    snprintf(path, sizeof path, "%s/spare", dir);
+    DIR *d = opendir(path);
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) && n < cap) {
+        if (de->d_name[0] == '.')
+            continue;
+        char file[400];
+        struct stat st;
+        snprintf(file, sizeof file, "%s/%s", path, de->d_name);
+        ck_assert_int_eq(stat(file, &st), 0);
+        ck_assert_int_eq(st.st_size, 0);
+        ino[n++] = (unsigned long)st.st_ino;
+    }
+    closedir(d);
+    return n;
+}
+
+static int has_inode(const unsigned long *ino, int n, const char *path)
+{
+    struct stat st;
+    ck_assert_int_eq(stat(path, &st), 0);
+    for (int k = 0; k < n; k++)
+        if (ino[k] == (unsigned long)st.st_ino)
+            return 1;
+    return 0;
+}
+
+/* An idle writer makes spare files ahead of need; copies are written into
+ * them (no new file), dropped copies go back to spare/ emptied, and a
+ * restart adopts them and removes what is not a spare. */
+START_TEST(test_spare_files)
+{
+    spill_env e;
+    env_open(&e, 1);
+    char err[256], path[128];
+    unsigned long ino[256];
+    int n = 0;
+    for (int t = 0; t < 300 && n < 128; t++) { /* 16 per idle look, every 50 ms */
+        usleep(20000);
+        n = spare_inodes(e.dir, ino, 256);
+    }
+    ck_assert_int_eq(n, 128);
+    put(e.st, 1, 1);
+    put(e.st, 2, 2);
+    usleep(120000);
+    sm_disk_flush(e.disk);
+    for (uint64_t a = 1; a <= 2; a++)
+        for (int k = 0; k < 2; k++) {
+            snprintf(path, sizeof path, "%s/shards/%d-0.%s", e.dir, (int)a, k ? "sum" : "npy");
+            ck_assert_msg(has_inode(ino, n, path), "%s is a new file, not a spare", path);
+        }
+    snprintf(path, sizeof path, "%s/shards/1-0.npy", e.dir);
+    struct stat st;
+    ck_assert_int_eq(stat(path, &st), 0);
+    ck_assert_int_eq(st.st_size, 4096 + MIB); /* 4 KiB header, then the data */
+    check(e.st, 1, 1);
+    int freed = 0;
+    ck_assert_int_eq(sm_store_free_array(e.st, (sm_array_id){1}, 0, NULL, &freed, err, sizeof err),
+                     SM_OK);
+    sm_disk_flush(e.disk);
+    unsigned long before = (unsigned long)st.st_ino;
+    ck_assert_int_ne(access(path, F_OK), 0);
+    n = spare_inodes(e.dir, ino, 256);
+    int back = 0;
+    for (int k = 0; k < n; k++)
+        back |= ino[k] == before;
+    ck_assert_msg(back, "the dropped copy's file is not kept as a spare");
+    /* a restart: the spares stay, a stray file goes, array 2 comes back */
+    snprintf(path, sizeof path, "%s/spare/junk", e.dir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fclose(f);
+    sm_store_observe(e.st, NULL, NULL);
+    sm_store_spill_to(e.st, NULL, NULL);
+    sm_disk_free(e.disk);
+    sm_store_free(e.st);
+    ck_assert_int_eq(sm_store_create(&e.st, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_store_set_identity(e.st, 1, 2, devs, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_disk_open(e.dir, &e.disk, err, sizeof err), SM_OK);
+    ck_assert_int_ne(access(path, F_OK), 0);
+    ck_assert_int_eq(spare_inodes(e.dir, ino, 256), n);
+    ck_assert_int_eq(sm_disk_restore(e.disk, e.st), 1);
+    check(e.st, 2, 2);
+    env_close(&e);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("worker_spill");
@@ -230,6 +327,7 @@ int main(void)
     tcase_add_test(tc, test_damaged_copy_is_data_loss);
     tcase_add_test(tc, test_no_state_dir_refuses);
     tcase_add_test(tc, test_drop_before_copy);
+    tcase_add_test(tc, test_spare_files);
     suite_add_tcase(s, tc);
     return suite_main(s);
 }

@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <sys/resource.h>
@@ -23,6 +24,15 @@
  * temporaries of reshards and jobs, and results deleted at once, are
  * dropped before anything is written. */
 #define SM_DISK_DELAY_MS 50
+/* Empty files kept in spare/ for the next copies: an idle writer makes them
+ * ahead of need, and a dropped shard's files go there (emptied) instead of
+ * being removed. Making a file costs more CPU than writing megabytes into
+ * it on a filesystem with many recently freed inodes (ext4 without a
+ * journal searches past each of them), and the idle time is the place for
+ * it. Each copy takes two (its .npy and its .sum). Up to SM_DISK_SPARES are
+ * made; dropped files are kept up to twice as many. */
+#define SM_DISK_SPARES     128
+#define SM_DISK_SPARE_MAKE 16 /* made per idle look at the queue */
 
 typedef struct sm_disk_op {
     struct sm_disk_op *next;
@@ -42,6 +52,11 @@ struct sm_disk {
     int busy; /* the thread is working on an op */
     int stopping;
     int flushing; /* sm_disk_flush waits: no delay */
+    /* spare/N for the N in spare[0..nspare): touched by the writer thread
+     * only, after sm_disk_open */
+    uint32_t spare[2 * SM_DISK_SPARES];
+    int nspare;
+    uint32_t spare_next; /* the next N to make */
 };
 
 static void sm_disk_paths(const sm_disk *d, uint64_t array, int32_t device, char *npy, char *sum)
@@ -50,14 +65,61 @@ static void sm_disk_paths(const sm_disk *d, uint64_t array, int32_t device, char
     snprintf(sum, SM_DISK_PATH, "%s/shards/%" PRIu64 "-%d.sum", d->dir, array, (int)device);
 }
 
-/* Writes text to path through a temporary file and a rename. Not synced:
- * a killed process loses nothing the kernel holds, and after a power loss
- * a copy whose data did not reach the disk fails its checksum when read
- * back and is dropped, as a damaged one is. */
-static int sm_disk_write_small(const char *path, const char *text)
+static void sm_disk_spare_path(const sm_disk *d, uint32_t n, char *out)
+{
+    snprintf(out, SM_DISK_PATH, "%s/spare/%" PRIu32, d->dir, n);
+}
+
+/* Takes a spare file for a copy: 1 and its path in out, or 0 if none is
+ * left. */
+static int sm_disk_spare_take(sm_disk *d, char *out)
+{
+    if (d->nspare == 0)
+        return 0;
+    sm_disk_spare_path(d, d->spare[--d->nspare], out);
+    return 1;
+}
+
+/* Removes path, keeping its inode as an emptied spare while there is room. */
+static void sm_disk_spare_give(sm_disk *d, const char *path)
+{
+    char spare[SM_DISK_PATH];
+    if (d->nspare < 2 * SM_DISK_SPARES) {
+        uint32_t n = d->spare_next++;
+        sm_disk_spare_path(d, n, spare);
+        if (truncate(path, 0) == 0 && rename(path, spare) == 0) {
+            d->spare[d->nspare++] = n;
+            return;
+        }
+    }
+    unlink(path);
+}
+
+/* Makes up to SM_DISK_SPARE_MAKE spare files while there is room. */
+static void sm_disk_spare_make(sm_disk *d)
+{
+    char spare[SM_DISK_PATH];
+    for (int k = 0; k < SM_DISK_SPARE_MAKE && d->nspare < SM_DISK_SPARES; k++) {
+        uint32_t n = d->spare_next++;
+        sm_disk_spare_path(d, n, spare);
+        int fd = open(spare, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd < 0)
+            return;
+        close(fd);
+        d->spare[d->nspare++] = n;
+    }
+}
+
+/* Writes text to path through a temporary file (a spare, if d has one)
+ * and a rename. Not synced: a killed process loses nothing the kernel
+ * holds, and after a power loss a copy whose data did not reach the disk
+ * fails its checksum when read back and is dropped, as a damaged one is.
+ * d is NULL outside the writer thread. */
+static int sm_disk_write_small(sm_disk *d, const char *path, const char *text)
 {
     char tmp[SM_DISK_PATH + 16];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    if (!d || !sm_disk_spare_take(d, tmp))
+        snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "w");
     if (!f)
         return -1;
@@ -75,11 +137,12 @@ static void sm_disk_do(sm_disk *d, const sm_disk_op *op)
 {
     char npy[SM_DISK_PATH], sum[SM_DISK_PATH], err[512], text[32];
     sm_disk_paths(d, op->array, op->device, npy, sum);
-    unlink(sum); /* first: a shard without its .sum is never restored */
     if (!op->sh) {
-        unlink(npy);
+        sm_disk_spare_give(d, sum); /* first: a shard without its .sum is never restored */
+        sm_disk_spare_give(d, npy);
         return;
     }
+    unlink(sum);
     const sm_store_shard *sh = op->sh;
     if (sh->dtype == SM_BF16)
         return;
@@ -87,12 +150,16 @@ static void sm_disk_do(sm_disk *d, const sm_disk_op *op)
     uint64_t c =
         sh->has_checksum ? sh->checksum : sm_checksum_oneshot(sh->data, (size_t)sh->nbytes);
     snprintf(text, sizeof text, "%016" PRIx64 "\n", c);
-    if (sm_npy_write(npy, &view, err, sizeof err)) {
+    char spare[SM_DISK_PATH];
+    int have_spare = sm_disk_spare_take(d, spare);
+    if (sm_npy_write_direct(npy, have_spare ? spare : NULL, &view, err, sizeof err)) {
+        if (have_spare)
+            unlink(spare);
         SM_WARN("shard of array %" PRIu64 " on device %d not copied to disk: %s", op->array,
                 (int)op->device, err);
         return;
     }
-    if (sm_disk_write_small(sum, text))
+    if (sm_disk_write_small(d, sum, text))
         SM_WARN("shard of array %" PRIu64 " on device %d not copied to disk: cannot write %s: %s",
                 op->array, (int)op->device, sum, strerror(errno));
 }
@@ -117,7 +184,12 @@ static void *sm_disk_main(void *arg)
                 next.tv_sec++;
                 next.tv_nsec -= 1000000000L;
             }
-            pthread_cond_timedwait(&d->cv, &d->mu, &next);
+            if (pthread_cond_timedwait(&d->cv, &d->mu, &next) == ETIMEDOUT && !d->head &&
+                d->nspare < SM_DISK_SPARES) {
+                pthread_mutex_unlock(&d->mu);
+                sm_disk_spare_make(d);
+                pthread_mutex_lock(&d->mu);
+            }
         }
         sm_disk_op *op = d->head;
         if (!op)
@@ -310,6 +382,35 @@ static int sm_disk_mkdir(const char *path)
     return mkdir(path, 0700) == 0 || errno == EEXIST ? 0 : -1;
 }
 
+/* Takes the spare files an earlier run left (emptied, as they may be
+ * half-written copies) and removes what is not one. */
+static void sm_disk_spare_adopt(sm_disk *d)
+{
+    char path[SM_DISK_PATH + 16];
+    snprintf(path, sizeof path, "%s/spare", d->dir);
+    DIR *dir = opendir(path);
+    if (!dir)
+        return;
+    struct dirent *de;
+    while ((de = readdir(dir))) {
+        unsigned long n;
+        int used = 0;
+        if (de->d_name[0] == '.')
+            continue;
+        char file[SM_DISK_PATH * 2];
+        snprintf(file, sizeof file, "%s/%s", path, de->d_name);
+        if (sscanf(de->d_name, "%lu%n", &n, &used) == 1 && used == (int)strlen(de->d_name) &&
+            n < UINT32_MAX && d->nspare < 2 * SM_DISK_SPARES && truncate(file, 0) == 0) {
+            d->spare[d->nspare++] = (uint32_t)n;
+            if ((uint32_t)n >= d->spare_next)
+                d->spare_next = (uint32_t)n + 1;
+        } else {
+            unlink(file);
+        }
+    }
+    closedir(dir);
+}
+
 sm_err sm_disk_open(const char *dir, sm_disk **out, char *err, size_t errlen)
 {
     char shards[SM_DISK_PATH + 16];
@@ -320,10 +421,15 @@ sm_err sm_disk_open(const char *dir, sm_disk **out, char *err, size_t errlen)
     if (sm_disk_mkdir(dir) || sm_disk_mkdir(shards))
         return sm_fail(err, errlen, SM_EIO, "cannot create the state dir %s: %s", shards,
                        strerror(errno));
+    snprintf(shards, sizeof shards, "%s/spare", dir);
+    if (sm_disk_mkdir(shards))
+        return sm_fail(err, errlen, SM_EIO, "cannot create the state dir %s: %s", shards,
+                       strerror(errno));
     sm_disk *d = calloc(1, sizeof *d);
     if (!d)
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory opening the state dir");
     snprintf(d->dir, sizeof d->dir, "%s", dir);
+    sm_disk_spare_adopt(d);
     pthread_mutex_init(&d->mu, NULL);
     pthread_cond_init(&d->cv, NULL);
     pthread_cond_init(&d->idle, NULL);
@@ -385,7 +491,7 @@ void sm_disk_identity_save(sm_disk *d, uint32_t worker_id, int ndevices, const i
     for (int k = 0; k < ndevices && n < sizeof text; k++)
         n += (size_t)snprintf(text + n, sizeof text - n, "%d\n", (int)devices[k]);
     snprintf(path, sizeof path, "%s/identity", d->dir);
-    if (sm_disk_write_small(path, text))
+    if (sm_disk_write_small(NULL, path, text))
         SM_WARN("cannot write the identity file %s: %s", path, strerror(errno));
 }
 

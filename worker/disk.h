@@ -4,7 +4,11 @@
  * background by one thread: "shards/ARRAY-DEVICE.npy" (numpy format) and
  * beside it "ARRAY-DEVICE.sum" (the xxHash3-64 of the data, 16 hex
  * digits), each written to a temporary name and renamed, the .sum last. A
- * dropped shard's files are removed. After a crash the worker restores the
+ * dropped shard's files are removed: their inodes are kept, emptied, in
+ * "spare/" for later copies, where an idle writer also makes up to 128
+ * files ahead of need (making a file can cost more CPU than the write).
+ * Shard data is written with O_DIRECT where the filesystem has it, past a
+ * 4 KiB .npy header. After a crash the worker restores the
  * shards whose data matches its .sum (sm_disk_restore) and offers them to
  * the coordinator when it registers again; files that do not match are
  * removed with a warning.

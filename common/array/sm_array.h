@@ -111,5 +111,15 @@ sm_err sm_npy_read_info(const char *path, sm_npy_info *out, char *err, size_t er
  * file untouched. bf16 is SM_EUNSUPPORTED (numpy has no such dtype). Borrows
  * a. */
 sm_err sm_npy_write(const char *path, const sm_array *a, char *err, size_t errlen);
+/* sm_npy_write for background copies: the header is padded to 4096 bytes
+ * (a valid .npy: numpy reads any header length) and the bytes go to the
+ * disk with O_DIRECT, without a copy into the page cache, which on a busy
+ * machine costs several times the CPU of the write itself (where the
+ * filesystem has no O_DIRECT, tmpfs, they go through the page cache).
+ * spare, if not NULL, is an existing file on path's filesystem that is
+ * written over and renamed to path, in place of a new temporary file:
+ * making a file can cost more than writing megabytes into it. */
+sm_err sm_npy_write_direct(const char *path, const char *spare, const sm_array *a, char *err,
+                           size_t errlen);
 
 #endif

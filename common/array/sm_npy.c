@@ -4,6 +4,7 @@
  * header length (2 bytes little-endian in 1.0, 4 bytes in 2.0 and 3.0), a
  * Python dict literal {'descr': ..., 'fortran_order': ..., 'shape': (...)}
  * padded with spaces and ended by '\n', then the raw data. */
+#define _GNU_SOURCE /* O_DIRECT */
 #include "sm_array.h"
 
 #include <errno.h>
@@ -22,6 +23,8 @@
 #define SM_NPY_MAGIC     "\x93NUMPY"
 #define SM_NPY_MAGIC_LEN 6
 #define SM_NPY_ALIGN     64
+#define SM_NPY_BLOCK     4096 /* O_DIRECT's alignment of buffers, offsets, lengths */
+#define SM_NPY_BOUNCE    (1 << 20)
 #define SM_SHAPE_TEXT    200
 #define SM_MSG           512
 
@@ -267,8 +270,10 @@ sm_err sm_npy_parse_header(const void *buf, size_t len, sm_npy_info *out, char *
     return SM_OK;
 }
 
-sm_err sm_npy_format_header(sm_dtype t, const sm_shape *s, void *buf, size_t cap, size_t *written,
-                            char *err, size_t errlen)
+/* The header of an array of type t and shape s, its length a multiple of
+ * align (64, as numpy writes; SM_NPY_BLOCK for direct writes). */
+static sm_err sm_npy_header(sm_dtype t, const sm_shape *s, size_t align, void *buf, size_t cap,
+                            size_t *written, char *err, size_t errlen)
 {
     if (!buf || !written)
         return sm_fail(err, errlen, SM_EINVAL, "header buffer or length output is NULL");
@@ -290,10 +295,10 @@ sm_err sm_npy_format_header(sm_dtype t, const sm_shape *s, void *buf, size_t cap
     int dl = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }",
                       sm_npy_descrs[t], dims);
     size_t pre = 10;
-    size_t total = (pre + (size_t)dl + 1 + SM_NPY_ALIGN - 1) / SM_NPY_ALIGN * SM_NPY_ALIGN;
+    size_t total = (pre + (size_t)dl + 1 + align - 1) / align * align;
     if (total - pre > 65535) {
         pre = 12;
-        total = (pre + (size_t)dl + 1 + SM_NPY_ALIGN - 1) / SM_NPY_ALIGN * SM_NPY_ALIGN;
+        total = (pre + (size_t)dl + 1 + align - 1) / align * align;
     }
     if (cap < total)
         return sm_fail(err, errlen, SM_EINVAL,
@@ -310,6 +315,12 @@ sm_err sm_npy_format_header(sm_dtype t, const sm_shape *s, void *buf, size_t cap
     b[total - 1] = '\n';
     *written = total;
     return SM_OK;
+}
+
+sm_err sm_npy_format_header(sm_dtype t, const sm_shape *s, void *buf, size_t cap, size_t *written,
+                            char *err, size_t errlen)
+{
+    return sm_npy_header(t, s, SM_NPY_ALIGN, buf, cap, written, err, errlen);
 }
 
 /* Opens path and reads its header; *fp is left just past the header. For a
@@ -445,15 +456,50 @@ static int sm_write_all(int fd, const void *buf, size_t n)
     return 0;
 }
 
-sm_err sm_npy_write(const char *path, const sm_array *a, char *err, size_t errlen)
+/* Writes the header and the data to fd, opened with O_DIRECT: whole blocks
+ * from SM_NPY_BLOCK-aligned memory, the data's own pages where they are
+ * aligned, a bounce buffer for the rest and for the last block (zero-padded,
+ * the file then cut to its length). */
+static int sm_npy_write_blocks(int fd, const void *hdr, size_t hlen, const sm_array *a)
+{
+    unsigned char *bounce = NULL;
+    if (posix_memalign((void **)&bounce, SM_NPY_BLOCK, SM_NPY_BOUNCE) != 0)
+        return -1;
+    memcpy(bounce, hdr, hlen); /* hlen is a multiple of SM_NPY_BLOCK */
+    int bad = sm_write_all(fd, bounce, hlen) != 0;
+    const unsigned char *p = a->data;
+    size_t left = (size_t)a->nbytes;
+    while (!bad && left > 0) {
+        size_t n = left < SM_NPY_BOUNCE ? left : SM_NPY_BOUNCE;
+        if ((uintptr_t)p % SM_NPY_BLOCK == 0 && n >= SM_NPY_BLOCK) {
+            n -= n % SM_NPY_BLOCK;
+            bad = sm_write_all(fd, p, n) != 0;
+        } else {
+            size_t whole = (n + SM_NPY_BLOCK - 1) / SM_NPY_BLOCK * SM_NPY_BLOCK;
+            memcpy(bounce, p, n);
+            memset(bounce + n, 0, whole - n);
+            bad = sm_write_all(fd, bounce, whole) != 0;
+        }
+        p += n;
+        left -= n;
+    }
+    free(bounce);
+    return bad || ftruncate(fd, (off_t)(hlen + (size_t)a->nbytes)) != 0 ? -1 : 0;
+}
+
+static sm_err sm_npy_write_file(const char *path, const char *spare, const sm_array *a, int direct,
+                                char *err, size_t errlen)
 {
     if (!path || !a)
         return sm_fail(err, errlen, SM_EINVAL, "path or array is NULL");
     char msg[SM_MSG];
-    unsigned char hdr[4096];
+    unsigned char hdr[SM_NPY_BLOCK];
     size_t hlen;
     int64_t nbytes;
-    sm_err e = sm_npy_format_header(a->dtype, &a->shape, hdr, sizeof hdr, &hlen, msg, sizeof msg);
+    sm_err e = sm_npy_header(a->dtype, &a->shape, direct ? SM_NPY_BLOCK : SM_NPY_ALIGN, hdr,
+                             sizeof hdr, &hlen, msg, sizeof msg);
+    if (e == SM_EINVAL && direct) /* a header longer than a block: write it as numpy does */
+        return sm_npy_write_file(path, spare, a, 0, err, errlen);
     if (e)
         return sm_npy_path_fail(path, e, msg, err, errlen);
     if ((e = sm_shape_nbytes(&a->shape, a->dtype, &nbytes, msg, sizeof msg)))
@@ -466,18 +512,26 @@ sm_err sm_npy_write(const char *path, const sm_array *a, char *err, size_t errle
 
     /* Write a temporary file next to path and rename it over path, so a
      * failed write leaves any previous file untouched. */
-    size_t tlen = strlen(path) + 64;
+    size_t tlen = strlen(spare ? spare : path) + 64;
     char *tmp = malloc(tlen);
     int fd = -1;
     if (!tmp)
         return sm_fail(err, errlen, SM_ENOMEM, "'%s': cannot allocate a temporary name", path);
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    int flags = O_WRONLY | O_CLOEXEC | (direct ? O_DIRECT : 0);
     for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
-        snprintf(tmp, tlen, "%s.tmp%ld.%lx", path, (long)getpid(),
-                 (unsigned long)ts.tv_nsec + (unsigned long)attempt);
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (fd < 0 && errno != EEXIST)
+        if (spare)
+            snprintf(tmp, tlen, "%s", spare);
+        else
+            snprintf(tmp, tlen, "%s.tmp%ld.%lx", path, (long)getpid(),
+                     (unsigned long)ts.tv_nsec + (unsigned long)attempt);
+        fd = open(tmp, spare ? flags : flags | O_CREAT | O_EXCL, 0666);
+        if (fd < 0 && direct && errno == EINVAL) { /* the filesystem has no O_DIRECT (tmpfs) */
+            free(tmp);
+            return sm_npy_write_file(path, spare, a, 0, err, errlen);
+        }
+        if (fd < 0 && (spare || errno != EEXIST))
             break;
     }
     if (fd < 0) {
@@ -486,7 +540,10 @@ sm_err sm_npy_write(const char *path, const sm_array *a, char *err, size_t errle
         free(tmp);
         return e;
     }
-    if (sm_write_all(fd, hdr, hlen) != 0 || sm_write_all(fd, a->data, (size_t)nbytes) != 0) {
+    if (direct
+            ? sm_npy_write_blocks(fd, hdr, hlen, a) != 0
+            : (sm_write_all(fd, hdr, hlen) != 0 || sm_write_all(fd, a->data, (size_t)nbytes) != 0 ||
+               (spare && ftruncate(fd, (off_t)(hlen + (size_t)nbytes)) != 0))) {
         e = sm_fail(err, errlen, SM_EIO, "'%s': cannot write the file (%s)", path, strerror(errno));
         goto fail;
     }
@@ -504,4 +561,15 @@ fail:
     unlink(tmp);
     free(tmp);
     return e;
+}
+
+sm_err sm_npy_write(const char *path, const sm_array *a, char *err, size_t errlen)
+{
+    return sm_npy_write_file(path, NULL, a, 0, err, errlen);
+}
+
+sm_err sm_npy_write_direct(const char *path, const char *spare, const sm_array *a, char *err,
+                           size_t errlen)
+{
+    return sm_npy_write_file(path, spare, a, 1, err, errlen);
 }
