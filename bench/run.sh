@@ -6,7 +6,7 @@
 #   bench/run.sh [--quick] [--only NAME[,NAME...]] [--out FILE] [--no-deps]
 #
 #   --quick      fewer sizes and runs: a smoke run, not figures to quote
-#   --only NAME  transfer, matmul, jit, python, dispatch, state, ckpt, mpi_coll, coll (comma-separated)
+#   --only NAME  transfer, matmul, jit, python, dispatch, state, ckpt, mpi_coll, coll, scale (comma-separated)
 #   --out FILE   where the output goes; default bench/results/latest.txt for a
 #                full run, bench/results/partial.txt with --quick or --only
 #                (so a smoke run never replaces the committed figures)
@@ -26,7 +26,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-300}
 BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo}
-ALL="transfer matmul jit python dispatch state ckpt mpi_coll coll"
+ALL="transfer matmul jit python dispatch state ckpt mpi_coll coll scale"
 
 quick=0
 only=""
@@ -71,7 +71,7 @@ build_in() {
   local dir=$1 type=$2 werror=$3 log=$work/build.log t
   cmake -S "$ROOT" -B "$dir" -DCMAKE_BUILD_TYPE="$type" -DSM_SANITIZE=OFF -DSM_WERROR="$werror" \
     >>"$log" 2>&1 || return 1
-  BUILT="shmap-coordinator shmap-worker bench_transfer bench_matmul bench_jit bench_roundtrip _shmap bench_dispatch bench_state bench_ckpt"
+  BUILT="shmap-coordinator shmap-worker bench_transfer bench_matmul bench_jit bench_roundtrip _shmap bench_dispatch bench_state bench_ckpt bench_scale"
   local help
   help=$(cmake --build "$dir" --target help 2>/dev/null || true)
   for t in bench_mpi_coll bench_coll; do
@@ -171,9 +171,16 @@ print_summary() {
             ra = ra (ra == "" ? "" : "; ") (anc[key, lb] > 0 ? sprintf("%.2f", f[4] / anc[key, lb]) : "")
           }
           f[6] = an; f[7] = av; f[8] = ra
-          # issue target: psum at least MPI TCP bus bandwidth at 16 and 64 MiB
-          if (w[1] == "psum" && (w[2] == "16" || w[2] == "64") && ((key, "tcp") in anc)) {
+          # targets: over gRPC, psum at least MPI TCP bus bandwidth at 16 and
+          # 64 MiB; through shared memory, psum at 64 MiB 3x MPI shm and every
+          # other collective 2x MPI shm
+          shm = f[3] ~ /shmap shm/
+          if (!shm && w[1] == "psum" && (w[2] == "16" || w[2] == "64") && ((key, "tcp") in anc)) {
             f[9] = ">= MPI tcp"; f[10] = f[4] >= anc[key, "tcp"] ? "met" : "not met"
+          }
+          if (shm && ((key, "shm") in anc) && (w[1] != "psum" || w[2] == "64")) {
+            x = w[1] == "psum" ? 3 : 2
+            f[9] = ">= " x "x MPI shm"; f[10] = f[4] >= x * anc[key, "shm"] ? "met" : "not met"
           }
         }
         printf "%-9s %-48s %8s %-10s %-18s %11s %11s %-9s %s\n", f[2], f[3], fmt(f[4]), f[5],
@@ -253,6 +260,10 @@ main() {
     else
       say ""; say "== coll: bench_coll not built (bench/bench_coll.c absent)"
     fi
+  fi
+  if want scale; then
+    if [ $quick = 1 ]; then run_bench scale "$B/bench_scale" --workers 1,2 --mib 4 --runs 1 --dispatch-runs 20
+    else run_bench scale "$B/bench_scale" --workers 1,2,4,8 --mib 16 --runs 3 --dispatch-runs 100; fi
   fi
   print_summary
 }

@@ -1,0 +1,285 @@
+/* bench_scale: how the cost of a job grows with the number of local
+ * workers. For each count W (default 1, 2, 4 and 8) a local cluster of W
+ * workers x D devices (default 4) is started, and measured side by side in
+ * the same run:
+ *   - dispatch: the round trip of an empty job (`return x`) over every
+ *     device, against a plain unary RPC (sm_client_devices), interleaved;
+ *   - psum of S MiB per device (default 16) over every device: a job
+ *     applying it R = 1 and R = 3 times, (t3 - t1) / 2 the time of one
+ *     psum (so submit, lookup and storing cancel out), busbw = S x
+ *     2(n-1)/n / t as nccl-tests count it (n devices).
+ * The workers pick their transport as the cluster does by default (shared
+ * memory between workers of this host where proven). Prints a table and
+ * SUMMARY lines for bench/run.sh (no targets: the table shows how cost
+ * grows with workers and devices).
+ *
+ *   bench_scale [--workers 1,2,4,8] [--devices-per-worker 4] [--mib 16]
+ *               [--runs 3] [--dispatch-runs 100] [--coordinator PATH] */
+#define _GNU_SOURCE
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_util.h"
+
+#define SCALE_MAX_WORKERS 8
+#define SCALE_COLS        4096
+
+typedef struct {
+    int workers, devices;
+    double rpc_ms, job_ms, psum_ms, busbw;
+} scale_row;
+
+#if BENCH_HAVE_JOBS
+/* Runs p over x once; *secs from submit to result ready; drops its outputs
+ * but x. */
+static int scale_job(sm_client *cli, const sm_program *p, sm_array_id x, double *secs, char *err,
+                     size_t errlen)
+{
+    sm_job_info info;
+    sm_array_ref arg = {.id = x};
+    if (bench_job_run(cli, p, 1, &arg, secs, &info, err, errlen))
+        return -1;
+    bench_job_drop_but(cli, &info, x);
+    return 0;
+}
+
+static int scale_rpc(sm_client *cli, double *secs, char *err, size_t errlen)
+{
+    sm_worker_info *w = NULL;
+    int n = 0;
+    double t0 = bench_now_s();
+    if (sm_client_devices(cli, &w, &n, err, errlen))
+        return -1;
+    *secs = bench_now_s() - t0;
+    free(w);
+    return 0;
+}
+
+/* The psum program over n devices on blocks of rows x SCALE_COLS, applied
+ * R times. */
+static void scale_psum_text(int n, int64_t rows, int R, char *out, size_t len)
+{
+    snprintf(out, len,
+             "mesh i=%d\n"
+             "shard_map f(v: f32[%lld,%d] @ P('i')) -> P('i'):\n"
+             "    y = v\n"
+             "    for k in range(%d):\n"
+             "        y = psum(y, 'i')\n"
+             "    return y\n",
+             n, (long long)rows * n, SCALE_COLS, R);
+}
+
+/* Uploads an f32 array of the given shape sharded P('i') over mesh i=n,
+ * every element 1 (so R psums stay finite). */
+static int scale_put(sm_client *cli, int n, const sm_shape *s, sm_array_info *out, char *err,
+                     size_t errlen)
+{
+    const char *names[] = {"i"};
+    int64_t sizes[] = {n};
+    sm_mesh mesh;
+    sm_sharding_ref sh = {.mesh = &mesh, .default_order = 1};
+    int64_t count = 1;
+    for (int d = 0; d < s->rank; d++)
+        count *= s->dims[d];
+    float *data = malloc((size_t)count * sizeof *data);
+    if (!data) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (int64_t k = 0; k < count; k++)
+        data[k] = 1.0f;
+    int rc = sm_mesh_init(&mesh, 1, names, sizes, NULL, n, err, errlen) ||
+                     sm_pspec_parse("P('i')", &sh.spec, err, errlen) ||
+                     sm_client_put(cli, SM_F32, s, data, &sh, NULL, out, err, errlen)
+                 ? -1
+                 : 0;
+    free(data);
+    return rc;
+}
+
+/* Measures one cluster of w workers x d devices into *row. */
+static int scale_measure(const char *bin, int w, int d, int mib, int runs, int druns,
+                         scale_row *row, char *err, size_t errlen)
+{
+    int n = w * d, rc = 0;
+    int64_t rows = ((int64_t)mib << 20) / (SCALE_COLS * 4);
+    bench_cluster cl;
+    sm_client *cli = NULL;
+    sm_program *empty = NULL, *p1 = NULL, *p3 = NULL;
+    sm_array_info x = {0}, v = {0};
+    double *rpc = calloc((size_t)druns, sizeof *rpc), *job = calloc((size_t)druns, sizeof *job);
+    double *t1 = calloc((size_t)runs, sizeof *t1), *t3 = calloc((size_t)runs, sizeof *t3);
+    char text[1024];
+    memset(row, 0, sizeof *row);
+    row->workers = w;
+    row->devices = n;
+    if (!rpc || !job || !t1 || !t3) {
+        snprintf(err, errlen, "out of memory");
+        rc = -1;
+    }
+    if (!rc && bench_cluster_start(&cl, bin, w, d, &cli, err, errlen))
+        rc = -1;
+    snprintf(text, sizeof text,
+             "mesh i=%d\n"
+             "shard_map empty(x: f32[%d] @ P('i')) -> P('i'):\n"
+             "    return x\n",
+             n, n);
+    sm_shape small = {.rank = 1, .dims = {n}}, big = {.rank = 2, .dims = {rows * n, SCALE_COLS}};
+    if (!rc &&
+        (bench_program(text, &empty, err, errlen) || scale_put(cli, n, &small, &x, err, errlen)))
+        rc = -1;
+    for (int r = -druns / 10; !rc && r < druns; r++) { /* a tenth as warm-up */
+        double a, b;
+        if (scale_rpc(cli, &a, err, errlen) || scale_job(cli, empty, x.id, &b, err, errlen)) {
+            rc = -1;
+            break;
+        }
+        if (r >= 0) {
+            rpc[r] = a;
+            job[r] = b;
+        }
+    }
+    if (!rc) {
+        scale_psum_text(n, rows, 1, text, sizeof text);
+        rc = bench_program(text, &p1, err, errlen) ? -1 : 0;
+    }
+    if (!rc) {
+        scale_psum_text(n, rows, 3, text, sizeof text);
+        rc = bench_program(text, &p3, err, errlen) ? -1 : 0;
+    }
+    if (!rc)
+        rc = scale_put(cli, n, &big, &v, err, errlen);
+    for (int r = -1; !rc && r < runs; r++) { /* one warm-up pair */
+        double a, b;
+        if (scale_job(cli, p1, v.id, &a, err, errlen) ||
+            scale_job(cli, p3, v.id, &b, err, errlen)) {
+            rc = -1;
+            break;
+        }
+        if (r >= 0) {
+            t1[r] = a;
+            t3[r] = b;
+        }
+    }
+    if (!rc) {
+        row->rpc_ms = bench_median(rpc, druns) * 1e3;
+        row->job_ms = bench_median(job, druns) * 1e3;
+        double one = (bench_median(t3, runs) - bench_median(t1, runs)) / 2;
+        row->psum_ms = one * 1e3;
+        row->busbw = one > 0 ? (double)((int64_t)mib << 20) * 2.0 * (n - 1) / n / one / 1e9 : 0;
+    }
+    char e2[256];
+    if (x.id.v)
+        sm_client_delete(cli, (sm_array_ref){.id = x.id}, e2, sizeof e2);
+    if (v.id.v)
+        sm_client_delete(cli, (sm_array_ref){.id = v.id}, e2, sizeof e2);
+    sm_array_info_free(&x);
+    sm_array_info_free(&v);
+    sm_program_free(empty);
+    sm_program_free(p1);
+    sm_program_free(p3);
+    if (cli)
+        sm_client_close(cli);
+    bench_cluster_stop(&cl);
+    free(rpc);
+    free(job);
+    free(t1);
+    free(t3);
+    return rc;
+}
+#endif
+
+int main(int argc, char **argv)
+{
+    int workers[SCALE_MAX_WORKERS] = {1, 2, 4, 8}, nw = 4, d = 4, mib = 16, runs = 3, druns = 100;
+    const char *binarg = NULL;
+    static const struct option opts[] = {{"workers", required_argument, 0, 'w'},
+                                         {"devices-per-worker", required_argument, 0, 'd'},
+                                         {"mib", required_argument, 0, 'm'},
+                                         {"runs", required_argument, 0, 'r'},
+                                         {"dispatch-runs", required_argument, 0, 'D'},
+                                         {"coordinator", required_argument, 0, 'c'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    int o;
+    while ((o = getopt_long(argc, argv, "w:d:m:r:D:c:h", opts, NULL)) != -1) {
+        switch (o) {
+        case 'w': {
+            nw = 0;
+            for (char *s = optarg, *end; *s && nw < SCALE_MAX_WORKERS; s = *end ? end + 1 : end) {
+                long v = strtol(s, &end, 10);
+                if (end == s || v < 1 || v > 64 || (*end && *end != ',')) {
+                    fprintf(stderr, "bench_scale: --workers takes counts 1..64, like 1,2,4,8\n");
+                    return 2;
+                }
+                workers[nw++] = (int)v;
+            }
+            break;
+        }
+        case 'd':
+            d = atoi(optarg);
+            break;
+        case 'm':
+            mib = atoi(optarg);
+            break;
+        case 'r':
+            runs = atoi(optarg);
+            break;
+        case 'D':
+            druns = atoi(optarg);
+            break;
+        case 'c':
+            binarg = optarg;
+            break;
+        default:
+            printf("usage: bench_scale [--workers 1,2,4,8] [--devices-per-worker 4] [--mib 16]\n"
+                   "                   [--runs 3] [--dispatch-runs 100] [--coordinator PATH]\n"
+                   "How an empty job's round trip (vs a plain RPC) and a psum of MIB per device\n"
+                   "grow with the number of local workers (each with the given devices).\n");
+            return o == 'h' ? 0 : 2;
+        }
+    }
+    if (d < 1 || d > 64 || mib < 1 || mib > 1024 || runs < 1 || runs > 100 || druns < 10 ||
+        druns > 100000 || nw == 0) {
+        fprintf(stderr, "bench_scale: a count out of range (see --help)\n");
+        return 2;
+    }
+#if BENCH_HAVE_JOBS
+    char bin[PATH_MAX], err[1024];
+    if (bench_coordinator_path(binarg, bin, sizeof bin))
+        return 1;
+    printf("bench_scale: %d devices per worker, psum of %d MiB per device, medians of %d psum "
+           "runs and %d dispatch runs\n\n",
+           d, mib, runs, druns);
+    printf("%8s %8s %10s %10s %12s %12s %12s\n", "workers", "devices", "rpc ms", "job ms",
+           "job-rpc ms", "psum ms", "busbw GB/s");
+    scale_row rows[SCALE_MAX_WORKERS];
+    for (int k = 0; k < nw; k++) {
+        if (scale_measure(bin, workers[k], d, mib, runs, druns, &rows[k], err, sizeof err)) {
+            fprintf(stderr, "bench_scale: %d workers: %s\n", workers[k], err);
+            return 1;
+        }
+        const scale_row *r = &rows[k];
+        printf("%8d %8d %10.3f %10.3f %12.3f %12.1f %12.2f\n", r->workers, r->devices, r->rpc_ms,
+               r->job_ms, r->job_ms - r->rpc_ms, r->psum_ms, r->busbw);
+        fflush(stdout);
+    }
+    printf("\n");
+    for (int k = 0; k < nw; k++) {
+        char fig[96];
+        const scale_row *r = &rows[k];
+        snprintf(fig, sizeof fig, "dispatch, %d workers x %d devices", r->workers, d);
+        bench_summary("scale", fig, r->job_ms, "ms", "RPC", r->rpc_ms, "", -1);
+        snprintf(fig, sizeof fig, "psum %d MiB, %d workers x %d devices", mib, r->workers, d);
+        bench_summary("scale", fig, r->busbw, "GB/s busbw", "1 worker", rows[0].busbw, "", -1);
+    }
+    return 0;
+#else
+    (void)binarg;
+    (void)workers;
+    printf("bench_scale: jobs not available in this build\n");
+    return 0;
+#endif
+}
