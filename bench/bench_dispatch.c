@@ -27,18 +27,6 @@ static const char dispatch_program[] = "mesh i=8\n"
                                        "shard_map empty(x: f32[8] @ P('i')) -> P('i'):\n"
                                        "    return x\n";
 
-static int dispatch_rpc(sm_client *cli, double *secs, char *err, size_t errlen)
-{
-    sm_worker_info *w = NULL;
-    int n = 0;
-    double t0 = bench_now_s();
-    if (sm_client_devices(cli, &w, &n, err, errlen))
-        return -1;
-    *secs = bench_now_s() - t0;
-    free(w);
-    return 0;
-}
-
 #if BENCH_HAVE_JOBS
 /* One job with sm_job_run: *secs from submit to result ready, *svc the
  * service's queued_us + run_us. Deletes the outputs but x. */
@@ -140,7 +128,7 @@ int main(int argc, char **argv)
 
     for (int r = -warmup; r < runs && !rc; r++) {
         double t;
-        if (dispatch_rpc(cli, &t, err, sizeof err)) {
+        if (bench_rpc_devices(cli, &t, err, sizeof err)) {
             fprintf(stderr, "bench_dispatch: devices RPC: %s\n", err);
             rc = 1;
             break;

@@ -45,18 +45,6 @@ static int scale_job(sm_client *cli, const sm_program *p, sm_array_id x, double 
     return 0;
 }
 
-static int scale_rpc(sm_client *cli, double *secs, char *err, size_t errlen)
-{
-    sm_worker_info *w = NULL;
-    int n = 0;
-    double t0 = bench_now_s();
-    if (sm_client_devices(cli, &w, &n, err, errlen))
-        return -1;
-    *secs = bench_now_s() - t0;
-    free(w);
-    return 0;
-}
-
 /* The psum program over n devices on blocks of rows x SCALE_COLS, applied
  * R times. */
 static void scale_psum_text(int n, int64_t rows, int R, char *out, size_t len)
@@ -132,7 +120,8 @@ static int scale_measure(const char *bin, int w, int d, int mib, int runs, int d
         rc = -1;
     for (int r = -druns / 10; !rc && r < druns; r++) { /* a tenth as warm-up */
         double a, b;
-        if (scale_rpc(cli, &a, err, errlen) || scale_job(cli, empty, x.id, &b, err, errlen)) {
+        if (bench_rpc_devices(cli, &a, err, errlen) ||
+            scale_job(cli, empty, x.id, &b, err, errlen)) {
             rc = -1;
             break;
         }

@@ -301,3 +301,15 @@ void bench_job_drop(sm_client *cli, sm_job_info *info)
     bench_job_drop_but(cli, info, (sm_array_id){0});
 }
 #endif
+
+int bench_rpc_devices(sm_client *cli, double *secs, char *err, size_t errlen)
+{
+    sm_worker_info *w = NULL;
+    int n = 0;
+    double t0 = bench_now_s();
+    if (sm_client_devices(cli, &w, &n, err, errlen))
+        return -1;
+    *secs = bench_now_s() - t0;
+    free(w);
+    return 0;
+}

@@ -60,6 +60,10 @@ int bench_cluster_start(bench_cluster *c, const char *bin, int workers, int devi
  * removes the directory. Safe on a cluster that did not start. */
 void bench_cluster_stop(bench_cluster *c);
 
+/* Times one plain unary RPC (sm_client_devices, answered from the
+ * coordinator's registry): the anchor of job round trips. 0 or -1. */
+int bench_rpc_devices(sm_client *cli, double *secs, char *err, size_t errlen);
+
 /* Prints one line for bench/run.sh's summary table:
  *   SUMMARY|bench|figure|value|unit|anchor name|anchor value|ratio|target|met
  * value < 0 means no figure ("-"); ratio is value/anchor (empty when either
