@@ -21,7 +21,6 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,7 +97,8 @@ static double anchor_read(const char *path, void *buf, size_t bytes)
 static int rm_rf(const char *path)
 {
     char cmd[PATH_MAX + 32];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
+    if (snprintf(cmd, sizeof cmd, "rm -rf '%s'", path) >= (int)sizeof cmd)
+        return -1;
     return system(cmd);
 }
 
@@ -106,34 +106,18 @@ int main(int argc, char **argv)
 {
     int mib = 1024, runs = 3;
     const char *binarg = NULL, *dirarg = NULL;
-    static const struct option opts[] = {
-        {"mib", required_argument, 0, 'm'}, {"runs", required_argument, 0, 'r'},
-        {"dir", required_argument, 0, 'd'}, {"coordinator", required_argument, 0, 'c'},
-        {"help", no_argument, 0, 'h'},      {0, 0, 0, 0}};
-    int o;
-    while ((o = getopt_long(argc, argv, "m:r:d:c:h", opts, NULL)) != -1) {
-        switch (o) {
-        case 'm':
-            mib = atoi(optarg);
-            break;
-        case 'r':
-            runs = atoi(optarg);
-            break;
-        case 'd':
-            dirarg = optarg;
-            break;
-        case 'c':
-            binarg = optarg;
-            break;
-        default:
-            printf("usage: bench_ckpt [--mib N] [--runs N] [--dir DIR] [--coordinator PATH]\n"
-                   "Save and load of an N MiB array (default 1024) on 2 workers x 4 devices "
-                   "against a dd-style sequential write (fsynced) and read (page cache "
-                   "dropped) of the same bytes in DIR (default a new directory under /tmp), "
-                   "medians of N runs (default 3).\n");
-            return o == 'h' ? 0 : 2;
-        }
-    }
+    const bench_opt opts[] = {BENCH_OPT_INT("mib", 'm', &mib), BENCH_OPT_INT("runs", 'r', &runs),
+                              BENCH_OPT_STR("dir", 'd', &dirarg),
+                              BENCH_OPT_STR("coordinator", 'c', &binarg)};
+    int parsed =
+        bench_options(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
+                      "usage: bench_ckpt [--mib N] [--runs N] [--dir DIR] [--coordinator PATH]\n"
+                      "Save and load of an N MiB array (default 1024) on 2 workers x 4 devices "
+                      "against a dd-style sequential write (fsynced) and read (page cache "
+                      "dropped) of the same bytes in DIR (default a new directory under /tmp), "
+                      "medians of N runs (default 3).\n");
+    if (parsed >= 0)
+        return parsed;
     if (mib < 8 || mib > 65536)
         mib = 1024;
     if (runs < 1 || runs > 50)

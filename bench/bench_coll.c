@@ -35,7 +35,6 @@
  * The worker binary defaults to ../worker/shmap-worker next to this
  * program (the build tree). */
 #define _GNU_SOURCE
-#include <getopt.h>
 #include <libgen.h>
 #include <limits.h>
 #include <pthread.h>
@@ -473,39 +472,33 @@ int main(int argc, char **argv)
     int nsizes = 3, runs = 5;
     unsigned ops = (1u << BC_NOPS) - 1, trs = 3;
     char bin[PATH_MAX] = "", err[1024];
-    static const struct option opts[] = {{"sizes", required_argument, 0, 's'},
-                                         {"runs", required_argument, 0, 'r'},
-                                         {"ops", required_argument, 0, 'o'},
-                                         {"worker", required_argument, 0, 'w'},
-                                         {"transport", required_argument, 0, 't'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    for (int ch; (ch = getopt_long(argc, argv, "s:r:o:w:t:h", opts, NULL)) != -1;) {
-        if (ch == 't') {
-            trs = (strstr(optarg, "grpc") ? 1u : 0u) | (strstr(optarg, "shm") ? 2u : 0u);
-            if (trs)
-                continue;
-        }
-        if (ch == 's' && (nsizes = bc_parse_sizes(optarg, sizes, 16)) > 0)
-            continue;
-        if (ch == 'r' && (runs = atoi(optarg)) >= 1 && runs <= BC_MAX_RUN)
-            continue;
-        if (ch == 'o' && (ops = bc_parse_ops(optarg)))
-            continue;
-        if (ch == 'w') {
-            snprintf(bin, sizeof bin, "%s", optarg);
-            continue;
-        }
-        printf("usage: bench_coll [--sizes 1,16,64] [--runs 5] [--ops psum,...] [--transport "
-               "grpc,shm]\n"
-               "                  [--worker PATH]\n"
-               "Collectives across 2 shmap-worker processes x 2 devices (RunJob, then Exchange\n"
-               "over gRPC or shared memory); sizes in MiB per device, runs in 1..%d, ops among\n"
-               "psum, all_gather, psum_scatter, all_to_all and ppermute (default: all),\n"
-               "transports grpc and shm (default: both).\n",
-               BC_MAX_RUN);
-        return ch == 'h' ? 0 : 2;
+    const char *sizes_arg = NULL, *ops_arg = NULL, *worker_arg = NULL, *tr_arg = NULL;
+    const bench_opt opts[] = {
+        BENCH_OPT_STR("sizes", 's', &sizes_arg), BENCH_OPT_INT("runs", 'r', &runs),
+        BENCH_OPT_STR("ops", 'o', &ops_arg), BENCH_OPT_STR("worker", 'w', &worker_arg),
+        BENCH_OPT_STR("transport", 't', &tr_arg)};
+    char usage[1024];
+    snprintf(usage, sizeof usage,
+             "usage: bench_coll [--sizes 1,16,64] [--runs 5] [--ops psum,...] [--transport "
+             "grpc,shm]\n"
+             "                  [--worker PATH]\n"
+             "Collectives across 2 shmap-worker processes x 2 devices (RunJob, then Exchange\n"
+             "over gRPC or shared memory); sizes in MiB per device, runs in 1..%d, ops among\n"
+             "psum, all_gather, psum_scatter, all_to_all and ppermute (default: all),\n"
+             "transports grpc and shm (default: both).\n",
+             BC_MAX_RUN);
+    int parsed = bench_options(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), usage);
+    if (parsed >= 0)
+        return parsed;
+    if (tr_arg)
+        trs = (strstr(tr_arg, "grpc") ? 1u : 0u) | (strstr(tr_arg, "shm") ? 2u : 0u);
+    if ((sizes_arg && (nsizes = bc_parse_sizes(sizes_arg, sizes, 16)) <= 0) || runs < 1 ||
+        runs > BC_MAX_RUN || (ops_arg && !(ops = bc_parse_ops(ops_arg))) || !trs) {
+        printf("%s", usage);
+        return 2;
     }
+    if (worker_arg)
+        snprintf(bin, sizeof bin, "%s", worker_arg);
     if (!*bin) {
         char self[PATH_MAX];
         ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);

@@ -13,7 +13,6 @@
  *
  *   bench_dispatch [--runs 200] [--warmup 20] [--coordinator PATH] */
 #define _GNU_SOURCE
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,31 +54,17 @@ int main(int argc, char **argv)
 {
     int runs = 200, warmup = 20;
     const char *binarg = NULL;
-    static const struct option opts[] = {{"runs", required_argument, 0, 'r'},
-                                         {"warmup", required_argument, 0, 'w'},
-                                         {"coordinator", required_argument, 0, 'c'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    int o;
-    while ((o = getopt_long(argc, argv, "r:w:c:h", opts, NULL)) != -1) {
-        switch (o) {
-        case 'r':
-            runs = atoi(optarg);
-            break;
-        case 'w':
-            warmup = atoi(optarg);
-            break;
-        case 'c':
-            binarg = optarg;
-            break;
-        default:
-            printf("usage: bench_dispatch [--runs N] [--warmup W] [--coordinator PATH]\n"
-                   "Round trip of an empty shard_map job (return x, 8 devices on 2 workers x 4)\n"
-                   "with sm_job_run, and with sm_job_submit + sm_job_wait, vs a plain unary RPC\n"
-                   "(sm_client_devices), same run. N defaults to 200, W to 20.\n");
-            return o == 'h' ? 0 : 2;
-        }
-    }
+    const bench_opt opts[] = {BENCH_OPT_INT("runs", 'r', &runs),
+                              BENCH_OPT_INT("warmup", 'w', &warmup),
+                              BENCH_OPT_STR("coordinator", 'c', &binarg)};
+    int parsed = bench_options(
+        argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
+        "usage: bench_dispatch [--runs N] [--warmup W] [--coordinator PATH]\n"
+        "Round trip of an empty shard_map job (return x, 8 devices on 2 workers x 4)\n"
+        "with sm_job_run, and with sm_job_submit + sm_job_wait, vs a plain unary RPC\n"
+        "(sm_client_devices), same run. N defaults to 200, W to 20.\n");
+    if (parsed >= 0)
+        return parsed;
     if (runs < 1 || runs > DISPATCH_MAX_RUNS)
         runs = 200;
     if (warmup < 0 || warmup > DISPATCH_MAX_RUNS)

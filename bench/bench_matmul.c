@@ -21,7 +21,6 @@
  *   bench_matmul [--n 4096] [--runs 5] [--coordinator PATH] */
 #define _GNU_SOURCE
 #include <cblas.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,31 +138,16 @@ int main(int argc, char **argv)
     sm_kern_coretype_setup(argc, argv);
     int n = 4096, runs = 5;
     const char *binarg = NULL;
-    static const struct option opts[] = {{"n", required_argument, 0, 'n'},
-                                         {"runs", required_argument, 0, 'r'},
-                                         {"coordinator", required_argument, 0, 'c'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    int o;
-    while ((o = getopt_long(argc, argv, "n:r:c:h", opts, NULL)) != -1) {
-        switch (o) {
-        case 'n':
-            n = atoi(optarg);
-            break;
-        case 'r':
-            runs = atoi(optarg);
-            break;
-        case 'c':
-            binarg = optarg;
-            break;
-        default:
-            printf("usage: bench_matmul [--n N] [--runs R] [--coordinator PATH]\n"
-                   "N x N f32 matmul as a shard_map job on 2 workers x 2 devices, meshes (4,)\n"
-                   "and (2,2), vs single-process OpenBLAS sgemm on 2 threads, same run.\n"
-                   "N defaults to 4096 (a multiple of 4), R to 5.\n");
-            return o == 'h' ? 0 : 2;
-        }
-    }
+    const bench_opt opts[] = {BENCH_OPT_INT("n", 'n', &n), BENCH_OPT_INT("runs", 'r', &runs),
+                              BENCH_OPT_STR("coordinator", 'c', &binarg)};
+    int parsed =
+        bench_options(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
+                      "usage: bench_matmul [--n N] [--runs R] [--coordinator PATH]\n"
+                      "N x N f32 matmul as a shard_map job on 2 workers x 2 devices, meshes (4,)\n"
+                      "and (2,2), vs single-process OpenBLAS sgemm on 2 threads, same run.\n"
+                      "N defaults to 4096 (a multiple of 4), R to 5.\n");
+    if (parsed >= 0)
+        return parsed;
     if (runs < 1 || runs > BENCH_MAX_RUNS)
         runs = 5;
     if (n < 4 || n % 4 || n > 16384) {

@@ -6,7 +6,6 @@
  *
  *   bench_roundtrip --target HOST:PORT [--mib 256] [--devices 8] [--runs 1] */
 #define _GNU_SOURCE
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,32 +16,16 @@ int main(int argc, char **argv)
 {
     const char *target = NULL;
     int mib = 256, ndev = 8, runs = 1;
-    static const struct option opts[] = {
-        {"target", required_argument, 0, 't'},  {"mib", required_argument, 0, 'm'},
-        {"devices", required_argument, 0, 'd'}, {"runs", required_argument, 0, 'r'},
-        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
-    int o;
-    while ((o = getopt_long(argc, argv, "t:m:d:r:h", opts, NULL)) != -1) {
-        switch (o) {
-        case 't':
-            target = optarg;
-            break;
-        case 'm':
-            mib = atoi(optarg);
-            break;
-        case 'd':
-            ndev = atoi(optarg);
-            break;
-        case 'r':
-            runs = atoi(optarg);
-            break;
-        default:
-            printf("usage: bench_roundtrip --target HOST:PORT [--mib N] [--devices D] [--runs R]\n"
-                   "Seconds of R round trips (put + get into a reused buffer) of an N MiB f32\n"
-                   "array sharded P('i') over mesh (D,), one per line.\n");
-            return o == 'h' ? 0 : 2;
-        }
-    }
+    const bench_opt opts[] = {BENCH_OPT_STR("target", 't', &target),
+                              BENCH_OPT_INT("mib", 'm', &mib), BENCH_OPT_INT("devices", 'd', &ndev),
+                              BENCH_OPT_INT("runs", 'r', &runs)};
+    int parsed = bench_options(
+        argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
+        "usage: bench_roundtrip --target HOST:PORT [--mib N] [--devices D] [--runs R]\n"
+        "Seconds of R round trips (put + get into a reused buffer) of an N MiB f32\n"
+        "array sharded P('i') over mesh (D,), one per line.\n");
+    if (parsed >= 0)
+        return parsed;
     if (!target || mib < 1 || ndev < 1 || runs < 1) {
         fprintf(stderr, "bench_roundtrip: --target is required; sizes must be positive\n");
         return 2;

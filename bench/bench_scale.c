@@ -16,7 +16,6 @@
  *   bench_scale [--workers 1,2,4,8] [--devices-per-worker 4] [--mib 16]
  *               [--runs 3] [--dispatch-runs 100] [--coordinator PATH] */
 #define _GNU_SOURCE
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,51 +182,30 @@ static int scale_measure(const char *bin, int w, int d, int mib, int runs, int d
 int main(int argc, char **argv)
 {
     int workers[SCALE_MAX_WORKERS] = {1, 2, 4, 8}, nw = 4, d = 4, mib = 16, runs = 3, druns = 100;
-    const char *binarg = NULL;
-    static const struct option opts[] = {{"workers", required_argument, 0, 'w'},
-                                         {"devices-per-worker", required_argument, 0, 'd'},
-                                         {"mib", required_argument, 0, 'm'},
-                                         {"runs", required_argument, 0, 'r'},
-                                         {"dispatch-runs", required_argument, 0, 'D'},
-                                         {"coordinator", required_argument, 0, 'c'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    int o;
-    while ((o = getopt_long(argc, argv, "w:d:m:r:D:c:h", opts, NULL)) != -1) {
-        switch (o) {
-        case 'w': {
-            nw = 0;
-            for (char *s = optarg, *end; *s && nw < SCALE_MAX_WORKERS; s = *end ? end + 1 : end) {
-                long v = strtol(s, &end, 10);
-                if (end == s || v < 1 || v > 64 || (*end && *end != ',')) {
-                    fprintf(stderr, "bench_scale: --workers takes counts 1..64, like 1,2,4,8\n");
-                    return 2;
-                }
-                workers[nw++] = (int)v;
+    const char *binarg = NULL, *wlist = NULL;
+    const bench_opt opts[] = {BENCH_OPT_STR("workers", 'w', &wlist),
+                              BENCH_OPT_INT("devices-per-worker", 'd', &d),
+                              BENCH_OPT_INT("mib", 'm', &mib),
+                              BENCH_OPT_INT("runs", 'r', &runs),
+                              BENCH_OPT_INT("dispatch-runs", 'D', &druns),
+                              BENCH_OPT_STR("coordinator", 'c', &binarg)};
+    int parsed = bench_options(
+        argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
+        "usage: bench_scale [--workers 1,2,4,8] [--devices-per-worker 4] [--mib 16]\n"
+        "                   [--runs 3] [--dispatch-runs 100] [--coordinator PATH]\n"
+        "How an empty job's round trip (vs a plain RPC) and a psum of MIB per device\n"
+        "grow with the number of local workers (each with the given devices).\n");
+    if (parsed >= 0)
+        return parsed;
+    if (wlist) {
+        nw = 0;
+        for (char *end; *wlist && nw < SCALE_MAX_WORKERS; wlist = *end ? end + 1 : end) {
+            long v = strtol(wlist, &end, 10);
+            if (end == wlist || v < 1 || v > 64 || (*end && *end != ',')) {
+                fprintf(stderr, "bench_scale: --workers takes counts 1..64, like 1,2,4,8\n");
+                return 2;
             }
-            break;
-        }
-        case 'd':
-            d = atoi(optarg);
-            break;
-        case 'm':
-            mib = atoi(optarg);
-            break;
-        case 'r':
-            runs = atoi(optarg);
-            break;
-        case 'D':
-            druns = atoi(optarg);
-            break;
-        case 'c':
-            binarg = optarg;
-            break;
-        default:
-            printf("usage: bench_scale [--workers 1,2,4,8] [--devices-per-worker 4] [--mib 16]\n"
-                   "                   [--runs 3] [--dispatch-runs 100] [--coordinator PATH]\n"
-                   "How an empty job's round trip (vs a plain RPC) and a psum of MIB per device\n"
-                   "grow with the number of local workers (each with the given devices).\n");
-            return o == 'h' ? 0 : 2;
+            workers[nw++] = (int)v;
         }
     }
     if (d < 1 || d > 64 || mib < 1 || mib > 1024 || runs < 1 || runs > 100 || druns < 10 ||

@@ -10,7 +10,6 @@
  *     bench_state [--runs N] [--upload-runs N] [--coordinator PATH]
  */
 #define _GNU_SOURCE
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,32 +179,17 @@ int main(int argc, char **argv)
 {
     int runs = 200, uploads = 30;
     const char *binarg = NULL;
-    static const struct option opts[] = {{"runs", required_argument, 0, 'r'},
-                                         {"upload-runs", required_argument, 0, 'u'},
-                                         {"coordinator", required_argument, 0, 'c'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    int o;
-    while ((o = getopt_long(argc, argv, "r:u:c:h", opts, NULL)) != -1) {
-        switch (o) {
-        case 'r':
-            runs = atoi(optarg);
-            break;
-        case 'u':
-            uploads = atoi(optarg);
-            break;
-        case 'c':
-            binarg = optarg;
-            break;
-        default:
-            printf("usage: bench_state [--runs N] [--upload-runs N] [--coordinator PATH]\n"
-                   "The empty-job round trip (N runs, default 200) and the %d MiB upload (default "
-                   "30 runs) on 2 workers x 4 devices with state dirs (SHMAP_STATE_DIR) against "
-                   "without, same run.\n",
-                   UPLOAD_MIB);
-            return o == 'h' ? 0 : 2;
-        }
-    }
+    const bench_opt opts[] = {BENCH_OPT_INT("runs", 'r', &runs),
+                              BENCH_OPT_INT("upload-runs", 'u', &uploads),
+                              BENCH_OPT_STR("coordinator", 'c', &binarg)};
+    int parsed = bench_options(
+        argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
+        "usage: bench_state [--runs N] [--upload-runs N] [--coordinator PATH]\n"
+        "The empty-job round trip (N runs, default 200) and the 16 MiB upload (default "
+        "30 runs) on 2 workers x 4 devices with state dirs (SHMAP_STATE_DIR) against "
+        "without, same run.\n");
+    if (parsed >= 0)
+        return parsed;
     if (runs < 10 || runs > STATE_MAX_RUNS)
         runs = 200;
     if (uploads < 1 || uploads > 100)
@@ -218,7 +202,7 @@ int main(int argc, char **argv)
         perror("bench_state: mkdtemp");
         return 1;
     }
-    state_figures without, with;
+    state_figures without = {0}, with = {0};
     printf("bench_state: 2 workers x 4 devices, %d empty jobs and %d uploads of %d MiB each "
            "(medians), with and without state dirs in alternating blocks\n\n",
            runs, uploads, UPLOAD_MIB);

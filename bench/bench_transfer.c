@@ -22,7 +22,6 @@
  * ../server/shmap-coordinator relative to this program (the build tree). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
-#include <getopt.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -147,32 +146,16 @@ int main(int argc, char **argv)
     int runs = 5, warmup = 1;
     char binbuf[PATH_MAX];
     const char *bin = NULL;
-    static const struct option opts[] = {
-        {"sizes", required_argument, 0, 's'},  {"runs", required_argument, 0, 'r'},
-        {"warmup", required_argument, 0, 'w'}, {"coordinator", required_argument, 0, 'c'},
-        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
-    int c;
-    while ((c = getopt_long(argc, argv, "s:r:w:c:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 's':
-            sizes_arg = optarg;
-            break;
-        case 'r':
-            runs = atoi(optarg);
-            break;
-        case 'w':
-            warmup = atoi(optarg);
-            break;
-        case 'c':
-            bin = optarg;
-            break;
-        default:
-            printf("usage: bench_transfer [--sizes MiB,MiB,...] [--runs N] [--warmup N] "
-                   "[--coordinator PATH]\n"
-                   "Upload/download throughput of shmap vs plain loopback TCP, same run.\n");
-            return c == 'h' ? 0 : 2;
-        }
-    }
+    const bench_opt opts[] = {
+        BENCH_OPT_STR("sizes", 's', &sizes_arg), BENCH_OPT_INT("runs", 'r', &runs),
+        BENCH_OPT_INT("warmup", 'w', &warmup), BENCH_OPT_STR("coordinator", 'c', &bin)};
+    int parsed =
+        bench_options(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
+                      "usage: bench_transfer [--sizes MiB,MiB,...] [--runs N] [--warmup N] "
+                      "[--coordinator PATH]\n"
+                      "Upload/download throughput of shmap vs plain loopback TCP, same run.\n");
+    if (parsed >= 0)
+        return parsed;
     if (runs < 1 || runs > 50)
         runs = 5;
     if (warmup < 0 || warmup > 10)

@@ -7,6 +7,7 @@
 #include <libgen.h>
 #include <math.h>
 #include <signal.h>
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -312,4 +313,36 @@ int bench_rpc_devices(sm_client *cli, double *secs, char *err, size_t errlen)
     *secs = bench_now_s() - t0;
     free(w);
     return 0;
+}
+
+int bench_options(int argc, char **argv, const bench_opt *opts, int n, const char *usage)
+{
+    struct option lo[BENCH_MAX_OPTS + 2];
+    char shorts[2 * BENCH_MAX_OPTS + 2];
+    size_t k = 0;
+    if (n > BENCH_MAX_OPTS)
+        return 2;
+    for (int i = 0; i < n; i++) {
+        lo[i] = (struct option){opts[i].name, required_argument, NULL, opts[i].letter};
+        shorts[k++] = opts[i].letter;
+        shorts[k++] = ':';
+    }
+    lo[n] = (struct option){"help", no_argument, NULL, 'h'};
+    lo[n + 1] = (struct option){NULL, 0, NULL, 0};
+    shorts[k++] = 'h';
+    shorts[k] = '\0';
+    for (int o; (o = getopt_long(argc, argv, shorts, lo, NULL)) != -1;) {
+        int i = 0;
+        while (i < n && opts[i].letter != o)
+            i++;
+        if (i == n) {
+            printf("%s", usage);
+            return o == 'h' ? 0 : 2;
+        }
+        if (opts[i].ival)
+            *opts[i].ival = atoi(optarg);
+        else
+            *opts[i].sval = optarg;
+    }
+    return -1;
 }

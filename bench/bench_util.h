@@ -60,6 +60,28 @@ int bench_cluster_start(bench_cluster *c, const char *bin, int workers, int devi
  * removes the directory. Safe on a cluster that did not start. */
 void bench_cluster_stop(bench_cluster *c);
 
+/* One option of a bench program: --name VALUE or -letter VALUE, into an
+ * int (atoi) or a string (the argument itself). */
+typedef struct {
+    const char *name;
+    char letter;
+    int *ival;
+    const char **sval;
+} bench_opt;
+#define BENCH_OPT_INT(name, letter, p)                                                             \
+    {                                                                                              \
+        name, letter, p, NULL                                                                      \
+    }
+#define BENCH_OPT_STR(name, letter, p)                                                             \
+    {                                                                                              \
+        name, letter, NULL, p                                                                      \
+    }
+#define BENCH_MAX_OPTS 16
+/* Parses argv by the n opts and -h/--help. Returns -1 to go on, or what
+ * main should return: 0 after --help, 2 after an unknown option or a
+ * missing value (usage printed to stdout in both cases). */
+int bench_options(int argc, char **argv, const bench_opt *opts, int n, const char *usage);
+
 /* Times one plain unary RPC (sm_client_devices, answered from the
  * coordinator's registry): the anchor of job round trips. 0 or -1. */
 int bench_rpc_devices(sm_client *cli, double *secs, char *err, size_t errlen);
