@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Checks that every shmap-coordinator / shmap-worker / shmapctl command line
 written in the deployment files and docs uses options the programs accept
-(as listed by their --help), and that shmapctl options follow a subcommand.
+(as listed by their --help), that shmapctl options follow a subcommand, and
+that every SHMAP_* variable they name is one a program reads.
 
   check_deploy.py COORDINATOR WORKER SHMAPCTL FILE...
 
@@ -131,6 +132,19 @@ def main(argv):
                 else:
                     print(f"ok   - {where}")
                     passed += 1
+    # Every SHMAP_* variable the deployment files (not the docs, which name
+    # scripts' variables too) set or name is one a program reads (its --help
+    # lists it).
+    known = set(re.findall(r"\bSHMAP_[A-Z0-9_]*[A-Z0-9]", " ".join(helps.values())))
+    for path in argv[4:]:
+        if not path.endswith((".yml", ".yaml", "Dockerfile")):
+            continue
+        for var in sorted(set(re.findall(r"\bSHMAP_[A-Z0-9_]*[A-Z0-9]\b", open(path).read()))):
+            if var in known:
+                passed += 1
+            else:
+                print(f"FAIL - {path}: {var} is not a variable any program reads (not in --help)")
+                failed += 1
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 
