@@ -61,18 +61,26 @@ static sm_array_info put_as(sm_client *c, const char *name, int rows, sm_err wan
     return info;
 }
 
+/* Starts the cluster of the fixture: 2 workers of 2 devices, tenants from
+ * g_tokens, the registry in g_dir/state (so a test can start it again). */
+static void cluster_start(void)
+{
+    char err[512], state[512];
+    snprintf(state, sizeof state, "%s/state", g_dir);
+    const char *args[] = {"--tokens", g_tokens, "--state-dir", state, NULL};
+    harness_opts o = {.nworkers = 2, .devices_per_worker = 2, .token = CLUSTER, .coord_args = args};
+    sm_err e = harness_cluster_start(&o, &g_h, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "cluster: %s", err);
+}
+
 static void setup(void)
 {
-    char err[512];
     g_dir = harness_tmpdir();
     snprintf(g_tokens, sizeof g_tokens, "%s/tokens", g_dir);
     write_tokens("# tenant token quotas\n"
                  "alice " ALICE " max-bytes=64K\n"
                  "bob   " BOB "   max-jobs=1   # one queued job at most\n");
-    const char *args[] = {"--tokens", g_tokens, NULL};
-    harness_opts o = {.nworkers = 2, .devices_per_worker = 2, .token = CLUSTER, .coord_args = args};
-    sm_err e = harness_cluster_start(&o, &g_h, err, sizeof err);
-    ck_assert_msg(e == SM_OK, "cluster: %s", err);
+    cluster_start();
 }
 
 static void teardown(void)
@@ -217,6 +225,122 @@ START_TEST(test_tokens)
 }
 END_TEST
 
+/* A job that keeps a job thread busy for a while: 64 products of
+ * 128x512 by 512x512 blocks on each of 4 devices. */
+static const char *busy_text = "mesh i=4\n"
+                               "shard_map busy(a: f32[512,512] @ P('i'), w: f32[512,512] @ "
+                               "P()) -> P('i'):\n"
+                               "    z = a\n"
+                               "    for k in range(64):\n"
+                               "        z = tanh(dot(z, w))\n"
+                               "    return z\n";
+
+/* bob's max-jobs=1: with both of the coordinator's job threads busy with
+ * his jobs, one more of his waits, and the next is refused
+ * RESOURCE_EXHAUSTED naming the quota; alice's quota is her own. */
+START_TEST(test_max_jobs)
+{
+    sm_client *bob = connect_as(BOB), *alice = connect_as(ALICE);
+    char err[512];
+    sm_mesh m1, m2;
+    sm_shape s = HARNESS_SHAPE(512, 512);
+    sm_array *a = harness_array_iota(SM_F32, &s, 3);
+    for (int64_t i = 0; i < 512 * 512; i++)
+        ((float *)a->data)[i] = (float)(i % 5) * 0.001f;
+    sm_sharding_ref row = harness_sharding(&m1, "i=4", NULL, 0, "P('i')");
+    sm_sharding_ref rep = harness_sharding(&m2, "i=4", NULL, 0, "P()");
+    ck_assert_int_eq(sm_client_put(bob, SM_F32, &s, a->data, &row, "a", NULL, err, sizeof err),
+                     SM_OK);
+    ck_assert_int_eq(sm_client_put(bob, SM_F32, &s, a->data, &rep, "w", NULL, err, sizeof err),
+                     SM_OK);
+    sm_array_free(a);
+    sm_program *p = NULL;
+    ck_assert_int_eq(sm_program_parse(busy_text, "busy.shmap", &p, err, sizeof err), SM_OK);
+    sm_array_ref args[2] = {{{0}, "a"}, {{0}, "w"}};
+    sm_job_id ids[4];
+    int n = 0;
+    sm_err e = SM_OK;
+    /* two run (the coordinator's job threads), the third waits, the fourth is one too many;
+     * a job that ended before the next was submitted leaves room for one more */
+    for (int k = 0; k < 8 && (e = sm_job_submit(bob, p, 2, args, NULL, 1, 0, &ids[n % 4], err,
+                                                sizeof err)) == SM_OK;
+         k++)
+        n++;
+    ck_assert_msg(e == SM_ERESOURCE, "%d jobs submitted; then %s: %s", n, sm_err_name(e), err);
+    ck_assert_int_ge(n, 3);
+    ck_assert_msg(strstr(err, "tenant bob already has 1 jobs waiting to start") &&
+                      strstr(err, "max-jobs in --tokens"),
+                  "%s", err);
+    /* alice's jobs do not count against bob's quota */
+    sm_job_id theirs;
+    sm_array_info none = put_as(alice, "x", 8, SM_OK);
+    sm_program *q = NULL;
+    ck_assert_int_eq(sm_program_parse("mesh i=4\n"
+                                      "shard_map f(x: f32[8,256] @ P('i')) -> P('i'):\n"
+                                      "    return x + x\n",
+                                      "f.shmap", &q, err, sizeof err),
+                     SM_OK);
+    sm_array_ref x = {{0}, "x"};
+    ck_assert_msg(sm_job_submit(alice, q, 1, &x, NULL, 1, 0, &theirs, err, sizeof err) == SM_OK,
+                  "%s", err);
+    sm_job_info info;
+    ck_assert_int_eq(sm_job_wait(alice, theirs, 60000, &info, err, sizeof err), SM_OK);
+    ck_assert_int_eq(info.state, SM_JOB_DONE);
+    sm_job_info_free(&info);
+    for (int k = 0; k < n && k < 4; k++) {
+        ck_assert_int_eq(sm_job_cancel(bob, ids[(n - 1 - k) % 4], &info, err, sizeof err), SM_OK);
+        sm_job_info_free(&info);
+    }
+    sm_array_info_free(&none);
+    sm_program_free(p);
+    sm_program_free(q);
+    sm_client_close(bob);
+    sm_client_close(alice);
+}
+END_TEST
+
+/* A job's record stays its tenant's across a coordinator restart (the
+ * registry in --state-dir): its tenant and the cluster see it, another
+ * tenant gets NOT_FOUND. */
+START_TEST(test_jobs_restart)
+{
+    sm_client *bob = connect_as(BOB);
+    char err[512];
+    sm_array_info a = put_as(bob, "x", 8, SM_OK);
+    sm_program *p = NULL;
+    ck_assert_int_eq(sm_program_parse("mesh i=4\n"
+                                      "shard_map f(x: f32[8,256] @ P('i')) -> P('i'):\n"
+                                      "    return x + x\n",
+                                      "f.shmap", &p, err, sizeof err),
+                     SM_OK);
+    sm_array_ref arg = {{0}, "x"};
+    sm_job_info done;
+    ck_assert_msg(sm_job_run(bob, p, 1, &arg, NULL, 1, 0, 60000, &done, err, sizeof err) == SM_OK,
+                  "%s", err);
+    ck_assert_int_eq(done.state, SM_JOB_DONE);
+    sm_client_close(bob);
+    harness_cluster_stop(g_h);
+    g_h = NULL;
+    cluster_start();
+    bob = connect_as(BOB);
+    sm_client *alice = connect_as(ALICE), *root = connect_as(CLUSTER);
+    sm_job_info info;
+    ck_assert_msg(sm_job_status(bob, done.id, &info, err, sizeof err) == SM_OK, "%s", err);
+    ck_assert_int_eq(info.state, SM_JOB_DONE);
+    sm_job_info_free(&info);
+    ck_assert_int_eq(sm_job_status(alice, done.id, &info, err, sizeof err), SM_ENOTFOUND);
+    ck_assert_msg(strstr(err, "does not exist"), "%s", err);
+    ck_assert_int_eq(sm_job_status(root, done.id, &info, err, sizeof err), SM_OK);
+    sm_job_info_free(&info);
+    sm_job_info_free(&done);
+    sm_array_info_free(&a);
+    sm_program_free(p);
+    sm_client_close(bob);
+    sm_client_close(alice);
+    sm_client_close(root);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("e2e_tenants");
@@ -225,6 +349,8 @@ int main(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_isolation);
     tcase_add_test(tc, test_tokens);
+    tcase_add_test(tc, test_max_jobs);
+    tcase_add_test(tc, test_jobs_restart);
     suite_add_tcase(s, tc);
     return harness_run_suite(s);
 }
