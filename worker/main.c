@@ -451,11 +451,18 @@ int main(int argc, char **argv)
                "trusted network only");
     if ((e = sm_peer_create(cfg[CFG_TOKEN].s, tls, 120000, &peers, err, sizeof err)))
         goto fail;
+    /* with a token, PutShard and GetShard also take the grants the
+     * coordinator, which has the same token, gives tenants */
+    sm_grant_key grant_key;
+    if (cfg[CFG_TOKEN].s && *cfg[CFG_TOKEN].s)
+        sm_grant_key_derive(cfg[CFG_TOKEN].s, &grant_key);
     sm_rpc_server_opts opts = {.addr = cfg[CFG_LISTEN].s,
                                .token = cfg[CFG_TOKEN].s,
                                .max_message_bytes = (int)(cfg[CFG_MAX_MESSAGE_MB].i << 20),
                                .tls = tls,
-                               .require_client_cert = 1};
+                               .require_client_cert = 1,
+                               .grant_key =
+                                   cfg[CFG_TOKEN].s && *cfg[CFG_TOKEN].s ? &grant_key : NULL};
     if ((e = sm_rpc_server_create(&opts, &server, err, sizeof err)))
         goto fail;
     if (cfg[CFG_ADVERTISE].s && *cfg[CFG_ADVERTISE].s) {

@@ -30,7 +30,10 @@
  * of every registered method answer SERVING, any other name NOT_FOUND. Unknown
  * methods get UNIMPLEMENTED at once. If the server has a token, each call must
  * carry it as metadata "x-shmap-token" or it gets UNAUTHENTICATED (health
- * checks excepted, so that probes without metadata work).
+ * checks excepted, so that probes without metadata work; a method
+ * registered with grant set lets such a call through to its handler, which
+ * checks the transfer's grants instead: sm_grant.h, Worker.PutShard and
+ * GetShard).
  *
  * Client. A channel per peer target, kept for the process lifetime and shared
  * by threads. Every call is blocking and has a deadline in milliseconds.
@@ -62,6 +65,7 @@
 #include <stdint.h>
 
 #include "sm_err.h"
+#include "sm_grant.h"
 
 /* Largest packed message sent or received, in bytes (8 MiB). */
 #define SM_RPC_MAX_MSG (8 << 20)
@@ -172,6 +176,10 @@ typedef struct {
      * compare in constant time. */
     int (*authenticate)(void *user, const unsigned char *token, size_t len, char *tenant);
     void *authenticate_user;
+    /* Grants (sm_grant.h): the key the grants its grant methods take are
+     * checked with (copied); NULL: calls without the token are refused
+     * there too. */
+    const sm_grant_key *grant_key;
 } sm_rpc_server_opts;
 
 /* A handler about to wait for long on something other than its own call
