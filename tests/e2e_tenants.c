@@ -315,6 +315,21 @@ START_TEST(test_grants_direct)
     ck_assert_int_eq(memcmp(back->data, (char *)want->data + back->nbytes, back->nbytes), 0);
     sm_array_free(back);
     ck_assert_int_eq(calls_of(COORD_PATH("Download")), down);
+    /* a description whose grants a worker refuses (spoilt here, as an old
+     * one's would be expired) is read through the relay */
+    sm_array_info d;
+    ck_assert_int_eq(sm_client_describe(alice, (sm_array_ref){{0}, "a"}, &d, err, sizeof err),
+                     SM_OK);
+    for (int k = 0; k < d.nshards; k++) {
+        ck_assert_int_eq(d.shards[k].grant_len, SM_GRANT_LEN);
+        d.shards[k].grant[SM_GRANT_LEN - 1] ^= 1;
+    }
+    ck_assert_msg(sm_client_get_described(alice, &d, &back, err, sizeof err) == SM_OK, "%s", err);
+    ck_assert_int_eq(memcmp(back->data, want->data, want->nbytes), 0);
+    sm_array_free(back);
+    ck_assert_int_gt(calls_after(COORD_PATH("Download"), down), down);
+    down = calls_of(COORD_PATH("Download"));
+    sm_array_info_free(&d);
     /* the control: the relay is counted */
     sm_client_opts o = {.token = ALICE, .relay_only = 1};
     sm_client *relayed = NULL;
