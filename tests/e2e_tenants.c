@@ -446,8 +446,8 @@ START_TEST(test_grants_refused)
     /* the grant opens its shard, and a tenant's token alone opens nothing */
     ck_assert_msg(raw_get(w, ALICE, a.id, d, ga, err, sizeof err) == SM_OK, "%s", err);
     ck_assert_msg(raw_get(w, ALICE, b.id, d, gb, err, sizeof err) == SM_OK, "%s", err);
-    REFUSED(raw_get(w, ALICE, a.id, d, NULL, err, sizeof err), SM_EAUTH, "carries no grant");
-    REFUSED(raw_put(w, ALICE, a.id, d, NULL, err, sizeof err), SM_EAUTH, "carries no grant");
+    REFUSED(raw_get(w, ALICE, a.id, d, NULL, err, sizeof err), SM_EAUTH, "nor a grant");
+    REFUSED(raw_put(w, ALICE, a.id, d, NULL, err, sizeof err), SM_EAUTH, "nor a grant");
     /* array a's grant opens neither array b nor a's shard on another device */
     REFUSED(raw_get(w, ALICE, b.id, d, ga, err, sizeof err), SM_EPERM, "does not open");
     REFUSED(raw_get(w, ALICE, a.id, sa2->device, ga, err, sizeof err), SM_EPERM, "does not open");

@@ -443,8 +443,11 @@ int main(int argc, char **argv)
     if ((e = sm_rpc_tls_create(&tls_opts, &tls, err, sizeof err)))
         goto fail;
     if (tls)
-        SM_INFO("mutual TLS: %s; every caller must present a certificate the CA signs",
-                sm_rpc_tls_describe(tls));
+        SM_INFO("mutual TLS: %s; every caller must present a certificate the CA signs%s",
+                sm_rpc_tls_describe(tls),
+                cfg[CFG_TOKEN].s && *cfg[CFG_TOKEN].s
+                    ? " (but for PutShard and GetShard with the coordinator's grants)"
+                    : "");
     else
         sm_log(sm_rpc_addr_is_loopback(cfg[CFG_LISTEN].s) ? SM_LOG_INFO : SM_LOG_WARN,
                "plaintext: no TLS (--tls-cert, --tls-key, --tls-ca); use it on loopback or a "
@@ -460,7 +463,10 @@ int main(int argc, char **argv)
                                .token = cfg[CFG_TOKEN].s,
                                .max_message_bytes = (int)(cfg[CFG_MAX_MESSAGE_MB].i << 20),
                                .tls = tls,
-                               .require_client_cert = 1,
+                               /* with grants, a tenant's client has a CA but no
+                                  certificate: only the grant methods take it */
+                               .require_client_cert = !(cfg[CFG_TOKEN].s && *cfg[CFG_TOKEN].s),
+                               .all_cluster_only = 1,
                                .grant_key =
                                    cfg[CFG_TOKEN].s && *cfg[CFG_TOKEN].s ? &grant_key : NULL};
     if ((e = sm_rpc_server_create(&opts, &server, err, sizeof err)))

@@ -39,7 +39,8 @@ struct sm_client {
 /* The cached channel to the worker at addr (created on first use; the first
  * use waits up to CLIENT_READY_MS for it to connect), or NULL when transfers
  * to it must go through the coordinator's relay: relay_only, no address,
- * TLS without a client certificate (worker ports require one), or the
+ * TLS without a client certificate (worker ports require one, unless the
+ * client is a tenant's with grants), or the
  * worker was unreachable within the last CLIENT_RETRY_S seconds. */
 #define CLIENT_READY_MS 1000
 #define CLIENT_RETRY_S  30

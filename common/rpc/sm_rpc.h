@@ -50,8 +50,10 @@
  * channels speak it; without, both are plaintext. A server either requires
  * a client certificate signed by its CA on every connection (worker ports)
  * or only verifies one if the client offers it (the coordinator's port,
- * where clients with just the CA connect); methods marked cluster_only
- * (sm_rpc_method) then refuse callers without one, PERMISSION_DENIED.
+ * where clients with just the CA connect, and worker ports with grants);
+ * methods marked cluster_only (sm_rpc_method, or all with
+ * all_cluster_only) then refuse callers without one, PERMISSION_DENIED,
+ * except that a grant method checks their grants instead.
  *
  * Limits. Messages above SM_RPC_MAX_MSG bytes (packed) are refused on both
  * ends with SM_ERESOURCE / RESOURCE_EXHAUSTED.
@@ -161,6 +163,10 @@ typedef struct {
                                             handshake fails); 0 accepts clients without one,
                                             verifies one if offered, and refuses them only
                                             the cluster_only methods. */
+    int all_cluster_only;                /* with tls: 1 makes every method cluster_only
+                                            (health excepted); a grant method then takes a
+                                            caller without a certificate as one without the
+                                            token: it needs grants. */
     int max_client_streams;              /* most streaming calls (client-, server-streaming,
                                             bidi) one client (one connection) may have open
                                             at once; one more is refused RESOURCE_EXHAUSTED.

@@ -123,6 +123,7 @@ struct sm_rpc_server {
     void *authenticate_user;
     int has_grant_key;
     sm_grant_key grant_key;
+    int all_cluster_only;
     int tls;                /* serves TLS: cluster_only methods check the peer's certificate */
     sm_rpc_peers *peers;    /* streams open per client; NULL: no limit */
     int max_client_streams; /* with peers */
@@ -672,7 +673,12 @@ static sm_rpc_call *on_new(sm_rpc_server *s, sm_rpc_call *c, int success)
         call_unref(c);
         return NULL;
     }
-    if (s->tls && s->methods[c->method].cluster_only && !sm_rpc_tls_peer_has_cert(c->call)) {
+    if (s->tls && (s->methods[c->method].cluster_only || s->all_cluster_only) &&
+        c->method != s->health && !sm_rpc_tls_peer_has_cert(c->call)) {
+        if (s->methods[c->method].grant) { /* the cluster's credential is token and certificate */
+            c->authenticated = 0;
+            return c;
+        }
         char text[512];
         snprintf(text, sizeof text,
                  "%s is for the cluster's own processes: the caller presented no client "
@@ -1078,6 +1084,7 @@ sm_err sm_rpc_server_create(const sm_rpc_server_opts *opts, sm_rpc_server **out,
         s->token = strdup(opts->token);
     s->authenticate = opts->authenticate;
     s->authenticate_user = opts->authenticate_user;
+    s->all_cluster_only = opts->all_cluster_only;
     if (opts->grant_key) {
         s->has_grant_key = 1;
         s->grant_key = *opts->grant_key;

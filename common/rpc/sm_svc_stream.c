@@ -188,8 +188,9 @@ static sm_err grants_check(sm_rpc_call *call, sm_grant_dir dir, uint64_t array, 
         return SM_OK;
     if (!k || ngrants == 0)
         return sm_fail(err, errlen, SM_EAUTH,
-                       "the call lacks the right " SM_RPC_TOKEN_KEY
-                       " token and carries no grant; pass the server's token to the client");
+                       "the call carries neither the cluster's credential (its " SM_RPC_TOKEN_KEY
+                       " token, and over TLS a client certificate of its CA) nor a grant from "
+                       "the coordinator");
     if (ngrants != (size_t)n)
         return sm_fail(err, errlen, SM_EPERM,
                        "the %s of array %llu carries %zu grants for %d devices; each device needs "
