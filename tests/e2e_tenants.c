@@ -122,6 +122,19 @@ static void cluster_start(void)
     ck_assert_msg(e == SM_OK, "cluster: %s", err);
 }
 
+/* f(x) = x + x over an f32[8,256] array sharded P('i') on 4 devices. */
+static sm_program *twice_program(void)
+{
+    sm_program *p = NULL;
+    char err[512];
+    ck_assert_int_eq(sm_program_parse("mesh i=4\n"
+                                      "shard_map f(x: f32[8,256] @ P('i')) -> P('i'):\n"
+                                      "    return x + x\n",
+                                      "f.shmap", &p, err, sizeof err),
+                     SM_OK);
+    return p;
+}
+
 static void setup(void)
 {
     g_dir = harness_tmpdir();
@@ -195,12 +208,7 @@ START_TEST(test_isolation)
     sm_array_info_free(&big);
     sm_array_info_free(&ok);
     /* jobs: bob's job is bob's */
-    sm_program *p = NULL;
-    ck_assert_int_eq(sm_program_parse("mesh i=4\n"
-                                      "shard_map f(x: f32[8,256] @ P('i')) -> P('i'):\n"
-                                      "    return x + x\n",
-                                      "f.shmap", &p, err, sizeof err),
-                     SM_OK);
+    sm_program *p = twice_program();
     sm_array_ref arg = {{0}, "x"};
     sm_job_info done;
     const char *names[] = {"y"};
@@ -548,12 +556,7 @@ START_TEST(test_max_jobs)
     /* alice's jobs do not count against bob's quota */
     sm_job_id theirs;
     sm_array_info none = put_as(alice, "x", 8, SM_OK);
-    sm_program *q = NULL;
-    ck_assert_int_eq(sm_program_parse("mesh i=4\n"
-                                      "shard_map f(x: f32[8,256] @ P('i')) -> P('i'):\n"
-                                      "    return x + x\n",
-                                      "f.shmap", &q, err, sizeof err),
-                     SM_OK);
+    sm_program *q = twice_program();
     sm_array_ref x = {{0}, "x"};
     ck_assert_msg(sm_job_submit(alice, q, 1, &x, NULL, 1, 0, &theirs, err, sizeof err) == SM_OK,
                   "%s", err);
@@ -582,12 +585,7 @@ START_TEST(test_jobs_restart)
     sm_client *bob = connect_as(BOB);
     char err[512];
     sm_array_info a = put_as(bob, "x", 8, SM_OK);
-    sm_program *p = NULL;
-    ck_assert_int_eq(sm_program_parse("mesh i=4\n"
-                                      "shard_map f(x: f32[8,256] @ P('i')) -> P('i'):\n"
-                                      "    return x + x\n",
-                                      "f.shmap", &p, err, sizeof err),
-                     SM_OK);
+    sm_program *p = twice_program();
     sm_array_ref arg = {{0}, "x"};
     sm_job_info done;
     ck_assert_msg(sm_job_run(bob, p, 1, &arg, NULL, 1, 0, 60000, &done, err, sizeof err) == SM_OK,

@@ -280,7 +280,7 @@ static void tenants_up(void)
                       .tls_key = g_key,
                       .tls_ca = g_ca};
     if (harness_cluster_start(&o, &g_t, err, sizeof err)) {
-        fprintf(stderr, "e2e_tls: %s\n", err);
+        fprintf(stderr, "e2e_tls: the cluster with tenants: %s\n", err);
         exit(1);
     }
 }
