@@ -39,11 +39,36 @@ static sm_err h_list_meshes(void *user, sm_mesh_info **out, int *n, char *err, s
     return sm_registry_mesh_list(c->reg, out, n, err, errlen);
 }
 
+/* To a tenant: the grants of the transfers info's shards admit now,
+ * straight with their workers (sm_grant.h): the upload of a pending
+ * array's missing shards, the download of the others' present shards and
+ * copies. */
+static void h_grant(sm_coord *c, sm_array_info *info)
+{
+    unsigned char holder[32];
+    const char *tenant = sm_tenant_current();
+    if (!c->grants || !tenant[0] || sm_tenants_holder(c->tenants, tenant, holder))
+        return;
+    int64_t expiry = sm_grant_now_ms() + SM_GRANT_TTL_MS;
+    int pending = info->state == SM_ARRAY_PENDING;
+    for (int k = 0; k < info->nshards + info->ncopies; k++) {
+        sm_shard_info *s = k < info->nshards ? &info->shards[k] : &info->copies[k - info->nshards];
+        if (pending == s->present)
+            continue;
+        sm_grant_make(&c->grant_key, holder, pending ? SM_GRANT_PUT : SM_GRANT_GET,
+                      s->stored_as ? s->stored_as : info->id.v, s->device, expiry, s->grant);
+        s->grant_len = SM_GRANT_LEN;
+    }
+}
+
 static sm_err h_create_array(void *user, const sm_svc_create_array_req *req,
                              sm_svc_create_array_reply *out, char *err, size_t errlen)
 {
     sm_coord *c = user;
-    return sm_registry_array_create(c->reg, req, sm_registry_now_ms(), out, err, errlen);
+    sm_err e = sm_registry_array_create(c->reg, req, sm_registry_now_ms(), out, err, errlen);
+    if (!e)
+        h_grant(c, &out->array);
+    return e;
 }
 
 static sm_err h_upload(void *user, sm_svc_upload_in *in, sm_svc_upload_reply *out, char *err,
@@ -73,7 +98,10 @@ static sm_err h_download(void *user, const sm_svc_download_req *req, sm_svc_down
 static sm_err h_describe(void *user, sm_array_ref ref, sm_array_info *out, char *err, size_t errlen)
 {
     sm_coord *c = user;
-    return sm_registry_array_describe(c->reg, ref, out, err, errlen);
+    sm_err e = sm_registry_array_describe(c->reg, ref, out, err, errlen);
+    if (!e)
+        h_grant(c, out);
+    return e;
 }
 
 static sm_err h_list_arrays(void *user, sm_array_info **out, int *n, char *err, size_t errlen)

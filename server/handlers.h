@@ -25,6 +25,8 @@ typedef struct {
     int call_deadline_ms;  /* control calls to workers (FreeArray, Assemble) and downloads */
     const sm_rpc_tls *tls; /* channels to workers: NULL plaintext, else mutual TLS; borrowed */
     sm_tenants *tenants;   /* --tokens: quotas; NULL: no tenants; borrowed */
+    int grants;            /* 1: grant_key signs tenants' transfer grants (sm_grant.h) */
+    sm_grant_key grant_key;
     pthread_mutex_t bg_mu;
     pthread_cond_t bg_cv;
     int bg_running;  /* background repair threads */

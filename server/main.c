@@ -315,6 +315,10 @@ int main(int argc, char **argv)
     coord.call_deadline_ms = deadline;
     coord.tls = tls;
     coord.tenants = tenants;
+    if (tenants) { /* tenants' transfers go straight to the workers with grants */
+        coord.grants = 1;
+        sm_grant_key_derive(token, &coord.grant_key);
+    }
     sm_registry_set_tenants(reg, tenants);
     sm_cjobs_config jobs_cfg = sm_cjobs_config_default(JOB_THREADS);
     jobs_cfg.keep_ms = v[CFG_JOB_KEEP_S].i * 1000;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sm_grant.h"
 #include "sm_log.h"
 #include "sm_tenant.h"
 
@@ -213,6 +214,21 @@ int sm_tenants_authenticate(void *user, const unsigned char *token, size_t len, 
         snprintf(tenant, SM_TENANT_MAX, "%s", t->v[found].name);
     pthread_mutex_unlock(&t->mu);
     return found >= 0;
+}
+
+int sm_tenants_holder(sm_tenants *t, const char *tenant, unsigned char out[32])
+{
+    int found = -1;
+    if (!t || !tenant)
+        return -1;
+    pthread_mutex_lock(&t->mu);
+    for (int k = 0; k < t->n && found < 0; k++)
+        if (!strcmp(t->v[k].name, tenant)) {
+            sm_grant_holder(t->v[k].token, t->v[k].token_len, out);
+            found = 0;
+        }
+    pthread_mutex_unlock(&t->mu);
+    return found;
 }
 
 sm_tenant_quota sm_tenants_quota(sm_tenants *t, const char *tenant)

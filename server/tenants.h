@@ -28,6 +28,10 @@ int sm_tenants_count(sm_tenants *t);
 /* The sm_rpc_server_opts.authenticate callback (user: the sm_tenants). */
 int sm_tenants_authenticate(void *user, const unsigned char *token, size_t len, char *tenant);
 
+/* Writes the holder (sm_grant_holder: the SHA-256 of the token) of
+ * tenant's grants into out; 0 on success, -1 for an unknown tenant. */
+int sm_tenants_holder(sm_tenants *t, const char *tenant, unsigned char out[32]);
+
 /* A tenant's quotas: bytes held (one full copy of each array that is not
  * failed) and jobs queued; 0: no limit. */
 typedef struct {

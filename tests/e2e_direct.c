@@ -570,15 +570,15 @@ START_TEST(download_batched)
                     addr = round ? DEAD_ADDR : info.shards[k].worker_address;
                 }
             ck_assert_int_gt(n, 1);
-            e = client_download_boxes(c, addr, info.id, n, dev, box, SM_F32, back->data, &s, NULL,
-                                      err, sizeof err);
+            e = client_download_boxes(c, addr, info.id, n, dev, box, NULL, SM_F32, back->data, &s,
+                                      NULL, err, sizeof err);
             ck_assert_msg(e == SM_OK, "download of worker %u: %s", wid, err);
             if (round == 0 && w == 0) {
                 /* a second shard of another shape than expected */
                 sm_index b1 = box[1];
                 box[1].r[1].stop--;
-                e = client_download_boxes(c, addr, info.id, n, dev, box, SM_F32, back->data, &s,
-                                          NULL, err, sizeof err);
+                e = client_download_boxes(c, addr, info.id, n, dev, box, NULL, SM_F32, back->data,
+                                          &s, NULL, err, sizeof err);
                 ck_assert_msg(e == SM_EDATALOSS, "%d: %s", e, err);
                 ck_assert_ptr_nonnull(strstr(err, "was expected"));
                 box[1] = b1;
@@ -657,7 +657,7 @@ START_TEST(fallback_unreachable_worker)
     memset(back->data, 0, (size_t)back->nbytes);
     for (int k = 0; k < r.array.nshards; k++) {
         const sm_shard_info *si = &r.array.shards[k];
-        e = client_download_box(c, DEAD_ADDR, r.array.id, si->device, SM_F32, back->data, &s,
+        e = client_download_box(c, DEAD_ADDR, r.array.id, si->device, NULL, SM_F32, back->data, &s,
                                 &si->index, NULL, err, sizeof err);
         ck_assert_msg(e == SM_OK, "download device %d: %s", (int)si->device, err);
     }

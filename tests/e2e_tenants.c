@@ -5,15 +5,19 @@
  * coordinator), a wrong token is UNAUTHENTICATED, the cluster's token sees
  * everything, and SIGHUP reads the file again. Real processes. */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <check.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "harness.h"
 #include "shmap_job.h"
+#include "sm_grant.h"
 #include "sm_rpc.h"
 #include "sm_svc.h"
 
@@ -25,6 +29,48 @@
 static harness_cluster *g_h;
 static char g_tokens[512];
 static char *g_dir;
+static int g_mport; /* the coordinator's metrics port */
+
+/* A free loopback port (bound and released). */
+static int free_port(void)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port = 0;
+    if (fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof a) &&
+        !getsockname(fd, (struct sockaddr *)&a, &len))
+        port = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    ck_assert_int_gt(port, 0);
+    return port;
+}
+
+/* How many calls of the coordinator's method (its path) have ended, from
+ * its metrics (shmap_rpc_duration_seconds_count). */
+static long calls_of(const char *method)
+{
+    static char buf[1 << 20];
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)g_mport),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    const char *req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    ck_assert_int_eq(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+    size_t n = 0;
+    ssize_t r;
+    while (n + 1 < sizeof buf && (r = read(fd, buf + n, sizeof buf - 1 - n)) > 0)
+        n += (size_t)r;
+    close(fd);
+    buf[n] = 0;
+    char key[256];
+    snprintf(key, sizeof key, "shmap_rpc_duration_seconds_count{method=\"%s\"} ", method);
+    const char *p = strstr(buf, key);
+    ck_assert_msg(p, "no %s in the metrics", key);
+    return atol(p + strlen(key));
+}
 
 static void write_tokens(const char *text)
 {
@@ -61,18 +107,42 @@ static sm_array_info put_as(sm_client *c, const char *name, int rows, sm_err wan
     return info;
 }
 
+/* Starts the cluster of the fixture: 2 workers of 2 devices, tenants from
+ * g_tokens, the registry in g_dir/state (so a test can start it again). */
+static void cluster_start(void)
+{
+    char err[512], state[512], metrics[64];
+    snprintf(state, sizeof state, "%s/state", g_dir);
+    g_mport = free_port();
+    snprintf(metrics, sizeof metrics, "127.0.0.1:%d", g_mport);
+    const char *args[] = {"--tokens",         g_tokens, "--state-dir", state,
+                          "--metrics-listen", metrics,  NULL};
+    harness_opts o = {.nworkers = 2, .devices_per_worker = 2, .token = CLUSTER, .coord_args = args};
+    sm_err e = harness_cluster_start(&o, &g_h, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "cluster: %s", err);
+}
+
+/* f(x) = x + x over an f32[8,256] array sharded P('i') on 4 devices. */
+static sm_program *twice_program(void)
+{
+    sm_program *p = NULL;
+    char err[512];
+    ck_assert_int_eq(sm_program_parse("mesh i=4\n"
+                                      "shard_map f(x: f32[8,256] @ P('i')) -> P('i'):\n"
+                                      "    return x + x\n",
+                                      "f.shmap", &p, err, sizeof err),
+                     SM_OK);
+    return p;
+}
+
 static void setup(void)
 {
-    char err[512];
     g_dir = harness_tmpdir();
     snprintf(g_tokens, sizeof g_tokens, "%s/tokens", g_dir);
     write_tokens("# tenant token quotas\n"
                  "alice " ALICE " max-bytes=64K\n"
                  "bob   " BOB "   max-jobs=1   # one queued job at most\n");
-    const char *args[] = {"--tokens", g_tokens, NULL};
-    harness_opts o = {.nworkers = 2, .devices_per_worker = 2, .token = CLUSTER, .coord_args = args};
-    sm_err e = harness_cluster_start(&o, &g_h, err, sizeof err);
-    ck_assert_msg(e == SM_OK, "cluster: %s", err);
+    cluster_start();
 }
 
 static void teardown(void)
@@ -138,12 +208,7 @@ START_TEST(test_isolation)
     sm_array_info_free(&big);
     sm_array_info_free(&ok);
     /* jobs: bob's job is bob's */
-    sm_program *p = NULL;
-    ck_assert_int_eq(sm_program_parse("mesh i=4\n"
-                                      "shard_map f(x: f32[8,256] @ P('i')) -> P('i'):\n"
-                                      "    return x + x\n",
-                                      "f.shmap", &p, err, sizeof err),
-                     SM_OK);
+    sm_program *p = twice_program();
     sm_array_ref arg = {{0}, "x"};
     sm_job_info done;
     const char *names[] = {"y"};
@@ -217,6 +282,338 @@ START_TEST(test_tokens)
 }
 END_TEST
 
+#define COORD_PATH(m) "/shmap.v1.Coordinator/" m
+
+/* calls_of(method) once it is more than before (a handler counts its call
+ * as it returns, just after the client saw it end), at most 5 s. */
+static long calls_after(const char *method, long before)
+{
+    long n = calls_of(method);
+    for (int k = 0; k < 100 && n <= before; k++) {
+        harness_sleep_ms(50);
+        n = calls_of(method);
+    }
+    return n;
+}
+
+/* A tenant's upload and download go straight to the workers, with the
+ * grants of the shards the coordinator described: the coordinator relays
+ * nothing (its Upload and Download count no call), and the same client
+ * forced through the relay is counted there. */
+START_TEST(test_grants_direct)
+{
+    sm_client *alice = connect_as(ALICE);
+    char err[512];
+    long up = calls_of(COORD_PATH("Upload")), down = calls_of(COORD_PATH("Download"));
+    long commits = calls_of(COORD_PATH("CommitShards"));
+    sm_array_info a = put_as(alice, "a", 16, SM_OK);
+    sm_array *back = NULL;
+    ck_assert_int_eq(sm_client_get(alice, (sm_array_ref){{0}, "a"}, &back, err, sizeof err), SM_OK);
+    sm_shape s = HARNESS_SHAPE(16, 256);
+    sm_array *want = harness_array_iota(SM_F32, &s, 5);
+    ck_assert_int_eq(memcmp(back->data, want->data, want->nbytes), 0);
+    sm_array_free(back);
+    ck_assert_int_gt(calls_after(COORD_PATH("CommitShards"), commits), commits);
+    ck_assert_int_eq(calls_of(COORD_PATH("Upload")), up);
+    ck_assert_int_eq(calls_of(COORD_PATH("Download")), down);
+    /* one device's shard alone (sm_client_get_shard) goes straight too */
+    ck_assert_int_eq(sm_client_get_shard(alice, (sm_array_ref){{0}, "a"}, a.shards[1].device, &back,
+                                         err, sizeof err),
+                     SM_OK);
+    ck_assert_int_eq(memcmp(back->data, (char *)want->data + back->nbytes, back->nbytes), 0);
+    sm_array_free(back);
+    ck_assert_int_eq(calls_of(COORD_PATH("Download")), down);
+    /* a description whose grants a worker refuses (spoilt here, as an old
+     * one's would be expired) is read through the relay */
+    sm_array_info d;
+    ck_assert_int_eq(sm_client_describe(alice, (sm_array_ref){{0}, "a"}, &d, err, sizeof err),
+                     SM_OK);
+    for (int k = 0; k < d.nshards; k++) {
+        ck_assert_int_eq(d.shards[k].grant_len, SM_GRANT_LEN);
+        d.shards[k].grant[SM_GRANT_LEN - 1] ^= 1;
+    }
+    ck_assert_msg(sm_client_get_described(alice, &d, &back, err, sizeof err) == SM_OK, "%s", err);
+    ck_assert_int_eq(memcmp(back->data, want->data, want->nbytes), 0);
+    sm_array_free(back);
+    ck_assert_int_gt(calls_after(COORD_PATH("Download"), down), down);
+    down = calls_of(COORD_PATH("Download"));
+    sm_array_info_free(&d);
+    /* the control: the relay is counted */
+    sm_client_opts o = {.token = ALICE, .relay_only = 1};
+    sm_client *relayed = NULL;
+    ck_assert_int_eq(sm_client_connect(g_h->target, &o, &relayed, err, sizeof err), SM_OK);
+    sm_array_info r = put_as(relayed, "r", 8, SM_OK);
+    ck_assert_int_eq(sm_client_get(relayed, (sm_array_ref){{0}, "r"}, &back, err, sizeof err),
+                     SM_OK);
+    sm_array_free(back);
+    ck_assert_int_gt(calls_after(COORD_PATH("Upload"), up), up);
+    ck_assert_int_gt(calls_after(COORD_PATH("Download"), down), down);
+    sm_array_free(want);
+    sm_array_info_free(&a);
+    sm_array_info_free(&r);
+    sm_client_close(relayed);
+    sm_client_close(alice);
+}
+END_TEST
+
+/* GetShard of array id's shard on device from the worker at addr, as the
+ * holder of token with grant (NULL: none), read to its end. */
+static sm_err raw_get(const char *addr, const char *token, sm_array_id id, int32_t device,
+                      const unsigned char *grant, char *err, size_t errlen)
+{
+    sm_rpc_channel *ch = NULL;
+    sm_svc_download_stream *st = NULL;
+    sm_svc_download_req req = {.array = {id, NULL}, .device = device, .grants = grant};
+    int end = 0;
+    ck_assert_int_eq(sm_rpc_channel_create(addr, token, &ch, err, errlen), SM_OK);
+    sm_err e = sm_svc_download_open(ch, 1, &req, 10000, &st, err, errlen);
+    while (!e && !end) {
+        sm_svc_chunk c;
+        e = sm_svc_download_recv(st, &c, &end, err, errlen);
+    }
+    sm_svc_download_free(st);
+    sm_rpc_channel_free(ch);
+    return e;
+}
+
+/* PutShard of a 16x256 f32 shard of array id on device to the worker at
+ * addr, as the holder of token with grant (NULL: none). */
+static sm_err raw_put(const char *addr, const char *token, sm_array_id id, int32_t device,
+                      const unsigned char *grant, char *err, size_t errlen)
+{
+    sm_rpc_channel *ch = NULL;
+    sm_svc_upload_stream *st = NULL;
+    static float data[4 * 256];
+    ck_assert_int_eq(sm_rpc_channel_create(addr, token, &ch, err, errlen), SM_OK);
+    sm_svc_upload_msg m = {.has_header = 1,
+                           .header = {.array_id = id,
+                                      .ndevices = 1,
+                                      .devices = &device,
+                                      .shape = HARNESS_SHAPE(4, 256),
+                                      .dtype = SM_F32,
+                                      .total_bytes = sizeof data,
+                                      .grants = grant},
+                           .data = data,
+                           .len = sizeof data,
+                           .last = 1};
+    sm_err e = sm_svc_upload_open(ch, 1, 10000, &st, err, errlen);
+    if (!e)
+        e = sm_svc_upload_send(st, &m, err, errlen);
+    sm_err f = st ? sm_svc_upload_finish(st, NULL, err, errlen) : SM_OK;
+    sm_rpc_channel_free(ch);
+    return e ? e : f;
+}
+
+/* The described shard of info on device. */
+static const sm_shard_info *shard_on(const sm_array_info *info, int32_t device)
+{
+    for (int k = 0; k < info->nshards; k++)
+        if (info->shards[k].device == device)
+            return &info->shards[k];
+    ck_abort_msg("array %llu has no shard on device %d", (unsigned long long)info->id.v, device);
+    return NULL;
+}
+
+static sm_array_info describe_as(sm_client *c, const char *name)
+{
+    sm_array_info info;
+    char err[512];
+    ck_assert_int_eq(sm_client_describe(c, (sm_array_ref){{0}, name}, &info, err, sizeof err),
+                     SM_OK);
+    return info;
+}
+
+#define REFUSED(call, code, words)                                                                 \
+    do {                                                                                           \
+        sm_err e_ = (call);                                                                        \
+        ck_assert_msg(e_ == (code), "%s: %s (%s)", #call, sm_err_name(e_), err);                   \
+        ck_assert_msg(strstr(err, words), "%s: '%s' lacks '%s'", #call, err, words);               \
+    } while (0)
+
+/* A worker takes a grant for exactly the transfer it was made for: not
+ * for another array, device or direction, not from another tenant's
+ * token, not once expired, not forged; without one a tenant's token opens
+ * nothing. */
+START_TEST(test_grants_refused)
+{
+    sm_client *alice = connect_as(ALICE), *bob = connect_as(BOB);
+    char err[512];
+    sm_array_info pa = put_as(alice, "a", 16, SM_OK), pb = put_as(alice, "b", 16, SM_OK);
+    sm_array_info px = put_as(bob, "x", 16, SM_OK);
+    sm_array_info a = describe_as(alice, "a"), b = describe_as(alice, "b");
+    sm_array_info x = describe_as(bob, "x");
+    const sm_shard_info *sa = &a.shards[0], *sa2 = NULL;
+    for (int k = 1; k < a.nshards && !sa2; k++)
+        if (!strcmp(a.shards[k].worker_address, sa->worker_address))
+            sa2 = &a.shards[k];
+    ck_assert_ptr_nonnull(sa2); /* two devices of one worker */
+    const char *w = sa->worker_address;
+    int32_t d = sa->device;
+    const unsigned char *ga = sa->grant, *gb = shard_on(&b, d)->grant, *gx = shard_on(&x, d)->grant;
+    ck_assert_int_eq(sa->grant_len, SM_GRANT_LEN);
+    /* the grant opens its shard, and a tenant's token alone opens nothing */
+    ck_assert_msg(raw_get(w, ALICE, a.id, d, ga, err, sizeof err) == SM_OK, "%s", err);
+    ck_assert_msg(raw_get(w, ALICE, b.id, d, gb, err, sizeof err) == SM_OK, "%s", err);
+    REFUSED(raw_get(w, ALICE, a.id, d, NULL, err, sizeof err), SM_EAUTH, "nor a grant");
+    REFUSED(raw_put(w, ALICE, a.id, d, NULL, err, sizeof err), SM_EAUTH, "nor a grant");
+    /* array a's grant opens neither array b nor a's shard on another device */
+    REFUSED(raw_get(w, ALICE, b.id, d, ga, err, sizeof err), SM_EPERM, "does not open");
+    REFUSED(raw_get(w, ALICE, a.id, sa2->device, ga, err, sizeof err), SM_EPERM, "does not open");
+    /* nor an upload to the shard it lets one read */
+    REFUSED(raw_put(w, ALICE, a.id, d, ga, err, sizeof err), SM_EPERM, "does not open");
+    /* another tenant's grant opens nothing of alice's, nor alice's for bob */
+    REFUSED(raw_get(w, BOB, a.id, d, gx, err, sizeof err), SM_EPERM, "does not open");
+    REFUSED(raw_get(w, ALICE, a.id, d, gx, err, sizeof err), SM_EPERM, "does not open");
+    REFUSED(raw_get(w, BOB, a.id, d, ga, err, sizeof err), SM_EPERM, "does not open");
+    ck_assert_msg(raw_get(w, BOB, x.id, d, gx, err, sizeof err) == SM_OK, "%s", err);
+    /* forged: another MAC, a later expiry, a short grant */
+    unsigned char f[SM_GRANT_LEN];
+    memcpy(f, ga, sizeof f);
+    f[SM_GRANT_LEN - 1] ^= 1;
+    REFUSED(raw_get(w, ALICE, a.id, d, f, err, sizeof err), SM_EPERM, "does not open");
+    memcpy(f, ga, sizeof f);
+    f[5] ^= 0x10; /* about a minute later */
+    REFUSED(raw_get(w, ALICE, a.id, d, f, err, sizeof err), SM_EPERM, "does not open");
+    /* expired: made with the cluster's key (from its token, as the
+     * coordinator makes them) but a second old; a fresh one passes */
+    sm_grant_key key;
+    unsigned char holder[32];
+    sm_grant_key_derive(CLUSTER, &key);
+    sm_grant_holder(ALICE, strlen(ALICE), holder);
+    sm_grant_make(&key, holder, SM_GRANT_GET, a.id.v, d, sm_grant_now_ms() - 1000, f);
+    REFUSED(raw_get(w, ALICE, a.id, d, f, err, sizeof err), SM_EPERM, "expired");
+    sm_grant_make(&key, holder, SM_GRANT_GET, a.id.v, d, sm_grant_now_ms() + 30000, f);
+    ck_assert_msg(raw_get(w, ALICE, a.id, d, f, err, sizeof err) == SM_OK, "%s", err);
+    /* the cluster's token needs no grant */
+    ck_assert_msg(raw_get(w, CLUSTER, a.id, d, NULL, err, sizeof err) == SM_OK, "%s", err);
+    sm_array_info_free(&a);
+    sm_array_info_free(&b);
+    sm_array_info_free(&x);
+    sm_array_info_free(&pa);
+    sm_array_info_free(&pb);
+    sm_array_info_free(&px);
+    sm_client_close(alice);
+    sm_client_close(bob);
+}
+END_TEST
+
+/* A job that keeps a job thread busy until cancelled: 400 products of
+ * 128x512 by 512x512 blocks on each of 4 devices. */
+static const char *busy_text = "mesh i=4\n"
+                               "shard_map busy(a: f32[512,512] @ P('i'), w: f32[512,512] @ "
+                               "P()) -> P('i'):\n"
+                               "    z = a\n"
+                               "    for k in range(400):\n"
+                               "        z = tanh(dot(z, w))\n"
+                               "    return z\n";
+
+/* bob's max-jobs=1: with both of the coordinator's job threads busy with
+ * his jobs, one more of his waits, and the next is refused
+ * RESOURCE_EXHAUSTED naming the quota; alice's quota is her own. */
+START_TEST(test_max_jobs)
+{
+    sm_client *bob = connect_as(BOB), *alice = connect_as(ALICE);
+    char err[512];
+    sm_mesh m1, m2;
+    sm_shape s = HARNESS_SHAPE(512, 512);
+    sm_array *a = harness_array_iota(SM_F32, &s, 3);
+    for (int64_t i = 0; i < 512 * 512; i++)
+        ((float *)a->data)[i] = (float)(i % 5) * 0.001f;
+    sm_sharding_ref row = harness_sharding(&m1, "i=4", NULL, 0, "P('i')");
+    sm_sharding_ref rep = harness_sharding(&m2, "i=4", NULL, 0, "P()");
+    ck_assert_int_eq(sm_client_put(bob, SM_F32, &s, a->data, &row, "a", NULL, err, sizeof err),
+                     SM_OK);
+    ck_assert_int_eq(sm_client_put(bob, SM_F32, &s, a->data, &rep, "w", NULL, err, sizeof err),
+                     SM_OK);
+    sm_array_free(a);
+    sm_program *p = NULL;
+    ck_assert_int_eq(sm_program_parse(busy_text, "busy.shmap", &p, err, sizeof err), SM_OK);
+    sm_array_ref args[2] = {{{0}, "a"}, {{0}, "w"}};
+    sm_job_id ids[3];
+    sm_job_info info;
+    /* two run (the coordinator has two job threads), the third waits, the
+     * fourth is one more than bob's one waiting job */
+    for (int k = 0; k < 3; k++) {
+        ck_assert_msg(sm_job_submit(bob, p, 2, args, NULL, 1, 0, &ids[k], err, sizeof err) == SM_OK,
+                      "job %d: %s", k, err);
+        int want = k < 2 ? SM_JOB_RUNNING : SM_JOB_QUEUED;
+        int state = -1;
+        for (int t = 0; t < 400 && state != want; t++) {
+            if (t)
+                harness_sleep_ms(25);
+            ck_assert_int_eq(sm_job_status(bob, ids[k], &info, err, sizeof err), SM_OK);
+            state = info.state;
+            sm_job_info_free(&info);
+        }
+        ck_assert_int_eq(state, want);
+    }
+    sm_job_id more;
+    ck_assert_int_eq(sm_job_submit(bob, p, 2, args, NULL, 1, 0, &more, err, sizeof err),
+                     SM_ERESOURCE);
+    ck_assert_msg(strstr(err, "tenant bob already has 1 jobs waiting to start") &&
+                      strstr(err, "max-jobs in --tokens"),
+                  "%s", err);
+    /* alice's jobs do not count against bob's quota */
+    sm_job_id theirs;
+    sm_array_info none = put_as(alice, "x", 8, SM_OK);
+    sm_program *q = twice_program();
+    sm_array_ref x = {{0}, "x"};
+    ck_assert_msg(sm_job_submit(alice, q, 1, &x, NULL, 1, 0, &theirs, err, sizeof err) == SM_OK,
+                  "%s", err);
+    ck_assert_int_eq(sm_job_status(alice, theirs, &info, err, sizeof err), SM_OK);
+    sm_job_info_free(&info);
+    for (int k = 2; k >= 0; k--) {
+        ck_assert_int_eq(sm_job_cancel(bob, ids[k], &info, err, sizeof err), SM_OK);
+        sm_job_info_free(&info);
+    }
+    ck_assert_int_eq(sm_job_wait(alice, theirs, 60000, &info, err, sizeof err), SM_OK);
+    ck_assert_int_eq(info.state, SM_JOB_DONE);
+    sm_job_info_free(&info);
+    sm_array_info_free(&none);
+    sm_program_free(p);
+    sm_program_free(q);
+    sm_client_close(bob);
+    sm_client_close(alice);
+}
+END_TEST
+
+/* A job's record stays its tenant's across a coordinator restart (the
+ * registry in --state-dir): its tenant and the cluster see it, another
+ * tenant gets NOT_FOUND. */
+START_TEST(test_jobs_restart)
+{
+    sm_client *bob = connect_as(BOB);
+    char err[512];
+    sm_array_info a = put_as(bob, "x", 8, SM_OK);
+    sm_program *p = twice_program();
+    sm_array_ref arg = {{0}, "x"};
+    sm_job_info done;
+    ck_assert_msg(sm_job_run(bob, p, 1, &arg, NULL, 1, 0, 60000, &done, err, sizeof err) == SM_OK,
+                  "%s", err);
+    ck_assert_int_eq(done.state, SM_JOB_DONE);
+    sm_client_close(bob);
+    harness_cluster_stop(g_h);
+    g_h = NULL;
+    cluster_start();
+    bob = connect_as(BOB);
+    sm_client *alice = connect_as(ALICE), *root = connect_as(CLUSTER);
+    sm_job_info info;
+    ck_assert_msg(sm_job_status(bob, done.id, &info, err, sizeof err) == SM_OK, "%s", err);
+    ck_assert_int_eq(info.state, SM_JOB_DONE);
+    sm_job_info_free(&info);
+    ck_assert_int_eq(sm_job_status(alice, done.id, &info, err, sizeof err), SM_ENOTFOUND);
+    ck_assert_msg(strstr(err, "does not exist"), "%s", err);
+    ck_assert_int_eq(sm_job_status(root, done.id, &info, err, sizeof err), SM_OK);
+    sm_job_info_free(&info);
+    sm_job_info_free(&done);
+    sm_array_info_free(&a);
+    sm_program_free(p);
+    sm_client_close(bob);
+    sm_client_close(alice);
+    sm_client_close(root);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("e2e_tenants");
@@ -225,6 +622,10 @@ int main(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_isolation);
     tcase_add_test(tc, test_tokens);
+    tcase_add_test(tc, test_grants_direct);
+    tcase_add_test(tc, test_grants_refused);
+    tcase_add_test(tc, test_max_jobs);
+    tcase_add_test(tc, test_jobs_restart);
     suite_add_tcase(s, tc);
     return harness_run_suite(s);
 }

@@ -16,7 +16,10 @@
  *   or in plaintext; a real shmap-worker with the stranger's certificate
  *   never registers.
  * - Start-up: a key of another certificate, a missing file, a partial set
- *   of flags are refused with a sentence naming the file or flags. */
+ *   of flags are refused with a sentence naming the file or flags.
+ * - With tenants (--token and --tokens), a tenant's client with the CA
+ *   alone moves its data straight to the workers with grants; the worker
+ *   ports take a caller without a certificate for nothing else. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <fcntl.h>
@@ -252,6 +255,136 @@ static sm_rpc_channel *channel(const char *target, const char *ca, const char *c
     return ch;
 }
 
+/* ---- tenants over TLS ---------------------------------------------------- */
+
+#define CLUSTER "cluster-token-0123456789"
+#define ALICE   "alice-token-0123456789abc"
+
+static harness_cluster *g_t; /* a TLS cluster with tenants */
+
+static void tenants_up(void)
+{
+    char err[512], tokens[700];
+    snprintf(tokens, sizeof tokens, "%s/tokens", g_dir);
+    FILE *f = fopen(tokens, "w");
+    if (!f || fputs("alice " ALICE "\n", f) < 0 || fclose(f)) {
+        fprintf(stderr, "e2e_tls: cannot write %s\n", tokens);
+        exit(1);
+    }
+    const char *args[] = {"--tokens", tokens, NULL};
+    harness_opts o = {.nworkers = 2,
+                      .devices_per_worker = 2,
+                      .token = CLUSTER,
+                      .coord_args = args,
+                      .tls_cert = g_cert,
+                      .tls_key = g_key,
+                      .tls_ca = g_ca};
+    if (harness_cluster_start(&o, &g_t, err, sizeof err)) {
+        fprintf(stderr, "e2e_tls: the cluster with tenants: %s\n", err);
+        exit(1);
+    }
+}
+
+static void tenants_down(void)
+{
+    harness_cluster_stop(g_t);
+    g_t = NULL;
+}
+
+/* GetShard of array id's shard on device from the worker at addr over TLS
+ * with the CA alone (and cert, key if not NULL), with token and grant
+ * (NULL: none), read to its end. */
+static sm_err tls_get(const char *addr, const char *token, const char *cert, const char *key,
+                      sm_array_id id, int32_t device, const unsigned char *grant, char *err,
+                      size_t errlen)
+{
+    sm_rpc_tls *tls = NULL;
+    sm_rpc_channel *ch = NULL;
+    sm_svc_download_stream *st = NULL;
+    sm_svc_download_req req = {.array = {id, NULL}, .device = device, .grants = grant};
+    sm_rpc_tls_opts o = {cert, key, g_ca, NULL};
+    int end = 0;
+    ck_assert_int_eq(sm_rpc_tls_create(&o, &tls, err, errlen), SM_OK);
+    ck_assert_int_eq(sm_rpc_channel_create_tls(addr, token, tls, &ch, err, errlen), SM_OK);
+    sm_err e = sm_svc_download_open(ch, 1, &req, 10000, &st, err, errlen);
+    while (!e && !end) {
+        sm_svc_chunk c;
+        e = sm_svc_download_recv(st, &c, &end, err, errlen);
+    }
+    sm_svc_download_free(st);
+    sm_rpc_channel_free(ch);
+    sm_rpc_tls_free(tls);
+    return e;
+}
+
+/* A tenant's client with the CA alone moves its data straight to and from
+ * the workers with the coordinator's grants (their ports take a caller
+ * without a client certificate for PutShard and GetShard with grants,
+ * nothing else); the cluster's token without the certificate opens no
+ * worker method. */
+START_TEST(test_tenant_grants)
+{
+    sm_client_opts o = {.timeout_ms = 10000, .token = ALICE, .tls_ca = g_ca};
+    sm_client *c = NULL;
+    char err[1024];
+    ck_assert_msg(sm_client_connect(g_t->target, &o, &c, err, sizeof err) == SM_OK, "%s", err);
+    sm_worker_info *w = NULL;
+    int n = 0;
+    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
+    ck_assert_int_gt(n, 0);
+    char addr[SM_ADDR_MAX];
+    snprintf(addr, sizeof addr, "%s", w[0].address);
+    free(w);
+    ck_assert_ptr_nonnull(client_worker_channel(c, addr)); /* direct, without a certificate */
+    put_get_run(c);
+    /* the worker port, without a client certificate */
+    sm_mesh mesh;
+    sm_sharding_ref sh = harness_sharding(&mesh, "i=4", NULL, 0, "P('i')");
+    sm_shape s = HARNESS_SHAPE(8, 6);
+    sm_array *x = harness_array_iota(SM_F32, &s, 3);
+    sm_array_info put, info;
+    ck_assert_msg(sm_client_put(c, SM_F32, &s, x->data, &sh, "g", &put, err, sizeof err) == SM_OK,
+                  "put: %s", err);
+    ck_assert_int_eq(sm_client_describe(c, (sm_array_ref){{0}, "g"}, &info, err, sizeof err),
+                     SM_OK);
+    const sm_shard_info *sa = &info.shards[0];
+    ck_assert_int_eq(sa->grant_len, SM_GRANT_LEN);
+    ck_assert_msg(tls_get(sa->worker_address, ALICE, NULL, NULL, info.id, sa->device, sa->grant,
+                          err, sizeof err) == SM_OK,
+                  "%s", err);
+    sm_err e =
+        tls_get(sa->worker_address, ALICE, NULL, NULL, info.id, sa->device, NULL, err, sizeof err);
+    ck_assert_msg(e == SM_EAUTH && strstr(err, "nor a grant"), "%s: %s", sm_err_name(e), err);
+    /* the cluster's token is half its credential over TLS: no grant, no read */
+    e = tls_get(sa->worker_address, CLUSTER, NULL, NULL, info.id, sa->device, NULL, err,
+                sizeof err);
+    ck_assert_msg(e == SM_EAUTH, "%s: %s", sm_err_name(e), err);
+    ck_assert_msg(tls_get(sa->worker_address, CLUSTER, g_ccert, g_ckey, info.id, sa->device, NULL,
+                          err, sizeof err) == SM_OK,
+                  "%s", err);
+    /* and every other worker method needs the certificate */
+    sm_rpc_tls *tls = NULL;
+    sm_rpc_tls_opts to = {NULL, NULL, g_ca, NULL};
+    sm_rpc_channel *ch = NULL;
+    ck_assert_int_eq(sm_rpc_tls_create(&to, &tls, err, sizeof err), SM_OK);
+    ck_assert_int_eq(
+        sm_rpc_channel_create_tls(sa->worker_address, CLUSTER, tls, &ch, err, sizeof err), SM_OK);
+    sm_svc_worker_stats st;
+    e = sm_svc_worker_stats_get(ch, 10000, &st, err, sizeof err);
+    ck_assert_msg(e == SM_EPERM && strstr(err, "client certificate"), "%s: %s", sm_err_name(e),
+                  err);
+    uint32_t version = 0;
+    e = sm_svc_negotiate(ch, 1, "e2e_tls", &version, NULL, 0, 10000, err, sizeof err);
+    ck_assert_msg(e == SM_EPERM, "%s: %s", sm_err_name(e), err);
+    sm_rpc_channel_free(ch);
+    sm_rpc_tls_free(tls);
+    sm_array_free(x);
+    sm_array_info_free(&put);
+    sm_array_info_free(&info);
+    sm_client_close(c);
+}
+END_TEST
+
 /* RegisterWorker and Heartbeat need a client certificate of the cluster's
  * CA; the same channel is served other methods. */
 START_TEST(test_register_needs_cert)
@@ -472,6 +605,11 @@ int main(void)
     tcase_add_unchecked_fixture(named, named_up, named_down);
     tcase_add_test(named, test_server_name);
     suite_add_tcase(s, named);
+    TCase *tenants = tcase_create("tenants");
+    tcase_set_timeout(tenants, 60);
+    tcase_add_unchecked_fixture(tenants, tenants_up, tenants_down);
+    tcase_add_test(tenants, test_tenant_grants);
+    suite_add_tcase(s, tenants);
     certs_make();
     int rc = harness_run_suite(s);
     harness_rmdir(g_dir);

@@ -443,19 +443,32 @@ int main(int argc, char **argv)
     if ((e = sm_rpc_tls_create(&tls_opts, &tls, err, sizeof err)))
         goto fail;
     if (tls)
-        SM_INFO("mutual TLS: %s; every caller must present a certificate the CA signs",
-                sm_rpc_tls_describe(tls));
+        SM_INFO("mutual TLS: %s; every caller must present a certificate the CA signs%s",
+                sm_rpc_tls_describe(tls),
+                cfg[CFG_TOKEN].s && *cfg[CFG_TOKEN].s
+                    ? " (but for PutShard and GetShard with the coordinator's grants)"
+                    : "");
     else
         sm_log(sm_rpc_addr_is_loopback(cfg[CFG_LISTEN].s) ? SM_LOG_INFO : SM_LOG_WARN,
                "plaintext: no TLS (--tls-cert, --tls-key, --tls-ca); use it on loopback or a "
                "trusted network only");
     if ((e = sm_peer_create(cfg[CFG_TOKEN].s, tls, 120000, &peers, err, sizeof err)))
         goto fail;
+    /* with a token, PutShard and GetShard also take the grants the
+     * coordinator, which has the same token, gives tenants */
+    sm_grant_key grant_key;
+    if (cfg[CFG_TOKEN].s && *cfg[CFG_TOKEN].s)
+        sm_grant_key_derive(cfg[CFG_TOKEN].s, &grant_key);
     sm_rpc_server_opts opts = {.addr = cfg[CFG_LISTEN].s,
                                .token = cfg[CFG_TOKEN].s,
                                .max_message_bytes = (int)(cfg[CFG_MAX_MESSAGE_MB].i << 20),
                                .tls = tls,
-                               .require_client_cert = 1};
+                               /* with grants, a tenant's client has a CA but no
+                                  certificate: only the grant methods take it */
+                               .require_client_cert = !(cfg[CFG_TOKEN].s && *cfg[CFG_TOKEN].s),
+                               .all_cluster_only = 1,
+                               .grant_key =
+                                   cfg[CFG_TOKEN].s && *cfg[CFG_TOKEN].s ? &grant_key : NULL};
     if ((e = sm_rpc_server_create(&opts, &server, err, sizeof err)))
         goto fail;
     if (cfg[CFG_ADVERTISE].s && *cfg[CFG_ADVERTISE].s) {

@@ -124,13 +124,17 @@ static sm_err fetch_task(void *user, int i, char *err, size_t errlen)
     int n = j->first[i + 1] - j->first[i];
     int32_t dev[SM_MAX_WORKER_DEVICES];
     sm_index box[SM_MAX_WORKER_DEVICES];
+    const sm_shard_info *sh[SM_MAX_WORKER_DEVICES];
+    unsigned char grants[SM_MAX_WORKER_DEVICES * SM_GRANT_LEN];
     const sm_shard_info *s = &j->all[j->pick[j->first[i]]];
     for (int k = 0; k < n; k++) {
-        dev[k] = j->all[j->pick[j->first[i] + k]].device;
-        box[k] = j->all[j->pick[j->first[i] + k]].index;
+        sh[k] = &j->all[j->pick[j->first[i] + k]];
+        dev[k] = sh[k]->device;
+        box[k] = sh[k]->index;
     }
     sm_array_id id = s->stored_as ? (sm_array_id){s->stored_as} : j->info->id;
-    return client_download_boxes(j->c, s->worker_address, id, n, dev, box, j->info->dtype, j->dst,
+    return client_download_boxes(j->c, s->worker_address, id, n, dev, box,
+                                 client_grants(j->c, n, sh, grants), j->info->dtype, j->dst,
                                  &j->info->shape, &j->prog, err, errlen);
 }
 
@@ -363,9 +367,10 @@ sm_err sm_client_get_shard(sm_client *c, sm_array_ref ref, int32_t device, sm_ar
     if ((e = sm_array_create_uninit(info.dtype, &shape, &a, err, errlen)))
         goto done;
     client_progress_init(&prog, c, a->nbytes);
-    e = client_download_box(c, s->worker_address,
-                            s->stored_as ? (sm_array_id){s->stored_as} : info.id, s->device,
-                            info.dtype, a->data, &shape, &full, &prog, err, errlen);
+    unsigned char grant[SM_GRANT_LEN];
+    e = client_download_box(
+        c, s->worker_address, s->stored_as ? (sm_array_id){s->stored_as} : info.id, s->device,
+        client_grants(c, 1, &s, grant), info.dtype, a->data, &shape, &full, &prog, err, errlen);
     client_progress_destroy(&prog);
     if (e) {
         sm_array_free(a);

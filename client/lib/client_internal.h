@@ -28,6 +28,7 @@ struct sm_client {
     void (*progress)(void *user, int64_t done, int64_t total);
     void *progress_user;
     int relay_only;      /* every transfer through the coordinator */
+    int grants;          /* a tenant: direct transfers need the shards' grants */
     char *token;         /* owned copy of opts->token, or NULL */
     sm_rpc_tls *tls;     /* owned; NULL: plaintext */
     pthread_mutex_t wmu; /* guards workers, nworkers */
@@ -38,7 +39,8 @@ struct sm_client {
 /* The cached channel to the worker at addr (created on first use; the first
  * use waits up to CLIENT_READY_MS for it to connect), or NULL when transfers
  * to it must go through the coordinator's relay: relay_only, no address,
- * TLS without a client certificate (worker ports require one), or the
+ * TLS without a client certificate (worker ports require one, unless the
+ * client is a tenant's with grants), or the
  * worker was unreachable within the last CLIENT_RETRY_S seconds. */
 #define CLIENT_READY_MS 1000
 #define CLIENT_RETRY_S  30
@@ -49,6 +51,16 @@ void client_worker_unreachable(sm_client *c, const char *addr);
 void client_workers_free(sm_client *c);
 /* 1 if the environment forces the relay (SHMAP_RELAY set, not "0"). */
 int client_env_relay(void);
+
+/* For a tenant's client (c->grants): copies the grants of the n shards
+ * s[k] (borrowed) back to back into out (n * SM_GRANT_LEN bytes) and
+ * returns out; NULL when a shard carries none (the transfer then goes
+ * through the coordinator's relay), and for a client that needs none. */
+const unsigned char *client_grants(const sm_client *c, int n, const sm_shard_info *const *s,
+                                   unsigned char *out);
+/* 1 if e, from a direct transfer of a tenant's client, is a worker
+ * refusing its grants (expired, say): the relay may still do it. */
+int client_grant_refused(const sm_client *c, sm_err e);
 
 /* Progress of one transfer of `total` bytes, shared by the threads that move
  * its pieces. */
@@ -141,16 +153,20 @@ sm_err client_commits_send(sm_client *c, sm_array_id id, client_commits *cm, int
  * shape of `box`) and scatters it into the box `box` of dst (row-major, shape
  * dst_shape). Sizes, offsets and the checksum are verified (SM_EDATALOSS on a
  * mismatch). With worker_address (may be NULL or "") the shard comes
- * straight from that worker (GetShard), else, or if it cannot be reached,
- * through the coordinator (Download). */
+ * straight from that worker (GetShard), else, or if it cannot be reached
+ * or refuses the grants, through the coordinator (Download). grants: the
+ * client_grants of the device(s), NULL for none (a tenant's client then
+ * takes the relay). */
 sm_err client_download_box(sm_client *c, const char *worker_address, sm_array_id id, int32_t device,
-                           sm_dtype t, void *dst, const sm_shape *dst_shape, const sm_index *box,
-                           client_progress *prog, char *err, size_t errlen);
+                           const unsigned char *grants, sm_dtype t, void *dst,
+                           const sm_shape *dst_shape, const sm_index *box, client_progress *prog,
+                           char *err, size_t errlen);
 
 /* client_download_box for the n devices of one worker (boxes[k] for
  * devices[k]), in one GetShard stream where there are several. */
 sm_err client_download_boxes(sm_client *c, const char *worker_address, sm_array_id id, int n,
-                             const int32_t *devices, const sm_index *boxes, sm_dtype t, void *dst,
+                             const int32_t *devices, const sm_index *boxes,
+                             const unsigned char *grants, sm_dtype t, void *dst,
                              const sm_shape *dst_shape, client_progress *prog, char *err,
                              size_t errlen);
 

@@ -38,6 +38,26 @@ void client_progress_destroy(client_progress *p)
     pthread_mutex_destroy(&p->mu);
 }
 
+/* ---- grants ------------------------------------------------------------- */
+
+const unsigned char *client_grants(const sm_client *c, int n, const sm_shard_info *const *s,
+                                   unsigned char *out)
+{
+    if (!c->grants)
+        return NULL;
+    for (int k = 0; k < n; k++) {
+        if (s[k]->grant_len != SM_GRANT_LEN)
+            return NULL;
+        memcpy(out + (size_t)k * SM_GRANT_LEN, s[k]->grant, SM_GRANT_LEN);
+    }
+    return out;
+}
+
+int client_grant_refused(const sm_client *c, sm_err e)
+{
+    return c->grants && (e == SM_EPERM || e == SM_EAUTH);
+}
+
 /* ---- held-back commits --------------------------------------------------- */
 
 sm_err client_commits_init(client_commits *cm, int cap, char *err, size_t errlen)
@@ -196,6 +216,7 @@ typedef struct {
     const char *addr; /* NULL: the coordinator */
     int ndevices;
     int32_t devices[SM_MAX_WORKER_DEVICES];
+    const sm_shard_info *shards[SM_MAX_WORKER_DEVICES]; /* of devices, for their grants */
     sm_svc_upload_stream *st;
 } up_stream;
 
@@ -216,10 +237,13 @@ static int up_group(sm_client *c, const sm_array_info *info, int ndevices, const
     int n = 0;
     for (int i = 0; i < ndevices; i++) {
         const char *addr = NULL;
+        const sm_shard_info *sh = NULL;
         for (int s = 0; s < info->nshards && !addr; s++)
-            if (info->shards[s].device == devices[i])
-                addr = info->shards[s].worker_address;
-        if (!addr || !*addr)
+            if (info->shards[s].device == devices[i]) {
+                sh = &info->shards[s];
+                addr = sh->worker_address;
+            }
+        if (!addr || !*addr || (c->grants && sh->grant_len != SM_GRANT_LEN))
             return 0;
         int k = 0;
         while (k < n && strcmp(u[k].addr, addr) != 0)
@@ -235,6 +259,7 @@ static int up_group(sm_client *c, const sm_array_info *info, int ndevices, const
         }
         if (u[k].ndevices == SM_MAX_WORKER_DEVICES)
             return 0;
+        u[k].shards[u[k].ndevices] = sh;
         u[k].devices[u[k].ndevices++] = devices[i];
     }
     return n;
@@ -278,19 +303,25 @@ static sm_err up_chunks(up_stream *u, int n, const client_box *b, const void *sr
 }
 
 /* Sends the box through streams u[0..n) (direct: each its own devices in the
- * header) and checks every reply. *fallback = 1 when a direct stream failed
- * UNAVAILABLE before any data went out: nothing was sent, use the relay. */
+ * header, and their grants for a tenant) and checks every reply. *fallback
+ * = 1 when a direct stream failed UNAVAILABLE before any data went out
+ * (nothing was sent), 2 when a worker refused the grants (it kept
+ * nothing): use the relay. */
 static sm_err up_send(sm_client *c, up_stream *u, int n, int direct, const sm_svc_upload_msg *hdr,
                       const client_box *b, const void *src, char *stage, client_progress *prog,
                       uint64_t *sum, int *fallback, char *err, size_t errlen)
 {
     sm_checksum *ck = sm_checksum_create();
     sm_svc_upload_msg msg;
+    unsigned char *grants =
+        c->grants && direct ? malloc(SM_MAX_WORKER_DEVICES * SM_GRANT_LEN) : NULL;
     sm_err e = SM_OK;
 
     *fallback = 0;
-    if (!ck)
+    if (!ck || (c->grants && direct && !grants)) {
+        sm_checksum_free(ck);
         return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a checksum state");
+    }
     for (int k = 0; k < n && !e; k++) {
         e = sm_svc_upload_open(u[k].ch, direct, client_stream_deadline(c, b->nbytes), &u[k].st, err,
                                errlen);
@@ -299,6 +330,7 @@ static sm_err up_send(sm_client *c, up_stream *u, int n, int direct, const sm_sv
             if (direct) {
                 msg.header.ndevices = u[k].ndevices;
                 msg.header.devices = u[k].devices;
+                msg.header.grants = client_grants(c, u[k].ndevices, u[k].shards, grants);
             }
             e = sm_svc_upload_send(u[k].st, &msg, err, errlen);
         }
@@ -326,6 +358,9 @@ static sm_err up_send(sm_client *c, up_stream *u, int n, int direct, const sm_sv
                         (long long)b->nbytes, (unsigned long long)*sum);
     }
     up_abort(u, n);
+    free(grants);
+    if (e && direct && !*fallback && client_grant_refused(c, e))
+        *fallback = 2;
     return e;
 }
 
@@ -387,20 +422,25 @@ done:
 /* Sends targets tg[0..n), all held by the worker of stream u (its devices
  * set for each in turn), in that one stream, and checks each
  * acknowledgement. *fallback = 1 when the stream failed UNAVAILABLE before
- * any data went out. sums[k]: target k's checksum. */
-static sm_err up_send_batch(sm_client *c, up_stream *u, sm_svc_upload_msg *hdr,
-                            const client_up_target *tg, const client_box *b, int n, const void *src,
-                            char *stage, client_progress *prog, uint64_t *sums, int *fallback,
-                            char *err, size_t errlen)
+ * any data went out, 2 when the worker refused the grants. sums[k]:
+ * target k's checksum. */
+static sm_err up_send_batch(sm_client *c, const sm_array_info *info, up_stream *u,
+                            sm_svc_upload_msg *hdr, const client_up_target *tg, const client_box *b,
+                            int n, const void *src, char *stage, client_progress *prog,
+                            uint64_t *sums, int *fallback, char *err, size_t errlen)
 {
     sm_checksum *ck = sm_checksum_create();
     sm_svc_upload_reply reply = {0};
+    unsigned char *grants = c->grants ? malloc(SM_MAX_WORKER_DEVICES * SM_GRANT_LEN) : NULL;
     int64_t total = 0;
     sm_err e = SM_OK;
 
     *fallback = 0;
-    if (!ck)
+    if (!ck || (c->grants && !grants)) {
+        sm_checksum_free(ck);
+        free(grants);
         return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a checksum state");
+    }
     for (int k = 0; k < n; k++)
         total += b[k].nbytes;
     e = sm_svc_upload_open(u->ch, 1, client_stream_deadline(c, total), &u->st, err, errlen);
@@ -409,6 +449,15 @@ static sm_err up_send_batch(sm_client *c, up_stream *u, sm_svc_upload_msg *hdr,
         sm_checksum_reset(ck);
         hdr->header.ndevices = tg[k].ndevices;
         hdr->header.devices = (int32_t *)tg[k].devices;
+        hdr->header.grants = NULL;
+        if (c->grants) {
+            up_stream g;
+            if (up_group(c, info, tg[k].ndevices, tg[k].devices, &g) != 1 ||
+                !(hdr->header.grants = client_grants(c, g.ndevices, g.shards, grants))) {
+                e = sm_fail(err, errlen, SM_EPERM, "target %d of %d has no grant", k + 1, n);
+                break;
+            }
+        }
         hdr->header.shape = sm_index_shape(tg[k].box);
         hdr->header.total_bytes = b[k].nbytes;
         if ((e = sm_svc_upload_send(u->st, hdr, err, errlen))) {
@@ -433,7 +482,10 @@ static sm_err up_send_batch(sm_client *c, up_stream *u, sm_svc_upload_msg *hdr,
                         (long long)b[k].nbytes, (unsigned long long)sums[k]);
     }
     sm_checksum_free(ck);
+    free(grants);
     up_abort(u, 1);
+    if (e && !*fallback && client_grant_refused(c, e))
+        *fallback = 2;
     return e;
 }
 
@@ -471,7 +523,7 @@ sm_err client_upload_boxes(sm_client *c, const sm_array_info *info, sm_array_id 
     hdr.has_header = 1;
     hdr.header.array_id = id;
     hdr.header.dtype = t;
-    e = up_send_batch(c, &u, &hdr, tg, b, n, src, stage, prog, sums, &fallback, err, errlen);
+    e = up_send_batch(c, info, &u, &hdr, tg, b, n, src, stage, prog, sums, &fallback, err, errlen);
     for (int k = 0; k < n && !e; k++) {
         sm_svc_commit_target ct = {tg[k].ndevices, tg[k].devices, sums[k], b[k].nbytes};
         client_commits one = {.n = 1, .cap = 1, .t = &ct};
@@ -480,7 +532,8 @@ sm_err client_upload_boxes(sm_client *c, const sm_array_info *info, sm_array_id 
     }
     if (!fallback)
         goto done;
-    client_worker_unreachable(c, u.addr);
+    if (fallback == 1)
+        client_worker_unreachable(c, u.addr);
     e = SM_OK;
 one_by_one:
     for (int k = 0; k < n && !e; k++)
@@ -614,13 +667,15 @@ static void multi_copied(void *user, const void *p, size_t n)
 }
 
 /* The shards of devices[0..n) from one download stream, each into its box
- * b[k] of dst: a worker's GetShard (direct; n > 1 asks for several devices
- * at once) or the coordinator's Download (n 1). *fallback = 1 when a direct
- * stream failed UNAVAILABLE before any data arrived. */
+ * b[k] of dst: a worker's GetShard (direct, with grants for a tenant; n > 1
+ * asks for several devices at once) or the coordinator's Download (n 1).
+ * *fallback = 1 when a direct stream failed UNAVAILABLE before any data
+ * arrived, 2 when the worker refused the grants. */
 static sm_err download_stream(sm_client *c, sm_rpc_channel *ch, int direct, sm_array_id id, int n,
-                              const int32_t *devices, const sm_index *boxes, const client_box *b,
-                              sm_dtype t, void *dst, client_progress *prog, int *fallback,
-                              char *err, size_t errlen)
+                              const int32_t *devices, const sm_index *boxes,
+                              const unsigned char *grants, const client_box *b, sm_dtype t,
+                              void *dst, client_progress *prog, int *fallback, char *err,
+                              size_t errlen)
 {
     sm_svc_download_stream *st = NULL;
     sm_svc_download_req req;
@@ -653,15 +708,19 @@ static sm_err download_stream(sm_client *c, sm_rpc_channel *ch, int direct, sm_a
         req.ndevices = n;
         req.devices = devices;
     }
+    req.grants = direct ? grants : NULL;
     if ((e = sm_svc_download_open(ch, direct, &req, client_stream_deadline(c, total), &st, err,
                                   errlen))) {
-        *fallback = direct && e == SM_EUNAVAILABLE;
+        *fallback = !direct ? 0 : e == SM_EUNAVAILABLE ? 1 : client_grant_refused(c, e) ? 2 : 0;
         goto done;
     }
     for (;;) {
         memset(&ch_, 0, sizeof ch_);
         if ((e = sm_svc_download_recv_into(st, &sink, &ch_, &end, err, errlen))) {
-            *fallback = direct && !m.d[0].meta && e == SM_EUNAVAILABLE;
+            *fallback = !direct || m.d[0].meta       ? 0
+                        : e == SM_EUNAVAILABLE       ? 1
+                        : client_grant_refused(c, e) ? 2
+                                                     : 0;
             goto done;
         }
         if (end)
@@ -686,8 +745,9 @@ done:
 }
 
 sm_err client_download_box(sm_client *c, const char *worker_address, sm_array_id id, int32_t device,
-                           sm_dtype t, void *dst, const sm_shape *dst_shape, const sm_index *box,
-                           client_progress *prog, char *err, size_t errlen)
+                           const unsigned char *grants, sm_dtype t, void *dst,
+                           const sm_shape *dst_shape, const sm_index *box, client_progress *prog,
+                           char *err, size_t errlen)
 {
     client_box b;
     sm_rpc_channel *wch = NULL;
@@ -696,20 +756,22 @@ sm_err client_download_box(sm_client *c, const char *worker_address, sm_array_id
 
     if ((e = client_box_init(&b, dst_shape, box, t, err, errlen)))
         return e;
-    if (!c->relay_only && worker_address && *worker_address &&
+    if (!c->relay_only && (!c->grants || grants) && worker_address && *worker_address &&
         (wch = client_worker_channel(c, worker_address))) {
-        e = download_stream(c, wch, 1, id, 1, &device, box, &b, t, dst, prog, &fallback, err,
-                            errlen);
+        e = download_stream(c, wch, 1, id, 1, &device, box, grants, &b, t, dst, prog, &fallback,
+                            err, errlen);
         if (!fallback)
             return e;
-        client_worker_unreachable(c, worker_address);
+        if (fallback == 1)
+            client_worker_unreachable(c, worker_address);
     }
-    return download_stream(c, c->ch, 0, id, 1, &device, box, &b, t, dst, prog, &fallback, err,
+    return download_stream(c, c->ch, 0, id, 1, &device, box, NULL, &b, t, dst, prog, &fallback, err,
                            errlen);
 }
 
 sm_err client_download_boxes(sm_client *c, const char *worker_address, sm_array_id id, int n,
-                             const int32_t *devices, const sm_index *boxes, sm_dtype t, void *dst,
+                             const int32_t *devices, const sm_index *boxes,
+                             const unsigned char *grants, sm_dtype t, void *dst,
                              const sm_shape *dst_shape, client_progress *prog, char *err,
                              size_t errlen)
 {
@@ -719,24 +781,25 @@ sm_err client_download_boxes(sm_client *c, const char *worker_address, sm_array_
     sm_err e = SM_OK;
 
     if (n == 1) /* the single-shard form */
-        return client_download_box(c, worker_address, id, devices[0], t, dst, dst_shape, &boxes[0],
-                                   prog, err, errlen);
+        return client_download_box(c, worker_address, id, devices[0], grants, t, dst, dst_shape,
+                                   &boxes[0], prog, err, errlen);
     if (!(b = calloc((size_t)n + 1, sizeof *b)))
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory");
     for (int k = 0; k < n && !e; k++)
         e = client_box_init(&b[k], dst_shape, &boxes[k], t, err, errlen);
-    if (!e && !c->relay_only && worker_address && *worker_address &&
+    if (!e && !c->relay_only && (!c->grants || grants) && worker_address && *worker_address &&
         (wch = client_worker_channel(c, worker_address))) {
-        e = download_stream(c, wch, 1, id, n, devices, boxes, b, t, dst, prog, &fallback, err,
-                            errlen);
+        e = download_stream(c, wch, 1, id, n, devices, boxes, grants, b, t, dst, prog, &fallback,
+                            err, errlen);
         if (!fallback)
             goto done;
-        client_worker_unreachable(c, worker_address);
+        if (fallback == 1)
+            client_worker_unreachable(c, worker_address);
         e = SM_OK;
     }
     /* Through the coordinator, one shard at a time. */
     for (int k = 0; k < n && !e; k++)
-        e = download_stream(c, c->ch, 0, id, 1, &devices[k], &boxes[k], &b[k], t, dst, prog,
+        e = download_stream(c, c->ch, 0, id, 1, &devices[k], &boxes[k], NULL, &b[k], t, dst, prog,
                             &fallback, err, errlen);
 done:
     free(b);

@@ -113,13 +113,16 @@ sm_err sm_client_connect(const char *target, const sm_client_opts *opts, sm_clie
     if ((e = sm_rpc_channel_create_tls(target, opts ? opts->token : NULL, c->tls, &c->ch, err,
                                        errlen)))
         goto fail;
-    int tenant = 0;
+    int tenant = 0, grants = 0;
     if ((e = sm_svc_negotiate_relay(c->ch, 0, "libshmap", &version, server, sizeof server, &tenant,
-                                    c->timeout_ms, err, errlen))) {
+                                    &grants, c->timeout_ms, err, errlen))) {
         client_tls_hint(c, e, err, errlen);
         goto fail;
     }
-    c->relay_only |= tenant; /* workers take only the cluster's token */
+    /* workers take only the cluster's token, or the grants the coordinator
+     * hands a tenant with the shards it describes */
+    c->relay_only |= tenant && !grants;
+    c->grants = tenant && grants;
     if (version != SHMAP_PROTOCOL_VERSION) {
         e = sm_fail(err, errlen, SM_EPRECONDITION,
                     "the coordinator at %s agreed on protocol version %u, but this client speaks "
@@ -177,8 +180,9 @@ sm_rpc_channel *client_worker_channel(sm_client *c, const char *addr)
 
     if (c->relay_only || !addr || !*addr || strlen(addr) >= SM_ADDR_MAX)
         return NULL;
-    /* Worker ports require a client certificate: without one, the relay. */
-    if (c->tls && !sm_rpc_tls_has_cert(c->tls))
+    /* Worker ports require a client certificate: without one, the relay
+     * (a tenant's client needs none: its grants open the shards) */
+    if (c->tls && !sm_rpc_tls_has_cert(c->tls) && !c->grants)
         return NULL;
     /* Held while a new channel connects (at most CLIENT_READY_MS, once per
      * worker), so concurrent transfers wait for one verdict. */

@@ -30,7 +30,10 @@
  * of every registered method answer SERVING, any other name NOT_FOUND. Unknown
  * methods get UNIMPLEMENTED at once. If the server has a token, each call must
  * carry it as metadata "x-shmap-token" or it gets UNAUTHENTICATED (health
- * checks excepted, so that probes without metadata work).
+ * checks excepted, so that probes without metadata work; a method
+ * registered with grant set lets such a call through to its handler, which
+ * checks the transfer's grants instead: sm_grant.h, Worker.PutShard and
+ * GetShard).
  *
  * Client. A channel per peer target, kept for the process lifetime and shared
  * by threads. Every call is blocking and has a deadline in milliseconds.
@@ -47,8 +50,10 @@
  * channels speak it; without, both are plaintext. A server either requires
  * a client certificate signed by its CA on every connection (worker ports)
  * or only verifies one if the client offers it (the coordinator's port,
- * where clients with just the CA connect); methods marked cluster_only
- * (sm_rpc_method) then refuse callers without one, PERMISSION_DENIED.
+ * where clients with just the CA connect, and worker ports with grants);
+ * methods marked cluster_only (sm_rpc_method, or all with
+ * all_cluster_only) then refuse callers without one, PERMISSION_DENIED,
+ * except that a grant method checks their grants instead.
  *
  * Limits. Messages above SM_RPC_MAX_MSG bytes (packed) are refused on both
  * ends with SM_ERESOURCE / RESOURCE_EXHAUSTED.
@@ -62,6 +67,7 @@
 #include <stdint.h>
 
 #include "sm_err.h"
+#include "sm_grant.h"
 
 /* Largest packed message sent or received, in bytes (8 MiB). */
 #define SM_RPC_MAX_MSG (8 << 20)
@@ -157,6 +163,10 @@ typedef struct {
                                             handshake fails); 0 accepts clients without one,
                                             verifies one if offered, and refuses them only
                                             the cluster_only methods. */
+    int all_cluster_only;                /* with tls: 1 makes every method cluster_only
+                                            (health excepted); a grant method then takes a
+                                            caller without a certificate as one without the
+                                            token: it needs grants. */
     int max_client_streams;              /* most streaming calls (client-, server-streaming,
                                             bidi) one client (one connection) may have open
                                             at once; one more is refused RESOURCE_EXHAUSTED.
@@ -172,6 +182,10 @@ typedef struct {
      * compare in constant time. */
     int (*authenticate)(void *user, const unsigned char *token, size_t len, char *tenant);
     void *authenticate_user;
+    /* Grants (sm_grant.h): the key the grants its grant methods take are
+     * checked with (copied); NULL: calls without the token are refused
+     * there too. */
+    const sm_grant_key *grant_key;
 } sm_rpc_server_opts;
 
 /* A handler about to wait for long on something other than its own call

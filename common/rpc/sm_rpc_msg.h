@@ -72,6 +72,9 @@ typedef struct {
     int cluster_only; /* 1: on a TLS server, only callers that presented a client
                          certificate signed by its CA (workers, the coordinator)
                          may call it; others get PERMISSION_DENIED */
+    int grant;        /* 1: a call without the server's token is not refused but
+                         handed to the handler, which must then check the
+                         transfer's grants (sm_rpc_call_authenticated 0) */
 } sm_rpc_method;
 
 /* Registers one method (the row is copied). Only before start; a duplicate
@@ -131,6 +134,15 @@ sm_err sm_rpc_finish(sm_rpc_call *call, sm_err code, const char *msg,
 /* 1 once the call was cancelled (client gone, deadline passed, server
  * stopping), else 0. Thread-safe; cheap enough to poll in long work. */
 int sm_rpc_call_cancelled(sm_rpc_call *call);
+/* 1 if the call carries the server's token (or a tenant's, with tenants),
+ * or the server takes no token; 0 for a call of a grant method let
+ * through without one, which needs grants. */
+int sm_rpc_call_authenticated(const sm_rpc_call *call);
+/* The x-shmap-token the call carries (*len bytes, valid for the call's
+ * life; "" and 0 when none). */
+const unsigned char *sm_rpc_call_token(const sm_rpc_call *call, size_t *len);
+/* The server's grant key (sm_rpc_server_opts.grant_key), NULL if none. */
+const sm_grant_key *sm_rpc_call_grant_key(const sm_rpc_call *call);
 
 /* Like sm_rpc_call_cancelled, but waits up to timeout_ms for the call's
  * close to be known. Use it when a stream ends early (no last message): a

@@ -68,6 +68,7 @@ typedef struct {
     void *user;
     void *handle; /* grpc_server_register_method */
     int cluster_only;
+    int grant;
     /* latency (sm_rpc_server_stats), updated with atomic adds */
     uint64_t calls, sum_ns, buckets[SM_RPC_LATENCY_NBUCKETS + 1];
 } method;
@@ -111,6 +112,7 @@ struct sm_rpc_call {
     sm_rpc_call *next;          /* pool queue */
     char *peer;                 /* counted against srv->peers until destroyed; NULL: not */
     char tenant[SM_TENANT_MAX]; /* whose token it carries; "" the server's own */
+    int authenticated;          /* 0: let through without a token for a grant */
 };
 
 struct sm_rpc_server {
@@ -119,6 +121,9 @@ struct sm_rpc_server {
     char *token;
     int (*authenticate)(void *user, const unsigned char *token, size_t len, char *tenant);
     void *authenticate_user;
+    int has_grant_key;
+    sm_grant_key grant_key;
+    int all_cluster_only;
     int tls;                /* serves TLS: cluster_only methods check the peer's certificate */
     sm_rpc_peers *peers;    /* streams open per client; NULL: no limit */
     int max_client_streams; /* with peers */
@@ -657,8 +662,10 @@ static sm_rpc_call *on_new(sm_rpc_server *s, sm_rpc_call *c, int success)
     if (stopping)
         grpc_call_cancel(c->call, NULL);
 
-    /* Health stays open so probes without metadata (Kubernetes) work. */
-    if (s->token && c->method != s->health && !token_ok(s, c)) {
+    /* Health stays open so probes without metadata (Kubernetes) work; a
+     * grant method's handler checks the grant of a call without the token. */
+    c->authenticated = !s->token || c->method == s->health || token_ok(s, c);
+    if (!c->authenticated && !s->methods[c->method].grant) {
         finish_status(c, GRPC_STATUS_UNAUTHENTICATED,
                       "the call lacks the right " SM_RPC_TOKEN_KEY
                       " token; pass the server's token to the client",
@@ -666,7 +673,12 @@ static sm_rpc_call *on_new(sm_rpc_server *s, sm_rpc_call *c, int success)
         call_unref(c);
         return NULL;
     }
-    if (s->tls && s->methods[c->method].cluster_only && !sm_rpc_tls_peer_has_cert(c->call)) {
+    if (s->tls && (s->methods[c->method].cluster_only || s->all_cluster_only) &&
+        c->method != s->health && !sm_rpc_tls_peer_has_cert(c->call)) {
+        if (s->methods[c->method].grant) { /* the cluster's credential is token and certificate */
+            c->authenticated = 0;
+            return c;
+        }
         char text[512];
         snprintf(text, sizeof text,
                  "%s is for the cluster's own processes: the caller presented no client "
@@ -976,6 +988,27 @@ sm_err sm_rpc_finish(sm_rpc_call *c, sm_err code, const char *msg, const Protobu
     return ret;
 }
 
+int sm_rpc_call_authenticated(const sm_rpc_call *c)
+{
+    return c->authenticated;
+}
+
+const unsigned char *sm_rpc_call_token(const sm_rpc_call *c, size_t *len)
+{
+    for (size_t i = 0; i < c->req_md.count; i++)
+        if (!grpc_slice_str_cmp(c->req_md.metadata[i].key, SM_RPC_TOKEN_KEY)) {
+            *len = GRPC_SLICE_LENGTH(c->req_md.metadata[i].value);
+            return GRPC_SLICE_START_PTR(c->req_md.metadata[i].value);
+        }
+    *len = 0;
+    return (const unsigned char *)"";
+}
+
+const sm_grant_key *sm_rpc_call_grant_key(const sm_rpc_call *c)
+{
+    return c->srv->has_grant_key ? &c->srv->grant_key : NULL;
+}
+
 int sm_rpc_call_cancelled(sm_rpc_call *c)
 {
     pthread_mutex_lock(&c->mu);
@@ -1051,6 +1084,11 @@ sm_err sm_rpc_server_create(const sm_rpc_server_opts *opts, sm_rpc_server **out,
         s->token = strdup(opts->token);
     s->authenticate = opts->authenticate;
     s->authenticate_user = opts->authenticate_user;
+    s->all_cluster_only = opts->all_cluster_only;
+    if (opts->grant_key) {
+        s->has_grant_key = 1;
+        s->grant_key = *opts->grant_key;
+    }
     if (!s->threads || (opts->token && opts->token[0] && !s->token)) {
         sm_rpc_server_free(s);
         return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a server");
@@ -1141,6 +1179,7 @@ sm_err sm_rpc_server_add(sm_rpc_server *s, const sm_rpc_method *m, char *err, si
     row->handler = m->handler;
     row->user = m->user;
     row->cluster_only = m->cluster_only;
+    row->grant = m->grant;
     int with_payload = m->kind == SM_RPC_UNARY || m->kind == SM_RPC_SERVER_STREAM;
     row->handle = grpc_server_register_method(
         s->srv, row->path, NULL,

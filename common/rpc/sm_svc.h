@@ -51,10 +51,12 @@ sm_err sm_svc_negotiate(sm_rpc_channel *ch, int worker_service, const char *clie
                         uint32_t *version, char *server, size_t server_len, int deadline_ms,
                         char *err, size_t errlen);
 /* sm_svc_negotiate, and *relay_only (NULL ok) 1 when the server says the
- * caller is a tenant whose transfers must go through the coordinator. */
+ * caller is a tenant whose token workers do not take, *grants (NULL ok) 1
+ * when it also says the shards it describes to the caller carry grants
+ * that workers take instead (sm_shard_info.grant). */
 sm_err sm_svc_negotiate_relay(sm_rpc_channel *ch, int worker_service, const char *client_name,
                               uint32_t *version, char *server, size_t server_len, int *relay_only,
-                              int deadline_ms, char *err, size_t errlen);
+                              int *grants, int deadline_ms, char *err, size_t errlen);
 
 /* ---- bulk transfer messages ---------------------------------------------- */
 
@@ -66,6 +68,10 @@ typedef struct {
     sm_shape shape;   /* shard shape */
     sm_dtype dtype;
     int64_t total_bytes;
+    /* Sending to a worker without the cluster's token: a grant
+     * (SM_GRANT_LEN bytes) per device, back to back; NULL: none. Not
+     * filled on receipt (the adapter checks them). */
+    const unsigned char *grants;
 } sm_svc_upload_header;
 
 /* One upload message: optional header, then data at offset; the last one has
@@ -145,6 +151,8 @@ typedef struct {
      * (borrowed) in one stream, in order; device is devices[0], no box. */
     int ndevices;
     const int32_t *devices;
+    /* As sm_svc_upload_header.grants: one per device asked for. */
+    const unsigned char *grants;
 } sm_svc_download_req;
 
 /* Client side of an upload stream. */

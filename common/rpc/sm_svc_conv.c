@@ -142,6 +142,8 @@ static Shmap__V1__ShardInfo *shard_info_enc(sm_arena *a, const sm_shard_info *s,
     p->present = s->present != 0;
     p->spilled = s->spilled != 0;
     p->stored_as = s->stored_as;
+    p->grant.len = s->grant_len > 0 ? (size_t)s->grant_len : 0;
+    p->grant.data = (uint8_t *)s->grant;
     return p->index ? p : NULL;
 }
 
@@ -445,6 +447,11 @@ static sm_err shard_info_dec(const Shmap__V1__ShardInfo *p, const char *what, sm
     out->present = p->present != 0;
     out->spilled = p->spilled != 0;
     out->stored_as = p->stored_as;
+    if (p->grant.len > SM_SHARD_GRANT_MAX)
+        return sm_fail(err, errlen, SM_EINVAL, "%s.grant has %zu bytes, more than a grant (%d)",
+                       what, p->grant.len, SM_SHARD_GRANT_MAX);
+    out->grant_len = (int)p->grant.len;
+    sm_svc_copy(out->grant, p->grant.data, p->grant.len);
     snprintf(sub, sizeof sub, "%s.worker_address", what);
     if ((e = sm_svc_str_dec(p->worker_address, SM_ADDR_MAX, sub, out->worker_address, err, errlen)))
         return e;

@@ -155,6 +155,7 @@ static void negotiate_handler(sm_rpc_call *call, void *user)
     rep.version = top;
     rep.server = (char *)c->server_name;
     rep.relay_only = sm_tenant_current()[0] != 0; /* a tenant's token opens no worker */
+    rep.grants = rep.relay_only; /* but a coordinator with tenants grants each transfer */
     sm_rpc_finish(call, SM_OK, NULL, &rep.base);
 }
 
@@ -171,12 +172,12 @@ sm_err sm_svc_negotiate(sm_rpc_channel *ch, int worker_service, const char *clie
                         char *err, size_t errlen)
 {
     return sm_svc_negotiate_relay(ch, worker_service, client_name, version, server, server_len,
-                                  NULL, deadline_ms, err, errlen);
+                                  NULL, NULL, deadline_ms, err, errlen);
 }
 
 sm_err sm_svc_negotiate_relay(sm_rpc_channel *ch, int worker_service, const char *client_name,
                               uint32_t *version, char *server, size_t server_len, int *relay_only,
-                              int deadline_ms, char *err, size_t errlen)
+                              int *grants, int deadline_ms, char *err, size_t errlen)
 {
     const char *path =
         worker_service ? SM_SVC_WORKER_PATH("Negotiate") : SM_SVC_COORD_PATH("Negotiate");
@@ -203,6 +204,8 @@ sm_err sm_svc_negotiate_relay(sm_rpc_channel *ch, int worker_service, const char
             snprintf(server, server_len, "%s", r->server ? r->server : "");
         if (relay_only)
             *relay_only = r->relay_only != 0;
+        if (grants)
+            *grants = r->grants != 0;
     }
     sm_rpc_msg_free(m);
     return e;

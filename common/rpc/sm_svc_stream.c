@@ -160,6 +160,68 @@ sm_err sm_svc_download_req_dec(const Shmap__V1__DownloadRequest *p, sm_svc_downl
     return sm_svc_box_dec(p->box, "DownloadRequest.box", &out->box, err, errlen);
 }
 
+/* ---- grants ---------------------------------------------------------------------- */
+
+/* Points g[0..n) at the n grants of SM_GRANT_LEN bytes back to back in
+ * grants and *field at g; returns n (0 when more than g holds). */
+static size_t grants_enc(const unsigned char *grants, int n, ProtobufCBinaryData *g,
+                         ProtobufCBinaryData **field)
+{
+    if (n < 1 || n > SM_MAX_WORKER_DEVICES)
+        return 0;
+    for (int k = 0; k < n; k++)
+        g[k] = (ProtobufCBinaryData){SM_GRANT_LEN, (uint8_t *)grants + (size_t)k * SM_GRANT_LEN};
+    *field = g;
+    return (size_t)n;
+}
+
+/* A call let through without the server's token (Worker.PutShard and
+ * GetShard take grants instead): each of the n devices of the transfer of
+ * array in direction dir needs its own grant, made for the token the call
+ * carries. SM_OK for a call that carries the token. */
+static sm_err grants_check(sm_rpc_call *call, sm_grant_dir dir, uint64_t array, int n,
+                           const int32_t *devices, size_t ngrants, const ProtobufCBinaryData *g,
+                           char *err, size_t errlen)
+{
+    const sm_grant_key *k = sm_rpc_call_grant_key(call);
+    if (sm_rpc_call_authenticated(call))
+        return SM_OK;
+    if (!k || ngrants == 0)
+        return sm_fail(err, errlen, SM_EAUTH,
+                       "the call carries neither the cluster's credential (its " SM_RPC_TOKEN_KEY
+                       " token, and over TLS a client certificate of its CA) nor a grant from "
+                       "the coordinator");
+    if (ngrants != (size_t)n)
+        return sm_fail(err, errlen, SM_EPERM,
+                       "the %s of array %llu carries %zu grants for %d devices; each device needs "
+                       "its own",
+                       dir == SM_GRANT_PUT ? "upload" : "download", (unsigned long long)array,
+                       ngrants, n);
+    size_t tl;
+    const unsigned char *tok = sm_rpc_call_token(call, &tl);
+    unsigned char holder[32];
+    sm_grant_holder(tok, tl, holder);
+    int64_t now = sm_grant_now_ms();
+    for (int d = 0; d < n; d++) {
+        sm_err e = sm_grant_check(k, holder, dir, array, devices[d], g[d].data, g[d].len, now, err,
+                                  errlen);
+        if (e)
+            return e;
+    }
+    return SM_OK;
+}
+
+/* grants_check for an upload message (SM_OK when it has no header). */
+static sm_err upload_grants_check(sm_rpc_call *call, const Shmap__V1__UploadMsg *p, char *err,
+                                  size_t errlen)
+{
+    const Shmap__V1__UploadHeader *h = p->header;
+    if (!h || sm_rpc_call_authenticated(call))
+        return SM_OK;
+    return grants_check(call, SM_GRANT_PUT, h->array_id, (int)h->n_devices, h->devices, h->n_grants,
+                        h->grants, err, errlen);
+}
+
 /* Number of the payload field of a data message type. */
 static uint32_t data_field(const ProtobufCMessageDescriptor *desc)
 {
@@ -227,7 +289,10 @@ sm_err sm_svc_upload_send(sm_svc_upload_stream *st, const sm_svc_upload_msg *msg
     Shmap__V1__UploadMsg p;
     Shmap__V1__UploadHeader h;
     Shmap__V1__Shape sh;
+    ProtobufCBinaryData g[SM_MAX_WORKER_DEVICES];
     sm_svc_upload_msg_enc(msg, &p, &h, &sh);
+    if (msg->has_header && msg->header.grants)
+        h.n_grants = grants_enc(msg->header.grants, msg->header.ndevices, g, &h.grants);
     if (!msg->stable || msg->len == 0)
         return sm_rpc_cstream_send(st->st, &p.base, err, errlen);
     p.data.len = 0;
@@ -289,7 +354,10 @@ sm_err sm_svc_download_open(sm_rpc_channel *ch, int worker_service, const sm_svc
     Shmap__V1__ArrayRef ar;
     Shmap__V1__Box box;
     int64_t boxbuf[2 * SM_MAX_RANK];
+    ProtobufCBinaryData g[SM_MAX_WORKER_DEVICES];
     sm_svc_download_req_enc(req, &p, &ar, &box, boxbuf);
+    if (req->grants)
+        p.n_grants = grants_enc(req->grants, req->ndevices > 0 ? req->ndevices : 1, g, &p.grants);
     sm_err e = sm_rpc_sstream_open(ch, d->path, &p.base, deadline_ms, &d->st, err, errlen);
     if (e) {
         free(d);
@@ -383,19 +451,24 @@ sm_err sm_svc_upload_recv(sm_svc_upload_in *in, sm_svc_upload_msg *msg, int *end
     sm_err e = sm_svc_stream_next(in->call, &in->cur, &in->ended, end, err, errlen);
     if (e || *end)
         return e;
+    if ((e = upload_grants_check(in->call, (const Shmap__V1__UploadMsg *)in->cur, err, errlen)))
+        return e;
     return sm_svc_upload_msg_dec((const Shmap__V1__UploadMsg *)in->cur, msg, err, errlen);
 }
 
 typedef struct {
     const sm_svc_upload_sink *sink;
     sm_svc_upload_msg *msg;
+    sm_rpc_call *call;
 } upload_place_ctx;
 
 static sm_err upload_place(void *user, const ProtobufCMessage *m, size_t len, void **dst, char *err,
                            size_t errlen)
 {
     upload_place_ctx *x = user;
-    sm_err e = sm_svc_upload_msg_dec((const Shmap__V1__UploadMsg *)m, x->msg, err, errlen);
+    sm_err e = upload_grants_check(x->call, (const Shmap__V1__UploadMsg *)m, err, errlen);
+    if (!e)
+        e = sm_svc_upload_msg_dec((const Shmap__V1__UploadMsg *)m, x->msg, err, errlen);
     if (e)
         return e;
     x->msg->data = NULL;
@@ -413,7 +486,7 @@ static void upload_copied(void *user, const void *p, size_t n)
 sm_err sm_svc_upload_recv_into(sm_svc_upload_in *in, const sm_svc_upload_sink *sink,
                                sm_svc_upload_msg *msg, int *end, char *err, size_t errlen)
 {
-    upload_place_ctx x = {sink, msg};
+    upload_place_ctx x = {sink, msg, in->call};
     sm_rpc_sink rs = {upload_place, upload_copied, &x, 1}; /* a shard, a fetched array */
     size_t len;
     *end = 0;
@@ -493,8 +566,12 @@ void sm_svc_serve_download(sm_rpc_call *call, sm_svc_download_fn fn, void *user)
         return;
     sm_svc_download_req req;
     char err[SM_SVC_ERRLEN] = "";
-    sm_err e =
-        sm_svc_download_req_dec((const Shmap__V1__DownloadRequest *)m, &req, err, sizeof err);
+    const Shmap__V1__DownloadRequest *p = (const Shmap__V1__DownloadRequest *)m;
+    sm_err e = sm_svc_download_req_dec(p, &req, err, sizeof err);
+    if (!e)
+        e = grants_check(call, SM_GRANT_GET, req.array.id.v, req.ndevices > 0 ? req.ndevices : 1,
+                         req.ndevices > 0 ? req.devices : &req.device, p->n_grants, p->grants, err,
+                         sizeof err);
     if (!e) {
         sm_svc_download_out out = {call};
         e = fn(user, &req, &out, err, sizeof err);

@@ -453,8 +453,11 @@ sm_err sm_svc_worker_serve(sm_rpc_server *s, const sm_svc_worker_ops *ops, void 
         return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate the worker adapters");
     const sm_rpc_method rows[] = {
 #define ROW(name, kind, req, fn) {SM_SVC_WORKER_PATH(name), kind, &req##__descriptor, fn, ctx}
-        ROW("PutShard", SM_RPC_CLIENT_STREAM, shmap__v1__upload_msg, put_shard),
-        ROW("GetShard", SM_RPC_SERVER_STREAM, shmap__v1__download_request, get_shard),
+        /* a tenant's client may move the shards the coordinator granted it */
+        {SM_SVC_WORKER_PATH("PutShard"), SM_RPC_CLIENT_STREAM, &shmap__v1__upload_msg__descriptor,
+         put_shard, ctx, .grant = 1},
+        {SM_SVC_WORKER_PATH("GetShard"), SM_RPC_SERVER_STREAM,
+         &shmap__v1__download_request__descriptor, get_shard, ctx, .grant = 1},
         ROW("FreeArray", SM_RPC_UNARY, shmap__v1__free_array_request, free_array),
         ROW("Assemble", SM_RPC_UNARY, shmap__v1__assemble_request, assemble),
         ROW("Stats", SM_RPC_UNARY, shmap__v1__empty, stats),

@@ -13,9 +13,11 @@
 #include "sm_sharding.h"
 
 #define SM_MAX_WORKER_DEVICES 256
-#define SM_MAX_SHM_PEERS      64
-#define SM_NAME_MAX           128
-#define SM_ADDR_MAX           128
+/* Largest grant a shard's description carries (sm_grant.h: 40 bytes). */
+#define SM_SHARD_GRANT_MAX 48
+#define SM_MAX_SHM_PEERS   64
+#define SM_NAME_MAX        128
+#define SM_ADDR_MAX        128
 
 /* Ids that cross the wire are typed, so mixing them up does not compile. */
 typedef struct {
@@ -91,6 +93,11 @@ typedef struct {
     int spilled;        /* present, on its worker's disk only (read back on use) */
     uint64_t stored_as; /* a copy (sm_array_info.copies): the id it is stored under on its
                            worker, to read it with; 0 for the mesh's own shards */
+    /* Described to a tenant: the grant of the transfer the shard admits
+     * now straight with its worker (upload while missing, download once
+     * present), grant_len bytes; 0: none. A secret: never print it. */
+    int grant_len;
+    unsigned char grant[SM_SHARD_GRANT_MAX];
 } sm_shard_info;
 
 typedef struct {
