@@ -76,6 +76,30 @@ START_TEST(test_arena)
 }
 END_TEST
 
+/* Deferred calls run at sm_arena_free, the latest first. */
+static char arena_order[8];
+static void arena_note(void *p)
+{
+    size_t n = strlen(arena_order);
+    arena_order[n] = *(const char *)p;
+    arena_order[n + 1] = 0;
+}
+
+START_TEST(test_arena_defer)
+{
+    arena_order[0] = 0;
+    sm_arena *a = sm_arena_create(64);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_int_eq(sm_arena_defer(a, arena_note, "a"), 0);
+    ck_assert_ptr_nonnull(sm_arena_alloc(a, 1000));
+    ck_assert_int_eq(sm_arena_defer(a, arena_note, "b"), 0);
+    ck_assert_int_eq(sm_arena_defer(a, free, malloc(32)), 0); /* LeakSanitizer checks this one */
+    ck_assert_str_eq(arena_order, "");
+    sm_arena_free(a);
+    ck_assert_str_eq(arena_order, "ba");
+}
+END_TEST
+
 static const sm_config_row cfg_rows[] = {
     {"listen", 'l', SM_CFG_STRING, "0.0.0.0:7070", "SM_TEST_LISTEN", "Address to listen on."},
     {"devices", 0, SM_CFG_INT, "4", "SM_TEST_DEVICES", "Devices per worker."},
@@ -390,6 +414,7 @@ int main(void)
     tcase_add_test(tc, test_fail_writes_message);
     tcase_add_test(tc, test_strbuf);
     tcase_add_test(tc, test_arena);
+    tcase_add_test(tc, test_arena_defer);
     tcase_add_test(tc, test_config_precedence);
     tcase_add_test(tc, test_config_errors);
     tcase_add_test(tc, test_tpool);

@@ -85,6 +85,44 @@ sm_err sm_svc_add_methods(sm_rpc_server *s, const sm_rpc_method *rows, size_t n,
         }                                                                                          \
     } while (0)
 
+/* ---- unary adapters (sm_svc_negotiate.c) ------------------------------------ */
+
+/* The part of one unary method that differs from the others: decodes and
+ * validates req (a bad request is SM_EINVAL without calling the handler),
+ * calls the handler with ctx and encodes its result into rep, which is
+ * initialised to the method's reply type. Everything the reply points to
+ * comes from a, or is handed to a with sm_arena_defer, and is freed once the
+ * call has finished; req lives until then too. Returns SM_OK, or the error
+ * with its sentence in err (an encoder out of memory: sm_svc_enc_nomem). */
+typedef sm_err (*sm_svc_unary_fn)(const void *ctx, const ProtobufCMessage *req,
+                                  ProtobufCMessage *rep, sm_arena *a, char *err, size_t errlen);
+/* The parameter list of an sm_svc_unary_fn, for defining one: the request
+ * is m, the reply rp. */
+#define SM_SVC_UNARY_ARGS                                                                          \
+    const void *ctx, const ProtobufCMessage *m, ProtobufCMessage *rp, sm_arena *a, char *err,      \
+        size_t errlen
+
+/* One unary method of a service. */
+typedef struct {
+    const char *path;
+    const ProtobufCMessageDescriptor *request, *reply;
+    sm_svc_unary_fn fn;
+    int present;      /* 0: the handler is NULL; calls get UNIMPLEMENTED */
+    int cluster_only; /* as in sm_rpc_method */
+} sm_svc_unary_row;
+
+/* Registers the n methods of rows, stopping at the first failure. Each is
+ * served by one adapter that receives the request, runs the row's fn with
+ * ctx, finishes the call with the reply or the error and frees the rest.
+ * ctx must live as long as the server (sm_svc_keep_alloc). */
+sm_err sm_svc_add_unary(sm_rpc_server *s, const void *ctx, const sm_svc_unary_row *rows, size_t n,
+                        char *err, size_t errlen);
+/* A zeroed block of a (NULL when out of memory) whose contents fn frees
+ * when a is freed: for a handler's output that the reply points into. */
+void *sm_svc_arena_obj(sm_arena *a, size_t size, void (*fn)(void *));
+/* SM_ENOMEM with the sentence of a reply the server could not encode. */
+sm_err sm_svc_enc_nomem(char *err, size_t errlen);
+
 /* Ends a call with e and msg (sm_strerror(e) when msg is empty). */
 void sm_svc_finish_err(sm_rpc_call *call, sm_err e, const char *msg);
 /* Ends a call: with e (and err) when the handler failed, else with reply
