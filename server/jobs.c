@@ -30,29 +30,7 @@ int64_t sm_cjobs_now_us(void)
 sm_rpc_channel *sm_cjobs_channel(sm_cjobs *j, const char *address, char *err, size_t errlen)
 {
     sm_rpc_channel *ch = NULL;
-    pthread_mutex_lock(&j->chmu);
-    for (int i = 0; i < j->nchans && !ch; i++)
-        if (!strcmp(j->chans[i].address, address))
-            ch = j->chans[i].ch;
-    if (!ch) {
-        if (j->nchans == j->capchans) {
-            int nc = j->capchans ? 2 * j->capchans : 8;
-            sm_cjobs_chan *v = realloc(j->chans, (size_t)nc * sizeof *v);
-            if (!v) {
-                sm_fail(err, errlen, SM_ENOMEM, "out of memory connecting to %s", address);
-                goto out;
-            }
-            j->chans = v;
-            j->capchans = nc;
-        }
-        if (sm_rpc_channel_create_tls(address, j->coord->token, j->coord->tls, &ch, err, errlen) ==
-            SM_OK) {
-            snprintf(j->chans[j->nchans].address, SM_ADDR_MAX, "%s", address);
-            j->chans[j->nchans++].ch = ch;
-        }
-    }
-out:
-    pthread_mutex_unlock(&j->chmu);
+    sm_rpc_chans_get(j->chans, address, &ch, err, errlen);
     return ch;
 }
 
@@ -729,12 +707,15 @@ sm_err sm_cjobs_create(sm_coord *coord, const sm_cjobs_config *cfg, sm_cjobs **o
                        "at least 1 job must be allowed to wait to start, not %d", cfg->queue_max);
     sm_cjobs *j = calloc(1, sizeof *j);
     pthread_t *th = calloc((size_t)nthreads, sizeof *th);
-    if (!j || !th) {
+    sm_rpc_chans *chans = sm_rpc_chans_create(coord->token, coord->tls, 0, 0);
+    if (!j || !th || !chans) {
         free(j);
         free(th);
+        sm_rpc_chans_free(chans);
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory creating the job manager");
     }
     j->coord = coord;
+    j->chans = chans;
     j->threads = th;
     j->keep_us = cfg->keep_ms * 1000;
     j->keep_max = cfg->keep_max;
@@ -828,9 +809,7 @@ void sm_cjobs_free(sm_cjobs *j)
         pthread_join(j->threads[i], NULL);
     for (size_t i = 0; i < j->table.cap; i++)
         job_destroy(j->table.slots[i].item); /* every holder is gone: no dropped job is left */
-    for (int i = 0; i < j->nchans; i++)
-        sm_rpc_channel_free(j->chans[i].ch);
-    free(j->chans);
+    sm_rpc_chans_free(j->chans);
     free(j->pairs);
     sm_htab_free(&j->table);
     free(j->threads);

@@ -15,24 +15,15 @@
 #include "sm_svc.h"
 #include "sm_rpc.h"
 
-/* A cached channel to one worker, for direct transfers. */
-typedef struct {
-    char addr[SM_ADDR_MAX];
-    sm_rpc_channel *ch;    /* owned */
-    int64_t unreachable_s; /* monotonic second it was found unreachable; 0: fine */
-} client_worker;
-
 struct sm_client {
     sm_rpc_channel *ch; /* owned */
     int timeout_ms;     /* deadline of each unary call */
     void (*progress)(void *user, int64_t done, int64_t total);
     void *progress_user;
-    int relay_only;      /* every transfer through the coordinator */
-    char *token;         /* owned copy of opts->token, or NULL */
-    sm_rpc_tls *tls;     /* owned; NULL: plaintext */
-    pthread_mutex_t wmu; /* guards workers, nworkers */
-    client_worker *workers;
-    int nworkers, cworkers;
+    int relay_only;        /* every transfer through the coordinator */
+    char *token;           /* owned copy of opts->token, or NULL */
+    sm_rpc_tls *tls;       /* owned; NULL: plaintext */
+    sm_rpc_chans *workers; /* owned: channels for direct transfers */
 };
 
 /* The cached channel to the worker at addr (created on first use; the first
@@ -45,8 +36,6 @@ struct sm_client {
 sm_rpc_channel *client_worker_channel(sm_client *c, const char *addr);
 /* Records that the worker at addr could not be reached (UNAVAILABLE). */
 void client_worker_unreachable(sm_client *c, const char *addr);
-/* Frees every cached worker channel. */
-void client_workers_free(sm_client *c);
 /* 1 if the environment forces the relay (SHMAP_RELAY set, not "0"). */
 int client_env_relay(void);
 
