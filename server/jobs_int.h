@@ -81,8 +81,6 @@ struct sm_cjobs {
     double run_sum_s;
 };
 
-/* Monotonic clock in microseconds. */
-int64_t sm_cjobs_now_us(void);
 /* The channel to a worker (created on first use, owned by j). */
 sm_rpc_channel *sm_cjobs_channel(sm_cjobs *j, const char *address, char *err, size_t errlen);
 /* Sends CancelJob for job to every worker of its mesh but peers[skip]

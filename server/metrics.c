@@ -1,5 +1,6 @@
 /* metrics: the coordinator's Prometheus endpoint (metrics.h). */
 #include "metrics.h"
+#include "sm_time.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +19,7 @@ sm_err sm_metrics_render(sm_registry *reg, sm_cjobs *jobs, sm_rpc_server *rpc, s
     sm_worker_info *w = NULL;
     sm_array_info *a = NULL;
     int nw = 0, na = 0;
-    sm_err e = sm_registry_workers_list(reg, sm_registry_now_ms(), &w, &nw, err, sizeof err);
+    sm_err e = sm_registry_workers_list(reg, sm_time_mono_ms(), &w, &nw, err, sizeof err);
     if (!e)
         e = sm_registry_array_list(reg, &a, &na, err, sizeof err);
     if (e) {

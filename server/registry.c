@@ -12,12 +12,6 @@
 
 #include "sm_log.h"
 #include "sm_rpc.h"
-#include "sm_time.h"
-
-int64_t sm_registry_now_ms(void)
-{
-    return sm_time_mono_ms();
-}
 
 int sm_reg_vec_push(void ***v, int *n, int *cap, void *item)
 {
