@@ -215,6 +215,66 @@ START_TEST(test_tpool)
 }
 END_TEST
 
+/* sm_tpool_run: every index once, on up to width threads; after a failure
+ * no index is handed out and the failure's code and sentence come back. */
+typedef struct {
+    pthread_mutex_t mu;
+    int seen[64];
+    int fail_at; /* -1: none */
+    pthread_t threads[64];
+    int nthreads;
+} tpool_for;
+
+static sm_err tpool_for_fn(void *user, int i, char *err, size_t errlen)
+{
+    tpool_for *f = user;
+    pthread_mutex_lock(&f->mu);
+    f->seen[i]++;
+    int k = 0;
+    while (k < f->nthreads && !pthread_equal(f->threads[k], pthread_self()))
+        k++;
+    if (k == f->nthreads)
+        f->threads[f->nthreads++] = pthread_self();
+    pthread_mutex_unlock(&f->mu);
+    struct timespec ts = {0, 2 * 1000000L}; /* long enough for the others to take some */
+    nanosleep(&ts, NULL);
+    return i == f->fail_at ? sm_fail(err, errlen, SM_EIO, "index %d failed", i) : SM_OK;
+}
+
+START_TEST(test_tpool_run)
+{
+    static const struct {
+        int with_pool, n, width, fail_at;
+    } rows[] = {
+        {0, 40, 4, -1}, {1, 40, 3, -1}, {0, 1, 8, -1}, {0, 0, 2, -1},
+        {0, 40, 1, -1}, {0, 40, 4, 3},  {1, 40, 2, 0},
+    };
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+        tpool_for f = {.mu = PTHREAD_MUTEX_INITIALIZER, .fail_at = rows[r].fail_at};
+        sm_tpool *p = NULL;
+        char err[256] = "";
+        if (rows[r].with_pool)
+            ck_assert_int_eq(sm_tpool_create(1, &p, err, sizeof err), SM_OK);
+        sm_err e = sm_tpool_run(p, rows[r].n, rows[r].width, tpool_for_fn, &f, err, sizeof err);
+        sm_tpool_free(p);
+        int total = 0;
+        for (int i = 0; i < rows[r].n; i++) {
+            ck_assert_int_le(f.seen[i], 1);
+            total += f.seen[i];
+        }
+        ck_assert_int_le(f.nthreads, rows[r].width);
+        if (rows[r].fail_at < 0) {
+            ck_assert_int_eq(e, SM_OK);
+            ck_assert_int_eq(total, rows[r].n);
+        } else {
+            ck_assert_int_eq(e, SM_EIO);
+            ck_assert_str_eq(err, rows[r].fail_at ? "index 3 failed" : "index 0 failed");
+            ck_assert_int_lt(total, rows[r].n); /* stopped handing out indices */
+        }
+    }
+}
+END_TEST
+
 /* sm_hold: every loan back ends at once; a loan still out after the wait
  * leaves the hold to its release, on another thread (leaks show under
  * the sanitizers). */
@@ -418,6 +478,7 @@ int main(void)
     tcase_add_test(tc, test_config_precedence);
     tcase_add_test(tc, test_config_errors);
     tcase_add_test(tc, test_tpool);
+    tcase_add_test(tc, test_tpool_run);
     tcase_add_test(tc, test_hold);
     tcase_add_test(tc, test_time_after);
     tcase_add_loop_test(tc, test_htab, 0, (int)(sizeof htab_cases / sizeof htab_cases[0]));

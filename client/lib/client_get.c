@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "client_internal.h"
+#include "sm_tpool.h"
 
 /* The shards to fetch, grouped by worker: group g is pick[first[g] ..
  * first[g + 1]). */
@@ -189,7 +190,7 @@ static sm_err fetch_all(sm_client *c, const sm_array_info *info, void *dst, char
         return e;
     }
     client_progress_init(&j.prog, c, total);
-    e = client_run_tasks(j.ngroups, 2, fetch_task, &j, err, errlen);
+    e = sm_tpool_run(NULL, j.ngroups, 2, fetch_task, &j, err, errlen);
     client_progress_destroy(&j.prog);
     free(j.pick);
     free(j.first);

@@ -149,12 +149,6 @@ sm_err client_download_boxes(sm_client *c, const char *worker_address, sm_array_
  * items; first[ngroups] = n). Returns ngroups, or -1 when out of memory. */
 int client_group_by(const uint32_t *key, int n, int max, int *order, int *first);
 
-/* Runs fn(user, i, err, errlen) for i in [0, n) on up to `width` threads
- * (the caller's included); stops handing out work after the first failure,
- * whose code and sentence are returned. */
-typedef sm_err (*client_task_fn)(void *user, int i, char *err, size_t errlen);
-sm_err client_run_tasks(int n, int width, client_task_fn fn, void *user, char *err, size_t errlen);
-
 /* Best-effort delete of an array that a failed upload left pending. */
 void client_discard(sm_client *c, sm_array_id id);
 
