@@ -55,7 +55,7 @@ static sm_err piece_copy_local(sm_handlers *h, const sm_svc_piece *p, sm_dtype t
                     sm_dtype_name(src->dtype), sm_dtype_name(t));
         goto done;
     }
-    if ((e = sm_handlers_check_box(&p->src_box, &src->shape, err, errlen)))
+    if ((e = sm_index_check(&p->src_box, &src->shape, "shard", err, errlen)))
         goto done;
     for (int d = 0; d < p->src_box.rank; d++) {
         src_off[d] = p->src_box.r[d].start;

@@ -109,23 +109,15 @@ sm_err client_box_init(client_box *b, const sm_shape *shape, const sm_index *box
     int64_t numel = 1;
 
     memset(b, 0, sizeof *b);
-    if (box->rank != shape->rank)
-        return sm_fail(err, errlen, SM_EINVAL, "a box of rank %d does not fit an array of rank %d",
-                       box->rank, shape->rank);
+    if ((e = sm_index_check(box, shape, "array", err, errlen)))
+        return e;
     b->rank = shape->rank;
     b->elem = sm_dtype_size(t);
     if ((e = sm_shape_strides(shape, b->stride, err, errlen)))
         return e;
     for (int d = 0; d < b->rank; d++) {
-        const sm_range *r = &box->r[d];
-        if (r->start < 0 || r->stop < r->start || r->stop > shape->dims[d]) {
-            char sb[128];
-            return sm_fail(
-                err, errlen, SM_EINVAL, "box [%lld, %lld) of dimension %d lies outside shape %s",
-                (long long)r->start, (long long)r->stop, d, sm_shape_format(shape, sb, sizeof sb));
-        }
-        b->off[d] = r->start;
-        b->ext[d] = r->stop - r->start;
+        b->off[d] = box->r[d].start;
+        b->ext[d] = box->r[d].stop - box->r[d].start;
         numel *= b->ext[d];
     }
     b->nbytes = numel * (int64_t)b->elem;
