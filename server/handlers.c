@@ -495,9 +495,9 @@ static sm_err h_heartbeat(void *user, const sm_svc_heartbeat_req *req, int *know
     *known = sm_registry_worker_heartbeat(c->reg, req, sm_time_mono_ms());
     if (!*known)
         SM_INFO("heartbeat from unknown or lost worker %u: asking it to register again",
-                req->worker_id);
+                req->worker_id.v);
     else
-        h_repairs_start(c, req->worker_id);
+        h_repairs_start(c, req->worker_id.v);
     return SM_OK;
 }
 

@@ -44,7 +44,7 @@ sm_err sm_metrics_render(sm_registry *reg, sm_cjobs *jobs, sm_rpc_server *rpc, s
     for (int i = 0; i < nw; i++)
         for (int d = 0; w[i].alive && d < w[i].ndevices; d++)
             sm_strbuf_printf(b, "shmap_device_used_bytes{device=\"%d\",worker=\"%u\"} %lld\n",
-                             (int)w[i].devices[d], w[i].id, (long long)w[i].device_bytes[d]);
+                             (int)w[i].devices[d], w[i].id.v, (long long)w[i].device_bytes[d]);
     static const sm_array_state states[] = {SM_ARRAY_PENDING, SM_ARRAY_READY, SM_ARRAY_FAILED,
                                             SM_ARRAY_LOST, SM_ARRAY_DEGRADED};
     enum { NSTATES = sizeof states / sizeof *states };

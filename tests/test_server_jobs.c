@@ -124,7 +124,7 @@ static void workers(sm_worker_info *w, int n, int ndev)
 {
     memset(w, 0, (size_t)n * sizeof *w);
     for (int k = 0; k < n; k++) {
-        w[k].id = (uint32_t)k + 1;
+        w[k].id.v = (uint32_t)k + 1;
         snprintf(w[k].address, SM_ADDR_MAX, "127.0.0.1:%d", 9000 + k);
         w[k].process_index = n - 1 - k; /* registered in reverse process order */
         w[k].alive = 1;

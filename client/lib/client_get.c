@@ -146,7 +146,7 @@ static sm_err group_by_worker(fetch_job *j, char *err, size_t errlen)
     if (wid && order && pick && j->first) {
         for (int k = 0; k < j->n; k++) /* a group reads one array id: each copy apart */
             wid[k] = j->all[j->pick[k]].stored_as ? UINT32_C(0x80000000) | (uint32_t)k
-                                                  : j->all[j->pick[k]].worker_id;
+                                                  : j->all[j->pick[k]].worker_id.v;
         j->ngroups = client_group_by(wid, j->n, SM_MAX_WORKER_DEVICES, order, j->first);
         for (int k = 0; k < j->n; k++)
             pick[k] = j->pick[order[k]];

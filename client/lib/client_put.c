@@ -59,9 +59,9 @@ static uint32_t target_key(const sm_svc_create_array_reply *r, int i)
         for (int s = 0; s < r->array.nshards; s++) {
             if (r->array.shards[s].device != t->devices[k])
                 continue;
-            if (w != UINT32_MAX && w != r->array.shards[s].worker_id)
+            if (w != UINT32_MAX && w != r->array.shards[s].worker_id.v)
                 return 0x80000000u | (uint32_t)i;
-            w = r->array.shards[s].worker_id;
+            w = r->array.shards[s].worker_id.v;
         }
     return w == UINT32_MAX ? 0x80000000u | (uint32_t)i : w;
 }

@@ -371,7 +371,7 @@ static sm_err register_worker(SM_SVC_UNARY_ARGS)
                                    r->ndevices,
                                    r->process_index,
                                    r->host ? r->host : "",
-                                   r->worker_id,
+                                   {r->worker_id},
                                    r->n_devices ? r->devices : NULL,
                                    (int)r->n_held,
                                    held};
@@ -381,7 +381,7 @@ static sm_err register_worker(SM_SVC_UNARY_ARGS)
         e = sm_fail(err, errlen, SM_EINTERNAL, "the handler returned %d devices", out->ndevices);
     if (e)
         return e;
-    rep->worker_id = out->worker_id;
+    rep->worker_id = out->worker_id.v;
     rep->n_devices = (size_t)out->ndevices;
     rep->devices = out->devices;
     rep->process_index = out->process_index;
@@ -408,7 +408,7 @@ static sm_err heartbeat(SM_SVC_UNARY_ARGS)
     if (!e) {
         sm_svc_heartbeat_req req;
         memset(&req, 0, sizeof req);
-        req.worker_id = r->worker_id;
+        req.worker_id.v = r->worker_id;
         req.epoch = r->epoch;
         req.ndevices = (int)r->n_device_bytes;
         sm_svc_copy(req.device_bytes, r->device_bytes, r->n_device_bytes * sizeof *r->device_bytes);
