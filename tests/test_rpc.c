@@ -765,17 +765,24 @@ START_TEST(test_client_cancel)
 }
 END_TEST
 
-START_TEST(test_dead_port)
+/* A loopback address where nobody listens (a port bound, never listened
+ * on, then closed). */
+static void dead_target(char *buf, size_t len)
 {
-    sm_rpc_init();
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t al = sizeof a;
     ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
     ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &al), 0);
-    close(fd); /* bound, never listened: nobody is there */
+    close(fd);
+    snprintf(buf, len, "127.0.0.1:%d", ntohs(a.sin_port));
+}
+
+START_TEST(test_dead_port)
+{
+    sm_rpc_init();
     char target[64], err[256];
-    snprintf(target, sizeof target, "127.0.0.1:%d", ntohs(a.sin_port));
+    dead_target(target, sizeof target);
     sm_rpc_channel *ch;
     ck_assert_int_eq(sm_rpc_channel_create(target, NULL, &ch, err, sizeof err), SM_OK);
     double t0 = now_ms();
@@ -808,13 +815,7 @@ START_TEST(test_chans)
     fixture f;
     fx_start(&f, NULL, NULL);
     char err[256] = "", dead[64];
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t al = sizeof a;
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &al), 0);
-    close(fd); /* bound, never listened: nobody is there */
-    snprintf(dead, sizeof dead, "127.0.0.1:%d", ntohs(a.sin_port));
+    dead_target(dead, sizeof dead);
 
     sm_rpc_chans *c = sm_rpc_chans_create(NULL, NULL, 0, 0); /* no readiness check */
     sm_rpc_channel *c1 = NULL, *c2 = NULL, *c3 = NULL;
@@ -878,14 +879,8 @@ static void *late_server_main(void *arg)
 START_TEST(test_wait_ready)
 {
     sm_rpc_init();
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t al = sizeof a;
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &al), 0);
-    close(fd);
     late_server ls = {0};
-    snprintf(ls.addr, sizeof ls.addr, "127.0.0.1:%d", ntohs(a.sin_port));
+    dead_target(ls.addr, sizeof ls.addr);
     char err[256];
     sm_rpc_channel *ch;
     ck_assert_int_eq(sm_rpc_channel_create(ls.addr, NULL, &ch, err, sizeof err), SM_OK);
