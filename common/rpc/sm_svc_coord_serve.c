@@ -478,12 +478,10 @@ sm_err sm_svc_coord_serve(sm_rpc_server *s, const sm_svc_coord_ops *ops, void *u
     };
     const sm_svc_unary_row rows[] = {
 #define ROW(name, req, rep, fn)                                                                    \
-    {SM_SVC_COORD_PATH(name), &req##__descriptor, &rep##__descriptor, fn, o->fn != NULL, 0}
+    SM_SVC_UNARY_ROW(SM_SVC_COORD_PATH(name), req, rep, fn, o->fn != NULL)
 /* called by workers only: with TLS, refused to callers without a cluster certificate */
 #define ROW_CLUSTER(name, req, rep, fn)                                                            \
-    {                                                                                              \
-        SM_SVC_COORD_PATH(name), &req##__descriptor, &rep##__descriptor, fn, o->fn != NULL, 1      \
-    }
+    {SM_SVC_COORD_PATH(name), &req##__descriptor, &rep##__descriptor, fn, o->fn != NULL, 1}
         ROW("ListDevices", shmap__v1__empty, shmap__v1__list_devices_reply, list_devices),
         ROW("CreateMesh", shmap__v1__create_mesh_request, shmap__v1__mesh, create_mesh),
         ROW("GetMesh", shmap__v1__mesh, shmap__v1__mesh, get_mesh),

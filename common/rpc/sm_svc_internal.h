@@ -111,6 +111,13 @@ typedef struct {
     int cluster_only; /* as in sm_rpc_method */
 } sm_svc_unary_row;
 
+/* A row: path, request and reply types by their protobuf-c prefix
+ * (shmap__v1__empty), fn, and whether the handler is there. */
+#define SM_SVC_UNARY_ROW(path, req, rep, fn, present)                                              \
+    {                                                                                              \
+        path, &req##__descriptor, &rep##__descriptor, fn, present, 0                               \
+    }
+
 /* Registers the n methods of rows, stopping at the first failure. Each is
  * served by one adapter that receives the request, runs the row's fn with
  * ctx, finishes the call with the reply or the error and frees the rest.

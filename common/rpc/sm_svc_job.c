@@ -210,7 +210,7 @@ sm_err sm_svc_coord_jobs_serve(sm_rpc_server *s, const sm_svc_coord_job_ops *ops
     ctx->user = user;
     const sm_svc_unary_row rows[] = {
 #define ROW(name, req, rep, fn, op)                                                                \
-    {SM_SVC_COORD_PATH(name), &req##__descriptor, &rep##__descriptor, fn, o->op != NULL, 0}
+    SM_SVC_UNARY_ROW(SM_SVC_COORD_PATH(name), req, rep, fn, o->op != NULL)
         ROW("SubmitJob", shmap__v1__submit_job_request, shmap__v1__submit_job_reply, submit,
             submit),
         ROW("WaitJob", shmap__v1__job_ref, shmap__v1__job_info, wait_job, wait),

@@ -318,7 +318,7 @@ sm_err sm_svc_worker_jobs_serve(sm_rpc_server *s, const sm_svc_worker_job_ops *o
                                   &shmap__v1__coll_msg__descriptor, exchange, ctx};
     const sm_svc_unary_row rows[] = {
 #define ROW(name, req, rep, fn)                                                                    \
-    {SM_SVC_WORKER_PATH(name), &req##__descriptor, &rep##__descriptor, fn, o->fn != NULL, 0}
+    SM_SVC_UNARY_ROW(SM_SVC_WORKER_PATH(name), req, rep, fn, o->fn != NULL)
         ROW("RunJob", shmap__v1__run_job_request, shmap__v1__run_job_reply, run_job),
         ROW("CancelJob", shmap__v1__job_ref, shmap__v1__empty, cancel_job),
         ROW("ShmProbe", shmap__v1__shm_probe_request, shmap__v1__shm_probe_reply, shm_probe),

@@ -414,7 +414,7 @@ sm_err sm_svc_worker_serve(sm_rpc_server *s, const sm_svc_worker_ops *ops, void 
     };
     const sm_svc_unary_row rows[] = {
 #define ROW(name, req, rep, fn)                                                                    \
-    {SM_SVC_WORKER_PATH(name), &req##__descriptor, &rep##__descriptor, fn, o->fn != NULL, 0}
+    SM_SVC_UNARY_ROW(SM_SVC_WORKER_PATH(name), req, rep, fn, o->fn != NULL)
         ROW("FreeArray", shmap__v1__free_array_request, shmap__v1__empty, free_array),
         ROW("Assemble", shmap__v1__assemble_request, shmap__v1__assemble_reply, assemble),
         ROW("Stats", shmap__v1__empty, shmap__v1__worker_stats_reply, stats),
