@@ -1,7 +1,7 @@
 /* sm_svc_coord_serve: the Coordinator service adapters. Each one decodes and
  * validates the request (a bad request is answered INVALID_ARGUMENT without
  * calling the handler), calls the handler and encodes its result; the
- * receiving, finishing and freeing around it is sm_svc_add_unary's. */
+ * receiving, finishing and freeing around it is sm_svc_add_rows's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -470,13 +470,7 @@ sm_err sm_svc_coord_serve(sm_rpc_server *s, const sm_svc_coord_ops *ops, void *u
     sm_svc_ctx *ctx = sm_svc_ctx_create(o, NULL, user, server_name);
     if (!ctx)
         return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate the coordinator adapters");
-    const sm_rpc_method streams[] = {
-        {SM_SVC_COORD_PATH("Upload"), SM_RPC_CLIENT_STREAM, &shmap__v1__upload_msg__descriptor,
-         upload, ctx},
-        {SM_SVC_COORD_PATH("Download"), SM_RPC_SERVER_STREAM,
-         &shmap__v1__download_request__descriptor, download, ctx},
-    };
-    const sm_svc_unary_row rows[] = {
+    const sm_svc_row rows[] = {
 #define ROW(name, req, rep, fn)                                                                    \
     SM_SVC_UNARY_ROW(SM_SVC_COORD_PATH(name), req, rep, fn, o->fn != NULL)
 /* called by workers only: with TLS, refused to callers without a cluster certificate */
@@ -486,6 +480,10 @@ sm_err sm_svc_coord_serve(sm_rpc_server *s, const sm_svc_coord_ops *ops, void *u
         ROW("CreateMesh", shmap__v1__create_mesh_request, shmap__v1__mesh, create_mesh),
         ROW("GetMesh", shmap__v1__mesh, shmap__v1__mesh, get_mesh),
         ROW("ListMeshes", shmap__v1__empty, shmap__v1__list_meshes_reply, list_meshes),
+        SM_SVC_STREAM_ROW(SM_SVC_COORD_PATH("Upload"), SM_RPC_CLIENT_STREAM, shmap__v1__upload_msg,
+                          upload),
+        SM_SVC_STREAM_ROW(SM_SVC_COORD_PATH("Download"), SM_RPC_SERVER_STREAM,
+                          shmap__v1__download_request, download),
         ROW("CreateArray", shmap__v1__create_array_request, shmap__v1__create_array_reply,
             create_array),
         ROW("Describe", shmap__v1__array_ref, shmap__v1__array_info, describe),
@@ -505,7 +503,5 @@ sm_err sm_svc_coord_serve(sm_rpc_server *s, const sm_svc_coord_ops *ops, void *u
 #undef ROW_CLUSTER
     };
     sm_err e = sm_svc_negotiate_add(s, SM_SVC_COORD_PATH("Negotiate"), ctx, err, errlen);
-    if (!e)
-        e = sm_svc_add_methods(s, streams, sizeof streams / sizeof streams[0], err, errlen);
-    return e ? e : sm_svc_add_unary(s, ctx, rows, sizeof rows / sizeof rows[0], err, errlen);
+    return e ? e : sm_svc_add_rows(s, ctx, rows, sizeof rows / sizeof rows[0], err, errlen);
 }

@@ -208,7 +208,7 @@ sm_err sm_svc_coord_jobs_serve(sm_rpc_server *s, const sm_svc_coord_job_ops *ops
         return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate the job adapters");
     const sm_svc_coord_job_ops *o = ctx->ops = ops ? ops : &none;
     ctx->user = user;
-    const sm_svc_unary_row rows[] = {
+    const sm_svc_row rows[] = {
 #define ROW(name, req, rep, fn, op)                                                                \
     SM_SVC_UNARY_ROW(SM_SVC_COORD_PATH(name), req, rep, fn, o->op != NULL)
         ROW("SubmitJob", shmap__v1__submit_job_request, shmap__v1__submit_job_reply, submit,
@@ -218,7 +218,7 @@ sm_err sm_svc_coord_jobs_serve(sm_rpc_server *s, const sm_svc_coord_job_ops *ops
         ROW("CancelJob", shmap__v1__job_ref, shmap__v1__job_info, cancel_job, cancel),
 #undef ROW
     };
-    return sm_svc_add_unary(s, ctx, rows, sizeof rows / sizeof rows[0], err, errlen);
+    return sm_svc_add_rows(s, ctx, rows, sizeof rows / sizeof rows[0], err, errlen);
 }
 
 /* ---- client calls ------------------------------------------------------------------ */

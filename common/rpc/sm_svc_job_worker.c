@@ -314,18 +314,17 @@ sm_err sm_svc_worker_jobs_serve(sm_rpc_server *s, const sm_svc_worker_job_ops *o
     ctx->ops = ops ? ops : &none;
     ctx->user = user;
     const sm_svc_worker_job_ops *o = ctx->ops;
-    const sm_rpc_method stream = {SM_SVC_WORKER_PATH("Exchange"), SM_RPC_CLIENT_STREAM,
-                                  &shmap__v1__coll_msg__descriptor, exchange, ctx};
-    const sm_svc_unary_row rows[] = {
+    const sm_svc_row rows[] = {
 #define ROW(name, req, rep, fn)                                                                    \
     SM_SVC_UNARY_ROW(SM_SVC_WORKER_PATH(name), req, rep, fn, o->fn != NULL)
         ROW("RunJob", shmap__v1__run_job_request, shmap__v1__run_job_reply, run_job),
         ROW("CancelJob", shmap__v1__job_ref, shmap__v1__empty, cancel_job),
+        SM_SVC_STREAM_ROW(SM_SVC_WORKER_PATH("Exchange"), SM_RPC_CLIENT_STREAM, shmap__v1__coll_msg,
+                          exchange),
         ROW("ShmProbe", shmap__v1__shm_probe_request, shmap__v1__shm_probe_reply, shm_probe),
 #undef ROW
     };
-    sm_err e = sm_svc_add_methods(s, &stream, 1, err, errlen);
-    return e ? e : sm_svc_add_unary(s, ctx, rows, sizeof rows / sizeof rows[0], err, errlen);
+    return sm_svc_add_rows(s, ctx, rows, sizeof rows / sizeof rows[0], err, errlen);
 }
 
 /* ---- client calls ------------------------------------------------------------------ */

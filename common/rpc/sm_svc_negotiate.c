@@ -35,18 +35,9 @@ sm_svc_ctx *sm_svc_ctx_create(const sm_svc_coord_ops *coord, const sm_svc_worker
     return c;
 }
 
-sm_err sm_svc_add_methods(sm_rpc_server *s, const sm_rpc_method *rows, size_t n, char *err,
-                          size_t errlen)
-{
-    sm_err e = SM_OK;
-    for (size_t i = 0; !e && i < n; i++)
-        e = sm_rpc_server_add(s, &rows[i], err, errlen);
-    return e;
-}
-
-/* A row of sm_svc_add_unary with the context it runs with. */
+/* A row of sm_svc_add_rows with the context it runs with. */
 typedef struct {
-    sm_svc_unary_row row;
+    sm_svc_row row;
     const void *ctx;
 } unary_method;
 
@@ -90,8 +81,8 @@ static void unary_serve(sm_rpc_call *call, void *user)
     sm_rpc_msg_free(m);
 }
 
-sm_err sm_svc_add_unary(sm_rpc_server *s, const void *ctx, const sm_svc_unary_row *rows, size_t n,
-                        char *err, size_t errlen)
+sm_err sm_svc_add_rows(sm_rpc_server *s, const void *ctx, const sm_svc_row *rows, size_t n,
+                       char *err, size_t errlen)
 {
     unary_method *u = sm_svc_keep_alloc((n ? n : 1) * sizeof *u);
     if (!u)
@@ -102,6 +93,9 @@ sm_err sm_svc_add_unary(sm_rpc_server *s, const void *ctx, const sm_svc_unary_ro
         u[i].ctx = ctx;
         sm_rpc_method m = {rows[i].path, SM_RPC_UNARY,  rows[i].request,
                            unary_serve,  (void *)&u[i], rows[i].cluster_only};
+        if (rows[i].stream) /* the context is the handler's own */
+            m = (sm_rpc_method){rows[i].path,   rows[i].kind, rows[i].request,
+                                rows[i].stream, (void *)ctx,  rows[i].cluster_only};
         e = sm_rpc_server_add(s, &m, err, errlen);
     }
     return e;

@@ -406,15 +406,13 @@ sm_err sm_svc_worker_serve(sm_rpc_server *s, const sm_svc_worker_ops *ops, void 
     sm_svc_ctx *ctx = sm_svc_ctx_create(NULL, o, user, server_name);
     if (!ctx)
         return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate the worker adapters");
-    const sm_rpc_method streams[] = {
-        {SM_SVC_WORKER_PATH("PutShard"), SM_RPC_CLIENT_STREAM, &shmap__v1__upload_msg__descriptor,
-         put_shard, ctx},
-        {SM_SVC_WORKER_PATH("GetShard"), SM_RPC_SERVER_STREAM,
-         &shmap__v1__download_request__descriptor, get_shard, ctx},
-    };
-    const sm_svc_unary_row rows[] = {
+    const sm_svc_row rows[] = {
 #define ROW(name, req, rep, fn)                                                                    \
     SM_SVC_UNARY_ROW(SM_SVC_WORKER_PATH(name), req, rep, fn, o->fn != NULL)
+        SM_SVC_STREAM_ROW(SM_SVC_WORKER_PATH("PutShard"), SM_RPC_CLIENT_STREAM,
+                          shmap__v1__upload_msg, put_shard),
+        SM_SVC_STREAM_ROW(SM_SVC_WORKER_PATH("GetShard"), SM_RPC_SERVER_STREAM,
+                          shmap__v1__download_request, get_shard),
         ROW("FreeArray", shmap__v1__free_array_request, shmap__v1__empty, free_array),
         ROW("Assemble", shmap__v1__assemble_request, shmap__v1__assemble_reply, assemble),
         ROW("Stats", shmap__v1__empty, shmap__v1__worker_stats_reply, stats),
@@ -426,9 +424,7 @@ sm_err sm_svc_worker_serve(sm_rpc_server *s, const sm_svc_worker_ops *ops, void 
 #undef ROW
     };
     sm_err e = sm_svc_negotiate_add(s, SM_SVC_WORKER_PATH("Negotiate"), ctx, err, errlen);
-    if (!e)
-        e = sm_svc_add_methods(s, streams, sizeof streams / sizeof streams[0], err, errlen);
-    return e ? e : sm_svc_add_unary(s, ctx, rows, sizeof rows / sizeof rows[0], err, errlen);
+    return e ? e : sm_svc_add_rows(s, ctx, rows, sizeof rows / sizeof rows[0], err, errlen);
 }
 
 /* ---- client calls ------------------------------------------------------------------ */
