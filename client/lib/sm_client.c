@@ -134,13 +134,7 @@ sm_err sm_client_connect(const char *target, const sm_client_opts *opts, sm_clie
     return SM_OK;
 
 fail:
-    if (c->ch)
-        sm_rpc_channel_free(c->ch);
-    sm_rpc_chans_free(c->workers);
-    sm_rpc_tls_free(c->tls);
-    free(c->token);
-    free(c);
-    sm_rpc_shutdown();
+    sm_client_close(c); /* frees what was made, and ends this sm_rpc_init */
     return e;
 }
 
