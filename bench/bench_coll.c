@@ -98,7 +98,7 @@ static sm_err bc_register(void *user, const sm_svc_register_req *req, sm_svc_reg
     if (w == c->nreg)
         snprintf(c->addr[c->nreg++], SM_ADDR_MAX, "%s", req->address);
     memset(out, 0, sizeof *out);
-    out->worker_id = (uint32_t)w;
+    out->worker_id.v = (uint32_t)w;
     out->ndevices = BC_DPW;
     for (int k = 0; k < BC_DPW; k++)
         out->devices[k] = w * BC_DPW + k;

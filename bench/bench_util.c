@@ -1,6 +1,7 @@
 /* bench_util: see bench_util.h. */
 #define _GNU_SOURCE
 #include "bench_util.h"
+#include "sm_time.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -17,9 +18,7 @@
 
 double bench_now_s(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    return (double)sm_time_mono_ns() * 1e-9;
 }
 
 static int bench_cmp_double(const void *a, const void *b)

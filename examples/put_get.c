@@ -58,7 +58,7 @@ int main(int argc, char **argv)
     printf("array %llu: %s\n", (unsigned long long)info.id.v, info.type);
     for (int i = 0; i < info.nshards; i++)
         printf("  device %d on worker %u: %s\n", (int)info.shards[i].device,
-               info.shards[i].worker_id, sm_index_format(&info.shards[i].index, buf, sizeof buf));
+               info.shards[i].worker_id.v, sm_index_format(&info.shards[i].index, buf, sizeof buf));
 
     /* 6. Fetch it back and compare bit for bit. */
     sm_array_ref ref = {.id = info.id, .name = NULL};

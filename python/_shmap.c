@@ -211,7 +211,7 @@ static PyObject *from_info(const sm_array_info *a)
         const sm_shard_info *s = &a->shards[k];
         PyList_SET_ITEM(shards, k,
                         Py_BuildValue("{s:i,s:N,s:I,s:s,s:i,s:O,s:O}", "device", (int)s->device,
-                                      "index", from_index(&s->index), "worker", s->worker_id,
+                                      "index", from_index(&s->index), "worker", s->worker_id.v,
                                       "address", s->worker_address, "replica_id", s->replica_id,
                                       "present", s->present ? Py_True : Py_False, "spilled",
                                       s->spilled ? Py_True : Py_False));
@@ -221,7 +221,7 @@ static PyObject *from_info(const sm_array_info *a)
         const sm_shard_info *s = &a->copies[k];
         PyList_SET_ITEM(copies, k,
                         Py_BuildValue("{s:i,s:N,s:I,s:s,s:O}", "device", (int)s->device, "index",
-                                      from_index(&s->index), "worker", s->worker_id, "address",
+                                      from_index(&s->index), "worker", s->worker_id.v, "address",
                                       s->worker_address, "present",
                                       s->present ? Py_True : Py_False));
     }
@@ -330,7 +330,7 @@ static PyObject *Client_devices(Client *self, PyObject *unused)
         for (int d = 0; devs && d < w[i].ndevices; d++)
             PyTuple_SET_ITEM(devs, d, PyLong_FromLong(w[i].devices[d]));
         PyList_SET_ITEM(l, i,
-                        Py_BuildValue("{s:I,s:s,s:i,s:O,s:N}", "worker", w[i].id, "address",
+                        Py_BuildValue("{s:I,s:s,s:i,s:O,s:N}", "worker", w[i].id.v, "address",
                                       w[i].address, "process", w[i].process_index, "alive",
                                       w[i].alive ? Py_True : Py_False, "devices", devs));
     }

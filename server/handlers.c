@@ -10,11 +10,12 @@
 #include "sm_log.h"
 #include "sm_rpc.h"
 #include "sm_tenant.h"
+#include "sm_time.h"
 
 static sm_err h_list_devices(void *user, sm_worker_info **out, int *n, char *err, size_t errlen)
 {
     sm_coord *c = user;
-    return sm_registry_workers_list(c->reg, sm_registry_now_ms(), out, n, err, errlen);
+    return sm_registry_workers_list(c->reg, sm_time_mono_ms(), out, n, err, errlen);
 }
 
 static sm_err h_create_mesh(void *user, const char *name, const sm_mesh *mesh, int default_order,
@@ -65,7 +66,7 @@ static sm_err h_create_array(void *user, const sm_svc_create_array_req *req,
                              sm_svc_create_array_reply *out, char *err, size_t errlen)
 {
     sm_coord *c = user;
-    sm_err e = sm_registry_array_create(c->reg, req, sm_registry_now_ms(), out, err, errlen);
+    sm_err e = sm_registry_array_create(c->reg, req, sm_time_mono_ms(), out, err, errlen);
     if (!e)
         h_grant(c, &out->array);
     return e;
@@ -201,7 +202,7 @@ static sm_err h_reshard(void *user, const sm_svc_reshard_req *req, sm_array_info
     int np = 0;
     h_assemble_job *jobs = NULL;
     sm_err e =
-        sm_registry_reshard_begin(c->reg, req, sm_registry_now_ms(), &id, &parts, &np, err, errlen);
+        sm_registry_reshard_begin(c->reg, req, sm_time_mono_ms(), &id, &parts, &np, err, errlen);
     if (e)
         return e;
     jobs = h_assemble_all(parts, sizeof *parts, np,
@@ -237,8 +238,7 @@ static sm_err h_replicate(void *user, const sm_svc_replicate_req *req, sm_array_
     for (int k = 0; k < n; k++) {
         sm_err ek = jobs ? jobs[k].e : SM_ENOMEM;
         const char *why = jobs ? jobs[k].err : "out of memory";
-        if (!sm_registry_repair_end(c->reg, &reps[k], sm_registry_now_ms(), ek == SM_OK, why) &&
-            !ek) {
+        if (!sm_registry_repair_end(c->reg, &reps[k], sm_time_mono_ms(), ek == SM_OK, why) && !ek) {
             sm_reg_free f = {reps[k].part.req.array_id, reps[k].part.t};
             sm_relay_free(&f, 1, c->call_deadline_ms);
         }
@@ -412,7 +412,7 @@ static sm_err h_load(void *user, const sm_svc_load_req *req, sm_array_info *out,
                                       .nchunks = m.shards[k].nchunks};
         memcpy(files[k].chunk_sums, m.shards[k].chunk_sums, sizeof files[k].chunk_sums);
     }
-    if ((e = sm_registry_load_begin(c->reg, req, &m, files, sm_registry_now_ms(), &id, &parts, &np,
+    if ((e = sm_registry_load_begin(c->reg, req, &m, files, sm_time_mono_ms(), &id, &parts, &np,
                                     err, errlen)))
         goto done;
     jobs = h_assemble_all(parts, sizeof *parts, np, deadline_ms);
@@ -443,7 +443,7 @@ static sm_err h_register(void *user, const sm_svc_register_req *req, sm_svc_regi
     sm_err e = sm_rpc_channel_create_tls(req->address, c->token, c->tls, &ch, err, errlen);
     if (e)
         return e;
-    e = sm_registry_worker_add(c->reg, req, ch, sm_registry_now_ms(), out, &f, &nf, err, errlen);
+    e = sm_registry_worker_add(c->reg, req, ch, sm_time_mono_ms(), out, &f, &nf, err, errlen);
     if (e)
         sm_rpc_channel_free(ch);
     sm_relay_free(f, nf, c->call_deadline_ms);
@@ -468,8 +468,7 @@ static void *h_repair_run(void *arg)
                                           &j->reps[k].part.req, &bytes, msg, sizeof msg);
         if (e)
             sm_relay_strip_status(msg);
-        if (!sm_registry_repair_end(j->c->reg, &j->reps[k], sm_registry_now_ms(), e == SM_OK,
-                                    msg) &&
+        if (!sm_registry_repair_end(j->c->reg, &j->reps[k], sm_time_mono_ms(), e == SM_OK, msg) &&
             !e) {
             sm_reg_free f = {j->reps[k].part.req.array_id, j->reps[k].part.t};
             sm_relay_free(&f, 1, j->c->call_deadline_ms); /* the array went meanwhile */
@@ -499,8 +498,8 @@ static void h_repairs_start(sm_coord *c, uint32_t worker_id)
     int go = !c->bg_draining;
     c->bg_running += go;
     pthread_mutex_unlock(&c->bg_mu);
-    if (go && sm_registry_repairs_begin(c->reg, worker_id, sm_registry_now_ms(), &j->reps, &j->n,
-                                        err, sizeof err))
+    if (go && sm_registry_repairs_begin(c->reg, worker_id, sm_time_mono_ms(), &j->reps, &j->n, err,
+                                        sizeof err))
         SM_WARN("repairs onto worker %u: %s", worker_id, err);
     if (!j->n || pthread_create(&th, NULL, h_repair_run, j)) {
         pthread_mutex_lock(&c->bg_mu);
@@ -508,7 +507,7 @@ static void h_repairs_start(sm_coord *c, uint32_t worker_id)
         pthread_cond_broadcast(&c->bg_cv);
         pthread_mutex_unlock(&c->bg_mu);
         for (int k = 0; k < j->n; k++)
-            sm_registry_repair_end(c->reg, &j->reps[k], sm_registry_now_ms(), 0,
+            sm_registry_repair_end(c->reg, &j->reps[k], sm_time_mono_ms(), 0,
                                    "no thread to run it");
         sm_registry_repairs_free(j->reps, j->n);
         free(j);
@@ -521,12 +520,12 @@ static sm_err h_heartbeat(void *user, const sm_svc_heartbeat_req *req, int *know
                           size_t errlen)
 {
     sm_coord *c = user;
-    *known = sm_registry_worker_heartbeat(c->reg, req, sm_registry_now_ms());
+    *known = sm_registry_worker_heartbeat(c->reg, req, sm_time_mono_ms());
     if (!*known)
         SM_INFO("heartbeat from unknown or lost worker %u: asking it to register again",
-                req->worker_id);
+                req->worker_id.v);
     else
-        h_repairs_start(c, req->worker_id);
+        h_repairs_start(c, req->worker_id.v);
     return SM_OK;
 }
 
@@ -562,14 +561,7 @@ void sm_handlers_init(sm_coord *c, sm_registry *reg, const char *token, int call
 
 int sm_handlers_drain(sm_coord *c, int timeout_ms)
 {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += timeout_ms / 1000;
-    until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    struct timespec until = sm_time_after_ms(CLOCK_REALTIME, timeout_ms);
     pthread_mutex_lock(&c->bg_mu);
     c->bg_draining = 1;
     while (c->bg_running > 0 && pthread_cond_timedwait(&c->bg_cv, &c->bg_mu, &until) == 0)

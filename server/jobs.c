@@ -20,39 +20,12 @@
 /* Pending outputs of a job without a deadline fail after this long. */
 #define SM_JOBS_OUTPUT_DEADLINE_MS 86400000u
 
-int64_t sm_cjobs_now_us(void)
-{
-    return sm_time_mono_us();
-}
-
 /* ---- workers ------------------------------------------------------------------------ */
 
 sm_rpc_channel *sm_cjobs_channel(sm_cjobs *j, const char *address, char *err, size_t errlen)
 {
     sm_rpc_channel *ch = NULL;
-    pthread_mutex_lock(&j->chmu);
-    for (int i = 0; i < j->nchans && !ch; i++)
-        if (!strcmp(j->chans[i].address, address))
-            ch = j->chans[i].ch;
-    if (!ch) {
-        if (j->nchans == j->capchans) {
-            int nc = j->capchans ? 2 * j->capchans : 8;
-            sm_cjobs_chan *v = realloc(j->chans, (size_t)nc * sizeof *v);
-            if (!v) {
-                sm_fail(err, errlen, SM_ENOMEM, "out of memory connecting to %s", address);
-                goto out;
-            }
-            j->chans = v;
-            j->capchans = nc;
-        }
-        if (sm_rpc_channel_create_tls(address, j->coord->token, j->coord->tls, &ch, err, errlen) ==
-            SM_OK) {
-            snprintf(j->chans[j->nchans].address, SM_ADDR_MAX, "%s", address);
-            j->chans[j->nchans++].ch = ch;
-        }
-    }
-out:
-    pthread_mutex_unlock(&j->chmu);
+    sm_rpc_chans_get(j->chans, address, &ch, err, errlen);
     return ch;
 }
 
@@ -171,7 +144,7 @@ void sm_cjobs_end_locked(sm_cjobs *j, sm_job *job, sm_job_state state, const cha
         j->nqueued--;
     job->state = state;
     snprintf(job->error, sizeof job->error, "%s", msg ? msg : "");
-    job->end_us = sm_cjobs_now_us();
+    job->end_us = sm_time_mono_us();
     if (!job->start_us)
         job->start_us = job->end_us;
     sm_registry_job_save(j->coord->reg, job->id, (int)state, job->error, job->tenant);
@@ -205,7 +178,7 @@ void sm_cjobs_end_locked(sm_cjobs *j, sm_job *job, sm_job_state state, const cha
  * job whose record was dropped, saying so. */
 static sm_err job_get_locked(sm_cjobs *j, sm_job_id id, sm_job **out, char *err, size_t errlen)
 {
-    table_sweep_locked(j, sm_cjobs_now_us());
+    table_sweep_locked(j, sm_time_mono_us());
     *out = table_find(j, id.v);
     if (*out && !sm_tenant_sees((*out)->tenant)) { /* another tenant's: not there */
         *out = NULL;
@@ -250,7 +223,7 @@ static sm_err job_describe(sm_cjobs *j, sm_job *job, sm_job_info *out, char *err
 {
     memset(out, 0, sizeof *out);
     pthread_mutex_lock(&j->mu);
-    int64_t now = sm_cjobs_now_us();
+    int64_t now = sm_time_mono_us();
     out->id.v = job->id;
     out->state = job->state;
     snprintf(out->error, sizeof out->error, "%s", job->error);
@@ -331,7 +304,7 @@ static sm_err job_prepare(sm_cjobs *j, const sm_svc_submit_req *req, sm_job *job
         }
     }
     /* The mesh: the program's devices, or the default order. */
-    if ((e = sm_registry_workers_list(reg, sm_registry_now_ms(), &workers, &nw, err, errlen)))
+    if ((e = sm_registry_workers_list(reg, sm_time_mono_ms(), &workers, &nw, err, errlen)))
         return e;
     if (!p->has_devices && (e = sm_cjobs_default_devices(&p->mesh, workers, nw, err, errlen)))
         goto out;
@@ -388,7 +361,7 @@ static sm_err job_prepare(sm_cjobs *j, const sm_svc_submit_req *req, sm_job *job
         cr.deadline_ms = req->deadline_ms && req->deadline_ms < SM_JOBS_OUTPUT_DEADLINE_MS
                              ? req->deadline_ms + 60000
                              : SM_JOBS_OUTPUT_DEADLINE_MS;
-        if ((e = sm_registry_array_create(reg, &cr, sm_registry_now_ms(), &rep, tmp, sizeof tmp))) {
+        if ((e = sm_registry_array_create(reg, &cr, sm_time_mono_ms(), &rep, tmp, sizeof tmp))) {
             e = sm_fail(err, errlen, e, "output %d: %s", k, tmp);
             sm_cjobs_delete_arrays(j, job->outs, k);
             memset(job->outs, 0, (size_t)k * sizeof *job->outs);
@@ -430,7 +403,7 @@ static sm_err job_enqueue(sm_cjobs *j, sm_svc_submit_req *req, sm_job **out, int
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory submitting a job");
     }
     job->prog = req->program; /* ours from here on */
-    job->submit_us = sm_cjobs_now_us();
+    job->submit_us = sm_time_mono_us();
     job->state = SM_JOB_QUEUED;
     if (here)
         *here = 0;
@@ -472,7 +445,7 @@ static sm_err job_enqueue(sm_cjobs *j, sm_svc_submit_req *req, sm_job **out, int
         *here = 1;
         j->running++;
         job->state = SM_JOB_RUNNING;
-        job->start_us = sm_cjobs_now_us();
+        job->start_us = sm_time_mono_us();
         pthread_cond_broadcast(&j->changed);
         SM_DEBUG("job %llu runs: program '%s' on %d workers", (unsigned long long)job->id,
                  job->prog->name, job->npeers);
@@ -657,7 +630,7 @@ static void runner_wait_locked(sm_cjobs *j)
         pthread_cond_wait(&j->work, &j->mu);
         return;
     }
-    int64_t left_us = j->ended_head->end_us + j->keep_us - sm_cjobs_now_us();
+    int64_t left_us = j->ended_head->end_us + j->keep_us - sm_time_mono_us();
     if (left_us > 0) {
         int64_t ms = left_us / 1000 + 1;
         struct timespec until =
@@ -665,7 +638,7 @@ static void runner_wait_locked(sm_cjobs *j)
         if (pthread_cond_timedwait(&j->work, &j->mu, &until) != ETIMEDOUT)
             return;
     }
-    table_sweep_locked(j, sm_cjobs_now_us());
+    table_sweep_locked(j, sm_time_mono_us());
 }
 
 static void *runner_main(void *arg)
@@ -687,7 +660,7 @@ static void *runner_main(void *arg)
             continue;
         }
         job->state = SM_JOB_RUNNING;
-        job->start_us = sm_cjobs_now_us();
+        job->start_us = sm_time_mono_us();
         j->nqueued--;
         j->running++;
         pthread_cond_broadcast(&j->changed);
@@ -729,12 +702,15 @@ sm_err sm_cjobs_create(sm_coord *coord, const sm_cjobs_config *cfg, sm_cjobs **o
                        "at least 1 job must be allowed to wait to start, not %d", cfg->queue_max);
     sm_cjobs *j = calloc(1, sizeof *j);
     pthread_t *th = calloc((size_t)nthreads, sizeof *th);
-    if (!j || !th) {
+    sm_rpc_chans *chans = sm_rpc_chans_create(coord->token, coord->tls, 0, 0);
+    if (!j || !th || !chans) {
         free(j);
         free(th);
+        sm_rpc_chans_free(chans);
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory creating the job manager");
     }
     j->coord = coord;
+    j->chans = chans;
     j->threads = th;
     j->keep_us = cfg->keep_ms * 1000;
     j->keep_max = cfg->keep_max;
@@ -828,9 +804,7 @@ void sm_cjobs_free(sm_cjobs *j)
         pthread_join(j->threads[i], NULL);
     for (size_t i = 0; i < j->table.cap; i++)
         job_destroy(j->table.slots[i].item); /* every holder is gone: no dropped job is left */
-    for (int i = 0; i < j->nchans; i++)
-        sm_rpc_channel_free(j->chans[i].ch);
-    free(j->chans);
+    sm_rpc_chans_free(j->chans);
     free(j->pairs);
     sm_htab_free(&j->table);
     free(j->threads);

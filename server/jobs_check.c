@@ -213,7 +213,7 @@ sm_err sm_cjobs_peers(const sm_mesh *m, const sm_worker_info *w, int n, sm_svc_p
         if (!w[owner].alive) {
             e = sm_fail(err, errlen, SM_EUNAVAILABLE,
                         "device %d of the job's mesh is on worker %u at %s, which is lost",
-                        (int)dev, w[owner].id, w[owner].address);
+                        (int)dev, w[owner].id.v, w[owner].address);
             goto fail;
         }
         used[owner] = 1;
@@ -235,7 +235,7 @@ sm_err sm_cjobs_peers(const sm_mesh *m, const sm_worker_info *w, int n, sm_svc_p
         for (int d = 0; d < x->ndevices; d++)
             if (sm_mesh_find_device(m, x->devices[d]) >= 0)
                 p->devices[p->ndevices++] = x->devices[d];
-        ids[np++] = x->id;
+        ids[np++] = x->id.v;
     }
     free(order);
     free(used);

@@ -42,11 +42,6 @@ typedef struct sm_job {
     char tenant[SM_TENANT_MAX];      /* the submit's: only it sees the job; its outputs are its */
 } sm_job;
 
-typedef struct {
-    char address[SM_ADDR_MAX];
-    sm_rpc_channel *ch;
-} sm_cjobs_chan;
-
 /* What ShmProbe proved about two workers (ids and addresses, a before b). */
 typedef struct {
     uint32_t a, b;
@@ -76,10 +71,9 @@ struct sm_cjobs {
     int nthreads; /* runner threads, also the bound on jobs running at once */
     int running;  /* jobs running: on runner threads and on handler threads */
     pthread_t *threads;
-    pthread_mutex_t chmu;
-    sm_cjobs_chan *chans;
-    int nchans, capchans;
-    sm_cjobs_pair *pairs; /* under chmu */
+    sm_rpc_chans *chans;  /* to the workers */
+    pthread_mutex_t chmu; /* guards pairs */
+    sm_cjobs_pair *pairs;
     int npairs, cappairs;
     /* for the metrics (sm_cjobs_stats_get), under mu */
     uint64_t ended_total[SM_JOB_CANCELLED + 1]; /* jobs ended, by state */
@@ -87,8 +81,6 @@ struct sm_cjobs {
     double run_sum_s;
 };
 
-/* Monotonic clock in microseconds. */
-int64_t sm_cjobs_now_us(void);
 /* The channel to a worker (created on first use, owned by j). */
 sm_rpc_channel *sm_cjobs_channel(sm_cjobs *j, const char *address, char *err, size_t errlen);
 /* Sends CancelJob for job to every worker of its mesh but peers[skip]

@@ -8,6 +8,7 @@
 
 #include "jobs_int.h"
 #include "sm_log.h"
+#include "sm_time.h"
 
 sm_err sm_cjobs_restore(sm_cjobs *j, char *err, size_t errlen)
 {
@@ -20,7 +21,7 @@ sm_err sm_cjobs_restore(sm_cjobs *j, char *err, size_t errlen)
     pthread_mutex_lock(&j->mu);
     if (last > j->last_id)
         j->last_id = last;
-    int64_t now = sm_cjobs_now_us();
+    int64_t now = sm_time_mono_us();
     for (int k = 0; k < n && !e; k++) {
         sm_job *job = calloc(1, sizeof *job);
         if (!job || sm_htab_reserve(&j->table, j->table.n + 1)) {

@@ -9,6 +9,7 @@
 #include "jobs_int.h"
 #include "relay.h"
 #include "sm_log.h"
+#include "sm_time.h"
 
 /* RunJob's own deadline when the job has none. */
 #define SM_JOBS_NO_DEADLINE_MS 86400000
@@ -37,7 +38,7 @@ static int64_t time_left_ms(const sm_job *job)
 {
     if (!job->deadline_ms)
         return SM_JOBS_NO_DEADLINE_MS;
-    return (job->submit_us + (int64_t)job->deadline_ms * 1000 - sm_cjobs_now_us()) / 1000;
+    return (job->submit_us + (int64_t)job->deadline_ms * 1000 - sm_time_mono_us()) / 1000;
 }
 
 /* Worker k's RunJob ended; the first failure cancels the job on the
@@ -100,7 +101,7 @@ static int shm_prove(void *user, int a, int b)
     sm_cjobs *j = x->j;
     const sm_svc_peer *pa = &x->job->peers[a], *pb = &x->job->peers[b];
     uint32_t wa = x->job->wids[a], wb = x->job->wids[b];
-    int64_t now = sm_cjobs_now_us();
+    int64_t now = sm_time_mono_us();
     pthread_mutex_lock(&j->chmu);
     for (int i = 0; i < j->npairs; i++) {
         const sm_cjobs_pair *p = &j->pairs[i];
@@ -161,7 +162,7 @@ static void shm_plan(sm_cjobs *j, sm_job *job, sm_rpc_channel **chs, sm_svc_run_
     free(dom);
     while (!req->shm_key)
         if (getrandom(&req->shm_key, sizeof req->shm_key, 0) != (ssize_t)sizeof req->shm_key)
-            req->shm_key = (uint64_t)sm_cjobs_now_us() ^ (job->id << 32);
+            req->shm_key = (uint64_t)sm_time_mono_us() ^ (job->id << 32);
 }
 
 /* RunJob on every worker of the mesh at once, all from this thread. */

@@ -1,5 +1,6 @@
 /* metrics: the coordinator's Prometheus endpoint (metrics.h). */
 #include "metrics.h"
+#include "sm_time.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +19,7 @@ sm_err sm_metrics_render(sm_registry *reg, sm_cjobs *jobs, sm_rpc_server *rpc, s
     sm_worker_info *w = NULL;
     sm_array_info *a = NULL;
     int nw = 0, na = 0;
-    sm_err e = sm_registry_workers_list(reg, sm_registry_now_ms(), &w, &nw, err, sizeof err);
+    sm_err e = sm_registry_workers_list(reg, sm_time_mono_ms(), &w, &nw, err, sizeof err);
     if (!e)
         e = sm_registry_array_list(reg, &a, &na, err, sizeof err);
     if (e) {
@@ -43,7 +44,7 @@ sm_err sm_metrics_render(sm_registry *reg, sm_cjobs *jobs, sm_rpc_server *rpc, s
     for (int i = 0; i < nw; i++)
         for (int d = 0; w[i].alive && d < w[i].ndevices; d++)
             sm_strbuf_printf(b, "shmap_device_used_bytes{device=\"%d\",worker=\"%u\"} %lld\n",
-                             (int)w[i].devices[d], w[i].id, (long long)w[i].device_bytes[d]);
+                             (int)w[i].devices[d], w[i].id.v, (long long)w[i].device_bytes[d]);
     static const sm_array_state states[] = {SM_ARRAY_PENDING, SM_ARRAY_READY, SM_ARRAY_FAILED,
                                             SM_ARRAY_LOST, SM_ARRAY_DEGRADED};
     enum { NSTATES = sizeof states / sizeof *states };

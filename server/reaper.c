@@ -7,6 +7,7 @@
 
 #include "relay.h"
 #include "sm_log.h"
+#include "sm_time.h"
 
 struct sm_reaper {
     sm_registry *reg;
@@ -23,11 +24,7 @@ static void *sm_reaper_run(void *arg)
     sm_reaper *rp = arg;
     pthread_mutex_lock(&rp->mu);
     while (!rp->stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += (long)rp->period_ms * 1000000L;
-        ts.tv_sec += ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
+        struct timespec ts = sm_time_after_ms(CLOCK_MONOTONIC, rp->period_ms);
         while (!rp->stop && pthread_cond_timedwait(&rp->cv, &rp->mu, &ts) == 0)
             ;
         if (rp->stop)
@@ -35,7 +32,7 @@ static void *sm_reaper_run(void *arg)
         pthread_mutex_unlock(&rp->mu);
         sm_reg_free *f = NULL;
         int nf = 0;
-        sm_registry_reap(rp->reg, sm_registry_now_ms(), rp->lost_after_ms, &f, &nf);
+        sm_registry_reap(rp->reg, sm_time_mono_ms(), rp->lost_after_ms, &f, &nf);
         sm_relay_free(f, nf, rp->call_deadline_ms);
         free(f);
         pthread_mutex_lock(&rp->mu);

@@ -12,12 +12,6 @@
 
 #include "sm_log.h"
 #include "sm_rpc.h"
-#include "sm_time.h"
-
-int64_t sm_registry_now_ms(void)
-{
-    return sm_time_mono_ms();
-}
 
 int sm_reg_vec_push(void ***v, int *n, int *cap, void *item)
 {
@@ -316,7 +310,7 @@ static void sm_reg_worker_adopt(sm_registry *r, sm_reg_worker *w, const sm_svc_r
  * device count and (if given) device ids; NULL if none. */
 static sm_reg_worker *sm_reg_worker_claimed(sm_registry *r, const sm_svc_register_req *req)
 {
-    sm_reg_worker *o = req->worker_id ? sm_reg_worker_by_id(r, req->worker_id) : NULL;
+    sm_reg_worker *o = req->worker_id.v ? sm_reg_worker_by_id(r, req->worker_id.v) : NULL;
     if (!o || o->ndevices != req->ndevices)
         return NULL;
     for (int k = 0; req->devices && k < req->ndevices; k++)
@@ -425,9 +419,10 @@ sm_err sm_registry_worker_add(sm_registry *r, const sm_svc_register_req *req, sm
             sm_reg_worker_mark_lost(r, r->workers[i], "it registered again", frees, nfrees);
     /* A new worker may ask for an id never handed out (--worker-id, below
      * SM_REG_WORKER_ID_MAX so that ids never wrap around). */
-    if (req->worker_id && req->worker_id >= r->next_worker &&
-        req->worker_id < SM_REG_WORKER_ID_MAX && !sm_reg_worker_by_id(r, req->worker_id))
-        r->next_worker = req->worker_id;
+    uint32_t asked = req->worker_id.v;
+    if (asked && asked >= r->next_worker && asked < SM_REG_WORKER_ID_MAX &&
+        !sm_reg_worker_by_id(r, asked))
+        r->next_worker = asked;
     w->id = r->next_worker++;
     snprintf(w->address, sizeof w->address, "%s", addr);
     snprintf(w->host, sizeof w->host, "%s", req->host ? req->host : "");
@@ -447,7 +442,7 @@ sm_err sm_registry_worker_add(sm_registry *r, const sm_svc_register_req *req, sm
      * reply (keep_shards 0) tells it to drop everything. */
 reply:
     memset(out, 0, sizeof *out);
-    out->worker_id = w->id;
+    out->worker_id.v = w->id;
     out->ndevices = w->ndevices;
     for (int k = 0; k < w->ndevices; k++)
         out->devices[k] = w->first_device + k;
@@ -472,7 +467,7 @@ int sm_registry_worker_heartbeat(sm_registry *r, const sm_svc_heartbeat_req *req
 {
     int known = 0;
     pthread_mutex_lock(&r->mu);
-    sm_reg_worker *w = sm_reg_worker_by_id(r, req->worker_id);
+    sm_reg_worker *w = sm_reg_worker_by_id(r, req->worker_id.v);
     /* A heartbeat from another coordinator run names a worker of that run,
      * whatever worker holds the same id now. */
     if (w && w->alive && req->epoch == r->epoch) {
@@ -527,7 +522,7 @@ sm_err sm_registry_workers_list(sm_registry *r, int64_t now_ms, sm_worker_info *
     for (int i = 0; i < r->nworkers; i++) {
         const sm_reg_worker *w = r->workers[i];
         sm_worker_info *wi = &(*out)[i];
-        wi->id = w->id;
+        wi->id.v = w->id;
         snprintf(wi->address, sizeof wi->address, "%s", w->address);
         snprintf(wi->host, sizeof wi->host, "%s", w->host);
         wi->process_index = w->process_index;
@@ -539,7 +534,8 @@ sm_err sm_registry_workers_list(sm_registry *r, int64_t now_ms, sm_worker_info *
             wi->device_bytes[k] = w->device_bytes[k];
         }
         wi->nshm_peers = w->nshm_peers;
-        memcpy(wi->shm_peers, w->shm_peers, (size_t)w->nshm_peers * sizeof *w->shm_peers);
+        for (int k = 0; k < w->nshm_peers; k++)
+            wi->shm_peers[k].v = w->shm_peers[k];
     }
     *n = r->nworkers;
 out:

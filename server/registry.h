@@ -6,7 +6,7 @@
  * call validates and changes state under the lock and returns what to send
  * to whom (worker channels, device lists); the caller does the RPCs with no
  * lock held and reports back. Every function takes the current time
- * (now_ms, monotonic milliseconds) instead of reading a clock, so tests
+ * (now_ms, sm_time_mono_ms) instead of reading a clock, so tests
  * drive time by hand.
  *
  * Ids are never reused. Worker channels are owned by the registry and live
@@ -28,9 +28,6 @@
 #include "sm_tenant.h"
 
 typedef struct sm_registry sm_registry;
-
-/* Monotonic clock in milliseconds (the now_ms every function takes). */
-int64_t sm_registry_now_ms(void);
 
 /* Creates an empty registry. default_deadline_ms: pending arrays fail after
  * this long unless a request gives its own; heartbeat_ms: told to workers

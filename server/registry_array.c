@@ -213,7 +213,7 @@ sm_err sm_reg_array_info(sm_registry *r, const sm_reg_array *a, sm_array_info *i
         sm_shard_info *s = &info->shards[p];
         sm_reg_worker *w = sm_reg_worker_by_id(r, a->worker[p]);
         s->device = a->slices[p].device;
-        s->worker_id = a->worker[p];
+        s->worker_id.v = a->worker[p];
         if (w)
             snprintf(s->worker_address, sizeof s->worker_address, "%s", w->address);
         memcpy(s->coords, a->slices[p].coords, sizeof s->coords);
@@ -232,7 +232,7 @@ sm_err sm_reg_array_info(sm_registry *r, const sm_reg_array *a, sm_array_info *i
         sm_shard_info *s = &info->copies[k];
         sm_reg_worker *w = sm_reg_worker_by_id(r, cp->worker);
         s->device = cp->device;
-        s->worker_id = cp->worker;
+        s->worker_id.v = cp->worker;
         if (w)
             snprintf(s->worker_address, sizeof s->worker_address, "%s", w->address);
         memcpy(s->coords, a->slices[cp->of].coords, sizeof s->coords);

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "sm_log.h"
+#include "sm_time.h"
 
 /* Bumped when the tables or the stored struct layouts change. */
 #define SM_REG_SCHEMA 3 /* 3: an array's sharding packed (sm_reg_sharding_pack) */
@@ -671,7 +672,7 @@ sm_err sm_registry_open_state(sm_registry *r, const char *dir, char *err, size_t
     }
     if ((e = sm_reg_layout_check(r, path, err, errlen)))
         goto fail;
-    int64_t now = sm_registry_now_ms();
+    int64_t now = sm_time_mono_ms();
     sm_reg_owner *own = NULL;
     int nown = 0;
     pthread_mutex_lock(&r->mu);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "sm_log.h"
+#include "sm_time.h"
 
 void sm_relay_strip_status(char *err)
 {
@@ -171,7 +172,7 @@ sm_err sm_relay_upload(sm_registry *r, sm_svc_upload_in *in, sm_svc_upload_reply
         ndevs = h.ndevices;
     }
     h.devices = devs;
-    e = sm_registry_upload_begin(r, &h, sm_registry_now_ms(), &u.t, &u.nt, &left, err, errlen);
+    e = sm_registry_upload_begin(r, &h, sm_time_mono_ms(), &u.t, &u.nt, &left, err, errlen);
     if (e)
         goto fail;
     began = 1;
@@ -359,8 +360,7 @@ sm_err sm_relay_commit(sm_registry *r, const sm_svc_commit_req *req, sm_svc_uplo
             req->array_id, g[k].ndevices, g[k].devices, g[k].checksum, g[k].bytes, 0, NULL};
         sm_reg_target *t = NULL;
         int nt = 0;
-        if ((e = sm_registry_commit_begin(r, &q, sm_registry_now_ms(), &t, &nt, &left, err,
-                                          errlen)))
+        if ((e = sm_registry_commit_begin(r, &q, sm_time_mono_ms(), &t, &nt, &left, err, errlen)))
             break;
         memcpy(devs + nbegun, g[k].devices, sizeof *devs * (size_t)g[k].ndevices);
         nbegun += g[k].ndevices;

@@ -73,7 +73,7 @@ static void check_info(const sm_array_info *info, sm_dtype t, const sm_shape *sh
         int64_t minor = m->sizes[m->naxes - 1];
         for (int i = 0; i < info->nshards; i++)
             if (i % minor)
-                ck_assert_uint_eq(info->shards[i].worker_id, info->shards[i - 1].worker_id);
+                ck_assert_uint_eq(info->shards[i].worker_id.v, info->shards[i - 1].worker_id.v);
     }
 }
 

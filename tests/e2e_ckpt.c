@@ -414,7 +414,7 @@ static void worker_of(sm_client *c, int32_t d, char *buf, size_t len)
     for (int i = 0; i < n; i++)
         for (int k = 0; k < w[i].ndevices; k++)
             if (w[i].devices[k] == d)
-                snprintf(buf, len, "worker %u at", w[i].id);
+                snprintf(buf, len, "worker %u at", w[i].id.v);
     free(w);
     ck_assert_msg(buf[0], "no worker holds device %d", (int)d);
 }

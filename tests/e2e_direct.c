@@ -110,9 +110,9 @@ START_TEST(direct_round_trips)
     ck_assert_int_eq(c->relay_only, 0);
     round_trips(c);
     /* Both workers were reached directly, one cached channel each. */
-    ck_assert_int_eq(c->nworkers, 2);
-    for (int k = 0; k < c->nworkers; k++)
-        ck_assert_int_eq(c->workers[k].unreachable_s, 0);
+    int unreachable = -1;
+    ck_assert_int_eq(sm_rpc_chans_count(c->workers, &unreachable), 2);
+    ck_assert_int_eq(unreachable, 0);
     sm_client_close(c);
 }
 END_TEST
@@ -122,7 +122,7 @@ START_TEST(relay_forced)
     /* By the option. */
     sm_client *c = connect_opts(1);
     round_trips(c);
-    ck_assert_int_eq(c->nworkers, 0); /* never opened a worker channel */
+    ck_assert_int_eq(sm_rpc_chans_count(c->workers, NULL), 0); /* never opened a worker channel */
     sm_client_close(c);
     /* By the environment. */
     setenv("SHMAP_RELAY", "1", 1);
@@ -130,7 +130,7 @@ START_TEST(relay_forced)
     unsetenv("SHMAP_RELAY");
     ck_assert_int_eq(c->relay_only, 1);
     round_trips(c);
-    ck_assert_int_eq(c->nworkers, 0);
+    ck_assert_int_eq(sm_rpc_chans_count(c->workers, NULL), 0);
     sm_client_close(c);
 }
 END_TEST
@@ -254,7 +254,7 @@ static sm_rpc_channel *worker_of(const sm_array_info *a, int32_t d, sm_rpc_chann
     for (int k = 0; k < a->nshards; k++) {
         if (a->shards[k].device != d)
             continue;
-        int w = a->shards[k].worker_id == a->shards[0].worker_id ? 0 : 1;
+        int w = a->shards[k].worker_id.v == a->shards[0].worker_id.v ? 0 : 1;
         if (!chs[w])
             ck_assert_int_eq(
                 sm_rpc_channel_create(a->shards[k].worker_address, tok, &chs[w], err, sizeof err),
@@ -493,7 +493,7 @@ START_TEST(put_batched)
     ck_assert_msg(e == SM_OK, "create: %s", err);
     sm_array_id id = r.array.id;
     for (int k = 0; k < r.array.nshards && n < 4; k++)
-        if (r.array.shards[k].worker_id == r.array.shards[0].worker_id)
+        if (r.array.shards[k].worker_id.v == r.array.shards[0].worker_id.v)
             devs[n++] = r.array.shards[k].device;
     ck_assert_int_eq(n, 4);
     sm_rpc_channel *w = worker_of(&r.array, devs[0], wch);
@@ -560,11 +560,11 @@ START_TEST(download_batched)
     for (int round = 0; round < 2; round++) { /* straight, then through the relay */
         memset(back->data, 0, (size_t)back->nbytes);
         for (int w = 0; w < 2; w++) {
-            uint32_t wid = info.shards[w ? info.nshards - 1 : 0].worker_id;
+            uint32_t wid = info.shards[w ? info.nshards - 1 : 0].worker_id.v;
             const char *addr = NULL;
             int n = 0;
             for (int k = 0; k < info.nshards; k++)
-                if (info.shards[k].worker_id == wid) {
+                if (info.shards[k].worker_id.v == wid) {
                     dev[n] = info.shards[k].device;
                     box[n++] = info.shards[k].index;
                     addr = round ? DEAD_ADDR : info.shards[k].worker_address;

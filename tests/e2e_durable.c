@@ -639,7 +639,7 @@ static uint32_t worker_id_of(sm_client *c, int32_t dev)
     for (int i = 0; i < n; i++)
         for (int d = 0; w[i].alive && d < w[i].ndevices; d++)
             if (w[i].devices[d] == dev)
-                id = w[i].id;
+                id = w[i].id.v;
     free(w);
     return id;
 }
@@ -827,7 +827,7 @@ START_TEST(test_replicas_survive_worker_loss)
             if (sm_index_equal(&x.shards[p].index, &x.copies[k].index))
                 of = p;
         ck_assert_int_ge(of, 0);
-        ck_assert_uint_ne(x.copies[k].worker_id, x.shards[of].worker_id);
+        ck_assert_uint_ne(x.copies[k].worker_id.v, x.shards[of].worker_id.v);
     }
     sm_array_info_free(&x);
     /* asking again changes nothing; 3 replicas are refused */

@@ -403,7 +403,7 @@ START_TEST(test_register_needs_cert)
     sm_err e = sm_svc_coord_register(ch, 10000, &req, &rep, err, sizeof err);
     ck_assert_msg(e == SM_EPERM, "register gave %s: %s", sm_err_name(e), err);
     ck_assert_msg(strstr(err, "PERMISSION_DENIED") && strstr(err, "client certificate"), "%s", err);
-    sm_svc_heartbeat_req hb = {.worker_id = 1};
+    sm_svc_heartbeat_req hb = {.worker_id = {1}};
     int known = -1;
     e = sm_svc_coord_heartbeat(ch, 10000, &hb, &known, err, sizeof err);
     ck_assert_msg(e == SM_EPERM, "heartbeat gave %s: %s", sm_err_name(e), err);

@@ -296,6 +296,38 @@ START_TEST(test_index)
 }
 END_TEST
 
+/* sm_index_check: a box lies in a shape, or a sentence names both. */
+START_TEST(test_index_check)
+{
+    static const struct {
+        sm_index box;
+        sm_shape shape;
+        sm_err want;
+        const char *msg;
+    } rows[] = {
+        {{.rank = 2, .r = {{0, 2}, {0, 16}}}, {.rank = 2, .dims = {2, 16}}, SM_OK, ""},
+        {{.rank = 2, .r = {{1, 1}, {3, 9}}}, {.rank = 2, .dims = {2, 16}}, SM_OK, ""},
+        {{0}, {0}, SM_OK, ""},
+        {{.rank = 1, .r = {{0, 2}}},
+         {.rank = 2, .dims = {2, 16}},
+         SM_EINVAL,
+         "box [0:2] has rank 1 but the shard [2,16] has rank 2"},
+        {{.rank = 2, .r = {{0, 2}, {8, 17}}},
+         {.rank = 2, .dims = {2, 16}},
+         SM_EINVAL,
+         "box [0:2, 8:17] does not fit the shard [2,16] (dimension 1)"},
+        {{.rank = 1, .r = {{-1, 1}}}, {.rank = 1, .dims = {4}}, SM_EINVAL, "(dimension 0)"},
+        {{.rank = 1, .r = {{3, 2}}}, {.rank = 1, .dims = {4}}, SM_EINVAL, "(dimension 0)"},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        char err[256] = "";
+        ck_assert_int_eq(sm_index_check(&rows[i].box, &rows[i].shape, "shard", err, sizeof err),
+                         rows[i].want);
+        ck_assert_msg(strstr(err, rows[i].msg), "row %zu: %s", i, err);
+    }
+}
+END_TEST
+
 /* ---- block copy ---- */
 
 static uint64_t rnd(uint64_t *st)
@@ -680,6 +712,7 @@ int main(void)
     tcase_add_test(tc, test_shape_format);
     tcase_add_test(tc, test_shape_equal);
     tcase_add_test(tc, test_index);
+    tcase_add_test(tc, test_index_check);
     tcase_add_loop_test(tc, test_block_copy_random, 0, 5);
     tcase_add_test(tc, test_block_copy_large_rows);
     tcase_add_test(tc, test_block_copy_errors);

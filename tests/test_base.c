@@ -76,6 +76,30 @@ START_TEST(test_arena)
 }
 END_TEST
 
+/* Deferred calls run at sm_arena_free, the latest first. */
+static char arena_order[8];
+static void arena_note(void *p)
+{
+    size_t n = strlen(arena_order);
+    arena_order[n] = *(const char *)p;
+    arena_order[n + 1] = 0;
+}
+
+START_TEST(test_arena_defer)
+{
+    arena_order[0] = 0;
+    sm_arena *a = sm_arena_create(64);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_int_eq(sm_arena_defer(a, arena_note, "a"), 0);
+    ck_assert_ptr_nonnull(sm_arena_alloc(a, 1000));
+    ck_assert_int_eq(sm_arena_defer(a, arena_note, "b"), 0);
+    ck_assert_int_eq(sm_arena_defer(a, free, malloc(32)), 0); /* LeakSanitizer checks this one */
+    ck_assert_str_eq(arena_order, "");
+    sm_arena_free(a);
+    ck_assert_str_eq(arena_order, "ba");
+}
+END_TEST
+
 static const sm_config_row cfg_rows[] = {
     {"listen", 'l', SM_CFG_STRING, "0.0.0.0:7070", "SM_TEST_LISTEN", "Address to listen on."},
     {"devices", 0, SM_CFG_INT, "4", "SM_TEST_DEVICES", "Devices per worker."},
@@ -188,6 +212,66 @@ START_TEST(test_tpool)
     ck_assert_ptr_null(p);
     ck_assert_ptr_nonnull(strstr(err, "-1"));
     sm_tpool_free(NULL);
+}
+END_TEST
+
+/* sm_tpool_run: every index once, on up to width threads; after a failure
+ * no index is handed out and the failure's code and sentence come back. */
+typedef struct {
+    pthread_mutex_t mu;
+    int seen[64];
+    int fail_at; /* -1: none */
+    pthread_t threads[64];
+    int nthreads;
+} tpool_for;
+
+static sm_err tpool_for_fn(void *user, int i, char *err, size_t errlen)
+{
+    tpool_for *f = user;
+    pthread_mutex_lock(&f->mu);
+    f->seen[i]++;
+    int k = 0;
+    while (k < f->nthreads && !pthread_equal(f->threads[k], pthread_self()))
+        k++;
+    if (k == f->nthreads)
+        f->threads[f->nthreads++] = pthread_self();
+    pthread_mutex_unlock(&f->mu);
+    struct timespec ts = {0, 2 * 1000000L}; /* long enough for the others to take some */
+    nanosleep(&ts, NULL);
+    return i == f->fail_at ? sm_fail(err, errlen, SM_EIO, "index %d failed", i) : SM_OK;
+}
+
+START_TEST(test_tpool_run)
+{
+    static const struct {
+        int with_pool, n, width, fail_at;
+    } rows[] = {
+        {0, 40, 4, -1}, {1, 40, 3, -1}, {0, 1, 8, -1}, {0, 0, 2, -1},
+        {0, 40, 1, -1}, {0, 40, 4, 3},  {1, 40, 2, 0},
+    };
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+        tpool_for f = {.mu = PTHREAD_MUTEX_INITIALIZER, .fail_at = rows[r].fail_at};
+        sm_tpool *p = NULL;
+        char err[256] = "";
+        if (rows[r].with_pool)
+            ck_assert_int_eq(sm_tpool_create(1, &p, err, sizeof err), SM_OK);
+        sm_err e = sm_tpool_run(p, rows[r].n, rows[r].width, tpool_for_fn, &f, err, sizeof err);
+        sm_tpool_free(p);
+        int total = 0;
+        for (int i = 0; i < rows[r].n; i++) {
+            ck_assert_int_le(f.seen[i], 1);
+            total += f.seen[i];
+        }
+        ck_assert_int_le(f.nthreads, rows[r].width);
+        if (rows[r].fail_at < 0) {
+            ck_assert_int_eq(e, SM_OK);
+            ck_assert_int_eq(total, rows[r].n);
+        } else {
+            ck_assert_int_eq(e, SM_EIO);
+            ck_assert_str_eq(err, rows[r].fail_at ? "index 3 failed" : "index 0 failed");
+            ck_assert_int_lt(total, rows[r].n); /* stopped handing out indices */
+        }
+    }
 }
 END_TEST
 
@@ -390,9 +474,11 @@ int main(void)
     tcase_add_test(tc, test_fail_writes_message);
     tcase_add_test(tc, test_strbuf);
     tcase_add_test(tc, test_arena);
+    tcase_add_test(tc, test_arena_defer);
     tcase_add_test(tc, test_config_precedence);
     tcase_add_test(tc, test_config_errors);
     tcase_add_test(tc, test_tpool);
+    tcase_add_test(tc, test_tpool_run);
     tcase_add_test(tc, test_hold);
     tcase_add_test(tc, test_time_after);
     tcase_add_loop_test(tc, test_htab, 0, (int)(sizeof htab_cases / sizeof htab_cases[0]));

@@ -765,17 +765,24 @@ START_TEST(test_client_cancel)
 }
 END_TEST
 
-START_TEST(test_dead_port)
+/* A loopback address where nobody listens (a port bound, never listened
+ * on, then closed). */
+static void dead_target(char *buf, size_t len)
 {
-    sm_rpc_init();
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t al = sizeof a;
     ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
     ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &al), 0);
-    close(fd); /* bound, never listened: nobody is there */
+    close(fd);
+    snprintf(buf, len, "127.0.0.1:%d", ntohs(a.sin_port));
+}
+
+START_TEST(test_dead_port)
+{
+    sm_rpc_init();
     char target[64], err[256];
-    snprintf(target, sizeof target, "127.0.0.1:%d", ntohs(a.sin_port));
+    dead_target(target, sizeof target);
     sm_rpc_channel *ch;
     ck_assert_int_eq(sm_rpc_channel_create(target, NULL, &ch, err, sizeof err), SM_OK);
     double t0 = now_ms();
@@ -798,6 +805,54 @@ START_TEST(test_dead_port)
     ck_assert_ptr_null(s2);
     sm_rpc_server_free(s1);
     sm_rpc_shutdown();
+}
+END_TEST
+
+/* The channel cache: one channel per address, shared; a target that does
+ * not connect within ready_ms is refused until retry_ms have passed. */
+START_TEST(test_chans)
+{
+    fixture f;
+    fx_start(&f, NULL, NULL);
+    char err[256] = "", dead[64];
+    dead_target(dead, sizeof dead);
+
+    sm_rpc_chans *c = sm_rpc_chans_create(NULL, NULL, 0, 0); /* no readiness check */
+    sm_rpc_channel *c1 = NULL, *c2 = NULL, *c3 = NULL;
+    ck_assert_int_eq(sm_rpc_chans_get(c, f.target, &c1, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_rpc_chans_get(c, f.target, &c2, err, sizeof err), SM_OK);
+    ck_assert_ptr_eq(c1, c2);
+    ck_assert_int_eq(call_unary(c1, P_UNARY, "cached", 0, 5000, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_rpc_chans_get(c, dead, &c3, err, sizeof err), SM_OK); /* lazy */
+    ck_assert_ptr_ne(c3, c1);
+    sm_rpc_chans_unreachable(c, dead); /* a no-op without ready_ms */
+    int unreachable = -1;
+    ck_assert_int_eq(sm_rpc_chans_count(c, &unreachable), 2);
+    ck_assert_int_eq(unreachable, 0);
+    sm_rpc_chans_free(c);
+
+    c = sm_rpc_chans_create("tok", NULL, 300, 60000);
+    ck_assert_int_eq(sm_rpc_chans_get(c, dead, &c3, err, sizeof err), SM_EUNAVAILABLE);
+    ck_assert_ptr_null(c3);
+    ck_assert_int_eq(sm_rpc_chans_get(c, dead, &c3, err, sizeof err), SM_EUNAVAILABLE);
+    ck_assert_msg(strstr(err, "not tried again yet"), "%s", err); /* refused at once */
+    ck_assert_int_eq(sm_rpc_chans_get(c, f.target, &c1, err, sizeof err), SM_OK);
+    ck_assert_ptr_nonnull(c1);
+    sm_rpc_chans_unreachable(c, f.target);
+    ck_assert_int_eq(sm_rpc_chans_count(c, &unreachable), 2);
+    ck_assert_int_eq(unreachable, 2);
+    ck_assert_int_eq(sm_rpc_chans_get(c, f.target, &c2, err, sizeof err), SM_EUNAVAILABLE);
+    sm_rpc_chans_free(c);
+
+    c = sm_rpc_chans_create(NULL, NULL, 300, 0); /* retried at once */
+    ck_assert_int_eq(sm_rpc_chans_get(c, f.target, &c1, err, sizeof err), SM_OK);
+    sm_rpc_chans_unreachable(c, f.target);
+    ck_assert_int_eq(sm_rpc_chans_get(c, f.target, &c2, err, sizeof err), SM_OK); /* reconnects */
+    ck_assert_ptr_eq(c1, c2);
+    ck_assert_int_eq(sm_rpc_chans_count(c, &unreachable), 1);
+    ck_assert_int_eq(unreachable, 0);
+    sm_rpc_chans_free(c);
+    fx_stop(&f);
 }
 END_TEST
 
@@ -824,14 +879,8 @@ static void *late_server_main(void *arg)
 START_TEST(test_wait_ready)
 {
     sm_rpc_init();
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t al = sizeof a;
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &al), 0);
-    close(fd);
     late_server ls = {0};
-    snprintf(ls.addr, sizeof ls.addr, "127.0.0.1:%d", ntohs(a.sin_port));
+    dead_target(ls.addr, sizeof ls.addr);
     char err[256];
     sm_rpc_channel *ch;
     ck_assert_int_eq(sm_rpc_channel_create(ls.addr, NULL, &ch, err, sizeof err), SM_OK);
@@ -1146,6 +1195,7 @@ int main(void)
         {"test_deadline", test_deadline},
         {"test_client_cancel", test_client_cancel},
         {"test_dead_port", test_dead_port},
+        {"test_chans", test_chans},
         {"test_wait_ready", test_wait_ready},
         {"test_stop_with_streams", test_stop_with_streams},
         {"test_concurrent_unary", test_concurrent_unary},

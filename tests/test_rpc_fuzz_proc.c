@@ -338,7 +338,7 @@ static void check_cluster(const char *batch)
     ck_assert_msg(sm_svc_coord_list_devices(cl.coord, CALL_MS, &wi, &nw, err, sizeof err) == SM_OK,
                   "after %s: ListDevices: %s", batch, err);
     for (int i = 0; i < nw; i++)
-        alive += (wi[i].id == cl.wid[0] || wi[i].id == cl.wid[1]) && wi[i].alive;
+        alive += (wi[i].id.v == cl.wid[0] || wi[i].id.v == cl.wid[1]) && wi[i].alive;
     free(wi);
     ck_assert_msg(alive == 2, "after %s: %d of the 2 workers alive", batch, alive);
     check_values(cl.keep, 0.5f);
@@ -436,7 +436,7 @@ static void cluster_start(void)
     }
     for (int w = 0; w < 2; w++) {
         int k = wi[0].process_index == w ? 0 : 1;
-        cl.wid[w] = wi[k].id;
+        cl.wid[w] = wi[k].id.v;
         snprintf(cl.waddr[w], sizeof cl.waddr[w], "%s", wi[k].address);
         ck_assert_int_eq(wi[k].ndevices, 4);
         memcpy(cl.wdev[w], wi[k].devices, sizeof cl.wdev[w]);

@@ -248,7 +248,7 @@ static sm_array_info out_info(int k)
     a.shards = calloc(2, sizeof *a.shards);
     for (int d = 0; d < 2; d++) {
         a.shards[d].device = d;
-        a.shards[d].worker_id = 1;
+        a.shards[d].worker_id.v = 1;
         snprintf(a.shards[d].worker_address, SM_ADDR_MAX, "127.0.0.1:9");
         a.shards[d].coords[0] = d;
         a.shards[d].index = (sm_index){1, {{4 * d, 4 * d + 4}}};

@@ -202,7 +202,7 @@ static sm_err f_register(void *u, const sm_svc_register_req *req, sm_svc_registe
     r->reg = *req;
     snprintf(r->reg_addr, sizeof r->reg_addr, "%s", req->address);
     snprintf(r->reg_host, sizeof r->reg_host, "%s", req->host);
-    out->worker_id = 5;
+    out->worker_id.v = 5;
     out->ndevices = req->ndevices;
     for (int i = 0; i < req->ndevices; i++)
         out->devices[i] = 40 + i;
@@ -217,7 +217,7 @@ static sm_err f_heartbeat(void *u, const sm_svc_heartbeat_req *req, int *known, 
     rec *r = u;
     r->calls++;
     r->hb = *req;
-    *known = req->worker_id == 5;
+    *known = req->worker_id.v == 5;
     return SM_OK;
 }
 
@@ -268,7 +268,7 @@ static void make_answers(void)
     for (int p = 0; p < 4; p++) {
         sm_shard_info *s = &a->shards[p];
         s->device = sl[p].device;
-        s->worker_id = (uint32_t)sl[p].device / 2;
+        s->worker_id.v = (uint32_t)sl[p].device / 2;
         snprintf(s->worker_address, sizeof s->worker_address, "127.0.0.1:%d",
                  5000 + sl[p].device / 2);
         memcpy(s->coords, sl[p].coords, sizeof s->coords);
@@ -285,7 +285,7 @@ static void make_answers(void)
 
     for (int w = 0; w < 2; w++) {
         sm_worker_info *wi = &fx.workers[w];
-        wi->id = (uint32_t)w + 1;
+        wi->id.v = (uint32_t)w + 1;
         snprintf(wi->address, sizeof wi->address, "10.0.0.%d:7071", w + 1);
         snprintf(wi->host, sizeof wi->host, "node%d", w);
         wi->process_index = w;
@@ -385,7 +385,7 @@ static void info_same(const sm_array_info *a, const sm_array_info *b)
     for (int i = 0; i < a->nshards; i++) {
         const sm_shard_info *x = &a->shards[i], *y = &b->shards[i];
         ck_assert_int_eq(x->device, y->device);
-        ck_assert_uint_eq(x->worker_id, y->worker_id);
+        ck_assert_uint_eq(x->worker_id.v, y->worker_id.v);
         ck_assert_str_eq(x->worker_address, y->worker_address);
         for (int k = 0; k < a->sharding.mesh.naxes; k++)
             ck_assert_int_eq(x->coords[k], y->coords[k]);
@@ -422,7 +422,7 @@ START_TEST(test_list_devices)
     ck_assert_int_eq(n, 2);
     for (int i = 0; i < 2; i++) {
         const sm_worker_info *a = &w[i], *b = &fx.workers[i];
-        ck_assert_uint_eq(a->id, b->id);
+        ck_assert_uint_eq(a->id.v, b->id.v);
         ck_assert_str_eq(a->address, b->address);
         ck_assert_str_eq(a->host, b->host);
         ck_assert_int_eq(a->process_index, b->process_index);
@@ -645,7 +645,7 @@ START_TEST(test_register_heartbeat)
     ck_assert_str_eq(fx.r.reg_host, "box7");
     ck_assert_int_eq(fx.r.reg.ndevices, 4);
     ck_assert_int_eq(fx.r.reg.process_index, -1);
-    ck_assert_uint_eq(rep.worker_id, 5);
+    ck_assert_uint_eq(rep.worker_id.v, 5);
     ck_assert_int_eq(rep.ndevices, 4);
     for (int i = 0; i < 4; i++)
         ck_assert_int_eq(rep.devices[i], 40 + i);
@@ -654,7 +654,7 @@ START_TEST(test_register_heartbeat)
 
     sm_svc_heartbeat_req hb;
     memset(&hb, 0, sizeof hb);
-    hb.worker_id = 5;
+    hb.worker_id.v = 5;
     hb.ndevices = 3;
     hb.device_bytes[0] = 0;
     hb.device_bytes[1] = (int64_t)1 << 40;
@@ -662,11 +662,11 @@ START_TEST(test_register_heartbeat)
     int known = -1;
     ck_assert_int_eq(sm_svc_coord_heartbeat(fx.ch, DL, &hb, &known, err, sizeof err), SM_OK);
     ck_assert_int_eq(known, 1);
-    ck_assert_uint_eq(fx.r.hb.worker_id, 5);
+    ck_assert_uint_eq(fx.r.hb.worker_id.v, 5);
     ck_assert_int_eq(fx.r.hb.ndevices, 3);
     for (int i = 0; i < 3; i++)
         ck_assert_int_eq(fx.r.hb.device_bytes[i], hb.device_bytes[i]);
-    hb.worker_id = 6;
+    hb.worker_id.v = 6;
     ck_assert_int_eq(sm_svc_coord_heartbeat(fx.ch, DL, &hb, &known, err, sizeof err), SM_OK);
     ck_assert_int_eq(known, 0);
 }

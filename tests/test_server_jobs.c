@@ -21,6 +21,7 @@
 #include "sm_log.h"
 #include "sm_rpc.h"
 #include "suite_main.h"
+#include "sm_time.h"
 
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -123,7 +124,7 @@ static void workers(sm_worker_info *w, int n, int ndev)
 {
     memset(w, 0, (size_t)n * sizeof *w);
     for (int k = 0; k < n; k++) {
-        w[k].id = (uint32_t)k + 1;
+        w[k].id.v = (uint32_t)k + 1;
         snprintf(w[k].address, SM_ADDR_MAX, "127.0.0.1:%d", 9000 + k);
         w[k].process_index = n - 1 - k; /* registered in reverse process order */
         w[k].alive = 1;
@@ -204,7 +205,7 @@ static void fx_open(const int *ports, const sm_cjobs_config *cfg)
         sm_svc_register_reply rep;
         sm_reg_free *f = NULL;
         int nf = 0;
-        ck_assert_int_eq(sm_registry_worker_add(fx.reg, &req, NULL, sm_registry_now_ms(), &rep, &f,
+        ck_assert_int_eq(sm_registry_worker_add(fx.reg, &req, NULL, sm_time_mono_ms(), &rep, &f,
                                                 &nf, err, sizeof err),
                          SM_OK);
         free(f);
@@ -252,9 +253,9 @@ static sm_array_id ready_array(const char *name, sm_dtype t, sm_shape shape, con
     ck_assert_int_eq(sm_pspec_parse(spec, &req.sharding.spec, err, sizeof err), SM_OK);
     req.kind = SM_PUT_SHARDS;
     sm_svc_create_array_reply rep;
-    ck_assert_msg(sm_registry_array_create(fx.reg, &req, sm_registry_now_ms(), &rep, err,
-                                           sizeof err) == SM_OK,
-                  "%s", err);
+    ck_assert_msg(
+        sm_registry_array_create(fx.reg, &req, sm_time_mono_ms(), &rep, err, sizeof err) == SM_OK,
+        "%s", err);
     sm_array_id id = rep.array.id;
     sm_svc_create_array_reply_free(&rep);
     sm_array_info info;

@@ -284,7 +284,7 @@ static sm_registry *reg_with_workers(int nworkers, int ndev)
         sm_svc_register_req req = {addr, ndev, -1, "host"};
         sm_svc_register_reply rep;
         ck_assert_int_eq(reg_worker(r, &req, &rep, err, sizeof err), SM_OK);
-        ck_assert_int_eq(rep.worker_id, (uint32_t)k + 1);
+        ck_assert_int_eq(rep.worker_id.v, (uint32_t)k + 1);
         ck_assert_int_eq(rep.process_index, k);
         ck_assert_int_eq(rep.devices[0], k * ndev);
         ck_assert_int_eq(rep.heartbeat_ms, 500);
@@ -414,18 +414,18 @@ START_TEST(test_registry_workers)
     ck_assert_int_eq(reg_worker(r, &bad, &rep, err, sizeof err), SM_EINVAL);
     sm_svc_register_req asked = {"127.0.0.1:9102", 4, 7, "h"};
     ck_assert_int_eq(reg_worker(r, &asked, &rep, err, sizeof err), SM_OK);
-    ck_assert_int_eq(rep.worker_id, 5); /* ids never reused, failures take none */
+    ck_assert_int_eq(rep.worker_id.v, 5); /* ids never reused, failures take none */
     ck_assert_int_eq(rep.process_index, 7);
     ck_assert_int_eq(rep.devices[0], 28); /* process 7 x 4 devices: ids 28..31 */
     ck_assert(rep.epoch != 0 && rep.epoch == sm_registry_epoch(r));
     sm_svc_heartbeat_req hb = {
-        .worker_id = 5, .epoch = rep.epoch, .ndevices = 4, .device_bytes = {100, 0, 0, 0}};
+        .worker_id = {5}, .epoch = rep.epoch, .ndevices = 4, .device_bytes = {100, 0, 0, 0}};
     ck_assert_int_eq(sm_registry_worker_heartbeat(r, &hb, T0 + 10), 1);
     /* another coordinator run's worker 5 (a restart): not this worker 5 */
     hb.epoch = rep.epoch + 1;
     ck_assert_int_eq(sm_registry_worker_heartbeat(r, &hb, T0 + 10), 0);
     hb.epoch = rep.epoch;
-    hb.worker_id = 77;
+    hb.worker_id.v = 77;
     ck_assert_int_eq(sm_registry_worker_heartbeat(r, &hb, T0 + 10), 0);
     sm_worker_info *wi;
     int n;
@@ -500,7 +500,7 @@ START_TEST(test_registry_array_names_and_errors)
     ck_assert_str_eq(rep.array.type, "f32[64@i,128@j]");
     ck_assert_int_eq(rep.array.state, SM_ARRAY_PENDING);
     ck_assert_int_eq(rep.array.nshards, 8);
-    ck_assert_int_eq(rep.array.shards[3].worker_id, 2);
+    ck_assert_int_eq(rep.array.shards[3].worker_id.v, 2);
     ck_assert_int_eq(rep.array.shards[3].present, 0);
     ck_assert_int_eq(rep.ntargets, 8);
     reply_free(&rep);
@@ -754,10 +754,10 @@ START_TEST(test_registry_repair)
     ck_assert_int_eq(nr, 0);
     /* worker 1 comes back empty under its id and devices */
     int32_t devs[4] = {0, 1, 2, 3};
-    sm_svc_register_req again = {"127.0.0.1:9100", 4, 0, "host", 1, devs, 0, NULL};
+    sm_svc_register_req again = {"127.0.0.1:9100", 4, 0, "host", {1}, devs, 0, NULL};
     sm_svc_register_reply rr;
     ck_assert_int_eq(reg_worker(r, &again, &rr, err, sizeof err), SM_OK);
-    ck_assert_int_eq(rr.worker_id, 1);
+    ck_assert_int_eq(rr.worker_id.v, 1);
     info = reg_describe(r, (sm_array_ref){cols, NULL});
     ck_assert_int_eq(info.state, SM_ARRAY_DEGRADED);
     ck_assert_ptr_nonnull(strstr(info.error, "came back without some of its shards"));
@@ -855,7 +855,7 @@ START_TEST(test_registry_replicate)
         ck_assert_int_eq(info.copies[k].replica_id, -1);
         ck_assert(info.copies[k].stored_as != 0);
         ck_assert_int_eq(info.copies[k].index.r[0].start, k ? 32 : 0);
-        ck_assert_uint_eq(info.copies[k].worker_id, k ? 1 : 2);
+        ck_assert_uint_eq(info.copies[k].worker_id.v, k ? 1 : 2);
     }
     sm_array_info_free(&info);
     /* worker 2 is lost: every block still has a live copy */
@@ -896,7 +896,7 @@ START_TEST(test_registry_lost_worker)
     ck_assert_int_eq(reg_upload_ok(r, rows, all + 4, 4, (sm_shape){2, {32, 128}}, &nt), 1);
     reg_array_ok(r, "pend", "P()", SM_PUT_WHOLE, 0);
     /* worker 1 keeps beating, worker 2 goes silent */
-    sm_svc_heartbeat_req hb = {.worker_id = 1, .epoch = sm_registry_epoch(r), .ndevices = 4};
+    sm_svc_heartbeat_req hb = {.worker_id = {1}, .epoch = sm_registry_epoch(r), .ndevices = 4};
     ck_assert_int_eq(sm_registry_worker_heartbeat(r, &hb, T0 + 2500), 1);
     sm_reg_free *f = NULL;
     int nf = 0;
@@ -923,13 +923,13 @@ START_TEST(test_registry_lost_worker)
     info = reg_describe(r, (sm_array_ref){{0}, "pend"});
     ck_assert_int_eq(info.state, SM_ARRAY_FAILED);
     sm_array_info_free(&info);
-    hb.worker_id = 2;
+    hb.worker_id.v = 2;
     ck_assert_int_eq(sm_registry_worker_heartbeat(r, &hb, T0 + 3002), 0);
     /* the lost worker's process index can be taken again */
     sm_svc_register_req again = {"127.0.0.1:9001", 4, 1, "h"};
     sm_svc_register_reply rr;
     ck_assert_int_eq(reg_worker(r, &again, &rr, err, sizeof err), SM_OK);
-    ck_assert_int_eq(rr.worker_id, 3);
+    ck_assert_int_eq(rr.worker_id.v, 3);
     ck_assert_int_eq(rr.devices[0], 8);
     /* a new array over the old mesh is refused: its devices are gone */
     ck_assert_int_eq(reg_array(r, "x", "m", "P()", SM_PUT_WHOLE, 0, &rep, err, sizeof err),

@@ -440,7 +440,7 @@ START_TEST(test_roundtrip_and_describe)
     ck_assert_int_eq(info.nshards, 8);
     for (int s = 0; s < 8; s++) {
         ck_assert_int_eq(info.shards[s].present, 1);
-        ck_assert_int_eq(info.shards[s].worker_id, s < 4 ? p0->id : p1->id);
+        ck_assert_int_eq(info.shards[s].worker_id.v, s < 4 ? p0->id.v : p1->id.v);
         ck_assert_ptr_nonnull(strstr(info.shards[s].worker_address, "127.0.0.1:"));
     }
     ck_assert_int_eq(info.shards[5].coords[0], 1);

@@ -57,7 +57,7 @@ static sm_registry *reg_open(sm_err want, const char *msg)
 static sm_svc_register_reply reg_worker(sm_registry *r, uint32_t id, const sm_svc_held_shard *held,
                                         int nheld)
 {
-    sm_svc_register_req req = {"127.0.0.1:9000", 1, -1, "host", id, NULL, nheld, held};
+    sm_svc_register_req req = {"127.0.0.1:9000", 1, -1, "host", {id}, NULL, nheld, held};
     sm_svc_register_reply rep;
     sm_reg_free *f = NULL;
     int nf = 0;
@@ -156,12 +156,12 @@ START_TEST(test_restart_recovers)
      * taken; then with the one it was uploaded with (and only that) */
     sm_svc_held_shard bad[] = {{r1.v, 0, 0xdef}};
     sm_svc_register_reply rep = reg_worker(r, 1, bad, N(bad));
-    ck_assert_uint_eq(rep.worker_id, 1);
+    ck_assert_uint_eq(rep.worker_id.v, 1);
     ck_assert_int_eq(rep.devices[0], 0);
     ck_assert_int_eq(state_of(r, "r1", NULL, 0), SM_ARRAY_LOST);
     sm_svc_held_shard held[] = {{r1.v, 0, 0xabc}, {999, 0, 0}};
     rep = reg_worker(r, 1, held, N(held));
-    ck_assert_uint_eq(rep.worker_id, 1);
+    ck_assert_uint_eq(rep.worker_id.v, 1);
     ck_assert_int_eq(rep.keep_shards, 1);
     ck_assert_int_eq(state_of(r, "r1", NULL, 0), SM_ARRAY_READY);
     ck_assert_int_eq(state_of(r, "r2", NULL, 0), SM_ARRAY_LOST);
@@ -170,7 +170,7 @@ START_TEST(test_restart_recovers)
     ck_assert_uint_gt(next.v, 4); /* 4 arrays were created before */
     /* a new worker gets a new id, and drops what it held */
     rep = reg_worker(r, 0, held, N(held));
-    ck_assert_uint_eq(rep.worker_id, 2);
+    ck_assert_uint_eq(rep.worker_id.v, 2);
     ck_assert_int_eq(rep.keep_shards, 0);
     sm_registry_free(r);
     /* and all of that survives one more restart */
@@ -178,7 +178,7 @@ START_TEST(test_restart_recovers)
     ck_assert_int_eq(state_of(r, "n", NULL, 0), SM_ARRAY_FAILED);
     ck_assert_int_eq(state_of(r, "r1", NULL, 0), SM_ARRAY_LOST);
     rep = reg_worker(r, 0, NULL, 0);
-    ck_assert_uint_eq(rep.worker_id, 3);
+    ck_assert_uint_eq(rep.worker_id.v, 3);
     sm_registry_free(r);
 }
 END_TEST

@@ -198,7 +198,7 @@ static sm_err fc_register(void *user, const sm_svc_register_req *req, sm_svc_reg
     if (w == cl.nreg)
         snprintf(cl.reg_addr[cl.nreg++], SM_ADDR_MAX, "%s", req->address);
     memset(out, 0, sizeof *out);
-    out->worker_id = (uint32_t)w;
+    out->worker_id.v = (uint32_t)w;
     out->ndevices = DPW;
     for (int k = 0; k < DPW; k++)
         out->devices[k] = w * DPW + k;

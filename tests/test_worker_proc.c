@@ -78,7 +78,7 @@ static sm_err fc_register(void *user, const sm_svc_register_req *req, sm_svc_reg
     r->id = (uint32_t)w;
     r->nheld = req->nheld;
     memset(out, 0, sizeof *out);
-    out->worker_id = (uint32_t)w;
+    out->worker_id.v = (uint32_t)w;
     out->ndevices = NDEV;
     for (int k = 0; k < NDEV; k++)
         out->devices[k] = c->shift + w * NDEV + k;
@@ -95,12 +95,12 @@ static sm_err fc_heartbeat(void *user, const sm_svc_heartbeat_req *req, int *kno
     fake_coord *c = user;
     pthread_mutex_lock(&c->mu);
     *known = 1;
-    if (req->worker_id < MAX_REGS) {
-        c->heartbeats[req->worker_id]++;
+    if (req->worker_id.v < MAX_REGS) {
+        c->heartbeats[req->worker_id.v]++;
         for (int k = 0; k < NDEV && k < req->ndevices; k++)
-            c->hb_bytes[req->worker_id][k] = req->device_bytes[k];
+            c->hb_bytes[req->worker_id.v][k] = req->device_bytes[k];
     }
-    if (c->forget && (uint32_t)(c->forget - 1) == req->worker_id) {
+    if (c->forget && (uint32_t)(c->forget - 1) == req->worker_id.v) {
         c->forget = 0;
         *known = 0;
     }

@@ -68,13 +68,13 @@ static sm_err agent_register(sm_agent *a, char *err, size_t errlen)
     pthread_mutex_unlock(&a->mu);
     /* Registering again: ask for the same identity and offer the shards
      * still held, so the coordinator can adopt them. */
-    if (old.worker_id && old.ndevices == a->ndevices) {
+    if (old.worker_id.v && old.ndevices == a->ndevices) {
         req.worker_id = old.worker_id;
         req.devices = old.devices;
         if (req.process_index < 0)
             req.process_index = old.process_index;
     } else if (a->worker_id) {
-        req.worker_id = a->worker_id;
+        req.worker_id.v = a->worker_id;
         if (a->ndevices_asked == a->ndevices)
             req.devices = a->devices_asked;
     }
@@ -92,7 +92,7 @@ static sm_err agent_register(sm_agent *a, char *err, size_t errlen)
                        rep.ndevices);
     if (rep.ndevices != a->ndevices)
         SM_WARN("asked for %d devices, the coordinator gave %d", a->ndevices, rep.ndevices);
-    if ((e = sm_store_renew_identity(a->store, rep.worker_id, rep.ndevices, rep.devices,
+    if ((e = sm_store_renew_identity(a->store, rep.worker_id.v, rep.ndevices, rep.devices,
                                      rep.keep_shards, err, errlen)))
         return e;
     if (rep.heartbeat_ms == 0)
@@ -104,7 +104,7 @@ static sm_err agent_register(sm_agent *a, char *err, size_t errlen)
     if (a->on_identity)
         a->on_identity(a->on_identity_user, &rep);
     SM_INFO("registered with %s as worker %u, process index %d, devices %d..%d, heartbeat %u ms",
-            a->coordinator, rep.worker_id, rep.process_index, (int)rep.devices[0],
+            a->coordinator, rep.worker_id.v, rep.process_index, (int)rep.devices[0],
             (int)rep.devices[rep.ndevices - 1], rep.heartbeat_ms);
     return SM_OK;
 }
@@ -170,7 +170,7 @@ static void *agent_main(void *arg)
             sm_store_stats(a->store, NULL, NULL, &shards);
             SM_WARN("coordinator %s no longer knows worker %u (restarted?); registering again "
                     "with the same identity and offering back %lld shard(s)",
-                    a->coordinator, id.worker_id, (long long)shards);
+                    a->coordinator, id.worker_id.v, (long long)shards);
             pthread_mutex_lock(&a->mu);
             a->registered = 0;
             pthread_mutex_unlock(&a->mu);

@@ -1,21 +1,17 @@
 #include "assemble.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ckpt.h"
 #include "sm_log.h"
+#include "sm_tpool.h"
 
 typedef struct {
     sm_handlers *h;
     const sm_svc_assemble_req *req;
     sm_store_shard **shards;
-    pthread_mutex_t mu;
-    int next;   /* next shard index to fill */
-    sm_err err; /* first failure */
-    char msg[1024];
 } assemble_job;
 
 static int piece_is_local(const sm_handlers *h, const sm_svc_piece *p)
@@ -59,7 +55,7 @@ static sm_err piece_copy_local(sm_handlers *h, const sm_svc_piece *p, sm_dtype t
                     sm_dtype_name(src->dtype), sm_dtype_name(t));
         goto done;
     }
-    if ((e = sm_handlers_check_box(&p->src_box, &src->shape, err, errlen)))
+    if ((e = sm_index_check(&p->src_box, &src->shape, "shard", err, errlen)))
         goto done;
     for (int d = 0; d < p->src_box.rank; d++) {
         src_off[d] = p->src_box.r[d].start;
@@ -72,9 +68,10 @@ done:
     return e;
 }
 
-/* Fills shard i from its pieces; on failure writes the job's message. */
-static sm_err assemble_one(assemble_job *job, int i, char *err, size_t errlen)
+/* Fills shard i from its pieces (an sm_tpool_index_fn). */
+static sm_err assemble_one(void *user, int i, char *err, size_t errlen)
 {
+    assemble_job *job = user;
     const sm_svc_assemble_shard *s = &job->req->shards[i];
     sm_store_shard *dst = job->shards[i];
     char inner[768];
@@ -101,28 +98,6 @@ static sm_err assemble_one(assemble_job *job, int i, char *err, size_t errlen)
                            (int)s->device, (unsigned long long)job->req->array_id.v, k, inner);
     }
     return SM_OK;
-}
-
-static void *assemble_thread(void *arg)
-{
-    assemble_job *job = arg;
-    char msg[1024];
-    for (;;) {
-        pthread_mutex_lock(&job->mu);
-        int i = job->err ? job->req->nshards : job->next++;
-        pthread_mutex_unlock(&job->mu);
-        if (i >= job->req->nshards)
-            return NULL;
-        sm_err e = assemble_one(job, i, msg, sizeof msg);
-        if (e) {
-            pthread_mutex_lock(&job->mu);
-            if (!job->err) {
-                job->err = e;
-                snprintf(job->msg, sizeof job->msg, "%s", msg);
-            }
-            pthread_mutex_unlock(&job->mu);
-        }
-    }
 }
 
 /* Validates the request and allocates every new shard (zeroed). */
@@ -169,11 +144,8 @@ sm_err sm_assemble_run(sm_handlers *h, const sm_svc_assemble_req *req, int64_t *
     sm_store_shard **shards = calloc(n ? (size_t)n : 1, sizeof *shards);
     int32_t *devices = calloc(n ? (size_t)n : 1, sizeof *devices);
     assemble_job job = {.h = h, .req = req};
-    pthread_t tids[16];
-    int nthreads = 0;
     sm_err e;
 
-    pthread_mutex_init(&job.mu, NULL);
     if (!shards || !devices) {
         e = sm_fail(err, errlen, SM_ENOMEM, "out of memory assembling array %llu",
                     (unsigned long long)req->array_id.v);
@@ -184,19 +156,9 @@ sm_err sm_assemble_run(sm_handlers *h, const sm_svc_assemble_req *req, int64_t *
     job.shards = shards;
     if (req->nfiles > 0 && (e = sm_ckpt_load_pieces(req, shards, err, errlen)))
         goto fail;
-    int want = h->assemble_threads < n ? h->assemble_threads : n;
-    if (want > (int)(sizeof tids / sizeof *tids))
-        want = (int)(sizeof tids / sizeof *tids);
-    for (; nthreads < want - 1; nthreads++)
-        if (pthread_create(&tids[nthreads], NULL, assemble_thread, &job))
-            break;
-    assemble_thread(&job); /* this thread works too */
-    for (int t = 0; t < nthreads; t++)
-        pthread_join(tids[t], NULL);
-    if ((e = job.err)) {
-        sm_fail(err, errlen, e, "%s", job.msg);
+    if ((e = sm_tpool_run(NULL, n, h->assemble_threads < 16 ? h->assemble_threads : 16,
+                          assemble_one, &job, err, errlen)))
         goto fail;
-    }
     int64_t total = 0;
     for (int i = 0; i < n; i++)
         total += shards[i]->nbytes;
@@ -207,13 +169,11 @@ sm_err sm_assemble_run(sm_handlers *h, const sm_svc_assemble_req *req, int64_t *
     *bytes = total;
     free(shards);
     free(devices);
-    pthread_mutex_destroy(&job.mu);
     return SM_OK;
 fail:
     for (int i = 0; shards && i < n; i++)
         sm_store_shard_release(shards[i]);
     free(shards);
     free(devices);
-    pthread_mutex_destroy(&job.mu);
     return e;
 }

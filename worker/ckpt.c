@@ -528,7 +528,7 @@ sm_err sm_ckpt_load_pieces(const sm_svc_assemble_req *req, sm_store_shard **shar
                 char inner[512];
                 if (p->src_file != f + 1 || i == li) /* the landing shard holds it already */
                     continue;
-                e = sm_handlers_check_box(&p->src_box, &cf->shape, inner, sizeof inner);
+                e = sm_index_check(&p->src_box, &cf->shape, "shard", inner, sizeof inner);
                 for (int d = 0; !e && d < p->src_box.rank; d++) {
                     src_off[d] = p->src_box.r[d].start - (d == 0 ? v.lo : 0);
                     extent[d] = p->src_box.r[d].stop - p->src_box.r[d].start;

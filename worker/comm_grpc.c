@@ -18,9 +18,6 @@
 
 #define SM_CG_PROBE_MS 1000
 
-static const char *const sm_cg_names[] = {"all-reduce", "all-gather", "reduce-scatter",
-                                          "all-to-all", "permute"};
-
 static void sm_cg_layout_make(const sm_comm_grpc *c, const sm_comm_group *g, sm_cg_layout *L)
 {
     int count[SM_MAX_DEVICES]; /* members so far, per worker order */
@@ -57,7 +54,7 @@ static void sm_cg_timeout_why(void *user, const sm_rendezvous_key *k, int missin
     snprintf(why, len,
              "collective #%llu (%s) of job %llu timed out waiting for the other devices of this "
              "worker",
-             (unsigned long long)k->seq, sm_cg_names[k->kind], (unsigned long long)c->job.v);
+             (unsigned long long)k->seq, sm_comm_kind_names[k->kind], (unsigned long long)c->job.v);
 }
 
 static void sm_cg_on_abort(void *user, sm_err code, const char *why)
@@ -78,7 +75,7 @@ sm_err sm_comm_grpc_create(const sm_comm_grpc_config *cfg, sm_comm_grpc **out, c
     c->pos_worker = calloc((size_t)cfg->mesh->ndevices, sizeof *c->pos_worker);
     c->pos_local = calloc((size_t)cfg->mesh->ndevices, sizeof *c->pos_local);
     c->domain = calloc((size_t)cfg->nworkers, sizeof *c->domain);
-    const sm_rendezvous_config rc = {.names = sm_cg_names,
+    const sm_rendezvous_config rc = {.names = sm_comm_kind_names,
                                      .timeout_why = sm_cg_timeout_why,
                                      .on_abort = sm_cg_on_abort,
                                      .user = c};

@@ -6,7 +6,13 @@
 #include "comm_grpc.h"
 #include "sm_rendezvous.h"
 
-typedef enum { SM_CG_AR, SM_CG_AG, SM_CG_RS, SM_CG_A2A, SM_CG_PERM } sm_cg_kind;
+/* Short names of the collective kinds of sm_comm.h. */
+typedef sm_comm_kind sm_cg_kind;
+#define SM_CG_AR   SM_COMM_ALL_REDUCE
+#define SM_CG_AG   SM_COMM_ALL_GATHER
+#define SM_CG_RS   SM_COMM_REDUCE_SCATTER
+#define SM_CG_A2A  SM_COMM_ALL_TO_ALL
+#define SM_CG_PERM SM_COMM_PERMUTE
 
 typedef struct sm_cg_shm sm_cg_shm;
 

@@ -17,6 +17,7 @@
 #include "sm_array.h"
 #include "sm_checksum.h"
 #include "sm_log.h"
+#include "sm_time.h"
 
 #define SM_DISK_DIR  4000 /* longest state dir path, with its NUL */
 #define SM_DISK_PATH 4200
@@ -177,13 +178,7 @@ static void *sm_disk_main(void *arg)
          * shard then never wakes it (a wake-up per job cost the job path a
          * context switch), and no copy is due sooner anyway. */
         while (!d->head && !d->stopping) {
-            struct timespec next;
-            clock_gettime(CLOCK_REALTIME, &next);
-            next.tv_nsec += SM_DISK_DELAY_MS * 1000000L;
-            if (next.tv_nsec >= 1000000000L) {
-                next.tv_sec++;
-                next.tv_nsec -= 1000000000L;
-            }
+            struct timespec next = sm_time_after_ms(CLOCK_REALTIME, SM_DISK_DELAY_MS);
             if (pthread_cond_timedwait(&d->cv, &d->mu, &next) == ETIMEDOUT && !d->head &&
                 d->nspare < SM_DISK_SPARES) {
                 pthread_mutex_unlock(&d->mu);
@@ -229,12 +224,7 @@ static void sm_disk_queue(sm_disk *d, uint64_t array, int32_t device, sm_store_s
     op->array = array;
     op->device = device;
     op->sh = sh ? sm_store_shard_ref(sh) : NULL;
-    clock_gettime(CLOCK_REALTIME, &op->due);
-    op->due.tv_nsec += SM_DISK_DELAY_MS * 1000000L;
-    if (op->due.tv_nsec >= 1000000000L) {
-        op->due.tv_sec++;
-        op->due.tv_nsec -= 1000000000L;
-    }
+    op->due = sm_time_after_ms(CLOCK_REALTIME, SM_DISK_DELAY_MS);
     sm_disk_op *stale = NULL;
     pthread_mutex_lock(&d->mu);
     /* A shard dropped before its copy was written (a reshard's or a job's

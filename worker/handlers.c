@@ -10,22 +10,6 @@
 #include "sm_log.h"
 #include "traffic.h"
 
-sm_err sm_handlers_check_box(const sm_index *box, const sm_shape *shape, char *err, size_t errlen)
-{
-    char b1[160], b2[96];
-    if (box->rank != shape->rank)
-        return sm_fail(err, errlen, SM_EINVAL, "box %s has rank %d but the shard %s has rank %d",
-                       sm_index_format(box, b1, sizeof b1), box->rank,
-                       sm_shape_format(shape, b2, sizeof b2), shape->rank);
-    for (int d = 0; d < box->rank; d++)
-        if (box->r[d].start < 0 || box->r[d].start > box->r[d].stop ||
-            box->r[d].stop > shape->dims[d])
-            return sm_fail(
-                err, errlen, SM_EINVAL, "box %s does not fit the shard %s (dimension %d)",
-                sm_index_format(box, b1, sizeof b1), sm_shape_format(shape, b2, sizeof b2), d);
-    return SM_OK;
-}
-
 /* ---- PutShard ---------------------------------------------------------- */
 
 /* Checks an upload header and allocates the shard it announces. */
@@ -423,7 +407,7 @@ static sm_err get_one(sm_handlers *h, sm_array_id id, int32_t device, const sm_i
         return e;
     sm_index box = sm_index_full(&sh->shape);
     if (req_box) {
-        if ((e = sm_handlers_check_box(req_box, &sh->shape, err, errlen)))
+        if ((e = sm_index_check(req_box, &sh->shape, "shard", err, errlen)))
             goto done;
         box = *req_box;
     }

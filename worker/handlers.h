@@ -26,8 +26,4 @@ typedef struct {
 /* The vtable; user is an sm_handlers *. */
 extern const sm_svc_worker_ops sm_handlers_ops;
 
-/* Validates a box against a shape (same rank, 0 <= start <= stop <= dim);
- * SM_EINVAL naming both otherwise. */
-sm_err sm_handlers_check_box(const sm_index *box, const sm_shape *shape, char *err, size_t errlen);
-
 #endif

@@ -47,13 +47,6 @@ struct sm_jobs {
     sm_shm_pool *shm_pool; /* shared-memory files, kept between jobs */
 };
 
-static time_t sm_jobs_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec;
-}
-
 sm_err sm_jobs_create(const sm_jobs_config *cfg, sm_jobs **out, char *err, size_t errlen)
 {
     *out = NULL;
@@ -108,7 +101,7 @@ void sm_jobs_free(sm_jobs *j)
  * jobs. */
 static void sm_jobs_sweep_locked(sm_jobs *j, int full)
 {
-    time_t now = sm_jobs_now();
+    time_t now = (time_t)(sm_time_mono_ms() / 1000);
     if (!full && now == j->swept)
         return;
     j->swept = now;
@@ -154,7 +147,7 @@ static sm_job *sm_jobs_add_locked(sm_jobs *j, uint64_t id, int tombstone)
     }
     job->id = id;
     job->state = tombstone ? SM_WJOB_ENDED : SM_WJOB_PENDING;
-    job->since = sm_jobs_now();
+    job->since = (time_t)(sm_time_mono_ms() / 1000);
     job->next = j->jobs;
     j->jobs = job;
     sm_htab_put(&j->index, sm_htab_hash_u64(id), job);
@@ -517,7 +510,7 @@ static int sm_jobs_end(sm_jobs *j, sm_job *job)
     sm_comm_grpc *comm = job->comm;
     job->comm = NULL;
     job->state = SM_WJOB_ENDED;
-    job->since = sm_jobs_now();
+    job->since = (time_t)(sm_time_mono_ms() / 1000);
     sm_jobs_unref_locked(job);
     pthread_mutex_unlock(&j->mu);
     sm_comm_grpc_free(comm);

@@ -211,7 +211,7 @@ static size_t worker_cache_bytes(int64_t mib)
 
 static void worker_identity_saved(void *user, const sm_svc_register_reply *id)
 {
-    sm_disk_identity_save(user, id->worker_id, id->ndevices, id->devices);
+    sm_disk_identity_save(user, id->worker_id.v, id->ndevices, id->devices);
 }
 
 /* --state-dir: opens it; a stored identity (the same id as --worker-id, if

@@ -1,6 +1,5 @@
 #include "peer.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,33 +8,20 @@
 #include "sm_rpc.h"
 #include "traffic.h"
 
-typedef struct sm_peer_conn {
-    char *address;
-    sm_rpc_channel *ch;
-    struct sm_peer_conn *next;
-} sm_peer_conn;
-
 struct sm_peer {
-    pthread_mutex_t mu;
-    char *token;
-    const sm_rpc_tls *tls;
+    sm_rpc_chans *chans;
     int deadline_ms;
-    sm_peer_conn *conns;
 };
 
 sm_err sm_peer_create(const char *token, const sm_rpc_tls *tls, int deadline_ms, sm_peer **out,
                       char *err, size_t errlen)
 {
     sm_peer *p = calloc(1, sizeof *p);
-    if (!p)
-        return sm_fail(err, errlen, SM_ENOMEM, "out of memory creating the peer cache");
-    if (token && *token && !(p->token = strdup(token))) {
+    if (!p || !(p->chans = sm_rpc_chans_create(token, tls, 0, 0))) {
         free(p);
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory creating the peer cache");
     }
-    p->tls = tls;
     p->deadline_ms = deadline_ms > 0 ? deadline_ms : 60000;
-    pthread_mutex_init(&p->mu, NULL);
     *out = p;
     return SM_OK;
 }
@@ -44,45 +30,14 @@ void sm_peer_free(sm_peer *p)
 {
     if (!p)
         return;
-    while (p->conns) {
-        sm_peer_conn *c = p->conns;
-        p->conns = c->next;
-        sm_rpc_channel_free(c->ch);
-        free(c->address);
-        free(c);
-    }
-    pthread_mutex_destroy(&p->mu);
-    free(p->token);
+    sm_rpc_chans_free(p->chans);
     free(p);
 }
 
 sm_err sm_peer_channel(sm_peer *p, const char *address, sm_rpc_channel **out, char *err,
                        size_t errlen)
 {
-    sm_err e = SM_OK;
-    pthread_mutex_lock(&p->mu);
-    sm_peer_conn *c = p->conns;
-    while (c && strcmp(c->address, address))
-        c = c->next;
-    if (!c) {
-        if (!(c = calloc(1, sizeof *c)) || !(c->address = strdup(address))) {
-            e = sm_fail(err, errlen, SM_ENOMEM, "out of memory connecting to peer %s", address);
-            goto fail;
-        }
-        if ((e = sm_rpc_channel_create_tls(address, p->token, p->tls, &c->ch, err, errlen)))
-            goto fail;
-        c->next = p->conns;
-        p->conns = c;
-    }
-    *out = c->ch;
-    pthread_mutex_unlock(&p->mu);
-    return SM_OK;
-fail:
-    if (c)
-        free(c->address);
-    free(c);
-    pthread_mutex_unlock(&p->mu);
-    return e;
+    return sm_rpc_chans_get(p->chans, address, out, err, errlen);
 }
 
 /* Writes a row-major byte stream of a box into its place in a larger

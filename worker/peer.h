@@ -1,8 +1,9 @@
 /* peer: this worker's connections to its peers, and pulling a box of a
  * peer's shard into a local buffer (the remote pieces of Assemble).
  *
- * One channel per peer address, created on first use and kept until
- * sm_peer_free (channels connect lazily and reconnect by themselves).
+ * One channel per peer address (an sm_rpc_chans cache), created on first
+ * use and kept until sm_peer_free (channels connect lazily and reconnect by
+ * themselves).
  *
  * Threads: every function is thread-safe; any number of fetches may run at
  * once, on the same or different peers. */

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "client_internal.h"
+#include "sm_tpool.h"
 
 /* The shards to fetch, grouped by worker: group g is pick[first[g] ..
  * first[g + 1]). */
@@ -149,7 +150,7 @@ static sm_err group_by_worker(fetch_job *j, char *err, size_t errlen)
     if (wid && order && pick && j->first) {
         for (int k = 0; k < j->n; k++) /* a group reads one array id: each copy apart */
             wid[k] = j->all[j->pick[k]].stored_as ? UINT32_C(0x80000000) | (uint32_t)k
-                                                  : j->all[j->pick[k]].worker_id;
+                                                  : j->all[j->pick[k]].worker_id.v;
         j->ngroups = client_group_by(wid, j->n, SM_MAX_WORKER_DEVICES, order, j->first);
         for (int k = 0; k < j->n; k++)
             pick[k] = j->pick[order[k]];
@@ -193,7 +194,7 @@ static sm_err fetch_all(sm_client *c, const sm_array_info *info, void *dst, char
         return e;
     }
     client_progress_init(&j.prog, c, total);
-    e = client_run_tasks(j.ngroups, 2, fetch_task, &j, err, errlen);
+    e = sm_tpool_run(NULL, j.ngroups, 2, fetch_task, &j, err, errlen);
     client_progress_destroy(&j.prog);
     free(j.pick);
     free(j.first);

@@ -15,25 +15,16 @@
 #include "sm_svc.h"
 #include "sm_rpc.h"
 
-/* A cached channel to one worker, for direct transfers. */
-typedef struct {
-    char addr[SM_ADDR_MAX];
-    sm_rpc_channel *ch;    /* owned */
-    int64_t unreachable_s; /* monotonic second it was found unreachable; 0: fine */
-} client_worker;
-
 struct sm_client {
     sm_rpc_channel *ch; /* owned */
     int timeout_ms;     /* deadline of each unary call */
     void (*progress)(void *user, int64_t done, int64_t total);
     void *progress_user;
-    int relay_only;      /* every transfer through the coordinator */
-    int grants;          /* a tenant: direct transfers need the shards' grants */
-    char *token;         /* owned copy of opts->token, or NULL */
-    sm_rpc_tls *tls;     /* owned; NULL: plaintext */
-    pthread_mutex_t wmu; /* guards workers, nworkers */
-    client_worker *workers;
-    int nworkers, cworkers;
+    int relay_only;        /* every transfer through the coordinator */
+    int grants;            /* a tenant: direct transfers need the shards' grants */
+    char *token;           /* owned copy of opts->token, or NULL */
+    sm_rpc_tls *tls;       /* owned; NULL: plaintext */
+    sm_rpc_chans *workers; /* owned: channels for direct transfers */
 };
 
 /* The cached channel to the worker at addr (created on first use; the first
@@ -47,8 +38,6 @@ struct sm_client {
 sm_rpc_channel *client_worker_channel(sm_client *c, const char *addr);
 /* Records that the worker at addr could not be reached (UNAVAILABLE). */
 void client_worker_unreachable(sm_client *c, const char *addr);
-/* Frees every cached worker channel. */
-void client_workers_free(sm_client *c);
 /* 1 if the environment forces the relay (SHMAP_RELAY set, not "0"). */
 int client_env_relay(void);
 
@@ -175,12 +164,6 @@ sm_err client_download_boxes(sm_client *c, const char *worker_address, sm_array_
  * first[0..ngroups] with where each group starts (groups of at most max
  * items; first[ngroups] = n). Returns ngroups, or -1 when out of memory. */
 int client_group_by(const uint32_t *key, int n, int max, int *order, int *first);
-
-/* Runs fn(user, i, err, errlen) for i in [0, n) on up to `width` threads
- * (the caller's included); stops handing out work after the first failure,
- * whose code and sentence are returned. */
-typedef sm_err (*client_task_fn)(void *user, int i, char *err, size_t errlen);
-sm_err client_run_tasks(int n, int width, client_task_fn fn, void *user, char *err, size_t errlen);
 
 /* Best-effort delete of an array that a failed upload left pending. */
 void client_discard(sm_client *c, sm_array_id id);

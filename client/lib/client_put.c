@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "client_internal.h"
+#include "sm_tpool.h"
 
 /* Uploads of one CreateArray reply: target i gets the box of src chosen by
  * box_of (global_index or local_slice). */
@@ -58,9 +59,9 @@ static uint32_t target_key(const sm_svc_create_array_reply *r, int i)
         for (int s = 0; s < r->array.nshards; s++) {
             if (r->array.shards[s].device != t->devices[k])
                 continue;
-            if (w != UINT32_MAX && w != r->array.shards[s].worker_id)
+            if (w != UINT32_MAX && w != r->array.shards[s].worker_id.v)
                 return 0x80000000u | (uint32_t)i;
-            w = r->array.shards[s].worker_id;
+            w = r->array.shards[s].worker_id.v;
         }
     return w == UINT32_MAX ? 0x80000000u | (uint32_t)i : w;
 }
@@ -99,7 +100,7 @@ static sm_err upload_all(sm_client *c, const sm_svc_create_array_reply *r, sm_dt
         return ntasks < 0 ? sm_fail(err, errlen, SM_ENOMEM, "out of memory") : e;
     }
     client_progress_init(&j.prog, c, total);
-    e = client_run_tasks(ntasks, 2, upload_task, &j, err, errlen);
+    e = sm_tpool_run(NULL, ntasks, 2, upload_task, &j, err, errlen);
     client_progress_destroy(&j.prog);
     /* Every target arrived: one commit fills them all. */
     if (!e)

@@ -129,23 +129,15 @@ sm_err client_box_init(client_box *b, const sm_shape *shape, const sm_index *box
     int64_t numel = 1;
 
     memset(b, 0, sizeof *b);
-    if (box->rank != shape->rank)
-        return sm_fail(err, errlen, SM_EINVAL, "a box of rank %d does not fit an array of rank %d",
-                       box->rank, shape->rank);
+    if ((e = sm_index_check(box, shape, "array", err, errlen)))
+        return e;
     b->rank = shape->rank;
     b->elem = sm_dtype_size(t);
     if ((e = sm_shape_strides(shape, b->stride, err, errlen)))
         return e;
     for (int d = 0; d < b->rank; d++) {
-        const sm_range *r = &box->r[d];
-        if (r->start < 0 || r->stop < r->start || r->stop > shape->dims[d]) {
-            char sb[128];
-            return sm_fail(
-                err, errlen, SM_EINVAL, "box [%lld, %lld) of dimension %d lies outside shape %s",
-                (long long)r->start, (long long)r->stop, d, sm_shape_format(shape, sb, sizeof sb));
-        }
-        b->off[d] = r->start;
-        b->ext[d] = r->stop - r->start;
+        b->off[d] = box->r[d].start;
+        b->ext[d] = box->r[d].stop - box->r[d].start;
         numel *= b->ext[d];
     }
     b->nbytes = numel * (int64_t)b->elem;
@@ -827,62 +819,6 @@ int client_group_by(const uint32_t *key, int n, int max, int *order, int *first)
     first[ng] = m;
     free(used);
     return ng;
-}
-
-/* ---- tasks ------------------------------------------------------------------ */
-
-typedef struct {
-    pthread_mutex_t mu;
-    int next, n;
-    client_task_fn fn;
-    void *user;
-    sm_err e;
-    char err[512];
-} task_pool;
-
-static void *task_loop(void *arg)
-{
-    task_pool *p = arg;
-    char err[512];
-
-    for (;;) {
-        pthread_mutex_lock(&p->mu);
-        int i = p->e ? p->n : p->next++;
-        pthread_mutex_unlock(&p->mu);
-        if (i >= p->n)
-            return NULL;
-        err[0] = 0;
-        sm_err e = p->fn(p->user, i, err, sizeof err);
-        if (e) {
-            pthread_mutex_lock(&p->mu);
-            if (!p->e) {
-                p->e = e;
-                snprintf(p->err, sizeof p->err, "%s", err);
-            }
-            pthread_mutex_unlock(&p->mu);
-        }
-    }
-}
-
-sm_err client_run_tasks(int n, int width, client_task_fn fn, void *user, char *err, size_t errlen)
-{
-    task_pool p = {.next = 0, .n = n, .fn = fn, .user = user, .e = SM_OK};
-    pthread_t th[8];
-    int nth = 0;
-
-    pthread_mutex_init(&p.mu, NULL);
-    if (width > 8)
-        width = 8;
-    for (int k = 1; k < width && k < n; k++)
-        if (pthread_create(&th[nth], NULL, task_loop, &p) == 0)
-            nth++;
-    task_loop(&p);
-    for (int k = 0; k < nth; k++)
-        pthread_join(th[k], NULL);
-    pthread_mutex_destroy(&p.mu);
-    if (p.e)
-        return sm_fail(err, errlen, p.e, "%s", p.err);
-    return SM_OK;
 }
 
 void client_discard(sm_client *c, sm_array_id id)

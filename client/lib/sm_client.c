@@ -92,14 +92,12 @@ sm_err sm_client_connect(const char *target, const sm_client_opts *opts, sm_clie
     if (!(c = calloc(1, sizeof *c)))
         return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a client");
     c->timeout_ms = opts && opts->timeout_ms > 0 ? (int)opts->timeout_ms : 30000;
-    pthread_mutex_init(&c->wmu, NULL);
     c->relay_only = client_env_relay();
     if (opts) {
         c->progress = opts->progress;
         c->progress_user = opts->progress_user;
         c->relay_only |= opts->relay_only != 0;
         if (opts->token && !(c->token = strdup(opts->token))) {
-            pthread_mutex_destroy(&c->wmu);
             free(c);
             return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a client");
         }
@@ -109,6 +107,11 @@ sm_err sm_client_connect(const char *target, const sm_client_opts *opts, sm_clie
         sm_rpc_tls_opts to = {opts->tls_cert, opts->tls_key, opts->tls_ca, NULL};
         if ((e = sm_rpc_tls_create(&to, &c->tls, err, errlen)))
             goto fail;
+    }
+    if (!(c->workers =
+              sm_rpc_chans_create(c->token, c->tls, CLIENT_READY_MS, CLIENT_RETRY_S * 1000))) {
+        e = sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a client");
+        goto fail;
     }
     if ((e = sm_rpc_channel_create_tls(target, opts ? opts->token : NULL, c->tls, &c->ch, err,
                                        errlen)))
@@ -134,13 +137,7 @@ sm_err sm_client_connect(const char *target, const sm_client_opts *opts, sm_clie
     return SM_OK;
 
 fail:
-    if (c->ch)
-        sm_rpc_channel_free(c->ch);
-    sm_rpc_tls_free(c->tls);
-    pthread_mutex_destroy(&c->wmu);
-    free(c->token);
-    free(c);
-    sm_rpc_shutdown();
+    sm_client_close(c); /* frees what was made, and ends this sm_rpc_init */
     return e;
 }
 
@@ -148,10 +145,9 @@ void sm_client_close(sm_client *c)
 {
     if (!c)
         return;
-    client_workers_free(c);
+    sm_rpc_chans_free(c->workers);
     sm_rpc_channel_free(c->ch);
     sm_rpc_tls_free(c->tls);
-    pthread_mutex_destroy(&c->wmu);
     free(c->token);
     free(c);
     sm_rpc_shutdown();
@@ -165,18 +161,10 @@ int client_env_relay(void)
     return v && *v && strcmp(v, "0") != 0;
 }
 
-static int64_t mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec + 1; /* never 0 */
-}
-
 sm_rpc_channel *client_worker_channel(sm_client *c, const char *addr)
 {
     sm_rpc_channel *ch = NULL;
     char err[256];
-    int k;
 
     if (c->relay_only || !addr || !*addr || strlen(addr) >= SM_ADDR_MAX)
         return NULL;
@@ -184,66 +172,14 @@ sm_rpc_channel *client_worker_channel(sm_client *c, const char *addr)
      * (a tenant's client needs none: its grants open the shards) */
     if (c->tls && !sm_rpc_tls_has_cert(c->tls) && !c->grants)
         return NULL;
-    /* Held while a new channel connects (at most CLIENT_READY_MS, once per
-     * worker), so concurrent transfers wait for one verdict. */
-    pthread_mutex_lock(&c->wmu);
-    for (k = 0; k < c->nworkers && strcmp(c->workers[k].addr, addr) != 0; k++)
-        ;
-    if (k < c->nworkers) {
-        client_worker *w = &c->workers[k];
-        if (w->unreachable_s && mono_s() - w->unreachable_s < CLIENT_RETRY_S)
-            goto out;
-        if (w->unreachable_s) {
-            if (sm_rpc_channel_wait_ready(w->ch, CLIENT_READY_MS, err, sizeof err)) {
-                w->unreachable_s = mono_s();
-                goto out;
-            }
-            w->unreachable_s = 0;
-        }
-        ch = w->ch;
-        goto out;
-    }
-    if (c->nworkers == c->cworkers) {
-        int nc = c->cworkers ? 2 * c->cworkers : 8;
-        client_worker *nw = realloc(c->workers, sizeof *nw * (size_t)nc);
-        if (!nw)
-            goto out;
-        c->workers = nw;
-        c->cworkers = nc;
-    }
-    client_worker *w = &c->workers[c->nworkers];
-    memset(w, 0, sizeof *w);
-    snprintf(w->addr, sizeof w->addr, "%s", addr);
-    if (sm_rpc_channel_create_tls(addr, c->token, c->tls, &w->ch, err, sizeof err))
-        goto out;
-    c->nworkers++;
-    if (sm_rpc_channel_wait_ready(w->ch, CLIENT_READY_MS, err, sizeof err))
-        w->unreachable_s = mono_s();
-    else
-        ch = w->ch;
-out:
-    pthread_mutex_unlock(&c->wmu);
+    sm_rpc_chans_get(c->workers, addr, &ch, err, sizeof err);
     return ch;
 }
 
 void client_worker_unreachable(sm_client *c, const char *addr)
 {
-    if (!addr)
-        return;
-    pthread_mutex_lock(&c->wmu);
-    for (int k = 0; k < c->nworkers; k++)
-        if (strcmp(c->workers[k].addr, addr) == 0)
-            c->workers[k].unreachable_s = mono_s();
-    pthread_mutex_unlock(&c->wmu);
-}
-
-void client_workers_free(sm_client *c)
-{
-    for (int k = 0; k < c->nworkers; k++)
-        sm_rpc_channel_free(c->workers[k].ch);
-    free(c->workers);
-    c->workers = NULL;
-    c->nworkers = c->cworkers = 0;
+    if (addr)
+        sm_rpc_chans_unreachable(c->workers, addr);
 }
 
 sm_err sm_client_devices(sm_client *c, sm_worker_info **out, int *n, char *err, size_t errlen)

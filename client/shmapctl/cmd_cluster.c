@@ -69,21 +69,21 @@ int cli_cmd_devices(int argc, char **argv)
                 json_array_append_new(b, json_integer(w[i].device_bytes[k]));
             }
             for (int k = 0; k < w[i].nshm_peers; k++)
-                json_array_append_new(sp, json_integer(w[i].shm_peers[k]));
-            json_array_append_new(root,
-                                  json_pack("{s:i, s:s, s:s, s:i, s:s, s:I, s:o, s:o, s:o}",
-                                            "worker", (int)w[i].id, "address", w[i].address, "host",
-                                            w[i].host, "process_index", w[i].process_index, "state",
-                                            w[i].alive ? "alive" : "lost", "ms_since_heartbeat",
-                                            (json_int_t)w[i].ms_since_heartbeat, "devices", d,
-                                            "device_bytes", b, "shm_peers", sp));
+                json_array_append_new(sp, json_integer(w[i].shm_peers[k].v));
+            json_array_append_new(
+                root,
+                json_pack("{s:i, s:s, s:s, s:i, s:s, s:I, s:o, s:o, s:o}", "worker", (int)w[i].id.v,
+                          "address", w[i].address, "host", w[i].host, "process_index",
+                          w[i].process_index, "state", w[i].alive ? "alive" : "lost",
+                          "ms_since_heartbeat", (json_int_t)w[i].ms_since_heartbeat, "devices", d,
+                          "device_bytes", b, "shm_peers", sp));
         }
         rc = cli_print_json(root);
     } else {
         printf("%-7s %-22s %-8s %-6s %s\n", "worker", "address", "process", "state",
                "devices (bytes)");
         for (int i = 0; i < n; i++) {
-            printf("%-7u %-22s %-8d %-6s", w[i].id, w[i].address, w[i].process_index,
+            printf("%-7u %-22s %-8d %-6s", w[i].id.v, w[i].address, w[i].process_index,
                    w[i].alive ? "alive" : "lost");
             for (int k = 0; k < w[i].ndevices; k++)
                 printf(" %d(%lld)", (int)w[i].devices[k], (long long)w[i].device_bytes[k]);
@@ -91,7 +91,8 @@ int cli_cmd_devices(int argc, char **argv)
             if (w[i].nshm_peers) { /* the others it shares with go over gRPC */
                 printf("        collectives through shared memory with worker");
                 for (int k = 0; k < w[i].nshm_peers; k++)
-                    printf("%s %u", k ? "," : (w[i].nshm_peers > 1 ? "s" : ""), w[i].shm_peers[k]);
+                    printf("%s %u", k ? "," : (w[i].nshm_peers > 1 ? "s" : ""),
+                           w[i].shm_peers[k].v);
                 printf("\n");
             }
         }

@@ -266,7 +266,7 @@ json_t *cli_json_array(const sm_array_info *a)
             json_array_append_new(coords, json_integer(s->coords[k]));
         json_array_append_new(
             devs, json_pack("{s:i, s:i, s:s, s:o, s:o, s:i, s:b, s:b}", "device", (int)s->device,
-                            "worker", (int)s->worker_id, "address", s->worker_address, "coords",
+                            "worker", (int)s->worker_id.v, "address", s->worker_address, "coords",
                             coords, "index", cli_json_index(&s->index), "replica_id", s->replica_id,
                             "present", s->present, "spilled", s->spilled));
     }
@@ -275,7 +275,7 @@ json_t *cli_json_array(const sm_array_info *a)
         const sm_shard_info *s = &a->copies[i];
         json_array_append_new(copies,
                               json_pack("{s:i, s:i, s:s, s:o, s:b}", "device", (int)s->device,
-                                        "worker", (int)s->worker_id, "address", s->worker_address,
+                                        "worker", (int)s->worker_id.v, "address", s->worker_address,
                                         "index", cli_json_index(&s->index), "present", s->present));
     }
     return json_pack("{s:s?, s:I, s:s, s:o, s:o, s:s, s:o, s:I, s:s?, s:s, s:s, s:s?, s:I, s:o, "
@@ -327,7 +327,7 @@ int cli_print_array(const sm_array_info *a)
                                   (long long)s->coords[k]);
         snprintf(cb + n, sizeof cb - n, ")");
         char wb[SM_ADDR_MAX + 16];
-        snprintf(wb, sizeof wb, "%u %s", s->worker_id, s->worker_address);
+        snprintf(wb, sizeof wb, "%u %s", s->worker_id.v, s->worker_address);
         printf("%-7d %-10s %-16s %-22s %-8d %s\n", (int)s->device, cb,
                sm_index_format(&s->index, ib, sizeof ib), wb, s->replica_id,
                s->present ? (s->spilled ? "yes (spilled to disk)" : "yes") : "no");
@@ -339,7 +339,7 @@ int cli_print_array(const sm_array_info *a)
     for (int i = 0; i < a->ncopies; i++) {
         const sm_shard_info *s = &a->copies[i];
         char wb[SM_ADDR_MAX + 16];
-        snprintf(wb, sizeof wb, "%u %s", s->worker_id, s->worker_address);
+        snprintf(wb, sizeof wb, "%u %s", s->worker_id.v, s->worker_address);
         printf("%-7d %-16s %-22s %s\n", (int)s->device, sm_index_format(&s->index, ib, sizeof ib),
                wb, s->present ? "yes" : "no");
     }

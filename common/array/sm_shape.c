@@ -219,6 +219,23 @@ sm_index sm_index_full(const sm_shape *s)
     return ix;
 }
 
+sm_err sm_index_check(const sm_index *box, const sm_shape *shape, const char *what, char *err,
+                      size_t errlen)
+{
+    char b1[160], b2[96];
+    if (box->rank != shape->rank)
+        return sm_fail(err, errlen, SM_EINVAL, "box %s has rank %d but the %s %s has rank %d",
+                       sm_index_format(box, b1, sizeof b1), box->rank, what,
+                       sm_shape_format(shape, b2, sizeof b2), shape->rank);
+    for (int d = 0; d < box->rank; d++)
+        if (box->r[d].start < 0 || box->r[d].start > box->r[d].stop ||
+            box->r[d].stop > shape->dims[d])
+            return sm_fail(err, errlen, SM_EINVAL, "box %s does not fit the %s %s (dimension %d)",
+                           sm_index_format(box, b1, sizeof b1), what,
+                           sm_shape_format(shape, b2, sizeof b2), d);
+    return SM_OK;
+}
+
 /* Checks that the box (off, extent) fits in shape s; `which` names s. */
 static sm_err sm_box_check(const sm_shape *s, const int64_t *off, const int64_t *extent,
                            const char *which, char *err, size_t errlen)

@@ -49,6 +49,10 @@ int sm_index_equal(const sm_index *a, const sm_index *b);
 char *sm_index_format(const sm_index *ix, char *buf, size_t len);
 /* The whole-array box of s. */
 sm_index sm_index_full(const sm_shape *s);
+/* Checks that box lies in shape (same rank, 0 <= start <= stop <= dim);
+ * SM_EINVAL naming both otherwise, the shape called `what` ("shard"). */
+sm_err sm_index_check(const sm_index *box, const sm_shape *shape, const char *what, char *err,
+                      size_t errlen);
 
 /* Copies a box of `extent` elements (per dimension, rank dims) of size elem
  * from src (row-major, shape src_shape) at offset src_off to dst (row-major,

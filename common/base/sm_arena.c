@@ -11,8 +11,15 @@ typedef struct sm_arena_block {
     alignas(max_align_t) unsigned char data[];
 } sm_arena_block;
 
+typedef struct sm_arena_defer_row {
+    struct sm_arena_defer_row *next;
+    void (*fn)(void *);
+    void *p;
+} sm_arena_defer_row;
+
 struct sm_arena {
     sm_arena_block *head;
+    sm_arena_defer_row *deferred; /* latest first; the rows live in the blocks */
     size_t block_size;
 };
 
@@ -63,10 +70,24 @@ char *sm_arena_strdup(sm_arena *a, const char *s)
     return sm_arena_strndup(a, s, strlen(s));
 }
 
+int sm_arena_defer(sm_arena *a, void (*fn)(void *), void *p)
+{
+    sm_arena_defer_row *r = sm_arena_alloc(a, sizeof *r);
+    if (!r)
+        return -1;
+    r->fn = fn;
+    r->p = p;
+    r->next = a->deferred;
+    a->deferred = r;
+    return 0;
+}
+
 void sm_arena_free(sm_arena *a)
 {
     if (!a)
         return;
+    for (sm_arena_defer_row *r = a->deferred; r; r = r->next)
+        r->fn(r->p);
     sm_arena_block *b = a->head;
     while (b) {
         sm_arena_block *n = b->next;

@@ -14,6 +14,12 @@ sm_arena *sm_arena_create(size_t block_size);
 void *sm_arena_alloc(sm_arena *a, size_t n);
 char *sm_arena_strdup(sm_arena *a, const char *s);
 char *sm_arena_strndup(sm_arena *a, const char *s, size_t n);
+/* Has sm_arena_free call fn(p) before it releases the blocks, the latest
+ * registration first: for memory something else allocated that must live
+ * as long as the arena. Returns 0, or -1 when out of memory (then fn is not
+ * registered and the caller still owns p). */
+int sm_arena_defer(sm_arena *a, void (*fn)(void *), void *p);
+/* Runs the deferred calls, then frees every block. NULL is a no-op. */
 void sm_arena_free(sm_arena *a);
 
 #endif

@@ -2,6 +2,7 @@
  * variable while idle (see header). */
 #include "sm_tpool.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 /* One pool thread; freed by the thread itself when it exits. */
@@ -151,4 +152,59 @@ sm_err sm_tpool_start(sm_tpool *p, sm_tpool_group *g, void (*fn)(void *), void *
     free(s);
     sm_tpool_group_add(g, -1);
     return SM_ERESOURCE;
+}
+
+/* ---- sm_tpool_run ------------------------------------------------------------ */
+
+typedef struct {
+    pthread_mutex_t mu;
+    int next, n;
+    sm_tpool_index_fn fn;
+    void *user;
+    sm_err e; /* the first failure */
+    char err[1024];
+} sm_tpool_for;
+
+static void sm_tpool_for_loop(void *arg)
+{
+    sm_tpool_for *f = arg;
+    char err[sizeof f->err];
+    for (;;) {
+        pthread_mutex_lock(&f->mu);
+        int i = f->e ? f->n : f->next++;
+        pthread_mutex_unlock(&f->mu);
+        if (i >= f->n)
+            return;
+        err[0] = 0;
+        sm_err e = f->fn(f->user, i, err, sizeof err);
+        if (e) {
+            pthread_mutex_lock(&f->mu);
+            if (!f->e) {
+                f->e = e;
+                snprintf(f->err, sizeof f->err, "%s", err);
+            }
+            pthread_mutex_unlock(&f->mu);
+        }
+    }
+}
+
+sm_err sm_tpool_run(sm_tpool *p, int n, int width, sm_tpool_index_fn fn, void *user, char *err,
+                    size_t errlen)
+{
+    sm_tpool_for f = {.n = n, .fn = fn, .user = user};
+    sm_tpool *own = NULL;
+    char tmp[128];
+    if (!p && width > 1 && n > 1 && sm_tpool_create(0, &own, tmp, sizeof tmp) == SM_OK)
+        p = own;
+    pthread_mutex_init(&f.mu, NULL);
+    sm_tpool_group g;
+    sm_tpool_group_init(&g);
+    for (int k = 1; p && k < width && k < n; k++)
+        if (sm_tpool_start(p, &g, sm_tpool_for_loop, &f))
+            break;
+    sm_tpool_for_loop(&f); /* the caller works too */
+    sm_tpool_group_wait(&g);
+    sm_tpool_free(own);
+    pthread_mutex_destroy(&f.mu);
+    return f.e ? sm_fail(err, errlen, f.e, "%s", f.err) : SM_OK;
 }

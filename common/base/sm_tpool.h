@@ -9,6 +9,10 @@
  * threads it exits instead. Tasks are counted in a group (caller-owned) and
  * sm_tpool_group_wait returns once every task started in it has returned.
  *
+ * sm_tpool_run hands the indices 0..n-1 to a few threads that take the
+ * next one as they finish (a parallel for loop that stops at the first
+ * failure).
+ *
  * Thread-safety: every function may be called from any thread, except
  * sm_tpool_free (no start may run concurrently with it). */
 #ifndef SM_TPOOL_H
@@ -42,5 +46,15 @@ void sm_tpool_group_init(sm_tpool_group *g);
 sm_err sm_tpool_start(sm_tpool *p, sm_tpool_group *g, void (*fn)(void *), void *arg);
 /* Waits until every task started in g has returned, then releases g. */
 void sm_tpool_group_wait(sm_tpool_group *g);
+
+/* One index of sm_tpool_run: SM_OK, or the error with its sentence in err. */
+typedef sm_err (*sm_tpool_index_fn)(void *user, int i, char *err, size_t errlen);
+/* Runs fn(user, i, ...) for every i in [0, n) on up to width threads: the
+ * caller's and width - 1 of p (p NULL: threads started for this call; fewer
+ * when they cannot be had, down to the caller's alone). Hands out no index
+ * after the first failure, whose code and sentence it returns once every
+ * running fn has returned. */
+sm_err sm_tpool_run(sm_tpool *p, int n, int width, sm_tpool_index_fn fn, void *user, char *err,
+                    size_t errlen);
 
 #endif

@@ -3,6 +3,12 @@
 
 #include <string.h>
 
+const char *const sm_comm_kind_names[SM_COMM_NKINDS] = {
+#define SM_COMM_KIND_NAME(kind, name) [kind] = name,
+    SM_COMM_KINDS(SM_COMM_KIND_NAME)
+#undef SM_COMM_KIND_NAME
+};
+
 sm_err sm_comm_group_make(const sm_mesh *m, int pos, int naxes,
                           const char (*axes)[SM_AXIS_NAME_MAX], int *members, sm_comm_group *g,
                           char *err, size_t errlen)

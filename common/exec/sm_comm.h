@@ -35,6 +35,26 @@
 #include "sm_kern.h"
 #include "sm_mesh.h"
 
+/* The collectives, one row each in the order of the vtable below: the
+ * kind and the name messages give it. Every implementation keys its
+ * rendezvous and its messages on these. */
+#define SM_COMM_KINDS(X)                                                                           \
+    X(SM_COMM_ALL_REDUCE, "all-reduce")                                                            \
+    X(SM_COMM_ALL_GATHER, "all-gather")                                                            \
+    X(SM_COMM_REDUCE_SCATTER, "reduce-scatter")                                                    \
+    X(SM_COMM_ALL_TO_ALL, "all-to-all")                                                            \
+    X(SM_COMM_PERMUTE, "permute")
+
+typedef enum {
+#define SM_COMM_KIND_ENUM(kind, name) kind,
+    SM_COMM_KINDS(SM_COMM_KIND_ENUM)
+#undef SM_COMM_KIND_ENUM
+        SM_COMM_NKINDS
+} sm_comm_kind;
+
+/* The name of each kind ("all-reduce"), indexed by sm_comm_kind. */
+extern const char *const sm_comm_kind_names[SM_COMM_NKINDS];
+
 typedef struct {
     int size;           /* number of members, >= 1 */
     int rank;           /* caller's rank, 0 <= rank < size */

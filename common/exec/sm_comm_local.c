@@ -9,17 +9,6 @@
 #include "sm_rendezvous.h"
 #include "sm_time.h"
 
-typedef enum {
-    SM_CL_ALL_REDUCE,
-    SM_CL_ALL_GATHER,
-    SM_CL_REDUCE_SCATTER,
-    SM_CL_ALL_TO_ALL,
-    SM_CL_PERMUTE
-} sm_cl_kind;
-
-static const char *const sm_cl_names[] = {"all-reduce", "all-gather", "reduce-scatter",
-                                          "all-to-all", "permute"};
-
 struct sm_comm_local {
     sm_rendezvous *rv;
     double timeout_s;
@@ -32,8 +21,8 @@ static void sm_cl_timeout_why(void *user, const sm_rendezvous_key *k, int missin
     snprintf(why, len,
              "collective #%llu (%s over %d devices) timed out after %g s waiting for rank %d "
              "(mesh position %d)",
-             (unsigned long long)k->seq, sm_cl_names[k->kind], k->size, c->timeout_s, missing,
-             missing >= 0 ? k->g->members[missing] : -1);
+             (unsigned long long)k->seq, sm_comm_kind_names[k->kind], k->size, c->timeout_s,
+             missing, missing >= 0 ? k->g->members[missing] : -1);
 }
 
 sm_err sm_comm_local_create(double timeout_s, sm_comm_local **out, char *err, size_t errlen)
@@ -43,7 +32,7 @@ sm_err sm_comm_local_create(double timeout_s, sm_comm_local **out, char *err, si
     if (!c)
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory for an in-process comm context");
     const sm_rendezvous_config rc = {
-        .names = sm_cl_names, .timeout_why = sm_cl_timeout_why, .user = c};
+        .names = sm_comm_kind_names, .timeout_why = sm_cl_timeout_why, .user = c};
     sm_err e = sm_rendezvous_create(&rc, &c->rv, err, errlen);
     if (e) {
         free(c);
@@ -72,7 +61,7 @@ static void sm_cl_abort(void *ctx, const char *why)
 
 /* First barrier (sm_rendezvous_join) with this job's timeout; members that
  * disagree or run out of memory cancel the job. */
-static sm_err sm_cl_join(sm_comm_local *c, const sm_comm_group *g, uint64_t seq, sm_cl_kind kind,
+static sm_err sm_cl_join(sm_comm_local *c, const sm_comm_group *g, uint64_t seq, sm_comm_kind kind,
                          int64_t arg, const void *in, void *dst, sm_rendezvous_slot **out,
                          char *err, size_t errlen)
 {
@@ -95,7 +84,7 @@ static sm_err sm_cl_all_reduce(void *ctx, const sm_comm_group *g, uint64_t seq, 
 {
     sm_comm_local *c = ctx;
     sm_rendezvous_slot *s;
-    sm_err e = sm_cl_join(c, g, seq, SM_CL_ALL_REDUCE, n, in, out, &s, err, errlen);
+    sm_err e = sm_cl_join(c, g, seq, SM_COMM_ALL_REDUCE, n, in, out, &s, err, errlen);
     if (e)
         return e;
     e = sm_rendezvous_reduce(c->rv, s, g->rank, 0, t, op, n, err, errlen);
@@ -109,7 +98,7 @@ static sm_err sm_cl_reduce_scatter(void *ctx, const sm_comm_group *g, uint64_t s
 {
     sm_comm_local *c = ctx;
     sm_rendezvous_slot *s;
-    sm_err e = sm_cl_join(c, g, seq, SM_CL_REDUCE_SCATTER, n, in, out, &s, err, errlen);
+    sm_err e = sm_cl_join(c, g, seq, SM_COMM_REDUCE_SCATTER, n, in, out, &s, err, errlen);
     if (e)
         return e;
     e = sm_rendezvous_reduce(c->rv, s, g->rank, 1, t, op, n, err, errlen);
@@ -122,7 +111,7 @@ static sm_err sm_cl_all_gather(void *ctx, const sm_comm_group *g, uint64_t seq, 
 {
     sm_comm_local *c = ctx;
     sm_rendezvous_slot *s;
-    sm_err e = sm_cl_join(c, g, seq, SM_CL_ALL_GATHER, nbytes, in, out, &s, err, errlen);
+    sm_err e = sm_cl_join(c, g, seq, SM_COMM_ALL_GATHER, nbytes, in, out, &s, err, errlen);
     if (e)
         return e;
     for (int r = 0; r < s->size && nbytes > 0; r++)
@@ -136,7 +125,7 @@ static sm_err sm_cl_all_to_all(void *ctx, const sm_comm_group *g, uint64_t seq, 
 {
     sm_comm_local *c = ctx;
     sm_rendezvous_slot *s;
-    sm_err e = sm_cl_join(c, g, seq, SM_CL_ALL_TO_ALL, chunk, in, out, &s, err, errlen);
+    sm_err e = sm_cl_join(c, g, seq, SM_COMM_ALL_TO_ALL, chunk, in, out, &s, err, errlen);
     if (e)
         return e;
     for (int r = 0; r < s->size && chunk > 0; r++)
@@ -161,7 +150,7 @@ static sm_err sm_cl_permute(void *ctx, const sm_comm_group *g, uint64_t seq,
         if (perm[k][1] == g->rank)
             src = (int)perm[k][0];
     }
-    sm_err e = sm_cl_join(c, g, seq, SM_CL_PERMUTE, nbytes, in, out, &s, err, errlen);
+    sm_err e = sm_cl_join(c, g, seq, SM_COMM_PERMUTE, nbytes, in, out, &s, err, errlen);
     if (e)
         return e;
     if (nbytes > 0) {

@@ -255,4 +255,29 @@ void sm_rpc_channel_free(sm_rpc_channel *ch);
  * ready, SM_EUNAVAILABLE after the timeout. For start-up rendezvous only. */
 sm_err sm_rpc_channel_wait_ready(sm_rpc_channel *ch, int timeout_ms, char *err, size_t errlen);
 
+/* A channel cache: one channel per target address, made with the cache's
+ * token and TLS at its first use and kept until the cache is freed. With
+ * ready_ms > 0 a new channel must connect within ready_ms, and a target
+ * that did not, or that a caller marked unreachable, is refused for
+ * retry_ms and then tried the same way again (the lock is held while it
+ * connects, so concurrent callers wait for one verdict). Thread-safe. */
+typedef struct sm_rpc_chans sm_rpc_chans;
+
+/* token (may be NULL) is copied; tls (may be NULL) is borrowed and must
+ * outlive the cache. NULL when out of memory. */
+sm_rpc_chans *sm_rpc_chans_create(const char *token, const sm_rpc_tls *tls, int ready_ms,
+                                  int retry_ms);
+/* Frees every channel: no call may be active on one. NULL is a no-op. */
+void sm_rpc_chans_free(sm_rpc_chans *c);
+/* The channel to address (borrowed: it lives as long as the cache).
+ * SM_EUNAVAILABLE for a target refused as above. */
+sm_err sm_rpc_chans_get(sm_rpc_chans *c, const char *address, sm_rpc_channel **out, char *err,
+                        size_t errlen);
+/* Records that address could not be reached: with ready_ms > 0 it is
+ * refused for retry_ms from now on; a no-op otherwise. */
+void sm_rpc_chans_unreachable(sm_rpc_chans *c, const char *address);
+/* How many channels the cache holds; *unreachable (may be NULL) gets how
+ * many of them are marked unreachable. */
+int sm_rpc_chans_count(sm_rpc_chans *c, int *unreachable);
+
 #endif

@@ -296,14 +296,14 @@ typedef struct {
     /* Registering again: the identity asked for (worker_id 0: a new worker;
      * devices NULL: any ids, else ndevices global ids) and the shards still
      * held (borrowed). */
-    uint32_t worker_id;
+    sm_worker_id worker_id;
     const int32_t *devices;
     int nheld;
     const sm_svc_held_shard *held;
 } sm_svc_register_req;
 
 typedef struct {
-    uint32_t worker_id;
+    sm_worker_id worker_id;
     int ndevices;
     int32_t devices[SM_MAX_WORKER_DEVICES];
     int process_index;
@@ -317,7 +317,7 @@ typedef struct {
 #define SM_SVC_SPILLED_MAX 4096
 
 typedef struct {
-    uint32_t worker_id;
+    sm_worker_id worker_id;
     uint64_t epoch; /* from the registration reply */
     int ndevices;
     int64_t device_bytes[SM_MAX_WORKER_DEVICES];

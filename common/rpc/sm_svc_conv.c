@@ -133,7 +133,7 @@ static Shmap__V1__ShardInfo *shard_info_enc(sm_arena *a, const sm_shard_info *s,
     if (!p)
         return NULL;
     p->device = s->device;
-    p->worker_id = s->worker_id;
+    p->worker_id = s->worker_id.v;
     p->worker_address = (char *)s->worker_address;
     p->n_coords = sm_svc_rank(naxes);
     p->coords = (int64_t *)s->coords;
@@ -196,7 +196,7 @@ Shmap__V1__WorkerInfo *sm_svc_worker_info_enc(sm_arena *a, const sm_worker_info 
     int n = w->ndevices < 0                       ? 0
             : w->ndevices > SM_MAX_WORKER_DEVICES ? SM_MAX_WORKER_DEVICES
                                                   : w->ndevices;
-    p->id = w->id;
+    p->id = w->id.v;
     p->address = (char *)w->address;
     p->host = (char *)w->host;
     p->process_index = w->process_index;
@@ -209,7 +209,11 @@ Shmap__V1__WorkerInfo *sm_svc_worker_info_enc(sm_arena *a, const sm_worker_info 
     p->n_shm_peers = w->nshm_peers < 0                  ? 0
                      : w->nshm_peers > SM_MAX_SHM_PEERS ? SM_MAX_SHM_PEERS
                                                         : (size_t)w->nshm_peers;
-    p->shm_peers = (uint32_t *)w->shm_peers;
+    if (!(p->shm_peers =
+              sm_arena_alloc(a, (p->n_shm_peers ? p->n_shm_peers : 1) * sizeof *p->shm_peers)))
+        return NULL;
+    for (size_t k = 0; k < p->n_shm_peers; k++)
+        p->shm_peers[k] = w->shm_peers[k].v;
     return p;
 }
 
@@ -442,7 +446,7 @@ static sm_err shard_info_dec(const Shmap__V1__ShardInfo *p, const char *what, sm
     sm_err e;
     memset(out, 0, sizeof *out);
     out->device = p->device;
-    out->worker_id = p->worker_id;
+    out->worker_id.v = p->worker_id;
     out->replica_id = p->replica_id;
     out->present = p->present != 0;
     out->spilled = p->spilled != 0;
@@ -542,13 +546,14 @@ sm_err sm_svc_worker_info_dec(const Shmap__V1__WorkerInfo *p, const char *what, 
     char sub[160];
     sm_err e;
     memset(out, 0, sizeof *out);
-    out->id = p->id;
+    out->id.v = p->id;
     out->process_index = p->process_index;
     out->ms_since_heartbeat = p->ms_since_heartbeat;
     if ((e = sm_svc_count_dec(p->n_shm_peers, SM_MAX_SHM_PEERS, what, "shm_peers", err, errlen)))
         return e;
     out->nshm_peers = (int)p->n_shm_peers;
-    sm_svc_copy(out->shm_peers, p->shm_peers, p->n_shm_peers * sizeof *p->shm_peers);
+    for (size_t k = 0; k < p->n_shm_peers; k++)
+        out->shm_peers[k].v = p->shm_peers[k];
     snprintf(out->host, sizeof out->host, "%s", p->host ? p->host : "");
     snprintf(sub, sizeof sub, "%s.address", what);
     if ((e = sm_svc_str_dec(p->address, SM_ADDR_MAX, sub, out->address, err, errlen)))

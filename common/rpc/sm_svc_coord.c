@@ -375,7 +375,7 @@ static sm_err register_dec(const ProtobufCMessage *m, void *o, char *err, size_t
                                 "devices", err, errlen);
     if (e)
         return e;
-    out->worker_id = r->worker_id;
+    out->worker_id.v = r->worker_id;
     out->ndevices = (int)r->n_devices;
     sm_svc_copy(out->devices, r->devices, r->n_devices * sizeof *r->devices);
     out->process_index = r->process_index;
@@ -394,7 +394,7 @@ sm_err sm_svc_coord_register(sm_rpc_channel *ch, int deadline_ms, const sm_svc_r
     p.ndevices = req->ndevices;
     p.process_index = req->process_index;
     p.host = (char *)(req->host ? req->host : "");
-    p.worker_id = req->worker_id;
+    p.worker_id = req->worker_id.v;
     if (req->devices) {
         p.n_devices = (size_t)req->ndevices;
         p.devices = (int32_t *)req->devices;
@@ -428,7 +428,7 @@ sm_err sm_svc_coord_heartbeat(sm_rpc_channel *ch, int deadline_ms, const sm_svc_
                        SM_MAX_WORKER_DEVICES, req->ndevices);
     Shmap__V1__HeartbeatRequest p;
     shmap__v1__heartbeat_request__init(&p);
-    p.worker_id = req->worker_id;
+    p.worker_id = req->worker_id.v;
     p.epoch = req->epoch;
     p.n_device_bytes = (size_t)req->ndevices;
     p.device_bytes = (int64_t *)req->device_bytes;

@@ -71,9 +71,6 @@ sm_err sm_svc_negotiate_add(sm_rpc_server *s, const char *path, sm_svc_ctx *ctx,
  * sm_svc_negotiate.c), marked as kept for LeakSanitizer; NULL when out of
  * memory. */
 void *sm_svc_keep_alloc(size_t size);
-/* Registers the n methods of rows, stopping at the first failure. */
-sm_err sm_svc_add_methods(sm_rpc_server *s, const sm_rpc_method *rows, size_t n, char *err,
-                          size_t errlen);
 
 /* In an adapter: ends the call with UNIMPLEMENTED and returns when the
  * handler fn is NULL. */
@@ -84,6 +81,65 @@ sm_err sm_svc_add_methods(sm_rpc_server *s, const sm_rpc_method *rows, size_t n,
             return;                                                                                \
         }                                                                                          \
     } while (0)
+
+/* ---- unary adapters (sm_svc_negotiate.c) ------------------------------------ */
+
+/* The part of one unary method that differs from the others: decodes and
+ * validates req (a bad request is SM_EINVAL without calling the handler),
+ * calls the handler with ctx and encodes its result into rep, which is
+ * initialised to the method's reply type. Everything the reply points to
+ * comes from a, or is handed to a with sm_arena_defer, and is freed once the
+ * call has finished; req lives until then too. Returns SM_OK, or the error
+ * with its sentence in err (an encoder out of memory: sm_svc_enc_nomem). */
+typedef sm_err (*sm_svc_unary_fn)(const void *ctx, const ProtobufCMessage *req,
+                                  ProtobufCMessage *rep, sm_arena *a, char *err, size_t errlen);
+/* The parameter list of an sm_svc_unary_fn, for defining one: the request
+ * is m, the reply rp. */
+#define SM_SVC_UNARY_ARGS                                                                          \
+    const void *ctx, const ProtobufCMessage *m, ProtobufCMessage *rp, sm_arena *a, char *err,      \
+        size_t errlen
+
+/* One method of a service: a unary one (fn), or a streaming one whose
+ * handler (stream, of kind) is called with the service's context. */
+typedef struct {
+    const char *path;
+    const ProtobufCMessageDescriptor *request, *reply; /* reply: unary only */
+    sm_svc_unary_fn fn;
+    int present;      /* 0: the handler is NULL; calls get UNIMPLEMENTED */
+    int cluster_only; /* as in sm_rpc_method */
+    sm_rpc_kind kind;
+    sm_rpc_handler stream;
+    int grant; /* as in sm_rpc_method */
+} sm_svc_row;
+
+/* Rows: path, request and reply types by their protobuf-c prefix
+ * (shmap__v1__empty), fn and whether the handler is there; or a streaming
+ * method's kind, request type and handler. */
+#define SM_SVC_UNARY_ROW(path, req, rep, fn, present)                                              \
+    {                                                                                              \
+        path, &req##__descriptor, &rep##__descriptor, fn, present, 0, SM_RPC_UNARY, NULL           \
+    }
+#define SM_SVC_STREAM_ROW(path, kind, req, handler)                                                \
+    {                                                                                              \
+        path, &req##__descriptor, NULL, NULL, 1, 0, kind, handler, 0                               \
+    }
+/* A streaming method that takes grants in place of the cluster token. */
+#define SM_SVC_GRANT_ROW(path, kind, req, handler)                                                 \
+    {                                                                                              \
+        path, &req##__descriptor, NULL, NULL, 1, 0, kind, handler, 1                               \
+    }
+
+/* Registers the n methods of rows, stopping at the first failure. Each
+ * unary one is served by one adapter that receives the request, runs the
+ * row's fn with ctx, finishes the call with the reply or the error and
+ * frees the rest. ctx must live as long as the server (sm_svc_keep_alloc). */
+sm_err sm_svc_add_rows(sm_rpc_server *s, const void *ctx, const sm_svc_row *rows, size_t n,
+                       char *err, size_t errlen);
+/* A zeroed block of a (NULL when out of memory) whose contents fn frees
+ * when a is freed: for a handler's output that the reply points into. */
+void *sm_svc_arena_obj(sm_arena *a, size_t size, void (*fn)(void *));
+/* SM_ENOMEM with the sentence of a reply the server could not encode. */
+sm_err sm_svc_enc_nomem(char *err, size_t errlen);
 
 /* Ends a call with e and msg (sm_strerror(e) when msg is empty). */
 void sm_svc_finish_err(sm_rpc_call *call, sm_err e, const char *msg);

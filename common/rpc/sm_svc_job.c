@@ -80,55 +80,55 @@ typedef struct {
     void *user;
 } job_ctx;
 
-#define OP(c, name) SM_SVC_REQUIRE(call, (c)->ops->name)
-
-static void submit(sm_rpc_call *call, void *u)
+static void job_info_del(void *p)
 {
-    const job_ctx *c = u;
-    OP(c, submit);
-    ProtobufCMessage *m = sm_svc_recv_request(call);
-    if (!m)
-        return;
+    sm_job_info_free(p);
+}
+
+static sm_err submit(SM_SVC_UNARY_ARGS)
+{
+    const job_ctx *c = ctx;
     const Shmap__V1__SubmitJobRequest *r = (const Shmap__V1__SubmitJobRequest *)m;
-    char err[SM_SVC_ERRLEN] = "", what[64];
+    Shmap__V1__SubmitJobReply *rep = (Shmap__V1__SubmitJobReply *)rp;
+    char what[64];
     sm_svc_submit_req req;
     memset(&req, 0, sizeof req);
     sm_job_id id = {0};
     sm_job_info *info = NULL;
     sm_err e;
     if ((e = sm_svc_count_dec(r->n_args, SM_SVC_MAX_OUTPUTS, "SubmitJobRequest", "args", err,
-                              sizeof err)) ||
+                              errlen)) ||
         (e = sm_svc_count_dec(r->n_out_names, SM_SVC_MAX_OUTPUTS, "SubmitJobRequest", "out_names",
-                              err, sizeof err)))
+                              err, errlen)))
         goto done;
-    req.args = calloc(r->n_args ? r->n_args : 1, sizeof *req.args);
-    req.out_names = calloc(r->n_out_names ? r->n_out_names : 1, sizeof *req.out_names);
+    req.args = sm_arena_alloc(a, (r->n_args ? r->n_args : 1) * sizeof *req.args);
+    req.out_names =
+        sm_arena_alloc(a, (r->n_out_names ? r->n_out_names : 1) * sizeof *req.out_names);
     if (!req.args || !req.out_names) {
-        e = sm_fail(err, sizeof err, SM_ENOMEM, "cannot allocate a request");
+        e = sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a request");
         goto done;
     }
     for (size_t i = 0; i < r->n_args; i++) {
         snprintf(what, sizeof what, "SubmitJobRequest.args[%zu]", i);
-        if ((e = sm_svc_array_ref_dec(r->args[i], what, &req.args[i], err, sizeof err)))
+        if ((e = sm_svc_array_ref_dec(r->args[i], what, &req.args[i], err, errlen)))
             goto done;
     }
     for (size_t i = 0; i < r->n_out_names; i++) {
         snprintf(what, sizeof what, "SubmitJobRequest.out_names[%zu]", i);
-        if ((e = sm_svc_str_dec(r->out_names[i], SM_NAME_MAX, what, NULL, err, sizeof err)))
+        if ((e = sm_svc_str_dec(r->out_names[i], SM_NAME_MAX, what, NULL, err, errlen)))
             goto done;
         req.out_names[i] = r->out_names[i] ? r->out_names[i] : "";
     }
-    if ((e = sm_svc_program_dec(r->program, "SubmitJobRequest.program", &req.program, err,
-                                sizeof err)))
+    if ((e = sm_svc_program_dec(r->program, "SubmitJobRequest.program", &req.program, err, errlen)))
         goto done;
     if (r->n_args != (size_t)req.program->nparams) {
-        e = sm_fail(err, sizeof err, SM_EINVAL,
+        e = sm_fail(err, errlen, SM_EINVAL,
                     "the job has %zu arguments but program '%s' takes %d parameters", r->n_args,
                     req.program->name, req.program->nparams);
         goto done;
     }
     if (r->n_out_names > (size_t)req.program->nreturns) {
-        e = sm_fail(err, sizeof err, SM_EINVAL,
+        e = sm_fail(err, errlen, SM_EINVAL,
                     "the job names %zu outputs but program '%s' returns %d values", r->n_out_names,
                     req.program->name, req.program->nreturns);
         goto done;
@@ -139,85 +139,64 @@ static void submit(sm_rpc_call *call, void *u)
     req.deadline_ms = r->deadline_ms;
     req.wait_ms = r->wait_ms;
     if (req.wait_ms && c->ops->submit_wait) {
-        if (!(info = calloc(1, sizeof *info)))
-            e = sm_fail(err, sizeof err, SM_ENOMEM, "cannot allocate a job info");
+        if (!(info = sm_svc_arena_obj(a, sizeof *info, job_info_del)))
+            e = sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a job info");
         else
-            e = c->ops->submit_wait(c->user, &req, info, err, sizeof err);
+            e = c->ops->submit_wait(c->user, &req, info, err, errlen);
         id = info ? info->id : id;
     } else {
-        e = c->ops->submit(c->user, &req, &id, err, sizeof err);
+        e = c->ops->submit(c->user, &req, &id, err, errlen);
     }
     req.program = NULL; /* the handler's now */
 done:
     sm_program_free(req.program);
-    free(req.args);
-    free(req.out_names);
-    sm_rpc_msg_free(m);
-    Shmap__V1__SubmitJobReply rep;
-    shmap__v1__submit_job_reply__init(&rep);
-    rep.job_id = id.v;
-    sm_arena *a = !e && info ? sm_arena_create(0) : NULL;
-    if (a && !(rep.info = job_info_enc(a, info)))
-        e = sm_fail(err, sizeof err, SM_ENOMEM, "out of memory describing job %llu",
+    rep->job_id = id.v;
+    if (!e && info && !(rep->info = job_info_enc(a, info)))
+        e = sm_fail(err, errlen, SM_ENOMEM, "out of memory describing job %llu",
                     (unsigned long long)id.v);
-    sm_svc_finish(call, e, err, &rep.base);
-    sm_arena_free(a);
-    if (info)
-        sm_job_info_free(info);
-    free(info);
+    return e;
 }
 
 /* WaitJob / GetJob / CancelJob: a JobRef in, a JobInfo out. */
 typedef enum { REF_WAIT, REF_GET, REF_CANCEL } ref_kind;
 
-static void job_ref_call(sm_rpc_call *call, const job_ctx *c, ref_kind kind)
+static sm_err job_ref_call(SM_SVC_UNARY_ARGS, ref_kind kind)
 {
-    ProtobufCMessage *m = sm_svc_recv_request(call);
-    if (!m)
-        return;
+    const job_ctx *c = ctx;
     const Shmap__V1__JobRef *r = (const Shmap__V1__JobRef *)m;
-    char err[SM_SVC_ERRLEN] = "";
-    sm_job_info *info = calloc(1, sizeof *info);
+    sm_job_info *info = sm_svc_arena_obj(a, sizeof *info, job_info_del);
     sm_job_id id = {r->job_id};
     sm_err e;
     if (!info)
-        e = sm_fail(err, sizeof err, SM_ENOMEM, "cannot allocate a job info");
+        e = sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a job info");
     else if (kind == REF_WAIT)
-        e = c->ops->wait(c->user, id, r->wait_ms, info, err, sizeof err);
+        e = c->ops->wait(c->user, id, r->wait_ms, info, err, errlen);
     else if (kind == REF_GET)
-        e = c->ops->get(c->user, id, info, err, sizeof err);
+        e = c->ops->get(c->user, id, info, err, errlen);
     else
-        e = c->ops->cancel(c->user, id, info, err, sizeof err);
-    sm_rpc_msg_free(m);
-    sm_arena *a = e ? NULL : sm_arena_create(0);
-    Shmap__V1__JobInfo *p = a ? job_info_enc(a, info) : NULL;
-    sm_svc_finish(call, e, err, p ? &p->base : NULL);
-    if (a)
-        sm_arena_free(a);
-    if (info)
-        sm_job_info_free(info);
-    free(info);
+        e = c->ops->cancel(c->user, id, info, err, errlen);
+    if (e)
+        return e;
+    Shmap__V1__JobInfo *p = job_info_enc(a, info);
+    if (!p)
+        return sm_svc_enc_nomem(err, errlen);
+    memcpy(rp, p, sizeof *p);
+    return SM_OK;
 }
 
-static void wait_job(sm_rpc_call *call, void *u)
+static sm_err wait_job(SM_SVC_UNARY_ARGS)
 {
-    const job_ctx *c = u;
-    OP(c, wait);
-    job_ref_call(call, c, REF_WAIT);
+    return job_ref_call(ctx, m, rp, a, err, errlen, REF_WAIT);
 }
 
-static void get_job(sm_rpc_call *call, void *u)
+static sm_err get_job(SM_SVC_UNARY_ARGS)
 {
-    const job_ctx *c = u;
-    OP(c, get);
-    job_ref_call(call, c, REF_GET);
+    return job_ref_call(ctx, m, rp, a, err, errlen, REF_GET);
 }
 
-static void cancel_job(sm_rpc_call *call, void *u)
+static sm_err cancel_job(SM_SVC_UNARY_ARGS)
 {
-    const job_ctx *c = u;
-    OP(c, cancel);
-    job_ref_call(call, c, REF_CANCEL);
+    return job_ref_call(ctx, m, rp, a, err, errlen, REF_CANCEL);
 }
 
 sm_err sm_svc_coord_jobs_serve(sm_rpc_server *s, const sm_svc_coord_job_ops *ops, void *user,
@@ -227,17 +206,19 @@ sm_err sm_svc_coord_jobs_serve(sm_rpc_server *s, const sm_svc_coord_job_ops *ops
     job_ctx *ctx = sm_svc_keep_alloc(sizeof *ctx);
     if (!ctx)
         return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate the job adapters");
-    ctx->ops = ops ? ops : &none;
+    const sm_svc_coord_job_ops *o = ctx->ops = ops ? ops : &none;
     ctx->user = user;
-    const sm_rpc_method rows[] = {
-#define ROW(name, req, fn) {SM_SVC_COORD_PATH(name), SM_RPC_UNARY, &req##__descriptor, fn, ctx}
-        ROW("SubmitJob", shmap__v1__submit_job_request, submit),
-        ROW("WaitJob", shmap__v1__job_ref, wait_job),
-        ROW("GetJob", shmap__v1__job_ref, get_job),
-        ROW("CancelJob", shmap__v1__job_ref, cancel_job),
+    const sm_svc_row rows[] = {
+#define ROW(name, req, rep, fn, op)                                                                \
+    SM_SVC_UNARY_ROW(SM_SVC_COORD_PATH(name), req, rep, fn, o->op != NULL)
+        ROW("SubmitJob", shmap__v1__submit_job_request, shmap__v1__submit_job_reply, submit,
+            submit),
+        ROW("WaitJob", shmap__v1__job_ref, shmap__v1__job_info, wait_job, wait),
+        ROW("GetJob", shmap__v1__job_ref, shmap__v1__job_info, get_job, get),
+        ROW("CancelJob", shmap__v1__job_ref, shmap__v1__job_info, cancel_job, cancel),
 #undef ROW
     };
-    return sm_svc_add_methods(s, rows, sizeof rows / sizeof rows[0], err, errlen);
+    return sm_svc_add_rows(s, ctx, rows, sizeof rows / sizeof rows[0], err, errlen);
 }
 
 /* ---- client calls ------------------------------------------------------------------ */

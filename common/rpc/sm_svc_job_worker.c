@@ -179,68 +179,49 @@ typedef struct {
 
 #define OP(c, name) SM_SVC_REQUIRE(call, (c)->ops->name)
 
-static void run_job(sm_rpc_call *call, void *u)
+static sm_err run_job(SM_SVC_UNARY_ARGS)
 {
-    const job_ctx *c = u;
-    OP(c, run_job);
-    ProtobufCMessage *m = sm_svc_recv_request(call);
-    if (!m)
-        return;
-    char err[SM_SVC_ERRLEN] = "";
+    const job_ctx *c = ctx;
+    Shmap__V1__RunJobReply *rep = (Shmap__V1__RunJobReply *)rp;
     sm_svc_run_job_req req;
     void *mem = NULL;
     int64_t bytes = 0;
-    sm_err e = run_job_dec((const Shmap__V1__RunJobRequest *)m, &req, &mem, err, sizeof err);
-    sm_rpc_msg_free(m);
+    (void)a;
+    sm_err e = run_job_dec((const Shmap__V1__RunJobRequest *)m, &req, &mem, err, errlen);
     if (!e)
-        e = c->ops->run_job(c->user, &req, &bytes, err, sizeof err); /* takes req.program */
+        e = c->ops->run_job(c->user, &req, &bytes, err, errlen); /* takes req.program */
     free(mem);
-    Shmap__V1__RunJobReply rep;
-    shmap__v1__run_job_reply__init(&rep);
-    rep.output_bytes = bytes;
-    sm_svc_finish(call, e, err, &rep.base);
+    rep->output_bytes = bytes;
+    return e;
 }
 
-static void cancel_job(sm_rpc_call *call, void *u)
+static sm_err cancel_job(SM_SVC_UNARY_ARGS)
 {
-    const job_ctx *c = u;
-    OP(c, cancel_job);
-    ProtobufCMessage *m = sm_svc_recv_request(call);
-    if (!m)
-        return;
-    sm_job_id id = {((const Shmap__V1__JobRef *)m)->job_id};
-    sm_rpc_msg_free(m);
-    char err[SM_SVC_ERRLEN] = "";
-    sm_err e = c->ops->cancel_job(c->user, id, err, sizeof err);
-    Shmap__V1__Empty rep;
-    shmap__v1__empty__init(&rep);
-    sm_svc_finish(call, e, err, &rep.base);
+    const job_ctx *c = ctx;
+    (void)rp;
+    (void)a;
+    return c->ops->cancel_job(c->user, (sm_job_id){((const Shmap__V1__JobRef *)m)->job_id}, err,
+                              errlen);
 }
 
-static void shm_probe(sm_rpc_call *call, void *u)
+static sm_err shm_probe(SM_SVC_UNARY_ARGS)
 {
-    const job_ctx *c = u;
-    OP(c, shm_probe);
-    ProtobufCMessage *m = sm_svc_recv_request(call);
-    if (!m)
-        return;
+    const job_ctx *c = ctx;
     const Shmap__V1__ShmProbeRequest *p = (const Shmap__V1__ShmProbeRequest *)m;
-    char err[SM_SVC_ERRLEN] = "";
+    Shmap__V1__ShmProbeReply *rep = (Shmap__V1__ShmProbeReply *)rp;
     sm_svc_shm_probe_req req = {.create = p->create};
-    sm_svc_shm_probe_reply out = {{0}};
+    sm_svc_shm_probe_reply *out = sm_arena_alloc(a, sizeof *out);
+    if (!out)
+        return sm_svc_enc_nomem(err, errlen);
     sm_err e =
-        sm_svc_str_dec(p->read, sizeof req.read, "ShmProbeRequest.read", req.read, err, sizeof err);
+        sm_svc_str_dec(p->read, sizeof req.read, "ShmProbeRequest.read", req.read, err, errlen);
     if (!e)
-        e = sm_svc_str_dec(p->drop, sizeof req.drop, "ShmProbeRequest.drop", req.drop, err,
-                           sizeof err);
-    sm_rpc_msg_free(m);
+        e = sm_svc_str_dec(p->drop, sizeof req.drop, "ShmProbeRequest.drop", req.drop, err, errlen);
     if (!e)
-        e = c->ops->shm_probe(c->user, &req, &out, err, sizeof err);
-    Shmap__V1__ShmProbeReply rep;
-    shmap__v1__shm_probe_reply__init(&rep);
-    rep.name = out.name;
-    rep.cookie = out.cookie;
-    sm_svc_finish(call, e, err, &rep.base);
+        e = c->ops->shm_probe(c->user, &req, out, err, errlen);
+    rep->name = out->name;
+    rep->cookie = out->cookie;
+    return e;
 }
 
 /* Number of CollMsg's payload field. */
@@ -332,15 +313,18 @@ sm_err sm_svc_worker_jobs_serve(sm_rpc_server *s, const sm_svc_worker_job_ops *o
         return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate the worker job adapters");
     ctx->ops = ops ? ops : &none;
     ctx->user = user;
-    const sm_rpc_method rows[] = {
-#define ROW(name, kind, req, fn) {SM_SVC_WORKER_PATH(name), kind, &req##__descriptor, fn, ctx}
-        ROW("RunJob", SM_RPC_UNARY, shmap__v1__run_job_request, run_job),
-        ROW("CancelJob", SM_RPC_UNARY, shmap__v1__job_ref, cancel_job),
-        ROW("Exchange", SM_RPC_CLIENT_STREAM, shmap__v1__coll_msg, exchange),
-        ROW("ShmProbe", SM_RPC_UNARY, shmap__v1__shm_probe_request, shm_probe),
+    const sm_svc_worker_job_ops *o = ctx->ops;
+    const sm_svc_row rows[] = {
+#define ROW(name, req, rep, fn)                                                                    \
+    SM_SVC_UNARY_ROW(SM_SVC_WORKER_PATH(name), req, rep, fn, o->fn != NULL)
+        ROW("RunJob", shmap__v1__run_job_request, shmap__v1__run_job_reply, run_job),
+        ROW("CancelJob", shmap__v1__job_ref, shmap__v1__empty, cancel_job),
+        SM_SVC_STREAM_ROW(SM_SVC_WORKER_PATH("Exchange"), SM_RPC_CLIENT_STREAM, shmap__v1__coll_msg,
+                          exchange),
+        ROW("ShmProbe", shmap__v1__shm_probe_request, shmap__v1__shm_probe_reply, shm_probe),
 #undef ROW
     };
-    return sm_svc_add_methods(s, rows, sizeof rows / sizeof rows[0], err, errlen);
+    return sm_svc_add_rows(s, ctx, rows, sizeof rows / sizeof rows[0], err, errlen);
 }
 
 /* ---- client calls ------------------------------------------------------------------ */

@@ -35,12 +35,70 @@ sm_svc_ctx *sm_svc_ctx_create(const sm_svc_coord_ops *coord, const sm_svc_worker
     return c;
 }
 
-sm_err sm_svc_add_methods(sm_rpc_server *s, const sm_rpc_method *rows, size_t n, char *err,
-                          size_t errlen)
+/* A row of sm_svc_add_rows with the context it runs with. */
+typedef struct {
+    sm_svc_row row;
+    const void *ctx;
+} unary_method;
+
+void *sm_svc_arena_obj(sm_arena *a, size_t size, void (*fn)(void *))
 {
+    void *p = sm_arena_alloc(a, size);
+    return p && sm_arena_defer(a, fn, p) == 0 ? p : NULL;
+}
+
+sm_err sm_svc_enc_nomem(char *err, size_t errlen)
+{
+    return sm_fail(err, errlen, SM_ENOMEM, "the server ran out of memory encoding the reply");
+}
+
+/* Replies are small: most fit in one block of this size. */
+#define UNARY_ARENA_BLOCK 8192
+
+static void unary_serve(sm_rpc_call *call, void *user)
+{
+    const unary_method *u = user;
+    if (!u->row.present) {
+        sm_svc_finish_unimplemented(call);
+        return;
+    }
+    ProtobufCMessage *m = sm_svc_recv_request(call);
+    if (!m)
+        return;
+    char err[SM_SVC_ERRLEN] = "";
+    sm_arena *a = sm_arena_create(UNARY_ARENA_BLOCK);
+    ProtobufCMessage *rep = a ? sm_arena_alloc(a, u->row.reply->sizeof_message) : NULL;
+    sm_err e;
+    if (!rep) {
+        e = sm_fail(err, sizeof err, SM_ENOMEM, "the server ran out of memory for a call to %s",
+                    u->row.path);
+    } else {
+        protobuf_c_message_init(u->row.reply, rep);
+        e = u->row.fn(u->ctx, m, rep, a, err, sizeof err);
+    }
+    sm_svc_finish(call, e, err, rep);
+    sm_arena_free(a);
+    sm_rpc_msg_free(m);
+}
+
+sm_err sm_svc_add_rows(sm_rpc_server *s, const void *ctx, const sm_svc_row *rows, size_t n,
+                       char *err, size_t errlen)
+{
+    unary_method *u = sm_svc_keep_alloc((n ? n : 1) * sizeof *u);
+    if (!u)
+        return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate %zu method adapters", n);
     sm_err e = SM_OK;
-    for (size_t i = 0; !e && i < n; i++)
-        e = sm_rpc_server_add(s, &rows[i], err, errlen);
+    for (size_t i = 0; !e && i < n; i++) {
+        u[i].row = rows[i];
+        u[i].ctx = ctx;
+        sm_rpc_method m = {rows[i].path, SM_RPC_UNARY,  rows[i].request,
+                           unary_serve,  (void *)&u[i], rows[i].cluster_only};
+        if (rows[i].stream) /* the context is the handler's own */
+            m = (sm_rpc_method){rows[i].path,   rows[i].kind, rows[i].request,
+                                rows[i].stream, (void *)ctx,  rows[i].cluster_only,
+                                .grant = rows[i].grant};
+        e = sm_rpc_server_add(s, &m, err, errlen);
+    }
     return e;
 }
 
@@ -53,9 +111,10 @@ void sm_svc_finish(sm_rpc_call *call, sm_err e, const char *err, const ProtobufC
 {
     if (e)
         sm_svc_finish_err(call, e, err);
-    else if (!reply)
-        sm_svc_finish_err(call, SM_ENOMEM, "the server ran out of memory encoding the reply");
-    else
+    else if (!reply) {
+        char err[128];
+        sm_svc_finish_err(call, sm_svc_enc_nomem(err, sizeof err), err);
+    } else
         sm_rpc_finish(call, SM_OK, NULL, reply);
 }
 

@@ -228,8 +228,6 @@ static sm_err assemble_dec(const Shmap__V1__AssembleRequest *p, sm_arena *a,
 
 /* ---- adapters ---------------------------------------------------------------------- */
 
-#define OP(c, name) SM_SVC_REQUIRE(call, (c)->worker->name)
-
 static void put_shard(sm_rpc_call *call, void *u)
 {
     const sm_svc_ctx *c = u;
@@ -242,148 +240,113 @@ static void get_shard(sm_rpc_call *call, void *u)
     sm_svc_serve_download(call, c->worker->get_shard, c->user);
 }
 
-static void free_array(sm_rpc_call *call, void *u)
+static sm_err free_array(SM_SVC_UNARY_ARGS)
 {
-    const sm_svc_ctx *c = u;
-    OP(c, free_array);
-    ProtobufCMessage *m = sm_svc_recv_request(call);
-    if (!m)
-        return;
+    const sm_svc_ctx *c = ctx;
     const Shmap__V1__FreeArrayRequest *r = (const Shmap__V1__FreeArrayRequest *)m;
-    char err[SM_SVC_ERRLEN] = "";
-    sm_err e = sm_svc_count_dec(r->n_devices, SM_MAX_DEVICES, "FreeArrayRequest", "devices", err,
-                                sizeof err);
-    if (!e)
-        e = c->worker->free_array(c->user, (sm_array_id){r->array_id}, (int)r->n_devices,
-                                  r->devices, err, sizeof err);
-    sm_rpc_msg_free(m);
-    Shmap__V1__Empty rep;
-    shmap__v1__empty__init(&rep);
-    sm_svc_finish(call, e, err, &rep.base);
+    (void)rp;
+    (void)a;
+    sm_err e =
+        sm_svc_count_dec(r->n_devices, SM_MAX_DEVICES, "FreeArrayRequest", "devices", err, errlen);
+    return e ? e
+             : c->worker->free_array(c->user, (sm_array_id){r->array_id}, (int)r->n_devices,
+                                     r->devices, err, errlen);
 }
 
-static void assemble(sm_rpc_call *call, void *u)
+static sm_err assemble(SM_SVC_UNARY_ARGS)
 {
-    const sm_svc_ctx *c = u;
-    OP(c, assemble);
-    ProtobufCMessage *m = sm_svc_recv_request(call);
-    if (!m)
-        return;
-    char err[SM_SVC_ERRLEN] = "";
+    const sm_svc_ctx *c = ctx;
+    Shmap__V1__AssembleReply *rep = (Shmap__V1__AssembleReply *)rp;
     sm_svc_assemble_req req;
     int64_t bytes = 0;
-    sm_arena *a = sm_arena_create(0);
-    sm_err e = a ? assemble_dec((const Shmap__V1__AssembleRequest *)m, a, &req, err, sizeof err)
-                 : sm_fail(err, sizeof err, SM_ENOMEM, "cannot allocate a request");
+    sm_err e = assemble_dec((const Shmap__V1__AssembleRequest *)m, a, &req, err, errlen);
     if (!e)
-        e = c->worker->assemble(c->user, &req, &bytes, err, sizeof err);
-    if (a)
-        sm_arena_free(a);
-    sm_rpc_msg_free(m);
-    Shmap__V1__AssembleReply rep;
-    shmap__v1__assemble_reply__init(&rep);
-    rep.bytes = bytes;
-    sm_svc_finish(call, e, err, &rep.base);
+        e = c->worker->assemble(c->user, &req, &bytes, err, errlen);
+    rep->bytes = bytes;
+    return e;
 }
 
-static void stats(sm_rpc_call *call, void *u)
+static sm_err stats(SM_SVC_UNARY_ARGS)
 {
-    const sm_svc_ctx *c = u;
-    OP(c, stats);
-    ProtobufCMessage *m = sm_svc_recv_request(call);
-    if (!m)
-        return;
-    sm_rpc_msg_free(m);
-    char err[SM_SVC_ERRLEN] = "";
-    sm_svc_worker_stats *out = calloc(1, sizeof *out);
-    sm_err e = out ? c->worker->stats(c->user, out, err, sizeof err)
-                   : sm_fail(err, sizeof err, SM_ENOMEM, "cannot allocate stats");
+    const sm_svc_ctx *c = ctx;
+    Shmap__V1__WorkerStatsReply *rep = (Shmap__V1__WorkerStatsReply *)rp;
+    (void)m;
+    sm_svc_worker_stats *out = sm_arena_alloc(a, sizeof *out);
+    sm_err e = out ? c->worker->stats(c->user, out, err, errlen)
+                   : sm_fail(err, errlen, SM_ENOMEM, "cannot allocate stats");
     if (!e && (out->ndevices < 0 || out->ndevices > SM_MAX_WORKER_DEVICES))
-        e = sm_fail(err, sizeof err, SM_EINTERNAL, "the stats handler returned %d devices",
+        e = sm_fail(err, errlen, SM_EINTERNAL, "the stats handler returned %d devices",
                     out->ndevices);
-    if (e) {
-        free(out);
-        sm_svc_finish_err(call, e, err);
-        return;
-    }
-    Shmap__V1__WorkerStatsReply rep;
-    shmap__v1__worker_stats_reply__init(&rep);
-    rep.n_devices = rep.n_device_bytes = (size_t)out->ndevices;
-    rep.devices = out->devices;
-    rep.device_bytes = out->device_bytes;
-    rep.shards = out->shards;
-    sm_rpc_finish(call, SM_OK, NULL, &rep.base);
-    free(out);
+    if (e)
+        return e;
+    rep->n_devices = rep->n_device_bytes = (size_t)out->ndevices;
+    rep->devices = out->devices;
+    rep->device_bytes = out->device_bytes;
+    rep->shards = out->shards;
+    return SM_OK;
 }
 
-static void shard_info(sm_rpc_call *call, void *u)
+static sm_err shard_info(SM_SVC_UNARY_ARGS)
 {
-    const sm_svc_ctx *c = u;
-    OP(c, shard_info);
-    ProtobufCMessage *m = sm_svc_recv_request(call);
-    if (!m)
-        return;
+    const sm_svc_ctx *c = ctx;
     const Shmap__V1__ShardInfoRequest *r = (const Shmap__V1__ShardInfoRequest *)m;
-    char err[SM_SVC_ERRLEN] = "";
+    Shmap__V1__ShardInfoReply *rep = (Shmap__V1__ShardInfoReply *)rp;
     sm_svc_shard_state st[SM_MAX_WORKER_DEVICES];
-    Shmap__V1__ShardState ps[SM_MAX_WORKER_DEVICES], *pp[SM_MAX_WORKER_DEVICES];
     int n = (int)r->n_devices;
     memset(st, 0, sizeof st);
     sm_err e = sm_svc_count_dec(r->n_devices, SM_MAX_WORKER_DEVICES, "ShardInfoRequest", "devices",
-                                err, sizeof err);
+                                err, errlen);
     if (!e && n < 1)
-        e = sm_fail(err, sizeof err, SM_EINVAL, "ShardInfoRequest lists no devices");
+        e = sm_fail(err, errlen, SM_EINVAL, "ShardInfoRequest lists no devices");
     if (!e)
         e = c->worker->shard_info(c->user, (sm_array_id){r->array_id}, n, r->devices, st, err,
-                                  sizeof err);
-    sm_rpc_msg_free(m);
-    Shmap__V1__ShardInfoReply rep;
-    shmap__v1__shard_info_reply__init(&rep);
-    if (!e) {
-        for (int k = 0; k < n; k++) {
-            shmap__v1__shard_state__init(&ps[k]);
-            ps[k].device = st[k].device;
-            ps[k].present = st[k].present != 0;
-            ps[k].bytes = st[k].bytes;
-            ps[k].checksum = st[k].checksum;
-            pp[k] = &ps[k];
-        }
-        rep.n_shards = (size_t)n;
-        rep.shards = pp;
+                                  errlen);
+    if (e)
+        return e;
+    Shmap__V1__ShardState *ps = sm_arena_alloc(a, (size_t)n * sizeof *ps);
+    if (!ps || !(rep->shards = sm_arena_alloc(a, (size_t)n * sizeof *rep->shards)))
+        return sm_svc_enc_nomem(err, errlen);
+    for (int k = 0; k < n; k++) {
+        shmap__v1__shard_state__init(&ps[k]);
+        ps[k].device = st[k].device;
+        ps[k].present = st[k].present != 0;
+        ps[k].bytes = st[k].bytes;
+        ps[k].checksum = st[k].checksum;
+        rep->shards[k] = &ps[k];
     }
-    sm_svc_finish(call, e, err, &rep.base);
+    rep->n_shards = (size_t)n;
+    return SM_OK;
 }
 
-static void write_checkpoint(sm_rpc_call *call, void *u)
+static sm_err write_checkpoint(SM_SVC_UNARY_ARGS)
 {
-    const sm_svc_ctx *c = u;
-    OP(c, write_checkpoint);
-    ProtobufCMessage *m = sm_svc_recv_request(call);
-    if (!m)
-        return;
+    const sm_svc_ctx *c = ctx;
     const Shmap__V1__WriteCheckpointRequest *r = (const Shmap__V1__WriteCheckpointRequest *)m;
-    char err[SM_SVC_ERRLEN] = "", what[80];
+    Shmap__V1__WriteCheckpointReply *rep = (Shmap__V1__WriteCheckpointReply *)rp;
+    char what[80];
     int n = (int)r->n_files;
     sm_err e = sm_svc_count_dec(r->n_files, SM_MAX_WORKER_DEVICES, "WriteCheckpointRequest",
-                                "files", err, sizeof err);
+                                "files", err, errlen);
     size_t cap = e || !n ? 1 : (size_t)n; /* ~600 bytes a file: not on the stack */
-    sm_svc_ckpt_file *in = calloc(cap, sizeof *in), *out = calloc(cap, sizeof *out);
-    Shmap__V1__CheckpointFile *pf = calloc(cap, sizeof *pf), **pp = calloc(cap, sizeof *pp);
+    sm_svc_ckpt_file *in = sm_arena_alloc(a, cap * sizeof *in);
+    sm_svc_ckpt_file *out = sm_arena_alloc(a, cap * sizeof *out);
+    Shmap__V1__CheckpointFile *pf = sm_arena_alloc(a, cap * sizeof *pf);
+    Shmap__V1__CheckpointFile **pp = sm_arena_alloc(a, cap * sizeof *pp);
     if (!e && (!in || !out || !pf || !pp))
-        e = sm_fail(err, sizeof err, SM_ENOMEM, "out of memory for %d checkpoint files", n);
+        e = sm_fail(err, errlen, SM_ENOMEM, "out of memory for %d checkpoint files", n);
     if (!e)
-        e = ckpt_dir_dec(r->dir, "WriteCheckpointRequest.dir", err, sizeof err);
+        e = ckpt_dir_dec(r->dir, "WriteCheckpointRequest.dir", err, errlen);
     if (!e)
         e = sm_svc_str_dec(r->manifest, SM_SVC_MANIFEST_MAX, "WriteCheckpointRequest.manifest",
-                           NULL, err, sizeof err);
+                           NULL, err, errlen);
     int has_manifest = r->manifest && *r->manifest;
     if (!e && has_manifest == (n > 0))
-        e = sm_fail(err, sizeof err, SM_EINVAL,
+        e = sm_fail(err, errlen, SM_EINVAL,
                     "a WriteCheckpointRequest gives either files or a manifest%s",
                     n ? ", not both" : "");
     for (int k = 0; !e && k < n; k++) {
         snprintf(what, sizeof what, "WriteCheckpointRequest.files[%d]", k);
-        e = ckpt_file_dec(r->files[k], what, &in[k], err, sizeof err);
+        e = ckpt_file_dec(r->files[k], what, &in[k], err, errlen);
         out[k] = in[k];
         out[k].bytes = 0;
         out[k].checksum = 0;
@@ -392,82 +355,77 @@ static void write_checkpoint(sm_rpc_call *call, void *u)
     if (!e) {
         sm_svc_ckpt_write_req req = {
             {r->array_id}, r->dir, n, in, has_manifest ? r->manifest : NULL};
-        e = c->worker->write_checkpoint(c->user, &req, out, err, sizeof err);
+        e = c->worker->write_checkpoint(c->user, &req, out, err, errlen);
     }
-    Shmap__V1__WriteCheckpointReply rep;
-    shmap__v1__write_checkpoint_reply__init(&rep);
-    if (!e) {
-        for (int k = 0; k < n; k++) {
-            shmap__v1__checkpoint_file__init(&pf[k]);
-            pf[k].file = (char *)in[k].file;
-            pf[k].device = in[k].device;
-            pf[k].bytes = out[k].bytes;
-            pf[k].checksum = out[k].checksum;
-            pf[k].chunk_bytes = out[k].chunk_bytes;
-            pf[k].n_chunk_sums = out[k].nchunks < 0 || out[k].nchunks > SM_SVC_CKPT_CHUNKS
-                                     ? 0
-                                     : (size_t)out[k].nchunks;
-            pf[k].chunk_sums = out[k].chunk_sums;
-            pp[k] = &pf[k];
-        }
-        rep.n_files = (size_t)n;
-        rep.files = pp;
+    if (e)
+        return e;
+    for (int k = 0; k < n; k++) {
+        shmap__v1__checkpoint_file__init(&pf[k]);
+        pf[k].file = (char *)in[k].file;
+        pf[k].device = in[k].device;
+        pf[k].bytes = out[k].bytes;
+        pf[k].checksum = out[k].checksum;
+        pf[k].chunk_bytes = out[k].chunk_bytes;
+        pf[k].n_chunk_sums =
+            out[k].nchunks < 0 || out[k].nchunks > SM_SVC_CKPT_CHUNKS ? 0 : (size_t)out[k].nchunks;
+        pf[k].chunk_sums = out[k].chunk_sums;
+        pp[k] = &pf[k];
     }
-    sm_svc_finish(call, e, err, &rep.base);
-    sm_rpc_msg_free(m);
-    free(in);
-    free(out);
-    free(pf);
-    free(pp);
+    rep->n_files = (size_t)n;
+    rep->files = pp;
+    return SM_OK;
 }
 
-static void read_manifest(sm_rpc_call *call, void *u)
+static void text_free(void *p)
 {
-    const sm_svc_ctx *c = u;
-    OP(c, read_manifest);
-    ProtobufCMessage *m = sm_svc_recv_request(call);
-    if (!m)
-        return;
+    free(*(char **)p);
+}
+
+static sm_err read_manifest(SM_SVC_UNARY_ARGS)
+{
+    const sm_svc_ctx *c = ctx;
     const Shmap__V1__ReadManifestRequest *r = (const Shmap__V1__ReadManifestRequest *)m;
-    char err[SM_SVC_ERRLEN] = "";
-    char *text = NULL;
-    sm_err e = ckpt_dir_dec(r->dir, "ReadManifestRequest.dir", err, sizeof err);
+    Shmap__V1__ReadManifestReply *rep = (Shmap__V1__ReadManifestReply *)rp;
+    char **text = sm_svc_arena_obj(a, sizeof *text, text_free);
+    if (!text)
+        return sm_svc_enc_nomem(err, errlen);
+    sm_err e = ckpt_dir_dec(r->dir, "ReadManifestRequest.dir", err, errlen);
     if (!e)
-        e = c->worker->read_manifest(c->user, r->dir, &text, err, sizeof err);
-    if (!e && !text)
-        e = sm_fail(err, sizeof err, SM_EINTERNAL, "the read_manifest handler returned no text");
-    Shmap__V1__ReadManifestReply rep;
-    shmap__v1__read_manifest_reply__init(&rep);
-    rep.manifest = text ? text : "";
-    sm_svc_finish(call, e, err, &rep.base);
-    free(text);
-    sm_rpc_msg_free(m);
+        e = c->worker->read_manifest(c->user, r->dir, text, err, errlen);
+    if (!e && !*text)
+        e = sm_fail(err, errlen, SM_EINTERNAL, "the read_manifest handler returned no text");
+    rep->manifest = *text ? *text : "";
+    return e;
 }
 
 sm_err sm_svc_worker_serve(sm_rpc_server *s, const sm_svc_worker_ops *ops, void *user,
                            const char *server_name, char *err, size_t errlen)
 {
     static const sm_svc_worker_ops none; /* ops NULL: every method UNIMPLEMENTED */
-    sm_svc_ctx *ctx = sm_svc_ctx_create(NULL, ops ? ops : &none, user, server_name);
+    const sm_svc_worker_ops *o = ops ? ops : &none;
+    sm_svc_ctx *ctx = sm_svc_ctx_create(NULL, o, user, server_name);
     if (!ctx)
         return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate the worker adapters");
-    const sm_rpc_method rows[] = {
-#define ROW(name, kind, req, fn) {SM_SVC_WORKER_PATH(name), kind, &req##__descriptor, fn, ctx}
+    const sm_svc_row rows[] = {
+#define ROW(name, req, rep, fn)                                                                    \
+    SM_SVC_UNARY_ROW(SM_SVC_WORKER_PATH(name), req, rep, fn, o->fn != NULL)
         /* a tenant's client may move the shards the coordinator granted it */
-        {SM_SVC_WORKER_PATH("PutShard"), SM_RPC_CLIENT_STREAM, &shmap__v1__upload_msg__descriptor,
-         put_shard, ctx, .grant = 1},
-        {SM_SVC_WORKER_PATH("GetShard"), SM_RPC_SERVER_STREAM,
-         &shmap__v1__download_request__descriptor, get_shard, ctx, .grant = 1},
-        ROW("FreeArray", SM_RPC_UNARY, shmap__v1__free_array_request, free_array),
-        ROW("Assemble", SM_RPC_UNARY, shmap__v1__assemble_request, assemble),
-        ROW("Stats", SM_RPC_UNARY, shmap__v1__empty, stats),
-        ROW("ShardInfo", SM_RPC_UNARY, shmap__v1__shard_info_request, shard_info),
-        ROW("WriteCheckpoint", SM_RPC_UNARY, shmap__v1__write_checkpoint_request, write_checkpoint),
-        ROW("ReadManifest", SM_RPC_UNARY, shmap__v1__read_manifest_request, read_manifest),
+        SM_SVC_GRANT_ROW(SM_SVC_WORKER_PATH("PutShard"), SM_RPC_CLIENT_STREAM,
+                         shmap__v1__upload_msg, put_shard),
+        SM_SVC_GRANT_ROW(SM_SVC_WORKER_PATH("GetShard"), SM_RPC_SERVER_STREAM,
+                         shmap__v1__download_request, get_shard),
+        ROW("FreeArray", shmap__v1__free_array_request, shmap__v1__empty, free_array),
+        ROW("Assemble", shmap__v1__assemble_request, shmap__v1__assemble_reply, assemble),
+        ROW("Stats", shmap__v1__empty, shmap__v1__worker_stats_reply, stats),
+        ROW("ShardInfo", shmap__v1__shard_info_request, shmap__v1__shard_info_reply, shard_info),
+        ROW("WriteCheckpoint", shmap__v1__write_checkpoint_request,
+            shmap__v1__write_checkpoint_reply, write_checkpoint),
+        ROW("ReadManifest", shmap__v1__read_manifest_request, shmap__v1__read_manifest_reply,
+            read_manifest),
 #undef ROW
     };
     sm_err e = sm_svc_negotiate_add(s, SM_SVC_WORKER_PATH("Negotiate"), ctx, err, errlen);
-    return e ? e : sm_svc_add_methods(s, rows, sizeof rows / sizeof rows[0], err, errlen);
+    return e ? e : sm_svc_add_rows(s, ctx, rows, sizeof rows / sizeof rows[0], err, errlen);
 }
 
 /* ---- client calls ------------------------------------------------------------------ */

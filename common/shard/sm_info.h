@@ -29,6 +29,9 @@ typedef struct {
 typedef struct {
     uint64_t v;
 } sm_job_id;
+typedef struct {
+    uint32_t v; /* 0: none */
+} sm_worker_id;
 
 /* Names an array: by id when id.v != 0, else by name (borrowed). */
 typedef struct {
@@ -48,7 +51,7 @@ typedef struct {
 } sm_sharding_ref;
 
 typedef struct {
-    uint32_t id;
+    sm_worker_id id;
     char address[SM_ADDR_MAX];
     char host[64];
     int process_index;
@@ -60,7 +63,7 @@ typedef struct {
     /* Workers proven to share memory with this one (their collectives go
      * through it); known once a job ran on both. */
     int nshm_peers;
-    uint32_t shm_peers[SM_MAX_SHM_PEERS];
+    sm_worker_id shm_peers[SM_MAX_SHM_PEERS];
 } sm_worker_info;
 
 typedef struct {
@@ -84,7 +87,7 @@ const char *sm_array_state_name(sm_array_state s);
 
 typedef struct {
     int32_t device;
-    uint32_t worker_id;
+    sm_worker_id worker_id;
     char worker_address[SM_ADDR_MAX];
     int64_t coords[SM_MAX_AXES];
     sm_index index;
