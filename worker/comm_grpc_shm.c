@@ -231,8 +231,13 @@ int sm_cg_shm_use(const sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_lay
     if (!L->shm || nbytes <= 0)
         return 0;
     uint64_t need = (uint64_t)nbytes;
+    int units = 0; /* the most units of one worker: its partials share its slot */
+    for (int k = 0; k < L->nw; k++)
+        units = L->nuw[k] > units ? L->nuw[k] : units;
     if (kind == SM_CG_AR)
-        need = 2 * (((uint64_t)nbytes + 63) & ~(uint64_t)63);
+        need = (uint64_t)(units + 1) * (((uint64_t)nbytes + 63) & ~(uint64_t)63);
+    else if (kind == SM_CG_RS)
+        need = (uint64_t)units * (uint64_t)nbytes;
     else if (kind == SM_CG_A2A || kind == SM_CG_PERM)
         need = (uint64_t)g->size * (uint64_t)nbytes;
     return need <= SM_SHM_SPAN;
@@ -450,26 +455,6 @@ static sm_err sm_cg_shm_region(sm_comm_grpc *c, const sm_comm_group *g, const sm
     return SM_OK;
 }
 
-/* dst (which receives element lo at its start) = the local inputs'
- * elements [lo, hi) reduced in rank order. */
-static sm_err sm_cg_shm_local(const sm_cg_layout *L, const sm_rendezvous_slot *s, sm_dtype t,
-                              sm_kern_reduce_op op, char *dst, int64_t lo, int64_t hi, char *err,
-                              size_t errlen)
-{
-    int64_t el = (int64_t)sm_dtype_size(t);
-    if (hi <= lo)
-        return SM_OK;
-    const char *in0 = (const char *)s->in[0] + lo * el;
-    sm_err e = SM_OK;
-    if (L->nlocal == 1)
-        memcpy(dst, in0, (size_t)((hi - lo) * el));
-    else
-        e = sm_cg_reduce2(t, op, in0, (const char *)s->in[1] + lo * el, dst, hi - lo, err, errlen);
-    for (int l = 2; l < L->nlocal && !e; l++)
-        e = sm_kern_accumulate(t, dst, (const char *)s->in[l] + lo * el, hi - lo, op, err, errlen);
-    return e;
-}
-
 /* memcpy with streaming stores where the target is 16-byte aligned: for
  * outputs this collective does not read again, so their lines are not
  * read for ownership first (a third of the memory traffic of a copy). */
@@ -500,30 +485,28 @@ static void sm_cg_shm_stream(void *dst, const void *src, size_t len)
 #endif
 }
 
-/* Elements [at, at + n) of the reduction: every worker's partial in worker
- * order (P[k] + at), this worker's own (order ks) computed here from the
- * local inputs a block at a time, in cache (it wrote no partial of these
- * elements). Written to dst (element at at its start) and, if outs, to
- * the same elements of every local output. */
+/* Elements [lo, hi) of the group's reduction (the tree of sm_comm.h):
+ * the other workers' units from their slots (R[u], at element 0), this
+ * worker's members from their inputs, a block at a time into dst (which
+ * receives element lo at its start) and from there, while in cache, into
+ * every local output if outs. */
 static sm_err sm_cg_shm_reduce_into(const sm_cg_layout *L, const sm_rendezvous_slot *s,
-                                    const char *const *P, int ks, sm_dtype t, sm_kern_reduce_op op,
-                                    int64_t at, int64_t n, char *dst, void *const *outs,
-                                    const char **ops, char *tmp, char *err, size_t errlen)
+                                    const char *const *R, sm_dtype t, sm_kern_reduce_op op,
+                                    int64_t lo, int64_t hi, char *dst, void *const *outs,
+                                    const char **rem, sm_comm_leaf *leaves, char *err,
+                                    size_t errlen)
 {
     int64_t el = (int64_t)sm_dtype_size(t), blk = SM_SHM_BLOCK / el;
     sm_err e = SM_OK;
-    for (int64_t b = 0; b < n && !e; b += blk) {
-        int64_t m = n - b < blk ? n - b : blk, x = at + b;
-        if (!(e = sm_cg_shm_local(L, s, t, op, tmp, x, x + m, err, errlen))) {
-            for (int k = 0; k < L->nw; k++)
-                ops[k] = k == ks ? tmp : P[k] + x * el;
-            char *d = dst + b * el;
-            e = sm_cg_reduce2(t, op, ops[0], ops[1], d, m, err, errlen);
-            for (int k = 2; k < L->nw && !e; k++)
-                e = sm_kern_accumulate(t, d, ops[k], m, op, err, errlen);
-            for (int l = 0; outs && l < L->nlocal && !e; l++)
-                sm_cg_shm_stream((char *)outs[l] + x * el, d, (size_t)(m * el));
-        }
+    for (int64_t b = lo; b < hi && !e; b += blk) {
+        int64_t m = hi - b < blk ? hi - b : blk;
+        for (int u = 0; u < L->nu; u++)
+            rem[u] = R[u] ? R[u] + b * el : NULL;
+        int nl = sm_cg_leaves(L, (const void *const *)s->in, b * el, rem, leaves);
+        char *d = dst + (b - lo) * el;
+        e = sm_comm_tree_reduce(t, op, 0, L->unit[L->nu - 1].hi, leaves, nl, m, d, err, errlen);
+        for (int l = 0; outs && l < L->nlocal && !e; l++)
+            sm_cg_shm_stream((char *)outs[l] + b * el, d, (size_t)(m * el));
     }
     return e;
 }
@@ -544,9 +527,9 @@ typedef struct {
     const void *in; /* the caller's */
     void *out;
     int64_t n;        /* elements (reductions) or bytes (moves) */
-    const char **P;   /* per worker order: its slot */
-    const char **ops; /* per worker order: scratch of sm_cg_shm_reduce_into */
-    char *tmp;        /* SM_SHM_BLOCK bytes */
+    const char **P;       /* per worker order: its slot */
+    const char **R, **rem; /* per unit: its partial (another worker's), scratch */
+    sm_comm_leaf *leaves; /* per rank: scratch of sm_cg_shm_reduce_into */
     char *err;
     size_t errlen;
 } sm_cg_shm_call;
@@ -557,10 +540,11 @@ static sm_err sm_cg_shm_run(sm_cg_shm_call *x, sm_err (*body)(void *), int64_t a
     sm_comm_grpc *c = x->c;
     int nw = x->L->nw;
     x->P = malloc((size_t)nw * sizeof *x->P);
-    x->ops = malloc((size_t)nw * sizeof *x->ops);
-    x->tmp = malloc(SM_SHM_BLOCK);
+    x->R = calloc((size_t)x->L->nu, sizeof *x->R);
+    x->rem = malloc((size_t)x->L->nu * sizeof *x->rem);
+    x->leaves = malloc((size_t)x->g->size * sizeof *x->leaves);
     sm_err e;
-    if (!x->P || !x->ops || !x->tmp)
+    if (!x->P || !x->R || !x->rem || !x->leaves)
         e = sm_cg_failf(c, SM_ENOMEM, x->err, x->errlen, "out of memory for collective #%llu",
                         (unsigned long long)x->seq);
     else
@@ -576,17 +560,19 @@ static sm_err sm_cg_shm_run(sm_cg_shm_call *x, sm_err (*body)(void *), int64_t a
         sm_rendezvous_leave(c->rv, x->s);
     }
     free(x->P);
-    free(x->ops);
-    free(x->tmp);
+    free(x->R);
+    free(x->rem);
+    free(x->leaves);
     return e;
 }
 
-/* all_reduce: phase 1, each worker writes its partial (its members' inputs
- * in rank order) of the other workers' parts; phase 2, each worker reduces
- * its own part (split among its members) from the others' partials and its
- * own, computed in cache, into its result and its local outputs; phase 3,
- * its members copy the other workers' parts of the result into the local
- * outputs. */
+/* all_reduce: phase 1, each worker writes the partials of its units
+ * (sm_comm_tree_units) of the other workers' parts into its slot, one
+ * after the other; phase 2, each worker reduces its own part (split among
+ * its members) from the other workers' partials and its members' inputs
+ * in the tree of sm_comm.h, into its result (after its partials) and its
+ * local outputs; phase 3, its members copy the other workers' parts of the
+ * result into the local outputs. */
 static sm_err sm_cg_shm_ar_body(void *arg)
 {
     sm_cg_shm_call *x = arg;
@@ -601,31 +587,40 @@ static sm_err sm_cg_shm_ar_body(void *arg)
     char *err = x->err;
     size_t errlen = x->errlen;
     int64_t n = x->n, el = (int64_t)sm_dtype_size(t);
-    size_t sa = ((size_t)(n * el) + 63) & ~(size_t)63; /* the partial, then the result */
+    size_t sa = ((size_t)(n * el) + 63) & ~(size_t)63; /* a partial, or the result */
     int nw = L->nw, ks = sm_cg_self_order(c, L);
     int64_t a = n * ks / nw, b = n * (ks + 1) / nw, m = b - a; /* this worker's part */
     char *mine = NULL;
-    sm_err e = sm_cg_shm_region(c, g, L, ks, seq, 2 * sa, (const char **)&mine, err, errlen);
-    if (!e) { /* phase 1: the partial of the other parts, a slice per local member */
-        int64_t r = n - m, lo = r * L->li / L->nlocal, hi = r * (L->li + 1) / L->nlocal;
-        if (lo < a)
-            e = sm_cg_shm_local(L, s, t, op, mine + lo * el, lo, hi < a ? hi : a, err, errlen);
-        lo = (lo > a ? lo : a) + m;
+    sm_err e = sm_cg_shm_region(c, g, L, ks, seq, (size_t)(L->nuw[ks] + 1) * sa,
+                                (const char **)&mine, err, errlen);
+    /* phase 1: the partials of the other parts, a slice of each per local member */
+    int64_t r = n - m, lo = r * L->li / L->nlocal, hi = r * (L->li + 1) / L->nlocal;
+    for (int u = 0; u < L->nu && !e; u++) {
+        if (L->uorder[u] != ks)
+            continue;
+        char *p = mine + (size_t)L->uidx[u] * sa;
+        const void *const *ins = (const void *const *)s->in;
+        int64_t x0 = lo < a ? lo : a, x1 = hi < a ? hi : a;
+        e = sm_cg_unit_reduce(L, ins, u, t, op, x0, x1, p + x0 * el, err, errlen);
+        x0 = (lo > a ? lo : a) + m, x1 = hi + m;
         if (!e && hi > a)
-            e = sm_cg_shm_local(L, s, t, op, mine + lo * el, lo, hi + m, err, errlen);
+            e = sm_cg_unit_reduce(L, ins, u, t, op, x0, x1, p + x0 * el, err, errlen);
     }
     e = sm_cg_shm_phase(c, g, L, s, seq, 1, e, err, errlen);
     for (int k = 0; k < nw && !e; k++)
-        e = sm_cg_shm_region(c, g, L, k, seq, 2 * sa, &P[k], err, errlen);
+        e = sm_cg_shm_region(c, g, L, k, seq, (size_t)(L->nuw[k] + 1) * sa, &P[k], err, errlen);
+    for (int u = 0; u < L->nu && !e; u++)
+        x->R[u] = L->uorder[u] == ks ? NULL : P[L->uorder[u]] + (size_t)L->uidx[u] * sa;
     if (!e) { /* phase 2: this worker's part, a slice per local member */
-        int64_t lo = a + m * L->li / L->nlocal, hi = a + m * (L->li + 1) / L->nlocal;
-        e = sm_cg_shm_reduce_into(L, s, P, ks, t, op, lo, hi - lo, mine + sa + lo * el,
-                                  (void *const *)s->out, x->ops, x->tmp, err, errlen);
-        sm_traffic_add(SM_TRAFFIC_SHM_IN, (hi - lo) * el * (nw - 1));
+        int64_t x0 = a + m * L->li / L->nlocal, x1 = a + m * (L->li + 1) / L->nlocal;
+        char *res = mine + (size_t)L->nuw[ks] * sa;
+        e = sm_cg_shm_reduce_into(L, s, x->R, t, op, x0, x1, res + x0 * el, (void *const *)s->out,
+                                  x->rem, x->leaves, err, errlen);
+        sm_traffic_add(SM_TRAFFIC_SHM_IN, (x1 - x0) * el * (L->nu - L->nuw[ks]));
     }
     e = sm_cg_shm_phase(c, g, L, s, seq, 2, e, err, errlen);
     if (!e) { /* phase 3: the other parts into every local output, a share per member */
-        int64_t r = n - m, total = (int64_t)L->nlocal * r;
+        int64_t total = (int64_t)L->nlocal * r;
         int64_t x0 = total * L->li / L->nlocal, x1 = total * (L->li + 1) / L->nlocal;
         for (int64_t i = x0; i < x1;) {
             int l = (int)(i / r);
@@ -637,7 +632,8 @@ static sm_err sm_cg_shm_ar_body(void *arg)
                 k++;
             int64_t kend = n * (k + 1) / nw - at; /* stay within worker k's part */
             len = len < kend ? len : kend;
-            sm_cg_shm_stream((char *)s->out[l] + at * el, P[k] + sa + at * el, (size_t)(len * el));
+            const char *res = P[k] + (size_t)L->nuw[k] * sa;
+            sm_cg_shm_stream((char *)s->out[l] + at * el, res + at * el, (size_t)(len * el));
             sm_traffic_add(SM_TRAFFIC_SHM_IN, len * el);
             i += len;
         }
@@ -664,6 +660,11 @@ sm_err sm_cg_shm_all_reduce(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg
     return sm_cg_shm_run(&x, sm_cg_shm_ar_body, n, out);
 }
 
+/* reduce_scatter: phase 1, each worker writes the partials of its units
+ * of the other workers' members' chunks into its slot (chunk q of unit
+ * index j at element (j * size + q) * n), a slice per local member; then
+ * each member reduces its chunk from the other workers' partials and its
+ * worker's inputs in the tree of sm_comm.h. */
 static sm_err sm_cg_shm_rs_body(void *arg)
 {
     sm_cg_shm_call *x = arg;
@@ -680,29 +681,36 @@ static sm_err sm_cg_shm_rs_body(void *arg)
     int64_t n = x->n, el = (int64_t)sm_dtype_size(t), total = (int64_t)g->size * n;
     int nw = L->nw, ks = sm_cg_self_order(c, L);
     char *mine = NULL;
-    sm_err e =
-        sm_cg_shm_region(c, g, L, ks, seq, (size_t)(total * el), (const char **)&mine, err, errlen);
-    /* phase 1: this worker's partial of the chunks of the other workers'
-     * members (chunk q at element q * n), a slice per local member */
+    sm_err e = sm_cg_shm_region(c, g, L, ks, seq, (size_t)(L->nuw[ks] * total * el),
+                                (const char **)&mine, err, errlen);
     int64_t rest = (int64_t)(g->size - L->nlocal) * n;
-    int64_t lo = rest * L->li / L->nlocal, hi = rest * (L->li + 1) / L->nlocal, i = 0;
-    for (int q = 0; q < g->size && !e && i < hi; q++) {
-        if (L->lidx[q] >= 0)
+    int64_t lo = rest * L->li / L->nlocal, hi = rest * (L->li + 1) / L->nlocal;
+    for (int u = 0; u < L->nu && !e; u++) {
+        if (L->uorder[u] != ks)
             continue;
-        int64_t a = lo > i ? lo - i : 0, b = hi - i < n ? hi - i : n; /* of chunk q */
-        if (b > a)
-            e = sm_cg_shm_local(L, s, t, op, mine + (q * n + a) * el, q * n + a, q * n + b, err,
-                                errlen);
-        i += n;
+        char *p = mine + L->uidx[u] * total * el;
+        int64_t i = 0;
+        for (int q = 0; q < g->size && !e && i < hi; q++) {
+            if (L->lidx[q] >= 0)
+                continue;
+            int64_t a = lo > i ? lo - i : 0, b = hi - i < n ? hi - i : n; /* of chunk q */
+            e = sm_cg_unit_reduce(L, (const void *const *)s->in, u, t, op, q * n + a, q * n + b,
+                                  p + (q * n + a) * el, err, errlen);
+            i += n;
+        }
     }
     e = sm_cg_shm_phase(c, g, L, s, seq, 1, e, err, errlen);
     for (int k = 0; k < nw && !e; k++)
-        e = sm_cg_shm_region(c, g, L, k, seq, (size_t)(total * el), &P[k], err, errlen);
-    if (!e) /* the caller's chunk of every partial in worker order, its own in cache */
-        e = sm_cg_shm_reduce_into(L, s, P, ks, t, op, (int64_t)g->rank * n, n, x->out, NULL, x->ops,
-                                  x->tmp, err, errlen);
+        e = sm_cg_shm_region(c, g, L, k, seq, (size_t)(L->nuw[k] * total * el), &P[k], err,
+                             errlen);
+    for (int u = 0; u < L->nu && !e; u++)
+        x->R[u] = L->uorder[u] == ks ? NULL : P[L->uorder[u]] + L->uidx[u] * total * el;
+    if (!e) /* the caller's chunk */
+        e = sm_cg_shm_reduce_into(L, s, x->R, t, op, (int64_t)g->rank * n,
+                                  (int64_t)(g->rank + 1) * n, x->out, NULL, x->rem, x->leaves, err,
+                                  errlen);
     if (!e)
-        sm_traffic_add(SM_TRAFFIC_SHM_IN, n * el * (nw - 1));
+        sm_traffic_add(SM_TRAFFIC_SHM_IN, n * el * (L->nu - L->nuw[ks]));
     return sm_cg_shm_phase(c, g, L, s, seq, 3, e, err, errlen);
 }
 
