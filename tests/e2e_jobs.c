@@ -738,12 +738,12 @@ END_TEST
  * row p. keep: the mesh axis the result still varies over (rows of the
  * result), or -1. */
 typedef struct {
-    const char *mesh;  /* "i=4 j=2" */
-    int naxes;         /* of the mesh, each of size 8^(1/naxes) */
-    const char *op;    /* psum, pmean, psum_scatter */
-    const char *axes;  /* as written: "('j', 'i')" */
-    int nred, red[3];  /* the reduced mesh axes in that order */
-    const char *out;   /* the out spec */
+    const char *mesh; /* "i=4 j=2" */
+    int naxes;        /* of the mesh, each of size 8^(1/naxes) */
+    const char *op;   /* psum, pmean, psum_scatter */
+    const char *axes; /* as written: "('j', 'i')" */
+    int nred, red[3]; /* the reduced mesh axes in that order */
+    const char *out;  /* the out spec */
     int keep;
 } layout_case;
 
@@ -758,7 +758,13 @@ static const layout_case layout_cases[] = {
     {"i=2 j=2 k=2", 3, "psum", "('i', 'j', 'k')", 3, {0, 1, 2}, "P(None, None)", -1},
     {"i=2 j=2 k=2", 3, "psum", "('k', 'i')", 2, {2, 0}, "P('j', None)", 1},
     {"i=2 j=2 k=2", 3, "pmean", "('k', 'j', 'i')", 3, {2, 1, 0}, "P(None, None)", -1},
-    {"i=2 j=2 k=2", 3, "psum_scatter", "('k', 'i', 'j')", 3, {2, 0, 1}, "P(None, ('k', 'i', 'j'))",
+    {"i=2 j=2 k=2",
+     3,
+     "psum_scatter",
+     "('k', 'i', 'j')",
+     3,
+     {2, 0, 1},
+     "P(None, ('k', 'i', 'j'))",
      -1},
 };
 #define NLAYOUT_CASES ((int)(sizeof layout_cases / sizeof layout_cases[0]))
@@ -863,7 +869,9 @@ START_TEST(test_same_bits_every_layout)
             for (char *q = axes; *q; q++)
                 *q = *q == ' ' ? ',' : *q;
             snprintf(spec, sizeof spec, "P(%s, None)",
-                     lc->naxes == 1 ? "'i'" : lc->naxes == 2 ? "('i', 'j')" : "('i', 'j', 'k')");
+                     lc->naxes == 1   ? "'i'"
+                     : lc->naxes == 2 ? "('i', 'j')"
+                                      : "('i', 'j', 'k')");
             snprintf(text, sizeof text,
                      "mesh %s\nshard_map f(x: f32[8,%d] @ %s) -> %s:\n    return %s(x, %s%s)\n",
                      lc->mesh, LAYOUT_K, spec, lc->out, lc->op, lc->axes,

@@ -497,8 +497,8 @@ static sm_err sm_cg_ar_net(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_
         sm_mailbox_blob *b = NULL;
         if (k == ks)
             continue;
-        if ((e = sm_cg_take(c, seq, L->dev[L->first[k]], me, L->order[k], 1, L->nuw[k] * m * el,
-                            el, &b, err, errlen)))
+        if ((e = sm_cg_take(c, seq, L->dev[L->first[k]], me, L->order[k], 1, L->nuw[k] * m * el, el,
+                            &b, err, errlen)))
             break;
         sm_mailbox_blob_copy(b, 0, recv + at[k], L->nuw[k] * m * el); /* none if in place */
         sm_mailbox_release(c->box, b);

@@ -18,11 +18,11 @@
  *
  * A collective, on each worker: the local members meet (sm_rendezvous),
  * write what the others need into their slot (phase 1: for all_reduce and
- * reduce_scatter the worker's partial of the other workers' parts, for
+ * reduce_scatter its units' partials of the other workers' parts, for
  * the data movements their inputs), then read their peers' slots where
- * they lie (all_reduce: each worker reduces its own part, with its own
- * partial computed in cache, into its slot and its outputs, phase 2; then
- * copies the others' parts), and wait until every worker is done reading
+ * they lie (all_reduce: each worker reduces its own part, from the
+ * other workers' partials and its own inputs in cache, into its slot and
+ * its outputs, phase 2; then copies the others' parts), and wait until every worker is done reading
  * before leaving (phase 3). Pages of a worker's own slot are allocated
  * before they are written (fallocate: a full /dev/shm is an error, not a
  * fault), and every slot is checked against truncation before a phase. A phase ends with
@@ -32,9 +32,10 @@
  * the job's deadline and, every probe interval, that the peer still answers
  * (else SM_EUNAVAILABLE naming it, as on the gRPC path).
  *
- * Reductions add in the order of the gRPC path (comm_grpc.h): each
- * worker's members in rank order into the worker's partial, then the
- * partials in worker order; the kernels are the same, so are the bits. */
+ * Reductions combine in the tree of sm_comm.h, as on the gRPC path
+ * (comm_grpc.h): each worker writes the partials of its units, and the
+ * rest of the tree is combined from them and the local inputs; the
+ * kernels are the same, so are the bits. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -526,10 +527,10 @@ typedef struct {
     int from, to;   /* permute */
     const void *in; /* the caller's */
     void *out;
-    int64_t n;        /* elements (reductions) or bytes (moves) */
-    const char **P;       /* per worker order: its slot */
+    int64_t n;             /* elements (reductions) or bytes (moves) */
+    const char **P;        /* per worker order: its slot */
     const char **R, **rem; /* per unit: its partial (another worker's), scratch */
-    sm_comm_leaf *leaves; /* per rank: scratch of sm_cg_shm_reduce_into */
+    sm_comm_leaf *leaves;  /* per rank: scratch of sm_cg_shm_reduce_into */
     char *err;
     size_t errlen;
 } sm_cg_shm_call;
@@ -701,8 +702,7 @@ static sm_err sm_cg_shm_rs_body(void *arg)
     }
     e = sm_cg_shm_phase(c, g, L, s, seq, 1, e, err, errlen);
     for (int k = 0; k < nw && !e; k++)
-        e = sm_cg_shm_region(c, g, L, k, seq, (size_t)(L->nuw[k] * total * el), &P[k], err,
-                             errlen);
+        e = sm_cg_shm_region(c, g, L, k, seq, (size_t)(L->nuw[k] * total * el), &P[k], err, errlen);
     for (int u = 0; u < L->nu && !e; u++)
         x->R[u] = L->uorder[u] == ks ? NULL : P[L->uorder[u]] + L->uidx[u] * total * el;
     if (!e) /* the caller's chunk */

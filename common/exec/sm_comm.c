@@ -102,8 +102,8 @@ static sm_err sm_comm_tree_eval(sm_comm_tree_pass *x, int lo, int hi, int d, cha
     if (hi - lo < 2 || x->next >= x->nleaves || x->leaves[x->next].lo < lo ||
         x->leaves[x->next].hi > hi)
         return sm_fail(x->err, x->errlen, SM_EINVAL,
-                       "the values of a reduction do not split ranks [%d, %d) as its tree does",
-                       lo, hi);
+                       "the values of a reduction do not split ranks [%d, %d) as its tree does", lo,
+                       hi);
     int mid = sm_comm_tree_mid(lo, hi);
     const char *a, *b;
     char *right = x->tmp + (size_t)d * SM_COMM_TREE_BLOCK;
@@ -121,8 +121,8 @@ static sm_err sm_comm_tree_eval(sm_comm_tree_pass *x, int lo, int hi, int d, cha
 }
 
 sm_err sm_comm_tree_reduce(sm_dtype t, sm_kern_reduce_op op, int lo, int hi,
-                           const sm_comm_leaf *leaves, int nleaves, int64_t n, void *dst,
-                           char *err, size_t errlen)
+                           const sm_comm_leaf *leaves, int nleaves, int64_t n, void *dst, char *err,
+                           size_t errlen)
 {
     int64_t el = (int64_t)sm_dtype_size(t);
     if (n <= 0)
@@ -155,8 +155,8 @@ sm_err sm_comm_tree_reduce(sm_dtype t, sm_kern_reduce_op op, int lo, int hi,
         e = sm_comm_tree_eval(&x, lo, hi, 0, d, &res);
         if (!e && x.next != nleaves)
             e = sm_fail(err, errlen, SM_EINVAL,
-                        "a reduction over ranks [%d, %d) was given %d values past its tree", lo,
-                        hi, nleaves - x.next);
+                        "a reduction over ranks [%d, %d) was given %d values past its tree", lo, hi,
+                        nleaves - x.next);
         if (!e && res != d)
             memcpy(d, res, (size_t)(x.m * el));
     }

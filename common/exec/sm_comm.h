@@ -17,10 +17,10 @@
  * until the call returns; `out` is caller-allocated and must not overlap
  * `in`. Reductions are done in a fixed order (the pairwise tree over ranks
  * below), so results are bitwise identical on every run whatever the
- * thread timing, the transport or the split of the members over workers. Every op returns SM_OK, or an
- * error with one sentence in err: SM_ECANCELLED when the job was aborted
- * (another member failed), SM_ETIMEOUT when a peer did not arrive in time,
- * SM_EINVAL when members disagree on sizes (a bug in the caller).
+ * thread timing, the transport or the split of the members over workers. Every op returns SM_OK, or
+ * an error with one sentence in err: SM_ECANCELLED when the job was aborted (another member
+ * failed), SM_ETIMEOUT when a peer did not arrive in time, SM_EINVAL when members disagree on sizes
+ * (a bug in the caller).
  *
  * After a member fails outside the comm (a kernel error), it calls abort so
  * members blocked in a collective return instead of hanging. */
@@ -110,8 +110,8 @@ typedef struct {
  * leaves are no such partition (a bug in the caller), with a sentence in
  * err. Thread-safe. */
 sm_err sm_comm_tree_reduce(sm_dtype t, sm_kern_reduce_op op, int lo, int hi,
-                           const sm_comm_leaf *leaves, int nleaves, int64_t n, void *dst,
-                           char *err, size_t errlen);
+                           const sm_comm_leaf *leaves, int nleaves, int64_t n, void *dst, char *err,
+                           size_t errlen);
 
 /* The group of mesh position pos over the named mesh axes (in the order
  * written): members (caller-provided, room for m->ndevices) receives the
