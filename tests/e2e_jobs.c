@@ -906,6 +906,67 @@ START_TEST(test_same_bits_every_layout)
 }
 END_TEST
 
+/* Workers whose memory limit has room for a psum's arrays but not for the
+ * shared-memory pages it would take (SHMAP_MEMORY_LIMIT_MB, which local
+ * workers inherit): the psum falls back to gRPC, with a line in the log,
+ * and gives the exact sum; the same job without the limit runs through
+ * shared memory. Only with SHMAP_TRANSPORT=shm. */
+START_TEST(test_shm_fallback)
+{
+    if (!shm_transport())
+        return;
+    const int64_t rows = 4, cols = 2 << 20; /* 8 MiB per device */
+    setenv("SHMAP_MEMORY_LIMIT_MB", "44", 1);
+    harness_opts ho = {.nworkers = 2, .devices_per_worker = 2};
+    harness_cluster *h = NULL;
+    char err[1024];
+    sm_err e = harness_cluster_start(&ho, &h, err, sizeof err);
+    unsetenv("SHMAP_MEMORY_LIMIT_MB");
+    ck_assert_msg(e == SM_OK, "%s", err);
+    sm_client *c = NULL;
+    ck_assert_int_eq(harness_connect(h, &c, err, sizeof err), SM_OK);
+    sm_array *a;
+    sm_shape s = HARNESS_SHAPE(rows, cols);
+    ck_assert_int_eq(sm_array_create(SM_F32, &s, &a, err, sizeof err), SM_OK);
+    for (int64_t i = 0; i < rows * cols; i++)
+        ((float *)a->data)[i] = (float)(i % cols % 7 + i / cols);
+    sm_program *p = NULL;
+    ck_assert_msg(
+        sm_program_parse("mesh i=4\n"
+                         "shard_map f(x: f32[4,2097152] @ P('i', None)) -> P(None, None):\n"
+                         "    return psum(x, 'i')\n",
+                         "fallback", &p, err, sizeof err) == SM_OK,
+        "%s", err);
+    sm_array_ref args[1] = {{put(c, a, "i=4", "P('i', None)", NULL), NULL}};
+    sm_job_info info = run_ok(c, p, args, NULL);
+    sm_array *got = NULL;
+    ck_assert_msg(
+        sm_client_get(c, (sm_array_ref){info.outputs[0].id, NULL}, &got, err, sizeof err) == SM_OK,
+        "%s", err);
+    ck_assert_int_eq(got->nbytes, cols * 4);
+    for (int64_t k = 0; k < cols; k++) {
+        float want = (float)(4 * (k % 7) + 6); /* rows 0..3 of i % 7 + row */
+        ck_assert_msg(((const float *)got->data)[k] == want, "element %lld: %g, want %g",
+                      (long long)k, ((const float *)got->data)[k], want);
+    }
+    char path[600];
+    snprintf(path, sizeof path, "%s/coordinator.log", h->dir);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    int said = 0;
+    for (char line[2048]; fgets(line, sizeof line, f);)
+        said |= strstr(line, "go over gRPC instead") != NULL;
+    fclose(f);
+    ck_assert_msg(said, "no worker logged its fallback to gRPC in %s", path);
+    sm_array_free(got);
+    sm_job_info_free(&info);
+    sm_program_free(p);
+    sm_array_free(a);
+    sm_client_close(c);
+    harness_cluster_stop(h);
+}
+END_TEST
+
 /* shmapctl run with .npy arguments and --json. */
 START_TEST(test_shmapctl_run)
 {
@@ -1196,6 +1257,7 @@ static Suite *jobs_suite(void)
     tc = tcase_create("layouts");
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, test_same_bits_every_layout);
+    tcase_add_test(tc, test_shm_fallback);
     suite_add_tcase(s, tc);
     return s;
 }

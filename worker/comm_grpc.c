@@ -580,10 +580,12 @@ static sm_err sm_cg_all_reduce(void *ctx, const sm_comm_group *g, uint64_t seq, 
     }
     int64_t el = (int64_t)sm_dtype_size(t);
     if (sm_cg_shm_use(c, g, L, SM_CG_AR, n * el)) {
-        e = sm_cg_shm_all_reduce(c, g, L, seq, t, op, in, out, n, err, errlen);
-        goto out;
+        e = sm_cg_shm_all_reduce(c, g, L, seq, t, op, in, out, n, &s, err, errlen);
+        if (!s) /* else it falls back, joined */
+            goto out;
+        e = SM_OK;
     }
-    if ((e = sm_cg_join(c, g, L, seq, SM_CG_AR, n, in, out, &s, err, errlen)))
+    if (!s && (e = sm_cg_join(c, g, L, seq, SM_CG_AR, n, in, out, &s, err, errlen)))
         goto out;
     char *acc = s->out[0];
     int ks = sm_cg_self_order(c, L);
@@ -651,17 +653,21 @@ static sm_err sm_cg_reduce_scatter(void *ctx, const sm_comm_group *g, uint64_t s
     size_t el = sm_dtype_size(t);
     int64_t cb = n * (int64_t)el, nch = g->size;
     if (sm_cg_shm_use(c, g, L, SM_CG_RS, nch * cb)) {
-        e = sm_cg_shm_reduce_scatter(c, g, L, seq, t, op, in, out, n, err, errlen);
-        goto out;
+        e = sm_cg_shm_reduce_scatter(c, g, L, seq, t, op, in, out, n, &s, err, errlen);
+        if (!s) /* else it falls back, joined */
+            goto out;
+        e = SM_OK;
     }
     int ks = sm_cg_self_order(c, L), nrem = L->nu - L->nuw[ks];
     segs = malloc((size_t)L->nuw[ks] * (size_t)g->size * sizeof *segs);
     if (!segs || !(rbuf = malloc((size_t)(nrem * cb) + 1))) {
         e = sm_cg_failf(c, SM_ENOMEM, err, errlen, "out of memory for collective #%llu",
                         (unsigned long long)seq);
+        if (s)
+            sm_rendezvous_leave(c->rv, s);
         goto out;
     }
-    if ((e = sm_cg_join(c, g, L, seq, SM_CG_RS, n, in, NULL, &s, err, errlen)))
+    if (!s && (e = sm_cg_join(c, g, L, seq, SM_CG_RS, n, in, NULL, &s, err, errlen)))
         goto out;
     if (L->li == 0) {
         int nmulti = 0;
@@ -778,8 +784,10 @@ static sm_err sm_cg_move(sm_comm_grpc *c, const sm_comm_group *g, uint64_t seq, 
         }
     }
     if (sm_cg_shm_use(c, g, L, kind, kind == SM_CG_PERM ? cb : (int64_t)g->size * cb)) {
-        e = sm_cg_shm_move(c, g, L, seq, kind, from, to, in, out, cb, err, errlen);
-        goto out;
+        e = sm_cg_shm_move(c, g, L, seq, kind, from, to, in, out, cb, &s, err, errlen);
+        if (!s) /* else it falls back, joined */
+            goto out;
+        e = SM_OK;
     }
     if (kind == SM_CG_PERM) {
         if (to >= 0 && L->lidx[to] < 0) {
@@ -800,9 +808,12 @@ static sm_err sm_cg_move(sm_comm_grpc *c, const sm_comm_group *g, uint64_t seq, 
             e = sm_cg_push(c, w, seq, me, -1, segs, nseg, err, errlen);
         }
     }
-    if (e)
+    if (e) {
+        if (s)
+            sm_rendezvous_leave(c->rv, s);
         goto out;
-    if ((e = sm_cg_join(c, g, L, seq, kind, cb, in, NULL, &s, err, errlen)))
+    }
+    if (!s && (e = sm_cg_join(c, g, L, seq, kind, cb, in, NULL, &s, err, errlen)))
         goto out;
     for (int q = 0; q < g->size && !e; q++) {
         char *dst = (char *)out + (kind == SM_CG_PERM ? 0 : q * cb);

@@ -46,6 +46,7 @@
 #include <unistd.h>
 
 #include "comm_grpc_int.h"
+#include "sm_array.h"
 #include "sm_shm.h"
 #include "sm_log.h"
 #include "sm_time.h"
@@ -85,11 +86,25 @@ struct sm_cg_shm {
     int aborted;         /* the job aborted (before this worker's segment was made too) */
     char why[512];
     sm_cg_shm_hdr *own; /* this worker's segment's header, once made */
+    /* Falling back to gRPC (under mu): no_seg, this worker could not make
+     * its segment (its marker says so to its peers); peer_off, per worker,
+     * its marker was seen; charged, bytes of this worker's slots counted
+     * against the memory limit (sm_array_mem_charge); warned, the log line
+     * was written. */
+    int no_seg, warned;
+    unsigned char *peer_off;
+    size_t charged;
 };
 
 static void sm_cg_shm_name(const sm_cg_shm *m, int w, char *name)
 {
     snprintf(name, SM_SHM_NAME_MAX, "/shmap-%016llx-%d", (unsigned long long)m->key, w);
+}
+
+/* The marker of worker w that could not make its segment for the job. */
+static void sm_cg_shm_mark_name(const sm_cg_shm *m, int w, char *name)
+{
+    snprintf(name, SM_SHM_NAME_MAX, "/shmap-%016llx-%d-0ff", (unsigned long long)m->key, w);
 }
 
 static size_t sm_cg_shm_len(const sm_cg_shm *m, int w)
@@ -121,9 +136,11 @@ sm_err sm_cg_shm_create(sm_comm_grpc *c, uint64_t key, char *err, size_t errlen)
         m->nslots = calloc((size_t)c->nworkers, sizeof *m->nslots);
         m->held = calloc((size_t)c->mesh.ndevices, sizeof *m->held);
         m->mapped = calloc((size_t)c->mesh.ndevices, sizeof *m->mapped);
+        m->peer_off = calloc((size_t)c->nworkers, sizeof *m->peer_off);
     }
-    if (!m || !m->seg || !m->nslots || !m->held || !m->mapped) {
+    if (!m || !m->seg || !m->nslots || !m->held || !m->mapped || !m->peer_off) {
         if (m) {
+            free(m->peer_off);
             free(m->seg);
             free(m->nslots);
             free(m->held);
@@ -194,14 +211,18 @@ void sm_cg_shm_free(sm_comm_grpc *c)
         if (c->domain[w] == c->domain[c->self]) {
             sm_cg_shm_name(m, w, name);
             sm_shm_unlink(name);
+            sm_cg_shm_mark_name(m, w, name);
+            sm_shm_unlink(name);
         }
     }
+    sm_array_mem_uncharge(m->charged);
     pthread_mutex_destroy(&m->mu);
     pthread_mutex_destroy(&m->amu);
     free(m->seg);
     free(m->nslots);
     free(m->held);
     free(m->mapped);
+    free(m->peer_off);
     free(m);
     c->shm = NULL;
 }
@@ -242,6 +263,25 @@ int sm_cg_shm_use(const sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_lay
     else if (kind == SM_CG_A2A || kind == SM_CG_PERM)
         need = (uint64_t)g->size * (uint64_t)nbytes;
     return need <= SM_SHM_SPAN;
+}
+
+/* A resource this worker's shared memory needs is missing (why): the
+ * collective under way falls back to gRPC (sm_cg_shm_phase). Logs it once
+ * per job; returns SM_ERESOURCE, the code of a fallback. */
+static sm_err sm_cg_shm_short(sm_comm_grpc *c, uint64_t seq, const char *why, char *err,
+                              size_t errlen)
+{
+    sm_cg_shm *m = c->shm;
+    pthread_mutex_lock(&m->mu);
+    int first = !m->warned;
+    m->warned = 1;
+    pthread_mutex_unlock(&m->mu);
+    if (first)
+        SM_WARN("job %llu: collective #%llu and the others that find no room in shared memory go "
+                "over gRPC instead: %s",
+                (unsigned long long)c->job.v, (unsigned long long)seq, why);
+    return sm_fail(err, errlen, SM_ERESOURCE, "collective #%llu falls back to gRPC: %s",
+                   (unsigned long long)seq, why);
 }
 
 /* Waits (bounded by the job's checks) until the peer answers probes again
@@ -291,8 +331,24 @@ static sm_err sm_cg_shm_seg(sm_comm_grpc *c, int w, uint64_t seq, const sm_shm_s
         pthread_mutex_lock(&m->mu);
         sm_shm_seg *s = &m->seg[w];
         sm_err e = SM_OK;
-        if (!s->base && w == c->self)
-            e = sm_cg_shm_make(c, err, errlen);
+        if (!s->base && w == c->self && m->no_seg)
+            e = SM_ERESOURCE;
+        else if (!s->base && w == c->self && (e = sm_cg_shm_make(c, err, errlen)) != SM_OK) {
+            char why[400], mark[SM_SHM_NAME_MAX];
+            snprintf(why, sizeof why, "%s", err);
+            sm_cg_shm_mark_name(m, c->self, mark);
+            if ((e = sm_shm_mark(mark, err, errlen)) == SM_OK) {
+                m->no_seg = 1; /* its peers see the marker instead of waiting for the segment */
+                e = SM_ERESOURCE;
+            }
+            pthread_mutex_unlock(&m->mu);
+            return e == SM_ERESOURCE ? sm_cg_shm_short(c, seq, why, err, errlen)
+                                     : sm_cg_failf(c, e, err, errlen, "%s (after: %s)", err, why);
+        }
+        if (e == SM_ERESOURCE) {
+            pthread_mutex_unlock(&m->mu);
+            return sm_fail(err, errlen, SM_ERESOURCE, "this worker has no shared-memory segment");
+        }
         int have = s->base != NULL;
         pthread_mutex_unlock(&m->mu);
         if (have) {
@@ -322,8 +378,21 @@ static sm_err sm_cg_shm_seg(sm_comm_grpc *c, int w, uint64_t seq, const sm_shm_s
                 return SM_OK;
             }
         }
+        if (e == SM_ENOMEM || e == SM_EIO) { /* no room to map it, or no file descriptor */
+            char why[400];
+            snprintf(why, sizeof why, "%s", err);
+            return sm_cg_shm_short(c, seq, why, err, errlen);
+        }
         if (e != SM_ENOTFOUND || w == c->self)
             return sm_cg_failf(c, e, err, errlen, "%s", err);
+        char mark[SM_SHM_NAME_MAX];
+        sm_cg_shm_mark_name(m, w, mark);
+        if (__atomic_load_n(&m->peer_off[w], __ATOMIC_RELAXED) || sm_shm_marked(mark)) {
+            __atomic_store_n(&m->peer_off[w], 1, __ATOMIC_RELAXED);
+            return sm_fail(err, errlen, SM_ERESOURCE,
+                           "worker %s has no shared-memory segment for job %llu", c->addr[w],
+                           (unsigned long long)c->job.v);
+        }
         if ((e = sm_cg_shm_checks(c, w, NULL, seq, &next_probe, err, errlen)))
             return e;
         usleep(500);
@@ -392,24 +461,110 @@ static sm_err sm_cg_shm_wait(sm_comm_grpc *c, const sm_comm_group *g, const sm_c
     return SM_OK;
 }
 
+/* Phase 1's post, with the word after the phase word saying whether this
+ * worker has what the collective needs in shared memory (bad: it falls
+ * back to gRPC). */
+static void sm_cg_shm_post1(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
+                            uint64_t seq, int bad)
+{
+    const sm_shm_seg *s = &c->shm->seg[c->self];
+    uint32_t *word = sm_cg_shm_word(s, sm_cg_shm_slot_of(c, g, L, sm_cg_self_order(c, L)));
+    __atomic_store_n(word + 1, (uint32_t)(seq << 1) | (uint32_t)(bad != 0), __ATOMIC_RELAXED);
+    sm_cg_shm_post(c, g, L, seq, 1);
+}
+
+/* After phase 1's wait: 1 if a worker of the group falls back (its word
+ * says so, or it has moved on past seq, which it does only after falling
+ * back). */
+static int sm_cg_shm_peers_bad(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
+                               uint64_t seq)
+{
+    sm_cg_shm *m = c->shm;
+    for (int k = 0; k < L->nw; k++) {
+        int w = L->order[k];
+        if (w == c->self)
+            continue;
+        pthread_mutex_lock(&m->mu);
+        const sm_shm_seg *s = &m->seg[w];
+        pthread_mutex_unlock(&m->mu);
+        uint32_t v =
+            __atomic_load_n(sm_cg_shm_word(s, sm_cg_shm_slot_of(c, g, L, k)) + 1, __ATOMIC_RELAXED);
+        if ((v >> 1) != ((uint32_t)(seq << 1) >> 1) || (v & 1))
+            return 1;
+    }
+    return 0;
+}
+
 /* Ends a phase: the local barrier, the leader's post, the wait for the
- * other workers. failed: this member failed (its error already in err). */
+ * other workers. failed: this member failed (its error already in err);
+ * SM_ERESOURCE from sm_cg_shm_short (before phase 1's post only) is no
+ * failure but a fallback. Phase 1 decides, alike on every worker of the
+ * group, whether the collective goes on in shared memory: a worker that
+ * lacks room posts phase 1 with its bad word set (or has no segment, and
+ * its marker says so), and every worker that sees it, and every member of
+ * those workers (their barrier ORs what they saw), falls back: *fell is
+ * set and SM_ERESOURCE returned, then and at every later phase. */
 static sm_err sm_cg_shm_phase(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
                               sm_rendezvous_slot *s, uint64_t seq, int phase, sm_err failed,
-                              char *err, size_t errlen)
+                              int *fell, char *err, size_t errlen)
 {
-    if (failed)
+    if (*fell)
+        return SM_ERESOURCE;
+    int fb = phase == 1 && failed == SM_ERESOURCE && !sm_rendezvous_status(c->rv, NULL, 0);
+    if (failed && !fb)
         sm_cg_failf(c, failed, err, errlen, "%s", err);
     if (sm_rendezvous_sync(c->rv, s, failed != SM_OK)) {
         sm_err e = sm_rendezvous_check(c->rv, err, errlen);
-        return failed ? failed
-               : e    ? e
-                      : sm_fail(err, errlen, SM_ECANCELLED,
-                                "collective #%llu failed on another device", (unsigned long long)seq);
+        if (e || phase != 1)
+            return failed ? failed
+                   : e    ? e
+                          : sm_fail(err, errlen, SM_ECANCELLED,
+                                    "collective #%llu failed on another device",
+                                    (unsigned long long)seq);
+        pthread_mutex_lock(&c->shm->mu);
+        int own = c->shm->seg[c->self].base != NULL;
+        pthread_mutex_unlock(&c->shm->mu);
+        if (L->li == 0 && own) /* else its marker tells the peers */
+            sm_cg_shm_post1(c, g, L, seq, 1);
+        *fell = 1;
+        return sm_fail(err, errlen, SM_ERESOURCE, "collective #%llu falls back to gRPC",
+                       (unsigned long long)seq);
     }
-    if (L->li == 0)
-        sm_cg_shm_post(c, g, L, seq, phase);
-    return sm_cg_shm_wait(c, g, L, seq, phase, err, errlen);
+    if (phase != 1) {
+        if (L->li == 0)
+            sm_cg_shm_post(c, g, L, seq, phase);
+        return sm_cg_shm_wait(c, g, L, seq, phase, err, errlen);
+    }
+    int bad = 0;
+    sm_err e = SM_OK;
+    for (int k = 0; k < L->nw && L->li == 0 && !e; k++) { /* the leader maps the peers' first */
+        const sm_shm_seg *sg;
+        if (L->order[k] != c->self)
+            e = sm_cg_shm_seg(c, L->order[k], seq, &sg, err, errlen);
+    }
+    if (e == SM_ERESOURCE && !sm_rendezvous_status(c->rv, NULL, 0)) {
+        bad = 1;
+        e = SM_OK;
+    }
+    if (!e && L->li == 0)
+        sm_cg_shm_post1(c, g, L, seq, bad);
+    if (!e && !bad)
+        e = sm_cg_shm_wait(c, g, L, seq, phase, err, errlen);
+    if (e == SM_ERESOURCE && !sm_rendezvous_status(c->rv, NULL, 0)) {
+        bad = 1;
+        e = SM_OK;
+    }
+    if (!e && !bad)
+        bad = sm_cg_shm_peers_bad(c, g, L, seq);
+    if (sm_rendezvous_sync(c->rv, s, e != SM_OK || bad)) {
+        sm_err ea = sm_rendezvous_check(c->rv, err, errlen);
+        if (ea || e)
+            return e ? e : ea;
+        *fell = 1;
+        return sm_fail(err, errlen, SM_ERESOURCE, "collective #%llu falls back to gRPC",
+                       (unsigned long long)seq);
+    }
+    return e;
 }
 
 /* The start of worker order k's slot for g (this worker's too: another
@@ -428,17 +583,26 @@ static sm_err sm_cg_shm_region(sm_comm_grpc *c, const sm_comm_group *g, const sm
     size_t at = SM_SHM_HDR + (size_t)slot * SM_SHM_SPAN;
     if ((e = sm_shm_seg_check(s, at + used, err, errlen)))
         return sm_cg_failf(c, e, err, errlen, "%s", err);
-    if (L->order[k] == c->self) { /* the pages it writes, allocated now: a full /dev/shm is an
-                                   * error here, not a fault on the first write */
+    if (L->order[k] == c->self) { /* the pages it writes, counted against the memory limit and
+                                   * allocated now: a full /dev/shm falls back to gRPC here
+                                   * instead of faulting on the first write */
         sm_cg_shm *m = c->shm;
+        char why[400] = "";
         pthread_mutex_lock(&m->mu);
-        if (used > m->held[slot] &&
-            (e = sm_shm_seg_reserve(s, at + m->held[slot], used - m->held[slot], err, errlen)) ==
-                SM_OK)
-            m->held[slot] = used;
+        if (used > m->held[slot]) {
+            size_t more = used - m->held[slot];
+            if (sm_array_mem_charge(more, why, sizeof why)) {
+                e = SM_ERESOURCE;
+            } else if ((e = sm_shm_seg_reserve(s, at + m->held[slot], more, why, sizeof why))) {
+                sm_array_mem_uncharge(more);
+            } else {
+                m->held[slot] = used;
+                m->charged += more;
+            }
+        }
         pthread_mutex_unlock(&m->mu);
         if (e)
-            return sm_cg_failf(c, e, err, errlen, "%s", err);
+            return sm_cg_shm_short(c, seq, why, err, errlen);
     }
     /* the page tables of the slot filled in one call, not a fault per page
      * (a hint: without it the pages come as they are touched) */
@@ -531,13 +695,18 @@ typedef struct {
     const char **P;        /* per worker order: its slot */
     const char **R, **rem; /* per unit: its partial (another worker's), scratch */
     sm_comm_leaf *leaves;  /* per rank: scratch of sm_cg_shm_reduce_into */
+    int fallback;          /* the collective falls back to gRPC (sm_cg_shm_phase) */
     char *err;
     size_t errlen;
 } sm_cg_shm_call;
 
-/* Joins, runs body guarded, leaves; frees the scratch. */
-static sm_err sm_cg_shm_run(sm_cg_shm_call *x, sm_err (*body)(void *), int64_t arg, void *dst)
+/* Joins, runs body guarded, leaves; frees the scratch. A collective that
+ * falls back to gRPC leaves nobody: it returns SM_ERESOURCE with the
+ * joined slot in *fell. */
+static sm_err sm_cg_shm_run(sm_cg_shm_call *x, sm_err (*body)(void *), int64_t arg, void *dst,
+                            sm_rendezvous_slot **fell)
 {
+    *fell = NULL;
     sm_comm_grpc *c = x->c;
     int nw = x->L->nw;
     x->P = malloc((size_t)nw * sizeof *x->P);
@@ -558,7 +727,10 @@ static sm_err sm_cg_shm_run(sm_cg_shm_call *x, sm_err (*body)(void *), int64_t a
                             "collective #%llu of job %llu: a shared-memory segment was truncated "
                             "under it",
                             (unsigned long long)x->seq, (unsigned long long)c->job.v);
-        sm_rendezvous_leave(c->rv, x->s);
+        if (e == SM_ERESOURCE && x->fallback && !faulted)
+            *fell = x->s; /* joined: the gRPC path goes on with the same members */
+        else
+            sm_rendezvous_leave(c->rv, x->s);
     }
     free(x->P);
     free(x->R);
@@ -607,7 +779,7 @@ static sm_err sm_cg_shm_ar_body(void *arg)
         if (!e && hi > a)
             e = sm_cg_unit_reduce(L, ins, u, t, op, x0, x1, p + x0 * el, err, errlen);
     }
-    e = sm_cg_shm_phase(c, g, L, s, seq, 1, e, err, errlen);
+    e = sm_cg_shm_phase(c, g, L, s, seq, 1, e, &x->fallback, err, errlen);
     for (int k = 0; k < nw && !e; k++)
         e = sm_cg_shm_region(c, g, L, k, seq, (size_t)(L->nuw[k] + 1) * sa, &P[k], err, errlen);
     for (int u = 0; u < L->nu && !e; u++)
@@ -619,7 +791,7 @@ static sm_err sm_cg_shm_ar_body(void *arg)
                                   x->rem, x->leaves, err, errlen);
         sm_traffic_add(SM_TRAFFIC_SHM_IN, (x1 - x0) * el * (L->nu - L->nuw[ks]));
     }
-    e = sm_cg_shm_phase(c, g, L, s, seq, 2, e, err, errlen);
+    e = sm_cg_shm_phase(c, g, L, s, seq, 2, e, &x->fallback, err, errlen);
     if (!e) { /* phase 3: the other parts into every local output, a share per member */
         int64_t total = (int64_t)L->nlocal * r;
         int64_t x0 = total * L->li / L->nlocal, x1 = total * (L->li + 1) / L->nlocal;
@@ -639,12 +811,13 @@ static sm_err sm_cg_shm_ar_body(void *arg)
             i += len;
         }
     }
-    return sm_cg_shm_phase(c, g, L, s, seq, 3, e, err, errlen);
+    return sm_cg_shm_phase(c, g, L, s, seq, 3, e, &x->fallback, err, errlen);
 }
 
 sm_err sm_cg_shm_all_reduce(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
                             uint64_t seq, sm_dtype t, sm_kern_reduce_op op, const void *in,
-                            void *out, int64_t n, char *err, size_t errlen)
+                            void *out, int64_t n, sm_rendezvous_slot **fell, char *err,
+                            size_t errlen)
 {
     sm_cg_shm_call x = {.c = c,
                         .g = g,
@@ -658,7 +831,7 @@ sm_err sm_cg_shm_all_reduce(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg
                         .n = n,
                         .err = err,
                         .errlen = errlen};
-    return sm_cg_shm_run(&x, sm_cg_shm_ar_body, n, out);
+    return sm_cg_shm_run(&x, sm_cg_shm_ar_body, n, out, fell);
 }
 
 /* reduce_scatter: phase 1, each worker writes the partials of its units
@@ -700,7 +873,7 @@ static sm_err sm_cg_shm_rs_body(void *arg)
             i += n;
         }
     }
-    e = sm_cg_shm_phase(c, g, L, s, seq, 1, e, err, errlen);
+    e = sm_cg_shm_phase(c, g, L, s, seq, 1, e, &x->fallback, err, errlen);
     for (int k = 0; k < nw && !e; k++)
         e = sm_cg_shm_region(c, g, L, k, seq, (size_t)(L->nuw[k] * total * el), &P[k], err, errlen);
     for (int u = 0; u < L->nu && !e; u++)
@@ -711,12 +884,13 @@ static sm_err sm_cg_shm_rs_body(void *arg)
                                   errlen);
     if (!e)
         sm_traffic_add(SM_TRAFFIC_SHM_IN, n * el * (L->nu - L->nuw[ks]));
-    return sm_cg_shm_phase(c, g, L, s, seq, 3, e, err, errlen);
+    return sm_cg_shm_phase(c, g, L, s, seq, 3, e, &x->fallback, err, errlen);
 }
 
 sm_err sm_cg_shm_reduce_scatter(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
                                 uint64_t seq, sm_dtype t, sm_kern_reduce_op op, const void *in,
-                                void *out, int64_t n, char *err, size_t errlen)
+                                void *out, int64_t n, sm_rendezvous_slot **fell, char *err,
+                                size_t errlen)
 {
     sm_cg_shm_call x = {.c = c,
                         .g = g,
@@ -730,7 +904,7 @@ sm_err sm_cg_shm_reduce_scatter(sm_comm_grpc *c, const sm_comm_group *g, const s
                         .n = n,
                         .err = err,
                         .errlen = errlen};
-    return sm_cg_shm_run(&x, sm_cg_shm_rs_body, n, NULL);
+    return sm_cg_shm_run(&x, sm_cg_shm_rs_body, n, NULL, fell);
 }
 
 static sm_err sm_cg_shm_move_body(void *arg)
@@ -759,7 +933,7 @@ static sm_err sm_cg_shm_move_body(void *arg)
     } else if (!e && (kind != SM_CG_PERM || (x->to >= 0 && L->lidx[x->to] < 0))) {
         memcpy(mine + L->gidx[g->rank] * inb, x->in, (size_t)inb);
     }
-    e = sm_cg_shm_phase(c, g, L, s, seq, 1, e, err, errlen);
+    e = sm_cg_shm_phase(c, g, L, s, seq, 1, e, &x->fallback, err, errlen);
     for (int q = 0; q < g->size && !e; q++) {
         if (kind == SM_CG_PERM && q != x->from)
             continue;
@@ -784,12 +958,12 @@ static sm_err sm_cg_shm_move_body(void *arg)
     }
     if (!e && kind == SM_CG_PERM && x->from < 0)
         memset(x->out, 0, (size_t)cb);
-    return sm_cg_shm_phase(c, g, L, s, seq, 3, e, err, errlen);
+    return sm_cg_shm_phase(c, g, L, s, seq, 3, e, &x->fallback, err, errlen);
 }
 
 sm_err sm_cg_shm_move(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L, uint64_t seq,
                       sm_cg_kind kind, int from, int to, const void *in, void *out, int64_t cb,
-                      char *err, size_t errlen)
+                      sm_rendezvous_slot **fell, char *err, size_t errlen)
 {
     sm_cg_shm_call x = {.c = c,
                         .g = g,
@@ -803,5 +977,5 @@ sm_err sm_cg_shm_move(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layou
                         .n = cb,
                         .err = err,
                         .errlen = errlen};
-    return sm_cg_shm_run(&x, sm_cg_shm_move_body, cb, NULL);
+    return sm_cg_shm_run(&x, sm_cg_shm_move_body, cb, NULL, fell);
 }
