@@ -31,11 +31,12 @@ static void cluster_up(void)
     g = harness_cluster_up(2, 4, "e2e_jobs");
 }
 
-/* 1 when the workers run with SHMAP_TRANSPORT=shm (the e2e_jobs_shm run). */
+/* 1 unless the workers run with SHMAP_TRANSPORT=grpc (the e2e_jobs run;
+ * e2e_jobs_shm sets shm, the default is auto). */
 static int shm_transport(void)
 {
     const char *t = getenv("SHMAP_TRANSPORT");
-    return t && (!strcmp(t, "shm") || !strcmp(t, "auto"));
+    return !t || strcmp(t, "grpc");
 }
 
 /* Names in /dev/shm of shmap's segments (jobs and probes, and with pools
