@@ -91,7 +91,7 @@ struct sm_cg_shm {
      * its marker was seen; charged, bytes of this worker's slots counted
      * against the memory limit (sm_array_mem_charge); warned, the log line
      * was written. */
-    int no_seg, warned;
+    int no_seg, warned, mark_fd; /* mark_fd: the marker, held open (-1: none) */
     unsigned char *peer_off;
     size_t charged;
 };
@@ -153,6 +153,7 @@ sm_err sm_cg_shm_create(sm_comm_grpc *c, uint64_t key, char *err, size_t errlen)
     pthread_mutex_init(&m->amu, NULL);
     m->key = key;
     m->ndomain = ndomain;
+    m->mark_fd = -1;
     for (int w = 0; w < c->nworkers; w++)
         m->seg[w].fd = -1;
     for (int pos = 0; pos < c->mesh.ndevices; pos++)
@@ -216,6 +217,8 @@ void sm_cg_shm_free(sm_comm_grpc *c)
         }
     }
     sm_array_mem_uncharge(m->charged);
+    if (m->mark_fd >= 0)
+        close(m->mark_fd);
     pthread_mutex_destroy(&m->mu);
     pthread_mutex_destroy(&m->amu);
     free(m->seg);
@@ -337,7 +340,7 @@ static sm_err sm_cg_shm_seg(sm_comm_grpc *c, int w, uint64_t seq, const sm_shm_s
             char why[400], mark[SM_SHM_NAME_MAX];
             snprintf(why, sizeof why, "%s", err);
             sm_cg_shm_mark_name(m, c->self, mark);
-            if ((e = sm_shm_mark(mark, err, errlen)) == SM_OK) {
+            if ((e = sm_shm_mark(mark, &m->mark_fd, err, errlen)) == SM_OK) {
                 m->no_seg = 1; /* its peers see the marker instead of waiting for the segment */
                 e = SM_ERESOURCE;
             }
