@@ -193,18 +193,21 @@ start_worker() { # start_worker NS IP PROCESS-INDEX LOGNAME [PORT]: sets LAST_PI
     LAST_PID=$!
     PIDS+=("$LAST_PID")
 }
-# two_alive: waits (20 s) until exactly h1's worker (process 0) and h2's
-# (process 1) are alive.
-two_alive() {
+# alive_as FILE EXPR: waits (20 s) until the alive workers, as the sorted
+# list of (address, process index), are EXPR; FILE keeps devices --json.
+alive_as() {
     for _ in $(seq 1 100); do
-        ctl "$NS_H0" devices --json >"$T/devices-back.json" 2>&1 &&
-            q "$T/devices-back.json" "sorted((w['address'], w['process_index']) for w in d if w['state'] == 'alive') == [('$IP_H1:7171', 0), ('$IP_H2:7171', 1)]" &&
+        ctl "$NS_H0" devices --json >"$1" 2>&1 &&
+            q "$1" "sorted((w['address'], w['process_index']) for w in d if w['state'] == 'alive') == $2" &&
             return 0
         sleep 0.2
     done
-    cat "$T/devices-back.json"
+    cat "$1"
     return 1
 }
+# two_alive: waits until exactly h1's worker (process 0) and h2's (process
+# 1) are alive.
+two_alive() { alive_as "$T/devices-back.json" "[('$IP_H1:7171', 0), ('$IP_H2:7171', 1)]"; }
 stop() { # stop PID: SIGTERM, exits within 10 s
     kill -TERM "$1" 2>/dev/null || return 1
     for _ in $(seq 1 100); do
@@ -685,16 +688,7 @@ start_worker "$NS_H2" "$IP_H2" 1 worker-h2b
 W2_PID=$LAST_PID
 start_worker "$NS_H1" "$IP_H1" 2 worker-h1b 7172
 W3_PID=$LAST_PID
-three_alive() {
-    for _ in $(seq 1 100); do
-        ctl "$NS_H0" devices --json >"$T/devices-3.json" 2>&1 &&
-            q "$T/devices-3.json" "sorted(w['address'] for w in d if w['state'] == 'alive') == ['$IP_H1:7171', '$IP_H1:7172', '$IP_H2:7171']" &&
-            return 0
-        sleep 0.2
-    done
-    cat "$T/devices-3.json"
-    return 1
-}
+three_alive() { alive_as "$T/devices-3.json" "[('$IP_H1:7171', 0), ('$IP_H1:7172', 2), ('$IP_H2:7171', 1)]"; }
 check "three workers alive: two on $NS_H1, one on $NS_H2" three_alive
 DEV=$(q "$T/devices-3.json" "(lambda a, b, c: ', '.join(str(x) for p in zip(a, b) for x in p) + ', ' + ', '.join(str(x) for x in c))(*[[w for w in d if w['address'] == A][0]['devices'] for A in ('$IP_H1:7171', '$IP_H1:7172', '$IP_H2:7171')])")
 py gen "$T/x12.npy" 12,64 float32 21
