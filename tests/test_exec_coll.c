@@ -776,6 +776,51 @@ START_TEST(test_comm_reduce_sizes)
 }
 END_TEST
 
+/* The units of a reduction (sm_comm_tree_units): the largest tree nodes
+ * whose ranks share an owner, for layouts of 8 and 6 ranks; a leaf set
+ * that is no partition of the tree is refused (SM_EINVAL). */
+typedef struct {
+    int size;
+    int owner[8];
+    const char *want; /* "lo-hi lo-hi ..." */
+} units_case;
+
+static const units_case units_cases[] = {
+    {8, {0, 0, 0, 0, 0, 0, 0, 0}, "0-8"},
+    {8, {0, 0, 0, 0, 1, 1, 1, 1}, "0-4 4-8"},
+    {8, {0, 0, 1, 1, 2, 2, 3, 3}, "0-2 2-4 4-6 6-8"},
+    {8, {0, 1, 0, 1, 0, 1, 0, 1}, "0-1 1-2 2-3 3-4 4-5 5-6 6-7 7-8"},
+    {8, {0, 0, 0, 1, 1, 1, 1, 1}, "0-2 2-3 3-4 4-8"},
+    {6, {0, 0, 0, 1, 1, 1}, "0-2 2-3 3-4 4-6"},
+    {6, {0, 0, 0, 0, 1, 1}, "0-4 4-6"},
+    {1, {5}, "0-1"},
+};
+
+START_TEST(test_comm_tree_units)
+{
+    for (size_t i = 0; i < sizeof units_cases / sizeof units_cases[0]; i++) {
+        const units_case *uc = &units_cases[i];
+        sm_comm_span sp[8];
+        int n = sm_comm_tree_units(0, uc->size, uc->owner, sp);
+        char got[128] = "";
+        for (int k = 0; k < n; k++)
+            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%d-%d", k ? " " : "", sp[k].lo,
+                     sp[k].hi);
+        ck_assert_msg(!strcmp(got, uc->want), "case %zu: %s, want %s", i, got, uc->want);
+    }
+    float a[4] = {1, 2, 3, 4}, out[1];
+    char err[256];
+    const sm_comm_leaf bad[2] = {{0, 1, &a[0]}, {1, 3, &a[1]}}; /* [1, 3) is no node of 3 ranks */
+    ck_assert_int_eq(
+        sm_comm_tree_reduce(SM_F32, SM_KERN_SUM, 0, 3, bad, 2, 1, out, err, sizeof err), SM_EINVAL);
+    ck_assert_msg(strstr(err, "tree"), "%s", err);
+    const sm_comm_leaf good[3] = {{0, 2, &a[0]}, {2, 3, &a[2]}, {3, 4, &a[3]}};
+    ck_assert_int_eq(
+        sm_comm_tree_reduce(SM_F32, SM_KERN_SUM, 0, 4, good, 3, 1, out, err, sizeof err), SM_OK);
+    ck_assert(out[0] == 1 + 3 + 4); /* leaf [0, 2) holds 1: the reduction of its ranks */
+}
+END_TEST
+
 /* Members that disagree on sizes fail (SM_EINVAL) instead of reading past a
  * peer's buffer; an aborted context fails every later collective. */
 START_TEST(test_comm_mismatch_and_abort)
@@ -827,6 +872,7 @@ int main(void)
     tcase_add_test(tf, test_group_make);
     tcase_add_test(tf, test_comm_mismatch_and_abort);
     tcase_add_loop_test(tf, test_comm_reduce_sizes, 0, NREDUCE);
+    tcase_add_test(tf, test_comm_tree_units);
     suite_add_tcase(s, tf);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
