@@ -12,9 +12,12 @@
  * finds another job's key in it knows the owner moved on. A group uses, on
  * each of its workers, the slot of its lowest member there; groups of one
  * collective are disjoint, so no two running groups share a slot. Peers open a segment the first
- * time they need it and the last of them unlinks its name; every worker
- * unlinks every name of the domain again when the job ends, so a worker
- * that dies leaves no name behind once its peers have noticed.
+ * time they need it and the last of them unlinks its name; a worker
+ * unlinks its own name when the job ends, and every name of the domain
+ * when the job failed, so a worker that dies leaves no name behind once
+ * its peers have noticed (a worker done with a job that went well leaves
+ * its peers' names alone: their other groups may still have to open
+ * them).
  *
  * A collective, on each worker: the local members meet (sm_rendezvous),
  * write what the others need into their slot (phase 1: for all_reduce and
@@ -209,7 +212,10 @@ void sm_cg_shm_free(sm_comm_grpc *c)
         if (w == c->self && c->shm_pool && m->seg[w].base)
             sm_shm_pool_give(c->shm_pool, &m->seg[w]); /* kept, with its pages, for a next job */
         sm_shm_seg_close(&m->seg[w]);
-        if (c->domain[w] == c->domain[c->self]) {
+        /* its own names; a peer's only when the job failed (the peer may
+         * be dead): a peer whose group is still under way may have others
+         * yet to open its segment */
+        if (c->domain[w] == c->domain[c->self] && (w == c->self || m->aborted)) {
             sm_cg_shm_name(m, w, name);
             sm_shm_unlink(name);
             sm_cg_shm_mark_name(m, w, name);
