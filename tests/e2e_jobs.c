@@ -12,6 +12,7 @@
 #include <check.h>
 #include <dirent.h>
 #include <jansson.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,11 +31,12 @@ static void cluster_up(void)
     g = harness_cluster_up(2, 4, "e2e_jobs");
 }
 
-/* 1 when the workers run with SHMAP_TRANSPORT=shm (the e2e_jobs_shm run). */
+/* 1 unless the workers run with SHMAP_TRANSPORT=grpc (the e2e_jobs run;
+ * e2e_jobs_shm sets shm, the default is auto). */
 static int shm_transport(void)
 {
     const char *t = getenv("SHMAP_TRANSPORT");
-    return t && (!strcmp(t, "shm") || !strcmp(t, "auto"));
+    return !t || strcmp(t, "grpc");
 }
 
 /* Names in /dev/shm of shmap's segments (jobs and probes, and with pools
@@ -730,6 +732,242 @@ START_TEST(test_worker_lost)
 }
 END_TEST
 
+/* ---- the same bits whatever the layout ----------------------------------------------------- */
+
+/* A reduction over a mesh of 8 devices: the program returns op(x, axes)
+ * of x: f32[8, 64] @ P((every mesh axis), None), so mesh position p holds
+ * row p. keep: the mesh axis the result still varies over (rows of the
+ * result), or -1. */
+typedef struct {
+    const char *mesh; /* "i=4 j=2" */
+    int naxes;        /* of the mesh, each of size 8^(1/naxes) */
+    const char *op;   /* psum, pmean, psum_scatter */
+    const char *axes; /* as written: "('j', 'i')" */
+    int nred, red[3]; /* the reduced mesh axes in that order */
+    const char *out;  /* the out spec */
+    int keep;
+} layout_case;
+
+static const layout_case layout_cases[] = {
+    {"i=8", 1, "psum", "'i'", 1, {0}, "P(None, None)", -1},
+    {"i=8", 1, "pmean", "'i'", 1, {0}, "P(None, None)", -1},
+    {"i=8", 1, "psum_scatter", "'i'", 1, {0}, "P(None, 'i')", -1},
+    {"i=4 j=2", 2, "psum", "('i', 'j')", 2, {0, 1}, "P(None, None)", -1},
+    {"i=4 j=2", 2, "psum", "('j', 'i')", 2, {1, 0}, "P(None, None)", -1},
+    {"i=4 j=2", 2, "psum", "'i'", 1, {0}, "P('j', None)", 1},
+    {"i=4 j=2", 2, "psum_scatter", "('j', 'i')", 2, {1, 0}, "P(None, ('j', 'i'))", -1},
+    {"i=2 j=2 k=2", 3, "psum", "('i', 'j', 'k')", 3, {0, 1, 2}, "P(None, None)", -1},
+    {"i=2 j=2 k=2", 3, "psum", "('k', 'i')", 2, {2, 0}, "P('j', None)", 1},
+    {"i=2 j=2 k=2", 3, "pmean", "('k', 'j', 'i')", 3, {2, 1, 0}, "P(None, None)", -1},
+    {"i=2 j=2 k=2",
+     3,
+     "psum_scatter",
+     "('k', 'i', 'j')",
+     3,
+     {2, 0, 1},
+     "P(None, ('k', 'i', 'j'))",
+     -1},
+};
+#define NLAYOUT_CASES ((int)(sizeof layout_cases / sizeof layout_cases[0]))
+#define LAYOUT_K      64
+
+/* Row p of the input: magnitudes from 1e-3 to 1e7, so the order of a sum
+ * shows in its last bits. */
+static float layout_input(int p, int k)
+{
+    double v = (double)((k * 7 + p * 13) % 23) - 11.0 + 0.1 * p;
+    return (float)(v * pow(10.0, (double)((k * 5 + p * 3) % 11) - 3.0));
+}
+
+/* dst = rows[lo] + ... + rows[hi - 1] (LAYOUT_K floats each) in the tree
+ * sm_comm.h promises: [lo, mid) + [mid, hi), mid = lo + the largest power
+ * of two below hi - lo; flat: in rank order instead. */
+static void layout_sum(const float *const *rows, int lo, int hi, int flat, float *dst)
+{
+    if (hi - lo == 1 || flat) {
+        memcpy(dst, rows[lo], sizeof(float) * LAYOUT_K);
+        for (int r = lo + 1; flat && r < hi; r++)
+            for (int k = 0; k < LAYOUT_K; k++)
+                dst[k] += rows[r][k];
+        return;
+    }
+    int p = 1;
+    while (2 * p < hi - lo)
+        p *= 2;
+    float right[LAYOUT_K];
+    layout_sum(rows, lo, lo + p, 0, dst);
+    layout_sum(rows, lo + p, hi, 0, right);
+    for (int k = 0; k < LAYOUT_K; k++)
+        dst[k] += right[k];
+}
+
+/* The expected result of case lc (rows of LAYOUT_K floats: one, or one per
+ * value of the kept axis), reduced in the tree over ranks or (flat) in
+ * rank order. */
+static void layout_want(const layout_case *lc, const float *x, int flat, float *want)
+{
+    int side = lc->naxes == 1 ? 8 : lc->naxes == 2 ? 0 : 2, sizes[3];
+    for (int a = 0; a < lc->naxes; a++)
+        sizes[a] = side ? side : (a == 0 ? 4 : 2);
+    int nrows = lc->keep < 0 ? 1 : sizes[lc->keep], size = 1;
+    for (int q = 0; q < lc->nred; q++)
+        size *= sizes[lc->red[q]];
+    for (int row = 0; row < nrows; row++) {
+        const float *rows[8];
+        for (int r = 0; r < size; r++) { /* rank r's mesh position */
+            int c[3] = {0, 0, 0}, rest = r, pos = 0;
+            if (lc->keep >= 0)
+                c[lc->keep] = row;
+            for (int q = lc->nred - 1; q >= 0; q--) {
+                c[lc->red[q]] = rest % sizes[lc->red[q]];
+                rest /= sizes[lc->red[q]];
+            }
+            for (int a = 0; a < lc->naxes; a++)
+                pos = pos * sizes[a] + c[a];
+            rows[r] = x + pos * LAYOUT_K;
+        }
+        float *w = want + row * LAYOUT_K;
+        layout_sum(rows, 0, size, flat, w);
+        if (!strcmp(lc->op, "pmean")) /* psum, then scaled by 1/size in f32 */
+            for (int k = 0; k < LAYOUT_K; k++)
+                w[k] *= (float)(1.0 / size);
+    }
+}
+
+/* psum, pmean and psum_scatter over 8 devices of meshes (8,), (4,2) and
+ * (2,2,2), axes in the mesh's order and others, on 1 worker x 8 devices,
+ * 2 x 4 and 4 x 2 (each its own cluster, through this run's transport):
+ * every result has the bits of the reduction tree over ranks, so every
+ * layout and transport gives the same bits; with these inputs a sum in
+ * rank order gives others. */
+START_TEST(test_same_bits_every_layout)
+{
+    static const int nworkers[] = {1, 2, 4};
+    float x[8 * LAYOUT_K];
+    for (int p = 0; p < 8; p++)
+        for (int k = 0; k < LAYOUT_K; k++)
+            x[p * LAYOUT_K + k] = layout_input(p, k);
+    float want[2 * LAYOUT_K], flat[2 * LAYOUT_K];
+    layout_want(&layout_cases[3], x, 0, want);
+    layout_want(&layout_cases[3], x, 1, flat);
+    ck_assert_msg(memcmp(want, flat, sizeof(float) * LAYOUT_K) != 0,
+                  "the inputs do not show the order of a sum");
+    sm_array *a;
+    char err[1024];
+    sm_shape s = HARNESS_SHAPE(8, LAYOUT_K);
+    ck_assert_int_eq(sm_array_create(SM_F32, &s, &a, err, sizeof err), SM_OK);
+    memcpy(a->data, x, sizeof x);
+    for (int wi = 0; wi < 3; wi++) {
+        harness_opts ho = {.nworkers = nworkers[wi], .devices_per_worker = 8 / nworkers[wi]};
+        harness_cluster *h = NULL;
+        ck_assert_msg(harness_cluster_start(&ho, &h, err, sizeof err) == SM_OK, "%s", err);
+        sm_client *c = NULL;
+        ck_assert_int_eq(harness_connect(h, &c, err, sizeof err), SM_OK);
+        for (int ci = 0; ci < NLAYOUT_CASES; ci++) {
+            const layout_case *lc = &layout_cases[ci];
+            char text[512], axes[64], spec[64];
+            snprintf(axes, sizeof axes, "%s", lc->mesh);
+            for (char *q = axes; *q; q++)
+                *q = *q == ' ' ? ',' : *q;
+            snprintf(spec, sizeof spec, "P(%s, None)",
+                     lc->naxes == 1   ? "'i'"
+                     : lc->naxes == 2 ? "('i', 'j')"
+                                      : "('i', 'j', 'k')");
+            snprintf(text, sizeof text,
+                     "mesh %s\nshard_map f(x: f32[8,%d] @ %s) -> %s:\n    return %s(x, %s%s)\n",
+                     lc->mesh, LAYOUT_K, spec, lc->out, lc->op, lc->axes,
+                     strcmp(lc->op, "psum_scatter") ? "" : ", scatter_dimension=1, tiled=True");
+            sm_program *p = NULL;
+            ck_assert_msg(sm_program_parse(text, "layout", &p, err, sizeof err) == SM_OK, "%s: %s",
+                          text, err);
+            sm_array_ref args[1] = {{put(c, a, axes, spec, NULL), NULL}};
+            sm_job_info info = run_ok(c, p, args, NULL);
+            sm_array *got = NULL;
+            ck_assert_msg(sm_client_get(c, (sm_array_ref){info.outputs[0].id, NULL}, &got, err,
+                                        sizeof err) == SM_OK,
+                          "%s", err);
+            layout_want(lc, x, 0, want);
+            int nrows = lc->keep < 0 ? 1 : 2;
+            ck_assert_int_eq(got->nbytes, (int64_t)nrows * LAYOUT_K * 4);
+            for (int k = 0; k < nrows * LAYOUT_K; k++) {
+                float v = ((const float *)got->data)[k];
+                ck_assert_msg(!memcmp(&v, &want[k], 4),
+                              "%d worker(s), %s: %s over %s, element %d: %.9g, want %.9g",
+                              nworkers[wi], lc->mesh, lc->op, lc->axes, k, v, want[k]);
+            }
+            sm_array_free(got);
+            sm_job_info_free(&info);
+            sm_program_free(p);
+            delete_all(c);
+        }
+        sm_client_close(c);
+        harness_cluster_stop(h);
+    }
+    sm_array_free(a);
+}
+END_TEST
+
+/* Workers whose memory limit has room for a psum's arrays but not for the
+ * shared-memory pages it would take (SHMAP_MEMORY_LIMIT_MB, which local
+ * workers inherit): the psum falls back to gRPC, with a line in the log,
+ * and gives the exact sum; the same job without the limit runs through
+ * shared memory. Only with SHMAP_TRANSPORT=shm. */
+START_TEST(test_shm_fallback)
+{
+    if (!shm_transport())
+        return;
+    const int64_t rows = 4, cols = 2 << 20; /* 8 MiB per device */
+    setenv("SHMAP_MEMORY_LIMIT_MB", "44", 1);
+    harness_opts ho = {.nworkers = 2, .devices_per_worker = 2};
+    harness_cluster *h = NULL;
+    char err[1024];
+    sm_err e = harness_cluster_start(&ho, &h, err, sizeof err);
+    unsetenv("SHMAP_MEMORY_LIMIT_MB");
+    ck_assert_msg(e == SM_OK, "%s", err);
+    sm_client *c = NULL;
+    ck_assert_int_eq(harness_connect(h, &c, err, sizeof err), SM_OK);
+    sm_array *a;
+    sm_shape s = HARNESS_SHAPE(rows, cols);
+    ck_assert_int_eq(sm_array_create(SM_F32, &s, &a, err, sizeof err), SM_OK);
+    for (int64_t i = 0; i < rows * cols; i++)
+        ((float *)a->data)[i] = (float)(i % cols % 7 + i / cols);
+    sm_program *p = NULL;
+    ck_assert_msg(
+        sm_program_parse("mesh i=4\n"
+                         "shard_map f(x: f32[4,2097152] @ P('i', None)) -> P(None, None):\n"
+                         "    return psum(x, 'i')\n",
+                         "fallback", &p, err, sizeof err) == SM_OK,
+        "%s", err);
+    sm_array_ref args[1] = {{put(c, a, "i=4", "P('i', None)", NULL), NULL}};
+    sm_job_info info = run_ok(c, p, args, NULL);
+    sm_array *got = NULL;
+    ck_assert_msg(
+        sm_client_get(c, (sm_array_ref){info.outputs[0].id, NULL}, &got, err, sizeof err) == SM_OK,
+        "%s", err);
+    ck_assert_int_eq(got->nbytes, cols * 4);
+    for (int64_t k = 0; k < cols; k++) {
+        float want = (float)(4 * (k % 7) + 6); /* rows 0..3 of i % 7 + row */
+        ck_assert_msg(((const float *)got->data)[k] == want, "element %lld: %g, want %g",
+                      (long long)k, ((const float *)got->data)[k], want);
+    }
+    char path[600];
+    snprintf(path, sizeof path, "%s/coordinator.log", h->dir);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    int said = 0;
+    for (char line[2048]; fgets(line, sizeof line, f);)
+        said |= strstr(line, "go over gRPC instead") != NULL;
+    fclose(f);
+    ck_assert_msg(said, "no worker logged its fallback to gRPC in %s", path);
+    sm_array_free(got);
+    sm_job_info_free(&info);
+    sm_program_free(p);
+    sm_array_free(a);
+    sm_client_close(c);
+    harness_cluster_stop(h);
+}
+END_TEST
+
 /* shmapctl run with .npy arguments and --json. */
 START_TEST(test_shmapctl_run)
 {
@@ -1016,6 +1254,11 @@ static Suite *jobs_suite(void)
     tcase_set_timeout(tc, 180);
     tcase_add_loop_test(tc, test_worker_lost, 0, 2);
     tcase_add_test(tc, test_records_dropped);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("layouts");
+    tcase_set_timeout(tc, 240);
+    tcase_add_test(tc, test_same_bits_every_layout);
+    tcase_add_test(tc, test_shm_fallback);
     suite_add_tcase(s, tc);
     return s;
 }

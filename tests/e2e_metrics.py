@@ -147,9 +147,10 @@ def main():
             got = sample(wtext, "shmap_worker_transfer_bytes_total", labels) or 0
             if got < least:
                 fail(f"shmap_worker_transfer_bytes_total{labels} is {got}, expected >= {least}")
-        # the psum crosses the workers over gRPC, or through shared memory when
-        # the workers run with SHMAP_TRANSPORT=auto or shm (then read, not sent)
-        shm = os.environ.get("SHMAP_TRANSPORT", "grpc") in ("auto", "shm")
+        # the psum crosses the workers through shared memory (the default,
+        # SHMAP_TRANSPORT=auto, or shm: read, not sent), or over gRPC when the
+        # workers run with SHMAP_TRANSPORT=grpc
+        shm = os.environ.get("SHMAP_TRANSPORT", "auto") in ("auto", "shm")
         for d in ("received",) if shm else ("sent", "received"):
             labels = f'{{transport="{"shm" if shm else "grpc"}",direction="{d}"}}'
             got = sample(wtext, "shmap_worker_collective_bytes_total", labels) or 0

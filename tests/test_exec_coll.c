@@ -3,9 +3,11 @@
  * positions, single and tuple axes in both orders, full and partial
  * ppermute perms) on meshes (8,), (4,2) and (2,2,2), each device's result
  * compared bitwise with a reference computed here from the devices' input
- * blocks (integer-valued f32 data, reductions in rank order); determinism;
+ * blocks (integer-valued f32 data, so any reduction order gives the same
+ * bits); determinism;
  * a failing device releases its peers; a missing peer times out. */
 #include <check.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -634,7 +636,9 @@ static void *comm_member_main(void *arg)
 /* all_reduce and reduce_scatter straight on the comm, with sizes the mesh
  * cases do not reach: fewer elements than members, shares that do not
  * divide, several blocks per share; every dtype kind and op, compared
- * bitwise with a reduction in rank order done here. */
+ * bitwise with the reduction tree of sm_comm.h done here (and, for groups
+ * of more than 4 with inputs whose sum shows its order, not equal to a
+ * reduction in rank order). */
 typedef struct {
     int size;
     int64_t n;
@@ -650,6 +654,8 @@ static const reduce_case reduce_cases[] = {
     {4, 20000, SM_F32, SM_KERN_MAX, 0}, {3, 9999, SM_I64, SM_KERN_MIN, 0},
     {1, 1000, SM_F32, SM_KERN_SUM, 0},  {3, 17000, SM_F32, SM_KERN_SUM, 1},
     {2, 5, SM_F64, SM_KERN_MAX, 1},     {4, 0, SM_F32, SM_KERN_SUM, 1},
+    {8, 30011, SM_F32, SM_KERN_SUM, 0}, {6, 4001, SM_F64, SM_KERN_SUM, 1},
+    {7, 9001, SM_F32, SM_KERN_SUM, 1},  {5, 20000, SM_F32, SM_KERN_SUM, 0},
 };
 #define NREDUCE ((int)(sizeof reduce_cases / sizeof reduce_cases[0]))
 
@@ -665,7 +671,7 @@ typedef struct {
 static void *reduce_member_main(void *arg)
 {
     reduce_member *m = arg;
-    static const int members[4] = {0, 1, 2, 3};
+    static const int members[8] = {0, 1, 2, 3, 4, 5, 6, 7};
     sm_comm_group g = {.size = m->rc->size, .rank = m->rank, .members = members};
     const sm_comm *ops = &sm_comm_local_ops;
     m->e = (m->rc->scatter ? ops->reduce_scatter : ops->all_reduce)(
@@ -673,10 +679,37 @@ static void *reduce_member_main(void *arg)
     return NULL;
 }
 
-/* Element k of member r's input, as a double (exact in every dtype used). */
-static double reduce_input(int r, int64_t k)
+/* Element k of member r's input, as a double: exact in every dtype used
+ * for groups of up to 4; past that, of magnitudes from 1e-3 to 1e7, so
+ * the order of a sum shows in its last bits. */
+static double reduce_input(int size, int r, int64_t k)
 {
-    return (double)((k * 7 + r * 13) % 23) - 11.0 + (r == 1 ? 0.25 : 0.0);
+    double v = (double)((k * 7 + r * 13) % 23) - 11.0 + (r == 1 ? 0.25 : 0.0);
+    if (size > 4)
+        v = (v + 0.1 * r) * pow(10.0, (double)((k * 5 + r * 3) % 11) - 3.0);
+    return v;
+}
+
+/* dst = the reduction of members [lo, hi)'s values (src[r] + off bytes, n
+ * elements) in the order sm_comm.h promises: [lo, mid) op [mid, hi), mid =
+ * lo + the largest power of two below hi - lo. */
+static void reduce_tree(const reduce_case *rc, void *const *src, size_t off, int lo, int hi,
+                        void *dst)
+{
+    size_t len = (size_t)rc->n * sm_dtype_size(rc->t);
+    char err[128];
+    if (hi - lo == 1) {
+        memcpy(dst, (char *)src[lo] + off, len);
+        return;
+    }
+    int p = 1;
+    while (2 * p < hi - lo)
+        p *= 2;
+    void *right = malloc(len + 1);
+    reduce_tree(rc, src, off, lo, lo + p, dst);
+    reduce_tree(rc, src, off, lo + p, hi, right);
+    ck_assert_int_eq(sm_kern_accumulate(rc->t, dst, right, rc->n, rc->op, err, sizeof err), SM_OK);
+    free(right);
 }
 
 static void reduce_store(sm_dtype t, void *p, int64_t k, double v)
@@ -699,39 +732,92 @@ START_TEST(test_comm_reduce_sizes)
     sm_comm_local *c;
     char err[256];
     ck_assert_int_eq(sm_comm_local_create(20, &c, err, sizeof err), SM_OK);
-    reduce_member m[4];
-    pthread_t th[4];
+    reduce_member m[8];
+    pthread_t th[8];
+    void *ins[8];
     for (int r = 0; r < rc->size; r++) {
         m[r] = (reduce_member){.rc = rc, .c = c, .rank = r};
         m[r].in = malloc((size_t)nin * el + 1);
         m[r].out = malloc((size_t)rc->n * el + 1);
         for (int64_t k = 0; k < nin; k++)
-            reduce_store(rc->t, m[r].in, k, reduce_input(r, k) * (rc->t == SM_I32 ? 1 : 1.5));
+            reduce_store(rc->t, m[r].in, k,
+                         reduce_input(rc->size, r, k) * (rc->t == SM_I32 ? 1 : 1.5));
+        ins[r] = m[r].in;
         memset(m[r].out, 0x5a, (size_t)rc->n * el); /* every element must be written */
         ck_assert_int_eq(pthread_create(&th[r], NULL, reduce_member_main, &m[r]), 0);
     }
     for (int r = 0; r < rc->size; r++)
         pthread_join(th[r], NULL);
-    void *want = malloc((size_t)rc->n * el + 1);
+    void *want = malloc((size_t)rc->n * el + 1), *flat = malloc((size_t)rc->n * el + 1);
     for (int r = 0; r < rc->size; r++) {
         ck_assert_msg(m[r].e == SM_OK, "case %d rank %d: %s", _i, r, m[r].err);
         int64_t off = rc->scatter ? r * rc->n : 0;
-        if (rc->n) { /* the reference: copy rank 0, accumulate the others in rank order */
-            memcpy(want, (char *)m[0].in + (size_t)off * el, (size_t)rc->n * el);
-            for (int q = 1; q < rc->size; q++)
-                ck_assert_int_eq(sm_kern_accumulate(rc->t, want, (char *)m[q].in + (size_t)off * el,
-                                                    rc->n, rc->op, err, sizeof err),
-                                 SM_OK);
-        }
+        if (rc->n) /* the reference: the tree over ranks */
+            reduce_tree(rc, ins, (size_t)off * el, 0, rc->size, want);
         ck_assert_msg(memcmp(m[r].out, want, (size_t)rc->n * el) == 0, "case %d rank %d differs",
                       _i, r);
+        if (rc->size > 4 && rc->n) { /* where the order shows, rank order gives other bits */
+            memcpy(flat, (char *)m[0].in + (size_t)off * el, (size_t)rc->n * el);
+            for (int q = 1; q < rc->size; q++)
+                ck_assert_int_eq(sm_kern_accumulate(rc->t, flat, (char *)m[q].in + (size_t)off * el,
+                                                    rc->n, rc->op, err, sizeof err),
+                                 SM_OK);
+            ck_assert_msg(memcmp(flat, want, (size_t)rc->n * el) != 0,
+                          "case %d: the inputs do not show the order of the sum", _i);
+        }
     }
     for (int r = 0; r < rc->size; r++) {
         free(m[r].in);
         free(m[r].out);
     }
     free(want);
+    free(flat);
     sm_comm_local_free(c);
+}
+END_TEST
+
+/* The units of a reduction (sm_comm_tree_units): the largest tree nodes
+ * whose ranks share an owner, for layouts of 8 and 6 ranks; a leaf set
+ * that is no partition of the tree is refused (SM_EINVAL). */
+typedef struct {
+    int size;
+    int owner[8];
+    const char *want; /* "lo-hi lo-hi ..." */
+} units_case;
+
+static const units_case units_cases[] = {
+    {8, {0, 0, 0, 0, 0, 0, 0, 0}, "0-8"},
+    {8, {0, 0, 0, 0, 1, 1, 1, 1}, "0-4 4-8"},
+    {8, {0, 0, 1, 1, 2, 2, 3, 3}, "0-2 2-4 4-6 6-8"},
+    {8, {0, 1, 0, 1, 0, 1, 0, 1}, "0-1 1-2 2-3 3-4 4-5 5-6 6-7 7-8"},
+    {8, {0, 0, 0, 1, 1, 1, 1, 1}, "0-2 2-3 3-4 4-8"},
+    {6, {0, 0, 0, 1, 1, 1}, "0-2 2-3 3-4 4-6"},
+    {6, {0, 0, 0, 0, 1, 1}, "0-4 4-6"},
+    {1, {5}, "0-1"},
+};
+
+START_TEST(test_comm_tree_units)
+{
+    for (size_t i = 0; i < sizeof units_cases / sizeof units_cases[0]; i++) {
+        const units_case *uc = &units_cases[i];
+        sm_comm_span sp[8];
+        int n = sm_comm_tree_units(0, uc->size, uc->owner, sp);
+        char got[128] = "";
+        for (int k = 0; k < n; k++)
+            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%d-%d", k ? " " : "", sp[k].lo,
+                     sp[k].hi);
+        ck_assert_msg(!strcmp(got, uc->want), "case %zu: %s, want %s", i, got, uc->want);
+    }
+    float a[4] = {1, 2, 3, 4}, out[1];
+    char err[256];
+    const sm_comm_leaf bad[2] = {{0, 1, &a[0]}, {1, 3, &a[1]}}; /* [1, 3) is no node of 3 ranks */
+    ck_assert_int_eq(
+        sm_comm_tree_reduce(SM_F32, SM_KERN_SUM, 0, 3, bad, 2, 1, out, err, sizeof err), SM_EINVAL);
+    ck_assert_msg(strstr(err, "tree"), "%s", err);
+    const sm_comm_leaf good[3] = {{0, 2, &a[0]}, {2, 3, &a[2]}, {3, 4, &a[3]}};
+    ck_assert_int_eq(
+        sm_comm_tree_reduce(SM_F32, SM_KERN_SUM, 0, 4, good, 3, 1, out, err, sizeof err), SM_OK);
+    ck_assert(out[0] == 1 + 3 + 4); /* leaf [0, 2) holds 1: the reduction of its ranks */
 }
 END_TEST
 
@@ -786,6 +872,7 @@ int main(void)
     tcase_add_test(tf, test_group_make);
     tcase_add_test(tf, test_comm_mismatch_and_abort);
     tcase_add_loop_test(tf, test_comm_reduce_sizes, 0, NREDUCE);
+    tcase_add_test(tf, test_comm_tree_units);
     suite_add_tcase(s, tf);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -39,6 +39,16 @@ static void sm_cg_layout_make(const sm_comm_grpc *c, const sm_comm_group *g, sm_
         L->gidx[q] = count[k]++;
     }
     L->li = L->lidx[g->rank];
+    L->nu = sm_comm_tree_units(0, g->size, L->worker, L->unit);
+    for (int k = 0; k < L->nw; k++)
+        L->nuw[k] = 0;
+    for (int u = 0; u < L->nu; u++) {
+        int k = 0;
+        while (L->order[k] != L->worker[L->unit[u].lo])
+            k++;
+        L->uorder[u] = k;
+        L->uidx[u] = L->nuw[k]++;
+    }
     L->shm = c->shm && L->nw > 1;
     for (int k = 0; k < L->nw && L->shm; k++)
         L->shm = c->domain[L->order[k]] == c->domain[c->self];
@@ -331,53 +341,6 @@ static sm_err sm_cg_take(sm_comm_grpc *c, uint64_t seq, int32_t src, int32_t dst
     return SM_OK;
 }
 
-/* dst op= src from byte offset soff, over len bytes, both given as runs of
- * bytes (mailbox pieces or one contiguous run) whose boundaries fall
- * between elements of t. */
-static sm_err sm_cg_acc_runs(sm_dtype t, sm_kern_reduce_op op, const sm_mailbox_piece *dst,
-                             const sm_mailbox_piece *src, int64_t soff, int64_t len, char *err,
-                             size_t errlen)
-{
-    int64_t el = (int64_t)sm_dtype_size(t), od = 0, os = soff;
-    while (len > 0 && os >= src->len) {
-        os -= src->len;
-        src++;
-    }
-    while (len > 0) {
-        int64_t m = dst->len - od < src->len - os ? dst->len - od : src->len - os;
-        m = m < len ? m : len;
-        sm_err e = sm_kern_accumulate(t, (char *)dst->data + od, (const char *)src->data + os,
-                                      m / el, op, err, errlen);
-        if (e)
-            return e;
-        len -= m;
-        if ((od += m) == dst->len) {
-            dst++;
-            od = 0;
-        }
-        if ((os += m) == src->len) {
-            src++;
-            os = 0;
-        }
-    }
-    return SM_OK;
-}
-
-/* dst (n elements of t) = the n elements of b from byte offset off (first),
- * or dst op= them. b's pieces are aligned to elements (sm_cg_take). */
-static sm_err sm_cg_combine(sm_dtype t, sm_kern_reduce_op op, int first, void *dst,
-                            const sm_mailbox_blob *b, int64_t off, int64_t n, char *err,
-                            size_t errlen)
-{
-    int64_t len = n * (int64_t)sm_dtype_size(t);
-    if (first) {
-        sm_mailbox_blob_copy(b, off, dst, len);
-        return SM_OK;
-    }
-    const sm_mailbox_piece whole = {dst, len};
-    return sm_cg_acc_runs(t, op, &whole, b->pieces, off, len, err, errlen);
-}
-
 /* ---- reductions ------------------------------------------------------------- */
 
 /* A reduction whose members all live on this worker: they reduce among
@@ -409,24 +372,6 @@ static sm_err sm_cg_peer_failed(sm_comm_grpc *c, uint64_t seq, char *err, size_t
                        (unsigned long long)seq);
 }
 
-/* out = a op b, n elements of t (out overlaps neither): one pass where the
- * elementwise kernel has the dtype (the same operation as
- * sm_kern_accumulate, so the same bits), else a copy and an accumulate. */
-sm_err sm_cg_reduce2(sm_dtype t, sm_kern_reduce_op op, const void *a, const void *b, void *out,
-                     int64_t n, char *err, size_t errlen)
-{
-    sm_kern_binary_op bop = op == SM_KERN_MAX   ? SM_KERN_MAXIMUM
-                            : op == SM_KERN_MIN ? SM_KERN_MINIMUM
-                                                : SM_KERN_ADD;
-    sm_shape s = {1, {n}};
-    if ((op == SM_KERN_SUM || op == SM_KERN_MAX || op == SM_KERN_MIN) &&
-        sm_kern_binary(bop, t, a, &s, b, &s, out, err, errlen) == SM_OK)
-        return SM_OK;
-    if (n)
-        memcpy(out, a, (size_t)n * sm_dtype_size(t));
-    return sm_kern_accumulate(t, out, b, n, op, err, errlen);
-}
-
 /* Part k of n elements split over nw workers: [sm_cg_part(n, nw, k),
  * sm_cg_part(n, nw, k + 1)). */
 static int64_t sm_cg_part(int64_t n, int nw, int k)
@@ -443,89 +388,101 @@ int sm_cg_self_order(const sm_comm_grpc *c, const sm_cg_layout *L)
     return k;
 }
 
-/* This worker's partial of elements [lo, lo + n): the local inputs in rank
- * order (in[0..nlocal)), combined into acc (acc op= partial), a block at a
- * time through a small buffer that stays in cache: the same operations,
- * hence the same bits, as reducing the whole partial first. */
-static sm_err sm_cg_acc_local(const sm_cg_layout *L, const void *const *in, sm_dtype t,
-                              sm_kern_reduce_op op, char *acc, int64_t lo, int64_t n, char *err,
-                              size_t errlen)
-{
-    int64_t el = (int64_t)sm_dtype_size(t), blk = (256 << 10) / el;
-    if (L->nlocal == 1)
-        return sm_kern_accumulate(t, acc, (const char *)in[0] + lo * el, n, op, err, errlen);
-    char *tmp = malloc((size_t)((n < blk ? n : blk) * el));
-    if (!tmp)
-        return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a reduction");
-    sm_err e = SM_OK;
-    for (int64_t i = 0; i < n && !e; i += blk) {
-        int64_t k = n - i < blk ? n - i : blk, at = (lo + i) * el;
-        e = sm_cg_reduce2(t, op, (const char *)in[0] + at, (const char *)in[1] + at, tmp, k, err,
-                          errlen);
-        for (int l = 2; l < L->nlocal && !e; l++)
-            e = sm_kern_accumulate(t, tmp, (const char *)in[l] + at, k, op, err, errlen);
-        if (!e)
-            e = sm_kern_accumulate(t, acc + i * el, tmp, k, op, err, errlen);
-    }
-    free(tmp);
-    return e;
-}
-
-/* Worker order ks's part of all_reduce, elements [a, a + m) into mine: the
- * partials of every worker combined in worker order. For ks = 0, mine holds
- * this worker's partial, the first operand. Else the local members left
- * the part alone: worker order 0's partial comes into mine (straight from
- * the network when the offer of sm_cg_all_reduce was in time), and this
- * worker's partial is combined from the local inputs in its turn. */
-static sm_err sm_cg_ar_combine(sm_comm_grpc *c, const sm_cg_layout *L, const void *const *in,
-                               uint64_t seq, sm_dtype t, sm_kern_reduce_op op, int ks, char *mine,
-                               int64_t a, int64_t m, char *err, size_t errlen)
+/* dst (element lo at its start) = elements [lo, hi) of unit u's partial,
+ * its members (all on this worker) reduced from the local inputs in[] in
+ * the tree of sm_comm.h. */
+sm_err sm_cg_unit_reduce(const sm_cg_layout *L, const void *const *in, int u, sm_dtype t,
+                         sm_kern_reduce_op op, int64_t lo, int64_t hi, char *dst, char *err,
+                         size_t errlen)
 {
     int64_t el = (int64_t)sm_dtype_size(t);
-    const int32_t me = L->dev[L->first[ks]];
-    const sm_mailbox_piece own = {mine, m * el};
-    sm_err e = SM_OK;
-    for (int k = 0; k < L->nw && !e; k++) {
-        sm_mailbox_blob *b = NULL;
-        if (k == ks) {
-            if (k > 0)
-                e = sm_cg_acc_local(L, in, t, op, mine, a, m, err, errlen);
-            continue;
-        }
-        if ((e = sm_cg_take(c, seq, L->dev[L->first[k]], me, L->order[k], 1, m * el, el, &b, err,
-                            errlen)))
-            break;
-        if (k == 0)
-            sm_mailbox_blob_copy(b, 0, mine, m * el); /* none if received in place */
-        else
-            e = sm_cg_acc_runs(t, op, &own, b->pieces, 0, m * el, err, errlen);
-        sm_mailbox_release(c->box, b);
-    }
-    return e;
+    const sm_comm_span U = L->unit[u];
+    sm_comm_leaf leaf[SM_MAX_DEVICES];
+    if (hi <= lo)
+        return SM_OK;
+    for (int q = U.lo; q < U.hi; q++)
+        leaf[q - U.lo] = (sm_comm_leaf){q, q + 1, (const char *)in[L->lidx[q]] + lo * el};
+    return sm_comm_tree_reduce(t, op, U.lo, U.hi, leaf, U.hi - U.lo, hi - lo, dst, err, errlen);
 }
 
-/* The leader's share of all_reduce across workers: acc holds this worker's
- * partial (n elements; but for its own part when it is not worker order 0,
- * see sm_cg_ar_combine), in the local inputs in[]. Worker order k reduces part k of every worker's
- * partial in worker order and sends the result to the others, which write
- * it into acc; on return acc holds the reduction of every member's input.
- * Once the reduce-scatter's sends are done (the network no longer reads
- * acc), acc's other parts are offered to the mailbox, so the all-gather's
- * blobs are received straight into them; the offers are withdrawn before
- * return, whatever happened. */
+int sm_cg_leaves(const sm_cg_layout *L, const void *const *in, int64_t off,
+                 const char *const *remote, sm_comm_leaf *leaves)
+{
+    int k = 0;
+    for (int u = 0; u < L->nu; u++) {
+        const sm_comm_span U = L->unit[u];
+        if (L->lidx[U.lo] < 0) {
+            leaves[k++] = (sm_comm_leaf){U.lo, U.hi, remote[u]};
+            continue;
+        }
+        for (int q = U.lo; q < U.hi; q++)
+            leaves[k++] = (sm_comm_leaf){q, q + 1, (const char *)in[L->lidx[q]] + off};
+    }
+    return k;
+}
+
+/* Where this worker's unit u's partial lives: the input of a unit of one
+ * member, else the output of its first member. */
+static const char *sm_cg_unit_data(const sm_cg_layout *L, const sm_rendezvous_slot *s, int u)
+{
+    const sm_comm_span U = L->unit[u];
+    int l = L->lidx[U.lo];
+    return U.hi - U.lo == 1 ? (const char *)s->in[l] : (const char *)s->out[l];
+}
+
+/* The leader's share of all_reduce across workers: the partials of this
+ * worker's units (sm_cg_unit_data) hold every element but this worker's
+ * part. Worker order k reduces part k: every other worker sends it the
+ * part of each of its units' partials (one blob, units in rank order,
+ * received straight into one buffer), and it reduces them with its own
+ * members' inputs in the tree of sm_comm.h, into acc's part; then every
+ * worker sends its reduced part to the others, which receive it straight
+ * into acc. Once the reduce-scatter's sends are done (the network no
+ * longer reads the partials), acc's other parts are offered to the
+ * mailbox; the offers are withdrawn before return, whatever happened. */
 static sm_err sm_cg_ar_net(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
-                           const void *const *in, uint64_t seq, sm_dtype t, sm_kern_reduce_op op,
-                           char *acc, int64_t n, char *err, size_t errlen)
+                           const sm_rendezvous_slot *s, uint64_t seq, sm_dtype t,
+                           sm_kern_reduce_op op, char *acc, int64_t n, char *err, size_t errlen)
 {
     int64_t el = (int64_t)sm_dtype_size(t);
     int32_t me = L->dev[g->rank];
-    int ks = sm_cg_self_order(c, L), nw = L->nw;
+    int ks = sm_cg_self_order(c, L), nw = L->nw, nmine = L->nuw[ks];
+    int64_t a = sm_cg_part(n, nw, ks), m = sm_cg_part(n, nw, ks + 1) - a;
+    int64_t *at = malloc((size_t)nw * sizeof *at); /* per worker order: its blob in recv */
+    const char **remote = malloc((size_t)L->nu * sizeof *remote);
+    sm_comm_grpc_seg *segs = malloc((size_t)nmine * sizeof *segs);
+    sm_comm_leaf *leaves = malloc((size_t)g->size * sizeof *leaves);
+    char *recv = NULL;
+    size_t recv_len = (size_t)((L->nu - nmine) * m * el);
+    char what[64];
+    snprintf(what, sizeof what, "the parts of collective #%llu", (unsigned long long)seq);
     sm_err e = SM_OK;
-    for (int k = 0; k < nw && !e; k++) { /* reduce-scatter: part k to worker k */
-        int64_t a = sm_cg_part(n, nw, k), m = sm_cg_part(n, nw, k + 1) - a;
-        sm_comm_grpc_seg seg = {acc + a * el, m * el};
-        if (k != ks)
-            e = sm_cg_push(c, L->order[k], seq, me, L->dev[L->first[k]], &seg, 1, err, errlen);
+    if (!at || !remote || !segs || !leaves)
+        e = sm_fail(err, errlen, SM_ENOMEM, "out of memory for collective #%llu",
+                    (unsigned long long)seq);
+    else if (recv_len)
+        e = sm_array_scratch(recv_len, what, (void **)&recv, err, errlen);
+    if (e)
+        goto done;
+    int64_t off = 0;
+    for (int k = 0; k < nw; k++) { /* the partials of this worker's part, straight into recv */
+        at[k] = off;
+        if (k == ks)
+            continue;
+        if (m > 0)
+            (void)sm_mailbox_expect(c->box, (uint32_t)seq, L->dev[L->first[k]], me, recv + off,
+                                    L->nuw[k] * m * el);
+        off += L->nuw[k] * m * el;
+    }
+    for (int k = 0; k < nw && !e; k++) { /* reduce-scatter: part k of every unit to worker k */
+        int64_t ak = sm_cg_part(n, nw, k), mk = sm_cg_part(n, nw, k + 1) - ak;
+        int nseg = 0;
+        if (k == ks)
+            continue;
+        for (int u = 0; u < L->nu; u++)
+            if (L->uorder[u] == ks)
+                segs[nseg++] = (sm_comm_grpc_seg){sm_cg_unit_data(L, s, u) + ak * el, mk * el};
+        e = sm_cg_push(c, L->order[k], seq, me, L->dev[L->first[k]], segs, nseg, err, errlen);
     }
     for (int k = 0; k < nw && !e; k++) { /* the parts to come, straight into acc */
         int64_t ak = sm_cg_part(n, nw, k), mk = sm_cg_part(n, nw, k + 1) - ak;
@@ -533,11 +490,26 @@ static sm_err sm_cg_ar_net(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_
             (void)sm_mailbox_expect(c->box, (uint32_t)seq, L->dev[L->first[k]], -1, acc + ak * el,
                                     mk * el);
     }
-    int64_t a = sm_cg_part(n, nw, ks), m = sm_cg_part(n, nw, ks + 1) - a;
-    char *mine = acc + a * el;
-    if (!e)
-        e = sm_cg_ar_combine(c, L, in, seq, t, op, ks, mine, a, m, err, errlen);
-    sm_comm_grpc_seg seg = {mine, m * el};
+    for (int k = 0; k < nw && !e; k++) {
+        sm_mailbox_blob *b = NULL;
+        if (k == ks)
+            continue;
+        if ((e = sm_cg_take(c, seq, L->dev[L->first[k]], me, L->order[k], 1, L->nuw[k] * m * el, el,
+                            &b, err, errlen)))
+            break;
+        sm_mailbox_blob_copy(b, 0, recv + at[k], L->nuw[k] * m * el); /* none if in place */
+        sm_mailbox_release(c->box, b);
+    }
+    for (int k = 0; k < nw; k++)
+        if (k != ks && m > 0)
+            sm_mailbox_unexpect(c->box, (uint32_t)seq, L->dev[L->first[k]], me);
+    if (!e) {
+        for (int u = 0; u < L->nu; u++)
+            remote[u] = recv + at[L->uorder[u]] + L->uidx[u] * m * el;
+        int nl = sm_cg_leaves(L, (const void *const *)s->in, a * el, remote, leaves);
+        e = sm_comm_tree_reduce(t, op, 0, g->size, leaves, nl, m, acc + a * el, err, errlen);
+    }
+    sm_comm_grpc_seg seg = {acc + a * el, m * el};
     for (int k = 0; k < nw && !e; k++) /* all-gather: the reduced part to every worker */
         if (k != ks)
             e = sm_cg_push(c, L->order[k], seq, me, -1, &seg, 1, err, errlen);
@@ -555,6 +527,13 @@ static sm_err sm_cg_ar_net(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_
     for (int k = 0; k < nw; k++)
         if (k != ks)
             sm_mailbox_unexpect(c->box, (uint32_t)seq, L->dev[L->first[k]], -1);
+done:
+    if (recv)
+        sm_array_data_free(recv, recv_len);
+    free(at);
+    free(remote);
+    free(segs);
+    free(leaves);
     return e;
 }
 
@@ -575,31 +554,11 @@ static void sm_cg_fan_out(const sm_rendezvous_slot *s, const sm_cg_layout *L, co
     }
 }
 
-/* acc[lo, hi) = the local inputs' elements [lo, hi) reduced in rank order. */
-static sm_err sm_cg_local_range(const sm_cg_layout *L, const sm_rendezvous_slot *s, sm_dtype t,
-                                sm_kern_reduce_op op, char *acc, int64_t lo, int64_t hi, char *err,
-                                size_t errlen)
-{
-    int64_t el = (int64_t)sm_dtype_size(t);
-    if (hi <= lo)
-        return SM_OK;
-    const char *in0 = (const char *)s->in[0] + lo * el;
-    sm_err e = SM_OK;
-    if (L->nlocal == 1)
-        memcpy(acc + lo * el, in0, (size_t)((hi - lo) * el));
-    else
-        e = sm_cg_reduce2(t, op, in0, (const char *)s->in[1] + lo * el, acc + lo * el, hi - lo, err,
-                          errlen);
-    for (int l = 2; l < L->nlocal && !e; l++)
-        e = sm_kern_accumulate(t, acc + lo * el, (const char *)s->in[l] + lo * el, hi - lo, op, err,
-                               errlen);
-    return e;
-}
-
-/* all_reduce: the local members reduce their inputs in rank order into the
- * leader's output, a slice each; across workers the leader reduce-scatters
- * and all-gathers the partials (sm_cg_ar_net); then the local members copy
- * the leader's output into the others' outputs, a share each. */
+/* all_reduce: the local members reduce the partials of this worker's
+ * units (sm_comm_tree_units) but for this worker's part, a slice of each
+ * each; across workers the leader reduce-scatters and all-gathers
+ * (sm_cg_ar_net) into its output; then the local members copy the
+ * leader's output into the others' outputs, a share each. */
 static sm_err sm_cg_all_reduce(void *ctx, const sm_comm_group *g, uint64_t seq, sm_dtype t,
                                sm_kern_reduce_op op, const void *in, void *out, int64_t n,
                                char *err, size_t errlen)
@@ -607,7 +566,7 @@ static sm_err sm_cg_all_reduce(void *ctx, const sm_comm_group *g, uint64_t seq, 
     sm_comm_grpc *c = ctx;
     sm_cg_layout *L = malloc(sizeof *L);
     sm_rendezvous_slot *s = NULL;
-    sm_err e;
+    sm_err e = SM_OK;
     if (!L)
         return sm_cg_failf(c, SM_ENOMEM, err, errlen, "out of memory for collective #%llu",
                            (unsigned long long)seq);
@@ -618,43 +577,42 @@ static sm_err sm_cg_all_reduce(void *ctx, const sm_comm_group *g, uint64_t seq, 
     }
     int64_t el = (int64_t)sm_dtype_size(t);
     if (sm_cg_shm_use(c, g, L, SM_CG_AR, n * el)) {
-        e = sm_cg_shm_all_reduce(c, g, L, seq, t, op, in, out, n, err, errlen);
-        goto out;
+        e = sm_cg_shm_all_reduce(c, g, L, seq, t, op, in, out, n, &s, err, errlen);
+        if (!s) /* else it falls back, joined */
+            goto out;
+        e = SM_OK;
     }
-    if ((e = sm_cg_join(c, g, L, seq, SM_CG_AR, n, in, out, &s, err, errlen)))
+    if (!s && (e = sm_cg_join(c, g, L, seq, SM_CG_AR, n, in, out, &s, err, errlen)))
         goto out;
     char *acc = s->out[0];
-    /* this worker's part, unless it is worker order 0's: the leader combines
-     * it (sm_cg_ar_combine) into what worker order 0 sends, offered here */
     int ks = sm_cg_self_order(c, L);
-    int64_t pa = ks ? sm_cg_part(n, L->nw, ks) : 0, pb = ks ? sm_cg_part(n, L->nw, ks + 1) : 0;
-    int offered = L->li == 0 && pb > pa &&
-                  sm_mailbox_expect(c->box, (uint32_t)seq, L->dev[L->first[0]],
-                                    L->dev[L->first[ks]], acc + pa * el, (pb - pa) * el) == SM_OK;
-    int64_t r = n - (pb - pa); /* the rest, a slice each */
+    int64_t pa = sm_cg_part(n, L->nw, ks), pb = sm_cg_part(n, L->nw, ks + 1);
+    int64_t r = n - (pb - pa); /* the rest, a slice of each unit's partial each */
     int64_t lo = r * L->li / L->nlocal, hi = r * (L->li + 1) / L->nlocal;
-    if (lo < pa && (e = sm_cg_local_range(L, s, t, op, acc, lo, hi < pa ? hi : pa, err, errlen)))
-        e = sm_cg_failf(c, e, err, errlen, "%s", err);
-    lo = lo > pa ? lo : pa;
-    if (!e && hi > pa &&
-        (e = sm_cg_local_range(L, s, t, op, acc, lo + pb - pa, hi + pb - pa, err, errlen)))
+    for (int u = 0; u < L->nu && !e; u++) {
+        if (L->uorder[u] != ks || L->unit[u].hi - L->unit[u].lo == 1)
+            continue;
+        char *dst = (char *)sm_cg_unit_data(L, s, u);
+        const void *const *ins = (const void *const *)s->in;
+        int64_t x = lo < pa ? lo : pa, y = hi < pa ? hi : pa;
+        e = sm_cg_unit_reduce(L, ins, u, t, op, x, y, dst + x * el, err, errlen);
+        x = (lo > pa ? lo : pa) + pb - pa, y = hi + pb - pa;
+        if (!e && hi > pa)
+            e = sm_cg_unit_reduce(L, ins, u, t, op, x, y, dst + x * el, err, errlen);
+    }
+    if (e)
         e = sm_cg_failf(c, e, err, errlen, "%s", err);
     if (sm_rendezvous_mid(c->rv, s, e != SM_OK) && !e)
         e = sm_cg_peer_failed(c, seq, err, errlen);
     if (!e && L->li == 0) {
-        if (L->nw > 1 && n > 0 &&
-            (e = sm_cg_ar_net(c, g, L, (const void *const *)s->in, seq, t, op, acc, n, err,
-                              errlen)))
+        if (n > 0 && (e = sm_cg_ar_net(c, g, L, s, seq, t, op, acc, n, err, errlen)))
             e = sm_cg_failf(c, e, err, errlen, "%s", err); /* releases the peers (if not yet) */
-        sm_mailbox_unexpect(c->box, (uint32_t)seq, L->dev[L->first[0]], L->dev[L->first[ks]]);
         sm_rendezvous_publish(c->rv, s, acc, !e);
     } else if (!e) {
         e = sm_rendezvous_wait_shared(c->rv, s, err, errlen); /* the leader's sends are bounded */
     }
     if (!e && n > 0)
         sm_cg_fan_out(s, L, acc, n, el);
-    if (offered) /* withdrawn above unless the leader failed first */
-        sm_mailbox_unexpect(c->box, (uint32_t)seq, L->dev[L->first[0]], L->dev[L->first[ks]]);
     sm_rendezvous_leave(c->rv, s);
 out:
     free(L);
@@ -662,19 +620,24 @@ out:
 }
 
 /* reduce_scatter (size chunks, rank r needs chunk r): the leader reduces
- * the local inputs into one partial, pushes every other worker the chunks
- * of its members, and each member combines its chunk of every worker's
- * partial in worker order. */
+ * the partials of this worker's units (sm_comm_tree_units) of the other
+ * workers' members' chunks and pushes every other worker one blob: its
+ * members' chunks of every unit's partial, units in rank order; each
+ * member then reduces its chunk of the other workers' partials with its
+ * worker's inputs in the tree of sm_comm.h. */
 static sm_err sm_cg_reduce_scatter(void *ctx, const sm_comm_group *g, uint64_t seq, sm_dtype t,
                                    sm_kern_reduce_op op, const void *in, void *out, int64_t n,
                                    char *err, size_t errlen)
 {
     sm_comm_grpc *c = ctx;
     sm_cg_layout *L = malloc(sizeof *L);
-    sm_comm_grpc_seg *segs = malloc((size_t)g->size * sizeof *segs);
+    sm_comm_grpc_seg *segs = NULL;
+    sm_comm_leaf *leaves = malloc((size_t)g->size * sizeof *leaves);
+    const char **part = malloc((size_t)g->size * sizeof *part); /* per unit: its partial */
+    char *rbuf = NULL;
     sm_rendezvous_slot *s = NULL;
     sm_err e;
-    if (!L || !segs) {
+    if (!L || !leaves || !part) {
         e = sm_cg_failf(c, SM_ENOMEM, err, errlen, "out of memory for collective #%llu",
                         (unsigned long long)seq);
         goto out;
@@ -687,62 +650,97 @@ static sm_err sm_cg_reduce_scatter(void *ctx, const sm_comm_group *g, uint64_t s
     size_t el = sm_dtype_size(t);
     int64_t cb = n * (int64_t)el, nch = g->size;
     if (sm_cg_shm_use(c, g, L, SM_CG_RS, nch * cb)) {
-        e = sm_cg_shm_reduce_scatter(c, g, L, seq, t, op, in, out, n, err, errlen);
+        e = sm_cg_shm_reduce_scatter(c, g, L, seq, t, op, in, out, n, &s, err, errlen);
+        if (!s) /* else it falls back, joined */
+            goto out;
+        e = SM_OK;
+    }
+    int ks = sm_cg_self_order(c, L), nrem = L->nu - L->nuw[ks];
+    segs = malloc((size_t)L->nuw[ks] * (size_t)g->size * sizeof *segs);
+    if (!segs || !(rbuf = malloc((size_t)(nrem * cb) + 1))) {
+        e = sm_cg_failf(c, SM_ENOMEM, err, errlen, "out of memory for collective #%llu",
+                        (unsigned long long)seq);
+        if (s)
+            sm_rendezvous_leave(c->rv, s);
         goto out;
     }
-    if ((e = sm_cg_join(c, g, L, seq, SM_CG_RS, n, in, NULL, &s, err, errlen)))
+    if (!s && (e = sm_cg_join(c, g, L, seq, SM_CG_RS, n, in, NULL, &s, err, errlen)))
         goto out;
     if (L->li == 0) {
-        const void *part = in;
-        if (L->nlocal > 1) {
+        int nmulti = 0;
+        for (int u = 0; u < L->nu; u++)
+            nmulti += L->uorder[u] == ks && L->unit[u].hi - L->unit[u].lo > 1;
+        if (nmulti) {
             char what[64];
-            snprintf(what, sizeof what, "the partial of collective #%llu", (unsigned long long)seq);
-            if ((e = sm_array_scratch((size_t)(nch * cb), what, &s->scratch, err, errlen))) {
+            snprintf(what, sizeof what, "the partials of collective #%llu",
+                     (unsigned long long)seq);
+            s->scratch_len = (size_t)(nmulti * nch * cb);
+            if ((e = sm_array_scratch(s->scratch_len, what, &s->scratch, err, errlen))) {
+                s->scratch_len = 0;
                 e = sm_cg_failf(c, e, err, errlen, "%s", err);
-            } else {
-                s->scratch_len = (size_t)(nch * cb);
-                e = sm_cg_reduce2(t, op, s->in[0], s->in[1], s->scratch, nch * n, err, errlen);
-                for (int l = 2; l < L->nlocal && !e; l++)
-                    e = sm_kern_accumulate(t, s->scratch, s->in[l], nch * n, op, err, errlen);
-                part = s->scratch;
             }
         }
+        for (int u = 0, j = 0; u < L->nu && !e; u++) {
+            if (L->uorder[u] != ks)
+                continue;
+            if (L->unit[u].hi - L->unit[u].lo == 1) {
+                part[u] = s->in[L->lidx[L->unit[u].lo]];
+                continue;
+            }
+            char *p = (char *)s->scratch + (size_t)(j++ * nch * cb);
+            part[u] = p;
+            for (int q = 0; q < g->size && !e; q++)
+                if (L->lidx[q] < 0)
+                    e = sm_cg_unit_reduce(L, (const void *const *)s->in, u, t, op, q * n,
+                                          (q + 1) * n, p + q * cb, err, errlen);
+        }
+        if (e)
+            e = sm_cg_failf(c, e, err, errlen, "%s", err);
         for (int k = 0; k < L->nw && !e; k++) {
             int w = L->order[k], nseg = 0;
             if (w == c->self)
                 continue;
-            for (int q = 0; q < g->size; q++)
-                if (L->worker[q] == w)
-                    segs[nseg++] = (sm_comm_grpc_seg){(const char *)part + q * cb, cb};
+            for (int u = 0; u < L->nu; u++)
+                for (int q = 0; q < g->size && L->uorder[u] == ks; q++)
+                    if (L->worker[q] == w)
+                        segs[nseg++] = (sm_comm_grpc_seg){part[u] + q * cb, cb};
             e = sm_cg_push(c, w, seq, L->dev[g->rank], -1, segs, nseg, err, errlen);
         }
         if (e)
             sm_cg_abort(c, err);
-        sm_rendezvous_publish(c->rv, s, part, !e);
+        sm_rendezvous_publish(c->rv, s, s->scratch, !e);
     } else {
         e = sm_rendezvous_wait_shared(c->rv, s, err, errlen); /* the leader's sends are bounded */
     }
+    int64_t at = 0; /* the other workers' partials of the caller's chunk, into rbuf */
     for (int k = 0; k < L->nw && !e; k++) {
-        int w = L->order[k];
         sm_mailbox_blob *b = NULL;
-        if (w == c->self) {
-            const char *src = (const char *)s->shared + g->rank * cb;
-            if (k == 0 && cb)
-                memcpy(out, src, (size_t)cb);
-            else if (k > 0)
-                e = sm_kern_accumulate(t, out, src, n, op, err, errlen);
+        if (k == ks)
             continue;
-        }
-        if ((e = sm_cg_take(c, seq, L->dev[L->first[k]], -1, w, L->nlocal, L->nlocal * cb,
-                            (int64_t)el, &b, err, errlen)))
+        if ((e = sm_cg_take(c, seq, L->dev[L->first[k]], -1, L->order[k], L->nlocal,
+                            L->nuw[k] * L->nlocal * cb, (int64_t)el, &b, err, errlen)))
             break;
-        e = sm_cg_combine(t, op, k == 0, out, b, L->li * cb, n, err, errlen);
+        for (int u = 0; u < L->nu; u++)
+            if (L->uorder[u] == k) {
+                sm_mailbox_blob_copy(b, (L->uidx[u] * L->nlocal + L->li) * cb, rbuf + at, cb);
+                part[u] = rbuf + at;
+                at += cb;
+            }
         sm_mailbox_release(c->box, b);
+    }
+    if (!e) {
+        int nl = sm_cg_leaves(L, (const void *const *)s->in, g->rank * cb, part, leaves);
+        e = sm_comm_tree_reduce(t, op, 0, g->size, leaves, nl, n, out, err, errlen);
+        if (e)
+            e = sm_cg_failf(c, e, err, errlen, "%s", err);
     }
     sm_rendezvous_leave(c->rv, s);
 out:
     free(L);
     free(segs);
+    free(leaves);
+    free(part);
+    free(rbuf);
     return e;
 }
 
@@ -783,8 +781,10 @@ static sm_err sm_cg_move(sm_comm_grpc *c, const sm_comm_group *g, uint64_t seq, 
         }
     }
     if (sm_cg_shm_use(c, g, L, kind, kind == SM_CG_PERM ? cb : (int64_t)g->size * cb)) {
-        e = sm_cg_shm_move(c, g, L, seq, kind, from, to, in, out, cb, err, errlen);
-        goto out;
+        e = sm_cg_shm_move(c, g, L, seq, kind, from, to, in, out, cb, &s, err, errlen);
+        if (!s) /* else it falls back, joined */
+            goto out;
+        e = SM_OK;
     }
     if (kind == SM_CG_PERM) {
         if (to >= 0 && L->lidx[to] < 0) {
@@ -805,9 +805,12 @@ static sm_err sm_cg_move(sm_comm_grpc *c, const sm_comm_group *g, uint64_t seq, 
             e = sm_cg_push(c, w, seq, me, -1, segs, nseg, err, errlen);
         }
     }
-    if (e)
+    if (e) {
+        if (s)
+            sm_rendezvous_leave(c->rv, s);
         goto out;
-    if ((e = sm_cg_join(c, g, L, seq, kind, cb, in, NULL, &s, err, errlen)))
+    }
+    if (!s && (e = sm_cg_join(c, g, L, seq, kind, cb, in, NULL, &s, err, errlen)))
         goto out;
     for (int q = 0; q < g->size && !e; q++) {
         char *dst = (char *)out + (kind == SM_CG_PERM ? 0 : q * cb);

@@ -8,27 +8,27 @@
  * (comm_grpc_mailbox.h), pushed by their owners through a transport
  * (Worker.Exchange over gRPC in production, see sm_comm_grpc_net).
  *
- * Algorithms, chosen from the group's layout:
- * - all_reduce: the local members reduce their inputs in rank order into
- *   one partial per worker (in the output of the lowest local rank, the
- *   leader; each member reduces a slice). Across workers the leaders then
- *   reduce-scatter and all-gather: with workers ordered by their lowest
- *   member rank, worker k gets part k (of nworkers contiguous parts) of
- *   every other partial (blob dst_device = its leader's device), combines
- *   the partials of that part in worker order and pushes the result to
- *   every other worker (dst_device = -1), so each element is reduced once,
- *   always in the same order, and every member gets the same bits on every
- *   run. Each local member then copies a share of the leader's output into
- *   the other local outputs. Copies are saved where the order allows: a
- *   worker other than worker order 0 leaves its own part out of the local
- *   reduction and its leader combines it from the local inputs, a block at
- *   a time, into worker order 0's partial of that part, which it receives
- *   straight into its output (sm_mailbox_expect), as it receives the
- *   all-gather's parts.
- * - reduce_scatter: the leader reduces the local inputs in rank order into
- *   one partial, pushes every other worker of the group the chunks of that
- *   worker's members, and each member combines the partials of its chunk in
- *   worker order.
+ * Algorithms, chosen from the group's layout. Reductions combine in the
+ * tree of sm_comm.h; the group's units are its largest subtrees whose
+ * members all live on one worker (sm_comm_tree_units).
+ * - all_reduce: the local members reduce the partials of this worker's
+ *   units (a unit of one member is its input; another's partial goes in
+ *   its first member's output), a slice each. Across workers the leaders
+ *   then reduce-scatter and all-gather: with workers ordered by their
+ *   lowest member rank, worker k gets part k (of nworkers contiguous
+ *   parts) of every other worker's unit partials (one blob, units in rank
+ *   order, dst_device = its leader's device, received straight into one
+ *   buffer), reduces them with its own members' inputs in the tree into
+ *   the leader's output and pushes the result to every other worker
+ *   (dst_device = -1, received straight into the leader's output), so
+ *   each element is reduced once, always in the same order, and every
+ *   member gets the same bits on every run and every layout. Each local
+ *   member then copies a share of the leader's output into the other
+ *   local outputs.
+ * - reduce_scatter: the leader reduces the partials of this worker's units
+ *   of the other workers' members' chunks, pushes every other worker the
+ *   chunks of its members (units in rank order), and each member reduces
+ *   its chunk of those with its worker's inputs in the tree.
  * - all_gather / all_to_all / permute: each member pushes what another
  *   worker needs from it (its block; for all_to_all the chunks of that
  *   worker's members in rank order) as one blob with dst_device = -1 (the

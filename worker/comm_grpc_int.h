@@ -45,6 +45,13 @@ typedef struct {
     int order[SM_MAX_DEVICES];   /* workers by lowest member rank */
     int first[SM_MAX_DEVICES];   /* that lowest rank */
     int32_t dev[SM_MAX_DEVICES]; /* rank -> device id */
+    /* The reduction's units (sm_comm_tree_units): the largest nodes of the
+     * tree of sm_comm.h whose members live on one worker, in rank order. */
+    int nu;
+    sm_comm_span unit[SM_MAX_DEVICES];
+    int uorder[SM_MAX_DEVICES]; /* unit -> worker order of its worker */
+    int uidx[SM_MAX_DEVICES];   /* unit -> index among its worker's units */
+    int nuw[SM_MAX_DEVICES];    /* worker order -> its units */
 } sm_cg_layout;
 
 sm_err sm_cg_failf(sm_comm_grpc *c, sm_err code, char *err, size_t errlen, const char *fmt, ...)
@@ -54,8 +61,18 @@ sm_err sm_cg_join(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L
                   sm_cg_kind kind, int64_t arg, const void *in, void *out,
                   sm_rendezvous_slot **slot, char *err, size_t errlen);
 int sm_cg_self_order(const sm_comm_grpc *c, const sm_cg_layout *L);
-sm_err sm_cg_reduce2(sm_dtype t, sm_kern_reduce_op op, const void *a, const void *b, void *out,
-                     int64_t n, char *err, size_t errlen);
+/* dst (element lo at its start) = elements [lo, hi) of the partial of
+ * unit u (all its members on this worker: the tree of sm_comm.h over their
+ * inputs, in[] indexed by local index). */
+sm_err sm_cg_unit_reduce(const sm_cg_layout *L, const void *const *in, int u, sm_dtype t,
+                         sm_kern_reduce_op op, int64_t lo, int64_t hi, char *dst, char *err,
+                         size_t errlen);
+/* The leaves of the whole group's tree (sm_comm_tree_reduce) into leaves
+ * (room for the group's size), in rank order: each unit of another worker
+ * from remote[u], each member of this worker from its input in[l] at byte
+ * off. Returns their count. */
+int sm_cg_leaves(const sm_cg_layout *L, const void *const *in, int64_t off,
+                 const char *const *remote, sm_comm_leaf *leaves);
 
 /* ---- comm_grpc_shm.c ---- */
 
@@ -74,14 +91,20 @@ int sm_cg_shm_use(const sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_lay
                   sm_cg_kind kind, int64_t nbytes);
 sm_err sm_cg_shm_all_reduce(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
                             uint64_t seq, sm_dtype t, sm_kern_reduce_op op, const void *in,
-                            void *out, int64_t n, char *err, size_t errlen);
+                            void *out, int64_t n, sm_rendezvous_slot **fell, char *err,
+                            size_t errlen);
 sm_err sm_cg_shm_reduce_scatter(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
                                 uint64_t seq, sm_dtype t, sm_kern_reduce_op op, const void *in,
-                                void *out, int64_t n, char *err, size_t errlen);
+                                void *out, int64_t n, sm_rendezvous_slot **fell, char *err,
+                                size_t errlen);
 /* all_gather, all_to_all and permute (from: the caller's source rank or
- * -1, to: its destination rank or -1). */
+ * -1, to: its destination rank or -1). Each of the three returns
+ * SM_ERESOURCE with *fell set to the members' joined slot when the
+ * collective falls back to gRPC (a worker of the group lacks room in
+ * shared memory, or under its memory limit): every member of every worker
+ * of the group then goes on over gRPC with that slot. */
 sm_err sm_cg_shm_move(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L, uint64_t seq,
                       sm_cg_kind kind, int from, int to, const void *in, void *out, int64_t cb,
-                      char *err, size_t errlen);
+                      sm_rendezvous_slot **fell, char *err, size_t errlen);
 
 #endif

@@ -12,17 +12,20 @@
  * finds another job's key in it knows the owner moved on. A group uses, on
  * each of its workers, the slot of its lowest member there; groups of one
  * collective are disjoint, so no two running groups share a slot. Peers open a segment the first
- * time they need it and the last of them unlinks its name; every worker
- * unlinks every name of the domain again when the job ends, so a worker
- * that dies leaves no name behind once its peers have noticed.
+ * time they need it and the last of them unlinks its name; a worker
+ * unlinks its own name when the job ends, and every name of the domain
+ * when the job failed, so a worker that dies leaves no name behind once
+ * its peers have noticed (a worker done with a job that went well leaves
+ * its peers' names alone: their other groups may still have to open
+ * them).
  *
  * A collective, on each worker: the local members meet (sm_rendezvous),
  * write what the others need into their slot (phase 1: for all_reduce and
- * reduce_scatter the worker's partial of the other workers' parts, for
+ * reduce_scatter its units' partials of the other workers' parts, for
  * the data movements their inputs), then read their peers' slots where
- * they lie (all_reduce: each worker reduces its own part, with its own
- * partial computed in cache, into its slot and its outputs, phase 2; then
- * copies the others' parts), and wait until every worker is done reading
+ * they lie (all_reduce: each worker reduces its own part, from the
+ * other workers' partials and its own inputs in cache, into its slot and
+ * its outputs, phase 2; then copies the others' parts), and wait until every worker is done reading
  * before leaving (phase 3). Pages of a worker's own slot are allocated
  * before they are written (fallocate: a full /dev/shm is an error, not a
  * fault), and every slot is checked against truncation before a phase. A phase ends with
@@ -32,9 +35,10 @@
  * the job's deadline and, every probe interval, that the peer still answers
  * (else SM_EUNAVAILABLE naming it, as on the gRPC path).
  *
- * Reductions add in the order of the gRPC path (comm_grpc.h): each
- * worker's members in rank order into the worker's partial, then the
- * partials in worker order; the kernels are the same, so are the bits. */
+ * Reductions combine in the tree of sm_comm.h, as on the gRPC path
+ * (comm_grpc.h): each worker writes the partials of its units, and the
+ * rest of the tree is combined from them and the local inputs; the
+ * kernels are the same, so are the bits. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -45,6 +49,7 @@
 #include <unistd.h>
 
 #include "comm_grpc_int.h"
+#include "sm_array.h"
 #include "sm_shm.h"
 #include "sm_log.h"
 #include "sm_time.h"
@@ -84,11 +89,25 @@ struct sm_cg_shm {
     int aborted;         /* the job aborted (before this worker's segment was made too) */
     char why[512];
     sm_cg_shm_hdr *own; /* this worker's segment's header, once made */
+    /* Falling back to gRPC (under mu): no_seg, this worker could not make
+     * its segment (its marker says so to its peers); peer_off, per worker,
+     * its marker was seen; charged, bytes of this worker's slots counted
+     * against the memory limit (sm_array_mem_charge); warned, the log line
+     * was written. */
+    int no_seg, warned, mark_fd; /* mark_fd: the marker, held open (-1: none) */
+    unsigned char *peer_off;
+    size_t charged;
 };
 
 static void sm_cg_shm_name(const sm_cg_shm *m, int w, char *name)
 {
     snprintf(name, SM_SHM_NAME_MAX, "/shmap-%016llx-%d", (unsigned long long)m->key, w);
+}
+
+/* The marker of worker w that could not make its segment for the job. */
+static void sm_cg_shm_mark_name(const sm_cg_shm *m, int w, char *name)
+{
+    snprintf(name, SM_SHM_NAME_MAX, "/shmap-%016llx-%d-0ff", (unsigned long long)m->key, w);
 }
 
 static size_t sm_cg_shm_len(const sm_cg_shm *m, int w)
@@ -120,9 +139,11 @@ sm_err sm_cg_shm_create(sm_comm_grpc *c, uint64_t key, char *err, size_t errlen)
         m->nslots = calloc((size_t)c->nworkers, sizeof *m->nslots);
         m->held = calloc((size_t)c->mesh.ndevices, sizeof *m->held);
         m->mapped = calloc((size_t)c->mesh.ndevices, sizeof *m->mapped);
+        m->peer_off = calloc((size_t)c->nworkers, sizeof *m->peer_off);
     }
-    if (!m || !m->seg || !m->nslots || !m->held || !m->mapped) {
+    if (!m || !m->seg || !m->nslots || !m->held || !m->mapped || !m->peer_off) {
         if (m) {
+            free(m->peer_off);
             free(m->seg);
             free(m->nslots);
             free(m->held);
@@ -135,6 +156,7 @@ sm_err sm_cg_shm_create(sm_comm_grpc *c, uint64_t key, char *err, size_t errlen)
     pthread_mutex_init(&m->amu, NULL);
     m->key = key;
     m->ndomain = ndomain;
+    m->mark_fd = -1;
     for (int w = 0; w < c->nworkers; w++)
         m->seg[w].fd = -1;
     for (int pos = 0; pos < c->mesh.ndevices; pos++)
@@ -190,17 +212,26 @@ void sm_cg_shm_free(sm_comm_grpc *c)
         if (w == c->self && c->shm_pool && m->seg[w].base)
             sm_shm_pool_give(c->shm_pool, &m->seg[w]); /* kept, with its pages, for a next job */
         sm_shm_seg_close(&m->seg[w]);
-        if (c->domain[w] == c->domain[c->self]) {
+        /* its own names; a peer's only when the job failed (the peer may
+         * be dead): a peer whose group is still under way may have others
+         * yet to open its segment */
+        if (c->domain[w] == c->domain[c->self] && (w == c->self || m->aborted)) {
             sm_cg_shm_name(m, w, name);
+            sm_shm_unlink(name);
+            sm_cg_shm_mark_name(m, w, name);
             sm_shm_unlink(name);
         }
     }
+    sm_array_mem_uncharge(m->charged);
+    if (m->mark_fd >= 0)
+        close(m->mark_fd);
     pthread_mutex_destroy(&m->mu);
     pthread_mutex_destroy(&m->amu);
     free(m->seg);
     free(m->nslots);
     free(m->held);
     free(m->mapped);
+    free(m->peer_off);
     free(m);
     c->shm = NULL;
 }
@@ -231,11 +262,35 @@ int sm_cg_shm_use(const sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_lay
     if (!L->shm || nbytes <= 0)
         return 0;
     uint64_t need = (uint64_t)nbytes;
+    int units = 0; /* the most units of one worker: its partials share its slot */
+    for (int k = 0; k < L->nw; k++)
+        units = L->nuw[k] > units ? L->nuw[k] : units;
     if (kind == SM_CG_AR)
-        need = 2 * (((uint64_t)nbytes + 63) & ~(uint64_t)63);
+        need = (uint64_t)(units + 1) * (((uint64_t)nbytes + 63) & ~(uint64_t)63);
+    else if (kind == SM_CG_RS)
+        need = (uint64_t)units * (uint64_t)nbytes;
     else if (kind == SM_CG_A2A || kind == SM_CG_PERM)
         need = (uint64_t)g->size * (uint64_t)nbytes;
     return need <= SM_SHM_SPAN;
+}
+
+/* A resource this worker's shared memory needs is missing (why): the
+ * collective under way falls back to gRPC (sm_cg_shm_phase). Logs it once
+ * per job; returns SM_ERESOURCE, the code of a fallback. */
+static sm_err sm_cg_shm_short(sm_comm_grpc *c, uint64_t seq, const char *why, char *err,
+                              size_t errlen)
+{
+    sm_cg_shm *m = c->shm;
+    pthread_mutex_lock(&m->mu);
+    int first = !m->warned;
+    m->warned = 1;
+    pthread_mutex_unlock(&m->mu);
+    if (first)
+        SM_WARN("job %llu: collective #%llu and the others that find no room in shared memory go "
+                "over gRPC instead: %s",
+                (unsigned long long)c->job.v, (unsigned long long)seq, why);
+    return sm_fail(err, errlen, SM_ERESOURCE, "collective #%llu falls back to gRPC: %s",
+                   (unsigned long long)seq, why);
 }
 
 /* Waits (bounded by the job's checks) until the peer answers probes again
@@ -285,8 +340,24 @@ static sm_err sm_cg_shm_seg(sm_comm_grpc *c, int w, uint64_t seq, const sm_shm_s
         pthread_mutex_lock(&m->mu);
         sm_shm_seg *s = &m->seg[w];
         sm_err e = SM_OK;
-        if (!s->base && w == c->self)
-            e = sm_cg_shm_make(c, err, errlen);
+        if (!s->base && w == c->self && m->no_seg)
+            e = SM_ERESOURCE;
+        else if (!s->base && w == c->self && (e = sm_cg_shm_make(c, err, errlen)) != SM_OK) {
+            char why[400], mark[SM_SHM_NAME_MAX];
+            snprintf(why, sizeof why, "%s", err);
+            sm_cg_shm_mark_name(m, c->self, mark);
+            if ((e = sm_shm_mark(mark, &m->mark_fd, err, errlen)) == SM_OK) {
+                m->no_seg = 1; /* its peers see the marker instead of waiting for the segment */
+                e = SM_ERESOURCE;
+            }
+            pthread_mutex_unlock(&m->mu);
+            return e == SM_ERESOURCE ? sm_cg_shm_short(c, seq, why, err, errlen)
+                                     : sm_cg_failf(c, e, err, errlen, "%s (after: %s)", err, why);
+        }
+        if (e == SM_ERESOURCE) {
+            pthread_mutex_unlock(&m->mu);
+            return sm_fail(err, errlen, SM_ERESOURCE, "this worker has no shared-memory segment");
+        }
         int have = s->base != NULL;
         pthread_mutex_unlock(&m->mu);
         if (have) {
@@ -316,8 +387,21 @@ static sm_err sm_cg_shm_seg(sm_comm_grpc *c, int w, uint64_t seq, const sm_shm_s
                 return SM_OK;
             }
         }
+        if (e == SM_ENOMEM || e == SM_EIO) { /* no room to map it, or no file descriptor */
+            char why[400];
+            snprintf(why, sizeof why, "%s", err);
+            return sm_cg_shm_short(c, seq, why, err, errlen);
+        }
         if (e != SM_ENOTFOUND || w == c->self)
             return sm_cg_failf(c, e, err, errlen, "%s", err);
+        char mark[SM_SHM_NAME_MAX];
+        sm_cg_shm_mark_name(m, w, mark);
+        if (__atomic_load_n(&m->peer_off[w], __ATOMIC_RELAXED) || sm_shm_marked(mark)) {
+            __atomic_store_n(&m->peer_off[w], 1, __ATOMIC_RELAXED);
+            return sm_fail(err, errlen, SM_ERESOURCE,
+                           "worker %s has no shared-memory segment for job %llu", c->addr[w],
+                           (unsigned long long)c->job.v);
+        }
         if ((e = sm_cg_shm_checks(c, w, NULL, seq, &next_probe, err, errlen)))
             return e;
         usleep(500);
@@ -386,24 +470,110 @@ static sm_err sm_cg_shm_wait(sm_comm_grpc *c, const sm_comm_group *g, const sm_c
     return SM_OK;
 }
 
+/* Phase 1's post, with the word after the phase word saying whether this
+ * worker has what the collective needs in shared memory (bad: it falls
+ * back to gRPC). */
+static void sm_cg_shm_post1(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
+                            uint64_t seq, int bad)
+{
+    const sm_shm_seg *s = &c->shm->seg[c->self];
+    uint32_t *word = sm_cg_shm_word(s, sm_cg_shm_slot_of(c, g, L, sm_cg_self_order(c, L)));
+    __atomic_store_n(word + 1, (uint32_t)(seq << 1) | (uint32_t)(bad != 0), __ATOMIC_RELAXED);
+    sm_cg_shm_post(c, g, L, seq, 1);
+}
+
+/* After phase 1's wait: 1 if a worker of the group falls back (its word
+ * says so, or it has moved on past seq, which it does only after falling
+ * back). */
+static int sm_cg_shm_peers_bad(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
+                               uint64_t seq)
+{
+    sm_cg_shm *m = c->shm;
+    for (int k = 0; k < L->nw; k++) {
+        int w = L->order[k];
+        if (w == c->self)
+            continue;
+        pthread_mutex_lock(&m->mu);
+        const sm_shm_seg *s = &m->seg[w];
+        pthread_mutex_unlock(&m->mu);
+        uint32_t v =
+            __atomic_load_n(sm_cg_shm_word(s, sm_cg_shm_slot_of(c, g, L, k)) + 1, __ATOMIC_RELAXED);
+        if ((v >> 1) != ((uint32_t)(seq << 1) >> 1) || (v & 1))
+            return 1;
+    }
+    return 0;
+}
+
 /* Ends a phase: the local barrier, the leader's post, the wait for the
- * other workers. failed: this member failed (its error already in err). */
+ * other workers. failed: this member failed (its error already in err);
+ * SM_ERESOURCE from sm_cg_shm_short (before phase 1's post only) is no
+ * failure but a fallback. Phase 1 decides, alike on every worker of the
+ * group, whether the collective goes on in shared memory: a worker that
+ * lacks room posts phase 1 with its bad word set (or has no segment, and
+ * its marker says so), and every worker that sees it, and every member of
+ * those workers (their barrier ORs what they saw), falls back: *fell is
+ * set and SM_ERESOURCE returned, then and at every later phase. */
 static sm_err sm_cg_shm_phase(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
                               sm_rendezvous_slot *s, uint64_t seq, int phase, sm_err failed,
-                              char *err, size_t errlen)
+                              int *fell, char *err, size_t errlen)
 {
-    if (failed)
+    if (*fell)
+        return SM_ERESOURCE;
+    int fb = phase == 1 && failed == SM_ERESOURCE && !sm_rendezvous_status(c->rv, NULL, 0);
+    if (failed && !fb)
         sm_cg_failf(c, failed, err, errlen, "%s", err);
     if (sm_rendezvous_sync(c->rv, s, failed != SM_OK)) {
         sm_err e = sm_rendezvous_check(c->rv, err, errlen);
-        return failed ? failed
-               : e    ? e
-                      : sm_fail(err, errlen, SM_ECANCELLED,
-                                "collective #%llu failed on another device", (unsigned long long)seq);
+        if (e || phase != 1)
+            return failed ? failed
+                   : e    ? e
+                          : sm_fail(err, errlen, SM_ECANCELLED,
+                                    "collective #%llu failed on another device",
+                                    (unsigned long long)seq);
+        pthread_mutex_lock(&c->shm->mu);
+        int own = c->shm->seg[c->self].base != NULL;
+        pthread_mutex_unlock(&c->shm->mu);
+        if (L->li == 0 && own) /* else its marker tells the peers */
+            sm_cg_shm_post1(c, g, L, seq, 1);
+        *fell = 1;
+        return sm_fail(err, errlen, SM_ERESOURCE, "collective #%llu falls back to gRPC",
+                       (unsigned long long)seq);
     }
-    if (L->li == 0)
-        sm_cg_shm_post(c, g, L, seq, phase);
-    return sm_cg_shm_wait(c, g, L, seq, phase, err, errlen);
+    if (phase != 1) {
+        if (L->li == 0)
+            sm_cg_shm_post(c, g, L, seq, phase);
+        return sm_cg_shm_wait(c, g, L, seq, phase, err, errlen);
+    }
+    int bad = 0;
+    sm_err e = SM_OK;
+    for (int k = 0; k < L->nw && L->li == 0 && !e; k++) { /* the leader maps the peers' first */
+        const sm_shm_seg *sg;
+        if (L->order[k] != c->self)
+            e = sm_cg_shm_seg(c, L->order[k], seq, &sg, err, errlen);
+    }
+    if (e == SM_ERESOURCE && !sm_rendezvous_status(c->rv, NULL, 0)) {
+        bad = 1;
+        e = SM_OK;
+    }
+    if (!e && L->li == 0)
+        sm_cg_shm_post1(c, g, L, seq, bad);
+    if (!e && !bad)
+        e = sm_cg_shm_wait(c, g, L, seq, phase, err, errlen);
+    if (e == SM_ERESOURCE && !sm_rendezvous_status(c->rv, NULL, 0)) {
+        bad = 1;
+        e = SM_OK;
+    }
+    if (!e && !bad)
+        bad = sm_cg_shm_peers_bad(c, g, L, seq);
+    if (sm_rendezvous_sync(c->rv, s, e != SM_OK || bad)) {
+        sm_err ea = sm_rendezvous_check(c->rv, err, errlen);
+        if (ea || e)
+            return e ? e : ea;
+        *fell = 1;
+        return sm_fail(err, errlen, SM_ERESOURCE, "collective #%llu falls back to gRPC",
+                       (unsigned long long)seq);
+    }
+    return e;
 }
 
 /* The start of worker order k's slot for g (this worker's too: another
@@ -422,17 +592,26 @@ static sm_err sm_cg_shm_region(sm_comm_grpc *c, const sm_comm_group *g, const sm
     size_t at = SM_SHM_HDR + (size_t)slot * SM_SHM_SPAN;
     if ((e = sm_shm_seg_check(s, at + used, err, errlen)))
         return sm_cg_failf(c, e, err, errlen, "%s", err);
-    if (L->order[k] == c->self) { /* the pages it writes, allocated now: a full /dev/shm is an
-                                   * error here, not a fault on the first write */
+    if (L->order[k] == c->self) { /* the pages it writes, counted against the memory limit and
+                                   * allocated now: a full /dev/shm falls back to gRPC here
+                                   * instead of faulting on the first write */
         sm_cg_shm *m = c->shm;
+        char why[400] = "";
         pthread_mutex_lock(&m->mu);
-        if (used > m->held[slot] &&
-            (e = sm_shm_seg_reserve(s, at + m->held[slot], used - m->held[slot], err, errlen)) ==
-                SM_OK)
-            m->held[slot] = used;
+        if (used > m->held[slot]) {
+            size_t more = used - m->held[slot];
+            if (sm_array_mem_charge(more, why, sizeof why)) {
+                e = SM_ERESOURCE;
+            } else if ((e = sm_shm_seg_reserve(s, at + m->held[slot], more, why, sizeof why))) {
+                sm_array_mem_uncharge(more);
+            } else {
+                m->held[slot] = used;
+                m->charged += more;
+            }
+        }
         pthread_mutex_unlock(&m->mu);
         if (e)
-            return sm_cg_failf(c, e, err, errlen, "%s", err);
+            return sm_cg_shm_short(c, seq, why, err, errlen);
     }
     /* the page tables of the slot filled in one call, not a fault per page
      * (a hint: without it the pages come as they are touched) */
@@ -448,26 +627,6 @@ static sm_err sm_cg_shm_region(sm_comm_grpc *c, const sm_comm_group *g, const sm
     pthread_mutex_unlock(&m->mu);
     *out = sm_cg_shm_slot(s, slot);
     return SM_OK;
-}
-
-/* dst (which receives element lo at its start) = the local inputs'
- * elements [lo, hi) reduced in rank order. */
-static sm_err sm_cg_shm_local(const sm_cg_layout *L, const sm_rendezvous_slot *s, sm_dtype t,
-                              sm_kern_reduce_op op, char *dst, int64_t lo, int64_t hi, char *err,
-                              size_t errlen)
-{
-    int64_t el = (int64_t)sm_dtype_size(t);
-    if (hi <= lo)
-        return SM_OK;
-    const char *in0 = (const char *)s->in[0] + lo * el;
-    sm_err e = SM_OK;
-    if (L->nlocal == 1)
-        memcpy(dst, in0, (size_t)((hi - lo) * el));
-    else
-        e = sm_cg_reduce2(t, op, in0, (const char *)s->in[1] + lo * el, dst, hi - lo, err, errlen);
-    for (int l = 2; l < L->nlocal && !e; l++)
-        e = sm_kern_accumulate(t, dst, (const char *)s->in[l] + lo * el, hi - lo, op, err, errlen);
-    return e;
 }
 
 /* memcpy with streaming stores where the target is 16-byte aligned: for
@@ -500,30 +659,28 @@ static void sm_cg_shm_stream(void *dst, const void *src, size_t len)
 #endif
 }
 
-/* Elements [at, at + n) of the reduction: every worker's partial in worker
- * order (P[k] + at), this worker's own (order ks) computed here from the
- * local inputs a block at a time, in cache (it wrote no partial of these
- * elements). Written to dst (element at at its start) and, if outs, to
- * the same elements of every local output. */
+/* Elements [lo, hi) of the group's reduction (the tree of sm_comm.h):
+ * the other workers' units from their slots (R[u], at element 0), this
+ * worker's members from their inputs, a block at a time into dst (which
+ * receives element lo at its start) and from there, while in cache, into
+ * every local output if outs. */
 static sm_err sm_cg_shm_reduce_into(const sm_cg_layout *L, const sm_rendezvous_slot *s,
-                                    const char *const *P, int ks, sm_dtype t, sm_kern_reduce_op op,
-                                    int64_t at, int64_t n, char *dst, void *const *outs,
-                                    const char **ops, char *tmp, char *err, size_t errlen)
+                                    const char *const *R, sm_dtype t, sm_kern_reduce_op op,
+                                    int64_t lo, int64_t hi, char *dst, void *const *outs,
+                                    const char **rem, sm_comm_leaf *leaves, char *err,
+                                    size_t errlen)
 {
     int64_t el = (int64_t)sm_dtype_size(t), blk = SM_SHM_BLOCK / el;
     sm_err e = SM_OK;
-    for (int64_t b = 0; b < n && !e; b += blk) {
-        int64_t m = n - b < blk ? n - b : blk, x = at + b;
-        if (!(e = sm_cg_shm_local(L, s, t, op, tmp, x, x + m, err, errlen))) {
-            for (int k = 0; k < L->nw; k++)
-                ops[k] = k == ks ? tmp : P[k] + x * el;
-            char *d = dst + b * el;
-            e = sm_cg_reduce2(t, op, ops[0], ops[1], d, m, err, errlen);
-            for (int k = 2; k < L->nw && !e; k++)
-                e = sm_kern_accumulate(t, d, ops[k], m, op, err, errlen);
-            for (int l = 0; outs && l < L->nlocal && !e; l++)
-                sm_cg_shm_stream((char *)outs[l] + x * el, d, (size_t)(m * el));
-        }
+    for (int64_t b = lo; b < hi && !e; b += blk) {
+        int64_t m = hi - b < blk ? hi - b : blk;
+        for (int u = 0; u < L->nu; u++)
+            rem[u] = R[u] ? R[u] + b * el : NULL;
+        int nl = sm_cg_leaves(L, (const void *const *)s->in, b * el, rem, leaves);
+        char *d = dst + (b - lo) * el;
+        e = sm_comm_tree_reduce(t, op, 0, L->unit[L->nu - 1].hi, leaves, nl, m, d, err, errlen);
+        for (int l = 0; outs && l < L->nlocal && !e; l++)
+            sm_cg_shm_stream((char *)outs[l] + b * el, d, (size_t)(m * el));
     }
     return e;
 }
@@ -543,24 +700,30 @@ typedef struct {
     int from, to;   /* permute */
     const void *in; /* the caller's */
     void *out;
-    int64_t n;        /* elements (reductions) or bytes (moves) */
-    const char **P;   /* per worker order: its slot */
-    const char **ops; /* per worker order: scratch of sm_cg_shm_reduce_into */
-    char *tmp;        /* SM_SHM_BLOCK bytes */
+    int64_t n;             /* elements (reductions) or bytes (moves) */
+    const char **P;        /* per worker order: its slot */
+    const char **R, **rem; /* per unit: its partial (another worker's), scratch */
+    sm_comm_leaf *leaves;  /* per rank: scratch of sm_cg_shm_reduce_into */
+    int fallback;          /* the collective falls back to gRPC (sm_cg_shm_phase) */
     char *err;
     size_t errlen;
 } sm_cg_shm_call;
 
-/* Joins, runs body guarded, leaves; frees the scratch. */
-static sm_err sm_cg_shm_run(sm_cg_shm_call *x, sm_err (*body)(void *), int64_t arg, void *dst)
+/* Joins, runs body guarded, leaves; frees the scratch. A collective that
+ * falls back to gRPC leaves nobody: it returns SM_ERESOURCE with the
+ * joined slot in *fell. */
+static sm_err sm_cg_shm_run(sm_cg_shm_call *x, sm_err (*body)(void *), int64_t arg, void *dst,
+                            sm_rendezvous_slot **fell)
 {
+    *fell = NULL;
     sm_comm_grpc *c = x->c;
     int nw = x->L->nw;
     x->P = malloc((size_t)nw * sizeof *x->P);
-    x->ops = malloc((size_t)nw * sizeof *x->ops);
-    x->tmp = malloc(SM_SHM_BLOCK);
+    x->R = calloc((size_t)x->L->nu, sizeof *x->R);
+    x->rem = malloc((size_t)x->L->nu * sizeof *x->rem);
+    x->leaves = malloc((size_t)x->g->size * sizeof *x->leaves);
     sm_err e;
-    if (!x->P || !x->ops || !x->tmp)
+    if (!x->P || !x->R || !x->rem || !x->leaves)
         e = sm_cg_failf(c, SM_ENOMEM, x->err, x->errlen, "out of memory for collective #%llu",
                         (unsigned long long)x->seq);
     else
@@ -573,20 +736,25 @@ static sm_err sm_cg_shm_run(sm_cg_shm_call *x, sm_err (*body)(void *), int64_t a
                             "collective #%llu of job %llu: a shared-memory segment was truncated "
                             "under it",
                             (unsigned long long)x->seq, (unsigned long long)c->job.v);
-        sm_rendezvous_leave(c->rv, x->s);
+        if (e == SM_ERESOURCE && x->fallback && !faulted)
+            *fell = x->s; /* joined: the gRPC path goes on with the same members */
+        else
+            sm_rendezvous_leave(c->rv, x->s);
     }
     free(x->P);
-    free(x->ops);
-    free(x->tmp);
+    free(x->R);
+    free(x->rem);
+    free(x->leaves);
     return e;
 }
 
-/* all_reduce: phase 1, each worker writes its partial (its members' inputs
- * in rank order) of the other workers' parts; phase 2, each worker reduces
- * its own part (split among its members) from the others' partials and its
- * own, computed in cache, into its result and its local outputs; phase 3,
- * its members copy the other workers' parts of the result into the local
- * outputs. */
+/* all_reduce: phase 1, each worker writes the partials of its units
+ * (sm_comm_tree_units) of the other workers' parts into its slot, one
+ * after the other; phase 2, each worker reduces its own part (split among
+ * its members) from the other workers' partials and its members' inputs
+ * in the tree of sm_comm.h, into its result (after its partials) and its
+ * local outputs; phase 3, its members copy the other workers' parts of the
+ * result into the local outputs. */
 static sm_err sm_cg_shm_ar_body(void *arg)
 {
     sm_cg_shm_call *x = arg;
@@ -601,31 +769,40 @@ static sm_err sm_cg_shm_ar_body(void *arg)
     char *err = x->err;
     size_t errlen = x->errlen;
     int64_t n = x->n, el = (int64_t)sm_dtype_size(t);
-    size_t sa = ((size_t)(n * el) + 63) & ~(size_t)63; /* the partial, then the result */
+    size_t sa = ((size_t)(n * el) + 63) & ~(size_t)63; /* a partial, or the result */
     int nw = L->nw, ks = sm_cg_self_order(c, L);
     int64_t a = n * ks / nw, b = n * (ks + 1) / nw, m = b - a; /* this worker's part */
     char *mine = NULL;
-    sm_err e = sm_cg_shm_region(c, g, L, ks, seq, 2 * sa, (const char **)&mine, err, errlen);
-    if (!e) { /* phase 1: the partial of the other parts, a slice per local member */
-        int64_t r = n - m, lo = r * L->li / L->nlocal, hi = r * (L->li + 1) / L->nlocal;
-        if (lo < a)
-            e = sm_cg_shm_local(L, s, t, op, mine + lo * el, lo, hi < a ? hi : a, err, errlen);
-        lo = (lo > a ? lo : a) + m;
+    sm_err e = sm_cg_shm_region(c, g, L, ks, seq, (size_t)(L->nuw[ks] + 1) * sa,
+                                (const char **)&mine, err, errlen);
+    /* phase 1: the partials of the other parts, a slice of each per local member */
+    int64_t r = n - m, lo = r * L->li / L->nlocal, hi = r * (L->li + 1) / L->nlocal;
+    for (int u = 0; u < L->nu && !e; u++) {
+        if (L->uorder[u] != ks)
+            continue;
+        char *p = mine + (size_t)L->uidx[u] * sa;
+        const void *const *ins = (const void *const *)s->in;
+        int64_t x0 = lo < a ? lo : a, x1 = hi < a ? hi : a;
+        e = sm_cg_unit_reduce(L, ins, u, t, op, x0, x1, p + x0 * el, err, errlen);
+        x0 = (lo > a ? lo : a) + m, x1 = hi + m;
         if (!e && hi > a)
-            e = sm_cg_shm_local(L, s, t, op, mine + lo * el, lo, hi + m, err, errlen);
+            e = sm_cg_unit_reduce(L, ins, u, t, op, x0, x1, p + x0 * el, err, errlen);
     }
-    e = sm_cg_shm_phase(c, g, L, s, seq, 1, e, err, errlen);
+    e = sm_cg_shm_phase(c, g, L, s, seq, 1, e, &x->fallback, err, errlen);
     for (int k = 0; k < nw && !e; k++)
-        e = sm_cg_shm_region(c, g, L, k, seq, 2 * sa, &P[k], err, errlen);
+        e = sm_cg_shm_region(c, g, L, k, seq, (size_t)(L->nuw[k] + 1) * sa, &P[k], err, errlen);
+    for (int u = 0; u < L->nu && !e; u++)
+        x->R[u] = L->uorder[u] == ks ? NULL : P[L->uorder[u]] + (size_t)L->uidx[u] * sa;
     if (!e) { /* phase 2: this worker's part, a slice per local member */
-        int64_t lo = a + m * L->li / L->nlocal, hi = a + m * (L->li + 1) / L->nlocal;
-        e = sm_cg_shm_reduce_into(L, s, P, ks, t, op, lo, hi - lo, mine + sa + lo * el,
-                                  (void *const *)s->out, x->ops, x->tmp, err, errlen);
-        sm_traffic_add(SM_TRAFFIC_SHM_IN, (hi - lo) * el * (nw - 1));
+        int64_t x0 = a + m * L->li / L->nlocal, x1 = a + m * (L->li + 1) / L->nlocal;
+        char *res = mine + (size_t)L->nuw[ks] * sa;
+        e = sm_cg_shm_reduce_into(L, s, x->R, t, op, x0, x1, res + x0 * el, (void *const *)s->out,
+                                  x->rem, x->leaves, err, errlen);
+        sm_traffic_add(SM_TRAFFIC_SHM_IN, (x1 - x0) * el * (L->nu - L->nuw[ks]));
     }
-    e = sm_cg_shm_phase(c, g, L, s, seq, 2, e, err, errlen);
+    e = sm_cg_shm_phase(c, g, L, s, seq, 2, e, &x->fallback, err, errlen);
     if (!e) { /* phase 3: the other parts into every local output, a share per member */
-        int64_t r = n - m, total = (int64_t)L->nlocal * r;
+        int64_t total = (int64_t)L->nlocal * r;
         int64_t x0 = total * L->li / L->nlocal, x1 = total * (L->li + 1) / L->nlocal;
         for (int64_t i = x0; i < x1;) {
             int l = (int)(i / r);
@@ -637,17 +814,19 @@ static sm_err sm_cg_shm_ar_body(void *arg)
                 k++;
             int64_t kend = n * (k + 1) / nw - at; /* stay within worker k's part */
             len = len < kend ? len : kend;
-            sm_cg_shm_stream((char *)s->out[l] + at * el, P[k] + sa + at * el, (size_t)(len * el));
+            const char *res = P[k] + (size_t)L->nuw[k] * sa;
+            sm_cg_shm_stream((char *)s->out[l] + at * el, res + at * el, (size_t)(len * el));
             sm_traffic_add(SM_TRAFFIC_SHM_IN, len * el);
             i += len;
         }
     }
-    return sm_cg_shm_phase(c, g, L, s, seq, 3, e, err, errlen);
+    return sm_cg_shm_phase(c, g, L, s, seq, 3, e, &x->fallback, err, errlen);
 }
 
 sm_err sm_cg_shm_all_reduce(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
                             uint64_t seq, sm_dtype t, sm_kern_reduce_op op, const void *in,
-                            void *out, int64_t n, char *err, size_t errlen)
+                            void *out, int64_t n, sm_rendezvous_slot **fell, char *err,
+                            size_t errlen)
 {
     sm_cg_shm_call x = {.c = c,
                         .g = g,
@@ -661,9 +840,14 @@ sm_err sm_cg_shm_all_reduce(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg
                         .n = n,
                         .err = err,
                         .errlen = errlen};
-    return sm_cg_shm_run(&x, sm_cg_shm_ar_body, n, out);
+    return sm_cg_shm_run(&x, sm_cg_shm_ar_body, n, out, fell);
 }
 
+/* reduce_scatter: phase 1, each worker writes the partials of its units
+ * of the other workers' members' chunks into its slot (chunk q of unit
+ * index j at element (j * size + q) * n), a slice per local member; then
+ * each member reduces its chunk from the other workers' partials and its
+ * worker's inputs in the tree of sm_comm.h. */
 static sm_err sm_cg_shm_rs_body(void *arg)
 {
     sm_cg_shm_call *x = arg;
@@ -680,35 +864,42 @@ static sm_err sm_cg_shm_rs_body(void *arg)
     int64_t n = x->n, el = (int64_t)sm_dtype_size(t), total = (int64_t)g->size * n;
     int nw = L->nw, ks = sm_cg_self_order(c, L);
     char *mine = NULL;
-    sm_err e =
-        sm_cg_shm_region(c, g, L, ks, seq, (size_t)(total * el), (const char **)&mine, err, errlen);
-    /* phase 1: this worker's partial of the chunks of the other workers'
-     * members (chunk q at element q * n), a slice per local member */
+    sm_err e = sm_cg_shm_region(c, g, L, ks, seq, (size_t)(L->nuw[ks] * total * el),
+                                (const char **)&mine, err, errlen);
     int64_t rest = (int64_t)(g->size - L->nlocal) * n;
-    int64_t lo = rest * L->li / L->nlocal, hi = rest * (L->li + 1) / L->nlocal, i = 0;
-    for (int q = 0; q < g->size && !e && i < hi; q++) {
-        if (L->lidx[q] >= 0)
+    int64_t lo = rest * L->li / L->nlocal, hi = rest * (L->li + 1) / L->nlocal;
+    for (int u = 0; u < L->nu && !e; u++) {
+        if (L->uorder[u] != ks)
             continue;
-        int64_t a = lo > i ? lo - i : 0, b = hi - i < n ? hi - i : n; /* of chunk q */
-        if (b > a)
-            e = sm_cg_shm_local(L, s, t, op, mine + (q * n + a) * el, q * n + a, q * n + b, err,
-                                errlen);
-        i += n;
+        char *p = mine + L->uidx[u] * total * el;
+        int64_t i = 0;
+        for (int q = 0; q < g->size && !e && i < hi; q++) {
+            if (L->lidx[q] >= 0)
+                continue;
+            int64_t a = lo > i ? lo - i : 0, b = hi - i < n ? hi - i : n; /* of chunk q */
+            e = sm_cg_unit_reduce(L, (const void *const *)s->in, u, t, op, q * n + a, q * n + b,
+                                  p + (q * n + a) * el, err, errlen);
+            i += n;
+        }
     }
-    e = sm_cg_shm_phase(c, g, L, s, seq, 1, e, err, errlen);
+    e = sm_cg_shm_phase(c, g, L, s, seq, 1, e, &x->fallback, err, errlen);
     for (int k = 0; k < nw && !e; k++)
-        e = sm_cg_shm_region(c, g, L, k, seq, (size_t)(total * el), &P[k], err, errlen);
-    if (!e) /* the caller's chunk of every partial in worker order, its own in cache */
-        e = sm_cg_shm_reduce_into(L, s, P, ks, t, op, (int64_t)g->rank * n, n, x->out, NULL, x->ops,
-                                  x->tmp, err, errlen);
+        e = sm_cg_shm_region(c, g, L, k, seq, (size_t)(L->nuw[k] * total * el), &P[k], err, errlen);
+    for (int u = 0; u < L->nu && !e; u++)
+        x->R[u] = L->uorder[u] == ks ? NULL : P[L->uorder[u]] + L->uidx[u] * total * el;
+    if (!e) /* the caller's chunk */
+        e = sm_cg_shm_reduce_into(L, s, x->R, t, op, (int64_t)g->rank * n,
+                                  (int64_t)(g->rank + 1) * n, x->out, NULL, x->rem, x->leaves, err,
+                                  errlen);
     if (!e)
-        sm_traffic_add(SM_TRAFFIC_SHM_IN, n * el * (nw - 1));
-    return sm_cg_shm_phase(c, g, L, s, seq, 3, e, err, errlen);
+        sm_traffic_add(SM_TRAFFIC_SHM_IN, n * el * (L->nu - L->nuw[ks]));
+    return sm_cg_shm_phase(c, g, L, s, seq, 3, e, &x->fallback, err, errlen);
 }
 
 sm_err sm_cg_shm_reduce_scatter(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
                                 uint64_t seq, sm_dtype t, sm_kern_reduce_op op, const void *in,
-                                void *out, int64_t n, char *err, size_t errlen)
+                                void *out, int64_t n, sm_rendezvous_slot **fell, char *err,
+                                size_t errlen)
 {
     sm_cg_shm_call x = {.c = c,
                         .g = g,
@@ -722,7 +913,7 @@ sm_err sm_cg_shm_reduce_scatter(sm_comm_grpc *c, const sm_comm_group *g, const s
                         .n = n,
                         .err = err,
                         .errlen = errlen};
-    return sm_cg_shm_run(&x, sm_cg_shm_rs_body, n, NULL);
+    return sm_cg_shm_run(&x, sm_cg_shm_rs_body, n, NULL, fell);
 }
 
 static sm_err sm_cg_shm_move_body(void *arg)
@@ -751,7 +942,7 @@ static sm_err sm_cg_shm_move_body(void *arg)
     } else if (!e && (kind != SM_CG_PERM || (x->to >= 0 && L->lidx[x->to] < 0))) {
         memcpy(mine + L->gidx[g->rank] * inb, x->in, (size_t)inb);
     }
-    e = sm_cg_shm_phase(c, g, L, s, seq, 1, e, err, errlen);
+    e = sm_cg_shm_phase(c, g, L, s, seq, 1, e, &x->fallback, err, errlen);
     for (int q = 0; q < g->size && !e; q++) {
         if (kind == SM_CG_PERM && q != x->from)
             continue;
@@ -776,12 +967,12 @@ static sm_err sm_cg_shm_move_body(void *arg)
     }
     if (!e && kind == SM_CG_PERM && x->from < 0)
         memset(x->out, 0, (size_t)cb);
-    return sm_cg_shm_phase(c, g, L, s, seq, 3, e, err, errlen);
+    return sm_cg_shm_phase(c, g, L, s, seq, 3, e, &x->fallback, err, errlen);
 }
 
 sm_err sm_cg_shm_move(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L, uint64_t seq,
                       sm_cg_kind kind, int from, int to, const void *in, void *out, int64_t cb,
-                      char *err, size_t errlen)
+                      sm_rendezvous_slot **fell, char *err, size_t errlen)
 {
     sm_cg_shm_call x = {.c = c,
                         .g = g,
@@ -795,5 +986,5 @@ sm_err sm_cg_shm_move(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layou
                         .n = cb,
                         .err = err,
                         .errlen = errlen};
-    return sm_cg_shm_run(&x, sm_cg_shm_move_body, cb, NULL);
+    return sm_cg_shm_run(&x, sm_cg_shm_move_body, cb, NULL, fell);
 }

@@ -122,11 +122,12 @@ static const sm_config_row worker_config[CFG_COUNT] = {
     [CFG_EXIT_WITH_PARENT] = {"exit-with-parent", 0, SM_CFG_BOOL, "false", NULL,
                               "Stop (SIGTERM) when the process that started this one ends, "
                               "however it ends (the coordinator's --local-workers use it)."},
-    [CFG_TRANSPORT] = {"transport", 0, SM_CFG_STRING, "grpc", "SHMAP_TRANSPORT",
-                       "Collectives with the workers of this host: auto (through shared memory "
-                       "with every worker that proves it shares it, gRPC with the others), shm "
-                       "(the same, and a warning for each job with workers it shares no memory "
-                       "with), or grpc (always gRPC)."},
+    [CFG_TRANSPORT] = {"transport", 0, SM_CFG_STRING, "auto", "SHMAP_TRANSPORT",
+                       "Collectives with the workers of this host: auto (the default: through "
+                       "shared memory with every worker that proves it shares it, gRPC with the "
+                       "others and where shared memory has no room), shm (the same, and a "
+                       "warning for each job with workers it shares no memory with), or grpc "
+                       "(always gRPC)."},
 };
 
 static const char worker_usage[] =
@@ -285,6 +286,10 @@ static sm_err worker_metrics(void *user, sm_strbuf *b)
     sm_metrics_help(b, "shmap_worker_memory_used_bytes", "gauge",
                     "Shard and job memory in use, kept blocks included.");
     sm_strbuf_printf(b, "shmap_worker_memory_used_bytes %zu\n", ci.live_bytes);
+    sm_metrics_help(b, "shmap_worker_memory_shm_bytes", "gauge",
+                    "Of the memory in use: pages of this worker's shared-memory segments "
+                    "allocated for running jobs' collectives.");
+    sm_strbuf_printf(b, "shmap_worker_memory_shm_bytes %zu\n", ci.other_bytes);
     sm_metrics_help(b, "shmap_worker_buffer_cache_bytes", "gauge",
                     "Freed blocks kept for reuse (--buffer-cache-mb).");
     sm_strbuf_printf(b, "shmap_worker_buffer_cache_bytes %zu\n", ci.held_bytes);

@@ -62,7 +62,9 @@ void sm_array_cache_trim(void);
 typedef struct {
     size_t max_bytes, held_bytes;   /* the limit; kept now */
     int64_t hits, misses;           /* allocations of 1 MiB and more served kept / fresh */
-    size_t limit_bytes, live_bytes; /* sm_array_mem_limit_set; array data in use */
+    size_t limit_bytes, live_bytes; /* sm_array_mem_limit_set; array data in use (and
+                                     * sm_array_mem_charge's) */
+    size_t other_bytes;             /* of live_bytes: sm_array_mem_charge's */
 } sm_array_cache_info;
 void sm_array_cache_stats(sm_array_cache_info *out);
 
@@ -74,6 +76,13 @@ void sm_array_mem_limit_set(size_t bytes);
 /* 1, with a sentence in why, if n more bytes of array data would pass the
  * limit now; 0 otherwise (no limit, or room). */
 int sm_array_mem_refused(size_t n, char *why, size_t whylen);
+/* Memory the process holds outside array data that counts against the
+ * same limit (a worker's shared-memory pages): charges n bytes and returns
+ * 0; or returns 1, charging nothing, with a sentence in why, if they
+ * would pass the limit. Give them back with sm_array_mem_uncharge(n).
+ * Thread-safe. */
+int sm_array_mem_charge(size_t n, char *why, size_t whylen);
+void sm_array_mem_uncharge(size_t n);
 
 /* The header of a .npy file: what it holds and where its data starts. */
 typedef struct {

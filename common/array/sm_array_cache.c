@@ -57,7 +57,8 @@ static struct {
     ent *head, *tail;
     int64_t hits, misses;
     size_t limit, live; /* the memory limit (0: none); array data allocated */
-} cache = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 10000, NULL, NULL, 0, 0, 0, 0};
+    size_t other;       /* of live: sm_array_mem_charge's */
+} cache = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 10000, NULL, NULL, 0, 0, 0, 0, 0};
 
 /* The mapping length of a block of n >= SM_CACHE_MIN bytes: n rounded up
  * to a multiple of an eighth of its power of two (a page multiple). 0 on
@@ -172,6 +173,7 @@ void sm_array_cache_stats(sm_array_cache_info *out)
     out->misses = cache.misses;
     out->limit_bytes = cache.limit;
     out->live_bytes = __atomic_load_n(&cache.live, __ATOMIC_RELAXED);
+    out->other_bytes = __atomic_load_n(&cache.other, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&cache.mu);
 }
 
@@ -311,4 +313,25 @@ int sm_array_mem_refused(size_t n, char *why, size_t whylen)
              "limit of %zu MiB",
              live >> 20, (charge + (1 << 20) - 1) >> 20, limit >> 20);
     return 1;
+}
+
+int sm_array_mem_charge(size_t n, char *why, size_t whylen)
+{
+    if (!charge(n)) {
+        size_t limit = __atomic_load_n(&cache.limit, __ATOMIC_RELAXED);
+        size_t live = __atomic_load_n(&cache.live, __ATOMIC_RELAXED);
+        snprintf(why, whylen,
+                 "%zu MiB of memory in use and %zu MiB more asked for, beyond this process's "
+                 "limit of %zu MiB",
+                 live >> 20, (n + (1 << 20) - 1) >> 20, limit >> 20);
+        return 1;
+    }
+    __atomic_add_fetch(&cache.other, n, __ATOMIC_RELAXED);
+    return 0;
+}
+
+void sm_array_mem_uncharge(size_t n)
+{
+    __atomic_sub_fetch(&cache.other, n, __ATOMIC_RELAXED);
+    uncharge(n);
 }

@@ -210,6 +210,29 @@ void sm_shm_seg_close(sm_shm_seg *s)
     s->fd = -1;
 }
 
+sm_err sm_shm_mark(const char *name, int *fd, char *err, size_t errlen)
+{
+    *fd = -1;
+    if (!sm_shm_name_ok(name, 0))
+        return sm_fail(err, errlen, SM_EINVAL, "'%s' is not the name of a shmap segment", name);
+    int f = shm_open(name, O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+    if (f < 0)
+        return sm_fail(err, errlen, SM_EIO, "cannot create marker %s in /dev/shm: %s", name,
+                       strerror(errno));
+    (void)flock(f, LOCK_SH); /* held while open: sm_shm_sweep leaves it alone */
+    *fd = f;
+    return SM_OK;
+}
+
+int sm_shm_marked(const char *name)
+{
+    int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0)
+        return 0;
+    close(fd);
+    return 1;
+}
+
 void sm_shm_unlink(const char *name)
 {
     (void)shm_unlink(name); /* ENOENT: already gone */

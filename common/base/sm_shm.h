@@ -62,6 +62,13 @@ sm_err sm_shm_seg_check(const sm_shm_seg *s, size_t end, char *err, size_t errle
  * when /dev/shm has no room for them. */
 sm_err sm_shm_seg_reserve(const sm_shm_seg *s, size_t off, size_t len, char *err, size_t errlen);
 void sm_shm_seg_close(sm_shm_seg *s);
+/* A marker: an empty file named name (a segment name), holding no pages,
+ * for a fact every process of the host can see. On SM_OK *fd holds it
+ * open with a shared flock (so sm_shm_sweep leaves it alone) until the
+ * caller closes it; else SM_EIO with a sentence. */
+sm_err sm_shm_mark(const char *name, int *fd, char *err, size_t errlen);
+/* 1 if the marker (or any file) name exists. */
+int sm_shm_marked(const char *name);
 /* Unlinks name if it exists (ENOENT is not an error). */
 void sm_shm_unlink(const char *name);
 /* Unlinks what crashed processes left in /dev/shm: shmap job segments no

@@ -15,12 +15,12 @@
  *
  * Buffers are dense; `in` is borrowed and must stay valid and unchanged
  * until the call returns; `out` is caller-allocated and must not overlap
- * `in`. Reductions are done in a fixed order (rank 0, then + rank 1, ...,
- * elementwise, with sm_kern_accumulate), so results are bitwise identical
- * on every run whatever the thread timing. Every op returns SM_OK, or an
- * error with one sentence in err: SM_ECANCELLED when the job was aborted
- * (another member failed), SM_ETIMEOUT when a peer did not arrive in time,
- * SM_EINVAL when members disagree on sizes (a bug in the caller).
+ * `in`. Reductions are done in a fixed order (the pairwise tree over ranks
+ * below), so results are bitwise identical on every run whatever the
+ * thread timing, the transport or the split of the members over workers. Every op returns SM_OK, or
+ * an error with one sentence in err: SM_ECANCELLED when the job was aborted (another member
+ * failed), SM_ETIMEOUT when a peer did not arrive in time, SM_EINVAL when members disagree on sizes
+ * (a bug in the caller).
  *
  * After a member fails outside the comm (a kernel error), it calls abort so
  * members blocked in a collective return instead of hanging. */
@@ -63,8 +63,8 @@ typedef struct {
 
 typedef struct sm_comm {
     const char *name;
-    /* out[i] = in_0[i] op in_1[i] op ... (op sum, max or min), n elements of
-     * t on every member. */
+    /* out[i] = in_0[i] op in_1[i] op ... (op sum, max or min, combined in
+     * the tree below), n elements of t on every member. */
     sm_err (*all_reduce)(void *ctx, const sm_comm_group *g, uint64_t seq, sm_dtype t,
                          sm_kern_reduce_op op, const void *in, void *out, int64_t n, char *err,
                          size_t errlen);
@@ -73,7 +73,7 @@ typedef struct sm_comm {
     sm_err (*all_gather)(void *ctx, const sm_comm_group *g, uint64_t seq, const void *in, void *out,
                          int64_t nbytes, char *err, size_t errlen);
     /* in holds size chunks of n elements; member r gets the reduction (in
-     * rank order) of every member's chunk r, n elements. */
+     * the tree below) of every member's chunk r, n elements. */
     sm_err (*reduce_scatter)(void *ctx, const sm_comm_group *g, uint64_t seq, sm_dtype t,
                              sm_kern_reduce_op op, const void *in, void *out, int64_t n, char *err,
                              size_t errlen);
@@ -92,6 +92,46 @@ typedef struct sm_comm {
      * wins; later ones are ignored. Thread-safe. */
     void (*abort)(void *ctx, const char *why);
 } sm_comm;
+
+/* ---- the reduction order ---------------------------------------------------------------------
+ *
+ * Every reduction of a collective (all_reduce, reduce_scatter) combines the
+ * members' values in one fixed pairwise tree over the ranks [0, size),
+ * whatever the implementation and however the members are spread over
+ * threads, workers and hosts: a node [lo, hi) of more than one rank is
+ * node [lo, mid) op node [mid, hi), mid = lo + the largest power of two
+ * below hi - lo (so 8 ranks add as ((0+1)+(2+3))+((4+5)+(6+7)), and 6 as
+ * ((0+1)+(2+3))+(4+5)). Results are bitwise identical for one group
+ * whatever the transport and the split of the devices over workers. An
+ * implementation reduces the largest nodes whose members it holds where
+ * they are (sm_comm_tree_units) and combines those partials in the same
+ * tree (sm_comm_tree_reduce). */
+
+typedef struct {
+    int lo, hi; /* the ranks [lo, hi) of a tree node */
+} sm_comm_span;
+
+/* The largest tree nodes within node [lo, hi) whose ranks r all have the
+ * same owner[r], in rank order, into spans (room for hi - lo); returns
+ * their count. owner is indexed by rank. Pure. */
+int sm_comm_tree_units(int lo, int hi, const int *owner, sm_comm_span *spans);
+
+/* A value taking part in a tree reduction: node [lo, hi)'s value, the n
+ * elements from data (borrowed). */
+typedef struct {
+    int lo, hi;
+    const void *data;
+} sm_comm_leaf;
+
+/* dst (n elements of t) = the value of tree node [lo, hi), from leaves:
+ * tree nodes in rank order that partition [lo, hi). Works a block at a
+ * time in cache; dst must overlap no leaf. Returns SM_OK; SM_EUNSUPPORTED
+ * for a dtype the op does not support, SM_ENOMEM, or SM_EINVAL when the
+ * leaves are no such partition (a bug in the caller), with a sentence in
+ * err. Thread-safe. */
+sm_err sm_comm_tree_reduce(sm_dtype t, sm_kern_reduce_op op, int lo, int hi,
+                           const sm_comm_leaf *leaves, int nleaves, int64_t n, void *dst, char *err,
+                           size_t errlen);
 
 /* The group of mesh position pos over the named mesh axes (in the order
  * written): members (caller-provided, room for m->ndevices) receives the

@@ -74,8 +74,8 @@ static sm_err sm_cl_join(sm_comm_local *c, const sm_comm_group *g, uint64_t seq,
     return e;
 }
 
-/* Each member reduces its share of the elements (in rank order, so the
- * result is the same as reducing everything in rank order) and writes it to
+/* Each member reduces its share of the elements (in the tree of
+ * sm_comm.h, so the result is the same as reducing everything at once) and writes it to
  * every member's output (sm_rendezvous_reduce). A failed reduction fails
  * every member. */
 static sm_err sm_cl_all_reduce(void *ctx, const sm_comm_group *g, uint64_t seq, sm_dtype t,

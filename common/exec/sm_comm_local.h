@@ -6,7 +6,7 @@
  * position): members publish their input pointers and wait at a first
  * barrier; then each reads its peers' inputs directly: a data-moving member
  * fills its own output, an all-reduce member reduces its share of the
- * elements (in rank order) into every member's output, and a reduce-scatter
+ * elements (in the tree of sm_comm.h) into every member's output, and a reduce-scatter
  * member reduces only its own chunk; a second barrier keeps every buffer
  * alive until all members are done with it. Any op sequence in which every
  * device issues the same collectives in the same order completes. A member

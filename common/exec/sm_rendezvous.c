@@ -282,34 +282,32 @@ void sm_rendezvous_leave(sm_rendezvous *r, sm_rendezvous_slot *s)
 }
 
 /* Elements [lo, hi) of the reduction of the members' inputs (read from
- * element off + lo on), written to out (which receives element lo at its
- * start) and, if all, copied block by block from there to the same
- * elements of every member's output but self's. */
+ * element off + lo on) in the tree of sm_comm.h, written to out (which
+ * receives element lo at its start) and, if all, copied block by block
+ * from there to the same elements of every member's output but self's. */
 static sm_err sm_rendezvous_reduce_range(const sm_rendezvous_slot *s, sm_dtype t,
                                          sm_kern_reduce_op op, int64_t off, int64_t lo, int64_t hi,
                                          void *out, int self, int all, char *err, size_t errlen)
 {
     size_t el = sm_dtype_size(t);
     int64_t blk = SM_RENDEZVOUS_BLOCK_BYTES / (int64_t)el;
-    for (int64_t b = lo; b < hi; b += blk) {
+    sm_comm_leaf *leaf = malloc((size_t)s->size * sizeof *leaf);
+    if (!leaf)
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a reduction");
+    sm_err e = SM_OK;
+    for (int64_t b = lo; b < hi && !e; b += blk) {
         int64_t m = hi - b < blk ? hi - b : blk;
         size_t src = (size_t)(off + b) * el, dst = (size_t)(b - lo) * el, len = (size_t)m * el;
         char *d = (char *)out + dst;
-        sm_err e = SM_OK;
-        if (s->size == 1)
-            memcpy(d, (const char *)s->in[0] + src, len);
-        else
-            e = sm_kern_combine(t, d, (const char *)s->in[0] + src, (const char *)s->in[1] + src, m,
-                                op, err, errlen);
-        for (int q = 2; q < s->size && !e; q++)
-            e = sm_kern_accumulate(t, d, (const char *)s->in[q] + src, m, op, err, errlen);
-        if (e)
-            return e;
-        for (int q = 0; all && q < s->size; q++)
+        for (int q = 0; q < s->size; q++)
+            leaf[q] = (sm_comm_leaf){q, q + 1, (const char *)s->in[q] + src};
+        e = sm_comm_tree_reduce(t, op, 0, s->size, leaf, s->size, m, d, err, errlen);
+        for (int q = 0; all && !e && q < s->size; q++)
             if (q != self)
                 memcpy((char *)s->out[q] + (size_t)b * el, d, len);
     }
-    return SM_OK;
+    free(leaf);
+    return e;
 }
 
 sm_err sm_rendezvous_reduce(sm_rendezvous *r, sm_rendezvous_slot *s, int index, int scatter,

@@ -103,9 +103,9 @@ void sm_rendezvous_publish(sm_rendezvous *r, sm_rendezvous_slot *s, const void *
  * published ok, else the abort's error. The publisher must not block for
  * long. */
 sm_err sm_rendezvous_wait_shared(sm_rendezvous *r, sm_rendezvous_slot *s, char *err, size_t errlen);
-/* A reduction among the members of slot s, in index order (in[0] op in[1]
- * op ...) whoever computes which element, so results are bitwise the same on
- * every run. Called by every member, with its index, between join and
+/* A reduction among the members of slot s, in the tree of sm_comm.h over
+ * their indices whoever computes which element, so results are bitwise the
+ * same on every run. Called by every member, with its index, between join and
  * leave, after joining with an output that does not overlap any input.
  * All-reduce (scatter 0): inputs and outputs hold n elements of t; each
  * member reduces its share of the elements (n split evenly in index order)

@@ -11,7 +11,11 @@
 #   shmap-h1-PID   10.77.0.11  shmap-worker --advertise 10.77.0.11:7171 (process 0)
 #   shmap-h2-PID   10.77.0.12  shmap-worker --advertise 10.77.0.12:7171 (process 1)
 #
-# each host joined to the bridge by a veth pair created inside the namespaces.
+# each host joined to the bridge by a veth pair created inside the namespaces,
+# and given its own mount namespace whose /dev/shm is a private tmpfs (h1's
+# holds 4 MiB), held by a process that every command of the host enters
+# (nsenter): workers of different hosts cannot share memory, as on real
+# hosts, so the default --transport auto proves no pair across them.
 # Every process and client carries a token (SHMAP_TOKEN). Then it loads the
 # data loading guide's (64,128) layouts from h0, uploads process-local parts
 # from a client on each worker host, reshards across hosts, deletes, checks
@@ -20,7 +24,10 @@
 # so the new coordinator hands h1's old worker id to h2), restarts a worker
 # at once, and stops everything with SIGTERM; then starts the three again
 # with TLS (certificates for the three addresses from scripts/tls_certs.sh)
-# and moves data across both hosts relayed and direct.
+# and moves data across both hosts relayed and direct. Between the two, a
+# cluster with two workers on h1 and one on h2 runs every collective: the
+# h1 pair through shared memory, everything with h2 over gRPC, all equal to
+# numpy's results, and a psum too large for h1's /dev/shm over gRPC.
 # One line per check, then "N passed, N failed". Exit 0 all passed, 1 a check
 # failed, 2 usage, 77 skipped (no CAP_NET_ADMIN, no `ip`, no numpy).
 # SHMAP_NETNS_KEEP_LOGS=1 keeps the temp dir (logs, .npy, JSON) and says where.
@@ -146,13 +153,13 @@ abort() {
 in_ns() { # in_ns NS CMD...
     local ns=$1
     shift
-    ip netns exec "$ns" "$@"
+    hx "$ns" "$@"
 }
 # ctl NS ARGS...: shmapctl inside NS, with the cluster's target and token.
 ctl() {
     local ns=$1
     shift
-    timeout 60 ip netns exec "$ns" env SHMAP_TARGET="$TARGET" SHMAP_TOKEN="$TOKEN" \
+    timeout 60 nsenter -t "${HOLD[$ns]}" -n -m -- env SHMAP_TARGET="$TARGET" SHMAP_TOKEN="$TOKEN" \
         "${CTL_ENV[@]}" "$CTL_BIN" "$@"
 }
 CTL_ENV=()  # more variables for ctl (the TLS phase's SHMAP_TLS_*)
@@ -167,7 +174,7 @@ q() {
 
 start_coord() { # (re)starts the coordinator in h0; waits for its port file
     rm -f "$T/coord.port"
-    ip netns exec "$NS_H0" env SHMAP_TOKEN="$TOKEN" "$COORD_BIN" --listen "$TARGET" \
+    nsenter -t "${HOLD[$NS_H0]}" -n -m -- env SHMAP_TOKEN="$TOKEN" "$COORD_BIN" --listen "$TARGET" \
         --port-file "$T/coord.port" "${TLS_ARGS[@]}" >>"$T/coordinator.log" 2>&1 &
     COORD_PID=$!
     PIDS+=("$COORD_PID")
@@ -178,25 +185,29 @@ start_coord() { # (re)starts the coordinator in h0; waits for its port file
     done
     [ "$(tr -d '\n' <"$T/coord.port" 2>/dev/null)" = 7070 ]
 }
-start_worker() { # start_worker NS IP PROCESS-INDEX LOGNAME: sets LAST_PID
-    ip netns exec "$1" env SHMAP_TOKEN="$TOKEN" "$WORKER_BIN" --coordinator "$TARGET" --devices 4 \
-        --listen 0.0.0.0:7171 --advertise "$2:7171" --process-index "$3" "${TLS_ARGS[@]}" \
+start_worker() { # start_worker NS IP PROCESS-INDEX LOGNAME [PORT]: sets LAST_PID
+    local port=${5:-7171}
+    nsenter -t "${HOLD[$1]}" -n -m -- env SHMAP_TOKEN="$TOKEN" "$WORKER_BIN" --coordinator "$TARGET" --devices 4 \
+        --listen "0.0.0.0:$port" --advertise "$2:$port" --process-index "$3" "${TLS_ARGS[@]}" \
         >"$T/$4.log" 2>&1 &
     LAST_PID=$!
     PIDS+=("$LAST_PID")
 }
-# two_alive: waits (20 s) until exactly h1's worker (process 0) and h2's
-# (process 1) are alive.
-two_alive() {
+# alive_as FILE EXPR: waits (20 s) until the alive workers, as the sorted
+# list of (address, process index), are EXPR; FILE keeps devices --json.
+alive_as() {
     for _ in $(seq 1 100); do
-        ctl "$NS_H0" devices --json >"$T/devices-back.json" 2>&1 &&
-            q "$T/devices-back.json" "sorted((w['address'], w['process_index']) for w in d if w['state'] == 'alive') == [('$IP_H1:7171', 0), ('$IP_H2:7171', 1)]" &&
+        ctl "$NS_H0" devices --json >"$1" 2>&1 &&
+            q "$1" "sorted((w['address'], w['process_index']) for w in d if w['state'] == 'alive') == $2" &&
             return 0
         sleep 0.2
     done
-    cat "$T/devices-back.json"
+    cat "$1"
     return 1
 }
+# two_alive: waits until exactly h1's worker (process 0) and h2's (process
+# 1) are alive.
+two_alive() { alive_as "$T/devices-back.json" "[('$IP_H1:7171', 0), ('$IP_H2:7171', 1)]"; }
 stop() { # stop PID: SIGTERM, exits within 10 s
     kill -TERM "$1" 2>/dev/null || return 1
     for _ in $(seq 1 100); do
@@ -239,6 +250,36 @@ if ! setup_net >"$T/net.log" 2>&1; then
 fi
 ok "network: $NS_H0 ($IP_H0), $NS_H1 ($IP_H1), $NS_H2 ($IP_H2) on a bridge in $NS_BR"
 
+# Each host's own /dev/shm: a process per host holds its network namespace
+# and a mount namespace with a private tmpfs on /dev/shm; hx enters both.
+declare -A HOLD
+start_holder() { # start_holder NS SIZE
+    rm -f "$T/shm-$1.ready"
+    ip netns exec "$1" unshare --mount --propagation private sh -c \
+        "mount -t tmpfs -o size=$2,mode=1777 tmpfs /dev/shm && touch '$T/shm-$1.ready' && exec sleep 86400" \
+        >"$T/shm-$1.log" 2>&1 &
+    HOLD[$1]=$!
+    PIDS+=("$!")
+    for _ in $(seq 1 50); do
+        [ -e "$T/shm-$1.ready" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+# (Commands started in the background call nsenter directly, so that $! is
+# the process itself: nsenter enters the namespaces and execs it.)
+hx() { # hx NS CMD...: CMD inside host NS (its network and its /dev/shm)
+    local ns=$1
+    shift
+    nsenter -t "${HOLD[$ns]}" -n -m -- "$@"
+}
+command -v nsenter >/dev/null 2>&1 || skip "the 'nsenter' command (util-linux) is not installed"
+for h in "$NS_H0:64m" "$NS_H1:4m" "$NS_H2:64m"; do
+    start_holder "${h%%:*}" "${h##*:}" ||
+        abort "a private /dev/shm (tmpfs) for ${h%%:*}" "$(tr '\n' ' ' <"$T/shm-${h%%:*}.log")"
+done
+ok "each host has its own /dev/shm ($NS_H1's: 4 MiB)"
+
 # ---------------------------------------------------------------- the cluster
 # Coordinator: token from the environment. Workers: one by --token, one by
 # SHMAP_TOKEN, both with an explicit process index so the per-host loaders
@@ -246,7 +287,7 @@ ok "network: $NS_H0 ($IP_H0), $NS_H1 ($IP_H1), $NS_H2 ($IP_H2) on a bridge in $N
 start_coord || abort "coordinator serves on $TARGET in $NS_H0" "no port file, or not port 7070"
 ok "coordinator serves on $TARGET in $NS_H0"
 
-ip netns exec "$NS_H1" env -u SHMAP_TOKEN "$WORKER_BIN" --coordinator "$TARGET" --devices 4 \
+nsenter -t "${HOLD[$NS_H1]}" -n -m -- env -u SHMAP_TOKEN "$WORKER_BIN" --coordinator "$TARGET" --devices 4 \
     --listen 0.0.0.0:7171 --advertise "$IP_H1:7171" --process-index 0 --token "$TOKEN" \
     >"$T/worker-h1.log" 2>&1 &
 W1_PID=$!
@@ -259,7 +300,7 @@ for _ in $(seq 1 100); do
         break
     sleep 0.1
 done
-ip netns exec "$NS_H2" env SHMAP_TOKEN="$TOKEN" "$WORKER_BIN" --coordinator "$TARGET" --devices 4 \
+nsenter -t "${HOLD[$NS_H2]}" -n -m -- env SHMAP_TOKEN="$TOKEN" "$WORKER_BIN" --coordinator "$TARGET" --devices 4 \
     --listen 0.0.0.0:7171 --advertise "$IP_H2:7171" --process-index 1 \
     >"$T/worker-h2.log" 2>&1 &
 W2_PID=$!
@@ -284,14 +325,14 @@ P1_DEVS=$(q "$T/devices.json" "','.join(str(x) for w in d if w['process_index'] 
 # The namespaces really are separate hosts: h1 has no coordinator on its own
 # loopback, and reaches it only through the bridge.
 no_local_coordinator() {
-    ! timeout 20 ip netns exec "$NS_H1" env SHMAP_TOKEN="$TOKEN" "$CTL_BIN" devices --target 127.0.0.1:7070
+    ! timeout 20 nsenter -t "${HOLD[$NS_H1]}" -n -m -- env SHMAP_TOKEN="$TOKEN" "$CTL_BIN" devices --target 127.0.0.1:7070
 }
 check "hosts are isolated: from $NS_H1, 127.0.0.1:7070 has no coordinator" no_local_coordinator
 reach_from_workers() { ctl "$NS_H1" ls && ctl "$NS_H2" ls; }
 check "from $NS_H1 and $NS_H2, the coordinator answers at $TARGET" reach_from_workers
 
 # A worker with the wrong token never joins the cluster.
-ip netns exec "$NS_H1" env -u SHMAP_TOKEN "$WORKER_BIN" --coordinator "$TARGET" --devices 2 \
+nsenter -t "${HOLD[$NS_H1]}" -n -m -- env -u SHMAP_TOKEN "$WORKER_BIN" --coordinator "$TARGET" --devices 2 \
     --listen 0.0.0.0:7172 --advertise "$IP_H1:7172" --token "wrong-$TOKEN" \
     >"$T/worker-rogue.log" 2>&1 &
 ROGUE_PID=$!
@@ -458,9 +499,9 @@ ctl_as() { # ctl_as TOKEN-OR-EMPTY ARGS...
     local tok=$1
     shift
     if [ -n "$tok" ]; then
-        timeout 60 ip netns exec "$NS_H1" env -u SHMAP_TOKEN "$CTL_BIN" "$@" --target "$TARGET" --token "$tok"
+        timeout 60 nsenter -t "${HOLD[$NS_H1]}" -n -m -- env -u SHMAP_TOKEN "$CTL_BIN" "$@" --target "$TARGET" --token "$tok"
     else
-        timeout 60 ip netns exec "$NS_H1" env -u SHMAP_TOKEN "$CTL_BIN" "$@" --target "$TARGET"
+        timeout 60 nsenter -t "${HOLD[$NS_H1]}" -n -m -- env -u SHMAP_TOKEN "$CTL_BIN" "$@" --target "$TARGET"
     fi
 }
 ctl_as "wrong-token" devices >"$T/auth-wrong.out" 2>&1
@@ -633,6 +674,70 @@ check "every device of the alive workers is back to 0 bytes" \
 check "SIGTERM stops $NS_H1's worker within 10 s" stop "$W1_PID"
 check "SIGTERM stops $NS_H2's worker within 10 s" stop "$W2_PID"
 check "SIGTERM stops the coordinator within 10 s" stop "$COORD_PID"
+
+# ---------------------------------------------------------------- same host, other hosts
+# Two workers on h1 (sharing its 4 MiB /dev/shm) and one on h2, default
+# --transport auto. Mesh i=6 j=2 over [h1a0, h1b0, h1a1, h1b1, ..., h1b3,
+# h2's 4]: groups over 'j' pair h1a with h1b (shared memory) for rows 0-3
+# and stay inside h2's worker for rows 4-5; groups over 'i' span both
+# hosts (gRPC).
+start_coord || abort "the coordinator restarts at $TARGET for the same-host case" "no port file"
+start_worker "$NS_H1" "$IP_H1" 0 worker-h1a
+W1_PID=$LAST_PID
+start_worker "$NS_H2" "$IP_H2" 1 worker-h2b
+W2_PID=$LAST_PID
+start_worker "$NS_H1" "$IP_H1" 2 worker-h1b 7172
+W3_PID=$LAST_PID
+three_alive() { alive_as "$T/devices-3.json" "[('$IP_H1:7171', 0), ('$IP_H1:7172', 2), ('$IP_H2:7171', 1)]"; }
+check "three workers alive: two on $NS_H1, one on $NS_H2" three_alive
+DEV=$(q "$T/devices-3.json" "(lambda a, b, c: ', '.join(str(x) for p in zip(a, b) for x in p) + ', ' + ', '.join(str(x) for x in c))(*[[w for w in d if w['address'] == A][0]['devices'] for A in ('$IP_H1:7171', '$IP_H1:7172', '$IP_H2:7171')])")
+py gen "$T/x12.npy" 12,64 float32 21
+# NAME BODY OUT-SPEC NUMPY (x: the input, rows in mesh position order;
+# tsum: a sum in shmap's order, the pairwise tree over ranks)
+COLLS=(
+    "psum_j|psum(x, 'j')|P('i', None)|x.reshape(6, 2, 64).sum(1, dtype=np.float32)"
+    "psum_i|psum(x, 'i')|P('j', None)|tsum(x.reshape(6, 2, 64))"
+    "pmean_j|pmean(x, 'j')|P('i', None)|x.reshape(6, 2, 64).sum(1, dtype=np.float32) * np.float32(0.5)"
+    "gather_j|all_gather(x, 'j', axis=0, tiled=True, to='invarying')|P('i', None)|x"
+    "scatter_j|psum_scatter(x, 'j', scatter_dimension=1, tiled=True)|P('i', 'j')|x.reshape(6, 2, 64).sum(1, dtype=np.float32)"
+    "perm_j|ppermute(x, 'j', perm=[(0, 1), (1, 0)])|P(('i', 'j'), None)|x.reshape(6, 2, 64)[:, ::-1].reshape(12, 64)"
+    "a2a_j|all_to_all(x, 'j', 1, 0, tiled=True)|P(('i', 'j'), None)|x.reshape(6, 2, 2, 32).transpose(0, 2, 1, 3).reshape(24, 32)"
+    "gather_i|all_gather(x, 'i', axis=0, tiled=True, to='invarying')|P('j', None)|np.concatenate([x[0::2], x[1::2]])"
+)
+coll_ok() { # coll_ok NAME BODY OUT NUMPY
+    printf 'mesh i=6 j=2 devices=[%s]\nshard_map f(x: f32[12,64] @ P(('"'"'i'"'"', '"'"'j'"'"'), None)) -> %s:\n    return %s\n' \
+        "$DEV" "$3" "$2" >"$T/$1.shmap"
+    ctl "$NS_H0" run "$T/$1.shmap" --arg "x=$T/x12.npy" --out-name "0=$1" >"$T/$1.out" 2>&1 &&
+        ctl "$NS_H0" get "$1" "$T/$1-got.npy" >>"$T/$1.out" 2>&1 &&
+        py ref "$T/$1-want.npy" "$4" "$T/x12.npy" >>"$T/$1.out" 2>&1 &&
+        py same "$T/$1-got.npy" "$T/$1-want.npy" || { cat "$T/$1.out"; return 1; }
+}
+for l in "${COLLS[@]}"; do
+    IFS='|' read -r name body out want <<<"$l"
+    check "$name: $body with two workers on $NS_H1 and one on $NS_H2 equals numpy's" \
+        coll_ok "$name" "$body" "$out" "$want"
+done
+ctl "$NS_H0" devices --json >"$T/devices-3b.json" 2>&1
+shm_pairs() {
+    q "$T/devices-3b.json" "sorted((w['address'], sorted(x['address'] for x in d if x['worker'] in w['shm_peers'])) for w in d) == [('$IP_H1:7171', ['$IP_H1:7172']), ('$IP_H1:7172', ['$IP_H1:7171']), ('$IP_H2:7171', [])]"
+}
+check "shmapctl devices: the two workers of $NS_H1 share memory, $NS_H2's with nobody" shm_pairs
+big_psum() { # 4 MiB per device: h1's pair would need 16 MiB of its 4 MiB /dev/shm
+    py gen "$T/xbig.npy" 12,1048576 float32 22 &&
+        printf 'mesh i=6 j=2 devices=[%s]\nshard_map f(x: f32[12,1048576] @ P(('"'"'i'"'"', '"'"'j'"'"'), None)) -> P('"'"'i'"'"', None):\n    return psum(x, '"'"'j'"'"')\n' \
+            "$DEV" >"$T/big.shmap" &&
+        ctl "$NS_H0" run "$T/big.shmap" --arg "x=$T/xbig.npy" --out-name 0=big >"$T/big.out" 2>&1 &&
+        ctl "$NS_H0" get big "$T/big-got.npy" >>"$T/big.out" 2>&1 &&
+        py ref "$T/big-want.npy" "x.reshape(6, 2, -1).sum(1, dtype=np.float32)" "$T/xbig.npy" &&
+        py same "$T/big-got.npy" "$T/big-want.npy" || { cat "$T/big.out"; return 1; }
+}
+check "a psum too large for $NS_H1's /dev/shm runs over gRPC and equals numpy's" big_psum
+check "a worker of $NS_H1 logged the fallback to gRPC" \
+    grep -q "go over gRPC instead" "$T/worker-h1a.log" "$T/worker-h1b.log"
+stop3() { stop "$W1_PID" && stop "$W2_PID" && stop "$W3_PID" && stop "$COORD_PID"; }
+check "SIGTERM stops the three workers and the coordinator within 10 s" stop3
+no_shm_left() { ! hx "$NS_H1" sh -c 'ls /dev/shm | grep -q shmap-'; }
+check "$NS_H1's /dev/shm holds no shmap segment after the stop" no_shm_left
 
 # ---------------------------------------------------------------- TLS
 # The same three hosts with TLS: one cluster certificate naming the three

@@ -10,6 +10,9 @@ bit for bit, cut process-local parts, and query shmapctl --json output.
   nshelp.py cat OUT.npy AXIS A.npy B.npy ...   OUT = concatenate(..., AXIS)
   nshelp.py q 'EXPR' < JSON                    print eval(EXPR) with d = the
                                                JSON; exit 1 if it is False
+  nshelp.py ref OUT.npy 'EXPR' X.npy           OUT = eval(EXPR) with x = X
+                                               and tsum(a) = a summed over
+                                               axis 0 in shmap's order
 """
 import json
 import sys
@@ -50,6 +53,19 @@ def same(pa, pb):
     return 0
 
 
+def tsum(a):
+    """a summed over axis 0 as shmap reduces over ranks: [lo, hi) is
+    [lo, mid) + [mid, hi), mid = lo + the largest power of two below
+    hi - lo."""
+    n = len(a)
+    if n == 1:
+        return a[0]
+    p = 1
+    while 2 * p < n:
+        p *= 2
+    return tsum(a[:p]) + tsum(a[p:])
+
+
 def sl(s):
     lo, hi = s.split(":")
     return slice(int(lo) if lo else None, int(hi) if hi else None)
@@ -69,6 +85,10 @@ def main(argv):
     if cmd == "cat":
         parts = [np.load(p) for p in argv[4:]]
         np.save(argv[2], np.concatenate(parts, axis=int(argv[3])))
+        return 0
+    if cmd == "ref":
+        x = np.load(argv[4])
+        np.save(argv[2], np.ascontiguousarray(eval(argv[3], {"x": x, "np": np, "tsum": tsum})))
         return 0
     if cmd == "q":
         d = json.load(sys.stdin)
