@@ -37,7 +37,9 @@ static sm_client *connect_opts(int relay_only)
     memset(&o, 0, sizeof o);
     o.token = g_two->token[0] ? g_two->token : NULL;
     o.relay_only = relay_only;
-    sm_err e = sm_client_connect(g_two->target, &o, &c, err, sizeof err);
+    sm_err e = sm_client_opts_from_env(&o, err, sizeof err);
+    if (!e)
+        e = sm_client_connect(g_two->target, &o, &c, err, sizeof err);
     ck_assert_msg(e == SM_OK, "connect: %s", err);
     return c;
 }

@@ -49,8 +49,6 @@ sm_rpc_channel *client_worker_channel(sm_client *c, const char *addr);
 void client_worker_unreachable(sm_client *c, const char *addr);
 /* Frees every cached worker channel. */
 void client_workers_free(sm_client *c);
-/* 1 if the environment forces the relay (SHMAP_RELAY set, not "0"). */
-int client_env_relay(void);
 
 /* For a tenant's client (c->grants): copies the grants of the n shards
  * s[k] (borrowed) back to back into out (n * SM_GRANT_LEN bytes) and
