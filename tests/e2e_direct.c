@@ -134,6 +134,16 @@ START_TEST(relay_forced)
     round_trips(c);
     ck_assert_int_eq(c->nworkers, 0);
     sm_client_close(c);
+    /* The library itself reads no environment: without
+     * sm_client_opts_from_env the variable changes nothing. */
+    sm_client_opts o = {.token = g_two->token[0] ? g_two->token : NULL};
+    char err[512];
+    setenv("SHMAP_RELAY", "1", 1);
+    sm_err e = sm_client_connect(g_two->target, &o, &c, err, sizeof err);
+    unsetenv("SHMAP_RELAY");
+    ck_assert_msg(e == SM_OK, "connect: %s", err);
+    ck_assert_int_eq(c->relay_only, 0);
+    sm_client_close(c);
 }
 END_TEST
 
