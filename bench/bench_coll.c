@@ -508,6 +508,7 @@ int main(int argc, char **argv)
         snprintf(bin, sizeof bin, "%s/../worker/shmap-worker", dirname(self));
     }
     signal(SIGPIPE, SIG_IGN);
+    sm_rpc_malloc_tune();
     sm_rpc_init();
     bc_cluster c = {.mu = PTHREAD_MUTEX_INITIALIZER, .next_id = 1};
     int rc = 1;

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "bench_util.h"
+#include "sm_rpc.h"
 
 int main(int argc, char **argv)
 {
@@ -39,7 +40,10 @@ int main(int argc, char **argv)
     memset(y, 0, n * sizeof *y);
     char err[1024];
     sm_client *c = NULL;
-    if (sm_client_connect(target, NULL, &c, err, sizeof err)) {
+    sm_client_opts co = {0};
+    sm_rpc_malloc_tune();
+    if (sm_client_opts_from_env(&co, err, sizeof err) ||
+        sm_client_connect(target, &co, &c, err, sizeof err)) {
         fprintf(stderr, "bench_roundtrip: %s\n", err);
         return 1;
     }

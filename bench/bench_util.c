@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "bench_util.h"
 #include "sm_time.h"
+#include "sm_rpc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -170,7 +171,10 @@ int bench_cluster_start(bench_cluster *c, const char *bin, int workers, int devi
         return -1;
     }
     snprintf(c->target, sizeof c->target, "127.0.0.1:%d", port);
-    if (sm_client_connect(c->target, NULL, cli, err, errlen) != SM_OK)
+    sm_client_opts o = {0};
+    sm_rpc_malloc_tune(); /* as shmapctl's main does */
+    if (sm_client_opts_from_env(&o, err, errlen) != SM_OK ||
+        sm_client_connect(c->target, &o, cli, err, errlen) != SM_OK)
         return -1;
     if (bench_wait_workers(*cli, workers, err, errlen)) {
         bench_cluster_log_tail(c);

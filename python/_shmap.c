@@ -32,6 +32,7 @@
 #include "shmap_job.h"
 #include "sm_ir.h"
 #include "sm_lower.h"
+#include "sm_rpc.h"
 #include "sm_strbuf.h"
 
 #define ERRLEN 2048
@@ -279,7 +280,13 @@ static int Client_init(Client *self, PyObject *args, PyObject *kw)
         o.progress_user = self;
     }
     char err[ERRLEN];
-    sm_err e;
+    sm_rpc_malloc_tune(); /* the package configures its process as shmapctl's main does */
+    sm_err e =
+        sm_client_opts_from_env(&o, err, sizeof err); /* SHMAP_RELAY, SHMAP_CLIENT_CACHE_MB */
+    if (e) {
+        raise_err(e, err);
+        return -1;
+    }
     Py_BEGIN_ALLOW_THREADS e = sm_client_connect(target, &o, &self->c, err, sizeof err);
     Py_END_ALLOW_THREADS if (e)
     {

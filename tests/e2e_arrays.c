@@ -240,6 +240,10 @@ START_TEST(client_cache)
     sm_err e = harness_connect(g_two, &c, err, sizeof err);
     ck_assert_int_eq(e, SM_EINVAL);
     ck_assert_msg(strstr(err, "SHMAP_CLIENT_CACHE_MB") && strstr(err, "'lots'"), "%s", err);
+    unsetenv("SHMAP_CLIENT_CACHE_MB");
+    sm_client_opts big = {.cache_mb = ((int64_t)1 << 20) + 1};
+    ck_assert_int_eq(sm_client_connect(g_two->target, &big, &c, err, sizeof err), SM_EINVAL);
+    ck_assert_msg(strstr(err, "cache_mb") && strstr(err, "1048577"), "%s", err);
     setenv("SHMAP_CLIENT_CACHE_MB", "64", 1);
     c = harness_client(g_two);
     unsetenv("SHMAP_CLIENT_CACHE_MB");

@@ -37,7 +37,9 @@ static sm_client *connect_opts(int relay_only)
     memset(&o, 0, sizeof o);
     o.token = g_two->token[0] ? g_two->token : NULL;
     o.relay_only = relay_only;
-    sm_err e = sm_client_connect(g_two->target, &o, &c, err, sizeof err);
+    sm_err e = sm_client_opts_from_env(&o, err, sizeof err);
+    if (!e)
+        e = sm_client_connect(g_two->target, &o, &c, err, sizeof err);
     ck_assert_msg(e == SM_OK, "connect: %s", err);
     return c;
 }
@@ -131,6 +133,16 @@ START_TEST(relay_forced)
     ck_assert_int_eq(c->relay_only, 1);
     round_trips(c);
     ck_assert_int_eq(sm_rpc_chans_count(c->workers, NULL), 0);
+    sm_client_close(c);
+    /* The library itself reads no environment: without
+     * sm_client_opts_from_env the variable changes nothing. */
+    sm_client_opts o = {.token = g_two->token[0] ? g_two->token : NULL};
+    char err[512];
+    setenv("SHMAP_RELAY", "1", 1);
+    sm_err e = sm_client_connect(g_two->target, &o, &c, err, sizeof err);
+    unsetenv("SHMAP_RELAY");
+    ck_assert_msg(e == SM_OK, "connect: %s", err);
+    ck_assert_int_eq(c->relay_only, 0);
     sm_client_close(c);
 }
 END_TEST

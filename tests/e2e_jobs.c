@@ -21,6 +21,7 @@
 
 #include "harness.h"
 #include "shmap_job.h"
+#include "sm_ir.h"
 
 #define WAIT_MS 60000
 

@@ -365,7 +365,8 @@ sm_err harness_connect(const harness_cluster *h, sm_client **out, char *err, siz
                         .tls_cert = h->tls_cert[0] ? h->tls_cert : NULL,
                         .tls_key = h->tls_key[0] ? h->tls_key : NULL,
                         .tls_ca = h->tls_ca[0] ? h->tls_ca : NULL};
-    return sm_client_connect(h->target, &o, out, err, errlen);
+    sm_err e = sm_client_opts_from_env(&o, err, errlen);
+    return e ? e : sm_client_connect(h->target, &o, out, err, errlen);
 }
 
 sm_client *harness_client(const harness_cluster *h)

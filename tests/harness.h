@@ -50,7 +50,8 @@ harness_cluster *harness_cluster_up(int nworkers, int devices_per_worker, const 
  * process group; removes the temp dir and frees h. NULL is ignored. */
 void harness_cluster_stop(harness_cluster *h);
 
-/* Connects a client to the cluster (with its token and TLS files, if any). */
+/* Connects a client to the cluster (with its token and TLS files, if any,
+ * and what the environment sets: sm_client_opts_from_env). */
 sm_err harness_connect(const harness_cluster *h, sm_client **out, char *err, size_t errlen);
 /* In a Check test: harness_connect, asserting it succeeds. The caller
  * closes the client. */

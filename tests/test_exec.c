@@ -467,13 +467,10 @@ START_TEST(test_builder_axis_size)
     strcpy(a.axes[0], "j");
     strcpy(a.axes[1], "i");
     int v, w;
-    ck_assert_int_eq(sm_program_add_op(p, SM_OP_AXIS_SIZE, NULL, 0, &a, &v, err, sizeof err),
-                     SM_OK);
-    ck_assert_int_eq(sm_program_add_op(p, SM_OP_AXIS_INDEX, NULL, 0, &a, &w, err, sizeof err),
-                     SM_OK);
+    ck_assert_int_eq(sm_program_add_op(p, "axis_size", NULL, 0, &a, &v, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_program_add_op(p, "axis_index", NULL, 0, &a, &w, err, sizeof err), SM_OK);
     int ops[2] = {v, w};
-    ck_assert_int_eq(sm_program_add_op(p, SM_OP_MULTIPLY, ops, 2, NULL, &w, err, sizeof err),
-                     SM_OK);
+    ck_assert_int_eq(sm_program_add_op(p, "multiply", ops, 2, NULL, &w, err, sizeof err), SM_OK);
     sm_pspec spec[2] = {{0}, {0}};
     int rets[2] = {v, w};
     ck_assert_int_eq(sm_program_set_returns(p, rets, spec, 2, err, sizeof err), SM_OK);

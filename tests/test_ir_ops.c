@@ -217,14 +217,13 @@ START_TEST(test_builder_matmul_basic)
     ck_assert_int_eq(sm_program_add_param(p, "a", SM_F32, &sa, &pa, &a, err, sizeof err), SM_OK);
     ck_assert_int_eq(sm_program_add_param(p, "b", SM_F32, &sb, &pb, &b, err, sizeof err), SM_OK);
     int ab[2] = {a, b};
-    ck_assert_int_eq(sm_program_add_op(p, SM_OP_DOT, ab, 2, NULL, &z, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_program_add_op(p, "dot", ab, 2, NULL, &z, err, sizeof err), SM_OK);
     sm_ir_attrs at = {.naxes = 1, .axes = {"j"}};
-    ck_assert_int_eq(sm_program_add_op(p, SM_OP_PSUM, &z, 1, &at, &s, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_program_add_op(p, "psum", &z, 1, &at, &s, err, sizeof err), SM_OK);
     /* axis_size has no text spelling (it folds); build it here */
     int n;
     sm_ir_attrs ai = {.naxes = 1, .axes = {"i"}};
-    ck_assert_int_eq(sm_program_add_op(p, SM_OP_AXIS_SIZE, NULL, 0, &ai, &n, err, sizeof err),
-                     SM_OK);
+    ck_assert_int_eq(sm_program_add_op(p, "axis_size", NULL, 0, &ai, &n, err, sizeof err), SM_OK);
     char ty[128];
     ck_assert_str_eq(sm_program_value_type(p, n, ty, sizeof ty), "i32[]");
     ck_assert_int_eq(sm_program_set_returns(p, &s, &po, 1, err, sizeof err), SM_OK);
@@ -262,17 +261,21 @@ START_TEST(test_builder_errors)
                      SM_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "twice"));
     int r, bad = 7;
-    ck_assert_int_eq(sm_program_add_op(p, SM_OP_EXP, &bad, 1, NULL, &r, err, sizeof err),
-                     SM_EINVAL);
+    ck_assert_int_eq(sm_program_add_op(p, "exp", &bad, 1, NULL, &r, err, sizeof err), SM_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "not defined before"));
-    ck_assert_int_eq(sm_program_add_op(p, SM_OP_ADD, &x, 1, NULL, &r, err, sizeof err), SM_EINVAL);
+    ck_assert_int_eq(sm_program_add_op(p, "add", &x, 1, NULL, &r, err, sizeof err), SM_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "add takes 2 array operands, got 1"));
     int64_t perm[2][2] = {{0, 1}, {1, 1}};
     sm_ir_attrs at = {.naxes = 1, .axes = {"i"}, .nperm = 2, .perm = (const int64_t(*)[2])perm};
-    ck_assert_int_eq(sm_program_add_op(p, SM_OP_PPERMUTE, &x, 1, &at, &r, err, sizeof err),
-                     SM_EINVAL);
+    ck_assert_int_eq(sm_program_add_op(p, "ppermute", &x, 1, &at, &r, err, sizeof err), SM_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "duplicate destination 1"));
+    /* ops are named by their JAX name; a name that is no op is refused */
+    ck_assert_int_eq(sm_program_add_op(p, "psum_all", &x, 1, NULL, &r, err, sizeof err), SM_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "no op is named 'psum_all'"));
+    ck_assert_int_eq(sm_program_add_op(p, NULL, &x, 1, NULL, &r, err, sizeof err), SM_EINVAL);
     ck_assert_int_eq(p->nops, 0); /* failed adds change nothing */
+    ck_assert_int_eq(sm_program_nparams(p), 1);
+    ck_assert_int_eq(sm_program_nreturns(p), 0);
     ck_assert_int_eq(p->nvalues, 1);
     ck_assert_int_eq(sm_program_verify(p, 1, err, sizeof err), SM_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "returns nothing"));
@@ -292,8 +295,8 @@ START_TEST(test_builder_verify_catches_edits)
     ck_assert_int_eq(sm_pspec_parse("P('q')", &bad, err, sizeof err), SM_OK);
     int x, e1, e2;
     ck_assert_int_eq(sm_program_add_param(p, "x", SM_F32, &sx, &ps, &x, err, sizeof err), SM_OK);
-    ck_assert_int_eq(sm_program_add_op(p, SM_OP_EXP, &x, 1, NULL, &e1, err, sizeof err), SM_OK);
-    ck_assert_int_eq(sm_program_add_op(p, SM_OP_LOG, &e1, 1, NULL, &e2, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_program_add_op(p, "exp", &x, 1, NULL, &e1, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_program_add_op(p, "log", &e1, 1, NULL, &e2, err, sizeof err), SM_OK);
     ck_assert_int_eq(sm_program_set_returns(p, &e2, &bad, 1, err, sizeof err), SM_EINVAL);
     ck_assert_msg(strstr(err, "output 0") && strstr(err, "'q'"), "%s", err);
     ck_assert_int_eq(sm_program_set_returns(p, &e2, &po, 1, err, sizeof err), SM_OK);

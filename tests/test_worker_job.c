@@ -1384,7 +1384,7 @@ START_TEST(test_mailbox_rx)
             sm_mailbox *box;
             struct timespec dl;
             clock_gettime(CLOCK_MONOTONIC, &dl);
-            ck_assert(sm_mailbox_create(0, &box, err, sizeof err) == SM_OK);
+            ck_assert(sm_mailbox_create(NULL, 0, &box, err, sizeof err) == SM_OK);
             ck_assert(sm_mailbox_put(box, b, err, sizeof err) == SM_OK);
             sm_mailbox_blob *got;
             ck_assert_int_eq(sm_mailbox_take(box, 2, 7, 3, 1, &dl, &got, err, sizeof err),
@@ -1475,51 +1475,52 @@ START_TEST(test_mailbox_pending_budget)
     char err[512];
     sm_mailbox *a, *b;
     sm_mailbox_blob *blob;
-    sm_mailbox_pending_limit(1500);
-    ck_assert(sm_mailbox_create(1000, &a, err, sizeof err) == SM_OK);
-    ck_assert(sm_mailbox_create(1000, &b, err, sizeof err) == SM_OK);
+    sm_mailbox_budget *budget;
+    ck_assert(sm_mailbox_budget_create(1500, &budget, err, sizeof err) == SM_OK);
+    ck_assert(sm_mailbox_create(budget, 1000, &a, err, sizeof err) == SM_OK);
+    ck_assert(sm_mailbox_create(budget, 1000, &b, err, sizeof err) == SM_OK);
     sm_mailbox_rx rx = {0};
 
     /* past a's cap: refused at the first chunk */
     sm_err e = feed_blob(&rx, a, 1, 1200, 100, 1, &blob, err, sizeof err);
     ck_assert_msg(e == SM_ERESOURCE && strstr(err, "exceeds the 1000 bytes"), "%s", err);
-    ck_assert_int_eq(sm_mailbox_pending_bytes(), 0);
+    ck_assert_int_eq(sm_mailbox_budget_used(budget), 0);
     sm_mailbox_rx_end(&rx);
     /* 800 bytes into a: counted from the first chunk, held once put */
     ck_assert(feed_blob(&rx, a, 2, 800, 400, 1, &blob, err, sizeof err) == SM_OK);
-    ck_assert_int_eq(sm_mailbox_pending_bytes(), 800);
+    ck_assert_int_eq(sm_mailbox_budget_used(budget), 800);
     ck_assert(feed_blob(&rx, a, 2, 800, 800, -1, &blob, err, sizeof err) == SM_EINVAL);
     sm_mailbox_rx_end(&rx); /* the stream broke off: given back */
-    ck_assert_int_eq(sm_mailbox_pending_bytes(), 0);
+    ck_assert_int_eq(sm_mailbox_budget_used(budget), 0);
     ck_assert(feed_blob(&rx, a, 2, 800, 400, -1, &blob, err, sizeof err) == SM_OK && blob);
     ck_assert(sm_mailbox_put(a, blob, err, sizeof err) == SM_OK);
-    ck_assert_int_eq(sm_mailbox_pending_bytes(), 800);
+    ck_assert_int_eq(sm_mailbox_budget_used(budget), 800);
     ck_assert_int_eq(sm_mailbox_bytes(a), 800);
     /* 800 more into b: within b's cap, past the shared budget, at once */
     e = feed_blob(&rx, b, 3, 800, 400, 1, &blob, err, sizeof err);
     ck_assert_msg(e == SM_ERESOURCE && strstr(err, "all jobs that have not started"), "%s", err);
     sm_mailbox_rx_end(&rx);
-    ck_assert_int_eq(sm_mailbox_pending_bytes(), 800);
+    ck_assert_int_eq(sm_mailbox_budget_used(budget), 800);
     /* a complete blob discarded (its job ended) gives its bytes back */
     ck_assert(feed_blob(&rx, b, 4, 500, 500, -1, &blob, err, sizeof err) == SM_OK && blob);
-    ck_assert_int_eq(sm_mailbox_pending_bytes(), 1300);
+    ck_assert_int_eq(sm_mailbox_budget_used(budget), 1300);
     sm_mailbox_discard(b, blob);
-    ck_assert_int_eq(sm_mailbox_pending_bytes(), 800);
+    ck_assert_int_eq(sm_mailbox_budget_used(budget), 800);
     /* a starts: out of the budget, so b's 800 fit */
     sm_mailbox_set_max(a, 0);
-    ck_assert_int_eq(sm_mailbox_pending_bytes(), 0);
+    ck_assert_int_eq(sm_mailbox_budget_used(budget), 0);
     ck_assert(feed_blob(&rx, b, 3, 800, 400, -1, &blob, err, sizeof err) == SM_OK && blob);
     ck_assert(sm_mailbox_put(b, blob, err, sizeof err) == SM_OK);
-    ck_assert_int_eq(sm_mailbox_pending_bytes(), 800);
+    ck_assert_int_eq(sm_mailbox_budget_used(budget), 800);
     /* a, uncapped, takes anything */
     ck_assert(feed_blob(&rx, a, 5, 3000, 1000, -1, &blob, err, sizeof err) == SM_OK && blob);
     ck_assert(sm_mailbox_put(a, blob, err, sizeof err) == SM_OK);
-    ck_assert_int_eq(sm_mailbox_pending_bytes(), 800);
+    ck_assert_int_eq(sm_mailbox_budget_used(budget), 800);
     sm_mailbox_free(b); /* a pending job dropped */
-    ck_assert_int_eq(sm_mailbox_pending_bytes(), 0);
+    ck_assert_int_eq(sm_mailbox_budget_used(budget), 0);
     sm_mailbox_free(a);
     sm_mailbox_rx_end(&rx);
-    sm_mailbox_pending_limit(0);
+    sm_mailbox_budget_free(budget);
 }
 END_TEST
 
@@ -1546,7 +1547,7 @@ START_TEST(test_mailbox_rx_direct)
         char buf[13], err[256] = "";
         memset(buf, '.', sizeof buf);
         sm_mailbox *box;
-        ck_assert(sm_mailbox_create(0, &box, err, sizeof err) == SM_OK);
+        ck_assert(sm_mailbox_create(NULL, 0, &box, err, sizeof err) == SM_OK);
         if (rows[k].offer)
             ck_assert(sm_mailbox_expect(box, 4, 1, -1, buf, rows[k].offer) == SM_OK);
         ck_assert(sm_mailbox_expect(box, 4, 1, -1, buf, 12) == (rows[k].offer ? SM_EEXIST : SM_OK));
@@ -1800,7 +1801,7 @@ static void three_workers_run(const sm_program *p, const sm_array *g, int shm, u
     sm_comm_grpc *comm[FN_WORKERS];
     for (int w = 0; w < FN_WORKERS; w++) {
         snprintf(net.addr[w], sizeof net.addr[w], "w%d", w);
-        ck_assert(sm_mailbox_create(0, &net.box[w], err, sizeof err) == SM_OK);
+        ck_assert(sm_mailbox_create(NULL, 0, &net.box[w], err, sizeof err) == SM_OK);
         memset(&peers[w], 0, sizeof peers[w]);
         snprintf(peers[w].address, SM_ADDR_MAX, "%s", net.addr[w]);
         peers[w].ndevices = 2;

@@ -27,58 +27,78 @@ struct sm_mailbox {
     sm_mailbox_blob *blobs;
     sm_mailbox_dest *dests;
     int64_t bytes, max_bytes;
-    int64_t reserved; /* bytes of blobs being received into this mailbox */
-    int pending;      /* created capped, not yet uncapped: counts in the
-                         shared budget (bytes + reserved) */
+    int64_t reserved;          /* bytes of blobs being received into this mailbox */
+    int pending;               /* created capped, not yet uncapped: counts in the
+                                  budget (bytes + reserved) */
+    sm_mailbox_budget *budget; /* borrowed; NULL: none */
     int aborted;
     sm_err code;
     char why[512];
 };
 
-/* The budget every capped mailbox shares (sm_mailbox_pending_limit). Lock
- * order: a mailbox's mu, then this one's. */
-static struct {
+/* The bytes every capped mailbox of a job table may hold together. Lock
+ * order: a mailbox's mu, then its budget's. */
+struct sm_mailbox_budget {
     pthread_mutex_t mu;
     int64_t used, max;
-} pending_budget = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
+};
 
-void sm_mailbox_pending_limit(int64_t max_bytes)
+sm_err sm_mailbox_budget_create(int64_t max_bytes, sm_mailbox_budget **out, char *err,
+                                size_t errlen)
 {
-    pthread_mutex_lock(&pending_budget.mu);
-    pending_budget.max = max_bytes;
-    pthread_mutex_unlock(&pending_budget.mu);
+    *out = NULL;
+    sm_mailbox_budget *b = calloc(1, sizeof *b);
+    if (!b)
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a collective budget");
+    pthread_mutex_init(&b->mu, NULL);
+    b->max = max_bytes;
+    *out = b;
+    return SM_OK;
 }
 
-int64_t sm_mailbox_pending_bytes(void)
+void sm_mailbox_budget_free(sm_mailbox_budget *b)
 {
-    pthread_mutex_lock(&pending_budget.mu);
-    int64_t n = pending_budget.used;
-    pthread_mutex_unlock(&pending_budget.mu);
+    if (b) {
+        pthread_mutex_destroy(&b->mu);
+        free(b);
+    }
+}
+
+int64_t sm_mailbox_budget_used(sm_mailbox_budget *b)
+{
+    pthread_mutex_lock(&b->mu);
+    int64_t n = b->used;
+    pthread_mutex_unlock(&b->mu);
     return n;
 }
 
-/* Counts n more bytes in the shared budget; 0 (nothing counted) if they do
- * not fit, with the budget's figures in *used / *max. */
-static int pending_charge(int64_t n, int64_t *used, int64_t *max)
+/* Counts n more bytes in budget b (NULL: none, always room); 0 (nothing
+ * counted) if they do not fit, with the budget's figures in *used / *max. */
+static int pending_charge(sm_mailbox_budget *b, int64_t n, int64_t *used, int64_t *max)
 {
-    pthread_mutex_lock(&pending_budget.mu);
-    *used = pending_budget.used;
-    *max = pending_budget.max;
-    int ok = !pending_budget.max || pending_budget.used + n <= pending_budget.max;
+    if (!b)
+        return 1;
+    pthread_mutex_lock(&b->mu);
+    *used = b->used;
+    *max = b->max;
+    int ok = !b->max || b->used + n <= b->max;
     if (ok)
-        pending_budget.used += n;
-    pthread_mutex_unlock(&pending_budget.mu);
+        b->used += n;
+    pthread_mutex_unlock(&b->mu);
     return ok;
 }
 
-static void pending_uncharge(int64_t n)
+static void pending_uncharge(sm_mailbox_budget *b, int64_t n)
 {
-    pthread_mutex_lock(&pending_budget.mu);
-    pending_budget.used -= n;
-    pthread_mutex_unlock(&pending_budget.mu);
+    if (!b)
+        return;
+    pthread_mutex_lock(&b->mu);
+    b->used -= n;
+    pthread_mutex_unlock(&b->mu);
 }
 
-sm_err sm_mailbox_create(int64_t max_bytes, sm_mailbox **out, char *err, size_t errlen)
+sm_err sm_mailbox_create(sm_mailbox_budget *budget, int64_t max_bytes, sm_mailbox **out, char *err,
+                         size_t errlen)
 {
     *out = NULL;
     sm_mailbox *b = calloc(1, sizeof *b);
@@ -92,6 +112,7 @@ sm_err sm_mailbox_create(int64_t max_bytes, sm_mailbox **out, char *err, size_t 
     pthread_condattr_destroy(&ca);
     b->max_bytes = max_bytes;
     b->pending = max_bytes > 0;
+    b->budget = budget;
     *out = b;
     return SM_OK;
 }
@@ -154,7 +175,7 @@ void sm_mailbox_free(sm_mailbox *box)
     if (!box)
         return;
     if (box->pending)
-        pending_uncharge(box->bytes + box->reserved);
+        pending_uncharge(box->budget, box->bytes + box->reserved);
     for (sm_mailbox_blob *b = box->blobs, *n; b; b = n) {
         n = b->next;
         sm_mailbox_blob_free(b);
@@ -175,7 +196,7 @@ static void unreserve_locked(sm_mailbox *box, sm_mailbox_blob *b)
         return;
     box->reserved -= b->len;
     if (box->pending)
-        pending_uncharge(b->len);
+        pending_uncharge(box->budget, b->len);
     b->reserved_in = NULL;
 }
 
@@ -247,7 +268,7 @@ static sm_err sm_mailbox_reserve(sm_mailbox *box, sm_mailbox_blob *b, char *err,
                     "this worker buffers for a job that has not started (%lld in use)",
                     b->seq, (long long)b->len, b->src_device, (long long)box->max_bytes,
                     (long long)(box->bytes + box->reserved));
-    } else if (!pending_charge(b->len, &used, &max)) {
+    } else if (!pending_charge(box->budget, b->len, &used, &max)) {
         e = sm_fail(err, errlen, SM_ERESOURCE,
                     "collective #%u: a block of %lld bytes from device %d does not fit in the "
                     "%lld bytes this worker buffers for all jobs that have not started (%lld in "
@@ -306,7 +327,7 @@ void sm_mailbox_release(sm_mailbox *box, sm_mailbox_blob *b)
     }
     box->bytes -= b->len;
     if (box->pending)
-        pending_uncharge(b->len);
+        pending_uncharge(box->budget, b->len);
     pthread_mutex_unlock(&box->mu);
     sm_mailbox_blob_free(b);
 }
@@ -328,7 +349,7 @@ void sm_mailbox_set_max(sm_mailbox *box, int64_t max_bytes)
     pthread_mutex_lock(&box->mu);
     box->max_bytes = max_bytes;
     if (max_bytes == 0 && box->pending) { /* the job started: out of the budget */
-        pending_uncharge(box->bytes + box->reserved);
+        pending_uncharge(box->budget, box->bytes + box->reserved);
         box->pending = 0;
     }
     pthread_mutex_unlock(&box->mu);

@@ -66,17 +66,25 @@ typedef struct sm_mailbox_blob {
                                        its first chunk, until put or discarded */
 } sm_mailbox_blob;
 
+/* A budget of bytes that capped mailboxes (of jobs that have not started)
+ * hold or are receiving together: owned by the job table that creates it
+ * (sm_mailbox_budget_free, after every mailbox that borrows it), and
+ * thread-safe. max_bytes 0: no limit. */
+typedef struct sm_mailbox_budget sm_mailbox_budget;
+sm_err sm_mailbox_budget_create(int64_t max_bytes, sm_mailbox_budget **out, char *err,
+                                size_t errlen);
+void sm_mailbox_budget_free(sm_mailbox_budget *b);
+/* Bytes that the capped mailboxes counting in b hold or are receiving now. */
+int64_t sm_mailbox_budget_used(sm_mailbox_budget *b);
+
 /* max_bytes: most bytes held at once (0: unlimited) while the mailbox is
- * capped (for a job that has not started): a blob beyond it, or beyond the
- * budget every capped mailbox shares (sm_mailbox_pending_limit), is
+ * capped (for a job that has not started): a blob beyond it, or beyond
+ * budget (borrowed, shared with other capped mailboxes; NULL: none), is
  * refused SM_ERESOURCE at its first chunk, before its bytes are received.
- * sm_mailbox_set_max(box, 0) uncaps it for good (the job started). */
-sm_err sm_mailbox_create(int64_t max_bytes, sm_mailbox **out, char *err, size_t errlen);
-/* The most bytes all capped mailboxes together hold or are receiving (0:
- * no limit; the default). */
-void sm_mailbox_pending_limit(int64_t max_bytes);
-/* Bytes that capped mailboxes hold or are receiving now. */
-int64_t sm_mailbox_pending_bytes(void);
+ * sm_mailbox_set_max(box, 0) uncaps it for good (the job started) and
+ * takes its bytes out of the budget. */
+sm_err sm_mailbox_create(sm_mailbox_budget *budget, int64_t max_bytes, sm_mailbox **out, char *err,
+                         size_t errlen);
 void sm_mailbox_free(sm_mailbox *b);
 
 /* Adds a complete blob (takes b, which must come from sm_mailbox_rx). A key

@@ -42,9 +42,10 @@ struct sm_jobs {
     sm_htab index; /* the jobs by sm_htab_hash_u64(id): a lookup walks no list */
     int njobs;
     int stopping;
-    time_t swept;          /* when sm_jobs_sweep_locked last ran */
-    sm_tpool *pool;        /* device threads, kept between jobs */
-    sm_shm_pool *shm_pool; /* shared-memory files, kept between jobs */
+    time_t swept;               /* when sm_jobs_sweep_locked last ran */
+    sm_tpool *pool;             /* device threads, kept between jobs */
+    sm_shm_pool *shm_pool;      /* shared-memory files, kept between jobs */
+    sm_mailbox_budget *pending; /* SM_JOBS_PENDING_TOTAL for the jobs not started */
 };
 
 sm_err sm_jobs_create(const sm_jobs_config *cfg, sm_jobs **out, char *err, size_t errlen)
@@ -56,6 +57,10 @@ sm_err sm_jobs_create(const sm_jobs_config *cfg, sm_jobs **out, char *err, size_
     sm_err e = sm_tpool_create(SM_JOBS_IDLE_THREADS, &j->pool, err, errlen);
     if (!e && (e = sm_shm_pool_create(&j->shm_pool, err, errlen)))
         sm_tpool_free(j->pool);
+    if (!e && (e = sm_mailbox_budget_create(SM_JOBS_PENDING_TOTAL, &j->pending, err, errlen))) {
+        sm_tpool_free(j->pool);
+        sm_shm_pool_free(j->shm_pool);
+    }
     if (e) {
         free(j);
         return e;
@@ -66,7 +71,6 @@ sm_err sm_jobs_create(const sm_jobs_config *cfg, sm_jobs **out, char *err, size_
     snprintf(j->self, sizeof j->self, "%s", cfg->self_address ? cfg->self_address : "");
     j->probe_ms = cfg->probe_ms;
     j->shm = cfg->shm;
-    sm_mailbox_pending_limit(SM_JOBS_PENDING_TOTAL);
     *out = j;
     return SM_OK;
 }
@@ -89,6 +93,7 @@ void sm_jobs_free(sm_jobs *j)
     sm_htab_free(&j->index);
     sm_tpool_free(j->pool);
     sm_shm_pool_free(j->shm_pool);
+    sm_mailbox_budget_free(j->pending);
     pthread_mutex_destroy(&j->mu);
     free(j);
 }
@@ -141,7 +146,8 @@ static sm_job *sm_jobs_add_locked(sm_jobs *j, uint64_t id, int tombstone)
     sm_job *job = calloc(1, sizeof *job);
     if (!job)
         return NULL;
-    if (!tombstone && sm_mailbox_create(SM_JOBS_PENDING_BYTES, &job->box, err, sizeof err)) {
+    if (!tombstone &&
+        sm_mailbox_create(j->pending, SM_JOBS_PENDING_BYTES, &job->box, err, sizeof err)) {
         free(job);
         return NULL;
     }

@@ -182,7 +182,7 @@ static int parse_level(const char *s, sm_log_level *out)
  * threshold at 256 MiB reuses their memory instead; free memory above the
  * trim threshold at the top of the heap still goes back to the system.
  * MALLOC_ARENA_MAX in the environment overrides the arena count;
- * sm_rpc_init leaves the count alone when that variable is set, which is
+ * sm_rpc_malloc_tune leaves the count alone when that variable is set, which is
  * why it is set here, before this program starts threads (the core-type
  * re-exec inherits it). */
 #define SM_WORKER_MMAP_THRESHOLD (256 << 20)
@@ -420,6 +420,7 @@ int main(int argc, char **argv)
 
     signal(SIGPIPE, SIG_IGN);
 
+    sm_rpc_malloc_tune();
     sm_rpc_init();
     mallopt(M_MMAP_THRESHOLD, SM_WORKER_MMAP_THRESHOLD);
     mallopt(M_TRIM_THRESHOLD, SM_WORKER_TRIM_THRESHOLD);

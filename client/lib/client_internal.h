@@ -38,8 +38,6 @@ struct sm_client {
 sm_rpc_channel *client_worker_channel(sm_client *c, const char *addr);
 /* Records that the worker at addr could not be reached (UNAVAILABLE). */
 void client_worker_unreachable(sm_client *c, const char *addr);
-/* 1 if the environment forces the relay (SHMAP_RELAY set, not "0"). */
-int client_env_relay(void);
 
 /* For a tenant's client (c->grants): copies the grants of the n shards
  * s[k] (borrowed) back to back into out (n * SM_GRANT_LEN bytes) and

@@ -48,7 +48,7 @@ typedef struct {
     /* 1: every upload and download goes through the coordinator (its relay),
      * never straight to a worker, e.g. when workers sit behind NAT. 0 (the
      * default): direct where the worker can be reached, relay otherwise.
-     * The environment variable SHMAP_RELAY=1 has the same effect. */
+     * sm_client_opts_from_env sets it from SHMAP_RELAY=1. */
     int relay_only;
     /* TLS (each a PEM file's path, or PEM text; NULL: none). tls_ca alone:
      * the coordinator's certificate must be signed by it, and transfers go
@@ -59,16 +59,30 @@ typedef struct {
     const char *tls_ca;
     const char *tls_cert;
     const char *tls_key;
+    /* N > 0: at connect the process starts keeping up to N MiB of freed
+     * array memory (blocks of 1 MiB and more, each for 10 s) for the next
+     * array of about the same size (sm_array_cache_set, process-wide): a
+     * program that fetches arrays over and over (sm_client_get, then
+     * sm_array_free) then skips the page faults of fresh memory, which cost
+     * about as much as the transfer. 0 (the default): the process's setting
+     * is left as it is (it keeps nothing unless the program set it). At
+     * most 1048576. */
+    int64_t cache_mb;
 } sm_client_opts;
 
+/* Fills the fields of *o that the environment sets, for a program whose
+ * users configure it that way (shmapctl, the Python package and the
+ * benchmarks call it before connecting): SHMAP_RELAY set and not "0" sets
+ * relay_only; SHMAP_CLIENT_CACHE_MB=N sets cache_mb. Other fields, and
+ * these when their variable is unset or empty, are left as they are.
+ * SM_EINVAL, naming the variable, for a cache size that is no whole number
+ * of MiB from 0 to 1048576. The library reads the environment nowhere
+ * else: a program that does not call this is configured by its opts alone. */
+sm_err sm_client_opts_from_env(sm_client_opts *o, char *err, size_t errlen);
+
 /* Connects to target ("host:port") and negotiates the protocol version.
- * opts may be NULL. *out is owned by the caller (sm_client_close).
- * The environment variable SHMAP_CLIENT_CACHE_MB=N makes the process keep
- * up to N MiB of freed array memory (blocks of 1 MiB and more, each for
- * 10 s) for the next array of about the same size: a program that fetches
- * arrays over and over (sm_client_get, then sm_array_free) then skips the
- * page faults of fresh memory, which cost about as much as the transfer.
- * The setting is process-wide; the default keeps nothing. */
+ * opts may be NULL (all defaults); SM_EINVAL for a cache_mb out of range.
+ * *out is owned by the caller (sm_client_close). */
 sm_err sm_client_connect(const char *target, const sm_client_opts *opts, sm_client **out, char *err,
                          size_t errlen);
 void sm_client_close(sm_client *c);

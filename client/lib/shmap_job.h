@@ -1,15 +1,16 @@
-/* shmap_job: shard_map jobs through libshmap (included by shmap.h).
+/* shmap_job: shard_map jobs through libshmap (it includes shmap.h).
  *
- * A job runs a program (common/ir: sm_program, built with
- * sm_program_parse or the builder API sm_program_create / _add_param /
- * _add_op / _set_returns) on arrays that live on the service, as
- * jax.shard_map(f, mesh, in_specs, out_specs)(*args) does. The service
- * verifies the program (shapes, dtypes, specs and, unless turned off, the
- * replication check) and the arguments before anything runs, reshards an
- * argument whose sharding is not (program mesh, in_spec) into a temporary
- * copy, runs the program on every device of the mesh and records each
- * returned value as a new sharded array (sharding (mesh, out_spec)). The
- * outputs stay on the workers until deleted (sm_client_delete).
+ * A job runs a program (sm_program.h: an opaque sm_program, parsed with
+ * sm_program_parse or built with sm_program_create / _add_param / _add_op,
+ * which names each op by its JAX name, / _set_returns) on arrays that live
+ * on the service, as jax.shard_map(f, mesh, in_specs, out_specs)(*args)
+ * does. The service verifies the program (shapes, dtypes, specs and,
+ * unless turned off, the replication check) and the arguments before
+ * anything runs, reshards an argument whose sharding is not (program mesh,
+ * in_spec) into a temporary copy, runs the program on every device of the
+ * mesh and records each returned value as a new sharded array (sharding
+ * (mesh, out_spec)). The outputs stay on the workers until deleted
+ * (sm_client_delete).
  *
  * The program's mesh is the job's mesh: its devices as written
  * (devices=[...]) or, when it names none, the service's default order.
@@ -23,7 +24,7 @@
 #include <stdint.h>
 
 #include "shmap.h"
-#include "sm_ir.h"
+#include "sm_program.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -33,8 +34,8 @@ extern "C" {
  * - p: the program (borrowed; it need not be verified).
  * - args[0..nargs): one array per parameter, in order (by id or name);
  *   each must be ready, with the parameter's dtype and global shape.
- * - out_names: NULL, or p->nreturns entries naming the outputs (NULL or ""
- *   entries stay unnamed); names must be unique on the service.
+ * - out_names: NULL, or sm_program_nreturns(p) entries naming the outputs
+ *   (NULL or "" entries stay unnamed); names must be unique on the service.
  * - check_vma: 1 runs the replication check (JAX's default), 0 turns it off.
  * - deadline_ms: the job fails with "deadline" if not done by then (0: none).
  * Errors before anything runs: SM_EINVAL (the verifier's

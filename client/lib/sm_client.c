@@ -35,25 +35,30 @@ sm_array_ref sm_array_ref_parse(const char *text)
     return r;
 }
 
-/* SHMAP_CLIENT_CACHE_MB: freed array memory of 1 MiB blocks and more the
- * process keeps for reuse (sm_array_cache_set), each block at most
- * CLIENT_CACHE_IDLE_MS. Unset or empty: left as it is (nothing kept unless
- * the program set it). */
+/* Each block the client cache keeps (sm_client_opts.cache_mb) is kept at
+ * most this long. */
 #define CLIENT_CACHE_IDLE_MS 10000
-static sm_err client_env_cache(char *err, size_t errlen)
+#define CLIENT_CACHE_MB_MAX  ((int64_t)1 << 20)
+
+/* SHMAP_RELAY set and not "0"; SHMAP_CLIENT_CACHE_MB=N (unset or empty:
+ * leaves cache_mb alone). */
+sm_err sm_client_opts_from_env(sm_client_opts *o, char *err, size_t errlen)
 {
+    const char *r = getenv("SHMAP_RELAY");
+    if (r && *r && strcmp(r, "0") != 0)
+        o->relay_only = 1;
     const char *v = getenv("SHMAP_CLIENT_CACHE_MB");
     char *end;
     if (!v || !*v)
         return SM_OK;
     errno = 0;
     long long mb = strtoll(v, &end, 10);
-    if (errno || *end || mb < 0 || mb > (1 << 20))
+    if (errno || *end || mb < 0 || mb > CLIENT_CACHE_MB_MAX)
         return sm_fail(err, errlen, SM_EINVAL,
                        "SHMAP_CLIENT_CACHE_MB must be a whole number of MiB from 0 to 1048576, "
                        "not '%.40s'",
                        v);
-    sm_array_cache_set((size_t)mb << 20, CLIENT_CACHE_IDLE_MS);
+    o->cache_mb = mb;
     return SM_OK;
 }
 
@@ -87,16 +92,19 @@ sm_err sm_client_connect(const char *target, const sm_client_opts *opts, sm_clie
     *out = NULL;
     if (!target || !*target)
         return sm_fail(err, errlen, SM_EINVAL, "no coordinator address was given");
-    if ((e = client_env_cache(err, errlen)))
-        return e;
+    if (opts && (opts->cache_mb < 0 || opts->cache_mb > CLIENT_CACHE_MB_MAX))
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "cache_mb must be a whole number of MiB from 0 to 1048576, not %lld",
+                       (long long)opts->cache_mb);
+    if (opts && opts->cache_mb > 0)
+        sm_array_cache_set((size_t)opts->cache_mb << 20, CLIENT_CACHE_IDLE_MS);
     if (!(c = calloc(1, sizeof *c)))
         return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a client");
     c->timeout_ms = opts && opts->timeout_ms > 0 ? (int)opts->timeout_ms : 30000;
-    c->relay_only = client_env_relay();
     if (opts) {
         c->progress = opts->progress;
         c->progress_user = opts->progress_user;
-        c->relay_only |= opts->relay_only != 0;
+        c->relay_only = opts->relay_only != 0;
         if (opts->token && !(c->token = strdup(opts->token))) {
             free(c);
             return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a client");
@@ -154,12 +162,6 @@ void sm_client_close(sm_client *c)
 }
 
 /* ---- worker channels (direct transfers) -------------------------------------- */
-
-int client_env_relay(void)
-{
-    const char *v = getenv("SHMAP_RELAY");
-    return v && *v && strcmp(v, "0") != 0;
-}
 
 sm_rpc_channel *client_worker_channel(sm_client *c, const char *addr)
 {

@@ -86,7 +86,8 @@ int cli_conn_open(cli_conn *cc, sm_client **out)
         o.progress = cli_progress;
         o.progress_user = cc;
     }
-    if ((e = sm_client_connect(cc->target, &o, out, err, sizeof err)))
+    if ((e = sm_client_opts_from_env(&o, err, sizeof err)) ||
+        (e = sm_client_connect(cc->target, &o, out, err, sizeof err)))
         return cli_fail(CLI_EXIT_INVALID, "%s", err);
     return CLI_EXIT_OK;
 }

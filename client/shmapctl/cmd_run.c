@@ -12,6 +12,7 @@
 
 #include "cmd_online.h"
 #include "shmap_job.h"
+#include "sm_ir.h"
 
 int cli_run_service(int argc, char **argv);
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "sm_rpc.h"
 
 typedef struct {
     const char *name;
@@ -94,6 +95,7 @@ static int cli_global_options(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    sm_rpc_malloc_tune();
     int used = cli_global_options(argc, argv);
     if (used < 0)
         return CLI_EXIT_USAGE;

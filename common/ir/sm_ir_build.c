@@ -207,10 +207,24 @@ sm_err sm_program_add_op_jit(sm_program *p, sm_op_kind kind, const int *operands
     return SM_OK;
 }
 
-sm_err sm_program_add_op(sm_program *p, sm_op_kind kind, const int *operands, int n,
+sm_err sm_program_add_op(sm_program *p, const char *op, const int *operands, int n,
                          const sm_ir_attrs *attrs, int *value_id, char *err, size_t errlen)
 {
+    sm_op_kind kind;
+    if (!op || sm_op_lookup(op, &kind) != 0)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "no op is named '%.64s' (docs/programs.md lists them)", op ? op : "(null)");
     return sm_program_add_op_at(p, kind, operands, n, attrs, 0, 0, value_id, err, errlen);
+}
+
+int sm_program_nparams(const sm_program *p)
+{
+    return p->nparams;
+}
+
+int sm_program_nreturns(const sm_program *p)
+{
+    return p->nreturns;
 }
 
 void sm_program_name_value(sm_program *p, int value_id, const char *name)

@@ -81,11 +81,16 @@
 
 /* ---- process lifecycle ------------------------------------------------- */
 
-/* Initializes gRPC (grpc_init) and tunes glibc malloc for multi-MiB messages
- * (mmap threshold 64 MiB, trim threshold 512 MiB). Reference counted with
- * sm_rpc_shutdown(); call from main() before any other sm_rpc function.
- * Thread-safe. */
+/* Initializes gRPC (grpc_init). Reference counted with sm_rpc_shutdown();
+ * call before any other sm_rpc function. Thread-safe. */
 void sm_rpc_init(void);
+
+/* Tunes glibc malloc for multi-MiB messages (mmap threshold 64 MiB, trim
+ * threshold 512 MiB, at most 2 arenas unless MALLOC_ARENA_MAX is set). The
+ * settings are the whole process's: only a program's main() calls this
+ * (the coordinator, the worker, shmapctl, the Python package, the
+ * benchmarks), once, before it starts threads; libshmap never does. */
+void sm_rpc_malloc_tune(void);
 
 /* Releases gRPC (grpc_shutdown). Call once per sm_rpc_init(), after every
  * server, channel and stream has been freed. */

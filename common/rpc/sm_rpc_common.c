@@ -51,13 +51,17 @@ static void absl_deadlock_detection_off(void)
  * peak RSS grew with the size of the array it relayed (556 MiB for a 1 GiB
  * upload, against 150 MiB with two arenas). MALLOC_ARENA_MAX in the
  * environment still overrides the cap. */
-void sm_rpc_init(void)
+void sm_rpc_malloc_tune(void)
 {
-    absl_deadlock_detection_off();
     mallopt(M_MMAP_THRESHOLD, 64 << 20);
     mallopt(M_TRIM_THRESHOLD, 512 << 20);
     if (!getenv("MALLOC_ARENA_MAX"))
         mallopt(M_ARENA_MAX, 2);
+}
+
+void sm_rpc_init(void)
+{
+    absl_deadlock_detection_off();
     grpc_init();
 }
 
