@@ -666,12 +666,14 @@ static sm_rpc_call *on_new(sm_rpc_server *s, sm_rpc_call *c, int success)
         call_unref(c);
         return NULL;
     }
-    if (s->tls && s->methods[c->method].cluster_only && !sm_rpc_tls_peer_has_cert(c->call)) {
+    /* A tenant's token is never the cluster's own, certificate or not. */
+    if (s->methods[c->method].cluster_only &&
+        (c->tenant[0] || (s->tls && !sm_rpc_tls_peer_has_cert(c->call)))) {
         char text[512];
-        snprintf(text, sizeof text,
-                 "%s is for the cluster's own processes: the caller presented no client "
-                 "certificate signed by the cluster's CA",
-                 s->methods[c->method].path);
+        snprintf(text, sizeof text, "%s is for the cluster's own processes: the caller %s",
+                 s->methods[c->method].path,
+                 c->tenant[0] ? "carries a tenant's token, not the cluster's"
+                              : "presented no client certificate signed by the cluster's CA");
         finish_status(c, GRPC_STATUS_PERMISSION_DENIED, text, 0);
         call_unref(c);
         return NULL;
