@@ -174,7 +174,7 @@ void sm_cjobs_end_locked(sm_cjobs *j, sm_job *job, sm_job_state state, const cha
     job->end_us = sm_cjobs_now_us();
     if (!job->start_us)
         job->start_us = job->end_us;
-    sm_registry_job_save(j->coord->reg, job->id, (int)state, job->error);
+    sm_registry_job_save(j->coord->reg, job->id, (int)state, job->error, job->tenant);
     if ((int)state >= 0 && state <= SM_JOB_CANCELLED)
         j->ended_total[state]++;
     double run_s = (double)(job->end_us - job->start_us) * 1e-6;
@@ -464,7 +464,7 @@ static sm_err job_enqueue(sm_cjobs *j, sm_svc_submit_req *req, sm_job **out, int
         job->id = ++j->last_id;
         snprintf(job->request_id, sizeof job->request_id, "%s", sm_log_request_id());
         sm_htab_put(&j->table, sm_htab_hash_u64(job->id), job);
-        sm_registry_job_save(j->coord->reg, job->id, SM_JOB_QUEUED, "");
+        sm_registry_job_save(j->coord->reg, job->id, SM_JOB_QUEUED, "", job->tenant);
         job->refs = 1; /* the caller's */
         *out = job;
     }

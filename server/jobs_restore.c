@@ -31,13 +31,14 @@ sm_err sm_cjobs_restore(sm_cjobs *j, char *err, size_t errlen)
         job->id = recs[k].id;
         job->state = (sm_job_state)recs[k].state;
         snprintf(job->error, sizeof job->error, "%s", recs[k].error);
+        snprintf(job->tenant, sizeof job->tenant, "%s", recs[k].tenant);
         if (job->state == SM_JOB_QUEUED || job->state == SM_JOB_RUNNING) {
             snprintf(job->error, sizeof job->error,
                      "job %llu failed: the coordinator restarted while it was %s",
                      (unsigned long long)job->id,
                      job->state == SM_JOB_QUEUED ? "waiting to start" : "running");
             job->state = SM_JOB_FAILED;
-            sm_registry_job_save(j->coord->reg, job->id, (int)job->state, job->error);
+            sm_registry_job_save(j->coord->reg, job->id, (int)job->state, job->error, job->tenant);
             failed++;
         }
         job->submit_us = job->start_us = job->end_us = now;

@@ -24,6 +24,7 @@
 #include "plan.h"
 #include "tenants.h"
 #include "sm_info.h"
+#include "sm_tenant.h"
 #include "sm_svc.h"
 
 typedef struct sm_registry sm_registry;
@@ -64,11 +65,14 @@ typedef struct {
     uint64_t id;
     int state;
     char error[1024];
+    char tenant[SM_TENANT_MAX]; /* whose job it is; "" the cluster's */
 } sm_reg_job;
 
-/* Records job id's state and error (one transaction); the job ids handed
- * out so far are remembered with it. A no-op without a state dir. */
-void sm_registry_job_save(sm_registry *r, uint64_t id, int state, const char *error);
+/* Records job id's state and error, and its tenant (NULL or "" for the
+ * cluster's), in one transaction; the job ids handed out so far are
+ * remembered with it. A no-op without a state dir. */
+void sm_registry_job_save(sm_registry *r, uint64_t id, int state, const char *error,
+                          const char *tenant);
 /* The jobs' records of earlier runs in id order (*out malloc'd, caller
  * frees; NULL and 0 without a state dir) and the largest job id ever
  * handed out (*last_id; 0 if none). */

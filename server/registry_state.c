@@ -37,7 +37,8 @@ static const char sm_reg_schema[] =
     " PRIMARY KEY (kind, id));";
 
 /* owners.kind: what a tenant owns (a row only for tenants' records) */
-enum { SM_REG_OWNS_ARRAY = 0, SM_REG_OWNS_MESH = 1 };
+enum { SM_REG_OWNS_ARRAY = 0, SM_REG_OWNS_MESH = 1, SM_REG_OWNS_JOB = 2 };
+_Static_assert(SM_REG_OWNS_JOB == 2, "sm_registry_jobs_restore's query names kind 2");
 
 /* Records (kind, id)'s tenant, if it has one. 0 on success. */
 static int sm_reg_save_owner(sm_registry *r, int kind, uint64_t id, const char *tenant);
@@ -268,7 +269,7 @@ static int sm_reg_save_owner(sm_registry *r, int kind, uint64_t id, const char *
                       (int64_t)kind, (int64_t)id, tenant);
 }
 
-/* The stored tenants of arrays and meshes, in (kind, id) order. */
+/* The stored tenants of arrays, meshes (and jobs), in (kind, id) order. */
 typedef struct {
     int kind;
     uint64_t id;
@@ -729,13 +730,15 @@ void sm_registry_close_state(sm_registry *r)
  * dropped when the jobs are restored. */
 #define SM_REG_JOBS_KEPT 100000
 
-void sm_registry_job_save(sm_registry *r, uint64_t id, int state, const char *error)
+void sm_registry_job_save(sm_registry *r, uint64_t id, int state, const char *error,
+                          const char *tenant)
 {
     pthread_mutex_lock(&r->mu);
     if (r->db) {
         sm_reg_tx_begin(r);
         int bad = sm_reg_run(r, "INSERT OR REPLACE INTO jobs(id, state, error) VALUES (?, ?, ?)",
-                             "iit", (int64_t)id, (int64_t)state, error ? error : "");
+                             "iit", (int64_t)id, (int64_t)state, error ? error : "") ||
+                  sm_reg_save_owner(r, SM_REG_OWNS_JOB, id, tenant);
         if (!bad && id + 1 > r->saved_job_hw) { /* a block of job ids ahead, as the others */
             bad = sm_reg_run(
                 r, "UPDATE counters SET next_job = MAX(COALESCE(next_job, 1), ?) WHERE k = 0", "i",
@@ -768,11 +771,16 @@ sm_err sm_registry_jobs_restore(sm_registry *r, uint64_t *last_id, sm_reg_job **
             *last_id = (uint64_t)sqlite3_column_int64(st, 0) - 1;
         sqlite3_finalize(st);
     }
-    if (*last_id > SM_REG_JOBS_KEPT && sm_reg_run(r, "DELETE FROM jobs WHERE id <= ?", "i",
-                                                  (int64_t)(*last_id - SM_REG_JOBS_KEPT)))
+    if (*last_id > SM_REG_JOBS_KEPT &&
+        (sm_reg_run(r, "DELETE FROM jobs WHERE id <= ?", "i",
+                    (int64_t)(*last_id - SM_REG_JOBS_KEPT)) ||
+         sm_reg_run(r, "DELETE FROM owners WHERE kind = ? AND id <= ?", "ii",
+                    (int64_t)SM_REG_OWNS_JOB, (int64_t)(*last_id - SM_REG_JOBS_KEPT))))
         sm_reg_db_log(r, "drop old jobs' records");
-    if (sqlite3_prepare_v2(r->db, "SELECT id, state, error FROM jobs ORDER BY id", -1, &st, NULL) !=
-        SQLITE_OK) {
+    if (sqlite3_prepare_v2(r->db,
+                           "SELECT j.id, j.state, j.error, o.tenant FROM jobs j LEFT JOIN owners o"
+                           " ON o.kind = 2 AND o.id = j.id ORDER BY j.id",
+                           -1, &st, NULL) != SQLITE_OK) {
         e = sm_fail(err, errlen, SM_EIO, "cannot read jobs' records: %s", sqlite3_errmsg(r->db));
         goto out;
     }
@@ -792,6 +800,8 @@ sm_err sm_registry_jobs_restore(sm_registry *r, uint64_t *last_id, sm_reg_job **
         jr->id = (uint64_t)sqlite3_column_int64(st, 0);
         jr->state = sqlite3_column_int(st, 1);
         snprintf(jr->error, sizeof jr->error, "%s", t ? (const char *)t : "");
+        t = sqlite3_column_text(st, 3);
+        snprintf(jr->tenant, sizeof jr->tenant, "%s", t ? (const char *)t : "");
         if (jr->id > *last_id)
             *last_id = jr->id;
     }

@@ -244,7 +244,7 @@ START_TEST(test_no_state_dir_is_a_noop)
     sm_reg_job *jobs = (sm_reg_job *)&last;
     int n = 1;
     ck_assert_int_eq(sm_registry_create(60000, 500, &r, err, sizeof err), SM_OK);
-    sm_registry_job_save(r, 7, 1, "");
+    sm_registry_job_save(r, 7, 1, "", NULL);
     ck_assert_int_eq(sm_registry_jobs_restore(r, &last, &jobs, &n, err, sizeof err), SM_OK);
     ck_assert_uint_eq(last, 0);
     ck_assert_int_eq(n, 0);
@@ -257,9 +257,9 @@ START_TEST(test_jobs_records)
 {
     sm_registry *r = reg_open(SM_OK, NULL);
     char err[256];
-    sm_registry_job_save(r, 1, 3, "");
-    sm_registry_job_save(r, 2, 2, "");
-    sm_registry_job_save(r, 2, 4, "job 2 failed: x");
+    sm_registry_job_save(r, 1, 3, "", NULL);
+    sm_registry_job_save(r, 2, 2, "", "alice");
+    sm_registry_job_save(r, 2, 4, "job 2 failed: x", "alice");
     sm_registry_free(r);
     r = reg_open(SM_OK, NULL);
     uint64_t last;
@@ -270,6 +270,9 @@ START_TEST(test_jobs_records)
     ck_assert_int_eq(n, 2);
     ck_assert_int_eq(jobs[1].state, 4);
     ck_assert_str_eq(jobs[1].error, "job 2 failed: x");
+    /* whose: the cluster's, and alice's */
+    ck_assert_str_eq(jobs[0].tenant, "");
+    ck_assert_str_eq(jobs[1].tenant, "alice");
     free(jobs);
     sm_registry_free(r);
 }
