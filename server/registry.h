@@ -78,6 +78,12 @@ void sm_registry_job_save(sm_registry *r, uint64_t id, int state, const char *er
  * handed out (*last_id; 0 if none). */
 sm_err sm_registry_jobs_restore(sm_registry *r, uint64_t *last_id, sm_reg_job **out, int *n,
                                 char *err, size_t errlen);
+/* Keeps process indices 0..nprocesses-1 and device ids below
+ * nprocesses * ndevices for the workers that ask for them (the
+ * coordinator's local workers, started after it serves): a worker that
+ * names no process index gets neither, so one registering first cannot
+ * take a local worker's place. Before any worker registers. */
+void sm_registry_reserve(sm_registry *r, int nprocesses, int ndevices);
 /* Frees everything, including worker channels. Call when nothing else uses
  * the registry (server stopped). NULL ok. */
 void sm_registry_free(sm_registry *r);
