@@ -75,6 +75,19 @@ static sm_array_info put_as(sm_client *c, const char *name, int rows, sm_err wan
     return info;
 }
 
+/* f(x) = x + x over mesh i=4, x an f32[8,256] (as put_as(.., 8, ..)). */
+static sm_program *program_twice(void)
+{
+    sm_program *p = NULL;
+    char err[512];
+    ck_assert_int_eq(sm_program_parse("mesh i=4\n"
+                                      "shard_map f(x: f32[8,256] @ P('i')) -> P('i'):\n"
+                                      "    return x + x\n",
+                                      "f.shmap", &p, err, sizeof err),
+                     SM_OK);
+    return p;
+}
+
 static void setup(void)
 {
     char err[512];
@@ -152,12 +165,7 @@ START_TEST(test_isolation)
     sm_array_info_free(&big);
     sm_array_info_free(&ok);
     /* jobs: bob's job is bob's */
-    sm_program *p = NULL;
-    ck_assert_int_eq(sm_program_parse("mesh i=4\n"
-                                      "shard_map f(x: f32[8,256] @ P('i')) -> P('i'):\n"
-                                      "    return x + x\n",
-                                      "f.shmap", &p, err, sizeof err),
-                     SM_OK);
+    sm_program *p = program_twice();
     sm_array_ref arg = {{0}, "x"};
     sm_job_info done;
     const char *names[] = {"y"};
@@ -264,12 +272,7 @@ static void secure_up(void)
     sm_mesh_info mi;
     ck_assert_int_eq(sm_client_mesh_create(c, &m, 1, "rows", &mi, err, sizeof err), SM_OK);
     g_alice.mesh = mi.id;
-    sm_program *p = NULL;
-    ck_assert_int_eq(sm_program_parse("mesh i=4\n"
-                                      "shard_map f(x: f32[8,256] @ P('i')) -> P('i'):\n"
-                                      "    return x + x\n",
-                                      "f.shmap", &p, err, sizeof err),
-                     SM_OK);
+    sm_program *p = program_twice();
     sm_array_ref arg = harness_id_ref(g_alice.x);
     sm_job_info done;
     ck_assert_msg(sm_job_run(c, p, 1, &arg, NULL, 1, 0, 60000, &done, err, sizeof err) == SM_OK,
@@ -355,6 +358,21 @@ static sm_err call_empty(sm_rpc_channel *ch, const ProtobufCServiceDescriptor *s
 }
 
 /* ---- bob's calls on alice's objects, one per coordinator method ---- */
+
+/* e, having freed *j (*info) when the call filled it. */
+static sm_err job_end(sm_err e, sm_job_info *j)
+{
+    if (!e)
+        sm_job_info_free(j);
+    return e;
+}
+
+static sm_err info_end(sm_err e, sm_array_info *info)
+{
+    if (!e)
+        sm_array_info_free(info);
+    return e;
+}
 
 static sm_err o_negotiate(sm_rpc_channel *ch, char *err, size_t n)
 {
@@ -452,10 +470,7 @@ static sm_err o_download(sm_rpc_channel *ch, char *err, size_t n)
 static sm_err o_describe(sm_rpc_channel *ch, char *err, size_t n)
 {
     sm_array_info info;
-    sm_err e = sm_svc_coord_describe(ch, DL, harness_id_ref(g_alice.x), &info, err, n);
-    if (!e)
-        sm_array_info_free(&info);
-    return e;
+    return info_end(sm_svc_coord_describe(ch, DL, harness_id_ref(g_alice.x), &info, err, n), &info);
 }
 
 static sm_err o_list_arrays(sm_rpc_channel *ch, char *err, size_t n)
@@ -481,20 +496,14 @@ static sm_err o_reshard(sm_rpc_channel *ch, char *err, size_t n)
     sm_svc_reshard_req q = {.array = harness_id_ref(g_alice.x)};
     q.sharding = harness_sharding(&m, "i=4", NULL, 0, "P(None)");
     sm_array_info info;
-    sm_err e = sm_svc_coord_reshard(ch, DL, &q, &info, err, n);
-    if (!e)
-        sm_array_info_free(&info);
-    return e;
+    return info_end(sm_svc_coord_reshard(ch, DL, &q, &info, err, n), &info);
 }
 
 static sm_err o_replicate(sm_rpc_channel *ch, char *err, size_t n)
 {
     sm_svc_replicate_req q = {.array = harness_id_ref(g_alice.x)};
     sm_array_info info;
-    sm_err e = sm_svc_coord_replicate(ch, DL, &q, &info, err, n);
-    if (!e)
-        sm_array_info_free(&info);
-    return e;
+    return info_end(sm_svc_coord_replicate(ch, DL, &q, &info, err, n), &info);
 }
 
 static sm_err o_register(sm_rpc_channel *ch, char *err, size_t n)
@@ -522,12 +531,7 @@ static sm_err o_commit(sm_rpc_channel *ch, char *err, size_t n)
 
 static sm_err o_submit(sm_rpc_channel *ch, char *err, size_t n)
 {
-    sm_program *p = NULL;
-    ck_assert_int_eq(sm_program_parse("mesh i=4\n"
-                                      "shard_map f(x: f32[8,256] @ P('i')) -> P('i'):\n"
-                                      "    return x + x\n",
-                                      "f.shmap", &p, err, n),
-                     SM_OK);
+    sm_program *p = program_twice();
     sm_array_ref arg = harness_id_ref(g_alice.x);
     sm_svc_submit_req q = {.program = p, .nargs = 1, .args = &arg, .check_vma = 1};
     sm_job_id id;
@@ -539,28 +543,19 @@ static sm_err o_submit(sm_rpc_channel *ch, char *err, size_t n)
 static sm_err o_wait(sm_rpc_channel *ch, char *err, size_t n)
 {
     sm_job_info j;
-    sm_err e = sm_svc_job_wait(ch, DL, g_alice.job, 100, &j, err, n);
-    if (!e)
-        sm_job_info_free(&j);
-    return e;
+    return job_end(sm_svc_job_wait(ch, DL, g_alice.job, 100, &j, err, n), &j);
 }
 
 static sm_err o_get(sm_rpc_channel *ch, char *err, size_t n)
 {
     sm_job_info j;
-    sm_err e = sm_svc_job_get(ch, DL, g_alice.job, &j, err, n);
-    if (!e)
-        sm_job_info_free(&j);
-    return e;
+    return job_end(sm_svc_job_get(ch, DL, g_alice.job, &j, err, n), &j);
 }
 
 static sm_err o_cancel(sm_rpc_channel *ch, char *err, size_t n)
 {
     sm_job_info j;
-    sm_err e = sm_svc_job_cancel(ch, DL, g_alice.job, &j, err, n);
-    if (!e)
-        sm_job_info_free(&j);
-    return e;
+    return job_end(sm_svc_job_cancel(ch, DL, g_alice.job, &j, err, n), &j);
 }
 
 static sm_err o_save(sm_rpc_channel *ch, char *err, size_t n)
@@ -576,10 +571,7 @@ static sm_err o_load(sm_rpc_channel *ch, char *err, size_t n)
     sm_svc_load_req q = {.dir = "/tmp/shmap-tenant-ckpt"};
     q.sharding = harness_sharding(&m, "i=4", NULL, 0, "P('i')");
     sm_array_info info;
-    sm_err e = sm_svc_coord_load(ch, DL, &q, &info, err, n);
-    if (!e)
-        sm_array_info_free(&info);
-    return e;
+    return info_end(sm_svc_coord_load(ch, DL, &q, &info, err, n), &info);
 }
 
 /* One row per Coordinator method: whether only the cluster's own processes
