@@ -10,8 +10,10 @@
  * (harness_connect, harness_channel, harness_shmapctl) then carry the first
  * tenant's token and trust the CA, with no client certificate, as a client
  * from outside would; harness_use_cluster_credential switches them to the
- * cluster's own credential. A cluster whose options set a token or TLS
- * files is started as they say, secure mode or not.
+ * cluster's own credential. A secure cluster is checked at start to refuse
+ * a plaintext client and a wrong token. A cluster whose options set a
+ * token or TLS files is started as they say, secure mode or not; a suite
+ * that starts its own processes takes the flags from harness_secure_flags.
  *
  * Processes are started with posix_spawn (no fork handlers run, so it is
  * safe after gRPC is initialised); the coordinator leads a new process group
