@@ -289,7 +289,7 @@ static void secure_up(void)
     sm_svc_create_array_reply r;
     ck_assert_int_eq(sm_svc_coord_create_array(ch, DL, &q, &r, err, sizeof err), SM_OK);
     g_alice.pending = r.array.id;
-    sm_array_info_free(&r.array);
+    sm_svc_create_array_reply_free(&r);
     sm_rpc_channel_free(ch);
     sm_worker_info *w = NULL;
     int n = 0;
@@ -430,7 +430,7 @@ static sm_err o_create_array(sm_rpc_channel *ch, char *err, size_t n)
     sm_svc_create_array_reply r;
     sm_err e = sm_svc_coord_create_array(ch, DL, &q, &r, err, n);
     if (!e)
-        sm_array_info_free(&r.array);
+        sm_svc_create_array_reply_free(&r);
     return e;
 }
 
