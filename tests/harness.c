@@ -24,7 +24,7 @@ extern char **environ;
  * if a suite hangs (Check's timeouts do not apply in CK_NOFORK mode, and a
  * runner that kills the suite would leave the cluster behind). */
 static pthread_mutex_t g_live_mu = PTHREAD_MUTEX_INITIALIZER;
-static pid_t g_live[16];
+static pid_t g_live[16], g_live_owner[16]; /* owner: the process that started it */
 static int g_watchdog_started;
 
 static void live_set(pid_t pid, int on)
@@ -33,9 +33,19 @@ static void live_set(pid_t pid, int on)
     for (int i = 0; i < 16; i++)
         if (on ? g_live[i] == 0 : g_live[i] == pid) {
             g_live[i] = on ? pid : 0;
+            g_live_owner[i] = on ? getpid() : 0;
             break;
         }
     pthread_mutex_unlock(&g_live_mu);
+}
+
+/* At exit: the clusters this process started and did not stop (a test
+ * whose assertion failed before its harness_cluster_stop) end with it. */
+static void live_end(void)
+{
+    for (int i = 0; i < 16; i++)
+        if (g_live[i] > 0 && g_live_owner[i] == getpid())
+            kill(-g_live[i], SIGKILL);
 }
 
 static void *watchdog(void *arg)
@@ -59,6 +69,7 @@ static void watchdog_start(void)
     if (!g_watchdog_started && pthread_create(&th, NULL, watchdog, NULL) == 0) {
         pthread_detach(th);
         g_watchdog_started = 1;
+        atexit(live_end);
     }
     pthread_mutex_unlock(&g_live_mu);
 }
