@@ -311,6 +311,8 @@ int main(int argc, char **argv)
     if (state_dir && (e = sm_registry_open_state(reg, state_dir, err, sizeof err)))
         goto fail;
     sm_registry_set_limits(reg, v[CFG_MAX_ARRAY_MB].i << 20, (int)v[CFG_MAX_NAME_LENGTH].i);
+    /* a worker that registers before the local ones cannot take their place */
+    sm_registry_reserve(reg, (int)v[CFG_LOCAL_WORKERS].i, (int)v[CFG_DEVICES].i);
     coord.reg = reg;
     coord.token = token;
     coord.call_deadline_ms = deadline;

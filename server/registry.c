@@ -57,6 +57,14 @@ sm_err sm_registry_create(uint32_t default_deadline_ms, uint32_t heartbeat_ms, s
     return SM_OK;
 }
 
+void sm_registry_reserve(sm_registry *r, int nprocesses, int ndevices)
+{
+    pthread_mutex_lock(&r->mu);
+    r->reserved_processes = nprocesses;
+    r->reserved_devices = nprocesses * ndevices;
+    pthread_mutex_unlock(&r->mu);
+}
+
 void sm_registry_free(sm_registry *r)
 {
     if (!r)
@@ -148,6 +156,15 @@ static sm_reg_worker *sm_reg_worker_alive_at(sm_registry *r, int process)
         if (r->workers[i]->alive && r->workers[i]->process_index == process)
             return r->workers[i];
     return NULL;
+}
+
+/* The first process index no alive worker holds, past the reserved ones. */
+static int sm_reg_free_process(sm_registry *r)
+{
+    int p = r->reserved_processes;
+    while (sm_reg_worker_alive_at(r, p))
+        p++;
+    return p;
 }
 
 int sm_reg_device_list(const sm_reg_array *a, const unsigned char *pick, char *buf, size_t len)
@@ -344,6 +361,8 @@ sm_err sm_registry_worker_add(sm_registry *r, const sm_svc_register_req *req, sm
      * holds devices 2 and 3) whatever the order of registration; otherwise
      * the next unused ids. Ids are never reused. */
     int64_t first = r->next_device;
+    if (req->process_index < 0 && first < r->reserved_devices)
+        first = r->reserved_devices;
     if (req->process_index >= 0) {
         int64_t base = (int64_t)req->process_index * req->ndevices;
         int taken = base + req->ndevices > SM_MAX_DEVICES;
@@ -396,8 +415,7 @@ sm_err sm_registry_worker_add(sm_registry *r, const sm_svc_register_req *req, sm
             w->process_index = req->process_index;
         if (w->process_index < 0 || (sm_reg_worker_alive_at(r, w->process_index) &&
                                      sm_reg_worker_alive_at(r, w->process_index) != w))
-            for (w->process_index = 0; sm_reg_worker_alive_at(r, w->process_index);)
-                w->process_index++;
+            w->process_index = sm_reg_free_process(r);
         w->alive = 1;
         w->last_seen = now_ms;
         w->ch = ch;
@@ -428,8 +446,7 @@ sm_err sm_registry_worker_add(sm_registry *r, const sm_svc_register_req *req, sm
     snprintf(w->host, sizeof w->host, "%s", req->host ? req->host : "");
     w->process_index = req->process_index;
     if (w->process_index < 0)
-        for (w->process_index = 0; sm_reg_worker_alive_at(r, w->process_index);)
-            w->process_index++;
+        w->process_index = sm_reg_free_process(r);
     w->alive = 1;
     w->last_seen = now_ms;
     w->ndevices = req->ndevices;

@@ -24,8 +24,8 @@
 #include "plan.h"
 #include "tenants.h"
 #include "sm_info.h"
-#include "sm_svc.h"
 #include "sm_tenant.h"
+#include "sm_svc.h"
 
 typedef struct sm_registry sm_registry;
 
@@ -65,9 +65,9 @@ typedef struct {
     char tenant[SM_TENANT_MAX]; /* whose job it is; "" the cluster's */
 } sm_reg_job;
 
-/* Records job id's state, error and tenant (NULL or "": the cluster's) in
- * one transaction; the job ids handed out so far are remembered with it.
- * A no-op without a state dir. */
+/* Records job id's state and error, and its tenant (NULL or "" for the
+ * cluster's), in one transaction; the job ids handed out so far are
+ * remembered with it. A no-op without a state dir. */
 void sm_registry_job_save(sm_registry *r, uint64_t id, int state, const char *error,
                           const char *tenant);
 /* The jobs' records of earlier runs in id order (*out malloc'd, caller
@@ -75,6 +75,12 @@ void sm_registry_job_save(sm_registry *r, uint64_t id, int state, const char *er
  * handed out (*last_id; 0 if none). */
 sm_err sm_registry_jobs_restore(sm_registry *r, uint64_t *last_id, sm_reg_job **out, int *n,
                                 char *err, size_t errlen);
+/* Keeps process indices 0..nprocesses-1 and device ids below
+ * nprocesses * ndevices for the workers that ask for them (the
+ * coordinator's local workers, started after it serves): a worker that
+ * names no process index gets neither, so one registering first cannot
+ * take a local worker's place. Before any worker registers. */
+void sm_registry_reserve(sm_registry *r, int nprocesses, int ndevices);
 /* Frees everything, including worker channels. Call when nothing else uses
  * the registry (server stopped). NULL ok. */
 void sm_registry_free(sm_registry *r);

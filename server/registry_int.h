@@ -147,6 +147,8 @@ struct sm_registry {
     sm_htab array_ids, array_names;
     uint32_t next_worker;
     int32_t next_device;
+    /* Kept for the coordinator's local workers (sm_registry_reserve). */
+    int reserved_processes, reserved_devices;
     uint64_t epoch; /* random id of this coordinator run, echoed by heartbeats */
     uint64_t next_mesh, next_array;
     int64_t max_array_bytes; /* --max-array-mb; 0: none */

@@ -269,7 +269,7 @@ static int sm_reg_save_owner(sm_registry *r, int kind, uint64_t id, const char *
                       (int64_t)kind, (int64_t)id, tenant);
 }
 
-/* The stored tenants of arrays and meshes, in (kind, id) order. */
+/* The stored tenants of arrays, meshes (and jobs), in (kind, id) order. */
 typedef struct {
     int kind;
     uint64_t id;

@@ -28,6 +28,9 @@ static void clusters_up(void)
 {
     g_two = harness_cluster_up(2, 4, "e2e_ckpt");
     g_one = harness_cluster_up(1, 8, "e2e_ckpt");
+    /* only the cluster's credential may name checkpoint directories */
+    harness_use_cluster_credential(g_two);
+    harness_use_cluster_credential(g_one);
     g_tmp = harness_tmpdir();
 }
 
@@ -509,6 +512,7 @@ START_TEST(killed_save_incomplete)
     harness_cluster *h = NULL;
     char err[512], path[700];
     ck_assert_msg(harness_cluster_start(&o, &h, err, sizeof err) == SM_OK, "%s", err);
+    harness_use_cluster_credential(h);
     sm_client *c = harness_client(h), *c2 = harness_client(g_two);
     sm_shape s = HARNESS_SHAPE(64, 64);
     sm_array *x = harness_array_iota(SM_F32, &s, 23);

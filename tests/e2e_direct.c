@@ -21,6 +21,8 @@ static harness_cluster *g_two;
 static void cluster_up(void)
 {
     g_two = harness_cluster_up(2, 4, "e2e_direct");
+    /* direct transfers talk to worker ports: the cluster's credential */
+    harness_use_cluster_credential(g_two);
 }
 
 static void cluster_down(void)
@@ -31,11 +33,9 @@ static void cluster_down(void)
 
 static sm_client *connect_opts(int relay_only)
 {
-    sm_client_opts o;
+    sm_client_opts o = harness_client_opts(g_two);
     sm_client *c = NULL;
     char err[512];
-    memset(&o, 0, sizeof o);
-    o.token = g_two->token[0] ? g_two->token : NULL;
     o.relay_only = relay_only;
     sm_err e = sm_client_opts_from_env(&o, err, sizeof err);
     if (!e)
@@ -185,9 +185,8 @@ START_TEST(commit_verified)
     sm_mesh mesh;
     char err[512];
     float data[4] = {1, 2, 3, 4};
-    const char *tok = g_two->token[0] ? g_two->token : NULL;
 
-    ck_assert_int_eq(sm_rpc_channel_create(g_two->target, tok, &ch, err, sizeof err), SM_OK);
+    ch = harness_channel(g_two, NULL);
     memset(&q, 0, sizeof q);
     q.dtype = SM_F32;
     q.has_shape = 1;
@@ -199,8 +198,7 @@ START_TEST(commit_verified)
     ck_assert_msg(e == SM_OK, "create: %s", err);
     sm_array_id id = r.array.id;
     int32_t d = r.array.shards[0].device;
-    ck_assert_int_eq(
-        sm_rpc_channel_create(r.array.shards[0].worker_address, tok, &wch, err, sizeof err), SM_OK);
+    wch = harness_channel(g_two, r.array.shards[0].worker_address);
     sm_svc_commit_req c = {id, 1, &d, sm_checksum_oneshot(data, 16), 16};
 
     /* Nothing was sent: refused. */
@@ -261,16 +259,12 @@ END_TEST
 /* The worker channel of device d of array a (opened once per address). */
 static sm_rpc_channel *worker_of(const sm_array_info *a, int32_t d, sm_rpc_channel **chs)
 {
-    const char *tok = g_two->token[0] ? g_two->token : NULL;
-    char err[512];
     for (int k = 0; k < a->nshards; k++) {
         if (a->shards[k].device != d)
             continue;
         int w = a->shards[k].worker_id.v == a->shards[0].worker_id.v ? 0 : 1;
         if (!chs[w])
-            ck_assert_int_eq(
-                sm_rpc_channel_create(a->shards[k].worker_address, tok, &chs[w], err, sizeof err),
-                SM_OK);
+            chs[w] = harness_channel(g_two, a->shards[k].worker_address);
         return chs[w];
     }
     ck_abort_msg("device %d holds no shard", (int)d);
@@ -314,10 +308,9 @@ START_TEST(commit_batched)
     char err[512];
     float data[4] = {5, 6, 7, 8};
     uint64_t sum = sm_checksum_oneshot(data, 16);
-    const char *tok = g_two->token[0] ? g_two->token : NULL;
     int ready = 0;
 
-    ck_assert_int_eq(sm_rpc_channel_create(g_two->target, tok, &ch, err, sizeof err), SM_OK);
+    ch = harness_channel(g_two, NULL);
     memset(&q, 0, sizeof q);
     q.dtype = SM_F32;
     q.has_shape = 1;
@@ -488,12 +481,11 @@ START_TEST(put_batched)
     float data[16];
     int32_t devs[4];
     sm_svc_commit_target t[4];
-    const char *tok = g_two->token[0] ? g_two->token : NULL;
     int n = 0, ready = 0;
 
     for (int k = 0; k < 16; k++)
         data[k] = (float)(k * 3 + 1);
-    ck_assert_int_eq(sm_rpc_channel_create(g_two->target, tok, &ch, err, sizeof err), SM_OK);
+    ch = harness_channel(g_two, NULL);
     memset(&q, 0, sizeof q);
     q.dtype = SM_F32;
     q.has_shape = 1;

@@ -83,24 +83,28 @@ static pid_t coord_spawn(int wait_port)
     snprintf(state, sizeof state, "%s/state", g.dir);
     snprintf(log, sizeof log, "%s/coordinator.log", g.dir);
     unlink(portfile);
-    char *argv[] = {(char *)bin("SHMAP_COORDINATOR_BIN", "../server/shmap-coordinator"),
-                    "--listen",
-                    listen,
-                    "--port-file",
-                    portfile,
-                    "--state-dir",
-                    state,
-                    "--heartbeat-ms",
-                    "200",
-                    "--lost-after-ms",
-                    "1000",
-                    g.local ? "--local-workers" : NULL,
-                    "2",
-                    "--devices-per-worker",
-                    "4",
-                    "--worker-binary",
-                    (char *)bin("SHMAP_WORKER", "../worker/shmap-worker"),
-                    NULL};
+    char *argv[40] = {(char *)bin("SHMAP_COORDINATOR_BIN", "../server/shmap-coordinator"),
+                      "--listen",
+                      listen,
+                      "--port-file",
+                      portfile,
+                      "--state-dir",
+                      state,
+                      "--heartbeat-ms",
+                      "200",
+                      "--lost-after-ms",
+                      "1000"};
+    int n = 11;
+    n += harness_secure_flags(&g.h, 1, argv + n, 20);
+    if (g.local) {
+        const char *more[] = {
+            "--local-workers",      "2",
+            "--devices-per-worker", "4",
+            "--worker-binary",      bin("SHMAP_WORKER", "../worker/shmap-worker")};
+        for (int k = 0; k < 6; k++)
+            argv[n++] = (char *)more[k];
+    }
+    argv[n] = NULL;
     pid_t pid = spawn_logged(argv, log);
     ck_assert_int_gt(pid, 0);
     if (!wait_port)
@@ -135,7 +139,7 @@ static pid_t worker_spawn_as(int k, int with_state, uint32_t id)
     snprintf(log, sizeof log, "%s/worker%d.log", g.dir, k);
     snprintf(state, sizeof state, "%s/worker%d", g.dir, k);
     snprintf(wid, sizeof wid, "%u", id);
-    char *argv[16] = {(char *)bin("SHMAP_WORKER", "../worker/shmap-worker"),
+    char *argv[32] = {(char *)bin("SHMAP_WORKER", "../worker/shmap-worker"),
                       "--coordinator",
                       coord,
                       "--devices",
@@ -145,6 +149,7 @@ static pid_t worker_spawn_as(int k, int with_state, uint32_t id)
                       "--process-index",
                       idx};
     int n = 9;
+    n += harness_secure_flags(&g.h, 0, argv + n, 12);
     if (with_state) {
         argv[n++] = "--state-dir";
         argv[n++] = state;
@@ -278,7 +283,7 @@ static sm_array_id create_pending(const char *name)
     sm_mesh mesh;
     char err[512];
     sm_rpc_init();
-    ck_assert_int_eq(sm_rpc_channel_create(g.h.target, NULL, &ch, err, sizeof err), SM_OK);
+    ch = harness_channel(&g.h, NULL);
     req.name = name;
     req.dtype = SM_F32;
     req.has_shape = 1;
@@ -840,7 +845,8 @@ START_TEST(test_replicas_survive_worker_loss)
     check_bits(c, grid, 31);
     check_shard(c, grid, 5, 31, 8, 4, 16, 16); /* device 5: rows 8:12, columns 16:32 */
     /* through the coordinator's relay too (a client that cannot reach workers) */
-    sm_client_opts ro = {.relay_only = 1};
+    sm_client_opts ro = harness_client_opts(&g.h);
+    ro.relay_only = 1;
     sm_client *relay = NULL;
     ck_assert_int_eq(sm_client_connect(g.h.target, &ro, &relay, err, sizeof err), SM_OK);
     check_bits(relay, grid, 31);

@@ -220,7 +220,7 @@ START_TEST(bad_uploads_then_good)
     sm_svc_create_array_reply r;
     char err[512];
 
-    ck_assert_int_eq(sm_rpc_channel_create(g_h->target, NULL, &ch, err, sizeof err), SM_OK);
+    ch = harness_channel(g_h, NULL);
     raw_create(ch, &s, &sh, SM_PUT_WHOLE, &r);
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         err[0] = 0;
@@ -284,7 +284,7 @@ START_TEST(put_shards_wrong_shape_server_side)
     sm_array *x = harness_array_iota(SM_F32, &s, 5);
     char err[512];
 
-    ck_assert_int_eq(sm_rpc_channel_create(g_h->target, NULL, &ch, err, sizeof err), SM_OK);
+    ch = harness_channel(g_h, NULL);
     raw_create(ch, &s, &sh, SM_PUT_SHARDS, &r);
     ck_assert_int_eq(raw_upload(ch, &r, 2, x, RAW_SHAPE, err, sizeof err), SM_EINVAL);
     check_sentence(err);

@@ -18,6 +18,8 @@ import urllib.request
 
 import numpy as np
 
+from cluster import client_env, secure_flags
+
 CTL = os.environ.get("SHMAPCTL", "build/client/shmapctl")
 WORKER = os.environ.get("SHMAP_WORKER", "build/worker/shmap-worker")
 COORD = os.environ.get("SHMAP_COORDINATOR_BIN", "build/server/shmap-coordinator")
@@ -62,7 +64,7 @@ def main():
     log = open(os.path.join(work, "coord.log"), "w+")
     coord = subprocess.Popen([COORD, "--listen", "127.0.0.1:0", "--port-file", f"{work}/port",
                               "--local-workers", "2", "--devices-per-worker", "4",
-                              "--metrics-listen", "127.0.0.1:0"],
+                              "--metrics-listen", "127.0.0.1:0", *secure_flags()],
                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     prom = wproc = None
     passed = 0
@@ -77,20 +79,22 @@ def main():
         # one more worker, started by hand, with its own endpoint
         wlog = open(os.path.join(work, "worker.log"), "w+")
         wproc = subprocess.Popen([WORKER, "--coordinator", target, "--devices", "2", "--listen",
-                                  "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"],
+                                  "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+                                  *secure_flags(tenants=False)],
                                  stdout=wlog, stderr=subprocess.STDOUT, start_new_session=True)
         wport = wait_for(lambda: (re.findall(r"Prometheus metrics on \S+ \(port (\d+)\)",
                                              open(wlog.name).read()) or [None])[0],
                          "the worker's metrics endpoint")
-        wait_for(lambda: subprocess.run([CTL, "--target", target, "devices"],
-                                        capture_output=True, text=True).stdout.count(" alive ")
+        wait_for(lambda: subprocess.run([CTL, "--target", target, "devices"], capture_output=True,
+                                        text=True, env=client_env()).stdout.count(" alive ")
                  == 3, "the workers")
         np.save(f"{work}/a.npy", np.arange(128, dtype=np.float32).reshape(8, 16))
         np.save(f"{work}/b.npy", np.arange(512, dtype=np.float32).reshape(16, 32))
         r = subprocess.run([CTL, "--target", target, "run",
                             os.path.join(ROOT, "examples", "matmul_basic.shmap"),
                             "--arg", f"a={work}/a.npy", "--arg", f"b={work}/b.npy",
-                            "--out-name", "0=c"], capture_output=True, text=True)
+                            "--out-name", "0=c"], capture_output=True, text=True,
+                           env=client_env())
         if r.returncode:
             fail(f"the job failed: {r.stderr}")
         status, text = get(url)
@@ -130,14 +134,15 @@ def main():
         np.save(f"{work}/x.npy", np.arange(4096, dtype=np.float32).reshape(64, 64))
         r = subprocess.run([CTL, "--target", target, "put", f"{work}/x.npy", "--mesh", "i=2",
                             "--devices", f"0,{dev}", "--spec", "P('i')", "--name", "x"],
-                           capture_output=True, text=True)
+                           capture_output=True, text=True, env=client_env())
         open(f"{work}/ps.shmap", "w").write(
             f"mesh i=2 devices=[0, {dev}]\n"
             "shard_map f(x: f32[64,64] @ P('i')) -> P():\n    return psum(x, 'i')\n")
         r2 = subprocess.run([CTL, "--target", target, "run", f"{work}/ps.shmap", "--arg", "x=x",
-                             "--out-name", "0=s"], capture_output=True, text=True)
+                             "--out-name", "0=s"], capture_output=True, text=True,
+                            env=client_env())
         r3 = subprocess.run([CTL, "--target", target, "get", "x", f"{work}/back.npy"],
-                            capture_output=True, text=True)
+                            capture_output=True, text=True, env=client_env())
         if r.returncode or r2.returncode or r3.returncode:
             fail(f"put, psum or get failed: {r.stderr}{r2.stderr}{r3.stderr}")
         _, wtext = get(f"http://127.0.0.1:{wport}/metrics")

@@ -68,10 +68,7 @@ static sm_err finish_upload(sm_rpc_stream *st, char *err, size_t errlen)
 
 static sm_rpc_channel *channel(void)
 {
-    sm_rpc_channel *ch = NULL;
-    char err[512];
-    ck_assert_int_eq(sm_rpc_channel_create(g->target, NULL, &ch, err, sizeof err), SM_OK);
-    return ch;
+    return harness_channel(g, NULL);
 }
 
 START_TEST(test_limit_per_client)
@@ -80,7 +77,9 @@ START_TEST(test_limit_per_client)
 
     /* a libshmap client relaying a 2-shard put through the coordinator (2
      * Upload streams at most): within the limit */
-    sm_client_opts o = {.timeout_ms = 20000, .relay_only = 1};
+    sm_client_opts o = harness_client_opts(g);
+    o.timeout_ms = 20000;
+    o.relay_only = 1;
     sm_client *c = NULL;
     ck_assert_msg(sm_client_connect(g->target, &o, &c, err, sizeof err) == SM_OK, "%s", err);
     sm_mesh mesh;

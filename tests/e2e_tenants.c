@@ -1,13 +1,25 @@
 /* e2e_tenants: a cluster with tenants (--tokens): each tenant sees its own
  * arrays, meshes, names and jobs only (another's are NOT_FOUND, never
  * "forbidden"), names are per tenant, quotas refuse RESOURCE_EXHAUSTED, a
- * tenant's token opens no worker port (its transfers go through the
- * coordinator), a wrong token is UNAUTHENTICATED, the cluster's token sees
- * everything, and SIGHUP reads the file again. Real processes. */
+ * tenant's token opens a worker's PutShard and GetShard only with the
+ * coordinator's grant for exactly that transfer, a wrong token is
+ * UNAUTHENTICATED, the cluster's token sees everything, jobs' records keep
+ * their tenant across a restart, and SIGHUP reads the file again. Real
+ * processes.
+ *
+ * every_method: on a cluster with TLS and tenants (the harness's secure
+ * mode), every method of the Coordinator and Worker services, taken from
+ * the generated service descriptors, called from outside: in plaintext,
+ * without a certificate, with a wrong token or none, with a tenant's token
+ * (every worker method, PutShard and GetShard without a grant; the
+ * cluster-only coordinator methods even with a client certificate), and bob's token on alice's objects (NOT_FOUND in the
+ * same words as for nothing, or PERMISSION_DENIED where no tenant may
+ * call); the cluster's own credential is let in everywhere. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <check.h>
 #include <netinet/in.h>
+#include <ctype.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,8 +30,12 @@
 #include "harness.h"
 #include "shmap_job.h"
 #include "sm_grant.h"
+#include "sm_checksum.h"
 #include "sm_rpc.h"
+#include "sm_rpc_msg.h"
+#include "sm_rpc_proto.h"
 #include "sm_svc.h"
+#include "sm_svc_job.h"
 
 #define CLUSTER "cluster-token-0123456789"
 #define ALICE   "alice-token-0123456789abc"
@@ -614,6 +630,542 @@ START_TEST(test_jobs_restart)
 }
 END_TEST
 
+/* ---- every method from outside: TLS and tenants (the harness's secure
+ * mode). The methods come from the generated service descriptors, so a new
+ * one is called too; the coordinator's must each have a row in g_rows
+ * saying what another tenant's call on alice's objects gives. ---------- */
+
+#define DL 10000
+
+static harness_cluster *g_s; /* TLS, the cluster's token, tenants alice and bob */
+static char g_sworker[256];  /* a worker's address */
+static struct {
+    sm_array_id x, pending;
+    sm_mesh_id mesh;
+    sm_job_id job;
+} g_alice; /* alice's objects */
+
+static void secure_up(void)
+{
+    harness_opts o = {.nworkers = 2, .devices_per_worker = 2, .secure = 1};
+    char err[1024];
+    if (harness_cluster_start(&o, &g_s, err, sizeof err)) {
+        fprintf(stderr, "e2e_tenants: a secure cluster: %s\n", err);
+        exit(1);
+    }
+    /* the harness's clients are alice (HARNESS_TENANT_TOKEN, the CA alone) */
+    sm_client *c = harness_client(g_s);
+    sm_array_info x = put_as(c, "x", 8, SM_OK);
+    g_alice.x = x.id;
+    sm_array_info_free(&x);
+    sm_mesh m;
+    harness_sharding(&m, "i=4", NULL, 0, "P('i')");
+    sm_mesh_info mi;
+    ck_assert_int_eq(sm_client_mesh_create(c, &m, 1, "rows", &mi, err, sizeof err), SM_OK);
+    g_alice.mesh = mi.id;
+    sm_program *p = twice_program();
+    sm_array_ref arg = harness_id_ref(g_alice.x);
+    sm_job_info done;
+    ck_assert_msg(sm_job_run(c, p, 1, &arg, NULL, 1, 0, 60000, &done, err, sizeof err) == SM_OK,
+                  "%s", err);
+    g_alice.job = done.id;
+    sm_job_info_free(&done);
+    sm_program_free(p);
+    /* an array created and never uploaded, for Upload and CommitShards */
+    sm_rpc_channel *ch = harness_channel(g_s, NULL);
+    sm_svc_create_array_req q = {.dtype = SM_F32, .has_shape = 1, .kind = SM_PUT_SHARDS};
+    q.shape = HARNESS_SHAPE(8, 4);
+    q.sharding = harness_sharding(&m, "i=4", NULL, 0, "P('i')");
+    q.deadline_ms = 600000;
+    sm_svc_create_array_reply r;
+    ck_assert_int_eq(sm_svc_coord_create_array(ch, DL, &q, &r, err, sizeof err), SM_OK);
+    g_alice.pending = r.array.id;
+    sm_svc_create_array_reply_free(&r);
+    sm_rpc_channel_free(ch);
+    sm_worker_info *w = NULL;
+    int n = 0;
+    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
+    ck_assert_int_gt(n, 0);
+    snprintf(g_sworker, sizeof g_sworker, "%s", w[0].address);
+    free(w);
+    sm_client_close(c);
+}
+
+static void secure_down(void)
+{
+    harness_cluster_stop(g_s);
+    g_s = NULL;
+}
+
+/* A caller from outside: over TLS or not, with the cluster's client
+ * certificate or not, with a token (NULL: none). */
+typedef struct {
+    const char *what;
+    int tls, cert;
+    const char *token;
+} caller;
+
+typedef struct {
+    sm_rpc_channel *ch;
+    sm_rpc_tls *tls;
+} conn;
+
+static conn dial(const caller *k, const char *target)
+{
+    conn cn = {NULL, NULL};
+    char err[512];
+    if (k->tls) {
+        sm_rpc_tls_opts o = {k->cert ? g_s->cluster_cert : NULL, k->cert ? g_s->cluster_key : NULL,
+                             g_s->tls_ca, NULL};
+        ck_assert_msg(sm_rpc_tls_create(&o, &cn.tls, err, sizeof err) == SM_OK, "%s", err);
+    }
+    ck_assert_int_eq(sm_rpc_channel_create_tls(target, k->token, cn.tls, &cn.ch, err, sizeof err),
+                     SM_OK);
+    return cn;
+}
+
+static void hangup(conn *cn)
+{
+    sm_rpc_channel_free(cn->ch);
+    sm_rpc_tls_free(cn->tls);
+}
+
+/* Calls method m of service svc with an empty request (a unary call
+ * whatever the method's kind: refusals come before any message is read). */
+static sm_err call_empty(sm_rpc_channel *ch, const ProtobufCServiceDescriptor *svc,
+                         const ProtobufCMethodDescriptor *m, int deadline_ms, char *err,
+                         size_t errlen)
+{
+    char path[256];
+    snprintf(path, sizeof path, "/%s/%s", svc->name, m->name);
+    ProtobufCMessage *req = calloc(1, m->input->sizeof_message), *rep = NULL;
+    ck_assert_ptr_nonnull(req);
+    protobuf_c_message_init(m->input, req);
+    sm_err e = sm_rpc_unary(ch, path, req, m->output, &rep, deadline_ms, err, errlen);
+    if (rep)
+        sm_rpc_msg_free(rep);
+    free(req);
+    return e;
+}
+
+/* ---- bob's calls on alice's objects, one per coordinator method ---- */
+
+/* e, having freed *j (*info) when the call filled it. */
+static sm_err job_end(sm_err e, sm_job_info *j)
+{
+    if (!e)
+        sm_job_info_free(j);
+    return e;
+}
+
+static sm_err info_end(sm_err e, sm_array_info *info)
+{
+    if (!e)
+        sm_array_info_free(info);
+    return e;
+}
+
+static sm_err o_negotiate(sm_rpc_channel *ch, char *err, size_t n)
+{
+    uint32_t v = 0;
+    return sm_svc_negotiate(ch, 0, "e2e_tenants", &v, NULL, 0, DL, err, n);
+}
+
+static sm_err o_list_devices(sm_rpc_channel *ch, char *err, size_t n)
+{
+    sm_worker_info *w = NULL;
+    int k = 0;
+    sm_err e = sm_svc_coord_list_devices(ch, DL, &w, &k, err, n);
+    free(w);
+    return e;
+}
+
+/* bob's own mesh of alice's mesh's name: names are per tenant */
+static sm_err o_create_mesh(sm_rpc_channel *ch, char *err, size_t n)
+{
+    sm_mesh m;
+    sm_mesh_info mi;
+    harness_sharding(&m, "i=4", NULL, 0, "P('i')");
+    sm_err e = sm_svc_coord_create_mesh(ch, DL, "rows", &m, 1, &mi, err, n);
+    if (!e)
+        ck_assert_uint_ne(mi.id.v, g_alice.mesh.v);
+    return e;
+}
+
+static sm_err o_get_mesh(sm_rpc_channel *ch, char *err, size_t n)
+{
+    sm_mesh_info mi;
+    return sm_svc_coord_get_mesh(ch, DL, g_alice.mesh, NULL, &mi, err, n);
+}
+
+static sm_err o_list_meshes(sm_rpc_channel *ch, char *err, size_t n)
+{
+    sm_mesh_info *l = NULL;
+    int k = 0;
+    sm_err e = sm_svc_coord_list_meshes(ch, DL, &l, &k, err, n);
+    for (int i = 0; i < k; i++)
+        ck_assert_msg(l[i].id.v != g_alice.mesh.v, "bob lists alice's mesh");
+    free(l);
+    return e;
+}
+
+/* an array over alice's mesh, named by id */
+static sm_err o_create_array(sm_rpc_channel *ch, char *err, size_t n)
+{
+    sm_mesh m;
+    sm_svc_create_array_req q = {.dtype = SM_F32, .has_shape = 1, .kind = SM_PUT_SHARDS};
+    q.shape = HARNESS_SHAPE(8, 4);
+    q.sharding = harness_sharding(&m, "i=4", NULL, 0, "P('i')");
+    q.sharding.mesh = NULL;
+    q.sharding.mesh_id = g_alice.mesh;
+    sm_svc_create_array_reply r;
+    sm_err e = sm_svc_coord_create_array(ch, DL, &q, &r, err, n);
+    if (!e)
+        sm_svc_create_array_reply_free(&r);
+    return e;
+}
+
+static sm_err o_upload(sm_rpc_channel *ch, char *err, size_t n)
+{
+    sm_svc_upload_stream *st = NULL;
+    float data[8] = {0};
+    int32_t dev = 0;
+    sm_svc_upload_msg m = {.has_header = 1, .data = data, .len = sizeof data, .last = 1};
+    m.header = (sm_svc_upload_header){g_alice.pending,     1,      &dev,
+                                      HARNESS_SHAPE(2, 4), SM_F32, (int64_t)sizeof data};
+    m.checksum = sm_checksum_oneshot(data, sizeof data);
+    sm_svc_upload_reply r;
+    sm_err e = sm_svc_upload_open(ch, 0, DL, &st, err, n);
+    if (e)
+        return e;
+    if ((e = sm_svc_upload_send(st, &m, err, n))) {
+        sm_svc_upload_abort(st);
+        return e;
+    }
+    return sm_svc_upload_finish(st, &r, err, n);
+}
+
+static sm_err o_download(sm_rpc_channel *ch, char *err, size_t n)
+{
+    sm_svc_download_req q = {.array = harness_id_ref(g_alice.x), .device = 0};
+    sm_svc_download_stream *st = NULL;
+    sm_svc_chunk c;
+    int end = 0;
+    sm_err e = sm_svc_download_open(ch, 0, &q, DL, &st, err, n);
+    if (!e)
+        e = sm_svc_download_recv(st, &c, &end, err, n);
+    sm_svc_download_free(st);
+    return e;
+}
+
+static sm_err o_describe(sm_rpc_channel *ch, char *err, size_t n)
+{
+    sm_array_info info;
+    return info_end(sm_svc_coord_describe(ch, DL, harness_id_ref(g_alice.x), &info, err, n), &info);
+}
+
+static sm_err o_list_arrays(sm_rpc_channel *ch, char *err, size_t n)
+{
+    sm_array_info *l = NULL;
+    int k = 0;
+    sm_err e = sm_svc_coord_list_arrays(ch, DL, &l, &k, err, n);
+    for (int i = 0; i < k; i++)
+        ck_assert_msg(l[i].id.v != g_alice.x.v && l[i].id.v != g_alice.pending.v,
+                      "bob lists alice's array");
+    sm_array_info_list_free(l, k);
+    return e;
+}
+
+static sm_err o_delete(sm_rpc_channel *ch, char *err, size_t n)
+{
+    return sm_svc_coord_delete(ch, DL, harness_id_ref(g_alice.x), err, n);
+}
+
+static sm_err o_reshard(sm_rpc_channel *ch, char *err, size_t n)
+{
+    sm_mesh m;
+    sm_svc_reshard_req q = {.array = harness_id_ref(g_alice.x)};
+    q.sharding = harness_sharding(&m, "i=4", NULL, 0, "P(None)");
+    sm_array_info info;
+    return info_end(sm_svc_coord_reshard(ch, DL, &q, &info, err, n), &info);
+}
+
+static sm_err o_replicate(sm_rpc_channel *ch, char *err, size_t n)
+{
+    sm_svc_replicate_req q = {.array = harness_id_ref(g_alice.x)};
+    sm_array_info info;
+    return info_end(sm_svc_coord_replicate(ch, DL, &q, &info, err, n), &info);
+}
+
+static sm_err o_register(sm_rpc_channel *ch, char *err, size_t n)
+{
+    sm_svc_register_req q = {
+        .address = "127.0.0.1:9", .ndevices = 2, .process_index = -1, .host = "impostor"};
+    sm_svc_register_reply r;
+    return sm_svc_coord_register(ch, DL, &q, &r, err, n);
+}
+
+static sm_err o_heartbeat(sm_rpc_channel *ch, char *err, size_t n)
+{
+    sm_svc_heartbeat_req q = {.worker_id = {1}};
+    int known = 0;
+    return sm_svc_coord_heartbeat(ch, DL, &q, &known, err, n);
+}
+
+static sm_err o_commit(sm_rpc_channel *ch, char *err, size_t n)
+{
+    int32_t dev = 0;
+    sm_svc_commit_req q = {g_alice.pending, 1, &dev, 0, 32, 0, NULL};
+    sm_svc_upload_reply r;
+    return sm_svc_coord_commit_shards(ch, DL, &q, &r, err, n);
+}
+
+static sm_err o_submit(sm_rpc_channel *ch, char *err, size_t n)
+{
+    sm_program *p = twice_program();
+    sm_array_ref arg = harness_id_ref(g_alice.x);
+    sm_svc_submit_req q = {.program = p, .nargs = 1, .args = &arg, .check_vma = 1};
+    sm_job_id id;
+    sm_err e = sm_svc_job_submit(ch, DL, &q, &id, err, n);
+    sm_program_free(p);
+    return e;
+}
+
+static sm_err o_wait(sm_rpc_channel *ch, char *err, size_t n)
+{
+    sm_job_info j;
+    return job_end(sm_svc_job_wait(ch, DL, g_alice.job, 100, &j, err, n), &j);
+}
+
+static sm_err o_get(sm_rpc_channel *ch, char *err, size_t n)
+{
+    sm_job_info j;
+    return job_end(sm_svc_job_get(ch, DL, g_alice.job, &j, err, n), &j);
+}
+
+static sm_err o_cancel(sm_rpc_channel *ch, char *err, size_t n)
+{
+    sm_job_info j;
+    return job_end(sm_svc_job_cancel(ch, DL, g_alice.job, &j, err, n), &j);
+}
+
+static sm_err o_save(sm_rpc_channel *ch, char *err, size_t n)
+{
+    sm_svc_save_req q = {.array = harness_id_ref(g_alice.x), .dir = "/tmp/shmap-tenant-ckpt"};
+    sm_svc_save_reply r;
+    return sm_svc_coord_save(ch, DL, &q, &r, err, n);
+}
+
+static sm_err o_load(sm_rpc_channel *ch, char *err, size_t n)
+{
+    sm_mesh m;
+    sm_svc_load_req q = {.dir = "/tmp/shmap-tenant-ckpt"};
+    q.sharding = harness_sharding(&m, "i=4", NULL, 0, "P('i')");
+    sm_array_info info;
+    return info_end(sm_svc_coord_load(ch, DL, &q, &info, err, n), &info);
+}
+
+/* One row per Coordinator method: whether only the cluster's own processes
+ * may call it (PERMISSION_DENIED to a caller without a client certificate,
+ * and to a tenant's token), and bob's call on alice's objects with what it
+ * must give: NOT_FOUND where it names one of them (as for an object that
+ * does not exist: no existence leak), PERMISSION_DENIED where no tenant
+ * may call it, SM_OK where it names none (and then shows none). */
+static const struct {
+    const char *name;
+    int cluster_only;
+    sm_err (*other)(sm_rpc_channel *ch, char *err, size_t n);
+    sm_err want;
+} g_rows[] = {
+    {"Negotiate", 0, o_negotiate, SM_OK},
+    {"ListDevices", 0, o_list_devices, SM_OK},
+    {"CreateMesh", 0, o_create_mesh, SM_OK},
+    {"GetMesh", 0, o_get_mesh, SM_ENOTFOUND},
+    {"ListMeshes", 0, o_list_meshes, SM_OK},
+    {"CreateArray", 0, o_create_array, SM_ENOTFOUND},
+    {"Upload", 0, o_upload, SM_ENOTFOUND},
+    {"Download", 0, o_download, SM_ENOTFOUND},
+    {"Describe", 0, o_describe, SM_ENOTFOUND},
+    {"ListArrays", 0, o_list_arrays, SM_OK},
+    {"Delete", 0, o_delete, SM_ENOTFOUND},
+    {"Reshard", 0, o_reshard, SM_ENOTFOUND},
+    {"Replicate", 0, o_replicate, SM_ENOTFOUND},
+    {"RegisterWorker", 1, o_register, SM_EPERM},
+    {"Heartbeat", 1, o_heartbeat, SM_EPERM},
+    {"CommitShards", 0, o_commit, SM_ENOTFOUND},
+    {"SubmitJob", 0, o_submit, SM_ENOTFOUND},
+    {"WaitJob", 0, o_wait, SM_ENOTFOUND},
+    {"GetJob", 0, o_get, SM_ENOTFOUND},
+    {"CancelJob", 0, o_cancel, SM_ENOTFOUND},
+    {"Save", 0, o_save, SM_EPERM},
+    {"Load", 0, o_load, SM_EPERM},
+};
+#define NROWS ((int)(sizeof g_rows / sizeof g_rows[0]))
+
+static int row_of(const char *name)
+{
+    for (int r = 0; r < NROWS; r++)
+        if (!strcmp(g_rows[r].name, name))
+            return r;
+    return -1;
+}
+
+/* Every Coordinator method has its row, and every row is a method. */
+START_TEST(test_rows_cover_methods)
+{
+    const ProtobufCServiceDescriptor *svc = &shmap__v1__coordinator__descriptor;
+    for (unsigned i = 0; i < svc->n_methods; i++)
+        ck_assert_msg(row_of(svc->methods[i].name) >= 0,
+                      "Coordinator.%s has no row in g_rows: say what a tenant's call on another "
+                      "tenant's objects gives",
+                      svc->methods[i].name);
+    ck_assert_int_eq(NROWS, (int)svc->n_methods);
+}
+END_TEST
+
+static const caller g_callers[] = {
+    {"plaintext, alice's token", 0, 0, HARNESS_TENANT_TOKEN},
+    {"TLS without a certificate, the cluster's token", 1, 0, HARNESS_CLUSTER_TOKEN},
+    {"TLS with the client certificate, a wrong token", 1, 1, "wrong-token-0123456789abcdef"},
+    {"TLS with the client certificate, no token", 1, 1, NULL},
+    {"TLS without a certificate, alice's token", 1, 0, HARNESS_TENANT_TOKEN},
+    {"TLS with the client certificate, alice's token", 1, 1, HARNESS_TENANT_TOKEN},
+    {"TLS with the client certificate, the cluster's token", 1, 1, HARNESS_CLUSTER_TOKEN},
+};
+
+/* What caller k gets from a Coordinator method (row r): -1 when it is let
+ * in (the positive control, and alice's own calls: what the handler says
+ * of an empty request is not this test's business). */
+static int want_coord(const caller *k, int r)
+{
+    if (!k->tls)
+        return SM_EUNAVAILABLE; /* the handshake */
+    if (!k->token ||
+        (strcmp(k->token, HARNESS_CLUSTER_TOKEN) && strcmp(k->token, HARNESS_TENANT_TOKEN)))
+        return SM_EAUTH;
+    if (g_rows[r].cluster_only && (!k->cert || strcmp(k->token, HARNESS_CLUSTER_TOKEN)))
+        return SM_EPERM;
+    return -1;
+}
+
+/* ... and from a Worker method: only the cluster's certificate and token
+ * together. PutShard and GetShard (grant methods) take a call without
+ * them to its grants, and an empty request has none: UNAUTHENTICATED. */
+static int want_worker(const caller *k, const char *method)
+{
+    int grant = !strcmp(method, "PutShard") || !strcmp(method, "GetShard");
+    if (!k->tls)
+        return SM_EUNAVAILABLE; /* the handshake */
+    if (!k->token || strcmp(k->token, HARNESS_CLUSTER_TOKEN))
+        return SM_EAUTH;
+    if (!k->cert) /* the cluster's token without its certificate */
+        return grant ? SM_EAUTH : SM_EPERM;
+    return -1;
+}
+
+static void check(sm_err e, int want, const char *what, const char *svc, const char *method,
+                  const char *err)
+{
+    if (want >= 0)
+        ck_assert_msg(e == (sm_err)want, "%s: %s.%s gave %s, not %s: %s", what, svc, method,
+                      sm_err_name(e), sm_err_name((sm_err)want), err);
+    else /* let in: whatever the handler says, but no refusal of the caller */
+        ck_assert_msg(e != SM_EAUTH && e != SM_EUNAVAILABLE &&
+                          !(e == SM_EPERM && strstr(err, "cluster's own processes")),
+                      "%s: %s.%s was refused (%s): %s", what, svc, method, sm_err_name(e), err);
+}
+
+/* _i: one caller, against every Coordinator and every Worker method. */
+START_TEST(test_every_method)
+{
+    const caller *k = &g_callers[_i];
+    const ProtobufCServiceDescriptor *cs = &shmap__v1__coordinator__descriptor,
+                                     *ws = &shmap__v1__worker__descriptor;
+    char err[1024];
+    conn cn = dial(k, g_s->target);
+    for (unsigned i = 0; i < cs->n_methods; i++) {
+        int r = row_of(cs->methods[i].name);
+        ck_assert_int_ge(r, 0);
+        int want = want_coord(k, r);
+        err[0] = 0;
+        /* a call let in must not touch alice's objects: empty requests
+         * name none; a short deadline for streams that wait for more */
+        sm_err e = call_empty(cn.ch, cs, &cs->methods[i], want >= 0 ? DL : 3000, err, sizeof err);
+        check(e, want, k->what, "Coordinator", cs->methods[i].name, err);
+    }
+    hangup(&cn);
+    cn = dial(k, g_sworker);
+    for (unsigned i = 0; i < ws->n_methods; i++) {
+        int want = want_worker(k, ws->methods[i].name);
+        err[0] = 0;
+        sm_err e = call_empty(cn.ch, ws, &ws->methods[i], want >= 0 ? DL : 3000, err, sizeof err);
+        check(e, want, k->what, "Worker", ws->methods[i].name, err);
+    }
+    hangup(&cn);
+}
+END_TEST
+
+/* Every run of digits in s becomes one '#'. */
+static void digits_out(char *s)
+{
+    char *w = s;
+    for (const char *r = s; *r; r++)
+        if (!isdigit((unsigned char)*r))
+            *w++ = *r;
+        else if (!isdigit((unsigned char)r[1]))
+            *w++ = '#';
+    *w = 0;
+}
+
+/* bob (TLS, the CA alone, his token) on alice's objects, every Coordinator
+ * method; then alice's objects are as they were, and bob's NOT_FOUND for
+ * alice's array reads as for an array that never existed. */
+START_TEST(test_other_tenant)
+{
+    const caller bob = {"bob", 1, 0, HARNESS_OTHER_TOKEN};
+    const ProtobufCServiceDescriptor *cs = &shmap__v1__coordinator__descriptor;
+    char err[1024], err2[1024];
+    conn cn = dial(&bob, g_s->target);
+    for (unsigned i = 0; i < cs->n_methods; i++) {
+        int r = row_of(cs->methods[i].name);
+        ck_assert_int_ge(r, 0);
+        err[0] = 0;
+        sm_err e = g_rows[r].other(cn.ch, err, sizeof err);
+        check(e, (int)g_rows[r].want, "bob on alice's objects", "Coordinator", g_rows[r].name, err);
+    }
+    /* no existence leak: alice's array and one nobody has, the same words */
+    sm_array_info info;
+    ck_assert_int_eq(
+        sm_svc_coord_describe(cn.ch, DL, harness_id_ref(g_alice.x), &info, err, sizeof err),
+        SM_ENOTFOUND);
+    sm_array_id none = {g_alice.x.v + 100000};
+    ck_assert_int_eq(
+        sm_svc_coord_describe(cn.ch, DL, harness_id_ref(none), &info, err2, sizeof err2),
+        SM_ENOTFOUND);
+    digits_out(err);
+    digits_out(err2);
+    ck_assert_str_eq(err, err2);
+    hangup(&cn);
+    /* alice's objects are untouched */
+    sm_client *c = harness_client(g_s);
+    ck_assert_int_eq(sm_client_describe(c, harness_id_ref(g_alice.x), &info, err, sizeof err),
+                     SM_OK);
+    ck_assert_int_eq(info.state, SM_ARRAY_READY);
+    sm_array_info_free(&info);
+    ck_assert_int_eq(sm_client_describe(c, harness_id_ref(g_alice.pending), &info, err, sizeof err),
+                     SM_OK);
+    ck_assert_int_eq(info.state, SM_ARRAY_PENDING);
+    sm_array_info_free(&info);
+    sm_job_info j;
+    ck_assert_int_eq(sm_job_status(c, g_alice.job, &j, err, sizeof err), SM_OK);
+    ck_assert_int_eq(j.state, SM_JOB_DONE);
+    sm_job_info_free(&j);
+    sm_mesh_info mi;
+    ck_assert_int_eq(sm_client_mesh_get(c, g_alice.mesh, NULL, &mi, err, sizeof err), SM_OK);
+    sm_client_close(c);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("e2e_tenants");
@@ -627,5 +1179,12 @@ int main(void)
     tcase_add_test(tc, test_max_jobs);
     tcase_add_test(tc, test_jobs_restart);
     suite_add_tcase(s, tc);
+    TCase *sec = tcase_create("every_method");
+    tcase_set_timeout(sec, 300);
+    tcase_add_unchecked_fixture(sec, secure_up, secure_down);
+    tcase_add_test(sec, test_rows_cover_methods);
+    tcase_add_loop_test(sec, test_every_method, 0, (int)(sizeof g_callers / sizeof g_callers[0]));
+    tcase_add_test(sec, test_other_tenant);
+    suite_add_tcase(s, sec);
     return harness_run_suite(s);
 }

@@ -24,7 +24,7 @@ extern char **environ;
  * if a suite hangs (Check's timeouts do not apply in CK_NOFORK mode, and a
  * runner that kills the suite would leave the cluster behind). */
 static pthread_mutex_t g_live_mu = PTHREAD_MUTEX_INITIALIZER;
-static pid_t g_live[16];
+static pid_t g_live[16], g_live_owner[16]; /* owner: the process that started it */
 static int g_watchdog_started;
 
 static void live_set(pid_t pid, int on)
@@ -33,9 +33,19 @@ static void live_set(pid_t pid, int on)
     for (int i = 0; i < 16; i++)
         if (on ? g_live[i] == 0 : g_live[i] == pid) {
             g_live[i] = on ? pid : 0;
+            g_live_owner[i] = on ? getpid() : 0;
             break;
         }
     pthread_mutex_unlock(&g_live_mu);
+}
+
+/* At exit: the clusters this process started and did not stop (a test
+ * whose assertion failed before its harness_cluster_stop) end with it. */
+static void live_end(void)
+{
+    for (int i = 0; i < 16; i++)
+        if (g_live[i] > 0 && g_live_owner[i] == getpid())
+            kill(-g_live[i], SIGKILL);
 }
 
 static void *watchdog(void *arg)
@@ -59,6 +69,7 @@ static void watchdog_start(void)
     if (!g_watchdog_started && pthread_create(&th, NULL, watchdog, NULL) == 0) {
         pthread_detach(th);
         g_watchdog_started = 1;
+        atexit(live_end);
     }
     pthread_mutex_unlock(&g_live_mu);
 }
@@ -125,23 +136,44 @@ static char *slurp(const char *path)
     return buf;
 }
 
-/* environ without SHMAP_TARGET / SHMAP_TOKEN, plus the given entries. */
-static char **make_env(const char *target, const char *token)
+/* The variables through which a client (shmapctl, libshmap's callers) or
+ * a coordinator finds its target and credentials: never inherited from the
+ * suite's environment, set only as a cluster says. */
+static const char *const g_cred_vars[] = {
+    "SHMAP_TARGET=",   "SHMAP_TOKEN=",   "SHMAP_TOKENS=",         "SHMAP_TLS_CA=",
+    "SHMAP_TLS_CERT=", "SHMAP_TLS_KEY=", "SHMAP_TLS_SERVER_NAME="};
+#define N_CRED_VARS ((int)(sizeof g_cred_vars / sizeof g_cred_vars[0]))
+
+static int is_cred_var(const char *entry)
+{
+    for (int k = 0; k < N_CRED_VARS; k++)
+        if (!strncmp(entry, g_cred_vars[k], strlen(g_cred_vars[k])))
+            return 1;
+    return 0;
+}
+
+/* environ without the credential variables, plus those of h's clients
+ * (h NULL: none; target NULL: no SHMAP_TARGET). */
+static char **make_env(const harness_cluster *h, const char *target)
 {
     size_t n = 0;
     while (environ[n])
         n++;
-    char **env = calloc(n + 3, sizeof *env);
+    char **env = calloc(n + N_CRED_VARS + 1, sizeof *env);
     size_t k = 0;
     if (!env)
         return NULL;
     for (size_t i = 0; i < n; i++)
-        if (strncmp(environ[i], "SHMAP_TARGET=", 13) && strncmp(environ[i], "SHMAP_TOKEN=", 12))
+        if (!is_cred_var(environ[i]))
             env[k++] = environ[i];
-    if (target && asprintf(&env[k], "SHMAP_TARGET=%s", target) >= 0)
-        k++;
-    if (token && *token && asprintf(&env[k], "SHMAP_TOKEN=%s", token) >= 0)
-        k++;
+    const char *set[][2] = {{"SHMAP_TARGET", target},
+                            {"SHMAP_TOKEN", h ? h->token : NULL},
+                            {"SHMAP_TLS_CA", h ? h->tls_ca : NULL},
+                            {"SHMAP_TLS_CERT", h ? h->tls_cert : NULL},
+                            {"SHMAP_TLS_KEY", h ? h->tls_key : NULL}};
+    for (size_t v = 0; v < sizeof set / sizeof set[0]; v++)
+        if (set[v][1] && *set[v][1] && asprintf(&env[k], "%s=%s", set[v][0], set[v][1]) >= 0)
+            k++;
     env[k] = NULL;
     return env;
 }
@@ -151,7 +183,7 @@ static void free_env(char **env)
     if (!env)
         return;
     for (size_t i = 0; env[i]; i++)
-        if (!strncmp(env[i], "SHMAP_TARGET=", 13) || !strncmp(env[i], "SHMAP_TOKEN=", 12))
+        if (is_cred_var(env[i]))
             free(env[i]);
     free(env);
 }
@@ -191,6 +223,232 @@ static void dump_log(const harness_cluster *h)
     free(log);
 }
 
+/* ---- secure mode ------------------------------------------------------- */
+
+int harness_secure(void)
+{
+    const char *v = getenv("SM_TEST_SECURE");
+    return v && !strcmp(v, "1");
+}
+
+static pthread_mutex_t g_sec_mu = PTHREAD_MUTEX_INITIALIZER;
+static harness_secure_files g_sec;
+static char *g_sec_dir; /* NULL until made */
+static pid_t g_sec_pid; /* the process that made them */
+
+/* At exit of the process that made them, not of a child Check forked. */
+static void secure_files_remove(void)
+{
+    if (getpid() != g_sec_pid)
+        return;
+    harness_rmdir(g_sec_dir);
+    g_sec_dir = NULL;
+}
+
+/* Runs argv (absolute path) with output to log; its exit status, -1 if it
+ * could not start. */
+static int run_wait(char *const *argv, const char *log)
+{
+    char **env = make_env(NULL, NULL);
+    pid_t pid = spawn(argv, env, log, log, 0);
+    int st = 0;
+    free_env(env);
+    if (pid < 0)
+        return -1;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+const harness_secure_files *harness_secure_files_get(char *err, size_t errlen)
+{
+    const char *script = getenv("SM_TLS_CERTS");
+    harness_secure_files *f = &g_sec;
+    char certs[600], log[600];
+    char *dir = NULL;
+
+    pthread_mutex_lock(&g_sec_mu);
+    if (g_sec_dir)
+        goto done;
+    if (!script || !*script) {
+        sm_fail(err, errlen, SM_EUNAVAILABLE,
+                "secure mode needs SM_TLS_CERTS (scripts/tls_certs.sh) in the environment");
+        f = NULL;
+        goto done;
+    }
+    if (!(dir = harness_tmpdir())) {
+        sm_fail(err, errlen, SM_EIO, "cannot create a temp dir for secure mode's files");
+        f = NULL;
+        goto done;
+    }
+    snprintf(certs, sizeof certs, "%s/certs", dir);
+    snprintf(log, sizeof log, "%s/tls_certs.log", dir);
+    char *argv[] = {"/bin/bash", (char *)script, certs, "localhost", "127.0.0.1", NULL};
+    int rc = run_wait(argv, log);
+    if (rc != 0) {
+        char *text = slurp(log);
+        sm_fail(err, errlen, SM_EUNAVAILABLE, "%s exited %d (is openssl installed?): %s", script,
+                rc, text);
+        free(text);
+        harness_rmdir(dir);
+        f = NULL;
+        goto done;
+    }
+    const struct {
+        char *out;
+        const char *name;
+    } files[] = {{f->ca, "certs/ca.pem"},
+                 {f->cert, "certs/cluster.pem"},
+                 {f->key, "certs/cluster.key"},
+                 {f->client_cert, "certs/client.pem"},
+                 {f->client_key, "certs/client.key"},
+                 {f->tokens, "tokens"}};
+    for (size_t k = 0; k < sizeof files / sizeof files[0]; k++)
+        snprintf(files[k].out, sizeof f->ca, "%s/%s", dir, files[k].name);
+    FILE *t = fopen(f->tokens, "w");
+    if (!t ||
+        fprintf(t, "# the harness's tenants (secure mode)\n" HARNESS_TENANT " " HARNESS_TENANT_TOKEN
+                   "\n" HARNESS_OTHER " " HARNESS_OTHER_TOKEN "\n") < 0 ||
+        fclose(t) != 0) {
+        sm_fail(err, errlen, SM_EIO, "cannot write %s", f->tokens);
+        harness_rmdir(dir);
+        f = NULL;
+        goto done;
+    }
+    g_sec_dir = dir;
+    g_sec_pid = getpid();
+    atexit(secure_files_remove);
+done:
+    pthread_mutex_unlock(&g_sec_mu);
+    return f;
+}
+
+/* Secure mode's flags for a coordinator (with --tokens) or a worker into
+ * argv (room for max; the strings live as long as the process); sets h's
+ * client credentials (a tenant's) and its cluster credential. Returns how
+ * many, or -1 (err set) when the files cannot be made. */
+static int secure_flags(harness_cluster *h, int coordinator, char **argv, int max, char *err,
+                        size_t errlen)
+{
+    const harness_secure_files *f = harness_secure_files_get(err, errlen);
+    if (!f)
+        return -1;
+    char *flags[] = {"--tls-cert", (char *)f->cert,  "--tls-key", (char *)f->key,
+                     "--tls-ca",   (char *)f->ca,    "--token",   HARNESS_CLUSTER_TOKEN,
+                     "--tokens",   (char *)f->tokens};
+    int n = coordinator ? 10 : 8;
+    if (n > max) {
+        sm_fail(err, errlen, SM_EINVAL, "no room for secure mode's %d flags", n);
+        return -1;
+    }
+    memcpy(argv, flags, (size_t)n * sizeof *argv);
+    h->secure = 1;
+    snprintf(h->token, sizeof h->token, "%s", HARNESS_TENANT_TOKEN);
+    snprintf(h->tls_ca, sizeof h->tls_ca, "%s", f->ca);
+    h->tls_cert[0] = h->tls_key[0] = 0; /* a client from outside: the CA alone */
+    snprintf(h->cluster_token, sizeof h->cluster_token, "%s", HARNESS_CLUSTER_TOKEN);
+    snprintf(h->cluster_cert, sizeof h->cluster_cert, "%s", f->client_cert);
+    snprintf(h->cluster_key, sizeof h->cluster_key, "%s", f->client_key);
+    return n;
+}
+
+int harness_secure_flags(harness_cluster *h, int coordinator, char **argv, int max)
+{
+    char err[512];
+    if (!harness_secure())
+        return 0;
+    int n = secure_flags(h, coordinator, argv, max, err, sizeof err);
+    ck_assert_msg(n >= 0, "secure mode: %s", err);
+    return n;
+}
+
+void harness_use_cluster_credential(harness_cluster *h)
+{
+    snprintf(h->token, sizeof h->token, "%s", h->cluster_token);
+    snprintf(h->tls_cert, sizeof h->tls_cert, "%s", h->cluster_cert);
+    snprintf(h->tls_key, sizeof h->tls_key, "%s", h->cluster_key);
+}
+
+/* TLS credentials made once per set of files, kept until the process
+ * ends (a channel borrows them for its whole life). */
+static pthread_mutex_t g_tls_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t g_rpc_once = PTHREAD_ONCE_INIT;
+static struct {
+    char key[1600];
+    sm_rpc_tls *tls;
+} g_tls[16];
+
+static sm_err tls_get(const harness_cluster *h, sm_rpc_tls **out, char *err, size_t errlen)
+{
+    char key[1600];
+    sm_err e = SM_OK;
+    *out = NULL;
+    if (!h->tls_ca[0])
+        return SM_OK;
+    snprintf(key, sizeof key, "%s|%s|%s", h->tls_ca, h->tls_cert, h->tls_key);
+    pthread_mutex_lock(&g_tls_mu);
+    int k = 0;
+    while (k < 16 && g_tls[k].tls && strcmp(g_tls[k].key, key))
+        k++;
+    if (k == 16)
+        e = sm_fail(err, errlen, SM_ENOMEM, "more than 16 sets of TLS files");
+    else if (!g_tls[k].tls) {
+        sm_rpc_tls_opts o = {h->tls_cert[0] ? h->tls_cert : NULL, h->tls_key[0] ? h->tls_key : NULL,
+                             h->tls_ca, NULL};
+        if (!(e = sm_rpc_tls_create(&o, &g_tls[k].tls, err, errlen)))
+            snprintf(g_tls[k].key, sizeof g_tls[k].key, "%s", key);
+    }
+    if (!e)
+        *out = g_tls[k].tls;
+    pthread_mutex_unlock(&g_tls_mu);
+    return e;
+}
+
+sm_rpc_channel *harness_channel(const harness_cluster *h, const char *target)
+{
+    sm_rpc_channel *ch = NULL;
+    sm_rpc_tls *tls = NULL;
+    char err[512];
+    pthread_once(&g_rpc_once, sm_rpc_init);
+    sm_err e = tls_get(h, &tls, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "TLS files: %s", err);
+    e = sm_rpc_channel_create_tls(target ? target : h->target, h->token[0] ? h->token : NULL, tls,
+                                  &ch, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "channel to %s: %s", target ? target : h->target, err);
+    return ch;
+}
+
+/* A secure cluster refuses a plaintext client and a wrong token, so a
+ * suite in secure mode cannot pass with it off. Asked by shmapctl
+ * processes: a failed connection in this process would leave gRPC's
+ * reconnection work behind, which a suite's forked test could inherit
+ * mid-way (gRPC is not fork-safe). */
+static sm_err secure_check(const harness_cluster *h, char *err, size_t errlen)
+{
+    harness_cluster *k = malloc(sizeof *k);
+    harness_run plain = {0}, wrong = {0};
+    const char *const ls[] = {"ls", NULL};
+    sm_err e = SM_OK;
+    if (!k)
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory");
+    *k = *h;
+    k->tls_ca[0] = 0;
+    int rc1 = harness_shmapctl(k, &plain, ls);
+    *k = *h;
+    snprintf(k->token, sizeof k->token, "harness-no-such-token-0123456789");
+    int rc2 = harness_shmapctl(k, &wrong, ls);
+    if (rc1 || rc2 || plain.code == 0 || !strstr(plain.err, "UNAVAILABLE") || wrong.code == 0 ||
+        !strstr(wrong.err, "UNAUTHENTICATED"))
+        e = sm_fail(err, errlen, SM_EINVAL,
+                    "secure mode is off: a plaintext client got exit %d (%s), a wrong token "
+                    "exit %d (%s)",
+                    plain.code, plain.err ? plain.err : "", wrong.code, wrong.err ? wrong.err : "");
+    harness_run_free(&plain);
+    harness_run_free(&wrong);
+    free(k);
+    return e;
+}
+
 sm_err harness_cluster_start(const harness_opts *o, harness_cluster **out, char *err, size_t errlen)
 {
     const char *bin = getenv("SHMAP_COORDINATOR_BIN");
@@ -211,13 +469,11 @@ sm_err harness_cluster_start(const harness_opts *o, harness_cluster **out, char 
     free(dir);
     h->nworkers = o->nworkers;
     h->ndevices = o->nworkers * o->devices_per_worker;
-    if (o->token)
-        snprintf(h->token, sizeof h->token, "%s", o->token);
     snprintf(portfile, sizeof portfile, "%s/port", h->dir);
     snprintf(logfile, sizeof logfile, "%s/coordinator.log", h->dir);
     snprintf(nw, sizeof nw, "%d", o->nworkers);
     snprintf(nd, sizeof nd, "%d", o->devices_per_worker);
-    char *argv[32] = {(char *)bin,
+    char *argv[40] = {(char *)bin,
                       "--listen",
                       "127.0.0.1:0",
                       "--port-file",
@@ -228,23 +484,39 @@ sm_err harness_cluster_start(const harness_opts *o, harness_cluster **out, char 
                       nd,
                       NULL};
     int na = 9;
-    if (o->token) {
-        argv[na++] = "--token";
-        argv[na++] = (char *)o->token;
-    }
-    const struct {
-        const char *flag, *file;
-        char *copy;
-    } tls[] = {{"--tls-cert", o->tls_cert, h->tls_cert},
-               {"--tls-key", o->tls_key, h->tls_key},
-               {"--tls-ca", o->tls_ca, h->tls_ca}};
-    for (int k = 0; k < 3; k++)
-        if (tls[k].file) {
-            snprintf(tls[k].copy, sizeof h->tls_cert, "%s", tls[k].file);
-            argv[na++] = (char *)tls[k].flag;
-            argv[na++] = (char *)tls[k].file;
+    /* Secure mode fills in what the options leave out: all or nothing. */
+    if ((o->secure || harness_secure()) && !o->token && !o->tls_cert && !o->tls_key && !o->tls_ca) {
+        int k = secure_flags(h, 1, argv + na, 40 - na, err, errlen);
+        if (k < 0) {
+            harness_rmdir(strdup(h->dir));
+            free(h);
+            return SM_EUNAVAILABLE;
         }
-    for (int k = 0; o->coord_args && o->coord_args[k] && na < 31; k++)
+        na += k;
+    } else {
+        /* The clients get what the cluster was given. */
+        if (o->token) {
+            snprintf(h->token, sizeof h->token, "%s", o->token);
+            argv[na++] = "--token";
+            argv[na++] = (char *)o->token;
+        }
+        const struct {
+            const char *flag, *file;
+            char *copy;
+        } tls[] = {{"--tls-cert", o->tls_cert, h->tls_cert},
+                   {"--tls-key", o->tls_key, h->tls_key},
+                   {"--tls-ca", o->tls_ca, h->tls_ca}};
+        for (int k = 0; k < 3; k++)
+            if (tls[k].file) {
+                snprintf(tls[k].copy, sizeof h->tls_cert, "%s", tls[k].file);
+                argv[na++] = (char *)tls[k].flag;
+                argv[na++] = (char *)tls[k].file;
+            }
+        snprintf(h->cluster_token, sizeof h->cluster_token, "%s", h->token);
+        snprintf(h->cluster_cert, sizeof h->cluster_cert, "%s", h->tls_cert);
+        snprintf(h->cluster_key, sizeof h->cluster_key, "%s", h->tls_key);
+    }
+    for (int k = 0; o->coord_args && o->coord_args[k] && na < 39; k++)
         argv[na++] = (char *)o->coord_args[k];
     argv[na] = NULL;
     char **env = make_env(NULL, NULL);
@@ -291,6 +563,8 @@ sm_err harness_cluster_start(const harness_opts *o, harness_cluster **out, char 
     e = harness_wait_workers(c, o->nworkers, (int)(until - sm_time_mono_ms()), err, errlen);
     sm_client_close(c);
     if (e)
+        goto fail;
+    if (h->secure && (e = secure_check(h, err, errlen)))
         goto fail;
     *out = h;
     return SM_OK;
@@ -358,13 +632,19 @@ harness_cluster *harness_cluster_up(int nworkers, int devices_per_worker, const 
     return h;
 }
 
-sm_err harness_connect(const harness_cluster *h, sm_client **out, char *err, size_t errlen)
+sm_client_opts harness_client_opts(const harness_cluster *h)
 {
     sm_client_opts o = {.token = h->token[0] ? h->token : NULL,
                         .timeout_ms = 30000,
                         .tls_cert = h->tls_cert[0] ? h->tls_cert : NULL,
                         .tls_key = h->tls_key[0] ? h->tls_key : NULL,
                         .tls_ca = h->tls_ca[0] ? h->tls_ca : NULL};
+    return o;
+}
+
+sm_err harness_connect(const harness_cluster *h, sm_client **out, char *err, size_t errlen)
+{
+    sm_client_opts o = harness_client_opts(h);
     sm_err e = sm_client_opts_from_env(&o, err, errlen);
     return e ? e : sm_client_connect(h->target, &o, out, err, errlen);
 }
@@ -459,7 +739,7 @@ int harness_shmapctl(const harness_cluster *h, harness_run *r, const char *const
     argv[n] = NULL;
     snprintf(outp, sizeof outp, "%s/out", dir);
     snprintf(errp, sizeof errp, "%s/err", dir);
-    char **env = make_env(h ? h->target : NULL, h && h->token[0] ? h->token : NULL);
+    char **env = make_env(h, h ? h->target : NULL);
     pid_t pid = spawn(argv, env, outp, errp, 0);
     free_env(env);
     if (pid < 0) {

@@ -2,6 +2,19 @@
  * with local workers, from $SHMAP_COORDINATOR_BIN) on free loopback ports,
  * run shmapctl ($SHMAPCTL) capturing its output, and manage temp dirs.
  *
+ * Secure mode (SM_TEST_SECURE=1 in the environment, or harness_opts.secure):
+ * a cluster whose options name no token and no TLS files is started with
+ * TLS (certificates made once per process by $SM_TLS_CERTS, i.e.
+ * scripts/tls_certs.sh, with openssl), the cluster's token and a tokens file
+ * of two tenants (HARNESS_TENANT, HARNESS_OTHER). Its clients
+ * (harness_connect, harness_channel, harness_shmapctl) then carry the first
+ * tenant's token and trust the CA, with no client certificate, as a client
+ * from outside would; harness_use_cluster_credential switches them to the
+ * cluster's own credential. A secure cluster is checked at start to refuse
+ * a plaintext client and a wrong token. A cluster whose options set a
+ * token or TLS files is started as they say, secure mode or not; a suite
+ * that starts its own processes takes the flags from harness_secure_flags.
+ *
  * Processes are started with posix_spawn (no fork handlers run, so it is
  * safe after gRPC is initialised); the coordinator leads a new process group
  * that its workers inherit, so stopping a cluster can end every process it
@@ -16,6 +29,14 @@
 #include <sys/types.h>
 
 #include "shmap.h"
+#include "sm_rpc.h"
+
+/* Secure mode's tokens (tenants HARNESS_TENANT and HARNESS_OTHER). */
+#define HARNESS_CLUSTER_TOKEN "harness-cluster-token-0123456789"
+#define HARNESS_TENANT        "alice"
+#define HARNESS_TENANT_TOKEN  "harness-alice-token-0123456789ab"
+#define HARNESS_OTHER         "bob"
+#define HARNESS_OTHER_TOKEN   "harness-bob-token-0123456789abcd"
 
 typedef struct {
     int nworkers;
@@ -26,6 +47,7 @@ typedef struct {
      * --tls-cert/--tls-key/--tls-ca, also used by harness_connect. */
     const char *tls_cert, *tls_key, *tls_ca;
     const char *target_host; /* the host clients dial (NULL: 127.0.0.1) */
+    int secure;              /* 1: secure mode whatever SM_TEST_SECURE says */
 } harness_opts;
 
 typedef struct {
@@ -33,10 +55,29 @@ typedef struct {
     int port;
     char target[64]; /* "127.0.0.1:PORT" */
     char dir[256];   /* temp dir: port file, logs */
+    /* What the test's clients carry: the token ("" none) and TLS files
+     * ("" when plaintext; tls_cert/tls_key "" for a client without a
+     * certificate). */
     char token[64];
-    char tls_cert[512], tls_key[512], tls_ca[512]; /* "" when plaintext */
+    char tls_cert[512], tls_key[512], tls_ca[512];
+    /* The cluster's own credential, what its workers present: its token
+     * and, over TLS, a client certificate its CA signed ("" none). Outside
+     * secure mode the same as the clients'. */
+    char cluster_token[64], cluster_cert[512], cluster_key[512];
+    int secure; /* 1: started in secure mode */
     int nworkers, ndevices;
 } harness_cluster;
+
+/* Whether SM_TEST_SECURE asks for secure mode ("1"). */
+int harness_secure(void);
+/* Secure mode's files (made on first use, removed at exit): the CA, the
+ * cluster's certificate and key (coordinator and workers), a client
+ * certificate and key, and the tokens file. NULL (err set) when they cannot
+ * be made. */
+typedef struct {
+    char ca[512], cert[512], key[512], client_cert[512], client_key[512], tokens[512];
+} harness_secure_files;
+const harness_secure_files *harness_secure_files_get(char *err, size_t errlen);
 
 /* Starts a cluster and waits (at most 30 s) for its port file and for every
  * worker to be alive. On failure prints the coordinator's log to stderr.
@@ -50,12 +91,33 @@ harness_cluster *harness_cluster_up(int nworkers, int devices_per_worker, const 
  * process group; removes the temp dir and frees h. NULL is ignored. */
 void harness_cluster_stop(harness_cluster *h);
 
+/* In a Check test of a suite that starts its own coordinator or workers:
+ * in secure mode (SM_TEST_SECURE=1) writes into argv (room for max) the
+ * flags a process of a secure cluster takes (TLS with the cluster's
+ * certificate, --token, and for a coordinator --tokens; strings that live
+ * as long as the process) and sets h's client credentials as
+ * harness_cluster_start does; returns how many. 0 outside secure mode. */
+int harness_secure_flags(harness_cluster *h, int coordinator, char **argv, int max);
+
+/* From now on h's clients (harness_connect, harness_client,
+ * harness_channel, harness_shmapctl) carry the cluster's own credential:
+ * for suites that by design use what only the cluster may (worker ports,
+ * checkpoint directories). Changes nothing outside secure mode. */
+void harness_use_cluster_credential(harness_cluster *h);
+
+/* The options harness_connect uses (token, TLS files of h's clients;
+ * pointers into h), for a test that sets more of them. */
+sm_client_opts harness_client_opts(const harness_cluster *h);
 /* Connects a client to the cluster (with its token and TLS files, if any,
  * and what the environment sets: sm_client_opts_from_env). */
 sm_err harness_connect(const harness_cluster *h, sm_client **out, char *err, size_t errlen);
 /* In a Check test: harness_connect, asserting it succeeds. The caller
  * closes the client. */
 sm_client *harness_client(const harness_cluster *h);
+/* In a Check test: a raw channel to target (NULL: the coordinator) with
+ * the credential of h's clients, asserting it is made. Free it with
+ * sm_rpc_channel_free (its TLS credentials live until the process ends). */
+sm_rpc_channel *harness_channel(const harness_cluster *h, const char *target);
 /* A reference to an array by id alone. */
 sm_array_ref harness_id_ref(sm_array_id id);
 /* Runs every test of s in this process (CK_NOFORK: the clusters live in
@@ -88,7 +150,8 @@ typedef struct {
 } harness_run;
 
 /* Runs $SHMAPCTL with args (NULL-terminated, without the program name) with
- * SHMAP_TARGET (and SHMAP_TOKEN) set for cluster h (h may be NULL).
+ * SHMAP_TARGET (and SHMAP_TOKEN, SHMAP_TLS_CA/CERT/KEY) set for cluster h's
+ * clients (h may be NULL: none of them set).
  * Returns 0, or -1 if it could not be started. Free r with harness_run_free. */
 int harness_shmapctl(const harness_cluster *h, harness_run *r, const char *const *args);
 void harness_run_free(harness_run *r);

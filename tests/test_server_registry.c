@@ -387,6 +387,36 @@ START_TEST(test_unreduced_arrays)
 }
 END_TEST
 
+/* Process indices and device ids kept for local workers (2 of 4 devices):
+ * a worker naming no index that registers first gets index 2 and devices
+ * 8..11; the local workers then get theirs, 0 and 1, devices 0..7. */
+START_TEST(test_reserved_for_local)
+{
+    sm_registry *r;
+    char err[256];
+    ck_assert_int_eq(sm_registry_create(60000, 500, &r, err, sizeof err), SM_OK);
+    sm_registry_reserve(r, 2, 4);
+    const struct {
+        int index, want_index, want_first;
+    } rows[] = {{-1, 2, 8}, {0, 0, 0}, {1, 1, 4}, {-1, 3, 12}};
+    for (int k = 0; k < N(rows); k++) {
+        char addr[32];
+        snprintf(addr, sizeof addr, "127.0.0.1:%d", 9100 + k);
+        sm_svc_register_req req = {addr, 4, rows[k].index, "host"};
+        sm_svc_register_reply rep;
+        sm_reg_free *f = NULL;
+        int nf = 0;
+        ck_assert_msg(sm_registry_worker_add(r, &req, NULL, T0, &rep, &f, &nf, err, sizeof err) ==
+                          SM_OK,
+                      "row %d: %s", k, err);
+        free(f);
+        ck_assert_int_eq(rep.process_index, rows[k].want_index);
+        ck_assert_int_eq(rep.devices[0], rows[k].want_first);
+    }
+    sm_registry_free(r);
+}
+END_TEST
+
 static Suite *server_registry_suite(void)
 {
     Suite *s = suite_create("server_registry");
@@ -395,6 +425,7 @@ static Suite *server_registry_suite(void)
     tcase_add_test(tc, test_index_scale);
     tcase_add_loop_test(tc, test_index_ways_out, 0, N(way_cases));
     tcase_add_test(tc, test_unreduced_arrays);
+    tcase_add_test(tc, test_reserved_for_local);
     suite_add_tcase(s, tc);
     return s;
 }

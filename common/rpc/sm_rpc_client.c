@@ -143,9 +143,13 @@ sm_err sm_rpc_channel_create_tls(const char *target, const char *token, const sm
     } extra[] = {
         /* Retries would buffer bulk streams in memory; callers decide. */
         {GRPC_ARG_ENABLE_RETRIES, 0},
-        /* A restarted peer is found again quickly. */
+        /* A restarted peer is found again quickly: attempts 200 ms to 2 s
+         * apart. gRPC core takes the "minimum reconnect backoff" as the
+         * time one attempt (TCP, TLS handshake, HTTP/2 settings) may take:
+         * its default, 20 s, not 200 ms, which a TLS handshake on a busy
+         * host passes (the call then failed UNAVAILABLE). */
         {GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200},
-        {GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200},
+        {GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 20000},
         {GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000},
     };
     for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {

@@ -69,12 +69,15 @@ typedef struct {
     const ProtobufCMessageDescriptor *request; /* request message type */
     sm_rpc_handler handler;                    /* called once per call */
     void *user;                                /* borrowed; passed to handler */
-    int cluster_only; /* 1: on a TLS server, only callers that presented a client
-                         certificate signed by its CA (workers, the coordinator)
-                         may call it; others get PERMISSION_DENIED */
-    int grant;        /* 1: a call without the server's token is not refused but
-                         handed to the handler, which must then check the
-                         transfer's grants (sm_rpc_call_authenticated 0) */
+    int cluster_only;                          /* 1: only the cluster's own processes (workers, the
+                                                  coordinator) may call it: a call with a tenant's token
+                                                  (sm_rpc_server_opts.authenticate), or on a TLS server
+                                                  one from a caller that presented no client certificate
+                                                  signed by its CA, gets PERMISSION_DENIED */
+    int grant;                                 /* 1: a call without the server's token is not
+                                                  refused but handed to the handler, which must
+                                                  then check the transfer's grants
+                                                  (sm_rpc_call_authenticated 0) */
 } sm_rpc_method;
 
 /* Registers one method (the row is copied). Only before start; a duplicate

@@ -673,17 +673,20 @@ static sm_rpc_call *on_new(sm_rpc_server *s, sm_rpc_call *c, int success)
         call_unref(c);
         return NULL;
     }
-    if (s->tls && (s->methods[c->method].cluster_only || s->all_cluster_only) &&
-        c->method != s->health && !sm_rpc_tls_peer_has_cert(c->call)) {
-        if (s->methods[c->method].grant) { /* the cluster's credential is token and certificate */
+    /* A tenant's token is never the cluster's own, certificate or not; on a
+     * TLS server the cluster's credential is token and certificate. */
+    int cluster_only = s->methods[c->method].cluster_only || (s->tls && s->all_cluster_only);
+    int no_cert = s->tls && !sm_rpc_tls_peer_has_cert(c->call);
+    if (cluster_only && c->method != s->health && (c->tenant[0] || no_cert)) {
+        if (s->methods[c->method].grant && !c->tenant[0]) { /* its grants will say */
             c->authenticated = 0;
             return c;
         }
         char text[512];
-        snprintf(text, sizeof text,
-                 "%s is for the cluster's own processes: the caller presented no client "
-                 "certificate signed by the cluster's CA",
-                 s->methods[c->method].path);
+        snprintf(text, sizeof text, "%s is for the cluster's own processes: the caller %s",
+                 s->methods[c->method].path,
+                 c->tenant[0] ? "carries a tenant's token, not the cluster's"
+                              : "presented no client certificate signed by the cluster's CA");
         finish_status(c, GRPC_STATUS_PERMISSION_DENIED, text, 0);
         call_unref(c);
         return NULL;

@@ -211,15 +211,22 @@ static sm_err grants_check(sm_rpc_call *call, sm_grant_dir dir, uint64_t array, 
     return SM_OK;
 }
 
-/* grants_check for an upload message (SM_OK when it has no header). */
-static sm_err upload_grants_check(sm_rpc_call *call, const Shmap__V1__UploadMsg *p, char *err,
-                                  size_t errlen)
+/* grants_check for an upload message (p NULL: the stream's end). A call
+ * without the token gets no further than its first message unless that
+ * is a header whose grants pass (*granted then set): data before a header,
+ * or an empty stream, is refused as a call without grants. */
+static sm_err upload_grants_check(sm_rpc_call *call, const Shmap__V1__UploadMsg *p, int *granted,
+                                  char *err, size_t errlen)
 {
-    const Shmap__V1__UploadHeader *h = p->header;
-    if (!h || sm_rpc_call_authenticated(call))
+    const Shmap__V1__UploadHeader *h = p ? p->header : NULL;
+    if (sm_rpc_call_authenticated(call) || (!h && *granted))
         return SM_OK;
-    return grants_check(call, SM_GRANT_PUT, h->array_id, (int)h->n_devices, h->devices, h->n_grants,
-                        h->grants, err, errlen);
+    sm_err e = h ? grants_check(call, SM_GRANT_PUT, h->array_id, (int)h->n_devices, h->devices,
+                                h->n_grants, h->grants, err, errlen)
+                 : grants_check(call, SM_GRANT_PUT, 0, 0, NULL, 0, NULL, err, errlen);
+    if (!e)
+        *granted = 1;
+    return e;
 }
 
 /* Number of the payload field of a data message type. */
@@ -443,15 +450,18 @@ struct sm_svc_upload_in {
     sm_rpc_call *call;
     ProtobufCMessage *cur; /* the message the last msg points into */
     int ended;
+    int granted; /* a call without the token: its header's grants passed */
 };
 
 sm_err sm_svc_upload_recv(sm_svc_upload_in *in, sm_svc_upload_msg *msg, int *end, char *err,
                           size_t errlen)
 {
     sm_err e = sm_svc_stream_next(in->call, &in->cur, &in->ended, end, err, errlen);
-    if (e || *end)
+    if (e)
         return e;
-    if ((e = upload_grants_check(in->call, (const Shmap__V1__UploadMsg *)in->cur, err, errlen)))
+    if ((e = upload_grants_check(in->call, *end ? NULL : (const Shmap__V1__UploadMsg *)in->cur,
+                                 &in->granted, err, errlen)) ||
+        *end)
         return e;
     return sm_svc_upload_msg_dec((const Shmap__V1__UploadMsg *)in->cur, msg, err, errlen);
 }
@@ -460,13 +470,15 @@ typedef struct {
     const sm_svc_upload_sink *sink;
     sm_svc_upload_msg *msg;
     sm_rpc_call *call;
+    int *granted;
 } upload_place_ctx;
 
 static sm_err upload_place(void *user, const ProtobufCMessage *m, size_t len, void **dst, char *err,
                            size_t errlen)
 {
     upload_place_ctx *x = user;
-    sm_err e = upload_grants_check(x->call, (const Shmap__V1__UploadMsg *)m, err, errlen);
+    sm_err e =
+        upload_grants_check(x->call, (const Shmap__V1__UploadMsg *)m, x->granted, err, errlen);
     if (!e)
         e = sm_svc_upload_msg_dec((const Shmap__V1__UploadMsg *)m, x->msg, err, errlen);
     if (e)
@@ -486,7 +498,7 @@ static void upload_copied(void *user, const void *p, size_t n)
 sm_err sm_svc_upload_recv_into(sm_svc_upload_in *in, const sm_svc_upload_sink *sink,
                                sm_svc_upload_msg *msg, int *end, char *err, size_t errlen)
 {
-    upload_place_ctx x = {sink, msg, in->call};
+    upload_place_ctx x = {sink, msg, in->call, &in->granted};
     sm_rpc_sink rs = {upload_place, upload_copied, &x, 1}; /* a shard, a fetched array */
     size_t len;
     *end = 0;
@@ -498,8 +510,10 @@ sm_err sm_svc_upload_recv_into(sm_svc_upload_in *in, const sm_svc_upload_sink *s
     }
     sm_err e = sm_rpc_recv_data(in->call, data_field(&shmap__v1__upload_msg__descriptor), &rs,
                                 &in->cur, &len, err, errlen);
-    if (!e && !in->cur)
+    if (!e && !in->cur) {
         in->ended = *end = 1;
+        e = upload_grants_check(in->call, NULL, &in->granted, err, errlen);
+    }
     return e;
 }
 
@@ -511,7 +525,7 @@ int sm_svc_upload_cancelled(sm_svc_upload_in *in)
 void sm_svc_serve_upload(sm_rpc_call *call, sm_svc_upload_fn fn, void *user)
 {
     SM_SVC_REQUIRE(call, fn);
-    sm_svc_upload_in in = {call, NULL, 0};
+    sm_svc_upload_in in = {call, NULL, 0, 0};
     sm_svc_upload_reply out = {0};
     char err[SM_SVC_ERRLEN] = "";
     sm_err e = fn(user, &in, &out, err, sizeof err);

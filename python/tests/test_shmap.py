@@ -1,10 +1,14 @@
 """The shmap Python package against a real local cluster (2 workers x 4
 devices): shardings, arrays, traced shard_map and jit functions, errors and
 garbage collection. Run by ctest (python_shmap) with the build tree's
-PYTHONPATH and SHMAP_COORDINATOR_BIN."""
+PYTHONPATH and SHMAP_COORDINATOR_BIN; python_shmap_secure runs it with
+SM_TEST_SECURE=1: the cluster of tests/cluster.py with TLS and tenants, the
+client a tenant with the CA alone."""
 import gc
 import os
 import inspect
+import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -13,12 +17,48 @@ import shmap
 from shmap import P, NamedSharding, Mesh
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import cluster  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def c():
+def secure():
+    """In secure mode the target of a secure cluster and its files; None
+    outside it."""
+    if not cluster.SECURE:
+        yield None
+        return
+    work = tempfile.mkdtemp(prefix="shmap-py-secure-")
+    p, target, _ = cluster.start_cluster(work, 2, 4)
+    yield target, cluster.secure_files()
+    cluster.stop_cluster(p)
+
+
+@pytest.fixture(scope="module")
+def c(secure):
+    if secure:
+        target, f = secure
+        client = shmap.connect(target, token=cluster.TENANT_TOKEN, tls_ca=f["ca"])
+        yield client
+        client.close()
+        return
     with shmap.local_cluster(workers=2, devices_per_worker=4) as client:
         yield client
+
+
+@pytest.fixture(scope="module")
+def admin(c, secure):
+    """A client with the cluster's own credential (checkpoint directories
+    are the cluster's to name); c itself outside secure mode."""
+    if not secure:
+        yield c
+        return
+    target, f = secure
+    client = shmap.connect(target, token=cluster.CLUSTER_TOKEN, tls_ca=f["ca"],
+                           tls_cert=f["client_cert"], tls_key=f["client_key"])
+    shmap.connect.__globals__["_default"][:] = [c]  # the tenant stays the default client
+    yield client
+    client.close()
 
 
 def ids(c):
@@ -112,7 +152,8 @@ def test_replicas(c):
     a.delete()
 
 
-def test_save_load_checkpoint(c, tmp_path):
+def test_save_load_checkpoint(admin, tmp_path):
+    c = admin
     mesh = c.make_mesh((4, 2), ("x", "y"))
     x = np.arange(32 * 16, dtype=np.float64).reshape(32, 16)
     a = c.device_put(x, NamedSharding(mesh, P("x", "y")))
