@@ -12,8 +12,8 @@
  * the generated service descriptors, called from outside: in plaintext,
  * without a certificate, with a wrong token or none, with a tenant's token
  * (every worker method, PutShard and GetShard without a grant; the
- * cluster-only coordinator methods even with a client certificate), and bob's token on alice's objects (NOT_FOUND in the
- * same words as for nothing, or PERMISSION_DENIED where no tenant may
+ * cluster-only coordinator methods even with a client certificate), and bob's token on alice's
+ * objects (NOT_FOUND in the same words as for nothing, or PERMISSION_DENIED where no tenant may
  * call); the cluster's own credential is let in everywhere. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>

@@ -94,8 +94,8 @@ sm_err sm_svc_add_rows(sm_rpc_server *s, const void *ctx, const sm_svc_row *rows
         sm_rpc_method m = {rows[i].path, SM_RPC_UNARY,  rows[i].request,
                            unary_serve,  (void *)&u[i], rows[i].cluster_only};
         if (rows[i].stream) /* the context is the handler's own */
-            m = (sm_rpc_method){rows[i].path,   rows[i].kind, rows[i].request,
-                                rows[i].stream, (void *)ctx,  rows[i].cluster_only,
+            m = (sm_rpc_method){rows[i].path,          rows[i].kind, rows[i].request,
+                                rows[i].stream,        (void *)ctx,  rows[i].cluster_only,
                                 .grant = rows[i].grant};
         e = sm_rpc_server_add(s, &m, err, errlen);
     }
