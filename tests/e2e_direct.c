@@ -136,7 +136,7 @@ START_TEST(relay_forced)
     sm_client_close(c);
     /* The library itself reads no environment: without
      * sm_client_opts_from_env the variable changes nothing. */
-    sm_client_opts o = {.token = g_two->token[0] ? g_two->token : NULL};
+    sm_client_opts o = harness_client_opts(g_two); /* token and TLS files, nothing else */
     char err[512];
     setenv("SHMAP_RELAY", "1", 1);
     sm_err e = sm_client_connect(g_two->target, &o, &c, err, sizeof err);
