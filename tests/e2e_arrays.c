@@ -528,7 +528,7 @@ START_TEST(reshard_every_pair)
     /* Settle: earlier tests' frees reach the coordinator with heartbeats. */
     int64_t base = worker_bytes(c), prev = -1;
     while (base != prev) {
-        nanosleep(&(struct timespec){0, 700000000}, NULL);
+        harness_sleep_ms(700);
         prev = base;
         base = worker_bytes(c);
     }
@@ -565,7 +565,7 @@ START_TEST(reshard_every_pair)
     /* Heartbeats carry the freed bytes back within a few hundred ms. */
     int64_t now = 0;
     for (int tries = 0; tries < 100 && (now = worker_bytes(c)) != base; tries++)
-        nanosleep(&(struct timespec){0, 50000000}, NULL);
+        harness_sleep_ms(50);
     ck_assert_int_eq(now, base);
     sm_array_free(x);
     sm_client_close(c);

@@ -11,6 +11,7 @@
 
 #include "client_internal.h"
 #include "harness.h"
+#include "harness_svc.h"
 #include "sm_checksum.h"
 #include "sm_rpc.h"
 
@@ -138,29 +139,17 @@ END_TEST
 /* Sends a 16-byte shard of array id to device d of the worker at ch. */
 static void put_shard(sm_rpc_channel *ch, sm_array_id id, int32_t d, const float *data)
 {
-    sm_svc_upload_stream *st = NULL;
-    sm_svc_upload_msg m;
-    sm_svc_upload_reply r = {0};
+    harness_upload_req u = {.to_worker = 1,
+                            .array = id,
+                            .devices = &d,
+                            .ndevices = 1,
+                            .dtype = SM_F32,
+                            .shape = HARNESS_SHAPE(1, 4),
+                            .data = data,
+                            .nbytes = 16};
     char err[512];
-    ck_assert_int_eq(sm_svc_upload_open(ch, 1, 10000, &st, err, sizeof err), SM_OK);
-    memset(&m, 0, sizeof m);
-    m.has_header = 1;
-    m.header.array_id = id;
-    m.header.ndevices = 1;
-    m.header.devices = &d;
-    m.header.shape = HARNESS_SHAPE(1, 4);
-    m.header.dtype = SM_F32;
-    m.header.total_bytes = 16;
-    ck_assert_int_eq(sm_svc_upload_send(st, &m, err, sizeof err), SM_OK);
-    memset(&m, 0, sizeof m);
-    m.data = data;
-    m.len = 16;
-    m.last = 1;
-    m.checksum = sm_checksum_oneshot(data, 16);
-    ck_assert_int_eq(sm_svc_upload_send(st, &m, err, sizeof err), SM_OK);
-    sm_err e = sm_svc_upload_finish(st, &r, err, sizeof err);
+    sm_err e = harness_upload(ch, &u, NULL, err, sizeof err);
     ck_assert_msg(e == SM_OK, "PutShard: %s", err);
-    ck_assert_int_eq(r.bytes, 16);
 }
 
 START_TEST(commit_verified)

@@ -13,7 +13,6 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,13 +22,12 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "harness_proc.h"
 #include "shmap_job.h"
 #include "sm_log.h"
 #include "sm_rpc.h"
 #include "sm_svc.h"
 #include "sm_time.h"
-
-extern char **environ;
 
 #define NWORKERS 2
 #define NDEV     4
@@ -46,26 +44,6 @@ typedef struct {
 } durable_env;
 
 static durable_env g;
-
-/* posix_spawn in a process group of its own, output to log (appended). */
-static pid_t spawn_logged(char *const *argv, const char *log)
-{
-    posix_spawn_file_actions_t fa;
-    posix_spawnattr_t at;
-    pid_t pid = -1;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawnattr_init(&at);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    posix_spawnattr_setpgroup(&at, 0);
-    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP);
-    if (posix_spawn(&pid, argv[0], &fa, &at, argv, environ) != 0)
-        pid = -1;
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&at);
-    return pid;
-}
 
 static const char *bin(const char *env, const char *fallback)
 {
@@ -101,7 +79,7 @@ static pid_t coord_spawn(int wait_port)
                     "--worker-binary",
                     (char *)bin("SHMAP_WORKER", "../worker/shmap-worker"),
                     NULL};
-    pid_t pid = spawn_logged(argv, log);
+    pid_t pid = harness_spawn_log(argv, log, HARNESS_SPAWN_PGROUP | HARNESS_SPAWN_APPEND);
     ck_assert_int_gt(pid, 0);
     if (!wait_port)
         return pid;
@@ -157,7 +135,7 @@ static pid_t worker_spawn_as(int k, int with_state, uint32_t id)
         argv[n++] = "--memory-limit-mb";
         argv[n++] = (char *)g.worker_mem_mb;
     }
-    pid_t pid = spawn_logged(argv, log);
+    pid_t pid = harness_spawn_log(argv, log, HARNESS_SPAWN_PGROUP | HARNESS_SPAWN_APPEND);
     ck_assert_int_gt(pid, 0);
     return pid;
 }

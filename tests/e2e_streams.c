@@ -39,12 +39,6 @@ static void cluster_down(void)
     g = NULL;
 }
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 /* Opens an Upload stream on ch (sends nothing: the coordinator waits for
  * its first message, so the stream stays open). */
 static sm_rpc_stream *open_upload(sm_rpc_channel *ch)
@@ -99,7 +93,7 @@ START_TEST(test_limit_per_client)
     sm_rpc_stream *held[LIMIT];
     for (int k = 0; k < LIMIT; k++)
         held[k] = open_upload(a);
-    sleep_ms(300); /* both arrived and wait for their first message */
+    harness_sleep_ms(300); /* both arrived and wait for their first message */
 
     /* a third Upload, and a Download: refused */
     sm_err e = finish_upload(open_upload(a), err, sizeof err);
@@ -135,7 +129,7 @@ START_TEST(test_limit_per_client)
         if (e != SM_ERESOURCE)
             break;
         ck_assert_msg(tries < 50, "still refused after a stream ended: %s", err);
-        sleep_ms(50);
+        harness_sleep_ms(50);
     }
     ck_assert_msg(e != SM_OK, "an empty upload gave OK");
     sm_rpc_stream_free(held[1]);

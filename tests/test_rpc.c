@@ -15,6 +15,7 @@
 #include "sm_checksum.h"
 #include "sm_rpc_msg.h"
 #include "sm_rpc_proto.h"
+#include "sm_time.h"
 #include "suite_main.h"
 
 #define MIB        (1u << 20)
@@ -45,13 +46,6 @@ typedef struct {
     char target[64];
 } fixture;
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 static void st_add(state *s, int *field, int d)
 {
     pthread_mutex_lock(&s->mu);
@@ -63,9 +57,9 @@ static void st_add(state *s, int *field, int d)
 /* Waits until *field >= want, at most ms; returns the last value seen. */
 static int st_wait(state *s, int *field, int want, int ms)
 {
-    double end = now_ms() + ms;
+    double end = sm_time_mono_ms() + ms;
     pthread_mutex_lock(&s->mu);
-    while (*field < want && now_ms() < end) {
+    while (*field < want && sm_time_mono_ms() < end) {
         pthread_mutex_unlock(&s->mu);
         usleep(2000);
         pthread_mutex_lock(&s->mu);
@@ -101,8 +95,8 @@ static void h_unary(sm_rpc_call *call, void *user)
     if (strcmp(req->text, "fail") == 0) {
         sm_rpc_finish(call, SM_ENOTFOUND, "array 17 does not exist", NULL);
     } else if (strcmp(req->text, "sleep") == 0) {
-        double end = now_ms() + 5000;
-        while (!sm_rpc_call_cancelled(call) && now_ms() < end)
+        double end = sm_time_mono_ms() + 5000;
+        while (!sm_rpc_call_cancelled(call) && sm_time_mono_ms() < end)
             usleep(5000);
         if (sm_rpc_call_cancelled(call))
             note_err(s, SM_ECANCELLED);
@@ -117,9 +111,9 @@ static void h_unary(sm_rpc_call *call, void *user)
         /* blocks until another call of this server releases it, without
          * telling the module (no sm_rpc_may_block) */
         st_add(s, &s->held, 1);
-        double end = now_ms() + 10000;
+        double end = sm_time_mono_ms() + 10000;
         pthread_mutex_lock(&s->mu);
-        while (!s->released && now_ms() < end) {
+        while (!s->released && sm_time_mono_ms() < end) {
             pthread_mutex_unlock(&s->mu);
             usleep(1000);
             pthread_mutex_lock(&s->mu);
@@ -582,7 +576,7 @@ START_TEST(test_bidi_server_ends)
     char err[256];
     bidi_sender b = {0};
     ck_assert_int_eq(sm_rpc_bidi_open(f.ch, P_CHAT, 20000, &b.st, err, sizeof err), SM_OK);
-    double t0 = now_ms();
+    double t0 = sm_time_mono_ms();
     pthread_t th;
     ck_assert_int_eq(pthread_create(&th, NULL, bidi_sender_main, &b), 0);
     ProtobufCMessage *m;
@@ -591,7 +585,7 @@ START_TEST(test_bidi_server_ends)
     pthread_join(th, NULL);
     ck_assert_int_eq(b.result, SM_EPRECONDITION);
     ck_assert_str_eq(b.err, "FAILED_PRECONDITION: chat stopped by request");
-    ck_assert_double_lt(now_ms() - t0, 2000);
+    ck_assert_double_lt(sm_time_mono_ms() - t0, 2000);
     sm_rpc_stream_free(b.st);
     fx_stop(&f);
 }
@@ -621,20 +615,20 @@ START_TEST(test_unimplemented)
     fixture f;
     fx_start(&f, NULL, NULL);
     char err[256];
-    double t0 = now_ms();
+    double t0 = sm_time_mono_ms();
     ck_assert_int_eq(call_unary(f.ch, "/shmap.test.Echo/Nope", "x", 0, 10000, err, sizeof err),
                      SM_EUNIMPLEMENTED);
     ck_assert_msg(strstr(err, "UNIMPLEMENTED: method /shmap.test.Echo/Nope") == err, "%s", err);
     ck_assert_int_eq(call_unary(f.ch, "/no.Such/Thing", "x", 0, 10000, err, sizeof err),
                      SM_EUNIMPLEMENTED);
-    ck_assert_double_lt(now_ms() - t0, 1000);
+    ck_assert_double_lt(sm_time_mono_ms() - t0, 1000);
     /* and a stream to an unknown method */
     sm_rpc_stream *st;
     ck_assert_int_eq(sm_rpc_cstream_open(f.ch, "/no.Such/Stream", 10000, &st, err, sizeof err),
                      SM_OK);
     ProtobufCMessage *rep;
     ck_assert_int_eq(sm_rpc_cstream_finish(st, MSG_DESC, &rep, err, sizeof err), SM_EUNIMPLEMENTED);
-    ck_assert_double_lt(now_ms() - t0, 2000);
+    ck_assert_double_lt(sm_time_mono_ms() - t0, 2000);
     fx_stop(&f);
 }
 END_TEST
@@ -717,10 +711,10 @@ START_TEST(test_deadline)
     fixture f;
     fx_start(&f, NULL, NULL);
     char err[256];
-    double t0 = now_ms();
+    double t0 = sm_time_mono_ms();
     ck_assert_int_eq(call_unary(f.ch, P_UNARY, "sleep", 0, 300, err, sizeof err), SM_ETIMEOUT);
     ck_assert_msg(strstr(err, "DEADLINE_EXCEEDED: ") == err, "%s", err);
-    ck_assert_double_lt(now_ms() - t0, 2000);
+    ck_assert_double_lt(sm_time_mono_ms() - t0, 2000);
     /* the handler notices the cancellation */
     ck_assert_int_eq(st_wait(&f.st, &f.st.cancelled, 1, 3000), 1);
     fx_stop(&f);
@@ -778,13 +772,13 @@ START_TEST(test_dead_port)
     snprintf(target, sizeof target, "127.0.0.1:%d", ntohs(a.sin_port));
     sm_rpc_channel *ch;
     ck_assert_int_eq(sm_rpc_channel_create(target, NULL, &ch, err, sizeof err), SM_OK);
-    double t0 = now_ms();
+    double t0 = sm_time_mono_ms();
     ck_assert_int_eq(call_unary(ch, P_UNARY, "x", 0, 10000, err, sizeof err), SM_EUNAVAILABLE);
     ck_assert_msg(strstr(err, "UNAVAILABLE: ") == err, "%s", err);
     sm_rpc_stream *st;
     ck_assert_int_eq(sm_rpc_cstream_open(ch, P_UPLOAD, 10000, &st, err, sizeof err),
                      SM_EUNAVAILABLE);
-    ck_assert_double_lt(now_ms() - t0, 2000);
+    ck_assert_double_lt(sm_time_mono_ms() - t0, 2000);
     ck_assert_int_eq(sm_rpc_channel_wait_ready(ch, 300, err, sizeof err), SM_EUNAVAILABLE);
     sm_rpc_channel_free(ch);
 
@@ -837,9 +831,9 @@ START_TEST(test_wait_ready)
     ck_assert_int_eq(sm_rpc_channel_create(ls.addr, NULL, &ch, err, sizeof err), SM_OK);
     pthread_t th;
     ck_assert_int_eq(pthread_create(&th, NULL, late_server_main, &ls), 0);
-    double t0 = now_ms();
+    double t0 = sm_time_mono_ms();
     ck_assert_msg(sm_rpc_channel_wait_ready(ch, 5000, err, sizeof err) == SM_OK, "%s", err);
-    ck_assert_double_lt(now_ms() - t0, 3000);
+    ck_assert_double_lt(sm_time_mono_ms() - t0, 3000);
     pthread_join(th, NULL);
     ck_assert_ptr_nonnull(ls.srv);
     Grpc__Health__V1__HealthCheckRequest req = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
@@ -919,9 +913,9 @@ START_TEST(test_stop_with_streams)
     int act = st_wait(&f.st, &f.st.active, 8, 5000);
     ck_assert_int_eq(act, 8);
     usleep(100000);
-    double t0 = now_ms();
+    double t0 = sm_time_mono_ms();
     sm_rpc_server_stop(f.srv);
-    ck_assert_double_lt(now_ms() - t0, 2000);
+    ck_assert_double_lt(sm_time_mono_ms() - t0, 2000);
     ck_assert_int_eq(f.st.active, 0);
     __atomic_store_n(&release, 1, __ATOMIC_RELEASE);
     for (int i = 0; i < 8; i++) {
@@ -1044,11 +1038,11 @@ START_TEST(test_calls_during_streams)
         for (int k = 0; k < 20; k++) {
             char text[32];
             snprintf(text, sizeof text, "r%d-%d", round, k);
-            double t0 = now_ms();
+            double t0 = sm_time_mono_ms();
             sm_err e = call_unary(f.ch, P_UNARY, text, (size_t)k * 1000, 5000, err, sizeof err);
             ck_assert_msg(e == SM_OK, "call %d of round %d: %s", k, round, err);
-            ck_assert_msg(now_ms() - t0 < 1000, "call %d of round %d took %.0f ms", k, round,
-                          now_ms() - t0);
+            ck_assert_msg(sm_time_mono_ms() - t0 < 1000, "call %d of round %d took %.0f ms", k,
+                          round, sm_time_mono_ms() - t0);
         }
         __atomic_store_n(&go, 1, __ATOMIC_RELEASE);
         for (int i = 0; i < 2; i++) {
@@ -1056,8 +1050,8 @@ START_TEST(test_calls_during_streams)
             ck_assert_msg(p[i].result == SM_OK, "stream %d ended %s", i, sm_err_name(p[i].result));
             ck_assert_uint_eq(p[i].count, 10);
         }
-        for (double end = now_ms() + 5000;
-             __atomic_load_n(&f.st.active, __ATOMIC_ACQUIRE) > 0 && now_ms() < end;)
+        for (double end = sm_time_mono_ms() + 5000;
+             __atomic_load_n(&f.st.active, __ATOMIC_ACQUIRE) > 0 && sm_time_mono_ms() < end;)
             usleep(1000); /* the handlers count down after their reply */
         ck_assert_int_eq(__atomic_load_n(&f.st.active, __ATOMIC_ACQUIRE), 0);
     }
@@ -1075,9 +1069,9 @@ static void *hold_main(void *arg)
 {
     hold_client *h = arg;
     char err[256];
-    double t0 = now_ms();
+    double t0 = sm_time_mono_ms();
     h->e = call_unary(h->f->ch, P_UNARY, "hold", 0, 20000, err, sizeof err);
-    h->took_ms = now_ms() - t0;
+    h->took_ms = sm_time_mono_ms() - t0;
     return NULL;
 }
 
@@ -1105,10 +1099,10 @@ START_TEST(test_blocked_handler)
             ck_assert_int_eq(sm_rpc_channel_create(f.target, NULL, &other, err, sizeof err), SM_OK);
             ch = other;
         }
-        double t0 = now_ms();
+        double t0 = sm_time_mono_ms();
         ck_assert_msg(call_unary(ch, P_UNARY, "release", 0, 5000, err, sizeof err) == SM_OK, "%s",
                       err);
-        double took = now_ms() - t0;
+        double took = sm_time_mono_ms() - t0;
         pthread_join(th, NULL);
         sm_rpc_channel_free(other);
         ck_assert_msg(h.e == SM_OK, "the held call ended %s", sm_err_name(h.e));
