@@ -10,6 +10,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "suite_main.h"
+
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 typedef struct {
@@ -423,9 +425,7 @@ static Suite *cli_offline_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, test_sharding_json, 0, N(sharding_cases));
     tcase_add_loop_test(tc, test_plan_json, 0, N(plan_cases));
-    tcase_add_test(tc, test_text_output);
-    tcase_add_test(tc, test_run_local);
-    tcase_add_test(tc, test_help);
+    TCASE_ADD_TESTS(tc, test_text_output, test_run_local, test_help);
     tcase_add_loop_test(tc, test_errors, 0, N(err_cases));
     tcase_add_test(tc, test_non_uniform_hint);
     suite_add_tcase(s, tc);

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "harness.h"
+#include "suite_main.h"
 
 /* Clusters shared by the suite: 2 workers x 4 devices and 1 worker x 8. */
 static harness_cluster *g_two, *g_one;
@@ -660,15 +661,9 @@ int main(void)
     tcase_add_loop_test(tc, guide_layouts_one_worker, 0, N_GUIDE);
     tcase_add_loop_test(tc, meshes, 0, 2 * N_MESH);
     tcase_add_loop_test(tc, dtype_round_trips, 0, (int)(sizeof dtypes / sizeof dtypes[0]));
-    tcase_add_test(tc, multi_chunk);
-    tcase_add_test(tc, client_cache);
-    tcase_add_test(tc, put_shards_and_callback);
-    tcase_add_test(tc, put_callback);
-    tcase_add_test(tc, put_local_two_clients);
-    tcase_add_test(tc, put_local_missing_part_fails);
-    tcase_add_test(tc, reshard_every_pair);
-    tcase_add_test(tc, names_attach_and_delete);
-    tcase_add_test(tc, meshes_by_name);
+    TCASE_ADD_TESTS(tc, multi_chunk, client_cache, put_shards_and_callback, put_callback,
+                    put_local_two_clients, put_local_missing_part_fails, reshard_every_pair,
+                    names_attach_and_delete, meshes_by_name);
     suite_add_tcase(s, tc);
     return harness_run_suite(s);
 }

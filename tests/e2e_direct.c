@@ -14,6 +14,7 @@
 #include "harness_svc.h"
 #include "sm_checksum.h"
 #include "sm_rpc.h"
+#include "suite_main.h"
 
 #define DEAD_ADDR "127.0.0.1:1"
 
@@ -665,13 +666,8 @@ int main(void)
     TCase *tc = tcase_create("cluster");
     tcase_add_unchecked_fixture(tc, cluster_up, cluster_down);
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, direct_round_trips);
-    tcase_add_test(tc, relay_forced);
-    tcase_add_test(tc, commit_verified);
-    tcase_add_test(tc, commit_batched);
-    tcase_add_test(tc, download_batched);
-    tcase_add_test(tc, put_batched);
-    tcase_add_test(tc, fallback_unreachable_worker);
+    TCASE_ADD_TESTS(tc, direct_round_trips, relay_forced, commit_verified, commit_batched,
+                    download_batched, put_batched, fallback_unreachable_worker);
     suite_add_tcase(s, tc);
     return harness_run_suite(s);
 }

@@ -28,6 +28,7 @@
 #include "sm_rpc.h"
 #include "sm_svc.h"
 #include "sm_time.h"
+#include "suite_main.h"
 
 #define NWORKERS 2
 #define NDEV     4
@@ -1072,17 +1073,12 @@ static Suite *durable_suite(void)
     TCase *tc = tcase_create("restart");
     tcase_add_checked_fixture(tc, env_setup, env_teardown);
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_coordinator_kill9_restart);
-    tcase_add_test(tc, test_restart_with_a_worker_gone);
-    tcase_add_test(tc, test_jobs_across_restart);
-    tcase_add_test(tc, test_workers_with_state_dir);
-    tcase_add_test(tc, test_worker_without_state_dir_lost);
-    tcase_add_test(tc, test_replicated_survives_worker_loss);
-    tcase_add_test(tc, test_replicas_survive_worker_loss);
-    tcase_add_test(tc, test_spill_under_memory_limit);
-    tcase_add_test(tc, test_kill_during_upload_and_reshard);
-    tcase_add_test(tc, test_local_workers_state_dir);
-    tcase_add_test(tc, test_damaged_db_refused);
+    TCASE_ADD_TESTS(tc, test_coordinator_kill9_restart, test_restart_with_a_worker_gone,
+                    test_jobs_across_restart, test_workers_with_state_dir,
+                    test_worker_without_state_dir_lost, test_replicated_survives_worker_loss,
+                    test_replicas_survive_worker_loss, test_spill_under_memory_limit,
+                    test_kill_during_upload_and_reshard, test_local_workers_state_dir,
+                    test_damaged_db_refused);
     suite_add_tcase(s, tc);
     return s;
 }

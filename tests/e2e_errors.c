@@ -17,6 +17,7 @@
 #include "shmap_job.h"
 #include "sm_rpc.h"
 #include "sm_svc.h"
+#include "suite_main.h"
 
 static harness_cluster *g_h;
 
@@ -506,13 +507,8 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, unknown_arrays);
     tcase_add_loop_test(tc, bad_specs_refused, 0, (int)(sizeof bad_specs / sizeof bad_specs[0]));
-    tcase_add_test(tc, duplicate_name);
-    tcase_add_test(tc, bad_uploads_then_good);
-    tcase_add_test(tc, put_shards_wrong_shape_server_side);
-    tcase_add_test(tc, still_serving);
-    tcase_add_test(tc, tokens);
-    tcase_add_test(tc, worker_killed);
-    tcase_add_test(tc, memory_limit);
+    TCASE_ADD_TESTS(tc, duplicate_name, bad_uploads_then_good, put_shards_wrong_shape_server_side,
+                    still_serving, tokens, worker_killed, memory_limit);
     suite_add_tcase(s, tc);
     return harness_run_suite(s);
 }

@@ -21,6 +21,7 @@
 #include "harness.h"
 #include "shmap_job.h"
 #include "sm_time.h"
+#include "suite_main.h"
 
 #define WAIT_MS 60000
 
@@ -999,15 +1000,12 @@ static Suite *jobs_suite(void)
     tcase_add_unchecked_fixture(tc, cluster_up, cluster_down);
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_matmul, 0, 2);
-    tcase_add_test(tc, test_matmul_resharded_inputs);
-    tcase_add_test(tc, test_transport);
-    tcase_add_test(tc, test_slice_and_average);
+    TCASE_ADD_TESTS(tc, test_matmul_resharded_inputs, test_transport, test_slice_and_average);
     tcase_add_loop_test(tc, test_rejected, 0, 2 * (int)(sizeof rejects / sizeof rejects[0]));
     tcase_add_loop_test(tc, test_run_one_call, 0, 3);
     tcase_add_test(tc, test_not_divisible_and_unknown_job);
     tcase_add_loop_test(tc, test_cancel_and_deadline, 0, 4);
-    tcase_add_test(tc, test_shmapctl_run);
-    tcase_add_test(tc, test_shmapctl_job);
+    TCASE_ADD_TESTS(tc, test_shmapctl_run, test_shmapctl_job);
     suite_add_tcase(s, tc);
     tc = tcase_create("failures");
     tcase_set_timeout(tc, 180);

@@ -20,6 +20,7 @@
 #include "sm_grant.h"
 #include "sm_rpc.h"
 #include "sm_svc.h"
+#include "suite_main.h"
 
 #define CLUSTER "cluster-token-0123456789"
 #define ALICE   "alice-token-0123456789abc"
@@ -620,12 +621,8 @@ int main(void)
     TCase *tc = tcase_create("tenants");
     tcase_set_timeout(tc, 120);
     tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_isolation);
-    tcase_add_test(tc, test_tokens);
-    tcase_add_test(tc, test_grants_direct);
-    tcase_add_test(tc, test_grants_refused);
-    tcase_add_test(tc, test_max_jobs);
-    tcase_add_test(tc, test_jobs_restart);
+    TCASE_ADD_TESTS(tc, test_isolation, test_tokens, test_grants_direct, test_grants_refused,
+                    test_max_jobs, test_jobs_restart);
     suite_add_tcase(s, tc);
     return harness_run_suite(s);
 }

@@ -36,6 +36,7 @@
 #include "shmap_job.h"
 #include "sm_rpc.h"
 #include "sm_svc.h"
+#include "suite_main.h"
 
 static char *g_dir;        /* temp dir: cluster/ and stranger/ certificates */
 static harness_cluster *g; /* the TLS cluster */
@@ -575,9 +576,7 @@ int main(void)
     TCase *tc = tcase_create("tls");
     tcase_set_timeout(tc, 60);
     tcase_add_unchecked_fixture(tc, cluster_up, cluster_down);
-    tcase_add_test(tc, test_logged);
-    tcase_add_test(tc, test_ca_client_relays);
-    tcase_add_test(tc, test_cert_client_direct);
+    TCASE_ADD_TESTS(tc, test_logged, test_ca_client_relays, test_cert_client_direct);
     tcase_add_loop_test(tc, test_client_refused, 0, 3);
     tcase_add_test(tc, test_register_needs_cert);
     tcase_add_loop_test(tc, test_worker_port, 0, 3);

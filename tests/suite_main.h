@@ -1,10 +1,25 @@
 /* suite_main: the main() of a unit suite program, shared by the Check
- * suites that only run one suite and report (tests/test_server_*.c). */
+ * suites that only run one suite and report (tests/test_server_*.c), and
+ * TCASE_ADD_TESTS, which every suite uses to list its tests. */
 #ifndef SM_SUITE_MAIN_H
 #define SM_SUITE_MAIN_H
 
 #include <check.h>
+#include <stddef.h>
 #include <stdlib.h>
+
+/* Adds the n tests (TTest pointers, as START_TEST names them) to tc, in
+ * order. */
+static inline void suite_add_tests(TCase *tc, const TTest *const *tests, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        tcase_add_test(tc, tests[i]);
+}
+
+/* TCASE_ADD_TESTS(tc, test_a, test_b, ...): tcase_add_test of each. */
+#define TCASE_ADD_TESTS(tc, ...)                                                                   \
+    suite_add_tests((tc), (const TTest *const[]){__VA_ARGS__},                                     \
+                    sizeof((const TTest *const[]){__VA_ARGS__}) / sizeof(const TTest *))
 
 /* Runs every test of s (takes it) and returns the
  * program's exit status: EXIT_SUCCESS when none failed. */

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "sm_exec_local.h"
+#include "suite_main.h"
 
 typedef struct {
     const char *mesh;   /* sharded mesh */
@@ -494,13 +495,9 @@ int main(void)
     TCase *tc = tcase_create("ops");
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, test_op_sharded_vs_single, 0, NROWS);
-    tcase_add_test(tc, test_table_covers_every_op);
-    tcase_add_test(tc, test_spot_values);
-    tcase_add_test(tc, test_bool_reductions);
-    tcase_add_test(tc, test_axis_index_groups);
-    tcase_add_test(tc, test_builder_axis_size);
-    tcase_add_test(tc, test_repeated_returns);
-    tcase_add_test(tc, test_device_order);
+    TCASE_ADD_TESTS(tc, test_table_covers_every_op, test_spot_values, test_bool_reductions,
+                    test_axis_index_groups, test_builder_axis_size, test_repeated_returns,
+                    test_device_order);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -718,9 +718,7 @@ static Suite *lower_suite(void)
     tcase_add_test(tc, test_entry);
     tcase_add_loop_test(tc, test_unreduced, 0, (int)(sizeof unreduced / sizeof unreduced[0]));
     tcase_add_loop_test(tc, test_lowering, 0, (int)(sizeof lowers / sizeof lowers[0]));
-    tcase_add_test(tc, test_differential_cases);
-    tcase_add_test(tc, test_differential_random);
-    tcase_add_test(tc, test_mutations);
+    TCASE_ADD_TESTS(tc, test_differential_cases, test_differential_random, test_mutations);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -51,6 +51,7 @@
 #include "sm_rpc_proto.h"
 #include "sm_svc_job.h"
 #include "sm_time.h"
+#include "suite_main.h"
 
 /* ---- the cluster (one per suite) ------------------------------------------- */
 
@@ -951,22 +952,12 @@ static Suite *fuzz_suite(void)
     TCase *tc = tcase_create("fuzz");
     tcase_add_unchecked_fixture(tc, cluster_start, cluster_stop);
     tcase_set_timeout(tc, 600);
-    tcase_add_test(tc, test_raw_message_packs_exactly);
-    tcase_add_test(tc, test_unknown_method);
-    tcase_add_test(tc, test_coordinator_random_bytes);
-    tcase_add_test(tc, test_worker_random_bytes);
-    tcase_add_test(tc, test_coordinator_mutated);
-    tcase_add_test(tc, test_worker_mutated);
-    tcase_add_test(tc, test_concurrent_clients);
-    tcase_add_test(tc, test_races);
-    tcase_add_test(tc, test_upload_streams);
-    tcase_add_test(tc, test_download_boxes);
-    tcase_add_test(tc, test_exchange_unknown_jobs);
-    tcase_add_test(tc, test_aborted_streams);
-    tcase_add_test(tc, test_oversized_message);
-    tcase_add_test(tc, test_regressions);
-    tcase_add_test(tc, test_pending_still_usable);
-    tcase_add_test(tc, test_no_sanitizer_reports);
+    TCASE_ADD_TESTS(tc, test_raw_message_packs_exactly, test_unknown_method,
+                    test_coordinator_random_bytes, test_worker_random_bytes,
+                    test_coordinator_mutated, test_worker_mutated, test_concurrent_clients,
+                    test_races, test_upload_streams, test_download_boxes,
+                    test_exchange_unknown_jobs, test_aborted_streams, test_oversized_message,
+                    test_regressions, test_pending_still_usable, test_no_sanitizer_reports);
     suite_add_tcase(s, tc);
     return s;
 }

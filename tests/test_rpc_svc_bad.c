@@ -774,9 +774,7 @@ static Suite *svc_bad_suite(void)
     tcase_add_test(tc, test_handler_error_unary);
     tcase_add_loop_test(tc, test_handler_error_upload, 0, 2);
     tcase_add_loop_test(tc, test_handler_error_download, 0, 2);
-    tcase_add_test(tc, test_abandon_streams);
-    tcase_add_test(tc, test_bad_reply);
-    tcase_add_test(tc, test_unimplemented);
+    TCASE_ADD_TESTS(tc, test_abandon_streams, test_bad_reply, test_unimplemented);
 #undef N
     suite_add_tcase(s, tc);
     return s;

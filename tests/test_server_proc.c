@@ -19,6 +19,7 @@
 #include "harness_svc.h"
 #include "sm_log.h"
 #include "sm_time.h"
+#include "suite_main.h"
 
 #define CALL_MS HARNESS_CALL_MS
 
@@ -549,15 +550,10 @@ static Suite *server_proc_suite(void)
     TCase *tc = tcase_create("coordinator");
     tcase_add_checked_fixture(tc, coord_setup, coord_teardown);
     tcase_set_timeout(tc, 90);
-    tcase_add_test(tc, test_roundtrip_and_describe);
-    tcase_add_test(tc, test_deadline_fails);
-    tcase_add_test(tc, test_reshard_values);
-    tcase_add_test(tc, test_delete_frees_worker_memory);
-    tcase_add_test(tc, test_worker_killed);
-    tcase_add_test(tc, test_put_local_two_processes);
-    tcase_add_test(tc, test_bad_streams_leave_array_pending);
-    tcase_add_test(tc, test_silent_worker_lost_then_back);
-    tcase_add_test(tc, test_sigterm_exits_clean);
+    TCASE_ADD_TESTS(tc, test_roundtrip_and_describe, test_deadline_fails, test_reshard_values,
+                    test_delete_frees_worker_memory, test_worker_killed,
+                    test_put_local_two_processes, test_bad_streams_leave_array_pending,
+                    test_silent_worker_lost_then_back, test_sigterm_exits_clean);
     suite_add_tcase(s, tc);
     return s;
 }

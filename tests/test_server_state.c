@@ -284,8 +284,7 @@ static Suite *state_suite(void)
     tcase_add_checked_fixture(tc, dir_setup, dir_teardown);
     tcase_add_test(tc, test_restart_recovers);
     tcase_add_loop_test(tc, test_refusals, 0, N(refusals));
-    tcase_add_test(tc, test_no_state_dir_is_a_noop);
-    tcase_add_test(tc, test_jobs_records);
+    TCASE_ADD_TESTS(tc, test_no_state_dir_is_a_noop, test_jobs_records);
     suite_add_tcase(s, tc);
     return s;
 }

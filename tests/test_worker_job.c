@@ -55,6 +55,7 @@
 #include "sm_time.h"
 #include "store.h"
 #include "traffic.h"
+#include "suite_main.h"
 
 #define NW      2 /* workers */
 #define DPW     2 /* devices per worker */
@@ -1926,14 +1927,9 @@ END_TEST
 static void add_job_tests(TCase *tc, int killed_in_shm)
 {
     tcase_add_loop_test(tc, test_job_case, 0, NJOB_CASES);
-    tcase_add_test(tc, test_deterministic);
-    tcase_add_test(tc, test_shm_probe);
-    tcase_add_test(tc, test_shm_same_bits);
-    tcase_add_test(tc, test_shm_concurrent_jobs);
-    tcase_add_test(tc, test_shm_truncated);
-    tcase_add_test(tc, test_missing_input);
-    tcase_add_test(tc, test_cancel);
-    tcase_add_test(tc, test_exchange_bad_input);
+    TCASE_ADD_TESTS(tc, test_deterministic, test_shm_probe, test_shm_same_bits,
+                    test_shm_concurrent_jobs, test_shm_truncated, test_missing_input, test_cancel,
+                    test_exchange_bad_input);
     tcase_add_test(tc, killed_in_shm ? test_shm_killed_in_collective : test_dead_peer);
     tcase_add_test(tc, test_shutdown_during_job);
 }
@@ -1978,14 +1974,9 @@ int main(void)
     Suite *s = suite_create("worker_job");
     TCase *unit = tcase_create("comm");
     tcase_set_timeout(unit, 60);
-    tcase_add_test(unit, test_mailbox_rx);
-    tcase_add_test(unit, test_mailbox_rx_tiny_chunks);
-    tcase_add_test(unit, test_mailbox_pending_budget);
-    tcase_add_test(unit, test_mailbox_rx_direct);
-    tcase_add_test(unit, test_send_blob_waits_release);
-    tcase_add_test(unit, test_comm_three_workers);
-    tcase_add_test(unit, test_shm_segments);
-    tcase_add_test(unit, test_shm_guarded);
+    TCASE_ADD_TESTS(unit, test_mailbox_rx, test_mailbox_rx_tiny_chunks, test_mailbox_pending_budget,
+                    test_mailbox_rx_direct, test_send_blob_waits_release, test_comm_three_workers,
+                    test_shm_segments, test_shm_guarded);
     suite_add_tcase(s, unit);
     TCase *inproc = tcase_create("inproc");
     tcase_set_timeout(inproc, 240);

@@ -25,6 +25,7 @@
 #include "sm_rpc.h"
 #include "sm_svc.h"
 #include "sm_time.h"
+#include "suite_main.h"
 
 #define NDEV     4
 #define MAX_REGS 32
@@ -1057,22 +1058,11 @@ int main(void)
     Suite *s = suite_create("worker_proc");
     TCase *tc = tcase_create("worker");
     tcase_add_unchecked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_registration);
-    tcase_add_test(tc, test_heartbeat);
-    tcase_add_test(tc, test_roundtrip_dtypes);
-    tcase_add_test(tc, test_multichunk_and_boxes);
-    tcase_add_test(tc, test_get_errors);
-    tcase_add_test(tc, test_bad_uploads);
-    tcase_add_test(tc, test_stats_and_free);
-    tcase_add_test(tc, test_concurrent_clients);
-    tcase_add_test(tc, test_assemble_local);
-    tcase_add_test(tc, test_assemble_remote);
-    tcase_add_test(tc, test_assemble_large_remote);
-    tcase_add_test(tc, test_coordinator_restart);
-    tcase_add_test(tc, test_sigterm);
-    tcase_add_test(tc, test_frozen_worker_upload);
-    tcase_add_test(tc, test_token);
-    tcase_add_test(tc, test_usage_errors);
+    TCASE_ADD_TESTS(tc, test_registration, test_heartbeat, test_roundtrip_dtypes,
+                    test_multichunk_and_boxes, test_get_errors, test_bad_uploads,
+                    test_stats_and_free, test_concurrent_clients, test_assemble_local,
+                    test_assemble_remote, test_assemble_large_remote, test_coordinator_restart,
+                    test_sigterm, test_frozen_worker_upload, test_token, test_usage_errors);
     suite_add_tcase(s, tc);
     SRunner *r = srunner_create(s);
     srunner_set_fork_status(r, CK_NOFORK);
