@@ -653,10 +653,9 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("e2e_arrays");
-    TCase *tc = tcase_create("cluster");
+    TCase *tc;
+    Suite *s = suite_create_one("e2e_arrays", "cluster", 120, &tc);
     tcase_add_unchecked_fixture(tc, clusters_up, clusters_down);
-    tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, guide_layouts_two_workers, 0, N_GUIDE);
     tcase_add_loop_test(tc, guide_layouts_one_worker, 0, N_GUIDE);
     tcase_add_loop_test(tc, meshes, 0, 2 * N_MESH);
@@ -664,6 +663,5 @@ int main(void)
     TCASE_ADD_TESTS(tc, multi_chunk, client_cache, put_shards_and_callback, put_callback,
                     put_local_two_clients, put_local_missing_part_fails, reshard_every_pair,
                     names_attach_and_delete, meshes_by_name);
-    suite_add_tcase(s, tc);
     return harness_run_suite(s);
 }

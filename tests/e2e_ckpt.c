@@ -631,14 +631,12 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("e2e_ckpt");
-    TCase *tc = tcase_create("cluster");
+    TCase *tc;
+    Suite *s = suite_create_one("e2e_ckpt", "cluster", 120, &tc);
     tcase_add_unchecked_fixture(tc, clusters_up, clusters_down);
-    tcase_set_timeout(tc, 120);
     TCASE_ADD_TESTS(tc, save_load_any_sharding, replicated_written_once);
     tcase_add_loop_test(tc, dtypes, 0, 5);
     TCASE_ADD_TESTS(tc, load_names, damaged_refused, interrupted_save_incomplete,
                     chunks_read_where_needed, killed_save_incomplete, relative_dir, cli_save_load);
-    suite_add_tcase(s, tc);
     return harness_run_suite(s);
 }

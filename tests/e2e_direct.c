@@ -662,12 +662,10 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("e2e_direct");
-    TCase *tc = tcase_create("cluster");
+    TCase *tc;
+    Suite *s = suite_create_one("e2e_direct", "cluster", 120, &tc);
     tcase_add_unchecked_fixture(tc, cluster_up, cluster_down);
-    tcase_set_timeout(tc, 120);
     TCASE_ADD_TESTS(tc, direct_round_trips, relay_forced, commit_verified, commit_batched,
                     download_batched, put_batched, fallback_unreachable_worker);
-    suite_add_tcase(s, tc);
     return harness_run_suite(s);
 }

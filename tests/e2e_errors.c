@@ -501,14 +501,12 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("e2e_errors");
-    TCase *tc = tcase_create("cluster");
+    TCase *tc;
+    Suite *s = suite_create_one("e2e_errors", "cluster", 120, &tc);
     tcase_add_unchecked_fixture(tc, cluster_up, cluster_down);
-    tcase_set_timeout(tc, 120);
     tcase_add_test(tc, unknown_arrays);
     tcase_add_loop_test(tc, bad_specs_refused, 0, (int)(sizeof bad_specs / sizeof bad_specs[0]));
     TCASE_ADD_TESTS(tc, duplicate_name, bad_uploads_then_good, put_shards_wrong_shape_server_side,
                     still_serving, tokens, worker_killed, memory_limit);
-    suite_add_tcase(s, tc);
     return harness_run_suite(s);
 }

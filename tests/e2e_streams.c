@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "harness.h"
+#include "suite_main.h"
 #include "shmap.pb-c.h"
 #include "sm_rpc.h"
 #include "sm_rpc_msg.h"
@@ -139,11 +140,9 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("e2e_streams");
-    TCase *tc = tcase_create("streams");
-    tcase_set_timeout(tc, 60);
+    TCase *tc;
+    Suite *s = suite_create_one("e2e_streams", "streams", 60, &tc);
     tcase_add_unchecked_fixture(tc, cluster_up, cluster_down);
     tcase_add_test(tc, test_limit_per_client);
-    suite_add_tcase(s, tc);
     return harness_run_suite(s);
 }

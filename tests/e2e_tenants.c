@@ -617,12 +617,10 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("e2e_tenants");
-    TCase *tc = tcase_create("tenants");
-    tcase_set_timeout(tc, 120);
+    TCase *tc;
+    Suite *s = suite_create_one("e2e_tenants", "tenants", 120, &tc);
     tcase_add_checked_fixture(tc, setup, teardown);
     TCASE_ADD_TESTS(tc, test_isolation, test_tokens, test_grants_direct, test_grants_refused,
                     test_max_jobs, test_jobs_restart);
-    suite_add_tcase(s, tc);
     return harness_run_suite(s);
 }

@@ -16,6 +16,18 @@ static inline void suite_add_tests(TCase *tc, const TTest *const *tests, size_t 
         tcase_add_test(tc, tests[i]);
 }
 
+/* A suite named name holding one test case named tcase (in *tc) with a
+ * timeout of timeout seconds (0: Check's default). */
+static inline Suite *suite_create_one(const char *name, const char *tcase, int timeout, TCase **tc)
+{
+    Suite *s = suite_create(name);
+    *tc = tcase_create(tcase);
+    if (timeout)
+        tcase_set_timeout(*tc, timeout);
+    suite_add_tcase(s, *tc);
+    return s;
+}
+
 /* TCASE_ADD_TESTS(tc, test_a, test_b, ...): tcase_add_test of each. */
 #define TCASE_ADD_TESTS(tc, ...)                                                                   \
     suite_add_tests((tc), (const TTest *const[]){__VA_ARGS__},                                     \

@@ -384,13 +384,12 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("base");
-    TCase *tc = tcase_create("base");
+    TCase *tc;
+    Suite *s = suite_create_one("base", "base", 0, &tc);
     TCASE_ADD_TESTS(tc, test_err_texts, test_fail_writes_message, test_strbuf, test_arena,
                     test_config_precedence, test_config_errors, test_tpool, test_hold,
                     test_time_after);
     tcase_add_loop_test(tc, test_htab, 0, (int)(sizeof htab_cases / sizeof htab_cases[0]));
     tcase_add_loop_test(tc, test_htab_shrink, 0, (int)(sizeof htab_cases / sizeof htab_cases[0]));
-    suite_add_tcase(s, tc);
     return suite_main(s);
 }

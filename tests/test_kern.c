@@ -591,12 +591,10 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("kern");
-    TCase *tc = tcase_create("kern");
-    tcase_set_timeout(tc, 60);
+    TCase *tc;
+    Suite *s = suite_create_one("kern", "kern", 60, &tc);
     TCASE_ADD_TESTS(tc, test_unary_all, test_unary_exact_values, test_binary_all,
                     test_binary_exact_values, test_binary_errors, test_where_broadcast,
                     test_astype_all_pairs, test_astype_exact_values, test_fill_iota);
-    suite_add_tcase(s, tc);
     return kt_run(s);
 }

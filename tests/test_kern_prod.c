@@ -443,13 +443,11 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("kern_prod");
-    TCase *tc = tcase_create("prod");
-    tcase_set_timeout(tc, 60);
+    TCase *tc;
+    Suite *s = suite_create_one("kern_prod", "prod", 60, &tc);
     tcase_add_loop_test(tc, test_matmul_table, 0, NMM);
     tcase_add_test(tc, test_matmul_shapes_and_errors);
     tcase_add_loop_test(tc, test_einsum_table, 0, NEIN);
     TCASE_ADD_TESTS(tc, test_dot_table, test_einsum_errors, test_sgemm_gflops);
-    suite_add_tcase(s, tc);
     return kt_run(s);
 }

@@ -292,11 +292,9 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("kern_reduce");
-    TCase *tc = tcase_create("reduce");
-    tcase_set_timeout(tc, 60);
+    TCase *tc;
+    Suite *s = suite_create_one("kern_reduce", "reduce", 60, &tc);
     TCASE_ADD_TESTS(tc, test_reduce_all, test_reduce_exact_and_errors, test_reduce_deterministic,
                     test_accumulate_scale);
-    suite_add_tcase(s, tc);
     return kt_run(s);
 }

@@ -709,9 +709,8 @@ END_TEST
 
 static Suite *lower_suite(void)
 {
-    Suite *s = suite_create("lower");
-    TCase *tc = tcase_create("jit");
-    tcase_set_timeout(tc, 240);
+    TCase *tc;
+    Suite *s = suite_create_one("lower", "jit", 240, &tc);
     tcase_add_loop_test(tc, test_types, 0, (int)(sizeof types / sizeof types[0]));
     tcase_add_loop_test(tc, test_print_roundtrip, 0, (int)(sizeof types / sizeof types[0]));
     tcase_add_loop_test(tc, test_errors, 0, (int)(sizeof errors / sizeof errors[0]));
@@ -719,7 +718,6 @@ static Suite *lower_suite(void)
     tcase_add_loop_test(tc, test_unreduced, 0, (int)(sizeof unreduced / sizeof unreduced[0]));
     tcase_add_loop_test(tc, test_lowering, 0, (int)(sizeof lowers / sizeof lowers[0]));
     TCASE_ADD_TESTS(tc, test_differential_cases, test_differential_random, test_mutations);
-    suite_add_tcase(s, tc);
     return s;
 }
 

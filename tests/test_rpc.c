@@ -1115,9 +1115,8 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("rpc");
-    TCase *tc = tcase_create("rpc");
-    tcase_set_timeout(tc, 30);
+    TCase *tc;
+    Suite *s = suite_create_one("rpc", "rpc", 30, &tc);
     /* SM_TEST_ONLY=name runs one test (debugging) */
     const char *only = getenv("SM_TEST_ONLY");
     const struct {
@@ -1149,6 +1148,5 @@ int main(void)
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++)
         if (!only || strcmp(only, tests[i].name) == 0)
             tcase_add_test(tc, tests[i].t);
-    suite_add_tcase(s, tc);
     return suite_main(s);
 }

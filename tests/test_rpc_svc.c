@@ -674,9 +674,8 @@ END_TEST
 
 static Suite *svc_suite(void)
 {
-    Suite *s = suite_create("rpc_svc");
-    TCase *tc = tcase_create("round_trip");
-    tcase_set_timeout(tc, 30);
+    TCase *tc;
+    Suite *s = suite_create_one("rpc_svc", "round_trip", 30, &tc);
     tcase_add_checked_fixture(tc, setup, teardown);
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
     TCASE_ADD_TESTS(tc, test_negotiate, test_list_devices);
@@ -685,7 +684,6 @@ static Suite *svc_suite(void)
     tcase_add_loop_test(tc, test_create_array, 0, N(car_cases));
     TCASE_ADD_TESTS(tc, test_describe_list_delete, test_reshard, test_register_heartbeat);
 #undef N
-    suite_add_tcase(s, tc);
     return s;
 }
 

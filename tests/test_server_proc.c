@@ -44,7 +44,6 @@ static void coord_setup(void)
     char err[512];
     sm_log_set_level(SM_LOG_ERROR);
     memset(&cp, 0, sizeof cp);
-    sm_rpc_init();
     ck_assert_msg(harness_cluster_start(&o, &cp.h, err, sizeof err) == SM_OK, "%s", err);
     cp.pid = cp.h->pid;
     cp.ch = harness_svc_channel(cp.h);
@@ -59,7 +58,6 @@ static void coord_teardown(void)
         cp.h->pid = 0; /* already ended and reaped by the test */
     harness_cluster_stop(cp.h);
     memset(&cp, 0, sizeof cp);
-    sm_rpc_shutdown();
 }
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -546,19 +544,20 @@ END_TEST
 
 static Suite *server_proc_suite(void)
 {
-    Suite *s = suite_create("server_proc");
-    TCase *tc = tcase_create("coordinator");
+    TCase *tc;
+    Suite *s = suite_create_one("server_proc", "coordinator", 90, &tc);
     tcase_add_checked_fixture(tc, coord_setup, coord_teardown);
-    tcase_set_timeout(tc, 90);
     TCASE_ADD_TESTS(tc, test_roundtrip_and_describe, test_deadline_fails, test_reshard_values,
                     test_delete_frees_worker_memory, test_worker_killed,
                     test_put_local_two_processes, test_bad_streams_leave_array_pending,
                     test_silent_worker_lost_then_back, test_sigterm_exits_clean);
-    suite_add_tcase(s, tc);
     return s;
 }
 
 int main(void)
 {
-    return harness_run_suite(server_proc_suite());
+    sm_rpc_init(); /* once: the tests share this process */
+    int rc = harness_run_suite(server_proc_suite());
+    sm_rpc_shutdown();
+    return rc;
 }
