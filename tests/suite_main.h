@@ -7,13 +7,17 @@
 #include <check.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Adds the n tests (TTest pointers, as START_TEST names them) to tc, in
- * order. */
+ * order; with SM_TEST_ONLY=NAME set, only the test of that name (for
+ * debugging one test). */
 static inline void suite_add_tests(TCase *tc, const TTest *const *tests, size_t n)
 {
+    const char *only = getenv("SM_TEST_ONLY");
     for (size_t i = 0; i < n; i++)
-        tcase_add_test(tc, tests[i]);
+        if (!only || !*only || strcmp(only, tests[i]->name) == 0)
+            tcase_add_test(tc, tests[i]);
 }
 
 /* A suite named name holding one test case named tcase (in *tc) with a

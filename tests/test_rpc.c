@@ -374,47 +374,69 @@ START_TEST(test_checksum)
 }
 END_TEST
 
-START_TEST(test_unary_roundtrip)
+/* One unary call of the echo service (text and a payload of size bytes)
+ * and what it must give: the code, and the error text's start, a part of
+ * it or all of it (NULL: not checked). */
+typedef struct {
+    const char *text;
+    size_t size;
+    int deadline_ms;
+    sm_err want;
+    const char *err_starts, *err_has, *err_is;
+} unary_case;
+
+/* Makes the calls of cases (n) on a fresh server, in order. */
+static void unary_cases_run(const unary_case *cases, size_t n)
 {
     fixture f;
     fx_start(&f, NULL, NULL);
-    char err[256];
-    ck_assert_int_eq(call_unary(f.ch, P_UNARY, "hello", 100, 5000, err, sizeof err), SM_OK);
-    ck_assert_int_eq(call_unary(f.ch, P_UNARY, "", 0, 5000, err, sizeof err), SM_OK);
-    /* a handler that forgets its status gives INTERNAL, not a hang */
-    ck_assert_int_eq(call_unary(f.ch, P_UNARY, "none", 0, 5000, err, sizeof err), SM_EINTERNAL);
-    ck_assert_msg(strstr(err, "INTERNAL: ") == err, "%s", err);
-    /* deadline must be positive */
-    ck_assert_int_eq(call_unary(f.ch, P_UNARY, "x", 0, 0, err, sizeof err), SM_EINVAL);
+    for (size_t k = 0; k < n; k++) {
+        const unary_case *c = &cases[k];
+        char err[256] = "";
+        sm_err e = call_unary(f.ch, P_UNARY, c->text, c->size, c->deadline_ms, err, sizeof err);
+        ck_assert_msg(e == c->want, "'%s': %s, not %s: %s", c->text, sm_err_name(e),
+                      sm_err_name(c->want), err);
+        ck_assert_msg(!c->err_starts || strstr(err, c->err_starts) == err, "%s", err);
+        ck_assert_msg(!c->err_has || strstr(err, c->err_has) != NULL, "%s", err);
+        if (c->err_is)
+            ck_assert_str_eq(err, c->err_is);
+    }
     fx_stop(&f);
+}
+
+#define UNARY_CASES_RUN(c) unary_cases_run((c), sizeof(c) / sizeof((c)[0]))
+
+START_TEST(test_unary_roundtrip)
+{
+    static const unary_case c[] = {
+        {"hello", 100, 5000, SM_OK},
+        {"", 0, 5000, SM_OK},
+        /* a handler that forgets its status gives INTERNAL, not a hang */
+        {"none", 0, 5000, SM_EINTERNAL, "INTERNAL: "},
+        /* deadline must be positive */
+        {"x", 0, 0, SM_EINVAL},
+    };
+    UNARY_CASES_RUN(c);
 }
 END_TEST
 
 START_TEST(test_large_payload)
 {
-    fixture f;
-    fx_start(&f, NULL, NULL);
-    char err[256];
-    ck_assert_msg(call_unary(f.ch, P_UNARY, "big", 6 * MIB, 10000, err, sizeof err) == SM_OK, "%s",
-                  err);
-    ck_assert_int_eq(call_unary(f.ch, P_UNARY, "big", SM_RPC_MAX_MSG + MIB, 10000, err, sizeof err),
-                     SM_ERESOURCE);
-    ck_assert_msg(strstr(err, "exceeds the limit") != NULL, "%s", err);
-    ck_assert_int_eq(call_unary(f.ch, P_UNARY, "bigreply", 0, 10000, err, sizeof err),
-                     SM_ERESOURCE);
-    ck_assert_msg(strstr(err, "RESOURCE_EXHAUSTED: ") == err, "%s", err);
-    fx_stop(&f);
+    static const unary_case c[] = {
+        {"big", 6 * MIB, 10000, SM_OK},
+        {"big", SM_RPC_MAX_MSG + MIB, 10000, SM_ERESOURCE, NULL, "exceeds the limit"},
+        {"bigreply", 0, 10000, SM_ERESOURCE, "RESOURCE_EXHAUSTED: "},
+    };
+    UNARY_CASES_RUN(c);
 }
 END_TEST
 
 START_TEST(test_error_status)
 {
-    fixture f;
-    fx_start(&f, NULL, NULL);
-    char err[256];
-    ck_assert_int_eq(call_unary(f.ch, P_UNARY, "fail", 10, 5000, err, sizeof err), SM_ENOTFOUND);
-    ck_assert_str_eq(err, "NOT_FOUND: array 17 does not exist");
-    fx_stop(&f);
+    static const unary_case c[] = {
+        {"fail", 10, 5000, SM_ENOTFOUND, NULL, NULL, "NOT_FOUND: array 17 does not exist"},
+    };
+    UNARY_CASES_RUN(c);
 }
 END_TEST
 
@@ -1118,35 +1140,11 @@ int main(void)
     TCase *tc;
     Suite *s = suite_create_one("rpc", "rpc", 30, &tc);
     /* SM_TEST_ONLY=name runs one test (debugging) */
-    const char *only = getenv("SM_TEST_ONLY");
-    const struct {
-        const char *name;
-        const TTest *t;
-    } tests[] = {
-        {"test_status_mapping", test_status_mapping},
-        {"test_checksum", test_checksum},
-        {"test_unary_roundtrip", test_unary_roundtrip},
-        {"test_large_payload", test_large_payload},
-        {"test_error_status", test_error_status},
-        {"test_client_stream", test_client_stream},
-        {"test_server_stream", test_server_stream},
-        {"test_bidi", test_bidi},
-        {"test_bidi_server_ends", test_bidi_server_ends},
-        {"test_malformed", test_malformed},
-        {"test_unimplemented", test_unimplemented},
-        {"test_token", test_token},
-        {"test_health", test_health},
-        {"test_deadline", test_deadline},
-        {"test_client_cancel", test_client_cancel},
-        {"test_dead_port", test_dead_port},
-        {"test_wait_ready", test_wait_ready},
-        {"test_stop_with_streams", test_stop_with_streams},
-        {"test_concurrent_unary", test_concurrent_unary},
-        {"test_calls_during_streams", test_calls_during_streams},
-        {"test_blocked_handler", test_blocked_handler},
-    };
-    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++)
-        if (!only || strcmp(only, tests[i].name) == 0)
-            tcase_add_test(tc, tests[i].t);
+    TCASE_ADD_TESTS(tc, test_status_mapping, test_checksum, test_unary_roundtrip,
+                    test_large_payload, test_error_status, test_client_stream, test_server_stream,
+                    test_bidi, test_bidi_server_ends, test_malformed, test_unimplemented,
+                    test_token, test_health, test_deadline, test_client_cancel, test_dead_port,
+                    test_wait_ready, test_stop_with_streams, test_concurrent_unary,
+                    test_calls_during_streams, test_blocked_handler);
     return suite_main(s);
 }

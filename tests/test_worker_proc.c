@@ -732,6 +732,36 @@ static void check_shard(sm_rpc_channel *ch, uint64_t array, int32_t dev, const f
     free(r.data);
 }
 
+/* Assembles req on A, which must give want (and, when it succeeds, bytes
+ * bytes); a failure's error (in err, 512 bytes) holds has (NULL: not
+ * checked) and leaves nothing of the array on device dev (-1: not checked). */
+static void assemble_on_a(const sm_svc_assemble_req *req, sm_err want, int64_t bytes,
+                          const char *has, int32_t dev, char *err)
+{
+    char derr[512];
+    int64_t got = 0;
+    dl_result r;
+    sm_err e = sm_svc_worker_assemble(ch_a, CALL_MS, req, &got, err, 512);
+    ck_assert_msg(e == want, "array %llu: %s, not %s: %s", (unsigned long long)req->array_id.v,
+                  sm_err_name(e), sm_err_name(want), err);
+    if (want == SM_OK)
+        ck_assert_int_eq(got, bytes);
+    ck_assert_msg(!has || strstr(err, has), "%s", err);
+    if (want != SM_OK && dev >= 0)
+        ck_assert_int_eq(download(ch_a, req->array_id.v, dev, NULL, &r, derr, sizeof derr),
+                         SM_ENOTFOUND);
+}
+
+/* Frees arrays first..last on both workers. */
+static void free_arrays(uint64_t first, uint64_t last)
+{
+    char err[512];
+    for (uint64_t a = first; a <= last; a++) {
+        sm_svc_worker_free_array(ch_a, CALL_MS, (sm_array_id){a}, 0, NULL, err, sizeof err);
+        sm_svc_worker_free_array(ch_b, CALL_MS, (sm_array_id){a}, 0, NULL, err, sizeof err);
+    }
+}
+
 START_TEST(test_assemble_local)
 {
     char err[512];
@@ -753,39 +783,25 @@ START_TEST(test_assemble_local)
         {.device = 2, .shape = shape2(8, 6), .npieces = 2, .pieces = p2},
         {.device = 3, .shape = shape2(4, 4), .npieces = 2, .pieces = p3}};
     sm_svc_assemble_req req = {.array_id = {710}, .dtype = SM_F32, .nshards = 2, .shards = sh};
-    int64_t bytes = 0;
-    ck_assert_msg(sm_svc_worker_assemble(ch_a, CALL_MS, &req, &bytes, err, sizeof err) == SM_OK,
-                  "%s", err);
-    ck_assert_int_eq(bytes, 8 * 6 * 4 + 4 * 4 * 4);
+    assemble_on_a(&req, SM_OK, 8 * 6 * 4 + 4 * 4 * 4, NULL, -1, err);
     sm_index all = box2(0, 8, 0, 6), mid = box2(2, 6, 2, 6);
     check_shard(ch_a, 710, 2, g, &all);
     check_shard(ch_a, 710, 3, g, &mid);
 
     /* failures store nothing and name the piece */
-    dl_result r;
     p3[1].src_array.v = 799;
     req.array_id.v = 711;
-    ck_assert_int_eq(sm_svc_worker_assemble(ch_a, CALL_MS, &req, &bytes, err, sizeof err),
-                     SM_ENOTFOUND);
-    ck_assert_msg(strstr(err, "array 799 device 1"), "%s", err);
-    ck_assert_int_eq(download(ch_a, 711, 2, NULL, &r, err, sizeof err), SM_ENOTFOUND);
+    assemble_on_a(&req, SM_ENOTFOUND, 0, "array 799 device 1", 2, err);
     p3[1].src_array.v = 700;
     p3[1].dst_offset[0] = 3; /* does not fit the new shard */
-    ck_assert_int_eq(sm_svc_worker_assemble(ch_a, CALL_MS, &req, &bytes, err, sizeof err),
-                     SM_EINVAL);
+    assemble_on_a(&req, SM_EINVAL, 0, NULL, -1, err);
     p3[1].dst_offset[0] = 2;
     p3[1].src_box = box2(0, 2, 2, 7); /* does not fit the source */
-    ck_assert_int_eq(sm_svc_worker_assemble(ch_a, CALL_MS, &req, &bytes, err, sizeof err),
-                     SM_EINVAL);
+    assemble_on_a(&req, SM_EINVAL, 0, NULL, -1, err);
     p3[1].src_box = box2(0, 2, 2, 6);
     sh[1].device = 6; /* not on A */
-    ck_assert_int_eq(sm_svc_worker_assemble(ch_a, CALL_MS, &req, &bytes, err, sizeof err),
-                     SM_EINVAL);
-    ck_assert_int_eq(download(ch_a, 711, 2, NULL, &r, err, sizeof err), SM_ENOTFOUND);
-    for (uint64_t a = 700; a <= 711; a++) {
-        sm_svc_worker_free_array(ch_a, CALL_MS, (sm_array_id){a}, 0, NULL, err, sizeof err);
-        sm_svc_worker_free_array(ch_b, CALL_MS, (sm_array_id){a}, 0, NULL, err, sizeof err);
-    }
+    assemble_on_a(&req, SM_EINVAL, 0, NULL, 2, err);
+    free_arrays(700, 711);
     free(g);
 }
 END_TEST
@@ -812,10 +828,7 @@ START_TEST(test_assemble_remote)
     sm_svc_assemble_shard sh[2] = {{.device = 0, .shape = shape2(8, 4), .npieces = 2, .pieces = p},
                                    {.device = 3, .shape = shape2(4, 6), .npieces = 1, .pieces = q}};
     sm_svc_assemble_req req = {.array_id = {720}, .dtype = SM_F32, .nshards = 2, .shards = sh};
-    int64_t bytes = 0;
-    ck_assert_msg(sm_svc_worker_assemble(ch_a, CALL_MS, &req, &bytes, err, sizeof err) == SM_OK,
-                  "%s", err);
-    ck_assert_int_eq(bytes, 8 * 4 * 4 + 4 * 6 * 4);
+    assemble_on_a(&req, SM_OK, 8 * 4 * 4 + 4 * 6 * 4, NULL, -1, err);
     sm_index cols = box2(0, 8, 1, 5), bottom = box2(4, 8, 0, 6);
     check_shard(ch_a, 720, 0, g, &cols);
     check_shard(ch_a, 720, 3, g, &bottom);
@@ -823,28 +836,18 @@ START_TEST(test_assemble_remote)
     /* B does not hold what is asked: the error names the peer, nothing stored */
     q[0].src_device = 6;
     req.array_id.v = 721;
-    ck_assert_int_eq(sm_svc_worker_assemble(ch_a, CALL_MS, &req, &bytes, err, sizeof err),
-                     SM_ENOTFOUND);
-    ck_assert_msg(strstr(err, addr_b) && strstr(err, "array 701 device 6"), "%s", err);
-    dl_result r;
-    ck_assert_int_eq(download(ch_a, 721, 0, NULL, &r, err, sizeof err), SM_ENOTFOUND);
+    assemble_on_a(&req, SM_ENOTFOUND, 0, "array 701 device 6", 0, err);
+    ck_assert_msg(strstr(err, addr_b), "%s", err);
     /* an unreachable peer */
     q[0].src_device = 5;
     q[0].src_address = "127.0.0.1:1";
-    ck_assert_int_eq(sm_svc_worker_assemble(ch_a, CALL_MS, &req, &bytes, err, sizeof err),
-                     SM_EUNAVAILABLE);
-    ck_assert_int_eq(download(ch_a, 721, 0, NULL, &r, err, sizeof err), SM_ENOTFOUND);
+    assemble_on_a(&req, SM_EUNAVAILABLE, 0, NULL, 0, err);
     /* a dtype mismatch is caught by the peer's reply check */
     q[0].src_address = addr_b;
     req.dtype = SM_I32;
     sh[0].npieces = 0;
-    ck_assert_int_eq(sm_svc_worker_assemble(ch_a, CALL_MS, &req, &bytes, err, sizeof err),
-                     SM_EINVAL);
-    ck_assert_msg(strstr(err, "f32"), "%s", err);
-    for (uint64_t a = 700; a <= 721; a++) {
-        sm_svc_worker_free_array(ch_a, CALL_MS, (sm_array_id){a}, 0, NULL, err, sizeof err);
-        sm_svc_worker_free_array(ch_b, CALL_MS, (sm_array_id){a}, 0, NULL, err, sizeof err);
-    }
+    assemble_on_a(&req, SM_EINVAL, 0, "f32", -1, err);
+    free_arrays(700, 721);
     ck_assert_int_eq(stats_of(ch_a).shards, 0);
     ck_assert_int_eq(stats_of(ch_b).shards, 0);
     free(g);
