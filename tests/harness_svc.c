@@ -41,6 +41,15 @@ int harness_svc_alive_workers(sm_rpc_channel *ch)
     return alive;
 }
 
+int harness_svc_wait_alive(sm_rpc_channel *ch, int n, int ms)
+{
+    int64_t until = sm_time_mono_ms() + ms;
+    int got;
+    while ((got = harness_svc_alive_workers(ch)) != n && sm_time_mono_ms() < until)
+        harness_sleep_ms(20);
+    return got;
+}
+
 sm_mesh_info harness_svc_mesh(sm_rpc_channel *ch, const char *name, const char *axes)
 {
     sm_mesh m;

@@ -33,6 +33,10 @@ sm_rpc_channel *harness_svc_channel(const harness_cluster *h);
 /* Workers the coordinator at ch lists as alive; -1 if the call failed. */
 int harness_svc_alive_workers(sm_rpc_channel *ch);
 
+/* Polls until the coordinator at ch lists n workers alive, at most ms;
+ * returns the last count seen (-1: the call failed). */
+int harness_svc_wait_alive(sm_rpc_channel *ch, int n, int ms);
+
 /* Creates mesh name from axes ("i=2,j=4", default device order) on the
  * coordinator at ch; asserts it succeeds. */
 sm_mesh_info harness_svc_mesh(sm_rpc_channel *ch, const char *name, const char *axes);

@@ -353,10 +353,7 @@ START_TEST(test_worker_killed)
     ck_assert_int_eq(children_of(cp.pid, kids, 8), 2);
     /* which child is process 1 does not matter: either loses half the devices */
     ck_assert_int_eq(kill(kids[1], SIGKILL), 0);
-    int64_t until = sm_time_mono_ms() + 2000;
-    while (alive_workers() != 1 && sm_time_mono_ms() < until)
-        harness_sleep_ms(20);
-    ck_assert_int_eq(alive_workers(), 1);
+    ck_assert_int_eq(harness_svc_wait_alive(cp.ch, 1, 2000), 1);
     sm_array_ref ref = {id, NULL};
     ck_assert(wait_state(ref, SM_ARRAY_LOST, 2000));
     state_of(ref, error, sizeof error);
@@ -490,10 +487,7 @@ START_TEST(test_silent_worker_lost_then_back)
     ck_assert_int_eq(children_of(cp.pid, kids, 8), 2);
     /* a stopped worker sends no heartbeats: lost after --lost-after-ms (3 s) */
     ck_assert_int_eq(kill(kids[0], SIGSTOP), 0);
-    int64_t until = sm_time_mono_ms() + 8000;
-    while (alive_workers() != 1 && sm_time_mono_ms() < until)
-        harness_sleep_ms(50);
-    ck_assert_int_eq(alive_workers(), 1);
+    ck_assert_int_eq(harness_svc_wait_alive(cp.ch, 1, 8000), 1);
     ck_assert(wait_state((sm_array_ref){id, NULL}, SM_ARRAY_LOST, 1000));
     state_of((sm_array_ref){id, NULL}, error, sizeof error);
     ck_assert_msg(strstr(error, "no heartbeat for"), "%s", error);
@@ -501,10 +495,7 @@ START_TEST(test_silent_worker_lost_then_back)
      * old identity (same worker id, devices and process index), offering
      * back the shards it kept: the array is ready again, unchanged */
     ck_assert_int_eq(kill(kids[0], SIGCONT), 0);
-    until = sm_time_mono_ms() + 8000;
-    while (alive_workers() != 2 && sm_time_mono_ms() < until)
-        harness_sleep_ms(50);
-    ck_assert_int_eq(alive_workers(), 2);
+    ck_assert_int_eq(harness_svc_wait_alive(cp.ch, 2, 8000), 2);
     sm_worker_info *w;
     int n;
     ck_assert_int_eq(sm_svc_coord_list_devices(cp.ch, CALL_MS, &w, &n, err, sizeof err), SM_OK);
