@@ -10,6 +10,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "suite_main.h"
+
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 typedef struct {
@@ -418,17 +420,13 @@ END_TEST
 
 static Suite *cli_offline_suite(void)
 {
-    Suite *s = suite_create("cli_offline");
-    TCase *tc = tcase_create("offline");
-    tcase_set_timeout(tc, 60);
+    TCase *tc;
+    Suite *s = suite_create_one("cli_offline", "offline", 60, &tc);
     tcase_add_loop_test(tc, test_sharding_json, 0, N(sharding_cases));
     tcase_add_loop_test(tc, test_plan_json, 0, N(plan_cases));
-    tcase_add_test(tc, test_text_output);
-    tcase_add_test(tc, test_run_local);
-    tcase_add_test(tc, test_help);
+    TCASE_ADD_TESTS(tc, test_text_output, test_run_local, test_help);
     tcase_add_loop_test(tc, test_errors, 0, N(err_cases));
     tcase_add_test(tc, test_non_uniform_hint);
-    suite_add_tcase(s, tc);
     return s;
 }
 

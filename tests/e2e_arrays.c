@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "harness.h"
+#include "suite_main.h"
 
 /* Clusters shared by the suite: 2 workers x 4 devices and 1 worker x 8. */
 static harness_cluster *g_two, *g_one;
@@ -532,7 +533,7 @@ START_TEST(reshard_every_pair)
     /* Settle: earlier tests' frees reach the coordinator with heartbeats. */
     int64_t base = worker_bytes(c), prev = -1;
     while (base != prev) {
-        nanosleep(&(struct timespec){0, 700000000}, NULL);
+        harness_sleep_ms(700);
         prev = base;
         base = worker_bytes(c);
     }
@@ -569,7 +570,7 @@ START_TEST(reshard_every_pair)
     /* Heartbeats carry the freed bytes back within a few hundred ms. */
     int64_t now = 0;
     for (int tries = 0; tries < 100 && (now = worker_bytes(c)) != base; tries++)
-        nanosleep(&(struct timespec){0, 50000000}, NULL);
+        harness_sleep_ms(50);
     ck_assert_int_eq(now, base);
     sm_array_free(x);
     sm_client_close(c);
@@ -656,23 +657,15 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("e2e_arrays");
-    TCase *tc = tcase_create("cluster");
+    TCase *tc;
+    Suite *s = suite_create_one("e2e_arrays", "cluster", 120, &tc);
     tcase_add_unchecked_fixture(tc, clusters_up, clusters_down);
-    tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, guide_layouts_two_workers, 0, N_GUIDE);
     tcase_add_loop_test(tc, guide_layouts_one_worker, 0, N_GUIDE);
     tcase_add_loop_test(tc, meshes, 0, 2 * N_MESH);
     tcase_add_loop_test(tc, dtype_round_trips, 0, (int)(sizeof dtypes / sizeof dtypes[0]));
-    tcase_add_test(tc, multi_chunk);
-    tcase_add_test(tc, client_cache);
-    tcase_add_test(tc, put_shards_and_callback);
-    tcase_add_test(tc, put_callback);
-    tcase_add_test(tc, put_local_two_clients);
-    tcase_add_test(tc, put_local_missing_part_fails);
-    tcase_add_test(tc, reshard_every_pair);
-    tcase_add_test(tc, names_attach_and_delete);
-    tcase_add_test(tc, meshes_by_name);
-    suite_add_tcase(s, tc);
+    TCASE_ADD_TESTS(tc, multi_chunk, client_cache, put_shards_and_callback, put_callback,
+                    put_local_two_clients, put_local_missing_part_fails, reshard_every_pair,
+                    names_attach_and_delete, meshes_by_name);
     return harness_run_suite(s);
 }

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "suite_main.h"
 
 /* Clusters shared by the suite: 2 workers x 4 devices and 1 worker x 8. */
 static harness_cluster *g_two, *g_one;
@@ -634,20 +635,12 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("e2e_ckpt");
-    TCase *tc = tcase_create("cluster");
+    TCase *tc;
+    Suite *s = suite_create_one("e2e_ckpt", "cluster", 120, &tc);
     tcase_add_unchecked_fixture(tc, clusters_up, clusters_down);
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, save_load_any_sharding);
-    tcase_add_test(tc, replicated_written_once);
+    TCASE_ADD_TESTS(tc, save_load_any_sharding, replicated_written_once);
     tcase_add_loop_test(tc, dtypes, 0, 5);
-    tcase_add_test(tc, load_names);
-    tcase_add_test(tc, damaged_refused);
-    tcase_add_test(tc, interrupted_save_incomplete);
-    tcase_add_test(tc, chunks_read_where_needed);
-    tcase_add_test(tc, killed_save_incomplete);
-    tcase_add_test(tc, relative_dir);
-    tcase_add_test(tc, cli_save_load);
-    suite_add_tcase(s, tc);
+    TCASE_ADD_TESTS(tc, load_names, damaged_refused, interrupted_save_incomplete,
+                    chunks_read_where_needed, killed_save_incomplete, relative_dir, cli_save_load);
     return harness_run_suite(s);
 }

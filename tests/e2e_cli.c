@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "suite_main.h"
 
 static harness_cluster *g_h;
 static char *g_dir;
@@ -383,17 +384,11 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("e2e_cli");
-    TCase *tc = tcase_create("cluster");
+    TCase *tc;
+    Suite *s = suite_create_one("e2e_cli", "cluster", 120, &tc);
     tcase_add_unchecked_fixture(tc, cluster_up, cluster_down);
-    tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, help_for_every_command, 0, (int)(sizeof commands / sizeof commands[0]));
-    tcase_add_test(tc, usage_errors);
-    tcase_add_test(tc, devices_json);
-    tcase_add_test(tc, meshes);
-    tcase_add_test(tc, put_describe_get_reshard_rm);
-    tcase_add_test(tc, put_shards_cli);
-    tcase_add_test(tc, put_local_four_processes);
-    suite_add_tcase(s, tc);
+    TCASE_ADD_TESTS(tc, usage_errors, devices_json, meshes, put_describe_get_reshard_rm,
+                    put_shards_cli, put_local_four_processes);
     return harness_run_suite(s);
 }

@@ -11,8 +11,10 @@
 
 #include "client_internal.h"
 #include "harness.h"
+#include "harness_svc.h"
 #include "sm_checksum.h"
 #include "sm_rpc.h"
+#include "suite_main.h"
 
 #define DEAD_ADDR "127.0.0.1:1"
 
@@ -150,29 +152,17 @@ END_TEST
 /* Sends a 16-byte shard of array id to device d of the worker at ch. */
 static void put_shard(sm_rpc_channel *ch, sm_array_id id, int32_t d, const float *data)
 {
-    sm_svc_upload_stream *st = NULL;
-    sm_svc_upload_msg m;
-    sm_svc_upload_reply r = {0};
+    harness_upload_req u = {.to_worker = 1,
+                            .array = id,
+                            .devices = &d,
+                            .ndevices = 1,
+                            .dtype = SM_F32,
+                            .shape = HARNESS_SHAPE(1, 4),
+                            .data = data,
+                            .nbytes = 16};
     char err[512];
-    ck_assert_int_eq(sm_svc_upload_open(ch, 1, 10000, &st, err, sizeof err), SM_OK);
-    memset(&m, 0, sizeof m);
-    m.has_header = 1;
-    m.header.array_id = id;
-    m.header.ndevices = 1;
-    m.header.devices = &d;
-    m.header.shape = HARNESS_SHAPE(1, 4);
-    m.header.dtype = SM_F32;
-    m.header.total_bytes = 16;
-    ck_assert_int_eq(sm_svc_upload_send(st, &m, err, sizeof err), SM_OK);
-    memset(&m, 0, sizeof m);
-    m.data = data;
-    m.len = 16;
-    m.last = 1;
-    m.checksum = sm_checksum_oneshot(data, 16);
-    ck_assert_int_eq(sm_svc_upload_send(st, &m, err, sizeof err), SM_OK);
-    sm_err e = sm_svc_upload_finish(st, &r, err, sizeof err);
+    sm_err e = harness_upload(ch, &u, NULL, err, sizeof err);
     ck_assert_msg(e == SM_OK, "PutShard: %s", err);
-    ck_assert_int_eq(r.bytes, 16);
 }
 
 START_TEST(commit_verified)
@@ -676,17 +666,10 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("e2e_direct");
-    TCase *tc = tcase_create("cluster");
+    TCase *tc;
+    Suite *s = suite_create_one("e2e_direct", "cluster", 120, &tc);
     tcase_add_unchecked_fixture(tc, cluster_up, cluster_down);
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, direct_round_trips);
-    tcase_add_test(tc, relay_forced);
-    tcase_add_test(tc, commit_verified);
-    tcase_add_test(tc, commit_batched);
-    tcase_add_test(tc, download_batched);
-    tcase_add_test(tc, put_batched);
-    tcase_add_test(tc, fallback_unreachable_worker);
-    suite_add_tcase(s, tc);
+    TCASE_ADD_TESTS(tc, direct_round_trips, relay_forced, commit_verified, commit_batched,
+                    download_batched, put_batched, fallback_unreachable_worker);
     return harness_run_suite(s);
 }

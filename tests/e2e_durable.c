@@ -13,7 +13,6 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,13 +22,13 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "harness_proc.h"
 #include "shmap_job.h"
 #include "sm_log.h"
 #include "sm_rpc.h"
 #include "sm_svc.h"
 #include "sm_time.h"
-
-extern char **environ;
+#include "suite_main.h"
 
 #define NWORKERS 2
 #define NDEV     4
@@ -46,26 +45,6 @@ typedef struct {
 } durable_env;
 
 static durable_env g;
-
-/* posix_spawn in a process group of its own, output to log (appended). */
-static pid_t spawn_logged(char *const *argv, const char *log)
-{
-    posix_spawn_file_actions_t fa;
-    posix_spawnattr_t at;
-    pid_t pid = -1;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawnattr_init(&at);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    posix_spawnattr_setpgroup(&at, 0);
-    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP);
-    if (posix_spawn(&pid, argv[0], &fa, &at, argv, environ) != 0)
-        pid = -1;
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&at);
-    return pid;
-}
 
 static const char *bin(const char *env, const char *fallback)
 {
@@ -105,7 +84,7 @@ static pid_t coord_spawn(int wait_port)
             argv[n++] = (char *)more[k];
     }
     argv[n] = NULL;
-    pid_t pid = spawn_logged(argv, log);
+    pid_t pid = harness_spawn_log(argv, log, HARNESS_SPAWN_PGROUP | HARNESS_SPAWN_APPEND);
     ck_assert_int_gt(pid, 0);
     if (!wait_port)
         return pid;
@@ -162,7 +141,7 @@ static pid_t worker_spawn_as(int k, int with_state, uint32_t id)
         argv[n++] = "--memory-limit-mb";
         argv[n++] = (char *)g.worker_mem_mb;
     }
-    pid_t pid = spawn_logged(argv, log);
+    pid_t pid = harness_spawn_log(argv, log, HARNESS_SPAWN_PGROUP | HARNESS_SPAWN_APPEND);
     ck_assert_int_gt(pid, 0);
     return pid;
 }
@@ -1096,22 +1075,15 @@ END_TEST
 
 static Suite *durable_suite(void)
 {
-    Suite *s = suite_create("e2e_durable");
-    TCase *tc = tcase_create("restart");
+    TCase *tc;
+    Suite *s = suite_create_one("e2e_durable", "restart", 120, &tc);
     tcase_add_checked_fixture(tc, env_setup, env_teardown);
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_coordinator_kill9_restart);
-    tcase_add_test(tc, test_restart_with_a_worker_gone);
-    tcase_add_test(tc, test_jobs_across_restart);
-    tcase_add_test(tc, test_workers_with_state_dir);
-    tcase_add_test(tc, test_worker_without_state_dir_lost);
-    tcase_add_test(tc, test_replicated_survives_worker_loss);
-    tcase_add_test(tc, test_replicas_survive_worker_loss);
-    tcase_add_test(tc, test_spill_under_memory_limit);
-    tcase_add_test(tc, test_kill_during_upload_and_reshard);
-    tcase_add_test(tc, test_local_workers_state_dir);
-    tcase_add_test(tc, test_damaged_db_refused);
-    suite_add_tcase(s, tc);
+    TCASE_ADD_TESTS(tc, test_coordinator_kill9_restart, test_restart_with_a_worker_gone,
+                    test_jobs_across_restart, test_workers_with_state_dir,
+                    test_worker_without_state_dir_lost, test_replicated_survives_worker_loss,
+                    test_replicas_survive_worker_loss, test_spill_under_memory_limit,
+                    test_kill_during_upload_and_reshard, test_local_workers_state_dir,
+                    test_damaged_db_refused);
     return s;
 }
 

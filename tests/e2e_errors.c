@@ -13,10 +13,11 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "harness_svc.h"
 #include "shmap_job.h"
-#include "sm_checksum.h"
 #include "sm_rpc.h"
 #include "sm_svc.h"
+#include "suite_main.h"
 
 static harness_cluster *g_h;
 
@@ -147,10 +148,7 @@ static sm_err raw_upload(sm_rpc_channel *ch, const sm_svc_create_array_reply *r,
     const sm_svc_upload_target *tg = &r->targets[t];
     sm_shape bs = sm_index_shape(&tg->global_index);
     int64_t off[SM_MAX_RANK], zero[SM_MAX_RANK] = {0}, nbytes = 0;
-    sm_svc_upload_stream *st = NULL;
-    sm_svc_upload_msg m;
     char buf[4096];
-    sm_err e;
 
     for (int d = 0; d < bs.rank; d++)
         off[d] = tg->global_index.r[d].start;
@@ -158,50 +156,23 @@ static sm_err raw_upload(sm_rpc_channel *ch, const sm_svc_create_array_reply *r,
     ck_assert_int_le(nbytes, (int64_t)sizeof buf);
     ck_assert_int_eq(
         sm_block_copy(buf, &bs, zero, x->data, &x->shape, off, bs.dims, 4, err, errlen), SM_OK);
-    if ((e = sm_svc_upload_open(ch, 0, 10000, &st, err, errlen)))
-        return e;
-    memset(&m, 0, sizeof m);
-    m.has_header = 1;
-    m.header.array_id = r->array.id;
-    m.header.ndevices = tg->ndevices;
-    m.header.devices = tg->devices;
-    m.header.shape = bs;
-    m.header.dtype = kind == RAW_DTYPE ? SM_I32 : SM_F32;
-    m.header.total_bytes = kind == RAW_BYTES ? nbytes + 4 : nbytes;
+    static const harness_up_mode mode[] = {
+        [RAW_OK] = HARNESS_UP_OK,           [RAW_DTYPE] = HARNESS_UP_OK,
+        [RAW_SHAPE] = HARNESS_UP_OK,        [RAW_BYTES] = HARNESS_UP_WRONG_TOTAL,
+        [RAW_ORDER] = HARNESS_UP_BACKWARDS, [RAW_CHECKSUM] = HARNESS_UP_BAD_SUM,
+        [RAW_ABORT] = HARNESS_UP_ABORT};
+    harness_upload_req u = {.array = r->array.id,
+                            .devices = tg->devices,
+                            .ndevices = tg->ndevices,
+                            .dtype = kind == RAW_DTYPE ? SM_I32 : SM_F32,
+                            .shape = bs,
+                            .data = buf,
+                            .nbytes = nbytes,
+                            .chunk = (size_t)(nbytes / 2),
+                            .mode = mode[kind]};
     if (kind == RAW_SHAPE)
-        m.header.shape.dims[0] += 1;
-    if ((e = sm_svc_upload_send(st, &m, err, errlen)))
-        goto fail;
-    int64_t half = nbytes / 2;
-    memset(&m, 0, sizeof m);
-    if (kind == RAW_ORDER) {
-        m.offset = half; /* the second half first */
-        m.data = buf + half;
-        m.len = (size_t)(nbytes - half);
-        if ((e = sm_svc_upload_send(st, &m, err, errlen)))
-            goto fail;
-    } else {
-        m.offset = 0;
-        m.data = buf;
-        m.len = (size_t)half;
-        if ((e = sm_svc_upload_send(st, &m, err, errlen)))
-            goto fail;
-        if (kind == RAW_ABORT) {
-            sm_svc_upload_abort(st);
-            return SM_ECANCELLED;
-        }
-        m.offset = half;
-        m.data = buf + half;
-        m.len = (size_t)(nbytes - half);
-        m.last = 1;
-        m.checksum = sm_checksum_oneshot(buf, (size_t)nbytes) ^ (kind == RAW_CHECKSUM ? 1 : 0);
-        if ((e = sm_svc_upload_send(st, &m, err, errlen)))
-            goto fail;
-    }
-    return sm_svc_upload_finish(st, NULL, err, errlen);
-fail:
-    sm_svc_upload_abort(st);
-    return e;
+        u.shape.dims[0] += 1;
+    return harness_upload(ch, &u, NULL, err, errlen);
 }
 
 START_TEST(bad_uploads_then_good)
@@ -530,19 +501,12 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("e2e_errors");
-    TCase *tc = tcase_create("cluster");
+    TCase *tc;
+    Suite *s = suite_create_one("e2e_errors", "cluster", 120, &tc);
     tcase_add_unchecked_fixture(tc, cluster_up, cluster_down);
-    tcase_set_timeout(tc, 120);
     tcase_add_test(tc, unknown_arrays);
     tcase_add_loop_test(tc, bad_specs_refused, 0, (int)(sizeof bad_specs / sizeof bad_specs[0]));
-    tcase_add_test(tc, duplicate_name);
-    tcase_add_test(tc, bad_uploads_then_good);
-    tcase_add_test(tc, put_shards_wrong_shape_server_side);
-    tcase_add_test(tc, still_serving);
-    tcase_add_test(tc, tokens);
-    tcase_add_test(tc, worker_killed);
-    tcase_add_test(tc, memory_limit);
-    suite_add_tcase(s, tc);
+    TCASE_ADD_TESTS(tc, duplicate_name, bad_uploads_then_good, put_shards_wrong_shape_server_side,
+                    still_serving, tokens, worker_killed, memory_limit);
     return harness_run_suite(s);
 }

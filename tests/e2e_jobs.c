@@ -22,6 +22,8 @@
 #include "harness.h"
 #include "shmap_job.h"
 #include "sm_ir.h"
+#include "sm_time.h"
+#include "suite_main.h"
 
 #define WAIT_MS 60000
 
@@ -606,8 +608,7 @@ START_TEST(test_cancel_and_deadline)
         sm_job_info_free(&info);
     }
     if (_i % 2 == 0) {
-        struct timespec ts = {0, 200 * 1000000L};
-        nanosleep(&ts, NULL);
+        harness_sleep_ms(200);
         ck_assert_int_eq(sm_job_cancel(c, id, &info, err, sizeof err), SM_OK);
         sm_job_info_free(&info);
     }
@@ -689,17 +690,14 @@ START_TEST(test_worker_lost)
         SM_OK);
     sm_job_id id;
     ck_assert_int_eq(sm_job_submit(c, p, 2, args, NULL, 1, 0, &id, err, sizeof err), SM_OK);
-    struct timespec ts = {0, 150 * 1000000L};
-    nanosleep(&ts, NULL);
+    harness_sleep_ms(150);
     pid_t pids[4];
     ck_assert_int_eq(harness_worker_pids(h, pids, 4), 2);
     ck_assert_int_eq(kill(pids[1], freeze ? SIGSTOP : SIGKILL), 0);
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int64_t t0 = sm_time_mono_us();
     sm_job_info info;
     ck_assert_int_eq(sm_job_wait(c, id, WAIT_MS, &info, err, sizeof err), SM_OK);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double waited = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    double waited = (double)(sm_time_mono_us() - t0) * 1e-6;
     ck_assert_msg(!freeze || info.state != SM_JOB_DONE, "the job ended before the freeze");
     if (info.state == SM_JOB_DONE) {
         fprintf(stderr, "e2e_jobs: the job ended before its worker was killed\n");
@@ -1241,15 +1239,12 @@ static Suite *jobs_suite(void)
     tcase_add_unchecked_fixture(tc, cluster_up, cluster_down);
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_matmul, 0, 2);
-    tcase_add_test(tc, test_matmul_resharded_inputs);
-    tcase_add_test(tc, test_transport);
-    tcase_add_test(tc, test_slice_and_average);
+    TCASE_ADD_TESTS(tc, test_matmul_resharded_inputs, test_transport, test_slice_and_average);
     tcase_add_loop_test(tc, test_rejected, 0, 2 * (int)(sizeof rejects / sizeof rejects[0]));
     tcase_add_loop_test(tc, test_run_one_call, 0, 3);
     tcase_add_test(tc, test_not_divisible_and_unknown_job);
     tcase_add_loop_test(tc, test_cancel_and_deadline, 0, 4);
-    tcase_add_test(tc, test_shmapctl_run);
-    tcase_add_test(tc, test_shmapctl_job);
+    TCASE_ADD_TESTS(tc, test_shmapctl_run, test_shmapctl_job);
     suite_add_tcase(s, tc);
     tc = tcase_create("failures");
     tcase_set_timeout(tc, 180);

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "harness.h"
+#include "suite_main.h"
 #include "shmap.pb-c.h"
 #include "sm_rpc.h"
 #include "sm_rpc_msg.h"
@@ -37,12 +38,6 @@ static void cluster_down(void)
 {
     harness_cluster_stop(g);
     g = NULL;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
 }
 
 /* Opens an Upload stream on ch (sends nothing: the coordinator waits for
@@ -98,7 +93,7 @@ START_TEST(test_limit_per_client)
     sm_rpc_stream *held[LIMIT];
     for (int k = 0; k < LIMIT; k++)
         held[k] = open_upload(a);
-    sleep_ms(300); /* both arrived and wait for their first message */
+    harness_sleep_ms(300); /* both arrived and wait for their first message */
 
     /* a third Upload, and a Download: refused */
     sm_err e = finish_upload(open_upload(a), err, sizeof err);
@@ -134,7 +129,7 @@ START_TEST(test_limit_per_client)
         if (e != SM_ERESOURCE)
             break;
         ck_assert_msg(tries < 50, "still refused after a stream ended: %s", err);
-        sleep_ms(50);
+        harness_sleep_ms(50);
     }
     ck_assert_msg(e != SM_OK, "an empty upload gave OK");
     sm_rpc_stream_free(held[1]);
@@ -144,11 +139,9 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("e2e_streams");
-    TCase *tc = tcase_create("streams");
-    tcase_set_timeout(tc, 60);
+    TCase *tc;
+    Suite *s = suite_create_one("e2e_streams", "streams", 60, &tc);
     tcase_add_unchecked_fixture(tc, cluster_up, cluster_down);
     tcase_add_test(tc, test_limit_per_client);
-    suite_add_tcase(s, tc);
     return harness_run_suite(s);
 }

@@ -36,6 +36,7 @@
 #include "sm_rpc_proto.h"
 #include "sm_svc.h"
 #include "sm_svc_job.h"
+#include "suite_main.h"
 
 #define CLUSTER "cluster-token-0123456789"
 #define ALICE   "alice-token-0123456789abc"
@@ -1168,17 +1169,11 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("e2e_tenants");
-    TCase *tc = tcase_create("tenants");
-    tcase_set_timeout(tc, 120);
+    TCase *tc;
+    Suite *s = suite_create_one("e2e_tenants", "tenants", 120, &tc);
     tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_isolation);
-    tcase_add_test(tc, test_tokens);
-    tcase_add_test(tc, test_grants_direct);
-    tcase_add_test(tc, test_grants_refused);
-    tcase_add_test(tc, test_max_jobs);
-    tcase_add_test(tc, test_jobs_restart);
-    suite_add_tcase(s, tc);
+    TCASE_ADD_TESTS(tc, test_isolation, test_tokens, test_grants_direct, test_grants_refused,
+                    test_max_jobs, test_jobs_restart);
     TCase *sec = tcase_create("every_method");
     tcase_set_timeout(sec, 300);
     tcase_add_unchecked_fixture(sec, secure_up, secure_down);

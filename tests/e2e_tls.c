@@ -22,9 +22,7 @@
  *   ports take a caller without a certificate for nothing else. */
 #define _GNU_SOURCE
 #include <check.h>
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,11 +32,11 @@
 
 #include "client_internal.h"
 #include "harness.h"
+#include "harness_proc.h"
 #include "shmap_job.h"
 #include "sm_rpc.h"
 #include "sm_svc.h"
-
-extern char **environ;
+#include "suite_main.h"
 
 static char *g_dir;        /* temp dir: cluster/ and stranger/ certificates */
 static harness_cluster *g; /* the TLS cluster */
@@ -55,16 +53,9 @@ static void path(char *out, const char *sub, const char *file)
  * its exit status (128 + signal), or -1 if it could not start. */
 static int run(char *const *argv, const char *log)
 {
-    posix_spawn_file_actions_t fa;
-    pid_t pid;
+    pid_t pid = harness_spawn_log(argv, log, HARNESS_SPAWN_PATH);
     int st;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, log ? log : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC,
-                                     0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0 || waitpid(pid, &st, 0) != pid)
+    if (pid < 0 || waitpid(pid, &st, 0) != pid)
         return -1;
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
@@ -452,16 +443,10 @@ START_TEST(test_stranger_worker)
     char *argv[] = {(char *)bin,   "--coordinator",      g->target, "--devices", "1",    "--listen",
                     "127.0.0.1:0", "--tls-cert",         g_xcert,   "--tls-key", g_xkey, "--tls-ca",
                     g_ca,          "--exit-with-parent", NULL};
-    posix_spawn_file_actions_t fa;
-    pid_t pid;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    ck_assert_int_eq(posix_spawn(&pid, bin, &fa, NULL, argv, environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
+    pid_t pid = harness_spawn_log(argv, log, 0);
+    ck_assert_int_gt(pid, 0);
     /* it retries registration; give it well over one attempt */
-    struct timespec ts = {1, 500000000};
-    nanosleep(&ts, NULL);
+    harness_sleep_ms(1500);
     int st;
     int exited = waitpid(pid, &st, WNOHANG) == pid;
     sm_client *c = harness_client(g);
@@ -591,9 +576,7 @@ int main(void)
     TCase *tc = tcase_create("tls");
     tcase_set_timeout(tc, 60);
     tcase_add_unchecked_fixture(tc, cluster_up, cluster_down);
-    tcase_add_test(tc, test_logged);
-    tcase_add_test(tc, test_ca_client_relays);
-    tcase_add_test(tc, test_cert_client_direct);
+    TCASE_ADD_TESTS(tc, test_logged, test_ca_client_relays, test_cert_client_direct);
     tcase_add_loop_test(tc, test_client_refused, 0, 3);
     tcase_add_test(tc, test_register_needs_cert);
     tcase_add_loop_test(tc, test_worker_port, 0, 3);

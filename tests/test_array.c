@@ -701,25 +701,13 @@ END_TEST
 int main(void)
 {
 
-    Suite *s = suite_create("array");
-    TCase *tc = tcase_create("array");
-    tcase_add_test(tc, test_dtype_table);
-    tcase_add_test(tc, test_dtype_parse_unknown);
-    tcase_add_test(tc, test_shape_make);
-    tcase_add_test(tc, test_shape_sizes);
-    tcase_add_test(tc, test_shape_strides);
-    tcase_add_test(tc, test_shape_parse);
-    tcase_add_test(tc, test_shape_format);
-    tcase_add_test(tc, test_shape_equal);
-    tcase_add_test(tc, test_index);
-    tcase_add_test(tc, test_index_check);
+    TCase *tc;
+    Suite *s = suite_create_one("array", "array", 0, &tc);
+    TCASE_ADD_TESTS(tc, test_dtype_table, test_dtype_parse_unknown, test_shape_make,
+                    test_shape_sizes, test_shape_strides, test_shape_parse, test_shape_format,
+                    test_shape_equal, test_index, test_index_check);
     tcase_add_loop_test(tc, test_block_copy_random, 0, 5);
-    tcase_add_test(tc, test_block_copy_large_rows);
-    tcase_add_test(tc, test_block_copy_errors);
-    tcase_add_test(tc, test_array_create);
-    tcase_add_test(tc, test_copy_stream);
-    tcase_add_test(tc, test_data_cache);
-    tcase_add_test(tc, test_data_limit);
-    suite_add_tcase(s, tc);
+    TCASE_ADD_TESTS(tc, test_block_copy_large_rows, test_block_copy_errors, test_array_create,
+                    test_copy_stream, test_data_cache, test_data_limit);
     return suite_main(s);
 }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "sm_array.h"
+#include "suite_main.h"
 
 #define ERRLEN 512
 
@@ -640,19 +641,11 @@ int main(void)
         perror("mkdtemp");
         return EXIT_FAILURE;
     }
-    Suite *s = suite_create("array_npy");
-    TCase *tc = tcase_create("npy");
-    tcase_add_test(tc, test_npy_roundtrip);
-    tcase_add_test(tc, test_npy_write_direct);
-    tcase_add_test(tc, test_npy_bf16_refused);
-    tcase_add_test(tc, test_npy_write_replaces);
-    tcase_add_test(tc, test_npy_header_versions);
-    tcase_add_test(tc, test_npy_format_header);
-    tcase_add_test(tc, test_npy_malformed);
-    tcase_add_test(tc, test_npy_not_found);
-    tcase_add_test(tc, test_npy_numpy_exchange);
-    tcase_set_timeout(tc, 60);
-    suite_add_tcase(s, tc);
+    TCase *tc;
+    Suite *s = suite_create_one("array_npy", "npy", 60, &tc);
+    TCASE_ADD_TESTS(tc, test_npy_roundtrip, test_npy_write_direct, test_npy_bf16_refused,
+                    test_npy_write_replaces, test_npy_header_versions, test_npy_format_header,
+                    test_npy_malformed, test_npy_not_found, test_npy_numpy_exchange);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
     int failed = srunner_ntests_failed(r);

@@ -468,21 +468,12 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("base");
-    TCase *tc = tcase_create("base");
-    tcase_add_test(tc, test_err_texts);
-    tcase_add_test(tc, test_fail_writes_message);
-    tcase_add_test(tc, test_strbuf);
-    tcase_add_test(tc, test_arena);
-    tcase_add_test(tc, test_arena_defer);
-    tcase_add_test(tc, test_config_precedence);
-    tcase_add_test(tc, test_config_errors);
-    tcase_add_test(tc, test_tpool);
-    tcase_add_test(tc, test_tpool_run);
-    tcase_add_test(tc, test_hold);
-    tcase_add_test(tc, test_time_after);
+    TCase *tc;
+    Suite *s = suite_create_one("base", "base", 0, &tc);
+    TCASE_ADD_TESTS(tc, test_err_texts, test_fail_writes_message, test_strbuf, test_arena,
+                    test_arena_defer, test_config_precedence, test_config_errors, test_tpool,
+                    test_tpool_run, test_hold, test_time_after);
     tcase_add_loop_test(tc, test_htab, 0, (int)(sizeof htab_cases / sizeof htab_cases[0]));
     tcase_add_loop_test(tc, test_htab_shrink, 0, (int)(sizeof htab_cases / sizeof htab_cases[0]));
-    suite_add_tcase(s, tc);
     return suite_main(s);
 }

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "sm_exec_local.h"
+#include "suite_main.h"
 
 typedef struct {
     const char *mesh;   /* sharded mesh */
@@ -487,18 +488,12 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("exec");
-    TCase *tc = tcase_create("ops");
-    tcase_set_timeout(tc, 60);
+    TCase *tc;
+    Suite *s = suite_create_one("exec", "ops", 60, &tc);
     tcase_add_loop_test(tc, test_op_sharded_vs_single, 0, NROWS);
-    tcase_add_test(tc, test_table_covers_every_op);
-    tcase_add_test(tc, test_spot_values);
-    tcase_add_test(tc, test_bool_reductions);
-    tcase_add_test(tc, test_axis_index_groups);
-    tcase_add_test(tc, test_builder_axis_size);
-    tcase_add_test(tc, test_repeated_returns);
-    tcase_add_test(tc, test_device_order);
-    suite_add_tcase(s, tc);
+    TCASE_ADD_TESTS(tc, test_table_covers_every_op, test_spot_values, test_bool_reductions,
+                    test_axis_index_groups, test_builder_axis_size, test_repeated_returns,
+                    test_device_order);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

@@ -15,6 +15,7 @@
 
 #include "sm_comm_local.h"
 #include "sm_exec_local.h"
+#include "suite_main.h"
 
 /* ---- the case table ---- */
 
@@ -864,13 +865,9 @@ int main(void)
     suite_add_tcase(s, tc);
     TCase *tf = tcase_create("failures");
     tcase_set_timeout(tf, 60);
-    tcase_add_test(tf, test_deterministic);
-    tcase_add_test(tf, test_bad_input_releases_peers);
-    tcase_add_test(tf, test_kernel_error_releases_peers);
-    tcase_add_test(tf, test_missing_peer_times_out);
-    tcase_add_test(tf, test_local_run_reports_op);
-    tcase_add_test(tf, test_group_make);
-    tcase_add_test(tf, test_comm_mismatch_and_abort);
+    TCASE_ADD_TESTS(tf, test_deterministic, test_bad_input_releases_peers,
+                    test_kernel_error_releases_peers, test_missing_peer_times_out,
+                    test_local_run_reports_op, test_group_make, test_comm_mismatch_and_abort);
     tcase_add_loop_test(tf, test_comm_reduce_sizes, 0, NREDUCE);
     tcase_add_test(tf, test_comm_tree_units);
     suite_add_tcase(s, tf);

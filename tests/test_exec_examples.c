@@ -217,14 +217,11 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("exec_examples");
-    TCase *tc = tcase_create("examples");
-    tcase_set_timeout(tc, 60);
+    TCase *tc;
+    Suite *s = suite_create_one("exec_examples", "examples", 60, &tc);
     tcase_add_loop_test(tc, test_required_example, 0, (int)(sizeof required / sizeof required[0]));
-    tcase_add_test(tc, test_all_examples);
-    tcase_add_test(tc, test_slice_and_average_numbers);
+    TCASE_ADD_TESTS(tc, test_all_examples, test_slice_and_average_numbers);
     tcase_add_loop_test(tc, test_sidecar_errors, 0,
                         (int)(sizeof sidecar_errors / sizeof sidecar_errors[0]));
-    suite_add_tcase(s, tc);
     return suite_main(s);
 }

@@ -659,13 +659,9 @@ Suite *ir_suite(void)
     Suite *s = suite_create("ir");
     TCase *tc = tcase_create("seeds");
     tcase_add_loop_test(tc, test_seed_types, 0, sizeof seeds / sizeof seeds[0]);
-    tcase_add_test(tc, test_matmul_basic_details);
-    tcase_add_test(tc, test_loop_unrolls);
-    tcase_add_test(tc, test_weak_types);
-    tcase_add_test(tc, test_nested_loops);
-    tcase_add_test(tc, test_vma_off_accepts);
-    tcase_add_test(tc, test_roundtrip_oddities);
-    tcase_add_test(tc, test_describe);
+    TCASE_ADD_TESTS(tc, test_matmul_basic_details, test_loop_unrolls, test_weak_types,
+                    test_nested_loops, test_vma_off_accepts, test_roundtrip_oddities,
+                    test_describe);
     tcase_add_loop_test(tc, test_light, 0, sizeof light_cases / sizeof light_cases[0]);
     suite_add_tcase(s, tc);
     TCase *te = tcase_create("errors");

@@ -332,9 +332,8 @@ Suite *ir_ops_suite(void)
     tcase_add_test(tc, test_every_op_has_a_row);
     suite_add_tcase(s, tc);
     TCase *tb = tcase_create("builder");
-    tcase_add_test(tb, test_builder_matmul_basic);
-    tcase_add_test(tb, test_builder_errors);
-    tcase_add_test(tb, test_builder_verify_catches_edits);
+    TCASE_ADD_TESTS(tb, test_builder_matmul_basic, test_builder_errors,
+                    test_builder_verify_catches_edits);
     suite_add_tcase(s, tb);
     return s;
 }

@@ -13,6 +13,7 @@
 
 #include "kern_testutil.h"
 #include "sm_kern.h"
+#include "suite_main.h"
 
 /* ---- helpers -------------------------------------------------------------------------------- */
 
@@ -590,18 +591,10 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("kern");
-    TCase *tc = tcase_create("kern");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_unary_all);
-    tcase_add_test(tc, test_unary_exact_values);
-    tcase_add_test(tc, test_binary_all);
-    tcase_add_test(tc, test_binary_exact_values);
-    tcase_add_test(tc, test_binary_errors);
-    tcase_add_test(tc, test_where_broadcast);
-    tcase_add_test(tc, test_astype_all_pairs);
-    tcase_add_test(tc, test_astype_exact_values);
-    tcase_add_test(tc, test_fill_iota);
-    suite_add_tcase(s, tc);
+    TCase *tc;
+    Suite *s = suite_create_one("kern", "kern", 60, &tc);
+    TCASE_ADD_TESTS(tc, test_unary_all, test_unary_exact_values, test_binary_all,
+                    test_binary_exact_values, test_binary_errors, test_where_broadcast,
+                    test_astype_all_pairs, test_astype_exact_values, test_fill_iota);
     return kt_run(s);
 }

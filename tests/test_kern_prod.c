@@ -15,6 +15,7 @@
 #include "kern_testutil.h"
 #include "sm_kern.h"
 #include "sm_kern_impl.h"
+#include "suite_main.h"
 
 static const sm_dtype prod_types[] = {SM_F32, SM_F64, SM_I32, SM_I64};
 
@@ -442,15 +443,11 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("kern_prod");
-    TCase *tc = tcase_create("prod");
-    tcase_set_timeout(tc, 60);
+    TCase *tc;
+    Suite *s = suite_create_one("kern_prod", "prod", 60, &tc);
     tcase_add_loop_test(tc, test_matmul_table, 0, NMM);
     tcase_add_test(tc, test_matmul_shapes_and_errors);
     tcase_add_loop_test(tc, test_einsum_table, 0, NEIN);
-    tcase_add_test(tc, test_dot_table);
-    tcase_add_test(tc, test_einsum_errors);
-    tcase_add_test(tc, test_sgemm_gflops);
-    suite_add_tcase(s, tc);
+    TCASE_ADD_TESTS(tc, test_dot_table, test_einsum_errors, test_sgemm_gflops);
     return kt_run(s);
 }

@@ -11,6 +11,7 @@
 
 #include "kern_testutil.h"
 #include "sm_kern.h"
+#include "suite_main.h"
 
 /* ---- helpers -------------------------------------------------------------------------------- */
 
@@ -291,13 +292,9 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("kern_reduce");
-    TCase *tc = tcase_create("reduce");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_reduce_all);
-    tcase_add_test(tc, test_reduce_exact_and_errors);
-    tcase_add_test(tc, test_reduce_deterministic);
-    tcase_add_test(tc, test_accumulate_scale);
-    suite_add_tcase(s, tc);
+    TCase *tc;
+    Suite *s = suite_create_one("kern_reduce", "reduce", 60, &tc);
+    TCASE_ADD_TESTS(tc, test_reduce_all, test_reduce_exact_and_errors, test_reduce_deterministic,
+                    test_accumulate_scale);
     return kt_run(s);
 }

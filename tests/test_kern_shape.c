@@ -15,6 +15,7 @@
 #define KT_RNG_SEED 0x2545F4914F6CDD1Dull
 #include "kern_testutil.h"
 #include "sm_kern.h"
+#include "suite_main.h"
 
 /* One dtype per element size the kernels move. */
 static const sm_dtype size_types[] = {SM_U8, SM_BOOL, SM_I32, SM_F32, SM_I64, SM_F64, SM_F16};
@@ -514,18 +515,10 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "--coretype-probe"))
         return coretype_probe(argc, argv);
-    Suite *s = suite_create("kern_shape");
-    TCase *tc = tcase_create("shape");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_transpose_table);
-    tcase_add_test(tc, test_slice_table);
-    tcase_add_test(tc, test_broadcast_pad);
-    tcase_add_test(tc, test_concatenate_tile);
-    tcase_add_test(tc, test_roll_values);
-    tcase_add_test(tc, test_dynamic_slices);
-    tcase_add_test(tc, test_empty_null_buffers);
-    tcase_add_test(tc, test_coretype);
-    tcase_add_test(tc, test_coretype_reexec);
-    suite_add_tcase(s, tc);
+    TCase *tc;
+    Suite *s = suite_create_one("kern_shape", "shape", 60, &tc);
+    TCASE_ADD_TESTS(tc, test_transpose_table, test_slice_table, test_broadcast_pad,
+                    test_concatenate_tile, test_roll_values, test_dynamic_slices,
+                    test_empty_null_buffers, test_coretype, test_coretype_reexec);
     return kt_run(s);
 }

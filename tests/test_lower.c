@@ -709,19 +709,15 @@ END_TEST
 
 static Suite *lower_suite(void)
 {
-    Suite *s = suite_create("lower");
-    TCase *tc = tcase_create("jit");
-    tcase_set_timeout(tc, 240);
+    TCase *tc;
+    Suite *s = suite_create_one("lower", "jit", 240, &tc);
     tcase_add_loop_test(tc, test_types, 0, (int)(sizeof types / sizeof types[0]));
     tcase_add_loop_test(tc, test_print_roundtrip, 0, (int)(sizeof types / sizeof types[0]));
     tcase_add_loop_test(tc, test_errors, 0, (int)(sizeof errors / sizeof errors[0]));
     tcase_add_test(tc, test_entry);
     tcase_add_loop_test(tc, test_unreduced, 0, (int)(sizeof unreduced / sizeof unreduced[0]));
     tcase_add_loop_test(tc, test_lowering, 0, (int)(sizeof lowers / sizeof lowers[0]));
-    tcase_add_test(tc, test_differential_cases);
-    tcase_add_test(tc, test_differential_random);
-    tcase_add_test(tc, test_mutations);
-    suite_add_tcase(s, tc);
+    TCASE_ADD_TESTS(tc, test_differential_cases, test_differential_random, test_mutations);
     return s;
 }
 

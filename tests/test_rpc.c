@@ -15,6 +15,7 @@
 #include "sm_checksum.h"
 #include "sm_rpc_msg.h"
 #include "sm_rpc_proto.h"
+#include "sm_time.h"
 #include "suite_main.h"
 
 #define MIB        (1u << 20)
@@ -45,13 +46,6 @@ typedef struct {
     char target[64];
 } fixture;
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 static void st_add(state *s, int *field, int d)
 {
     pthread_mutex_lock(&s->mu);
@@ -63,9 +57,9 @@ static void st_add(state *s, int *field, int d)
 /* Waits until *field >= want, at most ms; returns the last value seen. */
 static int st_wait(state *s, int *field, int want, int ms)
 {
-    double end = now_ms() + ms;
+    double end = sm_time_mono_ms() + ms;
     pthread_mutex_lock(&s->mu);
-    while (*field < want && now_ms() < end) {
+    while (*field < want && sm_time_mono_ms() < end) {
         pthread_mutex_unlock(&s->mu);
         usleep(2000);
         pthread_mutex_lock(&s->mu);
@@ -101,8 +95,8 @@ static void h_unary(sm_rpc_call *call, void *user)
     if (strcmp(req->text, "fail") == 0) {
         sm_rpc_finish(call, SM_ENOTFOUND, "array 17 does not exist", NULL);
     } else if (strcmp(req->text, "sleep") == 0) {
-        double end = now_ms() + 5000;
-        while (!sm_rpc_call_cancelled(call) && now_ms() < end)
+        double end = sm_time_mono_ms() + 5000;
+        while (!sm_rpc_call_cancelled(call) && sm_time_mono_ms() < end)
             usleep(5000);
         if (sm_rpc_call_cancelled(call))
             note_err(s, SM_ECANCELLED);
@@ -117,9 +111,9 @@ static void h_unary(sm_rpc_call *call, void *user)
         /* blocks until another call of this server releases it, without
          * telling the module (no sm_rpc_may_block) */
         st_add(s, &s->held, 1);
-        double end = now_ms() + 10000;
+        double end = sm_time_mono_ms() + 10000;
         pthread_mutex_lock(&s->mu);
-        while (!s->released && now_ms() < end) {
+        while (!s->released && sm_time_mono_ms() < end) {
             pthread_mutex_unlock(&s->mu);
             usleep(1000);
             pthread_mutex_lock(&s->mu);
@@ -294,6 +288,20 @@ static void fx_stop(fixture *f)
     pthread_cond_destroy(&f->st.cv);
 }
 
+/* The server and channel of the tests of the "server" case (a checked
+ * fixture: each test has its own, in its own process). */
+static fixture fx;
+
+static void fx_setup(void)
+{
+    fx_start(&fx, NULL, NULL);
+}
+
+static void fx_teardown(void)
+{
+    fx_stop(&fx);
+}
+
 /* Unary call with text and a payload of n bytes; the reply is freed. */
 static sm_err call_unary(sm_rpc_channel *ch, const char *path, const char *text, size_t n,
                          int deadline_ms, char *err, size_t errlen)
@@ -380,57 +388,77 @@ START_TEST(test_checksum)
 }
 END_TEST
 
-START_TEST(test_unary_roundtrip)
+/* One unary call of the echo service (text and a payload of size bytes)
+ * and what it must give: the code, and the error text's start, a part of
+ * it or all of it (NULL: not checked). */
+typedef struct {
+    const char *text;
+    size_t size;
+    int deadline_ms;
+    sm_err want;
+    const char *err_starts, *err_has, *err_is;
+} unary_case;
+
+/* Makes the calls of cases (n) on a fresh server, in order. */
+static void unary_cases_run(const unary_case *cases, size_t n)
 {
     fixture f;
     fx_start(&f, NULL, NULL);
-    char err[256];
-    ck_assert_int_eq(call_unary(f.ch, P_UNARY, "hello", 100, 5000, err, sizeof err), SM_OK);
-    ck_assert_int_eq(call_unary(f.ch, P_UNARY, "", 0, 5000, err, sizeof err), SM_OK);
-    /* a handler that forgets its status gives INTERNAL, not a hang */
-    ck_assert_int_eq(call_unary(f.ch, P_UNARY, "none", 0, 5000, err, sizeof err), SM_EINTERNAL);
-    ck_assert_msg(strstr(err, "INTERNAL: ") == err, "%s", err);
-    /* deadline must be positive */
-    ck_assert_int_eq(call_unary(f.ch, P_UNARY, "x", 0, 0, err, sizeof err), SM_EINVAL);
+    for (size_t k = 0; k < n; k++) {
+        const unary_case *c = &cases[k];
+        char err[256] = "";
+        sm_err e = call_unary(f.ch, P_UNARY, c->text, c->size, c->deadline_ms, err, sizeof err);
+        ck_assert_msg(e == c->want, "'%s': %s, not %s: %s", c->text, sm_err_name(e),
+                      sm_err_name(c->want), err);
+        ck_assert_msg(!c->err_starts || strstr(err, c->err_starts) == err, "%s", err);
+        ck_assert_msg(!c->err_has || strstr(err, c->err_has) != NULL, "%s", err);
+        if (c->err_is)
+            ck_assert_str_eq(err, c->err_is);
+    }
     fx_stop(&f);
+}
+
+#define UNARY_CASES_RUN(c) unary_cases_run((c), sizeof(c) / sizeof((c)[0]))
+
+START_TEST(test_unary_roundtrip)
+{
+    static const unary_case c[] = {
+        {"hello", 100, 5000, SM_OK},
+        {"", 0, 5000, SM_OK},
+        /* a handler that forgets its status gives INTERNAL, not a hang */
+        {"none", 0, 5000, SM_EINTERNAL, "INTERNAL: "},
+        /* deadline must be positive */
+        {"x", 0, 0, SM_EINVAL},
+    };
+    UNARY_CASES_RUN(c);
 }
 END_TEST
 
 START_TEST(test_large_payload)
 {
-    fixture f;
-    fx_start(&f, NULL, NULL);
-    char err[256];
-    ck_assert_msg(call_unary(f.ch, P_UNARY, "big", 6 * MIB, 10000, err, sizeof err) == SM_OK, "%s",
-                  err);
-    ck_assert_int_eq(call_unary(f.ch, P_UNARY, "big", SM_RPC_MAX_MSG + MIB, 10000, err, sizeof err),
-                     SM_ERESOURCE);
-    ck_assert_msg(strstr(err, "exceeds the limit") != NULL, "%s", err);
-    ck_assert_int_eq(call_unary(f.ch, P_UNARY, "bigreply", 0, 10000, err, sizeof err),
-                     SM_ERESOURCE);
-    ck_assert_msg(strstr(err, "RESOURCE_EXHAUSTED: ") == err, "%s", err);
-    fx_stop(&f);
+    static const unary_case c[] = {
+        {"big", 6 * MIB, 10000, SM_OK},
+        {"big", SM_RPC_MAX_MSG + MIB, 10000, SM_ERESOURCE, NULL, "exceeds the limit"},
+        {"bigreply", 0, 10000, SM_ERESOURCE, "RESOURCE_EXHAUSTED: "},
+    };
+    UNARY_CASES_RUN(c);
 }
 END_TEST
 
 START_TEST(test_error_status)
 {
-    fixture f;
-    fx_start(&f, NULL, NULL);
-    char err[256];
-    ck_assert_int_eq(call_unary(f.ch, P_UNARY, "fail", 10, 5000, err, sizeof err), SM_ENOTFOUND);
-    ck_assert_str_eq(err, "NOT_FOUND: array 17 does not exist");
-    fx_stop(&f);
+    static const unary_case c[] = {
+        {"fail", 10, 5000, SM_ENOTFOUND, NULL, NULL, "NOT_FOUND: array 17 does not exist"},
+    };
+    UNARY_CASES_RUN(c);
 }
 END_TEST
 
 START_TEST(test_client_stream)
 {
-    fixture f;
-    fx_start(&f, NULL, NULL);
     char err[256];
     sm_rpc_stream *st;
-    ck_assert_int_eq(sm_rpc_cstream_open(f.ch, P_UPLOAD, 20000, &st, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_rpc_cstream_open(fx.ch, P_UPLOAD, 20000, &st, err, sizeof err), SM_OK);
     sm_checksum *ck = sm_checksum_create();
     Msg c = SHMAP__TEST__MSG__INIT;
     c.data.len = MIB;
@@ -453,7 +481,7 @@ START_TEST(test_client_stream)
     sm_rpc_msg_free(rep);
 
     /* a corrupted chunk is caught by the checksum: DATA_LOSS with its sentence */
-    ck_assert_int_eq(sm_rpc_cstream_open(f.ch, P_UPLOAD, 20000, &st, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_rpc_cstream_open(fx.ch, P_UPLOAD, 20000, &st, err, sizeof err), SM_OK);
     c.seq = 0;
     c.last = 1;
     c.checksum = sm_checksum_digest(ck); /* wrong for this one chunk */
@@ -464,7 +492,7 @@ START_TEST(test_client_stream)
 
     /* chunks out of order: the server ends the call; the client's next sends
      * or its finish report INVALID_ARGUMENT */
-    ck_assert_int_eq(sm_rpc_cstream_open(f.ch, P_UPLOAD, 20000, &st, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_rpc_cstream_open(fx.ch, P_UPLOAD, 20000, &st, err, sizeof err), SM_OK);
     c.last = 0;
     c.seq = 5;
     sm_err e = SM_OK;
@@ -476,20 +504,17 @@ START_TEST(test_client_stream)
     ck_assert_str_eq(err, "INVALID_ARGUMENT: chunk 5 arrived out of order (expected 0)");
     free(c.data.data);
     sm_checksum_free(ck);
-    fx_stop(&f);
 }
 END_TEST
 
 START_TEST(test_server_stream)
 {
-    fixture f;
-    fx_start(&f, NULL, NULL);
     char err[256];
     Msg req = SHMAP__TEST__MSG__INIT;
     req.count = 64;
     req.size = MIB;
     sm_rpc_stream *st;
-    ck_assert_int_eq(sm_rpc_sstream_open(f.ch, P_DOWNLOAD, &req.base, 20000, &st, err, sizeof err),
+    ck_assert_int_eq(sm_rpc_sstream_open(fx.ch, P_DOWNLOAD, &req.base, 20000, &st, err, sizeof err),
                      SM_OK);
     sm_checksum *ck = sm_checksum_create();
     uint8_t *want = malloc(MIB);
@@ -516,17 +541,14 @@ START_TEST(test_server_stream)
     sm_rpc_stream_free(st);
     free(want);
     sm_checksum_free(ck);
-    fx_stop(&f);
 }
 END_TEST
 
 START_TEST(test_bidi)
 {
-    fixture f;
-    fx_start(&f, NULL, NULL);
     char err[256];
     sm_rpc_stream *st;
-    ck_assert_int_eq(sm_rpc_bidi_open(f.ch, P_CHAT, 10000, &st, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_rpc_bidi_open(fx.ch, P_CHAT, 10000, &st, err, sizeof err), SM_OK);
     Msg c = SHMAP__TEST__MSG__INIT;
     c.data.len = 4096;
     c.data.data = malloc(4096);
@@ -548,7 +570,6 @@ START_TEST(test_bidi)
     ck_assert_ptr_null(m);
     sm_rpc_stream_free(st);
     free(c.data.data);
-    fx_stop(&f);
 }
 END_TEST
 
@@ -577,12 +598,10 @@ static void *bidi_sender_main(void *arg)
  * flow control: the receiver sees the status and the sender is released. */
 START_TEST(test_bidi_server_ends)
 {
-    fixture f;
-    fx_start(&f, NULL, NULL);
     char err[256];
     bidi_sender b = {0};
-    ck_assert_int_eq(sm_rpc_bidi_open(f.ch, P_CHAT, 20000, &b.st, err, sizeof err), SM_OK);
-    double t0 = now_ms();
+    ck_assert_int_eq(sm_rpc_bidi_open(fx.ch, P_CHAT, 20000, &b.st, err, sizeof err), SM_OK);
+    double t0 = sm_time_mono_ms();
     pthread_t th;
     ck_assert_int_eq(pthread_create(&th, NULL, bidi_sender_main, &b), 0);
     ProtobufCMessage *m;
@@ -591,51 +610,44 @@ START_TEST(test_bidi_server_ends)
     pthread_join(th, NULL);
     ck_assert_int_eq(b.result, SM_EPRECONDITION);
     ck_assert_str_eq(b.err, "FAILED_PRECONDITION: chat stopped by request");
-    ck_assert_double_lt(now_ms() - t0, 2000);
+    ck_assert_double_lt(sm_time_mono_ms() - t0, 2000);
     sm_rpc_stream_free(b.st);
-    fx_stop(&f);
 }
 END_TEST
 
 /* A message that does not parse as the method's request type. */
 START_TEST(test_malformed)
 {
-    fixture f;
-    fx_start(&f, NULL, NULL);
     char err[256];
     /* field 1 is an enum (varint) here but a string in HealthCheckRequest */
     Grpc__Health__V1__HealthCheckResponse bad = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
     bad.status = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
     ProtobufCMessage *rep;
-    ck_assert_int_eq(sm_rpc_unary(f.ch, P_HEALTH, &bad.base, MSG_DESC, &rep, 5000, err, sizeof err),
-                     SM_EINVAL);
+    ck_assert_int_eq(
+        sm_rpc_unary(fx.ch, P_HEALTH, &bad.base, MSG_DESC, &rep, 5000, err, sizeof err), SM_EINVAL);
     ck_assert_msg(strstr(err, "is not a valid grpc.health.v1.HealthCheckRequest") != NULL, "%s",
                   err);
-    ck_assert_int_eq(call_unary(f.ch, P_UNARY, "still there", 10, 5000, err, sizeof err), SM_OK);
-    fx_stop(&f);
+    ck_assert_int_eq(call_unary(fx.ch, P_UNARY, "still there", 10, 5000, err, sizeof err), SM_OK);
 }
 END_TEST
 
 START_TEST(test_unimplemented)
 {
-    fixture f;
-    fx_start(&f, NULL, NULL);
     char err[256];
-    double t0 = now_ms();
-    ck_assert_int_eq(call_unary(f.ch, "/shmap.test.Echo/Nope", "x", 0, 10000, err, sizeof err),
+    double t0 = sm_time_mono_ms();
+    ck_assert_int_eq(call_unary(fx.ch, "/shmap.test.Echo/Nope", "x", 0, 10000, err, sizeof err),
                      SM_EUNIMPLEMENTED);
     ck_assert_msg(strstr(err, "UNIMPLEMENTED: method /shmap.test.Echo/Nope") == err, "%s", err);
-    ck_assert_int_eq(call_unary(f.ch, "/no.Such/Thing", "x", 0, 10000, err, sizeof err),
+    ck_assert_int_eq(call_unary(fx.ch, "/no.Such/Thing", "x", 0, 10000, err, sizeof err),
                      SM_EUNIMPLEMENTED);
-    ck_assert_double_lt(now_ms() - t0, 1000);
+    ck_assert_double_lt(sm_time_mono_ms() - t0, 1000);
     /* and a stream to an unknown method */
     sm_rpc_stream *st;
-    ck_assert_int_eq(sm_rpc_cstream_open(f.ch, "/no.Such/Stream", 10000, &st, err, sizeof err),
+    ck_assert_int_eq(sm_rpc_cstream_open(fx.ch, "/no.Such/Stream", 10000, &st, err, sizeof err),
                      SM_OK);
     ProtobufCMessage *rep;
     ck_assert_int_eq(sm_rpc_cstream_finish(st, MSG_DESC, &rep, err, sizeof err), SM_EUNIMPLEMENTED);
-    ck_assert_double_lt(now_ms() - t0, 2000);
-    fx_stop(&f);
+    ck_assert_double_lt(sm_time_mono_ms() - t0, 2000);
 }
 END_TEST
 
@@ -679,8 +691,6 @@ END_TEST
 
 START_TEST(test_health)
 {
-    fixture f;
-    fx_start(&f, NULL, NULL);
     char err[256];
     const struct {
         const char *service;
@@ -696,7 +706,7 @@ START_TEST(test_health)
         Grpc__Health__V1__HealthCheckRequest req = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
         req.service = (char *)rows[i].service;
         ProtobufCMessage *rep;
-        sm_err e = sm_rpc_unary(f.ch, P_HEALTH, &req.base,
+        sm_err e = sm_rpc_unary(fx.ch, P_HEALTH, &req.base,
                                 &grpc__health__v1__health_check_response__descriptor, &rep, 5000,
                                 err, sizeof err);
         ck_assert_int_eq(e, rows[i].want);
@@ -708,32 +718,26 @@ START_TEST(test_health)
             ck_assert_msg(strstr(err, "NOT_FOUND: ") == err, "%s", err);
         }
     }
-    fx_stop(&f);
 }
 END_TEST
 
 START_TEST(test_deadline)
 {
-    fixture f;
-    fx_start(&f, NULL, NULL);
     char err[256];
-    double t0 = now_ms();
-    ck_assert_int_eq(call_unary(f.ch, P_UNARY, "sleep", 0, 300, err, sizeof err), SM_ETIMEOUT);
+    double t0 = sm_time_mono_ms();
+    ck_assert_int_eq(call_unary(fx.ch, P_UNARY, "sleep", 0, 300, err, sizeof err), SM_ETIMEOUT);
     ck_assert_msg(strstr(err, "DEADLINE_EXCEEDED: ") == err, "%s", err);
-    ck_assert_double_lt(now_ms() - t0, 2000);
+    ck_assert_double_lt(sm_time_mono_ms() - t0, 2000);
     /* the handler notices the cancellation */
-    ck_assert_int_eq(st_wait(&f.st, &f.st.cancelled, 1, 3000), 1);
-    fx_stop(&f);
+    ck_assert_int_eq(st_wait(&fx.st, &fx.st.cancelled, 1, 3000), 1);
 }
 END_TEST
 
 START_TEST(test_client_cancel)
 {
-    fixture f;
-    fx_start(&f, NULL, NULL);
     char err[256];
     sm_rpc_stream *st;
-    ck_assert_int_eq(sm_rpc_cstream_open(f.ch, P_UPLOAD, 20000, &st, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_rpc_cstream_open(fx.ch, P_UPLOAD, 20000, &st, err, sizeof err), SM_OK);
     Msg c = SHMAP__TEST__MSG__INIT;
     c.data.len = 1000;
     c.data.data = calloc(1, 1000);
@@ -741,27 +745,26 @@ START_TEST(test_client_cancel)
         c.seq = i;
         ck_assert_int_eq(sm_rpc_cstream_send(st, &c.base, err, sizeof err), SM_OK);
     }
-    ck_assert_int_eq(st_wait(&f.st, &f.st.active, 1, 3000), 1);
+    ck_assert_int_eq(st_wait(&fx.st, &fx.st.active, 1, 3000), 1);
     sm_rpc_stream_free(st); /* cancels mid-stream */
-    ck_assert_int_eq(st_wait(&f.st, &f.st.cancelled, 1, 3000), 1);
+    ck_assert_int_eq(st_wait(&fx.st, &fx.st.cancelled, 1, 3000), 1);
 
     /* a server stream abandoned by its client: the sending handler is cancelled */
     Msg req = SHMAP__TEST__MSG__INIT;
     req.text = "forever";
     req.size = 64 * 1024;
-    ck_assert_int_eq(sm_rpc_sstream_open(f.ch, P_DOWNLOAD, &req.base, 20000, &st, err, sizeof err),
+    ck_assert_int_eq(sm_rpc_sstream_open(fx.ch, P_DOWNLOAD, &req.base, 20000, &st, err, sizeof err),
                      SM_OK);
     ProtobufCMessage *m;
     ck_assert_int_eq(sm_rpc_sstream_recv(st, MSG_DESC, &m, err, sizeof err), SM_OK);
     ck_assert_ptr_nonnull(m);
     sm_rpc_msg_free(m);
     sm_rpc_stream_free(st);
-    ck_assert_int_eq(st_wait(&f.st, &f.st.cancelled, 2, 3000), 2);
+    ck_assert_int_eq(st_wait(&fx.st, &fx.st.cancelled, 2, 3000), 2);
 
     /* the server keeps serving */
-    ck_assert_int_eq(call_unary(f.ch, P_UNARY, "still there", 10, 5000, err, sizeof err), SM_OK);
+    ck_assert_int_eq(call_unary(fx.ch, P_UNARY, "still there", 10, 5000, err, sizeof err), SM_OK);
     free(c.data.data);
-    fx_stop(&f);
 }
 END_TEST
 
@@ -785,13 +788,13 @@ START_TEST(test_dead_port)
     dead_target(target, sizeof target);
     sm_rpc_channel *ch;
     ck_assert_int_eq(sm_rpc_channel_create(target, NULL, &ch, err, sizeof err), SM_OK);
-    double t0 = now_ms();
+    double t0 = sm_time_mono_ms();
     ck_assert_int_eq(call_unary(ch, P_UNARY, "x", 0, 10000, err, sizeof err), SM_EUNAVAILABLE);
     ck_assert_msg(strstr(err, "UNAVAILABLE: ") == err, "%s", err);
     sm_rpc_stream *st;
     ck_assert_int_eq(sm_rpc_cstream_open(ch, P_UPLOAD, 10000, &st, err, sizeof err),
                      SM_EUNAVAILABLE);
-    ck_assert_double_lt(now_ms() - t0, 2000);
+    ck_assert_double_lt(sm_time_mono_ms() - t0, 2000);
     ck_assert_int_eq(sm_rpc_channel_wait_ready(ch, 300, err, sizeof err), SM_EUNAVAILABLE);
     sm_rpc_channel_free(ch);
 
@@ -886,9 +889,9 @@ START_TEST(test_wait_ready)
     ck_assert_int_eq(sm_rpc_channel_create(ls.addr, NULL, &ch, err, sizeof err), SM_OK);
     pthread_t th;
     ck_assert_int_eq(pthread_create(&th, NULL, late_server_main, &ls), 0);
-    double t0 = now_ms();
+    double t0 = sm_time_mono_ms();
     ck_assert_msg(sm_rpc_channel_wait_ready(ch, 5000, err, sizeof err) == SM_OK, "%s", err);
-    ck_assert_double_lt(now_ms() - t0, 3000);
+    ck_assert_double_lt(sm_time_mono_ms() - t0, 3000);
     pthread_join(th, NULL);
     ck_assert_ptr_nonnull(ls.srv);
     Grpc__Health__V1__HealthCheckRequest req = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
@@ -956,28 +959,25 @@ static void *stream_client_main(void *arg)
 
 START_TEST(test_stop_with_streams)
 {
-    fixture f;
-    fx_start(&f, NULL, NULL);
     int release = 0;
     stream_client sc[8];
     pthread_t th[8];
     for (int i = 0; i < 8; i++) {
-        sc[i] = (stream_client){&f, i % 2, SM_OK, &release};
+        sc[i] = (stream_client){&fx, i % 2, SM_OK, &release};
         ck_assert_int_eq(pthread_create(&th[i], NULL, stream_client_main, &sc[i]), 0);
     }
-    int act = st_wait(&f.st, &f.st.active, 8, 5000);
+    int act = st_wait(&fx.st, &fx.st.active, 8, 5000);
     ck_assert_int_eq(act, 8);
     usleep(100000);
-    double t0 = now_ms();
-    sm_rpc_server_stop(f.srv);
-    ck_assert_double_lt(now_ms() - t0, 2000);
-    ck_assert_int_eq(f.st.active, 0);
+    double t0 = sm_time_mono_ms();
+    sm_rpc_server_stop(fx.srv);
+    ck_assert_double_lt(sm_time_mono_ms() - t0, 2000);
+    ck_assert_int_eq(fx.st.active, 0);
     __atomic_store_n(&release, 1, __ATOMIC_RELEASE);
     for (int i = 0; i < 8; i++) {
         pthread_join(th[i], NULL);
         ck_assert_msg(sc[i].result != SM_OK, "stream %d ended OK", i);
     }
-    fx_stop(&f);
 }
 END_TEST
 
@@ -1093,11 +1093,11 @@ START_TEST(test_calls_during_streams)
         for (int k = 0; k < 20; k++) {
             char text[32];
             snprintf(text, sizeof text, "r%d-%d", round, k);
-            double t0 = now_ms();
+            double t0 = sm_time_mono_ms();
             sm_err e = call_unary(f.ch, P_UNARY, text, (size_t)k * 1000, 5000, err, sizeof err);
             ck_assert_msg(e == SM_OK, "call %d of round %d: %s", k, round, err);
-            ck_assert_msg(now_ms() - t0 < 1000, "call %d of round %d took %.0f ms", k, round,
-                          now_ms() - t0);
+            ck_assert_msg(sm_time_mono_ms() - t0 < 1000, "call %d of round %d took %.0f ms", k,
+                          round, sm_time_mono_ms() - t0);
         }
         __atomic_store_n(&go, 1, __ATOMIC_RELEASE);
         for (int i = 0; i < 2; i++) {
@@ -1105,8 +1105,8 @@ START_TEST(test_calls_during_streams)
             ck_assert_msg(p[i].result == SM_OK, "stream %d ended %s", i, sm_err_name(p[i].result));
             ck_assert_uint_eq(p[i].count, 10);
         }
-        for (double end = now_ms() + 5000;
-             __atomic_load_n(&f.st.active, __ATOMIC_ACQUIRE) > 0 && now_ms() < end;)
+        for (double end = sm_time_mono_ms() + 5000;
+             __atomic_load_n(&f.st.active, __ATOMIC_ACQUIRE) > 0 && sm_time_mono_ms() < end;)
             usleep(1000); /* the handlers count down after their reply */
         ck_assert_int_eq(__atomic_load_n(&f.st.active, __ATOMIC_ACQUIRE), 0);
     }
@@ -1124,9 +1124,9 @@ static void *hold_main(void *arg)
 {
     hold_client *h = arg;
     char err[256];
-    double t0 = now_ms();
+    double t0 = sm_time_mono_ms();
     h->e = call_unary(h->f->ch, P_UNARY, "hold", 0, 20000, err, sizeof err);
-    h->took_ms = now_ms() - t0;
+    h->took_ms = sm_time_mono_ms() - t0;
     return NULL;
 }
 
@@ -1136,75 +1136,51 @@ static void *hold_main(void *arg)
  * milliseconds, on the same channel and on a new one. */
 START_TEST(test_blocked_handler)
 {
-    fixture f;
-    fx_start(&f, NULL, NULL);
     char err[256];
     for (int round = 0; round < 2; round++) {
         usleep(300 * 1000); /* quiet: no thread watches the queue */
-        pthread_mutex_lock(&f.st.mu);
-        f.st.released = 0;
-        f.st.held = 0;
-        pthread_mutex_unlock(&f.st.mu);
-        hold_client h = {&f, SM_EINTERNAL, 0};
+        pthread_mutex_lock(&fx.st.mu);
+        fx.st.released = 0;
+        fx.st.held = 0;
+        pthread_mutex_unlock(&fx.st.mu);
+        hold_client h = {&fx, SM_EINTERNAL, 0};
         pthread_t th;
         ck_assert_int_eq(pthread_create(&th, NULL, hold_main, &h), 0);
-        ck_assert_int_eq(st_wait(&f.st, &f.st.held, 1, 5000), 1);
-        sm_rpc_channel *ch = f.ch, *other = NULL;
+        ck_assert_int_eq(st_wait(&fx.st, &fx.st.held, 1, 5000), 1);
+        sm_rpc_channel *ch = fx.ch, *other = NULL;
         if (round == 1) {
-            ck_assert_int_eq(sm_rpc_channel_create(f.target, NULL, &other, err, sizeof err), SM_OK);
+            ck_assert_int_eq(sm_rpc_channel_create(fx.target, NULL, &other, err, sizeof err),
+                             SM_OK);
             ch = other;
         }
-        double t0 = now_ms();
+        double t0 = sm_time_mono_ms();
         ck_assert_msg(call_unary(ch, P_UNARY, "release", 0, 5000, err, sizeof err) == SM_OK, "%s",
                       err);
-        double took = now_ms() - t0;
+        double took = sm_time_mono_ms() - t0;
         pthread_join(th, NULL);
         sm_rpc_channel_free(other);
         ck_assert_msg(h.e == SM_OK, "the held call ended %s", sm_err_name(h.e));
         ck_assert_msg(took < 1000, "round %d: the releasing call took %.0f ms", round, took);
         ck_assert_msg(h.took_ms < 2000, "round %d: the held call took %.0f ms", round, h.took_ms);
     }
-    fx_stop(&f);
 }
 END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("rpc");
-    TCase *tc = tcase_create("rpc");
-    tcase_set_timeout(tc, 30);
+    TCase *tc;
+    Suite *s = suite_create_one("rpc", "rpc", 30, &tc);
     /* SM_TEST_ONLY=name runs one test (debugging) */
-    const char *only = getenv("SM_TEST_ONLY");
-    const struct {
-        const char *name;
-        const TTest *t;
-    } tests[] = {
-        {"test_status_mapping", test_status_mapping},
-        {"test_checksum", test_checksum},
-        {"test_unary_roundtrip", test_unary_roundtrip},
-        {"test_large_payload", test_large_payload},
-        {"test_error_status", test_error_status},
-        {"test_client_stream", test_client_stream},
-        {"test_server_stream", test_server_stream},
-        {"test_bidi", test_bidi},
-        {"test_bidi_server_ends", test_bidi_server_ends},
-        {"test_malformed", test_malformed},
-        {"test_unimplemented", test_unimplemented},
-        {"test_token", test_token},
-        {"test_health", test_health},
-        {"test_deadline", test_deadline},
-        {"test_client_cancel", test_client_cancel},
-        {"test_dead_port", test_dead_port},
-        {"test_chans", test_chans},
-        {"test_wait_ready", test_wait_ready},
-        {"test_stop_with_streams", test_stop_with_streams},
-        {"test_concurrent_unary", test_concurrent_unary},
-        {"test_calls_during_streams", test_calls_during_streams},
-        {"test_blocked_handler", test_blocked_handler},
-    };
-    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++)
-        if (!only || strcmp(only, tests[i].name) == 0)
-            tcase_add_test(tc, tests[i].t);
-    suite_add_tcase(s, tc);
+    TCASE_ADD_TESTS(tc, test_status_mapping, test_checksum, test_unary_roundtrip,
+                    test_large_payload, test_error_status, test_token, test_dead_port, test_chans,
+                    test_wait_ready, test_concurrent_unary, test_calls_during_streams);
+    /* the tests on the default server of the fixture */
+    TCase *srv = tcase_create("server");
+    tcase_set_timeout(srv, 30);
+    tcase_add_checked_fixture(srv, fx_setup, fx_teardown);
+    TCASE_ADD_TESTS(srv, test_client_stream, test_server_stream, test_bidi, test_bidi_server_ends,
+                    test_malformed, test_unimplemented, test_health, test_deadline,
+                    test_client_cancel, test_stop_with_streams, test_blocked_handler);
+    suite_add_tcase(s, srv);
     return suite_main(s);
 }

@@ -569,14 +569,9 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("rpc_data");
-    TCase *tc = tcase_create("core");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_unpack_data_wellformed);
-    tcase_add_test(tc, test_unpack_data_malformed);
-    tcase_add_test(tc, test_unpack_data_refused);
-    tcase_add_test(tc, test_pack_data);
-    tcase_add_test(tc, test_streams_zero_copy);
-    suite_add_tcase(s, tc);
+    TCase *tc;
+    Suite *s = suite_create_one("rpc_data", "core", 120, &tc);
+    TCASE_ADD_TESTS(tc, test_unpack_data_wellformed, test_unpack_data_malformed,
+                    test_unpack_data_refused, test_pack_data, test_streams_zero_copy);
     return suite_main(s);
 }

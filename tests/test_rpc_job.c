@@ -13,6 +13,7 @@
 #include "sm_rpc_msg.h"
 #include "sm_rpc_proto.h"
 #include "sm_svc_job.h"
+#include "suite_main.h"
 
 #define DL   5000 /* deadline of every call, ms */
 #define N(a) (int)(sizeof(a) / sizeof((a)[0]))
@@ -892,11 +893,8 @@ static Suite *job_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, test_submit, 0, 2);
-    tcase_add_test(tc, test_submit_wait);
-    tcase_add_test(tc, test_wait_get_cancel);
-    tcase_add_test(tc, test_run_job);
-    tcase_add_test(tc, test_cancel_job_worker);
-    tcase_add_test(tc, test_exchange);
+    TCASE_ADD_TESTS(tc, test_submit_wait, test_wait_get_cancel, test_run_job,
+                    test_cancel_job_worker, test_exchange);
     tcase_add_loop_test(tc, test_malformed_program, 0, N(bad_cases));
     tcase_add_test(tc, test_unimplemented);
     suite_add_tcase(s, tc);

@@ -674,21 +674,16 @@ END_TEST
 
 static Suite *svc_suite(void)
 {
-    Suite *s = suite_create("rpc_svc");
-    TCase *tc = tcase_create("round_trip");
-    tcase_set_timeout(tc, 30);
+    TCase *tc;
+    Suite *s = suite_create_one("rpc_svc", "round_trip", 30, &tc);
     tcase_add_checked_fixture(tc, setup, teardown);
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
-    tcase_add_test(tc, test_negotiate);
-    tcase_add_test(tc, test_list_devices);
+    TCASE_ADD_TESTS(tc, test_negotiate, test_list_devices);
     tcase_add_loop_test(tc, test_create_mesh, 0, 2);
     tcase_add_test(tc, test_get_and_list_meshes);
     tcase_add_loop_test(tc, test_create_array, 0, N(car_cases));
-    tcase_add_test(tc, test_describe_list_delete);
-    tcase_add_test(tc, test_reshard);
-    tcase_add_test(tc, test_register_heartbeat);
+    TCASE_ADD_TESTS(tc, test_describe_list_delete, test_reshard, test_register_heartbeat);
 #undef N
-    suite_add_tcase(s, tc);
     return s;
 }
 

@@ -763,9 +763,8 @@ END_TEST
 
 static Suite *svc_bad_suite(void)
 {
-    Suite *s = suite_create("rpc_svc_bad");
-    TCase *tc = tcase_create("errors");
-    tcase_set_timeout(tc, 30);
+    TCase *tc;
+    Suite *s = suite_create_one("rpc_svc_bad", "errors", 30, &tc);
     tcase_add_checked_fixture(tc, setup, teardown);
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
     tcase_add_loop_test(tc, test_malformed_unary, 0, N(bad_cases));
@@ -774,11 +773,8 @@ static Suite *svc_bad_suite(void)
     tcase_add_test(tc, test_handler_error_unary);
     tcase_add_loop_test(tc, test_handler_error_upload, 0, 2);
     tcase_add_loop_test(tc, test_handler_error_download, 0, 2);
-    tcase_add_test(tc, test_abandon_streams);
-    tcase_add_test(tc, test_bad_reply);
-    tcase_add_test(tc, test_unimplemented);
+    TCASE_ADD_TESTS(tc, test_abandon_streams, test_bad_reply, test_unimplemented);
 #undef N
-    suite_add_tcase(s, tc);
     return s;
 }
 

@@ -382,14 +382,12 @@ END_TEST
 
 static Suite *svc_stream_suite(void)
 {
-    Suite *s = suite_create("rpc_svc_stream");
-    TCase *tc = tcase_create("streams");
-    tcase_set_timeout(tc, 30);
+    TCase *tc;
+    Suite *s = suite_create_one("rpc_svc_stream", "streams", 30, &tc);
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_worker_calls);
     tcase_add_loop_test(tc, test_upload_stream, 0, 2);
     tcase_add_loop_test(tc, test_download_stream, 0, 2);
-    suite_add_tcase(s, tc);
     return s;
 }
 

@@ -13,6 +13,7 @@
 
 #include "sm_rpc_msg.h"
 #include "sm_rpc_proto.h"
+#include "suite_main.h"
 
 #define P_OPEN    "/shmap.test.Echo/Unary"
 #define P_CLUSTER "/shmap.test.Echo/Upload" /* any other path; served unary here */
@@ -267,15 +268,11 @@ int main(void)
 {
     certs_make();
     sm_rpc_init();
-    Suite *s = suite_create("rpc_tls");
-    TCase *tc = tcase_create("tls");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_create_rows);
-    tcase_add_test(tc, test_create_pem_text);
+    TCase *tc;
+    Suite *s = suite_create_one("rpc_tls", "tls", 60, &tc);
+    TCASE_ADD_TESTS(tc, test_create_rows, test_create_pem_text);
     tcase_add_loop_test(tc, test_server, 0, 2);
-    tcase_add_test(tc, test_server_needs_cert);
-    tcase_add_test(tc, test_loopback);
-    suite_add_tcase(s, tc);
+    TCASE_ADD_TESTS(tc, test_server_needs_cert, test_loopback);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK); /* gRPC is not fork-safe */
     srunner_run_all(sr, CK_NORMAL);

@@ -129,11 +129,10 @@ END_TEST
 
 static Suite *server_ckpt_suite(void)
 {
-    Suite *s = suite_create("server_ckpt");
-    TCase *tc = tcase_create("manifest");
+    TCase *tc;
+    Suite *s = suite_create_one("server_ckpt", "manifest", 0, &tc);
     tcase_add_test(tc, test_round_trip);
     tcase_add_loop_test(tc, test_damage_table, 0, N(damage));
-    suite_add_tcase(s, tc);
     return s;
 }
 

@@ -707,9 +707,7 @@ static Suite *jobs_suite(void)
     Suite *s = suite_create("server_jobs");
     TCase *tc = tcase_create("checks");
     tcase_add_loop_test(tc, test_out_names, 0, N(names_cases));
-    tcase_add_test(tc, test_check_arg);
-    tcase_add_test(tc, test_sharding_same);
-    tcase_add_test(tc, test_default_devices_and_peers);
+    TCASE_ADD_TESTS(tc, test_check_arg, test_sharding_same, test_default_devices_and_peers);
     suite_add_tcase(s, tc);
     tc = tcase_create("submit");
     tcase_add_checked_fixture(tc, setup, teardown);
@@ -720,11 +718,8 @@ static Suite *jobs_suite(void)
     tc = tcase_create("retention");
     tcase_add_checked_fixture(tc, setup_bare, teardown);
     tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_keep_max);
-    tcase_add_test(tc, test_keep_many);
-    tcase_add_test(tc, test_keep_time);
-    tcase_add_test(tc, test_queue_max);
-    tcase_add_test(tc, test_keep_bad_config);
+    TCASE_ADD_TESTS(tc, test_keep_max, test_keep_many, test_keep_time, test_queue_max,
+                    test_keep_bad_config);
     suite_add_tcase(s, tc);
     return s;
 }

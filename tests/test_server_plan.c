@@ -1020,23 +1020,15 @@ static Suite *server_plan_suite(void)
     tcase_add_loop_test(tc, test_targets_table, 0, N(target_cases));
     tcase_add_test(tc, test_targets_local_kind_refused);
     tcase_add_loop_test(tc, test_local_targets_table, 0, N(local_cases));
-    tcase_add_test(tc, test_reshard_rows_to_columns);
-    tcase_add_test(tc, test_reshard_same_worker_preferred);
-    tcase_add_test(tc, test_reshard_replica_choice_and_dead);
+    TCASE_ADD_TESTS(tc, test_reshard_rows_to_columns, test_reshard_same_worker_preferred,
+                    test_reshard_replica_choice_and_dead);
     suite_add_tcase(s, tc);
     TCase *tr = tcase_create("registry");
-    tcase_add_test(tr, test_registry_workers);
-    tcase_add_test(tr, test_registry_device_ids_by_process);
-    tcase_add_test(tr, test_registry_meshes);
-    tcase_add_test(tr, test_registry_array_names_and_errors);
-    tcase_add_test(tr, test_registry_upload_states);
-    tcase_add_test(tr, test_registry_deadline);
-    tcase_add_test(tr, test_registry_local);
-    tcase_add_test(tr, test_registry_lost_worker);
-    tcase_add_test(tr, test_registry_repair);
-    tcase_add_test(tr, test_registry_replicate);
-    tcase_add_test(tr, test_registry_reshard);
-    tcase_add_test(tr, test_relay_strip_status);
+    TCASE_ADD_TESTS(tr, test_registry_workers, test_registry_device_ids_by_process,
+                    test_registry_meshes, test_registry_array_names_and_errors,
+                    test_registry_upload_states, test_registry_deadline, test_registry_local,
+                    test_registry_lost_worker, test_registry_repair, test_registry_replicate,
+                    test_registry_reshard, test_relay_strip_status);
     suite_add_tcase(s, tr);
     return s;
 }

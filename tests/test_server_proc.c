@@ -1,202 +1,70 @@
 /* Check suite for shmap-coordinator as a process: each test starts the real
- * binary (SHMAP_COORDINATOR_BIN, else ../server/shmap-coordinator from the
- * working directory) with two embedded workers of four devices on loopback
- * free ports, in a process group of its own, and talks to it only through
- * sm_svc client calls: uploads and bit-exact downloads, describe, pending
- * and failed arrays, reshard, delete freeing worker memory, a worker killed
- * with SIGKILL, and SIGTERM shutting everything down. Teardown kills the
- * whole process group whatever happened. */
+ * binary ($SHMAP_COORDINATOR_BIN) with two embedded workers of four devices
+ * on loopback free ports, in a process group of its own (tests/harness.c),
+ * and talks to it only through sm_svc client calls: uploads and bit-exact
+ * downloads, describe, pending and failed arrays, reshard, delete freeing
+ * worker memory, a worker killed with SIGKILL, and SIGTERM shutting
+ * everything down. The tests run in this process (CK_NOFORK: gRPC is not
+ * fork-safe); teardown, which Check runs after a failed assertion too,
+ * kills the whole process group whatever happened. */
 #include <check.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "sm_checksum.h"
+#include "harness_svc.h"
 #include "sm_log.h"
-#include "sm_rpc.h"
-#include "sm_svc.h"
+#include "sm_time.h"
 #include "suite_main.h"
 
-#define CALL_MS 10000
+#define CALL_MS HARNESS_CALL_MS
 
-/* The coordinator under test (one per test; each test runs in its own
- * forked process, so these are that process's only copies). */
+/* The coordinator under test (one per test, started by the fixture). */
 typedef struct {
-    pid_t pid;
-    char dir[64];
-    int port;
-    int guard_fd; /* write end of the guardian's pipe */
+    harness_cluster *h;
+    pid_t pid; /* h's coordinator; 0 once a test has ended it */
     sm_rpc_channel *ch;
 } coord_proc;
 
 static coord_proc cp;
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-/* Alive workers the coordinator reports. */
 static int alive_workers(void)
 {
-    sm_worker_info *w = NULL;
-    int n = 0, alive = 0;
-    char err[512];
-    if (sm_svc_coord_list_devices(cp.ch, CALL_MS, &w, &n, err, sizeof err))
-        return -1;
-    for (int i = 0; i < n; i++)
-        alive += w[i].alive;
-    free(w);
-    return alive;
-}
-
-/* Kills the coordinator's whole process group (it and its workers). Also
- * registered with atexit, so a failed assertion (which exits the forked
- * test process) still cleans up. */
-static void coord_kill(void)
-{
-    if (cp.pid > 0) {
-        kill(-cp.pid, SIGKILL);
-        waitpid(cp.pid, NULL, 0);
-        cp.pid = 0;
-    }
-}
-
-static void coord_start(void)
-{
-    const char *bin = getenv("SHMAP_COORDINATOR_BIN");
-    char portfile[128], listen[] = "127.0.0.1:0";
-    if (!bin || !*bin)
-        bin = "../server/shmap-coordinator";
-    ck_assert_msg(access(bin, X_OK) == 0, "no coordinator binary at %s", bin);
-    snprintf(cp.dir, sizeof cp.dir, "/tmp/sm_server_proc.XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(cp.dir));
-    snprintf(portfile, sizeof portfile, "%s/port", cp.dir);
-    const char *worker = getenv("SHMAP_WORKER");
-    char *argv[16] = {(char *)bin, "--listen",        listen, "--port-file",
-                      portfile,    "--local-workers", "2",    "--devices-per-worker",
-                      "4",         "--log-level",     "warn"};
-    if (worker && *worker) {
-        argv[11] = "--worker-binary";
-        argv[12] = (char *)worker;
-    }
-    /* fork + exec rather than posix_spawn: the coordinator gets its own
-     * process group (its workers join it) and dies with this test. */
-    pid_t parent = getpid();
-    cp.pid = fork();
-    ck_assert_int_ge(cp.pid, 0);
-    if (cp.pid == 0) {
-        setpgid(0, 0);
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(127);
-        execv(bin, argv);
-        _exit(127);
-    }
-    setpgid(cp.pid, cp.pid);
-    atexit(coord_kill);
-    /* A failed assertion ends this process without teardown or atexit: a
-     * guardian waits for the end of a pipe only this process writes and
-     * then kills the coordinator's group and removes its directory. */
-    int fds[2];
-    ck_assert_int_eq(pipe(fds), 0);
-    pid_t guard = fork();
-    ck_assert_int_ge(guard, 0);
-    if (guard == 0) {
-        char c;
-        ssize_t got;
-        close(fds[1]);
-        while ((got = read(fds[0], &c, 1)) < 0 && errno == EINTR)
-            ;
-        if (got == 1) /* teardown ran and cleaned up */
-            _exit(0);
-        kill(-cp.pid, SIGKILL);
-        unlink(portfile);
-        rmdir(cp.dir);
-        _exit(0);
-    }
-    close(fds[0]);
-    cp.guard_fd = fds[1];
-
-    int64_t until = now_ms() + 20000;
-    while (now_ms() < until) {
-        FILE *f = fopen(portfile, "r");
-        if (f) {
-            int ok = fscanf(f, "%d", &cp.port) == 1;
-            fclose(f);
-            if (ok)
-                break;
-        }
-        ck_assert_msg(waitpid(cp.pid, NULL, WNOHANG) == 0, "the coordinator exited at start");
-        sleep_ms(20);
-    }
-    ck_assert_msg(cp.port > 0, "no port file after 20 s");
-    char target[64], err[512];
-    snprintf(target, sizeof target, "127.0.0.1:%d", cp.port);
-    sm_rpc_init();
-    ck_assert_int_eq(sm_rpc_channel_create(target, NULL, &cp.ch, err, sizeof err), SM_OK);
-    ck_assert_int_eq(sm_rpc_channel_wait_ready(cp.ch, 10000, err, sizeof err), SM_OK);
-    until = now_ms() + 20000;
-    while (alive_workers() < 2 && now_ms() < until)
-        sleep_ms(50);
-    ck_assert_int_eq(alive_workers(), 2);
+    return harness_svc_alive_workers(cp.ch);
 }
 
 static void coord_setup(void)
 {
+    static const char *const args[] = {"--log-level", "warn", NULL};
+    harness_opts o = {.nworkers = 2, .devices_per_worker = 4, .coord_args = args};
+    char err[512];
     sm_log_set_level(SM_LOG_ERROR);
     memset(&cp, 0, sizeof cp);
-    coord_start();
+    ck_assert_msg(harness_cluster_start(&o, &cp.h, err, sizeof err) == SM_OK, "%s", err);
+    cp.pid = cp.h->pid;
+    cp.ch = harness_svc_channel(cp.h);
+    ck_assert_int_eq(alive_workers(), 2);
 }
 
 static void coord_teardown(void)
 {
-    char path[128];
     if (cp.ch)
         sm_rpc_channel_free(cp.ch);
-    coord_kill();
-    snprintf(path, sizeof path, "%s/port", cp.dir);
-    unlink(path);
-    rmdir(cp.dir);
-    if (cp.guard_fd > 0) {
-        ssize_t w = write(cp.guard_fd, "x", 1); /* the guardian may go */
-        (void)w;
-        close(cp.guard_fd);
-    }
+    if (cp.h && cp.pid == 0)
+        cp.h->pid = 0; /* already ended and reaped by the test */
+    harness_cluster_stop(cp.h);
+    memset(&cp, 0, sizeof cp);
 }
 
 /* ---- helpers ------------------------------------------------------------ */
 
-/* Global value of a (rows, cols) f32 test array at (i, j). */
-static float val(int64_t i, int64_t j, float salt)
-{
-    return (float)(i * 1000 + j) + salt;
-}
-
-/* The data of box of a (.., cols) array, row-major; malloc'd. */
 static float *box_data(const sm_index *box, float salt, size_t *nbytes)
 {
-    int64_t r = box->r[0].stop - box->r[0].start, c = box->r[1].stop - box->r[1].start;
-    float *d = malloc(sizeof *d * (size_t)(r * c) + 1);
-    for (int64_t i = 0; i < r; i++)
-        for (int64_t j = 0; j < c; j++)
-            d[i * c + j] = val(box->r[0].start + i, box->r[1].start + j, salt);
-    *nbytes = sizeof *d * (size_t)(r * c);
-    return d;
+    return harness_box_f32(box, salt, nbytes);
 }
 
 /* Uploads data to devices in chunks of chunk bytes. */
@@ -204,86 +72,18 @@ static sm_err upload(sm_array_id id, const int32_t *devs, int ndev, sm_shape sha
                      const void *data, size_t nbytes, size_t chunk, int *ready, char *err,
                      size_t errlen)
 {
-    sm_svc_upload_stream *st;
-    sm_err e = sm_svc_upload_open(cp.ch, 0, CALL_MS, &st, err, errlen);
-    if (e)
-        return e;
-    size_t off = 0;
-    do {
-        size_t n = nbytes - off < chunk ? nbytes - off : chunk;
-        sm_svc_upload_msg m = {0};
-        if (off == 0) {
-            m.has_header = 1;
-            m.header =
-                (sm_svc_upload_header){id, ndev, (int32_t *)devs, shape, SM_F32, (int64_t)nbytes};
-        }
-        m.offset = (int64_t)off;
-        m.data = (const char *)data + off;
-        m.len = n;
-        off += n;
-        m.last = off == nbytes;
-        if (m.last)
-            m.checksum = sm_checksum_oneshot(data, nbytes);
-        e = sm_svc_upload_send(st, &m, err, errlen);
-        if (e) {
-            sm_svc_upload_abort(st);
-            return e;
-        }
-    } while (off < nbytes);
-    sm_svc_upload_reply rep = {0};
-    e = sm_svc_upload_finish(st, &rep, err, errlen);
-    if (!e) {
-        ck_assert_int_eq(rep.bytes, (int64_t)nbytes);
-        if (ready)
-            *ready = rep.array_ready;
-    }
-    return e;
+    return harness_svc_put(cp.ch, id, devs, ndev, shape, data, nbytes, chunk, ready, err, errlen);
 }
 
-/* Downloads one device's shard into a malloc'd buffer. */
 static sm_err download(sm_array_ref ref, int32_t device, void **out, size_t *nbytes, char *err,
                        size_t errlen)
 {
-    sm_svc_download_req req = {ref, device, 0, {0}};
-    sm_svc_download_stream *st;
-    sm_svc_chunk c;
-    int end = 0;
-    char *buf = NULL;
-    int64_t total = -1;
-    *out = NULL;
-    sm_err e = sm_svc_download_open(cp.ch, 0, &req, CALL_MS, &st, err, errlen);
-    if (e)
-        return e;
-    while (!(e = sm_svc_download_recv(st, &c, &end, err, errlen)) && !end) {
-        if (c.has_meta) {
-            total = c.total_bytes;
-            buf = malloc((size_t)total + 1);
-        }
-        ck_assert_ptr_nonnull(buf);
-        ck_assert_int_le(c.offset + (int64_t)c.len, total);
-        memcpy(buf + c.offset, c.data, c.len);
-    }
-    sm_svc_download_free(st);
-    if (e) {
-        free(buf);
-        return e;
-    }
-    *out = buf;
-    *nbytes = (size_t)total;
-    return SM_OK;
+    return harness_svc_download(cp.ch, ref, device, out, nbytes, err, errlen);
 }
 
 static sm_mesh_info make_mesh(const char *name, const char *axes)
 {
-    sm_mesh m;
-    sm_mesh_info mi;
-    char err[512];
-    ck_assert_int_eq(sm_mesh_parse(axes, NULL, 0, &m, err, sizeof err), SM_OK);
-    m.ndevices = 0;
-    ck_assert_msg(sm_svc_coord_create_mesh(cp.ch, CALL_MS, name, &m, 1, &mi, err, sizeof err) ==
-                      SM_OK,
-                  "%s", err);
-    return mi;
+    return harness_svc_mesh(cp.ch, name, axes);
 }
 
 static sm_err create(const char *name, const char *mesh, const char *spec, sm_shape shape,
@@ -331,48 +131,19 @@ static sm_array_id put_whole(const char *name, const char *spec, sm_shape shape,
     return put_whole_on("m", name, spec, shape, salt);
 }
 
-/* Downloads every shard of ref and compares with the expected values. */
 static void check_values(sm_array_ref ref, float salt)
 {
-    sm_array_info info;
-    char err[512];
-    ck_assert_msg(sm_svc_coord_describe(cp.ch, CALL_MS, ref, &info, err, sizeof err) == SM_OK, "%s",
-                  err);
-    ck_assert_int_eq(info.state, SM_ARRAY_READY);
-    for (int s = 0; s < info.nshards; s++) {
-        void *got;
-        size_t nb, want_nb;
-        ck_assert_msg(download(ref, info.shards[s].device, &got, &nb, err, sizeof err) == SM_OK,
-                      "device %d: %s", info.shards[s].device, err);
-        float *want = box_data(&info.shards[s].index, salt, &want_nb);
-        ck_assert_int_eq(nb, want_nb);
-        ck_assert_msg(memcmp(got, want, nb) == 0, "device %d: data differs", info.shards[s].device);
-        free(got);
-        free(want);
-    }
-    sm_array_info_free(&info);
+    harness_svc_check_values(cp.ch, ref, salt);
 }
 
 static sm_array_state state_of(sm_array_ref ref, char *error, size_t len)
 {
-    sm_array_info info;
-    char err[512];
-    ck_assert_msg(sm_svc_coord_describe(cp.ch, CALL_MS, ref, &info, err, sizeof err) == SM_OK, "%s",
-                  err);
-    sm_array_state s = info.state;
-    if (error)
-        snprintf(error, len, "%s", info.error);
-    sm_array_info_free(&info);
-    return s;
+    return harness_svc_state(cp.ch, ref, error, len);
 }
 
-/* Polls until ref reaches state, at most ms. */
 static int wait_state(sm_array_ref ref, sm_array_state want, int ms)
 {
-    int64_t until = now_ms() + ms;
-    while (state_of(ref, NULL, 0) != want && now_ms() < until)
-        sleep_ms(20);
-    return state_of(ref, NULL, 0) == want;
+    return harness_svc_wait_state(cp.ch, ref, want, ms);
 }
 
 static int64_t total_device_bytes(void)
@@ -389,20 +160,11 @@ static int64_t total_device_bytes(void)
     return total;
 }
 
-/* Child processes of pid (the local workers). */
+/* The local workers (children of the coordinator). */
 static int children_of(pid_t pid, pid_t *out, int max)
 {
-    int n = 0;
-    char cmd[96];
-    snprintf(cmd, sizeof cmd, "pgrep -P %d", (int)pid);
-    FILE *p = popen(cmd, "r");
-    if (!p)
-        return 0;
-    int v;
-    while (n < max && fscanf(p, "%d", &v) == 1)
-        out[n++] = v;
-    pclose(p);
-    return n;
+    ck_assert_int_eq(pid, cp.h->pid);
+    return harness_worker_pids(cp.h, out, max);
 }
 
 static const sm_shape g16x32 = {2, {16, 32}};
@@ -562,16 +324,16 @@ START_TEST(test_delete_frees_worker_memory)
     char err[512];
     make_mesh("m", "i=2,j=4");
     sm_array_id id = put_whole("big", "P('i', None)", (sm_shape){2, {256, 512}}, 1.0f);
-    int64_t until = now_ms() + 5000;
-    while (total_device_bytes() < 4 * 256 * 512 * 4 && now_ms() < until)
-        sleep_ms(50);
+    int64_t until = sm_time_mono_ms() + 5000;
+    while (total_device_bytes() < 4 * 256 * 512 * 4 && sm_time_mono_ms() < until)
+        harness_sleep_ms(50);
     /* P('i', None) over i=2,j=4: each row block on 4 devices: 4 full copies */
     ck_assert_int_eq(total_device_bytes(), 4 * 256 * 512 * 4);
     ck_assert_int_eq(sm_svc_coord_delete(cp.ch, CALL_MS, (sm_array_ref){id, NULL}, err, sizeof err),
                      SM_OK);
-    until = now_ms() + 5000;
-    while (total_device_bytes() != 0 && now_ms() < until)
-        sleep_ms(50);
+    until = sm_time_mono_ms() + 5000;
+    while (total_device_bytes() != 0 && sm_time_mono_ms() < until)
+        harness_sleep_ms(50);
     ck_assert_int_eq(total_device_bytes(), 0);
     ck_assert_int_eq(sm_svc_coord_delete(cp.ch, CALL_MS, (sm_array_ref){id, NULL}, err, sizeof err),
                      SM_ENOTFOUND);
@@ -591,10 +353,7 @@ START_TEST(test_worker_killed)
     ck_assert_int_eq(children_of(cp.pid, kids, 8), 2);
     /* which child is process 1 does not matter: either loses half the devices */
     ck_assert_int_eq(kill(kids[1], SIGKILL), 0);
-    int64_t until = now_ms() + 2000;
-    while (alive_workers() != 1 && now_ms() < until)
-        sleep_ms(20);
-    ck_assert_int_eq(alive_workers(), 1);
+    ck_assert_int_eq(harness_svc_wait_alive(cp.ch, 1, 2000), 1);
     sm_array_ref ref = {id, NULL};
     ck_assert(wait_state(ref, SM_ARRAY_LOST, 2000));
     state_of(ref, error, sizeof error);
@@ -666,44 +425,23 @@ START_TEST(test_put_local_two_processes)
 }
 END_TEST
 
-/* Sends the header message with the first n bytes of data, then msgs. */
+/* Sends target 0 of rep in two halves (the header with the first), spoiled
+ * as mode says. */
 static sm_err raw_upload(const sm_svc_create_array_reply *rep, const float *d, size_t nb,
-                         int abort_after_first, int bad_offset, uint64_t checksum, char *err,
-                         size_t errlen)
+                         harness_up_mode mode, char *err, size_t errlen)
 {
-    sm_svc_upload_stream *st;
-    sm_err e = sm_svc_upload_open(cp.ch, 0, CALL_MS, &st, err, errlen);
-    if (e)
-        return e;
-    sm_svc_upload_msg m = {0};
-    m.has_header = 1;
-    m.header = (sm_svc_upload_header){rep->array.id,
-                                      rep->targets[0].ndevices,
-                                      rep->targets[0].devices,
-                                      rep->array.shard_shape,
-                                      SM_F32,
-                                      (int64_t)nb};
-    m.data = d;
-    m.len = nb / 2;
-    if ((e = sm_svc_upload_send(st, &m, err, errlen))) {
-        sm_svc_upload_abort(st);
-        return e;
-    }
-    if (abort_after_first) {
-        sm_svc_upload_abort(st);
-        return SM_ECANCELLED;
-    }
-    sm_svc_upload_msg m2 = {0};
-    m2.offset = (int64_t)(nb / 2) + (bad_offset ? 4 : 0);
-    m2.data = (const char *)d + nb / 2;
-    m2.len = nb - nb / 2;
-    m2.last = 1;
-    m2.checksum = checksum;
-    if ((e = sm_svc_upload_send(st, &m2, err, errlen))) {
-        sm_svc_upload_abort(st);
-        return e;
-    }
-    return sm_svc_upload_finish(st, NULL, err, errlen);
+    harness_upload_req u = {.array = rep->array.id,
+                            .devices = rep->targets[0].devices,
+                            .ndevices = rep->targets[0].ndevices,
+                            .dtype = SM_F32,
+                            .shape = rep->array.shard_shape,
+                            .data = d,
+                            .nbytes = (int64_t)nb,
+                            .chunk = nb / 2,
+                            .mode = mode,
+                            .skew = 4,
+                            .header_with_data = 1};
+    return harness_upload(cp.ch, &u, NULL, err, errlen);
 }
 
 START_TEST(test_bad_streams_leave_array_pending)
@@ -715,23 +453,22 @@ START_TEST(test_bad_streams_leave_array_pending)
                      SM_OK);
     size_t nb;
     float *d = box_data(&rep.targets[0].global_index, 9.0f, &nb);
-    uint64_t sum = sm_checksum_oneshot(d, nb);
     /* a chunk out of order */
-    ck_assert_int_eq(raw_upload(&rep, d, nb, 0, 1, sum, err, sizeof err), SM_EINVAL);
+    ck_assert_int_eq(raw_upload(&rep, d, nb, HARNESS_UP_GAP, err, sizeof err), SM_EINVAL);
     ck_assert_msg(strstr(err, "out of order"), "%s", err);
     /* a wrong checksum: the workers refuse the shard */
-    ck_assert_int_eq(raw_upload(&rep, d, nb, 0, 0, sum ^ 1, err, sizeof err), SM_EDATALOSS);
+    ck_assert_int_eq(raw_upload(&rep, d, nb, HARNESS_UP_BAD_SUM, err, sizeof err), SM_EDATALOSS);
     /* a client that goes away mid-upload */
-    ck_assert_int_eq(raw_upload(&rep, d, nb, 1, 0, sum, err, sizeof err), SM_ECANCELLED);
+    ck_assert_int_eq(raw_upload(&rep, d, nb, HARNESS_UP_ABORT, err, sizeof err), SM_ECANCELLED);
     char error[512];
     ck_assert_int_eq(state_of((sm_array_ref){rep.array.id, NULL}, error, sizeof error),
                      SM_ARRAY_PENDING);
     /* the target may be sent again (once the coordinator saw the cancel) */
     sm_err e;
-    int64_t until = now_ms() + 3000;
-    while ((e = raw_upload(&rep, d, nb, 0, 0, sum, err, sizeof err)) == SM_EPRECONDITION &&
-           now_ms() < until)
-        sleep_ms(20);
+    int64_t until = sm_time_mono_ms() + 3000;
+    while ((e = raw_upload(&rep, d, nb, HARNESS_UP_OK, err, sizeof err)) == SM_EPRECONDITION &&
+           sm_time_mono_ms() < until)
+        harness_sleep_ms(20);
     ck_assert_msg(e == SM_OK, "%s", err);
     ck_assert_int_eq(state_of((sm_array_ref){rep.array.id, NULL}, error, sizeof error),
                      SM_ARRAY_READY);
@@ -750,10 +487,7 @@ START_TEST(test_silent_worker_lost_then_back)
     ck_assert_int_eq(children_of(cp.pid, kids, 8), 2);
     /* a stopped worker sends no heartbeats: lost after --lost-after-ms (3 s) */
     ck_assert_int_eq(kill(kids[0], SIGSTOP), 0);
-    int64_t until = now_ms() + 8000;
-    while (alive_workers() != 1 && now_ms() < until)
-        sleep_ms(50);
-    ck_assert_int_eq(alive_workers(), 1);
+    ck_assert_int_eq(harness_svc_wait_alive(cp.ch, 1, 8000), 1);
     ck_assert(wait_state((sm_array_ref){id, NULL}, SM_ARRAY_LOST, 1000));
     state_of((sm_array_ref){id, NULL}, error, sizeof error);
     ck_assert_msg(strstr(error, "no heartbeat for"), "%s", error);
@@ -761,10 +495,7 @@ START_TEST(test_silent_worker_lost_then_back)
      * old identity (same worker id, devices and process index), offering
      * back the shards it kept: the array is ready again, unchanged */
     ck_assert_int_eq(kill(kids[0], SIGCONT), 0);
-    until = now_ms() + 8000;
-    while (alive_workers() != 2 && now_ms() < until)
-        sleep_ms(50);
-    ck_assert_int_eq(alive_workers(), 2);
+    ck_assert_int_eq(harness_svc_wait_alive(cp.ch, 2, 8000), 2);
     sm_worker_info *w;
     int n;
     ck_assert_int_eq(sm_svc_coord_list_devices(cp.ch, CALL_MS, &w, &n, err, sizeof err), SM_OK);
@@ -789,9 +520,9 @@ START_TEST(test_sigterm_exits_clean)
     ck_assert_int_eq(kill(cp.pid, SIGTERM), 0);
     int st = 0;
     pid_t got = 0;
-    int64_t until = now_ms() + 15000;
-    while ((got = waitpid(cp.pid, &st, WNOHANG)) == 0 && now_ms() < until)
-        sleep_ms(20);
+    int64_t until = sm_time_mono_ms() + 15000;
+    while ((got = waitpid(cp.pid, &st, WNOHANG)) == 0 && sm_time_mono_ms() < until)
+        harness_sleep_ms(20);
     ck_assert_int_eq(got, cp.pid);
     cp.pid = 0;
     ck_assert(WIFEXITED(st));
@@ -804,24 +535,20 @@ END_TEST
 
 static Suite *server_proc_suite(void)
 {
-    Suite *s = suite_create("server_proc");
-    TCase *tc = tcase_create("coordinator");
+    TCase *tc;
+    Suite *s = suite_create_one("server_proc", "coordinator", 90, &tc);
     tcase_add_checked_fixture(tc, coord_setup, coord_teardown);
-    tcase_set_timeout(tc, 90);
-    tcase_add_test(tc, test_roundtrip_and_describe);
-    tcase_add_test(tc, test_deadline_fails);
-    tcase_add_test(tc, test_reshard_values);
-    tcase_add_test(tc, test_delete_frees_worker_memory);
-    tcase_add_test(tc, test_worker_killed);
-    tcase_add_test(tc, test_put_local_two_processes);
-    tcase_add_test(tc, test_bad_streams_leave_array_pending);
-    tcase_add_test(tc, test_silent_worker_lost_then_back);
-    tcase_add_test(tc, test_sigterm_exits_clean);
-    suite_add_tcase(s, tc);
+    TCASE_ADD_TESTS(tc, test_roundtrip_and_describe, test_deadline_fails, test_reshard_values,
+                    test_delete_frees_worker_memory, test_worker_killed,
+                    test_put_local_two_processes, test_bad_streams_leave_array_pending,
+                    test_silent_worker_lost_then_back, test_sigterm_exits_clean);
     return s;
 }
 
 int main(void)
 {
-    return suite_main(server_proc_suite());
+    sm_rpc_init(); /* once: the tests share this process */
+    int rc = harness_run_suite(server_proc_suite());
+    sm_rpc_shutdown();
+    return rc;
 }

@@ -419,14 +419,12 @@ END_TEST
 
 static Suite *server_registry_suite(void)
 {
-    Suite *s = suite_create("server_registry");
-    TCase *tc = tcase_create("index");
-    tcase_set_timeout(tc, 120);
+    TCase *tc;
+    Suite *s = suite_create_one("server_registry", "index", 120, &tc);
     tcase_add_test(tc, test_index_scale);
     tcase_add_loop_test(tc, test_index_ways_out, 0, N(way_cases));
     tcase_add_test(tc, test_unreduced_arrays);
     tcase_add_test(tc, test_reserved_for_local);
-    suite_add_tcase(s, tc);
     return s;
 }
 

@@ -279,14 +279,12 @@ END_TEST
 
 static Suite *state_suite(void)
 {
-    Suite *s = suite_create("server_state");
-    TCase *tc = tcase_create("state");
+    TCase *tc;
+    Suite *s = suite_create_one("server_state", "state", 0, &tc);
     tcase_add_checked_fixture(tc, dir_setup, dir_teardown);
     tcase_add_test(tc, test_restart_recovers);
     tcase_add_loop_test(tc, test_refusals, 0, N(refusals));
-    tcase_add_test(tc, test_no_state_dir_is_a_noop);
-    tcase_add_test(tc, test_jobs_records);
-    suite_add_tcase(s, tc);
+    TCASE_ADD_TESTS(tc, test_no_state_dir_is_a_noop, test_jobs_records);
     return s;
 }
 

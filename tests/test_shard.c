@@ -428,8 +428,8 @@ END_TEST
 
 static Suite *shard_suite(void)
 {
-    Suite *s = suite_create("shard");
-    TCase *tc = tcase_create("mesh_pspec");
+    TCase *tc;
+    Suite *s = suite_create_one("shard", "mesh_pspec", 0, &tc);
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
     tcase_add_loop_test(tc, test_mesh_parse_table, 0, N(mesh_cases));
     tcase_add_test(tc, test_mesh_init_and_lookup);
@@ -440,7 +440,6 @@ static Suite *shard_suite(void)
     tcase_add_loop_test(tc, test_pspec_check_table, 0, N(check_cases));
     tcase_add_test(tc, test_pspec_check_mesh_and_factor);
 #undef N
-    suite_add_tcase(s, tc);
     return s;
 }
 

@@ -545,17 +545,13 @@ END_TEST
 
 static Suite *shard_index_suite(void)
 {
-    Suite *s = suite_create("shard_index");
-    TCase *tc = tcase_create("index");
+    TCase *tc;
+    Suite *s = suite_create_one("shard_index", "index", 0, &tc);
     tcase_add_loop_test(tc, test_indices_vs_reference, 0, N(ref_meshes));
     tcase_add_loop_test(tc, test_guide_layouts, 0, N(guide_cases));
-    tcase_add_test(tc, test_semantics_numbers);
-    tcase_add_test(tc, test_zero_size_and_scalar);
-    tcase_add_test(tc, test_index_errors);
+    TCASE_ADD_TESTS(tc, test_semantics_numbers, test_zero_size_and_scalar, test_index_errors);
     tcase_add_loop_test(tc, test_type_strings, 0, N(type_cases));
-    tcase_add_test(tc, test_diagram_exact);
-    tcase_add_test(tc, test_diagram_shapes);
-    suite_add_tcase(s, tc);
+    TCASE_ADD_TESTS(tc, test_diagram_exact, test_diagram_shapes);
     return s;
 }
 

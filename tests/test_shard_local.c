@@ -332,11 +332,10 @@ END_TEST
 
 static Suite *shard_local_suite(void)
 {
-    Suite *s = suite_create("shard_local");
-    TCase *tc = tcase_create("local");
+    TCase *tc;
+    Suite *s = suite_create_one("shard_local", "local", 0, &tc);
     tcase_add_loop_test(tc, test_plan_table, 0, N(plan_cases));
     tcase_add_test(tc, test_plan_rows);
-    suite_add_tcase(s, tc);
     return s;
 }
 

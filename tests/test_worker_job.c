@@ -34,7 +34,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -43,6 +42,7 @@
 #include "comm_grpc.h"
 #include "comm_grpc_mailbox.h"
 #include "handlers.h"
+#include "harness_svc.h"
 #include "job.h"
 #include "peer.h"
 #include "sm_checksum.h"
@@ -52,8 +52,10 @@
 #include "sm_svc.h"
 #include "sm_svc_job.h"
 #include "sm_shm.h"
+#include "sm_time.h"
 #include "store.h"
 #include "traffic.h"
+#include "suite_main.h"
 
 #define NW      2 /* workers */
 #define DPW     2 /* devices per worker */
@@ -116,17 +118,9 @@ static int shm_left(uint64_t job)
     return n;
 }
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 static double now_s(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+    return (double)sm_time_mono_us() / 1e6;
 }
 
 static void inproc_setup(void)
@@ -217,12 +211,6 @@ static sm_err fc_heartbeat(void *user, const sm_svc_heartbeat_req *req, int *kno
 
 static const sm_svc_coord_ops fc_ops = {.register_worker = fc_register, .heartbeat = fc_heartbeat};
 
-static const char *worker_bin(void)
-{
-    const char *b = getenv("SHMAP_WORKER");
-    return b && *b ? b : "../worker/shmap-worker";
-}
-
 static void proc_setup(void)
 {
     char err[512];
@@ -235,23 +223,14 @@ static void proc_setup(void)
     ck_assert(sm_svc_coord_serve(cl.coord, &fc_ops, NULL, "fake", err, sizeof err) == SM_OK);
     ck_assert(sm_rpc_server_start(cl.coord, err, sizeof err) == SM_OK);
     snprintf(cl.coord_addr, sizeof cl.coord_addr, "127.0.0.1:%d", sm_rpc_server_port(cl.coord));
-    ck_assert_msg(access(worker_bin(), X_OK) == 0, "worker binary %s not found (set SHMAP_WORKER)",
-                  worker_bin());
     for (int w = 0; w < NW; w++) {
-        pid_t pid = fork();
-        ck_assert_int_ge(pid, 0);
-        if (pid == 0) {
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
-            execl(worker_bin(), worker_bin(), "--listen", "127.0.0.1:0", "--coordinator",
-                  cl.coord_addr, "--devices", "2", "--transport", shm_mode ? "shm" : "grpc",
-                  "--log-level", getenv("SM_TEST_VERBOSE") ? "debug" : "warn", (char *)NULL);
-            _exit(127);
-        }
-        cl.pid[w] = pid;
+        cl.pid[w] = harness_worker_spawn(
+            cl.coord_addr, 2,
+            (const char *const[]){"--transport", shm_mode ? "shm" : "grpc", NULL});
         /* register one at a time so worker w gets devices 2w, 2w+1 */
         int n = 0;
         for (int t = 0; t < 300 && n <= w; t++) {
-            sleep_ms(50);
+            harness_sleep_ms(50);
             pthread_mutex_lock(&cl.mu);
             n = cl.nreg;
             pthread_mutex_unlock(&cl.mu);
@@ -265,7 +244,7 @@ static void proc_setup(void)
             if (sm_svc_worker_stats_get(cl.ch[w], CALL_MS, &st, err, sizeof err) == SM_OK &&
                 st.ndevices == DPW)
                 break;
-            sleep_ms(50);
+            harness_sleep_ms(50);
         }
         ck_assert_int_eq(st.ndevices, DPW);
     }
@@ -273,7 +252,7 @@ static void proc_setup(void)
     if (sm_svc_worker_cancel_job(cl.ch[0], CALL_MS, (sm_job_id){1}, err, sizeof err) ==
         SM_EUNIMPLEMENTED) {
         fprintf(stderr, "test_worker_job: %s serves no RunJob yet; skipping the proc case\n",
-                worker_bin());
+                harness_worker_bin());
         cl.skip = 1;
     }
 }
@@ -284,18 +263,8 @@ static void proc_teardown(void)
         sm_rpc_channel_free(cl.ch[w]);
         cl.ch[w] = NULL;
         if (cl.pid[w] > 0) {
-            kill(cl.pid[w], SIGTERM);
-            int status = 0, done = 0;
-            for (int t = 0; t < 250 && !done; t++) {
-                done = waitpid(cl.pid[w], &status, WNOHANG) == cl.pid[w];
-                if (!done)
-                    sleep_ms(20);
-            }
-            if (!done) {
-                kill(cl.pid[w], SIGKILL);
-                waitpid(cl.pid[w], &status, 0);
-            }
-            ck_assert_msg(done && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+            int status = harness_stop_pid(cl.pid[w], 5000);
+            ck_assert_msg(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
                           "worker %d did not exit cleanly on SIGTERM (status %#x)", w,
                           (unsigned)status);
         }
@@ -799,7 +768,7 @@ START_TEST(test_cancel)
     run_res *res = j.res;
     pthread_t th;
     run_start_w0(&j, &th);
-    sleep_ms(500);
+    harness_sleep_ms(500);
     char err[512];
     ck_assert(sm_svc_worker_cancel_job(cl.ch[0], CALL_MS, (sm_job_id){j.job}, err, sizeof err) ==
               SM_OK);
@@ -873,7 +842,7 @@ START_TEST(test_dead_peer)
     run_res *res = j.res;
     pthread_t th;
     run_start_w0(&j, &th);
-    sleep_ms(700);
+    harness_sleep_ms(700);
     if (cl.pid[1] > 0) {
         kill(cl.pid[1], SIGKILL);
         waitpid(cl.pid[1], NULL, 0);
@@ -916,7 +885,7 @@ START_TEST(test_shutdown_during_job)
     run_res *res = j.res;
     pthread_t th;
     run_start_w0(&j, &th);
-    sleep_ms(1500); /* past a few probes of the live fake peer */
+    harness_sleep_ms(1500); /* past a few probes of the live fake peer */
     double t0 = now_s();
     int proc = cl.pid[0] > 0;
     if (proc) {
@@ -925,7 +894,7 @@ START_TEST(test_shutdown_during_job)
         for (int t = 0; t < 250 && !done; t++) {
             done = waitpid(cl.pid[0], &status, WNOHANG) == cl.pid[0];
             if (!done)
-                sleep_ms(20);
+                harness_sleep_ms(20);
         }
         ck_assert_msg(done, "worker 0 did not exit within 5 s of SIGTERM during a job");
         ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %#x",
@@ -1172,7 +1141,7 @@ START_TEST(test_shm_truncated)
     char seg[128];
     snprintf(seg, sizeof seg, "/dev/shm/shmap-%016llx-1", (unsigned long long)shm_key_of(j.job));
     for (int t = 0; t < 200 && access(seg, F_OK) != 0; t++)
-        sleep_ms(10);
+        harness_sleep_ms(10);
     ck_assert_msg(truncate(seg, 64 << 10) == 0, "cannot truncate %s", seg);
     run_start_w0(&j, &th0);
     pthread_join(th0, NULL);
@@ -1306,9 +1275,9 @@ START_TEST(test_shm_killed_in_collective)
     char seg[128];
     snprintf(seg, sizeof seg, "/dev/shm/shmap-%016llx-1", (unsigned long long)shm_key_of(j.job));
     for (int t = 0; t < 200 && access(seg, F_OK) != 0; t++)
-        sleep_ms(10);
+        harness_sleep_ms(10);
     ck_assert_msg(access(seg, F_OK) == 0, "worker 1 made no segment %s", seg);
-    sleep_ms(300); /* its devices wait for worker 0 */
+    harness_sleep_ms(300); /* its devices wait for worker 0 */
     kill(cl.pid[1], SIGKILL);
     waitpid(cl.pid[1], NULL, 0);
     cl.pid[1] = 0;
@@ -1959,14 +1928,9 @@ END_TEST
 static void add_job_tests(TCase *tc, int killed_in_shm)
 {
     tcase_add_loop_test(tc, test_job_case, 0, NJOB_CASES);
-    tcase_add_test(tc, test_deterministic);
-    tcase_add_test(tc, test_shm_probe);
-    tcase_add_test(tc, test_shm_same_bits);
-    tcase_add_test(tc, test_shm_concurrent_jobs);
-    tcase_add_test(tc, test_shm_truncated);
-    tcase_add_test(tc, test_missing_input);
-    tcase_add_test(tc, test_cancel);
-    tcase_add_test(tc, test_exchange_bad_input);
+    TCASE_ADD_TESTS(tc, test_deterministic, test_shm_probe, test_shm_same_bits,
+                    test_shm_concurrent_jobs, test_shm_truncated, test_missing_input, test_cancel,
+                    test_exchange_bad_input);
     tcase_add_test(tc, killed_in_shm ? test_shm_killed_in_collective : test_dead_peer);
     tcase_add_test(tc, test_shutdown_during_job);
 }
@@ -2011,14 +1975,9 @@ int main(void)
     Suite *s = suite_create("worker_job");
     TCase *unit = tcase_create("comm");
     tcase_set_timeout(unit, 60);
-    tcase_add_test(unit, test_mailbox_rx);
-    tcase_add_test(unit, test_mailbox_rx_tiny_chunks);
-    tcase_add_test(unit, test_mailbox_pending_budget);
-    tcase_add_test(unit, test_mailbox_rx_direct);
-    tcase_add_test(unit, test_send_blob_waits_release);
-    tcase_add_test(unit, test_comm_three_workers);
-    tcase_add_test(unit, test_shm_segments);
-    tcase_add_test(unit, test_shm_guarded);
+    TCASE_ADD_TESTS(unit, test_mailbox_rx, test_mailbox_rx_tiny_chunks, test_mailbox_pending_budget,
+                    test_mailbox_rx_direct, test_send_blob_waits_release, test_comm_three_workers,
+                    test_shm_segments, test_shm_guarded);
     suite_add_tcase(s, unit);
     TCase *inproc = tcase_create("inproc");
     tcase_set_timeout(inproc, 240);

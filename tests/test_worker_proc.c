@@ -11,21 +11,21 @@
  * kills them explicitly as well. The suite runs in CK_NOFORK mode so the
  * workers and the fake coordinator are shared by the tests of a case. */
 #include <check.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "harness_svc.h"
 #include "sm_checksum.h"
 #include "sm_rpc.h"
 #include "sm_svc.h"
+#include "sm_time.h"
+#include "suite_main.h"
 
 #define NDEV     4
 #define MAX_REGS 32
@@ -118,24 +118,11 @@ static int fc_nreg(void)
     return n;
 }
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 /* Waits until the coordinator saw n registrations; returns the n-th. */
 static reg_rec wait_registered(int n)
 {
     for (int t = 0; t < 300 && fc_nreg() < n; t++)
-        sleep_ms(50);
+        harness_sleep_ms(50);
     pthread_mutex_lock(&fc.mu);
     ck_assert_msg(fc.nreg >= n, "no worker registered within 15 s (%d of %d)", fc.nreg, n);
     reg_rec r = fc.regs[n - 1];
@@ -148,38 +135,11 @@ static reg_rec wait_registered(int n)
 static pid_t pids[8];
 static int npids;
 
-static const char *worker_bin(void)
-{
-    const char *b = getenv("SHMAP_WORKER");
-    return b && *b ? b : "../worker/shmap-worker";
-}
-
-/* Spawns shmap-worker with the standard flags plus extra (NULL-ended). */
+/* Starts shmap-worker against the fake coordinator with extra flags
+ * (NULL-ended) and remembers it for kill_workers. */
 static pid_t spawn_worker(const char *const *extra)
 {
-    const char *argv[32];
-    int n = 0;
-    argv[n++] = worker_bin();
-    argv[n++] = "--listen";
-    argv[n++] = "127.0.0.1:0";
-    argv[n++] = "--coordinator";
-    argv[n++] = coord_addr;
-    argv[n++] = "--devices";
-    argv[n++] = "4";
-    argv[n++] = "--log-level";
-    argv[n++] = getenv("SM_TEST_VERBOSE") ? "debug" : "warn";
-    for (int k = 0; extra && extra[k] && n < 31; k++)
-        argv[n++] = extra[k];
-    argv[n] = NULL;
-    ck_assert_msg(access(argv[0], X_OK) == 0, "worker binary %s not found (set SHMAP_WORKER)",
-                  argv[0]);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
+    pid_t pid = harness_worker_spawn(coord_addr, 4, extra);
     if (npids < 8)
         pids[npids++] = pid;
     return pid;
@@ -188,17 +148,11 @@ static pid_t spawn_worker(const char *const *extra)
 /* Waits up to ms for pid; returns its wait status or -1 on timeout. */
 static int wait_exit(pid_t pid, int ms)
 {
-    int status = 0;
-    for (int t = 0; t <= ms / 20; t++) {
-        if (waitpid(pid, &status, WNOHANG) == pid) {
-            for (int k = 0; k < npids; k++)
-                if (pids[k] == pid)
-                    pids[k] = 0;
-            return status;
-        }
-        sleep_ms(20);
-    }
-    return -1;
+    int status = harness_wait_exit(pid, ms);
+    for (int k = 0; status != -1 && k < npids; k++)
+        if (pids[k] == pid)
+            pids[k] = 0;
+    return status;
 }
 
 static int bad_exits; /* workers that did not exit 0 on SIGTERM */
@@ -211,12 +165,7 @@ static void kill_workers(void)
         pid_t pid = pids[k];
         if (pid <= 0)
             continue;
-        kill(pid, SIGTERM);
-        int status = wait_exit(pid, 5000);
-        if (status == -1) {
-            kill(pid, SIGKILL);
-            waitpid(pid, NULL, 0);
-        }
+        int status = harness_stop_pid(pid, 5000);
         if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
             fprintf(stderr, "worker %d did not exit cleanly on SIGTERM (status %#x)\n", (int)pid,
                     (unsigned)status);
@@ -273,86 +222,25 @@ static void teardown(void)
 
 /* ---- client helpers ------------------------------------------------------ */
 
-typedef enum {
-    UP_OK,
-    UP_NO_HEADER,
-    UP_GAP,
-    UP_OVERLAP,
-    UP_PAST_END,
-    UP_WRONG_TOTAL,
-    UP_BAD_SUM,
-    UP_NO_LAST,
-    UP_SECOND_HEADER,
-    UP_ABORT,
-    UP_HEADER_ONLY, /* the header, then the end of the stream */
-} up_mode;
-
-/* Uploads data (nbytes) as a shard of (array, devices) in chunks of chunk
- * bytes, spoiled as mode says. Returns the call's result. */
+/* Uploads data (nbytes) as a shard of (array, devices) to the worker at ch
+ * in chunks of chunk bytes, spoiled as mode says. Returns the call's
+ * result. */
 static sm_err upload(sm_rpc_channel *ch, uint64_t array, const int32_t *devices, int ndev,
                      sm_dtype t, const sm_shape *s, const void *data, int64_t nbytes, size_t chunk,
-                     up_mode mode, char *err, size_t errlen)
+                     harness_up_mode mode, char *err, size_t errlen)
 {
-    sm_svc_upload_stream *st = NULL;
-    sm_svc_upload_reply rep;
-    sm_err e = sm_svc_upload_open(ch, 1, CALL_MS, &st, err, errlen);
-    if (e)
-        return e;
-    sm_svc_upload_msg m = {.has_header = mode != UP_NO_HEADER};
-    m.header = (sm_svc_upload_header){.array_id = {array},
-                                      .ndevices = ndev,
-                                      .devices = (int32_t *)devices,
-                                      .shape = *s,
-                                      .dtype = t,
-                                      .total_bytes = nbytes + (mode == UP_WRONG_TOTAL ? 4 : 0)};
-    if ((e = sm_svc_upload_send(st, &m, err, errlen)) || mode == UP_HEADER_ONLY)
-        goto finish;
-    uint64_t sum = sm_checksum_oneshot(data, (size_t)nbytes);
-    int64_t off = 0;
-    for (int k = 0;; k++) {
-        int64_t n = nbytes - off < (int64_t)chunk ? nbytes - off : (int64_t)chunk;
-        m = (sm_svc_upload_msg){.offset = off, .data = (const char *)data + off, .len = (size_t)n};
-        if (k == 1 && mode == UP_GAP)
-            m.offset += 8;
-        if (k == 1 && mode == UP_OVERLAP)
-            m.offset -= 8;
-        if (k == 1 && mode == UP_SECOND_HEADER) {
-            m.has_header = 1;
-            m.header.array_id.v = array;
-            m.header.ndevices = ndev;
-            m.header.devices = (int32_t *)devices;
-            m.header.shape = *s;
-            m.header.dtype = t;
-            m.header.total_bytes = nbytes;
-        }
-        m.last = off + n == nbytes && mode != UP_NO_LAST && mode != UP_PAST_END;
-        m.checksum = sum ^ (mode == UP_BAD_SUM ? 1 : 0);
-        if ((e = sm_svc_upload_send(st, &m, err, errlen)))
-            goto finish;
-        if (mode == UP_ABORT) {
-            sm_svc_upload_abort(st);
-            return SM_ECANCELLED;
-        }
-        off += n;
-        if (off == nbytes)
-            break;
-    }
-    if (mode == UP_PAST_END) {
-        static const char extra[8];
-        m = (sm_svc_upload_msg){
-            .offset = nbytes, .data = extra, .len = sizeof extra, .last = 1, .checksum = sum};
-        if ((e = sm_svc_upload_send(st, &m, err, errlen)))
-            goto finish;
-    }
-finish:;
-    char ferr[512];
-    sm_err f = sm_svc_upload_finish(st, &rep, ferr, sizeof ferr);
-    if (!e && f)
-        snprintf(err, errlen, "%s", ferr);
-    if (!e && !f && rep.bytes != nbytes)
-        return sm_fail(err, errlen, SM_EINTERNAL, "the reply says %lld bytes, not %lld",
-                       (long long)rep.bytes, (long long)nbytes);
-    return e ? e : f;
+    harness_upload_req u = {.to_worker = 1,
+                            .array = {array},
+                            .devices = devices,
+                            .ndevices = ndev,
+                            .dtype = t,
+                            .shape = *s,
+                            .data = data,
+                            .nbytes = nbytes,
+                            .chunk = chunk,
+                            .mode = mode,
+                            .deadline_ms = CALL_MS};
+    return harness_upload(ch, &u, NULL, err, errlen);
 }
 
 typedef struct {
@@ -467,7 +355,7 @@ static void *put_random(sm_rpc_channel *ch, uint64_t array, int32_t dev, sm_dtyp
     ck_assert_int_eq(sm_shape_nbytes(s, t, &n, err, sizeof err), SM_OK);
     void *data = malloc(n ? (size_t)n : 1);
     fill_random(data, (size_t)n, array * 31 + (uint64_t)dev);
-    sm_err e = upload(ch, array, &dev, 1, t, s, data, n, 1 << 20, UP_OK, err, sizeof err);
+    sm_err e = upload(ch, array, &dev, 1, t, s, data, n, 1 << 20, HARNESS_UP_OK, err, sizeof err);
     ck_assert_msg(e == SM_OK, "upload of array %llu: %s", (unsigned long long)array, err);
     return data;
 }
@@ -505,7 +393,7 @@ START_TEST(test_heartbeat)
 {
     int n = 0;
     for (int t = 0; t < 100 && n < 2; t++) {
-        sleep_ms(50);
+        harness_sleep_ms(50);
         pthread_mutex_lock(&fc.mu);
         n = fc.heartbeats[0];
         pthread_mutex_unlock(&fc.mu);
@@ -516,7 +404,7 @@ START_TEST(test_heartbeat)
     free(put_random(ch_a, 900, 2, SM_F64, &s));
     int64_t b = 0;
     for (int t = 0; t < 100 && b != 2048; t++) {
-        sleep_ms(50);
+        harness_sleep_ms(50);
         pthread_mutex_lock(&fc.mu);
         b = fc.hb_bytes[0][2];
         pthread_mutex_unlock(&fc.mu);
@@ -568,9 +456,9 @@ START_TEST(test_multichunk_and_boxes)
     void *data = malloc((size_t)n);
     fill_random(data, (size_t)n, 7);
     int32_t devs[2] = {1, 3};
-    ck_assert_msg(
-        upload(ch_a, 300, devs, 2, SM_F32, &s, data, n, 3 << 20, UP_OK, err, sizeof err) == SM_OK,
-        "%s", err);
+    ck_assert_msg(upload(ch_a, 300, devs, 2, SM_F32, &s, data, n, 3 << 20, HARNESS_UP_OK, err,
+                         sizeof err) == SM_OK,
+                  "%s", err);
     for (int k = 0; k < 2; k++) {
         dl_result r;
         ck_assert_msg(download(ch_a, 300, devs[k], NULL, &r, err, sizeof err) == SM_OK, "%s", err);
@@ -640,7 +528,7 @@ END_TEST
 START_TEST(test_bad_uploads)
 {
     static const struct {
-        up_mode mode;
+        harness_up_mode mode;
         int ndev;
         int32_t devs[2];
         uint64_t array; /* 0: 500 + case */
@@ -648,20 +536,20 @@ START_TEST(test_bad_uploads)
         sm_err want;
         const char *words;
     } cases[] = {
-        {UP_NO_HEADER, 1, {0}, 0, 0, SM_EINVAL, "no header"},
-        {UP_GAP, 1, {0}, 0, 0, SM_EINVAL, "gap"},
-        {UP_OVERLAP, 1, {0}, 0, 0, SM_EINVAL, "overlaps"},
-        {UP_PAST_END, 1, {0}, 0, 0, SM_EINVAL, "past the end"},
-        {UP_WRONG_TOTAL, 1, {0}, 0, 0, SM_EINVAL, "announces"},
-        {UP_BAD_SUM, 1, {0}, 0, 0, SM_EDATALOSS, "checksum"},
-        {UP_NO_LAST, 1, {0}, 0, 0, SM_EINVAL, "without a last"},
-        {UP_SECOND_HEADER, 1, {0}, 0, 0, SM_EINVAL, "second header"},
-        {UP_OK, 1, {42}, 0, 0, SM_EINVAL, "device 42"},
-        {UP_OK, 2, {0, 5}, 0, 0, SM_EINVAL, "device 5"},
-        {UP_OK, 2, {1, 1}, 0, 0, SM_EINVAL, "twice"},
-        {UP_OK, 0, {0}, 0, 0, SM_EINVAL, "devices"},
-        {UP_OK, 1, {0}, 0, 1, SM_EINVAL, "array id"},
-        {UP_ABORT, 1, {0}, 0, 0, SM_ECANCELLED, NULL},
+        {HARNESS_UP_NO_HEADER, 1, {0}, 0, 0, SM_EINVAL, "no header"},
+        {HARNESS_UP_GAP, 1, {0}, 0, 0, SM_EINVAL, "gap"},
+        {HARNESS_UP_OVERLAP, 1, {0}, 0, 0, SM_EINVAL, "overlaps"},
+        {HARNESS_UP_PAST_END, 1, {0}, 0, 0, SM_EINVAL, "past the end"},
+        {HARNESS_UP_WRONG_TOTAL, 1, {0}, 0, 0, SM_EINVAL, "announces"},
+        {HARNESS_UP_BAD_SUM, 1, {0}, 0, 0, SM_EDATALOSS, "checksum"},
+        {HARNESS_UP_NO_LAST, 1, {0}, 0, 0, SM_EINVAL, "without a last"},
+        {HARNESS_UP_SECOND_HEADER, 1, {0}, 0, 0, SM_EINVAL, "second header"},
+        {HARNESS_UP_OK, 1, {42}, 0, 0, SM_EINVAL, "device 42"},
+        {HARNESS_UP_OK, 2, {0, 5}, 0, 0, SM_EINVAL, "device 5"},
+        {HARNESS_UP_OK, 2, {1, 1}, 0, 0, SM_EINVAL, "twice"},
+        {HARNESS_UP_OK, 0, {0}, 0, 0, SM_EINVAL, "devices"},
+        {HARNESS_UP_OK, 1, {0}, 0, 1, SM_EINVAL, "array id"},
+        {HARNESS_UP_ABORT, 1, {0}, 0, 0, SM_ECANCELLED, NULL},
     };
     sm_shape s = shape2(64, 1024);
     int64_t n = 64 * 1024 * 4;
@@ -688,19 +576,20 @@ START_TEST(test_bad_uploads)
     sm_shape huge = shape2(1 << 24, 1 << 24);
     int32_t d1 = 1;
     ck_assert_int_eq(upload(ch_a, 560, &d1, 1, SM_F64, &huge, data, (int64_t)1 << 51, 64 << 10,
-                            UP_HEADER_ONLY, err, sizeof err),
+                            HARNESS_UP_HEADER_ONLY, err, sizeof err),
                      SM_ERESOURCE);
     ck_assert_msg(strstr(err, "memory"), "%s", err);
     ck_assert_int_eq(stats_of(ch_a).shards, 0);
     /* an existing shard survives a failed replacement */
     int32_t d0 = 0;
     ck_assert_int_eq(
-        upload(ch_a, 550, &d0, 1, SM_F32, &s, data, n, 64 << 10, UP_OK, err, sizeof err), SM_OK);
+        upload(ch_a, 550, &d0, 1, SM_F32, &s, data, n, 64 << 10, HARNESS_UP_OK, err, sizeof err),
+        SM_OK);
     void *other = malloc((size_t)n);
     fill_random(other, (size_t)n, 4);
-    ck_assert_int_eq(
-        upload(ch_a, 550, &d0, 1, SM_F32, &s, other, n, 64 << 10, UP_BAD_SUM, err, sizeof err),
-        SM_EDATALOSS);
+    ck_assert_int_eq(upload(ch_a, 550, &d0, 1, SM_F32, &s, other, n, 64 << 10, HARNESS_UP_BAD_SUM,
+                            err, sizeof err),
+                     SM_EDATALOSS);
     dl_result r;
     ck_assert_int_eq(download(ch_a, 550, 0, NULL, &r, err, sizeof err), SM_OK);
     ck_assert(!memcmp(r.data, data, (size_t)n));
@@ -730,7 +619,7 @@ static void *client_thread(void *p)
         uint64_t array = 1000 + (uint64_t)a->id * 10 + (uint64_t)round;
         fill_random(data, (size_t)n, array);
         dl_result r;
-        if (upload(ch_a, array, &dev, 1, SM_F32, &s, data, n, 200000, UP_OK, a->err,
+        if (upload(ch_a, array, &dev, 1, SM_F32, &s, data, n, 200000, HARNESS_UP_OK, a->err,
                    sizeof a->err) ||
             download(ch_a, array, dev, NULL, &r, a->err, sizeof a->err)) {
             a->failures++;
@@ -770,8 +659,8 @@ START_TEST(test_stats_and_free)
     int32_t devs[3] = {0, 1, 2};
     void *d = malloc(8 * 8 * 8);
     fill_random(d, 512, 5);
-    ck_assert_int_eq(upload(ch_a, 600, devs, 3, SM_F64, &s, d, 512, 100, UP_OK, err, sizeof err),
-                     SM_OK);
+    ck_assert_int_eq(
+        upload(ch_a, 600, devs, 3, SM_F64, &s, d, 512, 100, HARNESS_UP_OK, err, sizeof err), SM_OK);
     free(put_random(ch_a, 601, 2, SM_U8, &s));
     sm_svc_worker_stats st = stats_of(ch_a);
     ck_assert_int_eq(st.shards, 4);
@@ -817,12 +706,14 @@ static void *assemble_sources(void)
     for (int k = 0; k < 48; k++)
         data[k] = (float)k + 0.5f;
     int32_t d0 = 0, d1 = 1, d5 = 5;
-    ck_assert_int_eq(upload(ch_a, 700, &d0, 1, SM_F32, &h, data, 96, 40, UP_OK, err, sizeof err),
-                     SM_OK);
     ck_assert_int_eq(
-        upload(ch_a, 700, &d1, 1, SM_F32, &h, data + 24, 96, 96, UP_OK, err, sizeof err), SM_OK);
+        upload(ch_a, 700, &d0, 1, SM_F32, &h, data, 96, 40, HARNESS_UP_OK, err, sizeof err), SM_OK);
     ck_assert_int_eq(
-        upload(ch_b, 701, &d5, 1, SM_F32, &h, data + 24, 96, 96, UP_OK, err, sizeof err), SM_OK);
+        upload(ch_a, 700, &d1, 1, SM_F32, &h, data + 24, 96, 96, HARNESS_UP_OK, err, sizeof err),
+        SM_OK);
+    ck_assert_int_eq(
+        upload(ch_b, 701, &d5, 1, SM_F32, &h, data + 24, 96, 96, HARNESS_UP_OK, err, sizeof err),
+        SM_OK);
     (void)g;
     return data;
 }
@@ -839,6 +730,36 @@ static void check_shard(sm_rpc_channel *ch, uint64_t array, int32_t dev, const f
                   (unsigned long long)array, (int)dev);
     free(want);
     free(r.data);
+}
+
+/* Assembles req on A, which must give want (and, when it succeeds, bytes
+ * bytes); a failure's error (in err, 512 bytes) holds has (NULL: not
+ * checked) and leaves nothing of the array on device dev (-1: not checked). */
+static void assemble_on_a(const sm_svc_assemble_req *req, sm_err want, int64_t bytes,
+                          const char *has, int32_t dev, char *err)
+{
+    char derr[512];
+    int64_t got = 0;
+    dl_result r;
+    sm_err e = sm_svc_worker_assemble(ch_a, CALL_MS, req, &got, err, 512);
+    ck_assert_msg(e == want, "array %llu: %s, not %s: %s", (unsigned long long)req->array_id.v,
+                  sm_err_name(e), sm_err_name(want), err);
+    if (want == SM_OK)
+        ck_assert_int_eq(got, bytes);
+    ck_assert_msg(!has || strstr(err, has), "%s", err);
+    if (want != SM_OK && dev >= 0)
+        ck_assert_int_eq(download(ch_a, req->array_id.v, dev, NULL, &r, derr, sizeof derr),
+                         SM_ENOTFOUND);
+}
+
+/* Frees arrays first..last on both workers. */
+static void free_arrays(uint64_t first, uint64_t last)
+{
+    char err[512];
+    for (uint64_t a = first; a <= last; a++) {
+        sm_svc_worker_free_array(ch_a, CALL_MS, (sm_array_id){a}, 0, NULL, err, sizeof err);
+        sm_svc_worker_free_array(ch_b, CALL_MS, (sm_array_id){a}, 0, NULL, err, sizeof err);
+    }
 }
 
 START_TEST(test_assemble_local)
@@ -862,39 +783,25 @@ START_TEST(test_assemble_local)
         {.device = 2, .shape = shape2(8, 6), .npieces = 2, .pieces = p2},
         {.device = 3, .shape = shape2(4, 4), .npieces = 2, .pieces = p3}};
     sm_svc_assemble_req req = {.array_id = {710}, .dtype = SM_F32, .nshards = 2, .shards = sh};
-    int64_t bytes = 0;
-    ck_assert_msg(sm_svc_worker_assemble(ch_a, CALL_MS, &req, &bytes, err, sizeof err) == SM_OK,
-                  "%s", err);
-    ck_assert_int_eq(bytes, 8 * 6 * 4 + 4 * 4 * 4);
+    assemble_on_a(&req, SM_OK, 8 * 6 * 4 + 4 * 4 * 4, NULL, -1, err);
     sm_index all = box2(0, 8, 0, 6), mid = box2(2, 6, 2, 6);
     check_shard(ch_a, 710, 2, g, &all);
     check_shard(ch_a, 710, 3, g, &mid);
 
     /* failures store nothing and name the piece */
-    dl_result r;
     p3[1].src_array.v = 799;
     req.array_id.v = 711;
-    ck_assert_int_eq(sm_svc_worker_assemble(ch_a, CALL_MS, &req, &bytes, err, sizeof err),
-                     SM_ENOTFOUND);
-    ck_assert_msg(strstr(err, "array 799 device 1"), "%s", err);
-    ck_assert_int_eq(download(ch_a, 711, 2, NULL, &r, err, sizeof err), SM_ENOTFOUND);
+    assemble_on_a(&req, SM_ENOTFOUND, 0, "array 799 device 1", 2, err);
     p3[1].src_array.v = 700;
     p3[1].dst_offset[0] = 3; /* does not fit the new shard */
-    ck_assert_int_eq(sm_svc_worker_assemble(ch_a, CALL_MS, &req, &bytes, err, sizeof err),
-                     SM_EINVAL);
+    assemble_on_a(&req, SM_EINVAL, 0, NULL, -1, err);
     p3[1].dst_offset[0] = 2;
     p3[1].src_box = box2(0, 2, 2, 7); /* does not fit the source */
-    ck_assert_int_eq(sm_svc_worker_assemble(ch_a, CALL_MS, &req, &bytes, err, sizeof err),
-                     SM_EINVAL);
+    assemble_on_a(&req, SM_EINVAL, 0, NULL, -1, err);
     p3[1].src_box = box2(0, 2, 2, 6);
     sh[1].device = 6; /* not on A */
-    ck_assert_int_eq(sm_svc_worker_assemble(ch_a, CALL_MS, &req, &bytes, err, sizeof err),
-                     SM_EINVAL);
-    ck_assert_int_eq(download(ch_a, 711, 2, NULL, &r, err, sizeof err), SM_ENOTFOUND);
-    for (uint64_t a = 700; a <= 711; a++) {
-        sm_svc_worker_free_array(ch_a, CALL_MS, (sm_array_id){a}, 0, NULL, err, sizeof err);
-        sm_svc_worker_free_array(ch_b, CALL_MS, (sm_array_id){a}, 0, NULL, err, sizeof err);
-    }
+    assemble_on_a(&req, SM_EINVAL, 0, NULL, 2, err);
+    free_arrays(700, 711);
     free(g);
 }
 END_TEST
@@ -921,10 +828,7 @@ START_TEST(test_assemble_remote)
     sm_svc_assemble_shard sh[2] = {{.device = 0, .shape = shape2(8, 4), .npieces = 2, .pieces = p},
                                    {.device = 3, .shape = shape2(4, 6), .npieces = 1, .pieces = q}};
     sm_svc_assemble_req req = {.array_id = {720}, .dtype = SM_F32, .nshards = 2, .shards = sh};
-    int64_t bytes = 0;
-    ck_assert_msg(sm_svc_worker_assemble(ch_a, CALL_MS, &req, &bytes, err, sizeof err) == SM_OK,
-                  "%s", err);
-    ck_assert_int_eq(bytes, 8 * 4 * 4 + 4 * 6 * 4);
+    assemble_on_a(&req, SM_OK, 8 * 4 * 4 + 4 * 6 * 4, NULL, -1, err);
     sm_index cols = box2(0, 8, 1, 5), bottom = box2(4, 8, 0, 6);
     check_shard(ch_a, 720, 0, g, &cols);
     check_shard(ch_a, 720, 3, g, &bottom);
@@ -932,28 +836,18 @@ START_TEST(test_assemble_remote)
     /* B does not hold what is asked: the error names the peer, nothing stored */
     q[0].src_device = 6;
     req.array_id.v = 721;
-    ck_assert_int_eq(sm_svc_worker_assemble(ch_a, CALL_MS, &req, &bytes, err, sizeof err),
-                     SM_ENOTFOUND);
-    ck_assert_msg(strstr(err, addr_b) && strstr(err, "array 701 device 6"), "%s", err);
-    dl_result r;
-    ck_assert_int_eq(download(ch_a, 721, 0, NULL, &r, err, sizeof err), SM_ENOTFOUND);
+    assemble_on_a(&req, SM_ENOTFOUND, 0, "array 701 device 6", 0, err);
+    ck_assert_msg(strstr(err, addr_b), "%s", err);
     /* an unreachable peer */
     q[0].src_device = 5;
     q[0].src_address = "127.0.0.1:1";
-    ck_assert_int_eq(sm_svc_worker_assemble(ch_a, CALL_MS, &req, &bytes, err, sizeof err),
-                     SM_EUNAVAILABLE);
-    ck_assert_int_eq(download(ch_a, 721, 0, NULL, &r, err, sizeof err), SM_ENOTFOUND);
+    assemble_on_a(&req, SM_EUNAVAILABLE, 0, NULL, 0, err);
     /* a dtype mismatch is caught by the peer's reply check */
     q[0].src_address = addr_b;
     req.dtype = SM_I32;
     sh[0].npieces = 0;
-    ck_assert_int_eq(sm_svc_worker_assemble(ch_a, CALL_MS, &req, &bytes, err, sizeof err),
-                     SM_EINVAL);
-    ck_assert_msg(strstr(err, "f32"), "%s", err);
-    for (uint64_t a = 700; a <= 721; a++) {
-        sm_svc_worker_free_array(ch_a, CALL_MS, (sm_array_id){a}, 0, NULL, err, sizeof err);
-        sm_svc_worker_free_array(ch_b, CALL_MS, (sm_array_id){a}, 0, NULL, err, sizeof err);
-    }
+    assemble_on_a(&req, SM_EINVAL, 0, "f32", -1, err);
+    free_arrays(700, 721);
     ck_assert_int_eq(stats_of(ch_a).shards, 0);
     ck_assert_int_eq(stats_of(ch_b).shards, 0);
     free(g);
@@ -1023,9 +917,9 @@ START_TEST(test_coordinator_restart)
     pthread_mutex_unlock(&fc.mu);
     r = wait_registered(n0 + 2);
     ck_assert_int_eq(r.nheld, 1);
-    int64_t until = now_ms() + 5000;
-    while (stats_of(ch_a).devices[0] != 100 && now_ms() < until)
-        sleep_ms(20);
+    int64_t until = sm_time_mono_ms() + 5000;
+    while (stats_of(ch_a).devices[0] != 100 && sm_time_mono_ms() < until)
+        harness_sleep_ms(20);
     st = stats_of(ch_a);
     ck_assert_int_eq(st.devices[0], 100);
     ck_assert_int_eq(st.shards, 0);
@@ -1035,9 +929,9 @@ START_TEST(test_coordinator_restart)
     fc.forget = 1;
     pthread_mutex_unlock(&fc.mu);
     wait_registered(n0 + 3);
-    until = now_ms() + 5000;
-    while (stats_of(ch_a).devices[0] != 0 && now_ms() < until)
-        sleep_ms(20);
+    until = sm_time_mono_ms() + 5000;
+    while (stats_of(ch_a).devices[0] != 0 && sm_time_mono_ms() < until)
+        harness_sleep_ms(20);
 }
 END_TEST
 
@@ -1085,8 +979,7 @@ START_TEST(test_frozen_worker_upload)
     char *data = malloc(nbytes);
     fill_random(data, nbytes, 3);
     ck_assert_int_eq(kill(pid, SIGSTOP), 0);
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int64_t t0 = sm_time_mono_ms();
     sm_svc_upload_stream *st = NULL;
     ck_assert_int_eq(sm_svc_upload_open(ch, 1, 1500, &st, err, sizeof err), SM_OK);
     sm_svc_upload_msg m = {.has_header = 1};
@@ -1104,8 +997,7 @@ START_TEST(test_frozen_worker_upload)
     }
     ck_assert_int_eq(e, SM_ETIMEOUT);
     sm_svc_upload_abort(st);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double s_taken = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    double s_taken = (double)(sm_time_mono_ms() - t0) / 1000.0;
     ck_assert_msg(s_taken < 9.0, "the failed upload took %.1f s to return", s_taken);
     ck_assert_int_eq(kill(pid, SIGCONT), 0);
     free(put_random(ch, 3, dev, SM_F32, &s)); /* asserts the upload and its read back */
@@ -1151,19 +1043,10 @@ START_TEST(test_usage_errors)
         {{"--coordinator", "127.0.0.1:1", "--log-level", "loud"}, 2},
     };
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
-        const char *argv[8] = {worker_bin()};
+        const char *argv[8] = {harness_worker_bin()};
         for (int j = 0; j < 4 && cases[k].args[j]; j++)
             argv[j + 1] = cases[k].args[j];
-        pid_t pid = fork();
-        ck_assert_int_ge(pid, 0);
-        if (pid == 0) {
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
-            int fd = open("/dev/null", O_WRONLY); /* async-signal-safe calls only */
-            if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
-                _exit(126);
-            execv(argv[0], (char *const *)argv);
-            _exit(127);
-        }
+        pid_t pid = harness_spawn_child(argv, 1);
         int status = 0;
         ck_assert_int_eq(waitpid(pid, &status, 0), pid);
         ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == cases[k].code,
@@ -1175,26 +1058,14 @@ END_TEST
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
-    Suite *s = suite_create("worker_proc");
-    TCase *tc = tcase_create("worker");
+    TCase *tc;
+    Suite *s = suite_create_one("worker_proc", "worker", 0, &tc);
     tcase_add_unchecked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_registration);
-    tcase_add_test(tc, test_heartbeat);
-    tcase_add_test(tc, test_roundtrip_dtypes);
-    tcase_add_test(tc, test_multichunk_and_boxes);
-    tcase_add_test(tc, test_get_errors);
-    tcase_add_test(tc, test_bad_uploads);
-    tcase_add_test(tc, test_stats_and_free);
-    tcase_add_test(tc, test_concurrent_clients);
-    tcase_add_test(tc, test_assemble_local);
-    tcase_add_test(tc, test_assemble_remote);
-    tcase_add_test(tc, test_assemble_large_remote);
-    tcase_add_test(tc, test_coordinator_restart);
-    tcase_add_test(tc, test_sigterm);
-    tcase_add_test(tc, test_frozen_worker_upload);
-    tcase_add_test(tc, test_token);
-    tcase_add_test(tc, test_usage_errors);
-    suite_add_tcase(s, tc);
+    TCASE_ADD_TESTS(tc, test_registration, test_heartbeat, test_roundtrip_dtypes,
+                    test_multichunk_and_boxes, test_get_errors, test_bad_uploads,
+                    test_stats_and_free, test_concurrent_clients, test_assemble_local,
+                    test_assemble_remote, test_assemble_large_remote, test_coordinator_restart,
+                    test_sigterm, test_frozen_worker_upload, test_token, test_usage_errors);
     SRunner *r = srunner_create(s);
     srunner_set_fork_status(r, CK_NOFORK);
     srunner_run_all(r, CK_NORMAL);

@@ -320,14 +320,9 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("worker_spill");
-    TCase *tc = tcase_create("spill");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_spill_lru_and_read_back);
-    tcase_add_test(tc, test_damaged_copy_is_data_loss);
-    tcase_add_test(tc, test_no_state_dir_refuses);
-    tcase_add_test(tc, test_drop_before_copy);
-    tcase_add_test(tc, test_spare_files);
-    suite_add_tcase(s, tc);
+    TCase *tc;
+    Suite *s = suite_create_one("worker_spill", "spill", 60, &tc);
+    TCASE_ADD_TESTS(tc, test_spill_lru_and_read_back, test_damaged_copy_is_data_loss,
+                    test_no_state_dir_refuses, test_drop_before_copy, test_spare_files);
     return suite_main(s);
 }

@@ -335,16 +335,9 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("worker_store");
-    TCase *tc = tcase_create("store");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_shard_create);
-    tcase_add_test(tc, test_shard_adopt);
-    tcase_add_test(tc, test_unregistered);
-    tcase_add_test(tc, test_put_get_free);
-    tcase_add_test(tc, test_bytes_and_replace);
-    tcase_add_test(tc, test_many_arrays);
-    tcase_add_test(tc, test_concurrency_smoke);
-    suite_add_tcase(s, tc);
+    TCase *tc;
+    Suite *s = suite_create_one("worker_store", "store", 60, &tc);
+    TCASE_ADD_TESTS(tc, test_shard_create, test_shard_adopt, test_unregistered, test_put_get_free,
+                    test_bytes_and_replace, test_many_arrays, test_concurrency_smoke);
     return suite_main(s);
 }
