@@ -153,7 +153,7 @@ sm_err sm_comm_tree_reduce(sm_dtype t, sm_kern_reduce_op op, int lo, int hi,
     int64_t blk = SM_COMM_TREE_BLOCK / el;
     sm_err e = SM_OK;
     for (int64_t b = 0; b < n && !e; b += blk) {
-        const char *res;
+        const char *res = NULL;
         x.next = 0;
         x.at = b;
         x.m = n - b < blk ? n - b : blk;
