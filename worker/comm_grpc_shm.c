@@ -823,26 +823,6 @@ static sm_err sm_cg_shm_ar_body(void *arg)
     return sm_cg_shm_phase(c, g, L, s, seq, 3, e, &x->fallback, err, errlen);
 }
 
-sm_err sm_cg_shm_all_reduce(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
-                            uint64_t seq, sm_dtype t, sm_kern_reduce_op op, const void *in,
-                            void *out, int64_t n, sm_rendezvous_slot **fell, char *err,
-                            size_t errlen)
-{
-    sm_cg_shm_call x = {.c = c,
-                        .g = g,
-                        .L = L,
-                        .seq = seq,
-                        .kind = SM_CG_AR,
-                        .t = t,
-                        .op = op,
-                        .in = in,
-                        .out = out,
-                        .n = n,
-                        .err = err,
-                        .errlen = errlen};
-    return sm_cg_shm_run(&x, sm_cg_shm_ar_body, n, out, fell);
-}
-
 /* reduce_scatter: phase 1, each worker writes the partials of its units
  * of the other workers' members' chunks into its slot (chunk q of unit
  * index j at element (j * size + q) * n), a slice per local member; then
@@ -896,16 +876,18 @@ static sm_err sm_cg_shm_rs_body(void *arg)
     return sm_cg_shm_phase(c, g, L, s, seq, 3, e, &x->fallback, err, errlen);
 }
 
-sm_err sm_cg_shm_reduce_scatter(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
-                                uint64_t seq, sm_dtype t, sm_kern_reduce_op op, const void *in,
-                                void *out, int64_t n, sm_rendezvous_slot **fell, char *err,
-                                size_t errlen)
+/* All-reduce (kind SM_CG_AR) or reduce-scatter (SM_CG_RS) through the
+ * group's segments: one call record, its body by kind. */
+static sm_err sm_cg_shm_reduction(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
+                                  uint64_t seq, sm_cg_kind kind, sm_dtype t, sm_kern_reduce_op op,
+                                  const void *in, void *out, int64_t n, sm_rendezvous_slot **fell,
+                                  char *err, size_t errlen)
 {
     sm_cg_shm_call x = {.c = c,
                         .g = g,
                         .L = L,
                         .seq = seq,
-                        .kind = SM_CG_RS,
+                        .kind = kind,
                         .t = t,
                         .op = op,
                         .in = in,
@@ -913,7 +895,24 @@ sm_err sm_cg_shm_reduce_scatter(sm_comm_grpc *c, const sm_comm_group *g, const s
                         .n = n,
                         .err = err,
                         .errlen = errlen};
-    return sm_cg_shm_run(&x, sm_cg_shm_rs_body, n, NULL, fell);
+    return kind == SM_CG_AR ? sm_cg_shm_run(&x, sm_cg_shm_ar_body, n, out, fell)
+                            : sm_cg_shm_run(&x, sm_cg_shm_rs_body, n, NULL, fell);
+}
+
+sm_err sm_cg_shm_all_reduce(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
+                            uint64_t seq, sm_dtype t, sm_kern_reduce_op op, const void *in,
+                            void *out, int64_t n, sm_rendezvous_slot **fell, char *err,
+                            size_t errlen)
+{
+    return sm_cg_shm_reduction(c, g, L, seq, SM_CG_AR, t, op, in, out, n, fell, err, errlen);
+}
+
+sm_err sm_cg_shm_reduce_scatter(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
+                                uint64_t seq, sm_dtype t, sm_kern_reduce_op op, const void *in,
+                                void *out, int64_t n, sm_rendezvous_slot **fell, char *err,
+                                size_t errlen)
+{
+    return sm_cg_shm_reduction(c, g, L, seq, SM_CG_RS, t, op, in, out, n, fell, err, errlen);
 }
 
 static sm_err sm_cg_shm_move_body(void *arg)
