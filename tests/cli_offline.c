@@ -420,21 +420,13 @@ END_TEST
 
 static Suite *cli_offline_suite(void)
 {
-    TCase *tc;
-    Suite *s = suite_create_one("cli_offline", "offline", 60, &tc);
-    tcase_add_loop_test(tc, test_sharding_json, 0, N(sharding_cases));
-    tcase_add_loop_test(tc, test_plan_json, 0, N(plan_cases));
-    TCASE_ADD_TESTS(tc, test_text_output, test_run_local, test_help);
-    tcase_add_loop_test(tc, test_errors, 0, N(err_cases));
-    tcase_add_test(tc, test_non_uniform_hint);
-    return s;
+    return SUITE_CASE(suite_create("cli_offline"), "offline", 60, NULL,
+                      {test_sharding_json, N(sharding_cases)}, {test_plan_json, N(plan_cases)},
+                      {test_text_output}, {test_run_local}, {test_help},
+                      {test_errors, N(err_cases)}, {test_non_uniform_hint});
 }
 
 int main(void)
 {
-    SRunner *sr = srunner_create(cli_offline_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return suite_main(cli_offline_suite());
 }

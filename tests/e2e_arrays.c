@@ -657,15 +657,11 @@ END_TEST
 
 int main(void)
 {
-    TCase *tc;
-    Suite *s = suite_create_one("e2e_arrays", "cluster", 120, &tc);
-    tcase_add_unchecked_fixture(tc, clusters_up, clusters_down);
-    tcase_add_loop_test(tc, guide_layouts_two_workers, 0, N_GUIDE);
-    tcase_add_loop_test(tc, guide_layouts_one_worker, 0, N_GUIDE);
-    tcase_add_loop_test(tc, meshes, 0, 2 * N_MESH);
-    tcase_add_loop_test(tc, dtype_round_trips, 0, (int)(sizeof dtypes / sizeof dtypes[0]));
-    TCASE_ADD_TESTS(tc, multi_chunk, client_cache, put_shards_and_callback, put_callback,
-                    put_local_two_clients, put_local_missing_part_fails, reshard_every_pair,
-                    names_attach_and_delete, meshes_by_name);
-    return harness_run_suite(s);
+    return harness_run_suite(SUITE_CASE(
+        suite_create("e2e_arrays"), "cluster", 120, SUITE_UNCHECKED(clusters_up, clusters_down),
+        {guide_layouts_two_workers, N_GUIDE}, {guide_layouts_one_worker, N_GUIDE},
+        {meshes, 2 * N_MESH}, {dtype_round_trips, (int)(sizeof dtypes / sizeof dtypes[0])},
+        {multi_chunk}, {client_cache}, {put_shards_and_callback}, {put_callback},
+        {put_local_two_clients}, {put_local_missing_part_fails}, {reshard_every_pair},
+        {names_attach_and_delete}, {meshes_by_name}));
 }

@@ -635,12 +635,9 @@ END_TEST
 
 int main(void)
 {
-    TCase *tc;
-    Suite *s = suite_create_one("e2e_ckpt", "cluster", 120, &tc);
-    tcase_add_unchecked_fixture(tc, clusters_up, clusters_down);
-    TCASE_ADD_TESTS(tc, save_load_any_sharding, replicated_written_once);
-    tcase_add_loop_test(tc, dtypes, 0, 5);
-    TCASE_ADD_TESTS(tc, load_names, damaged_refused, interrupted_save_incomplete,
-                    chunks_read_where_needed, killed_save_incomplete, relative_dir, cli_save_load);
-    return harness_run_suite(s);
+    return harness_run_suite(SUITE_CASE(
+        suite_create("e2e_ckpt"), "cluster", 120, SUITE_UNCHECKED(clusters_up, clusters_down),
+        {save_load_any_sharding}, {replicated_written_once}, {dtypes, 5}, {load_names},
+        {damaged_refused}, {interrupted_save_incomplete}, {chunks_read_where_needed},
+        {killed_save_incomplete}, {relative_dir}, {cli_save_load}));
 }

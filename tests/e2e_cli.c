@@ -384,11 +384,9 @@ END_TEST
 
 int main(void)
 {
-    TCase *tc;
-    Suite *s = suite_create_one("e2e_cli", "cluster", 120, &tc);
-    tcase_add_unchecked_fixture(tc, cluster_up, cluster_down);
-    tcase_add_loop_test(tc, help_for_every_command, 0, (int)(sizeof commands / sizeof commands[0]));
-    TCASE_ADD_TESTS(tc, usage_errors, devices_json, meshes, put_describe_get_reshard_rm,
-                    put_shards_cli, put_local_four_processes);
-    return harness_run_suite(s);
+    return harness_run_suite(SUITE_CASE(
+        suite_create("e2e_cli"), "cluster", 120, SUITE_UNCHECKED(cluster_up, cluster_down),
+        {help_for_every_command, (int)(sizeof commands / sizeof commands[0])}, {usage_errors},
+        {devices_json}, {meshes}, {put_describe_get_reshard_rm}, {put_shards_cli},
+        {put_local_four_processes}));
 }

@@ -666,10 +666,8 @@ END_TEST
 
 int main(void)
 {
-    TCase *tc;
-    Suite *s = suite_create_one("e2e_direct", "cluster", 120, &tc);
-    tcase_add_unchecked_fixture(tc, cluster_up, cluster_down);
-    TCASE_ADD_TESTS(tc, direct_round_trips, relay_forced, commit_verified, commit_batched,
-                    download_batched, put_batched, fallback_unreachable_worker);
-    return harness_run_suite(s);
+    return harness_run_suite(SUITE_CASE(
+        suite_create("e2e_direct"), "cluster", 120, SUITE_UNCHECKED(cluster_up, cluster_down),
+        {direct_round_trips}, {relay_forced}, {commit_verified}, {commit_batched},
+        {download_batched}, {put_batched}, {fallback_unreachable_worker}));
 }

@@ -1075,16 +1075,13 @@ END_TEST
 
 static Suite *durable_suite(void)
 {
-    TCase *tc;
-    Suite *s = suite_create_one("e2e_durable", "restart", 120, &tc);
-    tcase_add_checked_fixture(tc, env_setup, env_teardown);
-    TCASE_ADD_TESTS(tc, test_coordinator_kill9_restart, test_restart_with_a_worker_gone,
-                    test_jobs_across_restart, test_workers_with_state_dir,
-                    test_worker_without_state_dir_lost, test_replicated_survives_worker_loss,
-                    test_replicas_survive_worker_loss, test_spill_under_memory_limit,
-                    test_kill_during_upload_and_reshard, test_local_workers_state_dir,
-                    test_damaged_db_refused);
-    return s;
+    return SUITE_CASE(suite_create("e2e_durable"), "restart", 120,
+                      SUITE_CHECKED(env_setup, env_teardown), {test_coordinator_kill9_restart},
+                      {test_restart_with_a_worker_gone}, {test_jobs_across_restart},
+                      {test_workers_with_state_dir}, {test_worker_without_state_dir_lost},
+                      {test_replicated_survives_worker_loss}, {test_replicas_survive_worker_loss},
+                      {test_spill_under_memory_limit}, {test_kill_during_upload_and_reshard},
+                      {test_local_workers_state_dir}, {test_damaged_db_refused});
 }
 
 int main(void)

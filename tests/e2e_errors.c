@@ -501,12 +501,9 @@ END_TEST
 
 int main(void)
 {
-    TCase *tc;
-    Suite *s = suite_create_one("e2e_errors", "cluster", 120, &tc);
-    tcase_add_unchecked_fixture(tc, cluster_up, cluster_down);
-    tcase_add_test(tc, unknown_arrays);
-    tcase_add_loop_test(tc, bad_specs_refused, 0, (int)(sizeof bad_specs / sizeof bad_specs[0]));
-    TCASE_ADD_TESTS(tc, duplicate_name, bad_uploads_then_good, put_shards_wrong_shape_server_side,
-                    still_serving, tokens, worker_killed, memory_limit);
-    return harness_run_suite(s);
+    return harness_run_suite(SUITE_CASE(
+        suite_create("e2e_errors"), "cluster", 120, SUITE_UNCHECKED(cluster_up, cluster_down),
+        {unknown_arrays}, {bad_specs_refused, (int)(sizeof bad_specs / sizeof bad_specs[0])},
+        {duplicate_name}, {bad_uploads_then_good}, {put_shards_wrong_shape_server_side},
+        {still_serving}, {tokens}, {worker_killed}, {memory_limit}));
 }

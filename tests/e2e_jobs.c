@@ -1234,36 +1234,17 @@ END_TEST
 
 static Suite *jobs_suite(void)
 {
-    Suite *s = suite_create("e2e_jobs");
-    TCase *tc = tcase_create("jobs");
-    tcase_add_unchecked_fixture(tc, cluster_up, cluster_down);
-    tcase_set_timeout(tc, 120);
-    tcase_add_loop_test(tc, test_matmul, 0, 2);
-    TCASE_ADD_TESTS(tc, test_matmul_resharded_inputs, test_transport, test_slice_and_average);
-    tcase_add_loop_test(tc, test_rejected, 0, 2 * (int)(sizeof rejects / sizeof rejects[0]));
-    tcase_add_loop_test(tc, test_run_one_call, 0, 3);
-    tcase_add_test(tc, test_not_divisible_and_unknown_job);
-    tcase_add_loop_test(tc, test_cancel_and_deadline, 0, 4);
-    TCASE_ADD_TESTS(tc, test_shmapctl_run, test_shmapctl_job);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("failures");
-    tcase_set_timeout(tc, 180);
-    tcase_add_loop_test(tc, test_worker_lost, 0, 2);
-    tcase_add_test(tc, test_records_dropped);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("layouts");
-    tcase_set_timeout(tc, 240);
-    tcase_add_test(tc, test_same_bits_every_layout);
-    tcase_add_test(tc, test_shm_fallback);
-    suite_add_tcase(s, tc);
-    return s;
+    Suite *s = SUITE_CASE(
+        suite_create("e2e_jobs"), "jobs", 120, SUITE_UNCHECKED(cluster_up, cluster_down),
+        {test_matmul, 2}, {test_matmul_resharded_inputs}, {test_transport},
+        {test_slice_and_average}, {test_rejected, 2 * (int)(sizeof rejects / sizeof rejects[0])},
+        {test_run_one_call, 3}, {test_not_divisible_and_unknown_job}, {test_cancel_and_deadline, 4},
+        {test_shmapctl_run}, {test_shmapctl_job});
+    SUITE_CASE(s, "failures", 180, NULL, {test_worker_lost, 2}, {test_records_dropped});
+    return SUITE_CASE(s, "layouts", 240, NULL, {test_same_bits_every_layout}, {test_shm_fallback});
 }
 
 int main(void)
 {
-    SRunner *sr = srunner_create(jobs_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return suite_main(jobs_suite());
 }

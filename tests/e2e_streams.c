@@ -139,9 +139,7 @@ END_TEST
 
 int main(void)
 {
-    TCase *tc;
-    Suite *s = suite_create_one("e2e_streams", "streams", 60, &tc);
-    tcase_add_unchecked_fixture(tc, cluster_up, cluster_down);
-    tcase_add_test(tc, test_limit_per_client);
-    return harness_run_suite(s);
+    return harness_run_suite(SUITE_CASE(suite_create("e2e_streams"), "streams", 60,
+                                        SUITE_UNCHECKED(cluster_up, cluster_down),
+                                        {test_limit_per_client}));
 }

@@ -1169,17 +1169,12 @@ END_TEST
 
 int main(void)
 {
-    TCase *tc;
-    Suite *s = suite_create_one("e2e_tenants", "tenants", 120, &tc);
-    tcase_add_checked_fixture(tc, setup, teardown);
-    TCASE_ADD_TESTS(tc, test_isolation, test_tokens, test_grants_direct, test_grants_refused,
-                    test_max_jobs, test_jobs_restart);
-    TCase *sec = tcase_create("every_method");
-    tcase_set_timeout(sec, 300);
-    tcase_add_unchecked_fixture(sec, secure_up, secure_down);
-    tcase_add_test(sec, test_rows_cover_methods);
-    tcase_add_loop_test(sec, test_every_method, 0, (int)(sizeof g_callers / sizeof g_callers[0]));
-    tcase_add_test(sec, test_other_tenant);
-    suite_add_tcase(s, sec);
+    Suite *s =
+        SUITE_CASE(suite_create("e2e_tenants"), "tenants", 120, SUITE_CHECKED(setup, teardown),
+                   {test_isolation}, {test_tokens}, {test_grants_direct}, {test_grants_refused},
+                   {test_max_jobs}, {test_jobs_restart});
+    SUITE_CASE(
+        s, "every_method", 300, SUITE_UNCHECKED(secure_up, secure_down), {test_rows_cover_methods},
+        {test_every_method, (int)(sizeof g_callers / sizeof g_callers[0])}, {test_other_tenant});
     return harness_run_suite(s);
 }

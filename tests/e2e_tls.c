@@ -572,27 +572,13 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("e2e_tls");
-    TCase *tc = tcase_create("tls");
-    tcase_set_timeout(tc, 60);
-    tcase_add_unchecked_fixture(tc, cluster_up, cluster_down);
-    TCASE_ADD_TESTS(tc, test_logged, test_ca_client_relays, test_cert_client_direct);
-    tcase_add_loop_test(tc, test_client_refused, 0, 3);
-    tcase_add_test(tc, test_register_needs_cert);
-    tcase_add_loop_test(tc, test_worker_port, 0, 3);
-    tcase_add_test(tc, test_stranger_worker);
-    tcase_add_loop_test(tc, test_start_refused, 0, 3);
-    suite_add_tcase(s, tc);
-    TCase *named = tcase_create("server_name");
-    tcase_set_timeout(named, 60);
-    tcase_add_unchecked_fixture(named, named_up, named_down);
-    tcase_add_test(named, test_server_name);
-    suite_add_tcase(s, named);
-    TCase *tenants = tcase_create("tenants");
-    tcase_set_timeout(tenants, 60);
-    tcase_add_unchecked_fixture(tenants, tenants_up, tenants_down);
-    tcase_add_test(tenants, test_tenant_grants);
-    suite_add_tcase(s, tenants);
+    Suite *s =
+        SUITE_CASE(suite_create("e2e_tls"), "tls", 60, SUITE_UNCHECKED(cluster_up, cluster_down),
+                   {test_logged}, {test_ca_client_relays}, {test_cert_client_direct},
+                   {test_client_refused, 3}, {test_register_needs_cert}, {test_worker_port, 3},
+                   {test_stranger_worker}, {test_start_refused, 3});
+    SUITE_CASE(s, "server_name", 60, SUITE_UNCHECKED(named_up, named_down), {test_server_name});
+    SUITE_CASE(s, "tenants", 60, SUITE_UNCHECKED(tenants_up, tenants_down), {test_tenant_grants});
     certs_make();
     int rc = harness_run_suite(s);
     harness_rmdir(g_dir);

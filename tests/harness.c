@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "harness.h"
 #include "sm_time.h"
+#include "suite_main.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -666,12 +667,7 @@ sm_array_ref harness_id_ref(sm_array_id id)
 
 int harness_run_suite(Suite *s)
 {
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return suite_run(s, 1);
 }
 
 int harness_worker_pids(const harness_cluster *h, pid_t *out, int max)

@@ -701,13 +701,10 @@ END_TEST
 int main(void)
 {
 
-    TCase *tc;
-    Suite *s = suite_create_one("array", "array", 0, &tc);
-    TCASE_ADD_TESTS(tc, test_dtype_table, test_dtype_parse_unknown, test_shape_make,
-                    test_shape_sizes, test_shape_strides, test_shape_parse, test_shape_format,
-                    test_shape_equal, test_index, test_index_check);
-    tcase_add_loop_test(tc, test_block_copy_random, 0, 5);
-    TCASE_ADD_TESTS(tc, test_block_copy_large_rows, test_block_copy_errors, test_array_create,
-                    test_copy_stream, test_data_cache, test_data_limit);
-    return suite_main(s);
+    return suite_main(SUITE_CASE(
+        suite_create("array"), "array", 0, NULL, {test_dtype_table}, {test_dtype_parse_unknown},
+        {test_shape_make}, {test_shape_sizes}, {test_shape_strides}, {test_shape_parse},
+        {test_shape_format}, {test_shape_equal}, {test_index}, {test_index_check},
+        {test_block_copy_random, 5}, {test_block_copy_large_rows}, {test_block_copy_errors},
+        {test_array_create}, {test_copy_stream}, {test_data_cache}, {test_data_limit}));
 }

@@ -641,15 +641,11 @@ int main(void)
         perror("mkdtemp");
         return EXIT_FAILURE;
     }
-    TCase *tc;
-    Suite *s = suite_create_one("array_npy", "npy", 60, &tc);
-    TCASE_ADD_TESTS(tc, test_npy_roundtrip, test_npy_write_direct, test_npy_bf16_refused,
-                    test_npy_write_replaces, test_npy_header_versions, test_npy_format_header,
-                    test_npy_malformed, test_npy_not_found, test_npy_numpy_exchange);
-    SRunner *r = srunner_create(s);
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
+    int rc = suite_main(SUITE_CASE(suite_create("array_npy"), "npy", 60, NULL, {test_npy_roundtrip},
+                                   {test_npy_write_direct}, {test_npy_bf16_refused},
+                                   {test_npy_write_replaces}, {test_npy_header_versions},
+                                   {test_npy_format_header}, {test_npy_malformed},
+                                   {test_npy_not_found}, {test_npy_numpy_exchange}));
     remove_tree(tmpdir);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return rc;
 }

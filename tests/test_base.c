@@ -468,12 +468,10 @@ END_TEST
 
 int main(void)
 {
-    TCase *tc;
-    Suite *s = suite_create_one("base", "base", 0, &tc);
-    TCASE_ADD_TESTS(tc, test_err_texts, test_fail_writes_message, test_strbuf, test_arena,
-                    test_arena_defer, test_config_precedence, test_config_errors, test_tpool,
-                    test_tpool_run, test_hold, test_time_after);
-    tcase_add_loop_test(tc, test_htab, 0, (int)(sizeof htab_cases / sizeof htab_cases[0]));
-    tcase_add_loop_test(tc, test_htab_shrink, 0, (int)(sizeof htab_cases / sizeof htab_cases[0]));
-    return suite_main(s);
+    return suite_main(SUITE_CASE(
+        suite_create("base"), "base", 0, NULL, {test_err_texts}, {test_fail_writes_message},
+        {test_strbuf}, {test_arena}, {test_arena_defer}, {test_config_precedence},
+        {test_config_errors}, {test_tpool}, {test_tpool_run}, {test_hold}, {test_time_after},
+        {test_htab, (int)(sizeof htab_cases / sizeof htab_cases[0])},
+        {test_htab_shrink, (int)(sizeof htab_cases / sizeof htab_cases[0])}));
 }

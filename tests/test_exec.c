@@ -488,15 +488,9 @@ END_TEST
 
 int main(void)
 {
-    TCase *tc;
-    Suite *s = suite_create_one("exec", "ops", 60, &tc);
-    tcase_add_loop_test(tc, test_op_sharded_vs_single, 0, NROWS);
-    TCASE_ADD_TESTS(tc, test_table_covers_every_op, test_spot_values, test_bool_reductions,
-                    test_axis_index_groups, test_builder_axis_size, test_repeated_returns,
-                    test_device_order);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return suite_main(SUITE_CASE(suite_create("exec"), "ops", 60, NULL,
+                                 {test_op_sharded_vs_single, NROWS}, {test_table_covers_every_op},
+                                 {test_spot_values}, {test_bool_reductions},
+                                 {test_axis_index_groups}, {test_builder_axis_size},
+                                 {test_repeated_returns}, {test_device_order}));
 }

@@ -858,22 +858,11 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("exec_coll");
-    TCase *tc = tcase_create("collectives");
-    tcase_set_timeout(tc, 120);
-    tcase_add_loop_test(tc, test_collective, 0, NGROUPS * NVARIANTS);
-    suite_add_tcase(s, tc);
-    TCase *tf = tcase_create("failures");
-    tcase_set_timeout(tf, 60);
-    TCASE_ADD_TESTS(tf, test_deterministic, test_bad_input_releases_peers,
-                    test_kernel_error_releases_peers, test_missing_peer_times_out,
-                    test_local_run_reports_op, test_group_make, test_comm_mismatch_and_abort);
-    tcase_add_loop_test(tf, test_comm_reduce_sizes, 0, NREDUCE);
-    tcase_add_test(tf, test_comm_tree_units);
-    suite_add_tcase(s, tf);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    Suite *s = SUITE_CASE(suite_create("exec_coll"), "collectives", 120, NULL,
+                          {test_collective, NGROUPS * NVARIANTS});
+    SUITE_CASE(s, "failures", 60, NULL, {test_deterministic}, {test_bad_input_releases_peers},
+               {test_kernel_error_releases_peers}, {test_missing_peer_times_out},
+               {test_local_run_reports_op}, {test_group_make}, {test_comm_mismatch_and_abort},
+               {test_comm_reduce_sizes, NREDUCE}, {test_comm_tree_units});
+    return suite_main(s);
 }

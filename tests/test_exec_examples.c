@@ -217,11 +217,9 @@ END_TEST
 
 int main(void)
 {
-    TCase *tc;
-    Suite *s = suite_create_one("exec_examples", "examples", 60, &tc);
-    tcase_add_loop_test(tc, test_required_example, 0, (int)(sizeof required / sizeof required[0]));
-    TCASE_ADD_TESTS(tc, test_all_examples, test_slice_and_average_numbers);
-    tcase_add_loop_test(tc, test_sidecar_errors, 0,
-                        (int)(sizeof sidecar_errors / sizeof sidecar_errors[0]));
-    return suite_main(s);
+    return suite_main(
+        SUITE_CASE(suite_create("exec_examples"), "examples", 60, NULL,
+                   {test_required_example, (int)(sizeof required / sizeof required[0])},
+                   {test_all_examples}, {test_slice_and_average_numbers},
+                   {test_sidecar_errors, (int)(sizeof sidecar_errors / sizeof sidecar_errors[0])}));
 }

@@ -656,18 +656,12 @@ END_TEST
 
 Suite *ir_suite(void)
 {
-    Suite *s = suite_create("ir");
-    TCase *tc = tcase_create("seeds");
-    tcase_add_loop_test(tc, test_seed_types, 0, sizeof seeds / sizeof seeds[0]);
-    TCASE_ADD_TESTS(tc, test_matmul_basic_details, test_loop_unrolls, test_weak_types,
-                    test_nested_loops, test_vma_off_accepts, test_roundtrip_oddities,
-                    test_describe);
-    tcase_add_loop_test(tc, test_light, 0, sizeof light_cases / sizeof light_cases[0]);
-    suite_add_tcase(s, tc);
-    TCase *te = tcase_create("errors");
-    tcase_add_loop_test(te, test_errors, 0, sizeof errors / sizeof errors[0]);
-    suite_add_tcase(s, te);
-    return s;
+    Suite *s = SUITE_CASE(
+        suite_create("ir"), "seeds", 0, NULL, {test_seed_types, sizeof seeds / sizeof seeds[0]},
+        {test_matmul_basic_details}, {test_loop_unrolls}, {test_weak_types}, {test_nested_loops},
+        {test_vma_off_accepts}, {test_roundtrip_oddities}, {test_describe},
+        {test_light, sizeof light_cases / sizeof light_cases[0]});
+    return SUITE_CASE(s, "errors", 0, NULL, {test_errors, sizeof errors / sizeof errors[0]});
 }
 
 int main(void)

@@ -326,16 +326,10 @@ END_TEST
 
 Suite *ir_ops_suite(void)
 {
-    Suite *s = suite_create("ir_ops");
-    TCase *tc = tcase_create("ops");
-    tcase_add_loop_test(tc, test_op_row, 0, sizeof ops / sizeof ops[0]);
-    tcase_add_test(tc, test_every_op_has_a_row);
-    suite_add_tcase(s, tc);
-    TCase *tb = tcase_create("builder");
-    TCASE_ADD_TESTS(tb, test_builder_matmul_basic, test_builder_errors,
-                    test_builder_verify_catches_edits);
-    suite_add_tcase(s, tb);
-    return s;
+    Suite *s = SUITE_CASE(suite_create("ir_ops"), "ops", 0, NULL,
+                          {test_op_row, sizeof ops / sizeof ops[0]}, {test_every_op_has_a_row});
+    return SUITE_CASE(s, "builder", 0, NULL, {test_builder_matmul_basic}, {test_builder_errors},
+                      {test_builder_verify_catches_edits});
 }
 
 int main(void)

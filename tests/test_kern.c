@@ -591,10 +591,8 @@ END_TEST
 
 int main(void)
 {
-    TCase *tc;
-    Suite *s = suite_create_one("kern", "kern", 60, &tc);
-    TCASE_ADD_TESTS(tc, test_unary_all, test_unary_exact_values, test_binary_all,
-                    test_binary_exact_values, test_binary_errors, test_where_broadcast,
-                    test_astype_all_pairs, test_astype_exact_values, test_fill_iota);
-    return kt_run(s);
+    return kt_run(SUITE_CASE(
+        suite_create("kern"), "kern", 60, NULL, {test_unary_all}, {test_unary_exact_values},
+        {test_binary_all}, {test_binary_exact_values}, {test_binary_errors}, {test_where_broadcast},
+        {test_astype_all_pairs}, {test_astype_exact_values}, {test_fill_iota}));
 }

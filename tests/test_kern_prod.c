@@ -443,11 +443,7 @@ END_TEST
 
 int main(void)
 {
-    TCase *tc;
-    Suite *s = suite_create_one("kern_prod", "prod", 60, &tc);
-    tcase_add_loop_test(tc, test_matmul_table, 0, NMM);
-    tcase_add_test(tc, test_matmul_shapes_and_errors);
-    tcase_add_loop_test(tc, test_einsum_table, 0, NEIN);
-    TCASE_ADD_TESTS(tc, test_dot_table, test_einsum_errors, test_sgemm_gflops);
-    return kt_run(s);
+    return kt_run(SUITE_CASE(suite_create("kern_prod"), "prod", 60, NULL, {test_matmul_table, NMM},
+                             {test_matmul_shapes_and_errors}, {test_einsum_table, NEIN},
+                             {test_dot_table}, {test_einsum_errors}, {test_sgemm_gflops}));
 }

@@ -292,9 +292,7 @@ END_TEST
 
 int main(void)
 {
-    TCase *tc;
-    Suite *s = suite_create_one("kern_reduce", "reduce", 60, &tc);
-    TCASE_ADD_TESTS(tc, test_reduce_all, test_reduce_exact_and_errors, test_reduce_deterministic,
-                    test_accumulate_scale);
-    return kt_run(s);
+    return kt_run(SUITE_CASE(suite_create("kern_reduce"), "reduce", 60, NULL, {test_reduce_all},
+                             {test_reduce_exact_and_errors}, {test_reduce_deterministic},
+                             {test_accumulate_scale}));
 }

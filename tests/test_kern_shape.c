@@ -515,10 +515,8 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "--coretype-probe"))
         return coretype_probe(argc, argv);
-    TCase *tc;
-    Suite *s = suite_create_one("kern_shape", "shape", 60, &tc);
-    TCASE_ADD_TESTS(tc, test_transpose_table, test_slice_table, test_broadcast_pad,
-                    test_concatenate_tile, test_roll_values, test_dynamic_slices,
-                    test_empty_null_buffers, test_coretype, test_coretype_reexec);
-    return kt_run(s);
+    return kt_run(SUITE_CASE(suite_create("kern_shape"), "shape", 60, NULL, {test_transpose_table},
+                             {test_slice_table}, {test_broadcast_pad}, {test_concatenate_tile},
+                             {test_roll_values}, {test_dynamic_slices}, {test_empty_null_buffers},
+                             {test_coretype}, {test_coretype_reexec}));
 }

@@ -709,16 +709,13 @@ END_TEST
 
 static Suite *lower_suite(void)
 {
-    TCase *tc;
-    Suite *s = suite_create_one("lower", "jit", 240, &tc);
-    tcase_add_loop_test(tc, test_types, 0, (int)(sizeof types / sizeof types[0]));
-    tcase_add_loop_test(tc, test_print_roundtrip, 0, (int)(sizeof types / sizeof types[0]));
-    tcase_add_loop_test(tc, test_errors, 0, (int)(sizeof errors / sizeof errors[0]));
-    tcase_add_test(tc, test_entry);
-    tcase_add_loop_test(tc, test_unreduced, 0, (int)(sizeof unreduced / sizeof unreduced[0]));
-    tcase_add_loop_test(tc, test_lowering, 0, (int)(sizeof lowers / sizeof lowers[0]));
-    TCASE_ADD_TESTS(tc, test_differential_cases, test_differential_random, test_mutations);
-    return s;
+    return SUITE_CASE(suite_create("lower"), "jit", 240, NULL,
+                      {test_types, (int)(sizeof types / sizeof types[0])},
+                      {test_print_roundtrip, (int)(sizeof types / sizeof types[0])},
+                      {test_errors, (int)(sizeof errors / sizeof errors[0])}, {test_entry},
+                      {test_unreduced, (int)(sizeof unreduced / sizeof unreduced[0])},
+                      {test_lowering, (int)(sizeof lowers / sizeof lowers[0])},
+                      {test_differential_cases}, {test_differential_random}, {test_mutations});
 }
 
 int main(void)

@@ -1168,19 +1168,15 @@ END_TEST
 
 int main(void)
 {
-    TCase *tc;
-    Suite *s = suite_create_one("rpc", "rpc", 30, &tc);
     /* SM_TEST_ONLY=name runs one test (debugging) */
-    TCASE_ADD_TESTS(tc, test_status_mapping, test_checksum, test_unary_roundtrip,
-                    test_large_payload, test_error_status, test_token, test_dead_port, test_chans,
-                    test_wait_ready, test_concurrent_unary, test_calls_during_streams);
+    Suite *s = SUITE_CASE(suite_create("rpc"), "rpc", 30, NULL, {test_status_mapping},
+                          {test_checksum}, {test_unary_roundtrip}, {test_large_payload},
+                          {test_error_status}, {test_token}, {test_dead_port}, {test_chans},
+                          {test_wait_ready}, {test_concurrent_unary}, {test_calls_during_streams});
     /* the tests on the default server of the fixture */
-    TCase *srv = tcase_create("server");
-    tcase_set_timeout(srv, 30);
-    tcase_add_checked_fixture(srv, fx_setup, fx_teardown);
-    TCASE_ADD_TESTS(srv, test_client_stream, test_server_stream, test_bidi, test_bidi_server_ends,
-                    test_malformed, test_unimplemented, test_health, test_deadline,
-                    test_client_cancel, test_stop_with_streams, test_blocked_handler);
-    suite_add_tcase(s, srv);
+    SUITE_CASE(s, "server", 30, SUITE_CHECKED(fx_setup, fx_teardown), {test_client_stream},
+               {test_server_stream}, {test_bidi}, {test_bidi_server_ends}, {test_malformed},
+               {test_unimplemented}, {test_health}, {test_deadline}, {test_client_cancel},
+               {test_stop_with_streams}, {test_blocked_handler});
     return suite_main(s);
 }

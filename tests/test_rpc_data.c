@@ -569,9 +569,8 @@ END_TEST
 
 int main(void)
 {
-    TCase *tc;
-    Suite *s = suite_create_one("rpc_data", "core", 120, &tc);
-    TCASE_ADD_TESTS(tc, test_unpack_data_wellformed, test_unpack_data_malformed,
-                    test_unpack_data_refused, test_pack_data, test_streams_zero_copy);
-    return suite_main(s);
+    return suite_main(SUITE_CASE(suite_create("rpc_data"), "core", 120, NULL,
+                                 {test_unpack_data_wellformed}, {test_unpack_data_malformed},
+                                 {test_unpack_data_refused}, {test_pack_data},
+                                 {test_streams_zero_copy}));
 }

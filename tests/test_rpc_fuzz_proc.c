@@ -948,16 +948,13 @@ END_TEST
 
 static Suite *fuzz_suite(void)
 {
-    TCase *tc;
-    Suite *s = suite_create_one("rpc_fuzz_proc", "fuzz", 600, &tc);
-    tcase_add_unchecked_fixture(tc, cluster_start, cluster_stop);
-    TCASE_ADD_TESTS(tc, test_raw_message_packs_exactly, test_unknown_method,
-                    test_coordinator_random_bytes, test_worker_random_bytes,
-                    test_coordinator_mutated, test_worker_mutated, test_concurrent_clients,
-                    test_races, test_upload_streams, test_download_boxes,
-                    test_exchange_unknown_jobs, test_aborted_streams, test_oversized_message,
-                    test_regressions, test_pending_still_usable, test_no_sanitizer_reports);
-    return s;
+    return SUITE_CASE(
+        suite_create("rpc_fuzz_proc"), "fuzz", 600, SUITE_UNCHECKED(cluster_start, cluster_stop),
+        {test_raw_message_packs_exactly}, {test_unknown_method}, {test_coordinator_random_bytes},
+        {test_worker_random_bytes}, {test_coordinator_mutated}, {test_worker_mutated},
+        {test_concurrent_clients}, {test_races}, {test_upload_streams}, {test_download_boxes},
+        {test_exchange_unknown_jobs}, {test_aborted_streams}, {test_oversized_message},
+        {test_regressions}, {test_pending_still_usable}, {test_no_sanitizer_reports});
 }
 
 int main(void)

@@ -884,28 +884,15 @@ END_TEST
 
 static Suite *job_suite(void)
 {
-    Suite *s = suite_create("rpc_job");
-    TCase *tc = tcase_create("program");
-    tcase_add_loop_test(tc, test_program_roundtrip, 0, N(progs));
-    tcase_add_test(tc, test_program_decode_garbage);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("rpc");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 60);
-    tcase_add_loop_test(tc, test_submit, 0, 2);
-    TCASE_ADD_TESTS(tc, test_submit_wait, test_wait_get_cancel, test_run_job,
-                    test_cancel_job_worker, test_exchange);
-    tcase_add_loop_test(tc, test_malformed_program, 0, N(bad_cases));
-    tcase_add_test(tc, test_unimplemented);
-    suite_add_tcase(s, tc);
-    return s;
+    Suite *s = SUITE_CASE(suite_create("rpc_job"), "program", 0, NULL,
+                          {test_program_roundtrip, N(progs)}, {test_program_decode_garbage});
+    return SUITE_CASE(s, "rpc", 60, SUITE_CHECKED(setup, teardown), {test_submit, 2},
+                      {test_submit_wait}, {test_wait_get_cancel}, {test_run_job},
+                      {test_cancel_job_worker}, {test_exchange},
+                      {test_malformed_program, N(bad_cases)}, {test_unimplemented});
 }
 
 int main(void)
 {
-    SRunner *sr = srunner_create(job_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return suite_main(job_suite());
 }

@@ -674,17 +674,12 @@ END_TEST
 
 static Suite *svc_suite(void)
 {
-    TCase *tc;
-    Suite *s = suite_create_one("rpc_svc", "round_trip", 30, &tc);
-    tcase_add_checked_fixture(tc, setup, teardown);
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
-    TCASE_ADD_TESTS(tc, test_negotiate, test_list_devices);
-    tcase_add_loop_test(tc, test_create_mesh, 0, 2);
-    tcase_add_test(tc, test_get_and_list_meshes);
-    tcase_add_loop_test(tc, test_create_array, 0, N(car_cases));
-    TCASE_ADD_TESTS(tc, test_describe_list_delete, test_reshard, test_register_heartbeat);
+    return SUITE_CASE(suite_create("rpc_svc"), "round_trip", 30, SUITE_CHECKED(setup, teardown),
+                      {test_negotiate}, {test_list_devices}, {test_create_mesh, 2},
+                      {test_get_and_list_meshes}, {test_create_array, N(car_cases)},
+                      {test_describe_list_delete}, {test_reshard}, {test_register_heartbeat});
 #undef N
-    return s;
 }
 
 int main(void)

@@ -763,19 +763,13 @@ END_TEST
 
 static Suite *svc_bad_suite(void)
 {
-    TCase *tc;
-    Suite *s = suite_create_one("rpc_svc_bad", "errors", 30, &tc);
-    tcase_add_checked_fixture(tc, setup, teardown);
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
-    tcase_add_loop_test(tc, test_malformed_unary, 0, N(bad_cases));
-    tcase_add_loop_test(tc, test_malformed_download, 0, 2);
-    tcase_add_loop_test(tc, test_malformed_upload, 0, N(bad_uploads));
-    tcase_add_test(tc, test_handler_error_unary);
-    tcase_add_loop_test(tc, test_handler_error_upload, 0, 2);
-    tcase_add_loop_test(tc, test_handler_error_download, 0, 2);
-    TCASE_ADD_TESTS(tc, test_abandon_streams, test_bad_reply, test_unimplemented);
+    return SUITE_CASE(suite_create("rpc_svc_bad"), "errors", 30, SUITE_CHECKED(setup, teardown),
+                      {test_malformed_unary, N(bad_cases)}, {test_malformed_download, 2},
+                      {test_malformed_upload, N(bad_uploads)}, {test_handler_error_unary},
+                      {test_handler_error_upload, 2}, {test_handler_error_download, 2},
+                      {test_abandon_streams}, {test_bad_reply}, {test_unimplemented});
 #undef N
-    return s;
 }
 
 int main(void)

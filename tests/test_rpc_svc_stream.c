@@ -382,13 +382,8 @@ END_TEST
 
 static Suite *svc_stream_suite(void)
 {
-    TCase *tc;
-    Suite *s = suite_create_one("rpc_svc_stream", "streams", 30, &tc);
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_worker_calls);
-    tcase_add_loop_test(tc, test_upload_stream, 0, 2);
-    tcase_add_loop_test(tc, test_download_stream, 0, 2);
-    return s;
+    return SUITE_CASE(suite_create("rpc_svc_stream"), "streams", 30, SUITE_CHECKED(setup, teardown),
+                      {test_worker_calls}, {test_upload_stream, 2}, {test_download_stream, 2});
 }
 
 int main(void)

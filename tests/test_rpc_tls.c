@@ -268,20 +268,14 @@ int main(void)
 {
     certs_make();
     sm_rpc_init();
-    TCase *tc;
-    Suite *s = suite_create_one("rpc_tls", "tls", 60, &tc);
-    TCASE_ADD_TESTS(tc, test_create_rows, test_create_pem_text);
-    tcase_add_loop_test(tc, test_server, 0, 2);
-    TCASE_ADD_TESTS(tc, test_server_needs_cert, test_loopback);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK); /* gRPC is not fork-safe */
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    Suite *s = SUITE_CASE(suite_create("rpc_tls"), "tls", 60, NULL, {test_create_rows},
+                          {test_create_pem_text}, {test_server, 2}, {test_server_needs_cert},
+                          {test_loopback});
+    int rc = suite_run(s, 1); /* gRPC is not fork-safe */
     sm_rpc_shutdown();
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
     if (system(cmd) != 0)
         fprintf(stderr, "test_rpc_tls: could not remove %s\n", g_dir);
-    return failed ? 1 : 0;
+    return rc;
 }

@@ -129,11 +129,8 @@ END_TEST
 
 static Suite *server_ckpt_suite(void)
 {
-    TCase *tc;
-    Suite *s = suite_create_one("server_ckpt", "manifest", 0, &tc);
-    tcase_add_test(tc, test_round_trip);
-    tcase_add_loop_test(tc, test_damage_table, 0, N(damage));
-    return s;
+    return SUITE_CASE(suite_create("server_ckpt"), "manifest", 0, NULL, {test_round_trip},
+                      {test_damage_table, N(damage)});
 }
 
 int main(void)

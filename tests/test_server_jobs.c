@@ -704,24 +704,13 @@ END_TEST
 
 static Suite *jobs_suite(void)
 {
-    Suite *s = suite_create("server_jobs");
-    TCase *tc = tcase_create("checks");
-    tcase_add_loop_test(tc, test_out_names, 0, N(names_cases));
-    TCASE_ADD_TESTS(tc, test_check_arg, test_sharding_same, test_default_devices_and_peers);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("submit");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 60);
-    tcase_add_loop_test(tc, test_submit_rejected, 0, N(submit_cases));
-    tcase_add_test(tc, test_submit_unreachable);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("retention");
-    tcase_add_checked_fixture(tc, setup_bare, teardown);
-    tcase_set_timeout(tc, 60);
-    TCASE_ADD_TESTS(tc, test_keep_max, test_keep_many, test_keep_time, test_queue_max,
-                    test_keep_bad_config);
-    suite_add_tcase(s, tc);
-    return s;
+    Suite *s =
+        SUITE_CASE(suite_create("server_jobs"), "checks", 0, NULL, {test_out_names, N(names_cases)},
+                   {test_check_arg}, {test_sharding_same}, {test_default_devices_and_peers});
+    SUITE_CASE(s, "submit", 60, SUITE_CHECKED(setup, teardown),
+               {test_submit_rejected, N(submit_cases)}, {test_submit_unreachable});
+    return SUITE_CASE(s, "retention", 60, SUITE_CHECKED(setup_bare, teardown), {test_keep_max},
+                      {test_keep_many}, {test_keep_time}, {test_queue_max}, {test_keep_bad_config});
 }
 
 int main(void)

@@ -1015,22 +1015,17 @@ END_TEST
 
 static Suite *server_plan_suite(void)
 {
-    Suite *s = suite_create("server_plan");
-    TCase *tc = tcase_create("plan");
-    tcase_add_loop_test(tc, test_targets_table, 0, N(target_cases));
-    tcase_add_test(tc, test_targets_local_kind_refused);
-    tcase_add_loop_test(tc, test_local_targets_table, 0, N(local_cases));
-    TCASE_ADD_TESTS(tc, test_reshard_rows_to_columns, test_reshard_same_worker_preferred,
-                    test_reshard_replica_choice_and_dead);
-    suite_add_tcase(s, tc);
-    TCase *tr = tcase_create("registry");
-    TCASE_ADD_TESTS(tr, test_registry_workers, test_registry_device_ids_by_process,
-                    test_registry_meshes, test_registry_array_names_and_errors,
-                    test_registry_upload_states, test_registry_deadline, test_registry_local,
-                    test_registry_lost_worker, test_registry_repair, test_registry_replicate,
-                    test_registry_reshard, test_relay_strip_status);
-    suite_add_tcase(s, tr);
-    return s;
+    Suite *s =
+        SUITE_CASE(suite_create("server_plan"), "plan", 0, NULL,
+                   {test_targets_table, N(target_cases)}, {test_targets_local_kind_refused},
+                   {test_local_targets_table, N(local_cases)}, {test_reshard_rows_to_columns},
+                   {test_reshard_same_worker_preferred}, {test_reshard_replica_choice_and_dead});
+    return SUITE_CASE(s, "registry", 0, NULL, {test_registry_workers},
+                      {test_registry_device_ids_by_process}, {test_registry_meshes},
+                      {test_registry_array_names_and_errors}, {test_registry_upload_states},
+                      {test_registry_deadline}, {test_registry_local}, {test_registry_lost_worker},
+                      {test_registry_repair}, {test_registry_replicate}, {test_registry_reshard},
+                      {test_relay_strip_status});
 }
 
 int main(void)

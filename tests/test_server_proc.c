@@ -535,14 +535,12 @@ END_TEST
 
 static Suite *server_proc_suite(void)
 {
-    TCase *tc;
-    Suite *s = suite_create_one("server_proc", "coordinator", 90, &tc);
-    tcase_add_checked_fixture(tc, coord_setup, coord_teardown);
-    TCASE_ADD_TESTS(tc, test_roundtrip_and_describe, test_deadline_fails, test_reshard_values,
-                    test_delete_frees_worker_memory, test_worker_killed,
-                    test_put_local_two_processes, test_bad_streams_leave_array_pending,
-                    test_silent_worker_lost_then_back, test_sigterm_exits_clean);
-    return s;
+    return SUITE_CASE(suite_create("server_proc"), "coordinator", 90,
+                      SUITE_CHECKED(coord_setup, coord_teardown), {test_roundtrip_and_describe},
+                      {test_deadline_fails}, {test_reshard_values},
+                      {test_delete_frees_worker_memory}, {test_worker_killed},
+                      {test_put_local_two_processes}, {test_bad_streams_leave_array_pending},
+                      {test_silent_worker_lost_then_back}, {test_sigterm_exits_clean});
 }
 
 int main(void)

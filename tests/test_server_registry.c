@@ -419,13 +419,9 @@ END_TEST
 
 static Suite *server_registry_suite(void)
 {
-    TCase *tc;
-    Suite *s = suite_create_one("server_registry", "index", 120, &tc);
-    tcase_add_test(tc, test_index_scale);
-    tcase_add_loop_test(tc, test_index_ways_out, 0, N(way_cases));
-    tcase_add_test(tc, test_unreduced_arrays);
-    tcase_add_test(tc, test_reserved_for_local);
-    return s;
+    return SUITE_CASE(suite_create("server_registry"), "index", 120, NULL, {test_index_scale},
+                      {test_index_ways_out, N(way_cases)}, {test_unreduced_arrays},
+                      {test_reserved_for_local});
 }
 
 int main(void)

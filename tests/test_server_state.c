@@ -279,13 +279,10 @@ END_TEST
 
 static Suite *state_suite(void)
 {
-    TCase *tc;
-    Suite *s = suite_create_one("server_state", "state", 0, &tc);
-    tcase_add_checked_fixture(tc, dir_setup, dir_teardown);
-    tcase_add_test(tc, test_restart_recovers);
-    tcase_add_loop_test(tc, test_refusals, 0, N(refusals));
-    TCASE_ADD_TESTS(tc, test_no_state_dir_is_a_noop, test_jobs_records);
-    return s;
+    return SUITE_CASE(suite_create("server_state"), "state", 0,
+                      SUITE_CHECKED(dir_setup, dir_teardown), {test_restart_recovers},
+                      {test_refusals, N(refusals)}, {test_no_state_dir_is_a_noop},
+                      {test_jobs_records});
 }
 
 int main(void)

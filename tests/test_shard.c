@@ -428,19 +428,14 @@ END_TEST
 
 static Suite *shard_suite(void)
 {
-    TCase *tc;
-    Suite *s = suite_create_one("shard", "mesh_pspec", 0, &tc);
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
-    tcase_add_loop_test(tc, test_mesh_parse_table, 0, N(mesh_cases));
-    tcase_add_test(tc, test_mesh_init_and_lookup);
-    tcase_add_loop_test(tc, test_mesh_default_devices, 0, N(defdev_cases));
-    tcase_add_loop_test(tc, test_pspec_parse_table, 0, N(pspec_cases));
-    tcase_add_loop_test(tc, test_pspec_parse_errors, 0, N(pspec_err_cases));
-    tcase_add_test(tc, test_pspec_equal);
-    tcase_add_loop_test(tc, test_pspec_check_table, 0, N(check_cases));
-    tcase_add_test(tc, test_pspec_check_mesh_and_factor);
+    return SUITE_CASE(suite_create("shard"), "mesh_pspec", 0, NULL,
+                      {test_mesh_parse_table, N(mesh_cases)}, {test_mesh_init_and_lookup},
+                      {test_mesh_default_devices, N(defdev_cases)},
+                      {test_pspec_parse_table, N(pspec_cases)},
+                      {test_pspec_parse_errors, N(pspec_err_cases)}, {test_pspec_equal},
+                      {test_pspec_check_table, N(check_cases)}, {test_pspec_check_mesh_and_factor});
 #undef N
-    return s;
 }
 
 int main(void)

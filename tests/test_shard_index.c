@@ -545,14 +545,11 @@ END_TEST
 
 static Suite *shard_index_suite(void)
 {
-    TCase *tc;
-    Suite *s = suite_create_one("shard_index", "index", 0, &tc);
-    tcase_add_loop_test(tc, test_indices_vs_reference, 0, N(ref_meshes));
-    tcase_add_loop_test(tc, test_guide_layouts, 0, N(guide_cases));
-    TCASE_ADD_TESTS(tc, test_semantics_numbers, test_zero_size_and_scalar, test_index_errors);
-    tcase_add_loop_test(tc, test_type_strings, 0, N(type_cases));
-    TCASE_ADD_TESTS(tc, test_diagram_exact, test_diagram_shapes);
-    return s;
+    return SUITE_CASE(
+        suite_create("shard_index"), "index", 0, NULL, {test_indices_vs_reference, N(ref_meshes)},
+        {test_guide_layouts, N(guide_cases)}, {test_semantics_numbers}, {test_zero_size_and_scalar},
+        {test_index_errors}, {test_type_strings, N(type_cases)}, {test_diagram_exact},
+        {test_diagram_shapes});
 }
 
 int main(void)

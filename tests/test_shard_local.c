@@ -332,11 +332,8 @@ END_TEST
 
 static Suite *shard_local_suite(void)
 {
-    TCase *tc;
-    Suite *s = suite_create_one("shard_local", "local", 0, &tc);
-    tcase_add_loop_test(tc, test_plan_table, 0, N(plan_cases));
-    tcase_add_test(tc, test_plan_rows);
-    return s;
+    return SUITE_CASE(suite_create("shard_local"), "local", 0, NULL,
+                      {test_plan_table, N(plan_cases)}, {test_plan_rows});
 }
 
 int main(void)

@@ -1925,14 +1925,28 @@ START_TEST(test_many_jobs)
 }
 END_TEST
 
-static void add_job_tests(TCase *tc, int killed_in_shm)
+/* Adds to s the test case name of the job tests with fixture fx: first
+ * (with many) test_many_jobs, which must run before the shutdown test ends
+ * the workers; with killed_in_shm, a peer killed inside a shared memory
+ * collective instead of a dead peer. */
+static void add_job_case(Suite *s, const char *name, const suite_fixture *fx, int many,
+                         int killed_in_shm)
 {
-    tcase_add_loop_test(tc, test_job_case, 0, NJOB_CASES);
-    TCASE_ADD_TESTS(tc, test_deterministic, test_shm_probe, test_shm_same_bits,
-                    test_shm_concurrent_jobs, test_shm_truncated, test_missing_input, test_cancel,
-                    test_exchange_bad_input);
-    tcase_add_test(tc, killed_in_shm ? test_shm_killed_in_collective : test_dead_peer);
-    tcase_add_test(tc, test_shutdown_during_job);
+    const suite_test rows[] = {
+        {test_many_jobs},
+        {test_job_case, NJOB_CASES},
+        {test_deterministic},
+        {test_shm_probe},
+        {test_shm_same_bits},
+        {test_shm_concurrent_jobs},
+        {test_shm_truncated},
+        {test_missing_input},
+        {test_cancel},
+        {test_exchange_bad_input},
+        {killed_in_shm ? test_shm_killed_in_collective : test_dead_peer},
+        {test_shutdown_during_job},
+    };
+    suite_add_case(s, name, 240, fx, rows + !many, sizeof rows / sizeof rows[0] - !many);
 }
 
 static void inproc_shm_setup(void)
@@ -1972,38 +1986,13 @@ static void proc_shm_teardown(void)
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
-    Suite *s = suite_create("worker_job");
-    TCase *unit = tcase_create("comm");
-    tcase_set_timeout(unit, 60);
-    TCASE_ADD_TESTS(unit, test_mailbox_rx, test_mailbox_rx_tiny_chunks, test_mailbox_pending_budget,
-                    test_mailbox_rx_direct, test_send_blob_waits_release, test_comm_three_workers,
-                    test_shm_segments, test_shm_guarded);
-    suite_add_tcase(s, unit);
-    TCase *inproc = tcase_create("inproc");
-    tcase_set_timeout(inproc, 240);
-    tcase_add_unchecked_fixture(inproc, inproc_setup, inproc_teardown);
-    tcase_add_test(inproc, test_many_jobs); /* before the shutdown test ends the workers */
-    add_job_tests(inproc, 0);
-    suite_add_tcase(s, inproc);
-    TCase *proc = tcase_create("proc");
-    tcase_set_timeout(proc, 240);
-    tcase_add_unchecked_fixture(proc, proc_setup, proc_teardown);
-    add_job_tests(proc, 0);
-    suite_add_tcase(s, proc);
-    TCase *inproc_shm = tcase_create("inproc_shm");
-    tcase_set_timeout(inproc_shm, 240);
-    tcase_add_unchecked_fixture(inproc_shm, inproc_shm_setup, inproc_shm_teardown);
-    add_job_tests(inproc_shm, 0);
-    suite_add_tcase(s, inproc_shm);
-    TCase *proc_shm = tcase_create("proc_shm");
-    tcase_set_timeout(proc_shm, 240);
-    tcase_add_unchecked_fixture(proc_shm, proc_shm_setup, proc_shm_teardown);
-    add_job_tests(proc_shm, 1);
-    suite_add_tcase(s, proc_shm);
-    SRunner *r = srunner_create(s);
-    srunner_set_fork_status(r, CK_NOFORK);
-    srunner_run_all(r, CK_ENV);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? 1 : 0;
+    Suite *s = SUITE_CASE(suite_create("worker_job"), "comm", 60, NULL, {test_mailbox_rx},
+                          {test_mailbox_rx_tiny_chunks}, {test_mailbox_pending_budget},
+                          {test_mailbox_rx_direct}, {test_send_blob_waits_release},
+                          {test_comm_three_workers}, {test_shm_segments}, {test_shm_guarded});
+    add_job_case(s, "inproc", SUITE_UNCHECKED(inproc_setup, inproc_teardown), 1, 0);
+    add_job_case(s, "proc", SUITE_UNCHECKED(proc_setup, proc_teardown), 0, 0);
+    add_job_case(s, "inproc_shm", SUITE_UNCHECKED(inproc_shm_setup, inproc_shm_teardown), 0, 0);
+    add_job_case(s, "proc_shm", SUITE_UNCHECKED(proc_shm_setup, proc_shm_teardown), 0, 1);
+    return harness_run_suite(s);
 }

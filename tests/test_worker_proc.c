@@ -1058,19 +1058,13 @@ END_TEST
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
-    TCase *tc;
-    Suite *s = suite_create_one("worker_proc", "worker", 0, &tc);
-    tcase_add_unchecked_fixture(tc, setup, teardown);
-    TCASE_ADD_TESTS(tc, test_registration, test_heartbeat, test_roundtrip_dtypes,
-                    test_multichunk_and_boxes, test_get_errors, test_bad_uploads,
-                    test_stats_and_free, test_concurrent_clients, test_assemble_local,
-                    test_assemble_remote, test_assemble_large_remote, test_coordinator_restart,
-                    test_sigterm, test_frozen_worker_upload, test_token, test_usage_errors);
-    SRunner *r = srunner_create(s);
-    srunner_set_fork_status(r, CK_NOFORK);
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
+    int rc = harness_run_suite(
+        SUITE_CASE(suite_create("worker_proc"), "worker", 0, SUITE_UNCHECKED(setup, teardown),
+                   {test_registration}, {test_heartbeat}, {test_roundtrip_dtypes},
+                   {test_multichunk_and_boxes}, {test_get_errors}, {test_bad_uploads},
+                   {test_stats_and_free}, {test_concurrent_clients}, {test_assemble_local},
+                   {test_assemble_remote}, {test_assemble_large_remote}, {test_coordinator_restart},
+                   {test_sigterm}, {test_frozen_worker_upload}, {test_token}, {test_usage_errors}));
     kill_workers();
-    return failed || bad_exits ? EXIT_FAILURE : EXIT_SUCCESS;
+    return rc != EXIT_SUCCESS || bad_exits ? EXIT_FAILURE : EXIT_SUCCESS;
 }

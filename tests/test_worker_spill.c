@@ -320,9 +320,8 @@ END_TEST
 
 int main(void)
 {
-    TCase *tc;
-    Suite *s = suite_create_one("worker_spill", "spill", 60, &tc);
-    TCASE_ADD_TESTS(tc, test_spill_lru_and_read_back, test_damaged_copy_is_data_loss,
-                    test_no_state_dir_refuses, test_drop_before_copy, test_spare_files);
-    return suite_main(s);
+    return suite_main(SUITE_CASE(suite_create("worker_spill"), "spill", 60, NULL,
+                                 {test_spill_lru_and_read_back}, {test_damaged_copy_is_data_loss},
+                                 {test_no_state_dir_refuses}, {test_drop_before_copy},
+                                 {test_spare_files}));
 }

@@ -335,9 +335,8 @@ END_TEST
 
 int main(void)
 {
-    TCase *tc;
-    Suite *s = suite_create_one("worker_store", "store", 60, &tc);
-    TCASE_ADD_TESTS(tc, test_shard_create, test_shard_adopt, test_unregistered, test_put_get_free,
-                    test_bytes_and_replace, test_many_arrays, test_concurrency_smoke);
-    return suite_main(s);
+    return suite_main(SUITE_CASE(suite_create("worker_store"), "store", 60, NULL,
+                                 {test_shard_create}, {test_shard_adopt}, {test_unregistered},
+                                 {test_put_get_free}, {test_bytes_and_replace}, {test_many_arrays},
+                                 {test_concurrency_smoke}));
 }
