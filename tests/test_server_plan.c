@@ -13,6 +13,7 @@
 #include "registry.h"
 #include "relay.h"
 #include "sm_log.h"
+#include "server_testutil.h"
 #include "suite_main.h"
 
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -260,38 +261,6 @@ END_TEST
 
 /* ---- registry ----------------------------------------------------------------- */
 
-#define T0 1000000
-
-/* Registers a worker at T0, freeing what the registry hands back. */
-static sm_err reg_worker(sm_registry *r, const sm_svc_register_req *req, sm_svc_register_reply *rep,
-                         char *err, size_t errlen)
-{
-    sm_reg_free *f = NULL;
-    int nf = 0;
-    sm_err e = sm_registry_worker_add(r, req, NULL, T0, rep, &f, &nf, err, errlen);
-    free(f);
-    return e;
-}
-
-static sm_registry *reg_with_workers(int nworkers, int ndev)
-{
-    sm_registry *r;
-    char err[256];
-    ck_assert_int_eq(sm_registry_create(60000, 500, &r, err, sizeof err), SM_OK);
-    for (int k = 0; k < nworkers; k++) {
-        char addr[32];
-        snprintf(addr, sizeof addr, "127.0.0.1:%d", 9000 + k);
-        sm_svc_register_req req = {addr, ndev, -1, "host"};
-        sm_svc_register_reply rep;
-        ck_assert_int_eq(reg_worker(r, &req, &rep, err, sizeof err), SM_OK);
-        ck_assert_int_eq(rep.worker_id.v, (uint32_t)k + 1);
-        ck_assert_int_eq(rep.process_index, k);
-        ck_assert_int_eq(rep.devices[0], k * ndev);
-        ck_assert_int_eq(rep.heartbeat_ms, 500);
-    }
-    return r;
-}
-
 static void reg_mesh(sm_registry *r, const char *name, const char *axes)
 {
     sm_mesh m;
@@ -306,15 +275,7 @@ static sm_err reg_array(sm_registry *r, const char *name, const char *mesh, cons
                         sm_put_kind kind, uint32_t deadline, sm_svc_create_array_reply *out,
                         char *err, size_t errlen)
 {
-    sm_svc_create_array_req req = {0};
-    req.name = name;
-    req.dtype = SM_F32;
-    req.has_shape = 1;
-    req.shape = g64x128;
-    req.sharding.mesh_name = mesh;
-    ck_assert_int_eq(sm_pspec_parse(spec, &req.sharding.spec, err, errlen), SM_OK);
-    req.kind = kind;
-    req.deadline_ms = deadline;
+    sm_svc_create_array_req req = st_create_req(name, mesh, spec, g64x128, kind, deadline);
     return sm_registry_array_create(r, &req, T0, out, err, errlen);
 }
 
@@ -327,7 +288,7 @@ static void reply_free(sm_svc_create_array_reply *rep)
 /* reg_with_workers, then mesh "m" of axes. */
 static sm_registry *reg_with_mesh(int nworkers, int ndev, const char *axes)
 {
-    sm_registry *r = reg_with_workers(nworkers, ndev);
+    sm_registry *r = st_registry(nworkers, ndev);
     reg_mesh(r, "m", axes);
     return r;
 }
@@ -394,7 +355,7 @@ START_TEST(test_registry_device_ids_by_process)
     for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
         sm_svc_register_req req = {rows[k].addr, 2, rows[k].process, "h"};
         sm_svc_register_reply rep;
-        ck_assert_int_eq(reg_worker(r, &req, &rep, err, sizeof err), SM_OK);
+        ck_assert_int_eq(st_worker_add(r, &req, &rep, err, sizeof err), SM_OK);
         ck_assert_int_eq(rep.devices[0], rows[k].first);
         ck_assert_int_eq(rep.devices[1], rows[k].first + 1);
     }
@@ -404,16 +365,16 @@ END_TEST
 
 START_TEST(test_registry_workers)
 {
-    sm_registry *r = reg_with_workers(4, 2);
+    sm_registry *r = st_registry(4, 2);
     char err[256];
     sm_svc_register_reply rep;
     sm_svc_register_req taken = {"127.0.0.1:9100", 2, 1, "h"};
-    ck_assert_int_eq(reg_worker(r, &taken, &rep, err, sizeof err), SM_EEXIST);
+    ck_assert_int_eq(st_worker_add(r, &taken, &rep, err, sizeof err), SM_EEXIST);
     ck_assert_ptr_nonnull(strstr(err, "process index 1"));
     sm_svc_register_req bad = {"127.0.0.1:9101", 0, -1, "h"};
-    ck_assert_int_eq(reg_worker(r, &bad, &rep, err, sizeof err), SM_EINVAL);
+    ck_assert_int_eq(st_worker_add(r, &bad, &rep, err, sizeof err), SM_EINVAL);
     sm_svc_register_req asked = {"127.0.0.1:9102", 4, 7, "h"};
-    ck_assert_int_eq(reg_worker(r, &asked, &rep, err, sizeof err), SM_OK);
+    ck_assert_int_eq(st_worker_add(r, &asked, &rep, err, sizeof err), SM_OK);
     ck_assert_int_eq(rep.worker_id.v, 5); /* ids never reused, failures take none */
     ck_assert_int_eq(rep.process_index, 7);
     ck_assert_int_eq(rep.devices[0], 28); /* process 7 x 4 devices: ids 28..31 */
@@ -441,7 +402,7 @@ END_TEST
 
 START_TEST(test_registry_meshes)
 {
-    sm_registry *r = reg_with_workers(4, 2);
+    sm_registry *r = st_registry(4, 2);
     sm_mesh m;
     sm_mesh_info mi;
     char err[256];
@@ -756,7 +717,7 @@ START_TEST(test_registry_repair)
     int32_t devs[4] = {0, 1, 2, 3};
     sm_svc_register_req again = {"127.0.0.1:9100", 4, 0, "host", {1}, devs, 0, NULL};
     sm_svc_register_reply rr;
-    ck_assert_int_eq(reg_worker(r, &again, &rr, err, sizeof err), SM_OK);
+    ck_assert_int_eq(st_worker_add(r, &again, &rr, err, sizeof err), SM_OK);
     ck_assert_int_eq(rr.worker_id.v, 1);
     info = reg_describe(r, (sm_array_ref){cols, NULL});
     ck_assert_int_eq(info.state, SM_ARRAY_DEGRADED);
@@ -928,7 +889,7 @@ START_TEST(test_registry_lost_worker)
     /* the lost worker's process index can be taken again */
     sm_svc_register_req again = {"127.0.0.1:9001", 4, 1, "h"};
     sm_svc_register_reply rr;
-    ck_assert_int_eq(reg_worker(r, &again, &rr, err, sizeof err), SM_OK);
+    ck_assert_int_eq(st_worker_add(r, &again, &rr, err, sizeof err), SM_OK);
     ck_assert_int_eq(rr.worker_id.v, 3);
     ck_assert_int_eq(rr.devices[0], 8);
     /* a new array over the old mesh is refused: its devices are gone */

@@ -19,6 +19,7 @@
 #include "harness_svc.h"
 #include "sm_log.h"
 #include "sm_time.h"
+#include "server_testutil.h"
 #include "suite_main.h"
 
 #define CALL_MS HARNESS_CALL_MS
@@ -90,15 +91,7 @@ static sm_err create(const char *name, const char *mesh, const char *spec, sm_sh
                      sm_put_kind kind, uint32_t deadline, sm_svc_create_array_reply *rep, char *err,
                      size_t errlen)
 {
-    sm_svc_create_array_req req = {0};
-    req.name = name;
-    req.dtype = SM_F32;
-    req.has_shape = 1;
-    req.shape = shape;
-    req.sharding.mesh_name = mesh;
-    ck_assert_int_eq(sm_pspec_parse(spec, &req.sharding.spec, err, errlen), SM_OK);
-    req.kind = kind;
-    req.deadline_ms = deadline;
+    sm_svc_create_array_req req = st_create_req(name, mesh, spec, shape, kind, deadline);
     return sm_svc_coord_create_array(cp.ch, CALL_MS, &req, rep, err, errlen);
 }
 

@@ -15,10 +15,10 @@
 
 #include "registry.h"
 #include "sm_log.h"
+#include "server_testutil.h"
 #include "suite_main.h"
 
 #define N(a)    ((int)(sizeof(a) / sizeof((a)[0])))
-#define T0      1000000
 #define NARRAYS 20000
 
 static const sm_shape g4 = {1, {4}};
@@ -27,20 +27,8 @@ static const sm_shape g4 = {1, {4}};
  * the first worker's device). */
 static sm_registry *reg_create(int nworkers)
 {
-    sm_registry *r;
+    sm_registry *r = st_registry(nworkers, 1);
     char err[256];
-    ck_assert_int_eq(sm_registry_create(60000, 500, &r, err, sizeof err), SM_OK);
-    for (int k = 0; k < nworkers; k++) {
-        char addr[32];
-        snprintf(addr, sizeof addr, "127.0.0.1:%d", 9000 + k);
-        sm_svc_register_req req = {addr, 1, -1, "host"};
-        sm_svc_register_reply rep;
-        sm_reg_free *f = NULL;
-        int nf = 0;
-        ck_assert_int_eq(sm_registry_worker_add(r, &req, NULL, T0, &rep, &f, &nf, err, sizeof err),
-                         SM_OK);
-        free(f);
-    }
     sm_mesh m;
     sm_mesh_info mi;
     ck_assert_int_eq(sm_mesh_parse("i=1", NULL, 0, &m, err, sizeof err), SM_OK);
@@ -52,15 +40,8 @@ static sm_registry *reg_create(int nworkers)
 static sm_err reg_put(sm_registry *r, const char *name, uint32_t deadline_ms, sm_array_id *id,
                       char *err, size_t errlen)
 {
-    sm_svc_create_array_req req = {0};
+    sm_svc_create_array_req req = st_create_req(name, "m", NULL, g4, SM_PUT_WHOLE, deadline_ms);
     sm_svc_create_array_reply rep;
-    req.name = name;
-    req.dtype = SM_F32;
-    req.has_shape = 1;
-    req.shape = g4;
-    req.sharding.mesh_name = "m";
-    req.kind = SM_PUT_WHOLE;
-    req.deadline_ms = deadline_ms;
     sm_err e = sm_registry_array_create(r, &req, T0, &rep, err, errlen);
     if (!e) {
         *id = rep.array.id;

@@ -15,10 +15,10 @@
 
 #include "registry.h"
 #include "sm_log.h"
+#include "server_testutil.h"
 #include "suite_main.h"
 
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
-#define T0   1000000
 
 static const sm_shape g4 = {1, {4}};
 static char dir[64];
@@ -71,15 +71,9 @@ static sm_svc_register_reply reg_worker(sm_registry *r, uint32_t id, const sm_sv
 
 static sm_array_id reg_put(sm_registry *r, const char *name, int fill)
 {
-    sm_svc_create_array_req req = {0};
+    sm_svc_create_array_req req = st_create_req(name, "m", NULL, g4, SM_PUT_WHOLE, 0);
     sm_svc_create_array_reply rep;
     char err[256];
-    req.name = name;
-    req.dtype = SM_F32;
-    req.has_shape = 1;
-    req.shape = g4;
-    req.sharding.mesh_name = "m";
-    req.kind = SM_PUT_WHOLE;
     ck_assert_msg(sm_registry_array_create(r, &req, T0, &rep, err, sizeof err) == SM_OK, "%s", err);
     sm_array_id id = rep.array.id;
     sm_svc_create_array_reply_free(&rep);
