@@ -15,6 +15,7 @@
 #include "sm_rpc_internal.h"
 #include "sm_rpc_proto.h"
 #include "suite_main.h"
+#include "svc_testutil.h"
 
 #define MIB       (1u << 20)
 #define MSG_DESC  (&shmap__test__msg__descriptor)
@@ -484,20 +485,14 @@ START_TEST(test_streams_zero_copy)
     size_t total = (size_t)NCHUNK * MIB;
     d.src = malloc(total);
     fill(d.src, total, 21);
-    sm_rpc_server *srv;
-    sm_rpc_server_opts o = {.addr = "127.0.0.1:0"};
-    ck_assert_int_eq(sm_rpc_server_create(&o, &srv, err, sizeof err), SM_OK);
+    sm_rpc_server *srv = svt_server();
     const sm_rpc_method rows[] = {
         {P_UPLOAD, SM_RPC_CLIENT_STREAM, MSG_DESC, h_upload, NULL},
         {P_DOWN, SM_RPC_SERVER_STREAM, MSG_DESC, h_download, &d},
     };
     for (int i = 0; i < 2; i++)
         ck_assert_int_eq(sm_rpc_server_add(srv, &rows[i], err, sizeof err), SM_OK);
-    ck_assert_int_eq(sm_rpc_server_start(srv, err, sizeof err), SM_OK);
-    char target[64];
-    snprintf(target, sizeof target, "127.0.0.1:%d", sm_rpc_server_port(srv));
-    sm_rpc_channel *ch;
-    ck_assert_int_eq(sm_rpc_channel_create(target, NULL, &ch, err, sizeof err), SM_OK);
+    sm_rpc_channel *ch = svt_start(srv);
 
     /* upload without copies */
     holder up;

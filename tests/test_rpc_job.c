@@ -14,6 +14,7 @@
 #include "sm_rpc_proto.h"
 #include "sm_svc_job.h"
 #include "suite_main.h"
+#include "svc_testutil.h"
 
 #define DL   5000 /* deadline of every call, ms */
 #define N(a) (int)(sizeof(a) / sizeof((a)[0]))
@@ -298,34 +299,35 @@ static sm_err f_submit(void *u, sm_svc_submit_req *req, sm_job_id *out, char *er
     return SM_OK;
 }
 
-static sm_err f_wait(void *u, sm_job_id id, uint32_t wait_ms, sm_job_info *out, char *err,
-                     size_t errlen)
+/* Counts a call about job id in the rec u; returns the rec. */
+static rec *note_call(void *u, sm_job_id id)
 {
     rec *r = u;
     r->calls++;
     r->id = id;
-    r->wait_ms = wait_ms;
+    return r;
+}
+
+static sm_err f_wait(void *u, sm_job_id id, uint32_t wait_ms, sm_job_info *out, char *err,
+                     size_t errlen)
+{
+    note_call(u, id)->wait_ms = wait_ms;
     if (id.v == 7)
         return sm_fail(err, errlen, SM_ENOTFOUND, "job 7 does not exist");
     fill_info(id, SM_JOB_DONE, out);
     return SM_OK;
 }
 
+/* GetJob answers that the job failed, CancelJob that it was cancelled. */
 static sm_err f_get(void *u, sm_job_id id, sm_job_info *out, char *err, size_t errlen)
 {
-    rec *r = u;
-    r->calls++;
-    r->id = id;
-    fill_info(id, SM_JOB_FAILED, out);
+    fill_info(note_call(u, id)->id, SM_JOB_FAILED, out);
     return SM_OK;
 }
 
 static sm_err f_cancel(void *u, sm_job_id id, sm_job_info *out, char *err, size_t errlen)
 {
-    rec *r = u;
-    r->calls++;
-    r->id = id;
-    fill_info(id, SM_JOB_CANCELLED, out);
+    fill_info(note_call(u, id)->id, SM_JOB_CANCELLED, out);
     return SM_OK;
 }
 
@@ -374,9 +376,7 @@ static sm_err f_run_job(void *u, sm_svc_run_job_req *req, int64_t *output_bytes,
 
 static sm_err f_cancel_job(void *u, sm_job_id id, char *err, size_t errlen)
 {
-    rec *r = u;
-    r->calls++;
-    r->id = id;
+    note_call(u, id);
     return id.v == 9 ? sm_fail(err, errlen, SM_ENOTFOUND, "no job 9 here") : SM_OK;
 }
 
@@ -416,14 +416,10 @@ static void setup(void)
     char err[256];
     memset(&fx, 0, sizeof fx);
     sm_rpc_init();
-    sm_rpc_server_opts o = {"127.0.0.1:0", NULL, 0};
-    ck_assert_int_eq(sm_rpc_server_create(&o, &fx.srv, err, sizeof err), SM_OK);
+    fx.srv = svt_server();
     ck_assert_int_eq(sm_svc_coord_jobs_serve(fx.srv, &coord_ops, &fx.r, err, sizeof err), SM_OK);
     ck_assert_int_eq(sm_svc_worker_jobs_serve(fx.srv, &worker_ops, &fx.r, err, sizeof err), SM_OK);
-    ck_assert_int_eq(sm_rpc_server_start(fx.srv, err, sizeof err), SM_OK);
-    char target[64];
-    snprintf(target, sizeof target, "127.0.0.1:%d", sm_rpc_server_port(fx.srv));
-    ck_assert_int_eq(sm_rpc_channel_create(target, NULL, &fx.ch, err, sizeof err), SM_OK);
+    fx.ch = svt_start(fx.srv);
 }
 
 static void teardown(void)
@@ -472,6 +468,17 @@ END_TEST
 
 static void info_same(const sm_array_info *a, const sm_array_info *b);
 
+/* The job's outputs are the two fill_info gives a job that is done. */
+static void outputs_same(const sm_job_info *info)
+{
+    ck_assert_int_eq(info->noutputs, 2);
+    for (int k = 0; k < 2; k++) {
+        sm_array_info want = out_info(k);
+        info_same(&info->outputs[k], &want);
+        sm_array_info_free(&want);
+    }
+}
+
 /* SubmitJob with wait_ms: the reply carries the JobInfo (or the handler's
  * error and no job); a coordinator without submit_wait answers with the id
  * only, and the client reports the job QUEUED. */
@@ -493,12 +500,7 @@ START_TEST(test_submit_wait)
     ck_assert_uint_eq(info.id.v, 42);
     ck_assert_int_eq(info.state, SM_JOB_DONE);
     ck_assert_int_eq(info.queued_us, 11);
-    ck_assert_int_eq(info.noutputs, 2);
-    for (int k = 0; k < 2; k++) {
-        sm_array_info want = out_info(k);
-        info_same(&info.outputs[k], &want);
-        sm_array_info_free(&want);
-    }
+    outputs_same(&info);
     sm_job_info_free(&info);
     /* not ended when the wait ran out */
     req.wait_ms = 1;
@@ -520,17 +522,11 @@ START_TEST(test_submit_wait)
     ck_assert_int_eq(fx.r.calls, 3);
 
     /* an older coordinator: submit only, no JobInfo in the reply */
-    sm_rpc_server *old = NULL;
-    sm_rpc_channel *ch = NULL;
+    sm_rpc_server *old = svt_server();
     rec r2;
     memset(&r2, 0, sizeof r2);
-    sm_rpc_server_opts o = {"127.0.0.1:0", NULL, 0};
-    ck_assert_int_eq(sm_rpc_server_create(&o, &old, err, sizeof err), SM_OK);
     ck_assert_int_eq(sm_svc_coord_jobs_serve(old, &coord_ops_old, &r2, err, sizeof err), SM_OK);
-    ck_assert_int_eq(sm_rpc_server_start(old, err, sizeof err), SM_OK);
-    char target[64];
-    snprintf(target, sizeof target, "127.0.0.1:%d", sm_rpc_server_port(old));
-    ck_assert_int_eq(sm_rpc_channel_create(target, NULL, &ch, err, sizeof err), SM_OK);
+    sm_rpc_channel *ch = svt_start(old);
     req.nargs = 2;
     args[1].name = "bee";
     req.wait_ms = 300;
@@ -574,12 +570,7 @@ START_TEST(test_wait_get_cancel)
     ck_assert_int_eq(info.state, SM_JOB_DONE);
     ck_assert_int_eq(info.queued_us, 11);
     ck_assert_int_eq(info.run_us, 22);
-    ck_assert_int_eq(info.noutputs, 2);
-    for (int k = 0; k < 2; k++) {
-        sm_array_info want = out_info(k);
-        info_same(&info.outputs[k], &want);
-        sm_array_info_free(&want);
-    }
+    outputs_same(&info);
     sm_job_info_free(&info);
 
     ck_assert_int_eq(sm_svc_job_get(fx.ch, DL, (sm_job_id){43}, &info, err, sizeof err), SM_OK);
@@ -861,17 +852,11 @@ END_TEST
 
 START_TEST(test_unimplemented)
 {
-    sm_rpc_server *s;
-    sm_rpc_channel *ch;
+    sm_rpc_server *s = svt_server();
     char err[256];
-    sm_rpc_server_opts o = {"127.0.0.1:0", NULL, 0};
-    ck_assert_int_eq(sm_rpc_server_create(&o, &s, err, sizeof err), SM_OK);
     ck_assert_int_eq(sm_svc_coord_jobs_serve(s, NULL, NULL, err, sizeof err), SM_OK);
     ck_assert_int_eq(sm_svc_worker_jobs_serve(s, NULL, NULL, err, sizeof err), SM_OK);
-    ck_assert_int_eq(sm_rpc_server_start(s, err, sizeof err), SM_OK);
-    char target[64];
-    snprintf(target, sizeof target, "127.0.0.1:%d", sm_rpc_server_port(s));
-    ck_assert_int_eq(sm_rpc_channel_create(target, NULL, &ch, err, sizeof err), SM_OK);
+    sm_rpc_channel *ch = svt_start(s);
     sm_job_info info;
     ck_assert_int_eq(sm_svc_job_get(ch, DL, (sm_job_id){1}, &info, err, sizeof err),
                      SM_EUNIMPLEMENTED);

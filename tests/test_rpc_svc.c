@@ -12,6 +12,7 @@
 #include "sm_rpc_msg.h"
 #include "sm_svc.h"
 #include "suite_main.h"
+#include "svc_testutil.h"
 
 #define DL 5000 /* deadline of every call, ms */
 
@@ -305,16 +306,12 @@ static void setup(void)
     memset(&fx, 0, sizeof fx);
     sm_rpc_init();
     make_answers();
-    sm_rpc_server_opts o = {"127.0.0.1:0", NULL, 0};
-    ck_assert_int_eq(sm_rpc_server_create(&o, &fx.srv, err, sizeof err), SM_OK);
+    fx.srv = svt_server();
     ck_assert_int_eq(sm_svc_coord_serve(fx.srv, &coord_ops, &fx.r, "coord-test 1", err, sizeof err),
                      SM_OK);
     ck_assert_int_eq(
         sm_svc_worker_serve(fx.srv, &worker_ops, &fx.r, "worker-test 1", err, sizeof err), SM_OK);
-    ck_assert_int_eq(sm_rpc_server_start(fx.srv, err, sizeof err), SM_OK);
-    char target[64];
-    snprintf(target, sizeof target, "127.0.0.1:%d", sm_rpc_server_port(fx.srv));
-    ck_assert_int_eq(sm_rpc_channel_create(target, NULL, &fx.ch, err, sizeof err), SM_OK);
+    fx.ch = svt_start(fx.srv);
 }
 
 static void teardown(void)
@@ -348,22 +345,6 @@ static void spec_same(const sm_pspec *a, const sm_pspec *b)
         for (int k = 0; k < a->e[i].naxes; k++)
             ck_assert_str_eq(a->e[i].axes[k], b->e[i].axes[k]);
     }
-}
-
-static void index_same(const sm_index *a, const sm_index *b)
-{
-    ck_assert_int_eq(a->rank, b->rank);
-    for (int d = 0; d < a->rank; d++) {
-        ck_assert_int_eq(a->r[d].start, b->r[d].start);
-        ck_assert_int_eq(a->r[d].stop, b->r[d].stop);
-    }
-}
-
-static void shape_same(const sm_shape *a, const sm_shape *b)
-{
-    ck_assert_int_eq(a->rank, b->rank);
-    for (int d = 0; d < a->rank; d++)
-        ck_assert_int_eq(a->dims[d], b->dims[d]);
 }
 
 static void info_same(const sm_array_info *a, const sm_array_info *b)

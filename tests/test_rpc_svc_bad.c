@@ -16,6 +16,7 @@
 #include "sm_rpc_proto.h"
 #include "sm_svc.h"
 #include "suite_main.h"
+#include "svc_testutil.h"
 
 #define DL 5000
 
@@ -180,14 +181,11 @@ static const sm_svc_coord_ops no_coord_ops;
 static void start(sm_rpc_server **srv, sm_rpc_channel **ch, const sm_svc_coord_ops *c,
                   const sm_svc_worker_ops *w)
 {
-    char err[256], target[64];
-    sm_rpc_server_opts o = {"127.0.0.1:0", NULL, 0};
-    ck_assert_int_eq(sm_rpc_server_create(&o, srv, err, sizeof err), SM_OK);
+    char err[256];
+    *srv = svt_server();
     ck_assert_int_eq(sm_svc_coord_serve(*srv, c, &fx.r, "coord-bad", err, sizeof err), SM_OK);
     ck_assert_int_eq(sm_svc_worker_serve(*srv, w, &fx.r, "worker-bad", err, sizeof err), SM_OK);
-    ck_assert_int_eq(sm_rpc_server_start(*srv, err, sizeof err), SM_OK);
-    snprintf(target, sizeof target, "127.0.0.1:%d", sm_rpc_server_port(*srv));
-    ck_assert_int_eq(sm_rpc_channel_create(target, NULL, ch, err, sizeof err), SM_OK);
+    *ch = svt_start(*srv);
 }
 
 static void setup(void)

@@ -14,6 +14,7 @@
 #include "sm_rpc_msg.h"
 #include "sm_svc.h"
 #include "suite_main.h"
+#include "svc_testutil.h"
 
 #define DL 5000 /* deadline of every call, ms */
 
@@ -185,20 +186,17 @@ static const sm_svc_coord_ops coord_ops = {.upload = f_upload, .download = f_dow
 
 static void setup(void)
 {
-    char err[256], target[64];
+    char err[256];
     memset(&fx, 0, sizeof fx);
     for (size_t k = 0; k < sizeof fx.blob; k++)
         fx.blob[k] = (uint8_t)(k * 37 + 11);
     sm_rpc_init();
-    sm_rpc_server_opts o = {"127.0.0.1:0", NULL, 0};
-    ck_assert_int_eq(sm_rpc_server_create(&o, &fx.srv, err, sizeof err), SM_OK);
+    fx.srv = svt_server();
     ck_assert_int_eq(sm_svc_coord_serve(fx.srv, &coord_ops, &fx.r, "coord", err, sizeof err),
                      SM_OK);
     ck_assert_int_eq(sm_svc_worker_serve(fx.srv, &worker_ops, &fx.r, "worker", err, sizeof err),
                      SM_OK);
-    ck_assert_int_eq(sm_rpc_server_start(fx.srv, err, sizeof err), SM_OK);
-    snprintf(target, sizeof target, "127.0.0.1:%d", sm_rpc_server_port(fx.srv));
-    ck_assert_int_eq(sm_rpc_channel_create(target, NULL, &fx.ch, err, sizeof err), SM_OK);
+    fx.ch = svt_start(fx.srv);
 }
 
 static void teardown(void)
@@ -206,22 +204,6 @@ static void teardown(void)
     sm_rpc_channel_free(fx.ch);
     sm_rpc_server_free(fx.srv);
     sm_rpc_shutdown();
-}
-
-static void index_same(const sm_index *a, const sm_index *b)
-{
-    ck_assert_int_eq(a->rank, b->rank);
-    for (int d = 0; d < a->rank; d++) {
-        ck_assert_int_eq(a->r[d].start, b->r[d].start);
-        ck_assert_int_eq(a->r[d].stop, b->r[d].stop);
-    }
-}
-
-static void shape_same(const sm_shape *a, const sm_shape *b)
-{
-    ck_assert_int_eq(a->rank, b->rank);
-    for (int d = 0; d < a->rank; d++)
-        ck_assert_int_eq(a->dims[d], b->dims[d]);
 }
 
 /* ---- tests ------------------------------------------------------------------------ */
