@@ -140,3 +140,21 @@ def stop_cluster(p):
     except Exception:
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
+
+
+def stop_all(procs, work=None):
+    """Stops every cluster in procs and removes the directory work (None:
+    keeps it)."""
+    for p in procs:
+        stop_cluster(p)
+    if work:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def coord_refuses(args, words):
+    """Runs the coordinator with args, which it must refuse at start:
+    returns "" when it exits 2 with words in its stderr, else what it did."""
+    r = run([COORD, *args])
+    if r.returncode == 2 and words in r.stderr:
+        return ""
+    return f"{' '.join(args)}: exit {r.returncode}: {r.stderr}"

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from cluster import COORD, CTL, run, start_cluster, stop_cluster
+from cluster import CTL, coord_refuses, run, start_cluster, stop_cluster
 
 
 def fail(msg):
@@ -81,9 +81,9 @@ def main():
         if not any(re.search(r" DEBUG \[[0-9a-f]{16}\]: job 1 ", ln) for ln in text):
             fail("text lines do not show the request id:\n" + "\n".join(text))
         passed += 1
-        r = run([COORD, "--log-format", "xml"])
-        if r.returncode != 2 or "--log-format must be text or json" not in r.stderr:
-            fail(f"--log-format xml: exit {r.returncode}: {r.stderr}")
+        why = coord_refuses(["--log-format", "xml"], "--log-format must be text or json")
+        if why:
+            fail(why)
         passed += 1
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from cluster import CTL, run, start_cluster, stop_cluster
+from cluster import CTL, run, start_cluster, stop_all, stop_cluster
 
 
 def fail(msg):
@@ -101,8 +101,7 @@ def main():
             fail(f"a state dir was made: {sorted(set(os.listdir(cwd)) - before)}")
         passed += 1
     finally:
-        for p in procs:
-            stop_cluster(p)
+        stop_all(procs)
     shutil.rmtree(work, ignore_errors=True)
     print(f"{passed} passed, 0 failed")
 
