@@ -54,21 +54,6 @@ static const char *ckpt_path(const char *name)
     return p;
 }
 
-/* Uploads x with sharding (axes, spec) under name; returns its id. */
-static sm_array_id put(sm_client *c, const sm_array *x, const char *axes, const char *spec,
-                       const char *name)
-{
-    sm_mesh mesh;
-    sm_sharding_ref sh = harness_sharding(&mesh, axes, NULL, 0, spec);
-    sm_array_info info;
-    char err[512];
-    sm_err e = sm_client_put(c, x->dtype, &x->shape, x->data, &sh, name, &info, err, sizeof err);
-    ck_assert_msg(e == SM_OK, "put %s %s: %s", axes, spec, err);
-    sm_array_id id = info.id;
-    sm_array_info_free(&info);
-    return id;
-}
-
 /* Loads dir with (axes, spec) as name, checks it is x bit-exact and that
  * it has the sharding asked for, deletes it. */
 static void load_check(sm_client *c, const char *dir, const sm_array *x, const char *axes,
@@ -187,7 +172,7 @@ START_TEST(save_load_any_sharding)
     sm_array *x = harness_array_iota(SM_F32, &s, 7);
     sm_client *c = harness_client(g_two), *c1 = harness_client(g_one);
     const char *dir = ckpt_path("grid");
-    put(c, x, "x=4,y=2", "P('x', 'y')", "grid");
+    harness_put(c, x, "x=4,y=2", "P('x', 'y')", "grid");
     save_ok(c, (sm_array_ref){{0}, "grid"}, dir, 8);
     ck_assert_int_eq(check_by_hand(dir, x), 8);
     load_check(c, dir, x, "i=8", "P('i')", "rows");
@@ -220,7 +205,7 @@ START_TEST(replicated_written_once)
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         snprintf(name, sizeof name, "rep%zu", i);
         const char *dir = ckpt_path(name);
-        sm_array_id id = put(c, x, "x=4,y=2", rows[i].spec, NULL);
+        sm_array_id id = harness_put(c, x, "x=4,y=2", rows[i].spec, NULL);
         save_ok(c, harness_id_ref(id), dir, rows[i].files);
         ck_assert_int_eq(check_by_hand(dir, x), rows[i].files);
         json_t *m = manifest_load(dir);
@@ -251,7 +236,7 @@ START_TEST(dtypes)
     char name[32];
     snprintf(name, sizeof name, "dtype_%s", sm_dtype_name(t));
     const char *dir = ckpt_path(name);
-    put(c, x, "x=4,y=2", "P('x', 'y')", name);
+    harness_put(c, x, "x=4,y=2", "P('x', 'y')", name);
     save_ok(c, (sm_array_ref){{0}, name}, dir, 8);
     load_check(c, dir, x, "a=2,b=2,c=2", "P('c', ('a', 'b'))", NULL);
     sm_client_close(c);
@@ -270,7 +255,7 @@ START_TEST(load_names)
     sm_array_info info;
     char err[512];
     const char *dir = ckpt_path("names");
-    put(c, x, "x=4,y=2", "P('x', 'y')", "named_src");
+    harness_put(c, x, "x=4,y=2", "P('x', 'y')", "named_src");
     save_ok(c, (sm_array_ref){{0}, "named_src"}, dir, 8);
     ck_assert_int_eq(sm_client_load(c, dir, &sh, "named_copy", &info, err, sizeof err), SM_OK);
     ck_assert_str_eq(info.name, "named_copy");
@@ -307,7 +292,7 @@ START_TEST(damaged_refused)
     sm_client *c = harness_client(g_two);
     char path[700], err[512];
     const char *good = ckpt_path("good");
-    put(c, x, "x=4,y=2", "P('x', 'y')", "damage_src");
+    harness_put(c, x, "x=4,y=2", "P('x', 'y')", "damage_src");
     save_ok(c, (sm_array_ref){{0}, "damage_src"}, good, 8);
 
     const char *trunc = ckpt_path("truncated"); /* a file cut short */
@@ -373,7 +358,7 @@ START_TEST(interrupted_save_incomplete)
     sm_client *c = harness_client(g_two);
     char path[700], err[512];
     const char *dir = ckpt_path("interrupted");
-    sm_array_id id = put(c, x, "x=4,y=2", "P('x', 'y')", NULL);
+    sm_array_id id = harness_put(c, x, "x=4,y=2", "P('x', 'y')", NULL);
     /* a directory where one worker's temporary file must go: its write fails */
     snprintf(path, sizeof path, "%s/shard-00006.npy.tmp", dir);
     ck_assert_int_eq(mkdir(dir, 0755), 0);
@@ -396,7 +381,7 @@ START_TEST(interrupted_save_incomplete)
                      SM_ENOTFOUND);
     /* bf16 has no numpy dtype: refused before anything is written */
     sm_array *h = harness_array_iota(SM_BF16, &s, 1);
-    sm_array_id hid = put(c, h, "x=4,y=2", "P('x', 'y')", NULL);
+    sm_array_id hid = harness_put(c, h, "x=4,y=2", "P('x', 'y')", NULL);
     const char *bf = ckpt_path("bf16");
     e = sm_client_save(c, harness_id_ref(hid), bf, NULL, NULL, err, sizeof err);
     ck_assert_msg(e == SM_EUNIMPLEMENTED && strstr(err, "bf16"), "%s: %s", sm_err_name(e), err);
@@ -448,7 +433,7 @@ START_TEST(chunks_read_where_needed)
     const int32_t devs[] = {0, 4};
     char path[700], wa[64], wb[64], err[512];
     const char *dir = ckpt_path("chunks");
-    sm_array_id id = put(c, x, "x=4,y=2", "P()", NULL);
+    sm_array_id id = harness_put(c, x, "x=4,y=2", "P()", NULL);
     save_ok(c, harness_id_ref(id), dir, 1);
     json_t *m = manifest_load(dir);
     json_t *e = json_array_get(json_object_get(m, "shards"), 0);
@@ -521,7 +506,7 @@ START_TEST(killed_save_incomplete)
     ck_assert_int_eq(mkdir(dir, 0755), 0);
     snprintf(path, sizeof path, "%s/shard-00006.npy.tmp", dir);
     ck_assert_int_eq(mkfifo(path, 0644), 0);
-    save_job j = {.c = c, .id = put(c, x, "x=4,y=2", "P('x', 'y')", NULL), .dir = dir};
+    save_job j = {.c = c, .id = harness_put(c, x, "x=4,y=2", "P('x', 'y')", NULL), .dir = dir};
     pthread_t th;
     ck_assert_int_eq(pthread_create(&th, NULL, save_thread, &j), 0);
     snprintf(path, sizeof path, "%s/shard-00003.npy", dir); /* the other worker's last */
@@ -556,7 +541,7 @@ START_TEST(relative_dir)
     char cwd[4096], abs[700];
     ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
     ck_assert_int_eq(chdir(g_tmp), 0);
-    sm_array_id id = put(c, x, "x=4,y=2", "P('x')", NULL);
+    sm_array_id id = harness_put(c, x, "x=4,y=2", "P('x')", NULL);
     save_ok(c, harness_id_ref(id), "rel/ckpt", 4);
     snprintf(abs, sizeof abs, "%s/rel/ckpt/manifest.json", g_tmp);
     ck_assert_int_eq(access(abs, R_OK), 0);

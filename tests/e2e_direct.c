@@ -168,24 +168,15 @@ static void put_shard(sm_rpc_channel *ch, sm_array_id id, int32_t d, const float
 START_TEST(commit_verified)
 {
     sm_rpc_channel *ch = NULL, *wch = NULL;
-    sm_svc_create_array_req q;
     sm_svc_create_array_reply r;
     sm_svc_upload_reply rep;
     sm_svc_shard_state st;
-    sm_mesh mesh;
     char err[512];
+    sm_err e;
     float data[4] = {1, 2, 3, 4};
 
     ch = harness_channel(g_two, NULL);
-    memset(&q, 0, sizeof q);
-    q.dtype = SM_F32;
-    q.has_shape = 1;
-    q.shape = HARNESS_SHAPE(8, 4);
-    q.sharding = harness_sharding(&mesh, "x=8", NULL, 0, "P('x')");
-    q.kind = SM_PUT_SHARDS;
-    memset(&r, 0, sizeof r);
-    sm_err e = sm_svc_coord_create_array(ch, 10000, &q, &r, err, sizeof err);
-    ck_assert_msg(e == SM_OK, "create: %s", err);
+    r = harness_svc_create(ch, NULL, "x=8", "P('x')", HARNESS_SHAPE(8, 4), SM_PUT_SHARDS, 0);
     sm_array_id id = r.array.id;
     int32_t d = r.array.shards[0].device;
     wch = harness_channel(g_two, r.array.shards[0].worker_address);
@@ -290,26 +281,17 @@ static int described_present(sm_rpc_channel *ch, sm_array_id id, int *ready)
 START_TEST(commit_batched)
 {
     sm_rpc_channel *ch = NULL, *wch[2] = {NULL, NULL};
-    sm_svc_create_array_req q;
     sm_svc_create_array_reply r;
     sm_svc_upload_reply rep;
     sm_svc_commit_target t[8];
-    sm_mesh mesh;
     char err[512];
+    sm_err e;
     float data[4] = {5, 6, 7, 8};
     uint64_t sum = sm_checksum_oneshot(data, 16);
     int ready = 0;
 
     ch = harness_channel(g_two, NULL);
-    memset(&q, 0, sizeof q);
-    q.dtype = SM_F32;
-    q.has_shape = 1;
-    q.shape = HARNESS_SHAPE(8, 4);
-    q.sharding = harness_sharding(&mesh, "x=8", NULL, 0, "P('x')");
-    q.kind = SM_PUT_SHARDS;
-    memset(&r, 0, sizeof r);
-    sm_err e = sm_svc_coord_create_array(ch, 10000, &q, &r, err, sizeof err);
-    ck_assert_msg(e == SM_OK, "create: %s", err);
+    r = harness_svc_create(ch, NULL, "x=8", "P('x')", HARNESS_SHAPE(8, 4), SM_PUT_SHARDS, 0);
     ck_assert_int_eq(r.ntargets, 8);
     sm_array_id id = r.array.id;
     for (int i = 0; i < 8; i++)
@@ -463,11 +445,10 @@ static sm_err send_targets(sm_rpc_channel *ch, sm_array_id id, const int32_t *de
 START_TEST(put_batched)
 {
     sm_rpc_channel *ch = NULL, *wch[2] = {NULL, NULL};
-    sm_svc_create_array_req q;
     sm_svc_create_array_reply r;
     sm_svc_upload_reply rep;
-    sm_mesh mesh;
     char err[512];
+    sm_err e;
     float data[16];
     int32_t devs[4];
     sm_svc_commit_target t[4];
@@ -476,15 +457,7 @@ START_TEST(put_batched)
     for (int k = 0; k < 16; k++)
         data[k] = (float)(k * 3 + 1);
     ch = harness_channel(g_two, NULL);
-    memset(&q, 0, sizeof q);
-    q.dtype = SM_F32;
-    q.has_shape = 1;
-    q.shape = HARNESS_SHAPE(8, 4);
-    q.sharding = harness_sharding(&mesh, "x=8", NULL, 0, "P('x')");
-    q.kind = SM_PUT_SHARDS;
-    memset(&r, 0, sizeof r);
-    sm_err e = sm_svc_coord_create_array(ch, 10000, &q, &r, err, sizeof err);
-    ck_assert_msg(e == SM_OK, "create: %s", err);
+    r = harness_svc_create(ch, NULL, "x=8", "P('x')", HARNESS_SHAPE(8, 4), SM_PUT_SHARDS, 0);
     sm_array_id id = r.array.id;
     for (int k = 0; k < r.array.nshards && n < 4; k++)
         if (r.array.shards[k].worker_id.v == r.array.shards[0].worker_id.v)
@@ -610,10 +583,9 @@ END_TEST
 START_TEST(fallback_unreachable_worker)
 {
     sm_client *c = connect_opts(0);
-    sm_svc_create_array_req q;
     sm_svc_create_array_reply r;
-    sm_mesh mesh;
     char err[512], real[SM_ADDR_MAX];
+    sm_err e;
     sm_array_info info;
     sm_shape s = HARNESS_SHAPE(16, 8);
     sm_array *x = harness_array_iota(SM_F32, &s, 3), *back = NULL;
@@ -621,15 +593,7 @@ START_TEST(fallback_unreachable_worker)
     ck_assert_ptr_null(client_worker_channel(c, DEAD_ADDR));
     ck_assert_ptr_null(client_worker_channel(c, DEAD_ADDR)); /* cached verdict */
 
-    memset(&q, 0, sizeof q);
-    q.dtype = SM_F32;
-    q.has_shape = 1;
-    q.shape = s;
-    q.sharding = harness_sharding(&mesh, "x=4,y=2", NULL, 0, "P('x')");
-    q.kind = SM_PUT_WHOLE;
-    memset(&r, 0, sizeof r);
-    sm_err e = sm_svc_coord_create_array(c->ch, 10000, &q, &r, err, sizeof err);
-    ck_assert_msg(e == SM_OK, "create: %s", err);
+    r = harness_svc_create(c->ch, NULL, "x=4,y=2", "P('x')", s, SM_PUT_WHOLE, 0);
     snprintf(real, sizeof real, "%s", r.array.shards[0].worker_address);
     ck_assert_ptr_nonnull(client_worker_channel(c, real));
     /* Every worker advertised where the client cannot reach it: the

@@ -23,6 +23,7 @@
 
 #include "harness.h"
 #include "harness_proc.h"
+#include "harness_svc.h"
 #include "shmap_job.h"
 #include "sm_log.h"
 #include "sm_rpc.h"
@@ -256,22 +257,10 @@ static void check_bits(sm_client *c, sm_array_ref ref, uint64_t seed)
 /* A pending array (created, never uploaded) over the (4,2) mesh. */
 static sm_array_id create_pending(const char *name)
 {
-    sm_rpc_channel *ch = NULL;
-    sm_svc_create_array_req req = {0};
-    sm_svc_create_array_reply rep;
-    sm_mesh mesh;
-    char err[512];
     sm_rpc_init();
-    ch = harness_channel(&g.h, NULL);
-    req.name = name;
-    req.dtype = SM_F32;
-    req.has_shape = 1;
-    req.shape = HARNESS_SHAPE(16, 32);
-    req.sharding = harness_sharding(&mesh, "i=4,j=2", NULL, 0, "P('i', 'j')");
-    req.kind = SM_PUT_WHOLE;
-    req.deadline_ms = 600000;
-    sm_err e = sm_svc_coord_create_array(ch, 10000, &req, &rep, err, sizeof err);
-    ck_assert_msg(e == SM_OK, "create: %s", err);
+    sm_rpc_channel *ch = harness_channel(&g.h, NULL);
+    sm_svc_create_array_reply rep = harness_svc_create(ch, name, "i=4,j=2", "P('i', 'j')",
+                                                       HARNESS_SHAPE(16, 32), SM_PUT_WHOLE, 600000);
     sm_array_id id = rep.array.id;
     sm_svc_create_array_reply_free(&rep);
     sm_rpc_channel_free(ch);

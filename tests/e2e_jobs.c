@@ -161,20 +161,6 @@ static void want_matmul(float *out)
         }
 }
 
-static sm_array_id put(sm_client *c, const sm_array *a, const char *axes, const char *spec,
-                       const char *name)
-{
-    sm_mesh m;
-    sm_sharding_ref sh = harness_sharding(&m, axes, NULL, 0, spec);
-    sm_array_info info;
-    char err[512];
-    sm_err e = sm_client_put(c, a->dtype, &a->shape, a->data, &sh, name, &info, err, sizeof err);
-    ck_assert_msg(e == SM_OK, "put %s: %s", name ? name : "", err);
-    sm_array_id id = info.id;
-    sm_array_info_free(&info);
-    return id;
-}
-
 static int narrays(sm_client *c)
 {
     sm_array_info *l;
@@ -241,8 +227,8 @@ START_TEST(test_matmul)
     sm_client *c = harness_client(g);
     sm_program *p = load(_i);
     sm_array *a = arange_f32(8, 16), *b = arange_f32(16, 32);
-    sm_array_ref args[2] = {{put(c, a, "i=4,j=2", "P('i','j')", NULL), NULL},
-                            {put(c, b, "i=4,j=2", "P('j', None)", NULL), NULL}};
+    sm_array_ref args[2] = {{harness_put(c, a, "i=4,j=2", "P('i','j')", NULL), NULL},
+                            {harness_put(c, b, "i=4,j=2", "P('j', None)", NULL), NULL}};
     const char *names[1] = {_i ? "mm_rs" : "mm_basic"};
     sm_job_info info = run_ok(c, p, args, names);
     const sm_array_info *o = &info.outputs[0];
@@ -279,7 +265,7 @@ START_TEST(test_transport)
                                    "transport", &p, err, sizeof err) == SM_OK,
                   "%s", err);
     sm_array *a = arange_f32(8, 16);
-    sm_array_ref args[1] = {{put(c, a, "i=4,j=2", "P('i','j')", NULL), NULL}};
+    sm_array_ref args[1] = {{harness_put(c, a, "i=4,j=2", "P('i','j')", NULL), NULL}};
     sm_job_info info = run_ok(c, p, args, NULL);
     sm_array *got = NULL;
     ck_assert_msg(
@@ -328,8 +314,8 @@ START_TEST(test_matmul_resharded_inputs)
     sm_client *c = harness_client(g);
     sm_program *p = load(0);
     sm_array *a = arange_f32(8, 16), *b = arange_f32(16, 32);
-    sm_array_ref args[2] = {{put(c, a, "i=8", "P(None, 'i')", "ra"), NULL},
-                            {put(c, b, "i=4,j=2", "P()", "rb"), NULL}};
+    sm_array_ref args[2] = {{harness_put(c, a, "i=8", "P(None, 'i')", "ra"), NULL},
+                            {harness_put(c, b, "i=4,j=2", "P()", "rb"), NULL}};
     args[0] = (sm_array_ref){{0}, "ra"};
     args[1] = (sm_array_ref){{0}, "rb"};
     sm_job_info info = run_ok(c, p, args, NULL);
@@ -359,7 +345,7 @@ START_TEST(test_slice_and_average)
     ck_assert_int_eq(sm_array_create(SM_I32, &s, &x, err, sizeof err), SM_OK);
     for (int i = 0; i < 512; i++)
         ((int32_t *)x->data)[i] = i;
-    sm_array_ref args[1] = {{put(c, x, "x=2,y=4", "P(('x','y'))", NULL), NULL}};
+    sm_array_ref args[1] = {{harness_put(c, x, "x=2,y=4", "P(('x','y'))", NULL), NULL}};
     sm_job_info info = run_ok(c, p, args, NULL);
     ck_assert_str_eq(info.outputs[0].type, "f32[4]");
     ck_assert_int_ge(info.run_us, 0);
@@ -397,13 +383,14 @@ START_TEST(test_run_one_call)
                                           "    return a * 2 + 1\n",
                                           "light.shmap", &p, err, sizeof err),
                          SM_OK);
-        args[0] = (sm_array_ref){put(c, a, "i=4,j=2", _i ? "P('i')" : "P('i','j')", NULL), NULL};
+        args[0] =
+            (sm_array_ref){harness_put(c, a, "i=4,j=2", _i ? "P('i')" : "P('i','j')", NULL), NULL};
         for (int k = 0; k < 8 * 16; k++)
             want[k] = (float)k * 2 + 1;
     } else {
         p = load(0);
-        args[0] = (sm_array_ref){put(c, a, "i=4,j=2", "P('i','j')", NULL), NULL};
-        args[1] = (sm_array_ref){put(c, b, "i=4,j=2", "P('j', None)", NULL), NULL};
+        args[0] = (sm_array_ref){harness_put(c, a, "i=4,j=2", "P('i','j')", NULL), NULL};
+        args[1] = (sm_array_ref){harness_put(c, b, "i=4,j=2", "P('j', None)", NULL), NULL};
         want_matmul(want);
     }
     /* several in a row: each frees its runner slot (a leaked slot would
@@ -505,7 +492,7 @@ START_TEST(test_rejected)
     sm_client *c = harness_client(g);
     sm_array *a = arange_f32(8, 16);
     delete_all(c);
-    put(c, a, "i=4,j=2", "P('i','j')", "A");
+    harness_put(c, a, "i=4,j=2", "P('i','j')", "A");
     int before = narrays(c);
     char err[1024] = "";
     sm_program *p = NULL;
@@ -581,8 +568,8 @@ START_TEST(test_cancel_and_deadline)
     ck_assert_int_eq(sm_array_create(SM_F32, &s, &a, err, sizeof err), SM_OK);
     for (int i = 0; i < 1024 * 1024; i++)
         ((float *)a->data)[i] = (float)(i % 7) * 0.001f;
-    sm_array_ref args[2] = {{put(c, a, "i=8", "P('i')", NULL), NULL},
-                            {put(c, a, "i=8", "P()", NULL), NULL}};
+    sm_array_ref args[2] = {{harness_put(c, a, "i=8", "P('i')", NULL), NULL},
+                            {harness_put(c, a, "i=8", "P()", NULL), NULL}};
     sm_program *p = NULL;
     ck_assert_int_eq(sm_program_parse(heavy_text, "heavy.shmap", &p, err, sizeof err), SM_OK);
     sm_job_id id;
@@ -879,7 +866,7 @@ START_TEST(test_same_bits_every_layout)
             sm_program *p = NULL;
             ck_assert_msg(sm_program_parse(text, "layout", &p, err, sizeof err) == SM_OK, "%s: %s",
                           text, err);
-            sm_array_ref args[1] = {{put(c, a, axes, spec, NULL), NULL}};
+            sm_array_ref args[1] = {{harness_put(c, a, axes, spec, NULL), NULL}};
             sm_job_info info = run_ok(c, p, args, NULL);
             sm_array *got = NULL;
             ck_assert_msg(sm_client_get(c, (sm_array_ref){info.outputs[0].id, NULL}, &got, err,
@@ -937,7 +924,7 @@ START_TEST(test_shm_fallback)
                          "    return psum(x, 'i')\n",
                          "fallback", &p, err, sizeof err) == SM_OK,
         "%s", err);
-    sm_array_ref args[1] = {{put(c, a, "i=4", "P('i', None)", NULL), NULL}};
+    sm_array_ref args[1] = {{harness_put(c, a, "i=4", "P('i', None)", NULL), NULL}};
     sm_job_info info = run_ok(c, p, args, NULL);
     sm_array *got = NULL;
     ck_assert_msg(
@@ -1070,8 +1057,8 @@ START_TEST(test_shmapctl_job)
     sm_client *c = harness_client(g);
     delete_all(c);
     sm_array *a = arange_f32(8, 16), *b = arange_f32(16, 32);
-    put(c, a, "i=4,j=2", "P('i','j')", "job_a");
-    put(c, b, "i=4,j=2", "P('j', None)", "job_b");
+    harness_put(c, a, "i=4,j=2", "P('i','j')", "job_a");
+    harness_put(c, b, "i=4,j=2", "P('j', None)", "job_b");
     snprintf(prog, sizeof prog, "%s/mm.shmap", dir);
     FILE *f = fopen(prog, "w");
     fputs(examples[0].text, f);
@@ -1105,8 +1092,8 @@ START_TEST(test_shmapctl_job)
     sm_array *h;
     sm_shape hs = HARNESS_SHAPE(1024, 1024);
     ck_assert_int_eq(sm_array_create(SM_F32, &hs, &h, err, sizeof err), SM_OK);
-    put(c, h, "i=8", "P('i')", "job_h");
-    put(c, h, "i=8", "P()", "job_w");
+    harness_put(c, h, "i=8", "P('i')", "job_h");
+    harness_put(c, h, "i=8", "P()", "job_w");
     snprintf(heavy, sizeof heavy, "%s/heavy.shmap", dir);
     f = fopen(heavy, "w");
     fputs(heavier_text, f);

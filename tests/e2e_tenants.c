@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "harness_svc.h"
 #include "shmap_job.h"
 #include "sm_grant.h"
 #include "sm_checksum.h"
@@ -379,16 +380,8 @@ static sm_err raw_get(const char *addr, const char *token, sm_array_id id, int32
                       const unsigned char *grant, char *err, size_t errlen)
 {
     sm_rpc_channel *ch = NULL;
-    sm_svc_download_stream *st = NULL;
-    sm_svc_download_req req = {.array = {id, NULL}, .device = device, .grants = grant};
-    int end = 0;
     ck_assert_int_eq(sm_rpc_channel_create(addr, token, &ch, err, errlen), SM_OK);
-    sm_err e = sm_svc_download_open(ch, 1, &req, 10000, &st, err, errlen);
-    while (!e && !end) {
-        sm_svc_chunk c;
-        e = sm_svc_download_recv(st, &c, &end, err, errlen);
-    }
-    sm_svc_download_free(st);
+    sm_err e = harness_svc_get_shard(ch, id, device, grant, err, errlen);
     sm_rpc_channel_free(ch);
     return e;
 }
@@ -674,21 +667,13 @@ static void secure_up(void)
     sm_program_free(p);
     /* an array created and never uploaded, for Upload and CommitShards */
     sm_rpc_channel *ch = harness_channel(g_s, NULL);
-    sm_svc_create_array_req q = {.dtype = SM_F32, .has_shape = 1, .kind = SM_PUT_SHARDS};
-    q.shape = HARNESS_SHAPE(8, 4);
-    q.sharding = harness_sharding(&m, "i=4", NULL, 0, "P('i')");
-    q.deadline_ms = 600000;
-    sm_svc_create_array_reply r;
-    ck_assert_int_eq(sm_svc_coord_create_array(ch, DL, &q, &r, err, sizeof err), SM_OK);
+    sm_svc_create_array_reply r =
+        harness_svc_create(ch, NULL, "i=4", "P('i')", HARNESS_SHAPE(8, 4), SM_PUT_SHARDS, 600000);
     g_alice.pending = r.array.id;
     sm_svc_create_array_reply_free(&r);
     sm_rpc_channel_free(ch);
-    sm_worker_info *w = NULL;
-    int n = 0;
-    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
-    ck_assert_int_gt(n, 0);
-    snprintf(g_sworker, sizeof g_sworker, "%s", w[0].address);
-    free(w);
+    ck_assert_msg(harness_first_worker(c, g_sworker, sizeof g_sworker, err, sizeof err) == SM_OK,
+                  "%s", err);
     sm_client_close(c);
 }
 

@@ -33,6 +33,7 @@
 #include "client_internal.h"
 #include "harness.h"
 #include "harness_proc.h"
+#include "harness_svc.h"
 #include "shmap_job.h"
 #include "sm_rpc.h"
 #include "sm_svc.h"
@@ -112,14 +113,10 @@ static void cluster_up(void)
         exit(1);
     }
     sm_client *c = harness_client(g);
-    sm_worker_info *w = NULL;
-    int n = 0;
-    if (sm_client_devices(c, &w, &n, err, sizeof err) || n < 1) {
+    if (harness_first_worker(c, g_worker, sizeof g_worker, err, sizeof err)) {
         fprintf(stderr, "e2e_tls: devices: %s\n", err);
         exit(1);
     }
-    snprintf(g_worker, sizeof g_worker, "%s", w[0].address);
-    free(w);
     sm_client_close(c);
 }
 
@@ -291,18 +288,10 @@ static sm_err tls_get(const char *addr, const char *token, const char *cert, con
 {
     sm_rpc_tls *tls = NULL;
     sm_rpc_channel *ch = NULL;
-    sm_svc_download_stream *st = NULL;
-    sm_svc_download_req req = {.array = {id, NULL}, .device = device, .grants = grant};
     sm_rpc_tls_opts o = {cert, key, g_ca, NULL};
-    int end = 0;
     ck_assert_int_eq(sm_rpc_tls_create(&o, &tls, err, errlen), SM_OK);
     ck_assert_int_eq(sm_rpc_channel_create_tls(addr, token, tls, &ch, err, errlen), SM_OK);
-    sm_err e = sm_svc_download_open(ch, 1, &req, 10000, &st, err, errlen);
-    while (!e && !end) {
-        sm_svc_chunk c;
-        e = sm_svc_download_recv(st, &c, &end, err, errlen);
-    }
-    sm_svc_download_free(st);
+    sm_err e = harness_svc_get_shard(ch, id, device, grant, err, errlen);
     sm_rpc_channel_free(ch);
     sm_rpc_tls_free(tls);
     return e;
@@ -319,13 +308,8 @@ START_TEST(test_tenant_grants)
     sm_client *c = NULL;
     char err[1024];
     ck_assert_msg(sm_client_connect(g_t->target, &o, &c, err, sizeof err) == SM_OK, "%s", err);
-    sm_worker_info *w = NULL;
-    int n = 0;
-    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
-    ck_assert_int_gt(n, 0);
     char addr[SM_ADDR_MAX];
-    snprintf(addr, sizeof addr, "%s", w[0].address);
-    free(w);
+    ck_assert_msg(harness_first_worker(c, addr, sizeof addr, err, sizeof err) == SM_OK, "%s", err);
     ck_assert_ptr_nonnull(client_worker_channel(c, addr)); /* direct, without a certificate */
     put_get_run(c);
     /* the worker port, without a client certificate */

@@ -698,6 +698,33 @@ int harness_worker_pids(const harness_cluster *h, pid_t *out, int max)
     return n;
 }
 
+sm_array_id harness_put(sm_client *c, const sm_array *x, const char *axes, const char *spec,
+                        const char *name)
+{
+    sm_mesh mesh;
+    sm_sharding_ref sh = harness_sharding(&mesh, axes, NULL, 0, spec);
+    sm_array_info info;
+    char err[512];
+    sm_err e = sm_client_put(c, x->dtype, &x->shape, x->data, &sh, name, &info, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "put %s (%s %s): %s", name ? name : "", axes, spec, err);
+    sm_array_id id = info.id;
+    sm_array_info_free(&info);
+    return id;
+}
+
+sm_err harness_first_worker(sm_client *c, char *out, size_t len, char *err, size_t errlen)
+{
+    sm_worker_info *w = NULL;
+    int n = 0;
+    sm_err e = sm_client_devices(c, &w, &n, err, errlen);
+    if (!e && n < 1)
+        e = sm_fail(err, errlen, SM_ENOTFOUND, "the cluster lists no worker");
+    if (!e)
+        snprintf(out, len, "%s", w[0].address);
+    free(w);
+    return e;
+}
+
 int harness_wait_state(sm_client *c, sm_array_ref ref, int state, int timeout_ms)
 {
     int64_t until = sm_time_mono_ms() + timeout_ms;

@@ -129,6 +129,16 @@ int harness_run_suite(Suite *s);
  * most max; returns the count. */
 int harness_worker_pids(const harness_cluster *h, pid_t *out, int max);
 
+/* In a Check test: uploads x through c with the sharding (axes, spec) of
+ * harness_sharding under name (NULL: none), asserting it succeeds; returns
+ * its id. */
+sm_array_id harness_put(sm_client *c, const sm_array *x, const char *axes, const char *spec,
+                        const char *name);
+
+/* The address of the first worker c's ListDevices names into out (len);
+ * SM_ENOTFOUND when it names none. */
+sm_err harness_first_worker(sm_client *c, char *out, size_t len, char *err, size_t errlen);
+
 /* Polls describe until the array reaches state (or timeout_ms passes);
  * returns the last state seen (0 if describe failed). */
 int harness_wait_state(sm_client *c, sm_array_ref ref, int state, int timeout_ms);

@@ -63,6 +63,23 @@ sm_mesh_info harness_svc_mesh(sm_rpc_channel *ch, const char *name, const char *
     return mi;
 }
 
+sm_svc_create_array_reply harness_svc_create(sm_rpc_channel *ch, const char *name, const char *axes,
+                                             const char *spec, sm_shape shape, sm_put_kind kind,
+                                             uint32_t deadline_ms)
+{
+    sm_mesh mesh;
+    sm_svc_create_array_req q = {.name = name, .dtype = SM_F32, .has_shape = 1, .shape = shape};
+    sm_svc_create_array_reply r;
+    char err[512];
+    q.sharding = harness_sharding(&mesh, axes, NULL, 0, spec);
+    q.kind = kind;
+    q.deadline_ms = deadline_ms;
+    memset(&r, 0, sizeof r);
+    sm_err e = sm_svc_coord_create_array(ch, HARNESS_CALL_MS, &q, &r, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "create: %s", err);
+    return r;
+}
+
 sm_array_state harness_svc_state(sm_rpc_channel *ch, sm_array_ref ref, char *error, size_t len)
 {
     sm_array_info info;
@@ -253,6 +270,21 @@ sm_err harness_svc_download(sm_rpc_channel *ch, sm_array_ref ref, int32_t device
     *out = buf;
     *nbytes = (size_t)total;
     return SM_OK;
+}
+
+sm_err harness_svc_get_shard(sm_rpc_channel *ch, sm_array_id id, int32_t device,
+                             const unsigned char *grant, char *err, size_t errlen)
+{
+    sm_svc_download_stream *st = NULL;
+    sm_svc_download_req req = {.array = {id, NULL}, .device = device, .grants = grant};
+    int end = 0;
+    sm_err e = sm_svc_download_open(ch, 1, &req, HARNESS_CALL_MS, &st, err, errlen);
+    while (!e && !end) {
+        sm_svc_chunk c;
+        e = sm_svc_download_recv(st, &c, &end, err, errlen);
+    }
+    sm_svc_download_free(st);
+    return e;
 }
 
 void harness_svc_check_values(sm_rpc_channel *ch, sm_array_ref ref, float salt)

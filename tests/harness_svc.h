@@ -41,6 +41,15 @@ int harness_svc_wait_alive(sm_rpc_channel *ch, int n, int ms);
  * coordinator at ch; asserts it succeeds. */
 sm_mesh_info harness_svc_mesh(sm_rpc_channel *ch, const char *name, const char *axes);
 
+/* CreateArray at the coordinator at ch of an f32 array of shape named name
+ * (NULL: none) over the inline mesh axes ("x=8", default device order)
+ * with the spec parsed from text, of kind, with a deadline of deadline_ms
+ * (0: none); asserts it succeeds. The caller frees the reply
+ * (sm_svc_create_array_reply_free). */
+sm_svc_create_array_reply harness_svc_create(sm_rpc_channel *ch, const char *name, const char *axes,
+                                             const char *spec, sm_shape shape, sm_put_kind kind,
+                                             uint32_t deadline_ms);
+
 /* The state of ref at the coordinator, and its error sentence into error
  * (error may be NULL); asserts the describe succeeds. */
 sm_array_state harness_svc_state(sm_rpc_channel *ch, sm_array_ref ref, char *error, size_t len);
@@ -112,6 +121,12 @@ sm_err harness_svc_put(sm_rpc_channel *ch, sm_array_id id, const int32_t *devs, 
  * SM_EFORMAT. */
 sm_err harness_svc_download(sm_rpc_channel *ch, sm_array_ref ref, int32_t device, void **out,
                             size_t *nbytes, char *err, size_t errlen);
+
+/* GetShard of array id's shard on device from the worker at ch, with the
+ * grant (NULL: none), read to its end and dropped; returns the first
+ * error. */
+sm_err harness_svc_get_shard(sm_rpc_channel *ch, sm_array_id id, int32_t device,
+                             const unsigned char *grant, char *err, size_t errlen);
 
 /* Asserts that ref is READY and each of its shards downloads bit-exact as
  * the harness_val values of salt. */
