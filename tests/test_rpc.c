@@ -17,6 +17,7 @@
 #include "sm_rpc_proto.h"
 #include "sm_time.h"
 #include "suite_main.h"
+#include "svc_testutil.h"
 
 #define MIB        (1u << 20)
 #define P_UNARY    "/shmap.test.Echo/Unary"
@@ -24,9 +25,6 @@
 #define P_DOWNLOAD "/shmap.test.Echo/Download"
 #define P_CHAT     "/shmap.test.Echo/Chat"
 #define P_HEALTH   "/grpc.health.v1.Health/Check"
-#define MSG_DESC   (&shmap__test__msg__descriptor)
-
-typedef Shmap__Test__Msg Msg;
 
 /* ---- test server ------------------------------------------------------- */
 
@@ -84,13 +82,9 @@ static void note_err(state *s, sm_err e)
 static void h_unary(sm_rpc_call *call, void *user)
 {
     state *s = user;
-    ProtobufCMessage *m;
-    char err[256];
-    sm_err e = sm_rpc_recv(call, &m, err, sizeof err);
-    if (e) {
-        sm_rpc_finish(call, e, err, NULL);
+    ProtobufCMessage *m = svt_recv(call);
+    if (!m)
         return;
-    }
     Msg *req = (Msg *)m;
     if (strcmp(req->text, "fail") == 0) {
         sm_rpc_finish(call, SM_ENOTFOUND, "array 17 does not exist", NULL);
@@ -170,16 +164,7 @@ static void h_upload(sm_rpc_call *call, void *user)
         snprintf(err, sizeof err, "the upload ended after %u chunks, before its last", count);
     }
     note_err(s, e);
-    if (e) {
-        sm_rpc_finish(call, e, err, NULL);
-    } else {
-        Msg rep = SHMAP__TEST__MSG__INIT;
-        rep.count = count;
-        rep.checksum = sm_checksum_digest(ck);
-        rep.last = last_ok;
-        rep.size = (uint32_t)(bytes / MIB);
-        sm_rpc_finish(call, SM_OK, NULL, &rep.base);
-    }
+    svt_upload_finish(call, e, err, count, ck, last_ok, (uint32_t)(bytes / MIB));
     sm_checksum_free(ck);
     st_add(s, &s->active, -1);
 }
@@ -188,14 +173,13 @@ static void h_download(sm_rpc_call *call, void *user)
 {
     state *s = user;
     st_add(s, &s->active, 1);
-    ProtobufCMessage *m;
+    ProtobufCMessage *m = svt_recv(call);
     char err[256];
-    sm_err e = sm_rpc_recv(call, &m, err, sizeof err);
-    if (e) {
-        sm_rpc_finish(call, e, err, NULL);
+    if (!m) {
         st_add(s, &s->active, -1);
         return;
     }
+    sm_err e = SM_OK;
     Msg *req = (Msg *)m;
     int forever = strcmp(req->text, "forever") == 0;
     sm_checksum *ck = sm_checksum_create();

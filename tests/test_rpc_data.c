@@ -18,14 +18,11 @@
 #include "svc_testutil.h"
 
 #define MIB       (1u << 20)
-#define MSG_DESC  (&shmap__test__msg__descriptor)
 #define DATA      1u /* Msg.data */
 #define P_UPLOAD  "/shmap.test.Echo/Upload"
 #define P_DOWN    "/shmap.test.Echo/Download"
 #define MAX_WIRE  (256 << 10)
 #define MAX_SLICE 16
-
-typedef Shmap__Test__Msg Msg;
 
 /* ---- wire bytes by hand ------------------------------------------------- */
 
@@ -436,14 +433,7 @@ static void h_upload(sm_rpc_call *call, void *user)
         count++;
         sm_rpc_msg_free(m);
     }
-    if (e) {
-        sm_rpc_finish(call, e, err, NULL);
-    } else {
-        Msg rep = SHMAP__TEST__MSG__INIT;
-        rep.count = count;
-        rep.checksum = sm_checksum_digest(ck);
-        sm_rpc_finish(call, SM_OK, NULL, &rep.base);
-    }
+    svt_upload_finish(call, e, err, count, ck, 0, 0);
     sm_checksum_free(ck);
     free(buf);
 }
@@ -459,12 +449,10 @@ static void h_download(sm_rpc_call *call, void *user)
 {
     down_src *d = user;
     char err[256];
-    ProtobufCMessage *m;
-    sm_err e = sm_rpc_recv(call, &m, err, sizeof err);
-    if (e) {
-        sm_rpc_finish(call, e, err, NULL);
+    ProtobufCMessage *m = svt_recv(call);
+    if (!m)
         return;
-    }
+    sm_err e = SM_OK;
     sm_rpc_msg_free(m);
     for (uint32_t i = 0; i < NCHUNK && !e; i++) {
         Msg c = SHMAP__TEST__MSG__INIT;

@@ -14,6 +14,7 @@
 #include "sm_rpc_msg.h"
 #include "sm_rpc_proto.h"
 #include "suite_main.h"
+#include "svc_testutil.h"
 
 #define P_OPEN    "/shmap.test.Echo/Unary"
 #define P_CLUSTER "/shmap.test.Echo/Upload" /* any other path; served unary here */
@@ -141,13 +142,9 @@ END_TEST
 static void h_echo(sm_rpc_call *call, void *user)
 {
     (void)user;
-    ProtobufCMessage *m;
-    char err[256];
-    sm_err e = sm_rpc_recv(call, &m, err, sizeof err);
-    if (e) {
-        sm_rpc_finish(call, e, err, NULL);
+    ProtobufCMessage *m = svt_recv(call);
+    if (!m)
         return;
-    }
     sm_rpc_finish(call, SM_OK, NULL, m);
     sm_rpc_msg_free(m);
 }
