@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "sm_exec_local.h"
+#include "ir_testutil.h"
 #include "suite_main.h"
 
 typedef struct {
@@ -167,16 +168,6 @@ static void program_text(const op_row *r, int single, char *buf, size_t len)
              single && r->ref ? r->ref : r->body);
 }
 
-static sm_program *parse(const char *text)
-{
-    sm_program *p = NULL;
-    char err[1024] = "";
-    ck_assert_msg(sm_program_parse(text, "t.shmap", &p, err, sizeof err) == SM_OK, "%s\n%s", err,
-                  text);
-    ck_assert_msg(sm_program_verify(p, 0, err, sizeof err) == SM_OK, "%s\n%s", err, text);
-    return p;
-}
-
 /* Random integer-valued inputs in [-4, 4] (in the parameter's dtype). */
 static void make_inputs(const sm_program *p, int seed, sm_array **in)
 {
@@ -231,7 +222,7 @@ START_TEST(test_op_sharded_vs_single)
     char ts[2048], t1[2048], err[1024] = "";
     program_text(r, 0, ts, sizeof ts);
     program_text(r, 1, t1, sizeof t1);
-    sm_program *ps = parse(ts), *p1 = parse(t1);
+    sm_program *ps = parse_ok(ts, 0), *p1 = parse_ok(t1, 0);
     ck_assert_int_eq(ps->nparams, p1->nparams);
     sm_array *in[8] = {0}, *os = NULL, *o1 = NULL;
     make_inputs(ps, _i, in);
@@ -265,7 +256,7 @@ START_TEST(test_table_covers_every_op)
     for (int i = 0; i < NROWS; i++) {
         char t[2048];
         program_text(&rows[i], 0, t, sizeof t);
-        sm_program *p = parse(t);
+        sm_program *p = parse_ok(t, 0);
         for (int k = 0; k < p->nops; k++)
             seen[p->ops[k].kind] = 1;
         sm_program_free(p);
@@ -282,9 +273,10 @@ END_TEST
 START_TEST(test_spot_values)
 {
     sm_program *p =
-        parse("mesh i=2\n"
-              "shard_map f(n: i32[4] @ P('i')) -> (P('i'), P('i'), P('i'), P()):\n"
-              "    return n % 3, n / 2, round(n * 0.5), psum(1, 'i') + 0 * axis_index('i')\n");
+        parse_ok("mesh i=2\n"
+                 "shard_map f(n: i32[4] @ P('i')) -> (P('i'), P('i'), P('i'), P()):\n"
+                 "    return n % 3, n / 2, round(n * 0.5), psum(1, 'i') + 0 * axis_index('i')\n",
+                 0);
     sm_array *n, *o[4];
     char err[512];
     sm_shape s = {.rank = 1, .dims = {4}};
@@ -311,9 +303,10 @@ END_TEST
  * devices holding it gives [1, 1] and [0.5, 0.5]); pmax stays bool. */
 START_TEST(test_bool_reductions)
 {
-    sm_program *p = parse("mesh i=2\n"
-                          "shard_map f(b: bool[4] @ P('i')) -> (P(), P(), P()):\n"
-                          "    return psum(b, 'i'), pmean(b, 'i'), pmax(b, 'i')\n");
+    sm_program *p = parse_ok("mesh i=2\n"
+                             "shard_map f(b: bool[4] @ P('i')) -> (P(), P(), P()):\n"
+                             "    return psum(b, 'i'), pmean(b, 'i'), pmax(b, 'i')\n",
+                             0);
     sm_array *b, *o[3];
     char err[512];
     sm_shape s = {.rank = 1, .dims = {4}};
@@ -348,10 +341,12 @@ START_TEST(test_axis_index_groups)
     float *av = a->data;
     for (int k = 0; k < 64; k++)
         av[k] = (float)k;
-    sm_program *p = parse("mesh x=2 y=2 z=2\n"
-                          "shard_map fwd(a: f32[8,8] @ P('x', ('y', 'z'))) -> P('x', ('y', 'z')):\n"
-                          "    return all_gather(a, ('y', 'z'), axis_index_groups=((0, 1), (2, 3)),"
-                          " axis=-1, tiled=True)\n");
+    sm_program *p =
+        parse_ok("mesh x=2 y=2 z=2\n"
+                 "shard_map fwd(a: f32[8,8] @ P('x', ('y', 'z'))) -> P('x', ('y', 'z')):\n"
+                 "    return all_gather(a, ('y', 'z'), axis_index_groups=((0, 1), (2, 3)),"
+                 " axis=-1, tiled=True)\n",
+                 0);
     ck_assert_msg(sm_exec_local_run(p, &a, &o, NULL, err, sizeof err) == SM_OK, "%s", err);
     ck_assert_int_eq(o->shape.dims[1], 16);
     for (int r = 0; r < 8; r++) /* device (i, rank q) holds a[rows i, block q / 2] */
@@ -361,10 +356,12 @@ START_TEST(test_axis_index_groups)
         }
     sm_array_free(o);
     sm_program_free(p);
-    p = parse("mesh x=2 y=2 z=2\n"
-              "shard_map fwd(a: f32[8,8] @ P(None, ('x', 'y', 'z'))) -> P(None, ('x', 'y', 'z')):\n"
-              "    return psum_scatter(a, ('x', 'y', 'z'), scatter_dimension=0,"
-              " axis_index_groups=((0, 2, 4, 6), (1, 3, 5, 7)), tiled=True)\n");
+    p = parse_ok(
+        "mesh x=2 y=2 z=2\n"
+        "shard_map fwd(a: f32[8,8] @ P(None, ('x', 'y', 'z'))) -> P(None, ('x', 'y', 'z')):\n"
+        "    return psum_scatter(a, ('x', 'y', 'z'), scatter_dimension=0,"
+        " axis_index_groups=((0, 2, 4, 6), (1, 3, 5, 7)), tiled=True)\n",
+        0);
     ck_assert_msg(sm_exec_local_run(p, &a, &o, NULL, err, sizeof err) == SM_OK, "%s", err);
     ck_assert_int_eq(o->shape.dims[0], 2);
     for (int r = 0; r < 8; r++) { /* rank r: group r % 2, chunk r / 2 of the group's sum */
@@ -385,8 +382,9 @@ START_TEST(test_axis_index_groups)
     ck_assert_int_eq(sm_program_parse(text, "t.shmap", &p, err, sizeof err), SM_EINVAL);
     ck_assert_msg(strstr(err, "each of the ranks 0..3 once"), "%s", err);
     /* psum within groups: the result still varies over the axis */
-    p = parse("mesh x=4\nshard_map f(a: f32[8] @ P('x')) -> P('x'):\n"
-              "    return psum(a, 'x', axis_index_groups=[[0, 1], [2, 3]])\n");
+    p = parse_ok("mesh x=4\nshard_map f(a: f32[8] @ P('x')) -> P('x'):\n"
+                 "    return psum(a, 'x', axis_index_groups=[[0, 1], [2, 3]])\n",
+                 0);
     ck_assert_uint_eq(p->values[p->returns[0]].vma, 1);
     sm_array_free(a);
     sm_program_free(p);
@@ -395,8 +393,9 @@ START_TEST(test_axis_index_groups)
     ck_assert_int_eq(sm_array_create(SM_F32, &s8, &a, err, sizeof err), SM_OK);
     for (int k = 0; k < 8; k++)
         ((float *)a->data)[k] = (float)k;
-    p = parse("mesh x=4\nshard_map f(a: f32[8] @ P('x')) -> P():\n"
-              "    return all_gather(a, 'x', tiled=True, to='invarying')\n");
+    p = parse_ok("mesh x=4\nshard_map f(a: f32[8] @ P('x')) -> P():\n"
+                 "    return all_gather(a, 'x', tiled=True, to='invarying')\n",
+                 0);
     ck_assert_int_eq(sm_program_verify(p, 1, err, sizeof err), SM_OK);
     ck_assert_msg(sm_exec_local_run(p, &a, &o, NULL, err, sizeof err) == SM_OK, "%s", err);
     ck_assert_int_eq(memcmp(o->data, a->data, 32), 0);
@@ -409,11 +408,13 @@ END_TEST
 /* One value returned twice, and a parameter returned as it is. */
 START_TEST(test_repeated_returns)
 {
-    sm_program *p = parse("mesh i=4 j=2\n"
-                          "shard_map f(x: f32[8,16] @ P('i', 'j')) -> (P('i', 'j'), P('i', 'j'), "
-                          "P('i', 'j')):\n"
-                          "    y = x * 2\n"
-                          "    return y, x, y\n");
+    sm_program *p =
+        parse_ok("mesh i=4 j=2\n"
+                 "shard_map f(x: f32[8,16] @ P('i', 'j')) -> (P('i', 'j'), P('i', 'j'), "
+                 "P('i', 'j')):\n"
+                 "    y = x * 2\n"
+                 "    return y, x, y\n",
+                 0);
     sm_array *in[1], *o[3];
     char err[512];
     make_inputs(p, 1, in);
@@ -438,7 +439,7 @@ START_TEST(test_device_order)
     char t1[512], t2[512], err[512];
     snprintf(t1, sizeof t1, "mesh i=4 j=2\n%s", body);
     snprintf(t2, sizeof t2, "mesh i=4 j=2 devices=[7, 5, 3, 1, 6, 4, 2, 0]\n%s", body);
-    sm_program *p1 = parse(t1), *p2 = parse(t2);
+    sm_program *p1 = parse_ok(t1, 0), *p2 = parse_ok(t2, 0);
     sm_array *in[1], *a[2], *b[2];
     make_inputs(p1, 3, in);
     ck_assert_msg(sm_exec_local_run(p1, in, a, NULL, err, sizeof err) == SM_OK, "%s", err);

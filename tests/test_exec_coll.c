@@ -15,6 +15,7 @@
 
 #include "sm_comm_local.h"
 #include "sm_exec_local.h"
+#include "ir_testutil.h"
 #include "suite_main.h"
 
 /* ---- the case table ---- */
@@ -309,16 +310,6 @@ static void expr(const variant *v, const char *axes, int n, char *buf, size_t le
 
 /* Parses and verifies (replication check off: outputs are tiled over every
  * axis anyway). */
-static sm_program *program(const char *text)
-{
-    sm_program *p = NULL;
-    char err[1024] = "";
-    ck_assert_msg(sm_program_parse(text, "t.shmap", &p, err, sizeof err) == SM_OK, "%s\n%s", err,
-                  text);
-    ck_assert_msg(sm_program_verify(p, 0, err, sizeof err) == SM_OK, "%s\n%s", err, text);
-    return p;
-}
-
 /* 1 if the axes, as written, name two axes of more than one device in
  * another order than the mesh's (mesh "i=4 j=2", axes "('j', 'i')"). */
 static int perm_out_of_order(const char *mesh, const char *axes)
@@ -380,7 +371,7 @@ START_TEST(test_collective)
                       msg);
         return;
     }
-    sm_program *p = program(text);
+    sm_program *p = parse_ok(text, 0);
     sm_array *x, *out;
     char err[1024] = "";
     ck_assert_int_eq(sm_array_create(SM_F32, &p->params[0].global, &x, err, sizeof err), SM_OK);
@@ -425,11 +416,12 @@ END_TEST
 
 static sm_program *psum_program(void)
 {
-    return program("mesh i=4 j=2\n"
-                   "shard_map f(x: f32[64,33] @ P(('i', 'j'))) -> P():\n"
-                   "    y = psum(x * 1.37, ('j', 'i'))\n"
-                   "    z = psum_scatter(y, 'i', scatter_dimension=0, tiled=True)\n"
-                   "    return pmean(all_gather(z, 'i', tiled=True), ('i', 'j'))\n");
+    return parse_ok("mesh i=4 j=2\n"
+                    "shard_map f(x: f32[64,33] @ P(('i', 'j'))) -> P():\n"
+                    "    y = psum(x * 1.37, ('j', 'i'))\n"
+                    "    z = psum_scatter(y, 'i', scatter_dimension=0, tiled=True)\n"
+                    "    return pmean(all_gather(z, 'i', tiled=True), ('i', 'j'))\n",
+                    0);
 }
 
 START_TEST(test_deterministic)
@@ -516,11 +508,12 @@ START_TEST(test_kernel_error_releases_peers)
 {
     sm_program *p = psum_program();
     /* device 5 fails in a kernel (abs of bool) before its first collective */
-    sm_program *q = program("mesh i=4 j=2\n"
-                            "shard_map f(x: f32[64,33] @ P(('i', 'j'))) -> P():\n"
-                            "    b = abs(x > 0)\n"
-                            "    y = psum(x, ('j', 'i'))\n"
-                            "    return y\n");
+    sm_program *q = parse_ok("mesh i=4 j=2\n"
+                             "shard_map f(x: f32[64,33] @ P(('i', 'j'))) -> P():\n"
+                             "    b = abs(x > 0)\n"
+                             "    y = psum(x, ('j', 'i'))\n"
+                             "    return y\n",
+                             0);
     dev_run d[8];
     run_devices(p, q, 5, 8, 30, d);
     ck_assert_int_ne(d[5].e, SM_OK);
@@ -551,11 +544,12 @@ END_TEST
 
 START_TEST(test_local_run_reports_op)
 {
-    sm_program *p = program("mesh i=4 j=2\n"
-                            "shard_map f(x: f32[64,33] @ P(('i', 'j'))) -> P():\n"
-                            "    y = psum(x, 'i')\n"
-                            "    b = abs(y > 0)\n"
-                            "    return psum(b, 'j')\n");
+    sm_program *p = parse_ok("mesh i=4 j=2\n"
+                             "shard_map f(x: f32[64,33] @ P(('i', 'j'))) -> P():\n"
+                             "    y = psum(x, 'i')\n"
+                             "    b = abs(y > 0)\n"
+                             "    return psum(b, 'j')\n",
+                             0);
     sm_array *x, *out = (sm_array *)1;
     char err[1024];
     ck_assert_int_eq(sm_array_create(SM_F32, &p->params[0].global, &x, err, sizeof err), SM_OK);
@@ -565,9 +559,10 @@ START_TEST(test_local_run_reports_op)
     ck_assert_msg(strstr(err, "t.shmap:4:") && strstr(err, "'abs'") && strstr(err, "device"), "%s",
                   err);
     /* a reduction the kernels refuse (f16) fails every member alike, without a hang */
-    sm_program *q = program("mesh i=4 j=2\n"
-                            "shard_map f(x: f16[64,33] @ P(('i', 'j'))) -> P():\n"
-                            "    return psum(x[:1, :3], ('i', 'j'))\n");
+    sm_program *q = parse_ok("mesh i=4 j=2\n"
+                             "shard_map f(x: f16[64,33] @ P(('i', 'j'))) -> P():\n"
+                             "    return psum(x[:1, :3], ('i', 'j'))\n",
+                             0);
     sm_array *h;
     ck_assert_int_eq(sm_array_create(SM_F16, &q->params[0].global, &h, err, sizeof err), SM_OK);
     e = sm_exec_local_run(q, &h, &out, NULL, err, sizeof err);

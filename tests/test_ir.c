@@ -8,19 +8,8 @@
 #include <string.h>
 
 #include "sm_ir.h"
+#include "ir_testutil.h"
 #include "suite_main.h"
-
-/* Parses and verifies; fails the test with the message on error. */
-static sm_program *parse_ok(const char *text, int check_vma)
-{
-    sm_program *p = NULL;
-    char err[1024] = "";
-    sm_err e = sm_program_parse(text, "t.shmap", &p, err, sizeof err);
-    ck_assert_msg(e == SM_OK, "parse failed: %s\n%s", err, text);
-    e = sm_program_verify(p, check_vma, err, sizeof err);
-    ck_assert_msg(e == SM_OK, "verify failed: %s\n%s", err, text);
-    return p;
-}
 
 /* Type of the value bound to name (the last value with that name). */
 static const char *type_of(const sm_program *p, const char *name, char *buf, size_t len)
