@@ -337,13 +337,21 @@ START_TEST(test_delete_frees_worker_memory)
 }
 END_TEST
 
+/* Mesh m (i=2,j=4) and array name of g16x32 (values of salt) put whole on
+ * it, over the coordinator's two worker processes, whose pids go to kids. */
+static sm_array_id put_on_two(const char *name, float salt, pid_t kids[8])
+{
+    make_mesh("m", "i=2,j=4");
+    sm_array_id id = put_whole(name, "P('i','j')", g16x32, salt);
+    ck_assert_int_eq(children_of(cp.pid, kids, 8), 2);
+    return id;
+}
+
 START_TEST(test_worker_killed)
 {
     char err[512], error[512];
-    make_mesh("m", "i=2,j=4");
-    sm_array_id id = put_whole("k", "P('i','j')", g16x32, 3.0f);
     pid_t kids[8];
-    ck_assert_int_eq(children_of(cp.pid, kids, 8), 2);
+    sm_array_id id = put_on_two("k", 3.0f, kids);
     /* which child is process 1 does not matter: either loses half the devices */
     ck_assert_int_eq(kill(kids[1], SIGKILL), 0);
     ck_assert_int_eq(harness_svc_wait_alive(cp.ch, 1, 2000), 1);
@@ -474,10 +482,8 @@ END_TEST
 START_TEST(test_silent_worker_lost_then_back)
 {
     char err[512], error[512];
-    make_mesh("m", "i=2,j=4");
-    sm_array_id id = put_whole("z", "P('i','j')", g16x32, 5.0f);
     pid_t kids[8];
-    ck_assert_int_eq(children_of(cp.pid, kids, 8), 2);
+    sm_array_id id = put_on_two("z", 5.0f, kids);
     /* a stopped worker sends no heartbeats: lost after --lost-after-ms (3 s) */
     ck_assert_int_eq(kill(kids[0], SIGSTOP), 0);
     ck_assert_int_eq(harness_svc_wait_alive(cp.ch, 1, 8000), 1);
