@@ -103,6 +103,16 @@ static unsigned spilled_set(sm_store *st)
     return set;
 }
 
+/* env_open, a memory limit of 2.5 MiB and arrays 1 and 2 put (values 1
+ * and 2): a third 1 MiB shard does not fit. */
+static void env_open_full(spill_env *e, int with_disk)
+{
+    env_open(e, with_disk);
+    sm_array_mem_limit_set((size_t)2 * MIB + MIB / 2);
+    put(e->st, 1, 1);
+    put(e->st, 2, 2);
+}
+
 START_TEST(test_spill_lru_and_read_back)
 {
     spill_env e;
@@ -152,10 +162,7 @@ END_TEST
 START_TEST(test_damaged_copy_is_data_loss)
 {
     spill_env e;
-    env_open(&e, 1);
-    sm_array_mem_limit_set((size_t)2 * MIB + MIB / 2);
-    put(e.st, 1, 1);
-    put(e.st, 2, 2);
+    env_open_full(&e, 1);
     put(e.st, 3, 3); /* 1 spilled */
     ck_assert_uint_eq(spilled_set(e.st), 1u << 1);
     char path[128];
@@ -177,10 +184,7 @@ END_TEST
 START_TEST(test_no_state_dir_refuses)
 {
     spill_env e;
-    env_open(&e, 0);
-    sm_array_mem_limit_set((size_t)2 * MIB + MIB / 2);
-    put(e.st, 1, 1);
-    put(e.st, 2, 2);
+    env_open_full(&e, 0);
     sm_store_shard *sh = NULL;
     ck_assert_int_eq(shard_mib(e.st, 3, &sh), SM_ERESOURCE);
     ck_assert_uint_eq(spilled_set(e.st), 0);
