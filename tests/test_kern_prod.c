@@ -82,6 +82,40 @@ static void check_out(sm_dtype t, const void *out, const double *rf, const uint6
     }
 }
 
+/* The buffers of one product of dtype t: random small operands a and b,
+ * the output o of no elements, and its reference, rf for floats or ri for
+ * integers (zeroed). */
+typedef struct {
+    void *a, *b, *o;
+    double *rf;
+    uint64_t *ri;
+    int64_t no;
+} prod_bufs;
+
+static prod_bufs bufs_make(sm_dtype t, const sm_shape *as, const sm_shape *bs, const sm_shape *os)
+{
+    prod_bufs p;
+    p.a = rand_small(t, numel(as));
+    p.b = rand_small(t, numel(bs));
+    p.no = numel(os);
+    p.o = malloc(p.no ? (size_t)p.no * esize(t) : 1);
+    p.rf = calloc((size_t)p.no + 1, sizeof *p.rf);
+    p.ri = calloc((size_t)p.no + 1, sizeof *p.ri);
+    return p;
+}
+
+/* check_out of p's output against its reference (sums of k products),
+ * then frees p's buffers. */
+static void bufs_check_free(sm_dtype t, prod_bufs *p, int64_t k, const char *what)
+{
+    check_out(t, p->o, p->rf, p->ri, p->no, k, what);
+    free(p->a);
+    free(p->b);
+    free(p->o);
+    free(p->rf);
+    free(p->ri);
+}
+
 /* ---- matmul --------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -146,19 +180,19 @@ START_TEST(test_matmul_table)
         char err[256] = "";
         ck_assert_msg(sm_kern_matmul_shape(&c.a, c.ta, &c.b, c.tb, &os, err, sizeof err) == SM_OK,
                       "%s", err);
-        void *a = rand_small(t, numel(&c.a)), *b = rand_small(t, numel(&c.b));
-        int64_t no = numel(&os);
-        void *o = malloc(no ? (size_t)no * esize(t) : 1);
-        ck_assert_msg(sm_kern_matmul(t, a, &c.a, c.ta, b, &c.b, c.tb, o, err, sizeof err) == SM_OK,
+        prod_bufs pb = bufs_make(t, &c.a, &c.b, &os);
+        void *a = pb.a, *b = pb.b;
+        double *rf = pb.rf;
+        uint64_t *ri = pb.ri;
+        ck_assert_msg(sm_kern_matmul(t, a, &c.a, c.ta, b, &c.b, c.tb, pb.o, err, sizeof err) ==
+                          SM_OK,
                       "case %d: %s", _i, err);
         /* reference */
         int ra = c.a.rank, rb = c.b.rank;
         int64_t K = ra == 1 ? c.a.dims[0] : c.ta ? c.a.dims[ra - 2] : c.a.dims[ra - 1];
         int nb = os.rank - (ra > 1) - (rb > 1);
-        double *rf = calloc((size_t)no + 1, sizeof *rf);
-        uint64_t *ri = calloc((size_t)no + 1, sizeof *ri);
         int64_t idx[SM_MAX_RANK];
-        for (int64_t q = 0; q < no; q++) {
+        for (int64_t q = 0; q < pb.no; q++) {
             unravel(q, &os, idx);
             int64_t i = ra > 1 ? idx[nb] : 0, j = rb > 1 ? idx[os.rank - 1] : 0;
             for (int64_t l = 0; l < K; l++) {
@@ -172,12 +206,7 @@ START_TEST(test_matmul_table)
         }
         char what[32];
         snprintf(what, sizeof what, "matmul case %d", _i);
-        check_out(t, o, rf, ri, no, K, what);
-        free(a);
-        free(b);
-        free(o);
-        free(rf);
-        free(ri);
+        bufs_check_free(t, &pb, K, what);
     }
 }
 END_TEST
@@ -311,20 +340,12 @@ START_TEST(test_einsum_table)
     ck_assert_int_eq(smk_einsum_copies(c->spec, SM_F32, &as, &bs), c->copies);
     for (int ti = 0; ti < 4; ti++) {
         sm_dtype t = prod_types[ti];
-        void *a = rand_small(t, numel(&as)), *b = rand_small(t, numel(&bs));
-        int64_t no = numel(&os);
-        void *o = malloc(no ? (size_t)no * esize(t) : 1);
-        ck_assert_msg(sm_kern_einsum(c->spec, t, a, &as, b, &bs, o, err, sizeof err) == SM_OK,
+        prod_bufs pb = bufs_make(t, &as, &bs, &os);
+        ck_assert_msg(sm_kern_einsum(c->spec, t, pb.a, &as, pb.b, &bs, pb.o, err, sizeof err) ==
+                          SM_OK,
                       "%s: %s", c->spec, err);
-        double *rf = calloc((size_t)no + 1, sizeof *rf);
-        uint64_t *ri = calloc((size_t)no + 1, sizeof *ri);
-        ref_einsum(t, c->ta, a, c->tb, b, c->to, c->over, rf, ri);
-        check_out(t, o, rf, ri, no, 50, c->spec);
-        free(a);
-        free(b);
-        free(o);
-        free(rf);
-        free(ri);
+        ref_einsum(t, c->ta, pb.a, c->tb, pb.b, c->to, c->over, pb.rf, pb.ri);
+        bufs_check_free(t, &pb, 50, c->spec);
     }
 }
 END_TEST
@@ -352,21 +373,12 @@ START_TEST(test_dot_table)
             ck_assert_int_eq(sm_kern_dot_shape(&c->a, &c->b, &os, NULL, 0), SM_OK);
             sm_shape want = term_shape(to, NULL);
             ck_assert_msg(sm_shape_equal(&os, &want), "dot case %d shape", ci);
-            void *a = rand_small(t, numel(&c->a)), *b = rand_small(t, numel(&c->b));
-            int64_t no = numel(&os);
-            void *o = malloc(no ? (size_t)no * esize(t) : 1);
+            prod_bufs pb = bufs_make(t, &c->a, &c->b, &os);
             char err[256] = "";
-            ck_assert_msg(sm_kern_dot(t, a, &c->a, b, &c->b, o, err, sizeof err) == SM_OK, "%s",
-                          err);
-            double *rf = calloc((size_t)no + 1, sizeof *rf);
-            uint64_t *ri = calloc((size_t)no + 1, sizeof *ri);
-            ref_einsum(t, ta, a, tb, b, to, NULL, rf, ri);
-            check_out(t, o, rf, ri, no, 5, "dot");
-            free(a);
-            free(b);
-            free(o);
-            free(rf);
-            free(ri);
+            ck_assert_msg(sm_kern_dot(t, pb.a, &c->a, pb.b, &c->b, pb.o, err, sizeof err) == SM_OK,
+                          "%s", err);
+            ref_einsum(t, ta, pb.a, tb, pb.b, to, NULL, pb.rf, pb.ri);
+            bufs_check_free(t, &pb, 5, "dot");
         }
     /* rank 0 multiplies */
     sm_shape s0 = shp(0), s2 = shp(2, 2, 2), os;
