@@ -189,27 +189,27 @@ static void put_get_run(sm_client *c)
     sm_array_info_free(&info);
 }
 
-START_TEST(test_ca_client_relays)
-{
-    sm_client *c;
-    char err[1024];
-    sm_err e = connect_tls(g_ca, NULL, NULL, &c, err, sizeof err);
-    ck_assert_msg(e == SM_OK, "connect with the CA: %s", err);
-    /* no client certificate: no direct channel to a worker, the relay */
-    ck_assert_ptr_null(client_worker_channel(c, g_worker));
-    put_get_run(c);
-    sm_client_close(c);
-}
-END_TEST
+/* Clients that trust the CA: with the CA alone (no client certificate: no
+ * direct channel to a worker, the relay), and with a client certificate
+ * (the worker accepts it: transfers go there directly). */
+static const struct {
+    const char *name;
+    int cert; /* 1: with the client certificate */
+} tls_clients[] = {
+    {"ca_client_relays: connect with the CA", 0},
+    {"cert_client_direct: connect with a client certificate", 1},
+};
 
-START_TEST(test_cert_client_direct)
+START_TEST(test_tls_client)
 {
     sm_client *c;
     char err[1024];
-    sm_err e = connect_tls(g_ca, g_ccert, g_ckey, &c, err, sizeof err);
-    ck_assert_msg(e == SM_OK, "connect with a client certificate: %s", err);
-    /* the worker accepts it: transfers go there directly */
-    ck_assert_ptr_nonnull(client_worker_channel(c, g_worker));
+    int cert = tls_clients[_i].cert;
+    sm_err e = connect_tls(g_ca, cert ? g_ccert : NULL, cert ? g_ckey : NULL, &c, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "%s: %s", tls_clients[_i].name, err);
+    int direct = client_worker_channel(c, g_worker) != NULL;
+    ck_assert_msg(direct == cert, "%s: a direct channel to the worker: %d", tls_clients[_i].name,
+                  direct);
     put_get_run(c);
     sm_client_close(c);
 }
@@ -556,11 +556,10 @@ END_TEST
 
 int main(void)
 {
-    Suite *s =
-        SUITE_CASE(suite_create("e2e_tls"), "tls", 60, SUITE_UNCHECKED(cluster_up, cluster_down),
-                   {test_logged}, {test_ca_client_relays}, {test_cert_client_direct},
-                   {test_client_refused, 3}, {test_register_needs_cert}, {test_worker_port, 3},
-                   {test_stranger_worker}, {test_start_refused, 3});
+    Suite *s = SUITE_CASE(
+        suite_create("e2e_tls"), "tls", 60, SUITE_UNCHECKED(cluster_up, cluster_down),
+        {test_logged}, {test_tls_client, 2}, {test_client_refused, 3}, {test_register_needs_cert},
+        {test_worker_port, 3}, {test_stranger_worker}, {test_start_refused, 3});
     SUITE_CASE(s, "server_name", 60, SUITE_UNCHECKED(named_up, named_down), {test_server_name});
     SUITE_CASE(s, "tenants", 60, SUITE_UNCHECKED(tenants_up, tenants_down), {test_tenant_grants});
     certs_make();
