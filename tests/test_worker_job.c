@@ -318,40 +318,22 @@ static int worker_of(int32_t dev)
     return dev / DPW;
 }
 
+/* PutShard of device dev's shard (data, nbytes, dtype t, shape s) of
+ * array to the worker at ch, in chunks of SM_SVC_CHUNK. */
 static sm_err upload(sm_rpc_channel *ch, uint64_t array, int32_t dev, sm_dtype t, const sm_shape *s,
                      const void *data, int64_t nbytes, char *err, size_t errlen)
 {
-    sm_svc_upload_stream *st = NULL;
-    sm_err e = sm_svc_upload_open(ch, 1, CALL_MS, &st, err, errlen);
-    if (e)
-        return e;
-    sm_svc_upload_msg m = {.has_header = 1};
-    m.header = (sm_svc_upload_header){.array_id = {array},
-                                      .ndevices = 1,
-                                      .devices = &dev,
-                                      .shape = *s,
-                                      .dtype = t,
-                                      .total_bytes = nbytes};
-    if ((e = sm_svc_upload_send(st, &m, err, errlen)))
-        goto finish;
-    uint64_t sum = sm_checksum_oneshot(data, (size_t)nbytes);
-    for (int64_t off = 0;;) {
-        int64_t n = nbytes - off < SM_SVC_CHUNK ? nbytes - off : SM_SVC_CHUNK;
-        m = (sm_svc_upload_msg){.offset = off, .data = (const char *)data + off, .len = (size_t)n};
-        m.last = off + n == nbytes;
-        m.checksum = sum;
-        if ((e = sm_svc_upload_send(st, &m, err, errlen)))
-            goto finish;
-        off += n;
-        if (off == nbytes)
-            break;
-    }
-finish:;
-    char ferr[512];
-    sm_err f = sm_svc_upload_finish(st, NULL, ferr, sizeof ferr);
-    if (!e && f)
-        snprintf(err, errlen, "%s", ferr);
-    return e ? e : f;
+    harness_upload_req u = {.to_worker = 1,
+                            .array = {array},
+                            .devices = &dev,
+                            .ndevices = 1,
+                            .dtype = t,
+                            .shape = *s,
+                            .data = data,
+                            .nbytes = nbytes,
+                            .chunk = SM_SVC_CHUNK,
+                            .deadline_ms = CALL_MS};
+    return harness_upload(ch, &u, NULL, err, errlen);
 }
 
 /* The block of device pos of global array g under spec (new array). */
