@@ -37,38 +37,52 @@ static inline sm_svc_create_array_req st_create_req(const char *name, const char
     return req;
 }
 
-/* Registers a worker at T0, freeing what the registry hands back. */
-static inline sm_err st_worker_add(sm_registry *r, const sm_svc_register_req *req,
-                                   sm_svc_register_reply *rep, char *err, size_t errlen)
+/* Registers a worker at now (ms), freeing what the registry hands back. */
+static inline sm_err st_worker_add_at(sm_registry *r, const sm_svc_register_req *req, int64_t now,
+                                      sm_svc_register_reply *rep, char *err, size_t errlen)
 {
     sm_reg_free *f = NULL;
     int nf = 0;
-    sm_err e = sm_registry_worker_add(r, req, NULL, T0, rep, &f, &nf, err, errlen);
+    sm_err e = sm_registry_worker_add(r, req, NULL, now, rep, &f, &nf, err, errlen);
     free(f);
     return e;
 }
 
+/* st_worker_add_at T0. */
+static inline sm_err st_worker_add(sm_registry *r, const sm_svc_register_req *req,
+                                   sm_svc_register_reply *rep, char *err, size_t errlen)
+{
+    return st_worker_add_at(r, req, T0, rep, err, errlen);
+}
+
 /* A registry (lost after 60 s, heartbeats every 500 ms) with nworkers
- * workers of ndev devices each, worker k at 127.0.0.1:9000+k; asserts each
- * is given id k+1, process index k and devices from k*ndev. The caller
- * frees it (sm_registry_free). */
-static inline sm_registry *st_registry(int nworkers, int ndev)
+ * workers of ndev devices each, worker k at 127.0.0.1:ports[k] (ports
+ * NULL: 9000+k), registered at now (ms); asserts each is given id k+1,
+ * process index k and devices from k*ndev. The caller frees it
+ * (sm_registry_free). */
+static inline sm_registry *st_registry_at(int nworkers, int ndev, const int *ports, int64_t now)
 {
     sm_registry *r;
     char err[256];
     ck_assert_int_eq(sm_registry_create(60000, 500, &r, err, sizeof err), SM_OK);
     for (int k = 0; k < nworkers; k++) {
         char addr[32];
-        snprintf(addr, sizeof addr, "127.0.0.1:%d", 9000 + k);
+        snprintf(addr, sizeof addr, "127.0.0.1:%d", ports ? ports[k] : 9000 + k);
         sm_svc_register_req req = {addr, ndev, -1, "host"};
         sm_svc_register_reply rep;
-        ck_assert_msg(st_worker_add(r, &req, &rep, err, sizeof err) == SM_OK, "%s", err);
+        ck_assert_msg(st_worker_add_at(r, &req, now, &rep, err, sizeof err) == SM_OK, "%s", err);
         ck_assert_int_eq(rep.worker_id.v, (uint32_t)k + 1);
         ck_assert_int_eq(rep.process_index, k);
         ck_assert_int_eq(rep.devices[0], k * ndev);
         ck_assert_int_eq(rep.heartbeat_ms, 500);
     }
     return r;
+}
+
+/* st_registry_at ports 9000+k and T0. */
+static inline sm_registry *st_registry(int nworkers, int ndev)
+{
+    return st_registry_at(nworkers, ndev, NULL, T0);
 }
 
 #endif

@@ -20,8 +20,9 @@
 #include "registry.h"
 #include "sm_log.h"
 #include "sm_rpc.h"
-#include "suite_main.h"
+#include "server_testutil.h"
 #include "sm_time.h"
+#include "suite_main.h"
 
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -197,19 +198,7 @@ static struct {
 static void fx_open(const int *ports, const sm_cjobs_config *cfg)
 {
     char err[256];
-    ck_assert_int_eq(sm_registry_create(60000, 500, &fx.reg, err, sizeof err), SM_OK);
-    for (int k = 0; k < 2; k++) {
-        char addr[32];
-        snprintf(addr, sizeof addr, "127.0.0.1:%d", ports[k]);
-        sm_svc_register_req req = {addr, 4, -1, "host"};
-        sm_svc_register_reply rep;
-        sm_reg_free *f = NULL;
-        int nf = 0;
-        ck_assert_int_eq(sm_registry_worker_add(fx.reg, &req, NULL, sm_time_mono_ms(), &rep, &f,
-                                                &nf, err, sizeof err),
-                         SM_OK);
-        free(f);
-    }
+    fx.reg = st_registry_at(2, 4, ports, sm_time_mono_ms());
     fx.coord = (sm_coord){fx.reg, NULL, 2000};
     ck_assert_msg(sm_cjobs_create(&fx.coord, cfg, &fx.jobs, err, sizeof err) == SM_OK, "%s", err);
 }
@@ -565,15 +554,22 @@ START_TEST(test_keep_max)
 }
 END_TEST
 
+/* fx_open over two workers where nothing listens, then the arrays A and
+ * B. */
+static void fx_open_idle(const sm_cjobs_config *cfg)
+{
+    static const int nobody[2] = {1, 2};
+    fx_open(nobody, cfg);
+    mm_arrays();
+}
+
 /* Many jobs through a small table: only the newest keep_max answer, and a
  * SubmitJob that waits gets its job's end even with nothing kept. */
 START_TEST(test_keep_many)
 {
-    static const int nobody[2] = {1, 2};
     sm_cjobs_config cfg = sm_cjobs_config_default(2);
     cfg.keep_max = 40;
-    fx_open(nobody, &cfg);
-    mm_arrays();
+    fx_open_idle(&cfg);
     char err[512];
     for (uint64_t id = 1; id <= 300; id++) {
         sm_job_info info;
@@ -598,11 +594,9 @@ END_TEST
  * waits still describes the job it ran. */
 START_TEST(test_keep_time)
 {
-    static const int nobody[2] = {1, 2};
     sm_cjobs_config cfg = sm_cjobs_config_default(2);
     cfg.keep_ms = 300;
-    fx_open(nobody, &cfg);
-    mm_arrays();
+    fx_open_idle(&cfg);
     char err[512];
     sm_job_info info;
     sm_job_id id = submit_mm();
