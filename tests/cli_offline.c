@@ -7,76 +7,31 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
+#include "harness.h"
 #include "suite_main.h"
 
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
-typedef struct {
-    int code; /* exit status, or -1 if it did not exit normally */
-    char *out, *err;
-} run_result;
-
-static char *slurp(FILE *f)
+/* Runs shmapctl with args (NULL-terminated, without argv[0]), its output
+ * captured; asserts it could be started. */
+static harness_run run(const char *const *args)
 {
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char *s = malloc((size_t)n + 1);
-    ck_assert_ptr_nonnull(s);
-    size_t got = fread(s, 1, (size_t)n, f);
-    s[got] = 0;
-    return s;
-}
-
-/* Runs shmapctl with args (NULL-terminated, without argv[0]); stdout and
- * stderr go to temporary files so neither pipe can fill up. */
-static run_result run(const char *const *args)
-{
-    const char *bin = getenv("SHMAPCTL");
-    ck_assert_msg(bin && *bin, "SHMAPCTL is not set");
-    char *argv[64];
-    int n = 0;
-    argv[n++] = (char *)bin;
-    for (; args[n - 1] && n < 63; n++)
-        argv[n] = (char *)args[n - 1];
-    argv[n] = NULL;
-    FILE *fo = tmpfile(), *fe = tmpfile();
-    ck_assert(fo && fe);
-    fflush(NULL);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        dup2(fileno(fo), 1);
-        dup2(fileno(fe), 2);
-        execv(bin, argv);
-        _exit(127);
-    }
-    int st = 0;
-    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-    run_result r = {WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(fo), slurp(fe)};
-    fclose(fo);
-    fclose(fe);
+    harness_run r;
+    ck_assert_msg(harness_shmapctl(NULL, &r, args) == 0, "SHMAPCTL is not set or did not start");
     return r;
-}
-
-static void run_free(run_result *r)
-{
-    free(r->out);
-    free(r->err);
 }
 
 static json_t *run_json(const char *const *args)
 {
-    run_result r = run(args);
+    harness_run r = run(args);
     ck_assert_msg(r.code == 0, "exit %d, stderr: %s", r.code, r.err);
     ck_assert_str_eq(r.err, "");
     json_error_t je;
     json_t *j = json_loads(r.out, 0, &je);
     ck_assert_msg(j != NULL, "bad JSON (%s): %s", je.text, r.out);
-    run_free(&r);
+    harness_run_free(&r);
     return j;
 }
 
@@ -238,7 +193,7 @@ START_TEST(test_text_output)
 {
     const char *args[] = {"sharding",   "--mesh",  "i=4,j=2", "--spec",
                           "P('i','j')", "--shape", "8,16",    NULL};
-    run_result r = run(args);
+    harness_run r = run(args);
     ck_assert_int_eq(r.code, 0);
     ck_assert_ptr_nonnull(strstr(r.out, "f32[8@i,16@j]"));
     ck_assert_ptr_nonnull(strstr(r.out, "[2,8]"));
@@ -246,7 +201,7 @@ START_TEST(test_text_output)
                                         "|                        |                        |\n"
                                         "|         dev 0          |         dev 1          |\n"));
     ck_assert_ptr_nonnull(strstr(r.out, "[6:8, 8:16]"));
-    run_free(&r);
+    harness_run_free(&r);
 
     const char *args2[] = {"sharding", "--mesh", "i=4,j=2", "--spec", "P('i')",
                            "--shape",  "8,16",   "--dtype", "bf16",   NULL};
@@ -254,7 +209,7 @@ START_TEST(test_text_output)
     ck_assert_int_eq(r.code, 0);
     ck_assert_ptr_nonnull(strstr(r.out, "bf16[8@i,16]"));
     ck_assert_ptr_nonnull(strstr(r.out, "dev 6,7"));
-    run_free(&r);
+    harness_run_free(&r);
 
     const char *args3[] = {
         "plan-load",         "--mesh",          "x=4,y=2",       "--spec", "P('x','y')",
@@ -264,18 +219,18 @@ START_TEST(test_text_output)
     ck_assert_ptr_nonnull(strstr(r.out, "[64,128] (inferred)"));
     ck_assert_ptr_nonnull(strstr(r.out, "process 3: local shape [16,128]"));
     ck_assert_ptr_nonnull(strstr(r.out, "[48:64, 64:128]"));
-    run_free(&r);
+    harness_run_free(&r);
 }
 END_TEST
 
 START_TEST(test_help)
 {
     const char *top[] = {"--help", NULL};
-    run_result r = run(top);
+    harness_run r = run(top);
     ck_assert_int_eq(r.code, 0);
     ck_assert_ptr_nonnull(strstr(r.out, "sharding"));
     ck_assert_ptr_nonnull(strstr(r.out, "plan-load"));
-    run_free(&r);
+    harness_run_free(&r);
     const char *cmds[][3] = {{"sharding", "--help", NULL},
                              {"plan-load", "--help", NULL},
                              {"help", "plan-load", NULL},
@@ -290,7 +245,7 @@ START_TEST(test_help)
         ck_assert_ptr_nonnull(strstr(r.out, "Example"));
         ck_assert_ptr_nonnull(
             strstr(r.out, strcmp(cmds[i][0], "sharding") == 0 ? "--shape" : "--local-shape"));
-        run_free(&r);
+        harness_run_free(&r);
     }
 }
 END_TEST
@@ -367,7 +322,7 @@ static const err_case err_cases[] = {
 START_TEST(test_errors)
 {
     const err_case *c = &err_cases[_i];
-    run_result r = run(c->args);
+    harness_run r = run(c->args);
     ck_assert_msg(r.code == c->code, "case %d: exit %d, stderr %s", _i, r.code, r.err);
     ck_assert_msg(strstr(r.err, c->words), "case %d: stderr \"%s\"", _i, r.err);
     ck_assert_str_eq(r.out, "");
@@ -376,7 +331,7 @@ START_TEST(test_errors)
         ck_assert_msg(strncmp(r.err, "shmapctl: ", 10) == 0, "stderr \"%s\"", r.err);
         ck_assert_ptr_eq(strchr(r.err, '\n'), r.err + strlen(r.err) - 1);
     }
-    run_free(&r);
+    harness_run_free(&r);
 }
 END_TEST
 
@@ -385,10 +340,10 @@ START_TEST(test_non_uniform_hint)
     const char *args[] = {"plan-load",       "--mesh",        "x=2,y=4",    "--devices",
                           "0,1,2,3,6,4,5,7", "--spec",        "P('x','y')", "--process-devices",
                           "0,1;2,3;4,5;6,7", "--local-shape", "2,4",        NULL};
-    run_result r = run(args);
+    harness_run r = run(args);
     ck_assert_int_eq(r.code, 1);
     ck_assert_ptr_nonnull(strstr(r.err, "--global-shape"));
-    run_free(&r);
+    harness_run_free(&r);
 }
 END_TEST
 
@@ -404,14 +359,14 @@ START_TEST(test_run_local)
     ck_assert_ptr_nonnull(mkdtemp(dir));
     snprintf(out, sizeof out, "%s/results", dir);
     const char *args[] = {"run", "--local", prog, "--inputs", inputs, "--out", out, NULL};
-    run_result r = run(args);
+    harness_run r = run(args);
     ck_assert_msg(r.code == 0, "exit %d: %s", r.code, r.err);
     ck_assert_msg(strstr(r.out, "[224, 225, 226, 227]"), "%s", r.out);
     snprintf(file, sizeof file, "%s/out0.npy", out);
     FILE *f = fopen(file, "rb");
     ck_assert_msg(f != NULL, "no %s", file);
     fclose(f);
-    run_free(&r);
+    harness_run_free(&r);
     remove(file);
     rmdir(out);
     rmdir(dir);
