@@ -98,6 +98,15 @@ static void get_equal(const char *name, const char *file, const sm_array *want)
     check_npy_equal(path_in(file), want);
 }
 
+/* get_equal, then `shmapctl rm name`; frees want. */
+static void get_equal_rm(const char *name, const char *file, sm_array *want)
+{
+    const char *rm[] = {"rm", name, NULL};
+    get_equal(name, file, want);
+    ctl_ok(rm);
+    sm_array_free(want);
+}
+
 static const char *commands[] = {"devices",   "mesh", "put",       "put-shards",
                                  "put-local", "get",  "get-shard", "describe",
                                  "reshard",   "rm",   "ls"};
@@ -320,10 +329,7 @@ START_TEST(put_shards_cli)
     args[n] = NULL;
     args[12] = "ps2";
     ctl_ok(args);
-    get_equal("ps2", "ps_out.npy", x);
-    const char *rm[] = {"rm", "ps2", NULL};
-    ctl_ok(rm);
-    sm_array_free(x);
+    get_equal_rm("ps2", "ps_out.npy", x);
 }
 END_TEST
 
@@ -375,10 +381,7 @@ START_TEST(put_local_four_processes)
     ck_assert_int_eq(harness_wait_state(c, sm_array_ref_parse("loaded"), SM_ARRAY_READY, 10000),
                      SM_ARRAY_READY);
     sm_client_close(c);
-    get_equal("loaded", "loaded.npy", x);
-    const char *rm[] = {"rm", "loaded", NULL};
-    ctl_ok(rm);
-    sm_array_free(x);
+    get_equal_rm("loaded", "loaded.npy", x);
 }
 END_TEST
 
