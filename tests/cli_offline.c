@@ -195,8 +195,7 @@ START_TEST(test_text_output)
                           "P('i','j')", "--shape", "8,16",    NULL};
     harness_run r = run(args);
     ck_assert_int_eq(r.code, 0);
-    ck_assert_ptr_nonnull(strstr(r.out, "f32[8@i,16@j]"));
-    ck_assert_ptr_nonnull(strstr(r.out, "[2,8]"));
+    HARNESS_HAS(r.out, "f32[8@i,16@j]", "[2,8]");
     ck_assert_ptr_nonnull(strstr(r.out, "+------------------------+------------------------+\n"
                                         "|                        |                        |\n"
                                         "|         dev 0          |         dev 1          |\n"));
@@ -207,8 +206,7 @@ START_TEST(test_text_output)
                            "--shape",  "8,16",   "--dtype", "bf16",   NULL};
     r = run(args2);
     ck_assert_int_eq(r.code, 0);
-    ck_assert_ptr_nonnull(strstr(r.out, "bf16[8@i,16]"));
-    ck_assert_ptr_nonnull(strstr(r.out, "dev 6,7"));
+    HARNESS_HAS(r.out, "bf16[8@i,16]", "dev 6,7");
     harness_run_free(&r);
 
     const char *args3[] = {
@@ -216,9 +214,7 @@ START_TEST(test_text_output)
         "--process-devices", "0,1;2,3;4,5;6,7", "--local-shape", "16,128", NULL};
     r = run(args3);
     ck_assert_int_eq(r.code, 0);
-    ck_assert_ptr_nonnull(strstr(r.out, "[64,128] (inferred)"));
-    ck_assert_ptr_nonnull(strstr(r.out, "process 3: local shape [16,128]"));
-    ck_assert_ptr_nonnull(strstr(r.out, "[48:64, 64:128]"));
+    HARNESS_HAS(r.out, "[64,128] (inferred)", "process 3: local shape [16,128]", "[48:64, 64:128]");
     harness_run_free(&r);
 }
 END_TEST
@@ -228,8 +224,7 @@ START_TEST(test_help)
     const char *top[] = {"--help", NULL};
     harness_run r = run(top);
     ck_assert_int_eq(r.code, 0);
-    ck_assert_ptr_nonnull(strstr(r.out, "sharding"));
-    ck_assert_ptr_nonnull(strstr(r.out, "plan-load"));
+    HARNESS_HAS(r.out, "sharding", "plan-load");
     harness_run_free(&r);
     const char *cmds[][3] = {{"sharding", "--help", NULL},
                              {"plan-load", "--help", NULL},
@@ -238,11 +233,7 @@ START_TEST(test_help)
     for (int i = 0; i < N(cmds); i++) {
         r = run(cmds[i]);
         ck_assert_int_eq(r.code, 0);
-        ck_assert_ptr_nonnull(strstr(r.out, "Usage: shmapctl"));
-        ck_assert_ptr_nonnull(strstr(r.out, "--mesh"));
-        ck_assert_ptr_nonnull(strstr(r.out, "--spec"));
-        ck_assert_ptr_nonnull(strstr(r.out, "--json"));
-        ck_assert_ptr_nonnull(strstr(r.out, "Example"));
+        HARNESS_HAS(r.out, "Usage: shmapctl", "--mesh", "--spec", "--json", "Example");
         ck_assert_ptr_nonnull(
             strstr(r.out, strcmp(cmds[i][0], "sharding") == 0 ? "--shape" : "--local-shape"));
         harness_run_free(&r);

@@ -115,9 +115,7 @@ START_TEST(help_for_every_command)
 {
     const char *args[] = {commands[_i], "--help", NULL};
     harness_run r = ctl(0, args);
-    ck_assert_ptr_nonnull(strstr(r.out, "Usage: shmapctl"));
-    ck_assert_ptr_nonnull(strstr(r.out, "Example"));
-    ck_assert_ptr_nonnull(strstr(r.out, "--target"));
+    HARNESS_HAS(r.out, "Usage: shmapctl", "Example", "--target");
     harness_run_free(&r);
 }
 END_TEST
@@ -237,8 +235,7 @@ START_TEST(put_describe_get_reshard_rm)
 
     const char *d2[] = {"describe", "a", NULL};
     harness_run r = ctl(0, d2);
-    ck_assert_ptr_nonnull(strstr(r.out, "f32[64@x,128@y]"));
-    ck_assert_ptr_nonnull(strstr(r.out, "[16:32, 64:128]"));
+    HARNESS_HAS(r.out, "f32[64@x,128@y]", "[16:32, 64:128]");
     harness_run_free(&r);
 
     get_equal("a", "a_out.npy", x);

@@ -778,6 +778,13 @@ int harness_shmapctl(const harness_cluster *h, harness_run *r, const char *const
     return 0;
 }
 
+void harness_assert_has(const char *text, const char *const *words)
+{
+    for (int i = 0; words[i]; i++)
+        ck_assert_msg(text && strstr(text, words[i]), "'%s' is not in: %s", words[i],
+                      text ? text : "(null)");
+}
+
 void harness_run_free(harness_run *r)
 {
     free(r->out);

@@ -166,6 +166,11 @@ typedef struct {
 int harness_shmapctl(const harness_cluster *h, harness_run *r, const char *const *args);
 void harness_run_free(harness_run *r);
 
+/* In a Check test: asserts that text holds each of words (NULL-terminated),
+ * naming the one it lacks. HARNESS_HAS(text, "a", "b", ...) lists them. */
+void harness_assert_has(const char *text, const char *const *words);
+#define HARNESS_HAS(text, ...) harness_assert_has((text), (const char *const[]){__VA_ARGS__, NULL})
+
 /* Helpers for test data. */
 sm_array *harness_array_iota(sm_dtype t, const sm_shape *s, uint64_t seed);
 sm_shape harness_shape_of(int rank, const int64_t *dims);
