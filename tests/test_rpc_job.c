@@ -13,6 +13,7 @@
 #include "sm_rpc_msg.h"
 #include "sm_rpc_proto.h"
 #include "sm_svc_job.h"
+#include "ir_testutil.h"
 #include "suite_main.h"
 #include "svc_testutil.h"
 
@@ -51,39 +52,11 @@ static const prog_case progs[] = {
     {"f5", "mesh i=4 j=2\n"
            "shard_map f5(x: i32[12,12] @ P('i', 'j')) -> P(None, None):\n"
            "    return psum(x, ('i', 'j'))\n"},
-    {"collective_matmul",
-     "mesh i=4\n"
-     "shard_map collective_matmul(lhs: f32[16,8] @ P('i', None), rhs: f32[8,4] @ P()) -> P():\n"
-     "    axis_size = psum(1, 'i')\n"
-     "    axis_index = jax.lax.axis_index(axis_name='i')\n"
-     "    chunk_size = lhs.shape[0]\n"
-     "    accum = jnp.zeros((lhs.shape[0] * axis_size, rhs.shape[1]), dtype=lhs.dtype)\n"
-     "    for i in range(0, axis_size - 1):\n"
-     "        update = lhs @ rhs\n"
-     "        lhs = ppermute(lhs, axis_name='i',\n"
-     "                       perm=[(j, (j - 1) % axis_size) for j in range(axis_size)])\n"
-     "        update_index = (((axis_index + i) % axis_size) * chunk_size, 0)\n"
-     "        accum = dynamic_update_slice(accum, update, update_index)\n"
-     "    update = lhs @ rhs\n"
-     "    i = axis_size - 1\n"
-     "    update_index = (((axis_index + i) % axis_size) * chunk_size, 0)\n"
-     "    accum = dynamic_update_slice(accum, update, update_index)\n"
-     "    return accum\n"},
+    {"collective_matmul", PROG_COLLECTIVE_MATMUL},
     {"collective_matmul_contracting",
      "mesh X=2 Y=4\n"
-     "shard_map cm(lhs: f32[8,16] @ P('X','Y'), rhs: f32[16,8] @ P(None,'Y')) -> P('X','Y'):\n"
-     "    axis_size = jax.lax.axis_size('Y')\n"
-     "    idx = jax.lax.axis_index('Y')\n"
-     "    chunk_size = lhs.shape[1]\n"
-     "    accum = jnp.zeros((lhs.shape[0], rhs.shape[1]), dtype=lhs.dtype)\n"
-     "    accum = jax.lax.pvary(accum, ('X', 'Y'))\n"
-     "    for i in range(axis_size - 1):\n"
-     "        rhs_chunk = jax.lax.dynamic_slice_in_dim(rhs, (idx + i) % axis_size * chunk_size, "
-     "chunk_size)\n"
-     "        update = lhs @ rhs_chunk\n"
-     "        lhs = jax.lax.ppermute(lhs, axis_name='Y', perm=[(j, (j - 1) % axis_size) for j in "
-     "range(axis_size)])\n"
-     "        accum = accum + update\n"
+     "shard_map cm(lhs: f32[8,16] @ P('X','Y'), rhs: f32[16,8] @ P(None,'Y')) -> "
+     "P('X','Y'):\n" PROG_CM_CONTRACTING_LOOP
      "    return accum + lhs @ jax.lax.dynamic_slice_in_dim(rhs, (idx + axis_size - 1) % "
      "axis_size * chunk_size, chunk_size)\n"},
     {"slice_and_average", "mesh x=2 y=4\n"
