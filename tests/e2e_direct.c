@@ -29,8 +29,7 @@ static void cluster_up(void)
 
 static void cluster_down(void)
 {
-    harness_cluster_stop(g_two);
-    g_two = NULL;
+    harness_cluster_down(&g_two);
 }
 
 static sm_client *connect_opts(int relay_only)

@@ -29,8 +29,7 @@ static void cluster_up(void)
 
 static void cluster_down(void)
 {
-    harness_cluster_stop(g_h);
-    g_h = NULL;
+    harness_cluster_down(&g_h);
     sm_rpc_shutdown();
 }
 

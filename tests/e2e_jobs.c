@@ -64,8 +64,7 @@ static int shm_segments_left(int pools)
 
 static void cluster_down(void)
 {
-    harness_cluster_stop(g);
-    g = NULL;
+    harness_cluster_down(&g);
     if (shm_segments_left(1)) { /* after a normal stop, and a worker killed by test_worker_lost */
         fprintf(stderr, "e2e_jobs: shared-memory segments left after the cluster stopped\n");
         exit(1);

@@ -25,19 +25,14 @@ static harness_cluster *g;
 
 static void cluster_up(void)
 {
-    char err[512];
     const char *more[] = {"--max-client-streams", "2", NULL};
     harness_opts o = {.nworkers = 1, .devices_per_worker = 2, .coord_args = more};
-    if (harness_cluster_start(&o, &g, err, sizeof err)) {
-        fprintf(stderr, "e2e_streams: %s\n", err);
-        exit(1);
-    }
+    g = harness_cluster_up_opts(&o, "e2e_streams");
 }
 
 static void cluster_down(void)
 {
-    harness_cluster_stop(g);
-    g = NULL;
+    harness_cluster_down(&g);
 }
 
 /* Opens an Upload stream on ch (sends nothing: the coordinator waits for

@@ -165,8 +165,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-    harness_cluster_stop(g_h);
-    g_h = NULL;
+    harness_cluster_down(&g_h);
     harness_rmdir(g_dir);
     g_dir = NULL;
 }
@@ -602,8 +601,7 @@ START_TEST(test_jobs_restart)
                   "%s", err);
     ck_assert_int_eq(done.state, SM_JOB_DONE);
     sm_client_close(bob);
-    harness_cluster_stop(g_h);
-    g_h = NULL;
+    harness_cluster_down(&g_h);
     cluster_start();
     bob = connect_as(BOB);
     sm_client *alice = connect_as(ALICE), *root = connect_as(CLUSTER);
@@ -643,10 +641,7 @@ static void secure_up(void)
 {
     harness_opts o = {.nworkers = 2, .devices_per_worker = 2, .secure = 1};
     char err[1024];
-    if (harness_cluster_start(&o, &g_s, err, sizeof err)) {
-        fprintf(stderr, "e2e_tenants: a secure cluster: %s\n", err);
-        exit(1);
-    }
+    g_s = harness_cluster_up_opts(&o, "e2e_tenants: a secure cluster");
     /* the harness's clients are alice (HARNESS_TENANT_TOKEN, the CA alone) */
     sm_client *c = harness_client(g_s);
     sm_array_info x = put_as(c, "x", 8, SM_OK);
@@ -679,8 +674,7 @@ static void secure_up(void)
 
 static void secure_down(void)
 {
-    harness_cluster_stop(g_s);
-    g_s = NULL;
+    harness_cluster_down(&g_s);
 }
 
 /* A caller from outside: over TLS or not, with the cluster's client

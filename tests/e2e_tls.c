@@ -108,10 +108,7 @@ static void cluster_up(void)
                       .tls_cert = g_cert,
                       .tls_key = g_key,
                       .tls_ca = g_ca};
-    if (harness_cluster_start(&o, &g, err, sizeof err)) {
-        fprintf(stderr, "e2e_tls: %s\n", err);
-        exit(1);
-    }
+    g = harness_cluster_up_opts(&o, "e2e_tls");
     sm_client *c = harness_client(g);
     if (harness_first_worker(c, g_worker, sizeof g_worker, err, sizeof err)) {
         fprintf(stderr, "e2e_tls: devices: %s\n", err);
@@ -122,8 +119,7 @@ static void cluster_up(void)
 
 static void cluster_down(void)
 {
-    harness_cluster_stop(g);
-    g = NULL;
+    harness_cluster_down(&g);
 }
 
 /* Connects with the given TLS files (NULL: none); returns the error code
@@ -252,7 +248,7 @@ static harness_cluster *g_t; /* a TLS cluster with tenants */
 
 static void tenants_up(void)
 {
-    char err[512], tokens[700];
+    char tokens[700];
     snprintf(tokens, sizeof tokens, "%s/tokens", g_dir);
     FILE *f = fopen(tokens, "w");
     if (!f || fputs("alice " ALICE "\n", f) < 0 || fclose(f)) {
@@ -267,16 +263,12 @@ static void tenants_up(void)
                       .tls_cert = g_cert,
                       .tls_key = g_key,
                       .tls_ca = g_ca};
-    if (harness_cluster_start(&o, &g_t, err, sizeof err)) {
-        fprintf(stderr, "e2e_tls: the cluster with tenants: %s\n", err);
-        exit(1);
-    }
+    g_t = harness_cluster_up_opts(&o, "e2e_tls: the cluster with tenants");
 }
 
 static void tenants_down(void)
 {
-    harness_cluster_stop(g_t);
-    g_t = NULL;
+    harness_cluster_down(&g_t);
 }
 
 /* GetShard of array id's shard on device from the worker at addr over TLS
@@ -505,7 +497,7 @@ static harness_cluster *g_named;
 
 static void named_up(void)
 {
-    char dir[600], err[512], cert[600], key[600], ca[600];
+    char dir[600], cert[600], key[600], ca[600];
     snprintf(dir, sizeof dir, "%s/named", g_dir);
     char *argv[] = {"bash", getenv("SM_TLS_CERTS"), dir, "shmap-cluster", "localhost", NULL};
     if (run(argv, NULL) != 0) {
@@ -523,16 +515,12 @@ static void named_up(void)
                       .tls_ca = ca,
                       .coord_args = more,
                       .target_host = "localhost"};
-    if (harness_cluster_start(&o, &g_named, err, sizeof err)) {
-        fprintf(stderr, "e2e_tls: a cluster with --tls-server-name: %s\n", err);
-        exit(1);
-    }
+    g_named = harness_cluster_up_opts(&o, "e2e_tls: a cluster with --tls-server-name");
 }
 
 static void named_down(void)
 {
-    harness_cluster_stop(g_named);
-    g_named = NULL;
+    harness_cluster_down(&g_named);
 }
 
 /* Both workers registered and their links work (a job's psum), though

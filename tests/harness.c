@@ -621,16 +621,27 @@ void harness_cluster_stop(harness_cluster *h)
     free(h);
 }
 
-harness_cluster *harness_cluster_up(int nworkers, int devices_per_worker, const char *suite)
+harness_cluster *harness_cluster_up_opts(const harness_opts *o, const char *what)
 {
-    harness_opts o = {.nworkers = nworkers, .devices_per_worker = devices_per_worker};
     harness_cluster *h = NULL;
     char err[512];
-    if (harness_cluster_start(&o, &h, err, sizeof err)) {
-        fprintf(stderr, "%s: %s\n", suite, err);
+    if (harness_cluster_start(o, &h, err, sizeof err)) {
+        fprintf(stderr, "%s: %s\n", what, err);
         exit(1);
     }
     return h;
+}
+
+harness_cluster *harness_cluster_up(int nworkers, int devices_per_worker, const char *suite)
+{
+    harness_opts o = {.nworkers = nworkers, .devices_per_worker = devices_per_worker};
+    return harness_cluster_up_opts(&o, suite);
+}
+
+void harness_cluster_down(harness_cluster **h)
+{
+    harness_cluster_stop(*h);
+    *h = NULL;
 }
 
 sm_client_opts harness_client_opts(const harness_cluster *h)

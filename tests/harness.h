@@ -87,9 +87,13 @@ sm_err harness_cluster_start(const harness_opts *o, harness_cluster **out, char 
 /* For a suite fixture: starts a cluster of nworkers x devices_per_worker
  * (no token), or prints "<suite>: <error>" to stderr and exits 1. */
 harness_cluster *harness_cluster_up(int nworkers, int devices_per_worker, const char *suite);
+/* The same for a cluster as o says; on failure prints "<what>: <error>". */
+harness_cluster *harness_cluster_up_opts(const harness_opts *o, const char *what);
 /* SIGTERM to the coordinator, waits up to 5 s, then SIGKILL to its whole
  * process group; removes the temp dir and frees h. NULL is ignored. */
 void harness_cluster_stop(harness_cluster *h);
+/* For a suite fixture: harness_cluster_stop(*h), then *h = NULL. */
+void harness_cluster_down(harness_cluster **h);
 
 /* In a Check test of a suite that starts its own coordinator or workers:
  * in secure mode (SM_TEST_SECURE=1) writes into argv (room for max) the
