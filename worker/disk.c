@@ -148,7 +148,10 @@ static void sm_disk_do(sm_disk *d, const sm_disk_op *op)
     const sm_store_shard *sh = op->sh;
     if (sh->dtype == SM_BF16)
         return;
-    sm_array view = {sh->dtype, sh->shape, sh->nbytes, sh->nbytes ? sh->data : NULL};
+    sm_array view = {.dtype = sh->dtype,
+                     .shape = sh->shape,
+                     .nbytes = sh->nbytes,
+                     .data = sh->nbytes ? sh->data : NULL};
     uint64_t c =
         sh->has_checksum ? sh->checksum : sm_checksum_oneshot(sh->data, (size_t)sh->nbytes);
     snprintf(text, sizeof text, "%016" PRIx64 "\n", c);
@@ -524,7 +527,7 @@ static int sm_disk_restore_one(sm_disk *d, sm_store *st, uint64_t array, int32_t
         SM_WARN("%s is of device %d, which is not this worker's; removed", npy, (int)device);
         goto drop;
     }
-    if (sm_npy_read(npy, &a, err, sizeof err)) {
+    if (sm_npy_read_in(sm_store_pool(st), npy, &a, err, sizeof err)) {
         SM_WARN("%s; removed", err);
         goto drop;
     }
