@@ -55,16 +55,19 @@ static inline sm_err st_worker_add(sm_registry *r, const sm_svc_register_req *re
     return st_worker_add_at(r, req, T0, rep, err, errlen);
 }
 
-/* A registry (lost after 60 s, heartbeats every 500 ms) with nworkers
- * workers of ndev devices each, worker k at 127.0.0.1:ports[k] (ports
- * NULL: 9000+k), registered at now (ms); asserts each is given id k+1,
- * process index k and devices from k*ndev. The caller frees it
- * (sm_registry_free). */
-static inline sm_registry *st_registry_at(int nworkers, int ndev, const int *ports, int64_t now)
+/* A registry (lost after 60 s, heartbeats every 500 ms) keeping its state
+ * in state_dir (NULL: none) with nworkers workers of ndev devices each,
+ * worker k at 127.0.0.1:ports[k] (ports NULL: 9000+k), registered at now
+ * (ms); asserts each is given id k+1, process index k and devices from
+ * k*ndev. The caller frees it (sm_registry_free). */
+static inline sm_registry *st_registry_at(int nworkers, int ndev, const int *ports, int64_t now,
+                                          const char *state_dir)
 {
     sm_registry *r;
     char err[256];
     ck_assert_int_eq(sm_registry_create(60000, 500, &r, err, sizeof err), SM_OK);
+    if (state_dir)
+        ck_assert_msg(sm_registry_open_state(r, state_dir, err, sizeof err) == SM_OK, "%s", err);
     for (int k = 0; k < nworkers; k++) {
         char addr[32];
         snprintf(addr, sizeof addr, "127.0.0.1:%d", ports ? ports[k] : 9000 + k);
@@ -79,10 +82,10 @@ static inline sm_registry *st_registry_at(int nworkers, int ndev, const int *por
     return r;
 }
 
-/* st_registry_at ports 9000+k and T0. */
+/* st_registry_at ports 9000+k and T0, without a state dir. */
 static inline sm_registry *st_registry(int nworkers, int ndev)
 {
-    return st_registry_at(nworkers, ndev, NULL, T0);
+    return st_registry_at(nworkers, ndev, NULL, T0, NULL);
 }
 
 #endif
