@@ -60,6 +60,7 @@ typedef struct {
     int ndev;
     int64_t got;
     uint64_t sum; /* the verified checksum, once last */
+    int shm;      /* its bytes came out of the client's segment (ShmRef) */
 } put_target;
 
 /* One PutShard stream: the state its messages are checked against. Its
@@ -113,6 +114,22 @@ static sm_err put_begin(put_stream *ps, const sm_svc_upload_msg *m, char *err, s
     ps->array = hd->array_id;
     t->ndev = hd->ndevices;
     memcpy(t->devices, hd->devices, (size_t)t->ndev * sizeof *t->devices);
+    if (!hd->shm.name[0])
+        return SM_OK;
+    /* The bytes lie in the client's segment: the header is the target's
+     * last message, and the copy out of the segment is the upload. */
+    if (!ps->h->segs)
+        return sm_fail(err, errlen, SM_EPRECONDITION,
+                       "this worker runs with --transport grpc: it takes no ShmRef");
+    if (!m->last || m->len)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "a PutShard header with a ShmRef is its target's last message, without "
+                       "data");
+    if ((e = sm_segmap_gather(ps->h->segs, &hd->shm, hd->dtype, t->shards[0], &t->sum, err,
+                              errlen)))
+        return e;
+    t->shm = 1;
+    ps->got = t->shards[0]->nbytes;
     return SM_OK;
 }
 
@@ -139,6 +156,8 @@ static sm_err put_place(void *user, const sm_svc_upload_msg *m, void **dst, char
                        "PutShard message at offset %lld came after the last one",
                        (long long)m->offset);
     const sm_store_shard *sh = ps->t[ps->nt - 1].shards[0];
+    if (ps->t[ps->nt - 1].shm) /* copied already; no data follows */
+        return SM_OK;
     if (m->offset != ps->got)
         return sm_fail(err, errlen, SM_EINVAL,
                        "chunk at offset %lld %s: %lld bytes had arrived, so the next chunk must "
@@ -172,12 +191,12 @@ static sm_err put_account(put_stream *ps, const sm_svc_upload_msg *m, char *err,
     if (!m->last)
         return SM_OK;
     ps->last = 1;
-    uint64_t sum = sm_checksum_digest(ps->ck);
+    uint64_t sum = t->shm ? t->sum : sm_checksum_digest(ps->ck);
     if (ps->got != t->shards[0]->nbytes)
         return sm_fail(
             err, errlen, SM_EINVAL, "the upload of array %llu ended after %lld of %lld bytes",
             (unsigned long long)ps->array.v, (long long)ps->got, (long long)t->shards[0]->nbytes);
-    if (sum != m->checksum)
+    if (!t->shm && sum != m->checksum)
         return sm_fail(err, errlen, SM_EDATALOSS,
                        "checksum mismatch on array %llu: the worker received %016llx, the "
                        "sender says %016llx",
@@ -395,10 +414,32 @@ done:
     return e;
 }
 
+/* Writes box of shard sh straight into the client's segment (shm), then
+ * sends the one chunk that says so: meta, last, no data, the checksum of
+ * the bytes written. */
+static sm_err get_shm(sm_handlers *h, get_stream *gs, const sm_store_shard *sh, const sm_index *box,
+                      const sm_svc_shm_ref *shm, char *err, size_t errlen)
+{
+    sm_svc_chunk c;
+    sm_err e;
+    if (!h->segs)
+        return sm_fail(err, errlen, SM_EPRECONDITION,
+                       "this worker runs with --transport grpc: it takes no ShmRef");
+    memset(&c, 0, sizeof c);
+    if ((e = sm_segmap_scatter(h->segs, shm, sh, box, &c.checksum, err, errlen)))
+        return e;
+    c.has_meta = 1;
+    c.shape = gs->shape;
+    c.dtype = gs->dtype;
+    c.total_bytes = gs->total;
+    c.last = 1;
+    return sm_svc_download_send(gs->out, &c, err, errlen);
+}
+
 /* Streams device's shard of array id (or the sub-box req_box of it, if not
- * NULL) to out. */
+ * NULL) to out, or writes it into the client's segment shm (NULL: none). */
 static sm_err get_one(sm_handlers *h, sm_array_id id, int32_t device, const sm_index *req_box,
-                      sm_svc_download_out *out, char *err, size_t errlen)
+                      const sm_svc_shm_ref *shm, sm_svc_download_out *out, char *err, size_t errlen)
 {
     sm_store_shard *sh = NULL;
     get_stream gs = {.out = out};
@@ -419,7 +460,9 @@ static sm_err get_one(sm_handlers *h, sm_array_id id, int32_t device, const sm_i
         e = sm_fail(err, errlen, SM_ENOMEM, "out of memory for a checksum");
         goto done;
     }
-    if (gs.total == 0) {
+    if (shm) {
+        e = get_shm(h, &gs, sh, &box, shm, err, errlen);
+    } else if (gs.total == 0) {
         e = get_send(&gs, NULL, 0, NULL, err, errlen);
     } else if (sm_shape_equal(&gs.shape, &sh->shape)) {
         /* the whole shard: its recorded checksum, checked by the client
@@ -448,8 +491,8 @@ static sm_err h_get_shard(void *user, const sm_svc_download_req *req, sm_svc_dow
         return sm_fail(err, errlen, SM_EINVAL,
                        "GetShard on a worker needs an array id (workers do not know names)");
     if (req->ndevices == 0)
-        return get_one(h, req->array.id, req->device, req->has_box ? &req->box : NULL, out, err,
-                       errlen);
+        return get_one(h, req->array.id, req->device, req->has_box ? &req->box : NULL,
+                       req->shm.name[0] ? &req->shm : NULL, out, err, errlen);
     /* Several whole shards, one after the other: every device is checked
      * before anything is sent. */
     for (int k = 0; k < req->ndevices && !e; k++) {
@@ -462,7 +505,7 @@ static sm_err h_get_shard(void *user, const sm_svc_download_req *req, sm_svc_dow
             sm_store_shard_release(sh);
     }
     for (int k = 0; k < req->ndevices && !e; k++)
-        e = get_one(h, req->array.id, req->devices[k], NULL, out, err, errlen);
+        e = get_one(h, req->array.id, req->devices[k], NULL, NULL, out, err, errlen);
     return e;
 }
 
@@ -482,7 +525,10 @@ static sm_err h_free_array(void *user, sm_array_id id, int ndevices, const int32
 static sm_err h_stats(void *user, sm_svc_worker_stats *out, char *err, size_t errlen)
 {
     sm_handlers *h = user;
+    uint64_t t[SM_TRAFFIC_COUNT];
     out->ndevices = sm_store_stats(h->store, out->devices, out->device_bytes, &out->shards);
+    sm_traffic_get(t);
+    out->shm_transfer_bytes = (int64_t)(t[SM_TRAFFIC_SHM_PUT_IN] + t[SM_TRAFFIC_SHM_GET_OUT]);
     return SM_OK;
 }
 

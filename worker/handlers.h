@@ -13,6 +13,7 @@
 #define SM_WORKER_HANDLERS_H
 
 #include "peer.h"
+#include "segmap.h"
 #include "store.h"
 #include "sm_svc.h"
 
@@ -21,6 +22,9 @@ typedef struct {
     sm_peer *peers;           /* borrowed */
     const char *self_address; /* borrowed; pieces from this address are local */
     int assemble_threads;     /* devices assembled at once (<= 1: one at a time) */
+    /* Mappings of clients' segments for transfers with a ShmRef; borrowed.
+     * NULL (--transport grpc): a ShmRef is refused (FAILED_PRECONDITION). */
+    sm_segmap *segs;
 } sm_handlers;
 
 /* The vtable; user is an sm_handlers *. */

@@ -313,6 +313,14 @@ static sm_err worker_metrics(void *user, sm_strbuf *b)
                      (unsigned long long)t[SM_TRAFFIC_PUT_IN],
                      (unsigned long long)t[SM_TRAFFIC_GET_OUT],
                      (unsigned long long)t[SM_TRAFFIC_PEER_IN]);
+    sm_metrics_help(b, "shmap_worker_shm_transfer_bytes_total", "counter",
+                    "Shard bytes moved through clients' shared-memory segments on this host "
+                    "(sm_client_alloc buffers): copied out by PutShard, in by GetShard.");
+    sm_strbuf_printf(b,
+                     "shmap_worker_shm_transfer_bytes_total{path=\"put\",direction=\"in\"} %llu\n"
+                     "shmap_worker_shm_transfer_bytes_total{path=\"get\",direction=\"out\"} %llu\n",
+                     (unsigned long long)t[SM_TRAFFIC_SHM_PUT_IN],
+                     (unsigned long long)t[SM_TRAFFIC_SHM_GET_OUT]);
     sm_metrics_help(b, "shmap_worker_collective_bytes_total", "counter",
                     "Collective blocks exchanged with other workers, by transport (devices of "
                     "one worker meet in memory and move nothing).");
@@ -341,6 +349,7 @@ int main(int argc, char **argv)
     sm_disk *disk = NULL;
     sm_metrics_http *metrics = NULL;
     sm_jobs *jobs = NULL;
+    sm_segmap *segs = NULL;
     sm_handlers ctx;
     sm_log_level level;
     long port = 0;
@@ -492,10 +501,15 @@ int main(int argc, char **argv)
             h = "[::1]";
         snprintf(advertise, sizeof advertise, "%s:%d", h, sm_rpc_server_port(server));
     }
+    /* clients on this host upload and download through their segments
+     * unless the worker keeps to gRPC */
+    if (strcmp(transport, "grpc") && (e = sm_segmap_create(&segs, err, sizeof err)))
+        goto fail;
     ctx = (sm_handlers){.store = store,
                         .peers = peers,
                         .self_address = advertise,
-                        .assemble_threads = ndevices < 4 ? (int)ndevices : 4};
+                        .assemble_threads = ndevices < 4 ? (int)ndevices : 4,
+                        .segs = segs};
     int swept = sm_shm_sweep(SM_SHM_SWEEP_AGE_S); /* what workers killed earlier left in /dev/shm */
     if (swept)
         SM_INFO("removed %d shared-memory segment(s) left by processes that ended", swept);
@@ -548,6 +562,7 @@ fail:
     sm_agent_stop(agent);
     sm_rpc_server_free(server);
     sm_jobs_free(jobs);
+    sm_segmap_free(segs);
     sm_peer_free(peers);
     if (store) {
         sm_store_spill_to(store, NULL, NULL);

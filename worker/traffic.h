@@ -1,5 +1,6 @@
 /* traffic: the bytes this worker process moved, by path, for its metrics
- * (shmap_worker_transfer_bytes_total, shmap_worker_collective_bytes_total).
+ * (shmap_worker_transfer_bytes_total, shmap_worker_shm_transfer_bytes_total,
+ * shmap_worker_collective_bytes_total).
  * Counters of the process (the worker program, not a library), added to
  * with relaxed atomics where the bytes pass. */
 #ifndef SM_WORKER_TRAFFIC_H
@@ -8,12 +9,14 @@
 #include <stdint.h>
 
 typedef enum {
-    SM_TRAFFIC_PUT_IN,   /* shard data received by PutShard (uploads, job and reshard writes) */
-    SM_TRAFFIC_GET_OUT,  /* shard data sent by GetShard (downloads, peers' reshard pulls) */
-    SM_TRAFFIC_PEER_IN,  /* shard pieces pulled from peers (reshards) */
-    SM_TRAFFIC_COLL_OUT, /* collective blocks sent to peers (gRPC transport) */
-    SM_TRAFFIC_COLL_IN,  /* collective blocks received from peers (gRPC transport) */
-    SM_TRAFFIC_SHM_IN,   /* collective bytes read from peers' shared memory */
+    SM_TRAFFIC_PUT_IN,      /* shard data received by PutShard (uploads, job and reshard writes) */
+    SM_TRAFFIC_GET_OUT,     /* shard data sent by GetShard (downloads, peers' reshard pulls) */
+    SM_TRAFFIC_PEER_IN,     /* shard pieces pulled from peers (reshards) */
+    SM_TRAFFIC_COLL_OUT,    /* collective blocks sent to peers (gRPC transport) */
+    SM_TRAFFIC_COLL_IN,     /* collective blocks received from peers (gRPC transport) */
+    SM_TRAFFIC_SHM_IN,      /* collective bytes read from peers' shared memory */
+    SM_TRAFFIC_SHM_PUT_IN,  /* shard data copied out of clients' segments (PutShard + ShmRef) */
+    SM_TRAFFIC_SHM_GET_OUT, /* shard data copied into clients' segments (GetShard + ShmRef) */
     SM_TRAFFIC_COUNT
 } sm_traffic_kind;
 

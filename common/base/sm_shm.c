@@ -39,6 +39,11 @@ static int sm_shm_name_ok(const char *name, int probe)
     return 1;
 }
 
+int sm_shm_name_valid(const char *name)
+{
+    return sm_shm_name_ok(name, 0);
+}
+
 static uint64_t sm_shm_random(void)
 {
     uint64_t v = 0;

@@ -35,6 +35,11 @@ typedef struct {
     size_t len;
 } sm_shm_seg;
 
+/* 1 if name is a shmap segment's ("/shmap-" plus lowercase hex and
+ * dashes, shorter than SM_SHM_NAME_MAX): a name from the network is
+ * checked so before it reaches shm_open. */
+int sm_shm_name_valid(const char *name);
+
 /* Creates a probe segment with a random cookie; writes its name (room for
  * SM_SHM_NAME_MAX) and the cookie. */
 sm_err sm_shm_probe_create(char *name, uint64_t *cookie, char *err, size_t errlen);

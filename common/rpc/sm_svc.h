@@ -60,6 +60,20 @@ sm_err sm_svc_negotiate_relay(sm_rpc_channel *ch, int worker_service, const char
 
 /* ---- bulk transfer messages ---------------------------------------------- */
 
+/* A box of a client's array in a shared-memory segment of the worker's
+ * host (ShmRef in shmap.proto): name is empty for none. On receipt the
+ * adapter checks the name is a shmap segment's (sm_shm rules), offset >=
+ * 0 and box inside global, and refuses a ShmRef from a caller without the
+ * cluster's credential (SM_EPERM) and one sent to the coordinator
+ * (SM_EINVAL). */
+#define SM_SVC_SHM_NAME_MAX 64
+typedef struct {
+    char name[SM_SVC_SHM_NAME_MAX];
+    int64_t offset; /* of the array's first byte in the segment */
+    sm_shape global;
+    sm_index box; /* in global's coordinates */
+} sm_svc_shm_ref;
+
 /* First message of an upload (Coordinator.Upload / Worker.PutShard). */
 typedef struct {
     sm_array_id array_id;
@@ -72,6 +86,9 @@ typedef struct {
      * (SM_GRANT_LEN bytes) per device, back to back; NULL: none. Not
      * filled on receipt (the adapter checks them). */
     const unsigned char *grants;
+    /* PutShard: the shard's bytes are in this segment (name "" none);
+     * the message is then the target's last one, without data. */
+    sm_svc_shm_ref shm;
 } sm_svc_upload_header;
 
 /* One upload message: optional header, then data at offset; the last one has
@@ -153,6 +170,9 @@ typedef struct {
     const int32_t *devices;
     /* As sm_svc_upload_header.grants: one per device asked for. */
     const unsigned char *grants;
+    /* GetShard of one device: write the data into this segment (name ""
+     * none) and send one chunk with meta, last and the checksum only. */
+    sm_svc_shm_ref shm;
 } sm_svc_download_req;
 
 /* Client side of an upload stream. */
@@ -503,6 +523,7 @@ typedef struct {
     int32_t devices[SM_MAX_WORKER_DEVICES];
     int64_t device_bytes[SM_MAX_WORKER_DEVICES];
     int64_t shards;
+    int64_t shm_transfer_bytes; /* moved through clients' segments */
 } sm_svc_worker_stats;
 
 /* What a worker holds of one array on one device (Worker.ShardInfo). */

@@ -178,13 +178,13 @@ static sm_err create_array(SM_SVC_UNARY_ARGS)
 static void upload(sm_rpc_call *call, void *u)
 {
     const sm_svc_ctx *c = u;
-    sm_svc_serve_upload(call, c->coord->upload, c->user);
+    sm_svc_serve_upload(call, c->coord->upload, c->user, 0);
 }
 
 static void download(sm_rpc_call *call, void *u)
 {
     const sm_svc_ctx *c = u;
-    sm_svc_serve_download(call, c->coord->download, c->user);
+    sm_svc_serve_download(call, c->coord->download, c->user, 0);
 }
 
 static sm_err info_reply(ProtobufCMessage *rp, sm_arena *a, const sm_array_info *info, char *err,

@@ -178,9 +178,11 @@ typedef sm_err (*sm_svc_upload_fn)(void *user, sm_svc_upload_in *in, sm_svc_uplo
 typedef sm_err (*sm_svc_download_fn)(void *user, const sm_svc_download_req *req,
                                      sm_svc_download_out *out, char *err, size_t errlen);
 /* Serve an upload (client-streaming) or download (server-streaming) call with
- * fn (NULL: UNIMPLEMENTED). */
-void sm_svc_serve_upload(sm_rpc_call *call, sm_svc_upload_fn fn, void *user);
-void sm_svc_serve_download(sm_rpc_call *call, sm_svc_download_fn fn, void *user);
+ * fn (NULL: UNIMPLEMENTED). shm_ok: the service takes a ShmRef (the
+ * worker's, from a caller with the cluster's credential); 0: a ShmRef is
+ * refused (SM_EINVAL). */
+void sm_svc_serve_upload(sm_rpc_call *call, sm_svc_upload_fn fn, void *user, int shm_ok);
+void sm_svc_serve_download(sm_rpc_call *call, sm_svc_download_fn fn, void *user, int shm_ok);
 
 /* ---- encoders ---------------------------------------------------------------- */
 

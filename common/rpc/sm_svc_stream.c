@@ -11,9 +11,91 @@
 
 #include "sm_log.h"
 #include "sm_hold.h"
+#include "sm_shm.h"
 #include "sm_svc_internal.h"
 
 /* ---- message conversions ------------------------------------------------------ */
+
+/* The slots of one encoded ShmRef (caller storage, no allocation). */
+typedef struct {
+    Shmap__V1__ShmRef ref;
+    Shmap__V1__Shape global;
+    Shmap__V1__Box box;
+    int64_t boxbuf[2 * SM_MAX_RANK];
+} shm_ref_slots;
+
+/* r encoded into x; NULL when r names no segment. */
+static Shmap__V1__ShmRef *shm_ref_enc(const sm_svc_shm_ref *r, shm_ref_slots *x)
+{
+    if (!r->name[0])
+        return NULL;
+    shmap__v1__shm_ref__init(&x->ref);
+    shmap__v1__shape__init(&x->global);
+    shmap__v1__box__init(&x->box);
+    x->ref.name = (char *)r->name;
+    x->ref.offset = r->offset;
+    x->global.n_dims = sm_svc_rank(r->global.rank);
+    x->global.dims = (int64_t *)r->global.dims;
+    x->box.n_start = x->box.n_stop = sm_svc_rank(r->box.rank);
+    x->box.start = x->boxbuf;
+    x->box.stop = x->boxbuf + SM_MAX_RANK;
+    for (size_t d = 0; d < x->box.n_start; d++) {
+        x->box.start[d] = r->box.r[d].start;
+        x->box.stop[d] = r->box.r[d].stop;
+    }
+    x->ref.global = &x->global;
+    x->ref.box = &x->box;
+    return &x->ref;
+}
+
+/* A ShmRef decoded and checked: a shmap segment's name, offset >= 0, the
+ * box inside global (what = the field's name). p NULL: none. */
+static sm_err shm_ref_dec(const Shmap__V1__ShmRef *p, const char *what, sm_svc_shm_ref *out,
+                          char *err, size_t errlen)
+{
+    char sub[96];
+    sm_err e;
+    memset(out, 0, sizeof *out);
+    if (!p)
+        return SM_OK;
+    const char *name = p->name ? p->name : "";
+    if (!sm_shm_name_valid(name))
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "%s.name '%.80s' is not the name of a shmap shared-memory segment", what,
+                       name);
+    if (p->offset < 0)
+        return sm_fail(err, errlen, SM_EINVAL, "%s.offset is %" PRId64 "; must be >= 0", what,
+                       p->offset);
+    snprintf(sub, sizeof sub, "%s.global", what);
+    if ((e = sm_svc_shape_dec(p->global, sub, &out->global, err, errlen)))
+        return e;
+    snprintf(sub, sizeof sub, "%s.box", what);
+    if ((e = sm_svc_box_dec(p->box, sub, &out->box, err, errlen)) ||
+        (e = sm_index_check(&out->box, &out->global, sub, err, errlen)))
+        return e == SM_OK ? e : SM_EINVAL;
+    snprintf(out->name, sizeof out->name, "%s", name);
+    out->offset = p->offset;
+    return SM_OK;
+}
+
+/* A ShmRef in a message to a service that does not take one (shm_ok 0:
+ * the coordinator), or from a caller without the cluster's credential. */
+static sm_err shm_ref_allowed(sm_rpc_call *call, const Shmap__V1__ShmRef *p, int shm_ok,
+                              const char *method, char *err, size_t errlen)
+{
+    if (!p)
+        return SM_OK;
+    if (!shm_ok)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "%s takes no ShmRef: shared-memory transfers go to a worker on the "
+                       "caller's host",
+                       method);
+    if (!sm_rpc_call_authenticated(call))
+        return sm_fail(err, errlen, SM_EPERM,
+                       "transfers through shared memory (ShmRef) need the cluster's credential; "
+                       "a tenant's transfers go through the streams");
+    return SM_OK;
+}
 
 void sm_svc_upload_msg_enc(const sm_svc_upload_msg *m, Shmap__V1__UploadMsg *p,
                            Shmap__V1__UploadHeader *h, Shmap__V1__Shape *sh)
@@ -69,7 +151,7 @@ sm_err sm_svc_upload_msg_dec(const Shmap__V1__UploadMsg *p, sm_svc_upload_msg *o
     out->header.ndevices = (int)h->n_devices;
     out->header.devices = h->devices;
     out->header.total_bytes = h->total_bytes;
-    return SM_OK;
+    return shm_ref_dec(h->shm, "UploadMsg.header.shm", &out->header.shm, err, errlen);
 }
 
 void sm_svc_chunk_enc(const sm_svc_chunk *c, Shmap__V1__DataChunk *p, Shmap__V1__Shape *sh)
@@ -155,8 +237,12 @@ sm_err sm_svc_download_req_dec(const Shmap__V1__DownloadRequest *p, sm_svc_downl
         return sm_fail(err, errlen, SM_EINVAL,
                        "a DownloadRequest of several devices takes no box, and its device is the "
                        "first of them");
-    if ((e = sm_svc_array_ref_dec(p->array, "DownloadRequest.array", &out->array, err, errlen)))
+    if ((e = sm_svc_array_ref_dec(p->array, "DownloadRequest.array", &out->array, err, errlen)) ||
+        (e = shm_ref_dec(p->shm, "DownloadRequest.shm", &out->shm, err, errlen)))
         return e;
+    if (p->shm && out->ndevices > 0)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "a DownloadRequest with a ShmRef asks for one device, not several");
     return sm_svc_box_dec(p->box, "DownloadRequest.box", &out->box, err, errlen);
 }
 
@@ -216,9 +302,12 @@ static sm_err grants_check(sm_rpc_call *call, sm_grant_dir dir, uint64_t array, 
  * is a header whose grants pass (*granted then set): data before a header,
  * or an empty stream, is refused as a call without grants. */
 static sm_err upload_grants_check(sm_rpc_call *call, const Shmap__V1__UploadMsg *p, int *granted,
-                                  char *err, size_t errlen)
+                                  int shm_ok, char *err, size_t errlen)
 {
     const Shmap__V1__UploadHeader *h = p ? p->header : NULL;
+    sm_err se = h ? shm_ref_allowed(call, h->shm, shm_ok, "Coordinator.Upload", err, errlen) : 0;
+    if (se)
+        return se;
     if (sm_rpc_call_authenticated(call) || (!h && *granted))
         return SM_OK;
     sm_err e = h ? grants_check(call, SM_GRANT_PUT, h->array_id, (int)h->n_devices, h->devices,
@@ -297,9 +386,12 @@ sm_err sm_svc_upload_send(sm_svc_upload_stream *st, const sm_svc_upload_msg *msg
     Shmap__V1__UploadHeader h;
     Shmap__V1__Shape sh;
     ProtobufCBinaryData g[SM_MAX_WORKER_DEVICES];
+    shm_ref_slots shm;
     sm_svc_upload_msg_enc(msg, &p, &h, &sh);
     if (msg->has_header && msg->header.grants)
         h.n_grants = grants_enc(msg->header.grants, msg->header.ndevices, g, &h.grants);
+    if (msg->has_header)
+        h.shm = shm_ref_enc(&msg->header.shm, &shm);
     if (!msg->stable || msg->len == 0)
         return sm_rpc_cstream_send(st->st, &p.base, err, errlen);
     p.data.len = 0;
@@ -362,7 +454,9 @@ sm_err sm_svc_download_open(sm_rpc_channel *ch, int worker_service, const sm_svc
     Shmap__V1__Box box;
     int64_t boxbuf[2 * SM_MAX_RANK];
     ProtobufCBinaryData g[SM_MAX_WORKER_DEVICES];
+    shm_ref_slots shm;
     sm_svc_download_req_enc(req, &p, &ar, &box, boxbuf);
+    p.shm = shm_ref_enc(&req->shm, &shm);
     if (req->grants)
         p.n_grants = grants_enc(req->grants, req->ndevices > 0 ? req->ndevices : 1, g, &p.grants);
     sm_err e = sm_rpc_sstream_open(ch, d->path, &p.base, deadline_ms, &d->st, err, errlen);
@@ -451,6 +545,7 @@ struct sm_svc_upload_in {
     ProtobufCMessage *cur; /* the message the last msg points into */
     int ended;
     int granted; /* a call without the token: its header's grants passed */
+    int shm_ok;  /* the service takes a ShmRef (sm_svc_serve_upload) */
 };
 
 sm_err sm_svc_upload_recv(sm_svc_upload_in *in, sm_svc_upload_msg *msg, int *end, char *err,
@@ -460,7 +555,7 @@ sm_err sm_svc_upload_recv(sm_svc_upload_in *in, sm_svc_upload_msg *msg, int *end
     if (e)
         return e;
     if ((e = upload_grants_check(in->call, *end ? NULL : (const Shmap__V1__UploadMsg *)in->cur,
-                                 &in->granted, err, errlen)) ||
+                                 &in->granted, in->shm_ok, err, errlen)) ||
         *end)
         return e;
     return sm_svc_upload_msg_dec((const Shmap__V1__UploadMsg *)in->cur, msg, err, errlen);
@@ -471,14 +566,15 @@ typedef struct {
     sm_svc_upload_msg *msg;
     sm_rpc_call *call;
     int *granted;
+    int shm_ok;
 } upload_place_ctx;
 
 static sm_err upload_place(void *user, const ProtobufCMessage *m, size_t len, void **dst, char *err,
                            size_t errlen)
 {
     upload_place_ctx *x = user;
-    sm_err e =
-        upload_grants_check(x->call, (const Shmap__V1__UploadMsg *)m, x->granted, err, errlen);
+    sm_err e = upload_grants_check(x->call, (const Shmap__V1__UploadMsg *)m, x->granted, x->shm_ok,
+                                   err, errlen);
     if (!e)
         e = sm_svc_upload_msg_dec((const Shmap__V1__UploadMsg *)m, x->msg, err, errlen);
     if (e)
@@ -498,7 +594,7 @@ static void upload_copied(void *user, const void *p, size_t n)
 sm_err sm_svc_upload_recv_into(sm_svc_upload_in *in, const sm_svc_upload_sink *sink,
                                sm_svc_upload_msg *msg, int *end, char *err, size_t errlen)
 {
-    upload_place_ctx x = {sink, msg, in->call, &in->granted};
+    upload_place_ctx x = {sink, msg, in->call, &in->granted, in->shm_ok};
     sm_rpc_sink rs = {upload_place, upload_copied, &x, 1}; /* a shard, a fetched array */
     size_t len;
     *end = 0;
@@ -512,7 +608,7 @@ sm_err sm_svc_upload_recv_into(sm_svc_upload_in *in, const sm_svc_upload_sink *s
                                 &in->cur, &len, err, errlen);
     if (!e && !in->cur) {
         in->ended = *end = 1;
-        e = upload_grants_check(in->call, NULL, &in->granted, err, errlen);
+        e = upload_grants_check(in->call, NULL, &in->granted, in->shm_ok, err, errlen);
     }
     return e;
 }
@@ -522,10 +618,10 @@ int sm_svc_upload_cancelled(sm_svc_upload_in *in)
     return sm_rpc_call_cancelled(in->call);
 }
 
-void sm_svc_serve_upload(sm_rpc_call *call, sm_svc_upload_fn fn, void *user)
+void sm_svc_serve_upload(sm_rpc_call *call, sm_svc_upload_fn fn, void *user, int shm_ok)
 {
     SM_SVC_REQUIRE(call, fn);
-    sm_svc_upload_in in = {call, NULL, 0, 0};
+    sm_svc_upload_in in = {call, NULL, 0, 0, shm_ok};
     sm_svc_upload_reply out = {0};
     char err[SM_SVC_ERRLEN] = "";
     sm_err e = fn(user, &in, &out, err, sizeof err);
@@ -572,7 +668,7 @@ int sm_svc_download_cancelled(sm_svc_download_out *out)
     return sm_rpc_call_cancelled(out->call);
 }
 
-void sm_svc_serve_download(sm_rpc_call *call, sm_svc_download_fn fn, void *user)
+void sm_svc_serve_download(sm_rpc_call *call, sm_svc_download_fn fn, void *user, int shm_ok)
 {
     SM_SVC_REQUIRE(call, fn);
     ProtobufCMessage *m = sm_svc_recv_request(call);
@@ -581,7 +677,9 @@ void sm_svc_serve_download(sm_rpc_call *call, sm_svc_download_fn fn, void *user)
     sm_svc_download_req req;
     char err[SM_SVC_ERRLEN] = "";
     const Shmap__V1__DownloadRequest *p = (const Shmap__V1__DownloadRequest *)m;
-    sm_err e = sm_svc_download_req_dec(p, &req, err, sizeof err);
+    sm_err e = shm_ref_allowed(call, p->shm, shm_ok, "Coordinator.Download", err, sizeof err);
+    if (!e)
+        e = sm_svc_download_req_dec(p, &req, err, sizeof err);
     if (!e)
         e = grants_check(call, SM_GRANT_GET, req.array.id.v, req.ndevices > 0 ? req.ndevices : 1,
                          req.ndevices > 0 ? req.devices : &req.device, p->n_grants, p->grants, err,

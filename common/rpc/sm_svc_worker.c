@@ -231,13 +231,13 @@ static sm_err assemble_dec(const Shmap__V1__AssembleRequest *p, sm_arena *a,
 static void put_shard(sm_rpc_call *call, void *u)
 {
     const sm_svc_ctx *c = u;
-    sm_svc_serve_upload(call, c->worker->put_shard, c->user);
+    sm_svc_serve_upload(call, c->worker->put_shard, c->user, 1);
 }
 
 static void get_shard(sm_rpc_call *call, void *u)
 {
     const sm_svc_ctx *c = u;
-    sm_svc_serve_download(call, c->worker->get_shard, c->user);
+    sm_svc_serve_download(call, c->worker->get_shard, c->user, 1);
 }
 
 static sm_err free_array(SM_SVC_UNARY_ARGS)
@@ -283,6 +283,7 @@ static sm_err stats(SM_SVC_UNARY_ARGS)
     rep->devices = out->devices;
     rep->device_bytes = out->device_bytes;
     rep->shards = out->shards;
+    rep->shm_transfer_bytes = out->shm_transfer_bytes;
     return SM_OK;
 }
 
@@ -481,6 +482,7 @@ static sm_err stats_dec(const ProtobufCMessage *m, void *o, char *err, size_t er
     sm_svc_copy(out->devices, r->devices, r->n_devices * sizeof *r->devices);
     sm_svc_copy(out->device_bytes, r->device_bytes, r->n_device_bytes * sizeof *r->device_bytes);
     out->shards = r->shards;
+    out->shm_transfer_bytes = r->shm_transfer_bytes;
     return SM_OK;
 }
 
