@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 
 #include "sm_checksum.h"
@@ -134,6 +135,10 @@ static sm_err segmap_get(sm_segmap *m, const char *name, size_t need, segmap_ent
         }
         x->dev = st.st_dev;
         x->ino = st.st_ino;
+        /* the client's file, not ours: no lock, so that sm_shm_sweep
+         * removes it once the client is gone (killed); the mapping then
+         * goes at the next transfer */
+        (void)flock(x->seg.fd, LOCK_UN);
     }
     x->refs++;
     x->used = ++m->clock;

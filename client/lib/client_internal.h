@@ -3,8 +3,9 @@
  * a host buffer into a contiguous byte stream and scatter one back), the
  * transfer helpers built on sm_svc streams, and progress accounting.
  *
- * Threads: a client handle is shared by any number of caller threads; the
- * only mutable state in it is the progress counter, guarded by its mutex. */
+ * Threads: a client handle is shared by any number of caller threads; its
+ * mutable state is the progress counter and the shared-memory records
+ * (client_shm), each guarded by its mutex. */
 #ifndef CLIENT_INTERNAL_H
 #define CLIENT_INTERNAL_H
 
@@ -14,6 +15,8 @@
 #include "shmap.h"
 #include "sm_svc.h"
 #include "sm_rpc.h"
+
+typedef struct client_shm client_shm;
 
 struct sm_client {
     sm_rpc_channel *ch; /* owned */
@@ -26,7 +29,25 @@ struct sm_client {
     sm_rpc_tls *tls;       /* owned; NULL: plaintext */
     sm_rpc_chans *workers; /* owned: channels for direct transfers */
     sm_array_pool *arrays; /* owned: the data of the arrays it returns (opts->cache_mb) */
+    int no_shm;            /* opts->no_shm: never through shared memory */
+    client_shm *shm;       /* owned: sm_client_alloc's buffers, proven hosts */
 };
+
+/* ---- shared memory (client_shm.c) ------------------------------------------
+ * Buffers of sm_client_alloc and which workers share this host's memory. */
+sm_err client_shm_create(sm_client *c, char *err, size_t errlen);
+/* Unlinks and unmaps every buffer still allocated. */
+void client_shm_close(sm_client *c);
+/* 1 with *ref filled when the array buf (shape, dtype t) lies wholly in one
+ * of c's shared-memory buffers and the worker at addr (channel ch) shares
+ * this host's memory (proved once per address with ShmProbe): the worker
+ * can copy the box `box` of it itself. 0 (ref->name "") otherwise, or
+ * when c takes no shared memory (no_shm, relay_only, a tenant's). */
+int client_shm_ref(sm_client *c, const char *addr, sm_rpc_channel *ch, const void *buf,
+                   const sm_shape *shape, sm_dtype t, const sm_index *box, sm_svc_shm_ref *ref);
+/* The worker at addr refused a ShmRef (FAILED_PRECONDITION: it runs with
+ * --transport grpc): its transfers take the streams from now on. */
+void client_shm_refused(sm_client *c, const char *addr);
 
 /* The cached channel to the worker at addr (created on first use; the first
  * use waits up to CLIENT_READY_MS for it to connect), or NULL when transfers

@@ -210,6 +210,7 @@ typedef struct {
     int32_t devices[SM_MAX_WORKER_DEVICES];
     const sm_shard_info *shards[SM_MAX_WORKER_DEVICES]; /* of devices, for their grants */
     sm_svc_upload_stream *st;
+    sm_svc_shm_ref shm; /* name set: the worker copies the box out of this segment */
 } up_stream;
 
 static void up_abort(up_stream *u, int n)
@@ -283,7 +284,8 @@ static sm_err up_chunks(up_stream *u, int n, const client_box *b, const void *sr
         if (msg.last)
             msg.checksum = sm_checksum_digest(ck);
         for (int k = 0; k < n && !e; k++)
-            e = sm_svc_upload_send(u[k].st, &msg, err, errlen);
+            if (!u[k].shm.name[0]) /* the others copied it out of shared memory */
+                e = sm_svc_upload_send(u[k].st, &msg, err, errlen);
         if (e)
             break;
         client_progress_add(prog, (int64_t)len);
@@ -295,10 +297,12 @@ static sm_err up_chunks(up_stream *u, int n, const client_box *b, const void *sr
 }
 
 /* Sends the box through streams u[0..n) (direct: each its own devices in the
- * header, and their grants for a tenant) and checks every reply. *fallback
+ * header, and their grants for a tenant; a stream with a ShmRef gets its
+ * header alone, as its last message) and checks every reply. *fallback
  * = 1 when a direct stream failed UNAVAILABLE before any data went out
  * (nothing was sent), 2 when a worker refused the grants (it kept
- * nothing): use the relay. */
+ * nothing): use the relay; 3 when a worker refused a ShmRef
+ * (FAILED_PRECONDITION, nothing kept): send again without. */
 static sm_err up_send(sm_client *c, up_stream *u, int n, int direct, const sm_svc_upload_msg *hdr,
                       const client_box *b, const void *src, char *stage, client_progress *prog,
                       uint64_t *sum, int *fallback, char *err, size_t errlen)
@@ -314,6 +318,7 @@ static sm_err up_send(sm_client *c, up_stream *u, int n, int direct, const sm_sv
         sm_checksum_free(ck);
         return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a checksum state");
     }
+    int nshm = 0;
     for (int k = 0; k < n && !e; k++) {
         e = sm_svc_upload_open(u[k].ch, direct, client_stream_deadline(c, b->nbytes), &u[k].st, err,
                                errlen);
@@ -323,6 +328,9 @@ static sm_err up_send(sm_client *c, up_stream *u, int n, int direct, const sm_sv
                 msg.header.ndevices = u[k].ndevices;
                 msg.header.devices = u[k].devices;
                 msg.header.grants = client_grants(c, u[k].ndevices, u[k].shards, grants);
+                msg.header.shm = u[k].shm;
+                msg.last = u[k].shm.name[0] != 0;
+                nshm += msg.last;
             }
             e = sm_svc_upload_send(u[k].st, &msg, err, errlen);
         }
@@ -331,16 +339,26 @@ static sm_err up_send(sm_client *c, up_stream *u, int n, int direct, const sm_sv
             *fallback = 1;
         }
     }
-    if (!e)
+    if (!e && nshm < n)
         e = up_chunks(u, n, b, src, stage, ck, prog, err, errlen);
+    else if (!e)
+        client_progress_add(prog, b->nbytes);
     *sum = sm_checksum_digest(ck);
     sm_checksum_free(ck);
     for (int k = 0; k < n && !e; k++) {
         sm_svc_upload_reply reply = {0};
         e = sm_svc_upload_finish(u[k].st, &reply, err, errlen);
         u[k].st = NULL;
+        if (e == SM_EPRECONDITION && u[k].shm.name[0]) {
+            client_shm_refused(c, u[k].addr);
+            *fallback = 3;
+        }
         if (e)
             break;
+        /* every stream copied out of shared memory: the workers' checksum
+         * is the upload's (they read the bytes where the caller left them) */
+        if (nshm == n && k == 0)
+            *sum = reply.checksum;
         if (reply.bytes != b->nbytes || reply.checksum != *sum)
             e = sm_fail(err, errlen, SM_EDATALOSS,
                         "%s%s acknowledged %lld bytes with checksum %016llx for an upload of "
@@ -354,6 +372,15 @@ static sm_err up_send(sm_client *c, up_stream *u, int n, int direct, const sm_sv
     if (e && direct && !*fallback && client_grant_refused(c, e))
         *fallback = 2;
     return e;
+}
+
+/* The ShmRefs of the streams u[0..n) for the box of src (none where the
+ * buffer is not in shared memory or a worker does not share this host's). */
+static void up_shm_refs(sm_client *c, up_stream *u, int n, const void *src,
+                        const sm_shape *src_shape, sm_dtype t, const sm_index *box)
+{
+    for (int k = 0; k < n; k++)
+        client_shm_ref(c, u[k].addr, u[k].ch, src, src_shape, t, box, &u[k].shm);
 }
 
 sm_err client_upload_box(sm_client *c, const sm_array_info *info, sm_array_id id, int ndevices,
@@ -390,7 +417,13 @@ sm_err client_upload_box(sm_client *c, const sm_array_info *info, sm_array_id id
     hdr.header.total_bytes = b.nbytes;
 
     if (info && !c->relay_only && (n = up_group(c, info, ndevices, devices, u)) > 0) {
+        up_shm_refs(c, u, n, src, src_shape, t, box);
         e = up_send(c, u, n, 1, &hdr, &b, src, stage, prog, &sum, &fallback, err, errlen);
+        if (fallback == 3) { /* a worker takes no ShmRef: the streams */
+            for (int k = 0; k < n; k++)
+                memset(&u[k].shm, 0, sizeof u[k].shm);
+            e = up_send(c, u, n, 1, &hdr, &b, src, stage, prog, &sum, &fallback, err, errlen);
+        }
         if (!e) {
             sm_svc_commit_target t = {ndevices, devices, sum, b.nbytes};
             client_commits one = {.n = 1, .cap = 1, .t = &t};
@@ -413,13 +446,16 @@ done:
 
 /* Sends targets tg[0..n), all held by the worker of stream u (its devices
  * set for each in turn), in that one stream, and checks each
- * acknowledgement. *fallback = 1 when the stream failed UNAVAILABLE before
- * any data went out, 2 when the worker refused the grants. sums[k]:
- * target k's checksum. */
+ * acknowledgement. A target with a ShmRef (shm[k].name set; shm may be
+ * NULL) is its header alone: the worker copies it out of shared memory.
+ * *fallback = 1 when the stream failed UNAVAILABLE before any data went
+ * out, 2 when the worker refused the grants, 3 when it refused a ShmRef.
+ * sums[k]: target k's checksum. */
 static sm_err up_send_batch(sm_client *c, const sm_array_info *info, up_stream *u,
                             sm_svc_upload_msg *hdr, const client_up_target *tg, const client_box *b,
-                            int n, const void *src, char *stage, client_progress *prog,
-                            uint64_t *sums, int *fallback, char *err, size_t errlen)
+                            int n, const void *src, const sm_svc_shm_ref *shm, char *stage,
+                            client_progress *prog, uint64_t *sums, int *fallback, char *err,
+                            size_t errlen)
 {
     sm_checksum *ck = sm_checksum_create();
     sm_svc_upload_reply reply = {0};
@@ -452,20 +488,33 @@ static sm_err up_send_batch(sm_client *c, const sm_array_info *info, up_stream *
         }
         hdr->header.shape = sm_index_shape(tg[k].box);
         hdr->header.total_bytes = b[k].nbytes;
+        memset(&hdr->header.shm, 0, sizeof hdr->header.shm);
+        if (shm && shm[k].name[0])
+            hdr->header.shm = shm[k];
+        hdr->last = hdr->header.shm.name[0] != 0;
         if ((e = sm_svc_upload_send(u->st, hdr, err, errlen))) {
             *fallback = k == 0 && e == SM_EUNAVAILABLE;
             break;
         }
-        e = up_chunks(u, 1, &b[k], src, stage, ck, prog, err, errlen);
+        if (hdr->last)
+            client_progress_add(prog, b[k].nbytes);
+        else
+            e = up_chunks(u, 1, &b[k], src, stage, ck, prog, err, errlen);
         sums[k] = sm_checksum_digest(ck);
     }
     if (!e) {
         e = sm_svc_upload_finish(u->st, &reply, err, errlen);
         u->st = NULL;
+        if (e == SM_EPRECONDITION && shm) {
+            client_shm_refused(c, u->addr);
+            *fallback = 3;
+        }
     }
     for (int k = 0; k < n && !e; k++) {
         int64_t got = k < reply.ntargets ? reply.target_bytes[k] : -1;
         uint64_t sum = k < reply.ntargets ? reply.target_checksum[k] : 0;
+        if (shm && shm[k].name[0]) /* copied by the worker: its checksum */
+            sums[k] = sum;
         if (got != b[k].nbytes || sum != sums[k])
             e = sm_fail(err, errlen, SM_EDATALOSS,
                         "the worker at %s acknowledged %lld bytes with checksum %016llx for "
@@ -488,6 +537,7 @@ sm_err client_upload_boxes(sm_client *c, const sm_array_info *info, sm_array_id 
 {
     client_box *b = NULL;
     uint64_t *sums = NULL;
+    sm_svc_shm_ref *shm = NULL;
     char *stage = NULL;
     up_stream u;
     sm_svc_upload_msg hdr;
@@ -499,8 +549,9 @@ sm_err client_upload_boxes(sm_client *c, const sm_array_info *info, sm_array_id 
         goto one_by_one;
     b = calloc((size_t)n + 1, sizeof *b);
     sums = calloc((size_t)n + 1, sizeof *sums);
+    shm = calloc((size_t)n + 1, sizeof *shm);
     stage = malloc(SM_SVC_CHUNK);
-    if (!b || !sums || !stage) {
+    if (!b || !sums || !shm || !stage) {
         e = sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a %d-byte upload buffer",
                     SM_SVC_CHUNK);
         goto done;
@@ -515,7 +566,14 @@ sm_err client_upload_boxes(sm_client *c, const sm_array_info *info, sm_array_id 
     hdr.has_header = 1;
     hdr.header.array_id = id;
     hdr.header.dtype = t;
-    e = up_send_batch(c, info, &u, &hdr, tg, b, n, src, stage, prog, sums, &fallback, err, errlen);
+    int nshm = 0;
+    for (int k = 0; k < n; k++)
+        nshm += client_shm_ref(c, u.addr, u.ch, src, src_shape, t, tg[k].box, &shm[k]);
+    e = up_send_batch(c, info, &u, &hdr, tg, b, n, src, nshm ? shm : NULL, stage, prog, sums,
+                      &fallback, err, errlen);
+    if (fallback == 3) /* the worker takes no ShmRef: the streams */
+        e = up_send_batch(c, info, &u, &hdr, tg, b, n, src, NULL, stage, prog, sums, &fallback, err,
+                          errlen);
     for (int k = 0; k < n && !e; k++) {
         sm_svc_commit_target ct = {tg[k].ndevices, tg[k].devices, sums[k], b[k].nbytes};
         client_commits one = {.n = 1, .cap = 1, .t = &ct};
@@ -534,6 +592,7 @@ one_by_one:
 done:
     free(b);
     free(sums);
+    free(shm);
     free(stage);
     return e;
 }
@@ -553,6 +612,7 @@ typedef struct {
     sm_checksum *ck;
     char *stage; /* for chunks that are not contiguous in dst; lazily */
     int staged;  /* the current chunk went to stage */
+    int shm;     /* the worker writes the box into dst itself (ShmRef) */
 } down_state;
 
 /* Checks one chunk against the stream so far and places its data: straight
@@ -625,6 +685,14 @@ static sm_err down_account(down_state *d, const sm_svc_chunk *ch, client_progres
         d->got += (int64_t)ch->len;
         client_progress_add(prog, (int64_t)ch->len);
     }
+    if (ch->last && d->shm && d->got == 0) {
+        /* written into the caller's shared memory by the worker, which
+         * checked it against the shard's checksum as it went */
+        d->last = 1;
+        d->got = d->b->nbytes;
+        client_progress_add(prog, d->got);
+        return SM_OK;
+    }
     if (ch->last) {
         d->last = 1;
         if (d->got != d->b->nbytes || ch->checksum != sm_checksum_digest(d->ck))
@@ -660,14 +728,16 @@ static void multi_copied(void *user, const void *p, size_t n)
 
 /* The shards of devices[0..n) from one download stream, each into its box
  * b[k] of dst: a worker's GetShard (direct, with grants for a tenant; n > 1
- * asks for several devices at once) or the coordinator's Download (n 1).
- * *fallback = 1 when a direct stream failed UNAVAILABLE before any data
- * arrived, 2 when the worker refused the grants. */
+ * asks for several devices at once; shm, n 1: the worker writes the shard
+ * into the caller's shared memory itself) or the coordinator's Download (n
+ * 1). *fallback = 1 when a direct stream failed UNAVAILABLE before any data
+ * arrived, 2 when the worker refused the grants, 3 when it refused the
+ * ShmRef. */
 static sm_err download_stream(sm_client *c, sm_rpc_channel *ch, int direct, sm_array_id id, int n,
                               const int32_t *devices, const sm_index *boxes,
-                              const unsigned char *grants, const client_box *b, sm_dtype t,
-                              void *dst, client_progress *prog, int *fallback, char *err,
-                              size_t errlen)
+                              const unsigned char *grants, const sm_svc_shm_ref *shm,
+                              const client_box *b, sm_dtype t, void *dst, client_progress *prog,
+                              int *fallback, char *err, size_t errlen)
 {
     sm_svc_download_stream *st = NULL;
     sm_svc_download_req req;
@@ -686,7 +756,8 @@ static sm_err download_stream(sm_client *c, sm_rpc_channel *ch, int direct, sm_a
                               .t = t,
                               .want = sm_index_shape(&boxes[k]),
                               .dst = dst,
-                              .b = &b[k]};
+                              .b = &b[k],
+                              .shm = shm != NULL};
         total += b[k].nbytes;
         if (!(m.d[k].ck = sm_checksum_create()))
             e = sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a checksum state");
@@ -701,6 +772,8 @@ static sm_err download_stream(sm_client *c, sm_rpc_channel *ch, int direct, sm_a
         req.devices = devices;
     }
     req.grants = direct ? grants : NULL;
+    if (shm)
+        req.shm = *shm;
     if ((e = sm_svc_download_open(ch, direct, &req, client_stream_deadline(c, total), &st, err,
                                   errlen))) {
         *fallback = !direct ? 0 : e == SM_EUNAVAILABLE ? 1 : client_grant_refused(c, e) ? 2 : 0;
@@ -709,10 +782,11 @@ static sm_err download_stream(sm_client *c, sm_rpc_channel *ch, int direct, sm_a
     for (;;) {
         memset(&ch_, 0, sizeof ch_);
         if ((e = sm_svc_download_recv_into(st, &sink, &ch_, &end, err, errlen))) {
-            *fallback = !direct || m.d[0].meta       ? 0
-                        : e == SM_EUNAVAILABLE       ? 1
-                        : client_grant_refused(c, e) ? 2
-                                                     : 0;
+            *fallback = !direct || m.d[0].meta         ? 0
+                        : e == SM_EUNAVAILABLE         ? 1
+                        : client_grant_refused(c, e)   ? 2
+                        : shm && e == SM_EPRECONDITION ? 3
+                                                       : 0;
             goto done;
         }
         if (end)
@@ -750,15 +824,22 @@ sm_err client_download_box(sm_client *c, const char *worker_address, sm_array_id
         return e;
     if (!c->relay_only && (!c->grants || grants) && worker_address && *worker_address &&
         (wch = client_worker_channel(c, worker_address))) {
-        e = download_stream(c, wch, 1, id, 1, &device, box, grants, &b, t, dst, prog, &fallback,
-                            err, errlen);
+        sm_svc_shm_ref shm;
+        int viashm = client_shm_ref(c, worker_address, wch, dst, dst_shape, t, box, &shm);
+        e = download_stream(c, wch, 1, id, 1, &device, box, grants, viashm ? &shm : NULL, &b, t,
+                            dst, prog, &fallback, err, errlen);
+        if (fallback == 3) { /* the worker takes no ShmRef: its stream */
+            client_shm_refused(c, worker_address);
+            e = download_stream(c, wch, 1, id, 1, &device, box, grants, NULL, &b, t, dst, prog,
+                                &fallback, err, errlen);
+        }
         if (!fallback)
             return e;
         if (fallback == 1)
             client_worker_unreachable(c, worker_address);
     }
-    return download_stream(c, c->ch, 0, id, 1, &device, box, NULL, &b, t, dst, prog, &fallback, err,
-                           errlen);
+    return download_stream(c, c->ch, 0, id, 1, &device, box, NULL, NULL, &b, t, dst, prog,
+                           &fallback, err, errlen);
 }
 
 sm_err client_download_boxes(sm_client *c, const char *worker_address, sm_array_id id, int n,
@@ -779,10 +860,21 @@ sm_err client_download_boxes(sm_client *c, const char *worker_address, sm_array_
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory");
     for (int k = 0; k < n && !e; k++)
         e = client_box_init(&b[k], dst_shape, &boxes[k], t, err, errlen);
+    sm_svc_shm_ref shm;
+    if (!e && !c->relay_only && !c->grants && worker_address && *worker_address &&
+        (wch = client_worker_channel(c, worker_address)) &&
+        client_shm_ref(c, worker_address, wch, dst, dst_shape, t, &boxes[0], &shm)) {
+        /* into shared memory: one request per shard, each written by the
+         * worker where it goes, no bytes streamed */
+        for (int k = 0; k < n && !e; k++)
+            e = client_download_box(c, worker_address, id, devices[k], NULL, t, dst, dst_shape,
+                                    &boxes[k], prog, err, errlen);
+        goto done;
+    }
     if (!e && !c->relay_only && (!c->grants || grants) && worker_address && *worker_address &&
         (wch = client_worker_channel(c, worker_address))) {
-        e = download_stream(c, wch, 1, id, n, devices, boxes, grants, b, t, dst, prog, &fallback,
-                            err, errlen);
+        e = download_stream(c, wch, 1, id, n, devices, boxes, grants, NULL, b, t, dst, prog,
+                            &fallback, err, errlen);
         if (!fallback)
             goto done;
         if (fallback == 1)
@@ -791,8 +883,8 @@ sm_err client_download_boxes(sm_client *c, const char *worker_address, sm_array_
     }
     /* Through the coordinator, one shard at a time. */
     for (int k = 0; k < n && !e; k++)
-        e = download_stream(c, c->ch, 0, id, 1, &devices[k], &boxes[k], NULL, &b[k], t, dst, prog,
-                            &fallback, err, errlen);
+        e = download_stream(c, c->ch, 0, id, 1, &devices[k], &boxes[k], NULL, NULL, &b[k], t, dst,
+                            prog, &fallback, err, errlen);
 done:
     free(b);
     return e;

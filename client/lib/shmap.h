@@ -68,12 +68,19 @@ typedef struct {
      * default): it keeps nothing. Each client has its own pool; nothing is
      * set for the process. At most 1048576. */
     int64_t cache_mb;
+    /* 1: uploads and downloads never go through shared memory, as across
+     * hosts. 0 (the default): a buffer of sm_client_alloc moves through
+     * shared memory to and from every worker that proves it shares this
+     * host's memory. sm_client_opts_from_env sets it from
+     * SHMAP_TRANSPORT=grpc. */
+    int no_shm;
 } sm_client_opts;
 
 /* Fills the fields of *o that the environment sets, for a program whose
  * users configure it that way (shmapctl, the Python package and the
  * benchmarks call it before connecting): SHMAP_RELAY set and not "0" sets
- * relay_only; SHMAP_CLIENT_CACHE_MB=N sets cache_mb. Other fields, and
+ * relay_only; SHMAP_TRANSPORT=grpc sets no_shm; SHMAP_CLIENT_CACHE_MB=N sets
+ * cache_mb. Other fields, and
  * these when their variable is unset or empty, are left as they are.
  * SM_EINVAL, naming the variable, for a cache size that is no whole number
  * of MiB from 0 to 1048576. The library reads the environment nowhere
@@ -92,6 +99,23 @@ void sm_client_close(sm_client *c);
  * (sm_array_pool_cache_set). sm_client_close gives it up; arrays fetched
  * before stay valid until sm_array_free. */
 sm_array_pool *sm_client_pool(sm_client *c);
+
+/* ---- arrays in shared memory ------------------------------------------- */
+
+/* Allocates nbytes (0 counts as 1) for an array the program fills or
+ * reads itself, in a shared-memory segment of this host (/dev/shm), its
+ * pages allocated now: uploads from it (sm_client_put, sm_client_put_shards
+ * ...) and downloads into it (sm_client_get_into) with a worker on this
+ * host are copied by the worker straight between it and the shard, once,
+ * with no bytes streamed (docs/service.md "Transfers through shared
+ * memory"). An array that starts anywhere inside the buffer and ends in it
+ * counts. Where /dev/shm has no room, ordinary memory (the transfers then
+ * stream as usual). *out is 64-byte aligned and stays valid until
+ * sm_client_free or sm_client_close (which frees every buffer left). */
+sm_err sm_client_alloc(sm_client *c, size_t nbytes, void **out, char *err, size_t errlen);
+/* Frees a buffer of sm_client_alloc (its segment unlinked). NULL, or a
+ * pointer c did not allocate, is ignored. No transfer may be using it. */
+void sm_client_free(sm_client *c, void *p);
 
 /* ---- devices and meshes ------------------------------------------------- */
 

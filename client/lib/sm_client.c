@@ -40,13 +40,16 @@ sm_array_ref sm_array_ref_parse(const char *text)
 #define CLIENT_CACHE_IDLE_MS 10000
 #define CLIENT_CACHE_MB_MAX  ((int64_t)1 << 20)
 
-/* SHMAP_RELAY set and not "0"; SHMAP_CLIENT_CACHE_MB=N (unset or empty:
- * leaves cache_mb alone). */
+/* SHMAP_RELAY set and not "0"; SHMAP_TRANSPORT=grpc; SHMAP_CLIENT_CACHE_MB=N
+ * (unset or empty: leaves cache_mb alone). */
 sm_err sm_client_opts_from_env(sm_client_opts *o, char *err, size_t errlen)
 {
     const char *r = getenv("SHMAP_RELAY");
     if (r && *r && strcmp(r, "0") != 0)
         o->relay_only = 1;
+    const char *tr = getenv("SHMAP_TRANSPORT");
+    if (tr && !strcmp(tr, "grpc"))
+        o->no_shm = 1;
     const char *v = getenv("SHMAP_CLIENT_CACHE_MB");
     char *end;
     if (!v || !*v)
@@ -109,6 +112,7 @@ sm_err sm_client_connect(const char *target, const sm_client_opts *opts, sm_clie
         c->progress = opts->progress;
         c->progress_user = opts->progress_user;
         c->relay_only = opts->relay_only != 0;
+        c->no_shm = opts->no_shm != 0;
         if (opts->token && !(c->token = strdup(opts->token))) {
             sm_array_pool_free(c->arrays);
             free(c);
@@ -116,6 +120,8 @@ sm_err sm_client_connect(const char *target, const sm_client_opts *opts, sm_clie
         }
     }
     sm_rpc_init();
+    if ((e = client_shm_create(c, err, errlen)))
+        goto fail;
     if (opts) {
         sm_rpc_tls_opts to = {opts->tls_cert, opts->tls_key, opts->tls_ca, NULL};
         if ((e = sm_rpc_tls_create(&to, &c->tls, err, errlen)))
@@ -158,6 +164,7 @@ void sm_client_close(sm_client *c)
 {
     if (!c)
         return;
+    client_shm_close(c);
     sm_rpc_chans_free(c->workers);
     sm_rpc_channel_free(c->ch);
     sm_rpc_tls_free(c->tls);

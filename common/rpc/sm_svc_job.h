@@ -93,7 +93,6 @@ typedef struct {
 } sm_svc_run_job_req;
 
 /* ShmProbe (see shmap.proto): create, read or drop a probe segment. */
-#define SM_SVC_SHM_NAME_MAX 64
 typedef struct {
     int create;
     char read[SM_SVC_SHM_NAME_MAX];

@@ -1,0 +1,385 @@
+/* e2e_shmxfer: uploads and downloads through shared memory against real
+ * clusters (coordinator + 2 worker processes on loopback, the client on
+ * their host): arrays in sm_client_alloc buffers round-trip bit-exact over
+ * meshes (8,) and (4,2), row, strided-column and replicated shardings,
+ * with the workers' Stats proving the bytes went through the segments (and
+ * nothing through them with SHMAP_TRANSPORT=grpc clients or with workers
+ * run --transport grpc, where the same transfers take the streams); a
+ * segment truncated under the worker is DATA_LOSS, a segment that does not
+ * exist NOT_FOUND naming it, a ShmRef from a tenant PERMISSION_DENIED and
+ * one sent to the coordinator INVALID_ARGUMENT; /dev/shm holds no segment
+ * of the client after sm_client_close. */
+#include <check.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "client_internal.h"
+#include "harness.h"
+#include "sm_shm.h"
+#include "suite_main.h"
+
+static harness_cluster *g_two;
+static harness_cluster g_tenant; /* g_two's clients as they were: a tenant's in secure mode */
+
+static void cluster_up(void)
+{
+    g_two = harness_cluster_up(2, 4, "e2e_shmxfer");
+    g_tenant = *g_two;
+    /* shared memory is for the cluster's own credential */
+    harness_use_cluster_credential(g_two);
+}
+
+static void cluster_down(void)
+{
+    harness_cluster_down(&g_two);
+}
+
+static sm_client *connect_to(const harness_cluster *h, int no_shm)
+{
+    sm_client_opts o = harness_client_opts(h);
+    sm_client *c = NULL;
+    char err[512];
+    o.no_shm = no_shm;
+    sm_err e = sm_client_connect(h->target, &o, &c, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "connect: %s", err);
+    return c;
+}
+
+/* Bytes the cluster's workers moved through clients' segments so far. */
+static int64_t shm_bytes(const harness_cluster *h, sm_client *c)
+{
+    sm_worker_info *w = NULL;
+    int n = 0;
+    char err[512];
+    int64_t total = 0;
+    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
+    for (int k = 0; k < n; k++) {
+        harness_cluster cred = *h;
+        harness_use_cluster_credential(&cred); /* Stats is the cluster's */
+        sm_rpc_channel *ch = harness_channel(&cred, w[k].address);
+        sm_svc_worker_stats st;
+        sm_err e = sm_svc_worker_stats_get(ch, 10000, &st, err, sizeof err);
+        ck_assert_msg(e == SM_OK, "stats of %s: %s", w[k].address, err);
+        total += st.shm_transfer_bytes;
+        sm_rpc_channel_free(ch);
+    }
+    free(w);
+    return total;
+}
+
+/* The names in /dev/shm of this process's client segments. */
+static int my_segments(char names[][SM_SHM_NAME_MAX], int max)
+{
+    char prefix[32];
+    int n = 0;
+    snprintf(prefix, sizeof prefix, "shmap-c%07x-", (unsigned)getpid() & 0xfffffff);
+    DIR *d = opendir("/dev/shm");
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (!strncmp(e->d_name, prefix, strlen(prefix)) && n < max &&
+            strlen(e->d_name) < SM_SHM_NAME_MAX - 1)
+            snprintf(names[n++], SM_SHM_NAME_MAX, "/%.*s", SM_SHM_NAME_MAX - 2, e->d_name);
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* Puts an iota array of shape s from a buffer of sm_client_alloc with spec
+ * over axes, fetches it into another, compares bit-exact; returns the
+ * bytes the workers moved through shared memory meanwhile. */
+static int64_t shm_round_trip(const harness_cluster *h, sm_client *c, const char *axes,
+                              const char *spec, sm_shape s)
+{
+    sm_mesh mesh;
+    sm_sharding_ref sh = harness_sharding(&mesh, axes, NULL, 0, spec);
+    sm_array *x = harness_array_iota(SM_F32, &s, 11);
+    void *src = NULL, *dst = NULL;
+    sm_array_info info;
+    char err[512];
+    int64_t before = shm_bytes(h, c);
+
+    ck_assert_int_eq(sm_client_alloc(c, (size_t)x->nbytes, &src, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_client_alloc(c, (size_t)x->nbytes, &dst, err, sizeof err), SM_OK);
+    ck_assert_int_eq((uintptr_t)src % 64, 0);
+    memcpy(src, x->data, (size_t)x->nbytes);
+    memset(dst, 0xa5, (size_t)x->nbytes);
+    sm_err e = sm_client_put(c, SM_F32, &s, src, &sh, NULL, &info, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "put %s %s: %s", axes, spec, err);
+    ck_assert_int_eq(info.state, SM_ARRAY_READY);
+    e = sm_client_get_into(c, &info, dst, (size_t)x->nbytes, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "get_into %s %s: %s", axes, spec, err);
+    ck_assert_msg(memcmp(dst, x->data, (size_t)x->nbytes) == 0, "%s %s: not bit-exact", axes, spec);
+    /* and the plain path (a malloc'd array) reads the same bytes */
+    sm_array *back = NULL;
+    ck_assert_int_eq(sm_client_get(c, harness_id_ref(info.id), &back, err, sizeof err), SM_OK);
+    ck_assert_int_eq(memcmp(back->data, x->data, (size_t)x->nbytes), 0);
+    sm_array_free(back);
+    ck_assert_int_eq(sm_client_delete(c, harness_id_ref(info.id), err, sizeof err), SM_OK);
+    sm_client_free(c, src);
+    sm_client_free(c, dst);
+    sm_array_info_free(&info);
+    int64_t moved = shm_bytes(h, c) - before, nbytes = x->nbytes;
+    sm_array_free(x);
+    (void)nbytes;
+    return moved;
+}
+
+/* Every sharding of the suite: the bytes moved through shared memory are
+ * at least the array's, both ways (more where replicas are copied to
+ * several devices or workers). */
+static void round_trips(const harness_cluster *h, sm_client *c, int via_shm)
+{
+    static const struct {
+        const char *axes, *spec;
+    } cases[] = {
+        {"x=8", "P('x')"},
+        {"x=4,y=2", "P('x', 'y')"},
+        {"x=4,y=2", "P(None, 'y')"}, /* strided column boxes, replicas on both workers */
+        {"x=8", "P(None, 'x')"},     /* strided column boxes */
+        {"x=8", "P()"},              /* replicated: one target spanning both workers */
+    };
+    sm_shape s = HARNESS_SHAPE(64, 40);
+    int64_t nbytes = 64 * 40 * 4;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int64_t moved = shm_round_trip(h, c, cases[i].axes, cases[i].spec, s);
+        if (via_shm)
+            ck_assert_msg(moved >= 2 * nbytes, "%s %s: %lld bytes through shared memory",
+                          cases[i].axes, cases[i].spec, (long long)moved);
+        else
+            ck_assert_msg(moved == 0, "%s %s: %lld bytes through shared memory", cases[i].axes,
+                          cases[i].spec, (long long)moved);
+    }
+}
+
+START_TEST(shm_round_trips)
+{
+    sm_client *c = connect_to(g_two, 0);
+    round_trips(g_two, c, 1);
+    /* a rank-3 array, row boxes inside a buffer at an offset */
+    sm_mesh mesh;
+    sm_sharding_ref sh = harness_sharding(&mesh, "x=4,y=2", NULL, 0, "P('y', None, 'x')");
+    sm_shape s = HARNESS_SHAPE(6, 5, 8);
+    sm_array *x = harness_array_iota(SM_F64, &s, 3);
+    char *buf = NULL, err[512];
+    sm_array_info info;
+    ck_assert_int_eq(sm_client_alloc(c, (size_t)x->nbytes + 4096, (void **)&buf, err, sizeof err),
+                     SM_OK);
+    memcpy(buf + 4096, x->data, (size_t)x->nbytes);
+    ck_assert_int_eq(sm_client_put(c, SM_F64, &s, buf + 4096, &sh, NULL, &info, err, sizeof err),
+                     SM_OK);
+    memset(buf, 0, (size_t)x->nbytes + 4096);
+    ck_assert_int_eq(sm_client_get_into(c, &info, buf + 8, (size_t)x->nbytes, err, sizeof err),
+                     SM_OK);
+    ck_assert_int_eq(memcmp(buf + 8, x->data, (size_t)x->nbytes), 0);
+    sm_client_delete(c, harness_id_ref(info.id), err, sizeof err);
+    sm_array_info_free(&info);
+    sm_array_free(x);
+    /* the buffers still allocated go at close, and their segments with them */
+    char names[8][SM_SHM_NAME_MAX];
+    ck_assert_int_eq(my_segments(names, 8), 1);
+    sm_client_close(c);
+    ck_assert_int_eq(my_segments(names, 8), 0);
+}
+END_TEST
+
+START_TEST(shm_forced_off)
+{
+    /* SHMAP_TRANSPORT=grpc: the same transfers through the streams */
+    setenv("SHMAP_TRANSPORT", "grpc", 1);
+    sm_client_opts o = harness_client_opts(g_two);
+    char err[512];
+    ck_assert_int_eq(sm_client_opts_from_env(&o, err, sizeof err), SM_OK);
+    unsetenv("SHMAP_TRANSPORT");
+    ck_assert_int_eq(o.no_shm, 1);
+    sm_client *c = connect_to(g_two, 1);
+    round_trips(g_two, c, 0);
+    sm_client_close(c);
+}
+END_TEST
+
+START_TEST(shm_grpc_workers)
+{
+    /* workers run --transport grpc (SHMAP_TRANSPORT in their environment):
+     * they refuse ShmProbe, so the client keeps to the streams */
+    setenv("SHMAP_TRANSPORT", "grpc", 1);
+    harness_cluster *h = harness_cluster_up(2, 4, "e2e_shmxfer");
+    unsetenv("SHMAP_TRANSPORT");
+    harness_use_cluster_credential(h);
+    sm_client *c = connect_to(h, 0);
+    round_trips(h, c, 0);
+    sm_client_close(c);
+    harness_cluster_stop(h);
+}
+END_TEST
+
+/* The address of a worker of the cluster and, in *dev, one of its
+ * devices. */
+static void a_worker(sm_client *c, char *addr, int32_t *dev)
+{
+    sm_worker_info *w = NULL;
+    int n = 0;
+    char err[512];
+    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
+    ck_assert_int_ge(n, 1);
+    snprintf(addr, SM_ADDR_MAX, "%s", w[0].address);
+    *dev = w[0].devices[0];
+    free(w);
+}
+
+/* A PutShard of one f32[4] shard of a fresh array from segment ref on
+ * channel ch; returns its status (err its sentence). */
+static sm_err put_ref(sm_rpc_channel *ch, int32_t dev, const sm_svc_shm_ref *ref, char *err,
+                      size_t errlen)
+{
+    sm_svc_upload_stream *st = NULL;
+    sm_svc_upload_msg m;
+    sm_err e = sm_svc_upload_open(ch, 1, 10000, &st, err, errlen);
+    if (e)
+        return e;
+    memset(&m, 0, sizeof m);
+    m.has_header = 1;
+    m.header.array_id.v = 987654321;
+    m.header.ndevices = 1;
+    m.header.devices = &dev;
+    m.header.shape = HARNESS_SHAPE(4);
+    m.header.dtype = SM_F32;
+    m.header.total_bytes = 16;
+    m.header.shm = *ref;
+    m.last = 1;
+    e = sm_svc_upload_send(st, &m, err, errlen);
+    if (e) {
+        sm_svc_upload_abort(st);
+        return e;
+    }
+    return sm_svc_upload_finish(st, NULL, err, errlen);
+}
+
+START_TEST(shm_faults)
+{
+    sm_client *c = connect_to(g_two, 0);
+    char addr[SM_ADDR_MAX], err[512];
+    int32_t dev;
+    a_worker(c, addr, &dev);
+    sm_rpc_channel *ch = harness_channel(g_two, addr);
+    sm_svc_shm_ref ref;
+    memset(&ref, 0, sizeof ref);
+    ref.global = HARNESS_SHAPE(4);
+    ref.box = sm_index_full(&ref.global);
+
+    /* a segment that does not exist: NOT_FOUND naming it */
+    snprintf(ref.name, sizeof ref.name, "/shmap-c0-dead");
+    sm_err e = put_ref(ch, dev, &ref, err, sizeof err);
+    ck_assert_msg(e == SM_ENOTFOUND, "%s: %s", sm_err_name(e), err);
+    ck_assert_ptr_nonnull(strstr(err, "/shmap-c0-dead"));
+    /* a name outside the rules: INVALID_ARGUMENT before any shm_open */
+    snprintf(ref.name, sizeof ref.name, "/../etc/passwd");
+    e = put_ref(ch, dev, &ref, err, sizeof err);
+    ck_assert_msg(e == SM_EINVAL, "%s: %s", sm_err_name(e), err);
+
+    /* a segment shorter than the array: DATA_LOSS */
+    float *p = NULL;
+    ck_assert_int_eq(sm_client_alloc(c, 16, (void **)&p, err, sizeof err), SM_OK);
+    char names[4][SM_SHM_NAME_MAX];
+    ck_assert_int_eq(my_segments(names, 4), 1);
+    snprintf(ref.name, sizeof ref.name, "%s", names[0]);
+    ref.offset = 8;
+    e = put_ref(ch, dev, &ref, err, sizeof err);
+    ck_assert_msg(e == SM_EDATALOSS, "%s: %s", sm_err_name(e), err);
+    ref.offset = 0;
+    ck_assert_int_eq(put_ref(ch, dev, &ref, err, sizeof err), SM_OK);
+    ck_assert_int_eq(
+        sm_svc_worker_free_array(ch, 10000, (sm_array_id){987654321}, 0, NULL, err, sizeof err),
+        SM_OK);
+    sm_client_free(c, p);
+
+    /* truncated under the worker after the client filled it: the upload
+     * and the download both fail DATA_LOSS, and the workers live on */
+    sm_mesh mesh;
+    sm_sharding_ref sh = harness_sharding(&mesh, "x=8", NULL, 0, "P('x')");
+    sm_shape s = HARNESS_SHAPE(256, 256);
+    size_t nb = 256 * 256 * 4;
+    void *buf = NULL;
+    sm_array_info info;
+    ck_assert_int_eq(sm_client_alloc(c, nb, &buf, err, sizeof err), SM_OK);
+    memset(buf, 1, nb);
+    ck_assert_int_eq(sm_client_put(c, SM_F32, &s, buf, &sh, NULL, &info, err, sizeof err), SM_OK);
+    ck_assert_int_eq(my_segments(names, 4), 1);
+    int fd = shm_open(names[0], O_RDWR, 0);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(ftruncate(fd, 4096), 0);
+    close(fd);
+    /* (the client must not touch the buffer past 4096 bytes now) */
+    e = sm_client_put(c, SM_F32, &s, buf, &sh, NULL, NULL, err, sizeof err);
+    ck_assert_msg(e == SM_EDATALOSS, "put: %s: %s", sm_err_name(e), err);
+    e = sm_client_get_into(c, &info, buf, nb, err, sizeof err);
+    ck_assert_msg(e == SM_EDATALOSS, "get_into: %s: %s", sm_err_name(e), err);
+    sm_client_free(c, buf);
+    sm_array *back = NULL;
+    ck_assert_int_eq(sm_client_get(c, harness_id_ref(info.id), &back, err, sizeof err), SM_OK);
+    ck_assert_int_eq(((unsigned char *)back->data)[nb - 1], 1);
+    sm_array_free(back);
+    sm_client_delete(c, harness_id_ref(info.id), err, sizeof err);
+    sm_array_info_free(&info);
+
+    /* a ShmRef to the coordinator: INVALID_ARGUMENT */
+    sm_rpc_channel *coord = harness_channel(g_two, NULL);
+    sm_svc_upload_stream *st = NULL;
+    sm_svc_upload_msg m;
+    memset(&m, 0, sizeof m);
+    ck_assert_int_eq(sm_svc_upload_open(coord, 0, 10000, &st, err, sizeof err), SM_OK);
+    m.has_header = 1;
+    m.header.array_id.v = 1;
+    m.header.shape = HARNESS_SHAPE(4);
+    m.header.dtype = SM_F32;
+    m.header.total_bytes = 16;
+    m.header.shm = ref;
+    m.last = 1;
+    e = sm_svc_upload_send(st, &m, err, sizeof err);
+    if (!e)
+        e = sm_svc_upload_finish(st, NULL, err, sizeof err);
+    else
+        sm_svc_upload_abort(st);
+    ck_assert_msg(e == SM_EINVAL, "%s: %s", sm_err_name(e), err);
+    sm_rpc_channel_free(coord);
+    sm_rpc_channel_free(ch);
+    sm_client_close(c);
+}
+END_TEST
+
+START_TEST(shm_tenant)
+{
+    if (!g_two->secure)
+        return; /* tenants exist in secure mode only */
+    /* a tenant's ShmRef: PERMISSION_DENIED */
+    sm_client *c = connect_to(g_two, 0);
+    char addr[SM_ADDR_MAX], err[512];
+    int32_t dev;
+    a_worker(c, addr, &dev);
+    sm_client_close(c);
+    sm_rpc_channel *ch = harness_channel(&g_tenant, addr);
+    sm_svc_shm_ref ref;
+    memset(&ref, 0, sizeof ref);
+    snprintf(ref.name, sizeof ref.name, "/shmap-c0-dead");
+    ref.global = HARNESS_SHAPE(4);
+    ref.box = sm_index_full(&ref.global);
+    sm_err e = put_ref(ch, dev, &ref, err, sizeof err);
+    ck_assert_msg(e == SM_EPERM, "%s: %s", sm_err_name(e), err);
+    sm_rpc_channel_free(ch);
+    /* a tenant's client moves its sm_client_alloc buffers through the
+     * streams, with its grants */
+    c = connect_to(&g_tenant, 0);
+    round_trips(g_two, c, 0);
+    sm_client_close(c);
+}
+END_TEST
+
+int main(void)
+{
+    return harness_run_suite(SUITE_CASE(
+        suite_create("e2e_shmxfer"), "cluster", 240, SUITE_UNCHECKED(cluster_up, cluster_down),
+        {shm_round_trips}, {shm_forced_off}, {shm_grpc_workers}, {shm_faults}, {shm_tenant}));
+}
