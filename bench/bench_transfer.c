@@ -12,8 +12,14 @@
  * (one page fault per 4 KiB). Prints medians, the shmap/TCP ratios, and the
  * peak RSS (VmHWM) of the coordinator and of each worker.
  *
- *   bench_transfer [--sizes 16,256,1024] [--runs 5] [--warmup 1]
- *                  [--coordinator PATH]
+ * Then the same-host rows ("shm"): for each of --shm-sizes the array lies
+ * in a buffer of sm_client_alloc, uploaded from it and downloaded into
+ * another (the workers copy it between those buffers and the shards
+ * through shared memory, no bytes streamed), against the TCP anchor timed
+ * in the same loop.
+ *
+ *   bench_transfer [--sizes 16,256,1024] [--shm-sizes 256,1024] [--runs 5]
+ *                  [--warmup 1] [--coordinator PATH]
  *
  * Sizes are in MiB. Each size starts with --warmup untimed runs of every
  * step (the first transfer to a worker opens its connection, the first
@@ -140,20 +146,91 @@ static int children_of(pid_t pid, pid_t *out, int max)
     return n;
 }
 
+/* The same-host rows: upload from and download into sm_client_alloc
+ * buffers, runs medians, each against TCP in the same loop. 0, or 1 on a
+ * failure. */
+static int shm_rows(sm_client *cli, const sm_sharding_ref *sh, const char *sizes_arg, int runs,
+                    int warmup)
+{
+    char err[1024];
+    int rc = 0;
+    char *sz = strdup(sizes_arg);
+    printf("\nsame host, arrays in sm_client_alloc buffers (shared memory):\n");
+    printf("%3s %5s %3s  %12s  %12s  %12s  %10s  %10s\n", "", "size", "", "upload MB/s",
+           "download MB/s", "tcp MB/s", "up/tcp", "down/tcp");
+    for (char *tok = sz ? strtok(sz, ",") : NULL; tok && !rc; tok = strtok(NULL, ",")) {
+        long mib = atol(tok);
+        if (mib <= 0)
+            continue;
+        size_t bytes = (size_t)mib << 20;
+        int64_t cols = 4096, rows = (int64_t)(bytes / 4 / (size_t)cols);
+        sm_shape shape = {.rank = 2, .dims = {rows, cols}};
+        float *data = NULL, *dst = NULL;
+        if (sm_client_alloc(cli, bytes, (void **)&data, err, sizeof err) ||
+            sm_client_alloc(cli, bytes, (void **)&dst, err, sizeof err)) {
+            fprintf(stderr, "bench_transfer: %s\n", err);
+            rc = 1;
+            break;
+        }
+        for (size_t k = 0; k < bytes / 4; k++)
+            data[k] = (float)(k % 1000003);
+        double up[51], down[51], tcp[51];
+        for (int run = -warmup; run < runs && !rc; run++) {
+            int r = run < 0 ? 50 : run;
+            sm_array_info info = {0};
+            double t0 = bench_now_s();
+            if (sm_client_put(cli, SM_F32, &shape, data, sh, NULL, &info, err, sizeof err)) {
+                fprintf(stderr, "bench_transfer: shm put failed: %s\n", err);
+                rc = 1;
+                break;
+            }
+            up[r] = (double)bytes / (bench_now_s() - t0) / 1e6;
+            t0 = bench_now_s();
+            if (sm_client_get_into(cli, &info, dst, bytes, err, sizeof err)) {
+                fprintf(stderr, "bench_transfer: shm get failed: %s\n", err);
+                rc = 1;
+            }
+            down[r] = (double)bytes / (bench_now_s() - t0) / 1e6;
+            if (!rc && memcmp(dst, data, bytes)) {
+                fprintf(stderr, "bench_transfer: data came back different (shm)\n");
+                rc = 1;
+            }
+            memset(dst, 0, bytes); /* the next run cannot pass on this one's bytes */
+            sm_array_ref ref = {.id = info.id};
+            sm_client_delete(cli, ref, err, sizeof err);
+            sm_array_info_free(&info);
+            double ts = tcp_seconds(bytes);
+            tcp[r] = ts > 0 ? (double)bytes / ts / 1e6 : 0;
+        }
+        sm_client_free(cli, data);
+        sm_client_free(cli, dst);
+        if (rc)
+            break;
+        double mu = bench_median(up, runs), md = bench_median(down, runs),
+               mt = bench_median(tcp, runs);
+        printf("shm %5ld MiB  %12.0f  %12.0f  %12.0f  %10.2f  %10.2f\n", mib, mu, md, mt,
+               mt > 0 ? mu / mt : 0, mt > 0 ? md / mt : 0);
+        fflush(stdout);
+    }
+    free(sz);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
-    const char *sizes_arg = "16,256,1024";
+    const char *sizes_arg = "16,256,1024", *shm_sizes = "256,1024";
     int runs = 5, warmup = 1;
     char binbuf[PATH_MAX];
     const char *bin = NULL;
     const bench_opt opts[] = {
-        BENCH_OPT_STR("sizes", 's', &sizes_arg), BENCH_OPT_INT("runs", 'r', &runs),
-        BENCH_OPT_INT("warmup", 'w', &warmup), BENCH_OPT_STR("coordinator", 'c', &bin)};
-    int parsed =
-        bench_options(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
-                      "usage: bench_transfer [--sizes MiB,MiB,...] [--runs N] [--warmup N] "
-                      "[--coordinator PATH]\n"
-                      "Upload/download throughput of shmap vs plain loopback TCP, same run.\n");
+        BENCH_OPT_STR("sizes", 's', &sizes_arg), BENCH_OPT_STR("shm-sizes", 'm', &shm_sizes),
+        BENCH_OPT_INT("runs", 'r', &runs), BENCH_OPT_INT("warmup", 'w', &warmup),
+        BENCH_OPT_STR("coordinator", 'c', &bin)};
+    int parsed = bench_options(
+        argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
+        "usage: bench_transfer [--sizes MiB,MiB,...] [--shm-sizes MiB,...] [--runs N] "
+        "[--warmup N] [--coordinator PATH]\n"
+        "Upload/download throughput of shmap vs plain loopback TCP, same run.\n");
     if (parsed >= 0)
         return parsed;
     if (runs < 1 || runs > 50)
@@ -260,6 +337,8 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
     free(sz);
+    if (!rc && *shm_sizes)
+        rc = shm_rows(cli, &sh, shm_sizes, runs, warmup);
 
     pid_t kids[16];
     int nk = children_of(cl.pid, kids, 16);

@@ -131,6 +131,10 @@ transfer_summary() {
       if (NF >= 8)
         printf "SUMMARY|transfer|download %s MiB into a new array|%s|MB/s|raw TCP 1 conn|%s|%.2f||n/a\n", $1, $8, $5, ($5 > 0 ? $8 / $5 : 0)
     }
+    $1 == "shm" && $3 == "MiB" && NF >= 8 {
+      printf "SUMMARY|transfer|same-host upload %s MiB (sm_client_alloc)|%s|MB/s|raw TCP 1 conn|%s|%.2f|>= 2x|%s\n", $2, $4, $6, $7, ($7 >= 2 ? "met" : "not met")
+      printf "SUMMARY|transfer|same-host download %s MiB (sm_client_alloc)|%s|MB/s|raw TCP 1 conn|%s|%.2f|>= 2x|%s\n", $2, $5, $6, $8, ($8 >= 2 ? "met" : "not met")
+    }
     /^peak RSS:/ {
       sub(/^peak RSS: /, "")
       n = split($0, parts, /, /)
@@ -206,7 +210,7 @@ main() {
   build
   local B=$BUILD_DIR/bench
   if want transfer; then
-    if [ $quick = 1 ]; then run_bench transfer "$B/bench_transfer" --sizes 16 --runs 2 --warmup 1
+    if [ $quick = 1 ]; then run_bench transfer "$B/bench_transfer" --sizes 16 --shm-sizes 16 --runs 2 --warmup 1
     else run_bench transfer "$B/bench_transfer" --sizes 16,256,1024 --runs 9 --warmup 1; fi
     transfer_summary
   fi
