@@ -146,6 +146,18 @@ static int children_of(pid_t pid, pid_t *out, int max)
     return n;
 }
 
+/* One size of the list: *bytes and the f32 shape [bytes / 16 KiB, 4096];
+ * 0 for a token that is no size. */
+static int size_of(const char *tok, size_t *bytes, sm_shape *shape)
+{
+    long mib = atol(tok);
+    if (mib <= 0)
+        return 0;
+    *bytes = (size_t)mib << 20;
+    *shape = (sm_shape){.rank = 2, .dims = {(int64_t)(*bytes / 4 / 4096), 4096}};
+    return 1;
+}
+
 /* The same-host rows: upload from and download into sm_client_alloc
  * buffers, runs medians, each against TCP in the same loop. 0, or 1 on a
  * failure. */
@@ -159,12 +171,11 @@ static int shm_rows(sm_client *cli, const sm_sharding_ref *sh, const char *sizes
     printf("%3s %5s %3s  %12s  %12s  %12s  %10s  %10s\n", "", "size", "", "upload MB/s",
            "download MB/s", "tcp MB/s", "up/tcp", "down/tcp");
     for (char *tok = sz ? strtok(sz, ",") : NULL; tok && !rc; tok = strtok(NULL, ",")) {
-        long mib = atol(tok);
-        if (mib <= 0)
+        size_t bytes;
+        sm_shape shape;
+        if (!size_of(tok, &bytes, &shape))
             continue;
-        size_t bytes = (size_t)mib << 20;
-        int64_t cols = 4096, rows = (int64_t)(bytes / 4 / (size_t)cols);
-        sm_shape shape = {.rank = 2, .dims = {rows, cols}};
+        long mib = (long)(bytes >> 20);
         float *data = NULL, *dst = NULL;
         if (sm_client_alloc(cli, bytes, (void **)&data, err, sizeof err) ||
             sm_client_alloc(cli, bytes, (void **)&dst, err, sizeof err)) {
@@ -263,12 +274,11 @@ int main(int argc, char **argv)
     int rc = 0;
     char *sz = strdup(sizes_arg);
     for (char *tok = strtok(sz, ","); tok; tok = strtok(NULL, ",")) {
-        long mib = atol(tok);
-        if (mib <= 0)
+        size_t bytes;
+        sm_shape shape;
+        if (!size_of(tok, &bytes, &shape))
             continue;
-        size_t bytes = (size_t)mib << 20;
-        int64_t cols = 4096, rows = (int64_t)(bytes / 4 / (size_t)cols);
-        sm_shape shape = {.rank = 2, .dims = {rows, cols}};
+        long mib = (long)(bytes >> 20);
         float *data = aligned_alloc(64, bytes), *dst = aligned_alloc(64, bytes);
         if (dst)
             memset(dst, 0, bytes); /* mapped once, before the runs */

@@ -24,6 +24,19 @@ typedef struct {
     int64_t boxbuf[2 * SM_MAX_RANK];
 } shm_ref_slots;
 
+/* ix encoded into box, its start/stop arrays in boxbuf (2 * SM_MAX_RANK). */
+static void box_fill(const sm_index *ix, Shmap__V1__Box *box, int64_t *boxbuf)
+{
+    shmap__v1__box__init(box);
+    box->n_start = box->n_stop = sm_svc_rank(ix->rank);
+    box->start = boxbuf;
+    box->stop = boxbuf + SM_MAX_RANK;
+    for (size_t d = 0; d < box->n_start; d++) {
+        box->start[d] = ix->r[d].start;
+        box->stop[d] = ix->r[d].stop;
+    }
+}
+
 /* r encoded into x; NULL when r names no segment. */
 static Shmap__V1__ShmRef *shm_ref_enc(const sm_svc_shm_ref *r, shm_ref_slots *x)
 {
@@ -31,18 +44,11 @@ static Shmap__V1__ShmRef *shm_ref_enc(const sm_svc_shm_ref *r, shm_ref_slots *x)
         return NULL;
     shmap__v1__shm_ref__init(&x->ref);
     shmap__v1__shape__init(&x->global);
-    shmap__v1__box__init(&x->box);
     x->ref.name = (char *)r->name;
     x->ref.offset = r->offset;
     x->global.n_dims = sm_svc_rank(r->global.rank);
     x->global.dims = (int64_t *)r->global.dims;
-    x->box.n_start = x->box.n_stop = sm_svc_rank(r->box.rank);
-    x->box.start = x->boxbuf;
-    x->box.stop = x->boxbuf + SM_MAX_RANK;
-    for (size_t d = 0; d < x->box.n_start; d++) {
-        x->box.start[d] = r->box.r[d].start;
-        x->box.stop[d] = r->box.r[d].stop;
-    }
+    box_fill(&r->box, &x->box, x->boxbuf);
     x->ref.global = &x->global;
     x->ref.box = &x->box;
     return &x->ref;
@@ -209,14 +215,7 @@ void sm_svc_download_req_enc(const sm_svc_download_req *r, Shmap__V1__DownloadRe
     p->n_devices = r->ndevices > 0 ? (size_t)r->ndevices : 0;
     p->devices = (int32_t *)r->devices;
     if (r->has_box) {
-        shmap__v1__box__init(box);
-        box->n_start = box->n_stop = sm_svc_rank(r->box.rank);
-        box->start = boxbuf;
-        box->stop = boxbuf + SM_MAX_RANK;
-        for (size_t d = 0; d < box->n_start; d++) {
-            box->start[d] = r->box.r[d].start;
-            box->stop[d] = r->box.r[d].stop;
-        }
+        box_fill(&r->box, box, boxbuf);
         p->box = box;
     }
 }
