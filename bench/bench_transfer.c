@@ -10,7 +10,7 @@
  * (sm_client_get_into), as the TCP reader reuses its buffer; the last column
  * times sm_client_get_described, which maps a new array for every fetch
  * (one page fault per 4 KiB). Prints medians, the shmap/TCP ratios, and the
- * peak RSS (VmHWM) of the coordinator and of each worker.
+ * peak RSS (VmHWM) of the coordinator and of each worker after those runs.
  *
  * Then the same-host rows ("shm"): for each of --shm-sizes the array lies
  * in a buffer of sm_client_alloc, uploaded from it and downloaded into
@@ -158,7 +158,7 @@ static int size_of(const char *tok, size_t *bytes, sm_shape *shape)
     return 1;
 }
 
-/* The same-host rows: upload from and download into sm_client_alloc
+/* The same-host rows (after the peak RSS line): upload from and download into sm_client_alloc
  * buffers, runs medians, each against TCP in the same loop. 0, or 1 on a
  * failure. */
 static int shm_rows(sm_client *cli, const sm_sharding_ref *sh, const char *sizes_arg, int runs,
@@ -347,15 +347,17 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
     free(sz);
-    if (!rc && *shm_sizes)
-        rc = shm_rows(cli, &sh, shm_sizes, runs, warmup);
 
+    /* before the same-host rows: a worker's RSS counts the pages of the
+     * clients' segments it maps too */
     pid_t kids[16];
     int nk = children_of(cl.pid, kids, 16);
     printf("\npeak RSS: coordinator %.0f MiB", peak_rss_mib(cl.pid));
     for (int k = 0; k < nk; k++)
         printf(", worker %d %.0f MiB", k, peak_rss_mib(kids[k]));
     printf("\n");
+    if (!rc && *shm_sizes)
+        rc = shm_rows(cli, &sh, shm_sizes, runs, warmup);
     sm_client_close(cli);
     bench_cluster_stop(&cl);
     return rc;
