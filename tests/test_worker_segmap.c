@@ -1,8 +1,9 @@
 /* Check suite for worker/segmap: boxes gathered out of and scattered into
  * a real /dev/shm segment (row, strided column and rank-3 boxes, at an
  * offset) bit-exact with the checksums of the bytes moved; mappings kept
- * per name, dropped when the file is unlinked or replaced (a new file under
- * the same name is read, not the old one); a missing segment NOT_FOUND
+ * per name, dropped when the file is replaced (a new file under the same
+ * name is read, not the old one) or unlinked (by the sweeper, with no
+ * transfer); a missing segment NOT_FOUND
  * naming it, one too short or truncated DATA_LOSS; a box of the wrong
  * shape INVALID_ARGUMENT. */
 #include <check.h>
@@ -172,12 +173,18 @@ START_TEST(segmap_files)
     r.offset = 0;
     ck_assert_int_eq(sm_segmap_gather(m, &r, SM_F32, sh, &sum, err, sizeof err), SM_OK);
 
-    /* unlinked: its mapping goes at the next transfer */
+    /* unlinked: its mapping goes within SM_SEGMAP_SWEEP_MS, with no
+     * transfer to notice */
+    sm_segmap_stats(m, &n, &bytes);
+    ck_assert_int_eq(n, 1);
     sm_shm_unlink(name);
     sm_shm_seg_close(&b);
-    ck_assert_int_eq(sm_segmap_gather(m, &r, SM_F32, sh, &sum, err, sizeof err), SM_ENOTFOUND);
-    sm_segmap_stats(m, &n, &bytes);
+    for (int k = 0; k < 40 && n; k++) {
+        usleep(100 * 1000);
+        sm_segmap_stats(m, &n, &bytes);
+    }
     ck_assert_int_eq(n, 0);
+    ck_assert_int_eq(sm_segmap_gather(m, &r, SM_F32, sh, &sum, err, sizeof err), SM_ENOTFOUND);
     sm_store_shard_release(sh);
     sm_segmap_free(m);
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "sm_checksum.h"
 #include "sm_shm.h"
@@ -28,9 +29,35 @@ typedef struct {
 
 struct sm_segmap {
     pthread_mutex_t mu;
+    pthread_cond_t cv; /* wakes the sweeper to stop */
+    pthread_t sweeper;
+    int stop;
     segmap_entry e[SM_SEGMAP_MAX];
     uint64_t clock;
 };
+
+static void segmap_trim(sm_segmap *m, size_t keep_bytes);
+
+/* Every SM_SEGMAP_SWEEP_MS: drops the mappings whose files went, so a
+ * client's freed buffer does not stay alive here when no transfer
+ * follows. */
+static void *segmap_sweeper(void *arg)
+{
+    sm_segmap *m = arg;
+    pthread_mutex_lock(&m->mu);
+    while (!m->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += (long)SM_SEGMAP_SWEEP_MS * 1000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+        if (!m->stop)
+            segmap_trim(m, SM_SEGMAP_MAX_BYTES);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return NULL;
+}
 
 sm_err sm_segmap_create(sm_segmap **out, char *err, size_t errlen)
 {
@@ -38,8 +65,15 @@ sm_err sm_segmap_create(sm_segmap **out, char *err, size_t errlen)
     if (!m)
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory for the segment map");
     pthread_mutex_init(&m->mu, NULL);
+    pthread_cond_init(&m->cv, NULL);
     for (int i = 0; i < SM_SEGMAP_MAX; i++)
         m->e[i].seg.fd = -1;
+    if (pthread_create(&m->sweeper, NULL, segmap_sweeper, m)) {
+        pthread_cond_destroy(&m->cv);
+        pthread_mutex_destroy(&m->mu);
+        free(m);
+        return sm_fail(err, errlen, SM_ERESOURCE, "cannot start the segment map's sweeper");
+    }
     *out = m;
     return SM_OK;
 }
@@ -48,8 +82,14 @@ void sm_segmap_free(sm_segmap *m)
 {
     if (!m)
         return;
+    pthread_mutex_lock(&m->mu);
+    m->stop = 1;
+    pthread_cond_signal(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+    pthread_join(m->sweeper, NULL);
     for (int i = 0; i < SM_SEGMAP_MAX; i++)
         sm_shm_seg_close(&m->e[i].seg);
+    pthread_cond_destroy(&m->cv);
     pthread_mutex_destroy(&m->mu);
     free(m);
 }

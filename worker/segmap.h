@@ -8,8 +8,9 @@
  * of page tables), keyed by name: on reuse the name must still lead to the
  * same file (same inode) and the file must still hold the bytes asked
  * for, else the mapping goes and the name is opened again. A mapping whose
- * file was unlinked goes at the next transfer, so a client's freed buffer
- * does not stay alive here; at most SM_SEGMAP_MAX mappings and
+ * file was unlinked goes at the next transfer, or within
+ * SM_SEGMAP_SWEEP_MS (a thread of the map looks), so a client's freed
+ * buffer does not stay alive here; at most SM_SEGMAP_MAX mappings and
  * SM_SEGMAP_MAX_BYTES bytes are kept (the least recently used go first).
  * A segment truncated under a copy is caught (SIGBUS guard, then
  * SM_EDATALOSS), never read or written past its end.
@@ -26,11 +27,12 @@
 
 #define SM_SEGMAP_MAX       16
 #define SM_SEGMAP_MAX_BYTES ((size_t)64 << 30)
+#define SM_SEGMAP_SWEEP_MS  1000
 
 typedef struct sm_segmap sm_segmap;
 
 sm_err sm_segmap_create(sm_segmap **out, char *err, size_t errlen);
-/* Unmaps everything (no copy may be running). NULL ok. */
+/* Stops the sweeper, unmaps everything (no copy may be running). NULL ok. */
 void sm_segmap_free(sm_segmap *m);
 
 /* Upload: copies the box ref->box of the client's array (dtype t) out of
