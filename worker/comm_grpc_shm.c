@@ -880,12 +880,14 @@ static sm_err sm_cg_shm_rs_body(void *arg)
     return sm_cg_shm_xphase(x, 3, e);
 }
 
-/* All-reduce (kind SM_CG_AR) or reduce-scatter (SM_CG_RS) through the
- * group's segments: one call record, its body by kind. */
-static sm_err sm_cg_shm_reduction(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
-                                  uint64_t seq, sm_cg_kind kind, sm_dtype t, sm_kern_reduce_op op,
-                                  const void *in, void *out, int64_t n, sm_rendezvous_slot **fell,
-                                  char *err, size_t errlen)
+static sm_err sm_cg_shm_move_body(void *arg);
+
+/* Any collective through the group's segments (kind: the body; t and op
+ * for reductions, from and to for a permute): one call record. */
+static sm_err sm_cg_shm_collective(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
+                                   uint64_t seq, sm_cg_kind kind, sm_dtype t, sm_kern_reduce_op op,
+                                   int from, int to, const void *in, void *out, int64_t n,
+                                   sm_rendezvous_slot **fell, char *err, size_t errlen)
 {
     sm_cg_shm_call x = {.c = c,
                         .g = g,
@@ -894,29 +896,25 @@ static sm_err sm_cg_shm_reduction(sm_comm_grpc *c, const sm_comm_group *g, const
                         .kind = kind,
                         .t = t,
                         .op = op,
+                        .from = from,
+                        .to = to,
                         .in = in,
                         .out = out,
                         .n = n,
                         .err = err,
                         .errlen = errlen};
-    return kind == SM_CG_AR ? sm_cg_shm_run(&x, sm_cg_shm_ar_body, n, out, fell)
-                            : sm_cg_shm_run(&x, sm_cg_shm_rs_body, n, NULL, fell);
+    if (kind == SM_CG_AR)
+        return sm_cg_shm_run(&x, sm_cg_shm_ar_body, n, out, fell);
+    return sm_cg_shm_run(&x, kind == SM_CG_RS ? sm_cg_shm_rs_body : sm_cg_shm_move_body, n, NULL,
+                         fell);
 }
 
-sm_err sm_cg_shm_all_reduce(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
-                            uint64_t seq, sm_dtype t, sm_kern_reduce_op op, const void *in,
-                            void *out, int64_t n, sm_rendezvous_slot **fell, char *err,
-                            size_t errlen)
+sm_err sm_cg_shm_reduce(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
+                        uint64_t seq, sm_cg_kind kind, sm_dtype t, sm_kern_reduce_op op,
+                        const void *in, void *out, int64_t n, sm_rendezvous_slot **fell, char *err,
+                        size_t errlen)
 {
-    return sm_cg_shm_reduction(c, g, L, seq, SM_CG_AR, t, op, in, out, n, fell, err, errlen);
-}
-
-sm_err sm_cg_shm_reduce_scatter(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
-                                uint64_t seq, sm_dtype t, sm_kern_reduce_op op, const void *in,
-                                void *out, int64_t n, sm_rendezvous_slot **fell, char *err,
-                                size_t errlen)
-{
-    return sm_cg_shm_reduction(c, g, L, seq, SM_CG_RS, t, op, in, out, n, fell, err, errlen);
+    return sm_cg_shm_collective(c, g, L, seq, kind, t, op, -1, -1, in, out, n, fell, err, errlen);
 }
 
 static sm_err sm_cg_shm_move_body(void *arg)
@@ -971,17 +969,6 @@ sm_err sm_cg_shm_move(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layou
                       sm_cg_kind kind, int from, int to, const void *in, void *out, int64_t cb,
                       sm_rendezvous_slot **fell, char *err, size_t errlen)
 {
-    sm_cg_shm_call x = {.c = c,
-                        .g = g,
-                        .L = L,
-                        .seq = seq,
-                        .kind = kind,
-                        .from = from,
-                        .to = to,
-                        .in = in,
-                        .out = out,
-                        .n = cb,
-                        .err = err,
-                        .errlen = errlen};
-    return sm_cg_shm_run(&x, sm_cg_shm_move_body, cb, NULL, fell);
+    return sm_cg_shm_collective(c, g, L, seq, kind, SM_F32, SM_KERN_SUM, from, to, in, out, cb,
+                                fell, err, errlen);
 }
