@@ -27,21 +27,17 @@
 int main(int argc, char **argv)
 {
     sm_kern_coretype_setup(argc, argv);
-    int n = 4096, runs = 5;
+    int n, runs;
     char bin[PATH_MAX];
-    const bench_opt opts[] = {BENCH_OPT_INT("n", 'n', &n),
-                              BENCH_OPT_RANGE("runs", 'r', &runs, 1, BENCH_MAX_RUNS)};
-    int parsed = bench_options_cluster(
-        argc, argv, opts, BENCH_NOPTS(opts),
+    int parsed = bench_product_options(
+        argc, argv, "bench_jit",
         "usage: bench_jit [--n N] [--runs R] [--coordinator PATH]\n"
         "einsum('bd,df->bf', f32[N@X,N@Y], f32[N@Y,N], out_sharding=P('X','Y')) as a\n"
         "jit job on mesh (2,2) over 2 workers x 2 devices, vs the same product written\n"
         "by hand as a shard_map job, same run. N defaults to 4096, R to 5.\n",
-        bin, sizeof bin);
+        BENCH_MAX_RUNS, &n, &runs, bin, sizeof bin);
     if (parsed >= 0)
         return parsed;
-    if (bench_check_n("bench_jit", n))
-        return 2;
 #if BENCH_HAVE_JOBS
     char err[1024];
     size_t elems = (size_t)n * (size_t)n, bytes = elems * sizeof(float);

@@ -136,21 +136,17 @@ static int mm_run(sm_client *cli, mm_state *st, int n, const float *c, int check
 int main(int argc, char **argv)
 {
     sm_kern_coretype_setup(argc, argv);
-    int n = 4096, runs = 5;
+    int n, runs;
     char bin[PATH_MAX];
-    const bench_opt opts[] = {BENCH_OPT_INT("n", 'n', &n),
-                              BENCH_OPT_RANGE("runs", 'r', &runs, 1, BENCH_MAX_RUNS)};
-    int parsed = bench_options_cluster(
-        argc, argv, opts, BENCH_NOPTS(opts),
+    int parsed = bench_product_options(
+        argc, argv, "bench_matmul",
         "usage: bench_matmul [--n N] [--runs R] [--coordinator PATH]\n"
         "N x N f32 matmul as a shard_map job on 2 workers x 2 devices, meshes (4,)\n"
         "and (2,2), vs single-process OpenBLAS sgemm on 2 threads, same run.\n"
         "N defaults to 4096 (a multiple of 4), R to 5.\n",
-        bin, sizeof bin);
+        BENCH_MAX_RUNS, &n, &runs, bin, sizeof bin);
     if (parsed >= 0)
         return parsed;
-    if (bench_check_n("bench_matmul", n))
-        return 2;
 
     size_t elems = (size_t)n * (size_t)n, bytes = elems * sizeof(float);
     float *a = aligned_alloc(64, bytes), *b = aligned_alloc(64, bytes),

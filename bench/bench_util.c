@@ -243,12 +243,20 @@ void bench_summary(const char *bench, const char *figure, double value, const ch
     fflush(stdout);
 }
 
-int bench_check_n(const char *bench, int n)
+int bench_product_options(int argc, char **argv, const char *bench, const char *usage, int max_runs,
+                          int *n, int *runs, char *bin, size_t binlen)
 {
-    if (n >= 4 && n % 4 == 0 && n <= 16384)
-        return 0;
+    *n = 4096;
+    *runs = 5;
+    const bench_opt opts[] = {BENCH_OPT_INT("n", 'n', n),
+                              BENCH_OPT_RANGE("runs", 'r', runs, 1, max_runs)};
+    int parsed = bench_options_cluster(argc, argv, opts, BENCH_NOPTS(opts), usage, bin, binlen);
+    if (parsed >= 0)
+        return parsed;
+    if (*n >= 4 && *n % 4 == 0 && *n <= 16384)
+        return -1;
     fprintf(stderr, "%s: --n must be a multiple of 4 in 4..16384\n", bench);
-    return -1;
+    return 2;
 }
 
 void bench_fill_ab(float *a, float *b, size_t n)

@@ -125,9 +125,11 @@ void bench_job_drop(sm_client *cli, sm_job_info *info);
 void bench_job_drop_but(sm_client *cli, sm_job_info *info, sm_array_id keep);
 #endif
 
-/* Checks the N of an N x N product: a multiple of 4 in 4..16384. 0, or
- * -1 with a sentence on stderr naming bench. */
-int bench_check_n(const char *bench, int n);
+/* bench_options_cluster for an N x N product bench: --n N (a multiple of
+ * 4 in 4..16384, default 4096; another is an error naming bench) and
+ * --runs R (1..max_runs, default 5) into *n and *runs. */
+int bench_product_options(int argc, char **argv, const char *bench, const char *usage, int max_runs,
+                          int *n, int *runs, char *bin, size_t binlen);
 /* Fills a and b (n floats each) with fixed pseudo-random values in
  * [-1, 1), the same every run. */
 void bench_fill_ab(float *a, float *b, size_t n);
