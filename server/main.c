@@ -117,9 +117,7 @@ static const sm_config_row cfg_rows[CFG_COUNT] = {
                                 "Most uploads and downloads (streaming calls) one client "
                                 "connection may have open at once, 1..100000 (a libshmap client "
                                 "opens up to 8); one more is refused RESOURCE_EXHAUSTED."},
-    [CFG_METRICS] = {"metrics-listen", 0, SM_CFG_STRING, NULL, "SHMAP_METRICS_LISTEN",
-                     "serve Prometheus metrics (GET /metrics) on HOST:PORT (port 0: a free one, "
-                     "logged); default: none"},
+    [CFG_METRICS] = SM_METRICS_CONFIG_ROW("SHMAP_METRICS_LISTEN"),
     [CFG_LOG_LEVEL] = SM_LOG_CONFIG_ROWS,
     [CFG_STATE_DIR] = {"state-dir", 0, SM_CFG_STRING, NULL, "SHMAP_STATE_DIR",
                        "Keep the registry (meshes, arrays, workers, jobs' records) in SQLite "

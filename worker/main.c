@@ -99,9 +99,7 @@ static const sm_config_row worker_config[CFG_COUNT] = {
                             "Largest message a call may send it, in MiB, 1..8 (shard data "
                             "comes in 1 MiB chunks); a larger one is refused "
                             "RESOURCE_EXHAUSTED."},
-    [CFG_METRICS] = {"metrics-listen", 0, SM_CFG_STRING, NULL, "SHMAP_WORKER_METRICS_LISTEN",
-                     "serve Prometheus metrics (GET /metrics) on HOST:PORT (port 0: a free one, "
-                     "logged); default: none"},
+    [CFG_METRICS] = SM_METRICS_CONFIG_ROW("SHMAP_WORKER_METRICS_LISTEN"),
     [CFG_LOG_LEVEL] = SM_LOG_CONFIG_ROWS,
     [CFG_STATE_DIR] = {"state-dir", 0, SM_CFG_STRING, NULL, "SHMAP_WORKER_STATE_DIR",
                        "Keep this worker's identity and a copy of every shard (written in the "
