@@ -156,12 +156,7 @@ void sm_cjobs_end_locked(sm_cjobs *j, sm_job *job, sm_job_state state, const cha
         b++;
     j->run_hist[b]++;
     j->run_sum_s += run_s;
-    if (j->ended_tail)
-        j->ended_tail->enext = job;
-    else
-        j->ended_head = job;
-    j->ended_tail = job;
-    j->nended++;
+    sm_cjobs_keep_locked(j, job);
     pthread_cond_broadcast(&j->changed);
     /* Per job: DEBUG for a job that went well, so a stream of small jobs
      * does not pay a log line each (failures stay at INFO). */
@@ -498,6 +493,16 @@ static int ended(const sm_job *job)
 }
 
 /* Waits (mu held) until job ended, the manager stops or wait_ms passed. */
+void sm_cjobs_keep_locked(sm_cjobs *j, sm_job *job)
+{
+    if (j->ended_tail)
+        j->ended_tail->enext = job;
+    else
+        j->ended_head = job;
+    j->ended_tail = job;
+    j->nended++;
+}
+
 static void wait_end_locked(sm_cjobs *j, sm_job *job, uint32_t wait_ms)
 {
     if (!ended(job))
@@ -515,7 +520,7 @@ static sm_err j_wait(void *user, sm_job_id id, uint32_t wait_ms, sm_job_info *ou
     sm_job *job;
     pthread_mutex_lock(&j->mu);
     sm_err e = job_get_locked(j, id, &job, err, errlen);
-    if (!e)
+    if (!e && wait_ms)
         wait_end_locked(j, job, wait_ms > SM_JOBS_MAX_WAIT_MS ? SM_JOBS_MAX_WAIT_MS : wait_ms);
     pthread_mutex_unlock(&j->mu);
     if (e)
@@ -558,16 +563,7 @@ static sm_err j_submit_wait(void *user, sm_svc_submit_req *req, sm_job_info *out
 
 static sm_err j_get(void *user, sm_job_id id, sm_job_info *out, char *err, size_t errlen)
 {
-    sm_cjobs *j = user;
-    sm_job *job;
-    pthread_mutex_lock(&j->mu);
-    sm_err e = job_get_locked(j, id, &job, err, errlen);
-    pthread_mutex_unlock(&j->mu);
-    if (e)
-        return e;
-    e = job_describe(j, job, out, err, errlen);
-    job_put(j, job);
-    return e;
+    return j_wait(user, id, 0, out, err, errlen);
 }
 
 static sm_err j_cancel(void *user, sm_job_id id, sm_job_info *out, char *err, size_t errlen)

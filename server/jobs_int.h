@@ -96,6 +96,8 @@ void sm_cjobs_run(sm_cjobs *j, sm_job *job);
  * to the ended list; records past the retention are dropped, job too
  * (freed unless someone holds a reference to it). */
 void sm_cjobs_end_locked(sm_cjobs *j, sm_job *job, sm_job_state state, const char *msg);
+/* Appends the ended job to the kept ones (the newest last); j->mu held. */
+void sm_cjobs_keep_locked(sm_cjobs *j, sm_job *job);
 
 /* Takes back the jobs' records of the coordinator's earlier runs (state
  * dir): ended jobs keep their state and error (not their outputs' details);
