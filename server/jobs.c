@@ -712,14 +712,10 @@ sm_err sm_cjobs_create(sm_coord *coord, const sm_cjobs_config *cfg, sm_cjobs **o
     j->keep_max = cfg->keep_max;
     j->queue_max = cfg->queue_max;
     j->max_ops = cfg->max_ops;
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_mutex_init(&j->mu, NULL);
     pthread_mutex_init(&j->chmu, NULL);
-    pthread_cond_init(&j->changed, &ca);
-    pthread_cond_init(&j->work, &ca);
-    pthread_condattr_destroy(&ca);
+    sm_time_cond_init(&j->changed);
+    sm_time_cond_init(&j->work);
     sm_err e = sm_cjobs_restore(j, err, errlen);
     if (e) {
         sm_cjobs_free(j);

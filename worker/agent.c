@@ -193,16 +193,12 @@ static void agent_free(sm_agent *a)
 
 sm_err sm_agent_start(const sm_agent_config *cfg, sm_agent **out, char *err, size_t errlen)
 {
-    pthread_condattr_t ca;
     sm_err e;
     sm_agent *a = calloc(1, sizeof *a);
     if (!a)
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory starting the agent");
     pthread_mutex_init(&a->mu, NULL);
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&a->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    sm_time_cond_init(&a->cv);
     a->coordinator = strdup(cfg->coordinator);
     a->token = strdup(cfg->token ? cfg->token : "");
     a->address = strdup(cfg->address);
