@@ -8,6 +8,7 @@
 #include "relay.h"
 #include "sm_log.h"
 #include "sm_time.h"
+#include "sm_tpool.h"
 
 struct sm_reaper {
     sm_registry *reg;
@@ -68,11 +69,7 @@ void sm_reaper_stop(sm_reaper *rp)
 {
     if (!rp)
         return;
-    pthread_mutex_lock(&rp->mu);
-    rp->stop = 1;
-    pthread_cond_broadcast(&rp->cv);
-    pthread_mutex_unlock(&rp->mu);
-    pthread_join(rp->th, NULL);
+    sm_tpool_thread_stop(&rp->mu, &rp->cv, &rp->stop, rp->th);
     pthread_cond_destroy(&rp->cv);
     pthread_mutex_destroy(&rp->mu);
     free(rp);

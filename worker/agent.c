@@ -9,6 +9,7 @@
 #include "sm_log.h"
 #include "sm_rpc.h"
 #include "sm_time.h"
+#include "sm_tpool.h"
 
 #define AGENT_BACKOFF_MIN_MS 100
 #define AGENT_BACKOFF_MAX_MS 2000
@@ -232,11 +233,7 @@ void sm_agent_stop(sm_agent *a)
 {
     if (!a)
         return;
-    pthread_mutex_lock(&a->mu);
-    a->stopping = 1;
-    pthread_cond_broadcast(&a->cv);
-    pthread_mutex_unlock(&a->mu);
-    pthread_join(a->thread, NULL);
+    sm_tpool_thread_stop(&a->mu, &a->cv, &a->stopping, a->thread);
     agent_free(a);
 }
 
