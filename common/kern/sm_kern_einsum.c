@@ -247,6 +247,18 @@ typedef struct {
     int nbat, nm, nn, nk;
 } ein_groups;
 
+/* The batch letters of gr, then x (nx letters), then y (ny), into out
+ * (SM_MAX_RANK + 1 bytes, NUL-terminated): a gemm operand's canonical
+ * order. Returns the count. */
+static int ein_order(const ein_groups *gr, const char *x, int nx, const char *y, int ny, char *out)
+{
+    memcpy(out, gr->bat, (size_t)gr->nbat);
+    memcpy(out + gr->nbat, x, (size_t)nx);
+    memcpy(out + gr->nbat + nx, y, (size_t)ny);
+    out[gr->nbat + nx + ny] = 0;
+    return gr->nbat + nx + ny;
+}
+
 /* Sorts the letters of the (presummed) operands into groups. */
 static void ein_make_groups(const ein_spec *s, const ein_opnd *A, const ein_opnd *B, ein_groups *gr)
 {
@@ -343,29 +355,15 @@ sm_err sm_kern_einsum(const char *spec, sm_dtype t, const void *a, const sm_shap
     ein_make_groups(&s, &A, &B, &gr);
     smk_gemm g;
     int bad = ein_plan(&gr, &A, &B, &C, s.size, t, &g);
-    if (bad & 1) {
-        char want[SM_MAX_RANK];
-        memcpy(want, gr.bat, (size_t)gr.nbat);
-        memcpy(want + gr.nbat, gr.m, (size_t)gr.nm);
-        memcpy(want + gr.nbat + gr.nm, gr.k, (size_t)gr.nk);
-        if ((e = ein_canon(&A, t, want, gr.nbat + gr.nm + gr.nk, s.size, err, errlen)))
-            goto fail;
-    }
-    if (bad & 2) {
-        char want[SM_MAX_RANK];
-        memcpy(want, gr.bat, (size_t)gr.nbat);
-        memcpy(want + gr.nbat, gr.k, (size_t)gr.nk);
-        memcpy(want + gr.nbat + gr.nk, gr.n, (size_t)gr.nn);
-        if ((e = ein_canon(&B, t, want, gr.nbat + gr.nk + gr.nn, s.size, err, errlen)))
-            goto fail;
-    }
+    char want[SM_MAX_RANK + 1];
+    if ((bad & 1) && (e = ein_canon(&A, t, want, ein_order(&gr, gr.m, gr.nm, gr.k, gr.nk, want),
+                                    s.size, err, errlen)))
+        goto fail;
+    if ((bad & 2) && (e = ein_canon(&B, t, want, ein_order(&gr, gr.k, gr.nk, gr.n, gr.nn, want),
+                                    s.size, err, errlen)))
+        goto fail;
     if (bad & 4) {
-        C.t.n = 0;
-        memcpy(C.t.l, gr.bat, (size_t)gr.nbat);
-        memcpy(C.t.l + gr.nbat, gr.m, (size_t)gr.nm);
-        memcpy(C.t.l + gr.nbat + gr.nm, gr.n, (size_t)gr.nn);
-        C.t.n = gr.nbat + gr.nm + gr.nn;
-        C.t.l[C.t.n] = 0;
+        C.t.n = ein_order(&gr, gr.m, gr.nm, gr.n, gr.nn, C.t.l);
         sm_shape cs = ein_shape(&C.t, s.size);
         int64_t numel = smk_numel(&cs);
         cbuf = malloc(numel > 0 ? (size_t)numel * smk_elem(t) : 1);
