@@ -214,15 +214,9 @@ int cli_cmd_check(int argc, char **argv)
     };
     int no_vma = 0, json = 0, lowered = 0, rc;
     const char *entry = NULL;
-    optind = 1;
-    opterr = 0;
-    for (;;) {
-        int c = getopt_long(argc, argv, ":h", opts, NULL);
-        if (c == -1)
-            break;
+    for (int c, first = 1; (c = cli_getopt(argc, argv, opts, check_help, first)) != -1; first = 0) {
         switch (c) {
-        case 'h':
-            fputs(check_help, stdout);
+        case CLI_OPT_HELP:
             return CLI_EXIT_OK;
         case OPT_NO_CHECK_VMA:
             no_vma = 1;
@@ -420,15 +414,9 @@ int cli_cmd_run(int argc, char **argv)
     char *args[64];
     int nargs = 0, local = 0, no_vma = 0, rc;
     const char *inputs = NULL, *outdir = NULL, *entry = NULL;
-    optind = 1;
-    opterr = 0;
-    for (;;) {
-        int c = getopt_long(argc, argv, ":h", opts, NULL);
-        if (c == -1)
-            break;
+    for (int c, first = 1; (c = cli_getopt(argc, argv, opts, run_help, first)) != -1; first = 0) {
         switch (c) {
-        case 'h':
-            fputs(run_help, stdout);
+        case CLI_OPT_HELP:
             return CLI_EXIT_OK;
         case OPT_LOCAL:
             local = 1;
