@@ -182,16 +182,35 @@ static int ein_group(const ein_opnd *o, const char *g, int n, const int64_t *siz
     return 1;
 }
 
+/* A buffer for the elements of term over size, of dtype t; NULL when out
+ * of memory. */
+static void *ein_alloc(const ein_term *term, const int64_t *size, sm_dtype t)
+{
+    sm_shape s = ein_shape(term, size);
+    int64_t numel = smk_numel(&s);
+    return malloc(numel > 0 ? (size_t)numel * smk_elem(t) : 1);
+}
+
+/* Makes buf (taken) o's data, with the letters of term. */
+static void ein_adopt(ein_opnd *o, void *buf, const ein_term *term, const int64_t *size)
+{
+    free(o->owned);
+    o->owned = buf;
+    o->data = buf;
+    o->t = *term;
+    ein_opnd_strides(o, size);
+}
+
 /* Replaces o by a copy transposed into the letter order want[0..n). */
 static sm_err ein_canon(ein_opnd *o, sm_dtype t, const char *want, int n, const int64_t *size,
                         char *err, size_t errlen)
 {
     sm_shape s = ein_shape(&o->t, size);
     int perm[SM_MAX_RANK];
+    ein_term w = {.n = n};
     for (int i = 0; i < n; i++)
-        perm[i] = ein_pos(&o->t, want[i]);
-    int64_t numel = smk_numel(&s);
-    void *buf = malloc(numel > 0 ? (size_t)numel * smk_elem(t) : 1);
+        perm[i] = ein_pos(&o->t, w.l[i] = want[i]);
+    void *buf = ein_alloc(&o->t, size, t);
     if (!buf)
         return sm_fail(err, errlen, SM_ENOMEM, "no memory for an einsum operand copy");
     sm_err e = sm_kern_transpose(t, o->data, &s, perm, buf, err, errlen);
@@ -199,12 +218,7 @@ static sm_err ein_canon(ein_opnd *o, sm_dtype t, const char *want, int n, const 
         free(buf);
         return e;
     }
-    free(o->owned);
-    o->owned = buf;
-    o->data = buf;
-    memcpy(o->t.l, want, (size_t)n);
-    o->t.l[n] = 0;
-    ein_opnd_strides(o, size);
+    ein_adopt(o, buf, &w, size);
     return SM_OK;
 }
 
@@ -223,9 +237,8 @@ static sm_err ein_presum(ein_opnd *o, const ein_term *other, const ein_term *out
     kept.l[kept.n] = 0;
     if (!na)
         return SM_OK;
-    sm_shape s = ein_shape(&o->t, size), ks = ein_shape(&kept, size);
-    int64_t numel = smk_numel(&ks);
-    void *buf = malloc(numel > 0 ? (size_t)numel * smk_elem(t) : 1);
+    sm_shape s = ein_shape(&o->t, size);
+    void *buf = ein_alloc(&kept, size, t);
     if (!buf)
         return sm_fail(err, errlen, SM_ENOMEM, "no memory for an einsum partial sum");
     sm_err e = sm_kern_reduce(SM_KERN_SUM, t, o->data, &s, axes, na, 0, buf, err, errlen);
@@ -233,11 +246,7 @@ static sm_err ein_presum(ein_opnd *o, const ein_term *other, const ein_term *out
         free(buf);
         return e;
     }
-    free(o->owned);
-    o->owned = buf;
-    o->data = buf;
-    o->t = kept;
-    ein_opnd_strides(o, size);
+    ein_adopt(o, buf, &kept, size);
     return SM_OK;
 }
 
@@ -364,9 +373,7 @@ sm_err sm_kern_einsum(const char *spec, sm_dtype t, const void *a, const sm_shap
         goto fail;
     if (bad & 4) {
         C.t.n = ein_order(&gr, gr.m, gr.nm, gr.n, gr.nn, C.t.l);
-        sm_shape cs = ein_shape(&C.t, s.size);
-        int64_t numel = smk_numel(&cs);
-        cbuf = malloc(numel > 0 ? (size_t)numel * smk_elem(t) : 1);
+        cbuf = ein_alloc(&C.t, s.size, t);
         if (!cbuf) {
             e = sm_fail(err, errlen, SM_ENOMEM, "no memory for an einsum result copy");
             goto fail;
