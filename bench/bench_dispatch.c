@@ -26,30 +26,6 @@ static const char dispatch_program[] = "mesh i=8\n"
                                        "shard_map empty(x: f32[8] @ P('i')) -> P('i'):\n"
                                        "    return x\n";
 
-#if BENCH_HAVE_JOBS
-/* One job with sm_job_run: *secs from submit to result ready, *svc the
- * service's queued_us + run_us. Deletes the outputs but x. */
-static int dispatch_job(sm_client *cli, const sm_program *prog, const sm_array_ref *arg,
-                        double *secs, double *svc, char *err, size_t errlen)
-{
-    sm_job_info info;
-    double t0 = bench_now_s();
-    sm_err e = sm_job_run(cli, prog, 1, arg, NULL, 1, 600000, 600000, &info, err, errlen);
-    *secs = bench_now_s() - t0;
-    if (e)
-        return -1;
-    if (info.state != SM_JOB_DONE) {
-        snprintf(err, errlen, "job %llu ended %s: %.512s", (unsigned long long)info.id.v,
-                 sm_job_state_name(info.state), info.error);
-        sm_job_info_free(&info);
-        return -1;
-    }
-    *svc = (double)(info.queued_us + info.run_us) * 1e-6;
-    bench_job_drop_but(cli, &info, arg->id); /* an output aliasing x stays */
-    return 0;
-}
-#endif
-
 int main(int argc, char **argv)
 {
     int runs = 200, warmup = 20;
@@ -116,7 +92,7 @@ int main(int argc, char **argv)
 #if BENCH_HAVE_JOBS
         if (have_jobs) {
             double v = 0;
-            if (dispatch_job(cli, prog, &arg, &t, &v, err, sizeof err)) {
+            if (bench_job_run_one(cli, prog, &arg, &t, &v, err, sizeof err)) {
                 fprintf(stderr, "bench_dispatch: job: %s\n", err);
                 rc = 1;
                 break;

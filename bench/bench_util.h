@@ -118,6 +118,12 @@ void bench_summary(const char *bench, const char *figure, double value, const ch
  * *info (owned by the caller, sm_job_info_free) lists its outputs. */
 sm_err bench_job_run(sm_client *cli, const sm_program *p, int nargs, const sm_array_ref *args,
                      double *seconds, sm_job_info *info, char *err, size_t errlen);
+/* One job with sm_job_run (submit and wait in one call) over arg: *secs
+ * from submit to result ready, *svc (may be NULL) the service's queued_us +
+ * run_us. Deletes the outputs but arg's array (a job returning its
+ * argument). -1 with err unless the job is DONE. */
+int bench_job_run_one(sm_client *cli, const sm_program *prog, const sm_array_ref *arg, double *secs,
+                      double *svc, char *err, size_t errlen);
 /* Deletes a finished job's output arrays and frees *info. */
 void bench_job_drop(sm_client *cli, sm_job_info *info);
 /* The same, but an output that is the array keep (a job returning its

@@ -138,7 +138,8 @@ void sm_cjobs_stats_get(sm_cjobs *j, sm_cjobs_stats *out)
     pthread_mutex_unlock(&j->mu);
 }
 
-void sm_cjobs_end_locked(sm_cjobs *j, sm_job *job, sm_job_state state, const char *msg)
+/* sm_cjobs_end_locked; save: record the end in the registry too. */
+static void end_locked(sm_cjobs *j, sm_job *job, sm_job_state state, const char *msg, int save)
 {
     if (job->state == SM_JOB_QUEUED)
         j->nqueued--;
@@ -147,7 +148,9 @@ void sm_cjobs_end_locked(sm_cjobs *j, sm_job *job, sm_job_state state, const cha
     job->end_us = sm_time_mono_us();
     if (!job->start_us)
         job->start_us = job->end_us;
-    sm_registry_job_save(j->coord->reg, job->id, (int)state, job->error, job->tenant);
+    if (save)
+        sm_registry_job_save(j->coord->reg, job->id, (int)state, job->error, job->tenant);
+    job->saved = 1;
     if ((int)state >= 0 && state <= SM_JOB_CANCELLED)
         j->ended_total[state]++;
     double run_s = (double)(job->end_us - job->start_us) * 1e-6;
@@ -168,6 +171,16 @@ void sm_cjobs_end_locked(sm_cjobs *j, sm_job *job, sm_job_state state, const cha
     table_sweep_locked(j, job->end_us);
 }
 
+void sm_cjobs_end_locked(sm_cjobs *j, sm_job *job, sm_job_state state, const char *msg)
+{
+    end_locked(j, job, state, msg, 1);
+}
+
+void sm_cjobs_end_saved_locked(sm_cjobs *j, sm_job *job, sm_job_state state)
+{
+    end_locked(j, job, state, NULL, 0);
+}
+
 /* The job with this id in *out, with a reference the caller drops with
  * job_put (mu held). SM_ENOTFOUND for an id never handed out, and for a
  * job whose record was dropped, saying so. */
@@ -179,6 +192,10 @@ static sm_err job_get_locked(sm_cjobs *j, sm_job_id id, sm_job **out, char *err,
         *out = NULL;
         return sm_fail(err, errlen, SM_ENOTFOUND, "job %llu does not exist",
                        (unsigned long long)id.v);
+    }
+    if (*out && !(*out)->saved) { /* named before it ended: it must survive a restart now */
+        sm_registry_job_save(j->coord->reg, (*out)->id, SM_JOB_QUEUED, "", (*out)->tenant);
+        (*out)->saved = 1;
     }
     if (*out) {
         (*out)->refs++;
@@ -432,7 +449,15 @@ static sm_err job_enqueue(sm_cjobs *j, sm_svc_submit_req *req, sm_job **out, int
         job->id = ++j->last_id;
         snprintf(job->request_id, sizeof job->request_id, "%s", sm_log_request_id());
         sm_htab_put(&j->table, sm_htab_hash_u64(job->id), job);
-        sm_registry_job_save(j->coord->reg, job->id, SM_JOB_QUEUED, "", job->tenant);
+        /* A job run inside its submit call (queue == 0) is recorded when it
+         * ends: no caller knows its id before (one that names it first
+         * has it recorded then, job_get_locked), so its round trip pays for
+         * one transaction instead of two. Its id must be kept without a
+         * record, though. */
+        if (queue || !sm_registry_job_id_kept(j->coord->reg, job->id)) {
+            sm_registry_job_save(j->coord->reg, job->id, SM_JOB_QUEUED, "", job->tenant);
+            job->saved = 1;
+        }
         job->refs = 1; /* the caller's */
         *out = job;
     }

@@ -25,6 +25,9 @@ typedef struct sm_job {
     struct sm_job *enext;     /* ended list link (newer end) */
     int refs;                 /* holders besides the table: the run queue, a runner, handlers */
     int dropped;              /* out of the table; the last holder frees it */
+    int saved;                /* its record is in the registry (sm_registry_job_save): a job run
+                               * inside its submit call gets one when it ends, or when a call
+                               * names it first */
     /* Set at submit, read-only afterwards: */
     sm_program *prog; /* owned; mesh with its devices (has_devices = 1); freed by the
                          runner once the job ended (NULL) */
@@ -96,6 +99,9 @@ void sm_cjobs_run(sm_cjobs *j, sm_job *job);
  * to the ended list; records past the retention are dropped, job too
  * (freed unless someone holds a reference to it). */
 void sm_cjobs_end_locked(sm_cjobs *j, sm_job *job, sm_job_state state, const char *msg);
+/* sm_cjobs_end_locked with no message, for a job whose record the caller
+ * saved already (sm_registry_job_done). */
+void sm_cjobs_end_saved_locked(sm_cjobs *j, sm_job *job, sm_job_state state);
 /* Appends the ended job to the kept ones (the newest last); j->mu held. */
 void sm_cjobs_keep_locked(sm_cjobs *j, sm_job *job);
 

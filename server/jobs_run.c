@@ -265,32 +265,39 @@ void sm_cjobs_run(sm_cjobs *j, sm_job *job)
     }
     if (!e && !cancelled(j, job))
         e = run_everywhere(j, job, inputs, msg, sizeof msg);
-    /* Every worker stored its blocks: the outputs are complete. */
-    for (int k = 0; !e && !cancelled(j, job) && k < job->nout; k++) {
-        char err[512];
-        if ((e = sm_registry_reshard_end(j->coord->reg, job->outs[k], 1, &infos[k], err,
-                                         sizeof err)))
-            snprintf(msg, sizeof msg, "output %d: %s", k, err);
-        else
-            ninfos = k + 1;
-    }
-    int cancel = cancelled(j, job);
-    if (e || cancel)
-        sm_cjobs_delete_arrays(j, job->outs, job->nout);
     if (temps)
         sm_cjobs_delete_arrays(j, temps, job->nargs);
-    pthread_mutex_lock(&j->mu);
-    if (cancel) {
-        snprintf(msg, sizeof msg, "job %llu was cancelled", (unsigned long long)job->id);
-        sm_cjobs_end_locked(j, job, SM_JOB_CANCELLED, msg);
-    } else if (e) {
-        sm_cjobs_end_locked(j, job, SM_JOB_FAILED, msg);
-    } else {
-        job->out_infos = infos;
-        infos = NULL;
-        sm_cjobs_end_locked(j, job, SM_JOB_DONE, NULL);
+    /* Every worker stored its blocks: the outputs are complete. They and
+     * the job's end are recorded in one transaction, under mu so that a
+     * cancel cannot come between them. */
+    int done = 0;
+    if (!e) {
+        pthread_mutex_lock(&j->mu);
+        if (!job->cancel) {
+            e = sm_registry_job_done(j->coord->reg, job->id, (int)SM_JOB_DONE, job->tenant,
+                                     job->outs, job->nout, infos, &ninfos, msg, sizeof msg);
+            if (!e) {
+                job->out_infos = infos;
+                infos = NULL;
+                sm_cjobs_end_saved_locked(j, job, SM_JOB_DONE);
+                done = 1;
+            }
+        }
+        pthread_mutex_unlock(&j->mu);
     }
-    pthread_mutex_unlock(&j->mu);
+    int cancel = !done && cancelled(j, job);
+    if (!done && (e || cancel))
+        sm_cjobs_delete_arrays(j, job->outs, job->nout);
+    if (!done) {
+        pthread_mutex_lock(&j->mu);
+        if (cancel) {
+            snprintf(msg, sizeof msg, "job %llu was cancelled", (unsigned long long)job->id);
+            sm_cjobs_end_locked(j, job, SM_JOB_CANCELLED, msg);
+        } else {
+            sm_cjobs_end_locked(j, job, SM_JOB_FAILED, msg);
+        }
+        pthread_mutex_unlock(&j->mu);
+    }
     /* Only the runner reads the program; an ended job keeps what describing
      * it needs, so the job table grows by a small record per job. */
     sm_program_free(job->prog);

@@ -70,6 +70,10 @@ typedef struct {
  * remembered with it. A no-op without a state dir. */
 void sm_registry_job_save(sm_registry *r, uint64_t id, int state, const char *error,
                           const char *tenant);
+/* 1 if job id `id` can never be handed out again, even after a restart
+ * with no record of it (the id counter on disk is past it), or if there is
+ * no state dir; 0 if only a record of the job would keep it. */
+int sm_registry_job_id_kept(sm_registry *r, uint64_t id);
 /* The jobs' records of earlier runs in id order (*out malloc'd, caller
  * frees; NULL and 0 without a state dir) and the largest job id ever
  * handed out (*last_id; 0 if none). */
@@ -228,6 +232,18 @@ void sm_registry_assemble_free(sm_reg_assemble *parts, int n);
  * the pending state meanwhile is removed and SM_EPRECONDITION returned. */
 sm_err sm_registry_reshard_end(sm_registry *r, sm_array_id id, int ok, sm_array_info *info,
                                char *err, size_t errlen);
+/* Ends job `job` whose program ran everywhere, in one transaction: its
+ * outputs outs[0..nout) end as sm_registry_reshard_end(ok = 1) ends them
+ * (infos[k] filled, caller frees) and its record is saved with state
+ * (an sm_job_state) and tenant, as sm_registry_job_save does. One commit
+ * rather than one per output plus one for the record: a job's round trip
+ * pays for each. If an output cannot end (it left the pending state
+ * meanwhile), the error names it ("output K: ..."), the record is not
+ * saved (the caller ends the job as failed), and *ndone says how many
+ * outputs before it ended (ready; the caller deletes them). */
+sm_err sm_registry_job_done(sm_registry *r, uint64_t job, int state, const char *tenant,
+                            const sm_array_id *outs, int nout, sm_array_info *infos, int *ndone,
+                            char *err, size_t errlen);
 
 /* ---- repairs (registry_repair.c) ---------------------------------------
  * A DEGRADED array (some devices gone, every block still held by a live

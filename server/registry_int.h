@@ -305,5 +305,8 @@ void sm_reg_save_copies(sm_registry *r, const sm_reg_array *a);
 void sm_reg_save_ids(sm_registry *r);
 void sm_reg_save_worker(sm_registry *r, const sm_reg_worker *w);
 void sm_reg_save_mesh(sm_registry *r, const sm_reg_mesh *m);
+/* sm_registry_job_save under r->mu (in the enclosing transaction, if any). */
+void sm_reg_job_save_locked(sm_registry *r, uint64_t id, int state, const char *error,
+                            const char *tenant);
 
 #endif

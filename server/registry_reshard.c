@@ -217,12 +217,12 @@ out:
     return rc;
 }
 
-sm_err sm_registry_reshard_end(sm_registry *r, sm_array_id id, int ok, sm_array_info *info,
-                               char *err, size_t errlen)
+/* sm_registry_reshard_end under r->mu. */
+static sm_err reshard_end_locked(sm_registry *r, sm_array_id id, int ok, sm_array_info *info,
+                                 char *err, size_t errlen)
 {
     sm_err rc = SM_OK;
     char label[SM_NAME_MAX + 16];
-    pthread_mutex_lock(&r->mu);
     sm_reg_array *a = sm_reg_array_find(r, (sm_array_ref){id, NULL}, NULL, 0);
     if (!a) {
         rc = sm_fail(err, errlen, SM_EPRECONDITION, "array %llu was deleted during the reshard",
@@ -246,6 +246,36 @@ sm_err sm_registry_reshard_end(sm_registry *r, sm_array_id id, int ok, sm_array_
     rc = sm_reg_array_info(r, a, info, err, errlen);
     SM_INFO("%s is ready (reshard)", label);
 out:
+    return rc;
+}
+
+sm_err sm_registry_reshard_end(sm_registry *r, sm_array_id id, int ok, sm_array_info *info,
+                               char *err, size_t errlen)
+{
+    pthread_mutex_lock(&r->mu);
+    sm_err rc = reshard_end_locked(r, id, ok, info, err, errlen);
+    pthread_mutex_unlock(&r->mu);
+    return rc;
+}
+
+sm_err sm_registry_job_done(sm_registry *r, uint64_t job, int state, const char *tenant,
+                            const sm_array_id *outs, int nout, sm_array_info *infos, int *ndone,
+                            char *err, size_t errlen)
+{
+    sm_err rc = SM_OK;
+    char why[512];
+    *ndone = 0;
+    pthread_mutex_lock(&r->mu);
+    sm_reg_tx_begin(r);
+    for (int k = 0; !rc && k < nout; k++) {
+        if ((rc = reshard_end_locked(r, outs[k], 1, &infos[k], why, sizeof why)))
+            snprintf(err, errlen, "output %d: %s", k, why);
+        else
+            *ndone = k + 1;
+    }
+    if (!rc)
+        sm_reg_job_save_locked(r, job, state, "", tenant);
+    sm_reg_tx_end(r);
     pthread_mutex_unlock(&r->mu);
     return rc;
 }

@@ -730,10 +730,9 @@ void sm_registry_close_state(sm_registry *r)
  * dropped when the jobs are restored. */
 #define SM_REG_JOBS_KEPT 100000
 
-void sm_registry_job_save(sm_registry *r, uint64_t id, int state, const char *error,
-                          const char *tenant)
+void sm_reg_job_save_locked(sm_registry *r, uint64_t id, int state, const char *error,
+                            const char *tenant)
 {
-    pthread_mutex_lock(&r->mu);
     if (r->db) {
         sm_reg_tx_begin(r);
         int bad = sm_reg_run(r, "INSERT OR REPLACE INTO jobs(id, state, error) VALUES (?, ?, ?)",
@@ -750,6 +749,21 @@ void sm_registry_job_save(sm_registry *r, uint64_t id, int state, const char *er
             sm_reg_db_log(r, "record a job");
         sm_reg_tx_end(r);
     }
+}
+
+int sm_registry_job_id_kept(sm_registry *r, uint64_t id)
+{
+    pthread_mutex_lock(&r->mu);
+    int kept = !r->db || id + 1 <= r->saved_job_hw;
+    pthread_mutex_unlock(&r->mu);
+    return kept;
+}
+
+void sm_registry_job_save(sm_registry *r, uint64_t id, int state, const char *error,
+                          const char *tenant)
+{
+    pthread_mutex_lock(&r->mu);
+    sm_reg_job_save_locked(r, id, state, error, tenant);
     pthread_mutex_unlock(&r->mu);
 }
 

@@ -255,20 +255,20 @@ START_TEST(client_cache)
     sm_array_info info;
     ck_assert_int_eq(sm_client_put(c, SM_F32, &s, x->data, &sh, NULL, &info, err, sizeof err),
                      SM_OK);
-    sm_array_cache_info before, after;
-    sm_array_cache_stats(&before);
+    sm_array_pool_info before, after;
+    sm_array_pool_stats(sm_client_pool(c), &before);
     ck_assert_uint_eq(before.max_bytes, (size_t)64 << 20);
     for (int k = 0; k < 3; k++) {
         ck_assert_int_eq(sm_client_get(c, harness_id_ref(info.id), &back, err, sizeof err), SM_OK);
         assert_same(back->data, x->data, x->nbytes);
         sm_array_free(back);
     }
-    sm_array_cache_stats(&after);
+    sm_array_pool_stats(sm_client_pool(c), &after);
     ck_assert_msg(after.hits - before.hits >= 2, "%lld reuses in 3 fetches",
                   (long long)(after.hits - before.hits));
     ck_assert_uint_le(after.held_bytes, (size_t)64 << 20);
-    sm_array_cache_set(0, 0); /* the suite's other tests keep nothing */
-    sm_array_cache_stats(&after);
+    sm_array_pool_cache_set(sm_client_pool(c), 0, 0); /* a cache of none gives all back */
+    sm_array_pool_stats(sm_client_pool(c), &after);
     ck_assert_uint_eq(after.held_bytes, 0);
     ck_assert_int_eq(sm_client_delete(c, harness_id_ref(info.id), err, sizeof err), SM_OK);
     sm_array_info_free(&info);

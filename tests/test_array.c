@@ -573,83 +573,95 @@ static int all_zero(const void *p, size_t n)
     return 1;
 }
 
+/* A new pool, owned by the caller (sm_array_pool_free). */
+static sm_array_pool *pool_new(void)
+{
+    sm_array_pool *pool = NULL;
+    char err[128];
+    ck_assert_int_eq(sm_array_pool_create(&pool, err, sizeof err), SM_OK);
+    return pool;
+}
+
 /* Array data of 1 MiB and more: freed blocks are kept (up to the limit)
  * and handed out again for the same size class, zero-filled when asked,
  * with the padding past the data zero; nothing is kept by default or
  * beyond the limit, and a trim with no idle time returns everything. */
 START_TEST(test_data_cache)
 {
-    sm_array_cache_info ci;
-    sm_array_cache_stats(&ci);
+    sm_array_pool *P = pool_new();
+    sm_array_pool_info ci;
+    sm_array_pool_stats(P, &ci);
     ck_assert_uint_eq(ci.max_bytes, 0);  /* the default keeps nothing */
     const size_t n = (3 << 20) + 100005; /* 3.25 MiB blocks */
-    uint8_t *p = sm_array_data_alloc(n, 1);
+    uint8_t *p = sm_array_data_alloc(P, n, 1);
     ck_assert_ptr_nonnull(p);
     ck_assert_uint_eq((uintptr_t)p % 64, 0);
     ck_assert(all_zero(p, (n + 63) & ~(size_t)63)); /* the data and its padding */
     memset(p, 0x5a, n);
-    sm_array_data_free(p, n);
-    sm_array_cache_stats(&ci);
+    sm_array_data_free(P, p, n);
+    sm_array_pool_stats(P, &ci);
     ck_assert_uint_eq(ci.held_bytes, 0);
 
-    sm_array_cache_set((size_t)8 << 20, 60000);
-    p = sm_array_data_alloc(n, 0);
+    sm_array_pool_cache_set(P, (size_t)8 << 20, 60000);
+    p = sm_array_data_alloc(P, n, 0);
     memset(p, 0x5a, n);
-    sm_array_data_free(p, n);
-    sm_array_cache_stats(&ci);
+    sm_array_data_free(P, p, n);
+    sm_array_pool_stats(P, &ci);
     ck_assert_uint_ge(ci.held_bytes, n);
     int64_t hits = ci.hits;
     /* a size of the same class gets the kept block: zeroed if asked */
-    uint8_t *q = sm_array_data_alloc(n - 1000, 1);
+    uint8_t *q = sm_array_data_alloc(P, n - 1000, 1);
     ck_assert_ptr_eq(q, p);
     ck_assert(all_zero(q, n - 1000));
-    sm_array_cache_stats(&ci);
+    sm_array_pool_stats(P, &ci);
     ck_assert_int_eq(ci.hits, hits + 1);
     ck_assert_uint_eq(ci.held_bytes, 0);
     /* uninitialised: the data is the caller's, the padding is zero */
     memset(q, 0x77, n - 1000);
-    sm_array_data_free(q, n - 1000);
-    q = sm_array_data_alloc(n - 1001, 0);
+    sm_array_data_free(P, q, n - 1000);
+    q = sm_array_data_alloc(P, n - 1001, 0);
     ck_assert_ptr_eq(q, p);
     ck_assert(all_zero(q + n - 1001, ((n - 1001 + 63) & ~(size_t)63) - (n - 1001)));
     /* another size class is a fresh block */
-    uint8_t *r = sm_array_data_alloc((size_t)2 << 20, 0);
+    uint8_t *r = sm_array_data_alloc(P, (size_t)2 << 20, 0);
     ck_assert_ptr_nonnull(r);
     ck_assert_ptr_ne(r, q);
-    sm_array_data_free(q, n - 1001);
-    sm_array_data_free(r, (size_t)2 << 20);
-    sm_array_cache_stats(&ci);
+    sm_array_data_free(P, q, n - 1001);
+    sm_array_data_free(P, r, (size_t)2 << 20);
+    sm_array_pool_stats(P, &ci);
     ck_assert_uint_le(ci.held_bytes, (size_t)8 << 20);
     ck_assert_uint_ge(ci.held_bytes, ((size_t)2 << 20) + n);
     /* a block larger than the limit is never kept */
     size_t big = (size_t)9 << 20;
-    uint8_t *b = sm_array_data_alloc(big, 0);
+    uint8_t *b = sm_array_data_alloc(P, big, 0);
     ck_assert_ptr_nonnull(b);
     b[big - 1] = 1;
-    sm_array_data_free(b, big);
-    sm_array_cache_stats(&ci);
+    sm_array_data_free(P, b, big);
+    sm_array_pool_stats(P, &ci);
     ck_assert_uint_le(ci.held_bytes, (size_t)8 << 20);
     /* a lower limit gives back the excess, a trim with no idle time all */
-    sm_array_cache_set((size_t)3 << 20, 60000);
-    sm_array_cache_stats(&ci);
+    sm_array_pool_cache_set(P, (size_t)3 << 20, 60000);
+    sm_array_pool_stats(P, &ci);
     ck_assert_uint_le(ci.held_bytes, (size_t)3 << 20);
-    sm_array_cache_set((size_t)8 << 20, 0);
-    sm_array_cache_trim();
-    sm_array_cache_stats(&ci);
+    sm_array_pool_cache_set(P, (size_t)8 << 20, 0);
+    sm_array_pool_trim(P);
+    sm_array_pool_stats(P, &ci);
     ck_assert_uint_eq(ci.held_bytes, 0);
     /* arrays go through the same blocks */
-    sm_array_cache_set((size_t)8 << 20, 60000);
+    sm_array_pool_cache_set(P, (size_t)8 << 20, 60000);
     sm_shape sh = {.rank = 2, .dims = {1024, 1024}};
     sm_array *a = NULL;
     char err[256];
-    ck_assert_int_eq(sm_array_create_uninit(SM_F32, &sh, &a, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_array_create_in(P, SM_F32, &sh, 0, &a, err, sizeof err), SM_OK);
+    ck_assert_ptr_eq(a->pool, P);
     void *ad = a->data;
     memset(ad, 0x11, (size_t)a->nbytes);
     sm_array_free(a);
-    ck_assert_int_eq(sm_array_create(SM_F32, &sh, &a, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_array_create_in(P, SM_F32, &sh, 1, &a, err, sizeof err), SM_OK);
     ck_assert_ptr_eq(a->data, ad);
     ck_assert(all_zero(a->data, (size_t)a->nbytes));
     sm_array_free(a);
+    sm_array_pool_free(P);
 }
 END_TEST
 
@@ -659,42 +671,134 @@ END_TEST
 START_TEST(test_data_limit)
 {
     const size_t mib = (size_t)1 << 20;
-    sm_array_cache_info ci;
+    sm_array_pool *P = pool_new();
+    sm_array_pool_info ci;
     char why[200], err[300];
-    sm_array_mem_limit_set(8 * mib);
-    sm_array_cache_set(8 * mib, 60000);
-    uint8_t *a = sm_array_data_alloc(5 * mib, 0);
+    sm_array_pool_limit_set(P, 8 * mib);
+    sm_array_pool_cache_set(P, 8 * mib, 60000);
+    uint8_t *a = sm_array_data_alloc(P, 5 * mib, 0);
     ck_assert_ptr_nonnull(a);
-    ck_assert_int_eq(sm_array_mem_refused(2 * mib, why, sizeof why), 0);
-    ck_assert_int_eq(sm_array_mem_refused(4 * mib, why, sizeof why), 1);
+    ck_assert_int_eq(sm_array_pool_refused(P, 2 * mib, why, sizeof why), 0);
+    ck_assert_int_eq(sm_array_pool_refused(P, 4 * mib, why, sizeof why), 1);
     ck_assert_msg(strstr(why, "limit of 8 MiB"), "%s", why);
-    ck_assert_ptr_null(sm_array_data_alloc(4 * mib, 0));
-    uint8_t *small = sm_array_data_alloc(1000, 1); /* small blocks count too */
+    ck_assert_ptr_null(sm_array_data_alloc(P, 4 * mib, 0));
+    uint8_t *small = sm_array_data_alloc(P, 1000, 1); /* small blocks count too */
     ck_assert_ptr_nonnull(small);
-    sm_array_cache_stats(&ci);
+    sm_array_pool_stats(P, &ci);
     ck_assert_uint_eq(ci.limit_bytes, 8 * mib);
     ck_assert_uint_eq(ci.live_bytes, 5 * mib + 1024);
-    sm_array_data_free(small, 1000);
+    sm_array_data_free(P, small, 1000);
     /* an array create past the limit: SM_ENOMEM saying so */
     sm_shape sh = {.rank = 1, .dims = {(int64_t)mib}}; /* 4 MiB of f32 */
     sm_array *arr = NULL;
-    ck_assert_int_eq(sm_array_create(SM_F32, &sh, &arr, err, sizeof err), SM_ENOMEM);
+    ck_assert_int_eq(sm_array_create_in(P, SM_F32, &sh, 1, &arr, err, sizeof err), SM_ENOMEM);
     ck_assert_msg(strstr(err, "beyond this process's limit"), "%s", err);
     /* freed into the cache: a block of another size gets the room */
-    sm_array_data_free(a, 5 * mib);
-    sm_array_cache_stats(&ci);
+    sm_array_data_free(P, a, 5 * mib);
+    sm_array_pool_stats(P, &ci);
     ck_assert_uint_eq(ci.live_bytes, 0);
     ck_assert_uint_ge(ci.held_bytes, 5 * mib);
-    uint8_t *b = sm_array_data_alloc(7 * mib, 0);
+    uint8_t *b = sm_array_data_alloc(P, 7 * mib, 0);
     ck_assert_ptr_nonnull(b);
-    sm_array_cache_stats(&ci);
+    sm_array_pool_stats(P, &ci);
     ck_assert_uint_le(ci.held_bytes + ci.live_bytes, 8 * mib);
-    sm_array_data_free(b, 7 * mib);
-    ck_assert_int_eq(sm_array_create(SM_F32, &sh, &arr, err, sizeof err), SM_OK);
+    sm_array_data_free(P, b, 7 * mib);
+    ck_assert_int_eq(sm_array_create_in(P, SM_F32, &sh, 1, &arr, err, sizeof err), SM_OK);
     sm_array_free(arr);
     /* no limit again */
-    sm_array_mem_limit_set(0);
-    ck_assert_int_eq(sm_array_mem_refused(SIZE_MAX / 2, why, sizeof why), 0);
+    sm_array_pool_limit_set(P, 0);
+    ck_assert_int_eq(sm_array_pool_refused(P, SIZE_MAX / 2, why, sizeof why), 0);
+    sm_array_pool_free(P);
+}
+END_TEST
+
+/* Two pools in one process keep apart: each has its own limit, its own
+ * count (charges included) and its own kept blocks, and a block or an
+ * array freed goes back to the pool it came from. No pool (NULL) keeps,
+ * counts and limits nothing. A pool given up while one of its arrays is
+ * in use lives until that array is freed (the sanitizer build checks that
+ * nothing is used after it is freed, or leaked). */
+START_TEST(test_pools_apart)
+{
+    const size_t mib = (size_t)1 << 20;
+    sm_array_pool *A = pool_new(), *B = pool_new();
+    sm_array_pool_info ai, bi;
+    char why[200], err[300];
+    sm_array_pool_limit_set(A, 4 * mib);
+    sm_array_pool_limit_set(B, 16 * mib);
+    sm_array_pool_cache_set(A, 16 * mib, 60000);
+    sm_array_pool_cache_set(B, 16 * mib, 60000);
+    /* A's limit refuses what B's allows */
+    uint8_t *a3 = sm_array_data_alloc(A, 3 * mib, 0);
+    ck_assert_ptr_nonnull(a3);
+    ck_assert_ptr_null(sm_array_data_alloc(A, 2 * mib, 0));
+    ck_assert_int_eq(sm_array_pool_refused(A, 2 * mib, why, sizeof why), 1);
+    ck_assert_msg(strstr(why, "limit of 4 MiB"), "%s", why);
+    ck_assert_int_eq(sm_array_pool_refused(B, 2 * mib, why, sizeof why), 0);
+    uint8_t *b6 = sm_array_data_alloc(B, 6 * mib, 0);
+    ck_assert_ptr_nonnull(b6);
+    ck_assert_int_eq(sm_array_pool_charge(A, 2 * mib, why, sizeof why), 1);
+    ck_assert_int_eq(sm_array_pool_charge(B, 2 * mib, why, sizeof why), 0);
+    sm_array_pool_stats(A, &ai);
+    sm_array_pool_stats(B, &bi);
+    ck_assert_uint_eq(ai.limit_bytes, 4 * mib);
+    ck_assert_uint_eq(bi.limit_bytes, 16 * mib);
+    ck_assert_uint_eq(ai.live_bytes, 3 * mib);
+    ck_assert_uint_eq(bi.live_bytes, 8 * mib);
+    ck_assert_uint_eq(ai.other_bytes, 0);
+    ck_assert_uint_eq(bi.other_bytes, 2 * mib);
+    sm_array_pool_uncharge(B, 2 * mib);
+    /* a block freed is kept by its own pool only */
+    sm_array_data_free(A, a3, 3 * mib);
+    sm_array_pool_stats(A, &ai);
+    sm_array_pool_stats(B, &bi);
+    ck_assert_uint_ge(ai.held_bytes, 3 * mib);
+    ck_assert_uint_eq(bi.held_bytes, 0);
+    int64_t bmiss = bi.misses, bhits = bi.hits;
+    uint8_t *b3 = sm_array_data_alloc(B, 3 * mib, 0); /* B has none of that size: fresh */
+    ck_assert_ptr_nonnull(b3);
+    ck_assert_ptr_ne(b3, a3);
+    sm_array_pool_stats(B, &bi);
+    ck_assert_int_eq(bi.hits, bhits);
+    ck_assert_int_eq(bi.misses, bmiss + 1);
+    uint8_t *a3b = sm_array_data_alloc(A, 3 * mib, 0); /* A's own kept block */
+    ck_assert_ptr_eq(a3b, a3);
+    sm_array_data_free(B, b3, 3 * mib);
+    sm_array_data_free(B, b6, 6 * mib);
+    sm_array_data_free(A, a3b, 3 * mib);
+    /* an array records its pool, and sm_array_free gives the data back there */
+    sm_shape sh = {.rank = 1, .dims = {(int64_t)mib / 2}}; /* 2 MiB of f32 */
+    sm_array *x = NULL, *y = NULL;
+    ck_assert_int_eq(sm_array_create_in(B, SM_F32, &sh, 1, &x, err, sizeof err), SM_OK);
+    ck_assert_ptr_eq(x->pool, B);
+    sm_array_pool_stats(A, &ai);
+    size_t aheld = ai.held_bytes;
+    sm_array_pool_stats(B, &bi);
+    size_t bheld = bi.held_bytes;
+    sm_array_free(x);
+    sm_array_pool_stats(A, &ai);
+    sm_array_pool_stats(B, &bi);
+    ck_assert_uint_eq(ai.held_bytes, aheld);
+    ck_assert_uint_ge(bi.held_bytes, bheld + 2 * mib);
+    ck_assert_uint_eq(bi.live_bytes, 0);
+    /* no pool: plain allocation, nothing counted or kept */
+    uint8_t *z = sm_array_data_alloc(NULL, 2 * mib, 1);
+    ck_assert_ptr_nonnull(z);
+    ck_assert(all_zero(z, 2 * mib));
+    ck_assert_int_eq(sm_array_pool_refused(NULL, SIZE_MAX / 2, why, sizeof why), 0);
+    ck_assert_int_eq(sm_array_pool_charge(NULL, SIZE_MAX / 2, why, sizeof why), 0);
+    sm_array_pool_stats(NULL, &ai);
+    ck_assert_uint_eq(ai.live_bytes + ai.held_bytes + ai.limit_bytes, 0);
+    sm_array_data_free(NULL, z, 2 * mib);
+    ck_assert_int_eq(sm_array_create(SM_F32, &sh, &x, err, sizeof err), SM_OK);
+    ck_assert_ptr_null(x->pool);
+    sm_array_free(x);
+    /* A given up with an array of it in use: the array stays valid */
+    ck_assert_int_eq(sm_array_create_in(A, SM_F32, &sh, 0, &y, err, sizeof err), SM_OK);
+    sm_array_pool_free(A);
+    memset(y->data, 0x3c, (size_t)y->nbytes);
+    sm_array_free(y);
+    sm_array_pool_free(B);
 }
 END_TEST
 
@@ -708,6 +812,6 @@ int main(void)
                     test_shape_equal, test_index, test_index_check);
     tcase_add_loop_test(tc, test_block_copy_random, 0, 5);
     TCASE_ADD_TESTS(tc, test_block_copy_large_rows, test_block_copy_errors, test_array_create,
-                    test_copy_stream, test_data_cache, test_data_limit);
+                    test_copy_stream, test_data_cache, test_data_limit, test_pools_apart);
     return suite_main(s);
 }

@@ -464,7 +464,7 @@ typedef struct {
 static void *dev_main(void *arg)
 {
     dev_run *d = arg;
-    d->e = sm_exec_run(d->p, d->pos, &sm_comm_local_ops, d->comm, &d->in, d->out, d->err,
+    d->e = sm_exec_run(d->p, d->pos, &sm_comm_local_ops, d->comm, NULL, &d->in, d->out, d->err,
                        sizeof d->err);
     return NULL;
 }

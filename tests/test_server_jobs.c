@@ -9,6 +9,7 @@
  * queued and running jobs (on workers that listen but never answer) stay. */
 #include <arpa/inet.h>
 #include <check.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,6 +191,7 @@ static struct {
     sm_registry *reg;
     sm_coord coord;
     sm_cjobs *jobs;
+    const char *state_dir; /* a registry database there when not NULL */
 } fx;
 
 /* A registry with two 4-device workers at ports[0..1] on loopback, and a
@@ -198,6 +200,9 @@ static void fx_open(const int *ports, const sm_cjobs_config *cfg)
 {
     char err[256];
     ck_assert_int_eq(sm_registry_create(60000, 500, &fx.reg, err, sizeof err), SM_OK);
+    if (fx.state_dir)
+        ck_assert_msg(sm_registry_open_state(fx.reg, fx.state_dir, err, sizeof err) == SM_OK, "%s",
+                      err);
     for (int k = 0; k < 2; k++) {
         char addr[32];
         snprintf(addr, sizeof addr, "127.0.0.1:%d", ports[k]);
@@ -702,6 +707,90 @@ START_TEST(test_keep_bad_config)
 }
 END_TEST
 
+/* The state of job id in the registry's database (-1: no record). */
+static int job_record(uint64_t id)
+{
+    char err[256];
+    uint64_t last;
+    sm_reg_job *recs;
+    int n, state = -1;
+    ck_assert_msg(sm_registry_jobs_restore(fx.reg, &last, &recs, &n, err, sizeof err) == SM_OK,
+                  "%s", err);
+    for (int k = 0; k < n; k++)
+        if (recs[k].id == id)
+            state = recs[k].state;
+    free(recs);
+    return state;
+}
+
+static void *submit_wait_light(void *arg)
+{
+    sm_job_info *info = arg;
+    char err[512];
+    sm_program *p = parse("mesh i=4 j=2\n"
+                          "shard_map twice(a: f32[8,16] @ P('i','j')) -> P('i','j'):\n"
+                          "    return a + a\n");
+    sm_array_ref args[1] = {{{0}, "A"}};
+    sm_svc_submit_req req = {p, 1, args, 0, NULL, 1, 0, 60000};
+    ck_assert_msg(sm_cjobs_ops()->submit_wait(fx.jobs, &req, info, err, sizeof err) == SM_OK, "%s",
+                  err);
+    return NULL;
+}
+
+/* A job run inside its submit call (light, nothing to reshard: no caller
+ * knows its id before it ends) gets its record in the database when it
+ * ends, in the transaction that makes its outputs ready; a call that names
+ * it first has it recorded at once, so that it survives a restart as
+ * every job some caller has seen. A submitted job is recorded before its
+ * id is returned. */
+START_TEST(test_light_job_record)
+{
+    char dir[] = "/tmp/sm_jobs_state.XXXXXX", err[512];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    fx.state_dir = dir;
+    int fds[2], ports[2];
+    for (int k = 0; k < 2; k++)
+        fds[k] = silent_listener(&ports[k]);
+    sm_cjobs_config cfg = sm_cjobs_config_default(2);
+    fx_open(ports, &cfg);
+    mm_arrays();
+    ck_assert_uint_eq(submit_mm().v, 1); /* runs on a runner thread, never answered */
+    ck_assert_int_eq(job_record(1), SM_JOB_QUEUED);
+    pthread_t t;
+    sm_job_info light;
+    memset(&light, 0, sizeof light);
+    ck_assert_int_eq(pthread_create(&t, NULL, submit_wait_light, &light), 0);
+    sm_cjobs_stats st;
+    for (int k = 0; k < 500; k++) {
+        sm_cjobs_stats_get(fx.jobs, &st);
+        if (st.running == 2 && st.submitted == 2)
+            break;
+        usleep(10000);
+    }
+    ck_assert_int_eq(st.running, 2);
+    ck_assert_int_eq(job_record(2), -1); /* running, and nobody knows it yet */
+    ck_assert_int_eq(job_state(2, err, sizeof err), SM_JOB_RUNNING);
+    ck_assert_int_eq(job_record(2), SM_JOB_QUEUED); /* named: recorded */
+    for (int k = 0; k < 2; k++)
+        close(fds[k]); /* the workers go away: both jobs end */
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+    ck_assert_uint_eq(light.id.v, 2);
+    ck_assert_int_eq(light.state, SM_JOB_FAILED);
+    wait_ended(1);
+    ck_assert_int_eq(job_record(1), SM_JOB_FAILED);
+    ck_assert_int_eq(job_record(2), SM_JOB_FAILED);
+    sm_job_info_free(&light);
+    sm_cjobs_free(fx.jobs);
+    sm_registry_free(fx.reg);
+    fx.jobs = NULL;
+    fx.reg = NULL;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+    fx.state_dir = NULL;
+}
+END_TEST
+
 static Suite *jobs_suite(void)
 {
     Suite *s = suite_create("server_jobs");
@@ -719,7 +808,7 @@ static Suite *jobs_suite(void)
     tcase_add_checked_fixture(tc, setup_bare, teardown);
     tcase_set_timeout(tc, 60);
     TCASE_ADD_TESTS(tc, test_keep_max, test_keep_many, test_keep_time, test_queue_max,
-                    test_keep_bad_config);
+                    test_keep_bad_config, test_light_job_record);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -136,7 +136,7 @@ static void inproc_setup(void)
         sm_rpc_server_opts o = {.addr = "127.0.0.1:0"};
         ck_assert_msg(sm_rpc_server_create(&o, &cl.srv[w], err, sizeof err) == SM_OK, "%s", err);
         snprintf(cl.addr[w], SM_ADDR_MAX, "127.0.0.1:%d", sm_rpc_server_port(cl.srv[w]));
-        ck_assert(sm_store_create(&cl.store[w], err, sizeof err) == SM_OK);
+        ck_assert(sm_store_create(NULL, &cl.store[w], err, sizeof err) == SM_OK);
         ck_assert(sm_store_set_identity(cl.store[w], (uint32_t)w, DPW, devs, err, sizeof err) ==
                   SM_OK);
         ck_assert(sm_peer_create(NULL, NULL, CALL_MS, &cl.peer[w], err, sizeof err) == SM_OK);
@@ -1751,8 +1751,8 @@ typedef struct {
 static void *fn_dev_main(void *arg)
 {
     fn_dev *d = arg;
-    d->e = sm_exec_run_plan(d->plan, d->pos, &sm_comm_grpc_ops, d->comm, &d->in, d->out, d->err,
-                            sizeof d->err);
+    d->e = sm_exec_run_plan(d->plan, d->pos, &sm_comm_grpc_ops, d->comm, NULL, &d->in, d->out,
+                            d->err, sizeof d->err);
     return NULL;
 }
 

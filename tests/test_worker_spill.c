@@ -25,6 +25,7 @@ static const int32_t devs[2] = {0, 1};
 
 typedef struct {
     char dir[64];
+    sm_array_pool *pool; /* the store's: its limit is the one the tests set */
     sm_store *st;
     sm_disk *disk;
 } spill_env;
@@ -35,7 +36,8 @@ static void env_open(spill_env *e, int with_disk)
     memset(e, 0, sizeof *e);
     snprintf(e->dir, sizeof e->dir, "/tmp/shmap-spill-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(e->dir));
-    ck_assert_int_eq(sm_store_create(&e->st, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_array_pool_create(&e->pool, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_store_create(e->pool, &e->st, err, sizeof err), SM_OK);
     ck_assert_int_eq(sm_store_set_identity(e->st, 1, 2, devs, err, sizeof err), SM_OK);
     if (with_disk) {
         ck_assert_int_eq(sm_disk_open(e->dir, &e->disk, err, sizeof err), SM_OK);
@@ -51,7 +53,7 @@ static void env_close(spill_env *e)
     sm_store_observe(e->st, NULL, NULL);
     sm_disk_free(e->disk);
     sm_store_free(e->st);
-    sm_array_mem_limit_set(0);
+    sm_array_pool_free(e->pool);
     snprintf(cmd, sizeof cmd, "rm -rf %s", e->dir);
     ck_assert_int_eq(system(cmd), 0);
 }
@@ -107,7 +109,7 @@ START_TEST(test_spill_lru_and_read_back)
 {
     spill_env e;
     env_open(&e, 1);
-    sm_array_mem_limit_set((size_t)3 * MIB + MIB / 2);
+    sm_array_pool_limit_set(e.pool, (size_t)3 * MIB + MIB / 2);
     put(e.st, 1, 100);
     put(e.st, 2, 200);
     put(e.st, 3, 300);
@@ -153,7 +155,7 @@ START_TEST(test_damaged_copy_is_data_loss)
 {
     spill_env e;
     env_open(&e, 1);
-    sm_array_mem_limit_set((size_t)2 * MIB + MIB / 2);
+    sm_array_pool_limit_set(e.pool, (size_t)2 * MIB + MIB / 2);
     put(e.st, 1, 1);
     put(e.st, 2, 2);
     put(e.st, 3, 3); /* 1 spilled */
@@ -178,7 +180,7 @@ START_TEST(test_no_state_dir_refuses)
 {
     spill_env e;
     env_open(&e, 0);
-    sm_array_mem_limit_set((size_t)2 * MIB + MIB / 2);
+    sm_array_pool_limit_set(e.pool, (size_t)2 * MIB + MIB / 2);
     put(e.st, 1, 1);
     put(e.st, 2, 2);
     sm_store_shard *sh = NULL;
@@ -307,12 +309,17 @@ START_TEST(test_spare_files)
     sm_store_spill_to(e.st, NULL, NULL);
     sm_disk_free(e.disk);
     sm_store_free(e.st);
-    ck_assert_int_eq(sm_store_create(&e.st, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_store_create(e.pool, &e.st, err, sizeof err), SM_OK);
     ck_assert_int_eq(sm_store_set_identity(e.st, 1, 2, devs, err, sizeof err), SM_OK);
     ck_assert_int_eq(sm_disk_open(e.dir, &e.disk, err, sizeof err), SM_OK);
     ck_assert_int_ne(access(path, F_OK), 0);
     ck_assert_int_eq(spare_inodes(e.dir, ino, 256), n);
+    sm_array_pool_info pi;
+    sm_array_pool_stats(e.pool, &pi);
+    size_t live = pi.live_bytes;
     ck_assert_int_eq(sm_disk_restore(e.disk, e.st), 1);
+    sm_array_pool_stats(e.pool, &pi); /* the restored shard is the store's pool's */
+    ck_assert_uint_ge(pi.live_bytes, live + MIB);
     check(e.st, 2, 2);
     env_close(&e);
 }

@@ -16,7 +16,7 @@ static sm_store *store_new(void)
 {
     sm_store *st = NULL;
     char err[256];
-    ck_assert_int_eq(sm_store_create(&st, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_store_create(NULL, &st, err, sizeof err), SM_OK);
     ck_assert_int_eq(sm_store_set_identity(st, 1, 4, devs, err, sizeof err), SM_OK);
     return st;
 }
@@ -26,7 +26,7 @@ static sm_store_shard *shard_new(sm_dtype t, int64_t d0, int64_t d1, unsigned ch
     sm_store_shard *sh = NULL;
     sm_shape s = {.rank = 2, .dims = {d0, d1}};
     char err[256];
-    ck_assert_int_eq(sm_store_shard_create(t, &s, &sh, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_store_shard_create(NULL, t, &s, &sh, err, sizeof err), SM_OK);
     memset(sh->data, fill, (size_t)sh->nbytes);
     return sh;
 }
@@ -59,7 +59,7 @@ START_TEST(test_shard_create)
         sm_shape s = {.rank = cases[k].rank, .dims = {cases[k].d0, cases[k].d1}};
         sm_store_shard *sh = NULL;
         char err[256] = "";
-        sm_err e = sm_store_shard_create(cases[k].t, &s, &sh, err, sizeof err);
+        sm_err e = sm_store_shard_create(NULL, cases[k].t, &s, &sh, err, sizeof err);
         ck_assert_msg(e == cases[k].want, "case %zu: got %s (%s)", k, sm_err_name(e), err);
         if (e)
             continue;
@@ -119,7 +119,7 @@ START_TEST(test_unregistered)
 {
     sm_store *st = NULL;
     char err[256];
-    ck_assert_int_eq(sm_store_create(&st, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_store_create(NULL, &st, err, sizeof err), SM_OK);
     ck_assert_int_eq(sm_store_worker_id(st), -1);
     ck_assert_int_eq(sm_store_check_device(st, 0, err, sizeof err), SM_EUNAVAILABLE);
     sm_store_shard *sh = shard_new(SM_F32, 2, 2, 0);
@@ -273,7 +273,7 @@ static void *smoke_thread(void *p)
         unsigned char fill = (unsigned char)(array * 16 + (uint64_t)dev);
         sm_store_shard *sh = NULL;
         sm_shape s = {.rank = 1, .dims = {64 + (int64_t)array}};
-        if (sm_store_shard_create(SM_U8, &s, &sh, err, sizeof err)) {
+        if (sm_store_shard_create(NULL, SM_U8, &s, &sh, err, sizeof err)) {
             a->errors++;
             continue;
         }

@@ -154,7 +154,7 @@ static void *agent_main(void *arg)
         }
         if (agent_sleep(a, (int)id.heartbeat_ms))
             break;
-        sm_array_cache_trim(); /* freed blocks kept too long go back */
+        sm_array_pool_trim(sm_store_pool(a->store)); /* freed blocks kept too long go back */
         int known = 1;
         sm_err e = agent_heartbeat(a, &id, &known, err, sizeof err);
         if (e) {

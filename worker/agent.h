@@ -2,11 +2,13 @@
  * background thread: register (retrying with backoff until the coordinator
  * answers), install the identity it hands out (worker id, global device ids,
  * process index) in the store, then heartbeat every heartbeat_ms with the
- * bytes held per device. A heartbeat answered with known = 0 (the
- * coordinator restarted, or marked this worker lost) registers again asking
- * for the same worker id and device ids and offering the shards still held;
- * the coordinator adopts those of arrays it knows and frees the others. If
- * it hands out another identity, the store drops every shard.
+ * bytes held per device; before each heartbeat it trims the store's
+ * array pool (freed blocks kept longer than its idle time go back). A
+ * heartbeat answered with known = 0 (the coordinator restarted, or marked
+ * this worker lost) registers again asking for the same worker id and
+ * device ids and offering the shards still held; the coordinator adopts
+ * those of arrays it knows and frees the others. If it hands out another
+ * identity, the store drops every shard.
  *
  * Threads: sm_agent_start/sm_agent_stop from one thread (main);
  * sm_agent_identity from any thread. */

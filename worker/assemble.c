@@ -154,7 +154,8 @@ sm_err sm_assemble_run(sm_handlers *h, const sm_svc_assemble_req *req, int64_t *
     if ((e = assemble_prepare(h, req, shards, devices, err, errlen)))
         goto fail;
     job.shards = shards;
-    if (req->nfiles > 0 && (e = sm_ckpt_load_pieces(req, shards, err, errlen)))
+    if (req->nfiles > 0 &&
+        (e = sm_ckpt_load_pieces(sm_store_pool(h->store), req, shards, err, errlen)))
         goto fail;
     if ((e = sm_tpool_run(NULL, n, h->assemble_threads < 16 ? h->assemble_threads : 16,
                           assemble_one, &job, err, errlen)))

@@ -393,10 +393,11 @@ typedef struct {
 /* Reads the part of file f that req's pieces need, whole chunks of it, and
  * checks it: the file's size, its .npy header against the manifest entry,
  * and the xxHash3-64 of every chunk read. The rows needed land in the
- * landing shard's buffer (all of them) or in *own (sm_array_scratch, *nown
- * bytes). */
-static sm_err ckpt_file_read(const sm_svc_assemble_req *req, int f, sm_store_shard *landing,
-                             ckpt_view *v, void **own, size_t *nown, char *err, size_t errlen)
+ * landing shard's buffer (all of them) or in *own (sm_array_scratch from
+ * pool, *nown bytes). */
+static sm_err ckpt_file_read(sm_array_pool *pool, const sm_svc_assemble_req *req, int f,
+                             sm_store_shard *landing, ckpt_view *v, void **own, size_t *nown,
+                             char *err, size_t errlen)
 {
     const sm_svc_ckpt_file *cf = &req->files[f];
     char path[CKPT_PATH], b1[96], b2[96];
@@ -459,7 +460,7 @@ static sm_err ckpt_file_read(const sm_svc_assemble_req *req, int f, sm_store_sha
     char *buf = NULL;
     if (landing)
         buf = landing->data; /* a = 0, b = all of the data */
-    else if (b > a && (e = sm_array_scratch((size_t)(b - a), "a checkpoint file", own, err,
+    else if (b > a && (e = sm_array_scratch(pool, (size_t)(b - a), "a checkpoint file", own, err,
                                             errlen)) == SM_OK) {
         *nown = (size_t)(b - a);
         buf = *own;
@@ -502,8 +503,8 @@ out:
     return e;
 }
 
-sm_err sm_ckpt_load_pieces(const sm_svc_assemble_req *req, sm_store_shard **shards, char *err,
-                           size_t errlen)
+sm_err sm_ckpt_load_pieces(sm_array_pool *pool, const sm_svc_assemble_req *req,
+                           sm_store_shard **shards, char *err, size_t errlen)
 {
     size_t elem = sm_dtype_size(req->dtype);
     for (int f = 0; f < req->nfiles; f++) {
@@ -519,7 +520,7 @@ sm_err sm_ckpt_load_pieces(const sm_svc_assemble_req *req, sm_store_shard **shar
         size_t nown = 0;
         ckpt_view v;
         sm_err e =
-            ckpt_file_read(req, f, li >= 0 ? shards[li] : NULL, &v, &own, &nown, err, errlen);
+            ckpt_file_read(pool, req, f, li >= 0 ? shards[li] : NULL, &v, &own, &nown, err, errlen);
         for (int i = 0; !e && i < req->nshards; i++) {
             const sm_svc_assemble_shard *s = &req->shards[i];
             for (int k = 0; !e && k < s->npieces; k++) {
@@ -542,7 +543,7 @@ sm_err sm_ckpt_load_pieces(const sm_svc_assemble_req *req, sm_store_shard **shar
             }
         }
         if (own)
-            sm_array_data_free(own, nown);
+            sm_array_data_free(pool, own, nown);
         if (e)
             return e;
     }

@@ -50,8 +50,9 @@ int sm_ckpt_shard_is_landing(const sm_svc_assemble_req *req, int i);
  * file of req->files that a piece names, once, checks it, and copies its
  * pieces into shards[i] (the new shard of req->shards[i], of the request's
  * dtype and shape). A file read whole into one new shard lands there
- * without a copy. */
-sm_err sm_ckpt_load_pieces(const sm_svc_assemble_req *req, sm_store_shard **shards, char *err,
-                           size_t errlen);
+ * without a copy; other parts are read into scratch from pool (the
+ * store's; NULL: none). */
+sm_err sm_ckpt_load_pieces(sm_array_pool *pool, const sm_svc_assemble_req *req,
+                           sm_store_shard **shards, char *err, size_t errlen);
 
 #endif

@@ -111,6 +111,7 @@ sm_err sm_comm_grpc_create(const sm_comm_grpc_config *cfg, sm_comm_grpc **out, c
     c->tr = cfg->tr;
     c->tr_user = cfg->tr_user;
     c->shm_pool = cfg->shm_pool;
+    c->pool = cfg->pool;
     int seen[SM_MAX_DEVICES] = {0};
     for (int pos = 0; pos < c->mesh.ndevices; pos++) {
         int w = c->pos_worker[pos];
@@ -461,7 +462,7 @@ static sm_err sm_cg_ar_net(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_
         e = sm_fail(err, errlen, SM_ENOMEM, "out of memory for collective #%llu",
                     (unsigned long long)seq);
     else if (recv_len)
-        e = sm_array_scratch(recv_len, what, (void **)&recv, err, errlen);
+        e = sm_array_scratch(c->pool, recv_len, what, (void **)&recv, err, errlen);
     if (e)
         goto done;
     int64_t off = 0;
@@ -529,7 +530,7 @@ static sm_err sm_cg_ar_net(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_
             sm_mailbox_unexpect(c->box, (uint32_t)seq, L->dev[L->first[k]], -1);
 done:
     if (recv)
-        sm_array_data_free(recv, recv_len);
+        sm_array_data_free(c->pool, recv, recv_len);
     free(at);
     free(remote);
     free(segs);
@@ -675,7 +676,8 @@ static sm_err sm_cg_reduce_scatter(void *ctx, const sm_comm_group *g, uint64_t s
             snprintf(what, sizeof what, "the partials of collective #%llu",
                      (unsigned long long)seq);
             s->scratch_len = (size_t)(nmulti * nch * cb);
-            if ((e = sm_array_scratch(s->scratch_len, what, &s->scratch, err, errlen))) {
+            s->scratch_pool = c->pool;
+            if ((e = sm_array_scratch(c->pool, s->scratch_len, what, &s->scratch, err, errlen))) {
                 s->scratch_len = 0;
                 e = sm_cg_failf(c, e, err, errlen, "%s", err);
             }

@@ -47,7 +47,8 @@
  * job: SM_ECANCELLED). After an abort every member returns at once.
  *
  * Ownership: the context owns copies of the layout; it borrows the
- * mailbox, the transport and its user, which must outlive it. Free it with
+ * mailbox, the transport and its user, and the array pool, which must
+ * outlive it. Free it with
  * sm_comm_grpc_free once no device thread uses it. Thread-safe: every
  * device thread of the job calls into one context. */
 #ifndef SM_WORKER_COMM_GRPC_H
@@ -56,6 +57,7 @@
 #include <time.h>
 
 #include "comm_grpc_mailbox.h"
+#include "sm_array.h"
 #include "sm_comm.h"
 #include "sm_info.h"
 #include "sm_svc_job.h"
@@ -102,6 +104,10 @@ typedef struct {
     const uint32_t *shm_domain;
     uint64_t shm_key;
     sm_shm_pool *shm_pool; /* borrowed; NULL: a new file per job (worker/shm.h) */
+    /* Where the collectives' scratch comes from, and what the pages of
+     * this worker's shared-memory segment are charged to (the worker's
+     * memory limit); borrowed; NULL: plain allocation, nothing counted. */
+    sm_array_pool *pool;
 } sm_comm_grpc_config;
 
 typedef struct sm_comm_grpc sm_comm_grpc;

@@ -92,7 +92,7 @@ struct sm_cg_shm {
     /* Falling back to gRPC (under mu): no_seg, this worker could not make
      * its segment (its marker says so to its peers); peer_off, per worker,
      * its marker was seen; charged, bytes of this worker's slots counted
-     * against the memory limit (sm_array_mem_charge); warned, the log line
+     * against the memory limit (sm_array_pool_charge); warned, the log line
      * was written. */
     int no_seg, warned, mark_fd; /* mark_fd: the marker, held open (-1: none) */
     unsigned char *peer_off;
@@ -222,7 +222,7 @@ void sm_cg_shm_free(sm_comm_grpc *c)
             sm_shm_unlink(name);
         }
     }
-    sm_array_mem_uncharge(m->charged);
+    sm_array_pool_uncharge(c->pool, m->charged);
     if (m->mark_fd >= 0)
         close(m->mark_fd);
     pthread_mutex_destroy(&m->mu);
@@ -600,10 +600,10 @@ static sm_err sm_cg_shm_region(sm_comm_grpc *c, const sm_comm_group *g, const sm
         pthread_mutex_lock(&m->mu);
         if (used > m->held[slot]) {
             size_t more = used - m->held[slot];
-            if (sm_array_mem_charge(more, why, sizeof why)) {
+            if (sm_array_pool_charge(c->pool, more, why, sizeof why)) {
                 e = SM_ERESOURCE;
             } else if ((e = sm_shm_seg_reserve(s, at + m->held[slot], more, why, sizeof why))) {
-                sm_array_mem_uncharge(more);
+                sm_array_pool_uncharge(c->pool, more);
             } else {
                 m->held[slot] = used;
                 m->charged += more;

@@ -56,6 +56,7 @@ struct sm_disk {
     int flushing; /* sm_disk_flush waits: no delay */
     /* spare/N for the N in spare[0..nspare): touched by the writer thread
      * only, after sm_disk_open */
+    struct timespec tick; /* CLOCK_REALTIME: the writer sleeps at least until then */
     uint32_t spare[2 * SM_DISK_SPARES];
     int nspare;
     uint32_t spare_next; /* the next N to make */
@@ -148,7 +149,10 @@ static void sm_disk_do(sm_disk *d, const sm_disk_op *op)
     const sm_store_shard *sh = op->sh;
     if (sh->dtype == SM_BF16)
         return;
-    sm_array view = {sh->dtype, sh->shape, sh->nbytes, sh->nbytes ? sh->data : NULL};
+    sm_array view = {.dtype = sh->dtype,
+                     .shape = sh->shape,
+                     .nbytes = sh->nbytes,
+                     .data = sh->nbytes ? sh->data : NULL};
     uint64_t c =
         sh->has_checksum ? sh->checksum : sm_checksum_oneshot(sh->data, (size_t)sh->nbytes);
     snprintf(text, sizeof text, "%016" PRIx64 "\n", c);
@@ -164,6 +168,11 @@ static void sm_disk_do(sm_disk *d, const sm_disk_op *op)
     if (sm_disk_write_small(d, sum, text))
         SM_WARN("shard of array %" PRIu64 " on device %d not copied to disk: cannot write %s: %s",
                 op->array, (int)op->device, sum, strerror(errno));
+}
+
+static int ts_before(const struct timespec *a, const struct timespec *b)
+{
+    return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
 }
 
 static void *sm_disk_main(void *arg)
@@ -190,12 +199,25 @@ static void *sm_disk_main(void *arg)
         sm_disk_op *op = d->head;
         if (!op)
             break; /* stopping with nothing queued */
-        /* Wait until it is due. The lock is released meanwhile: a drop may
-         * take op out of the queue and free it (without waking this thread),
-         * so op is only used again if it is still the head. */
-        if (!d->stopping && !d->flushing &&
-            (pthread_cond_timedwait(&d->cv, &d->mu, &op->due) != ETIMEDOUT || d->head != op))
-            continue; /* woken before it was due, or it is gone: look again */
+        /* Wait until it is due, and at least SM_DISK_DELAY_MS after the
+         * thread last went to sleep: woken, it writes every copy due by
+         * then, so a stream of jobs costs it about 20 wake-ups a second
+         * rather than one per shard (most of which, their shards dropped
+         * meanwhile, would find nothing to do). The lock is released
+         * meanwhile: a drop may take op out of the queue and free it
+         * (without waking this thread), so op is only used again if it is
+         * still the head. */
+        if (!d->stopping && !d->flushing) {
+            struct timespec now;
+            clock_gettime(CLOCK_REALTIME, &now);
+            if (ts_before(&now, &op->due)) {
+                if (ts_before(&d->tick, &now))
+                    d->tick = sm_time_after_ms(CLOCK_REALTIME, SM_DISK_DELAY_MS);
+                struct timespec until = ts_before(&op->due, &d->tick) ? d->tick : op->due;
+                pthread_cond_timedwait(&d->cv, &d->mu, &until);
+                continue; /* look again: the head may have gone, others are due */
+            }
+        }
         d->head = op->next;
         if (!d->head)
             d->tail = NULL;
@@ -502,7 +524,7 @@ static int sm_disk_restore_one(sm_disk *d, sm_store *st, uint64_t array, int32_t
         SM_WARN("%s is of device %d, which is not this worker's; removed", npy, (int)device);
         goto drop;
     }
-    if (sm_npy_read(npy, &a, err, sizeof err)) {
+    if (sm_npy_read_in(sm_store_pool(st), npy, &a, err, sizeof err)) {
         SM_WARN("%s; removed", err);
         goto drop;
     }

@@ -322,6 +322,7 @@ void sm_jobs_stop(sm_jobs *j)
 typedef struct {
     const sm_exec_plan *plan;
     sm_comm_grpc *comm;
+    sm_array_pool *arrays; /* the store's: values and outputs count against its limit */
     int pos;
     int32_t dev;
     sm_store_shard **shards; /* nparams references */
@@ -335,8 +336,8 @@ typedef struct {
 static void sm_job_dev_main(void *arg)
 {
     sm_job_dev *d = arg;
-    d->e = sm_exec_run_plan(d->plan, d->pos, &sm_comm_grpc_ops, d->comm, d->in, d->out, d->err,
-                            sizeof d->err);
+    d->e = sm_exec_run_plan(d->plan, d->pos, &sm_comm_grpc_ops, d->comm, d->arrays, d->in, d->out,
+                            d->err, sizeof d->err);
 }
 
 /* Maps every mesh position to its worker; finds this worker's positions. */
@@ -606,7 +607,8 @@ static sm_err sm_jobs_run(void *user, sm_svc_run_job_req *req, int64_t *output_b
                               .tr_user = j->peers,
                               .shm_domain = domain,
                               .shm_key = req->shm_key,
-                              .shm_pool = j->shm_pool};
+                              .shm_pool = j->shm_pool,
+                              .pool = sm_store_pool(j->store)};
     cc.deadline = sm_time_after_ms(CLOCK_MONOTONIC, ms);
     sm_comm_grpc *comm;
     e = sm_comm_grpc_create(&cc, &comm, err, errlen);
@@ -631,6 +633,7 @@ static sm_err sm_jobs_run(void *user, sm_svc_run_job_req *req, int64_t *output_b
     for (int l = 0; l < nlocal; l++) {
         devs[l].plan = plan;
         devs[l].comm = comm;
+        devs[l].arrays = sm_store_pool(j->store);
     }
     int light = sm_program_light(p, SM_JOBS_INLINE_BYTES);
     int here = light ? 0 : nlocal - 1;

@@ -56,7 +56,10 @@
 #define SM_JOBS_IDLE_THREADS 64
 
 typedef struct {
-    sm_store *store;          /* borrowed */
+    /* borrowed; its array pool (sm_store_pool) is where every job's values,
+     * outputs and collective scratch come from, and what its shared-memory
+     * pages are charged to */
+    sm_store *store;
     sm_peer *peers;           /* borrowed: channels to the other workers */
     const char *self_address; /* this worker's advertised address; copied */
     int probe_ms;             /* liveness probe interval while waiting; <= 0: 1000 */

@@ -174,11 +174,13 @@ static void sm_worker_malloc_tune(void)
 }
 
 /* Shards and job values of 1 MiB and more are mappings of their own
- * (sm_array_data_alloc). Uploads, job outputs and reshards free and
- * allocate blocks of the same few sizes over and over; kept for reuse,
- * they skip the page fault per 4 KiB of fresh memory, which on a virtual
- * machine costs more than receiving the bytes. A block unused for 10 s goes
- * back to the system (the agent trims at every heartbeat). */
+ * (sm_array_data_alloc from the worker's array pool, made here and lent to
+ * the store, through it to jobs and collectives). Uploads, job outputs
+ * and reshards free and allocate blocks of the same few sizes over and
+ * over; kept for reuse, they skip the page fault per 4 KiB of fresh
+ * memory, which on a virtual machine costs more than receiving the bytes.
+ * A block unused for 10 s goes back to the system (the agent trims at every
+ * heartbeat). */
 #define SM_WORKER_CACHE_IDLE_MS 10000
 static size_t worker_cache_bytes(int64_t mib)
 {
@@ -248,8 +250,8 @@ static sm_err worker_metrics(void *user, sm_strbuf *b)
     int32_t devs[SM_MAX_WORKER_DEVICES];
     int64_t bytes[SM_MAX_WORKER_DEVICES], shards = 0;
     int n = sm_store_stats(store, devs, bytes, &shards);
-    sm_array_cache_info ci;
-    sm_array_cache_stats(&ci);
+    sm_array_pool_info ci;
+    sm_array_pool_stats(sm_store_pool(store), &ci);
     sm_metrics_help(b, "shmap_worker_build_info", "gauge", "The worker's version.");
     sm_strbuf_printf(b, "shmap_worker_build_info{version=\"%s\"} 1\n", SM_VERSION);
     sm_metrics_help(b, "shmap_worker_device_used_bytes", "gauge", "Bytes of shards per device.");
@@ -309,6 +311,7 @@ int main(int argc, char **argv)
     char err[512], host[256], advertise[320], hostname[64] = "";
     sm_rpc_server *server = NULL;
     worker_metrics_src msrc = {0};
+    sm_array_pool *arrays = NULL;
     sm_store *store = NULL;
     sm_peer *peers = NULL;
     sm_rpc_tls *tls = NULL;
@@ -397,8 +400,11 @@ int main(int argc, char **argv)
     size_t cache = worker_cache_bytes(cfg[CFG_CACHE_MB].i);
     int64_t limit_mb = cfg[CFG_MEM_LIMIT_MB].i;
     uint64_t limit = limit_mb >= 0 ? (uint64_t)limit_mb << 20 : sm_sys_memory_bytes() / 10 * 9;
-    sm_array_cache_set(cache, SM_WORKER_CACHE_IDLE_MS);
-    sm_array_mem_limit_set((size_t)limit);
+    rpc_up = 1;
+    if ((e = sm_array_pool_create(&arrays, err, sizeof err)))
+        goto fail;
+    sm_array_pool_cache_set(arrays, cache, SM_WORKER_CACHE_IDLE_MS);
+    sm_array_pool_limit_set(arrays, (size_t)limit);
     if (limit)
         SM_INFO("shard and job memory limited to %llu MiB (--memory-limit-mb); freed blocks "
                 "kept for reuse up to %zu MiB (--buffer-cache-mb)",
@@ -407,8 +413,7 @@ int main(int argc, char **argv)
         SM_INFO("no limit on shard and job memory (--memory-limit-mb 0); freed blocks kept for "
                 "reuse up to %zu MiB (--buffer-cache-mb)",
                 cache >> 20);
-    rpc_up = 1;
-    if ((e = sm_store_create(&store, err, sizeof err)))
+    if ((e = sm_store_create(arrays, &store, err, sizeof err)))
         goto fail;
     sm_agent_config acfg = {.ndevices = (int)ndevices, .worker_id = (uint32_t)cfg[CFG_WORKER_ID].i};
     if (cfg[CFG_STATE_DIR].s && *cfg[CFG_STATE_DIR].s &&
@@ -518,6 +523,7 @@ fail:
     }
     sm_disk_free(disk);
     sm_store_free(store);
+    sm_array_pool_free(arrays);
     sm_rpc_tls_free(tls);
     if (rpc_up)
         sm_rpc_shutdown_or_exit(2000, rc); /* or _exit(rc) after 2 s */

@@ -27,6 +27,7 @@ struct sm_store {
     int64_t count;
     size_t nbuckets; /* power of two */
     sm_store_entry **buckets;
+    sm_array_pool *pool;          /* borrowed: where shards' memory comes from */
     const sm_store_observer *obs; /* NULL: none */
     void *obs_user;
     const sm_store_spiller *sp; /* NULL: none */
@@ -40,8 +41,8 @@ struct sm_store {
 
 _Static_assert(SM_STORE_ALIGN == 64, "shard data comes from sm_array_data_alloc (64-byte aligned)");
 
-sm_err sm_store_shard_create(sm_dtype t, const sm_shape *s, sm_store_shard **out, char *err,
-                             size_t errlen)
+sm_err sm_store_shard_create(sm_array_pool *pool, sm_dtype t, const sm_shape *s,
+                             sm_store_shard **out, char *err, size_t errlen)
 {
     int64_t nbytes = 0;
     sm_err e;
@@ -67,10 +68,10 @@ sm_err sm_store_shard_create(sm_dtype t, const sm_shape *s, sm_store_shard **out
     if (!sh)
         return sm_fail(err, errlen, SM_ERESOURCE, "out of memory for a shard header");
     /* contents uninitialised, as documented; huge pages for large shards */
-    if (!(sh->data = sm_array_data_alloc((size_t)nbytes, 0))) {
+    if (!(sh->data = sm_array_data_alloc(pool, (size_t)nbytes, 0))) {
         char why[160];
         free(sh);
-        if (sm_array_mem_refused((size_t)nbytes, why, sizeof why))
+        if (sm_array_pool_refused(pool, (size_t)nbytes, why, sizeof why))
             return sm_fail(err, errlen, SM_ERESOURCE,
                            "cannot allocate %lld bytes for a shard: %s (--memory-limit-mb)",
                            (long long)nbytes, why);
@@ -81,6 +82,7 @@ sm_err sm_store_shard_create(sm_dtype t, const sm_shape *s, sm_store_shard **out
     sh->shape = *s;
     sh->nbytes = nbytes;
     sh->refs = 1;
+    sh->pool = pool;
     *out = sh;
     return SM_OK;
 }
@@ -96,7 +98,7 @@ void sm_store_shard_copy_into(const sm_store_shard *src, sm_store_shard *dst)
 sm_err sm_store_shard_copy(const sm_store_shard *src, sm_store_shard **out, char *err,
                            size_t errlen)
 {
-    sm_err e = sm_store_shard_create(src->dtype, &src->shape, out, err, errlen);
+    sm_err e = sm_store_shard_create(src->pool, src->dtype, &src->shape, out, err, errlen);
     if (!e)
         sm_store_shard_copy_into(src, *out);
     return e;
@@ -106,7 +108,7 @@ sm_err sm_store_shard_adopt(sm_array **a, sm_store_shard **out, char *err, size_
 {
     sm_array *x = *a;
     if (!x->data || (uintptr_t)x->data % SM_STORE_ALIGN) {
-        sm_err e = sm_store_shard_create(x->dtype, &x->shape, out, err, errlen);
+        sm_err e = sm_store_shard_create(x->pool, x->dtype, &x->shape, out, err, errlen);
         if (e)
             return e;
         if (x->nbytes)
@@ -119,6 +121,7 @@ sm_err sm_store_shard_adopt(sm_array **a, sm_store_shard **out, char *err, size_
         sh->shape = x->shape;
         sh->nbytes = x->nbytes;
         sh->data = x->data;
+        sh->pool = x->pool;
         sh->refs = 1;
         x->data = NULL;
         *out = sh;
@@ -139,7 +142,7 @@ void sm_store_shard_release(sm_store_shard *sh)
     if (!sh)
         return;
     if (__atomic_sub_fetch(&sh->refs, 1, __ATOMIC_ACQ_REL) == 0) {
-        sm_array_data_free(sh->data, (size_t)sh->nbytes);
+        sm_array_data_free(sh->pool, sh->data, (size_t)sh->nbytes);
         free(sh);
     }
 }
@@ -231,11 +234,12 @@ static sm_err store_check_locked(const sm_store *st, int32_t device, char *err, 
 
 /* ---- the store --------------------------------------------------------- */
 
-sm_err sm_store_create(sm_store **out, char *err, size_t errlen)
+sm_err sm_store_create(sm_array_pool *pool, sm_store **out, char *err, size_t errlen)
 {
     sm_store *st = calloc(1, sizeof *st);
     if (!st)
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory creating the shard store");
+    st->pool = pool;
     st->nbuckets = 64;
     st->buckets = calloc(st->nbuckets, sizeof *st->buckets);
     if (!st->buckets) {
@@ -247,6 +251,11 @@ sm_err sm_store_create(sm_store **out, char *err, size_t errlen)
     pthread_mutex_init(&st->load_mu, NULL);
     *out = st;
     return SM_OK;
+}
+
+sm_array_pool *sm_store_pool(sm_store *st)
+{
+    return st->pool;
 }
 
 void sm_store_free(sm_store *st)
@@ -555,14 +564,14 @@ int64_t sm_store_reclaim(sm_store *st, int64_t want)
 sm_err sm_store_shard_alloc(sm_store *st, sm_dtype t, const sm_shape *s, sm_store_shard **out,
                             char *err, size_t errlen)
 {
-    sm_err e = sm_store_shard_create(t, s, out, err, errlen);
+    sm_err e = sm_store_shard_create(st->pool, t, s, out, err, errlen);
     int64_t nbytes = 0;
     if (e != SM_ERESOURCE || sm_shape_nbytes(s, t, &nbytes, NULL, 0))
         return e;
     /* refused by the memory limit (or the allocator): make room and try once more */
     if (sm_store_reclaim(st, nbytes) <= 0)
         return e;
-    return sm_store_shard_create(t, s, out, err, errlen);
+    return sm_store_shard_create(st->pool, t, s, out, err, errlen);
 }
 
 int sm_store_spilled(sm_store *st, sm_svc_held_shard **out, int max)

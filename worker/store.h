@@ -5,7 +5,9 @@
  * device); sm_store_get hands out another, so a reader (a GetShard stream, a
  * local assemble piece) keeps the bytes alive even if the shard is freed or
  * replaced meanwhile. A shard is filled while only its creator holds it and
- * becomes visible through sm_store_put, whole or not at all.
+ * becomes visible through sm_store_put, whole or not at all. Shard memory
+ * comes from the array pool the store is created with (a worker's: its
+ * buffer cache and memory limit), which every shard records.
  *
  * Devices are the worker's global device ids, set at registration with
  * sm_store_set_identity (which also drops every shard, as after a
@@ -35,8 +37,9 @@ typedef struct {
     sm_dtype dtype;
     sm_shape shape;
     int64_t nbytes;
-    void *data; /* SM_STORE_ALIGN-aligned; never NULL, even for 0 bytes */
-    int refs;   /* private: atomic reference count */
+    void *data;          /* SM_STORE_ALIGN-aligned; never NULL, even for 0 bytes */
+    int refs;            /* private: atomic reference count */
+    sm_array_pool *pool; /* private: where data came from (borrowed) */
     /* xxHash3-64 of the bytes, if has_checksum (set by its creator before
      * the put: PutShard records the verified checksum; copies keep it). */
     int has_checksum;
@@ -48,20 +51,24 @@ typedef struct sm_store sm_store;
 /* ---- shards ------------------------------------------------------------ */
 
 /* A new shard of dtype t and shape s with one reference held by the caller;
- * contents uninitialised. The byte count is overflow-checked (SM_EOVERFLOW);
- * an invalid dtype or shape is SM_EINVAL; a shard larger than the host's
- * physical memory, or no memory, is SM_ERESOURCE. */
-sm_err sm_store_shard_create(sm_dtype t, const sm_shape *s, sm_store_shard **out, char *err,
-                             size_t errlen);
-/* A new shard (one reference) with a copy of src's dtype, shape and bytes. */
+ * contents uninitialised, data from pool (NULL: none), which the shard
+ * records and gives the data back to when freed. The byte count is
+ * overflow-checked (SM_EOVERFLOW); an invalid dtype or shape is SM_EINVAL;
+ * a shard larger than the host's physical memory, past the pool's limit,
+ * or no memory, is SM_ERESOURCE. */
+sm_err sm_store_shard_create(sm_array_pool *pool, sm_dtype t, const sm_shape *s,
+                             sm_store_shard **out, char *err, size_t errlen);
+/* A new shard (one reference) with a copy of src's dtype, shape and bytes,
+ * from src's pool. */
 sm_err sm_store_shard_copy(const sm_store_shard *src, sm_store_shard **out, char *err,
                            size_t errlen);
 /* Copies src's bytes and checksum into dst, a shard of the same dtype and
  * shape. */
 void sm_store_shard_copy_into(const sm_store_shard *src, sm_store_shard *dst);
 /* A new shard (one reference) holding the bytes of *a without a copy: it
- * takes over a's data (a malloc-family buffer, as sm_array_create makes;
- * copied instead if it is not SM_STORE_ALIGN-aligned or a is empty). On
+ * takes over a's data and its pool (data from sm_array_data_alloc, as
+ * sm_array_create_in makes; copied, into a's pool, instead if it is not
+ * SM_STORE_ALIGN-aligned or a is empty). On
  * success *a is freed and set to NULL; on failure (SM_ERESOURCE) it is left
  * as it was. */
 sm_err sm_store_shard_adopt(sm_array **a, sm_store_shard **out, char *err, size_t errlen);
@@ -72,7 +79,11 @@ void sm_store_shard_release(sm_store_shard *sh);
 
 /* ---- the store --------------------------------------------------------- */
 
-sm_err sm_store_create(sm_store **out, char *err, size_t errlen);
+/* A store whose shards take their memory from pool (borrowed: it must
+ * outlive the store; NULL: no cache, no limit). */
+sm_err sm_store_create(sm_array_pool *pool, sm_store **out, char *err, size_t errlen);
+/* The pool given to sm_store_create (borrowed). */
+sm_array_pool *sm_store_pool(sm_store *st);
 /* Frees every shard reference the store holds, then the store. NULL ok. */
 void sm_store_free(sm_store *st);
 
@@ -120,8 +131,8 @@ typedef struct {
 } sm_store_spiller;
 /* Sets (sp NULL: removes) the spiller; borrowed until removed. */
 void sm_store_spill_to(sm_store *st, const sm_store_spiller *sp, void *user);
-/* sm_store_shard_create, spilling shards of st (if it has a spiller) to
- * make room when the memory limit refuses the allocation. */
+/* sm_store_shard_create from st's pool, spilling shards of st (if it has a
+ * spiller) to make room when the pool's limit refuses the allocation. */
 sm_err sm_store_shard_alloc(sm_store *st, sm_dtype t, const sm_shape *s, sm_store_shard **out,
                             char *err, size_t errlen);
 /* Spills least-recently-used shards until want bytes are freed or none is

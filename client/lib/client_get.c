@@ -211,7 +211,7 @@ sm_err sm_client_get_described(sm_client *c, const sm_array_info *info, sm_array
     *out = NULL;
     if ((e = check_ready(info, err, errlen)))
         return e;
-    if ((e = sm_array_create_uninit(info->dtype, &info->shape, &a, err, errlen)))
+    if ((e = sm_array_create_in(c->arrays, info->dtype, &info->shape, 0, &a, err, errlen)))
         return e;
     if ((e = fetch_all(c, info, a->data, err, errlen))) {
         sm_array_free(a);
@@ -365,7 +365,7 @@ sm_err sm_client_get_shard(sm_client *c, sm_array_ref ref, int32_t device, sm_ar
     }
     sm_shape shape = sm_index_shape(&s->index);
     sm_index full = sm_index_full(&shape);
-    if ((e = sm_array_create_uninit(info.dtype, &shape, &a, err, errlen)))
+    if ((e = sm_array_create_in(c->arrays, info.dtype, &shape, 0, &a, err, errlen)))
         goto done;
     client_progress_init(&prog, c, a->nbytes);
     unsigned char grant[SM_GRANT_LEN];

@@ -25,6 +25,7 @@ struct sm_client {
     char *token;           /* owned copy of opts->token, or NULL */
     sm_rpc_tls *tls;       /* owned; NULL: plaintext */
     sm_rpc_chans *workers; /* owned: channels for direct transfers */
+    sm_array_pool *arrays; /* owned: the data of the arrays it returns (opts->cache_mb) */
 };
 
 /* The cached channel to the worker at addr (created on first use; the first

@@ -59,14 +59,14 @@ typedef struct {
     const char *tls_ca;
     const char *tls_cert;
     const char *tls_key;
-    /* N > 0: at connect the process starts keeping up to N MiB of freed
-     * array memory (blocks of 1 MiB and more, each for 10 s) for the next
-     * array of about the same size (sm_array_cache_set, process-wide): a
-     * program that fetches arrays over and over (sm_client_get, then
-     * sm_array_free) then skips the page faults of fresh memory, which cost
-     * about as much as the transfer. 0 (the default): the process's setting
-     * is left as it is (it keeps nothing unless the program set it). At
-     * most 1048576. */
+    /* N > 0: the client's array pool (sm_client_pool: the data of the
+     * arrays it returns) keeps up to N MiB of freed array memory (blocks
+     * of 1 MiB and more, each for 10 s) for the next array of about the
+     * same size: a program that fetches arrays over and over
+     * (sm_client_get, then sm_array_free) then skips the page faults of
+     * fresh memory, which cost about as much as the transfer. 0 (the
+     * default): it keeps nothing. Each client has its own pool; nothing is
+     * set for the process. At most 1048576. */
     int64_t cache_mb;
 } sm_client_opts;
 
@@ -86,6 +86,12 @@ sm_err sm_client_opts_from_env(sm_client_opts *o, char *err, size_t errlen);
 sm_err sm_client_connect(const char *target, const sm_client_opts *opts, sm_client **out, char *err,
                          size_t errlen);
 void sm_client_close(sm_client *c);
+/* The client's array pool (borrowed): where the data of the arrays it
+ * returns comes from (each records it), with the cache opts->cache_mb set
+ * and no limit; for sm_array_pool_stats, or to change the cache
+ * (sm_array_pool_cache_set). sm_client_close gives it up; arrays fetched
+ * before stay valid until sm_array_free. */
+sm_array_pool *sm_client_pool(sm_client *c);
 
 /* ---- devices and meshes ------------------------------------------------- */
 

@@ -96,16 +96,21 @@ sm_err sm_client_connect(const char *target, const sm_client_opts *opts, sm_clie
         return sm_fail(err, errlen, SM_EINVAL,
                        "cache_mb must be a whole number of MiB from 0 to 1048576, not %lld",
                        (long long)opts->cache_mb);
-    if (opts && opts->cache_mb > 0)
-        sm_array_cache_set((size_t)opts->cache_mb << 20, CLIENT_CACHE_IDLE_MS);
     if (!(c = calloc(1, sizeof *c)))
         return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a client");
+    if ((e = sm_array_pool_create(&c->arrays, err, errlen))) {
+        free(c);
+        return e;
+    }
+    if (opts && opts->cache_mb > 0)
+        sm_array_pool_cache_set(c->arrays, (size_t)opts->cache_mb << 20, CLIENT_CACHE_IDLE_MS);
     c->timeout_ms = opts && opts->timeout_ms > 0 ? (int)opts->timeout_ms : 30000;
     if (opts) {
         c->progress = opts->progress;
         c->progress_user = opts->progress_user;
         c->relay_only = opts->relay_only != 0;
         if (opts->token && !(c->token = strdup(opts->token))) {
+            sm_array_pool_free(c->arrays);
             free(c);
             return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a client");
         }
@@ -157,8 +162,14 @@ void sm_client_close(sm_client *c)
     sm_rpc_channel_free(c->ch);
     sm_rpc_tls_free(c->tls);
     free(c->token);
+    sm_array_pool_free(c->arrays);
     free(c);
     sm_rpc_shutdown();
+}
+
+sm_array_pool *sm_client_pool(sm_client *c)
+{
+    return c->arrays;
 }
 
 /* ---- worker channels (direct transfers) -------------------------------------- */

@@ -12,22 +12,23 @@
 #define SM_ARRAY_ALIGN 64
 
 /* The SM_ENOMEM sentence of n bytes for what that could not be had. */
-static sm_err nomem(size_t n, const char *what, char *err, size_t errlen)
+static sm_err nomem(sm_array_pool *pool, size_t n, const char *what, char *err, size_t errlen)
 {
     char why[160];
-    if (sm_array_mem_refused(n, why, sizeof why))
+    if (sm_array_pool_refused(pool, n, why, sizeof why))
         return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate %s of %zu bytes: %s", what, n, why);
     return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate %s of %zu bytes", what, n);
 }
 
-sm_err sm_array_scratch(size_t n, const char *what, void **out, char *err, size_t errlen)
+sm_err sm_array_scratch(sm_array_pool *pool, size_t n, const char *what, void **out, char *err,
+                        size_t errlen)
 {
-    *out = sm_array_data_alloc(n, 0);
-    return *out ? SM_OK : nomem(n, what, err, errlen);
+    *out = sm_array_data_alloc(pool, n, 0);
+    return *out ? SM_OK : nomem(pool, n, what, err, errlen);
 }
 
-static sm_err array_create(sm_dtype t, const sm_shape *s, int zero, sm_array **out, char *err,
-                           size_t errlen)
+sm_err sm_array_create_in(sm_array_pool *pool, sm_dtype t, const sm_shape *s, int zero,
+                          sm_array **out, char *err, size_t errlen)
 {
     sm_array *a = NULL;
     int64_t nbytes;
@@ -45,38 +46,38 @@ static sm_err array_create(sm_dtype t, const sm_shape *s, int zero, sm_array **o
     a->dtype = t;
     a->shape = *s;
     a->nbytes = nbytes;
-    if (nbytes > 0 && !(a->data = sm_array_data_alloc((size_t)nbytes, zero)))
+    a->pool = pool;
+    if (nbytes > 0 && !(a->data = sm_array_data_alloc(pool, (size_t)nbytes, zero)))
         goto fail;
+#if defined(__SANITIZE_ADDRESS__)
+    /* Sanitizer builds: a caller that leaves bytes unwritten shows up in the
+     * bitwise tests. */
+    if (!zero && nbytes > 0)
+        memset(a->data, 0xa5, (size_t)nbytes);
+#endif
     *out = a;
     return SM_OK;
 fail:
     free(a);
-    return nomem((size_t)nbytes, "an array", err, errlen);
+    return nomem(pool, (size_t)nbytes, "an array", err, errlen);
 }
 
 sm_err sm_array_create(sm_dtype t, const sm_shape *s, sm_array **out, char *err, size_t errlen)
 {
-    return array_create(t, s, 1, out, err, errlen);
+    return sm_array_create_in(NULL, t, s, 1, out, err, errlen);
 }
 
 sm_err sm_array_create_uninit(sm_dtype t, const sm_shape *s, sm_array **out, char *err,
                               size_t errlen)
 {
-    sm_err e = array_create(t, s, 0, out, err, errlen);
-#if defined(__SANITIZE_ADDRESS__)
-    /* Sanitizer builds: a caller that leaves bytes unwritten shows up in the
-     * bitwise tests. */
-    if (!e && (*out)->nbytes > 0)
-        memset((*out)->data, 0xa5, (size_t)(*out)->nbytes);
-#endif
-    return e;
+    return sm_array_create_in(NULL, t, s, 0, out, err, errlen);
 }
 
 void sm_array_free(sm_array *a)
 {
     if (!a)
         return;
-    sm_array_data_free(a->data, (size_t)a->nbytes);
+    sm_array_data_free(a->pool, a->data, (size_t)a->nbytes);
     free(a);
 }
 

@@ -406,6 +406,12 @@ sm_err sm_npy_read_info(const char *path, sm_npy_info *out, char *err, size_t er
 
 sm_err sm_npy_read(const char *path, sm_array **out, char *err, size_t errlen)
 {
+    return sm_npy_read_in(NULL, path, out, err, errlen);
+}
+
+sm_err sm_npy_read_in(sm_array_pool *pool, const char *path, sm_array **out, char *err,
+                      size_t errlen)
+{
     if (!path || !out)
         return sm_fail(err, errlen, SM_EINVAL, "path or output is NULL");
     char msg[SM_MSG];
@@ -415,7 +421,7 @@ sm_err sm_npy_read(const char *path, sm_array **out, char *err, size_t errlen)
     sm_err e = sm_npy_open(path, &f, &info, msg, sizeof msg);
     if (e)
         return sm_npy_path_fail(path, e, msg, err, errlen);
-    if ((e = sm_array_create(info.dtype, &info.shape, &a, msg, sizeof msg)))
+    if ((e = sm_array_create_in(pool, info.dtype, &info.shape, 1, &a, msg, sizeof msg)))
         goto fail;
     size_t got = a->nbytes ? fread(a->data, 1, (size_t)a->nbytes, f) : 0;
     if (ferror(f)) {

@@ -119,7 +119,8 @@ static sm_err sm_exec_check_inputs(const sm_program *p, sm_array *const *inputs,
 }
 
 sm_err sm_exec_run_plan(const sm_exec_plan *plan, int mesh_pos, const sm_comm *comm, void *comm_ctx,
-                        sm_array *const *inputs, sm_array **outputs, char *err, size_t errlen)
+                        sm_array_pool *pool, sm_array *const *inputs, sm_array **outputs, char *err,
+                        size_t errlen)
 {
     const sm_program *p = plan->p;
     sm_err e = SM_OK;
@@ -127,7 +128,7 @@ sm_err sm_exec_run_plan(const sm_exec_plan *plan, int mesh_pos, const sm_comm *c
     int dev = mesh_pos >= 0 && mesh_pos < p->mesh.ndevices ? p->mesh.devices[mesh_pos] : -1;
     sm_array **vals = calloc((size_t)p->nvalues + 1, sizeof *vals);
     unsigned char *owned = calloc((size_t)p->nvalues + 1, 1);
-    sm_exec_ctx x = {.p = p, .pos = mesh_pos, .comm = comm, .cctx = comm_ctx};
+    sm_exec_ctx x = {.p = p, .pos = mesh_pos, .comm = comm, .cctx = comm_ctx, .pool = pool};
     x.members = malloc(sizeof(int) * (size_t)p->mesh.ndevices);
     for (int r = 0; r < p->nreturns; r++)
         outputs[r] = NULL;
@@ -154,11 +155,11 @@ sm_err sm_exec_run_plan(const sm_exec_plan *plan, int mesh_pos, const sm_comm *c
         sm_exec_fn fn = sm_exec_fn_of(op->kind);
         sm_array *out = NULL;
         /* an op that writes all of its output needs no zero-fill first */
-        sm_err (*create)(sm_dtype, const sm_shape *, sm_array **, char *, size_t) =
-            sm_exec_writes_all(op->kind) ? sm_array_create_uninit : sm_array_create;
+        int zero = !sm_exec_writes_all(op->kind);
         if (!fn) {
             e = sm_fail(msg, sizeof msg, SM_EUNIMPLEMENTED, "no kernel for this op");
-        } else if (!(e = create(rv->dtype, &rv->shape, &out, msg, sizeof msg))) {
+        } else if (!(e = sm_array_create_in(pool, rv->dtype, &rv->shape, zero, &out, msg,
+                                            sizeof msg))) {
             e = fn(&x, op, in, out, msg, sizeof msg);
         }
         if (e) {
@@ -192,7 +193,7 @@ sm_err sm_exec_run_plan(const sm_exec_plan *plan, int mesh_pos, const sm_comm *c
         for (int q = 0; !a && q < r; q++) /* handed over to an earlier output */
             if (p->returns[q] == v)
                 a = outputs[q];
-        if ((e = sm_array_create(a->dtype, &a->shape, &outputs[r], msg, sizeof msg)))
+        if ((e = sm_array_create_in(pool, a->dtype, &a->shape, 1, &outputs[r], msg, sizeof msg)))
             goto fail;
         if (a->nbytes)
             memcpy(outputs[r]->data, a->data, (size_t)a->nbytes);
@@ -224,7 +225,8 @@ done:
 }
 
 sm_err sm_exec_run(const sm_program *p, int mesh_pos, const sm_comm *comm, void *comm_ctx,
-                   sm_array *const *inputs, sm_array **outputs, char *err, size_t errlen)
+                   sm_array_pool *pool, sm_array *const *inputs, sm_array **outputs, char *err,
+                   size_t errlen)
 {
     sm_exec_plan *plan;
     sm_err e = sm_exec_plan_create(p, &plan, err, errlen);
@@ -235,7 +237,7 @@ sm_err sm_exec_run(const sm_program *p, int mesh_pos, const sm_comm *comm, void 
             comm->abort(comm_ctx, err);
         return e;
     }
-    e = sm_exec_run_plan(plan, mesh_pos, comm, comm_ctx, inputs, outputs, err, errlen);
+    e = sm_exec_run_plan(plan, mesh_pos, comm, comm_ctx, pool, inputs, outputs, err, errlen);
     sm_exec_plan_free(plan);
     return e;
 }

@@ -37,14 +37,19 @@ void sm_exec_plan_free(sm_exec_plan *plan);
  * parameter with the parameter's dtype and block shape (borrowed; checked:
  * SM_EINVAL naming the parameter). outputs: p->nreturns slots receiving new
  * arrays owned by the caller (sm_array_free); all NULL on failure.
- * comm/comm_ctx: the job's collectives (borrowed). Thread-safe for distinct
- * output arrays; the program and plan are only read. */
+ * comm/comm_ctx: the job's collectives (borrowed). pool (borrowed; NULL:
+ * none): where every value, output and scratch buffer of the run comes
+ * from, so they count against its limit (a value past it fails the op
+ * with SM_ENOMEM saying so); the outputs record it. Thread-safe for
+ * distinct output arrays; the program and plan are only read. */
 sm_err sm_exec_run_plan(const sm_exec_plan *plan, int mesh_pos, const sm_comm *comm, void *comm_ctx,
-                        sm_array *const *inputs, sm_array **outputs, char *err, size_t errlen);
+                        sm_array_pool *pool, sm_array *const *inputs, sm_array **outputs, char *err,
+                        size_t errlen);
 
 /* sm_exec_run_plan with a plan built for this call. */
 sm_err sm_exec_run(const sm_program *p, int mesh_pos, const sm_comm *comm, void *comm_ctx,
-                   sm_array *const *inputs, sm_array **outputs, char *err, size_t errlen);
+                   sm_array_pool *pool, sm_array *const *inputs, sm_array **outputs, char *err,
+                   size_t errlen);
 
 /* 0 if the text form starts with the directive comment `# check_vma: false`
  * (optionally after other leading comment lines), else 1: the replication

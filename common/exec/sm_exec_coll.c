@@ -81,6 +81,7 @@ static sm_shape sm_exec_front_perm(const sm_shape *s, int d, int *perm)
 
 /* The buffers of an exchange of rank-ordered chunks. */
 typedef struct {
+    sm_array_pool *pool;
     void *front, *recv;
     size_t nfront, nrecv;
 } sm_exec_staged;
@@ -89,18 +90,20 @@ typedef struct {
  * gets in with dimension d moved to the front (by perm, shape *ts), and
  * st->recv rbytes for the result. The caller calls sm_exec_unstage, also on
  * failure. */
-static sm_err sm_exec_stage(const sm_ir_op *op, const sm_array *in, int d, int64_t rbytes,
-                            int *perm, sm_shape *ts, sm_exec_staged *st, char *err, size_t errlen)
+static sm_err sm_exec_stage(sm_array_pool *pool, const sm_ir_op *op, const sm_array *in, int d,
+                            int64_t rbytes, int *perm, sm_shape *ts, sm_exec_staged *st, char *err,
+                            size_t errlen)
 {
     char what[64];
     sm_err e;
     memset(st, 0, sizeof *st);
+    st->pool = pool;
     *ts = sm_exec_front_perm(&in->shape, d, perm);
     snprintf(what, sizeof what, "the buffers of %s", sm_op_name(op->kind));
-    if ((e = sm_array_scratch((size_t)in->nbytes, what, &st->front, err, errlen)))
+    if ((e = sm_array_scratch(pool, (size_t)in->nbytes, what, &st->front, err, errlen)))
         return e;
     st->nfront = (size_t)in->nbytes;
-    if ((e = sm_array_scratch((size_t)rbytes, what, &st->recv, err, errlen)))
+    if ((e = sm_array_scratch(pool, (size_t)rbytes, what, &st->recv, err, errlen)))
         return e;
     st->nrecv = (size_t)rbytes;
     return sm_exec_permute_axes(in->dtype, in->data, &in->shape, perm, st->front, err, errlen);
@@ -109,9 +112,9 @@ static sm_err sm_exec_stage(const sm_ir_op *op, const sm_array *in, int d, int64
 static void sm_exec_unstage(sm_exec_staged *st)
 {
     if (st->front)
-        sm_array_data_free(st->front, st->nfront);
+        sm_array_data_free(st->pool, st->front, st->nfront);
     if (st->recv)
-        sm_array_data_free(st->recv, st->nrecv);
+        sm_array_data_free(st->pool, st->recv, st->nrecv);
 }
 
 static sm_err sm_exec_preduce(sm_exec_ctx *x, const sm_ir_op *op, const sm_comm_group *g,
@@ -134,7 +137,7 @@ static sm_err sm_exec_preduce(sm_exec_ctx *x, const sm_ir_op *op, const sm_comm_
     void *tmp = NULL, *dst = out->data;
     size_t ntmp = (size_t)n * sm_dtype_size(t);
     if (t != out->dtype) { /* pmean of integers: sum in the input dtype, then f32 */
-        if ((e = sm_array_scratch(ntmp, "the sum of pmean", &tmp, err, errlen))) {
+        if ((e = sm_array_scratch(x->pool, ntmp, "the sum of pmean", &tmp, err, errlen))) {
             free(conv);
             return e;
         }
@@ -144,7 +147,7 @@ static sm_err sm_exec_preduce(sm_exec_ctx *x, const sm_ir_op *op, const sm_comm_
     if (!e && tmp)
         e = sm_kern_astype(t, tmp, out->dtype, out->data, n, err, errlen);
     if (tmp)
-        sm_array_data_free(tmp, ntmp);
+        sm_array_data_free(x->pool, tmp, ntmp);
     free(conv);
     if (e || op->kind != SM_OP_PMEAN)
         return e;
@@ -182,7 +185,8 @@ static sm_err sm_exec_all_gather(sm_exec_ctx *x, const sm_ir_op *op, const sm_co
     if (gs.rank > SM_MAX_RANK)
         return sm_fail(err, errlen, SM_EUNSUPPORTED, "all_gather of a rank-%d operand", xs->rank);
     void *tmp;
-    if ((e = sm_array_scratch((size_t)out->nbytes, "the buffer of all_gather", &tmp, err, errlen)))
+    if ((e = sm_array_scratch(x->pool, (size_t)out->nbytes, "the buffer of all_gather", &tmp, err,
+                              errlen)))
         return e;
     e = x->comm->all_gather(x->cctx, g, seq, in[0]->data, tmp, in[0]->nbytes, err, errlen);
     int perm[SM_MAX_RANK];
@@ -190,7 +194,7 @@ static sm_err sm_exec_all_gather(sm_exec_ctx *x, const sm_ir_op *op, const sm_co
         perm[d] = d == a ? 0 : 1 + k++;
     if (!e)
         e = sm_exec_permute_axes(out->dtype, tmp, &gs, perm, out->data, err, errlen);
-    sm_array_data_free(tmp, (size_t)out->nbytes);
+    sm_array_data_free(x->pool, tmp, (size_t)out->nbytes);
     return e;
 }
 
@@ -209,8 +213,8 @@ static sm_err sm_exec_psum_scatter(sm_exec_ctx *x, const sm_ir_op *op, const sm_
     int perm[SM_MAX_RANK];
     sm_shape ts;
     sm_exec_staged st = {0};
-    if ((e = sm_exec_stage(op, in[0], d, chunk * (int64_t)sm_dtype_size(out->dtype), perm, &ts, &st,
-                           err, errlen)))
+    if ((e = sm_exec_stage(x->pool, op, in[0], d, chunk * (int64_t)sm_dtype_size(out->dtype), perm,
+                           &ts, &st, err, errlen)))
         goto done;
     void *t = st.front, *r = st.recv;
     void *dst = op->attrs.tiled ? r : out->data; /* untiled: [others...] is the result */
@@ -246,7 +250,7 @@ static sm_err sm_exec_all_to_all(sm_exec_ctx *x, const sm_ir_op *op, const sm_co
         return x->comm->all_to_all(x->cctx, g, seq, in[0]->data, out->data, in[0]->nbytes / n, err,
                                    errlen);
     /* [x_sa, others...]: chunk j (x_sa/n rows) goes to rank j */
-    if ((e = sm_exec_stage(op, in[0], sa, in[0]->nbytes, perm, &ts, &st, err, errlen)))
+    if ((e = sm_exec_stage(x->pool, op, in[0], sa, in[0]->nbytes, perm, &ts, &st, err, errlen)))
         goto done;
     void *send = st.front, *recv = st.recv;
     if ((e = x->comm->all_to_all(x->cctx, g, seq, send, recv, in[0]->nbytes / n, err, errlen)))

@@ -12,8 +12,9 @@ typedef struct {
     int pos; /* mesh position */
     const sm_comm *comm;
     void *cctx;
-    uint64_t seq; /* collectives issued so far */
-    int *members; /* scratch: room for p->mesh.ndevices positions */
+    sm_array_pool *pool; /* values and scratch come from it (NULL: none) */
+    uint64_t seq;        /* collectives issued so far */
+    int *members;        /* scratch: room for p->mesh.ndevices positions */
 } sm_exec_ctx;
 
 /* A handler fills out (already allocated with the dtype and block shape of

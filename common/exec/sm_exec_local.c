@@ -24,8 +24,8 @@ typedef struct {
 static void *sm_exec_dev_main(void *arg)
 {
     sm_exec_dev *d = arg;
-    d->e = sm_exec_run_plan(d->plan, d->pos, &sm_comm_local_ops, d->comm, d->in, d->out, d->err,
-                            sizeof d->err);
+    d->e = sm_exec_run_plan(d->plan, d->pos, &sm_comm_local_ops, d->comm, NULL, d->in, d->out,
+                            d->err, sizeof d->err);
     return NULL;
 }
 

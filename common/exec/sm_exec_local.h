@@ -26,8 +26,10 @@ typedef struct {
 /* Runs verified program p on global inputs (one per parameter, with its
  * dtype and global shape; borrowed). outputs: p->nreturns slots that
  * receive new global arrays owned by the caller (sm_array_free), all NULL
- * on failure. opts may be NULL. Thread-safe for distinct outputs (but it
- * sets OpenBLAS's thread count for the whole process). */
+ * on failure. Every block and output is allocated without a pool (no
+ * cache, no limit: sm_array_create). opts may be NULL. Thread-safe for
+ * distinct outputs (but it sets OpenBLAS's thread count for the whole
+ * process). */
 sm_err sm_exec_local_run(const sm_program *p, sm_array *const *inputs, sm_array **outputs,
                          const sm_exec_local_opts *opts, char *err, size_t errlen);
 

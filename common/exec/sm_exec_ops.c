@@ -408,8 +408,8 @@ sm_err sm_exec_roll(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_
         return sm_exec_reshape(x, op, in, out, err, errlen);
     void *tmp = NULL;
     sm_err e = SM_OK;
-    if (ax->n > 1 &&
-        (e = sm_array_scratch((size_t)out->nbytes, "the buffer of roll", &tmp, err, errlen)))
+    if (ax->n > 1 && (e = sm_array_scratch(x->pool, (size_t)out->nbytes, "the buffer of roll", &tmp,
+                                           err, errlen)))
         return e;
     const void *src = in[0]->data;
     /* Alternate between out and tmp so the last roll lands in out. */
@@ -421,6 +421,6 @@ sm_err sm_exec_roll(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_
         src = dst;
     }
     if (tmp)
-        sm_array_data_free(tmp, (size_t)out->nbytes);
+        sm_array_data_free(x->pool, tmp, (size_t)out->nbytes);
     return e;
 }

@@ -44,7 +44,7 @@ static void sm_rendezvous_slot_free(sm_rendezvous_slot *s)
         free(s->in);
         free(s->out);
         if (s->scratch)
-            sm_array_data_free(s->scratch, s->scratch_len);
+            sm_array_data_free(s->scratch_pool, s->scratch, s->scratch_len);
         free(s);
     }
 }

@@ -25,6 +25,7 @@
 
 #include <time.h>
 
+#include "sm_array.h"
 #include "sm_comm.h"
 
 /* What a member joins with. g is borrowed for the call. */
@@ -43,9 +44,10 @@ typedef struct sm_rendezvous_slot {
     const void **in;    /* per index; a NULL input reads as a non-NULL dummy */
     void **out;         /* per index */
     const void *shared; /* set by sm_rendezvous_publish */
-    void *scratch;      /* a member's sm_array_scratch of scratch_len bytes, freed
-                         * with the slot */
+    void *scratch;      /* a member's sm_array_scratch of scratch_len bytes from
+                         * scratch_pool, freed with the slot */
     size_t scratch_len;
+    sm_array_pool *scratch_pool; /* borrowed; NULL: none */
     struct sm_rendezvous_slot *next;
     uint64_t seq;
     int leader, size, kind;
