@@ -105,26 +105,21 @@ static int rm_rf(const char *path)
 int main(int argc, char **argv)
 {
     int mib = 1024, runs = 3;
-    const char *binarg = NULL, *dirarg = NULL;
-    const bench_opt opts[] = {BENCH_OPT_INT("mib", 'm', &mib), BENCH_OPT_INT("runs", 'r', &runs),
-                              BENCH_OPT_STR("dir", 'd', &dirarg),
-                              BENCH_OPT_STR("coordinator", 'c', &binarg)};
-    int parsed =
-        bench_options(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
-                      "usage: bench_ckpt [--mib N] [--runs N] [--dir DIR] [--coordinator PATH]\n"
-                      "Save and load of an N MiB array (default 1024) on 2 workers x 4 devices "
-                      "against a dd-style sequential write (fsynced) and read (page cache "
-                      "dropped) of the same bytes in DIR (default a new directory under /tmp), "
-                      "medians of N runs (default 3).\n");
+    const char *dirarg = NULL;
+    char bin[PATH_MAX], err[PATH_MAX + 256], base[PATH_MAX], ck[PATH_MAX + 32], ddf[PATH_MAX + 32];
+    const bench_opt opts[] = {BENCH_OPT_RANGE("mib", 'm', &mib, 8, 65536),
+                              BENCH_OPT_RANGE("runs", 'r', &runs, 1, 50),
+                              BENCH_OPT_STR("dir", 'd', &dirarg)};
+    int parsed = bench_options_cluster(
+        argc, argv, opts, BENCH_NOPTS(opts),
+        "usage: bench_ckpt [--mib N] [--runs N] [--dir DIR] [--coordinator PATH]\n"
+        "Save and load of an N MiB array (default 1024) on 2 workers x 4 devices "
+        "against a dd-style sequential write (fsynced) and read (page cache "
+        "dropped) of the same bytes in DIR (default a new directory under /tmp), "
+        "medians of N runs (default 3).\n",
+        bin, sizeof bin);
     if (parsed >= 0)
         return parsed;
-    if (mib < 8 || mib > 65536)
-        mib = 1024;
-    if (runs < 1 || runs > 50)
-        runs = 3;
-    char bin[PATH_MAX], err[PATH_MAX + 256], base[PATH_MAX], ck[PATH_MAX + 32], ddf[PATH_MAX + 32];
-    if (bench_coordinator_path(binarg, bin, sizeof bin))
-        return 1;
     snprintf(base, sizeof base, "%s/shmap-bench-ckpt-XXXXXX", dirarg ? dirarg : "/tmp");
     if (!mkdtemp(base)) {
         perror("bench_ckpt: mkdtemp");

@@ -487,7 +487,7 @@ int main(int argc, char **argv)
              "psum, all_gather, psum_scatter, all_to_all and ppermute (default: all),\n"
              "transports grpc and shm (default: both).\n",
              BC_MAX_RUN);
-    int parsed = bench_options(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), usage);
+    int parsed = bench_options(argc, argv, opts, BENCH_NOPTS(opts), usage);
     if (parsed >= 0)
         return parsed;
     if (tr_arg)

@@ -29,25 +29,18 @@ static const char dispatch_program[] = "mesh i=8\n"
 int main(int argc, char **argv)
 {
     int runs = 200, warmup = 20;
-    const char *binarg = NULL;
-    const bench_opt opts[] = {BENCH_OPT_INT("runs", 'r', &runs),
-                              BENCH_OPT_INT("warmup", 'w', &warmup),
-                              BENCH_OPT_STR("coordinator", 'c', &binarg)};
-    int parsed = bench_options(
-        argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
+    char bin[PATH_MAX], err[1024];
+    const bench_opt opts[] = {BENCH_OPT_RANGE("runs", 'r', &runs, 1, DISPATCH_MAX_RUNS),
+                              BENCH_OPT_RANGE("warmup", 'w', &warmup, 0, DISPATCH_MAX_RUNS)};
+    int parsed = bench_options_cluster(
+        argc, argv, opts, BENCH_NOPTS(opts),
         "usage: bench_dispatch [--runs N] [--warmup W] [--coordinator PATH]\n"
         "Round trip of an empty shard_map job (return x, 8 devices on 2 workers x 4)\n"
         "with sm_job_run, and with sm_job_submit + sm_job_wait, vs a plain unary RPC\n"
-        "(sm_client_devices), same run. N defaults to 200, W to 20.\n");
+        "(sm_client_devices), same run. N defaults to 200, W to 20.\n",
+        bin, sizeof bin);
     if (parsed >= 0)
         return parsed;
-    if (runs < 1 || runs > DISPATCH_MAX_RUNS)
-        runs = 200;
-    if (warmup < 0 || warmup > DISPATCH_MAX_RUNS)
-        warmup = 20;
-    char bin[PATH_MAX], err[1024];
-    if (bench_coordinator_path(binarg, bin, sizeof bin))
-        return 1;
     double *rpc = calloc((size_t)runs, sizeof *rpc), *job = calloc((size_t)runs, sizeof *job);
     double *svc = calloc((size_t)runs, sizeof *svc); /* service side: queued + run */
     double *two = calloc((size_t)runs, sizeof *two); /* submit, then wait */

@@ -27,41 +27,26 @@
 int main(int argc, char **argv)
 {
     sm_kern_coretype_setup(argc, argv);
-    int n = 4096, runs = 5;
-    const char *binarg = NULL;
-    const bench_opt opts[] = {BENCH_OPT_INT("n", 'n', &n), BENCH_OPT_INT("runs", 'r', &runs),
-                              BENCH_OPT_STR("coordinator", 'c', &binarg)};
-    int parsed = bench_options(
-        argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
+    int n, runs;
+    char bin[PATH_MAX];
+    int parsed = bench_product_options(
+        argc, argv, "bench_jit",
         "usage: bench_jit [--n N] [--runs R] [--coordinator PATH]\n"
         "einsum('bd,df->bf', f32[N@X,N@Y], f32[N@Y,N], out_sharding=P('X','Y')) as a\n"
         "jit job on mesh (2,2) over 2 workers x 2 devices, vs the same product written\n"
-        "by hand as a shard_map job, same run. N defaults to 4096, R to 5.\n");
+        "by hand as a shard_map job, same run. N defaults to 4096, R to 5.\n",
+        BENCH_MAX_RUNS, &n, &runs, bin, sizeof bin);
     if (parsed >= 0)
         return parsed;
-    if (runs < 1 || runs > BENCH_MAX_RUNS)
-        runs = 5;
-    if (n < 4 || n % 4 || n > 16384) {
-        fprintf(stderr, "bench_jit: --n must be a multiple of 4 in 4..16384\n");
-        return 2;
-    }
 #if BENCH_HAVE_JOBS
-    char bin[PATH_MAX], err[1024];
-    if (bench_coordinator_path(binarg, bin, sizeof bin))
-        return 1;
+    char err[1024];
     size_t elems = (size_t)n * (size_t)n, bytes = elems * sizeof(float);
     float *a = aligned_alloc(64, bytes), *b = aligned_alloc(64, bytes);
     if (!a || !b) {
         fprintf(stderr, "bench_jit: out of memory\n");
         return 1;
     }
-    uint64_t s = 0x9e3779b97f4a7c15ull;
-    for (size_t k = 0; k < elems; k++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        a[k] = (float)((double)(s >> 40) / (double)(1 << 24) * 2.0 - 1.0);
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        b[k] = (float)((double)(s >> 40) / (double)(1 << 24) * 2.0 - 1.0);
-    }
+    bench_fill_ab(a, b, elems);
     char text[2][1024];
     snprintf(text[0], sizeof text[0],
              "mesh X=2 Y=2\n"
@@ -160,7 +145,6 @@ done:
     free(b);
     return rc;
 #else
-    (void)binarg;
     printf("jobs not available in this build: nothing to measure\n");
     return 0;
 #endif

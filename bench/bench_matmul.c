@@ -136,27 +136,17 @@ static int mm_run(sm_client *cli, mm_state *st, int n, const float *c, int check
 int main(int argc, char **argv)
 {
     sm_kern_coretype_setup(argc, argv);
-    int n = 4096, runs = 5;
-    const char *binarg = NULL;
-    const bench_opt opts[] = {BENCH_OPT_INT("n", 'n', &n), BENCH_OPT_INT("runs", 'r', &runs),
-                              BENCH_OPT_STR("coordinator", 'c', &binarg)};
-    int parsed =
-        bench_options(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
-                      "usage: bench_matmul [--n N] [--runs R] [--coordinator PATH]\n"
-                      "N x N f32 matmul as a shard_map job on 2 workers x 2 devices, meshes (4,)\n"
-                      "and (2,2), vs single-process OpenBLAS sgemm on 2 threads, same run.\n"
-                      "N defaults to 4096 (a multiple of 4), R to 5.\n");
+    int n, runs;
+    char bin[PATH_MAX];
+    int parsed = bench_product_options(
+        argc, argv, "bench_matmul",
+        "usage: bench_matmul [--n N] [--runs R] [--coordinator PATH]\n"
+        "N x N f32 matmul as a shard_map job on 2 workers x 2 devices, meshes (4,)\n"
+        "and (2,2), vs single-process OpenBLAS sgemm on 2 threads, same run.\n"
+        "N defaults to 4096 (a multiple of 4), R to 5.\n",
+        BENCH_MAX_RUNS, &n, &runs, bin, sizeof bin);
     if (parsed >= 0)
         return parsed;
-    if (runs < 1 || runs > BENCH_MAX_RUNS)
-        runs = 5;
-    if (n < 4 || n % 4 || n > 16384) {
-        fprintf(stderr, "bench_matmul: --n must be a multiple of 4 in 4..16384\n");
-        return 2;
-    }
-    char bin[PATH_MAX];
-    if (bench_coordinator_path(binarg, bin, sizeof bin))
-        return 1;
 
     size_t elems = (size_t)n * (size_t)n, bytes = elems * sizeof(float);
     float *a = aligned_alloc(64, bytes), *b = aligned_alloc(64, bytes),
@@ -165,13 +155,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_matmul: out of memory\n");
         return 1;
     }
-    uint64_t s = 0x9e3779b97f4a7c15ull;
-    for (size_t k = 0; k < elems; k++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        a[k] = (float)((double)(s >> 40) / (double)(1 << 24) * 2.0 - 1.0);
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        b[k] = (float)((double)(s >> 40) / (double)(1 << 24) * 2.0 - 1.0);
-    }
+    bench_fill_ab(a, b, elems);
     double flop = 2.0 * (double)n * (double)n * (double)n;
 
     openblas_set_num_threads(2);

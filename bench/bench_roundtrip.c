@@ -21,7 +21,7 @@ int main(int argc, char **argv)
                               BENCH_OPT_INT("mib", 'm', &mib), BENCH_OPT_INT("devices", 'd', &ndev),
                               BENCH_OPT_INT("runs", 'r', &runs)};
     int parsed = bench_options(
-        argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
+        argc, argv, opts, BENCH_NOPTS(opts),
         "usage: bench_roundtrip --target HOST:PORT [--mib N] [--devices D] [--runs R]\n"
         "Seconds of R round trips (put + get into a reused buffer) of an N MiB f32\n"
         "array sharded P('i') over mesh (D,), one per line.\n");

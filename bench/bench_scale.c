@@ -182,19 +182,19 @@ static int scale_measure(const char *bin, int w, int d, int mib, int runs, int d
 int main(int argc, char **argv)
 {
     int workers[SCALE_MAX_WORKERS] = {1, 2, 4, 8}, nw = 4, d = 4, mib = 16, runs = 3, druns = 100;
-    const char *binarg = NULL, *wlist = NULL;
+    const char *wlist = NULL;
+    char bin[PATH_MAX];
     const bench_opt opts[] = {BENCH_OPT_STR("workers", 'w', &wlist),
                               BENCH_OPT_INT("devices-per-worker", 'd', &d),
-                              BENCH_OPT_INT("mib", 'm', &mib),
-                              BENCH_OPT_INT("runs", 'r', &runs),
-                              BENCH_OPT_INT("dispatch-runs", 'D', &druns),
-                              BENCH_OPT_STR("coordinator", 'c', &binarg)};
-    int parsed = bench_options(
-        argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
+                              BENCH_OPT_INT("mib", 'm', &mib), BENCH_OPT_INT("runs", 'r', &runs),
+                              BENCH_OPT_INT("dispatch-runs", 'D', &druns)};
+    int parsed = bench_options_cluster(
+        argc, argv, opts, BENCH_NOPTS(opts),
         "usage: bench_scale [--workers 1,2,4,8] [--devices-per-worker 4] [--mib 16]\n"
         "                   [--runs 3] [--dispatch-runs 100] [--coordinator PATH]\n"
         "How an empty job's round trip (vs a plain RPC) and a psum of MIB per device\n"
-        "grow with the number of local workers (each with the given devices).\n");
+        "grow with the number of local workers (each with the given devices).\n",
+        bin, sizeof bin);
     if (parsed >= 0)
         return parsed;
     if (wlist) {
@@ -214,9 +214,7 @@ int main(int argc, char **argv)
         return 2;
     }
 #if BENCH_HAVE_JOBS
-    char bin[PATH_MAX], err[1024];
-    if (bench_coordinator_path(binarg, bin, sizeof bin))
-        return 1;
+    char err[1024];
     printf("bench_scale: %d devices per worker, psum of %d MiB per device, medians of %d psum "
            "runs and %d dispatch runs\n\n",
            d, mib, runs, druns);
@@ -244,7 +242,6 @@ int main(int argc, char **argv)
     }
     return 0;
 #else
-    (void)binarg;
     (void)workers;
     printf("bench_scale: jobs not available in this build\n");
     return 0;

@@ -190,27 +190,21 @@ static int measure(const char *bin, const char *dir, int runs, int uploads, stat
 int main(int argc, char **argv)
 {
     int runs = 200, uploads = 30;
-    const char *binarg = NULL;
-    const bench_opt opts[] = {BENCH_OPT_INT("runs", 'r', &runs),
-                              BENCH_OPT_INT("upload-runs", 'u', &uploads),
-                              BENCH_OPT_STR("coordinator", 'c', &binarg)};
-    int parsed = bench_options(
-        argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
+    char bin[PATH_MAX];
+    const bench_opt opts[] = {BENCH_OPT_RANGE("runs", 'r', &runs, 10, STATE_MAX_RUNS),
+                              BENCH_OPT_RANGE("upload-runs", 'u', &uploads, 1, 100)};
+    int parsed = bench_options_cluster(
+        argc, argv, opts, BENCH_NOPTS(opts),
         "usage: bench_state [--runs N] [--upload-runs N] [--coordinator PATH]\n"
         "The empty-job round trip (N runs, default 200, with sm_job_run, the dispatch bench's "
         "figure, and with sm_job_submit + sm_job_wait) and the 16 MiB upload (default "
         "30 runs) on 2 workers x 4 devices with state dirs (SHMAP_STATE_DIR) against "
-        "without, same run.\n");
+        "without, same run.\n",
+        bin, sizeof bin);
     if (parsed >= 0)
         return parsed;
-    if (runs < 10 || runs > STATE_MAX_RUNS)
-        runs = 200;
-    if (uploads < 1 || uploads > 100)
-        uploads = 30;
 #if BENCH_HAVE_JOBS
-    char bin[PATH_MAX], err[1024], dir[] = "/tmp/shmap-bench-state-XXXXXX";
-    if (bench_coordinator_path(binarg, bin, sizeof bin))
-        return 1;
+    char err[1024], dir[] = "/tmp/shmap-bench-state-XXXXXX";
     if (!mkdtemp(dir)) {
         perror("bench_state: mkdtemp");
         return 1;
@@ -244,7 +238,6 @@ int main(int argc, char **argv)
                   without.upload_mb, ">= 0.9x", with.upload_mb >= 0.9 * without.upload_mb);
     return 0;
 #else
-    (void)binarg;
     printf("bench_state: jobs not available in this build\n");
     return 0;
 #endif

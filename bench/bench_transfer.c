@@ -131,21 +131,6 @@ static double peak_rss_mib(pid_t pid)
     return kb < 0 ? -1 : kb / 1024.0;
 }
 
-/* Children of pid (the coordinator's local workers). */
-static int children_of(pid_t pid, pid_t *out, int max)
-{
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)pid, (int)pid);
-    FILE *f = fopen(path, "r");
-    int n = 0;
-    if (!f)
-        return 0;
-    while (n < max && fscanf(f, "%d", &out[n]) == 1)
-        n++;
-    fclose(f);
-    return n;
-}
-
 /* One size of the list: *bytes and the f32 shape [bytes / 16 KiB, 4096];
  * 0 for a token that is no size. */
 static int size_of(const char *tok, size_t *bytes, sm_shape *shape)
@@ -231,30 +216,23 @@ int main(int argc, char **argv)
 {
     const char *sizes_arg = "16,256,1024", *shm_sizes = "256,1024";
     int runs = 5, warmup = 1;
-    char binbuf[PATH_MAX];
-    const char *bin = NULL;
+    char bin[PATH_MAX];
     const bench_opt opts[] = {
         BENCH_OPT_STR("sizes", 's', &sizes_arg), BENCH_OPT_STR("shm-sizes", 'm', &shm_sizes),
-        BENCH_OPT_INT("runs", 'r', &runs), BENCH_OPT_INT("warmup", 'w', &warmup),
-        BENCH_OPT_STR("coordinator", 'c', &bin)};
-    int parsed = bench_options(
-        argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
+        BENCH_OPT_RANGE("runs", 'r', &runs, 1, 50), BENCH_OPT_RANGE("warmup", 'w', &warmup, 0, 10)};
+    int parsed = bench_options_cluster(
+        argc, argv, opts, BENCH_NOPTS(opts),
         "usage: bench_transfer [--sizes MiB,MiB,...] [--shm-sizes MiB,...] [--runs N] "
         "[--warmup N] [--coordinator PATH]\n"
-        "Upload/download throughput of shmap vs plain loopback TCP, same run.\n");
+        "Upload/download throughput of shmap vs plain loopback TCP, same run.\n",
+        bin, sizeof bin);
     if (parsed >= 0)
         return parsed;
-    if (runs < 1 || runs > 50)
-        runs = 5;
-    if (warmup < 0 || warmup > 10)
-        warmup = 1;
-    if (bench_coordinator_path(bin, binbuf, sizeof binbuf))
-        return 1;
 
     bench_cluster cl = {0};
     char err[1024];
     sm_client *cli = NULL;
-    if (bench_cluster_start(&cl, binbuf, 2, 4, &cli, err, sizeof err)) {
+    if (bench_cluster_start(&cl, bin, 2, 4, &cli, err, sizeof err)) {
         fprintf(stderr, "bench_transfer: %s\n", err);
         return 1;
     }
@@ -351,7 +329,7 @@ int main(int argc, char **argv)
     /* before the same-host rows: a worker's RSS counts the pages of the
      * clients' segments it maps too */
     pid_t kids[16];
-    int nk = children_of(cl.pid, kids, 16);
+    int nk = bench_children(cl.pid, kids, 16);
     printf("\npeak RSS: coordinator %.0f MiB", peak_rss_mib(cl.pid));
     for (int k = 0; k < nk; k++)
         printf(", worker %d %.0f MiB", k, peak_rss_mib(kids[k]));

@@ -60,8 +60,7 @@ int bench_coordinator_path(const char *arg, char *out, size_t len)
     return 0;
 }
 
-/* Children of pid (the coordinator's local workers). */
-static int bench_children(pid_t pid, pid_t *out, int max)
+int bench_children(pid_t pid, pid_t *out, int max)
 {
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)pid, (int)pid);
@@ -244,6 +243,33 @@ void bench_summary(const char *bench, const char *figure, double value, const ch
     fflush(stdout);
 }
 
+int bench_product_options(int argc, char **argv, const char *bench, const char *usage, int max_runs,
+                          int *n, int *runs, char *bin, size_t binlen)
+{
+    *n = 4096;
+    *runs = 5;
+    const bench_opt opts[] = {BENCH_OPT_INT("n", 'n', n),
+                              BENCH_OPT_RANGE("runs", 'r', runs, 1, max_runs)};
+    int parsed = bench_options_cluster(argc, argv, opts, BENCH_NOPTS(opts), usage, bin, binlen);
+    if (parsed >= 0)
+        return parsed;
+    if (*n >= 4 && *n % 4 == 0 && *n <= 16384)
+        return -1;
+    fprintf(stderr, "%s: --n must be a multiple of 4 in 4..16384\n", bench);
+    return 2;
+}
+
+void bench_fill_ab(float *a, float *b, size_t n)
+{
+    uint64_t s = 0x9e3779b97f4a7c15ull;
+    for (size_t k = 0; k < n; k++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        a[k] = (float)((double)(s >> 40) / (double)(1 << 24) * 2.0 - 1.0);
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        b[k] = (float)((double)(s >> 40) / (double)(1 << 24) * 2.0 - 1.0);
+    }
+}
+
 sm_err bench_program(const char *text, sm_program **out, char *err, size_t errlen)
 {
     sm_err e = sm_program_parse(text, "<bench>", out, err, errlen);
@@ -355,6 +381,9 @@ int bench_options(int argc, char **argv, const bench_opt *opts, int n, const cha
     lo[n + 1] = (struct option){NULL, 0, NULL, 0};
     shorts[k++] = 'h';
     shorts[k] = '\0';
+    int defaults[BENCH_MAX_OPTS];
+    for (int i = 0; i < n; i++)
+        defaults[i] = opts[i].ival ? *opts[i].ival : 0;
     for (int o; (o = getopt_long(argc, argv, shorts, lo, NULL)) != -1;) {
         int i = 0;
         while (i < n && opts[i].letter != o)
@@ -368,5 +397,24 @@ int bench_options(int argc, char **argv, const bench_opt *opts, int n, const cha
         else
             *opts[i].sval = optarg;
     }
+    for (int i = 0; i < n; i++)
+        if (opts[i].ival && opts[i].lo <= opts[i].hi &&
+            (*opts[i].ival < opts[i].lo || *opts[i].ival > opts[i].hi))
+            *opts[i].ival = defaults[i];
     return -1;
+}
+
+int bench_options_cluster(int argc, char **argv, const bench_opt *opts, int n, const char *usage,
+                          char *bin, size_t binlen)
+{
+    bench_opt all[BENCH_MAX_OPTS];
+    const char *arg = NULL;
+    if (n >= BENCH_MAX_OPTS)
+        return 2;
+    memcpy(all, opts, sizeof *opts * (size_t)n);
+    all[n] = (bench_opt)BENCH_OPT_STR("coordinator", 'c', &arg);
+    int parsed = bench_options(argc, argv, all, n + 1, usage);
+    if (parsed >= 0)
+        return parsed;
+    return bench_coordinator_path(arg, bin, binlen) ? 1 : -1;
 }

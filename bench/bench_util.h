@@ -49,6 +49,10 @@ typedef struct {
     int workers;
 } bench_cluster;
 
+/* The children of pid (a coordinator's local workers), at most max, into
+ * out; how many (0 if /proc does not say). */
+int bench_children(pid_t pid, pid_t *out, int max);
+
 /* Starts `bin --listen 127.0.0.1:0 --local-workers W --devices-per-worker D`
  * with a port file in a fresh /tmp directory, and connects a client once
  * all W workers report alive (up to ~15 s). On success *cli is owned by the
@@ -61,26 +65,41 @@ int bench_cluster_start(bench_cluster *c, const char *bin, int workers, int devi
 void bench_cluster_stop(bench_cluster *c);
 
 /* One option of a bench program: --name VALUE or -letter VALUE, into an
- * int (atoi) or a string (the argument itself). */
+ * int (atoi) or a string (the argument itself). An int row made with
+ * BENCH_OPT_RANGE keeps the value it held before parsing (its default) when
+ * the one given lies outside lo..hi. */
 typedef struct {
     const char *name;
     char letter;
     int *ival;
     const char **sval;
+    int lo, hi; /* lo > hi: any value */
 } bench_opt;
 #define BENCH_OPT_INT(name, letter, p)                                                             \
     {                                                                                              \
-        name, letter, p, NULL                                                                      \
+        name, letter, p, NULL, 1, 0                                                                \
+    }
+#define BENCH_OPT_RANGE(name, letter, p, lo, hi)                                                   \
+    {                                                                                              \
+        name, letter, p, NULL, lo, hi                                                              \
     }
 #define BENCH_OPT_STR(name, letter, p)                                                             \
     {                                                                                              \
-        name, letter, NULL, p                                                                      \
+        name, letter, NULL, p, 1, 0                                                                \
     }
-#define BENCH_MAX_OPTS 16
+#define BENCH_NOPTS(opts) ((int)(sizeof(opts) / sizeof(opts)[0]))
+#define BENCH_MAX_OPTS    16
 /* Parses argv by the n opts and -h/--help. Returns -1 to go on, or what
  * main should return: 0 after --help, 2 after an unknown option or a
  * missing value (usage printed to stdout in both cases). */
 int bench_options(int argc, char **argv, const bench_opt *opts, int n, const char *usage);
+/* bench_options for a bench that starts its own cluster: the opts and
+ * --coordinator PATH (-c), and the coordinator to run written into bin
+ * (bench_coordinator_path). Returns -1 to go on, or what main should
+ * return: as bench_options, or 1 when the build tree's coordinator cannot
+ * be found. */
+int bench_options_cluster(int argc, char **argv, const bench_opt *opts, int n, const char *usage,
+                          char *bin, size_t binlen);
 
 /* Times one plain unary RPC (sm_client_devices, answered from the
  * coordinator's registry): the anchor of job round trips. 0 or -1. */
@@ -111,6 +130,15 @@ void bench_job_drop(sm_client *cli, sm_job_info *info);
  * argument) stays. */
 void bench_job_drop_but(sm_client *cli, sm_job_info *info, sm_array_id keep);
 #endif
+
+/* bench_options_cluster for an N x N product bench: --n N (a multiple of
+ * 4 in 4..16384, default 4096; another is an error naming bench) and
+ * --runs R (1..max_runs, default 5) into *n and *runs. */
+int bench_product_options(int argc, char **argv, const char *bench, const char *usage, int max_runs,
+                          int *n, int *runs, char *bin, size_t binlen);
+/* Fills a and b (n floats each) with fixed pseudo-random values in
+ * [-1, 1), the same every run. */
+void bench_fill_ab(float *a, float *b, size_t n);
 
 /* Parses text (a .shmap program) and verifies it with check_vma; *out owned
  * by the caller (sm_program_free). */

@@ -195,6 +195,13 @@ static int to_ref(PyObject *o, sm_array_ref *r)
     return -1;
 }
 
+/* to_ref as a PyArg_ParseTuple converter ("O&"): 1, or 0 with the error
+ * raised. */
+static int ref_arg(PyObject *o, void *r)
+{
+    return to_ref(o, r) ? 0 : 1;
+}
+
 static PyObject *from_index(const sm_index *ix)
 {
     PyObject *t = PyTuple_New(ix->rank);
@@ -233,6 +240,17 @@ static PyObject *from_info(const sm_array_info *a)
         sm_array_state_name(a->state), "error", a->error, "mesh", from_mesh(&a->sharding.mesh),
         "spec", sm_pspec_format(&a->sharding.spec, spec, sizeof spec), "bytes", (long long)a->bytes,
         "shards", shards, "mesh_id", (unsigned long long)a->mesh_id.v, "copies", copies);
+}
+
+/* What a call that answers an sm_array_info returns: the info as a dict
+ * (info freed), or NULL with the call's error e raised. */
+static PyObject *info_reply(sm_err e, const char *err, sm_array_info *info)
+{
+    if (e)
+        return raise_err(e, err);
+    PyObject *res = from_info(info);
+    sm_array_info_free(info);
+    return res;
 }
 
 /* ---- Client ---- */
@@ -402,13 +420,7 @@ static PyObject *Client_put(Client *self, PyObject *args)
     sm_err e;
     Py_BEGIN_ALLOW_THREADS e =
         sm_client_put(self->c, t, &s, buf.buf, &sh, name, &info, err, sizeof err);
-    Py_END_ALLOW_THREADS if (e)
-    {
-        raise_err(e, err);
-        goto out;
-    }
-    res = from_info(&info);
-    sm_array_info_free(&info);
+    Py_END_ALLOW_THREADS res = info_reply(e, err, &info);
 out:
     PyBuffer_Release(&buf);
     return res;
@@ -416,34 +428,27 @@ out:
 
 static PyObject *Client_describe(Client *self, PyObject *args)
 {
-    PyObject *ro;
     sm_array_ref r;
-    if (!Client_ok(self) || !PyArg_ParseTuple(args, "O", &ro) || to_ref(ro, &r))
+    if (!Client_ok(self) || !PyArg_ParseTuple(args, "O&", ref_arg, &r))
         return NULL;
     sm_array_info info;
     char err[ERRLEN];
     sm_err e;
     Py_BEGIN_ALLOW_THREADS e = sm_client_describe(self->c, r, &info, err, sizeof err);
-    Py_END_ALLOW_THREADS if (e) return raise_err(e, err);
-    PyObject *res = from_info(&info);
-    sm_array_info_free(&info);
-    return res;
+    Py_END_ALLOW_THREADS return info_reply(e, err, &info);
 }
 
 /* get_into(ref, buffer): the whole array, written into the caller's buffer. */
 static PyObject *Client_get_into(Client *self, PyObject *args)
 {
-    PyObject *ro;
     Py_buffer buf;
     sm_array_ref r;
-    if (!Client_ok(self) || !PyArg_ParseTuple(args, "Ow*", &ro, &buf))
+    if (!Client_ok(self) || !PyArg_ParseTuple(args, "O&w*", ref_arg, &r, &buf))
         return NULL;
     PyObject *res = NULL;
     sm_array_info info;
     char err[ERRLEN];
     sm_err e;
-    if (to_ref(ro, &r))
-        goto out;
     Py_BEGIN_ALLOW_THREADS e = sm_client_describe(self->c, r, &info, err, sizeof err);
     if (!e) {
         e = sm_client_get_into(self->c, &info, buf.buf, (size_t)buf.len, err, sizeof err);
@@ -472,10 +477,9 @@ static PyObject *array_to_bytes(sm_array *a)
 
 static PyObject *Client_get_shard(Client *self, PyObject *args)
 {
-    PyObject *ro;
     int dev;
     sm_array_ref r;
-    if (!Client_ok(self) || !PyArg_ParseTuple(args, "Oi", &ro, &dev) || to_ref(ro, &r))
+    if (!Client_ok(self) || !PyArg_ParseTuple(args, "O&i", ref_arg, &r, &dev))
         return NULL;
     sm_array *a = NULL;
     char err[ERRLEN];
@@ -504,47 +508,39 @@ static PyObject *Client_list(Client *self, PyObject *unused)
 
 static PyObject *Client_reshard(Client *self, PyObject *args)
 {
-    PyObject *ro, *mo;
+    PyObject *mo;
     const char *spec, *name;
     sm_array_ref r;
     sm_mesh m;
     sm_sharding_ref sh;
-    if (!Client_ok(self) || !PyArg_ParseTuple(args, "OOsz", &ro, &mo, &spec, &name) ||
-        to_ref(ro, &r) || to_sharding(mo, spec, &m, &sh))
+    if (!Client_ok(self) || !PyArg_ParseTuple(args, "O&Osz", ref_arg, &r, &mo, &spec, &name) ||
+        to_sharding(mo, spec, &m, &sh))
         return NULL;
     sm_array_info info;
     char err[ERRLEN];
     sm_err e;
     Py_BEGIN_ALLOW_THREADS e = sm_client_reshard(self->c, r, &sh, name, &info, err, sizeof err);
-    Py_END_ALLOW_THREADS if (e) return raise_err(e, err);
-    PyObject *res = from_info(&info);
-    sm_array_info_free(&info);
-    return res;
+    Py_END_ALLOW_THREADS return info_reply(e, err, &info);
 }
 
 static PyObject *Client_replicate(Client *self, PyObject *args)
 {
-    PyObject *ro;
     int replicas;
     sm_array_ref r;
-    if (!Client_ok(self) || !PyArg_ParseTuple(args, "Oi", &ro, &replicas) || to_ref(ro, &r))
+    if (!Client_ok(self) || !PyArg_ParseTuple(args, "O&i", ref_arg, &r, &replicas))
         return NULL;
     sm_array_info info;
     char err[ERRLEN];
     sm_err e;
     Py_BEGIN_ALLOW_THREADS e = sm_client_replicate(self->c, r, replicas, &info, err, sizeof err);
-    Py_END_ALLOW_THREADS if (e) return raise_err(e, err);
-    PyObject *res = from_info(&info);
-    sm_array_info_free(&info);
-    return res;
+    Py_END_ALLOW_THREADS return info_reply(e, err, &info);
 }
 
 static PyObject *Client_save(Client *self, PyObject *args)
 {
-    PyObject *ro;
     const char *dir;
     sm_array_ref r;
-    if (!Client_ok(self) || !PyArg_ParseTuple(args, "Os", &ro, &dir) || to_ref(ro, &r))
+    if (!Client_ok(self) || !PyArg_ParseTuple(args, "O&s", ref_arg, &r, &dir))
         return NULL;
     char err[ERRLEN];
     int64_t bytes = 0;
@@ -568,17 +564,13 @@ static PyObject *Client_load(Client *self, PyObject *args)
     char err[ERRLEN];
     sm_err e;
     Py_BEGIN_ALLOW_THREADS e = sm_client_load(self->c, dir, &sh, name, &info, err, sizeof err);
-    Py_END_ALLOW_THREADS if (e) return raise_err(e, err);
-    PyObject *res = from_info(&info);
-    sm_array_info_free(&info);
-    return res;
+    Py_END_ALLOW_THREADS return info_reply(e, err, &info);
 }
 
 static PyObject *Client_delete(Client *self, PyObject *args)
 {
-    PyObject *ro;
     sm_array_ref r;
-    if (!Client_ok(self) || !PyArg_ParseTuple(args, "O", &ro) || to_ref(ro, &r))
+    if (!Client_ok(self) || !PyArg_ParseTuple(args, "O&", ref_arg, &r))
         return NULL;
     char err[ERRLEN];
     sm_err e;
@@ -636,13 +628,7 @@ static PyObject *Client_put_shards(Client *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS e =
         sm_client_put_shards(self->c, t, &g, &sh, name, (int)n, devs, (const sm_array *const *)arrs,
                              &info, err, sizeof err);
-    Py_END_ALLOW_THREADS if (e)
-    {
-        raise_err(e, err);
-        goto out;
-    }
-    res = from_info(&info);
-    sm_array_info_free(&info);
+    Py_END_ALLOW_THREADS res = info_reply(e, err, &info);
 out:
     for (Py_ssize_t i = 0; i < n; i++)
         sm_array_free(arrs[i]);
@@ -680,13 +666,7 @@ static PyObject *Client_put_local(Client *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS e =
         sm_client_put_local(self->c, process, local, &sh, name, gshape == Py_None ? NULL : &gs, 0,
                             &info, err, sizeof err);
-    Py_END_ALLOW_THREADS if (e)
-    {
-        raise_err(e, err);
-        goto out;
-    }
-    res = from_info(&info);
-    sm_array_info_free(&info);
+    Py_END_ALLOW_THREADS res = info_reply(e, err, &info);
 out:
     sm_array_free(local);
     PyBuffer_Release(&b);

@@ -159,12 +159,7 @@ static void end_locked(sm_cjobs *j, sm_job *job, sm_job_state state, const char 
         b++;
     j->run_hist[b]++;
     j->run_sum_s += run_s;
-    if (j->ended_tail)
-        j->ended_tail->enext = job;
-    else
-        j->ended_head = job;
-    j->ended_tail = job;
-    j->nended++;
+    sm_cjobs_keep_locked(j, job);
     pthread_cond_broadcast(&j->changed);
     /* Per job: DEBUG for a job that went well, so a stream of small jobs
      * does not pay a log line each (failures stay at INFO). */
@@ -523,6 +518,16 @@ static int ended(const sm_job *job)
 }
 
 /* Waits (mu held) until job ended, the manager stops or wait_ms passed. */
+void sm_cjobs_keep_locked(sm_cjobs *j, sm_job *job)
+{
+    if (j->ended_tail)
+        j->ended_tail->enext = job;
+    else
+        j->ended_head = job;
+    j->ended_tail = job;
+    j->nended++;
+}
+
 static void wait_end_locked(sm_cjobs *j, sm_job *job, uint32_t wait_ms)
 {
     if (!ended(job))
@@ -540,7 +545,7 @@ static sm_err j_wait(void *user, sm_job_id id, uint32_t wait_ms, sm_job_info *ou
     sm_job *job;
     pthread_mutex_lock(&j->mu);
     sm_err e = job_get_locked(j, id, &job, err, errlen);
-    if (!e)
+    if (!e && wait_ms)
         wait_end_locked(j, job, wait_ms > SM_JOBS_MAX_WAIT_MS ? SM_JOBS_MAX_WAIT_MS : wait_ms);
     pthread_mutex_unlock(&j->mu);
     if (e)
@@ -583,16 +588,7 @@ static sm_err j_submit_wait(void *user, sm_svc_submit_req *req, sm_job_info *out
 
 static sm_err j_get(void *user, sm_job_id id, sm_job_info *out, char *err, size_t errlen)
 {
-    sm_cjobs *j = user;
-    sm_job *job;
-    pthread_mutex_lock(&j->mu);
-    sm_err e = job_get_locked(j, id, &job, err, errlen);
-    pthread_mutex_unlock(&j->mu);
-    if (e)
-        return e;
-    e = job_describe(j, job, out, err, errlen);
-    job_put(j, job);
-    return e;
+    return j_wait(user, id, 0, out, err, errlen);
 }
 
 static sm_err j_cancel(void *user, sm_job_id id, sm_job_info *out, char *err, size_t errlen)
@@ -741,14 +737,10 @@ sm_err sm_cjobs_create(sm_coord *coord, const sm_cjobs_config *cfg, sm_cjobs **o
     j->keep_max = cfg->keep_max;
     j->queue_max = cfg->queue_max;
     j->max_ops = cfg->max_ops;
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_mutex_init(&j->mu, NULL);
     pthread_mutex_init(&j->chmu, NULL);
-    pthread_cond_init(&j->changed, &ca);
-    pthread_cond_init(&j->work, &ca);
-    pthread_condattr_destroy(&ca);
+    sm_time_cond_init(&j->changed);
+    sm_time_cond_init(&j->work);
     sm_err e = sm_cjobs_restore(j, err, errlen);
     if (e) {
         sm_cjobs_free(j);

@@ -107,6 +107,17 @@ int sm_cjobs_sharding_same(const sm_sharding *s, const sm_mesh *m, const sm_pspe
     return 1;
 }
 
+/* Sorts order[0..k) (indices into w) by the workers' process index. */
+static void by_process_index(const sm_worker_info *w, int *order, int k)
+{
+    for (int i = 1; i < k; i++)
+        for (int j = i; j > 0 && w[order[j - 1]].process_index > w[order[j]].process_index; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+}
+
 /* Indices of the alive workers of w, sorted by process index, into order. */
 static int alive_order(const sm_worker_info *w, int n, int *order)
 {
@@ -114,12 +125,7 @@ static int alive_order(const sm_worker_info *w, int n, int *order)
     for (int i = 0; i < n; i++)
         if (w[i].alive)
             order[k++] = i;
-    for (int i = 1; i < k; i++)
-        for (int j = i; j > 0 && w[order[j - 1]].process_index > w[order[j]].process_index; j--) {
-            int t = order[j];
-            order[j] = order[j - 1];
-            order[j - 1] = t;
-        }
+    by_process_index(w, order, k);
     return k;
 }
 
@@ -222,12 +228,7 @@ sm_err sm_cjobs_peers(const sm_mesh *m, const sm_worker_info *w, int n, sm_svc_p
     for (int i = 0; i < n; i++)
         if (used[i])
             order[k++] = i;
-    for (int i = 1; i < k; i++)
-        for (int j = i; j > 0 && w[order[j - 1]].process_index > w[order[j]].process_index; j--) {
-            int t = order[j];
-            order[j] = order[j - 1];
-            order[j - 1] = t;
-        }
+    by_process_index(w, order, k);
     for (int i = 0; i < k; i++) {
         const sm_worker_info *x = &w[order[i]];
         sm_svc_peer *p = &pl[np];

@@ -102,6 +102,8 @@ void sm_cjobs_end_locked(sm_cjobs *j, sm_job *job, sm_job_state state, const cha
 /* sm_cjobs_end_locked with no message, for a job whose record the caller
  * saved already (sm_registry_job_done). */
 void sm_cjobs_end_saved_locked(sm_cjobs *j, sm_job *job, sm_job_state state);
+/* Appends the ended job to the kept ones (the newest last); j->mu held. */
+void sm_cjobs_keep_locked(sm_cjobs *j, sm_job *job);
 
 /* Takes back the jobs' records of the coordinator's earlier runs (state
  * dir): ended jobs keep their state and error (not their outputs' details);

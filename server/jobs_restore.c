@@ -44,12 +44,7 @@ sm_err sm_cjobs_restore(sm_cjobs *j, char *err, size_t errlen)
         }
         job->submit_us = job->start_us = job->end_us = now;
         sm_htab_put(&j->table, sm_htab_hash_u64(job->id), job);
-        if (j->ended_tail)
-            j->ended_tail->enext = job;
-        else
-            j->ended_head = job;
-        j->ended_tail = job;
-        j->nended++;
+        sm_cjobs_keep_locked(j, job);
     }
     pthread_mutex_unlock(&j->mu);
     if (n)

@@ -212,7 +212,6 @@ sm_err sm_local_start(const sm_local_opts *o, sm_registry *r, sm_local **out, ch
     sm_local *l = calloc(1, sizeof *l);
     char *owned[LOCAL_NENV] = {NULL};
     char **env = NULL;
-    pthread_condattr_t ca;
     sm_err e = SM_OK;
     *out = NULL;
     if (!l)
@@ -220,10 +219,7 @@ sm_err sm_local_start(const sm_local_opts *o, sm_registry *r, sm_local **out, ch
     l->reg = r;
     l->call_deadline_ms = o->call_deadline_ms;
     pthread_mutex_init(&l->mu, NULL);
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&l->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    sm_time_cond_init(&l->cv);
     l->kids = calloc((size_t)o->nworkers, sizeof *l->kids);
     env = sm_local_env(o, owned);
     if (!l->kids || !env) {

@@ -76,19 +76,14 @@ static const sm_config_row cfg_rows[CFG_COUNT] = {
                     "opens its own arrays, meshes, names and jobs only (another's are "
                     "NOT_FOUND), within its quotas, and no worker port (its transfers go "
                     "through this coordinator). Needs --token."},
-    [CFG_TLS_CERT] = {"tls-cert", 0, SM_CFG_STRING, NULL, "SHMAP_TLS_CERT",
-                      "Serve TLS with this PEM certificate (it must name the host clients and "
-                      "workers dial), also shown to workers as this process's client "
-                      "certificate; with --tls-key and --tls-ca. Unset: plaintext."},
-    [CFG_TLS_KEY] = {"tls-key", 0, SM_CFG_STRING, NULL, "SHMAP_TLS_KEY",
-                     "The PEM private key of --tls-cert (unencrypted)."},
-    [CFG_TLS_CA] = {"tls-ca", 0, SM_CFG_STRING, NULL, "SHMAP_TLS_CA",
-                    "PEM CA certificate that signs the cluster's certificates: workers must "
-                    "present one it signs to register or heartbeat (mutual TLS); clients need "
-                    "only trust it."},
-    [CFG_TLS_SERVER_NAME] = {"tls-server-name", 0, SM_CFG_STRING, NULL, "SHMAP_TLS_SERVER_NAME",
-                             "Name the workers' certificates must carry, instead of the host of "
-                             "each worker's address (one name for a whole cluster)."},
+    [CFG_TLS_CERT] = SM_RPC_TLS_CONFIG_ROWS(
+        "Serve TLS with this PEM certificate (it must name the host clients and workers dial), "
+        "also shown to workers as this process's client certificate; with --tls-key and "
+        "--tls-ca. Unset: plaintext.",
+        "PEM CA certificate that signs the cluster's certificates: workers must present one it "
+        "signs to register or heartbeat (mutual TLS); clients need only trust it.",
+        "Name the workers' certificates must carry, instead of the host of each worker's "
+        "address (one name for a whole cluster)."),
     [CFG_HEARTBEAT] = {"heartbeat-ms", 0, SM_CFG_INT, "500", NULL,
                        "Heartbeat period told to workers, in milliseconds."},
     [CFG_LOST_AFTER] = {"lost-after-ms", 0, SM_CFG_INT, "3000", NULL,
@@ -122,14 +117,8 @@ static const sm_config_row cfg_rows[CFG_COUNT] = {
                                 "Most uploads and downloads (streaming calls) one client "
                                 "connection may have open at once, 1..100000 (a libshmap client "
                                 "opens up to 8); one more is refused RESOURCE_EXHAUSTED."},
-    [CFG_METRICS] = {"metrics-listen", 0, SM_CFG_STRING, NULL, "SHMAP_METRICS_LISTEN",
-                     "serve Prometheus metrics (GET /metrics) on HOST:PORT (port 0: a free one, "
-                     "logged); default: none"},
-    [CFG_LOG_LEVEL] = {"log-level", 0, SM_CFG_STRING, "info", "SHMAP_LOG",
-                       "Log level: error, warn, info or debug."},
-    [CFG_LOG_FORMAT] = {"log-format", 0, SM_CFG_STRING, "text", "SHMAP_LOG_FORMAT",
-                        "Log lines as text or json (one JSON object a line, with the request id "
-                        "that follows a call from client to coordinator to workers)."},
+    [CFG_METRICS] = SM_METRICS_CONFIG_ROW("SHMAP_METRICS_LISTEN"),
+    [CFG_LOG_LEVEL] = SM_LOG_CONFIG_ROWS,
     [CFG_STATE_DIR] = {"state-dir", 0, SM_CFG_STRING, NULL, "SHMAP_STATE_DIR",
                        "Keep the registry (meshes, arrays, workers, jobs' records) in SQLite "
                        "in this directory, so a restarted coordinator gets its arrays back "
@@ -216,29 +205,12 @@ int main(int argc, char **argv)
         check_range(v, CFG_MAX_NAME_LENGTH, 1, SM_NAME_MAX - 1, msg, sizeof msg) ||
         check_range(v, CFG_MAX_CLIENT_STREAMS, 1, 100000, msg, sizeof msg))
         return usage_error(msg);
-    static const char *const levels[] = {"error", "warn", "info", "debug"};
-    int level = -1;
-    for (int k = 0; k < 4; k++)
-        if (!strcmp(v[CFG_LOG_LEVEL].s, levels[k]))
-            level = k;
-    if (level < 0) {
-        snprintf(msg, sizeof msg, "--log-level must be error, warn, info or debug, got '%s'",
-                 v[CFG_LOG_LEVEL].s);
-        return usage_error(msg);
-    }
-    int fmt = sm_log_format_parse(v[CFG_LOG_FORMAT].s);
-    if (fmt < 0) {
-        snprintf(msg, sizeof msg, "--log-format must be text or json, got '%s'",
-                 v[CFG_LOG_FORMAT].s);
-        return usage_error(msg);
-    }
-    sm_log_set_level((sm_log_level)level);
-    sm_log_set_format((sm_log_format)fmt);
+    if (sm_log_configure(v[CFG_LOG_LEVEL].s, v[CFG_LOG_FORMAT].s, err, sizeof err))
+        return usage_error(err);
     setenv("SHMAP_LOG_FORMAT", v[CFG_LOG_FORMAT].s, 1); /* local workers log alike */
     sm_log_set_name("shmap-coordinator");
-    int ntls = !!(v[CFG_TLS_CERT].s && *v[CFG_TLS_CERT].s) +
-               !!(v[CFG_TLS_KEY].s && *v[CFG_TLS_KEY].s) + !!(v[CFG_TLS_CA].s && *v[CFG_TLS_CA].s);
-    if (ntls && ntls < 3)
+    sm_rpc_tls_opts tls_opts;
+    if (sm_rpc_tls_opts_from_config(&v[CFG_TLS_CERT], &tls_opts))
         return usage_error("--tls-cert, --tls-key and --tls-ca go together: the coordinator "
                            "serves with its certificate, shows it to workers and verifies "
                            "theirs with the CA");
@@ -277,8 +249,6 @@ int main(int argc, char **argv)
         SM_INFO("tenants: %d from %s (SIGHUP reads it again)", sm_tenants_count(tenants),
                 v[CFG_TOKENS].s);
     }
-    sm_rpc_tls_opts tls_opts = {v[CFG_TLS_CERT].s, v[CFG_TLS_KEY].s, v[CFG_TLS_CA].s,
-                                v[CFG_TLS_SERVER_NAME].s};
     if ((e = sm_rpc_tls_create(&tls_opts, &tls, err, sizeof err)))
         goto fail;
     if (tls)

@@ -18,10 +18,21 @@ void sm_plan_targets_free(sm_svc_upload_target *t, int n)
     free(t);
 }
 
-/* Appends device to target t (capacity cap entries). */
-static void sm_plan_target_add(sm_svc_upload_target *t, int32_t device)
+/* Appends device to target k of t (*nt targets so far, each with room for
+ * n devices); k == *nt first opens a new target of global and local. -1
+ * when out of memory (t stays the caller's to free). */
+static int sm_plan_target_add(sm_svc_upload_target *t, int *nt, int k, int n,
+                              const sm_index *global, const sm_index *local, int32_t device)
 {
-    t->devices[t->ndevices++] = device;
+    if (k == *nt) {
+        if (!(t[k].devices = calloc((size_t)n, sizeof *t[k].devices)))
+            return -1;
+        t[k].global_index = *global;
+        t[k].local_slice = *local;
+        (*nt)++;
+    }
+    t[k].devices[t[k].ndevices++] = device;
+    return 0;
 }
 
 sm_err sm_plan_targets_create(const sm_device_slice *slices, int n, sm_put_kind kind,
@@ -43,17 +54,10 @@ sm_err sm_plan_targets_create(const sm_device_slice *slices, int n, sm_put_kind 
             for (k = 0; k < nt; k++)
                 if (sm_index_equal(&t[k].global_index, &slices[i].index))
                     break;
-        if (k == nt) {
-            t[nt].devices = calloc((size_t)n, sizeof *t[nt].devices);
-            if (!t[nt].devices) {
-                sm_plan_targets_free(t, nt);
-                return sm_plan_oom(err, errlen);
-            }
-            t[nt].global_index = slices[i].index;
-            t[nt].local_slice = (sm_index){0};
-            nt++;
+        if (sm_plan_target_add(t, &nt, k, n, &slices[i].index, &(sm_index){0}, slices[i].device)) {
+            sm_plan_targets_free(t, nt);
+            return sm_plan_oom(err, errlen);
         }
-        sm_plan_target_add(&t[k], slices[i].device);
     }
     *out = t;
     *n_out = nt;
@@ -76,17 +80,10 @@ sm_err sm_plan_local_targets_create(const sm_local_proc *proc, sm_svc_upload_tar
         for (k = 0; k < nt; k++)
             if (sm_index_equal(&t[k].local_slice, &d->local_slice))
                 break;
-        if (k == nt) {
-            t[nt].devices = calloc((size_t)n, sizeof *t[nt].devices);
-            if (!t[nt].devices) {
-                sm_plan_targets_free(t, nt);
-                return sm_plan_oom(err, errlen);
-            }
-            t[nt].global_index = d->global_index;
-            t[nt].local_slice = d->local_slice;
-            nt++;
+        if (sm_plan_target_add(t, &nt, k, n, &d->global_index, &d->local_slice, d->device)) {
+            sm_plan_targets_free(t, nt);
+            return sm_plan_oom(err, errlen);
         }
-        sm_plan_target_add(&t[k], d->device);
     }
     *out = t;
     *n_out = nt;

@@ -8,6 +8,7 @@
 #include "relay.h"
 #include "sm_log.h"
 #include "sm_time.h"
+#include "sm_tpool.h"
 
 struct sm_reaper {
     sm_registry *reg;
@@ -45,7 +46,6 @@ sm_err sm_reaper_start(sm_registry *r, int64_t lost_after_ms, int period_ms, int
                        sm_reaper **out, char *err, size_t errlen)
 {
     sm_reaper *rp = calloc(1, sizeof *rp);
-    pthread_condattr_t ca;
     *out = NULL;
     if (!rp)
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory starting the reaper");
@@ -54,10 +54,7 @@ sm_err sm_reaper_start(sm_registry *r, int64_t lost_after_ms, int period_ms, int
     rp->period_ms = period_ms > 0 ? period_ms : 100;
     rp->call_deadline_ms = call_deadline_ms;
     pthread_mutex_init(&rp->mu, NULL);
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&rp->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    sm_time_cond_init(&rp->cv);
     if (pthread_create(&rp->th, NULL, sm_reaper_run, rp)) {
         pthread_cond_destroy(&rp->cv);
         pthread_mutex_destroy(&rp->mu);
@@ -72,11 +69,7 @@ void sm_reaper_stop(sm_reaper *rp)
 {
     if (!rp)
         return;
-    pthread_mutex_lock(&rp->mu);
-    rp->stop = 1;
-    pthread_cond_broadcast(&rp->cv);
-    pthread_mutex_unlock(&rp->mu);
-    pthread_join(rp->th, NULL);
+    sm_tpool_thread_stop(&rp->mu, &rp->cv, &rp->stop, rp->th);
     pthread_cond_destroy(&rp->cv);
     pthread_mutex_destroy(&rp->mu);
     free(rp);

@@ -114,59 +114,6 @@ sm_err sm_registry_any_worker(sm_registry *r, sm_reg_target *out, char *err, siz
     return rc;
 }
 
-/* Turns the plan into one part per destination worker; source "devices"
- * of the plan are the manifest's entries. */
-static sm_err sm_reg_load_build(sm_registry *r, const sm_svc_load_req *req,
-                                const sm_ckpt_manifest *m, sm_svc_ckpt_file *files, uint64_t new_id,
-                                const sm_plan_reshard *plan, sm_reg_assemble **out, int *nout,
-                                char *err, size_t errlen)
-{
-    sm_reg_assemble *parts = calloc((size_t)plan->nshards, sizeof *parts);
-    int np = 0;
-    if (!parts)
-        goto oom;
-    for (int j = 0; j < plan->nshards; j++) {
-        const sm_plan_shard *ps = &plan->shards[j];
-        int k;
-        for (k = 0; k < np && parts[k].t.worker_id != ps->worker; k++)
-            ;
-        if (k == np) {
-            sm_reg_target_set(&parts[k].t, sm_reg_worker_by_id(r, ps->worker));
-            parts[k].req.array_id.v = new_id;
-            parts[k].req.dtype = m->dtype;
-            parts[k].req.ckpt_dir = req->dir;
-            parts[k].req.nfiles = m->nshards;
-            parts[k].req.files = files;
-            parts[k].req.shards = calloc((size_t)plan->nshards, sizeof *parts[k].req.shards);
-            np++;
-            if (!parts[k].req.shards)
-                goto oom;
-        }
-        sm_reg_assemble *pa = &parts[k];
-        pa->t.devices[pa->t.ndevices++] = ps->device;
-        sm_svc_assemble_shard *sh = &pa->req.shards[pa->req.nshards++];
-        sh->device = ps->device;
-        sh->shape = ps->shape;
-        sh->pieces = calloc(ps->npieces ? (size_t)ps->npieces : 1, sizeof *sh->pieces);
-        if (!sh->pieces)
-            goto oom;
-        for (int q = 0; q < ps->npieces; q++) {
-            const sm_plan_piece *pp = &ps->pieces[q];
-            sm_svc_piece *sp = &sh->pieces[sh->npieces++];
-            sp->src_address = "";
-            sp->src_file = pp->src_device + 1;
-            sp->src_box = pp->src_box;
-            memcpy(sp->dst_offset, pp->dst_offset, sizeof sp->dst_offset);
-        }
-    }
-    *out = parts;
-    *nout = np;
-    return SM_OK;
-oom:
-    sm_registry_assemble_free(parts, np);
-    return sm_fail(err, errlen, SM_ENOMEM, "out of memory planning a load");
-}
-
 sm_err sm_registry_load_begin(sm_registry *r, const sm_svc_load_req *req, const sm_ckpt_manifest *m,
                               sm_svc_ckpt_file *files, int64_t now_ms, sm_array_id *new_id,
                               sm_reg_assemble **parts, int *nparts, char *err, size_t errlen)
@@ -177,28 +124,18 @@ sm_err sm_registry_load_begin(sm_registry *r, const sm_svc_load_req *req, const 
     sm_reg_array *a = NULL;
     uint32_t *worker = NULL;
     sm_device_slice *src = NULL;
-    sm_plan_owner *src_own = NULL, *dst_own = NULL;
-    sm_plan_reshard plan = {0};
+    sm_plan_owner *src_own = NULL;
     const char *name = req->name ? req->name : "";
     *parts = NULL;
     *nparts = 0;
     pthread_mutex_lock(&r->mu);
-    if (*name && (rc = sm_reg_array_name_check(r, name, err, errlen)))
-        goto out;
-    if (*name && sm_reg_array_find(r, (sm_array_ref){{0}, name}, NULL, 0)) {
-        rc = sm_fail(err, errlen, SM_EEXIST, "an array named '%s' already exists", name);
-        goto out;
-    }
-    rc = sm_reg_sharding_resolve(r, &req->sharding, &s, &rm, err, errlen);
-    if (!rc)
-        rc = sm_pspec_check_reduced(&s.spec, "a load's sharding", err, errlen);
-    if (rc)
+    if ((rc = sm_reg_array_target(r, name, &req->sharding, "a load's sharding", &s, &rm, err,
+                                  errlen)))
         goto out;
     worker = malloc(sizeof *worker * (size_t)s.mesh.ndevices);
     src = calloc((size_t)m->nshards, sizeof *src);
     src_own = malloc(sizeof *src_own * (size_t)m->nshards);
-    dst_own = malloc(sizeof *dst_own * (size_t)s.mesh.ndevices);
-    if (!worker || !src || !src_own || !dst_own) {
+    if (!worker || !src || !src_own) {
         rc = sm_fail(err, errlen, SM_ENOMEM, "out of memory planning a load");
         goto out;
     }
@@ -213,20 +150,10 @@ sm_err sm_registry_load_begin(sm_registry *r, const sm_svc_load_req *req, const 
         src[k].index = m->shards[k].index;
         src_own[k] = (sm_plan_owner){0, 1}; /* every worker reads the files */
     }
-    for (int p = 0; p < a->n; p++)
-        dst_own[p] = (sm_plan_owner){worker[p], 1};
-    rc = sm_plan_reshard_create(src, src_own, m->nshards, a->slices, dst_own, a->n, &plan, err,
-                                errlen);
-    if (!rc)
-        rc = sm_reg_load_build(r, req, m, files, r->next_array, &plan, parts, nparts, err, errlen);
-    if (rc)
+    sm_reg_assemble_src from = {NULL, req->dir, m->nshards, files};
+    if ((rc = sm_reg_assemble_plan(r, &from, src, src_own, m->nshards, a, worker, parts, nparts,
+                                   err, errlen)))
         goto out;
-    if ((rc = sm_reg_array_insert(r, a, err, errlen))) {
-        sm_registry_assemble_free(*parts, *nparts);
-        *parts = NULL;
-        *nparts = 0;
-        goto out;
-    }
     new_id->v = a->id;
     SM_INFO("load of %s into array %llu over %d workers", req->dir, (unsigned long long)a->id,
             *nparts);
@@ -234,10 +161,8 @@ sm_err sm_registry_load_begin(sm_registry *r, const sm_svc_load_req *req, const 
 out:
     pthread_mutex_unlock(&r->mu);
     sm_reg_array_destroy(a);
-    sm_plan_reshard_free(&plan);
     free(worker);
     free(src);
     free(src_own);
-    free(dst_own);
     return rc;
 }

@@ -255,6 +255,39 @@ sm_err sm_reg_array_info(sm_registry *r, const sm_reg_array *a, sm_array_info *i
 sm_err sm_reg_mesh_workers(sm_registry *r, const sm_mesh *m, uint32_t *worker, char *err,
                            size_t errlen);
 
+/* What a reshard or a load asks of its new array (r->mu held): name ("":
+ * none) valid and not taken, and ref resolved into *s on *rm with no
+ * unreduced axes (what names the sharding in that message). */
+sm_err sm_reg_array_target(sm_registry *r, const char *name, const sm_sharding_ref *ref,
+                           const char *what, sm_sharding *s, sm_reg_mesh **rm, char *err,
+                           size_t errlen);
+
+/* Where the pieces of a plan turned into Assembles read from: a reshard's
+ * source array (its slots, on workers: each piece names its worker's
+ * address, or "" for the worker itself), or a load's checkpoint (array
+ * NULL: the files of dir, borrowed by every part). */
+typedef struct {
+    const sm_reg_array *array;
+    const char *dir;
+    int nfiles;
+    sm_svc_ckpt_file *files;
+} sm_reg_assemble_src;
+/* Turns plan into one Assemble per destination worker of the new array
+ * new_id (of dtype): *out (malloc'd, *nout parts, freed with
+ * sm_registry_assemble_free). With r->mu held. SM_ENOMEM changes
+ * nothing. */
+sm_err sm_reg_assemble_build(sm_registry *r, const sm_reg_assemble_src *src, sm_dtype dtype,
+                             uint64_t new_id, const sm_plan_reshard *plan, sm_reg_assemble **out,
+                             int *nout, char *err, size_t errlen);
+/* Plans moving the blocks slices[0..n) (owned as own says) into the
+ * pending array a (device p on worker[p]), turns the plan into Assembles
+ * reading from src and lists a (sm_reg_array_insert), with r->mu held.
+ * SM_OK: a belongs to the registry; else nothing changed. */
+sm_err sm_reg_assemble_plan(sm_registry *r, const sm_reg_assemble_src *src,
+                            const sm_device_slice *slices, const sm_plan_owner *own, int n,
+                            sm_reg_array *a, const uint32_t *worker, sm_reg_assemble **parts,
+                            int *nparts, char *err, size_t errlen);
+
 /* ---- persistence (registry_state.c) ------------------------------------
  * Each call writes one change, with the id counters, in one transaction of
  * its own, or in the enclosing sm_reg_tx_begin / sm_reg_tx_end (nestable)

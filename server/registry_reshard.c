@@ -22,10 +22,23 @@ void sm_registry_assemble_free(sm_reg_assemble *parts, int n)
     free(parts);
 }
 
-/* Turns the plan into one part per destination worker. */
-static sm_err sm_reg_assemble_build(sm_registry *r, const sm_reg_array *src, uint64_t new_id,
-                                    const sm_plan_reshard *plan, sm_reg_assemble **out, int *nout,
-                                    char *err, size_t errlen)
+sm_err sm_reg_array_target(sm_registry *r, const char *name, const sm_sharding_ref *ref,
+                           const char *what, sm_sharding *s, sm_reg_mesh **rm, char *err,
+                           size_t errlen)
+{
+    sm_err rc;
+    if (*name && (rc = sm_reg_array_name_check(r, name, err, errlen)))
+        return rc;
+    if (*name && sm_reg_array_find(r, (sm_array_ref){{0}, name}, NULL, 0))
+        return sm_fail(err, errlen, SM_EEXIST, "an array named '%s' already exists", name);
+    if ((rc = sm_reg_sharding_resolve(r, ref, s, rm, err, errlen)))
+        return rc;
+    return sm_pspec_check_reduced(&s->spec, what, err, errlen);
+}
+
+sm_err sm_reg_assemble_build(sm_registry *r, const sm_reg_assemble_src *src, sm_dtype dtype,
+                             uint64_t new_id, const sm_plan_reshard *plan, sm_reg_assemble **out,
+                             int *nout, char *err, size_t errlen)
 {
     sm_reg_assemble *parts = calloc((size_t)plan->nshards, sizeof *parts);
     int np = 0;
@@ -37,19 +50,25 @@ static sm_err sm_reg_assemble_build(sm_registry *r, const sm_reg_array *src, uin
         for (k = 0; k < np && parts[k].t.worker_id != ps->worker; k++)
             ;
         if (k == np) {
-            sm_reg_worker *w = sm_reg_worker_by_id(r, ps->worker);
-            sm_reg_target_set(&parts[k].t, w);
-            parts[k].req.array_id.v = new_id;
-            parts[k].req.dtype = src->dtype;
-            parts[k].req.shards = calloc((size_t)plan->nshards, sizeof *parts[k].req.shards);
-            int total = 0;
-            for (int q = 0; q < plan->nshards; q++)
-                if (plan->shards[q].worker == ps->worker)
-                    total += plan->shards[q].npieces;
-            parts[k].addrs = calloc(total ? (size_t)total : 1, sizeof *parts[k].addrs);
-            np++;
-            if (!parts[k].req.shards || !parts[k].addrs)
+            sm_reg_assemble *pa = &parts[np++];
+            sm_reg_target_set(&pa->t, sm_reg_worker_by_id(r, ps->worker));
+            pa->req.array_id.v = new_id;
+            pa->req.dtype = dtype;
+            pa->req.shards = calloc((size_t)plan->nshards, sizeof *pa->req.shards);
+            if (!pa->req.shards)
                 goto oom;
+            if (src->array) { /* an address per piece */
+                int total = 0;
+                for (int q = 0; q < plan->nshards; q++)
+                    if (plan->shards[q].worker == ps->worker)
+                        total += plan->shards[q].npieces;
+                if (!(pa->addrs = calloc(total ? (size_t)total : 1, sizeof *pa->addrs)))
+                    goto oom;
+            } else {
+                pa->req.ckpt_dir = src->dir;
+                pa->req.nfiles = src->nfiles;
+                pa->req.files = src->files;
+            }
         }
         sm_reg_assemble *pa = &parts[k];
         pa->t.devices[pa->t.ndevices++] = ps->device;
@@ -65,12 +84,18 @@ static sm_err sm_reg_assemble_build(sm_registry *r, const sm_reg_array *src, uin
         for (int q = 0; q < ps->npieces; q++) {
             const sm_plan_piece *pp = &ps->pieces[q];
             sm_svc_piece *sp = &sh->pieces[sh->npieces++];
-            char *addr = pa->addrs[used + q];
-            if (pp->src_worker != ps->worker)
-                snprintf(addr, SM_ADDR_MAX, "%s", sm_reg_worker_by_id(r, pp->src_worker)->address);
-            sp->src_address = addr;
-            sp->src_array.v = sm_reg_slot_store_id(src, pp->src_pos);
-            sp->src_device = pp->src_device;
+            if (src->array) {
+                char *addr = pa->addrs[used + q];
+                if (pp->src_worker != ps->worker)
+                    snprintf(addr, SM_ADDR_MAX, "%s",
+                             sm_reg_worker_by_id(r, pp->src_worker)->address);
+                sp->src_address = addr;
+                sp->src_array.v = sm_reg_slot_store_id(src->array, pp->src_pos);
+                sp->src_device = pp->src_device;
+            } else {
+                sp->src_address = "";
+                sp->src_file = pp->src_device + 1;
+            }
             sp->src_box = pp->src_box;
             memcpy(sp->dst_offset, pp->dst_offset, sizeof sp->dst_offset);
         }
@@ -80,7 +105,35 @@ static sm_err sm_reg_assemble_build(sm_registry *r, const sm_reg_array *src, uin
     return SM_OK;
 oom:
     sm_registry_assemble_free(parts, np);
-    return sm_fail(err, errlen, SM_ENOMEM, "out of memory planning a reshard");
+    return sm_fail(err, errlen, SM_ENOMEM, "out of memory planning a %s",
+                   src->array ? "reshard" : "load");
+}
+
+sm_err sm_reg_assemble_plan(sm_registry *r, const sm_reg_assemble_src *src,
+                            const sm_device_slice *slices, const sm_plan_owner *own, int n,
+                            sm_reg_array *a, const uint32_t *worker, sm_reg_assemble **parts,
+                            int *nparts, char *err, size_t errlen)
+{
+    sm_plan_reshard plan = {0};
+    sm_plan_owner *dst_own = malloc(sizeof *dst_own * (size_t)(a->n ? a->n : 1));
+    if (!dst_own)
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory planning a %s",
+                       src->array ? "reshard" : "load");
+    for (int p = 0; p < a->n; p++)
+        dst_own[p] = (sm_plan_owner){worker[p], 1};
+    sm_err rc =
+        sm_plan_reshard_create(slices, own, n, a->slices, dst_own, a->n, &plan, err, errlen);
+    if (!rc)
+        rc = sm_reg_assemble_build(r, src, a->dtype, r->next_array, &plan, parts, nparts, err,
+                                   errlen);
+    if (!rc && (rc = sm_reg_array_insert(r, a, err, errlen))) {
+        sm_registry_assemble_free(*parts, *nparts);
+        *parts = NULL;
+        *nparts = 0;
+    }
+    sm_plan_reshard_free(&plan);
+    free(dst_own);
+    return rc;
 }
 
 sm_err sm_registry_reshard_begin(sm_registry *r, const sm_svc_reshard_req *req, int64_t now_ms,
@@ -92,9 +145,8 @@ sm_err sm_registry_reshard_begin(sm_registry *r, const sm_svc_reshard_req *req, 
     sm_reg_mesh *rm;
     sm_reg_array *a = NULL;
     uint32_t *worker = NULL;
-    sm_plan_owner *src_own = NULL, *dst_own = NULL;
+    sm_plan_owner *src_own = NULL;
     sm_device_slice *src_slices = NULL;
-    sm_plan_reshard plan = {0};
     const char *name = req->name ? req->name : "";
     char label[SM_NAME_MAX + 16];
     *parts = NULL;
@@ -111,16 +163,8 @@ sm_err sm_registry_reshard_begin(sm_registry *r, const sm_svc_reshard_req *req, 
                      sm_array_state_name(src->state));
         goto out;
     }
-    if (*name && (rc = sm_reg_array_name_check(r, name, err, errlen)))
-        goto out;
-    if (*name && sm_reg_array_find(r, (sm_array_ref){{0}, name}, NULL, 0)) {
-        rc = sm_fail(err, errlen, SM_EEXIST, "an array named '%s' already exists", name);
-        goto out;
-    }
-    rc = sm_reg_sharding_resolve(r, &req->sharding, &s, &rm, err, errlen);
-    if (!rc)
-        rc = sm_pspec_check_reduced(&s.spec, "a reshard's target", err, errlen);
-    if (rc)
+    if ((rc = sm_reg_array_target(r, name, &req->sharding, "a reshard's target", &s, &rm, err,
+                                  errlen)))
         goto out;
     if (src->sharding.spec.nunreduced) { /* moving blocks would not sum them */
         char sp[300];
@@ -135,8 +179,7 @@ sm_err sm_registry_reshard_begin(sm_registry *r, const sm_svc_reshard_req *req, 
     worker = malloc(sizeof *worker * (size_t)s.mesh.ndevices);
     src_own = malloc(sizeof *src_own * (size_t)nsrc);
     src_slices = malloc(sizeof *src_slices * (size_t)nsrc);
-    dst_own = malloc(sizeof *dst_own * (size_t)s.mesh.ndevices);
-    if (!worker || !src_own || !dst_own || !src_slices) {
+    if (!worker || !src_own || !src_slices) {
         rc = sm_fail(err, errlen, SM_ENOMEM, "out of memory planning a reshard");
         goto out;
     }
@@ -157,22 +200,10 @@ sm_err sm_registry_reshard_begin(sm_registry *r, const sm_svc_reshard_req *req, 
         }
         src_own[p] = (sm_plan_owner){sm_reg_slot_worker(src, p), sm_reg_slot_present(r, src, p)};
     }
-    for (int p = 0; p < a->n; p++)
-        dst_own[p] = (sm_plan_owner){worker[p], 1};
-    rc = sm_plan_reshard_create(src_slices, src_own, nsrc, a->slices, dst_own, a->n, &plan, err,
-                                errlen);
-    if (rc)
+    sm_reg_assemble_src from = {.array = src};
+    if ((rc = sm_reg_assemble_plan(r, &from, src_slices, src_own, nsrc, a, worker, parts, nparts,
+                                   err, errlen)))
         goto out;
-    rc = sm_reg_assemble_build(r, src, r->next_array, &plan, parts, nparts, err, errlen);
-    if (rc)
-        goto out;
-    rc = sm_reg_array_insert(r, a, err, errlen);
-    if (rc) {
-        sm_registry_assemble_free(*parts, *nparts);
-        *parts = NULL;
-        *nparts = 0;
-        goto out;
-    }
     new_id->v = a->id;
     SM_INFO("reshard of %s into array %llu over %d workers", label, (unsigned long long)a->id,
             *nparts);
@@ -180,10 +211,8 @@ sm_err sm_registry_reshard_begin(sm_registry *r, const sm_svc_reshard_req *req, 
 out:
     pthread_mutex_unlock(&r->mu);
     sm_reg_array_destroy(a);
-    sm_plan_reshard_free(&plan);
     free(worker);
     free(src_own);
-    free(dst_own);
     free(src_slices);
     return rc;
 }

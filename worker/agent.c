@@ -9,6 +9,7 @@
 #include "sm_log.h"
 #include "sm_rpc.h"
 #include "sm_time.h"
+#include "sm_tpool.h"
 
 #define AGENT_BACKOFF_MIN_MS 100
 #define AGENT_BACKOFF_MAX_MS 2000
@@ -193,16 +194,12 @@ static void agent_free(sm_agent *a)
 
 sm_err sm_agent_start(const sm_agent_config *cfg, sm_agent **out, char *err, size_t errlen)
 {
-    pthread_condattr_t ca;
     sm_err e;
     sm_agent *a = calloc(1, sizeof *a);
     if (!a)
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory starting the agent");
     pthread_mutex_init(&a->mu, NULL);
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&a->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    sm_time_cond_init(&a->cv);
     a->coordinator = strdup(cfg->coordinator);
     a->token = strdup(cfg->token ? cfg->token : "");
     a->address = strdup(cfg->address);
@@ -236,11 +233,7 @@ void sm_agent_stop(sm_agent *a)
 {
     if (!a)
         return;
-    pthread_mutex_lock(&a->mu);
-    a->stopping = 1;
-    pthread_cond_broadcast(&a->cv);
-    pthread_mutex_unlock(&a->mu);
-    pthread_join(a->thread, NULL);
+    sm_tpool_thread_stop(&a->mu, &a->cv, &a->stopping, a->thread);
     agent_free(a);
 }
 

@@ -578,7 +578,7 @@ static sm_err sm_cg_all_reduce(void *ctx, const sm_comm_group *g, uint64_t seq, 
     }
     int64_t el = (int64_t)sm_dtype_size(t);
     if (sm_cg_shm_use(c, g, L, SM_CG_AR, n * el)) {
-        e = sm_cg_shm_all_reduce(c, g, L, seq, t, op, in, out, n, &s, err, errlen);
+        e = sm_cg_shm_reduce(c, g, L, seq, SM_CG_AR, t, op, in, out, n, &s, err, errlen);
         if (!s) /* else it falls back, joined */
             goto out;
         e = SM_OK;
@@ -651,7 +651,7 @@ static sm_err sm_cg_reduce_scatter(void *ctx, const sm_comm_group *g, uint64_t s
     size_t el = sm_dtype_size(t);
     int64_t cb = n * (int64_t)el, nch = g->size;
     if (sm_cg_shm_use(c, g, L, SM_CG_RS, nch * cb)) {
-        e = sm_cg_shm_reduce_scatter(c, g, L, seq, t, op, in, out, n, &s, err, errlen);
+        e = sm_cg_shm_reduce(c, g, L, seq, SM_CG_RS, t, op, in, out, n, &s, err, errlen);
         if (!s) /* else it falls back, joined */
             goto out;
         e = SM_OK;

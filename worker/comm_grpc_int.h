@@ -90,16 +90,14 @@ void sm_cg_shm_abort(sm_comm_grpc *c, const char *why);
  * every worker of the group shares, so they all decide alike. */
 int sm_cg_shm_use(const sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
                   sm_cg_kind kind, int64_t nbytes);
-sm_err sm_cg_shm_all_reduce(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
-                            uint64_t seq, sm_dtype t, sm_kern_reduce_op op, const void *in,
-                            void *out, int64_t n, sm_rendezvous_slot **fell, char *err,
-                            size_t errlen);
-sm_err sm_cg_shm_reduce_scatter(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
-                                uint64_t seq, sm_dtype t, sm_kern_reduce_op op, const void *in,
-                                void *out, int64_t n, sm_rendezvous_slot **fell, char *err,
-                                size_t errlen);
+/* all_reduce (kind SM_CG_AR: n elements in, n out) or reduce_scatter
+ * (SM_CG_RS: size * n in, n out) of t with op. */
+sm_err sm_cg_shm_reduce(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
+                        uint64_t seq, sm_cg_kind kind, sm_dtype t, sm_kern_reduce_op op,
+                        const void *in, void *out, int64_t n, sm_rendezvous_slot **fell, char *err,
+                        size_t errlen);
 /* all_gather, all_to_all and permute (from: the caller's source rank or
- * -1, to: its destination rank or -1). Each of the three returns
+ * -1, to: its destination rank or -1). It and sm_cg_shm_reduce return
  * SM_ERESOURCE with *fell set to the members' joined slot when the
  * collective falls back to gRPC (a worker of the group lacks room in
  * shared memory, or under its memory limit): every member of every worker

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "sm_checksum.h"
+#include "sm_time.h"
 #include "traffic.h"
 
 /* A destination offered for a blob not yet received (sm_mailbox_expect). */
@@ -104,12 +105,8 @@ sm_err sm_mailbox_create(sm_mailbox_budget *budget, int64_t max_bytes, sm_mailbo
     sm_mailbox *b = calloc(1, sizeof *b);
     if (!b)
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a collective mailbox");
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_mutex_init(&b->mu, NULL);
-    pthread_cond_init(&b->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    sm_time_cond_init(&b->cv);
     b->max_bytes = max_bytes;
     b->pending = max_bytes > 0;
     b->budget = budget;

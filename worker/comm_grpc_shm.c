@@ -748,6 +748,34 @@ static sm_err sm_cg_shm_run(sm_cg_shm_call *x, sm_err (*body)(void *), int64_t a
     return e;
 }
 
+/* sm_cg_shm_phase and sm_cg_shm_region for the call x. */
+static sm_err sm_cg_shm_xphase(sm_cg_shm_call *x, int phase, sm_err failed)
+{
+    return sm_cg_shm_phase(x->c, x->g, x->L, x->s, x->seq, phase, failed, &x->fallback, x->err,
+                           x->errlen);
+}
+
+static sm_err sm_cg_shm_xregion(sm_cg_shm_call *x, int k, size_t used, const char **out)
+{
+    return sm_cg_shm_region(x->c, x->g, x->L, k, x->seq, used, out, x->err, x->errlen);
+}
+
+/* Ends phase 1 of a reduction (failed: this member's outcome so far), then
+ * maps every worker's slot (worker order k holds L->nuw[k] + extra units
+ * of unit bytes: its units' partials first) into x->P, and points x->R[u]
+ * at unit u's partial where another worker (order ks is this one) wrote
+ * it. */
+static sm_err sm_cg_shm_partials(sm_cg_shm_call *x, int ks, size_t unit, int extra, sm_err failed)
+{
+    const sm_cg_layout *L = x->L;
+    sm_err e = sm_cg_shm_xphase(x, 1, failed);
+    for (int k = 0; k < L->nw && !e; k++)
+        e = sm_cg_shm_xregion(x, k, (size_t)(L->nuw[k] + extra) * unit, &x->P[k]);
+    for (int u = 0; u < L->nu && !e; u++)
+        x->R[u] = L->uorder[u] == ks ? NULL : x->P[L->uorder[u]] + (size_t)L->uidx[u] * unit;
+    return e;
+}
+
 /* all_reduce: phase 1, each worker writes the partials of its units
  * (sm_comm_tree_units) of the other workers' parts into its slot, one
  * after the other; phase 2, each worker reduces its own part (split among
@@ -758,23 +786,15 @@ static sm_err sm_cg_shm_run(sm_cg_shm_call *x, sm_err (*body)(void *), int64_t a
 static sm_err sm_cg_shm_ar_body(void *arg)
 {
     sm_cg_shm_call *x = arg;
-    sm_comm_grpc *c = x->c;
-    const sm_comm_group *g = x->g;
     const sm_cg_layout *L = x->L;
     sm_rendezvous_slot *s = x->s;
-    uint64_t seq = x->seq;
     sm_dtype t = x->t;
-    sm_kern_reduce_op op = x->op;
-    const char **P = x->P;
-    char *err = x->err;
-    size_t errlen = x->errlen;
     int64_t n = x->n, el = (int64_t)sm_dtype_size(t);
     size_t sa = ((size_t)(n * el) + 63) & ~(size_t)63; /* a partial, or the result */
-    int nw = L->nw, ks = sm_cg_self_order(c, L);
+    int nw = L->nw, ks = sm_cg_self_order(x->c, L);
     int64_t a = n * ks / nw, b = n * (ks + 1) / nw, m = b - a; /* this worker's part */
     char *mine = NULL;
-    sm_err e = sm_cg_shm_region(c, g, L, ks, seq, (size_t)(L->nuw[ks] + 1) * sa,
-                                (const char **)&mine, err, errlen);
+    sm_err e = sm_cg_shm_xregion(x, ks, (size_t)(L->nuw[ks] + 1) * sa, (const char **)&mine);
     /* phase 1: the partials of the other parts, a slice of each per local member */
     int64_t r = n - m, lo = r * L->li / L->nlocal, hi = r * (L->li + 1) / L->nlocal;
     for (int u = 0; u < L->nu && !e; u++) {
@@ -783,24 +803,20 @@ static sm_err sm_cg_shm_ar_body(void *arg)
         char *p = mine + (size_t)L->uidx[u] * sa;
         const void *const *ins = (const void *const *)s->in;
         int64_t x0 = lo < a ? lo : a, x1 = hi < a ? hi : a;
-        e = sm_cg_unit_reduce(L, ins, u, t, op, x0, x1, p + x0 * el, err, errlen);
+        e = sm_cg_unit_reduce(L, ins, u, t, x->op, x0, x1, p + x0 * el, x->err, x->errlen);
         x0 = (lo > a ? lo : a) + m, x1 = hi + m;
         if (!e && hi > a)
-            e = sm_cg_unit_reduce(L, ins, u, t, op, x0, x1, p + x0 * el, err, errlen);
+            e = sm_cg_unit_reduce(L, ins, u, t, x->op, x0, x1, p + x0 * el, x->err, x->errlen);
     }
-    e = sm_cg_shm_phase(c, g, L, s, seq, 1, e, &x->fallback, err, errlen);
-    for (int k = 0; k < nw && !e; k++)
-        e = sm_cg_shm_region(c, g, L, k, seq, (size_t)(L->nuw[k] + 1) * sa, &P[k], err, errlen);
-    for (int u = 0; u < L->nu && !e; u++)
-        x->R[u] = L->uorder[u] == ks ? NULL : P[L->uorder[u]] + (size_t)L->uidx[u] * sa;
+    e = sm_cg_shm_partials(x, ks, sa, 1, e);
     if (!e) { /* phase 2: this worker's part, a slice per local member */
         int64_t x0 = a + m * L->li / L->nlocal, x1 = a + m * (L->li + 1) / L->nlocal;
         char *res = mine + (size_t)L->nuw[ks] * sa;
-        e = sm_cg_shm_reduce_into(L, s, x->R, t, op, x0, x1, res + x0 * el, (void *const *)s->out,
-                                  x->rem, x->leaves, err, errlen);
+        e = sm_cg_shm_reduce_into(L, s, x->R, t, x->op, x0, x1, res + x0 * el,
+                                  (void *const *)s->out, x->rem, x->leaves, x->err, x->errlen);
         sm_traffic_add(SM_TRAFFIC_SHM_IN, (x1 - x0) * el * (L->nu - L->nuw[ks]));
     }
-    e = sm_cg_shm_phase(c, g, L, s, seq, 2, e, &x->fallback, err, errlen);
+    e = sm_cg_shm_xphase(x, 2, e);
     if (!e) { /* phase 3: the other parts into every local output, a share per member */
         int64_t total = (int64_t)L->nlocal * r;
         int64_t x0 = total * L->li / L->nlocal, x1 = total * (L->li + 1) / L->nlocal;
@@ -814,13 +830,13 @@ static sm_err sm_cg_shm_ar_body(void *arg)
                 k++;
             int64_t kend = n * (k + 1) / nw - at; /* stay within worker k's part */
             len = len < kend ? len : kend;
-            const char *res = P[k] + (size_t)L->nuw[k] * sa;
+            const char *res = x->P[k] + (size_t)L->nuw[k] * sa;
             sm_cg_shm_stream((char *)s->out[l] + at * el, res + at * el, (size_t)(len * el));
             sm_traffic_add(SM_TRAFFIC_SHM_IN, len * el);
             i += len;
         }
     }
-    return sm_cg_shm_phase(c, g, L, s, seq, 3, e, &x->fallback, err, errlen);
+    return sm_cg_shm_xphase(x, 3, e);
 }
 
 /* reduce_scatter: phase 1, each worker writes the partials of its units
@@ -831,21 +847,13 @@ static sm_err sm_cg_shm_ar_body(void *arg)
 static sm_err sm_cg_shm_rs_body(void *arg)
 {
     sm_cg_shm_call *x = arg;
-    sm_comm_grpc *c = x->c;
     const sm_comm_group *g = x->g;
     const sm_cg_layout *L = x->L;
-    sm_rendezvous_slot *s = x->s;
-    uint64_t seq = x->seq;
     sm_dtype t = x->t;
-    sm_kern_reduce_op op = x->op;
-    const char **P = x->P;
-    char *err = x->err;
-    size_t errlen = x->errlen;
     int64_t n = x->n, el = (int64_t)sm_dtype_size(t), total = (int64_t)g->size * n;
-    int nw = L->nw, ks = sm_cg_self_order(c, L);
+    int ks = sm_cg_self_order(x->c, L);
     char *mine = NULL;
-    sm_err e = sm_cg_shm_region(c, g, L, ks, seq, (size_t)(L->nuw[ks] * total * el),
-                                (const char **)&mine, err, errlen);
+    sm_err e = sm_cg_shm_xregion(x, ks, (size_t)(L->nuw[ks] * total * el), (const char **)&mine);
     int64_t rest = (int64_t)(g->size - L->nlocal) * n;
     int64_t lo = rest * L->li / L->nlocal, hi = rest * (L->li + 1) / L->nlocal;
     for (int u = 0; u < L->nu && !e; u++) {
@@ -857,31 +865,29 @@ static sm_err sm_cg_shm_rs_body(void *arg)
             if (L->lidx[q] >= 0)
                 continue;
             int64_t a = lo > i ? lo - i : 0, b = hi - i < n ? hi - i : n; /* of chunk q */
-            e = sm_cg_unit_reduce(L, (const void *const *)s->in, u, t, op, q * n + a, q * n + b,
-                                  p + (q * n + a) * el, err, errlen);
+            e = sm_cg_unit_reduce(L, (const void *const *)x->s->in, u, t, x->op, q * n + a,
+                                  q * n + b, p + (q * n + a) * el, x->err, x->errlen);
             i += n;
         }
     }
-    e = sm_cg_shm_phase(c, g, L, s, seq, 1, e, &x->fallback, err, errlen);
-    for (int k = 0; k < nw && !e; k++)
-        e = sm_cg_shm_region(c, g, L, k, seq, (size_t)(L->nuw[k] * total * el), &P[k], err, errlen);
-    for (int u = 0; u < L->nu && !e; u++)
-        x->R[u] = L->uorder[u] == ks ? NULL : P[L->uorder[u]] + L->uidx[u] * total * el;
+    e = sm_cg_shm_partials(x, ks, (size_t)(total * el), 0, e);
     if (!e) /* the caller's chunk */
-        e = sm_cg_shm_reduce_into(L, s, x->R, t, op, (int64_t)g->rank * n,
-                                  (int64_t)(g->rank + 1) * n, x->out, NULL, x->rem, x->leaves, err,
-                                  errlen);
+        e = sm_cg_shm_reduce_into(L, x->s, x->R, t, x->op, (int64_t)g->rank * n,
+                                  (int64_t)(g->rank + 1) * n, x->out, NULL, x->rem, x->leaves,
+                                  x->err, x->errlen);
     if (!e)
         sm_traffic_add(SM_TRAFFIC_SHM_IN, n * el * (L->nu - L->nuw[ks]));
-    return sm_cg_shm_phase(c, g, L, s, seq, 3, e, &x->fallback, err, errlen);
+    return sm_cg_shm_xphase(x, 3, e);
 }
 
-/* All-reduce (kind SM_CG_AR) or reduce-scatter (SM_CG_RS) through the
- * group's segments: one call record, its body by kind. */
-static sm_err sm_cg_shm_reduction(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
-                                  uint64_t seq, sm_cg_kind kind, sm_dtype t, sm_kern_reduce_op op,
-                                  const void *in, void *out, int64_t n, sm_rendezvous_slot **fell,
-                                  char *err, size_t errlen)
+static sm_err sm_cg_shm_move_body(void *arg);
+
+/* Any collective through the group's segments (kind: the body; t and op
+ * for reductions, from and to for a permute): one call record. */
+static sm_err sm_cg_shm_collective(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
+                                   uint64_t seq, sm_cg_kind kind, sm_dtype t, sm_kern_reduce_op op,
+                                   int from, int to, const void *in, void *out, int64_t n,
+                                   sm_rendezvous_slot **fell, char *err, size_t errlen)
 {
     sm_cg_shm_call x = {.c = c,
                         .g = g,
@@ -890,48 +896,38 @@ static sm_err sm_cg_shm_reduction(sm_comm_grpc *c, const sm_comm_group *g, const
                         .kind = kind,
                         .t = t,
                         .op = op,
+                        .from = from,
+                        .to = to,
                         .in = in,
                         .out = out,
                         .n = n,
                         .err = err,
                         .errlen = errlen};
-    return kind == SM_CG_AR ? sm_cg_shm_run(&x, sm_cg_shm_ar_body, n, out, fell)
-                            : sm_cg_shm_run(&x, sm_cg_shm_rs_body, n, NULL, fell);
+    if (kind == SM_CG_AR)
+        return sm_cg_shm_run(&x, sm_cg_shm_ar_body, n, out, fell);
+    return sm_cg_shm_run(&x, kind == SM_CG_RS ? sm_cg_shm_rs_body : sm_cg_shm_move_body, n, NULL,
+                         fell);
 }
 
-sm_err sm_cg_shm_all_reduce(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
-                            uint64_t seq, sm_dtype t, sm_kern_reduce_op op, const void *in,
-                            void *out, int64_t n, sm_rendezvous_slot **fell, char *err,
-                            size_t errlen)
+sm_err sm_cg_shm_reduce(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
+                        uint64_t seq, sm_cg_kind kind, sm_dtype t, sm_kern_reduce_op op,
+                        const void *in, void *out, int64_t n, sm_rendezvous_slot **fell, char *err,
+                        size_t errlen)
 {
-    return sm_cg_shm_reduction(c, g, L, seq, SM_CG_AR, t, op, in, out, n, fell, err, errlen);
-}
-
-sm_err sm_cg_shm_reduce_scatter(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
-                                uint64_t seq, sm_dtype t, sm_kern_reduce_op op, const void *in,
-                                void *out, int64_t n, sm_rendezvous_slot **fell, char *err,
-                                size_t errlen)
-{
-    return sm_cg_shm_reduction(c, g, L, seq, SM_CG_RS, t, op, in, out, n, fell, err, errlen);
+    return sm_cg_shm_collective(c, g, L, seq, kind, t, op, -1, -1, in, out, n, fell, err, errlen);
 }
 
 static sm_err sm_cg_shm_move_body(void *arg)
 {
     sm_cg_shm_call *x = arg;
-    sm_comm_grpc *c = x->c;
     const sm_comm_group *g = x->g;
     const sm_cg_layout *L = x->L;
-    sm_rendezvous_slot *s = x->s;
-    uint64_t seq = x->seq;
     sm_cg_kind kind = x->kind;
     int64_t cb = x->n;
-    char *err = x->err;
-    size_t errlen = x->errlen;
     int64_t inb = kind == SM_CG_A2A ? (int64_t)g->size * cb : cb; /* per member */
-    int ks = sm_cg_self_order(c, L);
+    int ks = sm_cg_self_order(x->c, L);
     char *mine = NULL;
-    sm_err e = sm_cg_shm_region(c, g, L, ks, seq, (size_t)(L->nlocal * inb), (const char **)&mine,
-                                err, errlen);
+    sm_err e = sm_cg_shm_xregion(x, ks, (size_t)(L->nlocal * inb), (const char **)&mine);
     /* phase 1: the caller's input into this worker's slot, if a peer needs it */
     if (!e && kind == SM_CG_A2A) { /* only the chunks of other workers' members */
         for (int q = 0; q < g->size; q++)
@@ -941,21 +937,21 @@ static sm_err sm_cg_shm_move_body(void *arg)
     } else if (!e && (kind != SM_CG_PERM || (x->to >= 0 && L->lidx[x->to] < 0))) {
         memcpy(mine + L->gidx[g->rank] * inb, x->in, (size_t)inb);
     }
-    e = sm_cg_shm_phase(c, g, L, s, seq, 1, e, &x->fallback, err, errlen);
+    e = sm_cg_shm_xphase(x, 1, e);
     for (int q = 0; q < g->size && !e; q++) {
         if (kind == SM_CG_PERM && q != x->from)
             continue;
         char *dst = (char *)x->out + (kind == SM_CG_PERM ? 0 : q * cb);
         const char *src;
         if (L->lidx[q] >= 0) {
-            src = s->in[L->lidx[q]];
+            src = x->s->in[L->lidx[q]];
         } else {
             int k = 0, nk = 0; /* worker order of q, and its members in the group */
             while (L->order[k] != L->worker[q])
                 k++;
             for (int y = 0; y < g->size; y++)
                 nk += L->worker[y] == L->worker[q];
-            if ((e = sm_cg_shm_region(c, g, L, k, seq, (size_t)(nk * inb), &src, err, errlen)))
+            if ((e = sm_cg_shm_xregion(x, k, (size_t)(nk * inb), &src)))
                 break;
             src += L->gidx[q] * inb;
             sm_traffic_add(SM_TRAFFIC_SHM_IN, cb);
@@ -966,24 +962,13 @@ static sm_err sm_cg_shm_move_body(void *arg)
     }
     if (!e && kind == SM_CG_PERM && x->from < 0)
         memset(x->out, 0, (size_t)cb);
-    return sm_cg_shm_phase(c, g, L, s, seq, 3, e, &x->fallback, err, errlen);
+    return sm_cg_shm_xphase(x, 3, e);
 }
 
 sm_err sm_cg_shm_move(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L, uint64_t seq,
                       sm_cg_kind kind, int from, int to, const void *in, void *out, int64_t cb,
                       sm_rendezvous_slot **fell, char *err, size_t errlen)
 {
-    sm_cg_shm_call x = {.c = c,
-                        .g = g,
-                        .L = L,
-                        .seq = seq,
-                        .kind = kind,
-                        .from = from,
-                        .to = to,
-                        .in = in,
-                        .out = out,
-                        .n = cb,
-                        .err = err,
-                        .errlen = errlen};
-    return sm_cg_shm_run(&x, sm_cg_shm_move_body, cb, NULL, fell);
+    return sm_cg_shm_collective(c, g, L, seq, kind, SM_F32, SM_KERN_SUM, from, to, in, out, cb,
+                                fell, err, errlen);
 }

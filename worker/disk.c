@@ -18,6 +18,7 @@
 #include "sm_checksum.h"
 #include "sm_log.h"
 #include "sm_time.h"
+#include "sm_tpool.h"
 
 #define SM_DISK_DIR  4000 /* longest state dir path, with its NUL */
 #define SM_DISK_PATH 4200
@@ -460,11 +461,7 @@ void sm_disk_free(sm_disk *d)
 {
     if (!d)
         return;
-    pthread_mutex_lock(&d->mu);
-    d->stopping = 1;
-    pthread_cond_signal(&d->cv);
-    pthread_mutex_unlock(&d->mu);
-    pthread_join(d->thread, NULL);
+    sm_tpool_thread_stop(&d->mu, &d->cv, &d->stopping, d->thread);
     pthread_mutex_destroy(&d->mu);
     pthread_cond_destroy(&d->cv);
     pthread_cond_destroy(&d->idle);

@@ -75,18 +75,13 @@ static const sm_config_row worker_config[CFG_COUNT] = {
     [CFG_TOKEN] = {"token", 't', SM_CFG_STRING, NULL, "SHMAP_TOKEN",
                    "Shared token required on every call to this worker and sent to the "
                    "coordinator and peers."},
-    [CFG_TLS_CERT] = {"tls-cert", 0, SM_CFG_STRING, NULL, "SHMAP_TLS_CERT",
-                      "Mutual TLS: serve with this PEM certificate (it must name the host of "
-                      "--advertise) and show it to the coordinator and peers; with --tls-key "
-                      "and --tls-ca. Unset: plaintext."},
-    [CFG_TLS_KEY] = {"tls-key", 0, SM_CFG_STRING, NULL, "SHMAP_TLS_KEY",
-                     "The PEM private key of --tls-cert (unencrypted)."},
-    [CFG_TLS_CA] = {"tls-ca", 0, SM_CFG_STRING, NULL, "SHMAP_TLS_CA",
-                    "PEM CA certificate that signs the cluster's certificates: every caller of "
-                    "this worker must present a certificate it signs."},
-    [CFG_TLS_SERVER_NAME] = {"tls-server-name", 0, SM_CFG_STRING, NULL, "SHMAP_TLS_SERVER_NAME",
-                             "Name the coordinator's and peers' certificates must carry, instead "
-                             "of the host of their addresses (one name for a whole cluster)."},
+    [CFG_TLS_CERT] = SM_RPC_TLS_CONFIG_ROWS(
+        "Mutual TLS: serve with this PEM certificate (it must name the host of --advertise) and "
+        "show it to the coordinator and peers; with --tls-key and --tls-ca. Unset: plaintext.",
+        "PEM CA certificate that signs the cluster's certificates: every caller of this worker "
+        "must present a certificate it signs.",
+        "Name the coordinator's and peers' certificates must carry, instead of the host of their "
+        "addresses (one name for a whole cluster)."),
     [CFG_BLAS_THREADS] = {"blas-threads", 0, SM_CFG_INT, "1", "SHMAP_BLAS_THREADS",
                           "OpenBLAS threads per device."},
     [CFG_CACHE_MB] = {"buffer-cache-mb", 0, SM_CFG_INT, "-1", "SHMAP_BUFFER_CACHE_MB",
@@ -104,14 +99,8 @@ static const sm_config_row worker_config[CFG_COUNT] = {
                             "Largest message a call may send it, in MiB, 1..8 (shard data "
                             "comes in 1 MiB chunks); a larger one is refused "
                             "RESOURCE_EXHAUSTED."},
-    [CFG_METRICS] = {"metrics-listen", 0, SM_CFG_STRING, NULL, "SHMAP_WORKER_METRICS_LISTEN",
-                     "serve Prometheus metrics (GET /metrics) on HOST:PORT (port 0: a free one, "
-                     "logged); default: none"},
-    [CFG_LOG_LEVEL] = {"log-level", 0, SM_CFG_STRING, "info", "SHMAP_LOG",
-                       "Log level: error, warn, info or debug."},
-    [CFG_LOG_FORMAT] = {"log-format", 0, SM_CFG_STRING, "text", "SHMAP_LOG_FORMAT",
-                        "Log lines as text or json (one JSON object a line, with the request id "
-                        "that follows a call from client to coordinator to workers)."},
+    [CFG_METRICS] = SM_METRICS_CONFIG_ROW("SHMAP_WORKER_METRICS_LISTEN"),
+    [CFG_LOG_LEVEL] = SM_LOG_CONFIG_ROWS,
     [CFG_STATE_DIR] = {"state-dir", 0, SM_CFG_STRING, NULL, "SHMAP_WORKER_STATE_DIR",
                        "Keep this worker's identity and a copy of every shard (written in the "
                        "background, with its checksum) in this directory; restarted, the "
@@ -159,17 +148,6 @@ static int split_host_port(const char *addr, char *host, size_t hostlen, long *p
     host[n] = 0;
     *port = p;
     return 1;
-}
-
-static int parse_level(const char *s, sm_log_level *out)
-{
-    static const char *names[] = {"error", "warn", "info", "debug"};
-    for (int k = 0; k < 4; k++)
-        if (!strcmp(s, names[k])) {
-            *out = (sm_log_level)k;
-            return 1;
-        }
-    return 0;
 }
 
 /* Buffers other than array data (received message pieces, collective
@@ -351,7 +329,6 @@ int main(int argc, char **argv)
     sm_jobs *jobs = NULL;
     sm_segmap *segs = NULL;
     sm_handlers ctx;
-    sm_log_level level;
     long port = 0;
     int rc = 1, rpc_up = 0;
     sigset_t sigs;
@@ -397,21 +374,16 @@ int main(int argc, char **argv)
     const char *transport = cfg[CFG_TRANSPORT].s ? cfg[CFG_TRANSPORT].s : "";
     if (strcmp(transport, "auto") && strcmp(transport, "grpc") && strcmp(transport, "shm"))
         return usage_error("--transport must be auto, grpc or shm.");
-    if (!parse_level(cfg[CFG_LOG_LEVEL].s, &level))
-        return usage_error("--log-level must be error, warn, info or debug.");
-    int log_format = sm_log_format_parse(cfg[CFG_LOG_FORMAT].s);
-    if (log_format < 0)
-        return usage_error("--log-format must be text or json.");
+    if (sm_log_configure(cfg[CFG_LOG_LEVEL].s, cfg[CFG_LOG_FORMAT].s, err, sizeof err))
+        return usage_error(err);
     if (!split_host_port(cfg[CFG_LISTEN].s, host, sizeof host, &port))
         return usage_error("--listen must be HOST:PORT (port 0 picks a free port).");
     if (cfg[CFG_ADVERTISE].s && *cfg[CFG_ADVERTISE].s &&
         (!split_host_port(cfg[CFG_ADVERTISE].s, advertise, sizeof advertise, &port) || port == 0))
         return usage_error("--advertise must be HOST:PORT with a port in 1..65535.");
 
-    int ntls = 0;
-    for (int k = CFG_TLS_CERT; k <= CFG_TLS_CA; k++)
-        ntls += cfg[k].s && *cfg[k].s;
-    if (ntls && ntls < 3)
+    sm_rpc_tls_opts tls_opts;
+    if (sm_rpc_tls_opts_from_config(&cfg[CFG_TLS_CERT], &tls_opts))
         return usage_error("--tls-cert, --tls-key and --tls-ca go together: a worker serves "
                            "with its certificate, shows it to the coordinator and peers, and "
                            "verifies theirs with the CA.");
@@ -423,8 +395,6 @@ int main(int argc, char **argv)
             return usage_error("--exit-with-parent: the parent is already gone.");
     }
     sm_log_set_name("worker");
-    sm_log_set_level(level);
-    sm_log_set_format((sm_log_format)log_format);
     sm_kern_set_threads((int)cfg[CFG_BLAS_THREADS].i);
     const char *best = sm_kern_best_coretype();
     SM_INFO("OpenBLAS core %s (best for this CPU: %s), %lld thread(s) per device",
@@ -458,8 +428,6 @@ int main(int argc, char **argv)
     if (cfg[CFG_STATE_DIR].s && *cfg[CFG_STATE_DIR].s &&
         (e = worker_state_open(cfg[CFG_STATE_DIR].s, store, &acfg, &disk, err, sizeof err)))
         goto fail;
-    sm_rpc_tls_opts tls_opts = {cfg[CFG_TLS_CERT].s, cfg[CFG_TLS_KEY].s, cfg[CFG_TLS_CA].s,
-                                cfg[CFG_TLS_SERVER_NAME].s};
     if ((e = sm_rpc_tls_create(&tls_opts, &tls, err, sizeof err)))
         goto fail;
     if (tls)

@@ -9,6 +9,7 @@
 #ifndef SM_CLI_H
 #define SM_CLI_H
 
+#include <getopt.h>
 #include <jansson.h>
 #include <stdint.h>
 
@@ -57,6 +58,14 @@ int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(print
  * missing argument (':'), given optstring starting with ':'. Returns
  * CLI_EXIT_USAGE. */
 int cli_getopt_error(const char *cmd, int c, char **argv);
+
+/* What cli_getopt returns after printing the help. */
+#define CLI_OPT_HELP (-2)
+/* The next option of a command's argv by opts (getopt_long with ":h", its
+ * own messages off; first: 1 on the first call, which starts over): the
+ * option, -1 at the end, CLI_OPT_HELP after printing help to stdout for
+ * -h or --help, or ':' / '?' for cli_getopt_error. */
+int cli_getopt(int argc, char **argv, const struct option *opts, const char *help, int first);
 
 /* Parses "0,1,2,3" into out (at most max ids); *n gets the count. */
 sm_err cli_parse_ids(const char *text, int32_t *out, int max, int *n, char *err, size_t errlen);

@@ -30,6 +30,19 @@ int cli_usage(const char *cmd, const char *fmt, ...)
     return CLI_EXIT_USAGE;
 }
 
+int cli_getopt(int argc, char **argv, const struct option *opts, const char *help, int first)
+{
+    if (first) {
+        optind = 1;
+        opterr = 0;
+    }
+    int c = getopt_long(argc, argv, ":h", opts, NULL);
+    if (c != 'h')
+        return c;
+    fputs(help, stdout);
+    return CLI_OPT_HELP;
+}
+
 int cli_getopt_error(const char *cmd, int c, char **argv)
 {
     const char *arg = argv[optind - 1];

@@ -160,14 +160,7 @@ int cli_cmd_reshard(int argc, char **argv)
         e = sm_client_reshard(c, ref, &a.sh.ref, a.name, &info, err, sizeof err);
     sm_array_info_free(&src);
     sm_client_close(c);
-    if (e)
-        return cli_fail(CLI_EXIT_INVALID, "%s", err);
-    if (a.json)
-        rc = cli_print_json(cli_json_array(&info));
-    else
-        cli_print_array_line(&info);
-    sm_array_info_free(&info);
-    return rc;
+    return cli_array_made(e, err, a.json, &info);
 }
 
 static const char rm_help[] =

@@ -87,12 +87,5 @@ int cli_cmd_load(int argc, char **argv)
     memset(&info, 0, sizeof info);
     sm_err e = sm_client_load(c, a.pos[0], &a.sh.ref, a.name, &info, err, sizeof err);
     sm_client_close(c);
-    if (e)
-        return cli_fail(CLI_EXIT_INVALID, "%s", err);
-    if (a.json)
-        rc = cli_print_json(cli_json_array(&info));
-    else
-        cli_print_array_line(&info);
-    sm_array_info_free(&info);
-    return rc;
+    return cli_array_made(e, err, a.json, &info);
 }

@@ -291,6 +291,19 @@ json_t *cli_json_array(const sm_array_info *a)
                      (json_int_t)a->bytes, "devices", devs, "copies", copies);
 }
 
+int cli_array_made(sm_err e, const char *err, int json, sm_array_info *info)
+{
+    if (e)
+        return cli_fail(CLI_EXIT_INVALID, "%s", err);
+    int rc = CLI_EXIT_OK;
+    if (json)
+        rc = cli_print_json(cli_json_array(info));
+    else
+        cli_print_array_line(info);
+    sm_array_info_free(info);
+    return rc;
+}
+
 void cli_print_array_line(const sm_array_info *a)
 {
     char label[256];

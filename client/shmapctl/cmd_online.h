@@ -135,6 +135,10 @@ int cli_args_parse(int argc, char **argv, unsigned allowed, const char *help, in
 json_t *cli_json_array(const sm_array_info *a);
 /* One line: "NAME (id N): TYPE, STATE". */
 void cli_print_array_line(const sm_array_info *a);
+/* The end of a command that makes an array (put, reshard, load): e's error
+ * (exit CLI_EXIT_INVALID), else the new array as one line or, with json,
+ * its JSON object, and *info freed. Returns the exit code. */
+int cli_array_made(sm_err e, const char *err, int json, sm_array_info *info);
 /* The full text description (describe), diagram included. */
 int cli_print_array(const sm_array_info *a);
 /* "name (id N)" or "id N" into buf. */

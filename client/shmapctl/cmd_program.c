@@ -17,6 +17,7 @@
 #include "sm_array.h"
 #include "sm_example.h"
 #include "sm_exec_local.h"
+#include "sm_file.h"
 #include "sm_ir.h"
 #include "sm_lower.h"
 
@@ -84,25 +85,6 @@ static int cli_text_check_vma(const char *text)
     return 1;
 }
 
-/* Reads a whole file; NULL on failure with the sentence in err. */
-static char *cli_read_text(const char *path, char *err, size_t errlen)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    long n = -1;
-    if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
-        (buf = malloc((size_t)n + 1)) && fread(buf, 1, (size_t)n, f) == (size_t)n) {
-        buf[n] = '\0';
-        fclose(f);
-        return buf;
-    }
-    free(buf);
-    if (f)
-        fclose(f);
-    snprintf(err, errlen, "cannot read '%s'", path);
-    return NULL;
-}
-
 static int cli_check_fail(int json, const char *path, const char *msg)
 {
     if (!json)
@@ -145,7 +127,7 @@ static int cli_check_run(const char *path, const char *entry, int no_vma, int js
     sm_program *p = NULL, *l = NULL;
     sm_strbuf out = {0}, low = {0};
     int rc = CLI_EXIT_INVALID;
-    if (!(text = cli_read_text(path, err, sizeof err))) {
+    if (sm_file_read_text(path, 0, &text, err, sizeof err)) {
         rc = cli_check_fail(json, path, err);
         goto done;
     }
@@ -232,15 +214,9 @@ int cli_cmd_check(int argc, char **argv)
     };
     int no_vma = 0, json = 0, lowered = 0, rc;
     const char *entry = NULL;
-    optind = 1;
-    opterr = 0;
-    for (;;) {
-        int c = getopt_long(argc, argv, ":h", opts, NULL);
-        if (c == -1)
-            break;
+    for (int c, first = 1; (c = cli_getopt(argc, argv, opts, check_help, first)) != -1; first = 0) {
         switch (c) {
-        case 'h':
-            fputs(check_help, stdout);
+        case CLI_OPT_HELP:
             return CLI_EXIT_OK;
         case OPT_NO_CHECK_VMA:
             no_vma = 1;
@@ -318,7 +294,7 @@ static int cli_run_local(const char *path, const char *entry, char **args, int n
     sm_array *in[CLI_RUN_MAXARGS] = {0}, *gen[CLI_RUN_MAXARGS] = {0};
     sm_array *out[CLI_RUN_MAXARGS] = {0};
     int rc = CLI_EXIT_INVALID;
-    if (!(text = cli_read_text(path, err, sizeof err))) {
+    if (sm_file_read_text(path, 0, &text, err, sizeof err)) {
         rc = cli_fail(CLI_EXIT_INVALID, "%s", err);
         goto done;
     }
@@ -362,7 +338,7 @@ static int cli_run_local(const char *path, const char *entry, char **args, int n
         }
     }
     if (inputs) {
-        if (!(itext = cli_read_text(inputs, err, sizeof err)) ||
+        if (sm_file_read_text(inputs, 0, &itext, err, sizeof err) ||
             sm_example_inputs(itext, p, gen, err, sizeof err)) {
             rc = cli_fail(CLI_EXIT_INVALID, "%s: %s", inputs, err);
             goto done;
@@ -438,15 +414,9 @@ int cli_cmd_run(int argc, char **argv)
     char *args[64];
     int nargs = 0, local = 0, no_vma = 0, rc;
     const char *inputs = NULL, *outdir = NULL, *entry = NULL;
-    optind = 1;
-    opterr = 0;
-    for (;;) {
-        int c = getopt_long(argc, argv, ":h", opts, NULL);
-        if (c == -1)
-            break;
+    for (int c, first = 1; (c = cli_getopt(argc, argv, opts, run_help, first)) != -1; first = 0) {
         switch (c) {
-        case 'h':
-            fputs(run_help, stdout);
+        case CLI_OPT_HELP:
             return CLI_EXIT_OK;
         case OPT_LOCAL:
             local = 1;

@@ -8,16 +8,8 @@
 /* Prints the result of an upload and releases the client. */
 static int put_report(sm_client *c, sm_err e, const char *err, int json, sm_array_info *info)
 {
-    int rc = CLI_EXIT_OK;
     sm_client_close(c);
-    if (e)
-        return cli_fail(CLI_EXIT_INVALID, "%s", err);
-    if (json)
-        rc = cli_print_json(cli_json_array(info));
-    else
-        cli_print_array_line(info);
-    sm_array_info_free(info);
-    return rc;
+    return cli_array_made(e, err, json, info);
 }
 
 static const char put_help[] =

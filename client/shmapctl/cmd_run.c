@@ -12,6 +12,7 @@
 
 #include "cmd_online.h"
 #include "shmap_job.h"
+#include "sm_file.h"
 #include "sm_ir.h"
 
 int cli_run_service(int argc, char **argv);
@@ -63,45 +64,6 @@ static const char run_service_help[] =
     "\n"
     "Example:\n"
     "  shmapctl run examples/matmul_basic.shmap --arg a=a.npy --arg b=B --out-name 0=c\n";
-
-/* The whole file as a string (malloc'd), or NULL with err set. */
-static char *read_text(const char *path, char *err, size_t errlen)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        sm_fail(err, errlen, SM_EIO, "cannot open '%s': %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (n + 1 < cap)
-            break;
-        if (cap > (64u << 20)) {
-            sm_fail(err, errlen, SM_EINVAL, "'%s' is larger than 64 MiB; not a program", path);
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        char *nb = realloc(buf, cap *= 2);
-        if (!nb)
-            free(buf);
-        buf = nb;
-    }
-    if (buf && ferror(f)) {
-        sm_fail(err, errlen, SM_EIO, "cannot read '%s': %s", path, strerror(errno));
-        free(buf);
-        buf = NULL;
-    } else if (!buf && !err[0]) {
-        sm_fail(err, errlen, SM_ENOMEM, "out of memory reading '%s'", path);
-    }
-    fclose(f);
-    if (buf)
-        buf[n] = 0;
-    return buf;
-}
 
 /* 0 if the leading comment lines hold "check_vma: false", else 1. */
 static int text_check_vma(const char *text)
@@ -260,7 +222,7 @@ int cli_run_service(int argc, char **argv)
     memset(&info, 0, sizeof info);
     if ((rc = run_parse(argc, argv, &o)))
         return rc < 0 ? CLI_EXIT_OK : rc;
-    if (!(text = read_text(o.path, err, sizeof err)))
+    if (sm_file_read_text(o.path, (size_t)64 << 20, &text, err, sizeof err))
         return cli_fail(CLI_EXIT_INVALID, "%s", err);
     int check_vma = !o.no_vma && text_check_vma(text);
     if (sm_program_parse_entry(text, o.path, o.entry, &p, err, sizeof err) ||

@@ -19,12 +19,8 @@ sm_hold *sm_hold_create(void)
     sm_hold *h = calloc(1, sizeof *h);
     if (!h)
         return NULL;
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_mutex_init(&h->mu, NULL);
-    pthread_cond_init(&h->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    sm_time_cond_init(&h->cv);
     return h;
 }
 

@@ -66,6 +66,25 @@ void sm_log_set_format(sm_log_format f)
     atomic_store(&sm_log_format_v, (int)f);
 }
 
+sm_err sm_log_configure(const char *level, const char *format, char *err, size_t errlen)
+{
+    static const char *const levels[] = {"error", "warn", "info", "debug"};
+    int l = 0;
+    while (l < 4 && strcmp(level ? level : "", levels[l]))
+        l++;
+    if (l == 4)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "--log-level must be error, warn, info or debug, got '%s'",
+                       level ? level : "");
+    int f = sm_log_format_parse(format);
+    if (f < 0)
+        return sm_fail(err, errlen, SM_EINVAL, "--log-format must be text or json, got '%s'",
+                       format ? format : "");
+    sm_log_set_level((sm_log_level)l);
+    sm_log_set_format((sm_log_format)f);
+    return SM_OK;
+}
+
 static int sm_log_format_get(void)
 {
     int f = atomic_load(&sm_log_format_v);

@@ -14,6 +14,10 @@
 #ifndef SM_LOG_H
 #define SM_LOG_H
 
+#include <stddef.h>
+
+#include "sm_err.h"
+
 typedef enum { SM_LOG_ERROR = 0, SM_LOG_WARN, SM_LOG_INFO, SM_LOG_DEBUG } sm_log_level;
 typedef enum { SM_LOG_TEXT = 0, SM_LOG_JSON = 1 } sm_log_format;
 
@@ -27,6 +31,24 @@ int sm_log_enabled(sm_log_level level);
 void sm_log_set_format(sm_log_format f);
 /* Parses "text" or "json"; -1 if neither. */
 int sm_log_format_parse(const char *s);
+
+/* The two rows of a program's sm_config table for its logs, in this
+ * order: --log-level (SHMAP_LOG) and --log-format (SHMAP_LOG_FORMAT).
+ * Written after the designator of the first:
+ *   [CFG_LOG_LEVEL] = SM_LOG_CONFIG_ROWS, */
+#define SM_LOG_CONFIG_ROWS                                                                         \
+    {                                                                                              \
+        "log-level", 0,           SM_CFG_STRING,                                                   \
+        "info",      "SHMAP_LOG", "Log level: error, warn, info or debug."},                       \
+    {                                                                                              \
+        "log-format", 0, SM_CFG_STRING, "text", "SHMAP_LOG_FORMAT",                                \
+            "Log lines as text or json (one JSON object a line, with the request id that "         \
+            "follows a call from client to coordinator to workers)."                               \
+    }
+/* Sets the level and the format from the values of those two rows (main,
+ * at start-up). SM_EINVAL with a sentence naming the flag and the value,
+ * and nothing set, when either is not one of its names. */
+sm_err sm_log_configure(const char *level, const char *format, char *err, size_t errlen);
 
 /* The request this thread serves: set by the RPC server around a handler
  * (from the caller's x-shmap-request-id, or a new one) and by whoever runs

@@ -133,12 +133,21 @@ static sm_err sm_shm_seg_map(int fd, const char *name, size_t len, sm_shm_seg *s
     return SM_OK;
 }
 
-sm_err sm_shm_seg_create(const char *name, size_t len, sm_shm_seg *s, char *err, size_t errlen)
+/* Clears s (no segment yet) and checks that name is a shmap segment's. */
+static sm_err sm_shm_seg_start(const char *name, sm_shm_seg *s, char *err, size_t errlen)
 {
     memset(s, 0, sizeof *s);
     s->fd = -1;
     if (!sm_shm_name_ok(name, 0))
         return sm_fail(err, errlen, SM_EINVAL, "'%s' is not the name of a shmap segment", name);
+    return SM_OK;
+}
+
+sm_err sm_shm_seg_create(const char *name, size_t len, sm_shm_seg *s, char *err, size_t errlen)
+{
+    sm_err e = sm_shm_seg_start(name, s, err, errlen);
+    if (e)
+        return e;
     int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0)
         return sm_fail(err, errlen, errno == EEXIST ? SM_EEXIST : SM_EIO,
@@ -150,18 +159,16 @@ sm_err sm_shm_seg_create(const char *name, size_t len, sm_shm_seg *s, char *err,
         return sm_fail(err, errlen, SM_ERESOURCE, "cannot size shared-memory segment %s: %s", name,
                        strerror(en));
     }
-    sm_err e = sm_shm_seg_map(fd, name, len, s, err, errlen);
-    if (e)
+    if ((e = sm_shm_seg_map(fd, name, len, s, err, errlen)))
         shm_unlink(name);
     return e;
 }
 
 sm_err sm_shm_seg_open(const char *name, size_t len, sm_shm_seg *s, char *err, size_t errlen)
 {
-    memset(s, 0, sizeof *s);
-    s->fd = -1;
-    if (!sm_shm_name_ok(name, 0))
-        return sm_fail(err, errlen, SM_EINVAL, "'%s' is not the name of a shmap segment", name);
+    sm_err e = sm_shm_seg_start(name, s, err, errlen);
+    if (e)
+        return e;
     int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
     if (fd < 0)
         return sm_fail(err, errlen, errno == ENOENT ? SM_ENOTFOUND : SM_EIO,

@@ -1,6 +1,16 @@
 /* sm_time: see the header. */
 #include "sm_time.h"
 
+int sm_time_cond_init(pthread_cond_t *cv)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    int rc = pthread_cond_init(cv, &ca);
+    pthread_condattr_destroy(&ca);
+    return rc;
+}
+
 struct timespec sm_time_after_ms(clockid_t clock, int64_t ms)
 {
     struct timespec t;

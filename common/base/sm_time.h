@@ -10,8 +10,13 @@
 #ifndef SM_TIME_H
 #define SM_TIME_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <time.h>
+
+/* Initializes cv to wait on CLOCK_MONOTONIC, for deadlines from
+ * sm_time_after_ms(CLOCK_MONOTONIC, ...); pthread_cond_init's result. */
+int sm_time_cond_init(pthread_cond_t *cv);
 
 /* The time ms milliseconds (>= 0) from now on clock. */
 struct timespec sm_time_after_ms(clockid_t clock, int64_t ms);

@@ -208,3 +208,12 @@ sm_err sm_tpool_run(sm_tpool *p, int n, int width, sm_tpool_index_fn fn, void *u
     pthread_mutex_destroy(&f.mu);
     return f.e ? sm_fail(err, errlen, f.e, "%s", f.err) : SM_OK;
 }
+
+void sm_tpool_thread_stop(pthread_mutex_t *mu, pthread_cond_t *cv, int *stop, pthread_t th)
+{
+    pthread_mutex_lock(mu);
+    *stop = 1;
+    pthread_cond_broadcast(cv);
+    pthread_mutex_unlock(mu);
+    pthread_join(th, NULL);
+}

@@ -57,4 +57,9 @@ typedef sm_err (*sm_tpool_index_fn)(void *user, int i, char *err, size_t errlen)
 sm_err sm_tpool_run(sm_tpool *p, int n, int width, sm_tpool_index_fn fn, void *user, char *err,
                     size_t errlen);
 
+/* Stops a thread of a module's own (not a pool's) that waits on cv under
+ * mu for work or for *stop: sets *stop under mu, wakes every waiter of cv
+ * and joins th. */
+void sm_tpool_thread_stop(pthread_mutex_t *mu, pthread_cond_t *cv, int *stop, pthread_t th);
+
 #endif

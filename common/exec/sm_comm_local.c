@@ -76,63 +76,64 @@ static sm_err sm_cl_join(sm_comm_local *c, const sm_comm_group *g, uint64_t seq,
 
 /* Each member reduces its share of the elements (in the tree of
  * sm_comm.h, so the result is the same as reducing everything at once) and writes it to
- * every member's output (sm_rendezvous_reduce). A failed reduction fails
- * every member. */
+ * every member's output (sm_rendezvous_reduce): an all_reduce, or with
+ * scatter a reduce_scatter. A failed reduction fails every member. */
+static sm_err sm_cl_reduce(sm_comm_local *c, const sm_comm_group *g, uint64_t seq, int scatter,
+                           sm_dtype t, sm_kern_reduce_op op, const void *in, void *out, int64_t n,
+                           char *err, size_t errlen)
+{
+    sm_rendezvous_slot *s;
+    sm_err e = sm_cl_join(c, g, seq, scatter ? SM_COMM_REDUCE_SCATTER : SM_COMM_ALL_REDUCE, n, in,
+                          out, &s, err, errlen);
+    if (e)
+        return e;
+    e = sm_rendezvous_reduce(c->rv, s, g->rank, scatter, t, op, n, err, errlen);
+    sm_rendezvous_leave(c->rv, s);
+    return e;
+}
+
 static sm_err sm_cl_all_reduce(void *ctx, const sm_comm_group *g, uint64_t seq, sm_dtype t,
                                sm_kern_reduce_op op, const void *in, void *out, int64_t n,
                                char *err, size_t errlen)
 {
-    sm_comm_local *c = ctx;
-    sm_rendezvous_slot *s;
-    sm_err e = sm_cl_join(c, g, seq, SM_COMM_ALL_REDUCE, n, in, out, &s, err, errlen);
-    if (e)
-        return e;
-    e = sm_rendezvous_reduce(c->rv, s, g->rank, 0, t, op, n, err, errlen);
-    sm_rendezvous_leave(c->rv, s);
-    return e;
+    return sm_cl_reduce(ctx, g, seq, 0, t, op, in, out, n, err, errlen);
 }
 
 static sm_err sm_cl_reduce_scatter(void *ctx, const sm_comm_group *g, uint64_t seq, sm_dtype t,
                                    sm_kern_reduce_op op, const void *in, void *out, int64_t n,
                                    char *err, size_t errlen)
 {
-    sm_comm_local *c = ctx;
+    return sm_cl_reduce(ctx, g, seq, 1, t, op, in, out, n, err, errlen);
+}
+
+/* all_gather (kind SM_COMM_ALL_GATHER: every member's input) or
+ * all_to_all (SM_COMM_ALL_TO_ALL: chunk rank of every member's input):
+ * chunk bytes from each member r into out at r * chunk. */
+static sm_err sm_cl_collect(sm_comm_local *c, const sm_comm_group *g, uint64_t seq,
+                            sm_comm_kind kind, const void *in, void *out, int64_t chunk, char *err,
+                            size_t errlen)
+{
     sm_rendezvous_slot *s;
-    sm_err e = sm_cl_join(c, g, seq, SM_COMM_REDUCE_SCATTER, n, in, out, &s, err, errlen);
+    sm_err e = sm_cl_join(c, g, seq, kind, chunk, in, out, &s, err, errlen);
     if (e)
         return e;
-    e = sm_rendezvous_reduce(c->rv, s, g->rank, 1, t, op, n, err, errlen);
+    size_t at = kind == SM_COMM_ALL_TO_ALL ? (size_t)g->rank * (size_t)chunk : 0;
+    for (int r = 0; r < s->size && chunk > 0; r++)
+        memcpy((char *)out + (size_t)r * (size_t)chunk, (const char *)s->in[r] + at, (size_t)chunk);
     sm_rendezvous_leave(c->rv, s);
-    return e;
+    return SM_OK;
 }
 
 static sm_err sm_cl_all_gather(void *ctx, const sm_comm_group *g, uint64_t seq, const void *in,
                                void *out, int64_t nbytes, char *err, size_t errlen)
 {
-    sm_comm_local *c = ctx;
-    sm_rendezvous_slot *s;
-    sm_err e = sm_cl_join(c, g, seq, SM_COMM_ALL_GATHER, nbytes, in, out, &s, err, errlen);
-    if (e)
-        return e;
-    for (int r = 0; r < s->size && nbytes > 0; r++)
-        memcpy((char *)out + (size_t)r * (size_t)nbytes, s->in[r], (size_t)nbytes);
-    sm_rendezvous_leave(c->rv, s);
-    return SM_OK;
+    return sm_cl_collect(ctx, g, seq, SM_COMM_ALL_GATHER, in, out, nbytes, err, errlen);
 }
 
 static sm_err sm_cl_all_to_all(void *ctx, const sm_comm_group *g, uint64_t seq, const void *in,
                                void *out, int64_t chunk, char *err, size_t errlen)
 {
-    sm_comm_local *c = ctx;
-    sm_rendezvous_slot *s;
-    sm_err e = sm_cl_join(c, g, seq, SM_COMM_ALL_TO_ALL, chunk, in, out, &s, err, errlen);
-    if (e)
-        return e;
-    for (int r = 0; r < s->size && chunk > 0; r++)
-        memcpy((char *)out + (size_t)r * (size_t)chunk,
-               (const char *)s->in[r] + (size_t)g->rank * (size_t)chunk, (size_t)chunk);
-    sm_rendezvous_leave(c->rv, s);
-    return SM_OK;
+    return sm_cl_collect(ctx, g, seq, SM_COMM_ALL_TO_ALL, in, out, chunk, err, errlen);
 }
 
 static sm_err sm_cl_permute(void *ctx, const sm_comm_group *g, uint64_t seq,

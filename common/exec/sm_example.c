@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sm_file.h"
 #include "sm_kern.h"
 
 #define SM_EX_MAXARGS 64
@@ -401,33 +402,5 @@ fail:
 
 sm_err sm_example_read_file(const char *path, char **out, char *err, size_t errlen)
 {
-    *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return sm_fail(err, errlen, SM_EIO, "cannot open '%s'", path);
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (n + 1 < cap)
-            break;
-        char *nb = realloc(buf, cap * 2);
-        if (!nb) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = nb;
-        cap *= 2;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (!buf || bad) {
-        free(buf);
-        return sm_fail(err, errlen, bad ? SM_EIO : SM_ENOMEM, "cannot read '%s'", path);
-    }
-    buf[n] = '\0';
-    *out = buf;
-    return SM_OK;
+    return sm_file_read_text(path, 0, out, err, errlen);
 }

@@ -2,6 +2,7 @@
 #include "sm_rendezvous.h"
 
 #include "sm_array.h"
+#include "sm_time.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -30,12 +31,8 @@ sm_err sm_rendezvous_create(const sm_rendezvous_config *cfg, sm_rendezvous **out
     sm_rendezvous *r = calloc(1, sizeof *r);
     if (!r)
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a collective rendezvous");
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_mutex_init(&r->mu, NULL);
-    pthread_cond_init(&r->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    sm_time_cond_init(&r->cv);
     r->cfg = *cfg;
     *out = r;
     return SM_OK;

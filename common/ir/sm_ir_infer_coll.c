@@ -164,6 +164,37 @@ sm_err sm_ir_infer_all_gather(const sm_program *p, const sm_ir_op *op, const sm_
     return SM_OK;
 }
 
+/* Dimension attr (value v) of operand t (rank dims) normalized into *d;
+ * SM_EINVAL naming opname, the operand and the value when out of range. */
+static sm_err sm_ir_coll_dim(const char *opname, const char *t, const char *attr, int64_t v,
+                             int rank, int *d, char *err, size_t errlen)
+{
+    if (!sm_ir_norm_axis(v, rank, d))
+        return SM_OK;
+    return sm_fail(err, errlen, SM_EINVAL, "%s: operand %s: %s %lld is out of range", opname, t,
+                   attr, (long long)v);
+}
+
+/* Checks that dimension d (attr) of operand t (shape x) splits over the n
+ * devices of ax: tiled, its size divisible by n; untiled, its size n (hint
+ * ends the untiled message's parenthesis). SM_EINVAL naming all that. */
+static sm_err sm_ir_coll_split(const char *opname, const char *t, const char *attr,
+                               const sm_shape *x, int d, int64_t n, const char *ax, int tiled,
+                               const char *hint, char *err, size_t errlen)
+{
+    if (tiled && x->dims[d] % n)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "%s: operand %s: %s %d has size %lld, which is not divisible by the %lld "
+                       "devices of %s (tiled)",
+                       opname, t, attr, d, (long long)x->dims[d], (long long)n, ax);
+    if (!tiled && x->dims[d] != n)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "%s: operand %s: %s %d has size %lld but must equal the %lld devices of %s "
+                       "(untiled%s)",
+                       opname, t, attr, d, (long long)x->dims[d], (long long)n, ax, hint);
+    return SM_OK;
+}
+
 sm_err sm_ir_infer_psum_scatter(const sm_program *p, const sm_ir_op *op,
                                 const sm_ir_value *const *in, sm_ir_value *out, char *err,
                                 size_t errlen)
@@ -171,29 +202,18 @@ sm_err sm_ir_infer_psum_scatter(const sm_program *p, const sm_ir_op *op,
     int64_t n;
     char t[240], ax[SM_IR_AX_LEN];
     sm_err e = sm_ir_coll_begin(p, op, in[0], &n, t, sizeof t, ax, err, errlen);
-    if (e)
-        return e;
     const sm_shape *x = &in[0]->shape;
-    int d;
-    if (sm_ir_norm_axis(op->attrs.axis, x->rank, &d))
-        return sm_fail(err, errlen, SM_EINVAL,
-                       "psum_scatter: operand %s: scatter_dimension %lld is out of range", t,
-                       (long long)op->attrs.axis);
+    const char *name = "scatter_dimension";
+    int d = 0;
+    if (e ||
+        (e = sm_ir_coll_dim("psum_scatter", t, name, op->attrs.axis, x->rank, &d, err, errlen)) ||
+        (e = sm_ir_coll_split("psum_scatter", t, name, x, d, n, ax, op->attrs.tiled,
+                              "; pass tiled=True to split it", err, errlen)))
+        return e;
     sm_shape s = *x;
     if (op->attrs.tiled) {
-        if (x->dims[d] % n)
-            return sm_fail(err, errlen, SM_EINVAL,
-                           "psum_scatter: operand %s: scatter_dimension %d has size %lld, which "
-                           "is not divisible by the %lld devices of %s (tiled)",
-                           t, d, (long long)x->dims[d], (long long)n, ax);
         s.dims[d] /= n;
     } else {
-        if (x->dims[d] != n)
-            return sm_fail(err, errlen, SM_EINVAL,
-                           "psum_scatter: operand %s: scatter_dimension %d has size %lld but "
-                           "must equal the %lld devices of %s (untiled; pass tiled=True to "
-                           "split it)",
-                           t, d, (long long)x->dims[d], (long long)n, ax);
         s.rank--;
         for (int k = d; k < s.rank; k++)
             s.dims[k] = x->dims[k + 1];
@@ -266,33 +286,21 @@ sm_err sm_ir_infer_all_to_all(const sm_program *p, const sm_ir_op *op, const sm_
     int64_t n;
     char t[240], ax[SM_IR_AX_LEN];
     sm_err e = sm_ir_coll_begin(p, op, in[0], &n, t, sizeof t, ax, err, errlen);
-    if (e)
-        return e;
     const sm_shape *x = &in[0]->shape;
-    int sa, ca;
-    if (sm_ir_norm_axis(op->attrs.axis, x->rank, &sa))
-        return sm_fail(err, errlen, SM_EINVAL,
-                       "all_to_all: operand %s: split_axis %lld is out of range", t,
-                       (long long)op->attrs.axis);
-    if (sm_ir_norm_axis(op->attrs.axis2, x->rank, &ca))
-        return sm_fail(err, errlen, SM_EINVAL,
-                       "all_to_all: operand %s: concat_axis %lld is out of range", t,
-                       (long long)op->attrs.axis2);
+    int sa = 0, ca = 0;
+    if (e ||
+        (e = sm_ir_coll_dim("all_to_all", t, "split_axis", op->attrs.axis, x->rank, &sa, err,
+                            errlen)) ||
+        (e = sm_ir_coll_dim("all_to_all", t, "concat_axis", op->attrs.axis2, x->rank, &ca, err,
+                            errlen)) ||
+        (e = sm_ir_coll_split("all_to_all", t, "split_axis", x, sa, n, ax, op->attrs.tiled, "", err,
+                              errlen)))
+        return e;
     sm_shape s = *x;
     if (op->attrs.tiled) {
-        if (x->dims[sa] % n)
-            return sm_fail(err, errlen, SM_EINVAL,
-                           "all_to_all: operand %s: split_axis %d has size %lld, which is not "
-                           "divisible by the %lld devices of %s (tiled)",
-                           t, sa, (long long)x->dims[sa], (long long)n, ax);
         s.dims[sa] /= n;
         s.dims[ca] *= n;
     } else {
-        if (x->dims[sa] != n)
-            return sm_fail(err, errlen, SM_EINVAL,
-                           "all_to_all: operand %s: split_axis %d has size %lld but must equal "
-                           "the %lld devices of %s (untiled)",
-                           t, sa, (long long)x->dims[sa], (long long)n, ax);
         sm_shape r = {.rank = x->rank - 1};
         for (int d = 0, k = 0; d < x->rank; d++)
             if (d != sa)

@@ -294,12 +294,18 @@ static int sm_ps_mesh(sm_parser *ps, sm_mesh *m, int *has_devices)
     return 0;
 }
 
-/* name: f32[8,16] @ P('i','j') */
-static int sm_ps_param_decl(sm_parser *ps, const sm_tok **ntp, sm_dtype *tp, sm_shape *gp,
-                            sm_pspec *specp)
+/* A parameter's declaration: name: f32[8,16] @ P('i','j'). */
+typedef struct {
+    const sm_tok *name;
+    sm_dtype t;
+    sm_shape g;
+    sm_pspec spec;
+} sm_ps_decl;
+
+static int sm_ps_param_decl(sm_parser *ps, sm_ps_decl *d)
 {
     const sm_tok *nt = sm_ps_peek(ps);
-    *ntp = nt;
+    d->name = nt;
     if (sm_ps_expect_kind(ps, SM_TOK_NAME, "a parameter name", "in the parameter list") ||
         sm_ps_expect(ps, ":", "after the parameter name"))
         return -1;
@@ -322,27 +328,24 @@ static int sm_ps_param_decl(sm_parser *ps, const sm_tok **ntp, sm_dtype *tp, sm_
         if (!sm_tok_is(sm_ps_peek(ps), "]") && sm_ps_expect(ps, ",", "between dimensions"))
             return -1;
     }
-    if (sm_ps_expect(ps, "@", "before the parameter's PartitionSpec") || sm_ps_pspec(ps, specp))
+    if (sm_ps_expect(ps, "@", "before the parameter's PartitionSpec") || sm_ps_pspec(ps, &d->spec))
         return -1;
-    *tp = t;
-    *gp = g;
+    d->t = t;
+    d->g = g;
     return 0;
 }
 
 static int sm_ps_param(sm_parser *ps)
 {
-    const sm_tok *nt;
-    sm_dtype t;
-    sm_shape g;
-    sm_pspec spec;
-    if (sm_ps_param_decl(ps, &nt, &t, &g, &spec))
+    sm_ps_decl d;
+    if (sm_ps_param_decl(ps, &d))
         return -1;
     int id;
-    char *name = sm_ps_text(ps, nt);
-    sm_err e = sm_program_add_param(ps->p, name, t, &g, &spec, &id, ps->err, ps->errlen);
+    char *name = sm_ps_text(ps, d.name);
+    sm_err e = sm_program_add_param(ps->p, name, d.t, &d.g, &d.spec, &id, ps->err, ps->errlen);
     if (e)
-        return sm_ps_fail_at(ps, nt, e);
-    sm_item it = {.kind = SM_IT_VALUE, .i = id, .at = nt};
+        return sm_ps_fail_at(ps, d.name, e);
+    sm_item it = {.kind = SM_IT_VALUE, .i = id, .at = d.name};
     return sm_ps_bind(ps, name, &it);
 }
 
@@ -654,25 +657,23 @@ static int sm_ps_call_param(sm_parser *ps, const sm_fn *f, const sm_tok *at, con
         bound->at = arg->at ? arg->at : nt;
         return 0;
     }
-    const sm_tok *nt;
-    sm_dtype t;
-    sm_shape g;
-    sm_pspec spec;
-    if (sm_ps_param_decl(ps, &nt, &t, &g, &spec))
+    sm_ps_decl d;
+    if (sm_ps_param_decl(ps, &d))
         return -1;
     int id;
     if (sm_ps_value(ps, arg, &id))
         return -1;
     const sm_ir_value *v = &ps->p->values[id];
     char want[300], got[300];
-    if (v->dtype != t || !sm_shape_equal(&v->shape, &g)) {
-        sm_ir_value w = {.dtype = t, .shape = g};
+    if (v->dtype != d.t || !sm_shape_equal(&v->shape, &d.g)) {
+        sm_ir_value w = {.dtype = d.t, .shape = d.g};
         return sm_ps_fail(ps, arg->at ? arg->at : at, SM_EINVAL,
                           "%s: argument '%.*s' is %s, but the function declares %s", f->name,
-                          nt->len, nt->text, sm_program_value_type(ps->p, id, got, sizeof got),
+                          d.name->len, d.name->text,
+                          sm_program_value_type(ps->p, id, got, sizeof got),
                           sm_ir_type_str(&w, want, sizeof want));
     }
-    sm_ir_attrs a = {.sharding = &spec};
+    sm_ir_attrs a = {.sharding = &d.spec};
     sm_op_kind k = f->kind == SM_FN_SHARD_MAP ? SM_OP_SHARD_MAP_IN : SM_OP_RESHARD;
     int saved = ps->manual;
     ps->manual = 0;

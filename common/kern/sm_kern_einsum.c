@@ -182,16 +182,35 @@ static int ein_group(const ein_opnd *o, const char *g, int n, const int64_t *siz
     return 1;
 }
 
+/* A buffer for the elements of term over size, of dtype t; NULL when out
+ * of memory. */
+static void *ein_alloc(const ein_term *term, const int64_t *size, sm_dtype t)
+{
+    sm_shape s = ein_shape(term, size);
+    int64_t numel = smk_numel(&s);
+    return malloc(numel > 0 ? (size_t)numel * smk_elem(t) : 1);
+}
+
+/* Makes buf (taken) o's data, with the letters of term. */
+static void ein_adopt(ein_opnd *o, void *buf, const ein_term *term, const int64_t *size)
+{
+    free(o->owned);
+    o->owned = buf;
+    o->data = buf;
+    o->t = *term;
+    ein_opnd_strides(o, size);
+}
+
 /* Replaces o by a copy transposed into the letter order want[0..n). */
 static sm_err ein_canon(ein_opnd *o, sm_dtype t, const char *want, int n, const int64_t *size,
                         char *err, size_t errlen)
 {
     sm_shape s = ein_shape(&o->t, size);
     int perm[SM_MAX_RANK];
+    ein_term w = {.n = n};
     for (int i = 0; i < n; i++)
-        perm[i] = ein_pos(&o->t, want[i]);
-    int64_t numel = smk_numel(&s);
-    void *buf = malloc(numel > 0 ? (size_t)numel * smk_elem(t) : 1);
+        perm[i] = ein_pos(&o->t, w.l[i] = want[i]);
+    void *buf = ein_alloc(&o->t, size, t);
     if (!buf)
         return sm_fail(err, errlen, SM_ENOMEM, "no memory for an einsum operand copy");
     sm_err e = sm_kern_transpose(t, o->data, &s, perm, buf, err, errlen);
@@ -199,12 +218,7 @@ static sm_err ein_canon(ein_opnd *o, sm_dtype t, const char *want, int n, const 
         free(buf);
         return e;
     }
-    free(o->owned);
-    o->owned = buf;
-    o->data = buf;
-    memcpy(o->t.l, want, (size_t)n);
-    o->t.l[n] = 0;
-    ein_opnd_strides(o, size);
+    ein_adopt(o, buf, &w, size);
     return SM_OK;
 }
 
@@ -223,9 +237,8 @@ static sm_err ein_presum(ein_opnd *o, const ein_term *other, const ein_term *out
     kept.l[kept.n] = 0;
     if (!na)
         return SM_OK;
-    sm_shape s = ein_shape(&o->t, size), ks = ein_shape(&kept, size);
-    int64_t numel = smk_numel(&ks);
-    void *buf = malloc(numel > 0 ? (size_t)numel * smk_elem(t) : 1);
+    sm_shape s = ein_shape(&o->t, size);
+    void *buf = ein_alloc(&kept, size, t);
     if (!buf)
         return sm_fail(err, errlen, SM_ENOMEM, "no memory for an einsum partial sum");
     sm_err e = sm_kern_reduce(SM_KERN_SUM, t, o->data, &s, axes, na, 0, buf, err, errlen);
@@ -233,11 +246,7 @@ static sm_err ein_presum(ein_opnd *o, const ein_term *other, const ein_term *out
         free(buf);
         return e;
     }
-    free(o->owned);
-    o->owned = buf;
-    o->data = buf;
-    o->t = kept;
-    ein_opnd_strides(o, size);
+    ein_adopt(o, buf, &kept, size);
     return SM_OK;
 }
 
@@ -246,6 +255,18 @@ typedef struct {
     char bat[SM_MAX_RANK], m[SM_MAX_RANK], n[SM_MAX_RANK], k[SM_MAX_RANK];
     int nbat, nm, nn, nk;
 } ein_groups;
+
+/* The batch letters of gr, then x (nx letters), then y (ny), into out
+ * (SM_MAX_RANK + 1 bytes, NUL-terminated): a gemm operand's canonical
+ * order. Returns the count. */
+static int ein_order(const ein_groups *gr, const char *x, int nx, const char *y, int ny, char *out)
+{
+    memcpy(out, gr->bat, (size_t)gr->nbat);
+    memcpy(out + gr->nbat, x, (size_t)nx);
+    memcpy(out + gr->nbat + nx, y, (size_t)ny);
+    out[gr->nbat + nx + ny] = 0;
+    return gr->nbat + nx + ny;
+}
 
 /* Sorts the letters of the (presummed) operands into groups. */
 static void ein_make_groups(const ein_spec *s, const ein_opnd *A, const ein_opnd *B, ein_groups *gr)
@@ -343,32 +364,16 @@ sm_err sm_kern_einsum(const char *spec, sm_dtype t, const void *a, const sm_shap
     ein_make_groups(&s, &A, &B, &gr);
     smk_gemm g;
     int bad = ein_plan(&gr, &A, &B, &C, s.size, t, &g);
-    if (bad & 1) {
-        char want[SM_MAX_RANK];
-        memcpy(want, gr.bat, (size_t)gr.nbat);
-        memcpy(want + gr.nbat, gr.m, (size_t)gr.nm);
-        memcpy(want + gr.nbat + gr.nm, gr.k, (size_t)gr.nk);
-        if ((e = ein_canon(&A, t, want, gr.nbat + gr.nm + gr.nk, s.size, err, errlen)))
-            goto fail;
-    }
-    if (bad & 2) {
-        char want[SM_MAX_RANK];
-        memcpy(want, gr.bat, (size_t)gr.nbat);
-        memcpy(want + gr.nbat, gr.k, (size_t)gr.nk);
-        memcpy(want + gr.nbat + gr.nk, gr.n, (size_t)gr.nn);
-        if ((e = ein_canon(&B, t, want, gr.nbat + gr.nk + gr.nn, s.size, err, errlen)))
-            goto fail;
-    }
+    char want[SM_MAX_RANK + 1];
+    if ((bad & 1) && (e = ein_canon(&A, t, want, ein_order(&gr, gr.m, gr.nm, gr.k, gr.nk, want),
+                                    s.size, err, errlen)))
+        goto fail;
+    if ((bad & 2) && (e = ein_canon(&B, t, want, ein_order(&gr, gr.k, gr.nk, gr.n, gr.nn, want),
+                                    s.size, err, errlen)))
+        goto fail;
     if (bad & 4) {
-        C.t.n = 0;
-        memcpy(C.t.l, gr.bat, (size_t)gr.nbat);
-        memcpy(C.t.l + gr.nbat, gr.m, (size_t)gr.nm);
-        memcpy(C.t.l + gr.nbat + gr.nm, gr.n, (size_t)gr.nn);
-        C.t.n = gr.nbat + gr.nm + gr.nn;
-        C.t.l[C.t.n] = 0;
-        sm_shape cs = ein_shape(&C.t, s.size);
-        int64_t numel = smk_numel(&cs);
-        cbuf = malloc(numel > 0 ? (size_t)numel * smk_elem(t) : 1);
+        C.t.n = ein_order(&gr, gr.m, gr.nm, gr.n, gr.nn, C.t.l);
+        cbuf = ein_alloc(&C.t, s.size, t);
         if (!cbuf) {
             e = sm_fail(err, errlen, SM_ENOMEM, "no memory for an einsum result copy");
             goto fail;

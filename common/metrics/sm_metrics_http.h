@@ -26,6 +26,15 @@ sm_err sm_metrics_http_start(const char *addr, sm_metrics_render_fn render, void
 /* Stops serving (waits for a scrape in progress) and frees h; NULL ignored. */
 void sm_metrics_http_stop(sm_metrics_http *h);
 
+/* The --metrics-listen row of a program's sm_config table, read from the
+ * environment variable env. */
+#define SM_METRICS_CONFIG_ROW(env)                                                                 \
+    {                                                                                              \
+        "metrics-listen", 0, SM_CFG_STRING, NULL, env,                                             \
+            "serve Prometheus metrics (GET /metrics) on HOST:PORT (port 0: a free one, "           \
+            "logged); default: none"                                                               \
+    }
+
 /* "# HELP name text\n# TYPE name type\n" into out. */
 void sm_metrics_help(sm_strbuf *out, const char *name, const char *type, const char *text);
 /* The samples of one histogram series: name_bucket{labels,le="..."} for

@@ -66,6 +66,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sm_config.h"
 #include "sm_err.h"
 #include "sm_grant.h"
 
@@ -124,6 +125,26 @@ typedef struct {
                                 instead of the target's host (one name for a whole
                                 cluster); NULL: the host */
 } sm_rpc_tls_opts;
+
+/* The four rows of a server program's sm_config table for its TLS
+ * material, in this order: --tls-cert, --tls-key, --tls-ca and
+ * --tls-server-name (from SHMAP_TLS_CERT, _KEY, _CA, _SERVER_NAME); the
+ * helps of cert, ca and name say what each means to the program. Written
+ * after the designator of the first:
+ *   [CFG_TLS_CERT] = SM_RPC_TLS_CONFIG_ROWS("...", "...", "..."), */
+#define SM_RPC_TLS_CONFIG_ROWS(cert_help, ca_help, name_help)                                      \
+    {"tls-cert", 0, SM_CFG_STRING, NULL, "SHMAP_TLS_CERT", cert_help},                             \
+        {"tls-key",       0,                                                                       \
+         SM_CFG_STRING,   NULL,                                                                    \
+         "SHMAP_TLS_KEY", "The PEM private key of --tls-cert (unencrypted)."},                     \
+        {"tls-ca", 0, SM_CFG_STRING, NULL, "SHMAP_TLS_CA", ca_help},                               \
+    {                                                                                              \
+        "tls-server-name", 0, SM_CFG_STRING, NULL, "SHMAP_TLS_SERVER_NAME", name_help              \
+    }
+/* The options from the values of those four rows (v[0..3], borrowed by
+ * *o). 0, or -1 when one or two of --tls-cert, --tls-key and --tls-ca are
+ * set: they go together (a usage error, the caller says why). */
+int sm_rpc_tls_opts_from_config(const sm_config_value *v, sm_rpc_tls_opts *o);
 
 /* Checked TLS material, shared read-only by servers and channels. */
 typedef struct sm_rpc_tls sm_rpc_tls;

@@ -44,6 +44,9 @@ typedef struct {
      * copy bypasses the cache (sm_copy_stream). 0: a plain memcpy, for data
      * that is combined right after it lands. */
     int cold;
+    /* The argument of copied when it is not user (a sink that passes on
+     * another's copied); NULL: user. */
+    void *copied_user;
 } sm_rpc_sink;
 
 /* One incoming call; owned by the server, borrowed by its handler for the

@@ -1072,11 +1072,7 @@ sm_err sm_rpc_server_create(const sm_rpc_server_opts *opts, sm_rpc_server **out,
         return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a server");
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->pool_mu, NULL);
-    pthread_condattr_t ca_mono;
-    pthread_condattr_init(&ca_mono);
-    pthread_condattr_setclock(&ca_mono, CLOCK_MONOTONIC);
-    pthread_cond_init(&s->pool_cv, &ca_mono);
-    pthread_condattr_destroy(&ca_mono);
+    sm_time_cond_init(&s->pool_cv);
     pthread_cond_init(&s->done_cv, NULL);
     s->tag_shutdown = (tag){NULL, TAG_SHUTDOWN};
     /* the handlers, and one more thread that drains the CQ meanwhile */

@@ -172,6 +172,15 @@ static int given(const char *s)
     return s && *s;
 }
 
+int sm_rpc_tls_opts_from_config(const sm_config_value *v, sm_rpc_tls_opts *o)
+{
+    int n = 0;
+    for (int k = 0; k < 3; k++)
+        n += v[k].s && *v[k].s;
+    *o = (sm_rpc_tls_opts){v[0].s, v[1].s, v[2].s, v[3].s};
+    return n && n < 3 ? -1 : 0;
+}
+
 sm_err sm_rpc_tls_create(const sm_rpc_tls_opts *o, sm_rpc_tls **out, char *err, size_t errlen)
 {
     STACK_OF(X509) *chain = NULL, *cas = NULL;

@@ -275,7 +275,8 @@ static void sm_rpc_cur_place(const sm_rpc_cur *c, uint8_t *dst, const sm_rpc_sin
         else
             memcpy(dst, c->pc[i].p, c->pc[i].n);
         if (sink && sink->copied)
-            sink->copied(sink->user, c->pc[i].p, c->pc[i].n);
+            sink->copied(sink->copied_user ? sink->copied_user : sink->user, c->pc[i].p,
+                         c->pc[i].n);
         dst += c->pc[i].n;
     }
 }
@@ -370,7 +371,7 @@ sm_err sm_rpc_unpack_data(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor
     if (!e && d.len) {
         memcpy(dst, d.data, d.len);
         if (sink->copied)
-            sink->copied(sink->user, dst, d.len);
+            sink->copied(sink->copied_user ? sink->copied_user : sink->user, dst, d.len);
     }
     free(d.data);
 done:

@@ -146,7 +146,8 @@ typedef struct {
  * SM_OK with *dst at msg->len writable bytes (may stay NULL when len is 0),
  * or an error with a sentence in err, which the receive then returns.
  * copied (may be NULL) runs after each piece of the data was written to
- * *dst, in order, with the piece as written (for a running checksum). */
+ * *dst, in order, with the piece as written (for a running checksum).
+ * user goes to both, and is not NULL when copied is set. */
 typedef struct {
     sm_err (*place)(void *user, const sm_svc_upload_msg *msg, void **dst, char *err, size_t errlen);
     void (*copied)(void *user, const void *p, size_t n);

@@ -24,42 +24,75 @@ static sm_err oom(char *err, size_t errlen)
     return sm_fail(err, errlen, SM_ENOMEM, "out of memory encoding a request");
 }
 
-/* A decoded list reply: list is malloc'd (n elements). */
+/* One item of a list reply decoded into out (a slot of the list). */
+typedef sm_err (*list_item_dec)(const void *item, const char *what, void *out, char *err,
+                                size_t errlen);
+
+/* A list reply: what to read (the reply's repeated field, its most items,
+ * the size of a decoded item, its decoder and what frees the first n
+ * decoded items: NULL for plain free) and, decoded, the malloc'd list of n
+ * items. */
 typedef struct {
+    const char *field;
+    size_t max, size;
+    list_item_dec dec;
+    void (*free_list)(void *list, int n);
     void *list;
     size_t n;
 } list_reply;
 
-static sm_err devices_dec(const ProtobufCMessage *m, void *out, char *err, size_t errlen)
+static sm_err list_dec(const ProtobufCMessage *m, void *o, char *err, size_t errlen)
 {
-    const Shmap__V1__ListDevicesReply *r = (const Shmap__V1__ListDevicesReply *)m;
-    sm_worker_info *list = NULL;
-    char what[64];
-    sm_err e =
-        sm_svc_count_dec(r->n_workers, SM_MAX_DEVICES, "ListDevicesReply", "workers", err, errlen);
-    if (!e && r->n_workers && !(list = calloc(r->n_workers, sizeof *list)))
-        e = sm_fail(err, errlen, SM_ENOMEM, "cannot allocate %zu workers", r->n_workers);
-    for (size_t i = 0; !e && i < r->n_workers; i++) {
-        snprintf(what, sizeof what, "ListDevicesReply.workers[%zu]", i);
-        e = sm_svc_worker_info_dec(r->workers[i], what, &list[i], err, errlen);
+    list_reply *r = o;
+    const char *msg = m->descriptor->short_name;
+    const ProtobufCFieldDescriptor *f =
+        protobuf_c_message_descriptor_get_field_by_name(m->descriptor, r->field);
+    size_t n = *(const size_t *)((const char *)m + f->quantifier_offset);
+    void *const *items = *(void *const *const *)((const char *)m + f->offset);
+    char *list = NULL, what[64];
+    size_t done = 0;
+    sm_err e = sm_svc_count_dec(n, r->max, msg, r->field, err, errlen);
+    if (!e && n && !(list = calloc(n, r->size)))
+        e = sm_fail(err, errlen, SM_ENOMEM, "cannot allocate %zu %s", n, r->field);
+    for (; !e && done < n; done++) {
+        snprintf(what, sizeof what, "%s.%s[%zu]", msg, r->field, done);
+        e = r->dec(items[done], what, list + done * r->size, err, errlen);
     }
-    if (e)
+    if (!e) {
+        r->list = list;
+        r->n = n;
+    } else if (r->free_list) {
+        r->free_list(list, (int)done);
+    } else {
         free(list);
-    else
-        *(list_reply *)out = (list_reply){list, r->n_workers};
+    }
     return e;
+}
+
+/* Calls path (no request) and decodes its list reply (desc) by r into
+ * *out (malloc'd, *n items; NULL and 0 on failure). */
+static sm_err list_call(sm_rpc_channel *ch, const char *path, int deadline_ms,
+                        const ProtobufCMessageDescriptor *desc, list_reply r, void **out, int *n,
+                        char *err, size_t errlen)
+{
+    sm_err e = sm_svc_unary(ch, path, deadline_ms, NULL, desc, list_dec, &r, err, errlen);
+    *out = r.list;
+    *n = (int)r.n;
+    return e;
+}
+
+static sm_err worker_item_dec(const void *item, const char *what, void *out, char *err,
+                              size_t errlen)
+{
+    return sm_svc_worker_info_dec(item, what, out, err, errlen);
 }
 
 sm_err sm_svc_coord_list_devices(sm_rpc_channel *ch, int deadline_ms, sm_worker_info **out, int *n,
                                  char *err, size_t errlen)
 {
-    list_reply r = {NULL, 0};
-    sm_err e =
-        sm_svc_unary(ch, SM_SVC_COORD_PATH("ListDevices"), deadline_ms, NULL,
-                     &shmap__v1__list_devices_reply__descriptor, devices_dec, &r, err, errlen);
-    *out = r.list;
-    *n = (int)r.n;
-    return e;
+    list_reply r = {"workers", SM_MAX_DEVICES, sizeof **out, worker_item_dec, NULL, NULL, 0};
+    return list_call(ch, SM_SVC_COORD_PATH("ListDevices"), deadline_ms,
+                     &shmap__v1__list_devices_reply__descriptor, r, (void **)out, n, err, errlen);
 }
 
 static sm_err mesh_dec(const ProtobufCMessage *m, void *out, char *err, size_t errlen)
@@ -102,35 +135,17 @@ sm_err sm_svc_coord_get_mesh(sm_rpc_channel *ch, int deadline_ms, sm_mesh_id id,
     return mesh_call(ch, SM_SVC_COORD_PATH("GetMesh"), &req.base, deadline_ms, out, err, errlen);
 }
 
-static sm_err meshes_dec(const ProtobufCMessage *m, void *out, char *err, size_t errlen)
+static sm_err mesh_item_dec(const void *item, const char *what, void *out, char *err, size_t errlen)
 {
-    const Shmap__V1__ListMeshesReply *r = (const Shmap__V1__ListMeshesReply *)m;
-    sm_mesh_info *list = NULL;
-    char what[64];
-    sm_err e =
-        sm_svc_count_dec(r->n_meshes, SM_SVC_MAX_LIST, "ListMeshesReply", "meshes", err, errlen);
-    if (!e && r->n_meshes && !(list = calloc(r->n_meshes, sizeof *list)))
-        e = sm_fail(err, errlen, SM_ENOMEM, "cannot allocate %zu meshes", r->n_meshes);
-    for (size_t i = 0; !e && i < r->n_meshes; i++) {
-        snprintf(what, sizeof what, "ListMeshesReply.meshes[%zu]", i);
-        e = sm_svc_mesh_info_dec(r->meshes[i], what, &list[i], err, errlen);
-    }
-    if (e)
-        free(list);
-    else
-        *(list_reply *)out = (list_reply){list, r->n_meshes};
-    return e;
+    return sm_svc_mesh_info_dec(item, what, out, err, errlen);
 }
 
 sm_err sm_svc_coord_list_meshes(sm_rpc_channel *ch, int deadline_ms, sm_mesh_info **out, int *n,
                                 char *err, size_t errlen)
 {
-    list_reply r = {NULL, 0};
-    sm_err e = sm_svc_unary(ch, SM_SVC_COORD_PATH("ListMeshes"), deadline_ms, NULL,
-                            &shmap__v1__list_meshes_reply__descriptor, meshes_dec, &r, err, errlen);
-    *out = r.list;
-    *n = (int)r.n;
-    return e;
+    list_reply r = {"meshes", SM_SVC_MAX_LIST, sizeof **out, mesh_item_dec, NULL, NULL, 0};
+    return list_call(ch, SM_SVC_COORD_PATH("ListMeshes"), deadline_ms,
+                     &shmap__v1__list_meshes_reply__descriptor, r, (void **)out, n, err, errlen);
 }
 
 /* out is left empty on failure. */
@@ -212,36 +227,24 @@ sm_err sm_svc_coord_describe(sm_rpc_channel *ch, int deadline_ms, sm_array_ref r
     return info_call(ch, SM_SVC_COORD_PATH("Describe"), &req.base, deadline_ms, out, err, errlen);
 }
 
-static sm_err arrays_dec(const ProtobufCMessage *m, void *out, char *err, size_t errlen)
+static sm_err array_item_dec(const void *item, const char *what, void *out, char *err,
+                             size_t errlen)
 {
-    const Shmap__V1__ListArraysReply *r = (const Shmap__V1__ListArraysReply *)m;
-    sm_array_info *list = NULL;
-    size_t done = 0;
-    char what[64];
-    sm_err e =
-        sm_svc_count_dec(r->n_arrays, SM_SVC_MAX_LIST, "ListArraysReply", "arrays", err, errlen);
-    if (!e && r->n_arrays && !(list = calloc(r->n_arrays, sizeof *list)))
-        e = sm_fail(err, errlen, SM_ENOMEM, "cannot allocate %zu arrays", r->n_arrays);
-    for (; !e && done < r->n_arrays; done++) {
-        snprintf(what, sizeof what, "ListArraysReply.arrays[%zu]", done);
-        e = sm_svc_array_info_dec(r->arrays[done], what, &list[done], err, errlen);
-    }
-    if (e)
-        sm_array_info_list_free(list, (int)done);
-    else
-        *(list_reply *)out = (list_reply){list, r->n_arrays};
-    return e;
+    return sm_svc_array_info_dec(item, what, out, err, errlen);
+}
+
+static void array_list_free(void *list, int n)
+{
+    sm_array_info_list_free(list, n);
 }
 
 sm_err sm_svc_coord_list_arrays(sm_rpc_channel *ch, int deadline_ms, sm_array_info **out, int *n,
                                 char *err, size_t errlen)
 {
-    list_reply r = {NULL, 0};
-    sm_err e = sm_svc_unary(ch, SM_SVC_COORD_PATH("ListArrays"), deadline_ms, NULL,
-                            &shmap__v1__list_arrays_reply__descriptor, arrays_dec, &r, err, errlen);
-    *out = r.list;
-    *n = (int)r.n;
-    return e;
+    list_reply r = {"arrays", SM_SVC_MAX_LIST, sizeof **out, array_item_dec, array_list_free, NULL,
+                    0};
+    return list_call(ch, SM_SVC_COORD_PATH("ListArrays"), deadline_ms,
+                     &shmap__v1__list_arrays_reply__descriptor, r, (void **)out, n, err, errlen);
 }
 
 sm_err sm_svc_coord_delete(sm_rpc_channel *ch, int deadline_ms, sm_array_ref ref, char *err,

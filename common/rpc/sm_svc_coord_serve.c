@@ -35,24 +35,43 @@ static void create_array_reply_free(void *p)
     sm_svc_create_array_reply_free(p);
 }
 
+/* One item of a handler's list encoded into a, or NULL out of memory. */
+typedef void *(*item_enc)(sm_arena *a, const void *item);
+
+/* A list handler's answer l (e: the handler's result), its items of size
+ * bytes encoded by enc into rp's repeated field. */
+static sm_err list_reply(sm_err e, ProtobufCMessage *rp, const char *field, sm_arena *a,
+                         const out_list *l, size_t size, item_enc enc, char *err, size_t errlen)
+{
+    if (e)
+        return e;
+    const ProtobufCFieldDescriptor *f =
+        protobuf_c_message_descriptor_get_field_by_name(rp->descriptor, field);
+    size_t *n = (size_t *)((char *)rp + f->quantifier_offset);
+    void **items = sm_arena_alloc(a, (size_t)(l->n > 0 ? l->n : 1) * sizeof *items);
+    if (!items)
+        return sm_svc_enc_nomem(err, errlen);
+    *(void ***)((char *)rp + f->offset) = items;
+    for (int i = 0; i < l->n; i++)
+        if (!(items[(*n)++] = enc(a, (const char *)l->list + (size_t)i * size)))
+            return sm_svc_enc_nomem(err, errlen);
+    return SM_OK;
+}
+
+static void *worker_enc(sm_arena *a, const void *w)
+{
+    return sm_svc_worker_info_enc(a, w);
+}
+
 static sm_err list_devices(SM_SVC_UNARY_ARGS)
 {
     const sm_svc_ctx *c = ctx;
-    Shmap__V1__ListDevicesReply *rep = (Shmap__V1__ListDevicesReply *)rp;
-    (void)m;
     out_list *l = sm_svc_arena_obj(a, sizeof *l, list_free);
-    if (!l)
-        return sm_svc_enc_nomem(err, errlen);
-    sm_err e = c->coord->list_devices(c->user, (sm_worker_info **)&l->list, &l->n, err, errlen);
-    if (e)
-        return e;
-    const sm_worker_info *list = l->list;
-    if (!(rep->workers = sm_arena_alloc(a, (size_t)(l->n > 0 ? l->n : 1) * sizeof *rep->workers)))
-        return sm_svc_enc_nomem(err, errlen);
-    for (int i = 0; i < l->n; i++)
-        if (!(rep->workers[rep->n_workers++] = sm_svc_worker_info_enc(a, &list[i])))
-            return sm_svc_enc_nomem(err, errlen);
-    return SM_OK;
+    (void)m;
+    sm_err e =
+        !l ? sm_svc_enc_nomem(err, errlen)
+           : c->coord->list_devices(c->user, (sm_worker_info **)&l->list, &l->n, err, errlen);
+    return list_reply(e, rp, "workers", a, l, sizeof(sm_worker_info), worker_enc, err, errlen);
 }
 
 /* Copies the fields of an encoded message into the reply rp of the same type. */
@@ -106,25 +125,20 @@ static sm_err get_mesh(SM_SVC_UNARY_ARGS)
     return e ? e : mesh_reply(rp, a, info, err, errlen);
 }
 
+static void *mesh_enc(sm_arena *a, const void *item)
+{
+    const sm_mesh_info *m = item;
+    return sm_svc_mesh_enc(a, m->id.v, m->name, &m->mesh, 1);
+}
+
 static sm_err list_meshes(SM_SVC_UNARY_ARGS)
 {
     const sm_svc_ctx *c = ctx;
-    Shmap__V1__ListMeshesReply *rep = (Shmap__V1__ListMeshesReply *)rp;
-    (void)m;
     out_list *l = sm_svc_arena_obj(a, sizeof *l, list_free);
-    if (!l)
-        return sm_svc_enc_nomem(err, errlen);
-    sm_err e = c->coord->list_meshes(c->user, (sm_mesh_info **)&l->list, &l->n, err, errlen);
-    if (e)
-        return e;
-    const sm_mesh_info *list = l->list;
-    if (!(rep->meshes = sm_arena_alloc(a, (size_t)(l->n > 0 ? l->n : 1) * sizeof *rep->meshes)))
-        return sm_svc_enc_nomem(err, errlen);
-    for (int i = 0; i < l->n; i++)
-        if (!(rep->meshes[rep->n_meshes++] =
-                  sm_svc_mesh_enc(a, list[i].id.v, list[i].name, &list[i].mesh, 1)))
-            return sm_svc_enc_nomem(err, errlen);
-    return SM_OK;
+    (void)m;
+    sm_err e = !l ? sm_svc_enc_nomem(err, errlen)
+                  : c->coord->list_meshes(c->user, (sm_mesh_info **)&l->list, &l->n, err, errlen);
+    return list_reply(e, rp, "meshes", a, l, sizeof(sm_mesh_info), mesh_enc, err, errlen);
 }
 
 static sm_err create_array(SM_SVC_UNARY_ARGS)
@@ -207,24 +221,19 @@ static sm_err describe(SM_SVC_UNARY_ARGS)
     return e ? e : info_reply(rp, a, info, err, errlen);
 }
 
+static void *array_enc(sm_arena *a, const void *info)
+{
+    return sm_svc_array_info_enc(a, info);
+}
+
 static sm_err list_arrays(SM_SVC_UNARY_ARGS)
 {
     const sm_svc_ctx *c = ctx;
-    Shmap__V1__ListArraysReply *rep = (Shmap__V1__ListArraysReply *)rp;
-    (void)m;
     out_list *l = sm_svc_arena_obj(a, sizeof *l, info_list_free);
-    if (!l)
-        return sm_svc_enc_nomem(err, errlen);
-    sm_err e = c->coord->list_arrays(c->user, (sm_array_info **)&l->list, &l->n, err, errlen);
-    if (e)
-        return e;
-    const sm_array_info *list = l->list;
-    if (!(rep->arrays = sm_arena_alloc(a, (size_t)(l->n > 0 ? l->n : 1) * sizeof *rep->arrays)))
-        return sm_svc_enc_nomem(err, errlen);
-    for (int i = 0; i < l->n; i++)
-        if (!(rep->arrays[rep->n_arrays++] = sm_svc_array_info_enc(a, &list[i])))
-            return sm_svc_enc_nomem(err, errlen);
-    return SM_OK;
+    (void)m;
+    sm_err e = !l ? sm_svc_enc_nomem(err, errlen)
+                  : c->coord->list_arrays(c->user, (sm_array_info **)&l->list, &l->n, err, errlen);
+    return list_reply(e, rp, "arrays", a, l, sizeof(sm_array_info), array_enc, err, errlen);
 }
 
 static sm_err delete_array(SM_SVC_UNARY_ARGS)

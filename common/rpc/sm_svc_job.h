@@ -138,7 +138,7 @@ typedef struct {
     /* Called after each piece of the data was written, in order, with the
      * piece as written; may be NULL. */
     void (*copied)(void *user, const void *p, size_t n);
-    void *user;
+    void *user; /* not NULL when copied is set */
 } sm_svc_coll_sink;
 /* sm_svc_coll_recv with the data copied straight from the network buffers
  * to where sink->place says (msg->data stays NULL). A place error is

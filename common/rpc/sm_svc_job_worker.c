@@ -263,18 +263,11 @@ static sm_err coll_place(void *user, const ProtobufCMessage *m, size_t len, void
     return x->sink->place(x->sink->user, x->msg, dst, err, errlen);
 }
 
-static void coll_copied(void *user, const void *p, size_t n)
-{
-    coll_place_ctx *x = user;
-    if (x->sink->copied)
-        x->sink->copied(x->sink->user, p, n);
-}
-
 sm_err sm_svc_coll_recv_into(sm_svc_coll_in *in, const sm_svc_coll_sink *sink, sm_svc_coll_msg *msg,
                              int *end, char *err, size_t errlen)
 {
     coll_place_ctx x = {sink, msg};
-    sm_rpc_sink rs = {coll_place, coll_copied, &x, 0}; /* combined right away */
+    sm_rpc_sink rs = {coll_place, sink->copied, &x, 0, sink->user}; /* combined right away */
     size_t len;
     *end = 0;
     sm_rpc_msg_free(in->cur);

@@ -504,18 +504,12 @@ static sm_err chunk_place(void *user, const ProtobufCMessage *m, size_t len, voi
     return x->sink->place(x->sink->user, x->chunk, dst, err, errlen);
 }
 
-static void chunk_copied(void *user, const void *p, size_t n)
-{
-    chunk_place_ctx *x = user;
-    if (x->sink->copied)
-        x->sink->copied(x->sink->user, p, n);
-}
-
 sm_err sm_svc_download_recv_into(sm_svc_download_stream *st, const sm_svc_chunk_sink *sink,
                                  sm_svc_chunk *chunk, int *end, char *err, size_t errlen)
 {
     chunk_place_ctx x = {st, sink, chunk};
-    sm_rpc_sink rs = {chunk_place, chunk_copied, &x, 1}; /* a shard, a fetched array */
+    /* a shard, a fetched array */
+    sm_rpc_sink rs = {chunk_place, sink->copied, &x, 1, sink->user};
     size_t len;
     *end = 0;
     sm_rpc_msg_free(st->cur);
@@ -583,18 +577,12 @@ static sm_err upload_place(void *user, const ProtobufCMessage *m, size_t len, vo
     return x->sink->place(x->sink->user, x->msg, dst, err, errlen);
 }
 
-static void upload_copied(void *user, const void *p, size_t n)
-{
-    upload_place_ctx *x = user;
-    if (x->sink->copied)
-        x->sink->copied(x->sink->user, p, n);
-}
-
 sm_err sm_svc_upload_recv_into(sm_svc_upload_in *in, const sm_svc_upload_sink *sink,
                                sm_svc_upload_msg *msg, int *end, char *err, size_t errlen)
 {
     upload_place_ctx x = {sink, msg, in->call, &in->granted, in->shm_ok};
-    sm_rpc_sink rs = {upload_place, upload_copied, &x, 1}; /* a shard, a fetched array */
+    /* a shard, a fetched array */
+    sm_rpc_sink rs = {upload_place, sink->copied, &x, 1, sink->user};
     size_t len;
     *end = 0;
     sm_rpc_msg_free(in->cur);

@@ -306,7 +306,19 @@ class Shard:
         return self._data
 
 
-class Array:
+class _Shaped:
+    """What a value with a .shape tuple derives from it, as numpy does."""
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape))
+
+
+class Array(_Shaped):
     """A sharded array held by the service. Freed there when this handle is
     garbage-collected, unless it has a name (a named array lives until
     deleted), as a JAX array's buffers are."""
@@ -328,14 +340,6 @@ class Array:
     @property
     def dtype(self):
         return np.dtype(_DTYPES[self._info["dtype"]])
-
-    @property
-    def ndim(self):
-        return len(self.shape)
-
-    @property
-    def size(self):
-        return int(np.prod(self.shape))
 
     @property
     def sharding(self):

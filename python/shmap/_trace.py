@@ -18,7 +18,7 @@ import numpy as np
 import _shmap
 
 from ._core import (Array, InvalidArgument, NamedSharding, P, PartitionSpec, ProgramError,
-                    ShmapError, _call, _default, _dtype_name, _raise)
+                    ShmapError, _Shaped, _call, _default, _dtype_name, _raise)
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 _state = threading.local()
@@ -156,7 +156,7 @@ class _Builder:
                      for k, nm in enumerate(names))
 
 
-class Tracer:
+class Tracer(_Shaped):
     """A value of the program being traced: its block (shard_map) or global
     (jit) shape, its dtype and its type string."""
 
@@ -169,14 +169,6 @@ class Tracer:
     def dtype(self):
         from ._core import _DTYPES
         return np.dtype(_DTYPES.get(self._dtype, np.float32))
-
-    @property
-    def ndim(self):
-        return len(self.shape)
-
-    @property
-    def size(self):
-        return int(np.prod(self.shape))
 
     def __len__(self):
         return self.shape[0]
