@@ -160,7 +160,7 @@ static int measure(const char *bin, const char *dir, int runs, int uploads, stat
             sm_client_put(sd[c].cli, SM_F32, &s8, xs, &sh, NULL, &sd[c].x, err, errlen) ||
             side_block(&sd[c], prog, &sh, data, runs / 10, 1, 1, err, errlen)) /* warm-up */
             rc = -1;
-    const int rounds = 5;
+    const int rounds = 10; /* blocks per cluster: more, shorter ones average out the load */
     for (int r = 0; r < rounds && !rc; r++) {
         int jobs = runs * (r + 1) / rounds - runs * r / rounds;
         int ups = uploads * (r + 1) / rounds - uploads * r / rounds;
@@ -189,14 +189,14 @@ static int measure(const char *bin, const char *dir, int runs, int uploads, stat
 
 int main(int argc, char **argv)
 {
-    int runs = 200, uploads = 30;
+    int runs = 1000, uploads = 30;
     char bin[PATH_MAX];
     const bench_opt opts[] = {BENCH_OPT_RANGE("runs", 'r', &runs, 10, STATE_MAX_RUNS),
                               BENCH_OPT_RANGE("upload-runs", 'u', &uploads, 1, 100)};
     int parsed = bench_options_cluster(
         argc, argv, opts, BENCH_NOPTS(opts),
         "usage: bench_state [--runs N] [--upload-runs N] [--coordinator PATH]\n"
-        "The empty-job round trip (N runs, default 200, with sm_job_run, the dispatch bench's "
+        "The empty-job round trip (N runs, default 1000, with sm_job_run, the dispatch bench's "
         "figure, and with sm_job_submit + sm_job_wait) and the 16 MiB upload (default "
         "30 runs) on 2 workers x 4 devices with state dirs (SHMAP_STATE_DIR) against "
         "without, same run.\n",

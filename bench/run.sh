@@ -234,7 +234,7 @@ main() {
   fi
   if want state; then
     if [ $quick = 1 ]; then run_bench state "$B/bench_state" --runs 50 --upload-runs 10
-    else run_bench state "$B/bench_state" --runs 200 --upload-runs 30; fi
+    else run_bench state "$B/bench_state" --runs 1000 --upload-runs 30; fi
   fi
   if want ckpt; then
     # 1 GiB by default; BENCH_CKPT_MIB for a machine with less memory or disk.

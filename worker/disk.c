@@ -33,8 +33,9 @@
  * journal searches past each of them), and the idle time is the place for
  * it. Each copy takes two (its .npy and its .sum). Up to SM_DISK_SPARES are
  * made; dropped files are kept up to twice as many. */
-#define SM_DISK_SPARES     128
-#define SM_DISK_SPARE_MAKE 16 /* made per idle look at the queue */
+#define SM_DISK_SPARES         128
+#define SM_DISK_SPARE_MAKE     16  /* made per idle look at the queue */
+#define SM_DISK_SPARE_QUIET_MS 250 /* ... once nothing was queued for this long */
 
 typedef struct sm_disk_op {
     struct sm_disk_op *next;
@@ -56,7 +57,8 @@ struct sm_disk {
     int flushing; /* sm_disk_flush waits: no delay */
     /* spare/N for the N in spare[0..nspare): touched by the writer thread
      * only, after sm_disk_open */
-    struct timespec tick; /* CLOCK_REALTIME: the writer sleeps at least until then */
+    struct timespec tick;   /* CLOCK_REALTIME: the writer sleeps at least until then */
+    int64_t last_queued_ms; /* sm_time_mono_ms of the last sm_disk_queue */
     uint32_t spare[2 * SM_DISK_SPARES];
     int nspare;
     uint32_t spare_next; /* the next N to make */
@@ -189,8 +191,13 @@ static void *sm_disk_main(void *arg)
          * context switch), and no copy is due sooner anyway. */
         while (!d->head && !d->stopping) {
             struct timespec next = sm_time_after_ms(CLOCK_REALTIME, SM_DISK_DELAY_MS);
+            /* Spares are made only when nothing was stored or dropped for
+             * SM_DISK_SPARE_QUIET_MS: a stream of jobs empties the queue
+             * between them (their outputs are dropped before they are
+             * due), and making files then would take the cores from it. */
             if (pthread_cond_timedwait(&d->cv, &d->mu, &next) == ETIMEDOUT && !d->head &&
-                d->nspare < SM_DISK_SPARES) {
+                d->nspare < SM_DISK_SPARES &&
+                sm_time_mono_ms() - d->last_queued_ms >= SM_DISK_SPARE_QUIET_MS) {
                 pthread_mutex_unlock(&d->mu);
                 sm_disk_spare_make(d);
                 pthread_mutex_lock(&d->mu);
@@ -249,7 +256,9 @@ static void sm_disk_queue(sm_disk *d, uint64_t array, int32_t device, sm_store_s
     op->sh = sh ? sm_store_shard_ref(sh) : NULL;
     op->due = sm_time_after_ms(CLOCK_REALTIME, SM_DISK_DELAY_MS);
     sm_disk_op *stale = NULL;
+    int64_t now_ms = sm_time_mono_ms();
     pthread_mutex_lock(&d->mu);
+    d->last_queued_ms = now_ms;
     /* A shard dropped before its copy was written (a reshard's or a job's
      * temporary) is not written at all. */
     for (sm_disk_op **p = &d->head, *prev = NULL; !sh && *p;) {
