@@ -747,6 +747,10 @@ START_TEST(test_light_job_record)
     mm_arrays();
     ck_assert_uint_eq(submit_mm().v, 1); /* runs on a runner thread, never answered */
     ck_assert_int_eq(job_record(1), SM_JOB_QUEUED);
+    /* taken by a runner: with a job still waiting, the light one would queue */
+    for (int k = 0; k < 500 && job_state(1, err, sizeof err) != SM_JOB_RUNNING; k++)
+        usleep(10000);
+    ck_assert_int_eq(job_state(1, err, sizeof err), SM_JOB_RUNNING);
     pthread_t t;
     sm_job_info light;
     memset(&light, 0, sizeof light);
