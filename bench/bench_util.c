@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -132,6 +133,9 @@ int bench_cluster_start(bench_cluster *c, const char *bin, int workers, int devi
         return -1;
     }
     if (c->pid == 0) {
+        /* A bench killed (Ctrl-C, a timeout) takes its cluster with it: the
+         * coordinator gets SIGTERM and stops its local workers. */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
         /* The cluster's log goes to a file, shown when the start fails. */
         char logfile[PATH_MAX + 16];
         snprintf(logfile, sizeof logfile, "%s/cluster.log", c->dir);
