@@ -638,6 +638,18 @@ void sm_registry_reap(sm_registry *r, int64_t now_ms, int64_t lost_after_ms, sm_
                       int *nfrees)
 {
     pthread_mutex_lock(&r->mu);
+    /* One transaction for what this pass changes; none (not even an empty
+     * one, which still costs the database's lock and a commit) when
+     * nothing is due, as on almost every pass. */
+    int due = 0;
+    for (sm_reg_array *a = r->arrays; a && !due; a = a->next)
+        due = a->state == SM_ARRAY_PENDING && now_ms >= a->deadline;
+    for (int i = 0; i < r->nworkers && !due; i++)
+        due = r->workers[i]->alive && now_ms - r->workers[i]->last_seen > lost_after_ms;
+    if (!due) {
+        pthread_mutex_unlock(&r->mu);
+        return;
+    }
     sm_reg_tx_begin(r);
     for (sm_reg_array *a = r->arrays; a; a = a->next) {
         if (a->state != SM_ARRAY_PENDING || now_ms < a->deadline)
