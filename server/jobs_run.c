@@ -42,15 +42,20 @@ static int64_t time_left_ms(const sm_job *job)
 }
 
 /* Worker k's RunJob ended; the first failure cancels the job on the
- * others, which may wait for this one in a collective. */
+ * others, which may wait for this one in a collective. The job's error is
+ * the first failure's, unless that was only a cancellation (a worker whose
+ * collective learned through shared memory that a peer failed can answer
+ * before the peer that failed): then the first failure that says why
+ * replaces it. */
 static void part_done(void *user, int k, sm_err e, int64_t output_bytes, const char *why)
 {
     dispatch *d = user;
     const sm_svc_peer *peer = &d->job->peers[k];
     char err[SM_JOBS_ERR_MAX - 192]; /* room for the text around it */
     (void)output_bytes;
-    if (!e || d->failed)
+    if (!e || (d->failed && !(d->e == SM_ECANCELLED && e != SM_ECANCELLED)))
         return;
+    int first = !d->failed;
     snprintf(err, sizeof err, "%s", d->chs[k] ? why : d->cherr[k]);
     sm_relay_strip_status(err);
     d->failed = 1;
@@ -65,7 +70,8 @@ static void part_done(void *user, int k, sm_err e, int64_t output_bytes, const c
         snprintf(d->msg, sizeof d->msg, "%s", err);
     SM_INFO("job %llu failed on worker %u at %s: %s", (unsigned long long)d->job->id,
             d->job->wids[k], peer->address, err);
-    sm_cjobs_cancel_workers(d->j, d->job, k);
+    if (first)
+        sm_cjobs_cancel_workers(d->j, d->job, k);
 }
 
 /* Worker k's RunJob is still pending: end it if the registry marked the
