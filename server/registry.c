@@ -638,22 +638,16 @@ void sm_registry_reap(sm_registry *r, int64_t now_ms, int64_t lost_after_ms, sm_
                       int *nfrees)
 {
     pthread_mutex_lock(&r->mu);
-    /* One transaction for what this pass changes; none (not even an empty
-     * one, which still costs the database's lock and a commit) when
-     * nothing is due, as on almost every pass. */
-    int due = 0;
-    for (sm_reg_array *a = r->arrays; a && !due; a = a->next)
-        due = a->state == SM_ARRAY_PENDING && now_ms >= a->deadline;
-    for (int i = 0; i < r->nworkers && !due; i++)
-        due = r->workers[i]->alive && now_ms - r->workers[i]->last_seen > lost_after_ms;
-    if (!due) {
-        pthread_mutex_unlock(&r->mu);
-        return;
-    }
-    sm_reg_tx_begin(r);
+    /* One transaction for what this pass changes, begun at its first
+     * change: none (not even an empty one, which still costs the
+     * database's lock and a commit) when nothing is due, as on almost
+     * every pass. */
+    int began = 0;
     for (sm_reg_array *a = r->arrays; a; a = a->next) {
         if (a->state != SM_ARRAY_PENDING || now_ms < a->deadline)
             continue;
+        if (!began++)
+            sm_reg_tx_begin(r);
         char msg[1024];
         sm_reg_deadline_msg(r, a, msg, sizeof msg);
         SM_WARN("%s", msg);
@@ -662,12 +656,15 @@ void sm_registry_reap(sm_registry *r, int64_t now_ms, int64_t lost_after_ms, sm_
     for (int i = 0; i < r->nworkers; i++) {
         sm_reg_worker *w = r->workers[i];
         if (w->alive && now_ms - w->last_seen > lost_after_ms) {
+            if (!began++)
+                sm_reg_tx_begin(r);
             char why[96];
             snprintf(why, sizeof why, "no heartbeat for %lld ms",
                      (long long)(now_ms - w->last_seen));
             sm_reg_worker_mark_lost(r, w, why, frees, nfrees);
         }
     }
-    sm_reg_tx_end(r);
+    if (began)
+        sm_reg_tx_end(r);
     pthread_mutex_unlock(&r->mu);
 }

@@ -13,6 +13,8 @@
 
 #include "sm_checksum.h"
 #include "sm_shm.h"
+#include "sm_time.h"
+#include "sm_tpool.h"
 #include "traffic.h"
 
 /* Bytes copied between two checksum updates: the piece is still in the
@@ -46,11 +48,7 @@ static void *segmap_sweeper(void *arg)
     sm_segmap *m = arg;
     pthread_mutex_lock(&m->mu);
     while (!m->stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += (long)SM_SEGMAP_SWEEP_MS * 1000000L;
-        ts.tv_sec += ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
+        struct timespec ts = sm_time_after_ms(CLOCK_MONOTONIC, SM_SEGMAP_SWEEP_MS);
         pthread_cond_timedwait(&m->cv, &m->mu, &ts);
         if (!m->stop)
             segmap_trim(m, SM_SEGMAP_MAX_BYTES);
@@ -65,7 +63,7 @@ sm_err sm_segmap_create(sm_segmap **out, char *err, size_t errlen)
     if (!m)
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory for the segment map");
     pthread_mutex_init(&m->mu, NULL);
-    pthread_cond_init(&m->cv, NULL);
+    sm_time_cond_init(&m->cv);
     for (int i = 0; i < SM_SEGMAP_MAX; i++)
         m->e[i].seg.fd = -1;
     if (pthread_create(&m->sweeper, NULL, segmap_sweeper, m)) {
@@ -82,11 +80,7 @@ void sm_segmap_free(sm_segmap *m)
 {
     if (!m)
         return;
-    pthread_mutex_lock(&m->mu);
-    m->stop = 1;
-    pthread_cond_signal(&m->cv);
-    pthread_mutex_unlock(&m->mu);
-    pthread_join(m->sweeper, NULL);
+    sm_tpool_thread_stop(&m->mu, &m->cv, &m->stop, m->sweeper);
     for (int i = 0; i < SM_SEGMAP_MAX; i++)
         sm_shm_seg_close(&m->e[i].seg);
     pthread_cond_destroy(&m->cv);
