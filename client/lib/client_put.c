@@ -99,9 +99,19 @@ static sm_err upload_all(sm_client *c, const sm_svc_create_array_reply *r, sm_dt
         free(j.first);
         return ntasks < 0 ? sm_fail(err, errlen, SM_ENOMEM, "out of memory") : e;
     }
+    /* From ordinary memory to workers on this host: through a staging
+     * segment, which the workers copy out of */
+    int64_t srcbytes = 0;
+    void *stage = NULL;
+    if (!sm_shape_nbytes(src_shape, t, &srcbytes, err, errlen) &&
+        (stage = client_stage_take(c, &r->array, 0, src, srcbytes))) {
+        memcpy(stage, src, (size_t)srcbytes);
+        j.src = stage;
+    }
     client_progress_init(&j.prog, c, total);
     e = sm_tpool_run(NULL, ntasks, 2, upload_task, &j, err, errlen);
     client_progress_destroy(&j.prog);
+    client_stage_give(c, stage);
     /* Every target arrived: one commit fills them all. */
     if (!e)
         e = client_commits_send(c, r->array.id, &j.later, ready, err, errlen);
