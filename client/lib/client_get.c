@@ -24,6 +24,8 @@ typedef struct {
     int *pick;  /* positions in all, one per distinct index */
     int *first; /* ngroups + 1 */
     void *dst;
+    void *out; /* the caller's memory (from its page), where dst is a staging segment */
+    size_t outlen;
     client_progress prog;
 } fetch_job;
 
@@ -139,6 +141,19 @@ static sm_err fetch_task(void *user, int i, char *err, size_t errlen)
                                  &j->info->shape, &j->prog, err, errlen);
 }
 
+/* fetch_task when the workers write into a staging segment: index 0
+ * maps the pages of the caller's memory meanwhile (a new array's page
+ * faults would otherwise come one by one in the copy out of the
+ * segment, after the workers are done), the others fetch. */
+static sm_err fetch_staged_task(void *user, int i, char *err, size_t errlen)
+{
+    fetch_job *j = user;
+    if (i > 0)
+        return fetch_task(user, i - 1, err, errlen);
+    (void)madvise(j->out, j->outlen, MADV_POPULATE_WRITE);
+    return SM_OK;
+}
+
 /* Groups j->pick by worker, at most SM_MAX_WORKER_DEVICES shards a group. */
 static sm_err group_by_worker(fetch_job *j, char *err, size_t errlen)
 {
@@ -196,10 +211,15 @@ static sm_err fetch_all(sm_client *c, const sm_array_info *info, void *dst, char
     /* Into ordinary memory from workers on this host: through a staging
      * segment, which the workers write into, copied out after */
     void *stage = client_stage_take(c, info, 1, dst, total);
-    if (stage)
-        j.dst = stage;
     client_progress_init(&j.prog, c, total);
-    e = sm_tpool_run(NULL, j.ngroups, 2, fetch_task, &j, err, errlen);
+    if (stage) {
+        j.dst = stage;
+        j.out = (void *)((uintptr_t)dst & ~(uintptr_t)(sysconf(_SC_PAGESIZE) - 1));
+        j.outlen = (size_t)total + (size_t)((char *)dst - (char *)j.out);
+        e = sm_tpool_run(NULL, j.ngroups + 1, 3, fetch_staged_task, &j, err, errlen);
+    } else {
+        e = sm_tpool_run(NULL, j.ngroups, 2, fetch_task, &j, err, errlen);
+    }
     client_progress_destroy(&j.prog);
     if (stage && !e)
         memcpy(dst, stage, (size_t)total);
