@@ -253,6 +253,31 @@ START_TEST(shm_staging)
                       cases[i].spec, (long long)moved);
     }
     ck_assert_int_eq(my_segments(names, 8), 1);
+    /* sm_client_put_shards and sm_client_get_shard: each 8 MiB block
+     * through the segment too (replicated: every device holds it whole) */
+    sm_mesh mesh;
+    sm_sharding_ref sh = harness_sharding(&mesh, "x=2", NULL, 0, "P()");
+    sm_mesh_info mi;
+    sm_array_info info;
+    sm_array *x = harness_array_iota(SM_F32, &s, 9), *back = NULL;
+    const sm_array *blocks[2] = {x, x};
+    char err[512];
+    int64_t before = shm_bytes(g_two, c);
+    ck_assert_int_eq(sm_client_mesh_create(c, &mesh, 1, NULL, &mi, err, sizeof err), SM_OK);
+    mesh = mi.mesh;
+    sh.default_order = 0;
+    sm_err e = sm_client_put_shards(c, SM_F32, &s, &sh, NULL, 2, mesh.devices, blocks, &info, err,
+                                    sizeof err);
+    ck_assert_msg(e == SM_OK, "put_shards: %s", err);
+    e = sm_client_get_shard(c, harness_id_ref(info.id), mesh.devices[1], &back, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "get_shard: %s", err);
+    ck_assert_int_eq(memcmp(back->data, x->data, (size_t)x->nbytes), 0);
+    ck_assert_int_ge(shm_bytes(g_two, c) - before, 3 * nbytes);
+    ck_assert_int_eq(sm_client_delete(c, harness_id_ref(info.id), err, sizeof err), SM_OK);
+    sm_array_free(back);
+    sm_array_free(x);
+    sm_array_info_free(&info);
+    ck_assert_int_eq(my_segments(names, 8), 1);
     /* a larger array: the idle 8 MiB segment makes room for a 12 MiB one
      * (16 MiB the bound); one larger than the bound streams */
     sm_shape s12 = HARNESS_SHAPE(1536, 2048), s20 = HARNESS_SHAPE(2560, 2048);

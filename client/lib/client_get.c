@@ -397,9 +397,14 @@ sm_err sm_client_get_shard(sm_client *c, sm_array_ref ref, int32_t device, sm_ar
         goto done;
     client_progress_init(&prog, c, a->nbytes);
     unsigned char grant[SM_GRANT_LEN];
-    e = client_download_box(
-        c, s->worker_address, s->stored_as ? (sm_array_id){s->stored_as} : info.id, s->device,
-        client_grants(c, 1, &s, grant), info.dtype, a->data, &shape, &full, &prog, err, errlen);
+    void *stage = client_stage_take(c, &info, 1, a->data, a->nbytes);
+    e = client_download_box(c, s->worker_address,
+                            s->stored_as ? (sm_array_id){s->stored_as} : info.id, s->device,
+                            client_grants(c, 1, &s, grant), info.dtype, stage ? stage : a->data,
+                            &shape, &full, &prog, err, errlen);
+    if (stage && !e)
+        memcpy(a->data, stage, (size_t)a->nbytes);
+    client_stage_give(c, stage);
     client_progress_destroy(&prog);
     if (e) {
         sm_array_free(a);
