@@ -1,4 +1,5 @@
 """Arrays, meshes and shardings with JAX's names, over the _shmap extension."""
+import atexit
 import os
 import shutil
 import signal
@@ -450,6 +451,7 @@ class Client:
             self._c = _shmap.Client(self.target, token, 0, _Progress(), *tls)
         except _shmap.Error as e:
             _raise(e)
+        _open_clients.add(self)
 
     def close(self):
         if self._c is not None:
@@ -577,6 +579,19 @@ class Client:
     def _progress_get(self, array, out):
         buf = memoryview(out.reshape(-1)).cast("B") if out.size else bytearray(0)
         _call(self._c.get_into, array.id, buf)
+
+
+_open_clients = weakref.WeakSet()
+
+
+@atexit.register
+def _close_at_exit():
+    """Closes the clients left open at exit, so their staging segments
+    leave /dev/shm with them (the interpreter does not free every object at
+    exit); a client with shared arrays (Client.empty) still alive keeps its
+    segments until the next sweep of the host (docs/service.md)."""
+    for c in list(_open_clients):
+        c.close()
 
 
 class _Progress:
