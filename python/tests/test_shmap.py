@@ -595,6 +595,48 @@ def test_transfers_through_shared_memory(tmp_path, monkeypatch):
     assert mine() <= before, "the client left segments in /dev/shm"
 
 
+def test_killed_client_segments_swept(tmp_path):
+    """A client killed with SIGKILL leaves its staging segment in /dev/shm
+    (nothing of it runs to unlink it); the next sweep of the host (here a
+    worker's start) removes it once it is 10 s old, since no process holds
+    its lock any more."""
+    import signal
+    import subprocess
+    import time
+    if cluster.SECURE:
+        pytest.skip("the hand-started worker would need the secure cluster's files")
+    p, target, _ = cluster.start_cluster(str(tmp_path), 1, 4, tag="killed")
+    worker = None
+    try:
+        code = ("import os, signal, sys, numpy as np, shmap\n"
+                "from shmap import P, NamedSharding\n"
+                "c = shmap.connect(sys.argv[1])\n"
+                "s = NamedSharding(c.make_mesh((4,), ('i',)), P('i'))\n"
+                "a = c.device_put(np.ones((1024, 2048), np.float32), s)\n"
+                "print(os.getpid(), flush=True)\n"
+                "os.kill(os.getpid(), signal.SIGKILL)\n")
+        child = subprocess.run([sys.executable, "-c", code, target], capture_output=True,
+                               text=True, timeout=60)
+        assert child.returncode == -signal.SIGKILL, child.stderr
+        prefix = "shmap-c%07x-" % (int(child.stdout) & 0xfffffff)
+        left = [f for f in os.listdir("/dev/shm") if f.startswith(prefix)]
+        assert left, "the killed client left no staging segment (was it staged?)"
+        time.sleep(10.5)  # SM_SHM_SWEEP_AGE_S: a segment in the making is never swept
+        wbin = os.path.join(os.path.dirname(cluster.COORD), "..", "worker", "shmap-worker")
+        worker = subprocess.Popen([wbin, "--coordinator", target, "--devices", "1", "--listen",
+                                   "127.0.0.1:0"], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.time() + 20
+        while any(os.path.exists("/dev/shm/" + f) for f in left):
+            assert time.time() < deadline, f"{left} are still in /dev/shm"
+            time.sleep(0.1)
+    finally:
+        if worker:
+            worker.terminate()
+            worker.wait(timeout=10)
+        cluster.stop_cluster(p)
+
+
 def test_connect_tls(tmp_path):
     """shmap.connect with tls_ca against a coordinator serving TLS (the
     certificates made by scripts/tls_certs.sh); without the CA, or with
