@@ -289,6 +289,20 @@ START_TEST(shm_staging)
     /* the staging segments go at close */
     sm_client_close(c);
     ck_assert_int_eq(my_segments(names, 8), 0);
+    /* SHMAP_CLIENT_STAGE_MB sets it; a bad value, or a stage_mb out of
+     * range, is INVALID_ARGUMENT naming it */
+    sm_client_opts o = {.stage_mb = 3};
+    setenv("SHMAP_CLIENT_STAGE_MB", "7", 1);
+    ck_assert_int_eq(sm_client_opts_from_env(&o, err, sizeof err), SM_OK);
+    ck_assert_int_eq(o.stage_mb, 7);
+    setenv("SHMAP_CLIENT_STAGE_MB", "7x", 1);
+    ck_assert_int_eq(sm_client_opts_from_env(&o, err, sizeof err), SM_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "SHMAP_CLIENT_STAGE_MB"));
+    unsetenv("SHMAP_CLIENT_STAGE_MB");
+    o = harness_client_opts(g_two);
+    o.stage_mb = -1;
+    ck_assert_int_eq(sm_client_connect(g_two->target, &o, &c, err, sizeof err), SM_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "stage_mb"));
     /* stage_mb 0, or no_shm (SHMAP_TRANSPORT=grpc): the streams */
     c = connect_staged(g_two, 0, 0);
     ck_assert_int_eq(staged_round_trip(g_two, c, "x=8", "P('x')", s), 0);
