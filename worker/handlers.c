@@ -529,6 +529,8 @@ static sm_err h_stats(void *user, sm_svc_worker_stats *out, char *err, size_t er
     out->ndevices = sm_store_stats(h->store, out->devices, out->device_bytes, &out->shards);
     sm_traffic_get(t);
     out->shm_transfer_bytes = (int64_t)(t[SM_TRAFFIC_SHM_PUT_IN] + t[SM_TRAFFIC_SHM_GET_OUT]);
+    out->peer_shm_bytes = (int64_t)t[SM_TRAFFIC_SHM_PEER_IN];
+    out->peer_grpc_bytes = (int64_t)t[SM_TRAFFIC_PEER_IN];
     return SM_OK;
 }
 
