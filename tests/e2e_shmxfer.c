@@ -50,13 +50,19 @@ static sm_client *connect_to(const harness_cluster *h, int no_shm)
     return c;
 }
 
-/* Bytes the cluster's workers moved through clients' segments so far. */
-static int64_t shm_bytes(const harness_cluster *h, sm_client *c)
+/* What the cluster's workers' Stats say they moved so far: bytes through
+ * shared-memory segments (clients' transfers, peers' reshard pulls), and
+ * reshard pieces pulled from peers through shared memory and over gRPC. */
+typedef struct {
+    int64_t shm, peer_shm, peer_grpc;
+} moved_bytes;
+
+static moved_bytes worker_moved(const harness_cluster *h, sm_client *c)
 {
     sm_worker_info *w = NULL;
     int n = 0;
     char err[512];
-    int64_t total = 0;
+    moved_bytes m = {0, 0, 0};
     ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
     for (int k = 0; k < n; k++) {
         harness_cluster cred = *h;
@@ -65,11 +71,19 @@ static int64_t shm_bytes(const harness_cluster *h, sm_client *c)
         sm_svc_worker_stats st;
         sm_err e = sm_svc_worker_stats_get(ch, 10000, &st, err, sizeof err);
         ck_assert_msg(e == SM_OK, "stats of %s: %s", w[k].address, err);
-        total += st.shm_transfer_bytes;
+        m.shm += st.shm_transfer_bytes;
+        m.peer_shm += st.peer_shm_bytes;
+        m.peer_grpc += st.peer_grpc_bytes;
         sm_rpc_channel_free(ch);
     }
     free(w);
-    return total;
+    return m;
+}
+
+/* Bytes the cluster's workers moved through shared-memory segments so far. */
+static int64_t shm_bytes(const harness_cluster *h, sm_client *c)
+{
+    return worker_moved(h, c).shm;
 }
 
 /* The names in /dev/shm of this process's client segments. */
@@ -155,6 +169,121 @@ static void round_trips(const harness_cluster *h, sm_client *c, int via_shm)
     }
 }
 
+/* The bytes a reshard from src to dst pulls from other workers, as the
+ * coordinator plans it (server/plan.c): for each new shard and each
+ * distinct source box overlapping it, nothing if a worker of the new shard
+ * holds that box, else the overlap. */
+static int64_t remote_bytes(const sm_array_info *src, const sm_array_info *dst, int64_t elem)
+{
+    int64_t total = 0;
+    for (int j = 0; j < dst->nshards; j++) {
+        const sm_shard_info *d = &dst->shards[j];
+        for (int i = 0; i < src->nshards; i++) {
+            int first = 1, local = 0;
+            for (int q = 0; q < src->nshards; q++)
+                if (sm_index_equal(&src->shards[q].index, &src->shards[i].index)) {
+                    first &= q >= i;
+                    local |= src->shards[q].worker_id.v == d->worker_id.v;
+                }
+            if (!first || local)
+                continue;
+            int64_t n = elem;
+            for (int r = 0; r < d->index.rank; r++) {
+                const sm_range *a = &src->shards[i].index.r[r], *b = &d->index.r[r];
+                int64_t lo = a->start > b->start ? a->start : b->start;
+                int64_t hi = a->stop < b->stop ? a->stop : b->stop;
+                n *= hi > lo ? hi - lo : 0;
+            }
+            total += n;
+        }
+    }
+    return total;
+}
+
+/* Reshards an iota array of shape s from spec `from` to spec `to` over
+ * axes (devs: the mesh's devices, NULL for the default), checks the result
+ * bit-exact, and that the pieces the workers pulled from each other went
+ * through shared memory (via_shm) or over gRPC, exactly the bytes the plan
+ * moves between workers; returns those bytes. */
+static int64_t reshard_case(const harness_cluster *h, sm_client *c, const char *axes,
+                            const int32_t *devs, int ndevs, const char *from, const char *to,
+                            sm_shape s, int via_shm)
+{
+    sm_mesh m1, m2;
+    sm_sharding_ref sa = harness_sharding(&m1, axes, devs, ndevs, from);
+    sm_sharding_ref sb = harness_sharding(&m2, axes, devs, ndevs, to);
+    sm_array *x = harness_array_iota(SM_F32, &s, 7);
+    sm_array_info src, dst;
+    sm_array *back = NULL;
+    char err[512];
+    sm_err e = sm_client_put(c, SM_F32, &s, x->data, &sa, NULL, &src, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "put %s %s: %s", axes, from, err);
+    moved_bytes before = worker_moved(h, c);
+    e = sm_client_reshard(c, harness_id_ref(src.id), &sb, NULL, &dst, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "reshard %s %s -> %s: %s", axes, from, to, err);
+    moved_bytes after = worker_moved(h, c);
+    ck_assert_int_eq(sm_client_get(c, harness_id_ref(dst.id), &back, err, sizeof err), SM_OK);
+    ck_assert_msg(memcmp(back->data, x->data, (size_t)x->nbytes) == 0, "%s %s -> %s: not bit-exact",
+                  axes, from, to);
+    int64_t remote = remote_bytes(&src, &dst, 4);
+    int64_t shm = after.peer_shm - before.peer_shm, grpc = after.peer_grpc - before.peer_grpc;
+    ck_assert_msg(shm == (via_shm ? remote : 0) && grpc == (via_shm ? 0 : remote),
+                  "%s %s -> %s: %lld bytes between workers, %lld through shared memory, %lld "
+                  "over gRPC",
+                  axes, from, to, (long long)remote, (long long)shm, (long long)grpc);
+    sm_array_free(back);
+    ck_assert_int_eq(sm_client_delete(c, harness_id_ref(dst.id), err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_client_delete(c, harness_id_ref(src.id), err, sizeof err), SM_OK);
+    sm_array_info_free(&src);
+    sm_array_info_free(&dst);
+    sm_array_free(x);
+    return remote;
+}
+
+/* Reshards over meshes (8,) and (4,2) of the cluster's 2 workers, and one
+ * whose pieces are larger than a staging part (16 MiB: pulled in parts). */
+static void reshards(const harness_cluster *h, sm_client *c, int via_shm)
+{
+    static const struct {
+        const char *axes, *from, *to;
+    } cases[] = {
+        {"x=8", "P('x')", "P()"},
+        {"x=8", "P('x')", "P(None, 'x')"},
+        {"x=8", "P(None, 'x')", "P('x')"},
+        {"x=8", "P()", "P('x')"}, /* every piece on the new shard's worker: nothing moves */
+        {"x=4,y=2", "P('x', 'y')", "P('y', 'x')"},
+        {"x=4,y=2", "P('x', 'y')", "P(None, 'y')"},
+        {"x=4,y=2", "P(None, 'y')", "P(('x', 'y'))"},
+        {"x=4,y=2", "P('y')", "P('x', None)"},
+    };
+    int64_t moved = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        moved += reshard_case(h, c, cases[i].axes, NULL, 0, cases[i].from, cases[i].to,
+                              HARNESS_SHAPE(64, 40), via_shm);
+    ck_assert_int_gt(moved, 0);
+    /* 48 MiB over one device of each worker: 24 MiB pieces, pulled in two
+     * parts (1024 rows, then 512) */
+    sm_worker_info *w = NULL;
+    int n = 0;
+    char err[512];
+    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
+    ck_assert_int_eq(n, 2);
+    int32_t devs[2] = {w[0].devices[0], w[1].devices[0]};
+    free(w);
+    ck_assert_int_eq(
+        reshard_case(h, c, "x=2", devs, 2, "P('x')", "P()", HARNESS_SHAPE(3072, 4096), via_shm),
+        2 * 24 << 20);
+}
+
+START_TEST(shm_reshards)
+{
+    /* the workers decide: a client that keeps to the streams changes nothing */
+    sm_client *c = connect_to(g_two, 1);
+    reshards(g_two, c, 1);
+    sm_client_close(c);
+}
+END_TEST
+
 START_TEST(shm_round_trips)
 {
     sm_client *c = connect_to(g_two, 0);
@@ -211,6 +340,8 @@ START_TEST(shm_grpc_workers)
     harness_use_cluster_credential(h);
     sm_client *c = connect_to(h, 0);
     round_trips(h, c, 0);
+    /* and reshard pieces go over the GetShard streams */
+    reshards(h, c, 0);
     sm_client_close(c);
     harness_cluster_stop(h);
 }
@@ -379,7 +510,8 @@ END_TEST
 
 int main(void)
 {
-    return harness_run_suite(SUITE_CASE(
-        suite_create("e2e_shmxfer"), "cluster", 240, SUITE_UNCHECKED(cluster_up, cluster_down),
-        {shm_round_trips}, {shm_forced_off}, {shm_grpc_workers}, {shm_faults}, {shm_tenant}));
+    return harness_run_suite(SUITE_CASE(suite_create("e2e_shmxfer"), "cluster", 240,
+                                        SUITE_UNCHECKED(cluster_up, cluster_down),
+                                        {shm_round_trips}, {shm_forced_off}, {shm_grpc_workers},
+                                        {shm_faults}, {shm_tenant}, {shm_reshards}));
 }
