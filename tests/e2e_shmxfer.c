@@ -8,14 +8,22 @@
  * segment truncated under the worker is DATA_LOSS, a segment that does not
  * exist NOT_FOUND naming it, a ShmRef from a tenant PERMISSION_DENIED and
  * one sent to the coordinator INVALID_ARGUMENT; /dev/shm holds no segment
- * of the client after sm_client_close. */
+ * of the client after sm_client_close. Reshards between the 2 workers over
+ * meshes (8,) and (4,2) are bit-exact and move exactly the bytes the plan
+ * moves between workers through shared memory (Stats' peer_shm_bytes;
+ * over the streams, peer_grpc_bytes, with --transport grpc workers); a
+ * worker killed while its peer pulls from it fails the reshard
+ * UNAVAILABLE naming it, and its staging files leave /dev/shm. */
 #include <check.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "client_internal.h"
@@ -284,6 +292,125 @@ START_TEST(shm_reshards)
 }
 END_TEST
 
+/* A reshard run on a thread. */
+typedef struct {
+    const harness_cluster *h;
+    sm_err e;
+    char err[1024];
+} bg_reshard;
+
+static void *bg_reshard_main(void *arg)
+{
+    bg_reshard *r = arg;
+    sm_client *c = connect_to(r->h, 0);
+    sm_mesh mesh;
+    sm_sharding_ref sh = harness_sharding(&mesh, "x=8", NULL, 0, "P()");
+    r->e =
+        sm_client_reshard(c, (sm_array_ref){{0}, "src"}, &sh, "moved", NULL, r->err, sizeof r->err);
+    sm_client_close(c);
+    return NULL;
+}
+
+/* The files in /dev/shm that process pid holds a flock on (shmap's own
+ * segments: its staging files among them; a segment it maps of another
+ * process holds no lock of its), at most max. */
+static int locked_segments(pid_t pid, char names[][SM_SHM_NAME_MAX], int max)
+{
+    unsigned long inodes[64];
+    int ni = 0, n = 0;
+    char line[256];
+    FILE *f = fopen("/proc/locks", "r");
+    while (f && fgets(line, sizeof line, f) && ni < 64) {
+        int who = 0;
+        unsigned maj = 0, min = 0;
+        unsigned long ino = 0;
+        if (sscanf(line, "%*d: FLOCK %*s %*s %d %x:%x:%lu", &who, &maj, &min, &ino) == 4 &&
+            who == pid)
+            inodes[ni++] = ino;
+    }
+    if (f)
+        fclose(f);
+    DIR *d = opendir("/dev/shm");
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char path[300];
+        struct stat st;
+        snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
+        if (strncmp(e->d_name, "shmap-", 6) || strlen(e->d_name) >= SM_SHM_NAME_MAX - 1 ||
+            stat(path, &st))
+            continue;
+        for (int i = 0; i < ni && n < max; i++)
+            if (inodes[i] == (unsigned long)st.st_ino) {
+                snprintf(names[n++], SM_SHM_NAME_MAX, "/%s", e->d_name);
+                break;
+            }
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* A worker killed while its peer pulls pieces from it through shared
+ * memory: the reshard fails UNAVAILABLE naming it, the other worker lives
+ * on, and the killed worker's staging files leave /dev/shm once the
+ * coordinator sees it gone. */
+START_TEST(shm_reshard_holder_killed)
+{
+    harness_cluster *h = harness_cluster_up(2, 4, "e2e_shmxfer");
+    harness_use_cluster_credential(h);
+    sm_client *c = connect_to(h, 0);
+    char err[512];
+    /* the pair proven, pieces through shared memory */
+    reshard_case(h, c, "x=8", NULL, 0, "P('x')", "P()", HARNESS_SHAPE(64, 40), 1);
+    sm_mesh mesh;
+    sm_sharding_ref sh = harness_sharding(&mesh, "x=8", NULL, 0, "P('x')");
+    sm_shape s = HARNESS_SHAPE(2048, 1024);
+    sm_array *x = harness_array_iota(SM_F32, &s, 5);
+    ck_assert_int_eq(sm_client_put(c, SM_F32, &s, x->data, &sh, "src", NULL, err, sizeof err),
+                     SM_OK);
+    pid_t pids[2];
+    ck_assert_int_eq(harness_worker_pids(h, pids, 2), 2);
+    char names[16][SM_SHM_NAME_MAX];
+    int nnames = locked_segments(pids[1], names, 16);
+    ck_assert_int_ge(nnames, 1); /* its staging files of the first reshard */
+    /* stopped, it answers nothing: the reshard waits on it (its own
+     * Assemble, and the other worker's pulls from it) */
+    ck_assert_int_eq(kill(pids[1], SIGSTOP), 0);
+    bg_reshard bg = {.h = h};
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, bg_reshard_main, &bg), 0);
+    ck_assert_int_eq(harness_wait_state(c, (sm_array_ref){{0}, "moved"}, SM_ARRAY_PENDING, 10000),
+                     SM_ARRAY_PENDING);
+    harness_sleep_ms(300);
+    ck_assert_int_eq(kill(pids[1], SIGKILL), 0);
+    pthread_join(t, NULL);
+    ck_assert_msg(bg.e == SM_EUNAVAILABLE, "%s: %s", sm_err_name(bg.e), bg.err);
+    /* the sentence names the worker that died */
+    ck_assert_int_eq(harness_wait_workers(c, 1, 20000, err, sizeof err), SM_OK);
+    sm_worker_info *w = NULL;
+    int n = 0, named = 0;
+    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
+    for (int i = 0; i < n; i++)
+        if (!w[i].alive)
+            named += strstr(bg.err, w[i].address) != NULL;
+    free(w);
+    ck_assert_msg(named == 1, "%s", bg.err);
+    /* what the killed worker kept in /dev/shm goes with it */
+    int left = nnames;
+    for (int tries = 0; tries < 100 && left; tries++) {
+        left = 0;
+        for (int i = 0; i < nnames; i++)
+            left += sm_shm_marked(names[i]);
+        if (left)
+            harness_sleep_ms(100);
+    }
+    ck_assert_msg(left == 0, "%d of the killed worker's %d shared-memory files are left", left,
+                  nnames);
+    sm_array_free(x);
+    sm_client_close(c);
+    harness_cluster_stop(h);
+}
+END_TEST
+
 START_TEST(shm_round_trips)
 {
     sm_client *c = connect_to(g_two, 0);
@@ -510,8 +637,8 @@ END_TEST
 
 int main(void)
 {
-    return harness_run_suite(SUITE_CASE(suite_create("e2e_shmxfer"), "cluster", 240,
-                                        SUITE_UNCHECKED(cluster_up, cluster_down),
-                                        {shm_round_trips}, {shm_forced_off}, {shm_grpc_workers},
-                                        {shm_faults}, {shm_tenant}, {shm_reshards}));
+    return harness_run_suite(SUITE_CASE(
+        suite_create("e2e_shmxfer"), "cluster", 240, SUITE_UNCHECKED(cluster_up, cluster_down),
+        {shm_round_trips}, {shm_forced_off}, {shm_grpc_workers}, {shm_faults}, {shm_tenant},
+        {shm_reshards}, {shm_reshard_holder_killed}));
 }
