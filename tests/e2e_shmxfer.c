@@ -13,7 +13,8 @@
  * moves between workers through shared memory (Stats' peer_shm_bytes;
  * over the streams, peer_grpc_bytes, with --transport grpc workers); a
  * worker killed while its peer pulls from it fails the reshard
- * UNAVAILABLE naming it, and its staging files leave /dev/shm. */
+ * UNAVAILABLE naming it, and its staging files leave /dev/shm; under a
+ * memory limit without room for the staging, the pieces take the streams. */
 #include <check.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -289,6 +290,35 @@ START_TEST(shm_reshards)
     sm_client *c = connect_to(g_two, 1);
     reshards(g_two, c, 1);
     sm_client_close(c);
+}
+END_TEST
+
+/* Workers with a 16 MiB memory limit: the pages of a staging file count
+ * against it, so a reshard whose new shards leave no room for them pulls
+ * its pieces over the streams instead (and still succeeds), while one with
+ * room goes through shared memory. */
+START_TEST(shm_reshard_memory_limit)
+{
+    harness_opts o = {.nworkers = 2, .devices_per_worker = 2};
+    harness_cluster *h = NULL;
+    char err[512];
+    setenv("SHMAP_MEMORY_LIMIT_MB", "16", 1);
+    sm_err e = harness_cluster_start(&o, &h, err, sizeof err);
+    unsetenv("SHMAP_MEMORY_LIMIT_MB");
+    ck_assert_msg(e == SM_OK, "start: %s", err);
+    harness_use_cluster_credential(h);
+    sm_client *c = connect_to(h, 0);
+    /* 2 MiB: per worker 1 MiB of source, 4 MiB of new shards, 0.5 MiB per
+     * staging file in use */
+    ck_assert_int_gt(
+        reshard_case(h, c, "x=4", NULL, 0, "P('x')", "P()", HARNESS_SHAPE(512, 1024), 1), 0);
+    /* 6 MiB: per worker 3 MiB of source and 12 MiB of new shards; a 1.5
+     * MiB staging file would pass the limit */
+    ck_assert_int_eq(
+        reshard_case(h, c, "x=4", NULL, 0, "P('x')", "P()", HARNESS_SHAPE(1536, 1024), 0),
+        12 << 20);
+    sm_client_close(c);
+    harness_cluster_stop(h);
 }
 END_TEST
 
@@ -640,5 +670,5 @@ int main(void)
     return harness_run_suite(SUITE_CASE(
         suite_create("e2e_shmxfer"), "cluster", 240, SUITE_UNCHECKED(cluster_up, cluster_down),
         {shm_round_trips}, {shm_forced_off}, {shm_grpc_workers}, {shm_faults}, {shm_tenant},
-        {shm_reshards}, {shm_reshard_holder_killed}));
+        {shm_reshards}, {shm_reshard_holder_killed}, {shm_reshard_memory_limit}));
 }
