@@ -268,7 +268,7 @@ static sm_err worker_metrics(void *user, sm_strbuf *b)
     sm_strbuf_printf(b, "shmap_worker_memory_used_bytes %zu\n", ci.live_bytes);
     sm_metrics_help(b, "shmap_worker_memory_shm_bytes", "gauge",
                     "Of the memory in use: pages of this worker's shared-memory segments "
-                    "allocated for running jobs' collectives.");
+                    "allocated for running jobs' collectives and reshard pulls in flight.");
     sm_strbuf_printf(b, "shmap_worker_memory_shm_bytes %zu\n", ci.other_bytes);
     sm_metrics_help(b, "shmap_worker_buffer_cache_bytes", "gauge",
                     "Freed blocks kept for reuse (--buffer-cache-mb).");
