@@ -297,10 +297,11 @@ static sm_err peer_pull_part(sm_peer *p, sm_rpc_channel *ch, sm_array_id array, 
 /* Pulls box through a staging file, in parts of at most SM_PEER_SHM_PART
  * bytes (whole rows of the outermost dimension k whose inner block fits,
  * as get_send_box in handlers.c packs chunks). When shared memory could
- * not be used, nothing written, *stream is set: 1 for no room for the
- * staging (this piece), 2 for a peer that refuses the ShmRef (run with
- * --transport grpc since the proof) or cannot find the file (not on this
- * host after all). */
+ * not be used, *stream is set (the stream then writes the whole box
+ * again): 1 for no room (for the staging here, or for one more mapping
+ * at the peer), for this piece; 2 for a peer that refuses the ShmRef (run
+ * with --transport grpc since the proof) or cannot find the file (not on
+ * this host after all), for every piece from it. */
 static sm_err peer_pull_shm(sm_peer *p, sm_rpc_channel *ch, sm_array_id array, int32_t device,
                             const sm_index *box, sm_dtype t, void *dst, const sm_shape *dst_shape,
                             const int64_t *dst_off, int *stream, char *err, size_t errlen)
@@ -328,7 +329,7 @@ static sm_err peer_pull_shm(sm_peer *p, sm_rpc_channel *ch, sm_array_id array, i
         return SM_OK;
     }
     sm_err e = SM_OK;
-    for (int first = 1;; first = 0) {
+    for (;;) {
         sm_index sub = *box;
         int64_t off[SM_MAX_RANK], n = rank ? (ext[k] - idx[k] < rows ? ext[k] - idx[k] : rows) : 1;
         for (int d = 0; d < rank; d++) {
@@ -340,7 +341,10 @@ static sm_err peer_pull_shm(sm_peer *p, sm_rpc_channel *ch, sm_array_id array, i
             off[d] = dst_off[d] + at;
         }
         e = peer_pull_part(p, ch, array, device, &sub, t, &st, dst, dst_shape, off, err, errlen);
-        if (first && (e == SM_EPRECONDITION || (e == SM_ENOTFOUND && strstr(err, st.name)))) {
+        if (e == SM_ERESOURCE) { /* the peer maps too many segments at once */
+            *stream = 1;
+            e = SM_OK;
+        } else if (e == SM_EPRECONDITION || (e == SM_ENOTFOUND && strstr(err, st.name))) {
             *stream = 2;
             e = SM_OK;
         }
