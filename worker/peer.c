@@ -268,8 +268,11 @@ static sm_err peer_pull_part(sm_peer *p, sm_rpc_channel *ch, sm_array_id array, 
         memset(&c, 0, sizeof c);
         if ((e = sm_svc_download_recv(ds, &c, &end, err, errlen)) || end)
             break;
-        if (got || !c.has_meta || !c.last || c.len || c.dtype != t ||
-            !sm_shape_equal(&c.shape, &bs) || c.total_bytes != want)
+        if (!got && c.has_meta && c.dtype != t)
+            e = sm_fail(err, errlen, SM_EINVAL, "the source shard is %s, not %s",
+                        sm_dtype_name(c.dtype), sm_dtype_name(t));
+        else if (got || !c.has_meta || !c.last || c.len || !sm_shape_equal(&c.shape, &bs) ||
+                 c.total_bytes != want)
             e = sm_fail(err, errlen, SM_EDATALOSS,
                         "it answered %s %s (%lld bytes, %zu inline) for a %s %s box written "
                         "into shared memory",
