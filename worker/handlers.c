@@ -364,12 +364,8 @@ static sm_err get_send_box(get_stream *gs, const sm_store_shard *sh, const sm_in
     for (int d = 0; d < rank; d++)
         ext[d] = box->r[d].stop - box->r[d].start;
     /* k: the outermost dimension whose inner block (dims after k) fits a chunk. */
-    int k = rank - 1;
-    int64_t inner = (int64_t)elem;
-    while (k > 0 && inner * ext[k] <= cap) {
-        inner *= ext[k];
-        k--;
-    }
+    int64_t inner;
+    int k = sm_block_split(ext, rank, elem, cap, &inner);
     char *stage = malloc((size_t)cap);
     if (!stage)
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a %lld-byte staging buffer",
@@ -397,14 +393,7 @@ static sm_err get_send_box(get_stream *gs, const sm_store_shard *sh, const sm_in
                                extent, elem, err, errlen)))
             goto done;
         fill += c * inner;
-        idx[k] += c;
-        if (idx[k] < ext[k])
-            continue;
-        idx[k] = 0;
-        int d = k - 1;
-        while (d >= 0 && ++idx[d] == ext[d])
-            idx[d--] = 0;
-        if (d < 0)
+        if (!sm_block_next(idx, ext, k, c))
             break;
     }
     if (fill)

@@ -313,11 +313,7 @@ static sm_err peer_pull_shm(sm_peer *p, sm_rpc_channel *ch, sm_array_id array, i
     int64_t ext[SM_MAX_RANK], idx[SM_MAX_RANK] = {0}, inner = (int64_t)sm_dtype_size(t);
     for (int d = 0; d < rank; d++)
         ext[d] = box->r[d].stop - box->r[d].start;
-    int k = rank - 1;
-    while (k > 0 && inner * ext[k] <= SM_PEER_SHM_PART) {
-        inner *= ext[k];
-        k--;
-    }
+    int k = rank ? sm_block_split(ext, rank, (size_t)inner, SM_PEER_SHM_PART, &inner) : -1;
     int64_t rows = rank ? SM_PEER_SHM_PART / inner : 1;
     if (rows < 1)
         rows = 1;
@@ -351,16 +347,7 @@ static sm_err peer_pull_shm(sm_peer *p, sm_rpc_channel *ch, sm_array_id array, i
             *stream = 2;
             e = SM_OK;
         }
-        if (e || *stream || rank == 0)
-            break;
-        idx[k] += n;
-        if (idx[k] < ext[k])
-            continue;
-        idx[k] = 0;
-        int d = k - 1;
-        while (d >= 0 && ++idx[d] == ext[d])
-            idx[d--] = 0;
-        if (d < 0)
+        if (e || *stream || rank == 0 || !sm_block_next(idx, ext, k, n))
             break;
     }
     peer_stage_give(p, &st);

@@ -263,12 +263,8 @@ static sm_err segmap_copy_run(void *arg)
     }
     /* k: the outermost dimension whose inner block (dims after k) fits a
      * piece; pieces are c rows of dimension k. */
-    int k = rank - 1;
-    int64_t inner = (int64_t)c->elem;
-    while (k > 0 && inner * c->ext[k] <= SEGMAP_PIECE) {
-        inner *= c->ext[k];
-        k--;
-    }
+    int64_t inner;
+    int k = sm_block_split(c->ext, rank, c->elem, SEGMAP_PIECE, &inner);
     int64_t rows = SEGMAP_PIECE / inner > 0 ? SEGMAP_PIECE / inner : 1;
     int64_t idx[SM_MAX_RANK] = {0}, pos = 0;
     for (;;) {
@@ -292,14 +288,7 @@ static sm_err segmap_copy_run(void *arg)
         else
             segmap_hash_rows(c->ck, c->dst, &c->dst_shape, dof, extent, rank, c->elem);
         pos += (int64_t)len;
-        idx[k] += n;
-        if (idx[k] < c->ext[k])
-            continue;
-        idx[k] = 0;
-        int d = k - 1;
-        while (d >= 0 && ++idx[d] == c->ext[d])
-            idx[d--] = 0;
-        if (d < 0)
+        if (!sm_block_next(idx, c->ext, k, n))
             return SM_OK;
     }
 }
