@@ -431,16 +431,9 @@ sm_err sm_segmap_unpack(const void *src, const sm_shape *box, size_t elem, void 
     c.src_dense = 1;
     c.err = err;
     c.errlen = errlen;
-    for (int d = 0; d < c.rank; d++) {
+    for (int d = 0; d < c.rank; d++) { /* the fit is sm_block_copy's to check */
         c.dst_off[d] = dst_off[d];
         c.ext[d] = box->dims[d];
-        if (dst_off[d] < 0 || dst_off[d] > dst_shape->dims[d] ||
-            box->dims[d] > dst_shape->dims[d] - dst_off[d])
-            return sm_fail(err, errlen, SM_EINVAL,
-                           "a %s block at offset %lld of dimension %d does not fit the "
-                           "destination %s",
-                           sm_shape_format(box, b1, sizeof b1), (long long)dst_off[d], d,
-                           sm_shape_format(dst_shape, b2, sizeof b2));
     }
     if (!(c.ck = sm_checksum_create()))
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a checksum");
