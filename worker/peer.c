@@ -292,8 +292,6 @@ static sm_err peer_pull_part(sm_peer *p, sm_rpc_channel *ch, sm_array_id array, 
         e = sm_fail(err, errlen, SM_EDATALOSS,
                     "checksum mismatch in shared memory (read %016llx, the sender says %016llx)",
                     (unsigned long long)sum, (unsigned long long)sent_sum);
-    if (!e)
-        sm_traffic_add(SM_TRAFFIC_SHM_PEER_IN, want);
     return e;
 }
 
@@ -351,6 +349,11 @@ static sm_err peer_pull_shm(sm_peer *p, sm_rpc_channel *ch, sm_array_id array, i
             break;
     }
     peer_stage_give(p, &st);
+    int64_t bytes = (int64_t)sm_dtype_size(t);
+    for (int d = 0; d < rank; d++)
+        bytes *= ext[d];
+    if (!e && !*stream) /* (a piece the stream took after all counts there, whole) */
+        sm_traffic_add(SM_TRAFFIC_SHM_PEER_IN, bytes);
     return e;
 }
 
