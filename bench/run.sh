@@ -6,7 +6,8 @@
 #   bench/run.sh [--quick] [--only NAME[,NAME...]] [--out FILE] [--no-deps]
 #
 #   --quick      fewer sizes and runs: a smoke run, not figures to quote
-#   --only NAME  transfer, matmul, jit, python, dispatch, state, ckpt, mpi_coll, coll, scale (comma-separated)
+#   --only NAME  transfer, matmul, jit, python, dispatch, state, ckpt, mpi_coll, coll, scale,
+#                reshard (comma-separated)
 #   --out FILE   where the output goes; default bench/results/latest.txt for a
 #                full run, bench/results/partial.txt with --quick or --only
 #                (so a smoke run never replaces the committed figures)
@@ -26,7 +27,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-300}
 BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo}
-ALL="transfer matmul jit python dispatch state ckpt mpi_coll coll scale"
+ALL="transfer matmul jit python dispatch state ckpt mpi_coll coll scale reshard"
 
 quick=0
 only=""
@@ -40,7 +41,7 @@ while [ $# -gt 0 ]; do
     --out) out=${2:?--out needs a file}; shift ;;
     --out=*) out=${1#--out=} ;;
     --no-deps) deps=0 ;;
-    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown option $1 (try --help)" >&2; exit 2 ;;
   esac
   shift
@@ -71,7 +72,7 @@ build_in() {
   local dir=$1 type=$2 werror=$3 log=$work/build.log t
   cmake -S "$ROOT" -B "$dir" -DCMAKE_BUILD_TYPE="$type" -DSM_SANITIZE=OFF -DSM_WERROR="$werror" \
     >>"$log" 2>&1 || return 1
-  BUILT="shmap-coordinator shmap-worker bench_transfer bench_matmul bench_jit bench_roundtrip _shmap bench_dispatch bench_state bench_ckpt bench_scale"
+  BUILT="shmap-coordinator shmap-worker bench_transfer bench_matmul bench_jit bench_roundtrip _shmap bench_dispatch bench_state bench_ckpt bench_scale bench_reshard"
   local help
   help=$(cmake --build "$dir" --target help 2>/dev/null || true)
   for t in bench_mpi_coll bench_coll; do
@@ -268,6 +269,10 @@ main() {
   if want scale; then
     if [ $quick = 1 ]; then run_bench scale "$B/bench_scale" --workers 1,2 --mib 4 --runs 1 --dispatch-runs 20
     else run_bench scale "$B/bench_scale" --workers 1,2,4,8 --mib 16 --runs 3 --dispatch-runs 100; fi
+  fi
+  if want reshard; then
+    if [ $quick = 1 ]; then run_bench reshard "$B/bench_reshard" --sizes 16 --runs 2 --warmup 1
+    else run_bench reshard "$B/bench_reshard" --sizes 64,256 --runs 5 --warmup 1; fi
   fi
   print_summary
 }

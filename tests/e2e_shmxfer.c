@@ -12,14 +12,24 @@
  * through the client's staging segments (sm_client_opts.stage_mb): moved
  * through shared memory, bit-exact, one segment reused, within the bound,
  * streamed below CLIENT_STAGE_MIN, with stage_mb 0, no_shm, --transport
- * grpc workers and a tenant's client. */
+ * grpc workers and a tenant's client. Reshards between the 2 workers
+ * over meshes (8,) and (4,2) are bit-exact and move exactly the bytes the
+ * plan moves between workers through shared memory (Stats'
+ * peer_shm_bytes; over the streams, peer_grpc_bytes, with --transport
+ * grpc workers); a worker killed while its peer pulls from it fails the
+ * reshard UNAVAILABLE naming it, and its staging files leave /dev/shm;
+ * under a memory limit without room for the staging, the pieces take the
+ * streams. */
 #include <check.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "client_internal.h"
@@ -61,13 +71,19 @@ static sm_client *connect_to(const harness_cluster *h, int no_shm)
     return connect_staged(h, no_shm, 0);
 }
 
-/* Bytes the cluster's workers moved through clients' segments so far. */
-static int64_t shm_bytes(const harness_cluster *h, sm_client *c)
+/* What the cluster's workers' Stats say they moved so far: bytes through
+ * shared-memory segments (clients' transfers, peers' reshard pulls), and
+ * reshard pieces pulled from peers through shared memory and over gRPC. */
+typedef struct {
+    int64_t shm, peer_shm, peer_grpc;
+} moved_bytes;
+
+static moved_bytes worker_moved(const harness_cluster *h, sm_client *c)
 {
     sm_worker_info *w = NULL;
     int n = 0;
     char err[512];
-    int64_t total = 0;
+    moved_bytes m = {0, 0, 0};
     ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
     for (int k = 0; k < n; k++) {
         harness_cluster cred = *h;
@@ -76,11 +92,19 @@ static int64_t shm_bytes(const harness_cluster *h, sm_client *c)
         sm_svc_worker_stats st;
         sm_err e = sm_svc_worker_stats_get(ch, 10000, &st, err, sizeof err);
         ck_assert_msg(e == SM_OK, "stats of %s: %s", w[k].address, err);
-        total += st.shm_transfer_bytes;
+        m.shm += st.shm_transfer_bytes;
+        m.peer_shm += st.peer_shm_bytes;
+        m.peer_grpc += st.peer_grpc_bytes;
         sm_rpc_channel_free(ch);
     }
     free(w);
-    return total;
+    return m;
+}
+
+/* Bytes the cluster's workers moved through shared-memory segments so far. */
+static int64_t shm_bytes(const harness_cluster *h, sm_client *c)
+{
+    return worker_moved(h, c).shm;
 }
 
 /* The names in /dev/shm of this process's client segments. */
@@ -165,6 +189,269 @@ static void round_trips(const harness_cluster *h, sm_client *c, int via_shm)
                           cases[i].spec, (long long)moved);
     }
 }
+
+/* The bytes a reshard from src to dst pulls from other workers, as the
+ * coordinator plans it (server/plan.c): for each new shard and each
+ * distinct source box overlapping it, nothing if a worker of the new shard
+ * holds that box, else the overlap. */
+static int64_t remote_bytes(const sm_array_info *src, const sm_array_info *dst, int64_t elem)
+{
+    int64_t total = 0;
+    for (int j = 0; j < dst->nshards; j++) {
+        const sm_shard_info *d = &dst->shards[j];
+        for (int i = 0; i < src->nshards; i++) {
+            int first = 1, local = 0;
+            for (int q = 0; q < src->nshards; q++)
+                if (sm_index_equal(&src->shards[q].index, &src->shards[i].index)) {
+                    first &= q >= i;
+                    local |= src->shards[q].worker_id.v == d->worker_id.v;
+                }
+            if (!first || local)
+                continue;
+            int64_t n = elem;
+            for (int r = 0; r < d->index.rank; r++) {
+                const sm_range *a = &src->shards[i].index.r[r], *b = &d->index.r[r];
+                int64_t lo = a->start > b->start ? a->start : b->start;
+                int64_t hi = a->stop < b->stop ? a->stop : b->stop;
+                n *= hi > lo ? hi - lo : 0;
+            }
+            total += n;
+        }
+    }
+    return total;
+}
+
+/* Reshards an iota array of shape s from spec `from` to spec `to` over
+ * axes (devs: the mesh's devices, NULL for the default), checks the result
+ * bit-exact, and that the pieces the workers pulled from each other went
+ * through shared memory (via_shm) or over gRPC, exactly the bytes the plan
+ * moves between workers; returns those bytes. */
+static int64_t reshard_case(const harness_cluster *h, sm_client *c, const char *axes,
+                            const int32_t *devs, int ndevs, const char *from, const char *to,
+                            sm_shape s, int via_shm)
+{
+    sm_mesh m1, m2;
+    sm_sharding_ref sa = harness_sharding(&m1, axes, devs, ndevs, from);
+    sm_sharding_ref sb = harness_sharding(&m2, axes, devs, ndevs, to);
+    sm_array *x = harness_array_iota(SM_F32, &s, 7);
+    sm_array_info src, dst;
+    sm_array *back = NULL;
+    char err[512];
+    sm_err e = sm_client_put(c, SM_F32, &s, x->data, &sa, NULL, &src, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "put %s %s: %s", axes, from, err);
+    moved_bytes before = worker_moved(h, c);
+    e = sm_client_reshard(c, harness_id_ref(src.id), &sb, NULL, &dst, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "reshard %s %s -> %s: %s", axes, from, to, err);
+    moved_bytes after = worker_moved(h, c);
+    ck_assert_int_eq(sm_client_get(c, harness_id_ref(dst.id), &back, err, sizeof err), SM_OK);
+    ck_assert_msg(memcmp(back->data, x->data, (size_t)x->nbytes) == 0, "%s %s -> %s: not bit-exact",
+                  axes, from, to);
+    int64_t remote = remote_bytes(&src, &dst, 4);
+    int64_t shm = after.peer_shm - before.peer_shm, grpc = after.peer_grpc - before.peer_grpc;
+    ck_assert_msg(shm == (via_shm ? remote : 0) && grpc == (via_shm ? 0 : remote),
+                  "%s %s -> %s: %lld bytes between workers, %lld through shared memory, %lld "
+                  "over gRPC",
+                  axes, from, to, (long long)remote, (long long)shm, (long long)grpc);
+    sm_array_free(back);
+    ck_assert_int_eq(sm_client_delete(c, harness_id_ref(dst.id), err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_client_delete(c, harness_id_ref(src.id), err, sizeof err), SM_OK);
+    sm_array_info_free(&src);
+    sm_array_info_free(&dst);
+    sm_array_free(x);
+    return remote;
+}
+
+/* Reshards over meshes (8,) and (4,2) of the cluster's 2 workers, and one
+ * whose pieces are larger than a staging part (16 MiB: pulled in parts). */
+static void reshards(const harness_cluster *h, sm_client *c, int via_shm)
+{
+    static const struct {
+        const char *axes, *from, *to;
+    } cases[] = {
+        {"x=8", "P('x')", "P()"},
+        {"x=8", "P('x')", "P(None, 'x')"},
+        {"x=8", "P(None, 'x')", "P('x')"},
+        {"x=8", "P()", "P('x')"}, /* every piece on the new shard's worker: nothing moves */
+        {"x=4,y=2", "P('x', 'y')", "P('y', 'x')"},
+        {"x=4,y=2", "P('x', 'y')", "P(None, 'y')"},
+        {"x=4,y=2", "P(None, 'y')", "P(('x', 'y'))"},
+        {"x=4,y=2", "P('y')", "P('x', None)"},
+    };
+    int64_t moved = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        moved += reshard_case(h, c, cases[i].axes, NULL, 0, cases[i].from, cases[i].to,
+                              HARNESS_SHAPE(64, 40), via_shm);
+    ck_assert_int_gt(moved, 0);
+    /* 48 MiB over one device of each worker: 24 MiB pieces, pulled in two
+     * parts (1024 rows, then 512) */
+    sm_worker_info *w = NULL;
+    int n = 0;
+    char err[512];
+    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
+    ck_assert_int_eq(n, 2);
+    int32_t devs[2] = {w[0].devices[0], w[1].devices[0]};
+    free(w);
+    ck_assert_int_eq(
+        reshard_case(h, c, "x=2", devs, 2, "P('x')", "P()", HARNESS_SHAPE(3072, 4096), via_shm),
+        2 * 24 << 20);
+}
+
+START_TEST(shm_reshards)
+{
+    /* the workers decide: a client that keeps to the streams changes nothing */
+    sm_client *c = connect_to(g_two, 1);
+    reshards(g_two, c, 1);
+    sm_client_close(c);
+}
+END_TEST
+
+/* Workers with a 16 MiB memory limit: the pages of a staging file count
+ * against it, so a reshard whose new shards leave no room for them pulls
+ * its pieces over the streams instead (and still succeeds), while one with
+ * room goes through shared memory. */
+START_TEST(shm_reshard_memory_limit)
+{
+    harness_opts o = {.nworkers = 2, .devices_per_worker = 2};
+    harness_cluster *h = NULL;
+    char err[512];
+    setenv("SHMAP_MEMORY_LIMIT_MB", "16", 1);
+    sm_err e = harness_cluster_start(&o, &h, err, sizeof err);
+    unsetenv("SHMAP_MEMORY_LIMIT_MB");
+    ck_assert_msg(e == SM_OK, "start: %s", err);
+    harness_use_cluster_credential(h);
+    sm_client *c = connect_to(h, 0);
+    /* 2 MiB: per worker 1 MiB of source, 4 MiB of new shards, 0.5 MiB per
+     * staging file in use */
+    ck_assert_int_gt(
+        reshard_case(h, c, "x=4", NULL, 0, "P('x')", "P()", HARNESS_SHAPE(512, 1024), 1), 0);
+    /* 6 MiB: per worker 3 MiB of source and 12 MiB of new shards; a 1.5
+     * MiB staging file would pass the limit */
+    ck_assert_int_eq(
+        reshard_case(h, c, "x=4", NULL, 0, "P('x')", "P()", HARNESS_SHAPE(1536, 1024), 0),
+        12 << 20);
+    sm_client_close(c);
+    harness_cluster_stop(h);
+}
+END_TEST
+
+/* A reshard run on a thread. */
+typedef struct {
+    const harness_cluster *h;
+    sm_err e;
+    char err[1024];
+} bg_reshard;
+
+static void *bg_reshard_main(void *arg)
+{
+    bg_reshard *r = arg;
+    sm_client *c = connect_to(r->h, 0);
+    sm_mesh mesh;
+    sm_sharding_ref sh = harness_sharding(&mesh, "x=8", NULL, 0, "P()");
+    r->e =
+        sm_client_reshard(c, (sm_array_ref){{0}, "src"}, &sh, "moved", NULL, r->err, sizeof r->err);
+    sm_client_close(c);
+    return NULL;
+}
+
+/* The files in /dev/shm that process pid holds a flock on (shmap's own
+ * segments: its staging files among them; a segment it maps of another
+ * process holds no lock of its), at most max. */
+static int locked_segments(pid_t pid, char names[][SM_SHM_NAME_MAX], int max)
+{
+    unsigned long inodes[64];
+    int ni = 0, n = 0;
+    char line[256];
+    FILE *f = fopen("/proc/locks", "r");
+    while (f && fgets(line, sizeof line, f) && ni < 64) {
+        int who = 0;
+        unsigned maj = 0, min = 0;
+        unsigned long ino = 0;
+        if (sscanf(line, "%*d: FLOCK %*s %*s %d %x:%x:%lu", &who, &maj, &min, &ino) == 4 &&
+            who == pid)
+            inodes[ni++] = ino;
+    }
+    if (f)
+        fclose(f);
+    DIR *d = opendir("/dev/shm");
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char path[300];
+        struct stat st;
+        snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
+        if (strncmp(e->d_name, "shmap-", 6) || strlen(e->d_name) >= SM_SHM_NAME_MAX - 1 ||
+            stat(path, &st))
+            continue;
+        for (int i = 0; i < ni && n < max; i++)
+            if (inodes[i] == (unsigned long)st.st_ino) {
+                snprintf(names[n++], SM_SHM_NAME_MAX, "/%s", e->d_name);
+                break;
+            }
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* A worker killed while its peer pulls pieces from it through shared
+ * memory: the reshard fails UNAVAILABLE naming it, the other worker lives
+ * on, and the killed worker's staging files leave /dev/shm once the
+ * coordinator sees it gone. */
+START_TEST(shm_reshard_holder_killed)
+{
+    harness_cluster *h = harness_cluster_up(2, 4, "e2e_shmxfer");
+    harness_use_cluster_credential(h);
+    sm_client *c = connect_to(h, 0);
+    char err[512];
+    /* the pair proven, pieces through shared memory */
+    reshard_case(h, c, "x=8", NULL, 0, "P('x')", "P()", HARNESS_SHAPE(64, 40), 1);
+    sm_mesh mesh;
+    sm_sharding_ref sh = harness_sharding(&mesh, "x=8", NULL, 0, "P('x')");
+    sm_shape s = HARNESS_SHAPE(2048, 1024);
+    sm_array *x = harness_array_iota(SM_F32, &s, 5);
+    ck_assert_int_eq(sm_client_put(c, SM_F32, &s, x->data, &sh, "src", NULL, err, sizeof err),
+                     SM_OK);
+    pid_t pids[2];
+    ck_assert_int_eq(harness_worker_pids(h, pids, 2), 2);
+    char names[16][SM_SHM_NAME_MAX];
+    int nnames = locked_segments(pids[1], names, 16);
+    ck_assert_int_ge(nnames, 1); /* its staging files of the first reshard */
+    /* stopped, it answers nothing: the reshard waits on it (its own
+     * Assemble, and the other worker's pulls from it) */
+    ck_assert_int_eq(kill(pids[1], SIGSTOP), 0);
+    bg_reshard bg = {.h = h};
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, bg_reshard_main, &bg), 0);
+    ck_assert_int_eq(harness_wait_state(c, (sm_array_ref){{0}, "moved"}, SM_ARRAY_PENDING, 10000),
+                     SM_ARRAY_PENDING);
+    harness_sleep_ms(300);
+    ck_assert_int_eq(kill(pids[1], SIGKILL), 0);
+    pthread_join(t, NULL);
+    ck_assert_msg(bg.e == SM_EUNAVAILABLE, "%s: %s", sm_err_name(bg.e), bg.err);
+    /* the sentence names the worker that died */
+    ck_assert_int_eq(harness_wait_workers(c, 1, 20000, err, sizeof err), SM_OK);
+    sm_worker_info *w = NULL;
+    int n = 0, named = 0;
+    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
+    for (int i = 0; i < n; i++)
+        if (!w[i].alive)
+            named += strstr(bg.err, w[i].address) != NULL;
+    free(w);
+    ck_assert_msg(named == 1, "%s", bg.err);
+    /* what the killed worker kept in /dev/shm goes with it */
+    int left = nnames;
+    for (int tries = 0; tries < 100 && left; tries++) {
+        left = 0;
+        for (int i = 0; i < nnames; i++)
+            left += sm_shm_marked(names[i]);
+        if (left)
+            harness_sleep_ms(100);
+    }
+    ck_assert_msg(left == 0, "%d of the killed worker's %d shared-memory files are left", left,
+                  nnames);
+    sm_array_free(x);
+    sm_client_close(c);
+    harness_cluster_stop(h);
+}
+END_TEST
 
 START_TEST(shm_round_trips)
 {
@@ -339,6 +626,8 @@ START_TEST(shm_grpc_workers)
     harness_use_cluster_credential(h);
     sm_client *c = connect_to(h, 0);
     round_trips(h, c, 0);
+    /* and reshard pieces go over the GetShard streams */
+    reshards(h, c, 0);
     sm_client_close(c);
     /* nor through a staging segment, from ordinary memory */
     c = connect_staged(h, 0, 16);
@@ -515,8 +804,8 @@ END_TEST
 
 int main(void)
 {
-    return harness_run_suite(SUITE_CASE(suite_create("e2e_shmxfer"), "cluster", 240,
-                                        SUITE_UNCHECKED(cluster_up, cluster_down),
-                                        {shm_round_trips}, {shm_staging}, {shm_forced_off},
-                                        {shm_grpc_workers}, {shm_faults}, {shm_tenant}));
+    return harness_run_suite(SUITE_CASE(
+        suite_create("e2e_shmxfer"), "cluster", 240, SUITE_UNCHECKED(cluster_up, cluster_down),
+        {shm_round_trips}, {shm_staging}, {shm_forced_off}, {shm_grpc_workers}, {shm_faults},
+        {shm_tenant}, {shm_reshards}, {shm_reshard_holder_killed}, {shm_reshard_memory_limit}));
 }

@@ -458,6 +458,52 @@ static const struct {
     {"byte overflow", 2, 2, {T40, 1 << 23}, {1, 1}, {0}, {0}, {1, 1}, 2, SM_EOVERFLOW, "2^63"},
 };
 
+/* sm_block_split and sm_block_next: the parts of a walk cover every
+ * element of the box once, in row-major order, each within cap bytes
+ * unless it is a single element. */
+static const struct {
+    int rank;
+    int64_t ext[3];
+    int64_t cap;
+    int want_k;
+    int64_t want_inner;
+} split_rows[] = {
+    {2, {8, 6}, 1 << 20, 0, 24}, /* fits whole: rows of dimension 0 */
+    {2, {8, 6}, 50, 0, 24},      /* two rows a part */
+    {2, {8, 6}, 20, 1, 4},       /* a row does not fit: elements of dimension 1 */
+    {3, {3, 5, 7}, 140, 0, 140}, /* one [5, 7] block a part */
+    {3, {3, 5, 7}, 100, 1, 28},  /* rows of dimension 1 */
+    {3, {3, 5, 7}, 3, 2, 4},     /* not even one element: one at a time */
+    {1, {10}, 16, 0, 4},         /* rank 1: elements of dimension 0 */
+};
+
+START_TEST(test_block_split_walk)
+{
+    int64_t inner = 0;
+    int k = sm_block_split(split_rows[_i].ext, split_rows[_i].rank, 4, split_rows[_i].cap, &inner);
+    ck_assert_int_eq(k, split_rows[_i].want_k);
+    ck_assert_int_eq(inner, split_rows[_i].want_inner);
+    int64_t rows = split_rows[_i].cap / inner > 0 ? split_rows[_i].cap / inner : 1;
+    int64_t idx[3] = {0}, seen = 0, total = 1, next = 0;
+    for (int d = 0; d < split_rows[_i].rank; d++)
+        total *= split_rows[_i].ext[d];
+    int parts = 0;
+    for (int more = 1; more; parts++) {
+        int64_t left = split_rows[_i].ext[k] - idx[k], n = left < rows ? left : rows;
+        int64_t at = 0; /* the part's first element, row-major */
+        for (int d = 0; d < split_rows[_i].rank; d++)
+            at = at * split_rows[_i].ext[d] + (d <= k ? idx[d] : 0);
+        ck_assert_int_eq(at, next);
+        ck_assert(n * inner <= split_rows[_i].cap || n * inner == 4);
+        next = at + n * inner / 4;
+        seen += n * inner / 4;
+        more = sm_block_next(idx, split_rows[_i].ext, k, n);
+    }
+    ck_assert_int_eq(seen, total);
+    ck_assert_int_gt(parts, 0);
+}
+END_TEST
+
 START_TEST(test_block_copy_errors)
 {
     for (size_t i = 0; i < sizeof copy_err_rows / sizeof copy_err_rows[0]; i++) {
@@ -805,11 +851,12 @@ END_TEST
 int main(void)
 {
 
-    return suite_main(SUITE_CASE(suite_create("array"), "array", 0, NULL, {test_dtype_table},
-                                 {test_dtype_parse_unknown}, {test_shape_make}, {test_shape_sizes},
-                                 {test_shape_strides}, {test_shape_parse}, {test_shape_format},
-                                 {test_shape_equal}, {test_index}, {test_index_check},
-                                 {test_block_copy_random, 5}, {test_block_copy_large_rows},
-                                 {test_block_copy_errors}, {test_array_create}, {test_copy_stream},
-                                 {test_data_cache}, {test_data_limit}, {test_pools_apart}));
+    return suite_main(SUITE_CASE(
+        suite_create("array"), "array", 0, NULL, {test_dtype_table}, {test_dtype_parse_unknown},
+        {test_shape_make}, {test_shape_sizes}, {test_shape_strides}, {test_shape_parse},
+        {test_shape_format}, {test_shape_equal}, {test_index}, {test_index_check},
+        {test_block_copy_random, 5}, {test_block_copy_large_rows},
+        {test_block_split_walk, (int)(sizeof split_rows / sizeof split_rows[0])},
+        {test_block_copy_errors}, {test_array_create}, {test_copy_stream}, {test_data_cache},
+        {test_data_limit}, {test_pools_apart}));
 }

@@ -890,6 +890,41 @@ START_TEST(test_assemble_large_remote)
 }
 END_TEST
 
+/* Pieces that overlap, though their elements add up to the new shard's,
+ * leave part of it unwritten: that part is zero, not the bytes of a shard
+ * freed before (the new shard's memory is a freed block kept for reuse). */
+START_TEST(test_assemble_overlap_zeroed)
+{
+    char err[512];
+    sm_shape big = shape2(512, 1024), half = shape2(256, 1024);
+    free(put_random(ch_a, 740, 1, SM_F32, &big));
+    sm_svc_worker_free_array(ch_a, CALL_MS, (sm_array_id){740}, 0, NULL, err, sizeof err);
+    float *src = put_random(ch_a, 741, 0, SM_F32, &half);
+    sm_svc_piece p[2] = {
+        {.src_array = {741}, .src_device = 0, .src_box = box2(0, 256, 0, 1024), .dst_offset = {0}},
+        {.src_array = {741},
+         .src_device = 0,
+         .src_box = box2(0, 256, 0, 1024),
+         .dst_offset = {128, 0}},
+    };
+    sm_svc_assemble_shard sh = {.device = 1, .shape = big, .npieces = 2, .pieces = p};
+    sm_svc_assemble_req req = {.array_id = {742}, .dtype = SM_F32, .nshards = 1, .shards = &sh};
+    assemble_on_a(&req, SM_OK, 512 * 1024 * 4, NULL, -1, err);
+    dl_result r;
+    ck_assert_msg(download(ch_a, 742, 1, NULL, &r, err, sizeof err) == SM_OK, "%s", err);
+    ck_assert_int_eq(r.nbytes, 512 * 1024 * 4);
+    const float *got = r.data;
+    ck_assert(!memcmp(got, src, 128 * 1024 * 4));
+    ck_assert(!memcmp(got + 128 * 1024, src, 256 * 1024 * 4));
+    for (int64_t k = 384 * 1024; k < 512 * 1024; k++)
+        ck_assert_msg(got[k] == 0, "element %lld of the unwritten rows is %g", (long long)k,
+                      (double)got[k]);
+    free(r.data);
+    free(src);
+    free_arrays(741, 742);
+}
+END_TEST
+
 START_TEST(test_coordinator_restart)
 {
     char err[512];
@@ -1058,13 +1093,13 @@ END_TEST
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
-    int rc = harness_run_suite(
-        SUITE_CASE(suite_create("worker_proc"), "worker", 0, SUITE_UNCHECKED(setup, teardown),
-                   {test_registration}, {test_heartbeat}, {test_roundtrip_dtypes},
-                   {test_multichunk_and_boxes}, {test_get_errors}, {test_bad_uploads},
-                   {test_stats_and_free}, {test_concurrent_clients}, {test_assemble_local},
-                   {test_assemble_remote}, {test_assemble_large_remote}, {test_coordinator_restart},
-                   {test_sigterm}, {test_frozen_worker_upload}, {test_token}, {test_usage_errors}));
+    int rc = harness_run_suite(SUITE_CASE(
+        suite_create("worker_proc"), "worker", 0, SUITE_UNCHECKED(setup, teardown),
+        {test_registration}, {test_heartbeat}, {test_roundtrip_dtypes}, {test_multichunk_and_boxes},
+        {test_get_errors}, {test_bad_uploads}, {test_stats_and_free}, {test_concurrent_clients},
+        {test_assemble_local}, {test_assemble_remote}, {test_assemble_large_remote},
+        {test_assemble_overlap_zeroed}, {test_coordinator_restart}, {test_sigterm},
+        {test_frozen_worker_upload}, {test_token}, {test_usage_errors}));
     kill_workers();
     return rc != EXIT_SUCCESS || bad_exits ? EXIT_FAILURE : EXIT_SUCCESS;
 }

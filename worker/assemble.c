@@ -100,7 +100,40 @@ static sm_err assemble_one(void *user, int i, char *err, size_t errlen)
     return SM_OK;
 }
 
-/* Validates the request and allocates every new shard (zeroed). */
+/* 1 if the pieces of s (each checked with piece_check) fill its shard
+ * exactly: pairwise disjoint, their elements adding up to the shard's. A
+ * reshard's always do (the plan covers every element once); then the new
+ * shard needs no zeroing first, since every byte of it is written. */
+static int assemble_covered(const sm_svc_assemble_shard *s)
+{
+    int64_t want = 1, got = 0;
+    for (int d = 0; d < s->shape.rank; d++)
+        want *= s->shape.dims[d];
+    for (int k = 0; k < s->npieces; k++) {
+        const sm_svc_piece *a = &s->pieces[k];
+        int64_t n = 1;
+        for (int d = 0; d < s->shape.rank; d++)
+            n *= a->src_box.r[d].stop - a->src_box.r[d].start;
+        got += n;
+        for (int j = 0; j < k; j++) {
+            const sm_svc_piece *b = &s->pieces[j];
+            int apart = 0;
+            for (int d = 0; d < s->shape.rank && !apart; d++) {
+                int64_t a0 = a->dst_offset[d],
+                        a1 = a0 + a->src_box.r[d].stop - a->src_box.r[d].start;
+                int64_t b0 = b->dst_offset[d],
+                        b1 = b0 + b->src_box.r[d].stop - b->src_box.r[d].start;
+                apart = a1 <= b0 || b1 <= a0;
+            }
+            if (!apart && s->shape.rank > 0)
+                return 0;
+        }
+    }
+    return s->shape.rank > 0 ? got == want : s->npieces == 1;
+}
+
+/* Validates the request and allocates every new shard (zeroed where its
+ * pieces leave any of it unwritten). */
 static sm_err assemble_prepare(sm_handlers *h, const sm_svc_assemble_req *req,
                                sm_store_shard **shards, int32_t *devices, char *err, size_t errlen)
 {
@@ -130,7 +163,8 @@ static sm_err assemble_prepare(sm_handlers *h, const sm_svc_assemble_req *req,
         if ((e = sm_store_shard_alloc(h->store, req->dtype, &s->shape, &shards[i], inner,
                                       sizeof inner)))
             return sm_fail(err, errlen, e, "the new shard of device %d: %s", (int)s->device, inner);
-        if (!sm_ckpt_shard_is_landing(req, i)) /* a landing is read over whole */
+        if (!sm_ckpt_shard_is_landing(req, i) && /* a landing is read over whole */
+            !assemble_covered(s))
             memset(shards[i]->data, 0, (size_t)shards[i]->nbytes);
     }
     return SM_OK;

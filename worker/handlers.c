@@ -364,12 +364,8 @@ static sm_err get_send_box(get_stream *gs, const sm_store_shard *sh, const sm_in
     for (int d = 0; d < rank; d++)
         ext[d] = box->r[d].stop - box->r[d].start;
     /* k: the outermost dimension whose inner block (dims after k) fits a chunk. */
-    int k = rank - 1;
-    int64_t inner = (int64_t)elem;
-    while (k > 0 && inner * ext[k] <= cap) {
-        inner *= ext[k];
-        k--;
-    }
+    int64_t inner;
+    int k = sm_block_split(ext, rank, elem, cap, &inner);
     char *stage = malloc((size_t)cap);
     if (!stage)
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a %lld-byte staging buffer",
@@ -397,14 +393,7 @@ static sm_err get_send_box(get_stream *gs, const sm_store_shard *sh, const sm_in
                                extent, elem, err, errlen)))
             goto done;
         fill += c * inner;
-        idx[k] += c;
-        if (idx[k] < ext[k])
-            continue;
-        idx[k] = 0;
-        int d = k - 1;
-        while (d >= 0 && ++idx[d] == ext[d])
-            idx[d--] = 0;
-        if (d < 0)
+        if (!sm_block_next(idx, ext, k, c))
             break;
     }
     if (fill)
@@ -529,6 +518,8 @@ static sm_err h_stats(void *user, sm_svc_worker_stats *out, char *err, size_t er
     out->ndevices = sm_store_stats(h->store, out->devices, out->device_bytes, &out->shards);
     sm_traffic_get(t);
     out->shm_transfer_bytes = (int64_t)(t[SM_TRAFFIC_SHM_PUT_IN] + t[SM_TRAFFIC_SHM_GET_OUT]);
+    out->peer_shm_bytes = (int64_t)t[SM_TRAFFIC_SHM_PEER_IN];
+    out->peer_grpc_bytes = (int64_t)t[SM_TRAFFIC_PEER_IN];
     return SM_OK;
 }
 

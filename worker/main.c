@@ -112,11 +112,11 @@ static const sm_config_row worker_config[CFG_COUNT] = {
                               "Stop (SIGTERM) when the process that started this one ends, "
                               "however it ends (the coordinator's --local-workers use it)."},
     [CFG_TRANSPORT] = {"transport", 0, SM_CFG_STRING, "auto", "SHMAP_TRANSPORT",
-                       "Collectives with the workers of this host: auto (the default: through "
-                       "shared memory with every worker that proves it shares it, gRPC with the "
-                       "others and where shared memory has no room), shm (the same, and a "
-                       "warning for each job with workers it shares no memory with), or grpc "
-                       "(always gRPC)."},
+                       "Collectives and reshard pieces with the workers of this host: auto "
+                       "(the default: through shared memory with every worker that proves it "
+                       "shares it, gRPC with the others and where shared memory has no room), "
+                       "shm (the same, and a warning for each job with workers it shares no "
+                       "memory with), or grpc (always gRPC)."},
 };
 
 static const char worker_usage[] =
@@ -268,7 +268,7 @@ static sm_err worker_metrics(void *user, sm_strbuf *b)
     sm_strbuf_printf(b, "shmap_worker_memory_used_bytes %zu\n", ci.live_bytes);
     sm_metrics_help(b, "shmap_worker_memory_shm_bytes", "gauge",
                     "Of the memory in use: pages of this worker's shared-memory segments "
-                    "allocated for running jobs' collectives.");
+                    "allocated for running jobs' collectives and reshard pulls in flight.");
     sm_strbuf_printf(b, "shmap_worker_memory_shm_bytes %zu\n", ci.other_bytes);
     sm_metrics_help(b, "shmap_worker_buffer_cache_bytes", "gauge",
                     "Freed blocks kept for reuse (--buffer-cache-mb).");
@@ -292,13 +292,17 @@ static sm_err worker_metrics(void *user, sm_strbuf *b)
                      (unsigned long long)t[SM_TRAFFIC_GET_OUT],
                      (unsigned long long)t[SM_TRAFFIC_PEER_IN]);
     sm_metrics_help(b, "shmap_worker_shm_transfer_bytes_total", "counter",
-                    "Shard bytes moved through clients' shared-memory segments on this host "
-                    "(sm_client_alloc buffers): copied out by PutShard, in by GetShard.");
+                    "Shard bytes moved through shared-memory segments on this host: copied out "
+                    "of clients' buffers by PutShard, into clients' buffers or peers' staging "
+                    "by GetShard (downloads, peers' reshard pulls), out of this worker's "
+                    "staging (reshard pieces peers wrote there).");
     sm_strbuf_printf(b,
                      "shmap_worker_shm_transfer_bytes_total{path=\"put\",direction=\"in\"} %llu\n"
-                     "shmap_worker_shm_transfer_bytes_total{path=\"get\",direction=\"out\"} %llu\n",
+                     "shmap_worker_shm_transfer_bytes_total{path=\"get\",direction=\"out\"} %llu\n"
+                     "shmap_worker_shm_transfer_bytes_total{path=\"peer\",direction=\"in\"} %llu\n",
                      (unsigned long long)t[SM_TRAFFIC_SHM_PUT_IN],
-                     (unsigned long long)t[SM_TRAFFIC_SHM_GET_OUT]);
+                     (unsigned long long)t[SM_TRAFFIC_SHM_GET_OUT],
+                     (unsigned long long)t[SM_TRAFFIC_SHM_PEER_IN]);
     sm_metrics_help(b, "shmap_worker_collective_bytes_total", "counter",
                     "Collective blocks exchanged with other workers, by transport (devices of "
                     "one worker meet in memory and move nothing).");
@@ -469,9 +473,11 @@ int main(int argc, char **argv)
             h = "[::1]";
         snprintf(advertise, sizeof advertise, "%s:%d", h, sm_rpc_server_port(server));
     }
-    /* clients on this host upload and download through their segments
-     * unless the worker keeps to gRPC */
-    if (strcmp(transport, "grpc") && (e = sm_segmap_create(&segs, err, sizeof err)))
+    /* clients on this host upload and download through their segments,
+     * and reshard pieces come from peers on this host through this
+     * worker's staging, unless the worker keeps to gRPC */
+    if (strcmp(transport, "grpc") && ((e = sm_segmap_create(&segs, err, sizeof err)) ||
+                                      (e = sm_peer_shm_enable(peers, arrays, err, sizeof err))))
         goto fail;
     ctx = (sm_handlers){.store = store,
                         .peers = peers,

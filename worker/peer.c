@@ -1,16 +1,44 @@
 #include "peer.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "segmap.h"
 #include "sm_checksum.h"
+#include "sm_log.h"
 #include "sm_rpc.h"
+#include "sm_shm.h"
+#include "sm_svc_job.h"
+#include "sm_time.h"
 #include "traffic.h"
+
+/* A proof's deadline; a failed proof is tried again after SM_PEER_SHM_RETRY_US
+ * (a success is kept for the peer address's life here). */
+#define SM_PEER_SHM_PROBE_MS 2000
+#define SM_PEER_SHM_RETRY_US (60 * 1000000LL)
+/* The most bytes of a piece one GetShard writes into a staging file: a
+ * larger piece comes in parts, so a file holds at most this much. */
+#define SM_PEER_SHM_PART ((int64_t)16 << 20)
+
+/* What ShmProbe proved about a peer address. */
+typedef struct {
+    char addr[SM_ADDR_MAX];
+    int same;      /* 1: it shares this worker's memory; -1: it does not */
+    int64_t at_us; /* when it was found not to */
+} peer_host;
 
 struct sm_peer {
     sm_rpc_chans *chans;
     int deadline_ms;
+    /* Shared memory (sm_peer_shm_enable): the staging files, the pool the
+     * pages they hold during a pull are charged to; stage NULL: streams. */
+    sm_shm_pool *stage;
+    sm_array_pool *charge;
+    pthread_mutex_t mu; /* guards hosts */
+    peer_host *hosts;
+    int nhosts, caphosts;
 };
 
 sm_err sm_peer_create(const char *token, const sm_rpc_tls *tls, int deadline_ms, sm_peer **out,
@@ -22,8 +50,17 @@ sm_err sm_peer_create(const char *token, const sm_rpc_tls *tls, int deadline_ms,
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory creating the peer cache");
     }
     p->deadline_ms = deadline_ms > 0 ? deadline_ms : 60000;
+    pthread_mutex_init(&p->mu, NULL);
     *out = p;
     return SM_OK;
+}
+
+sm_err sm_peer_shm_enable(sm_peer *p, sm_array_pool *charge, char *err, size_t errlen)
+{
+    sm_err e = p->stage ? SM_OK : sm_shm_pool_create(&p->stage, err, errlen);
+    if (!e)
+        p->charge = charge;
+    return e;
 }
 
 void sm_peer_free(sm_peer *p)
@@ -31,6 +68,9 @@ void sm_peer_free(sm_peer *p)
     if (!p)
         return;
     sm_rpc_chans_free(p->chans);
+    sm_shm_pool_free(p->stage);
+    pthread_mutex_destroy(&p->mu);
+    free(p->hosts);
     free(p);
 }
 
@@ -103,18 +143,311 @@ static sm_err peer_cursor_init(sm_peer_cursor *c, void *dst, const sm_shape *dst
     return SM_OK;
 }
 
+/* ---- shared memory ------------------------------------------------------------ */
+
+/* The entry of address in p->hosts, made if missing (NULL when out of
+ * memory). mu held. */
+static peer_host *peer_host_find(sm_peer *p, const char *address)
+{
+    for (int i = 0; i < p->nhosts; i++)
+        if (!strcmp(p->hosts[i].addr, address))
+            return &p->hosts[i];
+    if (strlen(address) >= SM_ADDR_MAX)
+        return NULL;
+    if (p->nhosts == p->caphosts) {
+        int cap = p->caphosts ? 2 * p->caphosts : 8;
+        peer_host *v = realloc(p->hosts, sizeof *v * (size_t)cap);
+        if (!v)
+            return NULL;
+        p->hosts = v;
+        p->caphosts = cap;
+    }
+    peer_host *h = &p->hosts[p->nhosts++];
+    memset(h, 0, sizeof *h);
+    snprintf(h->addr, sizeof h->addr, "%s", address);
+    return h;
+}
+
+/* Records that address does not share memory (now), or does. */
+static void peer_host_set(sm_peer *p, const char *address, int same)
+{
+    pthread_mutex_lock(&p->mu);
+    peer_host *h = peer_host_find(p, address);
+    if (h) {
+        h->same = same;
+        h->at_us = sm_time_mono_us();
+    }
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* Whether the peer at address (channel ch) shares this worker's memory:
+ * proven once (sm_svc_shm_prove_here), a failure tried again after a
+ * while. 0 without shared memory here. */
+static int peer_shm_same(sm_peer *p, const char *address, sm_rpc_channel *ch)
+{
+    if (!p->stage)
+        return 0;
+    pthread_mutex_lock(&p->mu);
+    peer_host *h = peer_host_find(p, address);
+    int same = h ? h->same : -1;
+    if (same < 0 && h && sm_time_mono_us() - h->at_us >= SM_PEER_SHM_RETRY_US)
+        same = 0;
+    pthread_mutex_unlock(&p->mu);
+    if (same)
+        return same > 0;
+    same = sm_svc_shm_prove_here(ch, SM_PEER_SHM_PROBE_MS);
+    SM_DEBUG("peer %s %s this worker's memory: reshard pieces from it go %s", address,
+             same ? "shares" : "does not share", same ? "through shared memory" : "over gRPC");
+    peer_host_set(p, address, same ? 1 : -1);
+    return same;
+}
+
+/* A staging file of this worker taken for one pull: its pool name, which
+ * the peer maps, and the bytes of its pages charged to the memory limit. */
+typedef struct {
+    sm_shm_seg seg;
+    char name[SM_SHM_NAME_MAX];
+    size_t charged;
+} peer_stage;
+
+/* Takes a staging file of at least len bytes, its pages charged and
+ * allocated. SM_ERESOURCE (with a sentence) when the memory limit, /dev/shm
+ * or the pool has no room: the caller then takes the stream. */
+static sm_err peer_stage_take(sm_peer *p, size_t len, peer_stage *st, char *err, size_t errlen)
+{
+    memset(st, 0, sizeof *st);
+    st->seg.fd = -1;
+    if (sm_array_pool_charge(p->charge, len, err, errlen))
+        return SM_ERESOURCE;
+    sm_err e = sm_shm_pool_take(p->stage, len, &st->seg, err, errlen);
+    if (!e && (e = sm_shm_seg_reserve(&st->seg, 0, len, err, errlen)))
+        sm_shm_pool_give(p->stage, &st->seg);
+    if (e) {
+        sm_array_pool_uncharge(p->charge, len);
+        return SM_ERESOURCE;
+    }
+    st->charged = len;
+    sm_shm_pool_file_name(p->stage, &st->seg, st->name);
+    return SM_OK;
+}
+
+static void peer_stage_give(sm_peer *p, peer_stage *st)
+{
+    if (!st->seg.base)
+        return;
+    sm_shm_pool_give(p->stage, &st->seg); /* kept, with its pages, for the next pull */
+    sm_array_pool_uncharge(p->charge, st->charged);
+}
+
+/* Pulls the box sub of the peer's shard into dst at dst_off through the
+ * staging file st: GetShard with a ShmRef naming it (the peer writes the
+ * box there, dense, and answers with one chunk: meta, last, checksum),
+ * then the copy into dst, checked against that checksum. */
+static sm_err peer_pull_part(sm_peer *p, sm_rpc_channel *ch, sm_array_id array, int32_t device,
+                             const sm_index *sub, sm_dtype t, const peer_stage *st, void *dst,
+                             const sm_shape *dst_shape, const int64_t *dst_off, char *err,
+                             size_t errlen)
+{
+    sm_svc_download_stream *ds = NULL;
+    sm_svc_download_req req = {.array = {.id = array}, .device = device, .has_box = 1, .box = *sub};
+    sm_shape bs = sm_index_shape(sub);
+    int64_t want = 0;
+    int got = 0, end = 0;
+    uint64_t sent_sum = 0, sum = 0;
+    char b1[96], b2[96];
+    sm_err e = sm_shape_nbytes(&bs, t, &want, err, errlen);
+    if (e)
+        return e;
+    snprintf(req.shm.name, sizeof req.shm.name, "%s", st->name);
+    req.shm.global = bs;
+    req.shm.box = sm_index_full(&bs);
+    if ((e = sm_svc_download_open(ch, 1, &req, p->deadline_ms, &ds, err, errlen)))
+        return e;
+    while (!e) {
+        sm_svc_chunk c;
+        memset(&c, 0, sizeof c);
+        if ((e = sm_svc_download_recv(ds, &c, &end, err, errlen)) || end)
+            break;
+        if (!got && c.has_meta && c.dtype != t)
+            e = sm_fail(err, errlen, SM_EINVAL, "the source shard is %s, not %s",
+                        sm_dtype_name(c.dtype), sm_dtype_name(t));
+        else if (got || !c.has_meta || !c.last || c.len || !sm_shape_equal(&c.shape, &bs) ||
+                 c.total_bytes != want)
+            e = sm_fail(err, errlen, SM_EDATALOSS,
+                        "it answered %s %s (%lld bytes, %zu inline) for a %s %s box written "
+                        "into shared memory",
+                        sm_dtype_name(c.dtype), sm_shape_format(&c.shape, b1, sizeof b1),
+                        (long long)c.total_bytes, c.len, sm_dtype_name(t),
+                        sm_shape_format(&bs, b2, sizeof b2));
+        got = 1;
+        sent_sum = c.checksum;
+    }
+    sm_svc_download_free(ds);
+    if (!e && !got)
+        e = sm_fail(err, errlen, SM_EDATALOSS, "the stream ended without its one chunk");
+    if (!e)
+        e = sm_segmap_unpack(st->seg.base, &bs, sm_dtype_size(t), dst, dst_shape, dst_off, st->name,
+                             &sum, err, errlen);
+    if (!e && sum != sent_sum)
+        e = sm_fail(err, errlen, SM_EDATALOSS,
+                    "checksum mismatch in shared memory (read %016llx, the sender says %016llx)",
+                    (unsigned long long)sum, (unsigned long long)sent_sum);
+    return e;
+}
+
+/* Pulls box through a staging file, in parts of at most SM_PEER_SHM_PART
+ * bytes (whole rows of the outermost dimension k whose inner block fits,
+ * as get_send_box in handlers.c packs chunks). When shared memory could
+ * not be used, *stream is set (the stream then writes the whole box
+ * again): 1 for no room (for the staging here, or for one more mapping
+ * at the peer), for this piece; 2 for a peer that refuses the ShmRef (run
+ * with --transport grpc since the proof) or cannot find the file (not on
+ * this host after all), for every piece from it. */
+static sm_err peer_pull_shm(sm_peer *p, sm_rpc_channel *ch, sm_array_id array, int32_t device,
+                            const sm_index *box, sm_dtype t, void *dst, const sm_shape *dst_shape,
+                            const int64_t *dst_off, int *stream, char *err, size_t errlen)
+{
+    int rank = box->rank;
+    int64_t ext[SM_MAX_RANK], idx[SM_MAX_RANK] = {0}, inner = (int64_t)sm_dtype_size(t);
+    for (int d = 0; d < rank; d++)
+        ext[d] = box->r[d].stop - box->r[d].start;
+    int k = rank ? sm_block_split(ext, rank, (size_t)inner, SM_PEER_SHM_PART, &inner) : -1;
+    int64_t rows = rank ? SM_PEER_SHM_PART / inner : 1;
+    if (rows < 1)
+        rows = 1;
+    if (rank && rows > ext[k])
+        rows = ext[k];
+    peer_stage st;
+    char why[256];
+    *stream = 0;
+    if (peer_stage_take(p, (size_t)(rows * inner), &st, why, sizeof why)) {
+        SM_DEBUG("a reshard piece goes over gRPC: %s", why);
+        *stream = 1;
+        return SM_OK;
+    }
+    sm_err e = SM_OK;
+    for (;;) {
+        sm_index sub = *box;
+        int64_t off[SM_MAX_RANK], n = rank ? (ext[k] - idx[k] < rows ? ext[k] - idx[k] : rows) : 1;
+        for (int d = 0; d < rank; d++) {
+            int64_t at = d <= k ? idx[d] : 0;
+            sub.r[d].start = box->r[d].start + at;
+            sub.r[d].stop = d < k    ? sub.r[d].start + 1
+                            : d == k ? sub.r[d].start + n
+                                     : box->r[d].stop;
+            off[d] = dst_off[d] + at;
+        }
+        e = peer_pull_part(p, ch, array, device, &sub, t, &st, dst, dst_shape, off, err, errlen);
+        if (e == SM_ERESOURCE) { /* the peer maps too many segments at once */
+            *stream = 1;
+            e = SM_OK;
+        } else if (e == SM_EPRECONDITION || (e == SM_ENOTFOUND && strstr(err, st.name))) {
+            *stream = 2;
+            e = SM_OK;
+        }
+        if (e || *stream || rank == 0 || !sm_block_next(idx, ext, k, n))
+            break;
+    }
+    peer_stage_give(p, &st);
+    int64_t bytes = (int64_t)sm_dtype_size(t);
+    for (int d = 0; d < rank; d++)
+        bytes *= ext[d];
+    if (!e && !*stream) /* (a piece the stream took after all counts there, whole) */
+        sm_traffic_add(SM_TRAFFIC_SHM_PEER_IN, bytes);
+    return e;
+}
+
+/* ---- streams -------------------------------------------------------------------- */
+
+/* Pulls box over the GetShard stream, written as it arrives through cur. */
+static sm_err peer_pull_stream(sm_peer *p, sm_rpc_channel *ch, sm_array_id array, int32_t device,
+                               const sm_index *box, sm_dtype t, int64_t want, sm_peer_cursor *cur,
+                               char *err, size_t errlen)
+{
+    sm_svc_download_stream *st = NULL;
+    sm_checksum *ck = NULL;
+    sm_shape bs = sm_index_shape(box);
+    char b1[96], b2[96];
+    sm_err e;
+    int64_t total = -1;
+    int done = 0;
+
+    if (!(ck = sm_checksum_create()))
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a checksum");
+    sm_svc_download_req req = {.array = {.id = array}, .device = device, .has_box = 1, .box = *box};
+    if ((e = sm_svc_download_open(ch, 1, &req, p->deadline_ms, &st, err, errlen)))
+        goto done;
+    for (;;) {
+        sm_svc_chunk c;
+        int end = 0;
+        memset(&c, 0, sizeof c);
+        if ((e = sm_svc_download_recv(st, &c, &end, err, errlen)))
+            goto done;
+        sm_traffic_add(SM_TRAFFIC_PEER_IN, (int64_t)c.len);
+        if (end)
+            break;
+        if (done) {
+            e = sm_fail(err, errlen, SM_EFORMAT, "it sent data after the last chunk");
+            goto done;
+        }
+        if (c.has_meta) {
+            if (total < 0 && c.dtype != t) {
+                e = sm_fail(err, errlen, SM_EINVAL, "the source shard is %s, not %s",
+                            sm_dtype_name(c.dtype), sm_dtype_name(t));
+                goto done;
+            }
+            if (total >= 0 || !sm_shape_equal(&c.shape, &bs) || c.dtype != t ||
+                c.total_bytes != want) {
+                e = sm_fail(err, errlen, SM_EDATALOSS,
+                            "it answered %s %s (%lld bytes) for a %s %s box",
+                            sm_dtype_name(c.dtype), sm_shape_format(&c.shape, b1, sizeof b1),
+                            (long long)c.total_bytes, sm_dtype_name(t),
+                            sm_shape_format(&bs, b2, sizeof b2));
+                goto done;
+            }
+            total = c.total_bytes;
+        }
+        if (total < 0 || c.offset != cur->pos || (int64_t)c.len > total - cur->pos) {
+            e = sm_fail(err, errlen, SM_EDATALOSS,
+                        "it sent %zu bytes at offset %lld after %lld of %lld bytes", c.len,
+                        (long long)c.offset, (long long)cur->pos, (long long)total);
+            goto done;
+        }
+        sm_checksum_update(ck, c.data, c.len);
+        peer_cursor_write(cur, c.data, (int64_t)c.len);
+        if (c.last) {
+            done = 1;
+            uint64_t got = sm_checksum_digest(ck);
+            if (cur->pos != total) {
+                e = sm_fail(err, errlen, SM_EDATALOSS, "it ended after %lld of %lld bytes",
+                            (long long)cur->pos, (long long)total);
+                goto done;
+            }
+            if (got != c.checksum) {
+                e = sm_fail(err, errlen, SM_EDATALOSS,
+                            "checksum mismatch (received %016llx, sender says %016llx)",
+                            (unsigned long long)got, (unsigned long long)c.checksum);
+                goto done;
+            }
+        }
+    }
+    if (!done)
+        e = sm_fail(err, errlen, SM_EDATALOSS, "the stream ended without its last chunk");
+done:
+    sm_svc_download_free(st);
+    sm_checksum_free(ck);
+    return e;
+}
+
 sm_err sm_peer_fetch(sm_peer *p, const char *address, sm_array_id array, int32_t device,
                      const sm_index *box, sm_dtype t, void *dst, const sm_shape *dst_shape,
                      const int64_t *dst_off, char *err, size_t errlen)
 {
     sm_rpc_channel *ch = NULL;
-    sm_svc_download_stream *st = NULL;
-    sm_checksum *ck = NULL;
     sm_peer_cursor cur;
-    char b1[96], b2[96], inner[512];
+    char b1[96], inner[512];
+    int stream = 1;
     sm_err e;
-    int64_t total = -1;
-    int done = 0;
 
     size_t elem = sm_dtype_size(t);
     sm_shape bs = sm_index_shape(box);
@@ -125,83 +458,17 @@ sm_err sm_peer_fetch(sm_peer *p, const char *address, sm_array_id array, int32_t
         return e;
     if ((e = sm_peer_channel(p, address, &ch, err, errlen)))
         return e;
-    if (!(ck = sm_checksum_create()))
-        return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a checksum");
-    sm_svc_download_req req = {.array = {.id = array}, .device = device, .has_box = 1, .box = *box};
-    if ((e = sm_svc_download_open(ch, 1, &req, p->deadline_ms, &st, inner, sizeof inner)))
-        goto fail_peer;
-    for (;;) {
-        sm_svc_chunk c;
-        int end = 0;
-        memset(&c, 0, sizeof c);
-        if ((e = sm_svc_download_recv(st, &c, &end, inner, sizeof inner)))
-            goto fail_peer;
-        sm_traffic_add(SM_TRAFFIC_PEER_IN, (int64_t)c.len);
-        if (end)
-            break;
-        if (done) {
-            e = SM_EFORMAT;
-            snprintf(inner, sizeof inner, "it sent data after the last chunk");
-            goto fail_peer;
-        }
-        if (c.has_meta) {
-            if (total < 0 && c.dtype != t) {
-                e = SM_EINVAL;
-                snprintf(inner, sizeof inner, "the source shard is %s, not %s",
-                         sm_dtype_name(c.dtype), sm_dtype_name(t));
-                goto fail_peer;
-            }
-            if (total >= 0 || !sm_shape_equal(&c.shape, &bs) || c.dtype != t ||
-                c.total_bytes != want) {
-                e = SM_EDATALOSS;
-                snprintf(inner, sizeof inner, "it answered %s %s (%lld bytes) for a %s %s box",
-                         sm_dtype_name(c.dtype), sm_shape_format(&c.shape, b1, sizeof b1),
-                         (long long)c.total_bytes, sm_dtype_name(t),
-                         sm_shape_format(&bs, b2, sizeof b2));
-                goto fail_peer;
-            }
-            total = c.total_bytes;
-        }
-        if (total < 0 || c.offset != cur.pos || (int64_t)c.len > total - cur.pos) {
-            e = SM_EDATALOSS;
-            snprintf(inner, sizeof inner,
-                     "it sent %zu bytes at offset %lld after %lld of %lld bytes", c.len,
-                     (long long)c.offset, (long long)cur.pos, (long long)total);
-            goto fail_peer;
-        }
-        sm_checksum_update(ck, c.data, c.len);
-        peer_cursor_write(&cur, c.data, (int64_t)c.len);
-        if (c.last) {
-            done = 1;
-            uint64_t got = sm_checksum_digest(ck);
-            if (cur.pos != total) {
-                e = SM_EDATALOSS;
-                snprintf(inner, sizeof inner, "it ended after %lld of %lld bytes",
-                         (long long)cur.pos, (long long)total);
-                goto fail_peer;
-            }
-            if (got != c.checksum) {
-                e = SM_EDATALOSS;
-                snprintf(inner, sizeof inner,
-                         "checksum mismatch (received %016llx, sender says %016llx)",
-                         (unsigned long long)got, (unsigned long long)c.checksum);
-                goto fail_peer;
-            }
-        }
+    if (want > 0 && peer_shm_same(p, address, ch)) {
+        e = peer_pull_shm(p, ch, array, device, box, t, dst, dst_shape, dst_off, &stream, inner,
+                          sizeof inner);
+        if (stream == 2)
+            peer_host_set(p, address, -1); /* refused: its stream from now on */
     }
-    if (!done) {
-        e = SM_EDATALOSS;
-        snprintf(inner, sizeof inner, "the stream ended without its last chunk");
-        goto fail_peer;
-    }
-    sm_svc_download_free(st);
-    sm_checksum_free(ck);
+    if (!e && stream)
+        e = peer_pull_stream(p, ch, array, device, box, t, want, &cur, inner, sizeof inner);
+    if (e)
+        return sm_fail(err, errlen, e, "pulling %s of array %llu device %d from %s: %s",
+                       sm_index_format(box, b1, sizeof b1), (unsigned long long)array.v,
+                       (int)device, address, inner);
     return SM_OK;
-fail_peer:
-    sm_fail(err, errlen, e, "pulling %s of array %llu device %d from %s: %s",
-            sm_index_format(box, b1, sizeof b1), (unsigned long long)array.v, (int)device, address,
-            inner);
-    sm_svc_download_free(st);
-    sm_checksum_free(ck);
-    return e;
 }

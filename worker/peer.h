@@ -5,6 +5,19 @@
  * use and kept until sm_peer_free (channels connect lazily and reconnect by
  * themselves).
  *
+ * With shared memory (sm_peer_shm_enable), a peer that proves it shares
+ * this worker's memory (Worker.ShmProbe: it reads back a probe segment
+ * this worker made; once per address, a failure tried again after 60 s)
+ * writes the box into a staging file of this worker instead of streaming
+ * it (GetShard with a ShmRef naming the file), and this worker copies it
+ * into place: no piece byte goes through gRPC. The staging files come
+ * from a pool of this worker (sm_shm_pool: /dev/shm/shmap-<random>-fff,
+ * kept with their pages between pulls, at most 4 idle, unlinked by
+ * sm_peer_free and, after a kill -9, by the next sweep of the host); a
+ * pull charges the pages it uses to the memory limit until it ends. A
+ * piece with no room there (limit, /dev/shm, 16 files in use) or from a
+ * peer that refuses the ShmRef takes the stream.
+ *
  * Threads: every function is thread-safe; any number of fetches may run at
  * once, on the same or different peers. */
 #ifndef SM_WORKER_PEER_H
@@ -13,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sm_array.h"
 #include "sm_err.h"
 #include "sm_rpc.h"
 #include "sm_svc.h"
@@ -24,7 +38,12 @@ typedef struct sm_peer sm_peer;
  * mutual TLS to every peer. deadline_ms: the deadline of one fetch. */
 sm_err sm_peer_create(const char *token, const sm_rpc_tls *tls, int deadline_ms, sm_peer **out,
                       char *err, size_t errlen);
-/* Frees every channel; no fetch may be running. NULL ok. */
+/* Lets fetches go through shared memory with the peers that prove they
+ * share it (see above); the pages of staging files in use are charged to
+ * charge (borrowed; NULL: no limit). Call before any fetch. */
+sm_err sm_peer_shm_enable(sm_peer *p, sm_array_pool *charge, char *err, size_t errlen);
+/* Frees every channel and staging file (unlinked); no fetch may be
+ * running. NULL ok. */
 void sm_peer_free(sm_peer *p);
 
 /* The channel to address ("host:port"), created on first use. Borrowed: it
@@ -33,7 +52,8 @@ sm_err sm_peer_channel(sm_peer *p, const char *address, sm_rpc_channel **out, ch
                        size_t errlen);
 
 /* Downloads the box `box` of the shard of (array, device) held by the worker
- * at address with Worker.GetShard, and writes it, as it arrives, into dst
+ * at address with Worker.GetShard (through shared memory or the stream, see
+ * above), and writes it, as it arrives, into dst
  * (row-major, shape dst_shape, dtype t) at dst_off. Checks the reply's shape
  * (must be the box's), dtype (must be t), byte count and checksum (mismatch:
  * SM_EDATALOSS). The box must fit dst at dst_off (SM_EINVAL). On failure

@@ -263,12 +263,8 @@ static sm_err segmap_copy_run(void *arg)
     }
     /* k: the outermost dimension whose inner block (dims after k) fits a
      * piece; pieces are c rows of dimension k. */
-    int k = rank - 1;
-    int64_t inner = (int64_t)c->elem;
-    while (k > 0 && inner * c->ext[k] <= SEGMAP_PIECE) {
-        inner *= c->ext[k];
-        k--;
-    }
+    int64_t inner;
+    int k = sm_block_split(c->ext, rank, c->elem, SEGMAP_PIECE, &inner);
     int64_t rows = SEGMAP_PIECE / inner > 0 ? SEGMAP_PIECE / inner : 1;
     int64_t idx[SM_MAX_RANK] = {0}, pos = 0;
     for (;;) {
@@ -292,14 +288,7 @@ static sm_err segmap_copy_run(void *arg)
         else
             segmap_hash_rows(c->ck, c->dst, &c->dst_shape, dof, extent, rank, c->elem);
         pos += (int64_t)len;
-        idx[k] += n;
-        if (idx[k] < c->ext[k])
-            continue;
-        idx[k] = 0;
-        int d = k - 1;
-        while (d >= 0 && ++idx[d] == c->ext[d])
-            idx[d--] = 0;
-        if (d < 0)
+        if (!sm_block_next(idx, c->ext, k, n))
             return SM_OK;
     }
 }
@@ -402,6 +391,7 @@ sm_err sm_segmap_scatter(sm_segmap *m, const sm_svc_shm_ref *ref, const sm_store
     c.rank = want.rank;
     c.elem = sm_dtype_size(src->dtype);
     c.src_dense = sm_shape_equal(&want, &src->shape);
+    c.dst_dense = sm_shape_equal(&want, &ref->global); /* a peer's staging: the box alone */
     int64_t nbytes = (int64_t)c.elem;
     for (int d = 0; d < c.rank; d++) {
         c.src_off[d] = src_box->r[d].start;
@@ -417,6 +407,43 @@ sm_err sm_segmap_scatter(sm_segmap *m, const sm_svc_shm_ref *ref, const sm_store
                         "was stored",
                         (unsigned long long)*sum, (unsigned long long)src->checksum);
     }
+    sm_checksum_free(c.ck);
+    return e;
+}
+
+sm_err sm_segmap_unpack(const void *src, const sm_shape *box, size_t elem, void *dst,
+                        const sm_shape *dst_shape, const int64_t *dst_off, const char *seg_name,
+                        uint64_t *sum, char *err, size_t errlen)
+{
+    segmap_copy c;
+    char b1[96], b2[96];
+    if (box->rank != dst_shape->rank)
+        return sm_fail(err, errlen, SM_EINVAL, "a %s block does not fit the destination %s",
+                       sm_shape_format(box, b1, sizeof b1),
+                       sm_shape_format(dst_shape, b2, sizeof b2));
+    memset(&c, 0, sizeof c);
+    c.dst = dst;
+    c.dst_shape = *dst_shape;
+    c.src = src;
+    c.src_shape = *box;
+    c.rank = box->rank;
+    c.elem = elem;
+    c.src_dense = 1;
+    c.err = err;
+    c.errlen = errlen;
+    for (int d = 0; d < c.rank; d++) { /* the fit is sm_block_copy's to check */
+        c.dst_off[d] = dst_off[d];
+        c.ext[d] = box->dims[d];
+    }
+    if (!(c.ck = sm_checksum_create()))
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a checksum");
+    int faulted = 0;
+    sm_err e = sm_shm_guarded(segmap_copy_run, &c, &faulted);
+    if (faulted)
+        e = sm_fail(err, errlen, SM_EDATALOSS,
+                    "shared-memory segment %s was truncated during the copy out of it", seg_name);
+    if (!e)
+        *sum = sm_checksum_digest(c.ck);
     sm_checksum_free(c.ck);
     return e;
 }

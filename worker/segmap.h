@@ -53,6 +53,16 @@ sm_err sm_segmap_gather(sm_segmap *m, const sm_svc_shm_ref *ref, sm_dtype t, sm_
 sm_err sm_segmap_scatter(sm_segmap *m, const sm_svc_shm_ref *ref, const sm_store_shard *src,
                          const sm_index *src_box, uint64_t *sum, char *err, size_t errlen);
 
+/* Copies src, a dense row-major block of shape box in this worker's own
+ * segment seg_name (a reshard piece a peer wrote there: peer.c), into dst
+ * (shape dst_shape) at dst_off, and sets *sum to the xxHash3-64 of src's
+ * bytes, hashed piece by piece as they are copied. Runs under the
+ * truncation guard: a segment truncated during the copy is SM_EDATALOSS
+ * naming it; a box that does not fit dst at dst_off is SM_EINVAL. */
+sm_err sm_segmap_unpack(const void *src, const sm_shape *box, size_t elem, void *dst,
+                        const sm_shape *dst_shape, const int64_t *dst_off, const char *seg_name,
+                        uint64_t *sum, char *err, size_t errlen);
+
 /* Mappings kept now, and their bytes. */
 void sm_segmap_stats(sm_segmap *m, int *n, size_t *bytes);
 

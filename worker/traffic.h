@@ -1,6 +1,6 @@
 /* traffic: the bytes this worker process moved, by path, for its metrics
  * (shmap_worker_transfer_bytes_total, shmap_worker_shm_transfer_bytes_total,
- * shmap_worker_collective_bytes_total).
+ * shmap_worker_collective_bytes_total) and Stats.
  * Counters of the process (the worker program, not a library), added to
  * with relaxed atomics where the bytes pass. */
 #ifndef SM_WORKER_TRAFFIC_H
@@ -16,7 +16,9 @@ typedef enum {
     SM_TRAFFIC_COLL_IN,     /* collective blocks received from peers (gRPC transport) */
     SM_TRAFFIC_SHM_IN,      /* collective bytes read from peers' shared memory */
     SM_TRAFFIC_SHM_PUT_IN,  /* shard data copied out of clients' segments (PutShard + ShmRef) */
-    SM_TRAFFIC_SHM_GET_OUT, /* shard data copied into clients' segments (GetShard + ShmRef) */
+    SM_TRAFFIC_SHM_GET_OUT, /* shard data copied into clients' or peers' segments (GetShard +
+                             * ShmRef: downloads, peers' reshard pulls) */
+    SM_TRAFFIC_SHM_PEER_IN, /* shard pieces peers wrote into this worker's staging (reshards) */
     SM_TRAFFIC_COUNT
 } sm_traffic_kind;
 

@@ -185,18 +185,7 @@ static int client_shm_same_host(sm_client *c, const char *addr, sm_rpc_channel *
     pthread_mutex_unlock(&s->mu);
     if (same)
         return same > 0;
-    char err[256];
-    sm_svc_shm_probe_req rq;
-    sm_svc_shm_probe_reply rp;
-    uint64_t cookie = 0;
-    memset(&rq, 0, sizeof rq);
-    same = -1;
-    if (!sm_shm_probe_create(rq.read, &cookie, err, sizeof err)) {
-        if (!sm_svc_worker_shm_probe(ch, c->timeout_ms, &rq, &rp, err, sizeof err) &&
-            rp.cookie == cookie)
-            same = 1;
-        (void)sm_shm_probe_drop(rq.read, err, sizeof err); /* unread: still ours */
-    }
+    same = sm_svc_shm_prove_here(ch, c->timeout_ms) ? 1 : -1;
     client_shm_refused(c, addr); /* makes the entry; set below */
     pthread_mutex_lock(&s->mu);
     for (int i = 0; i < s->nhosts; i++)

@@ -379,3 +379,26 @@ sm_err sm_block_copy(void *dst, const sm_shape *dst_shape, const int64_t *dst_of
     }
     return SM_OK;
 }
+
+int sm_block_split(const int64_t *ext, int rank, size_t elem, int64_t cap, int64_t *inner)
+{
+    int k = rank - 1;
+    *inner = (int64_t)elem;
+    while (k > 0 && *inner * ext[k] <= cap) {
+        *inner *= ext[k];
+        k--;
+    }
+    return k;
+}
+
+int sm_block_next(int64_t *idx, const int64_t *ext, int k, int64_t n)
+{
+    idx[k] += n;
+    if (idx[k] < ext[k])
+        return 1;
+    idx[k] = 0;
+    int d = k - 1;
+    while (d >= 0 && ++idx[d] == ext[d])
+        idx[d--] = 0;
+    return d >= 0;
+}

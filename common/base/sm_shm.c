@@ -412,6 +412,14 @@ sm_err sm_shm_pool_name(sm_shm_pool *p, sm_shm_seg *s, const char *name, char *e
     return SM_OK;
 }
 
+void sm_shm_pool_file_name(sm_shm_pool *p, const sm_shm_seg *s, char *name)
+{
+    pthread_mutex_lock(&p->mu);
+    sm_shm_pool_file *f = sm_shm_pool_find(p, s);
+    snprintf(name, SM_SHM_NAME_MAX, "%s", f ? f->seg.name : "");
+    pthread_mutex_unlock(&p->mu);
+}
+
 void sm_shm_pool_give(sm_shm_pool *p, sm_shm_seg *s)
 {
     if (s->name[0])

@@ -104,6 +104,12 @@ sm_err sm_shm_pool_name(sm_shm_pool *p, sm_shm_seg *s, const char *name, char *e
 /* Gives a taken file back: unlinks its job name if any, keeps the file
  * and its mapping for the next job (at most SM_SHM_POOL_KEEP idle). */
 void sm_shm_pool_give(sm_shm_pool *p, sm_shm_seg *s);
+/* Writes into name (room for SM_SHM_NAME_MAX) the pool name of the taken
+ * file s: its name for as long as it lives, for a file lent to other
+ * processes as it is (a worker's reshard staging) instead of named for a
+ * job; "" if s was not taken from p. s is unchanged (its name stays the
+ * job's, if any). */
+void sm_shm_pool_file_name(sm_shm_pool *p, const sm_shm_seg *s, char *name);
 
 /* Runs fn(arg) and returns what it returns; if it touches a page of a
  * shared-memory segment that another process truncated under it (SIGBUS),

@@ -190,6 +190,12 @@ sm_err sm_svc_worker_shm_probe(sm_rpc_channel *ch, int deadline_ms, const sm_svc
  * a drops it. 1 when b's cookie is a's, 0 otherwise (any refusal or
  * failure: then gRPC is used between them). */
 int sm_svc_shm_prove(sm_rpc_channel *a, sm_rpc_channel *b, int deadline_ms);
+/* Proof that the worker at ch shares this process's memory: this process
+ * creates a probe segment holding a random cookie, the worker maps it and
+ * answers with the cookie it finds (ShmProbe{read}), the segment is
+ * dropped. 1 when the cookies match, 0 otherwise (another host, another
+ * /dev/shm, a worker run with --transport grpc, any failure). */
+int sm_svc_shm_prove_here(sm_rpc_channel *ch, int deadline_ms);
 /* The shared-memory domains of n workers: domain[i] is 0 for a worker
  * that shares memory with no other, else the same non-zero value for every
  * worker of its group (each proven with the group's first worker by

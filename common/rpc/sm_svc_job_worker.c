@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sm_shm.h"
 #include "sm_svc_internal.h"
 #include "sm_svc_job.h"
 
@@ -428,6 +429,22 @@ int sm_svc_shm_prove(sm_rpc_channel *a, sm_rpc_channel *b, int deadline_ms)
     snprintf(dr.drop, sizeof dr.drop, "%s", made.name);
     (void)sm_svc_worker_shm_probe(a, deadline_ms, &dr, &seen, err, sizeof err);
     return ok;
+}
+
+int sm_svc_shm_prove_here(sm_rpc_channel *ch, int deadline_ms)
+{
+    char err[SM_SVC_ERRLEN];
+    sm_svc_shm_probe_req rq;
+    sm_svc_shm_probe_reply rp;
+    uint64_t cookie = 0;
+    int same = 0;
+    memset(&rq, 0, sizeof rq);
+    if (sm_shm_probe_create(rq.read, &cookie, err, sizeof err))
+        return 0;
+    same = sm_svc_worker_shm_probe(ch, deadline_ms, &rq, &rp, err, sizeof err) == SM_OK &&
+           rp.cookie == cookie;
+    (void)sm_shm_probe_drop(rq.read, err, sizeof err); /* unread: still ours */
+    return same;
 }
 
 void sm_svc_shm_domains(int n, int (*prove)(void *user, int i, int j), void *user, uint32_t *domain)

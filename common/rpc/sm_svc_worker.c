@@ -284,6 +284,8 @@ static sm_err stats(SM_SVC_UNARY_ARGS)
     rep->device_bytes = out->device_bytes;
     rep->shards = out->shards;
     rep->shm_transfer_bytes = out->shm_transfer_bytes;
+    rep->peer_shm_bytes = out->peer_shm_bytes;
+    rep->peer_grpc_bytes = out->peer_grpc_bytes;
     return SM_OK;
 }
 
@@ -483,6 +485,8 @@ static sm_err stats_dec(const ProtobufCMessage *m, void *o, char *err, size_t er
     sm_svc_copy(out->device_bytes, r->device_bytes, r->n_device_bytes * sizeof *r->device_bytes);
     out->shards = r->shards;
     out->shm_transfer_bytes = r->shm_transfer_bytes;
+    out->peer_shm_bytes = r->peer_shm_bytes;
+    out->peer_grpc_bytes = r->peer_grpc_bytes;
     return SM_OK;
 }
 
