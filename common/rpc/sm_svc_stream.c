@@ -103,6 +103,47 @@ static sm_err shm_ref_allowed(sm_rpc_call *call, const Shmap__V1__ShmRef *p, int
     return SM_OK;
 }
 
+/* The data fields an UploadMsg and a DataChunk share (msg: the message's
+ * name in errors): offset >= 0, data (borrowed from the message, NULL when
+ * empty), last and checksum. */
+static sm_err data_dec(const char *msg, int64_t offset, const ProtobufCBinaryData *data,
+                       protobuf_c_boolean last, uint64_t checksum, int64_t *out_offset,
+                       const void **out_data, size_t *out_len, int *out_last,
+                       uint64_t *out_checksum, char *err, size_t errlen)
+{
+    if (offset < 0)
+        return sm_fail(err, errlen, SM_EINVAL, "%s.offset is %" PRId64 "; must be >= 0", msg,
+                       offset);
+    *out_offset = offset;
+    *out_data = data->len ? data->data : NULL;
+    *out_len = data->len;
+    *out_last = last != 0;
+    *out_checksum = checksum;
+    return SM_OK;
+}
+
+/* The description of the whole an upload header and a download's first
+ * chunk share (what: where they sit, in errors): shape, dtype and
+ * total_bytes >= 0. */
+static sm_err meta_dec(const char *what, const Shmap__V1__Shape *shape, Shmap__V1__DType dtype,
+                       int64_t total_bytes, sm_shape *out_shape, sm_dtype *out_dtype,
+                       int64_t *out_total, char *err, size_t errlen)
+{
+    char sub[64];
+    sm_err e;
+    snprintf(sub, sizeof sub, "%s.shape", what);
+    if ((e = sm_svc_shape_dec(shape, sub, out_shape, err, errlen)))
+        return e;
+    snprintf(sub, sizeof sub, "%s.dtype", what);
+    if ((e = sm_svc_dtype_dec(dtype, sub, out_dtype, err, errlen)))
+        return e;
+    if (total_bytes < 0)
+        return sm_fail(err, errlen, SM_EINVAL, "%s.total_bytes is %" PRId64 "; must be >= 0", what,
+                       total_bytes);
+    *out_total = total_bytes;
+    return SM_OK;
+}
+
 void sm_svc_upload_msg_enc(const sm_svc_upload_msg *m, Shmap__V1__UploadMsg *p,
                            Shmap__V1__UploadHeader *h, Shmap__V1__Shape *sh)
 {
@@ -132,14 +173,9 @@ sm_err sm_svc_upload_msg_dec(const Shmap__V1__UploadMsg *p, sm_svc_upload_msg *o
 {
     sm_err e;
     memset(out, 0, sizeof *out);
-    if (p->offset < 0)
-        return sm_fail(err, errlen, SM_EINVAL, "UploadMsg.offset is %" PRId64 "; must be >= 0",
-                       p->offset);
-    out->offset = p->offset;
-    out->data = p->data.len ? p->data.data : NULL;
-    out->len = p->data.len;
-    out->last = p->last != 0;
-    out->checksum = p->checksum;
+    if ((e = data_dec("UploadMsg", p->offset, &p->data, p->last, p->checksum, &out->offset,
+                      &out->data, &out->len, &out->last, &out->checksum, err, errlen)))
+        return e;
     const Shmap__V1__UploadHeader *h = p->header;
     if (!h)
         return SM_OK;
@@ -147,16 +183,11 @@ sm_err sm_svc_upload_msg_dec(const Shmap__V1__UploadMsg *p, sm_svc_upload_msg *o
     out->header.array_id.v = h->array_id;
     if ((e = sm_svc_count_dec(h->n_devices, SM_MAX_DEVICES, "UploadMsg.header", "devices", err,
                               errlen)) ||
-        (e = sm_svc_shape_dec(h->shape, "UploadMsg.header.shape", &out->header.shape, err,
-                              errlen)) ||
-        (e = sm_svc_dtype_dec(h->dtype, "UploadMsg.header.dtype", &out->header.dtype, err, errlen)))
+        (e = meta_dec("UploadMsg.header", h->shape, h->dtype, h->total_bytes, &out->header.shape,
+                      &out->header.dtype, &out->header.total_bytes, err, errlen)))
         return e;
-    if (h->total_bytes < 0)
-        return sm_fail(err, errlen, SM_EINVAL,
-                       "UploadMsg.header.total_bytes is %" PRId64 "; must be >= 0", h->total_bytes);
     out->header.ndevices = (int)h->n_devices;
     out->header.devices = h->devices;
-    out->header.total_bytes = h->total_bytes;
     return shm_ref_dec(h->shm, "UploadMsg.header.shm", &out->header.shm, err, errlen);
 }
 
@@ -182,25 +213,14 @@ sm_err sm_svc_chunk_dec(const Shmap__V1__DataChunk *p, sm_svc_chunk *out, char *
 {
     sm_err e;
     memset(out, 0, sizeof *out);
-    if (p->offset < 0)
-        return sm_fail(err, errlen, SM_EINVAL, "DataChunk.offset is %" PRId64 "; must be >= 0",
-                       p->offset);
-    out->offset = p->offset;
-    out->data = p->data.len ? p->data.data : NULL;
-    out->len = p->data.len;
-    out->last = p->last != 0;
-    out->checksum = p->checksum;
+    if ((e = data_dec("DataChunk", p->offset, &p->data, p->last, p->checksum, &out->offset,
+                      &out->data, &out->len, &out->last, &out->checksum, err, errlen)))
+        return e;
     if (!p->shape && p->dtype == SHMAP__V1__DTYPE__DTYPE_INVALID && p->total_bytes == 0)
         return SM_OK;
     out->has_meta = 1;
-    if ((e = sm_svc_shape_dec(p->shape, "DataChunk.shape", &out->shape, err, errlen)) ||
-        (e = sm_svc_dtype_dec(p->dtype, "DataChunk.dtype", &out->dtype, err, errlen)))
-        return e;
-    if (p->total_bytes < 0)
-        return sm_fail(err, errlen, SM_EINVAL, "DataChunk.total_bytes is %" PRId64 "; must be >= 0",
-                       p->total_bytes);
-    out->total_bytes = p->total_bytes;
-    return SM_OK;
+    return meta_dec("DataChunk", p->shape, p->dtype, p->total_bytes, &out->shape, &out->dtype,
+                    &out->total_bytes, err, errlen);
 }
 
 void sm_svc_download_req_enc(const sm_svc_download_req *r, Shmap__V1__DownloadRequest *p,
