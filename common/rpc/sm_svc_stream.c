@@ -103,10 +103,7 @@ static sm_err shm_ref_allowed(sm_rpc_call *call, const Shmap__V1__ShmRef *p, int
     return SM_OK;
 }
 
-/* The data fields an UploadMsg and a DataChunk share (msg: the message's
- * name in errors): offset >= 0, data (borrowed from the message, NULL when
- * empty), last and checksum. */
-static sm_err data_dec(const char *msg, int64_t offset, const ProtobufCBinaryData *data,
+sm_err sm_svc_data_dec(const char *msg, int64_t offset, const ProtobufCBinaryData *data,
                        protobuf_c_boolean last, uint64_t checksum, int64_t *out_offset,
                        const void **out_data, size_t *out_len, int *out_last,
                        uint64_t *out_checksum, char *err, size_t errlen)
@@ -173,8 +170,8 @@ sm_err sm_svc_upload_msg_dec(const Shmap__V1__UploadMsg *p, sm_svc_upload_msg *o
 {
     sm_err e;
     memset(out, 0, sizeof *out);
-    if ((e = data_dec("UploadMsg", p->offset, &p->data, p->last, p->checksum, &out->offset,
-                      &out->data, &out->len, &out->last, &out->checksum, err, errlen)))
+    if ((e = sm_svc_data_dec("UploadMsg", p->offset, &p->data, p->last, p->checksum, &out->offset,
+                             &out->data, &out->len, &out->last, &out->checksum, err, errlen)))
         return e;
     const Shmap__V1__UploadHeader *h = p->header;
     if (!h)
@@ -213,8 +210,8 @@ sm_err sm_svc_chunk_dec(const Shmap__V1__DataChunk *p, sm_svc_chunk *out, char *
 {
     sm_err e;
     memset(out, 0, sizeof *out);
-    if ((e = data_dec("DataChunk", p->offset, &p->data, p->last, p->checksum, &out->offset,
-                      &out->data, &out->len, &out->last, &out->checksum, err, errlen)))
+    if ((e = sm_svc_data_dec("DataChunk", p->offset, &p->data, p->last, p->checksum, &out->offset,
+                             &out->data, &out->len, &out->last, &out->checksum, err, errlen)))
         return e;
     if (!p->shape && p->dtype == SHMAP__V1__DTYPE__DTYPE_INVALID && p->total_bytes == 0)
         return SM_OK;
@@ -338,9 +335,24 @@ static sm_err upload_grants_check(sm_rpc_call *call, const Shmap__V1__UploadMsg 
 }
 
 /* Number of the payload field of a data message type. */
-static uint32_t data_field(const ProtobufCMessageDescriptor *desc)
+uint32_t sm_svc_data_field(const ProtobufCMessageDescriptor *desc)
 {
     return protobuf_c_message_descriptor_get_field_by_name(desc, "data")->id;
+}
+
+sm_err sm_svc_send_data(sm_rpc_stream *st, sm_rpc_call *call, ProtobufCMessage *m,
+                        ProtobufCBinaryData *data, sm_rpc_release_fn release, void *arg, char *err,
+                        size_t errlen)
+{
+    if (!release)
+        return st ? sm_rpc_cstream_send(st, m, err, errlen) : sm_rpc_send(call, m, err, errlen);
+    const void *bytes = data->data;
+    size_t len = data->len;
+    uint32_t field = sm_svc_data_field(m->descriptor);
+    data->len = 0;
+    data->data = NULL;
+    return st ? sm_rpc_cstream_send_data(st, m, field, bytes, len, release, arg, err, errlen)
+              : sm_rpc_send_data(call, m, field, bytes, len, release, arg, err, errlen);
 }
 
 /* ---- client: upload --------------------------------------------------------------- */
@@ -411,13 +423,11 @@ sm_err sm_svc_upload_send(sm_svc_upload_stream *st, const sm_svc_upload_msg *msg
         h.n_grants = grants_enc(msg->header.grants, msg->header.ndevices, g, &h.grants);
     if (msg->has_header)
         h.shm = shm_ref_enc(&msg->header.shm, &shm);
-    if (!msg->stable || msg->len == 0)
-        return sm_rpc_cstream_send(st->st, &p.base, err, errlen);
-    p.data.len = 0;
-    p.data.data = NULL;
-    sm_hold_take(st->hold);
-    return sm_rpc_cstream_send_data(st->st, &p.base, data_field(p.base.descriptor), msg->data,
-                                    msg->len, sm_hold_release, st->hold, err, errlen);
+    int stable = msg->stable && msg->len > 0;
+    if (stable)
+        sm_hold_take(st->hold);
+    return sm_svc_send_data(st->st, NULL, &p.base, &p.data, stable ? sm_hold_release : NULL,
+                            st->hold, err, errlen);
 }
 
 sm_err sm_svc_upload_finish(sm_svc_upload_stream *st, sm_svc_upload_reply *reply, char *err,
@@ -535,7 +545,7 @@ sm_err sm_svc_download_recv_into(sm_svc_download_stream *st, const sm_svc_chunk_
     sm_rpc_msg_free(st->cur);
     st->cur = NULL;
     sm_err e = sm_rpc_sstream_recv_data(st->st, &shmap__v1__data_chunk__descriptor,
-                                        data_field(&shmap__v1__data_chunk__descriptor), &rs,
+                                        sm_svc_data_field(&shmap__v1__data_chunk__descriptor), &rs,
                                         &st->cur, &len, err, errlen);
     if (!e && !st->cur)
         *end = 1;
@@ -611,8 +621,8 @@ sm_err sm_svc_upload_recv_into(sm_svc_upload_in *in, const sm_svc_upload_sink *s
         *end = 1;
         return SM_OK;
     }
-    sm_err e = sm_rpc_recv_data(in->call, data_field(&shmap__v1__upload_msg__descriptor), &rs,
-                                &in->cur, &len, err, errlen);
+    sm_err e = sm_rpc_recv_data(in->call, sm_svc_data_field(&shmap__v1__upload_msg__descriptor),
+                                &rs, &in->cur, &len, err, errlen);
     if (!e && !in->cur) {
         in->ended = *end = 1;
         e = upload_grants_check(in->call, NULL, &in->granted, in->shm_ok, err, errlen);
@@ -662,12 +672,8 @@ sm_err sm_svc_download_send(sm_svc_download_out *out, const sm_svc_chunk *chunk,
     Shmap__V1__DataChunk p;
     Shmap__V1__Shape sh;
     sm_svc_chunk_enc(chunk, &p, &sh);
-    if (!chunk->release)
-        return sm_rpc_send(out->call, &p.base, err, errlen);
-    p.data.len = 0;
-    p.data.data = NULL;
-    return sm_rpc_send_data(out->call, &p.base, data_field(p.base.descriptor), chunk->data,
-                            chunk->len, chunk->release, chunk->release_arg, err, errlen);
+    return sm_svc_send_data(NULL, out->call, &p.base, &p.data, chunk->release, chunk->release_arg,
+                            err, errlen);
 }
 
 int sm_svc_download_cancelled(sm_svc_download_out *out)
