@@ -211,6 +211,12 @@ void sm_reg_array_update_health(sm_registry *r, sm_reg_array *a, const char *why
 int sm_reg_repair_build(sm_registry *r, const sm_reg_array *a, const sm_reg_worker *w, int from,
                         int to, sm_reg_repair *rep);
 void sm_reg_repair_release(sm_reg_repair *rep);
+/* sm_reg_repair_build's repair, when there is one, appended to *reps (its
+ * count *nreps) and counted in a->repairing. SM_ENOMEM (what: "planning
+ * repairs", for the sentence) leaves *reps as it was. */
+sm_err sm_reg_repair_add(sm_registry *r, sm_reg_array *a, const sm_reg_worker *w, int from, int to,
+                         sm_reg_repair **reps, int *nreps, const char *what, char *err,
+                         size_t errlen);
 
 /* Resolves a sharding reference into a mesh and spec (inline meshes are
  * registered, or matched to an identical registered one). */

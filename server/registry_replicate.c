@@ -115,20 +115,8 @@ make:
         const sm_reg_worker *w = sm_reg_worker_by_id(r, a->copies[k].worker);
         if (!w || !w->alive)
             continue;
-        sm_reg_repair rep, *grown;
-        int got = sm_reg_repair_build(r, a, w, a->n + k, a->n + k + 1, &rep);
-        if (got == 0)
-            continue;
-        grown = got > 0 ? realloc(*reps, sizeof **reps * (size_t)(*nreps + 1)) : NULL;
-        if (!grown) {
-            if (got > 0)
-                sm_reg_repair_release(&rep);
-            e = sm_fail(err, errlen, SM_ENOMEM, "out of memory planning copies");
-            break;
-        }
-        *reps = grown;
-        (*reps)[(*nreps)++] = rep;
-        a->repairing++;
+        e = sm_reg_repair_add(r, a, w, a->n + k, a->n + k + 1, reps, nreps, "planning copies", err,
+                              errlen);
     }
 out:
     pthread_mutex_unlock(&r->mu);
