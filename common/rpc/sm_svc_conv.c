@@ -117,13 +117,18 @@ Shmap__V1__Sharding *sm_svc_sharding_ref_enc(sm_arena *a, const sm_sharding_ref 
     return p->mesh && p->spec ? p : NULL;
 }
 
-Shmap__V1__ArrayRef *sm_svc_array_ref_enc(sm_arena *a, sm_array_ref r)
+void sm_svc_array_ref_fill(sm_array_ref r, Shmap__V1__ArrayRef *p)
 {
-    Shmap__V1__ArrayRef *p = NEW(a, Shmap__V1__ArrayRef, shmap__v1__array_ref__init);
-    if (!p)
-        return NULL;
+    shmap__v1__array_ref__init(p);
     p->id = r.id.v;
     p->name = (char *)(r.name ? r.name : "");
+}
+
+Shmap__V1__ArrayRef *sm_svc_array_ref_enc(sm_arena *a, sm_array_ref r)
+{
+    Shmap__V1__ArrayRef *p = sm_arena_alloc(a, sizeof *p);
+    if (p)
+        sm_svc_array_ref_fill(r, p);
     return p;
 }
 

@@ -213,6 +213,8 @@ Shmap__V1__Mesh *sm_svc_mesh_enc(sm_arena *a, uint64_t id, const char *name, con
 Shmap__V1__PartitionSpec *sm_svc_pspec_enc(sm_arena *a, const sm_pspec *p);
 Shmap__V1__Sharding *sm_svc_sharding_ref_enc(sm_arena *a, const sm_sharding_ref *r);
 Shmap__V1__ArrayRef *sm_svc_array_ref_enc(sm_arena *a, sm_array_ref r);
+/* r encoded into p (caller storage; the name borrowed from r). */
+void sm_svc_array_ref_fill(sm_array_ref r, Shmap__V1__ArrayRef *p);
 Shmap__V1__ArrayInfo *sm_svc_array_info_enc(sm_arena *a, const sm_array_info *in);
 Shmap__V1__WorkerInfo *sm_svc_worker_info_enc(sm_arena *a, const sm_worker_info *w);
 Shmap__V1__UploadTarget *sm_svc_target_enc(sm_arena *a, const sm_svc_upload_target *t);

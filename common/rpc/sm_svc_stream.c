@@ -224,9 +224,7 @@ void sm_svc_download_req_enc(const sm_svc_download_req *r, Shmap__V1__DownloadRe
                              Shmap__V1__ArrayRef *ar, Shmap__V1__Box *box, int64_t *boxbuf)
 {
     shmap__v1__download_request__init(p);
-    shmap__v1__array_ref__init(ar);
-    ar->id = r->array.id.v;
-    ar->name = (char *)(r->array.name ? r->array.name : "");
+    sm_svc_array_ref_fill(r->array, ar);
     p->array = ar;
     p->device = r->device;
     p->n_devices = r->ndevices > 0 ? (size_t)r->ndevices : 0;
