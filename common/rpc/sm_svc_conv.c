@@ -152,6 +152,21 @@ static Shmap__V1__ShardInfo *shard_info_enc(sm_arena *a, const sm_shard_info *s,
     return p->index ? p : NULL;
 }
 
+/* The n entries of in encoded into *out, *nout of them; -1 out of memory. */
+static int shard_infos_enc(sm_arena *a, const sm_shard_info *in, int n, int naxes,
+                           Shmap__V1__ShardInfo ***out, size_t *nout)
+{
+    if (n <= 0)
+        return 0;
+    if (!(*out = sm_arena_alloc(a, (size_t)n * sizeof **out)))
+        return -1;
+    *nout = (size_t)n;
+    for (int i = 0; i < n; i++)
+        if (!((*out)[i] = shard_info_enc(a, &in[i], naxes)))
+            return -1;
+    return 0;
+}
+
 Shmap__V1__ArrayInfo *sm_svc_array_info_enc(sm_arena *a, const sm_array_info *in)
 {
     Shmap__V1__ArrayInfo *p = NEW(a, Shmap__V1__ArrayInfo, shmap__v1__array_info__init);
@@ -172,24 +187,10 @@ Shmap__V1__ArrayInfo *sm_svc_array_info_enc(sm_arena *a, const sm_array_info *in
     p->bytes = in->bytes;
     if (!p->shape || !p->shard_shape || !sh->mesh || !sh->spec)
         return NULL;
-    if (in->nshards > 0) {
-        p->shards = sm_arena_alloc(a, (size_t)in->nshards * sizeof *p->shards);
-        if (!p->shards)
-            return NULL;
-        p->n_shards = (size_t)in->nshards;
-        for (int i = 0; i < in->nshards; i++)
-            if (!(p->shards[i] = shard_info_enc(a, &in->shards[i], in->sharding.mesh.naxes)))
-                return NULL;
-    }
-    if (in->ncopies > 0) {
-        p->copies = sm_arena_alloc(a, (size_t)in->ncopies * sizeof *p->copies);
-        if (!p->copies)
-            return NULL;
-        p->n_copies = (size_t)in->ncopies;
-        for (int i = 0; i < in->ncopies; i++)
-            if (!(p->copies[i] = shard_info_enc(a, &in->copies[i], in->sharding.mesh.naxes)))
-                return NULL;
-    }
+    int naxes = in->sharding.mesh.naxes;
+    if (shard_infos_enc(a, in->shards, in->nshards, naxes, &p->shards, &p->n_shards) ||
+        shard_infos_enc(a, in->copies, in->ncopies, naxes, &p->copies, &p->n_copies))
+        return NULL;
     return p;
 }
 
@@ -472,6 +473,27 @@ static sm_err shard_info_dec(const Shmap__V1__ShardInfo *p, const char *what, sm
     return sm_svc_box_dec(p->index, sub, &out->index, err, errlen);
 }
 
+/* The n entries of list field what.field into *out (calloc), *nout of them;
+ * on failure what was decoded stays for sm_array_info_free. */
+static sm_err shard_infos_dec(Shmap__V1__ShardInfo *const *p, size_t n, const char *what,
+                              const char *field, sm_shard_info **out, int *nout, char *err,
+                              size_t errlen)
+{
+    char sub[160];
+    snprintf(sub, sizeof sub, "%s.%s", what, field);
+    sm_err e = sm_svc_count_dec(n, SM_MAX_DEVICES, sub, "entries", err, errlen);
+    if (e)
+        return e;
+    if (n && !(*out = calloc(n, sizeof **out)))
+        return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate %zu shard infos", n);
+    *nout = (int)n;
+    for (size_t i = 0; i < n && !e; i++) {
+        snprintf(sub, sizeof sub, "%s.%s[%zu]", what, field, i);
+        e = shard_info_dec(p[i], sub, &(*out)[i], err, errlen);
+    }
+    return e;
+}
+
 sm_err sm_svc_array_info_dec(const Shmap__V1__ArrayInfo *p, const char *what, sm_array_info *out,
                              char *err, size_t errlen)
 {
@@ -509,40 +531,12 @@ sm_err sm_svc_array_info_dec(const Shmap__V1__ArrayInfo *p, const char *what, sm
     snprintf(sub, sizeof sub, "%s.sharding.spec", what);
     if ((e = sm_svc_pspec_dec(p->sharding->spec, sub, &out->sharding.spec, err, errlen)))
         return e;
-    snprintf(sub, sizeof sub, "%s.shards", what);
-    if ((e = sm_svc_count_dec(p->n_shards, SM_MAX_DEVICES, sub, "entries", err, errlen)))
-        return e;
-    if (p->n_shards) {
-        out->shards = calloc(p->n_shards, sizeof *out->shards);
-        if (!out->shards)
-            return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate %zu shard infos", p->n_shards);
-        out->nshards = (int)p->n_shards;
-    }
-    for (size_t i = 0; i < p->n_shards; i++) {
-        snprintf(sub, sizeof sub, "%s.shards[%zu]", what, i);
-        if ((e = shard_info_dec(p->shards[i], sub, &out->shards[i], err, errlen))) {
-            sm_array_info_free(out);
-            return e;
-        }
-    }
-    snprintf(sub, sizeof sub, "%s.copies", what);
-    if ((e = sm_svc_count_dec(p->n_copies, SM_MAX_DEVICES, sub, "entries", err, errlen))) {
+    if ((e = shard_infos_dec(p->shards, p->n_shards, what, "shards", &out->shards, &out->nshards,
+                             err, errlen)) ||
+        (e = shard_infos_dec(p->copies, p->n_copies, what, "copies", &out->copies, &out->ncopies,
+                             err, errlen)))
         sm_array_info_free(out);
-        return e;
-    }
-    if (p->n_copies && !(out->copies = calloc(p->n_copies, sizeof *out->copies))) {
-        sm_array_info_free(out);
-        return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate %zu shard infos", p->n_copies);
-    }
-    out->ncopies = (int)p->n_copies;
-    for (size_t i = 0; i < p->n_copies; i++) {
-        snprintf(sub, sizeof sub, "%s.copies[%zu]", what, i);
-        if ((e = shard_info_dec(p->copies[i], sub, &out->copies[i], err, errlen))) {
-            sm_array_info_free(out);
-            return e;
-        }
-    }
-    return SM_OK;
+    return e;
 }
 
 sm_err sm_svc_worker_info_dec(const Shmap__V1__WorkerInfo *p, const char *what, sm_worker_info *out,
