@@ -30,7 +30,7 @@ static int cluster_opts(int argc, char **argv, const char *help, cli_conn *cc, i
                                               {"name", required_argument, NULL, OPT_NAME},
                                               CLI_CONN_OPTIONS,
                                               {NULL, 0, NULL, 0}};
-    int ch;
+    int ch, rc;
 
     cli_conn_init(cc);
     optind = 1;
@@ -41,12 +41,8 @@ static int cluster_opts(int argc, char **argv, const char *help, cli_conn *cc, i
             *devices = optarg;
         else if (ch == OPT_NAME)
             *name = optarg;
-        else if (cli_conn_opt(cc, ch, optarg))
-            ;
-        else if (ch == 'h' || ch == OPT_HELP)
-            return fputs(help, stdout), CLI_EXIT_OK;
-        else
-            return cli_getopt_error(argv[0], ch, argv);
+        else if ((rc = cli_conn_common_opt(cc, ch, help, argv)))
+            return rc < 0 ? CLI_EXIT_OK : rc;
     }
     return -1;
 }
