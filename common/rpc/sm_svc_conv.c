@@ -7,14 +7,6 @@
 
 #include "sm_svc_internal.h"
 
-#define NEW(a, T, init)                                                                            \
-    ({                                                                                             \
-        T *p_ = sm_arena_alloc((a), sizeof(T));                                                    \
-        if (p_)                                                                                    \
-            init(p_);                                                                              \
-        p_;                                                                                        \
-    })
-
 /* ---- encoders ---------------------------------------------------------------- */
 
 Shmap__V1__DType sm_svc_dtype_enc(sm_dtype t)
@@ -24,7 +16,7 @@ Shmap__V1__DType sm_svc_dtype_enc(sm_dtype t)
 
 Shmap__V1__Shape *sm_svc_shape_enc(sm_arena *a, const sm_shape *s)
 {
-    Shmap__V1__Shape *p = NEW(a, Shmap__V1__Shape, shmap__v1__shape__init);
+    Shmap__V1__Shape *p = SM_SVC_NEW(a, Shmap__V1__Shape, shmap__v1__shape__init);
     if (!p)
         return NULL;
     p->n_dims = sm_svc_rank(s->rank);
@@ -34,7 +26,7 @@ Shmap__V1__Shape *sm_svc_shape_enc(sm_arena *a, const sm_shape *s)
 
 Shmap__V1__Box *sm_svc_box_enc(sm_arena *a, const sm_index *ix)
 {
-    Shmap__V1__Box *p = NEW(a, Shmap__V1__Box, shmap__v1__box__init);
+    Shmap__V1__Box *p = SM_SVC_NEW(a, Shmap__V1__Box, shmap__v1__box__init);
     int64_t *v = sm_arena_alloc(a, 2 * SM_MAX_RANK * sizeof *v);
     if (!p || !v)
         return NULL;
@@ -51,7 +43,7 @@ Shmap__V1__Box *sm_svc_box_enc(sm_arena *a, const sm_index *ix)
 Shmap__V1__Mesh *sm_svc_mesh_enc(sm_arena *a, uint64_t id, const char *name, const sm_mesh *m,
                                  int with_devices)
 {
-    Shmap__V1__Mesh *p = NEW(a, Shmap__V1__Mesh, shmap__v1__mesh__init);
+    Shmap__V1__Mesh *p = SM_SVC_NEW(a, Shmap__V1__Mesh, shmap__v1__mesh__init);
     if (!p)
         return NULL;
     p->id = id;
@@ -76,7 +68,8 @@ Shmap__V1__Mesh *sm_svc_mesh_enc(sm_arena *a, uint64_t id, const char *name, con
 
 Shmap__V1__PartitionSpec *sm_svc_pspec_enc(sm_arena *a, const sm_pspec *sp)
 {
-    Shmap__V1__PartitionSpec *p = NEW(a, Shmap__V1__PartitionSpec, shmap__v1__partition_spec__init);
+    Shmap__V1__PartitionSpec *p =
+        SM_SVC_NEW(a, Shmap__V1__PartitionSpec, shmap__v1__partition_spec__init);
     if (!p)
         return NULL;
     p->n_entries = sm_svc_rank(sp->nentries);
@@ -85,7 +78,7 @@ Shmap__V1__PartitionSpec *sm_svc_pspec_enc(sm_arena *a, const sm_pspec *sp)
         return NULL;
     for (size_t i = 0; i < p->n_entries; i++) {
         const sm_pspec_entry *e = &sp->e[i];
-        Shmap__V1__SpecEntry *q = NEW(a, Shmap__V1__SpecEntry, shmap__v1__spec_entry__init);
+        Shmap__V1__SpecEntry *q = SM_SVC_NEW(a, Shmap__V1__SpecEntry, shmap__v1__spec_entry__init);
         char **axes = sm_arena_alloc(a, SM_MAX_AXES * sizeof *axes);
         if (!q || !axes)
             return NULL;
@@ -109,7 +102,7 @@ Shmap__V1__PartitionSpec *sm_svc_pspec_enc(sm_arena *a, const sm_pspec *sp)
 
 Shmap__V1__Sharding *sm_svc_sharding_ref_enc(sm_arena *a, const sm_sharding_ref *r)
 {
-    Shmap__V1__Sharding *p = NEW(a, Shmap__V1__Sharding, shmap__v1__sharding__init);
+    Shmap__V1__Sharding *p = SM_SVC_NEW(a, Shmap__V1__Sharding, shmap__v1__sharding__init);
     if (!p)
         return NULL;
     p->mesh = sm_svc_mesh_enc(a, r->mesh_id.v, r->mesh_name, r->mesh, !r->default_order);
@@ -134,7 +127,7 @@ Shmap__V1__ArrayRef *sm_svc_array_ref_enc(sm_arena *a, sm_array_ref r)
 
 static Shmap__V1__ShardInfo *shard_info_enc(sm_arena *a, const sm_shard_info *s, int naxes)
 {
-    Shmap__V1__ShardInfo *p = NEW(a, Shmap__V1__ShardInfo, shmap__v1__shard_info__init);
+    Shmap__V1__ShardInfo *p = SM_SVC_NEW(a, Shmap__V1__ShardInfo, shmap__v1__shard_info__init);
     if (!p)
         return NULL;
     p->device = s->device;
@@ -169,8 +162,8 @@ static int shard_infos_enc(sm_arena *a, const sm_shard_info *in, int n, int naxe
 
 Shmap__V1__ArrayInfo *sm_svc_array_info_enc(sm_arena *a, const sm_array_info *in)
 {
-    Shmap__V1__ArrayInfo *p = NEW(a, Shmap__V1__ArrayInfo, shmap__v1__array_info__init);
-    Shmap__V1__Sharding *sh = NEW(a, Shmap__V1__Sharding, shmap__v1__sharding__init);
+    Shmap__V1__ArrayInfo *p = SM_SVC_NEW(a, Shmap__V1__ArrayInfo, shmap__v1__array_info__init);
+    Shmap__V1__Sharding *sh = SM_SVC_NEW(a, Shmap__V1__Sharding, shmap__v1__sharding__init);
     if (!p || !sh)
         return NULL;
     p->id = in->id.v;
@@ -196,7 +189,7 @@ Shmap__V1__ArrayInfo *sm_svc_array_info_enc(sm_arena *a, const sm_array_info *in
 
 Shmap__V1__WorkerInfo *sm_svc_worker_info_enc(sm_arena *a, const sm_worker_info *w)
 {
-    Shmap__V1__WorkerInfo *p = NEW(a, Shmap__V1__WorkerInfo, shmap__v1__worker_info__init);
+    Shmap__V1__WorkerInfo *p = SM_SVC_NEW(a, Shmap__V1__WorkerInfo, shmap__v1__worker_info__init);
     if (!p)
         return NULL;
     int n = w->ndevices < 0                       ? 0
@@ -225,7 +218,8 @@ Shmap__V1__WorkerInfo *sm_svc_worker_info_enc(sm_arena *a, const sm_worker_info 
 
 Shmap__V1__UploadTarget *sm_svc_target_enc(sm_arena *a, const sm_svc_upload_target *t)
 {
-    Shmap__V1__UploadTarget *p = NEW(a, Shmap__V1__UploadTarget, shmap__v1__upload_target__init);
+    Shmap__V1__UploadTarget *p =
+        SM_SVC_NEW(a, Shmap__V1__UploadTarget, shmap__v1__upload_target__init);
     if (!p)
         return NULL;
     p->n_devices = t->ndevices > 0 ? (size_t)t->ndevices : 0;

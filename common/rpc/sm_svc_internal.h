@@ -202,6 +202,16 @@ typedef sm_err (*sm_svc_download_fn)(void *user, const sm_svc_download_req *req,
 void sm_svc_serve_upload(sm_rpc_call *call, sm_svc_upload_fn fn, void *user, int shm_ok);
 void sm_svc_serve_download(sm_rpc_call *call, sm_svc_download_fn fn, void *user, int shm_ok);
 
+/* A message of type T in arena a, initialized with init (its __init
+ * function); NULL out of memory. */
+#define SM_SVC_NEW(a, T, init)                                                                     \
+    ({                                                                                             \
+        T *p_ = sm_arena_alloc((a), sizeof(T));                                                    \
+        if (p_)                                                                                    \
+            init(p_);                                                                              \
+        p_;                                                                                        \
+    })
+
 /* ---- encoders ---------------------------------------------------------------- */
 
 Shmap__V1__DType sm_svc_dtype_enc(sm_dtype t);

@@ -15,10 +15,10 @@
 
 static Shmap__V1__RunJobRequest *run_job_enc(sm_arena *a, const sm_svc_run_job_req *req)
 {
-    Shmap__V1__RunJobRequest *p = sm_arena_alloc(a, sizeof *p);
+    Shmap__V1__RunJobRequest *p =
+        SM_SVC_NEW(a, Shmap__V1__RunJobRequest, shmap__v1__run_job_request__init);
     if (!p)
         return NULL;
-    shmap__v1__run_job_request__init(p);
     p->job_id = req->job_id.v;
     p->deadline_ms = req->deadline_ms;
     p->shm_key = req->shm_key;
@@ -39,10 +39,10 @@ static Shmap__V1__RunJobRequest *run_job_enc(sm_arena *a, const sm_svc_run_job_r
     p->n_output_arrays = (size_t)no;
     for (int i = 0; i < np; i++) {
         const sm_svc_peer *s = &req->peers[i];
-        Shmap__V1__PeerDevices *q = sm_arena_alloc(a, sizeof *q);
+        Shmap__V1__PeerDevices *q =
+            SM_SVC_NEW(a, Shmap__V1__PeerDevices, shmap__v1__peer_devices__init);
         if (!q)
             return NULL;
-        shmap__v1__peer_devices__init(q);
         q->address = (char *)s->address;
         q->n_devices = s->ndevices < 0                       ? 0
                        : s->ndevices > SM_MAX_WORKER_DEVICES ? SM_MAX_WORKER_DEVICES
