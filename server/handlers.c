@@ -178,6 +178,13 @@ static void h_free_parts(sm_coord *c, sm_array_id id, const sm_reg_assemble *par
     free(f);
 }
 
+/* How long a request's calls to the workers may take: the deadline it
+ * gives (ms), else the coordinator's. */
+static int h_deadline(const sm_coord *c, uint32_t req_ms)
+{
+    return req_ms ? (int)req_ms : c->call_deadline_ms;
+}
+
 /* Runs the Assembles of a reshard's or a load's new array, then ends it:
  * ready, described in *out; or removed, its shards freed. The first failure
  * is told as "<failed> failed on worker W at ADDR: why" (out of memory:
@@ -216,9 +223,8 @@ static sm_err h_reshard(void *user, const sm_svc_reshard_req *req, sm_array_info
         sm_registry_reshard_begin(c->reg, req, sm_time_mono_ms(), &id, &parts, &np, err, errlen);
     if (e)
         return e;
-    e = h_new_array_make(c, id, parts, np,
-                         req->deadline_ms ? (int)req->deadline_ms : c->call_deadline_ms,
-                         "a reshard", "reshard", out, err, errlen);
+    e = h_new_array_make(c, id, parts, np, h_deadline(c, req->deadline_ms), "a reshard", "reshard",
+                         out, err, errlen);
     sm_registry_assemble_free(parts, np);
     return e;
 }
@@ -237,8 +243,7 @@ static sm_err h_replicate(void *user, const sm_svc_replicate_req *req, sm_array_
     if (e)
         return e;
     h_assemble_job *jobs =
-        h_assemble_all(n ? &reps[0].part : NULL, sizeof *reps, n,
-                       req->deadline_ms ? (int)req->deadline_ms : c->call_deadline_ms);
+        h_assemble_all(n ? &reps[0].part : NULL, sizeof *reps, n, h_deadline(c, req->deadline_ms));
     for (int k = 0; k < n; k++) {
         sm_err ek = jobs ? jobs[k].e : SM_ENOMEM;
         const char *why = jobs ? jobs[k].err : "out of memory";
@@ -311,7 +316,7 @@ static sm_err h_save(void *user, const sm_svc_save_req *req, sm_svc_save_reply *
     sm_array_id id;
     char label[SM_NAME_MAX + 16], *text = NULL;
     int np = 0;
-    int deadline_ms = req->deadline_ms ? (int)req->deadline_ms : c->call_deadline_ms;
+    int deadline_ms = h_deadline(c, req->deadline_ms);
     sm_err e = h_dir_check(req->dir, err, errlen);
     if (e)
         return e;
@@ -386,7 +391,7 @@ static sm_err h_load(void *user, const sm_svc_load_req *req, sm_array_info *out,
     sm_array_id id;
     char *text = NULL, path[SM_ADDR_MAX + 4200], why[512], failed[4200];
     int np = 0;
-    int deadline_ms = req->deadline_ms ? (int)req->deadline_ms : c->call_deadline_ms;
+    int deadline_ms = h_deadline(c, req->deadline_ms);
     sm_err e = h_dir_check(req->dir, err, errlen);
     if (!e)
         e = sm_registry_any_worker(c->reg, &reader, err, errlen);
