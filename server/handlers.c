@@ -178,11 +178,30 @@ static void h_free_parts(sm_coord *c, sm_array_id id, const sm_reg_assemble *par
     free(f);
 }
 
-/* Ends a reshard's or a load's new array after its Assembles (e: how they
- * went): ready, described in *out; or removed, its shards freed. */
-static sm_err h_new_array_end(sm_coord *c, sm_array_id id, const sm_reg_assemble *parts, int np,
-                              sm_err e, sm_array_info *out, char *err, size_t errlen)
+/* How long a request's calls to the workers may take: the deadline it
+ * gives (ms), else the coordinator's. */
+static int h_deadline(const sm_coord *c, uint32_t req_ms)
 {
+    return req_ms ? (int)req_ms : c->call_deadline_ms;
+}
+
+/* Runs the Assembles of a reshard's or a load's new array, then ends it:
+ * ready, described in *out; or removed, its shards freed. The first failure
+ * is told as "<failed> failed on worker W at ADDR: why" (out of memory:
+ * "out of memory starting <what>"). */
+static sm_err h_new_array_make(sm_coord *c, sm_array_id id, const sm_reg_assemble *parts, int np,
+                               int deadline_ms, const char *what, const char *failed,
+                               sm_array_info *out, char *err, size_t errlen)
+{
+    sm_err e = SM_OK;
+    h_assemble_job *jobs = h_assemble_all(parts, sizeof *parts, np, deadline_ms);
+    if (!jobs)
+        e = sm_fail(err, errlen, SM_ENOMEM, "out of memory starting %s", what);
+    for (int k = 0; k < np && !e; k++)
+        if (jobs[k].e)
+            e = sm_fail(err, errlen, jobs[k].e, "%s failed on worker %u at %s: %s", failed,
+                        parts[k].t.worker_id, parts[k].t.address, jobs[k].err);
+    free(jobs);
     if (e) {
         char ignore[256];
         h_free_parts(c, id, parts, np);
@@ -200,21 +219,12 @@ static sm_err h_reshard(void *user, const sm_svc_reshard_req *req, sm_array_info
     sm_array_id id;
     sm_reg_assemble *parts = NULL;
     int np = 0;
-    h_assemble_job *jobs = NULL;
     sm_err e =
         sm_registry_reshard_begin(c->reg, req, sm_time_mono_ms(), &id, &parts, &np, err, errlen);
     if (e)
         return e;
-    jobs = h_assemble_all(parts, sizeof *parts, np,
-                          req->deadline_ms ? (int)req->deadline_ms : c->call_deadline_ms);
-    if (!jobs)
-        e = sm_fail(err, errlen, SM_ENOMEM, "out of memory starting a reshard");
-    for (int k = 0; k < np && !e; k++)
-        if (jobs[k].e)
-            e = sm_fail(err, errlen, jobs[k].e, "reshard failed on worker %u at %s: %s",
-                        parts[k].t.worker_id, parts[k].t.address, jobs[k].err);
-    e = h_new_array_end(c, id, parts, np, e, out, err, errlen);
-    free(jobs);
+    e = h_new_array_make(c, id, parts, np, h_deadline(c, req->deadline_ms), "a reshard", "reshard",
+                         out, err, errlen);
     sm_registry_assemble_free(parts, np);
     return e;
 }
@@ -233,8 +243,7 @@ static sm_err h_replicate(void *user, const sm_svc_replicate_req *req, sm_array_
     if (e)
         return e;
     h_assemble_job *jobs =
-        h_assemble_all(n ? &reps[0].part : NULL, sizeof *reps, n,
-                       req->deadline_ms ? (int)req->deadline_ms : c->call_deadline_ms);
+        h_assemble_all(n ? &reps[0].part : NULL, sizeof *reps, n, h_deadline(c, req->deadline_ms));
     for (int k = 0; k < n; k++) {
         sm_err ek = jobs ? jobs[k].e : SM_ENOMEM;
         const char *why = jobs ? jobs[k].err : "out of memory";
@@ -307,7 +316,7 @@ static sm_err h_save(void *user, const sm_svc_save_req *req, sm_svc_save_reply *
     sm_array_id id;
     char label[SM_NAME_MAX + 16], *text = NULL;
     int np = 0;
-    int deadline_ms = req->deadline_ms ? (int)req->deadline_ms : c->call_deadline_ms;
+    int deadline_ms = h_deadline(c, req->deadline_ms);
     sm_err e = h_dir_check(req->dir, err, errlen);
     if (e)
         return e;
@@ -379,11 +388,10 @@ static sm_err h_load(void *user, const sm_svc_load_req *req, sm_array_info *out,
     sm_ckpt_manifest m;
     sm_svc_ckpt_file *files = NULL;
     sm_reg_assemble *parts = NULL;
-    h_assemble_job *jobs = NULL;
     sm_array_id id;
-    char *text = NULL, path[SM_ADDR_MAX + 4200], why[512];
+    char *text = NULL, path[SM_ADDR_MAX + 4200], why[512], failed[4200];
     int np = 0;
-    int deadline_ms = req->deadline_ms ? (int)req->deadline_ms : c->call_deadline_ms;
+    int deadline_ms = h_deadline(c, req->deadline_ms);
     sm_err e = h_dir_check(req->dir, err, errlen);
     if (!e)
         e = sm_registry_any_worker(c->reg, &reader, err, errlen);
@@ -415,16 +423,9 @@ static sm_err h_load(void *user, const sm_svc_load_req *req, sm_array_info *out,
     if ((e = sm_registry_load_begin(c->reg, req, &m, files, sm_time_mono_ms(), &id, &parts, &np,
                                     err, errlen)))
         goto done;
-    jobs = h_assemble_all(parts, sizeof *parts, np, deadline_ms);
-    if (!jobs)
-        e = sm_fail(err, errlen, SM_ENOMEM, "out of memory starting a load");
-    for (int k = 0; k < np && !e; k++)
-        if (jobs[k].e)
-            e = sm_fail(err, errlen, jobs[k].e, "loading %s failed on worker %u at %s: %s",
-                        req->dir, parts[k].t.worker_id, parts[k].t.address, jobs[k].err);
-    e = h_new_array_end(c, id, parts, np, e, out, err, errlen);
+    snprintf(failed, sizeof failed, "loading %s", req->dir);
+    e = h_new_array_make(c, id, parts, np, deadline_ms, "a load", failed, out, err, errlen);
 done:
-    free(jobs);
     sm_registry_assemble_free(parts, np);
     free(files);
     sm_ckpt_manifest_free(&m);

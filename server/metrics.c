@@ -34,11 +34,10 @@ sm_err sm_metrics_render(sm_registry *reg, sm_cjobs *jobs, sm_rpc_server *rpc, s
     sm_metrics_help(b, "shmap_workers", "gauge", "Registered workers by state.");
     sm_strbuf_printf(b, "shmap_workers{state=\"alive\"} %d\nshmap_workers{state=\"lost\"} %d\n",
                      alive, nw - alive);
-    sm_metrics_help(b, "shmap_devices", "gauge", "Devices of the alive workers.");
     int ndev = 0;
     for (int i = 0; i < nw; i++)
         ndev += w[i].alive ? w[i].ndevices : 0;
-    sm_strbuf_printf(b, "shmap_devices %d\n", ndev);
+    sm_metrics_value(b, "shmap_devices", "gauge", "Devices of the alive workers.", ndev);
     sm_metrics_help(b, "shmap_device_used_bytes", "gauge",
                     "Bytes of shards each device holds, as its worker last reported.");
     for (int i = 0; i < nw; i++)
@@ -69,9 +68,8 @@ sm_err sm_metrics_render(sm_registry *reg, sm_cjobs *jobs, sm_rpc_server *rpc, s
         sm_metrics_help(b, "shmap_jobs", "gauge", "Jobs waiting to start and running.");
         sm_strbuf_printf(b, "shmap_jobs{state=\"queued\"} %d\nshmap_jobs{state=\"running\"} %d\n",
                          s.queued, s.running);
-        sm_metrics_help(b, "shmap_jobs_submitted_total", "counter",
-                        "Jobs accepted since the start.");
-        sm_strbuf_printf(b, "shmap_jobs_submitted_total %llu\n", (unsigned long long)s.submitted);
+        sm_metrics_value(b, "shmap_jobs_submitted_total", "counter",
+                         "Jobs accepted since the start.", (long long)s.submitted);
         sm_metrics_help(b, "shmap_jobs_ended_total", "counter",
                         "Jobs ended since the start, by state.");
         static const sm_job_state ends[] = {SM_JOB_DONE, SM_JOB_FAILED, SM_JOB_CANCELLED};

@@ -557,18 +557,36 @@ out:
     return rc;
 }
 
+sm_err sm_reg_array_get(sm_registry *r, sm_array_ref ref, sm_reg_array **out, char *label,
+                        size_t labellen, char *err, size_t errlen)
+{
+    if (!(*out = sm_reg_array_find(r, ref, err, errlen)))
+        return ref.id.v || (ref.name && *ref.name) ? SM_ENOTFOUND : SM_EINVAL;
+    if (label)
+        sm_reg_array_label(*out, label, labellen);
+    return SM_OK;
+}
+
+sm_err sm_reg_array_during(sm_registry *r, sm_array_id id, const char *what, sm_reg_array **out,
+                           char *label, size_t labellen, char *err, size_t errlen)
+{
+    if (!(*out = sm_reg_array_find(r, (sm_array_ref){id, NULL}, NULL, 0)))
+        return sm_fail(err, errlen, SM_EPRECONDITION, "array %llu was deleted during %s",
+                       (unsigned long long)id.v, what);
+    sm_reg_array_label(*out, label, labellen);
+    return SM_OK;
+}
+
 /* ---- describe, list, delete ------------------------------------------------ */
 
 sm_err sm_registry_array_describe(sm_registry *r, sm_array_ref ref, sm_array_info *out, char *err,
                                   size_t errlen)
 {
-    sm_err rc = SM_ENOTFOUND;
+    sm_reg_array *a;
     pthread_mutex_lock(&r->mu);
-    sm_reg_array *a = sm_reg_array_find(r, ref, err, errlen);
-    if (a)
+    sm_err rc = sm_reg_array_get(r, ref, &a, NULL, 0, err, errlen);
+    if (!rc)
         rc = sm_reg_array_info(r, a, out, err, errlen);
-    else if (!ref.id.v && !(ref.name && *ref.name))
-        rc = SM_EINVAL;
     pthread_mutex_unlock(&r->mu);
     return rc;
 }
@@ -605,10 +623,8 @@ sm_err sm_registry_array_delete(sm_registry *r, sm_array_ref ref, sm_reg_free **
     *frees = NULL;
     *nfrees = 0;
     pthread_mutex_lock(&r->mu);
-    sm_reg_array *a = sm_reg_array_find(r, ref, err, errlen);
-    if (!a) {
-        rc = ref.id.v || (ref.name && *ref.name) ? SM_ENOTFOUND : SM_EINVAL;
-    } else {
+    sm_reg_array *a;
+    if (!(rc = sm_reg_array_get(r, ref, &a, NULL, 0, err, errlen))) {
         sm_reg_array_frees(r, a, 0, frees, nfrees);
         sm_reg_array_unlink(r, a);
         SM_INFO("%s deleted", sm_reg_array_label(a, label, sizeof label));

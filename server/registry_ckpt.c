@@ -20,12 +20,9 @@ sm_err sm_registry_save_begin(sm_registry *r, sm_array_ref ref, sm_array_id *id,
     *parts = NULL;
     *nparts = 0;
     pthread_mutex_lock(&r->mu);
-    sm_reg_array *a = sm_reg_array_find(r, ref, err, errlen);
-    if (!a) {
-        rc = ref.id.v || (ref.name && *ref.name) ? SM_ENOTFOUND : SM_EINVAL;
+    sm_reg_array *a;
+    if ((rc = sm_reg_array_get(r, ref, &a, label, labellen, err, errlen)))
         goto out;
-    }
-    sm_reg_array_label(a, label, labellen);
     if (a->state != SM_ARRAY_READY) {
         rc = sm_fail(err, errlen, SM_EPRECONDITION, "%s is %s and cannot be saved", label,
                      sm_array_state_name(a->state));

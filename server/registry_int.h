@@ -215,6 +215,12 @@ void sm_reg_array_update_health(sm_registry *r, sm_reg_array *a, const char *why
 int sm_reg_repair_build(sm_registry *r, const sm_reg_array *a, const sm_reg_worker *w, int from,
                         int to, sm_reg_repair *rep);
 void sm_reg_repair_release(sm_reg_repair *rep);
+/* sm_reg_repair_build's repair, when there is one, appended to *reps (its
+ * count *nreps) and counted in a->repairing. SM_ENOMEM (what: "planning
+ * repairs", for the sentence) leaves *reps as it was. */
+sm_err sm_reg_repair_add(sm_registry *r, sm_reg_array *a, const sm_reg_worker *w, int from, int to,
+                         sm_reg_repair **reps, int *nreps, const char *what, char *err,
+                         size_t errlen);
 
 /* Resolves a sharding reference into a mesh and spec (inline meshes are
  * registered, or matched to an identical registered one). */
@@ -224,6 +230,15 @@ sm_err sm_reg_sharding_resolve(sm_registry *r, const sm_sharding_ref *ref, sm_sh
 /* The listed array ref names: by id if ref.id.v, else by name. NULL with
  * SM_ENOTFOUND (or SM_EINVAL for an empty ref) in err when there is none. */
 sm_reg_array *sm_reg_array_find(sm_registry *r, sm_array_ref ref, char *err, size_t errlen);
+/* sm_reg_array_find as an error: SM_OK with *out the array and, when label
+ * is not NULL, its label (sm_reg_array_label) in label; else SM_ENOTFOUND,
+ * or SM_EINVAL for an empty ref, with sm_reg_array_find's sentence. */
+sm_err sm_reg_array_get(sm_registry *r, sm_array_ref ref, sm_reg_array **out, char *label,
+                        size_t labellen, char *err, size_t errlen);
+/* The array of id that an operation (what: "the upload") began on, with
+ * its label in label: SM_EPRECONDITION when it was deleted since. */
+sm_err sm_reg_array_during(sm_registry *r, sm_array_id id, const char *what, sm_reg_array **out,
+                           char *label, size_t labellen, char *err, size_t errlen);
 /* "array 'x'" or "array 17" into buf. */
 const char *sm_reg_array_label(const sm_reg_array *a, char *buf, size_t len);
 void sm_reg_array_destroy(sm_reg_array *a);

@@ -172,6 +172,26 @@ int sm_reg_repair_build(sm_registry *r, const sm_reg_array *a, const sm_reg_work
     return 1;
 }
 
+sm_err sm_reg_repair_add(sm_registry *r, sm_reg_array *a, const sm_reg_worker *w, int from, int to,
+                         sm_reg_repair **reps, int *nreps, const char *what, char *err,
+                         size_t errlen)
+{
+    sm_reg_repair rep, *grown;
+    int got = sm_reg_repair_build(r, a, w, from, to, &rep);
+    if (got == 0)
+        return SM_OK;
+    grown = got > 0 ? realloc(*reps, sizeof **reps * (size_t)(*nreps + 1)) : NULL;
+    if (!grown) {
+        if (got > 0)
+            sm_reg_repair_release(&rep);
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory %s", what);
+    }
+    *reps = grown;
+    (*reps)[(*nreps)++] = rep;
+    a->repairing++;
+    return SM_OK;
+}
+
 sm_err sm_registry_repairs_begin(sm_registry *r, uint32_t worker_id, int64_t now_ms,
                                  sm_reg_repair **out, int *nout, char *err, size_t errlen)
 {
@@ -191,23 +211,9 @@ sm_err sm_registry_repairs_begin(sm_registry *r, uint32_t worker_id, int64_t now
         if (!unfilled || a->repairing || now_ms < a->repair_after)
             continue;
         /* the mesh's shards in one Assemble, then each copy (its own id) */
-        for (int k = -1; k < a->ncopies && !e; k++) {
-            sm_reg_repair rep, *grown;
-            int got = k < 0 ? sm_reg_repair_build(r, a, w, 0, a->n, &rep)
-                            : sm_reg_repair_build(r, a, w, a->n + k, a->n + k + 1, &rep);
-            if (got == 0)
-                continue;
-            grown = got > 0 ? realloc(*out, sizeof **out * (size_t)(*nout + 1)) : NULL;
-            if (!grown) {
-                if (got > 0)
-                    sm_reg_repair_release(&rep);
-                e = sm_fail(err, errlen, SM_ENOMEM, "out of memory planning repairs");
-                break;
-            }
-            *out = grown;
-            (*out)[(*nout)++] = rep;
-            a->repairing++;
-        }
+        for (int k = -1; k < a->ncopies && !e; k++)
+            e = sm_reg_repair_add(r, a, w, k < 0 ? 0 : a->n + k, k < 0 ? a->n : a->n + k + 1, out,
+                                  nout, "planning repairs", err, errlen);
     }
     if (w && w->alive && !e && !candidates)
         r->repair_hint = 0; /* nothing anywhere waits for a repair */

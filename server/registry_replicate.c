@@ -70,12 +70,9 @@ sm_err sm_registry_replicate_begin(sm_registry *r, const sm_svc_replicate_req *r
     *reps = NULL;
     *nreps = 0;
     pthread_mutex_lock(&r->mu);
-    sm_reg_array *a = sm_reg_array_find(r, req->array, err, errlen);
-    if (!a) {
-        e = req->array.id.v || (req->array.name && *req->array.name) ? SM_ENOTFOUND : SM_EINVAL;
+    sm_reg_array *a;
+    if ((e = sm_reg_array_get(r, req->array, &a, label, sizeof label, err, errlen)))
         goto out;
-    }
-    sm_reg_array_label(a, label, sizeof label);
     if (req->replicas != 1 && req->replicas != 2) {
         e = sm_fail(err, errlen, SM_EINVAL,
                     "replicas must be 1 (the mesh's own devices) or 2 (a copy of every block on "
@@ -118,20 +115,8 @@ make:
         const sm_reg_worker *w = sm_reg_worker_by_id(r, a->copies[k].worker);
         if (!w || !w->alive)
             continue;
-        sm_reg_repair rep, *grown;
-        int got = sm_reg_repair_build(r, a, w, a->n + k, a->n + k + 1, &rep);
-        if (got == 0)
-            continue;
-        grown = got > 0 ? realloc(*reps, sizeof **reps * (size_t)(*nreps + 1)) : NULL;
-        if (!grown) {
-            if (got > 0)
-                sm_reg_repair_release(&rep);
-            e = sm_fail(err, errlen, SM_ENOMEM, "out of memory planning copies");
-            break;
-        }
-        *reps = grown;
-        (*reps)[(*nreps)++] = rep;
-        a->repairing++;
+        e = sm_reg_repair_add(r, a, w, a->n + k, a->n + k + 1, reps, nreps, "planning copies", err,
+                              errlen);
     }
 out:
     pthread_mutex_unlock(&r->mu);

@@ -152,12 +152,9 @@ sm_err sm_registry_reshard_begin(sm_registry *r, const sm_svc_reshard_req *req, 
     *parts = NULL;
     *nparts = 0;
     pthread_mutex_lock(&r->mu);
-    sm_reg_array *src = sm_reg_array_find(r, req->array, err, errlen);
-    if (!src) {
-        rc = req->array.id.v || (req->array.name && *req->array.name) ? SM_ENOTFOUND : SM_EINVAL;
+    sm_reg_array *src;
+    if ((rc = sm_reg_array_get(r, req->array, &src, label, sizeof label, err, errlen)))
         goto out;
-    }
-    sm_reg_array_label(src, label, sizeof label);
     if (src->state != SM_ARRAY_READY && src->state != SM_ARRAY_DEGRADED) {
         rc = sm_fail(err, errlen, SM_EPRECONDITION, "%s is %s and cannot be resharded", label,
                      sm_array_state_name(src->state));
@@ -221,15 +218,11 @@ out:
 static sm_err reshard_end_locked(sm_registry *r, sm_array_id id, int ok, sm_array_info *info,
                                  char *err, size_t errlen)
 {
-    sm_err rc = SM_OK;
     char label[SM_NAME_MAX + 16];
-    sm_reg_array *a = sm_reg_array_find(r, (sm_array_ref){id, NULL}, NULL, 0);
-    if (!a) {
-        rc = sm_fail(err, errlen, SM_EPRECONDITION, "array %llu was deleted during the reshard",
-                     (unsigned long long)id.v);
+    sm_reg_array *a;
+    sm_err rc = sm_reg_array_during(r, id, "the reshard", &a, label, sizeof label, err, errlen);
+    if (rc)
         goto out;
-    }
-    sm_reg_array_label(a, label, sizeof label);
     if (a->state != SM_ARRAY_PENDING) {
         rc = sm_fail(err, errlen, SM_EPRECONDITION, "%s became %s during the reshard%s%s", label,
                      sm_array_state_name(a->state), a->error[0] ? ": " : "", a->error);

@@ -149,13 +149,9 @@ sm_err sm_registry_upload_end(sm_registry *r, sm_array_id id, const int32_t *dev
     char label[SM_NAME_MAX + 16];
     *ready = 0;
     pthread_mutex_lock(&r->mu);
-    sm_reg_array *a = sm_reg_array_find(r, (sm_array_ref){id, NULL}, NULL, 0);
-    if (!a) {
-        rc = sm_fail(err, errlen, SM_EPRECONDITION, "array %llu was deleted during the upload",
-                     (unsigned long long)id.v);
+    sm_reg_array *a;
+    if ((rc = sm_reg_array_during(r, id, "the upload", &a, label, sizeof label, err, errlen)))
         goto out;
-    }
-    sm_reg_array_label(a, label, sizeof label);
     for (int i = 0; i < n; i++) {
         int p = sm_mesh_find_device(&a->sharding.mesh, devices[i]);
         if (p >= 0)
@@ -212,14 +208,11 @@ sm_err sm_registry_download_begin(sm_registry *r, sm_array_ref ref, int32_t devi
     uint64_t store = ref.id.v;
     if (SM_REG_IS_COPY_ID(store))
         ref.id.v = SM_REG_COPY_OWNER(store);
-    sm_reg_array *a = sm_reg_array_find(r, ref, err, errlen);
-    if (!a) {
-        rc = ref.id.v || (ref.name && *ref.name) ? SM_ENOTFOUND : SM_EINVAL;
+    sm_reg_array *a;
+    if ((rc = sm_reg_array_get(r, ref, &a, label, sizeof label, err, errlen)))
         goto out;
-    }
     if (!SM_REG_IS_COPY_ID(store))
         store = a->id;
-    sm_reg_array_label(a, label, sizeof label);
     if (a->state == SM_ARRAY_PENDING) {
         int filled = 0;
         for (int p = 0; p < a->n; p++)

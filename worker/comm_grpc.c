@@ -364,6 +364,39 @@ static sm_err sm_cg_reduce_local(sm_comm_grpc *c, const sm_comm_group *g, uint64
     return e;
 }
 
+/* The failure of a collective that ran out of memory; it aborts the job. */
+static sm_err sm_cg_oom(sm_comm_grpc *c, uint64_t seq, char *err, size_t errlen)
+{
+    return sm_cg_failf(c, SM_ENOMEM, err, errlen, "out of memory for collective #%llu",
+                       (unsigned long long)seq);
+}
+
+/* The start all_reduce (kind SM_CG_AR) and reduce_scatter (SM_CG_RS)
+ * share: fills L; with one worker in the group the whole collective runs
+ * here (sm_cg_reduce_local), and where the group's workers share memory
+ * it runs there (sm_cg_shm_reduce). Returns 1 when the collective is done,
+ * with its result in *e; 0 when the caller goes on over gRPC, with *s the
+ * members' joined slot when shared memory fell back, else *s untouched. */
+static int sm_cg_reduce_start(sm_comm_grpc *c, const sm_comm_group *g, sm_cg_layout *L,
+                              uint64_t seq, sm_cg_kind kind, sm_dtype t, sm_kern_reduce_op op,
+                              const void *in, void *out, int64_t n, sm_rendezvous_slot **s,
+                              sm_err *e, char *err, size_t errlen)
+{
+    sm_cg_layout_make(c, g, L);
+    if (L->nw == 1) {
+        *e = sm_cg_reduce_local(c, g, seq, kind, t, op, in, out, n, err, errlen);
+        return 1;
+    }
+    int64_t nbytes = n * (int64_t)sm_dtype_size(t) * (kind == SM_CG_RS ? g->size : 1);
+    if (sm_cg_shm_use(c, g, L, kind, nbytes)) {
+        *e = sm_cg_shm_reduce(c, g, L, seq, kind, t, op, in, out, n, s, err, errlen);
+        if (!*s) /* else it falls back, joined */
+            return 1;
+        *e = SM_OK;
+    }
+    return 0;
+}
+
 /* The error of a member whose peers failed (one of them aborted the job). */
 static sm_err sm_cg_peer_failed(sm_comm_grpc *c, uint64_t seq, char *err, size_t errlen)
 {
@@ -569,20 +602,10 @@ static sm_err sm_cg_all_reduce(void *ctx, const sm_comm_group *g, uint64_t seq, 
     sm_rendezvous_slot *s = NULL;
     sm_err e = SM_OK;
     if (!L)
-        return sm_cg_failf(c, SM_ENOMEM, err, errlen, "out of memory for collective #%llu",
-                           (unsigned long long)seq);
-    sm_cg_layout_make(c, g, L);
-    if (L->nw == 1) {
-        e = sm_cg_reduce_local(c, g, seq, SM_CG_AR, t, op, in, out, n, err, errlen);
+        return sm_cg_oom(c, seq, err, errlen);
+    if (sm_cg_reduce_start(c, g, L, seq, SM_CG_AR, t, op, in, out, n, &s, &e, err, errlen))
         goto out;
-    }
     int64_t el = (int64_t)sm_dtype_size(t);
-    if (sm_cg_shm_use(c, g, L, SM_CG_AR, n * el)) {
-        e = sm_cg_shm_reduce(c, g, L, seq, SM_CG_AR, t, op, in, out, n, &s, err, errlen);
-        if (!s) /* else it falls back, joined */
-            goto out;
-        e = SM_OK;
-    }
     if (!s && (e = sm_cg_join(c, g, L, seq, SM_CG_AR, n, in, out, &s, err, errlen)))
         goto out;
     char *acc = s->out[0];
@@ -637,30 +660,19 @@ static sm_err sm_cg_reduce_scatter(void *ctx, const sm_comm_group *g, uint64_t s
     const char **part = malloc((size_t)g->size * sizeof *part); /* per unit: its partial */
     char *rbuf = NULL;
     sm_rendezvous_slot *s = NULL;
-    sm_err e;
+    sm_err e = SM_OK;
     if (!L || !leaves || !part) {
-        e = sm_cg_failf(c, SM_ENOMEM, err, errlen, "out of memory for collective #%llu",
-                        (unsigned long long)seq);
+        e = sm_cg_oom(c, seq, err, errlen);
         goto out;
     }
-    sm_cg_layout_make(c, g, L);
-    if (L->nw == 1) {
-        e = sm_cg_reduce_local(c, g, seq, SM_CG_RS, t, op, in, out, n, err, errlen);
+    if (sm_cg_reduce_start(c, g, L, seq, SM_CG_RS, t, op, in, out, n, &s, &e, err, errlen))
         goto out;
-    }
     size_t el = sm_dtype_size(t);
     int64_t cb = n * (int64_t)el, nch = g->size;
-    if (sm_cg_shm_use(c, g, L, SM_CG_RS, nch * cb)) {
-        e = sm_cg_shm_reduce(c, g, L, seq, SM_CG_RS, t, op, in, out, n, &s, err, errlen);
-        if (!s) /* else it falls back, joined */
-            goto out;
-        e = SM_OK;
-    }
     int ks = sm_cg_self_order(c, L), nrem = L->nu - L->nuw[ks];
     segs = malloc((size_t)L->nuw[ks] * (size_t)g->size * sizeof *segs);
     if (!segs || !(rbuf = malloc((size_t)(nrem * cb) + 1))) {
-        e = sm_cg_failf(c, SM_ENOMEM, err, errlen, "out of memory for collective #%llu",
-                        (unsigned long long)seq);
+        e = sm_cg_oom(c, seq, err, errlen);
         if (s)
             sm_rendezvous_leave(c->rv, s);
         goto out;
@@ -761,8 +773,7 @@ static sm_err sm_cg_move(sm_comm_grpc *c, const sm_comm_group *g, uint64_t seq, 
     sm_err e = SM_OK;
     int to = -1, from = -1; /* permute: the caller's destination and source ranks */
     if (!L || !segs) {
-        e = sm_cg_failf(c, SM_ENOMEM, err, errlen, "out of memory for collective #%llu",
-                        (unsigned long long)seq);
+        e = sm_cg_oom(c, seq, err, errlen);
         goto out;
     }
     sm_cg_layout_make(c, g, L);

@@ -161,6 +161,20 @@ static sm_job *sm_jobs_add_locked(sm_jobs *j, uint64_t id, int tombstone)
     return job;
 }
 
+/* The entry of job id, added (see sm_jobs_add_locked) if there is none;
+ * NULL with SM_ERESOURCE in err ("cannot <what> job N: ...") when there is
+ * no room for one. */
+static sm_job *sm_jobs_get_locked(sm_jobs *j, uint64_t id, int tombstone, const char *what,
+                                  char *err, size_t errlen)
+{
+    sm_jobs_sweep_locked(j, 0);
+    sm_job *job = sm_jobs_find_locked(j, id);
+    if (!job && !(job = sm_jobs_add_locked(j, id, tombstone)))
+        sm_fail(err, errlen, SM_ERESOURCE, "cannot %s job %llu: out of memory or %d jobs known",
+                what, (unsigned long long)id, SM_JOBS_MAX);
+    return job;
+}
+
 /* Drops a reference; an ended job frees its mailbox with the last one. */
 static void sm_jobs_unref_locked(sm_job *job)
 {
@@ -178,13 +192,10 @@ static sm_err sm_jobs_hold(sm_jobs *j, sm_job_id id, sm_job **out, char *err, si
 {
     *out = NULL;
     pthread_mutex_lock(&j->mu);
-    sm_jobs_sweep_locked(j, 0);
-    sm_job *job = sm_jobs_find_locked(j, id.v);
-    if (!job && !(job = sm_jobs_add_locked(j, id.v, 0))) {
+    sm_job *job = sm_jobs_get_locked(j, id.v, 0, "keep blocks of", err, errlen);
+    if (!job) {
         pthread_mutex_unlock(&j->mu);
-        return sm_fail(err, errlen, SM_ERESOURCE,
-                       "cannot keep blocks of job %llu: out of memory or %d jobs known",
-                       (unsigned long long)id.v, SM_JOBS_MAX);
+        return SM_ERESOURCE;
     }
     if (job->state != SM_WJOB_ENDED && !job->cancelled) {
         job->refs++;
@@ -286,13 +297,10 @@ static sm_err sm_jobs_cancel(void *user, sm_job_id id, char *err, size_t errlen)
     char why[96];
     snprintf(why, sizeof why, "job %llu was cancelled", (unsigned long long)id.v);
     pthread_mutex_lock(&j->mu);
-    sm_jobs_sweep_locked(j, 0);
-    sm_job *job = sm_jobs_find_locked(j, id.v);
-    if (!job && !(job = sm_jobs_add_locked(j, id.v, 1))) {
+    sm_job *job = sm_jobs_get_locked(j, id.v, 1, "record the cancel of", err, errlen);
+    if (!job) {
         pthread_mutex_unlock(&j->mu);
-        return sm_fail(err, errlen, SM_ERESOURCE,
-                       "cannot record the cancel of job %llu: out of memory or %d jobs known",
-                       (unsigned long long)id.v, SM_JOBS_MAX);
+        return SM_ERESOURCE;
     }
     job->cancelled = 1; /* a job that has not started yet fails when it does */
     if (job->comm)
@@ -485,14 +493,11 @@ static sm_err sm_jobs_begin(sm_jobs *j, sm_job_id id, sm_job **out, char *err, s
 {
     sm_err e = SM_OK;
     pthread_mutex_lock(&j->mu);
-    sm_jobs_sweep_locked(j, 0);
-    sm_job *job = sm_jobs_find_locked(j, id.v);
+    sm_job *job = NULL;
     if (j->stopping)
         e = sm_fail(err, errlen, SM_EUNAVAILABLE, "worker %s is shutting down", j->self);
-    else if (!job && !(job = sm_jobs_add_locked(j, id.v, 0)))
-        e = sm_fail(err, errlen, SM_ERESOURCE,
-                    "cannot run job %llu: out of memory or %d jobs known", (unsigned long long)id.v,
-                    SM_JOBS_MAX);
+    else if (!(job = sm_jobs_get_locked(j, id.v, 0, "run", err, errlen)))
+        e = SM_ERESOURCE;
     else if (job->cancelled)
         e = sm_fail(err, errlen, SM_ECANCELLED, "job %llu was cancelled", (unsigned long long)id.v);
     else if (job->state != SM_WJOB_PENDING)

@@ -16,22 +16,6 @@ static const char get_help[] =
     "Example:\n"
     "  shmapctl get x out.npy\n";
 
-int cli_cmd_get(int argc, char **argv)
-{
-    cli_args a;
-    sm_client *c;
-    char err[512];
-    int rc;
-
-    if ((rc = cli_args_parse(argc, argv, 0, get_help, 2, 2, &a)))
-        return rc < 0 ? CLI_EXIT_OK : rc;
-    if ((rc = cli_conn_open(&a.cc, &c)))
-        return rc;
-    sm_err e = sm_client_get_file(c, sm_array_ref_parse(a.pos[0]), a.pos[1], err, sizeof err);
-    sm_client_close(c);
-    return e ? cli_fail(CLI_EXIT_INVALID, "%s", err) : CLI_EXIT_OK;
-}
-
 static const char get_shard_help[] =
     "Usage: shmapctl get-shard NAME|ID --device D OUT.npy\n"
     "\n"
@@ -42,7 +26,9 @@ static const char get_shard_help[] =
     "Example:\n"
     "  shmapctl get-shard x --device 3 shard3.npy\n";
 
-int cli_cmd_get_shard(int argc, char **argv)
+/* get (shard 0: the whole array, written as it arrives) and get-shard
+ * (shard 1: the shard of --device) into the .npy file named second. */
+static int get_npy(int argc, char **argv, int shard)
 {
     cli_args a;
     sm_client *c;
@@ -50,18 +36,31 @@ int cli_cmd_get_shard(int argc, char **argv)
     char err[512];
     int rc;
 
-    if ((rc = cli_args_parse(argc, argv, CLI_A_DEVICE, get_shard_help, 2, 2, &a)))
+    if ((rc = cli_args_parse(argc, argv, shard ? CLI_A_DEVICE : 0,
+                             shard ? get_shard_help : get_help, 2, 2, &a)))
         return rc < 0 ? CLI_EXIT_OK : rc;
-    if (!a.has_device)
+    if (shard && !a.has_device)
         return cli_usage(argv[0], "--device is required");
     if ((rc = cli_conn_open(&a.cc, &c)))
         return rc;
-    sm_err e = sm_client_get_shard(c, sm_array_ref_parse(a.pos[0]), a.device, &s, err, sizeof err);
+    sm_array_ref r = sm_array_ref_parse(a.pos[0]);
+    sm_err e = shard ? sm_client_get_shard(c, r, a.device, &s, err, sizeof err)
+                     : sm_client_get_file(c, r, a.pos[1], err, sizeof err);
     sm_client_close(c);
-    if (!e)
+    if (!e && shard)
         e = sm_npy_write(a.pos[1], s, err, sizeof err);
     sm_array_free(s);
     return e ? cli_fail(CLI_EXIT_INVALID, "%s", err) : CLI_EXIT_OK;
+}
+
+int cli_cmd_get(int argc, char **argv)
+{
+    return get_npy(argc, argv, 0);
+}
+
+int cli_cmd_get_shard(int argc, char **argv)
+{
+    return get_npy(argc, argv, 1);
 }
 
 static const char describe_help[] =

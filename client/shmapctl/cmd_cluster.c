@@ -17,41 +17,46 @@ static const char devices_help[] =
     "Example:\n"
     "  shmapctl devices --target localhost:7070\n";
 
-/* The options both commands take besides their own (connection, help) and
- * getopt errors: -1 when ch was a connection option, else the exit code. */
-static int common_opt(int ch, cli_conn *cc, const char *help, char **argv)
+/* The options of devices (devices and name NULL: --json) and of mesh
+ * (--json, --devices, --name), with the connection's into cc and --help:
+ * -1 to go on, else the exit code after the help or a usage error. */
+static int cluster_opts(int argc, char **argv, const char *help, cli_conn *cc, int *json,
+                        const char **devices, const char **name)
 {
-    if (cli_conn_opt(cc, ch, optarg))
-        ;
-    else if (ch == 'h' || ch == OPT_HELP)
-        return fputs(help, stdout), CLI_EXIT_OK;
-    else
-        return cli_getopt_error(argv[0], ch, argv);
+    static const struct option devices_opts[] = {
+        {"json", no_argument, NULL, OPT_JSON}, CLI_CONN_OPTIONS, {NULL, 0, NULL, 0}};
+    static const struct option mesh_opts[] = {{"json", no_argument, NULL, OPT_JSON},
+                                              {"devices", required_argument, NULL, OPT_DEVICES},
+                                              {"name", required_argument, NULL, OPT_NAME},
+                                              CLI_CONN_OPTIONS,
+                                              {NULL, 0, NULL, 0}};
+    int ch, rc;
+
+    cli_conn_init(cc);
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, ":h", devices ? mesh_opts : devices_opts, NULL)) != -1) {
+        if (ch == OPT_JSON)
+            *json = 1;
+        else if (ch == OPT_DEVICES)
+            *devices = optarg;
+        else if (ch == OPT_NAME)
+            *name = optarg;
+        else if ((rc = cli_conn_common_opt(cc, ch, help, argv)))
+            return rc < 0 ? CLI_EXIT_OK : rc;
+    }
     return -1;
 }
 
 int cli_cmd_devices(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"json", no_argument, NULL, OPT_JSON}, CLI_CONN_OPTIONS, {NULL, 0, NULL, 0}};
     cli_conn cc;
     sm_client *c = NULL;
     sm_worker_info *w = NULL;
-    int n = 0, json = 0, ch, rc;
+    int n = 0, json = 0, rc;
     char err[512];
 
-    cli_conn_init(&cc);
-    optind = 1;
-    while ((ch = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-        switch (ch) {
-        case OPT_JSON:
-            json = 1;
-            break;
-        default:
-            if ((rc = common_opt(ch, &cc, devices_help, argv)) >= 0)
-                return rc;
-        }
-    }
+    if ((rc = cluster_opts(argc, argv, devices_help, &cc, &json, NULL, NULL)) >= 0)
+        return rc;
     if (optind < argc)
         return cli_usage(argv[0], "unexpected argument '%s'", argv[optind]);
     if ((rc = cli_conn_open(&cc, &c)))
@@ -142,36 +147,15 @@ static void mesh_print(const sm_mesh_info *m)
 
 int cli_cmd_mesh(int argc, char **argv)
 {
-    static const struct option opts[] = {{"json", no_argument, NULL, OPT_JSON},
-                                         {"devices", required_argument, NULL, OPT_DEVICES},
-                                         {"name", required_argument, NULL, OPT_NAME},
-                                         CLI_CONN_OPTIONS,
-                                         {NULL, 0, NULL, 0}};
     cli_conn cc;
     sm_client *c = NULL;
     const char *devices = NULL, *name = NULL;
-    int json = 0, ch, rc;
+    int json = 0, rc;
     char err[512];
     sm_err e = SM_OK;
 
-    cli_conn_init(&cc);
-    optind = 1;
-    while ((ch = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-        switch (ch) {
-        case OPT_JSON:
-            json = 1;
-            break;
-        case OPT_DEVICES:
-            devices = optarg;
-            break;
-        case OPT_NAME:
-            name = optarg;
-            break;
-        default:
-            if ((rc = common_opt(ch, &cc, mesh_help, argv)) >= 0)
-                return rc;
-        }
-    }
+    if ((rc = cluster_opts(argc, argv, mesh_help, &cc, &json, &devices, &name)) >= 0)
+        return rc;
     if (optind >= argc)
         return cli_usage(argv[0], "a subcommand is required: create, ls or describe");
     const char *sub = argv[optind++];

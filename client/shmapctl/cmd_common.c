@@ -1,5 +1,6 @@
 /* cmd_common: connection, sharding options, progress bar and array printers
  * shared by the online subcommands of shmapctl. */
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +47,27 @@ int cli_conn_opt(cli_conn *cc, int ch, const char *arg)
     default:
         return 0;
     }
+}
+
+int cli_conn_common_opt(cli_conn *cc, int ch, const char *help, char **argv)
+{
+    if (cli_conn_opt(cc, ch, optarg))
+        return 0;
+    if (ch != 'h' && ch != OPT_HELP)
+        return cli_getopt_error(argv[0], ch, argv);
+    fputs(help, stdout);
+    return -1;
+}
+
+int cli_ms_opt(const char *cmd, const char *opt, const char *text, int64_t max, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (errno || end == text || *end || v < 0 || v > max)
+        return cli_usage(cmd, "--%s takes a number of milliseconds, got '%s'", opt, text);
+    *out = v;
+    return 0;
 }
 
 /* Draws "[#####     ]  50%  12.0 / 24.0 MB" at most 10 times a second. */
@@ -227,14 +249,9 @@ int cli_args_parse(int argc, char **argv, unsigned allowed, const char *help, in
                 return rc;
             a->replicas = (int)v;
             break;
-        case 'h':
-        case OPT_HELP:
-            fputs(help, stdout);
-            return -1;
         default:
-            if (cli_conn_opt(&a->cc, ch, optarg))
-                break;
-            return cli_getopt_error(cmd, ch, argv);
+            if ((rc = cli_conn_common_opt(&a->cc, ch, help, argv)))
+                return rc;
         }
     }
     a->npos = argc - optind;

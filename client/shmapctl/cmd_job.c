@@ -100,29 +100,15 @@ int cli_cmd_job(int argc, char **argv)
     cli_conn_init(&cc);
     optind = 1;
     while ((ch = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-        char *end;
-        long long v;
-        switch (ch) {
-        case O_TIMEOUT:
-            errno = 0;
-            v = strtoll(optarg, &end, 10);
-            if (errno || end == optarg || *end || v < 0)
-                return cli_usage(argv[0], "--timeout-ms takes a number of milliseconds, got '%s'",
-                                 optarg);
-            timeout_ms = v;
-            break;
-        case OPT_JSON:
+        rc = 0;
+        if (ch == O_TIMEOUT)
+            rc = cli_ms_opt(argv[0], "timeout-ms", optarg, INT64_MAX, &timeout_ms);
+        else if (ch == OPT_JSON)
             json = 1;
-            break;
-        case 'h':
-        case OPT_HELP:
-            fputs(job_help, stdout);
-            return CLI_EXIT_OK;
-        default:
-            if (cli_conn_opt(&cc, ch, optarg))
-                break;
-            return cli_getopt_error(argv[0], ch, argv);
-        }
+        else
+            rc = cli_conn_common_opt(&cc, ch, job_help, argv);
+        if (rc)
+            return rc < 0 ? CLI_EXIT_OK : rc;
     }
     if (optind >= argc)
         return cli_usage(argv[0], "a subcommand is required: status, wait or cancel");

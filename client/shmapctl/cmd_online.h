@@ -71,6 +71,15 @@ void cli_conn_init(cli_conn *cc);
 /* Takes a connection option (getopt code ch, value arg: --target, --token,
  * --tls-*) into cc; returns 1 if ch was one, else 0. */
 int cli_conn_opt(cli_conn *cc, int ch, const char *arg);
+/* What an online command's option loop does with an option ch (from
+ * getopt_long with ":h", optarg its value) that is none of its own: a
+ * connection option goes into cc (returns 0); -h or --help prints help on
+ * stdout (returns -1); anything else is the usage error of
+ * cli_getopt_error (returns its code). */
+int cli_conn_common_opt(cli_conn *cc, int ch, const char *help, char **argv);
+/* The value of option --opt of command cmd, a number of milliseconds from
+ * 0 to max, into *out: 0, or after the usage error CLI_EXIT_USAGE. */
+int cli_ms_opt(const char *cmd, const char *opt, const char *text, int64_t max, int64_t *out);
 /* Connects; on failure prints the sentence and returns CLI_EXIT_INVALID
  * (*out NULL). The client draws a progress bar on stderr for transfers over
  * 8 MB when stderr is a terminal. */

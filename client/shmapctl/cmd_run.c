@@ -4,7 +4,6 @@
  *
  * Entry point cli_run_service(argc, argv) (argv[0] = "run"); `run --local`
  * (cmd_program.c) runs in this process instead. */
-#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,14 +95,12 @@ static int run_parse(int argc, char **argv, run_opts *o)
         CLI_CONN_OPTIONS,
         {NULL, 0, NULL, 0},
     };
-    int ch, idx;
+    int ch, idx, rc;
     memset(o, 0, sizeof *o);
     o->timeout_ms = -1;
     cli_conn_init(&o->cc);
     optind = 1;
     while ((ch = getopt_long(argc, argv, ":h", opts, &idx)) != -1) {
-        char *end;
-        long long v;
         switch (ch) {
         case O_ARG:
         case O_OUT:
@@ -128,28 +125,19 @@ static int run_parse(int argc, char **argv, run_opts *o)
             o->detach = 1;
             break;
         case O_TIMEOUT:
+            if ((rc = cli_ms_opt(argv[0], "timeout-ms", optarg, INT64_MAX, &o->timeout_ms)))
+                return rc;
+            break;
         case O_DEADLINE:
-            errno = 0;
-            v = strtoll(optarg, &end, 10);
-            if (errno || end == optarg || *end || v < 0 || (ch == O_DEADLINE && v > UINT32_MAX))
-                return cli_usage(argv[0], "--%s takes a number of milliseconds, got '%s'",
-                                 ch == O_TIMEOUT ? "timeout-ms" : "deadline-ms", optarg);
-            if (ch == O_TIMEOUT)
-                o->timeout_ms = v;
-            else
-                o->deadline_ms = v;
+            if ((rc = cli_ms_opt(argv[0], "deadline-ms", optarg, UINT32_MAX, &o->deadline_ms)))
+                return rc;
             break;
         case OPT_JSON:
             o->json = 1;
             break;
-        case 'h':
-        case OPT_HELP:
-            fputs(run_service_help, stdout);
-            return -1;
         default:
-            if (cli_conn_opt(&o->cc, ch, optarg))
-                break;
-            return cli_getopt_error(argv[0], ch, argv);
+            if ((rc = cli_conn_common_opt(&o->cc, ch, run_service_help, argv)))
+                return rc;
         }
     }
     if (argc - optind != 1)

@@ -320,6 +320,15 @@ static sm_err sm_ex_check(sm_ex *x, const char *what, const sm_array *a, sm_dtyp
                    sm_dtype_name(t), sm_shape_format(s, w, sizeof w));
 }
 
+/* Frees the n arrays of a and leaves NULL in their place. */
+static void sm_ex_arrays_clear(sm_array **a, int n)
+{
+    for (int i = 0; i < n; i++) {
+        sm_array_free(a[i]);
+        a[i] = NULL;
+    }
+}
+
 sm_err sm_example_inputs(const char *text, const sm_program *p, sm_array **inputs, char *err,
                          size_t errlen)
 {
@@ -357,10 +366,7 @@ sm_err sm_example_inputs(const char *text, const sm_program *p, sm_array **input
         }
     return SM_OK;
 fail:
-    for (int i = 0; i < p->nparams; i++) {
-        sm_array_free(inputs[i]);
-        inputs[i] = NULL;
-    }
+    sm_ex_arrays_clear(inputs, p->nparams);
     return e;
 }
 
@@ -393,10 +399,7 @@ sm_err sm_example_expected(const char *text, const sm_program *p, sm_array *cons
     }
     return SM_OK;
 fail:
-    for (int k = 0; k < p->nreturns; k++) {
-        sm_array_free(expected[k]);
-        expected[k] = NULL;
-    }
+    sm_ex_arrays_clear(expected, p->nreturns);
     return e;
 }
 

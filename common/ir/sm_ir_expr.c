@@ -372,6 +372,19 @@ static int sm_ps_atom(sm_parser *ps, sm_item *out)
     return 0;
 }
 
+/* fn one level deeper in the expression (at: the token to blame when that
+ * is too deep). */
+static int sm_ps_nested(sm_parser *ps, const sm_tok *at, int (*fn)(sm_parser *, sm_item *),
+                        sm_item *out)
+{
+    if (ps->depth >= SM_PS_MAX_DEPTH)
+        return sm_ps_fail(ps, at, SM_EINVAL, "expression nested too deeply");
+    ps->depth++;
+    int r = fn(ps, out);
+    ps->depth--;
+    return r;
+}
+
 static int sm_ps_power(sm_parser *ps, sm_item *out)
 {
     if (sm_ps_atom(ps, out) || sm_ps_postfix(ps, out))
@@ -381,12 +394,7 @@ static int sm_ps_power(sm_parser *ps, sm_item *out)
         return 0;
     ps->pos++;
     sm_item r, a = *out;
-    if (ps->depth >= SM_PS_MAX_DEPTH)
-        return sm_ps_fail(ps, op, SM_EINVAL, "expression nested too deeply");
-    ps->depth++;
-    int rc = sm_ps_unary(ps, &r);
-    ps->depth--;
-    if (rc)
+    if (sm_ps_nested(ps, op, sm_ps_unary, &r))
         return -1;
     return sm_ps_binop(ps, op, &a, &r, out);
 }
@@ -396,23 +404,13 @@ static int sm_ps_unary(sm_parser *ps, sm_item *out)
     const sm_tok *op = sm_ps_peek(ps);
     if (sm_tok_is(op, "+")) {
         ps->pos++;
-        if (ps->depth >= SM_PS_MAX_DEPTH)
-            return sm_ps_fail(ps, op, SM_EINVAL, "expression nested too deeply");
-        ps->depth++;
-        int r = sm_ps_unary(ps, out);
-        ps->depth--;
-        return r;
+        return sm_ps_nested(ps, op, sm_ps_unary, out);
     }
     if (!sm_tok_is(op, "-"))
         return sm_ps_power(ps, out);
     ps->pos++;
     sm_item x;
-    if (ps->depth >= SM_PS_MAX_DEPTH)
-        return sm_ps_fail(ps, op, SM_EINVAL, "expression nested too deeply");
-    ps->depth++;
-    int r = sm_ps_unary(ps, &x);
-    ps->depth--;
-    if (r)
+    if (sm_ps_nested(ps, op, sm_ps_unary, &x))
         return -1;
     if (x.kind == SM_IT_INT || x.kind == SM_IT_BOOL) {
         if (x.i == INT64_MIN)
@@ -463,12 +461,7 @@ static int sm_ps_expr_inner(sm_parser *ps, sm_item *out);
 
 int sm_ps_expr(sm_parser *ps, sm_item *out)
 {
-    if (ps->depth >= SM_PS_MAX_DEPTH)
-        return sm_ps_fail(ps, sm_ps_peek(ps), SM_EINVAL, "expression nested too deeply");
-    ps->depth++;
-    int r = sm_ps_expr_inner(ps, out);
-    ps->depth--;
-    return r;
+    return sm_ps_nested(ps, sm_ps_peek(ps), sm_ps_expr_inner, out);
 }
 
 static int sm_ps_expr_inner(sm_parser *ps, sm_item *out)

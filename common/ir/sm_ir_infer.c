@@ -17,6 +17,14 @@ static sm_err sm_ir_bcast2(const sm_ir_op *op, const sm_ir_value *a, const sm_ir
         sm_op_name(op->kind), sm_ir_type_str(a, ta, sizeof ta), sm_ir_type_str(b, tb, sizeof tb));
 }
 
+/* out's dtype and weak flag: those of a and b promoted. */
+static void sm_ir_promote_into(const sm_ir_value *a, const sm_ir_value *b, sm_ir_value *out)
+{
+    int weak;
+    out->dtype = sm_ir_promote(a->dtype, a->weak, b->dtype, b->weak, &weak);
+    out->weak = weak;
+}
+
 sm_err sm_ir_infer_binary(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
                           sm_ir_value *out, char *err, size_t errlen)
 {
@@ -24,10 +32,8 @@ sm_err sm_ir_infer_binary(const sm_program *p, const sm_ir_op *op, const sm_ir_v
     sm_err e = sm_ir_bcast2(op, in[0], in[1], &s, err, errlen);
     if (e)
         return e;
-    int weak;
-    sm_dtype t = sm_ir_promote(in[0]->dtype, in[0]->weak, in[1]->dtype, in[1]->weak, &weak);
-    sm_ir_set(out, t, &s);
-    out->weak = weak;
+    sm_ir_set(out, in[0]->dtype, &s);
+    sm_ir_promote_into(in[0], in[1], out);
     return SM_OK;
 }
 
@@ -81,10 +87,8 @@ sm_err sm_ir_infer_where(const sm_program *p, const sm_ir_op *op, const sm_ir_va
                        "where: condition %s does not broadcast with the branches' shape %s",
                        sm_ir_type_str(in[0], tc, sizeof tc), sm_ir_shape_str(&s1, sh, sizeof sh));
     }
-    int weak;
-    sm_dtype t = sm_ir_promote(in[1]->dtype, in[1]->weak, in[2]->dtype, in[2]->weak, &weak);
-    sm_ir_set(out, t, &s);
-    out->weak = weak;
+    sm_ir_set(out, in[1]->dtype, &s);
+    sm_ir_promote_into(in[1], in[2], out);
     return SM_OK;
 }
 
@@ -171,13 +175,6 @@ static sm_err sm_ir_contract_fail(const sm_ir_op *op, const sm_ir_value *a, cons
                    sm_ir_type_str(b, tb, sizeof tb), what);
 }
 
-static void sm_ir_product_dtype(const sm_ir_value *a, const sm_ir_value *b, sm_ir_value *out)
-{
-    int weak;
-    out->dtype = sm_ir_promote(a->dtype, a->weak, b->dtype, b->weak, &weak);
-    out->weak = weak;
-}
-
 sm_err sm_ir_infer_dot(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
                        sm_ir_value *out, char *err, size_t errlen)
 {
@@ -199,7 +196,7 @@ sm_err sm_ir_infer_dot(const sm_program *p, const sm_ir_op *op, const sm_ir_valu
         if (d != kb)
             s.dims[s.rank++] = b->dims[d];
     sm_ir_set(out, SM_F32, &s);
-    sm_ir_product_dtype(in[0], in[1], out);
+    sm_ir_promote_into(in[0], in[1], out);
     return SM_OK;
 }
 
@@ -235,7 +232,7 @@ sm_err sm_ir_infer_matmul(const sm_program *p, const sm_ir_op *op, const sm_ir_v
     if (!vb)
         s.dims[s.rank++] = b.dims[b.rank - 1];
     sm_ir_set(out, SM_F32, &s);
-    sm_ir_product_dtype(in[0], in[1], out);
+    sm_ir_promote_into(in[0], in[1], out);
     return SM_OK;
 }
 
@@ -316,7 +313,7 @@ sm_err sm_ir_infer_einsum(const sm_program *p, const sm_ir_op *op, const sm_ir_v
     sm_ir_set(out, in[0]->dtype, &s);
     out->weak = in[0]->weak;
     if (op->noperands == 2)
-        sm_ir_product_dtype(in[0], in[1], out);
+        sm_ir_promote_into(in[0], in[1], out);
     return SM_OK;
 }
 

@@ -221,18 +221,14 @@ sm_err sm_ir_infer_psum_scatter(const sm_program *p, const sm_ir_op *op,
     return sm_ir_coll_result(out, in[0]->dtype, &s, in[0]);
 }
 
-sm_err sm_ir_infer_ppermute(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
-                            sm_ir_value *out, char *err, size_t errlen)
+/* ppermute's checks of its axes and perm over the n devices of ax: JAX
+ * (raise_on_ppermute_sort_diff, on by default) wants the group's rank
+ * order to be the mesh order, so axes of more than one device are named in
+ * mesh order; every pair's source and destination is a rank, each source
+ * and each destination once. */
+static sm_err sm_ir_perm_check(const sm_program *p, const sm_ir_attrs *a, int64_t n, const char *ax,
+                               char *err, size_t errlen)
 {
-    int64_t n;
-    char t[240], ax[SM_IR_AX_LEN];
-    sm_err e = sm_ir_coll_begin(p, op, in[0], &n, t, sizeof t, ax, err, errlen);
-    if (e)
-        return e;
-    const sm_ir_attrs *a = &op->attrs;
-    /* JAX (raise_on_ppermute_sort_diff, on by default): the group's rank order
-     * must be the mesh order, so axes of more than one device are named in
-     * mesh order */
     for (int i = 1, last = -1; i <= a->naxes; i++) {
         int m = sm_mesh_axis(&p->mesh, a->axes[i - 1]);
         if (m < 0 || p->mesh.sizes[m] == 1)
@@ -277,6 +273,17 @@ sm_err sm_ir_infer_ppermute(const sm_program *p, const sm_ir_op *op, const sm_ir
         }
     }
     free(seen);
+    return SM_OK;
+}
+
+sm_err sm_ir_infer_ppermute(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                            sm_ir_value *out, char *err, size_t errlen)
+{
+    int64_t n;
+    char t[240], ax[SM_IR_AX_LEN];
+    sm_err e = sm_ir_coll_begin(p, op, in[0], &n, t, sizeof t, ax, err, errlen);
+    if (e || (e = sm_ir_perm_check(p, &op->attrs, n, ax, err, errlen)))
+        return e;
     return sm_ir_coll_result(out, in[0]->dtype, &in[0]->shape, in[0]);
 }
 

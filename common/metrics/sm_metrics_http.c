@@ -19,6 +19,13 @@ void sm_metrics_help(sm_strbuf *b, const char *name, const char *type, const cha
     sm_strbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, text, name, type);
 }
 
+void sm_metrics_value(sm_strbuf *b, const char *name, const char *type, const char *text,
+                      long long value)
+{
+    sm_metrics_help(b, name, type, text);
+    sm_strbuf_printf(b, "%s %lld\n", name, value);
+}
+
 void sm_metrics_histogram(sm_strbuf *out, const char *name, const char *labels,
                           const double *bounds, const uint64_t *counts, int n, double sum)
 {

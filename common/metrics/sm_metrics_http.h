@@ -37,6 +37,10 @@ void sm_metrics_http_stop(sm_metrics_http *h);
 
 /* "# HELP name text\n# TYPE name type\n" into out. */
 void sm_metrics_help(sm_strbuf *out, const char *name, const char *type, const char *text);
+/* A metric of one sample without labels: its help (sm_metrics_help), then
+ * "name value\n". */
+void sm_metrics_value(sm_strbuf *out, const char *name, const char *type, const char *text,
+                      long long value);
 /* The samples of one histogram series: name_bucket{labels,le="..."} for
  * each of the n upper bounds (counts[k]: observations in bucket k, not
  * cumulative; counts[n]: above the last bound), then +Inf, name_sum and

@@ -776,6 +776,34 @@ static sm_err cancelled_err(sm_rpc_call *c, const char *what, char *err, size_t 
 
 /* The next request as received: SM_OK with *bb (the caller destroys it), or
  * with *bb NULL at the end of the stream. */
+/* Starts ops on c with tag t and waits until they complete: *pending, set
+ * under c->mu by the caller, is cleared by their completion. Returns -1
+ * when they cannot start (*pending cleared here), else their result *ok;
+ * with got not NULL, the message they received (*msg) is taken into *got
+ * at the same time. */
+static int call_op_wait(sm_rpc_call *c, const grpc_op *ops, size_t n, tag *t, int *pending,
+                        const int *ok, grpc_byte_buffer **msg, grpc_byte_buffer **got)
+{
+    if (call_start(c, ops, n, t) != GRPC_CALL_OK) {
+        pthread_mutex_lock(&c->mu);
+        *pending = 0;
+        pthread_mutex_unlock(&c->mu);
+        return -1;
+    }
+    if (!wait_leading(c, pending))
+        yield_lead();
+    pthread_mutex_lock(&c->mu);
+    while (*pending)
+        pthread_cond_wait(&c->cv, &c->mu);
+    int r = *ok;
+    if (got) {
+        *got = *msg;
+        *msg = NULL;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return r;
+}
+
 static sm_err recv_bb(sm_rpc_call *c, grpc_byte_buffer **out, char *err, size_t errlen)
 {
     const method *m = &c->srv->methods[c->method];
@@ -808,21 +836,10 @@ static sm_err recv_bb(sm_rpc_call *c, grpc_byte_buffer **out, char *err, size_t 
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_RECV_MESSAGE;
     op.data.recv_message.recv_message = &c->recv_bb;
-    if (call_start(c, &op, 1, &c->tag_recv) != GRPC_CALL_OK) {
-        pthread_mutex_lock(&c->mu);
-        c->recv_pending = 0;
-        pthread_mutex_unlock(&c->mu);
+    grpc_byte_buffer *bb = NULL;
+    int ok = call_op_wait(c, &op, 1, &c->tag_recv, &c->recv_pending, &c->recv_ok, &c->recv_bb, &bb);
+    if (ok < 0)
         return sm_fail(err, errlen, SM_EINTERNAL, "cannot start a receive on %s", m->path);
-    }
-    if (!wait_leading(c, &c->recv_pending))
-        yield_lead();
-    pthread_mutex_lock(&c->mu);
-    while (c->recv_pending)
-        pthread_cond_wait(&c->cv, &c->mu);
-    int ok = c->recv_ok;
-    grpc_byte_buffer *bb = c->recv_bb;
-    c->recv_bb = NULL;
-    pthread_mutex_unlock(&c->mu);
 
     if (!ok) {
         if (bb)
@@ -901,21 +918,10 @@ static sm_err send_bb(sm_rpc_call *c, grpc_byte_buffer *bb, char *err, size_t er
         ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
     ops[n].op = GRPC_OP_SEND_MESSAGE;
     ops[n++].data.send_message.send_message = bb;
-    if (call_start(c, ops, n, &c->tag_send) != GRPC_CALL_OK) {
-        pthread_mutex_lock(&c->mu);
-        c->send_pending = 0;
-        pthread_mutex_unlock(&c->mu);
-        grpc_byte_buffer_destroy(bb);
-        return sm_fail(err, errlen, SM_EINTERNAL, "cannot start a send on %s", m->path);
-    }
-    if (!wait_leading(c, &c->send_pending))
-        yield_lead();
-    pthread_mutex_lock(&c->mu);
-    while (c->send_pending)
-        pthread_cond_wait(&c->cv, &c->mu);
-    int ok = c->send_ok;
-    pthread_mutex_unlock(&c->mu);
+    int ok = call_op_wait(c, ops, n, &c->tag_send, &c->send_pending, &c->send_ok, NULL, NULL);
     grpc_byte_buffer_destroy(bb);
+    if (ok < 0)
+        return sm_fail(err, errlen, SM_EINTERNAL, "cannot start a send on %s", m->path);
     return ok ? SM_OK : cancelled_err(c, "send", err, errlen);
 }
 

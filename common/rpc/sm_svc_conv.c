@@ -7,14 +7,6 @@
 
 #include "sm_svc_internal.h"
 
-#define NEW(a, T, init)                                                                            \
-    ({                                                                                             \
-        T *p_ = sm_arena_alloc((a), sizeof(T));                                                    \
-        if (p_)                                                                                    \
-            init(p_);                                                                              \
-        p_;                                                                                        \
-    })
-
 /* ---- encoders ---------------------------------------------------------------- */
 
 Shmap__V1__DType sm_svc_dtype_enc(sm_dtype t)
@@ -24,7 +16,7 @@ Shmap__V1__DType sm_svc_dtype_enc(sm_dtype t)
 
 Shmap__V1__Shape *sm_svc_shape_enc(sm_arena *a, const sm_shape *s)
 {
-    Shmap__V1__Shape *p = NEW(a, Shmap__V1__Shape, shmap__v1__shape__init);
+    Shmap__V1__Shape *p = SM_SVC_NEW(a, Shmap__V1__Shape, shmap__v1__shape__init);
     if (!p)
         return NULL;
     p->n_dims = sm_svc_rank(s->rank);
@@ -34,7 +26,7 @@ Shmap__V1__Shape *sm_svc_shape_enc(sm_arena *a, const sm_shape *s)
 
 Shmap__V1__Box *sm_svc_box_enc(sm_arena *a, const sm_index *ix)
 {
-    Shmap__V1__Box *p = NEW(a, Shmap__V1__Box, shmap__v1__box__init);
+    Shmap__V1__Box *p = SM_SVC_NEW(a, Shmap__V1__Box, shmap__v1__box__init);
     int64_t *v = sm_arena_alloc(a, 2 * SM_MAX_RANK * sizeof *v);
     if (!p || !v)
         return NULL;
@@ -51,7 +43,7 @@ Shmap__V1__Box *sm_svc_box_enc(sm_arena *a, const sm_index *ix)
 Shmap__V1__Mesh *sm_svc_mesh_enc(sm_arena *a, uint64_t id, const char *name, const sm_mesh *m,
                                  int with_devices)
 {
-    Shmap__V1__Mesh *p = NEW(a, Shmap__V1__Mesh, shmap__v1__mesh__init);
+    Shmap__V1__Mesh *p = SM_SVC_NEW(a, Shmap__V1__Mesh, shmap__v1__mesh__init);
     if (!p)
         return NULL;
     p->id = id;
@@ -76,7 +68,8 @@ Shmap__V1__Mesh *sm_svc_mesh_enc(sm_arena *a, uint64_t id, const char *name, con
 
 Shmap__V1__PartitionSpec *sm_svc_pspec_enc(sm_arena *a, const sm_pspec *sp)
 {
-    Shmap__V1__PartitionSpec *p = NEW(a, Shmap__V1__PartitionSpec, shmap__v1__partition_spec__init);
+    Shmap__V1__PartitionSpec *p =
+        SM_SVC_NEW(a, Shmap__V1__PartitionSpec, shmap__v1__partition_spec__init);
     if (!p)
         return NULL;
     p->n_entries = sm_svc_rank(sp->nentries);
@@ -85,7 +78,7 @@ Shmap__V1__PartitionSpec *sm_svc_pspec_enc(sm_arena *a, const sm_pspec *sp)
         return NULL;
     for (size_t i = 0; i < p->n_entries; i++) {
         const sm_pspec_entry *e = &sp->e[i];
-        Shmap__V1__SpecEntry *q = NEW(a, Shmap__V1__SpecEntry, shmap__v1__spec_entry__init);
+        Shmap__V1__SpecEntry *q = SM_SVC_NEW(a, Shmap__V1__SpecEntry, shmap__v1__spec_entry__init);
         char **axes = sm_arena_alloc(a, SM_MAX_AXES * sizeof *axes);
         if (!q || !axes)
             return NULL;
@@ -109,7 +102,7 @@ Shmap__V1__PartitionSpec *sm_svc_pspec_enc(sm_arena *a, const sm_pspec *sp)
 
 Shmap__V1__Sharding *sm_svc_sharding_ref_enc(sm_arena *a, const sm_sharding_ref *r)
 {
-    Shmap__V1__Sharding *p = NEW(a, Shmap__V1__Sharding, shmap__v1__sharding__init);
+    Shmap__V1__Sharding *p = SM_SVC_NEW(a, Shmap__V1__Sharding, shmap__v1__sharding__init);
     if (!p)
         return NULL;
     p->mesh = sm_svc_mesh_enc(a, r->mesh_id.v, r->mesh_name, r->mesh, !r->default_order);
@@ -117,19 +110,24 @@ Shmap__V1__Sharding *sm_svc_sharding_ref_enc(sm_arena *a, const sm_sharding_ref 
     return p->mesh && p->spec ? p : NULL;
 }
 
-Shmap__V1__ArrayRef *sm_svc_array_ref_enc(sm_arena *a, sm_array_ref r)
+void sm_svc_array_ref_fill(sm_array_ref r, Shmap__V1__ArrayRef *p)
 {
-    Shmap__V1__ArrayRef *p = NEW(a, Shmap__V1__ArrayRef, shmap__v1__array_ref__init);
-    if (!p)
-        return NULL;
+    shmap__v1__array_ref__init(p);
     p->id = r.id.v;
     p->name = (char *)(r.name ? r.name : "");
+}
+
+Shmap__V1__ArrayRef *sm_svc_array_ref_enc(sm_arena *a, sm_array_ref r)
+{
+    Shmap__V1__ArrayRef *p = sm_arena_alloc(a, sizeof *p);
+    if (p)
+        sm_svc_array_ref_fill(r, p);
     return p;
 }
 
 static Shmap__V1__ShardInfo *shard_info_enc(sm_arena *a, const sm_shard_info *s, int naxes)
 {
-    Shmap__V1__ShardInfo *p = NEW(a, Shmap__V1__ShardInfo, shmap__v1__shard_info__init);
+    Shmap__V1__ShardInfo *p = SM_SVC_NEW(a, Shmap__V1__ShardInfo, shmap__v1__shard_info__init);
     if (!p)
         return NULL;
     p->device = s->device;
@@ -147,10 +145,25 @@ static Shmap__V1__ShardInfo *shard_info_enc(sm_arena *a, const sm_shard_info *s,
     return p->index ? p : NULL;
 }
 
+/* The n entries of in encoded into *out, *nout of them; -1 out of memory. */
+static int shard_infos_enc(sm_arena *a, const sm_shard_info *in, int n, int naxes,
+                           Shmap__V1__ShardInfo ***out, size_t *nout)
+{
+    if (n <= 0)
+        return 0;
+    if (!(*out = sm_arena_alloc(a, (size_t)n * sizeof **out)))
+        return -1;
+    *nout = (size_t)n;
+    for (int i = 0; i < n; i++)
+        if (!((*out)[i] = shard_info_enc(a, &in[i], naxes)))
+            return -1;
+    return 0;
+}
+
 Shmap__V1__ArrayInfo *sm_svc_array_info_enc(sm_arena *a, const sm_array_info *in)
 {
-    Shmap__V1__ArrayInfo *p = NEW(a, Shmap__V1__ArrayInfo, shmap__v1__array_info__init);
-    Shmap__V1__Sharding *sh = NEW(a, Shmap__V1__Sharding, shmap__v1__sharding__init);
+    Shmap__V1__ArrayInfo *p = SM_SVC_NEW(a, Shmap__V1__ArrayInfo, shmap__v1__array_info__init);
+    Shmap__V1__Sharding *sh = SM_SVC_NEW(a, Shmap__V1__Sharding, shmap__v1__sharding__init);
     if (!p || !sh)
         return NULL;
     p->id = in->id.v;
@@ -167,30 +180,16 @@ Shmap__V1__ArrayInfo *sm_svc_array_info_enc(sm_arena *a, const sm_array_info *in
     p->bytes = in->bytes;
     if (!p->shape || !p->shard_shape || !sh->mesh || !sh->spec)
         return NULL;
-    if (in->nshards > 0) {
-        p->shards = sm_arena_alloc(a, (size_t)in->nshards * sizeof *p->shards);
-        if (!p->shards)
-            return NULL;
-        p->n_shards = (size_t)in->nshards;
-        for (int i = 0; i < in->nshards; i++)
-            if (!(p->shards[i] = shard_info_enc(a, &in->shards[i], in->sharding.mesh.naxes)))
-                return NULL;
-    }
-    if (in->ncopies > 0) {
-        p->copies = sm_arena_alloc(a, (size_t)in->ncopies * sizeof *p->copies);
-        if (!p->copies)
-            return NULL;
-        p->n_copies = (size_t)in->ncopies;
-        for (int i = 0; i < in->ncopies; i++)
-            if (!(p->copies[i] = shard_info_enc(a, &in->copies[i], in->sharding.mesh.naxes)))
-                return NULL;
-    }
+    int naxes = in->sharding.mesh.naxes;
+    if (shard_infos_enc(a, in->shards, in->nshards, naxes, &p->shards, &p->n_shards) ||
+        shard_infos_enc(a, in->copies, in->ncopies, naxes, &p->copies, &p->n_copies))
+        return NULL;
     return p;
 }
 
 Shmap__V1__WorkerInfo *sm_svc_worker_info_enc(sm_arena *a, const sm_worker_info *w)
 {
-    Shmap__V1__WorkerInfo *p = NEW(a, Shmap__V1__WorkerInfo, shmap__v1__worker_info__init);
+    Shmap__V1__WorkerInfo *p = SM_SVC_NEW(a, Shmap__V1__WorkerInfo, shmap__v1__worker_info__init);
     if (!p)
         return NULL;
     int n = w->ndevices < 0                       ? 0
@@ -219,7 +218,8 @@ Shmap__V1__WorkerInfo *sm_svc_worker_info_enc(sm_arena *a, const sm_worker_info 
 
 Shmap__V1__UploadTarget *sm_svc_target_enc(sm_arena *a, const sm_svc_upload_target *t)
 {
-    Shmap__V1__UploadTarget *p = NEW(a, Shmap__V1__UploadTarget, shmap__v1__upload_target__init);
+    Shmap__V1__UploadTarget *p =
+        SM_SVC_NEW(a, Shmap__V1__UploadTarget, shmap__v1__upload_target__init);
     if (!p)
         return NULL;
     p->n_devices = t->ndevices > 0 ? (size_t)t->ndevices : 0;
@@ -467,6 +467,27 @@ static sm_err shard_info_dec(const Shmap__V1__ShardInfo *p, const char *what, sm
     return sm_svc_box_dec(p->index, sub, &out->index, err, errlen);
 }
 
+/* The n entries of list field what.field into *out (calloc), *nout of them;
+ * on failure what was decoded stays for sm_array_info_free. */
+static sm_err shard_infos_dec(Shmap__V1__ShardInfo *const *p, size_t n, const char *what,
+                              const char *field, sm_shard_info **out, int *nout, char *err,
+                              size_t errlen)
+{
+    char sub[160];
+    snprintf(sub, sizeof sub, "%s.%s", what, field);
+    sm_err e = sm_svc_count_dec(n, SM_MAX_DEVICES, sub, "entries", err, errlen);
+    if (e)
+        return e;
+    if (n && !(*out = calloc(n, sizeof **out)))
+        return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate %zu shard infos", n);
+    *nout = (int)n;
+    for (size_t i = 0; i < n && !e; i++) {
+        snprintf(sub, sizeof sub, "%s.%s[%zu]", what, field, i);
+        e = shard_info_dec(p[i], sub, &(*out)[i], err, errlen);
+    }
+    return e;
+}
+
 sm_err sm_svc_array_info_dec(const Shmap__V1__ArrayInfo *p, const char *what, sm_array_info *out,
                              char *err, size_t errlen)
 {
@@ -504,40 +525,12 @@ sm_err sm_svc_array_info_dec(const Shmap__V1__ArrayInfo *p, const char *what, sm
     snprintf(sub, sizeof sub, "%s.sharding.spec", what);
     if ((e = sm_svc_pspec_dec(p->sharding->spec, sub, &out->sharding.spec, err, errlen)))
         return e;
-    snprintf(sub, sizeof sub, "%s.shards", what);
-    if ((e = sm_svc_count_dec(p->n_shards, SM_MAX_DEVICES, sub, "entries", err, errlen)))
-        return e;
-    if (p->n_shards) {
-        out->shards = calloc(p->n_shards, sizeof *out->shards);
-        if (!out->shards)
-            return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate %zu shard infos", p->n_shards);
-        out->nshards = (int)p->n_shards;
-    }
-    for (size_t i = 0; i < p->n_shards; i++) {
-        snprintf(sub, sizeof sub, "%s.shards[%zu]", what, i);
-        if ((e = shard_info_dec(p->shards[i], sub, &out->shards[i], err, errlen))) {
-            sm_array_info_free(out);
-            return e;
-        }
-    }
-    snprintf(sub, sizeof sub, "%s.copies", what);
-    if ((e = sm_svc_count_dec(p->n_copies, SM_MAX_DEVICES, sub, "entries", err, errlen))) {
+    if ((e = shard_infos_dec(p->shards, p->n_shards, what, "shards", &out->shards, &out->nshards,
+                             err, errlen)) ||
+        (e = shard_infos_dec(p->copies, p->n_copies, what, "copies", &out->copies, &out->ncopies,
+                             err, errlen)))
         sm_array_info_free(out);
-        return e;
-    }
-    if (p->n_copies && !(out->copies = calloc(p->n_copies, sizeof *out->copies))) {
-        sm_array_info_free(out);
-        return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate %zu shard infos", p->n_copies);
-    }
-    out->ncopies = (int)p->n_copies;
-    for (size_t i = 0; i < p->n_copies; i++) {
-        snprintf(sub, sizeof sub, "%s.copies[%zu]", what, i);
-        if ((e = shard_info_dec(p->copies[i], sub, &out->copies[i], err, errlen))) {
-            sm_array_info_free(out);
-            return e;
-        }
-    }
-    return SM_OK;
+    return e;
 }
 
 sm_err sm_svc_worker_info_dec(const Shmap__V1__WorkerInfo *p, const char *what, sm_worker_info *out,

@@ -221,9 +221,7 @@ sm_err sm_svc_coord_describe(sm_rpc_channel *ch, int deadline_ms, sm_array_ref r
                              sm_array_info *out, char *err, size_t errlen)
 {
     Shmap__V1__ArrayRef req;
-    shmap__v1__array_ref__init(&req);
-    req.id = ref.id.v;
-    req.name = (char *)(ref.name ? ref.name : "");
+    sm_svc_array_ref_fill(ref, &req);
     return info_call(ch, SM_SVC_COORD_PATH("Describe"), &req.base, deadline_ms, out, err, errlen);
 }
 
@@ -251,9 +249,7 @@ sm_err sm_svc_coord_delete(sm_rpc_channel *ch, int deadline_ms, sm_array_ref ref
                            size_t errlen)
 {
     Shmap__V1__ArrayRef req;
-    shmap__v1__array_ref__init(&req);
-    req.id = ref.id.v;
-    req.name = (char *)(ref.name ? ref.name : "");
+    sm_svc_array_ref_fill(ref, &req);
     return sm_svc_unary(ch, SM_SVC_COORD_PATH("Delete"), deadline_ms, &req.base,
                         &shmap__v1__empty__descriptor, NULL, NULL, err, errlen);
 }
@@ -309,9 +305,7 @@ sm_err sm_svc_coord_replicate(sm_rpc_channel *ch, int deadline_ms, const sm_svc_
     Shmap__V1__ReplicateRequest p;
     Shmap__V1__ArrayRef ref;
     shmap__v1__replicate_request__init(&p);
-    shmap__v1__array_ref__init(&ref);
-    ref.id = req->array.id.v;
-    ref.name = (char *)(req->array.name ? req->array.name : "");
+    sm_svc_array_ref_fill(req->array, &ref);
     p.array = &ref;
     p.replicas = req->replicas;
     p.deadline_ms = req->deadline_ms;

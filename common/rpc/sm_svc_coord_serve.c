@@ -201,11 +201,40 @@ static void download(sm_rpc_call *call, void *u)
     sm_svc_serve_download(call, c->coord->download, c->user, 0);
 }
 
-static sm_err info_reply(ProtobufCMessage *rp, sm_arena *a, const sm_array_info *info, char *err,
-                         size_t errlen)
+/* A handler's answer info (e: the handler's result) encoded into rp. */
+static sm_err info_reply(sm_err e, ProtobufCMessage *rp, sm_arena *a, const sm_array_info *info,
+                         char *err, size_t errlen)
 {
+    if (e)
+        return e;
     Shmap__V1__ArrayInfo *p = sm_svc_array_info_enc(a, info);
     return reply_copy(rp, p ? &p->base : NULL, err, errlen);
+}
+
+/* The array info a request answered with an ArrayInfo is filled into and,
+ * unless mesh is NULL, the mesh of its sharding, in a. */
+static sm_err info_req_alloc(sm_arena *a, sm_mesh **mesh, sm_array_info **info, char *err,
+                             size_t errlen)
+{
+    if (mesh && !(*mesh = sm_arena_alloc(a, sizeof **mesh)))
+        return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a request");
+    if (!(*info = sm_svc_arena_obj(a, sizeof **info, info_free)))
+        return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a request");
+    return SM_OK;
+}
+
+/* A request's new array name and sharding (msg: the message's name in
+ * errors), the sharding's mesh into mesh. */
+static sm_err name_sharding_dec(const char *msg, const char *name, const Shmap__V1__Sharding *sh,
+                                sm_mesh *mesh, sm_sharding_ref *out, char *err, size_t errlen)
+{
+    char what[64];
+    snprintf(what, sizeof what, "%s.name", msg);
+    sm_err e = sm_svc_str_dec(name, SM_NAME_MAX, what, NULL, err, errlen);
+    if (e)
+        return e;
+    snprintf(what, sizeof what, "%s.sharding", msg);
+    return sm_svc_sharding_ref_dec(sh, what, mesh, out, err, errlen);
 }
 
 static sm_err describe(SM_SVC_UNARY_ARGS)
@@ -218,7 +247,7 @@ static sm_err describe(SM_SVC_UNARY_ARGS)
              : sm_fail(err, errlen, SM_ENOMEM, "cannot allocate an array info");
     if (!e)
         e = c->coord->describe(c->user, ref, info, err, errlen);
-    return e ? e : info_reply(rp, a, info, err, errlen);
+    return info_reply(e, rp, a, info, err, errlen);
 }
 
 static void *array_enc(sm_arena *a, const void *info)
@@ -250,43 +279,37 @@ static sm_err reshard(SM_SVC_UNARY_ARGS)
 {
     const sm_svc_ctx *c = ctx;
     const Shmap__V1__ReshardRequest *r = (const Shmap__V1__ReshardRequest *)m;
-    sm_mesh *mesh = sm_arena_alloc(a, sizeof *mesh);
-    sm_array_info *info = sm_svc_arena_obj(a, sizeof *info, info_free);
+    sm_mesh *mesh;
+    sm_array_info *info;
     sm_svc_reshard_req req;
     memset(&req, 0, sizeof req);
-    sm_err e;
-    if (!mesh || !info)
-        e = sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a request");
-    else if (!(e = sm_svc_array_ref_dec(r->array, "ReshardRequest.array", &req.array, err,
-                                        errlen)) &&
-             !(e = sm_svc_str_dec(r->name, SM_NAME_MAX, "ReshardRequest.name", NULL, err,
-                                  errlen)) &&
-             !(e = sm_svc_sharding_ref_dec(r->sharding, "ReshardRequest.sharding", mesh,
-                                           &req.sharding, err, errlen))) {
+    sm_err e = info_req_alloc(a, &mesh, &info, err, errlen);
+    if (!e &&
+        !(e = sm_svc_array_ref_dec(r->array, "ReshardRequest.array", &req.array, err, errlen)) &&
+        !(e = name_sharding_dec("ReshardRequest", r->name, r->sharding, mesh, &req.sharding, err,
+                                errlen))) {
         req.name = r->name ? r->name : "";
         req.deadline_ms = r->deadline_ms;
         e = c->coord->reshard(c->user, &req, info, err, errlen);
     }
-    return e ? e : info_reply(rp, a, info, err, errlen);
+    return info_reply(e, rp, a, info, err, errlen);
 }
 
 static sm_err replicate(SM_SVC_UNARY_ARGS)
 {
     const sm_svc_ctx *c = ctx;
     const Shmap__V1__ReplicateRequest *r = (const Shmap__V1__ReplicateRequest *)m;
-    sm_array_info *info = sm_svc_arena_obj(a, sizeof *info, info_free);
+    sm_array_info *info;
     sm_svc_replicate_req req;
     memset(&req, 0, sizeof req);
-    sm_err e;
-    if (!info)
-        e = sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a request");
-    else if (!(e = sm_svc_array_ref_dec(r->array, "ReplicateRequest.array", &req.array, err,
-                                        errlen))) {
+    sm_err e = info_req_alloc(a, NULL, &info, err, errlen);
+    if (!e &&
+        !(e = sm_svc_array_ref_dec(r->array, "ReplicateRequest.array", &req.array, err, errlen))) {
         req.replicas = r->replicas;
         req.deadline_ms = r->deadline_ms;
         e = c->coord->replicate(c->user, &req, info, err, errlen);
     }
-    return e ? e : info_reply(rp, a, info, err, errlen);
+    return info_reply(e, rp, a, info, err, errlen);
 }
 
 static sm_err save(SM_SVC_UNARY_ARGS)
@@ -316,23 +339,21 @@ static sm_err load(SM_SVC_UNARY_ARGS)
 {
     const sm_svc_ctx *c = ctx;
     const Shmap__V1__LoadRequest *r = (const Shmap__V1__LoadRequest *)m;
-    sm_mesh *mesh = sm_arena_alloc(a, sizeof *mesh);
-    sm_array_info *info = sm_svc_arena_obj(a, sizeof *info, info_free);
+    sm_mesh *mesh;
+    sm_array_info *info;
     sm_svc_load_req req;
     memset(&req, 0, sizeof req);
-    sm_err e;
-    if (!mesh || !info)
-        e = sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a request");
-    else if (!(e = sm_svc_str_dec(r->dir, SM_SVC_PATH_MAX, "LoadRequest.dir", NULL, err, errlen)) &&
-             !(e = sm_svc_str_dec(r->name, SM_NAME_MAX, "LoadRequest.name", NULL, err, errlen)) &&
-             !(e = sm_svc_sharding_ref_dec(r->sharding, "LoadRequest.sharding", mesh, &req.sharding,
-                                           err, errlen))) {
+    sm_err e = info_req_alloc(a, &mesh, &info, err, errlen);
+    if (!e &&
+        !(e = sm_svc_str_dec(r->dir, SM_SVC_PATH_MAX, "LoadRequest.dir", NULL, err, errlen)) &&
+        !(e = name_sharding_dec("LoadRequest", r->name, r->sharding, mesh, &req.sharding, err,
+                                errlen))) {
         req.dir = r->dir ? r->dir : "";
         req.name = r->name ? r->name : "";
         req.deadline_ms = r->deadline_ms;
         e = c->coord->load(c->user, &req, info, err, errlen);
     }
-    return e ? e : info_reply(rp, a, info, err, errlen);
+    return info_reply(e, rp, a, info, err, errlen);
 }
 
 static sm_err register_worker(SM_SVC_UNARY_ARGS)

@@ -155,6 +155,24 @@ ProtobufCMessage *sm_svc_recv_request(sm_rpc_call *call);
  * SM_EFORMAT naming the method. */
 sm_err sm_svc_bad_reply(const char *path, const char *tmp, char *err, size_t errlen);
 
+/* The number of the bytes field "data" of desc's messages (UploadMsg,
+ * DataChunk, CollMsg). */
+uint32_t sm_svc_data_field(const ProtobufCMessageDescriptor *desc);
+/* Sends m on client stream st, or else on call. Without release, as it
+ * is; with release, m's data field (data, which this clears) goes without
+ * a copy and release(arg) runs once the network layer lets go of it (as
+ * sm_rpc_cstream_send_data and sm_rpc_send_data say). */
+sm_err sm_svc_send_data(sm_rpc_stream *st, sm_rpc_call *call, ProtobufCMessage *m,
+                        ProtobufCBinaryData *data, sm_rpc_release_fn release, void *arg, char *err,
+                        size_t errlen);
+/* The data fields of a stream's message (msg: its name in errors; an
+ * UploadMsg, DataChunk or CollMsg): offset >= 0 into *out_offset, data
+ * (borrowed from the message, NULL when empty), last and checksum. */
+sm_err sm_svc_data_dec(const char *msg, int64_t offset, const ProtobufCBinaryData *data,
+                       protobuf_c_boolean last, uint64_t checksum, int64_t *out_offset,
+                       const void **out_data, size_t *out_len, int *out_last,
+                       uint64_t *out_checksum, char *err, size_t errlen);
+
 /* Decodes a reply message m into out; a failure sentence goes to err. */
 typedef sm_err (*sm_svc_reply_dec)(const ProtobufCMessage *m, void *out, char *err, size_t errlen);
 /* Client side, one unary call: req (NULL: an Empty message) to path, the
@@ -184,6 +202,16 @@ typedef sm_err (*sm_svc_download_fn)(void *user, const sm_svc_download_req *req,
 void sm_svc_serve_upload(sm_rpc_call *call, sm_svc_upload_fn fn, void *user, int shm_ok);
 void sm_svc_serve_download(sm_rpc_call *call, sm_svc_download_fn fn, void *user, int shm_ok);
 
+/* A message of type T in arena a, initialized with init (its __init
+ * function); NULL out of memory. */
+#define SM_SVC_NEW(a, T, init)                                                                     \
+    ({                                                                                             \
+        T *p_ = sm_arena_alloc((a), sizeof(T));                                                    \
+        if (p_)                                                                                    \
+            init(p_);                                                                              \
+        p_;                                                                                        \
+    })
+
 /* ---- encoders ---------------------------------------------------------------- */
 
 Shmap__V1__DType sm_svc_dtype_enc(sm_dtype t);
@@ -195,6 +223,8 @@ Shmap__V1__Mesh *sm_svc_mesh_enc(sm_arena *a, uint64_t id, const char *name, con
 Shmap__V1__PartitionSpec *sm_svc_pspec_enc(sm_arena *a, const sm_pspec *p);
 Shmap__V1__Sharding *sm_svc_sharding_ref_enc(sm_arena *a, const sm_sharding_ref *r);
 Shmap__V1__ArrayRef *sm_svc_array_ref_enc(sm_arena *a, sm_array_ref r);
+/* r encoded into p (caller storage; the name borrowed from r). */
+void sm_svc_array_ref_fill(sm_array_ref r, Shmap__V1__ArrayRef *p);
 Shmap__V1__ArrayInfo *sm_svc_array_info_enc(sm_arena *a, const sm_array_info *in);
 Shmap__V1__WorkerInfo *sm_svc_worker_info_enc(sm_arena *a, const sm_worker_info *w);
 Shmap__V1__UploadTarget *sm_svc_target_enc(sm_arena *a, const sm_svc_upload_target *t);

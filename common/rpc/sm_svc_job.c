@@ -15,10 +15,9 @@
 
 static Shmap__V1__JobInfo *job_info_enc(sm_arena *a, const sm_job_info *in)
 {
-    Shmap__V1__JobInfo *p = sm_arena_alloc(a, sizeof *p);
+    Shmap__V1__JobInfo *p = SM_SVC_NEW(a, Shmap__V1__JobInfo, shmap__v1__job_info__init);
     if (!p)
         return NULL;
-    shmap__v1__job_info__init(p);
     p->job_id = in->id.v;
     p->state = (Shmap__V1__JobState)in->state;
     p->error = (char *)in->error;

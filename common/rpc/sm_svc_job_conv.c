@@ -30,10 +30,9 @@
 
 static Shmap__V1__IrAttrs *attrs_enc(sm_arena *a, const sm_ir_attrs *at)
 {
-    Shmap__V1__IrAttrs *q = sm_arena_alloc(a, sizeof *q);
+    Shmap__V1__IrAttrs *q = SM_SVC_NEW(a, Shmap__V1__IrAttrs, shmap__v1__ir_attrs__init);
     if (!q)
         return NULL;
-    shmap__v1__ir_attrs__init(q);
     int ni = at->ints.n < 0 ? 0 : at->ints.n > SM_IR_MAX_INTS ? SM_IR_MAX_INTS : at->ints.n;
     int ni2 = at->ints2.n < 0 ? 0 : at->ints2.n > SM_IR_MAX_INTS ? SM_IR_MAX_INTS : at->ints2.n;
     q->n_ints = (size_t)ni;
@@ -105,10 +104,9 @@ Shmap__V1__Program *sm_svc_program_enc(sm_arena *a, const sm_program *p)
     }
     for (int i = 0; i < p->nparams; i++) {
         const sm_ir_param *pa = &p->params[i];
-        Shmap__V1__IrParam *q = sm_arena_alloc(a, sizeof *q);
+        Shmap__V1__IrParam *q = SM_SVC_NEW(a, Shmap__V1__IrParam, shmap__v1__ir_param__init);
         if (!q)
             return NULL;
-        shmap__v1__ir_param__init(q);
         q->name = (char *)(pa->name ? pa->name : "");
         q->dtype = sm_svc_dtype_enc(pa->dtype);
         q->global = sm_svc_shape_enc(a, &pa->global);
@@ -125,10 +123,9 @@ Shmap__V1__Program *sm_svc_program_enc(sm_arena *a, const sm_program *p)
     }
     for (int k = 0; k < p->nops; k++) {
         const sm_ir_op *op = &p->ops[k];
-        Shmap__V1__IrOp *q = sm_arena_alloc(a, sizeof *q);
+        Shmap__V1__IrOp *q = SM_SVC_NEW(a, Shmap__V1__IrOp, shmap__v1__ir_op__init);
         if (!q)
             return NULL;
-        shmap__v1__ir_op__init(q);
         q->op = (char *)sm_op_name(op->kind);
         if (op->noperands > 0) {
             q->operands = sm_arena_alloc(a, (size_t)op->noperands * sizeof *q->operands);

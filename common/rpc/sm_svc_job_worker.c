@@ -16,10 +16,10 @@
 
 static Shmap__V1__RunJobRequest *run_job_enc(sm_arena *a, const sm_svc_run_job_req *req)
 {
-    Shmap__V1__RunJobRequest *p = sm_arena_alloc(a, sizeof *p);
+    Shmap__V1__RunJobRequest *p =
+        SM_SVC_NEW(a, Shmap__V1__RunJobRequest, shmap__v1__run_job_request__init);
     if (!p)
         return NULL;
-    shmap__v1__run_job_request__init(p);
     p->job_id = req->job_id.v;
     p->deadline_ms = req->deadline_ms;
     p->shm_key = req->shm_key;
@@ -40,10 +40,10 @@ static Shmap__V1__RunJobRequest *run_job_enc(sm_arena *a, const sm_svc_run_job_r
     p->n_output_arrays = (size_t)no;
     for (int i = 0; i < np; i++) {
         const sm_svc_peer *s = &req->peers[i];
-        Shmap__V1__PeerDevices *q = sm_arena_alloc(a, sizeof *q);
+        Shmap__V1__PeerDevices *q =
+            SM_SVC_NEW(a, Shmap__V1__PeerDevices, shmap__v1__peer_devices__init);
         if (!q)
             return NULL;
-        shmap__v1__peer_devices__init(q);
         q->address = (char *)s->address;
         q->n_devices = s->ndevices < 0                       ? 0
                        : s->ndevices > SM_MAX_WORKER_DEVICES ? SM_MAX_WORKER_DEVICES
@@ -146,9 +146,10 @@ static sm_err coll_msg_dec(const Shmap__V1__CollMsg *p, sm_svc_coll_msg *out, ch
                            size_t errlen)
 {
     memset(out, 0, sizeof *out);
-    if (p->offset < 0)
-        return sm_fail(err, errlen, SM_EINVAL, "CollMsg.offset is %" PRId64 "; must be >= 0",
-                       p->offset);
+    sm_err e = sm_svc_data_dec("CollMsg", p->offset, &p->data, p->last, p->checksum, &out->offset,
+                               &out->data, &out->len, &out->last, &out->checksum, err, errlen);
+    if (e)
+        return e;
     if (p->total_bytes < 0)
         return sm_fail(err, errlen, SM_EINVAL, "CollMsg.total_bytes is %" PRId64 "; must be >= 0",
                        p->total_bytes);
@@ -162,12 +163,7 @@ static sm_err coll_msg_dec(const Shmap__V1__CollMsg *p, sm_svc_coll_msg *out, ch
     out->seq = p->seq;
     out->src_device = p->src_device;
     out->dst_device = p->dst_device;
-    out->offset = p->offset;
-    out->data = p->data.len ? p->data.data : NULL;
-    out->len = p->data.len;
     out->total_bytes = p->total_bytes;
-    out->last = p->last != 0;
-    out->checksum = p->checksum;
     return SM_OK;
 }
 
@@ -226,12 +222,6 @@ static sm_err shm_probe(SM_SVC_UNARY_ARGS)
 }
 
 /* Number of CollMsg's payload field. */
-static uint32_t coll_data_field(void)
-{
-    return protobuf_c_message_descriptor_get_field_by_name(&shmap__v1__coll_msg__descriptor, "data")
-        ->id;
-}
-
 struct sm_svc_coll_in {
     sm_rpc_call *call;
     ProtobufCMessage *cur; /* the message the last msg points into */
@@ -277,7 +267,8 @@ sm_err sm_svc_coll_recv_into(sm_svc_coll_in *in, const sm_svc_coll_sink *sink, s
         *end = 1;
         return SM_OK;
     }
-    sm_err e = sm_rpc_recv_data(in->call, coll_data_field(), &rs, &in->cur, &len, err, errlen);
+    sm_err e = sm_rpc_recv_data(in->call, sm_svc_data_field(&shmap__v1__coll_msg__descriptor), &rs,
+                                &in->cur, &len, err, errlen);
     if (!e && !in->cur)
         in->ended = *end = 1;
     return e;
@@ -486,12 +477,8 @@ sm_err sm_svc_coll_send(sm_svc_coll_stream *st, const sm_svc_coll_msg *msg, char
 {
     Shmap__V1__CollMsg p;
     coll_msg_enc(msg, &p);
-    if (!msg->release)
-        return sm_rpc_cstream_send(st->st, &p.base, err, errlen);
-    p.data.len = 0;
-    p.data.data = NULL;
-    return sm_rpc_cstream_send_data(st->st, &p.base, coll_data_field(), msg->data, msg->len,
-                                    msg->release, msg->release_arg, err, errlen);
+    return sm_svc_send_data(st->st, NULL, &p.base, &p.data, msg->release, msg->release_arg, err,
+                            errlen);
 }
 
 sm_err sm_svc_coll_finish(sm_svc_coll_stream *st, int64_t *bytes, char *err, size_t errlen)

@@ -103,6 +103,44 @@ static sm_err shm_ref_allowed(sm_rpc_call *call, const Shmap__V1__ShmRef *p, int
     return SM_OK;
 }
 
+sm_err sm_svc_data_dec(const char *msg, int64_t offset, const ProtobufCBinaryData *data,
+                       protobuf_c_boolean last, uint64_t checksum, int64_t *out_offset,
+                       const void **out_data, size_t *out_len, int *out_last,
+                       uint64_t *out_checksum, char *err, size_t errlen)
+{
+    if (offset < 0)
+        return sm_fail(err, errlen, SM_EINVAL, "%s.offset is %" PRId64 "; must be >= 0", msg,
+                       offset);
+    *out_offset = offset;
+    *out_data = data->len ? data->data : NULL;
+    *out_len = data->len;
+    *out_last = last != 0;
+    *out_checksum = checksum;
+    return SM_OK;
+}
+
+/* The description of the whole an upload header and a download's first
+ * chunk share (what: where they sit, in errors): shape, dtype and
+ * total_bytes >= 0. */
+static sm_err meta_dec(const char *what, const Shmap__V1__Shape *shape, Shmap__V1__DType dtype,
+                       int64_t total_bytes, sm_shape *out_shape, sm_dtype *out_dtype,
+                       int64_t *out_total, char *err, size_t errlen)
+{
+    char sub[64];
+    sm_err e;
+    snprintf(sub, sizeof sub, "%s.shape", what);
+    if ((e = sm_svc_shape_dec(shape, sub, out_shape, err, errlen)))
+        return e;
+    snprintf(sub, sizeof sub, "%s.dtype", what);
+    if ((e = sm_svc_dtype_dec(dtype, sub, out_dtype, err, errlen)))
+        return e;
+    if (total_bytes < 0)
+        return sm_fail(err, errlen, SM_EINVAL, "%s.total_bytes is %" PRId64 "; must be >= 0", what,
+                       total_bytes);
+    *out_total = total_bytes;
+    return SM_OK;
+}
+
 void sm_svc_upload_msg_enc(const sm_svc_upload_msg *m, Shmap__V1__UploadMsg *p,
                            Shmap__V1__UploadHeader *h, Shmap__V1__Shape *sh)
 {
@@ -132,14 +170,9 @@ sm_err sm_svc_upload_msg_dec(const Shmap__V1__UploadMsg *p, sm_svc_upload_msg *o
 {
     sm_err e;
     memset(out, 0, sizeof *out);
-    if (p->offset < 0)
-        return sm_fail(err, errlen, SM_EINVAL, "UploadMsg.offset is %" PRId64 "; must be >= 0",
-                       p->offset);
-    out->offset = p->offset;
-    out->data = p->data.len ? p->data.data : NULL;
-    out->len = p->data.len;
-    out->last = p->last != 0;
-    out->checksum = p->checksum;
+    if ((e = sm_svc_data_dec("UploadMsg", p->offset, &p->data, p->last, p->checksum, &out->offset,
+                             &out->data, &out->len, &out->last, &out->checksum, err, errlen)))
+        return e;
     const Shmap__V1__UploadHeader *h = p->header;
     if (!h)
         return SM_OK;
@@ -147,16 +180,11 @@ sm_err sm_svc_upload_msg_dec(const Shmap__V1__UploadMsg *p, sm_svc_upload_msg *o
     out->header.array_id.v = h->array_id;
     if ((e = sm_svc_count_dec(h->n_devices, SM_MAX_DEVICES, "UploadMsg.header", "devices", err,
                               errlen)) ||
-        (e = sm_svc_shape_dec(h->shape, "UploadMsg.header.shape", &out->header.shape, err,
-                              errlen)) ||
-        (e = sm_svc_dtype_dec(h->dtype, "UploadMsg.header.dtype", &out->header.dtype, err, errlen)))
+        (e = meta_dec("UploadMsg.header", h->shape, h->dtype, h->total_bytes, &out->header.shape,
+                      &out->header.dtype, &out->header.total_bytes, err, errlen)))
         return e;
-    if (h->total_bytes < 0)
-        return sm_fail(err, errlen, SM_EINVAL,
-                       "UploadMsg.header.total_bytes is %" PRId64 "; must be >= 0", h->total_bytes);
     out->header.ndevices = (int)h->n_devices;
     out->header.devices = h->devices;
-    out->header.total_bytes = h->total_bytes;
     return shm_ref_dec(h->shm, "UploadMsg.header.shm", &out->header.shm, err, errlen);
 }
 
@@ -182,34 +210,21 @@ sm_err sm_svc_chunk_dec(const Shmap__V1__DataChunk *p, sm_svc_chunk *out, char *
 {
     sm_err e;
     memset(out, 0, sizeof *out);
-    if (p->offset < 0)
-        return sm_fail(err, errlen, SM_EINVAL, "DataChunk.offset is %" PRId64 "; must be >= 0",
-                       p->offset);
-    out->offset = p->offset;
-    out->data = p->data.len ? p->data.data : NULL;
-    out->len = p->data.len;
-    out->last = p->last != 0;
-    out->checksum = p->checksum;
+    if ((e = sm_svc_data_dec("DataChunk", p->offset, &p->data, p->last, p->checksum, &out->offset,
+                             &out->data, &out->len, &out->last, &out->checksum, err, errlen)))
+        return e;
     if (!p->shape && p->dtype == SHMAP__V1__DTYPE__DTYPE_INVALID && p->total_bytes == 0)
         return SM_OK;
     out->has_meta = 1;
-    if ((e = sm_svc_shape_dec(p->shape, "DataChunk.shape", &out->shape, err, errlen)) ||
-        (e = sm_svc_dtype_dec(p->dtype, "DataChunk.dtype", &out->dtype, err, errlen)))
-        return e;
-    if (p->total_bytes < 0)
-        return sm_fail(err, errlen, SM_EINVAL, "DataChunk.total_bytes is %" PRId64 "; must be >= 0",
-                       p->total_bytes);
-    out->total_bytes = p->total_bytes;
-    return SM_OK;
+    return meta_dec("DataChunk", p->shape, p->dtype, p->total_bytes, &out->shape, &out->dtype,
+                    &out->total_bytes, err, errlen);
 }
 
 void sm_svc_download_req_enc(const sm_svc_download_req *r, Shmap__V1__DownloadRequest *p,
                              Shmap__V1__ArrayRef *ar, Shmap__V1__Box *box, int64_t *boxbuf)
 {
     shmap__v1__download_request__init(p);
-    shmap__v1__array_ref__init(ar);
-    ar->id = r->array.id.v;
-    ar->name = (char *)(r->array.name ? r->array.name : "");
+    sm_svc_array_ref_fill(r->array, ar);
     p->array = ar;
     p->device = r->device;
     p->n_devices = r->ndevices > 0 ? (size_t)r->ndevices : 0;
@@ -318,9 +333,24 @@ static sm_err upload_grants_check(sm_rpc_call *call, const Shmap__V1__UploadMsg 
 }
 
 /* Number of the payload field of a data message type. */
-static uint32_t data_field(const ProtobufCMessageDescriptor *desc)
+uint32_t sm_svc_data_field(const ProtobufCMessageDescriptor *desc)
 {
     return protobuf_c_message_descriptor_get_field_by_name(desc, "data")->id;
+}
+
+sm_err sm_svc_send_data(sm_rpc_stream *st, sm_rpc_call *call, ProtobufCMessage *m,
+                        ProtobufCBinaryData *data, sm_rpc_release_fn release, void *arg, char *err,
+                        size_t errlen)
+{
+    if (!release)
+        return st ? sm_rpc_cstream_send(st, m, err, errlen) : sm_rpc_send(call, m, err, errlen);
+    const void *bytes = data->data;
+    size_t len = data->len;
+    uint32_t field = sm_svc_data_field(m->descriptor);
+    data->len = 0;
+    data->data = NULL;
+    return st ? sm_rpc_cstream_send_data(st, m, field, bytes, len, release, arg, err, errlen)
+              : sm_rpc_send_data(call, m, field, bytes, len, release, arg, err, errlen);
 }
 
 /* ---- client: upload --------------------------------------------------------------- */
@@ -391,13 +421,11 @@ sm_err sm_svc_upload_send(sm_svc_upload_stream *st, const sm_svc_upload_msg *msg
         h.n_grants = grants_enc(msg->header.grants, msg->header.ndevices, g, &h.grants);
     if (msg->has_header)
         h.shm = shm_ref_enc(&msg->header.shm, &shm);
-    if (!msg->stable || msg->len == 0)
-        return sm_rpc_cstream_send(st->st, &p.base, err, errlen);
-    p.data.len = 0;
-    p.data.data = NULL;
-    sm_hold_take(st->hold);
-    return sm_rpc_cstream_send_data(st->st, &p.base, data_field(p.base.descriptor), msg->data,
-                                    msg->len, sm_hold_release, st->hold, err, errlen);
+    int stable = msg->stable && msg->len > 0;
+    if (stable)
+        sm_hold_take(st->hold);
+    return sm_svc_send_data(st->st, NULL, &p.base, &p.data, stable ? sm_hold_release : NULL,
+                            st->hold, err, errlen);
 }
 
 sm_err sm_svc_upload_finish(sm_svc_upload_stream *st, sm_svc_upload_reply *reply, char *err,
@@ -515,7 +543,7 @@ sm_err sm_svc_download_recv_into(sm_svc_download_stream *st, const sm_svc_chunk_
     sm_rpc_msg_free(st->cur);
     st->cur = NULL;
     sm_err e = sm_rpc_sstream_recv_data(st->st, &shmap__v1__data_chunk__descriptor,
-                                        data_field(&shmap__v1__data_chunk__descriptor), &rs,
+                                        sm_svc_data_field(&shmap__v1__data_chunk__descriptor), &rs,
                                         &st->cur, &len, err, errlen);
     if (!e && !st->cur)
         *end = 1;
@@ -591,8 +619,8 @@ sm_err sm_svc_upload_recv_into(sm_svc_upload_in *in, const sm_svc_upload_sink *s
         *end = 1;
         return SM_OK;
     }
-    sm_err e = sm_rpc_recv_data(in->call, data_field(&shmap__v1__upload_msg__descriptor), &rs,
-                                &in->cur, &len, err, errlen);
+    sm_err e = sm_rpc_recv_data(in->call, sm_svc_data_field(&shmap__v1__upload_msg__descriptor),
+                                &rs, &in->cur, &len, err, errlen);
     if (!e && !in->cur) {
         in->ended = *end = 1;
         e = upload_grants_check(in->call, NULL, &in->granted, in->shm_ok, err, errlen);
@@ -642,12 +670,8 @@ sm_err sm_svc_download_send(sm_svc_download_out *out, const sm_svc_chunk *chunk,
     Shmap__V1__DataChunk p;
     Shmap__V1__Shape sh;
     sm_svc_chunk_enc(chunk, &p, &sh);
-    if (!chunk->release)
-        return sm_rpc_send(out->call, &p.base, err, errlen);
-    p.data.len = 0;
-    p.data.data = NULL;
-    return sm_rpc_send_data(out->call, &p.base, data_field(p.base.descriptor), chunk->data,
-                            chunk->len, chunk->release, chunk->release_arg, err, errlen);
+    return sm_svc_send_data(NULL, out->call, &p.base, &p.data, chunk->release, chunk->release_arg,
+                            err, errlen);
 }
 
 int sm_svc_download_cancelled(sm_svc_download_out *out)

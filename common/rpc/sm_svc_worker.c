@@ -12,10 +12,10 @@
 static Shmap__V1__CheckpointFile *ckpt_file_enc(sm_arena *a, const sm_svc_ckpt_file *f,
                                                 int with_shape)
 {
-    Shmap__V1__CheckpointFile *p = sm_arena_alloc(a, sizeof *p);
+    Shmap__V1__CheckpointFile *p =
+        SM_SVC_NEW(a, Shmap__V1__CheckpointFile, shmap__v1__checkpoint_file__init);
     if (!p)
         return NULL;
-    shmap__v1__checkpoint_file__init(p);
     p->file = (char *)(f->file ? f->file : "");
     p->device = f->device;
     if (with_shape && !(p->shape = sm_svc_shape_enc(a, &f->shape)))
@@ -85,10 +85,10 @@ static sm_err ckpt_dir_dec(const char *dir, const char *what, char *err, size_t 
 
 static Shmap__V1__AssembleRequest *assemble_enc(sm_arena *a, const sm_svc_assemble_req *req)
 {
-    Shmap__V1__AssembleRequest *p = sm_arena_alloc(a, sizeof *p);
+    Shmap__V1__AssembleRequest *p =
+        SM_SVC_NEW(a, Shmap__V1__AssembleRequest, shmap__v1__assemble_request__init);
     if (!p)
         return NULL;
-    shmap__v1__assemble_request__init(p);
     p->array_id = req->array_id.v;
     p->dtype = sm_svc_dtype_enc(req->dtype);
     int ns = req->nshards > 0 ? req->nshards : 0;
@@ -110,10 +110,10 @@ static Shmap__V1__AssembleRequest *assemble_enc(sm_arena *a, const sm_svc_assemb
         q->n_pieces = (size_t)np;
         for (int k = 0; k < np; k++) {
             const sm_svc_piece *pc = &s->pieces[k];
-            Shmap__V1__AssemblePiece *x = sm_arena_alloc(a, sizeof *x);
+            Shmap__V1__AssemblePiece *x =
+                SM_SVC_NEW(a, Shmap__V1__AssemblePiece, shmap__v1__assemble_piece__init);
             if (!x)
                 return NULL;
-            shmap__v1__assemble_piece__init(x);
             x->src_address = (char *)(pc->src_address ? pc->src_address : "");
             x->src_array = pc->src_array.v;
             x->src_device = pc->src_device;

@@ -63,6 +63,42 @@ static int sm_pspec_at_word(const sm_pspec_lexer *lx, const char *word)
     return strncmp(lx->p, word, n) == 0 && !isalnum((unsigned char)lx->p[n]) && lx->p[n] != '_';
 }
 
+/* Quoted names separated by commas (a trailing one allowed) up to close,
+ * the opening bracket read, appended to names (*n of them). With no room
+ * for one more (SM_MAX_AXES) sets *full and returns SM_EINVAL at that name
+ * without a message: the caller says what overflowed. */
+static sm_err sm_pspec_parse_names(sm_pspec_lexer *lx, char close, char (*names)[SM_AXIS_NAME_MAX],
+                                   int *n, int *full)
+{
+    char want[32];
+    for (;;) {
+        sm_pspec_skip_ws(lx);
+        if (*lx->p == close) {
+            lx->p++;
+            return SM_OK;
+        }
+        if (*lx->p != '\'' && *lx->p != '"') {
+            snprintf(want, sizeof want, "a quoted axis name or '%c'", close);
+            return sm_pspec_expected(lx, want);
+        }
+        if (*n == SM_MAX_AXES) {
+            *full = 1;
+            return SM_EINVAL;
+        }
+        sm_err rc = sm_pspec_parse_name(lx, names[*n]);
+        if (rc)
+            return rc;
+        (*n)++;
+        sm_pspec_skip_ws(lx);
+        if (*lx->p == ',') {
+            lx->p++;
+        } else if (*lx->p != close) {
+            snprintf(want, sizeof want, "',' or '%c'", close);
+            return sm_pspec_expected(lx, want);
+        }
+    }
+}
+
 /* One entry: None | 'x' | ( [name {, name} [,]] ). */
 static sm_err sm_pspec_parse_entry(sm_pspec_lexer *lx, sm_pspec_entry *e)
 {
@@ -79,28 +115,13 @@ static sm_err sm_pspec_parse_entry(sm_pspec_lexer *lx, sm_pspec_entry *e)
         return sm_pspec_expected(lx, "None, a quoted axis name or a tuple of names");
     lx->p++;
     e->is_tuple = 1;
-    for (;;) {
-        sm_pspec_skip_ws(lx);
-        if (*lx->p == ')') {
-            lx->p++;
-            return SM_OK;
-        }
-        if (*lx->p != '\'' && *lx->p != '"')
-            return sm_pspec_expected(lx, "a quoted axis name or ')'");
-        if (e->naxes == SM_MAX_AXES)
-            return sm_fail(lx->err, lx->errlen, SM_EINVAL,
-                           "partition spec \"%s\": the tuple at column %d has more than %d axes",
-                           lx->text, sm_pspec_col(lx), SM_MAX_AXES);
-        sm_err rc = sm_pspec_parse_name(lx, e->axes[e->naxes]);
-        if (rc)
-            return rc;
-        e->naxes++;
-        sm_pspec_skip_ws(lx);
-        if (*lx->p == ',')
-            lx->p++;
-        else if (*lx->p != ')')
-            return sm_pspec_expected(lx, "',' or ')'");
-    }
+    int full = 0;
+    sm_err rc = sm_pspec_parse_names(lx, ')', e->axes, &e->naxes, &full);
+    if (full)
+        return sm_fail(lx->err, lx->errlen, SM_EINVAL,
+                       "partition spec \"%s\": the tuple at column %d has more than %d axes",
+                       lx->text, sm_pspec_col(lx), SM_MAX_AXES);
+    return rc;
 }
 
 /* unreduced={'y', 'z'} (or unreduced=set()), after the entries. */
@@ -119,28 +140,12 @@ static sm_err sm_pspec_parse_unreduced(sm_pspec_lexer *lx, sm_pspec *p)
     if (*lx->p != '{')
         return sm_pspec_expected(lx, "'{' (a set of quoted mesh axis names)");
     lx->p++;
-    for (;;) {
-        sm_pspec_skip_ws(lx);
-        if (*lx->p == '}') {
-            lx->p++;
-            return SM_OK;
-        }
-        if (*lx->p != '\'' && *lx->p != '"')
-            return sm_pspec_expected(lx, "a quoted axis name or '}'");
-        if (p->nunreduced == SM_MAX_AXES)
-            return sm_fail(lx->err, lx->errlen, SM_EINVAL,
-                           "partition spec \"%s\": more than %d unreduced axes", lx->text,
-                           SM_MAX_AXES);
-        sm_err rc = sm_pspec_parse_name(lx, p->unreduced[p->nunreduced]);
-        if (rc)
-            return rc;
-        p->nunreduced++;
-        sm_pspec_skip_ws(lx);
-        if (*lx->p == ',')
-            lx->p++;
-        else if (*lx->p != '}')
-            return sm_pspec_expected(lx, "',' or '}'");
-    }
+    int full = 0;
+    sm_err rc = sm_pspec_parse_names(lx, '}', p->unreduced, &p->nunreduced, &full);
+    if (full)
+        return sm_fail(lx->err, lx->errlen, SM_EINVAL,
+                       "partition spec \"%s\": more than %d unreduced axes", lx->text, SM_MAX_AXES);
+    return rc;
 }
 
 sm_err sm_pspec_parse(const char *text, sm_pspec *out, char *err, size_t errlen)
