@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sm_block.h"
 #include "sm_array.h"
 #include "sm_dtype.h"
 #include "sm_shape.h"

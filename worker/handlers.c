@@ -6,6 +6,7 @@
 
 #include "assemble.h"
 #include "ckpt.h"
+#include "sm_block.h"
 #include "sm_checksum.h"
 #include "sm_log.h"
 #include "traffic.h"

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "segmap.h"
+#include "sm_block.h"
 #include "sm_checksum.h"
 #include "sm_log.h"
 #include "sm_rpc.h"

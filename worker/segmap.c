@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "sm_block.h"
 #include "sm_checksum.h"
 #include "sm_shm.h"
 #include "sm_time.h"

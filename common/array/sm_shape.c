@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sm_block.h"
+
 /* Long enough for "[" + 8 dims of 20 digits + 7 commas + "]". */
 #define SM_SHAPE_TEXT 200
 

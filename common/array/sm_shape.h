@@ -64,17 +64,4 @@ sm_err sm_block_copy(void *dst, const sm_shape *dst_shape, const int64_t *dst_of
                      const sm_shape *src_shape, const int64_t *src_off, const int64_t *extent,
                      size_t elem, char *err, size_t errlen);
 
-/* Walking a box of extents ext (rank >= 1 dims, elements of elem bytes) in
- * parts of at most cap bytes, each part some whole rows of one dimension k
- * (every dimension after k whole, every one before k a single index): the
- * dimension k to split, the outermost whose inner block (the dimensions
- * after it) fits cap, and that block's bytes in *inner (elem when not even
- * one element of the last dimension's rows fits: then k = rank - 1). A box
- * that fits cap whole gives k = 0 and its rows of dimension 0. */
-int sm_block_split(const int64_t *ext, int rank, size_t elem, int64_t cap, int64_t *inner);
-/* The next part of such a walk: idx (rank entries, zero at the start) holds
- * the part's first index in dimensions 0..k; moves it on by the part's n
- * rows of dimension k. Returns 1 while parts remain, 0 past the last one. */
-int sm_block_next(int64_t *idx, const int64_t *ext, int k, int64_t n);
-
 #endif
