@@ -62,7 +62,6 @@ static void load_check(sm_client *c, const char *dir, const sm_array *x, const c
     sm_mesh mesh;
     sm_sharding_ref sh = harness_sharding(&mesh, axes, NULL, 0, spec);
     sm_array_info info;
-    sm_array *got = NULL;
     char err[512];
     sm_err e = sm_client_load(c, dir, &sh, name, &info, err, sizeof err);
     ck_assert_msg(e == SM_OK, "load %s onto %s %s: %s", dir, axes, spec, err);
@@ -71,13 +70,7 @@ static void load_check(sm_client *c, const char *dir, const sm_array *x, const c
     ck_assert_int_eq(info.sharding.mesh.ndevices, mesh.ndevices);
     if (name)
         ck_assert_str_eq(info.name, name);
-    e = sm_client_get(c, harness_id_ref(info.id), &got, err, sizeof err);
-    ck_assert_msg(e == SM_OK, "get after load onto %s %s: %s", axes, spec, err);
-    ck_assert_int_eq(got->dtype, x->dtype);
-    ck_assert(sm_shape_equal(&got->shape, &x->shape));
-    ck_assert_msg(memcmp(got->data, x->data, (size_t)x->nbytes) == 0,
-                  "load onto %s %s is not bit-exact", axes, spec);
-    sm_array_free(got);
+    harness_assert_get(c, harness_id_ref(info.id), x);
     ck_assert_int_eq(sm_client_delete(c, harness_id_ref(info.id), err, sizeof err), SM_OK);
     sm_array_info_free(&info);
 }
@@ -266,11 +259,7 @@ START_TEST(load_names)
         sm_client_describe(c, (sm_array_ref){{0}, "named_src"}, &info, err, sizeof err), SM_OK);
     ck_assert_int_eq(info.sharding.mesh.naxes, 2);
     sm_array_info_free(&info);
-    sm_array *got = NULL;
-    ck_assert_int_eq(sm_client_get(c, (sm_array_ref){{0}, "named_copy"}, &got, err, sizeof err),
-                     SM_OK);
-    ck_assert_int_eq(memcmp(got->data, x->data, (size_t)x->nbytes), 0);
-    sm_array_free(got);
+    harness_assert_get(c, (sm_array_ref){{0}, "named_copy"}, x);
     sm_client_close(c);
     sm_array_free(x);
 }
@@ -444,10 +433,7 @@ START_TEST(chunks_read_where_needed)
     sm_sharding_ref sh = harness_sharding(&mesh, "i=2", devs, 2, "P('i')");
     sm_array_info info;
     ck_assert_int_eq(sm_client_load(c, dir, &sh, NULL, &info, err, sizeof err), SM_OK);
-    sm_array *got = NULL;
-    ck_assert_int_eq(sm_client_get(c, harness_id_ref(info.id), &got, err, sizeof err), SM_OK);
-    ck_assert_int_eq(memcmp(got->data, x->data, (size_t)x->nbytes), 0);
-    sm_array_free(got);
+    harness_assert_get(c, harness_id_ref(info.id), x);
     ck_assert_int_eq(sm_client_delete(c, harness_id_ref(info.id), err, sizeof err), SM_OK);
     sm_array_info_free(&info);
     load_check(c, dir, x, "a=2,b=2,c=2", "P('a', ('b', 'c'))", NULL);

@@ -244,13 +244,8 @@ static void put_only(sm_client *c, const char *name, const char *spec, uint64_t 
 static void check_bits(sm_client *c, sm_array_ref ref, uint64_t seed)
 {
     sm_shape s = HARNESS_SHAPE(16, 32);
-    sm_array *want = harness_array_iota(SM_F32, &s, seed), *got = NULL;
-    char err[512];
-    sm_err e = sm_client_get(c, ref, &got, err, sizeof err);
-    ck_assert_msg(e == SM_OK, "get: %s", err);
-    ck_assert_int_eq(got->nbytes, want->nbytes);
-    ck_assert(!memcmp(got->data, want->data, (size_t)want->nbytes));
-    sm_array_free(got);
+    sm_array *want = harness_array_iota(SM_F32, &s, seed);
+    harness_assert_get(c, ref, want);
     sm_array_free(want);
 }
 
@@ -386,10 +381,7 @@ START_TEST(test_restart_with_a_worker_gone)
     wait_alive(c, NWORKERS);
     ck_assert_int_eq(harness_wait_state(c, (sm_array_ref){{0}, "on0"}, SM_ARRAY_READY, 20000),
                      SM_ARRAY_READY);
-    sm_array *got = NULL;
-    ck_assert_int_eq(sm_client_get(c, (sm_array_ref){{0}, "on0"}, &got, err, sizeof err), SM_OK);
-    ck_assert(!memcmp(got->data, d->data, (size_t)d->nbytes));
-    sm_array_free(got);
+    harness_assert_get(c, (sm_array_ref){{0}, "on0"}, d);
     sm_array_free(d);
     sm_err e;
     sm_array_info x = describe(c, (sm_array_ref){{0}, "both"}, &e);
@@ -429,16 +421,13 @@ START_TEST(test_jobs_across_restart)
     ck_assert_int_eq(sm_client_put(c, SM_F32, &s, a->data, &rep, "w", NULL, err, sizeof err),
                      SM_OK);
     sm_array_free(a);
-    sm_program *p = NULL;
-    ck_assert_int_eq(sm_program_parse(heavy_text, "heavy.shmap", &p, err, sizeof err), SM_OK);
+    sm_program *p = harness_program(heavy_text, "heavy.shmap");
     sm_array_ref args[2] = {{{0}, "a"}, {{0}, "w"}};
     const char *names[1] = {"small"};
-    sm_program *q = NULL;
-    ck_assert_int_eq(sm_program_parse("mesh i=8\n"
-                                      "shard_map twice(a: f32[512,512] @ P('i')) -> P('i'):\n"
-                                      "    return a + a\n",
-                                      "twice.shmap", &q, err, sizeof err),
-                     SM_OK);
+    sm_program *q = harness_program("mesh i=8\n"
+                                    "shard_map twice(a: f32[512,512] @ P('i')) -> P('i'):\n"
+                                    "    return a + a\n",
+                                    "twice.shmap");
     sm_job_info done;
     ck_assert_msg(sm_job_run(c, q, 1, args, names, 1, 0, 60000, &done, err, sizeof err) == SM_OK,
                   "%s", err);
@@ -677,12 +666,10 @@ START_TEST(test_replicated_survives_worker_loss)
                   err);
     check_bits(c, (sm_array_ref){{0}, "rows"}, 21);
     /* a job needs every device of its mesh */
-    sm_program *p = NULL;
-    ck_assert_int_eq(sm_program_parse("mesh i=4 j=2\n"
-                                      "shard_map f(x: f32[16,32] @ P(None, 'j')) -> P(None, 'j'):\n"
-                                      "    return x + x\n",
-                                      "f.shmap", &p, err, sizeof err),
-                     SM_OK);
+    sm_program *p = harness_program("mesh i=4 j=2\n"
+                                    "shard_map f(x: f32[16,32] @ P(None, 'j')) -> P(None, 'j'):\n"
+                                    "    return x + x\n",
+                                    "f.shmap");
     sm_job_info done;
     e = sm_job_run(c, p, 1, &cols, NULL, 1, 0, 60000, &done, err, sizeof err);
     ck_assert_msg(e == SM_EUNAVAILABLE && strstr(err, "4"), "%s: %s", sm_err_name(e), err);

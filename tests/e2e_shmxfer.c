@@ -114,10 +114,7 @@ static int64_t shm_round_trip(const harness_cluster *h, sm_client *c, const char
     ck_assert_msg(e == SM_OK, "get_into %s %s: %s", axes, spec, err);
     ck_assert_msg(memcmp(dst, x->data, (size_t)x->nbytes) == 0, "%s %s: not bit-exact", axes, spec);
     /* and the plain path (a malloc'd array) reads the same bytes */
-    sm_array *back = NULL;
-    ck_assert_int_eq(sm_client_get(c, harness_id_ref(info.id), &back, err, sizeof err), SM_OK);
-    ck_assert_int_eq(memcmp(back->data, x->data, (size_t)x->nbytes), 0);
-    sm_array_free(back);
+    harness_assert_get(c, harness_id_ref(info.id), x);
     ck_assert_int_eq(sm_client_delete(c, harness_id_ref(info.id), err, sizeof err), SM_OK);
     sm_client_free(c, src);
     sm_client_free(c, dst);

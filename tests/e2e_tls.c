@@ -152,12 +152,10 @@ static void put_get_run(sm_client *c)
 
     /* Devices 0,1 are on one worker and 2,3 on the other: the psum over
      * 'i' adds blocks of both workers. */
-    sm_program *p = NULL;
-    ck_assert_int_eq(sm_program_parse("mesh i=4\n"
-                                      "shard_map f(a: f32[8,6] @ P('i')) -> P(None):\n"
-                                      "    return psum(a, 'i')\n",
-                                      "tls.shmap", &p, err, sizeof err),
-                     SM_OK);
+    sm_program *p = harness_program("mesh i=4\n"
+                                    "shard_map f(a: f32[8,6] @ P('i')) -> P(None):\n"
+                                    "    return psum(a, 'i')\n",
+                                    "tls.shmap");
     sm_array_ref args[1] = {harness_id_ref(info.id)};
     sm_job_info job;
     sm_err e = sm_job_run(c, p, 1, args, NULL, 1, 0, 30000, &job, err, sizeof err);

@@ -29,6 +29,7 @@
 #include <sys/types.h>
 
 #include "shmap.h"
+#include "sm_program.h"
 #include "sm_rpc.h"
 
 /* Secure mode's tokens (tenants HARNESS_TENANT and HARNESS_OTHER). */
@@ -139,6 +140,16 @@ int harness_worker_pids(const harness_cluster *h, pid_t *out, int max);
 sm_array_id harness_put(sm_client *c, const sm_array *x, const char *axes, const char *spec,
                         const char *name);
 
+/* In a Check test: gets ref through c, asserting it succeeds and holds an
+ * array of want's dtype and shape with its bytes (a failure names the
+ * caller's line and the first byte that differs). */
+void harness_assert_get_at(int line, sm_client *c, sm_array_ref ref, const sm_array *want);
+#define harness_assert_get(c, ...) harness_assert_get_at(__LINE__, (c), __VA_ARGS__)
+
+/* In a Check test: the program text parses (name: its file in messages),
+ * asserting it does; the caller frees it (sm_program_free). */
+sm_program *harness_program(const char *text, const char *name);
+
 /* The address of the first worker c's ListDevices names into out (len);
  * SM_ENOTFOUND when it names none. */
 sm_err harness_first_worker(sm_client *c, char *out, size_t len, char *err, size_t errlen);
@@ -149,6 +160,10 @@ int harness_wait_state(sm_client *c, sm_array_ref ref, int state, int timeout_ms
 
 /* Waits until exactly `alive` workers are alive (at most timeout_ms). */
 sm_err harness_wait_workers(sm_client *c, int alive, int timeout_ms, char *err, size_t errlen);
+
+/* How many names in /dev/shm start with prefix and do not end with except
+ * (NULL: none); each is printed to stderr as "<who>: /dev/shm/NAME is left". */
+int harness_shm_left(const char *prefix, const char *except, const char *who);
 
 /* A new empty temp dir (malloc'd path; harness_rmdir removes it and frees
  * the path). */

@@ -25,7 +25,6 @@
  * and none sent over gRPC, and no segment of this process's jobs left in
  * /dev/shm, after a worker was killed too. */
 #include <check.h>
-#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -106,16 +105,7 @@ static int shm_left(uint64_t job)
         snprintf(pre, sizeof pre, "shmap-%016llx-", (unsigned long long)shm_key_of(job));
     else
         snprintf(pre, sizeof pre, "shmap-%06llx", (unsigned long long)(shm_key_of(0) >> 40));
-    DIR *d = opendir("/dev/shm");
-    int n = 0;
-    for (struct dirent *e; d && (e = readdir(d));)
-        if (!strncmp(e->d_name, pre, strlen(pre))) {
-            fprintf(stderr, "test_worker_job: /dev/shm/%s is left\n", e->d_name);
-            n++;
-        }
-    if (d)
-        closedir(d);
-    return n;
+    return harness_shm_left(pre, NULL, "test_worker_job");
 }
 
 static double now_s(void)
