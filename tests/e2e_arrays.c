@@ -403,13 +403,12 @@ static sm_local_plan *plan_parts(sm_client *c, const sm_mesh *mesh, const sm_psp
                                  const sm_shape *local)
 {
     sm_sharding s = {.mesh = *mesh, .spec = *spec};
-    sm_worker_info *w = NULL;
     int n = 0, ndev[16], total = 0;
     int32_t devs[SM_MAX_DEVICES];
     sm_local_plan *plan = NULL;
     char err[512];
 
-    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
+    sm_worker_info *w = harness_workers(c, &n);
     ck_assert_int_le(n, 16);
     for (int p = 0; p < n; p++)
         for (int i = 0; i < n; i++)
@@ -495,20 +494,6 @@ END_TEST
 
 /* ---- reshard, names, delete ---------------------------------------------------- */
 
-static int64_t worker_bytes(sm_client *c)
-{
-    sm_worker_info *w = NULL;
-    int n = 0;
-    char err[512];
-    int64_t sum = 0;
-    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
-    for (int i = 0; i < n; i++)
-        for (int k = 0; k < w[i].ndevices; k++)
-            sum += w[i].device_bytes[k];
-    free(w);
-    return sum;
-}
-
 START_TEST(reshard_every_pair)
 {
     static const char *specs[] = {"P('x', 'y')", "P(None, 'x')", "P()", "P(('x', 'y'))"};
@@ -516,11 +501,11 @@ START_TEST(reshard_every_pair)
     sm_shape s = HARNESS_SHAPE(16, 8);
     sm_array *x = harness_array_iota(SM_I32, &s, 9);
     /* Settle: earlier tests' frees reach the coordinator with heartbeats. */
-    int64_t base = worker_bytes(c), prev = -1;
+    int64_t base = harness_bytes_held(c, 0), prev = -1;
     while (base != prev) {
         harness_sleep_ms(700);
         prev = base;
-        base = worker_bytes(c);
+        base = harness_bytes_held(c, 0);
     }
     char err[512];
 
@@ -554,7 +539,7 @@ START_TEST(reshard_every_pair)
     }
     /* Heartbeats carry the freed bytes back within a few hundred ms. */
     int64_t now = 0;
-    for (int tries = 0; tries < 100 && (now = worker_bytes(c)) != base; tries++)
+    for (int tries = 0; tries < 100 && (now = harness_bytes_held(c, 0)) != base; tries++)
         harness_sleep_ms(50);
     ck_assert_int_eq(now, base);
     sm_array_free(x);
@@ -642,11 +627,11 @@ END_TEST
 
 int main(void)
 {
-    return harness_run_suite(SUITE_CASE(
-        suite_create("e2e_arrays"), "cluster", 120, SUITE_UNCHECKED(clusters_up, clusters_down),
-        {guide_layouts_two_workers, N_GUIDE}, {guide_layouts_one_worker, N_GUIDE},
-        {meshes, 2 * N_MESH}, {dtype_round_trips, (int)(sizeof dtypes / sizeof dtypes[0])},
-        {multi_chunk}, {client_cache}, {put_shards_and_callback}, {put_callback},
-        {put_local_two_clients}, {put_local_missing_part_fails}, {reshard_every_pair},
-        {names_attach_and_delete}, {meshes_by_name}));
+    return HARNESS_CLUSTER_SUITE(
+        "e2e_arrays", 120, clusters_up, clusters_down, {guide_layouts_two_workers, N_GUIDE},
+        {guide_layouts_one_worker, N_GUIDE}, {meshes, 2 * N_MESH},
+        {dtype_round_trips, (int)(sizeof dtypes / sizeof dtypes[0])}, {multi_chunk}, {client_cache},
+        {put_shards_and_callback}, {put_callback}, {put_local_two_clients},
+        {put_local_missing_part_fails}, {reshard_every_pair}, {names_attach_and_delete},
+        {meshes_by_name});
 }

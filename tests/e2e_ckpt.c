@@ -273,6 +273,16 @@ static void copy_dir(const char *src, const char *dst)
     ck_assert_int_eq(system(cmd), 0);
 }
 
+/* A copy of the checkpoint good, as name (to damage), whose file file's
+ * path goes into path (700 bytes); returns the copy's directory. */
+static const char *damaged_copy(const char *good, const char *name, const char *file, char *path)
+{
+    const char *dir = ckpt_path(name);
+    copy_dir(good, dir);
+    snprintf(path, 700, "%s/%s", dir, file);
+    return dir;
+}
+
 /* A damaged checkpoint is refused with DATA_LOSS naming the file. */
 START_TEST(damaged_refused)
 {
@@ -284,15 +294,13 @@ START_TEST(damaged_refused)
     harness_put(c, x, "x=4,y=2", "P('x', 'y')", "damage_src");
     save_ok(c, (sm_array_ref){{0}, "damage_src"}, good, 8);
 
-    const char *trunc = ckpt_path("truncated"); /* a file cut short */
-    copy_dir(good, trunc);
-    snprintf(path, sizeof path, "%s/shard-00005.npy", trunc);
+    /* a file cut short */
+    const char *trunc = damaged_copy(good, "truncated", "shard-00005.npy", path);
     ck_assert_int_eq(truncate(path, 1000), 0);
     load_fails(c, trunc, SM_EDATALOSS, "shard-00005.npy is truncated", "from_trunc");
 
-    const char *flip = ckpt_path("corrupted"); /* one data byte changed */
-    copy_dir(good, flip);
-    snprintf(path, sizeof path, "%s/shard-00002.npy", flip);
+    /* one data byte changed */
+    const char *flip = damaged_copy(good, "corrupted", "shard-00002.npy", path);
     FILE *f = fopen(path, "r+b");
     ck_assert_ptr_nonnull(f);
     ck_assert_int_eq(fseek(f, 1000, SEEK_SET), 0);
@@ -302,27 +310,23 @@ START_TEST(damaged_refused)
     fclose(f);
     load_fails(c, flip, SM_EDATALOSS, "shard-00002.npy is corrupted", "from_flip");
 
-    const char *gone = ckpt_path("file_missing"); /* a shard file deleted */
-    copy_dir(good, gone);
-    snprintf(path, sizeof path, "%s/shard-00007.npy", gone);
+    /* a shard file deleted */
+    const char *gone = damaged_copy(good, "file_missing", "shard-00007.npy", path);
     ck_assert_int_eq(unlink(path), 0);
     load_fails(c, gone, SM_EDATALOSS, "shard-00007.npy", "from_gone");
 
-    const char *nomf = ckpt_path("no_manifest"); /* the manifest deleted */
-    copy_dir(good, nomf);
-    snprintf(path, sizeof path, "%s/manifest.json", nomf);
+    /* the manifest deleted */
+    const char *nomf = damaged_copy(good, "no_manifest", "manifest.json", path);
     ck_assert_int_eq(unlink(path), 0);
     load_fails(c, nomf, SM_EDATALOSS, "manifest.json is missing", "from_nomf");
 
-    const char *badmf = ckpt_path("bad_manifest"); /* the manifest cut in half */
-    copy_dir(good, badmf);
-    snprintf(path, sizeof path, "%s/manifest.json", badmf);
+    /* the manifest cut in half */
+    const char *badmf = damaged_copy(good, "bad_manifest", "manifest.json", path);
     ck_assert_int_eq(truncate(path, 300), 0);
     load_fails(c, badmf, SM_EDATALOSS, "manifest.json is malformed", "from_badmf");
 
-    const char *hole = ckpt_path("hole"); /* a manifest entry dropped */
-    copy_dir(good, hole);
-    snprintf(path, sizeof path, "%s/manifest.json", hole);
+    /* a manifest entry dropped */
+    const char *hole = damaged_copy(good, "hole", "manifest.json", path);
     json_t *m = manifest_load(hole);
     json_array_remove(json_object_get(m, "shards"), 3);
     ck_assert_int_eq(json_dump_file(m, path, 0), 0);
@@ -384,11 +388,9 @@ END_TEST
 /* "worker N at" of the worker holding device d. */
 static void worker_of(sm_client *c, int32_t d, char *buf, size_t len)
 {
-    sm_worker_info *w = NULL;
     int n = 0;
-    char err[512];
     buf[0] = 0;
-    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
+    sm_worker_info *w = harness_workers(c, &n);
     for (int i = 0; i < n; i++)
         for (int k = 0; k < w[i].ndevices; k++)
             if (w[i].devices[k] == d)
@@ -606,9 +608,9 @@ END_TEST
 
 int main(void)
 {
-    return harness_run_suite(SUITE_CASE(
-        suite_create("e2e_ckpt"), "cluster", 120, SUITE_UNCHECKED(clusters_up, clusters_down),
-        {save_load_any_sharding}, {replicated_written_once}, {dtypes, 5}, {load_names},
-        {damaged_refused}, {interrupted_save_incomplete}, {chunks_read_where_needed},
-        {killed_save_incomplete}, {relative_dir}, {cli_save_load}));
+    return HARNESS_CLUSTER_SUITE("e2e_ckpt", 120, clusters_up, clusters_down,
+                                 {save_load_any_sharding}, {replicated_written_once}, {dtypes, 5},
+                                 {load_names}, {damaged_refused}, {interrupted_save_incomplete},
+                                 {chunks_read_where_needed}, {killed_save_incomplete},
+                                 {relative_dir}, {cli_save_load});
 }

@@ -472,11 +472,9 @@ END_TEST
 /* The addresses of the alive workers holding devices 0 and 4, "" if none. */
 static void worker_addrs(sm_client *c, char out[2][SM_ADDR_MAX])
 {
-    sm_worker_info *w = NULL;
     int n = 0;
-    char err[512];
     out[0][0] = out[1][0] = 0;
-    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
+    sm_worker_info *w = harness_workers(c, &n);
     for (int i = 0; i < n; i++)
         if (w[i].alive && (w[i].devices[0] == 0 || w[i].devices[0] == NDEV))
             snprintf(out[w[i].devices[0] == NDEV], SM_ADDR_MAX, "%s", w[i].address);
@@ -593,11 +591,9 @@ END_TEST
 /* The id of the alive worker holding device dev (0 if none). */
 static uint32_t worker_id_of(sm_client *c, int32_t dev)
 {
-    sm_worker_info *w = NULL;
     int n = 0;
     uint32_t id = 0;
-    char err[512];
-    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
+    sm_worker_info *w = harness_workers(c, &n);
     for (int i = 0; i < n; i++)
         for (int d = 0; w[i].alive && d < w[i].ndevices; d++)
             if (w[i].devices[d] == dev)
@@ -749,21 +745,6 @@ START_TEST(test_spill_under_memory_limit)
 }
 END_TEST
 
-/* The sum of the bytes every alive worker reports holding. */
-static int64_t bytes_held(sm_client *c)
-{
-    sm_worker_info *w = NULL;
-    int n = 0;
-    int64_t sum = 0;
-    char err[512];
-    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
-    for (int i = 0; i < n; i++)
-        for (int d = 0; w[i].alive && d < w[i].ndevices; d++)
-            sum += w[i].device_bytes[d];
-    free(w);
-    return sum;
-}
-
 /* An array with 2 replicas (every block also on the other worker) outlives
  * the loss of either worker: degraded, read and resharded from the copies;
  * the worker started again under its id gets its shards and copies back.
@@ -843,7 +824,7 @@ START_TEST(test_replicas_survive_worker_loss)
     int64_t held = -1;
     for (int64_t until = sm_time_mono_ms() + 20000; held != 0 && sm_time_mono_ms() < until;
          harness_sleep_ms(100))
-        held = bytes_held(c);
+        held = harness_bytes_held(c, 1);
     ck_assert_int_eq(held, 0);
     sm_client_close(c);
 }
@@ -881,10 +862,13 @@ static void *bg_main(void *arg)
     return NULL;
 }
 
-/* Kills the coordinator once `name` is pending (or the operation ended);
- * returns 1 if it was still pending. */
-static int kill_when_pending(sm_client *c, const char *name, bg_op *op)
+/* Runs op in a thread and kills the coordinator once `name` is pending (or
+ * op ended); once op ends, checks the database and starts the coordinator
+ * again. Returns 1 if `name` was still pending. */
+static int kill_during(sm_client *c, const char *name, bg_op *op)
 {
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, bg_main, op), 0);
     int pending = 0;
     for (int64_t until = sm_time_mono_ms() + 20000; sm_time_mono_ms() < until;) {
         sm_err e;
@@ -897,7 +881,9 @@ static int kill_when_pending(sm_client *c, const char *name, bg_op *op)
         harness_sleep_ms(1);
     }
     kill_wait(&g.coord);
-    (void)op;
+    pthread_join(t, NULL);
+    check_db();
+    g.coord = coord_spawn(1);
     return pending;
 }
 
@@ -911,12 +897,7 @@ START_TEST(test_kill_during_upload_and_reshard)
     wait_alive(c, NWORKERS);
     put_only(c, "keep", "P('i', 'j')", 31);
     bg_op up = {0, SM_OK};
-    pthread_t t;
-    ck_assert_int_eq(pthread_create(&t, NULL, bg_main, &up), 0);
-    int was = kill_when_pending(c, "big", &up);
-    pthread_join(t, NULL);
-    check_db();
-    g.coord = coord_spawn(1);
+    int was = kill_during(c, "big", &up);
     sm_client_close(c);
     c = harness_client(&g.h);
     ck_assert_int_eq(harness_wait_state(c, (sm_array_ref){{0}, "keep"}, SM_ARRAY_READY, 20000),
@@ -944,20 +925,12 @@ START_TEST(test_kill_during_upload_and_reshard)
     ck_assert_msg(sm_client_put(c, SM_F32, &s, a->data, &sh, "src", NULL, err, sizeof err) == SM_OK,
                   "%s", err);
     bg_op rs = {1, SM_OK};
-    ck_assert_int_eq(pthread_create(&t, NULL, bg_main, &rs), 0);
-    was = kill_when_pending(c, "moved", &rs);
-    pthread_join(t, NULL);
-    check_db();
-    g.coord = coord_spawn(1);
+    was = kill_during(c, "moved", &rs);
     sm_client_close(c);
     c = harness_client(&g.h);
     ck_assert_int_eq(harness_wait_state(c, (sm_array_ref){{0}, "src"}, SM_ARRAY_READY, 20000),
                      SM_ARRAY_READY);
-    sm_array *got = NULL;
-    ck_assert_msg(sm_client_get(c, (sm_array_ref){{0}, "src"}, &got, err, sizeof err) == SM_OK,
-                  "%s", err);
-    ck_assert(!memcmp(got->data, a->data, (size_t)a->nbytes));
-    sm_array_free(got);
+    harness_assert_get(c, (sm_array_ref){{0}, "src"}, a);
     x = describe(c, (sm_array_ref){{0}, "moved"}, &e);
     if (was) {
         ck_assert_int_eq(e, SM_OK);
@@ -1001,10 +974,8 @@ START_TEST(test_local_workers_state_dir)
     ck_assert_int_eq(harness_wait_state(c, (sm_array_ref){{0}, "emb"}, SM_ARRAY_READY, 20000),
                      SM_ARRAY_READY);
     check_bits(c, (sm_array_ref){{0}, "emb"}, 41);
-    sm_worker_info *w = NULL;
     int n = 0;
-    char err[512];
-    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
+    sm_worker_info *w = harness_workers(c, &n);
     int alive = 0;
     for (int i = 0; i < n; i++)
         alive += w[i].alive;

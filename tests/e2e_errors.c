@@ -299,9 +299,8 @@ START_TEST(tokens)
     ck_assert_int_eq(sm_client_connect(h->target, &co, &c, err, sizeof err), SM_EAUTH);
     co.token = "s3cret";
     ck_assert_int_eq(sm_client_connect(h->target, &co, &c, err, sizeof err), SM_OK);
-    sm_worker_info *w = NULL;
     int n = 0;
-    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
+    sm_worker_info *w = harness_workers(c, &n);
     ck_assert_int_eq(n, 1);
     free(w);
     sm_client_close(c);
@@ -354,10 +353,9 @@ START_TEST(worker_killed)
     /* The coordinator still serves: one worker alive, and its devices take
      * a new array. */
     ck_assert_int_eq(harness_wait_workers(c, 1, 10000, err, sizeof err), SM_OK);
-    sm_worker_info *w = NULL;
     int n = 0;
     int32_t alive[2];
-    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
+    sm_worker_info *w = harness_workers(c, &n);
     for (int i = 0; i < n; i++)
         if (w[i].alive)
             memcpy(alive, w[i].devices, sizeof alive);
@@ -488,9 +486,9 @@ END_TEST
 
 int main(void)
 {
-    return harness_run_suite(SUITE_CASE(
-        suite_create("e2e_errors"), "cluster", 120, SUITE_UNCHECKED(cluster_up, cluster_down),
-        {unknown_arrays}, {bad_specs_refused, (int)(sizeof bad_specs / sizeof bad_specs[0])},
-        {duplicate_name}, {bad_uploads_then_good}, {put_shards_wrong_shape_server_side},
-        {still_serving}, {tokens}, {worker_killed}, {memory_limit}));
+    return HARNESS_CLUSTER_SUITE("e2e_errors", 120, cluster_up, cluster_down, {unknown_arrays},
+                                 {bad_specs_refused, (int)(sizeof bad_specs / sizeof bad_specs[0])},
+                                 {duplicate_name}, {bad_uploads_then_good},
+                                 {put_shards_wrong_shape_server_side}, {still_serving}, {tokens},
+                                 {worker_killed}, {memory_limit});
 }

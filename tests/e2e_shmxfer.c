@@ -53,11 +53,10 @@ static sm_client *connect_to(const harness_cluster *h, int no_shm)
 /* Bytes the cluster's workers moved through clients' segments so far. */
 static int64_t shm_bytes(const harness_cluster *h, sm_client *c)
 {
-    sm_worker_info *w = NULL;
     int n = 0;
     char err[512];
     int64_t total = 0;
-    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
+    sm_worker_info *w = harness_workers(c, &n);
     for (int k = 0; k < n; k++) {
         harness_cluster cred = *h;
         harness_use_cluster_credential(&cred); /* Stats is the cluster's */
@@ -217,10 +216,8 @@ END_TEST
  * devices. */
 static void a_worker(sm_client *c, char *addr, int32_t *dev)
 {
-    sm_worker_info *w = NULL;
     int n = 0;
-    char err[512];
-    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
+    sm_worker_info *w = harness_workers(c, &n);
     ck_assert_int_ge(n, 1);
     snprintf(addr, SM_ADDR_MAX, "%s", w[0].address);
     *dev = w[0].devices[0];
@@ -376,7 +373,6 @@ END_TEST
 
 int main(void)
 {
-    return harness_run_suite(SUITE_CASE(
-        suite_create("e2e_shmxfer"), "cluster", 240, SUITE_UNCHECKED(cluster_up, cluster_down),
-        {shm_round_trips}, {shm_forced_off}, {shm_grpc_workers}, {shm_faults}, {shm_tenant}));
+    return HARNESS_CLUSTER_SUITE("e2e_shmxfer", 240, cluster_up, cluster_down, {shm_round_trips},
+                                 {shm_forced_off}, {shm_grpc_workers}, {shm_faults}, {shm_tenant});
 }

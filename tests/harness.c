@@ -769,6 +769,26 @@ sm_program *harness_program(const char *text, const char *name)
     return p;
 }
 
+sm_worker_info *harness_workers(sm_client *c, int *n)
+{
+    sm_worker_info *w = NULL;
+    char err[512];
+    ck_assert_msg(sm_client_devices(c, &w, n, err, sizeof err) == SM_OK, "devices: %s", err);
+    return w;
+}
+
+int64_t harness_bytes_held(sm_client *c, int alive_only)
+{
+    int n = 0;
+    int64_t sum = 0;
+    sm_worker_info *w = harness_workers(c, &n);
+    for (int i = 0; i < n; i++)
+        for (int d = 0; (w[i].alive || !alive_only) && d < w[i].ndevices; d++)
+            sum += w[i].device_bytes[d];
+    free(w);
+    return sum;
+}
+
 sm_err harness_first_worker(sm_client *c, char *out, size_t len, char *err, size_t errlen)
 {
     sm_worker_info *w = NULL;

@@ -31,6 +31,7 @@
 #include "shmap.h"
 #include "sm_program.h"
 #include "sm_rpc.h"
+#include "suite_main.h"
 
 /* Secure mode's tokens (tenants HARNESS_TENANT and HARNESS_OTHER). */
 #define HARNESS_CLUSTER_TOKEN "harness-cluster-token-0123456789"
@@ -129,6 +130,13 @@ sm_array_ref harness_id_ref(sm_array_id id);
  * this process and gRPC is not fork-safe), frees s; returns the exit code
  * of a suite program (1 when a test failed). */
 int harness_run_suite(Suite *s);
+/* What main() of a suite named name returns when its tests share the
+ * clusters up starts and down stops: harness_run_suite of its one case,
+ * "cluster" (timeout seconds), with the tests listed as SUITE_CASE takes
+ * them. */
+#define HARNESS_CLUSTER_SUITE(name, timeout, up, down, ...)                                        \
+    harness_run_suite(SUITE_CASE(suite_create(name), "cluster", (timeout),                         \
+                                 SUITE_UNCHECKED((up), (down)), __VA_ARGS__))
 
 /* Pids of the cluster's worker processes (children of the coordinator), at
  * most max; returns the count. */
@@ -149,6 +157,14 @@ void harness_assert_get_at(int line, sm_client *c, sm_array_ref ref, const sm_ar
 /* In a Check test: the program text parses (name: its file in messages),
  * asserting it does; the caller frees it (sm_program_free). */
 sm_program *harness_program(const char *text, const char *name);
+
+/* In a Check test: the workers c's ListDevices names (*n of them),
+ * asserting it answers; the caller frees the array. */
+sm_worker_info *harness_workers(sm_client *c, int *n);
+
+/* In a Check test: the sum of the bytes on devices the workers c's
+ * ListDevices names report (with alive_only, the alive workers only). */
+int64_t harness_bytes_held(sm_client *c, int alive_only);
 
 /* The address of the first worker c's ListDevices names into out (len);
  * SM_ENOTFOUND when it names none. */
