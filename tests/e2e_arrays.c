@@ -87,9 +87,7 @@ static void round_trip(sm_client *c, const sm_array *x, const sm_sharding_ref *s
     sm_err e = sm_client_put(c, x->dtype, &x->shape, x->data, sh, NULL, &info, err, sizeof err);
     ck_assert_msg(e == SM_OK, "put: %s", err);
     check_info(&info, x->dtype, &x->shape, sh);
-    harness_assert_get(c, harness_id_ref(info.id), x);
-    ck_assert_int_eq(sm_client_delete(c, harness_id_ref(info.id), err, sizeof err), SM_OK);
-    sm_array_info_free(&info);
+    harness_assert_get_delete(c, &info, x);
 }
 
 typedef struct {
@@ -366,9 +364,7 @@ START_TEST(put_callback)
                                       sizeof err);
     ck_assert_msg(e == SM_OK, "put_callback: %s", err);
     ck_assert_int_eq(user.calls, 2); /* once per distinct index */
-    harness_assert_get(c, harness_id_ref(info.id), x);
-    sm_client_delete(c, harness_id_ref(info.id), err, sizeof err);
-    sm_array_info_free(&info);
+    harness_assert_get_delete(c, &info, x);
     sm_array_free(x);
     sm_client_close(c);
 }

@@ -70,9 +70,7 @@ static void load_check(sm_client *c, const char *dir, const sm_array *x, const c
     ck_assert_int_eq(info.sharding.mesh.ndevices, mesh.ndevices);
     if (name)
         ck_assert_str_eq(info.name, name);
-    harness_assert_get(c, harness_id_ref(info.id), x);
-    ck_assert_int_eq(sm_client_delete(c, harness_id_ref(info.id), err, sizeof err), SM_OK);
-    sm_array_info_free(&info);
+    harness_assert_get_delete(c, &info, x);
 }
 
 /* Loads dir expecting failure code want with `needle` in the sentence. */
@@ -435,9 +433,7 @@ START_TEST(chunks_read_where_needed)
     sm_sharding_ref sh = harness_sharding(&mesh, "i=2", devs, 2, "P('i')");
     sm_array_info info;
     ck_assert_int_eq(sm_client_load(c, dir, &sh, NULL, &info, err, sizeof err), SM_OK);
-    harness_assert_get(c, harness_id_ref(info.id), x);
-    ck_assert_int_eq(sm_client_delete(c, harness_id_ref(info.id), err, sizeof err), SM_OK);
-    sm_array_info_free(&info);
+    harness_assert_get_delete(c, &info, x);
     load_check(c, dir, x, "a=2,b=2,c=2", "P('a', ('b', 'c'))", NULL);
 
     worker_of(c, 0, wa, sizeof wa);

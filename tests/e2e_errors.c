@@ -277,9 +277,7 @@ START_TEST(still_serving)
     char err[512];
     ck_assert_int_eq(sm_client_put(c, SM_F32, &s, x->data, &sh, NULL, &info, err, sizeof err),
                      SM_OK);
-    harness_assert_get(c, harness_id_ref(info.id), x);
-    sm_client_delete(c, harness_id_ref(info.id), err, sizeof err);
-    sm_array_info_free(&info);
+    harness_assert_get_delete(c, &info, x);
     sm_array_free(x);
     sm_client_close(c);
 }

@@ -761,6 +761,15 @@ void harness_assert_get_at(int line, sm_client *c, sm_array_ref ref, const sm_ar
     sm_array_free(got);
 }
 
+void harness_assert_get_delete_at(int line, sm_client *c, sm_array_info *info, const sm_array *want)
+{
+    char err[512];
+    harness_assert_get_at(line, c, harness_id_ref(info->id), want);
+    ck_assert_msg(sm_client_delete(c, harness_id_ref(info->id), err, sizeof err) == SM_OK,
+                  "line %d: delete: %s", line, err);
+    sm_array_info_free(info);
+}
+
 sm_program *harness_program(const char *text, const char *name)
 {
     sm_program *p = NULL;

@@ -154,6 +154,13 @@ sm_array_id harness_put(sm_client *c, const sm_array *x, const char *axes, const
 void harness_assert_get_at(int line, sm_client *c, sm_array_ref ref, const sm_array *want);
 #define harness_assert_get(c, ...) harness_assert_get_at(__LINE__, (c), __VA_ARGS__)
 
+/* In a Check test: harness_assert_get of the array info describes, then
+ * deletes it (asserting that succeeds) and frees info. */
+void harness_assert_get_delete_at(int line, sm_client *c, sm_array_info *info,
+                                  const sm_array *want);
+#define harness_assert_get_delete(c, info, want)                                                   \
+    harness_assert_get_delete_at(__LINE__, (c), (info), (want))
+
 /* In a Check test: the program text parses (name: its file in messages),
  * asserting it does; the caller frees it (sm_program_free). */
 sm_program *harness_program(const char *text, const char *name);
