@@ -155,6 +155,16 @@ static void save_ok(sm_client *c, sm_array_ref ref, const char *dir, int want_fi
     ck_assert_int_gt(bytes, 0);
 }
 
+/* Puts x on mesh x=4,y=2 with spec as name (NULL: none) and saves it, by
+ * name or id, into dir (save_ok: want_files files); returns its id. */
+static sm_array_id put_saved(sm_client *c, const sm_array *x, const char *spec, const char *name,
+                             const char *dir, int want_files)
+{
+    sm_array_id id = harness_put(c, x, "x=4,y=2", spec, name);
+    save_ok(c, name ? (sm_array_ref){{0}, name} : harness_id_ref(id), dir, want_files);
+    return id;
+}
+
 /* Saved on (4, 2) by 2 workers, loaded onto other meshes, specs and the
  * 1-worker cluster, bit-exact each time. */
 START_TEST(save_load_any_sharding)
@@ -163,8 +173,7 @@ START_TEST(save_load_any_sharding)
     sm_array *x = harness_array_iota(SM_F32, &s, 7);
     sm_client *c = harness_client(g_two), *c1 = harness_client(g_one);
     const char *dir = ckpt_path("grid");
-    harness_put(c, x, "x=4,y=2", "P('x', 'y')", "grid");
-    save_ok(c, (sm_array_ref){{0}, "grid"}, dir, 8);
+    put_saved(c, x, "P('x', 'y')", "grid", dir, 8);
     ck_assert_int_eq(check_by_hand(dir, x), 8);
     load_check(c, dir, x, "i=8", "P('i')", "rows");
     load_check(c, dir, x, "i=8", "P(None, 'i')", NULL);
@@ -196,8 +205,7 @@ START_TEST(replicated_written_once)
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         snprintf(name, sizeof name, "rep%zu", i);
         const char *dir = ckpt_path(name);
-        sm_array_id id = harness_put(c, x, "x=4,y=2", rows[i].spec, NULL);
-        save_ok(c, harness_id_ref(id), dir, rows[i].files);
+        sm_array_id id = put_saved(c, x, rows[i].spec, NULL, dir, rows[i].files);
         ck_assert_int_eq(check_by_hand(dir, x), rows[i].files);
         json_t *m = manifest_load(dir);
         json_t *sh = json_object_get(m, "shards");
@@ -227,8 +235,7 @@ START_TEST(dtypes)
     char name[32];
     snprintf(name, sizeof name, "dtype_%s", sm_dtype_name(t));
     const char *dir = ckpt_path(name);
-    harness_put(c, x, "x=4,y=2", "P('x', 'y')", name);
-    save_ok(c, (sm_array_ref){{0}, name}, dir, 8);
+    put_saved(c, x, "P('x', 'y')", name, dir, 8);
     load_check(c, dir, x, "a=2,b=2,c=2", "P('c', ('a', 'b'))", NULL);
     sm_client_close(c);
     sm_array_free(x);
@@ -246,8 +253,7 @@ START_TEST(load_names)
     sm_array_info info;
     char err[512];
     const char *dir = ckpt_path("names");
-    harness_put(c, x, "x=4,y=2", "P('x', 'y')", "named_src");
-    save_ok(c, (sm_array_ref){{0}, "named_src"}, dir, 8);
+    put_saved(c, x, "P('x', 'y')", "named_src", dir, 8);
     ck_assert_int_eq(sm_client_load(c, dir, &sh, "named_copy", &info, err, sizeof err), SM_OK);
     ck_assert_str_eq(info.name, "named_copy");
     sm_array_info_free(&info);
@@ -287,10 +293,9 @@ START_TEST(damaged_refused)
     sm_shape s = HARNESS_SHAPE(64, 64);
     sm_array *x = harness_array_iota(SM_F32, &s, 5);
     sm_client *c = harness_client(g_two);
-    char path[700], err[512];
+    char path[700];
     const char *good = ckpt_path("good");
-    harness_put(c, x, "x=4,y=2", "P('x', 'y')", "damage_src");
-    save_ok(c, (sm_array_ref){{0}, "damage_src"}, good, 8);
+    put_saved(c, x, "P('x', 'y')", "damage_src", good, 8);
 
     /* a file cut short */
     const char *trunc = damaged_copy(good, "truncated", "shard-00005.npy", path);
@@ -334,7 +339,6 @@ START_TEST(damaged_refused)
     load_fails(c, ckpt_path("never_saved"), SM_ENOTFOUND, "never_saved", NULL);
     /* the good copy still loads, under a name a failed load did not take */
     load_check(c, good, x, "i=8", "P('i')", "from_trunc");
-    (void)err;
     sm_client_close(c);
     sm_array_free(x);
 }
@@ -422,8 +426,7 @@ START_TEST(chunks_read_where_needed)
     const int32_t devs[] = {0, 4};
     char path[700], wa[64], wb[64], err[512];
     const char *dir = ckpt_path("chunks");
-    sm_array_id id = harness_put(c, x, "x=4,y=2", "P()", NULL);
-    save_ok(c, harness_id_ref(id), dir, 1);
+    sm_array_id id = put_saved(c, x, "P()", NULL, dir, 1);
     json_t *m = manifest_load(dir);
     json_t *e = json_array_get(json_object_get(m, "shards"), 0);
     ck_assert_int_eq(json_integer_value(json_object_get(e, "chunk_bytes")), 4 << 20);
@@ -525,8 +528,7 @@ START_TEST(relative_dir)
     char cwd[4096], abs[700];
     ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
     ck_assert_int_eq(chdir(g_tmp), 0);
-    sm_array_id id = harness_put(c, x, "x=4,y=2", "P('x')", NULL);
-    save_ok(c, harness_id_ref(id), "rel/ckpt", 4);
+    put_saved(c, x, "P('x')", NULL, "rel/ckpt", 4);
     snprintf(abs, sizeof abs, "%s/rel/ckpt/manifest.json", g_tmp);
     ck_assert_int_eq(access(abs, R_OK), 0);
     load_check(c, "./rel/ckpt", x, "i=2", "P('i')", NULL);
