@@ -40,7 +40,7 @@ int main(int argc, char **argv)
     memset(y, 0, n * sizeof *y);
     char err[1024];
     sm_client *c = NULL;
-    sm_client_opts co = {0};
+    sm_client_opts co = {.stage_mb = SM_CLIENT_STAGE_MB_DEFAULT};
     sm_rpc_malloc_tune();
     if (sm_client_opts_from_env(&co, err, sizeof err) ||
         sm_client_connect(target, &co, &c, err, sizeof err)) {

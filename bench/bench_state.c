@@ -14,6 +14,8 @@
  *     bench_state [--runs N] [--upload-runs N] [--coordinator PATH]
  */
 #define _GNU_SOURCE
+#include <dirent.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,12 +128,39 @@ static int side_block(state_side *sd, const sm_program *prog, const sm_sharding_
     return 0;
 }
 
+/* Waits until the workers of the cluster with state dirs (dir) hold a
+ * disk copy (a .sum file) of every shard kept: shards of them in all,
+ * over 2 workers. 0 when they do, -1 after 60 s (a bench cannot tell a
+ * slow disk from a stuck writer sooner). */
+static int copies_written(const char *dir, int shards)
+{
+    for (int64_t t = 0; t < 60000; t += 10) {
+        int got = 0;
+        for (int k = 0; k < 2; k++) {
+            char path[PATH_MAX];
+            snprintf(path, sizeof path, "%s/worker-%d/shards", dir, k);
+            DIR *d = opendir(path);
+            struct dirent *de;
+            while (d && (de = readdir(d)))
+                got += strstr(de->d_name, ".sum") && !strstr(de->d_name, ".tmp");
+            if (d)
+                closedir(d);
+        }
+        if (got >= shards)
+            return 0;
+        usleep(10 * 1000);
+    }
+    return -1;
+}
+
 /* Both clusters run side by side and are measured in alternating blocks
  * (the order swapped every round), so that a change in the machine's load
  * falls on both alike. After a block on the cluster with state dirs, the
- * bench waits for its disk copies to be written before the other cluster's
- * block, so each cluster's uploads share the cores only with their own
- * background work. */
+ * bench waits until its disk copies are written (however fast the disk)
+ * before the next block, so that neither cluster's jobs run beside the
+ * other's, or its own, earlier uploads still going to disk; each
+ * cluster's uploads share the cores only with their own background
+ * work. */
 static int measure(const char *bin, const char *dir, int runs, int uploads, state_figures *without,
                    state_figures *with, char *err, size_t errlen)
 {
@@ -167,8 +196,10 @@ static int measure(const char *bin, const char *dir, int runs, int uploads, stat
         for (int k = 0; k < 2 && !rc; k++) {
             int c = (r + k) % 2;
             rc = side_block(&sd[c], prog, &sh, data, jobs, ups, 0, err, errlen);
-            if (c == 1)
-                usleep(500 * 1000); /* its copies are written: 50 ms delay, ~1 GB/s */
+            if (!rc && c == 1 && copies_written(dir, 8 * (sd[c].nkept + 1))) { /* + x */
+                snprintf(err, errlen, "the workers' disk copies were not written within 60 s");
+                rc = -1;
+            }
         }
     }
     if (!rc) {

@@ -174,7 +174,7 @@ int bench_cluster_start(bench_cluster *c, const char *bin, int workers, int devi
         return -1;
     }
     snprintf(c->target, sizeof c->target, "127.0.0.1:%d", port);
-    sm_client_opts o = {0};
+    sm_client_opts o = {.stage_mb = SM_CLIENT_STAGE_MB_DEFAULT};
     sm_rpc_malloc_tune(); /* as shmapctl's main does */
     if (sm_client_opts_from_env(&o, err, errlen) != SM_OK ||
         sm_client_connect(c->target, &o, cli, err, errlen) != SM_OK)

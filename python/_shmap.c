@@ -9,6 +9,7 @@
  *     .describe(ref) .list() .reshard(ref, mesh, spec, name) .replicate(ref, n) .delete(ref)
  *     .save(ref, dir) .load(dir, mesh, spec, name)
  *     .get_shard(ref, device) .put_shards(...) .put_local(...) .mesh_create(...)
+ *     .alloc(nbytes) -> SharedBuffer   memory of sm_client_alloc, freed with the object
  *     .submit(text, file, entry, args, out_names, check_vma) .wait(job, ms)
  *     .cancel(job) .run(...)
  *   sharding_info(mesh, spec, shape)  offline: shard shape, per-device index
@@ -258,6 +259,8 @@ static PyObject *info_reply(sm_err e, const char *err, sm_array_info *info)
 typedef struct {
     PyObject_HEAD sm_client *c;
     PyObject *progress; /* callable(done, total) or NULL */
+    Py_ssize_t nbufs;   /* SharedBuffers alive: c is closed after the last */
+    int closed;         /* close() was called */
 } Client;
 
 /* libshmap's progress callback, from whichever thread moves the bytes. */
@@ -292,15 +295,15 @@ static int Client_init(Client *self, PyObject *args, PyObject *kw)
                         .timeout_ms = timeout_ms,
                         .tls_ca = tls_ca,
                         .tls_cert = tls_cert,
-                        .tls_key = tls_key};
+                        .tls_key = tls_key,
+                        .stage_mb = SM_CLIENT_STAGE_MB_DEFAULT};
     if (self->progress) {
         o.progress = Client_progress;
         o.progress_user = self;
     }
     char err[ERRLEN];
     sm_rpc_malloc_tune(); /* the package configures its process as shmapctl's main does */
-    sm_err e =
-        sm_client_opts_from_env(&o, err, sizeof err); /* SHMAP_RELAY, SHMAP_CLIENT_CACHE_MB */
+    sm_err e = sm_client_opts_from_env(&o, err, sizeof err); /* SHMAP_RELAY, SHMAP_CLIENT_*_MB */
     if (e) {
         raise_err(e, err);
         return -1;
@@ -324,19 +327,98 @@ static void Client_dealloc(Client *self)
 
 static int Client_ok(Client *self)
 {
-    if (!self->c) {
+    if (!self->c || self->closed) {
         PyErr_SetString(PyExc_RuntimeError, "the client is closed");
         return 0;
     }
     return 1;
 }
 
+/* Closes c once closed and no SharedBuffer is left (their memory is c's). */
+static void Client_release(Client *self)
+{
+    if (self->c && self->closed && self->nbufs == 0) {
+        sm_client_close(self->c);
+        self->c = NULL;
+    }
+}
+
 static PyObject *Client_close(Client *self, PyObject *unused)
 {
-    if (self->c)
-        sm_client_close(self->c);
-    self->c = NULL;
+    self->closed = 1;
+    Client_release(self);
     Py_RETURN_NONE;
+}
+
+/* ---- SharedBuffer ---- */
+
+/* A buffer of sm_client_alloc: memory in a shared-memory segment of the
+ * client (zero-filled), exported through the buffer protocol (writable),
+ * freed with this object; a numpy array over it keeps it alive as its
+ * base. Holds its Client, which closes the connection only after its
+ * last buffer is gone. */
+typedef struct {
+    PyObject_HEAD Client *client; /* strong reference */
+    void *p;
+    Py_ssize_t len;
+} SharedBuffer;
+
+static void SharedBuffer_dealloc(SharedBuffer *self)
+{
+    Client *cl = self->client;
+    if (cl) {
+        sm_client_free(cl->c, self->p);
+        cl->nbufs--;
+        Client_release(cl);
+        Py_DECREF(cl);
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int SharedBuffer_getbuffer(SharedBuffer *self, Py_buffer *view, int flags)
+{
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->p, self->len, 0, flags);
+}
+
+static PyBufferProcs SharedBuffer_as_buffer = {
+    .bf_getbuffer = (getbufferproc)SharedBuffer_getbuffer,
+};
+
+static PyTypeObject SharedBufferType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_shmap.SharedBuffer",
+    .tp_basicsize = sizeof(SharedBuffer),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Memory of sm_client_alloc: a shared-memory segment of its client.",
+    .tp_dealloc = (destructor)SharedBuffer_dealloc,
+    .tp_as_buffer = &SharedBuffer_as_buffer,
+};
+
+/* alloc(nbytes) -> SharedBuffer */
+static PyObject *Client_alloc(Client *self, PyObject *args)
+{
+    Py_ssize_t n;
+    if (!Client_ok(self) || !PyArg_ParseTuple(args, "n", &n))
+        return NULL;
+    if (n < 0)
+        return PyErr_Format(PyExc_ValueError, "cannot allocate %zd bytes", n);
+    SharedBuffer *b = PyObject_New(SharedBuffer, &SharedBufferType);
+    if (!b)
+        return NULL;
+    b->client = NULL;
+    b->p = NULL;
+    b->len = n;
+    char err[ERRLEN];
+    sm_err e;
+    Py_BEGIN_ALLOW_THREADS e = sm_client_alloc(self->c, (size_t)n, &b->p, err, sizeof err);
+    Py_END_ALLOW_THREADS if (e)
+    {
+        Py_DECREF(b);
+        return raise_err(e, err);
+    }
+    Py_INCREF(self);
+    b->client = self;
+    self->nbufs++;
+    return (PyObject *)b;
 }
 
 static PyObject *Client_devices(Client *self, PyObject *unused)
@@ -792,7 +874,10 @@ static PyObject *Client_cancel(Client *self, PyObject *a)
 }
 
 static PyMethodDef Client_methods[] = {
-    {"close", (PyCFunction)Client_close, METH_NOARGS, "Closes the connection."},
+    {"close", (PyCFunction)Client_close, METH_NOARGS,
+     "Closes the connection (once its last SharedBuffer is gone)."},
+    {"alloc", (PyCFunction)Client_alloc, METH_VARARGS,
+     "alloc(nbytes) -> SharedBuffer: zero-filled memory in a shared-memory segment."},
     {"devices", (PyCFunction)Client_devices, METH_NOARGS, "The workers and their devices."},
     {"mesh_create", (PyCFunction)Client_mesh_create, METH_VARARGS,
      "Creates a mesh; returns it with its device order."},
@@ -963,7 +1048,7 @@ static struct PyModuleDef module_def = {
 
 PyMODINIT_FUNC PyInit__shmap(void)
 {
-    if (PyType_Ready(&ClientType) < 0)
+    if (PyType_Ready(&ClientType) < 0 || PyType_Ready(&SharedBufferType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (!m)

@@ -34,6 +34,7 @@ static void *sm_reaper_run(void *arg)
         sm_reg_free *f = NULL;
         int nf = 0;
         sm_registry_reap(rp->reg, sm_time_mono_ms(), rp->lost_after_ms, &f, &nf);
+        sm_registry_checkpoint(rp->reg, sm_time_mono_ms());
         sm_relay_free(f, nf, rp->call_deadline_ms);
         free(f);
         pthread_mutex_lock(&rp->mu);

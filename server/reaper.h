@@ -1,6 +1,8 @@
 /* reaper: the coordinator's periodic thread. About every period_ms it
  * fails pending arrays past their deadline and marks silent workers lost
- * (sm_registry_reap), then sends the resulting FreeArray requests.
+ * (sm_registry_reap), then sends the resulting FreeArray requests; with
+ * a state dir it also makes the database's checkpoints
+ * (sm_registry_checkpoint).
  *
  * Ownership: sm_reaper_start returns a reaper owned by the caller, stopped
  * and freed by sm_reaper_stop. The registry is borrowed and must outlive

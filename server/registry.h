@@ -326,5 +326,10 @@ sm_err sm_registry_load_begin(sm_registry *r, const sm_svc_load_req *req, const 
  * go to *frees (malloc'd, caller frees). */
 void sm_registry_reap(sm_registry *r, int64_t now_ms, int64_t lost_after_ms, sm_reg_free **frees,
                       int *nfrees);
+/* Periodic work with a state dir: copies the database's write-ahead log
+ * into it (a checkpoint, with its fdatasyncs) once no change came for a
+ * moment, or the log grew large, so that commits on a request's path do
+ * not. No-op without a state dir or with little to copy. */
+void sm_registry_checkpoint(sm_registry *r, int64_t now_ms);
 
 #endif

@@ -161,7 +161,7 @@ struct sm_registry {
     struct {
         const char *sql;
         sqlite3_stmt *st;
-    } stmts[16];
+    } stmts[24];
     /* What the counters row holds: ids are handed out in blocks, so most
      * changes need not rewrite it (a restart starts past the block). */
     int ids_saved;
@@ -174,6 +174,10 @@ struct sm_registry {
     int repair_hint;
     int tx_depth;  /* open sm_reg_tx_begin calls */
     int tx_failed; /* a write inside the open transaction failed */
+    /* The write-ahead log's pages since its last checkpoint, and when a
+     * commit last added to it (sm_registry_checkpoint). */
+    int wal_pages;
+    int64_t wal_change_ms;
 };
 
 /* An array name against --max-name-length (r->mu held). */

@@ -65,13 +65,18 @@ static int sm_reg_exec(sm_registry *r, const char *sql)
     return sqlite3_exec(r->db, sql, NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
 }
 
+static int sm_reg_run(sm_registry *r, const char *sql, const char *fmt, ...);
+
+/* Every registry change ends with a commit on the request's path, so
+ * BEGIN and COMMIT are prepared once, as the statements are (sm_reg_run),
+ * instead of parsed each time. */
 void sm_reg_tx_begin(sm_registry *r)
 {
     if (!r->db)
         return;
     if (r->tx_depth++ == 0) {
         r->tx_failed = 0;
-        if (sm_reg_exec(r, "BEGIN IMMEDIATE"))
+        if (sm_reg_run(r, "BEGIN IMMEDIATE", ""))
             sm_reg_db_log(r, "begin a transaction");
     }
 }
@@ -80,10 +85,51 @@ void sm_reg_tx_end(sm_registry *r)
 {
     if (!r->db || --r->tx_depth > 0)
         return;
-    if (sm_reg_exec(r, "COMMIT")) {
+    if (sm_reg_run(r, "COMMIT", "")) {
         sm_reg_db_log(r, "commit");
-        sm_reg_exec(r, "ROLLBACK");
+        sm_reg_run(r, "ROLLBACK", "");
     }
+}
+
+/* Checkpoints (copying the write-ahead log into the database, with an
+ * fdatasync of each) take milliseconds on a slow disk. SQLite makes one
+ * inside the commit that takes the log past 1000 pages, so one change in
+ * a few hundred waited for it. Instead the commit only notes the log's
+ * size and the reaper checkpoints (sm_registry_checkpoint) once the
+ * registry has been quiet for a moment, or the log has grown large; a
+ * commit still checkpoints itself past a hard limit, should the reaper
+ * fall behind. Durability is unchanged: a commit is in the log either
+ * way, and the log is replayed at open. */
+#define SM_REG_WAL_QUIET_MS     100
+#define SM_REG_WAL_IDLE_PAGES   256   /* checkpoint in a quiet moment from this size */
+#define SM_REG_WAL_BUSY_PAGES   16384 /* 64 MiB: checkpoint even when never quiet */
+#define SM_REG_WAL_COMMIT_PAGES 65536 /* 256 MiB: the commit checkpoints itself */
+
+static int sm_reg_wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
+{
+    sm_registry *r = arg;
+    r->wal_pages = pages;
+    r->wal_change_ms = sm_time_mono_ms();
+    if (pages >= SM_REG_WAL_COMMIT_PAGES &&
+        sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL) == SQLITE_OK)
+        r->wal_pages = 0;
+    return SQLITE_OK;
+}
+
+void sm_registry_checkpoint(sm_registry *r, int64_t now_ms)
+{
+    pthread_mutex_lock(&r->mu);
+    if (r->db && !r->tx_depth &&
+        (r->wal_pages >= SM_REG_WAL_BUSY_PAGES ||
+         (r->wal_pages >= SM_REG_WAL_IDLE_PAGES &&
+          now_ms - r->wal_change_ms >= SM_REG_WAL_QUIET_MS))) {
+        if (sqlite3_wal_checkpoint_v2(r->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL) ==
+            SQLITE_OK)
+            r->wal_pages = 0;
+        else
+            sm_reg_db_log(r, "copy its log into the database (a checkpoint)");
+    }
+    pthread_mutex_unlock(&r->mu);
 }
 
 /* Runs sql with the values bound by the caller's format: 'i' int64, 't'
@@ -660,7 +706,7 @@ sm_err sm_registry_open_state(sm_registry *r, const char *dir, char *err, size_t
      * first write below and kept until the database is closed. */
     if (sm_reg_exec(r, "PRAGMA locking_mode = EXCLUSIVE") ||
         sm_reg_exec(r, "PRAGMA journal_mode = WAL") ||
-        sm_reg_exec(r, "PRAGMA synchronous = NORMAL") || sm_reg_exec(r, "BEGIN IMMEDIATE")) {
+        sm_reg_exec(r, "PRAGMA synchronous = NORMAL") || sm_reg_run(r, "BEGIN IMMEDIATE", "")) {
         e = sqlite3_errcode(r->db) == SQLITE_BUSY ? sm_reg_in_use(path, err, errlen)
                                                   : sm_reg_db_fail(r, path, "set up", err, errlen);
         goto fail;
@@ -699,10 +745,11 @@ sm_err sm_registry_open_state(sm_registry *r, const char *dir, char *err, size_t
         goto fail;
     }
     r->tx_depth = 0;
-    if (sm_reg_exec(r, "COMMIT")) {
+    if (sm_reg_run(r, "COMMIT", "")) {
         e = sm_reg_db_fail(r, path, "write", err, errlen);
         goto fail;
     }
+    sqlite3_wal_hook(r->db, sm_reg_wal_hook, r); /* in place of SQLite's own checkpoints */
     SM_INFO("registry state in %s: %d workers, %d meshes, %d arrays known from before; next "
             "array id %llu",
             path, r->nworkers, r->nmeshes, r->narrays, (unsigned long long)r->next_array);

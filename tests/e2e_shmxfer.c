@@ -8,7 +8,11 @@
  * segment truncated under the worker is DATA_LOSS, a segment that does not
  * exist NOT_FOUND naming it, a ShmRef from a tenant PERMISSION_DENIED and
  * one sent to the coordinator INVALID_ARGUMENT; /dev/shm holds no segment
- * of the client after sm_client_close. */
+ * of the client after sm_client_close. Arrays in ordinary memory go
+ * through the client's staging segments (sm_client_opts.stage_mb): moved
+ * through shared memory, bit-exact, one segment reused, within the bound,
+ * streamed below CLIENT_STAGE_MIN, with stage_mb 0, no_shm, --transport
+ * grpc workers and a tenant's client. */
 #include <check.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -39,15 +43,22 @@ static void cluster_down(void)
     harness_cluster_down(&g_two);
 }
 
-static sm_client *connect_to(const harness_cluster *h, int no_shm)
+/* A client of h; stage_mb 0 (harness_client_opts): no staging. */
+static sm_client *connect_staged(const harness_cluster *h, int no_shm, int64_t stage_mb)
 {
     sm_client_opts o = harness_client_opts(h);
     sm_client *c = NULL;
     char err[512];
     o.no_shm = no_shm;
+    o.stage_mb = stage_mb;
     sm_err e = sm_client_connect(h->target, &o, &c, err, sizeof err);
     ck_assert_msg(e == SM_OK, "connect: %s", err);
     return c;
+}
+
+static sm_client *connect_to(const harness_cluster *h, int no_shm)
+{
+    return connect_staged(h, no_shm, 0);
 }
 
 /* Bytes the cluster's workers moved through clients' segments so far. */
@@ -182,6 +193,123 @@ START_TEST(shm_round_trips)
 }
 END_TEST
 
+/* Puts an iota array of shape s (f32) from ordinary memory with spec over
+ * axes, fetches it back into ordinary memory twice (a buffer of the
+ * caller's, a new array), compares bit-exact; returns the bytes the
+ * workers moved through shared memory meanwhile. */
+static int64_t staged_round_trip(const harness_cluster *h, sm_client *c, const char *axes,
+                                 const char *spec, sm_shape s)
+{
+    sm_mesh mesh;
+    sm_sharding_ref sh = harness_sharding(&mesh, axes, NULL, 0, spec);
+    sm_array *x = harness_array_iota(SM_F32, &s, 5), *back = NULL;
+    void *dst = malloc((size_t)x->nbytes);
+    sm_array_info info;
+    char err[512];
+    int64_t before = shm_bytes(h, c);
+
+    ck_assert_ptr_nonnull(dst);
+    memset(dst, 0xa5, (size_t)x->nbytes);
+    sm_err e = sm_client_put(c, SM_F32, &s, x->data, &sh, NULL, &info, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "put %s %s: %s", axes, spec, err);
+    e = sm_client_get_into(c, &info, dst, (size_t)x->nbytes, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "get_into %s %s: %s", axes, spec, err);
+    ck_assert_msg(memcmp(dst, x->data, (size_t)x->nbytes) == 0, "%s %s: not bit-exact", axes, spec);
+    ck_assert_int_eq(sm_client_get(c, harness_id_ref(info.id), &back, err, sizeof err), SM_OK);
+    ck_assert_msg(memcmp(back->data, x->data, (size_t)x->nbytes) == 0, "%s %s: get not bit-exact",
+                  axes, spec);
+    sm_array_free(back);
+    ck_assert_int_eq(sm_client_delete(c, harness_id_ref(info.id), err, sizeof err), SM_OK);
+    sm_array_info_free(&info);
+    sm_array_free(x);
+    free(dst);
+    return shm_bytes(h, c) - before;
+}
+
+START_TEST(shm_staging)
+{
+    /* arrays in ordinary memory through the client's staging segments:
+     * uploads and both kinds of download move through shared memory
+     * (each at least the array's bytes), bit-exact, and every transfer
+     * reuses one segment */
+    static const struct {
+        const char *axes, *spec;
+    } cases[] = {
+        {"x=8", "P('x')"},
+        {"x=4,y=2", "P(None, 'y')"}, /* strided column boxes, replicas on both workers */
+        {"x=8", "P()"},              /* replicated: one target spanning both workers */
+    };
+    sm_shape s = HARNESS_SHAPE(1024, 2048); /* 8 MiB, over CLIENT_STAGE_MIN */
+    int64_t nbytes = (int64_t)1024 * 2048 * 4;
+    char names[8][SM_SHM_NAME_MAX];
+    sm_client *c = connect_staged(g_two, 0, 16);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int64_t moved = staged_round_trip(g_two, c, cases[i].axes, cases[i].spec, s);
+        ck_assert_msg(moved >= 3 * nbytes, "%s %s: %lld bytes through shared memory", cases[i].axes,
+                      cases[i].spec, (long long)moved);
+    }
+    ck_assert_int_eq(my_segments(names, 8), 1);
+    /* sm_client_put_shards and sm_client_get_shard: each 8 MiB block
+     * through the segment too (replicated: every device holds it whole) */
+    sm_mesh mesh;
+    sm_sharding_ref sh = harness_sharding(&mesh, "x=2", NULL, 0, "P()");
+    sm_mesh_info mi;
+    sm_array_info info;
+    sm_array *x = harness_array_iota(SM_F32, &s, 9), *back = NULL;
+    const sm_array *blocks[2] = {x, x};
+    char err[512];
+    int64_t before = shm_bytes(g_two, c);
+    ck_assert_int_eq(sm_client_mesh_create(c, &mesh, 1, NULL, &mi, err, sizeof err), SM_OK);
+    mesh = mi.mesh;
+    sh.default_order = 0;
+    sm_err e = sm_client_put_shards(c, SM_F32, &s, &sh, NULL, 2, mesh.devices, blocks, &info, err,
+                                    sizeof err);
+    ck_assert_msg(e == SM_OK, "put_shards: %s", err);
+    e = sm_client_get_shard(c, harness_id_ref(info.id), mesh.devices[1], &back, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "get_shard: %s", err);
+    ck_assert_int_eq(memcmp(back->data, x->data, (size_t)x->nbytes), 0);
+    ck_assert_int_ge(shm_bytes(g_two, c) - before, 3 * nbytes);
+    ck_assert_int_eq(sm_client_delete(c, harness_id_ref(info.id), err, sizeof err), SM_OK);
+    sm_array_free(back);
+    sm_array_free(x);
+    sm_array_info_free(&info);
+    ck_assert_int_eq(my_segments(names, 8), 1);
+    /* a larger array: the idle 8 MiB segment makes room for a 12 MiB one
+     * (16 MiB the bound); one larger than the bound streams */
+    sm_shape s12 = HARNESS_SHAPE(1536, 2048), s20 = HARNESS_SHAPE(2560, 2048);
+    ck_assert_int_ge(staged_round_trip(g_two, c, "x=8", "P('x')", s12), 3 * nbytes * 3 / 2);
+    ck_assert_int_eq(my_segments(names, 8), 1);
+    ck_assert_int_eq(staged_round_trip(g_two, c, "x=8", "P('x')", s20), 0);
+    /* an array under CLIENT_STAGE_MIN streams */
+    ck_assert_int_eq(staged_round_trip(g_two, c, "x=8", "P('x')", HARNESS_SHAPE(256, 1024)), 0);
+    /* the staging segments go at close */
+    sm_client_close(c);
+    ck_assert_int_eq(my_segments(names, 8), 0);
+    /* SHMAP_CLIENT_STAGE_MB sets it; a bad value, or a stage_mb out of
+     * range, is INVALID_ARGUMENT naming it */
+    sm_client_opts o = {.stage_mb = 3};
+    setenv("SHMAP_CLIENT_STAGE_MB", "7", 1);
+    ck_assert_int_eq(sm_client_opts_from_env(&o, err, sizeof err), SM_OK);
+    ck_assert_int_eq(o.stage_mb, 7);
+    setenv("SHMAP_CLIENT_STAGE_MB", "7x", 1);
+    ck_assert_int_eq(sm_client_opts_from_env(&o, err, sizeof err), SM_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "SHMAP_CLIENT_STAGE_MB"));
+    unsetenv("SHMAP_CLIENT_STAGE_MB");
+    o = harness_client_opts(g_two);
+    o.stage_mb = -1;
+    ck_assert_int_eq(sm_client_connect(g_two->target, &o, &c, err, sizeof err), SM_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "stage_mb"));
+    /* stage_mb 0, or no_shm (SHMAP_TRANSPORT=grpc): the streams */
+    c = connect_staged(g_two, 0, 0);
+    ck_assert_int_eq(staged_round_trip(g_two, c, "x=8", "P('x')", s), 0);
+    sm_client_close(c);
+    c = connect_staged(g_two, 1, 16);
+    ck_assert_int_eq(staged_round_trip(g_two, c, "x=8", "P('x')", s), 0);
+    ck_assert_int_eq(my_segments(names, 8), 0);
+    sm_client_close(c);
+}
+END_TEST
+
 START_TEST(shm_forced_off)
 {
     /* SHMAP_TRANSPORT=grpc: the same transfers through the streams */
@@ -207,6 +335,10 @@ START_TEST(shm_grpc_workers)
     harness_use_cluster_credential(h);
     sm_client *c = connect_to(h, 0);
     round_trips(h, c, 0);
+    sm_client_close(c);
+    /* nor through a staging segment, from ordinary memory */
+    c = connect_staged(h, 0, 16);
+    ck_assert_int_eq(staged_round_trip(h, c, "x=8", "P('x')", HARNESS_SHAPE(1024, 2048)), 0);
     sm_client_close(c);
     harness_cluster_stop(h);
 }
@@ -368,11 +500,16 @@ START_TEST(shm_tenant)
     c = connect_to(&g_tenant, 0);
     round_trips(g_two, c, 0);
     sm_client_close(c);
+    /* and its arrays in ordinary memory too (no staging) */
+    c = connect_staged(&g_tenant, 0, 16);
+    ck_assert_int_eq(staged_round_trip(g_two, c, "x=8", "P('x')", HARNESS_SHAPE(1024, 2048)), 0);
+    sm_client_close(c);
 }
 END_TEST
 
 int main(void)
 {
     return HARNESS_CLUSTER_SUITE("e2e_shmxfer", 240, cluster_up, cluster_down, {shm_round_trips},
-                                 {shm_forced_off}, {shm_grpc_workers}, {shm_faults}, {shm_tenant});
+                                 {shm_staging}, {shm_forced_off}, {shm_grpc_workers}, {shm_faults},
+                                 {shm_tenant});
 }

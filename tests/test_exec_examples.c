@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "sm_example.h"
+#include "sm_exec.h"
 #include "sm_exec_local.h"
 #include "sm_lower.h"
 #include "suite_main.h"
@@ -215,11 +216,38 @@ START_TEST(test_sidecar_errors)
 }
 END_TEST
 
+/* The one reading of the `# check_vma` directive (sm_exec_text_check_vma),
+ * which shmapctl run, shmapctl check and this suite all use: a leading
+ * comment line whose text is `check_vma`, then `:` or `=`, then `false`
+ * (any case) or `0`. */
+static const struct {
+    const char *text;
+    int check;
+} directives[] = {
+    {"# check_vma: false\nx\n", 0},
+    {"# a note\n#check_vma=False\n", 0},
+    {"#  check_vma : FALSE\n", 0},
+    {"# check_vma: 0\n", 0},
+    {"# check_vma: true\n", 1},
+    {"# see check_vma: false below\n", 1}, /* not the directive, a mention */
+    {"\n# check_vma: false\n", 1},         /* not among the leading comment lines */
+    {"mesh i=2\n# check_vma: false\n", 1},
+    {"", 1},
+};
+
+START_TEST(test_check_vma_directive)
+{
+    ck_assert_msg(sm_exec_text_check_vma(directives[_i].text) == directives[_i].check, "%s",
+                  directives[_i].text);
+}
+END_TEST
+
 int main(void)
 {
     return suite_main(
         SUITE_CASE(suite_create("exec_examples"), "examples", 60, NULL,
                    {test_required_example, (int)(sizeof required / sizeof required[0])},
                    {test_all_examples}, {test_slice_and_average_numbers},
-                   {test_sidecar_errors, (int)(sizeof sidecar_errors / sizeof sidecar_errors[0])}));
+                   {test_sidecar_errors, (int)(sizeof sidecar_errors / sizeof sidecar_errors[0])},
+                   {test_check_vma_directive, (int)(sizeof directives / sizeof directives[0])}));
 }

@@ -24,6 +24,8 @@ typedef struct {
     int *pick;  /* positions in all, one per distinct index */
     int *first; /* ngroups + 1 */
     void *dst;
+    void *out; /* the caller's memory (from its page), where dst is a staging segment */
+    size_t outlen;
     client_progress prog;
 } fetch_job;
 
@@ -139,6 +141,19 @@ static sm_err fetch_task(void *user, int i, char *err, size_t errlen)
                                  &j->info->shape, &j->prog, err, errlen);
 }
 
+/* fetch_task when the workers write into a staging segment: index 0
+ * maps the pages of the caller's memory meanwhile (a new array's page
+ * faults would otherwise come one by one in the copy out of the
+ * segment, after the workers are done), the others fetch. */
+static sm_err fetch_staged_task(void *user, int i, char *err, size_t errlen)
+{
+    fetch_job *j = user;
+    if (i > 0)
+        return fetch_task(user, i - 1, err, errlen);
+    (void)madvise(j->out, j->outlen, MADV_POPULATE_WRITE);
+    return SM_OK;
+}
+
 /* Groups j->pick by worker, at most SM_MAX_WORKER_DEVICES shards a group. */
 static sm_err group_by_worker(fetch_job *j, char *err, size_t errlen)
 {
@@ -193,9 +208,22 @@ static sm_err fetch_all(sm_client *c, const sm_array_info *info, void *dst, char
         free(j.all);
         return e;
     }
+    /* Into ordinary memory from workers on this host: through a staging
+     * segment, which the workers write into, copied out after */
+    void *stage = client_stage_take(c, info, 1, dst, total);
     client_progress_init(&j.prog, c, total);
-    e = sm_tpool_run(NULL, j.ngroups, 2, fetch_task, &j, err, errlen);
+    if (stage) {
+        j.dst = stage;
+        j.out = (void *)((uintptr_t)dst & ~(uintptr_t)(sysconf(_SC_PAGESIZE) - 1));
+        j.outlen = (size_t)total + (size_t)((char *)dst - (char *)j.out);
+        e = sm_tpool_run(NULL, j.ngroups + 1, 3, fetch_staged_task, &j, err, errlen);
+    } else {
+        e = sm_tpool_run(NULL, j.ngroups, 2, fetch_task, &j, err, errlen);
+    }
     client_progress_destroy(&j.prog);
+    if (stage && !e)
+        memcpy(dst, stage, (size_t)total);
+    client_stage_give(c, stage);
     free(j.pick);
     free(j.first);
     free(j.all);
@@ -369,9 +397,14 @@ sm_err sm_client_get_shard(sm_client *c, sm_array_ref ref, int32_t device, sm_ar
         goto done;
     client_progress_init(&prog, c, a->nbytes);
     unsigned char grant[SM_GRANT_LEN];
-    e = client_download_box(
-        c, s->worker_address, s->stored_as ? (sm_array_id){s->stored_as} : info.id, s->device,
-        client_grants(c, 1, &s, grant), info.dtype, a->data, &shape, &full, &prog, err, errlen);
+    void *stage = client_stage_take(c, &info, 1, a->data, a->nbytes);
+    e = client_download_box(c, s->worker_address,
+                            s->stored_as ? (sm_array_id){s->stored_as} : info.id, s->device,
+                            client_grants(c, 1, &s, grant), info.dtype, stage ? stage : a->data,
+                            &shape, &full, &prog, err, errlen);
+    if (stage && !e)
+        memcpy(a->data, stage, (size_t)a->nbytes);
+    client_stage_give(c, stage);
     client_progress_destroy(&prog);
     if (e) {
         sm_array_free(a);

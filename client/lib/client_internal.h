@@ -34,10 +34,36 @@ struct sm_client {
 };
 
 /* ---- shared memory (client_shm.c) ------------------------------------------
- * Buffers of sm_client_alloc and which workers share this host's memory. */
-sm_err client_shm_create(sm_client *c, char *err, size_t errlen);
-/* Unlinks and unmaps every buffer still allocated. */
+ * Buffers of sm_client_alloc, the staging segments of arrays in ordinary
+ * memory, and which workers share this host's memory. */
+/* stage_max: bytes the staging segments may hold together (0: none). */
+sm_err client_shm_create(sm_client *c, size_t stage_max, char *err, size_t errlen);
+/* Unlinks and unmaps every buffer still allocated, staging ones too. */
 void client_shm_close(sm_client *c);
+/* A transfer smaller than this streams: at 1 MiB (8 shards of 128 KiB)
+ * staging measured no better than the streams, at 4 MiB better both ways
+ * (bench_transfer --sizes 1,4, SHMAP_CLIENT_STAGE_MB=0 against the
+ * default). Staging segments are made in
+ * multiples of CLIENT_STAGE_ROUND, so arrays of about one size share one. */
+#define CLIENT_STAGE_MIN   (4 << 20)
+#define CLIENT_STAGE_ROUND (1 << 20)
+/* A staging buffer of nbytes (at least), in a segment of c's cache with
+ * its pages mapped, lent for one transfer of the array user (in ordinary
+ * memory) with the workers holding info's shards and copies (with
+ * present_only, the present ones): the caller copies the array in (an
+ * upload) or out (a download), and the workers copy through the segment
+ * (client_shm_ref finds it). An idle segment big enough is reused, else
+ * one is made, dropping the least recently used idle ones to keep the
+ * cache within its bound. NULL (stream as before) when c stages nothing
+ * (stage_max 0, no_shm, relay_only, a tenant's), nbytes is under
+ * CLIENT_STAGE_MIN or over the bound, user lies in shared memory already,
+ * a worker does not share this host's memory, or the bound is taken by
+ * segments lent to other transfers. Thread-safe; every buffer taken is
+ * given back with client_stage_give. */
+void *client_stage_take(sm_client *c, const sm_array_info *info, int present_only, const void *user,
+                        int64_t nbytes);
+/* Gives a buffer of client_stage_take back to the cache (NULL ignored). */
+void client_stage_give(sm_client *c, void *p);
 /* 1 with *ref filled when the array buf (shape, dtype t) lies wholly in one
  * of c's shared-memory buffers and the worker at addr (channel ch) shares
  * this host's memory (proved once per address with ShmProbe): the worker

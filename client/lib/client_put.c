@@ -99,9 +99,19 @@ static sm_err upload_all(sm_client *c, const sm_svc_create_array_reply *r, sm_dt
         free(j.first);
         return ntasks < 0 ? sm_fail(err, errlen, SM_ENOMEM, "out of memory") : e;
     }
+    /* From ordinary memory to workers on this host: through a staging
+     * segment, which the workers copy out of */
+    int64_t srcbytes = 0;
+    void *stage = NULL;
+    if (!sm_shape_nbytes(src_shape, t, &srcbytes, err, errlen) &&
+        (stage = client_stage_take(c, &r->array, 0, src, srcbytes))) {
+        memcpy(stage, src, (size_t)srcbytes);
+        j.src = stage;
+    }
     client_progress_init(&j.prog, c, total);
     e = sm_tpool_run(NULL, ntasks, 2, upload_task, &j, err, errlen);
     client_progress_destroy(&j.prog);
+    client_stage_give(c, stage);
     /* Every target arrived: one commit fills them all. */
     if (!e)
         e = client_commits_send(c, r->array.id, &j.later, ready, err, errlen);
@@ -232,6 +242,23 @@ done:
     return e;
 }
 
+/* client_upload_box of the whole block a to target t of r, through a
+ * staging segment where the client lends one (client_stage_take). */
+static sm_err upload_block(sm_client *c, sm_svc_create_array_reply *r,
+                           const sm_svc_upload_target *t, const sm_array *a, client_progress *prog,
+                           client_commits *later, char *err, size_t errlen)
+{
+    sm_index full = sm_index_full(&a->shape);
+    void *stage = client_stage_take(c, &r->array, 0, a->data, a->nbytes);
+    if (stage)
+        memcpy(stage, a->data, (size_t)a->nbytes);
+    sm_err e =
+        client_upload_box(c, &r->array, r->array.id, t->ndevices, t->devices, a->dtype,
+                          stage ? stage : a->data, &a->shape, &full, prog, later, err, errlen);
+    client_stage_give(c, stage);
+    return e;
+}
+
 sm_err sm_client_put_shards(sm_client *c, sm_dtype dtype, const sm_shape *global,
                             const sm_sharding_ref *sh, const char *name, int nshards,
                             const int32_t *devices, const sm_array *const *shards,
@@ -302,12 +329,8 @@ sm_err sm_client_put_shards(sm_client *c, sm_dtype dtype, const sm_shape *global
     if ((e = client_commits_init(&later, r.ntargets, err, errlen)))
         goto fail;
     client_progress_init(&prog, c, total);
-    for (int i = 0; i < r.ntargets && !e; i++) {
-        const sm_array *a = shards[which[i]];
-        sm_index full = sm_index_full(&a->shape);
-        e = client_upload_box(c, &r.array, r.array.id, r.targets[i].ndevices, r.targets[i].devices,
-                              dtype, a->data, &a->shape, &full, &prog, &later, err, errlen);
-    }
+    for (int i = 0; i < r.ntargets && !e; i++)
+        e = upload_block(c, &r, &r.targets[i], shards[which[i]], &prog, &later, err, errlen);
     client_progress_destroy(&prog);
     if (!e)
         e = client_commits_send(c, r.array.id, &later, NULL, err, errlen);
@@ -369,9 +392,7 @@ sm_err sm_client_put_callback(sm_client *c, sm_dtype dtype, const sm_shape *glob
                         sm_index_format(&t->global_index, s2, sizeof s2), sm_dtype_name(dtype),
                         sm_shape_format(&want, s2, sizeof s2));
         } else {
-            sm_index full = sm_index_full(&blk->shape);
-            e = client_upload_box(c, &r.array, r.array.id, t->ndevices, t->devices, dtype,
-                                  blk->data, &blk->shape, &full, &prog, &later, err, errlen);
+            e = upload_block(c, &r, t, blk, &prog, &later, err, errlen);
         }
         sm_array_free(blk);
     }

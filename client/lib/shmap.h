@@ -74,21 +74,38 @@ typedef struct {
      * host's memory. sm_client_opts_from_env sets it from
      * SHMAP_TRANSPORT=grpc. */
     int no_shm;
+    /* N > 0: an upload from ordinary memory (not sm_client_alloc's) or a
+     * download into it, of 4 MiB or more, with workers that share this
+     * host's memory is copied through a staging segment of the client
+     * instead of streamed (the worker copies on from there), and up to N
+     * MiB of such segments are kept, their pages mapped, for the next
+     * transfers: a fresh segment's pages cost about as much as streaming
+     * the bytes, a kept one's nothing. The least recently used go when a
+     * transfer needs room; all go at sm_client_close. An array larger
+     * than N MiB streams. 0: no staging (every such transfer streams).
+     * SM_CLIENT_STAGE_MB_DEFAULT is what a NULL opts gets and what
+     * shmapctl, the Python package and the benchmarks set;
+     * sm_client_opts_from_env sets it from SHMAP_CLIENT_STAGE_MB. At most
+     * 1048576. */
+    int64_t stage_mb;
 } sm_client_opts;
+
+#define SM_CLIENT_STAGE_MB_DEFAULT 1024
 
 /* Fills the fields of *o that the environment sets, for a program whose
  * users configure it that way (shmapctl, the Python package and the
  * benchmarks call it before connecting): SHMAP_RELAY set and not "0" sets
  * relay_only; SHMAP_TRANSPORT=grpc sets no_shm; SHMAP_CLIENT_CACHE_MB=N sets
- * cache_mb. Other fields, and
+ * cache_mb; SHMAP_CLIENT_STAGE_MB=N sets stage_mb. Other fields, and
  * these when their variable is unset or empty, are left as they are.
- * SM_EINVAL, naming the variable, for a cache size that is no whole number
- * of MiB from 0 to 1048576. The library reads the environment nowhere
+ * SM_EINVAL, naming the variable, for a cache or staging size that is no
+ * whole number of MiB from 0 to 1048576. The library reads the environment nowhere
  * else: a program that does not call this is configured by its opts alone. */
 sm_err sm_client_opts_from_env(sm_client_opts *o, char *err, size_t errlen);
 
 /* Connects to target ("host:port") and negotiates the protocol version.
- * opts may be NULL (all defaults); SM_EINVAL for a cache_mb out of range.
+ * opts may be NULL (all defaults, stage_mb SM_CLIENT_STAGE_MB_DEFAULT);
+ * SM_EINVAL for a cache_mb or stage_mb out of range.
  * *out is owned by the caller (sm_client_close). */
 sm_err sm_client_connect(const char *target, const sm_client_opts *opts, sm_client **out, char *err,
                          size_t errlen);
@@ -110,7 +127,7 @@ sm_array_pool *sm_client_pool(sm_client *c);
  * with no bytes streamed (docs/service.md "Transfers through shared
  * memory"). An array that starts anywhere inside the buffer and ends in it
  * counts. Where /dev/shm has no room, ordinary memory (the transfers then
- * stream as usual). *out is 64-byte aligned and stays valid until
+ * stream as usual). The memory is zero-filled. *out is 64-byte aligned and stays valid until
  * sm_client_free or sm_client_close (which frees every buffer left). */
 sm_err sm_client_alloc(sm_client *c, size_t nbytes, void **out, char *err, size_t errlen);
 /* Frees a buffer of sm_client_alloc (its segment unlinked). NULL, or a

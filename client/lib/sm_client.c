@@ -40,8 +40,25 @@ sm_array_ref sm_array_ref_parse(const char *text)
 #define CLIENT_CACHE_IDLE_MS 10000
 #define CLIENT_CACHE_MB_MAX  ((int64_t)1 << 20)
 
+/* *mb from the environment variable var, a whole number of MiB from 0 to
+ * CLIENT_CACHE_MB_MAX (unset or empty: left alone). */
+static sm_err client_env_mb(const char *var, int64_t *mb, char *err, size_t errlen)
+{
+    const char *v = getenv(var);
+    char *end;
+    if (!v || !*v)
+        return SM_OK;
+    errno = 0;
+    long long n = strtoll(v, &end, 10);
+    if (errno || *end || n < 0 || n > CLIENT_CACHE_MB_MAX)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "%s must be a whole number of MiB from 0 to 1048576, not '%.40s'", var, v);
+    *mb = n;
+    return SM_OK;
+}
+
 /* SHMAP_RELAY set and not "0"; SHMAP_TRANSPORT=grpc; SHMAP_CLIENT_CACHE_MB=N
- * (unset or empty: leaves cache_mb alone). */
+ * and SHMAP_CLIENT_STAGE_MB=N (unset or empty: left alone). */
 sm_err sm_client_opts_from_env(sm_client_opts *o, char *err, size_t errlen)
 {
     const char *r = getenv("SHMAP_RELAY");
@@ -50,19 +67,8 @@ sm_err sm_client_opts_from_env(sm_client_opts *o, char *err, size_t errlen)
     const char *tr = getenv("SHMAP_TRANSPORT");
     if (tr && !strcmp(tr, "grpc"))
         o->no_shm = 1;
-    const char *v = getenv("SHMAP_CLIENT_CACHE_MB");
-    char *end;
-    if (!v || !*v)
-        return SM_OK;
-    errno = 0;
-    long long mb = strtoll(v, &end, 10);
-    if (errno || *end || mb < 0 || mb > CLIENT_CACHE_MB_MAX)
-        return sm_fail(err, errlen, SM_EINVAL,
-                       "SHMAP_CLIENT_CACHE_MB must be a whole number of MiB from 0 to 1048576, "
-                       "not '%.40s'",
-                       v);
-    o->cache_mb = mb;
-    return SM_OK;
+    sm_err e = client_env_mb("SHMAP_CLIENT_CACHE_MB", &o->cache_mb, err, errlen);
+    return e ? e : client_env_mb("SHMAP_CLIENT_STAGE_MB", &o->stage_mb, err, errlen);
 }
 
 /* Adds to a failed connect's sentence what TLS may have to do with it: a
@@ -99,6 +105,10 @@ sm_err sm_client_connect(const char *target, const sm_client_opts *opts, sm_clie
         return sm_fail(err, errlen, SM_EINVAL,
                        "cache_mb must be a whole number of MiB from 0 to 1048576, not %lld",
                        (long long)opts->cache_mb);
+    if (opts && (opts->stage_mb < 0 || opts->stage_mb > CLIENT_CACHE_MB_MAX))
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "stage_mb must be a whole number of MiB from 0 to 1048576, not %lld",
+                       (long long)opts->stage_mb);
     if (!(c = calloc(1, sizeof *c)))
         return sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a client");
     if ((e = sm_array_pool_create(&c->arrays, err, errlen))) {
@@ -120,7 +130,8 @@ sm_err sm_client_connect(const char *target, const sm_client_opts *opts, sm_clie
         }
     }
     sm_rpc_init();
-    if ((e = client_shm_create(c, err, errlen)))
+    if ((e = client_shm_create(
+             c, (size_t)(opts ? opts->stage_mb : SM_CLIENT_STAGE_MB_DEFAULT) << 20, err, errlen)))
         goto fail;
     if (opts) {
         sm_rpc_tls_opts to = {opts->tls_cert, opts->tls_key, opts->tls_ca, NULL};

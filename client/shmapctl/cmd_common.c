@@ -78,7 +78,8 @@ int cli_conn_open(cli_conn *cc, sm_client **out)
                         .timeout_ms = 30000,
                         .tls_ca = cc->tls_ca,
                         .tls_cert = cc->tls_cert,
-                        .tls_key = cc->tls_key};
+                        .tls_key = cc->tls_key,
+                        .stage_mb = SM_CLIENT_STAGE_MB_DEFAULT};
     char err[512];
     sm_err e;
 

@@ -16,6 +16,7 @@
 
 #include "sm_array.h"
 #include "sm_example.h"
+#include "sm_exec.h"
 #include "sm_exec_local.h"
 #include "sm_file.h"
 #include "sm_ir.h"
@@ -64,27 +65,6 @@ static const char check_help[] =
     "  shmapctl check examples/matmul_basic.shmap\n"
     "  shmapctl check examples/matmul_explicit_rs.shmap --lowered\n";
 
-/* 0 if the file's leading comment lines hold "# check_vma: false" (the
- * directive of examples/README.md; same rule as sm_exec_text_check_vma). */
-static int cli_text_check_vma(const char *text)
-{
-    for (const char *s = text; s && *s == '#'; s = strchr(s, '\n'), s = s ? s + 1 : NULL) {
-        const char *q = s + 1;
-        q += strspn(q, " \t");
-        if (strncmp(q, "check_vma", 9) != 0)
-            continue;
-        q += 9;
-        q += strspn(q, " \t");
-        if (*q != ':' && *q != '=')
-            continue;
-        q++;
-        q += strspn(q, " \t");
-        if (strncasecmp(q, "false", 5) == 0 || *q == '0')
-            return 0;
-    }
-    return 1;
-}
-
 static int cli_check_fail(int json, const char *path, const char *msg)
 {
     if (!json)
@@ -131,7 +111,7 @@ static int cli_check_run(const char *path, const char *entry, int no_vma, int js
         rc = cli_check_fail(json, path, err);
         goto done;
     }
-    int check_vma = !no_vma && cli_text_check_vma(text);
+    int check_vma = !no_vma && sm_exec_text_check_vma(text);
     if (sm_program_parse_entry(text, path, entry, &p, err, sizeof err) ||
         sm_program_verify(p, check_vma, err, sizeof err)) {
         rc = cli_check_fail(json, path, err);
@@ -299,7 +279,7 @@ static int cli_run_local(const char *path, const char *entry, char **args, int n
         goto done;
     }
     if (sm_program_parse_entry(text, path, entry, &p, err, sizeof err) ||
-        sm_program_verify(p, !no_vma && cli_text_check_vma(text), err, sizeof err)) {
+        sm_program_verify(p, !no_vma && sm_exec_text_check_vma(text), err, sizeof err)) {
         rc = cli_fail(CLI_EXIT_INVALID, "%s", err);
         goto done;
     }

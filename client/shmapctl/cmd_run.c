@@ -12,6 +12,7 @@
 
 #include "cmd_online.h"
 #include "shmap_job.h"
+#include "sm_exec.h"
 #include "sm_file.h"
 #include "sm_ir.h"
 
@@ -64,23 +65,6 @@ static const char run_service_help[] =
     "\n"
     "Example:\n"
     "  shmapctl run examples/matmul_basic.shmap --arg a=a.npy --arg b=B --out-name 0=c\n";
-
-/* 0 if the leading comment lines hold "check_vma: false", else 1. */
-static int text_check_vma(const char *text)
-{
-    const char *s = text;
-    while (*s == '#' || *s == '\n' || *s == ' ') {
-        const char *eol = strchr(s, '\n');
-        size_t n = eol ? (size_t)(eol - s) : strlen(s);
-        for (size_t k = 0; *s == '#' && k + 16 <= n; k++)
-            if (!strncmp(s + k, "check_vma: false", 16) || !strncmp(s + k, "check_vma=False", 15))
-                return 0;
-        if (!eol)
-            break;
-        s = eol + 1;
-    }
-    return 1;
-}
 
 static int ends_with(const char *s, const char *suffix)
 {
@@ -224,7 +208,7 @@ int cli_run_service(int argc, char **argv)
         return rc < 0 ? CLI_EXIT_OK : rc;
     if (sm_file_read_text(o.path, (size_t)64 << 20, &text, err, sizeof err))
         return cli_fail(CLI_EXIT_INVALID, "%s", err);
-    int check_vma = !o.no_vma && text_check_vma(text);
+    int check_vma = !o.no_vma && sm_exec_text_check_vma(text);
     if (sm_program_parse_entry(text, o.path, o.entry, &p, err, sizeof err) ||
         sm_program_verify(p, check_vma, err, sizeof err)) {
         rc = cli_fail(CLI_EXIT_INVALID, "%s", err);

@@ -1,4 +1,5 @@
 """Arrays, meshes and shardings with JAX's names, over the _shmap extension."""
+import atexit
 import os
 import shutil
 import signal
@@ -356,12 +357,16 @@ class Array(_Shaped):
         return [Shard(self, s["device"], tuple(slice(a, b) for a, b in s["index"]),
                       s["replica_id"]) for s in self._info["shards"]]
 
-    def to_numpy(self, out=None):
+    def to_numpy(self, out=None, shared=False):
         """The whole array; with out, written into that buffer (C-contiguous,
-        writable, same shape and dtype) with no extra copy."""
+        writable, same shape and dtype) with no extra copy. shared=True: into
+        a new array in shared memory (Client.empty), which workers on this
+        host write themselves with no copy on the client's side; an upload
+        of it later goes the same way."""
         self._check()
         if out is None:
-            out = np.empty(self.shape, self.dtype)
+            out = (self._client.empty(self.shape, self.dtype) if shared
+                   else np.empty(self.shape, self.dtype))
         elif (out.shape != self.shape or out.dtype != self.dtype or
               not out.flags.c_contiguous or not out.flags.writeable):
             raise InvalidArgument(f"out must be a writable C-contiguous {self.dtype}"
@@ -446,6 +451,7 @@ class Client:
             self._c = _shmap.Client(self.target, token, 0, _Progress(), *tls)
         except _shmap.Error as e:
             _raise(e)
+        _open_clients.add(self)
 
     def close(self):
         if self._c is not None:
@@ -472,6 +478,27 @@ class Client:
         if devices is None:
             m._devices = tuple(_call(self._c.mesh_create, m._c())[2])
         return m
+
+    def empty(self, shape, dtype=np.float32):
+        """A numpy array whose memory is a shared-memory segment of this
+        client (sm_client_alloc), zero-filled. Uploads of it (or of a
+        C-contiguous view into it) and downloads into it (to_numpy(out=...))
+        with workers on this host are copied by the worker straight between
+        it and the shard, with no staging copy and no bytes streamed; with
+        other workers they stream as usual. The segment is freed when the
+        array (and every view of it) is garbage-collected; the client's
+        connection stays open until then even after close(). Plain numpy
+        arrays of 4 MiB and more move through the client's staging segments
+        instead (one copy on the client's side; SHMAP_CLIENT_STAGE_MB)."""
+        dtype = np.dtype(dtype)
+        shape = tuple(int(d) for d in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+        n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        buf = _call(self._c.alloc, n)
+        return np.frombuffer(buf, dtype, n // dtype.itemsize if dtype.itemsize else 0).reshape(shape)
+
+    def zeros(self, shape, dtype=np.float32):
+        """Client.empty: its memory is zero-filled."""
+        return self.empty(shape, dtype)
 
     def _mesh_c(self, mesh):
         if mesh._devices is None:
@@ -552,6 +579,19 @@ class Client:
     def _progress_get(self, array, out):
         buf = memoryview(out.reshape(-1)).cast("B") if out.size else bytearray(0)
         _call(self._c.get_into, array.id, buf)
+
+
+_open_clients = weakref.WeakSet()
+
+
+@atexit.register
+def _close_at_exit():
+    """Closes the clients left open at exit, so their staging segments
+    leave /dev/shm with them (the interpreter does not free every object at
+    exit); a client with shared arrays (Client.empty) still alive keeps its
+    segments until the next sweep of the host (docs/service.md)."""
+    for c in list(_open_clients):
+        c.close()
 
 
 class _Progress:

@@ -449,6 +449,194 @@ def test_op_table_is_the_c_one():
 # ---- TLS ----
 
 
+# ---- transfers through shared memory ----
+
+
+def test_shared_arrays(c):
+    """Client.empty/zeros: numpy arrays in the client's shared memory,
+    zero-filled, uploaded (whole or a contiguous view) and downloaded into
+    (to_numpy(shared=True)) bit-exact, their segments freed with them. (In
+    secure mode c is a tenant's: the same calls, through the streams.)"""
+    prefix = "shmap-c%07x-" % (os.getpid() & 0xfffffff)
+    mine = lambda: {f for f in os.listdir("/dev/shm") if f.startswith(prefix)}  # noqa: E731
+    before = mine()
+    mesh = c.make_mesh((4, 2), ("i", "j"))
+    for dt in (np.float32, np.float64, np.int32, np.uint8):
+        z = c.zeros((16, 6), dt)
+        assert z.dtype == dt and z.shape == (16, 6) and z.flags.writeable
+        assert not z.any()
+        x = (np.arange(96) * 7 - 40).astype(dt).reshape(16, 6)
+        z[...] = x
+        a = c.device_put(z, NamedSharding(mesh, P("i", None)))
+        y = a.to_numpy(shared=True)
+        assert y.dtype == dt and y.tobytes() == x.tobytes()
+        assert np.asarray(a).tobytes() == x.tobytes()
+        v = c.device_put(z[4:12], NamedSharding(mesh, P(None, "j")))  # a view at an offset
+        assert np.asarray(v).tobytes() == x[4:12].tobytes()
+    assert len(mine() - before) >= 2
+    del z, y, a, v
+    gc.collect()
+    assert mine() <= before, "shared arrays left their segments behind"
+
+
+def _metrics_cluster(tmp_path, tag, env=()):
+    """A cluster of 2 workers x 4 devices whose workers serve metrics;
+    returns (process, target, the workers' metrics ports)."""
+    import re
+    import time
+    env = dict(os.environ, SHMAP_WORKER_METRICS_LISTEN="127.0.0.1:0", **dict(env))
+    p, target, log = cluster.start_cluster(str(tmp_path), 2, 4, env=env, tag=tag)
+    deadline = time.time() + 10
+    while len(ports := re.findall(r"Prometheus metrics on \S+ \(port (\d+)\)",
+                                  open(log).read())) < 2:
+        assert time.time() < deadline, "the workers serve no metrics"
+        time.sleep(0.05)
+    return p, target, ports
+
+
+def _shm_bytes(ports):
+    """shmap_worker_shm_transfer_bytes_total summed over the workers."""
+    import re
+    import urllib.request
+    total = 0
+    for port in ports:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+        for m in re.finditer(r"^shmap_worker_shm_transfer_bytes_total\{[^}]*\} (\d+)$",
+                             text.decode(), re.M):
+            total += int(m.group(1))
+    return total
+
+
+def _client_of(target, tenant=False):
+    if not cluster.SECURE:
+        return shmap.connect(target)
+    f = cluster.secure_files()
+    if tenant:
+        return shmap.connect(target, token=cluster.TENANT_TOKEN, tls_ca=f["ca"])
+    return shmap.connect(target, token=cluster.CLUSTER_TOKEN, tls_ca=f["ca"],
+                         tls_cert=f["client_cert"], tls_key=f["client_key"])
+
+
+def _shm_moves(client, ports):
+    """Bytes through shared memory for: an upload of a shared array, a
+    download into one, a view of it, an upload and a download of a plain
+    8 MiB array (the staging segments), and of a plain 1 MiB one (under
+    the staging threshold); every result checked bit-exact."""
+    mesh = client.make_mesh((8,), ("i",))
+    s = NamedSharding(mesh, P("i"))
+    x = np.random.default_rng(7).standard_normal((1024, 2048)).astype(np.float32)
+    small = x[:128].copy()
+    xs = client.empty(x.shape, x.dtype)
+    xs[...] = x
+    moved, keep = [], []
+
+    def step(fn):
+        before = _shm_bytes(ports)
+        r = fn()
+        moved.append(_shm_bytes(ports) - before)
+        keep.append(r)
+        return r
+
+    a = step(lambda: client.device_put(xs, s))
+    assert step(lambda: a.to_numpy(shared=True)).tobytes() == x.tobytes()
+    v = step(lambda: client.device_put(xs[256:768], s))
+    assert np.asarray(v).tobytes() == x[256:768].tobytes()
+    b = step(lambda: client.device_put(x, s))
+    assert step(lambda: b.to_numpy()).tobytes() == x.tobytes()
+    t = step(lambda: client.device_put(small, s))
+    assert step(lambda: t.to_numpy()).tobytes() == small.tobytes()
+    del keep, a, v, b, t, xs
+    gc.collect()
+    return moved
+
+
+def test_transfers_through_shared_memory(tmp_path, monkeypatch):
+    """Against a cluster whose workers serve metrics: a client on their
+    host moves shared arrays (no staging copy) and plain ones of 4 MiB and
+    more (through its staging segments) through shared memory, which
+    shmap_worker_shm_transfer_bytes_total proves; nothing moves so with
+    SHMAP_TRANSPORT=grpc (the client's, or the workers'), or for a
+    tenant's client. /dev/shm holds none of the client's segments after
+    close."""
+    prefix = "shmap-c%07x-" % (os.getpid() & 0xfffffff)
+    mine = lambda: {f for f in os.listdir("/dev/shm") if f.startswith(prefix)}  # noqa: E731
+    before = mine()
+    nbytes = 1024 * 2048 * 4
+    p, target, ports = _metrics_cluster(tmp_path, "shm")
+    try:
+        client = _client_of(target)
+        moved = _shm_moves(client, ports)
+        assert all(m >= nbytes for m in moved[:2]), moved
+        assert moved[2] >= nbytes // 2, moved
+        assert all(m >= nbytes for m in moved[3:5]), moved
+        assert moved[5:] == [0, 0], moved
+        client.close()
+        gc.collect()
+        assert mine() <= before, "the client left segments in /dev/shm"
+        monkeypatch.setenv("SHMAP_TRANSPORT", "grpc")
+        client = _client_of(target)
+        monkeypatch.delenv("SHMAP_TRANSPORT")
+        assert _shm_moves(client, ports) == [0] * 7
+        client.close()
+        if cluster.SECURE:
+            client = _client_of(target, tenant=True)
+            assert _shm_moves(client, ports) == [0] * 7
+            client.close()
+    finally:
+        cluster.stop_cluster(p)
+    p, target, ports = _metrics_cluster(tmp_path, "grpc", {"SHMAP_TRANSPORT": "grpc"})
+    try:
+        client = _client_of(target)
+        assert _shm_moves(client, ports) == [0] * 7
+        client.close()
+    finally:
+        cluster.stop_cluster(p)
+    gc.collect()
+    assert mine() <= before, "the client left segments in /dev/shm"
+
+
+def test_killed_client_segments_swept(tmp_path):
+    """A client killed with SIGKILL leaves its staging segment in /dev/shm
+    (nothing of it runs to unlink it); the next sweep of the host (here a
+    worker's start) removes it once it is 10 s old, since no process holds
+    its lock any more."""
+    import signal
+    import subprocess
+    import time
+    if cluster.SECURE:
+        pytest.skip("the hand-started worker would need the secure cluster's files")
+    p, target, _ = cluster.start_cluster(str(tmp_path), 1, 4, tag="killed")
+    worker = None
+    try:
+        code = ("import os, signal, sys, numpy as np, shmap\n"
+                "from shmap import P, NamedSharding\n"
+                "c = shmap.connect(sys.argv[1])\n"
+                "s = NamedSharding(c.make_mesh((4,), ('i',)), P('i'))\n"
+                "a = c.device_put(np.ones((1024, 2048), np.float32), s)\n"
+                "print(os.getpid(), flush=True)\n"
+                "os.kill(os.getpid(), signal.SIGKILL)\n")
+        child = subprocess.run([sys.executable, "-c", code, target], capture_output=True,
+                               text=True, timeout=60)
+        assert child.returncode == -signal.SIGKILL, child.stderr
+        prefix = "shmap-c%07x-" % (int(child.stdout) & 0xfffffff)
+        left = [f for f in os.listdir("/dev/shm") if f.startswith(prefix)]
+        assert left, "the killed client left no staging segment (was it staged?)"
+        time.sleep(10.5)  # SM_SHM_SWEEP_AGE_S: a segment in the making is never swept
+        wbin = os.path.join(os.path.dirname(cluster.COORD), "..", "worker", "shmap-worker")
+        worker = subprocess.Popen([wbin, "--coordinator", target, "--devices", "1", "--listen",
+                                   "127.0.0.1:0"], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.time() + 20
+        while any(os.path.exists("/dev/shm/" + f) for f in left):
+            assert time.time() < deadline, f"{left} are still in /dev/shm"
+            time.sleep(0.1)
+    finally:
+        if worker:
+            worker.terminate()
+            worker.wait(timeout=10)
+        cluster.stop_cluster(p)
+
+
 def test_connect_tls(tmp_path):
     """shmap.connect with tls_ca against a coordinator serving TLS (the
     certificates made by scripts/tls_certs.sh); without the CA, or with
