@@ -249,19 +249,28 @@ START_TEST(test_no_state_dir_is_a_noop)
 }
 END_TEST
 
+/* Closes *r and opens the state dir again (*r the new registry); returns
+ * the job records it restores (n of them, last: the last job id handed
+ * out), asserting that succeeds. The caller frees them. */
+static sm_reg_job *jobs_after_reopen(sm_registry **r, uint64_t *last, int *n)
+{
+    sm_reg_job *jobs = NULL;
+    char err[256];
+    sm_registry_free(*r);
+    *r = reg_open(SM_OK, NULL);
+    ck_assert_int_eq(sm_registry_jobs_restore(*r, last, &jobs, n, err, sizeof err), SM_OK);
+    return jobs;
+}
+
 START_TEST(test_jobs_records)
 {
     sm_registry *r = reg_open(SM_OK, NULL);
-    char err[256];
     sm_registry_job_save(r, 1, 3, "", "acme");
     sm_registry_job_save(r, 2, 2, "", NULL);
     sm_registry_job_save(r, 2, 4, "job 2 failed: x", "");
-    sm_registry_free(r);
-    r = reg_open(SM_OK, NULL);
     uint64_t last;
-    sm_reg_job *jobs;
     int n;
-    ck_assert_int_eq(sm_registry_jobs_restore(r, &last, &jobs, &n, err, sizeof err), SM_OK);
+    sm_reg_job *jobs = jobs_after_reopen(&r, &last, &n);
     ck_assert_uint_ge(last, 2); /* job ids continue past what was handed out */
     ck_assert_int_eq(n, 2);
     ck_assert_int_eq(jobs[1].state, 4);
@@ -288,7 +297,6 @@ static long long file_size(const char *name)
 START_TEST(test_checkpoint_when_quiet)
 {
     sm_registry *r = reg_open(SM_OK, NULL);
-    char err[256];
     long long db0 = file_size("registry.db");
     ck_assert_int_ge(db0, 0);
     for (uint64_t id = 1; id <= 1500; id++)
@@ -300,12 +308,9 @@ START_TEST(test_checkpoint_when_quiet)
     ck_assert_int_eq(file_size("registry.db"), db0);
     sm_registry_checkpoint(r, now + 1000);
     ck_assert_int_gt(file_size("registry.db"), db0);
-    sm_registry_free(r);
-    r = reg_open(SM_OK, NULL);
     uint64_t last;
-    sm_reg_job *jobs;
     int n;
-    ck_assert_int_eq(sm_registry_jobs_restore(r, &last, &jobs, &n, err, sizeof err), SM_OK);
+    sm_reg_job *jobs = jobs_after_reopen(&r, &last, &n);
     ck_assert_int_eq(n, 1500);
     ck_assert_int_eq(jobs[1499].state, 3);
     free(jobs);
