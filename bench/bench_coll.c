@@ -47,6 +47,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../tests/fake_coord.h"
 #include "bench_util.h"
 #include "sm_checksum.h"
 #include "sm_rpc.h"
@@ -69,12 +70,9 @@ static const double bc_factor[] = {2.0 * (BC_N - 1) / BC_N, (double)(BC_N - 1) /
 #define BC_NOPS 5
 
 typedef struct {
-    pthread_mutex_t mu;
-    int nreg;
-    char addr[BC_WORKERS][SM_ADDR_MAX];
+    fake_coord coord; /* worker w registers as c->coord.addr[w] */
     sm_rpc_channel *ch[BC_WORKERS];
     pid_t pid[BC_WORKERS];
-    sm_rpc_server *coord;
     uint64_t next_id;
     int shm; /* the workers proved they share memory */
 } bc_cluster;
@@ -82,59 +80,13 @@ typedef struct {
 typedef enum { BC_GRPC, BC_SHM } bc_transport;
 static const char *const bc_transport_names[] = {"grpc", "shm"};
 
-static sm_err bc_register(void *user, const sm_svc_register_req *req, sm_svc_register_reply *out,
-                          char *err, size_t errlen)
-{
-    bc_cluster *c = user;
-    pthread_mutex_lock(&c->mu);
-    int w = 0;
-    while (w < c->nreg && strcmp(c->addr[w], req->address))
-        w++;
-    if (w == BC_WORKERS || req->ndevices != BC_DPW) {
-        pthread_mutex_unlock(&c->mu);
-        return sm_fail(err, errlen, SM_EINVAL, "this bench takes %d workers of %d devices",
-                       BC_WORKERS, BC_DPW);
-    }
-    if (w == c->nreg)
-        snprintf(c->addr[c->nreg++], SM_ADDR_MAX, "%s", req->address);
-    memset(out, 0, sizeof *out);
-    out->worker_id.v = (uint32_t)w;
-    out->ndevices = BC_DPW;
-    for (int k = 0; k < BC_DPW; k++)
-        out->devices[k] = w * BC_DPW + k;
-    out->process_index = w;
-    out->heartbeat_ms = 1000;
-    pthread_mutex_unlock(&c->mu);
-    return SM_OK;
-}
-
-static sm_err bc_heartbeat(void *user, const sm_svc_heartbeat_req *req, int *known, char *err,
-                           size_t errlen)
-{
-    *known = 1;
-    return SM_OK;
-}
-
-static const sm_svc_coord_ops bc_coord_ops = {.register_worker = bc_register,
-                                              .heartbeat = bc_heartbeat};
-
-static void bc_sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 /* Starts the fake coordinator and the workers, one at a time so worker w
  * owns devices 2w, 2w+1. Returns 0 or -1 with a sentence in err. */
 static int bc_start(bc_cluster *c, const char *bin, char *err, size_t errlen)
 {
-    char coord[64];
-    sm_rpc_server_opts o = {.addr = "127.0.0.1:0"};
-    if (sm_rpc_server_create(&o, &c->coord, err, errlen) ||
-        sm_svc_coord_serve(c->coord, &bc_coord_ops, c, "bench-coordinator", err, errlen) ||
-        sm_rpc_server_start(c->coord, err, errlen))
+    if (fake_coord_start(&c->coord, BC_WORKERS, BC_DPW, 1000, "bench-coordinator", err, errlen))
         return -1;
-    snprintf(coord, sizeof coord, "127.0.0.1:%d", sm_rpc_server_port(c->coord));
+    const char *coord = c->coord.target;
     for (int w = 0; w < BC_WORKERS; w++) {
         pid_t pid = fork();
         if (pid < 0)
@@ -146,23 +98,11 @@ static int bc_start(bc_cluster *c, const char *bin, char *err, size_t errlen)
             _exit(127);
         }
         c->pid[w] = pid;
-        int n = 0;
-        for (int t = 0; t < 300 && n <= w; t++) {
-            bc_sleep_ms(50);
-            pthread_mutex_lock(&c->mu);
-            n = c->nreg;
-            pthread_mutex_unlock(&c->mu);
-        }
-        if (n <= w)
+        if (fake_coord_wait(&c->coord, w + 1) <= w)
             return snprintf(err, errlen, "worker %s did not register within 15 s", bin), -1;
-        if (sm_rpc_channel_create(c->addr[w], NULL, &c->ch[w], err, errlen))
+        if (sm_rpc_channel_create(c->coord.addr[w], NULL, &c->ch[w], err, errlen))
             return -1;
-        sm_svc_worker_stats st = {0};
-        for (int t = 0; t < 100 && st.ndevices != BC_DPW; t++) {
-            if (sm_svc_worker_stats_get(c->ch[w], 5000, &st, err, errlen) || st.ndevices != BC_DPW)
-                bc_sleep_ms(50);
-        }
-        if (st.ndevices != BC_DPW)
+        if (fake_coord_wait_devices(&c->coord, c->ch[w], 5000) != BC_DPW)
             return snprintf(err, errlen, "worker %d did not take its devices", w), -1;
     }
     c->shm = sm_svc_shm_prove(c->ch[0], c->ch[1], 5000);
@@ -178,7 +118,7 @@ static void bc_stop(bc_cluster *c)
             waitpid(c->pid[w], NULL, 0);
         }
     }
-    sm_rpc_server_free(c->coord);
+    fake_coord_stop(&c->coord);
 }
 
 /* Uploads nbytes of data as the shard of (array, dev). */
@@ -311,7 +251,7 @@ static int bc_job(bc_cluster *c, bc_transport tr, bc_op op, int64_t rows, int R,
     sm_svc_peer peers[BC_WORKERS];
     for (int w = 0; w < BC_WORKERS; w++) {
         memset(&peers[w], 0, sizeof peers[w]);
-        snprintf(peers[w].address, SM_ADDR_MAX, "%s", c->addr[w]);
+        snprintf(peers[w].address, SM_ADDR_MAX, "%s", c->coord.addr[w]);
         peers[w].ndevices = BC_DPW;
         for (int k = 0; k < BC_DPW; k++)
             peers[w].devices[k] = w * BC_DPW + k;
@@ -510,7 +450,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     sm_rpc_malloc_tune();
     sm_rpc_init();
-    bc_cluster c = {.mu = PTHREAD_MUTEX_INITIALIZER, .next_id = 1};
+    bc_cluster c = {.next_id = 1};
     int rc = 1;
     if (bc_start(&c, bin, err, sizeof err)) {
         fprintf(stderr, "bench_coll: %s\n", err);

@@ -82,20 +82,12 @@ static void check_info(const sm_array_info *info, sm_dtype t, const sm_shape *sh
 static void round_trip(sm_client *c, const sm_array *x, const sm_sharding_ref *sh)
 {
     sm_array_info info;
-    sm_array *back = NULL;
     char err[512];
 
     sm_err e = sm_client_put(c, x->dtype, &x->shape, x->data, sh, NULL, &info, err, sizeof err);
     ck_assert_msg(e == SM_OK, "put: %s", err);
     check_info(&info, x->dtype, &x->shape, sh);
-    e = sm_client_get(c, harness_id_ref(info.id), &back, err, sizeof err);
-    ck_assert_msg(e == SM_OK, "get: %s", err);
-    ck_assert_int_eq(back->dtype, x->dtype);
-    ck_assert(sm_shape_equal(&back->shape, &x->shape));
-    assert_same(back->data, x->data, x->nbytes);
-    sm_array_free(back);
-    ck_assert_int_eq(sm_client_delete(c, harness_id_ref(info.id), err, sizeof err), SM_OK);
-    sm_array_info_free(&info);
+    harness_assert_get_delete(c, &info, x);
 }
 
 typedef struct {
@@ -250,7 +242,7 @@ START_TEST(client_cache)
     unsetenv("SHMAP_CLIENT_CACHE_MB");
     sm_mesh mesh;
     sm_shape s = HARNESS_SHAPE(1024, 1024); /* 4 MiB of f32 */
-    sm_array *x = harness_array_iota(SM_F32, &s, 12), *back = NULL;
+    sm_array *x = harness_array_iota(SM_F32, &s, 12);
     sm_sharding_ref sh = harness_sharding(&mesh, "x=8", NULL, 0, "P('x')");
     sm_array_info info;
     ck_assert_int_eq(sm_client_put(c, SM_F32, &s, x->data, &sh, NULL, &info, err, sizeof err),
@@ -259,9 +251,7 @@ START_TEST(client_cache)
     sm_array_pool_stats(sm_client_pool(c), &before);
     ck_assert_uint_eq(before.max_bytes, (size_t)64 << 20);
     for (int k = 0; k < 3; k++) {
-        ck_assert_int_eq(sm_client_get(c, harness_id_ref(info.id), &back, err, sizeof err), SM_OK);
-        assert_same(back->data, x->data, x->nbytes);
-        sm_array_free(back);
+        harness_assert_get(c, harness_id_ref(info.id), x);
     }
     sm_array_pool_stats(sm_client_pool(c), &after);
     ck_assert_msg(after.hits - before.hits >= 2, "%lld reuses in 3 fetches",
@@ -322,10 +312,7 @@ START_TEST(put_shards_and_callback)
                                     (const sm_array *const *)shards, &info, err, sizeof err);
     ck_assert_msg(e == SM_OK, "put_shards: %s", err);
     ck_assert_int_eq(info.state, SM_ARRAY_READY);
-    ck_assert_int_eq(sm_client_get(c, harness_id_ref(info.id), &back, err, sizeof err), SM_OK);
-    assert_same(back->data, x->data, x->nbytes);
-    sm_array_free(back);
-    back = NULL;
+    harness_assert_get(c, harness_id_ref(info.id), x);
     /* One device's shard alone. */
     ck_assert_int_eq(
         sm_client_get_shard(c, harness_id_ref(info.id), devs[5], &back, err, sizeof err), SM_OK);
@@ -366,7 +353,7 @@ START_TEST(put_callback)
     sm_mesh mesh;
     sm_sharding_ref sh = harness_sharding(&mesh, "x=4,y=2", NULL, 0, "P('y')");
     sm_shape s = HARNESS_SHAPE(6, 5);
-    sm_array *x = harness_array_iota(SM_I64, &s, 5), *back = NULL;
+    sm_array *x = harness_array_iota(SM_I64, &s, 5);
     struct {
         int pad, calls;
         sm_array *x;
@@ -377,11 +364,7 @@ START_TEST(put_callback)
                                       sizeof err);
     ck_assert_msg(e == SM_OK, "put_callback: %s", err);
     ck_assert_int_eq(user.calls, 2); /* once per distinct index */
-    ck_assert_int_eq(sm_client_get(c, harness_id_ref(info.id), &back, err, sizeof err), SM_OK);
-    assert_same(back->data, x->data, x->nbytes);
-    sm_client_delete(c, harness_id_ref(info.id), err, sizeof err);
-    sm_array_info_free(&info);
-    sm_array_free(back);
+    harness_assert_get_delete(c, &info, x);
     sm_array_free(x);
     sm_client_close(c);
 }
@@ -416,13 +399,12 @@ static sm_local_plan *plan_parts(sm_client *c, const sm_mesh *mesh, const sm_psp
                                  const sm_shape *local)
 {
     sm_sharding s = {.mesh = *mesh, .spec = *spec};
-    sm_worker_info *w = NULL;
     int n = 0, ndev[16], total = 0;
     int32_t devs[SM_MAX_DEVICES];
     sm_local_plan *plan = NULL;
     char err[512];
 
-    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
+    sm_worker_info *w = harness_workers(c, &n);
     ck_assert_int_le(n, 16);
     for (int p = 0; p < n; p++)
         for (int i = 0; i < n; i++)
@@ -448,7 +430,7 @@ START_TEST(put_local_two_clients)
     sm_mesh mesh;
     sm_sharding_ref sh = harness_sharding(&mesh, "x=4,y=2", NULL, 0, "P('x', 'y')");
     sm_shape g = HARNESS_SHAPE(64, 128), ls = HARNESS_SHAPE(32, 128);
-    sm_array *x = harness_array_iota(SM_F32, &g, 21), *back = NULL;
+    sm_array *x = harness_array_iota(SM_F32, &g, 21);
     sm_local_plan *plan = plan_parts(c, &mesh, &sh.spec, &ls);
     local_part parts[2];
     pthread_t th[2];
@@ -476,10 +458,8 @@ START_TEST(put_local_two_clients)
     }
     sm_array_ref ref = {.name = "local2"};
     ck_assert_int_eq(harness_wait_state(c, ref, SM_ARRAY_READY, 10000), SM_ARRAY_READY);
-    ck_assert_int_eq(sm_client_get(c, ref, &back, err, sizeof err), SM_OK);
-    assert_same(back->data, x->data, x->nbytes);
+    harness_assert_get(c, ref, x);
     ck_assert_int_eq(sm_client_delete(c, ref, err, sizeof err), SM_OK);
-    sm_array_free(back);
     sm_local_plan_free(plan);
     sm_array_free(x);
     sm_client_close(c);
@@ -510,20 +490,6 @@ END_TEST
 
 /* ---- reshard, names, delete ---------------------------------------------------- */
 
-static int64_t worker_bytes(sm_client *c)
-{
-    sm_worker_info *w = NULL;
-    int n = 0;
-    char err[512];
-    int64_t sum = 0;
-    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
-    for (int i = 0; i < n; i++)
-        for (int k = 0; k < w[i].ndevices; k++)
-            sum += w[i].device_bytes[k];
-    free(w);
-    return sum;
-}
-
 START_TEST(reshard_every_pair)
 {
     static const char *specs[] = {"P('x', 'y')", "P(None, 'x')", "P()", "P(('x', 'y'))"};
@@ -531,11 +497,11 @@ START_TEST(reshard_every_pair)
     sm_shape s = HARNESS_SHAPE(16, 8);
     sm_array *x = harness_array_iota(SM_I32, &s, 9);
     /* Settle: earlier tests' frees reach the coordinator with heartbeats. */
-    int64_t base = worker_bytes(c), prev = -1;
+    int64_t base = harness_bytes_held(c, 0), prev = -1;
     while (base != prev) {
         harness_sleep_ms(700);
         prev = base;
-        base = worker_bytes(c);
+        base = harness_bytes_held(c, 0);
     }
     char err[512];
 
@@ -569,7 +535,7 @@ START_TEST(reshard_every_pair)
     }
     /* Heartbeats carry the freed bytes back within a few hundred ms. */
     int64_t now = 0;
-    for (int tries = 0; tries < 100 && (now = worker_bytes(c)) != base; tries++)
+    for (int tries = 0; tries < 100 && (now = harness_bytes_held(c, 0)) != base; tries++)
         harness_sleep_ms(50);
     ck_assert_int_eq(now, base);
     sm_array_free(x);
@@ -657,11 +623,11 @@ END_TEST
 
 int main(void)
 {
-    return harness_run_suite(SUITE_CASE(
-        suite_create("e2e_arrays"), "cluster", 120, SUITE_UNCHECKED(clusters_up, clusters_down),
-        {guide_layouts_two_workers, N_GUIDE}, {guide_layouts_one_worker, N_GUIDE},
-        {meshes, 2 * N_MESH}, {dtype_round_trips, (int)(sizeof dtypes / sizeof dtypes[0])},
-        {multi_chunk}, {client_cache}, {put_shards_and_callback}, {put_callback},
-        {put_local_two_clients}, {put_local_missing_part_fails}, {reshard_every_pair},
-        {names_attach_and_delete}, {meshes_by_name}));
+    return HARNESS_CLUSTER_SUITE(
+        "e2e_arrays", 120, clusters_up, clusters_down, {guide_layouts_two_workers, N_GUIDE},
+        {guide_layouts_one_worker, N_GUIDE}, {meshes, 2 * N_MESH},
+        {dtype_round_trips, (int)(sizeof dtypes / sizeof dtypes[0])}, {multi_chunk}, {client_cache},
+        {put_shards_and_callback}, {put_callback}, {put_local_two_clients},
+        {put_local_missing_part_fails}, {reshard_every_pair}, {names_attach_and_delete},
+        {meshes_by_name});
 }

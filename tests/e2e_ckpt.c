@@ -62,7 +62,6 @@ static void load_check(sm_client *c, const char *dir, const sm_array *x, const c
     sm_mesh mesh;
     sm_sharding_ref sh = harness_sharding(&mesh, axes, NULL, 0, spec);
     sm_array_info info;
-    sm_array *got = NULL;
     char err[512];
     sm_err e = sm_client_load(c, dir, &sh, name, &info, err, sizeof err);
     ck_assert_msg(e == SM_OK, "load %s onto %s %s: %s", dir, axes, spec, err);
@@ -71,15 +70,7 @@ static void load_check(sm_client *c, const char *dir, const sm_array *x, const c
     ck_assert_int_eq(info.sharding.mesh.ndevices, mesh.ndevices);
     if (name)
         ck_assert_str_eq(info.name, name);
-    e = sm_client_get(c, harness_id_ref(info.id), &got, err, sizeof err);
-    ck_assert_msg(e == SM_OK, "get after load onto %s %s: %s", axes, spec, err);
-    ck_assert_int_eq(got->dtype, x->dtype);
-    ck_assert(sm_shape_equal(&got->shape, &x->shape));
-    ck_assert_msg(memcmp(got->data, x->data, (size_t)x->nbytes) == 0,
-                  "load onto %s %s is not bit-exact", axes, spec);
-    sm_array_free(got);
-    ck_assert_int_eq(sm_client_delete(c, harness_id_ref(info.id), err, sizeof err), SM_OK);
-    sm_array_info_free(&info);
+    harness_assert_get_delete(c, &info, x);
 }
 
 /* Loads dir expecting failure code want with `needle` in the sentence. */
@@ -164,6 +155,16 @@ static void save_ok(sm_client *c, sm_array_ref ref, const char *dir, int want_fi
     ck_assert_int_gt(bytes, 0);
 }
 
+/* Puts x on mesh x=4,y=2 with spec as name (NULL: none) and saves it, by
+ * name or id, into dir (save_ok: want_files files); returns its id. */
+static sm_array_id put_saved(sm_client *c, const sm_array *x, const char *spec, const char *name,
+                             const char *dir, int want_files)
+{
+    sm_array_id id = harness_put(c, x, "x=4,y=2", spec, name);
+    save_ok(c, name ? (sm_array_ref){{0}, name} : harness_id_ref(id), dir, want_files);
+    return id;
+}
+
 /* Saved on (4, 2) by 2 workers, loaded onto other meshes, specs and the
  * 1-worker cluster, bit-exact each time. */
 START_TEST(save_load_any_sharding)
@@ -172,8 +173,7 @@ START_TEST(save_load_any_sharding)
     sm_array *x = harness_array_iota(SM_F32, &s, 7);
     sm_client *c = harness_client(g_two), *c1 = harness_client(g_one);
     const char *dir = ckpt_path("grid");
-    harness_put(c, x, "x=4,y=2", "P('x', 'y')", "grid");
-    save_ok(c, (sm_array_ref){{0}, "grid"}, dir, 8);
+    put_saved(c, x, "P('x', 'y')", "grid", dir, 8);
     ck_assert_int_eq(check_by_hand(dir, x), 8);
     load_check(c, dir, x, "i=8", "P('i')", "rows");
     load_check(c, dir, x, "i=8", "P(None, 'i')", NULL);
@@ -205,8 +205,7 @@ START_TEST(replicated_written_once)
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         snprintf(name, sizeof name, "rep%zu", i);
         const char *dir = ckpt_path(name);
-        sm_array_id id = harness_put(c, x, "x=4,y=2", rows[i].spec, NULL);
-        save_ok(c, harness_id_ref(id), dir, rows[i].files);
+        sm_array_id id = put_saved(c, x, rows[i].spec, NULL, dir, rows[i].files);
         ck_assert_int_eq(check_by_hand(dir, x), rows[i].files);
         json_t *m = manifest_load(dir);
         json_t *sh = json_object_get(m, "shards");
@@ -236,8 +235,7 @@ START_TEST(dtypes)
     char name[32];
     snprintf(name, sizeof name, "dtype_%s", sm_dtype_name(t));
     const char *dir = ckpt_path(name);
-    harness_put(c, x, "x=4,y=2", "P('x', 'y')", name);
-    save_ok(c, (sm_array_ref){{0}, name}, dir, 8);
+    put_saved(c, x, "P('x', 'y')", name, dir, 8);
     load_check(c, dir, x, "a=2,b=2,c=2", "P('c', ('a', 'b'))", NULL);
     sm_client_close(c);
     sm_array_free(x);
@@ -255,8 +253,7 @@ START_TEST(load_names)
     sm_array_info info;
     char err[512];
     const char *dir = ckpt_path("names");
-    harness_put(c, x, "x=4,y=2", "P('x', 'y')", "named_src");
-    save_ok(c, (sm_array_ref){{0}, "named_src"}, dir, 8);
+    put_saved(c, x, "P('x', 'y')", "named_src", dir, 8);
     ck_assert_int_eq(sm_client_load(c, dir, &sh, "named_copy", &info, err, sizeof err), SM_OK);
     ck_assert_str_eq(info.name, "named_copy");
     sm_array_info_free(&info);
@@ -266,11 +263,7 @@ START_TEST(load_names)
         sm_client_describe(c, (sm_array_ref){{0}, "named_src"}, &info, err, sizeof err), SM_OK);
     ck_assert_int_eq(info.sharding.mesh.naxes, 2);
     sm_array_info_free(&info);
-    sm_array *got = NULL;
-    ck_assert_int_eq(sm_client_get(c, (sm_array_ref){{0}, "named_copy"}, &got, err, sizeof err),
-                     SM_OK);
-    ck_assert_int_eq(memcmp(got->data, x->data, (size_t)x->nbytes), 0);
-    sm_array_free(got);
+    harness_assert_get(c, (sm_array_ref){{0}, "named_copy"}, x);
     sm_client_close(c);
     sm_array_free(x);
 }
@@ -284,26 +277,33 @@ static void copy_dir(const char *src, const char *dst)
     ck_assert_int_eq(system(cmd), 0);
 }
 
+/* A copy of the checkpoint good, as name (to damage), whose file file's
+ * path goes into path (700 bytes); returns the copy's directory. */
+static const char *damaged_copy(const char *good, const char *name, const char *file, char *path)
+{
+    const char *dir = ckpt_path(name);
+    copy_dir(good, dir);
+    snprintf(path, 700, "%s/%s", dir, file);
+    return dir;
+}
+
 /* A damaged checkpoint is refused with DATA_LOSS naming the file. */
 START_TEST(damaged_refused)
 {
     sm_shape s = HARNESS_SHAPE(64, 64);
     sm_array *x = harness_array_iota(SM_F32, &s, 5);
     sm_client *c = harness_client(g_two);
-    char path[700], err[512];
+    char path[700];
     const char *good = ckpt_path("good");
-    harness_put(c, x, "x=4,y=2", "P('x', 'y')", "damage_src");
-    save_ok(c, (sm_array_ref){{0}, "damage_src"}, good, 8);
+    put_saved(c, x, "P('x', 'y')", "damage_src", good, 8);
 
-    const char *trunc = ckpt_path("truncated"); /* a file cut short */
-    copy_dir(good, trunc);
-    snprintf(path, sizeof path, "%s/shard-00005.npy", trunc);
+    /* a file cut short */
+    const char *trunc = damaged_copy(good, "truncated", "shard-00005.npy", path);
     ck_assert_int_eq(truncate(path, 1000), 0);
     load_fails(c, trunc, SM_EDATALOSS, "shard-00005.npy is truncated", "from_trunc");
 
-    const char *flip = ckpt_path("corrupted"); /* one data byte changed */
-    copy_dir(good, flip);
-    snprintf(path, sizeof path, "%s/shard-00002.npy", flip);
+    /* one data byte changed */
+    const char *flip = damaged_copy(good, "corrupted", "shard-00002.npy", path);
     FILE *f = fopen(path, "r+b");
     ck_assert_ptr_nonnull(f);
     ck_assert_int_eq(fseek(f, 1000, SEEK_SET), 0);
@@ -313,27 +313,23 @@ START_TEST(damaged_refused)
     fclose(f);
     load_fails(c, flip, SM_EDATALOSS, "shard-00002.npy is corrupted", "from_flip");
 
-    const char *gone = ckpt_path("file_missing"); /* a shard file deleted */
-    copy_dir(good, gone);
-    snprintf(path, sizeof path, "%s/shard-00007.npy", gone);
+    /* a shard file deleted */
+    const char *gone = damaged_copy(good, "file_missing", "shard-00007.npy", path);
     ck_assert_int_eq(unlink(path), 0);
     load_fails(c, gone, SM_EDATALOSS, "shard-00007.npy", "from_gone");
 
-    const char *nomf = ckpt_path("no_manifest"); /* the manifest deleted */
-    copy_dir(good, nomf);
-    snprintf(path, sizeof path, "%s/manifest.json", nomf);
+    /* the manifest deleted */
+    const char *nomf = damaged_copy(good, "no_manifest", "manifest.json", path);
     ck_assert_int_eq(unlink(path), 0);
     load_fails(c, nomf, SM_EDATALOSS, "manifest.json is missing", "from_nomf");
 
-    const char *badmf = ckpt_path("bad_manifest"); /* the manifest cut in half */
-    copy_dir(good, badmf);
-    snprintf(path, sizeof path, "%s/manifest.json", badmf);
+    /* the manifest cut in half */
+    const char *badmf = damaged_copy(good, "bad_manifest", "manifest.json", path);
     ck_assert_int_eq(truncate(path, 300), 0);
     load_fails(c, badmf, SM_EDATALOSS, "manifest.json is malformed", "from_badmf");
 
-    const char *hole = ckpt_path("hole"); /* a manifest entry dropped */
-    copy_dir(good, hole);
-    snprintf(path, sizeof path, "%s/manifest.json", hole);
+    /* a manifest entry dropped */
+    const char *hole = damaged_copy(good, "hole", "manifest.json", path);
     json_t *m = manifest_load(hole);
     json_array_remove(json_object_get(m, "shards"), 3);
     ck_assert_int_eq(json_dump_file(m, path, 0), 0);
@@ -343,7 +339,6 @@ START_TEST(damaged_refused)
     load_fails(c, ckpt_path("never_saved"), SM_ENOTFOUND, "never_saved", NULL);
     /* the good copy still loads, under a name a failed load did not take */
     load_check(c, good, x, "i=8", "P('i')", "from_trunc");
-    (void)err;
     sm_client_close(c);
     sm_array_free(x);
 }
@@ -395,11 +390,9 @@ END_TEST
 /* "worker N at" of the worker holding device d. */
 static void worker_of(sm_client *c, int32_t d, char *buf, size_t len)
 {
-    sm_worker_info *w = NULL;
     int n = 0;
-    char err[512];
     buf[0] = 0;
-    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
+    sm_worker_info *w = harness_workers(c, &n);
     for (int i = 0; i < n; i++)
         for (int k = 0; k < w[i].ndevices; k++)
             if (w[i].devices[k] == d)
@@ -433,8 +426,7 @@ START_TEST(chunks_read_where_needed)
     const int32_t devs[] = {0, 4};
     char path[700], wa[64], wb[64], err[512];
     const char *dir = ckpt_path("chunks");
-    sm_array_id id = harness_put(c, x, "x=4,y=2", "P()", NULL);
-    save_ok(c, harness_id_ref(id), dir, 1);
+    sm_array_id id = put_saved(c, x, "P()", NULL, dir, 1);
     json_t *m = manifest_load(dir);
     json_t *e = json_array_get(json_object_get(m, "shards"), 0);
     ck_assert_int_eq(json_integer_value(json_object_get(e, "chunk_bytes")), 4 << 20);
@@ -444,12 +436,7 @@ START_TEST(chunks_read_where_needed)
     sm_sharding_ref sh = harness_sharding(&mesh, "i=2", devs, 2, "P('i')");
     sm_array_info info;
     ck_assert_int_eq(sm_client_load(c, dir, &sh, NULL, &info, err, sizeof err), SM_OK);
-    sm_array *got = NULL;
-    ck_assert_int_eq(sm_client_get(c, harness_id_ref(info.id), &got, err, sizeof err), SM_OK);
-    ck_assert_int_eq(memcmp(got->data, x->data, (size_t)x->nbytes), 0);
-    sm_array_free(got);
-    ck_assert_int_eq(sm_client_delete(c, harness_id_ref(info.id), err, sizeof err), SM_OK);
-    sm_array_info_free(&info);
+    harness_assert_get_delete(c, &info, x);
     load_check(c, dir, x, "a=2,b=2,c=2", "P('a', ('b', 'c'))", NULL);
 
     worker_of(c, 0, wa, sizeof wa);
@@ -541,8 +528,7 @@ START_TEST(relative_dir)
     char cwd[4096], abs[700];
     ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
     ck_assert_int_eq(chdir(g_tmp), 0);
-    sm_array_id id = harness_put(c, x, "x=4,y=2", "P('x')", NULL);
-    save_ok(c, harness_id_ref(id), "rel/ckpt", 4);
+    put_saved(c, x, "P('x')", NULL, "rel/ckpt", 4);
     snprintf(abs, sizeof abs, "%s/rel/ckpt/manifest.json", g_tmp);
     ck_assert_int_eq(access(abs, R_OK), 0);
     load_check(c, "./rel/ckpt", x, "i=2", "P('i')", NULL);
@@ -620,9 +606,9 @@ END_TEST
 
 int main(void)
 {
-    return harness_run_suite(SUITE_CASE(
-        suite_create("e2e_ckpt"), "cluster", 120, SUITE_UNCHECKED(clusters_up, clusters_down),
-        {save_load_any_sharding}, {replicated_written_once}, {dtypes, 5}, {load_names},
-        {damaged_refused}, {interrupted_save_incomplete}, {chunks_read_where_needed},
-        {killed_save_incomplete}, {relative_dir}, {cli_save_load}));
+    return HARNESS_CLUSTER_SUITE("e2e_ckpt", 120, clusters_up, clusters_down,
+                                 {save_load_any_sharding}, {replicated_written_once}, {dtypes, 5},
+                                 {load_names}, {damaged_refused}, {interrupted_save_incomplete},
+                                 {chunks_read_where_needed}, {killed_save_incomplete},
+                                 {relative_dir}, {cli_save_load});
 }

@@ -384,9 +384,9 @@ END_TEST
 
 int main(void)
 {
-    return harness_run_suite(SUITE_CASE(
-        suite_create("e2e_cli"), "cluster", 120, SUITE_UNCHECKED(cluster_up, cluster_down),
+    return HARNESS_CLUSTER_SUITE(
+        "e2e_cli", 120, cluster_up, cluster_down,
         {help_for_every_command, (int)(sizeof commands / sizeof commands[0])}, {usage_errors},
         {devices_json}, {meshes}, {put_describe_get_reshard_rm}, {put_shards_cli},
-        {put_local_four_processes}));
+        {put_local_four_processes});
 }

@@ -236,6 +236,19 @@ START_TEST(commit_verified)
 }
 END_TEST
 
+/* Deletes the array r created, frees r and the channels (ch, the two
+ * worker_of opened). */
+static void created_end(sm_rpc_channel *ch, sm_rpc_channel **wch, sm_svc_create_array_reply *r)
+{
+    char err[512];
+    ck_assert_int_eq(sm_svc_coord_delete(ch, 10000, harness_id_ref(r->array.id), err, sizeof err),
+                     SM_OK);
+    sm_svc_create_array_reply_free(r);
+    for (int w = 0; w < 2; w++)
+        sm_rpc_channel_free(wch[w]);
+    sm_rpc_channel_free(ch);
+}
+
 /* The worker channel of device d of array a (opened once per address). */
 static sm_rpc_channel *worker_of(const sm_array_info *a, int32_t d, sm_rpc_channel **chs)
 {
@@ -393,11 +406,7 @@ START_TEST(commit_batched)
     ck_assert_int_eq(described_present(ch, id, &ready), 8);
     ck_assert_int_eq(ready, 1);
 
-    ck_assert_int_eq(sm_svc_coord_delete(ch, 10000, harness_id_ref(id), err, sizeof err), SM_OK);
-    sm_svc_create_array_reply_free(&r);
-    for (int w = 0; w < 2; w++)
-        sm_rpc_channel_free(wch[w]);
-    sm_rpc_channel_free(ch);
+    created_end(ch, wch, &r);
 }
 END_TEST
 
@@ -499,11 +508,7 @@ START_TEST(put_batched)
     ck_assert_msg(e == SM_OK, "commit: %s", err);
     ck_assert_int_eq(described_present(ch, id, &ready), 4);
 
-    ck_assert_int_eq(sm_svc_coord_delete(ch, 10000, harness_id_ref(id), err, sizeof err), SM_OK);
-    sm_svc_create_array_reply_free(&r);
-    for (int k = 0; k < 2; k++)
-        sm_rpc_channel_free(wch[k]);
-    sm_rpc_channel_free(ch);
+    created_end(ch, wch, &r);
 }
 END_TEST
 
@@ -629,8 +634,7 @@ END_TEST
 
 int main(void)
 {
-    return harness_run_suite(SUITE_CASE(
-        suite_create("e2e_direct"), "cluster", 120, SUITE_UNCHECKED(cluster_up, cluster_down),
-        {direct_round_trips}, {relay_forced}, {commit_verified}, {commit_batched},
-        {download_batched}, {put_batched}, {fallback_unreachable_worker}));
+    return HARNESS_CLUSTER_SUITE("e2e_direct", 120, cluster_up, cluster_down, {direct_round_trips},
+                                 {relay_forced}, {commit_verified}, {commit_batched},
+                                 {download_batched}, {put_batched}, {fallback_unreachable_worker});
 }

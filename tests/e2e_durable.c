@@ -244,13 +244,8 @@ static void put_only(sm_client *c, const char *name, const char *spec, uint64_t 
 static void check_bits(sm_client *c, sm_array_ref ref, uint64_t seed)
 {
     sm_shape s = HARNESS_SHAPE(16, 32);
-    sm_array *want = harness_array_iota(SM_F32, &s, seed), *got = NULL;
-    char err[512];
-    sm_err e = sm_client_get(c, ref, &got, err, sizeof err);
-    ck_assert_msg(e == SM_OK, "get: %s", err);
-    ck_assert_int_eq(got->nbytes, want->nbytes);
-    ck_assert(!memcmp(got->data, want->data, (size_t)want->nbytes));
-    sm_array_free(got);
+    sm_array *want = harness_array_iota(SM_F32, &s, seed);
+    harness_assert_get(c, ref, want);
     sm_array_free(want);
 }
 
@@ -386,10 +381,7 @@ START_TEST(test_restart_with_a_worker_gone)
     wait_alive(c, NWORKERS);
     ck_assert_int_eq(harness_wait_state(c, (sm_array_ref){{0}, "on0"}, SM_ARRAY_READY, 20000),
                      SM_ARRAY_READY);
-    sm_array *got = NULL;
-    ck_assert_int_eq(sm_client_get(c, (sm_array_ref){{0}, "on0"}, &got, err, sizeof err), SM_OK);
-    ck_assert(!memcmp(got->data, d->data, (size_t)d->nbytes));
-    sm_array_free(got);
+    harness_assert_get(c, (sm_array_ref){{0}, "on0"}, d);
     sm_array_free(d);
     sm_err e;
     sm_array_info x = describe(c, (sm_array_ref){{0}, "both"}, &e);
@@ -429,16 +421,13 @@ START_TEST(test_jobs_across_restart)
     ck_assert_int_eq(sm_client_put(c, SM_F32, &s, a->data, &rep, "w", NULL, err, sizeof err),
                      SM_OK);
     sm_array_free(a);
-    sm_program *p = NULL;
-    ck_assert_int_eq(sm_program_parse(heavy_text, "heavy.shmap", &p, err, sizeof err), SM_OK);
+    sm_program *p = harness_program(heavy_text, "heavy.shmap");
     sm_array_ref args[2] = {{{0}, "a"}, {{0}, "w"}};
     const char *names[1] = {"small"};
-    sm_program *q = NULL;
-    ck_assert_int_eq(sm_program_parse("mesh i=8\n"
-                                      "shard_map twice(a: f32[512,512] @ P('i')) -> P('i'):\n"
-                                      "    return a + a\n",
-                                      "twice.shmap", &q, err, sizeof err),
-                     SM_OK);
+    sm_program *q = harness_program("mesh i=8\n"
+                                    "shard_map twice(a: f32[512,512] @ P('i')) -> P('i'):\n"
+                                    "    return a + a\n",
+                                    "twice.shmap");
     sm_job_info done;
     ck_assert_msg(sm_job_run(c, q, 1, args, names, 1, 0, 60000, &done, err, sizeof err) == SM_OK,
                   "%s", err);
@@ -483,11 +472,9 @@ END_TEST
 /* The addresses of the alive workers holding devices 0 and 4, "" if none. */
 static void worker_addrs(sm_client *c, char out[2][SM_ADDR_MAX])
 {
-    sm_worker_info *w = NULL;
     int n = 0;
-    char err[512];
     out[0][0] = out[1][0] = 0;
-    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
+    sm_worker_info *w = harness_workers(c, &n);
     for (int i = 0; i < n; i++)
         if (w[i].alive && (w[i].devices[0] == 0 || w[i].devices[0] == NDEV))
             snprintf(out[w[i].devices[0] == NDEV], SM_ADDR_MAX, "%s", w[i].address);
@@ -616,11 +603,9 @@ END_TEST
 /* The id of the alive worker holding device dev (0 if none). */
 static uint32_t worker_id_of(sm_client *c, int32_t dev)
 {
-    sm_worker_info *w = NULL;
     int n = 0;
     uint32_t id = 0;
-    char err[512];
-    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
+    sm_worker_info *w = harness_workers(c, &n);
     for (int i = 0; i < n; i++)
         for (int d = 0; w[i].alive && d < w[i].ndevices; d++)
             if (w[i].devices[d] == dev)
@@ -689,12 +674,10 @@ START_TEST(test_replicated_survives_worker_loss)
                   err);
     check_bits(c, (sm_array_ref){{0}, "rows"}, 21);
     /* a job needs every device of its mesh */
-    sm_program *p = NULL;
-    ck_assert_int_eq(sm_program_parse("mesh i=4 j=2\n"
-                                      "shard_map f(x: f32[16,32] @ P(None, 'j')) -> P(None, 'j'):\n"
-                                      "    return x + x\n",
-                                      "f.shmap", &p, err, sizeof err),
-                     SM_OK);
+    sm_program *p = harness_program("mesh i=4 j=2\n"
+                                    "shard_map f(x: f32[16,32] @ P(None, 'j')) -> P(None, 'j'):\n"
+                                    "    return x + x\n",
+                                    "f.shmap");
     sm_job_info done;
     e = sm_job_run(c, p, 1, &cols, NULL, 1, 0, 60000, &done, err, sizeof err);
     ck_assert_msg(e == SM_EUNAVAILABLE && strstr(err, "4"), "%s: %s", sm_err_name(e), err);
@@ -773,21 +756,6 @@ START_TEST(test_spill_under_memory_limit)
     g.worker_mem_mb = NULL;
 }
 END_TEST
-
-/* The sum of the bytes every alive worker reports holding. */
-static int64_t bytes_held(sm_client *c)
-{
-    sm_worker_info *w = NULL;
-    int n = 0;
-    int64_t sum = 0;
-    char err[512];
-    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
-    for (int i = 0; i < n; i++)
-        for (int d = 0; w[i].alive && d < w[i].ndevices; d++)
-            sum += w[i].device_bytes[d];
-    free(w);
-    return sum;
-}
 
 /* An array with 2 replicas (every block also on the other worker) outlives
  * the loss of either worker: degraded, read and resharded from the copies;
@@ -868,7 +836,7 @@ START_TEST(test_replicas_survive_worker_loss)
     int64_t held = -1;
     for (int64_t until = sm_time_mono_ms() + 20000; held != 0 && sm_time_mono_ms() < until;
          harness_sleep_ms(100))
-        held = bytes_held(c);
+        held = harness_bytes_held(c, 1);
     ck_assert_int_eq(held, 0);
     sm_client_close(c);
 }
@@ -906,10 +874,13 @@ static void *bg_main(void *arg)
     return NULL;
 }
 
-/* Kills the coordinator once `name` is pending (or the operation ended);
- * returns 1 if it was still pending. */
-static int kill_when_pending(sm_client *c, const char *name, bg_op *op)
+/* Runs op in a thread and kills the coordinator once `name` is pending (or
+ * op ended); once op ends, checks the database and starts the coordinator
+ * again. Returns 1 if `name` was still pending. */
+static int kill_during(sm_client *c, const char *name, bg_op *op)
 {
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, bg_main, op), 0);
     int pending = 0;
     for (int64_t until = sm_time_mono_ms() + 20000; sm_time_mono_ms() < until;) {
         sm_err e;
@@ -922,7 +893,9 @@ static int kill_when_pending(sm_client *c, const char *name, bg_op *op)
         harness_sleep_ms(1);
     }
     kill_wait(&g.coord);
-    (void)op;
+    pthread_join(t, NULL);
+    check_db();
+    g.coord = coord_spawn(1);
     return pending;
 }
 
@@ -936,12 +909,7 @@ START_TEST(test_kill_during_upload_and_reshard)
     wait_alive(c, NWORKERS);
     put_only(c, "keep", "P('i', 'j')", 31);
     bg_op up = {0, SM_OK};
-    pthread_t t;
-    ck_assert_int_eq(pthread_create(&t, NULL, bg_main, &up), 0);
-    int was = kill_when_pending(c, "big", &up);
-    pthread_join(t, NULL);
-    check_db();
-    g.coord = coord_spawn(1);
+    int was = kill_during(c, "big", &up);
     sm_client_close(c);
     c = harness_client(&g.h);
     ck_assert_int_eq(harness_wait_state(c, (sm_array_ref){{0}, "keep"}, SM_ARRAY_READY, 20000),
@@ -969,20 +937,12 @@ START_TEST(test_kill_during_upload_and_reshard)
     ck_assert_msg(sm_client_put(c, SM_F32, &s, a->data, &sh, "src", NULL, err, sizeof err) == SM_OK,
                   "%s", err);
     bg_op rs = {1, SM_OK};
-    ck_assert_int_eq(pthread_create(&t, NULL, bg_main, &rs), 0);
-    was = kill_when_pending(c, "moved", &rs);
-    pthread_join(t, NULL);
-    check_db();
-    g.coord = coord_spawn(1);
+    was = kill_during(c, "moved", &rs);
     sm_client_close(c);
     c = harness_client(&g.h);
     ck_assert_int_eq(harness_wait_state(c, (sm_array_ref){{0}, "src"}, SM_ARRAY_READY, 20000),
                      SM_ARRAY_READY);
-    sm_array *got = NULL;
-    ck_assert_msg(sm_client_get(c, (sm_array_ref){{0}, "src"}, &got, err, sizeof err) == SM_OK,
-                  "%s", err);
-    ck_assert(!memcmp(got->data, a->data, (size_t)a->nbytes));
-    sm_array_free(got);
+    harness_assert_get(c, (sm_array_ref){{0}, "src"}, a);
     x = describe(c, (sm_array_ref){{0}, "moved"}, &e);
     if (was) {
         ck_assert_int_eq(e, SM_OK);
@@ -1026,10 +986,8 @@ START_TEST(test_local_workers_state_dir)
     ck_assert_int_eq(harness_wait_state(c, (sm_array_ref){{0}, "emb"}, SM_ARRAY_READY, 20000),
                      SM_ARRAY_READY);
     check_bits(c, (sm_array_ref){{0}, "emb"}, 41);
-    sm_worker_info *w = NULL;
     int n = 0;
-    char err[512];
-    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
+    sm_worker_info *w = harness_workers(c, &n);
     int alive = 0;
     for (int i = 0; i < n; i++)
         alive += w[i].alive;

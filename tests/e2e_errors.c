@@ -228,8 +228,7 @@ START_TEST(bad_uploads_then_good)
     }
     ck_assert_int_eq(harness_wait_state(c, harness_id_ref(r.array.id), SM_ARRAY_READY, 5000),
                      SM_ARRAY_READY);
-    ck_assert_int_eq(sm_client_get(c, harness_id_ref(r.array.id), &back, err, sizeof err), SM_OK);
-    ck_assert_int_eq(memcmp(back->data, x->data, (size_t)x->nbytes), 0);
+    harness_assert_get(c, harness_id_ref(r.array.id), x);
     /* A filled target cannot be sent again. */
     ck_assert_int_ne(raw_upload(ch, &r, 0, x, RAW_OK, err, sizeof err), SM_OK);
     ck_assert_int_eq(sm_client_delete(c, harness_id_ref(r.array.id), err, sizeof err), SM_OK);
@@ -273,16 +272,12 @@ START_TEST(still_serving)
     sm_mesh mesh;
     sm_sharding_ref sh = harness_sharding(&mesh, "x=4,y=2", NULL, 0, "P('y', 'x')");
     sm_shape s = HARNESS_SHAPE(4, 8);
-    sm_array *x = harness_array_iota(SM_F32, &s, 9), *back = NULL;
+    sm_array *x = harness_array_iota(SM_F32, &s, 9);
     sm_array_info info;
     char err[512];
     ck_assert_int_eq(sm_client_put(c, SM_F32, &s, x->data, &sh, NULL, &info, err, sizeof err),
                      SM_OK);
-    ck_assert_int_eq(sm_client_get(c, harness_id_ref(info.id), &back, err, sizeof err), SM_OK);
-    ck_assert_int_eq(memcmp(back->data, x->data, (size_t)x->nbytes), 0);
-    sm_client_delete(c, harness_id_ref(info.id), err, sizeof err);
-    sm_array_info_free(&info);
-    sm_array_free(back);
+    harness_assert_get_delete(c, &info, x);
     sm_array_free(x);
     sm_client_close(c);
 }
@@ -302,9 +297,8 @@ START_TEST(tokens)
     ck_assert_int_eq(sm_client_connect(h->target, &co, &c, err, sizeof err), SM_EAUTH);
     co.token = "s3cret";
     ck_assert_int_eq(sm_client_connect(h->target, &co, &c, err, sizeof err), SM_OK);
-    sm_worker_info *w = NULL;
     int n = 0;
-    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
+    sm_worker_info *w = harness_workers(c, &n);
     ck_assert_int_eq(n, 1);
     free(w);
     sm_client_close(c);
@@ -357,10 +351,9 @@ START_TEST(worker_killed)
     /* The coordinator still serves: one worker alive, and its devices take
      * a new array. */
     ck_assert_int_eq(harness_wait_workers(c, 1, 10000, err, sizeof err), SM_OK);
-    sm_worker_info *w = NULL;
     int n = 0;
     int32_t alive[2];
-    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
+    sm_worker_info *w = harness_workers(c, &n);
     for (int i = 0; i < n; i++)
         if (w[i].alive)
             memcpy(alive, w[i].devices, sizeof alive);
@@ -370,8 +363,7 @@ START_TEST(worker_killed)
     sm_array_info fresh;
     ck_assert_int_eq(sm_client_put(c, SM_F32, &s, x->data, &sh2, NULL, &fresh, err, sizeof err),
                      SM_OK);
-    ck_assert_int_eq(sm_client_get(c, harness_id_ref(fresh.id), &back, err, sizeof err), SM_OK);
-    ck_assert_int_eq(memcmp(back->data, x->data, (size_t)x->nbytes), 0);
+    harness_assert_get(c, harness_id_ref(fresh.id), x);
     ck_assert_int_eq(sm_client_delete(c, harness_id_ref(info.id), err, sizeof err), SM_OK);
     sm_array_info_free(&fresh);
     sm_array_info_free(&info);
@@ -401,7 +393,7 @@ START_TEST(memory_limit)
 
     /* 64 MiB over 4 devices: 32 MiB on each worker */
     sm_shape big = HARNESS_SHAPE(4096, 4096);
-    sm_array *x = harness_array_iota(SM_F32, &big, 5), *back = NULL;
+    sm_array *x = harness_array_iota(SM_F32, &big, 5);
     sm_array_info info;
     e = sm_client_put(c, SM_F32, &big, x->data, &sh, "too_big", &info, err, sizeof err);
     ck_assert_msg(e == SM_ERESOURCE, "%d: %s", e, err);
@@ -420,18 +412,14 @@ START_TEST(memory_limit)
     ck_assert_msg(sm_client_put(c, SM_F32, &fits, x->data, &sh, "fits", &info, err, sizeof err) ==
                       SM_OK,
                   "%s", err);
-    ck_assert_int_eq(sm_client_get(c, harness_id_ref(info.id), &back, err, sizeof err), SM_OK);
-    ck_assert_int_eq(memcmp(back->data, x->data, (size_t)x->nbytes), 0);
-    sm_array_free(back);
+    harness_assert_get(c, harness_id_ref(info.id), x);
 
     /* a job whose output block is 64 MiB per device */
-    sm_program *p = NULL;
-    ck_assert_int_eq(sm_program_parse("mesh x=4\n"
-                                      "shard_map outer(a: f32[16384,1] @ P('x'), b: f32[1,4096] "
-                                      "@ P(None, None)) -> P('x'):\n"
-                                      "    return dot(a, b)\n",
-                                      "outer.shmap", &p, err, sizeof err),
-                     SM_OK);
+    sm_program *p = harness_program("mesh x=4\n"
+                                    "shard_map outer(a: f32[16384,1] @ P('x'), b: f32[1,4096] "
+                                    "@ P(None, None)) -> P('x'):\n"
+                                    "    return dot(a, b)\n",
+                                    "outer.shmap");
     sm_shape sa = HARNESS_SHAPE(16384, 1), sb = HARNESS_SHAPE(1, 4096);
     sm_array *a = harness_array_iota(SM_F32, &sa, 7), *b = harness_array_iota(SM_F32, &sb, 8);
     sm_mesh m2;
@@ -451,13 +439,11 @@ START_TEST(memory_limit)
 
     /* a job whose output fits (4 MiB per device, 8 per worker) but not with
      * the buffer its all_gather stages the blocks in (as much again) */
-    sm_program *pg = NULL;
-    ck_assert_int_eq(sm_program_parse("mesh x=4\n"
-                                      "shard_map gather(g: f32[256,4096] @ P(None, 'x')) -> "
-                                      "P(None, None):\n"
-                                      "    return all_gather(g, 'x', axis=1, tiled=True)\n",
-                                      "gather.shmap", &pg, err, sizeof err),
-                     SM_OK);
+    sm_program *pg = harness_program("mesh x=4\n"
+                                     "shard_map gather(g: f32[256,4096] @ P(None, 'x')) -> "
+                                     "P(None, None):\n"
+                                     "    return all_gather(g, 'x', axis=1, tiled=True)\n",
+                                     "gather.shmap");
     sm_shape sg = HARNESS_SHAPE(256, 4096);
     sm_array *g = harness_array_iota(SM_F32, &sg, 9);
     sm_sharding_ref shg = harness_sharding(&m2, "x=4", NULL, 0, "P(None, 'x')");
@@ -479,9 +465,7 @@ START_TEST(memory_limit)
     ck_assert_int_eq(sm_client_list(c, &all, &n, err, sizeof err), SM_OK);
     ck_assert_int_eq(n, 3); /* fits, a, b: no job output */
     sm_array_info_list_free(all, n);
-    ck_assert_int_eq(sm_client_get(c, harness_id_ref(info.id), &back, err, sizeof err), SM_OK);
-    ck_assert_int_eq(memcmp(back->data, x->data, (size_t)x->nbytes), 0);
-    sm_array_free(back);
+    harness_assert_get(c, harness_id_ref(info.id), x);
     sm_array_info_free(&ia);
     sm_array_info_free(&ib);
     sm_array_info_free(&ig);
@@ -500,9 +484,9 @@ END_TEST
 
 int main(void)
 {
-    return harness_run_suite(SUITE_CASE(
-        suite_create("e2e_errors"), "cluster", 120, SUITE_UNCHECKED(cluster_up, cluster_down),
-        {unknown_arrays}, {bad_specs_refused, (int)(sizeof bad_specs / sizeof bad_specs[0])},
-        {duplicate_name}, {bad_uploads_then_good}, {put_shards_wrong_shape_server_side},
-        {still_serving}, {tokens}, {worker_killed}, {memory_limit}));
+    return HARNESS_CLUSTER_SUITE("e2e_errors", 120, cluster_up, cluster_down, {unknown_arrays},
+                                 {bad_specs_refused, (int)(sizeof bad_specs / sizeof bad_specs[0])},
+                                 {duplicate_name}, {bad_uploads_then_good},
+                                 {put_shards_wrong_shape_server_side}, {still_serving}, {tokens},
+                                 {worker_killed}, {memory_limit});
 }

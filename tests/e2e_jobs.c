@@ -10,7 +10,6 @@
  * thread) as for one that goes through the runner pool. Programs come from the examples directory
  * (NAME.shmap) (inline copies if the directory is missing). */
 #include <check.h>
-#include <dirent.h>
 #include <jansson.h>
 #include <math.h>
 #include <signal.h>
@@ -47,19 +46,7 @@ static int shm_transport(void)
  * (RUN_SERIAL), so any is this cluster's. */
 static int shm_segments_left(int pools)
 {
-    DIR *d = opendir("/dev/shm");
-    int n = 0;
-    for (struct dirent *e; d && (e = readdir(d));) {
-        size_t len = strlen(e->d_name);
-        int pool = len > 4 && !strcmp(e->d_name + len - 4, "-fff");
-        if (!strncmp(e->d_name, "shmap-", 6) && (pools || !pool)) {
-            fprintf(stderr, "e2e_jobs: /dev/shm/%s is left\n", e->d_name);
-            n++;
-        }
-    }
-    if (d)
-        closedir(d);
-    return n;
+    return harness_shm_left("shmap-", pools ? NULL : "-fff", "e2e_jobs");
 }
 
 static void cluster_down(void)
@@ -116,7 +103,7 @@ static void example_path(const char *name, char *buf, size_t len)
 /* The program of example k: the file if present, else the inline copy. */
 static sm_program *load(int k)
 {
-    char path[1024], err[1024];
+    char path[1024];
     char *text = NULL;
     example_path(examples[k].name, path, sizeof path);
     if (path[0]) {
@@ -126,10 +113,8 @@ static sm_program *load(int k)
         text[n] = 0;
         fclose(f);
     }
-    sm_program *p = NULL;
-    sm_err e = sm_program_parse(text ? text : examples[k].text, path[0] ? path : examples[k].name,
-                                &p, err, sizeof err);
-    ck_assert_msg(e == SM_OK, "%s: %s", examples[k].name, err);
+    sm_program *p =
+        harness_program(text ? text : examples[k].text, path[0] ? path : examples[k].name);
     free(text);
     return p;
 }
@@ -181,6 +166,18 @@ static void delete_all(sm_client *c)
     sm_array_info_list_free(l, n);
 }
 
+/* The end of a test: frees info (NULL: none), deletes every array, frees
+ * a and b (NULL: none) and p, and closes c. */
+static void job_end(sm_client *c, sm_job_info *info, sm_program *p, sm_array *a, sm_array *b)
+{
+    sm_job_info_free(info);
+    delete_all(c);
+    sm_array_free(a);
+    sm_array_free(b);
+    sm_program_free(p);
+    sm_client_close(c);
+}
+
 /* Submits p on args, waits, asserts DONE; returns the info (caller frees). */
 static sm_job_info run_ok(sm_client *c, const sm_program *p, const sm_array_ref *args,
                           const char *const *names)
@@ -195,6 +192,17 @@ static sm_job_info run_ok(sm_client *c, const sm_program *p, const sm_array_ref 
                   sm_job_state_name(info.state), info.error);
     ck_assert_int_eq(info.noutputs, p->nreturns);
     return info;
+}
+
+/* Output k of the job info describes, fetched through c (asserting it is). */
+static sm_array *job_output(sm_client *c, const sm_job_info *info, int k)
+{
+    sm_array *got = NULL;
+    char err[512];
+    ck_assert_msg(
+        sm_client_get(c, (sm_array_ref){info->outputs[k].id, NULL}, &got, err, sizeof err) == SM_OK,
+        "%s", err);
+    return got;
 }
 
 static void assert_f32_equal(const sm_array *got, const float *want, int64_t n)
@@ -238,12 +246,7 @@ START_TEST(test_matmul)
     ck_assert_str_eq(o->type, _i ? "f32[8@i,32@j]" : "f32[8@i,32]");
     assert_matmul_at(c, (sm_array_ref){o->id, NULL});
     ck_assert_int_eq(narrays(c), 3); /* a, b and the output */
-    sm_job_info_free(&info);
-    delete_all(c);
-    sm_array_free(a);
-    sm_array_free(b);
-    sm_program_free(p);
-    sm_client_close(c);
+    job_end(c, &info, p, a, b);
 }
 END_TEST
 
@@ -256,20 +259,14 @@ static json_t *ctl_json(const char *const *args, int code);
 START_TEST(test_transport)
 {
     sm_client *c = harness_client(g);
-    sm_program *p = NULL;
-    char err[512];
-    ck_assert_msg(sm_program_parse("mesh i=4 j=2\n"
-                                   "shard_map f(x: f32[8,16] @ P('i','j')) -> P(None, None):\n"
-                                   "    return psum(x, ('i', 'j'))\n",
-                                   "transport", &p, err, sizeof err) == SM_OK,
-                  "%s", err);
+    sm_program *p = harness_program("mesh i=4 j=2\n"
+                                    "shard_map f(x: f32[8,16] @ P('i','j')) -> P(None, None):\n"
+                                    "    return psum(x, ('i', 'j'))\n",
+                                    "transport");
     sm_array *a = arange_f32(8, 16);
     sm_array_ref args[1] = {{harness_put(c, a, "i=4,j=2", "P('i','j')", NULL), NULL}};
     sm_job_info info = run_ok(c, p, args, NULL);
-    sm_array *got = NULL;
-    ck_assert_msg(
-        sm_client_get(c, (sm_array_ref){info.outputs[0].id, NULL}, &got, err, sizeof err) == SM_OK,
-        "%s", err);
+    sm_array *got = job_output(c, &info, 0);
     float want[2 * 8]; /* the eight 2x8 blocks of the 8x16 input, summed (exact) */
     for (int r = 0; r < 2; r++)
         for (int q = 0; q < 8; q++) {
@@ -297,12 +294,8 @@ START_TEST(test_transport)
     }
     json_decref(root);
     ck_assert_int_eq(shm_segments_left(0), 0); /* the workers keep their pool files */
-    sm_job_info_free(&info);
-    delete_all(c);
     sm_array_free(got);
-    sm_array_free(a);
-    sm_program_free(p);
-    sm_client_close(c);
+    job_end(c, &info, p, a, NULL);
 }
 END_TEST
 
@@ -325,12 +318,7 @@ START_TEST(test_matmul_resharded_inputs)
     ck_assert_int_eq(sm_client_describe(c, (sm_array_ref){{0}, "ra"}, &ia, err, sizeof err), SM_OK);
     ck_assert_str_eq(ia.type, "f32[8,16@i]"); /* the input is untouched */
     sm_array_info_free(&ia);
-    sm_job_info_free(&info);
-    delete_all(c);
-    sm_array_free(a);
-    sm_array_free(b);
-    sm_program_free(p);
-    sm_client_close(c);
+    job_end(c, &info, p, a, b);
 }
 END_TEST
 
@@ -349,17 +337,11 @@ START_TEST(test_slice_and_average)
     ck_assert_str_eq(info.outputs[0].type, "f32[4]");
     ck_assert_int_ge(info.run_us, 0);
     ck_assert_int_ge(info.queued_us, 0);
-    sm_array *got = NULL;
-    ck_assert_int_eq(
-        sm_client_get(c, (sm_array_ref){info.outputs[0].id, NULL}, &got, err, sizeof err), SM_OK);
+    sm_array *got = job_output(c, &info, 0);
     const float want[4] = {224, 225, 226, 227};
     assert_f32_equal(got, want, 4);
     sm_array_free(got);
-    sm_job_info_free(&info);
-    delete_all(c);
-    sm_array_free(x);
-    sm_program_free(p);
-    sm_client_close(c);
+    job_end(c, &info, p, x, NULL);
 }
 END_TEST
 
@@ -377,11 +359,10 @@ START_TEST(test_run_one_call)
     sm_array_ref args[2];
     float want[8 * 32];
     if (_i < 2) {
-        ck_assert_int_eq(sm_program_parse("mesh i=4 j=2\n"
-                                          "shard_map f(a: f32[8,16] @ P('i','j')) -> P('i','j'):\n"
-                                          "    return a * 2 + 1\n",
-                                          "light.shmap", &p, err, sizeof err),
-                         SM_OK);
+        p = harness_program("mesh i=4 j=2\n"
+                            "shard_map f(a: f32[8,16] @ P('i','j')) -> P('i','j'):\n"
+                            "    return a * 2 + 1\n",
+                            "light.shmap");
         args[0] =
             (sm_array_ref){harness_put(c, a, "i=4,j=2", _i ? "P('i')" : "P('i','j')", NULL), NULL};
         for (int k = 0; k < 8 * 16; k++)
@@ -408,9 +389,7 @@ START_TEST(test_run_one_call)
         ck_assert_uint_gt(info.id.v, 0);
         ck_assert_int_eq(info.noutputs, 1);
         ck_assert_int_eq(info.outputs[0].state, SM_ARRAY_READY);
-        ck_assert_int_eq(
-            sm_client_get(c, (sm_array_ref){info.outputs[0].id, NULL}, &got, err, sizeof err),
-            SM_OK);
+        got = job_output(c, &info, 0);
         assert_f32_equal(got, want, _i < 2 ? 8 * 16 : 8 * 32);
         sm_array_free(got);
         got = NULL;
@@ -436,12 +415,7 @@ START_TEST(test_run_one_call)
     ck_assert_int_eq(sm_job_run(c, NULL, 0, NULL, NULL, 1, 0, WAIT_MS, &again, err, sizeof err),
                      SM_EINVAL);
     sm_array_free(got);
-    sm_job_info_free(&info);
-    delete_all(c);
-    sm_array_free(a);
-    sm_array_free(b);
-    sm_program_free(p);
-    sm_client_close(c);
+    job_end(c, &info, p, a, b);
 }
 END_TEST
 
@@ -494,8 +468,7 @@ START_TEST(test_rejected)
     harness_put(c, a, "i=4,j=2", "P('i','j')", "A");
     int before = narrays(c);
     char err[1024] = "";
-    sm_program *p = NULL;
-    ck_assert_msg(sm_program_parse(rc->text, "t.shmap", &p, err, sizeof err) == SM_OK, "%s", err);
+    sm_program *p = harness_program(rc->text, "t.shmap");
     sm_array_ref args[2] = {{{0}, "A"}, {{0}, rc->nargs == 2 ? "A" : "nope"}};
     const char *names[1] = {rc->out_name};
     sm_job_id id = {0};
@@ -507,10 +480,7 @@ START_TEST(test_rejected)
     ck_assert_msg(e == rc->want, "%s: %d: %s", rc->name, e, err);
     ck_assert_msg(strstr(err, rc->msg), "%s: '%s' lacks '%s'", rc->name, err, rc->msg);
     ck_assert_int_eq(narrays(c), before);
-    delete_all(c);
-    sm_array_free(a);
-    sm_program_free(p);
-    sm_client_close(c);
+    job_end(c, NULL, p, a, NULL);
 }
 END_TEST
 
@@ -569,8 +539,7 @@ START_TEST(test_cancel_and_deadline)
         ((float *)a->data)[i] = (float)(i % 7) * 0.001f;
     sm_array_ref args[2] = {{harness_put(c, a, "i=8", "P('i')", NULL), NULL},
                             {harness_put(c, a, "i=8", "P()", NULL), NULL}};
-    sm_program *p = NULL;
-    ck_assert_int_eq(sm_program_parse(heavy_text, "heavy.shmap", &p, err, sizeof err), SM_OK);
+    sm_program *p = harness_program(heavy_text, "heavy.shmap");
     sm_job_id id;
     sm_job_info info;
     uint32_t deadline = _i % 2 ? 200 : 0;
@@ -613,11 +582,7 @@ START_TEST(test_cancel_and_deadline)
         ck_assert_msg(strstr(info.error, "deadline"), "%s", info.error);
         ck_assert_int_eq(narrays(c), 2);
     }
-    sm_job_info_free(&info);
-    delete_all(c);
-    sm_array_free(a);
-    sm_program_free(p);
-    sm_client_close(c);
+    job_end(c, &info, p, a, NULL);
 }
 END_TEST
 
@@ -628,12 +593,10 @@ static void e2e_reject_lost(sm_client *c, sm_program *p, const sm_array_ref *arg
     sm_job_id id;
     sm_err e = sm_job_submit(c, p, 2, args, NULL, 1, 0, &id, err, sizeof err);
     ck_assert_msg(e == SM_EINVAL || e == SM_EUNAVAILABLE, "%d: %s", e, err);
-    sm_program *q = NULL;
-    ck_assert_int_eq(sm_program_parse("mesh i=8 devices=[0, 1, 2, 3, 4, 5, 6, 7]\n"
-                                      "shard_map f(a: f32[1024,1024] @ P('i')) -> P('i'):\n"
-                                      "    return a\n",
-                                      "lost.shmap", &q, err, sizeof err),
-                     SM_OK);
+    sm_program *q = harness_program("mesh i=8 devices=[0, 1, 2, 3, 4, 5, 6, 7]\n"
+                                    "shard_map f(a: f32[1024,1024] @ P('i')) -> P('i'):\n"
+                                    "    return a\n",
+                                    "lost.shmap");
     e = sm_job_submit(c, q, 1, args, NULL, 1, 0, &id, err, sizeof err);
     ck_assert_msg(e == SM_EUNAVAILABLE, "%d: %s", e, err);
     ck_assert_msg(strstr(err, "which is lost"), "%s", err);
@@ -670,10 +633,7 @@ START_TEST(test_worker_lost)
     sh = harness_sharding(&m, "i=8", NULL, 0, "P()");
     ck_assert_int_eq(sm_client_put(c, SM_F32, &s, a->data, &sh, NULL, &iw, err, sizeof err), SM_OK);
     sm_array_ref args[2] = {{ia.id, NULL}, {iw.id, NULL}};
-    sm_program *p = NULL;
-    ck_assert_int_eq(
-        sm_program_parse(freeze ? heavier_text : heavy_text, "heavy.shmap", &p, err, sizeof err),
-        SM_OK);
+    sm_program *p = harness_program(freeze ? heavier_text : heavy_text, "heavy.shmap");
     sm_job_id id;
     ck_assert_int_eq(sm_job_submit(c, p, 2, args, NULL, 1, 0, &id, err, sizeof err), SM_OK);
     harness_sleep_ms(150);
@@ -867,10 +827,7 @@ START_TEST(test_same_bits_every_layout)
                           text, err);
             sm_array_ref args[1] = {{harness_put(c, a, axes, spec, NULL), NULL}};
             sm_job_info info = run_ok(c, p, args, NULL);
-            sm_array *got = NULL;
-            ck_assert_msg(sm_client_get(c, (sm_array_ref){info.outputs[0].id, NULL}, &got, err,
-                                        sizeof err) == SM_OK,
-                          "%s", err);
+            sm_array *got = job_output(c, &info, 0);
             layout_want(lc, x, 0, want);
             int nrows = lc->keep < 0 ? 1 : 2;
             ck_assert_int_eq(got->nbytes, (int64_t)nrows * LAYOUT_K * 4);
@@ -916,19 +873,14 @@ START_TEST(test_shm_fallback)
     ck_assert_int_eq(sm_array_create(SM_F32, &s, &a, err, sizeof err), SM_OK);
     for (int64_t i = 0; i < rows * cols; i++)
         ((float *)a->data)[i] = (float)(i % cols % 7 + i / cols);
-    sm_program *p = NULL;
-    ck_assert_msg(
-        sm_program_parse("mesh i=4\n"
-                         "shard_map f(x: f32[4,2097152] @ P('i', None)) -> P(None, None):\n"
-                         "    return psum(x, 'i')\n",
-                         "fallback", &p, err, sizeof err) == SM_OK,
-        "%s", err);
+    sm_program *p =
+        harness_program("mesh i=4\n"
+                        "shard_map f(x: f32[4,2097152] @ P('i', None)) -> P(None, None):\n"
+                        "    return psum(x, 'i')\n",
+                        "fallback");
     sm_array_ref args[1] = {{harness_put(c, a, "i=4", "P('i', None)", NULL), NULL}};
     sm_job_info info = run_ok(c, p, args, NULL);
-    sm_array *got = NULL;
-    ck_assert_msg(
-        sm_client_get(c, (sm_array_ref){info.outputs[0].id, NULL}, &got, err, sizeof err) == SM_OK,
-        "%s", err);
+    sm_array *got = job_output(c, &info, 0);
     ck_assert_int_eq(got->nbytes, cols * 4);
     for (int64_t k = 0; k < cols; k++) {
         float want = (float)(4 * (k % 7) + 6); /* rows 0..3 of i % 7 + row */
@@ -1164,12 +1116,10 @@ START_TEST(test_records_dropped)
     char err[1024];
     ck_assert_msg(harness_cluster_start(&ho, &h, err, sizeof err) == SM_OK, "%s", err);
     sm_client *c = harness_client(h);
-    sm_program *p = NULL;
-    ck_assert_int_eq(sm_program_parse("mesh i=4\n"
-                                      "shard_map f(a: f32[8] @ P('i')) -> P('i'):\n"
-                                      "    return a + 1\n",
-                                      "inc.shmap", &p, err, sizeof err),
-                     SM_OK);
+    sm_program *p = harness_program("mesh i=4\n"
+                                    "shard_map f(a: f32[8] @ P('i')) -> P('i'):\n"
+                                    "    return a + 1\n",
+                                    "inc.shmap");
     sm_array *a = arange_f32(8, 1);
     sm_shape s = HARNESS_SHAPE(8);
     sm_mesh m;

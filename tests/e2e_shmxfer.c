@@ -80,11 +80,10 @@ typedef struct {
 
 static moved_bytes worker_moved(const harness_cluster *h, sm_client *c)
 {
-    sm_worker_info *w = NULL;
     int n = 0;
     char err[512];
     moved_bytes m = {0, 0, 0};
-    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
+    sm_worker_info *w = harness_workers(c, &n);
     for (int k = 0; k < n; k++) {
         harness_cluster cred = *h;
         harness_use_cluster_credential(&cred); /* Stats is the cluster's */
@@ -149,10 +148,7 @@ static int64_t shm_round_trip(const harness_cluster *h, sm_client *c, const char
     ck_assert_msg(e == SM_OK, "get_into %s %s: %s", axes, spec, err);
     ck_assert_msg(memcmp(dst, x->data, (size_t)x->nbytes) == 0, "%s %s: not bit-exact", axes, spec);
     /* and the plain path (a malloc'd array) reads the same bytes */
-    sm_array *back = NULL;
-    ck_assert_int_eq(sm_client_get(c, harness_id_ref(info.id), &back, err, sizeof err), SM_OK);
-    ck_assert_int_eq(memcmp(back->data, x->data, (size_t)x->nbytes), 0);
-    sm_array_free(back);
+    harness_assert_get(c, harness_id_ref(info.id), x);
     ck_assert_int_eq(sm_client_delete(c, harness_id_ref(info.id), err, sizeof err), SM_OK);
     sm_client_free(c, src);
     sm_client_free(c, dst);
@@ -641,10 +637,8 @@ END_TEST
  * devices. */
 static void a_worker(sm_client *c, char *addr, int32_t *dev)
 {
-    sm_worker_info *w = NULL;
     int n = 0;
-    char err[512];
-    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
+    sm_worker_info *w = harness_workers(c, &n);
     ck_assert_int_ge(n, 1);
     snprintf(addr, SM_ADDR_MAX, "%s", w[0].address);
     *dev = w[0].devices[0];
@@ -804,8 +798,8 @@ END_TEST
 
 int main(void)
 {
-    return harness_run_suite(SUITE_CASE(
-        suite_create("e2e_shmxfer"), "cluster", 240, SUITE_UNCHECKED(cluster_up, cluster_down),
-        {shm_round_trips}, {shm_staging}, {shm_forced_off}, {shm_grpc_workers}, {shm_faults},
-        {shm_tenant}, {shm_reshards}, {shm_reshard_holder_killed}, {shm_reshard_memory_limit}));
+    return HARNESS_CLUSTER_SUITE("e2e_shmxfer", 240, cluster_up, cluster_down, {shm_round_trips},
+                                 {shm_staging}, {shm_forced_off}, {shm_grpc_workers}, {shm_faults},
+                                 {shm_tenant}, {shm_reshards}, {shm_reshard_holder_killed},
+                                 {shm_reshard_memory_limit});
 }

@@ -143,14 +143,10 @@ static void cluster_start(void)
 /* f(x) = x + x over an f32[8,256] array sharded P('i') on 4 devices. */
 static sm_program *twice_program(void)
 {
-    sm_program *p = NULL;
-    char err[512];
-    ck_assert_int_eq(sm_program_parse("mesh i=4\n"
-                                      "shard_map f(x: f32[8,256] @ P('i')) -> P('i'):\n"
-                                      "    return x + x\n",
-                                      "f.shmap", &p, err, sizeof err),
-                     SM_OK);
-    return p;
+    return harness_program("mesh i=4\n"
+                           "shard_map f(x: f32[8,256] @ P('i')) -> P('i'):\n"
+                           "    return x + x\n",
+                           "f.shmap");
 }
 
 static void setup(void)
@@ -257,9 +253,8 @@ START_TEST(test_tokens)
     ck_assert_int_eq(sm_client_connect(g_h->target, &o, &c, err, sizeof err), SM_EAUTH);
     /* a tenant's token opens no worker port */
     sm_client *root = connect_as(CLUSTER);
-    sm_worker_info *w = NULL;
     int n = 0;
-    ck_assert_int_eq(sm_client_devices(root, &w, &n, err, sizeof err), SM_OK);
+    sm_worker_info *w = harness_workers(root, &n);
     ck_assert_int_gt(n, 0);
     sm_rpc_channel *ch = NULL;
     uint32_t version = 0;
@@ -535,8 +530,7 @@ START_TEST(test_max_jobs)
     ck_assert_int_eq(sm_client_put(bob, SM_F32, &s, a->data, &rep, "w", NULL, err, sizeof err),
                      SM_OK);
     sm_array_free(a);
-    sm_program *p = NULL;
-    ck_assert_int_eq(sm_program_parse(busy_text, "busy.shmap", &p, err, sizeof err), SM_OK);
+    sm_program *p = harness_program(busy_text, "busy.shmap");
     sm_array_ref args[2] = {{{0}, "a"}, {{0}, "w"}};
     sm_job_id ids[3];
     sm_job_info info;

@@ -152,12 +152,10 @@ static void put_get_run(sm_client *c)
 
     /* Devices 0,1 are on one worker and 2,3 on the other: the psum over
      * 'i' adds blocks of both workers. */
-    sm_program *p = NULL;
-    ck_assert_int_eq(sm_program_parse("mesh i=4\n"
-                                      "shard_map f(a: f32[8,6] @ P('i')) -> P(None):\n"
-                                      "    return psum(a, 'i')\n",
-                                      "tls.shmap", &p, err, sizeof err),
-                     SM_OK);
+    sm_program *p = harness_program("mesh i=4\n"
+                                    "shard_map f(a: f32[8,6] @ P('i')) -> P(None):\n"
+                                    "    return psum(a, 'i')\n",
+                                    "tls.shmap");
     sm_array_ref args[1] = {harness_id_ref(info.id)};
     sm_job_info job;
     sm_err e = sm_job_run(c, p, 1, args, NULL, 1, 0, 30000, &job, err, sizeof err);
@@ -379,9 +377,8 @@ START_TEST(test_register_needs_cert)
     /* still two workers, nothing registered */
     sm_client *c = harness_client(g);
     ck_assert_msg(harness_wait_workers(c, 2, 1, err, sizeof err) == SM_OK, "%s", err);
-    sm_worker_info *w = NULL;
     int n = 0;
-    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
+    sm_worker_info *w = harness_workers(c, &n);
     ck_assert_int_eq(n, 2);
     free(w);
     sm_client_close(c);
@@ -413,7 +410,7 @@ END_TEST
 START_TEST(test_stranger_worker)
 {
     const char *bin = getenv("SHMAP_WORKER");
-    char log[600], err[512];
+    char log[600];
     ck_assert_msg(bin && *bin, "SHMAP_WORKER is not set");
     snprintf(log, sizeof log, "%s/stranger.log", g_dir);
     char *argv[] = {(char *)bin,   "--coordinator",      g->target, "--devices", "1",    "--listen",
@@ -426,9 +423,8 @@ START_TEST(test_stranger_worker)
     int st;
     int exited = waitpid(pid, &st, WNOHANG) == pid;
     sm_client *c = harness_client(g);
-    sm_worker_info *w = NULL;
     int n = 0;
-    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
+    sm_worker_info *w = harness_workers(c, &n);
     free(w);
     sm_client_close(c);
     if (!exited) {

@@ -75,6 +75,23 @@ static void watchdog_start(void)
     pthread_mutex_unlock(&g_live_mu);
 }
 
+int harness_shm_left(const char *prefix, const char *except, const char *who)
+{
+    DIR *d = opendir("/dev/shm");
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        size_t len = strlen(e->d_name), xl = except ? strlen(except) : 0;
+        int excepted = except && len > xl && !strcmp(e->d_name + len - xl, except);
+        if (!strncmp(e->d_name, prefix, strlen(prefix)) && !excepted) {
+            fprintf(stderr, "%s: /dev/shm/%s is left\n", who, e->d_name);
+            n++;
+        }
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
 void harness_sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -721,6 +738,64 @@ sm_array_id harness_put(sm_client *c, const sm_array *x, const char *axes, const
     sm_array_id id = info.id;
     sm_array_info_free(&info);
     return id;
+}
+
+void harness_assert_get_at(int line, sm_client *c, sm_array_ref ref, const sm_array *want)
+{
+    sm_array *got = NULL;
+    char err[512];
+    ck_assert_msg(sm_client_get(c, ref, &got, err, sizeof err) == SM_OK, "line %d: get: %s", line,
+                  err);
+    ck_assert_msg(got->dtype == want->dtype && sm_shape_equal(&got->shape, &want->shape) &&
+                      got->nbytes == want->nbytes,
+                  "line %d: got %s of %lld bytes, want %s of %lld", line, sm_dtype_name(got->dtype),
+                  (long long)got->nbytes, sm_dtype_name(want->dtype), (long long)want->nbytes);
+    const unsigned char *p = got->data, *q = want->data;
+    int64_t i = 0;
+    if (memcmp(p, q, (size_t)want->nbytes) != 0) {
+        while (p[i] == q[i])
+            i++;
+        ck_abort_msg("line %d: byte %lld of %lld differs: %u != %u", line, (long long)i,
+                     (long long)want->nbytes, p[i], q[i]);
+    }
+    sm_array_free(got);
+}
+
+void harness_assert_get_delete_at(int line, sm_client *c, sm_array_info *info, const sm_array *want)
+{
+    char err[512];
+    harness_assert_get_at(line, c, harness_id_ref(info->id), want);
+    ck_assert_msg(sm_client_delete(c, harness_id_ref(info->id), err, sizeof err) == SM_OK,
+                  "line %d: delete: %s", line, err);
+    sm_array_info_free(info);
+}
+
+sm_program *harness_program(const char *text, const char *name)
+{
+    sm_program *p = NULL;
+    char err[1024];
+    ck_assert_msg(sm_program_parse(text, name, &p, err, sizeof err) == SM_OK, "%s: %s", name, err);
+    return p;
+}
+
+sm_worker_info *harness_workers(sm_client *c, int *n)
+{
+    sm_worker_info *w = NULL;
+    char err[512];
+    ck_assert_msg(sm_client_devices(c, &w, n, err, sizeof err) == SM_OK, "devices: %s", err);
+    return w;
+}
+
+int64_t harness_bytes_held(sm_client *c, int alive_only)
+{
+    int n = 0;
+    int64_t sum = 0;
+    sm_worker_info *w = harness_workers(c, &n);
+    for (int i = 0; i < n; i++)
+        for (int d = 0; (w[i].alive || !alive_only) && d < w[i].ndevices; d++)
+            sum += w[i].device_bytes[d];
+    free(w);
+    return sum;
 }
 
 sm_err harness_first_worker(sm_client *c, char *out, size_t len, char *err, size_t errlen)

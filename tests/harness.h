@@ -29,7 +29,9 @@
 #include <sys/types.h>
 
 #include "shmap.h"
+#include "sm_program.h"
 #include "sm_rpc.h"
+#include "suite_main.h"
 
 /* Secure mode's tokens (tenants HARNESS_TENANT and HARNESS_OTHER). */
 #define HARNESS_CLUSTER_TOKEN "harness-cluster-token-0123456789"
@@ -128,6 +130,13 @@ sm_array_ref harness_id_ref(sm_array_id id);
  * this process and gRPC is not fork-safe), frees s; returns the exit code
  * of a suite program (1 when a test failed). */
 int harness_run_suite(Suite *s);
+/* What main() of a suite named name returns when its tests share the
+ * clusters up starts and down stops: harness_run_suite of its one case,
+ * "cluster" (timeout seconds), with the tests listed as SUITE_CASE takes
+ * them. */
+#define HARNESS_CLUSTER_SUITE(name, timeout, up, down, ...)                                        \
+    harness_run_suite(SUITE_CASE(suite_create(name), "cluster", (timeout),                         \
+                                 SUITE_UNCHECKED((up), (down)), __VA_ARGS__))
 
 /* Pids of the cluster's worker processes (children of the coordinator), at
  * most max; returns the count. */
@@ -139,6 +148,31 @@ int harness_worker_pids(const harness_cluster *h, pid_t *out, int max);
 sm_array_id harness_put(sm_client *c, const sm_array *x, const char *axes, const char *spec,
                         const char *name);
 
+/* In a Check test: gets ref through c, asserting it succeeds and holds an
+ * array of want's dtype and shape with its bytes (a failure names the
+ * caller's line and the first byte that differs). */
+void harness_assert_get_at(int line, sm_client *c, sm_array_ref ref, const sm_array *want);
+#define harness_assert_get(c, ...) harness_assert_get_at(__LINE__, (c), __VA_ARGS__)
+
+/* In a Check test: harness_assert_get of the array info describes, then
+ * deletes it (asserting that succeeds) and frees info. */
+void harness_assert_get_delete_at(int line, sm_client *c, sm_array_info *info,
+                                  const sm_array *want);
+#define harness_assert_get_delete(c, info, want)                                                   \
+    harness_assert_get_delete_at(__LINE__, (c), (info), (want))
+
+/* In a Check test: the program text parses (name: its file in messages),
+ * asserting it does; the caller frees it (sm_program_free). */
+sm_program *harness_program(const char *text, const char *name);
+
+/* In a Check test: the workers c's ListDevices names (*n of them),
+ * asserting it answers; the caller frees the array. */
+sm_worker_info *harness_workers(sm_client *c, int *n);
+
+/* In a Check test: the sum of the bytes on devices the workers c's
+ * ListDevices names report (with alive_only, the alive workers only). */
+int64_t harness_bytes_held(sm_client *c, int alive_only);
+
 /* The address of the first worker c's ListDevices names into out (len);
  * SM_ENOTFOUND when it names none. */
 sm_err harness_first_worker(sm_client *c, char *out, size_t len, char *err, size_t errlen);
@@ -149,6 +183,10 @@ int harness_wait_state(sm_client *c, sm_array_ref ref, int state, int timeout_ms
 
 /* Waits until exactly `alive` workers are alive (at most timeout_ms). */
 sm_err harness_wait_workers(sm_client *c, int alive, int timeout_ms, char *err, size_t errlen);
+
+/* How many names in /dev/shm start with prefix and do not end with except
+ * (NULL: none); each is printed to stderr as "<who>: /dev/shm/NAME is left". */
+int harness_shm_left(const char *prefix, const char *except, const char *who);
 
 /* A new empty temp dir (malloc'd path; harness_rmdir removes it and frees
  * the path). */

@@ -269,6 +269,30 @@ START_TEST(test_table_covers_every_op)
 }
 END_TEST
 
+/* Runs p on in (its outputs into out) on local devices, asserting it succeeds. */
+static void run_local(const sm_program *p, sm_array *const *in, sm_array **out)
+{
+    char err[512];
+    ck_assert_msg(sm_exec_local_run(p, in, out, NULL, err, sizeof err) == SM_OK, "%s", err);
+}
+
+/* A new array of dtype t and shape s holding the values v. */
+static sm_array *array_of(sm_dtype t, sm_shape s, const void *v)
+{
+    sm_array *a = NULL;
+    char err[512];
+    ck_assert_int_eq(sm_array_create(t, &s, &a, err, sizeof err), SM_OK);
+    memcpy(a->data, v, (size_t)a->nbytes);
+    return a;
+}
+
+/* Frees the n arrays of a. */
+static void free_all(sm_array **a, int n)
+{
+    for (int k = 0; k < n; k++)
+        sm_array_free(a[k]);
+}
+
 /* Spot values: semantics the sharded-vs-single comparison cannot see. */
 START_TEST(test_spot_values)
 {
@@ -277,13 +301,10 @@ START_TEST(test_spot_values)
                  "shard_map f(n: i32[4] @ P('i')) -> (P('i'), P('i'), P('i'), P()):\n"
                  "    return n % 3, n / 2, round(n * 0.5), psum(1, 'i') + 0 * axis_index('i')\n",
                  0);
-    sm_array *n, *o[4];
-    char err[512];
-    sm_shape s = {.rank = 1, .dims = {4}};
-    ck_assert_int_eq(sm_array_create(SM_I32, &s, &n, err, sizeof err), SM_OK);
+    sm_array *o[4];
     int32_t v[4] = {-7, -1, 5, 3};
-    memcpy(n->data, v, sizeof v);
-    ck_assert_msg(sm_exec_local_run(p, &n, o, NULL, err, sizeof err) == SM_OK, "%s", err);
+    sm_array *n = array_of(SM_I32, (sm_shape){.rank = 1, .dims = {4}}, v);
+    run_local(p, &n, o);
     const int32_t *mod = o[0]->data;
     ck_assert_int_eq(mod[0], 2); /* numpy: the divisor's sign */
     ck_assert_int_eq(mod[1], 2);
@@ -292,8 +313,7 @@ START_TEST(test_spot_values)
     ck_assert_float_eq(((float *)o[2]->data)[0], -4.0f); /* half to even */
     ck_assert_float_eq(((float *)o[2]->data)[3], 2.0f);
     ck_assert_int_eq(((int32_t *)o[3]->data)[0], 2);
-    for (int k = 0; k < 4; k++)
-        sm_array_free(o[k]);
+    free_all(o, 4);
     sm_array_free(n);
     sm_program_free(p);
 }
@@ -307,24 +327,20 @@ START_TEST(test_bool_reductions)
                              "shard_map f(b: bool[4] @ P('i')) -> (P(), P(), P()):\n"
                              "    return psum(b, 'i'), pmean(b, 'i'), pmax(b, 'i')\n",
                              0);
-    sm_array *b, *o[3];
-    char err[512];
-    sm_shape s = {.rank = 1, .dims = {4}};
-    ck_assert_int_eq(sm_array_create(SM_BOOL, &s, &b, err, sizeof err), SM_OK);
+    sm_array *o[3];
     uint8_t v[4] = {1, 0, 1, 1};
-    memcpy(b->data, v, sizeof v);
+    sm_array *b = array_of(SM_BOOL, (sm_shape){.rank = 1, .dims = {4}}, v);
     ck_assert_int_eq(p->values[p->returns[0]].dtype, SM_I32);
     ck_assert_int_eq(p->values[p->returns[1]].dtype, SM_F32);
     ck_assert_int_eq(p->values[p->returns[2]].dtype, SM_BOOL);
-    ck_assert_msg(sm_exec_local_run(p, &b, o, NULL, err, sizeof err) == SM_OK, "%s", err);
+    run_local(p, &b, o);
     ck_assert_int_eq(((int32_t *)o[0]->data)[0], 2);
     ck_assert_int_eq(((int32_t *)o[0]->data)[1], 1);
     ck_assert_float_eq(((float *)o[1]->data)[0], 1.0f);
     ck_assert_float_eq(((float *)o[1]->data)[1], 0.5f);
     ck_assert_int_eq(((uint8_t *)o[2]->data)[0], 1);
     ck_assert_int_eq(((uint8_t *)o[2]->data)[1], 1);
-    for (int k = 0; k < 3; k++)
-        sm_array_free(o[k]);
+    free_all(o, 3);
     sm_array_free(b);
     sm_program_free(p);
 }
@@ -347,7 +363,7 @@ START_TEST(test_axis_index_groups)
                  "    return all_gather(a, ('y', 'z'), axis_index_groups=((0, 1), (2, 3)),"
                  " axis=-1, tiled=True)\n",
                  0);
-    ck_assert_msg(sm_exec_local_run(p, &a, &o, NULL, err, sizeof err) == SM_OK, "%s", err);
+    run_local(p, &a, &o);
     ck_assert_int_eq(o->shape.dims[1], 16);
     for (int r = 0; r < 8; r++) /* device (i, rank q) holds a[rows i, block q / 2] */
         for (int c = 0; c < 16; c++) {
@@ -362,7 +378,7 @@ START_TEST(test_axis_index_groups)
         "    return psum_scatter(a, ('x', 'y', 'z'), scatter_dimension=0,"
         " axis_index_groups=((0, 2, 4, 6), (1, 3, 5, 7)), tiled=True)\n",
         0);
-    ck_assert_msg(sm_exec_local_run(p, &a, &o, NULL, err, sizeof err) == SM_OK, "%s", err);
+    run_local(p, &a, &o);
     ck_assert_int_eq(o->shape.dims[0], 2);
     for (int r = 0; r < 8; r++) { /* rank r: group r % 2, chunk r / 2 of the group's sum */
         for (int row = 0; row < 2; row++) {
@@ -397,7 +413,7 @@ START_TEST(test_axis_index_groups)
                  "    return all_gather(a, 'x', tiled=True, to='invarying')\n",
                  0);
     ck_assert_int_eq(sm_program_verify(p, 1, err, sizeof err), SM_OK);
-    ck_assert_msg(sm_exec_local_run(p, &a, &o, NULL, err, sizeof err) == SM_OK, "%s", err);
+    run_local(p, &a, &o);
     ck_assert_int_eq(memcmp(o->data, a->data, 32), 0);
     sm_array_free(o);
     sm_array_free(a);
@@ -416,15 +432,13 @@ START_TEST(test_repeated_returns)
                  "    return y, x, y\n",
                  0);
     sm_array *in[1], *o[3];
-    char err[512];
     make_inputs(p, 1, in);
-    ck_assert_msg(sm_exec_local_run(p, in, o, NULL, err, sizeof err) == SM_OK, "%s", err);
+    run_local(p, in, o);
     ck_assert(memcmp(o[1]->data, in[0]->data, (size_t)in[0]->nbytes) == 0);
     ck_assert(memcmp(o[0]->data, o[2]->data, (size_t)o[0]->nbytes) == 0);
     for (int k = 0; k < 8 * 16; k++)
         ck_assert_float_eq(((float *)o[0]->data)[k], 2 * ((float *)in[0]->data)[k]);
-    for (int k = 0; k < 3; k++)
-        sm_array_free(o[k]);
+    free_all(o, 3);
     sm_array_free(in[0]);
     sm_program_free(p);
 }
@@ -436,14 +450,14 @@ START_TEST(test_device_order)
 {
     const char *body = "shard_map f(x: f32[8,16] @ P('i', 'j')) -> (P(None, 'j'), P('i', 'j')):\n"
                        "    return psum(x, 'i'), ppermute(x, 'j', [(0, 1)]) + axis_index('i')\n";
-    char t1[512], t2[512], err[512];
+    char t1[512], t2[512];
     snprintf(t1, sizeof t1, "mesh i=4 j=2\n%s", body);
     snprintf(t2, sizeof t2, "mesh i=4 j=2 devices=[7, 5, 3, 1, 6, 4, 2, 0]\n%s", body);
     sm_program *p1 = parse_ok(t1, 0), *p2 = parse_ok(t2, 0);
     sm_array *in[1], *a[2], *b[2];
     make_inputs(p1, 3, in);
-    ck_assert_msg(sm_exec_local_run(p1, in, a, NULL, err, sizeof err) == SM_OK, "%s", err);
-    ck_assert_msg(sm_exec_local_run(p2, in, b, NULL, err, sizeof err) == SM_OK, "%s", err);
+    run_local(p1, in, a);
+    run_local(p2, in, b);
     for (int r = 0; r < 2; r++) {
         ck_assert(memcmp(a[r]->data, b[r]->data, (size_t)a[r]->nbytes) == 0);
         sm_array_free(a[r]);
@@ -478,7 +492,7 @@ START_TEST(test_builder_axis_size)
     ck_assert_int_eq(sm_program_set_returns(p, rets, spec, 2, err, sizeof err), SM_OK);
     ck_assert_msg(sm_program_verify(p, 0, err, sizeof err) == SM_OK, "%s", err);
     sm_array *o[2];
-    ck_assert_msg(sm_exec_local_run(p, NULL, o, NULL, err, sizeof err) == SM_OK, "%s", err);
+    run_local(p, NULL, o);
     ck_assert_int_eq(((int32_t *)o[0]->data)[0], 8);
     ck_assert_int_eq(((int32_t *)o[1]->data)[0], 0); /* device 0: rank 0 */
     sm_array_free(o[0]);

@@ -30,55 +30,39 @@ static int64_t bflat(const int64_t *idx, int r, const sm_shape *s)
 
 /* ---- elementwise references ----------------------------------------------------------------- */
 
+static double ref_negative(double v)
+{
+    return -v;
+}
+
+static double ref_sign(double v)
+{
+    return v > 0 ? 1 : v < 0 ? -1 : v;
+}
+
+static double ref_rsqrt(double v)
+{
+    return 1 / sqrt(v);
+}
+
+static double ref_logistic(double v)
+{
+    return 1 / (1 + exp(-v));
+}
+
+/* The float reference of each unary op, in the order of SM_KERN_UNARY_LIST:
+ * libm's function where it has one. */
+static double (*const ref_unary_float[])(double) = {
+    ref_negative, fabs, ref_sign, floor, ceil, nearbyint, exp,
+    log,          sin,  cos,      tanh,  sqrt, ref_rsqrt, ref_logistic};
+_Static_assert(sizeof ref_unary_float / sizeof *ref_unary_float == SM_KERN_UNARY_COUNT,
+               "one reference per unary op");
+
 static val ref_unary(sm_kern_unary_op op, sm_dtype t, val x)
 {
     val r = {0, 0};
     if (is_float(t)) {
-        double v = x.f;
-        switch (op) {
-        case SM_KERN_NEGATIVE:
-            r.f = -v;
-            break;
-        case SM_KERN_ABS:
-            r.f = fabs(v);
-            break;
-        case SM_KERN_SIGN:
-            r.f = v > 0 ? 1 : v < 0 ? -1 : v;
-            break;
-        case SM_KERN_FLOOR:
-            r.f = floor(v);
-            break;
-        case SM_KERN_CEIL:
-            r.f = ceil(v);
-            break;
-        case SM_KERN_ROUND:
-            r.f = nearbyint(v);
-            break;
-        case SM_KERN_EXP:
-            r.f = exp(v);
-            break;
-        case SM_KERN_LOG:
-            r.f = log(v);
-            break;
-        case SM_KERN_SIN:
-            r.f = sin(v);
-            break;
-        case SM_KERN_COS:
-            r.f = cos(v);
-            break;
-        case SM_KERN_TANH:
-            r.f = tanh(v);
-            break;
-        case SM_KERN_SQRT:
-            r.f = sqrt(v);
-            break;
-        case SM_KERN_RSQRT:
-            r.f = 1 / sqrt(v);
-            break;
-        default:
-            r.f = 1 / (1 + exp(-v));
-            break;
-        }
+        r.f = ref_unary_float[op](x.f);
         return r;
     }
     int64_t v = x.i;

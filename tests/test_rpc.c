@@ -67,6 +67,15 @@ static int st_wait(state *s, int *field, int want, int ms)
     return v;
 }
 
+/* A message carrying n bytes of data, zeros (the caller frees data.data). */
+static Msg msg_data(size_t n)
+{
+    Msg m = SHMAP__TEST__MSG__INIT;
+    m.data.len = n;
+    m.data.data = calloc(1, n ? n : 1);
+    return m;
+}
+
 static void fill(uint8_t *p, size_t n, uint32_t seq)
 {
     for (size_t k = 0; k < n; k++)
@@ -96,9 +105,7 @@ static void h_unary(sm_rpc_call *call, void *user)
             note_err(s, SM_ECANCELLED);
         sm_rpc_finish(call, SM_ECANCELLED, "gave up", NULL);
     } else if (strcmp(req->text, "bigreply") == 0) {
-        Msg rep = SHMAP__TEST__MSG__INIT;
-        rep.data.len = SM_RPC_MAX_MSG + MIB;
-        rep.data.data = calloc(1, rep.data.len);
+        Msg rep = msg_data(SM_RPC_MAX_MSG + MIB);
         ck_assert_int_eq(sm_rpc_finish(call, SM_OK, NULL, &rep.base), SM_ERESOURCE);
         free(rep.data.data);
     } else if (strcmp(req->text, "hold") == 0) {
@@ -183,9 +190,7 @@ static void h_download(sm_rpc_call *call, void *user)
     Msg *req = (Msg *)m;
     int forever = strcmp(req->text, "forever") == 0;
     sm_checksum *ck = sm_checksum_create();
-    Msg c = SHMAP__TEST__MSG__INIT;
-    c.data.len = req->size;
-    c.data.data = malloc(req->size ? req->size : 1);
+    Msg c = msg_data(req->size);
     for (uint32_t i = 0; forever || i < req->count; i++) {
         fill(c.data.data, c.data.len, i);
         sm_checksum_update(ck, c.data.data, c.data.len);
@@ -444,9 +449,7 @@ START_TEST(test_client_stream)
     sm_rpc_stream *st;
     ck_assert_int_eq(sm_rpc_cstream_open(fx.ch, P_UPLOAD, 20000, &st, err, sizeof err), SM_OK);
     sm_checksum *ck = sm_checksum_create();
-    Msg c = SHMAP__TEST__MSG__INIT;
-    c.data.len = MIB;
-    c.data.data = malloc(MIB);
+    Msg c = msg_data(MIB);
     for (uint32_t i = 0; i < 64; i++) {
         fill(c.data.data, MIB, i);
         sm_checksum_update(ck, c.data.data, MIB);
@@ -533,9 +536,7 @@ START_TEST(test_bidi)
     char err[256];
     sm_rpc_stream *st;
     ck_assert_int_eq(sm_rpc_bidi_open(fx.ch, P_CHAT, 10000, &st, err, sizeof err), SM_OK);
-    Msg c = SHMAP__TEST__MSG__INIT;
-    c.data.len = 4096;
-    c.data.data = malloc(4096);
+    Msg c = msg_data(4096);
     for (uint32_t i = 0; i < 20; i++) {
         fill(c.data.data, 4096, i);
         c.seq = i;
@@ -722,9 +723,7 @@ START_TEST(test_client_cancel)
     char err[256];
     sm_rpc_stream *st;
     ck_assert_int_eq(sm_rpc_cstream_open(fx.ch, P_UPLOAD, 20000, &st, err, sizeof err), SM_OK);
-    Msg c = SHMAP__TEST__MSG__INIT;
-    c.data.len = 1000;
-    c.data.data = calloc(1, 1000);
+    Msg c = msg_data(1000);
     for (uint32_t i = 0; i < 3; i++) {
         c.seq = i;
         ck_assert_int_eq(sm_rpc_cstream_send(st, &c.base, err, sizeof err), SM_OK);
@@ -924,9 +923,7 @@ static void *stream_client_main(void *arg)
         sc->result = sm_rpc_cstream_open(sc->f->ch, P_UPLOAD, 20000, &st, err, sizeof err);
         if (sc->result)
             return NULL;
-        Msg c = SHMAP__TEST__MSG__INIT;
-        c.data.len = 64 * 1024;
-        c.data.data = calloc(1, c.data.len);
+        Msg c = msg_data(64 * 1024);
         sm_err e = SM_OK;
         for (uint32_t i = 0; i < 5000 && e == SM_OK; i++) {
             c.seq = i;
@@ -1021,9 +1018,7 @@ static void *paused_upload_main(void *arg)
     if ((p->result = sm_rpc_cstream_open(p->f->ch, P_UPLOAD, 20000, &st, err, sizeof err)))
         return NULL;
     sm_checksum *ck = sm_checksum_create();
-    Msg c = SHMAP__TEST__MSG__INIT;
-    c.data.len = 256 * 1024;
-    c.data.data = malloc(c.data.len);
+    Msg c = msg_data(256 * 1024);
     sm_err e = SM_OK;
     for (uint32_t i = 0; i < 10 && e == SM_OK; i++) {
         fill(c.data.data, c.data.len, i);

@@ -492,6 +492,13 @@ static void wait_ended(uint64_t id)
     }
 }
 
+/* Submits matmul jobs, asserting they get the ids first..last in turn. */
+static void submit_mm_ids(uint64_t first, uint64_t last)
+{
+    for (uint64_t id = first; id <= last; id++)
+        ck_assert_uint_eq(submit_mm().v, id);
+}
+
 /* A job manager with one runner (the rest of cfg as given) over two
  * workers that never answer (fds: their listening sockets), the arrays A
  * and B, and job 1 running on the runner, hung until fds close. */
@@ -520,8 +527,7 @@ START_TEST(test_keep_max)
     sm_job_info info;
     /* A burst of queued jobs behind it (the table grows), all cancelled
      * (and it shrinks back). */
-    for (uint64_t id = 2; id <= 200; id++)
-        ck_assert_uint_eq(submit_mm().v, id);
+    submit_mm_ids(2, 200);
     ck_assert_uint_ge(table_cap(), 2 * 200);
     for (uint64_t id = 3; id <= 200; id++) {
         ck_assert_int_eq(sm_cjobs_ops()->cancel(fx.jobs, (sm_job_id){id}, &info, err, sizeof err),
@@ -640,8 +646,7 @@ START_TEST(test_queue_max)
     one_hung_runner(cfg, fds);
     char err[1024];
     sm_job_info info;
-    for (uint64_t id = 2; id <= 4; id++)
-        ck_assert_uint_eq(submit_mm().v, id);
+    submit_mm_ids(2, 4);
     int before = narrays();
     ck_assert_int_eq(before, 2 + 4 * 2);
     /* the fourth waiting job, by both submit calls */
@@ -677,8 +682,7 @@ START_TEST(test_queue_max)
         ck_assert_int_ge(job_state(id, err, sizeof err), SM_JOB_DONE);
     }
     ck_assert_int_eq(narrays(), 2);
-    for (uint64_t id = 6; id <= 8; id++)
-        ck_assert_uint_eq(submit_mm().v, id);
+    submit_mm_ids(6, 8);
 }
 END_TEST
 

@@ -249,11 +249,13 @@ START_TEST(test_no_state_dir_is_a_noop)
 }
 END_TEST
 
-/* Closes *r, opens the dir again and restores its jobs' records. */
-static sm_reg_job *reopen_jobs(sm_registry **r, uint64_t *last, int *n)
+/* Closes *r and opens the state dir again (*r the new registry); returns
+ * the job records it restores (n of them, last: the last job id handed
+ * out), asserting that succeeds. The caller frees them. */
+static sm_reg_job *jobs_after_reopen(sm_registry **r, uint64_t *last, int *n)
 {
+    sm_reg_job *jobs = NULL;
     char err[256];
-    sm_reg_job *jobs;
     sm_registry_free(*r);
     *r = reg_open(SM_OK, NULL);
     ck_assert_int_eq(sm_registry_jobs_restore(*r, last, &jobs, n, err, sizeof err), SM_OK);
@@ -268,7 +270,7 @@ START_TEST(test_jobs_records)
     sm_registry_job_save(r, 2, 4, "job 2 failed: x", "");
     uint64_t last;
     int n;
-    sm_reg_job *jobs = reopen_jobs(&r, &last, &n);
+    sm_reg_job *jobs = jobs_after_reopen(&r, &last, &n);
     ck_assert_uint_ge(last, 2); /* job ids continue past what was handed out */
     ck_assert_int_eq(n, 2);
     ck_assert_int_eq(jobs[1].state, 4);
@@ -308,7 +310,7 @@ START_TEST(test_checkpoint_when_quiet)
     ck_assert_int_gt(file_size("registry.db"), db0);
     uint64_t last;
     int n;
-    sm_reg_job *jobs = reopen_jobs(&r, &last, &n);
+    sm_reg_job *jobs = jobs_after_reopen(&r, &last, &n);
     ck_assert_int_eq(n, 1500);
     ck_assert_int_eq(jobs[1499].state, 3);
     free(jobs);

@@ -25,7 +25,6 @@
  * and none sent over gRPC, and no segment of this process's jobs left in
  * /dev/shm, after a worker was killed too. */
 #include <check.h>
-#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -41,6 +40,7 @@
 
 #include "comm_grpc.h"
 #include "comm_grpc_mailbox.h"
+#include "fake_coord.h"
 #include "handlers.h"
 #include "harness_svc.h"
 #include "job.h"
@@ -74,15 +74,11 @@ typedef struct {
     sm_jobs *jobs[NW];
     /* proc */
     pid_t pid[NW];
-    sm_rpc_server *coord;
-    char coord_addr[64];
-    pthread_mutex_t mu;
-    int nreg;
-    char reg_addr[8][SM_ADDR_MAX];
+    fake_coord coord;
     int skip; /* the worker binary serves no RunJob */
 } cluster;
 
-static cluster cl = {.mu = PTHREAD_MUTEX_INITIALIZER};
+static cluster cl;
 static uint64_t next_id = 1000;
 /* RunJob requests put both workers in shared-memory domain 1; the workers
  * answer ShmProbe. */
@@ -106,16 +102,7 @@ static int shm_left(uint64_t job)
         snprintf(pre, sizeof pre, "shmap-%016llx-", (unsigned long long)shm_key_of(job));
     else
         snprintf(pre, sizeof pre, "shmap-%06llx", (unsigned long long)(shm_key_of(0) >> 40));
-    DIR *d = opendir("/dev/shm");
-    int n = 0;
-    for (struct dirent *e; d && (e = readdir(d));)
-        if (!strncmp(e->d_name, pre, strlen(pre))) {
-            fprintf(stderr, "test_worker_job: /dev/shm/%s is left\n", e->d_name);
-            n++;
-        }
-    if (d)
-        closedir(d);
-    return n;
+    return harness_shm_left(pre, NULL, "test_worker_job");
 }
 
 static double now_s(void)
@@ -178,75 +165,25 @@ static void inproc_teardown(void)
 
 /* ---- real worker processes under a fake coordinator ----------------------------- */
 
-static sm_err fc_register(void *user, const sm_svc_register_req *req, sm_svc_register_reply *out,
-                          char *err, size_t errlen)
-{
-    pthread_mutex_lock(&cl.mu);
-    int w = 0;
-    while (w < cl.nreg && strcmp(cl.reg_addr[w], req->address))
-        w++;
-    if (w == 8 || req->ndevices != DPW) {
-        pthread_mutex_unlock(&cl.mu);
-        return sm_fail(err, errlen, SM_EINVAL, "the fake coordinator takes %d devices", DPW);
-    }
-    if (w == cl.nreg)
-        snprintf(cl.reg_addr[cl.nreg++], SM_ADDR_MAX, "%s", req->address);
-    memset(out, 0, sizeof *out);
-    out->worker_id.v = (uint32_t)w;
-    out->ndevices = DPW;
-    for (int k = 0; k < DPW; k++)
-        out->devices[k] = w * DPW + k;
-    out->process_index = w;
-    out->heartbeat_ms = 500;
-    pthread_mutex_unlock(&cl.mu);
-    return SM_OK;
-}
-
-static sm_err fc_heartbeat(void *user, const sm_svc_heartbeat_req *req, int *known, char *err,
-                           size_t errlen)
-{
-    *known = 1;
-    return SM_OK;
-}
-
-static const sm_svc_coord_ops fc_ops = {.register_worker = fc_register, .heartbeat = fc_heartbeat};
-
 static void proc_setup(void)
 {
     char err[512];
     sm_rpc_init();
     memset(cl.pid, 0, sizeof cl.pid);
-    cl.nreg = 0;
     cl.skip = 0;
-    sm_rpc_server_opts o = {.addr = "127.0.0.1:0"};
-    ck_assert(sm_rpc_server_create(&o, &cl.coord, err, sizeof err) == SM_OK);
-    ck_assert(sm_svc_coord_serve(cl.coord, &fc_ops, NULL, "fake", err, sizeof err) == SM_OK);
-    ck_assert(sm_rpc_server_start(cl.coord, err, sizeof err) == SM_OK);
-    snprintf(cl.coord_addr, sizeof cl.coord_addr, "127.0.0.1:%d", sm_rpc_server_port(cl.coord));
+    ck_assert_msg(fake_coord_start(&cl.coord, FAKE_COORD_MAX, DPW, 500, "fake", err, sizeof err) ==
+                      SM_OK,
+                  "%s", err);
     for (int w = 0; w < NW; w++) {
         cl.pid[w] = harness_worker_spawn(
-            cl.coord_addr, 2,
+            cl.coord.target, 2,
             (const char *const[]){"--transport", shm_mode ? "shm" : "grpc", NULL});
         /* register one at a time so worker w gets devices 2w, 2w+1 */
-        int n = 0;
-        for (int t = 0; t < 300 && n <= w; t++) {
-            harness_sleep_ms(50);
-            pthread_mutex_lock(&cl.mu);
-            n = cl.nreg;
-            pthread_mutex_unlock(&cl.mu);
-        }
-        ck_assert_msg(n > w, "worker %d did not register within 15 s", w);
-        snprintf(cl.addr[w], SM_ADDR_MAX, "%s", cl.reg_addr[w]);
+        ck_assert_msg(fake_coord_wait(&cl.coord, w + 1) > w,
+                      "worker %d did not register within 15 s", w);
+        snprintf(cl.addr[w], SM_ADDR_MAX, "%s", cl.coord.addr[w]);
         ck_assert(sm_rpc_channel_create(cl.addr[w], NULL, &cl.ch[w], err, sizeof err) == SM_OK);
-        /* the identity lands just after the reply: wait for it in Stats */
-        sm_svc_worker_stats st = {0};
-        for (int t = 0; t < 100; t++) {
-            if (sm_svc_worker_stats_get(cl.ch[w], CALL_MS, &st, err, sizeof err) == SM_OK &&
-                st.ndevices == DPW)
-                break;
-            harness_sleep_ms(50);
-        }
-        ck_assert_int_eq(st.ndevices, DPW);
+        ck_assert_int_eq(fake_coord_wait_devices(&cl.coord, cl.ch[w], CALL_MS), DPW);
     }
     /* a worker built without the job service answers UNIMPLEMENTED */
     if (sm_svc_worker_cancel_job(cl.ch[0], CALL_MS, (sm_job_id){1}, err, sizeof err) ==
@@ -270,8 +207,7 @@ static void proc_teardown(void)
         }
         cl.pid[w] = 0;
     }
-    sm_rpc_server_free(cl.coord);
-    cl.coord = NULL;
+    fake_coord_stop(&cl.coord);
     sm_rpc_shutdown();
 }
 

@@ -346,6 +346,25 @@ static sm_index box2(int64_t a0, int64_t a1, int64_t b0, int64_t b1)
     return (sm_index){.rank = 2, .r = {{a0, a1}, {b0, b1}}};
 }
 
+/* A piece of an assembled shard: box of array on device dev of the worker at
+ * addr (NULL: the assembling worker), placed at row r, column c. */
+static sm_svc_piece piece(const char *addr, uint64_t array, int32_t dev, sm_index box, int64_t r,
+                          int64_t c)
+{
+    return (sm_svc_piece){.src_address = addr,
+                          .src_array = {array},
+                          .src_device = dev,
+                          .src_box = box,
+                          .dst_offset = {r, c}};
+}
+
+/* Frees array on the worker at ch: on the n devices devs, or on all (n 0). */
+static sm_err free_on(sm_rpc_channel *ch, uint64_t array, int n, const int32_t *devs)
+{
+    char err[512];
+    return sm_svc_worker_free_array(ch, CALL_MS, (sm_array_id){array}, n, devs, err, sizeof err);
+}
+
 /* Uploads random data as (array, device) of A and returns it (free it). */
 static void *put_random(sm_rpc_channel *ch, uint64_t array, int32_t dev, sm_dtype t,
                         const sm_shape *s)
@@ -410,10 +429,7 @@ START_TEST(test_heartbeat)
         pthread_mutex_unlock(&fc.mu);
     }
     ck_assert_int_eq(b, 2048);
-    char err[512];
-    ck_assert_int_eq(
-        sm_svc_worker_free_array(ch_a, CALL_MS, (sm_array_id){900}, 0, NULL, err, sizeof err),
-        SM_OK);
+    ck_assert_int_eq(free_on(ch_a, 900, 0, NULL), SM_OK);
 }
 END_TEST
 
@@ -440,9 +456,7 @@ START_TEST(test_roundtrip_dtypes)
         ck_assert_msg(!memcmp(r.data, data, (size_t)r.nbytes), "case %zu differs", k);
         free(r.data);
         free(data);
-        ck_assert_int_eq(
-            sm_svc_worker_free_array(ch_a, CALL_MS, (sm_array_id){array}, 1, &dev, err, sizeof err),
-            SM_OK);
+        ck_assert_int_eq(free_on(ch_a, array, 1, &dev), SM_OK);
     }
     ck_assert_int_eq(stats_of(ch_a).shards, 0);
 }
@@ -495,12 +509,8 @@ START_TEST(test_multichunk_and_boxes)
     free(r.data);
     free(w);
     free(data);
-    ck_assert_int_eq(
-        sm_svc_worker_free_array(ch_a, CALL_MS, (sm_array_id){300}, 0, NULL, err, sizeof err),
-        SM_OK);
-    ck_assert_int_eq(
-        sm_svc_worker_free_array(ch_a, CALL_MS, (sm_array_id){301}, 0, NULL, err, sizeof err),
-        SM_OK);
+    ck_assert_int_eq(free_on(ch_a, 300, 0, NULL), SM_OK);
+    ck_assert_int_eq(free_on(ch_a, 301, 0, NULL), SM_OK);
 }
 END_TEST
 
@@ -521,7 +531,7 @@ START_TEST(test_get_errors)
         ck_assert_int_eq(download(ch_a, 400, 1, &bad[k], &r, err, sizeof err), SM_EINVAL);
     ck_assert_int_eq(download(ch_a, 400, 1, NULL, &r, err, sizeof err), SM_OK);
     free(r.data);
-    sm_svc_worker_free_array(ch_a, CALL_MS, (sm_array_id){400}, 0, NULL, err, sizeof err);
+    free_on(ch_a, 400, 0, NULL);
 }
 END_TEST
 
@@ -596,7 +606,7 @@ START_TEST(test_bad_uploads)
     free(r.data);
     free(other);
     free(data);
-    sm_svc_worker_free_array(ch_a, CALL_MS, (sm_array_id){550}, 0, NULL, err, sizeof err);
+    free_on(ch_a, 550, 0, NULL);
 }
 END_TEST
 
@@ -668,25 +678,15 @@ START_TEST(test_stats_and_free)
     ck_assert_int_eq(st.device_bytes[1], 512);
     ck_assert_int_eq(st.device_bytes[2], 512 + 64);
     ck_assert_int_eq(st.device_bytes[3], 0);
-    ck_assert_int_eq(
-        sm_svc_worker_free_array(ch_a, CALL_MS, (sm_array_id){600}, 1, &devs[1], err, sizeof err),
-        SM_OK);
+    ck_assert_int_eq(free_on(ch_a, 600, 1, &devs[1]), SM_OK);
     st = stats_of(ch_a);
     ck_assert_int_eq(st.device_bytes[1], 0);
     ck_assert_int_eq(st.shards, 3);
     int32_t far = 9;
-    ck_assert_int_eq(
-        sm_svc_worker_free_array(ch_a, CALL_MS, (sm_array_id){600}, 1, &far, err, sizeof err),
-        SM_EINVAL);
-    ck_assert_int_eq(
-        sm_svc_worker_free_array(ch_a, CALL_MS, (sm_array_id){600}, 0, NULL, err, sizeof err),
-        SM_OK);
-    ck_assert_int_eq(
-        sm_svc_worker_free_array(ch_a, CALL_MS, (sm_array_id){601}, 0, NULL, err, sizeof err),
-        SM_OK);
-    ck_assert_int_eq(
-        sm_svc_worker_free_array(ch_a, CALL_MS, (sm_array_id){99999}, 0, NULL, err, sizeof err),
-        SM_OK);
+    ck_assert_int_eq(free_on(ch_a, 600, 1, &far), SM_EINVAL);
+    ck_assert_int_eq(free_on(ch_a, 600, 0, NULL), SM_OK);
+    ck_assert_int_eq(free_on(ch_a, 601, 0, NULL), SM_OK);
+    ck_assert_int_eq(free_on(ch_a, 99999, 0, NULL), SM_OK);
     st = stats_of(ch_a);
     ck_assert_int_eq(st.shards, 0);
     for (int k = 0; k < NDEV; k++)
@@ -752,13 +752,22 @@ static void assemble_on_a(const sm_svc_assemble_req *req, sm_err want, int64_t b
                          SM_ENOTFOUND);
 }
 
+/* Assembles req on A, which must succeed storing bytes bytes, shard k
+ * holding the box want[k] of g. */
+static void assemble_check(const sm_svc_assemble_req *req, int64_t bytes, const float *g,
+                           const sm_index *want, char *err)
+{
+    assemble_on_a(req, SM_OK, bytes, NULL, -1, err);
+    for (int k = 0; k < req->nshards; k++)
+        check_shard(ch_a, req->array_id.v, req->shards[k].device, g, &want[k]);
+}
+
 /* Frees arrays first..last on both workers. */
 static void free_arrays(uint64_t first, uint64_t last)
 {
-    char err[512];
     for (uint64_t a = first; a <= last; a++) {
-        sm_svc_worker_free_array(ch_a, CALL_MS, (sm_array_id){a}, 0, NULL, err, sizeof err);
-        sm_svc_worker_free_array(ch_b, CALL_MS, (sm_array_id){a}, 0, NULL, err, sizeof err);
+        free_on(ch_a, a, 0, NULL);
+        free_on(ch_b, a, 0, NULL);
     }
 }
 
@@ -767,26 +776,17 @@ START_TEST(test_assemble_local)
     char err[512];
     float *g = assemble_sources();
     /* device 2: the whole [8,6]; device 3: columns 2..5 of rows 2..5 */
-    sm_svc_piece p2[2] = {
-        {.src_array = {700}, .src_device = 0, .src_box = box2(0, 4, 0, 6), .dst_offset = {0, 0}},
-        {.src_address = addr_a,
-         .src_array = {700},
-         .src_device = 1,
-         .src_box = box2(0, 4, 0, 6),
-         .dst_offset = {4, 0}},
-    };
-    sm_svc_piece p3[2] = {
-        {.src_array = {700}, .src_device = 0, .src_box = box2(2, 4, 2, 6), .dst_offset = {0, 0}},
-        {.src_array = {700}, .src_device = 1, .src_box = box2(0, 2, 2, 6), .dst_offset = {2, 0}},
-    };
+    sm_svc_piece p2[2] = {piece(NULL, 700, 0, box2(0, 4, 0, 6), 0, 0),
+                          piece(addr_a, 700, 1, box2(0, 4, 0, 6), 4, 0)};
+    sm_svc_piece p3[2] = {piece(NULL, 700, 0, box2(2, 4, 2, 6), 0, 0),
+                          piece(NULL, 700, 1, box2(0, 2, 2, 6), 2, 0)};
     sm_svc_assemble_shard sh[2] = {
         {.device = 2, .shape = shape2(8, 6), .npieces = 2, .pieces = p2},
         {.device = 3, .shape = shape2(4, 4), .npieces = 2, .pieces = p3}};
     sm_svc_assemble_req req = {.array_id = {710}, .dtype = SM_F32, .nshards = 2, .shards = sh};
-    assemble_on_a(&req, SM_OK, 8 * 6 * 4 + 4 * 4 * 4, NULL, -1, err);
-    sm_index all = box2(0, 8, 0, 6), mid = box2(2, 6, 2, 6);
-    check_shard(ch_a, 710, 2, g, &all);
-    check_shard(ch_a, 710, 3, g, &mid);
+    /* device 2: all of g; device 3: its middle */
+    assemble_check(&req, 8 * 6 * 4 + 4 * 4 * 4, g,
+                   (const sm_index[]){box2(0, 8, 0, 6), box2(2, 6, 2, 6)}, err);
 
     /* failures store nothing and name the piece */
     p3[1].src_array.v = 799;
@@ -811,27 +811,16 @@ START_TEST(test_assemble_remote)
     char err[512];
     float *g = assemble_sources();
     /* A device 0 gets columns 1..4 of all rows: top half local, bottom from B */
-    sm_svc_piece p[2] = {
-        {.src_array = {700}, .src_device = 0, .src_box = box2(0, 4, 1, 5), .dst_offset = {0, 0}},
-        {.src_address = addr_b,
-         .src_array = {701},
-         .src_device = 5,
-         .src_box = box2(0, 4, 1, 5),
-         .dst_offset = {4, 0}},
-    };
+    sm_svc_piece p[2] = {piece(NULL, 700, 0, box2(0, 4, 1, 5), 0, 0),
+                         piece(addr_b, 701, 5, box2(0, 4, 1, 5), 4, 0)};
     /* A device 3 gets the bottom half, all from B */
-    sm_svc_piece q[1] = {{.src_address = addr_b,
-                          .src_array = {701},
-                          .src_device = 5,
-                          .src_box = box2(0, 4, 0, 6),
-                          .dst_offset = {0, 0}}};
+    sm_svc_piece q[1] = {piece(addr_b, 701, 5, box2(0, 4, 0, 6), 0, 0)};
     sm_svc_assemble_shard sh[2] = {{.device = 0, .shape = shape2(8, 4), .npieces = 2, .pieces = p},
                                    {.device = 3, .shape = shape2(4, 6), .npieces = 1, .pieces = q}};
     sm_svc_assemble_req req = {.array_id = {720}, .dtype = SM_F32, .nshards = 2, .shards = sh};
-    assemble_on_a(&req, SM_OK, 8 * 4 * 4 + 4 * 6 * 4, NULL, -1, err);
-    sm_index cols = box2(0, 8, 1, 5), bottom = box2(4, 8, 0, 6);
-    check_shard(ch_a, 720, 0, g, &cols);
-    check_shard(ch_a, 720, 3, g, &bottom);
+    /* device 0: columns 1..4; device 3: the bottom half */
+    assemble_check(&req, 8 * 4 * 4 + 4 * 6 * 4, g,
+                   (const sm_index[]){box2(0, 8, 1, 5), box2(4, 8, 0, 6)}, err);
 
     /* B does not hold what is asked: the error names the peer, nothing stored */
     q[0].src_device = 6;
@@ -861,11 +850,7 @@ START_TEST(test_assemble_large_remote)
     char err[512];
     sm_shape src = shape2(1000, 3000), dst = shape2(1200, 2000);
     float *data = put_random(ch_b, 730, 4, SM_F32, &src);
-    sm_svc_piece p = {.src_address = addr_b,
-                      .src_array = {730},
-                      .src_device = 4,
-                      .src_box = box2(100, 1000, 500, 2500),
-                      .dst_offset = {150, 0}};
+    sm_svc_piece p = piece(addr_b, 730, 4, box2(100, 1000, 500, 2500), 150, 0);
     sm_svc_assemble_shard sh = {.device = 1, .shape = dst, .npieces = 1, .pieces = &p};
     sm_svc_assemble_req req = {.array_id = {731}, .dtype = SM_F32, .nshards = 1, .shards = &sh};
     int64_t bytes = 0;
@@ -883,8 +868,8 @@ START_TEST(test_assemble_large_remote)
     free(r.data);
     free(want);
     free(data);
-    sm_svc_worker_free_array(ch_a, CALL_MS, (sm_array_id){731}, 0, NULL, err, sizeof err);
-    sm_svc_worker_free_array(ch_b, CALL_MS, (sm_array_id){730}, 0, NULL, err, sizeof err);
+    free_on(ch_a, 731, 0, NULL);
+    free_on(ch_b, 730, 0, NULL);
     ck_assert_int_eq(stats_of(ch_a).shards, 0);
     ck_assert_int_eq(stats_of(ch_b).shards, 0);
 }

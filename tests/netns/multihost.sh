@@ -193,17 +193,34 @@ start_worker() { # start_worker NS IP PROCESS-INDEX LOGNAME [PORT]: sets LAST_PI
     LAST_PID=$!
     PIDS+=("$LAST_PID")
 }
+# poll TRIES PAUSE FILE EXPR ARGS...: runs shmapctl ARGS from h0 into FILE
+# (output and errors) until EXPR holds for it (q), at most TRIES times PAUSE
+# seconds apart; when it never does, prints FILE and fails.
+poll() {
+    local tries=$1 pause=$2 file=$3 expr=$4
+    shift 4
+    for _ in $(seq 1 "$tries"); do
+        ctl "$NS_H0" "$@" >"$file" 2>&1 && q "$file" "$expr" >/dev/null 2>&1 && return 0
+        sleep "$pause"
+    done
+    cat "$file"
+    return 1
+}
+# get_same NS NAME OUT WANT LABEL [MORE]: shmapctl get NAME from NS into OUT
+# (an .npy), then the check "LABEL is bit-exact[MORE]" that OUT equals WANT;
+# when the get fails, a failure LABEL with its last lines.
+get_same() {
+    if ctl "$1" get "$2" "$3" >"${3%.npy}.get.out" 2>&1; then
+        check "$5 is bit-exact${6:-}" py same "$4" "$3"
+    else
+        bad "$5" "$(tail -n 2 "${3%.npy}.get.out" | tr '\n' ' ')"
+    fi
+}
 # alive_as FILE EXPR: waits (20 s) until the alive workers, as the sorted
 # list of (address, process index), are EXPR; FILE keeps devices --json.
 alive_as() {
-    for _ in $(seq 1 100); do
-        ctl "$NS_H0" devices --json >"$1" 2>&1 &&
-            q "$1" "sorted((w['address'], w['process_index']) for w in d if w['state'] == 'alive') == $2" &&
-            return 0
-        sleep 0.2
-    done
-    cat "$1"
-    return 1
+    poll 100 0.2 "$1" "sorted((w['address'], w['process_index']) for w in d if w['state'] == 'alive') == $2" \
+        devices --json
 }
 # two_alive: waits until exactly h1's worker (process 0) and h2's (process
 # 1) are alive.
@@ -294,12 +311,8 @@ W1_PID=$!
 PIDS+=("$W1_PID")
 # h2's worker starts once h1's has registered, so h1's is worker 1 (the
 # coordinator restart below depends on it).
-for _ in $(seq 1 100); do
-    ctl "$NS_H0" devices --json >"$T/devices.json" 2>"$T/devices.err" &&
-        q "$T/devices.json" "[w['address'] for w in d if w['state'] == 'alive'] == ['$IP_H1:7171']" >/dev/null 2>&1 &&
-        break
-    sleep 0.1
-done
+poll 100 0.1 "$T/devices.json" "[w['address'] for w in d if w['state'] == 'alive'] == ['$IP_H1:7171']" \
+    devices --json >/dev/null
 nsenter -t "${HOLD[$NS_H2]}" -n -m -- env SHMAP_TOKEN="$TOKEN" "$WORKER_BIN" --coordinator "$TARGET" --devices 4 \
     --listen 0.0.0.0:7171 --advertise "$IP_H2:7171" --process-index 1 \
     >"$T/worker-h2.log" 2>&1 &
@@ -371,19 +384,11 @@ for l in "${LAYOUTS[@]}"; do
     ctl "$NS_H0" describe "$name" --json >"$T/desc-$name.json" 2>&1
     check "describe $name: ready, shard shape [$sshape], $ndistinct distinct shards, on both hosts' workers" \
         q "$T/desc-$name.json" "d['state'] == 'ready' and d['shard_shape'] == [$sshape] and len(d['devices']) == 8 and all(x['present'] for x in d['devices']) and len({json.dumps(x['index']) for x in d['devices']}) == $ndistinct and {x['address'] for x in d['devices']} == {'$IP_H1:7171', '$IP_H2:7171'}"
-    if ctl "$NS_H0" get "$name" "$T/$name.out.npy" >"$T/get-$name.out" 2>&1; then
-        check "get $name from $NS_H0 is bit-exact" py same "$T/$name.npy" "$T/$name.out.npy"
-    else
-        bad "get $name from $NS_H0" "$(tail -n 2 "$T/get-$name.out" | tr '\n' ' ')"
-    fi
+    get_same "$NS_H0" "$name" "$T/$name.out.npy" "$T/$name.npy" "get $name from $NS_H0"
 done
 
 # Another host attaches by name: a client on h2 reads what h0 wrote.
-if ctl "$NS_H2" get grid "$T/grid.h2.npy" >"$T/get-grid-h2.out" 2>&1; then
-    check "get grid by name from $NS_H2 is bit-exact" py same "$T/grid.npy" "$T/grid.h2.npy"
-else
-    bad "get grid by name from $NS_H2" "$(tail -n 2 "$T/get-grid-h2.out" | tr '\n' ' ')"
-fi
+get_same "$NS_H2" grid "$T/grid.h2.npy" "$T/grid.npy" "get grid by name from $NS_H2"
 
 # ---------------------------------------------------------------- process-local
 # make_array_from_process_local_data, one loader per host: the (64,128) array
@@ -408,20 +413,12 @@ else
     bad "put-local: process 0 from $NS_H1 and process 1 from $NS_H2" \
         "rc $rc0/$rc1: $(tail -n 1 "$T/putlocal0.out") / $(tail -n 1 "$T/putlocal1.out")"
 fi
-for _ in $(seq 1 50); do
-    ctl "$NS_H0" describe batch --json >"$T/desc-batch.json" 2>&1
-    q "$T/desc-batch.json" "d['state'] != 'pending'" >/dev/null 2>&1 && break
-    sleep 0.1
-done
+poll 50 0.1 "$T/desc-batch.json" "d['state'] != 'pending'" describe batch --json >/dev/null
 check "batch is ready with global shape [64,128] inferred, shard shape [64,16]" \
     q "$T/desc-batch.json" "d['state'] == 'ready' and d['shape'] == [64, 128] and d['shard_shape'] == [64, 16]"
 check "batch: columns 0:64 on $NS_H1's worker (process 0), 64:128 on $NS_H2's (process 1)" \
     q "$T/desc-batch.json" "all(x['address'] == ('$IP_H1:7171' if x['index'][1][0] < 64 else '$IP_H2:7171') for x in d['devices'])"
-if ctl "$NS_H0" get batch "$T/batch.out.npy" >"$T/get-batch.out" 2>&1; then
-    check "get batch is bit-exact (the two parts, concatenated)" py same "$T/local.npy" "$T/batch.out.npy"
-else
-    bad "get batch" "$(tail -n 2 "$T/get-batch.out" | tr '\n' ' ')"
-fi
+get_same "$NS_H0" batch "$T/batch.out.npy" "$T/local.npy" "get batch" " (the two parts, concatenated)"
 
 # ---------------------------------------------------------------- resharding
 # col8 lives as P(None,'x') over [process 0's devices, process 1's]. The same
@@ -443,11 +440,7 @@ assert wa.keys() == wb.keys() and len(wa) == 8, (wa, wb)
 moved = [k for k in wa if wa[k] != wb[k]]
 assert len(moved) == 8, f'only {len(moved)} of 8 shards changed host'
 " "$T/desc-col8.json" "$T/desc-col8_swapped.json"
-    if ctl "$NS_H0" get col8_swapped "$T/col8_swapped.out.npy" >"$T/get-swapped.out" 2>&1; then
-        check "get col8_swapped is bit-exact" py same "$T/col8.npy" "$T/col8_swapped.out.npy"
-    else
-        bad "get col8_swapped" "$(tail -n 2 "$T/get-swapped.out" | tr '\n' ' ')"
-    fi
+    get_same "$NS_H0" col8_swapped "$T/col8_swapped.out.npy" "$T/col8.npy" "get col8_swapped"
 else
     bad "reshard col8 onto the host-swapped mesh" "$(tail -n 2 "$T/reshard1.out" | tr '\n' ' ')"
 fi
@@ -457,11 +450,7 @@ if ctl "$NS_H1" reshard batch --spec "P('x', None)" --name batch_rows >"$T/resha
     ctl "$NS_H0" describe batch_rows --json >"$T/desc-batch_rows.json" 2>&1
     check "batch_rows: ready, shard shape [8,128] on both hosts" \
         q "$T/desc-batch_rows.json" "d['state'] == 'ready' and d['shard_shape'] == [8, 128] and {x['address'] for x in d['devices']} == {'$IP_H1:7171', '$IP_H2:7171'}"
-    if ctl "$NS_H2" get batch_rows "$T/batch_rows.out.npy" >"$T/get-rows.out" 2>&1; then
-        check "get batch_rows from $NS_H2 is bit-exact" py same "$T/local.npy" "$T/batch_rows.out.npy"
-    else
-        bad "get batch_rows" "$(tail -n 2 "$T/get-rows.out" | tr '\n' ' ')"
-    fi
+    get_same "$NS_H2" batch_rows "$T/batch_rows.out.npy" "$T/local.npy" "get batch_rows from $NS_H2"
 else
     bad "reshard batch -> P('x',None)" "$(tail -n 2 "$T/reshard2.out" | tr '\n' ' ')"
 fi
@@ -473,13 +462,7 @@ check "the source arrays are unchanged after resharding (get col8, batch)" sourc
 
 # ---------------------------------------------------------------- delete
 wait_bytes() { # wait_bytes EXPR: poll devices --json until EXPR holds (10 s)
-    for _ in $(seq 1 50); do
-        ctl "$NS_H0" devices --json >"$T/devices-now.json" 2>&1 &&
-            q "$T/devices-now.json" "$1" >/dev/null 2>&1 && return 0
-        sleep 0.2
-    done
-    cat "$T/devices-now.json"
-    return 1
+    poll 50 0.2 "$T/devices-now.json" "$1" devices --json
 }
 check "both workers report bytes held while arrays exist" \
     wait_bytes "all(sum(w['device_bytes']) > 0 for w in d)"
@@ -504,20 +487,19 @@ ctl_as() { # ctl_as TOKEN-OR-EMPTY ARGS...
         timeout 60 nsenter -t "${HOLD[$NS_H1]}" -n -m -- env -u SHMAP_TOKEN "$CTL_BIN" "$@" --target "$TARGET"
     fi
 }
-ctl_as "wrong-token" devices >"$T/auth-wrong.out" 2>&1
-rc=$?
-if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -qE 'UNAUTHENTICATED|[Uu]nauthenticated' "$T/auth-wrong.out"; then
-    ok "a client with a wrong token from $NS_H1: exit $rc, UNAUTHENTICATED"
-else
-    bad "a client with a wrong token from $NS_H1 fails with UNAUTHENTICATED" "exit $rc: $(head -c 300 "$T/auth-wrong.out")"
-fi
-ctl_as "" ls >"$T/auth-none.out" 2>&1
-rc=$?
-if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -qE 'UNAUTHENTICATED|[Uu]nauthenticated' "$T/auth-none.out"; then
-    ok "a client without a token from $NS_H1: exit $rc, UNAUTHENTICATED"
-else
-    bad "a client without a token from $NS_H1 fails with UNAUTHENTICATED" "exit $rc: $(head -c 300 "$T/auth-none.out")"
-fi
+refused() { # refused WHO OUT ARGS...: ctl_as ARGS into OUT fails (no timeout), UNAUTHENTICATED
+    local who=$1 out=$2 rc
+    shift 2
+    ctl_as "$@" >"$out" 2>&1
+    rc=$?
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -qE 'UNAUTHENTICATED|[Uu]nauthenticated' "$out"; then
+        ok "$who from $NS_H1: exit $rc, UNAUTHENTICATED"
+    else
+        bad "$who from $NS_H1 fails with UNAUTHENTICATED" "exit $rc: $(head -c 300 "$out")"
+    fi
+}
+refused "a client with a wrong token" "$T/auth-wrong.out" "wrong-token" devices
+refused "a client without a token" "$T/auth-none.out" "" ls
 check "the error is one sentence a person can act on (names the token)" \
     grep -qiE 'token' "$T/auth-wrong.out"
 check "a client with the right --token flag (no env) succeeds" ctl_as "$TOKEN" ls
@@ -528,16 +510,8 @@ check "put victim (x=8, P(None,'x')) across both hosts" \
     ctl "$NS_H0" put "$T/victim.npy" --mesh x=8 --spec "P(None,'x')" --name victim
 kill -KILL "$W2_PID" 2>/dev/null
 wait "$W2_PID" 2>/dev/null
-lost=0
-for _ in $(seq 1 100); do
-    ctl "$NS_H0" devices --json >"$T/devices-lost.json" 2>&1
-    if q "$T/devices-lost.json" "[w['state'] for w in d if w['address'] == '$IP_H2:7171'] == ['lost']" >/dev/null 2>&1; then
-        lost=1
-        break
-    fi
-    sleep 0.2
-done
-if [ $lost = 1 ]; then
+if poll 100 0.2 "$T/devices-lost.json" "[w['state'] for w in d if w['address'] == '$IP_H2:7171'] == ['lost']" \
+    devices --json >/dev/null; then
     ok "after SIGKILL of $NS_H2's worker, devices --json reports it lost"
 else
     bad "after SIGKILL of $NS_H2's worker, devices --json reports it lost" "$(head -c 400 "$T/devices-lost.json")"
@@ -618,14 +592,8 @@ else
     abort "the coordinator restarts at $TARGET" "no port file"
 fi
 h2_back() {
-    for _ in $(seq 1 100); do
-        ctl "$NS_H0" devices --json >"$T/devices-h2back.json" 2>&1 &&
-            q "$T/devices-h2back.json" "[w['address'] for w in d if w['state'] == 'alive'] == ['$IP_H2:7171']" &&
-            return 0
-        sleep 0.1
-    done
-    cat "$T/devices-h2back.json"
-    return 1
+    poll 100 0.1 "$T/devices-h2back.json" "[w['address'] for w in d if w['state'] == 'alive'] == ['$IP_H2:7171']" \
+        devices --json
 }
 check "$NS_H2's worker registers with the new coordinator while $NS_H1 is cut off" h2_back
 h1_link up
@@ -655,14 +623,8 @@ start_worker "$NS_H1" "$IP_H1" 0 worker-h1-restarted
 W1_PID=$LAST_PID
 check "a worker restarted at once on $NS_H1 gets back in (2 alive, process 0 on $NS_H1, 1 on $NS_H2)" two_alive
 after_lost() {
-    for _ in $(seq 1 50); do
-        ctl "$NS_H0" describe after --json >"$T/desc-after2.json" 2>&1 &&
-            q "$T/desc-after2.json" "d['state'] == 'lost' and not all(x['present'] for x in d['devices'])" &&
-            return 0
-        sleep 0.2
-    done
-    head -c 400 "$T/desc-after2.json"
-    return 1
+    poll 50 0.2 "$T/desc-after2.json" "d['state'] == 'lost' and not all(x['present'] for x in d['devices'])" \
+        describe after --json
 }
 check "the array it held is lost, not half-present" after_lost
 check "put + get across both hosts with the new worker, bit-exact" put_both final 13
