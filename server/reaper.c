@@ -54,11 +54,7 @@ sm_err sm_reaper_start(sm_registry *r, int64_t lost_after_ms, int period_ms, int
     rp->lost_after_ms = lost_after_ms;
     rp->period_ms = period_ms > 0 ? period_ms : 100;
     rp->call_deadline_ms = call_deadline_ms;
-    pthread_mutex_init(&rp->mu, NULL);
-    sm_time_cond_init(&rp->cv);
-    if (pthread_create(&rp->th, NULL, sm_reaper_run, rp)) {
-        pthread_cond_destroy(&rp->cv);
-        pthread_mutex_destroy(&rp->mu);
+    if (sm_tpool_thread_start(&rp->mu, &rp->cv, &rp->th, sm_reaper_run, rp)) {
         free(rp);
         return sm_fail(err, errlen, SM_ERESOURCE, "cannot start the reaper thread");
     }
@@ -70,8 +66,6 @@ void sm_reaper_stop(sm_reaper *rp)
 {
     if (!rp)
         return;
-    sm_tpool_thread_stop(&rp->mu, &rp->cv, &rp->stop, rp->th);
-    pthread_cond_destroy(&rp->cv);
-    pthread_mutex_destroy(&rp->mu);
+    sm_tpool_thread_end(&rp->mu, &rp->cv, &rp->stop, rp->th);
     free(rp);
 }

@@ -42,7 +42,7 @@ typedef struct sm_disk_op {
     uint64_t array;
     int32_t device;
     sm_store_shard *sh;  /* a reference; NULL: remove the files */
-    struct timespec due; /* CLOCK_REALTIME: not before */
+    struct timespec due; /* CLOCK_MONOTONIC: not before */
 } sm_disk_op;
 
 struct sm_disk {
@@ -57,7 +57,7 @@ struct sm_disk {
     int flushing; /* sm_disk_flush waits: no delay */
     /* spare/N for the N in spare[0..nspare): touched by the writer thread
      * only, after sm_disk_open */
-    struct timespec tick;   /* CLOCK_REALTIME: the writer sleeps at least until then */
+    struct timespec tick;   /* CLOCK_MONOTONIC: the writer sleeps at least until then */
     int64_t last_queued_ms; /* sm_time_mono_ms of the last sm_disk_queue */
     uint32_t spare[2 * SM_DISK_SPARES];
     int nspare;
@@ -190,7 +190,7 @@ static void *sm_disk_main(void *arg)
          * shard then never wakes it (a wake-up per job cost the job path a
          * context switch), and no copy is due sooner anyway. */
         while (!d->head && !d->stopping) {
-            struct timespec next = sm_time_after_ms(CLOCK_REALTIME, SM_DISK_DELAY_MS);
+            struct timespec next = sm_time_after_ms(CLOCK_MONOTONIC, SM_DISK_DELAY_MS);
             /* Spares are made only when nothing was stored or dropped for
              * SM_DISK_SPARE_QUIET_MS: a stream of jobs empties the queue
              * between them (their outputs are dropped before they are
@@ -216,10 +216,10 @@ static void *sm_disk_main(void *arg)
          * still the head. */
         if (!d->stopping && !d->flushing) {
             struct timespec now;
-            clock_gettime(CLOCK_REALTIME, &now);
+            clock_gettime(CLOCK_MONOTONIC, &now);
             if (ts_before(&now, &op->due)) {
                 if (ts_before(&d->tick, &now))
-                    d->tick = sm_time_after_ms(CLOCK_REALTIME, SM_DISK_DELAY_MS);
+                    d->tick = sm_time_after_ms(CLOCK_MONOTONIC, SM_DISK_DELAY_MS);
                 struct timespec until = ts_before(&op->due, &d->tick) ? d->tick : op->due;
                 pthread_cond_timedwait(&d->cv, &d->mu, &until);
                 continue; /* look again: the head may have gone, others are due */
@@ -254,7 +254,7 @@ static void sm_disk_queue(sm_disk *d, uint64_t array, int32_t device, sm_store_s
     op->array = array;
     op->device = device;
     op->sh = sh ? sm_store_shard_ref(sh) : NULL;
-    op->due = sm_time_after_ms(CLOCK_REALTIME, SM_DISK_DELAY_MS);
+    op->due = sm_time_after_ms(CLOCK_MONOTONIC, SM_DISK_DELAY_MS);
     sm_disk_op *stale = NULL;
     int64_t now_ms = sm_time_mono_ms();
     pthread_mutex_lock(&d->mu);
@@ -452,12 +452,8 @@ sm_err sm_disk_open(const char *dir, sm_disk **out, char *err, size_t errlen)
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory opening the state dir");
     snprintf(d->dir, sizeof d->dir, "%s", dir);
     sm_disk_spare_adopt(d);
-    pthread_mutex_init(&d->mu, NULL);
-    pthread_cond_init(&d->cv, NULL);
     pthread_cond_init(&d->idle, NULL);
-    if (pthread_create(&d->thread, NULL, sm_disk_main, d)) {
-        pthread_mutex_destroy(&d->mu);
-        pthread_cond_destroy(&d->cv);
+    if (sm_tpool_thread_start(&d->mu, &d->cv, &d->thread, sm_disk_main, d)) {
         pthread_cond_destroy(&d->idle);
         free(d);
         return sm_fail(err, errlen, SM_ERESOURCE, "cannot start the state dir's writer thread");
@@ -470,9 +466,7 @@ void sm_disk_free(sm_disk *d)
 {
     if (!d)
         return;
-    sm_tpool_thread_stop(&d->mu, &d->cv, &d->stopping, d->thread);
-    pthread_mutex_destroy(&d->mu);
-    pthread_cond_destroy(&d->cv);
+    sm_tpool_thread_end(&d->mu, &d->cv, &d->stopping, d->thread);
     pthread_cond_destroy(&d->idle);
     free(d);
 }

@@ -63,13 +63,9 @@ sm_err sm_segmap_create(sm_segmap **out, char *err, size_t errlen)
     sm_segmap *m = calloc(1, sizeof *m);
     if (!m)
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory for the segment map");
-    pthread_mutex_init(&m->mu, NULL);
-    sm_time_cond_init(&m->cv);
     for (int i = 0; i < SM_SEGMAP_MAX; i++)
         m->e[i].seg.fd = -1;
-    if (pthread_create(&m->sweeper, NULL, segmap_sweeper, m)) {
-        pthread_cond_destroy(&m->cv);
-        pthread_mutex_destroy(&m->mu);
+    if (sm_tpool_thread_start(&m->mu, &m->cv, &m->sweeper, segmap_sweeper, m)) {
         free(m);
         return sm_fail(err, errlen, SM_ERESOURCE, "cannot start the segment map's sweeper");
     }
@@ -81,11 +77,9 @@ void sm_segmap_free(sm_segmap *m)
 {
     if (!m)
         return;
-    sm_tpool_thread_stop(&m->mu, &m->cv, &m->stop, m->sweeper);
+    sm_tpool_thread_end(&m->mu, &m->cv, &m->stop, m->sweeper);
     for (int i = 0; i < SM_SEGMAP_MAX; i++)
         sm_shm_seg_close(&m->e[i].seg);
-    pthread_cond_destroy(&m->cv);
-    pthread_mutex_destroy(&m->mu);
     free(m);
 }
 

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "sm_time.h"
+
 /* One pool thread; freed by the thread itself when it exits. */
 typedef struct sm_tpool_slot {
     struct sm_tpool_slot *next; /* in the idle stack */
@@ -216,4 +218,23 @@ void sm_tpool_thread_stop(pthread_mutex_t *mu, pthread_cond_t *cv, int *stop, pt
     pthread_cond_broadcast(cv);
     pthread_mutex_unlock(mu);
     pthread_join(th, NULL);
+}
+
+sm_err sm_tpool_thread_start(pthread_mutex_t *mu, pthread_cond_t *cv, pthread_t *th,
+                             void *(*fn)(void *), void *arg)
+{
+    pthread_mutex_init(mu, NULL);
+    sm_time_cond_init(cv);
+    if (pthread_create(th, NULL, fn, arg) == 0)
+        return SM_OK;
+    pthread_cond_destroy(cv);
+    pthread_mutex_destroy(mu);
+    return SM_ERESOURCE;
+}
+
+void sm_tpool_thread_end(pthread_mutex_t *mu, pthread_cond_t *cv, int *stop, pthread_t th)
+{
+    sm_tpool_thread_stop(mu, cv, stop, th);
+    pthread_cond_destroy(cv);
+    pthread_mutex_destroy(mu);
 }

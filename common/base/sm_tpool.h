@@ -61,5 +61,13 @@ sm_err sm_tpool_run(sm_tpool *p, int n, int width, sm_tpool_index_fn fn, void *u
  * mu for work or for *stop: sets *stop under mu, wakes every waiter of cv
  * and joins th. */
 void sm_tpool_thread_stop(pthread_mutex_t *mu, pthread_cond_t *cv, int *stop, pthread_t th);
+/* Such a thread with its lock and condition from start to end:
+ * sm_tpool_thread_start initialises mu and cv (cv on CLOCK_MONOTONIC, for
+ * sm_time_after_ms) and runs fn(arg) on *th; if the thread cannot start
+ * it destroys both again and returns SM_ERESOURCE. sm_tpool_thread_end
+ * stops it (sm_tpool_thread_stop) and destroys mu and cv. */
+sm_err sm_tpool_thread_start(pthread_mutex_t *mu, pthread_cond_t *cv, pthread_t *th,
+                             void *(*fn)(void *), void *arg);
+void sm_tpool_thread_end(pthread_mutex_t *mu, pthread_cond_t *cv, int *stop, pthread_t th);
 
 #endif
