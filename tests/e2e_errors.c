@@ -380,13 +380,9 @@ END_TEST
  * still works. */
 START_TEST(memory_limit)
 {
-    harness_opts o = {.nworkers = 2, .devices_per_worker = 2};
-    harness_cluster *h = NULL;
+    harness_cluster *h = harness_cluster_limited(2, 2, 16);
     char err[1024];
-    setenv("SHMAP_MEMORY_LIMIT_MB", "16", 1);
-    sm_err e = harness_cluster_start(&o, &h, err, sizeof err);
-    unsetenv("SHMAP_MEMORY_LIMIT_MB");
-    ck_assert_msg(e == SM_OK, "start: %s", err);
+    sm_err e;
     sm_client *c = harness_client(h);
     sm_mesh mesh;
     sm_sharding_ref sh = harness_sharding(&mesh, "x=4", NULL, 0, "P('x')");

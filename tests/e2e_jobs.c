@@ -859,13 +859,8 @@ START_TEST(test_shm_fallback)
     if (!shm_transport())
         return;
     const int64_t rows = 4, cols = 2 << 20; /* 8 MiB per device */
-    setenv("SHMAP_MEMORY_LIMIT_MB", "44", 1);
-    harness_opts ho = {.nworkers = 2, .devices_per_worker = 2};
-    harness_cluster *h = NULL;
+    harness_cluster *h = harness_cluster_limited(2, 2, 44);
     char err[1024];
-    sm_err e = harness_cluster_start(&ho, &h, err, sizeof err);
-    unsetenv("SHMAP_MEMORY_LIMIT_MB");
-    ck_assert_msg(e == SM_OK, "%s", err);
     sm_client *c = NULL;
     ck_assert_int_eq(harness_connect(h, &c, err, sizeof err), SM_OK);
     sm_array *a;

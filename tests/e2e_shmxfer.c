@@ -307,13 +307,7 @@ END_TEST
  * room goes through shared memory. */
 START_TEST(shm_reshard_memory_limit)
 {
-    harness_opts o = {.nworkers = 2, .devices_per_worker = 2};
-    harness_cluster *h = NULL;
-    char err[512];
-    setenv("SHMAP_MEMORY_LIMIT_MB", "16", 1);
-    sm_err e = harness_cluster_start(&o, &h, err, sizeof err);
-    unsetenv("SHMAP_MEMORY_LIMIT_MB");
-    ck_assert_msg(e == SM_OK, "start: %s", err);
+    harness_cluster *h = harness_cluster_limited(2, 2, 16);
     harness_use_cluster_credential(h);
     sm_client *c = connect_to(h, 0);
     /* 2 MiB: per worker 1 MiB of source, 4 MiB of new shards, 0.5 MiB per

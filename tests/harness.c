@@ -649,6 +649,19 @@ harness_cluster *harness_cluster_up_opts(const harness_opts *o, const char *what
     return h;
 }
 
+harness_cluster *harness_cluster_limited(int nworkers, int devices_per_worker, int limit_mb)
+{
+    harness_opts o = {.nworkers = nworkers, .devices_per_worker = devices_per_worker};
+    harness_cluster *h = NULL;
+    char err[1024], mb[16];
+    snprintf(mb, sizeof mb, "%d", limit_mb);
+    setenv("SHMAP_MEMORY_LIMIT_MB", mb, 1);
+    sm_err e = harness_cluster_start(&o, &h, err, sizeof err);
+    unsetenv("SHMAP_MEMORY_LIMIT_MB");
+    ck_assert_msg(e == SM_OK, "start: %s", err);
+    return h;
+}
+
 harness_cluster *harness_cluster_up(int nworkers, int devices_per_worker, const char *suite)
 {
     harness_opts o = {.nworkers = nworkers, .devices_per_worker = devices_per_worker};

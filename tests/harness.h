@@ -91,6 +91,10 @@ sm_err harness_cluster_start(const harness_opts *o, harness_cluster **out, char 
 harness_cluster *harness_cluster_up(int nworkers, int devices_per_worker, const char *suite);
 /* The same for a cluster as o says; on failure prints "<what>: <error>". */
 harness_cluster *harness_cluster_up_opts(const harness_opts *o, const char *what);
+/* In a Check test: starts a cluster of nworkers x devices_per_worker
+ * whose workers have --memory-limit-mb limit_mb (SHMAP_MEMORY_LIMIT_MB,
+ * set for the start only), asserting it started. */
+harness_cluster *harness_cluster_limited(int nworkers, int devices_per_worker, int limit_mb);
 /* SIGTERM to the coordinator, waits up to 5 s, then SIGKILL to its whole
  * process group; removes the temp dir and frees h. NULL is ignored. */
 void harness_cluster_stop(harness_cluster *h);
