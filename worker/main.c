@@ -243,6 +243,20 @@ typedef struct {
     sm_rpc_server *server;
 } worker_metrics_src;
 
+/* A shard-traffic counter family: its put (in), get (out) and peer (in)
+ * paths. */
+static void traffic_metric(sm_strbuf *b, const char *name, const char *help, uint64_t put,
+                           uint64_t get, uint64_t peer)
+{
+    sm_metrics_help(b, name, "counter", help);
+    sm_strbuf_printf(b,
+                     "%s{path=\"put\",direction=\"in\"} %llu\n"
+                     "%s{path=\"get\",direction=\"out\"} %llu\n"
+                     "%s{path=\"peer\",direction=\"in\"} %llu\n",
+                     name, (unsigned long long)put, name, (unsigned long long)get, name,
+                     (unsigned long long)peer);
+}
+
 static sm_err worker_metrics(void *user, sm_strbuf *b)
 {
     const worker_metrics_src *src = user;
@@ -258,21 +272,20 @@ static sm_err worker_metrics(void *user, sm_strbuf *b)
     for (int k = 0; k < n; k++)
         sm_strbuf_printf(b, "shmap_worker_device_used_bytes{device=\"%d\"} %lld\n", (int)devs[k],
                          (long long)bytes[k]);
-    sm_metrics_help(b, "shmap_worker_shards", "gauge", "Shards held on this worker's devices.");
-    sm_strbuf_printf(b, "shmap_worker_shards %lld\n", (long long)shards);
-    sm_metrics_help(b, "shmap_worker_memory_limit_bytes", "gauge",
-                    "The most shard and job memory it may hold (--memory-limit-mb; 0: none).");
-    sm_strbuf_printf(b, "shmap_worker_memory_limit_bytes %zu\n", ci.limit_bytes);
-    sm_metrics_help(b, "shmap_worker_memory_used_bytes", "gauge",
-                    "Shard and job memory in use, kept blocks included.");
-    sm_strbuf_printf(b, "shmap_worker_memory_used_bytes %zu\n", ci.live_bytes);
-    sm_metrics_help(b, "shmap_worker_memory_shm_bytes", "gauge",
-                    "Of the memory in use: pages of this worker's shared-memory segments "
-                    "allocated for running jobs' collectives and reshard pulls in flight.");
-    sm_strbuf_printf(b, "shmap_worker_memory_shm_bytes %zu\n", ci.other_bytes);
-    sm_metrics_help(b, "shmap_worker_buffer_cache_bytes", "gauge",
-                    "Freed blocks kept for reuse (--buffer-cache-mb).");
-    sm_strbuf_printf(b, "shmap_worker_buffer_cache_bytes %zu\n", ci.held_bytes);
+    sm_metrics_value(b, "shmap_worker_shards", "gauge", "Shards held on this worker's devices.",
+                     (long long)shards);
+    sm_metrics_value(b, "shmap_worker_memory_limit_bytes", "gauge",
+                     "The most shard and job memory it may hold (--memory-limit-mb; 0: none).",
+                     (long long)ci.limit_bytes);
+    sm_metrics_value(b, "shmap_worker_memory_used_bytes", "gauge",
+                     "Shard and job memory in use, kept blocks included.",
+                     (long long)ci.live_bytes);
+    sm_metrics_value(b, "shmap_worker_memory_shm_bytes", "gauge",
+                     "Of the memory in use: pages of this worker's shared-memory segments "
+                     "allocated for running jobs' collectives and reshard pulls in flight.",
+                     (long long)ci.other_bytes);
+    sm_metrics_value(b, "shmap_worker_buffer_cache_bytes", "gauge",
+                     "Freed blocks kept for reuse (--buffer-cache-mb).", (long long)ci.held_bytes);
     sm_metrics_help(b, "shmap_worker_buffer_cache_allocations_total", "counter",
                     "Allocations of 1 MiB and more, served from kept blocks (hit) or fresh.");
     sm_strbuf_printf(b,
@@ -281,28 +294,16 @@ static sm_err worker_metrics(void *user, sm_strbuf *b)
                      (long long)ci.hits, (long long)ci.misses);
     uint64_t t[SM_TRAFFIC_COUNT];
     sm_traffic_get(t);
-    sm_metrics_help(b, "shmap_worker_transfer_bytes_total", "counter",
-                    "Shard bytes moved over gRPC: received by PutShard (uploads, reshards), sent "
-                    "by GetShard (downloads, peers' pulls), pulled from peers (reshards).");
-    sm_strbuf_printf(b,
-                     "shmap_worker_transfer_bytes_total{path=\"put\",direction=\"in\"} %llu\n"
-                     "shmap_worker_transfer_bytes_total{path=\"get\",direction=\"out\"} %llu\n"
-                     "shmap_worker_transfer_bytes_total{path=\"peer\",direction=\"in\"} %llu\n",
-                     (unsigned long long)t[SM_TRAFFIC_PUT_IN],
-                     (unsigned long long)t[SM_TRAFFIC_GET_OUT],
-                     (unsigned long long)t[SM_TRAFFIC_PEER_IN]);
-    sm_metrics_help(b, "shmap_worker_shm_transfer_bytes_total", "counter",
-                    "Shard bytes moved through shared-memory segments on this host: copied out "
-                    "of clients' buffers by PutShard, into clients' buffers or peers' staging "
-                    "by GetShard (downloads, peers' reshard pulls), out of this worker's "
-                    "staging (reshard pieces peers wrote there).");
-    sm_strbuf_printf(b,
-                     "shmap_worker_shm_transfer_bytes_total{path=\"put\",direction=\"in\"} %llu\n"
-                     "shmap_worker_shm_transfer_bytes_total{path=\"get\",direction=\"out\"} %llu\n"
-                     "shmap_worker_shm_transfer_bytes_total{path=\"peer\",direction=\"in\"} %llu\n",
-                     (unsigned long long)t[SM_TRAFFIC_SHM_PUT_IN],
-                     (unsigned long long)t[SM_TRAFFIC_SHM_GET_OUT],
-                     (unsigned long long)t[SM_TRAFFIC_SHM_PEER_IN]);
+    traffic_metric(b, "shmap_worker_transfer_bytes_total",
+                   "Shard bytes moved over gRPC: received by PutShard (uploads, reshards), sent "
+                   "by GetShard (downloads, peers' pulls), pulled from peers (reshards).",
+                   t[SM_TRAFFIC_PUT_IN], t[SM_TRAFFIC_GET_OUT], t[SM_TRAFFIC_PEER_IN]);
+    traffic_metric(b, "shmap_worker_shm_transfer_bytes_total",
+                   "Shard bytes moved through shared-memory segments on this host: copied out "
+                   "of clients' buffers by PutShard, into clients' buffers or peers' staging "
+                   "by GetShard (downloads, peers' reshard pulls), out of this worker's "
+                   "staging (reshard pieces peers wrote there).",
+                   t[SM_TRAFFIC_SHM_PUT_IN], t[SM_TRAFFIC_SHM_GET_OUT], t[SM_TRAFFIC_SHM_PEER_IN]);
     sm_metrics_help(b, "shmap_worker_collective_bytes_total", "counter",
                     "Collective blocks exchanged with other workers, by transport (devices of "
                     "one worker meet in memory and move nothing).");
