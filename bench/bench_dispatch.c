@@ -61,14 +61,11 @@ int main(int argc, char **argv)
     sm_program *prog = NULL;
     sm_array_info x = {0};
     float xs[8] = {0, 1, 2, 3, 4, 5, 6, 7};
-    const char *names[] = {"i"};
-    int64_t sizes[] = {8};
     sm_mesh mesh;
     sm_shape shape = {.rank = 1, .dims = {8}};
-    sm_sharding_ref sh = {.mesh = &mesh, .default_order = 1};
+    sm_sharding_ref sh;
     if (bench_program(dispatch_program, &prog, err, sizeof err) ||
-        sm_mesh_init(&mesh, 1, names, sizes, NULL, 8, err, sizeof err) ||
-        sm_pspec_parse("P('i')", &sh.spec, err, sizeof err) ||
+        bench_sharding_1d(&mesh, 8, "P('i')", &sh, err, sizeof err) ||
         sm_client_put(cli, SM_F32, &shape, xs, &sh, NULL, &x, err, sizeof err)) {
         fprintf(stderr, "bench_dispatch: setup: %s\n", err);
         rc = 1;

@@ -132,12 +132,8 @@ done:
         sm_array_free(first[v]);
         sm_program_free(prog[v]);
     }
-    if (ai.id.v)
-        sm_client_delete(cli, (sm_array_ref){.id = ai.id}, err, sizeof err);
-    if (bi.id.v)
-        sm_client_delete(cli, (sm_array_ref){.id = bi.id}, err, sizeof err);
-    sm_array_info_free(&ai);
-    sm_array_info_free(&bi);
+    bench_array_drop(cli, &ai);
+    bench_array_drop(cli, &bi);
     if (cli)
         sm_client_close(cli);
     bench_cluster_stop(&cl);

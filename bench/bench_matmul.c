@@ -232,13 +232,8 @@ int main(int argc, char **argv)
     }
     if (jobs) {
         for (int v = 0; v < MM_NVARIANTS; v++) {
-            char e2[256];
-            if (st[v].a.id.v)
-                sm_client_delete(cli, (sm_array_ref){.id = st[v].a.id}, e2, sizeof e2);
-            if (st[v].b.id.v)
-                sm_client_delete(cli, (sm_array_ref){.id = st[v].b.id}, e2, sizeof e2);
-            sm_array_info_free(&st[v].a);
-            sm_array_info_free(&st[v].b);
+            bench_array_drop(cli, &st[v].a);
+            bench_array_drop(cli, &st[v].b);
             sm_program_free(st[v].prog);
         }
     }

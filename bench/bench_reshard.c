@@ -77,12 +77,9 @@ int main(int argc, char **argv)
         if (rc)
             fprintf(stderr, "bench_reshard: %s cluster: %s\n", reshard_label[k], err);
     }
-    const char *names[] = {"i"};
-    int64_t sizes8[] = {8};
     sm_mesh mesh;
-    sm_mesh_init(&mesh, 1, names, sizes8, NULL, 8, err, sizeof err);
-    sm_sharding_ref rows = {.mesh = &mesh, .default_order = 1};
-    sm_pspec_parse("P('i', None)", &rows.spec, err, sizeof err);
+    sm_sharding_ref rows;
+    bench_sharding_1d(&mesh, 8, "P('i', None)", &rows, err, sizeof err);
     static const struct {
         const char *spec, *name;
         double moved; /* bytes between workers per array byte */

@@ -48,12 +48,9 @@ int main(int argc, char **argv)
         return 1;
     }
     sm_mesh mesh;
-    const char *names[1] = {"i"};
-    int64_t sizes[1] = {ndev};
     sm_shape shape = {.rank = 1, .dims = {(int64_t)n}};
-    sm_sharding_ref sh = {.mesh = &mesh, .default_order = 1};
-    if (sm_mesh_init(&mesh, 1, names, sizes, NULL, ndev, err, sizeof err) ||
-        sm_pspec_parse("P('i')", &sh.spec, err, sizeof err)) {
+    sm_sharding_ref sh;
+    if (bench_sharding_1d(&mesh, ndev, "P('i')", &sh, err, sizeof err)) {
         fprintf(stderr, "bench_roundtrip: %s\n", err);
         return 1;
     }

@@ -44,6 +44,25 @@ static int scale_job(sm_client *cli, const sm_program *p, sm_array_id x, double 
     return 0;
 }
 
+/* Times runs pairs after warm untimed ones, alternating: pa over x (NULL:
+ * a plain RPC, bench_rpc_devices) into ta[r], then pb over x into tb[r]. */
+static int scale_pairs(sm_client *cli, const sm_program *pa, const sm_program *pb, sm_array_id x,
+                       int warm, int runs, double *ta, double *tb, char *err, size_t errlen)
+{
+    for (int r = -warm; r < runs; r++) {
+        double a, b;
+        if ((pa ? scale_job(cli, pa, x, &a, err, errlen)
+                : bench_rpc_devices(cli, &a, err, errlen)) ||
+            scale_job(cli, pb, x, &b, err, errlen))
+            return -1;
+        if (r >= 0) {
+            ta[r] = a;
+            tb[r] = b;
+        }
+    }
+    return 0;
+}
+
 /* The psum program over n devices on blocks of rows x SCALE_COLS, applied
  * R times. */
 static void scale_psum_text(int n, int64_t rows, int R, char *out, size_t len)
@@ -63,10 +82,8 @@ static void scale_psum_text(int n, int64_t rows, int R, char *out, size_t len)
 static int scale_put(sm_client *cli, int n, const sm_shape *s, sm_array_info *out, char *err,
                      size_t errlen)
 {
-    const char *names[] = {"i"};
-    int64_t sizes[] = {n};
     sm_mesh mesh;
-    sm_sharding_ref sh = {.mesh = &mesh, .default_order = 1};
+    sm_sharding_ref sh;
     int64_t count = 1;
     for (int d = 0; d < s->rank; d++)
         count *= s->dims[d];
@@ -77,8 +94,7 @@ static int scale_put(sm_client *cli, int n, const sm_shape *s, sm_array_info *ou
     }
     for (int64_t k = 0; k < count; k++)
         data[k] = 1.0f;
-    int rc = sm_mesh_init(&mesh, 1, names, sizes, NULL, n, err, errlen) ||
-                     sm_pspec_parse("P('i')", &sh.spec, err, errlen) ||
+    int rc = bench_sharding_1d(&mesh, n, "P('i')", &sh, err, errlen) ||
                      sm_client_put(cli, SM_F32, s, data, &sh, NULL, out, err, errlen)
                  ? -1
                  : 0;
@@ -117,18 +133,8 @@ static int scale_measure(const char *bin, int w, int d, int mib, int runs, int d
     if (!rc &&
         (bench_program(text, &empty, err, errlen) || scale_put(cli, n, &small, &x, err, errlen)))
         rc = -1;
-    for (int r = -druns / 10; !rc && r < druns; r++) { /* a tenth as warm-up */
-        double a, b;
-        if (bench_rpc_devices(cli, &a, err, errlen) ||
-            scale_job(cli, empty, x.id, &b, err, errlen)) {
-            rc = -1;
-            break;
-        }
-        if (r >= 0) {
-            rpc[r] = a;
-            job[r] = b;
-        }
-    }
+    if (!rc) /* a tenth as warm-up */
+        rc = scale_pairs(cli, NULL, empty, x.id, druns / 10, druns, rpc, job, err, errlen);
     if (!rc) {
         scale_psum_text(n, rows, 1, text, sizeof text);
         rc = bench_program(text, &p1, err, errlen) ? -1 : 0;
@@ -139,18 +145,8 @@ static int scale_measure(const char *bin, int w, int d, int mib, int runs, int d
     }
     if (!rc)
         rc = scale_put(cli, n, &big, &v, err, errlen);
-    for (int r = -1; !rc && r < runs; r++) { /* one warm-up pair */
-        double a, b;
-        if (scale_job(cli, p1, v.id, &a, err, errlen) ||
-            scale_job(cli, p3, v.id, &b, err, errlen)) {
-            rc = -1;
-            break;
-        }
-        if (r >= 0) {
-            t1[r] = a;
-            t3[r] = b;
-        }
-    }
+    if (!rc) /* one warm-up pair */
+        rc = scale_pairs(cli, p1, p3, v.id, 1, runs, t1, t3, err, errlen);
     if (!rc) {
         row->rpc_ms = bench_median(rpc, druns) * 1e3;
         row->job_ms = bench_median(job, druns) * 1e3;
@@ -158,13 +154,8 @@ static int scale_measure(const char *bin, int w, int d, int mib, int runs, int d
         row->psum_ms = one * 1e3;
         row->busbw = one > 0 ? (double)((int64_t)mib << 20) * 2.0 * (n - 1) / n / one / 1e9 : 0;
     }
-    char e2[256];
-    if (x.id.v)
-        sm_client_delete(cli, (sm_array_ref){.id = x.id}, e2, sizeof e2);
-    if (v.id.v)
-        sm_client_delete(cli, (sm_array_ref){.id = v.id}, e2, sizeof e2);
-    sm_array_info_free(&x);
-    sm_array_info_free(&v);
+    bench_array_drop(cli, &x);
+    bench_array_drop(cli, &v);
     sm_program_free(empty);
     sm_program_free(p1);
     sm_program_free(p3);

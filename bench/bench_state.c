@@ -80,11 +80,7 @@ static void side_stop(state_side *sd)
         sm_array_ref ref = {.id = sd->kept[r]};
         sm_client_delete(sd->cli, ref, err, sizeof err);
     }
-    if (sd->x.id.v) {
-        sm_array_ref ref = {.id = sd->x.id};
-        sm_client_delete(sd->cli, ref, err, sizeof err);
-    }
-    sm_array_info_free(&sd->x);
+    bench_array_drop(sd->cli, &sd->x);
     free(sd->kept);
     free(sd->job);
     free(sd->job2);
@@ -169,10 +165,8 @@ static int measure(const char *bin, const char *dir, int runs, int uploads, stat
     sm_program *prog = NULL;
     size_t bytes = (size_t)UPLOAD_MIB << 20;
     float *data = malloc(bytes);
-    const char *names[] = {"i"};
-    int64_t sizes[] = {8};
     sm_mesh mesh;
-    sm_sharding_ref sh = {.mesh = &mesh, .default_order = 1};
+    sm_sharding_ref sh = {0};
     float xs[8] = {0};
     sm_shape s8 = {.rank = 1, .dims = {8}};
     int rc = data ? 0 : -1;
@@ -181,8 +175,7 @@ static int measure(const char *bin, const char *dir, int runs, int uploads, stat
     for (size_t k = 0; !rc && k < bytes / 4; k++)
         data[k] = (float)(k % 1000003);
     if (!rc && (bench_program(empty_program, &prog, err, errlen) ||
-                sm_mesh_init(&mesh, 1, names, sizes, NULL, 8, err, errlen) ||
-                sm_pspec_parse("P('i')", &sh.spec, err, errlen)))
+                bench_sharding_1d(&mesh, 8, "P('i')", &sh, err, errlen)))
         rc = -1;
     for (int c = 0; c < 2 && !rc; c++)
         if (side_start(&sd[c], bin, c ? dir : NULL, runs, uploads, err, errlen) ||

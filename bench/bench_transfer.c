@@ -237,12 +237,9 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    const char *names[] = {"i"};
-    int64_t sizes8[] = {8};
     sm_mesh mesh;
-    sm_mesh_init(&mesh, 1, names, sizes8, NULL, 8, err, sizeof err);
-    sm_sharding_ref sh = {.mesh = &mesh, .default_order = 1};
-    sm_pspec_parse("P('i', None)", &sh.spec, err, sizeof err);
+    sm_sharding_ref sh;
+    bench_sharding_1d(&mesh, 8, "P('i', None)", &sh, err, sizeof err);
 
     printf("bench_transfer: f32 arrays, P('i', None) over 2 workers x 4 devices, %d runs "
            "each after %d untimed, medians (MB = 10^6 bytes)\n\n",

@@ -357,6 +357,26 @@ void bench_job_drop(sm_client *cli, sm_job_info *info)
 }
 #endif
 
+int bench_sharding_1d(sm_mesh *mesh, int n, const char *spec, sm_sharding_ref *sh, char *err,
+                      size_t errlen)
+{
+    const char *names[] = {"i"};
+    int64_t sizes[] = {n};
+    *sh = (sm_sharding_ref){.mesh = mesh, .default_order = 1};
+    if (sm_mesh_init(mesh, 1, names, sizes, NULL, n, err, errlen) ||
+        sm_pspec_parse(spec, &sh->spec, err, errlen))
+        return -1;
+    return 0;
+}
+
+void bench_array_drop(sm_client *cli, sm_array_info *info)
+{
+    char err[256];
+    if (info->id.v)
+        sm_client_delete(cli, (sm_array_ref){.id = info->id}, err, sizeof err);
+    sm_array_info_free(info);
+}
+
 int bench_rpc_devices(sm_client *cli, double *secs, char *err, size_t errlen)
 {
     sm_worker_info *w = NULL;

@@ -101,6 +101,14 @@ int bench_options(int argc, char **argv, const bench_opt *opts, int n, const cha
 int bench_options_cluster(int argc, char **argv, const bench_opt *opts, int n, const char *usage,
                           char *bin, size_t binlen);
 
+/* Sets up mesh i=n over devices 0..n-1 and *sh, spec over that mesh (sh
+ * borrows mesh, which must outlive it). 0, or -1 with a sentence in err. */
+int bench_sharding_1d(sm_mesh *mesh, int n, const char *spec, sm_sharding_ref *sh, char *err,
+                      size_t errlen);
+/* Deletes the array *info names on cli when it has one (an id of 0: never
+ * uploaded) and frees *info; a failed delete is ignored. */
+void bench_array_drop(sm_client *cli, sm_array_info *info);
+
 /* Times one plain unary RPC (sm_client_devices, answered from the
  * coordinator's registry): the anchor of job round trips. 0 or -1. */
 int bench_rpc_devices(sm_client *cli, double *secs, char *err, size_t errlen);
