@@ -65,6 +65,13 @@ static int sm_reg_exec(sm_registry *r, const char *sql)
     return sqlite3_exec(r->db, sql, NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
 }
 
+/* A query read once (at open): prepared into *st, 0 on success, -1 if
+ * SQLite refused it. */
+static int sm_reg_prepare(sm_registry *r, const char *sql, sqlite3_stmt **st)
+{
+    return sqlite3_prepare_v2(r->db, sql, -1, st, NULL) == SQLITE_OK ? 0 : -1;
+}
+
 static int sm_reg_run(sm_registry *r, const char *sql, const char *fmt, ...);
 
 /* Every registry change ends with a commit on the request's path, so
@@ -328,8 +335,7 @@ static sm_err sm_reg_load_owners(sm_registry *r, sm_reg_owner **out, int *n)
     int cap = 0;
     *out = NULL;
     *n = 0;
-    if (sqlite3_prepare_v2(r->db, "SELECT kind, id, tenant FROM owners ORDER BY kind, id", -1, &st,
-                           NULL) != SQLITE_OK)
+    if (sm_reg_prepare(r, "SELECT kind, id, tenant FROM owners ORDER BY kind, id", &st))
         return SM_EIO;
     while (sqlite3_step(st) == SQLITE_ROW) {
         if (*n == cap) {
@@ -386,9 +392,8 @@ void sm_reg_save_copies(sm_registry *r, const sm_reg_array *a)
 static sm_err sm_reg_load_copies(sm_registry *r)
 {
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(r->db,
-                           "SELECT array_id, of, worker, device FROM copies ORDER BY array_id, k",
-                           -1, &st, NULL) != SQLITE_OK)
+    if (sm_reg_prepare(r, "SELECT array_id, of, worker, device FROM copies ORDER BY array_id, k",
+                       &st))
         return SM_EIO;
     sm_err e = SM_OK;
     while (!e && sqlite3_step(st) == SQLITE_ROW) {
@@ -454,8 +459,7 @@ static sm_err sm_reg_layout_check(sm_registry *r, const char *path, char *err, s
     sqlite3_stmt *st = NULL;
     int64_t want[4] = {SM_REG_SCHEMA, sizeof(sm_mesh), sizeof(sm_shape), sizeof(sm_sharding)};
     sm_err e = SM_OK;
-    if (sqlite3_prepare_v2(r->db, "SELECT schema, mesh, shape, sharding FROM layout", -1, &st,
-                           NULL) != SQLITE_OK)
+    if (sm_reg_prepare(r, "SELECT schema, mesh, shape, sharding FROM layout", &st))
         return sm_reg_db_fail(r, path, "read", err, errlen);
     if (sqlite3_step(st) == SQLITE_ROW) {
         for (int k = 0; k < 4 && !e; k++)
@@ -486,7 +490,7 @@ static sm_err sm_reg_integrity(sm_registry *r, const char *path, char *err, size
     sqlite3_stmt *st = NULL;
     char first[256] = "";
     int rows = 0, rc;
-    if (sqlite3_prepare_v2(r->db, "PRAGMA integrity_check", -1, &st, NULL) != SQLITE_OK)
+    if (sm_reg_prepare(r, "PRAGMA integrity_check", &st))
         return sqlite3_errcode(r->db) == SQLITE_BUSY
                    ? sm_reg_in_use(path, err, errlen)
                    : sm_fail(err, errlen, SM_EDATALOSS,
@@ -512,9 +516,8 @@ static sm_err sm_reg_integrity(sm_registry *r, const char *path, char *err, size
 static sm_err sm_reg_load_counters(sm_registry *r)
 {
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(r->db,
-                           "SELECT next_worker, next_device, next_mesh, next_array FROM counters",
-                           -1, &st, NULL) != SQLITE_OK)
+    if (sm_reg_prepare(r, "SELECT next_worker, next_device, next_mesh, next_array FROM counters",
+                       &st))
         return SM_EIO;
     if (sqlite3_step(st) == SQLITE_ROW) {
         r->next_worker = (uint32_t)sqlite3_column_int64(st, 0);
@@ -530,10 +533,10 @@ static sm_err sm_reg_load_workers(sm_registry *r, int64_t now_ms)
 {
     sqlite3_stmt *st = NULL;
     sm_err e = SM_OK;
-    if (sqlite3_prepare_v2(r->db,
-                           "SELECT id, address, host, process_index, ndevices, first_device"
-                           " FROM workers ORDER BY id",
-                           -1, &st, NULL) != SQLITE_OK)
+    if (sm_reg_prepare(r,
+                       "SELECT id, address, host, process_index, ndevices, first_device"
+                       " FROM workers ORDER BY id",
+                       &st))
         return SM_EIO;
     while (!e && sqlite3_step(st) == SQLITE_ROW) {
         sm_reg_worker *w = calloc(1, sizeof *w);
@@ -565,8 +568,7 @@ static sm_err sm_reg_load_meshes(sm_registry *r, const sm_reg_owner *own, int no
 {
     sqlite3_stmt *st = NULL;
     sm_err e = SM_OK;
-    if (sqlite3_prepare_v2(r->db, "SELECT id, name, mesh FROM meshes ORDER BY id", -1, &st, NULL) !=
-        SQLITE_OK)
+    if (sm_reg_prepare(r, "SELECT id, name, mesh FROM meshes ORDER BY id", &st))
         return SM_EIO;
     while (!e && sqlite3_step(st) == SQLITE_ROW) {
         if (sqlite3_column_bytes(st, 2) != (int)sizeof(sm_mesh))
@@ -637,10 +639,10 @@ static sm_err sm_reg_load_arrays(sm_registry *r, int64_t now_ms, const sm_reg_ow
     sqlite3_stmt *st = NULL;
     sm_err e = SM_OK;
     char err[256];
-    if (sqlite3_prepare_v2(r->db,
-                           "SELECT id, name, dtype, shape, mesh_id, mesh_name, sharding, state,"
-                           " error, workers, sums FROM arrays ORDER BY id",
-                           -1, &st, NULL) != SQLITE_OK)
+    if (sm_reg_prepare(r,
+                       "SELECT id, name, dtype, shape, mesh_id, mesh_name, sharding, state,"
+                       " error, workers, sums FROM arrays ORDER BY id",
+                       &st))
         return SM_EIO;
     uint64_t next = r->next_array;
     while (!e && sqlite3_step(st) == SQLITE_ROW) {
@@ -826,8 +828,7 @@ sm_err sm_registry_jobs_restore(sm_registry *r, uint64_t *last_id, sm_reg_job **
     pthread_mutex_lock(&r->mu);
     if (!r->db)
         goto out;
-    if (sqlite3_prepare_v2(r->db, "SELECT COALESCE(next_job, 1) FROM counters", -1, &st, NULL) ==
-        SQLITE_OK) {
+    if (!sm_reg_prepare(r, "SELECT COALESCE(next_job, 1) FROM counters", &st)) {
         if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int64(st, 0) > 1)
             *last_id = (uint64_t)sqlite3_column_int64(st, 0) - 1;
         sqlite3_finalize(st);
@@ -838,10 +839,10 @@ sm_err sm_registry_jobs_restore(sm_registry *r, uint64_t *last_id, sm_reg_job **
          sm_reg_run(r, "DELETE FROM owners WHERE kind = 2 AND id <= ?", "i",
                     (int64_t)(*last_id - SM_REG_JOBS_KEPT))))
         sm_reg_db_log(r, "drop old jobs' records");
-    if (sqlite3_prepare_v2(r->db,
-                           "SELECT j.id, j.state, j.error, o.tenant FROM jobs j LEFT JOIN owners o"
-                           " ON o.kind = 2 AND o.id = j.id ORDER BY j.id",
-                           -1, &st, NULL) != SQLITE_OK) {
+    if (sm_reg_prepare(r,
+                       "SELECT j.id, j.state, j.error, o.tenant FROM jobs j LEFT JOIN owners o"
+                       " ON o.kind = 2 AND o.id = j.id ORDER BY j.id",
+                       &st)) {
         e = sm_fail(err, errlen, SM_EIO, "cannot read jobs' records: %s", sqlite3_errmsg(r->db));
         goto out;
     }
