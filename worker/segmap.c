@@ -345,19 +345,29 @@ static sm_err segmap_box_is(const sm_svc_shm_ref *ref, const sm_shape *s, char *
     return SM_OK;
 }
 
+/* A copy between a segment and a shard, of the box want that ref must
+ * name (segmap_box_is): c zeroed, its rank set and its checksum made. */
+static sm_err segmap_copy_init(segmap_copy *c, const sm_svc_shm_ref *ref, const sm_shape *want,
+                               char *err, size_t errlen)
+{
+    sm_err e = segmap_box_is(ref, want, err, errlen);
+    if (e)
+        return e;
+    memset(c, 0, sizeof *c);
+    if (!(c->ck = sm_checksum_create()))
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a checksum");
+    c->rank = want->rank;
+    return SM_OK;
+}
 sm_err sm_segmap_gather(sm_segmap *m, const sm_svc_shm_ref *ref, sm_dtype t, sm_store_shard *dst,
                         uint64_t *sum, char *err, size_t errlen)
 {
     segmap_copy c;
-    sm_err e = segmap_box_is(ref, &dst->shape, err, errlen);
+    sm_err e = segmap_copy_init(&c, ref, &dst->shape, err, errlen);
     if (e)
         return e;
-    memset(&c, 0, sizeof c);
-    if (!(c.ck = sm_checksum_create()))
-        return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a checksum");
     c.dst = dst->data;
     c.dst_shape = dst->shape;
-    c.rank = dst->shape.rank;
     c.elem = sm_dtype_size(t);
     c.dst_dense = 1;
     for (int d = 0; d < c.rank; d++)
@@ -375,15 +385,11 @@ sm_err sm_segmap_scatter(sm_segmap *m, const sm_svc_shm_ref *ref, const sm_store
 {
     segmap_copy c;
     sm_shape want = sm_index_shape(src_box);
-    sm_err e = segmap_box_is(ref, &want, err, errlen);
+    sm_err e = segmap_copy_init(&c, ref, &want, err, errlen);
     if (e)
         return e;
-    memset(&c, 0, sizeof c);
-    if (!(c.ck = sm_checksum_create()))
-        return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a checksum");
     c.src = src->data;
     c.src_shape = src->shape;
-    c.rank = want.rank;
     c.elem = sm_dtype_size(src->dtype);
     c.src_dense = sm_shape_equal(&want, &src->shape);
     c.dst_dense = sm_shape_equal(&want, &ref->global); /* a peer's staging: the box alone */
