@@ -359,6 +359,7 @@ static sm_err segmap_copy_init(segmap_copy *c, const sm_svc_shm_ref *ref, const 
     c->rank = want->rank;
     return SM_OK;
 }
+
 sm_err sm_segmap_gather(sm_segmap *m, const sm_svc_shm_ref *ref, sm_dtype t, sm_store_shard *dst,
                         uint64_t *sum, char *err, size_t errlen)
 {
