@@ -1,6 +1,5 @@
 #include "peer.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,23 +11,15 @@
 #include "sm_rpc.h"
 #include "sm_shm.h"
 #include "sm_svc_job.h"
-#include "sm_time.h"
 #include "traffic.h"
 
-/* A proof's deadline; a failed proof is tried again after SM_PEER_SHM_RETRY_US
+/* A proof's deadline; a failed proof is tried again after SM_PEER_SHM_RETRY_MS
  * (a success is kept for the peer address's life here). */
 #define SM_PEER_SHM_PROBE_MS 2000
-#define SM_PEER_SHM_RETRY_US (60 * 1000000LL)
+#define SM_PEER_SHM_RETRY_MS 60000
 /* The most bytes of a piece one GetShard writes into a staging file: a
  * larger piece comes in parts, so a file holds at most this much. */
 #define SM_PEER_SHM_PART ((int64_t)16 << 20)
-
-/* What ShmProbe proved about a peer address. */
-typedef struct {
-    char addr[SM_ADDR_MAX];
-    int same;      /* 1: it shares this worker's memory; -1: it does not */
-    int64_t at_us; /* when it was found not to */
-} peer_host;
 
 struct sm_peer {
     sm_rpc_chans *chans;
@@ -37,9 +28,6 @@ struct sm_peer {
      * pages they hold during a pull are charged to; stage NULL: streams. */
     sm_shm_pool *stage;
     sm_array_pool *charge;
-    pthread_mutex_t mu; /* guards hosts */
-    peer_host *hosts;
-    int nhosts, caphosts;
 };
 
 sm_err sm_peer_create(const char *token, const sm_rpc_tls *tls, int deadline_ms, sm_peer **out,
@@ -51,7 +39,6 @@ sm_err sm_peer_create(const char *token, const sm_rpc_tls *tls, int deadline_ms,
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory creating the peer cache");
     }
     p->deadline_ms = deadline_ms > 0 ? deadline_ms : 60000;
-    pthread_mutex_init(&p->mu, NULL);
     *out = p;
     return SM_OK;
 }
@@ -70,8 +57,6 @@ void sm_peer_free(sm_peer *p)
         return;
     sm_rpc_chans_free(p->chans);
     sm_shm_pool_free(p->stage);
-    pthread_mutex_destroy(&p->mu);
-    free(p->hosts);
     free(p);
 }
 
@@ -146,61 +131,13 @@ static sm_err peer_cursor_init(sm_peer_cursor *c, void *dst, const sm_shape *dst
 
 /* ---- shared memory ------------------------------------------------------------ */
 
-/* The entry of address in p->hosts, made if missing (NULL when out of
- * memory). mu held. */
-static peer_host *peer_host_find(sm_peer *p, const char *address)
-{
-    for (int i = 0; i < p->nhosts; i++)
-        if (!strcmp(p->hosts[i].addr, address))
-            return &p->hosts[i];
-    if (strlen(address) >= SM_ADDR_MAX)
-        return NULL;
-    if (p->nhosts == p->caphosts) {
-        int cap = p->caphosts ? 2 * p->caphosts : 8;
-        peer_host *v = realloc(p->hosts, sizeof *v * (size_t)cap);
-        if (!v)
-            return NULL;
-        p->hosts = v;
-        p->caphosts = cap;
-    }
-    peer_host *h = &p->hosts[p->nhosts++];
-    memset(h, 0, sizeof *h);
-    snprintf(h->addr, sizeof h->addr, "%s", address);
-    return h;
-}
-
-/* Records that address does not share memory (now), or does. */
-static void peer_host_set(sm_peer *p, const char *address, int same)
-{
-    pthread_mutex_lock(&p->mu);
-    peer_host *h = peer_host_find(p, address);
-    if (h) {
-        h->same = same;
-        h->at_us = sm_time_mono_us();
-    }
-    pthread_mutex_unlock(&p->mu);
-}
-
 /* Whether the peer at address (channel ch) shares this worker's memory:
- * proven once (sm_svc_shm_prove_here), a failure tried again after a
- * while. 0 without shared memory here. */
+ * proven once, a failure tried again after a while (kept with the
+ * channel). 0 without shared memory here. */
 static int peer_shm_same(sm_peer *p, const char *address, sm_rpc_channel *ch)
 {
-    if (!p->stage)
-        return 0;
-    pthread_mutex_lock(&p->mu);
-    peer_host *h = peer_host_find(p, address);
-    int same = h ? h->same : -1;
-    if (same < 0 && h && sm_time_mono_us() - h->at_us >= SM_PEER_SHM_RETRY_US)
-        same = 0;
-    pthread_mutex_unlock(&p->mu);
-    if (same)
-        return same > 0;
-    same = sm_svc_shm_prove_here(ch, SM_PEER_SHM_PROBE_MS);
-    SM_DEBUG("peer %s %s this worker's memory: reshard pieces from it go %s", address,
-             same ? "shares" : "does not share", same ? "through shared memory" : "over gRPC");
-    peer_host_set(p, address, same ? 1 : -1);
-    return same;
+    return p->stage &&
+           sm_svc_shm_same(p->chans, address, ch, SM_PEER_SHM_PROBE_MS, SM_PEER_SHM_RETRY_MS);
 }
 
 /* A staging file of this worker taken for one pull: its pool name, which
@@ -463,7 +400,7 @@ sm_err sm_peer_fetch(sm_peer *p, const char *address, sm_array_id array, int32_t
         e = peer_pull_shm(p, ch, array, device, box, t, dst, dst_shape, dst_off, &stream, inner,
                           sizeof inner);
         if (stream == 2)
-            peer_host_set(p, address, -1); /* refused: its stream from now on */
+            sm_svc_shm_refused(p->chans, address); /* refused: its stream from now on */
     }
     if (!e && stream)
         e = peer_pull_stream(p, ch, array, device, box, t, want, &cur, inner, sizeof inner);

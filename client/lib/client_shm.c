@@ -28,19 +28,10 @@ typedef struct {
     uint64_t used; /* s->clock when last lent: the least recently used goes first */
 } client_buf;
 
-/* What the ShmProbe proved about a worker address: 1 it shares this
- * host's memory, -1 it does not (or refuses shared memory). */
-typedef struct {
-    char addr[SM_ADDR_MAX];
-    int same;
-} client_host;
-
 struct client_shm {
     pthread_mutex_t mu;
     client_buf *bufs;
     int nbufs, capbufs;
-    client_host *hosts;
-    int nhosts, caphosts;
     size_t stage_max;   /* bytes the staging segments may hold together; 0: none */
     size_t stage_bytes; /* bytes they hold (and those being made) */
     uint64_t clock;
@@ -74,7 +65,6 @@ void client_shm_close(sm_client *c)
     for (int i = 0; i < s->nbufs; i++)
         client_buf_drop(&s->bufs[i]);
     free(s->bufs);
-    free(s->hosts);
     pthread_mutex_destroy(&s->mu);
     free(s);
     c->shm = NULL;
@@ -176,50 +166,13 @@ void sm_client_free(sm_client *c, void *p)
  * back through ShmProbe), then remembered. */
 static int client_shm_same_host(sm_client *c, const char *addr, sm_rpc_channel *ch)
 {
-    client_shm *s = c->shm;
-    int same = 0;
-    pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < s->nhosts && !same; i++)
-        if (!strcmp(s->hosts[i].addr, addr))
-            same = s->hosts[i].same;
-    pthread_mutex_unlock(&s->mu);
-    if (same)
-        return same > 0;
-    same = sm_svc_shm_prove_here(ch, c->timeout_ms) ? 1 : -1;
-    client_shm_refused(c, addr); /* makes the entry; set below */
-    pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < s->nhosts; i++)
-        if (!strcmp(s->hosts[i].addr, addr))
-            s->hosts[i].same = same;
-    pthread_mutex_unlock(&s->mu);
-    return same > 0;
+    return sm_svc_shm_same(c->workers, addr, ch, c->timeout_ms, 0);
 }
 
 void client_shm_refused(sm_client *c, const char *addr)
 {
-    client_shm *s = c->shm;
-    if (!s || !addr || strlen(addr) >= SM_ADDR_MAX)
-        return;
-    pthread_mutex_lock(&s->mu);
-    int i = 0;
-    while (i < s->nhosts && strcmp(s->hosts[i].addr, addr))
-        i++;
-    if (i == s->nhosts && s->nhosts == s->caphosts) {
-        int cap = s->caphosts ? 2 * s->caphosts : 8;
-        client_host *nh = realloc(s->hosts, sizeof *nh * (size_t)cap);
-        if (nh) {
-            s->hosts = nh;
-            s->caphosts = cap;
-        }
-    }
-    if (i < s->caphosts) {
-        if (i == s->nhosts) {
-            snprintf(s->hosts[i].addr, sizeof s->hosts[i].addr, "%s", addr);
-            s->nhosts++;
-        }
-        s->hosts[i].same = -1;
-    }
-    pthread_mutex_unlock(&s->mu);
+    if (addr)
+        sm_svc_shm_refused(c->workers, addr);
 }
 
 /* 1 with ref->name and ref->offset set when the nbytes at p lie wholly in

@@ -305,5 +305,11 @@ void sm_rpc_chans_unreachable(sm_rpc_chans *c, const char *address);
 /* How many channels the cache holds; *unreachable (may be NULL) gets how
  * many of them are marked unreachable. */
 int sm_rpc_chans_count(sm_rpc_chans *c, int *unreachable);
+/* What is known of a target's memory (sm_svc_shm_same keeps it here, with
+ * the channel): 1 it shares this process's memory, -1 it does not (set at
+ * *since_ms), 0 not known yet or no such target. set_shm records it for a
+ * target the cache holds (a no-op for others). */
+int sm_rpc_chans_shm(sm_rpc_chans *c, const char *address, int64_t *since_ms);
+void sm_rpc_chans_set_shm(sm_rpc_chans *c, const char *address, int same);
 
 #endif

@@ -12,6 +12,8 @@ typedef struct chan {
     sm_rpc_channel *ch;
     int unreachable;
     int64_t since_ms; /* sm_time_mono_ms when it was found unreachable */
+    int shm;          /* sm_rpc_chans_shm: 0 unknown, 1 shares memory, -1 not */
+    int64_t shm_ms;   /* when shm was set */
     struct chan *next;
 } chan;
 
@@ -137,4 +139,28 @@ int sm_rpc_chans_count(sm_rpc_chans *c, int *unreachable)
     if (unreachable)
         *unreachable = u;
     return n;
+}
+
+int sm_rpc_chans_shm(sm_rpc_chans *c, const char *address, int64_t *since_ms)
+{
+    int same = 0;
+    pthread_mutex_lock(&c->mu);
+    for (chan *h = c->head; h; h = h->next)
+        if (!strcmp(h->address, address)) {
+            same = h->shm;
+            *since_ms = h->shm_ms;
+        }
+    pthread_mutex_unlock(&c->mu);
+    return same;
+}
+
+void sm_rpc_chans_set_shm(sm_rpc_chans *c, const char *address, int same)
+{
+    pthread_mutex_lock(&c->mu);
+    for (chan *h = c->head; h; h = h->next)
+        if (!strcmp(h->address, address)) {
+            h->shm = same;
+            h->shm_ms = sm_time_mono_ms();
+        }
+    pthread_mutex_unlock(&c->mu);
 }

@@ -31,6 +31,7 @@
 /* Opaque types of sm_rpc.h (same typedefs, repeated on purpose). */
 typedef struct sm_rpc_server sm_rpc_server;
 typedef struct sm_rpc_channel sm_rpc_channel;
+typedef struct sm_rpc_chans sm_rpc_chans;
 
 #define SM_SVC_PROTOCOL_MIN 1
 #define SM_SVC_PROTOCOL_MAX 1

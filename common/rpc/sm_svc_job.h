@@ -196,6 +196,16 @@ int sm_svc_shm_prove(sm_rpc_channel *a, sm_rpc_channel *b, int deadline_ms);
  * dropped. 1 when the cookies match, 0 otherwise (another host, another
  * /dev/shm, a worker run with --transport grpc, any failure). */
 int sm_svc_shm_prove_here(sm_rpc_channel *ch, int deadline_ms);
+/* Whether the worker at addr (its channel ch from the cache chans)
+ * shares this process's memory: proven once (sm_svc_shm_prove_here) and
+ * kept with the channel. A failed proof, or a refusal recorded with
+ * sm_svc_shm_refused, stands for retry_ms (0: for good); then the next
+ * call proves again. 1 or 0. */
+int sm_svc_shm_same(sm_rpc_chans *chans, const char *addr, sm_rpc_channel *ch, int deadline_ms,
+                    int64_t retry_ms);
+/* The worker at addr refused a transfer through shared memory: not proven
+ * from now on (until retry_ms). */
+void sm_svc_shm_refused(sm_rpc_chans *chans, const char *addr);
 /* The shared-memory domains of n workers: domain[i] is 0 for a worker
  * that shares memory with no other, else the same non-zero value for every
  * worker of its group (each proven with the group's first worker by

@@ -6,9 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sm_log.h"
 #include "sm_shm.h"
 #include "sm_svc_internal.h"
 #include "sm_svc_job.h"
+#include "sm_time.h"
 
 #define SM_SVC_MAX_JOB_ARRAYS 1024
 
@@ -436,6 +438,26 @@ int sm_svc_shm_prove_here(sm_rpc_channel *ch, int deadline_ms)
            rp.cookie == cookie;
     (void)sm_shm_probe_drop(rq.read, err, sizeof err); /* unread: still ours */
     return same;
+}
+
+int sm_svc_shm_same(sm_rpc_chans *chans, const char *addr, sm_rpc_channel *ch, int deadline_ms,
+                    int64_t retry_ms)
+{
+    int64_t since = 0;
+    int same = sm_rpc_chans_shm(chans, addr, &since);
+    if (same < 0 && retry_ms > 0 && sm_time_mono_ms() - since >= retry_ms)
+        same = 0;
+    if (same)
+        return same > 0;
+    same = sm_svc_shm_prove_here(ch, deadline_ms);
+    SM_DEBUG("the worker at %s %s this process's memory", addr, same ? "shares" : "does not share");
+    sm_rpc_chans_set_shm(chans, addr, same ? 1 : -1);
+    return same;
+}
+
+void sm_svc_shm_refused(sm_rpc_chans *chans, const char *addr)
+{
+    sm_rpc_chans_set_shm(chans, addr, -1);
 }
 
 void sm_svc_shm_domains(int n, int (*prove)(void *user, int i, int j), void *user, uint32_t *domain)
