@@ -8,6 +8,7 @@
 #include "sm_array.h"
 #include "sm_log.h"
 #include "sm_rpc.h"
+#include "sm_shm.h"
 #include "sm_time.h"
 #include "sm_tpool.h"
 
@@ -24,6 +25,8 @@ struct sm_agent {
     void (*on_identity)(void *user, const sm_svc_register_reply *id);
     void *on_identity_user;
     sm_store *store;
+    int shm_sweep_s;
+    int64_t swept_ms; /* when the host's /dev/shm was last swept (monotonic) */
     sm_rpc_channel *ch;
     pthread_t thread;
     pthread_mutex_t mu;
@@ -127,6 +130,19 @@ static sm_err agent_heartbeat(sm_agent *a, const sm_svc_register_reply *id, int 
     return e;
 }
 
+/* Every shm_sweep_s: what killed processes (clients above all: workers
+ * sweep at their start and after a failed job) left in /dev/shm. */
+static void agent_sweep_shm(sm_agent *a)
+{
+    int64_t now = sm_time_mono_ms();
+    if (a->shm_sweep_s <= 0 || now - a->swept_ms < (int64_t)a->shm_sweep_s * 1000)
+        return;
+    a->swept_ms = now;
+    int n = sm_shm_sweep(SM_SHM_SWEEP_AGE_S);
+    if (n)
+        SM_INFO("removed %d shared-memory segment(s) left by processes that ended", n);
+}
+
 static void *agent_main(void *arg)
 {
     sm_agent *a = arg;
@@ -155,6 +171,7 @@ static void *agent_main(void *arg)
         if (agent_sleep(a, (int)id.heartbeat_ms))
             break;
         sm_array_pool_trim(sm_store_pool(a->store)); /* freed blocks kept too long go back */
+        agent_sweep_shm(a);
         int known = 1;
         sm_err e = agent_heartbeat(a, &id, &known, err, sizeof err);
         if (e) {
@@ -212,6 +229,8 @@ sm_err sm_agent_start(const sm_agent_config *cfg, sm_agent **out, char *err, siz
     a->on_identity = cfg->on_identity;
     a->on_identity_user = cfg->on_identity_user;
     a->store = cfg->store;
+    a->shm_sweep_s = cfg->shm_sweep_s;
+    a->swept_ms = sm_time_mono_ms(); /* main swept at the start */
     if (!a->coordinator || !a->token || !a->address || !a->host) {
         e = sm_fail(err, errlen, SM_ENOMEM, "out of memory starting the agent");
         goto fail;

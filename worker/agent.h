@@ -8,7 +8,11 @@
  * this worker lost) registers again asking for the same worker id and
  * device ids and offering the shards still held; the coordinator adopts
  * those of arrays it knows and frees the others. If it hands out another
- * identity, the store drops every shard.
+ * identity, the store drops every shard. Every shm_sweep_s seconds (if
+ * set) it also sweeps the host's /dev/shm (sm_shm_sweep) of the segments
+ * killed processes left: a client killed with kill -9, whose files no
+ * live process holds, leaves nothing behind for longer than that plus
+ * their minimum age, SM_SHM_SWEEP_AGE_S.
  *
  * Threads: sm_agent_start/sm_agent_stop from one thread (main);
  * sm_agent_identity from any thread. */
@@ -39,6 +43,7 @@ typedef struct {
     void (*on_identity)(void *user, const sm_svc_register_reply *id);
     void *on_identity_user;
     sm_store *store; /* borrowed; must outlive the agent */
+    int shm_sweep_s; /* seconds between sweeps of the host's /dev/shm; 0: none */
 } sm_agent_config;
 
 typedef struct sm_agent sm_agent;

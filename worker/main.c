@@ -56,6 +56,7 @@ enum {
     CFG_WORKER_ID,
     CFG_EXIT_WITH_PARENT,
     CFG_TRANSPORT,
+    CFG_SHM_SWEEP_S,
     CFG_COUNT
 };
 
@@ -117,6 +118,11 @@ static const sm_config_row worker_config[CFG_COUNT] = {
                        "shares it, gRPC with the others and where shared memory has no room), "
                        "shm (the same, and a warning for each job with workers it shares no "
                        "memory with), or grpc (always gRPC)."},
+    [CFG_SHM_SWEEP_S] = {"shm-sweep-s", 0, SM_CFG_INT, "30", "SHMAP_SHM_SWEEP_S",
+                         "Every this many seconds, remove from /dev/shm the shmap segments "
+                         "that processes killed on this host left (a client's buffers, above "
+                         "all), once no live process holds them and they are 10 s old; 0: only "
+                         "at the worker's start and after a failed job."},
 };
 
 static const char worker_usage[] =
@@ -374,6 +380,8 @@ int main(int argc, char **argv)
             "--memory-limit-mb must be -1 (automatic), 0 (no limit) or a size in MiB.");
     if (cfg[CFG_WORKER_ID].i < 0 || cfg[CFG_WORKER_ID].i >= (INT64_C(1) << 31))
         return usage_error("--worker-id must be 0 (none) or an id in 1..2147483647.");
+    if (cfg[CFG_SHM_SWEEP_S].i < 0 || cfg[CFG_SHM_SWEEP_S].i > 86400)
+        return usage_error("--shm-sweep-s must be 0 (none) to 86400 seconds.");
     if (cfg[CFG_MAX_MESSAGE_MB].i < 1 || cfg[CFG_MAX_MESSAGE_MB].i > (SM_RPC_MAX_MSG >> 20))
         return usage_error("--max-message-mb must be between 1 and 8.");
     const char *transport = cfg[CFG_TRANSPORT].s ? cfg[CFG_TRANSPORT].s : "";
@@ -519,6 +527,7 @@ int main(int argc, char **argv)
     acfg.host = hostname;
     acfg.process_index = (int)cfg[CFG_PROCESS_INDEX].i;
     acfg.store = store;
+    acfg.shm_sweep_s = (int)cfg[CFG_SHM_SWEEP_S].i;
     if ((e = sm_agent_start(&acfg, &agent, err, sizeof err)))
         goto fail;
 

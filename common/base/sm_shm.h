@@ -12,8 +12,9 @@
  * again (a no-op by then) when the job ends, so no job name outlives the
  * job, even when a worker dies. Files a worker keeps between jobs
  * (sm_shm_pool) go when it stops; what a killed worker leaves is removed
- * by the next sm_shm_sweep on the host (at a worker's start, and after a
- * job that failed).
+ * by the next sm_shm_sweep on the host (at a worker's start, after a job
+ * that failed, and every --shm-sweep-s seconds on every worker), and so
+ * is what a killed client leaves.
  *
  * Ownership: an sm_shm_seg is the caller's, closed with sm_shm_seg_close
  * (which unmaps; it never unlinks). Threads: every function is

@@ -597,16 +597,15 @@ def test_transfers_through_shared_memory(tmp_path, monkeypatch):
 
 def test_killed_client_segments_swept(tmp_path):
     """A client killed with SIGKILL leaves its staging segment in /dev/shm
-    (nothing of it runs to unlink it); the next sweep of the host (here a
-    worker's start) removes it once it is 10 s old, since no process holds
-    its lock any more."""
+    (nothing of it runs to unlink it); the workers' periodic sweep of the
+    host (--shm-sweep-s, here 1 s) removes it once it is 10 s old, since no
+    process holds its lock any more: no worker has to start, no job to
+    fail."""
     import signal
     import subprocess
     import time
-    if cluster.SECURE:
-        pytest.skip("the hand-started worker would need the secure cluster's files")
-    p, target, _ = cluster.start_cluster(str(tmp_path), 1, 4, tag="killed")
-    worker = None
+    env = dict(os.environ, SHMAP_SHM_SWEEP_S="1")
+    p, target, log = cluster.start_cluster(str(tmp_path), 1, 4, env=env, tag="killed")
     try:
         code = ("import os, signal, sys, numpy as np, shmap\n"
                 "from shmap import P, NamedSharding\n"
@@ -616,24 +615,20 @@ def test_killed_client_segments_swept(tmp_path):
                 "print(os.getpid(), flush=True)\n"
                 "os.kill(os.getpid(), signal.SIGKILL)\n")
         child = subprocess.run([sys.executable, "-c", code, target], capture_output=True,
-                               text=True, timeout=60)
+                               text=True, timeout=60, env=cluster.client_env(cluster=True))
         assert child.returncode == -signal.SIGKILL, child.stderr
         prefix = "shmap-c%07x-" % (int(child.stdout) & 0xfffffff)
         left = [f for f in os.listdir("/dev/shm") if f.startswith(prefix)]
         assert left, "the killed client left no staging segment (was it staged?)"
-        time.sleep(10.5)  # SM_SHM_SWEEP_AGE_S: a segment in the making is never swept
-        wbin = os.path.join(os.path.dirname(cluster.COORD), "..", "worker", "shmap-worker")
-        worker = subprocess.Popen([wbin, "--coordinator", target, "--devices", "1", "--listen",
-                                   "127.0.0.1:0"], stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL, start_new_session=True)
-        deadline = time.time() + 20
+        born = time.time()
+        deadline = born + 10 + 15  # SM_SHM_SWEEP_AGE_S, then a sweep every second
         while any(os.path.exists("/dev/shm/" + f) for f in left):
             assert time.time() < deadline, f"{left} are still in /dev/shm"
             time.sleep(0.1)
+        # not before they were 10 s old: a segment in the making is never swept
+        assert time.time() - born > 8, "swept before SM_SHM_SWEEP_AGE_S"
+        assert "left by processes that ended" in open(log).read()
     finally:
-        if worker:
-            worker.terminate()
-            worker.wait(timeout=10)
         cluster.stop_cluster(p)
 
 
