@@ -72,19 +72,32 @@ sm_err sm_exec_none(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_
 }
 
 /* 1 if the handler of kind writes every element of its result, so the
- * result need not be zero-filled first: dot and matmul (sm_kern_matmul
- * writes all of out, zeros for an empty contraction) and the collectives
- * that exchange data (sm_comm fills all of out, zeros for a ppermute member
- * that is no destination, or a staging buffer then transposed into out). */
+ * result need not be zero-filled first (a pass over its memory as long as
+ * the op's own, for a copy or an elementwise op): dot and matmul
+ * (sm_kern_matmul writes all of out, zeros for an empty contraction); the
+ * elementwise, creation and shape ops, whose kernels loop over every
+ * element of the result (pad zeroes its own border first); and the
+ * collectives that exchange data (sm_comm fills all of out, zeros for a
+ * ppermute member that is no destination, or a staging buffer then
+ * transposed into out). einsum and the reductions keep the zero-fill.
+ * Sanitizer builds fill such a result with 0xa5 instead (sm_array.c), so a
+ * kernel that leaves an element unwritten fails the bitwise tests. */
 static int sm_exec_writes_all(sm_op_kind k)
 {
-    switch (k) {
-    case SM_OP_DOT:
-    case SM_OP_MATMUL:
+    static const sm_exec_fn all[] = {
+        sm_exec_binary,       sm_exec_unary,  sm_exec_where,         sm_exec_astype,
+        sm_exec_fill,         sm_exec_arange, sm_exec_reshape,       sm_exec_transpose,
+        sm_exec_broadcast_to, sm_exec_slice,  sm_exec_dynamic_slice, sm_exec_dynamic_update_slice,
+        sm_exec_concatenate,  sm_exec_pad,    sm_exec_tile,          sm_exec_roll,
+        sm_exec_coll,
+    };
+    if (k == SM_OP_DOT || k == SM_OP_MATMUL)
         return 1;
-    default: /* every collective */
-        return sm_exec_fn_of(k) == sm_exec_coll;
-    }
+    sm_exec_fn fn = sm_exec_fn_of(k);
+    for (size_t i = 0; fn && i < sizeof all / sizeof all[0]; i++)
+        if (fn == all[i])
+            return 1;
+    return 0;
 }
 
 /* "file:line:col: " or "" into buf. */
@@ -193,7 +206,7 @@ sm_err sm_exec_run_plan(const sm_exec_plan *plan, int mesh_pos, const sm_comm *c
         for (int q = 0; !a && q < r; q++) /* handed over to an earlier output */
             if (p->returns[q] == v)
                 a = outputs[q];
-        if ((e = sm_array_create_in(pool, a->dtype, &a->shape, 1, &outputs[r], msg, sizeof msg)))
+        if ((e = sm_array_create_in(pool, a->dtype, &a->shape, 0, &outputs[r], msg, sizeof msg)))
             goto fail;
         if (a->nbytes)
             memcpy(outputs[r]->data, a->data, (size_t)a->nbytes);
