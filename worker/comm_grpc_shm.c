@@ -932,10 +932,10 @@ static sm_err sm_cg_shm_move_body(void *arg)
     if (!e && kind == SM_CG_A2A) { /* only the chunks of other workers' members */
         for (int q = 0; q < g->size; q++)
             if (L->lidx[q] < 0)
-                memcpy(mine + L->gidx[g->rank] * inb + q * cb, (const char *)x->in + q * cb,
-                       (size_t)cb);
+                sm_cg_shm_stream(mine + L->gidx[g->rank] * inb + q * cb,
+                                 (const char *)x->in + q * cb, (size_t)cb);
     } else if (!e && (kind != SM_CG_PERM || (x->to >= 0 && L->lidx[x->to] < 0))) {
-        memcpy(mine + L->gidx[g->rank] * inb, x->in, (size_t)inb);
+        sm_cg_shm_stream(mine + L->gidx[g->rank] * inb, x->in, (size_t)inb);
     }
     e = sm_cg_shm_xphase(x, 1, e);
     for (int q = 0; q < g->size && !e; q++) {
