@@ -449,11 +449,20 @@ static sm_err sm_cg_shm_wait(sm_comm_grpc *c, const sm_comm_group *g, const sm_c
             uint32_t v = __atomic_load_n(word, __ATOMIC_ACQUIRE);
             int moved = __atomic_load_n(&h->key, __ATOMIC_ACQUIRE) != c->shm->key;
             /* A worker whose file holds another job's key has ended this
-             * job. Only the last phase can see that when all went well: it
-             * passed its own wait, so every worker was done reading; any
-             * earlier phase still needed this worker's post. */
+             * job. The last phase sees that when all went well: it passed
+             * its own wait, so every worker was done reading. Phase 1 sees
+             * it when that worker fell back to gRPC (it posted its bad
+             * word, needed nothing more from this one, a ppermute's
+             * sender, say, and went on to its next job before this one
+             * read the word): this one falls back too (no failure; its
+             * gRPC exchange fails on its own if that worker's job did).
+             * Phase 2 still needed this worker's post. */
             if (moved && phase == 3)
                 break;
+            if (moved && phase == 1)
+                return sm_fail(err, errlen, SM_ERESOURCE,
+                               "worker %s went on to another job after falling back to gRPC",
+                               c->addr[w]);
             if (moved)
                 return sm_cg_failf(c, SM_ECANCELLED, err, errlen,
                                    "collective cancelled: worker %s left job %llu for another one",
