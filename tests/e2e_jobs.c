@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <time.h>
 
 #include "harness.h"
@@ -900,6 +901,69 @@ START_TEST(test_shm_fallback)
 }
 END_TEST
 
+/* A /dev/shm with no room even for a job segment's header (run by
+ * ctest's e2e_jobs_shm_tiny in a private 48 KiB one; elsewhere it skips):
+ * each worker leaves its marker, the collectives go over gRPC with a line
+ * in the log and give exact results, and nothing of the job is left in
+ * /dev/shm once the cluster stops. Before the header was reserved, its
+ * first write faulted under the segment lock and the job hung. */
+START_TEST(test_shm_no_room)
+{
+    struct statvfs vfs;
+    if (!shm_transport() || statvfs("/dev/shm", &vfs) ||
+        (uint64_t)vfs.f_blocks * vfs.f_frsize >= ((uint64_t)1 << 20))
+        return;
+    harness_cluster *h = harness_cluster_up(2, 2, "e2e_jobs");
+    char err[1024];
+    sm_client *c = NULL;
+    ck_assert_int_eq(harness_connect(h, &c, err, sizeof err), SM_OK);
+    sm_array *a = arange_f32(4, 256);
+    sm_program *p = harness_program(
+        "mesh i=4\n"
+        "shard_map f(x: f32[4,256] @ P('i', None)) -> (P(None, None), P('i', None), "
+        "P('i', None)):\n"
+        "    s = psum(x, 'i')\n"
+        "    g = all_gather(x, 'i', tiled=True)\n"
+        "    q = ppermute(x, 'i', perm=[(0, 1), (1, 2), (2, 3), (3, 0)])\n"
+        "    return s, g, q\n",
+        "noroom");
+    sm_array_ref args[1] = {{harness_put(c, a, "i=4", "P('i', None)", NULL), NULL}};
+    sm_job_info info = run_ok(c, p, args, NULL);
+    sm_array *sum = job_output(c, &info, 0), *gat = job_output(c, &info, 1),
+             *per = job_output(c, &info, 2);
+    const float *x = a->data;
+    ck_assert_int_eq(sum->nbytes, 256 * 4);
+    ck_assert_int_eq(gat->nbytes, 4 * 4 * 256 * 4); /* every device's gathered rows, stacked */
+    ck_assert_int_eq(per->nbytes, a->nbytes);
+    for (int k = 0; k < 256; k++)
+        ck_assert_float_eq(((const float *)sum->data)[k],
+                           x[k] + x[256 + k] + x[512 + k] + x[768 + k]);
+    for (int d = 0; d < 4; d++) /* device d's block is all of x */
+        ck_assert_int_eq(memcmp((const char *)gat->data + d * a->nbytes, x, (size_t)a->nbytes), 0);
+    for (int r = 0; r < 4; r++) /* row r came from row r - 1 */
+        ck_assert_int_eq(memcmp((const float *)per->data + r * 256, x + (r + 3) % 4 * 256, 1024),
+                         0);
+    char path[600];
+    snprintf(path, sizeof path, "%s/coordinator.log", h->dir);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    int said = 0;
+    for (char line[2048]; fgets(line, sizeof line, f);)
+        said |= strstr(line, "go over gRPC instead") && strstr(line, "no room in /dev/shm");
+    fclose(f);
+    ck_assert_msg(said, "no worker logged its fallback to gRPC in %s", path);
+    sm_array_free(sum);
+    sm_array_free(gat);
+    sm_array_free(per);
+    sm_job_info_free(&info);
+    sm_program_free(p);
+    sm_array_free(a);
+    sm_client_close(c);
+    harness_cluster_stop(h);
+    ck_assert_int_eq(shm_segments_left(1), 0);
+}
+END_TEST
+
 /* shmapctl run with .npy arguments and --json. */
 START_TEST(test_shmapctl_run)
 {
@@ -1172,7 +1236,8 @@ static Suite *jobs_suite(void)
         {test_run_one_call, 3}, {test_not_divisible_and_unknown_job}, {test_cancel_and_deadline, 4},
         {test_shmapctl_run}, {test_shmapctl_job});
     SUITE_CASE(s, "failures", 180, NULL, {test_worker_lost, 2}, {test_records_dropped});
-    return SUITE_CASE(s, "layouts", 240, NULL, {test_same_bits_every_layout}, {test_shm_fallback});
+    return SUITE_CASE(s, "layouts", 240, NULL, {test_same_bits_every_layout}, {test_shm_fallback},
+                      {test_shm_no_room});
 }
 
 int main(void)

@@ -177,6 +177,20 @@ static sm_err sm_cg_shm_make(sm_comm_grpc *c, char *err, size_t errlen)
                            : sm_shm_seg_create(name, len, s, err, errlen);
     if (e)
         return e;
+    /* the header's pages allocated before they are written: a /dev/shm
+     * without room for them is SM_ERESOURCE (the marker, then gRPC), not
+     * a fault under m->mu */
+    if ((e = sm_shm_seg_reserve(s, 0, SM_SHM_HDR, err, errlen))) {
+        if (c->shm_pool) {
+            sm_shm_pool_give(c->shm_pool, s);
+        } else {
+            sm_shm_seg_close(s);
+            sm_shm_unlink(name);
+        }
+        memset(s, 0, sizeof *s);
+        s->fd = -1;
+        return e;
+    }
     sm_cg_shm_hdr *h = s->base;
     if (c->shm_pool) /* a file of an earlier job: its header starts over, unnamed yet */
         memset(h, 0, SM_SHM_HDR);

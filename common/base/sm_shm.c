@@ -207,9 +207,10 @@ sm_err sm_shm_seg_reserve(const sm_shm_seg *s, size_t off, size_t len, char *err
     if (!rc || errno == EOPNOTSUPP) /* no fallocate here: the pages come as they are written */
         return SM_OK;
     return sm_fail(err, errlen, SM_ERESOURCE,
-                   "no room in /dev/shm for %zu bytes of shared-memory segment %s: %s (give "
-                   "/dev/shm more room, or run the workers with --transport grpc)",
-                   len, s->name, strerror(errno));
+                   "no room in /dev/shm for %zu bytes of shared-memory %s%s: %s (give /dev/shm "
+                   "more room, or run the workers with --transport grpc)",
+                   len, s->name[0] ? "segment " : "file kept between jobs", s->name,
+                   strerror(errno));
 }
 
 void sm_shm_seg_close(sm_shm_seg *s)
