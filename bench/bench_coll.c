@@ -51,10 +51,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 #include "../tests/fake_coord.h"
 #include "bench_util.h"
 #include "sm_checksum.h"
@@ -399,26 +395,6 @@ typedef struct {
     double *t; /* per iteration, thread 0 */
 } bc_floor_arg;
 
-static void bc_copy_nt(char *d, const char *s, size_t len)
-{
-#if defined(__SSE2__)
-    for (; len >= 64; len -= 64, d += 64, s += 64) {
-        __m128i a = _mm_loadu_si128((const __m128i *)s);
-        __m128i b = _mm_loadu_si128((const __m128i *)(s + 16));
-        __m128i x = _mm_loadu_si128((const __m128i *)(s + 32));
-        __m128i y = _mm_loadu_si128((const __m128i *)(s + 48));
-        _mm_stream_si128((__m128i *)d, a);
-        _mm_stream_si128((__m128i *)(d + 16), b);
-        _mm_stream_si128((__m128i *)(d + 32), x);
-        _mm_stream_si128((__m128i *)(d + 48), y);
-    }
-    memcpy(d, s, len);
-    _mm_sfence();
-#else
-    memcpy(d, s, len);
-#endif
-}
-
 static void *bc_floor_main(void *arg)
 {
     bc_floor_arg *a = arg;
@@ -427,7 +403,7 @@ static void *bc_floor_main(void *arg)
         double t0 = bench_now_s();
         for (int k = 0; k < 2; k++) {
             if (a->stream)
-                bc_copy_nt(a->dst[k], a->src[k], (size_t)a->bytes);
+                sm_copy_stream(a->dst[k], a->src[k], (size_t)a->bytes);
             else
                 memcpy(a->dst[k], a->src[k], (size_t)a->bytes);
         }

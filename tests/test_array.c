@@ -581,30 +581,45 @@ START_TEST(test_array_create)
 }
 END_TEST
 
-/* sm_copy_stream copies exactly n bytes for every size and alignment,
- * around its 4 KiB switch to streamed stores, and writes nothing past them. */
+/* sm_copy_stream and sm_copy copy exactly n bytes for every size and
+ * alignment, around sm_copy_stream's 4 KiB switch to streamed stores and
+ * sm_copy's SM_COPY_STREAM_MIN, and write nothing past them. */
 START_TEST(test_copy_stream)
 {
-    const size_t sizes[] = {0, 1, 15, 63, 4095, 4096, 4097, 4096 + 63, 70001, 1 << 20};
-    size_t cap = (1 << 20) + 64;
+    const size_t sizes[] = {0,
+                            1,
+                            15,
+                            63,
+                            4095,
+                            4096,
+                            4097,
+                            4096 + 63,
+                            70001,
+                            1 << 20,
+                            SM_COPY_STREAM_MIN - 1,
+                            SM_COPY_STREAM_MIN,
+                            SM_COPY_STREAM_MIN + 4097};
+    size_t cap = SM_COPY_STREAM_MIN + 4097 + 64;
     uint8_t *src = malloc(cap), *dst = malloc(cap + 64);
     ck_assert_ptr_nonnull(src);
     ck_assert_ptr_nonnull(dst);
     for (size_t k = 0; k < cap; k++)
         src[k] = (uint8_t)(k * 37u + (k >> 9));
-    for (size_t z = 0; z < sizeof sizes / sizeof *sizes; z++)
-        for (size_t da = 0; da < 17; da += 5)
-            for (size_t sa = 0; sa < 17; sa += 8) {
-                size_t n = sizes[z];
-                memset(dst, 0xee, cap + 64);
-                sm_copy_stream(dst + da, src + sa, n);
-                ck_assert_msg(memcmp(dst + da, src + sa, n) == 0, "n %zu, dst +%zu, src +%zu", n,
-                              da, sa);
-                for (size_t k = 0; k < da; k++)
-                    ck_assert_int_eq(dst[k], 0xee);
-                for (size_t k = da + n; k < da + n + 64; k++)
-                    ck_assert_int_eq(dst[k], 0xee);
-            }
+    for (int fn = 0; fn < 2; fn++)
+        for (size_t z = 0; z < sizeof sizes / sizeof *sizes; z++)
+            for (size_t da = 0; da < 17; da += 5)
+                for (size_t sa = 0; sa < 17; sa += 8) {
+                    size_t n = sizes[z];
+                    memset(dst, 0xee, cap + 64);
+                    (fn ? sm_copy : sm_copy_stream)(dst + da, src + sa, n);
+                    ck_assert_msg(memcmp(dst + da, src + sa, n) == 0,
+                                  "%s: n %zu, dst +%zu, src +%zu",
+                                  fn ? "sm_copy" : "sm_copy_stream", n, da, sa);
+                    for (size_t k = 0; k < da; k++)
+                        ck_assert_int_eq(dst[k], 0xee);
+                    for (size_t k = da + n; k < da + n + 64; k++)
+                        ck_assert_int_eq(dst[k], 0xee);
+                }
     free(src);
     free(dst);
 }

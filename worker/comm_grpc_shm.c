@@ -55,10 +55,6 @@
 #include "sm_time.h"
 #include "traffic.h"
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 #define SM_SHM_MAGIC    UINT64_C(0x3176626f6a706d73) /* "smpjobv1" */
 #define SM_SHM_HDR      ((size_t)64 << 10)
 #define SM_SHM_WORDS    4096
@@ -652,36 +648,6 @@ static sm_err sm_cg_shm_region(sm_comm_grpc *c, const sm_comm_group *g, const sm
     return SM_OK;
 }
 
-/* memcpy with streaming stores where the target is 16-byte aligned: for
- * outputs this collective does not read again, so their lines are not
- * read for ownership first (a third of the memory traffic of a copy). */
-static void sm_cg_shm_stream(void *dst, const void *src, size_t len)
-{
-#if defined(__SSE2__)
-    char *d = dst;
-    const char *s = src;
-    size_t head = (16 - ((uintptr_t)d & 15)) & 15;
-    if (len < 256 || head) {
-        memcpy(d, s, len);
-        return;
-    }
-    for (; len >= 64; len -= 64, d += 64, s += 64) {
-        __m128i a = _mm_loadu_si128((const __m128i *)s);
-        __m128i b = _mm_loadu_si128((const __m128i *)(s + 16));
-        __m128i x = _mm_loadu_si128((const __m128i *)(s + 32));
-        __m128i y = _mm_loadu_si128((const __m128i *)(s + 48));
-        _mm_stream_si128((__m128i *)d, a);
-        _mm_stream_si128((__m128i *)(d + 16), b);
-        _mm_stream_si128((__m128i *)(d + 32), x);
-        _mm_stream_si128((__m128i *)(d + 48), y);
-    }
-    memcpy(d, s, len);
-    _mm_sfence();
-#else
-    memcpy(dst, src, len);
-#endif
-}
-
 /* Elements [lo, hi) of the group's reduction (the tree of sm_comm.h):
  * the other workers' units from their slots (R[u], at element 0), this
  * worker's members from their inputs, a block at a time into dst (which
@@ -703,7 +669,7 @@ static sm_err sm_cg_shm_reduce_into(const sm_cg_layout *L, const sm_rendezvous_s
         char *d = dst + (b - lo) * el;
         e = sm_comm_tree_reduce(t, op, 0, L->unit[L->nu - 1].hi, leaves, nl, m, d, err, errlen);
         for (int l = 0; outs && l < L->nlocal && !e; l++)
-            sm_cg_shm_stream((char *)outs[l] + b * el, d, (size_t)(m * el));
+            sm_copy_stream((char *)outs[l] + b * el, d, (size_t)(m * el));
     }
     return e;
 }
@@ -854,7 +820,7 @@ static sm_err sm_cg_shm_ar_body(void *arg)
             int64_t kend = n * (k + 1) / nw - at; /* stay within worker k's part */
             len = len < kend ? len : kend;
             const char *res = x->P[k] + (size_t)L->nuw[k] * sa;
-            sm_cg_shm_stream((char *)s->out[l] + at * el, res + at * el, (size_t)(len * el));
+            sm_copy_stream((char *)s->out[l] + at * el, res + at * el, (size_t)(len * el));
             sm_traffic_add(SM_TRAFFIC_SHM_IN, len * el);
             i += len;
         }
@@ -955,10 +921,10 @@ static sm_err sm_cg_shm_move_body(void *arg)
     if (!e && kind == SM_CG_A2A) { /* only the chunks of other workers' members */
         for (int q = 0; q < g->size; q++)
             if (L->lidx[q] < 0)
-                sm_cg_shm_stream(mine + L->gidx[g->rank] * inb + q * cb,
-                                 (const char *)x->in + q * cb, (size_t)cb);
+                sm_copy_stream(mine + L->gidx[g->rank] * inb + q * cb, (const char *)x->in + q * cb,
+                               (size_t)cb);
     } else if (!e && (kind != SM_CG_PERM || (x->to >= 0 && L->lidx[x->to] < 0))) {
-        sm_cg_shm_stream(mine + L->gidx[g->rank] * inb, x->in, (size_t)inb);
+        sm_copy_stream(mine + L->gidx[g->rank] * inb, x->in, (size_t)inb);
     }
     e = sm_cg_shm_xphase(x, 1, e);
     for (int q = 0; q < g->size && !e; q++) {
@@ -981,7 +947,7 @@ static sm_err sm_cg_shm_move_body(void *arg)
         }
         if (kind == SM_CG_A2A)
             src += (int64_t)g->rank * cb;
-        sm_cg_shm_stream(dst, src, (size_t)cb);
+        sm_copy_stream(dst, src, (size_t)cb);
     }
     if (!e && kind == SM_CG_PERM && x->from < 0)
         memset(x->out, 0, (size_t)cb);

@@ -109,3 +109,11 @@ void sm_copy_stream(void *dst, const void *src, size_t n)
 #endif
     memcpy(dst, src, n);
 }
+
+void sm_copy(void *dst, const void *src, size_t n)
+{
+    if (n < SM_COPY_STREAM_MIN)
+        memcpy(dst, src, n);
+    else
+        sm_copy_stream(dst, src, n);
+}

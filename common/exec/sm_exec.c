@@ -209,7 +209,7 @@ sm_err sm_exec_run_plan(const sm_exec_plan *plan, int mesh_pos, const sm_comm *c
         if ((e = sm_array_create_in(pool, a->dtype, &a->shape, 0, &outputs[r], msg, sizeof msg)))
             goto fail;
         if (a->nbytes)
-            memcpy(outputs[r]->data, a->data, (size_t)a->nbytes);
+            sm_copy(outputs[r]->data, a->data, (size_t)a->nbytes);
     }
     goto done;
 

@@ -293,7 +293,7 @@ sm_err sm_exec_reshape(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, 
                        char *err, size_t errlen)
 {
     if (out->nbytes)
-        memcpy(out->data, in[0]->data, (size_t)out->nbytes);
+        sm_copy(out->data, in[0]->data, (size_t)out->nbytes);
     return SM_OK;
 }
 

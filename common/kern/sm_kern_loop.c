@@ -1,6 +1,7 @@
 /* Shared helpers of common/kern: strided walks, strides, formatting. */
 #include <stdio.h>
 
+#include "sm_array.h"
 #include "sm_kern_impl.h"
 
 void smk_loop_collapse(smk_loop *l)
@@ -114,7 +115,7 @@ int smk_axis(int axis, int rank)
 static void smk_copy_run(char *dst, const char *src, int64_t n, int64_t so, int64_t ss, size_t elem)
 {
     if (so == 1 && ss == 1) {
-        memcpy(dst, src, (size_t)n * elem);
+        sm_copy(dst, src, (size_t)n * elem);
         return;
     }
     if (ss == 0 && so == 1) {
