@@ -850,6 +850,22 @@ START_TEST(test_same_bits_every_layout)
 }
 END_TEST
 
+/* 1 if a worker of h logged (into the coordinator's log, with the local
+ * workers' lines) that a job's collectives go over gRPC instead of shared
+ * memory, for a reason containing why (NULL: any). */
+static int logged_fallback(const harness_cluster *h, const char *why)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/coordinator.log", h->dir);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    int said = 0;
+    for (char line[2048]; fgets(line, sizeof line, f);)
+        said |= strstr(line, "go over gRPC instead") && (!why || strstr(line, why));
+    fclose(f);
+    return said;
+}
+
 /* Workers whose memory limit has room for a psum's arrays but not for the
  * shared-memory pages it would take (SHMAP_MEMORY_LIMIT_MB, which local
  * workers inherit): the psum falls back to gRPC, with a line in the log,
@@ -883,15 +899,7 @@ START_TEST(test_shm_fallback)
         ck_assert_msg(((const float *)got->data)[k] == want, "element %lld: %g, want %g",
                       (long long)k, ((const float *)got->data)[k], want);
     }
-    char path[600];
-    snprintf(path, sizeof path, "%s/coordinator.log", h->dir);
-    FILE *f = fopen(path, "r");
-    ck_assert_ptr_nonnull(f);
-    int said = 0;
-    for (char line[2048]; fgets(line, sizeof line, f);)
-        said |= strstr(line, "go over gRPC instead") != NULL;
-    fclose(f);
-    ck_assert_msg(said, "no worker logged its fallback to gRPC in %s", path);
+    ck_assert_msg(logged_fallback(h, NULL), "no worker logged its fallback to gRPC");
     sm_array_free(got);
     sm_job_info_free(&info);
     sm_program_free(p);
@@ -943,15 +951,8 @@ START_TEST(test_shm_no_room)
     for (int r = 0; r < 4; r++) /* row r came from row r - 1 */
         ck_assert_int_eq(memcmp((const float *)per->data + r * 256, x + (r + 3) % 4 * 256, 1024),
                          0);
-    char path[600];
-    snprintf(path, sizeof path, "%s/coordinator.log", h->dir);
-    FILE *f = fopen(path, "r");
-    ck_assert_ptr_nonnull(f);
-    int said = 0;
-    for (char line[2048]; fgets(line, sizeof line, f);)
-        said |= strstr(line, "go over gRPC instead") && strstr(line, "no room in /dev/shm");
-    fclose(f);
-    ck_assert_msg(said, "no worker logged its fallback to gRPC in %s", path);
+    ck_assert_msg(logged_fallback(h, "no room in /dev/shm"),
+                  "no worker logged its fallback to gRPC for want of room in /dev/shm");
     sm_array_free(sum);
     sm_array_free(gat);
     sm_array_free(per);
