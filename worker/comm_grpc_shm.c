@@ -921,10 +921,10 @@ static sm_err sm_cg_shm_move_body(void *arg)
     if (!e && kind == SM_CG_A2A) { /* only the chunks of other workers' members */
         for (int q = 0; q < g->size; q++)
             if (L->lidx[q] < 0)
-                sm_copy_stream(mine + L->gidx[g->rank] * inb + q * cb, (const char *)x->in + q * cb,
-                               (size_t)cb);
+                sm_copy(mine + L->gidx[g->rank] * inb + q * cb, (const char *)x->in + q * cb,
+                        (size_t)cb);
     } else if (!e && (kind != SM_CG_PERM || (x->to >= 0 && L->lidx[x->to] < 0))) {
-        sm_copy_stream(mine + L->gidx[g->rank] * inb, x->in, (size_t)inb);
+        sm_copy(mine + L->gidx[g->rank] * inb, x->in, (size_t)inb);
     }
     e = sm_cg_shm_xphase(x, 1, e);
     for (int q = 0; q < g->size && !e; q++) {
@@ -947,7 +947,7 @@ static sm_err sm_cg_shm_move_body(void *arg)
         }
         if (kind == SM_CG_A2A)
             src += (int64_t)g->rank * cb;
-        sm_copy_stream(dst, src, (size_t)cb);
+        sm_copy(dst, src, (size_t)cb);
     }
     if (!e && kind == SM_CG_PERM && x->from < 0)
         memset(x->out, 0, (size_t)cb);
