@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "sm_block.h"
+#include "sm_copy.h"
 #include "sm_array.h"
 #include "sm_dtype.h"
 #include "sm_shape.h"

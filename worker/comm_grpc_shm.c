@@ -50,6 +50,7 @@
 
 #include "comm_grpc_int.h"
 #include "sm_array.h"
+#include "sm_copy.h"
 #include "sm_shm.h"
 #include "sm_log.h"
 #include "sm_time.h"

@@ -1,5 +1,6 @@
 /* sm_array: dense host arrays with 64-byte aligned, zero-filled data. */
 #include "sm_array.h"
+#include "sm_copy.h"
 
 #include <inttypes.h>
 #include <stdint.h>

@@ -53,15 +53,6 @@ void sm_array_free(sm_array *a);
  * memory here). dst and src must not overlap. */
 void sm_copy_stream(void *dst, const void *src, size_t n);
 
-/* memcpy below SM_COPY_STREAM_MIN bytes, sm_copy_stream from there: for
- * copies of whole arrays and long runs (kernels, collectives), which at
- * that size do not fit in the cache anyway. glibc's memcpy turns to
- * streaming stores only past its x86_non_temporal_threshold, derived from
- * the cache size the CPU reports: 240 MiB on this 2-core virtual machine,
- * whose L3 holds 32 MiB. */
-#define SM_COPY_STREAM_MIN ((size_t)4 << 20)
-void sm_copy(void *dst, const void *src, size_t n);
-
 /* n bytes (n may be 0) for array data from pool (NULL: none), 64-byte
  * aligned, zero-filled if zero, freed with sm_array_data_free(pool, p, n)
  * (the same pool and n); NULL if out of memory or past the pool's limit.

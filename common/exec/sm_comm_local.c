@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "sm_copy.h"
 #include "sm_rendezvous.h"
 #include "sm_time.h"
 

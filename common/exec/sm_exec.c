@@ -7,6 +7,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "sm_copy.h"
+
 struct sm_exec_plan {
     const sm_program *p;
     int *last_use; /* per value: index of the last op reading it; nops if returned */

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sm_copy.h"
 #include "sm_exec_impl.h"
 #include "sm_ir_infer.h" /* sm_ir_promote: JAX's promotion with weak types */
 

@@ -2,6 +2,7 @@
 #include <stdio.h>
 
 #include "sm_array.h"
+#include "sm_copy.h"
 #include "sm_kern_impl.h"
 
 void smk_loop_collapse(smk_loop *l)
