@@ -460,7 +460,7 @@ static const struct {
     {"byte overflow", 2, 2, {T40, 1 << 23}, {1, 1}, {0}, {0}, {1, 1}, 2, SM_EOVERFLOW, "2^63"},
 };
 
-/* sm_block_split and sm_block_next: the parts of a walk cover every
+/* sm_block_split, sm_block_next and sm_block_part: the parts of a walk cover every
  * element of the box once, in row-major order, each within cap bytes
  * unless it is a single element. */
 static const struct {
@@ -492,10 +492,14 @@ START_TEST(test_block_split_walk)
     int parts = 0;
     for (int more = 1; more; parts++) {
         int64_t left = split_rows[_i].ext[k] - idx[k], n = left < rows ? left : rows;
-        int64_t at = 0; /* the part's first element, row-major */
-        for (int d = 0; d < split_rows[_i].rank; d++)
-            at = at * split_rows[_i].ext[d] + (d <= k ? idx[d] : 0);
+        int64_t start[3], extent[3], at = 0, count = 1; /* at: its first element, row-major */
+        sm_block_part(idx, split_rows[_i].ext, split_rows[_i].rank, k, n, start, extent);
+        for (int d = 0; d < split_rows[_i].rank; d++) {
+            at = at * split_rows[_i].ext[d] + start[d];
+            count *= extent[d];
+        }
         ck_assert_int_eq(at, next);
+        ck_assert_int_eq(count, n * inner / 4);
         ck_assert(n * inner <= split_rows[_i].cap || n * inner == 4);
         next = at + n * inner / 4;
         seen += n * inner / 4;

@@ -385,9 +385,9 @@ static sm_err get_send_box(get_stream *gs, const sm_store_shard *sh, const sm_in
         }
         int64_t src_off[SM_MAX_RANK], extent[SM_MAX_RANK];
         sm_shape dst_shape = {.rank = rank};
+        sm_block_part(idx, ext, rank, k, c, src_off, extent);
         for (int d = 0; d < rank; d++) {
-            src_off[d] = box->r[d].start + (d <= k ? idx[d] : 0);
-            extent[d] = d < k ? 1 : d == k ? c : ext[d];
+            src_off[d] += box->r[d].start;
             dst_shape.dims[d] = extent[d];
         }
         if ((e = sm_block_copy(stage + fill, &dst_shape, zero, sh->data, &sh->shape, src_off,

@@ -266,14 +266,13 @@ static sm_err peer_pull_shm(sm_peer *p, sm_rpc_channel *ch, sm_array_id array, i
     sm_err e = SM_OK;
     for (;;) {
         sm_index sub = *box;
-        int64_t off[SM_MAX_RANK], n = rank ? (ext[k] - idx[k] < rows ? ext[k] - idx[k] : rows) : 1;
+        int64_t off[SM_MAX_RANK], at[SM_MAX_RANK], extent[SM_MAX_RANK];
+        int64_t n = rank ? (ext[k] - idx[k] < rows ? ext[k] - idx[k] : rows) : 1;
+        sm_block_part(idx, ext, rank, k, n, at, extent);
         for (int d = 0; d < rank; d++) {
-            int64_t at = d <= k ? idx[d] : 0;
-            sub.r[d].start = box->r[d].start + at;
-            sub.r[d].stop = d < k    ? sub.r[d].start + 1
-                            : d == k ? sub.r[d].start + n
-                                     : box->r[d].stop;
-            off[d] = dst_off[d] + at;
+            sub.r[d].start = box->r[d].start + at[d];
+            sub.r[d].stop = sub.r[d].start + extent[d];
+            off[d] = dst_off[d] + at[d];
         }
         e = peer_pull_part(p, ch, array, device, &sub, t, &st, dst, dst_shape, off, err, errlen);
         if (e == SM_ERESOURCE) { /* the peer maps too many segments at once */

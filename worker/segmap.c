@@ -264,12 +264,11 @@ static sm_err segmap_copy_run(void *arg)
     int64_t idx[SM_MAX_RANK] = {0}, pos = 0;
     for (;;) {
         int64_t n = c->ext[k] - idx[k] < rows ? c->ext[k] - idx[k] : rows;
-        int64_t so[SM_MAX_RANK], dof[SM_MAX_RANK], extent[SM_MAX_RANK];
+        int64_t so[SM_MAX_RANK], dof[SM_MAX_RANK], extent[SM_MAX_RANK], at[SM_MAX_RANK];
+        sm_block_part(idx, c->ext, rank, k, n, at, extent);
         for (int d = 0; d < rank; d++) {
-            int64_t at = d <= k ? idx[d] : 0;
-            so[d] = c->src_off[d] + at;
-            dof[d] = c->dst_off[d] + at;
-            extent[d] = d < k ? 1 : d == k ? n : c->ext[d];
+            so[d] = c->src_off[d] + at[d];
+            dof[d] = c->dst_off[d] + at[d];
         }
         sm_err e = sm_block_copy(c->dst, &c->dst_shape, dof, c->src, &c->src_shape, so, extent,
                                  c->elem, c->err, c->errlen);

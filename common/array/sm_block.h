@@ -19,5 +19,10 @@ int sm_block_split(const int64_t *ext, int rank, size_t elem, int64_t cap, int64
  * the part's first index in dimensions 0..k; moves it on by the part's n
  * rows of dimension k. Returns 1 while parts remain, 0 past the last one. */
 int sm_block_next(int64_t *idx, const int64_t *ext, int k, int64_t n);
+/* The part of such a walk at idx, n rows of dimension k: at[d], its start
+ * in the box (idx[d] for d <= k, 0 after), and extent[d], its size (1
+ * before k, n at k, ext[d] after). */
+void sm_block_part(const int64_t *idx, const int64_t *ext, int rank, int k, int64_t n, int64_t *at,
+                   int64_t *extent);
 
 #endif

@@ -393,6 +393,15 @@ int sm_block_split(const int64_t *ext, int rank, size_t elem, int64_t cap, int64
     return k;
 }
 
+void sm_block_part(const int64_t *idx, const int64_t *ext, int rank, int k, int64_t n, int64_t *at,
+                   int64_t *extent)
+{
+    for (int d = 0; d < rank; d++) {
+        at[d] = d <= k ? idx[d] : 0;
+        extent[d] = d < k ? 1 : d == k ? n : ext[d];
+    }
+}
+
 int sm_block_next(int64_t *idx, const int64_t *ext, int k, int64_t n)
 {
     idx[k] += n;
