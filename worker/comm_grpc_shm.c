@@ -184,9 +184,7 @@ static sm_err sm_cg_shm_make(sm_comm_grpc *c, char *err, size_t errlen)
             sm_shm_seg_close(s);
             sm_shm_unlink(name);
         }
-        memset(s, 0, sizeof *s);
-        s->fd = -1;
-        return e;
+        return e; /* s->base NULL again: no segment */
     }
     sm_cg_shm_hdr *h = s->base;
     if (c->shm_pool) /* a file of an earlier job: its header starts over, unnamed yet */
