@@ -670,16 +670,21 @@ class local_cluster:
 
         with shmap.local_cluster(workers=2, devices_per_worker=4) as c:
             x = c.device_put(np.arange(8.), NamedSharding(c.make_mesh((8,), ('i',)), P('i')))
+
+    The coordinator's log (its workers' lines too) goes to a file removed on
+    exit; with log=PATH it goes to PATH instead, which is kept (appended to).
     """
 
-    def __init__(self, workers=2, devices_per_worker=4, timeout=30):
+    def __init__(self, workers=2, devices_per_worker=4, timeout=30, log=None):
         self.workers, self.devices_per_worker, self.timeout = workers, devices_per_worker, timeout
-        self.proc = self.client = None
+        self._log = os.fspath(log) if log is not None else None
+        self.log_path = self.proc = self.client = None
 
     def __enter__(self):
         self.dir = tempfile.mkdtemp(prefix="shmap-py-")
         port_file = os.path.join(self.dir, "port")
-        self.log = open(os.path.join(self.dir, "coordinator.log"), "w")
+        self.log_path = self._log or os.path.join(self.dir, "coordinator.log")
+        self.log = open(self.log_path, "a")
         self.proc = subprocess.Popen(
             [_find_coordinator(), "--listen", "127.0.0.1:0", "--port-file", port_file,
              "--local-workers", str(self.workers), "--devices-per-worker",
@@ -701,8 +706,7 @@ class local_cluster:
                     pass
             time.sleep(0.05)
         self._stop()
-        raise Unavailable("the local cluster did not start:\n" +
-                          open(os.path.join(self.dir, "coordinator.log")).read())
+        raise Unavailable("the local cluster did not start:\n" + open(self.log_path).read())
 
     def _stop(self):
         if self.client:

@@ -22,27 +22,29 @@ import cluster  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def secure():
+def secure(cluster_log):
     """In secure mode the target of a secure cluster and its files; None
     outside it."""
     if not cluster.SECURE:
         yield None
         return
     work = tempfile.mkdtemp(prefix="shmap-py-secure-")
-    p, target, _ = cluster.start_cluster(work, 2, 4)
+    p, target, log = cluster.start_cluster(work, 2, 4)
+    cluster_log.keep(log)
     yield target, cluster.secure_files()
     cluster.stop_cluster(p)
 
 
 @pytest.fixture(scope="module")
-def c(secure):
+def c(secure, cluster_log):
     if secure:
         target, f = secure
         client = shmap.connect(target, token=cluster.TENANT_TOKEN, tls_ca=f["ca"])
         yield client
         client.close()
         return
-    with shmap.local_cluster(workers=2, devices_per_worker=4) as client:
+    with shmap.local_cluster(workers=2, devices_per_worker=4,
+                             log=cluster_log.new("cluster")) as client:
         yield client
 
 
@@ -479,13 +481,14 @@ def test_shared_arrays(c):
     assert mine() <= before, "shared arrays left their segments behind"
 
 
-def _metrics_cluster(tmp_path, tag, env=()):
+def _metrics_cluster(tmp_path, tag, cluster_log, env=()):
     """A cluster of 2 workers x 4 devices whose workers serve metrics;
     returns (process, target, the workers' metrics ports)."""
     import re
     import time
     env = dict(os.environ, SHMAP_WORKER_METRICS_LISTEN="127.0.0.1:0", **dict(env))
     p, target, log = cluster.start_cluster(str(tmp_path), 2, 4, env=env, tag=tag)
+    cluster_log.keep(log)
     deadline = time.time() + 10
     while len(ports := re.findall(r"Prometheus metrics on \S+ \(port (\d+)\)",
                                   open(log).read())) < 2:
@@ -550,7 +553,7 @@ def _shm_moves(client, ports):
     return moved
 
 
-def test_transfers_through_shared_memory(tmp_path, monkeypatch):
+def test_transfers_through_shared_memory(tmp_path, monkeypatch, cluster_log):
     """Against a cluster whose workers serve metrics: a client on their
     host moves shared arrays (no staging copy) and plain ones of 4 MiB and
     more (through its staging segments) through shared memory, which
@@ -562,7 +565,7 @@ def test_transfers_through_shared_memory(tmp_path, monkeypatch):
     mine = lambda: {f for f in os.listdir("/dev/shm") if f.startswith(prefix)}  # noqa: E731
     before = mine()
     nbytes = 1024 * 2048 * 4
-    p, target, ports = _metrics_cluster(tmp_path, "shm")
+    p, target, ports = _metrics_cluster(tmp_path, "shm", cluster_log)
     try:
         client = _client_of(target)
         moved = _shm_moves(client, ports)
@@ -584,7 +587,8 @@ def test_transfers_through_shared_memory(tmp_path, monkeypatch):
             client.close()
     finally:
         cluster.stop_cluster(p)
-    p, target, ports = _metrics_cluster(tmp_path, "grpc", {"SHMAP_TRANSPORT": "grpc"})
+    p, target, ports = _metrics_cluster(tmp_path, "grpc", cluster_log,
+                                     {"SHMAP_TRANSPORT": "grpc"})
     try:
         client = _client_of(target)
         assert _shm_moves(client, ports) == [0] * 7
@@ -595,7 +599,7 @@ def test_transfers_through_shared_memory(tmp_path, monkeypatch):
     assert mine() <= before, "the client left segments in /dev/shm"
 
 
-def test_killed_client_segments_swept(tmp_path):
+def test_killed_client_segments_swept(tmp_path, cluster_log):
     """A client killed with SIGKILL leaves its staging segment in /dev/shm
     (nothing of it runs to unlink it); the workers' periodic sweep of the
     host (--shm-sweep-s, here 1 s) removes it once it is 10 s old, since no
@@ -606,6 +610,7 @@ def test_killed_client_segments_swept(tmp_path):
     import time
     env = dict(os.environ, SHMAP_SHM_SWEEP_S="1")
     p, target, log = cluster.start_cluster(str(tmp_path), 1, 4, env=env, tag="killed")
+    cluster_log.keep(log)
     try:
         code = ("import os, signal, sys, numpy as np, shmap\n"
                 "from shmap import P, NamedSharding\n"
