@@ -35,6 +35,7 @@
 #include "client_internal.h"
 #include "harness.h"
 #include "sm_shm.h"
+#include "sm_time.h"
 #include "suite_main.h"
 
 static harness_cluster *g_two;
@@ -443,6 +444,58 @@ START_TEST(shm_reshard_holder_killed)
 }
 END_TEST
 
+/* A worker that stops answering (SIGSTOP) while its peer pulls pieces from
+ * it for a reshard onto the peer's devices alone: the peer's pulls end
+ * before the coordinator's call to the peer does (its deadline, here 4 s),
+ * so the reshard fails with a sentence naming the stopped worker, not only
+ * the one that waited for it. Once the stopped worker runs again, so does
+ * the next reshard. */
+START_TEST(shm_reshard_holder_stopped)
+{
+    const char *const flags[] = {"--default-deadline-ms", "4000", "--lost-after-ms", "60000", NULL};
+    harness_opts o = {.nworkers = 2, .devices_per_worker = 4, .coord_args = flags};
+    harness_cluster *h = harness_cluster_up_opts(&o, "e2e_shmxfer");
+    harness_use_cluster_credential(h);
+    sm_client *c = connect_to(h, 0);
+    char err[1024];
+    reshard_case(h, c, "x=8", NULL, 0, "P('x')", "P()", HARNESS_SHAPE(64, 40), 1);
+    sm_mesh mesh;
+    sm_sharding_ref sh = harness_sharding(&mesh, "x=8", NULL, 0, "P('x')");
+    sm_shape s = HARNESS_SHAPE(512, 64);
+    sm_array *x = harness_array_iota(SM_F32, &s, 3);
+    ck_assert_int_eq(sm_client_put(c, SM_F32, &s, x->data, &sh, "src", NULL, err, sizeof err),
+                     SM_OK);
+    pid_t pids[2];
+    ck_assert_int_eq(harness_worker_pids(h, pids, 2), 2);
+    ck_assert_int_eq(kill(pids[1], SIGSTOP), 0);
+    /* the stopped one is the worker whose heartbeats stop (every 500 ms) */
+    harness_sleep_ms(1500);
+    int n = 0;
+    sm_worker_info *w = harness_workers(c, &n);
+    ck_assert_int_eq(n, 2);
+    int stopped = w[0].ms_since_heartbeat > w[1].ms_since_heartbeat ? 0 : 1;
+    ck_assert_msg(w[stopped].ms_since_heartbeat >= 1000 && w[1 - stopped].ms_since_heartbeat < 1000,
+                  "heartbeats %lld and %lld ms ago", (long long)w[0].ms_since_heartbeat,
+                  (long long)w[1].ms_since_heartbeat);
+    sm_mesh m2;
+    sm_sharding_ref onto =
+        harness_sharding(&m2, "x=4", w[1 - stopped].devices, w[1 - stopped].ndevices, "P()");
+    int64_t t0 = sm_time_mono_ms();
+    sm_err e = sm_client_reshard(c, (sm_array_ref){{0}, "src"}, &onto, NULL, NULL, err, sizeof err);
+    int64_t took = sm_time_mono_ms() - t0;
+    ck_assert_int_eq(kill(pids[1], SIGCONT), 0);
+    ck_assert_msg(e != SM_OK && strstr(err, w[stopped].address), "%s after %lld ms: %s",
+                  sm_err_name(e), (long long)took, err);
+    ck_assert_msg(took < 4000, "%s after %lld ms: %s", sm_err_name(e), (long long)took, err);
+    free(w);
+    /* running again, it serves the next reshard */
+    reshard_case(h, c, "x=8", NULL, 0, "P('x')", "P()", HARNESS_SHAPE(64, 40), 1);
+    sm_array_free(x);
+    sm_client_close(c);
+    harness_cluster_stop(h);
+}
+END_TEST
+
 START_TEST(shm_round_trips)
 {
     sm_client *c = connect_to(g_two, 0);
@@ -795,5 +848,5 @@ int main(void)
     return HARNESS_CLUSTER_SUITE("e2e_shmxfer", 240, cluster_up, cluster_down, {shm_round_trips},
                                  {shm_staging}, {shm_forced_off}, {shm_grpc_workers}, {shm_faults},
                                  {shm_tenant}, {shm_reshards}, {shm_reshard_holder_killed},
-                                 {shm_reshard_memory_limit});
+                                 {shm_reshard_holder_stopped}, {shm_reshard_memory_limit});
 }

@@ -6,12 +6,15 @@
 
 #include "ckpt.h"
 #include "sm_log.h"
+#include "sm_rpc.h"
+#include "sm_time.h"
 #include "sm_tpool.h"
 
 typedef struct {
     sm_handlers *h;
     const sm_svc_assemble_req *req;
     sm_store_shard **shards;
+    int64_t until_ms; /* the pulls' deadline (CLOCK_MONOTONIC ms; 0: none) */
 } assemble_job;
 
 static int piece_is_local(const sm_handlers *h, const sm_svc_piece *p)
@@ -86,7 +89,7 @@ static sm_err assemble_one(void *user, int i, char *err, size_t errlen)
         else if (!e)
             e = sm_peer_fetch(job->h->peers, p->src_address, p->src_array, p->src_device,
                               &p->src_box, job->req->dtype, dst->data, &dst->shape, p->dst_offset,
-                              inner, sizeof inner);
+                              job->until_ms, inner, sizeof inner);
         if (e && local)
             return sm_fail(err, errlen, e,
                            "assembling device %d of array %llu, piece %d (array %llu device %d "
@@ -179,6 +182,12 @@ sm_err sm_assemble_run(sm_handlers *h, const sm_svc_assemble_req *req, int64_t *
     int32_t *devices = calloc(n ? (size_t)n : 1, sizeof *devices);
     assemble_job job = {.h = h, .req = req};
     sm_err e;
+    /* The pulls from peers end an eighth of the caller's time (at most 5 s)
+     * before the caller's deadline: a peer that does not answer fails the
+     * Assemble with a sentence naming it, in time for the caller to read. */
+    int64_t left = sm_rpc_handler_left_ms();
+    if (left >= 0)
+        job.until_ms = sm_time_mono_ms() + left - (left / 8 < 5000 ? left / 8 : 5000);
 
     if (!shards || !devices) {
         e = sm_fail(err, errlen, SM_ENOMEM, "out of memory assembling array %llu",

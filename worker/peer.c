@@ -11,6 +11,7 @@
 #include "sm_rpc.h"
 #include "sm_shm.h"
 #include "sm_svc_job.h"
+#include "sm_time.h"
 #include "traffic.h"
 
 /* A proof's deadline; a failed proof is tried again after SM_PEER_SHM_RETRY_MS
@@ -41,6 +42,17 @@ sm_err sm_peer_create(const char *token, const sm_rpc_tls *tls, int deadline_ms,
     p->deadline_ms = deadline_ms > 0 ? deadline_ms : 60000;
     *out = p;
     return SM_OK;
+}
+
+/* The deadline of one call: the peer cache's, or what is left before
+ * until_ms (CLOCK_MONOTONIC ms; 0: no limit) when that is sooner, at least
+ * 1 ms. */
+static int peer_call_ms(const sm_peer *p, int64_t until_ms)
+{
+    if (until_ms <= 0)
+        return p->deadline_ms;
+    int64_t left = until_ms - sm_time_mono_ms();
+    return left < 1 ? 1 : left < p->deadline_ms ? (int)left : p->deadline_ms;
 }
 
 sm_err sm_peer_shm_enable(sm_peer *p, sm_array_pool *charge, char *err, size_t errlen)
@@ -183,8 +195,8 @@ static void peer_stage_give(sm_peer *p, peer_stage *st)
  * then the copy into dst, checked against that checksum. */
 static sm_err peer_pull_part(sm_peer *p, sm_rpc_channel *ch, sm_array_id array, int32_t device,
                              const sm_index *sub, sm_dtype t, const peer_stage *st, void *dst,
-                             const sm_shape *dst_shape, const int64_t *dst_off, char *err,
-                             size_t errlen)
+                             const sm_shape *dst_shape, const int64_t *dst_off, int64_t until_ms,
+                             char *err, size_t errlen)
 {
     sm_svc_download_stream *ds = NULL;
     sm_svc_download_req req = {.array = {.id = array}, .device = device, .has_box = 1, .box = *sub};
@@ -199,7 +211,7 @@ static sm_err peer_pull_part(sm_peer *p, sm_rpc_channel *ch, sm_array_id array, 
     snprintf(req.shm.name, sizeof req.shm.name, "%s", st->name);
     req.shm.global = bs;
     req.shm.box = sm_index_full(&bs);
-    if ((e = sm_svc_download_open(ch, 1, &req, p->deadline_ms, &ds, err, errlen)))
+    if ((e = sm_svc_download_open(ch, 1, &req, peer_call_ms(p, until_ms), &ds, err, errlen)))
         return e;
     while (!e) {
         sm_svc_chunk c;
@@ -243,7 +255,8 @@ static sm_err peer_pull_part(sm_peer *p, sm_rpc_channel *ch, sm_array_id array, 
  * this host after all), for every piece from it. */
 static sm_err peer_pull_shm(sm_peer *p, sm_rpc_channel *ch, sm_array_id array, int32_t device,
                             const sm_index *box, sm_dtype t, void *dst, const sm_shape *dst_shape,
-                            const int64_t *dst_off, int *stream, char *err, size_t errlen)
+                            const int64_t *dst_off, int64_t until_ms, int *stream, char *err,
+                            size_t errlen)
 {
     int rank = box->rank;
     int64_t ext[SM_MAX_RANK], idx[SM_MAX_RANK] = {0}, inner = (int64_t)sm_dtype_size(t);
@@ -274,7 +287,8 @@ static sm_err peer_pull_shm(sm_peer *p, sm_rpc_channel *ch, sm_array_id array, i
             sub.r[d].stop = sub.r[d].start + extent[d];
             off[d] = dst_off[d] + at[d];
         }
-        e = peer_pull_part(p, ch, array, device, &sub, t, &st, dst, dst_shape, off, err, errlen);
+        e = peer_pull_part(p, ch, array, device, &sub, t, &st, dst, dst_shape, off, until_ms, err,
+                           errlen);
         if (e == SM_ERESOURCE) { /* the peer maps too many segments at once */
             *stream = 1;
             e = SM_OK;
@@ -299,7 +313,7 @@ static sm_err peer_pull_shm(sm_peer *p, sm_rpc_channel *ch, sm_array_id array, i
 /* Pulls box over the GetShard stream, written as it arrives through cur. */
 static sm_err peer_pull_stream(sm_peer *p, sm_rpc_channel *ch, sm_array_id array, int32_t device,
                                const sm_index *box, sm_dtype t, int64_t want, sm_peer_cursor *cur,
-                               char *err, size_t errlen)
+                               int64_t until_ms, char *err, size_t errlen)
 {
     sm_svc_download_stream *st = NULL;
     sm_checksum *ck = NULL;
@@ -312,7 +326,7 @@ static sm_err peer_pull_stream(sm_peer *p, sm_rpc_channel *ch, sm_array_id array
     if (!(ck = sm_checksum_create()))
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a checksum");
     sm_svc_download_req req = {.array = {.id = array}, .device = device, .has_box = 1, .box = *box};
-    if ((e = sm_svc_download_open(ch, 1, &req, p->deadline_ms, &st, err, errlen)))
+    if ((e = sm_svc_download_open(ch, 1, &req, peer_call_ms(p, until_ms), &st, err, errlen)))
         goto done;
     for (;;) {
         sm_svc_chunk c;
@@ -378,7 +392,7 @@ done:
 
 sm_err sm_peer_fetch(sm_peer *p, const char *address, sm_array_id array, int32_t device,
                      const sm_index *box, sm_dtype t, void *dst, const sm_shape *dst_shape,
-                     const int64_t *dst_off, char *err, size_t errlen)
+                     const int64_t *dst_off, int64_t until_ms, char *err, size_t errlen)
 {
     sm_rpc_channel *ch = NULL;
     sm_peer_cursor cur;
@@ -396,13 +410,14 @@ sm_err sm_peer_fetch(sm_peer *p, const char *address, sm_array_id array, int32_t
     if ((e = sm_peer_channel(p, address, &ch, err, errlen)))
         return e;
     if (want > 0 && peer_shm_same(p, address, ch)) {
-        e = peer_pull_shm(p, ch, array, device, box, t, dst, dst_shape, dst_off, &stream, inner,
-                          sizeof inner);
+        e = peer_pull_shm(p, ch, array, device, box, t, dst, dst_shape, dst_off, until_ms, &stream,
+                          inner, sizeof inner);
         if (stream == 2)
             sm_svc_shm_refused(p->chans, address); /* refused: its stream from now on */
     }
     if (!e && stream)
-        e = peer_pull_stream(p, ch, array, device, box, t, want, &cur, inner, sizeof inner);
+        e = peer_pull_stream(p, ch, array, device, box, t, want, &cur, until_ms, inner,
+                             sizeof inner);
     if (e)
         return sm_fail(err, errlen, e, "pulling %s of array %llu device %d from %s: %s",
                        sm_index_format(box, b1, sizeof b1), (unsigned long long)array.v,

@@ -56,11 +56,13 @@ sm_err sm_peer_channel(sm_peer *p, const char *address, sm_rpc_channel **out, ch
  * above), and writes it, as it arrives, into dst
  * (row-major, shape dst_shape, dtype t) at dst_off. Checks the reply's shape
  * (must be the box's), dtype (must be t), byte count and checksum (mismatch:
- * SM_EDATALOSS). The box must fit dst at dst_off (SM_EINVAL). On failure
- * part of the region may have been written. Errors are the peer's status or
- * a sentence naming the peer. */
+ * SM_EDATALOSS). The box must fit dst at dst_off (SM_EINVAL). Its calls
+ * end by until_ms (CLOCK_MONOTONIC ms, sm_time_mono_ms; 0: only the
+ * cache's deadline of each call applies). On failure part of the region
+ * may have been written. Errors are the peer's status or a sentence naming
+ * the peer. */
 sm_err sm_peer_fetch(sm_peer *p, const char *address, sm_array_id array, int32_t device,
                      const sm_index *box, sm_dtype t, void *dst, const sm_shape *dst_shape,
-                     const int64_t *dst_off, char *err, size_t errlen);
+                     const int64_t *dst_off, int64_t until_ms, char *err, size_t errlen);
 
 #endif

@@ -222,6 +222,14 @@ typedef struct {
  * after 2 ms. */
 void sm_rpc_may_block(void);
 
+/* Milliseconds left before the deadline of the call whose handler runs on
+ * this thread (0 once it passed); -1 outside a handler, or when the caller
+ * set no deadline. A handler that calls on (a worker pulling from its
+ * peers) ends its own calls a little before this, so that its failure,
+ * naming whom it waited for, reaches its caller before the caller's own
+ * deadline does. */
+int64_t sm_rpc_handler_left_ms(void);
+
 /* How long a method's calls took, from its handler's start to its return
  * (a stream's whole life), as a histogram over sm_rpc_latency_bounds_s. */
 #define SM_RPC_LATENCY_NBUCKETS 14

@@ -174,6 +174,8 @@ int sm_rpc_server_stats(sm_rpc_server *s, sm_rpc_method_stats *out, int max)
  * of its role): yield_lead hands the queue over. */
 static __thread sm_rpc_server *tls_away;
 static __thread uint64_t tls_gen;
+/* The deadline of the call whose handler runs on this thread (NULL: none). */
+static __thread const gpr_timespec *tls_deadline;
 
 static void server_release_locked(sm_rpc_server *s)
 {
@@ -339,7 +341,9 @@ static void run_call(sm_rpc_call *c)
     int64_t t0 = sm_time_mono_ns();
     call_request_id(c);
     sm_tenant_set(c->tenant);
+    tls_deadline = &c->deadline;
     m->handler(c, m->user);
+    tls_deadline = NULL;
     sm_tenant_set(NULL);
     sm_log_set_request_id(NULL);
     method_observe(m, sm_time_mono_ns() - t0);
@@ -421,6 +425,17 @@ static void yield_lead(void)
 void sm_rpc_may_block(void)
 {
     yield_lead();
+}
+
+int64_t sm_rpc_handler_left_ms(void)
+{
+    if (!tls_deadline)
+        return -1;
+    gpr_timespec d = gpr_convert_clock_type(*tls_deadline, GPR_CLOCK_MONOTONIC);
+    if (gpr_time_cmp(d, gpr_inf_future(GPR_CLOCK_MONOTONIC)) >= 0)
+        return -1;
+    int64_t ms = gpr_time_to_millis(gpr_time_sub(d, gpr_now(GPR_CLOCK_MONOTONIC)));
+    return ms > 0 ? ms : 0;
 }
 
 static sm_rpc_call *route(sm_rpc_server *s, grpc_event ev);
