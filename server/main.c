@@ -234,6 +234,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     sm_rpc_malloc_tune();
+    sm_rpc_log_through_sm();
     sm_rpc_init();
     const char *token = v[CFG_TOKEN].s && *v[CFG_TOKEN].s ? v[CFG_TOKEN].s : NULL;
     if (v[CFG_TOKENS].s && *v[CFG_TOKENS].s) {

@@ -416,6 +416,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     sm_rpc_malloc_tune();
+    sm_rpc_log_through_sm();
     sm_rpc_init();
     mallopt(M_MMAP_THRESHOLD, SM_WORKER_MMAP_THRESHOLD);
     mallopt(M_TRIM_THRESHOLD, SM_WORKER_TRIM_THRESHOLD);

@@ -96,6 +96,7 @@ static int cli_global_options(int argc, char **argv)
 int main(int argc, char **argv)
 {
     sm_rpc_malloc_tune();
+    sm_rpc_log_through_sm();
     int used = cli_global_options(argc, argv);
     if (used < 0)
         return CLI_EXIT_USAGE;

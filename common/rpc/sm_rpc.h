@@ -93,6 +93,13 @@ void sm_rpc_init(void);
  * benchmarks), once, before it starts threads; libshmap never does. */
 void sm_rpc_malloc_tune(void);
 
+/* Sends gRPC's own log lines (gpr_log: a client's failed TLS handshake,
+ * say) through sm_log, so they take the process's --log-format and
+ * --log-level; GRPC_VERBOSITY still chooses which gRPC writes (default:
+ * errors). The setting is the whole process's: only a program's main()
+ * calls this, as it does sm_rpc_malloc_tune; libshmap never does. */
+void sm_rpc_log_through_sm(void);
+
 /* Releases gRPC (grpc_shutdown). Call once per sm_rpc_init(), after every
  * server, channel and stream has been freed. */
 void sm_rpc_shutdown(void);

@@ -9,6 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <grpc/support/log.h>
+
 #include "sm_log.h"
 #include "sm_rpc_internal.h"
 #include "sm_time.h"
@@ -57,6 +59,25 @@ void sm_rpc_malloc_tune(void)
     mallopt(M_TRIM_THRESHOLD, 512 << 20);
     if (!getenv("MALLOC_ARENA_MAX"))
         mallopt(M_ARENA_MAX, 2);
+}
+
+/* gRPC's own log lines (a failed TLS handshake, say) as shmap's, in its
+ * format and level filter: "grpc: MESSAGE (FILE:LINE)". */
+static void grpc_log_line(gpr_log_func_args *a)
+{
+    sm_log_level level = a->severity == GPR_LOG_SEVERITY_ERROR  ? SM_LOG_ERROR
+                         : a->severity == GPR_LOG_SEVERITY_INFO ? SM_LOG_INFO
+                                                                : SM_LOG_DEBUG;
+    if (!sm_log_enabled(level))
+        return;
+    const char *file = a->file ? strrchr(a->file, '/') : NULL;
+    file = file ? file + 1 : a->file ? a->file : "?";
+    sm_log(level, "grpc: %s (%s:%d)", a->message ? a->message : "", file, a->line);
+}
+
+void sm_rpc_log_through_sm(void)
+{
+    gpr_set_log_function(grpc_log_line);
 }
 
 void sm_rpc_init(void)
