@@ -149,6 +149,7 @@ int sm_rpc_chans_shm(sm_rpc_chans *c, const char *address, int64_t *since_ms)
         if (!strcmp(h->address, address)) {
             same = h->shm;
             *since_ms = h->shm_ms;
+            break; /* one channel per address */
         }
     pthread_mutex_unlock(&c->mu);
     return same;
