@@ -794,7 +794,7 @@ static sm_err sm_cg_move(sm_comm_grpc *c, const sm_comm_group *g, uint64_t seq, 
         }
     }
     if (sm_cg_shm_use(c, g, L, kind, kind == SM_CG_PERM ? cb : (int64_t)g->size * cb)) {
-        e = sm_cg_shm_move(c, g, L, seq, kind, from, to, in, out, cb, &s, err, errlen);
+        e = sm_cg_shm_move(c, g, L, seq, kind, from, perm, npairs, in, out, cb, &s, err, errlen);
         if (!s) /* else it falls back, joined */
             goto out;
         e = SM_OK;

@@ -97,13 +97,15 @@ sm_err sm_cg_shm_reduce(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_lay
                         const void *in, void *out, int64_t n, sm_rendezvous_slot **fell, char *err,
                         size_t errlen);
 /* all_gather, all_to_all and permute (from: the caller's source rank or
- * -1, to: its destination rank or -1). It and sm_cg_shm_reduce return
+ * -1; perm: the npairs (source, destination) pairs, checked in range). It
+ * and sm_cg_shm_reduce return
  * SM_ERESOURCE with *fell set to the members' joined slot when the
  * collective falls back to gRPC (a worker of the group lacks room in
  * shared memory, or under its memory limit): every member of every worker
  * of the group then goes on over gRPC with that slot. */
 sm_err sm_cg_shm_move(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L, uint64_t seq,
-                      sm_cg_kind kind, int from, int to, const void *in, void *out, int64_t cb,
-                      sm_rendezvous_slot **fell, char *err, size_t errlen);
+                      sm_cg_kind kind, int from, const int64_t (*perm)[2], int npairs,
+                      const void *in, void *out, int64_t cb, sm_rendezvous_slot **fell, char *err,
+                      size_t errlen);
 
 #endif

@@ -573,7 +573,7 @@ static sm_err sm_cg_shm_phase(sm_comm_grpc *c, const sm_comm_group *g, const sm_
         bad = 1;
         e = SM_OK;
     }
-    if (!e && L->li == 0)
+    if (!e)
         sm_cg_shm_post1(c, g, L, seq, bad);
     if (!e && !bad)
         e = sm_cg_shm_wait(c, g, L, seq, phase, err, errlen);
@@ -685,7 +685,9 @@ typedef struct {
     sm_cg_kind kind;
     sm_dtype t;
     sm_kern_reduce_op op;
-    int from, to;   /* permute */
+    int from;                 /* permute: the caller's source rank, or -1 */
+    const int64_t (*perm)[2]; /* permute: its (source, destination) pairs */
+    int npairs;
     const void *in; /* the caller's */
     void *out;
     int64_t n;             /* elements (reductions) or bytes (moves) */
@@ -871,11 +873,12 @@ static sm_err sm_cg_shm_rs_body(void *arg)
 static sm_err sm_cg_shm_move_body(void *arg);
 
 /* Any collective through the group's segments (kind: the body; t and op
- * for reductions, from and to for a permute): one call record. */
+ * for reductions, from, perm and npairs for a permute): one call record. */
 static sm_err sm_cg_shm_collective(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
                                    uint64_t seq, sm_cg_kind kind, sm_dtype t, sm_kern_reduce_op op,
-                                   int from, int to, const void *in, void *out, int64_t n,
-                                   sm_rendezvous_slot **fell, char *err, size_t errlen)
+                                   int from, const int64_t (*perm)[2], int npairs, const void *in,
+                                   void *out, int64_t n, sm_rendezvous_slot **fell, char *err,
+                                   size_t errlen)
 {
     sm_cg_shm_call x = {.c = c,
                         .g = g,
@@ -885,7 +888,8 @@ static sm_err sm_cg_shm_collective(sm_comm_grpc *c, const sm_comm_group *g, cons
                         .t = t,
                         .op = op,
                         .from = from,
-                        .to = to,
+                        .perm = perm,
+                        .npairs = npairs,
                         .in = in,
                         .out = out,
                         .n = n,
@@ -902,7 +906,51 @@ sm_err sm_cg_shm_reduce(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_lay
                         const void *in, void *out, int64_t n, sm_rendezvous_slot **fell, char *err,
                         size_t errlen)
 {
-    return sm_cg_shm_collective(c, g, L, seq, kind, t, op, -1, -1, in, out, n, fell, err, errlen);
+    return sm_cg_shm_collective(c, g, L, seq, kind, t, op, -1, NULL, 0, in, out, n, fell, err,
+                                errlen);
+}
+
+/* 1 if the input of group rank m (on this worker) goes to a member on
+ * another worker in permute x. */
+static int sm_cg_shm_sends_away(const sm_cg_shm_call *x, int m)
+{
+    for (int k = 0; k < x->npairs; k++)
+        if (x->perm[k][0] == m)
+            return x->L->lidx[x->perm[k][1]] < 0;
+    return 0;
+}
+
+/* Phase 1 of a data movement: into this worker's slot (mine) goes what the
+ * other workers read of its members' inputs (inb bytes of slot each):
+ * all_gather, every input; all_to_all, each input's chunks for the other
+ * workers' members; permute, the inputs whose destination is on another
+ * worker. The local members copy it together, each an equal share of the
+ * bytes (pass 0 counts them, pass 1 copies the caller's share), so a
+ * permute whose one member sends away keeps the others busy too. */
+static void sm_cg_shm_move_put(const sm_cg_shm_call *x, char *mine, int64_t inb)
+{
+    const sm_comm_group *g = x->g;
+    const sm_cg_layout *L = x->L;
+    int64_t cb = x->n, total = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        int64_t lo = total * L->li / L->nlocal, hi = total * (L->li + 1) / L->nlocal, at = 0;
+        for (int m = 0; m < g->size; m++) {
+            if (L->lidx[m] < 0 || (x->kind == SM_CG_PERM && !sm_cg_shm_sends_away(x, m)))
+                continue;
+            const char *in = x->s->in[L->lidx[m]];
+            char *slot = mine + L->gidx[m] * inb;
+            for (int q = 0; q < (x->kind == SM_CG_A2A ? g->size : 1); q++) {
+                if (x->kind == SM_CG_A2A && L->lidx[q] >= 0)
+                    continue; /* a chunk for a member of this worker: read from the input */
+                int64_t off = x->kind == SM_CG_A2A ? q * cb : 0;
+                int64_t a = lo > at ? lo - at : 0, b = hi - at < cb ? hi - at : cb;
+                if (pass == 1 && a < b)
+                    sm_copy(slot + off + a, in + off + a, (size_t)(b - a));
+                at += cb;
+            }
+        }
+        total = at;
+    }
 }
 
 static sm_err sm_cg_shm_move_body(void *arg)
@@ -916,15 +964,8 @@ static sm_err sm_cg_shm_move_body(void *arg)
     int ks = sm_cg_self_order(x->c, L);
     char *mine = NULL;
     sm_err e = sm_cg_shm_xregion(x, ks, (size_t)(L->nlocal * inb), (const char **)&mine);
-    /* phase 1: the caller's input into this worker's slot, if a peer needs it */
-    if (!e && kind == SM_CG_A2A) { /* only the chunks of other workers' members */
-        for (int q = 0; q < g->size; q++)
-            if (L->lidx[q] < 0)
-                sm_copy(mine + L->gidx[g->rank] * inb + q * cb, (const char *)x->in + q * cb,
-                        (size_t)cb);
-    } else if (!e && (kind != SM_CG_PERM || (x->to >= 0 && L->lidx[x->to] < 0))) {
-        sm_copy(mine + L->gidx[g->rank] * inb, x->in, (size_t)inb);
-    }
+    if (!e)
+        sm_cg_shm_move_put(x, mine, inb);
     e = sm_cg_shm_xphase(x, 1, e);
     for (int q = 0; q < g->size && !e; q++) {
         if (kind == SM_CG_PERM && q != x->from)
@@ -954,9 +995,10 @@ static sm_err sm_cg_shm_move_body(void *arg)
 }
 
 sm_err sm_cg_shm_move(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L, uint64_t seq,
-                      sm_cg_kind kind, int from, int to, const void *in, void *out, int64_t cb,
-                      sm_rendezvous_slot **fell, char *err, size_t errlen)
+                      sm_cg_kind kind, int from, const int64_t (*perm)[2], int npairs,
+                      const void *in, void *out, int64_t cb, sm_rendezvous_slot **fell, char *err,
+                      size_t errlen)
 {
-    return sm_cg_shm_collective(c, g, L, seq, kind, SM_F32, SM_KERN_SUM, from, to, in, out, cb,
-                                fell, err, errlen);
+    return sm_cg_shm_collective(c, g, L, seq, kind, SM_F32, SM_KERN_SUM, from, perm, npairs, in,
+                                out, cb, fell, err, errlen);
 }
