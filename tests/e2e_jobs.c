@@ -21,6 +21,7 @@
 
 #include "harness.h"
 #include "shmap_job.h"
+#include "sm_exec_local.h"
 #include "sm_ir.h"
 #include "sm_time.h"
 #include "suite_main.h"
@@ -780,12 +781,73 @@ static void layout_want(const layout_case *lc, const float *x, int flat, float *
     }
 }
 
+/* The data movements on the same meshes: op applied to x: f32[8, 64] @
+ * P((every mesh axis), None), the result laid out the same way (each
+ * device's block, stacked in mesh order). */
+typedef struct {
+    const char *mesh; /* "i=4 j=2" */
+    const char *spec; /* P((every mesh axis), None) */
+    const char *call; /* the op and its arguments after x */
+} move_case;
+
+static const move_case move_cases[] = {
+    {"i=8", "P('i', None)", "all_gather(x, 'i', tiled=True)"},
+    {"i=8", "P('i', None)", "ppermute(x, 'i', perm=[(0, 3), (3, 6), (6, 1), (1, 0), (2, 5)])"},
+    {"i=8", "P('i', None)", "all_to_all(x, 'i', 1, 0, tiled=True)"},
+    {"i=4 j=2", "P(('i', 'j'), None)", "all_gather(x, ('j', 'i'), tiled=True)"},
+    {"i=4 j=2", "P(('i', 'j'), None)",
+     "ppermute(x, ('i', 'j'), perm=[(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 6), (6, 7), "
+     "(7, 0)])"},
+    {"i=4 j=2", "P(('i', 'j'), None)", "ppermute(x, 'i', perm=[(0, 2), (2, 0), (1, 3)])"},
+    {"i=4 j=2", "P(('i', 'j'), None)", "all_to_all(x, 'i', 1, 0, tiled=True)"},
+    {"i=2 j=2 k=2", "P(('i', 'j', 'k'), None)", "all_gather(x, ('k', 'i'), tiled=True)"},
+    {"i=2 j=2 k=2", "P(('i', 'j', 'k'), None)",
+     "ppermute(x, ('i', 'k'), perm=[(0, 3), (3, 0), (1, 2)])"},
+    {"i=2 j=2 k=2", "P(('i', 'j', 'k'), None)", "all_to_all(x, ('i', 'j', 'k'), 1, 0, tiled=True)"},
+};
+#define NMOVE_CASES ((int)(sizeof move_cases / sizeof move_cases[0]))
+
+/* Runs every move case on the cluster of c (nworkers workers), each against
+ * the in-process runner: the same bytes. */
+static void layout_moves(sm_client *c, int nworkers, sm_array *a)
+{
+    char err[1024];
+    for (int ci = 0; ci < NMOVE_CASES; ci++) {
+        const move_case *mc = &move_cases[ci];
+        char text[512], axes[64];
+        snprintf(axes, sizeof axes, "%s", mc->mesh);
+        for (char *q = axes; *q; q++)
+            *q = *q == ' ' ? ',' : *q;
+        snprintf(text, sizeof text,
+                 "mesh %s\nshard_map f(x: f32[8,%d] @ %s) -> %s:\n    return %s\n", mc->mesh,
+                 LAYOUT_K, mc->spec, mc->spec, mc->call);
+        sm_program *p = harness_program(text, "moves");
+        sm_array *want = NULL;
+        ck_assert_msg(sm_exec_local_run(p, &a, &want, NULL, err, sizeof err) == SM_OK, "%s: %s",
+                      text, err);
+        sm_array_ref args[1] = {{harness_put(c, a, axes, mc->spec, NULL), NULL}};
+        sm_job_info info = run_ok(c, p, args, NULL);
+        sm_array *got = job_output(c, &info, 0);
+        ck_assert_int_eq(got->nbytes, want->nbytes);
+        ck_assert_msg(!memcmp(got->data, want->data, (size_t)want->nbytes),
+                      "%d worker(s), mesh %s: %s differs from the in-process run", nworkers,
+                      mc->mesh, mc->call);
+        sm_array_free(got);
+        sm_array_free(want);
+        sm_job_info_free(&info);
+        sm_program_free(p);
+        delete_all(c);
+    }
+}
+
 /* psum, pmean and psum_scatter over 8 devices of meshes (8,), (4,2) and
  * (2,2,2), axes in the mesh's order and others, on 1 worker x 8 devices,
  * 2 x 4 and 4 x 2 (each its own cluster, through this run's transport):
  * every result has the bits of the reduction tree over ranks, so every
  * layout and transport gives the same bits; with these inputs a sum in
- * rank order gives others. */
+ * rank order gives others. all_gather, ppermute (partial permutations
+ * too) and all_to_all on the same meshes and clusters give the bytes of
+ * the in-process runner. */
 START_TEST(test_same_bits_every_layout)
 {
     static const int nworkers[] = {1, 2, 4};
@@ -843,6 +905,7 @@ START_TEST(test_same_bits_every_layout)
             sm_program_free(p);
             delete_all(c);
         }
+        layout_moves(c, nworkers[wi], a);
         sm_client_close(c);
         harness_cluster_stop(h);
     }
