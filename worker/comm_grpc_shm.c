@@ -573,7 +573,7 @@ static sm_err sm_cg_shm_phase(sm_comm_grpc *c, const sm_comm_group *g, const sm_
         bad = 1;
         e = SM_OK;
     }
-    if (!e)
+    if (!e && L->li == 0)
         sm_cg_shm_post1(c, g, L, seq, bad);
     if (!e && !bad)
         e = sm_cg_shm_wait(c, g, L, seq, phase, err, errlen);
