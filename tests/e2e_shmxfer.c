@@ -382,6 +382,25 @@ static int locked_segments(pid_t pid, char names[][SM_SHM_NAME_MAX], int max)
     return n;
 }
 
+/* The start of the holder tests on their own cluster h: a client with the
+ * cluster's credential (*c), a first reshard that proves the pair (its
+ * pieces through shared memory), then "src", an iota of shape s (seed)
+ * with P('x') over x=8, uploaded; pids: the workers. Returns the iota. */
+static sm_array *holder_src(harness_cluster *h, sm_client **c, sm_shape s, int seed, pid_t pids[2])
+{
+    char err[512];
+    harness_use_cluster_credential(h);
+    *c = connect_to(h, 0);
+    reshard_case(h, *c, "x=8", NULL, 0, "P('x')", "P()", HARNESS_SHAPE(64, 40), 1);
+    sm_mesh mesh;
+    sm_sharding_ref sh = harness_sharding(&mesh, "x=8", NULL, 0, "P('x')");
+    sm_array *x = harness_array_iota(SM_F32, &s, seed);
+    ck_assert_int_eq(sm_client_put(*c, SM_F32, &s, x->data, &sh, "src", NULL, err, sizeof err),
+                     SM_OK);
+    ck_assert_int_eq(harness_worker_pids(h, pids, 2), 2);
+    return x;
+}
+
 /* A worker killed while its peer pulls pieces from it through shared
  * memory: the reshard fails UNAVAILABLE naming it, the other worker lives
  * on, and the killed worker's staging files leave /dev/shm once the
@@ -389,19 +408,10 @@ static int locked_segments(pid_t pid, char names[][SM_SHM_NAME_MAX], int max)
 START_TEST(shm_reshard_holder_killed)
 {
     harness_cluster *h = harness_cluster_up(2, 4, "e2e_shmxfer");
-    harness_use_cluster_credential(h);
-    sm_client *c = connect_to(h, 0);
-    char err[512];
-    /* the pair proven, pieces through shared memory */
-    reshard_case(h, c, "x=8", NULL, 0, "P('x')", "P()", HARNESS_SHAPE(64, 40), 1);
-    sm_mesh mesh;
-    sm_sharding_ref sh = harness_sharding(&mesh, "x=8", NULL, 0, "P('x')");
-    sm_shape s = HARNESS_SHAPE(2048, 1024);
-    sm_array *x = harness_array_iota(SM_F32, &s, 5);
-    ck_assert_int_eq(sm_client_put(c, SM_F32, &s, x->data, &sh, "src", NULL, err, sizeof err),
-                     SM_OK);
+    sm_client *c = NULL;
     pid_t pids[2];
-    ck_assert_int_eq(harness_worker_pids(h, pids, 2), 2);
+    char err[512];
+    sm_array *x = holder_src(h, &c, HARNESS_SHAPE(2048, 1024), 5, pids);
     char names[16][SM_SHM_NAME_MAX];
     int nnames = locked_segments(pids[1], names, 16);
     ck_assert_int_ge(nnames, 1); /* its staging files of the first reshard */
@@ -455,18 +465,10 @@ START_TEST(shm_reshard_holder_stopped)
     const char *const flags[] = {"--default-deadline-ms", "4000", "--lost-after-ms", "60000", NULL};
     harness_opts o = {.nworkers = 2, .devices_per_worker = 4, .coord_args = flags};
     harness_cluster *h = harness_cluster_up_opts(&o, "e2e_shmxfer");
-    harness_use_cluster_credential(h);
-    sm_client *c = connect_to(h, 0);
-    char err[1024];
-    reshard_case(h, c, "x=8", NULL, 0, "P('x')", "P()", HARNESS_SHAPE(64, 40), 1);
-    sm_mesh mesh;
-    sm_sharding_ref sh = harness_sharding(&mesh, "x=8", NULL, 0, "P('x')");
-    sm_shape s = HARNESS_SHAPE(512, 64);
-    sm_array *x = harness_array_iota(SM_F32, &s, 3);
-    ck_assert_int_eq(sm_client_put(c, SM_F32, &s, x->data, &sh, "src", NULL, err, sizeof err),
-                     SM_OK);
+    sm_client *c = NULL;
     pid_t pids[2];
-    ck_assert_int_eq(harness_worker_pids(h, pids, 2), 2);
+    char err[1024];
+    sm_array *x = holder_src(h, &c, HARNESS_SHAPE(512, 64), 3, pids);
     ck_assert_int_eq(kill(pids[1], SIGSTOP), 0);
     /* the stopped one is the worker whose heartbeats stop (every 500 ms) */
     harness_sleep_ms(1500);
