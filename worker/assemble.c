@@ -71,6 +71,18 @@ done:
     return e;
 }
 
+/* 1 if the request has a piece to pull from a peer or read from a file. */
+static int assemble_waits(const sm_handlers *h, const sm_svc_assemble_req *req)
+{
+    for (int i = 0; i < req->nshards; i++)
+        for (int k = 0; k < req->shards[i].npieces; k++) {
+            const sm_svc_piece *p = &req->shards[i].pieces[k];
+            if (p->src_file > 0 || !piece_is_local(h, p))
+                return 1;
+        }
+    return 0;
+}
+
 /* Fills shard i from its pieces (an sm_tpool_index_fn). */
 static sm_err assemble_one(void *user, int i, char *err, size_t errlen)
 {
@@ -188,6 +200,11 @@ sm_err sm_assemble_run(sm_handlers *h, const sm_svc_assemble_req *req, int64_t *
     int64_t left = sm_rpc_handler_left_ms();
     if (left >= 0)
         job.until_ms = sm_time_mono_ms() + left - (left / 8 < 5000 ? left / 8 : 5000);
+    /* Pulls wait on peers, and the peers' pulls from this worker wait on
+     * calls queued here: as sm_rpc.h asks, the completion queue goes to
+     * another thread now rather than after the server notices. */
+    if (assemble_waits(h, req))
+        sm_rpc_may_block();
 
     if (!shards || !devices) {
         e = sm_fail(err, errlen, SM_ENOMEM, "out of memory assembling array %llu",
