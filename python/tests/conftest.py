@@ -1,15 +1,23 @@
 """pytest hooks of the Python tests: when a test fails, the last lines of
 the logs of the clusters the tests started are printed after the summary
-(the clusters and their temporary directories are gone by then)."""
+(the clusters and their temporary directories are gone by then); a test
+still running after WATCH_S seconds gets the thread stacks of every shmap
+process under this one dumped (gdb, when installed), printed the same way,
+so that a hang shows where it waits."""
 import os
+import shutil
+import subprocess
+import threading
 
 import pytest
 
 LOG_TAIL_LINES = 300
+WATCH_S = float(os.environ.get("SM_TEST_WATCH_S", "40"))
 
 
 def pytest_configure(config):
     config.shmap_cluster_logs = []
+    config.shmap_stack_dumps = []
 
 
 @pytest.fixture(scope="session")
@@ -26,6 +34,61 @@ def cluster_log(request, tmp_path_factory):
     return Logs()
 
 
+def _shmap_descendants():
+    """(pid, name) of the shmap processes descending from this one."""
+    parent, name = {}, {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                st = f.read()
+        except OSError:
+            continue
+        comm = st[st.index("(") + 1:st.rindex(")")]
+        parent[int(d)] = int(st[st.rindex(")") + 2:].split()[1])
+        name[int(d)] = comm
+    out, me = [], os.getpid()
+    for pid in parent:
+        p = parent[pid]
+        while p and p != me and p in parent:
+            p = parent[p]
+        if p == me and name[pid].startswith("shmap-"):
+            out.append((pid, name[pid]))
+    return sorted(out)
+
+
+def _dump_stacks(config, nodeid, path):
+    gdb = shutil.which("gdb")
+    with open(path, "w") as f:
+        f.write(f"{nodeid} still running after {WATCH_S} s: the stacks of its shmap processes\n")
+        for pid, comm in _shmap_descendants():
+            f.write(f"\n=== {comm} (pid {pid})\n")
+            f.flush()
+            if gdb:
+                subprocess.run([gdb, "-p", str(pid), "-batch", "-ex", "thread apply all bt"],
+                               stdout=f, stderr=subprocess.STDOUT, timeout=60, check=False)
+            else:  # at least where each thread waits in the kernel
+                for tid in sorted(os.listdir(f"/proc/{pid}/task"), key=int):
+                    try:
+                        t = f"/proc/{pid}/task/{tid}"
+                        f.write(f"thread {tid} {open(t + '/comm').read().strip()}: "
+                                f"{open(t + '/wchan').read().strip()}\n")
+                    except OSError:
+                        pass
+    config.shmap_stack_dumps.append(path)
+
+
+@pytest.fixture(autouse=True)
+def _stack_watchdog(request, tmp_path_factory):
+    path = os.fspath(tmp_path_factory.getbasetemp() / f"stacks-{request.node.name}.txt")
+    t = threading.Timer(WATCH_S, _dump_stacks, (request.config, request.node.nodeid, path))
+    t.daemon = True
+    t.start()
+    yield
+    t.cancel()
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     stats = terminalreporter.stats
     if not stats.get("failed") and not stats.get("error"):
@@ -40,3 +103,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.section(f"cluster log {path}: last {LOG_TAIL_LINES} of {len(lines)} "
                                  "lines")
         terminalreporter.write("".join(lines[-LOG_TAIL_LINES:]))
+    for path in getattr(config, "shmap_stack_dumps", []):
+        terminalreporter.section(f"stacks {path}")
+        with open(path, errors="replace") as f:
+            terminalreporter.write(f.read())
