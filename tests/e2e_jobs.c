@@ -781,6 +781,15 @@ static void layout_want(const layout_case *lc, const float *x, int flat, float *
     }
 }
 
+/* The axes of a case's mesh as harness_sharding takes them: "i=4 j=2"
+ * becomes "i=4,j=2". */
+static void layout_axes(const char *mesh, char *out, size_t len)
+{
+    snprintf(out, len, "%s", mesh);
+    for (char *q = out; *q; q++)
+        *q = *q == ' ' ? ',' : *q;
+}
+
 /* The data movements on the same meshes: op applied to x: f32[8, 64] @
  * P((every mesh axis), None), the result laid out the same way (each
  * device's block, stacked in mesh order). */
@@ -815,9 +824,7 @@ static void layout_moves(sm_client *c, int nworkers, sm_array *a)
     for (int ci = 0; ci < NMOVE_CASES; ci++) {
         const move_case *mc = &move_cases[ci];
         char text[512], axes[64];
-        snprintf(axes, sizeof axes, "%s", mc->mesh);
-        for (char *q = axes; *q; q++)
-            *q = *q == ' ' ? ',' : *q;
+        layout_axes(mc->mesh, axes, sizeof axes);
         snprintf(text, sizeof text,
                  "mesh %s\nshard_map f(x: f32[8,%d] @ %s) -> %s:\n    return %s\n", mc->mesh,
                  LAYOUT_K, mc->spec, mc->spec, mc->call);
@@ -874,9 +881,7 @@ START_TEST(test_same_bits_every_layout)
         for (int ci = 0; ci < NLAYOUT_CASES; ci++) {
             const layout_case *lc = &layout_cases[ci];
             char text[512], axes[64], spec[64];
-            snprintf(axes, sizeof axes, "%s", lc->mesh);
-            for (char *q = axes; *q; q++)
-                *q = *q == ' ' ? ',' : *q;
+            layout_axes(lc->mesh, axes, sizeof axes);
             snprintf(spec, sizeof spec, "P(%s, None)",
                      lc->naxes == 1   ? "'i'"
                      : lc->naxes == 2 ? "('i', 'j')"
