@@ -23,6 +23,7 @@
 #include "shmap_job.h"
 #include "sm_exec_local.h"
 #include "sm_ir.h"
+#include "sm_svc.h"
 #include "sm_time.h"
 #include "suite_main.h"
 
@@ -717,6 +718,7 @@ static const layout_case layout_cases[] = {
 };
 #define NLAYOUT_CASES ((int)(sizeof layout_cases / sizeof layout_cases[0]))
 #define LAYOUT_K      64
+#define LAYOUT_BIG_K  (262144 + 16) /* a row of 1 MiB and 64 bytes; all_to_all splits it by 8 */
 
 /* Row p of the input: magnitudes from 1e-3 to 1e7, so the order of a sum
  * shows in its last bits. */
@@ -816,8 +818,30 @@ static const move_case move_cases[] = {
 };
 #define NMOVE_CASES ((int)(sizeof move_cases / sizeof move_cases[0]))
 
+/* What the workers of h read from their peers' array memory where it lies
+ * (Stats: collective_in_place_bytes), in all so far. */
+static int64_t in_place_bytes(const harness_cluster *h, sm_client *c)
+{
+    int n = 0;
+    char err[512];
+    int64_t sum = 0;
+    sm_worker_info *w = harness_workers(c, &n);
+    for (int k = 0; k < n; k++) {
+        harness_cluster cred = *h;
+        harness_use_cluster_credential(&cred); /* Stats is the cluster's */
+        sm_rpc_channel *ch = harness_channel(&cred, w[k].address);
+        sm_svc_worker_stats st;
+        ck_assert_msg(sm_svc_worker_stats_get(ch, 10000, &st, err, sizeof err) == SM_OK,
+                      "stats of %s: %s", w[k].address, err);
+        sum += st.collective_in_place_bytes;
+        sm_rpc_channel_free(ch);
+    }
+    free(w);
+    return sum;
+}
+
 /* Runs every move case on the cluster of c (nworkers workers), each against
- * the in-process runner: the same bytes. */
+ * the in-process runner: the same bytes. a: f32[8, K]. */
 static void layout_moves(sm_client *c, int nworkers, sm_array *a)
 {
     char err[1024];
@@ -826,8 +850,8 @@ static void layout_moves(sm_client *c, int nworkers, sm_array *a)
         char text[512], axes[64];
         layout_axes(mc->mesh, axes, sizeof axes);
         snprintf(text, sizeof text,
-                 "mesh %s\nshard_map f(x: f32[8,%d] @ %s) -> %s:\n    return %s\n", mc->mesh,
-                 LAYOUT_K, mc->spec, mc->spec, mc->call);
+                 "mesh %s\nshard_map f(x: f32[8,%lld] @ %s) -> %s:\n    return %s\n", mc->mesh,
+                 (long long)a->shape.dims[1], mc->spec, mc->spec, mc->call);
         sm_program *p = harness_program(text, "moves");
         sm_array *want = NULL;
         ck_assert_msg(sm_exec_local_run(p, &a, &want, NULL, err, sizeof err) == SM_OK, "%s: %s",
@@ -869,9 +893,13 @@ START_TEST(test_same_bits_every_layout)
                   "the inputs do not show the order of a sum");
     sm_array *a;
     char err[1024];
-    sm_shape s = HARNESS_SHAPE(8, LAYOUT_K);
+    sm_shape s = HARNESS_SHAPE(8, LAYOUT_K), sb = HARNESS_SHAPE(8, LAYOUT_BIG_K);
     ck_assert_int_eq(sm_array_create(SM_F32, &s, &a, err, sizeof err), SM_OK);
     memcpy(a->data, x, sizeof x);
+    sm_array *big;
+    ck_assert_int_eq(sm_array_create(SM_F32, &sb, &big, err, sizeof err), SM_OK);
+    for (int64_t i = 0; i < 8 * LAYOUT_BIG_K; i++)
+        ((float *)big->data)[i] = layout_input((int)(i / LAYOUT_BIG_K), (int)(i % 997));
     for (int wi = 0; wi < 3; wi++) {
         harness_opts ho = {.nworkers = nworkers[wi], .devices_per_worker = 8 / nworkers[wi]};
         harness_cluster *h = NULL;
@@ -911,10 +939,21 @@ START_TEST(test_same_bits_every_layout)
             delete_all(c);
         }
         layout_moves(c, nworkers[wi], a);
+        /* inputs of 1 MiB and more per device: in the workers' array memory,
+         * which peers on the host read where it lies (shared memory) */
+        int64_t before = in_place_bytes(h, c);
+        layout_moves(c, nworkers[wi], big);
+        int64_t read = in_place_bytes(h, c) - before;
+        if (shm_transport() && nworkers[wi] > 1)
+            ck_assert_msg(read > 0, "%d workers: no input read in place", nworkers[wi]);
+        else
+            ck_assert_msg(read == 0, "%d worker(s), %s: %lld bytes read in place", nworkers[wi],
+                          shm_transport() ? "shm" : "grpc", (long long)read);
         sm_client_close(c);
         harness_cluster_stop(h);
     }
     sm_array_free(a);
+    sm_array_free(big);
 }
 END_TEST
 

@@ -111,6 +111,7 @@ sm_err sm_comm_grpc_create(const sm_comm_grpc_config *cfg, sm_comm_grpc **out, c
     c->tr = cfg->tr;
     c->tr_user = cfg->tr_user;
     c->shm_pool = cfg->shm_pool;
+    c->shm_views = cfg->shm_views;
     c->pool = cfg->pool;
     int seen[SM_MAX_DEVICES] = {0};
     for (int pos = 0; pos < c->mesh.ndevices; pos++) {

@@ -85,6 +85,7 @@ typedef struct {
 extern const sm_comm_grpc_transport sm_comm_grpc_net;
 
 typedef struct sm_shm_pool sm_shm_pool;
+typedef struct sm_shm_views sm_shm_views;
 
 typedef struct {
     sm_job_id job;
@@ -104,6 +105,10 @@ typedef struct {
     const uint32_t *shm_domain;
     uint64_t shm_key;
     sm_shm_pool *shm_pool; /* borrowed; NULL: a new file per job (worker/shm.h) */
+    /* Where the peers' array memory is mapped (their pools' arenas), kept
+     * between jobs; borrowed; NULL: data movements copy every input a peer
+     * reads into this worker's segment. */
+    sm_shm_views *shm_views;
     /* Where the collectives' scratch comes from, and what the pages of
      * this worker's shared-memory segment are charged to (the worker's
      * memory limit); borrowed; NULL: plain allocation, nothing counted. */

@@ -32,6 +32,7 @@ struct sm_comm_grpc {
     void *tr_user;
     sm_cg_shm *shm; /* NULL: no worker of the job shares memory with this one */
     sm_shm_pool *shm_pool;
+    sm_shm_views *shm_views;
     sm_array_pool *pool; /* borrowed: scratch and shared-memory pages count against it */
 };
 

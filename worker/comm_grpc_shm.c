@@ -22,7 +22,9 @@
  * A collective, on each worker: the local members meet (sm_rendezvous),
  * write what the others need into their slot (phase 1: for all_reduce and
  * reduce_scatter its units' partials of the other workers' parts, for
- * the data movements their inputs), then read their peers' slots where
+ * the data movements their inputs, but for those in the worker's arena,
+ * sm_shm.h, whose offsets they write into the header's descriptor table
+ * instead: peers read those where they lie), then read their peers' slots where
  * they lie (all_reduce: each worker reduces its own part, from the
  * other workers' partials and its own inputs in cache, into its slot and
  * its outputs, phase 2; then copies the others' parts), and wait until every worker is done reading
@@ -57,8 +59,10 @@
 #include "traffic.h"
 
 #define SM_SHM_MAGIC    UINT64_C(0x3176626f6a706d73) /* "smpjobv1" */
-#define SM_SHM_HDR      ((size_t)64 << 10)
+#define SM_SHM_HDR      ((size_t)128 << 10)
 #define SM_SHM_WORDS    4096
+#define SM_SHM_DESC     ((size_t)72 << 10) /* after the words of SM_MAX_DEVICES slots */
+#define SM_SHM_NODESC   UINT64_MAX
 #define SM_SHM_SPAN     ((size_t)2 << 30)
 #define SM_SHM_SLICE_MS 20
 #define SM_SHM_SPIN     4000
@@ -71,6 +75,8 @@ typedef struct {
     uint32_t mapped;  /* peers that opened the segment */
     uint32_t aborted; /* the owner's job aborted; why holds its sentence */
     char why[512];
+    char arena[SM_SHM_NAME_MAX]; /* the owner's array memory (sm_shm_arena), or "" */
+    uint64_t arena_span;
 } sm_cg_shm_hdr;
 
 struct sm_cg_shm {
@@ -94,6 +100,7 @@ struct sm_cg_shm {
     int no_seg, warned, mark_fd; /* mark_fd: the marker, held open (-1: none) */
     unsigned char *peer_off;
     size_t charged;
+    const char **view; /* per worker: its arena mapped here (sm_shm_views), once needed */
 };
 
 static void sm_cg_shm_name(const sm_cg_shm *m, int w, char *name)
@@ -122,6 +129,14 @@ static char *sm_cg_shm_slot(const sm_shm_seg *s, int slot)
     return (char *)s->base + SM_SHM_HDR + (size_t)slot * SM_SHM_SPAN;
 }
 
+/* The input descriptor of the mesh position of index pos on the
+ * segment's worker: where its input of the data movement under way lies
+ * in the worker's arena (SM_SHM_NODESC: in its slot, copied there). */
+static uint64_t *sm_cg_shm_desc(const sm_shm_seg *s, int pos)
+{
+    return (uint64_t *)((char *)s->base + SM_SHM_DESC) + pos;
+}
+
 sm_err sm_cg_shm_create(sm_comm_grpc *c, uint64_t key, char *err, size_t errlen)
 {
     uint32_t dom = c->domain[c->self];
@@ -137,9 +152,11 @@ sm_err sm_cg_shm_create(sm_comm_grpc *c, uint64_t key, char *err, size_t errlen)
         m->held = calloc((size_t)c->mesh.ndevices, sizeof *m->held);
         m->mapped = calloc((size_t)c->mesh.ndevices, sizeof *m->mapped);
         m->peer_off = calloc((size_t)c->nworkers, sizeof *m->peer_off);
+        m->view = calloc((size_t)c->nworkers, sizeof *m->view);
     }
-    if (!m || !m->seg || !m->nslots || !m->held || !m->mapped || !m->peer_off) {
+    if (!m || !m->seg || !m->nslots || !m->held || !m->mapped || !m->peer_off || !m->view) {
         if (m) {
+            free(m->view);
             free(m->peer_off);
             free(m->seg);
             free(m->nslots);
@@ -191,6 +208,11 @@ static sm_err sm_cg_shm_make(sm_comm_grpc *c, char *err, size_t errlen)
         memset(h, 0, SM_SHM_HDR);
     h->key = m->key;
     h->nslots = (uint32_t)m->nslots[c->self];
+    const sm_shm_arena *a = sm_array_pool_arena(c->pool);
+    if (a && c->shm_views) { /* peers read inputs there, where they lie */
+        snprintf(h->arena, sizeof h->arena, "%s", sm_shm_arena_name(a));
+        h->arena_span = sm_shm_arena_span(a);
+    }
     pthread_mutex_lock(&m->amu);
     m->own = h;
     if (m->aborted) { /* before it existed: its peers learn it here */
@@ -231,6 +253,9 @@ void sm_cg_shm_free(sm_comm_grpc *c)
             sm_shm_unlink(name);
         }
     }
+    for (int w = 0; w < c->nworkers; w++)
+        if (m->view[w])
+            sm_shm_view_put(c->shm_views, m->view[w]);
     sm_array_pool_uncharge(c->pool, m->charged);
     if (m->mark_fd >= 0)
         close(m->mark_fd);
@@ -241,6 +266,7 @@ void sm_cg_shm_free(sm_comm_grpc *c)
     free(m->held);
     free(m->mapped);
     free(m->peer_off);
+    free(m->view);
     free(m);
     c->shm = NULL;
 }
@@ -931,12 +957,15 @@ static void sm_cg_shm_move_put(const sm_cg_shm_call *x, char *mine, int64_t inb)
 {
     const sm_comm_group *g = x->g;
     const sm_cg_layout *L = x->L;
+    const sm_shm_arena *a = x->c->shm_views ? sm_array_pool_arena(x->c->pool) : NULL;
     int64_t cb = x->n, total = 0;
+    uint64_t off;
     for (int pass = 0; pass < 2; pass++) {
         int64_t lo = total * L->li / L->nlocal, hi = total * (L->li + 1) / L->nlocal, at = 0;
         for (int m = 0; m < g->size; m++) {
-            if (L->lidx[m] < 0 || (x->kind == SM_CG_PERM && !sm_cg_shm_sends_away(x, m)))
-                continue;
+            if (L->lidx[m] < 0 || (x->kind == SM_CG_PERM && !sm_cg_shm_sends_away(x, m)) ||
+                sm_shm_arena_holds(a, x->s->in[L->lidx[m]], (size_t)inb, &off))
+                continue; /* not read by other workers, or read where it lies */
             const char *in = x->s->in[L->lidx[m]];
             char *slot = mine + L->gidx[m] * inb;
             for (int q = 0; q < (x->kind == SM_CG_A2A ? g->size : 1); q++) {
@@ -953,25 +982,75 @@ static void sm_cg_shm_move_put(const sm_cg_shm_call *x, char *mine, int64_t inb)
     }
 }
 
+/* Worker w's arena mapped here (its segment's header names it), for a
+ * block of need bytes at off in it. */
+static sm_err sm_cg_shm_view(sm_cg_shm_call *x, int w, uint64_t off, size_t need, const char **out)
+{
+    sm_comm_grpc *c = x->c;
+    sm_cg_shm *m = c->shm;
+    pthread_mutex_lock(&m->mu);
+    const sm_cg_shm_hdr *h = m->seg[w].base;
+    const char *base = m->view[w];
+    pthread_mutex_unlock(&m->mu);
+    char name[SM_SHM_NAME_MAX];
+    snprintf(name, sizeof name, "%s", h->arena);
+    size_t span = (size_t)h->arena_span;
+    sm_err e = SM_OK;
+    if (!base && c->shm_views &&
+        !(e = sm_shm_view_get(c->shm_views, name, span, &base, x->err, x->errlen))) {
+        pthread_mutex_lock(&m->mu);
+        if (m->view[w]) { /* another device of this worker mapped it meanwhile */
+            sm_shm_view_put(c->shm_views, base);
+            base = m->view[w];
+        } else {
+            m->view[w] = base;
+        }
+        pthread_mutex_unlock(&m->mu);
+    }
+    if (!e && !base)
+        e = sm_fail(x->err, x->errlen, SM_EDATALOSS, "no view of shared memory here");
+    if (!e && (off > span || need > span - off))
+        e = sm_fail(x->err, x->errlen, SM_EDATALOSS,
+                    "bytes [%llu, +%zu) lie beyond the %zu bytes of its array memory %s",
+                    (unsigned long long)off, need, span, name);
+    if (e)
+        return sm_cg_failf(c, e, x->err, x->errlen,
+                           "collective #%llu of job %llu: cannot read the input of worker %s: %s",
+                           (unsigned long long)x->seq, (unsigned long long)c->job.v, c->addr[w],
+                           x->err);
+    *out = base + off;
+    return SM_OK;
+}
+
 static sm_err sm_cg_shm_move_body(void *arg)
 {
     sm_cg_shm_call *x = arg;
+    sm_comm_grpc *c = x->c;
     const sm_comm_group *g = x->g;
     const sm_cg_layout *L = x->L;
     sm_cg_kind kind = x->kind;
     int64_t cb = x->n;
     int64_t inb = kind == SM_CG_A2A ? (int64_t)g->size * cb : cb; /* per member */
-    int ks = sm_cg_self_order(x->c, L);
+    int ks = sm_cg_self_order(c, L);
+    const sm_shm_arena *a = c->shm_views ? sm_array_pool_arena(c->pool) : NULL;
+    int copied = 0; /* local inputs the other workers read from this worker's slot */
+    uint64_t off;
+    for (int l = 0; l < L->nlocal; l++)
+        copied += !sm_shm_arena_holds(a, x->s->in[l], (size_t)inb, &off);
     char *mine = NULL;
-    sm_err e = sm_cg_shm_xregion(x, ks, (size_t)(L->nlocal * inb), (const char **)&mine);
-    if (!e)
+    sm_err e =
+        sm_cg_shm_xregion(x, ks, copied ? (size_t)(L->nlocal * inb) : 0, (const char **)&mine);
+    if (!e) { /* where the others find the caller's input: in the arena, or the slot */
+        uint64_t *d = sm_cg_shm_desc(&c->shm->seg[c->self], c->pos_local[g->members[g->rank]]);
+        *d = sm_shm_arena_holds(a, x->in, (size_t)inb, &off) ? off : SM_SHM_NODESC;
         sm_cg_shm_move_put(x, mine, inb);
+    }
     e = sm_cg_shm_xphase(x, 1, e);
     for (int q = 0; q < g->size && !e; q++) {
         if (kind == SM_CG_PERM && q != x->from)
             continue;
         char *dst = (char *)x->out + (kind == SM_CG_PERM ? 0 : q * cb);
-        const char *src;
+        const char *src = NULL;
         if (L->lidx[q] >= 0) {
             src = x->s->in[L->lidx[q]];
         } else {
@@ -980,9 +1059,20 @@ static sm_err sm_cg_shm_move_body(void *arg)
                 k++;
             for (int y = 0; y < g->size; y++)
                 nk += L->worker[y] == L->worker[q];
-            if ((e = sm_cg_shm_xregion(x, k, (size_t)(nk * inb), &src)))
+            const sm_shm_seg *sq;
+            if ((e = sm_cg_shm_seg(c, L->worker[q], x->seq, &sq, x->err, x->errlen)))
                 break;
-            src += L->gidx[q] * inb;
+            uint64_t at =
+                __atomic_load_n(sm_cg_shm_desc(sq, c->pos_local[g->members[q]]), __ATOMIC_RELAXED);
+            if (at != SM_SHM_NODESC) { /* its input, where it lies */
+                if ((e = sm_cg_shm_view(x, L->worker[q], at, (size_t)inb, &src)))
+                    break;
+                sm_traffic_add(SM_TRAFFIC_SHM_DIRECT_IN, cb);
+            } else {
+                if ((e = sm_cg_shm_xregion(x, k, (size_t)(nk * inb), &src)))
+                    break;
+                src += L->gidx[q] * inb;
+            }
             sm_traffic_add(SM_TRAFFIC_SHM_IN, cb);
         }
         if (kind == SM_CG_A2A)

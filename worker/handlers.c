@@ -521,6 +521,7 @@ static sm_err h_stats(void *user, sm_svc_worker_stats *out, char *err, size_t er
     out->shm_transfer_bytes = (int64_t)(t[SM_TRAFFIC_SHM_PUT_IN] + t[SM_TRAFFIC_SHM_GET_OUT]);
     out->peer_shm_bytes = (int64_t)t[SM_TRAFFIC_SHM_PEER_IN];
     out->peer_grpc_bytes = (int64_t)t[SM_TRAFFIC_PEER_IN];
+    out->collective_in_place_bytes = (int64_t)t[SM_TRAFFIC_SHM_DIRECT_IN];
     return SM_OK;
 }
 

@@ -45,6 +45,7 @@ struct sm_jobs {
     time_t swept;               /* when sm_jobs_sweep_locked last ran */
     sm_tpool *pool;             /* device threads, kept between jobs */
     sm_shm_pool *shm_pool;      /* shared-memory files, kept between jobs */
+    sm_shm_views *shm_views;    /* the peers' array memory, mapped between jobs */
     sm_mailbox_budget *pending; /* SM_JOBS_PENDING_TOTAL for the jobs not started */
 };
 
@@ -57,9 +58,14 @@ sm_err sm_jobs_create(const sm_jobs_config *cfg, sm_jobs **out, char *err, size_
     sm_err e = sm_tpool_create(SM_JOBS_IDLE_THREADS, &j->pool, err, errlen);
     if (!e && (e = sm_shm_pool_create(&j->shm_pool, err, errlen)))
         sm_tpool_free(j->pool);
+    if (!e && (e = sm_shm_views_create(&j->shm_views, err, errlen))) {
+        sm_tpool_free(j->pool);
+        sm_shm_pool_free(j->shm_pool);
+    }
     if (!e && (e = sm_mailbox_budget_create(SM_JOBS_PENDING_TOTAL, &j->pending, err, errlen))) {
         sm_tpool_free(j->pool);
         sm_shm_pool_free(j->shm_pool);
+        sm_shm_views_free(j->shm_views);
     }
     if (e) {
         free(j);
@@ -93,6 +99,7 @@ void sm_jobs_free(sm_jobs *j)
     sm_htab_free(&j->index);
     sm_tpool_free(j->pool);
     sm_shm_pool_free(j->shm_pool);
+    sm_shm_views_free(j->shm_views);
     sm_mailbox_budget_free(j->pending);
     pthread_mutex_destroy(&j->mu);
     free(j);
@@ -613,6 +620,7 @@ static sm_err sm_jobs_run(void *user, sm_svc_run_job_req *req, int64_t *output_b
                               .shm_domain = domain,
                               .shm_key = req->shm_key,
                               .shm_pool = j->shm_pool,
+                              .shm_views = j->shm_views,
                               .pool = sm_store_pool(j->store)};
     cc.deadline = sm_time_after_ms(CLOCK_MONOTONIC, ms);
     sm_comm_grpc *comm;
@@ -691,9 +699,11 @@ done:
     free(local);
     sm_program_free(p);
     req->program = NULL;
-    if (e && req->shm_key)
-        sm_shm_sweep(
-            SM_SHM_SWEEP_AGE_S); /* a peer that died in a collective may have left its segment */
+    if (e && req->shm_key) { /* a peer that died in a collective may have left its segment,
+                              * and its array memory mapped here */
+        sm_shm_sweep(SM_SHM_SWEEP_AGE_S);
+        sm_shm_views_prune(j->shm_views);
+    }
     if (e)
         SM_DEBUG("job %llu failed: %s", id, err);
     else

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "agent.h"
@@ -320,8 +321,28 @@ static sm_err worker_metrics(void *user, sm_strbuf *b)
         "shmap_worker_collective_bytes_total{transport=\"shm\",direction=\"received\"} %llu\n",
         (unsigned long long)t[SM_TRAFFIC_COLL_OUT], (unsigned long long)t[SM_TRAFFIC_COLL_IN],
         (unsigned long long)t[SM_TRAFFIC_SHM_IN]);
+    sm_metrics_help(b, "shmap_worker_collective_in_place_bytes_total", "counter",
+                    "Of the collective bytes received through shared memory, those read from "
+                    "the peers' array memory where it lies (data movements of inputs of 1 MiB "
+                    "and more), with no copy into the peers' segments first.");
+    sm_strbuf_printf(b, "shmap_worker_collective_in_place_bytes_total %llu\n",
+                     (unsigned long long)t[SM_TRAFFIC_SHM_DIRECT_IN]);
     sm_metrics_rpc(src->server, b);
     return b->oom ? SM_ENOMEM : SM_OK;
+}
+
+/* The span of this worker's arena: twice what /dev/shm holds (sparse: only
+ * blocks in use have pages; the slack keeps released ranges from crowding
+ * the address space), at least 1 GiB, at most 4 TiB; 0 if /dev/shm cannot
+ * be read. */
+static size_t worker_arena_span(void)
+{
+    struct statvfs v;
+    if (statvfs("/dev/shm", &v))
+        return 0;
+    uint64_t total = (uint64_t)v.f_frsize * v.f_blocks * 2, gib = (uint64_t)1 << 30;
+    total = (total + gib - 1) & ~(gib - 1);
+    return (size_t)(total < gib ? gib : total > (gib << 12) ? gib << 12 : total);
 }
 
 int main(int argc, char **argv)
@@ -428,6 +449,17 @@ int main(int argc, char **argv)
         goto fail;
     sm_array_pool_cache_set(arrays, cache, SM_WORKER_CACHE_IDLE_MS);
     sm_array_pool_limit_set(arrays, (size_t)limit);
+    if (strcmp(transport, "grpc")) { /* peers on this host read collective inputs in place */
+        sm_shm_arena *arena = NULL;
+        size_t span = worker_arena_span();
+        char why[256] = "/dev/shm cannot be read";
+        if (span && !sm_shm_arena_create(span, &arena, why, sizeof why))
+            sm_array_pool_arena_set(arrays, arena);
+        else
+            SM_INFO("array memory stays private (%s): data movements with workers on this host "
+                    "copy their inputs into shared memory first",
+                    why);
+    }
     if (limit)
         SM_INFO("shard and job memory limited to %llu MiB (--memory-limit-mb); freed blocks "
                 "kept for reuse up to %zu MiB (--buffer-cache-mb)",

@@ -24,6 +24,7 @@
  * and whichever drops the last frees the pool, so arrays may outlive it. */
 #define _GNU_SOURCE
 #include "sm_array.h"
+#include "sm_shm.h"
 #include "sm_time.h"
 
 #include <pthread.h>
@@ -62,9 +63,10 @@ struct sm_array_pool {
     int64_t idle_ms;
     ent *head, *tail;
     int64_t hits, misses;
-    size_t limit, live; /* the memory limit (0: none); array data allocated */
-    size_t other;       /* of live: sm_array_pool_charge's */
-    int64_t refs;       /* the owner's (until sm_array_pool_free) + one per block in use */
+    size_t limit, live;  /* the memory limit (0: none); array data allocated */
+    size_t other;        /* of live: sm_array_pool_charge's */
+    int64_t refs;        /* the owner's (until sm_array_pool_free) + one per block in use */
+    sm_shm_arena *arena; /* where mapped blocks come from first (NULL: anonymous memory) */
 };
 
 sm_err sm_array_pool_create(sm_array_pool **out, char *err, size_t errlen)
@@ -85,6 +87,7 @@ sm_err sm_array_pool_create(sm_array_pool **out, char *err, size_t errlen)
 static void pool_unref(sm_array_pool *pool)
 {
     if (__atomic_sub_fetch(&pool->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+        sm_shm_arena_free(pool->arena);
         pthread_mutex_destroy(&pool->mu);
         free(pool);
     }
@@ -130,12 +133,22 @@ static ent *evict_locked(sm_array_pool *pool, size_t keep, int64_t now)
     return out;
 }
 
-static void unmap_all(ent *e)
+/* Gives the mapped block p of length len back to the system. */
+static void unmap_block(sm_array_pool *pool, void *p, size_t len)
+{
+    uint64_t off;
+    SM_UNPOISON(p, len);
+    if (pool && sm_shm_arena_holds(pool->arena, p, len, &off))
+        sm_shm_arena_release(pool->arena, p, len);
+    else
+        munmap(p, len);
+}
+
+static void unmap_all(sm_array_pool *pool, ent *e)
 {
     while (e) {
         ent *n = e->next;
-        SM_UNPOISON(e->p, e->len);
-        munmap(e->p, e->len);
+        unmap_block(pool, e->p, e->len);
         free(e);
         e = n;
     }
@@ -149,8 +162,19 @@ void sm_array_pool_free(sm_array_pool *pool)
     pool->max_bytes = 0; /* blocks freed from now on are not kept */
     ent *v = evict_locked(pool, 0, sm_time_mono_ms());
     pthread_mutex_unlock(&pool->mu);
-    unmap_all(v);
+    sm_shm_arena_unlink(pool->arena); /* no name left behind; blocks in use stay valid */
+    unmap_all(pool, v);
     pool_unref(pool);
+}
+
+void sm_array_pool_arena_set(sm_array_pool *pool, sm_shm_arena *arena)
+{
+    pool->arena = arena;
+}
+
+sm_shm_arena *sm_array_pool_arena(const sm_array_pool *pool)
+{
+    return pool ? pool->arena : NULL;
 }
 
 void sm_array_pool_cache_set(sm_array_pool *pool, size_t max_bytes, int idle_ms)
@@ -162,7 +186,7 @@ void sm_array_pool_cache_set(sm_array_pool *pool, size_t max_bytes, int idle_ms)
     pool->idle_ms = idle_ms < 0 ? 0 : idle_ms;
     ent *v = evict_locked(pool, max_bytes, sm_time_mono_ms());
     pthread_mutex_unlock(&pool->mu);
-    unmap_all(v);
+    unmap_all(pool, v);
 }
 
 void sm_array_pool_limit_set(sm_array_pool *pool, size_t bytes)
@@ -193,7 +217,7 @@ static int charge(sm_array_pool *pool, size_t n)
         v = evict_locked(pool, limit - live, sm_time_mono_ms());
         pthread_mutex_unlock(&pool->mu);
     }
-    unmap_all(v);
+    unmap_all(pool, v);
     if (!ok)
         __atomic_sub_fetch(&pool->live, n, __ATOMIC_RELAXED);
     return ok;
@@ -212,7 +236,7 @@ void sm_array_pool_trim(sm_array_pool *pool)
     pthread_mutex_lock(&pool->mu);
     ent *v = evict_locked(pool, pool->max_bytes, sm_time_mono_ms());
     pthread_mutex_unlock(&pool->mu);
-    unmap_all(v);
+    unmap_all(pool, v);
 }
 
 void sm_array_pool_stats(sm_array_pool *pool, sm_array_pool_info *out)
@@ -278,11 +302,9 @@ static void cache_put(sm_array_pool *pool, void *p, size_t len)
         pthread_mutex_unlock(&pool->mu);
     }
     free(e);
-    unmap_all(v);
-    if (p) {
-        SM_UNPOISON(p, len);
-        munmap(p, len);
-    }
+    unmap_all(pool, v);
+    if (p)
+        unmap_block(pool, p, len);
 }
 
 static size_t padded_len(size_t n)
@@ -310,7 +332,9 @@ static void *alloc_mapped(sm_array_pool *pool, size_t n, size_t padded, int zero
     }
     if (!charge(pool, len))
         return NULL;
-    p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    p = pool && pool->arena ? sm_shm_arena_take(pool->arena, len) : NULL;
+    if (!p) /* no arena, or no room in it: private memory */
+        p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
         uncharge(pool, len);
         return NULL;

@@ -321,8 +321,9 @@ void sm_shm_pool_free(sm_shm_pool *p)
     free(p);
 }
 
-/* A new pool file of len bytes, locked before it has a name (mu held). */
-static sm_err sm_shm_pool_new(sm_shm_pool_file *f, size_t len, char *err, size_t errlen)
+/* A new file "/shmap-<random>-fff" of len bytes (sparse), locked before it
+ * has a name, mapped into s. */
+static sm_err sm_shm_file_new(size_t len, sm_shm_seg *s, char *err, size_t errlen)
 {
     char name[SM_SHM_NAME_MAX], path[SM_SHM_NAME_MAX + 16], proc[64];
     snprintf(name, sizeof name, "/shmap-%016llx-fff", (unsigned long long)sm_shm_random());
@@ -339,10 +340,16 @@ static sm_err sm_shm_pool_new(sm_shm_pool_file *f, size_t len, char *err, size_t
         return sm_fail(err, errlen, SM_EIO, "cannot make shared-memory file %s: %s", name,
                        strerror(en));
     }
-    sm_err e = sm_shm_seg_map(fd, name, len, &f->seg, err, errlen); /* closes fd on failure */
+    sm_err e = sm_shm_seg_map(fd, name, len, s, err, errlen); /* closes fd on failure */
     if (e)
         shm_unlink(name);
     return e;
+}
+
+/* A new pool file of len bytes (mu held). */
+static sm_err sm_shm_pool_new(sm_shm_pool_file *f, size_t len, char *err, size_t errlen)
+{
+    return sm_shm_file_new(len, &f->seg, err, errlen);
 }
 
 sm_err sm_shm_pool_take(sm_shm_pool *p, size_t len, sm_shm_seg *out, char *err, size_t errlen)
@@ -442,6 +449,296 @@ void sm_shm_pool_give(sm_shm_pool *p, sm_shm_seg *s)
     pthread_mutex_unlock(&p->mu);
     s->base = NULL; /* the pool's */
     s->fd = -1;
+}
+
+/* ---- arenas -------------------------------------------------------------------- */
+
+typedef struct {
+    size_t off, len;
+} sm_shm_range;
+
+struct sm_shm_arena {
+    pthread_mutex_t mu;
+    sm_shm_seg seg;
+    size_t top;         /* never taken from here up */
+    sm_shm_range *free; /* released ranges below top, by offset, none adjacent */
+    int nfree, cap;
+};
+
+sm_err sm_shm_arena_create(size_t span, sm_shm_arena **out, char *err, size_t errlen)
+{
+    sm_shm_arena *a = calloc(1, sizeof *a);
+    *out = NULL;
+    if (!a)
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a shared-memory arena");
+    sm_err e = sm_shm_file_new(span, &a->seg, err, errlen);
+    if (e) {
+        free(a);
+        return e;
+    }
+    pthread_mutex_init(&a->mu, NULL);
+    *out = a;
+    return SM_OK;
+}
+
+void sm_shm_arena_unlink(sm_shm_arena *a)
+{
+    if (!a)
+        return;
+    pthread_mutex_lock(&a->mu);
+    if (a->seg.name[0])
+        shm_unlink(a->seg.name);
+    a->seg.name[0] = 0;
+    pthread_mutex_unlock(&a->mu);
+}
+
+void sm_shm_arena_free(sm_shm_arena *a)
+{
+    if (!a)
+        return;
+    sm_shm_arena_unlink(a);
+    sm_shm_seg_close(&a->seg);
+    pthread_mutex_destroy(&a->mu);
+    free(a->free);
+    free(a);
+}
+
+const char *sm_shm_arena_name(const sm_shm_arena *a)
+{
+    return a->seg.name;
+}
+
+size_t sm_shm_arena_span(const sm_shm_arena *a)
+{
+    return a->seg.len;
+}
+
+/* Puts [off, off + len) back among the free ranges, merged with its
+ * neighbours (mu held); 0 if there was no memory to record it (the range
+ * is then lost to the arena, not to the system). */
+static int sm_shm_arena_put_locked(sm_shm_arena *a, size_t off, size_t len)
+{
+    int i = 0;
+    while (i < a->nfree && a->free[i].off < off)
+        i++;
+    int left = i > 0 && a->free[i - 1].off + a->free[i - 1].len == off;
+    int right = i < a->nfree && off + len == a->free[i].off;
+    if (left && right) {
+        a->free[i - 1].len += len + a->free[i].len;
+        memmove(&a->free[i], &a->free[i + 1], (size_t)(a->nfree - i - 1) * sizeof *a->free);
+        a->nfree--;
+    } else if (left) {
+        a->free[i - 1].len += len;
+    } else if (right) {
+        a->free[i].off = off;
+        a->free[i].len += len;
+    } else {
+        if (a->nfree == a->cap) {
+            int cap = a->cap ? a->cap * 2 : 16;
+            sm_shm_range *r = realloc(a->free, (size_t)cap * sizeof *r);
+            if (!r)
+                return 0;
+            a->free = r;
+            a->cap = cap;
+        }
+        memmove(&a->free[i + 1], &a->free[i], (size_t)(a->nfree - i) * sizeof *a->free);
+        a->free[i] = (sm_shm_range){off, len};
+        a->nfree++;
+    }
+    if (a->nfree && a->free[a->nfree - 1].off + a->free[a->nfree - 1].len == a->top) {
+        a->top = a->free[a->nfree - 1].off; /* the last range: back under top */
+        a->nfree--;
+    }
+    return 1;
+}
+
+void *sm_shm_arena_take(sm_shm_arena *a, size_t len)
+{
+    size_t off = SIZE_MAX;
+    pthread_mutex_lock(&a->mu);
+    for (int i = 0; i < a->nfree; i++) /* first fit */
+        if (a->free[i].len >= len) {
+            off = a->free[i].off;
+            a->free[i].off += len;
+            a->free[i].len -= len;
+            if (!a->free[i].len) {
+                memmove(&a->free[i], &a->free[i + 1], (size_t)(a->nfree - i - 1) * sizeof *a->free);
+                a->nfree--;
+            }
+            break;
+        }
+    if (off == SIZE_MAX && len <= a->seg.len - a->top) {
+        off = a->top;
+        a->top += len;
+    }
+    pthread_mutex_unlock(&a->mu);
+    if (off == SIZE_MAX)
+        return NULL;
+    int rc;
+    while ((rc = fallocate(a->seg.fd, 0, (off_t)off, (off_t)len)) && errno == EINTR)
+        ;
+    if (rc) { /* no room in /dev/shm: the range goes back, the caller does without */
+        (void)fallocate(a->seg.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off,
+                        (off_t)len);
+        pthread_mutex_lock(&a->mu);
+        (void)sm_shm_arena_put_locked(a, off, len);
+        pthread_mutex_unlock(&a->mu);
+        return NULL;
+    }
+    return (char *)a->seg.base + off;
+}
+
+void sm_shm_arena_release(sm_shm_arena *a, void *p, size_t len)
+{
+    size_t off = (size_t)((char *)p - (char *)a->seg.base);
+    (void)fallocate(a->seg.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)len);
+    pthread_mutex_lock(&a->mu);
+    (void)sm_shm_arena_put_locked(a, off, len);
+    pthread_mutex_unlock(&a->mu);
+}
+
+int sm_shm_arena_holds(const sm_shm_arena *a, const void *p, size_t n, uint64_t *off)
+{
+    if (!a)
+        return 0;
+    uintptr_t b = (uintptr_t)a->seg.base, q = (uintptr_t)p;
+    if (q < b || q - b > a->seg.len || n > a->seg.len - (q - b))
+        return 0;
+    *off = (uint64_t)(q - b);
+    return 1;
+}
+
+/* ---- views of other processes' arenas ------------------------------------------ */
+
+#define SM_SHM_VIEWS_MAX 64
+
+typedef struct {
+    char name[SM_SHM_NAME_MAX];
+    char *base;
+    size_t span;
+    dev_t dev;
+    ino_t ino;
+    int refs;
+} sm_shm_view;
+
+struct sm_shm_views {
+    pthread_mutex_t mu;
+    sm_shm_view v[SM_SHM_VIEWS_MAX];
+    int n;
+};
+
+sm_err sm_shm_views_create(sm_shm_views **out, char *err, size_t errlen)
+{
+    sm_shm_views *v = calloc(1, sizeof *v);
+    *out = v;
+    if (!v)
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory for shared-memory views");
+    pthread_mutex_init(&v->mu, NULL);
+    return SM_OK;
+}
+
+void sm_shm_views_free(sm_shm_views *v)
+{
+    if (!v)
+        return;
+    for (int i = 0; i < v->n; i++)
+        munmap(v->v[i].base, v->v[i].span);
+    pthread_mutex_destroy(&v->mu);
+    free(v);
+}
+
+/* Drops view i (unused; mu held). */
+static void sm_shm_view_drop_locked(sm_shm_views *v, int i)
+{
+    munmap(v->v[i].base, v->v[i].span);
+    v->v[i] = v->v[--v->n];
+}
+
+/* 1 if the file of view w is gone or another file has its name. */
+static int sm_shm_view_stale(const sm_shm_view *w)
+{
+    int fd = shm_open(w->name, O_RDONLY | O_CLOEXEC, 0);
+    struct stat st;
+    int stale = fd < 0 || fstat(fd, &st) || st.st_dev != w->dev || st.st_ino != w->ino;
+    if (fd >= 0)
+        close(fd);
+    return stale;
+}
+
+static void sm_shm_views_prune_locked(sm_shm_views *v)
+{
+    for (int i = v->n - 1; i >= 0; i--)
+        if (!v->v[i].refs && sm_shm_view_stale(&v->v[i]))
+            sm_shm_view_drop_locked(v, i);
+}
+
+void sm_shm_views_prune(sm_shm_views *v)
+{
+    pthread_mutex_lock(&v->mu);
+    sm_shm_views_prune_locked(v);
+    pthread_mutex_unlock(&v->mu);
+}
+
+sm_err sm_shm_view_get(sm_shm_views *v, const char *name, size_t span, const char **base, char *err,
+                       size_t errlen)
+{
+    *base = NULL;
+    if (!sm_shm_name_ok(name, 0))
+        return sm_fail(err, errlen, SM_EINVAL, "'%s' is not the name of a shmap segment", name);
+    sm_err e = SM_OK;
+    pthread_mutex_lock(&v->mu);
+    for (int i = 0; i < v->n; i++)
+        if (!strcmp(v->v[i].name, name) && v->v[i].span == span) {
+            v->v[i].refs++;
+            *base = v->v[i].base;
+            pthread_mutex_unlock(&v->mu);
+            return SM_OK;
+        }
+    sm_shm_views_prune_locked(v); /* a miss: a peer is new, maybe one died */
+    for (int i = v->n - 1; v->n == SM_SHM_VIEWS_MAX && i >= 0; i--)
+        if (!v->v[i].refs)
+            sm_shm_view_drop_locked(v, i);
+    int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+    struct stat st;
+    void *p = MAP_FAILED;
+    if (v->n == SM_SHM_VIEWS_MAX)
+        e = sm_fail(err, errlen, SM_ERESOURCE, "%d shared-memory views in use at once",
+                    SM_SHM_VIEWS_MAX);
+    else if (fd < 0)
+        e = sm_fail(err, errlen, errno == ENOENT ? SM_ENOTFOUND : SM_EIO,
+                    "cannot open shared-memory file %s: %s", name, strerror(errno));
+    else if (fstat(fd, &st) || st.st_size < (off_t)span)
+        e = sm_fail(err, errlen, SM_EDATALOSS,
+                    "shared-memory file %s holds %lld bytes, expected %zu", name,
+                    (long long)st.st_size, span);
+    else if ((p = mmap(NULL, span, PROT_READ, MAP_SHARED | MAP_NORESERVE, fd, 0)) == MAP_FAILED)
+        e = sm_fail(err, errlen, SM_ENOMEM, "cannot map shared-memory file %s (%zu bytes): %s",
+                    name, span, strerror(errno));
+    if (fd >= 0)
+        close(fd); /* the mapping keeps the file; no lock: the sweep may remove its name */
+    if (!e) {
+        sm_shm_view *w = &v->v[v->n++];
+        snprintf(w->name, sizeof w->name, "%s", name);
+        w->base = p;
+        w->span = span;
+        w->dev = st.st_dev;
+        w->ino = st.st_ino;
+        w->refs = 1;
+        *base = p;
+    }
+    pthread_mutex_unlock(&v->mu);
+    return e;
+}
+
+void sm_shm_view_put(sm_shm_views *v, const char *base)
+{
+    pthread_mutex_lock(&v->mu);
+    for (int i = 0; i < v->n; i++)
+        if (v->v[i].base == base) {
+            v->v[i].refs--;
+            break;
+        }
+    pthread_mutex_unlock(&v->mu);
 }
 
 /* ---- guard against truncation -------------------------------------------------- */

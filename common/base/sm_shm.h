@@ -112,6 +112,51 @@ void sm_shm_pool_give(sm_shm_pool *p, sm_shm_seg *s);
  * job's, if any). */
 void sm_shm_pool_file_name(sm_shm_pool *p, const sm_shm_seg *s, char *name);
 
+/* A process's array memory in one shared-memory file, so that other
+ * processes of the host read its blocks where they lie (a worker's
+ * collective inputs, comm_grpc_shm.c). The file is "/shmap-<random>-fff"
+ * like a pool file (locked before it has a name, so the sweep leaves it
+ * alone while its process lives and removes it after), sparse, span
+ * bytes, mapped whole. A block is a range of it whose pages are allocated
+ * (fallocate) when it is taken, so writing it cannot fault, and given back
+ * to the system (a hole punched) when it is released. Thread-safe. */
+typedef struct sm_shm_arena sm_shm_arena;
+sm_err sm_shm_arena_create(size_t span, sm_shm_arena **out, char *err, size_t errlen);
+/* Unlinks its name (blocks in use stay valid; no other process can map
+ * it from now on). NULL ok. */
+void sm_shm_arena_unlink(sm_shm_arena *a);
+/* Unlinks and unmaps it: no block may be in use. NULL ok. */
+void sm_shm_arena_free(sm_shm_arena *a);
+const char *sm_shm_arena_name(const sm_shm_arena *a);
+size_t sm_shm_arena_span(const sm_shm_arena *a);
+/* A block of len bytes (a multiple of 4096), its pages allocated and
+ * reading as zeros; NULL if the span or /dev/shm has no room for it. */
+void *sm_shm_arena_take(sm_shm_arena *a, size_t len);
+/* Gives the block p of len bytes (as taken) back to the system. */
+void sm_shm_arena_release(sm_shm_arena *a, void *p, size_t len);
+/* 1 if [p, p + n) lies in the arena (NULL: none), with *off its offset
+ * in the file; else 0. */
+int sm_shm_arena_holds(const sm_shm_arena *a, const void *p, size_t n, uint64_t *off);
+
+/* Views of other processes' arenas, mapped read-only and kept between
+ * uses (mapping pages in again costs more than reading them). A view
+ * holds no lock, so the sweep removes the file of an arena whose process
+ * died; the view, which keeps its pages, is dropped at the next miss or
+ * sm_shm_views_prune once nobody uses it. Thread-safe. */
+typedef struct sm_shm_views sm_shm_views;
+sm_err sm_shm_views_create(sm_shm_views **out, char *err, size_t errlen);
+/* Unmaps every view: none may be in use. NULL ok. */
+void sm_shm_views_free(sm_shm_views *v);
+/* The arena file name (span bytes) mapped read-only at *base, with a
+ * reference the caller drops with sm_shm_view_put. SM_EINVAL for a name
+ * that is not a segment's, SM_ENOTFOUND if there is none, SM_EDATALOSS if
+ * it holds fewer than span bytes. */
+sm_err sm_shm_view_get(sm_shm_views *v, const char *name, size_t span, const char **base, char *err,
+                       size_t errlen);
+void sm_shm_view_put(sm_shm_views *v, const char *base);
+/* Drops the unused views whose file is gone or replaced. */
+void sm_shm_views_prune(sm_shm_views *v);
+
 /* Runs fn(arg) and returns what it returns; if it touches a page of a
  * shared-memory segment that another process truncated under it (SIGBUS),
  * it is cut short there instead: returns SM_EDATALOSS with *faulted = 1.

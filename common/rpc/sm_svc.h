@@ -525,9 +525,10 @@ typedef struct {
     int32_t devices[SM_MAX_WORKER_DEVICES];
     int64_t device_bytes[SM_MAX_WORKER_DEVICES];
     int64_t shards;
-    int64_t shm_transfer_bytes; /* moved through segments (clients', peers' staging) */
-    int64_t peer_shm_bytes;     /* reshard pieces pulled from peers through shared memory */
-    int64_t peer_grpc_bytes;    /* ... and over GetShard streams */
+    int64_t shm_transfer_bytes;        /* moved through segments (clients', peers' staging) */
+    int64_t peer_shm_bytes;            /* reshard pieces pulled from peers through shared memory */
+    int64_t peer_grpc_bytes;           /* ... and over GetShard streams */
+    int64_t collective_in_place_bytes; /* read from peers' array memory where it lies */
 } sm_svc_worker_stats;
 
 /* What a worker holds of one array on one device (Worker.ShardInfo). */

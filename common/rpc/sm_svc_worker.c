@@ -286,6 +286,7 @@ static sm_err stats(SM_SVC_UNARY_ARGS)
     rep->shm_transfer_bytes = out->shm_transfer_bytes;
     rep->peer_shm_bytes = out->peer_shm_bytes;
     rep->peer_grpc_bytes = out->peer_grpc_bytes;
+    rep->collective_in_place_bytes = out->collective_in_place_bytes;
     return SM_OK;
 }
 
@@ -487,6 +488,7 @@ static sm_err stats_dec(const ProtobufCMessage *m, void *o, char *err, size_t er
     out->shm_transfer_bytes = r->shm_transfer_bytes;
     out->peer_shm_bytes = r->peer_shm_bytes;
     out->peer_grpc_bytes = r->peer_grpc_bytes;
+    out->collective_in_place_bytes = r->collective_in_place_bytes;
     return SM_OK;
 }
 
