@@ -23,7 +23,7 @@
 #include "shmap_job.h"
 #include "sm_exec_local.h"
 #include "sm_ir.h"
-#include "sm_svc.h"
+#include "harness_svc.h"
 #include "sm_time.h"
 #include "suite_main.h"
 
@@ -818,28 +818,6 @@ static const move_case move_cases[] = {
 };
 #define NMOVE_CASES ((int)(sizeof move_cases / sizeof move_cases[0]))
 
-/* What the workers of h read from their peers' array memory where it lies
- * (Stats: collective_in_place_bytes), in all so far. */
-static int64_t in_place_bytes(const harness_cluster *h, sm_client *c)
-{
-    int n = 0;
-    char err[512];
-    int64_t sum = 0;
-    sm_worker_info *w = harness_workers(c, &n);
-    for (int k = 0; k < n; k++) {
-        harness_cluster cred = *h;
-        harness_use_cluster_credential(&cred); /* Stats is the cluster's */
-        sm_rpc_channel *ch = harness_channel(&cred, w[k].address);
-        sm_svc_worker_stats st;
-        ck_assert_msg(sm_svc_worker_stats_get(ch, 10000, &st, err, sizeof err) == SM_OK,
-                      "stats of %s: %s", w[k].address, err);
-        sum += st.collective_in_place_bytes;
-        sm_rpc_channel_free(ch);
-    }
-    free(w);
-    return sum;
-}
-
 /* Runs every move case on the cluster of c (nworkers workers), each against
  * the in-process runner: the same bytes. a: f32[8, K]. */
 static void layout_moves(sm_client *c, int nworkers, sm_array *a)
@@ -941,9 +919,9 @@ START_TEST(test_same_bits_every_layout)
         layout_moves(c, nworkers[wi], a);
         /* inputs of 1 MiB and more per device: in the workers' array memory,
          * which peers on the host read where it lies (shared memory) */
-        int64_t before = in_place_bytes(h, c);
+        int64_t before = harness_svc_worker_stats(h, c).collective_in_place_bytes;
         layout_moves(c, nworkers[wi], big);
-        int64_t read = in_place_bytes(h, c) - before;
+        int64_t read = harness_svc_worker_stats(h, c).collective_in_place_bytes - before;
         if (shm_transport() && nworkers[wi] > 1)
             ck_assert_msg(read > 0, "%d workers: no input read in place", nworkers[wi]);
         else

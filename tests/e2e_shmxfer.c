@@ -34,6 +34,7 @@
 
 #include "client_internal.h"
 #include "harness.h"
+#include "harness_svc.h"
 #include "sm_shm.h"
 #include "sm_time.h"
 #include "suite_main.h"
@@ -81,24 +82,8 @@ typedef struct {
 
 static moved_bytes worker_moved(const harness_cluster *h, sm_client *c)
 {
-    int n = 0;
-    char err[512];
-    moved_bytes m = {0, 0, 0};
-    sm_worker_info *w = harness_workers(c, &n);
-    for (int k = 0; k < n; k++) {
-        harness_cluster cred = *h;
-        harness_use_cluster_credential(&cred); /* Stats is the cluster's */
-        sm_rpc_channel *ch = harness_channel(&cred, w[k].address);
-        sm_svc_worker_stats st;
-        sm_err e = sm_svc_worker_stats_get(ch, 10000, &st, err, sizeof err);
-        ck_assert_msg(e == SM_OK, "stats of %s: %s", w[k].address, err);
-        m.shm += st.shm_transfer_bytes;
-        m.peer_shm += st.peer_shm_bytes;
-        m.peer_grpc += st.peer_grpc_bytes;
-        sm_rpc_channel_free(ch);
-    }
-    free(w);
-    return m;
+    sm_svc_worker_stats st = harness_svc_worker_stats(h, c);
+    return (moved_bytes){st.shm_transfer_bytes, st.peer_shm_bytes, st.peer_grpc_bytes};
 }
 
 /* Bytes the cluster's workers moved through shared-memory segments so far. */

@@ -28,6 +28,30 @@ sm_rpc_channel *harness_svc_channel(const harness_cluster *h)
     return harness_svc_dial(h->target, h->token[0] ? h->token : NULL);
 }
 
+sm_svc_worker_stats harness_svc_worker_stats(const harness_cluster *h, sm_client *c)
+{
+    int n = 0;
+    char err[512];
+    sm_svc_worker_stats sum = {0};
+    sm_worker_info *w = harness_workers(c, &n);
+    harness_cluster cred = *h;
+    harness_use_cluster_credential(&cred);
+    for (int k = 0; k < n; k++) {
+        sm_rpc_channel *ch = harness_channel(&cred, w[k].address);
+        sm_svc_worker_stats st;
+        ck_assert_msg(sm_svc_worker_stats_get(ch, 10000, &st, err, sizeof err) == SM_OK,
+                      "stats of %s: %s", w[k].address, err);
+        sum.shards += st.shards;
+        sum.shm_transfer_bytes += st.shm_transfer_bytes;
+        sum.peer_shm_bytes += st.peer_shm_bytes;
+        sum.peer_grpc_bytes += st.peer_grpc_bytes;
+        sum.collective_in_place_bytes += st.collective_in_place_bytes;
+        sm_rpc_channel_free(ch);
+    }
+    free(w);
+    return sum;
+}
+
 int harness_svc_alive_workers(sm_rpc_channel *ch)
 {
     sm_worker_info *w = NULL;

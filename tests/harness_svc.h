@@ -30,6 +30,10 @@ sm_rpc_channel *harness_svc_dial(const char *target, const char *token);
 /* harness_svc_dial to h's coordinator with h's token (plaintext). */
 sm_rpc_channel *harness_svc_channel(const harness_cluster *h);
 
+/* In a Check test: the byte counters of the Stats of every worker c lists
+ * (asked with h's cluster credential: Stats is the cluster's), summed. */
+sm_svc_worker_stats harness_svc_worker_stats(const harness_cluster *h, sm_client *c);
+
 /* Workers the coordinator at ch lists as alive; -1 if the call failed. */
 int harness_svc_alive_workers(sm_rpc_channel *ch);
 

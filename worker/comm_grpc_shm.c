@@ -52,6 +52,7 @@
 
 #include "comm_grpc_int.h"
 #include "sm_array.h"
+#include "sm_array_arena.h"
 #include "sm_copy.h"
 #include "sm_shm.h"
 #include "sm_log.h"

@@ -24,6 +24,7 @@
 #include "peer.h"
 #include "sm_shm.h"
 #include "sm_array.h"
+#include "sm_array_arena.h"
 #include "sm_config.h"
 #include "sm_kern.h"
 #include "sm_log.h"

@@ -87,16 +87,6 @@ sm_err sm_array_pool_create(sm_array_pool **out, char *err, size_t errlen);
  * bytes must have been given back before. NULL ok. */
 void sm_array_pool_free(sm_array_pool *pool);
 
-/* Blocks of 1 MiB and more come from arena first (sm_shm.h: a shared-memory
- * file other processes of the host can read them in), from private memory
- * when it has no room. The pool owns the arena from here on: it unlinks
- * its name in sm_array_pool_free and frees it with the pool. Set it before
- * the first allocation, once. */
-typedef struct sm_shm_arena sm_shm_arena;
-void sm_array_pool_arena_set(sm_array_pool *pool, sm_shm_arena *arena);
-/* The pool's arena, or NULL (NULL pool ok). */
-sm_shm_arena *sm_array_pool_arena(const sm_array_pool *pool);
-
 /* How much freed array memory (blocks of 1 MiB and more) the pool keeps
  * for reuse: at most max_bytes, each block for at most idle_ms after it was
  * freed (checked on every free and on sm_array_pool_trim). A new pool

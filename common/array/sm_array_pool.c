@@ -24,6 +24,7 @@
  * and whichever drops the last frees the pool, so arrays may outlive it. */
 #define _GNU_SOURCE
 #include "sm_array.h"
+#include "sm_array_arena.h"
 #include "sm_shm.h"
 #include "sm_time.h"
 
