@@ -680,6 +680,61 @@ START_TEST(test_worker_lost)
 }
 END_TEST
 
+/* A worker killed (-9) in the middle of a long run of ppermutes of 4 MiB
+ * per device between the two workers: on shared memory, once its peer
+ * reads its inputs where they lie in its array memory. The job fails
+ * naming the lost worker, and once the cluster has stopped nothing is
+ * left in /dev/shm (the killed worker's array memory and segments
+ * included). */
+START_TEST(test_worker_killed_mid_moves)
+{
+    harness_cluster *h = harness_cluster_up(2, 4, "e2e_jobs");
+    char err[1024];
+    sm_client *c = NULL;
+    ck_assert_int_eq(harness_connect(h, &c, err, sizeof err), SM_OK);
+    sm_array *a = arange_f32(8, 1 << 20);
+    sm_program *p = harness_program(
+        "mesh i=8\n"
+        "shard_map f(x: f32[8,1048576] @ P('i', None)) -> P('i', None):\n"
+        "    y = x\n"
+        "    for k in range(1000):\n"
+        "        y = ppermute(y, 'i', perm=[(0, 4), (4, 0), (1, 5), (5, 1), (2, 6), (6, 2), "
+        "(3, 7), (7, 3)])\n"
+        "    return y\n",
+        "moves");
+    sm_array_ref args[1] = {{harness_put(c, a, "i=8", "P('i', None)", NULL), NULL}};
+    int64_t before = harness_svc_worker_stats(h, c).collective_in_place_bytes;
+    sm_job_id id;
+    ck_assert_int_eq(sm_job_submit(c, p, 1, args, NULL, 1, 0, &id, err, sizeof err), SM_OK);
+    int64_t until = sm_time_mono_ms() + 10000;
+    if (shm_transport()) /* the peers read inputs in place by now */
+        while (harness_svc_worker_stats(h, c).collective_in_place_bytes == before &&
+               sm_time_mono_ms() < until)
+            harness_sleep_ms(5);
+    else
+        harness_sleep_ms(300);
+    ck_assert_msg(!shm_transport() ||
+                      harness_svc_worker_stats(h, c).collective_in_place_bytes > before,
+                  "no input read in place within 10 s");
+    pid_t pids[2];
+    ck_assert_int_eq(harness_worker_pids(h, pids, 2), 2);
+    ck_assert_int_eq(kill(pids[1], SIGKILL), 0);
+    sm_job_info info;
+    ck_assert_int_eq(sm_job_wait(c, id, WAIT_MS, &info, err, sizeof err), SM_OK);
+    ck_assert_msg(info.state == SM_JOB_FAILED, "%s: %s", sm_job_state_name(info.state),
+                  info.error ? info.error : "");
+    ck_assert_msg(strstr(info.error, "unavailable") || strstr(info.error, "lost") ||
+                      strstr(info.error, "UNAVAILABLE"),
+                  "%s", info.error);
+    sm_job_info_free(&info);
+    sm_array_free(a);
+    sm_program_free(p);
+    sm_client_close(c);
+    harness_cluster_stop(h);
+    ck_assert_int_eq(shm_segments_left(1), 0);
+}
+END_TEST
+
 /* ---- the same bits whatever the layout ----------------------------------------------------- */
 
 /* A reduction over a mesh of 8 devices: the program returns op(x, axes)
@@ -1321,7 +1376,8 @@ static Suite *jobs_suite(void)
         {test_slice_and_average}, {test_rejected, 2 * (int)(sizeof rejects / sizeof rejects[0])},
         {test_run_one_call, 3}, {test_not_divisible_and_unknown_job}, {test_cancel_and_deadline, 4},
         {test_shmapctl_run}, {test_shmapctl_job});
-    SUITE_CASE(s, "failures", 180, NULL, {test_worker_lost, 2}, {test_records_dropped});
+    SUITE_CASE(s, "failures", 180, NULL, {test_worker_lost, 2}, {test_records_dropped},
+               {test_worker_killed_mid_moves});
     return SUITE_CASE(s, "layouts", 240, NULL, {test_same_bits_every_layout}, {test_shm_fallback},
                       {test_shm_no_room});
 }
