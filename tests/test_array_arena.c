@@ -57,7 +57,15 @@ START_TEST(test_arena_blocks)
             ck_assert_int_eq(b[i][k], 0);
         memset(b[i], 0x40 + i, 4 * MIB);
     }
-    ck_assert_ptr_null(sm_shm_arena_take(a, 4096));             /* the span is full */
+    ck_assert_ptr_null(sm_shm_arena_take(a, 4096)); /* the span is full */
+    /* a reserve larger than /dev/shm: no block leaves it free */
+    sm_shm_arena_release(a, b[3], 4 * MIB);
+    sm_shm_arena_reserve_set(a, SIZE_MAX / 2);
+    ck_assert_ptr_null(sm_shm_arena_take(a, 4 * MIB));
+    sm_shm_arena_reserve_set(a, 0);
+    b[3] = sm_shm_arena_take(a, 4 * MIB);
+    ck_assert_ptr_nonnull(b[3]);
+    memset(b[3], 0x43, 4 * MIB);
     ck_assert(!sm_shm_arena_holds(a, b[3], 4 * MIB + 1, &off)); /* runs past its end */
     int local;
     ck_assert(!sm_shm_arena_holds(a, &local, sizeof local, &off));
@@ -131,6 +139,53 @@ START_TEST(test_arena_views)
 }
 END_TEST
 
+typedef struct {
+    const char *p;
+    size_t n;
+    uint64_t sum;
+} read_arg;
+
+static sm_err read_all(void *arg)
+{
+    read_arg *r = arg;
+    for (size_t k = 0; k < r->n; k += 4096)
+        r->sum += (unsigned char)r->p[k];
+    return SM_OK;
+}
+
+/* An arena truncated under a view (another process of the same user):
+ * a read of the lost pages inside sm_shm_guarded, as collectives read,
+ * ends SM_EDATALOSS instead of faulting. */
+START_TEST(test_arena_view_truncated)
+{
+    char err[256], name[SM_SHM_NAME_MAX];
+    sm_shm_arena *a = NULL;
+    sm_shm_views *v = NULL;
+    ck_assert_msg(sm_shm_arena_create(8 * MIB, &a, err, sizeof err) == SM_OK, "%s", err);
+    ck_assert_int_eq(sm_shm_views_create(&v, err, sizeof err), SM_OK);
+    snprintf(name, sizeof name, "%s", sm_shm_arena_name(a));
+    char *b = sm_shm_arena_take(a, 4 * MIB);
+    ck_assert_ptr_nonnull(b);
+    memset(b, 1, 4 * MIB);
+    const char *base = NULL;
+    ck_assert_int_eq(sm_shm_view_get(v, name, 8 * MIB, &base, err, sizeof err), SM_OK);
+    read_arg r = {base, 4 * MIB, 0};
+    int faulted = 0;
+    ck_assert_int_eq(sm_shm_guarded(read_all, &r, &faulted), SM_OK);
+    ck_assert_int_eq(faulted, 0);
+    ck_assert_uint_eq(r.sum, 4 * MIB / 4096);
+    char path[128];
+    snprintf(path, sizeof path, "/dev/shm%s", name);
+    ck_assert_int_eq(truncate(path, 0), 0);
+    r.sum = 0;
+    ck_assert_int_eq(sm_shm_guarded(read_all, &r, &faulted), SM_EDATALOSS);
+    ck_assert_int_eq(faulted, 1);
+    sm_shm_view_put(v, base);
+    sm_shm_views_free(v);
+    sm_shm_arena_free(a); /* its block went with the truncation */
+}
+END_TEST
+
 /* A pool with an arena: blocks of 1 MiB and more come from it, smaller
  * ones and those it has no room for from private memory; kept blocks stay
  * in it; the pool's owner giving it up unlinks the arena's name, and a
@@ -180,5 +235,6 @@ END_TEST
 int main(void)
 {
     return suite_main(SUITE_CASE(suite_create("array_arena"), "arena", 30, NULL,
-                                 {test_arena_blocks}, {test_arena_views}, {test_pool_arena}));
+                                 {test_arena_blocks}, {test_arena_views},
+                                 {test_arena_view_truncated}, {test_pool_arena}));
 }

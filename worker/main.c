@@ -335,14 +335,16 @@ static sm_err worker_metrics(void *user, sm_strbuf *b)
 /* The span of this worker's arena: twice what /dev/shm holds (sparse: only
  * blocks in use have pages; the slack keeps released ranges from crowding
  * the address space), at least 1 GiB, at most 4 TiB; 0 if /dev/shm cannot
- * be read. */
-static size_t worker_arena_span(void)
+ * be read. *reserve: a quarter of /dev/shm, which the arena leaves free
+ * for job segments and clients' staging. */
+static size_t worker_arena_span(size_t *reserve)
 {
     struct statvfs v;
     if (statvfs("/dev/shm", &v))
         return 0;
-    uint64_t total = (uint64_t)v.f_frsize * v.f_blocks * 2, gib = (uint64_t)1 << 30;
-    total = (total + gib - 1) & ~(gib - 1);
+    uint64_t shm = (uint64_t)v.f_frsize * v.f_blocks, gib = (uint64_t)1 << 30;
+    uint64_t total = (shm * 2 + gib - 1) & ~(gib - 1);
+    *reserve = (size_t)(shm / 4);
     return (size_t)(total < gib ? gib : total > (gib << 12) ? gib << 12 : total);
 }
 
@@ -452,11 +454,12 @@ int main(int argc, char **argv)
     sm_array_pool_limit_set(arrays, (size_t)limit);
     if (strcmp(transport, "grpc")) { /* peers on this host read collective inputs in place */
         sm_shm_arena *arena = NULL;
-        size_t span = worker_arena_span();
+        size_t reserve = 0, span = worker_arena_span(&reserve);
         char why[256] = "/dev/shm cannot be read";
-        if (span && !sm_shm_arena_create(span, &arena, why, sizeof why))
+        if (span && !sm_shm_arena_create(span, &arena, why, sizeof why)) {
+            sm_shm_arena_reserve_set(arena, reserve);
             sm_array_pool_arena_set(arrays, arena);
-        else
+        } else
             SM_INFO("array memory stays private (%s): data movements with workers on this host "
                     "copy their inputs into shared memory first",
                     why);

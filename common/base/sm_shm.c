@@ -17,6 +17,7 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -461,6 +462,7 @@ struct sm_shm_arena {
     pthread_mutex_t mu;
     sm_shm_seg seg;
     size_t top;         /* never taken from here up */
+    size_t reserve;     /* sm_shm_arena_reserve_set */
     sm_shm_range *free; /* released ranges below top, by offset, none adjacent */
     int nfree, cap;
 };
@@ -479,6 +481,13 @@ sm_err sm_shm_arena_create(size_t span, sm_shm_arena **out, char *err, size_t er
     pthread_mutex_init(&a->mu, NULL);
     *out = a;
     return SM_OK;
+}
+
+void sm_shm_arena_reserve_set(sm_shm_arena *a, size_t bytes)
+{
+    pthread_mutex_lock(&a->mu);
+    a->reserve = bytes;
+    pthread_mutex_unlock(&a->mu);
 }
 
 void sm_shm_arena_unlink(sm_shm_arena *a)
@@ -555,6 +564,13 @@ static int sm_shm_arena_put_locked(sm_shm_arena *a, size_t off, size_t len)
 void *sm_shm_arena_take(sm_shm_arena *a, size_t len)
 {
     size_t off = SIZE_MAX;
+    struct statvfs v;
+    pthread_mutex_lock(&a->mu);
+    size_t reserve = a->reserve;
+    pthread_mutex_unlock(&a->mu);
+    if (reserve &&
+        (fstatvfs(a->seg.fd, &v) || (uint64_t)v.f_bavail * v.f_frsize < (uint64_t)len + reserve))
+        return NULL; /* what is left of /dev/shm is kept for segments and staging */
     pthread_mutex_lock(&a->mu);
     for (int i = 0; i < a->nfree; i++) /* first fit */
         if (a->free[i].len >= len) {

@@ -122,6 +122,10 @@ void sm_shm_pool_file_name(sm_shm_pool *p, const sm_shm_seg *s, char *name);
  * to the system (a hole punched) when it is released. Thread-safe. */
 typedef struct sm_shm_arena sm_shm_arena;
 sm_err sm_shm_arena_create(size_t span, sm_shm_arena **out, char *err, size_t errlen);
+/* From now on the arena takes no block that would leave less than bytes
+ * free in /dev/shm (room kept for job segments and clients' staging);
+ * 0, the default: any block /dev/shm has room for. */
+void sm_shm_arena_reserve_set(sm_shm_arena *a, size_t bytes);
 /* Unlinks its name (blocks in use stay valid; no other process can map
  * it from now on). NULL ok. */
 void sm_shm_arena_unlink(sm_shm_arena *a);
