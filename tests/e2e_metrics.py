@@ -162,6 +162,19 @@ def main():
             if got < block // 2:
                 fail(f"shmap_worker_collective_bytes_total{labels} is {got} after a psum across "
                      f"workers\n{wtext}")
+        # a shard of 1 MiB lives in the worker's array file in /dev/shm, but
+        # for a worker kept to gRPC (which has none)
+        np.save(f"{work}/big.npy", np.zeros((2, 262144), dtype=np.float32))
+        r = subprocess.run([CTL, "--target", target, "put", f"{work}/big.npy", "--mesh", "i=2",
+                            "--devices", f"0,{dev}", "--spec", "P('i')", "--name", "big"],
+                           capture_output=True, text=True, env=client_env())
+        if r.returncode:
+            fail(f"put of 2 MiB failed: {r.stderr}")
+        _, wtext = get(f"http://127.0.0.1:{wport}/metrics")
+        got = sample(wtext, "shmap_worker_memory_arena_bytes")
+        if got is None or (shm and got < 1 << 20) or (not shm and got != 0):
+            fail(f"shmap_worker_memory_arena_bytes is {got} with a 1 MiB shard "
+                 f"({'shared memory' if shm else 'gRPC only'})\n{wtext}")
         _, text = get(url)
         for where, body, method in ((url, text, "/shmap.v1.Coordinator/CreateArray"),
                                     (wport, wtext, "/shmap.v1.Worker/PutShard")):

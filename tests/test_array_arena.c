@@ -57,6 +57,8 @@ START_TEST(test_arena_blocks)
             ck_assert_int_eq(b[i][k], 0);
         memset(b[i], 0x40 + i, 4 * MIB);
     }
+    ck_assert_uint_eq(sm_shm_arena_used(a), 16 * MIB);
+    ck_assert_uint_eq(sm_shm_arena_used(NULL), 0);
     ck_assert_ptr_null(sm_shm_arena_take(a, 4096)); /* the span is full */
     /* a reserve larger than /dev/shm: no block leaves it free */
     sm_shm_arena_release(a, b[3], 4 * MIB);
@@ -83,6 +85,7 @@ START_TEST(test_arena_blocks)
     sm_shm_arena_release(a, b[3], 4 * MIB);
     sm_shm_arena_release(a, c, 8 * MIB);
     sm_shm_arena_release(a, b[0], 4 * MIB);
+    ck_assert_uint_eq(sm_shm_arena_used(a), 0);
     char *all = sm_shm_arena_take(a, 16 * MIB);
     ck_assert_ptr_eq(all, b[0]);
     sm_shm_arena_release(a, all, 16 * MIB);

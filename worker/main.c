@@ -292,6 +292,11 @@ static sm_err worker_metrics(void *user, sm_strbuf *b)
                      "Of the memory in use: pages of this worker's shared-memory segments "
                      "allocated for running jobs' collectives and reshard pulls in flight.",
                      (long long)ci.other_bytes);
+    sm_metrics_value(b, "shmap_worker_memory_arena_bytes", "gauge",
+                     "Of the memory in use: array blocks in this worker's file in /dev/shm, "
+                     "where its peers on the host read collective inputs in place (kept "
+                     "blocks included).",
+                     (long long)sm_shm_arena_used(sm_array_pool_arena(sm_store_pool(store))));
     sm_metrics_value(b, "shmap_worker_buffer_cache_bytes", "gauge",
                      "Freed blocks kept for reuse (--buffer-cache-mb).", (long long)ci.held_bytes);
     sm_metrics_help(b, "shmap_worker_buffer_cache_allocations_total", "counter",

@@ -463,6 +463,7 @@ struct sm_shm_arena {
     sm_shm_seg seg;
     size_t top;         /* never taken from here up */
     size_t reserve;     /* sm_shm_arena_reserve_set */
+    size_t used;        /* bytes of the blocks taken (atomic) */
     sm_shm_range *free; /* released ranges below top, by offset, none adjacent */
     int nfree, cap;
 };
@@ -510,6 +511,11 @@ void sm_shm_arena_free(sm_shm_arena *a)
     pthread_mutex_destroy(&a->mu);
     free(a->free);
     free(a);
+}
+
+size_t sm_shm_arena_used(const sm_shm_arena *a)
+{
+    return a ? __atomic_load_n(&a->used, __ATOMIC_RELAXED) : 0;
 }
 
 const char *sm_shm_arena_name(const sm_shm_arena *a)
@@ -601,6 +607,7 @@ void *sm_shm_arena_take(sm_shm_arena *a, size_t len)
         pthread_mutex_unlock(&a->mu);
         return NULL;
     }
+    __atomic_add_fetch(&a->used, len, __ATOMIC_RELAXED);
     return (char *)a->seg.base + off;
 }
 
@@ -611,6 +618,7 @@ void sm_shm_arena_release(sm_shm_arena *a, void *p, size_t len)
     pthread_mutex_lock(&a->mu);
     (void)sm_shm_arena_put_locked(a, off, len);
     pthread_mutex_unlock(&a->mu);
+    __atomic_sub_fetch(&a->used, len, __ATOMIC_RELAXED);
 }
 
 int sm_shm_arena_holds(const sm_shm_arena *a, const void *p, size_t n, uint64_t *off)

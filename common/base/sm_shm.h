@@ -132,6 +132,8 @@ void sm_shm_arena_unlink(sm_shm_arena *a);
 /* Unlinks and unmaps it: no block may be in use. NULL ok. */
 void sm_shm_arena_free(sm_shm_arena *a);
 const char *sm_shm_arena_name(const sm_shm_arena *a);
+/* Bytes of its blocks taken and not released (0 for NULL). */
+size_t sm_shm_arena_used(const sm_shm_arena *a);
 size_t sm_shm_arena_span(const sm_shm_arena *a);
 /* A block of len bytes (a multiple of 4096), its pages allocated and
  * reading as zeros; NULL if the span or /dev/shm has no room for it. */
