@@ -847,9 +847,9 @@ static void layout_axes(const char *mesh, char *out, size_t len)
         *q = *q == ' ' ? ',' : *q;
 }
 
-/* The data movements on the same meshes: op applied to x: f32[8, 64] @
- * P((every mesh axis), None), the result laid out the same way (each
- * device's block, stacked in mesh order). */
+/* The data movements on the same meshes, and some reductions: op applied
+ * to x: f32[8, K] @ P((every mesh axis), None), the result laid out the
+ * same way (each device's block, stacked in mesh order). */
 typedef struct {
     const char *mesh; /* "i=4 j=2" */
     const char *spec; /* P((every mesh axis), None) */
@@ -870,6 +870,16 @@ static const move_case move_cases[] = {
     {"i=2 j=2 k=2", "P(('i', 'j', 'k'), None)",
      "ppermute(x, ('i', 'k'), perm=[(0, 3), (3, 0), (1, 2)])"},
     {"i=2 j=2 k=2", "P(('i', 'j', 'k'), None)", "all_to_all(x, ('i', 'j', 'k'), 1, 0, tiled=True)"},
+    /* reductions, whose results the in-process runner's tree gives too: with
+     * rows of 1 MiB their inputs are read in place */
+    {"i=8", "P('i', None)", "psum(x, 'i')"},
+    {"i=8", "P('i', None)", "psum_scatter(x, 'i', scatter_dimension=1, tiled=True)"},
+    {"i=4 j=2", "P(('i', 'j'), None)", "psum(x, ('j', 'i'))"},
+    {"i=4 j=2", "P(('i', 'j'), None)", "pmax(x, 'i')"},
+    {"i=4 j=2", "P(('i', 'j'), None)", "psum_scatter(x, 'i', scatter_dimension=1, tiled=True)"},
+    {"i=2 j=2 k=2", "P(('i', 'j', 'k'), None)", "psum(x, ('k', 'i'))"},
+    {"i=2 j=2 k=2", "P(('i', 'j', 'k'), None)",
+     "psum_scatter(x, ('k', 'j', 'i'), scatter_dimension=1, tiled=True)"},
 };
 #define NMOVE_CASES ((int)(sizeof move_cases / sizeof move_cases[0]))
 

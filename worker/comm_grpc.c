@@ -441,11 +441,16 @@ sm_err sm_cg_unit_reduce(const sm_cg_layout *L, const void *const *in, int u, sm
 }
 
 int sm_cg_leaves(const sm_cg_layout *L, const void *const *in, int64_t off,
-                 const char *const *remote, sm_comm_leaf *leaves)
+                 const char *const *remote, const char *const *direct, sm_comm_leaf *leaves)
 {
     int k = 0;
     for (int u = 0; u < L->nu; u++) {
         const sm_comm_span U = L->unit[u];
+        if (L->lidx[U.lo] < 0 && direct && direct[U.lo]) {
+            for (int q = U.lo; q < U.hi; q++)
+                leaves[k++] = (sm_comm_leaf){q, q + 1, direct[q] + off};
+            continue;
+        }
         if (L->lidx[U.lo] < 0) {
             leaves[k++] = (sm_comm_leaf){U.lo, U.hi, remote[u]};
             continue;
@@ -541,7 +546,7 @@ static sm_err sm_cg_ar_net(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_
     if (!e) {
         for (int u = 0; u < L->nu; u++)
             remote[u] = recv + at[L->uorder[u]] + L->uidx[u] * m * el;
-        int nl = sm_cg_leaves(L, (const void *const *)s->in, a * el, remote, leaves);
+        int nl = sm_cg_leaves(L, (const void *const *)s->in, a * el, remote, NULL, leaves);
         e = sm_comm_tree_reduce(t, op, 0, g->size, leaves, nl, m, acc + a * el, err, errlen);
     }
     sm_comm_grpc_seg seg = {acc + a * el, m * el};
@@ -744,7 +749,7 @@ static sm_err sm_cg_reduce_scatter(void *ctx, const sm_comm_group *g, uint64_t s
         sm_mailbox_release(c->box, b);
     }
     if (!e) {
-        int nl = sm_cg_leaves(L, (const void *const *)s->in, g->rank * cb, part, leaves);
+        int nl = sm_cg_leaves(L, (const void *const *)s->in, g->rank * cb, part, NULL, leaves);
         e = sm_comm_tree_reduce(t, op, 0, g->size, leaves, nl, n, out, err, errlen);
         if (e)
             e = sm_cg_failf(c, e, err, errlen, "%s", err);

@@ -71,10 +71,12 @@ sm_err sm_cg_unit_reduce(const sm_cg_layout *L, const void *const *in, int u, sm
                          size_t errlen);
 /* The leaves of the whole group's tree (sm_comm_tree_reduce) into leaves
  * (room for the group's size), in rank order: each unit of another worker
- * from remote[u], each member of this worker from its input in[l] at byte
- * off. Returns their count. */
+ * from remote[u], or, where direct (per rank; NULL: none) has its first
+ * member, each of its members from direct[q] at byte off (its input where
+ * it lies: the same tree, the same bits); each member of this worker from
+ * its input in[l] at byte off. Returns their count. */
 int sm_cg_leaves(const sm_cg_layout *L, const void *const *in, int64_t off,
-                 const char *const *remote, sm_comm_leaf *leaves);
+                 const char *const *remote, const char *const *direct, sm_comm_leaf *leaves);
 
 /* ---- comm_grpc_shm.c ---- */
 

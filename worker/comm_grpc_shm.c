@@ -680,10 +680,10 @@ static sm_err sm_cg_shm_region(sm_comm_grpc *c, const sm_comm_group *g, const sm
  * receives element lo at its start) and from there, while in cache, into
  * every local output if outs. */
 static sm_err sm_cg_shm_reduce_into(const sm_cg_layout *L, const sm_rendezvous_slot *s,
-                                    const char *const *R, sm_dtype t, sm_kern_reduce_op op,
-                                    int64_t lo, int64_t hi, char *dst, void *const *outs,
-                                    const char **rem, sm_comm_leaf *leaves, char *err,
-                                    size_t errlen)
+                                    const char *const *R, const char *const *D, sm_dtype t,
+                                    sm_kern_reduce_op op, int64_t lo, int64_t hi, char *dst,
+                                    void *const *outs, const char **rem, sm_comm_leaf *leaves,
+                                    char *err, size_t errlen)
 {
     int64_t el = (int64_t)sm_dtype_size(t), blk = SM_SHM_BLOCK / el;
     sm_err e = SM_OK;
@@ -691,7 +691,7 @@ static sm_err sm_cg_shm_reduce_into(const sm_cg_layout *L, const sm_rendezvous_s
         int64_t m = hi - b < blk ? hi - b : blk;
         for (int u = 0; u < L->nu; u++)
             rem[u] = R[u] ? R[u] + b * el : NULL;
-        int nl = sm_cg_leaves(L, (const void *const *)s->in, b * el, rem, leaves);
+        int nl = sm_cg_leaves(L, (const void *const *)s->in, b * el, rem, D, leaves);
         char *d = dst + (b - lo) * el;
         e = sm_comm_tree_reduce(t, op, 0, L->unit[L->nu - 1].hi, leaves, nl, m, d, err, errlen);
         for (int l = 0; outs && l < L->nlocal && !e; l++)
@@ -720,6 +720,7 @@ typedef struct {
     int64_t n;             /* elements (reductions) or bytes (moves) */
     const char **P;        /* per worker order: its slot */
     const char **R, **rem; /* per unit: its partial (another worker's), scratch */
+    const char **D;        /* per rank: its input where it lies (another worker's), or NULL */
     sm_comm_leaf *leaves;  /* per rank: scratch of sm_cg_shm_reduce_into */
     int fallback;          /* the collective falls back to gRPC (sm_cg_shm_phase) */
     char *err;
@@ -739,8 +740,9 @@ static sm_err sm_cg_shm_run(sm_cg_shm_call *x, sm_err (*body)(void *), int64_t a
     x->R = calloc((size_t)x->L->nu, sizeof *x->R);
     x->rem = malloc((size_t)x->L->nu * sizeof *x->rem);
     x->leaves = malloc((size_t)x->g->size * sizeof *x->leaves);
+    x->D = calloc((size_t)x->g->size, sizeof *x->D);
     sm_err e;
-    if (!x->P || !x->R || !x->rem || !x->leaves)
+    if (!x->P || !x->R || !x->rem || !x->leaves || !x->D)
         e = sm_cg_failf(c, SM_ENOMEM, x->err, x->errlen, "out of memory for collective #%llu",
                         (unsigned long long)x->seq);
     else
@@ -762,6 +764,7 @@ static sm_err sm_cg_shm_run(sm_cg_shm_call *x, sm_err (*body)(void *), int64_t a
     free(x->R);
     free(x->rem);
     free(x->leaves);
+    free(x->D);
     return e;
 }
 
@@ -775,6 +778,125 @@ static sm_err sm_cg_shm_xphase(sm_cg_shm_call *x, int phase, sm_err failed)
 static sm_err sm_cg_shm_xregion(sm_cg_shm_call *x, int k, size_t used, const char **out)
 {
     return sm_cg_shm_region(x->c, x->g, x->L, k, x->seq, used, out, x->err, x->errlen);
+}
+
+/* Worker w's arena mapped here (its segment's header names it), for a
+ * block of need bytes at off in it. */
+static sm_err sm_cg_shm_view(sm_cg_shm_call *x, int w, uint64_t off, size_t need, const char **out)
+{
+    sm_comm_grpc *c = x->c;
+    sm_cg_shm *m = c->shm;
+    pthread_mutex_lock(&m->mu);
+    const sm_cg_shm_hdr *h = m->seg[w].base;
+    const char *base = m->view[w];
+    pthread_mutex_unlock(&m->mu);
+    char name[SM_SHM_NAME_MAX];
+    snprintf(name, sizeof name, "%s", h->arena);
+    size_t span = (size_t)h->arena_span;
+    sm_err e = SM_OK;
+    if (!base && c->shm_views &&
+        !(e = sm_shm_view_get(c->shm_views, name, span, &base, x->err, x->errlen))) {
+        pthread_mutex_lock(&m->mu);
+        if (m->view[w]) { /* another device of this worker mapped it meanwhile */
+            sm_shm_view_put(c->shm_views, base);
+            base = m->view[w];
+        } else {
+            m->view[w] = base;
+        }
+        pthread_mutex_unlock(&m->mu);
+    }
+    if (!e && !base)
+        e = sm_fail(x->err, x->errlen, SM_EDATALOSS, "no view of shared memory here");
+    if (!e && (off > span || need > span - off))
+        e = sm_fail(x->err, x->errlen, SM_EDATALOSS,
+                    "bytes [%llu, +%zu) lie beyond the %zu bytes of its array memory %s",
+                    (unsigned long long)off, need, span, name);
+    if (e)
+        return sm_cg_failf(c, e, x->err, x->errlen,
+                           "collective #%llu of job %llu: cannot read the input of worker %s: %s",
+                           (unsigned long long)x->seq, (unsigned long long)c->job.v, c->addr[w],
+                           x->err);
+    *out = base + off;
+    return SM_OK;
+}
+
+/* How many local inputs (inb bytes each) do not lie in this worker's
+ * arena: the other workers read those from its slot (data movements) or
+ * from its units' partials (reductions). */
+static int sm_cg_shm_local_copied(const sm_cg_shm_call *x, int64_t inb)
+{
+    const sm_shm_arena *a = x->c->shm_views ? sm_array_pool_arena(x->c->pool) : NULL;
+    uint64_t off;
+    int copied = 0;
+    for (int l = 0; l < x->L->nlocal; l++)
+        copied += !sm_shm_arena_holds(a, x->s->in[l], (size_t)inb, &off);
+    return copied;
+}
+
+/* Writes where the caller's input (inb bytes) lies into its descriptor in
+ * this worker's segment (made by then), for the other workers to read it
+ * there: its offset in the arena, or SM_SHM_NODESC. Before phase 1. */
+static void sm_cg_shm_publish(const sm_cg_shm_call *x, int64_t inb)
+{
+    sm_comm_grpc *c = x->c;
+    const sm_shm_arena *a = c->shm_views ? sm_array_pool_arena(c->pool) : NULL;
+    uint64_t off,
+        *d = sm_cg_shm_desc(&c->shm->seg[c->self], c->pos_local[x->g->members[x->g->rank]]);
+    *d = sm_shm_arena_holds(a, x->in, (size_t)inb, &off) ? off : SM_SHM_NODESC;
+}
+
+/* After phase 1: x->D[q], for every member q of another worker whose input
+ * (inb bytes) lies in its worker's arena (its descriptor says where), that
+ * input mapped here; NULL for the others. With units (reductions), NULL
+ * too for every member of a unit one of whose members has none: that
+ * unit's partial serves instead (its worker wrote the partials of all its
+ * units unless every input of its was in the arena). */
+static sm_err sm_cg_shm_direct(sm_cg_shm_call *x, int64_t inb, int units)
+{
+    sm_comm_grpc *c = x->c;
+    const sm_comm_group *g = x->g;
+    const sm_cg_layout *L = x->L;
+    sm_err e = SM_OK;
+    for (int q = 0; q < g->size && !e; q++) {
+        const sm_shm_seg *sq;
+        x->D[q] = NULL;
+        if (L->lidx[q] >= 0 || !c->shm_views ||
+            (e = sm_cg_shm_seg(c, L->worker[q], x->seq, &sq, x->err, x->errlen)))
+            continue;
+        uint64_t at =
+            __atomic_load_n(sm_cg_shm_desc(sq, c->pos_local[g->members[q]]), __ATOMIC_RELAXED);
+        if (at != SM_SHM_NODESC)
+            e = sm_cg_shm_view(x, L->worker[q], at, (size_t)inb, &x->D[q]);
+    }
+    for (int u = 0; units && u < L->nu && !e; u++) {
+        const sm_comm_span U = L->unit[u];
+        int all = 1;
+        for (int q = U.lo; q < U.hi; q++)
+            all &= x->D[q] != NULL;
+        for (int q = U.lo; q < U.hi && !all; q++)
+            x->D[q] = NULL;
+    }
+    return e;
+}
+
+/* The remote reads of a reduction's tree (bytes each) counted: one per
+ * unit of another worker read as its partial, one per member read where
+ * its input lies. */
+static void sm_cg_shm_count_reads(const sm_cg_shm_call *x, int64_t bytes)
+{
+    const sm_cg_layout *L = x->L;
+    int64_t reads = 0, direct = 0;
+    for (int u = 0; u < L->nu; u++) {
+        const sm_comm_span U = L->unit[u];
+        if (L->lidx[U.lo] >= 0)
+            continue;
+        if (x->D[U.lo])
+            direct += U.hi - U.lo;
+        else
+            reads++;
+    }
+    sm_traffic_add(SM_TRAFFIC_SHM_IN, (reads + direct) * bytes);
+    sm_traffic_add(SM_TRAFFIC_SHM_DIRECT_IN, direct * bytes);
 }
 
 /* Ends phase 1 of a reduction (failed: this member's outcome so far), then
@@ -811,10 +933,15 @@ static sm_err sm_cg_shm_ar_body(void *arg)
     int nw = L->nw, ks = sm_cg_self_order(x->c, L);
     int64_t a = n * ks / nw, b = n * (ks + 1) / nw, m = b - a; /* this worker's part */
     char *mine = NULL;
+    int copied = sm_cg_shm_local_copied(x, n * el);
     sm_err e = sm_cg_shm_xregion(x, ks, (size_t)(L->nuw[ks] + 1) * sa, (const char **)&mine);
-    /* phase 1: the partials of the other parts, a slice of each per local member */
+    if (!e)
+        sm_cg_shm_publish(x, n * el);
+    /* phase 1: the partials of the other parts, a slice of each per local
+     * member (none when every local input lies in the arena: the others
+     * read the inputs there) */
     int64_t r = n - m, lo = r * L->li / L->nlocal, hi = r * (L->li + 1) / L->nlocal;
-    for (int u = 0; u < L->nu && !e; u++) {
+    for (int u = 0; u < L->nu && !e && copied; u++) {
         if (L->uorder[u] != ks)
             continue;
         char *p = mine + (size_t)L->uidx[u] * sa;
@@ -826,12 +953,14 @@ static sm_err sm_cg_shm_ar_body(void *arg)
             e = sm_cg_unit_reduce(L, ins, u, t, x->op, x0, x1, p + x0 * el, x->err, x->errlen);
     }
     e = sm_cg_shm_partials(x, ks, sa, 1, e);
+    if (!e)
+        e = sm_cg_shm_direct(x, n * el, 1);
     if (!e) { /* phase 2: this worker's part, a slice per local member */
         int64_t x0 = a + m * L->li / L->nlocal, x1 = a + m * (L->li + 1) / L->nlocal;
         char *res = mine + (size_t)L->nuw[ks] * sa;
-        e = sm_cg_shm_reduce_into(L, s, x->R, t, x->op, x0, x1, res + x0 * el,
+        e = sm_cg_shm_reduce_into(L, s, x->R, x->D, t, x->op, x0, x1, res + x0 * el,
                                   (void *const *)s->out, x->rem, x->leaves, x->err, x->errlen);
-        sm_traffic_add(SM_TRAFFIC_SHM_IN, (x1 - x0) * el * (L->nu - L->nuw[ks]));
+        sm_cg_shm_count_reads(x, (x1 - x0) * el);
     }
     e = sm_cg_shm_xphase(x, 2, e);
     if (!e) { /* phase 3: the other parts into every local output, a share per member */
@@ -870,10 +999,13 @@ static sm_err sm_cg_shm_rs_body(void *arg)
     int64_t n = x->n, el = (int64_t)sm_dtype_size(t), total = (int64_t)g->size * n;
     int ks = sm_cg_self_order(x->c, L);
     char *mine = NULL;
+    int copied = sm_cg_shm_local_copied(x, total * el);
     sm_err e = sm_cg_shm_xregion(x, ks, (size_t)(L->nuw[ks] * total * el), (const char **)&mine);
+    if (!e)
+        sm_cg_shm_publish(x, total * el);
     int64_t rest = (int64_t)(g->size - L->nlocal) * n;
     int64_t lo = rest * L->li / L->nlocal, hi = rest * (L->li + 1) / L->nlocal;
-    for (int u = 0; u < L->nu && !e; u++) {
+    for (int u = 0; u < L->nu && !e && copied; u++) {
         if (L->uorder[u] != ks)
             continue;
         char *p = mine + L->uidx[u] * total * el;
@@ -888,12 +1020,14 @@ static sm_err sm_cg_shm_rs_body(void *arg)
         }
     }
     e = sm_cg_shm_partials(x, ks, (size_t)(total * el), 0, e);
+    if (!e)
+        e = sm_cg_shm_direct(x, total * el, 1);
     if (!e) /* the caller's chunk */
-        e = sm_cg_shm_reduce_into(L, x->s, x->R, t, x->op, (int64_t)g->rank * n,
+        e = sm_cg_shm_reduce_into(L, x->s, x->R, x->D, t, x->op, (int64_t)g->rank * n,
                                   (int64_t)(g->rank + 1) * n, x->out, NULL, x->rem, x->leaves,
                                   x->err, x->errlen);
     if (!e)
-        sm_traffic_add(SM_TRAFFIC_SHM_IN, n * el * (L->nu - L->nuw[ks]));
+        sm_cg_shm_count_reads(x, n * el);
     return sm_cg_shm_xphase(x, 3, e);
 }
 
@@ -983,46 +1117,6 @@ static void sm_cg_shm_move_put(const sm_cg_shm_call *x, char *mine, int64_t inb)
     }
 }
 
-/* Worker w's arena mapped here (its segment's header names it), for a
- * block of need bytes at off in it. */
-static sm_err sm_cg_shm_view(sm_cg_shm_call *x, int w, uint64_t off, size_t need, const char **out)
-{
-    sm_comm_grpc *c = x->c;
-    sm_cg_shm *m = c->shm;
-    pthread_mutex_lock(&m->mu);
-    const sm_cg_shm_hdr *h = m->seg[w].base;
-    const char *base = m->view[w];
-    pthread_mutex_unlock(&m->mu);
-    char name[SM_SHM_NAME_MAX];
-    snprintf(name, sizeof name, "%s", h->arena);
-    size_t span = (size_t)h->arena_span;
-    sm_err e = SM_OK;
-    if (!base && c->shm_views &&
-        !(e = sm_shm_view_get(c->shm_views, name, span, &base, x->err, x->errlen))) {
-        pthread_mutex_lock(&m->mu);
-        if (m->view[w]) { /* another device of this worker mapped it meanwhile */
-            sm_shm_view_put(c->shm_views, base);
-            base = m->view[w];
-        } else {
-            m->view[w] = base;
-        }
-        pthread_mutex_unlock(&m->mu);
-    }
-    if (!e && !base)
-        e = sm_fail(x->err, x->errlen, SM_EDATALOSS, "no view of shared memory here");
-    if (!e && (off > span || need > span - off))
-        e = sm_fail(x->err, x->errlen, SM_EDATALOSS,
-                    "bytes [%llu, +%zu) lie beyond the %zu bytes of its array memory %s",
-                    (unsigned long long)off, need, span, name);
-    if (e)
-        return sm_cg_failf(c, e, x->err, x->errlen,
-                           "collective #%llu of job %llu: cannot read the input of worker %s: %s",
-                           (unsigned long long)x->seq, (unsigned long long)c->job.v, c->addr[w],
-                           x->err);
-    *out = base + off;
-    return SM_OK;
-}
-
 static sm_err sm_cg_shm_move_body(void *arg)
 {
     sm_cg_shm_call *x = arg;
@@ -1033,20 +1127,17 @@ static sm_err sm_cg_shm_move_body(void *arg)
     int64_t cb = x->n;
     int64_t inb = kind == SM_CG_A2A ? (int64_t)g->size * cb : cb; /* per member */
     int ks = sm_cg_self_order(c, L);
-    const sm_shm_arena *a = c->shm_views ? sm_array_pool_arena(c->pool) : NULL;
-    int copied = 0; /* local inputs the other workers read from this worker's slot */
-    uint64_t off;
-    for (int l = 0; l < L->nlocal; l++)
-        copied += !sm_shm_arena_holds(a, x->s->in[l], (size_t)inb, &off);
+    int copied = sm_cg_shm_local_copied(x, inb); /* the others read those from the slot */
     char *mine = NULL;
     sm_err e =
         sm_cg_shm_xregion(x, ks, copied ? (size_t)(L->nlocal * inb) : 0, (const char **)&mine);
     if (!e) { /* where the others find the caller's input: in the arena, or the slot */
-        uint64_t *d = sm_cg_shm_desc(&c->shm->seg[c->self], c->pos_local[g->members[g->rank]]);
-        *d = sm_shm_arena_holds(a, x->in, (size_t)inb, &off) ? off : SM_SHM_NODESC;
+        sm_cg_shm_publish(x, inb);
         sm_cg_shm_move_put(x, mine, inb);
     }
     e = sm_cg_shm_xphase(x, 1, e);
+    if (!e)
+        e = sm_cg_shm_direct(x, inb, 0);
     for (int q = 0; q < g->size && !e; q++) {
         if (kind == SM_CG_PERM && q != x->from)
             continue;
@@ -1060,14 +1151,8 @@ static sm_err sm_cg_shm_move_body(void *arg)
                 k++;
             for (int y = 0; y < g->size; y++)
                 nk += L->worker[y] == L->worker[q];
-            const sm_shm_seg *sq;
-            if ((e = sm_cg_shm_seg(c, L->worker[q], x->seq, &sq, x->err, x->errlen)))
-                break;
-            uint64_t at =
-                __atomic_load_n(sm_cg_shm_desc(sq, c->pos_local[g->members[q]]), __ATOMIC_RELAXED);
-            if (at != SM_SHM_NODESC) { /* its input, where it lies */
-                if ((e = sm_cg_shm_view(x, L->worker[q], at, (size_t)inb, &src)))
-                    break;
+            if (x->D[q]) { /* its input, where it lies */
+                src = x->D[q];
                 sm_traffic_add(SM_TRAFFIC_SHM_DIRECT_IN, cb);
             } else {
                 if ((e = sm_cg_shm_xregion(x, k, (size_t)(nk * inb), &src)))
