@@ -59,7 +59,7 @@
 #include "sm_time.h"
 #include "traffic.h"
 
-#define SM_SHM_MAGIC    UINT64_C(0x3176626f6a706d73) /* "smpjobv1" */
+#define SM_SHM_MAGIC    UINT64_C(0x3276626f6a706d73) /* "smpjobv2": the header names the arena */
 #define SM_SHM_HDR      ((size_t)128 << 10)
 #define SM_SHM_WORDS    4096
 #define SM_SHM_DESC     ((size_t)72 << 10) /* after the words of SM_MAX_DEVICES slots */
