@@ -94,17 +94,25 @@ START_TEST(test_arena_blocks)
 }
 END_TEST
 
+/* A new arena of 8 MiB (its name into name) and views to map it with. */
+static sm_shm_arena *arena_viewed(sm_shm_views **v, char *name)
+{
+    char err[256];
+    sm_shm_arena *a = NULL;
+    ck_assert_msg(sm_shm_arena_create(8 * MIB, &a, err, sizeof err) == SM_OK, "%s", err);
+    ck_assert_int_eq(sm_shm_views_create(v, err, sizeof err), SM_OK);
+    snprintf(name, SM_SHM_NAME_MAX, "%s", sm_shm_arena_name(a));
+    return a;
+}
+
 /* Another mapping of the arena (a view, as a peer process maps it) reads
  * the blocks where they lie; views are shared while named the same, and a
  * view of an arena that is gone is dropped once unused. */
 START_TEST(test_arena_views)
 {
     char err[256], name[SM_SHM_NAME_MAX];
-    sm_shm_arena *a = NULL;
     sm_shm_views *v = NULL;
-    ck_assert_msg(sm_shm_arena_create(8 * MIB, &a, err, sizeof err) == SM_OK, "%s", err);
-    ck_assert_int_eq(sm_shm_views_create(&v, err, sizeof err), SM_OK);
-    snprintf(name, sizeof name, "%s", sm_shm_arena_name(a));
+    sm_shm_arena *a = arena_viewed(&v, name);
     char *b = sm_shm_arena_take(a, 2 * MIB), *d = sm_shm_arena_take(a, 2 * MIB);
     ck_assert_ptr_nonnull(b);
     ck_assert_ptr_nonnull(d);
@@ -162,11 +170,8 @@ static sm_err read_all(void *arg)
 START_TEST(test_arena_view_truncated)
 {
     char err[256], name[SM_SHM_NAME_MAX];
-    sm_shm_arena *a = NULL;
     sm_shm_views *v = NULL;
-    ck_assert_msg(sm_shm_arena_create(8 * MIB, &a, err, sizeof err) == SM_OK, "%s", err);
-    ck_assert_int_eq(sm_shm_views_create(&v, err, sizeof err), SM_OK);
-    snprintf(name, sizeof name, "%s", sm_shm_arena_name(a));
+    sm_shm_arena *a = arena_viewed(&v, name);
     char *b = sm_shm_arena_take(a, 4 * MIB);
     ck_assert_ptr_nonnull(b);
     memset(b, 1, 4 * MIB);
