@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "handlers.h"
@@ -50,6 +51,7 @@ enum {
     CFG_LOG_FORMAT,
     CFG_STATE_DIR,
     CFG_TOKENS,
+    CFG_EXIT_WITH_PARENT,
     CFG_COUNT
 };
 
@@ -125,6 +127,10 @@ static const sm_config_row cfg_rows[CFG_COUNT] = {
                        "from the workers. Unset: memory only, except with --local-workers on "
                        "a fixed port, which keep it in ./shmap-state-PORT under the working "
                        "directory; 'none': memory only."},
+    [CFG_EXIT_WITH_PARENT] = {"exit-with-parent", 0, SM_CFG_BOOL, "false", NULL,
+                              "Stop (SIGTERM: a clean stop, local workers included) when the "
+                              "process that started this one ends, however it ends (a test "
+                              "harness, a supervisor that does not reap its children)."},
 };
 
 /* Threads that run queued shard_map jobs. */
@@ -207,6 +213,9 @@ int main(int argc, char **argv)
         return usage_error(msg);
     if (sm_log_configure(v[CFG_LOG_LEVEL].s, v[CFG_LOG_FORMAT].s, err, sizeof err))
         return usage_error(err);
+    /* SIGTERM is blocked below: the sigwait takes it, as any stop */
+    if (v[CFG_EXIT_WITH_PARENT].i && (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() == 1))
+        return usage_error("--exit-with-parent: the parent is already gone.");
     setenv("SHMAP_LOG_FORMAT", v[CFG_LOG_FORMAT].s, 1); /* local workers log alike */
     sm_log_set_name("shmap-coordinator");
     sm_rpc_tls_opts tls_opts;

@@ -491,6 +491,8 @@ sm_err harness_cluster_start(const harness_opts *o, harness_cluster **out, char 
     snprintf(logfile, sizeof logfile, "%s/coordinator.log", h->dir);
     snprintf(nw, sizeof nw, "%d", o->nworkers);
     snprintf(nd, sizeof nd, "%d", o->devices_per_worker);
+    /* --exit-with-parent: a test that fails in Check's child process ends
+     * it with _exit, past the atexit that stops its clusters (live_end) */
     char *argv[40] = {(char *)bin,
                       "--listen",
                       "127.0.0.1:0",
@@ -500,8 +502,9 @@ sm_err harness_cluster_start(const harness_opts *o, harness_cluster **out, char 
                       nw,
                       "--devices-per-worker",
                       nd,
+                      "--exit-with-parent",
                       NULL};
-    int na = 9;
+    int na = 10;
     /* Secure mode fills in what the options leave out: all or nothing. */
     if ((o->secure || harness_secure()) && !o->token && !o->tls_cert && !o->tls_key && !o->tls_ca) {
         int k = secure_flags(h, 1, argv + na, 40 - na, err, errlen);
