@@ -12,6 +12,7 @@
 #include "sm_checksum.h"
 #include "sm_rpc_msg.h"
 #include "sm_rpc_proto.h"
+#include "sm_shm.h"
 #include "sm_svc_job.h"
 #include "ir_testutil.h"
 #include "suite_main.h"
@@ -840,10 +841,31 @@ START_TEST(test_unimplemented)
 }
 END_TEST
 
+/* The shared-memory proof holds only for the same non-zero cookie and the
+ * same protocol: a worker of another segment layout (or one from before
+ * the number was sent, 0) shares no domain with this build's. */
+START_TEST(test_shm_probe_agree)
+{
+    sm_svc_shm_probe_reply made = {.cookie = 77, .protocol = SM_SHM_PROTOCOL}, seen = made;
+    ck_assert(sm_svc_shm_probe_agree(&made, &seen));
+    seen.cookie = 78;
+    ck_assert(!sm_svc_shm_probe_agree(&made, &seen));
+    seen = made;
+    seen.protocol = 0;
+    ck_assert(!sm_svc_shm_probe_agree(&made, &seen));
+    seen.protocol = SM_SHM_PROTOCOL + 1;
+    ck_assert(!sm_svc_shm_probe_agree(&made, &seen));
+    made.cookie = seen.cookie = 0;
+    seen.protocol = made.protocol;
+    ck_assert(!sm_svc_shm_probe_agree(&made, &seen));
+}
+END_TEST
+
 static Suite *job_suite(void)
 {
-    Suite *s = SUITE_CASE(suite_create("rpc_job"), "program", 0, NULL,
-                          {test_program_roundtrip, N(progs)}, {test_program_decode_garbage});
+    Suite *s =
+        SUITE_CASE(suite_create("rpc_job"), "program", 0, NULL, {test_program_roundtrip, N(progs)},
+                   {test_program_decode_garbage}, {test_shm_probe_agree});
     return SUITE_CASE(s, "rpc", 60, SUITE_CHECKED(setup, teardown), {test_submit, 2},
                       {test_submit_wait}, {test_wait_get_cancel}, {test_run_job},
                       {test_cancel_job_worker}, {test_exchange},

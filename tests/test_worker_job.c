@@ -871,6 +871,8 @@ START_TEST(test_shm_probe)
     if (shm_mode) {
         ck_assert_msg(e == SM_OK, "%s", err);
         ck_assert(seen.cookie == made.cookie && made.cookie != 0);
+        ck_assert_uint_eq(made.protocol, SM_SHM_PROTOCOL); /* both speak this build's layout */
+        ck_assert_uint_eq(seen.protocol, SM_SHM_PROTOCOL);
         ck_assert_msg(access(path, F_OK) != 0, "the reader left %s", path);
     } else {
         ck_assert_msg(e == SM_EPRECONDITION && strstr(err, "--transport grpc"), "%s: %s",

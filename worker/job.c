@@ -717,6 +717,7 @@ static sm_err sm_jobs_shm_probe(void *user, const sm_svc_shm_probe_req *req,
                                 sm_svc_shm_probe_reply *out, char *err, size_t errlen)
 {
     sm_jobs *j = user;
+    out->protocol = SM_SHM_PROTOCOL;
     if (!j->shm)
         return sm_fail(err, errlen, SM_EPRECONDITION,
                        "worker %s uses --transport grpc: it shares no memory with its peers",

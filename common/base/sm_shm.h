@@ -28,6 +28,11 @@
 #include "sm_err.h"
 
 #define SM_SHM_NAME_MAX 64
+/* The layout of job segments (worker/comm_grpc_shm.c) and array memory this
+ * build speaks: 2, the header naming the worker's arena and the inputs'
+ * descriptors. Workers that answer the shared-memory proof with another
+ * number are not put in one domain (gRPC between them). */
+#define SM_SHM_PROTOCOL 2
 
 typedef struct {
     char name[SM_SHM_NAME_MAX];

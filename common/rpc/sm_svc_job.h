@@ -102,6 +102,7 @@ typedef struct {
 typedef struct {
     char name[SM_SVC_SHM_NAME_MAX];
     uint64_t cookie;
+    uint32_t protocol; /* SM_SHM_PROTOCOL of the worker; 0 from an older one */
 } sm_svc_shm_probe_reply;
 
 /* One block of a collective pushed worker to worker (Worker.Exchange). */
@@ -187,9 +188,14 @@ sm_err sm_svc_worker_shm_probe(sm_rpc_channel *ch, int deadline_ms, const sm_svc
                                sm_svc_shm_probe_reply *out, char *err, size_t errlen);
 /* Proof that worker a and worker b share memory: a creates a segment
  * holding a random cookie, b maps it and answers with the cookie it finds,
- * a drops it. 1 when b's cookie is a's, 0 otherwise (any refusal or
- * failure: then gRPC is used between them). */
+ * a drops it. 1 when b's cookie is a's and both speak the same protocol
+ * (sm_svc_shm_probe_agree), 0 otherwise (any refusal or failure: then
+ * gRPC is used between them). */
 int sm_svc_shm_prove(sm_rpc_channel *a, sm_rpc_channel *b, int deadline_ms);
+/* 1 if made (a's create) and seen (b's read of it) prove a shared memory
+ * both workers can use together: the same non-zero cookie and the same
+ * protocol. Pure. */
+int sm_svc_shm_probe_agree(const sm_svc_shm_probe_reply *made, const sm_svc_shm_probe_reply *seen);
 /* Proof that the worker at ch shares this process's memory: this process
  * creates a probe segment holding a random cookie, the worker maps it and
  * answers with the cookie it finds (ShmProbe{read}), the segment is

@@ -220,6 +220,7 @@ static sm_err shm_probe(SM_SVC_UNARY_ARGS)
         e = c->ops->shm_probe(c->user, &req, out, err, errlen);
     rep->name = out->name;
     rep->cookie = out->cookie;
+    rep->protocol = out->protocol;
     return e;
 }
 
@@ -403,8 +404,14 @@ sm_err sm_svc_worker_shm_probe(sm_rpc_channel *ch, int deadline_ms, const sm_svc
     const Shmap__V1__ShmProbeReply *r = (const Shmap__V1__ShmProbeReply *)m;
     e = sm_svc_str_dec(r->name, sizeof out->name, "ShmProbeReply.name", out->name, err, errlen);
     out->cookie = r->cookie;
+    out->protocol = r->protocol;
     sm_rpc_msg_free(m);
     return e;
+}
+
+int sm_svc_shm_probe_agree(const sm_svc_shm_probe_reply *made, const sm_svc_shm_probe_reply *seen)
+{
+    return made->cookie != 0 && seen->cookie == made->cookie && seen->protocol == made->protocol;
 }
 
 int sm_svc_shm_prove(sm_rpc_channel *a, sm_rpc_channel *b, int deadline_ms)
@@ -417,7 +424,7 @@ int sm_svc_shm_prove(sm_rpc_channel *a, sm_rpc_channel *b, int deadline_ms)
     sm_svc_shm_probe_req rd = {0};
     snprintf(rd.read, sizeof rd.read, "%s", made.name);
     int ok = sm_svc_worker_shm_probe(b, deadline_ms, &rd, &seen, err, sizeof err) == SM_OK &&
-             seen.cookie == made.cookie && made.cookie != 0;
+             sm_svc_shm_probe_agree(&made, &seen);
     sm_svc_shm_probe_req dr = {0};
     snprintf(dr.drop, sizeof dr.drop, "%s", made.name);
     (void)sm_svc_worker_shm_probe(a, deadline_ms, &dr, &seen, err, sizeof err);
