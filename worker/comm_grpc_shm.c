@@ -131,11 +131,19 @@ static char *sm_cg_shm_slot(const sm_shm_seg *s, int slot)
 }
 
 /* The input descriptor of the mesh position of index pos on the
- * segment's worker: where its input of the data movement under way lies
- * in the worker's arena (SM_SHM_NODESC: in its slot, copied there). */
+ * segment's worker: where its input of the collective under way lies in
+ * the worker's arena (SM_SHM_NODESC: elsewhere; the others read its copy
+ * in the slot, or its unit's partial). */
 static uint64_t *sm_cg_shm_desc(const sm_shm_seg *s, int pos)
 {
     return (uint64_t *)((char *)s->base + SM_SHM_DESC) + pos;
+}
+
+/* This worker's arena, where its peers read inputs in place; NULL when it
+ * has none or keeps no views (then its peers read its slot). */
+static const sm_shm_arena *sm_cg_shm_arena(const sm_comm_grpc *c)
+{
+    return c->shm_views ? sm_array_pool_arena(c->pool) : NULL;
 }
 
 sm_err sm_cg_shm_create(sm_comm_grpc *c, uint64_t key, char *err, size_t errlen)
@@ -209,8 +217,8 @@ static sm_err sm_cg_shm_make(sm_comm_grpc *c, char *err, size_t errlen)
         memset(h, 0, SM_SHM_HDR);
     h->key = m->key;
     h->nslots = (uint32_t)m->nslots[c->self];
-    const sm_shm_arena *a = sm_array_pool_arena(c->pool);
-    if (a && c->shm_views) { /* peers read inputs there, where they lie */
+    const sm_shm_arena *a = sm_cg_shm_arena(c);
+    if (a) { /* peers read inputs there, where they lie */
         snprintf(h->arena, sizeof h->arena, "%s", sm_shm_arena_name(a));
         h->arena_span = sm_shm_arena_span(a);
     }
@@ -825,7 +833,7 @@ static sm_err sm_cg_shm_view(sm_cg_shm_call *x, int w, uint64_t off, size_t need
  * from its units' partials (reductions). */
 static int sm_cg_shm_local_copied(const sm_cg_shm_call *x, int64_t inb)
 {
-    const sm_shm_arena *a = x->c->shm_views ? sm_array_pool_arena(x->c->pool) : NULL;
+    const sm_shm_arena *a = sm_cg_shm_arena(x->c);
     uint64_t off;
     int copied = 0;
     for (int l = 0; l < x->L->nlocal; l++)
@@ -839,7 +847,7 @@ static int sm_cg_shm_local_copied(const sm_cg_shm_call *x, int64_t inb)
 static void sm_cg_shm_publish(const sm_cg_shm_call *x, int64_t inb)
 {
     sm_comm_grpc *c = x->c;
-    const sm_shm_arena *a = c->shm_views ? sm_array_pool_arena(c->pool) : NULL;
+    const sm_shm_arena *a = sm_cg_shm_arena(c);
     uint64_t off,
         *d = sm_cg_shm_desc(&c->shm->seg[c->self], c->pos_local[x->g->members[x->g->rank]]);
     *d = sm_shm_arena_holds(a, x->in, (size_t)inb, &off) ? off : SM_SHM_NODESC;
@@ -1092,7 +1100,7 @@ static void sm_cg_shm_move_put(const sm_cg_shm_call *x, char *mine, int64_t inb)
 {
     const sm_comm_group *g = x->g;
     const sm_cg_layout *L = x->L;
-    const sm_shm_arena *a = x->c->shm_views ? sm_array_pool_arena(x->c->pool) : NULL;
+    const sm_shm_arena *a = sm_cg_shm_arena(x->c);
     int64_t cb = x->n, total = 0;
     uint64_t off;
     for (int pass = 0; pass < 2; pass++) {

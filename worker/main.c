@@ -329,8 +329,8 @@ static sm_err worker_metrics(void *user, sm_strbuf *b)
         (unsigned long long)t[SM_TRAFFIC_SHM_IN]);
     sm_metrics_help(b, "shmap_worker_collective_in_place_bytes_total", "counter",
                     "Of the collective bytes received through shared memory, those read from "
-                    "the peers' array memory where it lies (data movements of inputs of 1 MiB "
-                    "and more), with no copy into the peers' segments first.");
+                    "the peers' array memory where it lies (inputs of 1 MiB and more), with no "
+                    "copy or partial written into the peers' segments first.");
     sm_strbuf_printf(b, "shmap_worker_collective_in_place_bytes_total %llu\n",
                      (unsigned long long)t[SM_TRAFFIC_SHM_DIRECT_IN]);
     sm_metrics_rpc(src->server, b);
@@ -465,8 +465,8 @@ int main(int argc, char **argv)
             sm_shm_arena_reserve_set(arena, reserve);
             sm_array_pool_arena_set(arrays, arena);
         } else
-            SM_INFO("array memory stays private (%s): data movements with workers on this host "
-                    "copy their inputs into shared memory first",
+            SM_INFO("array memory stays private (%s): collectives with workers on this host "
+                    "copy their inputs (or partials) into shared memory first",
                     why);
     }
     if (limit)
