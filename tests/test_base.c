@@ -1,5 +1,7 @@
 /* Check suite for common/base: error texts, message buffers, strbuf, arena,
  * config, thread pool, hold, hash index. */
+#define _GNU_SOURCE
+#include <sched.h>
 #include <check.h>
 #include "sm_hold.h"
 #include <time.h>
@@ -466,12 +468,37 @@ START_TEST(test_time_after)
 }
 END_TEST
 
+/* A spin: none for a group crowding the CPUs (more than twice as many
+ * threads as this process may run on) or of 0 us; else SM_SPIN_US, and it
+ * ends once that time is up, not before, not long after. */
+START_TEST(test_spin)
+{
+    cpu_set_t set;
+    ck_assert_int_eq(sched_getaffinity(0, sizeof set, &set), 0);
+    int ncpu = CPU_COUNT(&set);
+    ck_assert_int_eq(sm_spin_us(1), SM_SPIN_US);
+    ck_assert_int_eq(sm_spin_us(2 * ncpu), SM_SPIN_US);
+    ck_assert_int_eq(sm_spin_us(2 * ncpu + 1), 0);
+    sm_spin none = sm_spin_start(0);
+    ck_assert_int_eq(sm_spin_more(&none), 0);
+    int64_t t0 = sm_time_mono_ns();
+    sm_spin sp = sm_spin_start(2000);
+    unsigned turns = 0;
+    while (sm_spin_more(&sp))
+        turns++;
+    int64_t took = sm_time_mono_ns() - t0;
+    ck_assert_msg(took >= 2000000 && took < 500000000, "a spin of 2 ms took %lld ns",
+                  (long long)took);
+    ck_assert_uint_gt(turns, 64);
+}
+END_TEST
+
 int main(void)
 {
     return suite_main(SUITE_CASE(
         suite_create("base"), "base", 0, NULL, {test_err_texts}, {test_fail_writes_message},
         {test_strbuf}, {test_arena}, {test_arena_defer}, {test_config_precedence},
         {test_config_errors}, {test_tpool}, {test_tpool_run}, {test_hold}, {test_time_after},
-        {test_htab, (int)(sizeof htab_cases / sizeof htab_cases[0])},
+        {test_spin}, {test_htab, (int)(sizeof htab_cases / sizeof htab_cases[0])},
         {test_htab_shrink, (int)(sizeof htab_cases / sizeof htab_cases[0])}));
 }

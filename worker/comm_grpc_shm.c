@@ -32,8 +32,9 @@
  * before they are written (fallocate: a full /dev/shm is an error, not a
  * fault), and every slot is checked against truncation before a phase. A phase ends with
  * the local members' barrier, the leader writing (seq << 2 | phase) to the
- * slot's word and waking its waiters; a waiter sleeps on the peer's word
- * (futex) in short slices, checking the job's abort, the peer's abort flag,
+ * slot's word and waking its waiters; a waiter polls the peer's word a
+ * while (sm_spin: up to SM_SPIN_US while the group's members are few for
+ * the host's CPUs), then sleeps on it (futex) in short slices, checking the job's abort, the peer's abort flag,
  * the job's deadline and, every probe interval, that the peer still answers
  * (else SM_EUNAVAILABLE naming it, as on the gRPC path).
  *
@@ -66,7 +67,6 @@
 #define SM_SHM_NODESC   UINT64_MAX
 #define SM_SHM_SPAN     ((size_t)2 << 30)
 #define SM_SHM_SLICE_MS 20
-#define SM_SHM_SPIN     4000
 #define SM_SHM_BLOCK    (64 << 10) /* bytes of each operand per pass of a reduction */
 
 typedef struct {
@@ -489,7 +489,8 @@ static sm_err sm_cg_shm_wait(sm_comm_grpc *c, const sm_comm_group *g, const sm_c
         uint32_t *word = sm_cg_shm_word(s, sm_cg_shm_slot_of(c, g, L, k));
         int64_t next_probe = sm_time_mono_ms() + c->probe_ms;
         const sm_cg_shm_hdr *h = s->base;
-        for (int spin = 0;; spin++) {
+        sm_spin sp = sm_spin_start(sm_spin_us(g->size));
+        for (int spinning = 1;;) {
             uint32_t v = __atomic_load_n(word, __ATOMIC_ACQUIRE);
             int moved = __atomic_load_n(&h->key, __ATOMIC_ACQUIRE) != c->shm->key;
             /* A worker whose file holds another job's key has ended this
@@ -513,7 +514,7 @@ static sm_err sm_cg_shm_wait(sm_comm_grpc *c, const sm_comm_group *g, const sm_c
                                    c->addr[w], (unsigned long long)c->job.v);
             if ((int32_t)(v - tag) >= 0)
                 break;
-            if (spin < SM_SHM_SPIN)
+            if (spinning && (spinning = sm_spin_more(&sp)))
                 continue;
             if ((e = sm_cg_shm_checks(c, w, s->base, seq, &next_probe, err, errlen)))
                 return e;

@@ -1,5 +1,8 @@
 /* sm_time: see the header. */
+#define _GNU_SOURCE
 #include "sm_time.h"
+
+#include <sched.h>
 
 int sm_time_cond_init(pthread_cond_t *cv)
 {
@@ -41,4 +44,40 @@ int64_t sm_time_mono_us(void)
 int64_t sm_time_mono_ms(void)
 {
     return sm_time_mono_ns() / 1000000;
+}
+
+int64_t sm_spin_us(int threads)
+{
+    static int ncpu; /* 0 until known; the affinity mask of the first caller */
+    int n = __atomic_load_n(&ncpu, __ATOMIC_RELAXED);
+    if (!n) {
+        cpu_set_t set;
+        n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+        __atomic_store_n(&ncpu, n > 0 ? n : 1, __ATOMIC_RELAXED);
+    }
+    return threads <= 2 * n ? SM_SPIN_US : 0;
+}
+
+sm_spin sm_spin_start(int64_t us)
+{
+    sm_spin s = {us > 0 ? sm_time_mono_ns() + us * 1000 : 0, 0};
+    return s;
+}
+
+int sm_spin_more(sm_spin *s)
+{
+    if (s->until_ns == 0)
+        return 0;
+    if (++s->turns % 64) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#elif defined(__aarch64__)
+        __asm__ __volatile__("yield");
+#endif
+        return 1;
+    }
+    if (sm_time_mono_ns() >= s->until_ns)
+        return 0;
+    sched_yield();
+    return 1;
 }

@@ -27,4 +27,33 @@ int64_t sm_time_mono_ns(void);
 int64_t sm_time_mono_us(void);
 int64_t sm_time_mono_ms(void);
 
+/* A bounded spin before a blocking wait, for a waiter whose partner (a
+ * thread or process of the same collective) usually arrives within
+ * microseconds: it polls, giving up the CPU every few turns, instead of
+ * sleeping at once and paying a wake-up (tens to hundreds of microseconds
+ * on a virtual machine). Only while the threads taking part are few for
+ * the host's CPUs (sm_spin_us): with many more, the partner the spinner
+ * waits for is likely waiting for its CPU, and a spin only delays it.
+ *
+ *   sm_spin sp = sm_spin_start(sm_spin_us(group_size));
+ *   while (!ready() && sm_spin_more(&sp))
+ *       ;
+ *   then the blocking wait, which finds ready() at once if it became so. */
+#define SM_SPIN_US 100
+
+typedef struct {
+    int64_t until_ns;
+    unsigned turns;
+} sm_spin;
+
+/* The spin for a wait among threads busy threads of this host (the members
+ * of a collective): SM_SPIN_US while they are at most twice the CPUs this
+ * process may run on, else 0. */
+int64_t sm_spin_us(int threads);
+/* A spin of at most us microseconds from now (0: none). */
+sm_spin sm_spin_start(int64_t us);
+/* One turn (a pause, or every few turns a sched_yield and a look at the
+ * clock); 0 once the time is up. */
+int sm_spin_more(sm_spin *s);
+
 #endif

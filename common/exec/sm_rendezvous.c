@@ -62,12 +62,31 @@ void sm_rendezvous_free(sm_rendezvous *r)
     free(r);
 }
 
+/* The counters and the generation members wait on are written with atomic
+ * stores under mu, and read without it by this spin: before a member
+ * sleeps on the condition variable (the caller holds mu), it releases mu
+ * and polls a while (sm_spin) until *word reaches stop or the rendezvous is
+ * aborted, since the others usually arrive within microseconds and a
+ * wake-up costs more; then it takes mu again and waits as before. */
+static void sm_rendezvous_spin(sm_rendezvous *r, const sm_rendezvous_slot *s, const int *word,
+                               int stop)
+{
+    if (s->spin_us == 0 || __atomic_load_n(word, __ATOMIC_ACQUIRE) == stop)
+        return;
+    pthread_mutex_unlock(&r->mu);
+    sm_spin sp = sm_spin_start(s->spin_us);
+    while (__atomic_load_n(word, __ATOMIC_ACQUIRE) != stop &&
+           !__atomic_load_n(&r->aborted, __ATOMIC_ACQUIRE) && sm_spin_more(&sp))
+        ;
+    pthread_mutex_lock(&r->mu);
+}
+
 /* Sets the abort state (caller holds mu); returns 1 if this call set it. */
 static int sm_rendezvous_abort_locked(sm_rendezvous *r, sm_err code, const char *why)
 {
     if (r->aborted)
         return 0;
-    r->aborted = 1;
+    __atomic_store_n(&r->aborted, 1, __ATOMIC_RELEASE); /* read by sm_rendezvous_spin */
     r->code = code;
     snprintf(r->why, sizeof r->why, "%s", why);
     pthread_cond_broadcast(&r->cv);
@@ -130,6 +149,7 @@ static sm_rendezvous_slot *sm_rendezvous_slot_get(sm_rendezvous *r, const sm_ren
     s->size = k->size;
     s->kind = k->kind;
     s->arg = k->arg;
+    s->spin_us = sm_spin_us(k->g->size);
     s->next = r->slots;
     r->slots = s;
     return s;
@@ -171,8 +191,10 @@ sm_err sm_rendezvous_join(sm_rendezvous *r, const sm_rendezvous_key *k, const vo
     }
     s->in[k->index] = in ? in : (const void *)s; /* a zero-size input may be NULL */
     s->out[k->index] = out;
-    if (++s->arrived == s->size)
+    if (__atomic_add_fetch(&s->arrived, 1, __ATOMIC_RELEASE) == s->size)
         pthread_cond_broadcast(&r->cv);
+    else if (!r->aborted)
+        sm_rendezvous_spin(r, s, &s->arrived, s->size);
     while (s->arrived < s->size && !r->aborted) {
         if (pthread_cond_timedwait(&r->cv, &r->mu, deadline) == ETIMEDOUT && s->arrived < s->size &&
             !r->aborted) {
@@ -205,8 +227,10 @@ int sm_rendezvous_mid(sm_rendezvous *r, sm_rendezvous_slot *s, int failed)
 {
     pthread_mutex_lock(&r->mu);
     s->failed |= failed;
-    if (++s->reduced == s->size)
+    if (__atomic_add_fetch(&s->reduced, 1, __ATOMIC_RELEASE) == s->size)
         pthread_cond_broadcast(&r->cv);
+    else
+        sm_rendezvous_spin(r, s, &s->reduced, s->size);
     while (s->reduced < s->size)
         pthread_cond_wait(&r->cv, &r->mu);
     failed = s->failed;
@@ -217,15 +241,17 @@ int sm_rendezvous_mid(sm_rendezvous *r, sm_rendezvous_slot *s, int failed)
 int sm_rendezvous_sync(sm_rendezvous *r, sm_rendezvous_slot *s, int failed)
 {
     pthread_mutex_lock(&r->mu);
-    unsigned gen = s->sync_gen;
+    int gen = s->sync_gen;
     s->sync_failed |= failed;
     if (++s->synced == s->size) {
         s->synced = 0;
-        s->sync_gen++;
+        __atomic_store_n(&s->sync_gen, gen + 1, __ATOMIC_RELEASE);
         failed = s->sync_last = s->sync_failed;
         s->sync_failed = 0;
         pthread_cond_broadcast(&r->cv);
     } else {
+        if (!r->aborted)
+            sm_rendezvous_spin(r, s, &s->sync_gen, gen + 1);
         while (s->sync_gen == gen && !r->aborted)
             pthread_cond_wait(&r->cv, &r->mu);
         failed = s->sync_gen == gen ? 1 : s->sync_last; /* aborted before all arrived: 1 */
@@ -262,8 +288,10 @@ sm_err sm_rendezvous_wait_shared(sm_rendezvous *r, sm_rendezvous_slot *s, char *
 void sm_rendezvous_leave(sm_rendezvous *r, sm_rendezvous_slot *s)
 {
     pthread_mutex_lock(&r->mu);
-    if (++s->finished == s->size)
+    if (__atomic_add_fetch(&s->finished, 1, __ATOMIC_RELEASE) == s->size)
         pthread_cond_broadcast(&r->cv);
+    else
+        sm_rendezvous_spin(r, s, &s->finished, s->size);
     while (s->finished < s->size)
         pthread_cond_wait(&r->cv, &r->mu);
     if (++s->left == s->size) {

@@ -54,7 +54,8 @@ typedef struct sm_rendezvous_slot {
     int64_t arg;
     int arrived, finished, left, reduced, failed, pstate;
     int synced, sync_failed, sync_last; /* sm_rendezvous_sync */
-    unsigned sync_gen;
+    int sync_gen;                       /* counts the slot's syncs */
+    int64_t spin_us;                    /* before a member sleeps: sm_spin_us of the whole group */
 } sm_rendezvous_slot;
 
 typedef struct {
