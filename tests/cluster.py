@@ -90,7 +90,9 @@ def run(args, **kw):
 def start_cluster(work, workers, devices, flags=(), env=None, tag="coord", listen="127.0.0.1:0",
                   cwd=None):
     """Starts `shmap-coordinator --local-workers workers` with flags (on
-    listen, in the working directory cwd), its log in work/tag.log; returns
+    listen, in the working directory cwd), its log in work/tag.log, and
+    --exit-with-parent (a test process that dies takes its cluster with
+    it, local workers included); returns
     (process, "127.0.0.1:PORT", log path) once all workers are alive, or
     exits with the log."""
     port_file = os.path.join(work, f"{tag}.port")
@@ -99,7 +101,7 @@ def start_cluster(work, workers, devices, flags=(), env=None, tag="coord", liste
     with open(log_path, "w") as log:
         p = subprocess.Popen([COORD, "--listen", listen, "--port-file", port_file,
                               "--local-workers", str(workers), "--devices-per-worker",
-                              str(devices), *flags],
+                              str(devices), "--exit-with-parent", *flags],
                              stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd,
                              start_new_session=True)
     deadline = time.time() + 30

@@ -73,8 +73,9 @@ static pid_t coord_spawn(int wait_port)
                       "--heartbeat-ms",
                       "200",
                       "--lost-after-ms",
-                      "1000"};
-    int n = 11;
+                      "1000",
+                      "--exit-with-parent"}; /* a failed test's _exit takes it along */
+    int n = 12;
     n += harness_secure_flags(&g.h, 1, argv + n, 20);
     if (g.local) {
         const char *more[] = {
