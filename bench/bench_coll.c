@@ -26,7 +26,9 @@
  * Each job applies the collective R times (all_gather and psum_scatter
  * chained with a slice / tile back to the input shape); the time of one
  * collective is (t(R = 1 + K) - t(R = 1)) / K with medians over --runs
- * jobs, so RunJob, input lookup and output storing cancel out. algbw =
+ * jobs, so RunJob, input lookup and output storing cancel out (K = 4 from
+ * 16 MiB, 16 below: there the job's own time and its jitter, a few tenths
+ * of a millisecond, would otherwise weigh as much as the K collectives). algbw =
  * S / t, busbw = algbw * factor. "cpu ms/op" is the workers' CPU time
  * (user + system, both workers) per collective, taken the same way: on a
  * machine shared with other work it moves much less than the wall time. Prints a table and SUMMARY
@@ -62,7 +64,7 @@
 #define BC_DPW     2
 #define BC_N       (BC_WORKERS * BC_DPW)
 #define BC_COLS    1024
-#define BC_K       4
+#define BC_K       4 /* extra collectives per job from 16 MiB, 4 times as many below */
 #define BC_CALL_MS 300000
 #define BC_MAX_RUN 50
 
@@ -447,6 +449,12 @@ static double bc_floor(int64_t bytes, int runs)
     return best;
 }
 
+/* K, the extra collectives of a job, for S = mib MiB per device. */
+static int bc_k(long mib)
+{
+    return mib >= 16 ? BC_K : 4 * BC_K;
+}
+
 /* Parses a comma-separated list of op names into a bit set; 0 if bad. */
 static unsigned bc_parse_ops(const char *s)
 {
@@ -535,8 +543,8 @@ int main(int argc, char **argv)
         goto done;
     }
     printf("collectives over mesh x=%d: %d worker processes x %d devices, f32, K=%d extra "
-           "collectives per job, median of %d jobs\n",
-           BC_N, BC_WORKERS, BC_DPW, BC_K, runs);
+           "collectives per job (%d below 16 MiB), median of %d jobs\n",
+           BC_N, BC_WORKERS, BC_DPW, BC_K, bc_k(1), runs);
     printf("%-13s %-5s %8s %11s %11s %11s %11s %11s\n", "op", "via", "MiB/dev", "job R=1 ms",
            "t/op ms", "algbw GB/s", "busbw GB/s", "cpu ms/op");
     for (int si = 0; si < nsizes; si++) {
@@ -571,6 +579,7 @@ int main(int argc, char **argv)
         }
         free(data);
         double anchor = 0;
+        int K = bc_k(sizes[si]);
         if (ops & (1u << BC_PSUM)) {
             double acpu = 0;
             anchor = bc_anchor(bytes, runs, &acpu);
@@ -597,14 +606,14 @@ int main(int argc, char **argv)
                     continue;
                 for (int k = 0; k < runs && !bad; k++)
                     bad = bc_job(&c, tr, op, r, 1, in, &t1[k], &c1[k], err, sizeof err) ||
-                          bc_job(&c, tr, op, r, 1 + BC_K, in, &t2[k], &c2[k], err, sizeof err);
+                          bc_job(&c, tr, op, r, 1 + K, in, &t2[k], &c2[k], err, sizeof err);
                 if (bad) {
                     fprintf(stderr, "bench_coll: %s\n", err);
                     goto done;
                 }
                 double m1 = bench_median(t1, runs), m2 = bench_median(t2, runs);
-                double t = (m2 - m1) / BC_K;
-                double cpu = (bench_median(c2, runs) - bench_median(c1, runs)) / BC_K;
+                double t = (m2 - m1) / K;
+                double cpu = (bench_median(c2, runs) - bench_median(c1, runs)) / K;
                 double algbw = t > 0 ? (double)bytes / t / 1e9 : 0;
                 double busbw = algbw * bc_factor[op];
                 printf("%-13s %-5s %8ld %11.2f %11.3f %11.3f %11.3f %11.1f\n", bc_names[op],
