@@ -28,7 +28,8 @@
  * collective is (t(R = 1 + K) - t(R = 1)) / K with medians over --runs
  * jobs, so RunJob, input lookup and output storing cancel out (K = 4 from
  * 16 MiB, 16 below: there the job's own time and its jitter, a few tenths
- * of a millisecond, would otherwise weigh as much as the K collectives). algbw =
+ * of a millisecond, would otherwise weigh as much as the K collectives;
+ * and below 16 MiB, three times --runs jobs, at most 50, as cheap there). algbw =
  * S / t, busbw = algbw * factor. "cpu ms/op" is the workers' CPU time
  * (user + system, both workers) per collective, taken the same way: on a
  * machine shared with other work it moves much less than the wall time. Prints a table and SUMMARY
@@ -455,6 +456,12 @@ static int bc_k(long mib)
     return mib >= 16 ? BC_K : 4 * BC_K;
 }
 
+/* The jobs of each kind timed for S = mib MiB per device (runs asked). */
+static int bc_runs(long mib, int runs)
+{
+    return mib >= 16 ? runs : 3 * runs < BC_MAX_RUN ? 3 * runs : BC_MAX_RUN;
+}
+
 /* Parses a comma-separated list of op names into a bit set; 0 if bad. */
 static unsigned bc_parse_ops(const char *s)
 {
@@ -543,8 +550,8 @@ int main(int argc, char **argv)
         goto done;
     }
     printf("collectives over mesh x=%d: %d worker processes x %d devices, f32, K=%d extra "
-           "collectives per job (%d below 16 MiB), median of %d jobs\n",
-           BC_N, BC_WORKERS, BC_DPW, BC_K, bc_k(1), runs);
+           "collectives per job (%d below 16 MiB), median of %d jobs (%d below 16 MiB)\n",
+           BC_N, BC_WORKERS, BC_DPW, BC_K, bc_k(1), runs, bc_runs(1, runs));
     printf("%-13s %-5s %8s %11s %11s %11s %11s %11s\n", "op", "via", "MiB/dev", "job R=1 ms",
            "t/op ms", "algbw GB/s", "busbw GB/s", "cpu ms/op");
     for (int si = 0; si < nsizes; si++) {
@@ -579,7 +586,7 @@ int main(int argc, char **argv)
         }
         free(data);
         double anchor = 0;
-        int K = bc_k(sizes[si]);
+        int K = bc_k(sizes[si]), nr = bc_runs(sizes[si], runs);
         if (ops & (1u << BC_PSUM)) {
             double acpu = 0;
             anchor = bc_anchor(bytes, runs, &acpu);
@@ -604,16 +611,16 @@ int main(int argc, char **argv)
                 int bad = 0;
                 if (!(ops & (1u << op)) || !(trs & (1u << tr)))
                     continue;
-                for (int k = 0; k < runs && !bad; k++)
+                for (int k = 0; k < nr && !bad; k++)
                     bad = bc_job(&c, tr, op, r, 1, in, &t1[k], &c1[k], err, sizeof err) ||
                           bc_job(&c, tr, op, r, 1 + K, in, &t2[k], &c2[k], err, sizeof err);
                 if (bad) {
                     fprintf(stderr, "bench_coll: %s\n", err);
                     goto done;
                 }
-                double m1 = bench_median(t1, runs), m2 = bench_median(t2, runs);
+                double m1 = bench_median(t1, nr), m2 = bench_median(t2, nr);
                 double t = (m2 - m1) / K;
-                double cpu = (bench_median(c2, runs) - bench_median(c1, runs)) / K;
+                double cpu = (bench_median(c2, nr) - bench_median(c1, nr)) / K;
                 double algbw = t > 0 ? (double)bytes / t / 1e9 : 0;
                 double busbw = algbw * bc_factor[op];
                 printf("%-13s %-5s %8ld %11.2f %11.3f %11.3f %11.3f %11.1f\n", bc_names[op],
