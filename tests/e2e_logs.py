@@ -3,7 +3,9 @@
 workers): every line is one JSON object with time, level, process and msg,
 and a job's request id follows it from the coordinator to both workers and
 back; gRPC's own lines (a plaintext client's failed TLS handshake) are JSON
-too; a bad --log-format is a usage error; text lines show the request id.
+too; a bad --log-format is a usage error; text lines show the request id;
+SHMAP_SPIN_US reaches the local workers (each says its --spin-us 0, and
+the psum runs without polling).
 
 Environment: SHMAPCTL, SHMAP_COORDINATOR_BIN (set by ctest)."""
 import json
@@ -27,10 +29,10 @@ def fail(msg):
     sys.exit(1)
 
 
-def run_cluster(work, fmt):
-    """Starts the cluster with --log-format fmt, runs a psum job over both
-    workers, stops it; returns the log's lines."""
-    env = dict(os.environ, SHMAP_LOG="debug")
+def run_cluster(work, fmt, more_env=None):
+    """Starts the cluster with --log-format fmt (and more_env), runs a psum
+    job over both workers, stops it; returns the log's lines."""
+    env = dict(os.environ, SHMAP_LOG="debug", **(more_env or {}))
     p, target, log_path = start_cluster(work, 2, 2, ["--log-format", fmt], env=env, tag=fmt)
     try:
         prog = os.path.join(work, "psum.shmap")
@@ -118,9 +120,13 @@ def main():
             fail(f"request id {rid} does not follow job 1 to both workers and back:\n" +
                  "\n".join(lines))
         passed += 1
-        text = run_cluster(work, "text")
+        text = run_cluster(work, "text", {"SHMAP_SPIN_US": "0"})
         if not any(re.search(r" DEBUG \[[0-9a-f]{16}\]: job 1 ", ln) for ln in text):
             fail("text lines do not show the request id:\n" + "\n".join(text))
+        passed += 1
+        said = [ln for ln in text if "polls for up to 0 us before it sleeps (--spin-us 0)" in ln]
+        if len(said) != 2:
+            fail("SHMAP_SPIN_US=0 did not reach both local workers:\n" + "\n".join(text))
         passed += 1
         tls = json_lines(grpc_lines(work))
         if not any(o["msg"].startswith("grpc: Handshake failed") and o["level"] == "error"

@@ -469,16 +469,27 @@ START_TEST(test_time_after)
 END_TEST
 
 /* A spin: none for a group crowding the CPUs (more than twice as many
- * threads as this process may run on) or of 0 us; else SM_SPIN_US, and it
- * ends once that time is up, not before, not long after. */
+ * threads as this process may run on) or of 0 us; else the process's
+ * (SM_SPIN_US_DEFAULT, or as set, clamped), and it ends once that time is
+ * up, not before, not long after. */
 START_TEST(test_spin)
 {
     cpu_set_t set;
     ck_assert_int_eq(sched_getaffinity(0, sizeof set, &set), 0);
     int ncpu = CPU_COUNT(&set);
-    ck_assert_int_eq(sm_spin_us(1), SM_SPIN_US);
-    ck_assert_int_eq(sm_spin_us(2 * ncpu), SM_SPIN_US);
+    ck_assert_int_eq(sm_spin_us(1), SM_SPIN_US_DEFAULT);
+    ck_assert_int_eq(sm_spin_us(2 * ncpu), SM_SPIN_US_DEFAULT);
     ck_assert_int_eq(sm_spin_us(2 * ncpu + 1), 0);
+    sm_spin_set_us(0);
+    ck_assert_int_eq(sm_spin_us(1), 0);
+    sm_spin_set_us(250);
+    ck_assert_int_eq(sm_spin_us(2), 250);
+    ck_assert_int_eq(sm_spin_us(2 * ncpu + 1), 0);
+    sm_spin_set_us(SM_SPIN_US_MAX + 1);
+    ck_assert_int_eq(sm_spin_us(1), SM_SPIN_US_MAX);
+    sm_spin_set_us(-5);
+    ck_assert_int_eq(sm_spin_us(1), 0);
+    sm_spin_set_us(SM_SPIN_US_DEFAULT);
     sm_spin none = sm_spin_start(0);
     ck_assert_int_eq(sm_spin_more(&none), 0);
     int64_t t0 = sm_time_mono_ns();

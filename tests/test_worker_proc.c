@@ -1061,6 +1061,8 @@ START_TEST(test_usage_errors)
         {{"--coordinator", "127.0.0.1:1", "--devices", "0"}, 2},
         {{"--coordinator", "127.0.0.1:1", "--bogus", NULL}, 2},
         {{"--coordinator", "127.0.0.1:1", "--log-level", "loud"}, 2},
+        {{"--coordinator", "127.0.0.1:1", "--spin-us", "10001"}, 2},
+        {{"--coordinator", "127.0.0.1:1", "--spin-us", "-1"}, 2},
     };
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         const char *argv[8] = {harness_worker_bin()};

@@ -33,8 +33,9 @@
  * fault), and every slot is checked against truncation before a phase. A phase ends with
  * the local members' barrier, the leader writing (seq << 2 | phase) to the
  * slot's word and waking its waiters; a waiter polls the peer's word a
- * while (sm_spin: up to SM_SPIN_US while the group's members are few for
- * the host's CPUs), then sleeps on it (futex) in short slices, checking the job's abort, the peer's abort flag,
+ * while (sm_spin: up to --spin-us, 100 by default, while the group's
+ * members are few for the host's CPUs), then sleeps on it (futex) in short
+ * slices, checking the job's abort, the peer's abort flag,
  * the job's deadline and, every probe interval, that the peer still answers
  * (else SM_EUNAVAILABLE naming it, as on the gRPC path).
  *

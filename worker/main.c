@@ -33,6 +33,7 @@
 #include "sm_rpc.h"
 #include "sm_svc.h"
 #include "sm_sys.h"
+#include "sm_time.h"
 #include "store.h"
 #include "traffic.h"
 
@@ -59,6 +60,7 @@ enum {
     CFG_EXIT_WITH_PARENT,
     CFG_TRANSPORT,
     CFG_SHM_SWEEP_S,
+    CFG_SPIN_US,
     CFG_COUNT
 };
 
@@ -125,6 +127,12 @@ static const sm_config_row worker_config[CFG_COUNT] = {
                          "that processes killed on this host left (a client's buffers, above "
                          "all), once no live process holds them and they are 10 s old; 0: only "
                          "at the worker's start and after a failed job."},
+    [CFG_SPIN_US] = {"spin-us", 0, SM_CFG_INT, "100", "SHMAP_SPIN_US",
+                     "Before a collective's wait for its other devices sleeps, it polls for up "
+                     "to this many microseconds, yielding the CPU between polls, when the "
+                     "collective has at most twice as many devices as the worker may use "
+                     "CPUs (a wake-up costs more, on a virtual machine above all); 0: never "
+                     "poll (a worker under a tight CPU quota); at most 10000."},
 };
 
 static const char worker_usage[] =
@@ -411,6 +419,9 @@ int main(int argc, char **argv)
         return usage_error("--worker-id must be 0 (none) or an id in 1..2147483647.");
     if (cfg[CFG_SHM_SWEEP_S].i < 0 || cfg[CFG_SHM_SWEEP_S].i > 86400)
         return usage_error("--shm-sweep-s must be 0 (none) to 86400 seconds.");
+    if (cfg[CFG_SPIN_US].i < 0 || cfg[CFG_SPIN_US].i > SM_SPIN_US_MAX)
+        return usage_error("--spin-us must be 0 (never poll) to 10000 microseconds.");
+    sm_spin_set_us(cfg[CFG_SPIN_US].i);
     if (cfg[CFG_MAX_MESSAGE_MB].i < 1 || cfg[CFG_MAX_MESSAGE_MB].i > (SM_RPC_MAX_MSG >> 20))
         return usage_error("--max-message-mb must be between 1 and 8.");
     const char *transport = cfg[CFG_TRANSPORT].s ? cfg[CFG_TRANSPORT].s : "";
@@ -469,6 +480,9 @@ int main(int argc, char **argv)
                     "copy their inputs (or partials) into shared memory first",
                     why);
     }
+    if (cfg[CFG_SPIN_US].i != SM_SPIN_US_DEFAULT)
+        SM_INFO("a collective's wait polls for up to %lld us before it sleeps (--spin-us %lld)",
+                (long long)cfg[CFG_SPIN_US].i, (long long)cfg[CFG_SPIN_US].i);
     if (limit)
         SM_INFO("shard and job memory limited to %llu MiB (--memory-limit-mb); freed blocks "
                 "kept for reuse up to %zu MiB (--buffer-cache-mb)",

@@ -46,6 +46,17 @@ int64_t sm_time_mono_ms(void)
     return sm_time_mono_ns() / 1000000;
 }
 
+static int64_t sm_spin_set = SM_SPIN_US_DEFAULT;
+
+void sm_spin_set_us(int64_t us)
+{
+    __atomic_store_n(&sm_spin_set,
+                     us < 0                ? 0
+                     : us > SM_SPIN_US_MAX ? SM_SPIN_US_MAX
+                                           : us,
+                     __ATOMIC_RELAXED);
+}
+
 int64_t sm_spin_us(int threads)
 {
     static int ncpu; /* 0 until known; the affinity mask of the first caller */
@@ -55,7 +66,7 @@ int64_t sm_spin_us(int threads)
         n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
         __atomic_store_n(&ncpu, n > 0 ? n : 1, __ATOMIC_RELAXED);
     }
-    return threads <= 2 * n ? SM_SPIN_US : 0;
+    return threads <= 2 * n ? __atomic_load_n(&sm_spin_set, __ATOMIC_RELAXED) : 0;
 }
 
 sm_spin sm_spin_start(int64_t us)

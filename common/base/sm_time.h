@@ -39,7 +39,8 @@ int64_t sm_time_mono_ms(void);
  *   while (!ready() && sm_spin_more(&sp))
  *       ;
  *   then the blocking wait, which finds ready() at once if it became so. */
-#define SM_SPIN_US 100
+#define SM_SPIN_US_DEFAULT 100
+#define SM_SPIN_US_MAX     10000
 
 typedef struct {
     int64_t until_ns;
@@ -47,9 +48,13 @@ typedef struct {
 } sm_spin;
 
 /* The spin for a wait among threads busy threads of this host (the members
- * of a collective): SM_SPIN_US while they are at most twice the CPUs this
- * process may run on, else 0. */
+ * of a collective): the process's spin (SM_SPIN_US_DEFAULT unless set)
+ * while they are at most twice the CPUs this process may run on, else 0. */
 int64_t sm_spin_us(int threads);
+/* Sets the process's spin, 0 (never spin) to SM_SPIN_US_MAX microseconds
+ * (clamped): a worker's --spin-us. Thread-safe; waits that began keep
+ * theirs. */
+void sm_spin_set_us(int64_t us);
 /* A spin of at most us microseconds from now (0: none). */
 sm_spin sm_spin_start(int64_t us);
 /* One turn (a pause, or every few turns a sched_yield and a look at the
