@@ -8,12 +8,16 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "sm_arena.h"
 #include "sm_config.h"
 #include "sm_err.h"
 #include "sm_htab.h"
 #include "sm_strbuf.h"
+#include "sm_sys.h"
 #include "sm_time.h"
 #include "sm_tpool.h"
 #include "suite_main.h"
@@ -468,15 +472,94 @@ START_TEST(test_time_after)
 }
 END_TEST
 
+/* The CPUs a process may keep busy: its affinity mask's, or fewer under
+ * a cgroup's CPU quota (rounded up); none ever. */
+START_TEST(test_sys_cpus)
+{
+    cpu_set_t set;
+    ck_assert_int_eq(sched_getaffinity(0, sizeof set, &set), 0);
+    int n = sm_sys_cpus();
+    ck_assert_int_ge(n, 1);
+    ck_assert_int_le(n, CPU_COUNT(&set));
+    ck_assert_int_eq(sm_sys_cpus_quota(8, NULL), 8);
+    ck_assert_int_eq(sm_sys_cpus_quota(8, ""), 8);
+    ck_assert_int_eq(sm_sys_cpus_quota(8, "max 100000\n"), 8);
+    ck_assert_int_eq(sm_sys_cpus_quota(8, "200000 100000\n"), 2);
+    ck_assert_int_eq(sm_sys_cpus_quota(8, "150000 100000"), 2);
+    ck_assert_int_eq(sm_sys_cpus_quota(8, "50000 100000"), 1);
+    ck_assert_int_eq(sm_sys_cpus_quota(2, "800000 100000"), 2);
+    ck_assert_int_eq(sm_sys_cpus_quota(8, "-1 100000"), 8); /* v1: no quota */
+    ck_assert_int_eq(sm_sys_cpus_quota(8, "100000 0"), 8);
+    ck_assert_int_eq(sm_sys_cpus_quota(0, NULL), 1);
+}
+END_TEST
+
+/* Writes text to path; 0 on success. */
+static int write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    int ok = fputs(text, f) >= 0;
+    return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+/* sm_sys_cpus in a child process moved into a new cgroup of this host
+ * whose CPU quota is half a CPU (v2 cpu.max, or v1 cpu.cfs_quota_us):
+ * 1, however many CPUs its affinity mask holds. Needs root and a cgroup
+ * hierarchy with the cpu controller; says so and checks nothing else
+ * without. */
+START_TEST(test_sys_cpus_cgroup)
+{
+    char dir[128], path[192];
+    int v2 = access("/sys/fs/cgroup/cgroup.controllers", F_OK) == 0;
+    snprintf(dir, sizeof dir, "%s/shmap-test-%d", v2 ? "/sys/fs/cgroup" : "/sys/fs/cgroup/cpu",
+             (int)getpid());
+    if (geteuid() != 0 || (v2 && write_text("/sys/fs/cgroup/cgroup.subtree_control", "+cpu")) ||
+        (!v2 && access("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", F_OK)) || mkdir(dir, 0755)) {
+        fprintf(stderr, "test_sys_cpus_cgroup: no cgroup with a CPU quota can be made here\n");
+        return;
+    }
+    if (v2) {
+        snprintf(path, sizeof path, "%s/cpu.max", dir);
+        ck_assert_int_eq(write_text(path, "50000 100000"), 0);
+    } else {
+        snprintf(path, sizeof path, "%s/cpu.cfs_period_us", dir);
+        ck_assert_int_eq(write_text(path, "100000"), 0);
+        snprintf(path, sizeof path, "%s/cpu.cfs_quota_us", dir);
+        ck_assert_int_eq(write_text(path, "50000"), 0);
+    }
+    int fd[2];
+    ck_assert_int_eq(pipe(fd), 0);
+    pid_t child = fork();
+    ck_assert_int_ge(child, 0);
+    if (child == 0) {
+        char me[32];
+        snprintf(path, sizeof path, "%s/cgroup.procs", dir);
+        snprintf(me, sizeof me, "%d\n", (int)getpid());
+        int n = write_text(path, me) == 0 ? sm_sys_cpus() : -1;
+        (void)!write(fd[1], &n, sizeof n);
+        _exit(0);
+    }
+    int n = -2;
+    ck_assert_int_eq(read(fd[0], &n, sizeof n), (ssize_t)sizeof n);
+    int status;
+    waitpid(child, &status, 0);
+    close(fd[0]);
+    close(fd[1]);
+    for (int i = 0; i < 100 && rmdir(dir) != 0; i++) /* once the child is gone from it */
+        usleep(10000);
+    ck_assert_msg(n == 1, "sm_sys_cpus under a quota of half a CPU: %d", n);
+}
+END_TEST
+
 /* A spin: none for a group crowding the CPUs (more than twice as many
- * threads as this process may run on) or of 0 us; else the process's
+ * threads as this process may keep busy, sm_sys_cpus) or of 0 us; else the process's
  * (SM_SPIN_US_DEFAULT, or as set, clamped), and it ends once that time is
  * up, not before, not long after. */
 START_TEST(test_spin)
 {
-    cpu_set_t set;
-    ck_assert_int_eq(sched_getaffinity(0, sizeof set, &set), 0);
-    int ncpu = CPU_COUNT(&set);
+    int ncpu = sm_sys_cpus();
     ck_assert_int_eq(sm_spin_us(1), SM_SPIN_US_DEFAULT);
     ck_assert_int_eq(sm_spin_us(2 * ncpu), SM_SPIN_US_DEFAULT);
     ck_assert_int_eq(sm_spin_us(2 * ncpu + 1), 0);
@@ -506,10 +589,11 @@ END_TEST
 
 int main(void)
 {
-    return suite_main(SUITE_CASE(
-        suite_create("base"), "base", 0, NULL, {test_err_texts}, {test_fail_writes_message},
-        {test_strbuf}, {test_arena}, {test_arena_defer}, {test_config_precedence},
-        {test_config_errors}, {test_tpool}, {test_tpool_run}, {test_hold}, {test_time_after},
-        {test_spin}, {test_htab, (int)(sizeof htab_cases / sizeof htab_cases[0])},
-        {test_htab_shrink, (int)(sizeof htab_cases / sizeof htab_cases[0])}));
+    return suite_main(
+        SUITE_CASE(suite_create("base"), "base", 0, NULL, {test_err_texts},
+                   {test_fail_writes_message}, {test_strbuf}, {test_arena}, {test_arena_defer},
+                   {test_config_precedence}, {test_config_errors}, {test_tpool}, {test_tpool_run},
+                   {test_hold}, {test_time_after}, {test_sys_cpus}, {test_sys_cpus_cgroup},
+                   {test_spin}, {test_htab, (int)(sizeof htab_cases / sizeof htab_cases[0])},
+                   {test_htab_shrink, (int)(sizeof htab_cases / sizeof htab_cases[0])}));
 }

@@ -130,9 +130,10 @@ static const sm_config_row worker_config[CFG_COUNT] = {
     [CFG_SPIN_US] = {"spin-us", 0, SM_CFG_INT, "100", "SHMAP_SPIN_US",
                      "Before a collective's wait for its other devices sleeps, it polls for up "
                      "to this many microseconds, yielding the CPU between polls, when the "
-                     "collective has at most twice as many devices as the worker may use "
-                     "CPUs (a wake-up costs more, on a virtual machine above all); 0: never "
-                     "poll (a worker under a tight CPU quota); at most 10000."},
+                     "collective has at most twice as many devices as the worker may keep "
+                     "CPUs busy (its affinity mask, or its cgroup's CPU quota when lower): a "
+                     "wake-up costs more, on a virtual machine above all; 0: never poll (CPUs "
+                     "that other busy processes share); at most 10000."},
 };
 
 static const char worker_usage[] =

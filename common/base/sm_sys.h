@@ -8,4 +8,16 @@
  * its cgroup's memory limit when lower (in a container); 0 if unknown. */
 uint64_t sm_sys_memory_bytes(void);
 
+/* The CPUs this process may keep busy: those of its affinity mask, or
+ * fewer when its cgroup's CPU quota allows fewer (cgroup v2 cpu.max, or
+ * v1 cpu.cfs_quota_us over cpu.cfs_period_us, of the process's own cgroup
+ * or the root of the mounted hierarchy, as a container sees it), rounded
+ * up; at least 1. */
+int sm_sys_cpus(void);
+
+/* The CPUs of affinity CPUs under the quota of a cgroup v2 cpu.max line
+ * ("QUOTA PERIOD", or "max PERIOD" for none; NULL: none), rounded up, at
+ * least 1. Pure. */
+int sm_sys_cpus_quota(int affinity, const char *cpu_max);
+
 #endif

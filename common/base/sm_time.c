@@ -4,6 +4,8 @@
 
 #include <sched.h>
 
+#include "sm_sys.h"
+
 int sm_time_cond_init(pthread_cond_t *cv)
 {
     pthread_condattr_t ca;
@@ -59,12 +61,11 @@ void sm_spin_set_us(int64_t us)
 
 int64_t sm_spin_us(int threads)
 {
-    static int ncpu; /* 0 until known; the affinity mask of the first caller */
+    static int ncpu; /* 0 until known: sm_sys_cpus at the first call */
     int n = __atomic_load_n(&ncpu, __ATOMIC_RELAXED);
     if (!n) {
-        cpu_set_t set;
-        n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-        __atomic_store_n(&ncpu, n > 0 ? n : 1, __ATOMIC_RELAXED);
+        n = sm_sys_cpus();
+        __atomic_store_n(&ncpu, n, __ATOMIC_RELAXED);
     }
     return threads <= 2 * n ? __atomic_load_n(&sm_spin_set, __ATOMIC_RELAXED) : 0;
 }

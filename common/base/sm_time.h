@@ -49,7 +49,9 @@ typedef struct {
 
 /* The spin for a wait among threads busy threads of this host (the members
  * of a collective): the process's spin (SM_SPIN_US_DEFAULT unless set)
- * while they are at most twice the CPUs this process may run on, else 0. */
+ * while they are at most twice the CPUs this process may keep busy
+ * (sm_sys_cpus: its affinity mask, or its cgroup's CPU quota when lower,
+ * read once), else 0. */
 int64_t sm_spin_us(int threads);
 /* Sets the process's spin, 0 (never spin) to SM_SPIN_US_MAX microseconds
  * (clamped): a worker's --spin-us. Thread-safe; waits that began keep
