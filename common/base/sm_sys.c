@@ -55,7 +55,7 @@ static void sm_sys_read_line(const char *path, char *buf, size_t len)
  * cpu.cfs_period_us; a quota of -1 is none). */
 static int sm_sys_cpus_v1(int n, const char *dir)
 {
-    char path[1024], quota[64], period[64], line[160];
+    char path[1100], quota[64], period[64], line[160]; /* dir: at most 1023 bytes */
     snprintf(path, sizeof path, "%s/cpu.cfs_quota_us", dir);
     sm_sys_read_line(path, quota, sizeof quota);
     snprintf(path, sizeof path, "%s/cpu.cfs_period_us", dir);
