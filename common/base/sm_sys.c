@@ -4,8 +4,11 @@
 
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "sm_file.h"
 
 uint64_t sm_sys_memory_bytes(void)
 {
@@ -38,29 +41,34 @@ int sm_sys_cpus_quota(int affinity, const char *cpu_max)
     return n;
 }
 
-/* The first line of path into buf, without its newline ("" if unreadable). */
-static void sm_sys_read_line(const char *path, char *buf, size_t len)
+/* The text of a small file of /proc or /sys (malloc'd), or NULL. */
+static char *sm_sys_text(const char *path)
 {
-    FILE *f = fopen(path, "r");
-    buf[0] = 0;
-    if (f) {
-        if (!fgets(buf, (int)len, f))
-            buf[0] = 0;
-        fclose(f);
-    }
-    buf[strcspn(buf, "\n")] = 0;
+    char *text = NULL, ignore[64];
+    return sm_file_read_text(path, 1 << 16, &text, ignore, sizeof ignore) ? NULL : text;
+}
+
+/* n under the quota of a cgroup v2 cpu.max file. */
+static int sm_sys_cpus_v2(int n, const char *path)
+{
+    char *max = sm_sys_text(path);
+    n = sm_sys_cpus_quota(n, max);
+    free(max);
+    return n;
 }
 
 /* n under the quota of the cgroup v1 directory dir (cpu.cfs_quota_us over
  * cpu.cfs_period_us; a quota of -1 is none). */
 static int sm_sys_cpus_v1(int n, const char *dir)
 {
-    char path[1100], quota[64], period[64], line[160]; /* dir: at most 1023 bytes */
+    char path[1100], line[160]; /* dir: at most 1023 bytes */
     snprintf(path, sizeof path, "%s/cpu.cfs_quota_us", dir);
-    sm_sys_read_line(path, quota, sizeof quota);
+    char *quota = sm_sys_text(path);
     snprintf(path, sizeof path, "%s/cpu.cfs_period_us", dir);
-    sm_sys_read_line(path, period, sizeof period);
-    snprintf(line, sizeof line, "%s %s", quota, period);
+    char *period = sm_sys_text(path);
+    snprintf(line, sizeof line, "%.60s %.60s", quota ? quota : "", period ? period : "");
+    free(quota);
+    free(period);
     return sm_sys_cpus_quota(n, line);
 }
 
@@ -86,19 +94,17 @@ int sm_sys_cpus(void)
         long online = sysconf(_SC_NPROCESSORS_ONLN);
         n = online > 0 ? (int)online : 1;
     }
-    char line[640], path[1024], max[128];
     /* the process's own cgroups: "0::/path" (v2), "N:cpu,cpuacct:/path" (v1) */
-    FILE *f = fopen("/proc/self/cgroup", "r");
-    while (f && fgets(line, sizeof line, f)) {
-        line[strcspn(line, "\n")] = 0;
+    char *text = sm_sys_text("/proc/self/cgroup"), *save = NULL, path[1024];
+    for (char *line = text ? strtok_r(text, "\n", &save) : NULL; line;
+         line = strtok_r(NULL, "\n", &save)) {
         char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-        if (!c2 || c2[1] != '/')
+        if (!c2 || c2[1] != '/' || strlen(c2) > 640)
             continue;
         const char *cg = strcmp(c2 + 1, "/") ? c2 + 1 : "";
         if (c2 == c1 + 1) { /* v2 */
             snprintf(path, sizeof path, "/sys/fs/cgroup%s/cpu.max", cg);
-            sm_sys_read_line(path, max, sizeof max);
-            n = sm_sys_cpus_quota(n, max);
+            n = sm_sys_cpus_v2(n, path);
         } else if (sm_sys_names_cpu(c1 + 1, (size_t)(c2 - c1 - 1))) { /* v1 */
             static const char *const mounts[] = {"cpu", "cpu,cpuacct", "cpuacct,cpu"};
             for (size_t k = 0; k < sizeof mounts / sizeof *mounts; k++) {
@@ -107,10 +113,8 @@ int sm_sys_cpus(void)
             }
         }
     }
-    if (f)
-        fclose(f);
+    free(text);
     /* a container's own, at the root of what it mounts */
-    sm_sys_read_line("/sys/fs/cgroup/cpu.max", max, sizeof max);
-    n = sm_sys_cpus_quota(n, max);
+    n = sm_sys_cpus_v2(n, "/sys/fs/cgroup/cpu.max");
     return sm_sys_cpus_v1(n, "/sys/fs/cgroup/cpu");
 }
