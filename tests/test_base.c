@@ -3,6 +3,9 @@
 #define _GNU_SOURCE
 #include <sched.h>
 #include <check.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
 #include "sm_hold.h"
 #include <time.h>
 #include <pthread.h>
@@ -504,52 +507,103 @@ static int write_text(const char *path, const char *text)
     return fclose(f) == 0 && ok ? 0 : -1;
 }
 
-/* sm_sys_cpus in a child process moved into a new cgroup of this host
- * whose CPU quota is half a CPU (v2 cpu.max, or v1 cpu.cfs_quota_us):
- * 1, however many CPUs its affinity mask holds. Needs root and a cgroup
- * hierarchy with the cpu controller; says so and checks nothing else
- * without. */
-START_TEST(test_sys_cpus_cgroup)
+/* What measure returns in a child process moved into "inner", a cgroup
+ * made inside a new cgroup of this host of the controller ctrl ("cpu" or
+ * "memory") whose limit files (name, text pairs, v2's then v1's) are
+ * written first: limits set on an ancestor, not on the process's own
+ * cgroup. -1 when no such cgroup can be made here (not root, or no
+ * hierarchy with the controller); the caller says so. */
+static int64_t cgroup_measure(const char *ctrl, const char *const (*v2files)[2],
+                              const char *const (*v1files)[2], int nfiles, int64_t (*measure)(void))
 {
-    char dir[128], path[192];
+    char dir[128], inner[160], path[224], want[32];
     int v2 = access("/sys/fs/cgroup/cgroup.controllers", F_OK) == 0;
-    snprintf(dir, sizeof dir, "%s/shmap-test-%d", v2 ? "/sys/fs/cgroup" : "/sys/fs/cgroup/cpu",
+    snprintf(dir, sizeof dir, "/sys/fs/cgroup%s%s/shmap-test-%d", v2 ? "" : "/", v2 ? "" : ctrl,
              (int)getpid());
-    if (geteuid() != 0 || (v2 && write_text("/sys/fs/cgroup/cgroup.subtree_control", "+cpu")) ||
-        (!v2 && access("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", F_OK)) || mkdir(dir, 0755)) {
-        fprintf(stderr, "test_sys_cpus_cgroup: no cgroup with a CPU quota can be made here\n");
-        return;
+    snprintf(inner, sizeof inner, "%s/inner", dir);
+    snprintf(want, sizeof want, "+%s", ctrl);
+    if (geteuid() != 0 || (v2 && write_text("/sys/fs/cgroup/cgroup.subtree_control", want)) ||
+        mkdir(dir, 0755))
+        return -1;
+    int ok = mkdir(inner, 0755) == 0;
+    for (int k = 0; k < nfiles && ok; k++) {
+        snprintf(path, sizeof path, "%s/%s", dir, (v2 ? v2files : v1files)[k][0]);
+        ok = write_text(path, (v2 ? v2files : v1files)[k][1]) == 0;
     }
-    if (v2) {
-        snprintf(path, sizeof path, "%s/cpu.max", dir);
-        ck_assert_int_eq(write_text(path, "50000 100000"), 0);
-    } else {
-        snprintf(path, sizeof path, "%s/cpu.cfs_period_us", dir);
-        ck_assert_int_eq(write_text(path, "100000"), 0);
-        snprintf(path, sizeof path, "%s/cpu.cfs_quota_us", dir);
-        ck_assert_int_eq(write_text(path, "50000"), 0);
-    }
-    int fd[2];
-    ck_assert_int_eq(pipe(fd), 0);
-    pid_t child = fork();
-    ck_assert_int_ge(child, 0);
+    int64_t n = -1;
+    int fd[2] = {-1, -1};
+    pid_t child = ok && pipe(fd) == 0 ? fork() : -1;
     if (child == 0) {
         char me[32];
-        snprintf(path, sizeof path, "%s/cgroup.procs", dir);
+        snprintf(path, sizeof path, "%s/cgroup.procs", inner);
         snprintf(me, sizeof me, "%d\n", (int)getpid());
-        int n = write_text(path, me) == 0 ? sm_sys_cpus() : -1;
+        n = write_text(path, me) == 0 ? measure() : -2;
         (void)!write(fd[1], &n, sizeof n);
         _exit(0);
     }
-    int n = -2;
-    ck_assert_int_eq(read(fd[0], &n, sizeof n), (ssize_t)sizeof n);
-    int status;
-    waitpid(child, &status, 0);
-    close(fd[0]);
-    close(fd[1]);
-    for (int i = 0; i < 100 && rmdir(dir) != 0; i++) /* once the child is gone from it */
+    if (child > 0) {
+        if (read(fd[0], &n, sizeof n) != (ssize_t)sizeof n)
+            n = -3;
+        waitpid(child, NULL, 0);
+    }
+    if (fd[0] >= 0) {
+        close(fd[0]);
+        close(fd[1]);
+    }
+    for (int i = 0; i < 100 && rmdir(inner) != 0 && errno == EBUSY;
+         i++) /* once the child is gone */
         usleep(10000);
-    ck_assert_msg(n == 1, "sm_sys_cpus under a quota of half a CPU: %d", n);
+    rmdir(dir);
+    ck_assert_msg(ok && child > 0, "cannot set up cgroup %s", dir);
+    return n;
+}
+
+static int64_t measure_cpus(void)
+{
+    return sm_sys_cpus();
+}
+
+static int64_t measure_memory(void)
+{
+    return (int64_t)sm_sys_memory_bytes();
+}
+
+/* sm_sys_cpus in a child process of a cgroup inside one whose CPU quota
+ * is half a CPU (v2 cpu.max, or v1 cpu.cfs_quota_us): 1, however many
+ * CPUs its affinity mask holds. Needs root and a cgroup hierarchy with the
+ * cpu controller; says so and checks nothing else without. */
+START_TEST(test_sys_cpus_cgroup)
+{
+    static const char *const v2[][2] = {{"cpu.max", "50000 100000"}};
+    static const char *const v1[][2] = {{"cpu.cfs_period_us", "100000"},
+                                        {"cpu.cfs_quota_us", "50000"}};
+    int64_t n = cgroup_measure(
+        "cpu", v2, v1, access("/sys/fs/cgroup/cgroup.controllers", F_OK) ? 2 : 1, measure_cpus);
+    if (n == -1) {
+        fprintf(stderr, "test_sys_cpus_cgroup: no cgroup with a CPU quota can be made here\n");
+        return;
+    }
+    ck_assert_msg(n == 1, "sm_sys_cpus under a quota of half a CPU: %lld", (long long)n);
+}
+END_TEST
+
+/* sm_sys_memory_bytes in a child process of a cgroup inside one limited
+ * to 256 MiB (v2 memory.max, or v1 memory.limit_in_bytes): 256 MiB, on a
+ * host with more. Needs root and a cgroup hierarchy with the memory
+ * controller; says so and checks nothing else without. */
+START_TEST(test_sys_memory_cgroup)
+{
+    static const char *const v2[][2] = {{"memory.max", "268435456"}};
+    static const char *const v1[][2] = {{"memory.limit_in_bytes", "268435456"}};
+    uint64_t host = sm_sys_memory_bytes();
+    int64_t n = cgroup_measure("memory", v2, v1, 1, measure_memory);
+    if (n == -1 || host <= ((uint64_t)256 << 20)) {
+        fprintf(stderr, "test_sys_memory_cgroup: no cgroup with a memory limit below this "
+                        "process's can be made here\n");
+        return;
+    }
+    ck_assert_msg(n == 256 << 20, "sm_sys_memory_bytes under a limit of 256 MiB: %lld",
+                  (long long)n);
 }
 END_TEST
 
@@ -589,11 +643,11 @@ END_TEST
 
 int main(void)
 {
-    return suite_main(
-        SUITE_CASE(suite_create("base"), "base", 0, NULL, {test_err_texts},
-                   {test_fail_writes_message}, {test_strbuf}, {test_arena}, {test_arena_defer},
-                   {test_config_precedence}, {test_config_errors}, {test_tpool}, {test_tpool_run},
-                   {test_hold}, {test_time_after}, {test_sys_cpus}, {test_sys_cpus_cgroup},
-                   {test_spin}, {test_htab, (int)(sizeof htab_cases / sizeof htab_cases[0])},
-                   {test_htab_shrink, (int)(sizeof htab_cases / sizeof htab_cases[0])}));
+    return suite_main(SUITE_CASE(
+        suite_create("base"), "base", 0, NULL, {test_err_texts}, {test_fail_writes_message},
+        {test_strbuf}, {test_arena}, {test_arena_defer}, {test_config_precedence},
+        {test_config_errors}, {test_tpool}, {test_tpool_run}, {test_hold}, {test_time_after},
+        {test_sys_cpus}, {test_sys_cpus_cgroup}, {test_sys_memory_cgroup}, {test_spin},
+        {test_htab, (int)(sizeof htab_cases / sizeof htab_cases[0])},
+        {test_htab_shrink, (int)(sizeof htab_cases / sizeof htab_cases[0])}));
 }

@@ -92,14 +92,15 @@ static const sm_config_row worker_config[CFG_COUNT] = {
     [CFG_CACHE_MB] = {"buffer-cache-mb", 0, SM_CFG_INT, "-1", "SHMAP_BUFFER_CACHE_MB",
                       "Freed shard and job memory kept for reuse, in MiB, each block for at "
                       "most 10 s; -1: an eighth of the memory this worker may use (the "
-                      "host's, or its cgroup's limit), at most 4096; 0: none."},
+                      "host's, or the lowest limit of its cgroup and those above it), at most "
+                      "4096; 0: none."},
     [CFG_MEM_LIMIT_MB] = {"memory-limit-mb", 0, SM_CFG_INT, "-1", "SHMAP_MEMORY_LIMIT_MB",
                           "Most shard and job memory this worker holds, in MiB; with --state-dir "
                           "the least recently used shards are first spilled there (read back "
                           "on use), else an upload, reshard or job needing more fails "
                           "RESOURCE_EXHAUSTED instead of running the host out of memory. -1: "
-                          "90% of the memory this worker may use (the host's, or its cgroup's "
-                          "limit); 0: no limit."},
+                          "90% of the memory this worker may use (the host's, or the lowest limit "
+                          "of its cgroup and those above it); 0: no limit."},
     [CFG_MAX_MESSAGE_MB] = {"max-message-mb", 0, SM_CFG_INT, "8", NULL,
                             "Largest message a call may send it, in MiB, 1..8 (shard data "
                             "comes in 1 MiB chunks); a larger one is refused "
@@ -131,7 +132,7 @@ static const sm_config_row worker_config[CFG_COUNT] = {
                      "Before a collective's wait for its other devices sleeps, it polls for up "
                      "to this many microseconds, yielding the CPU between polls, when the "
                      "collective has at most twice as many devices as the worker may keep "
-                     "CPUs busy (its affinity mask, or its cgroup's CPU quota when lower): a "
+                     "CPUs busy (its affinity mask, or the lowest CPU quota of its cgroups): a "
                      "wake-up costs more, on a virtual machine above all; 0: never poll (CPUs "
                      "that other busy processes share); at most 10000."},
 };
