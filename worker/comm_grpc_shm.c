@@ -479,6 +479,7 @@ static sm_err sm_cg_shm_wait(sm_comm_grpc *c, const sm_comm_group *g, const sm_c
                              uint64_t seq, int phase, char *err, size_t errlen)
 {
     uint32_t tag = sm_cg_shm_tag(seq, phase);
+    sm_spin sp = sm_spin_start(sm_spin_us(g->size)); /* one poll for all the peers */
     for (int k = 0; k < L->nw; k++) {
         int w = L->order[k];
         if (w == c->self)
@@ -490,7 +491,6 @@ static sm_err sm_cg_shm_wait(sm_comm_grpc *c, const sm_comm_group *g, const sm_c
         uint32_t *word = sm_cg_shm_word(s, sm_cg_shm_slot_of(c, g, L, k));
         int64_t next_probe = sm_time_mono_ms() + c->probe_ms;
         const sm_cg_shm_hdr *h = s->base;
-        sm_spin sp = sm_spin_start(sm_spin_us(g->size));
         for (int spinning = 1;;) {
             uint32_t v = __atomic_load_n(word, __ATOMIC_ACQUIRE);
             int moved = __atomic_load_n(&h->key, __ATOMIC_ACQUIRE) != c->shm->key;
