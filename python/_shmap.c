@@ -42,7 +42,9 @@ static PyObject *sm_py_error; /* _shmap.Error */
 
 static PyObject *raise_err(sm_err e, const char *msg)
 {
-    PyObject *args = Py_BuildValue("(ss)", sm_err_name(e), msg);
+    /* a sentence that quotes a caller's bytes may hold invalid UTF-8 */
+    PyObject *args = Py_BuildValue("(sN)", sm_err_name(e),
+                                   PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "replace"));
     if (args) {
         PyErr_SetObject(sm_py_error, args);
         Py_DECREF(args);

@@ -46,6 +46,22 @@ START_TEST(test_fail_writes_message)
     ck_assert_uint_eq(strlen(err), sizeof err - 1);
     /* NULL buffer is allowed */
     ck_assert_int_eq(sm_fail(NULL, 0, SM_EDATALOSS, "x"), SM_EDATALOSS);
+    /* cut short, never inside a UTF-8 character: 'é' is 2 bytes, '€' 3, an
+     * emoji 4; err holds 15 bytes */
+    sm_fail(err, sizeof err, SM_EINVAL, "name '%s'", "abcd\xc3\xa9");
+    ck_assert_str_eq(err, "name 'abcd\xc3\xa9'");
+    sm_fail(err, sizeof err, SM_EINVAL, "name '%s'", "abcd\xc3\xa9\xc3\xa9\xc3\xa9");
+    ck_assert_str_eq(err, "name 'abcd\xc3\xa9\xc3\xa9");
+    sm_fail(err, sizeof err, SM_EINVAL, "name '%s'", "a\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac");
+    ck_assert_str_eq(err, "name 'a\xe2\x82\xac\xe2\x82\xac");
+    sm_fail(err, sizeof err, SM_EINVAL, "name '%s'", "abcdef\xf0\x9f\x98\x80");
+    ck_assert_str_eq(err, "name 'abcdef");
+    char s[] = "x\xe2\x82";
+    sm_utf8_trim(s);
+    ck_assert_str_eq(s, "x");
+    char t[] = "x\xe2\x82\xac";
+    sm_utf8_trim(t);
+    ck_assert_str_eq(t, "x\xe2\x82\xac");
 }
 END_TEST
 

@@ -370,6 +370,22 @@ static const error_case errors[] = {
      SM_EFORMAT,
      {"t.shmap:1:1:", "mesh"}},
     {"bad char", HDR "    y = x $ 2\n    return y\n", SM_EFORMAT, {"t.shmap:3:11:", "'$'"}},
+    {"non-ASCII name (the whole character quoted, not its first byte)",
+     HDR "    \xcf\x83 = x * 2\n    return x\n",
+     SM_EFORMAT,
+     {"t.shmap:3:5:", "unexpected character '\xcf\x83'", "are ASCII"}},
+    {"control byte",
+     HDR "    y = x \x01 2\n    return y\n",
+     SM_EFORMAT,
+     {"t.shmap:3:11:", "byte 0x01"}},
+    {"a byte that starts no UTF-8 sequence",
+     HDR "    y = x \xff 2\n    return y\n",
+     SM_EFORMAT,
+     {"t.shmap:3:11:", "byte 0xFF"}},
+    {"einsum subscript not a letter",
+     HDR "    y = einsum('i\xc3\xa9->i', x)\n    return y\n",
+     SM_EINVAL,
+     {"unexpected character '\xc3\xa9'", "only letters"}},
     {"unterminated string",
      HDR "    y = psum(x, 'i)\n    return y\n",
      SM_EFORMAT,
@@ -592,6 +608,26 @@ static const error_case errors[] = {
      {"dynamic_update_slice", "same dtype"}},
 };
 
+/* 1 if s is valid UTF-8 (what a Python client decodes a sentence as). */
+static int utf8_valid(const char *s)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    while (*u) {
+        int n = *u < 0x80             ? 0
+                : (*u & 0xe0) == 0xc0 ? 1
+                : (*u & 0xf0) == 0xe0 ? 2
+                : (*u & 0xf8) == 0xf0 ? 3
+                                      : -1;
+        if (n < 0)
+            return 0;
+        u++;
+        for (; n > 0; n--, u++)
+            if ((*u & 0xc0) != 0x80)
+                return 0;
+    }
+    return 1;
+}
+
 START_TEST(test_errors)
 {
     const error_case *c = &errors[_i];
@@ -611,6 +647,7 @@ START_TEST(test_errors)
     for (int k = 0; k < 4 && c->words[k]; k++)
         ck_assert_msg(strstr(err, c->words[k]), "%s: message \"%s\" lacks \"%s\"", c->what, err,
                       c->words[k]);
+    ck_assert_msg(utf8_valid(err), "%s: message \"%s\" is not valid UTF-8", c->what, err);
 }
 END_TEST
 

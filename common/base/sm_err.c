@@ -2,6 +2,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 static const char *const sm_err_texts[] = {
 #define SM_ERR_TEXT(name, text) text,
@@ -37,8 +38,23 @@ sm_err sm_fail(char *err, size_t errlen, sm_err code, const char *fmt, ...)
     if (err && errlen > 0) {
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
+        int n = vsnprintf(err, errlen, fmt, ap);
         va_end(ap);
+        if (n >= 0 && (size_t)n >= errlen)
+            sm_utf8_trim(err);
     }
     return code;
+}
+
+void sm_utf8_trim(char *s)
+{
+    size_t n = strlen(s), k = n;
+    while (k > 0 && n - k < 4 && ((unsigned char)s[k - 1] & 0xc0) == 0x80)
+        k--; /* continuation bytes at the end */
+    if (k == 0 || (unsigned char)s[k - 1] < 0xc0)
+        return; /* ASCII, or no lead byte within reach */
+    unsigned char lead = (unsigned char)s[k - 1];
+    size_t want = (lead & 0xe0) == 0xc0 ? 2 : (lead & 0xf0) == 0xe0 ? 3 : 4;
+    if (n - (k - 1) < want)
+        s[k - 1] = '\0';
 }

@@ -46,8 +46,14 @@ const char *sm_strerror(sm_err e);
 const char *sm_err_name(sm_err e);
 
 /* Writes a printf-style sentence into err (if err != NULL and errlen > 0,
- * always NUL-terminated, truncated if needed) and returns code. */
+ * always NUL-terminated, truncated if needed, never inside a UTF-8
+ * character: sm_utf8_trim) and returns code. */
 sm_err sm_fail(char *err, size_t errlen, sm_err code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/* Cuts off a UTF-8 character the end of s left incomplete (a string cut
+ * to fit a buffer), so that a sentence quoting a caller's text stays valid
+ * UTF-8 when it was valid before the cut. */
+void sm_utf8_trim(char *s);
 
 #endif

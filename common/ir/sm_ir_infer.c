@@ -1,6 +1,7 @@
 /* sm_ir_infer: type rules of elementwise ops, creation, products and
  * reductions. */
 #include "sm_ir_infer.h"
+#include "sm_ir_lex.h"
 
 #include <string.h>
 
@@ -251,11 +252,12 @@ sm_err sm_ir_infer_einsum(const sm_program *p, const sm_ir_op *op, const sm_ir_v
         for (; *q && *q != ',' && *q != '-'; q++) {
             if (*q == ' ')
                 continue;
+            char ch[16];
             if (!((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z')))
                 return sm_fail(err, errlen, SM_EINVAL,
-                               "einsum: subscripts '%s': unexpected character '%c' (only "
+                               "einsum: subscripts '%s': unexpected character %s (only "
                                "letters, ',' and '->' are supported)",
-                               spec, *q);
+                               spec, sm_ir_char_text(q, ch));
             if (d >= s->rank) {
                 char t[240];
                 return sm_fail(err, errlen, SM_EINVAL,

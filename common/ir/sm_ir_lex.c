@@ -168,8 +168,12 @@ sm_err sm_ir_lex(const char *text, const char *file, sm_tok **out, int *n, char 
                 if (strncmp(s, sm_ir_ops3[i], 2) == 0)
                     len = 2;
             if (!len) {
+                char ch[16];
                 if (!strchr("()[]{},:=+-*/%@<>.", c))
-                    SM_LEX_FAIL(col, "unexpected character '%c'", c);
+                    SM_LEX_FAIL(col, "unexpected character %s%s", sm_ir_char_text(s, ch),
+                                (unsigned char)c >= 0x80
+                                    ? " (names and the rest of a program are ASCII)"
+                                    : "");
                 len = 1;
             }
             if (strchr("([{", c) && len == 1)
@@ -194,4 +198,22 @@ sm_err sm_ir_lex(const char *text, const char *file, sm_tok **out, int *n, char 
     *out = t.v;
     *n = t.n;
     return SM_OK;
+}
+
+const char *sm_ir_char_text(const char *s, char buf[16])
+{
+    const unsigned char *u = (const unsigned char *)s;
+    int n = u[0] < 0x80             ? 1
+            : (u[0] & 0xe0) == 0xc0 ? 2
+            : (u[0] & 0xf0) == 0xe0 ? 3
+            : (u[0] & 0xf8) == 0xf0 ? 4
+                                    : 0;
+    for (int i = 1; i < n; i++)
+        if ((u[i] & 0xc0) != 0x80)
+            n = 0;
+    if (n == 0 || u[0] < 0x20 || u[0] == 0x7f)
+        snprintf(buf, 16, "byte 0x%02X", u[0]);
+    else
+        snprintf(buf, 16, "'%.*s'", n, s);
+    return buf;
 }

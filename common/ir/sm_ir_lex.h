@@ -35,6 +35,12 @@ typedef struct {
 sm_err sm_ir_lex(const char *text, const char *file, sm_tok **out, int *n, char *err,
                  size_t errlen);
 
+/* The character at s for an error sentence, into buf: quoted, the whole
+ * UTF-8 sequence of a non-ASCII one (never a lone byte of it, which would
+ * make the sentence invalid UTF-8), or "byte 0xNN" for a control byte or
+ * a byte that starts no valid sequence. Returns buf. */
+const char *sm_ir_char_text(const char *s, char buf[16]);
+
 /* 1 if t is the operator or name s. */
 int sm_tok_is(const sm_tok *t, const char *s);
 

@@ -299,7 +299,22 @@ def _param_names(f, n):
     except (TypeError, ValueError):
         names = []
     names = names[:n] + [f"arg{k}" for k in range(len(names), n)]
-    return [n if n.isidentifier() and not n.startswith("v") else f"a_{n}" for n in names]
+    out = []
+    for name in names:  # names of the text form, not a value's (v1, ...), each once
+        m = name if name.isascii() and name.isidentifier() and not name.startswith("v") else \
+            f"a_{_ascii_name(name)}"
+        k, base = 2, m
+        while m in out:
+            m, k = f"{base}_{k}", k + 1
+        out.append(m)
+    return out
+
+
+def _ascii_name(name):
+    """A name of the text form (ASCII letters, digits and '_') for a Python
+    function's: '<lambda>' becomes 'lambda', non-ASCII letters 'f'."""
+    n = re.sub(r"[^A-Za-z0-9_]+", "_", name).strip("_")
+    return n if n and not n[0].isdigit() else "f" + (f"_{n}" if n else "")
 
 
 def _type_decl(a, spec):
@@ -361,6 +376,7 @@ class _Traced:
         self.out_shardings = out_shardings
         self.__name__ = getattr(f, "__name__", "f")
         self.__doc__ = getattr(f, "__doc__", None)
+        self._name = _ascii_name(self.__name__)  # in the program's text
 
     def _args(self, args):
         """Arrays for the arguments (numpy values uploaded) and their specs."""
@@ -393,7 +409,7 @@ class _Traced:
         names = _param_names(self.f, len(arrays))
         if self.kind == "shard_map":
             params = [f"{n}: {_type_decl(a, s)}" for n, a, s in zip(names, arrays, specs)]
-            head = f"shard_map {self.__name__}({', '.join(params)}) -> %OUT%:"
+            head = f"shard_map {self._name}({', '.join(params)}) -> %OUT%:"
         else:
             params = [f"{n}: {_type_decl(a, a.sharding.spec)}" for n, a in zip(names, arrays)]
             jout = ""
@@ -402,7 +418,7 @@ class _Traced:
                 o = o.spec if isinstance(o, NamedSharding) else o
                 jout = " -> " + (repr(o) if isinstance(o, PartitionSpec) else
                                  "(" + ", ".join(repr(getattr(x, "spec", x)) for x in o) + ")")
-            head = f"jit {self.__name__}({', '.join(params)})%OUT%:"
+            head = f"jit {self._name}({', '.join(params)})%OUT%:"
         b = _Builder([mesh._text(), head], self.kind, names)
         b.mesh = mesh
         prev = getattr(_state, "builder", None)
@@ -436,7 +452,7 @@ class _Traced:
             out_text = jout
         text = b.text(ret=", ".join(o.name for o in outs), out=out_text)
         try:
-            info = _shmap.program_check(text, f"{self.__name__}.shmap", None, self.check_vma)
+            info = _shmap.program_check(text, f"{self._name}.shmap", None, self.check_vma)
         except _shmap.Error as e:
             raise ProgramError(e.args[1]) from None
         return client, arrays, text, info, multi
@@ -469,10 +485,10 @@ class _Traced:
             names = _param_names(self.f, len(args))
             params = [f"{n}: {_type_decl(a, s)}" for n, a, s in zip(names, args, specs)]
             taken = {nm for nm, _ in outer.defined.values()}
-            fname = self.__name__ if self.__name__.isidentifier() else "f"
+            fname = self._name
             k = 2
             while fname in taken or outer.header[-1].startswith(f"jit {fname}("):
-                fname = f"{self.__name__}_{k}"
+                fname = f"{self._name}_{k}"
                 k += 1
             head = f"shard_map {fname}({', '.join(params)}) -> %OUT%:"
             inner = _Builder([outer.header[0], head], "shard_map", names)
@@ -516,7 +532,7 @@ class _Traced:
     def submit(self, *args):
         client, arrays, text, info, multi = self._trace(args)
         try:
-            job = client._c.submit(text, f"{self.__name__}.shmap", None,
+            job = client._c.submit(text, f"{self._name}.shmap", None,
                                    [a.id for a in arrays], [], self.check_vma)
         except _shmap.Error as e:
             _raise(e, program=True)

@@ -327,6 +327,38 @@ def test_jit_einsum_out_sharding_and_the_ambiguity_error(c):
     assert e.value.code == "INVALID_ARGUMENT"
 
 
+def test_lambdas_and_names_beyond_the_text_form(c):
+    """jax.jit(lambda ...) works, so does shmap.jit: a Python name that is no
+    name of the text form ('<lambda>', non-ASCII) is made one, and a message
+    that quotes a non-ASCII character arrives whole."""
+    mesh = c.make_mesh((4, 2), ("X", "Y"))
+    xa = np.arange(64, dtype=np.float32).reshape(8, 8)
+    x = c.device_put(xa, NamedSharding(mesh, P("X", "Y")))
+    double = shmap.jit(lambda a: a * 2)
+    assert np.array_equal(np.asarray(double(x)), xa * 2)
+    assert double.lower(x).as_text().splitlines()[1].startswith("jit lambda(a: f32[8,8]")
+    assert double.__name__ == "<lambda>"
+    colsum = shmap.jit(lambda a: shmap.numpy.sum(a, axis=0))
+    r = colsum(x)
+    assert shmap.typeof(r) == "f32[8@Y]"
+    assert np.array_equal(np.asarray(r), xa.sum(0))
+
+    def σ(ä, b):
+        return ä + b
+
+    assert np.array_equal(np.asarray(shmap.jit(σ)(x, x)), xa + xa)
+    sm = shmap.shard_map(lambda a: shmap.lax.psum(a, "Y"), mesh=mesh, in_specs=P("X", "Y"),
+                         out_specs=P("X", None))
+    assert np.array_equal(np.asarray(sm(x)), xa[:, :4] + xa[:, 4:])
+    with pytest.raises(shmap.ProgramError) as e:
+        shmap.jit(lambda a: shmap.numpy.einsum("ié->i", a))(x)
+    assert "unexpected character 'é'" in e.value.message
+    for pre in ("", "a"):  # one of the two has its quote cut inside a character
+        with pytest.raises(shmap.ProgramError) as e:
+            shmap.jit(lambda a: shmap.lax.psum(a, pre + "é" * 3000))(x)
+        assert "éé" in e.value.message
+
+
 def test_jit_reshard_and_out_shardings(c):
     mesh = c.make_mesh((2, 4), ("X", "Y"))
     x = np.arange(8 * 16, dtype=np.float32).reshape(8, 16)
