@@ -47,6 +47,8 @@ TEMPLATES = [
      lambda x, y: (x[2:6, :] * y[0:4, :]).min(axis=0)),
     ("    return jnp.concatenate((x, y), axis=0)\n", lambda x, y: np.concatenate((x, y), axis=0)),
     ("    return jnp.dot(x, y, out_sharding={o})\n", lambda x, y: x @ y),
+    ("    t = x[::2, 1::2] + y[1::2, ::2]\n    return t[None, ::2, 1:3, None]\n",
+     lambda x, y: (x[::2, 1::2] + y[1::2, ::2])[None, ::2, 1:3, None]),
 ]
 
 

@@ -120,6 +120,10 @@ static const prog_case progs[] = {
      "jit g(a: f32[2,4] @ P('x', 'y'), b: f32[4,2] @ P('y', None)):\n"
      "    z = jnp.einsum('ab,bc->ac', a, b, out_sharding=P('x', None, unreduced={'y'}))\n"
      "    return reshard(f(a, b) + z, P('x', None)) + ar(z)\n"},
+    /* slice strides (IrAttrs.ints3) */
+    {"strided_slices", "mesh i=4\n"
+                       "shard_map s(x: f32[8,16] @ P('i')) -> P('i'):\n"
+                       "    return x[::2, 1:14:3][None]\n"},
 };
 
 static sm_program *parse(const char *text, const char *file)

@@ -321,7 +321,8 @@ sm_err sm_exec_slice(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm
                      char *err, size_t errlen)
 {
     return sm_kern_slice(in[0]->dtype, in[0]->data, &in[0]->shape, op->attrs.ints.v,
-                         op->attrs.ints2.v, NULL, out->data, err, errlen);
+                         op->attrs.ints2.v, op->attrs.has_ints3 ? op->attrs.ints3.v : NULL,
+                         out->data, err, errlen);
 }
 
 /* dynamic_slice (one start operand per dimension) and dynamic_slice_in_dim

@@ -497,11 +497,14 @@ char *sm_ir_axes_suffix(const sm_program *p, uint32_t vma, uint32_t unreduced, c
 
 static int sm_ir_attrs_equal(const sm_ir_attrs *a, const sm_ir_attrs *b)
 {
-    if (memcmp(&a->ints, &b->ints, sizeof a->ints) || memcmp(&a->ints2, &b->ints2, sizeof a->ints2))
+    if (memcmp(&a->ints, &b->ints, sizeof a->ints) ||
+        memcmp(&a->ints2, &b->ints2, sizeof a->ints2) ||
+        memcmp(&a->ints3, &b->ints3, sizeof a->ints3))
         return 0;
-    if (a->has_ints != b->has_ints || a->has_ints2 != b->has_ints2 || a->axis != b->axis ||
-        a->axis2 != b->axis2 || a->tiled != b->tiled || a->keepdims != b->keepdims ||
-        a->naxes != b->naxes || a->nperm != b->nperm || a->has_dtype != b->has_dtype ||
+    if (a->has_ints != b->has_ints || a->has_ints2 != b->has_ints2 ||
+        a->has_ints3 != b->has_ints3 || a->axis != b->axis || a->axis2 != b->axis2 ||
+        a->tiled != b->tiled || a->keepdims != b->keepdims || a->naxes != b->naxes ||
+        a->nperm != b->nperm || a->has_dtype != b->has_dtype ||
         (a->has_dtype && a->dtype != b->dtype) || a->value_is_float != b->value_is_float ||
         a->i != b->i || (a->f != b->f && !(a->f != a->f && b->f != b->f)))
         return 0;

@@ -208,6 +208,10 @@ static int sm_ps_convert(sm_parser *ps, const char *op, const sm_op_param *pm, c
             a->has_ints2 = 1;
             return sm_ps_int_list(ps, op, pm, it, &a->ints2);
         }
+        if (pm->field == 'N') {
+            a->has_ints3 = 1;
+            return sm_ps_int_list(ps, op, pm, it, &a->ints3);
+        }
         a->has_ints = 1;
         return sm_ps_int_list(ps, op, pm, it, &a->ints);
     case 'b':

@@ -183,14 +183,22 @@ sm_err sm_ir_infer_slice(const sm_program *p, const sm_ir_op *op, const sm_ir_va
                          sm_ir_value *out, char *err, size_t errlen)
 {
     const sm_shape *x = &in[0]->shape;
-    const sm_ir_ints *lo = &op->attrs.ints, *hi = &op->attrs.ints2;
+    const sm_ir_ints *lo = &op->attrs.ints, *hi = &op->attrs.ints2, *st = &op->attrs.ints3;
     if (lo->n != x->rank || hi->n != x->rank)
         return sm_ir_shape_fail(op, in[0], err, errlen,
                                 "expected start_indices and limit_indices of length %lld, got "
                                 "%lld",
                                 x->rank, lo->n != x->rank ? lo->n : hi->n);
+    if (op->attrs.has_ints3 && st->n != x->rank)
+        return sm_ir_shape_fail(op, in[0], err, errlen, "expected strides of length %lld, got %lld",
+                                x->rank, st->n);
     sm_shape s = {.rank = x->rank};
     for (int d = 0; d < x->rank; d++) {
+        int64_t step = op->attrs.has_ints3 ? st->v[d] : 1;
+        if (step < 1)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "slice: strides must be positive, got %lld for dimension %d",
+                           (long long)step, d);
         if (lo->v[d] < 0 || lo->v[d] > hi->v[d] || hi->v[d] > x->dims[d]) {
             char t[240];
             return sm_fail(err, errlen, SM_EINVAL,
@@ -199,7 +207,7 @@ sm_err sm_ir_infer_slice(const sm_program *p, const sm_ir_op *op, const sm_ir_va
                            sm_ir_type_str(in[0], t, sizeof t), d, (long long)lo->v[d],
                            (long long)hi->v[d], (long long)x->dims[d]);
         }
-        s.dims[d] = hi->v[d] - lo->v[d];
+        s.dims[d] = (hi->v[d] - lo->v[d] + step - 1) / step;
     }
     sm_ir_keep(out, in[0], &s);
     return SM_OK;

@@ -214,8 +214,8 @@ static sm_err sm_ir_attrs_check(const sm_ir_op *op, char *err, size_t errlen)
 {
     const sm_ir_attrs *a = &op->attrs;
     const char *name = sm_op_name(op->kind);
-    const sm_ir_ints *lists[2] = {&a->ints, &a->ints2};
-    for (int l = 0; l < 2; l++) {
+    const sm_ir_ints *lists[3] = {&a->ints, &a->ints2, &a->ints3};
+    for (int l = 0; l < 3; l++) {
         if (lists[l]->n < 0 || lists[l]->n > SM_IR_MAX_INTS)
             return sm_fail(err, errlen, SM_EINVAL, "%s: an integer list has %d entries (0..%d)",
                            name, lists[l]->n, SM_IR_MAX_INTS);

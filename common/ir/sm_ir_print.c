@@ -158,7 +158,7 @@ static void sm_ir_put_call(sm_strbuf *b, const sm_namer *nm, const sm_ir_op *op)
                                       : q->field - '0' < a->ints.n;
             break;
         case 'l':
-            show |= q->field == 'M' ? a->has_ints2 : a->has_ints;
+            show |= q->field == 'M' ? a->has_ints2 : q->field == 'N' ? a->has_ints3 : a->has_ints;
             break;
         case 'b':
             show |= q->field == 't' ? a->tiled : a->keepdims;
@@ -215,6 +215,8 @@ static void sm_ir_put_call(sm_strbuf *b, const sm_namer *nm, const sm_ir_op *op)
         case 'l':
             if (q->field == 'M')
                 sm_ir_put_ints(b, a->ints2.v, a->ints2.n);
+            else if (q->field == 'N')
+                sm_ir_put_ints(b, a->ints3.v, a->ints3.n);
             else
                 sm_ir_put_ints(b, a->ints.v, a->ints.n);
             break;

@@ -1,46 +1,75 @@
 /* sm_ir_seq: tuples, lists and list comprehensions of the text form, and
- * basic indexing of arrays (x[a:b, :, i] lowers to slice + squeeze). */
+ * basic indexing of arrays (x[a:b:c, :, i, None] lowers to slice, squeeze and
+ * expand_dims). */
 #include "sm_ir_parse.h"
 
 #include <string.h>
 
-/* x[a:b, :, i] on an array: slice, then squeeze the integer-indexed dims. */
+/* A slice bound or step of an index: a static integer. */
+static int sm_ps_index_int(sm_parser *ps, const char *what, int64_t *v)
+{
+    sm_item e;
+    if (sm_ps_expr(ps, &e))
+        return -1;
+    if (e.kind == SM_IT_VALUE)
+        return sm_ps_fail(ps, e.at, SM_EINVAL,
+                          "index must be static; use dynamic_slice for a computed index");
+    return sm_ps_static_int(ps, &e, what, v);
+}
+
+/* x[a:b:c, :, i, None] on an array, as numpy indexes: slice (strided
+ * where a step is given), squeeze the integer-indexed dims, then
+ * expand_dims where None adds one. */
 int sm_ps_index_value(sm_parser *ps, const sm_tok *at, sm_item *x)
 {
     const sm_ir_value *v = &ps->p->values[x->i];
     sm_shape s = v->shape;
-    sm_ir_attrs sl = {.has_ints = 1, .has_ints2 = 1}, sq = {.has_ints = 1};
-    sl.ints.n = sl.ints2.n = s.rank;
+    sm_ir_attrs sl = {.has_ints = 1, .has_ints2 = 1}, sq = {.has_ints = 1}, ex = {.has_ints = 1};
+    sl.ints.n = sl.ints2.n = sl.ints3.n = s.rank;
     for (int d = 0; d < s.rank; d++)
-        sl.ints.v[d] = 0, sl.ints2.v[d] = s.dims[d];
-    int d = 0, changed = 0;
+        sl.ints.v[d] = 0, sl.ints2.v[d] = s.dims[d], sl.ints3.v[d] = 1;
+    int d = 0, o = 0, changed = 0; /* o: dims of the result so far */
     do {
         if (sm_tok_is(sm_ps_peek(ps), "]"))
             break;
+        const sm_tok *et = sm_ps_peek(ps);
+        if (sm_tok_is(et, "None")) { /* a new axis of size 1 */
+            ps->pos++;
+            if (ex.ints.n == SM_IR_MAX_INTS || s.rank + ex.ints.n >= SM_MAX_RANK)
+                return sm_ps_fail(ps, et, SM_EINVAL, "too many new axes for rank %d", s.rank);
+            ex.ints.v[ex.ints.n++] = o++;
+            continue;
+        }
         if (d >= s.rank)
-            return sm_ps_fail(ps, sm_ps_peek(ps), SM_EINVAL,
-                              "too many indices for an array of rank %d", s.rank);
-        int64_t lo = 0, hi = s.dims[d], is_int = 0;
-        sm_item e;
-        if (!sm_tok_is(sm_ps_peek(ps), ":")) {
-            if (sm_ps_expr(ps, &e))
-                return -1;
-            if (e.kind == SM_IT_VALUE)
-                return sm_ps_fail(ps, e.at, SM_EINVAL,
-                                  "index must be static; use dynamic_slice for a computed index");
-            if (sm_ps_static_int(ps, &e, "an index", &lo))
+            return sm_ps_fail(ps, et, SM_EINVAL, "too many indices for an array of rank %d",
+                              s.rank);
+        int64_t lo = 0, hi = s.dims[d], step = 1, is_int = 0;
+        if (!sm_tok_is(et, ":")) {
+            if (sm_ps_index_int(ps, "an index", &lo))
                 return -1;
             is_int = !sm_tok_is(sm_ps_peek(ps), ":");
-        } else {
-            lo = 0;
         }
-        if (sm_ps_accept(ps, ":") && !sm_tok_is(sm_ps_peek(ps), ",") &&
-            !sm_tok_is(sm_ps_peek(ps), "]")) {
-            if (sm_ps_expr(ps, &e) || sm_ps_static_int(ps, &e, "a slice bound", &hi))
-                return -1;
-            if (hi < 0)
-                hi += s.dims[d];
-            hi = hi < 0 ? 0 : hi > s.dims[d] ? s.dims[d] : hi;
+        if (sm_ps_accept(ps, ":")) {
+            const sm_tok *t = sm_ps_peek(ps);
+            if (!sm_tok_is(t, ",") && !sm_tok_is(t, "]") && !sm_tok_is(t, ":")) {
+                if (sm_ps_index_int(ps, "a slice bound", &hi))
+                    return -1;
+                if (hi < 0)
+                    hi += s.dims[d];
+                hi = hi < 0 ? 0 : hi > s.dims[d] ? s.dims[d] : hi;
+            }
+            if (sm_ps_accept(ps, ":")) {
+                t = sm_ps_peek(ps);
+                if (!sm_tok_is(t, ",") && !sm_tok_is(t, "]") &&
+                    sm_ps_index_int(ps, "a slice step", &step))
+                    return -1;
+                if (step == 0)
+                    return sm_ps_fail(ps, t, SM_EINVAL, "slice step cannot be zero");
+                if (step < 0)
+                    return sm_ps_fail(ps, t, SM_EINVAL,
+                                      "slice step %lld: only positive steps are supported",
+                                      (long long)step);
+            }
         }
         if (is_int) {
             int64_t i = lo < 0 ? lo + s.dims[d] : lo;
@@ -57,19 +86,27 @@ int sm_ps_index_value(sm_parser *ps, const sm_tok *at, sm_item *x)
             lo = lo < 0 ? 0 : lo > s.dims[d] ? s.dims[d] : lo;
             if (hi < lo)
                 hi = lo;
+            o++;
         }
         sl.ints.v[d] = lo;
         sl.ints2.v[d] = hi;
-        changed |= lo != 0 || hi != s.dims[d];
+        sl.ints3.v[d] = step;
+        sl.has_ints3 |= step != 1;
+        changed |= lo != 0 || hi != s.dims[d] || step != 1;
         d++;
     } while (sm_ps_accept(ps, ","));
     if (sm_ps_expect(ps, "]", "to close the index"))
         return -1;
+    if (!sl.has_ints3) /* no step: printed and compared as slice(x, start, limit) */
+        memset(&sl.ints3, 0, sizeof sl.ints3);
     int id = (int)x->i;
     if (changed && sm_ps_emit(ps, SM_OP_SLICE, &id, 1, &sl, at, x))
         return -1;
     id = (int)x->i;
     if (sq.ints.n && sm_ps_emit(ps, SM_OP_SQUEEZE, &id, 1, &sq, at, x))
+        return -1;
+    id = (int)x->i;
+    if (ex.ints.n && sm_ps_emit(ps, SM_OP_EXPAND_DIMS, &id, 1, &ex, at, x))
         return -1;
     return 0;
 }

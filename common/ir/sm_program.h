@@ -42,8 +42,10 @@ typedef struct {
     sm_ir_ints ints;  /* shape, start_indices, axes, reps, shift, slice_size,
                          arange (start[, stop[, step]]), pad (lo, hi per dim) */
     sm_ir_ints ints2; /* limit_indices; roll axes */
+    sm_ir_ints ints3; /* slice strides */
     int has_ints;     /* 0: not given (reduce over all, reverse transpose, squeeze all 1s) */
     int has_ints2;
+    int has_ints3;
     int64_t axis;  /* axis, scatter_dimension, split_axis */
     int64_t axis2; /* concat_axis */
     int tiled;

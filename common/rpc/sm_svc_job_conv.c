@@ -41,6 +41,10 @@ static Shmap__V1__IrAttrs *attrs_enc(sm_arena *a, const sm_ir_attrs *at)
     q->n_ints2 = (size_t)ni2;
     q->ints2 = (int64_t *)at->ints2.v;
     q->has_ints2 = at->has_ints2 != 0;
+    int ni3 = at->ints3.n < 0 ? 0 : at->ints3.n > SM_IR_MAX_INTS ? SM_IR_MAX_INTS : at->ints3.n;
+    q->n_ints3 = (size_t)ni3;
+    q->ints3 = (int64_t *)at->ints3.v;
+    q->has_ints3 = at->has_ints3 != 0;
     q->axis = at->axis;
     q->axis2 = at->axis2;
     q->tiled = at->tiled != 0;
@@ -184,6 +188,9 @@ static sm_err attrs_dec(const Shmap__V1__IrAttrs *q, const char *what, sm_ir_att
     snprintf(sub, sizeof sub, "%s.ints2", what);
     if ((e = sm_svc_count_dec(q->n_ints2, SM_IR_MAX_INTS, sub, "values", err, errlen)))
         return e;
+    snprintf(sub, sizeof sub, "%s.ints3", what);
+    if ((e = sm_svc_count_dec(q->n_ints3, SM_IR_MAX_INTS, sub, "values", err, errlen)))
+        return e;
     snprintf(sub, sizeof sub, "%s.axes", what);
     if ((e = sm_svc_count_dec(q->n_axes, SM_MAX_AXES, sub, "names", err, errlen)))
         return e;
@@ -191,8 +198,11 @@ static sm_err attrs_dec(const Shmap__V1__IrAttrs *q, const char *what, sm_ir_att
     sm_svc_copy(at->ints.v, q->ints, q->n_ints * sizeof *q->ints);
     at->ints2.n = (int)q->n_ints2;
     sm_svc_copy(at->ints2.v, q->ints2, q->n_ints2 * sizeof *q->ints2);
+    at->ints3.n = (int)q->n_ints3;
+    sm_svc_copy(at->ints3.v, q->ints3, q->n_ints3 * sizeof *q->ints3);
     at->has_ints = q->has_ints != 0;
     at->has_ints2 = q->has_ints2 != 0;
+    at->has_ints3 = q->has_ints3 != 0;
     at->axis = q->axis;
     at->axis2 = q->axis2;
     at->tiled = q->tiled != 0;

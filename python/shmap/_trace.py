@@ -206,6 +206,15 @@ class Tracer(_Shaped):
 
     def __getitem__(self, key):
         key = key if isinstance(key, tuple) else (key,)
+        if any(k is Ellipsis for k in key):  # as many ':' as the dims it stands for
+            at = next(j for j, k in enumerate(key) if k is Ellipsis)
+            rest = key[:at] + key[at + 1:]
+            if any(k is Ellipsis for k in rest):
+                raise InvalidArgument("an index can only have a single ellipsis ('...')")
+            n = len(self.shape) - sum(k is not None for k in rest)
+            key = key[:at] + (slice(None),) * max(n, 0) + key[at + 1:]
+        if not key:
+            return self
         return _builder().emit(f"{self.name}[{', '.join(_fmt(k) for k in key)}]")
 
     @property

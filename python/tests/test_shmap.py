@@ -359,6 +359,39 @@ def test_lambdas_and_names_beyond_the_text_form(c):
         assert "éé" in e.value.message
 
 
+def test_indexing_as_numpy_does(c):
+    """Steps, None and ... index a traced array as numpy's do; a step keeps a
+    sharded dimension's sharding where its new size divides (JAX's slicing
+    rule), and a negative step is refused."""
+    mesh = c.make_mesh((4, 2), ("X", "Y"))
+    xa = np.arange(8 * 12, dtype=np.float32).reshape(8, 12)
+    x = c.device_put(xa, NamedSharding(mesh, P("X", "Y")))
+    r = c.device_put(xa, NamedSharding(mesh, P()))
+    f = shmap.jit(lambda a: a[::2, 1::2])
+    assert shmap.typeof(f(x)) == "f32[4@X,6@Y]"
+    assert np.array_equal(np.asarray(f(x)), xa[::2, 1::2])
+    assert "strides=(2, 2)" in f.lower(x).as_text()
+    for index in [np.s_[1:7:3], np.s_[::4, ::3], np.s_[..., 1], np.s_[None, ::2, None],
+                  np.s_[::2, 1], np.s_[2:, 5:11:2], np.s_[...], np.s_[None, ...]]:
+        got = shmap.jit(lambda a: a[index])(r)
+        assert np.array_equal(np.asarray(got), xa[index]), index
+    got = shmap.jit(lambda a: a[None, ::2, None])(x)
+    assert shmap.typeof(got) == "f32[1,4@X,1,12@Y]"
+    assert np.array_equal(np.asarray(got), xa[None, ::2, None])
+    sm = shmap.shard_map(lambda a: a[::2, 1::2], mesh=mesh, in_specs=P("X", "Y"),
+                         out_specs=P("X", "Y"))
+    blocks = [[xa[i * 2:i * 2 + 2, j * 6:j * 6 + 6][::2, 1::2] for j in range(2)]
+              for i in range(4)]
+    assert np.array_equal(np.asarray(sm(x)), np.block(blocks))
+    with pytest.raises(shmap.ProgramError) as e:
+        shmap.jit(lambda a: a[::3])(x)
+    assert "slicing on sharded dims where out dim (3) is not divisible by mesh axes (4)" in \
+        e.value.message
+    with pytest.raises(shmap.ProgramError) as e:
+        shmap.jit(lambda a: a[::-1])(x)
+    assert "only positive steps" in e.value.message
+
+
 def test_jit_reshard_and_out_shardings(c):
     mesh = c.make_mesh((2, 4), ("X", "Y"))
     x = np.arange(8 * 16, dtype=np.float32).reshape(8, 16)
