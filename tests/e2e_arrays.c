@@ -153,6 +153,10 @@ static const mesh_case mesh_cases[] = {
     {"a=2,b=2,c=2", "P('a', 'b', 'c')", 3, {4, 6, 8}},
     {"a=2,b=2,c=2", "P(('a', 'c'), None, 'b')", 3, {8, 3, 4}},
     {"a=2,b=2,c=2", "P('c')", 3, {2, 5, 3}},
+    /* arrays of no elements (a dimension of size 0), as numpy and JAX have them */
+    {"a=4,b=2", "P(None, 'b')", 2, {0, 8}},
+    {"a=4,b=2", "P('a', 'b')", 2, {0, 8}},
+    {"a=2,b=2,c=2", "P('a', None, 'c')", 3, {4, 0, 2}},
 };
 #define N_MESH ((int)(sizeof mesh_cases / sizeof mesh_cases[0]))
 

@@ -160,6 +160,10 @@ sm_err client_box_init(client_box *b, const sm_shape *shape, const sm_index *box
  * are contiguous in both the box stream and the buffer. */
 static int64_t box_locate(const client_box *b, int64_t pos, int64_t *avail)
 {
+    if (b->nbytes == 0) { /* a box of no elements (a dimension of size 0) */
+        *avail = 0;
+        return 0;
+    }
     int64_t e = pos / (int64_t)b->elem, bi = pos % (int64_t)b->elem;
     int64_t q = e / b->run, w = e % b->run, base = 0;
 

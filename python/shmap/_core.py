@@ -126,6 +126,22 @@ def _dtype_name(dt):
                               f"({', '.join(_DTYPES)})") from None
 
 
+def _host_array(x):
+    """x as a C-contiguous numpy array in native byte order with its shape
+    kept (np.ascontiguousarray would make a 0-d array 1-d)."""
+    a = np.asarray(x)
+    if not a.dtype.isnative:
+        a = a.astype(a.dtype.newbyteorder("="))
+    _dtype_name(a.dtype)  # a dtype shmap has, or InvalidArgument
+    return np.require(a, requirements="C")
+
+
+def _bytes(a):
+    """The bytes of a C-contiguous array, 0-d and empty ones too (which
+    memoryview.cast refuses)."""
+    return memoryview(a.reshape(-1).view(np.uint8))
+
+
 # ---- PartitionSpec, Mesh, NamedSharding --------------------------------------
 
 
@@ -506,8 +522,8 @@ class Client:
         return mesh._c()
 
     def device_put(self, x, sharding, name=None, replicas=1):
-        a = np.ascontiguousarray(x)
-        info = _call(self._c.put, memoryview(a).cast("B"), _dtype_name(a.dtype), a.shape,
+        a = _host_array(x)
+        info = _call(self._c.put, _bytes(a), _dtype_name(a.dtype), a.shape,
                      self._mesh_c(sharding.mesh), repr(sharding.spec), name)
         arr = Array(self, info)
         return arr.replicate(replicas) if replicas != 1 else arr
@@ -518,12 +534,12 @@ class Client:
         for dev, idx in sharding.devices_indices_map(shape).items():
             key = tuple((s.start, s.stop) for s in idx)
             if key not in blocks:
-                blocks[key] = np.ascontiguousarray(data_callback(idx))
+                blocks[key] = _host_array(data_callback(idx))
             shards.append((dev, blocks[key]))
         dt = _dtype_name(shards[0][1].dtype)
         info = _call(self._c.put_shards, dt, tuple(shape), self._mesh_c(sharding.mesh),
                      repr(sharding.spec), name,
-                     [(d, memoryview(b).cast("B"), b.shape) for d, b in shards])
+                     [(d, _bytes(b), b.shape) for d, b in shards])
         return Array(self, info)
 
     def make_array_from_single_device_arrays(self, shape, sharding, arrays, name=None):
@@ -533,19 +549,19 @@ class Client:
             arrays = [arrays[d] for d in devs]
         if len(arrays) != len(devs):
             raise InvalidArgument(f"{len(arrays)} arrays for a mesh of {len(devs)} devices")
-        arrs = [np.ascontiguousarray(a) for a in arrays]
+        arrs = [_host_array(a) for a in arrays]
         info = _call(self._c.put_shards, _dtype_name(arrs[0].dtype), tuple(shape),
                      self._mesh_c(sharding.mesh), repr(sharding.spec), name,
-                     [(d, memoryview(a).cast("B"), a.shape) for d, a in zip(devs, arrs)])
+                     [(d, _bytes(a), a.shape) for d, a in zip(devs, arrs)])
         return Array(self, info)
 
     def make_array_from_process_local_data(self, sharding, local_data, global_shape=None,
                                            process=0, name=None):
         """This process's part (worker process index `process`); the array is
         ready once every process's part has arrived (all must use one name)."""
-        a = np.ascontiguousarray(local_data)
+        a = _host_array(local_data)
         name = name or "local-" + uuid.uuid4().hex[:12]
-        info = _call(self._c.put_local, process, memoryview(a).cast("B"), _dtype_name(a.dtype),
+        info = _call(self._c.put_local, process, _bytes(a), _dtype_name(a.dtype),
                      a.shape, self._mesh_c(sharding.mesh), repr(sharding.spec), name,
                      None if global_shape is None else tuple(global_shape))
         return Array(self, info, owned=False)
@@ -577,7 +593,7 @@ class Client:
         return [Array(self, i, owned=False) for i in _call(self._c.list)]
 
     def _progress_get(self, array, out):
-        buf = memoryview(out.reshape(-1)).cast("B") if out.size else bytearray(0)
+        buf = _bytes(out)
         _call(self._c.get_into, array.id, buf)
 
 

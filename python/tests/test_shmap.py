@@ -108,6 +108,29 @@ def test_round_trip_every_dtype(c, dtype):
     assert shmap.typeof(a).endswith("[8@i,6@j]")
 
 
+def test_scalars_empty_arrays_and_byte_order(c):
+    """A 0-d array stays 0-d (np.ascontiguousarray made it f32[1]), an array
+    with a dimension of size 0 goes up and down (the upload divided by zero,
+    SIGFPE), a big-endian one is stored in native order, and an unsupported
+    dtype raises InvalidArgument before any byte moves."""
+    mesh = c.make_mesh((4, 2), ("i", "j"))
+    for v in (np.float32(3.5), np.array(2.0, np.float32), 7):
+        a = c.device_put(v, NamedSharding(mesh, P()))
+        assert a.shape == () and np.asarray(a).shape == ()
+        assert np.asarray(a) == np.asarray(v)
+    assert shmap.typeof(c.device_put(np.float32(1), NamedSharding(mesh, P()))) == "f32[]"
+    for shape, spec in (((0, 8), P(None, "j")), ((0, 8), P("i", "j")), ((4, 0), P("i"))):
+        e = c.device_put(np.zeros(shape, np.float32), NamedSharding(mesh, spec))
+        assert np.asarray(e).shape == shape
+        assert np.asarray(shmap.jit(lambda a: a + 1)(e)).shape == shape
+        assert np.asarray(e.reshard(NamedSharding(mesh, P()))).shape == shape
+    x = np.arange(48, dtype=">i4").reshape(8, 6)
+    b = c.device_put(x, NamedSharding(mesh, P("i", "j")))
+    assert np.asarray(b).dtype == np.int32 and np.array_equal(np.asarray(b), x)
+    with pytest.raises(shmap.InvalidArgument, match="is not one shmap supports"):
+        c.device_put(np.array([object()] * 8), NamedSharding(mesh, P("i")))
+
+
 def test_to_numpy_into_buffer(c):
     mesh = c.make_mesh((8,), ("i",))
     x = np.arange(64, dtype=np.float32).reshape(8, 8)
