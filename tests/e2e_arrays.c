@@ -625,6 +625,53 @@ START_TEST(meshes_by_name)
 }
 END_TEST
 
+/* A .npy file whose data is column-major (numpy saves a transposed array
+ * so) uploads as the array its header describes: the client converts it
+ * (sm_npy_read) instead of sending the bytes as they lie. */
+START_TEST(put_file_column_major)
+{
+    sm_client *c = harness_client(g_two);
+    sm_mesh mesh;
+    sm_sharding_ref sh = harness_sharding(&mesh, "x=4,y=2", NULL, 0, "P('x', 'y')");
+    sm_shape s = HARNESS_SHAPE(8, 6);
+    sm_array *x = harness_array_iota(SM_I32, &s, 3), *back = NULL;
+    unsigned char hdr[4096] = {0};
+    size_t hlen;
+    char err[512], in[512], out[512], *dir = harness_tmpdir();
+    ck_assert_int_eq(sm_npy_format_header(SM_I32, &s, hdr, sizeof hdr, &hlen, err, sizeof err),
+                     SM_OK);
+    char *f = strstr((char *)hdr + 10, "False"); /* the dict, after the preamble */
+    ck_assert_ptr_nonnull(f);
+    memcpy(f, "True ", 5);
+    int32_t col[48];
+    for (int i = 0; i < 8; i++)
+        for (int j = 0; j < 6; j++)
+            col[j * 8 + i] = ((int32_t *)x->data)[i * 6 + j];
+    snprintf(in, sizeof in, "%s/colmajor.npy", dir);
+    snprintf(out, sizeof out, "%s/out.npy", dir);
+    FILE *fp = fopen(in, "wb");
+    ck_assert_ptr_nonnull(fp);
+    ck_assert_uint_eq(fwrite(hdr, 1, hlen, fp), hlen);
+    ck_assert_uint_eq(fwrite(col, 1, sizeof col, fp), sizeof col);
+    fclose(fp);
+    sm_array_info info;
+    sm_err e = sm_client_put_file(c, in, &sh, NULL, &info, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "put_file: %s", err);
+    ck_assert_str_eq(info.type, "i32[8@x,6@y]");
+    e = sm_client_get_file(c, harness_id_ref(info.id), out, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "get_file: %s", err);
+    ck_assert_int_eq(sm_npy_read(out, &back, err, sizeof err), SM_OK);
+    ck_assert(sm_shape_equal(&back->shape, &s));
+    assert_same(back->data, x->data, x->nbytes);
+    sm_client_delete(c, harness_id_ref(info.id), err, sizeof err);
+    sm_array_info_free(&info);
+    sm_array_free(back);
+    sm_array_free(x);
+    harness_rmdir(dir);
+    sm_client_close(c);
+}
+END_TEST
+
 int main(void)
 {
     return HARNESS_CLUSTER_SUITE(
@@ -633,5 +680,5 @@ int main(void)
         {dtype_round_trips, (int)(sizeof dtypes / sizeof dtypes[0])}, {multi_chunk}, {client_cache},
         {put_shards_and_callback}, {put_callback}, {put_local_two_clients},
         {put_local_missing_part_fails}, {reshard_every_pair}, {names_attach_and_delete},
-        {meshes_by_name});
+        {meshes_by_name}, {put_file_column_major});
 }

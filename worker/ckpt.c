@@ -436,6 +436,9 @@ static sm_err ckpt_file_read(sm_array_pool *pool, const sm_svc_assemble_req *req
     if (!e && sm_npy_parse_header(head, nh, &info, b1, sizeof b1))
         e = sm_fail(err, errlen, SM_EDATALOSS, "checkpoint file %s has a damaged .npy header: %s",
                     path, b1);
+    if (!e && sm_npy_layout_issue(&info)) /* shmap writes neither */
+        e = sm_fail(err, errlen, SM_EDATALOSS, "checkpoint file %s: %s", path,
+                    sm_npy_layout_issue(&info));
     if (!e && (info.dtype != req->dtype || !ckpt_shape_eq(&info.shape, &cf->shape) ||
                info.data_offset + info.nbytes != cf->bytes || info.data_offset > (int64_t)nh))
         e = sm_fail(err, errlen, SM_EDATALOSS,

@@ -372,7 +372,8 @@ static sm_err sm_disk_sp_load(void *user, uint64_t array, int32_t device, sm_sto
     sm_err e = sm_npy_read_info(npy, &info, inner, sizeof inner);
     if (e)
         return sm_fail(err, errlen, SM_EDATALOSS, "the spilled shard %s: %s", npy, inner);
-    if (info.dtype != sh->dtype || !sm_shape_equal(&info.shape, &sh->shape))
+    if (info.dtype != sh->dtype || !sm_shape_equal(&info.shape, &sh->shape) ||
+        sm_npy_layout_issue(&info))
         return sm_fail(err, errlen, SM_EDATALOSS,
                        "the spilled shard %s does not hold the shard's dtype and shape", npy);
     f = fopen(npy, "rb");

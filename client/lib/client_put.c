@@ -216,6 +216,13 @@ sm_err sm_client_put_file(sm_client *c, const char *path, const sm_sharding_ref 
 
     if ((e = sm_npy_read_info(path, &info, err, errlen)))
         return e;
+    if (sm_npy_layout_issue(&info)) { /* converted in memory, then sent as any array */
+        sm_array *a = NULL;
+        if (!(e = sm_npy_read(path, &a, err, errlen)))
+            e = sm_client_put(c, a->dtype, &a->shape, a->data, sh, name, out, err, errlen);
+        sm_array_free(a);
+        return e;
+    }
     if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 || fstat(fd, &stb) < 0) {
         e = sm_fail(err, errlen, SM_EIO, "cannot open %s", path);
         goto done;

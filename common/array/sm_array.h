@@ -128,7 +128,15 @@ typedef struct {
     sm_shape shape;
     int64_t nbytes;      /* data bytes */
     int64_t data_offset; /* header length, in bytes, from the start of the file */
+    int fortran;         /* the data is column-major (fortran_order True, rank 2 and more) */
+    int swapped;         /* the data is big-endian ('>' descr of 2 bytes and more) */
 } sm_npy_info;
+
+/* Why the data of a .npy file cannot be read as it lies, as this machine's
+ * C-ordered little-endian array (column-major, big-endian), or NULL when
+ * it can. sm_npy_read converts such data; readers of the raw bytes refuse
+ * it with this sentence. */
+const char *sm_npy_layout_issue(const sm_npy_info *info);
 
 /* Header lengths above this are refused (SM_EFORMAT) before anything is
  * allocated for them. */
@@ -147,8 +155,9 @@ sm_err sm_npy_format_header(sm_dtype t, const sm_shape *s, void *buf, size_t cap
  * The file must hold exactly the data its header describes (SM_EFORMAT
  * names the expected and actual sizes); a file that cannot be opened or read
  * is SM_EIO. Every message names the path. Never yields bf16 ('<V2' is
- * refused). fortran_order True is accepted for ranks 0 and 1, where it is
- * the same layout as C order. */
+ * refused). Column-major (fortran_order True, as numpy saves a transposed
+ * array) and big-endian data come back C-ordered in this machine's byte
+ * order. */
 sm_err sm_npy_read(const char *path, sm_array **out, char *err, size_t errlen);
 /* sm_npy_read with the array's data from pool (sm_array_create_in). */
 sm_err sm_npy_read_in(sm_array_pool *pool, const char *path, sm_array **out, char *err,

@@ -158,8 +158,10 @@ static sm_err sm_cur_shape(sm_cur *c, sm_shape *out, char *err, size_t errlen)
     return SM_OK;
 }
 
-/* Maps a descr such as '<f4' to a dtype; bf16 is never produced. */
-static sm_err sm_npy_descr_dtype(const char *descr, sm_dtype *out, char *err, size_t errlen)
+/* Maps a descr such as '<f4' to a dtype (*swapped: '>' on a type of 2
+ * bytes and more); bf16 is never produced. */
+static sm_err sm_npy_descr_dtype(const char *descr, sm_dtype *out, int *swapped, char *err,
+                                 size_t errlen)
 {
     char order = descr[0];
     const char *code = descr + 1;
@@ -173,18 +175,25 @@ static sm_err sm_npy_descr_dtype(const char *descr, sm_dtype *out, char *err, si
     for (int t = 0; t < SM_DTYPE_COUNT; t++) {
         if (t == SM_BF16 || strcmp(code, sm_npy_descrs[t] + 1) != 0)
             continue;
-        if (sm_dtype_size((sm_dtype)t) > 1 && order == '>')
-            return sm_fail(err, errlen, SM_EUNSUPPORTED,
-                           "big-endian descr '%s' is not supported; save the array as '<%s'", descr,
-                           code);
         if (sm_dtype_size((sm_dtype)t) > 1 && order == '=')
             return sm_fail(err, errlen, SM_EUNSUPPORTED,
                            "descr '%s' has no explicit byte order; expected '<%s'", descr, code);
         *out = (sm_dtype)t;
+        *swapped = sm_dtype_size((sm_dtype)t) > 1 && order == '>';
         return SM_OK;
     }
     return sm_fail(err, errlen, SM_EUNSUPPORTED,
-                   "unknown descr '%s': supported are <f2 <f4 <f8 <i4 <i8 |u1 |b1", descr);
+                   "unknown descr '%s': supported are <f2 <f4 <f8 <i4 <i8 |u1 |b1 (and '>' ones)",
+                   descr);
+}
+
+const char *sm_npy_layout_issue(const sm_npy_info *info)
+{
+    return info->fortran   ? "fortran_order True (column-major data) is not read here; save a "
+                             "C-contiguous array"
+           : info->swapped ? "big-endian data is not read here; save the array little-endian "
+                             "('<')"
+                           : NULL;
 }
 
 sm_err sm_npy_parse_header(const void *buf, size_t len, sm_npy_info *out, char *err, size_t errlen)
@@ -256,14 +265,14 @@ sm_err sm_npy_parse_header(const void *buf, size_t len, sm_npy_info *out, char *
                                        : "shape");
 
     sm_dtype t = SM_F32;
-    if ((e = sm_npy_descr_dtype(descr, &t, err, errlen)))
+    int swapped = 0;
+    if ((e = sm_npy_descr_dtype(descr, &t, &swapped, err, errlen)))
         return e;
-    /* Fortran and C order coincide up to rank 1. */
-    if (fortran && shape.rank > 1)
-        return sm_fail(err, errlen, SM_EUNSUPPORTED,
-                       "fortran_order True (column-major data) is not supported; save a "
-                       "C-contiguous array");
-    sm_npy_info info = {.dtype = t, .shape = shape, .data_offset = (int64_t)total};
+    sm_npy_info info = {.dtype = t,
+                        .shape = shape,
+                        .data_offset = (int64_t)total,
+                        .fortran = fortran && shape.rank > 1, /* the same as C order below */
+                        .swapped = swapped};
     if ((e = sm_shape_nbytes(&shape, t, &info.nbytes, err, errlen)))
         return e;
     *out = info;
@@ -409,6 +418,39 @@ sm_err sm_npy_read(const char *path, sm_array **out, char *err, size_t errlen)
     return sm_npy_read_in(NULL, path, out, err, errlen);
 }
 
+/* Reverses the bytes of n elements of el bytes each, in place. */
+static void sm_npy_swap(void *data, int64_t n, size_t el)
+{
+    unsigned char *p = data;
+    for (int64_t i = 0; i < n; i++, p += el)
+        for (size_t k = 0; k < el / 2; k++) {
+            unsigned char t = p[k];
+            p[k] = p[el - 1 - k];
+            p[el - 1 - k] = t;
+        }
+}
+
+/* Copies column-major src of shape s (elements of el bytes) into dst in C
+ * order: dst walks its indices in order, src follows with its strides. */
+static void sm_npy_from_fortran(const char *src, char *dst, const sm_shape *s, size_t el)
+{
+    int64_t fs[SM_MAX_RANK], idx[SM_MAX_RANK] = {0}, n = 1, off = 0;
+    for (int d = 0; d < s->rank; d++) {
+        fs[d] = n;
+        n *= s->dims[d];
+    }
+    for (int64_t i = 0; i < n; i++) {
+        memcpy(dst + (size_t)i * el, src + (size_t)off * el, el);
+        for (int d = s->rank - 1; d >= 0; d--) {
+            off += fs[d];
+            if (++idx[d] < s->dims[d])
+                break;
+            off -= fs[d] * s->dims[d];
+            idx[d] = 0;
+        }
+    }
+}
+
 sm_err sm_npy_read_in(sm_array_pool *pool, const char *path, sm_array **out, char *err,
                       size_t errlen)
 {
@@ -437,11 +479,23 @@ sm_err sm_npy_read_in(sm_array_pool *pool, const char *path, sm_array **out, cha
         goto fail;
     }
     fclose(f);
+    f = NULL;
+    if (info.swapped)
+        sm_npy_swap(a->data, a->nbytes / (int64_t)sm_dtype_size(a->dtype), sm_dtype_size(a->dtype));
+    if (info.fortran) { /* into C order, through a second array */
+        sm_array *c = NULL;
+        if ((e = sm_array_create_in(pool, info.dtype, &info.shape, 0, &c, msg, sizeof msg)))
+            goto fail;
+        sm_npy_from_fortran(a->data, c->data, &info.shape, sm_dtype_size(a->dtype));
+        sm_array_free(a);
+        a = c;
+    }
     *out = a;
     return SM_OK;
 fail:
     sm_array_free(a);
-    fclose(f);
+    if (f)
+        fclose(f);
     return sm_npy_path_fail(path, e, msg, err, errlen);
 }
 
