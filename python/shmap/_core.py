@@ -1,5 +1,6 @@
 """Arrays, meshes and shardings with JAX's names, over the _shmap extension."""
 import atexit
+import operator
 import os
 import shutil
 import signal
@@ -431,6 +432,99 @@ class Array(_Shaped):
 
     def __repr__(self):
         return f"Array({self.type}, id={self.id}{', name=' + repr(self.name) if self.name else ''})"
+
+    # ---- operations now, outside jit, as a JAX array has them: each runs on
+    # the service as a jit program of that one operation (shmap._trace._eager)
+
+    def _now(self, f, *args):
+        from ._trace import _eager
+        return _eager(f, (self,) + args, {})
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of unsized object")
+        return self.shape[0]
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    def item(self):
+        if self.size != 1:
+            raise ValueError("can only convert an array of size 1 to a Python scalar")
+        return self.to_numpy().item()
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __bool__(self):
+        if self.size != 1:
+            raise ValueError(f"the truth value of an array with {self.size} elements is "
+                             f"ambiguous")
+        return bool(self.item())
+
+    @property
+    def T(self):
+        return self._now(lambda a: a.T)
+
+    def __getitem__(self, key):
+        return self._now(lambda a: a[key])
+
+    def reshape(self, *shape, out_sharding=None):
+        return self._now(lambda a: a.reshape(*shape, out_sharding=out_sharding))
+
+    def transpose(self, *axes):
+        return self._now(lambda a: a.transpose(*axes))
+
+    def astype(self, dtype):
+        return self._now(lambda a: a.astype(dtype))
+
+    def sum(self, axis=None, keepdims=False):
+        return self._now(lambda a: a.sum(axis, keepdims))
+
+    def mean(self, axis=None, keepdims=False):
+        return self._now(lambda a: a.mean(axis, keepdims))
+
+    def max(self, axis=None, keepdims=False):
+        return self._now(lambda a: a.max(axis, keepdims))
+
+    def min(self, axis=None, keepdims=False):
+        return self._now(lambda a: a.min(axis, keepdims))
+
+    def __neg__(self):
+        return self._now(lambda a: -a)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return self._now(lambda a: abs(a))
+
+    __hash__ = object.__hash__
+
+
+def _array_binary(op):
+    def fwd(self, other):
+        return self._now(lambda a, b: op(a, b), other)
+
+    def rev(self, other):
+        return self._now(lambda a, b: op(b, a), other)
+
+    return fwd, rev
+
+
+for _name, _op in (("add", operator.add), ("sub", operator.sub), ("mul", operator.mul),
+                   ("truediv", operator.truediv), ("mod", operator.mod), ("pow", operator.pow),
+                   ("matmul", operator.matmul)):
+    _f, _r = _array_binary(_op)
+    setattr(Array, f"__{_name}__", _f)
+    setattr(Array, f"__r{_name}__", _r)
+for _name, _op in (("lt", operator.lt), ("le", operator.le), ("gt", operator.gt),
+                   ("ge", operator.ge), ("eq", operator.eq), ("ne", operator.ne)):
+    setattr(Array, f"__{_name}__", _array_binary(_op)[0])
 
 
 def _free(client_ref, array_id):

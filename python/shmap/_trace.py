@@ -18,7 +18,7 @@ import numpy as np
 import _shmap
 
 from ._core import (Array, InvalidArgument, NamedSharding, P, PartitionSpec, ProgramError,
-                    ShmapError, _Shaped, _call, _default, _dtype_name, _raise)
+                    ShmapError, _DTYPES, _Shaped, _call, _default, _dtype_name, _raise)
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 _state = threading.local()
@@ -27,8 +27,9 @@ _state = threading.local()
 def _builder():
     b = getattr(_state, "builder", None)
     if b is None:
-        raise InvalidArgument("shmap ops on traced values run only inside a function traced by "
-                              "shmap.shard_map or shmap.jit")
+        raise InvalidArgument("shmap ops take traced values, inside a function traced by "
+                              "shmap.shard_map or shmap.jit, or Arrays, outside them (they run "
+                              "at once)")
     return b
 
 
@@ -272,9 +273,67 @@ def _axes_size(axes):
                               f"{b.mesh.axis_names}") from None
 
 
+class _Slot:
+    """Where an Array stood among an eager call's arguments."""
+
+    def __init__(self, i):
+        self.i = i
+
+
+def _eager(fn, args, kwargs):
+    """fn(*args, **kwargs) now, outside any trace, as JAX dispatches an op
+    outside jit: a jit program of that call, the Arrays among the arguments
+    (also inside lists and tuples) its parameters, numpy arrays uploaded
+    replicated on their mesh, everything else static. Returns what the
+    program returns: Arrays."""
+    arrays, mesh = [], None
+    for v in list(args) + list(kwargs.values()):
+        for a in (v if isinstance(v, (list, tuple)) else (v,)):
+            if isinstance(a, Array) and mesh is None:
+                mesh = a.sharding.mesh
+
+    def strip(v):
+        if isinstance(v, np.ndarray) and v.ndim == 0:
+            return v.item()
+        if isinstance(v, np.ndarray) and mesh is not None:
+            v = _client_of(args, mesh).device_put(v, NamedSharding(mesh, P()))
+        if isinstance(v, Array):
+            arrays.append(v)
+            return _Slot(len(arrays) - 1)
+        if type(v) in (list, tuple):  # not a PartitionSpec
+            return type(v)(strip(e) for e in v)
+        return v
+
+    def put(v, tracers):
+        if isinstance(v, _Slot):
+            return tracers[v.i]
+        if type(v) in (list, tuple):
+            return type(v)(put(e, tracers) for e in v)
+        return v
+
+    sargs = [strip(a) for a in args]
+    skw = {k: strip(v) for k, v in kwargs.items()}
+
+    def call(*tracers):
+        return fn(*[put(a, tracers) for a in sargs], **{k: put(v, tracers) for k, v in skw.items()})
+
+    call.__name__ = getattr(fn, "__name__", "f")
+    return _Traced(call, "jit")(*arrays)
+
+
+def _holds_array(args, kwargs):
+    return any(isinstance(a, Array) or (isinstance(a, (list, tuple)) and
+                                        any(isinstance(e, Array) for e in a))
+               for a in list(args) + list(kwargs.values()))
+
+
 def make_op(name):
-    """The Python function of op `name` (from the C op table)."""
+    """The Python function of op `name` (from the C op table): traced inside
+    shard_map and jit functions; called on Arrays outside them, run now
+    (_eager)."""
     def op(*args, **kwargs):
+        if getattr(_state, "builder", None) is None and _holds_array(args, kwargs):
+            return _eager(op, args, kwargs)
         if name == "axis_size":  # a static number, as in JAX
             return _axes_size(args[0] if args else kwargs["axis_name"])
         if name in ("psum", "pmean", "pmax", "pmin") and args and \
@@ -319,11 +378,21 @@ def _param_names(f, n):
     return out
 
 
+# Names a program's body may call or read: a function of the file by one of
+# them would stand for it there (a jit function named sum calling jnp.sum).
+_TEXT_NAMES = ({row[0] for row in _shmap.op_table()} | set(_DTYPES) |
+               {"P", "range", "auto_axes", "jax", "jnp", "lax", "numpy", "np", "float32",
+                "float64", "int32", "int64", "uint8", "float16", "bool_", "True", "False",
+                "None"})
+
+
 def _ascii_name(name):
     """A name of the text form (ASCII letters, digits and '_') for a Python
-    function's: '<lambda>' becomes 'lambda', non-ASCII letters 'f'."""
+    function's: '<lambda>' becomes 'lambda', non-ASCII letters 'f', and one
+    its body could mean otherwise (an op's, 'sum') gets a '_fn' suffix."""
     n = re.sub(r"[^A-Za-z0-9_]+", "_", name).strip("_")
-    return n if n and not n[0].isdigit() else "f" + (f"_{n}" if n else "")
+    n = n if n and not n[0].isdigit() else "f" + (f"_{n}" if n else "")
+    return n + "_fn" if n in _TEXT_NAMES else n
 
 
 def _type_decl(a, spec):

@@ -15,6 +15,7 @@ import pytest
 
 import shmap
 from shmap import P, NamedSharding, Mesh
+from shmap import numpy as jnp
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "tests"))
@@ -415,6 +416,40 @@ def test_indexing_as_numpy_does(c):
     assert "only positive steps" in e.value.message
 
 
+def test_operations_on_arrays_run_at_once(c):
+    """Outside jit an Array takes operators, methods and jnp functions as a
+    JAX array does: each runs now as a jit program of that one operation,
+    with JAX's sharding rules (and sentences); a function named after an op
+    (sum) still calls the op inside."""
+    mesh = c.make_mesh((4, 2), ("X", "Y"))
+    xa = np.arange(64, dtype=np.float32).reshape(8, 8)
+    x = c.device_put(xa, NamedSharding(mesh, P("X", "Y")))
+    assert shmap.typeof(x + 1) == "f32[8@X,8@Y]"
+    assert np.array_equal(np.asarray(2 - x * x / 4), 2 - xa * xa / 4)
+    assert np.array_equal(np.asarray(x + np.ones((8, 8), np.float32)), xa + 1)
+    assert shmap.typeof(x.T) == "f32[8@Y,8@X]"
+    assert shmap.typeof(x[::2]) == "f32[4@X,8@Y]"
+    assert float(x.sum()) == xa.sum() and len(x) == 8 and x.item is not None
+    assert np.array_equal(np.asarray(x > 10), xa > 10)
+    assert np.array_equal(np.asarray(x == x), np.ones((8, 8), bool))
+    assert {x: 1}[x] == 1  # hashed by identity, as before
+    assert np.array_equal(np.asarray(jnp.sum(x, axis=0)), xa.sum(0))
+    assert shmap.typeof(jnp.concatenate([x, x], axis=0)) == "f32[16@X,8@Y]"
+    assert shmap.typeof(shmap.reshard(x, P("Y", "X"))) == "f32[8@Y,8@X]"
+    assert [np.asarray(r).tolist() for r in x.reshard(NamedSharding(mesh, P()))[:2]] == \
+        xa[:2].tolist()
+    with pytest.raises(ValueError, match="ambiguous"):
+        bool(x)
+    with pytest.raises(shmap.ProgramError, match="Contracting dimensions are sharded"):
+        x @ x.T
+
+    @shmap.jit
+    def sum(a):  # noqa: A001 (named as the op it calls)
+        return jnp.sum(a, axis=1)
+
+    assert np.array_equal(np.asarray(sum(x)), xa.sum(1))
+
+
 def test_jit_reshard_and_out_shardings(c):
     mesh = c.make_mesh((2, 4), ("X", "Y"))
     x = np.arange(8 * 16, dtype=np.float32).reshape(8, 16)
@@ -524,7 +559,7 @@ def test_errors_carry_codes(c):
     mesh = c.make_mesh((8,), ("i",))
     with pytest.raises(shmap.InvalidArgument):
         c.device_put(np.ones(6, np.float32), NamedSharding(mesh, P("i")))
-    with pytest.raises(shmap.InvalidArgument, match="outside a function traced|only inside"):
+    with pytest.raises(shmap.InvalidArgument, match="shmap ops take traced values, inside a function"):
         shmap.lax.psum(shmap.Tracer("x", "f32[1]", "f32", (1,)), "i")
 
 
