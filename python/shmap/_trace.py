@@ -47,6 +47,8 @@ def _fmt(v):
     """A Python value in the text form."""
     if isinstance(v, Tracer):
         return v.name
+    if isinstance(v, Array):  # closed over by the function being traced
+        return _builder().capture(v)
     if isinstance(v, PartitionSpec):
         return repr(v)
     if isinstance(v, NamedSharding):
@@ -86,6 +88,36 @@ class _Builder:
         self.params = param_names
         self.prelude = []  # jit: the shard_map functions its body calls, as text lines
         self.defined = {}  # (function, argument types) -> (name, number of results)
+        self.captured = []  # jit: Arrays the body closes over, parameters after its own
+        self.capture_names = {}  # id(Array) -> its parameter's name
+
+    def capture(self, a):
+        """The name of Array a in the program: a jit body that closes over
+        an Array (as JAX embeds it) gets it as one more parameter."""
+        if id(a) in self.capture_names:
+            return self.capture_names[id(a)]
+        if self.kind != "jit":
+            raise InvalidArgument("a shard_map function cannot close over an Array: pass it as "
+                                  "an argument, with its in_spec")
+        mesh = getattr(self, "mesh", None)
+        am = a.sharding.mesh
+        if mesh is not None and (tuple(am.axis_names) != tuple(mesh.axis_names) or
+                                 tuple(am.axis_sizes) != tuple(mesh.axis_sizes)):
+            raise InvalidArgument(f"an Array the function closes over lies on mesh "
+                                  f"{am._text()!r}, not the function's {mesh._text()!r}")
+        k = len(self.captured)
+        name = f"captured{k}"
+        while name in self.params:
+            k += 1
+            name = f"captured{k}"
+        a._check()
+        decl = f"{name}: {_type_decl(a, a.sharding.spec)}"
+        head, tail = self.header[-1].rsplit(")%OUT%:", 1)
+        self.header[-1] = f"{head}{', ' if not head.endswith('(') else ''}{decl})%OUT%:{tail}"
+        self.params = list(self.params) + [name]
+        self.captured.append(a)
+        self.capture_names[id(a)] = name
+        return name
 
     def text(self, ret=None, out=None):
         """The program returning ret; out is the final out_specs text (None
@@ -273,6 +305,36 @@ def _axes_size(axes):
                               f"{b.mesh.axis_names}") from None
 
 
+def _flatten(v, who):
+    """The traced values of a pytree of results (tuples, lists and dicts of
+    them, None for an empty subtree) in order, and its structure."""
+    if isinstance(v, Tracer):
+        return [v], "*"
+    if v is None:
+        return [], None
+    if type(v) in (tuple, list) or isinstance(v, dict):
+        items = list(v.items()) if isinstance(v, dict) else list(enumerate(v))
+        leaves, subs = [], []
+        for k, e in items:
+            lv, d = _flatten(e, who)
+            leaves += lv
+            subs.append((k, d))
+        return leaves, (type(v), subs)
+    raise InvalidArgument(f"{who} must return traced values (or tuples, lists and dicts of "
+                          f"them), got {type(v).__name__}")
+
+
+def _unflatten(tree, it):
+    if tree == "*":
+        return next(it)
+    if tree is None:
+        return None
+    t, subs = tree
+    if issubclass(t, dict):
+        return t((k, _unflatten(d, it)) for k, d in subs)
+    return t(_unflatten(d, it) for _, d in subs)
+
+
 class _Slot:
     """Where an Array stood among an eager call's arguments."""
 
@@ -285,7 +347,8 @@ def _eager(fn, args, kwargs):
     outside jit: a jit program of that call, the Arrays among the arguments
     (also inside lists and tuples) its parameters, numpy arrays uploaded
     replicated on their mesh, everything else static. Returns what the
-    program returns: Arrays."""
+    program returns: Arrays. Inside a traced function (one that closes over
+    the Arrays), the call is traced there instead."""
     arrays, mesh = [], None
     for v in list(args) + list(kwargs.values()):
         for a in (v if isinstance(v, (list, tuple)) else (v,)):
@@ -313,6 +376,10 @@ def _eager(fn, args, kwargs):
 
     sargs = [strip(a) for a in args]
     skw = {k: strip(v) for k, v in kwargs.items()}
+    b = getattr(_state, "builder", None)
+    if b is not None:  # inside a traced function that closes over the Arrays: traced there
+        tracers = [Tracer(b.capture(a), a.type, _dtype_name(a.dtype), a.shape) for a in arrays]
+        return fn(*[put(a, tracers) for a in sargs], **{k: put(v, tracers) for k, v in skw.items()})
 
     def call(*tracers):
         return fn(*[put(a, tracers) for a in sargs], **{k: put(v, tracers) for k, v in skw.items()})
@@ -511,8 +578,13 @@ class _Traced:
             res = self.f(*tracers)
         finally:
             _state.builder = prev
-        multi = isinstance(res, (tuple, list))
-        outs = list(res) if multi else [res]
+        if self.kind == "jit":  # a pytree of results: tuples, lists and dicts of them
+            outs, multi = _flatten(res, self.__name__)
+            if not outs:
+                raise InvalidArgument(f"{self.__name__} must return at least one traced value")
+        else:
+            multi = isinstance(res, (tuple, list))
+            outs = list(res) if multi else [res]
         for o in outs:
             if not isinstance(o, Tracer):
                 raise InvalidArgument(f"{self.__name__} must return traced values, got "
@@ -533,13 +605,27 @@ class _Traced:
             info = _shmap.program_check(text, f"{self._name}.shmap", None, self.check_vma)
         except _shmap.Error as e:
             raise ProgramError(e.args[1]) from None
-        return client, arrays, text, info, multi
+        return client, arrays + b.captured, text, info, multi
 
     def _inline(self, outer, args):
         """A shard_map function called inside a jit body: its text becomes a
         shard_map function of the jit program's file, which the body calls
         (as a jit function of the text form calls one; the service lowers
-        both into one per-device program)."""
+        both into one per-device program). A jit function called there is
+        traced into the caller's body (jax.jit inside jax.jit), its results
+        resharded to its out_shardings."""
+        if self.kind == "jit" and outer.kind == "jit":
+            res = self.f(*args)
+            o = self.out_shardings
+            if o is None:
+                return res
+            leaves, tree = _flatten(res, self.__name__)
+            specs = [o] * len(leaves) if isinstance(o, (PartitionSpec, NamedSharding)) else o
+            if len(specs) != len(leaves):
+                raise InvalidArgument(f"{self.__name__} returns {len(leaves)} values but has "
+                                      f"{len(specs)} out_shardings")
+            outs = [_call_op("reshard", v, getattr(s, "spec", s)) for v, s in zip(leaves, specs)]
+            return _unflatten(tree, iter(outs))
         if self.kind != "shard_map" or outer.kind != "jit":
             raise InvalidArgument(f"{self.__name__}: only a shmap.jit function may call a "
                                   f"traced function, and only a shmap.shard_map one")
@@ -594,8 +680,8 @@ class _Traced:
         call = f"{fname}({', '.join(a.name for a in args)})"
         return outer.emit(call) if nout == 1 else outer.emit_multi(call, nout)
 
-    def lower(self, *args):
-        _, _, text, info, _ = self._trace(args)
+    def lower(self, *args, **kwargs):
+        _, _, text, info, _ = self._trace(self._bind(args, kwargs))
         return Lowered(text, info)
 
     def _finish(self, client, multi):
@@ -604,10 +690,37 @@ class _Traced:
                 raise ShmapError(f"job {info['job']} {info['state']}: {info['error']}",
                                  code="CANCELLED" if info["state"] == "cancelled" else "ABORTED")
             outs = [Array(client, o) for o in info["outputs"]]
+            if self.kind == "jit":
+                return _unflatten(multi, iter(outs))
             return tuple(outs) if multi else outs[0]
         return finish
 
-    def submit(self, *args):
+    def _bind(self, args, kwargs):
+        """The arguments in order of the parameters, for a call with
+        keywords (a parameter left out before a given one takes its
+        default)."""
+        if not kwargs:
+            return args
+        try:
+            sig = inspect.signature(self.f)
+            bound = sig.bind(*args, **kwargs)
+        except (TypeError, ValueError) as e:
+            raise InvalidArgument(f"{self.__name__}: {e}") from None
+        params = list(sig.parameters.values())
+        last = max(k for k, p in enumerate(params) if p.name in bound.arguments)
+        out = []
+        for p in params[:last + 1]:
+            if p.kind == p.VAR_POSITIONAL:
+                out.extend(bound.arguments.get(p.name, ()))
+            elif p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+                out.append(bound.arguments.get(p.name, p.default))
+            else:
+                raise InvalidArgument(f"{self.__name__}: keyword-only parameter {p.name!r} "
+                                      f"cannot be passed to a traced function")
+        return tuple(out)
+
+    def submit(self, *args, **kwargs):
+        args = self._bind(args, kwargs)
         client, arrays, text, info, multi = self._trace(args)
         try:
             job = client._c.submit(text, f"{self._name}.shmap", None,
@@ -618,11 +731,11 @@ class _Traced:
         fut._keep = arrays  # uploaded arguments live until the job ends
         return fut
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
         outer = getattr(_state, "builder", None)
         if outer is not None:  # called while a jit function is traced
-            return self._inline(outer, args)
-        return self.submit(*args).result()
+            return self._inline(outer, self._bind(args, kwargs))
+        return self.submit(*args, **kwargs).result()
 
 
 def shard_map(f=None, *, mesh, in_specs, out_specs, check_vma=True):

@@ -450,6 +450,38 @@ def test_operations_on_arrays_run_at_once(c):
     assert np.array_equal(np.asarray(sum(x)), xa.sum(1))
 
 
+def test_jit_calls_as_jax_takes_them(c):
+    """Keyword arguments, results in tuples, lists and dicts, a jit function
+    called inside another (traced into it, resharded to its out_shardings),
+    and Arrays a jit body closes over (parameters of the program, as JAX
+    embeds them)."""
+    mesh = c.make_mesh((4, 2), ("X", "Y"))
+    xa = np.arange(64, dtype=np.float32).reshape(8, 8)
+    x = c.device_put(xa, NamedSharding(mesh, P("X", "Y")))
+    add = shmap.jit(lambda a, b, k=1: a + b * k)
+    assert np.array_equal(np.asarray(add(x, b=x)), xa * 2)
+    assert np.array_equal(np.asarray(add(x, k=3, b=x)), xa * 4)
+    with pytest.raises(shmap.InvalidArgument, match="unexpected keyword argument 'c'"):
+        add(x, x, c=x)
+    r = shmap.jit(lambda a: {"y": a + 1, "zs": (a * 2, [a.T])})(x)
+    assert sorted(r) == ["y", "zs"] and isinstance(r["zs"][1], list)
+    assert np.array_equal(np.asarray(r["zs"][1][0]), xa.T)
+    inner = shmap.jit(lambda a: a * 2, out_shardings=P(None, "X"))
+    outer = shmap.jit(lambda a: inner(a) + 1)
+    assert shmap.typeof(outer(x)) == "f32[8,8@X]"
+    assert np.array_equal(np.asarray(outer(x)), xa * 2 + 1)
+    assert "reshard" in outer.lower(x).as_text()
+    w = c.device_put(np.ones((8, 8), np.float32), NamedSharding(mesh, P("X", "Y")))
+    closes = shmap.jit(lambda a: a + w * 2 + w)
+    assert np.array_equal(np.asarray(closes(x)), xa + 3)
+    assert "captured0: f32[8,8] @ P('X', 'Y')" in closes.lower(x).as_text()
+    sm = shmap.shard_map(lambda a: a + w, mesh=mesh, in_specs=P("X", "Y"), out_specs=P("X", "Y"))
+    with pytest.raises(shmap.InvalidArgument, match="cannot close over an Array"):
+        sm(x)
+    with pytest.raises(shmap.InvalidArgument, match="at least one traced value"):
+        shmap.jit(lambda a: None)(x)
+
+
 def test_jit_reshard_and_out_shardings(c):
     mesh = c.make_mesh((2, 4), ("X", "Y"))
     x = np.arange(8 * 16, dtype=np.float32).reshape(8, 16)
