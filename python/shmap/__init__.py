@@ -21,8 +21,8 @@ from ._core import (AlreadyExists, Array, Auto, AxisType, Cancelled, Client, Dat
                     DeadlineExceeded, Device, Explicit, FailedPrecondition, Internal,
                     InvalidArgument, Mesh, NamedSharding, NotFound, P, PartitionSpec,
                     ProgramError, ResourceExhausted, Shard, ShmapError, Unauthenticated,
-                    Unavailable, Unimplemented, connect, local_cluster, typeof,
-                    visualize_array_sharding)
+                    Unavailable, Unimplemented, block_until_ready, connect, device_get,
+                    device_put, local_cluster, make_mesh, typeof, visualize_array_sharding)
 from ._trace import Future, Lowered, Tracer, jit, shard_map
 
 reshard = numpy.reshard
@@ -33,6 +33,7 @@ __all__ = [
     "DeadlineExceeded", "Device", "Explicit", "FailedPrecondition", "Future", "Internal",
     "InvalidArgument", "Lowered", "Mesh", "NamedSharding", "NotFound", "P", "PartitionSpec",
     "ProgramError", "ResourceExhausted", "Shard", "ShmapError", "Tracer", "Unauthenticated",
-    "Unavailable", "Unimplemented", "connect", "jit", "lax", "local_cluster", "numpy",
-    "reshard", "shard_map", "typeof", "visualize_array_sharding", "with_sharding_constraint",
+    "Unavailable", "Unimplemented", "block_until_ready", "connect", "device_get", "device_put",
+    "jit", "lax", "local_cluster", "make_mesh", "numpy", "reshard", "shard_map", "typeof",
+    "visualize_array_sharding", "with_sharding_constraint",
 ]

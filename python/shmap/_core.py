@@ -762,6 +762,50 @@ def connect(target=None, token=None, tls_ca=None, tls_cert=None, tls_key=None):
     return c
 
 
+def _client_for(mesh=None):
+    """The client of mesh (one made by Client.make_mesh), else the last one
+    connect() or local_cluster() made."""
+    if mesh is not None and getattr(mesh, "_client", None) is not None:
+        return mesh._client
+    if _default:
+        return _default[0]
+    raise InvalidArgument("no client: call shmap.connect() or use shmap.local_cluster(), or "
+                          "make the mesh with Client.make_mesh")
+
+
+def make_mesh(axis_shapes, axis_names, devices=None, axis_types=None):
+    """jax.make_mesh, with the client of connect() or local_cluster()."""
+    return _client_for().make_mesh(axis_shapes, axis_names, devices, axis_types)
+
+
+def device_put(x, sharding, name=None, replicas=1):
+    """jax.device_put: x onto sharding's mesh (its client, or the default
+    one); a pytree (tuples, lists, dicts) of arrays goes leaf by leaf."""
+    if isinstance(x, dict):
+        return type(x)((k, device_put(v, sharding)) for k, v in x.items())
+    if type(x) in (tuple, list):
+        return type(x)(device_put(v, sharding) for v in x)
+    if isinstance(x, Array):
+        return x.reshard(sharding, name)
+    return _client_for(sharding.mesh).device_put(x, sharding, name, replicas)
+
+
+def device_get(x):
+    """jax.device_get: the Arrays of a pytree as numpy arrays (anything else
+    as it is)."""
+    if isinstance(x, dict):
+        return type(x)((k, device_get(v)) for k, v in x.items())
+    if type(x) in (tuple, list):
+        return type(x)(device_get(v) for v in x)
+    return x.to_numpy() if isinstance(x, Array) else x
+
+
+def block_until_ready(x):
+    """jax.block_until_ready: x itself, as an Array is ready once made (a
+    job's results when the call returns)."""
+    return x
+
+
 def _find_coordinator():
     for cand in (os.environ.get("SHMAP_COORDINATOR_BIN"),
                  os.path.join(os.environ.get("SHMAP_BIN_DIR", ""), "shmap-coordinator"),

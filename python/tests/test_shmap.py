@@ -482,6 +482,22 @@ def test_jit_calls_as_jax_takes_them(c):
         shmap.jit(lambda a: None)(x)
 
 
+def test_module_level_calls_as_jax(c):
+    """shmap.make_mesh, shmap.device_put (also of an Array: a reshard, and
+    of a pytree), shmap.device_get and shmap.block_until_ready, with the
+    client of connect() or local_cluster(), as jax's functions are called."""
+    mesh = shmap.make_mesh((4, 2), ("X", "Y"))
+    assert mesh._client is c
+    xa = np.arange(64, dtype=np.float32).reshape(8, 8)
+    x = shmap.device_put(xa, NamedSharding(mesh, P("X", "Y")))
+    assert shmap.typeof(x) == "f32[8@X,8@Y]"
+    y = shmap.device_put(x, NamedSharding(mesh, P(None, "X")))
+    assert shmap.typeof(y) == "f32[8,8@X]"
+    tree = shmap.device_put({"a": xa, "b": [xa, xa]}, NamedSharding(mesh, P()))
+    got = shmap.device_get(shmap.block_until_ready(tree))
+    assert np.array_equal(got["b"][1], xa) and isinstance(got["a"], np.ndarray)
+
+
 def test_jit_reshard_and_out_shardings(c):
     mesh = c.make_mesh((2, 4), ("X", "Y"))
     x = np.arange(8 * 16, dtype=np.float32).reshape(8, 16)
