@@ -38,6 +38,8 @@ static const op_row rows[] = {
     {M42, XY, PIJ, "multiply(x, y)"},
     {M42, XY, PIJ, "divide(x, y + 9)"},
     {M42, XY, PIJ, "mod(x, y)"},
+    {M42, XY, PIJ, "floor_divide(x, y + 9)"},
+    {M42, NI, PIJ, "n // m - m // 3", "floor_divide(n, m) - floor_divide(m, 3)"},
     {M42, XY, PIJ, "maximum(x, y)"},
     {M42, XY, PIJ, "minimum(x, y)"},
     {M42, XY, PIJ, "power(x, abs(y))"},

@@ -517,7 +517,7 @@ static const error_case errors[] = {
      HDR "    y = x[axis_index('i')]\n    return y\n",
      SM_EINVAL,
      {"dynamic_slice"}},
-    {"static only", HDR "    y = x // 2\n    return y\n", SM_EINVAL, {"'//'", "static"}},
+    {"shift operator", HDR "    y = x >> 2\n    return y\n", SM_EFORMAT, {"'>'"}},
     {"loop return",
      HDR "    for k in range(2):\n        return x\n",
      SM_EFORMAT,

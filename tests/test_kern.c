@@ -139,6 +139,19 @@ static val ref_binary(sm_kern_binary_op op, sm_dtype t, val x, val y)
             r.i = (m != 0 && ((m < 0) != (q < 0))) ? m + q : m;
         }
         break;
+    case SM_KERN_FLOOR_DIVIDE: /* the quotient's floor, computed the other way round */
+        r.f = floor(a / b);
+        if (q == 0) {
+            r.i = 0;
+        } else if (q == -1) {
+            r.i = wrap(t, 0 - (uint64_t)p);
+        } else {
+            int64_t m = p % q; /* p = q * r.i + the divisor-signed remainder */
+            if (m != 0 && ((m < 0) != (q < 0)))
+                m += q;
+            r.i = (p - m) / q;
+        }
+        break;
     case SM_KERN_POWER:
         r.f = pow(a, b);
         if (q < 0) {
@@ -291,7 +304,8 @@ START_TEST(test_binary_all)
                 sm_shape os;
                 ck_assert_int_eq(sm_kern_broadcast_shape(&sp.a, &sp.b, &os, NULL, 0), SM_OK);
                 int64_t na = numel(&sp.a), nb = numel(&sp.b), no = numel(&os);
-                int divlike = op == SM_KERN_DIVIDE || op == SM_KERN_MOD;
+                int divlike =
+                    op == SM_KERN_DIVIDE || op == SM_KERN_MOD || op == SM_KERN_FLOOR_DIVIDE;
                 void *a = rand_buf(t, na, -20, 20);
                 void *b = rand_buf(t, nb,
                                    op == SM_KERN_POWER ? -2
@@ -359,6 +373,22 @@ START_TEST(test_binary_exact_values)
     ck_assert_int_eq(sm_kern_binary(SM_KERN_MOD, SM_F64, za, &s4, zb, &s4, fo, NULL, 0), SM_OK);
     ck_assert(fo[0] == 0 && !signbit(fo[0]) && fo[1] == 0 && signbit(fo[1]));
     ck_assert(fo[2] == 0 && signbit(fo[2]) && isnan(fo[3]));
+    /* floor_divide: numpy's floor of the quotient; x // 0 -> 0 and INT_MIN //
+     * -1 wraps for integers; floats as JAX (1.0 // 0.1 is 9, x // 0 is x / 0) */
+    ck_assert_int_eq(sm_kern_binary(SM_KERN_FLOOR_DIVIDE, SM_I32, a, &s4, b, &s4, o, NULL, 0),
+                     SM_OK);
+    ck_assert(o[0] == 2 && o[1] == -3 && o[2] == -3 && o[3] == 2);
+    ck_assert_int_eq(sm_kern_binary(SM_KERN_FLOOR_DIVIDE, SM_I64, p, &s4, q, &s4, r, NULL, 0),
+                     SM_OK);
+    ck_assert(r[0] == 0 && r[1] == INT64_MIN && r[3] == 0);
+    double ga[] = {1.0, -7.5, 7.5, -1.0}, gb[] = {0.1, 2, -2, 0.0};
+    ck_assert_int_eq(sm_kern_binary(SM_KERN_FLOOR_DIVIDE, SM_F64, ga, &s4, gb, &s4, fo, NULL, 0),
+                     SM_OK);
+    ck_assert(fo[0] == 9.0 && fo[1] == -4.0 && fo[2] == -4.0 && isinf(fo[3]) && fo[3] < 0);
+    double ha[] = {0.0, -0.5, 0.0, 3.0}, hb[] = {0.0, 2.0, 5.0, 0.0};
+    ck_assert_int_eq(sm_kern_binary(SM_KERN_FLOOR_DIVIDE, SM_F64, ha, &s4, hb, &s4, fo, NULL, 0),
+                     SM_OK);
+    ck_assert(isnan(fo[0]) && fo[1] == -1.0 && fo[2] == 0.0 && isinf(fo[3]) && fo[3] > 0);
     /* maximum/minimum propagate NaN from either side */
     float na[] = {NAN, 1.0f, 2.0f, -1.0f}, nb[] = {1.0f, NAN, 1.0f, 3.0f}, no[4];
     ck_assert_int_eq(sm_kern_binary(SM_KERN_MAXIMUM, SM_F32, na, &s4, nb, &s4, no, NULL, 0), SM_OK);

@@ -160,20 +160,18 @@ static int sm_ps_binop(sm_parser *ps, const sm_tok *op, const sm_item *a, const 
     static const struct {
         const char *tok;
         sm_op_kind kind;
-    } map[] = {{"+", SM_OP_ADD},           {"-", SM_OP_SUBTRACT},    {"*", SM_OP_MULTIPLY},
-               {"/", SM_OP_DIVIDE},        {"%", SM_OP_MOD},         {"@", SM_OP_MATMUL},
-               {"**", SM_OP_POWER},        {"==", SM_OP_EQUAL},      {"!=", SM_OP_NOT_EQUAL},
-               {"<", SM_OP_LESS},          {"<=", SM_OP_LESS_EQUAL}, {">", SM_OP_GREATER},
-               {">=", SM_OP_GREATER_EQUAL}};
+    } map[] = {{"+", SM_OP_ADD},           {"-", SM_OP_SUBTRACT},      {"*", SM_OP_MULTIPLY},
+               {"/", SM_OP_DIVIDE},        {"%", SM_OP_MOD},           {"@", SM_OP_MATMUL},
+               {"//", SM_OP_FLOOR_DIVIDE}, {"**", SM_OP_POWER},        {"==", SM_OP_EQUAL},
+               {"!=", SM_OP_NOT_EQUAL},    {"<", SM_OP_LESS},          {"<=", SM_OP_LESS_EQUAL},
+               {">", SM_OP_GREATER},       {">=", SM_OP_GREATER_EQUAL}};
     for (size_t k = 0; k < sizeof map / sizeof map[0]; k++) {
         if (!sm_tok_is(op, map[k].tok))
             continue;
         sm_arg args[2] = {{NULL, *a, a->at}, {NULL, *b, b->at}};
         return sm_ps_call_op(ps, map[k].kind, op, args, 2, out);
     }
-    return sm_ps_fail(ps, op, SM_EINVAL,
-                      "'%.*s' works on static integers only (use floor(x / y) for arrays)", op->len,
-                      op->text);
+    return sm_ps_fail(ps, op, SM_EINVAL, "'%.*s' needs static numbers", op->len, op->text);
 }
 
 static int sm_ps_unary(sm_parser *ps, sm_item *out);

@@ -67,6 +67,7 @@ typedef enum {
     X(SM_KERN_MULTIPLY, "multiply", 0)                                                             \
     X(SM_KERN_DIVIDE, "divide", 0)                                                                 \
     X(SM_KERN_MOD, "mod", 0)                                                                       \
+    X(SM_KERN_FLOOR_DIVIDE, "floor_divide", 0)                                                     \
     X(SM_KERN_POWER, "power", 0)                                                                   \
     X(SM_KERN_MAXIMUM, "maximum", 2)                                                               \
     X(SM_KERN_MINIMUM, "minimum", 2)                                                               \

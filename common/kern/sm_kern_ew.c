@@ -93,6 +93,27 @@ SMK_IPOW(smk_ipow64, int64_t, uint64_t)
 #define smk_ipow(x, y)  _Generic((x), int32_t : smk_ipow32, int64_t : smk_ipow64)(x, y)
 #define smk_fmodn(x, y) _Generic((x), float : smk_modf32, double : smk_modf64)(x, y)
 
+/* jnp.floor_divide of floats as JAX computes it (_float_divmod): the
+ * quotient of x less its remainder, one less where the remainder's sign is
+ * not the divisor's, rounded; x / 0 for y == 0 (inf, or NaN for 0 // 0). */
+static inline float smk_fdivf32(float x, float y)
+{
+    float m = fmodf(x, y), d = (y == 0.0f ? x : x - m) / y;
+    if (m != 0.0f && ((y < 0.0f) != (m < 0.0f)))
+        d -= 1.0f;
+    return roundf(d);
+}
+
+static inline double smk_fdivf64(double x, double y)
+{
+    double m = fmod(x, y), d = (y == 0.0 ? x : x - m) / y;
+    if (m != 0.0 && ((y < 0.0) != (m < 0.0)))
+        d -= 1.0;
+    return round(d);
+}
+
+#define smk_fdivn(x, y) _Generic((x), float : smk_fdivf32, double : smk_fdivf64)(x, y)
+
 /* ---- unary ---------------------------------------------------------------------------------- */
 
 typedef void (*smk_un_fn)(void *o, const void *x, int64_t n);
@@ -238,6 +259,7 @@ SMK_BIN_F(subtract, x - y)
 SMK_BIN_F(multiply, x *y)
 SMK_BIN_F(divide, x / y)
 SMK_BIN_F(mod, smk_fmodn(x, y))
+SMK_BIN_F(floor_divide, smk_fdivn(x, y))
 SMK_BIN_F(power, _Generic(x, float : powf, double : pow)(x, y))
 SMK_BIN_F(maximum, (x >= y || x != x) ? x : y)
 SMK_BIN_F(minimum, (x <= y || x != x) ? x : y)
@@ -247,6 +269,11 @@ SMK_BIN_I(multiply, (smk_u)x *(smk_u)y)
 SMK_BIN_I(divide, y == 0 ? 0 : y == -1 ? (smk_t)((smk_u)0 - (smk_u)x) : x / y)
 SMK_BIN_I(mod,
           (y == 0 || y == -1) ? 0 : ((x % y != 0 && ((x % y < 0) != (y < 0))) ? x % y + y : x % y))
+/* integers: the floor of the quotient (numpy's), 0 for y == 0 as divide and
+ * mod have it, -x wrapped for y == -1 */
+SMK_BIN_I(floor_divide, y == 0    ? 0
+                        : y == -1 ? (smk_t)((smk_u)0 - (smk_u)x)
+                                  : x / y - ((x % y != 0) && ((x < 0) != (y < 0))))
 SMK_BIN_I(power, smk_ipow(x, y))
 SMK_BIN_I(maximum, x > y ? x : y)
 SMK_BIN_I(minimum, x < y ? x : y)
@@ -271,6 +298,7 @@ static const smk_bin_fn bin_table[SM_KERN_BINARY_COUNT][SM_DTYPE_COUNT] = {
     [SM_KERN_MULTIPLY] = {SMK_BIN_ENTRY_FI(multiply)},
     [SM_KERN_DIVIDE] = {SMK_BIN_ENTRY_FI(divide)},
     [SM_KERN_MOD] = {SMK_BIN_ENTRY_FI(mod)},
+    [SM_KERN_FLOOR_DIVIDE] = {SMK_BIN_ENTRY_FI(floor_divide)},
     [SM_KERN_POWER] = {SMK_BIN_ENTRY_FI(power)},
     [SM_KERN_MAXIMUM] = {SMK_BIN_ENTRY_ALL(maximum)},
     [SM_KERN_MINIMUM] = {SMK_BIN_ENTRY_ALL(minimum)},

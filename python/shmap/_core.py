@@ -517,7 +517,8 @@ def _array_binary(op):
 
 
 for _name, _op in (("add", operator.add), ("sub", operator.sub), ("mul", operator.mul),
-                   ("truediv", operator.truediv), ("mod", operator.mod), ("pow", operator.pow),
+                   ("truediv", operator.truediv), ("floordiv", operator.floordiv),
+                   ("mod", operator.mod), ("pow", operator.pow),
                    ("matmul", operator.matmul)):
     _f, _r = _array_binary(_op)
     setattr(Array, f"__{_name}__", _f)

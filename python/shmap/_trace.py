@@ -221,6 +221,8 @@ class Tracer(_Shaped):
     def __rmul__(self, o): return self._bin("*", o, True)
     def __truediv__(self, o): return self._bin("/", o)
     def __rtruediv__(self, o): return self._bin("/", o, True)
+    def __floordiv__(self, o): return self._bin("//", o)
+    def __rfloordiv__(self, o): return self._bin("//", o, True)
     def __mod__(self, o): return self._bin("%", o)
     def __rmod__(self, o): return self._bin("%", o, True)
     def __pow__(self, o): return self._bin("**", o)

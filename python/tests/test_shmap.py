@@ -431,6 +431,11 @@ def test_operations_on_arrays_run_at_once(c):
     assert shmap.typeof(x[::2]) == "f32[4@X,8@Y]"
     assert float(x.sum()) == xa.sum() and len(x) == 8 and x.item is not None
     assert np.array_equal(np.asarray(x > 10), xa > 10)
+    assert np.array_equal(np.asarray(x // 3), xa // 3)  # floor_divide, as numpy
+    n = c.device_put(np.arange(-8, 8, dtype=np.int32).reshape(4, 4), NamedSharding(mesh, P("X")))
+    na = np.arange(-8, 8, dtype=np.int32).reshape(4, 4)
+    assert np.array_equal(np.asarray(n // 3), na // 3)
+    assert np.array_equal(np.asarray(shmap.jit(lambda a: 7 // (a + 100))(n)), 7 // (na + 100))
     assert np.array_equal(np.asarray(x == x), np.ones((8, 8), bool))
     assert {x: 1}[x] == 1  # hashed by identity, as before
     assert np.array_equal(np.asarray(jnp.sum(x, axis=0)), xa.sum(0))
