@@ -1,9 +1,13 @@
 """jnp-style functions for traced programs, one per op of the C op table
 (all but the collectives, which are in shmap.lax), made at import: a new op
 in the table appears here with no Python edit."""
+import re
+
 import _shmap
 
-from ._trace import make_op
+import functools
+
+from ._trace import _eager, _holds_array, _state, make_op
 
 _COLLECTIVES = {"psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "ppermute",
                 "all_to_all", "axis_index", "axis_size", "pvary", "shard_map_in",
@@ -16,9 +20,67 @@ for _name, _sig, _mn, _mx, _jit_only in _shmap.op_table():
         __all__.append(_name)
 
 
+def _at_once(fn):
+    """fn, run at once as one jit program when called on Arrays outside a
+    trace (as the op table's functions are)."""
+    @functools.wraps(fn)
+    def g(*args, **kwargs):
+        if getattr(_state, "builder", None) is None and _holds_array(args, kwargs):
+            return _eager(fn, args, kwargs)
+        return fn(*args, **kwargs)
+    return g
+
+
+@_at_once
 def square(x):
     """x * x (jnp.square)."""
     return x * x
 
 
-__all__.append("square")
+@_at_once
+def clip(a, a_min=None, a_max=None):
+    """jnp.clip: maximum(a, a_min), then minimum(..., a_max)."""
+    if a_min is not None:
+        a = maximum(a, a_min)  # noqa: F821 (made from the op table above)
+    if a_max is not None:
+        a = minimum(a, a_max)  # noqa: F821
+    return a
+
+
+def _spec_of_type(t):
+    """The PartitionSpec of a type string's dimensions ('f32[8@X,4,6@(Y,Z)]'
+    -> P('X', None, ('Y', 'Z'))), or None where no dimension is sharded."""
+    from ._core import P
+    dims = re.match(r"[a-z0-9]+\[(.*?)\]", t).group(1)
+    entries = []
+    for d in re.findall(r"\d+(?:@(\(.*?\)|\w+))?", dims) if dims else []:
+        if not d:
+            entries.append(None)
+        elif d.startswith("("):
+            entries.append(tuple(d[1:-1].split(",")))
+        else:
+            entries.append(d)
+    return P(*entries) if any(e is not None for e in entries) else None
+
+
+@_at_once
+def full_like(a, fill_value, dtype=None):
+    """jnp.full_like: a's shape, its dtype unless given, and its sharding."""
+    spec = _spec_of_type(a.type)
+    kw = {} if spec is None else {"out_sharding": spec}
+    return full(a.shape, fill_value, dtype=dtype or a.dtype, **kw)  # noqa: F821
+
+
+@_at_once
+def zeros_like(a, dtype=None):
+    """jnp.zeros_like (full_like with 0)."""
+    return full_like(a, 0, dtype)
+
+
+@_at_once
+def ones_like(a, dtype=None):
+    """jnp.ones_like (full_like with 1)."""
+    return full_like(a, 1, dtype)
+
+
+__all__ += ["square", "clip", "full_like", "zeros_like", "ones_like"]

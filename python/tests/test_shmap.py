@@ -503,6 +503,25 @@ def test_module_level_calls_as_jax(c):
     assert np.array_equal(got["b"][1], xa) and isinstance(got["a"], np.ndarray)
 
 
+def test_like_functions_and_clip(c):
+    """jnp.zeros_like, ones_like and full_like keep the array's sharding (as
+    JAX's do in explicit mode) and take its dtype unless given; clip bounds
+    either side; all of them traced, inside shard_map, and at once."""
+    mesh = c.make_mesh((4, 2), ("X", "Y"))
+    xa = np.arange(64, dtype=np.float32).reshape(8, 8)
+    x = c.device_put(xa, NamedSharding(mesh, P("X", "Y")))
+    z = shmap.jit(lambda a: jnp.zeros_like(a) + a)(x)
+    assert shmap.typeof(z) == "f32[8@X,8@Y]" and np.array_equal(np.asarray(z), xa)
+    o = shmap.jit(lambda a: jnp.ones_like(a, dtype=np.int32))(x)
+    assert shmap.typeof(o) == "i32[8@X,8@Y]" and np.asarray(o).sum() == 64
+    assert np.array_equal(np.asarray(jnp.full_like(x, 2.5)), np.full((8, 8), 2.5, np.float32))
+    assert np.array_equal(np.asarray(jnp.clip(x, 3, 40)), np.clip(xa, 3, 40))
+    assert np.array_equal(np.asarray(jnp.clip(x, a_max=5)), np.minimum(xa, 5))
+    sm = shmap.shard_map(lambda a: jnp.ones_like(a) * 2, mesh=mesh, in_specs=P("X", "Y"),
+                         out_specs=P("X", "Y"))
+    assert np.asarray(sm(x)).sum() == 128
+
+
 def test_jit_reshard_and_out_shardings(c):
     mesh = c.make_mesh((2, 4), ("X", "Y"))
     x = np.arange(8 * 16, dtype=np.float32).reshape(8, 16)
