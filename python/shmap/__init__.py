@@ -22,7 +22,8 @@ from ._core import (AlreadyExists, Array, Auto, AxisType, Cancelled, Client, Dat
                     InvalidArgument, Mesh, NamedSharding, NotFound, P, PartitionSpec,
                     ProgramError, ResourceExhausted, Shard, ShmapError, Unauthenticated,
                     Unavailable, Unimplemented, block_until_ready, connect, device_get,
-                    device_put, local_cluster, make_mesh, typeof, visualize_array_sharding)
+                    device_put, get_mesh, local_cluster, make_mesh, set_mesh, typeof,
+                    use_mesh, visualize_array_sharding)
 from ._trace import Future, Lowered, Tracer, jit, shard_map
 
 reshard = numpy.reshard
@@ -34,6 +35,6 @@ __all__ = [
     "InvalidArgument", "Lowered", "Mesh", "NamedSharding", "NotFound", "P", "PartitionSpec",
     "ProgramError", "ResourceExhausted", "Shard", "ShmapError", "Tracer", "Unauthenticated",
     "Unavailable", "Unimplemented", "block_until_ready", "connect", "device_get", "device_put",
-    "jit", "lax", "local_cluster", "make_mesh", "numpy", "reshard", "shard_map", "typeof",
-    "visualize_array_sharding", "with_sharding_constraint",
+    "get_mesh", "jit", "lax", "local_cluster", "make_mesh", "numpy", "reshard", "set_mesh",
+    "shard_map", "typeof", "use_mesh", "visualize_array_sharding", "with_sharding_constraint",
 ]

@@ -1,11 +1,13 @@
 """Arrays, meshes and shardings with JAX's names, over the _shmap extension."""
 import atexit
+import contextlib
 import operator
 import os
 import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 import weakref
@@ -396,6 +398,7 @@ class Array(_Shaped):
         return a if dtype is None else a.astype(dtype)
 
     def reshard(self, sharding, name=None):
+        sharding = _sharding_of(sharding)
         self._check()
         c = self._client
         return Array(c, _call(c._c.reshard, self.id, c._mesh_c(sharding.mesh),
@@ -617,6 +620,7 @@ class Client:
         return mesh._c()
 
     def device_put(self, x, sharding, name=None, replicas=1):
+        sharding = _sharding_of(sharding)
         a = _host_array(x)
         info = _call(self._c.put, _bytes(a), _dtype_name(a.dtype), a.shape,
                      self._mesh_c(sharding.mesh), repr(sharding.spec), name)
@@ -763,11 +767,53 @@ def connect(target=None, token=None, tls_ca=None, tls_cert=None, tls_key=None):
     return c
 
 
+_mesh_state = threading.local()
+
+
+def get_mesh():
+    """The mesh set by set_mesh or use_mesh on this thread, or None."""
+    stack = getattr(_mesh_state, "stack", None)
+    return stack[-1] if stack else None
+
+
+def set_mesh(mesh):
+    """jax.set_mesh: the mesh that device_put with a bare PartitionSpec, and
+    jit functions given numpy arguments, use on this thread (None unsets)."""
+    _mesh_state.stack = [mesh] if mesh is not None else []
+
+
+@contextlib.contextmanager
+def use_mesh(mesh):
+    """jax.sharding.use_mesh: set_mesh for the with block."""
+    stack = getattr(_mesh_state, "stack", None)
+    if stack is None:
+        stack = _mesh_state.stack = []
+    stack.append(mesh)
+    try:
+        yield mesh
+    finally:
+        stack.pop()
+
+
+def _sharding_of(sharding):
+    """A NamedSharding for sharding, a bare PartitionSpec meaning one over
+    the mesh of set_mesh / use_mesh."""
+    if isinstance(sharding, PartitionSpec):
+        mesh = get_mesh()
+        if mesh is None:
+            raise InvalidArgument(f"a bare {sharding!r} needs a mesh: shmap.set_mesh(mesh), or "
+                                  f"`with shmap.use_mesh(mesh):`, or a NamedSharding")
+        return NamedSharding(mesh, sharding)
+    return sharding
+
+
 def _client_for(mesh=None):
-    """The client of mesh (one made by Client.make_mesh), else the last one
-    connect() or local_cluster() made."""
-    if mesh is not None and getattr(mesh, "_client", None) is not None:
-        return mesh._client
+    """The client of mesh (one made by Client.make_mesh), else that of the
+    mesh set by set_mesh / use_mesh, else the last one connect() or
+    local_cluster() made."""
+    for m in (mesh, get_mesh()):
+        if m is not None and getattr(m, "_client", None) is not None:
+            return m._client
     if _default:
         return _default[0]
     raise InvalidArgument("no client: call shmap.connect() or use shmap.local_cluster(), or "
@@ -781,7 +827,9 @@ def make_mesh(axis_shapes, axis_names, devices=None, axis_types=None):
 
 def device_put(x, sharding, name=None, replicas=1):
     """jax.device_put: x onto sharding's mesh (its client, or the default
-    one); a pytree (tuples, lists, dicts) of arrays goes leaf by leaf."""
+    one); a pytree (tuples, lists, dicts) of arrays goes leaf by leaf; a bare
+    PartitionSpec is one over the mesh of set_mesh / use_mesh."""
+    sharding = _sharding_of(sharding)
     if isinstance(x, dict):
         return type(x)((k, device_put(v, sharding)) for k, v in x.items())
     if type(x) in (tuple, list):

@@ -18,7 +18,8 @@ import numpy as np
 import _shmap
 
 from ._core import (Array, InvalidArgument, NamedSharding, P, PartitionSpec, ProgramError,
-                    ShmapError, _DTYPES, _Shaped, _call, _default, _dtype_name, _raise)
+                    ShmapError, _DTYPES, _Shaped, _call, _default, _dtype_name, _raise,
+                    get_mesh)
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 _state = threading.local()
@@ -527,7 +528,7 @@ class _Traced:
 
     def _args(self, args):
         """Arrays for the arguments (numpy values uploaded) and their specs."""
-        client = _client_of(args, self.mesh)
+        client = _client_of(args, self.mesh or get_mesh())
         specs = self.in_specs
         if self.kind == "shard_map":
             if isinstance(specs, PartitionSpec):
@@ -536,6 +537,8 @@ class _Traced:
                 raise InvalidArgument(f"{self.__name__} has {len(specs)} in_specs for "
                                       f"{len(args)} arguments")
         arrays, mesh = [], self.mesh
+        if mesh is None and not any(isinstance(a, Array) for a in args):
+            mesh = get_mesh()  # numpy arguments only: the mesh of set_mesh / use_mesh
         for k, a in enumerate(args):
             if isinstance(a, Array):
                 if mesh is None:
@@ -544,7 +547,8 @@ class _Traced:
                 continue
             if mesh is None:
                 raise InvalidArgument("a jit function given numpy arguments needs a mesh: pass "
-                                      "Arrays, or decorate with shmap.jit(mesh=...)")
+                                      "Arrays, decorate with shmap.jit(mesh=...), or set one "
+                                      "with shmap.set_mesh / shmap.use_mesh")
             spec = specs[k] if self.kind == "shard_map" else P()
             arrays.append(client.device_put(np.asarray(a), NamedSharding(mesh, spec)))
         if mesh._devices is None:

@@ -490,7 +490,8 @@ def test_jit_calls_as_jax_takes_them(c):
 def test_module_level_calls_as_jax(c):
     """shmap.make_mesh, shmap.device_put (also of an Array: a reshard, and
     of a pytree), shmap.device_get and shmap.block_until_ready, with the
-    client of connect() or local_cluster(), as jax's functions are called."""
+    client of connect() or local_cluster(), and set_mesh / use_mesh, as
+    jax's functions are called."""
     mesh = shmap.make_mesh((4, 2), ("X", "Y"))
     assert mesh._client is c
     xa = np.arange(64, dtype=np.float32).reshape(8, 8)
@@ -501,6 +502,21 @@ def test_module_level_calls_as_jax(c):
     tree = shmap.device_put({"a": xa, "b": [xa, xa]}, NamedSharding(mesh, P()))
     got = shmap.device_get(shmap.block_until_ready(tree))
     assert np.array_equal(got["b"][1], xa) and isinstance(got["a"], np.ndarray)
+    # a bare PartitionSpec means one over the mesh of use_mesh / set_mesh
+    with pytest.raises(shmap.InvalidArgument, match="needs a mesh"):
+        shmap.device_put(xa, P("X"))
+    with shmap.use_mesh(mesh):
+        assert shmap.get_mesh() is mesh
+        assert shmap.typeof(shmap.device_put(xa, P("X"))) == "f32[8@X,8]"
+        assert shmap.typeof(c.device_put(xa, P(None, "Y"))) == "f32[8,8@Y]"
+        assert shmap.typeof(x.reshard(P("Y"))) == "f32[8@Y,8]"
+        assert shmap.typeof(shmap.jit(lambda a: a + 1)(xa)) == "f32[8,8]"
+    assert shmap.get_mesh() is None
+    shmap.set_mesh(mesh)
+    try:
+        assert shmap.typeof(shmap.device_put(xa, P("Y", "X"))) == "f32[8@Y,8@X]"
+    finally:
+        shmap.set_mesh(None)
 
 
 def test_like_functions_and_clip(c):
