@@ -768,7 +768,7 @@ void harness_assert_get_at(int line, sm_client *c, sm_array_ref ref, const sm_ar
                   (long long)got->nbytes, sm_dtype_name(want->dtype), (long long)want->nbytes);
     const unsigned char *p = got->data, *q = want->data;
     int64_t i = 0;
-    if (memcmp(p, q, (size_t)want->nbytes) != 0) {
+    if (want->nbytes && memcmp(p, q, (size_t)want->nbytes) != 0) { /* no data: NULL */
         while (p[i] == q[i])
             i++;
         ck_abort_msg("line %d: byte %lld of %lld differs: %u != %u", line, (long long)i,
