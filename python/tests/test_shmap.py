@@ -445,6 +445,11 @@ def test_operations_on_arrays_run_at_once(c):
         xa[:2].tolist()
     with pytest.raises(ValueError, match="ambiguous"):
         bool(x)
+    # lax.fori_loop with static bounds unrolls (as the text form's loops do)
+    loop = shmap.jit(lambda a: shmap.lax.fori_loop(0, 3, lambda i, v: v * 2 + i, a))
+    assert np.array_equal(np.asarray(loop(x)), ((xa * 2) * 2 + 1) * 2 + 2)
+    with pytest.raises(shmap.InvalidArgument, match="static integer bounds"):
+        shmap.lax.fori_loop(0, x, lambda i, v: v, x)
     with pytest.raises(shmap.ProgramError, match="Contracting dimensions are sharded"):
         x @ x.T
 
