@@ -49,6 +49,8 @@ TEMPLATES = [
     ("    return jnp.dot(x, y, out_sharding={o})\n", lambda x, y: x @ y),
     ("    t = x[::2, 1::2] + y[1::2, ::2]\n    return t[None, ::2, 1:3, None]\n",
      lambda x, y: (x[::2, 1::2] + y[1::2, ::2])[None, ::2, 1:3, None]),
+    ("    return x[::-1, 6:1:-1] - jax.lax.rev(y, (1,))[:, 3:8]\n",
+     lambda x, y: x[::-1, 6:1:-1] - np.flip(y, 1)[:, 3:8]),
 ]
 
 

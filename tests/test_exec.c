@@ -118,6 +118,8 @@ static const op_row rows[] = {
     {M42, XI, "P('i')", "x[:, 1:3]"},
     {M42, XI, "P('i')", "slice(x, (0, 4), (x.shape[0], 9))"},
     {M42, XI, "P('i')", "x[::2, 1:15:4]", "reshape(x, (4, 2, 16))[:, 0, 1:15:4]"},
+    {M42, XI, "P('i')", "rev(x, (1,))"},
+    {M42, XI, "P('i')", "x[:, 14::-3]"},
     {M42, XI, "P('i')", "dynamic_slice(x, (0, 2), (x.shape[0], 3))"},
     {M42, XI, "P('i')", "dynamic_slice_in_dim(x, 14, 5, axis=1)"},
     {M42, XI, "P('i')", "dynamic_update_slice(x, zeros((x.shape[0], 2), f32), (0, 3))"},

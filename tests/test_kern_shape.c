@@ -314,6 +314,35 @@ END_TEST
 
 /* ---- roll, dynamic slices ------------------------------------------------------------------- */
 
+/* np.flip of [[0,1,2],[3,4,5]] along each axis, both, none; and of a
+ * [2,2,3] array along its middle one. */
+START_TEST(test_rev_values)
+{
+    int32_t x[12], o[12];
+    for (int i = 0; i < 12; i++)
+        x[i] = i;
+    sm_shape m = shp(2, 2, 3);
+    static const struct {
+        int rev[2];
+        int32_t want[6];
+    } rc[] = {{{1, 0}, {3, 4, 5, 0, 1, 2}},
+              {{0, 1}, {2, 1, 0, 5, 4, 3}},
+              {{1, 1}, {5, 4, 3, 2, 1, 0}},
+              {{0, 0}, {0, 1, 2, 3, 4, 5}}};
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(sm_kern_rev(SM_I32, x, &m, rc[i].rev, o, NULL, 0), SM_OK);
+        ck_assert_msg(!memcmp(o, rc[i].want, sizeof rc[i].want), "rev case %d", i);
+    }
+    sm_shape c = shp(3, 2, 2, 3);
+    int mid[3] = {0, 1, 0};
+    int32_t want[] = {3, 4, 5, 0, 1, 2, 9, 10, 11, 6, 7, 8};
+    ck_assert_int_eq(sm_kern_rev(SM_I32, x, &c, mid, o, NULL, 0), SM_OK);
+    ck_assert(!memcmp(o, want, sizeof want));
+    sm_shape z = shp(2, 0, 3);
+    ck_assert_int_eq(sm_kern_rev(SM_I32, x, &z, mid, o, NULL, 0), SM_OK);
+}
+END_TEST
+
 START_TEST(test_roll_values)
 {
     int32_t x[10], o[10];
@@ -517,6 +546,6 @@ int main(int argc, char **argv)
         return coretype_probe(argc, argv);
     return kt_run(SUITE_CASE(suite_create("kern_shape"), "shape", 60, NULL, {test_transpose_table},
                              {test_slice_table}, {test_broadcast_pad}, {test_concatenate_tile},
-                             {test_roll_values}, {test_dynamic_slices}, {test_empty_null_buffers},
-                             {test_coretype}, {test_coretype_reexec}));
+                             {test_roll_values}, {test_rev_values}, {test_dynamic_slices},
+                             {test_empty_null_buffers}, {test_coretype}, {test_coretype_reexec}));
 }

@@ -43,6 +43,7 @@ typedef sm_err (*sm_exec_fn)(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const
     X(sm_exec_pad)                                                                                 \
     X(sm_exec_tile)                                                                                \
     X(sm_exec_roll)                                                                                \
+    X(sm_exec_rev)                                                                                 \
     X(sm_exec_coll) /* every collective, axis_index and axis_size */                               \
     X(sm_exec_none) /* the ops of global-view programs only: refused */
 

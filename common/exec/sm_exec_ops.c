@@ -398,6 +398,18 @@ sm_err sm_exec_tile(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_
 }
 
 /* np.roll: one axis at a time (several shifts and axes roll in turn). */
+sm_err sm_exec_rev(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
+                   char *err, size_t errlen)
+{
+    int rev[SM_MAX_RANK] = {0};
+    for (int k = 0; k < op->attrs.ints.n; k++) {
+        int a;
+        if (sm_ir_norm_axis(op->attrs.ints.v[k], in[0]->shape.rank, &a) == 0)
+            rev[a] = 1;
+    }
+    return sm_kern_rev(in[0]->dtype, in[0]->data, &in[0]->shape, rev, out->data, err, errlen);
+}
+
 sm_err sm_exec_roll(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
                     char *err, size_t errlen)
 {

@@ -387,6 +387,24 @@ sm_err sm_ir_infer_tile(const sm_program *p, const sm_ir_op *op, const sm_ir_val
     return SM_OK;
 }
 
+sm_err sm_ir_infer_rev(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                       sm_ir_value *out, char *err, size_t errlen)
+{
+    const sm_shape *x = &in[0]->shape;
+    int seen[SM_MAX_RANK] = {0};
+    for (int k = 0; k < op->attrs.ints.n; k++) {
+        int a;
+        if (sm_ir_norm_axis(op->attrs.ints.v[k], x->rank, &a))
+            return sm_ir_shape_fail(op, in[0], err, errlen, "dimension %lld is out of range%.0lld",
+                                    op->attrs.ints.v[k], 0);
+        if (seen[a]++)
+            return sm_ir_shape_fail(op, in[0], err, errlen,
+                                    "dimensions name dimension %lld twice%.0lld", (long long)a, 0);
+    }
+    sm_ir_keep(out, in[0], x);
+    return SM_OK;
+}
+
 sm_err sm_ir_infer_roll(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
                         sm_ir_value *out, char *err, size_t errlen)
 {

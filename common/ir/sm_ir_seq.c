@@ -17,14 +17,15 @@ static int sm_ps_index_int(sm_parser *ps, const char *what, int64_t *v)
     return sm_ps_static_int(ps, &e, what, v);
 }
 
-/* x[a:b:c, :, i, None] on an array, as numpy indexes: slice (strided
- * where a step is given), squeeze the integer-indexed dims, then
- * expand_dims where None adds one. */
+/* x[a:b:c, :, i, None] on an array, as numpy indexes: rev the dimensions a
+ * negative step walks backwards, slice (strided where a step is given),
+ * squeeze the integer-indexed dims, then expand_dims where None adds one. */
 int sm_ps_index_value(sm_parser *ps, const sm_tok *at, sm_item *x)
 {
     const sm_ir_value *v = &ps->p->values[x->i];
     sm_shape s = v->shape;
-    sm_ir_attrs sl = {.has_ints = 1, .has_ints2 = 1}, sq = {.has_ints = 1}, ex = {.has_ints = 1};
+    sm_ir_attrs sl = {.has_ints = 1, .has_ints2 = 1}, sq = {.has_ints = 1}, ex = {.has_ints = 1},
+                rv = {.has_ints = 1}; /* dimensions a negative step reverses first */
     sl.ints.n = sl.ints2.n = sl.ints3.n = s.rank;
     for (int d = 0; d < s.rank; d++)
         sl.ints.v[d] = 0, sl.ints2.v[d] = s.dims[d], sl.ints3.v[d] = 1;
@@ -43,10 +44,12 @@ int sm_ps_index_value(sm_parser *ps, const sm_tok *at, sm_item *x)
         if (d >= s.rank)
             return sm_ps_fail(ps, et, SM_EINVAL, "too many indices for an array of rank %d",
                               s.rank);
-        int64_t lo = 0, hi = s.dims[d], step = 1, is_int = 0;
+        int64_t n = s.dims[d], lo = 0, hi = n, step = 1, is_int = 0;
+        int has_lo = 0, has_hi = 0;
         if (!sm_tok_is(et, ":")) {
             if (sm_ps_index_int(ps, "an index", &lo))
                 return -1;
+            has_lo = 1;
             is_int = !sm_tok_is(sm_ps_peek(ps), ":");
         }
         if (sm_ps_accept(ps, ":")) {
@@ -54,9 +57,7 @@ int sm_ps_index_value(sm_parser *ps, const sm_tok *at, sm_item *x)
             if (!sm_tok_is(t, ",") && !sm_tok_is(t, "]") && !sm_tok_is(t, ":")) {
                 if (sm_ps_index_int(ps, "a slice bound", &hi))
                     return -1;
-                if (hi < 0)
-                    hi += s.dims[d];
-                hi = hi < 0 ? 0 : hi > s.dims[d] ? s.dims[d] : hi;
+                has_hi = 1;
             }
             if (sm_ps_accept(ps, ":")) {
                 t = sm_ps_peek(ps);
@@ -65,27 +66,34 @@ int sm_ps_index_value(sm_parser *ps, const sm_tok *at, sm_item *x)
                     return -1;
                 if (step == 0)
                     return sm_ps_fail(ps, t, SM_EINVAL, "slice step cannot be zero");
-                if (step < 0)
-                    return sm_ps_fail(ps, t, SM_EINVAL,
-                                      "slice step %lld: only positive steps are supported",
-                                      (long long)step);
             }
         }
         if (is_int) {
-            int64_t i = lo < 0 ? lo + s.dims[d] : lo;
-            if (i < 0 || i >= s.dims[d])
+            int64_t i = lo < 0 ? lo + n : lo;
+            if (i < 0 || i >= n)
                 return sm_ps_fail(ps, at, SM_EINVAL,
                                   "index %lld is out of bounds for dimension %d of size %lld",
-                                  (long long)lo, d, (long long)s.dims[d]);
+                                  (long long)lo, d, (long long)n);
             lo = i;
             hi = i + 1;
             sq.ints.v[sq.ints.n++] = d;
-        } else {
-            if (lo < 0)
-                lo += s.dims[d];
-            lo = lo < 0 ? 0 : lo > s.dims[d] ? s.dims[d] : lo;
+        } else if (step > 0) { /* Python's bounds: negative from the end, clamped */
+            lo = !has_lo ? 0 : lo < 0 ? (lo + n < 0 ? 0 : lo + n) : (lo > n ? n : lo);
+            hi = !has_hi ? n : hi < 0 ? (hi + n < 0 ? 0 : hi + n) : (hi > n ? n : hi);
             if (hi < lo)
                 hi = lo;
+            o++;
+        } else { /* a negative step: the same elements from the dimension reversed */
+            int64_t a = !has_lo  ? n - 1
+                        : lo < 0 ? (lo + n < 0 ? -1 : lo + n)
+                                 : (lo >= n ? n - 1 : lo);
+            int64_t b = !has_hi ? -1 : hi < 0 ? (hi + n < 0 ? -1 : hi + n) : (hi >= n ? n - 1 : hi);
+            lo = n - 1 - a;
+            hi = n - 1 - b;
+            if (hi < lo)
+                hi = lo;
+            step = -step;
+            rv.ints.v[rv.ints.n++] = d;
             o++;
         }
         sl.ints.v[d] = lo;
@@ -100,6 +108,9 @@ int sm_ps_index_value(sm_parser *ps, const sm_tok *at, sm_item *x)
     if (!sl.has_ints3) /* no step: printed and compared as slice(x, start, limit) */
         memset(&sl.ints3, 0, sizeof sl.ints3);
     int id = (int)x->i;
+    if (rv.ints.n && sm_ps_emit(ps, SM_OP_REV, &id, 1, &rv, at, x))
+        return -1;
+    id = (int)x->i;
     if (changed && sm_ps_emit(ps, SM_OP_SLICE, &id, 1, &sl, at, x))
         return -1;
     id = (int)x->i;

@@ -810,6 +810,7 @@ sm_err sm_ir_shard_slice(const sm_program *p, const sm_ir_op *op, const sm_ir_va
     int r = x->shape.rank;
     const char *what = op->kind == SM_OP_PAD                    ? "padding"
                        : op->kind == SM_OP_ROLL                 ? "roll"
+                       : op->kind == SM_OP_REV                  ? "rev"
                        : op->kind == SM_OP_SLICE                ? "slicing"
                        : op->kind == SM_OP_DYNAMIC_UPDATE_SLICE ? "dynamic_update_slice"
                                                                 : "dynamic_slice";
@@ -826,6 +827,11 @@ sm_err sm_ir_shard_slice(const sm_program *p, const sm_ir_op *op, const sm_ir_va
             if (sm_ir_norm_axis(op->attrs.ints2.v[k], r, &a) == 0)
                 changed[a] = 1;
         }
+    }
+    for (int k = 0; op->kind == SM_OP_REV && k < op->attrs.ints.n; k++) {
+        int a; /* a dimension reversed: gathered, as a roll's (JAX keeps the sharding) */
+        if (sm_ir_norm_axis(op->attrs.ints.v[k], r, &a) == 0)
+            changed[a] = 1;
     }
     if (op->kind == SM_OP_DYNAMIC_UPDATE_SLICE) {
         if (!sm_ir_layout_equal(&x->layout, &in[1]->layout, r)) {

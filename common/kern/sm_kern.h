@@ -235,6 +235,10 @@ sm_err sm_kern_tile_shape(const sm_shape *xs, const int64_t *reps, int nreps, sm
                           char *err, size_t errlen);
 sm_err sm_kern_tile(sm_dtype t, const void *x, const sm_shape *xs, const int64_t *reps, int nreps,
                     void *out, char *err, size_t errlen);
+/* out = lax.rev(x, dimensions): x reversed along each dimension d with
+ * rev[d] set (rank entries). */
+sm_err sm_kern_rev(sm_dtype t, const void *x, const sm_shape *xs, const int *rev, void *out,
+                   char *err, size_t errlen);
 /* out = np.roll(x, shift, axis); axis SM_KERN_AXIS_NONE rolls the flattened
  * array. Any shift, negative included. */
 #define SM_KERN_AXIS_NONE (-1000)

@@ -83,4 +83,12 @@ def ones_like(a, dtype=None):
     return full_like(a, 1, dtype)
 
 
-__all__ += ["square", "clip", "full_like", "zeros_like", "ones_like"]
+@_at_once
+def flip(m, axis=None):
+    """jnp.flip: rev along axis (an int or a tuple of them), every axis by
+    default."""
+    axes = range(len(m.shape)) if axis is None else (axis,) if isinstance(axis, int) else axis
+    return rev(m, tuple(axes))  # noqa: F821 (from the op table)
+
+
+__all__ += ["square", "clip", "full_like", "zeros_like", "ones_like", "flip"]

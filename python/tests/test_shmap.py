@@ -384,9 +384,9 @@ def test_lambdas_and_names_beyond_the_text_form(c):
 
 
 def test_indexing_as_numpy_does(c):
-    """Steps, None and ... index a traced array as numpy's do; a step keeps a
-    sharded dimension's sharding where its new size divides (JAX's slicing
-    rule), and a negative step is refused."""
+    """Steps (negative ones too: rev first), None and ... index a traced
+    array as numpy's do; a step keeps a sharded dimension's sharding where
+    its new size divides (JAX's slicing rule); jnp.flip is rev."""
     mesh = c.make_mesh((4, 2), ("X", "Y"))
     xa = np.arange(8 * 12, dtype=np.float32).reshape(8, 12)
     x = c.device_put(xa, NamedSharding(mesh, P("X", "Y")))
@@ -411,9 +411,12 @@ def test_indexing_as_numpy_does(c):
         shmap.jit(lambda a: a[::3])(x)
     assert "slicing on sharded dims where out dim (3) is not divisible by mesh axes (4)" in \
         e.value.message
-    with pytest.raises(shmap.ProgramError) as e:
-        shmap.jit(lambda a: a[::-1])(x)
-    assert "only positive steps" in e.value.message
+    back = shmap.jit(lambda a: a[::-1])(x)  # rev, then the slice; the sharding kept
+    assert shmap.typeof(back) == "f32[8@X,12@Y]" and np.array_equal(np.asarray(back), xa[::-1])
+    for index in [np.s_[::-1, 10:1:-3], np.s_[-2::-2], np.s_[5:-9:-1, ::-5]]:
+        assert np.array_equal(np.asarray(shmap.jit(lambda a: a[index])(r)), xa[index]), index
+    assert np.array_equal(np.asarray(jnp.flip(x, 1)), np.flip(xa, 1))
+    assert np.array_equal(np.asarray(jnp.flip(r)), np.flip(xa))
 
 
 def test_operations_on_arrays_run_at_once(c):
