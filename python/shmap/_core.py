@@ -473,6 +473,11 @@ class Array(_Shaped):
     def T(self):
         return self._now(lambda a: a.T)
 
+    @property
+    def at(self):
+        """x.at[index].set(v) and the other updates, at once (as traced)."""
+        return _ArrayAt(self)
+
     def __getitem__(self, key):
         return self._now(lambda a: a[key])
 
@@ -507,6 +512,25 @@ class Array(_Shaped):
         return self._now(lambda a: abs(a))
 
     __hash__ = object.__hash__
+
+
+class _ArrayAt:
+    def __init__(self, x):
+        self.x = x
+
+    def __getitem__(self, key):
+        return _ArrayAtIndex(self.x, key)
+
+
+class _ArrayAtIndex:
+    def __init__(self, x, key):
+        self.x, self.key = x, key
+
+    def __getattr__(self, how):
+        if how not in ("set", "add", "multiply", "mul", "divide", "power", "min", "max", "get"):
+            raise AttributeError(how)
+        key = self.key
+        return lambda *v: self.x._now(lambda a, *t: getattr(a.at[key], how)(*t), *v)
 
 
 def _array_binary(op):

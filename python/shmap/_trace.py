@@ -257,6 +257,12 @@ class Tracer(_Shaped):
     def T(self):
         return _call_op("transpose", self)
 
+    @property
+    def at(self):
+        """JAX's x.at[index].set(v) (also add, multiply, divide, power, min,
+        max, get): a new value with the box of index updated."""
+        return _At(self)
+
     def reshape(self, *shape, out_sharding=None):
         shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
         kw = {} if out_sharding is None else {"out_sharding": out_sharding}
@@ -280,6 +286,89 @@ class Tracer(_Shaped):
 
     def min(self, axis=None, keepdims=False):
         return _reduce("min", self, axis, keepdims)
+
+
+class _At:
+    def __init__(self, x):
+        self.x = x
+
+    def __getitem__(self, key):
+        return _AtIndex(self.x, key)
+
+
+class _AtIndex:
+    """x.at[key]: updates of the box key names (integers, slices of step 1,
+    '...'), as dynamic_update_slice at static starts."""
+
+    def __init__(self, x, key):
+        self.x, self.key = x, key
+
+    def _box(self):
+        shape = self.x.shape
+        key = self.key if isinstance(self.key, tuple) else (self.key,)
+        if any(k is Ellipsis for k in key):
+            at = next(j for j, k in enumerate(key) if k is Ellipsis)
+            key = key[:at] + (slice(None),) * (len(shape) - len(key) + 1) + key[at + 1:]
+        if len(key) > len(shape):
+            raise InvalidArgument(f"x.at[...]: {len(key)} indices for an array of rank "
+                                  f"{len(shape)}")
+        key = key + (slice(None),) * (len(shape) - len(key))
+        starts, sizes, kept = [], [], []
+        for d, (k, n) in enumerate(zip(key, shape)):
+            if isinstance(k, numbers.Integral) and not isinstance(k, bool):
+                i = int(k) + n if k < 0 else int(k)
+                if not 0 <= i < n:
+                    raise InvalidArgument(f"x.at[...]: index {k} is out of bounds for "
+                                          f"dimension {d} of size {n}")
+                starts.append(i)
+                sizes.append(1)
+            elif isinstance(k, slice) and k.step in (None, 1):
+                a, b, _ = k.indices(n)
+                starts.append(a)
+                sizes.append(max(b - a, 0))
+                kept.append(d)
+            else:
+                raise InvalidArgument(f"x.at[...] takes integers, slices of step 1 and '...' "
+                                      f"here, got {k!r}")
+        return starts, sizes, kept
+
+    def get(self):
+        return self.x[self.key]
+
+    def set(self, v):
+        starts, sizes, kept = self._box()
+        x = self.x
+        if isinstance(v, Tracer):
+            upd = broadcast_to_op(v, tuple(sizes[d] for d in kept)).reshape(tuple(sizes))
+            if upd.dtype != x.dtype:
+                upd = upd.astype(x.dtype)
+        else:
+            upd = _call_op("full", tuple(sizes), v, dtype=x.dtype)
+        return _call_op("dynamic_update_slice", x, upd, tuple(starts))
+
+    def add(self, v):
+        return self.set(self.get() + v)
+
+    def multiply(self, v):
+        return self.set(self.get() * v)
+
+    mul = multiply
+
+    def divide(self, v):
+        return self.set(self.get() / v)
+
+    def power(self, v):
+        return self.set(self.get() ** v)
+
+    def min(self, v):
+        return self.set(_call_op("minimum", self.get(), v))
+
+    def max(self, v):
+        return self.set(_call_op("maximum", self.get(), v))
+
+
+def broadcast_to_op(v, shape):
+    return v if tuple(v.shape) == tuple(shape) else _call_op("broadcast_to", v, tuple(shape))
 
 
 def _reduce(op, x, axis, keepdims):

@@ -546,6 +546,31 @@ def test_like_functions_and_clip(c):
     assert np.asarray(sm(x)).sum() == 128
 
 
+def test_at_updates(c):
+    """x.at[index].set / add / multiply / max ... as JAX's, traced, at once and
+    in shard_map bodies: the box of ints, slices of step 1 and ... updated
+    (a dynamic_update_slice at static starts)."""
+    mesh = c.make_mesh((4, 2), ("X", "Y"))
+    xa = np.arange(64, dtype=np.float32).reshape(8, 8)
+    r = c.device_put(xa, NamedSharding(mesh, P()))
+    want = xa.copy()
+    want[1:3, 2] += 10
+    assert np.array_equal(np.asarray(shmap.jit(lambda a: a.at[1:3, 2].add(10))(r)), want)
+    want = xa.copy()
+    want[2:5] = xa[0]
+    assert np.array_equal(np.asarray(shmap.jit(lambda a: a.at[2:5].set(a[0]))(r)), want)
+    want = xa.copy()
+    want[..., -1] *= 2
+    assert np.array_equal(np.asarray(r.at[..., -1].multiply(2)), want)  # at once
+    assert np.array_equal(np.asarray(r.at[:, 1:3].max(30))[:, 1:3], np.maximum(xa[:, 1:3], 30))
+    x = c.device_put(xa, NamedSharding(mesh, P("X", "Y")))
+    sm = shmap.shard_map(lambda a: a.at[0, 0].set(-1), mesh=mesh, in_specs=P("X", "Y"),
+                         out_specs=P("X", "Y"))
+    assert (np.asarray(sm(x)) == -1).sum() == 8  # one per device's block
+    with pytest.raises(shmap.InvalidArgument, match="slices of step 1"):
+        shmap.jit(lambda a: a.at[::2].set(0))(r)
+
+
 def test_jit_reshard_and_out_shardings(c):
     mesh = c.make_mesh((2, 4), ("X", "Y"))
     x = np.arange(8 * 16, dtype=np.float32).reshape(8, 16)
