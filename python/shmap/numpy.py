@@ -91,4 +91,16 @@ def flip(m, axis=None):
     return rev(m, tuple(axes))  # noqa: F821 (from the op table)
 
 
-__all__ += ["square", "clip", "full_like", "zeros_like", "ones_like", "flip"]
+@_at_once
+def stack(arrays, axis=0):
+    """jnp.stack: the arrays joined along a new axis (expand_dims, then
+    concatenate; their shardings must agree, as concatenate asks)."""
+    arrays = list(arrays)
+    if not arrays:
+        raise ValueError("need at least one array to stack")
+    rank = len(arrays[0].shape) + 1
+    ax = axis + rank if axis < 0 else axis
+    return concatenate(tuple(expand_dims(a, ax) for a in arrays), axis=ax)  # noqa: F821
+
+
+__all__ += ["square", "clip", "full_like", "zeros_like", "ones_like", "flip", "stack"]

@@ -530,7 +530,8 @@ def test_module_level_calls_as_jax(c):
 def test_like_functions_and_clip(c):
     """jnp.zeros_like, ones_like and full_like keep the array's sharding (as
     JAX's do in explicit mode) and take its dtype unless given; clip bounds
-    either side; all of them traced, inside shard_map, and at once."""
+    either side; stack joins along a new axis; all of them traced, inside
+    shard_map, and at once."""
     mesh = c.make_mesh((4, 2), ("X", "Y"))
     xa = np.arange(64, dtype=np.float32).reshape(8, 8)
     x = c.device_put(xa, NamedSharding(mesh, P("X", "Y")))
@@ -544,6 +545,10 @@ def test_like_functions_and_clip(c):
     sm = shmap.shard_map(lambda a: jnp.ones_like(a) * 2, mesh=mesh, in_specs=P("X", "Y"),
                          out_specs=P("X", "Y"))
     assert np.asarray(sm(x)).sum() == 128
+    st = shmap.jit(lambda a: jnp.stack([a, a * 2], axis=-1))(x)
+    assert shmap.typeof(st) == "f32[8@X,8@Y,2]"
+    assert np.array_equal(np.asarray(st), np.stack([xa, xa * 2], axis=-1))
+    assert np.array_equal(np.asarray(jnp.stack([x, x])), np.stack([xa, xa]))
 
 
 def test_at_updates(c):
