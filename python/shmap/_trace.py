@@ -339,7 +339,7 @@ class _AtIndex:
         starts, sizes, kept = self._box()
         x = self.x
         if isinstance(v, Tracer):
-            upd = broadcast_to_op(v, tuple(sizes[d] for d in kept)).reshape(tuple(sizes))
+            upd = _broadcast_to(v, tuple(sizes[d] for d in kept)).reshape(tuple(sizes))
             if upd.dtype != x.dtype:
                 upd = upd.astype(x.dtype)
         else:
@@ -367,7 +367,7 @@ class _AtIndex:
         return self.set(_call_op("maximum", self.get(), v))
 
 
-def broadcast_to_op(v, shape):
+def _broadcast_to(v, shape):
     return v if tuple(v.shape) == tuple(shape) else _call_op("broadcast_to", v, tuple(shape))
 
 
