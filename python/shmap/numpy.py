@@ -1,11 +1,12 @@
 """jnp-style functions for traced programs, one per op of the C op table
 (all but the collectives, which are in shmap.lax), made at import: a new op
 in the table appears here with no Python edit."""
+import functools
 import re
 
-import _shmap
+import numpy as _np
 
-import functools
+import _shmap
 
 from ._trace import _eager, _holds_array, _state, make_op
 
@@ -103,4 +104,11 @@ def stack(arrays, axis=0):
     return concatenate(tuple(expand_dims(a, ax) for a in arrays), axis=ax)  # noqa: F821
 
 
-__all__ += ["square", "clip", "full_like", "zeros_like", "ones_like", "flip", "stack"]
+# jnp's dtypes and constants, numpy's own (astype and dtype= take them)
+float16, float32, float64 = _np.float16, _np.float32, _np.float64
+int32, int64, uint8, bool_ = _np.int32, _np.int64, _np.uint8, _np.bool_
+pi, e, inf, nan, newaxis = _np.pi, _np.e, _np.inf, _np.nan, None
+
+__all__ += ["square", "clip", "full_like", "zeros_like", "ones_like", "flip", "stack",
+            "float16", "float32", "float64", "int32", "int64", "uint8", "bool_", "pi", "e",
+            "inf", "nan", "newaxis"]

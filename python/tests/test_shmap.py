@@ -545,6 +545,9 @@ def test_like_functions_and_clip(c):
     sm = shmap.shard_map(lambda a: jnp.ones_like(a) * 2, mesh=mesh, in_specs=P("X", "Y"),
                          out_specs=P("X", "Y"))
     assert np.asarray(sm(x)).sum() == 128
+    cast = shmap.jit(lambda a: (a * jnp.pi).astype(jnp.int32)[:, jnp.newaxis])(x)
+    assert shmap.typeof(cast) == "i32[8@X,1,8@Y]"
+    assert np.array_equal(np.asarray(cast), (xa * np.pi).astype(np.int32)[:, None])
     st = shmap.jit(lambda a: jnp.stack([a, a * 2], axis=-1))(x)
     assert shmap.typeof(st) == "f32[8@X,8@Y,2]"
     assert np.array_equal(np.asarray(st), np.stack([xa, xa * 2], axis=-1))
