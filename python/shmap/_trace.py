@@ -205,7 +205,13 @@ class Tracer(_Shaped):
         return np.dtype(_DTYPES.get(self._dtype, np.float32))
 
     def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of unsized object")
         return self.shape[0]
+
+    def __iter__(self):  # as a JAX tracer: its rows
+        for i in range(len(self)):
+            yield self[i]
 
     def __repr__(self):
         return f"Traced<{self.type}>"

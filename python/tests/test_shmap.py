@@ -448,6 +448,9 @@ def test_operations_on_arrays_run_at_once(c):
         xa[:2].tolist()
     with pytest.raises(ValueError, match="ambiguous"):
         bool(x)
+    rows = shmap.jit(lambda a: jnp.stack([row * k for k, row in enumerate(a)]))(
+        x.reshard(NamedSharding(mesh, P())))  # a traced value iterates over its rows
+    assert np.array_equal(np.asarray(rows), np.stack([row * k for k, row in enumerate(xa)]))
     # lax.fori_loop with static bounds unrolls (as the text form's loops do)
     loop = shmap.jit(lambda a: shmap.lax.fori_loop(0, 3, lambda i, v: v * 2 + i, a))
     assert np.array_equal(np.asarray(loop(x)), ((xa * 2) * 2 + 1) * 2 + 2)
