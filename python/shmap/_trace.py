@@ -613,10 +613,16 @@ class _Traced:
     """A function traced into a program when called."""
 
     def __init__(self, f, kind, mesh=None, in_specs=None, out_specs=None, check_vma=True,
-                 out_shardings=None):
+                 out_shardings=None, static_argnums=(), static_argnames=()):
         self.f, self.kind, self.mesh = f, kind, mesh
         self.in_specs, self.out_specs, self.check_vma = in_specs, out_specs, check_vma
         self.out_shardings = out_shardings
+        static = {static_argnums} if isinstance(static_argnums, int) else set(static_argnums)
+        names = {static_argnames} if isinstance(static_argnames, str) else set(static_argnames)
+        if names:
+            params = list(inspect.signature(f).parameters)
+            static |= {params.index(n) for n in names if n in params}
+        self.static = static
         self.__name__ = getattr(f, "__name__", "f")
         self.__doc__ = getattr(f, "__doc__", None)
         self._name = _ascii_name(self.__name__)  # in the program's text
@@ -781,8 +787,33 @@ class _Traced:
         call = f"{fname}({', '.join(a.name for a in args)})"
         return outer.emit(call) if nout == 1 else outer.emit_multi(call, nout)
 
+    def _split_static(self, args):
+        """For static_argnums / static_argnames: a function of the other
+        arguments alone, with the static ones closed over (Python values its
+        body may branch or loop on, as under jax.jit), and those others."""
+        if not self.static:
+            return self, args
+        fixed = {i: args[i] for i in self.static if i < len(args)}
+        dyn = [a for i, a in enumerate(args) if i not in fixed]
+        n = len(args)
+
+        def g(*d):
+            it = iter(d)
+            return self.f(*[fixed[i] if i in fixed else next(it) for i in range(n)])
+
+        g.__name__ = self.__name__
+        try:
+            params = list(inspect.signature(self.f).parameters.values())
+            g.__signature__ = inspect.Signature([p for i, p in enumerate(params[:n])
+                                                 if i not in fixed])
+        except (TypeError, ValueError):
+            pass
+        return _Traced(g, self.kind, self.mesh, out_shardings=self.out_shardings,
+                       check_vma=self.check_vma), tuple(dyn)
+
     def lower(self, *args, **kwargs):
-        _, _, text, info, _ = self._trace(self._bind(args, kwargs))
+        t, args = self._split_static(self._bind(args, kwargs))
+        _, _, text, info, _ = t._trace(args)
         return Lowered(text, info)
 
     def _finish(self, client, multi):
@@ -821,7 +852,9 @@ class _Traced:
         return tuple(out)
 
     def submit(self, *args, **kwargs):
-        args = self._bind(args, kwargs)
+        t, args = self._split_static(self._bind(args, kwargs))
+        if t is not self:
+            return t.submit(*args)
         client, arrays, text, info, multi = self._trace(args)
         try:
             job = client._c.submit(text, f"{self._name}.shmap", None,
@@ -847,9 +880,12 @@ def shard_map(f=None, *, mesh, in_specs, out_specs, check_vma=True):
     return wrap if f is None else wrap(f)
 
 
-def jit(f=None, *, out_shardings=None, mesh=None):
+def jit(f=None, *, out_shardings=None, mesh=None, static_argnums=(), static_argnames=()):
     """jax.jit with explicit sharding: f sees whole arrays whose types carry
-    their shardings; the service lowers it to per-device code."""
+    their shardings; the service lowers it to per-device code. Static
+    arguments (static_argnums, static_argnames) reach f as the Python values
+    they are."""
     def wrap(g):
-        return _Traced(g, "jit", mesh, out_shardings=out_shardings)
+        return _Traced(g, "jit", mesh, out_shardings=out_shardings,
+                       static_argnums=static_argnums, static_argnames=static_argnames)
     return wrap if f is None else wrap(f)

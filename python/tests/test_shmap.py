@@ -469,8 +469,8 @@ def test_operations_on_arrays_run_at_once(c):
 def test_jit_calls_as_jax_takes_them(c):
     """Keyword arguments, results in tuples, lists and dicts, a jit function
     called inside another (traced into it, resharded to its out_shardings),
-    and Arrays a jit body closes over (parameters of the program, as JAX
-    embeds them)."""
+    Arrays a jit body closes over (parameters of the program, as JAX embeds
+    them), and static_argnums / static_argnames."""
     mesh = c.make_mesh((4, 2), ("X", "Y"))
     xa = np.arange(64, dtype=np.float32).reshape(8, 8)
     x = c.device_put(xa, NamedSharding(mesh, P("X", "Y")))
@@ -496,6 +496,17 @@ def test_jit_calls_as_jax_takes_them(c):
         sm(x)
     with pytest.raises(shmap.InvalidArgument, match="at least one traced value"):
         shmap.jit(lambda a: None)(x)
+
+    def powk(a, k, mode="times"):  # k and mode: Python values the body loops and branches on
+        out = a
+        for _ in range(k - 1):
+            out = out * a if mode == "times" else out + a
+        return out
+
+    static = shmap.jit(powk, static_argnums=1, static_argnames="mode")
+    assert np.array_equal(np.asarray(static(x, 3)), xa ** 3)
+    assert np.array_equal(np.asarray(static(x, 3, mode="plus")), xa * 3)
+    assert static.lower(x, 2).as_text().splitlines()[1].startswith("jit powk(a: f32[8,8]")
 
 
 def test_module_level_calls_as_jax(c):
