@@ -880,11 +880,13 @@ def shard_map(f=None, *, mesh, in_specs, out_specs, check_vma=True):
     return wrap if f is None else wrap(f)
 
 
-def jit(f=None, *, out_shardings=None, mesh=None, static_argnums=(), static_argnames=()):
+def jit(f=None, *, out_shardings=None, mesh=None, static_argnums=(), static_argnames=(),
+        donate_argnums=(), donate_argnames=()):
     """jax.jit with explicit sharding: f sees whole arrays whose types carry
     their shardings; the service lowers it to per-device code. Static
     arguments (static_argnums, static_argnames) reach f as the Python values
-    they are."""
+    they are. donate_argnums / donate_argnames are taken and change nothing
+    (a job's outputs are new arrays; its inputs stay)."""
     def wrap(g):
         return _Traced(g, "jit", mesh, out_shardings=out_shardings,
                        static_argnums=static_argnums, static_argnames=static_argnames)

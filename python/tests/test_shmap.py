@@ -503,7 +503,7 @@ def test_jit_calls_as_jax_takes_them(c):
             out = out * a if mode == "times" else out + a
         return out
 
-    static = shmap.jit(powk, static_argnums=1, static_argnames="mode")
+    static = shmap.jit(powk, static_argnums=1, static_argnames="mode", donate_argnums=0)
     assert np.array_equal(np.asarray(static(x, 3)), xa ** 3)
     assert np.array_equal(np.asarray(static(x, 3, mode="plus")), xa * 3)
     assert static.lower(x, 2).as_text().splitlines()[1].startswith("jit powk(a: f32[8,8]")
