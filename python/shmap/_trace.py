@@ -638,8 +638,9 @@ class _Traced:
                 raise InvalidArgument(f"{self.__name__} has {len(specs)} in_specs for "
                                       f"{len(args)} arguments")
         arrays, mesh = [], self.mesh
-        if mesh is None and not any(isinstance(a, Array) for a in args):
-            mesh = get_mesh()  # numpy arguments only: the mesh of set_mesh / use_mesh
+        if mesh is None and (self.kind == "shard_map" or
+                             not any(isinstance(a, Array) for a in args)):
+            mesh = get_mesh()  # the mesh of set_mesh / use_mesh (jit: numpy arguments only)
         for k, a in enumerate(args):
             if isinstance(a, Array):
                 if mesh is None:
@@ -872,9 +873,10 @@ class _Traced:
         return self.submit(*args, **kwargs).result()
 
 
-def shard_map(f=None, *, mesh, in_specs, out_specs, check_vma=True):
+def shard_map(f=None, *, mesh=None, in_specs, out_specs, check_vma=True):
     """jax.shard_map: f runs once per device on blocks; as a decorator
-    (@shmap.shard_map(mesh=..., in_specs=..., out_specs=...)) or a call."""
+    (@shmap.shard_map(mesh=..., in_specs=..., out_specs=...)) or a call.
+    Without mesh: the mesh of set_mesh / use_mesh, else its Arrays'."""
     def wrap(g):
         return _Traced(g, "shard_map", mesh, in_specs, out_specs, check_vma)
     return wrap if f is None else wrap(f)

@@ -533,6 +533,9 @@ def test_module_level_calls_as_jax(c):
         assert shmap.typeof(c.device_put(xa, P(None, "Y"))) == "f32[8,8@Y]"
         assert shmap.typeof(x.reshard(P("Y"))) == "f32[8@Y,8]"
         assert shmap.typeof(shmap.jit(lambda a: a + 1)(xa)) == "f32[8,8]"
+        sm = shmap.shard_map(lambda a: shmap.lax.psum(a, "Y"), in_specs=P("X", "Y"),
+                             out_specs=P("X"))  # no mesh=: use_mesh's
+        assert np.array_equal(np.asarray(sm(xa)), xa[:, :4] + xa[:, 4:])
     assert shmap.get_mesh() is None
     shmap.set_mesh(mesh)
     try:
