@@ -436,6 +436,27 @@ class Array(_Shaped):
     def __repr__(self):
         return f"Array({self.type}, id={self.id}{', name=' + repr(self.name) if self.name else ''})"
 
+    def __str__(self):  # print(x) shows the values, as a JAX array's does
+        return str(self.to_numpy())
+
+    @property
+    def nbytes(self):
+        return self.size * self.dtype.itemsize
+
+    @property
+    def is_fully_replicated(self):
+        """Every device holds the whole array (its spec names no mesh axis)."""
+        return all(e is None for e in self.sharding.spec)
+
+    @property
+    def is_fully_addressable(self):
+        """True: a client reaches every shard (through the service)."""
+        return True
+
+    def block_until_ready(self):
+        """self: an Array is ready once made."""
+        return self
+
     # ---- operations now, outside jit, as a JAX array has them: each runs on
     # the service as a jit program of that one operation (shmap._trace._eager)
 

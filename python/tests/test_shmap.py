@@ -441,6 +441,8 @@ def test_operations_on_arrays_run_at_once(c):
     assert np.array_equal(np.asarray(shmap.jit(lambda a: 7 // (a + 100))(n)), 7 // (na + 100))
     assert np.array_equal(np.asarray(x == x), np.ones((8, 8), bool))
     assert {x: 1}[x] == 1  # hashed by identity, as before
+    assert str(x) == str(xa) and x.nbytes == 256 and x.block_until_ready() is x
+    assert not x.is_fully_replicated and x.reshard(NamedSharding(mesh, P())).is_fully_replicated
     assert np.array_equal(np.asarray(jnp.sum(x, axis=0)), xa.sum(0))
     assert shmap.typeof(jnp.concatenate([x, x], axis=0)) == "f32[16@X,8@Y]"
     assert shmap.typeof(shmap.reshard(x, P("Y", "X"))) == "f32[8@Y,8@X]"
