@@ -492,13 +492,19 @@ def _holds_array(args, kwargs):
                for a in list(args) + list(kwargs.values()))
 
 
+# Ops that make an array from nothing: outside a trace they run at once on the
+# mesh of set_mesh / use_mesh (jnp.zeros((4, 1), out_sharding=P('X', None))).
+_CREATION = {"zeros", "ones", "full", "arange"}
+
+
 def make_op(name):
     """The Python function of op `name` (from the C op table): traced inside
     shard_map and jit functions; called on Arrays outside them, run now
     (_eager)."""
     def op(*args, **kwargs):
-        if getattr(_state, "builder", None) is None and _holds_array(args, kwargs):
-            return _eager(op, args, kwargs)
+        if getattr(_state, "builder", None) is None and (
+                _holds_array(args, kwargs) or (name in _CREATION and get_mesh() is not None)):
+            return _eager(op, args, kwargs)  # at once; creation on the mesh of set_mesh
         if name == "axis_size":  # a static number, as in JAX
             return _axes_size(args[0] if args else kwargs["axis_name"])
         if name in ("psum", "pmean", "pmax", "pmin") and args and \

@@ -542,8 +542,15 @@ def test_module_level_calls_as_jax(c):
     shmap.set_mesh(mesh)
     try:
         assert shmap.typeof(shmap.device_put(xa, P("Y", "X"))) == "f32[8@Y,8@X]"
+        # the explicit-sharding guide's first lines: arrays made at once on that mesh
+        a0 = jnp.zeros((4, 1), out_sharding=P("X", None))
+        a1 = jnp.zeros((1, 8), out_sharding=P(None, "Y"))
+        assert shmap.typeof(shmap.jit(lambda x, y: x + y)(a0, a1)) == "f32[4@X,8@Y]"
+        assert np.array_equal(np.asarray(jnp.arange(8, out_sharding=P("X"))), np.arange(8))
     finally:
         shmap.set_mesh(None)
+    with pytest.raises(shmap.InvalidArgument, match="shmap ops take traced values"):
+        jnp.zeros((4, 1))  # no mesh set: nowhere to make it
 
 
 def test_like_functions_and_clip(c):
