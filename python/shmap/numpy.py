@@ -1,13 +1,17 @@
 """jnp-style functions for traced programs, one per op of the C op table
 (all but the collectives, which are in shmap.lax), made at import: a new op
 in the table appears here with no Python edit."""
+import builtins
 import functools
+import math
+import numbers
 import re
 
 import numpy as _np
 
 import _shmap
 
+from ._core import get_mesh
 from ._trace import _eager, _holds_array, _state, make_op
 
 _COLLECTIVES = {"psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "ppermute",
@@ -102,6 +106,32 @@ def stack(arrays, axis=0):
     rank = len(arrays[0].shape) + 1
     ax = axis + rank if axis < 0 else axis
     return concatenate(tuple(expand_dims(a, ax) for a in arrays), axis=ax)  # noqa: F821
+
+
+_arange_op = arange  # noqa: F821 (the op table's: static integer bounds)
+
+
+def _arange(start, stop=None, step=None, dtype=None, out_sharding=None):
+    if all(isinstance(v, numbers.Integral) for v in (start, stop, step) if v is not None):
+        args = [v for v in (start, stop, step) if v is not None]
+        if stop is None and step is not None:
+            args = [0, start, step]
+        return _arange_op(*args, dtype=dtype, out_sharding=out_sharding)
+    if stop is None:  # float bounds: start + step * range(n), float32 unless told
+        start, stop = 0, start
+    step = 1 if step is None else step
+    n = builtins.max(int(math.ceil((stop - start) / step)), 0)  # max is the op here
+    idx = _arange_op(n, dtype=dtype or _np.float32, out_sharding=out_sharding)
+    return idx * step + start if (step != 1 or start != 0) else idx
+
+
+def arange(start, stop=None, step=None, dtype=None, out_sharding=None):
+    """jnp.arange: integer bounds as the op table's arange; float ones (a
+    float32 result unless dtype says) as start + step * arange(n); outside a
+    trace at once on the mesh of set_mesh / use_mesh."""
+    if getattr(_state, "builder", None) is None and get_mesh() is not None:
+        return _eager(_arange, (start, stop, step), {"dtype": dtype, "out_sharding": out_sharding})
+    return _arange(start, stop, step, dtype, out_sharding)
 
 
 # jnp's dtypes and constants, numpy's own (astype and dtype= take them)

@@ -547,6 +547,11 @@ def test_module_level_calls_as_jax(c):
         a1 = jnp.zeros((1, 8), out_sharding=P(None, "Y"))
         assert shmap.typeof(shmap.jit(lambda x, y: x + y)(a0, a1)) == "f32[4@X,8@Y]"
         assert np.array_equal(np.asarray(jnp.arange(8, out_sharding=P("X"))), np.arange(8))
+        assert np.array_equal(np.asarray(jnp.arange(10, 0, -2)), np.arange(10, 0, -2))
+        fl = jnp.arange(8 * 4.).reshape(8, 4)  # the sharding guide's first array
+        assert shmap.typeof(fl) == "f32[8,4]" and np.array_equal(np.asarray(fl),
+                                                                  np.arange(32.).reshape(8, 4))
+        assert np.allclose(np.asarray(jnp.arange(0, 1, 0.125)), np.arange(0, 1, 0.125))
     finally:
         shmap.set_mesh(None)
     with pytest.raises(shmap.InvalidArgument, match="shmap ops take traced values"):
