@@ -497,11 +497,34 @@ def _holds_array(args, kwargs):
 _CREATION = {"zeros", "ones", "full", "arange"}
 
 
+def _host_create(name, *args, dtype=None, out_sharding=None, **kw):
+    """zeros, ones, full and arange outside a trace with no mesh set: a numpy
+    array here, with JAX's default dtypes (float32, int32), which a call or
+    device_put then uploads (as JAX's array on its default device)."""
+    if out_sharding is not None:
+        raise InvalidArgument(f"{name}(..., out_sharding=...) outside a traced function needs a "
+                              f"mesh: shmap.set_mesh(mesh) or `with shmap.use_mesh(mesh):`")
+    if name == "arange":
+        vals = [v for v in args[:3] if v is not None]
+        dt = dtype or (np.int32 if all(isinstance(v, numbers.Integral) for v in vals)
+                       else np.float32)
+        return np.arange(*vals, dtype=dt)
+    if name == "full":
+        fill = args[1] if len(args) > 1 else kw["fill_value"]
+        dt = dtype or (np.bool_ if isinstance(fill, bool) else
+                       np.int32 if isinstance(fill, numbers.Integral) else np.float32)
+        return np.full(args[0], fill, dtype=dt)
+    return (np.zeros if name == "zeros" else np.ones)(args[0], dtype=dtype or np.float32)
+
+
 def make_op(name):
     """The Python function of op `name` (from the C op table): traced inside
     shard_map and jit functions; called on Arrays outside them, run now
     (_eager)."""
     def op(*args, **kwargs):
+        if getattr(_state, "builder", None) is None and name in _CREATION and \
+                not _holds_array(args, kwargs) and get_mesh() is None:
+            return _host_create(name, *args, **kwargs)
         if getattr(_state, "builder", None) is None and (
                 _holds_array(args, kwargs) or (name in _CREATION and get_mesh() is not None)):
             return _eager(op, args, kwargs)  # at once; creation on the mesh of set_mesh

@@ -131,6 +131,8 @@ def arange(start, stop=None, step=None, dtype=None, out_sharding=None):
     trace at once on the mesh of set_mesh / use_mesh."""
     if getattr(_state, "builder", None) is None and get_mesh() is not None:
         return _eager(_arange, (start, stop, step), {"dtype": dtype, "out_sharding": out_sharding})
+    if getattr(_state, "builder", None) is None:  # no mesh: a numpy array, as the op's
+        return _arange_op(start, stop, step, dtype=dtype, out_sharding=out_sharding)
     return _arange(start, stop, step, dtype, out_sharding)
 
 

@@ -554,8 +554,15 @@ def test_module_level_calls_as_jax(c):
         assert np.allclose(np.asarray(jnp.arange(0, 1, 0.125)), np.arange(0, 1, 0.125))
     finally:
         shmap.set_mesh(None)
-    with pytest.raises(shmap.InvalidArgument, match="shmap ops take traced values"):
-        jnp.zeros((4, 1))  # no mesh set: nowhere to make it
+    # no mesh set: a numpy array with JAX's default dtype, which calls upload
+    host = jnp.arange(8 * 16.).reshape(8, 16)
+    assert isinstance(host, np.ndarray) and host.dtype == np.float32
+    assert jnp.zeros((4, 1)).dtype == np.float32 and jnp.arange(3).dtype == np.int32
+    blocks = shmap.shard_map(lambda a: shmap.lax.psum(a, "Y"), mesh=mesh, in_specs=P("X", "Y"),
+                             out_specs=P("X"))(host)
+    assert np.array_equal(np.asarray(blocks), host[:, :8] + host[:, 8:])
+    with pytest.raises(shmap.InvalidArgument, match="needs a mesh"):
+        jnp.zeros((4, 1), out_sharding=P("X"))
 
 
 def test_like_functions_and_clip(c):
