@@ -213,6 +213,10 @@ class Mesh:
     def __init__(self, axis_sizes, axis_names, devices=None, axis_types=None, client=None):
         if isinstance(axis_names, str):
             axis_names = (axis_names,)
+        if isinstance(axis_sizes, np.ndarray) and devices is None:
+            # jax.sharding.Mesh(np.array(devices).reshape(4, 2), ('x', 'y')): the devices,
+            # laid out as the mesh
+            devices, axis_sizes = axis_sizes, axis_sizes.shape
         self.axis_names = tuple(axis_names)
         self.axis_sizes = tuple(int(s) for s in axis_sizes)
         if len(self.axis_names) != len(self.axis_sizes):

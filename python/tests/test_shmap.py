@@ -518,6 +518,11 @@ def test_module_level_calls_as_jax(c):
     jax's functions are called."""
     mesh = shmap.make_mesh((4, 2), ("X", "Y"))
     assert mesh._client is c
+    # jax.sharding.Mesh(devices laid out as the mesh, names)
+    jm = shmap.Mesh(np.array(c.devices()).reshape(4, 2), ("X", "Y"))
+    assert jm.shape == {"X": 4, "Y": 2} and jm.devices.shape == (4, 2)
+    assert shmap.typeof(shmap.device_put(np.ones((8, 8), np.float32),
+                                         NamedSharding(jm, P("X", "Y")))) == "f32[8@X,8@Y]"
     xa = np.arange(64, dtype=np.float32).reshape(8, 8)
     x = shmap.device_put(xa, NamedSharding(mesh, P("X", "Y")))
     assert shmap.typeof(x) == "f32[8@X,8@Y]"
