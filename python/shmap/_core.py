@@ -501,7 +501,7 @@ class Array(_Shaped):
     @property
     def at(self):
         """x.at[index].set(v) and the other updates, at once (as traced)."""
-        return _ArrayAt(self)
+        return _At(self, _ArrayAtIndex)
 
     def __getitem__(self, key):
         return self._now(lambda a: a[key])
@@ -539,12 +539,15 @@ class Array(_Shaped):
     __hash__ = object.__hash__
 
 
-class _ArrayAt:
-    def __init__(self, x):
-        self.x = x
+class _At:
+    """x.at: x.at[key] is make(x, key), the updates of that box (traced
+    values' and Arrays' alike)."""
+
+    def __init__(self, x, make):
+        self.x, self.make = x, make
 
     def __getitem__(self, key):
-        return _ArrayAtIndex(self.x, key)
+        return self.make(self.x, key)
 
 
 class _ArrayAtIndex:

@@ -18,7 +18,7 @@ import numpy as np
 import _shmap
 
 from ._core import (Array, InvalidArgument, NamedSharding, P, PartitionSpec, ProgramError,
-                    ShmapError, _DTYPES, _Shaped, _call, _default, _dtype_name, _raise,
+                    ShmapError, _DTYPES, _At, _Shaped, _call, _default, _dtype_name, _raise,
                     get_mesh)
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -267,7 +267,7 @@ class Tracer(_Shaped):
     def at(self):
         """JAX's x.at[index].set(v) (also add, multiply, divide, power, min,
         max, get): a new value with the box of index updated."""
-        return _At(self)
+        return _At(self, _AtIndex)
 
     def reshape(self, *shape, out_sharding=None):
         shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
@@ -292,14 +292,6 @@ class Tracer(_Shaped):
 
     def min(self, axis=None, keepdims=False):
         return _reduce("min", self, axis, keepdims)
-
-
-class _At:
-    def __init__(self, x):
-        self.x = x
-
-    def __getitem__(self, key):
-        return _AtIndex(self.x, key)
 
 
 class _AtIndex:
