@@ -16,7 +16,7 @@
 
 See docs/python.md. The ops of shmap.numpy and shmap.lax come from the C op
 table at import."""
-from . import lax, numpy
+from . import lax, nn, numpy
 from ._core import (AlreadyExists, Array, Auto, AxisType, Cancelled, Client, DataLoss,
                     DeadlineExceeded, Device, Explicit, FailedPrecondition, Internal,
                     InvalidArgument, Mesh, NamedSharding, NotFound, P, PartitionSpec,
@@ -35,6 +35,6 @@ __all__ = [
     "InvalidArgument", "Lowered", "Mesh", "NamedSharding", "NotFound", "P", "PartitionSpec",
     "ProgramError", "ResourceExhausted", "Shard", "ShmapError", "Tracer", "Unauthenticated",
     "Unavailable", "Unimplemented", "block_until_ready", "connect", "device_get", "device_put",
-    "get_mesh", "jit", "lax", "local_cluster", "make_mesh", "numpy", "reshard", "set_mesh",
+    "get_mesh", "jit", "lax", "local_cluster", "make_mesh", "nn", "numpy", "reshard", "set_mesh",
     "shard_map", "typeof", "use_mesh", "visualize_array_sharding", "with_sharding_constraint",
 ]

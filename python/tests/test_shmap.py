@@ -622,6 +622,28 @@ def test_at_updates(c):
         shmap.jit(lambda a: a.at[::2].set(0))(r)
 
 
+def test_nn_activations(c):
+    """shmap.nn's relu, sigmoid, silu, softplus, softmax and log_softmax
+    against numpy, traced over a sharded axis (the reductions lowered with
+    the sums across devices) and at once."""
+    mesh = c.make_mesh((4, 2), ("X", "Y"))
+    xa = (np.arange(64, dtype=np.float32).reshape(8, 8) - 30) / 7
+    x = c.device_put(xa, NamedSharding(mesh, P("X", "Y")))
+    e = np.exp(xa - xa.max(axis=-1, keepdims=True))
+    soft = e / e.sum(axis=-1, keepdims=True)
+    sig = 1 / (1 + np.exp(-xa))
+    checks = [(shmap.nn.relu, np.maximum(xa, 0)), (shmap.nn.sigmoid, sig),
+              (shmap.nn.silu, xa * sig), (shmap.nn.softplus, np.log1p(np.exp(xa))),
+              (shmap.nn.softmax, soft), (shmap.nn.log_softmax, np.log(soft))]
+    for fn, want in checks:
+        got = shmap.jit(fn)(x)
+        assert shmap.typeof(got) == "f32[8@X,8@Y]", fn.__name__
+        assert np.allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5), fn.__name__
+    assert np.allclose(np.asarray(shmap.nn.softmax(x, axis=0)),
+                       np.exp(xa) / np.exp(xa).sum(axis=0), rtol=1e-5)
+    assert "psum" in shmap.jit(shmap.nn.softmax).lower(x).as_text()
+
+
 def test_jit_reshard_and_out_shardings(c):
     mesh = c.make_mesh((2, 4), ("X", "Y"))
     x = np.arange(8 * 16, dtype=np.float32).reshape(8, 16)
