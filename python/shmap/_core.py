@@ -347,9 +347,16 @@ class Array(_Shaped):
     garbage-collected, unless it has a name (a named array lives until
     deleted), as a JAX array's buffers are."""
 
-    def __init__(self, client, info, owned=True):
+    def __init__(self, client, info, owned=True, mesh=None):
         self._client = client
         self._info = info
+        # the Mesh it was made on, when known: it carries what the service
+        # does not keep, the axis types (Auto, Explicit) a jit of it uses
+        names, sizes, devs = info["mesh"]
+        same = mesh is not None and tuple(mesh.axis_names) == tuple(names) and \
+            tuple(mesh.axis_sizes) == tuple(sizes) and \
+            (mesh._devices is None or tuple(mesh._devices) == tuple(devs))
+        self._mesh = mesh if same else None
         self.id = info["id"]
         self.name = info["name"] or None
         self._owned = owned and not self.name
@@ -368,8 +375,8 @@ class Array(_Shaped):
     @property
     def sharding(self):
         names, sizes, devs = self._info["mesh"]
-        return NamedSharding(Mesh(sizes, names, devs, client=self._client),
-                             _spec_of(self._info["spec"]))
+        mesh = self._mesh or Mesh(sizes, names, devs, client=self._client)
+        return NamedSharding(mesh, _spec_of(self._info["spec"]))
 
     @property
     def type(self):
@@ -406,7 +413,7 @@ class Array(_Shaped):
         self._check()
         c = self._client
         return Array(c, _call(c._c.reshard, self.id, c._mesh_c(sharding.mesh),
-                              repr(sharding.spec), name))
+                              repr(sharding.spec), name), mesh=sharding.mesh)
 
     def replicate(self, replicas=2):
         """Keeps a copy of every block one worker alone holds on another
@@ -676,7 +683,7 @@ class Client:
         a = _host_array(x)
         info = _call(self._c.put, _bytes(a), _dtype_name(a.dtype), a.shape,
                      self._mesh_c(sharding.mesh), repr(sharding.spec), name)
-        arr = Array(self, info)
+        arr = Array(self, info, mesh=sharding.mesh)
         return arr.replicate(replicas) if replicas != 1 else arr
 
     def make_array_from_callback(self, shape, sharding, data_callback, name=None):
@@ -691,7 +698,7 @@ class Client:
         info = _call(self._c.put_shards, dt, tuple(shape), self._mesh_c(sharding.mesh),
                      repr(sharding.spec), name,
                      [(d, _bytes(b), b.shape) for d, b in shards])
-        return Array(self, info)
+        return Array(self, info, mesh=sharding.mesh)
 
     def make_array_from_single_device_arrays(self, shape, sharding, arrays, name=None):
         """arrays: one per device of the mesh, in mesh order (or a dict by device id)."""
@@ -704,7 +711,7 @@ class Client:
         info = _call(self._c.put_shards, _dtype_name(arrs[0].dtype), tuple(shape),
                      self._mesh_c(sharding.mesh), repr(sharding.spec), name,
                      [(d, _bytes(a), a.shape) for d, a in zip(devs, arrs)])
-        return Array(self, info)
+        return Array(self, info, mesh=sharding.mesh)
 
     def make_array_from_process_local_data(self, sharding, local_data, global_shape=None,
                                            process=0, name=None):
@@ -715,7 +722,7 @@ class Client:
         info = _call(self._c.put_local, process, _bytes(a), _dtype_name(a.dtype),
                      a.shape, self._mesh_c(sharding.mesh), repr(sharding.spec), name,
                      None if global_shape is None else tuple(global_shape))
-        return Array(self, info, owned=False)
+        return Array(self, info, owned=False, mesh=sharding.mesh)
 
     def save(self, x, directory):
         """Saves x (an Array, or a name or id) as a checkpoint in directory:
@@ -734,7 +741,7 @@ class Client:
         file."""
         info = _call(self._c.load, os.path.abspath(os.fspath(directory)),
                      self._mesh_c(sharding.mesh), repr(sharding.spec), name)
-        return Array(self, info)
+        return Array(self, info, mesh=sharding.mesh)
 
     def get(self, name_or_id):
         """Attaches to an array by name or id (not freed when collected)."""

@@ -734,6 +734,7 @@ class _Traced:
             info = _shmap.program_check(text, f"{self._name}.shmap", None, self.check_vma)
         except _shmap.Error as e:
             raise ProgramError(e.args[1]) from None
+        info["mesh_obj"] = mesh  # the results' mesh, axis types included
         return client, arrays + b.captured, text, info, multi
 
     def _inline(self, outer, args):
@@ -838,12 +839,12 @@ class _Traced:
         _, _, text, info, _ = t._trace(args)
         return Lowered(text, info)
 
-    def _finish(self, client, multi):
+    def _finish(self, client, multi, mesh=None):
         def finish(info):
             if info["state"] != "done":
                 raise ShmapError(f"job {info['job']} {info['state']}: {info['error']}",
                                  code="CANCELLED" if info["state"] == "cancelled" else "ABORTED")
-            outs = [Array(client, o) for o in info["outputs"]]
+            outs = [Array(client, o, mesh=mesh) for o in info["outputs"]]
             if self.kind == "jit":
                 return _unflatten(multi, iter(outs))
             return tuple(outs) if multi else outs[0]
@@ -883,7 +884,7 @@ class _Traced:
                                    [a.id for a in arrays], [], self.check_vma)
         except _shmap.Error as e:
             _raise(e, program=True)
-        fut = Future(client, job, self._finish(client, multi))
+        fut = Future(client, job, self._finish(client, multi, info.get("mesh_obj")))
         fut._keep = arrays  # uploaded arguments live until the job ends
         return fut
 

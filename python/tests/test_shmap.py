@@ -644,6 +644,33 @@ def test_nn_activations(c):
     assert "psum" in shmap.jit(shmap.nn.softmax).lower(x).as_text()
 
 
+def test_auto_mesh_from_python(c):
+    """An Array keeps the mesh it was made on, axis types included (the
+    service keeps names, sizes and devices only), so a jit of Arrays on a
+    mesh of Auto axes runs as JAX's automatic mode (before: their rebuilt
+    mesh was Explicit, and the MLP below failed with the explicit-mode
+    sentence about sharded contracting dimensions)."""
+    mesh = shmap.make_mesh((2, 2), ("X", "Y"), axis_types=(shmap.Auto, shmap.Auto))
+    rng = np.random.default_rng(0)
+    xa, w1a, w2a = (rng.standard_normal(s).astype(np.float32)
+                    for s in ((8, 16), (16, 32), (32, 16)))
+    x = c.device_put(xa, NamedSharding(mesh, P("X", None)))
+    w1 = c.device_put(w1a, NamedSharding(mesh, P(None, "Y")))
+    w2 = c.device_put(w2a, NamedSharding(mesh, P("Y", None)))
+    assert x.sharding.mesh.axis_types == ("Auto", "Auto")
+
+    @shmap.jit(out_shardings=P("X", None))
+    def mlp(x, w1, w2):
+        h = shmap.nn.relu(jnp.dot(x, w1))
+        h = shmap.with_sharding_constraint(h, P("X", "Y"))
+        return jnp.dot(h, w2)
+
+    out = mlp(x, w1, w2)
+    assert np.allclose(np.asarray(out), np.maximum(xa @ w1a, 0) @ w2a, atol=1e-4)
+    assert out.sharding.mesh.axis_types == ("Auto", "Auto")
+    assert x.reshard(NamedSharding(mesh, P())).sharding.mesh.axis_types == ("Auto", "Auto")
+
+
 def test_jit_reshard_and_out_shardings(c):
     mesh = c.make_mesh((2, 4), ("X", "Y"))
     x = np.arange(8 * 16, dtype=np.float32).reshape(8, 16)
