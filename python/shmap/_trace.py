@@ -248,6 +248,10 @@ class Tracer(_Shaped):
 
     def __getitem__(self, key):
         key = key if isinstance(key, tuple) else (key,)
+        if any(isinstance(k, (np.ndarray, list, Tracer, Array)) for k in key):
+            raise InvalidArgument("indexing with arrays (numpy's advanced indexing, a gather) is "
+                                  "not supported: index with integers, slices, None and '...', "
+                                  "or use dynamic_slice for a computed start")
         if any(k is Ellipsis for k in key):  # as many ':' as the dims it stands for
             at = next(j for j, k in enumerate(key) if k is Ellipsis)
             rest = key[:at] + key[at + 1:]
@@ -664,8 +668,13 @@ class _Traced:
             mesh = get_mesh()  # the mesh of set_mesh / use_mesh (jit: numpy arguments only)
         for k, a in enumerate(args):
             if isinstance(a, Array):
+                am = a.sharding.mesh
                 if mesh is None:
-                    mesh = a.sharding.mesh
+                    mesh = am
+                elif self.kind == "jit" and (am.axis_names, am.axis_sizes, am._devices) != \
+                        (mesh.axis_names, mesh.axis_sizes, mesh._devices or am._devices):
+                    raise InvalidArgument(f"Mesh for all inputs should be equal. Got one mesh: "
+                                          f"{mesh!r} and another mesh: {am!r}")
                 arrays.append(a)
                 continue
             if mesh is None:

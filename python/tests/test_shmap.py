@@ -407,6 +407,8 @@ def test_indexing_as_numpy_does(c):
     blocks = [[xa[i * 2:i * 2 + 2, j * 6:j * 6 + 6][::2, 1::2] for j in range(2)]
               for i in range(4)]
     assert np.array_equal(np.asarray(sm(x)), np.block(blocks))
+    with pytest.raises(shmap.InvalidArgument, match="advanced indexing"):
+        shmap.jit(lambda a: a[np.array([0, 2])])(x)
     with pytest.raises(shmap.ProgramError) as e:
         shmap.jit(lambda a: a[::3])(x)
     assert "slicing on sharded dims where out dim (3) is not divisible by mesh axes (4)" in \
@@ -493,6 +495,11 @@ def test_jit_calls_as_jax_takes_them(c):
     closes = shmap.jit(lambda a: a + w * 2 + w)
     assert np.array_equal(np.asarray(closes(x)), xa + 3)
     assert "captured0: f32[8,8] @ P('X', 'Y')" in closes.lower(x).as_text()
+    other = c.device_put(xa, NamedSharding(c.make_mesh((8,), ("i",)), P("i")))
+    with pytest.raises(shmap.InvalidArgument, match="Mesh for all inputs should be equal. Got "
+                                                     "one mesh: Mesh\\('X': 4, 'Y': 2\\) and "
+                                                     "another mesh: Mesh\\('i': 8\\)"):
+        add(x, other)
     sm = shmap.shard_map(lambda a: a + w, mesh=mesh, in_specs=P("X", "Y"), out_specs=P("X", "Y"))
     with pytest.raises(shmap.InvalidArgument, match="cannot close over an Array"):
         sm(x)
