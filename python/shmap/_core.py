@@ -950,7 +950,10 @@ class local_cluster:
         self.proc = subprocess.Popen(
             [_find_coordinator(), "--listen", "127.0.0.1:0", "--port-file", port_file,
              "--local-workers", str(self.workers), "--devices-per-worker",
-             str(self.devices_per_worker)],
+             str(self.devices_per_worker),
+             # a Python process killed (or crashed) inside the with block takes the
+             # cluster with it: nothing else would ever stop it
+             "--exit-with-parent"],
             stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.time() + self.timeout
         while time.time() < deadline:
@@ -967,8 +970,10 @@ class local_cluster:
                 except ShmapError:
                     pass
             time.sleep(0.05)
+        self.log.flush()
+        text = open(self.log_path).read()  # before _stop removes it
         self._stop()
-        raise Unavailable("the local cluster did not start:\n" + open(self.log_path).read())
+        raise Unavailable("the local cluster did not start:\n" + text)
 
     def _stop(self):
         if self.client:

@@ -988,6 +988,50 @@ def test_killed_client_segments_swept(tmp_path, cluster_log):
         cluster.stop_cluster(p)
 
 
+def test_local_cluster_goes_with_its_process(tmp_path):
+    """A Python process killed with SIGKILL inside `with local_cluster()`
+    takes its cluster with it (the coordinator runs with --exit-with-parent
+    and stops its workers): before, the coordinator and its workers kept
+    running with nobody to stop them."""
+    import signal
+    import subprocess
+    import time
+    code = ("import os, signal, shmap\n"
+            "with shmap.local_cluster(workers=1, devices_per_worker=2) as c:\n"
+            "    cl = [o for o in __import__('gc').get_objects()\n"
+            "          if isinstance(o, shmap._core.local_cluster)][0]\n"
+            "    print(cl.proc.pid, flush=True)\n"
+            "    os.kill(os.getpid(), signal.SIGKILL)\n")
+    env = {k: v for k, v in cluster.client_env(cluster=True).items()
+           if not k.startswith("SHMAP_TLS") and k != "SHMAP_TOKEN"}  # its own plain cluster
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=60, env=env)
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    pid = int(child.stdout)
+    deadline = time.time() + 20
+    try:
+        while os.path.exists(f"/proc/{pid}") and \
+                "zombie" not in open(f"/proc/{pid}/status").read().lower():
+            assert time.time() < deadline, f"the coordinator {pid} outlived its process"
+            time.sleep(0.1)
+    finally:
+        if os.path.exists(f"/proc/{pid}"):  # this test's failure leaves no cluster behind
+            os.kill(pid, signal.SIGTERM)
+
+
+def test_local_cluster_that_cannot_start(tmp_path, monkeypatch):
+    """A coordinator that exits at once: Unavailable with its log's last
+    words (before: a FileNotFoundError, the log read after its directory
+    was removed)."""
+    fake = tmp_path / "coordinator"
+    fake.write_text("#!/bin/sh\necho 'cannot bind: no such luck' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("SHMAP_COORDINATOR_BIN", str(fake))
+    with pytest.raises(shmap.Unavailable, match="no such luck"):
+        with shmap.local_cluster(workers=1, devices_per_worker=1, timeout=10):
+            pass
+
+
 def test_connect_tls(tmp_path):
     """shmap.connect with tls_ca against a coordinator serving TLS (the
     certificates made by scripts/tls_certs.sh); without the CA, or with
