@@ -262,33 +262,13 @@ sm_err sm_kern_rev(sm_dtype t, const void *x, const sm_shape *xs, const int *rev
     sm_err r = shape_elem(t, "rev", &e, err, errlen);
     if (r)
         return r;
-    int n = xs->rank;
-    int64_t st[SM_MAX_RANK], idx[SM_MAX_RANK] = {0}, total = 1, off = 0;
-    for (int d = n - 1; d >= 0; d--) {
-        st[d] = total;
-        total *= xs->dims[d];
+    /* a box copy whose source walks each reversed dimension from its end */
+    int64_t start[SM_MAX_RANK], step[SM_MAX_RANK];
+    for (int d = 0; d < xs->rank; d++) {
+        start[d] = rev[d] && xs->dims[d] > 0 ? xs->dims[d] - 1 : 0;
+        step[d] = rev[d] ? -1 : 1;
     }
-    if (total == 0)
-        return SM_OK;
-    for (int d = 0; d < n; d++) /* the source of output element 0 */
-        if (rev[d])
-            off += (xs->dims[d] - 1) * st[d];
-    char *o = out;
-    const char *s = x;
-    /* the innermost dimension as one run when it is not reversed */
-    int64_t run = n && !rev[n - 1] ? xs->dims[n - 1] : 1;
-    int last = n && !rev[n - 1] ? n - 2 : n - 1;
-    for (int64_t i = 0; i < total; i += run) {
-        memcpy(o + (size_t)i * e, s + (size_t)off * e, (size_t)run * e);
-        for (int d = last; d >= 0; d--) {
-            int64_t step = rev[d] ? -st[d] : st[d];
-            off += step;
-            if (++idx[d] < xs->dims[d])
-                break;
-            off -= step * xs->dims[d];
-            idx[d] = 0;
-        }
-    }
+    copy_box(e, out, xs, NULL, x, xs, start, step, xs->dims, xs->rank);
     return SM_OK;
 }
 
