@@ -52,9 +52,10 @@ static double ref_logistic(double v)
 
 /* The float reference of each unary op, in the order of SM_KERN_UNARY_LIST:
  * libm's function where it has one. */
-static double (*const ref_unary_float[])(double) = {
-    ref_negative, fabs, ref_sign, floor, ceil, nearbyint, exp,
-    log,          sin,  cos,      tanh,  sqrt, ref_rsqrt, ref_logistic};
+static double (*const ref_unary_float[])(
+    double) = {ref_negative, fabs,  ref_sign, floor, ceil,        nearbyint, exp,
+               log,          sin,   cos,      tanh,  sqrt,        ref_rsqrt, ref_logistic,
+               log1p,        expm1, tan,      erf,   ref_negative /* bitwise_not: no float form */};
 _Static_assert(sizeof ref_unary_float / sizeof *ref_unary_float == SM_KERN_UNARY_COUNT,
                "one reference per unary op");
 
@@ -76,6 +77,9 @@ static val ref_unary(sm_kern_unary_op op, sm_dtype t, val x)
     case SM_KERN_SIGN:
         r.i = v > 0 ? 1 : v < 0 ? -1 : 0;
         break;
+    case SM_KERN_BITWISE_NOT:
+        r.i = t == SM_BOOL ? !v : wrap(t, ~(uint64_t)v);
+        break;
     default:
         r.i = v;
         break;
@@ -85,6 +89,8 @@ static val ref_unary(sm_kern_unary_op op, sm_dtype t, val x)
 
 static int unary_ok(sm_kern_unary_op op, sm_dtype t)
 {
+    if (op == SM_KERN_BITWISE_NOT)
+        return !is_float(t);
     if (is_float(t))
         return 1;
     if (t != SM_I32 && t != SM_I64)
@@ -94,6 +100,8 @@ static int unary_ok(sm_kern_unary_op op, sm_dtype t)
 
 static int binary_ok(sm_kern_binary_op op, sm_dtype t)
 {
+    if (op >= SM_KERN_BITWISE_AND)
+        return !is_float(t);
     if (op >= SM_KERN_MAXIMUM)
         return 1;
     return t != SM_U8 && t != SM_BOOL;
@@ -186,8 +194,17 @@ static val ref_binary(sm_kern_binary_op op, sm_dtype t, val x, val y)
     case SM_KERN_GREATER:
         r.i = f ? a > b : p > q;
         break;
-    default:
+    case SM_KERN_GREATER_EQUAL:
         r.i = f ? a >= b : p >= q;
+        break;
+    case SM_KERN_BITWISE_AND:
+        r.i = p & q;
+        break;
+    case SM_KERN_BITWISE_OR:
+        r.i = p | q;
+        break;
+    default:
+        r.i = p ^ q;
         break;
     }
     return r;
@@ -213,7 +230,8 @@ START_TEST(test_unary_all)
                 sm_dtype t = all_types[ti];
                 const sm_shape *s = unary_shapes(si);
                 int64_t n = numel(s);
-                int positive = op == SM_KERN_LOG || op == SM_KERN_SQRT || op == SM_KERN_RSQRT;
+                int positive = op == SM_KERN_LOG || op == SM_KERN_SQRT || op == SM_KERN_RSQRT ||
+                               op == SM_KERN_LOG1P;
                 void *x = rand_buf(t, n, positive ? 1 : -20, 20);
                 void *o = malloc(n ? (size_t)n * esize(t) : 1);
                 char err[256] = "";

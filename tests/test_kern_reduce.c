@@ -1,5 +1,6 @@
-/* Check suite for common/kern, part 2: reductions (sum mean max min over
- * axis sets, keepdims, empty and rank-0 cases) against a naive reference on
+/* Check suite for common/kern, part 2: reductions (sum mean max min prod
+ * any all over axis sets, keepdims, empty and rank-0 cases), argmax/argmin
+ * and the running reductions (cumsum ...) against a naive reference on
  * random data for every dtype, bitwise determinism, exact identities and
  * error paths; and the collective helpers accumulate, combine and scale. */
 #include <check.h>
@@ -61,8 +62,9 @@ static val ref_reduce(sm_kern_reduce_op op, sm_dtype t, const void *x, const sm_
 {
     /* walk every input index, keep those matching oidx on kept dims */
     int64_t n = numel(xs), idx[SM_MAX_RANK];
-    double fs = 0;
-    uint64_t is = 0;
+    double fs = 0, fp = 1;
+    uint64_t is = 0, ip = 1;
+    int any = 0, all = 1;
     val best = {op == SM_KERN_MAX ? -INFINITY : INFINITY, 0};
     int first = 1;
     *count = 0;
@@ -84,6 +86,10 @@ static val ref_reduce(sm_kern_reduce_op op, sm_dtype t, const void *x, const sm_
         (*count)++;
         fs += v.f;
         is += (uint64_t)v.i;
+        fp *= v.f;
+        ip *= (uint64_t)v.i;
+        any |= v.i != 0;
+        all &= v.i != 0;
         if (is_float(t)) {
             if (isnan(v.f) || isnan(best.f))
                 best.f = NAN;
@@ -100,6 +106,11 @@ static val ref_reduce(sm_kern_reduce_op op, sm_dtype t, const void *x, const sm_
         r.i = wrap(t, is);
     } else if (op == SM_KERN_MEAN) {
         r.f = fs / (double)*count;
+    } else if (op == SM_KERN_PROD) {
+        r.f = fp;
+        r.i = wrap(t, ip);
+    } else if (op == SM_KERN_ANY || op == SM_KERN_ALL) {
+        r.i = op == SM_KERN_ANY ? any : all;
     } else if (first && !is_float(t)) { /* empty: the identity */
         int mx = op == SM_KERN_MAX;
         r.i = t == SM_I32   ? (mx ? INT32_MIN : INT32_MAX)
@@ -116,8 +127,10 @@ static int reduce_ok(sm_kern_reduce_op op, sm_dtype t)
 {
     if (op == SM_KERN_MEAN)
         return is_float(t);
-    if (op == SM_KERN_SUM)
+    if (op == SM_KERN_SUM || op == SM_KERN_PROD)
         return t != SM_BOOL;
+    if (op == SM_KERN_ANY || op == SM_KERN_ALL)
+        return t == SM_BOOL;
     return 1;
 }
 
@@ -135,7 +148,8 @@ START_TEST(test_reduce_all)
                                                           rc.naxes, keep, &os, err, sizeof err),
                                      SM_OK);
                     int64_t n = numel(&rc.s), no = numel(&os);
-                    void *x = rand_buf(t, n, -50, 50);
+                    int lim = op == SM_KERN_PROD && is_float(t) ? 2 : 50;
+                    void *x = rand_buf(t, n, -lim, lim);
                     void *o = malloc(no ? (size_t)no * esize(t) : 1);
                     sm_err e = sm_kern_reduce(op, t, x, &rc.s, rc.naxes < 0 ? NULL : rc.axes,
                                               rc.naxes, keep, o, err, sizeof err);
@@ -242,6 +256,164 @@ START_TEST(test_reduce_deterministic)
 }
 END_TEST
 
+/* ---- argmax, argmin, running reductions ----------------------------------------------------- */
+
+typedef struct {
+    sm_shape s;
+    int axis; /* -1: flattened */
+} axis_case;
+
+static axis_case axis_cases(int k)
+{
+    axis_case c[] = {
+        {shp(1, 7), 0},       {shp(1, 7), -1},      {shp(2, 5, 9), 0},    {shp(2, 5, 9), 1},
+        {shp(2, 5, 9), -1},   {shp(3, 3, 4, 5), 1}, {shp(3, 3, 4, 5), 2}, {shp(3, 1, 40, 3), 1},
+        {shp(3, 2, 0, 3), 0}, {shp(0), -1},         {shp(2, 1, 1), 1},
+    };
+    return c[k];
+}
+#define NAXC 11
+
+/* x's element at output index oidx (the axis left out) and position k
+ * along the axis. */
+static int64_t axis_flat(const sm_shape *xs, int axis, const int64_t *oidx, int64_t k)
+{
+    if (axis < 0)
+        return k;
+    int64_t idx[SM_MAX_RANK];
+    for (int d = 0, o = 0; d < xs->rank; d++)
+        idx[d] = d == axis ? k : oidx[o++];
+    int64_t f = 0;
+    for (int d = 0; d < xs->rank; d++)
+        f = f * xs->dims[d] + idx[d];
+    return f;
+}
+
+START_TEST(test_argminmax_all)
+{
+    for (int mx = 0; mx < 2; mx++)
+        for (int ti = 0; ti < NTYPES; ti++)
+            for (int ci = 0; ci < NAXC; ci++) {
+                sm_dtype t = all_types[ti];
+                axis_case c = axis_cases(ci);
+                int64_t n = numel(&c.s), len = c.axis < 0 ? n : c.s.dims[c.axis];
+                int64_t no = len ? n / len : 0;
+                if (c.axis < 0)
+                    no = 1;
+                /* few distinct values, so that ties are common; some NaNs */
+                void *x = rand_buf(t, n, -3, 3);
+                if (is_float(t))
+                    for (int64_t k = 0; k < n; k++)
+                        if (rnd() % 23 == 0)
+                            put(t, x, k, (val){NAN, 0});
+                int32_t *o = malloc((size_t)(no ? no : 1) * 4);
+                char err[256] = "";
+                sm_err e = sm_kern_argminmax(mx, t, x, &c.s, c.axis, o, err, sizeof err);
+                if (len == 0) {
+                    ck_assert_int_eq(e, SM_EINVAL);
+                    ck_assert_ptr_nonnull(strstr(err, "empty sequence"));
+                    free(x);
+                    free(o);
+                    continue;
+                }
+                ck_assert_msg(e == SM_OK, "%s", err);
+                sm_shape os = {0};
+                for (int d = 0; c.axis >= 0 && d < c.s.rank; d++)
+                    if (d != c.axis)
+                        os.dims[os.rank++] = c.s.dims[d];
+                int64_t oidx[SM_MAX_RANK];
+                for (int64_t q = 0; q < no; q++) {
+                    unravel(q, &os, oidx);
+                    int64_t best = 0;
+                    for (int64_t k = 1; k < len; k++) { /* the first extreme, NaN first */
+                        val v = get(t, x, axis_flat(&c.s, c.axis, oidx, k));
+                        val b = get(t, x, axis_flat(&c.s, c.axis, oidx, best));
+                        int better = is_float(t) ? (isnan(v.f) && !isnan(b.f)) ||
+                                                       (!isnan(b.f) && (mx ? v.f > b.f : v.f < b.f))
+                                                 : (mx ? v.i > b.i : v.i < b.i);
+                        if (better)
+                            best = k;
+                    }
+                    ck_assert_msg(o[q] == best, "arg%s %s case %d [%lld]: %d, want %lld",
+                                  mx ? "max" : "min", sm_dtype_name(t), ci, (long long)q, o[q],
+                                  (long long)best);
+                }
+                free(x);
+                free(o);
+            }
+    char err[256];
+    sm_shape s = shp(2, 2, 3);
+    float v[6] = {0};
+    int32_t o[3];
+    ck_assert_int_eq(sm_kern_argminmax(1, SM_F32, v, &s, 2, o, err, sizeof err), SM_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "out of range"));
+    ck_assert_int_eq(sm_kern_argminmax(1, SM_BF16, v, &s, 0, o, err, sizeof err), SM_EUNSUPPORTED);
+}
+END_TEST
+
+START_TEST(test_cumulative_all)
+{
+    sm_kern_reduce_op ops[] = {SM_KERN_SUM, SM_KERN_PROD, SM_KERN_MAX, SM_KERN_MIN};
+    for (int oi = 0; oi < 4; oi++)
+        for (int ti = 0; ti < NTYPES; ti++)
+            for (int ci = 0; ci < NAXC; ci++) {
+                sm_kern_reduce_op op = ops[oi];
+                sm_dtype t = all_types[ti];
+                axis_case c = axis_cases(ci);
+                int64_t n = numel(&c.s), len = c.axis < 0 ? n : c.s.dims[c.axis];
+                int64_t no = len ? n / len : 0;
+                void *x =
+                    rand_buf(t, n, op == SM_KERN_PROD ? -2 : -50, op == SM_KERN_PROD ? 2 : 50);
+                if (is_float(t) && op != SM_KERN_PROD)
+                    for (int64_t k = 0; k < n; k++)
+                        if (rnd() % 29 == 0)
+                            put(t, x, k, (val){NAN, 0});
+                void *o = malloc(n ? (size_t)n * esize(t) : 1);
+                char err[256] = "";
+                sm_err e = sm_kern_cumulative(op, t, x, &c.s, c.axis, o, err, sizeof err);
+                if (t == SM_BOOL && (op == SM_KERN_SUM || op == SM_KERN_PROD)) {
+                    ck_assert_int_eq(e, SM_EUNSUPPORTED);
+                    free(x);
+                    free(o);
+                    continue;
+                }
+                ck_assert_msg(e == SM_OK, "%s", err);
+                sm_shape os = {0};
+                for (int d = 0; c.axis >= 0 && d < c.s.rank; d++)
+                    if (d != c.axis)
+                        os.dims[os.rank++] = c.s.dims[d];
+                int64_t oidx[SM_MAX_RANK];
+                for (int64_t q = 0; q < no; q++) {
+                    unravel(q, &os, oidx);
+                    val acc = {0, 0};
+                    for (int64_t k = 0; k < len; k++) { /* in order, in the dtype */
+                        int64_t f = axis_flat(&c.s, c.axis, oidx, k);
+                        val v = get(t, x, f);
+                        if (k == 0) {
+                            acc = v;
+                        } else if (op == SM_KERN_SUM) {
+                            acc.f += v.f;
+                            acc.i = wrap(t, (uint64_t)acc.i + (uint64_t)v.i);
+                        } else if (op == SM_KERN_PROD) {
+                            acc.f *= v.f;
+                            acc.i = wrap(t, (uint64_t)acc.i * (uint64_t)v.i);
+                        } else {
+                            acc = ref_combine(op, t, acc, v);
+                        }
+                        acc = rt(t, acc);
+                        ck_assert_msg(same(t, get(t, o, f), acc, 0),
+                                      "cum%s %s case %d [%lld, %lld]: %g/%lld vs %g/%lld",
+                                      sm_kern_reduce_name(op), sm_dtype_name(t), ci, (long long)q,
+                                      (long long)k, get(t, o, f).f, (long long)get(t, o, f).i,
+                                      acc.f, (long long)acc.i);
+                    }
+                }
+                free(x);
+                free(o);
+            }
+}
+END_TEST
+
 /* ---- collective helpers --------------------------------------------------------------------- */
 
 START_TEST(test_accumulate_scale)
@@ -294,5 +466,5 @@ int main(void)
 {
     return kt_run(SUITE_CASE(suite_create("kern_reduce"), "reduce", 60, NULL, {test_reduce_all},
                              {test_reduce_exact_and_errors}, {test_reduce_deterministic},
-                             {test_accumulate_scale}));
+                             {test_argminmax_all}, {test_cumulative_all}, {test_accumulate_scale}));
 }

@@ -287,6 +287,31 @@ sm_err sm_exec_reduce(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, s
     return e;
 }
 
+/* argmax, argmin: int32 indices along the op's axis (None: flattened). */
+sm_err sm_exec_argminmax(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
+                         char *err, size_t errlen)
+{
+    return sm_kern_argminmax(sm_exec_kern_of(op->kind) == SM_KERN_MAX, in[0]->dtype, in[0]->data,
+                             &in[0]->shape, sm_ir_op_axis(op, in[0]->shape.rank), out->data, err,
+                             errlen);
+}
+
+/* cumsum, cumprod, cummax, cummin, in the result's dtype (dtype=, or int32
+ * for a bool operand). */
+sm_err sm_exec_cumulative(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
+                          char *err, size_t errlen)
+{
+    const void *d;
+    void *tmp;
+    sm_err e = sm_exec_as(in[0], out->dtype, &d, &tmp, err, errlen);
+    if (!e)
+        e = sm_kern_cumulative((sm_kern_reduce_op)sm_exec_kern_of(op->kind), out->dtype, d,
+                               &in[0]->shape, sm_ir_op_axis(op, in[0]->shape.rank), out->data, err,
+                               errlen);
+    free(tmp);
+    return e;
+}
+
 /* ---- shape ---- */
 
 /* reshape, expand_dims, squeeze: the same elements in a new shape. */

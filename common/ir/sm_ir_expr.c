@@ -93,6 +93,15 @@ static int sm_ps_fold(sm_parser *ps, const sm_tok *op, const sm_item *a, const s
     *out = (sm_item){.kind = fl ? SM_IT_FLOAT : SM_IT_INT, .at = op};
     int cmp = -2;
     int ovf = 0;
+    if (sm_tok_is(op, "&") || sm_tok_is(op, "|") || sm_tok_is(op, "^")) {
+        if (fl)
+            return sm_ps_fail(ps, op, SM_EINVAL, "'%.*s' needs integers or bools, got a float",
+                              op->len, op->text);
+        out->i = sm_tok_is(op, "&") ? i & j : sm_tok_is(op, "|") ? i | j : i ^ j;
+        if (a->kind == SM_IT_BOOL && b->kind == SM_IT_BOOL)
+            out->kind = SM_IT_BOOL;
+        return 0;
+    }
     if (sm_tok_is(op, "+")) {
         out->f = x + y, ovf = !fl && __builtin_add_overflow(i, j, &out->i);
     } else if (sm_tok_is(op, "-")) {
@@ -160,11 +169,15 @@ static int sm_ps_binop(sm_parser *ps, const sm_tok *op, const sm_item *a, const 
     static const struct {
         const char *tok;
         sm_op_kind kind;
-    } map[] = {{"+", SM_OP_ADD},           {"-", SM_OP_SUBTRACT},      {"*", SM_OP_MULTIPLY},
-               {"/", SM_OP_DIVIDE},        {"%", SM_OP_MOD},           {"@", SM_OP_MATMUL},
-               {"//", SM_OP_FLOOR_DIVIDE}, {"**", SM_OP_POWER},        {"==", SM_OP_EQUAL},
-               {"!=", SM_OP_NOT_EQUAL},    {"<", SM_OP_LESS},          {"<=", SM_OP_LESS_EQUAL},
-               {">", SM_OP_GREATER},       {">=", SM_OP_GREATER_EQUAL}};
+    } map[] = {{"+", SM_OP_ADD},           {"-", SM_OP_SUBTRACT},
+               {"*", SM_OP_MULTIPLY},      {"/", SM_OP_DIVIDE},
+               {"%", SM_OP_MOD},           {"@", SM_OP_MATMUL},
+               {"//", SM_OP_FLOOR_DIVIDE}, {"**", SM_OP_POWER},
+               {"==", SM_OP_EQUAL},        {"!=", SM_OP_NOT_EQUAL},
+               {"<", SM_OP_LESS},          {"<=", SM_OP_LESS_EQUAL},
+               {">", SM_OP_GREATER},       {">=", SM_OP_GREATER_EQUAL},
+               {"&", SM_OP_BITWISE_AND},   {"|", SM_OP_BITWISE_OR},
+               {"^", SM_OP_BITWISE_XOR}};
     for (size_t k = 0; k < sizeof map / sizeof map[0]; k++) {
         if (!sm_tok_is(op, map[k].tok))
             continue;
@@ -404,12 +417,22 @@ static int sm_ps_unary(sm_parser *ps, sm_item *out)
         ps->pos++;
         return sm_ps_nested(ps, op, sm_ps_unary, out);
     }
-    if (!sm_tok_is(op, "-"))
+    if (!sm_tok_is(op, "-") && !sm_tok_is(op, "~"))
         return sm_ps_power(ps, out);
     ps->pos++;
     sm_item x;
     if (sm_ps_nested(ps, op, sm_ps_unary, &x))
         return -1;
+    if (sm_tok_is(op, "~")) { /* Python's ~ of an int or bool is -x - 1 */
+        if (x.kind == SM_IT_INT || x.kind == SM_IT_BOOL) {
+            *out = (sm_item){.kind = SM_IT_INT, .i = ~x.i, .at = op};
+            return 0;
+        }
+        if (x.kind == SM_IT_FLOAT)
+            return sm_ps_fail(ps, op, SM_EINVAL, "'~' needs integers or bools, got a float");
+        sm_arg a = {NULL, x, x.at};
+        return sm_ps_call_op(ps, SM_OP_BITWISE_NOT, op, &a, 1, out);
+    }
     if (x.kind == SM_IT_INT || x.kind == SM_IT_BOOL) {
         if (x.i == INT64_MIN)
             return sm_ps_fail(ps, op, SM_EINVAL, "integer overflow in a static expression");
@@ -455,6 +478,26 @@ static int sm_ps_arith(sm_parser *ps, sm_item *out)
     }
 }
 
+/* Python's bitwise operators, above the comparisons: | over ^ over & over
+ * the arithmetic. */
+static int sm_ps_bits(sm_parser *ps, sm_item *out, int level)
+{
+    static const char *const ops[] = {"|", "^", "&"};
+    int (*next)(sm_parser *, sm_item *, int) = level < 2 ? sm_ps_bits : NULL;
+    if (next ? next(ps, out, level + 1) : sm_ps_arith(ps, out))
+        return -1;
+    for (;;) {
+        const sm_tok *op = sm_ps_peek(ps);
+        if (!sm_tok_is(op, ops[level]))
+            return 0;
+        ps->pos++;
+        sm_item r, a = *out;
+        if ((next ? next(ps, &r, level + 1) : sm_ps_arith(ps, &r)) ||
+            sm_ps_binop(ps, op, &a, &r, out))
+            return -1;
+    }
+}
+
 static int sm_ps_expr_inner(sm_parser *ps, sm_item *out);
 
 int sm_ps_expr(sm_parser *ps, sm_item *out)
@@ -464,7 +507,7 @@ int sm_ps_expr(sm_parser *ps, sm_item *out)
 
 static int sm_ps_expr_inner(sm_parser *ps, sm_item *out)
 {
-    if (sm_ps_arith(ps, out))
+    if (sm_ps_bits(ps, out, 0))
         return -1;
     const sm_tok *op = sm_ps_peek(ps);
     static const char *const cmps[] = {"==", "!=", "<", "<=", ">", ">="};
@@ -473,7 +516,7 @@ static int sm_ps_expr_inner(sm_parser *ps, sm_item *out)
             continue;
         ps->pos++;
         sm_item r, a = *out;
-        return sm_ps_arith(ps, &r) || sm_ps_binop(ps, op, &a, &r, out);
+        return sm_ps_bits(ps, &r, 0) || sm_ps_binop(ps, op, &a, &r, out);
     }
     return 0;
 }

@@ -58,6 +58,37 @@ sm_err sm_ir_infer_compare(const sm_program *p, const sm_ir_op *op, const sm_ir_
     return e;
 }
 
+/* bitwise_and, _or, _xor (two operands) and bitwise_not (one): integers
+ * and bool, the promoted dtype out; JAX's sentence for any other. */
+sm_err sm_ir_infer_bitwise(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                           sm_ir_value *out, char *err, size_t errlen)
+{
+    sm_err e = op->noperands == 2 ? sm_ir_infer_binary(p, op, in, out, err, errlen)
+                                  : sm_ir_infer_unary(p, op, in, out, err, errlen);
+    if (e)
+        return e;
+    if (!sm_dtype_is_int(out->dtype) && out->dtype != SM_U8 && out->dtype != SM_BOOL)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "%s does not accept dtype %s. Accepted dtypes are subtypes of integer, "
+                       "bool.",
+                       sm_op_name(op->kind), sm_dtype_long_name(out->dtype));
+    return SM_OK;
+}
+
+/* logical_and, _or, _xor (two operands, broadcast) and logical_not (one):
+ * any dtype, each element taken as != 0 (NaN true), bool out. */
+sm_err sm_ir_infer_logical(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                           sm_ir_value *out, char *err, size_t errlen)
+{
+    sm_err e = op->noperands == 2 ? sm_ir_infer_binary(p, op, in, out, err, errlen)
+                                  : sm_ir_infer_unary(p, op, in, out, err, errlen);
+    if (!e) {
+        out->dtype = SM_BOOL;
+        out->weak = 0;
+    }
+    return e;
+}
+
 sm_err sm_ir_infer_unary(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
                          sm_ir_value *out, char *err, size_t errlen)
 {
@@ -357,11 +388,104 @@ sm_err sm_ir_infer_reduce(const sm_program *p, const sm_ir_op *op, const sm_ir_v
             s.dims[s.rank++] = 1;
     }
     sm_dtype t = in[0]->dtype;
-    if (op->kind == SM_OP_MEAN && !sm_dtype_is_float(t))
+    int weak = in[0]->weak;
+    if (op->kind == SM_OP_ANY || op->kind == SM_OP_ALL) {
+        t = SM_BOOL, weak = 0;
+    } else if (op->attrs.has_dtype) { /* dtype=: the operand is converted to it first */
+        t = op->attrs.dtype, weak = 0;
+        if (op->kind == SM_OP_MEAN && !sm_dtype_is_float(t))
+            return sm_fail(err, errlen, SM_EINVAL, "mean: dtype=%s is not a float dtype",
+                           sm_dtype_long_name(t));
+    } else if (op->kind == SM_OP_MEAN && !sm_dtype_is_float(t)) {
         t = SM_F32;
-    else if (op->kind == SM_OP_SUM && t == SM_BOOL)
+    } else if ((op->kind == SM_OP_SUM || op->kind == SM_OP_PROD) && t == SM_BOOL) {
         t = SM_I32;
+    }
     sm_ir_set(out, t, &s);
-    out->weak = in[0]->weak;
+    out->weak = weak;
+    return SM_OK;
+}
+
+int sm_ir_op_axis(const sm_ir_op *op, int rank)
+{
+    int d;
+    if (!op->attrs.has_ints || op->attrs.ints.n != 1 ||
+        sm_ir_norm_axis(op->attrs.ints.v[0], rank, &d))
+        return -1;
+    return d;
+}
+
+/* The one axis of argmax, argmin and the cumulative ops, checked: an int
+ * or None (-1: over the flattened operand). */
+static sm_err sm_ir_one_axis(const sm_ir_op *op, const sm_shape *x, int *axis, char *err,
+                             size_t errlen)
+{
+    *axis = -1;
+    if (!op->attrs.has_ints)
+        return SM_OK;
+    if (op->attrs.ints.n != 1)
+        return sm_fail(err, errlen, SM_EINVAL, "%s: axis must be an integer or None, got %d axes",
+                       sm_op_name(op->kind), op->attrs.ints.n);
+    if (sm_ir_norm_axis(op->attrs.ints.v[0], x->rank, axis))
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "%s: axis %lld is out of range for an operand of rank %d",
+                       sm_op_name(op->kind), (long long)op->attrs.ints.v[0], x->rank);
+    return SM_OK;
+}
+
+/* argmax, argmin: int32 indices, the axis dropped (kept as 1 with
+ * keepdims; axis=None: over the flattened operand). */
+sm_err sm_ir_infer_argminmax(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                             sm_ir_value *out, char *err, size_t errlen)
+{
+    const sm_shape *x = &in[0]->shape;
+    int axis;
+    sm_err e = sm_ir_one_axis(op, x, &axis, err, errlen);
+    if (e)
+        return e;
+    int empty = axis >= 0 && x->dims[axis] == 0;
+    for (int d = 0; axis < 0 && d < x->rank; d++)
+        empty |= x->dims[d] == 0;
+    if (empty)
+        return sm_fail(err, errlen, SM_EINVAL, "attempt to get %s of an empty sequence",
+                       sm_op_name(op->kind));
+    sm_shape s = {0};
+    for (int d = 0; d < x->rank; d++) {
+        if (axis >= 0 && d != axis)
+            s.dims[s.rank++] = x->dims[d];
+        else if (op->attrs.keepdims)
+            s.dims[s.rank++] = 1;
+    }
+    sm_ir_set(out, SM_I32, &s);
+    return SM_OK;
+}
+
+/* cumsum, cumprod (bool counted as int32; dtype= converts first), cummax,
+ * cummin (numbers only, as lax's): the operand's shape (axis=None: its
+ * elements flattened). */
+sm_err sm_ir_infer_cumulative(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                              sm_ir_value *out, char *err, size_t errlen)
+{
+    const sm_shape *x = &in[0]->shape;
+    int axis;
+    sm_err e = sm_ir_one_axis(op, x, &axis, err, errlen);
+    if (e)
+        return e;
+    sm_dtype t = op->attrs.has_dtype ? op->attrs.dtype : in[0]->dtype;
+    int minmax = op->kind == SM_OP_CUMMAX || op->kind == SM_OP_CUMMIN;
+    if (t == SM_BOOL && !minmax)
+        t = SM_I32;
+    if (t == SM_BOOL || t == SM_F16 || t == SM_BF16)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "%s does not accept dtype %s. Accepted dtypes are subtypes of number.",
+                       sm_op_name(op->kind), sm_dtype_long_name(t));
+    sm_shape s = *x;
+    if (axis < 0) {
+        s.rank = 1;
+        if ((e = sm_shape_numel(x, &s.dims[0], err, errlen)))
+            return e;
+    }
+    sm_ir_set(out, t, &s);
+    out->weak = op->attrs.has_dtype ? 0 : in[0]->weak;
     return SM_OK;
 }

@@ -54,6 +54,10 @@ typedef sm_err (*sm_ir_shard_fn)(const sm_program *p, const sm_ir_op *op,
 #include "sm_ir_ops.def"
 #undef SM_OP
 
+/* The one axis of argmax, argmin and the cumulative ops, normalised
+ * against rank; -1 for axis=None (over the flattened operand). */
+int sm_ir_op_axis(const sm_ir_op *op, int rank);
+
 /* Runs op's sharding rule in jit program p (operand types already in
  * p->values; out has the inferred dtype and global shape): sets
  * out->layout and out->hidden and fills plan (may be NULL). Messages are

@@ -169,7 +169,7 @@ sm_err sm_ir_lex(const char *text, const char *file, sm_tok **out, int *n, char 
                     len = 2;
             if (!len) {
                 char ch[16];
-                if (!strchr("()[]{},:=+-*/%@<>.", c))
+                if (!strchr("()[]{},:=+-*/%@<>.&|^~", c))
                     SM_LEX_FAIL(col, "unexpected character %s%s", sm_ir_char_text(s, ch),
                                 (unsigned char)c >= 0x80
                                     ? " (names and the rest of a program are ASCII)"

@@ -599,6 +599,30 @@ sm_err sm_ir_shard_dot(const sm_program *p, const sm_ir_op *op, const sm_ir_valu
 
 /* ---- reductions ---- */
 
+/* The reduced dimensions (red[d]) go from x's layout, or stay as unsharded
+ * size-1 dimensions with keepdims; the rest keep theirs. Their mesh axes
+ * become the post collective's, or with gather the operand is gathered
+ * along them first (each device then reduces them whole). */
+static void sm_sh_reduce_dims(const sm_ir_op *op, const sm_ir_value *x, const int *red, int gather,
+                              sm_ir_value *out, sm_ir_shard_plan *plan)
+{
+    plan->in[0] = x->layout;
+    int o = 0;
+    for (int d = 0; d < x->shape.rank; d++) {
+        if (red[d]) {
+            for (int j = 0; !gather && j < x->layout.n[d] && plan->npost < SM_MAX_AXES; j++)
+                plan->post_axes[plan->npost++] = x->layout.ax[d][j];
+            if (gather)
+                plan->in[0].n[d] = 0;
+            if (op->attrs.keepdims)
+                out->layout.n[o++] = 0;
+            continue;
+        }
+        sm_sh_dim_copy(&out->layout, o++, &x->layout, d);
+    }
+    plan->local_layout = out->layout;
+}
+
 sm_err sm_ir_shard_reduce(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
                           sm_ir_value *out, sm_ir_shard_plan *plan, char *err, size_t errlen)
 {
@@ -608,24 +632,54 @@ sm_err sm_ir_shard_reduce(const sm_program *p, const sm_ir_op *op, const sm_ir_v
         sm_ir_axes_list(op, &op->attrs.ints, op->attrs.has_ints, x->shape.rank, red, err, errlen);
     if (e)
         return e;
-    plan->in[0] = x->layout;
-    int o = 0;
-    for (int d = 0; d < x->shape.rank; d++) {
-        if (red[d]) {
-            for (int j = 0; j < x->layout.n[d] && plan->npost < SM_MAX_AXES; j++)
-                plan->post_axes[plan->npost++] = x->layout.ax[d][j];
-            if (op->attrs.keepdims)
-                out->layout.n[o++] = 0;
-            continue;
-        }
-        sm_sh_dim_copy(&out->layout, o++, &x->layout, d);
+    /* prod has no collective to complete it: it gathers */
+    sm_sh_reduce_dims(op, x, red, op->kind == SM_OP_PROD, out, plan);
+    if (plan->npost)
+        plan->post = op->kind == SM_OP_SUM                            ? SM_IR_POST_PSUM
+                     : op->kind == SM_OP_MEAN                         ? SM_IR_POST_PMEAN
+                     : op->kind == SM_OP_MAX || op->kind == SM_OP_ANY ? SM_IR_POST_PMAX
+                                                                      : SM_IR_POST_PMIN;
+    return SM_OK;
+}
+
+/* argmax, argmin: JAX's rule (_argminmax_sharding_rule) deletes the
+ * reduced dimension from the operand's spec; the lowering gathers the
+ * operand along it (axis=None: along every dimension), so that each device
+ * finds the index among all of its elements. */
+sm_err sm_ir_shard_argminmax(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                             sm_ir_value *out, sm_ir_shard_plan *plan, char *err, size_t errlen)
+{
+    const sm_ir_value *x = in[0];
+    int axis = sm_ir_op_axis(op, x->shape.rank), red[SM_MAX_RANK];
+    for (int d = 0; d < x->shape.rank; d++)
+        red[d] = axis < 0 || d == axis;
+    sm_sh_reduce_dims(op, x, red, 1, out, plan);
+    return SM_OK;
+}
+
+/* cumsum, cumprod, cummax, cummin: JAX's rule (_cumred_sharding_rule): the
+ * operand must not be sharded along the axis; the result keeps its
+ * sharding. axis=None (the flattened operand) is gathered whole. */
+sm_err sm_ir_shard_cumulative(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                              sm_ir_value *out, sm_ir_shard_plan *plan, char *err, size_t errlen)
+{
+    const sm_ir_value *x = in[0];
+    int axis = sm_ir_op_axis(op, x->shape.rank);
+    if (axis < 0) {
+        memset(&plan->in[0], 0, sizeof plan->in[0]);
+        memset(&out->layout, 0, sizeof out->layout);
+    } else if (sm_sh_dim_mask(&x->layout, axis) & ~x->hidden) {
+        char t[300];
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "Input should be unsharded over the axis being reduced. Got input "
+                       "type=%s and axis=%d",
+                       sm_sh_type_str(p, x, t, sizeof t), axis);
+    } else { /* (an axis sharded over Auto mesh axes only is gathered) */
+        plan->in[0] = x->layout;
+        plan->in[0].n[axis] = 0;
+        out->layout = plan->in[0];
     }
     plan->local_layout = out->layout;
-    if (plan->npost)
-        plan->post = op->kind == SM_OP_SUM    ? SM_IR_POST_PSUM
-                     : op->kind == SM_OP_MEAN ? SM_IR_POST_PMEAN
-                     : op->kind == SM_OP_MAX  ? SM_IR_POST_PMAX
-                                              : SM_IR_POST_PMIN;
     return SM_OK;
 }
 

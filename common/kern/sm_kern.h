@@ -34,7 +34,8 @@
 /* ---- elementwise ---------------------------------------------------------------------------- */
 
 /* X(ENUM, name, ints): ints is 1 when the op accepts i32 and i64 (floor,
- * ceil and round are the identity there); every op accepts f32 and f64. */
+ * ceil and round are the identity there) besides f32 and f64; 2 when it
+ * accepts only the integers, u8 and bool (bitwise_not: ~x, not for bool). */
 #define SM_KERN_UNARY_LIST(X)                                                                      \
     X(SM_KERN_NEGATIVE, "negative", 1)                                                             \
     X(SM_KERN_ABS, "abs", 1)                                                                       \
@@ -49,7 +50,12 @@
     X(SM_KERN_TANH, "tanh", 0)                                                                     \
     X(SM_KERN_SQRT, "sqrt", 0)                                                                     \
     X(SM_KERN_RSQRT, "rsqrt", 0)                                                                   \
-    X(SM_KERN_LOGISTIC, "logistic", 0)
+    X(SM_KERN_LOGISTIC, "logistic", 0)                                                             \
+    X(SM_KERN_LOG1P, "log1p", 0)                                                                   \
+    X(SM_KERN_EXPM1, "expm1", 0)                                                                   \
+    X(SM_KERN_TAN, "tan", 0)                                                                       \
+    X(SM_KERN_ERF, "erf", 0)                                                                       \
+    X(SM_KERN_BITWISE_NOT, "bitwise_not", 2)
 
 typedef enum {
 #define SM_KERN_UNARY_ENUM(e, name, ints) e,
@@ -60,7 +66,8 @@ typedef enum {
 
 /* X(ENUM, name, kind): kind 0 arithmetic (f32 f64 i32 i64, result of the
  * operands' dtype), 1 comparison (also u8 and bool, result bool), 2
- * maximum/minimum (also u8 and bool). */
+ * maximum/minimum (also u8 and bool), 3 bitwise (i32 i64 u8 bool only; on
+ * bool the logical op). */
 #define SM_KERN_BINARY_LIST(X)                                                                     \
     X(SM_KERN_ADD, "add", 0)                                                                       \
     X(SM_KERN_SUBTRACT, "subtract", 0)                                                             \
@@ -76,7 +83,10 @@ typedef enum {
     X(SM_KERN_LESS, "less", 1)                                                                     \
     X(SM_KERN_LESS_EQUAL, "less_equal", 1)                                                         \
     X(SM_KERN_GREATER, "greater", 1)                                                               \
-    X(SM_KERN_GREATER_EQUAL, "greater_equal", 1)
+    X(SM_KERN_GREATER_EQUAL, "greater_equal", 1)                                                   \
+    X(SM_KERN_BITWISE_AND, "bitwise_and", 3)                                                       \
+    X(SM_KERN_BITWISE_OR, "bitwise_or", 3)                                                         \
+    X(SM_KERN_BITWISE_XOR, "bitwise_xor", 3)
 
 typedef enum {
 #define SM_KERN_BINARY_ENUM(e, name, kind) e,
@@ -138,7 +148,10 @@ sm_err sm_kern_iota(sm_dtype t, const sm_shape *s, int axis, void *out, char *er
     X(SM_KERN_SUM, "sum")                                                                          \
     X(SM_KERN_MEAN, "mean")                                                                        \
     X(SM_KERN_MAX, "max")                                                                          \
-    X(SM_KERN_MIN, "min")
+    X(SM_KERN_MIN, "min")                                                                          \
+    X(SM_KERN_PROD, "prod")                                                                        \
+    X(SM_KERN_ANY, "any")                                                                          \
+    X(SM_KERN_ALL, "all")
 
 typedef enum {
 #define SM_KERN_REDUCE_ENUM(e, name) e,
@@ -155,14 +168,30 @@ const char *sm_kern_reduce_name(sm_kern_reduce_op op);
 sm_err sm_kern_reduce_shape(const sm_shape *xs, const int *axes, int naxes, int keepdims,
                             sm_shape *out, char *err, size_t errlen);
 
-/* out = op over the axes of x (as sm_kern_reduce_shape). sum: f32 f64 i32 i64
- * u8 (integers wrap; f32 accumulates in f64 in a fixed blocked order); mean:
- * f32 f64; max/min: every dtype but f16/bf16, NaN propagates. Empty
- * reductions give the identity (0, -inf/+inf or the integer limits; mean
- * gives NaN). */
+/* out = op over the axes of x (as sm_kern_reduce_shape). sum and prod: f32
+ * f64 i32 i64 u8 (integers wrap; f32 accumulates in f64 in a fixed blocked
+ * order); mean: f32 f64; max/min: every dtype but f16/bf16, NaN propagates;
+ * any/all: bool. Empty reductions give the identity (0, 1, -inf/+inf or the
+ * integer limits, false for any and true for all; mean gives NaN). */
 sm_err sm_kern_reduce(sm_kern_reduce_op op, sm_dtype t, const void *x, const sm_shape *xs,
                       const int *axes, int naxes, int keepdims, void *out, char *err,
                       size_t errlen);
+
+/* Index of the largest (is_max) or smallest element of x along axis (-1:
+ * over all of x, flattened), first where tied; a NaN counts as beyond every
+ * number (the first NaN wins), as numpy and JAX have it. out is int32 with
+ * x's shape less that axis (axis -1: one element). Every dtype but
+ * f16/bf16; SM_EINVAL when the axis is empty. */
+sm_err sm_kern_argminmax(int is_max, sm_dtype t, const void *x, const sm_shape *xs, int axis,
+                         void *out, char *err, size_t errlen);
+
+/* out = the running op (sum, prod, max, min) of x along axis (-1: over all
+ * of x, flattened; out then has numel(x) elements), accumulated in t in
+ * index order (numpy's cumsum, cumprod, and maximum/minimum.accumulate;
+ * NaN propagates in max/min). sum and prod: f32 f64 i32 i64 u8 (integers
+ * wrap); max and min: those and bool. */
+sm_err sm_kern_cumulative(sm_kern_reduce_op op, sm_dtype t, const void *x, const sm_shape *xs,
+                          int axis, void *out, char *err, size_t errlen);
 
 /* dst[i] = op(dst[i], src[i]) for i < n, op sum/max/min (not mean), dtypes as
  * for sm_kern_reduce. dst and src must not overlap. For collectives. */

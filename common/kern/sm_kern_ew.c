@@ -158,10 +158,17 @@ SMK_UN_F(tanh, tanhf(x), tanh(x))
 SMK_UN_F(sqrt, sqrtf(x), sqrt(x))
 SMK_UN_F(rsqrt, 1.0f / sqrtf(x), 1.0 / sqrt(x))
 SMK_UN_F(logistic, 1.0f / (1.0f + expf(-x)), 1.0 / (1.0 + exp(-x)))
+SMK_UN_F(log1p, log1pf(x), log1p(x))
+SMK_UN_F(expm1, expm1f(x), expm1(x))
+SMK_UN_F(tan, tanf(x), tan(x))
+SMK_UN_F(erf, erff(x), erf(x))
 SMK_UN_I(negative, (smk_u)0 - (smk_u)x)
 SMK_UN_I(abs, x < 0 ? (smk_u)0 - (smk_u)x : (smk_u)x)
 SMK_UN_I(sign, x > 0 ? 1 : x < 0 ? -1 : 0)
 SMK_UN_I(ident, x)
+SMK_UN_I(bitwise_not, ~x)
+SMK_UN_ROW(un_bitwise_not_u8, uint8_t, uint8_t, ~x)
+SMK_UN_ROW(un_bitwise_not_bool, uint8_t, uint8_t, !x)
 
 #define SMK_UN_ENTRY_F(op) [SM_F32] = un_##op##_f32, [SM_F64] = un_##op##_f64
 #define SMK_UN_ENTRY_FI(op, iop)                                                                   \
@@ -182,6 +189,14 @@ static const smk_un_fn un_table[SM_KERN_UNARY_COUNT][SM_DTYPE_COUNT] = {
     [SM_KERN_SQRT] = {SMK_UN_ENTRY_F(sqrt)},
     [SM_KERN_RSQRT] = {SMK_UN_ENTRY_F(rsqrt)},
     [SM_KERN_LOGISTIC] = {SMK_UN_ENTRY_F(logistic)},
+    [SM_KERN_LOG1P] = {SMK_UN_ENTRY_F(log1p)},
+    [SM_KERN_EXPM1] = {SMK_UN_ENTRY_F(expm1)},
+    [SM_KERN_TAN] = {SMK_UN_ENTRY_F(tan)},
+    [SM_KERN_ERF] = {SMK_UN_ENTRY_F(erf)},
+    [SM_KERN_BITWISE_NOT] = {[SM_I32] = un_bitwise_not_i32,
+                             [SM_I64] = un_bitwise_not_i64,
+                             [SM_U8] = un_bitwise_not_u8,
+                             [SM_BOOL] = un_bitwise_not_bool},
 };
 
 sm_err sm_kern_unary(sm_kern_unary_op op, sm_dtype t, const sm_shape *s, const void *x, void *out,
@@ -285,10 +300,19 @@ SMK_BIN_C(less, x < y)
 SMK_BIN_C(less_equal, x <= y)
 SMK_BIN_C(greater, x > y)
 SMK_BIN_C(greater_equal, x >= y)
+SMK_BIN_I(bitwise_and, x &y)
+SMK_BIN_I(bitwise_or, x | y)
+SMK_BIN_I(bitwise_xor, x ^ y)
+SMK_BIN_B(bitwise_and, x &y)
+SMK_BIN_B(bitwise_or, x | y)
+SMK_BIN_B(bitwise_xor, x ^ y)
 
 #define SMK_BIN_ENTRY_FI(op)                                                                       \
     [SM_F32] = bin_##op##_f32, [SM_F64] = bin_##op##_f64, [SM_I32] = bin_##op##_i32,               \
     [SM_I64] = bin_##op##_i64
+#define SMK_BIN_ENTRY_BITS(op)                                                                     \
+    [SM_I32] = bin_##op##_i32, [SM_I64] = bin_##op##_i64, [SM_U8] = bin_##op##_u8,                 \
+    [SM_BOOL] = bin_##op##_bool
 #define SMK_BIN_ENTRY_ALL(op)                                                                      \
     SMK_BIN_ENTRY_FI(op), [SM_U8] = bin_##op##_u8, [SM_BOOL] = bin_##op##_bool
 
@@ -308,6 +332,9 @@ static const smk_bin_fn bin_table[SM_KERN_BINARY_COUNT][SM_DTYPE_COUNT] = {
     [SM_KERN_LESS_EQUAL] = {SMK_BIN_ENTRY_ALL(less_equal)},
     [SM_KERN_GREATER] = {SMK_BIN_ENTRY_ALL(greater)},
     [SM_KERN_GREATER_EQUAL] = {SMK_BIN_ENTRY_ALL(greater_equal)},
+    [SM_KERN_BITWISE_AND] = {SMK_BIN_ENTRY_BITS(bitwise_and)},
+    [SM_KERN_BITWISE_OR] = {SMK_BIN_ENTRY_BITS(bitwise_or)},
+    [SM_KERN_BITWISE_XOR] = {SMK_BIN_ENTRY_BITS(bitwise_xor)},
 };
 
 sm_err sm_kern_broadcast_shape(const sm_shape *a, const sm_shape *b, sm_shape *out, char *err,

@@ -1,12 +1,14 @@
-/* Reductions (sum mean max min over a set of axes), the collective helpers
- * accumulate and scale.
+/* Reductions (sum mean max min prod any all over a set of axes), argmax and
+ * argmin, the running reductions (cumsum cumprod cummax cummin), and the
+ * collective helpers accumulate and scale.
  *
  * The input's dims are collapsed into alternating kept/reduced groups. When
  * the last group is reduced, each output element combines contiguous runs,
  * each summed over 16 lanes and folded by a fixed tree; when the last group
  * is kept, whole rows are accumulated elementwise into an accumulator row.
  * Either way the order is fixed by the shape alone, so results are bitwise
- * reproducible. f32 sums accumulate in f64; integer sums wrap. */
+ * reproducible. f32 sums and products accumulate in f64; integer sums
+ * wrap. argmax and the running reductions walk the axis in index order. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +42,7 @@ typedef struct {
 #define SMK_FMIN(a, v) (((a) <= (v) || (a) != (a)) ? (a) : (v))
 #define SMK_IMAX(a, v) ((a) > (v) ? (a) : (v))
 #define SMK_IMIN(a, v) ((a) < (v) ? (a) : (v))
+#define SMK_MUL(a, v)  ((a) * (v))
 
 #define SMK_RED_KIT(name, T, A, IDENT, COMB)                                                       \
     static void red_init_##name(void *acc_, int64_t n)                                             \
@@ -114,6 +117,11 @@ SMK_RED_KIT(min_i32, int32_t, int32_t, INT32_MAX, SMK_IMIN)
 SMK_RED_KIT(min_i64, int64_t, int64_t, INT64_MAX, SMK_IMIN)
 SMK_RED_KIT(min_u8, uint8_t, uint8_t, 255, SMK_IMIN)
 SMK_RED_KIT(min_bool, uint8_t, uint8_t, 1, SMK_IMIN)
+SMK_RED_KIT(prod_f32, float, double, 1.0, SMK_MUL)
+SMK_RED_KIT(prod_f64, double, double, 1.0, SMK_MUL)
+SMK_RED_KIT(prod_i32, int32_t, uint32_t, 1, SMK_MUL)
+SMK_RED_KIT(prod_i64, int64_t, uint64_t, 1, SMK_MUL)
+SMK_RED_KIT(prod_u8, uint8_t, uint8_t, 1, SMK_MUL)
 
 static const smk_red_kit *const red_kits[SM_KERN_REDUCE_COUNT][SM_DTYPE_COUNT] = {
     [SM_KERN_SUM] = {[SM_F32] = &red_kit_sum_f32,
@@ -134,6 +142,13 @@ static const smk_red_kit *const red_kits[SM_KERN_REDUCE_COUNT][SM_DTYPE_COUNT] =
                      [SM_I64] = &red_kit_min_i64,
                      [SM_U8] = &red_kit_min_u8,
                      [SM_BOOL] = &red_kit_min_bool},
+    [SM_KERN_PROD] = {[SM_F32] = &red_kit_prod_f32,
+                      [SM_F64] = &red_kit_prod_f64,
+                      [SM_I32] = &red_kit_prod_i32,
+                      [SM_I64] = &red_kit_prod_i64,
+                      [SM_U8] = &red_kit_prod_u8},
+    [SM_KERN_ANY] = {[SM_BOOL] = &red_kit_max_u8},
+    [SM_KERN_ALL] = {[SM_BOOL] = &red_kit_min_bool},
 };
 
 /* One accumulator of any kit, suitably aligned. */
@@ -292,6 +307,172 @@ sm_err sm_kern_reduce(sm_kern_reduce_op op, sm_dtype t, const void *x, const sm_
         smk_cursor_next(&lk, &ck);
     }
     free(acc);
+    return SM_OK;
+}
+
+/* ---- index and running reductions ----------------------------------------------------------- */
+
+/* x seen as [outer, n, inner] around axis (-1: [1, numel, 1]). */
+static void split_axis(const sm_shape *xs, int axis, int64_t *outer, int64_t *n, int64_t *inner)
+{
+    *outer = 1;
+    *n = 1;
+    *inner = 1;
+    for (int d = 0; d < xs->rank; d++) {
+        if (axis < 0 || d == axis)
+            *n *= xs->dims[d];
+        else
+            *(d < axis ? outer : inner) *= xs->dims[d];
+    }
+}
+
+/* One [outer, n, inner] argmax/argmin per dtype: best[] holds the current
+ * extreme of each of the inner columns while the rows go by, so x is read
+ * once, in order. */
+#define SMK_ARG_DEF(name, T, ISNAN)                                                                \
+    static void name(const void *x_, int64_t outer, int64_t n, int64_t inner, int is_max,          \
+                     int32_t *o, void *best_)                                                      \
+    {                                                                                              \
+        const T *x = x_;                                                                           \
+        T *best = best_;                                                                           \
+        for (int64_t a = 0; a < outer; a++) {                                                      \
+            const T *xa = x + a * n * inner;                                                       \
+            int32_t *oa = o + a * inner;                                                           \
+            for (int64_t i = 0; i < inner; i++) {                                                  \
+                best[i] = xa[i];                                                                   \
+                oa[i] = 0;                                                                         \
+            }                                                                                      \
+            for (int64_t k = 1; k < n; k++) {                                                      \
+                const T *r = xa + k * inner;                                                       \
+                for (int64_t i = 0; i < inner; i++) {                                              \
+                    T v = r[i], b = best[i];                                                       \
+                    if ((is_max ? v > b : v < b) || (ISNAN(v) && !ISNAN(b))) {                     \
+                        best[i] = v;                                                               \
+                        oa[i] = (int32_t)k;                                                        \
+                    }                                                                              \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }
+#define SMK_NOTNUM(v) ((v) != (v))
+#define SMK_NEVER(v)  0
+SMK_ARG_DEF(arg_f32, float, SMK_NOTNUM)
+SMK_ARG_DEF(arg_f64, double, SMK_NOTNUM)
+SMK_ARG_DEF(arg_i32, int32_t, SMK_NEVER)
+SMK_ARG_DEF(arg_i64, int64_t, SMK_NEVER)
+SMK_ARG_DEF(arg_u8, uint8_t, SMK_NEVER)
+
+typedef void (*smk_arg_fn)(const void *x, int64_t outer, int64_t n, int64_t inner, int is_max,
+                           int32_t *o, void *best);
+static const smk_arg_fn arg_fns[SM_DTYPE_COUNT] = {
+    [SM_F32] = arg_f32, [SM_F64] = arg_f64, [SM_I32] = arg_i32,
+    [SM_I64] = arg_i64, [SM_U8] = arg_u8,   [SM_BOOL] = arg_u8,
+};
+
+sm_err sm_kern_argminmax(int is_max, sm_dtype t, const void *x, const sm_shape *xs, int axis,
+                         void *out, char *err, size_t errlen)
+{
+    const char *name = is_max ? "argmax" : "argmin";
+    if ((unsigned)t >= SM_DTYPE_COUNT || !arg_fns[t])
+        return sm_fail(err, errlen, SM_EUNSUPPORTED, "%s does not support dtype %s", name,
+                       sm_dtype_name(t));
+    char b[128];
+    if (axis >= xs->rank)
+        return sm_fail(err, errlen, SM_EINVAL, "%s: axis %d is out of range for shape %s", name,
+                       axis, smk_fmt(xs, b, sizeof b));
+    int64_t outer, n, inner;
+    split_axis(xs, axis, &outer, &n, &inner);
+    if (n == 0)
+        return sm_fail(err, errlen, SM_EINVAL, "%s: attempt to get %s of an empty sequence", name,
+                       name);
+    if (outer == 0 || inner == 0)
+        return SM_OK;
+    void *best = malloc((size_t)inner * smk_elem(t));
+    if (!best)
+        return sm_fail(err, errlen, SM_ENOMEM, "no memory for a %s row of %lld", name,
+                       (long long)inner);
+    arg_fns[t](x, outer, n, inner, is_max, out, best);
+    free(best);
+    return SM_OK;
+}
+
+/* One [outer, n, inner] running reduction per (op, dtype): row k of the
+ * output combines row k - 1 of the output with row k of x. */
+#define SMK_CUM_DEF(name, T, A, COMB)                                                              \
+    static void name(const void *x_, void *o_, int64_t outer, int64_t n, int64_t inner)            \
+    {                                                                                              \
+        const T *x = x_;                                                                           \
+        T *o = o_;                                                                                 \
+        for (int64_t a = 0; a < outer; a++) {                                                      \
+            const T *xa = x + a * n * inner;                                                       \
+            T *oa = o + a * n * inner;                                                             \
+            memcpy(oa, xa, (size_t)inner * sizeof(T));                                             \
+            for (int64_t k = 1; k < n; k++)                                                        \
+                for (int64_t i = 0; i < inner; i++) {                                              \
+                    A p = (A)oa[(k - 1) * inner + i], v = (A)xa[k * inner + i];                    \
+                    oa[k * inner + i] = (T)COMB(p, v);                                             \
+                }                                                                                  \
+        }                                                                                          \
+    }
+SMK_CUM_DEF(cum_sum_f32, float, float, SMK_ADD)
+SMK_CUM_DEF(cum_sum_f64, double, double, SMK_ADD)
+SMK_CUM_DEF(cum_sum_i32, int32_t, uint32_t, SMK_ADD)
+SMK_CUM_DEF(cum_sum_i64, int64_t, uint64_t, SMK_ADD)
+SMK_CUM_DEF(cum_sum_u8, uint8_t, uint8_t, SMK_ADD)
+SMK_CUM_DEF(cum_prod_f32, float, float, SMK_MUL)
+SMK_CUM_DEF(cum_prod_f64, double, double, SMK_MUL)
+SMK_CUM_DEF(cum_prod_i32, int32_t, uint32_t, SMK_MUL)
+SMK_CUM_DEF(cum_prod_i64, int64_t, uint64_t, SMK_MUL)
+SMK_CUM_DEF(cum_prod_u8, uint8_t, uint8_t, SMK_MUL)
+SMK_CUM_DEF(cum_max_f32, float, float, SMK_FMAX)
+SMK_CUM_DEF(cum_max_f64, double, double, SMK_FMAX)
+SMK_CUM_DEF(cum_max_i32, int32_t, int32_t, SMK_IMAX)
+SMK_CUM_DEF(cum_max_i64, int64_t, int64_t, SMK_IMAX)
+SMK_CUM_DEF(cum_max_u8, uint8_t, uint8_t, SMK_IMAX)
+SMK_CUM_DEF(cum_min_f32, float, float, SMK_FMIN)
+SMK_CUM_DEF(cum_min_f64, double, double, SMK_FMIN)
+SMK_CUM_DEF(cum_min_i32, int32_t, int32_t, SMK_IMIN)
+SMK_CUM_DEF(cum_min_i64, int64_t, int64_t, SMK_IMIN)
+SMK_CUM_DEF(cum_min_u8, uint8_t, uint8_t, SMK_IMIN)
+
+typedef void (*smk_cum_fn)(const void *x, void *o, int64_t outer, int64_t n, int64_t inner);
+#define SMK_CUM_ROW(op)                                                                            \
+    {                                                                                              \
+        [SM_F32] = cum_##op##_f32, [SM_F64] = cum_##op##_f64, [SM_I32] = cum_##op##_i32,           \
+        [SM_I64] = cum_##op##_i64, [SM_U8] = cum_##op##_u8                                         \
+    }
+static const smk_cum_fn cum_fns[SM_KERN_REDUCE_COUNT][SM_DTYPE_COUNT] = {
+    [SM_KERN_SUM] = SMK_CUM_ROW(sum),
+    [SM_KERN_PROD] = SMK_CUM_ROW(prod),
+    [SM_KERN_MAX] = {[SM_F32] = cum_max_f32,
+                     [SM_F64] = cum_max_f64,
+                     [SM_I32] = cum_max_i32,
+                     [SM_I64] = cum_max_i64,
+                     [SM_U8] = cum_max_u8,
+                     [SM_BOOL] = cum_max_u8},
+    [SM_KERN_MIN] = {[SM_F32] = cum_min_f32,
+                     [SM_F64] = cum_min_f64,
+                     [SM_I32] = cum_min_i32,
+                     [SM_I64] = cum_min_i64,
+                     [SM_U8] = cum_min_u8,
+                     [SM_BOOL] = cum_min_u8},
+};
+
+sm_err sm_kern_cumulative(sm_kern_reduce_op op, sm_dtype t, const void *x, const sm_shape *xs,
+                          int axis, void *out, char *err, size_t errlen)
+{
+    if ((unsigned)op >= SM_KERN_REDUCE_COUNT || (unsigned)t >= SM_DTYPE_COUNT || !cum_fns[op][t])
+        return sm_fail(err, errlen, SM_EUNSUPPORTED, "cumulative %s does not support dtype %s",
+                       sm_kern_reduce_name(op), sm_dtype_name(t));
+    char b[128];
+    if (axis >= xs->rank)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "cumulative %s: axis %d is out of range for shape %s",
+                       sm_kern_reduce_name(op), axis, smk_fmt(xs, b, sizeof b));
+    int64_t outer, n, inner;
+    split_axis(xs, axis, &outer, &n, &inner);
+    if (outer && n && inner)
+        cum_fns[op][t](x, out, outer, n, inner);
     return SM_OK;
 }
 

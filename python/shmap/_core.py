@@ -522,17 +522,47 @@ class Array(_Shaped):
     def astype(self, dtype):
         return self._now(lambda a: a.astype(dtype))
 
-    def sum(self, axis=None, keepdims=False):
-        return self._now(lambda a: a.sum(axis, keepdims))
+    def sum(self, axis=None, dtype=None, out=None, keepdims=False):
+        return self._now(lambda a: a.sum(axis, dtype, keepdims=keepdims))
 
-    def mean(self, axis=None, keepdims=False):
-        return self._now(lambda a: a.mean(axis, keepdims))
+    def prod(self, axis=None, dtype=None, out=None, keepdims=False):
+        return self._now(lambda a: a.prod(axis, dtype, keepdims=keepdims))
 
-    def max(self, axis=None, keepdims=False):
-        return self._now(lambda a: a.max(axis, keepdims))
+    def mean(self, axis=None, dtype=None, out=None, keepdims=False):
+        return self._now(lambda a: a.mean(axis, dtype, keepdims=keepdims))
 
-    def min(self, axis=None, keepdims=False):
-        return self._now(lambda a: a.min(axis, keepdims))
+    def max(self, axis=None, out=None, keepdims=False):
+        return self._now(lambda a: a.max(axis, keepdims=keepdims))
+
+    def min(self, axis=None, out=None, keepdims=False):
+        return self._now(lambda a: a.min(axis, keepdims=keepdims))
+
+    def any(self, axis=None, out=None, keepdims=False):
+        return self._now(lambda a: a.any(axis, keepdims=keepdims))
+
+    def all(self, axis=None, out=None, keepdims=False):
+        return self._now(lambda a: a.all(axis, keepdims=keepdims))
+
+    def argmax(self, axis=None, out=None, keepdims=False):
+        return self._now(lambda a: a.argmax(axis, keepdims=keepdims))
+
+    def argmin(self, axis=None, out=None, keepdims=False):
+        return self._now(lambda a: a.argmin(axis, keepdims=keepdims))
+
+    def cumsum(self, axis=None, dtype=None):
+        return self._now(lambda a: a.cumsum(axis, dtype))
+
+    def cumprod(self, axis=None, dtype=None):
+        return self._now(lambda a: a.cumprod(axis, dtype))
+
+    def var(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
+        return self._now(lambda a: a.var(axis, dtype, ddof=ddof, keepdims=keepdims))
+
+    def std(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
+        return self._now(lambda a: a.std(axis, dtype, ddof=ddof, keepdims=keepdims))
+
+    def __invert__(self):
+        return self._now(lambda a: ~a)
 
     def __neg__(self):
         return self._now(lambda a: -a)
@@ -581,7 +611,8 @@ def _array_binary(op):
 for _name, _op in (("add", operator.add), ("sub", operator.sub), ("mul", operator.mul),
                    ("truediv", operator.truediv), ("floordiv", operator.floordiv),
                    ("mod", operator.mod), ("pow", operator.pow),
-                   ("matmul", operator.matmul)):
+                   ("matmul", operator.matmul), ("and", operator.and_), ("or", operator.or_),
+                   ("xor", operator.xor)):
     _f, _r = _array_binary(_op)
     setattr(Array, f"__{_name}__", _f)
     setattr(Array, f"__r{_name}__", _r)

@@ -241,6 +241,13 @@ class Tracer(_Shaped):
     def __ge__(self, o): return self._bin(">=", o)
     def __eq__(self, o): return self._bin("==", o)
     def __ne__(self, o): return self._bin("!=", o)
+    def __and__(self, o): return self._bin("&", o)
+    def __rand__(self, o): return self._bin("&", o, True)
+    def __or__(self, o): return self._bin("|", o)
+    def __ror__(self, o): return self._bin("|", o, True)
+    def __xor__(self, o): return self._bin("^", o)
+    def __rxor__(self, o): return self._bin("^", o, True)
+    def __invert__(self): return _call_op("bitwise_not", self)
     def __neg__(self): return _builder().emit(f"-{self.name}")
     def __pos__(self): return self
     def __abs__(self): return _call_op("abs", self)
@@ -285,17 +292,46 @@ class Tracer(_Shaped):
     def astype(self, dtype):
         return _call_op("astype", self, dtype)
 
-    def sum(self, axis=None, keepdims=False):
-        return _reduce("sum", self, axis, keepdims)
+    def sum(self, axis=None, dtype=None, out=None, keepdims=False):
+        return _reduce("sum", self, axis, keepdims, dtype)
 
-    def mean(self, axis=None, keepdims=False):
-        return _reduce("mean", self, axis, keepdims)
+    def prod(self, axis=None, dtype=None, out=None, keepdims=False):
+        return _reduce("prod", self, axis, keepdims, dtype)
 
-    def max(self, axis=None, keepdims=False):
+    def mean(self, axis=None, dtype=None, out=None, keepdims=False):
+        return _reduce("mean", self, axis, keepdims, dtype)
+
+    def max(self, axis=None, out=None, keepdims=False):
         return _reduce("max", self, axis, keepdims)
 
-    def min(self, axis=None, keepdims=False):
+    def min(self, axis=None, out=None, keepdims=False):
         return _reduce("min", self, axis, keepdims)
+
+    def any(self, axis=None, out=None, keepdims=False):
+        return _reduce("any", self, axis, keepdims)
+
+    def all(self, axis=None, out=None, keepdims=False):
+        return _reduce("all", self, axis, keepdims)
+
+    def argmax(self, axis=None, out=None, keepdims=False):
+        return _reduce("argmax", self, axis, keepdims)
+
+    def argmin(self, axis=None, out=None, keepdims=False):
+        return _reduce("argmin", self, axis, keepdims)
+
+    def cumsum(self, axis=None, dtype=None):
+        return _call_op("cumsum", self, axis=axis, dtype=dtype)
+
+    def cumprod(self, axis=None, dtype=None):
+        return _call_op("cumprod", self, axis=axis, dtype=dtype)
+
+    def var(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
+        from . import numpy as jnp
+        return jnp.var(self, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
+
+    def std(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
+        from . import numpy as jnp
+        return jnp.std(self, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
 
 
 class _AtIndex:
@@ -373,10 +409,12 @@ def _broadcast_to(v, shape):
     return v if tuple(v.shape) == tuple(shape) else _call_op("broadcast_to", v, tuple(shape))
 
 
-def _reduce(op, x, axis, keepdims):
+def _reduce(op, x, axis, keepdims, dtype=None):
     kw = {}
     if axis is not None:
         kw["axis"] = axis
+    if dtype is not None:
+        kw["dtype"] = dtype
     if keepdims:
         kw["keepdims"] = True
     return _call_op(op, x, **kw)

@@ -42,6 +42,58 @@ def square(x):
     return x * x
 
 
+invert = bitwise_not  # noqa: F821 (jnp.invert, from the op table)
+bitwise_invert = bitwise_not  # noqa: F821
+__all__ += ["invert", "bitwise_invert"]
+
+
+def _reduced_count(a, axis):
+    """How many elements a reduction of a over axis (None, an int or a
+    tuple) takes in."""
+    if axis is None:
+        return math.prod(a.shape)
+    axes = (axis,) if isinstance(axis, numbers.Integral) else axis
+    return math.prod(a.shape[d] for d in axes)
+
+
+@_at_once
+def var(a, axis=None, dtype=None, ddof=0, keepdims=False):
+    """jnp.var: the mean of squared deviations from the mean over axis, the
+    sum divided by n - ddof (as JAX computes it); float32 for integers."""
+    if dtype is None:
+        dtype = a.dtype if _np.issubdtype(a.dtype, _np.floating) else _np.float32
+    a = astype(a, dtype)  # noqa: F821
+    d = a - mean(a, axis=axis, keepdims=True)  # noqa: F821
+    return sum(d * d, axis=axis, keepdims=keepdims) / (_reduced_count(a, axis) - ddof)  # noqa: F821
+
+
+@_at_once
+def std(a, axis=None, dtype=None, ddof=0, keepdims=False):
+    """jnp.std: sqrt(var)."""
+    return sqrt(var(a, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims))  # noqa: F821
+
+
+@_at_once
+def isnan(x):
+    """x != x (false for integers)."""
+    return not_equal(x, x)  # noqa: F821
+
+
+@_at_once
+def isfinite(x):
+    """Neither infinite nor NaN: x - x is 0 exactly then (true for integers)."""
+    return equal(x - x, 0)  # noqa: F821
+
+
+@_at_once
+def isinf(x):
+    """+-inf: not NaN, yet x - x is not 0."""
+    return logical_and(equal(x, x), not_equal(x - x, 0))  # noqa: F821
+
+
+__all__ += ["var", "std", "isnan", "isfinite", "isinf"]
+
+
 @_at_once
 def clip(a, a_min=None, a_max=None):
     """jnp.clip: maximum(a, a_min), then minimum(..., a_max)."""
@@ -65,7 +117,7 @@ def _spec_of_type(t):
             entries.append(tuple(d[1:-1].split(",")))
         else:
             entries.append(d)
-    return P(*entries) if any(e is not None for e in entries) else None
+    return P(*entries) if builtins.any(e is not None for e in entries) else None
 
 
 @_at_once
@@ -112,7 +164,7 @@ _arange_op = arange  # noqa: F821 (the op table's: static integer bounds)
 
 
 def _arange(start, stop=None, step=None, dtype=None, out_sharding=None):
-    if all(isinstance(v, numbers.Integral) for v in (start, stop, step) if v is not None):
+    if builtins.all(isinstance(v, numbers.Integral) for v in (start, stop, step) if v is not None):
         args = [v for v in (start, stop, step) if v is not None]
         if stop is None and step is not None:
             args = [0, start, step]

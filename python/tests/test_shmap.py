@@ -651,6 +651,77 @@ def test_nn_activations(c):
     assert "psum" in shmap.jit(shmap.nn.softmax).lower(x).as_text()
 
 
+def test_reductions_logic_and_ml_helpers(c):
+    """argmax/argmin, prod, any/all, cumsum and the other running
+    reductions, the bitwise and logical ops (with & | ^ ~), var/std, sum's
+    dtype=, and shmap.nn's gelu, logsumexp and one_hot, against numpy:
+    traced over sharded axes (argmax and prod gather the reduced dimension,
+    any completes with a pmax) and at once; a cumsum along a sharded axis
+    is refused with JAX's sentence."""
+    mesh = c.make_mesh((4, 2), ("X", "Y"))
+    xa = np.random.default_rng(3).standard_normal((8, 16)).astype(np.float32)
+    xa[2, 5] = xa[2, 9] = xa[2].max() + 1  # a tie: the first index wins
+    x = c.device_put(xa, NamedSharding(mesh, P("X", "Y")))
+    xr = c.device_put(xa, NamedSharding(mesh, P(None, "Y")))
+    na = np.arange(-64, 64, dtype=np.int32).reshape(8, 16)
+    n = c.device_put(na, NamedSharding(mesh, P("X", "Y")))
+    am = shmap.jit(lambda a: jnp.argmax(a, axis=1))(x)
+    assert shmap.typeof(am) == "i32[8@X]" and np.array_equal(np.asarray(am), xa.argmax(1))
+    assert np.asarray(am)[2] == 5
+    assert np.array_equal(np.asarray(x.argmin(axis=0, keepdims=True)), xa.argmin(0)[None])
+    assert int(x.argmax()) == xa.argmax()
+    assert np.allclose(np.asarray(jnp.prod(x / 4 + 1, axis=1)), (xa / 4 + 1).prod(1), rtol=1e-5)
+    assert np.array_equal(np.asarray((x > 1).any(axis=1)), (xa > 1).any(1))
+    assert bool(jnp.all(x < 10)) and not bool(jnp.any(x > 10))
+    assert np.allclose(np.asarray(jnp.cumsum(xr, axis=0)), xa.cumsum(0), rtol=1e-5, atol=1e-5)
+    assert np.array_equal(np.asarray(jnp.cummax(xr, axis=0)), np.maximum.accumulate(xa, 0))
+    assert np.allclose(np.asarray(xr.cumprod(axis=0)), xa.cumprod(0), rtol=1e-4, atol=1e-6)
+    assert np.allclose(np.asarray(shmap.lax.cumsum(xr, axis=0, reverse=True)),
+                       xa[::-1].cumsum(0)[::-1], rtol=1e-5, atol=1e-5)
+    with pytest.raises(shmap.ProgramError, match=r"Input should be unsharded over the axis "
+                       r"being reduced\. Got input type=f32\[8@X,16@Y\] and axis=1"):
+        jnp.cumsum(x, axis=1)
+    assert np.array_equal(np.asarray((n & 6) | (n ^ 3)), (na & 6) | (na ^ 3))
+    assert np.array_equal(np.asarray(~n), ~na)
+    assert np.array_equal(np.asarray(~(x > 0) & (n > 0)), ~(xa > 0) & (na > 0))
+    assert np.array_equal(np.asarray(jnp.logical_xor(x, n)), np.logical_xor(xa, na))
+    assert np.array_equal(np.asarray(jnp.logical_not(n)), np.logical_not(na))
+    with pytest.raises(shmap.ProgramError, match="bitwise_and does not accept dtype float32"):
+        x & x
+    assert np.allclose(np.asarray(x.var(axis=1)), xa.var(1), rtol=1e-5)
+    assert np.allclose(float(jnp.std(x, ddof=1)), xa.std(ddof=1), rtol=1e-5)
+    assert np.allclose(np.asarray(jnp.log1p(abs(x))), np.log1p(abs(xa)), rtol=1e-6)
+    s = jnp.sum(n, axis=0, dtype=jnp.float64)
+    assert shmap.typeof(s) == "f64[16@Y]" and np.array_equal(np.asarray(s), na.sum(0))
+    from math import erf, sqrt, pi, tanh
+    exact = np.vectorize(lambda v: v * 0.5 * (1 + erf(v / sqrt(2))))(xa.astype(np.float64))
+    tanh_form = np.vectorize(
+        lambda v: v * 0.5 * (1 + tanh(sqrt(2 / pi) * (v + 0.044715 * v ** 3))))(xa)
+    assert np.allclose(np.asarray(shmap.nn.gelu(x, approximate=False)), exact, atol=1e-6)
+    assert np.allclose(np.asarray(shmap.jit(shmap.nn.gelu)(x)), tanh_form, atol=1e-6)
+    lse = shmap.jit(lambda a: shmap.nn.logsumexp(a, axis=1))(x)
+    assert np.allclose(np.asarray(lse), np.log(np.exp(xa).sum(1)), rtol=1e-5)
+    labels = c.device_put(np.array([1, 0, 3, 2, 1, 1, 0, 3], np.int32), NamedSharding(mesh, P("X")))
+    oh = shmap.nn.one_hot(labels, 4)
+    assert shmap.typeof(oh) == "f32[8@X,4]"
+    assert np.array_equal(np.asarray(oh), np.eye(4, dtype=np.float32)[[1, 0, 3, 2, 1, 1, 0, 3]])
+
+    @shmap.jit
+    def loss_and_accuracy(logits, labels):  # a classifier's two numbers, as JAX code has them
+        lp = shmap.nn.log_softmax(logits)
+        nll = -jnp.mean(jnp.sum(lp * shmap.nn.one_hot(labels, logits.shape[-1]), axis=-1))
+        return nll, jnp.mean(jnp.argmax(logits, axis=-1) == labels)
+
+    la = xa[:, :4].copy()
+    lg = c.device_put(la, NamedSharding(mesh, P("X")))
+    nll, acc = loss_and_accuracy(lg, labels)
+    e = np.exp(la - la.max(1, keepdims=True))
+    lp = np.log(e / e.sum(1, keepdims=True))
+    want = -lp[np.arange(8), [1, 0, 3, 2, 1, 1, 0, 3]].mean()
+    assert np.isclose(float(nll), want, rtol=1e-5)
+    assert float(acc) == np.mean(la.argmax(1) == [1, 0, 3, 2, 1, 1, 0, 3])
+
+
 def test_auto_mesh_from_python(c):
     """An Array keeps the mesh it was made on, axis types included (the
     service keeps names, sizes and devices only), so a jit of Arrays on a
