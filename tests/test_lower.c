@@ -128,6 +128,14 @@ static const type_case types[] = {
      "f32[128]"},
     {"mesh X=2 Y=4\njit f(a: i32[8,16] @ P('X', 'Y')):\n    t = ~a ^ (a | 3)\n    return t\n", "t",
      "i32[8@X,16@Y]"},
+    /* a function named like an op: in its own body the name is the op's
+     * (the text form has no recursion) */
+    {"mesh X=2 Y=4\njit sum(a: f32[8,16] @ P('X', 'Y')):\n    t = jnp.sum(a, axis=1)\n"
+     "    return t\n",
+     "t", "f32[8@X]"},
+    {"mesh X=2 Y=4\ndef max(a):\n    return jnp.max(a, axis=0) * 2\n"
+     "jit f(a: f32[8,16] @ P('X', 'Y')):\n    t = max(a)\n    return t\n",
+     "t", "f32[16@Y]"},
     /* Auto axes never show in a type */
     {"mesh X=2 Y=4 axis_types=(Explicit, Auto)\njit f(x: f32[8,16] @ P('X', 'Y')):\n"
      "    z = x * 2\n    return z\n",
@@ -284,6 +292,9 @@ static const error_case errors[] = {
      {"argmax: axis must be an integer or None, got 2 axes"}},
     {"mesh X=2 Y=4\njit f(x: f32[8,0] @ P('X')):\n    return jnp.argmin(x, axis=1)\n",
      {"attempt to get argmin of an empty sequence"}},
+    {"mesh X=2 Y=4\ndef g(x):\n    return g(x) + 1\njit f(x: f32[8] @ P('X')):\n"
+     "    return g(x)\n",
+     {"'g' calls itself: programs have no recursion"}},
     {"mesh X=2 Y=4\njit f(x: bool[8] @ P('X')):\n    return jnp.cummax(x)\n",
      {"cummax does not accept dtype bool. Accepted dtypes are subtypes of number."}},
 

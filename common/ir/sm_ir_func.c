@@ -5,22 +5,34 @@
 
 #include <string.h>
 
-const sm_fn *sm_ps_find_fn(sm_parser *ps, const char *name)
-{
-    for (int k = 0; k < ps->nfns; k++)
-        if (strcmp(ps->fns[k].name, name) == 0)
-            return &ps->fns[k];
-    return NULL;
-}
-
-int sm_ps_builtin(sm_parser *ps, const char *name)
+static int sm_ps_static_builtin(const char *name)
 {
     static const char *const names[] = {"P",      "PartitionSpec", "NamedSharding",
                                         "square", "auto_axes",     NULL};
     for (int k = 0; names[k]; k++)
         if (strcmp(name, names[k]) == 0)
             return 1;
-    return sm_ps_find_fn(ps, name) != NULL;
+    return 0;
+}
+
+const sm_fn *sm_ps_find_fn(sm_parser *ps, const char *name)
+{
+    for (int k = 0; k < ps->nfns; k++) {
+        if (strcmp(ps->fns[k].name, name) != 0)
+            continue;
+        sm_op_kind op;
+        for (int a = 0; a < ps->nactive; a++)
+            if (ps->active[a] == &ps->fns[k] &&
+                (sm_op_lookup(name, &op) == 0 || sm_ps_static_builtin(name)))
+                return NULL; /* its own name in its body: the op */
+        return &ps->fns[k];
+    }
+    return NULL;
+}
+
+int sm_ps_builtin(sm_parser *ps, const char *name)
+{
+    return sm_ps_static_builtin(name) || sm_ps_find_fn(ps, name) != NULL;
 }
 
 /* P('X', None, ('Y', 'Z')) from call arguments. */

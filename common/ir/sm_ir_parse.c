@@ -573,6 +573,8 @@ static int sm_ps_scan_fns(sm_parser *ps)
 static int sm_ps_entry(sm_parser *ps, const sm_fn *f, const sm_mesh *mesh, int has_devices)
 {
     ps->pos = f->hdr;
+    ps->active[0] = f;
+    ps->nactive = 1;
     const sm_tok *nt = sm_ps_next(ps);
     sm_err e = sm_program_create(mesh, f->name, &ps->p, ps->err, ps->errlen);
     if (e)
@@ -687,9 +689,12 @@ static int sm_ps_call_param(sm_parser *ps, const sm_fn *f, const sm_tok *at, con
 int sm_ps_call_fn(sm_parser *ps, const sm_fn *f, const sm_tok *at, const sm_arg *args, int nargs,
                   sm_item *out)
 {
+    for (int a = 0; a < ps->nactive; a++)
+        if (ps->active[a] == f)
+            return sm_ps_fail(ps, at, SM_EINVAL, "'%s' calls itself: programs have no recursion",
+                              f->name);
     if (ps->calls >= SM_PS_MAX_CALLS)
-        return sm_ps_fail(ps, at, SM_EINVAL, "calls nest deeper than %d (is '%s' recursive?)",
-                          SM_PS_MAX_CALLS, f->name);
+        return sm_ps_fail(ps, at, SM_EINVAL, "calls nest deeper than %d", SM_PS_MAX_CALLS);
     if (f->kind != SM_FN_DEF && ps->p->kind != SM_PROG_JIT)
         return sm_ps_fail(ps, at, SM_EINVAL,
                           "'%s' is a %s function: only a jit body calls shard_map and jit "
@@ -731,11 +736,13 @@ int sm_ps_call_fn(sm_parser *ps, const sm_fn *f, const sm_tok *at, const sm_arg 
         goto done;
     ps->pos = f->body + 1;
     ps->calls++;
+    ps->active[ps->nactive++] = f;
     if (f->kind == SM_FN_SHARD_MAP)
         ps->manual = 1;
     int returned = 0;
     ps->ret = (sm_item){.kind = SM_IT_NONE};
     int brc = sm_ps_block(ps, 1, &returned);
+    ps->nactive--;
     ps->calls--;
     ps->manual = saved_manual;
     if (brc)

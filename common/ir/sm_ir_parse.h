@@ -67,6 +67,8 @@ typedef struct {
     int manual;         /* emitting the ops of a shard_map function called from jit */
     uint32_t auto_mask; /* inside auto_axes: every axis */
     int calls;          /* depth of inlined calls; `return` gives ret then */
+    const sm_fn *active[SM_PS_MAX_CALLS + 1]; /* the entry and the calls being inlined */
+    int nactive;
     sm_item ret;
     sm_program *p;
     const char *file;
@@ -137,7 +139,9 @@ int sm_ps_emit(sm_parser *ps, sm_op_kind kind, const int *operands, int n, const
 int sm_ps_builtin(sm_parser *ps, const char *name);
 int sm_ps_call_builtin(sm_parser *ps, const sm_item *fn, const sm_tok *at, const sm_arg *args,
                        int nargs, sm_item *out);
-/* The function of the file called name, or NULL. */
+/* The function of the file called name, or NULL; inside that function's
+ * own body (the text form has no recursion) its name means the op or
+ * builtin of that name where there is one (`jit sum(x): return sum(x)`). */
 const sm_fn *sm_ps_find_fn(sm_parser *ps, const char *name);
 /* Inlines a call of f (sm_ir_parse.c): binds its parameters to args, reads
  * its body again and gives what it returns (a value or a tuple). */
