@@ -552,6 +552,17 @@ class Array(_Shaped):
     def cumsum(self, axis=None, dtype=None):
         return self._now(lambda a: a.cumsum(axis, dtype))
 
+    def ravel(self):
+        return self._now(lambda a: a.ravel())
+
+    flatten = ravel
+
+    def squeeze(self, axis=None):
+        return self._now(lambda a: a.squeeze(axis))
+
+    def swapaxes(self, axis1, axis2):
+        return self._now(lambda a: a.swapaxes(axis1, axis2))
+
     def cumprod(self, axis=None, dtype=None):
         return self._now(lambda a: a.cumprod(axis, dtype))
 

@@ -322,6 +322,18 @@ class Tracer(_Shaped):
     def cumsum(self, axis=None, dtype=None):
         return _call_op("cumsum", self, axis=axis, dtype=dtype)
 
+    def ravel(self):
+        return _call_op("reshape", self, (-1,))
+
+    flatten = ravel
+
+    def squeeze(self, axis=None):
+        return _call_op("squeeze", self, axis=axis)
+
+    def swapaxes(self, axis1, axis2):
+        from . import numpy as jnp
+        return jnp.swapaxes(self, axis1, axis2)
+
     def cumprod(self, axis=None, dtype=None):
         return _call_op("cumprod", self, axis=axis, dtype=dtype)
 

@@ -61,3 +61,99 @@ def argmin(operand, axis, index_dtype):
     from . import numpy as jnp
     r = jnp.argmin(operand, axis=axis)
     return r if _np.dtype(index_dtype) == _np.int32 else jnp.astype(r, index_dtype)
+
+
+
+# ---- control flow: traced values decide by selection, static ones by Python --
+
+
+def _leaves(tree):
+    """The leaves of a pytree (tuples, lists, dicts; anything else a leaf)
+    and a function that rebuilds one of that structure from new leaves."""
+    if isinstance(tree, (tuple, list)):
+        parts = [_leaves(t) for t in tree]
+        flat = [leaf for p in parts for leaf in p[0]]
+
+        def build(vals, parts=parts, kind=type(tree)):
+            out, k = [], 0
+            for leaves, b in parts:
+                out.append(b(vals[k:k + len(leaves)]))
+                k += len(leaves)
+            return kind(out)
+        return flat, build
+    if isinstance(tree, dict):
+        keys = list(tree)
+        flat, build = _leaves([tree[k] for k in keys])
+        return flat, lambda vals: dict(zip(keys, build(vals)))
+    return [tree], lambda vals: vals[0]
+
+
+def _is_static(v):
+    import numbers
+    return isinstance(v, (bool, numbers.Number, _np.bool_, _np.number))
+
+
+def select(pred, on_true, on_false):
+    """jax.lax.select: on_true where pred, else on_false (jnp.where)."""
+    from . import numpy as jnp
+    return jnp.where(pred, on_true, on_false)
+
+
+def cond(pred, true_fun, false_fun, *operands):
+    """jax.lax.cond. A static predicate (a Python or numpy scalar) calls the
+    branch it picks; a traced one runs both branches and selects each
+    result leaf with where (the same results: branches have no effects;
+    both are computed)."""
+    if _is_static(pred):
+        return (true_fun if pred else false_fun)(*operands)
+    t, f = true_fun(*operands), false_fun(*operands)
+    tl, build = _leaves(t)
+    fl, _ = _leaves(f)
+    if len(tl) != len(fl):
+        raise TypeError("cond branches must return the same structure of values")
+    return build([select(pred, a, b) for a, b in zip(tl, fl)])
+
+
+def switch(index, branches, *operands):
+    """jax.lax.switch: branches[index](*operands), the index clamped into
+    range as JAX's; a traced index selects among every branch's results."""
+    branches = list(branches)
+    if _is_static(index):
+        return branches[min(max(int(index), 0), len(branches) - 1)](*operands)
+    from . import numpy as jnp
+    index = jnp.clip(index, 0, len(branches) - 1)
+    outs = [b(*operands) for b in branches]
+    leaves = [_leaves(o)[0] for o in outs]
+    _, build = _leaves(outs[0])
+    res = leaves[-1]
+    for k in range(len(branches) - 2, -1, -1):
+        res = [select(index == k, a, b) for a, b in zip(leaves[k], res)]
+    return build(res)
+
+
+def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
+    """jax.lax.scan, unrolled as the text form unrolls every loop: carry, y =
+    f(carry, x) for each x = xs[i] (every leaf of xs indexed along its first
+    axis; xs=None: length steps of x=None); returns the last carry and the
+    ys stacked along a new first axis."""
+    from . import numpy as jnp
+    xl, xbuild = _leaves(xs) if xs is not None else ([], None)
+    n = length if xs is None else (xl[0].shape[0] if xl else length)
+    if n is None:
+        raise ValueError("scan: give xs or length")
+    carry, ys = init, []
+    steps = range(n - 1, -1, -1) if reverse else range(n)
+    for i in steps:
+        x = xbuild([leaf[i] for leaf in xl]) if xs is not None else None
+        carry, y = f(carry, x)
+        ys.append(y)
+    if reverse:
+        ys.reverse()
+    if not ys or ys[0] is None:
+        return carry, None
+    yl = [_leaves(y)[0] for y in ys]
+    _, ybuild = _leaves(ys[0])
+    return carry, ybuild([jnp.stack([row[k] for row in yl]) for k in range(len(yl[0]))])
+
+
+__all__ += ["select", "cond", "switch", "scan"]

@@ -188,6 +188,266 @@ def arange(start, stop=None, step=None, dtype=None, out_sharding=None):
     return _arange(start, stop, step, dtype, out_sharding)
 
 
+# ---- compositions of the op table's functions, as jnp defines them -----------
+
+
+def _creation(host):
+    """A creation function made of ops: traced inside a trace; outside one,
+    run at once on the mesh of set_mesh / use_mesh, or with no mesh set
+    host(...) (a numpy array, as zeros and arange give then)."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def g(*args, **kwargs):
+            if getattr(_state, "builder", None) is None:
+                if get_mesh() is None:
+                    if kwargs.get("out_sharding") is not None:
+                        from ._core import InvalidArgument
+                        raise InvalidArgument(f"{fn.__name__}(..., out_sharding=...) outside a "
+                                              f"traced function needs a mesh: "
+                                              f"shmap.set_mesh(mesh) or `with shmap.use_mesh(mesh):`")
+                    kwargs.pop("out_sharding", None)
+                    return host(*args, **kwargs)
+                return _eager(fn, args, kwargs)
+            return fn(*args, **kwargs)
+        return g
+    return wrap
+
+
+def _constrain(x, out_sharding):
+    return x if out_sharding is None else reshard(x, out_sharding)  # noqa: F821
+
+
+def _iota(n, dtype, shape, at):
+    """arange(n) as dtype, reshaped to len(shape) dims with n at `at`."""
+    return reshape(arange(n, dtype=dtype),  # noqa: F821
+                   tuple(n if d == at else 1 for d in range(len(shape))))
+
+
+def _host_eye(N, M=None, k=0, dtype=None):
+    return _np.eye(N, M, k, dtype=dtype or _np.float32)
+
+
+@_creation(_host_eye)
+def eye(N, M=None, k=0, dtype=None, out_sharding=None):
+    """jnp.eye: ones on the k-th diagonal (iota comparisons)."""
+    M = N if M is None else M
+    on = equal(_iota(N, _np.int32, (N, M), 0) + k, _iota(M, _np.int32, (N, M), 1))  # noqa: F821
+    return _constrain(astype(on, dtype or _np.float32), out_sharding)  # noqa: F821
+
+
+@_creation(lambda n, dtype=None: _np.identity(n, dtype=dtype or _np.float32))
+def identity(n, dtype=None, out_sharding=None):
+    """jnp.identity: eye(n)."""
+    return eye(n, dtype=dtype, out_sharding=out_sharding)
+
+
+def _host_linspace(start, stop, num=50, endpoint=True, dtype=None):
+    return _np.linspace(start, stop, num, endpoint=endpoint, dtype=dtype or _np.float32)
+
+
+@_creation(_host_linspace)
+def linspace(start, stop, num=50, endpoint=True, dtype=None, out_sharding=None):
+    """jnp.linspace as JAX computes it: start * (1 - t) + stop * t for t =
+    i / div, and stop itself last with endpoint (float32 unless dtype says)."""
+    dtype = dtype or _np.float32
+    ct = dtype if _np.issubdtype(dtype, _np.floating) else _np.float32
+    if num <= 1:  # [start], or nothing
+        out = full((1,), start, ct) if num == 1 else zeros((0,), ct)  # noqa: F821
+    else:
+        t = arange(num - 1 if endpoint else num, dtype=ct) / (num - 1 if endpoint else num)  # noqa: F821
+        out = start * (1 - t) + stop * t
+        if endpoint:
+            out = concatenate((out, full((1,), stop, ct)))  # noqa: F821
+    return _constrain(astype(out, dtype), out_sharding)  # noqa: F821
+
+
+def _tri(m, k, lower):
+    r, c = m.shape[-2], m.shape[-1]
+    rows = _iota(r, _np.int32, (r, c), 0)
+    cols = _iota(c, _np.int32, (r, c), 1)
+    keep = greater_equal(rows + k, cols) if lower else less_equal(rows + k, cols)  # noqa: F821
+    return where(keep, m, zeros_like(m))  # noqa: F821
+
+
+@_at_once
+def tril(m, k=0):
+    """jnp.tril: m with the elements above the k-th diagonal zeroed."""
+    return _tri(m, k, True)
+
+
+@_at_once
+def triu(m, k=0):
+    """jnp.triu: m with the elements below the k-th diagonal zeroed."""
+    return _tri(m, k, False)
+
+
+@_at_once
+def ravel(a):
+    """jnp.ravel: reshape(a, (-1,)) (JAX's reshape rule decides the sharding)."""
+    return reshape(a, (-1,))  # noqa: F821
+
+
+@_at_once
+def swapaxes(a, axis1, axis2):
+    """jnp.swapaxes: a transpose exchanging two axes."""
+    perm = list(range(len(a.shape)))
+    perm[axis1], perm[axis2] = perm[axis2], perm[axis1]
+    return transpose(a, tuple(perm))  # noqa: F821
+
+
+@_at_once
+def moveaxis(a, source, destination):
+    """jnp.moveaxis: a transpose moving axis source to destination."""
+    n = len(a.shape)
+    src, dst = source % n, destination % n
+    perm = [d for d in range(n) if d != src]
+    perm.insert(dst, src)
+    return transpose(a, tuple(perm))  # noqa: F821
+
+
+@_at_once
+def vstack(tup):
+    """jnp.vstack: concatenate along axis 0, 1-D arrays as rows."""
+    return concatenate(tuple(reshape(a, (1, -1)) if len(a.shape) < 2 else a  # noqa: F821
+                             for a in tup), axis=0)
+
+
+@_at_once
+def hstack(tup):
+    """jnp.hstack: concatenate along axis 1 (axis 0 for 1-D arrays)."""
+    tup = tuple(tup)
+    return concatenate(tup, axis=0 if len(tup[0].shape) == 1 else 1)  # noqa: F821
+
+
+@_at_once
+def split(ary, indices_or_sections, axis=0):
+    """jnp.split: static slices along axis, at the given indices or in equal
+    sections (a ValueError when they do not divide the axis)."""
+    n = ary.shape[axis]
+    if isinstance(indices_or_sections, numbers.Integral):
+        k = int(indices_or_sections)
+        if k <= 0 or n % k:
+            raise ValueError("array split does not result in an equal division")
+        cuts = [n // k * j for j in range(1, k)]
+    else:
+        cuts = [int(c) for c in indices_or_sections]
+    bounds = [0] + cuts + [n]
+    lead = (builtins.slice(None),) * (axis % len(ary.shape))  # (slice: the op here)
+    return [ary[lead + (builtins.slice(a, builtins.max(a, b)),)]
+            for a, b in zip(bounds, bounds[1:])]
+
+
+@_at_once
+def log2(x):
+    """jnp.log2: log(x) / log(2), as JAX computes it."""
+    return log(x) / math.log(2)  # noqa: F821
+
+
+@_at_once
+def log10(x):
+    """jnp.log10: log(x) / log(10)."""
+    return log(x) / math.log(10)  # noqa: F821
+
+
+@_at_once
+def exp2(x):
+    """jnp.exp2: exp(x * log(2))."""
+    return exp(x * math.log(2))  # noqa: F821
+
+
+@_at_once
+def reciprocal(x):
+    """jnp.reciprocal: 1 / x."""
+    return 1 / x
+
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_einsum_op = einsum  # noqa: F821 (the op table's: one or two operands)
+
+
+def einsum(subscripts, *operands, out_sharding=None, **kwargs):
+    """jnp.einsum; with more than two operands, contracted pairwise from the
+    left (each intermediate keeps the indices later operands or the result
+    still need), the last contraction taking out_sharding."""
+    if len(operands) <= 2:
+        return _einsum_op(subscripts, *operands, out_sharding=out_sharding, **kwargs)
+    spec = subscripts.replace(" ", "")
+    if "." in spec:
+        raise ValueError("einsum of more than two operands: write the indices out (no '...')")
+    ins, out = spec.split("->") if "->" in spec else (spec, None)
+    ins = ins.split(",")
+    if len(ins) != len(operands):
+        raise ValueError(f"einsum: {len(ins)} index groups for {len(operands)} operands")
+    if out is None:  # numpy's implicit output: the indices seen once, sorted
+        out = "".join(sorted(c for c in set("".join(ins)) if "".join(ins).count(c) == 1))
+    acc, acc_sub = operands[0], ins[0]
+    for k in range(1, len(ins) - 1):
+        later = "".join(ins[k + 1:]) + out
+        keep = "".join(dict.fromkeys(c for c in acc_sub + ins[k] if c in later))
+        acc = _einsum_op(f"{acc_sub},{ins[k]}->{keep}", acc, operands[k])
+        acc_sub = keep
+    return _einsum_op(f"{acc_sub},{ins[-1]}->{out}", acc, operands[-1],
+                      out_sharding=out_sharding, **kwargs)
+
+
+@_at_once
+def outer(a, b):
+    """jnp.outer: ravel(a)[:, None] * ravel(b)[None, :]."""
+    return reshape(a, (-1, 1)) * reshape(b, (1, -1))  # noqa: F821
+
+
+@_at_once
+def tensordot(a, b, axes=2):
+    """jnp.tensordot: an einsum over the paired axes (axes: the last/first
+    n, or two sequences)."""
+    if isinstance(axes, numbers.Integral):
+        ax_a = list(range(len(a.shape) - axes, len(a.shape)))
+        ax_b = list(range(axes))
+    else:
+        ax_a, ax_b = ([x] if isinstance(x, numbers.Integral) else list(x) for x in axes)
+    ax_a = [x % len(a.shape) for x in ax_a]
+    ax_b = [x % len(b.shape) for x in ax_b]
+    la = list(_LETTERS[:len(a.shape)])
+    lb = list(_LETTERS[len(a.shape):len(a.shape) + len(b.shape)])
+    for i, j in zip(ax_a, ax_b):
+        lb[j] = la[i]
+    out = [c for d, c in enumerate(la) if d not in ax_a] + \
+        [c for d, c in enumerate(lb) if d not in ax_b]
+    return einsum(f"{''.join(la)},{''.join(lb)}->{''.join(out)}", a, b)
+
+
+@_at_once
+def inner(a, b):
+    """jnp.inner: a tensordot over the last axis of each."""
+    return tensordot(a, b, ([-1], [-1]))
+
+
+class _Linalg:
+    """jnp.linalg: norm."""
+
+    @staticmethod
+    @_at_once
+    def norm(x, ord=None, axis=None, keepdims=False):
+        """The 2-norm of vectors (Frobenius for matrices) over axis; ord 1,
+        inf and -inf for vectors (sums and extremes of |x|)."""
+        if ord in (None, 2, "fro"):
+            return sqrt(sum(x * x, axis=axis, keepdims=keepdims))  # noqa: F821
+        if ord == 1:
+            return sum(abs(x), axis=axis, keepdims=keepdims)  # noqa: F821
+        if ord == _np.inf:
+            return max(abs(x), axis=axis, keepdims=keepdims)  # noqa: F821
+        if ord == -_np.inf:
+            return min(abs(x), axis=axis, keepdims=keepdims)  # noqa: F821
+        raise ValueError(f"norm: ord={ord!r} is not supported (None, 2, 'fro', 1, inf, -inf)")
+
+
+linalg = _Linalg()
+
+__all__ += ["eye", "identity", "linspace", "tril", "triu", "ravel", "swapaxes", "moveaxis",
+            "vstack", "hstack", "split", "log2", "log10", "exp2", "reciprocal", "einsum", "outer",
+            "tensordot", "inner", "linalg"]
+
+
 # jnp's dtypes and constants, numpy's own (astype and dtype= take them)
 float16, float32, float64 = _np.float16, _np.float32, _np.float64
 int32, int64, uint8, bool_ = _np.int32, _np.int64, _np.uint8, _np.bool_

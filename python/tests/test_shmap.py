@@ -16,6 +16,7 @@ import pytest
 import shmap
 from shmap import P, NamedSharding, Mesh
 from shmap import numpy as jnp
+from shmap import lax
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "tests"))
@@ -720,6 +721,105 @@ def test_reductions_logic_and_ml_helpers(c):
     want = -lp[np.arange(8), [1, 0, 3, 2, 1, 1, 0, 3]].mean()
     assert np.isclose(float(nll), want, rtol=1e-5)
     assert float(acc) == np.mean(la.argmax(1) == [1, 0, 3, 2, 1, 1, 0, 3])
+
+
+def test_jnp_compositions(c):
+    """jnp functions made of the op table's (eye, identity, linspace, tril,
+    triu, ravel, swapaxes, moveaxis, vstack, hstack, split, log2, log10,
+    exp2, reciprocal, einsum of three operands, outer, tensordot, inner,
+    linalg.norm) against numpy, at once and traced; creation functions give
+    numpy arrays with no mesh set and Arrays on the context mesh."""
+    assert isinstance(jnp.eye(3), np.ndarray) and jnp.eye(3).dtype == np.float32
+    assert np.allclose(jnp.linspace(0, 1, 5), np.linspace(0, 1, 5))
+    mesh = c.make_mesh((4, 2), ("X", "Y"))
+    xa = np.arange(64, dtype=np.float32).reshape(8, 8) / 8
+    x = c.device_put(xa, NamedSharding(mesh, P("X", "Y")))
+    xr = c.device_put(xa, NamedSharding(mesh, P("X")))
+    with shmap.use_mesh(mesh):
+        e = jnp.eye(8, out_sharding=P("X", "Y"))
+        assert shmap.typeof(e) == "f32[8@X,8@Y]"
+        assert np.array_equal(np.asarray(e), np.eye(8, dtype=np.float32))
+        assert np.array_equal(np.asarray(jnp.eye(4, 6, k=1)), np.eye(4, 6, 1, dtype=np.float32))
+        assert np.array_equal(np.asarray(jnp.identity(3, dtype=jnp.int32)), np.identity(3))
+        for args in ((0, 1, 8), (2, 3, 5, False), (-1, 1, 1), (0, 10, 0)):
+            got = np.asarray(jnp.linspace(*args))
+            want = np.linspace(*args[:3], endpoint=args[3] if len(args) > 3 else True)
+            assert got.shape == want.shape and np.allclose(got, want), args
+    assert np.array_equal(np.asarray(jnp.tril(x)), np.tril(xa))
+    assert np.array_equal(np.asarray(jnp.triu(x, 1)), np.triu(xa, 1))
+    assert shmap.typeof(jnp.swapaxes(x, 0, 1)) == "f32[8@Y,8@X]"
+    assert np.array_equal(np.asarray(jnp.moveaxis(x[None], 0, -1)), np.moveaxis(xa[None], 0, -1))
+    assert shmap.typeof(x.ravel()) == "f32[64@(X,Y)]"
+    assert np.array_equal(np.asarray(jnp.vstack([xr, xr])), np.vstack([xa, xa]))
+    assert np.array_equal(np.asarray(jnp.hstack([xr, xr])), np.hstack([xa, xa]))
+    for got, want in zip(jnp.split(xr, [3, 5], axis=1), np.split(xa, [3, 5], axis=1)):
+        assert np.array_equal(np.asarray(got), want)
+    assert [shmap.typeof(p) for p in jnp.split(xr, 2, axis=1)] == ["f32[8@X,4]"] * 2
+    with pytest.raises(ValueError, match="equal division"):
+        jnp.split(xr, 3, axis=1)
+    assert np.allclose(np.asarray(jnp.log2(x + 1)), np.log2(xa + 1), rtol=1e-6)
+    assert np.allclose(np.asarray(jnp.log10(x + 1)), np.log10(xa + 1), rtol=1e-6)
+    assert np.allclose(np.asarray(jnp.exp2(x)), np.exp2(xa), rtol=1e-6)
+    assert np.allclose(np.asarray(jnp.reciprocal(x + 1)), 1 / (xa + 1), rtol=1e-6)
+    rng = np.random.default_rng(5)
+    aa, ba, ca = (rng.random(s, dtype=np.float32) for s in ((8, 4), (4, 6), (6, 5)))
+    a = c.device_put(aa, NamedSharding(mesh, P("X")))
+    b = c.device_put(ba, NamedSharding(mesh, P()))
+    cc = c.device_put(ca, NamedSharding(mesh, P()))
+    r = shmap.jit(lambda a, b, cc: jnp.einsum("ij,jk,kl->il", a, b, cc))(a, b, cc)
+    assert shmap.typeof(r) == "f32[8@X,5]" and np.allclose(np.asarray(r), aa @ ba @ ca, rtol=1e-5)
+    assert np.allclose(np.asarray(jnp.einsum("ij,jk,kl", a, b, cc)), aa @ ba @ ca, rtol=1e-5)
+    assert np.allclose(np.asarray(jnp.outer(a[:, 0], b[0])), np.outer(aa[:, 0], ba[0]), rtol=1e-6)
+    assert np.allclose(np.asarray(jnp.tensordot(a, b, 1)), aa @ ba, rtol=1e-5)
+    assert np.allclose(np.asarray(jnp.tensordot(b, cc, ([1], [0]))), ba @ ca, rtol=1e-5)
+    assert np.allclose(np.asarray(jnp.inner(a, b.T)), aa @ ba, rtol=1e-5)
+    assert np.isclose(float(jnp.linalg.norm(x)), np.linalg.norm(xa), rtol=1e-6)
+    assert np.allclose(np.asarray(jnp.linalg.norm(x, axis=1)), np.linalg.norm(xa, axis=1))
+    v = c.device_put(xa[0] - 3, NamedSharding(mesh, P("Y")))
+    assert np.isclose(float(jnp.linalg.norm(v, ord=1)), np.linalg.norm(xa[0] - 3, ord=1))
+    assert np.isclose(float(jnp.linalg.norm(v, ord=np.inf)), np.linalg.norm(xa[0] - 3, np.inf))
+
+
+def test_control_flow(c):
+    """lax.cond, switch and select on traced predicates select each result
+    (both branches run), on static ones call the branch; lax.scan unrolls,
+    carrying a sharded value and stacking the ys."""
+    mesh = c.make_mesh((4, 2), ("X", "Y"))
+    xa = np.arange(64, dtype=np.float32).reshape(8, 8) / 10
+    x = c.device_put(xa, NamedSharding(mesh, P("X", "Y")))
+    f = shmap.jit(lambda x, t: lax.cond(jnp.sum(x) > t, lambda v: v * 2, lambda v: (v - 1), x))
+    assert np.allclose(np.asarray(f(x, c.device_put(np.float32(10), NamedSharding(mesh, P())))),
+                       xa * 2)
+    assert np.allclose(np.asarray(f(x, c.device_put(np.float32(1e6), NamedSharding(mesh, P())))),
+                       xa - 1)
+    assert lax.cond(False, lambda a: a + 1, lambda a: a - 1, 3) == 2
+    g = shmap.jit(lambda x, i: lax.switch(i, [lambda v: v + 1, lambda v: v * 3, lambda v: -v], x))
+    for i, want in ((1, xa * 3), (0, xa + 1), (7, -xa), (-2, xa + 1)):
+        got = g(x, c.device_put(np.int32(i), NamedSharding(mesh, P())))
+        assert np.allclose(np.asarray(got), want), i
+    pair = shmap.jit(lambda x: lax.cond(x[0, 0] > 0, lambda v: (v, v.sum()),
+                                        lambda v: (-v, v.max()), x))(x)
+    assert np.allclose(np.asarray(pair[0]), -xa) and float(pair[1]) == xa.max()
+    seq_a = np.arange(24, dtype=np.float32).reshape(6, 4)
+    seq = c.device_put(seq_a, NamedSharding(mesh, P(None, "X")))
+
+    @shmap.jit
+    def decay(seq):
+        def step(carry, xt):
+            carry = carry * 0.5 + xt
+            return carry, {"total": carry.sum()}
+        return lax.scan(step, jnp.zeros((4,), jnp.float32, out_sharding=P("X")), seq)
+
+    carry, ys = decay(seq)
+    want_c, want_y = np.zeros(4, np.float32), []
+    for row in seq_a:
+        want_c = want_c * 0.5 + row
+        want_y.append(want_c.sum())
+    assert shmap.typeof(carry) == "f32[4@X]" and np.allclose(np.asarray(carry), want_c)
+    assert np.allclose(np.asarray(ys["total"]), want_y)
+    rev = shmap.jit(lambda s: lax.scan(lambda cy, xt: (cy + xt, cy), jnp.zeros((4,)), s,
+                                       reverse=True))(c.device_put(seq_a, NamedSharding(mesh, P())))
+    assert np.allclose(np.asarray(rev[1]), np.cumsum(seq_a[::-1], 0)[::-1] - seq_a)
 
 
 def test_auto_mesh_from_python(c):
