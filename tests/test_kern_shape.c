@@ -5,6 +5,7 @@
  * and the OpenBLAS setup helpers. */
 #include <cblas.h>
 #include <check.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -439,6 +440,102 @@ END_TEST
 
 /* ---- empty arrays have NULL data (sm_array) ------------------------------------------------- */
 
+/* take and take_along_axis against index arithmetic on random data and
+ * indices (negative and out of range too), in the three modes. */
+START_TEST(test_gathers)
+{
+    sm_kern_gather_mode modes[] = {SM_KERN_GATHER_FILL, SM_KERN_GATHER_CLIP, SM_KERN_GATHER_WRAP};
+    sm_shape xs = shp(3, 3, 5, 4), is = shp(2, 2, 3);
+    int64_t nx = numel(&xs), idx[24];
+    int32_t *x = malloc((size_t)nx * 4);
+    for (int64_t k = 0; k < nx; k++)
+        x[k] = (int32_t)(k * 7 + 1);
+    for (int m = 0; m < 3; m++)
+        for (int axis = 0; axis < 3; axis++) {
+            int64_t n = xs.dims[axis];
+            for (int k = 0; k < 6; k++)
+                idx[k] = (int64_t)(rnd() % (uint64_t)(3 * n)) - n - 2; /* [-n-2, 2n-3] */
+            sm_shape os = {0};
+            for (int d = 0; d < axis; d++)
+                os.dims[os.rank++] = xs.dims[d];
+            for (int d = 0; d < is.rank; d++)
+                os.dims[os.rank++] = is.dims[d];
+            for (int d = axis + 1; d < 3; d++)
+                os.dims[os.rank++] = xs.dims[d];
+            int64_t no = numel(&os);
+            int32_t *o = malloc((size_t)no * 4);
+            ck_assert_int_eq(sm_kern_take(SM_I32, x, &xs, axis, idx, &is, modes[m], o, NULL, 0),
+                             SM_OK);
+            int64_t oi[SM_MAX_RANK];
+            for (int64_t q = 0; q < no; q++) {
+                unravel(q, &os, oi);
+                int64_t j = oi[axis] * 3 + oi[axis + 1], i = idx[j], src[3];
+                int64_t pos = m == 2 ? ((i % n) + n) % n : i < 0 ? i + n : i;
+                if (m == 1)
+                    pos = pos < 0 ? 0 : pos >= n ? n - 1 : pos;
+                for (int d = 0; d < 3; d++) /* the indices' 2 dims stand at axis */
+                    src[d] = d == axis ? pos : d < axis ? oi[d] : oi[d + 1];
+                int32_t want = pos < 0 || pos >= n
+                                   ? INT32_MIN
+                                   : x[(src[0] * xs.dims[1] + src[1]) * xs.dims[2] + src[2]];
+                ck_assert_msg(o[q] == want, "take mode %d axis %d [%lld]: %d, want %d", m, axis,
+                              (long long)q, o[q], want);
+            }
+            free(o);
+            /* take_along_axis: indices of x's rank, broadcast on one dimension */
+            sm_shape ts = xs;
+            ts.dims[axis] = 2;
+            ts.dims[(axis + 1) % 3] = 1;
+            int64_t nt = numel(&ts), ti[64];
+            for (int64_t k = 0; k < nt; k++)
+                ti[k] = (int64_t)(rnd() % (uint64_t)(3 * n)) - n - 2;
+            sm_shape as = ts;
+            as.dims[(axis + 1) % 3] = xs.dims[(axis + 1) % 3];
+            int64_t na = numel(&as);
+            int32_t *oa = malloc((size_t)na * 4);
+            ck_assert_int_eq(
+                sm_kern_take_along_axis(SM_I32, x, &xs, axis, ti, &ts, modes[m], oa, NULL, 0),
+                SM_OK);
+            for (int64_t q = 0; q < na; q++) {
+                unravel(q, &as, oi);
+                int64_t tq[3];
+                for (int d = 0; d < 3; d++)
+                    tq[d] = ts.dims[d] == 1 ? 0 : oi[d];
+                int64_t i = ti[(tq[0] * ts.dims[1] + tq[1]) * ts.dims[2] + tq[2]];
+                int64_t pos = m == 2 ? ((i % n) + n) % n : i < 0 ? i + n : i;
+                if (m == 1)
+                    pos = pos < 0 ? 0 : pos >= n ? n - 1 : pos;
+                int64_t src[3] = {oi[0], oi[1], oi[2]};
+                src[axis] = pos;
+                int32_t want = pos < 0 || pos >= n
+                                   ? INT32_MIN
+                                   : x[(src[0] * xs.dims[1] + src[1]) * xs.dims[2] + src[2]];
+                ck_assert_msg(oa[q] == want, "take_along_axis mode %d axis %d [%lld]: %d, want %d",
+                              m, axis, (long long)q, oa[q], want);
+            }
+            free(oa);
+        }
+    /* fill values by dtype */
+    float f[2] = {1, 2}, fo[1];
+    int64_t bad = 5;
+    sm_shape s2 = shp(1, 2), s1 = shp(1, 1);
+    ck_assert_int_eq(sm_kern_take(SM_F32, f, &s2, 0, &bad, &s1, SM_KERN_GATHER_FILL, fo, NULL, 0),
+                     SM_OK);
+    ck_assert(isnan(fo[0]));
+    uint8_t b[2] = {0, 0}, bo[1];
+    ck_assert_int_eq(sm_kern_take(SM_BOOL, b, &s2, 0, &bad, &s1, SM_KERN_GATHER_FILL, bo, NULL, 0),
+                     SM_OK);
+    ck_assert_int_eq(bo[0], 1);
+    char err[256];
+    sm_shape bad_is = shp(2, 1, 1);
+    ck_assert_int_eq(sm_kern_take_along_axis(SM_F32, f, &s2, 0, &bad, &bad_is, SM_KERN_GATHER_FILL,
+                                             fo, err, sizeof err),
+                     SM_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "same rank"));
+    free(x);
+}
+END_TEST
+
 START_TEST(test_empty_null_buffers)
 {
     sm_shape e = shp(2, 0, 3), e2 = shp(2, 3, 0), z = shp(1, 3), k0a = shp(2, 4, 0),
@@ -547,5 +644,6 @@ int main(int argc, char **argv)
     return kt_run(SUITE_CASE(suite_create("kern_shape"), "shape", 60, NULL, {test_transpose_table},
                              {test_slice_table}, {test_broadcast_pad}, {test_concatenate_tile},
                              {test_roll_values}, {test_rev_values}, {test_dynamic_slices},
-                             {test_empty_null_buffers}, {test_coretype}, {test_coretype_reexec}));
+                             {test_gathers}, {test_empty_null_buffers}, {test_coretype},
+                             {test_coretype_reexec}));
 }

@@ -128,6 +128,18 @@ static const type_case types[] = {
      "f32[128]"},
     {"mesh X=2 Y=4\njit f(a: i32[8,16] @ P('X', 'Y')):\n    t = ~a ^ (a | 3)\n    return t\n", "t",
      "i32[8@X,16@Y]"},
+    /* gathers (JAX's _gather_spec_computation): an embedding lookup keeps
+     * the table's feature sharding; take_along_axis pairs the batch
+     * dimensions; out_sharding= decides where the rule cannot */
+    {"mesh X=2 Y=4\njit f(e: f32[16,8] @ P(None, 'Y'), t: i32[4,3] @ P()):\n"
+     "    h = jnp.take(e, t, axis=0)\n    return h\n",
+     "h", "f32[4,3,8@Y]"},
+    {"mesh X=2 Y=4\njit f(lp: f32[8,16] @ P('X', None), y: i32[8,1] @ P('X', None)):\n"
+     "    g = jnp.take_along_axis(lp, y, axis=1)\n    return g\n",
+     "g", "f32[8@X,1]"},
+    {"mesh X=2 Y=4\njit f(e: f32[16,8] @ P('X', 'Y'), t: i32[4] @ P('X')):\n"
+     "    h = jnp.take(e, t, axis=0, out_sharding=P('X', 'Y'))\n    return h\n",
+     "h", "f32[4@X,8@Y]"},
     /* a function named like an op: in its own body the name is the op's
      * (the text form has no recursion) */
     {"mesh X=2 Y=4\njit sum(a: f32[8,16] @ P('X', 'Y')):\n    t = jnp.sum(a, axis=1)\n"
@@ -292,6 +304,18 @@ static const error_case errors[] = {
      {"argmax: axis must be an integer or None, got 2 axes"}},
     {"mesh X=2 Y=4\njit f(x: f32[8,0] @ P('X')):\n    return jnp.argmin(x, axis=1)\n",
      {"attempt to get argmin of an empty sequence"}},
+    {"mesh X=2 Y=4\njit f(e: f32[16,8] @ P('X', None), t: i32[4] @ P()):\n"
+     "    return jnp.take(e, t, axis=0)\n",
+     {"Use `.at[...].get(out_sharding=)` to provide output PartitionSpec for the gather indexing",
+      "Got operand=f32[16@X,8], indices=i32[4]"}},
+    {"mesh X=2 Y=4\njit f(e: f32[16,8] @ P(), t: i32[4] @ P('X')):\n"
+     "    return jnp.take(e, t, axis=0)\n",
+     {"could not be resolved unambiguously", "indices=i32[4@X]"}},
+    {"mesh X=2 Y=4\njit f(e: f32[16,8] @ P(), t: f32[4] @ P()):\n    return jnp.take(e, t)\n",
+     {"take: indices must be an integer array, got f32[4]"}},
+    {"mesh X=2 Y=4\njit f(e: f32[16,8] @ P(), t: i32[4] @ P()):\n"
+     "    return jnp.take(e, t, mode='raise')\n",
+     {"mode must be 'fill', 'clip', 'wrap' or 'promise_in_bounds', got 'raise'"}},
     {"mesh X=2 Y=4\ndef g(x):\n    return g(x) + 1\njit f(x: f32[8] @ P('X')):\n"
      "    return g(x)\n",
      {"'g' calls itself: programs have no recursion"}},
@@ -382,6 +406,10 @@ static const lower_case lowers[] = {
      0, 0, 0},
     {"mesh X=2 Y=4\njit s(a: f32[8,16] @ P('X', 'Y')):\n    return jnp.any(a > 1, axis=1)\n", 0, 0,
      0, 0, 1},
+    /* take with sharded indices and out_sharding=: the indices are gathered */
+    {"mesh X=2 Y=4\njit s(e: f32[16,8] @ P(None, 'Y'), t: i32[8] @ P('X')):\n"
+     "    return jnp.take(e, t, axis=0, out_sharding=P('X', 'Y'))\n",
+     1, 0, 0, 0, 0},
     /* Auto axes: the larger operand keeps its layout, the bias moves */
     {"mesh X=2 Y=4 axis_types=(Auto, Auto)\n"
      "jit f(b: f32[1,16] @ P(None, 'X'), x: f32[8,16] @ P('X', 'Y')) -> P('X', 'Y'):\n"

@@ -312,6 +312,31 @@ sm_err sm_exec_cumulative(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *i
     return e;
 }
 
+/* take, take_along_axis: the indices as int64, the mode from the op. */
+sm_err sm_exec_take(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
+                    char *err, size_t errlen)
+{
+    static const sm_kern_gather_mode modes[] = {SM_KERN_GATHER_FILL, SM_KERN_GATHER_CLIP,
+                                                SM_KERN_GATHER_WRAP};
+    int m = sm_ir_gather_mode(op);
+    const void *ix;
+    void *tmp;
+    sm_err e = sm_exec_as(in[1], SM_I64, &ix, &tmp, err, errlen);
+    if (e)
+        return e;
+    const sm_array *a = in[0];
+    int axis = sm_ir_op_axis(op, a->shape.rank);
+    sm_shape flat = {.rank = 1, .dims = {sm_exec_numel(a)}};
+    if (op->kind == SM_OP_TAKE)
+        e = sm_kern_take(a->dtype, a->data, axis < 0 ? &flat : &a->shape, axis < 0 ? 0 : axis, ix,
+                         &in[1]->shape, modes[m < 0 ? 0 : m], out->data, err, errlen);
+    else
+        e = sm_kern_take_along_axis(a->dtype, a->data, &a->shape, axis < 0 ? 0 : axis, ix,
+                                    &in[1]->shape, modes[m < 0 ? 0 : m], out->data, err, errlen);
+    free(tmp);
+    return e;
+}
+
 /* ---- shape ---- */
 
 /* reshape, expand_dims, squeeze: the same elements in a new shape. */

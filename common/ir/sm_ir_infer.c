@@ -489,3 +489,85 @@ sm_err sm_ir_infer_cumulative(const sm_program *p, const sm_ir_op *op, const sm_
     out->weak = op->attrs.has_dtype ? 0 : in[0]->weak;
     return SM_OK;
 }
+
+/* ---- gathers ---- */
+
+int sm_ir_gather_mode(const sm_ir_op *op)
+{
+    const char *m = op->attrs.spec;
+    if (!m || strcmp(m, "fill") == 0)
+        return 0;
+    if (strcmp(m, "clip") == 0 || strcmp(m, "promise_in_bounds") == 0)
+        return 1;
+    return strcmp(m, "wrap") == 0 ? 2 : -1;
+}
+
+/* take (jnp.take: a's shape with dimension axis replaced by the indices';
+ * axis=None takes from the flattened a) and take_along_axis (the indices
+ * have a's rank; the result's dimension axis is theirs, the others a's and
+ * theirs broadcast). Integer indices; mode fill (default), clip
+ * (promise_in_bounds) or wrap. */
+sm_err sm_ir_infer_take(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                        sm_ir_value *out, char *err, size_t errlen)
+{
+    const sm_ir_value *a = in[0], *ix = in[1];
+    const char *name = sm_op_name(op->kind);
+    char ta[240], ti[240];
+    if (!sm_dtype_is_int(ix->dtype) && ix->dtype != SM_U8)
+        return sm_fail(err, errlen, SM_EINVAL, "%s: indices must be an integer array, got %s", name,
+                       sm_ir_type_str(ix, ti, sizeof ti));
+    if (sm_ir_gather_mode(op) < 0)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "%s: mode must be 'fill', 'clip', 'wrap' or 'promise_in_bounds', got '%s'",
+                       name, op->attrs.spec);
+    int axis;
+    sm_err e = sm_ir_one_axis(op, &a->shape, &axis, err, errlen);
+    if (e)
+        return e;
+    sm_shape s = {0};
+    if (op->kind == SM_OP_TAKE) {
+        if (axis < 0) { /* from the flattened a: the indices' shape */
+            s = ix->shape;
+        } else {
+            if (a->shape.rank - 1 + ix->shape.rank > SM_MAX_RANK)
+                return sm_fail(err, errlen, SM_EINVAL,
+                               "take: the result would have more than %d "
+                               "dimensions",
+                               SM_MAX_RANK);
+            for (int d = 0; d < axis; d++)
+                s.dims[s.rank++] = a->shape.dims[d];
+            for (int d = 0; d < ix->shape.rank; d++)
+                s.dims[s.rank++] = ix->shape.dims[d];
+            for (int d = axis + 1; d < a->shape.rank; d++)
+                s.dims[s.rank++] = a->shape.dims[d];
+        }
+    } else {
+        if (axis < 0 && a->shape.rank == 1)
+            axis = 0;
+        if (axis < 0)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "take_along_axis: axis=None needs a 1-d array here; got %s",
+                           sm_ir_type_str(a, ta, sizeof ta));
+        if (ix->shape.rank != a->shape.rank)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "take_along_axis: indices and arr must have the same number of "
+                           "dimensions; %d vs. %d",
+                           ix->shape.rank, a->shape.rank);
+        s = ix->shape;
+        for (int d = 0; d < a->shape.rank; d++) {
+            int64_t n = a->shape.dims[d], m = ix->shape.dims[d];
+            if (d == axis)
+                continue;
+            if (n != m && n != 1 && m != 1)
+                return sm_fail(err, errlen, SM_EINVAL,
+                               "take_along_axis: indices %s do not broadcast with arr %s "
+                               "(dimension %d)",
+                               sm_ir_type_str(ix, ti, sizeof ti), sm_ir_type_str(a, ta, sizeof ta),
+                               d);
+            s.dims[d] = n == 1 ? m : n;
+        }
+    }
+    sm_ir_set(out, a->dtype, &s);
+    out->weak = a->weak;
+    return SM_OK;
+}

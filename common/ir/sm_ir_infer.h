@@ -58,6 +58,10 @@ typedef sm_err (*sm_ir_shard_fn)(const sm_program *p, const sm_ir_op *op,
  * against rank; -1 for axis=None (over the flattened operand). */
 int sm_ir_op_axis(const sm_ir_op *op, int rank);
 
+/* take / take_along_axis's mode: 0 fill (the default), 1 clip (also
+ * promise_in_bounds), 2 wrap, -1 for anything else. */
+int sm_ir_gather_mode(const sm_ir_op *op);
+
 /* Runs op's sharding rule in jit program p (operand types already in
  * p->values; out has the inferred dtype and global shape): sets
  * out->layout and out->hidden and fills plan (may be NULL). Messages are

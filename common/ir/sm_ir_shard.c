@@ -657,6 +657,74 @@ sm_err sm_ir_shard_argminmax(const sm_program *p, const sm_ir_op *op, const sm_i
     return SM_OK;
 }
 
+/* take, take_along_axis: JAX's gather rule (_gather_spec_computation). The
+ * dimension taken from must be unsharded, and so must the indices but
+ * where take_along_axis pairs them with a's other dimensions (those must
+ * agree, or one side be unsharded); the result's dimensions keep a's and
+ * the indices' shardings. Otherwise out_sharding= decides (JAX's
+ * .at[...].get(out_sharding=)), and the lowering gathers what the rule
+ * needs unsharded before the local take. */
+sm_err sm_ir_shard_take(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                        sm_ir_value *out, sm_ir_shard_plan *plan, char *err, size_t errlen)
+{
+    const sm_ir_value *a = in[0], *ix = in[1];
+    int ra = a->shape.rank, ri = ix->shape.rank;
+    int axis = sm_ir_op_axis(op, ra), ok = 1;
+    if (axis < 0 && op->kind == SM_OP_TAKE_ALONG_AXIS)
+        axis = 0; /* a 1-d arr */
+    sm_ir_layout res = {{0}};
+    plan->in[0] = a->layout;
+    plan->in[1] = ix->layout;
+    for (int d = 0; d < ra; d++) /* the dimension taken from: whole */
+        if (axis < 0 || d == axis) {
+            ok &= !(sm_sh_dim_mask(&a->layout, d) & ~a->hidden);
+            plan->in[0].n[d] = 0;
+        }
+    if (op->kind == SM_OP_TAKE) {
+        for (int d = 0; d < ri; d++)
+            ok &= !(sm_sh_dim_mask(&ix->layout, d) & ~ix->hidden);
+        memset(&plan->in[1], 0, sizeof plan->in[1]);
+        int o = 0;
+        for (int d = 0; axis >= 0 && d < axis; d++)
+            sm_sh_dim_copy(&res, o++, &a->layout, d);
+        o += ri;
+        for (int d = axis + 1; axis >= 0 && d < ra; d++)
+            sm_sh_dim_copy(&res, o++, &a->layout, d);
+    } else {
+        ok &= !(sm_sh_dim_mask(&ix->layout, axis) & ~ix->hidden);
+        plan->in[1].n[axis] = 0;
+        for (int d = 0; d < ra; d++) { /* batch dimensions: one sharding for both */
+            if (d == axis)
+                continue;
+            const sm_ir_layout *src = ix->layout.n[d] ? &ix->layout : &a->layout;
+            if (a->layout.n[d] && ix->layout.n[d] &&
+                !sm_sh_dim_equal(&a->layout, d, &ix->layout, d))
+                ok = 0;
+            sm_sh_dim_copy(&res, d, src, d);
+            if (a->shape.dims[d] == out->shape.dims[d])
+                sm_sh_dim_copy(&plan->in[0], d, src, d);
+            if (ix->shape.dims[d] == out->shape.dims[d])
+                sm_sh_dim_copy(&plan->in[1], d, src, d);
+            if (a->shape.dims[d] != out->shape.dims[d] || ix->shape.dims[d] != out->shape.dims[d])
+                res.n[d] = plan->in[0].n[d] = plan->in[1].n[d] = 0; /* broadcast: whole */
+        }
+    }
+    plan->local_layout = res;
+    if (op->attrs.sharding)
+        return sm_sh_spec(p, op, op->attrs.sharding, &out->shape, "out_sharding", &out->layout, err,
+                          errlen);
+    if (!ok) {
+        char ta[300], ti[300];
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "Use `.at[...].get(out_sharding=)` to provide output PartitionSpec for the "
+                       "gather indexing as out sharding could not be resolved unambiguously (or "
+                       "would require collectives on inputs). Got operand=%s, indices=%s",
+                       sm_sh_type_str(p, a, ta, sizeof ta), sm_sh_type_str(p, ix, ti, sizeof ti));
+    }
+    out->layout = res;
+    return SM_OK;
+}
+
 /* cumsum, cumprod, cummax, cummin: JAX's rule (_cumred_sharding_rule): the
  * operand must not be sharded along the axis; the result keeps its
  * sharding. axis=None (the flattened operand) is gathered whole. */

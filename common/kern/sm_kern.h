@@ -283,6 +283,24 @@ sm_err sm_kern_dynamic_update_slice(sm_dtype t, const void *x, const sm_shape *x
                                     const sm_shape *us, const int64_t *start, void *out, char *err,
                                     size_t errlen);
 
+/* How a gather treats an index outside [0, n) after a negative one gained n
+ * once (numpy's): clamp it (what JAX's indexing does), wrap it modulo n, or
+ * give the fill value: NaN, the integer minimum, 255 for u8, true for bool
+ * (jnp.take's default). An empty axis gives the fill value in every mode. */
+typedef enum { SM_KERN_GATHER_FILL, SM_KERN_GATHER_CLIP, SM_KERN_GATHER_WRAP } sm_kern_gather_mode;
+
+/* out = jnp.take(x, idx, axis): x's shape with dimension axis replaced by
+ * idx's (idx: int64 of shape is). Rows move by size (any dtype). */
+sm_err sm_kern_take(sm_dtype t, const void *x, const sm_shape *xs, int axis, const int64_t *idx,
+                    const sm_shape *is, sm_kern_gather_mode mode, void *out, char *err,
+                    size_t errlen);
+/* out = jnp.take_along_axis(x, idx, axis): idx has x's rank; out's
+ * dimension axis is idx's, the others x's and idx's broadcast; each element
+ * x at its position with the axis coordinate from idx. */
+sm_err sm_kern_take_along_axis(sm_dtype t, const void *x, const sm_shape *xs, int axis,
+                               const int64_t *idx, const sm_shape *is, sm_kern_gather_mode mode,
+                               void *out, char *err, size_t errlen);
+
 /* ---- OpenBLAS setup ------------------------------------------------------------------------- */
 
 /* The best OPENBLAS_CORETYPE for this CPU: "Cooperlake" (AVX-512 F BW VL DQ

@@ -1,8 +1,10 @@
 /* Shape kernels: reshape, transpose, slice, broadcast_to, pad, concatenate,
- * tile, roll, dynamic_slice, dynamic_update_slice. All move elements by size
+ * tile, roll, dynamic_slice, dynamic_update_slice, and the gathers take and
+ * take_along_axis. All move elements by size
  * (any dtype with a size); each builds one strided walk (smk_loop: op 0 the
  * destination, op 1 the source) and hands it to smk_copy_loop, which copies
  * contiguous runs with memcpy and strided ones with typed loops. */
+#include <math.h>
 #include <stdio.h>
 
 #include "sm_kern_impl.h"
@@ -363,5 +365,148 @@ sm_err sm_kern_dynamic_update_slice(sm_dtype t, const void *x, const sm_shape *x
     if (out != x && n > 0)
         memcpy(out, x, (size_t)n * e);
     copy_box(e, out, xs, cl, upd, us, NULL, NULL, us->dims, us->rank);
+    return SM_OK;
+}
+
+/* ---- gathers -------------------------------------------------------------------------------- */
+
+/* The fill value of dtype t (NaN, the integer minimum, 255, true) in *v. */
+static void gather_fill_value(sm_dtype t, unsigned char *v)
+{
+    union {
+        float f;
+        double d;
+        int32_t i;
+        int64_t l;
+        uint16_t h;
+        uint8_t b;
+    } u = {0};
+    switch (t) {
+    case SM_F32:
+        u.f = NAN;
+        break;
+    case SM_F64:
+        u.d = NAN;
+        break;
+    case SM_I32:
+        u.i = INT32_MIN;
+        break;
+    case SM_I64:
+        u.l = INT64_MIN;
+        break;
+    case SM_F16:
+        u.h = 0x7e00;
+        break;
+    case SM_BF16:
+        u.h = 0x7fc0;
+        break;
+    case SM_U8:
+        u.b = 255;
+        break;
+    default:
+        u.b = 1;
+        break;
+    }
+    memcpy(v, &u, smk_elem(t));
+}
+
+/* The source position of index i along an axis of n, or -1 for the fill. */
+static int64_t gather_pos(int64_t i, int64_t n, sm_kern_gather_mode mode)
+{
+    if (n <= 0)
+        return -1;
+    if (mode == SM_KERN_GATHER_WRAP)
+        return ((i % n) + n) % n;
+    if (i < 0)
+        i += n;
+    if (mode == SM_KERN_GATHER_CLIP)
+        return i < 0 ? 0 : i >= n ? n - 1 : i;
+    return i < 0 || i >= n ? -1 : i;
+}
+
+sm_err sm_kern_take(sm_dtype t, const void *x, const sm_shape *xs, int axis, const int64_t *idx,
+                    const sm_shape *is, sm_kern_gather_mode mode, void *out, char *err,
+                    size_t errlen)
+{
+    size_t e;
+    sm_err r = shape_elem(t, "take", &e, err, errlen);
+    if (r)
+        return r;
+    if (axis < 0 || axis >= xs->rank || xs->rank - 1 + is->rank > SM_MAX_RANK) {
+        char b[128];
+        return sm_fail(err, errlen, SM_EINVAL, "take: axis %d does not fit %s with %d-d indices",
+                       axis, smk_fmt(xs, b, sizeof b), is->rank);
+    }
+    int64_t outer = 1, inner = 1, n = xs->dims[axis], ni = smk_numel(is);
+    for (int d = 0; d < axis; d++)
+        outer *= xs->dims[d];
+    for (int d = axis + 1; d < xs->rank; d++)
+        inner *= xs->dims[d];
+    unsigned char fill[8];
+    gather_fill_value(t, fill);
+    size_t row = (size_t)inner * e;
+    char *o = out;
+    for (int64_t a = 0; a < outer; a++)
+        for (int64_t j = 0; j < ni; j++, o += row) {
+            int64_t k = gather_pos(idx[j], n, mode);
+            if (k >= 0) {
+                memcpy(o, (const char *)x + ((size_t)(a * n + k) * row), row);
+            } else {
+                for (int64_t q = 0; q < inner; q++)
+                    memcpy(o + (size_t)q * e, fill, e);
+            }
+        }
+    return SM_OK;
+}
+
+sm_err sm_kern_take_along_axis(sm_dtype t, const void *x, const sm_shape *xs, int axis,
+                               const int64_t *idx, const sm_shape *is, sm_kern_gather_mode mode,
+                               void *out, char *err, size_t errlen)
+{
+    size_t e;
+    sm_err r = shape_elem(t, "take_along_axis", &e, err, errlen);
+    if (r)
+        return r;
+    char b1[128], b2[128];
+    if (is->rank != xs->rank || axis < 0 || axis >= xs->rank)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "take_along_axis: indices %s and array %s must have the same rank (axis %d)",
+                       smk_fmt(is, b1, sizeof b1), smk_fmt(xs, b2, sizeof b2), axis);
+    sm_shape os = *is;
+    for (int d = 0; d < xs->rank; d++) {
+        if (d == axis)
+            continue;
+        if (xs->dims[d] != is->dims[d] && xs->dims[d] != 1 && is->dims[d] != 1)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "take_along_axis: indices %s do not broadcast with array %s "
+                           "(dimension %d)",
+                           smk_fmt(is, b1, sizeof b1), smk_fmt(xs, b2, sizeof b2), d);
+        os.dims[d] = xs->dims[d] == 1 ? is->dims[d] : xs->dims[d];
+    }
+    int64_t xst[SM_MAX_RANK], ist[SM_MAX_RANK], pos[SM_MAX_RANK] = {0};
+    dense_strides(xs, xst);
+    dense_strides(is, ist);
+    unsigned char fill[8];
+    gather_fill_value(t, fill);
+    int64_t no = smk_numel(&os), n = xs->dims[axis];
+    char *o = out;
+    for (int64_t q = 0; q < no; q++, o += e) {
+        int64_t xo = 0, io = 0;
+        for (int d = 0; d < xs->rank; d++) {
+            io += (is->dims[d] == 1 ? 0 : pos[d]) * ist[d];
+            if (d != axis)
+                xo += (xs->dims[d] == 1 ? 0 : pos[d]) * xst[d];
+        }
+        int64_t k = gather_pos(idx[io], n, mode);
+        if (k >= 0)
+            memcpy(o, (const char *)x + (size_t)(xo + k * xst[axis]) * e, e);
+        else
+            memcpy(o, fill, e);
+        for (int d = xs->rank - 1; d >= 0; d--) { /* next output position */
+            if (++pos[d] < os.dims[d])
+                break;
+            pos[d] = 0;
+        }
+    }
     return SM_OK;
 }

@@ -253,12 +253,8 @@ class Tracer(_Shaped):
     def __abs__(self): return _call_op("abs", self)
     __hash__ = object.__hash__
 
-    def __getitem__(self, key):
+    def __getitem__(self, key, out_sharding=None):
         key = key if isinstance(key, tuple) else (key,)
-        if any(isinstance(k, (np.ndarray, list, Tracer, Array)) for k in key):
-            raise InvalidArgument("indexing with arrays (numpy's advanced indexing, a gather) is "
-                                  "not supported: index with integers, slices, None and '...', "
-                                  "or use dynamic_slice for a computed start")
         if any(k is Ellipsis for k in key):  # as many ':' as the dims it stands for
             at = next(j for j, k in enumerate(key) if k is Ellipsis)
             rest = key[:at] + key[at + 1:]
@@ -266,9 +262,39 @@ class Tracer(_Shaped):
                 raise InvalidArgument("an index can only have a single ellipsis ('...')")
             n = len(self.shape) - sum(k is not None for k in rest)
             key = key[:at] + (slice(None),) * max(n, 0) + key[at + 1:]
+        arrays = [j for j, k in enumerate(key) if isinstance(k, (np.ndarray, list, Tracer, Array))]
+        if arrays:
+            return self._take(key, arrays, out_sharding)
         if not key:
             return self
         return _builder().emit(f"{self.name}[{', '.join(_fmt(k) for k in key)}]")
+
+    def _take(self, key, arrays, out_sharding):
+        """numpy's indexing with one integer array among basic indices: the
+        basic ones first, then a take along the array's dimension (indices
+        clamped, as JAX's indexing has them). The array's dimensions go
+        where numpy puts them: in its place, or first when an integer index
+        stands apart from it."""
+        if len(arrays) > 1:
+            raise InvalidArgument("indexing with more than one integer array (numpy's advanced "
+                                  "indexing broadcasts them together) is not supported: index "
+                                  "with one, or use jnp.take / jnp.take_along_axis")
+        p = arrays[0]
+        idx = _index_value(key[p])
+        if idx.dtype == np.bool_:
+            raise InvalidArgument("indexing with a boolean mask (a result of data-dependent "
+                                  "shape) is not supported: use jnp.where(mask, x, 0)")
+        y = self[key[:p] + (slice(None),) + key[p + 1:]]
+        ax = sum(1 for k in key[:p] if k is None or isinstance(k, slice))
+        r = _call_op("take", y, idx, axis=ax, mode="clip", out_sharding=out_sharding)
+        adv = sorted([p] + [j for j, k in enumerate(key) if isinstance(k, numbers.Integral)
+                            and not isinstance(k, bool)])
+        if ax and adv != list(range(adv[0], adv[-1] + 1)):
+            n = len(idx.shape)  # numpy: apart from an integer index, the array's dims lead
+            perm = list(range(ax, ax + n)) + [d for d in range(len(r.shape))
+                                               if not ax <= d < ax + n]
+            r = _call_op("transpose", r, tuple(perm))
+        return r
 
     @property
     def T(self):
@@ -382,8 +408,12 @@ class _AtIndex:
                                       f"here, got {k!r}")
         return starts, sizes, kept
 
-    def get(self):
-        return self.x[self.key]
+    def get(self, out_sharding=None, mode=None, fill_value=None):
+        """x.at[key].get(): x[key]; with an integer array in key,
+        out_sharding= says how the gather's result is sharded (JAX's)."""
+        if out_sharding is None:
+            return self.x[self.key]
+        return self.x.__getitem__(self.key, out_sharding=out_sharding)
 
     def set(self, v):
         starts, sizes, kept = self._box()
@@ -415,6 +445,27 @@ class _AtIndex:
 
     def max(self, v):
         return self.set(_call_op("maximum", self.get(), v))
+
+
+def _index_value(k):
+    """An index array as a traced value: a Tracer as it is, an Array or a
+    numpy array / list (uploaded replicated on the program's mesh, as JAX
+    embeds a constant) captured by the jit being traced."""
+    if isinstance(k, Tracer):
+        return k
+    if not isinstance(k, Array):
+        b = _builder()
+        mesh = getattr(b, "mesh", None)
+        if b.kind != "jit" or mesh is None:
+            raise InvalidArgument("indexing with a numpy array in a shard_map body: pass it as "
+                                  "an argument")
+        a = np.asarray(k)
+        if a.dtype.kind not in "iub":
+            raise InvalidArgument(f"indices must be integers, got {a.dtype}")
+        if a.dtype.kind != "b":
+            a = a.astype(np.int32)
+        k = _client_of([], mesh).device_put(a, NamedSharding(mesh, P()))
+    return Tracer(_builder().capture(k), k.type, _dtype_name(k.dtype), k.shape)
 
 
 def _broadcast_to(v, shape):

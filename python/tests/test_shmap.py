@@ -408,8 +408,9 @@ def test_indexing_as_numpy_does(c):
     blocks = [[xa[i * 2:i * 2 + 2, j * 6:j * 6 + 6][::2, 1::2] for j in range(2)]
               for i in range(4)]
     assert np.array_equal(np.asarray(sm(x)), np.block(blocks))
-    with pytest.raises(shmap.InvalidArgument, match="advanced indexing"):
-        shmap.jit(lambda a: a[np.array([0, 2])])(x)
+    with pytest.raises(shmap.ProgramError, match=r"could not be resolved unambiguously .* "
+                       r"Got operand=f32\[8@X,12@Y\], indices=i32\[2\]"):
+        shmap.jit(lambda a: a[np.array([0, 2])])(x)  # a gather along a sharded dimension
     with pytest.raises(shmap.ProgramError) as e:
         shmap.jit(lambda a: a[::3])(x)
     assert "slicing on sharded dims where out dim (3) is not divisible by mesh axes (4)" in \
@@ -820,6 +821,51 @@ def test_control_flow(c):
     rev = shmap.jit(lambda s: lax.scan(lambda cy, xt: (cy + xt, cy), jnp.zeros((4,)), s,
                                        reverse=True))(c.device_put(seq_a, NamedSharding(mesh, P())))
     assert np.allclose(np.asarray(rev[1]), np.cumsum(seq_a[::-1], 0)[::-1] - seq_a)
+
+
+def test_gathers_and_array_indexing(c):
+    """jnp.take and take_along_axis, and numpy's indexing with one integer
+    array among basic indices (clamped, as JAX's indexing), against numpy:
+    an embedding lookup keeps the table's sharding, a cross-entropy picks
+    each row's label, the array's dimensions land where numpy puts them;
+    sharded indices need out_sharding=, as JAX's sentence says."""
+    mesh = c.make_mesh((4, 2), ("X", "Y"))
+    ea = np.arange(64, dtype=np.float32).reshape(16, 4)
+    e = c.device_put(ea, NamedSharding(mesh, P(None, "Y")))
+    ta = np.array([[3, 1, 15], [0, 20, -1]], np.int32)
+    t = c.device_put(ta, NamedSharding(mesh, P()))
+    got = e[t]
+    assert shmap.typeof(got) == "f32[2,3,4@Y]"
+    assert np.array_equal(np.asarray(got), ea[np.clip(np.where(ta < 0, ta + 16, ta), 0, 15)])
+    filled = np.asarray(jnp.take(e, t, axis=0))  # jnp.take's default: fill (NaN)
+    assert np.isnan(filled[1, 1]).all() and np.array_equal(filled[0], ea[[3, 1, 15]])
+    assert np.array_equal(np.asarray(jnp.take(e, t, axis=0, mode="wrap")), ea[ta % 16])
+    assert np.array_equal(np.asarray(e[np.array([2, 5])]), ea[[2, 5]])
+    assert np.array_equal(np.asarray(e[[1, 2], 1:3]), ea[[1, 2], 1:3])
+    xa = np.arange(120, dtype=np.float32).reshape(2, 3, 4, 5)
+    x = c.device_put(xa, NamedSharding(mesh, P()))
+    i = np.array([0, 2, 1])
+    for key in [(0, slice(None), i), (slice(None), 1, i), (0, i), (i % 2, 0),
+                (slice(None), i, slice(None), 2), (Ellipsis, i)]:
+        got, want = np.asarray(x[key]), xa[key]
+        assert got.shape == want.shape and np.array_equal(got, want), key
+    la = np.random.default_rng(2).random((8, 5), dtype=np.float32)
+    ya = np.array([1, 0, 4, 2, 3, 3, 1, 0], np.int32)
+    lg = c.device_put(la, NamedSharding(mesh, P("X")))
+    y = c.device_put(ya, NamedSharding(mesh, P("X")))
+    ce = shmap.jit(lambda lg, y: -jnp.mean(
+        jnp.take_along_axis(shmap.nn.log_softmax(lg), y[:, None], axis=1)))
+    e2 = np.exp(la - la.max(1, keepdims=True))
+    assert np.isclose(float(ce(lg, y)), -np.log(e2 / e2.sum(1, keepdims=True))[np.arange(8), ya].mean(),
+                      rtol=1e-5)
+    g = shmap.jit(lambda e, t: e.at[t].get(out_sharding=P("X", "Y")))(e, y)
+    assert shmap.typeof(g) == "f32[8@X,4@Y]" and np.array_equal(np.asarray(g), ea[ya])
+    with pytest.raises(shmap.ProgramError, match=r"Use `\.at\[\.\.\.\]\.get\(out_sharding=\)` to "
+                       r"provide output PartitionSpec .* Got operand=f32\[16,4@Y\], "
+                       r"indices=i32\[8@X\]"):
+        shmap.jit(lambda e, t: e[t])(e, y)
+    with pytest.raises(shmap.InvalidArgument, match="more than one integer array"):
+        x[i, i]
 
 
 def test_auto_mesh_from_python(c):
