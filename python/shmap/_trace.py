@@ -651,6 +651,31 @@ def _client_of(args, mesh):
                           "pass Arrays")
 
 
+def _is_tree(v):
+    """A pytree node: a tuple, list or dict (a PartitionSpec is a leaf)."""
+    return type(v) in (tuple, list) or isinstance(v, dict)
+
+
+def _tree_leaves(v, name):
+    """(leaf, path name) pairs of a pytree, depth first, dict keys sorted (as
+    JAX flattens them)."""
+    if type(v) in (tuple, list):
+        return [x for i, e in enumerate(v) for x in _tree_leaves(e, f"{name}_{i}")]
+    if isinstance(v, dict):
+        return [x for k in sorted(v) for x in _tree_leaves(v[k], f"{name}_{k}")]
+    return [(v, name)]
+
+
+def _tree_build(v, it):
+    """v's structure with its leaves taken from it, in _tree_leaves' order."""
+    if type(v) in (tuple, list):
+        return type(v)(_tree_build(e, it) for e in v)
+    if isinstance(v, dict):
+        built = {k: _tree_build(v[k], it) for k in sorted(v)}
+        return {k: built[k] for k in v}
+    return next(it)
+
+
 def _param_names(f, n):
     try:
         names = [p.name for p in inspect.signature(f).parameters.values()
@@ -869,6 +894,9 @@ class _Traced:
         if self.kind != "shard_map" or outer.kind != "jit":
             raise InvalidArgument(f"{self.__name__}: only a shmap.jit function may call a "
                                   f"traced function, and only a shmap.shard_map one")
+        t, args = self._split_trees(args)
+        if t is not self:
+            return t._inline(outer, args)
         if not all(isinstance(a, Tracer) for a in args):
             raise InvalidArgument(f"{self.__name__}: inside a jit function, pass traced values "
                                   f"(the jit function's arguments or results of its ops)")
@@ -944,8 +972,46 @@ class _Traced:
         return _Traced(g, self.kind, self.mesh, out_shardings=self.out_shardings,
                        check_vma=self.check_vma), tuple(dyn)
 
+    def _split_trees(self, args):
+        """Arguments that are pytrees (tuples, lists, dicts of arrays, as a
+        params dict): a function of their leaves, each one parameter of the
+        program named by its path (params_emb, xs_0), which rebuilds them
+        for the body; a shard_map's in_specs entry for such an argument is
+        one P for every leaf or a pytree of them."""
+        if not any(_is_tree(a) for a in args):
+            return self, args
+        names = _param_names(self.f, len(args))
+        specs = self.in_specs
+        if self.kind == "shard_map" and isinstance(specs, PartitionSpec):
+            specs = (specs,) * len(args)
+        leaves, flat_specs = [], []
+        for k, a in enumerate(args):
+            ls = _tree_leaves(a, names[k])
+            leaves += ls
+            if self.kind == "shard_map":
+                sp = specs[k] if k < len(specs) else None
+                sl = [x for x, _ in _tree_leaves(sp, "")] if _is_tree(sp) else [sp] * len(ls)
+                if len(sl) != len(ls):
+                    raise InvalidArgument(f"{self.__name__}: in_specs[{k}] has {len(sl)} specs "
+                                          f"for an argument of {len(ls)} arrays")
+                flat_specs += sl
+
+        def g(*flat):
+            it = iter(flat)
+            return self.f(*[_tree_build(a, it) for a in args])
+
+        g.__name__ = self.__name__
+        g.__signature__ = inspect.Signature(
+            [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for _, n in leaves])
+        t = _Traced(g, self.kind, self.mesh, tuple(flat_specs) if self.kind == "shard_map"
+                    else None, self.out_specs, self.check_vma, self.out_shardings)
+        return t, tuple(v for v, _ in leaves)
+
     def lower(self, *args, **kwargs):
         t, args = self._split_static(self._bind(args, kwargs))
+        t2, args = t._split_trees(args)
+        if t2 is not self:
+            return t2.lower(*args)
         _, _, text, info, _ = t._trace(args)
         return Lowered(text, info)
 
@@ -986,6 +1052,7 @@ class _Traced:
 
     def submit(self, *args, **kwargs):
         t, args = self._split_static(self._bind(args, kwargs))
+        t, args = t._split_trees(args)
         if t is not self:
             return t.submit(*args)
         client, arrays, text, info, multi = self._trace(args)

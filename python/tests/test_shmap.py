@@ -868,6 +868,96 @@ def test_gathers_and_array_indexing(c):
         x[i, i]
 
 
+def test_pytree_arguments(c):
+    """jit and shard_map take pytrees of arrays (a params dict, tuples,
+    lists), as JAX's: each leaf one parameter named by its path; a
+    shard_map's in_specs entry is one P for every leaf or a pytree of them."""
+    mesh = c.make_mesh((4, 2), ("X", "Y"))
+    wa, ba = np.arange(32, dtype=np.float32).reshape(8, 4), np.ones(8, np.float32)
+    xa = np.arange(64, dtype=np.float32).reshape(16, 4) / 10
+    params = {"w": c.device_put(wa.T.copy(), NamedSharding(mesh, P())),
+              "b": c.device_put(ba, NamedSharding(mesh, P()))}
+    x = c.device_put(xa, NamedSharding(mesh, P("X")))
+
+    @shmap.jit
+    def layer(params, x, extra=(None,)):
+        return jnp.dot(x, params["w"]) + params["b"]
+
+    got = layer(params, x)
+    assert shmap.typeof(got) == "f32[16@X,8]"
+    assert np.allclose(np.asarray(got), xa @ wa.T + ba)
+    assert "params_w: f32[4,8]" in layer.lower(params, x).as_text()
+    pair = shmap.jit(lambda ab, s: (ab[0] + ab[1]) * s["k"][0])(
+        [x, x], {"k": (c.device_put(np.float32(3), NamedSharding(mesh, P())),)})
+    assert np.allclose(np.asarray(pair), 6 * xa)
+    sm = shmap.shard_map(lambda p, x: jnp.dot(x, p["w"]) + p["b"], mesh=mesh,
+                         in_specs=({"w": P(), "b": P()}, P("X")), out_specs=P("X"))
+    assert np.allclose(np.asarray(sm(params, x)), xa @ wa.T + ba)
+    sm2 = shmap.shard_map(lambda p, x: x * p[0] + p[1], mesh=mesh, in_specs=(P(), P("X")),
+                          out_specs=P("X"))
+    assert np.allclose(np.asarray(sm2((c.device_put(np.float32(2), NamedSharding(mesh, P())),
+                                       c.device_put(np.float32(1), NamedSharding(mesh, P()))), x)),
+                       xa * 2 + 1)
+
+
+def test_transformer_block_forward(c):
+    """A decoder block as JAX code writes it (embedding lookup, layer norm,
+    causal attention with einsum, tril and softmax, a gelu MLP, tied logits,
+    a cross-entropy with take_along_axis), params as a dict, tokens sharded
+    over the batch: one jit program, equal to numpy."""
+    B, T, D, H, V = 4, 8, 16, 2, 32
+    rng = np.random.default_rng(0)
+    shapes = dict(emb=(V, D), wq=(D, D), wk=(D, D), wv=(D, D), wo=(D, D), w1=(D, 4 * D),
+                  w2=(4 * D, D))
+    pn = {k: (rng.standard_normal(v) * 0.1).astype(np.float32) for k, v in shapes.items()}
+    pn["g"], pn["b"] = np.ones(D, np.float32), np.zeros(D, np.float32)
+    tok_np = rng.integers(0, V, (B, T)).astype(np.int32)
+
+    def model(p, tok, xp):
+        x = p["emb"][tok] if xp is np else p["emb"].at[tok].get(out_sharding=P("X", None, None))
+
+        def ln(x):
+            m = x.mean(-1, keepdims=True)
+            v = ((x - m) ** 2).mean(-1, keepdims=True)
+            return (x - m) / xp.sqrt(v + 1e-5) * p["g"] + p["b"]
+
+        h = ln(x)
+        q, k, v = ((h @ p[w]).reshape(B, T, H, D // H) for w in ("wq", "wk", "wv"))
+        s = xp.einsum("bthd,bshd->bhts", q, k) / np.sqrt(D // H)
+        s = xp.where(xp.tril(xp.ones((T, T), np.float32)) > 0, s, -1e9)
+        if xp is np:
+            a = np.exp(s - s.max(-1, keepdims=True))
+            a = a / a.sum(-1, keepdims=True)
+        else:
+            a = shmap.nn.softmax(s, axis=-1)
+        x = x + xp.einsum("bhts,bshd->bthd", a, v).reshape(B, T, D) @ p["wo"]
+        u = ln(x) @ p["w1"]
+        u = u * 0.5 * (1 + xp.tanh(np.sqrt(2 / np.pi) * (u + 0.044715 * u ** 3))) if xp is np \
+            else shmap.nn.gelu(u)
+        return x + u @ p["w2"]
+
+    with shmap.use_mesh(c.make_mesh((2, 2), ("X", "Y"))):
+        params = {k: shmap.device_put(v, P()) for k, v in pn.items()}
+        tok = shmap.device_put(tok_np, P("X"))
+        labels = shmap.device_put(np.roll(tok_np, -1, 1), P("X"))
+        out = shmap.jit(lambda p, t: model(p, t, jnp))(params, tok)
+        assert shmap.typeof(out) == "f32[4@X,8,16]"
+        want = model(pn, tok_np, np)
+        assert np.allclose(np.asarray(out), want, atol=1e-5)
+
+        @shmap.jit
+        def loss(p, tok, labels):
+            logits = model(p, tok, jnp) @ p["emb"].T
+            lp = shmap.nn.log_softmax(logits)
+            return -jnp.mean(jnp.take_along_axis(lp, labels[..., None], axis=-1))
+
+        lg = want @ pn["emb"].T
+        lg = lg - lg.max(-1, keepdims=True)
+        lp = lg - np.log(np.exp(lg).sum(-1, keepdims=True))
+        want_loss = -np.take_along_axis(lp, np.roll(tok_np, -1, 1)[..., None], -1).mean()
+        assert np.isclose(float(loss(params, tok, labels)), want_loss, rtol=1e-5)
+
+
 def test_auto_mesh_from_python(c):
     """An Array keeps the mesh it was made on, axis types included (the
     service keeps names, sizes and devices only), so a jit of Arrays on a
