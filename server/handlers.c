@@ -8,6 +8,7 @@
 
 #include "relay.h"
 #include "sm_log.h"
+#include "sm_program.h"
 #include "sm_rpc.h"
 #include "sm_tenant.h"
 #include "sm_time.h"
@@ -441,6 +442,16 @@ static sm_err h_register(void *user, const sm_svc_register_req *req, sm_svc_regi
     int nf = 0;
     if (!req->address || !*req->address)
         return sm_fail(err, errlen, SM_EINVAL, "a worker must give the address it serves on");
+    if (req->program_level < SM_PROGRAM_LEVEL) { /* it would run some programs wrongly */
+        const char *v = req->version && *req->version ? req->version : "older";
+        SM_WARN("refused worker %s (shmap-worker %s): program level %u, this coordinator's %u",
+                req->address, v, req->program_level, SM_PROGRAM_LEVEL);
+        return sm_fail(err, errlen, SM_EPRECONDITION,
+                       "this worker (shmap-worker %s) runs programs of level %u, but this "
+                       "coordinator (shmap-coordinator %s) sends level %u: upgrade the workers "
+                       "before the coordinator",
+                       v, req->program_level, SM_VERSION, SM_PROGRAM_LEVEL);
+    }
     sm_err e = sm_rpc_channel_create_tls(req->address, c->token, c->tls, &ch, err, errlen);
     if (e)
         return e;

@@ -15,6 +15,7 @@
 #include "harness.h"
 #include "harness_svc.h"
 #include "shmap_job.h"
+#include "sm_program.h"
 #include "sm_rpc.h"
 #include "sm_svc.h"
 #include "suite_main.h"
@@ -265,6 +266,40 @@ START_TEST(put_shards_wrong_shape_server_side)
 }
 END_TEST
 
+/* A worker of an older program level (one from before levels says 0) is
+ * refused at registration with a sentence saying what to upgrade, and
+ * nothing is registered; this build's level passes that check. */
+START_TEST(old_worker_refused)
+{
+    harness_cluster own = *g_h; /* with the cluster's credential, as a worker has it */
+    harness_use_cluster_credential(&own);
+    sm_rpc_channel *ch = harness_channel(&own, NULL);
+    sm_svc_register_req req = {
+        .address = "127.0.0.1:9", .ndevices = 2, .process_index = -1, .host = "old-box"};
+    sm_svc_register_reply rep;
+    char err[1024];
+    sm_err e = sm_svc_coord_register(ch, 10000, &req, &rep, err, sizeof err);
+    ck_assert_msg(e == SM_EPRECONDITION, "register gave %s: %s", sm_err_name(e), err);
+    ck_assert_msg(strstr(err, "FAILED_PRECONDITION") &&
+                      strstr(err, "this worker (shmap-worker older) runs programs of level 0") &&
+                      strstr(err, "upgrade the workers before the coordinator"),
+                  "%s", err);
+    req.program_level = SM_PROGRAM_LEVEL - 1;
+    req.version = "0.0.9";
+    e = sm_svc_coord_register(ch, 10000, &req, &rep, err, sizeof err);
+    ck_assert_msg(e == SM_EPRECONDITION && strstr(err, "shmap-worker 0.0.9"), "%s", err);
+    sm_client *c = harness_client(g_h);
+    int n = 0;
+    sm_worker_info *w = NULL;
+    ck_assert_int_eq(sm_client_devices(c, &w, &n, err, sizeof err), SM_OK);
+    for (int k = 0; k < n; k++)
+        ck_assert_msg(strcmp(w[k].address, "127.0.0.1:9") != 0, "the old worker was registered");
+    free(w);
+    sm_client_close(c);
+    sm_rpc_channel_free(ch);
+}
+END_TEST
+
 /* After all of the above the cluster still serves a normal round trip. */
 START_TEST(still_serving)
 {
@@ -483,6 +518,6 @@ int main(void)
     return HARNESS_CLUSTER_SUITE("e2e_errors", 120, cluster_up, cluster_down, {unknown_arrays},
                                  {bad_specs_refused, (int)(sizeof bad_specs / sizeof bad_specs[0])},
                                  {duplicate_name}, {bad_uploads_then_good},
-                                 {put_shards_wrong_shape_server_side}, {still_serving}, {tokens},
-                                 {worker_killed}, {memory_limit});
+                                 {put_shards_wrong_shape_server_side}, {old_worker_refused},
+                                 {still_serving}, {tokens}, {worker_killed}, {memory_limit});
 }

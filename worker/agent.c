@@ -7,6 +7,7 @@
 
 #include "sm_array.h"
 #include "sm_log.h"
+#include "sm_program.h"
 #include "sm_rpc.h"
 #include "sm_shm.h"
 #include "sm_time.h"
@@ -62,7 +63,9 @@ static sm_err agent_register(sm_agent *a, char *err, size_t errlen)
     sm_svc_register_req req = {.address = a->address,
                                .ndevices = a->ndevices,
                                .process_index = a->process_index,
-                               .host = a->host};
+                               .host = a->host,
+                               .program_level = SM_PROGRAM_LEVEL,
+                               .version = SM_VERSION};
     sm_svc_register_reply rep, old;
     sm_svc_held_shard *held = NULL;
     sm_err e;

@@ -28,6 +28,16 @@ extern "C" {
 
 typedef struct sm_program sm_program;
 
+/* The program level of this build: what its executor runs of the op table.
+ * A worker tells the coordinator its level when it registers; a coordinator
+ * refuses a worker below its own, which would run some of the programs it
+ * is sent wrongly. Raise it with an op or attribute whose absence an older
+ * worker would not notice:
+ *   0  workers from before levels existed;
+ *   1  slice strides (attribute ints3), rev, floor_divide, sum/mean/prod
+ *      dtype=, argmax, cumsum and the other ops of this level's table. */
+#define SM_PROGRAM_LEVEL 1u
+
 #define SM_IR_MAX_INTS (2 * SM_MAX_RANK)
 
 typedef struct {

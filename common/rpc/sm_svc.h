@@ -322,6 +322,8 @@ typedef struct {
     const int32_t *devices;
     int nheld;
     const sm_svc_held_shard *held;
+    uint32_t program_level; /* SM_PROGRAM_LEVEL of the worker; 0: older */
+    const char *version;    /* the worker's build version; NULL or "": unknown */
 } sm_svc_register_req;
 
 typedef struct {

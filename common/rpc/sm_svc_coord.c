@@ -392,6 +392,8 @@ sm_err sm_svc_coord_register(sm_rpc_channel *ch, int deadline_ms, const sm_svc_r
     p.process_index = req->process_index;
     p.host = (char *)(req->host ? req->host : "");
     p.worker_id = req->worker_id.v;
+    p.program_level = req->program_level;
+    p.version = (char *)(req->version ? req->version : "");
     if (req->devices) {
         p.n_devices = (size_t)req->ndevices;
         p.devices = (int32_t *)req->devices;

@@ -404,7 +404,9 @@ static sm_err register_worker(SM_SVC_UNARY_ARGS)
                                    {r->worker_id},
                                    r->n_devices ? r->devices : NULL,
                                    (int)r->n_held,
-                                   held};
+                                   held,
+                                   r->program_level,
+                                   r->version ? r->version : ""};
         e = c->coord->register_worker(c->user, &req, out, err, errlen);
     }
     if (!e && (out->ndevices < 0 || out->ndevices > SM_MAX_WORKER_DEVICES))
