@@ -422,6 +422,92 @@ def inner(a, b):
     return tensordot(a, b, ([-1], [-1]))
 
 
+def _to_device(obj, dtype=None):
+    """A numpy value as an array of the program being traced (uploaded
+    replicated and closed over, as JAX embeds a constant) or, outside a
+    trace, on the mesh of set_mesh (a numpy array with no mesh set)."""
+    from ._core import Array
+    if isinstance(obj, Array) or hasattr(obj, "name") and hasattr(obj, "type"):
+        return obj if dtype is None else astype(obj, dtype)  # noqa: F821
+    a = _np.asarray(obj, dtype=dtype)
+    if dtype is None and a.dtype == _np.float64:  # JAX's default dtypes (x64 off)
+        a = a.astype(_np.float32)
+    elif dtype is None and a.dtype == _np.int64:
+        a = a.astype(_np.int32)
+    b = getattr(_state, "builder", None)
+    if b is None:
+        mesh = get_mesh()
+        if mesh is None:
+            return a
+        from ._core import P, device_put
+        return device_put(a, P())
+    return _const_value(a)
+
+
+def _const_value(a):
+    from ._core import NamedSharding, P
+    from ._trace import Tracer, _builder, _client_of, _dtype_name
+    b = _builder()
+    mesh = getattr(b, "mesh", None)
+    if b.kind != "jit" or mesh is None:
+        from ._core import InvalidArgument
+        raise InvalidArgument("a numpy constant in a shard_map body: pass it as an argument")
+    k = _client_of([], mesh).device_put(a, NamedSharding(mesh, P()))
+    return Tracer(b.capture(k), k.type, _dtype_name(k.dtype), k.shape)
+
+
+def array(object, dtype=None, copy=True):
+    """jnp.array: a numpy value (list, scalar, ndarray) as an array, with
+    JAX's default dtypes (float32, int32); see _to_device for where it
+    lives. An array given is returned (as dtype)."""
+    return _to_device(object, dtype)
+
+
+def asarray(a, dtype=None):
+    """jnp.asarray: as jnp.array."""
+    return _to_device(a, dtype)
+
+
+def shape(a):
+    """jnp.shape."""
+    return tuple(_np.shape(a)) if isinstance(a, (list, tuple, _np.ndarray)) else tuple(a.shape)
+
+
+def ndim(a):
+    """jnp.ndim."""
+    return len(shape(a))
+
+
+def size(a):
+    """jnp.size."""
+    return math.prod(shape(a))
+
+
+@_at_once
+def isclose(a, b, rtol=1e-05, atol=1e-08):
+    """jnp.isclose: |a - b| <= atol + rtol * |b| (NaNs unequal)."""
+    return less_equal(abs(a - b), atol + rtol * abs(b))  # noqa: F821
+
+
+@_at_once
+def allclose(a, b, rtol=1e-05, atol=1e-08):
+    """jnp.allclose: all of isclose, a bool array of rank 0."""
+    return all(isclose(a, b, rtol=rtol, atol=atol))  # noqa: F821
+
+
+def array_equal(a1, a2):
+    """jnp.array_equal: equal shapes and elements (static shapes: False at
+    once when they differ)."""
+    if tuple(shape(a1)) != tuple(shape(a2)):
+        return False
+    return _all_equal(a1, a2)
+
+
+@_at_once
+def _all_equal(a1, a2):
+    return all(equal(a1, a2))  # noqa: F821
+
+
 class _Linalg:
     """jnp.linalg: norm."""
 
@@ -445,8 +531,11 @@ linalg = _Linalg()
 
 __all__ += ["eye", "identity", "linspace", "tril", "triu", "ravel", "swapaxes", "moveaxis",
             "vstack", "hstack", "split", "log2", "log10", "exp2", "reciprocal", "einsum", "outer",
-            "tensordot", "inner", "linalg"]
+            "tensordot", "inner", "linalg", "array", "asarray", "shape", "ndim", "size",
+            "isclose", "allclose", "array_equal", "ndarray"]
 
+
+from ._core import Array as ndarray  # noqa: E402 (jnp.ndarray, for isinstance)
 
 # jnp's dtypes and constants, numpy's own (astype and dtype= take them)
 float16, float32, float64 = _np.float16, _np.float32, _np.float64

@@ -781,6 +781,29 @@ def test_jnp_compositions(c):
     assert np.isclose(float(jnp.linalg.norm(v, ord=np.inf)), np.linalg.norm(xa[0] - 3, np.inf))
 
 
+def test_array_constructors_and_predicates(c):
+    """jnp.array / asarray: numpy with no mesh set (JAX's default dtypes),
+    replicated Arrays on the context mesh, constants inside a jit;
+    jnp.ndarray for isinstance; shape/ndim/size; isclose, allclose,
+    array_equal against numpy."""
+    assert jnp.array([1.5]).dtype == np.float32 and jnp.array([1, 2]).dtype == np.int32
+    assert jnp.array([1, 2], dtype=jnp.int64).dtype == np.int64
+    mesh = c.make_mesh((4, 2), ("X", "Y"))
+    with shmap.use_mesh(mesh):
+        a = jnp.array([[1., 2.], [3., 4.]])
+        assert isinstance(a, jnp.ndarray) and shmap.typeof(a) == "f32[2,2]"
+        x = shmap.device_put(np.arange(8, dtype=np.float32), P("X"))
+        f = shmap.jit(lambda x: x * jnp.array(np.arange(1, 9), jnp.float32) + jnp.asarray(0.5))
+        assert np.array_equal(np.asarray(f(x)), np.arange(8) * np.arange(1, 9) + 0.5)
+        near = np.arange(8, dtype=np.float32) + np.array([0, 1e-6, 0, 0, 0, 0, 0, 1], np.float32)
+        y = shmap.device_put(near, P("X"))
+        assert np.array_equal(np.asarray(jnp.isclose(x, y)), np.isclose(np.arange(8.), near))
+        assert not bool(jnp.allclose(x, y)) and bool(jnp.allclose(x, x * (1 + 1e-6)))
+        assert bool(jnp.array_equal(x, x)) and not bool(jnp.array_equal(x, y))
+        assert jnp.array_equal(x, a) is False
+        assert (jnp.shape(x), jnp.ndim(x), jnp.size(x)) == ((8,), 1, 8)
+
+
 def test_control_flow(c):
     """lax.cond, switch and select on traced predicates select each result
     (both branches run), on static ones call the branch; lax.scan unrolls,
