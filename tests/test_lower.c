@@ -406,9 +406,14 @@ static const lower_case lowers[] = {
      0, 0, 0},
     {"mesh X=2 Y=4\njit s(a: f32[8,16] @ P('X', 'Y')):\n    return jnp.any(a > 1, axis=1)\n", 0, 0,
      0, 0, 1},
-    /* take with sharded indices and out_sharding=: the indices are gathered */
+    /* take with sharded indices and out_sharding=: each device takes its
+     * block with its own indices, no communication; a table sharded along
+     * the taken dimension is gathered */
     {"mesh X=2 Y=4\njit s(e: f32[16,8] @ P(None, 'Y'), t: i32[8] @ P('X')):\n"
      "    return jnp.take(e, t, axis=0, out_sharding=P('X', 'Y'))\n",
+     0, 0, 0, 0, 0},
+    {"mesh X=2 Y=4\njit s(e: f32[16,8] @ P('Y', None), t: i32[8] @ P('X')):\n"
+     "    return jnp.take(e, t, axis=0, out_sharding=P('X', None))\n",
      1, 0, 0, 0, 0},
     /* Auto axes: the larger operand keeps its layout, the bias moves */
     {"mesh X=2 Y=4 axis_types=(Auto, Auto)\n"

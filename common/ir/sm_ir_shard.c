@@ -662,8 +662,10 @@ sm_err sm_ir_shard_argminmax(const sm_program *p, const sm_ir_op *op, const sm_i
  * where take_along_axis pairs them with a's other dimensions (those must
  * agree, or one side be unsharded); the result's dimensions keep a's and
  * the indices' shardings. Otherwise out_sharding= decides (JAX's
- * .at[...].get(out_sharding=)), and the lowering gathers what the rule
- * needs unsharded before the local take. */
+ * .at[...].get(out_sharding=)). Either way each device takes its result
+ * block from the blocks that hold it: a whole along the dimension taken
+ * from and laid out as the result elsewhere, the indices as the result's
+ * dimensions they become (the lowering reshards both to that first). */
 sm_err sm_ir_shard_take(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
                         sm_ir_value *out, sm_ir_shard_plan *plan, char *err, size_t errlen)
 {
@@ -673,17 +675,12 @@ sm_err sm_ir_shard_take(const sm_program *p, const sm_ir_op *op, const sm_ir_val
     if (axis < 0 && op->kind == SM_OP_TAKE_ALONG_AXIS)
         axis = 0; /* a 1-d arr */
     sm_ir_layout res = {{0}};
-    plan->in[0] = a->layout;
-    plan->in[1] = ix->layout;
     for (int d = 0; d < ra; d++) /* the dimension taken from: whole */
-        if (axis < 0 || d == axis) {
+        if (axis < 0 || d == axis)
             ok &= !(sm_sh_dim_mask(&a->layout, d) & ~a->hidden);
-            plan->in[0].n[d] = 0;
-        }
     if (op->kind == SM_OP_TAKE) {
         for (int d = 0; d < ri; d++)
             ok &= !(sm_sh_dim_mask(&ix->layout, d) & ~ix->hidden);
-        memset(&plan->in[1], 0, sizeof plan->in[1]);
         int o = 0;
         for (int d = 0; axis >= 0 && d < axis; d++)
             sm_sh_dim_copy(&res, o++, &a->layout, d);
@@ -692,28 +689,22 @@ sm_err sm_ir_shard_take(const sm_program *p, const sm_ir_op *op, const sm_ir_val
             sm_sh_dim_copy(&res, o++, &a->layout, d);
     } else {
         ok &= !(sm_sh_dim_mask(&ix->layout, axis) & ~ix->hidden);
-        plan->in[1].n[axis] = 0;
         for (int d = 0; d < ra; d++) { /* batch dimensions: one sharding for both */
-            if (d == axis)
-                continue;
-            const sm_ir_layout *src = ix->layout.n[d] ? &ix->layout : &a->layout;
+            if (d == axis || a->shape.dims[d] != ix->shape.dims[d])
+                continue; /* (a broadcast dimension is whole) */
             if (a->layout.n[d] && ix->layout.n[d] &&
                 !sm_sh_dim_equal(&a->layout, d, &ix->layout, d))
                 ok = 0;
-            sm_sh_dim_copy(&res, d, src, d);
-            if (a->shape.dims[d] == out->shape.dims[d])
-                sm_sh_dim_copy(&plan->in[0], d, src, d);
-            if (ix->shape.dims[d] == out->shape.dims[d])
-                sm_sh_dim_copy(&plan->in[1], d, src, d);
-            if (a->shape.dims[d] != out->shape.dims[d] || ix->shape.dims[d] != out->shape.dims[d])
-                res.n[d] = plan->in[0].n[d] = plan->in[1].n[d] = 0; /* broadcast: whole */
+            sm_sh_dim_copy(&res, d, ix->layout.n[d] ? &ix->layout : &a->layout, d);
         }
     }
-    plan->local_layout = res;
+    sm_err e = SM_OK;
     if (op->attrs.sharding)
-        return sm_sh_spec(p, op, op->attrs.sharding, &out->shape, "out_sharding", &out->layout, err,
-                          errlen);
-    if (!ok) {
+        e = sm_sh_spec(p, op, op->attrs.sharding, &out->shape, "out_sharding", &out->layout, err,
+                       errlen);
+    else if (ok)
+        out->layout = res;
+    else {
         char ta[300], ti[300];
         return sm_fail(err, errlen, SM_EINVAL,
                        "Use `.at[...].get(out_sharding=)` to provide output PartitionSpec for the "
@@ -721,7 +712,26 @@ sm_err sm_ir_shard_take(const sm_program *p, const sm_ir_op *op, const sm_ir_val
                        "would require collectives on inputs). Got operand=%s, indices=%s",
                        sm_sh_type_str(p, a, ta, sizeof ta), sm_sh_type_str(p, ix, ti, sizeof ti));
     }
-    out->layout = res;
+    if (e)
+        return e;
+    const sm_ir_layout *l = &out->layout;
+    memset(&plan->in[0], 0, sizeof plan->in[0]);
+    memset(&plan->in[1], 0, sizeof plan->in[1]);
+    if (op->kind == SM_OP_TAKE) {
+        for (int d = 0; axis >= 0 && d < ra; d++)
+            if (d != axis)
+                sm_sh_dim_copy(&plan->in[0], d, l, d < axis ? d : d - 1 + ri);
+        for (int j = 0; j < ri; j++)
+            sm_sh_dim_copy(&plan->in[1], j, l, axis < 0 ? j : axis + j);
+    } else {
+        for (int d = 0; d < ra; d++) {
+            if (d != axis && a->shape.dims[d] == out->shape.dims[d])
+                sm_sh_dim_copy(&plan->in[0], d, l, d);
+            if (ix->shape.dims[d] == out->shape.dims[d])
+                sm_sh_dim_copy(&plan->in[1], d, l, d);
+        }
+    }
+    plan->local_layout = *l;
     return SM_OK;
 }
 
