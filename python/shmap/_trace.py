@@ -666,6 +666,15 @@ def _tree_leaves(v, name):
     return [(v, name)]
 
 
+def _tree_sig(v):
+    """A pytree's structure (containers, dict keys) with its leaves left out."""
+    if type(v) in (tuple, list):
+        return (type(v).__name__, tuple(_tree_sig(e) for e in v))
+    if isinstance(v, dict):
+        return ("dict", tuple((k, _tree_sig(v[k])) for k in sorted(v)))
+    return "*"
+
+
 def _tree_build(v, it):
     """v's structure with its leaves taken from it, in _tree_leaves' order."""
     if type(v) in (tuple, list):
@@ -777,6 +786,7 @@ class _Traced:
         self.__name__ = getattr(f, "__name__", "f")
         self.__doc__ = getattr(f, "__doc__", None)
         self._name = _ascii_name(self.__name__)  # in the program's text
+        self._cache = {}  # traces by signature (_trace_key), as jax.jit keeps them
 
     def _args(self, args):
         """Arrays for the arguments (numpy values uploaded) and their specs."""
@@ -813,8 +823,23 @@ class _Traced:
             client._mesh_c(mesh)
         return client, mesh, arrays, specs
 
-    def _trace(self, args):
-        client, mesh, arrays, specs = self._args(args)
+    def _trace_key(self, bound, mesh, arrays, specs):
+        """What a trace depends on besides the function: the static
+        arguments' values, the other arguments' pytree structure, each
+        array's type (dtype, shape, sharding) and the mesh, axis types
+        included; None when a static argument cannot be hashed (no cache)."""
+        statics = tuple((i, bound[i]) for i in sorted(self.static) if i < len(bound))
+        try:
+            hash(statics)
+        except TypeError:
+            return None
+        tree = tuple(_tree_sig(a) for i, a in enumerate(bound) if i not in self.static)
+        return (statics, tree, tuple(a.type for a in arrays),
+                (mesh._text(), tuple(mesh._devices or ())),
+                tuple(map(repr, specs)) if self.kind == "shard_map" else None)
+
+    def _trace(self, args, prepared=None):
+        client, mesh, arrays, specs = prepared or self._args(args)
         names = _param_names(self.f, len(arrays))
         if self.kind == "shard_map":
             params = [f"{n}: {_type_decl(a, s)}" for n, a, s in zip(names, arrays, specs)]
@@ -1051,11 +1076,26 @@ class _Traced:
         return tuple(out)
 
     def submit(self, *args, **kwargs):
-        t, args = self._split_static(self._bind(args, kwargs))
-        t, args = t._split_trees(args)
-        if t is not self:
-            return t.submit(*args)
-        client, arrays, text, info, multi = self._trace(args)
+        """Runs the function as a job; its trace is reused for arguments of
+        the same signature (static values, pytree structure, array types,
+        mesh), as jax.jit reuses its: the body's Python runs once per
+        signature, and closed-over Arrays are those of that first trace."""
+        bound = self._bind(args, kwargs)
+        t, flat = self._split_static(bound)
+        t, flat = t._split_trees(flat)
+        prepared = t._args(flat)
+        client, mesh, arrays, specs = prepared
+        key = self._trace_key(bound, mesh, arrays, specs)
+        hit = self._cache.get(key) if key is not None else None
+        if hit is None:
+            _, all_arrays, text, info, multi = t._trace(flat, prepared)
+            hit = (text, info, multi, all_arrays[len(arrays):])
+            if key is not None:
+                if len(self._cache) >= 64:  # the oldest trace goes
+                    self._cache.pop(next(iter(self._cache)))
+                self._cache[key] = hit
+        text, info, multi, captured = hit
+        arrays = arrays + captured
         try:
             job = client._c.submit(text, f"{self._name}.shmap", None,
                                    [a.id for a in arrays], [], self.check_vma)

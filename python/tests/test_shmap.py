@@ -923,6 +923,36 @@ def test_pytree_arguments(c):
                        xa * 2 + 1)
 
 
+def test_jit_reuses_its_trace(c):
+    """A jit function is traced once per signature (static values, pytree
+    structure, array types and shardings, mesh), as jax.jit: its Python runs
+    again only for a new one; results stay right."""
+    mesh = c.make_mesh((4, 2), ("X", "Y"))
+    traced = []
+
+    @shmap.jit
+    def f(x, scale):
+        traced.append(x.shape)
+        return x * scale["k"]
+
+    xa = np.arange(32, dtype=np.float32).reshape(8, 4)
+    x = c.device_put(xa, NamedSharding(mesh, P("X")))
+    k2 = {"k": c.device_put(np.float32(2), NamedSharding(mesh, P()))}
+    for _ in range(3):
+        assert np.array_equal(np.asarray(f(x, k2)), xa * 2)
+    assert len(traced) == 1
+    k3 = {"k": c.device_put(np.float32(3), NamedSharding(mesh, P()))}
+    assert np.array_equal(np.asarray(f(x, k3)), xa * 3) and len(traced) == 1  # same types
+    xr = c.device_put(xa, NamedSharding(mesh, P(None, "Y")))
+    assert np.array_equal(np.asarray(f(xr, k2)), xa * 2) and len(traced) == 2  # new sharding
+    y = c.device_put(xa[:4], NamedSharding(mesh, P("X")))
+    assert np.array_equal(np.asarray(f(y, k2)), xa[:4] * 2) and len(traced) == 3  # new shape
+
+    g = shmap.jit(lambda x, n: x * n, static_argnums=1)
+    assert np.array_equal(np.asarray(g(x, 2)), xa * 2)
+    assert np.array_equal(np.asarray(g(x, 5)), xa * 5)  # a new static value: a new trace
+
+
 def test_transformer_block_forward(c):
     """A decoder block as JAX code writes it (embedding lookup, layer norm,
     causal attention with einsum, tril and softmax, a gelu MLP, tied logits,
@@ -1313,7 +1343,10 @@ def test_killed_client_segments_swept(tmp_path, cluster_log):
             time.sleep(0.1)
         # not before they were 10 s old: a segment in the making is never swept
         assert time.time() - born > 8, "swept before SM_SHM_SWEEP_AGE_S"
-        assert "left by processes that ended" in open(log).read()
+        end = time.time() + 10  # the sweep logs after it unlinks: wait for the line
+        while "left by processes that ended" not in open(log).read():
+            assert time.time() < end, "the sweep logged nothing"
+            time.sleep(0.1)
     finally:
         cluster.stop_cluster(p)
 
