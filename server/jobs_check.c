@@ -33,6 +33,11 @@ sm_err sm_cjobs_check_out_names(const sm_program *p, int n, const char *const *n
             return sm_fail(err, errlen, SM_EINVAL,
                            "output %d's name is %zu bytes long; at most %d are allowed", k,
                            strlen(s), SM_NAME_MAX - 1);
+        char what[32];
+        snprintf(what, sizeof what, "output %d's name", k);
+        sm_err e = sm_text_check(what, s, err, errlen);
+        if (e)
+            return e;
         if (strspn(s, "0123456789") == strlen(s))
             return sm_fail(err, errlen, SM_EINVAL,
                            "output %d's name '%s' is all digits, which would read as an array id",

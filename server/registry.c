@@ -106,6 +106,11 @@ void sm_registry_set_tenants(sm_registry *r, sm_tenants *t)
 
 sm_err sm_reg_name_check(const char *what, const char *name, size_t max, char *err, size_t errlen)
 {
+    char w[32];
+    snprintf(w, sizeof w, "%s name", what);
+    sm_err e = sm_text_check(w, name, err, errlen);
+    if (e)
+        return e;
     size_t len = strlen(name), digits = 0;
     for (size_t i = 0; i < len; i++)
         digits += isdigit((unsigned char)name[i]) != 0;

@@ -110,6 +110,18 @@ START_TEST(duplicate_name)
                      SM_EEXIST);
     check_sentence(err);
     ck_assert_int_eq(sm_client_delete(c, sm_array_ref_parse("dup"), err, sizeof err), SM_OK);
+    /* names are text: valid UTF-8, no control characters (a C caller's
+     * bytes would otherwise reach every client, and logs) */
+    ck_assert_int_eq(
+        sm_client_put(c, SM_I32, &s, x->data, &sh, "caf\xc3\xa9", NULL, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_client_delete(c, sm_array_ref_parse("caf\xc3\xa9"), err, sizeof err),
+                     SM_OK);
+    ck_assert_int_eq(sm_client_put(c, SM_I32, &s, x->data, &sh, "bad\xff", NULL, err, sizeof err),
+                     SM_EINVAL);
+    ck_assert_msg(strstr(err, "array name is not valid UTF-8 (byte 0xff at 3)"), "%s", err);
+    ck_assert_int_eq(
+        sm_client_put(c, SM_I32, &s, x->data, &sh, "two\nlines", NULL, err, sizeof err), SM_EINVAL);
+    ck_assert_msg(strstr(err, "array name has a control character (0x0a at byte 3)"), "%s", err);
     sm_array_free(x);
     sm_client_close(c);
 }

@@ -65,6 +65,41 @@ START_TEST(test_fail_writes_message)
 }
 END_TEST
 
+/* sm_text_check: valid UTF-8 of every length passes; overlong forms,
+ * surrogates, code points past U+10FFFF, cut characters, stray
+ * continuation bytes and control characters do not, naming the byte. */
+START_TEST(test_text_check)
+{
+    static const char *const good[] = {"",
+                                       "weights",
+                                       "caf\xc3\xa9",
+                                       "\xe2\x82\xac"
+                                       "5",
+                                       "\xf0\x9f\x98\x80 ok",
+                                       "\xf4\x8f\xbf\xbf"};
+    for (size_t k = 0; k < sizeof good / sizeof *good; k++)
+        ck_assert_msg(sm_text_check("name", good[k], NULL, 0) == SM_OK, "good %zu", k);
+    static const struct {
+        const char *s, *msg;
+    } bad[] = {
+        {"a\nb", "name has a control character (0x0a at byte 1)"},
+        {"\x7f", "control character (0x7f at byte 0)"},
+        {"ab\xc0\x80", "name is not valid UTF-8 (byte 0xc0 at 2)"}, /* overlong NUL */
+        {"\xe0\x80\xaf", "not valid UTF-8 (byte 0xe0 at 0)"},       /* overlong '/' */
+        {"\xed\xa0\x80", "not valid UTF-8 (byte 0xed at 0)"},       /* a surrogate */
+        {"\xf4\x90\x80\x80", "not valid UTF-8 (byte 0xf4 at 0)"},   /* past U+10FFFF */
+        {"x\xe2\x82", "not valid UTF-8 (byte 0xe2 at 1)"},          /* cut short */
+        {"\x80x", "not valid UTF-8 (byte 0x80 at 0)"},              /* stray */
+        {"\xff", "not valid UTF-8 (byte 0xff at 0)"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        char err[128] = "";
+        ck_assert_int_eq(sm_text_check("name", bad[k].s, err, sizeof err), SM_EINVAL);
+        ck_assert_msg(strstr(err, bad[k].msg), "bad %zu: %s", k, err);
+    }
+}
+END_TEST
+
 START_TEST(test_strbuf)
 {
     sm_strbuf b = {0};
@@ -661,9 +696,9 @@ int main(void)
 {
     return suite_main(SUITE_CASE(
         suite_create("base"), "base", 0, NULL, {test_err_texts}, {test_fail_writes_message},
-        {test_strbuf}, {test_arena}, {test_arena_defer}, {test_config_precedence},
-        {test_config_errors}, {test_tpool}, {test_tpool_run}, {test_hold}, {test_time_after},
-        {test_sys_cpus}, {test_sys_cpus_cgroup}, {test_sys_memory_cgroup}, {test_spin},
-        {test_htab, (int)(sizeof htab_cases / sizeof htab_cases[0])},
+        {test_text_check}, {test_strbuf}, {test_arena}, {test_arena_defer},
+        {test_config_precedence}, {test_config_errors}, {test_tpool}, {test_tpool_run}, {test_hold},
+        {test_time_after}, {test_sys_cpus}, {test_sys_cpus_cgroup}, {test_sys_memory_cgroup},
+        {test_spin}, {test_htab, (int)(sizeof htab_cases / sizeof htab_cases[0])},
         {test_htab_shrink, (int)(sizeof htab_cases / sizeof htab_cases[0])}));
 }

@@ -59,6 +59,8 @@ static const names_case names_cases[] = {
     {3, {"a", "b", "c"}, SM_EINVAL, "names 3 outputs but program 'matmul_basic' returns 2"},
     {2, {"c", "c"}, SM_EINVAL, "outputs 0 and 1 are both named 'c'"},
     {1, {"123"}, SM_EINVAL, "all digits"},
+    {2, {"ok", "a\tb"}, SM_EINVAL, "output 1's name has a control character (0x09 at byte 1)"},
+    {1, {"w\xc3"}, SM_EINVAL, "output 0's name is not valid UTF-8 (byte 0xc3 at 1)"},
 };
 
 START_TEST(test_out_names)

@@ -1,6 +1,7 @@
 #include "sm_err.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -57,4 +58,30 @@ void sm_utf8_trim(char *s)
     size_t want = (lead & 0xe0) == 0xc0 ? 2 : (lead & 0xf0) == 0xe0 ? 3 : 4;
     if (n - (k - 1) < want)
         s[k - 1] = '\0';
+}
+
+sm_err sm_text_check(const char *what, const char *s, char *err, size_t errlen)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    for (size_t i = 0; p[i];) {
+        unsigned c = p[i];
+        if (c < 0x20 || c == 0x7f)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "%s has a control character (0x%02x at byte %zu)", what, c, i);
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t n = (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+        uint32_t cp = n == 2 ? c & 0x1f : n == 3 ? c & 0x0f : c & 0x07;
+        size_t k = 1;
+        for (; n && k < n && (p[i + k] & 0xc0) == 0x80; k++)
+            cp = cp << 6 | (p[i + k] & 0x3f);
+        static const uint32_t least[] = {0, 0, 0x80, 0x800, 0x10000};
+        if (!n || k < n || cp < least[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            return sm_fail(err, errlen, SM_EINVAL, "%s is not valid UTF-8 (byte 0x%02x at %zu)",
+                           what, c, i);
+        i += n;
+    }
+    return SM_OK;
 }

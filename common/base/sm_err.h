@@ -56,4 +56,10 @@ sm_err sm_fail(char *err, size_t errlen, sm_err code, const char *fmt, ...)
  * UTF-8 when it was valid before the cut. */
 void sm_utf8_trim(char *s);
 
+/* SM_OK when s is text a name may be: valid UTF-8 (no overlong forms,
+ * surrogates or code points past U+10FFFF) without control characters
+ * (below 0x20, 0x7f). Else SM_EINVAL with a sentence naming `what`, the
+ * byte and its offset. */
+sm_err sm_text_check(const char *what, const char *s, char *err, size_t errlen);
+
 #endif
