@@ -963,20 +963,22 @@ static PyObject *sharding_info(PyObject *mod, PyObject *args)
     return res;
 }
 
-/* program_check(text, file, entry, check_vma) -> {name, kind, describe, printed,
- * lowered, types: [...], outputs: [...], params: [(name, dtype, shape, spec)]} */
+/* program_check(text, file, entry, check_vma[, types_only]) -> {name, kind,
+ * describe, printed, lowered, types: [...], outputs: [...], params: [(name,
+ * dtype, shape, spec)]}. types_only skips the lowering and the printed forms
+ * (describe, printed and lowered are ""): what a trace needs after each op. */
 static PyObject *program_check(PyObject *mod, PyObject *args)
 {
     const char *text, *file, *entry;
-    int check_vma;
-    if (!PyArg_ParseTuple(args, "szzp", &text, &file, &entry, &check_vma))
+    int check_vma, types_only = 0;
+    if (!PyArg_ParseTuple(args, "szzp|p", &text, &file, &entry, &check_vma, &types_only))
         return NULL;
     sm_program *p = parse_program(text, file, entry, check_vma), *l = NULL;
     if (!p)
         return NULL;
     char err[ERRLEN], ty[512], sp[512];
     sm_strbuf d = {0}, pr = {0}, lw = {0};
-    if (p->kind == SM_PROG_JIT) {
+    if (p->kind == SM_PROG_JIT && !types_only) {
         sm_err e = sm_lower(p, NULL, &l, err, sizeof err);
         if (e) {
             sm_program_free(p);
@@ -984,8 +986,10 @@ static PyObject *program_check(PyObject *mod, PyObject *args)
         }
         sm_program_print(l, &lw);
     }
-    sm_program_describe(p, &d);
-    sm_program_print(p, &pr);
+    if (!types_only) {
+        sm_program_describe(p, &d);
+        sm_program_print(p, &pr);
+    }
     PyObject *types = PyList_New(p->nvalues), *outs = PyList_New(p->nreturns),
              *params = PyList_New(p->nparams);
     for (int v = 0; types && v < p->nvalues; v++) {

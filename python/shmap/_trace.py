@@ -134,8 +134,8 @@ class _Builder:
         return "\n".join(head + body) + "\n"
 
     def _check(self, text):
-        try:
-            return _shmap.program_check(text, "<traced>", None, False)
+        try:  # types only: the lowering runs once, on the finished program
+            return _shmap.program_check(text, "<traced>", None, False, True)
         except _shmap.Error as e:
             name, msg = e.args
             m = re.match(r"<traced>:(\d+):\d+: (.*)", msg, re.S)
