@@ -173,7 +173,14 @@ class _Builder:
         except ProgramError:
             self.lines.pop()
             raise
-        ty, dt, shape, _ = info["types"][-1]
+        # the type of the last value the new line defines (not the program's
+        # last value: a line may define none, x[:, :] aliasing x)
+        line = len(self.header) + len(self.prelude) + len(self.lines)
+        defined = [t for t in info["types"] if t[3] == line]
+        if not defined:
+            self.lines.pop()
+            raise InvalidArgument(f"internal: '{expr}' defines no value in the traced program")
+        ty, dt, shape, _ = defined[-1]
         return Tracer(name, ty, dt, tuple(shape))
 
     def emit_multi(self, expr, n):
@@ -265,8 +272,8 @@ class Tracer(_Shaped):
         arrays = [j for j, k in enumerate(key) if isinstance(k, (np.ndarray, list, Tracer, Array))]
         if arrays:
             return self._take(key, arrays, out_sharding)
-        if not key:
-            return self
+        if all(isinstance(k, slice) and k == slice(None) for k in key):
+            return self  # x[:, :] and x[...] are x
         return _builder().emit(f"{self.name}[{', '.join(_fmt(k) for k in key)}]")
 
     def _take(self, key, arrays, out_sharding):

@@ -923,6 +923,26 @@ def test_pytree_arguments(c):
                        xa * 2 + 1)
 
 
+def test_traced_full_slice_keeps_its_type(c):
+    """x[:, :] and x[...] are x (the text form defines no value for them):
+    before, such a traced value took the type of the last value the program
+    had made (here the sum's, shape (4,))."""
+    mesh = c.make_mesh((4, 2), ("X", "Y"))
+    shapes = []
+
+    @shmap.jit
+    def f(x):
+        y = x.sum(0)
+        z, w = x[:, :], x[...]
+        shapes.append((z.shape, w.shape, shmap.typeof(z)))
+        return z + 1, y
+
+    xa = np.ones((8, 4), np.float32)
+    z, _ = f(c.device_put(xa, NamedSharding(mesh, P("X"))))
+    assert shapes == [((8, 4), (8, 4), "f32[8@X,4]")]
+    assert np.array_equal(np.asarray(z), xa + 1)
+
+
 def test_jit_reuses_its_trace(c):
     """A jit function is traced once per signature (static values, pytree
     structure, array types and shardings, mesh), as jax.jit: its Python runs
