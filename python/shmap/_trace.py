@@ -90,6 +90,7 @@ class _Builder:
         self.prelude = []  # jit: the shard_map functions its body calls, as text lines
         self.defined = {}  # (function, argument types) -> (name, number of results)
         self.captured = []  # jit: Arrays the body closes over, parameters after its own
+        self.pending = []  # traced values whose type is still to be checked
         self.capture_names = {}  # id(Array) -> its parameter's name
 
     def capture(self, a):
@@ -164,24 +165,48 @@ class _Builder:
             axes = ", ".join(repr(a) for a in m.group(1).split(","))
             return self._check(self.text(ret=name, out=f"P(unreduced={{{axes}}})"))
 
+    # A program of up to this many lines is type-checked after each op, so
+    # that an error is raised by the op that makes it; a longer one only
+    # when a value's type is asked for (its shape, dtype, type string) and
+    # when it is finished, one check for every op since the last: a trace
+    # then costs the length of the program, not its square.
+    EAGER_LINES = 64
+
     def emit(self, expr):
         name = f"v{self.n}"
         self.n += 1
         self.lines.append((f"{name} = {expr}", _user_line()))
-        try:
-            info = self._check_ret(name)
-        except ProgramError:
-            self.lines.pop()
-            raise
-        # the type of the last value the new line defines (not the program's
-        # last value: a line may define none, x[:, :] aliasing x)
-        line = len(self.header) + len(self.prelude) + len(self.lines)
-        defined = [t for t in info["types"] if t[3] == line]
-        if not defined:
-            self.lines.pop()
-            raise InvalidArgument(f"internal: '{expr}' defines no value in the traced program")
-        ty, dt, shape, _ = defined[-1]
-        return Tracer(name, ty, dt, tuple(shape))
+        t = Tracer(name, None, None, None, self)
+        t._line = len(self.lines) - 1
+        self.pending.append(t)
+        if len(self.lines) <= self.EAGER_LINES:
+            try:
+                self.resolve()
+            except ProgramError:
+                self.lines.pop()
+                self.pending.remove(t)
+                raise
+        return t
+
+    def resolve(self):
+        """Types every traced value still without one, with one check of
+        the program so far; each takes the type of the last value its line
+        defines (not the program's last value: a line may define none,
+        x[:, :] aliasing x). A ProgramError names the first bad line."""
+        if not self.pending:
+            return
+        info = self._check_ret(self.pending[-1].name)
+        base = len(self.header) + len(self.prelude) + 1  # the text line of body line 0
+        by_line = {}
+        for t in info["types"]:
+            by_line[t[3]] = t
+        for tr in self.pending:
+            t = by_line.get(base + tr._line)
+            if t is None:
+                raise InvalidArgument(f"internal: '{self.lines[tr._line][0]}' defines no value "
+                                      f"in the traced program")
+            tr._ty, tr._dt, tr._sh, tr._builder = t[0], t[1], tuple(t[2]), None
+        self.pending = []
 
     def emit_multi(self, expr, n):
         """names of n results = expr (a call of a function with n results)."""
@@ -203,8 +228,27 @@ class Tracer(_Shaped):
 
     __array_priority__ = 1000
 
-    def __init__(self, name, type_str, dtype, shape):
-        self.name, self.type, self._dtype, self.shape = name, type_str, dtype, shape
+    def __init__(self, name, type_str, dtype, shape, builder=None):
+        self.name, self._ty, self._dt = name, type_str, dtype
+        self._sh = None if shape is None else tuple(shape)
+        self._builder = builder  # set while the type is still to be checked
+
+    def _typed(self):
+        if self._ty is None:
+            self._builder.resolve()
+        return self
+
+    @property
+    def type(self):
+        return self._typed()._ty
+
+    @property
+    def _dtype(self):
+        return self._typed()._dt
+
+    @property
+    def shape(self):
+        return self._typed()._sh
 
     @property
     def dtype(self):
@@ -872,6 +916,7 @@ class _Traced:
                     ty, dt, shape, _ = info["types"][k]
                     tracers.append(Tracer(n, ty, dt, tuple(shape)))
             res = self.f(*tracers)
+            b.resolve()  # a bad op of a long program is found here, named by its line
         finally:
             _state.builder = prev
         if self.kind == "jit":  # a pytree of results: tuples, lists and dicts of them
@@ -963,6 +1008,7 @@ class _Traced:
                 tracers = [Tracer(n, *info["types"][j][:2], tuple(info["types"][j][2]))
                            for j, n in enumerate(names)]
                 res = self.f(*tracers)
+                inner.resolve()
             finally:
                 _state.builder = outer
             outs = list(res) if isinstance(res, (tuple, list)) else [res]

@@ -943,6 +943,42 @@ def test_traced_full_slice_keeps_its_type(c):
     assert np.array_equal(np.asarray(z), xa + 1)
 
 
+def test_long_traces(c):
+    """A function of many ops traces in time linear in its length (past 64
+    lines each op is typed when a type is asked for, or at the end, in one
+    check for all since the last): shapes are right midway, a bad op is
+    named by its own source line, the result equals numpy."""
+    import inspect
+    mesh = c.make_mesh((4, 2), ("X", "Y"))
+    xa = np.ones((8, 4), np.float32)
+    x = c.device_put(xa, NamedSharding(mesh, P("X")))
+    seen = []
+
+    def long(x):
+        for _ in range(300):
+            x = x * 1.001 + 0.5
+        seen.append((x.shape, shmap.typeof(x)))
+        return x.sum(axis=1)
+
+    got = shmap.jit(long)(x)
+    want = xa.copy()
+    for _ in range(300):
+        want = want * np.float32(1.001) + np.float32(0.5)
+    assert seen == [((8, 4), "f32[8@X,4]")]
+    assert np.allclose(np.asarray(got), want.sum(1), rtol=1e-5)
+
+    def bad(x):
+        for _ in range(100):
+            x = x + 1
+        y = x @ x  # (8, 4) @ (8, 4)
+        return y + 1
+
+    bad_line = inspect.getsourcelines(bad)[1] + 3
+    with pytest.raises(shmap.ProgramError, match=rf"test_shmap.py:{bad_line}: matmul: operands "
+                       r"f32\[8,4\] and f32\[8,4\]"):
+        shmap.jit(bad)(x)
+
+
 def test_jit_reuses_its_trace(c):
     """A jit function is traced once per signature (static values, pytree
     structure, array types and shardings, mesh), as jax.jit: its Python runs
