@@ -289,6 +289,16 @@ static int64_t axis_flat(const sm_shape *xs, int axis, const int64_t *oidx, int6
     return f;
 }
 
+/* xs less its dimension axis (axis -1: no dimension left). */
+static sm_shape without_axis(const sm_shape *xs, int axis)
+{
+    sm_shape os = {0};
+    for (int d = 0; axis >= 0 && d < xs->rank; d++)
+        if (d != axis)
+            os.dims[os.rank++] = xs->dims[d];
+    return os;
+}
+
 START_TEST(test_argminmax_all)
 {
     for (int mx = 0; mx < 2; mx++)
@@ -317,10 +327,7 @@ START_TEST(test_argminmax_all)
                     continue;
                 }
                 ck_assert_msg(e == SM_OK, "%s", err);
-                sm_shape os = {0};
-                for (int d = 0; c.axis >= 0 && d < c.s.rank; d++)
-                    if (d != c.axis)
-                        os.dims[os.rank++] = c.s.dims[d];
+                sm_shape os = without_axis(&c.s, c.axis);
                 int64_t oidx[SM_MAX_RANK];
                 for (int64_t q = 0; q < no; q++) {
                     unravel(q, &os, oidx);
@@ -378,10 +385,7 @@ START_TEST(test_cumulative_all)
                     continue;
                 }
                 ck_assert_msg(e == SM_OK, "%s", err);
-                sm_shape os = {0};
-                for (int d = 0; c.axis >= 0 && d < c.s.rank; d++)
-                    if (d != c.axis)
-                        os.dims[os.rank++] = c.s.dims[d];
+                sm_shape os = without_axis(&c.s, c.axis);
                 int64_t oidx[SM_MAX_RANK];
                 for (int64_t q = 0; q < no; q++) {
                     unravel(q, &os, oidx);
