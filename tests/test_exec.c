@@ -129,6 +129,8 @@ static const op_row rows[] = {
     {M42, XI ", k: i32[5] @ P()", "P('i')", "take(x, k - 6, axis=1)"},
     {M42, XI ", k: i32[8,3] @ P('i')", "P('i')", "take_along_axis(x, k, 1, mode='clip')"},
     {M42, XI ", k: i32[8,3] @ P('i')", "P('i')", "take_along_axis(x, k + 7, 1, mode='wrap')"},
+    {M42, XI, "P('i')", "sort(round(x / 4))"},
+    {M42, XI, "P('i')", "argsort(round(x / 4), axis=1)"},
     {M42, XI, "P('i')", "cumsum(x, axis=1)"},
     {M42, XI, "P('i')", "cumprod(x / 8, axis=1)"},
     {M42, XI, "P('i')", "cummax(x, axis=1)"},

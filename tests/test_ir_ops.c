@@ -106,6 +106,8 @@ static const op_case ops[] = {
     {"take(y, k % 4, 1, mode='clip')", "f32[16,2]{V:i}"},
     {"take_along_axis(x, astype(x, i32) % 16, axis=1)", "f32[2,16]{V:i}"},
     {"take_along_axis(y, zeros((1, 4), i32), 0, mode='wrap')", "f32[1,4]"},
+    {"sort(x)", "f32[2,16]{V:i}"},
+    {"argsort(y, axis=0)", "i32[16,4]"},
     {"cumsum(x, axis=1)", "f32[2,16]{V:i}"},
     {"cumsum(c, axis=-1)", "i32[2,16]{V:i}"},
     {"cumprod(k, dtype=f32)", "f32[2]{V:i}"},

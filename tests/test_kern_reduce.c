@@ -418,6 +418,66 @@ START_TEST(test_cumulative_all)
 }
 END_TEST
 
+/* sort and argsort against a stable insertion sort (NaN last) of each
+ * row, on data with many ties and some NaNs. */
+START_TEST(test_sort_all)
+{
+    for (int ti = 0; ti < NTYPES; ti++)
+        for (int ci = 0; ci < NAXC; ci++) {
+            sm_dtype t = all_types[ti];
+            axis_case c = axis_cases(ci);
+            if (c.axis < 0)
+                continue;
+            int64_t n = numel(&c.s), len = c.s.dims[c.axis];
+            void *x = rand_buf(t, n, -3, 3);
+            if (is_float(t))
+                for (int64_t k = 0; k < n; k++)
+                    if (rnd() % 7 == 0)
+                        put(t, x, k, (val){NAN, 0});
+            void *o = malloc(n ? (size_t)n * esize(t) : 1);
+            int32_t *ix = malloc(n ? (size_t)n * 4 : 1);
+            char err[256] = "";
+            ck_assert_msg(sm_kern_sort(t, x, &c.s, c.axis, o, ix, err, sizeof err) == SM_OK, "%s",
+                          err);
+            sm_shape os = without_axis(&c.s, c.axis);
+            int64_t no = len ? n / len : 0, oidx[SM_MAX_RANK], want[64];
+            for (int64_t q = 0; q < no; q++) {
+                unravel(q, &os, oidx);
+                for (int64_t k = 0; k < len; k++) { /* insertion: stable */
+                    int64_t j = k;
+                    val v = get(t, x, axis_flat(&c.s, c.axis, oidx, k));
+                    while (j > 0) {
+                        val w = get(t, x, axis_flat(&c.s, c.axis, oidx, want[j - 1]));
+                        int before =
+                            is_float(t) ? (!isnan(v.f) && (isnan(w.f) || v.f < w.f)) : v.i < w.i;
+                        if (!before)
+                            break;
+                        want[j] = want[j - 1];
+                        j--;
+                    }
+                    want[j] = k;
+                }
+                for (int64_t k = 0; k < len; k++) {
+                    int64_t f = axis_flat(&c.s, c.axis, oidx, k);
+                    ck_assert_msg(ix[f] == want[k], "argsort %s case %d [%lld,%lld]: %d, want %lld",
+                                  sm_dtype_name(t), ci, (long long)q, (long long)k, ix[f],
+                                  (long long)want[k]);
+                    val got = get(t, o, f), w = get(t, x, axis_flat(&c.s, c.axis, oidx, want[k]));
+                    ck_assert_msg(same(t, got, w, 0), "sort %s case %d", sm_dtype_name(t), ci);
+                }
+            }
+            free(x);
+            free(o);
+            free(ix);
+        }
+    char err[256];
+    sm_shape s = shp(1, 3);
+    float v[3] = {0};
+    ck_assert_int_eq(sm_kern_sort(SM_BF16, v, &s, 0, v, NULL, err, sizeof err), SM_EUNSUPPORTED);
+    ck_assert_int_eq(sm_kern_sort(SM_F32, v, &s, 1, v, NULL, err, sizeof err), SM_EINVAL);
+}
+END_TEST
+
 /* ---- collective helpers --------------------------------------------------------------------- */
 
 START_TEST(test_accumulate_scale)
@@ -470,5 +530,6 @@ int main(void)
 {
     return kt_run(SUITE_CASE(suite_create("kern_reduce"), "reduce", 60, NULL, {test_reduce_all},
                              {test_reduce_exact_and_errors}, {test_reduce_deterministic},
-                             {test_argminmax_all}, {test_cumulative_all}, {test_accumulate_scale}));
+                             {test_argminmax_all}, {test_cumulative_all}, {test_sort_all},
+                             {test_accumulate_scale}));
 }

@@ -126,6 +126,8 @@ static const type_case types[] = {
      "t", "i32[8,16@Y]"},
     {"mesh X=2 Y=4\njit f(a: f32[8,16] @ P('X', 'Y')):\n    t = jnp.cummax(a)\n    return t\n", "t",
      "f32[128]"},
+    {"mesh X=2 Y=4\njit f(a: f32[8,16] @ P('X', None)):\n    t = jnp.argsort(a)\n    return t\n",
+     "t", "i32[8@X,16]"},
     {"mesh X=2 Y=4\njit f(a: i32[8,16] @ P('X', 'Y')):\n    t = ~a ^ (a | 3)\n    return t\n", "t",
      "i32[8@X,16@Y]"},
     /* gathers (JAX's _gather_spec_computation): an embedding lookup keeps
@@ -319,6 +321,10 @@ static const error_case errors[] = {
     {"mesh X=2 Y=4\ndef g(x):\n    return g(x) + 1\njit f(x: f32[8] @ P('X')):\n"
      "    return g(x)\n",
      {"'g' calls itself: programs have no recursion"}},
+    {"mesh X=2 Y=4\njit f(x: f32[8,16] @ P('X', 'Y')):\n    return jnp.sort(x)\n",
+     {"Arguments to sort must be unsharded over the sorting dimension. Got arg "
+      "sharding=NamedSharding(mesh=Mesh('X': 2, 'Y': 4), spec=P('X', 'Y')) and sorting "
+      "dimension=1"}},
     {"mesh X=2 Y=4\njit f(x: bool[8] @ P('X')):\n    return jnp.cummax(x)\n",
      {"cummax does not accept dtype bool. Accepted dtypes are subtypes of number."}},
 

@@ -312,6 +312,16 @@ sm_err sm_exec_cumulative(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *i
     return e;
 }
 
+/* sort, argsort: along the op's axis (the last by default). */
+sm_err sm_exec_sort(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
+                    char *err, size_t errlen)
+{
+    int arg = op->kind == SM_OP_ARGSORT;
+    return sm_kern_sort(in[0]->dtype, in[0]->data, &in[0]->shape,
+                        sm_ir_op_axis(op, in[0]->shape.rank), arg ? NULL : out->data,
+                        arg ? out->data : NULL, err, errlen);
+}
+
 /* take, take_along_axis: the indices as int64, the mode from the op. */
 sm_err sm_exec_take(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
                     char *err, size_t errlen)

@@ -409,8 +409,9 @@ sm_err sm_ir_infer_reduce(const sm_program *p, const sm_ir_op *op, const sm_ir_v
 int sm_ir_op_axis(const sm_ir_op *op, int rank)
 {
     int d;
-    if (!op->attrs.has_ints || op->attrs.ints.n != 1 ||
-        sm_ir_norm_axis(op->attrs.ints.v[0], rank, &d))
+    if (!op->attrs.has_ints) /* jnp.sort's default is the last axis */
+        return op->kind == SM_OP_SORT || op->kind == SM_OP_ARGSORT ? rank - 1 : -1;
+    if (op->attrs.ints.n != 1 || sm_ir_norm_axis(op->attrs.ints.v[0], rank, &d))
         return -1;
     return d;
 }
@@ -457,6 +458,29 @@ sm_err sm_ir_infer_argminmax(const sm_program *p, const sm_ir_op *op, const sm_i
             s.dims[s.rank++] = 1;
     }
     sm_ir_set(out, SM_I32, &s);
+    return SM_OK;
+}
+
+/* sort (the operand's type) and argsort (int32 positions) along one axis,
+ * the last by default. */
+sm_err sm_ir_infer_sort(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                        sm_ir_value *out, char *err, size_t errlen)
+{
+    const sm_ir_value *x = in[0];
+    int axis;
+    sm_err e = sm_ir_one_axis(op, &x->shape, &axis, err, errlen);
+    if (e)
+        return e;
+    if (x->shape.rank == 0)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "%s: axis -1 is out of bounds for an array of "
+                       "rank 0",
+                       sm_op_name(op->kind));
+    if (x->dtype == SM_F16 || x->dtype == SM_BF16)
+        return sm_fail(err, errlen, SM_EUNSUPPORTED, "%s does not support dtype %s",
+                       sm_op_name(op->kind), sm_dtype_long_name(x->dtype));
+    sm_ir_set(out, op->kind == SM_OP_ARGSORT ? SM_I32 : x->dtype, &x->shape);
+    out->weak = op->kind == SM_OP_ARGSORT ? 0 : x->weak;
     return SM_OK;
 }
 

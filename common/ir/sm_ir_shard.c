@@ -735,9 +735,10 @@ sm_err sm_ir_shard_take(const sm_program *p, const sm_ir_op *op, const sm_ir_val
     return SM_OK;
 }
 
-/* cumsum, cumprod, cummax, cummin: JAX's rule (_cumred_sharding_rule): the
- * operand must not be sharded along the axis; the result keeps its
- * sharding. axis=None (the flattened operand) is gathered whole. */
+/* cumsum, cumprod, cummax, cummin: JAX's rule (_cumred_sharding_rule), and
+ * sort, argsort (_sort_abstract_eval): the operand must not be sharded
+ * along the axis; the result keeps its sharding. axis=None (the flattened
+ * operand) is gathered whole. */
 sm_err sm_ir_shard_cumulative(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
                               sm_ir_value *out, sm_ir_shard_plan *plan, char *err, size_t errlen)
 {
@@ -746,6 +747,19 @@ sm_err sm_ir_shard_cumulative(const sm_program *p, const sm_ir_op *op, const sm_
     if (axis < 0) {
         memset(&plan->in[0], 0, sizeof plan->in[0]);
         memset(&out->layout, 0, sizeof out->layout);
+    } else if ((sm_sh_dim_mask(&x->layout, axis) & ~x->hidden) &&
+               (op->kind == SM_OP_SORT || op->kind == SM_OP_ARGSORT)) {
+        char m[400], t[300];
+        sm_pspec sp;
+        size_t o = 0;
+        for (int a = 0; a < p->mesh.naxes && o < sizeof m; a++)
+            o += (size_t)snprintf(m + o, sizeof m - o, "%s'%s': %lld", a ? ", " : "",
+                                  p->mesh.names[a], (long long)p->mesh.sizes[a]);
+        sm_ir_layout_to_spec(p, &x->layout, x->shape.rank, x->hidden, &sp);
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "Arguments to sort must be unsharded over the sorting dimension. Got arg "
+                       "sharding=NamedSharding(mesh=Mesh(%s), spec=%s) and sorting dimension=%d",
+                       m, sm_pspec_format(&sp, t, sizeof t), axis);
     } else if (sm_sh_dim_mask(&x->layout, axis) & ~x->hidden) {
         char t[300];
         return sm_fail(err, errlen, SM_EINVAL,

@@ -301,6 +301,14 @@ sm_err sm_kern_take_along_axis(sm_dtype t, const void *x, const sm_shape *xs, in
                                const int64_t *idx, const sm_shape *is, sm_kern_gather_mode mode,
                                void *out, char *err, size_t errlen);
 
+/* jnp.sort / jnp.argsort along axis: out (x's dtype, NULL for none) gets
+ * each row sorted ascending, idx (int32, NULL for none) the positions the
+ * sorted elements came from. Stable (equal elements keep their order);
+ * NaN after every number, as numpy and JAX sort. Every dtype but
+ * f16/bf16. */
+sm_err sm_kern_sort(sm_dtype t, const void *x, const sm_shape *xs, int axis, void *out,
+                    int32_t *idx, char *err, size_t errlen);
+
 /* ---- OpenBLAS setup ------------------------------------------------------------------------- */
 
 /* The best OPENBLAS_CORETYPE for this CPU: "Cooperlake" (AVX-512 F BW VL DQ

@@ -1,6 +1,6 @@
 /* Reductions (sum mean max min prod any all over a set of axes), argmax and
- * argmin, the running reductions (cumsum cumprod cummax cummin), and the
- * collective helpers accumulate and scale.
+ * argmin, the running reductions (cumsum cumprod cummax cummin), sort and
+ * argsort, and the collective helpers accumulate and scale.
  *
  * The input's dims are collapsed into alternating kept/reduced groups. When
  * the last group is reduced, each output element combines contiguous runs,
@@ -9,6 +9,7 @@
  * Either way the order is fixed by the shape alone, so results are bitwise
  * reproducible. f32 sums and products accumulate in f64; integer sums
  * wrap. argmax and the running reductions walk the axis in index order. */
+#define _GNU_SOURCE /* qsort_r */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -473,6 +474,91 @@ sm_err sm_kern_cumulative(sm_kern_reduce_op op, sm_dtype t, const void *x, const
     split_axis(xs, axis, &outer, &n, &inner);
     if (outer && n && inner)
         cum_fns[op][t](x, out, outer, n, inner);
+    return SM_OK;
+}
+
+/* ---- sorting -------------------------------------------------------------------------------- */
+
+typedef struct {
+    const void *row; /* one row's elements, contiguous */
+    sm_dtype t;
+} smk_sort_ctx;
+
+/* Ascending, NaN last, ties by position (a stable order from qsort_r). */
+#define SMK_SORT_CMP(T, ISNAN)                                                                     \
+    {                                                                                              \
+        T x = ((const T *)c->row)[i], y = ((const T *)c->row)[j];                                  \
+        int nx = ISNAN(x), ny = ISNAN(y);                                                          \
+        if (nx != ny)                                                                              \
+            return nx - ny;                                                                        \
+        if (!nx && x != y)                                                                         \
+            return x < y ? -1 : 1;                                                                 \
+        break;                                                                                     \
+    }
+
+static int sort_cmp(const void *a, const void *b, void *ctx)
+{
+    const smk_sort_ctx *c = ctx;
+    int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+    switch (c->t) {
+    case SM_F32:
+        SMK_SORT_CMP(float, SMK_NOTNUM)
+    case SM_F64:
+        SMK_SORT_CMP(double, SMK_NOTNUM)
+    case SM_I32:
+        SMK_SORT_CMP(int32_t, SMK_NEVER)
+    case SM_I64:
+        SMK_SORT_CMP(int64_t, SMK_NEVER)
+    default:
+        SMK_SORT_CMP(uint8_t, SMK_NEVER)
+    }
+    return i < j ? -1 : i > j;
+}
+
+sm_err sm_kern_sort(sm_dtype t, const void *x, const sm_shape *xs, int axis, void *out,
+                    int32_t *idx, char *err, size_t errlen)
+{
+    if ((unsigned)t >= SM_DTYPE_COUNT || !arg_fns[t])
+        return sm_fail(err, errlen, SM_EUNSUPPORTED, "sort does not support dtype %s",
+                       sm_dtype_name(t));
+    char b[128];
+    if (axis < 0 || axis >= xs->rank)
+        return sm_fail(err, errlen, SM_EINVAL, "sort: axis %d is out of range for shape %s", axis,
+                       smk_fmt(xs, b, sizeof b));
+    int64_t outer, n, inner;
+    split_axis(xs, axis, &outer, &n, &inner);
+    if (n > INT32_MAX)
+        return sm_fail(err, errlen, SM_EINVAL, "sort: %lld elements along the axis, at most %d",
+                       (long long)n, INT32_MAX);
+    if (!outer || !n || !inner)
+        return SM_OK;
+    size_t e = smk_elem(t);
+    char *row = malloc((size_t)n * e);
+    int32_t *perm = malloc((size_t)n * sizeof *perm);
+    if (!row || !perm) {
+        free(row);
+        free(perm);
+        return sm_fail(err, errlen, SM_ENOMEM, "no memory to sort rows of %lld", (long long)n);
+    }
+    smk_sort_ctx c = {row, t};
+    for (int64_t a = 0; a < outer; a++)
+        for (int64_t i = 0; i < inner; i++) {
+            int64_t base = a * n * inner + i; /* element k of this row: base + k * inner */
+            for (int64_t k = 0; k < n; k++) {
+                memcpy(row + (size_t)k * e, (const char *)x + (size_t)(base + k * inner) * e, e);
+                perm[k] = (int32_t)k;
+            }
+            qsort_r(perm, (size_t)n, sizeof *perm, sort_cmp, &c);
+            for (int64_t k = 0; k < n; k++) {
+                if (out)
+                    memcpy((char *)out + (size_t)(base + k * inner) * e, row + (size_t)perm[k] * e,
+                           e);
+                if (idx)
+                    idx[base + k * inner] = perm[k];
+            }
+        }
+    free(row);
+    free(perm);
     return SM_OK;
 }
 

@@ -552,6 +552,12 @@ class Array(_Shaped):
     def cumsum(self, axis=None, dtype=None):
         return self._now(lambda a: a.cumsum(axis, dtype))
 
+    def sort(self, axis=-1, **kw):
+        return self._now(lambda a: a.sort(axis, **kw))
+
+    def argsort(self, axis=-1, **kw):
+        return self._now(lambda a: a.argsort(axis, **kw))
+
     def ravel(self):
         return self._now(lambda a: a.ravel())
 

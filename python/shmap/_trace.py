@@ -399,6 +399,14 @@ class Tracer(_Shaped):
     def cumsum(self, axis=None, dtype=None):
         return _call_op("cumsum", self, axis=axis, dtype=dtype)
 
+    def sort(self, axis=-1, **kw):
+        from . import numpy as jnp
+        return jnp.sort(self, axis, **kw)
+
+    def argsort(self, axis=-1, **kw):
+        from . import numpy as jnp
+        return jnp.argsort(self, axis, **kw)
+
     def ravel(self):
         return _call_op("reshape", self, (-1,))
 

@@ -156,4 +156,18 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
     return carry, ybuild([jnp.stack([row[k] for row in yl]) for k in range(len(yl[0]))])
 
 
-__all__ += ["select", "cond", "switch", "scan"]
+def top_k(operand, k):
+    """jax.lax.top_k: the k largest elements along the last axis, largest
+    first (ties: the lower position first), and their positions."""
+    from . import numpy as jnp
+    idx = jnp.argsort(operand, axis=-1, descending=True)[..., :k]
+    return jnp.take_along_axis(operand, idx, axis=-1), idx
+
+
+def sort(operand, dimension=-1, is_stable=True, num_keys=1):
+    """jax.lax.sort of one operand: ascending along dimension."""
+    from . import numpy as jnp
+    return jnp.sort(operand, axis=dimension)
+
+
+__all__ += ["select", "cond", "switch", "scan", "top_k"]

@@ -361,6 +361,31 @@ def reciprocal(x):
     return 1 / x
 
 
+_sort_op, _argsort_op = sort, argsort  # noqa: F821 (the op table's)
+
+
+@_at_once
+def sort(a, axis=-1, kind=None, order=None, *, stable=True, descending=False):
+    """jnp.sort: ascending and stable along axis (the last by default; None:
+    the flattened array), NaN last; descending reverses it, as JAX's."""
+    if axis is None:
+        a, axis = reshape(a, (-1,)), 0  # noqa: F821
+    r = _sort_op(a, axis=axis)
+    return flip(r, axis) if descending else r
+
+
+@_at_once
+def argsort(a, axis=-1, kind=None, order=None, *, stable=True, descending=False):
+    """jnp.argsort: the positions that sort a along axis, stable (equal
+    elements in their order, descending too), NaN last (first descending)."""
+    if axis is None:
+        a, axis = reshape(a, (-1,)), 0  # noqa: F821
+    if not descending:
+        return _argsort_op(a, axis=axis)
+    n = a.shape[axis]  # the flipped array's stable order, mapped back and reversed
+    return flip((n - 1) - _argsort_op(flip(a, axis), axis=axis), axis)
+
+
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _einsum_op = einsum  # noqa: F821 (the op table's: one or two operands)
 

@@ -724,6 +724,32 @@ def test_reductions_logic_and_ml_helpers(c):
     assert float(acc) == np.mean(la.argmax(1) == [1, 0, 3, 2, 1, 1, 0, 3])
 
 
+def test_sort_argsort_top_k(c):
+    """jnp.sort / argsort (stable, NaN last; descending as JAX's), the
+    methods, lax.top_k (ties: the lower position first) against numpy; a
+    sort along a sharded dimension is refused with JAX's sentence."""
+    mesh = c.make_mesh((4, 2), ("X", "Y"))
+    xa = np.array([[3, 1, np.nan, 1, 2, 5], [0, 0, -1, 7, 7, 2], [4, 4, 4, 4, 1, 1],
+                   [9, 8, 7, 6, 5, 4]], np.float32)
+    x = c.device_put(xa, NamedSharding(mesh, P("X")))
+    assert np.array_equal(np.asarray(jnp.sort(x)), np.sort(xa), equal_nan=True)
+    assert np.array_equal(np.asarray(x.argsort()), np.argsort(xa, kind="stable"))
+    desc = np.argsort(-np.nan_to_num(xa, nan=np.inf), kind="stable")  # NaN first, ties in order
+    assert np.array_equal(np.asarray(jnp.argsort(x, descending=True)), desc)
+    assert np.array_equal(np.asarray(jnp.sort(x, descending=True)), np.take_along_axis(xa, desc, 1),
+                          equal_nan=True)
+    r = c.device_put(xa, NamedSharding(mesh, P()))
+    assert np.array_equal(np.asarray(jnp.sort(r, axis=None)), np.sort(xa, axis=None), equal_nan=True)
+    assert np.array_equal(np.asarray(jnp.argsort(r, axis=0)), np.argsort(xa, axis=0, kind="stable"))
+    v, i = lax.top_k(x, 2)
+    assert np.array_equal(np.asarray(i), desc[:, :2])
+    assert np.array_equal(np.asarray(v), np.take_along_axis(xa, desc[:, :2], 1), equal_nan=True)
+    with pytest.raises(shmap.ProgramError, match=r"Arguments to sort must be unsharded over the "
+                       r"sorting dimension\. Got arg sharding=NamedSharding\(mesh=Mesh\('X': 4, "
+                       r"'Y': 2\), spec=P\('X',?\)\) and sorting dimension=0"):
+        jnp.sort(x, axis=0)
+
+
 def test_jnp_compositions(c):
     """jnp functions made of the op table's (eye, identity, linspace, tril,
     triu, ravel, swapaxes, moveaxis, vstack, hstack, split, log2, log10,
