@@ -386,6 +386,81 @@ def argsort(a, axis=-1, kind=None, order=None, *, stable=True, descending=False)
     return flip((n - 1) - _argsort_op(flip(a, axis), axis=axis), axis)
 
 
+@_at_once
+def nansum(a, axis=None, dtype=None, keepdims=False):
+    """jnp.nansum: sum with NaNs counted as 0."""
+    return sum(where(isnan(a), 0, a), axis=axis, dtype=dtype, keepdims=keepdims)  # noqa: F821
+
+
+@_at_once
+def nanmean(a, axis=None, dtype=None, keepdims=False):
+    """jnp.nanmean: the mean of the elements that are not NaN (NaN where
+    there are none)."""
+    ok = logical_not(isnan(a))  # noqa: F821
+    n = sum(ok, axis=axis, keepdims=keepdims)  # noqa: F821
+    return divide(nansum(a, axis=axis, dtype=dtype, keepdims=keepdims), n)  # noqa: F821
+
+
+def _nan_extreme(fn, fill):
+    @_at_once
+    def f(a, axis=None, keepdims=False):
+        nan = isnan(a)
+        r = fn(where(nan, fill, a), axis=axis, keepdims=keepdims)  # noqa: F821
+        return where(all(nan, axis=axis, keepdims=keepdims), _np.nan, r)  # noqa: F821
+    return f
+
+
+nanmax = _nan_extreme(lambda *a, **k: max(*a, **k), -_np.inf)  # noqa: F821
+nanmin = _nan_extreme(lambda *a, **k: min(*a, **k), _np.inf)  # noqa: F821
+nanmax.__doc__ = "jnp.nanmax: max ignoring NaNs (NaN where every element is)."
+nanmin.__doc__ = "jnp.nanmin: min ignoring NaNs (NaN where every element is)."
+
+
+@_at_once
+def quantile(a, q, axis=None, keepdims=False, method="linear"):
+    """jnp.quantile with static q (a number or a sequence) and numpy's
+    'linear' method: the sorted values at (n - 1) * q, interpolated; NaN
+    sorts last, so a NaN in a slice shows in its top quantiles only."""
+    if method != "linear":
+        raise ValueError(f"quantile: method {method!r} is not supported (only 'linear')")
+    if axis is None:
+        a, axis = reshape(a, (-1,)), 0  # noqa: F821
+    rank = len(a.shape)
+    axis = axis % rank
+    s = sort(a, axis=axis)
+    if not _np.issubdtype(s.dtype, _np.floating):
+        s = astype(s, _np.float32)  # noqa: F821
+    n = a.shape[axis]
+    qs = _np.atleast_1d(_np.asarray(q, dtype=_np.float64))
+    outs = []
+    for qv in qs:
+        pos = (n - 1) * float(qv)
+        lo, hi = int(math.floor(pos)), int(math.ceil(pos))
+        at = (builtins.slice(None),) * axis
+        vlo = s[at + (builtins.slice(lo, lo + 1),)]
+        vhi = s[at + (builtins.slice(hi, hi + 1),)]
+        v = vlo + (vhi - vlo) * (pos - lo) if hi != lo else vlo
+        outs.append(v if keepdims else squeeze(v, axis))  # noqa: F821
+    if _np.ndim(q) == 0:
+        return outs[0]
+    return stack(outs)
+
+
+@_at_once
+def percentile(a, q, axis=None, keepdims=False, method="linear"):
+    """jnp.percentile: quantile of q / 100."""
+    return quantile(a, _np.asarray(q, dtype=_np.float64) / 100, axis=axis, keepdims=keepdims,
+                    method=method)
+
+
+@_at_once
+def median(a, axis=None, keepdims=False):
+    """jnp.median: quantile 0.5."""
+    return quantile(a, 0.5, axis=axis, keepdims=keepdims)
+
+
+__all__ += ["nansum", "nanmean", "nanmax", "nanmin", "quantile", "percentile", "median"]
+
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _einsum_op = einsum  # noqa: F821 (the op table's: one or two operands)
 

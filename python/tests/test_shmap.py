@@ -750,6 +750,37 @@ def test_sort_argsort_top_k(c):
         jnp.sort(x, axis=0)
 
 
+def test_nan_reductions_and_quantiles(c):
+    """nansum, nanmean, nanmax, nanmin (a row of NaNs gives NaN, as numpy),
+    median, quantile and percentile (numpy's 'linear' method, built on
+    sort) against numpy."""
+    import warnings
+    mesh = c.make_mesh((4, 2), ("X", "Y"))
+    xa = np.random.default_rng(1).standard_normal((8, 7)).astype(np.float32)
+    xa[1, 3], xa[2, :] = np.nan, np.nan
+    x = c.device_put(xa, NamedSharding(mesh, P("X")))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # numpy warns on the all-NaN row
+        for got, want in [(jnp.nansum(x, axis=1), np.nansum(xa, axis=1)),
+                          (jnp.nanmean(x, axis=1), np.nanmean(xa, axis=1)),
+                          (jnp.nanmax(x, axis=1), np.nanmax(xa, axis=1)),
+                          (jnp.nanmin(x, axis=0), np.nanmin(xa, axis=0)),
+                          (jnp.nansum(x), np.nansum(xa))]:
+            assert np.allclose(np.asarray(got), want, equal_nan=True, rtol=1e-5)
+    ya = np.random.default_rng(2).standard_normal((8, 7)).astype(np.float32)
+    y = c.device_put(ya, NamedSharding(mesh, P("X")))
+    r = c.device_put(ya, NamedSharding(mesh, P()))
+    for got, want in [(jnp.median(y, axis=1), np.median(ya, axis=1)),
+                      (jnp.quantile(y, [0.1, 0.9], axis=1), np.quantile(ya, [0.1, 0.9], axis=1)),
+                      (jnp.percentile(y, 30, axis=1, keepdims=True),
+                       np.percentile(ya, 30, axis=1, keepdims=True)),
+                      (jnp.median(r), np.median(ya)),
+                      (jnp.median(c.device_put(np.arange(8, dtype=np.int32),
+                                               NamedSharding(mesh, P()))), 3.5)]:
+        g = np.asarray(got)
+        assert g.shape == np.shape(want) and np.allclose(g, want, rtol=1e-5)
+
+
 def test_jnp_compositions(c):
     """jnp functions made of the op table's (eye, identity, linspace, tril,
     triu, ravel, swapaxes, moveaxis, vstack, hstack, split, log2, log10,
