@@ -372,6 +372,19 @@ sm_err sm_ir_axes_list(const sm_ir_op *op, const sm_ir_ints *v, int has, int ran
     return SM_OK;
 }
 
+/* x less its dimensions with red[d] set (kept as 1 with keepdims). */
+static sm_shape sm_ir_reduced_shape(const sm_shape *x, const int *red, int keepdims)
+{
+    sm_shape s = {0};
+    for (int d = 0; d < x->rank; d++) {
+        if (!red[d])
+            s.dims[s.rank++] = x->dims[d];
+        else if (keepdims)
+            s.dims[s.rank++] = 1;
+    }
+    return s;
+}
+
 sm_err sm_ir_infer_reduce(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
                           sm_ir_value *out, char *err, size_t errlen)
 {
@@ -380,13 +393,7 @@ sm_err sm_ir_infer_reduce(const sm_program *p, const sm_ir_op *op, const sm_ir_v
     sm_err e = sm_ir_axes_list(op, &op->attrs.ints, op->attrs.has_ints, x->rank, red, err, errlen);
     if (e)
         return e;
-    sm_shape s = {0};
-    for (int d = 0; d < x->rank; d++) {
-        if (!red[d])
-            s.dims[s.rank++] = x->dims[d];
-        else if (op->attrs.keepdims)
-            s.dims[s.rank++] = 1;
-    }
+    sm_shape s = sm_ir_reduced_shape(x, red, op->attrs.keepdims);
     sm_dtype t = in[0]->dtype;
     int weak = in[0]->weak;
     if (op->kind == SM_OP_ANY || op->kind == SM_OP_ALL) {
@@ -444,19 +451,15 @@ sm_err sm_ir_infer_argminmax(const sm_program *p, const sm_ir_op *op, const sm_i
     sm_err e = sm_ir_one_axis(op, x, &axis, err, errlen);
     if (e)
         return e;
-    int empty = axis >= 0 && x->dims[axis] == 0;
-    for (int d = 0; axis < 0 && d < x->rank; d++)
-        empty |= x->dims[d] == 0;
+    int red[SM_MAX_RANK], empty = 0;
+    for (int d = 0; d < x->rank; d++) {
+        red[d] = axis < 0 || d == axis;
+        empty |= red[d] && x->dims[d] == 0;
+    }
     if (empty)
         return sm_fail(err, errlen, SM_EINVAL, "attempt to get %s of an empty sequence",
                        sm_op_name(op->kind));
-    sm_shape s = {0};
-    for (int d = 0; d < x->rank; d++) {
-        if (axis >= 0 && d != axis)
-            s.dims[s.rank++] = x->dims[d];
-        else if (op->attrs.keepdims)
-            s.dims[s.rank++] = 1;
-    }
+    sm_shape s = sm_ir_reduced_shape(x, red, op->attrs.keepdims);
     sm_ir_set(out, SM_I32, &s);
     return SM_OK;
 }
@@ -473,9 +476,7 @@ sm_err sm_ir_infer_sort(const sm_program *p, const sm_ir_op *op, const sm_ir_val
         return e;
     if (x->shape.rank == 0)
         return sm_fail(err, errlen, SM_EINVAL,
-                       "%s: axis -1 is out of bounds for an array of "
-                       "rank 0",
-                       sm_op_name(op->kind));
+                       "%s: axis -1 is out of bounds for an array of rank 0", sm_op_name(op->kind));
     if (x->dtype == SM_F16 || x->dtype == SM_BF16)
         return sm_fail(err, errlen, SM_EUNSUPPORTED, "%s does not support dtype %s",
                        sm_op_name(op->kind), sm_dtype_long_name(x->dtype));

@@ -512,19 +512,23 @@ def _index_value(k):
     embeds a constant) captured by the jit being traced."""
     if isinstance(k, Tracer):
         return k
-    if not isinstance(k, Array):
-        b = _builder()
-        mesh = getattr(b, "mesh", None)
-        if b.kind != "jit" or mesh is None:
-            raise InvalidArgument("indexing with a numpy array in a shard_map body: pass it as "
-                                  "an argument")
-        a = np.asarray(k)
-        if a.dtype.kind not in "iub":
-            raise InvalidArgument(f"indices must be integers, got {a.dtype}")
-        if a.dtype.kind != "b":
-            a = a.astype(np.int32)
-        k = _client_of([], mesh).device_put(a, NamedSharding(mesh, P()))
-    return Tracer(_builder().capture(k), k.type, _dtype_name(k.dtype), k.shape)
+    if isinstance(k, Array):
+        return Tracer(_builder().capture(k), k.type, _dtype_name(k.dtype), k.shape)
+    a = np.asarray(k)
+    if a.dtype.kind not in "iub":
+        raise InvalidArgument(f"indices must be integers, got {a.dtype}")
+    return _constant(a if a.dtype.kind == "b" else a.astype(np.int32))
+
+
+def _constant(a):
+    """numpy array a as a value of the jit being traced: uploaded replicated
+    on its mesh and closed over, as JAX embeds a constant."""
+    b = _builder()
+    mesh = getattr(b, "mesh", None)
+    if b.kind != "jit" or mesh is None:
+        raise InvalidArgument("a numpy constant in a shard_map body: pass it as an argument")
+    k = _client_of([], mesh).device_put(a, NamedSharding(mesh, P()))
+    return Tracer(b.capture(k), k.type, _dtype_name(k.dtype), k.shape)
 
 
 def _broadcast_to(v, shape):

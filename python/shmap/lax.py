@@ -70,22 +70,8 @@ def argmin(operand, axis, index_dtype):
 def _leaves(tree):
     """The leaves of a pytree (tuples, lists, dicts; anything else a leaf)
     and a function that rebuilds one of that structure from new leaves."""
-    if isinstance(tree, (tuple, list)):
-        parts = [_leaves(t) for t in tree]
-        flat = [leaf for p in parts for leaf in p[0]]
-
-        def build(vals, parts=parts, kind=type(tree)):
-            out, k = [], 0
-            for leaves, b in parts:
-                out.append(b(vals[k:k + len(leaves)]))
-                k += len(leaves)
-            return kind(out)
-        return flat, build
-    if isinstance(tree, dict):
-        keys = list(tree)
-        flat, build = _leaves([tree[k] for k in keys])
-        return flat, lambda vals: dict(zip(keys, build(vals)))
-    return [tree], lambda vals: vals[0]
+    from ._trace import _tree_build, _tree_leaves
+    return [v for v, _ in _tree_leaves(tree, "")], lambda vals: _tree_build(tree, iter(vals))
 
 
 def _is_static(v):

@@ -541,19 +541,8 @@ def _to_device(obj, dtype=None):
             return a
         from ._core import P, device_put
         return device_put(a, P())
-    return _const_value(a)
-
-
-def _const_value(a):
-    from ._core import NamedSharding, P
-    from ._trace import Tracer, _builder, _client_of, _dtype_name
-    b = _builder()
-    mesh = getattr(b, "mesh", None)
-    if b.kind != "jit" or mesh is None:
-        from ._core import InvalidArgument
-        raise InvalidArgument("a numpy constant in a shard_map body: pass it as an argument")
-    k = _client_of([], mesh).device_put(a, NamedSharding(mesh, P()))
-    return Tracer(b.capture(k), k.type, _dtype_name(k.dtype), k.shape)
+    from ._trace import _constant
+    return _constant(a)
 
 
 def array(object, dtype=None, copy=True):
