@@ -17,7 +17,7 @@
  *   program_check(text, file, entry, check_vma)   parse + verify + describe
  *   op_table()                        (name, signature) of every op
  *
- * A mesh crosses as (names, sizes, devices or None); a spec as the text of a
+ * A mesh crosses as (names, sizes, devices or None, auto_axes); a spec as the text of a
  * PartitionSpec ("P('i', None)"); an array reference as an id (int) or a
  * name (str); array data through the buffer protocol, without a copy: put
  * reads the caller's buffer, get_into writes into it. Errors raise
@@ -85,11 +85,13 @@ static PyObject *from_shape(const sm_shape *s)
     return t;
 }
 
-/* (names, sizes, devices or None) -> mesh; *default_order when devices is None. */
+/* (names, sizes, devices or None[, auto_axes]) -> mesh; *default_order when
+ * devices is None. auto_axes: bit a set when axis a is Auto. */
 static int to_mesh(PyObject *o, sm_mesh *m, int *default_order)
 {
     PyObject *names, *sizes, *devs;
-    if (!PyArg_ParseTuple(o, "OOO", &names, &sizes, &devs))
+    unsigned int auto_axes = 0;
+    if (!PyArg_ParseTuple(o, "OOO|I", &names, &sizes, &devs, &auto_axes))
         return -1;
     const char *np[SM_MAX_AXES];
     int64_t sz[SM_MAX_AXES];
@@ -133,6 +135,8 @@ static int to_mesh(PyObject *o, sm_mesh *m, int *default_order)
         total *= sz[i] > 0 ? sz[i] : 1;
     sm_err e = sm_mesh_init(m, (int)n, np, sz, devs == Py_None ? NULL : dv,
                             devs == Py_None ? (int)total : nd, err, sizeof err);
+    if (!e && !(e = sm_mesh_types_check(m, auto_axes, "the mesh's axis types", err, sizeof err)))
+        m->auto_axes = auto_axes;
     if (e) {
         raise_err(e, err);
         goto out;
@@ -160,7 +164,7 @@ static PyObject *from_mesh(const sm_mesh *m)
     }
     for (int d = 0; d < m->ndevices; d++)
         PyTuple_SET_ITEM(devs, d, PyLong_FromLong(m->devices[d]));
-    return Py_BuildValue("(NNN)", names, sizes, devs);
+    return Py_BuildValue("(NNNI)", names, sizes, devs, (unsigned int)m->auto_axes);
 }
 
 static int to_spec(const char *text, sm_pspec *p)

@@ -172,8 +172,9 @@ struct sm_registry {
      * were placed or lost); cleared by a sm_registry_repairs_begin scan
      * that finds none, so heartbeats need not scan every array. */
     int repair_hint;
-    int tx_depth;  /* open sm_reg_tx_begin calls */
-    int tx_failed; /* a write inside the open transaction failed */
+    int tx_depth;         /* open sm_reg_tx_begin calls */
+    int tx_failed;        /* a write inside the open transaction failed */
+    int mesh_types_unset; /* loading a schema-3 database: meshes have no axis types */
     /* The write-ahead log's pages since its last checkpoint, and when a
      * commit last added to it (sm_registry_checkpoint). */
     int wal_pages;

@@ -85,8 +85,9 @@ static sm_err sm_reg_mesh_build(sm_registry *r, const sm_mesh *in, int default_o
             return rc;
     }
     rc = sm_mesh_init(m, in->naxes, names, in->sizes, tmp.devices, tmp.ndevices, err, errlen);
-    if (rc)
+    if (rc || (rc = sm_mesh_types_check(m, in->auto_axes, "the mesh's axis types", err, errlen)))
         return rc;
+    m->auto_axes = in->auto_axes;
     for (int i = 0; i < m->ndevices; i++)
         if (!sm_reg_worker_of_device(r, m->devices[i]))
             return sm_fail(err, errlen, SM_EINVAL,
@@ -106,7 +107,7 @@ static void sm_reg_mesh_info(const sm_reg_mesh *m, sm_mesh_info *out)
 
 static int sm_reg_mesh_same(const sm_mesh *a, const sm_mesh *b)
 {
-    if (a->naxes != b->naxes || a->ndevices != b->ndevices)
+    if (a->naxes != b->naxes || a->ndevices != b->ndevices || a->auto_axes != b->auto_axes)
         return 0;
     for (int k = 0; k < a->naxes; k++)
         if (strcmp(a->names[k], b->names[k]) || a->sizes[k] != b->sizes[k])

@@ -16,8 +16,10 @@
 #include "sm_log.h"
 #include "sm_time.h"
 
-/* Bumped when the tables or the stored struct layouts change. */
-#define SM_REG_SCHEMA 3 /* 3: an array's sharding packed (sm_reg_sharding_pack) */
+/* Bumped when the tables or the stored struct layouts change. 3: an
+ * array's sharding packed (sm_reg_sharding_pack); 4: meshes' axis types
+ * (sm_mesh.auto_axes). */
+#define SM_REG_SCHEMA 4
 
 static const char sm_reg_schema[] =
     "CREATE TABLE IF NOT EXISTS counters(k INTEGER PRIMARY KEY CHECK (k = 0),"
@@ -247,7 +249,10 @@ static size_t sm_reg_sharding_pack(const sm_sharding *s, unsigned char *out)
     memcpy(out + o, s->mesh.devices, 4 * (size_t)nd);
     o += 4 * (size_t)nd;
     sm_pspec_format(&s->spec, (char *)out + o, 1024);
-    return o + strlen((char *)out + o) + 1;
+    o += strlen((char *)out + o) + 1;
+    /* after the spec's NUL, so that a record of schema 3 reads as Explicit */
+    memcpy(out + o, &s->mesh.auto_axes, 4);
+    return o + 4;
 }
 
 static int sm_reg_sharding_unpack(const unsigned char *in, size_t len, sm_sharding *s)
@@ -272,11 +277,20 @@ static int sm_reg_sharding_unpack(const unsigned char *in, size_t len, sm_shardi
     }
     memcpy(&nd, in + o, 4);
     o += 4;
-    if (nd < 1 || nd > SM_MAX_DEVICES || len < o + 4 * (size_t)nd + 1 || in[len - 1] != 0)
+    if (nd < 1 || nd > SM_MAX_DEVICES || len < o + 4 * (size_t)nd + 1)
         return -1;
     s->mesh.ndevices = nd;
     memcpy(s->mesh.devices, in + o, 4 * (size_t)nd);
     o += 4 * (size_t)nd;
+    const unsigned char *nul = memchr(in + o, 0, len - o);
+    if (!nul)
+        return -1;
+    size_t rest = len - (size_t)(nul + 1 - in); /* 4: the axis types; 0: schema 3 */
+    if (rest == 4)
+        memcpy(&s->mesh.auto_axes, nul + 1, 4);
+    if ((rest != 4 && rest != 0) ||
+        sm_mesh_types_check(&s->mesh, s->mesh.auto_axes, "", err, sizeof err))
+        return -1;
     return sm_pspec_parse((const char *)in + o, &s->spec, err, sizeof err) == SM_OK ? 0 : -1;
 }
 
@@ -462,7 +476,10 @@ static sm_err sm_reg_layout_check(sm_registry *r, const char *path, char *err, s
     if (sm_reg_prepare(r, "SELECT schema, mesh, shape, sharding FROM layout", &st))
         return sm_reg_db_fail(r, path, "read", err, errlen);
     if (sqlite3_step(st) == SQLITE_ROW) {
-        for (int k = 0; k < 4 && !e; k++)
+        /* Schema 3 differs only in the word a mesh now keeps its axis types
+         * in, which was padding: loaded as Explicit (sm_reg_load_meshes). */
+        int from3 = sqlite3_column_int64(st, 0) == 3;
+        for (int k = from3; k < 4 && !e; k++)
             if (sqlite3_column_int64(st, k) != want[k])
                 e = sm_fail(err, errlen, SM_EPRECONDITION,
                             "the registry database %s was written by a shmap-coordinator of "
@@ -470,6 +487,14 @@ static sm_err sm_reg_layout_check(sm_registry *r, const char *path, char *err, s
                             "start it with a new --state-dir",
                             path, k, (long long)sqlite3_column_int64(st, k), (long long)want[k]);
         sqlite3_finalize(st);
+        if (!e && from3) {
+            r->mesh_types_unset = 1;
+            if (sm_reg_run(r, "UPDATE layout SET schema = ? WHERE k = 0", "i", want[0]))
+                return sm_reg_db_fail(r, path, "write", err, errlen);
+            SM_INFO("registry database %s: updated from schema 3 to %d (meshes' axis types, "
+                    "Explicit for the meshes it holds)",
+                    path, SM_REG_SCHEMA);
+        }
         return e;
     }
     sqlite3_finalize(st);
@@ -585,6 +610,10 @@ static sm_err sm_reg_load_meshes(sm_registry *r, const sm_reg_owner *own, int no
         snprintf(m->tenant, sizeof m->tenant, "%s",
                  sm_reg_owner_of(own, nown, SM_REG_OWNS_MESH, m->id));
         memcpy(&m->mesh, sqlite3_column_blob(st, 2), sizeof m->mesh);
+        if (r->mesh_types_unset) { /* stored by schema 3: that word was padding */
+            m->mesh.auto_axes = 0;
+            sm_reg_save_mesh(r, m);
+        }
         if (m->id >= r->next_mesh)
             r->next_mesh = m->id + 1;
     }

@@ -75,8 +75,12 @@ static const json_case sharding_cases[] = {
       {"num_distinct", "8"},
       {"devices/3", "{\"device\": 3, \"coords\": [1, 1], \"index\": [[2, 4], [8, 16]], "
                     "\"replica_id\": 0}"},
-      {"mesh", "{\"axes\": [\"i\", \"j\"], \"sizes\": [4, 2], \"devices\": [0,1,2,3,4,5,6,7]}"},
+      {"mesh", "{\"axes\": [\"i\", \"j\"], \"sizes\": [4, 2], \"axis_types\": [\"Explicit\", "
+               "\"Explicit\"], \"devices\": [0,1,2,3,4,5,6,7]}"},
       {"spec", "\"P('i', 'j')\""}}},
+    {{"sharding", "--mesh", "i=4,j=2,axis_types=(Auto,Explicit)", "--spec", "P('i')", "--shape",
+      "8,16", "--json"},
+     {{"type", "\"f32[8@i,16]\""}, {"mesh/axis_types", "[\"Auto\", \"Explicit\"]"}}},
     {{"sharding", "--mesh", "i=4,j=2", "--spec", "P('i')", "--shape", "8,16", "--json"},
      {{"type", "\"f32[8@i,16]\""},
       {"shard_shape", "[2, 16]"},

@@ -178,9 +178,21 @@ START_TEST(meshes)
     m = ctl_json(c3);
     ck_assert_int_eq(json_integer_value(json_array_get(json_object_get(m, "sizes"), 1)), 2);
     json_decref(m);
+    /* axis types: kept by the service, part of the mesh */
+    const char *c5[] = {"mesh",   "create", "i=4,j=2,axis_types=(Auto,Explicit)",
+                        "--name", "auto",   NULL};
+    harness_run r = ctl(0, c5);
+    ck_assert_msg(strstr(r.out, "Mesh('i': 4, 'j': 2, axis_types=(Auto, Explicit))"), "%s", r.out);
+    harness_run_free(&r);
+    const char *c6[] = {"mesh", "describe", "auto", "--json", NULL};
+    m = ctl_json(c6);
+    json_t *types = json_object_get(m, "axis_types");
+    ck_assert_str_eq(json_string_value(json_array_get(types, 0)), "Auto");
+    ck_assert_str_eq(json_string_value(json_array_get(types, 1)), "Explicit");
+    json_decref(m);
     const char *c4[] = {"mesh", "ls", "--json", NULL};
     m = ctl_json(c4);
-    ck_assert_int_ge(json_array_size(m), 2);
+    ck_assert_int_ge(json_array_size(m), 3);
     json_decref(m);
 }
 END_TEST

@@ -282,7 +282,8 @@ static void make_answers(void)
     snprintf(fx.minfo[0].name, sizeof fx.minfo[0].name, "grid");
     fx.minfo[0].mesh = a->sharding.mesh;
     fx.minfo[1].id.v = 8;
-    ck_assert_int_eq(sm_mesh_parse("x=8", NULL, 0, &fx.minfo[1].mesh, err, sizeof err), SM_OK);
+    ck_assert_int_eq(
+        sm_mesh_parse("x=8 axis_types=(Auto)", NULL, 0, &fx.minfo[1].mesh, err, sizeof err), SM_OK);
 
     for (int w = 0; w < 2; w++) {
         sm_worker_info *wi = &fx.workers[w];
@@ -334,6 +335,7 @@ static void mesh_same(const sm_mesh *a, const sm_mesh *b)
     ck_assert_int_eq(a->ndevices, b->ndevices);
     for (int i = 0; i < a->ndevices; i++)
         ck_assert_int_eq(a->devices[i], b->devices[i]);
+    ck_assert_uint_eq(a->auto_axes, b->auto_axes);
 }
 
 static void spec_same(const sm_pspec *a, const sm_pspec *b)
@@ -426,7 +428,9 @@ START_TEST(test_create_mesh)
     sm_mesh m;
     const int32_t devs[] = {5, 4, 3, 2, 1, 0};
     ck_assert_int_eq(
-        sm_mesh_parse("data=2,model=3", _i ? NULL : devs, _i ? 0 : 6, &m, err, sizeof err), SM_OK);
+        sm_mesh_parse(_i ? "data=2,model=3" : "data=2,model=3 axis_types=(Explicit, Auto)",
+                      _i ? NULL : devs, _i ? 0 : 6, &m, err, sizeof err),
+        SM_OK);
     sm_mesh_info out;
     ck_assert_int_eq(sm_svc_coord_create_mesh(fx.ch, DL, "pod", &m, _i, &out, err, sizeof err),
                      SM_OK);

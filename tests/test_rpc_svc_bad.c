@@ -333,6 +333,8 @@ static const bad_case bad_cases[] = {
     {COORD("CreateArray"), 19, SM_EINVAL, "CreateArrayRequest.kind is 7"},
     {COORD("CreateArray"), 20, SM_EINVAL, "CreateArrayRequest.local_shape has dimension 1"},
     {COORD("CreateArray"), 21, SM_EINVAL, "4 positions"},
+    {COORD("CreateArray"), 22, SM_EINVAL,
+     "CreateArrayRequest.sharding.mesh.auto_axes marks axis 1 Auto, but the mesh has 1 axes"},
     {COORD("CreateMesh"), 30, SM_EINVAL, "CreateMeshRequest.mesh has no axes"},
     {COORD("CreateMesh"), 31, SM_EINVAL, "CreateMeshRequest.mesh is missing"},
     {COORD("Reshard"), 32, SM_EINVAL, "ReshardRequest.sharding.spec.entries[0].axes[0] is 40"},
@@ -434,6 +436,9 @@ static ProtobufCMessage *build(scratch *s, int k)
         s->sizes[0] = 4;
         s->devs[1] = 1;
         s->devs[2] = 2;
+        break;
+    case 22:
+        s->mesh.auto_axes = 2;
         break;
     case 30:
     case 31:

@@ -318,12 +318,136 @@ START_TEST(test_checkpoint_when_quiet)
 }
 END_TEST
 
+static uint32_t array_auto_axes(sm_registry *r, const char *name)
+{
+    sm_array_info info;
+    char err[256];
+    ck_assert_msg(
+        sm_registry_array_describe(r, (sm_array_ref){{0}, name}, &info, err, sizeof err) == SM_OK,
+        "%s", err);
+    uint32_t a = info.sharding.mesh.auto_axes;
+    sm_array_info_free(&info);
+    return a;
+}
+
+static uint32_t mesh_auto_axes(sm_registry *r, const char *name)
+{
+    sm_mesh_info mi;
+    char err[256];
+    ck_assert_msg(sm_registry_mesh_get(r, (sm_mesh_id){0}, name, &mi, err, sizeof err) == SM_OK,
+                  "%s", err);
+    return mi.mesh.auto_axes;
+}
+
+/* Rewrites the database as schema 3 wrote it: the word a mesh keeps its
+ * axis types in held padding (here, bits set), and an array's sharding
+ * ended at its spec. */
+static void make_schema3(void)
+{
+    char path[128];
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    snprintf(path, sizeof path, "%s/registry.db", dir);
+    ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_prepare_v2(db, "SELECT id, mesh FROM meshes", -1, &st, NULL),
+                     SQLITE_OK);
+    int n = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        sm_mesh m;
+        ck_assert_int_eq(sqlite3_column_bytes(st, 1), (int)sizeof m);
+        memcpy(&m, sqlite3_column_blob(st, 1), sizeof m);
+        m.auto_axes = 0xa5a5a5a5u;
+        sqlite3_stmt *up;
+        ck_assert_int_eq(
+            sqlite3_prepare_v2(db, "UPDATE meshes SET mesh = ? WHERE id = ?", -1, &up, NULL),
+            SQLITE_OK);
+        sqlite3_bind_blob(up, 1, &m, sizeof m, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(up, 2, sqlite3_column_int64(st, 0));
+        ck_assert_int_eq(sqlite3_step(up), SQLITE_DONE);
+        sqlite3_finalize(up);
+        n++;
+    }
+    sqlite3_finalize(st);
+    ck_assert_int_gt(n, 0);
+    ck_assert_int_eq(sqlite3_exec(db,
+                                  "UPDATE layout SET schema = 3;"
+                                  "UPDATE arrays SET sharding = substr(sharding, 1,"
+                                  " length(sharding) - 4)",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(db);
+}
+
+static long long layout_schema(void)
+{
+    char path[128];
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    snprintf(path, sizeof path, "%s/registry.db", dir);
+    ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_prepare_v2(db, "SELECT schema FROM layout", -1, &st, NULL), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
+    long long v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return v;
+}
+
+/* A mesh's axis types are part of it: a mesh that differs only in them is
+ * another mesh, and they survive a restart on the mesh and on the arrays
+ * made on it. A database of schema 3 (meshes without types) loads with
+ * every mesh Explicit and is recorded as the current schema. */
+START_TEST(test_mesh_types_survive)
+{
+    sm_registry *r = reg_open(SM_OK, NULL);
+    char err[256];
+    reg_worker(r, 0, NULL, 0);
+    sm_mesh m;
+    sm_mesh_info mi;
+    ck_assert_int_eq(sm_mesh_parse("i=1 axis_types=(Auto)", NULL, 0, &m, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_registry_mesh_create(r, "m", &m, 1, &mi, err, sizeof err), SM_OK);
+    ck_assert_uint_eq(mi.mesh.auto_axes, 1);
+    reg_put(r, "a", 1);
+    /* the same mesh inline, Explicit: another mesh; Auto: this one */
+    for (int k = 0; k < 2; k++) {
+        sm_mesh in;
+        ck_assert_int_eq(
+            sm_mesh_parse(k ? "i=1 axis_types=(Auto)" : "i=1", NULL, 0, &in, err, sizeof err),
+            SM_OK);
+        sm_svc_create_array_req req = st_create_req(k ? "b" : "e", NULL, NULL, g4, SM_PUT_WHOLE, 0);
+        req.sharding.mesh = &in;
+        sm_svc_create_array_reply rep;
+        ck_assert_msg(sm_registry_array_create(r, &req, T0, &rep, err, sizeof err) == SM_OK, "%s",
+                      err);
+        ck_assert_uint_eq(rep.array.mesh_id.v, k ? mi.id.v : mi.id.v + 1);
+        ck_assert_uint_eq(rep.array.sharding.mesh.auto_axes, (uint32_t)k);
+        sm_svc_create_array_reply_free(&rep);
+    }
+    sm_registry_free(r);
+    ck_assert_int_eq(layout_schema(), 4);
+    r = reg_open(SM_OK, NULL);
+    ck_assert_uint_eq(mesh_auto_axes(r, "m"), 1);
+    ck_assert_uint_eq(array_auto_axes(r, "a"), 1);
+    ck_assert_uint_eq(array_auto_axes(r, "e"), 0);
+    sm_registry_free(r);
+    make_schema3();
+    r = reg_open(SM_OK, NULL);
+    ck_assert_uint_eq(mesh_auto_axes(r, "m"), 0);
+    ck_assert_uint_eq(array_auto_axes(r, "a"), 0);
+    sm_registry_free(r);
+    ck_assert_int_eq(layout_schema(), 4);
+    r = reg_open(SM_OK, NULL); /* and it stays so */
+    ck_assert_uint_eq(mesh_auto_axes(r, "m"), 0);
+    sm_registry_free(r);
+}
+END_TEST
+
 static Suite *state_suite(void)
 {
     return SUITE_CASE(suite_create("server_state"), "state", 0,
                       SUITE_CHECKED(dir_setup, dir_teardown), {test_restart_recovers},
                       {test_refusals, N(refusals)}, {test_no_state_dir_is_a_noop},
-                      {test_jobs_records}, {test_checkpoint_when_quiet});
+                      {test_jobs_records}, {test_checkpoint_when_quiet}, {test_mesh_types_survive});
 }
 
 int main(void)

@@ -42,6 +42,25 @@ static const mesh_case mesh_cases[] = {
     {"i=4", 4, {0, 1, 1, 2}, SM_EINVAL, "device 1 appears more than once", NULL},
     {"i=2", 2, {0, -3}, SM_EINVAL, "device id -3", "negative"},
     {"abcdefghijabcdefghijabcdefghijabc=2", 0, {0}, SM_EINVAL, "1 to 31 characters", NULL},
+    /* axis types, as JAX writes them; all Explicit is not written back */
+    {"i=4 j=2 axis_types=(Auto, Explicit)",
+     0,
+     {0},
+     SM_OK,
+     "Mesh('i': 4, 'j': 2, axis_types=(Auto, Explicit))",
+     NULL},
+    {"i=4,j=2,axis_types=(explicit,AxisType.Auto)",
+     0,
+     {0},
+     SM_OK,
+     "Mesh('i': 4, 'j': 2, axis_types=(Explicit, Auto))",
+     NULL},
+    {"i=4 axis_types=(Explicit)", 0, {0}, SM_OK, "Mesh('i': 4)", NULL},
+    {"i=4 axis_types=(Auto, Auto)", 0, {0}, SM_EINVAL, "gives 2 types for 1 axes", NULL},
+    {"i=4 axis_types=(Manual)", 0, {0}, SM_EINVAL, "Explicit or Auto", "'Manual' at column 17"},
+    {"i=4 axis_types=(Auto", 0, {0}, SM_EINVAL, "not closed", NULL},
+    {"axis_types=(Auto) i=4", 0, {0}, SM_EINVAL, "comes after the axes", "column 19"},
+    {"i=4 axis_types=(Auto) axis_types=(Auto)", 0, {0}, SM_EINVAL, "axis_types twice", NULL},
 };
 
 START_TEST(test_mesh_parse_table)

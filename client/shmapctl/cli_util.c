@@ -150,9 +150,13 @@ json_t *cli_json_mesh(const sm_mesh *m)
         json_array_append_new(axes, json_string(m->names[a]));
         json_array_append_new(sizes, json_integer(m->sizes[a]));
     }
+    json_t *types = json_array();
+    for (int a = 0; a < m->naxes; a++)
+        json_array_append_new(types, json_string(m->auto_axes >> a & 1 ? "Auto" : "Explicit"));
     for (int i = 0; i < m->ndevices; i++)
         json_array_append_new(devs, json_integer(m->devices[i]));
-    return json_pack("{s:o, s:o, s:o}", "axes", axes, "sizes", sizes, "devices", devs);
+    return json_pack("{s:o, s:o, s:o, s:o}", "axes", axes, "sizes", sizes, "axis_types", types,
+                     "devices", devs);
 }
 
 int cli_print_json(json_t *root)

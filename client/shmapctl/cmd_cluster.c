@@ -116,15 +116,20 @@ static const char mesh_help[] =
     "       shmapctl mesh describe NAME|ID [--json]\n"
     "\n"
     "Creates, lists and describes device meshes on the service. AXES names the\n"
-    "axes and their sizes (i=4,j=2). Without --devices the service picks its\n"
-    "default device order (the minor axis inside one worker where it fits).\n"
+    "axes and their sizes (i=4,j=2), optionally with their types as JAX's\n"
+    "AxisType (i=4,j=2,axis_types=(Auto,Explicit); Explicit when not given): a\n"
+    "mesh that differs only in its types is another mesh. Without --devices the\n"
+    "service picks its default device order (the minor axis inside one worker\n"
+    "where it fits).\n"
     "\n"
     "Options:\n"
     "      --devices IDS       explicit device order, row-major (0,1,2,...)\n"
     "      --name NAME         a unique name other clients can use\n"
-    "      --json              print JSON {id, name, axes, sizes, devices}\n" CLI_CONN_HELP "\n"
+    "      --json              print JSON {id, name, axes, sizes, axis_types,\n"
+    "                          devices}\n" CLI_CONN_HELP "\n"
     "Examples:\n"
     "  shmapctl mesh create i=4,j=2 --name m\n"
+    "  shmapctl mesh create 'i=4,j=2,axis_types=(Auto,Auto)' --name auto\n"
     "  shmapctl mesh describe m --json\n";
 
 static json_t *mesh_json(const sm_mesh_info *m)

@@ -52,7 +52,7 @@ static const char check_help[] =
     "                       file whose first lines hold the comment\n"
     "                       \"# check_vma: false\" turns it off too\n"
     "      --json           print JSON: file, name, kind (shard_map or jit),\n"
-    "                       check_vma, mesh {axes, sizes, devices}, values [{name,\n"
+    "                       check_vma, mesh {axes, sizes, axis_types, devices}, values [{name,\n"
     "                       type, line}] (line 0 for parameters), outputs [{type}],\n"
     "                       lines (the description, one string per line) and, for\n"
     "                       jit, lowered (the shard_map program's text); on error\n"
@@ -151,7 +151,9 @@ static int cli_check_run(const char *path, const char *entry, int no_vma, int js
         json_object_set_new(o, "name", json_string(p->name ? p->name : "f"));
         json_object_set_new(o, "kind", json_string(p->kind == SM_PROG_JIT ? "jit" : "shard_map"));
         json_object_set_new(o, "check_vma", json_boolean(check_vma));
-        json_object_set_new(o, "mesh", cli_json_mesh(&p->mesh));
+        sm_mesh m = p->mesh; /* with the axis types the program declares */
+        m.auto_axes = p->kind == SM_PROG_JIT ? p->auto_axes : 0;
+        json_object_set_new(o, "mesh", cli_json_mesh(&m));
         cli_check_json_values(o, p);
         char *s = (char *)sm_strbuf_str(&out);
         for (char *line = strtok(s, "\n"); line; line = strtok(NULL, "\n"))

@@ -57,6 +57,7 @@ Shmap__V1__Mesh *sm_svc_mesh_enc(sm_arena *a, uint64_t id, const char *name, con
     for (size_t i = 0; i < p->n_axis_names; i++)
         p->axis_names[i] = (char *)m->names[i];
     p->axis_sizes = (int64_t *)m->sizes;
+    p->auto_axes = m->auto_axes;
     if (with_devices) {
         p->n_devices = m->ndevices < 0                ? 0
                        : m->ndevices > SM_MAX_DEVICES ? SM_MAX_DEVICES
@@ -343,6 +344,10 @@ sm_err sm_svc_mesh_dec(const Shmap__V1__Mesh *p, const char *what, sm_mesh *out,
                      p->n_devices ? p->devices : NULL, (int)p->n_devices, tmp, sizeof tmp);
     if (e)
         return sm_fail(err, errlen, e, "%s: %s", what, tmp);
+    snprintf(sub, sizeof sub, "%s.auto_axes", what);
+    if ((e = sm_mesh_types_check(out, p->auto_axes, sub, err, errlen)))
+        return e;
+    out->auto_axes = p->auto_axes;
     if (default_order)
         *default_order = p->n_devices == 0;
     return SM_OK;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* 1 if name is a non-empty identifier ([A-Za-z_][A-Za-z0-9_]*). */
 static int sm_mesh_is_ident(const char *name)
@@ -78,13 +79,59 @@ sm_err sm_mesh_init(sm_mesh *m, int naxes, const char *const *names, const int64
     return SM_OK;
 }
 
+/* The types of "axis_types=(Auto, Explicit)" from p (past the '('):
+ * Auto or Explicit (also AxisType.Auto, lower case), separated by commas or
+ * spaces, up to ')'. Returns the text after ')', or NULL with err set. */
+static const char *sm_mesh_parse_types(const char *text, const char *p, uint32_t *auto_axes,
+                                       int *ntypes, char *err, size_t errlen)
+{
+    int k = 0;
+    for (;;) {
+        while (*p == ' ' || *p == ',' || *p == '\t')
+            p++;
+        if (*p == ')')
+            break;
+        if (!*p) {
+            sm_fail(err, errlen, SM_EINVAL, "mesh '%s': axis_types=( is not closed with ')'", text);
+            return NULL;
+        }
+        const char *w = p;
+        while (isalnum((unsigned char)*p) || *p == '_' || *p == '.')
+            p++;
+        size_t len = (size_t)(p - w);
+        if (len > 9 && !strncmp(w, "AxisType.", 9)) {
+            w += 9;
+            len -= 9;
+        }
+        int is_auto = len == 4 && !strncasecmp(w, "auto", 4);
+        if (!is_auto && !(len == 8 && !strncasecmp(w, "explicit", 8))) {
+            sm_fail(err, errlen, SM_EINVAL,
+                    "mesh '%s': axis_types takes Explicit or Auto per axis, got '%.*s' at column "
+                    "%d",
+                    text, (int)(len ? len : 1), w, (int)(w - text) + 1);
+            return NULL;
+        }
+        if (k == SM_MAX_AXES) {
+            sm_fail(err, errlen, SM_EINVAL, "mesh '%s': axis_types gives more than %d types", text,
+                    SM_MAX_AXES);
+            return NULL;
+        }
+        if (is_auto)
+            *auto_axes |= 1u << k;
+        k++;
+    }
+    *ntypes = k;
+    return p + 1;
+}
+
 sm_err sm_mesh_parse(const char *text, const int32_t *devices, int ndevices, sm_mesh *m, char *err,
                      size_t errlen)
 {
     char names[SM_MAX_AXES][SM_AXIS_NAME_MAX];
     const char *name_ptrs[SM_MAX_AXES];
     int64_t sizes[SM_MAX_AXES];
-    int naxes = 0;
+    int naxes = 0, ntypes = -1;
+    uint32_t auto_axes = 0;
     const char *p = text ? text : "";
 
     for (;;) {
@@ -93,6 +140,18 @@ sm_err sm_mesh_parse(const char *text, const int32_t *devices, int ndevices, sm_
         if (!*p)
             break;
         const char *start = p;
+        if (!strncmp(p, "axis_types=(", 12)) {
+            if (ntypes >= 0)
+                return sm_fail(err, errlen, SM_EINVAL, "mesh '%s' gives axis_types twice", text);
+            p = sm_mesh_parse_types(text, p + 12, &auto_axes, &ntypes, err, errlen);
+            if (!p)
+                return SM_EINVAL;
+            continue;
+        }
+        if (ntypes >= 0)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "mesh '%s': axis_types comes after the axes (column %d)", text,
+                           (int)(start - text) + 1);
         while (*p && *p != '=' && *p != ',' && *p != ' ' && *p != '\t')
             p++;
         size_t len = (size_t)(p - start);
@@ -124,7 +183,23 @@ sm_err sm_mesh_parse(const char *text, const int32_t *devices, int ndevices, sm_
     if (naxes == 0)
         return sm_fail(err, errlen, SM_EINVAL, "mesh '%s' has no axes; write e.g. \"i=4,j=2\"",
                        text ? text : "");
-    return sm_mesh_init(m, naxes, name_ptrs, sizes, devices, ndevices, err, errlen);
+    if (ntypes >= 0 && ntypes != naxes)
+        return sm_fail(err, errlen, SM_EINVAL, "mesh '%s': axis_types gives %d types for %d axes",
+                       text, ntypes, naxes);
+    sm_err e = sm_mesh_init(m, naxes, name_ptrs, sizes, devices, ndevices, err, errlen);
+    if (!e)
+        m->auto_axes = auto_axes;
+    return e;
+}
+
+sm_err sm_mesh_types_check(const sm_mesh *m, uint32_t auto_axes, const char *what, char *err,
+                           size_t errlen)
+{
+    if (m->naxes < 32 && auto_axes >> m->naxes)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "%s marks axis %d Auto, but the mesh has %d axes (bit a is axis a)", what,
+                       31 - __builtin_clz(auto_axes), m->naxes);
+    return SM_OK;
 }
 
 sm_err sm_mesh_default_devices(int naxes, const int64_t *sizes, int nprocs, const int *proc_ndev,
@@ -210,6 +285,14 @@ char *sm_mesh_format(const sm_mesh *m, char *buf, size_t len)
     for (int a = 0; a < m->naxes && n < len; a++)
         n += (size_t)snprintf(buf + n, len - n, "%s'%s': %lld", a ? ", " : "", m->names[a],
                               (long long)m->sizes[a]);
+    if (m->auto_axes && n < len) {
+        n += (size_t)snprintf(buf + n, len - n, ", axis_types=(");
+        for (int a = 0; a < m->naxes && n < len; a++)
+            n += (size_t)snprintf(buf + n, len - n, "%s%s", a ? ", " : "",
+                                  m->auto_axes >> a & 1 ? "Auto" : "Explicit");
+        if (n < len)
+            n += (size_t)snprintf(buf + n, len - n, ")");
+    }
     if (n < len)
         snprintf(buf + n, len - n, ")");
     return buf;

@@ -240,7 +240,17 @@ class Mesh:
         return np.array(self._devices).reshape(self.axis_sizes)
 
     def _c(self):
-        return (self.axis_names, self.axis_sizes, self._devices)
+        return (self.axis_names, self.axis_sizes, self._devices, self._auto_mask())
+
+    def _auto_mask(self):
+        return sum(1 << a for a, t in enumerate(self.axis_types) if t == Auto)
+
+    @classmethod
+    def _of(cls, c, client=None):
+        """The Mesh of a service's (names, sizes, devices, auto_axes)."""
+        names, sizes, devs, auto = c
+        return cls(sizes, names, devs, tuple(Auto if auto >> a & 1 else Explicit
+                                             for a in range(len(names))), client=client)
 
     def _text(self):
         s = "mesh " + " ".join(f"{n}={z}" for n, z in zip(self.axis_names, self.axis_sizes))
@@ -252,14 +262,17 @@ class Mesh:
 
     def __eq__(self, other):
         return (isinstance(other, Mesh) and self.axis_names == other.axis_names and
-                self.axis_sizes == other.axis_sizes and self._devices == other._devices)
+                self.axis_sizes == other.axis_sizes and self._devices == other._devices and
+                self.axis_types == other.axis_types)
 
     def __hash__(self):
-        return hash((self.axis_names, self.axis_sizes, self._devices))
+        return hash((self.axis_names, self.axis_sizes, self._devices, self.axis_types))
 
     def __repr__(self):
-        return "Mesh(" + ", ".join(f"'{n}': {z}" for n, z in zip(self.axis_names,
-                                                                  self.axis_sizes)) + ")"
+        s = ", ".join(f"'{n}': {z}" for n, z in zip(self.axis_names, self.axis_sizes))
+        if any(t == Auto for t in self.axis_types):  # as the service's sentences write it
+            s += ", axis_types=(" + ", ".join(self.axis_types) + ")"
+        return "Mesh(" + s + ")"
 
 
 class NamedSharding:
@@ -350,9 +363,11 @@ class Array(_Shaped):
     def __init__(self, client, info, owned=True, mesh=None):
         self._client = client
         self._info = info
-        # the Mesh it was made on, when known: it carries what the service
-        # does not keep, the axis types (Auto, Explicit) a jit of it uses
-        names, sizes, devs = info["mesh"]
+        # the Mesh it was made on, when it is the service's (the same
+        # object, so that meshes compare as the caller's do). Its axis types
+        # are the caller's: the service keeps a mesh's, but a shard_map's
+        # results are on its mesh as Explicit.
+        names, sizes, devs, _ = info["mesh"]
         same = mesh is not None and tuple(mesh.axis_names) == tuple(names) and \
             tuple(mesh.axis_sizes) == tuple(sizes) and \
             (mesh._devices is None or tuple(mesh._devices) == tuple(devs))
@@ -374,8 +389,7 @@ class Array(_Shaped):
 
     @property
     def sharding(self):
-        names, sizes, devs = self._info["mesh"]
-        mesh = self._mesh or Mesh(sizes, names, devs, client=self._client)
+        mesh = self._mesh or Mesh._of(self._info["mesh"], client=self._client)
         return NamedSharding(mesh, _spec_of(self._info["spec"]))
 
     @property

@@ -1125,11 +1125,12 @@ def test_transformer_block_forward(c):
 
 
 def test_auto_mesh_from_python(c):
-    """An Array keeps the mesh it was made on, axis types included (the
-    service keeps names, sizes and devices only), so a jit of Arrays on a
-    mesh of Auto axes runs as JAX's automatic mode (before: their rebuilt
-    mesh was Explicit, and the MLP below failed with the explicit-mode
-    sentence about sharded contracting dimensions)."""
+    """An Array keeps the mesh it was made on, axis types included, so a jit
+    of Arrays on a mesh of Auto axes runs as JAX's automatic mode (before:
+    their rebuilt mesh was Explicit, and the MLP below failed with the
+    explicit-mode sentence about sharded contracting dimensions). The
+    service keeps the types too: another handle (Client.get, another
+    process) sees them, on the arrays put and on a jit's results."""
     mesh = shmap.make_mesh((2, 2), ("X", "Y"), axis_types=(shmap.Auto, shmap.Auto))
     rng = np.random.default_rng(0)
     xa, w1a, w2a = (rng.standard_normal(s).astype(np.float32)
@@ -1149,6 +1150,16 @@ def test_auto_mesh_from_python(c):
     assert np.allclose(np.asarray(out), np.maximum(xa @ w1a, 0) @ w2a, atol=1e-4)
     assert out.sharding.mesh.axis_types == ("Auto", "Auto")
     assert x.reshard(NamedSharding(mesh, P())).sharding.mesh.axis_types == ("Auto", "Auto")
+    # what the service keeps, through handles made from its answers alone
+    for a in (x, out):
+        seen = c.get(a.id).sharding.mesh
+        assert seen.axis_types == ("Auto", "Auto") and seen == mesh, seen
+        assert repr(seen) == "Mesh('X': 2, 'Y': 2, axis_types=(Auto, Auto))"
+    # the same devices as Explicit axes: another mesh, as JAX's meshes compare
+    explicit = shmap.Mesh(mesh.devices, ("X", "Y"))
+    e = c.device_put(xa, NamedSharding(explicit, P("X", None)))
+    assert c.get(e.id).sharding.mesh == explicit != mesh
+    assert e._info["mesh_id"] != x._info["mesh_id"]
 
 
 def test_jit_reshard_and_out_shardings(c):
