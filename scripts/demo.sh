@@ -51,7 +51,7 @@ if ls "$root"/build/python/_shmap*.so >/dev/null 2>&1; then
   PYTHONPATH="$root/python:$root/build/python" \
     SHMAP_COORDINATOR_BIN="$root/build/server/shmap-coordinator" \
     /usr/bin/python3 "$root/examples/python/seeds.py"
-  say "Part 4: a decoder block and its loss, as JAX code writes them, against numpy"
+  say "Part 4: a decoder block, its loss and its training, as JAX code writes them, against numpy"
   echo "\$ PYTHONPATH=python:build/python /usr/bin/python3 examples/python/transformer.py"
   PYTHONPATH="$root/python:$root/build/python" \
     SHMAP_COORDINATOR_BIN="$root/build/server/shmap-coordinator" \

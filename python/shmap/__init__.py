@@ -24,6 +24,7 @@ from ._core import (AlreadyExists, Array, Auto, AxisType, Cancelled, Client, Dat
                     Unavailable, Unimplemented, block_until_ready, connect, device_get,
                     device_put, get_mesh, local_cluster, make_mesh, set_mesh, typeof,
                     use_mesh, visualize_array_sharding)
+from ._grad import grad, value_and_grad
 from ._trace import Future, Lowered, Tracer, jit, shard_map
 
 reshard = numpy.reshard
@@ -35,6 +36,7 @@ __all__ = [
     "InvalidArgument", "Lowered", "Mesh", "NamedSharding", "NotFound", "P", "PartitionSpec",
     "ProgramError", "ResourceExhausted", "Shard", "ShmapError", "Tracer", "Unauthenticated",
     "Unavailable", "Unimplemented", "block_until_ready", "connect", "device_get", "device_put",
-    "get_mesh", "jit", "lax", "local_cluster", "make_mesh", "nn", "numpy", "reshard", "set_mesh",
-    "shard_map", "typeof", "use_mesh", "visualize_array_sharding", "with_sharding_constraint",
+    "get_mesh", "grad", "jit", "lax", "local_cluster", "make_mesh", "nn", "numpy", "reshard", "set_mesh",
+    "shard_map", "typeof", "use_mesh", "value_and_grad", "visualize_array_sharding",
+    "with_sharding_constraint",
 ]

@@ -92,6 +92,8 @@ class _Builder:
         self.captured = []  # jit: Arrays the body closes over, parameters after its own
         self.pending = []  # traced values whose type is still to be checked
         self.capture_names = {}  # id(Array) -> its parameter's name
+        self.tape = None  # inside grad: the ops that depend on what it differentiates
+        self.active = set()  # ... and the names of those values (_grad)
 
     def capture(self, a):
         """The name of Array a in the program: a jit body that closes over
@@ -172,7 +174,11 @@ class _Builder:
     # then costs the length of the program, not its square.
     EAGER_LINES = 64
 
-    def emit(self, expr):
+    def emit(self, expr, prim=None, args=(), kwargs=None):
+        """name = expr; prim, args and kwargs say which op it is, for grad's
+        tape (_grad.record)."""
+        if self.tape is not None and prim is None:
+            _grad.unrecorded(self, expr)
         name = f"v{self.n}"
         self.n += 1
         self.lines.append((f"{name} = {expr}", _user_line()))
@@ -186,6 +192,8 @@ class _Builder:
                 self.lines.pop()
                 self.pending.remove(t)
                 raise
+        if self.tape is not None:
+            _grad.record(self, prim, args, kwargs or {}, t)
         return t
 
     def resolve(self):
@@ -210,6 +218,8 @@ class _Builder:
 
     def emit_multi(self, expr, n):
         """names of n results = expr (a call of a function with n results)."""
+        if self.tape is not None:
+            _grad.unrecorded(self, expr)
         names = [f"v{self.n + k}" for k in range(n)]
         self.n += n
         self.lines.append((f"{', '.join(names)} = {expr}", _user_line()))
@@ -269,7 +279,7 @@ class Tracer(_Shaped):
 
     def _bin(self, op, other, rev=False):
         a, b = (other, self) if rev else (self, other)
-        return _builder().emit(f"{_fmt(a)} {op} {_fmt(b)}")
+        return _builder().emit(f"{_fmt(a)} {op} {_fmt(b)}", op, (a, b))
 
     def __add__(self, o): return self._bin("+", o)
     def __radd__(self, o): return self._bin("+", o, True)
@@ -299,7 +309,7 @@ class Tracer(_Shaped):
     def __xor__(self, o): return self._bin("^", o)
     def __rxor__(self, o): return self._bin("^", o, True)
     def __invert__(self): return _call_op("bitwise_not", self)
-    def __neg__(self): return _builder().emit(f"-{self.name}")
+    def __neg__(self): return _builder().emit(f"-{self.name}", "neg", (self,))
     def __pos__(self): return self
     def __abs__(self): return _call_op("abs", self)
     __hash__ = object.__hash__
@@ -318,7 +328,8 @@ class Tracer(_Shaped):
             return self._take(key, arrays, out_sharding)
         if all(isinstance(k, slice) and k == slice(None) for k in key):
             return self  # x[:, :] and x[...] are x
-        return _builder().emit(f"{self.name}[{', '.join(_fmt(k) for k in key)}]")
+        return _builder().emit(f"{self.name}[{', '.join(_fmt(k) for k in key)}]", "getitem",
+                               (self,), {"key": key})
 
     def _take(self, key, arrays, out_sharding):
         """numpy's indexing with one integer array among basic indices: the
@@ -549,7 +560,7 @@ def _reduce(op, x, axis, keepdims, dtype=None):
 def _call_op(name, *args, **kwargs):
     parts = [_fmt(a) for a in args] + [f"{k}={_fmt(v)}" for k, v in kwargs.items()
                                        if v is not None]
-    return _builder().emit(f"{name}({', '.join(parts)})")
+    return _builder().emit(f"{name}({', '.join(parts)})", name, args, kwargs)
 
 
 def _axes_size(axes):
@@ -1197,3 +1208,6 @@ def jit(f=None, *, out_shardings=None, mesh=None, static_argnums=(), static_argn
         return _Traced(g, "jit", mesh, out_shardings=out_shardings,
                        static_argnums=static_argnums, static_argnames=static_argnames)
     return wrap if f is None else wrap(f)
+
+
+from . import _grad  # noqa: E402 (it imports this module's names)

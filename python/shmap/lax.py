@@ -5,6 +5,7 @@ import numpy as _np
 
 import _shmap
 
+from ._grad import stop_gradient  # noqa: F401 (jax.lax.stop_gradient)
 from ._trace import make_op
 
 __all__ = []

@@ -7,9 +7,16 @@ so that a hang shows where it waits."""
 import os
 import shutil
 import subprocess
+import sys
+import tempfile
 import threading
 
 import pytest
+
+import shmap
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests"))
+import cluster  # noqa: E402
 
 LOG_TAIL_LINES = 300
 WATCH_S = float(os.environ.get("SM_TEST_WATCH_S", "40"))
@@ -32,6 +39,34 @@ def cluster_log(request, tmp_path_factory):
             request.config.shmap_cluster_logs.append(os.fspath(path))
             return path
     return Logs()
+
+
+@pytest.fixture(scope="module")
+def secure(cluster_log):
+    """In secure mode the target of a secure cluster and its files; None
+    outside it."""
+    if not cluster.SECURE:
+        yield None
+        return
+    work = tempfile.mkdtemp(prefix="shmap-py-secure-")
+    p, target, log = cluster.start_cluster(work, 2, 4)
+    cluster_log.keep(log)
+    yield target, cluster.secure_files()
+    cluster.stop_cluster(p)
+
+
+@pytest.fixture(scope="module")
+def c(secure, cluster_log):
+    """A client of a cluster of 2 workers x 4 devices, one per test module."""
+    if secure:
+        target, f = secure
+        client = shmap.connect(target, token=cluster.TENANT_TOKEN, tls_ca=f["ca"])
+        yield client
+        client.close()
+        return
+    with shmap.local_cluster(workers=2, devices_per_worker=4,
+                             log=cluster_log.new("cluster")) as client:
+        yield client
 
 
 def _shmap_descendants():

@@ -8,7 +8,6 @@ import gc
 import os
 import inspect
 import sys
-import tempfile
 
 import numpy as np
 import pytest
@@ -21,33 +20,6 @@ from shmap import lax
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 import cluster  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def secure(cluster_log):
-    """In secure mode the target of a secure cluster and its files; None
-    outside it."""
-    if not cluster.SECURE:
-        yield None
-        return
-    work = tempfile.mkdtemp(prefix="shmap-py-secure-")
-    p, target, log = cluster.start_cluster(work, 2, 4)
-    cluster_log.keep(log)
-    yield target, cluster.secure_files()
-    cluster.stop_cluster(p)
-
-
-@pytest.fixture(scope="module")
-def c(secure, cluster_log):
-    if secure:
-        target, f = secure
-        client = shmap.connect(target, token=cluster.TENANT_TOKEN, tls_ca=f["ca"])
-        yield client
-        client.close()
-        return
-    with shmap.local_cluster(workers=2, devices_per_worker=4,
-                             log=cluster_log.new("cluster")) as client:
-        yield client
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,556 @@
+"""Reverse-mode differentiation of traced functions: shmap.grad and
+shmap.value_and_grad, as JAX's.
+
+While the function runs under a trace, every op whose operands depend on
+the differentiated arguments is put on a tape (the op, its operands, its
+result); the cotangents are then traced backwards into the same program, op
+by op, from the op table's own ops. The backward ops get JAX's sharding
+rules like any other: a product's cotangent is laid out as its primal
+operand (JAX's transpose of dot_general passes the operand's sharding as
+out_sharding), a reshard's goes back to its operand's sharding, and a sum
+over a broadcast dimension completes across devices where that dimension
+was sharded. Outside a trace, grad(f)(arrays) runs as a jit program."""
+import numbers
+import re
+
+import numpy as np
+
+from ._core import InvalidArgument
+from ._trace import Tracer, _builder, _call_op, _state, _tree_build, _tree_leaves, jit
+
+# Ops whose results carry no derivative (integers, booleans, piecewise
+# constants): they never become part of what is differentiated.
+_NONDIFF = {
+    "equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "==", "!=", "<",
+    "<=", ">", ">=", "&", "|", "^", "//", "%", "bitwise_and", "bitwise_or", "bitwise_xor",
+    "bitwise_not", "logical_and", "logical_or", "logical_xor", "logical_not", "argmax",
+    "argmin", "argsort", "sign", "floor", "ceil", "round", "floor_divide", "mod", "any", "all",
+    "zeros", "ones", "full", "arange", "axis_index", "axis_size",
+}
+
+
+def _jnp():
+    from . import numpy as jnp
+    return jnp
+
+
+def _spec(t):
+    """The PartitionSpec of traced value t, or None when nothing is sharded."""
+    return _jnp()._spec_of_type(t.type)
+
+
+def _laid_out_as(t):
+    """out_sharding= for a cotangent laid out as primal t (as JAX's
+    transposes pass the operand's sharding): t's spec, P() when t is
+    unsharded; nothing on a mesh of Auto axes only, whose layouts the
+    service chooses."""
+    from ._core import Auto, P
+    mesh = getattr(_builder(), "mesh", None)
+    if mesh is not None and all(a == Auto for a in mesh.axis_types):
+        return {}
+    spec = _spec(t)
+    return {"out_sharding": spec if spec is not None else P()}
+
+
+def _is_float(t):
+    return np.dtype(t.dtype).kind == "f"
+
+
+# ---- recording ----------------------------------------------------------------
+
+
+def _tracers_in(args):
+    for a in args:
+        if isinstance(a, Tracer):
+            yield a
+        elif isinstance(a, (list, tuple)):
+            yield from _tracers_in(a)
+
+
+def record(b, prim, args, kwargs, out):
+    """Called by the builder for every op it emits while a tape is on: puts
+    the op on the tape when an operand depends on the differentiated
+    arguments (then so does its result)."""
+    if not any(t.name in b.active for t in _tracers_in(args)):
+        return
+    if prim in _NONDIFF:
+        return
+    b.active.add(out.name)
+    b.tape.append((prim, args, kwargs, out))
+
+
+def unrecorded(b, expr):
+    """An op emitted without its structure (a shard_map function called
+    from jit) while a tape is on: refused when it uses a differentiated
+    value, since its derivative cannot be traced."""
+    used = set(re.findall(r"[A-Za-z_]\w*", expr)) & b.active
+    if used:
+        raise InvalidArgument(f"grad: '{expr}' uses {sorted(used)[0]}, which is being "
+                              f"differentiated, and shmap cannot differentiate through a "
+                              f"shard_map function called from jit: differentiate the jit body's "
+                              f"own ops")
+
+
+# ---- rules: the cotangents of an op's operands from its result's ------------
+
+
+def _sum_to(c, like):
+    """c summed down to the shape of like (numpy broadcasting undone), in
+    like's dtype."""
+    jnp = _jnp()
+    shape = tuple(like.shape)
+    cs = tuple(c.shape)
+    if cs != shape:
+        lead = len(cs) - len(shape)
+        axes = tuple(range(lead)) + tuple(lead + d for d, n in enumerate(shape)
+                                          if n == 1 and cs[lead + d] != 1)
+        if axes:
+            c = jnp.sum(c, axis=axes, keepdims=True)
+        if lead or tuple(c.shape) != shape:
+            c = jnp.reshape(c, shape)
+    if c.dtype != like.dtype:
+        c = c.astype(like.dtype)
+    return c
+
+
+def _laid_like(c, a):
+    """Cotangent c with primal a's type, sharding included, as JAX's
+    cotangents always have (a broadcast or a product may lay it out
+    otherwise): resharded where it differs, on a mesh with Explicit axes."""
+    if c.type == a.type or not _laid_out_as(a):
+        return c
+    from ._core import P
+    spec = _spec(a)
+    return _jnp().reshard(c, spec if spec is not None else P())
+
+
+def _expand_reduced(g, a, axis, keepdims):
+    """g (a reduction's cotangent) broadcast back to a's shape."""
+    jnp = _jnp()
+    n = len(a.shape)
+    axes = tuple(range(n)) if axis is None else \
+        tuple(ax % n for ax in (axis if isinstance(axis, (tuple, list)) else (axis,)))
+    if not keepdims and axes:
+        g = jnp.expand_dims(g, axes)
+    return jnp.broadcast_to(g, tuple(a.shape)), axes
+
+
+def _count(a, axes):
+    n = 1
+    for ax in axes:
+        n *= a.shape[ax]
+    return n
+
+
+def _einsum_parts(subscripts, ops):
+    s = subscripts.replace(" ", "")
+    if "..." in s:
+        raise InvalidArgument("grad: einsum with '...' is not supported; name every dimension")
+    if "->" in s:
+        ins, out = s.split("->")
+    else:  # numpy's implicit output: the letters seen once, sorted
+        ins = s
+        letters = [c for c in ins if c.isalpha()]
+        out = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+    terms = ins.split(",")
+    if len(terms) != len(ops):
+        raise InvalidArgument(f"grad: einsum '{subscripts}' names {len(terms)} operands, "
+                              f"got {len(ops)}")
+    return terms, out
+
+
+def _einsum_ct(subscripts, ops, g, k):
+    """The cotangent of operand k of einsum(subscripts, *ops) from g."""
+    jnp = _jnp()
+    terms, out = _einsum_parts(subscripts, ops)
+    tk = terms[k]
+    if len(set(tk)) != len(tk):
+        raise InvalidArgument(f"grad: einsum operand '{tk}' repeats an index (a diagonal); "
+                              f"not supported")
+    others = [t for j, t in enumerate(terms) if j != k]
+    seen = set(out) | set("".join(others))
+    kept = "".join(c for c in tk if c in seen)
+    kw = _laid_out_as(ops[k]) if kept == tk else {}
+    r = jnp.einsum(",".join([out] + others) + "->" + kept, g,
+                   *[o for j, o in enumerate(ops) if j != k], **kw)
+    if kept != tk:  # indices summed within operand k alone: broadcast back
+        lone = tuple(d for d, c in enumerate(tk) if c not in seen)
+        r = jnp.broadcast_to(jnp.expand_dims(r, lone), tuple(ops[k].shape))
+    return r
+
+
+def _matmul_subscripts(a, b, dot):
+    """The einsum of a @ b (dot: jnp.dot's rule for N-d operands)."""
+    ra, rb = len(a.shape), len(b.shape)
+    if ra == 0 or rb == 0:
+        return None
+    if ra == 1 and rb == 1:
+        return "i,i->"
+    if ra == 1:
+        return "j,jk->k" if rb == 2 else None
+    if rb == 1:
+        lead = "abcdefgh"[:ra - 1]
+        return f"{lead}j,j->{lead}"
+    if rb == 2 or (dot and ra <= 2):
+        lead = "abcdefgh"[:ra - 1]
+        return f"{lead}j,jk->{lead}k"
+    if not dot and ra == rb and tuple(a.shape[:-2]) == tuple(b.shape[:-2]):
+        lead = "abcdef"[:ra - 2]
+        return f"{lead}ij,{lead}jk->{lead}ik"
+    return None
+
+
+def _matmul_rule(name, g, out, a, b, out_sharding=None, **kw):
+    s = _matmul_subscripts(a, b, name == "dot")
+    if s is None:
+        raise InvalidArgument(f"grad: {name} of shapes {tuple(a.shape)} and {tuple(b.shape)} "
+                              f"(batched with broadcasting) is not supported; write it as einsum")
+    return [_einsum_ct(s, [a, b], g, k) if isinstance(x, Tracer) else None
+            for k, x in enumerate((a, b))]
+
+
+def _binary(op, g, out, a, b):
+    jnp = _jnp()
+    if op in ("+", "add"):
+        return [g, g]
+    if op in ("-", "subtract"):
+        return [g, -g]
+    if op in ("*", "multiply"):
+        return [g * b, g * a]
+    if op in ("/", "divide"):
+        return [g / b, None if not isinstance(b, Tracer) else -(g * out) / b]
+    if op in ("**", "power"):
+        da = g * b * a ** (b - 1) if isinstance(a, Tracer) else None
+        db = g * out * jnp.log(a) if isinstance(b, Tracer) else None
+        return [da, db]
+    if op in ("maximum", "minimum"):  # lax.max/min: ties share the cotangent
+        pick = (a > b) if op == "maximum" else (a < b)
+        w = jnp.astype(pick, g.dtype) + 0.5 * jnp.astype(a == b, g.dtype)
+        return [g * w, g * (1 - w)]
+    raise KeyError(op)
+
+
+_UNARY = {
+    "negative": lambda g, out, x: -g,
+    "exp": lambda g, out, x: g * out,
+    "log": lambda g, out, x: g / x,
+    "log1p": lambda g, out, x: g / (1 + x),
+    "expm1": lambda g, out, x: g * (out + 1),
+    "sin": lambda g, out, x: g * _jnp().cos(x),
+    "cos": lambda g, out, x: -(g * _jnp().sin(x)),
+    "tan": lambda g, out, x: g * (1 + out * out),
+    "tanh": lambda g, out, x: g * (1 - out * out),
+    "sqrt": lambda g, out, x: g * 0.5 / out,
+    "rsqrt": lambda g, out, x: g * -0.5 * out / x,
+    "logistic": lambda g, out, x: g * out * (1 - out),
+    "abs": lambda g, out, x: g * _jnp().sign(x),
+    "erf": lambda g, out, x: g * (2 / np.sqrt(np.pi)) * _jnp().exp(-(x * x)),
+}
+
+
+def _getitem_rule(g, out, x, key):
+    """x[key] for integers, slices of step 1 and None: g padded with zeros
+    back to x's shape."""
+    jnp = _jnp()
+    shape = tuple(x.shape)
+    pads, gshape, d = [], [], 0
+    for k in key:
+        if k is None:
+            continue
+        n = shape[d]
+        if isinstance(k, numbers.Integral) and not isinstance(k, bool):
+            i = int(k) + n if k < 0 else int(k)
+            pads.append((i, n - i - 1))
+            gshape.append(1)
+        elif isinstance(k, slice) and k.step in (None, 1):
+            a, e, _ = k.indices(n)
+            e = max(e, a)
+            pads.append((a, n - e))
+            gshape.append(e - a)
+        else:
+            raise InvalidArgument(f"grad: indexing with {k!r} (a step other than 1) is not "
+                                  f"supported")
+        d += 1
+    for n in shape[d:]:
+        pads.append((0, 0))
+        gshape.append(n)
+    g = jnp.reshape(g, tuple(gshape))
+    return [jnp.pad(g, tuple(pads)) if any(p != (0, 0) for p in pads) else g]
+
+
+def _take_rule(g, out, a, idx, axis=None, mode=None, out_sharding=None):
+    """take(a, idx, axis): every position of a gets the cotangents of the
+    results that took it, as a product with a one-hot of the indices (there
+    is no scatter-add op)."""
+    jnp = _jnp()
+    if not isinstance(a, Tracer):
+        return [None, None]
+    if axis is None:
+        raise InvalidArgument("grad: take without an axis (of the flattened array) is not "
+                              "supported; give axis=")
+    n = len(a.shape)
+    axis %= n
+    size = a.shape[axis]
+    if mode == "clip":
+        idx = jnp.clip(idx, 0, size - 1)
+    elif mode == "wrap":
+        idx = idx % size
+    from . import nn
+    oh = nn.one_hot(idx, size, dtype=g.dtype)
+    letters = iter("abcdefghijklmnopqrstuvwxyz")
+    pre = "".join(next(letters) for _ in range(axis))
+    ind = "".join(next(letters) for _ in range(len(idx.shape)))
+    post = "".join(next(letters) for _ in range(n - axis - 1))
+    c = next(letters)
+    return [jnp.einsum(f"{pre}{ind}{post},{ind}{c}->{pre}{c}{post}", g, oh,
+                       **_laid_out_as(a)), None]
+
+
+def _take_along_rule(g, out, arr, idx, axis=None, mode=None, out_sharding=None):
+    """take_along_axis(arr, idx, axis): as take's, one index per position."""
+    jnp = _jnp()
+    if not isinstance(arr, Tracer):
+        return [None, None]
+    n = len(arr.shape)
+    if axis is None or len(idx.shape) != n or any(
+            idx.shape[d] != arr.shape[d] for d in range(n) if d != axis % n):
+        raise InvalidArgument("grad: take_along_axis needs an axis and indices of the array's "
+                              "shape but along that axis; not supported otherwise")
+    axis %= n
+    size = arr.shape[axis]
+    if mode == "wrap":
+        idx = idx % size
+    elif mode != "fill":
+        idx = jnp.clip(idx, 0, size - 1)
+    from . import nn
+    oh = nn.one_hot(idx, size, dtype=g.dtype)  # idx's shape + (size,)
+    dims = "abcdefghijklmnopqrstuvwxy"[:n]
+    res = dims[:axis] + "z" + dims[axis + 1:]
+    return [jnp.einsum(f"{dims},{dims}z->{res}", g, oh, **_laid_out_as(arr)), None]
+
+
+def _reduce_rule(name, g, out, a, axis=None, dtype=None, keepdims=False):
+    jnp = _jnp()
+    ge, axes = _expand_reduced(g, a, axis, keepdims)
+    if name == "sum":
+        return [ge]
+    if name == "mean":
+        return [ge / _count(a, axes)]
+    # max, min: the positions holding the extreme share its cotangent
+    oe, _ = _expand_reduced(out, a, axis, keepdims)
+    m = jnp.astype(a == oe, g.dtype)
+    return [ge * m / jnp.sum(m, axis=axes, keepdims=True)]
+
+
+def _rule(prim, g, out, args, kwargs):
+    jnp = _jnp()
+    if prim in ("+", "-", "*", "/", "**", "add", "subtract", "multiply", "divide", "power",
+                "maximum", "minimum"):
+        return _binary(prim, g, out, *args)
+    if prim in ("@", "matmul", "dot"):
+        return _matmul_rule("dot" if prim == "dot" else "matmul", g, out, *args, **kwargs)
+    if prim == "neg":
+        return [-g]
+    if prim in _UNARY:
+        return [_UNARY[prim](g, out, args[0])]
+    if prim == "getitem":
+        return _getitem_rule(g, out, args[0], kwargs["key"])
+    if prim in ("sum", "mean", "max", "min"):
+        return _reduce_rule(prim, g, out, *args, **kwargs)
+    if prim == "einsum":
+        ops = list(args[1:])
+        return [None] + [_einsum_ct(args[0], ops, g, k) if isinstance(o, Tracer) else None
+                         for k, o in enumerate(ops)]
+    x = args[0] if args else None
+    if prim == "where":
+        c = args[0]
+        keep = jnp.astype(c, g.dtype)
+        return [None, g * keep, g * (1 - keep)]
+    if prim == "astype":
+        # to an integer or bool: no derivative flows back (JAX's float0)
+        return [g.astype(x.dtype) if _is_float(x) and _is_float(out) else None, None]
+    if prim == "reshape":
+        return [jnp.reshape(g, tuple(x.shape), **_laid_out_as(x)), None]
+    if prim == "squeeze":
+        return [jnp.reshape(g, tuple(x.shape))]
+    if prim == "expand_dims":
+        ax = args[1] if len(args) > 1 else kwargs["axis"]
+        return [jnp.squeeze(g, ax), None]
+    if prim == "broadcast_to":
+        return [_sum_to(g, x), None]
+    if prim == "transpose":
+        axes = args[1] if len(args) > 1 else kwargs.get("axes")
+        n = len(x.shape)
+        axes = tuple(reversed(range(n))) if axes is None else tuple(a % n for a in axes)
+        return [jnp.transpose(g, tuple(int(i) for i in np.argsort(axes))), None]
+    if prim in ("reshard", "with_sharding_constraint"):
+        spec = _spec(x)
+        from ._core import P
+        return [jnp.reshard(g, spec if spec is not None else P()), None]
+    if prim == "take":
+        return _take_rule(g, out, *args, **kwargs)
+    if prim == "take_along_axis":
+        return _take_along_rule(g, out, *args, **kwargs)
+    if prim == "concatenate":
+        arrays = args[0]
+        axis = args[1] if len(args) > 1 else kwargs.get("axis", 0)
+        axis %= len(out.shape)
+        cts, at = [], 0
+        for a in arrays:
+            n = a.shape[axis]
+            key = tuple(slice(None) for _ in range(axis)) + (slice(at, at + n),)
+            cts.append(g[key] if isinstance(a, Tracer) else None)
+            at += n
+        return [cts]
+    if prim == "cumsum":
+        axis = args[1] if len(args) > 1 else kwargs.get("axis")
+        if axis is None:
+            raise InvalidArgument("grad: cumsum of the flattened array is not supported; give "
+                                  "axis=")
+        return [jnp.flip(jnp.cumsum(jnp.flip(g, axis), axis=axis), axis)]
+    if prim == "rev":
+        return [jnp.flip(g, tuple(args[1])), None]
+    raise InvalidArgument(f"grad: shmap has no differentiation rule for '{prim}'")
+
+
+def _backward(b, out, leaves):
+    """The cotangents of leaves (traced values) for the scalar out."""
+    jnp = _jnp()
+    ct = {out.name: jnp.full((), 1.0, dtype=out.dtype)}
+    for prim, args, kwargs, res in reversed(b.tape):
+        g = ct.pop(res.name, None)
+        if g is None:
+            continue
+        cts = _rule(prim, g, res, args, kwargs)
+        flat_args, flat_cts = [], []
+        for a, c in zip(args, cts):
+            if isinstance(a, (list, tuple)) and isinstance(c, list):
+                flat_args += list(a)
+                flat_cts += c
+            else:
+                flat_args.append(a)
+                flat_cts.append(c)
+        for a, c in zip(flat_args, flat_cts):
+            if c is None or not isinstance(a, Tracer) or a.name not in b.active:
+                continue
+            c = _laid_like(_sum_to(c, a), a)
+            ct[a.name] = ct[a.name] + c if a.name in ct else c
+    return [ct[t.name] if t.name in ct else jnp.zeros_like(t) for t in leaves]
+
+
+def _as_traced(v):
+    """A differentiated leaf as a traced value."""
+    if isinstance(v, Tracer):
+        return v
+    from ._core import Array, _dtype_name
+    if isinstance(v, Array):  # closed over by the jit being traced
+        return Tracer(_builder().capture(v), v.type, _dtype_name(v.dtype), v.shape)
+    if isinstance(v, np.ndarray) or isinstance(v, numbers.Real):
+        a = np.asarray(v, dtype=np.float32 if isinstance(v, numbers.Real) else None)
+        if a.ndim == 0:
+            return _call_op("full", (), float(a), dtype=a.dtype)
+        from ._trace import _constant
+        return _constant(a)
+    raise InvalidArgument(f"grad: cannot differentiate with respect to a "
+                          f"{type(v).__name__}")
+
+
+def _grad_call(fun, argnums, has_aux, with_value, args, kwargs):
+    b = _builder()
+    if getattr(b, "tape", None) is not None:
+        raise InvalidArgument("grad of a function that itself takes a grad (a higher "
+                              "derivative) is not supported")
+    single = isinstance(argnums, int)
+    nums = (argnums,) if single else tuple(argnums)
+    for k in nums:
+        if not -len(args) <= k < len(args):
+            raise InvalidArgument(f"differentiating with respect to argnums={argnums} requires "
+                                  f"at least {k + 1} positional arguments to be passed by the "
+                                  f"caller, but got only {len(args)} positional arguments.")
+    nums = tuple(k % len(args) for k in nums)
+    args = list(args)
+    trees = {}
+    for k in nums:
+        leaves = [_as_traced(v) for v, _ in _tree_leaves(args[k], "a")]
+        for t in leaves:
+            if np.dtype(t.dtype).kind != "f":
+                raise InvalidArgument(f"grad requires real- or complex-valued inputs (input "
+                                      f"dtype that is a sub-dtype of np.inexact), but got "
+                                      f"{np.dtype(t.dtype).name}. If you want to use "
+                                      f"Boolean- or integer-valued inputs, use vjp or set "
+                                      f"allow_int to True.")
+        trees[k] = leaves
+        args[k] = _tree_build(args[k], iter(leaves))
+    b.tape, b.active = [], {t.name for ls in trees.values() for t in ls}
+    try:
+        res = fun(*args, **kwargs)
+    finally:
+        tape, b.tape = b.tape, None
+    b.tape = tape  # read by _backward; nothing is recorded while it runs
+    try:
+        if has_aux:
+            if not (isinstance(res, (tuple, list)) and len(res) == 2):
+                raise InvalidArgument("grad with has_aux=True needs the function to return a "
+                                      "pair (output, aux)")
+            out, aux = res
+        else:
+            out, aux = res, None
+        if not isinstance(out, Tracer):
+            raise InvalidArgument(f"grad: the function's output is a {type(out).__name__}, not "
+                                  f"a value computed from its arguments")
+        if tuple(out.shape) != ():
+            raise InvalidArgument(f"Gradient only defined for scalar-output functions. Output "
+                                  f"had shape: {tuple(out.shape)}.")
+        if np.dtype(out.dtype).kind != "f":
+            raise InvalidArgument(f"grad requires real-valued outputs (output dtype that is a "
+                                  f"sub-dtype of np.floating), but got "
+                                  f"{np.dtype(out.dtype).name}. For holomorphic "
+                                  f"differentiation, pass holomorphic=True. For differentiation "
+                                  f"of non-holomorphic functions involving complex outputs, use "
+                                  f"jax.vjp directly.")
+        flat = [t for k in nums for t in trees[k]]
+        cts = iter(_backward(b, out, flat))
+        grads = tuple(_tree_build(args[k], cts) for k in nums)
+    finally:
+        b.tape, b.active = None, set()
+    g = grads[0] if single else grads
+    if with_value:
+        return ((out, aux) if has_aux else out), g
+    return (g, aux) if has_aux else g
+
+
+def _transform(fun, argnums, has_aux, with_value):
+    def call(*args, **kwargs):
+        if getattr(_state, "builder", None) is None:  # at once: as a jit of the call
+            return jit(call)(*args, **kwargs)
+        return _grad_call(fun, argnums, has_aux, with_value, args, kwargs)
+    call.__name__ = getattr(fun, "__name__", "f")
+    call.__doc__ = fun.__doc__
+    return call
+
+
+def grad(fun, argnums=0, has_aux=False):
+    """jax.grad: a function that returns the gradient of fun (a scalar) with
+    respect to the arguments argnums (an int or a tuple; pytrees of arrays).
+    Traced into the jit it is called in; called on Arrays, it runs now."""
+    return _transform(fun, argnums, has_aux, False)
+
+
+def value_and_grad(fun, argnums=0, has_aux=False):
+    """jax.value_and_grad: (fun's value, its gradient), as grad."""
+    return _transform(fun, argnums, has_aux, True)
+
+
+def stop_gradient(x):
+    """jax.lax.stop_gradient: x's value, through which grad sees no
+    dependence on what x was computed from."""
+    if not isinstance(x, Tracer):
+        return x
+    b = _builder()
+    if getattr(b, "tape", None) is None or x.name not in b.active:
+        return x
+    tape, b.tape = b.tape, None
+    try:
+        return x + 0  # a new value, off the tape
+    finally:
+        b.tape = tape

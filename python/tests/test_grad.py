@@ -1,0 +1,235 @@
+"""shmap.grad and value_and_grad against numpy: every differentiation rule
+checked against central differences of the same function run by numpy in
+float64, on sharded arguments; the gradients laid out as their arguments
+(explicit mode), the pytree, argnums, has_aux and at-once forms, and JAX's
+sentences for what grad refuses. Runs on the cluster of conftest's c."""
+import numpy as np
+import pytest
+
+import shmap
+from shmap import P, NamedSharding
+from shmap import lax
+from shmap import numpy as jnp
+
+
+def _fd(f, xs, k, rng, eps=1e-5):
+    """The directional derivative of f (numpy, float64) along a random
+    direction of argument k, and that direction."""
+    d = rng.standard_normal(np.shape(xs[k]))
+    up = [np.asarray(x, np.float64) for x in xs]
+    dn = [np.asarray(x, np.float64) for x in xs]
+    up[k] = up[k] + eps * d
+    dn[k] = dn[k] - eps * d
+    return (f(*up) - f(*dn)) / (2 * eps), d
+
+
+def _check(c, mesh, f, args, specs, rng, argnums=(0,), rtol=2e-3):
+    """grad of f (written once, for shmap.numpy and numpy as xp) on the
+    sharded args against central differences; the gradients' types are
+    their arguments'."""
+    arrs = [c.device_put(a, NamedSharding(mesh, s)) if s is not None else a
+            for a, s in zip(args, specs)]
+    g = shmap.jit(shmap.grad(lambda *a: f(jnp, *a), argnums=argnums))(*arrs)
+    for j, k in enumerate(argnums):
+        assert g[j].type == arrs[k].type, (g[j].type, arrs[k].type)
+        want, d = _fd(lambda *a: float(f(np, *a)), args, k, rng)
+        got = float((np.asarray(g[j], np.float64) * d).sum())
+        assert abs(got - want) <= rtol * max(1.0, abs(want)), (k, got, want)
+
+
+@pytest.fixture(scope="module")
+def mesh(c):
+    return c.make_mesh((2, 4), ("X", "Y"))
+
+
+def _sm(xp, x):
+    """A smooth scalar of x, so that every entry of x's cotangent differs."""
+    w = np.linspace(0.5, 1.5, x.size).reshape(x.shape).astype(np.float32)
+    return (x * w).sum() if xp is np else jnp.sum(x * jnp.asarray(w))
+
+
+UNARY = [
+    ("exp", lambda xp, x: xp.exp(x)),
+    ("log", lambda xp, x: xp.log(x * x + 1)),
+    ("log1p", lambda xp, x: xp.log1p(x * x)),
+    ("expm1", lambda xp, x: xp.expm1(x)),
+    ("sin_cos", lambda xp, x: xp.sin(x) * xp.cos(x)),
+    ("tan", lambda xp, x: xp.tan(x * 0.3)),
+    ("tanh", lambda xp, x: xp.tanh(x)),
+    ("sqrt", lambda xp, x: xp.sqrt(x * x + 1)),
+    ("abs", lambda xp, x: xp.abs(x) * x),
+    ("neg_pow", lambda xp, x: -(x ** 3) + x ** 2),
+    ("divide", lambda xp, x: 1 / (x * x + 2)),
+    ("maximum", lambda xp, x: xp.maximum(x, 0.1) + xp.minimum(x, -0.2)),
+    ("logistic", lambda xp, x: (1 / (1 + np.exp(-x))) if xp is np else lax.logistic(x)),
+    ("erf", lambda xp, x: x * 0 + (np.vectorize(__import__("math").erf)(x) if xp is np
+                                   else jnp.erf(x))),
+]
+
+
+@pytest.mark.parametrize("name,f", UNARY, ids=[u[0] for u in UNARY])
+def test_grad_elementwise(c, mesh, name, f):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((8, 16)).astype(np.float32)
+    _check(c, mesh, lambda xp, x: _sm(xp, f(xp, x)), [x], [P("X", "Y")], rng)
+
+
+SHAPES = [
+    ("sum_axis", lambda xp, x: _sm(xp, x.sum(axis=1))),
+    ("mean_keep", lambda xp, x: _sm(xp, x.mean(axis=0, keepdims=True))),
+    ("max_min", lambda xp, x: _sm(xp, x.max(axis=1)) + _sm(xp, x.min(axis=0))),
+    ("max_all", lambda xp, x: x.max() * 3),
+    ("reshape_T", lambda xp, x: _sm(xp, x.reshape(2, 4, 16).T)),
+    ("transpose", lambda xp, x: _sm(xp, xp.transpose(x[None], (2, 0, 1)))),
+    ("expand_squeeze", lambda xp, x: _sm(xp, xp.squeeze(xp.expand_dims(x, 0), 0))),
+    ("broadcast", lambda xp, x: _sm(xp, xp.broadcast_to(x[:, :1], (8, 16)))),
+    ("index", lambda xp, x: _sm(xp, x[2:6, 3]) + x[1, -1] * 2),
+    ("concatenate", lambda xp, x: _sm(xp, xp.concatenate([x[:, :4], x * 2, x[:, 8:]], axis=1))),
+    ("where", lambda xp, x: _sm(xp, xp.where(x > 0, x * x, -x))),
+    ("cumsum", lambda xp, x: _sm(xp, xp.cumsum(x, axis=1))),
+    ("flip", lambda xp, x: _sm(xp, xp.flip(x, 1) * x)),
+    ("astype", lambda xp, x: _sm(xp, x.astype(np.float64 if xp is np else np.float32) * 2)),
+    ("softmax", lambda xp, x: _sm(xp, xp.exp(x) / xp.exp(x).sum(-1, keepdims=True))),
+    ("var", lambda xp, x: _sm(xp, x.var(axis=1))),
+]
+
+
+@pytest.mark.parametrize("name,f", SHAPES, ids=[u[0] for u in SHAPES])
+def test_grad_shapes_and_reductions(c, mesh, name, f):
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((8, 16)).astype(np.float32)
+    _check(c, mesh, f, [x], [P("X", None)], rng)
+
+
+PRODUCTS = [
+    ("matmul", lambda xp, a, b: _sm(xp, a @ b), (8, 16), (16, 12)),
+    ("matvec", lambda xp, a, b: _sm(xp, a @ b), (8, 16), (16,)),
+    ("dot", lambda xp, a, b: _sm(xp, xp.dot(a, b)), (8, 16), (16, 12)),
+    ("batched", lambda xp, a, b: _sm(xp, a @ b), (4, 8, 16), (4, 16, 12)),
+    ("einsum", lambda xp, a, b: _sm(xp, xp.einsum("ij,kj->ik", a, b)), (8, 16), (12, 16)),
+    ("einsum_lone", lambda xp, a, b: _sm(xp, xp.einsum("ij,k->k", a, b)), (8, 16), (12,)),
+    ("broadcast_add", lambda xp, a, b: _sm(xp, (a * b) + b), (8, 16), (16,)),
+    ("power", lambda xp, a, b: _sm(xp, (a * a + 1) ** (b * 0.5)), (8, 16), (16,)),
+]
+
+
+@pytest.mark.parametrize("name,f,sa,sb", PRODUCTS, ids=[u[0] for u in PRODUCTS])
+def test_grad_products(c, mesh, name, f, sa, sb):
+    """Both operands' gradients, laid out as the operands (a sharded
+    contraction's completes across devices)."""
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal(sa).astype(np.float32)
+    b = rng.standard_normal(sb).astype(np.float32)
+    sa_spec = {2: P("X", None), 3: P(None, "X", None)}[len(sa)]
+    sb_spec = {1: P(), 2: P(None, "Y") if name != "einsum" else P("Y", None),
+               3: P(None, None, "Y")}[len(sb)]
+    if name in ("broadcast_add", "power"):
+        sb_spec = P()
+    _check(c, mesh, f, [a, b], [sa_spec, sb_spec], rng, argnums=(0, 1))
+
+
+def test_grad_gathers(c, mesh):
+    """take and take_along_axis (an embedding lookup, a picked log-prob):
+    their gradients sum the cotangents of every position taken."""
+    rng = np.random.default_rng(4)
+    emb = rng.standard_normal((10, 16)).astype(np.float32)
+    tok = rng.integers(0, 10, (8, 4)).astype(np.int32)
+    tok_a = c.device_put(tok, NamedSharding(mesh, P("X")))
+
+    def f(xp, e, t):
+        x = e[t] if xp is np else e.at[t].get(out_sharding=P("X", None, None))
+        logp = x - xp.log(xp.exp(x).sum(-1, keepdims=True))
+        return -xp.take_along_axis(logp, (t % 16)[..., None], axis=-1).mean()
+    _check(c, mesh, lambda xp, e: f(xp, e, tok if xp is np else tok_a), [emb], [P()], rng)
+
+
+def test_grad_mlp_explicit_sharding(c, mesh):
+    """A sharded MLP's loss: value_and_grad of a params dict, each gradient
+    laid out as its parameter, equal to numpy's analytic gradient."""
+    rng = np.random.default_rng(5)
+    xa = rng.standard_normal((8, 16)).astype(np.float32)
+    pn = {"w1": rng.standard_normal((16, 32)).astype(np.float32) * 0.3,
+          "b": rng.standard_normal(32).astype(np.float32),
+          "w2": rng.standard_normal((32, 4)).astype(np.float32) * 0.3}
+    specs = {"w1": P(None, "Y"), "b": P("Y"), "w2": P("Y", None)}
+    params = {k: c.device_put(v, NamedSharding(mesh, specs[k])) for k, v in pn.items()}
+    x = c.device_put(xa, NamedSharding(mesh, P("X", None)))
+
+    def loss(p, x):
+        h = jnp.tanh(x @ p["w1"] + p["b"])
+        o = jnp.einsum("bh,ho->bo", h, p["w2"], out_sharding=P("X", None))
+        return jnp.mean(o * o)
+    v, g = shmap.jit(shmap.value_and_grad(loss))(params, x)
+    h = np.tanh(xa @ pn["w1"] + pn["b"])
+    o = h @ pn["w2"]
+    go = 2 * o / o.size
+    gh = go @ pn["w2"].T * (1 - h * h)
+    want = {"w1": xa.T @ gh, "b": gh.sum(0), "w2": h.T @ go}
+    assert np.isclose(float(v), (o * o).mean(), rtol=1e-5)
+    for k in pn:
+        assert g[k].type == params[k].type
+        assert np.allclose(np.asarray(g[k]), want[k], atol=1e-5), k
+    # at once (outside jit), argnums, has_aux, and a step of SGD in a jit
+    gx = shmap.grad(loss, argnums=1)(params, x)
+    assert gx.type == x.type and np.allclose(np.asarray(gx), gh @ pn["w1"].T, atol=1e-5)
+    (val, aux), (gp, gx2) = shmap.value_and_grad(lambda p, x: (loss(p, x), x.sum()),
+                                                 argnums=(0, 1), has_aux=True)(params, x)
+    assert np.isclose(float(aux), xa.sum(), rtol=1e-5)
+    assert np.allclose(np.asarray(gp["b"]), want["b"], atol=1e-5)
+
+    @shmap.jit
+    def step(p, x):
+        g = shmap.grad(loss)(p, x)
+        return {k: p[k] - 0.1 * g[k] for k in p}
+    p2 = step(params, x)
+    assert p2["w1"].type == params["w1"].type
+    assert float(loss(p2, x)) < float(v)
+
+
+def test_grad_auto_mesh(c):
+    """On a mesh of Auto axes the gradients come out of automatic mode."""
+    mesh = c.make_mesh((2, 4), ("X", "Y"), axis_types=(shmap.Auto, shmap.Auto))
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((8, 16)).astype(np.float32)
+    b = rng.standard_normal((16, 4)).astype(np.float32)
+    _check(c, mesh, lambda xp, a, b: _sm(xp, xp.tanh(a @ b)), [a, b],
+           [P("X", None), P(None, "Y")], rng, argnums=(0, 1))
+
+
+def test_grad_unused_and_stop_gradient(c, mesh):
+    x = c.device_put(np.arange(8, dtype=np.float32), NamedSharding(mesh, P("X")))
+    y = c.device_put(np.ones(8, np.float32), NamedSharding(mesh, P("X")))
+    gx, gy = shmap.grad(lambda x, y: jnp.sum(x * lax.stop_gradient(x)), argnums=(0, 1))(x, y)
+    assert np.array_equal(np.asarray(gx), np.arange(8))  # not 2x: one factor is stopped
+    assert np.array_equal(np.asarray(gy), np.zeros(8)) and gy.type == y.type
+    # through an integer cast, a comparison or floor: no derivative, as JAX's
+    g = shmap.grad(lambda x: jnp.sum(x.astype(np.int32) * x + (x > 3) * x + jnp.floor(x)))(x)
+    assert np.array_equal(np.asarray(g), np.arange(8) + (np.arange(8) > 3))
+
+
+def test_grad_refusals(c, mesh):
+    """JAX's sentences for what grad cannot take; shmap's for what it does
+    not differentiate."""
+    x = c.device_put(np.ones((8, 4), np.float32), NamedSharding(mesh, P("X")))
+    i = c.device_put(np.ones(8, np.int32), NamedSharding(mesh, P("X")))
+    with pytest.raises(shmap.InvalidArgument,
+                       match=r"Gradient only defined for scalar-output functions\. Output had "
+                             r"shape: \(8, 4\)\."):
+        shmap.grad(lambda x: x * 2)(x)
+    with pytest.raises(shmap.InvalidArgument,
+                       match=r"grad requires real- or complex-valued inputs .* but got int32"):
+        shmap.grad(lambda i: jnp.sum(i))(i)
+    with pytest.raises(shmap.InvalidArgument, match=r"no differentiation rule for 'sort'"):
+        shmap.grad(lambda x: jnp.sum(jnp.sort(x, axis=1) * x))(x)
+    with pytest.raises(shmap.InvalidArgument, match=r"higher derivative"):
+        shmap.grad(lambda x: jnp.sum(shmap.grad(lambda y: jnp.sum(y * y))(x)))(x)
+    with pytest.raises(shmap.InvalidArgument, match=r"has_aux=True needs .* pair"):
+        shmap.grad(lambda x: jnp.sum(x), has_aux=True)(x)
+    with pytest.raises(shmap.InvalidArgument, match=r"argnums=2 requires at least 3 positional"):
+        shmap.grad(lambda x: jnp.sum(x), argnums=2)(x)
+
+    @shmap.shard_map(mesh=mesh, in_specs=P("X"), out_specs=P("X"))
+    def local(b):
+        return b * 2
+    with pytest.raises(shmap.InvalidArgument, match=r"cannot differentiate through a shard_map"):
+        shmap.grad(lambda x: jnp.sum(local(x)))(x)
