@@ -107,17 +107,25 @@ static sm_array_state state_of(sm_registry *r, const char *name, char *error, si
     return s;
 }
 
-/* A registry with worker 1 (device 0), mesh "m", ready "r1" and "r2",
- * pending "p", "d" created and deleted; closed. */
-static sm_array_id record_first_run(void)
+/* A registry with worker 1 (device 0) and mesh "m" of the given axes. */
+static sm_registry *open_with_mesh(const char *axes, sm_mesh_info *mi)
 {
     sm_registry *r = reg_open(SM_OK, NULL);
     char err[256];
     reg_worker(r, 0, NULL, 0);
     sm_mesh m;
+    ck_assert_int_eq(sm_mesh_parse(axes, NULL, 0, &m, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_registry_mesh_create(r, "m", &m, 1, mi, err, sizeof err), SM_OK);
+    return r;
+}
+
+/* A registry with worker 1 (device 0), mesh "m", ready "r1" and "r2",
+ * pending "p", "d" created and deleted; closed. */
+static sm_array_id record_first_run(void)
+{
     sm_mesh_info mi;
-    ck_assert_int_eq(sm_mesh_parse("i=1", NULL, 0, &m, err, sizeof err), SM_OK);
-    ck_assert_int_eq(sm_registry_mesh_create(r, "m", &m, 1, &mi, err, sizeof err), SM_OK);
+    sm_registry *r = open_with_mesh("i=1", &mi);
+    char err[256];
     sm_array_id r1 = reg_put(r, "r1", 1);
     int32_t dev0 = 0;
     sm_registry_upload_checksum(r, r1, &dev0, 1, 0xabc);
@@ -399,13 +407,9 @@ static long long layout_schema(void)
  * every mesh Explicit and is recorded as the current schema. */
 START_TEST(test_mesh_types_survive)
 {
-    sm_registry *r = reg_open(SM_OK, NULL);
-    char err[256];
-    reg_worker(r, 0, NULL, 0);
-    sm_mesh m;
     sm_mesh_info mi;
-    ck_assert_int_eq(sm_mesh_parse("i=1 axis_types=(Auto)", NULL, 0, &m, err, sizeof err), SM_OK);
-    ck_assert_int_eq(sm_registry_mesh_create(r, "m", &m, 1, &mi, err, sizeof err), SM_OK);
+    sm_registry *r = open_with_mesh("i=1 axis_types=(Auto)", &mi);
+    char err[256];
     ck_assert_uint_eq(mi.mesh.auto_axes, 1);
     reg_put(r, "a", 1);
     /* the same mesh inline, Explicit: another mesh; Auto: this one */
