@@ -103,7 +103,7 @@ def main():
         @shmap.jit
         def train_step(p, tok, labels, lr=0.5):
             (nll, _), g = shmap.value_and_grad(loss, has_aux=True)(p, tok, labels)
-            return {k: p[k] - lr * g[k] for k in p}, nll
+            return shmap.tree.map(lambda w, dw: w - lr * dw, p, g), nll
 
         losses = []
         for _ in range(5):

@@ -16,7 +16,7 @@
 
 See docs/python.md. The ops of shmap.numpy and shmap.lax come from the C op
 table at import."""
-from . import lax, nn, numpy
+from . import lax, nn, numpy, tree_util
 from ._core import (AlreadyExists, Array, Auto, AxisType, Cancelled, Client, DataLoss,
                     DeadlineExceeded, Device, Explicit, FailedPrecondition, Internal,
                     InvalidArgument, Mesh, NamedSharding, NotFound, P, PartitionSpec,
@@ -26,6 +26,7 @@ from ._core import (AlreadyExists, Array, Auto, AxisType, Cancelled, Client, Dat
                     use_mesh, visualize_array_sharding)
 from ._grad import grad, value_and_grad
 from ._trace import Future, Lowered, Tracer, jit, shard_map
+from .tree_util import tree
 
 reshard = numpy.reshard
 with_sharding_constraint = numpy.with_sharding_constraint
@@ -36,7 +37,7 @@ __all__ = [
     "InvalidArgument", "Lowered", "Mesh", "NamedSharding", "NotFound", "P", "PartitionSpec",
     "ProgramError", "ResourceExhausted", "Shard", "ShmapError", "Tracer", "Unauthenticated",
     "Unavailable", "Unimplemented", "block_until_ready", "connect", "device_get", "device_put",
-    "get_mesh", "grad", "jit", "lax", "local_cluster", "make_mesh", "nn", "numpy", "reshard", "set_mesh",
-    "shard_map", "typeof", "use_mesh", "value_and_grad", "visualize_array_sharding",
-    "with_sharding_constraint",
+    "get_mesh", "grad", "jit", "lax", "local_cluster", "make_mesh", "nn", "numpy", "reshard",
+    "set_mesh", "shard_map", "tree", "tree_util", "typeof", "use_mesh", "value_and_grad",
+    "visualize_array_sharding", "with_sharding_constraint",
 ]

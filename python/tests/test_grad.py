@@ -180,7 +180,7 @@ def test_grad_mlp_explicit_sharding(c, mesh):
     @shmap.jit
     def step(p, x):
         g = shmap.grad(loss)(p, x)
-        return {k: p[k] - 0.1 * g[k] for k in p}
+        return shmap.tree.map(lambda w, dw: w - 0.1 * dw, p, g)
     p2 = step(params, x)
     assert p2["w1"].type == params["w1"].type
     assert float(loss(p2, x)) < float(v)
@@ -233,3 +233,20 @@ def test_grad_refusals(c, mesh):
         return b * 2
     with pytest.raises(shmap.InvalidArgument, match=r"cannot differentiate through a shard_map"):
         shmap.grad(lambda x: jnp.sum(local(x)))(x)
+
+
+def test_tree_util():
+    """jax.tree_util's functions on the pytrees shmap takes (no cluster)."""
+    from shmap import tree_util
+    t = {"b": (1, [2, None]), "a": 3}
+    leaves, d = tree_util.tree_flatten(t)
+    assert leaves == [3, 1, 2]  # dict keys sorted; None an empty subtree
+    assert repr(d) == "PyTreeDef({'a': *, 'b': (*, [*, None])})" and d.num_leaves == 3
+    assert d.unflatten([30, 10, 20]) == {"a": 30, "b": (10, [20, None])}
+    assert shmap.tree.map(lambda x, y: x * y, t, d.unflatten([2, 3, 4])) == \
+        {"b": (3, [8, None]), "a": 6}
+    assert shmap.tree.leaves([1, (2,)], is_leaf=lambda v: isinstance(v, tuple)) == [1, (2,)]
+    with pytest.raises(ValueError, match=r"structure \{'a': \*\} where \{'a': \*, 'b'"):
+        shmap.tree.map(lambda x, y: x, t, {"a": 1})
+    with pytest.raises(ValueError, match="Too few leaves"):
+        d.unflatten([1])
