@@ -43,9 +43,12 @@ def _laid_out_as(t):
     """out_sharding= for a cotangent laid out as primal t (as JAX's
     transposes pass the operand's sharding): t's spec, P() when t is
     unsharded; nothing on a mesh of Auto axes only, whose layouts the
-    service chooses."""
+    service chooses, nor in a shard_map body (blocks are local)."""
     from ._core import Auto, P
-    mesh = getattr(_builder(), "mesh", None)
+    b = _builder()
+    if b.kind == "shard_map":
+        return {}
+    mesh = getattr(b, "mesh", None)
     if mesh is not None and all(a == Auto for a in mesh.axis_types):
         return {}
     spec = _spec(t)
@@ -113,11 +116,42 @@ def _sum_to(c, like):
     return c
 
 
+def _vma(t):
+    """The varying and the unreduced mesh axes of a shard_map block's type
+    ('f32[2,4]{V:i,j, U:k}')."""
+    m = re.search(r"\{(.*)\}$", t.type)
+    v = re.search(r"V:([\w,]+)", m.group(1)) if m else None
+    u = re.search(r"U:([\w,]+)", m.group(1)) if m else None
+    return (set(v.group(1).split(",")) if v else set(),
+            set(u.group(1).split(",")) if u else set())
+
+
 def _laid_like(c, a):
     """Cotangent c with primal a's type, sharding included, as JAX's
     cotangents always have (a broadcast or a product may lay it out
-    otherwise): resharded where it differs, on a mesh with Explicit axes."""
-    if c.type == a.type or not _laid_out_as(a):
+    otherwise): resharded where it differs, on a mesh with Explicit axes.
+    In a shard_map body, c varies over the mesh axes a varies over: where
+    a is invariant and c is not, c is summed over those axes (the
+    transpose of the pvary JAX inserts where invariant meets varying), and
+    pvary'd where a varies and c does not."""
+    if c.type == a.type:
+        return c
+    b = _builder()
+    if b.kind == "shard_map":
+        from . import lax
+        (cv, cu), (av, au) = _vma(c), _vma(a)
+        if cu or au:
+            raise InvalidArgument("grad: a value holding partial sums (unreduced axes) is not "
+                                  "supported")
+        order = [n for n in b.mesh.axis_names]
+        extra = tuple(n for n in order if n in cv - av)
+        missing = tuple(n for n in order if n in av - cv)
+        if extra:
+            c = lax.psum(c, extra if len(extra) > 1 else extra[0])
+        if missing:
+            c = lax.pvary(c, missing if len(missing) > 1 else missing[0])
+        return c
+    if not _laid_out_as(a):
         return c
     from ._core import P
     spec = _spec(a)
@@ -342,6 +376,56 @@ def _reduce_rule(name, g, out, a, axis=None, dtype=None, keepdims=False):
     return [ge * m / jnp.sum(m, axis=axes, keepdims=True)]
 
 
+_SIGS = {  # the collectives' parameters in order (the op table's signatures)
+    "psum": ("x", "axis_name", "axis_index_groups"),
+    "pmean": ("x", "axis_name", "axis_index_groups"),
+    "pvary": ("x", "axis_name"),
+    "all_gather": ("x", "axis_name", "axis", "tiled", "axis_index_groups", "to"),
+    "psum_scatter": ("x", "axis_name", "scatter_dimension", "tiled", "axis_index_groups"),
+    "ppermute": ("x", "axis_name", "perm"),
+    "all_to_all": ("x", "axis_name", "split_axis", "concat_axis", "tiled"),
+}
+
+
+def _bind(prim, args, kwargs):
+    a = dict(zip(_SIGS[prim], args))
+    a.update(kwargs)
+    return a
+
+
+def _names(axis_name):
+    return (axis_name,) if isinstance(axis_name, str) else tuple(axis_name)
+
+
+def _collective(prim, g, out, args, kwargs):
+    """The transposes of the collectives, as JAX's: psum's (and pmean's)
+    is pvary (left to _laid_like), pvary's is psum (the same), all_gather's
+    is psum_scatter and back, ppermute's the inverse permutation,
+    all_to_all's the one with split and concat axes swapped."""
+    from . import lax
+    from ._trace import _axes_size
+    a = _bind(prim, args, kwargs)
+    if a.get("axis_index_groups") is not None or a.get("to") is not None:
+        raise InvalidArgument(f"grad: {prim} with axis_index_groups or to= is not supported")
+    x, name = a["x"], a["axis_name"]
+    tiled = bool(a.get("tiled", False))
+    if prim in ("psum", "pmean"):
+        varying, _ = _vma(x)
+        # over an axis x does not vary on, psum adds that many equal copies
+        fixed = tuple(ax for ax in _names(name) if ax not in varying)
+        ct = g * _axes_size(fixed) if fixed else g
+        return [ct / _axes_size(name) if prim == "pmean" else ct]
+    if prim == "pvary":
+        return [g]
+    if prim == "all_gather":
+        return [lax.psum_scatter(g, name, scatter_dimension=a.get("axis", 0), tiled=tiled)]
+    if prim == "psum_scatter":
+        return [lax.all_gather(g, name, axis=a.get("scatter_dimension", 0), tiled=tiled)]
+    if prim == "ppermute":
+        return [lax.ppermute(g, name, [(d, s) for s, d in a["perm"]])]
+    return [lax.all_to_all(g, name, a["concat_axis"], a["split_axis"], tiled=tiled)]
+
+
 def _rule(prim, g, out, args, kwargs):
     jnp = _jnp()
     if prim in ("+", "-", "*", "/", "**", "add", "subtract", "multiply", "divide", "power",
@@ -349,6 +433,8 @@ def _rule(prim, g, out, args, kwargs):
         return _binary(prim, g, out, *args)
     if prim in ("@", "matmul", "dot"):
         return _matmul_rule("dot" if prim == "dot" else "matmul", g, out, *args, **kwargs)
+    if prim in _SIGS:
+        return _collective(prim, g, out, args, kwargs)
     if prim == "neg":
         return [-g]
     if prim in _UNARY:
@@ -416,7 +502,7 @@ def _rule(prim, g, out, args, kwargs):
 def _backward(b, out, leaves):
     """The cotangents of leaves (traced values) for the scalar out."""
     jnp = _jnp()
-    ct = {out.name: jnp.full((), 1.0, dtype=out.dtype)}
+    ct = {out.name: _laid_like(jnp.full((), 1.0, dtype=out.dtype), out)}
     for prim, args, kwargs, res in reversed(b.tape):
         g = ct.pop(res.name, None)
         if g is None:
@@ -435,7 +521,7 @@ def _backward(b, out, leaves):
                 continue
             c = _laid_like(_sum_to(c, a), a)
             ct[a.name] = ct[a.name] + c if a.name in ct else c
-    return [ct[t.name] if t.name in ct else jnp.zeros_like(t) for t in leaves]
+    return [ct[t.name] if t.name in ct else _laid_like(jnp.zeros_like(t), t) for t in leaves]
 
 
 def _as_traced(v):
