@@ -78,20 +78,21 @@ def record(b, prim, args, kwargs, out):
         return
     if prim in _NONDIFF:
         return
-    b.active.add(out.name)
+    if isinstance(out, tuple):  # a call of a function with several results
+        b.active.update(o.name for o in out if _is_float(o))
+    else:
+        b.active.add(out.name)
     b.tape.append((prim, args, kwargs, out))
 
 
 def unrecorded(b, expr):
-    """An op emitted without its structure (a shard_map function called
-    from jit) while a tape is on: refused when it uses a differentiated
-    value, since its derivative cannot be traced."""
+    """An op emitted without its structure while a tape is on: refused when
+    it uses a differentiated value, since its derivative cannot be traced
+    (every op of the package says what it is; this guards the rest)."""
     used = set(re.findall(r"[A-Za-z_]\w*", expr)) & b.active
     if used:
-        raise InvalidArgument(f"grad: '{expr}' uses {sorted(used)[0]}, which is being "
-                              f"differentiated, and shmap cannot differentiate through a "
-                              f"shard_map function called from jit: differentiate the jit body's "
-                              f"own ops")
+        raise InvalidArgument(f"grad: shmap cannot differentiate '{expr}', which uses "
+                              f"{sorted(used)[0]}")
 
 
 # ---- rules: the cotangents of an op's operands from its result's ------------
@@ -499,15 +500,76 @@ def _rule(prim, g, out, args, kwargs):
     raise InvalidArgument(f"grad: shmap has no differentiation rule for '{prim}'")
 
 
-def _backward(b, out, leaves):
-    """The cotangents of leaves (traced values) for the scalar out."""
+def _call_vjp(fn, args, in_specs, outs, gs):
+    """The cotangents of the arguments of a shard_map function called from
+    the jit being differentiated: a second shard_map function of the
+    program, taking the arguments and the results' cotangents (under the
+    in_specs and out_specs), runs the body again with a tape and then its
+    backward pass block by block (the collectives' transposes included),
+    and returns the arguments' cotangents under the in_specs, as JAX's
+    transpose of shard_map does (here recomputing what JAX keeps)."""
+    from ._trace import _param_names
+    b = _builder()
+    n = len(args)
+    key = ("vjp", id(fn), tuple(a.type for a in args))
+    if key not in b.defined:
+        names = _param_names(fn.f, n)
+        taken = set(names)
+        ct_names = []
+        for k in range(len(outs)):
+            nm = f"ct{k}"
+            while nm in taken:
+                nm += "_"
+            taken.add(nm)
+            ct_names.append(nm)
+
+        def body(tracers):
+            inner = _builder()
+            xs, cs = tracers[:n], tracers[n:]
+            inner.tape, inner.active = [], {x.name for x in xs if _is_float(x)}
+            try:
+                res = fn.f(*xs)
+            finally:
+                tape, inner.tape = inner.tape, None
+            inner.tape = tape
+            try:
+                res = list(res) if isinstance(res, (tuple, list)) else [res]
+                seeds = {}
+                for o, c in zip(res, cs):
+                    if isinstance(o, Tracer) and o.name in inner.active:
+                        seeds[o.name] = _laid_like(c, o) if o.name not in seeds else \
+                            seeds[o.name] + _laid_like(c, o)
+                return _backward(inner, seeds, xs)
+            finally:
+                inner.tape, inner.active = None, set()
+        b.defined[key] = fn._define(b, fn._name + "_vjp", list(args) + list(outs),
+                                    list(in_specs) + list(fn._out_specs()), names + ct_names,
+                                    body, out_specs=in_specs)
+    fname, nres = b.defined[key]
+    call = f"{fname}({', '.join(a.name for a in list(args) + list(gs))})"
+    res = b.emit(call, "vjp") if nres == 1 else b.emit_multi(call, nres, "vjp")
+    return list(res) if isinstance(res, tuple) else [res]
+
+
+def _backward(b, seeds, leaves):
+    """The cotangents of leaves (traced values), from seeds: the
+    cotangents of the results (name -> value)."""
     jnp = _jnp()
-    ct = {out.name: _laid_like(jnp.full((), 1.0, dtype=out.dtype), out)}
+    ct = dict(seeds)
     for prim, args, kwargs, res in reversed(b.tape):
-        g = ct.pop(res.name, None)
-        if g is None:
-            continue
-        cts = _rule(prim, g, res, args, kwargs)
+        if prim == "call":
+            outs = res if isinstance(res, tuple) else (res,)
+            gs = [ct.pop(o.name, None) for o in outs]
+            if all(g is None for g in gs):
+                continue
+            gs = [g if g is not None else _laid_like(jnp.zeros_like(o), o)
+                  for g, o in zip(gs, outs)]
+            cts = _call_vjp(kwargs["fn"], args, kwargs["in_specs"], outs, gs)
+        else:
+            g = ct.pop(res.name, None)
+            if g is None:
+                continue
+            cts = _rule(prim, g, res, args, kwargs)
         flat_args, flat_cts = [], []
         for a, c in zip(args, cts):
             if isinstance(a, (list, tuple)) and isinstance(c, list):
@@ -595,7 +657,8 @@ def _grad_call(fun, argnums, has_aux, with_value, args, kwargs):
                                   f"of non-holomorphic functions involving complex outputs, use "
                                   f"jax.vjp directly.")
         flat = [t for k in nums for t in trees[k]]
-        cts = iter(_backward(b, out, flat))
+        seed = _laid_like(_jnp().full((), 1.0, dtype=out.dtype), out)
+        cts = iter(_backward(b, {out.name: seed}, flat))
         grads = tuple(_tree_build(args[k], cts) for k in nums)
     finally:
         b.tape, b.active = None, set()

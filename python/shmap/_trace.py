@@ -216,9 +216,9 @@ class _Builder:
             tr._ty, tr._dt, tr._sh, tr._builder = t[0], t[1], tuple(t[2]), None
         self.pending = []
 
-    def emit_multi(self, expr, n):
+    def emit_multi(self, expr, n, prim=None, args=(), kwargs=None):
         """names of n results = expr (a call of a function with n results)."""
-        if self.tape is not None:
+        if self.tape is not None and prim is None:
             _grad.unrecorded(self, expr)
         names = [f"v{self.n + k}" for k in range(n)]
         self.n += n
@@ -228,8 +228,11 @@ class _Builder:
         except ProgramError:
             self.lines.pop()
             raise
-        return tuple(Tracer(nm, *info["types"][k - n][:2], tuple(info["types"][k - n][2]))
+        outs = tuple(Tracer(nm, *info["types"][k - n][:2], tuple(info["types"][k - n][2]))
                      for k, nm in enumerate(names))
+        if self.tape is not None:
+            _grad.record(self, prim, args, kwargs or {}, outs)
+        return outs
 
 
 class Tracer(_Shaped):
@@ -1014,40 +1017,54 @@ class _Traced:
                                   f"{len(args)} arguments")
         key = (id(self), tuple(a.type for a in args))
         if key not in outer.defined:
-            names = _param_names(self.f, len(args))
-            params = [f"{n}: {_type_decl(a, s)}" for n, a, s in zip(names, args, specs)]
-            taken = {nm for nm, _ in outer.defined.values()}
-            fname = self._name
-            k = 2
-            while fname in taken or outer.header[-1].startswith(f"jit {fname}("):
-                fname = f"{self._name}_{k}"
-                k += 1
-            head = f"shard_map {fname}({', '.join(params)}) -> %OUT%:"
-            inner = _Builder([outer.header[0], head], "shard_map", names)
-            inner.mesh = mesh
-            _state.builder = inner
-            try:
-                info = inner._check(inner.text(ret=names[0]))
-                tracers = [Tracer(n, *info["types"][j][:2], tuple(info["types"][j][2]))
-                           for j, n in enumerate(names)]
-                res = self.f(*tracers)
-                inner.resolve()
-            finally:
-                _state.builder = outer
-            outs = list(res) if isinstance(res, (tuple, list)) else [res]
-            os_ = self.out_specs
-            if isinstance(os_, PartitionSpec):
-                os_ = (os_,)
-            if len(os_) != len(outs) or not all(isinstance(o, Tracer) for o in outs):
-                raise InvalidArgument(f"{self.__name__} must return {len(os_)} traced values, "
-                                      f"one per out_spec")
-            out_text = repr(os_[0]) if len(os_) == 1 else "(" + ", ".join(map(repr, os_)) + ")"
-            text = inner.text(ret=", ".join(o.name for o in outs), out=out_text)
-            outer.prelude.extend(text.rstrip("\n").split("\n")[1:])
-            outer.defined[key] = (fname, len(outs))
+            outer.defined[key] = self._define(outer, self._name, args, specs,
+                                              _param_names(self.f, len(args)),
+                                              lambda tracers: self.f(*tracers))
         fname, nout = outer.defined[key]
         call = f"{fname}({', '.join(a.name for a in args)})"
-        return outer.emit(call) if nout == 1 else outer.emit_multi(call, nout)
+        kw = {"fn": self, "in_specs": tuple(specs)}
+        return outer.emit(call, "call", tuple(args), kw) if nout == 1 else \
+            outer.emit_multi(call, nout, "call", tuple(args), kw)
+
+    def _out_specs(self):
+        os_ = self.out_specs
+        return (os_,) if isinstance(os_, PartitionSpec) else tuple(os_)
+
+    def _define(self, outer, base, args, specs, names, body, out_specs=None):
+        """Defines a shard_map function of the jit program being traced
+        (outer): parameters names, typed as the traced values args under
+        specs; its body traced by body(block tracers) -> its results, with
+        out_specs (this function's when None). Returns (its name, its
+        number of results)."""
+        mesh = getattr(outer, "mesh", None)
+        params = [f"{n}: {_type_decl(a, s)}" for n, a, s in zip(names, args, specs)]
+        taken = {nm for nm, _ in outer.defined.values()}
+        fname = base
+        k = 2
+        while fname in taken or outer.header[-1].startswith(f"jit {fname}("):
+            fname = f"{base}_{k}"
+            k += 1
+        head = f"shard_map {fname}({', '.join(params)}) -> %OUT%:"
+        inner = _Builder([outer.header[0], head], "shard_map", names)
+        inner.mesh = mesh
+        _state.builder = inner
+        try:
+            info = inner._check(inner.text(ret=names[0]))
+            tracers = [Tracer(n, *info["types"][j][:2], tuple(info["types"][j][2]))
+                       for j, n in enumerate(names)]
+            res = body(tracers)
+            inner.resolve()
+        finally:
+            _state.builder = outer
+        outs = list(res) if isinstance(res, (tuple, list)) else [res]
+        os_ = self._out_specs() if out_specs is None else tuple(out_specs)
+        if len(os_) != len(outs) or not all(isinstance(o, Tracer) for o in outs):
+            raise InvalidArgument(f"{self.__name__} must return {len(os_)} traced values, "
+                                  f"one per out_spec")
+        out_text = repr(os_[0]) if len(os_) == 1 else "(" + ", ".join(map(repr, os_)) + ")"
+        text = inner.text(ret=", ".join(o.name for o in outs), out=out_text)
+        outer.prelude.extend(text.rstrip("\n").split("\n")[1:])
+        return fname, len(outs)
 
     def _split_static(self, args):
         """For static_argnums / static_argnames: a function of the other

@@ -228,12 +228,6 @@ def test_grad_refusals(c, mesh):
     with pytest.raises(shmap.InvalidArgument, match=r"argnums=2 requires at least 3 positional"):
         shmap.grad(lambda x: jnp.sum(x), argnums=2)(x)
 
-    @shmap.shard_map(mesh=mesh, in_specs=P("X"), out_specs=P("X"))
-    def local(b):
-        return b * 2
-    with pytest.raises(shmap.InvalidArgument, match=r"cannot differentiate through a shard_map"):
-        shmap.grad(lambda x: jnp.sum(local(x)))(x)
-
 
 def test_tree_util():
     """jax.tree_util's functions on the pytrees shmap takes (no cluster)."""
@@ -314,3 +308,37 @@ def test_grad_through_collectives(c, name, coll):
     want = float(v1) - float(v0)
     got = float((np.asarray(g, np.float64) * da).sum())
     assert abs(got - want) <= 1e-3 * max(1.0, abs(want)), (got, want)
+
+
+def test_grad_of_jit_calling_shard_map(c):
+    """jax.grad of a jit loss that calls shard_map functions (one result,
+    several results, collectives inside): each call's backward is a second
+    shard_map function of the program (the body run again with its
+    backward pass, as JAX's shard_map transpose), against numpy."""
+    mesh = c.make_mesh((4,), ("i",))
+    rng = np.random.default_rng(9)
+    xa = rng.standard_normal((16, 8)).astype(np.float32)
+    wa = rng.standard_normal((8, 3)).astype(np.float32)
+    x = c.device_put(xa, NamedSharding(mesh, P("i")))
+    w = c.device_put(wa, NamedSharding(mesh, P()))
+
+    @shmap.shard_map(mesh=mesh, in_specs=(P("i"), P()), out_specs=(P("i"), P()))
+    def layer(x, w):
+        y = jnp.tanh(x @ w)
+        return y, lax.psum(jnp.sum(y * y), "i")
+
+    @shmap.shard_map(mesh=mesh, in_specs=P("i"), out_specs=P())
+    def gathered_sum(y):  # every device sums the whole of y: 4 times sum(y ** 2)
+        return lax.psum(jnp.sum(lax.all_gather(y, "i", tiled=True) ** 2), "i") / 16
+
+    def loss(w, x):
+        y, s = layer(x, w)
+        return gathered_sum(y) + 0.5 * s + jnp.sum(y)
+    v, (gw, gx) = shmap.jit(shmap.value_and_grad(loss, argnums=(0, 1)))(w, x)
+    y = np.tanh(xa @ wa)
+    assert np.isclose(float(v), 0.75 * (y * y).sum() + y.sum(), rtol=1e-5)
+    gy = 1.5 * y + 1
+    gz = gy * (1 - y * y)
+    assert gw.type == w.type and gx.type == x.type
+    assert np.allclose(np.asarray(gw), xa.T @ gz, rtol=1e-4, atol=1e-4)
+    assert np.allclose(np.asarray(gx), gz @ wa.T, rtol=1e-4, atol=1e-4)
