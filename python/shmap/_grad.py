@@ -377,19 +377,23 @@ def _reduce_rule(name, g, out, a, axis=None, dtype=None, keepdims=False):
     return [ge * m / jnp.sum(m, axis=axes, keepdims=True)]
 
 
-_SIGS = {  # the collectives' parameters in order (the op table's signatures)
-    "psum": ("x", "axis_name", "axis_index_groups"),
-    "pmean": ("x", "axis_name", "axis_index_groups"),
-    "pvary": ("x", "axis_name"),
-    "all_gather": ("x", "axis_name", "axis", "tiled", "axis_index_groups", "to"),
-    "psum_scatter": ("x", "axis_name", "scatter_dimension", "tiled", "axis_index_groups"),
-    "ppermute": ("x", "axis_name", "perm"),
-    "all_to_all": ("x", "axis_name", "split_axis", "concat_axis", "tiled"),
-}
+def _params_of(op):
+    """The parameter names of op, in order, from the op table's signature."""
+    if not _PARAMS:
+        import _shmap
+        for name, sig, *_ in _shmap.op_table():
+            _PARAMS[name] = tuple(p.split(":")[0].lstrip("?") for p in sig.split())
+    return _PARAMS[op]
+
+
+_PARAMS = {}
+_COLLECTIVES = ("psum", "pmean", "pvary", "all_gather", "psum_scatter", "ppermute",
+                "all_to_all")
 
 
 def _bind(prim, args, kwargs):
-    a = dict(zip(_SIGS[prim], args))
+    """op prim's arguments by parameter name."""
+    a = dict(zip(_params_of(prim), args))
     a.update(kwargs)
     return a
 
@@ -427,6 +431,86 @@ def _collective(prim, g, out, args, kwargs):
     return [lax.all_to_all(g, name, a["concat_axis"], a["split_axis"], tiled=tiled)]
 
 
+def _cts(n, **by_position):
+    """A rule's result list of n entries, from {position: cotangent}."""
+    out = [None] * n
+    for k, v in by_position.items():
+        out[int(k[1:])] = v
+    return out
+
+
+def _slice_rule(g, out, a, n):
+    x = a["operand"]
+    strides = a.get("strides")
+    if strides is not None and any(st != 1 for st in strides):
+        raise InvalidArgument("grad: slice with strides other than 1 is not supported")
+    pads = tuple((lo, dim - hi) for lo, hi, dim in zip(a["start_indices"], a["limit_indices"],
+                                                       x.shape))
+    return _cts(n, p0=_jnp().pad(g, pads))
+
+
+def _pad_rule(g, out, a, n):
+    """g without the padding: numpy's pad_width forms (an int, (lo, hi),
+    one pair per axis) broadcast to a pair per axis."""
+    x = a["array"]
+    width = np.broadcast_to(np.asarray(a["pad_width"], dtype=np.int64), (len(x.shape), 2))
+    return _cts(n, p0=g[tuple(slice(int(lo), int(lo) + d) for (lo, _), d in zip(width, x.shape))])
+
+
+def _roll_rule(g, out, a, n):
+    shift = a["shift"]
+    neg = tuple(-s for s in shift) if isinstance(shift, (tuple, list)) else -shift
+    return _cts(n, p0=_jnp().roll(g, neg, axis=a.get("axis")))
+
+
+def _tile_rule(g, out, a, n):
+    """The sum of g's tiles: g reshaped to (reps, size) pairs, summed over
+    the reps."""
+    jnp = _jnp()
+    x = a["A"]
+    reps = a["reps"]
+    reps = (reps,) if isinstance(reps, numbers.Integral) else tuple(reps)
+    shape = tuple(x.shape)
+    rank = max(len(shape), len(reps))
+    shape = (1,) * (rank - len(shape)) + shape
+    reps = (1,) * (rank - len(reps)) + reps
+    split = tuple(v for r, d in zip(reps, shape) for v in (r, d))
+    c = jnp.sum(jnp.reshape(g, split), axis=tuple(range(0, 2 * rank, 2)))
+    return _cts(n, p0=jnp.reshape(c, tuple(x.shape)))
+
+
+def _dynamic_slice_rule(g, out, a, n):
+    jnp = _jnp()
+    x = a["operand"]
+    z = _laid_like(jnp.zeros_like(x), x)
+    return _cts(n, p0=jnp.dynamic_update_slice(z, g, a["start_indices"]))
+
+
+def _dynamic_update_slice_rule(g, out, a, n):
+    from . import lax
+    jnp = _jnp()
+    u = a["update"]
+    starts = a["start_indices"]
+    zu = jnp.zeros_like(u)
+    return _cts(n, p0=jnp.dynamic_update_slice(g, zu, starts),
+                p1=lax.dynamic_slice(g, starts, tuple(u.shape)))
+
+
+def _rev_rule(g, out, a, n):
+    return _cts(n, p0=_jnp().flip(g, tuple(a["dimensions"])))
+
+
+_SHIFTS = {  # the ops that move, cut or repeat blocks: (g, out, bound args, n args)
+    "slice": _slice_rule,
+    "pad": _pad_rule,
+    "roll": _roll_rule,
+    "tile": _tile_rule,
+    "dynamic_slice": _dynamic_slice_rule,
+    "dynamic_update_slice": _dynamic_update_slice_rule,
+    "rev": _rev_rule,
+}
+
+
 def _rule(prim, g, out, args, kwargs):
     jnp = _jnp()
     if prim in ("+", "-", "*", "/", "**", "add", "subtract", "multiply", "divide", "power",
@@ -434,8 +518,10 @@ def _rule(prim, g, out, args, kwargs):
         return _binary(prim, g, out, *args)
     if prim in ("@", "matmul", "dot"):
         return _matmul_rule("dot" if prim == "dot" else "matmul", g, out, *args, **kwargs)
-    if prim in _SIGS:
+    if prim in _COLLECTIVES:
         return _collective(prim, g, out, args, kwargs)
+    if prim in _SHIFTS:
+        return _SHIFTS[prim](g, out, _bind(prim, args, kwargs), len(args))
     if prim == "neg":
         return [-g]
     if prim in _UNARY:
@@ -495,8 +581,6 @@ def _rule(prim, g, out, args, kwargs):
             raise InvalidArgument("grad: cumsum of the flattened array is not supported; give "
                                   "axis=")
         return [jnp.flip(jnp.cumsum(jnp.flip(g, axis), axis=axis), axis)]
-    if prim == "rev":
-        return [jnp.flip(g, tuple(args[1])), None]
     raise InvalidArgument(f"grad: shmap has no differentiation rule for '{prim}'")
 
 

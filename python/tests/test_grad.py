@@ -342,3 +342,50 @@ def test_grad_of_jit_calling_shard_map(c):
     assert gw.type == w.type and gx.type == x.type
     assert np.allclose(np.asarray(gw), xa.T @ gz, rtol=1e-4, atol=1e-4)
     assert np.allclose(np.asarray(gx), gz @ wa.T, rtol=1e-4, atol=1e-4)
+
+
+def _lax_or(np_fn, lax_fn):
+    return lambda xp, x: np_fn(x) if xp is np else lax_fn(x)
+
+
+def _np_dus(x, u, at):
+    y = x.copy()
+    y[tuple(slice(a, a + n) for a, n in zip(at, u.shape))] = u
+    return y
+
+
+MOVES = [
+    ("slice", _lax_or(lambda x: x[1:5, 2:10], lambda x: lax.slice(x, (1, 2), (5, 10)))),
+    ("pad", lambda xp, x: xp.pad(x, ((1, 2), (0, 3)))),
+    ("pad_int", lambda xp, x: xp.pad(x, 1)[:, ::-1] if xp is np else jnp.flip(jnp.pad(x, 1), 1)),
+    ("roll", lambda xp, x: xp.roll(x, (2, -3), axis=(0, 1))),
+    ("dynamic_slice", _lax_or(lambda x: x[2:5, 4:8],
+                              lambda x: lax.dynamic_slice(x, (2, 4), (3, 4)))),
+    ("dynamic_update_slice", _lax_or(
+        lambda x: _np_dus(x, x[:2, :3] * 3, (5, 10)),
+        lambda x: lax.dynamic_update_slice(x, x[:2, :3] * 3, (5, 10)))),
+]
+
+
+@pytest.mark.parametrize("name,f", MOVES, ids=[u[0] for u in MOVES])
+def test_grad_moves(c, mesh, name, f):
+    """The ops that cut, pad, shift or repeat blocks."""
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal((8, 16)).astype(np.float32)
+    _check(c, mesh, lambda xp, x: _sm(xp, f(xp, x)), [x], [P()], rng)
+
+
+def test_grad_tile_in_shard_map(c):
+    """tile (no sharding rule in a jit body, as JAX's explicit mode) inside
+    a shard_map body: its gradient sums the tiles."""
+    mesh = c.make_mesh((4,), ("i",))
+    x = c.device_put(np.arange(16, dtype=np.float32).reshape(8, 2),
+                     NamedSharding(mesh, P("i")))
+    w = np.arange(2 * 2 * 6, dtype=np.float32).reshape(2, 2, 6)
+
+    @shmap.shard_map(mesh=mesh, in_specs=(P("i"), P()), out_specs=P("i"))
+    def f(x, w):
+        return shmap.grad(lambda x: jnp.sum(jnp.tile(x, (2, 1, 3)) * w))(x)
+    g = f(x, c.device_put(w, NamedSharding(mesh, P())))
+    want = w.reshape(2, 2, 3, 2).sum(axis=(0, 2))  # each block's tiles
+    assert np.array_equal(np.asarray(g), np.tile(want, (4, 1)))
