@@ -584,6 +584,21 @@ def _rule(prim, g, out, args, kwargs):
     raise InvalidArgument(f"grad: shmap has no differentiation rule for '{prim}'")
 
 
+def _taped(b, leaves, thunk):
+    """thunk() traced with a tape on, leaves (traced values) the ones
+    differentiated: (its result, the tape, the names of the values that
+    depend on leaves). The builder records nothing afterwards."""
+    if getattr(b, "tape", None) is not None:
+        raise InvalidArgument("grad of a function that itself takes a grad (a higher "
+                              "derivative) is not supported")
+    b.tape, b.active = [], {t.name for t in leaves if _is_float(t)}
+    try:
+        res = thunk()
+        return res, b.tape, b.active
+    finally:
+        b.tape, b.active = None, set()
+
+
 def _call_vjp(fn, args, in_specs, outs, gs):
     """The cotangents of the arguments of a shard_map function called from
     the jit being differentiated: a second shard_map function of the
@@ -608,24 +623,10 @@ def _call_vjp(fn, args, in_specs, outs, gs):
             ct_names.append(nm)
 
         def body(tracers):
-            inner = _builder()
             xs, cs = tracers[:n], tracers[n:]
-            inner.tape, inner.active = [], {x.name for x in xs if _is_float(x)}
-            try:
-                res = fn.f(*xs)
-            finally:
-                tape, inner.tape = inner.tape, None
-            inner.tape = tape
-            try:
-                res = list(res) if isinstance(res, (tuple, list)) else [res]
-                seeds = {}
-                for o, c in zip(res, cs):
-                    if isinstance(o, Tracer) and o.name in inner.active:
-                        seeds[o.name] = _laid_like(c, o) if o.name not in seeds else \
-                            seeds[o.name] + _laid_like(c, o)
-                return _backward(inner, seeds, xs)
-            finally:
-                inner.tape, inner.active = None, set()
+            res, tape, active = _taped(_builder(), xs, lambda: fn.f(*xs))
+            res = list(res) if isinstance(res, (tuple, list)) else [res]
+            return _backward(tape, active, _seeds(res, cs, active), xs)
         b.defined[key] = fn._define(b, fn._name + "_vjp", list(args) + list(outs),
                                     list(in_specs) + list(fn._out_specs()), names + ct_names,
                                     body, out_specs=in_specs)
@@ -635,12 +636,24 @@ def _call_vjp(fn, args, in_specs, outs, gs):
     return list(res) if isinstance(res, tuple) else [res]
 
 
-def _backward(b, seeds, leaves):
-    """The cotangents of leaves (traced values), from seeds: the
-    cotangents of the results (name -> value)."""
+def _seeds(outs, cts, active):
+    """The cotangents of the results outs (name -> value, laid out as
+    each; one result returned twice gets their sum)."""
+    seeds = {}
+    for o, c in zip(outs, cts):
+        if isinstance(o, Tracer) and o.name in active:
+            c = _laid_like(c, o)
+            seeds[o.name] = seeds[o.name] + c if o.name in seeds else c
+    return seeds
+
+
+def _backward(tape, active, seeds, leaves):
+    """The cotangents of leaves (traced values) from seeds, the cotangents
+    of the results (name -> value), through the ops of tape; active: the
+    names of the values that depend on the leaves."""
     jnp = _jnp()
     ct = dict(seeds)
-    for prim, args, kwargs, res in reversed(b.tape):
+    for prim, args, kwargs, res in reversed(tape):
         if prim == "call":
             outs = res if isinstance(res, tuple) else (res,)
             gs = [ct.pop(o.name, None) for o in outs]
@@ -663,7 +676,7 @@ def _backward(b, seeds, leaves):
                 flat_args.append(a)
                 flat_cts.append(c)
         for a, c in zip(flat_args, flat_cts):
-            if c is None or not isinstance(a, Tracer) or a.name not in b.active:
+            if c is None or not isinstance(a, Tracer) or a.name not in active:
                 continue
             c = _laid_like(_sum_to(c, a), a)
             ct[a.name] = ct[a.name] + c if a.name in ct else c
@@ -687,11 +700,35 @@ def _as_traced(v):
                           f"{type(v).__name__}")
 
 
+def _diff_args(args, nums, who):
+    """args with the leaves of those at nums traced, and those leaves."""
+    args = list(args)
+    flat = []
+    for k in nums:
+        leaves = [_as_traced(v) for v, _ in _tree_leaves(args[k], "a")]
+        for t in leaves:
+            if np.dtype(t.dtype).kind != "f":
+                raise InvalidArgument(f"{who} requires real- or complex-valued inputs (input "
+                                      f"dtype that is a sub-dtype of np.inexact), but got "
+                                      f"{np.dtype(t.dtype).name}. If you want to use "
+                                      f"Boolean- or integer-valued inputs, use vjp or set "
+                                      f"allow_int to True.")
+        args[k] = _tree_build(args[k], iter(leaves))
+        flat += leaves
+    return args, flat
+
+
+def _split_aux(res, has_aux, who):
+    if not has_aux:
+        return res, None
+    if not (isinstance(res, (tuple, list)) and len(res) == 2):
+        raise InvalidArgument(f"{who} with has_aux=True needs the function to return a pair "
+                              f"(output, aux)")
+    return res[0], res[1]
+
+
 def _grad_call(fun, argnums, has_aux, with_value, args, kwargs):
     b = _builder()
-    if getattr(b, "tape", None) is not None:
-        raise InvalidArgument("grad of a function that itself takes a grad (a higher "
-                              "derivative) is not supported")
     single = isinstance(argnums, int)
     nums = (argnums,) if single else tuple(argnums)
     for k in nums:
@@ -700,56 +737,61 @@ def _grad_call(fun, argnums, has_aux, with_value, args, kwargs):
                                   f"at least {k + 1} positional arguments to be passed by the "
                                   f"caller, but got only {len(args)} positional arguments.")
     nums = tuple(k % len(args) for k in nums)
-    args = list(args)
-    trees = {}
-    for k in nums:
-        leaves = [_as_traced(v) for v, _ in _tree_leaves(args[k], "a")]
-        for t in leaves:
-            if np.dtype(t.dtype).kind != "f":
-                raise InvalidArgument(f"grad requires real- or complex-valued inputs (input "
-                                      f"dtype that is a sub-dtype of np.inexact), but got "
-                                      f"{np.dtype(t.dtype).name}. If you want to use "
-                                      f"Boolean- or integer-valued inputs, use vjp or set "
-                                      f"allow_int to True.")
-        trees[k] = leaves
-        args[k] = _tree_build(args[k], iter(leaves))
-    b.tape, b.active = [], {t.name for ls in trees.values() for t in ls}
-    try:
-        res = fun(*args, **kwargs)
-    finally:
-        tape, b.tape = b.tape, None
-    b.tape = tape  # read by _backward; nothing is recorded while it runs
-    try:
-        if has_aux:
-            if not (isinstance(res, (tuple, list)) and len(res) == 2):
-                raise InvalidArgument("grad with has_aux=True needs the function to return a "
-                                      "pair (output, aux)")
-            out, aux = res
-        else:
-            out, aux = res, None
-        if not isinstance(out, Tracer):
-            raise InvalidArgument(f"grad: the function's output is a {type(out).__name__}, not "
-                                  f"a value computed from its arguments")
-        if tuple(out.shape) != ():
-            raise InvalidArgument(f"Gradient only defined for scalar-output functions. Output "
-                                  f"had shape: {tuple(out.shape)}.")
-        if np.dtype(out.dtype).kind != "f":
-            raise InvalidArgument(f"grad requires real-valued outputs (output dtype that is a "
-                                  f"sub-dtype of np.floating), but got "
-                                  f"{np.dtype(out.dtype).name}. For holomorphic "
-                                  f"differentiation, pass holomorphic=True. For differentiation "
-                                  f"of non-holomorphic functions involving complex outputs, use "
-                                  f"jax.vjp directly.")
-        flat = [t for k in nums for t in trees[k]]
-        seed = _laid_like(_jnp().full((), 1.0, dtype=out.dtype), out)
-        cts = iter(_backward(b, {out.name: seed}, flat))
-        grads = tuple(_tree_build(args[k], cts) for k in nums)
-    finally:
-        b.tape, b.active = None, set()
+    args, flat = _diff_args(args, nums, "grad")
+    res, tape, active = _taped(b, flat, lambda: fun(*args, **kwargs))
+    out, aux = _split_aux(res, has_aux, "grad")
+    if not isinstance(out, Tracer):
+        raise InvalidArgument(f"grad: the function's output is a {type(out).__name__}, not "
+                              f"a value computed from its arguments")
+    if tuple(out.shape) != ():
+        raise InvalidArgument(f"Gradient only defined for scalar-output functions. Output "
+                              f"had shape: {tuple(out.shape)}.")
+    if np.dtype(out.dtype).kind != "f":
+        raise InvalidArgument(f"grad requires real-valued outputs (output dtype that is a "
+                              f"sub-dtype of np.floating), but got "
+                              f"{np.dtype(out.dtype).name}. For holomorphic "
+                              f"differentiation, pass holomorphic=True. For differentiation "
+                              f"of non-holomorphic functions involving complex outputs, use "
+                              f"jax.vjp directly.")
+    seeds = _seeds([out], [_jnp().full((), 1.0, dtype=out.dtype)], active)
+    cts = iter(_backward(tape, active, seeds, flat))
+    grads = tuple(_tree_build(args[k], cts) for k in nums)
     g = grads[0] if single else grads
     if with_value:
         return ((out, aux) if has_aux else out), g
     return (g, aux) if has_aux else g
+
+
+def vjp(fun, *primals, has_aux=False):
+    """jax.vjp inside a traced function: (fun(*primals), vjp_fn), where
+    vjp_fn(cotangent) returns the primals' cotangents (a tuple, one per
+    primal, pytrees as they are) for a cotangent of fun's output (its
+    structure, each leaf of its leaf's shape); with has_aux, (out, vjp_fn,
+    aux). vjp_fn traces into the same program, and may be called more than
+    once."""
+    b = getattr(_state, "builder", None)
+    if b is None:
+        raise InvalidArgument("vjp runs inside a traced function: call it in a shmap.jit or "
+                              "shmap.shard_map body")
+    args, flat = _diff_args(primals, range(len(primals)), "vjp")
+    res, tape, active = _taped(b, flat, lambda: fun(*args))
+    out, aux = _split_aux(res, has_aux, "vjp")
+    out_leaves = [v for v, _ in _tree_leaves(out, "o")]
+    from ._trace import _tree_sig
+
+    def vjp_fn(ct):
+        if _builder() is not b:
+            raise InvalidArgument("vjp_fn: call it in the traced function that called vjp")
+        if _tree_sig(ct) != _tree_sig(out):
+            raise InvalidArgument("vjp_fn: the cotangent has another structure than the output")
+        cts = [v for v, _ in _tree_leaves(ct, "c")]
+        for o, c in zip(out_leaves, cts):
+            if isinstance(o, Tracer) and tuple(getattr(c, "shape", ())) != tuple(o.shape):
+                raise InvalidArgument(f"vjp_fn: a cotangent of shape {tuple(c.shape)} for an "
+                                      f"output of shape {tuple(o.shape)}")
+        got = iter(_backward(tape, active, _seeds(out_leaves, cts, active), flat))
+        return tuple(_tree_build(a, got) for a in args)
+    return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
 
 
 def _transform(fun, argnums, has_aux, with_value):

@@ -389,3 +389,31 @@ def test_grad_tile_in_shard_map(c):
     g = f(x, c.device_put(w, NamedSharding(mesh, P())))
     want = w.reshape(2, 2, 3, 2).sum(axis=(0, 2))  # each block's tiles
     assert np.array_equal(np.asarray(g), np.tile(want, (4, 1)))
+
+
+def test_vjp(c, mesh):
+    """jax.vjp in a jit body: a non-scalar output's cotangent pulled back to
+    both arguments (pytrees as they are), twice from one forward pass."""
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((8, 16)).astype(np.float32)
+    b = rng.standard_normal((16,)).astype(np.float32)
+    u = rng.standard_normal((8, 16)).astype(np.float32)
+    x = c.device_put(a, NamedSharding(mesh, P("X", None)))
+    y = c.device_put(b, NamedSharding(mesh, P()))
+    ct = c.device_put(u, NamedSharding(mesh, P("X", None)))
+
+    @shmap.jit
+    def f(x, y, ct):
+        out, pull = shmap.vjp(lambda p: jnp.tanh(p["x"] * p["y"]), {"x": x, "y": y})
+        (g1,) = pull(ct)
+        (g2,) = pull(2 * ct)
+        return out, g1["x"], g1["y"], g2["y"]
+    out, gx, gy, gy2 = f(x, y, ct)
+    d = u * (1 - np.tanh(a * b) ** 2)
+    assert np.allclose(np.asarray(out), np.tanh(a * b), atol=1e-6)
+    assert gx.type == x.type and gy.type == y.type
+    assert np.allclose(np.asarray(gx), d * b, atol=1e-5)
+    assert np.allclose(np.asarray(gy), (d * a).sum(0), atol=1e-4)
+    assert np.allclose(np.asarray(gy2), 2 * (d * a).sum(0), atol=1e-4)
+    with pytest.raises(shmap.InvalidArgument, match="inside a traced function"):
+        shmap.vjp(lambda v: v, x)
