@@ -564,6 +564,13 @@ def _rule(prim, g, out, args, kwargs):
         return _take_rule(g, out, *args, **kwargs)
     if prim == "take_along_axis":
         return _take_along_rule(g, out, *args, **kwargs)
+    if prim == "sort":  # sort(x) is x taken along argsort(x) (both stable)
+        a = _bind(prim, args, kwargs)
+        axis = a.get("axis")
+        axis = len(x.shape) - 1 if axis is None else axis
+        idx = jnp.argsort(x, axis=axis)
+        return [_take_along_rule(g, out, x, idx, axis=axis, mode="clip")[0]] + \
+            [None] * (len(args) - 1)
     if prim == "concatenate":
         arrays = args[0]
         axis = args[1] if len(args) > 1 else kwargs.get("axis", 0)
