@@ -291,7 +291,7 @@ static sm_err job_prepare(sm_cjobs *j, const sm_svc_submit_req *req, sm_job *job
                        p->name ? p->name : "", p->nops, j->max_ops);
     if ((e = sm_program_verify(p, req->check_vma, err, errlen)))
         return e;
-    job->auto_axes = p->kind == SM_PROG_JIT ? p->auto_axes : 0;
+    job->auto_axes = p->kind == SM_PROG_JIT ? p->auto_axes : p->mesh.auto_axes;
     if (p->kind == SM_PROG_JIT) { /* workers run the shard_map program it lowers to */
         sm_program *l = NULL;
         if ((e = sm_lower(p, NULL, &l, err, errlen)))

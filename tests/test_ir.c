@@ -269,6 +269,19 @@ START_TEST(test_roundtrip_oddities)
                              0);
     assert_roundtrip(p);
     sm_program_free(p);
+    /* a shard_map program keeps its mesh's axis types (its results' mesh) */
+    p = parse_ok("mesh i=2 j=2 axis_types=(Auto, Explicit)\n"
+                 "shard_map t(x: f32[4] @ P('i')) -> P('i'):\n"
+                 "    return x * 2\n",
+                 0);
+    ck_assert_uint_eq(p->mesh.auto_axes, 1);
+    sm_strbuf b = {0};
+    ck_assert_int_eq(sm_program_print(p, &b), SM_OK);
+    ck_assert_msg(strstr(sm_strbuf_str(&b), "mesh i=2 j=2 axis_types=(Auto, Explicit)\n"), "%s",
+                  sm_strbuf_str(&b));
+    sm_strbuf_free(&b);
+    assert_roundtrip(p);
+    sm_program_free(p);
 }
 END_TEST
 

@@ -120,6 +120,10 @@ static const prog_case progs[] = {
      "jit g(a: f32[2,4] @ P('x', 'y'), b: f32[4,2] @ P('y', None)):\n"
      "    z = jnp.einsum('ab,bc->ac', a, b, out_sharding=P('x', None, unreduced={'y'}))\n"
      "    return reshard(f(a, b) + z, P('x', None)) + ar(z)\n"},
+    /* a shard_map program's mesh with its axis types (Mesh.auto_axes) */
+    {"shard_map_types", "mesh i=2 j=2 axis_types=(Auto, Explicit)\n"
+                        "shard_map t(x: f32[4] @ P('i')) -> P('i'):\n"
+                        "    return x * 2\n"},
     /* slice strides (IrAttrs.ints3) */
     {"strided_slices", "mesh i=4\n"
                        "shard_map s(x: f32[8,16] @ P('i')) -> P('i'):\n"

@@ -523,7 +523,8 @@ static int sm_ir_attrs_equal(const sm_ir_attrs *a, const sm_ir_attrs *b)
 int sm_program_equal(const sm_program *a, const sm_program *b)
 {
     if (a->kind != b->kind || a->auto_axes != b->auto_axes ||
-        a->has_out_shardings != b->has_out_shardings || a->lowered != b->lowered)
+        a->mesh.auto_axes != b->mesh.auto_axes || a->has_out_shardings != b->has_out_shardings ||
+        a->lowered != b->lowered)
         return 0;
     if (a->mesh.naxes != b->mesh.naxes || a->nparams != b->nparams || a->nops != b->nops ||
         a->nvalues != b->nvalues || a->nreturns != b->nreturns || strcmp(a->name, b->name))

@@ -291,6 +291,7 @@ static int sm_ps_mesh(sm_parser *ps, sm_mesh *m, int *has_devices)
     if (ps->mesh_ntypes && ps->mesh_ntypes != n)
         return sm_ps_fail(ps, start, SM_EINVAL, "axis_types gives %d types for %d mesh axes",
                           ps->mesh_ntypes, n);
+    m->auto_axes = ps->mesh_auto; /* the mesh's own, for either kind of program */
     return 0;
 }
 

@@ -279,11 +279,11 @@ static void sm_ir_put_header(sm_strbuf *b, const sm_program *p)
             sm_strbuf_printf(b, "%s%d", d ? ", " : "", (int)p->mesh.devices[d]);
         sm_strbuf_puts(b, "]");
     }
-    if (p->kind == SM_PROG_JIT && p->auto_axes) {
+    uint32_t types = p->kind == SM_PROG_JIT ? p->auto_axes : p->mesh.auto_axes;
+    if (types) {
         sm_strbuf_puts(b, " axis_types=(");
         for (int a = 0; a < p->mesh.naxes; a++)
-            sm_strbuf_printf(b, "%s%s", a ? ", " : "",
-                             p->auto_axes & (1u << a) ? "Auto" : "Explicit");
+            sm_strbuf_printf(b, "%s%s", a ? ", " : "", types & (1u << a) ? "Auto" : "Explicit");
         sm_strbuf_puts(b, ")");
     }
     sm_strbuf_printf(b, "\n%s %s(", p->kind == SM_PROG_JIT ? "jit" : "shard_map", p->name);

@@ -364,9 +364,7 @@ class Array(_Shaped):
         self._client = client
         self._info = info
         # the Mesh it was made on, when it is the service's (the same
-        # object, so that meshes compare as the caller's do). Its axis types
-        # are the caller's: the service keeps a mesh's, but a shard_map's
-        # results are on its mesh as Explicit.
+        # object, so that meshes compare as the caller's do)
         names, sizes, devs, _ = info["mesh"]
         same = mesh is not None and tuple(mesh.axis_names) == tuple(names) and \
             tuple(mesh.axis_sizes) == tuple(sizes) and \

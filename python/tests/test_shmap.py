@@ -1127,6 +1127,10 @@ def test_auto_mesh_from_python(c):
         seen = c.get(a.id).sharding.mesh
         assert seen.axis_types == ("Auto", "Auto") and seen == mesh, seen
         assert repr(seen) == "Mesh('X': 2, 'Y': 2, axis_types=(Auto, Auto))"
+    @shmap.shard_map(mesh=mesh, in_specs=P("X"), out_specs=P("X"))
+    def double(b):
+        return b * 2
+    assert c.get(double(x).id).sharding.mesh.axis_types == ("Auto", "Auto")
     # the same devices as Explicit axes: another mesh, as JAX's meshes compare
     explicit = shmap.Mesh(mesh.devices, ("X", "Y"))
     e = c.device_put(xa, NamedSharding(explicit, P("X", None)))
