@@ -98,21 +98,26 @@ def unrecorded(b, expr):
 # ---- rules: the cotangents of an op's operands from its result's ------------
 
 
-def _sum_to(c, like):
+def _pending(t):
+    """t's type is not known yet (asking for it type-checks the program)."""
+    return t._ty is None
+
+
+def _sum_to(c, like, shape=None, dtype=None):
     """c summed down to the shape of like (numpy broadcasting undone), in
-    like's dtype."""
+    like's dtype. shape and dtype: c's, when the caller knows them (so that
+    a long program is not type-checked to learn them)."""
     jnp = _jnp()
-    shape = tuple(like.shape)
-    cs = tuple(c.shape)
-    if cs != shape:
-        lead = len(cs) - len(shape)
-        axes = tuple(range(lead)) + tuple(lead + d for d, n in enumerate(shape)
+    target = tuple(like.shape)
+    cs = tuple(c.shape) if shape is None else tuple(shape)
+    if cs != target:
+        lead = len(cs) - len(target)
+        axes = tuple(range(lead)) + tuple(lead + d for d, n in enumerate(target)
                                           if n == 1 and cs[lead + d] != 1)
         if axes:
             c = jnp.sum(c, axis=axes, keepdims=True)
-        if lead or tuple(c.shape) != shape:
-            c = jnp.reshape(c, shape)
-    if c.dtype != like.dtype:
+        c = jnp.reshape(c, target)
+    if (c.dtype if dtype is None else np.dtype(dtype)) != like.dtype:
         c = c.astype(like.dtype)
     return c
 
@@ -135,9 +140,15 @@ def _laid_like(c, a):
     a is invariant and c is not, c is summed over those axes (the
     transpose of the pvary JAX inserts where invariant meets varying), and
     pvary'd where a varies and c does not."""
+    b = _builder()
+    if b.kind != "shard_map" and _pending(c):
+        # past the first ops of a long program a type is learnt by checking
+        # the program: a reshard to a's sharding is emitted without asking
+        # (a no-op where c has it already)
+        kw = _laid_out_as(a)
+        return _jnp().reshard(c, kw["out_sharding"]) if kw else c
     if c.type == a.type:
         return c
-    b = _builder()
     if b.kind == "shard_map":
         from . import lax
         (cv, cu), (av, au) = _vma(c), _vma(a)
@@ -260,10 +271,15 @@ def _binary(op, g, out, a, b):
         return [da, db]
     if op in ("maximum", "minimum"):  # lax.max/min: ties share the cotangent
         pick = (a > b) if op == "maximum" else (a < b)
-        w = jnp.astype(pick, g.dtype) + 0.5 * jnp.astype(a == b, g.dtype)
+        w = jnp.astype(pick, out.dtype) + 0.5 * jnp.astype(a == b, out.dtype)
         return [g * w, g * (1 - w)]
     raise KeyError(op)
 
+
+# The ops whose operands broadcast to their result (their rules give each
+# operand a cotangent of the result's shape).
+_ELEMENTWISE = {"+", "-", "*", "/", "**", "add", "subtract", "multiply", "divide", "power",
+                "maximum", "minimum", "where"}
 
 _UNARY = {
     "negative": lambda g, out, x: -g,
@@ -331,7 +347,7 @@ def _take_rule(g, out, a, idx, axis=None, mode=None, out_sharding=None):
     elif mode == "wrap":
         idx = idx % size
     from . import nn
-    oh = nn.one_hot(idx, size, dtype=g.dtype)
+    oh = nn.one_hot(idx, size, dtype=out.dtype)
     letters = iter("abcdefghijklmnopqrstuvwxyz")
     pre = "".join(next(letters) for _ in range(axis))
     ind = "".join(next(letters) for _ in range(len(idx.shape)))
@@ -358,7 +374,7 @@ def _take_along_rule(g, out, arr, idx, axis=None, mode=None, out_sharding=None):
     elif mode != "fill":
         idx = jnp.clip(idx, 0, size - 1)
     from . import nn
-    oh = nn.one_hot(idx, size, dtype=g.dtype)  # idx's shape + (size,)
+    oh = nn.one_hot(idx, size, dtype=out.dtype)  # idx's shape + (size,)
     dims = "abcdefghijklmnopqrstuvwxy"[:n]
     res = dims[:axis] + "z" + dims[axis + 1:]
     return [jnp.einsum(f"{dims},{dims}z->{res}", g, oh, **_laid_out_as(arr)), None]
@@ -373,7 +389,7 @@ def _reduce_rule(name, g, out, a, axis=None, dtype=None, keepdims=False):
         return [ge / _count(a, axes)]
     # max, min: the positions holding the extreme share its cotangent
     oe, _ = _expand_reduced(out, a, axis, keepdims)
-    m = jnp.astype(a == oe, g.dtype)
+    m = jnp.astype(a == oe, out.dtype)
     return [ge * m / jnp.sum(m, axis=axes, keepdims=True)]
 
 
@@ -537,7 +553,7 @@ def _rule(prim, g, out, args, kwargs):
     x = args[0] if args else None
     if prim == "where":
         c = args[0]
-        keep = jnp.astype(c, g.dtype)
+        keep = jnp.astype(c, out.dtype)
         return [None, g * keep, g * (1 - keep)]
     if prim == "astype":
         # to an integer or bool: no derivative flows back (JAX's float0)
@@ -685,7 +701,13 @@ def _backward(tape, active, seeds, leaves):
         for a, c in zip(flat_args, flat_cts):
             if c is None or not isinstance(a, Tracer) or a.name not in active:
                 continue
-            c = _laid_like(_sum_to(c, a), a)
+            # an elementwise op's cotangents have its result's shape (then
+            # summed to the operand's); every other rule's, its operand's
+            same = prim not in _ELEMENTWISE or isinstance(res, tuple)
+            shape = a.shape if same else res.shape
+            dtype = a.dtype if prim in ("astype", "call") else \
+                (res[0] if isinstance(res, tuple) else res).dtype
+            c = _laid_like(_sum_to(c, a, shape, dtype), a)
             ct[a.name] = ct[a.name] + c if a.name in ct else c
     return [ct[t.name] if t.name in ct else _laid_like(jnp.zeros_like(t), t) for t in leaves]
 
