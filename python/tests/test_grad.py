@@ -247,17 +247,23 @@ def test_tree_util():
         d.unflatten([1])
 
 
+def _batch_and_weights(c, seed):
+    """A mesh of 4 devices 'i', a batch x (16, 8) sharded over it and
+    weights w (8, 3) replicated: (mesh, x's data, w's data, x, w)."""
+    mesh = c.make_mesh((4,), ("i",))
+    rng = np.random.default_rng(seed)
+    xa = rng.standard_normal((16, 8)).astype(np.float32)
+    wa = rng.standard_normal((8, 3)).astype(np.float32)
+    return (mesh, xa, wa, c.device_put(xa, NamedSharding(mesh, P("i"))),
+            c.device_put(wa, NamedSharding(mesh, P())))
+
+
 def test_grad_in_shard_map_data_parallel(c):
     """grad inside a shard_map body, JAX's data-parallel pattern: the
     parameter is invariant, the batch varies, the loss is a pmean; the
     gradient of the invariant parameter comes out summed over the devices
     (the transpose of the pvary where it met the batch)."""
-    mesh = c.make_mesh((4,), ("i",))
-    rng = np.random.default_rng(7)
-    xa = rng.standard_normal((16, 8)).astype(np.float32)
-    wa = rng.standard_normal((8, 3)).astype(np.float32)
-    x = c.device_put(xa, NamedSharding(mesh, P("i")))
-    w = c.device_put(wa, NamedSharding(mesh, P()))
+    mesh, xa, wa, x, w = _batch_and_weights(c, 7)
 
     @shmap.shard_map(mesh=mesh, in_specs=(P(), P("i")), out_specs=(P(), P()))
     def step(w, x):
@@ -316,12 +322,7 @@ def test_grad_of_jit_calling_shard_map(c):
     several results, collectives inside): each call's backward is a second
     shard_map function of the program (the body run again with its
     backward pass, as JAX's shard_map transpose), against numpy."""
-    mesh = c.make_mesh((4,), ("i",))
-    rng = np.random.default_rng(9)
-    xa = rng.standard_normal((16, 8)).astype(np.float32)
-    wa = rng.standard_normal((8, 3)).astype(np.float32)
-    x = c.device_put(xa, NamedSharding(mesh, P("i")))
-    w = c.device_put(wa, NamedSharding(mesh, P()))
+    mesh, xa, wa, x, w = _batch_and_weights(c, 9)
 
     @shmap.shard_map(mesh=mesh, in_specs=(P("i"), P()), out_specs=(P("i"), P()))
     def layer(x, w):
