@@ -53,9 +53,10 @@ static double ref_logistic(double v)
 /* The float reference of each unary op, in the order of SM_KERN_UNARY_LIST:
  * libm's function where it has one. */
 static double (*const ref_unary_float[])(
-    double) = {ref_negative, fabs,  ref_sign, floor, ceil,        nearbyint, exp,
-               log,          sin,   cos,      tanh,  sqrt,        ref_rsqrt, ref_logistic,
-               log1p,        expm1, tan,      erf,   ref_negative /* bitwise_not: no float form */};
+    double) = {ref_negative, fabs,  ref_sign, floor,       ceil,      nearbyint,    exp,   log,
+               sin,          cos,   tanh,     sqrt,        ref_rsqrt, ref_logistic, log1p, expm1,
+               tan,          erf,   asin,     acos,        atan,      sinh,         cosh,  asinh,
+               acosh,        atanh, cbrt,     ref_negative /* bitwise_not: no float form */};
 _Static_assert(sizeof ref_unary_float / sizeof *ref_unary_float == SM_KERN_UNARY_COUNT,
                "one reference per unary op");
 
@@ -231,8 +232,9 @@ START_TEST(test_unary_all)
                 const sm_shape *s = unary_shapes(si);
                 int64_t n = numel(s);
                 int positive = op == SM_KERN_LOG || op == SM_KERN_SQRT || op == SM_KERN_RSQRT ||
-                               op == SM_KERN_LOG1P;
-                void *x = rand_buf(t, n, positive ? 1 : -20, 20);
+                               op == SM_KERN_LOG1P || op == SM_KERN_ARCCOSH;
+                int unit = op == SM_KERN_ARCSIN || op == SM_KERN_ARCCOS || op == SM_KERN_ARCTANH;
+                void *x = rand_buf(t, n, unit ? -1 : positive ? 1 : -20, unit ? 1 : 20);
                 void *o = malloc(n ? (size_t)n * esize(t) : 1);
                 char err[256] = "";
                 sm_err rc = sm_kern_unary(op, t, s, x, o, err, sizeof err);

@@ -55,6 +55,15 @@
     X(SM_KERN_EXPM1, "expm1", 0)                                                                   \
     X(SM_KERN_TAN, "tan", 0)                                                                       \
     X(SM_KERN_ERF, "erf", 0)                                                                       \
+    X(SM_KERN_ARCSIN, "arcsin", 0)                                                                 \
+    X(SM_KERN_ARCCOS, "arccos", 0)                                                                 \
+    X(SM_KERN_ARCTAN, "arctan", 0)                                                                 \
+    X(SM_KERN_SINH, "sinh", 0)                                                                     \
+    X(SM_KERN_COSH, "cosh", 0)                                                                     \
+    X(SM_KERN_ARCSINH, "arcsinh", 0)                                                               \
+    X(SM_KERN_ARCCOSH, "arccosh", 0)                                                               \
+    X(SM_KERN_ARCTANH, "arctanh", 0)                                                               \
+    X(SM_KERN_CBRT, "cbrt", 0)                                                                     \
     X(SM_KERN_BITWISE_NOT, "bitwise_not", 2)
 
 typedef enum {

@@ -162,6 +162,15 @@ SMK_UN_F(log1p, log1pf(x), log1p(x))
 SMK_UN_F(expm1, expm1f(x), expm1(x))
 SMK_UN_F(tan, tanf(x), tan(x))
 SMK_UN_F(erf, erff(x), erf(x))
+SMK_UN_F(arcsin, asinf(x), asin(x))
+SMK_UN_F(arccos, acosf(x), acos(x))
+SMK_UN_F(arctan, atanf(x), atan(x))
+SMK_UN_F(sinh, sinhf(x), sinh(x))
+SMK_UN_F(cosh, coshf(x), cosh(x))
+SMK_UN_F(arcsinh, asinhf(x), asinh(x))
+SMK_UN_F(arccosh, acoshf(x), acosh(x))
+SMK_UN_F(arctanh, atanhf(x), atanh(x))
+SMK_UN_F(cbrt, cbrtf(x), cbrt(x))
 SMK_UN_I(negative, (smk_u)0 - (smk_u)x)
 SMK_UN_I(abs, x < 0 ? (smk_u)0 - (smk_u)x : (smk_u)x)
 SMK_UN_I(sign, x > 0 ? 1 : x < 0 ? -1 : 0)
@@ -193,6 +202,15 @@ static const smk_un_fn un_table[SM_KERN_UNARY_COUNT][SM_DTYPE_COUNT] = {
     [SM_KERN_EXPM1] = {SMK_UN_ENTRY_F(expm1)},
     [SM_KERN_TAN] = {SMK_UN_ENTRY_F(tan)},
     [SM_KERN_ERF] = {SMK_UN_ENTRY_F(erf)},
+    [SM_KERN_ARCSIN] = {SMK_UN_ENTRY_F(arcsin)},
+    [SM_KERN_ARCCOS] = {SMK_UN_ENTRY_F(arccos)},
+    [SM_KERN_ARCTAN] = {SMK_UN_ENTRY_F(arctan)},
+    [SM_KERN_SINH] = {SMK_UN_ENTRY_F(sinh)},
+    [SM_KERN_COSH] = {SMK_UN_ENTRY_F(cosh)},
+    [SM_KERN_ARCSINH] = {SMK_UN_ENTRY_F(arcsinh)},
+    [SM_KERN_ARCCOSH] = {SMK_UN_ENTRY_F(arccosh)},
+    [SM_KERN_ARCTANH] = {SMK_UN_ENTRY_F(arctanh)},
+    [SM_KERN_CBRT] = {SMK_UN_ENTRY_F(cbrt)},
     [SM_KERN_BITWISE_NOT] = {[SM_I32] = un_bitwise_not_i32,
                              [SM_I64] = un_bitwise_not_i64,
                              [SM_U8] = un_bitwise_not_u8,

@@ -296,6 +296,15 @@ _UNARY = {
     "logistic": lambda g, out, x: g * out * (1 - out),
     "abs": lambda g, out, x: g * _jnp().sign(x),
     "erf": lambda g, out, x: g * (2 / np.sqrt(np.pi)) * _jnp().exp(-(x * x)),
+    "arcsin": lambda g, out, x: g / _jnp().sqrt(1 - x * x),
+    "arccos": lambda g, out, x: -(g / _jnp().sqrt(1 - x * x)),
+    "arctan": lambda g, out, x: g / (1 + x * x),
+    "sinh": lambda g, out, x: g * _jnp().cosh(x),
+    "cosh": lambda g, out, x: g * _jnp().sinh(x),
+    "arcsinh": lambda g, out, x: g / _jnp().sqrt(x * x + 1),
+    "arccosh": lambda g, out, x: g / _jnp().sqrt((x - 1) * (x + 1)),
+    "arctanh": lambda g, out, x: g / (1 - x * x),
+    "cbrt": lambda g, out, x: g / (3 * out * out),
 }
 
 

@@ -634,3 +634,318 @@ pi, e, inf, nan, newaxis = _np.pi, _np.e, _np.inf, _np.nan, None
 __all__ += ["square", "clip", "full_like", "zeros_like", "ones_like", "flip", "stack",
             "float16", "float32", "float64", "int32", "int64", "uint8", "bool_", "pi", "e",
             "inf", "nan", "newaxis"]
+
+
+# ---- numpy's other names, made of the op table's ops --------------------------------------
+
+absolute, fabs, positive = abs, abs, lambda x: x  # noqa: F821
+amax, amin, around, rint = max, min, round, round  # noqa: F821
+true_divide, remainder = divide, mod  # noqa: F821
+
+
+@_at_once
+def trunc(x):
+    """Rounds toward zero: floor for x >= 0, ceil below."""
+    return where(x < 0, ceil(x), floor(x))  # noqa: F821
+
+
+@_at_once
+def deg2rad(x):
+    """x * pi / 180 (radians)."""
+    return x * (pi / 180)
+
+
+@_at_once
+def rad2deg(x):
+    """x * 180 / pi (degrees)."""
+    return x * (180 / pi)
+
+
+radians, degrees = deg2rad, rad2deg
+
+
+@_at_once
+def hypot(x1, x2):
+    """sqrt(x1**2 + x2**2) without overflow: the larger magnitude times
+    sqrt(1 + r**2), r the ratio (0 where both are 0)."""
+    a, b = abs(x1), abs(x2)  # noqa: F821
+    hi, lo = maximum(a, b), minimum(a, b)  # noqa: F821
+    r = lo / where(hi == 0, 1, hi)  # noqa: F821
+    return hi * sqrt(1 + r * r)  # noqa: F821
+
+
+@_at_once
+def logaddexp(x1, x2):
+    """log(exp(x1) + exp(x2)) without overflow: max + log1p(exp(-|x1 - x2|))
+    (inf where both are the same infinity, as numpy)."""
+    m = maximum(x1, x2)  # noqa: F821
+    d = x1 - x2
+    d = where(isnan(d), 0, d)  # (inf - inf: both infinite)  # noqa: F821
+    return m + log1p(exp(-abs(d)))  # noqa: F821
+
+
+@_at_once
+def logaddexp2(x1, x2):
+    """log2(2**x1 + 2**x2), as logaddexp in base 2."""
+    return logaddexp(x1 * _np.log(2), x2 * _np.log(2)) / _np.log(2)
+
+
+@_at_once
+def sinc(x):
+    """sin(pi x) / (pi x), 1 at 0."""
+    y = where(x == 0, 1, x) * pi  # noqa: F821
+    return where(x == 0, 1, sin(y) / y)  # noqa: F821
+
+
+@_at_once
+def heaviside(x1, x2):
+    """0 below 0, x2 at 0, 1 above (NaN stays NaN)."""
+    return where(x1 < 0, 0, where(x1 > 0, 1, where(x1 == 0, x2, x1)))  # noqa: F821
+
+
+@_at_once
+def fmax(x1, x2):
+    """maximum, ignoring a NaN where the other value is a number."""
+    return where(isnan(x1), x2, where(isnan(x2), x1, maximum(x1, x2)))  # noqa: F821
+
+
+@_at_once
+def fmin(x1, x2):
+    """minimum, ignoring a NaN where the other value is a number."""
+    return where(isnan(x1), x2, where(isnan(x2), x1, minimum(x1, x2)))  # noqa: F821
+
+
+@_at_once
+def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
+    """NaN to nan, +-inf to posinf / neginf (the dtype's largest finite
+    values by default)."""
+    if not _np.issubdtype(x.dtype, _np.floating):
+        return x
+    fi = _np.finfo(x.dtype)
+    x = where(isnan(x), nan, x)  # noqa: F821
+    x = where(x == _np.inf, fi.max if posinf is None else posinf, x)  # noqa: F821
+    return where(x == -_np.inf, fi.min if neginf is None else neginf, x)  # noqa: F821
+
+
+@_at_once
+def ptp(a, axis=None, keepdims=False):
+    """max - min over axis."""
+    return max(a, axis=axis, keepdims=keepdims) - min(a, axis=axis, keepdims=keepdims)  # noqa
+
+
+@_at_once
+def count_nonzero(a, axis=None, keepdims=False):
+    """How many entries are not 0 (int32)."""
+    return sum(astype(a != 0, _np.int32), axis=axis, keepdims=keepdims)  # noqa: F821
+
+
+@_at_once
+def average(a, axis=None, weights=None, returned=False, keepdims=False):
+    """mean without weights; with them sum(a * w) / sum(w) over axis (w of
+    a's shape, or 1-D along a single axis)."""
+    if weights is None:
+        avg = mean(a, axis=axis, keepdims=keepdims)  # noqa: F821
+        n = _reduced_count(a, axis)
+        return (avg, full_like(avg, n)) if returned else avg
+    w = weights
+    if len(w.shape) != len(a.shape):
+        if axis is None or len(w.shape) != 1:
+            raise ValueError("average: 1-D weights need an axis, and their length along it")
+        ax = axis % len(a.shape)
+        w = reshape(w, tuple(-1 if d == ax else 1 for d in range(len(a.shape))))  # noqa: F821
+        w = broadcast_to(w, tuple(a.shape))  # noqa: F821
+    ws = sum(w, axis=axis, keepdims=keepdims)  # noqa: F821
+    avg = sum(a * w, axis=axis, keepdims=keepdims) / ws  # noqa: F821
+    return (avg, ws) if returned else avg
+
+
+@_at_once
+def diff(a, n=1, axis=-1):
+    """The n-th differences along axis: a[1:] - a[:-1], n times."""
+    ax = axis % len(a.shape)
+    every = (builtins.slice(None),) * ax
+    for _ in range(n):
+        a = a[every + (builtins.slice(1, None),)] - a[every + (builtins.slice(None, -1),)]
+    return a
+
+
+def atleast_1d(*arys):
+    """Each array with at least 1 dimension (a 0-d one becomes (1,))."""
+    out = [a if len(a.shape) >= 1 else reshape(a, (1,)) for a in arys]  # noqa: F821
+    return out[0] if len(out) == 1 else out
+
+
+def atleast_2d(*arys):
+    """Each array with at least 2 dimensions: () -> (1, 1), (n,) -> (1, n)."""
+    def up(a):
+        s = tuple(a.shape)
+        return a if len(s) >= 2 else reshape(a, (1,) * (2 - len(s)) + s)  # noqa: F821
+    out = [up(a) for a in arys]
+    return out[0] if len(out) == 1 else out
+
+
+def atleast_3d(*arys):
+    """Each array with at least 3 dimensions: (n,) -> (1, n, 1), (m, n) ->
+    (m, n, 1), as numpy."""
+    def up(a):
+        s = tuple(a.shape)
+        if len(s) >= 3:
+            return a
+        s = (1, 1, 1) if len(s) == 0 else (1,) + s + (1,) if len(s) == 1 else s + (1,)
+        return reshape(a, s)  # noqa: F821
+    out = [up(a) for a in arys]
+    return out[0] if len(out) == 1 else out
+
+
+@_at_once
+def fliplr(m):
+    """flip along axis 1."""
+    return flip(m, 1)
+
+
+@_at_once
+def flipud(m):
+    """flip along axis 0."""
+    return flip(m, 0)
+
+
+@_at_once
+def repeat(a, repeats, axis=None):
+    """Each entry repeated (an int number of times) along axis (the
+    flattened array when None), as a broadcast and a reshape."""
+    if not isinstance(repeats, numbers.Integral):
+        raise ValueError("repeat: repeats must be a static int here")
+    if axis is None:
+        a, axis = reshape(a, (-1,)), 0  # noqa: F821
+    ax = axis % len(a.shape)
+    s = tuple(a.shape)
+    b = expand_dims(a, ax + 1)  # noqa: F821
+    b = broadcast_to(b, s[:ax + 1] + (repeats,) + s[ax + 1:])  # noqa: F821
+    return reshape(b, s[:ax] + (s[ax] * repeats,) + s[ax + 1:])  # noqa: F821
+
+
+@_at_once
+def diagonal(a, offset=0, axis1=0, axis2=1):
+    """The diagonal of a's (axis1, axis2) plane, last in the result: a
+    masked sum against an identity of the plane's shape."""
+    if len(a.shape) != 2 or (axis1, axis2) != (0, 1):
+        raise ValueError("diagonal: 2-D arrays (axis1=0, axis2=1) only here")
+    n, m = a.shape
+    k = builtins.max(0, builtins.min(n + builtins.min(offset, 0), m - builtins.max(offset, 0)))
+    if k == 0:
+        return zeros((0,), dtype=a.dtype)  # noqa: F821
+    rows = a[builtins.max(-offset, 0):builtins.max(-offset, 0) + k,
+             builtins.max(offset, 0):builtins.max(offset, 0) + k]
+    return sum(rows * eye(k, dtype=a.dtype), axis=1)  # noqa: F821
+
+
+@_at_once
+def trace(a, offset=0, axis1=0, axis2=1, dtype=None):
+    """The sum of the diagonal."""
+    return sum(diagonal(a, offset, axis1, axis2), dtype=dtype)  # noqa: F821
+
+
+@_at_once
+def diag(v, k=0):
+    """A 1-D v: the square matrix with v on its k-th diagonal; a 2-D v: its
+    k-th diagonal."""
+    if len(v.shape) == 2:
+        return diagonal(v, k)
+    if len(v.shape) != 1:
+        raise ValueError("diag: a 1-D or 2-D array")
+    n = v.shape[0] + builtins.abs(k)
+    m = eye(n, k=k, dtype=v.dtype)
+    lo = builtins.max(-k, 0)
+    col = pad(v, ((lo, n - v.shape[0] - lo),))  # noqa: F821 (v along the rows it lands in)
+    return m * reshape(col, (n, 1))  # noqa: F821
+
+
+@_at_once
+def vdot(a, b):
+    """The dot product of the flattened arrays."""
+    return sum(reshape(a, (-1,)) * reshape(b, (-1,)))  # noqa: F821
+
+
+def broadcast_arrays(*args):
+    """The arrays broadcast to their common shape."""
+    shape = _np.broadcast_shapes(*[tuple(a.shape) for a in args])
+    return [broadcast_to(a, shape) for a in args]  # noqa: F821
+
+
+def meshgrid(*xi, indexing="xy"):
+    """Coordinate arrays of 1-D xi ('xy': the first two axes swapped, as
+    numpy's default)."""
+    n = len(xi)
+    shape = [x.shape[0] for x in xi]
+    if indexing == "xy" and n >= 2:
+        shape[0], shape[1] = shape[1], shape[0]
+    out = []
+    for i, x in enumerate(xi):
+        at = (1 if i == 0 else 0 if i == 1 else i) if indexing == "xy" and n >= 2 else i
+        s = [1] * n
+        s[at] = x.shape[0]
+        out.append(broadcast_to(reshape(x, tuple(s)), tuple(shape)))  # noqa: F821
+    return out
+
+
+@_at_once
+def column_stack(tup):
+    """1-D arrays as columns, 2-D ones as they are, side by side."""
+    return concatenate([reshape(a, (-1, 1)) if len(a.shape) == 1 else a  # noqa: F821
+                        for a in tup], axis=1)
+
+
+@_at_once
+def dstack(tup):
+    """Along a third axis (atleast_3d first)."""
+    return concatenate([atleast_3d(a) for a in tup], axis=2)  # noqa: F821
+
+
+def hsplit(ary, indices_or_sections):
+    return split(ary, indices_or_sections, axis=1 if len(ary.shape) > 1 else 0)
+
+
+def vsplit(ary, indices_or_sections):
+    return split(ary, indices_or_sections, axis=0)
+
+
+@_at_once
+def nanvar(a, axis=None, dtype=None, ddof=0, keepdims=False):
+    """var of the entries that are not NaN (NaN where all are)."""
+    ok = logical_not(isnan(a))  # noqa: F821
+    n = sum(astype(ok, _np.float32), axis=axis, keepdims=True)  # noqa: F821
+    m = nansum(a, axis=axis, keepdims=True) / n
+    d = where(ok, a - m, 0)  # noqa: F821
+    v = sum(d * d, axis=axis, keepdims=True) / (n - ddof)  # noqa: F821
+    return v if keepdims else squeeze(v, axis)  # noqa: F821
+
+
+@_at_once
+def nanstd(a, axis=None, dtype=None, ddof=0, keepdims=False):
+    """sqrt(nanvar)."""
+    return sqrt(nanvar(a, axis=axis, ddof=ddof, keepdims=keepdims))  # noqa: F821
+
+
+def _tri_mask(N, M=None, k=0, dtype=None):
+    return tril(ones((N, N if M is None else M), dtype=dtype or _np.float32), k)  # noqa: F821
+
+
+tri = _tri_mask
+
+
+def empty(shape, dtype=None, out_sharding=None):
+    """zeros (the service's arrays always have values)."""
+    return zeros(shape, dtype=dtype, out_sharding=out_sharding)  # noqa: F821
+
+
+def empty_like(a, dtype=None):
+    return zeros_like(a, dtype)
+
+
+__all__ += ["absolute", "fabs", "positive", "amax", "amin", "around", "rint", "true_divide",
+            "remainder", "trunc", "deg2rad", "rad2deg", "radians", "degrees", "hypot",
+            "logaddexp", "logaddexp2", "sinc", "heaviside", "fmax", "fmin", "nan_to_num", "ptp",
+            "count_nonzero", "average", "diff", "atleast_1d", "atleast_2d", "atleast_3d",
+            "fliplr", "flipud", "repeat", "diagonal", "trace", "diag", "vdot",
+            "broadcast_arrays", "meshgrid", "column_stack", "dstack", "hsplit", "vsplit",
+            "nanvar", "nanstd", "tri", "empty", "empty_like"]

@@ -64,6 +64,11 @@ UNARY = [
     ("logistic", lambda xp, x: (1 / (1 + np.exp(-x))) if xp is np else lax.logistic(x)),
     ("erf", lambda xp, x: x * 0 + (np.vectorize(__import__("math").erf)(x) if xp is np
                                    else jnp.erf(x))),
+    ("inverse_trig", lambda xp, x: xp.arcsin(xp.tanh(x)) + xp.arccos(xp.tanh(x) * 0.9) +
+     xp.arctan(x)),
+    ("hyperbolic", lambda xp, x: xp.sinh(x) + xp.cosh(x) + xp.arcsinh(x) +
+     xp.arccosh(x * x + 1.5) + xp.arctanh(xp.tanh(x) * 0.9)),
+    ("cbrt", lambda xp, x: xp.cbrt(x * x + 1)),
 ]
 
 

@@ -1537,3 +1537,58 @@ def test_connect_tls(tmp_path):
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=10)
+
+
+MORE_NUMPY = [
+    ("arcsin", lambda m, x, y: m.arcsin(x / 5)), ("arccos", lambda m, x, y: m.arccos(y / 5)),
+    ("arctan", lambda m, x, y: m.arctan(x)), ("sinh", lambda m, x, y: m.sinh(x / 2)),
+    ("cosh", lambda m, x, y: m.cosh(y / 2)), ("arcsinh", lambda m, x, y: m.arcsinh(x)),
+    ("arccosh", lambda m, x, y: m.arccosh(m.abs(x) + 1)),
+    ("arctanh", lambda m, x, y: m.arctanh(y / 5)), ("cbrt", lambda m, x, y: m.cbrt(x)),
+    ("absolute", lambda m, x, y: m.absolute(x) + m.fabs(y) + m.positive(x)),
+    ("amax_amin", lambda m, x, y: m.amax(x, axis=1) - m.amin(y, axis=1)),
+    ("around_rint_trunc", lambda m, x, y: m.around(x * 1.3) + m.rint(y / 3) + m.trunc(x / 3)),
+    ("true_divide_remainder", lambda m, x, y: m.true_divide(x, y + 9) + m.remainder(x, 3)),
+    ("degrees", lambda m, x, y: m.deg2rad(x) + m.rad2deg(y) + m.radians(x) + m.degrees(y)),
+    ("hypot", lambda m, x, y: m.hypot(x, y) + m.hypot(x * 1e30, y * 1e30) / 1e30),
+    ("logaddexp", lambda m, x, y: m.logaddexp(x * 40, y * 40) + m.logaddexp2(x, y)),
+    ("sinc_heaviside", lambda m, x, y: m.sinc(x / 2) + m.heaviside(x, 0.5)),
+    ("fmax_fmin", lambda m, x, y: m.fmax(m.log(x), y) + m.fmin(x, m.log(y))),
+    ("nan_to_num", lambda m, x, y: m.nan_to_num(m.log(x) / y, nan=-1.0)),
+    ("ptp_count", lambda m, x, y: m.ptp(x, axis=0) + m.count_nonzero(y, axis=0)),
+    ("average", lambda m, x, y: m.average(x, axis=1, weights=m.abs(y) + 1) + m.average(y, 1)),
+    ("average_1d_weights", lambda m, x, y: m.average(x, axis=1, weights=m.arange(16.0) + 1)),
+    ("diff", lambda m, x, y: m.diff(x, axis=1) + m.diff(y, n=2, axis=0).sum()),
+    ("flips", lambda m, x, y: m.fliplr(x) + m.flipud(y)),
+    ("repeat", lambda m, x, y: m.repeat(x, 2, axis=0)[:, :4] + m.repeat(y[0], 3)[:4]),
+    ("diagonals", lambda m, x, y: m.diagonal(x, 3)[:6] * m.trace(y) + m.diag(x[:, :8], -2)),
+    ("diag_matrix", lambda m, x, y: m.diag(x[0, :5], 2) + m.diag(y[1, :7], -1)[:7, :7]),
+    ("vdot", lambda m, x, y: m.vdot(x, y)),
+    ("broadcast_arrays", lambda m, x, y: m.broadcast_arrays(x[:, :1], y[:1])[0] * 2),
+    ("meshgrid", lambda m, x, y: m.meshgrid(x[0, :3], y[0, :5])[0] + m.meshgrid(
+        x[0, :3], y[0, :5], indexing="ij")[1].T),
+    ("stacks", lambda m, x, y: m.column_stack([x[0], y[0]]) + m.dstack([x[:2], y[:2]])[0]),
+    ("splits", lambda m, x, y: m.hsplit(x, 4)[1][:4] + m.vsplit(y, 2)[0][:, :4]),
+    ("nanvar", lambda m, x, y: m.nanvar(m.where(x > 3, m.nan, y), axis=1) +
+     m.nanstd(m.where(y > 3, m.nan, x), axis=1, ddof=1)),
+    ("atleast", lambda m, x, y: m.atleast_3d(x).sum(axis=2) + m.atleast_2d(y[0])),
+    ("tri", lambda m, x, y: x[:, :5] * m.tri(8, 5, 1)),
+]
+
+
+@pytest.mark.parametrize("name,f", MORE_NUMPY, ids=[u[0] for u in MORE_NUMPY])
+def test_more_numpy_functions(c, name, f):
+    """numpy's other names and functions, made of the op table's ops (and
+    nine more elementwise rows: arcsin ... cbrt), in a jit, against numpy
+    (replicated inputs: the rows index single rows and columns freely)."""
+    mesh = c.make_mesh((4, 2), ("i", "j"))
+    rng = np.random.default_rng(12)
+    xa = rng.integers(-4, 5, (8, 16)).astype(np.float32) + 0.25
+    ya = rng.integers(-4, 5, (8, 16)).astype(np.float32)
+    x = c.device_put(xa, NamedSharding(mesh, P()))
+    y = c.device_put(ya, NamedSharding(mesh, P()))
+    with np.errstate(all="ignore"):
+        want = f(np, xa, ya)
+    got = np.asarray(shmap.jit(lambda x, y: f(jnp, x, y))(x, y))
+    assert got.shape == np.shape(want)
+    assert np.allclose(got, want, rtol=2e-5, atol=1e-5, equal_nan=True), (got, want)
