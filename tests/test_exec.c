@@ -76,6 +76,8 @@ static const op_row rows[] = {
     {M42, XY, PIJ, "tan(x / 16)"},
     {M42, XY, PIJ, "erf(x / 4)"},
     {M42, XY, PIJ, "arcsin(x / 4) + arccos(y / 4) + arctan(x)"},
+    {M42, XY, PIJ, "arctan2(x, y)"},
+    {M42, NI, PIJ, "arctan2(n, m)"},
     {M42, XY, PIJ, "sinh(x / 2) + cosh(y / 2) + arcsinh(x)"},
     {M42, XY, PIJ, "arccosh(abs(x) + 1) + arctanh(y / 5) + cbrt(x)"},
     {M42, NI, PIJ, "(n & m) | (m ^ 3)", "bitwise_or(bitwise_and(n, m), bitwise_xor(m, 3))"},

@@ -60,6 +60,7 @@ static const op_case ops[] = {
     {"log1p(x)", "f32[2,16]{V:i}"},
     {"expm1(k)", "f32[2]{V:i}"},
     {"tan(y)", "f32[16,4]"},
+    {"arctan2(y, y)", "f32[16,4]"},
     {"arcsin(y)", "f32[16,4]"},
     {"arccos(y)", "f32[16,4]"},
     {"arctan(y)", "f32[16,4]"},

@@ -101,6 +101,8 @@ static int unary_ok(sm_kern_unary_op op, sm_dtype t)
 
 static int binary_ok(sm_kern_binary_op op, sm_dtype t)
 {
+    if (op == SM_KERN_ARCTAN2)
+        return is_float(t);
     if (op >= SM_KERN_BITWISE_AND)
         return !is_float(t);
     if (op >= SM_KERN_MAXIMUM)
@@ -171,6 +173,9 @@ static val ref_binary(sm_kern_binary_op op, sm_dtype t, val x, val y)
                 acc *= (uint64_t)p;
             r.i = wrap(t, acc);
         }
+        break;
+    case SM_KERN_ARCTAN2:
+        r.f = atan2(a, b);
         break;
     case SM_KERN_MAXIMUM:
         r.f = (a >= b || isnan(a)) ? a : b;
@@ -348,7 +353,8 @@ START_TEST(test_binary_all)
                     ck_assert_int_eq(rc, SM_EUNSUPPORTED);
                 } else {
                     ck_assert_msg(rc == SM_OK, "%s: %s", sm_kern_binary_name(op), err);
-                    double rel = op == SM_KERN_POWER && t == SM_F32 ? 1e-6 : 0;
+                    double rel =
+                        (op == SM_KERN_POWER || op == SM_KERN_ARCTAN2) && t == SM_F32 ? 1e-6 : 0;
                     int64_t idx[SM_MAX_RANK];
                     for (int64_t k = 0; k < no; k++) {
                         unravel(k, &os, idx);

@@ -38,12 +38,15 @@ sm_err sm_ir_infer_binary(const sm_program *p, const sm_ir_op *op, const sm_ir_v
     return SM_OK;
 }
 
-sm_err sm_ir_infer_divide(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
-                          sm_ir_value *out, char *err, size_t errlen)
+/* divide and arctan2: as any binary op, float32 for integers (true
+ * division, as jnp's). */
+sm_err sm_ir_infer_binary_float(const sm_program *p, const sm_ir_op *op,
+                                const sm_ir_value *const *in, sm_ir_value *out, char *err,
+                                size_t errlen)
 {
     sm_err e = sm_ir_infer_binary(p, op, in, out, err, errlen);
     if (!e && !sm_dtype_is_float(out->dtype))
-        out->dtype = SM_F32; /* true division of integers */
+        out->dtype = SM_F32;
     return e;
 }
 

@@ -76,7 +76,7 @@ typedef enum {
 /* X(ENUM, name, kind): kind 0 arithmetic (f32 f64 i32 i64, result of the
  * operands' dtype), 1 comparison (also u8 and bool, result bool), 2
  * maximum/minimum (also u8 and bool), 3 bitwise (i32 i64 u8 bool only; on
- * bool the logical op). */
+ * bool the logical op), 4 float only (f32 f64). */
 #define SM_KERN_BINARY_LIST(X)                                                                     \
     X(SM_KERN_ADD, "add", 0)                                                                       \
     X(SM_KERN_SUBTRACT, "subtract", 0)                                                             \
@@ -85,6 +85,7 @@ typedef enum {
     X(SM_KERN_MOD, "mod", 0)                                                                       \
     X(SM_KERN_FLOOR_DIVIDE, "floor_divide", 0)                                                     \
     X(SM_KERN_POWER, "power", 0)                                                                   \
+    X(SM_KERN_ARCTAN2, "arctan2", 4)                                                               \
     X(SM_KERN_MAXIMUM, "maximum", 2)                                                               \
     X(SM_KERN_MINIMUM, "minimum", 2)                                                               \
     X(SM_KERN_EQUAL, "equal", 1)                                                                   \

@@ -294,6 +294,7 @@ SMK_BIN_F(divide, x / y)
 SMK_BIN_F(mod, smk_fmodn(x, y))
 SMK_BIN_F(floor_divide, smk_fdivn(x, y))
 SMK_BIN_F(power, _Generic(x, float : powf, double : pow)(x, y))
+SMK_BIN_F(arctan2, _Generic(x, float : atan2f, double : atan2)(x, y))
 SMK_BIN_F(maximum, (x >= y || x != x) ? x : y)
 SMK_BIN_F(minimum, (x <= y || x != x) ? x : y)
 SMK_BIN_I(add, (smk_u)x + (smk_u)y)
@@ -342,6 +343,7 @@ static const smk_bin_fn bin_table[SM_KERN_BINARY_COUNT][SM_DTYPE_COUNT] = {
     [SM_KERN_MOD] = {SMK_BIN_ENTRY_FI(mod)},
     [SM_KERN_FLOOR_DIVIDE] = {SMK_BIN_ENTRY_FI(floor_divide)},
     [SM_KERN_POWER] = {SMK_BIN_ENTRY_FI(power)},
+    [SM_KERN_ARCTAN2] = {[SM_F32] = bin_arctan2_f32, [SM_F64] = bin_arctan2_f64},
     [SM_KERN_MAXIMUM] = {SMK_BIN_ENTRY_ALL(maximum)},
     [SM_KERN_MINIMUM] = {SMK_BIN_ENTRY_ALL(minimum)},
     [SM_KERN_EQUAL] = {SMK_BIN_ENTRY_ALL(equal)},

@@ -269,6 +269,9 @@ def _binary(op, g, out, a, b):
         da = g * b * a ** (b - 1) if isinstance(a, Tracer) else None
         db = g * out * jnp.log(a) if isinstance(b, Tracer) else None
         return [da, db]
+    if op == "arctan2":  # arctan2(a, b): d/da = b / r2, d/db = -a / r2
+        r2 = a * a + b * b
+        return [g * b / r2, -(g * a) / r2]
     if op in ("maximum", "minimum"):  # lax.max/min: ties share the cotangent
         pick = (a > b) if op == "maximum" else (a < b)
         w = jnp.astype(pick, out.dtype) + 0.5 * jnp.astype(a == b, out.dtype)
@@ -279,7 +282,7 @@ def _binary(op, g, out, a, b):
 # The ops whose operands broadcast to their result (their rules give each
 # operand a cotangent of the result's shape).
 _ELEMENTWISE = {"+", "-", "*", "/", "**", "add", "subtract", "multiply", "divide", "power",
-                "maximum", "minimum", "where"}
+                "maximum", "minimum", "arctan2", "where"}
 
 _UNARY = {
     "negative": lambda g, out, x: -g,
@@ -539,7 +542,7 @@ _SHIFTS = {  # the ops that move, cut or repeat blocks: (g, out, bound args, n a
 def _rule(prim, g, out, args, kwargs):
     jnp = _jnp()
     if prim in ("+", "-", "*", "/", "**", "add", "subtract", "multiply", "divide", "power",
-                "maximum", "minimum"):
+                "maximum", "minimum", "arctan2"):
         return _binary(prim, g, out, *args)
     if prim in ("@", "matmul", "dot"):
         return _matmul_rule("dot" if prim == "dot" else "matmul", g, out, *args, **kwargs)

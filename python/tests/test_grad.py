@@ -116,6 +116,7 @@ PRODUCTS = [
     ("einsum_lone", lambda xp, a, b: _sm(xp, xp.einsum("ij,k->k", a, b)), (8, 16), (12,)),
     ("broadcast_add", lambda xp, a, b: _sm(xp, (a * b) + b), (8, 16), (16,)),
     ("power", lambda xp, a, b: _sm(xp, (a * a + 1) ** (b * 0.5)), (8, 16), (16,)),
+    ("arctan2", lambda xp, a, b: _sm(xp, xp.arctan2(a, b)), (8, 16), (16,)),
 ]
 
 
@@ -129,7 +130,7 @@ def test_grad_products(c, mesh, name, f, sa, sb):
     sa_spec = {2: P("X", None), 3: P(None, "X", None)}[len(sa)]
     sb_spec = {1: P(), 2: P(None, "Y") if name != "einsum" else P("Y", None),
                3: P(None, None, "Y")}[len(sb)]
-    if name in ("broadcast_add", "power"):
+    if name in ("broadcast_add", "power", "arctan2"):
         sb_spec = P()
     _check(c, mesh, f, [a, b], [sa_spec, sb_spec], rng, argnums=(0, 1))
 

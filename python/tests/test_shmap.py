@@ -1542,6 +1542,7 @@ def test_connect_tls(tmp_path):
 MORE_NUMPY = [
     ("arcsin", lambda m, x, y: m.arcsin(x / 5)), ("arccos", lambda m, x, y: m.arccos(y / 5)),
     ("arctan", lambda m, x, y: m.arctan(x)), ("sinh", lambda m, x, y: m.sinh(x / 2)),
+    ("arctan2", lambda m, x, y: m.arctan2(y, x - 0.25) + m.arctan2(x.astype(np.int32), 3)),
     ("cosh", lambda m, x, y: m.cosh(y / 2)), ("arcsinh", lambda m, x, y: m.arcsinh(x)),
     ("arccosh", lambda m, x, y: m.arccosh(m.abs(x) + 1)),
     ("arctanh", lambda m, x, y: m.arctanh(y / 5)), ("cbrt", lambda m, x, y: m.cbrt(x)),
