@@ -25,6 +25,7 @@ from ._core import (AlreadyExists, Array, Auto, AxisType, Cancelled, Client, Dat
                     device_put, get_mesh, local_cluster, make_mesh, set_mesh, typeof,
                     use_mesh, visualize_array_sharding)
 from ._grad import grad, value_and_grad, vjp
+from ._vmap import vmap
 from ._trace import Future, Lowered, Tracer, jit, shard_map
 from .tree_util import tree
 
@@ -39,5 +40,5 @@ __all__ = [
     "Unavailable", "Unimplemented", "block_until_ready", "connect", "device_get", "device_put",
     "get_mesh", "grad", "jit", "lax", "local_cluster", "make_mesh", "nn", "numpy", "reshard",
     "set_mesh", "shard_map", "tree", "tree_util", "typeof", "use_mesh", "value_and_grad",
-    "visualize_array_sharding", "vjp", "with_sharding_constraint",
+    "visualize_array_sharding", "vjp", "vmap", "with_sharding_constraint",
 ]

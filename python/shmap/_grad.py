@@ -779,7 +779,17 @@ def _grad_call(fun, argnums, has_aux, with_value, args, kwargs):
                                   f"caller, but got only {len(args)} positional arguments.")
     nums = tuple(k % len(args) for k in nums)
     args, flat = _diff_args(args, nums, "grad")
-    res, tape, active = _taped(b, flat, lambda: fun(*args, **kwargs))
+    from . import _vmap
+    batch = _vmap.innermost()  # inside vmap: (its level, its size), else None
+    if batch is not None:
+        # per-example gradients (as JAX's vmap of grad): every differentiated
+        # value is batched, and the tape holds the batched ops
+        flat = [t if isinstance(t, _vmap.BatchTracer) and t.level == batch[0] else
+                _vmap.batch_of(t, *batch) for t in flat]
+        it = iter(flat)
+        args = [_tree_build(a, it) if k in nums else a for k, a in enumerate(args)]
+    vals = [t.val if batch is not None else t for t in flat]
+    res, tape, active = _taped(b, vals, lambda: fun(*args, **kwargs))
     out, aux = _split_aux(res, has_aux, "grad")
     if not isinstance(out, Tracer):
         raise InvalidArgument(f"grad: the function's output is a {type(out).__name__}, not "
@@ -794,8 +804,12 @@ def _grad_call(fun, argnums, has_aux, with_value, args, kwargs):
                               f"differentiation, pass holomorphic=True. For differentiation "
                               f"of non-holomorphic functions involving complex outputs, use "
                               f"jax.vjp directly.")
-    seeds = _seeds([out], [_jnp().full((), 1.0, dtype=out.dtype)], active)
-    cts = iter(_backward(tape, active, seeds, flat))
+    o = out.val if batch is not None and getattr(out, "level", None) == batch[0] else out
+    seeds = _seeds([o], [_jnp().full(tuple(o.shape), 1.0, dtype=o.dtype)], active)
+    cts = _backward(tape, active, seeds, vals)
+    if batch is not None:
+        cts = [_vmap.BatchTracer(c, batch[1], batch[0]) for c in cts]
+    cts = iter(cts)
     grads = tuple(_tree_build(args[k], cts) for k in nums)
     g = grads[0] if single else grads
     if with_value:

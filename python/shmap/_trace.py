@@ -47,6 +47,9 @@ def _user_line():
 def _fmt(v):
     """A Python value in the text form."""
     if isinstance(v, Tracer):
+        if isinstance(v, _vmap.BatchTracer):
+            raise InvalidArgument("vmap: an op without a batching rule was given a mapped "
+                                  "value")
         return v.name
     if isinstance(v, Array):  # closed over by the function being traced
         return _builder().capture(v)
@@ -282,6 +285,8 @@ class Tracer(_Shaped):
 
     def _bin(self, op, other, rev=False):
         a, b = (other, self) if rev else (self, other)
+        if isinstance(a, _vmap.BatchTracer) or isinstance(b, _vmap.BatchTracer):
+            return _vmap.apply(op, (a, b), {})
         return _builder().emit(f"{_fmt(a)} {op} {_fmt(b)}", op, (a, b))
 
     def __add__(self, o): return self._bin("+", o)
@@ -312,7 +317,11 @@ class Tracer(_Shaped):
     def __xor__(self, o): return self._bin("^", o)
     def __rxor__(self, o): return self._bin("^", o, True)
     def __invert__(self): return _call_op("bitwise_not", self)
-    def __neg__(self): return _builder().emit(f"-{self.name}", "neg", (self,))
+    def __neg__(self):
+        if isinstance(self, _vmap.BatchTracer):
+            return _vmap.apply("neg", (self,), {})
+        return _builder().emit(f"-{self.name}", "neg", (self,))
+
     def __pos__(self): return self
     def __abs__(self): return _call_op("abs", self)
     __hash__ = object.__hash__
@@ -331,6 +340,8 @@ class Tracer(_Shaped):
             return self._take(key, arrays, out_sharding)
         if all(isinstance(k, slice) and k == slice(None) for k in key):
             return self  # x[:, :] and x[...] are x
+        if isinstance(self, _vmap.BatchTracer):
+            return _vmap.apply("getitem", (self,), {"key": key})
         return _builder().emit(f"{self.name}[{', '.join(_fmt(k) for k in key)}]", "getitem",
                                (self,), {"key": key})
 
@@ -561,6 +572,8 @@ def _reduce(op, x, axis, keepdims, dtype=None):
 
 
 def _call_op(name, *args, **kwargs):
+    if _vmap.batched(args, kwargs):  # inside vmap: the op's batching rule
+        return _vmap.apply(name, args, kwargs)
     parts = [_fmt(a) for a in args] + [f"{k}={_fmt(v)}" for k, v in kwargs.items()
                                        if v is not None]
     return _builder().emit(f"{name}({', '.join(parts)})", name, args, kwargs)
@@ -1003,6 +1016,9 @@ class _Traced:
         if not all(isinstance(a, Tracer) for a in args):
             raise InvalidArgument(f"{self.__name__}: inside a jit function, pass traced values "
                                   f"(the jit function's arguments or results of its ops)")
+        if _vmap.batched(args):
+            raise InvalidArgument(f"vmap of a call of the shard_map function {self.__name__} "
+                                  f"is not supported")
         mesh = getattr(outer, "mesh", None)
         if self.mesh is not None and mesh is not None and (
                 tuple(self.mesh.axis_names) != tuple(mesh.axis_names) or
@@ -1227,4 +1243,4 @@ def jit(f=None, *, out_shardings=None, mesh=None, static_argnums=(), static_argn
     return wrap if f is None else wrap(f)
 
 
-from . import _grad  # noqa: E402 (it imports this module's names)
+from . import _grad, _vmap  # noqa: E402 (they import this module's names)

@@ -1,0 +1,551 @@
+"""shmap.vmap, as jax.vmap: a function of one example run on a batch.
+
+The function runs once, under the trace of the jit or shard_map body it is
+called in, on BatchTracers: each stands for one example, and holds the
+batched value (a traced value with the batch first). Every op it is given
+(the op table's functions, operators, indexing) goes through a batching
+rule here, which emits the op on the batched values with the batch
+dimension accounted for (moved axes, a batch letter in einsum, a None
+prepended to out_sharding specs); values that do not depend on the batch
+stay as they are and broadcast. Outside a trace, vmap(f)(arrays) runs as a
+jit program."""
+import re
+
+import numpy as np
+
+from ._core import InvalidArgument, P, PartitionSpec
+from ._trace import Tracer, _builder, _state, _tree_build, _tree_leaves, _tree_sig, jit
+
+
+class BatchTracer(Tracer):
+    """One example of a batch: .shape, .dtype and .type are the example's;
+    val is the batched value (the batch first), nbatch the batch's size,
+    level the vmap it belongs to (nested vmaps: the inner one's is higher;
+    its val may be a BatchTracer of an outer one)."""
+
+    def __init__(self, val, size, level=None):
+        self.val, self.nbatch = val, size
+        self.level = _LEVELS[-1] if level is None else level  # which vmap it belongs to
+        self.name = val.name  # never written into the program: rules use val
+        self._builder = None
+
+    @property
+    def shape(self):
+        return tuple(self.val.shape[1:])
+
+    @property
+    def _dtype(self):
+        return self.val._dtype
+
+    @property
+    def type(self):
+        """The batched type without its first dimension."""
+        return re.sub(r"\[[^,\]]*,? ?", "[", self.val.type, count=1)
+
+    @property
+    def _ty(self):
+        return self.val._ty
+
+    def _typed(self):
+        self.val._typed()
+        return self
+
+    def __repr__(self):
+        return f"BatchTraced<{self.type}>"
+
+
+# The levels of the vmaps whose batching rules are running, innermost last:
+# a rule treats values of an outer level as values that do not depend on its
+# batch (their own ops go through their own level's rules).
+_LEVELS = [0]
+_DEPTH = [0]
+
+
+_ACTIVE = []  # (level, size) of the vmaps whose functions are running, innermost last
+
+
+def innermost():
+    """(level, batch size) of the innermost vmap running, or None."""
+    return _ACTIVE[-1] if _ACTIVE else None
+
+
+def batch_of(v, level, size):
+    """v, a value that does not depend on the batch of vmap `level`, as a
+    BatchTracer of it (repeated along the batch)."""
+    _LEVELS.append(level)
+    try:
+        return BatchTracer(_full(v, size), size, level)
+    finally:
+        _LEVELS.pop()
+
+
+def _isb(v):
+    """v is batched at the level of the rule running."""
+    return isinstance(v, BatchTracer) and v.level == _LEVELS[-1]
+
+
+def _jnp():
+    from . import numpy as jnp
+    return jnp
+
+
+def _lax():
+    from . import lax
+    return lax
+
+
+def batched(args, kwargs=None):
+    """Whether an op's arguments hold a BatchTracer (then its rule runs)."""
+    def has(v):
+        if isinstance(v, BatchTracer):
+            return True
+        return isinstance(v, (list, tuple)) and any(has(e) for e in v)
+    return any(has(a) for a in args) or any(has(v) for v in (kwargs or {}).values())
+
+
+def _top(args):
+    """The innermost level among the BatchTracers of args."""
+    best = 0
+    for a in args:
+        if isinstance(a, BatchTracer):
+            best = max(best, a.level)
+        elif isinstance(a, (list, tuple)):
+            best = max(best, _top(a))
+    return best
+
+
+def _size(args):
+    for a in args:
+        if _isb(a):
+            return a.nbatch
+        if isinstance(a, (list, tuple)):
+            s = _size(a)
+            if s is not None:
+                return s
+    return None
+
+
+def _rank(v):
+    return len(v.shape) if hasattr(v, "shape") else 0
+
+
+def _explicit():
+    """Shardings are spelled out here: a jit body over a mesh with an
+    Explicit axis (not a shard_map body, nor a mesh of Auto axes)."""
+    from ._core import Auto
+    b = _builder()
+    mesh = getattr(b, "mesh", None)
+    return b.kind == "jit" and not (mesh is not None and
+                                    all(t == Auto for t in mesh.axis_types))
+
+
+def _entry(args):
+    """The sharding of the batch dimension of the batched values among args
+    (the first one's), or None."""
+    if not _explicit():
+        return None
+    for a in args:
+        if _isb(a):
+            from .numpy import _spec_of_type
+            spec = _spec_of_type(a.val.type)
+            return None if spec is None else tuple(spec)[0]
+        if isinstance(a, (list, tuple)):
+            e = _entry(a)
+            if e is not None:
+                return e
+    return None
+
+
+def _spec_plus(spec, entry=None):
+    """An out_sharding for the batched value: the example's with the batch
+    dimension in front, sharded as the batch is (entry)."""
+    if spec is None:
+        return None
+    spec = getattr(spec, "spec", spec)
+    return P(entry, *tuple(spec)) if isinstance(spec, PartitionSpec) else spec
+
+
+def _align(v, rank):
+    """v as an operand of an elementwise op on examples of rank `rank`: a
+    BatchTracer's batched value with 1s after the batch dimension up to that
+    rank (numpy's broadcasting of the examples); anything else as it is (it
+    broadcasts against the trailing dimensions)."""
+    if not _isb(v):
+        return v
+    r = len(v.shape)
+    if r == rank:
+        return v.val
+    return _jnp().reshape(v.val, (v.nbatch,) + (1,) * (rank - r) + tuple(v.shape))
+
+
+def _full(v, size, entry=None):
+    """v (an example's value, batched or not) batched: an unbatched one
+    repeated along a new first dimension, sharded along it as entry says
+    (the other batched values' batch sharding)."""
+    jnp = _jnp()
+    if _isb(v):
+        return v.val
+    shape = tuple(getattr(v, "shape", ()))
+    if not isinstance(v, Tracer):
+        v = jnp.full(shape, v)
+    b = jnp.broadcast_to(jnp.expand_dims(v, 0), (size,) + shape)
+    if entry is not None:
+        b = jnp.reshard(b, P(entry, *([None] * len(shape))))
+    return b
+
+
+def _axes(axis, rank):
+    """Per-example axes (None: all) as batched ones."""
+    if axis is None:
+        return tuple(range(1, rank + 1))
+    if isinstance(axis, (tuple, list)):
+        return tuple(a % rank + 1 for a in axis)
+    return axis % rank + 1
+
+
+_SYMBOLS = {"+": "add", "-": "subtract", "*": "multiply", "/": "divide", "//": "floor_divide",
+            "%": "mod", "**": "power", "<": "less", "<=": "less_equal", ">": "greater",
+            ">=": "greater_equal", "==": "equal", "!=": "not_equal", "&": "bitwise_and",
+            "|": "bitwise_or", "^": "bitwise_xor", "@": "matmul", "neg": "negative"}
+
+_ELEMENTWISE = {
+    "add", "subtract", "multiply", "divide", "mod", "floor_divide", "maximum", "minimum",
+    "power", "arctan2", "negative", "abs", "exp", "log", "sin", "cos", "tanh", "sqrt", "rsqrt",
+    "logistic", "log1p", "expm1", "tan", "erf", "arcsin", "arccos", "arctan", "sinh", "cosh",
+    "arcsinh", "arccosh", "arctanh", "cbrt", "sign", "floor", "ceil", "round", "equal",
+    "not_equal", "less", "less_equal", "greater", "greater_equal", "bitwise_and", "bitwise_or",
+    "bitwise_xor", "bitwise_not", "logical_and", "logical_or", "logical_xor", "logical_not",
+    "where", "astype", "pvary", "psum", "pmean", "pmax", "pmin", "ppermute",
+}
+_REDUCTIONS = {"sum", "mean", "max", "min", "prod", "any", "all"}
+_FLATTENING = {"argmax", "argmin", "cumsum", "cumprod", "cummax", "cummin"}
+
+
+def _params(op):
+    from ._grad import _params_of
+    return _params_of(op)
+
+
+def _bind(op, args, kwargs):
+    a = dict(zip(_params(op), args))
+    a.update(kwargs)
+    return a
+
+
+def apply(prim, args, kwargs):
+    """The batched form of op prim on args (some of them BatchTracers), by
+    the rule of the innermost vmap among them."""
+    _LEVELS.append(_top(list(args) + list(kwargs.values())))
+    try:
+        return _apply(prim, args, kwargs)
+    finally:
+        _LEVELS.pop()
+
+
+def _apply(prim, args, kwargs):
+    jnp = _jnp()
+    op = _SYMBOLS.get(prim, prim)
+    size = _size(list(args) + list(kwargs.values()))
+    entry = _entry(list(args) + list(kwargs.values()))
+    if op in _ELEMENTWISE:
+        arrays = [a for a in args if isinstance(a, Tracer)]
+        rank = max(_rank(a) for a in arrays)
+        out = getattr(_lax() if op in ("pvary", "psum", "pmean", "pmax", "pmin", "ppermute")
+                      else jnp, op)(*[_align(a, rank) for a in args], **kwargs)
+        return BatchTracer(out, size)
+    if op == "getitem":
+        x = args[0]
+        key = kwargs["key"]
+        if any(isinstance(k, Tracer) for k in key):
+            raise InvalidArgument("vmap: indexing with traced values is not supported; use "
+                                  "jnp.take")
+        return BatchTracer(_full(x, size, entry)[(slice(None),) + tuple(key)], size)
+    if op in ("matmul", "dot"):
+        from ._grad import _matmul_subscripts
+        a, b = args[0], args[1]
+        s = _matmul_subscripts(a, b, op == "dot")
+        if s is None:
+            raise InvalidArgument(f"vmap: {op} of examples of shapes {tuple(a.shape)} and "
+                                  f"{tuple(b.shape)} is not supported; write it as einsum")
+        return _einsum(s, [a, b], kwargs.get("out_sharding"), size, entry)
+    if op == "einsum":
+        return _einsum(args[0], list(args[1:]), kwargs.get("out_sharding"), size, entry)
+    a = _bind(op, args, kwargs)
+    x = args[0]
+    rank = _rank(x)
+    if op in _REDUCTIONS:
+        kw = {k: v for k, v in a.items() if k not in ("a", "axis")}
+        return BatchTracer(getattr(jnp, op)(x.val, axis=_axes(a.get("axis"), rank), **kw), size)
+    if op in _FLATTENING or op in ("sort", "argsort"):
+        axis = a.get("axis")
+        kw = {k: v for k, v in a.items() if k not in ("a", "axis", "operand")}
+        v = x.val
+        if axis is None and op in _FLATTENING:
+            v, axis1 = jnp.reshape(v, (size, -1)), 1
+        elif axis is None:
+            axis1 = rank  # sort: the last axis
+        else:
+            axis1 = _axes(axis, rank)
+        return BatchTracer(getattr(jnp, op)(v, axis=axis1, **kw), size)
+    if op == "reshape":
+        shape = a["shape"]
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        spec = a.get("out_sharding")
+        if spec is None and entry is not None:  # the batch keeps its sharding
+            spec = P(*([None] * len(shape)))
+        kw = {} if spec is None else {"out_sharding": _spec_plus(spec, entry)}
+        return BatchTracer(jnp.reshape(x.val, (size,) + shape, **kw), size)
+    if op == "transpose":
+        axes = a.get("axes")
+        axes = tuple(reversed(range(rank))) if axes is None else tuple(axes)
+        return BatchTracer(jnp.transpose(x.val, (0,) + tuple(d % rank + 1 for d in axes)),
+                           size)
+    if op == "expand_dims":
+        axis = a["axis"]
+        axis = axis if isinstance(axis, (tuple, list)) else (axis,)
+        n = rank + len(axis)
+        return BatchTracer(jnp.expand_dims(x.val, tuple(d % n + 1 for d in axis)), size)
+    if op == "squeeze":
+        axis = a.get("axis")
+        if axis is None:
+            axis = tuple(d for d, n in enumerate(x.shape) if n == 1)
+        return BatchTracer(jnp.squeeze(x.val, _axes(axis, rank)), size)
+    if op == "broadcast_to":
+        shape = tuple(a["shape"])
+        return BatchTracer(jnp.broadcast_to(_align(x, len(shape)), (size,) + shape), size)
+    if op == "slice":
+        strides = a.get("strides")
+        return BatchTracer(_lax().slice(x.val, (0,) + tuple(a["start_indices"]),
+                                        (size,) + tuple(a["limit_indices"]),
+                                        None if strides is None else (1,) + tuple(strides)),
+                           size)
+    if op == "pad":
+        width = np.broadcast_to(np.asarray(a["pad_width"], dtype=np.int64), (rank, 2))
+        return BatchTracer(jnp.pad(x.val, ((0, 0),) + tuple((int(lo), int(hi))
+                                                            for lo, hi in width)), size)
+    if op == "tile":
+        reps = a["reps"]
+        reps = (reps,) if isinstance(reps, int) else tuple(reps)
+        v = x.val
+        if len(reps) > rank:
+            v = jnp.reshape(v, (size,) + (1,) * (len(reps) - rank) + tuple(x.shape))
+        reps = (1,) * (max(rank, len(reps)) - len(reps)) + reps
+        return BatchTracer(jnp.tile(v, (1,) + reps), size)
+    if op == "roll":
+        axis = a.get("axis")
+        if axis is None:
+            flat = jnp.roll(jnp.reshape(x.val, (size, -1)), a["shift"], axis=1)
+            return BatchTracer(jnp.reshape(flat, (size,) + tuple(x.shape)), size)
+        return BatchTracer(jnp.roll(x.val, a["shift"], axis=_axes(axis, rank)), size)
+    if op == "rev":
+        return BatchTracer(jnp.flip(x.val, _axes(tuple(a["dimensions"]), rank)), size)
+    if op == "concatenate":
+        arrays = list(a["arrays"])
+        axis = a.get("axis", 0)
+        return BatchTracer(jnp.concatenate([_full(v, size, entry) for v in arrays],
+                                           axis=_axes(axis, _rank(arrays[0]))), size)
+    if op in ("dynamic_slice", "dynamic_update_slice"):
+        starts = a["start_indices"]
+        if any(isinstance(s, Tracer) for s in starts):
+            raise InvalidArgument(f"vmap: {op} at traced starts is not supported")
+        if op == "dynamic_slice":
+            return BatchTracer(_lax().dynamic_slice(_full(x, size, entry), (0,) + tuple(starts),
+                                                    (size,) + tuple(a["slice_sizes"])), size)
+        return BatchTracer(jnp.dynamic_update_slice(_full(x, size, entry),
+                                                    _full(a["update"], size, entry),
+                                                    (0,) + tuple(starts)), size)
+    if op in ("take", "take_along_axis"):
+        return _take(op, a, size, entry)
+    if op in ("reshard", "with_sharding_constraint"):
+        key = "out_shardings" if op == "reshard" else "shardings"
+        return BatchTracer(getattr(jnp, op)(x.val, _spec_plus(a[key], entry)), size)
+    if op == "all_gather":
+        kw = {k: v for k, v in a.items() if k not in ("x", "axis_name", "axis")}
+        return BatchTracer(_lax().all_gather(x.val, a["axis_name"],
+                                             axis=_axes(a.get("axis", 0), rank + 1
+                                                        if not a.get("tiled") else rank),
+                                             **kw), size)
+    if op == "psum_scatter":
+        kw = {k: v for k, v in a.items() if k not in ("x", "axis_name", "scatter_dimension")}
+        return BatchTracer(_lax().psum_scatter(x.val, a["axis_name"],
+                                               scatter_dimension=_axes(
+                                                   a.get("scatter_dimension", 0), rank), **kw),
+                           size)
+    if op == "all_to_all":
+        return BatchTracer(_lax().all_to_all(x.val, a["axis_name"],
+                                             _axes(a["split_axis"], rank),
+                                             _axes(a["concat_axis"], rank),
+                                             tiled=a.get("tiled", False)), size)
+    raise InvalidArgument(f"vmap: shmap has no batching rule for '{prim}'")
+
+
+def _einsum(subscripts, ops, out_sharding, size, entry):
+    """einsum of examples: a batch letter in front of every batched
+    operand's term and of the result's."""
+    from ._grad import _einsum_parts
+    terms, out = _einsum_parts(subscripts, ops)
+    used = set("".join(terms) + out)
+    z = next(c for c in "zyxwvutsrqponmlkjihgfedcbaZYXWVUTSRQPONMLKJIHGFEDCBA" if c not in used)
+    terms = [z + t if _isb(o) else t for t, o in zip(terms, ops)]
+    kw = {} if out_sharding is None else {"out_sharding": _spec_plus(out_sharding, entry)}
+    vals = [o.val if _isb(o) else o for o in ops]
+    return BatchTracer(_jnp().einsum(",".join(terms) + "->" + z + out, *vals, **kw), size)
+
+
+def _take(op, a, size, entry):
+    jnp = _jnp()
+    from ._trace import _index_value
+    src = a["a"] if op == "take" else a["arr"]
+    idx = a["indices"]
+    if not isinstance(idx, Tracer):
+        idx = _index_value(idx)
+    axis = a.get("axis")
+    kw = {k: v for k, v in a.items() if k in ("mode",) and v is not None}
+    if axis is None:  # of the flattened example
+        src = _flatten_example(src, size)
+        idx = _flatten_example(idx, size) if op == "take_along_axis" else idx
+        axis = 0
+    spec = a.get("out_sharding")
+    rank = _rank(src)
+    axis %= rank
+    if op == "take_along_axis":
+        if spec is None and entry is not None:
+            spec = P(*([None] * rank))
+        if spec is not None:
+            kw["out_sharding"] = _spec_plus(spec, entry)
+        out = jnp.take_along_axis(_full(src, size, entry), _full(idx, size, entry),
+                                  axis=axis + 1, **kw)
+        return BatchTracer(out, size)
+    if _isb(idx) and _isb(src):
+        raise InvalidArgument("vmap: take with both the array and the indices batched is not "
+                              "supported; use take_along_axis")
+    if _isb(src):
+        if spec is not None:
+            kw["out_sharding"] = _spec_plus(spec, entry)
+        return BatchTracer(jnp.take(src.val, idx, axis=axis + 1, **kw), size)
+    # the indices batched: the batch lands where the taken axis was
+    n = rank - 1 + len(idx.shape) + 1
+    if spec is None and entry is not None:
+        spec = P(*([None] * (n - 1)))
+    if spec is not None:
+        s = tuple(getattr(spec, "spec", spec))
+        s = s + (None,) * (n - 1 - len(s))
+        kw["out_sharding"] = P(*(s[:axis] + (entry,) + s[axis:]))
+    out = jnp.take(src, idx.val, axis=axis, **kw)
+    if axis:
+        out = jnp.transpose(out, (axis,) + tuple(d for d in range(n) if d != axis))
+    return BatchTracer(out, size)
+
+
+def _flatten_example(v, size):
+    jnp = _jnp()
+    if _isb(v):
+        return BatchTracer(jnp.reshape(v.val, (size, -1)), size)
+    return jnp.reshape(v, (-1,))
+
+
+def _batched_input(v, axis, who):
+    """A leaf of a mapped argument: (its batched value with the batch first,
+    the batch's size)."""
+    jnp = _jnp()
+    from ._core import Array
+    if isinstance(v, Array):
+        from ._grad import _as_traced
+        v = _as_traced(v)
+    if not isinstance(v, Tracer):
+        v = jnp.asarray(v)
+    n = len(v.shape)
+    if not -n <= axis < n:
+        raise InvalidArgument(f"vmap was requested to map its argument along axis {axis}, "
+                              f"which implies that its rank should be at least {axis + 1}, "
+                              f"but is only {n} (its shape is {tuple(v.shape)})")
+    axis %= n
+    if axis:
+        v = jnp.moveaxis(v, axis, 0)
+    return v, v.shape[0]
+
+
+def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_name=None):
+    """jax.vmap: fun of one example, mapped over axis in_axes of its
+    arguments (an int, None for an argument passed whole, or one per
+    argument; pytrees take their argument's), the results' batch at
+    out_axes. In a jit or shard_map body, or at once on Arrays."""
+    if axis_name is not None or spmd_axis_name is not None:
+        raise InvalidArgument("vmap: axis_name and spmd_axis_name are not supported (no "
+                              "collectives over the mapped axis)")
+
+    def call(*args):
+        if getattr(_state, "builder", None) is None:  # at once: as a jit of the call
+            return jit(call)(*args)
+        axes = in_axes if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(args)
+        if len(axes) != len(args):
+            raise InvalidArgument(f"vmap in_axes must be an int, None, or a tuple of entries "
+                                  f"corresponding to the positional arguments passed to the "
+                                  f"function, but got len(in_axes)={len(axes)}, "
+                                  f"len(args)={len(args)}")
+        _DEPTH[0] += 1
+        try:
+            return run(args, axes, _DEPTH[0])
+        finally:
+            _DEPTH[0] -= 1
+
+    def run(args, axes, level):
+        sizes, leaves_of = [], {}
+        for k, (arg, ax) in enumerate(zip(args, axes)):
+            if ax is None:
+                continue
+            leaves = [v for v, _ in _tree_leaves(arg, "a")]
+            if isinstance(ax, int):
+                leaf_axes = [ax] * len(leaves)
+            elif _tree_sig(ax) == _tree_sig(arg):
+                leaf_axes = [v for v, _ in _tree_leaves(ax, "a")]
+            else:
+                raise InvalidArgument(f"vmap in_axes[{k}] must be an int, None or a pytree of "
+                                      f"args[{k}]'s structure")
+            leaves_of[k] = []
+            for leaf, lax_ in zip(leaves, leaf_axes):
+                if lax_ is None:
+                    leaves_of[k].append(leaf)
+                    continue
+                val, n = _batched_input(leaf, lax_, k)
+                sizes.append((n, k, tuple(leaf.shape) if hasattr(leaf, "shape") else ()))
+                leaves_of[k].append(BatchTracer(val, None, level))
+        if not sizes and axis_size is None:
+            raise InvalidArgument("vmap must have at least one non-None value in in_axes")
+        size = sizes[0][0] if sizes else axis_size
+        if any(n != size for n, _, _ in sizes):
+            lines = "\n".join(f"  * one axis had size {n}: an array of shape {s} in args[{k}]"
+                              for n, k, s in sizes)
+            raise InvalidArgument(f"vmap got inconsistent sizes for array axes to be mapped:\n"
+                                  f"{lines}")
+        for ls in leaves_of.values():
+            for v in ls:
+                if isinstance(v, BatchTracer):
+                    v.nbatch = size
+        real = [_tree_build(arg, iter(leaves_of[k])) if k in leaves_of else arg
+                for k, arg in enumerate(args)]
+        _ACTIVE.append((level, size))
+        try:
+            res = fun(*real)
+        finally:
+            _ACTIVE.pop()
+        outs = [v for v, _ in _tree_leaves(res, "o")]
+        jnp = _jnp()
+        done = []
+        _LEVELS.append(level)
+        try:
+            done = [_full(v, size) for v in outs]
+        finally:
+            _LEVELS.pop()
+        for j, (v, b) in enumerate(zip(outs, done)):
+            if out_axes not in (0, None):
+                b = jnp.moveaxis(b, 0, out_axes)
+            elif out_axes is None:
+                if isinstance(v, BatchTracer) and v.level == level:
+                    raise InvalidArgument("vmap has mapped output but out_axes is None")
+                b = v
+            done[j] = b
+        return _tree_build(res, iter(done))
+    call.__name__ = getattr(fun, "__name__", "f")
+    call.__doc__ = fun.__doc__
+    return call

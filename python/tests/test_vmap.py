@@ -1,0 +1,157 @@
+"""shmap.vmap against numpy: each per-example function, run by vmap on a
+batch sharded over the mesh, equals numpy's loop over the examples; in_axes
+and out_axes, pytrees, nesting, vmap in shard_map bodies, with grad, and
+the sentences for what it refuses. Runs on the cluster of conftest's c."""
+import numpy as np
+import pytest
+
+import shmap
+from shmap import P, NamedSharding
+from shmap import lax
+from shmap import numpy as jnp
+
+
+@pytest.fixture(scope="module")
+def mesh(c):
+    return c.make_mesh((2, 4), ("X", "Y"))
+
+
+RNG = np.random.default_rng(20)
+W = RNG.standard_normal((6, 3)).astype(np.float32)
+IDX = np.array([2, 0, 5, 5], np.int32)
+
+# f(xp, x, w): x one example (5, 6) float32, w (6, 3) not mapped
+EXAMPLES = [
+    ("elementwise", lambda xp, x, w: xp.tanh(x) * 2 + xp.exp(-x * x) - x / 3),
+    ("broadcast_unmapped", lambda xp, x, w: x + w[:, 0] - xp.maximum(x, w.T[0])),
+    ("reductions", lambda xp, x, w: x.sum() + x.mean(axis=0) + x.max(axis=-1).sum()),
+    ("keepdims", lambda xp, x, w: x - x.mean(axis=1, keepdims=True)),
+    ("argmax_cumsum", lambda xp, x, w: xp.argmax(x) + xp.argmax(x, axis=1).sum() +
+     xp.cumsum(x, axis=0)[-1].sum()),
+    ("sort", lambda xp, x, w: xp.sort(x, axis=0) + xp.sort(x)),
+    ("reshape_T", lambda xp, x, w: x.reshape(3, -1).T @ x.reshape(3, 10)),
+    ("transpose", lambda xp, x, w: xp.transpose(x[None], (2, 0, 1)).sum(axis=1)),
+    ("expand_squeeze", lambda xp, x, w: xp.squeeze(xp.expand_dims(x, 0), 0) +
+     xp.expand_dims(x[:, 0], -1)),
+    ("broadcast_to", lambda xp, x, w: xp.broadcast_to(x[0], (4, 6)).sum(axis=0)),
+    ("index", lambda xp, x, w: x[1:4, ::2] * x[0, -1] + x[None, 2][0, :3].sum()),
+    ("matmul", lambda xp, x, w: x @ w + (x[0] @ w)[None]),
+    ("dot_mv", lambda xp, x, w: xp.dot(w.T, x[0]) + xp.dot(x[1], x[2])),
+    ("einsum", lambda xp, x, w: xp.einsum("ij,jk->ik", x, w) + xp.einsum("ij,ij->i", x, x)[:, None]),
+    ("concatenate", lambda xp, x, w: xp.concatenate([x, w.T, x * 2], axis=0).sum(axis=1)),
+    ("stack", lambda xp, x, w: xp.stack([x[0], w[:, 0]], axis=1)),
+    ("take_batched_src", lambda xp, x, w: xp.take(x, IDX, axis=1)),
+    ("take_batched_idx", lambda xp, x, w: xp.take(w, (xp.argmax(x, axis=1) % 6), axis=0)),
+    ("take_along", lambda xp, x, w: xp.take_along_axis(x, xp.argsort(x, axis=1), axis=1)),
+    ("where_astype", lambda xp, x, w: xp.where(x > 0, x, w[0, 0]).astype(np.int32) * 2),
+    ("pad_roll", lambda xp, x, w: xp.pad(x, ((1, 0), (0, 2)))[1:, :6] + xp.roll(x, 2) +
+     xp.roll(x, -1, axis=0)),
+    ("flip", lambda xp, x, w: xp.flip(x, 1) - xp.flip(x)),
+    ("at_set", lambda xp, x, w: (x.copy() if xp is np else x)),
+    ("softmax", lambda xp, x, w: xp.exp(x) / xp.exp(x).sum(-1, keepdims=True)),
+    ("var", lambda xp, x, w: x.var(axis=0) + x.std()),
+]
+
+
+def _at_set_np(x):
+    y = x.copy()
+    y[1:3, 2] = 7
+    return y
+
+
+@pytest.mark.parametrize("name,f", EXAMPLES, ids=[u[0] for u in EXAMPLES])
+def test_vmap_examples(c, mesh, name, f):
+    xa = RNG.standard_normal((8, 5, 6)).astype(np.float32)
+    x = c.device_put(xa, NamedSharding(mesh, P("X")))
+    w = c.device_put(W, NamedSharding(mesh, P()))
+    if name == "at_set":
+        got = shmap.jit(shmap.vmap(lambda x: x.at[1:3, 2].set(7.0)))(x)
+        want = np.stack([_at_set_np(e) for e in xa])
+    else:
+        got = shmap.jit(shmap.vmap(lambda x, w: f(jnp, x, w), in_axes=(0, None)))(x, w)
+        want = np.stack([f(np, e, W) for e in xa])
+    assert got.shape == want.shape, (got.shape, want.shape)
+    assert np.allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+
+
+def test_vmap_axes_pytrees_and_nesting(c, mesh):
+    """in_axes other than 0, out_axes, a dict of arguments, a tuple of
+    results, an unmapped result broadcast, and vmap of vmap."""
+    xa = RNG.standard_normal((5, 8, 6)).astype(np.float32)  # mapped along axis 1
+    ya = RNG.standard_normal((8, 6)).astype(np.float32)
+    x = c.device_put(xa, NamedSharding(mesh, P(None, "X")))
+    y = c.device_put(ya, NamedSharding(mesh, P("X")))
+
+    def f(d):
+        return d["x"].sum(axis=0) * d["y"]
+
+    @shmap.jit
+    def g(x, y):
+        return shmap.vmap(f, in_axes=({"x": 1, "y": 0},), out_axes=1)({"x": x, "y": y})
+    a = g(x, y)
+    assert a.shape == (6, 8)
+    want = np.stack([xa[:, k].sum(0) * ya[k] for k in range(8)], axis=1)
+    assert np.allclose(np.asarray(a), want, rtol=1e-5, atol=1e-5)
+    # a tuple of results, one of them not depending on the batch (broadcast)
+    r, k = shmap.jit(shmap.vmap(lambda v: (v * 2, jnp.ones((3,)))))(y)
+    assert np.allclose(np.asarray(r), 2 * ya) and np.array_equal(np.asarray(k), np.ones((8, 3)))
+    # vmap of vmap: an outer product of rows, pairwise
+    za = RNG.standard_normal((4, 3)).astype(np.float32)
+    z = c.device_put(za, NamedSharding(mesh, P()))
+    pair = shmap.jit(shmap.vmap(shmap.vmap(lambda u, v: jnp.dot(u, v), in_axes=(None, 0)),
+                                in_axes=(0, None)))(z, z)
+    assert np.allclose(np.asarray(pair), za @ za.T, rtol=1e-5, atol=1e-5)
+
+
+def test_vmap_at_once_and_in_shard_map(c, mesh):
+    xa = RNG.standard_normal((8, 4)).astype(np.float32)
+    x = c.device_put(xa, NamedSharding(mesh, P("X")))
+    got = shmap.vmap(lambda r: r / jnp.sqrt(jnp.sum(r * r)))(x)  # at once: a jit
+    assert np.allclose(np.asarray(got), xa / np.linalg.norm(xa, axis=1, keepdims=True),
+                       rtol=1e-5)
+    m = c.make_mesh((4,), ("i",))
+    xb = c.device_put(xa, NamedSharding(m, P("i")))
+
+    @shmap.shard_map(mesh=m, in_specs=P("i"), out_specs=P("i"))
+    def body(b):  # per row of each block, with a psum over the devices (and a tile)
+        return shmap.vmap(lambda r: r - lax.psum(r.sum(), "i") / 16 +
+                          jnp.tile(r[:2], 2) - jnp.concatenate([r[:2], r[:2]]))(b)
+    rows = xa.reshape(4, 2, 4)
+    want = xa - rows.sum(axis=(0, 2)).repeat(1).reshape(1, 2).repeat(4, 0).reshape(8, 1) / 16
+    assert np.allclose(np.asarray(body(xb)), want, rtol=1e-5, atol=1e-5)
+
+
+def test_vmap_refusals(c, mesh):
+    x = c.device_put(np.ones((8, 4), np.float32), NamedSharding(mesh, P("X")))
+    y = c.device_put(np.ones((6, 4), np.float32), NamedSharding(mesh, P()))
+    with pytest.raises(shmap.InvalidArgument,
+                       match=r"vmap got inconsistent sizes for array axes to be mapped"):
+        shmap.vmap(lambda a, b: a + b)(x, y)
+    with pytest.raises(shmap.InvalidArgument, match=r"vmap in_axes must be an int, None, or"):
+        shmap.vmap(lambda a: a, in_axes=(0, 0))(x)
+    with pytest.raises(shmap.InvalidArgument, match=r"along axis 2, .* rank should be at least"):
+        shmap.vmap(lambda a: a, in_axes=2)(x)
+    with pytest.raises(shmap.InvalidArgument, match=r"axis_name and spmd_axis_name"):
+        shmap.vmap(lambda a: a, axis_name="b")
+
+
+def test_vmap_of_grad_and_grad_of_vmap(c, mesh):
+    """Per-example gradients (vmap of grad, the parameters not mapped) and
+    the gradient of a batch's mean loss (grad of vmap), against numpy."""
+    xa = RNG.standard_normal((8, 6)).astype(np.float32)
+    wa = RNG.standard_normal((6,)).astype(np.float32)
+    x = c.device_put(xa, NamedSharding(mesh, P("X")))
+    w = c.device_put(wa, NamedSharding(mesh, P()))
+
+    def loss(w, x):
+        return jnp.tanh(jnp.dot(x, w)) ** 2
+
+    per = shmap.jit(shmap.vmap(shmap.grad(loss), in_axes=(None, 0)))(w, x)
+    t = np.tanh(xa @ wa)
+    want = (2 * t * (1 - t * t))[:, None] * xa  # one gradient per example
+    assert per.shape == (8, 6)
+    assert np.allclose(np.asarray(per), want, rtol=1e-4, atol=1e-5)
+    mean_grad = shmap.jit(shmap.grad(lambda w, x: jnp.mean(shmap.vmap(
+        loss, in_axes=(None, 0))(w, x))))(w, x)
+    assert mean_grad.type == w.type
+    assert np.allclose(np.asarray(mean_grad), want.mean(0), rtol=1e-4, atol=1e-5)
