@@ -859,6 +859,16 @@ class Future:
         return True
 
 
+def _spec_key(spec, ndim):
+    """A PartitionSpec's entries for an array of ndim dimensions (trailing
+    Nones added, one-axis tuples as the axis), for comparing two."""
+    out = []
+    for e in tuple(spec) + (None,) * (ndim - len(tuple(spec))):
+        e = tuple(e) if isinstance(e, (tuple, list)) else (e,) if e is not None else ()
+        out.append(e)
+    return tuple(out), tuple(sorted(getattr(spec, "unreduced", ()) or ()))
+
+
 class _Traced:
     """A function traced into a program when called."""
 
@@ -892,7 +902,17 @@ class _Traced:
         if mesh is None and (self.kind == "shard_map" or
                              not any(isinstance(a, Array) for a in args)):
             mesh = get_mesh()  # the mesh of set_mesh / use_mesh (jit: numpy arguments only)
+        if self.kind == "jit" and specs is not None:  # in_shardings
+            specs = (specs,) * len(args) if isinstance(specs, (PartitionSpec, NamedSharding)) \
+                else tuple(specs)
+            if len(specs) != len(args):
+                raise InvalidArgument(f"{self.__name__} has {len(specs)} in_shardings for "
+                                      f"{len(args)} arguments")
+            for s in specs:
+                if isinstance(s, NamedSharding) and mesh is None:
+                    mesh = s.mesh
         for k, a in enumerate(args):
+            want = specs[k] if self.kind == "jit" and specs is not None else None
             if isinstance(a, Array):
                 am = a.sharding.mesh
                 if mesh is None:
@@ -901,13 +921,22 @@ class _Traced:
                         (mesh.axis_names, mesh.axis_sizes, mesh._devices or am._devices):
                     raise InvalidArgument(f"Mesh for all inputs should be equal. Got one mesh: "
                                           f"{mesh!r} and another mesh: {am!r}")
+                if want is not None and _spec_key(getattr(want, "spec", want), a.ndim) != \
+                        _spec_key(a.sharding.spec, a.ndim):
+                    raise InvalidArgument(
+                        f"Sharding passed to pjit does not match the sharding on the respective "
+                        f"arg. Got pjit sharding: "
+                        f"{NamedSharding(mesh, getattr(want, 'spec', want))!r},\narg sharding: "
+                        f"{a.sharding!r} for arg shape: {a.dtype.name}"
+                        f"[{','.join(map(str, a.shape))}]")
                 arrays.append(a)
                 continue
             if mesh is None:
                 raise InvalidArgument("a jit function given numpy arguments needs a mesh: pass "
                                       "Arrays, decorate with shmap.jit(mesh=...), or set one "
                                       "with shmap.set_mesh / shmap.use_mesh")
-            spec = specs[k] if self.kind == "shard_map" else P()
+            spec = specs[k] if self.kind == "shard_map" else \
+                P() if want is None else getattr(want, "spec", want)
             arrays.append(client.device_put(np.asarray(a), NamedSharding(mesh, spec)))
         if mesh._devices is None:
             client._mesh_c(mesh)
@@ -1116,13 +1145,13 @@ class _Traced:
             return self, args
         names = _param_names(self.f, len(args))
         specs = self.in_specs
-        if self.kind == "shard_map" and isinstance(specs, PartitionSpec):
+        if isinstance(specs, (PartitionSpec, NamedSharding)):
             specs = (specs,) * len(args)
         leaves, flat_specs = [], []
         for k, a in enumerate(args):
             ls = _tree_leaves(a, names[k])
             leaves += ls
-            if self.kind == "shard_map":
+            if specs is not None:
                 sp = specs[k] if k < len(specs) else None
                 sl = [x for x, _ in _tree_leaves(sp, "")] if _is_tree(sp) else [sp] * len(ls)
                 if len(sl) != len(ls):
@@ -1137,8 +1166,8 @@ class _Traced:
         g.__name__ = self.__name__
         g.__signature__ = inspect.Signature(
             [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for _, n in leaves])
-        t = _Traced(g, self.kind, self.mesh, tuple(flat_specs) if self.kind == "shard_map"
-                    else None, self.out_specs, self.check_vma, self.out_shardings)
+        t = _Traced(g, self.kind, self.mesh, tuple(flat_specs) if specs is not None else None,
+                    self.out_specs, self.check_vma, self.out_shardings)
         return t, tuple(v for v, _ in leaves)
 
     def lower(self, *args, **kwargs):
@@ -1230,15 +1259,19 @@ def shard_map(f=None, *, mesh=None, in_specs, out_specs, check_vma=True):
     return wrap if f is None else wrap(f)
 
 
-def jit(f=None, *, out_shardings=None, mesh=None, static_argnums=(), static_argnames=(),
-        donate_argnums=(), donate_argnames=()):
+def jit(f=None, *, in_shardings=None, out_shardings=None, mesh=None, static_argnums=(),
+        static_argnames=(), donate_argnums=(), donate_argnames=()):
     """jax.jit with explicit sharding: f sees whole arrays whose types carry
-    their shardings; the service lowers it to per-device code. Static
-    arguments (static_argnums, static_argnames) reach f as the Python values
-    they are. donate_argnums / donate_argnames are taken and change nothing
-    (a job's outputs are new arrays; its inputs stay)."""
+    their shardings; the service lowers it to per-device code. in_shardings
+    (one sharding, or one per argument; a pytree argument takes one for all
+    its leaves or a pytree of them; None: unspecified) places numpy
+    arguments, and must match an Array's own sharding (JAX's sentence
+    otherwise: reshard it first). Static arguments (static_argnums,
+    static_argnames) reach f as the Python values they are. donate_argnums
+    / donate_argnames are taken and change nothing (a job's outputs are new
+    arrays; its inputs stay)."""
     def wrap(g):
-        return _Traced(g, "jit", mesh, out_shardings=out_shardings,
+        return _Traced(g, "jit", mesh, in_specs=in_shardings, out_shardings=out_shardings,
                        static_argnums=static_argnums, static_argnames=static_argnames)
     return wrap if f is None else wrap(f)
 

@@ -1593,3 +1593,29 @@ def test_more_numpy_functions(c, name, f):
     got = np.asarray(shmap.jit(lambda x, y: f(jnp, x, y))(x, y))
     assert got.shape == np.shape(want)
     assert np.allclose(got, want, rtol=2e-5, atol=1e-5, equal_nan=True), (got, want)
+
+
+def test_jit_in_shardings(c):
+    """jax.jit's in_shardings: numpy arguments are placed as they say (one
+    for all, one per argument, a pytree of them for a params dict); an
+    Array with another sharding is refused with JAX's sentence."""
+    mesh = c.make_mesh((4, 2), ("i", "j"))
+    xa = np.arange(32, dtype=np.float32).reshape(8, 4)
+    r = shmap.jit(lambda x, y: (x * 2, y + 1),
+                  in_shardings=(NamedSharding(mesh, P("i", "j")), NamedSharding(mesh, P())))(
+        xa, xa)
+    assert r[0].type == "f32[8@i,4@j]" and r[1].type == "f32[8,4]"
+    assert np.array_equal(np.asarray(r[0]), xa * 2)
+    both = shmap.jit(lambda p: p["a"] + p["b"],
+                     in_shardings=NamedSharding(mesh, P("i")))({"a": xa, "b": xa})
+    assert both.type == "f32[8@i,4]" and np.array_equal(np.asarray(both), 2 * xa)
+    ok = c.device_put(xa, NamedSharding(mesh, P("i", None)))
+    g = shmap.jit(lambda x: x + 1, in_shardings=NamedSharding(mesh, P("i")))
+    assert g(ok).type == "f32[8@i,4]"  # P('i') and P('i', None) are one sharding
+    bad = c.device_put(xa, NamedSharding(mesh, P(None, "j")))
+    with pytest.raises(shmap.InvalidArgument,
+                       match=r"Sharding passed to pjit does not match the sharding on the "
+                             r"respective arg\. Got pjit sharding: NamedSharding\(.*spec=P\('i'\)"
+                             r"\),\narg sharding: NamedSharding\(.*spec=P\(None, 'j'\)\) for arg "
+                             r"shape: float32\[8,4\]"):
+        g(bad)
