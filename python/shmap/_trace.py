@@ -890,15 +890,20 @@ class _Traced:
 
     def _args(self, args):
         """Arrays for the arguments (numpy values uploaded) and their specs."""
-        client = _client_of(args, self.mesh or get_mesh())
         specs = self.in_specs
+        given = self.mesh
+        if given is None and self.kind == "jit" and specs is not None:  # in_shardings' mesh
+            given = next((s.mesh for s in ((specs,) if isinstance(specs, NamedSharding)
+                                           else specs if isinstance(specs, (tuple, list))
+                                           else ()) if isinstance(s, NamedSharding)), None)
+        client = _client_of(args, given or get_mesh())
         if self.kind == "shard_map":
             if isinstance(specs, PartitionSpec):
                 specs = (specs,) * len(args)
             if len(specs) != len(args):
                 raise InvalidArgument(f"{self.__name__} has {len(specs)} in_specs for "
                                       f"{len(args)} arguments")
-        arrays, mesh = [], self.mesh
+        arrays, mesh = [], given
         if mesh is None and (self.kind == "shard_map" or
                              not any(isinstance(a, Array) for a in args)):
             mesh = get_mesh()  # the mesh of set_mesh / use_mesh (jit: numpy arguments only)
@@ -908,9 +913,6 @@ class _Traced:
             if len(specs) != len(args):
                 raise InvalidArgument(f"{self.__name__} has {len(specs)} in_shardings for "
                                       f"{len(args)} arguments")
-            for s in specs:
-                if isinstance(s, NamedSharding) and mesh is None:
-                    mesh = s.mesh
         for k, a in enumerate(args):
             want = specs[k] if self.kind == "jit" and specs is not None else None
             if isinstance(a, Array):
