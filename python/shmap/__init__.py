@@ -24,7 +24,7 @@ from ._core import (AlreadyExists, Array, Auto, AxisType, Cancelled, Client, Dat
                     Unavailable, Unimplemented, block_until_ready, connect, device_get,
                     device_put, get_mesh, local_cluster, make_mesh, set_mesh, typeof,
                     use_mesh, visualize_array_sharding)
-from ._grad import grad, value_and_grad, vjp
+from ._grad import checkpoint, grad, remat, value_and_grad, vjp
 from ._vmap import vmap
 from ._trace import Future, Lowered, Tracer, jit, shard_map
 from .tree_util import tree
@@ -34,6 +34,7 @@ with_sharding_constraint = numpy.with_sharding_constraint
 
 __all__ = [
     "AlreadyExists", "Array", "Auto", "AxisType", "Cancelled", "Client", "DataLoss",
+    "checkpoint", "remat",
     "DeadlineExceeded", "Device", "Explicit", "FailedPrecondition", "Future", "Internal",
     "InvalidArgument", "Lowered", "Mesh", "NamedSharding", "NotFound", "P", "PartitionSpec",
     "ProgramError", "ResourceExhausted", "Shard", "ShmapError", "Tracer", "Unauthenticated",
