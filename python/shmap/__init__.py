@@ -34,12 +34,11 @@ with_sharding_constraint = numpy.with_sharding_constraint
 
 __all__ = [
     "AlreadyExists", "Array", "Auto", "AxisType", "Cancelled", "Client", "DataLoss",
-    "checkpoint", "remat",
     "DeadlineExceeded", "Device", "Explicit", "FailedPrecondition", "Future", "Internal",
     "InvalidArgument", "Lowered", "Mesh", "NamedSharding", "NotFound", "P", "PartitionSpec",
     "ProgramError", "ResourceExhausted", "Shard", "ShmapError", "Tracer", "Unauthenticated",
-    "Unavailable", "Unimplemented", "block_until_ready", "connect", "device_get", "device_put",
-    "get_mesh", "grad", "jit", "lax", "local_cluster", "make_mesh", "nn", "numpy", "reshard",
-    "set_mesh", "shard_map", "tree", "tree_util", "typeof", "use_mesh", "value_and_grad",
-    "visualize_array_sharding", "vjp", "vmap", "with_sharding_constraint",
+    "Unavailable", "Unimplemented", "block_until_ready", "checkpoint", "connect", "device_get",
+    "device_put", "get_mesh", "grad", "jit", "lax", "local_cluster", "make_mesh", "nn", "numpy",
+    "remat", "reshard", "set_mesh", "shard_map", "tree", "tree_util", "typeof", "use_mesh",
+    "value_and_grad", "visualize_array_sharding", "vjp", "vmap", "with_sharding_constraint",
 ]
