@@ -56,5 +56,10 @@ if ls "$root"/build/python/_shmap*.so >/dev/null 2>&1; then
   PYTHONPATH="$root/python:$root/build/python" \
     SHMAP_COORDINATOR_BIN="$root/build/server/shmap-coordinator" \
     /usr/bin/python3 "$root/examples/python/transformer.py"
+  say "Part 5: a training loop as JAX code writes one (import shmap as jax)"
+  echo "\$ PYTHONPATH=python:build/python /usr/bin/python3 examples/python/train_mlp.py"
+  PYTHONPATH="$root/python:$root/build/python" \
+    SHMAP_COORDINATOR_BIN="$root/build/server/shmap-coordinator" \
+    /usr/bin/python3 "$root/examples/python/train_mlp.py"
 fi
 say "demo finished"
