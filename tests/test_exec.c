@@ -132,6 +132,9 @@ static const op_row rows[] = {
     {M42, XI, "P('i')", "argmax(x, axis=1)"},
     {M42, XI, "P('i')", "argmin(x, axis=-1, keepdims=True)"},
     {M42, XI ", k: i32[5] @ P()", "P('i')", "take(x, k - 6, axis=1)"},
+    /* segment sums of each block, completed across blocks (ids out of range dropped) */
+    {M42, XI ", k: i32[8] @ P('i')", "P()", "psum(segment_sum(x, k - 1, 3), 'i')"},
+    {M42, NI ", k: i32[8] @ P('i')", "P(None, 'j')", "psum(segment_sum(n * 2, k % 4, 4), 'i')"},
     {M42, XI ", k: i32[8,3] @ P('i')", "P('i')", "take_along_axis(x, k, 1, mode='clip')"},
     {M42, XI ", k: i32[8,3] @ P('i')", "P('i')", "take_along_axis(x, k + 7, 1, mode='wrap')"},
     {M42, XI, "P('i')", "sort(round(x / 4))"},

@@ -114,6 +114,7 @@ static const op_case ops[] = {
     {"take(y, k, axis=0)", "f32[2,4]{V:i}"},
     {"take(x, k)", "f32[2]{V:i}"},
     {"take(y, k % 4, 1, mode='clip')", "f32[16,2]{V:i}"},
+    {"segment_sum(x, k, 5)", "f32[5,16]{V:i}"},
     {"take_along_axis(x, astype(x, i32) % 16, axis=1)", "f32[2,16]{V:i}"},
     {"take_along_axis(y, zeros((1, 4), i32), 0, mode='wrap')", "f32[1,4]"},
     {"sort(x)", "f32[2,16]{V:i}"},

@@ -526,10 +526,54 @@ START_TEST(test_accumulate_scale)
 }
 END_TEST
 
+/* segment_sum against a row-by-row reference: every dtype it takes, ids
+ * out of [0, nseg) dropped, no rows at all, and the dtypes it refuses. */
+START_TEST(test_segment_sum)
+{
+    static const sm_dtype ts[] = {SM_F32, SM_F64, SM_I32, SM_I64};
+    for (size_t ti = 0; ti < sizeof ts / sizeof ts[0]; ti++)
+        for (int64_t nlead = 0; nlead <= 13; nlead += 13)
+            for (int64_t inner = 1; inner <= 5; inner += 4) {
+                sm_dtype t = ts[ti];
+                const int64_t nseg = 4;
+                void *x = rand_buf(t, nlead * inner, -20, 20);
+                int64_t ids[13];
+                for (int64_t i = 0; i < nlead; i++)
+                    ids[i] = (int64_t)(rnd() % 7) - 2; /* -2 .. 4: some dropped */
+                void *o = malloc((size_t)(nseg * inner) * esize(t));
+                char err[256] = "";
+                ck_assert_msg(
+                    sm_kern_segment_sum(t, x, nlead, inner, ids, nseg, o, err, sizeof err) == SM_OK,
+                    "%s", err);
+                for (int64_t s = 0; s < nseg; s++)
+                    for (int64_t q = 0; q < inner; q++) {
+                        val want = {0, 0};
+                        for (int64_t i = 0; i < nlead; i++)
+                            if (ids[i] == s) {
+                                val v = get(t, x, i * inner + q);
+                                want.f += v.f;
+                                want.i += v.i;
+                            }
+                        ck_assert_msg(same(t, get(t, o, s * inner + q), rt(t, want), 1e-6),
+                                      "%s segment %lld [%lld]", sm_dtype_name(t), (long long)s,
+                                      (long long)q);
+                    }
+                free(x);
+                free(o);
+            }
+    char err[256] = "";
+    int64_t ids[1] = {0};
+    unsigned char b[1] = {1}, o[1];
+    ck_assert_int_eq(sm_kern_segment_sum(SM_U8, b, 1, 1, ids, 1, o, err, sizeof err),
+                     SM_EUNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(err, "u8"));
+}
+END_TEST
+
 int main(void)
 {
     return kt_run(SUITE_CASE(suite_create("kern_reduce"), "reduce", 60, NULL, {test_reduce_all},
                              {test_reduce_exact_and_errors}, {test_reduce_deterministic},
                              {test_argminmax_all}, {test_cumulative_all}, {test_sort_all},
-                             {test_accumulate_scale}));
+                             {test_accumulate_scale}, {test_segment_sum}));
 }

@@ -142,6 +142,10 @@ static const type_case types[] = {
     {"mesh X=2 Y=4\njit f(e: f32[16,8] @ P('X', 'Y'), t: i32[4] @ P('X')):\n"
      "    h = jnp.take(e, t, axis=0, out_sharding=P('X', 'Y'))\n    return h\n",
      "h", "f32[4@X,8@Y]"},
+    /* segment sums: the segments whole, data's other dimensions as they were */
+    {"mesh X=2 Y=4\njit f(g: f32[8,3,16] @ P('X', None, 'Y'), t: i32[8,3] @ P('X')):\n"
+     "    e = segment_sum(g, t, 10)\n    return e\n",
+     "e", "f32[10,16@Y]"},
     /* a function named like an op: in its own body the name is the op's
      * (the text form has no recursion) */
     {"mesh X=2 Y=4\njit sum(a: f32[8,16] @ P('X', 'Y')):\n    t = jnp.sum(a, axis=1)\n"
@@ -378,6 +382,11 @@ typedef struct {
 } lower_case;
 
 static const lower_case lowers[] = {
+    /* segment sums over a batch sharded on X: each device sums its rows, a
+     * psum completes them (the embedding's gradient of a data-parallel step) */
+    {"mesh X=2 Y=4\njit f(g: f32[8,3,16] @ P('X', None, 'Y'), t: i32[8,3] @ P('X')):\n"
+     "    return segment_sum(g, t, 10)\n",
+     0, 0, 1, 0, 0},
     /* no communication: propagation through + and elementwise chains */
     {"mesh X=2 Y=4\njit f(x: i32[4,1] @ P('X', None), y: i32[1,8] @ P(None, 'Y')):\n"
      "    return x + y\n",

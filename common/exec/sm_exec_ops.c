@@ -347,6 +347,23 @@ sm_err sm_exec_take(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_
     return e;
 }
 
+sm_err sm_exec_segment_sum(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
+                           char *err, size_t errlen)
+{
+    const void *ids;
+    void *tmp;
+    sm_err e = sm_exec_as(in[1], SM_I64, &ids, &tmp, err, errlen);
+    if (e)
+        return e;
+    int64_t nlead = sm_exec_numel(in[1]), inner = 1;
+    for (int d = in[1]->shape.rank; d < in[0]->shape.rank; d++)
+        inner *= in[0]->shape.dims[d];
+    e = sm_kern_segment_sum(in[0]->dtype, in[0]->data, nlead, inner, ids, op->attrs.axis, out->data,
+                            err, errlen);
+    free(tmp);
+    return e;
+}
+
 /* ---- shape ---- */
 
 /* reshape, expand_dims, squeeze: the same elements in a new shape. */

@@ -535,6 +535,41 @@ int sm_ir_gather_mode(const sm_ir_op *op)
  * have a's rank; the result's dimension axis is theirs, the others a's and
  * theirs broadcast). Integer indices; mode fill (default), clip
  * (promise_in_bounds) or wrap. */
+/* segment_sum(data, segment_ids, num_segments): segment_ids an integer
+ * array of data's leading dimensions; the result has num_segments rows of
+ * data's other dimensions. */
+sm_err sm_ir_infer_segment_sum(const sm_program *p, const sm_ir_op *op,
+                               const sm_ir_value *const *in, sm_ir_value *out, char *err,
+                               size_t errlen)
+{
+    const sm_ir_value *x = in[0], *ids = in[1];
+    char tx[240], ti[240];
+    if (!sm_dtype_is_int(ids->dtype) && ids->dtype != SM_U8)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "segment_sum: segment_ids must be an integer array, got %s",
+                       sm_ir_type_str(ids, ti, sizeof ti));
+    if (x->dtype != SM_F32 && x->dtype != SM_F64 && x->dtype != SM_I32 && x->dtype != SM_I64)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "segment_sum: data must be f32, f64, i32 or i64, got %s",
+                       sm_ir_type_str(x, tx, sizeof tx));
+    int k = ids->shape.rank, ok = k >= 1 && k <= x->shape.rank;
+    for (int d = 0; ok && d < k; d++)
+        ok = ids->shape.dims[d] == x->shape.dims[d];
+    if (!ok)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "segment_sum: segment_ids %s must have the shape of data's leading "
+                       "dimensions (data is %s)",
+                       sm_ir_type_str(ids, ti, sizeof ti), sm_ir_type_str(x, tx, sizeof tx));
+    if (op->attrs.axis < 0)
+        return sm_fail(err, errlen, SM_EINVAL, "segment_sum: num_segments must be >= 0, got %lld",
+                       (long long)op->attrs.axis);
+    sm_shape s = {.rank = 1 + x->shape.rank - k, .dims = {op->attrs.axis}};
+    for (int d = k; d < x->shape.rank; d++)
+        s.dims[1 + d - k] = x->shape.dims[d];
+    sm_ir_set(out, x->dtype, &s);
+    return SM_OK;
+}
+
 sm_err sm_ir_infer_take(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
                         sm_ir_value *out, char *err, size_t errlen)
 {

@@ -735,6 +735,35 @@ sm_err sm_ir_shard_take(const sm_program *p, const sm_ir_op *op, const sm_ir_val
     return SM_OK;
 }
 
+/* segment_sum: a sum of data's rows into segments. The segments are whole
+ * on every device; data's other dimensions keep their sharding; the
+ * segment ids are laid out as data's leading dimensions, and where those
+ * are sharded each device sums its rows and a psum over their mesh axes
+ * completes the sums (as a sum over a sharded dimension). */
+sm_err sm_ir_shard_segment_sum(const sm_program *p, const sm_ir_op *op,
+                               const sm_ir_value *const *in, sm_ir_value *out,
+                               sm_ir_shard_plan *plan, char *err, size_t errlen)
+{
+    const sm_ir_value *x = in[0], *ids = in[1];
+    int k = ids->shape.rank;
+    plan->in[0] = x->layout;
+    memset(&plan->in[1], 0, sizeof plan->in[1]);
+    memset(&out->layout, 0, sizeof out->layout);
+    for (int d = 0; d < x->shape.rank; d++) {
+        if (d >= k) {
+            sm_sh_dim_copy(&out->layout, 1 + d - k, &x->layout, d);
+            continue;
+        }
+        sm_sh_dim_copy(&plan->in[1], d, &x->layout, d);
+        for (int j = 0; j < x->layout.n[d] && plan->npost < SM_MAX_AXES; j++)
+            plan->post_axes[plan->npost++] = x->layout.ax[d][j];
+    }
+    if (plan->npost)
+        plan->post = SM_IR_POST_PSUM;
+    plan->local_layout = out->layout;
+    return SM_OK;
+}
+
 /* cumsum, cumprod, cummax, cummin: JAX's rule (_cumred_sharding_rule), and
  * sort, argsort (_sort_abstract_eval): the operand must not be sharded
  * along the axis; the result keeps its sharding. axis=None (the flattened

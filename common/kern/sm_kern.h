@@ -187,6 +187,13 @@ sm_err sm_kern_reduce(sm_kern_reduce_op op, sm_dtype t, const void *x, const sm_
                       const int *axes, int naxes, int keepdims, void *out, char *err,
                       size_t errlen);
 
+/* jax.ops.segment_sum: out (nseg rows of `inner` elements, zeroed here)
+ * gets, for each of the nlead rows of x, that row added to row ids[i];
+ * rows whose id is outside [0, nseg) are dropped. Rows are added in index
+ * order. f32 f64 i32 i64 (integers wrap). */
+sm_err sm_kern_segment_sum(sm_dtype t, const void *x, int64_t nlead, int64_t inner,
+                           const int64_t *ids, int64_t nseg, void *out, char *err, size_t errlen);
+
 /* Index of the largest (is_max) or smallest element of x along axis (-1:
  * over all of x, flattened), first where tied; a NaN counts as beyond every
  * number (the first NaN wins), as numpy and JAX have it. out is int32 with

@@ -687,3 +687,45 @@ sm_err sm_kern_scale(sm_dtype t, void *x, int64_t n, double factor, char *err, s
     }
     return SM_OK;
 }
+
+#define SMK_SEGSUM(T, U, ADD)                                                                      \
+    do {                                                                                           \
+        const T *xs = x;                                                                           \
+        T *o = out;                                                                                \
+        memset(o, 0, (size_t)(nseg * inner) * sizeof(T));                                          \
+        for (int64_t i = 0; i < nlead; i++) {                                                      \
+            if (ids[i] < 0 || ids[i] >= nseg)                                                      \
+                continue;                                                                          \
+            T *dst = o + ids[i] * inner;                                                           \
+            const T *src = xs + i * inner;                                                         \
+            for (int64_t q = 0; q < inner; q++)                                                    \
+                dst[q] = ADD(dst[q], src[q], U);                                                   \
+        }                                                                                          \
+    } while (0)
+#define SMK_ADD_F(a, b, U) ((a) + (b))
+#define SMK_ADD_I(a, b, U) ((__typeof__(a))((U)(a) + (U)(b)))
+
+sm_err sm_kern_segment_sum(sm_dtype t, const void *x, int64_t nlead, int64_t inner,
+                           const int64_t *ids, int64_t nseg, void *out, char *err, size_t errlen)
+{
+    if (nlead < 0 || inner < 0 || nseg < 0)
+        return sm_fail(err, errlen, SM_EINVAL, "segment_sum: negative sizes");
+    switch (t) {
+    case SM_F32:
+        SMK_SEGSUM(float, float, SMK_ADD_F);
+        break;
+    case SM_F64:
+        SMK_SEGSUM(double, double, SMK_ADD_F);
+        break;
+    case SM_I32:
+        SMK_SEGSUM(int32_t, uint32_t, SMK_ADD_I);
+        break;
+    case SM_I64:
+        SMK_SEGSUM(int64_t, uint64_t, SMK_ADD_I);
+        break;
+    default:
+        return sm_fail(err, errlen, SM_EUNSUPPORTED, "segment_sum does not support dtype %s",
+                       sm_dtype_name(t));
+    }
+    return SM_OK;
+}

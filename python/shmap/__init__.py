@@ -16,7 +16,7 @@
 
 See docs/python.md. The ops of shmap.numpy and shmap.lax come from the C op
 table at import."""
-from . import lax, nn, numpy, tree_util
+from . import lax, nn, numpy, ops, tree_util
 from ._core import (AlreadyExists, Array, Auto, AxisType, Cancelled, Client, DataLoss,
                     DeadlineExceeded, Device, Explicit, FailedPrecondition, Internal,
                     InvalidArgument, Mesh, NamedSharding, NotFound, P, PartitionSpec,
@@ -39,6 +39,6 @@ __all__ = [
     "ProgramError", "ResourceExhausted", "Shard", "ShmapError", "Tracer", "Unauthenticated",
     "Unavailable", "Unimplemented", "block_until_ready", "checkpoint", "connect", "device_get",
     "device_put", "get_mesh", "grad", "jit", "lax", "local_cluster", "make_mesh", "nn", "numpy",
-    "remat", "reshard", "set_mesh", "shard_map", "tree", "tree_util", "typeof", "use_mesh",
+    "ops", "remat", "reshard", "set_mesh", "shard_map", "tree", "tree_util", "typeof", "use_mesh",
     "value_and_grad", "visualize_array_sharding", "vjp", "vmap", "with_sharding_constraint",
 ]

@@ -342,9 +342,9 @@ def _getitem_rule(g, out, x, key):
 
 
 def _take_rule(g, out, a, idx, axis=None, mode=None, out_sharding=None):
-    """take(a, idx, axis): every position of a gets the cotangents of the
-    results that took it, as a product with a one-hot of the indices (there
-    is no scatter-add op)."""
+    """take(a, idx, axis): every position of a gets the sum of the
+    cotangents of the results that took it: a segment_sum of g's rows by
+    the indices (out of range: dropped, as 'fill' takes nothing there)."""
     jnp = _jnp()
     if not isinstance(a, Tracer):
         return [None, None]
@@ -354,19 +354,33 @@ def _take_rule(g, out, a, idx, axis=None, mode=None, out_sharding=None):
     n = len(a.shape)
     axis %= n
     size = a.shape[axis]
-    if mode == "clip":
-        idx = jnp.clip(idx, 0, size - 1)
-    elif mode == "wrap":
+    if mode == "wrap":
         idx = idx % size
-    from . import nn
-    oh = nn.one_hot(idx, size, dtype=out.dtype)
-    letters = iter("abcdefghijklmnopqrstuvwxyz")
-    pre = "".join(next(letters) for _ in range(axis))
-    ind = "".join(next(letters) for _ in range(len(idx.shape)))
-    post = "".join(next(letters) for _ in range(n - axis - 1))
-    c = next(letters)
-    return [jnp.einsum(f"{pre}{ind}{post},{ind}{c}->{pre}{c}{post}", g, oh,
-                       **_laid_out_as(a)), None]
+    else:  # as the kernel: negative indices from the end, then clipped or dropped
+        idx = jnp.where(idx < 0, idx + size, idx)
+        if mode in ("clip", "promise_in_bounds"):
+            idx = jnp.clip(idx, 0, size - 1)
+    ri = len(idx.shape)
+    # g: a's dims before axis, idx's, a's after: idx's first, then the rest
+    perm = tuple(range(axis, axis + ri)) + tuple(range(axis)) + \
+        tuple(range(axis + ri, axis + ri + n - axis - 1))
+    rows = jnp.transpose(g, perm) if axis else g
+    c = jnp.segment_sum(rows, idx, size)  # (size, a's dims before axis, after)
+    if axis:
+        c = jnp.transpose(c, tuple(range(1, axis + 1)) + (0,) +
+                          tuple(range(axis + 1, n)))
+    return [c, None]
+
+
+def _segment_sum_rule(g, out, data, ids, num_segments=None):
+    """segment_sum: each row of data gets its segment's cotangent (none for
+    an id out of range)."""
+    jnp = _jnp()
+    n = out.shape[0]
+    rows = jnp.take(g, jnp.clip(ids, 0, max(n - 1, 0)), axis=0)
+    keep = jnp.astype((ids >= 0) & (ids < n), out.dtype)
+    keep = jnp.reshape(keep, tuple(ids.shape) + (1,) * (len(data.shape) - len(ids.shape)))
+    return [rows * keep, None, None]
 
 
 def _take_along_rule(g, out, arr, idx, axis=None, mode=None, out_sharding=None):
@@ -590,6 +604,8 @@ def _rule(prim, g, out, args, kwargs):
         return [jnp.reshard(g, spec if spec is not None else P()), None]
     if prim == "take":
         return _take_rule(g, out, *args, **kwargs)
+    if prim == "segment_sum":
+        return _segment_sum_rule(g, out, *args, **kwargs)
     if prim == "take_along_axis":
         return _take_along_rule(g, out, *args, **kwargs)
     if prim == "sort":  # sort(x) is x taken along argsort(x) (both stable)

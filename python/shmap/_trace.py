@@ -465,6 +465,10 @@ class _AtIndex:
 
     def _box(self):
         shape = self.x.shape
+        if self._index_array():
+            raise InvalidArgument("x.at[index_array] takes add (a scatter-add) and get; set, "
+                                  "multiply, min and max with an index array are not "
+                                  "supported")
         key = self.key if isinstance(self.key, tuple) else (self.key,)
         if any(k is Ellipsis for k in key):
             at = next(j for j, k in enumerate(key) if k is Ellipsis)
@@ -510,7 +514,22 @@ class _AtIndex:
             upd = _call_op("full", tuple(sizes), v, dtype=x.dtype)
         return _call_op("dynamic_update_slice", x, upd, tuple(starts))
 
+    def _index_array(self):
+        """The key is one integer array (x.at[idx])."""
+        return isinstance(self.key, (np.ndarray, list, Tracer, Array))
+
     def add(self, v):
+        if self._index_array():  # a scatter-add: the rows idx names, summed where repeated
+            from . import numpy as jnp
+            idx = _index_value(self.key)
+            n = self.x.shape[0]
+            idx = jnp.where(idx < 0, idx + n, idx)  # numpy's negative indices
+            rows = tuple(idx.shape) + tuple(self.x.shape[1:])
+            upd = v if isinstance(v, Tracer) else jnp.full(rows, v, dtype=self.x.dtype)
+            upd = _broadcast_to(upd, rows)
+            if upd.dtype != self.x.dtype:
+                upd = upd.astype(self.x.dtype)
+            return self.x + _call_op("segment_sum", upd, idx, n)
         return self.set(self.get() + v)
 
     def multiply(self, v):

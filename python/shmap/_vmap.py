@@ -356,6 +356,8 @@ def _apply(prim, args, kwargs):
                                                     (0,) + tuple(starts)), size)
     if op in ("take", "take_along_axis"):
         return _take(op, a, size, entry)
+    if op == "segment_sum":
+        return _segment_sum(a, size)
     if op in ("reshard", "with_sharding_constraint"):
         key = "out_shardings" if op == "reshard" else "shardings"
         return BatchTracer(getattr(jnp, op)(x.val, _spec_plus(a[key], entry)), size)
@@ -435,6 +437,25 @@ def _take(op, a, size, entry):
     if axis:
         out = jnp.transpose(out, (axis,) + tuple(d for d in range(n) if d != axis))
     return BatchTracer(out, size)
+
+
+def _segment_sum(a, size):
+    """segment_sum of examples: batched data with the ids of the example's
+    rows (moved behind them); batched ids as ids of (example, segment)."""
+    jnp = _jnp()
+    data, ids, n = a["data"], a["segment_ids"], a["num_segments"]
+    k = len(ids.shape)
+    if _isb(ids):
+        ids_b = ids.val + jnp.reshape(jnp.arange(size, dtype=np.int32) * n,
+                                      (size,) + (1,) * k)
+        ids_b = jnp.where((ids.val >= 0) & (ids.val < n), ids_b, -1)  # dropped stays dropped
+        out = jnp.segment_sum(_full(data, size), ids_b, n * size)
+        return BatchTracer(jnp.reshape(out, (size, n) + tuple(out.shape[1:])), size)
+    x = data.val  # (B, ids' dims, rest): ids' dims first, then the batch
+    r = len(x.shape)
+    x = jnp.transpose(x, tuple(range(1, k + 1)) + (0,) + tuple(range(k + 1, r)))
+    out = jnp.segment_sum(x, ids, n)  # (n, B, rest)
+    return BatchTracer(jnp.transpose(out, (1, 0) + tuple(range(2, len(out.shape)))), size)
 
 
 def _flatten_example(v, size):

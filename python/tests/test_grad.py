@@ -97,7 +97,24 @@ SHAPES = [
     ("softmax", lambda xp, x: _sm(xp, xp.exp(x) / xp.exp(x).sum(-1, keepdims=True))),
     ("var", lambda xp, x: _sm(xp, x.var(axis=1))),
     ("sort_median", lambda xp, x: _sm(xp, xp.sort(x, axis=1)) + _sm(xp, xp.median(x, axis=1))),
+    ("segment_sum", lambda xp, x: _sm(xp, _np_segment_sum(x) if xp is np else
+                                      shmap.ops.segment_sum(x, jnp.asarray(SEG), 5))),
+    ("take_axis1", lambda xp, x: _sm(xp, xp.take(x, np.array([3, 0, 3, 15]), axis=1)
+                                     if xp is np else
+                                     jnp.take(x, jnp.asarray(np.array([3, 0, 3, 15],
+                                                                      np.int32)), axis=1))),
 ]
+
+
+SEG = np.array([0, 4, 4, -1, 2, 5, 0, 1], np.int32)  # -1 and 5: dropped
+
+
+def _np_segment_sum(x):
+    out = np.zeros((5,) + x.shape[1:])
+    for r, k in enumerate(SEG):
+        if 0 <= k < 5:
+            out[k] += x[r]
+    return out
 
 
 @pytest.mark.parametrize("name,f", SHAPES, ids=[u[0] for u in SHAPES])

@@ -1619,3 +1619,36 @@ def test_jit_in_shardings(c):
                              r"\),\narg sharding: NamedSharding\(.*spec=P\(None, 'j'\)\) for arg "
                              r"shape: float32\[8,4\]"):
         g(bad)
+
+
+def test_segment_sum_and_scatter_add(c):
+    """jax.ops.segment_sum (a row of the op table) over rows sharded on the
+    mesh (each device sums its rows, a psum completes), at once and in a
+    jit, and x.at[idx].add(v) with an index array (numpy's np.add.at:
+    repeated indices add up, negative ones count from the end)."""
+    mesh = c.make_mesh((4, 2), ("i", "j"))
+    rng = np.random.default_rng(13)
+    data = rng.standard_normal((8, 3, 4)).astype(np.float32)
+    ids = rng.integers(-1, 6, (8, 3)).astype(np.int32)  # -1 and 5 dropped
+    d = c.device_put(data, NamedSharding(mesh, P("i", None, "j")))
+    s = c.device_put(ids, NamedSharding(mesh, P("i")))
+    got = shmap.ops.segment_sum(d, s, num_segments=5)
+    want = np.zeros((5, 4), np.float32)
+    for (r, q), k in np.ndenumerate(ids):
+        if 0 <= k < 5:
+            want[k] += data[r, q]
+    assert got.type == "f32[5,4@j]"
+    assert np.allclose(np.asarray(got), want, atol=1e-5)
+    lowered = shmap.jit(lambda d, s: shmap.ops.segment_sum(d, s, 5)).lower(d, s).as_text()
+    assert "psum(" in lowered.split("# lowered:")[1]
+    table = np.arange(12, dtype=np.float32).reshape(6, 2)
+    t = c.device_put(table, NamedSharding(mesh, P()))
+    idx = np.array([0, 5, 5, -1, 2], np.int32)
+    out = shmap.jit(lambda t: t.at[idx].add(1.5))(t)
+    want = table.copy()
+    np.add.at(want, idx, 1.5)
+    assert np.array_equal(np.asarray(out), want)
+    with pytest.raises(shmap.InvalidArgument, match=r"give num_segments"):
+        shmap.ops.segment_sum(d, s)
+    with pytest.raises(shmap.InvalidArgument, match=r"x.at\[index_array\] takes add"):
+        shmap.jit(lambda t: t.at[idx].set(0.0))(t)

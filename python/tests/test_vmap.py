@@ -50,7 +50,23 @@ EXAMPLES = [
     ("at_set", lambda xp, x, w: (x.copy() if xp is np else x)),
     ("softmax", lambda xp, x, w: xp.exp(x) / xp.exp(x).sum(-1, keepdims=True)),
     ("var", lambda xp, x, w: x.var(axis=0) + x.std()),
+    ("segment_sum_data", lambda xp, x, w: _segsum(xp, x, SEG5)),
+    ("segment_sum_ids", lambda xp, x, w: _segsum(xp, w, (xp.argmax(x, axis=1) % 4)[:1].repeat(
+        6) if xp is np else jnp.repeat((jnp.argmax(x, axis=1) % 4)[:1], 6))),
 ]
+
+SEG5 = np.array([2, 0, 2, -1, 3], np.int32)
+
+
+def _segsum(xp, data, ids):
+    if xp is np:
+        out = np.zeros((4,) + data.shape[1:], data.dtype)
+        for r, k in enumerate(np.asarray(ids)):
+            if 0 <= k < 4:
+                out[k] += data[r]
+        return out
+    return shmap.ops.segment_sum(data, ids if isinstance(ids, shmap.Tracer)
+                                 else jnp.asarray(ids), 4)
 
 
 def _at_set_np(x):
