@@ -406,9 +406,35 @@ def _take_along_rule(g, out, arr, idx, axis=None, mode=None, out_sharding=None):
     return [jnp.einsum(f"{dims},{dims}z->{res}", g, oh, **_laid_out_as(arr)), None]
 
 
+def _others_product(a, axes):
+    """For each element of a, the product of the others over axes (no
+    division: exclusive running products from both ends, so zeros are
+    right)."""
+    jnp = _jnp()
+    n = len(a.shape)
+    rest = [d for d in range(n) if d not in axes]
+    perm = rest + list(axes)
+    m = 1
+    for d in axes:
+        m *= a.shape[d]
+    lead = tuple(a.shape[d] for d in rest)
+    y = jnp.reshape(jnp.transpose(a, tuple(perm)), lead + (m,))
+    if _laid_out_as(a):  # the running products need the reduced elements whole (as the
+        from ._core import P  # forward prod gathers them)
+        y = jnp.reshard(y, P())
+    one = jnp.ones(lead + (1,), dtype=a.dtype)
+    left = jnp.concatenate([one, jnp.cumprod(y, axis=-1)[..., :-1]], axis=-1)
+    right = jnp.flip(jnp.cumprod(jnp.flip(y, -1), axis=-1), -1)
+    right = jnp.concatenate([right[..., 1:], one], axis=-1)
+    o = jnp.reshape(left * right, lead + tuple(a.shape[d] for d in axes))
+    return jnp.transpose(o, tuple(int(i) for i in np.argsort(perm)))
+
+
 def _reduce_rule(name, g, out, a, axis=None, dtype=None, keepdims=False):
     jnp = _jnp()
     ge, axes = _expand_reduced(g, a, axis, keepdims)
+    if name == "prod":
+        return [ge * _others_product(a, axes)]
     if name == "sum":
         return [ge]
     if name == "mean":
@@ -570,7 +596,7 @@ def _rule(prim, g, out, args, kwargs):
         return [_UNARY[prim](g, out, args[0])]
     if prim == "getitem":
         return _getitem_rule(g, out, args[0], kwargs["key"])
-    if prim in ("sum", "mean", "max", "min"):
+    if prim in ("sum", "mean", "max", "min", "prod"):
         return _reduce_rule(prim, g, out, *args, **kwargs)
     if prim == "einsum":
         ops = list(args[1:])

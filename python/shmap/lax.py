@@ -158,3 +158,30 @@ def sort(operand, dimension=-1, is_stable=True, num_keys=1):
 
 
 __all__ += ["select", "cond", "switch", "scan", "top_k"]
+
+
+def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None,
+                out_sharding=None):
+    """lax.dot_general as an einsum: dimension_numbers ((lhs_contracting,
+    rhs_contracting), (lhs_batch, rhs_batch)); the result's dimensions are
+    the batch ones, then lhs's free ones, then rhs's, as lax's."""
+    from . import numpy as jnp
+    (lc, rc), (lb, rb) = dimension_numbers
+    lc, rc, lb, rb = (tuple(int(d) for d in v) for v in (lc, rc, lb, rb))
+    if len(lc) != len(rc) or len(lb) != len(rb):
+        raise ValueError("dot_general requires equal numbers of lhs and rhs contracting and "
+                         "batch dimensions")
+    letters = iter("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    ls = [next(letters) for _ in range(len(lhs.shape))]
+    rs = [None] * len(rhs.shape)
+    for a, b in zip(lc + lb, rc + rb):
+        rs[b] = ls[a]
+    rs = [c or next(letters) for c in rs]
+    out = [ls[d] for d in lb] + [ls[d] for d in range(len(ls)) if d not in lc + lb] + \
+        [rs[d] for d in range(len(rs)) if d not in rc + rb]
+    kw = {} if out_sharding is None else {"out_sharding": out_sharding}
+    r = jnp.einsum("".join(ls) + "," + "".join(rs) + "->" + "".join(out), lhs, rhs, **kw)
+    return r if preferred_element_type is None else r.astype(preferred_element_type)
+
+
+__all__.append("dot_general")

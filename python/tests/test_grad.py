@@ -84,6 +84,8 @@ SHAPES = [
     ("mean_keep", lambda xp, x: _sm(xp, x.mean(axis=0, keepdims=True))),
     ("max_min", lambda xp, x: _sm(xp, x.max(axis=1)) + _sm(xp, x.min(axis=0))),
     ("max_all", lambda xp, x: x.max() * 3),
+    ("prod", lambda xp, x: _sm(xp, xp.prod(x[:, :6] * 0.5 + 1, axis=1)) +
+     xp.prod(xp.where(x[:2, :3] > 0, x[:2, :3], 0.0))),
     ("reshape_T", lambda xp, x: _sm(xp, x.reshape(2, 4, 16).T)),
     ("transpose", lambda xp, x: _sm(xp, xp.transpose(x[None], (2, 0, 1)))),
     ("expand_squeeze", lambda xp, x: _sm(xp, xp.squeeze(xp.expand_dims(x, 0), 0))),

@@ -1652,3 +1652,73 @@ def test_segment_sum_and_scatter_add(c):
         shmap.ops.segment_sum(d, s)
     with pytest.raises(shmap.InvalidArgument, match=r"x.at\[index_array\] takes add"):
         shmap.jit(lambda t: t.at[idx].set(0.0))(t)
+
+
+def _np_sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def _np_softplus(x):
+    return np.logaddexp(x, 0)
+
+
+NN = [
+    ("relu6", lambda x: np.clip(x, 0, 6)),
+    ("leaky_relu", lambda x: np.where(x >= 0, x, 0.01 * x)),
+    ("elu", lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0)))),
+    ("celu", lambda x: np.maximum(x, 0) + np.expm1(np.minimum(x, 0))),
+    ("selu", lambda x: 1.0507009873554805 * np.where(x > 0, x, 1.6732632423543772 *
+                                                      np.expm1(np.minimum(x, 0)))),
+    ("log_sigmoid", lambda x: -_np_softplus(-x)),
+    ("soft_sign", lambda x: x / (np.abs(x) + 1)),
+    ("hard_tanh", lambda x: np.clip(x, -1, 1)),
+    ("hard_sigmoid", lambda x: np.clip(x + 3, 0, 6) / 6),
+    ("hard_silu", lambda x: x * np.clip(x + 3, 0, 6) / 6),
+    ("mish", lambda x: x * np.tanh(_np_softplus(x))),
+    ("glu", lambda x: x[:, :8] * _np_sigmoid(x[:, 8:])),
+    ("standardize", lambda x: (x - x.mean(-1, keepdims=True)) /
+     np.sqrt(x.var(-1, keepdims=True) + 1e-5)),
+]
+
+
+@pytest.mark.parametrize("name,ref", NN, ids=[u[0] for u in NN])
+def test_nn_activations(c, name, ref):
+    mesh = c.make_mesh((4, 2), ("i", "j"))
+    xa = np.random.default_rng(14).standard_normal((8, 16)).astype(np.float32) * 4
+    x = c.device_put(xa, NamedSharding(mesh, P("i", None)))
+    got = np.asarray(shmap.jit(getattr(shmap.nn, name))(x))
+    assert np.allclose(got, ref(xa.astype(np.float64)), rtol=1e-5, atol=1e-5)
+
+
+def test_dot_general_and_attention(c):
+    """lax.dot_general (as an einsum) and nn.dot_product_attention (causal,
+    masked) against numpy."""
+    mesh = c.make_mesh((4, 2), ("i", "j"))
+    rng = np.random.default_rng(15)
+    a = rng.standard_normal((4, 3, 5)).astype(np.float32)
+    b = rng.standard_normal((4, 5, 2)).astype(np.float32)
+    x = c.device_put(a, NamedSharding(mesh, P("i")))
+    y = c.device_put(b, NamedSharding(mesh, P("i")))
+    got = shmap.jit(lambda x, y: lax.dot_general(x, y, (((2,), (1,)), ((0,), (0,)))))(x, y)
+    assert np.allclose(np.asarray(got), np.einsum("bij,bjk->bik", a, b), atol=1e-5)
+    got = shmap.jit(lambda x, y: lax.dot_general(x, y, (((0, 2), (0, 1)), ((), ())),
+                                                 out_sharding=P()))(x, y)  # the batch summed
+    assert np.allclose(np.asarray(got), np.einsum("bij,bjk->ik", a, b), atol=1e-4)
+    q, k, v = (rng.standard_normal((2, 6, 2, 4)).astype(np.float32) for _ in range(3))
+    qa, ka, va = (c.device_put(t, NamedSharding(mesh, P())) for t in (q, k, v))
+    mask = np.ones((6, 6), bool)
+    mask[:, 0] = False
+
+    def ref(causal, m):
+        s = np.einsum("btnh,bsnh->bnts", q, k) / 2.0
+        allowed = np.ones((6, 6), bool) if m is None else m
+        if causal:
+            allowed = allowed & np.tril(np.ones((6, 6), bool))
+        s = np.where(allowed, s, -1e30)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        p /= p.sum(-1, keepdims=True)
+        return np.einsum("bnts,bsnh->btnh", p, v)
+    for causal, m in ((False, None), (True, None), (False, mask)):
+        got = shmap.jit(lambda q, k, v: shmap.nn.dot_product_attention(
+            q, k, v, mask=None if m is None else jnp.asarray(m), is_causal=causal))(qa, ka, va)
+        assert np.allclose(np.asarray(got), ref(causal, m), atol=1e-5), (causal, m is None)
