@@ -291,7 +291,6 @@ static sm_err job_prepare(sm_cjobs *j, const sm_svc_submit_req *req, sm_job *job
                        p->name ? p->name : "", p->nops, j->max_ops);
     if ((e = sm_program_verify(p, req->check_vma, err, errlen)))
         return e;
-    job->auto_axes = p->kind == SM_PROG_JIT ? p->auto_axes : p->mesh.auto_axes;
     if (p->kind == SM_PROG_JIT) { /* workers run the shard_map program it lowers to */
         sm_program *l = NULL;
         if ((e = sm_lower(p, NULL, &l, err, errlen)))
@@ -358,9 +357,7 @@ static sm_err job_prepare(sm_cjobs *j, const sm_svc_submit_req *req, sm_job *job
             goto out;
     }
     /* The outputs, pending until the job is done, on the program's mesh
-     * with its axis types (a jit's Auto axes stay Auto on its results). */
-    sm_mesh out_mesh = p->mesh;
-    out_mesh.auto_axes = job->auto_axes;
+     * with its axis types (a jit's lowered program keeps them). */
     for (int k = 0; k < p->nreturns; k++) {
         sm_svc_create_array_req cr;
         sm_svc_create_array_reply rep;
@@ -370,7 +367,7 @@ static sm_err job_prepare(sm_cjobs *j, const sm_svc_submit_req *req, sm_job *job
         cr.dtype = p->values[p->returns[k]].dtype;
         cr.has_shape = 1;
         cr.shape = p->out_global[k];
-        cr.sharding.mesh = &out_mesh;
+        cr.sharding.mesh = &p->mesh;
         cr.sharding.spec = p->out_specs[k];
         cr.kind = SM_PUT_SHARDS;
         cr.job_output = 1;

@@ -29,11 +29,8 @@ typedef struct sm_job {
                                * inside its submit call gets one when it ends, or when a call
                                * names it first */
     /* Set at submit, read-only afterwards: */
-    sm_program *prog;   /* owned; mesh with its devices (has_devices = 1); freed by the
-                           runner once the job ended (NULL) */
-    uint32_t auto_axes; /* the program's Auto mesh axes (a jit's, which its lowered
-                         * prog does not keep): its arguments are resharded onto, and its
-                         * outputs made on, the mesh with these types */
+    sm_program *prog; /* owned; mesh with its devices (has_devices = 1); freed by the
+                         runner once the job ended (NULL) */
     int nargs;
     sm_array_id *args;      /* [nargs] resolved input ids */
     unsigned char *reshard; /* [nargs] the input must be resharded first */

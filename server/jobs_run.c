@@ -227,10 +227,8 @@ static sm_err reshard_arg(sm_cjobs *j, sm_job *job, int k, sm_array_id *tmp, cha
     const sm_ir_param *pa = &job->prog->params[k];
     sm_svc_reshard_req rr;
     memset(&rr, 0, sizeof rr);
-    sm_mesh mesh = job->prog->mesh; /* with the program's axis types, as its outputs */
-    mesh.auto_axes = job->auto_axes;
     rr.array.id = job->args[k];
-    rr.sharding.mesh = &mesh;
+    rr.sharding.mesh = &job->prog->mesh; /* with its axis types, as the outputs */
     rr.sharding.spec = pa->spec;
     rr.name = NULL;
     int64_t left = time_left_ms(job);

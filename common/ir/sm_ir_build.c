@@ -53,6 +53,7 @@ sm_err sm_program_set_jit(sm_program *p, uint32_t auto_axes, char *err, size_t e
                        32 - __builtin_clz(auto_axes), p->mesh.naxes);
     p->kind = SM_PROG_JIT;
     p->auto_axes = auto_axes;
+    p->mesh.auto_axes = auto_axes; /* its mesh's types (kept by the program it lowers to) */
     return SM_OK;
 }
 

@@ -85,16 +85,6 @@ def record(b, prim, args, kwargs, out):
     b.tape.append((prim, args, kwargs, out))
 
 
-def unrecorded(b, expr):
-    """An op emitted without its structure while a tape is on: refused when
-    it uses a differentiated value, since its derivative cannot be traced
-    (every op of the package says what it is; this guards the rest)."""
-    used = set(re.findall(r"[A-Za-z_]\w*", expr)) & b.active
-    if used:
-        raise InvalidArgument(f"grad: shmap cannot differentiate '{expr}', which uses "
-                              f"{sorted(used)[0]}")
-
-
 # ---- rules: the cotangents of an op's operands from its result's ------------
 
 

@@ -177,11 +177,9 @@ class _Builder:
     # then costs the length of the program, not its square.
     EAGER_LINES = 64
 
-    def emit(self, expr, prim=None, args=(), kwargs=None):
+    def emit(self, expr, prim, args=(), kwargs=None):
         """name = expr; prim, args and kwargs say which op it is, for grad's
         tape (_grad.record)."""
-        if self.tape is not None and prim is None:
-            _grad.unrecorded(self, expr)
         name = f"v{self.n}"
         self.n += 1
         self.lines.append((f"{name} = {expr}", _user_line()))
@@ -219,10 +217,8 @@ class _Builder:
             tr._ty, tr._dt, tr._sh, tr._builder = t[0], t[1], tuple(t[2]), None
         self.pending = []
 
-    def emit_multi(self, expr, n, prim=None, args=(), kwargs=None):
+    def emit_multi(self, expr, n, prim, args=(), kwargs=None):
         """names of n results = expr (a call of a function with n results)."""
-        if self.tape is not None and prim is None:
-            _grad.unrecorded(self, expr)
         names = [f"v{self.n + k}" for k in range(n)]
         self.n += n
         self.lines.append((f"{', '.join(names)} = {expr}", _user_line()))

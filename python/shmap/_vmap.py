@@ -221,17 +221,6 @@ _REDUCTIONS = {"sum", "mean", "max", "min", "prod", "any", "all"}
 _FLATTENING = {"argmax", "argmin", "cumsum", "cumprod", "cummax", "cummin"}
 
 
-def _params(op):
-    from ._grad import _params_of
-    return _params_of(op)
-
-
-def _bind(op, args, kwargs):
-    a = dict(zip(_params(op), args))
-    a.update(kwargs)
-    return a
-
-
 def apply(prim, args, kwargs):
     """The batched form of op prim on args (some of them BatchTracers), by
     the rule of the innermost vmap among them."""
@@ -270,6 +259,7 @@ def _apply(prim, args, kwargs):
         return _einsum(s, [a, b], kwargs.get("out_sharding"), size, entry)
     if op == "einsum":
         return _einsum(args[0], list(args[1:]), kwargs.get("out_sharding"), size, entry)
+    from ._grad import _bind
     a = _bind(op, args, kwargs)
     x = args[0]
     rank = _rank(x)

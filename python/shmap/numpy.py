@@ -926,11 +926,9 @@ def nanstd(a, axis=None, dtype=None, ddof=0, keepdims=False):
     return sqrt(nanvar(a, axis=axis, ddof=ddof, keepdims=keepdims))  # noqa: F821
 
 
-def _tri_mask(N, M=None, k=0, dtype=None):
+def tri(N, M=None, k=0, dtype=None):
+    """Ones on and below the k-th diagonal of an N x M matrix."""
     return tril(ones((N, N if M is None else M), dtype=dtype or _np.float32), k)  # noqa: F821
-
-
-tri = _tri_mask
 
 
 def empty(shape, dtype=None, out_sharding=None):
