@@ -15,7 +15,7 @@ import re
 
 import numpy as np
 
-from ._core import InvalidArgument
+from ._core import InvalidArgument, Unimplemented
 from ._trace import Tracer, _builder, _call_op, _state, _tree_build, _tree_leaves, jit
 
 # Ops whose results carry no derivative (integers, booleans, piecewise
@@ -78,6 +78,8 @@ def record(b, prim, args, kwargs, out):
         return
     if prim in _NONDIFF:
         return
+    if prim in ("pmax", "pmin"):  # JAX defines no JVP for them: its sentence, when traced
+        raise Unimplemented(f"Differentiation rule for '{prim}' not implemented")
     if isinstance(out, tuple):  # a call of a function with several results
         b.active.update(o.name for o in out if _is_float(o))
     else:
@@ -435,6 +437,78 @@ def _reduce_rule(name, g, out, a, axis=None, dtype=None, keepdims=False):
     return [ge * m / jnp.sum(m, axis=axes, keepdims=True)]
 
 
+def _scan_last(op, e):
+    """JAX's associative_scan of op (lax.associative_scan, the parallel
+    prefix scan its cumprod, cummax and cummin are differentiated through)
+    along the last axis of e: adjacent pairs combined, the pairs' scan
+    taken recursively (the odd positions), the even positions from those
+    and the elements between; strided slices written as a reshape to
+    (..., pairs, 2), whose ops all have rules."""
+    jnp = _jnp()
+    n = e.shape[-1]
+    if n < 2:
+        return e
+    m = n // 2
+    lead = tuple(e.shape[:-1])
+    pairs = _reshape_lead(e[..., :2 * m] if n % 2 else e, lead + (m, 2))
+    first, second = pairs[..., 0], pairs[..., 1]  # e[0:-1:2], e[1::2]
+    odd = _scan_last(op, op(first, second))
+    if n % 2 == 0:
+        even = e[..., :1] if m == 1 else \
+            jnp.concatenate([e[..., :1], op(odd[..., :-1], first[..., 1:])], axis=-1)
+        return _reshape_lead(jnp.stack([even, odd], axis=-1), lead + (n,))
+    rest = jnp.concatenate([first[..., 1:], e[..., n - 1:]], axis=-1) if m > 1 else e[..., 2:]
+    even = jnp.concatenate([e[..., :1], op(odd, rest)], axis=-1)
+    inter = _reshape_lead(jnp.stack([even[..., :-1], odd], axis=-1), lead + (n - 1,))
+    return jnp.concatenate([inter, even[..., -1:]], axis=-1)
+
+
+def _reshape_lead(v, shape):
+    """v reshaped where only its last dimensions change (its leading ones
+    keep their sharding)."""
+    jnp = _jnp()
+    if not _laid_out_as(v):
+        return jnp.reshape(v, shape)
+    from ._core import P
+    spec = tuple(_spec(v) or ())
+    k = len(v.shape) - 1  # the dimensions before the last are kept
+    spec = (spec + (None,) * len(v.shape))[:k]
+    return jnp.reshape(v, shape, out_sharding=P(*(spec + (None,) * (len(shape) - k))))
+
+
+def _cumulative_rule(prim, g, out, a, axis=None, dtype=None):
+    """cumsum's cotangent is the reverse running sum of g. cumprod, cummax
+    and cummin have JAX's (their JVP is associative_scan's, each combine a
+    lax.mul, max or min): the cotangent is the VJP of that very scan,
+    traced here on a tape of its own, so that a product with zeros is
+    right and tied extremes share as JAX's balanced max/min does (half to
+    each side of every tied combine)."""
+    jnp = _jnp()
+    shape = tuple(a.shape)
+    if axis is None:  # numpy's: over the flattened array (g has its shape)
+        a = jnp.reshape(a, (-1,))
+        axis = 0
+    n = len(a.shape)
+    axis %= n
+    if g.dtype != a.dtype:
+        g = g.astype(a.dtype)
+    if prim == "cumsum":
+        c = jnp.flip(jnp.cumsum(jnp.flip(g, axis), axis=axis), axis)
+    else:
+        op = {"cumprod": jnp.multiply, "cummax": jnp.maximum, "cummin": jnp.minimum}[prim]
+        perm = tuple(d for d in range(n) if d != axis) + (axis,)
+        back = tuple(int(i) for i in np.argsort(perm))
+        moved = axis != n - 1
+
+        def scan():
+            x = jnp.transpose(a, perm) if moved else a
+            y = _scan_last(op, x)
+            return jnp.transpose(y, back) if moved else y
+        res, tape, active = _taped(_builder(), [a], scan)
+        c = _backward(tape, active, _seeds([res], [g], active), [a])[0]
+    return [jnp.reshape(c, shape) if tuple(c.shape) != shape else c]
+
+
 def _params_of(op):
     """The parameter names of op, in order, from the op table's signature."""
     if not _PARAMS:
@@ -642,12 +716,8 @@ def _rule(prim, g, out, args, kwargs):
             cts.append(g[key] if isinstance(a, Tracer) else None)
             at += n
         return [cts]
-    if prim == "cumsum":
-        axis = args[1] if len(args) > 1 else kwargs.get("axis")
-        if axis is None:
-            raise InvalidArgument("grad: cumsum of the flattened array is not supported; give "
-                                  "axis=")
-        return [jnp.flip(jnp.cumsum(jnp.flip(g, axis), axis=axis), axis)]
+    if prim in ("cumsum", "cumprod", "cummax", "cummin"):
+        return _cumulative_rule(prim, g, out, *args, **kwargs)
     raise InvalidArgument(f"grad: shmap has no differentiation rule for '{prim}'")
 
 

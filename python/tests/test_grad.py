@@ -94,6 +94,11 @@ SHAPES = [
     ("concatenate", lambda xp, x: _sm(xp, xp.concatenate([x[:, :4], x * 2, x[:, 8:]], axis=1))),
     ("where", lambda xp, x: _sm(xp, xp.where(x > 0, x * x, -x))),
     ("cumsum", lambda xp, x: _sm(xp, xp.cumsum(x, axis=1))),
+    ("cumsum_flat", lambda xp, x: _sm(xp, xp.cumsum(x[:2]))),
+    ("cumprod", lambda xp, x: _sm(xp, xp.cumprod(x * 0.3 + 1, axis=1)) +
+     _sm(xp, xp.cumprod(x[:4, :5]))),
+    ("cummax_cummin", lambda xp, x: _sm(xp, _cum(xp, "max", x, 1)) +
+     _sm(xp, _cum(xp, "min", x[:, :7], 1)) + _sm(xp, _cum(xp, "max", x[:4, :5], None))),
     ("flip", lambda xp, x: _sm(xp, xp.flip(x, 1) * x)),
     ("astype", lambda xp, x: _sm(xp, x.astype(np.float64 if xp is np else np.float32) * 2)),
     ("softmax", lambda xp, x: _sm(xp, xp.exp(x) / xp.exp(x).sum(-1, keepdims=True))),
@@ -109,6 +114,14 @@ SHAPES = [
 
 
 SEG = np.array([0, 4, 4, -1, 2, 5, 0, 1], np.int32)  # -1 and 5: dropped
+
+
+def _cum(xp, which, x, axis):
+    """cummax / cummin: numpy's ufunc accumulate, shmap's op."""
+    if xp is np:
+        x = x.reshape(-1) if axis is None else x
+        return getattr(np, which + "imum").accumulate(x, axis=axis or 0)
+    return getattr(jnp, "cum" + which)(x, axis=axis)
 
 
 def _np_segment_sum(x):
@@ -245,14 +258,115 @@ def test_grad_refusals(c, mesh):
     with pytest.raises(shmap.InvalidArgument,
                        match=r"grad requires real- or complex-valued inputs .* but got int32"):
         shmap.grad(lambda i: jnp.sum(i))(i)
-    with pytest.raises(shmap.InvalidArgument, match=r"no differentiation rule for 'cumprod'"):
-        shmap.grad(lambda x: jnp.sum(jnp.cumprod(x, axis=1)))(x)
+    with pytest.raises(shmap.InvalidArgument,
+                       match=r"no differentiation rule for 'dynamic_slice_in_dim'"):
+        shmap.grad(lambda x: jnp.sum(lax.dynamic_slice_in_dim(x, jnp.asarray(
+            np.int32(1)), 2, axis=1)))(x)
     with pytest.raises(shmap.InvalidArgument, match=r"higher derivative"):
         shmap.grad(lambda x: jnp.sum(shmap.grad(lambda y: jnp.sum(y * y))(x)))(x)
     with pytest.raises(shmap.InvalidArgument, match=r"has_aux=True needs .* pair"):
         shmap.grad(lambda x: jnp.sum(x), has_aux=True)(x)
     with pytest.raises(shmap.InvalidArgument, match=r"argnums=2 requires at least 3 positional"):
         shmap.grad(lambda x: jnp.sum(x), argnums=2)(x)
+
+
+def _jax_scan_jacobian(x, which):
+    """d out / d x of a running max or min of the 1-D x, as JAX
+    differentiates it: the JVP of lax.associative_scan (adjacent pairs,
+    the pairs' scan recursively, the even positions from it) with lax.max's
+    balanced ties (half to each side of a tied combine), in float64 with
+    numpy's strided slices."""
+    pick = np.maximum if which == "max" else np.minimum
+
+    def combine(a, b):
+        (va, ta), (vb, tb) = a, b
+        v = pick(va, vb)
+        wa = (va == v) / np.where(vb == v, 2.0, 1.0)
+        wb = (vb == v) / np.where(va == v, 2.0, 1.0)
+        return v, wa[:, None] * ta + wb[:, None] * tb
+
+    def scan(v, t):
+        n = len(v)
+        if n < 2:
+            return v, t
+        odd = scan(*combine((v[0:-1:2], t[0:-1:2]), (v[1::2], t[1::2])))
+        if n % 2 == 0:
+            even = combine((odd[0][:-1], odd[1][:-1]), (v[2::2], t[2::2]))
+        else:
+            even = combine(odd, (v[2::2], t[2::2]))
+        ov, ot = np.empty(n), np.empty((n, t.shape[1]))
+        ov[0::2], ot[0::2] = np.concatenate([v[:1], even[0]]), np.concatenate([t[:1], even[1]])
+        ov[1::2], ot[1::2] = odd
+        return ov, ot
+    return scan(np.asarray(x, np.float64), np.eye(len(x)))[1]
+
+
+def test_grad_cumulative_ties_and_zeros(c, mesh):
+    """cummax / cummin where values tie: the cotangent is shared as JAX's
+    JVP of its associative scan shares it (not all to the first, nor to the
+    last, nor as a left-to-right scan would); lax.cummax(reverse=True) as
+    the scan of the flipped array. cumprod with zeros: the exact products of
+    the others, no division."""
+    rows = np.array([[1, 1, 1, 1, 1, 1, 1], [3, 1, 3, 2, 3, 0, 3], [0, 2, 2, -1, 2, 5, 5],
+                     [2, 2, 1, 1, 0, 0, 0], [4, 4, 4, 4, 9, 9, 9], [1, 2, 3, 4, 5, 6, 7],
+                     [7, 7, 6, 7, 7, 6, 7], [0, 0, 1, 0, 0, 1, 1]], np.float32)
+    w = np.linspace(0.5, 2.0, 7).astype(np.float32)
+    x = c.device_put(rows, NamedSharding(mesh, P("X", None)))
+    for which in ("max", "min"):
+        for rev in (False, True):
+            op = getattr(lax, "cum" + which)
+            g = shmap.grad(lambda x: jnp.sum(op(x, axis=1, reverse=rev) * jnp.asarray(w)))(x)
+            assert g.type == x.type
+            for r, row in zip(np.asarray(g), rows):
+                src = row[::-1] if rev else row
+                want = w[::-1] @ _jax_scan_jacobian(src, which) if rev else \
+                    w @ _jax_scan_jacobian(src, which)
+                want = want[::-1] if rev else want
+                assert np.allclose(r, want, atol=1e-6), (which, rev, row, r, want)
+    # a left-to-right scan would give the last of four ties 1/2, JAX's tree 1/4
+    assert np.allclose(np.ones(4) @ _jax_scan_jacobian(np.ones(4), "max"),
+                       [2, 1, 0.75, 0.25])
+    z = rows - 1  # a zero or two in most rows
+    g = shmap.grad(lambda x: jnp.sum(jnp.cumprod(x, axis=1) * jnp.asarray(w)))(
+        c.device_put(z, NamedSharding(mesh, P("X", None))))
+    want = np.zeros_like(z, dtype=np.float64)
+    for i, row in enumerate(z.astype(np.float64)):
+        for j in range(7):
+            for k in range(j, 7):
+                want[i, j] += w[k] * np.prod(np.delete(row[:k + 1], j))
+    assert np.allclose(np.asarray(g), want, atol=1e-4)
+
+
+def test_grad_nondifferentiable_pass_through(c, mesh):
+    """argmax, argmin and comparisons carry no derivative (grad passes
+    through them, as JAX's); pmax / pmin of a differentiated value in a
+    shard_map body get JAX's sentence (it defines no JVP for them), while
+    pmax of a value grad does not follow is taken."""
+    rng = np.random.default_rng(12)
+    xa = rng.standard_normal((8, 16)).astype(np.float32)
+
+    def f(xp, x):
+        i = xp.argmax(x, axis=1)[:, None]
+        j = xp.argmin(x, axis=1)[:, None]
+        top = xp.take_along_axis(x, i, axis=1) - xp.take_along_axis(x, j, axis=1)
+        return _sm(xp, top * 2 + (x > 0.5) * x + (x <= x[:, :1]) * 3)
+    _check(c, mesh, f, [xa], [P("X", None)], rng)
+
+    m4 = c.make_mesh((4,), ("i",))
+    x = c.device_put(xa, NamedSharding(m4, P("i")))
+    for coll in ("pmax", "pmin"):
+        @shmap.shard_map(mesh=m4, in_specs=P("i"), out_specs=P("i"))
+        def bad(x):
+            return shmap.grad(lambda v: jnp.sum(getattr(lax, coll)(v, "i")))(x)
+        with pytest.raises(shmap.Unimplemented,
+                           match=rf"^Differentiation rule for '{coll}' not implemented$"):
+            bad(x)
+
+    @shmap.shard_map(mesh=m4, in_specs=P("i"), out_specs=P("i"))
+    def scaled(x):  # x / pmax(|x|) with the max held fixed, as JAX takes it
+        return shmap.grad(lambda v: jnp.sum(v * v / lax.pmax(lax.stop_gradient(
+            jnp.max(jnp.abs(v))), "i")))(x)
+    assert np.allclose(np.asarray(scaled(x)), 2 * xa / np.abs(xa).max(), rtol=1e-5)
 
 
 def test_tree_util():
@@ -386,6 +500,8 @@ MOVES = [
     ("pad", lambda xp, x: xp.pad(x, ((1, 2), (0, 3)))),
     ("pad_int", lambda xp, x: xp.pad(x, 1)[:, ::-1] if xp is np else jnp.flip(jnp.pad(x, 1), 1)),
     ("roll", lambda xp, x: xp.roll(x, (2, -3), axis=(0, 1))),
+    ("cumulative_axis0", lambda xp, x: xp.cumprod(x[:, :4] * 0.3 + 1, axis=0) +
+     _cum(xp, "min", x[:, 4:8], 0) + _cum(xp, "max", x[:, 9:13], 0)),
     ("dynamic_slice", _lax_or(lambda x: x[2:5, 4:8],
                               lambda x: lax.dynamic_slice(x, (2, 4), (3, 4)))),
     ("dynamic_update_slice", _lax_or(
