@@ -424,6 +424,17 @@ static const type_case type_cases[] = {
     {"i=4,j=2", "P()", SM_F64, 0, {0}, "f64[]"},
     {"i=4,j=2", "P('j')", SM_BOOL, 1, {6}, "bool[6@j]"},
     {"i=4,j=2", "P('i', 'j')", SM_F32, 2, {64, 128}, "f32[64@i,128@j]"},
+    /* Auto axes are not in a type (jax.typeof on an Auto mesh) */
+    {"i=4,j=2,axis_types=(Auto,Explicit)", "P('i', 'j')", SM_F32, 2, {8, 4}, "f32[8,4@j]"},
+    {"i=4,j=2,axis_types=(Auto,Auto)", "P('i', 'j')", SM_F32, 2, {8, 4}, "f32[8,4]"},
+    {"i=4,j=2,axis_types=(Explicit,Auto)", "P(('i', 'j'))", SM_F32, 1, {8}, "f32[8@i]"},
+    {"i=2,j=2,k=2,axis_types=(Explicit,Auto,Explicit)",
+     "P(('i', 'j', 'k'))",
+     SM_F32,
+     1,
+     {8},
+     "f32[8@(i,k)]"},
+    {"i=4,j=2,axis_types=(Explicit,Auto)", "P('i', unreduced={'j'})", SM_F32, 1, {8}, "f32[8@i]"},
 };
 
 START_TEST(test_type_strings)

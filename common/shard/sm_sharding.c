@@ -102,6 +102,14 @@ int sm_sharding_num_distinct(const sm_sharding *s, const sm_shape *global)
     return (int)n;
 }
 
+/* Axis `name` of m is Auto: a type shows Explicit axes only (JAX's
+ * modify_spec_for_auto_manual). */
+static int sm_ts_auto(const sm_mesh *m, const char *name)
+{
+    int a = sm_mesh_axis(m, name);
+    return a >= 0 && a < 32 && (m->auto_axes >> a & 1);
+}
+
 char *sm_sharding_type_str(const sm_sharding *s, sm_dtype t, const sm_shape *global, char *buf,
                            size_t len)
 {
@@ -121,21 +129,22 @@ char *sm_sharding_type_str(const sm_sharding *s, sm_dtype t, const sm_shape *glo
     for (int d = 0; d < global->rank; d++) {
         SM_TS_PUT("%s%lld", d ? "," : "", (long long)global->dims[d]);
         const sm_pspec_entry *e = d < s->spec.nentries ? &s->spec.e[d] : NULL;
-        if (!e || e->naxes == 0)
-            continue;
-        if (e->naxes == 1) {
-            SM_TS_PUT("@%s", e->axes[0]);
-            continue;
-        }
-        SM_TS_PUT("@(");
-        for (int k = 0; k < e->naxes; k++)
-            SM_TS_PUT("%s%s", k ? "," : "", e->axes[k]);
-        SM_TS_PUT(")");
+        const char *ax[SM_MAX_AXES];
+        int na = 0;
+        for (int k = 0; e && k < e->naxes; k++)
+            if (!sm_ts_auto(&s->mesh, e->axes[k]))
+                ax[na++] = e->axes[k];
+        if (na == 1)
+            SM_TS_PUT("@%s", ax[0]);
+        for (int k = 0; na > 1 && k < na; k++)
+            SM_TS_PUT("%s%s", k ? "," : "@(", ax[k]);
+        if (na > 1)
+            SM_TS_PUT(")");
     }
     SM_TS_PUT("]");
     int nu = 0; /* unreduced axes, in mesh order: f32[2@x,2]{U:y} */
     for (int a = 0; a < s->mesh.naxes; a++)
-        if (sm_pspec_is_unreduced(&s->spec, s->mesh.names[a]))
+        if (sm_pspec_is_unreduced(&s->spec, s->mesh.names[a]) && !(s->mesh.auto_axes >> a & 1))
             SM_TS_PUT("%s%s", nu++ ? "," : "{U:", s->mesh.names[a]);
     if (nu)
         SM_TS_PUT("}");

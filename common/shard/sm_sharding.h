@@ -41,7 +41,8 @@ int sm_sharding_is_fully_replicated(const sm_sharding *s, const sm_shape *global
 /* Number of distinct indices (= shards holding different data). */
 int sm_sharding_num_distinct(const sm_sharding *s, const sm_shape *global);
 
-/* Type string as JAX prints it: f32[8@X,2@Y], f32[8@(X,Y),4], f32[8,4]. */
+/* Type string as JAX prints it: f32[8@X,2@Y], f32[8@(X,Y),4], f32[8,4];
+ * axes of the mesh that are Auto are not in it (as jax.typeof). */
 char *sm_sharding_type_str(const sm_sharding *s, sm_dtype t, const sm_shape *global, char *buf,
                            size_t len);
 
