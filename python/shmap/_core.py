@@ -624,7 +624,8 @@ class _ArrayAtIndex:
         if how not in ("set", "add", "multiply", "mul", "divide", "power", "min", "max", "get"):
             raise AttributeError(how)
         key = self.key
-        return lambda *v: self.x._now(lambda a, *t: getattr(a.at[key], how)(*t), *v)
+        return lambda *v, **kw: self.x._now(lambda a, *t: getattr(a.at[key], how)(*t, **kw),
+                                            *v)
 
 
 def _array_binary(op):

@@ -514,10 +514,17 @@ class _AtIndex:
         """The key is one integer array (x.at[idx])."""
         return isinstance(self.key, (np.ndarray, list, Tracer, Array))
 
-    def add(self, v):
+    def add(self, v, *, indices_are_sorted=False, unique_indices=False, mode=None,
+            out_sharding=None):
         if self._index_array():  # a scatter-add: the rows idx names, summed where repeated
             from . import numpy as jnp
             idx = _index_value(self.key)
+            if out_sharding is None and (0 in _explicit_dims(self.x) or _explicit_dims(idx)):
+                # JAX's scatter rule: the updates (laid out as x[idx]) and the indices
+                # unsharded in the dimensions that index, and so x's first dimension
+                xt, it = self.x.type, idx.type
+                upd = f"{xt[:xt.index('[')]}[{','.join(_dims(it) + _dims(xt)[1:])}]"
+                raise scatter_refused(xt, it, upd)
             n = self.x.shape[0]
             idx = jnp.where(idx < 0, idx + n, idx)  # numpy's negative indices
             rows = tuple(idx.shape) + tuple(self.x.shape[1:])
@@ -525,7 +532,8 @@ class _AtIndex:
             upd = _broadcast_to(upd, rows)
             if upd.dtype != self.x.dtype:
                 upd = upd.astype(self.x.dtype)
-            return self.x + _call_op("segment_sum", upd, idx, n)
+            out = self.x + _call_op("segment_sum", upd, idx, n)
+            return out if out_sharding is None else _call_op("reshard", out, out_sharding)
         return self.set(self.get() + v)
 
     def multiply(self, v):
@@ -544,6 +552,35 @@ class _AtIndex:
 
     def max(self, v):
         return self.set(_call_op("maximum", self.get(), v))
+
+
+def _explicit_dims(v):
+    """The dimensions of v's type sharded over Explicit mesh axes: of an
+    Array or a value of a jit body (none in a shard_map body, whose values
+    are blocks)."""
+    b = getattr(_state, "builder", None)
+    t = getattr(v, "type", None)
+    if (b is not None and b.kind != "jit") or not isinstance(t, str) or "[" not in t:
+        return set()
+    dims = t[t.index("[") + 1:t.rindex("]")].split(",")
+    return {d for d, s in enumerate(dims) if "@" in s}
+
+
+def _dims(t):
+    """The dimensions of type string t: f32[8@i,4] -> ['8@i', '4']."""
+    inner = t[t.index("[") + 1:t.rindex("]")]
+    return inner.split(",") if inner else []
+
+
+def scatter_refused(operand, indices, updates):
+    """JAX's sentence for a scatter its sharding rule cannot lay out
+    without out_sharding= (_scatter_sharding_rule), given the three type
+    strings (indices' with JAX's trailing index-vector dimension)."""
+    t = indices[:indices.rindex("]")] + (",1" if _dims(indices) else "1") + "]"
+    return ProgramError("Use `.at[...].set/add/mul/...(out_sharding=)` to provide output "
+                        "PartitionSpec for the scatter update as out sharding could not be "
+                        "resolved unambiguously (or would require collectives on inputs). Got "
+                        f"operand={operand}, indices={t}, updates={updates}")
 
 
 def _index_value(k):

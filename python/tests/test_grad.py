@@ -105,7 +105,8 @@ SHAPES = [
     ("var", lambda xp, x: _sm(xp, x.var(axis=1))),
     ("sort_median", lambda xp, x: _sm(xp, xp.sort(x, axis=1)) + _sm(xp, xp.median(x, axis=1))),
     ("segment_sum", lambda xp, x: _sm(xp, _np_segment_sum(x) if xp is np else
-                                      shmap.ops.segment_sum(x, jnp.asarray(SEG), 5))),
+                                      shmap.ops.segment_sum(x, jnp.asarray(SEG), 5,
+                                                            out_sharding=P()))),
     ("take_axis1", lambda xp, x: _sm(xp, xp.take(x, np.array([3, 0, 3, 15]), axis=1)
                                      if xp is np else
                                      jnp.take(x, jnp.asarray(np.array([3, 0, 3, 15],

@@ -1632,15 +1632,36 @@ def test_segment_sum_and_scatter_add(c):
     ids = rng.integers(-1, 6, (8, 3)).astype(np.int32)  # -1 and 5 dropped
     d = c.device_put(data, NamedSharding(mesh, P("i", None, "j")))
     s = c.device_put(ids, NamedSharding(mesh, P("i")))
-    got = shmap.ops.segment_sum(d, s, num_segments=5)
     want = np.zeros((5, 4), np.float32)
     for (r, q), k in np.ndenumerate(ids):
         if 0 <= k < 5:
             want[k] += data[r, q]
+    # as JAX's: a scatter-add into replicated zeros, which its sharding rule
+    # lays out only with out_sharding= when the data or the ids are sharded
+    refusal = (r"^Use `\.at\[\.\.\.\]\.set/add/mul/\.\.\.\(out_sharding=\)` to provide output "
+               r"PartitionSpec for the scatter update as out sharding could not be resolved "
+               r"unambiguously \(or would require collectives on inputs\)\. Got "
+               r"operand=f32\[5,4\], indices=i32\[8@i,3,1\], updates=f32\[8@i,3,4@j\]$")
+    with pytest.raises(shmap.ProgramError, match=refusal):
+        shmap.ops.segment_sum(d, s, num_segments=5)
+    with pytest.raises(shmap.ProgramError, match=refusal):
+        shmap.jit(lambda d, s: shmap.ops.segment_sum(d, s, 5))(d, s)
+    got = shmap.ops.segment_sum(d, s, num_segments=5, out_sharding=P(None, "j"))
     assert got.type == "f32[5,4@j]"
     assert np.allclose(np.asarray(got), want, atol=1e-5)
-    lowered = shmap.jit(lambda d, s: shmap.ops.segment_sum(d, s, 5)).lower(d, s).as_text()
-    assert "psum(" in lowered.split("# lowered:")[1]
+    f = shmap.jit(lambda d, s: shmap.ops.segment_sum(
+        d, s, 5, out_sharding=NamedSharding(mesh, P())))
+    assert "psum(" in f.lower(d, s).as_text().split("# lowered:")[1]
+    assert np.allclose(np.asarray(f(d, s)), want, atol=1e-5)
+    # unsharded, or sharded over Auto axes only (not in the type): no out_sharding
+    assert np.allclose(np.asarray(shmap.ops.segment_sum(
+        c.device_put(data, NamedSharding(mesh, P())), c.device_put(ids, NamedSharding(mesh, P())),
+        5)), want, atol=1e-5)
+    am = c.make_mesh((4, 2), ("i", "j"), axis_types=(shmap.Auto, shmap.Auto))
+    da = c.device_put(data, NamedSharding(am, P("i", None, "j")))
+    got = shmap.ops.segment_sum(da, c.device_put(ids, NamedSharding(am, P("i"))), 5)
+    assert (da.type, got.type) == ("f32[8,3,4]", "f32[5,4]")
+    assert np.allclose(np.asarray(got), want, atol=1e-5)
     table = np.arange(12, dtype=np.float32).reshape(6, 2)
     t = c.device_put(table, NamedSharding(mesh, P()))
     idx = np.array([0, 5, 5, -1, 2], np.int32)
@@ -1650,6 +1671,19 @@ def test_segment_sum_and_scatter_add(c):
     assert np.array_equal(np.asarray(out), want)
     with pytest.raises(shmap.InvalidArgument, match=r"give num_segments"):
         shmap.ops.segment_sum(d, s)
+    # x.at[idx].add: its updates laid out as x[idx]; x's first dimension and
+    # the indices sharded need out_sharding=
+    rows = c.device_put(table, NamedSharding(mesh, P(None, "j")))
+    si = c.device_put(np.array([0, 1, 5, 3, 0, 1, 5, 3], np.int32), NamedSharding(mesh, P("i")))
+    with pytest.raises(shmap.ProgramError, match=r"Got operand=f32\[6,2@j\], "
+                       r"indices=i32\[8@i,1\], updates=f32\[8@i,2@j\]$"):
+        rows.at[si].add(1.0)
+    out = rows.at[si].add(1.0, out_sharding=P(None, "j"))
+    want = table.copy()
+    np.add.at(want, np.asarray(si), 1.0)
+    assert out.type == "f32[6,2@j]" and np.array_equal(np.asarray(out), want)
+    assert np.array_equal(np.asarray(rows.at[idx].add(1.5)), table + np.bincount(
+        idx % 6, minlength=6)[:, None] * np.float32(1.5))
     with pytest.raises(shmap.InvalidArgument, match=r"x.at\[index_array\] takes add"):
         shmap.jit(lambda t: t.at[idx].set(0.0))(t)
 
