@@ -10,13 +10,16 @@ operand (JAX's transpose of dot_general passes the operand's sharding as
 out_sharding), a reshard's goes back to its operand's sharding, and a sum
 over a broadcast dimension completes across devices where that dimension
 was sharded. Outside a trace, grad(f)(arrays) runs as a jit program."""
+import functools
+import inspect
 import numbers
 import re
 
 import numpy as np
 
 from ._core import InvalidArgument, Unimplemented
-from ._trace import Tracer, _builder, _call_op, _state, _tree_build, _tree_leaves, jit
+from ._trace import (Tracer, _builder, _call_op, _is_tree, _state, _tree_build, _tree_leaves,
+                     _tree_sig, jit)
 
 # Ops whose results carry no derivative (integers, booleans, piecewise
 # constants): they never become part of what is differentiated.
@@ -70,21 +73,67 @@ def _tracers_in(args):
             yield from _tracers_in(a)
 
 
+class _Level:
+    """One differentiation being traced (a grad, a vjp, a custom rule's
+    own): its tape, the names of the values that depend on what it
+    differentiates, and whether it is paused (it records nothing while a
+    custom rule's forward runs, nor for stop_gradient)."""
+
+    def __init__(self, names):
+        self.tape, self.active, self.paused = [], set(names), 0
+
+
+def _levels(b):
+    """The differentiations being traced by builder b, outermost first."""
+    return getattr(b, "levels", None) or []
+
+
+def _push(b, names):
+    lv = _Level(names)
+    if getattr(b, "levels", None) is None:
+        b.levels = []
+    b.levels.append(lv)
+    b.tape = lv.tape  # the builder calls record while any level is on
+    return lv
+
+
+def _pop(b, lv):
+    b.levels.remove(lv)
+    b.tape = b.levels[-1].tape if b.levels else None
+
+
+class _paused:
+    """with _paused(levels): those levels record nothing."""
+
+    def __init__(self, levels):
+        self.levels = list(levels)
+
+    def __enter__(self):
+        for lv in self.levels:
+            lv.paused += 1
+
+    def __exit__(self, *exc):
+        for lv in self.levels:
+            lv.paused -= 1
+
+
 def record(b, prim, args, kwargs, out):
     """Called by the builder for every op it emits while a tape is on: puts
-    the op on the tape when an operand depends on the differentiated
-    arguments (then so does its result)."""
-    if not any(t.name in b.active for t in _tracers_in(args)):
-        return
-    if prim in _NONDIFF:
-        return
-    if prim in ("pmax", "pmin"):  # JAX defines no JVP for them: its sentence, when traced
-        raise Unimplemented(f"Differentiation rule for '{prim}' not implemented")
-    if isinstance(out, tuple):  # a call of a function with several results
-        b.active.update(o.name for o in out if _is_float(o))
-    else:
-        b.active.add(out.name)
-    b.tape.append((prim, args, kwargs, out))
+    the op on the tape of each level where an operand depends on what that
+    level differentiates (then so does its result)."""
+    names = {t.name for t in _tracers_in(args)}
+    for lv in _levels(b):
+        if lv.paused or not names & lv.active:
+            continue
+        if prim in _NONDIFF:
+            return
+        if prim in ("pmax", "pmin"):  # JAX defines no JVP for them: its sentence, when traced
+            raise Unimplemented(f"Differentiation rule for '{prim}' not implemented")
+        if isinstance(out, tuple):  # a call of a function with several results
+            lv.active.update(o.name for o in out if _is_float(o))
+        else:
+            lv.active.add(out.name)
+        lv.tape.append((prim, args, kwargs, out))
 
 
 # ---- rules: the cotangents of an op's operands from its result's ------------
@@ -722,18 +771,22 @@ def _rule(prim, g, out, args, kwargs):
 
 
 def _taped(b, leaves, thunk):
-    """thunk() traced with a tape on, leaves (traced values) the ones
-    differentiated: (its result, the tape, the names of the values that
-    depend on leaves). The builder records nothing afterwards."""
-    if getattr(b, "tape", None) is not None:
-        raise InvalidArgument("grad of a function that itself takes a grad (a higher "
-                              "derivative) is not supported")
-    b.tape, b.active = [], {t.name for t in leaves if _is_float(t)}
+    """thunk() traced with a tape on (a level of its own), leaves (traced
+    values) the ones differentiated: (its result, the tape, the names of
+    the values that depend on leaves). That tape records nothing
+    afterwards."""
+    lv = _push(b, {t.name for t in leaves if _is_float(t)})
     try:
         res = thunk()
-        return res, b.tape, b.active
     finally:
-        b.tape, b.active = None, set()
+        _pop(b, lv)
+    return res, lv.tape, lv.active
+
+
+def _no_nesting(b):
+    if _levels(b):
+        raise InvalidArgument("grad of a function that itself takes a grad (a higher "
+                              "derivative) is not supported")
 
 
 def _call_vjp(fn, args, in_specs, outs, gs):
@@ -791,14 +844,15 @@ def _backward(tape, active, seeds, leaves):
     jnp = _jnp()
     ct = dict(seeds)
     for prim, args, kwargs, res in reversed(tape):
-        if prim == "call":
+        if prim in ("call", "custom"):
             outs = res if isinstance(res, tuple) else (res,)
-            gs = [ct.pop(o.name, None) for o in outs]
+            gs = [ct.pop(o.name, None) if o is not None else None for o in outs]
             if all(g is None for g in gs):
                 continue
-            gs = [g if g is not None else _laid_like(jnp.zeros_like(o), o)
+            gs = [g if g is not None or o is None else _laid_like(jnp.zeros_like(o), o)
                   for g, o in zip(gs, outs)]
-            cts = _call_vjp(kwargs["fn"], args, kwargs["in_specs"], outs, gs)
+            cts = kwargs["backward"](gs) if prim == "custom" else \
+                _call_vjp(kwargs["fn"], args, kwargs["in_specs"], outs, gs)
         else:
             g = ct.pop(res.name, None)
             if g is None:
@@ -819,7 +873,7 @@ def _backward(tape, active, seeds, leaves):
             # summed to the operand's); every other rule's, its operand's
             same = prim not in _ELEMENTWISE or isinstance(res, tuple)
             shape = a.shape if same else res.shape
-            dtype = a.dtype if prim in ("astype", "call") else \
+            dtype = a.dtype if prim in ("astype", "call", "custom") else \
                 (res[0] if isinstance(res, tuple) else res).dtype
             c = _laid_like(_sum_to(c, a, shape, dtype), a)
             ct[a.name] = ct[a.name] + c if a.name in ct else c
@@ -891,6 +945,7 @@ def _grad_call(fun, argnums, has_aux, with_value, args, kwargs):
         it = iter(flat)
         args = [_tree_build(a, it) if k in nums else a for k, a in enumerate(args)]
     vals = [t.val if batch is not None else t for t in flat]
+    _no_nesting(b)
     res, tape, active = _taped(b, vals, lambda: fun(*args, **kwargs))
     out, aux = _split_aux(res, has_aux, "grad")
     if not isinstance(out, Tracer):
@@ -931,6 +986,7 @@ def vjp(fun, *primals, has_aux=False):
         raise InvalidArgument("vjp runs inside a traced function: call it in a shmap.jit or "
                               "shmap.shard_map body")
     args, flat = _diff_args(primals, range(len(primals)), "vjp")
+    _no_nesting(b)
     res, tape, active = _taped(b, flat, lambda: fun(*args))
     out, aux = _split_aux(res, has_aux, "vjp")
     out_leaves = [v for v, _ in _tree_leaves(out, "o")]
@@ -977,15 +1033,14 @@ def stop_gradient(x):
     """jax.lax.stop_gradient: x's value, through which grad sees no
     dependence on what x was computed from."""
     if not isinstance(x, Tracer):
+        if _is_tree(x):  # a pytree: each leaf
+            return _tree_build(x, iter(stop_gradient(v) for v, _ in _tree_leaves(x, "x")))
         return x
-    b = _builder()
-    if getattr(b, "tape", None) is None or x.name not in b.active:
+    on = [lv for lv in _levels(_builder()) if not lv.paused]
+    if not any(x.name in lv.active for lv in on):
         return x
-    tape, b.tape = b.tape, None
-    try:
-        return x + 0  # a new value, off the tape
-    finally:
-        b.tape = tape
+    with _paused(on):
+        return x + 0  # a new value, off the tapes
 
 
 def checkpoint(fun=None, *, prevent_cse=True, policy=None, static_argnums=()):
@@ -1000,3 +1055,350 @@ def checkpoint(fun=None, *, prevent_cse=True, policy=None, static_argnums=()):
 
 
 remat = checkpoint
+
+
+# ---- custom_vjp and custom_jvp ----------------------------------------------
+
+
+def _fname(f):
+    return getattr(f, "__name__", None) or type(f).__name__
+
+
+def _resolve(fun, args, kwargs, who):
+    """The arguments as positional ones (JAX's resolve_kwargs)."""
+    if not kwargs:
+        return tuple(args)
+    try:
+        bound = inspect.signature(fun).bind(*args, **kwargs)
+        bound.apply_defaults()
+    except (TypeError, ValueError) as e:
+        raise InvalidArgument(f"The input arguments to the {who}-decorated function "
+                              f"{_fname(fun)} could not be resolved to positional-only "
+                              f"arguments. Binding failed with the error:\n{e}") from None
+    if bound.kwargs:
+        raise InvalidArgument(f"The input arguments to the {who}-decorated function "
+                              f"{_fname(fun)} could not be resolved to positional-only "
+                              f"arguments: keyword-only parameters "
+                              f"{sorted(bound.kwargs)}")
+    return tuple(bound.args)
+
+
+def _nondiff(fun, nums, names):
+    """nondiff_argnums and nondiff_argnames as sorted positions."""
+    out = {int(n) for n in ((nums,) if isinstance(nums, int) else nums)}
+    if names:
+        params = list(inspect.signature(fun).parameters)
+        out |= {params.index(n) for n in ((names,) if isinstance(names, str) else names)}
+    return tuple(sorted(out))
+
+
+def _at_once(fn, args, static):
+    """fn(*args) outside a trace: as a jit of the call (the static
+    arguments closed over)."""
+    dyn = [a for i, a in enumerate(args) if i not in static]
+
+    def call(*d):
+        it = iter(d)
+        return fn(*[args[i] if i in static else next(it) for i in range(len(args))])
+    call.__name__ = _fname(fn)
+    return jit(call)(*dyn)
+
+
+def _layers(v):
+    """The vmaps a value is batched by, the innermost vmap's first: [(level,
+    size)] (empty for a value of no vmap)."""
+    from ._vmap import BatchTracer
+    out = []
+    while isinstance(v, BatchTracer):
+        out.append((v.level, v.nbatch))
+        v = v.val
+    return out
+
+
+def _plain(v):
+    """The traced value of the program behind a value of vmaps (the one the
+    tapes hold)."""
+    from ._vmap import BatchTracer
+    while isinstance(v, BatchTracer):
+        v = v.val
+    return v
+
+
+def _wrap(g, layers):
+    """Program value g as a value of the vmaps of layers."""
+    from ._vmap import BatchTracer
+    for level, size in reversed(layers):
+        g = BatchTracer(g, size, level)
+    return g
+
+
+def _relayer(r, want):
+    """r (a value of an example, batched by some vmaps) batched by exactly
+    the vmaps of want: summed over a batch want does not have (the
+    transpose of the broadcast that made it), repeated along one r lacks."""
+    from ._vmap import BatchTracer, batch_of
+    top = r.level if isinstance(r, BatchTracer) else -1
+    wtop = want[0][0] if want else -1
+    if top > wtop:
+        return _relayer(_jnp().sum(r.val, axis=0), want)
+    if wtop > top:
+        return batch_of(_relayer(r, want[1:]), *want[0])
+    if top < 0:
+        return r
+    return BatchTracer(_relayer(r.val, want[1:]), r.nbatch, r.level)
+
+
+def _target(b, leaves):
+    """The innermost level (its index) recording now at which one of leaves
+    depends on what it differentiates, or None: the one a custom rule
+    stands in for (outer ones differentiate the rule's own ops)."""
+    names = {t.name for t in leaves if isinstance(t, Tracer)}
+    lvs = _levels(b)
+    for k in range(len(lvs) - 1, -1, -1):
+        if not lvs[k].paused and names & lvs[k].active:
+            return k
+    return None
+
+
+def _fresh(vals, n0):
+    """vals, each that is not a value emitted since the builder's counter
+    was n0 (an argument, a value from before, returned as it is) replaced
+    by a copy: a custom rule's result is a value of its own on the tape."""
+    def new(v):
+        m = re.fullmatch(r"v(\d+)", v.name)
+        return m is not None and int(m.group(1)) >= n0
+    return [v + 0 if isinstance(v, Tracer) and not new(v) else v for v in vals]
+
+
+def _leaf_cts(r, arg, who):
+    """The cotangent leaves of argument arg from r, a bwd rule's entry for
+    it: None for zeros (of the whole subtree), a pytree of arg's structure
+    (None at a subtree for its zeros)."""
+    if r is None:
+        return [None] * len(_tree_leaves(arg, "a"))
+    if _is_tree(arg):
+        if isinstance(arg, dict) and isinstance(r, dict) and sorted(arg) == sorted(r):
+            return [c for k in sorted(arg) for c in _leaf_cts(r[k], arg[k], who)]
+        if type(arg) in (tuple, list) and type(r) in (tuple, list) and len(r) == len(arg):
+            return [c for e, a in zip(r, arg) for c in _leaf_cts(e, a, who)]
+        raise ValueError
+    if _is_tree(r):
+        raise ValueError
+    return [r]
+
+
+def _custom_ct(c, v, name):
+    """A custom rule's cotangent c for input leaf v, as a value of the
+    program (v's vmaps undone), or None."""
+    if c is None or not isinstance(v, Tracer) or not _is_float(v):
+        return None
+    jnp = _jnp()
+    if not isinstance(c, Tracer):
+        c = np.asarray(c, dtype=v.dtype)
+        c = jnp.full(tuple(v.shape), float(c), dtype=v.dtype) if c.ndim == 0 else _as_traced(c)
+    if tuple(c.shape) != tuple(v.shape):
+        raise InvalidArgument(f"Custom VJP bwd rule attached to {name} must produce an output "
+                              f"with the same type as the args tuple of the primal function, "
+                              f"but the bwd rule produced an output of type {c.type} "
+                              f"corresponding to an input of type {v.type}")
+    return _plain(_relayer(c, _layers(v)))
+
+
+def _record_custom(b, k, leaves, outs, backward):
+    """One tape entry at level k for a custom rule's call: inputs leaves,
+    results outs; backward(cotangents of outs) -> cotangents of leaves."""
+    ins = tuple(_plain(v) if isinstance(v, Tracer) else None for v in leaves)
+    res = tuple(_plain(o) if isinstance(o, Tracer) else None for o in outs)
+    lv = _levels(b)[k]
+    lv.active.update(o.name for o in res if o is not None and _is_float(o))
+    lv.tape.append(("custom", ins, {"backward": backward}, res))
+
+
+class custom_vjp:
+    """jax.custom_vjp: f with the reverse-mode rule given by f.defvjp(fwd,
+    bwd). fwd(*args) -> (output, residuals); bwd(*nondiff_args, residuals,
+    output cotangent) -> a tuple of cotangents, one per other argument
+    (None: zeros; pytrees as the arguments). Under grad / vjp a call is one
+    entry of the tape: its forward is fwd's (its ops not differentiated),
+    its backward bwd on the residuals, run when the backward pass reaches
+    it. Otherwise (no grad following the arguments, vmap alone) it is f's
+    body; called on Arrays, it runs now as a jit."""
+
+    def __init__(self, fun, nondiff_argnums=(), nondiff_argnames=()):
+        functools.update_wrapper(self, fun)
+        self.fun = fun
+        self.nondiff_argnums = _nondiff(fun, nondiff_argnums, nondiff_argnames)
+        self.fwd = self.bwd = None
+
+    def defvjp(self, fwd, bwd, symbolic_zeros=False, optimize_remat=False):
+        if symbolic_zeros:
+            raise InvalidArgument("custom_vjp: symbolic_zeros=True is not supported")
+        self.fwd, self.bwd = fwd, bwd
+
+    def __call__(self, *args, **kwargs):
+        name = _fname(self.fun)
+        if self.fwd is None or self.bwd is None:
+            raise InvalidArgument(f"No VJP defined for custom_vjp function {name} using "
+                                  f"defvjp.")
+        args = _resolve(self.fun, args, kwargs, "custom_vjp")
+        nd = self.nondiff_argnums
+        if getattr(_state, "builder", None) is None:
+            return _at_once(self, args, nd)
+        for i in nd:
+            if any(isinstance(v, Tracer) for v, _ in _tree_leaves(args[i], "a")):
+                raise InvalidArgument(
+                    "Found a JAX Tracer object passed as an argument to a custom_vjp function "
+                    "in a position indicated by nondiff_argnums as non-differentiable. Tracers "
+                    "cannot be passed as non-differentiable arguments to custom_vjp functions; "
+                    "instead, nondiff_argnums should only be used for arguments that can't be "
+                    "or contain JAX tracers, e.g. function-valued arguments. In particular, "
+                    "array-valued arguments should typically not be indicated as "
+                    "nondiff_argnums.")
+        b = _builder()
+        diff = [i for i in range(len(args)) if i not in nd]
+        leaves = [v for i in diff for v, _ in _tree_leaves(args[i], "a")]
+        k = _target(b, leaves)
+        if k is None:
+            return self.fun(*args)
+        n0 = b.n
+        with _paused(_levels(b)[k:]):
+            pair = self.fwd(*args)
+            if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
+                raise InvalidArgument(
+                    f"Custom VJP fwd rule {_fname(self.fwd)} for function {name} must produce "
+                    f"a pair (list or tuple of length two) where the first element represents "
+                    f"the primal output (equal to those of the custom_vjp-decorated function "
+                    f"{name}) and the second element represents residuals (i.e. values stored "
+                    f"from the forward pass for use on the backward pass), but instead of a "
+                    f"pair the fwd rule {_fname(self.fwd)} produced {pair}.")
+            out, residuals = pair
+            outs = _fresh([v for v, _ in _tree_leaves(out, "o")], n0)
+        out = _tree_build(out, iter(outs))
+        statics = [args[i] for i in nd]
+        bwd = self.bwd
+
+        def backward(gs):
+            cts = [_wrap(g, _layers(o)) if g is not None else None for g, o in zip(gs, outs)]
+            r = bwd(*statics, residuals, _tree_build(out, iter(cts)))
+            if isinstance(r, list) and len(r) == len(diff):
+                r = tuple(r)
+            try:
+                if not (isinstance(r, tuple) and len(r) == len(diff)):
+                    raise ValueError
+                flat = [c for i, ri in zip(diff, r) for c in _leaf_cts(ri, args[i], name)]
+            except ValueError:
+                from .tree_util import tree_structure
+                raise InvalidArgument(
+                    f"Custom VJP bwd rule must produce an output with the same container "
+                    f"(pytree) structure as the args tuple of the primal function, and in "
+                    f"particular must produce a tuple of length equal to the number of "
+                    f"arguments to the primal function, but got bwd output structure "
+                    f"{tree_structure(r)} for primal input structure "
+                    f"{tree_structure(tuple(args[i] for i in diff))}.") from None
+            return [_custom_ct(c, v, name) for c, v in zip(flat, leaves)]
+        _record_custom(b, k, leaves, outs, backward)
+        return out
+
+
+class custom_jvp:
+    """jax.custom_jvp: f with the derivative rule given by f.defjvp(jvp),
+    jvp(*nondiff_args, primals, tangents) -> (primal output, tangent
+    output), linear in the tangents (or f.defjvps, one rule per argument).
+    shmap has reverse mode only: under grad / vjp the rule is linearised
+    and transposed, as JAX does. The rule runs once in the forward pass on
+    tangents that stand for variables (zeros), its ops on them recorded on
+    a tape of their own; the call is one entry of grad's tape whose
+    backward pulls the output's cotangent back through that tape (the
+    transpose of the rule's linear map), and its output is the rule's
+    primal output. Otherwise it is f's body; called on Arrays, it runs now
+    as a jit."""
+
+    def __init__(self, fun, nondiff_argnums=(), nondiff_argnames=()):
+        functools.update_wrapper(self, fun)
+        self.fun = fun
+        self.nondiff_argnums = _nondiff(fun, nondiff_argnums, nondiff_argnames)
+        self.jvp = None
+
+    def defjvp(self, jvp, symbolic_zeros=False):
+        if symbolic_zeros:
+            raise InvalidArgument("custom_jvp: symbolic_zeros=True is not supported")
+        self.jvp = jvp
+        return jvp
+
+    def defjvps(self, *jvps):
+        """One rule per argument, jvp_k(tangent_k, primal_out, *primals) ->
+        its part of the tangent output (None: the argument has none); the
+        parts are summed."""
+        if self.nondiff_argnums:
+            raise InvalidArgument("Can't use ``defjvps`` with ``nondiff_argnums``.")
+
+        def jvp(primals, tangents):
+            out = self(*primals)
+            parts = [rule(t, out, *primals) for t, rule in zip(tangents, jvps) if rule]
+            leaves = [v for v, _ in _tree_leaves(out, "o")]
+            total = [_jnp().zeros_like(v) if isinstance(v, Tracer) else 0.0 for v in leaves]
+            for part in parts:
+                total = [t + v for t, (v, _) in zip(total, _tree_leaves(part, "o"))]
+            return out, _tree_build(out, iter(total))
+        self.defjvp(jvp)
+
+    def __call__(self, *args, **kwargs):
+        name = _fname(self.fun)
+        if self.jvp is None:
+            raise InvalidArgument(f"No JVP defined for custom_jvp function {name} using "
+                                  f"defjvp.")
+        args = _resolve(self.fun, args, kwargs, "custom_jvp")
+        nd = self.nondiff_argnums
+        if getattr(_state, "builder", None) is None:
+            return _at_once(self, args, nd)
+        b = _builder()
+        diff = [i for i in range(len(args)) if i not in nd]
+        leaves = [v for i in diff for v, _ in _tree_leaves(args[i], "a")]
+        k = _target(b, leaves)
+        if k is None:
+            return self.fun(*args)
+        jnp = _jnp()
+        statics = [stop_gradient(args[i]) for i in nd]
+        n0 = b.n
+        with _paused(_levels(b)[k:]):
+            tans = []
+            for v in leaves:
+                if isinstance(v, Tracer):
+                    p = _plain(v)
+                    tans.append(_wrap(_laid_like(jnp.zeros_like(p), p), _layers(v)))
+                else:
+                    tans.append(np.zeros_like(v) if isinstance(v, np.ndarray) else 0.0)
+            it = iter(tans)
+            tangents = tuple(_tree_build(args[i], it) for i in diff)
+            varying = [_plain(t) for t in tans if isinstance(t, Tracer) and _is_float(t)]
+            sub = _push(b, {t.name for t in varying})
+            try:
+                pair = self.jvp(*statics, tuple(args[i] for i in diff), tangents)
+                if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
+                    raise InvalidArgument(
+                        f"Custom JVP rule {_fname(self.jvp)} for function {name} must produce "
+                        f"a pair (list or tuple of length two) representing primal and "
+                        f"tangent outputs, but got {pair}.")
+                out, tout = pair
+                if _tree_sig(out) != _tree_sig(tout):
+                    from .tree_util import tree_structure
+                    raise InvalidArgument(
+                        f"Custom JVP rule {_fname(self.jvp)} for function {name} must produce "
+                        f"primal and tangent outputs with equal container (pytree) "
+                        f"structures, but got {tree_structure(out)} and "
+                        f"{tree_structure(tout)} respectively.")
+                outs = [v for v, _ in _tree_leaves(out, "o")]
+                touts = [_relayer(t, _layers(o)) if isinstance(t, Tracer) else None
+                         for t, o in zip([v for v, _ in _tree_leaves(tout, "t")], outs)]
+            finally:
+                _pop(b, sub)
+            outs = _fresh(outs, n0)
+
+        def backward(gs):
+            pairs = [(_plain(t), g) for t, g in zip(touts, gs)
+                     if t is not None and g is not None]
+            seeds = _seeds([t for t, _ in pairs], [g for _, g in pairs], sub.active)
+            cts = iter(_backward(sub.tape, sub.active, seeds, varying))
+            return [next(cts) if isinstance(t, Tracer) and _is_float(t) else None for t in tans]
+        _record_custom(b, k, leaves, outs, backward)
+        return _tree_build(out, iter(outs))

@@ -561,3 +561,248 @@ def test_vjp(c, mesh):
     assert np.allclose(np.asarray(gy2), 2 * (d * a).sum(0), atol=1e-4)
     with pytest.raises(shmap.InvalidArgument, match="inside a traced function"):
         shmap.vjp(lambda v: v, x)
+
+
+@shmap.custom_vjp
+def _log1pexp(x):
+    """JAX's custom_vjp example: log(1 + exp(x)), its gradient computed
+    stably (exp overflows float32 past 88)."""
+    return jnp.log(1. + jnp.exp(x))
+
+
+def _log1pexp_fwd(x):
+    return _log1pexp(x), x
+
+
+def _log1pexp_bwd(x, g):
+    return (g * (1 - 1 / (1 + jnp.exp(x))),)
+
+
+_log1pexp.defvjp(_log1pexp_fwd, _log1pexp_bwd)
+
+
+def _sigmoid64(x):
+    return 1 / (1 + np.exp(-np.asarray(x, np.float64)))
+
+
+def test_custom_vjp_log1pexp(c, mesh):
+    """jax.custom_vjp's stable log1pexp: its gradient where f's own ops give
+    NaN (exp(100) overflows: inf / inf), against numpy's sigmoid in
+    float64; central differences where f is finite; the value is f's."""
+    x = np.array([-200, -30, -3, 0, 1, 5, 50, 100], np.float32)
+    xa = c.device_put(x, NamedSharding(mesh, P("X")))
+    g = shmap.grad(lambda x: jnp.sum(_log1pexp(x)))(xa)
+    assert g.type == xa.type
+    assert np.allclose(np.asarray(g), _sigmoid64(x), rtol=1e-6, atol=1e-7)
+    body = shmap.grad(lambda x: jnp.sum(jnp.log(1. + jnp.exp(x))))(xa)
+    assert np.isnan(np.asarray(body)[-1])  # what the rule is there for
+    v = np.asarray(_log1pexp(xa))  # outside grad: f, here at once on an Array
+    assert np.allclose(v[:7], np.log1p(np.exp(x[:7].astype(np.float64))), rtol=1e-5)
+    rng = np.random.default_rng(13)
+    xs = rng.standard_normal((8, 16)).astype(np.float32) * 3
+    _check(c, mesh, lambda xp, x: _sm(xp, (np.log1p(np.exp(x)) if xp is np else _log1pexp(x))
+                                      * x), [xs], [P("X", "Y")], rng)
+
+
+def test_custom_vjp_clip_gradient_and_nondiff_argnums(c, mesh):
+    """JAX's gradient-clipping example: the bounds are nondiff_argnums
+    (Python values, given to bwd first), the forward is the identity and
+    the backward clips the cotangent; a rule that returns a tuple with
+    None for an argument (zeros) and a list; JAX's sentences for a
+    traced nondiff argument, a bwd of the wrong structure and no defvjp."""
+    from functools import partial
+
+    @partial(shmap.custom_vjp, nondiff_argnums=(0, 1))
+    def clip_gradient(lo, hi, x):
+        return x
+
+    def fwd(lo, hi, x):
+        return x, None
+
+    def bwd(lo, hi, _, g):
+        return (jnp.clip(g, lo, hi),)
+    clip_gradient.defvjp(fwd, bwd)
+    rng = np.random.default_rng(14)
+    xa = rng.standard_normal((8, 16)).astype(np.float32)
+    w = np.linspace(-2, 2, 128).reshape(8, 16).astype(np.float32)
+    x = c.device_put(xa, NamedSharding(mesh, P("X", "Y")))
+
+    @shmap.jit
+    def f(x):
+        y = clip_gradient(-0.75, 0.5, x * 3)
+        return jnp.sum(jnp.sin(y) * jnp.asarray(w)), shmap.grad(
+            lambda x: jnp.sum(jnp.sin(clip_gradient(-0.75, 0.5, x * 3)) * jnp.asarray(w)))(x)
+    v, g = f(x)
+    assert np.isclose(float(v), (np.sin(3 * xa) * w).sum(), rtol=1e-4)
+    assert g.type == x.type
+    assert np.allclose(np.asarray(g), 3 * np.clip(np.cos(3 * xa) * w, -0.75, 0.5), atol=1e-5)
+
+    @shmap.custom_vjp
+    def scaled(x, y):  # y's cotangent: None (zeros); a list is taken as the tuple
+        return x * y
+
+    scaled.defvjp(lambda x, y: (x * y, y), lambda y, g: [g * y * 10, None])
+    gx, gy = shmap.grad(lambda x, y: jnp.sum(scaled(x, y)), argnums=(0, 1))(x, x)
+    assert np.allclose(np.asarray(gx), 10 * xa, atol=1e-5)
+    assert np.array_equal(np.asarray(gy), np.zeros_like(xa)) and gy.type == x.type
+
+    @partial(shmap.custom_vjp, nondiff_argnums=(1,))
+    def bad_nondiff(x, y):
+        return x * y
+    bad_nondiff.defvjp(lambda x, y: (x * y, None), lambda y, r, g: (g,))
+    with pytest.raises(shmap.InvalidArgument, match=r"Found a JAX Tracer object passed as an "
+                                                    r"argument to a custom_vjp function"):
+        shmap.grad(lambda x: jnp.sum(bad_nondiff(x, x)))(x)
+    scaled.defvjp(lambda x, y: (x * y, y), lambda y, g: (g,))
+    with pytest.raises(shmap.InvalidArgument, match=r"Custom VJP bwd rule must produce an "
+                                                    r"output with the same container"):
+        shmap.grad(lambda x: jnp.sum(scaled(x, x)))(x)
+    with pytest.raises(shmap.InvalidArgument,
+                       match=r"No VJP defined for custom_vjp function none using defvjp\."):
+        none = shmap.custom_vjp(_named("none"))
+        shmap.grad(lambda x: jnp.sum(none(x)))(x)
+
+
+def _named(name):
+    def f(x):
+        return x
+    f.__name__ = name
+    return f
+
+
+def test_custom_vjp_pytrees_jit_shard_map_vmap(c, mesh):
+    """custom_vjp with pytrees of arguments, outputs and residuals, whose
+    bwd is deliberately not f's derivative (so that which one ran shows):
+    under grad its bwd, run on the residuals; outside grad f (in a jit, at
+    once, under vmap); vmap of grad gives per-example custom cotangents,
+    grad of a vmap'd loss their sum; in a shard_map body."""
+    @shmap.custom_vjp
+    def f(p, x):
+        return {"y": p["w"] * x, "z": (jnp.sin(p["b"]),)}
+
+    def fwd(p, x):
+        return f(p, x), {"w": p["w"], "x": x, "cos": (jnp.cos(p["b"]),)}
+
+    def bwd(res, ct):  # twice the true cotangents; none for x
+        gw = 2 * ct["y"] * res["x"]
+        gb = 2 * ct["z"][0] * res["cos"][0]
+        return {"w": gw, "b": gb}, None
+    f.defvjp(fwd, bwd)
+    rng = np.random.default_rng(15)
+    wa, ba, xa = (rng.standard_normal((8, 4)).astype(np.float32) for _ in range(3))
+    put = lambda a: c.device_put(a, NamedSharding(mesh, P("X")))  # noqa: E731
+    p, x = {"w": put(wa), "b": put(ba)}, put(xa)
+
+    def loss(p, x):
+        o = f(p, x)
+        return jnp.sum(o["y"] * 3) + jnp.sum(o["z"][0] ** 2)
+    gp, gx = shmap.jit(shmap.grad(loss, argnums=(0, 1)))(p, x)
+    assert np.allclose(np.asarray(gp["w"]), 2 * 3 * xa, atol=1e-5)
+    assert np.allclose(np.asarray(gp["b"]), 2 * 2 * np.sin(ba) * np.cos(ba), atol=1e-5)
+    assert np.array_equal(np.asarray(gx), np.zeros_like(xa))
+    o = f(p, x)  # at once: f
+    assert np.allclose(np.asarray(o["y"]), wa * xa) and np.allclose(np.asarray(o["z"][0]),
+                                                                  np.sin(ba), atol=1e-6)
+    ov = shmap.vmap(lambda w, b, x: f({"w": w, "b": b}, x)["y"])(p["w"], p["b"], x)
+    assert np.allclose(np.asarray(ov), wa * xa)
+    per = shmap.jit(shmap.vmap(shmap.grad(lambda w, b, x: jnp.sum(
+        f({"w": w, "b": b}, x)["y"] ** 2))))(p["w"], p["b"], x)
+    assert np.allclose(np.asarray(per), 2 * 2 * wa * xa * xa, atol=1e-4)
+    tot = shmap.grad(lambda w: jnp.sum(shmap.vmap(lambda w, b, x: f(
+        {"w": w, "b": b}, x)["y"] ** 2)(w, p["b"], x)))(p["w"])
+    assert np.allclose(np.asarray(tot), 2 * 2 * wa * xa * xa, atol=1e-4)
+
+    m4 = c.make_mesh((4,), ("i",))
+
+    @shmap.shard_map(mesh=m4, in_specs=(P("i"), P("i")), out_specs=P("i"))
+    def block(w, x):
+        return shmap.grad(lambda w: jnp.sum(f({"w": w, "b": w}, x)["y"]))(w)
+    gw = block(c.device_put(wa, NamedSharding(m4, P("i"))),
+               c.device_put(xa, NamedSharding(m4, P("i"))))
+    assert np.allclose(np.asarray(gw), 2 * xa + 0, atol=1e-5)
+
+
+def test_custom_jvp(c, mesh):
+    """jax.custom_jvp, differentiated in reverse by transposing its rule:
+    JAX's docstring example f(x, y) = sin(x) * y (value_and_grad (1.68,
+    1.08)); the stable log1pexp with its safe JVP against numpy's sigmoid
+    (the body's own gradient is NaN at 100); defjvps; a straight-through
+    estimator (round's rule the identity: the rule, not the body, is
+    used); nondiff_argnums; vmap of grad; outside grad f's body."""
+    @shmap.custom_jvp
+    def f(x, y):
+        return jnp.sin(x) * y
+
+    @f.defjvp
+    def f_jvp(primals, tangents):
+        x, y = primals
+        x_dot, y_dot = tangents
+        return f(x, y), jnp.cos(x) * x_dot * y + jnp.sin(x) * y_dot
+    one = c.device_put(np.float32(1.0), NamedSharding(mesh, P()))
+    two = c.device_put(np.float32(2.0), NamedSharding(mesh, P()))
+    v, (gx, gy) = shmap.value_and_grad(f, argnums=(0, 1))(one, two)
+    assert np.isclose(float(v), 2 * np.sin(1.0), rtol=1e-6)
+    assert np.isclose(float(gx), 2 * np.cos(1.0), rtol=1e-6)
+    assert np.isclose(float(gy), np.sin(1.0), rtol=1e-6)
+    assert np.round(float(gx), 2) == 1.08 and np.round(float(v), 2) == 1.68
+
+    @shmap.custom_jvp
+    def log1pexp(x):
+        return jnp.log(1. + jnp.exp(x))
+
+    @log1pexp.defjvp
+    def log1pexp_jvp(primals, tangents):
+        x, = primals
+        x_dot, = tangents
+        ans = log1pexp(x)
+        return ans, (1 - 1 / (1 + jnp.exp(x))) * x_dot
+    x = np.array([-200, -30, -3, 0, 1, 5, 50, 100], np.float32)
+    xa = c.device_put(x, NamedSharding(mesh, P("X")))
+    g = shmap.jit(shmap.grad(lambda x: jnp.sum(log1pexp(x) * 2)))(xa)
+    assert g.type == xa.type
+    assert np.allclose(np.asarray(g), 2 * _sigmoid64(x), rtol=1e-6, atol=1e-7)
+    per = shmap.vmap(shmap.grad(log1pexp))(xa)
+    assert np.allclose(np.asarray(per), _sigmoid64(x), rtol=1e-6, atol=1e-7)
+    rng = np.random.default_rng(16)
+    xs = rng.standard_normal((8, 16)).astype(np.float32) * 3
+    _check(c, mesh, lambda xp, x: _sm(xp, np.log1p(np.exp(x)) if xp is np else log1pexp(x)),
+           [xs], [P("X", "Y")], rng)
+
+    @shmap.custom_jvp
+    def h(x, y):
+        return jnp.sin(x) * y
+    h.defjvps(lambda x_dot, out, x, y: jnp.cos(x) * x_dot * y,
+              lambda y_dot, out, x, y: jnp.sin(x) * y_dot)
+    gx, gy = shmap.grad(lambda x, y: jnp.sum(h(x, y)), argnums=(0, 1))(xa, xa)
+    x64 = x.astype(np.float64)
+    assert np.allclose(np.asarray(gx), np.cos(x64) * x64, rtol=1e-4, atol=1e-4)
+    assert np.allclose(np.asarray(gy), np.sin(x64), rtol=1e-4, atol=1e-4)
+
+    @shmap.custom_jvp
+    def ste_round(x):
+        return jnp.round(x)
+    ste_round.defjvp(lambda p, t: (ste_round(p[0]), t[0]))
+    w = np.linspace(0.5, 1.5, 8).astype(np.float32)
+    g = shmap.grad(lambda x: jnp.sum(ste_round(x * 3) * jnp.asarray(w)))(xa)
+    assert np.allclose(np.asarray(g), 3 * w)
+    g0 = shmap.grad(lambda x: jnp.sum(jnp.round(x * 3) * jnp.asarray(w)))(xa)
+    assert np.array_equal(np.asarray(g0), np.zeros(8))  # round's own: none
+    assert np.array_equal(np.asarray(ste_round(xa * 1.4)), np.round(x * np.float32(1.4)))
+
+    from functools import partial
+
+    @partial(shmap.custom_jvp, nondiff_argnums=(0,))
+    def app(fn, x):
+        return fn(x)
+
+    @app.defjvp
+    def app_jvp(fn, primals, tangents):
+        (x,), (t,) = primals, tangents
+        return app(fn, x), 5 * t
+    g = shmap.grad(lambda x: jnp.sum(app(jnp.sin, x)))(xa)
+    assert np.allclose(np.asarray(g), 5)
+    with pytest.raises(shmap.InvalidArgument,
+                       match=r"Custom JVP rule .* must produce a pair \(list or tuple of length "
+                             r"two\)"):
+        app.defjvp(lambda fn, p, t: t[0])
+        shmap.grad(lambda x: jnp.sum(app(jnp.sin, x)))(xa)
