@@ -30,6 +30,8 @@ typedef struct {
 #define XI  "x: f32[8,16] @ P('i', None)"
 #define NI  "n: i32[8,16] @ P('i', 'j'), m: i32[8,16] @ P('i', 'j')"
 #define PIJ "P('i', 'j')"
+#define XJ  "x: f32[8,16] @ P(None, 'j')"
+#define XJS "P(None, 'j')"
 
 static const op_row rows[] = {
     /* elementwise */
@@ -135,6 +137,16 @@ static const op_row rows[] = {
     /* segment sums of each block, completed across blocks (ids out of range dropped) */
     {M42, XI ", k: i32[8] @ P('i')", "P()", "psum(segment_sum(x, k - 1, 3), 'i')"},
     {M42, NI ", k: i32[8] @ P('i')", "P(None, 'j')", "psum(segment_sum(n * 2, k % 4, 4), 'i')"},
+    /* scatters: each device updates its columns of every row named (the
+     * indices are random: negative ones count from the end, repeated ones
+     * apply in order, rows out of range are dropped) */
+    {M42, XJ ", k: i32[6] @ P(), u: f32[6,16] @ P(None, 'j')", XJS, "scatter(x, k, u)"},
+    {M42, XJ ", k: i32[2,3] @ P(), u: f32[2,3,16] @ P(None, None, 'j')", XJS,
+     "scatter_add(x, k, u) + scatter_mul(x, k % 8, u / 4)"},
+    {M42, XJ ", k: i32[6] @ P(), u: f32[6,16] @ P(None, 'j')", XJS,
+     "scatter_min(x, k, u) - scatter_max(x, k - 4, u)"},
+    {M42, "n: i32[8,16] @ P(None, 'j'), m: i32[8,16] @ P(None, 'j'), k: i32[8] @ P()", XJS,
+     "scatter_add(n, k, m) * scatter_max(m, k, n) + scatter(n, k % 3, m)"},
     {M42, XI ", k: i32[8,3] @ P('i')", "P('i')", "take_along_axis(x, k, 1, mode='clip')"},
     {M42, XI ", k: i32[8,3] @ P('i')", "P('i')", "take_along_axis(x, k + 7, 1, mode='wrap')"},
     {M42, XI, "P('i')", "sort(round(x / 4))"},

@@ -536,6 +536,66 @@ START_TEST(test_gathers)
 }
 END_TEST
 
+/* The scatters against values worked by hand (numpy's x[idx] = u for set,
+ * np.add.at / np.multiply.at / np.minimum.at / np.maximum.at for the
+ * others): rows of 2, a negative index from the end, repeated indices in
+ * order (the last set wins), out of range dropped; every dtype of set,
+ * NaN through min and max, and a dtype an op refuses. */
+START_TEST(test_scatters)
+{
+    static const int64_t ids[] = {1, -1, 1, 7, -5, 0};
+    /* operand 3 rows x 2, updates 6 rows x 2 */
+    static const float x[6] = {1, 2, 3, 4, 5, 6},
+                       u[12] = {10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110, 120};
+    static const struct {
+        int set;
+        sm_kern_binary_op op;
+        float want[6];
+    } cases[] = {
+        {1, SM_KERN_ADD, {110, 120, 50, 60, 30, 40}},
+        {0, SM_KERN_ADD, {111, 122, 63, 84, 35, 46}},
+        {0, SM_KERN_MULTIPLY, {110, 240, 3 * 10 * 50, 4 * 20 * 60, 5 * 30, 6 * 40}},
+        {0, SM_KERN_MINIMUM, {1, 2, 3, 4, 5, 6}},
+        {0, SM_KERN_MAXIMUM, {110, 120, 50, 60, 30, 40}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        float o[6];
+        memcpy(o, x, sizeof o);
+        char err[256] = "";
+        ck_assert_msg(sm_kern_scatter(cases[c].set, cases[c].op, SM_F32, o, 3, 2, ids, 6, u, err,
+                                      sizeof err) == SM_OK,
+                      "%s", err);
+        for (int k = 0; k < 6; k++)
+            ck_assert_msg(o[k] == cases[c].want[k], "case %zu [%d]: %g, want %g", c, k, o[k],
+                          cases[c].want[k]);
+    }
+    /* set moves any dtype; ints wrap in add */
+    int16_t h[4] = {1, 2, 3, 4}, hu[2] = {-7, 9};
+    int64_t hid[2] = {3, 0};
+    ck_assert_int_eq(sm_kern_scatter(1, SM_KERN_ADD, SM_BF16, h, 4, 1, hid, 2, hu, NULL, 0), SM_OK);
+    ck_assert(h[0] == 9 && h[1] == 2 && h[2] == 3 && h[3] == -7);
+    int32_t w[1] = {INT32_MAX}, wu[1] = {1};
+    int64_t z[1] = {0};
+    ck_assert_int_eq(sm_kern_scatter(0, SM_KERN_ADD, SM_I32, w, 1, 1, z, 1, wu, NULL, 0), SM_OK);
+    ck_assert_int_eq(w[0], INT32_MIN);
+    double d[2] = {1, NAN}, du[2] = {NAN, 5};
+    int64_t dz[2] = {0, 1};
+    ck_assert_int_eq(sm_kern_scatter(0, SM_KERN_MAXIMUM, SM_F64, d, 2, 1, dz, 2, du, NULL, 0),
+                     SM_OK);
+    ck_assert(isnan(d[0]) && isnan(d[1]));
+    /* no rows, or no indices: nothing happens */
+    ck_assert_int_eq(sm_kern_scatter(0, SM_KERN_ADD, SM_F64, d, 0, 1, dz, 2, du, NULL, 0), SM_OK);
+    ck_assert_int_eq(sm_kern_scatter(1, SM_KERN_ADD, SM_F64, d, 2, 1, dz, 0, du, NULL, 0), SM_OK);
+    unsigned char b[1] = {1}, bu[1] = {2};
+    char err[256] = "";
+    ck_assert_int_eq(
+        sm_kern_scatter(0, SM_KERN_MULTIPLY, SM_U8, b, 1, 1, z, 1, bu, err, sizeof err),
+        SM_EUNSUPPORTED);
+    ck_assert_int_eq(sm_kern_scatter(0, SM_KERN_ADD, SM_F32, b, -1, 1, z, 1, bu, err, sizeof err),
+                     SM_EINVAL);
+}
+END_TEST
+
 START_TEST(test_empty_null_buffers)
 {
     sm_shape e = shp(2, 0, 3), e2 = shp(2, 3, 0), z = shp(1, 3), k0a = shp(2, 4, 0),
@@ -644,6 +704,6 @@ int main(int argc, char **argv)
     return kt_run(SUITE_CASE(suite_create("kern_shape"), "shape", 60, NULL, {test_transpose_table},
                              {test_slice_table}, {test_broadcast_pad}, {test_concatenate_tile},
                              {test_roll_values}, {test_rev_values}, {test_dynamic_slices},
-                             {test_gathers}, {test_empty_null_buffers}, {test_coretype},
-                             {test_coretype_reexec}));
+                             {test_gathers}, {test_scatters}, {test_empty_null_buffers},
+                             {test_coretype}, {test_coretype_reexec}));
 }

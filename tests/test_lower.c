@@ -146,6 +146,14 @@ static const type_case types[] = {
     {"mesh X=2 Y=4\njit f(g: f32[8,3,16] @ P('X', None, 'Y'), t: i32[8,3] @ P('X')):\n"
      "    e = segment_sum(g, t, 10)\n    return e\n",
      "e", "f32[10,16@Y]"},
+    /* scatters: the operand's sharding where JAX's rule lays it out alone, or
+     * out_sharding's */
+    {"mesh X=2 Y=4\njit f(x: f32[8,16] @ P(None, 'Y'), t: i32[4] @ P(), u: f32[4,16] @ "
+     "P(None, 'Y')):\n    e = scatter_add(x, t, u)\n    return e\n",
+     "e", "f32[8,16@Y]"},
+    {"mesh X=2 Y=4\njit f(x: f32[8,16] @ P('X', 'Y'), t: i32[2,2] @ P('X'), u: f32[2,2,16] @ "
+     "P('X')):\n    e = scatter(x, t, u, out_sharding=P('X', 'Y'))\n    return e\n",
+     "e", "f32[8@X,16@Y]"},
     /* a function named like an op: in its own body the name is the op's
      * (the text form has no recursion) */
     {"mesh X=2 Y=4\njit sum(a: f32[8,16] @ P('X', 'Y')):\n    t = jnp.sum(a, axis=1)\n"
@@ -317,6 +325,33 @@ static const error_case errors[] = {
     {"mesh X=2 Y=4\njit f(e: f32[16,8] @ P(), t: i32[4] @ P('X')):\n"
      "    return jnp.take(e, t, axis=0)\n",
      {"could not be resolved unambiguously", "indices=i32[4@X]"}},
+    /* JAX's scatter rule: the first dimension, the indices and the updates'
+     * query dimensions whole, the updates' other dimensions as the operand's */
+    {"mesh X=2 Y=4\njit f(x: f32[8,16] @ P('X'), t: i32[4] @ P(), u: f32[4,16] @ P()):\n"
+     "    return scatter_add(x, t, u)\n",
+     {"Use `.at[...].set/add/mul/...(out_sharding=)` to provide output PartitionSpec for the "
+      "scatter update as out sharding could not be resolved unambiguously (or would require "
+      "collectives on inputs). Got operand=f32[8@X,16], indices=i32[4,1], updates=f32[4,16]"}},
+    {"mesh X=2 Y=4\njit f(x: f32[8,16] @ P(None, 'Y'), t: i32[4] @ P(), u: f32[4,16] @ P()):\n"
+     "    return scatter(x, t, u)\n",
+     {"could not be resolved unambiguously", "operand=f32[8,16@Y], indices=i32[4,1], "
+                                             "updates=f32[4,16]"}},
+    {"mesh X=2 Y=4\njit f(x: f32[8,16] @ P(), t: i32[4] @ P('X'), u: f32[4,16] @ P()):\n"
+     "    return scatter_max(x, t, u)\n",
+     {"could not be resolved unambiguously", "indices=i32[4@X,1], updates=f32[4,16]"}},
+    {"mesh X=2 Y=4\njit f(x: f32[8,16] @ P(), t: i32[4] @ P(), u: f32[4,16] @ P('X')):\n"
+     "    return scatter_min(x, t, u)\n",
+     {"could not be resolved unambiguously", "updates=f32[4@X,16]"}},
+    {"mesh X=2 Y=4\njit f(x: bool[8,16] @ P(), t: i32[4] @ P(), u: bool[4,16] @ P()):\n"
+     "    return scatter_mul(x, t, u)\n",
+     {"scatter_mul does not take bool operands, got bool[8,16]"}},
+    {"mesh X=2 Y=4\njit f(x: f32[8,16] @ P(), t: i32[4] @ P(), u: f32[4,8] @ P()):\n"
+     "    return scatter(x, t, u)\n",
+     {"scatter: updates f32[4,8] must have the operand's dtype and the indices' shape followed "
+      "by the operand's dimensions after the first (operand f32[8,16], indices i32[4])"}},
+    {"mesh X=2 Y=4\njit f(x: f32[8,16] @ P(), t: f32[4] @ P(), u: f32[4,16] @ P()):\n"
+     "    return scatter(x, t, u)\n",
+     {"scatter: indices must be an integer array, got f32[4]"}},
     {"mesh X=2 Y=4\njit f(e: f32[16,8] @ P(), t: f32[4] @ P()):\n    return jnp.take(e, t)\n",
      {"take: indices must be an integer array, got f32[4]"}},
     {"mesh X=2 Y=4\njit f(e: f32[16,8] @ P(), t: i32[4] @ P()):\n"

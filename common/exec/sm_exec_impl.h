@@ -37,6 +37,7 @@ typedef sm_err (*sm_exec_fn)(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const
     X(sm_exec_cumulative)                                                                          \
     X(sm_exec_take)                                                                                \
     X(sm_exec_segment_sum)                                                                         \
+    X(sm_exec_scatter)                                                                             \
     X(sm_exec_sort)                                                                                \
     X(sm_exec_reshape)                                                                             \
     X(sm_exec_transpose)                                                                           \

@@ -364,6 +364,30 @@ sm_err sm_exec_segment_sum(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *
     return e;
 }
 
+/* scatter, scatter_add, _mul, _min, _max: the operand's block copied, then
+ * its rows updated in index order (the first dimension is whole). */
+sm_err sm_exec_scatter(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
+                       char *err, size_t errlen)
+{
+    static const sm_kern_binary_op ops[] = {SM_KERN_ADD, SM_KERN_ADD, SM_KERN_MULTIPLY,
+                                            SM_KERN_MINIMUM, SM_KERN_MAXIMUM};
+    const void *ids;
+    void *tmp;
+    sm_err e = sm_exec_as(in[1], SM_I64, &ids, &tmp, err, errlen);
+    if (e)
+        return e;
+    const sm_array *a = in[0];
+    int64_t inner = 1;
+    for (int d = 1; d < a->shape.rank; d++)
+        inner *= a->shape.dims[d];
+    memcpy(out->data, a->data, (size_t)sm_exec_numel(a) * sm_dtype_size(a->dtype));
+    int k = (int)(op->kind - SM_OP_SCATTER);
+    e = sm_kern_scatter(k == 0, ops[k], a->dtype, out->data, a->shape.rank ? a->shape.dims[0] : 0,
+                        inner, ids, sm_exec_numel(in[1]), in[2]->data, err, errlen);
+    free(tmp);
+    return e;
+}
+
 /* ---- shape ---- */
 
 /* reshape, expand_dims, squeeze: the same elements in a new shape. */

@@ -530,11 +530,6 @@ int sm_ir_gather_mode(const sm_ir_op *op)
     return strcmp(m, "wrap") == 0 ? 2 : -1;
 }
 
-/* take (jnp.take: a's shape with dimension axis replaced by the indices';
- * axis=None takes from the flattened a) and take_along_axis (the indices
- * have a's rank; the result's dimension axis is theirs, the others a's and
- * theirs broadcast). Integer indices; mode fill (default), clip
- * (promise_in_bounds) or wrap. */
 /* segment_sum(data, segment_ids, num_segments): segment_ids an integer
  * array of data's leading dimensions; the result has num_segments rows of
  * data's other dimensions. */
@@ -570,6 +565,54 @@ sm_err sm_ir_infer_segment_sum(const sm_program *p, const sm_ir_op *op,
     return SM_OK;
 }
 
+/* scatter, scatter_add, _mul, _min, _max (x.at[indices].op(updates)):
+ * integer indices of any shape naming rows of the operand's first
+ * dimension; updates of the operand's dtype and of the indices' shape
+ * followed by the operand's other dimensions. The result is the operand's
+ * type. scatter moves any dtype; scatter_add and scatter_mul take f32 f64
+ * i32 i64, scatter_min and scatter_max also u8 and bool (as the binary
+ * ops). */
+sm_err sm_ir_infer_scatter(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                           sm_ir_value *out, char *err, size_t errlen)
+{
+    const sm_ir_value *x = in[0], *ix = in[1], *u = in[2];
+    const char *name = sm_op_name(op->kind);
+    char tx[240], ti[240], tu[240];
+    if (!sm_dtype_is_int(ix->dtype) && ix->dtype != SM_U8)
+        return sm_fail(err, errlen, SM_EINVAL, "%s: indices must be an integer array, got %s", name,
+                       sm_ir_type_str(ix, ti, sizeof ti));
+    if (x->shape.rank < 1)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "%s: the operand must have a dimension to index, got %s", name,
+                       sm_ir_type_str(x, tx, sizeof tx));
+    int arith = op->kind == SM_OP_SCATTER_ADD || op->kind == SM_OP_SCATTER_MUL;
+    int ext = op->kind == SM_OP_SCATTER_MIN || op->kind == SM_OP_SCATTER_MAX;
+    if ((arith || ext) &&
+        !(x->dtype == SM_F32 || x->dtype == SM_F64 || x->dtype == SM_I32 || x->dtype == SM_I64 ||
+          (ext && (x->dtype == SM_U8 || x->dtype == SM_BOOL))))
+        return sm_fail(err, errlen, SM_EINVAL, "%s does not take %s operands, got %s", name,
+                       sm_dtype_name(x->dtype), sm_ir_type_str(x, tx, sizeof tx));
+    int q = ix->shape.rank, ok = u->shape.rank == q + x->shape.rank - 1 && u->dtype == x->dtype;
+    for (int d = 0; ok && d < q; d++)
+        ok = u->shape.dims[d] == ix->shape.dims[d];
+    for (int d = 1; ok && d < x->shape.rank; d++)
+        ok = u->shape.dims[q + d - 1] == x->shape.dims[d];
+    if (!ok)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "%s: updates %s must have the operand's dtype and the indices' shape "
+                       "followed by the operand's dimensions after the first (operand %s, "
+                       "indices %s)",
+                       name, sm_ir_type_str(u, tu, sizeof tu), sm_ir_type_str(x, tx, sizeof tx),
+                       sm_ir_type_str(ix, ti, sizeof ti));
+    sm_ir_set(out, x->dtype, &x->shape);
+    return SM_OK;
+}
+
+/* take (jnp.take: a's shape with dimension axis replaced by the indices';
+ * axis=None takes from the flattened a) and take_along_axis (the indices
+ * have a's rank; the result's dimension axis is theirs, the others a's and
+ * theirs broadcast). Integer indices; mode fill (default), clip
+ * (promise_in_bounds) or wrap. */
 sm_err sm_ir_infer_take(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
                         sm_ir_value *out, char *err, size_t errlen)
 {

@@ -764,6 +764,65 @@ sm_err sm_ir_shard_segment_sum(const sm_program *p, const sm_ir_op *op,
     return SM_OK;
 }
 
+/* scatter, scatter_add, _mul, _min, _max: JAX's rule for a scatter into
+ * the operand's first dimension (_scatter_spec_computation with the
+ * dimension numbers of x.at[indices]): the operand's first dimension, the
+ * indices and the updates' query dimensions unsharded, and the updates'
+ * other dimensions sharded as the operand's (or both unsharded); the
+ * result has the operand's sharding. Anything else needs out_sharding=,
+ * as JAX's sentence says: the operand and the updates are then resharded to
+ * the result's layout with the first dimension whole (and the indices
+ * whole), each device updates its block, and the result is resharded to
+ * out_sharding. Over Auto axes (hidden) nothing is refused. */
+sm_err sm_ir_shard_scatter(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                           sm_ir_value *out, sm_ir_shard_plan *plan, char *err, size_t errlen)
+{
+    const sm_ir_value *x = in[0], *ix = in[1], *u = in[2];
+    int r = x->shape.rank, q = ix->shape.rank, ok = 1;
+    ok &= !(sm_sh_dim_mask(&x->layout, 0) & ~x->hidden);
+    for (int d = 0; d < q; d++) {
+        ok &= !(sm_sh_dim_mask(&ix->layout, d) & ~ix->hidden);
+        ok &= !(sm_sh_dim_mask(&u->layout, d) & ~u->hidden);
+    }
+    for (int d = 1; d < r; d++) {
+        uint32_t mx = sm_sh_dim_mask(&x->layout, d) & ~x->hidden;
+        uint32_t mu = sm_sh_dim_mask(&u->layout, q + d - 1) & ~u->hidden;
+        ok &= mx == mu && (!mx || sm_sh_dim_equal(&x->layout, d, &u->layout, q + d - 1));
+    }
+    sm_err e = SM_OK;
+    if (op->attrs.sharding) {
+        e = sm_sh_spec(p, op, op->attrs.sharding, &out->shape, "out_sharding", &out->layout, err,
+                       errlen);
+    } else if (ok) {
+        out->layout = x->layout;
+        out->layout.n[0] = 0; /* (sharded over Auto axes only: gathered) */
+    } else {
+        char tx[300], ti[300], tu[300];
+        sm_sh_type_str(p, ix, ti, sizeof ti);
+        size_t n = strlen(ti);
+        if (n >= 1 && n + 2 < sizeof ti) /* JAX's indices end in the index vector: [...,1] */
+            snprintf(ti + n - 1, sizeof ti - (n - 1), "%s1]", q ? "," : "");
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "Use `.at[...].set/add/mul/...(out_sharding=)` to provide output "
+                       "PartitionSpec for the scatter update as out sharding could not be "
+                       "resolved unambiguously (or would require collectives on inputs). Got "
+                       "operand=%s, indices=%s, updates=%s",
+                       sm_sh_type_str(p, x, tx, sizeof tx), ti,
+                       sm_sh_type_str(p, u, tu, sizeof tu));
+    }
+    if (e)
+        return e;
+    sm_ir_layout l = out->layout; /* the blocks updated: the first dimension whole */
+    l.n[0] = 0;
+    plan->in[0] = l;
+    memset(&plan->in[1], 0, sizeof plan->in[1]);
+    memset(&plan->in[2], 0, sizeof plan->in[2]);
+    for (int d = 1; d < r; d++)
+        sm_sh_dim_copy(&plan->in[2], q + d - 1, &l, d);
+    plan->local_layout = l;
+    return SM_OK;
+}
+
 /* cumsum, cumprod, cummax, cummin: JAX's rule (_cumred_sharding_rule), and
  * sort, argsort (_sort_abstract_eval): the operand must not be sharded
  * along the axis; the result keeps its sharding. axis=None (the flattened

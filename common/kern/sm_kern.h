@@ -306,6 +306,17 @@ sm_err sm_kern_dynamic_update_slice(sm_dtype t, const void *x, const sm_shape *x
  * (jnp.take's default). An empty axis gives the fill value in every mode. */
 typedef enum { SM_KERN_GATHER_FILL, SM_KERN_GATHER_CLIP, SM_KERN_GATHER_WRAP } sm_kern_gather_mode;
 
+/* x.at[ids].set/add/multiply/min/max(upd) on the rows of out (nrows rows
+ * of `inner` elements, holding the operand): for each i of the nids in
+ * index order, row ids[i] (a negative one counts from the end once) becomes
+ * upd's row i (set) or op(row, upd's row i) (op: SM_KERN_ADD, _MULTIPLY,
+ * _MINIMUM, _MAXIMUM, with sm_kern_binary's dtypes and semantics); rows
+ * outside [0, nrows) are dropped. Set moves rows by size (any dtype), so
+ * the last of repeated ids wins. */
+sm_err sm_kern_scatter(int set, sm_kern_binary_op op, sm_dtype t, void *out, int64_t nrows,
+                       int64_t inner, const int64_t *ids, int64_t nids, const void *upd, char *err,
+                       size_t errlen);
+
 /* out = jnp.take(x, idx, axis): x's shape with dimension axis replaced by
  * idx's (idx: int64 of shape is). Rows move by size (any dtype). */
 sm_err sm_kern_take(sm_dtype t, const void *x, const sm_shape *xs, int axis, const int64_t *idx,

@@ -1,11 +1,13 @@
 /* Shape kernels: reshape, transpose, slice, broadcast_to, pad, concatenate,
  * tile, roll, dynamic_slice, dynamic_update_slice, and the gathers take and
- * take_along_axis. All move elements by size
+ * take_along_axis, and the scatters (set moves rows; the others update them
+ * with the binary kernels). The rest move elements by size
  * (any dtype with a size); each builds one strided walk (smk_loop: op 0 the
  * destination, op 1 the source) and hands it to smk_copy_loop, which copies
  * contiguous runs with memcpy and strided ones with typed loops. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "sm_kern_impl.h"
 
@@ -509,4 +511,33 @@ sm_err sm_kern_take_along_axis(sm_dtype t, const void *x, const sm_shape *xs, in
         }
     }
     return SM_OK;
+}
+
+sm_err sm_kern_scatter(int set, sm_kern_binary_op op, sm_dtype t, void *out, int64_t nrows,
+                       int64_t inner, const int64_t *ids, int64_t nids, const void *upd, char *err,
+                       size_t errlen)
+{
+    if (nrows < 0 || inner < 0 || nids < 0)
+        return sm_fail(err, errlen, SM_EINVAL, "scatter: negative sizes");
+    size_t es = sm_dtype_size(t), row = (size_t)inner * es;
+    sm_shape rs = {.rank = 1, .dims = {inner}};
+    void *tmp = NULL;
+    if (!set && row && !(tmp = malloc(row)))
+        return sm_fail(err, errlen, SM_ENOMEM, "scatter: out of memory for a row of %lld bytes",
+                       (long long)row);
+    sm_err e = SM_OK;
+    for (int64_t i = 0; i < nids && !e; i++) {
+        int64_t r = ids[i] < 0 ? ids[i] + nrows : ids[i];
+        if (r < 0 || r >= nrows)
+            continue;
+        char *dst = (char *)out + (size_t)r * row;
+        const char *src = (const char *)upd + (size_t)i * row;
+        if (set) {
+            memcpy(dst, src, row);
+        } else if (!(e = sm_kern_binary(op, t, dst, &rs, src, &rs, tmp, err, errlen))) {
+            memcpy(dst, tmp, row);
+        }
+    }
+    free(tmp);
+    return e;
 }

@@ -461,10 +461,6 @@ class _AtIndex:
 
     def _box(self):
         shape = self.x.shape
-        if self._index_array():
-            raise InvalidArgument("x.at[index_array] takes add (a scatter-add) and get; set, "
-                                  "multiply, min and max with an index array are not "
-                                  "supported")
         key = self.key if isinstance(self.key, tuple) else (self.key,)
         if any(k is Ellipsis for k in key):
             at = next(j for j, k in enumerate(key) if k is Ellipsis)
@@ -499,7 +495,10 @@ class _AtIndex:
             return self.x[self.key]
         return self.x.__getitem__(self.key, out_sharding=out_sharding)
 
-    def set(self, v):
+    def set(self, v, *, indices_are_sorted=False, unique_indices=False, mode=None,
+            out_sharding=None):
+        if self._index_array():
+            return self._scatter("scatter", v, out_sharding)
         starts, sizes, kept = self._box()
         x = self.x
         if isinstance(v, Tracer):
@@ -514,44 +513,90 @@ class _AtIndex:
         """The key is one integer array (x.at[idx])."""
         return isinstance(self.key, (np.ndarray, list, Tracer, Array))
 
+    def _scatter(self, op, v, out_sharding):
+        """x.at[idx].op(v) with an index array: the scatter op of the op
+        table over x's first dimension (negative indices from the end, out of
+        range dropped, repeated ones applied in order). As JAX does, v is
+        broadcast to x[idx]'s shape and laid out as x[idx] would be (the
+        indices' sharding, then x's other dimensions'); JAX's scatter rule
+        then decides, or out_sharding= (refusals: its sentence)."""
+        key = self.key
+        if isinstance(key, (np.ndarray, list)) and np.asarray(key).dtype == bool:
+            m = np.asarray(key)
+            if m.ndim != 1:
+                raise InvalidArgument("x.at[mask] with a boolean mask of more than one "
+                                      "dimension: use jnp.where(mask, v, x)")
+            key = np.nonzero(m)[0]
+        x, idx = self.x, _index_value(key)
+        rows = tuple(idx.shape) + tuple(x.shape[1:])
+        if isinstance(v, Tracer):
+            upd = v
+        elif np.ndim(v) == 0:
+            upd = _call_op("full", rows, v, dtype=x.dtype)
+        else:
+            upd = _constant(np.asarray(v).astype(x.dtype))
+        if upd.dtype != x.dtype:
+            upd = upd.astype(x.dtype)
+        upd = _broadcast_to(upd, rows)
+        if _builder().kind == "jit":
+            want = _dims(idx.type) + _dims(x.type)[1:]
+            if _dims(upd.type) != want:
+                upd = _call_op("reshard", upd, P(*map(_spec_entry, want)))
+        kw = {} if out_sharding is None else {"out_sharding": out_sharding}
+        return _call_op(op, x, idx, upd, **kw)
+
     def add(self, v, *, indices_are_sorted=False, unique_indices=False, mode=None,
             out_sharding=None):
-        if self._index_array():  # a scatter-add: the rows idx names, summed where repeated
-            from . import numpy as jnp
-            idx = _index_value(self.key)
-            if out_sharding is None and (0 in _explicit_dims(self.x) or _explicit_dims(idx)):
-                # JAX's scatter rule: the updates (laid out as x[idx]) and the indices
-                # unsharded in the dimensions that index, and so x's first dimension
-                xt, it = self.x.type, idx.type
-                upd = f"{xt[:xt.index('[')]}[{','.join(_dims(it) + _dims(xt)[1:])}]"
-                raise scatter_refused(xt, it, upd)
-            n = self.x.shape[0]
-            idx = jnp.where(idx < 0, idx + n, idx)  # numpy's negative indices
-            rows = tuple(idx.shape) + tuple(self.x.shape[1:])
-            upd = v if isinstance(v, Tracer) else jnp.full(rows, v, dtype=self.x.dtype)
-            upd = _broadcast_to(upd, rows)
-            if upd.dtype != self.x.dtype:
-                upd = upd.astype(self.x.dtype)
-            out = self.x + _call_op("segment_sum", upd, idx, n)
-            return out if out_sharding is None else _call_op("reshard", out, out_sharding)
+        if self._index_array():
+            return self._scatter("scatter_add", v, out_sharding)
         return self.set(self.get() + v)
 
-    def multiply(self, v):
+    def multiply(self, v, *, indices_are_sorted=False, unique_indices=False, mode=None,
+                 out_sharding=None):
+        if self._index_array():
+            return self._scatter("scatter_mul", v, out_sharding)
         return self.set(self.get() * v)
 
     mul = multiply
 
-    def divide(self, v):
+    def divide(self, v, **kw):
+        if self._index_array():  # JAX's: x over a scatter-mul of v into ones
+            return self.x / _AtIndex(_ones_like(self.x), self.key).multiply(v, **kw)
         return self.set(self.get() / v)
 
-    def power(self, v):
+    def power(self, v, **kw):
+        if self._index_array():  # JAX's: x to a scatter-mul of v into ones
+            return self.x ** _AtIndex(_ones_like(self.x), self.key).multiply(v, **kw)
         return self.set(self.get() ** v)
 
-    def min(self, v):
+    def min(self, v, *, indices_are_sorted=False, unique_indices=False, mode=None,
+            out_sharding=None):
+        if self._index_array():
+            return self._scatter("scatter_min", v, out_sharding)
         return self.set(_call_op("minimum", self.get(), v))
 
-    def max(self, v):
+    def max(self, v, *, indices_are_sorted=False, unique_indices=False, mode=None,
+            out_sharding=None):
+        if self._index_array():
+            return self._scatter("scatter_max", v, out_sharding)
         return self.set(_call_op("maximum", self.get(), v))
+
+
+def _ones_like(x):
+    """ones of x's type (its sharding too, in a jit body)."""
+    kw = {}
+    if _builder().kind == "jit":
+        kw["out_sharding"] = P(*map(_spec_entry, _dims(x.type)))
+    return _call_op("ones", tuple(x.shape), dtype=x.dtype, **kw)
+
+
+def _spec_entry(dim):
+    """The PartitionSpec entry of one dimension of a type: '8@i' -> 'i',
+    '8@(i,j)' -> ('i', 'j'), '8' -> None."""
+    if "@" not in dim:
+        return None
+    a = dim.split("@", 1)[1]
+    return tuple(a[1:-1].split(",")) if a.startswith("(") else a
 
 
 def _explicit_dims(v):

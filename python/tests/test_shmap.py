@@ -1675,8 +1675,9 @@ def test_segment_sum_and_scatter_add(c):
     # the indices sharded need out_sharding=
     rows = c.device_put(table, NamedSharding(mesh, P(None, "j")))
     si = c.device_put(np.array([0, 1, 5, 3, 0, 1, 5, 3], np.int32), NamedSharding(mesh, P("i")))
-    with pytest.raises(shmap.ProgramError, match=r"Got operand=f32\[6,2@j\], "
-                       r"indices=i32\[8@i,1\], updates=f32\[8@i,2@j\]$"):
+    with pytest.raises(shmap.ProgramError, match=r"\.py:\d+: Use `\.at\[\.\.\.\]\.set/add/mul.* "
+                       r"Got operand=f32\[6,2@j\], indices=i32\[8@i,1\], "
+                       r"updates=f32\[8@i,2@j\]$"):
         rows.at[si].add(1.0)
     out = rows.at[si].add(1.0, out_sharding=P(None, "j"))
     want = table.copy()
@@ -1684,8 +1685,73 @@ def test_segment_sum_and_scatter_add(c):
     assert out.type == "f32[6,2@j]" and np.array_equal(np.asarray(out), want)
     assert np.array_equal(np.asarray(rows.at[idx].add(1.5)), table + np.bincount(
         idx % 6, minlength=6)[:, None] * np.float32(1.5))
-    with pytest.raises(shmap.InvalidArgument, match=r"x.at\[index_array\] takes add"):
-        shmap.jit(lambda t: t.at[idx].set(0.0))(t)
+
+
+def test_scatters(c):
+    """x.at[idx].set/add/multiply/divide/power/min/max with an index array:
+    the scatter rows of the op table over x's first dimension, against
+    numpy's x[idx] = v (the last of repeated indices wins) and np.add.at,
+    np.multiply.at, ...: negative indices from the end, those out of range
+    dropped (JAX's FILL_OR_DROP); v a scalar, an array, a broadcast row; x
+    replicated or sharded on its other dimension; JAX's scatter rule (an
+    index array sharded needs out_sharding=); a 1-d boolean mask."""
+    mesh = c.make_mesh((4, 2), ("i", "j"))
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((6, 4)).astype(np.float32)
+    idx = np.array([0, 5, 5, -1, 2, 9, -9, 3], np.int32)
+    keep = idx[(idx >= -6) & (idx < 6)]
+    v = rng.standard_normal((8, 4)).astype(np.float32)
+    vk = v[(idx >= -6) & (idx < 6)]
+
+    def np_set(a, i, u):
+        a = a.copy()
+        for k, r in zip(i, np.broadcast_to(u, (len(i),) + a.shape[1:])):
+            a[k] = r
+        return a
+
+    def np_at(uf):
+        def f(a, i, u):
+            a = a.copy()
+            uf.at(a, i, u)
+            return a
+        return f
+
+    cases = [("set", np_set), ("add", np_at(np.add)), ("multiply", np_at(np.multiply)),
+             ("min", np_at(np.minimum)), ("max", np_at(np.maximum))]
+    for spec in (P(), P(None, "j")):
+        xa = c.device_put(x, NamedSharding(mesh, spec))
+        va = c.device_put(v, NamedSharding(mesh, P()))
+        for how, ref in cases:
+            got = getattr(xa.at[idx], how)(va)  # at once on Arrays
+            assert got.type == xa.type
+            assert np.array_equal(np.asarray(got), ref(x, keep, vk)), (spec, how)
+            got = shmap.jit(lambda a: getattr(a.at[idx], how)(1.5))(xa)
+            assert np.array_equal(np.asarray(got), ref(x, keep, np.float32(1.5))), (spec, how)
+        row = np.arange(4, dtype=np.float32)
+        got = shmap.jit(lambda a: a.at[idx].add(row))(xa)
+        assert np.array_equal(np.asarray(got), np_at(np.add)(x, keep, row))
+        got = np.asarray(xa.at[idx].divide(2.0))
+        assert np.allclose(got, np_at(np.divide)(x, keep, np.float32(2.0)))
+        got = np.asarray(xa.at[idx[:3]].power(2.0))
+        assert np.allclose(got, np_at(np.power)(x, idx[:3], np.float32(2.0)))
+    xi = rng.integers(-9, 9, (6, 4)).astype(np.int32)
+    xia = c.device_put(xi, NamedSharding(mesh, P(None, "j")))
+    assert np.array_equal(np.asarray(xia.at[idx].add(7)), np_at(np.add)(xi, keep, 7))
+    mask = np.array([True, False, True, False, False, True])
+    assert np.array_equal(np.asarray(shmap.jit(lambda a: a.at[mask].set(0.0))(
+        c.device_put(x, NamedSharding(mesh, P())))), np.where(mask[:, None], 0, x))
+    # an index array sharded: JAX's rule asks for out_sharding=
+    si = c.device_put(np.array([0, 1, 5, 3, 0, 1, 5, 3], np.int32), NamedSharding(mesh, P("i")))
+    xa = c.device_put(x, NamedSharding(mesh, P(None, "j")))
+    with pytest.raises(shmap.ProgramError, match=r"Use `\.at\[\.\.\.\]\.set/add/mul/\.\.\."
+                       r"\(out_sharding=\)` .* Got operand=f32\[6,4@j\], indices=i32\[8@i,1\], "
+                       r"updates=f32\[8@i,4@j\]$"):
+        xa.at[si].set(1.0)
+    got = xa.at[si].max(1.0, out_sharding=P(None, "j"))
+    assert got.type == "f32[6,4@j]"
+    assert np.array_equal(np.asarray(got), np_at(np.maximum)(x, np.asarray(si), np.float32(1)))
+    with pytest.raises(shmap.InvalidArgument, match=r"boolean mask of more than one dimension"):
+        shmap.jit(lambda a: a.at[x > 0].set(0.0))(xa)
 
 
 def _np_sigmoid(x):
