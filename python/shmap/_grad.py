@@ -9,7 +9,15 @@ rules like any other: a product's cotangent is laid out as its primal
 operand (JAX's transpose of dot_general passes the operand's sharding as
 out_sharding), a reshard's goes back to its operand's sharding, and a sum
 over a broadcast dimension completes across devices where that dimension
-was sharded. Outside a trace, grad(f)(arrays) runs as a jit program."""
+was sharded. Outside a trace, grad(f)(arrays) runs as a jit program.
+
+Each differentiation being traced is a level of a stack of tapes: a grad
+inside a differentiated function records on every level its operands
+depend on, and its backward pass, emitted through the same choke points,
+is recorded by the outer levels, which differentiate it (higher
+derivatives, jacrev of jacrev). custom_vjp and custom_jvp calls are one
+entry of the innermost level their arguments depend on, their rules' own
+ops recorded by the outer ones."""
 import functools
 import inspect
 import numbers
@@ -17,7 +25,7 @@ import re
 
 import numpy as np
 
-from ._core import InvalidArgument, Unimplemented
+from ._core import Array, InvalidArgument, Unimplemented
 from ._trace import (Tracer, _builder, _call_op, _is_tree, _state, _tree_build, _tree_leaves,
                      _tree_sig, jit)
 
@@ -129,6 +137,11 @@ def record(b, prim, args, kwargs, out):
             return
         if prim in ("pmax", "pmin"):  # JAX defines no JVP for them: its sentence, when traced
             raise Unimplemented(f"Differentiation rule for '{prim}' not implemented")
+        if prim == "vjp":
+            raise InvalidArgument("grad: a higher derivative through a shard_map function "
+                                  "called from a jit body is not supported (its backward is "
+                                  "a function of the program grad has no rule for); take it "
+                                  "inside the shard_map body")
         if isinstance(out, tuple):  # a call of a function with several results
             lv.active.update(o.name for o in out if _is_float(o))
         else:
@@ -783,12 +796,6 @@ def _taped(b, leaves, thunk):
     return res, lv.tape, lv.active
 
 
-def _no_nesting(b):
-    if _levels(b):
-        raise InvalidArgument("grad of a function that itself takes a grad (a higher "
-                              "derivative) is not supported")
-
-
 def _call_vjp(fn, args, in_specs, outs, gs):
     """The cotangents of the arguments of a shard_map function called from
     the jit being differentiated: a second shard_map function of the
@@ -822,7 +829,8 @@ def _call_vjp(fn, args, in_specs, outs, gs):
                                     body, out_specs=in_specs)
     fname, nres = b.defined[key]
     call = f"{fname}({', '.join(a.name for a in list(args) + list(gs))})"
-    res = b.emit(call, "vjp") if nres == 1 else b.emit_multi(call, nres, "vjp")
+    ops = tuple(args) + tuple(gs)  # so that an outer grad's tape sees it (and refuses it)
+    res = b.emit(call, "vjp", ops) if nres == 1 else b.emit_multi(call, nres, "vjp", ops)
     return list(res) if isinstance(res, tuple) else [res]
 
 
@@ -884,7 +892,7 @@ def _as_traced(v):
     """A differentiated leaf as a traced value."""
     if isinstance(v, Tracer):
         return v
-    from ._core import Array, _dtype_name
+    from ._core import _dtype_name
     if isinstance(v, Array):  # closed over by the jit being traced
         return Tracer(_builder().capture(v), v.type, _dtype_name(v.dtype), v.shape)
     if isinstance(v, np.ndarray) or isinstance(v, numbers.Real):
@@ -898,11 +906,16 @@ def _as_traced(v):
 
 
 def _diff_args(args, nums, who):
-    """args with the leaves of those at nums traced, and those leaves."""
+    """args with the leaves of those at nums traced, and those leaves. A
+    leaf that is a value of the program already (a traced value, an Array)
+    is differentiated as a copy of its own, so that the function sees the
+    argument apart from any other use of the same value (a closure over
+    it, an outer grad's variable: JAX's distinct tracers)."""
     args = list(args)
     flat = []
     for k in nums:
-        leaves = [_as_traced(v) for v, _ in _tree_leaves(args[k], "a")]
+        leaves = [_as_traced(v) + 0 if isinstance(v, (Tracer, Array)) and _is_float(v) else
+                  _as_traced(v) for v, _ in _tree_leaves(args[k], "a")]
         for t in leaves:
             if np.dtype(t.dtype).kind != "f":
                 raise InvalidArgument(f"{who} requires real- or complex-valued inputs (input "
@@ -945,7 +958,6 @@ def _grad_call(fun, argnums, has_aux, with_value, args, kwargs):
         it = iter(flat)
         args = [_tree_build(a, it) if k in nums else a for k, a in enumerate(args)]
     vals = [t.val if batch is not None else t for t in flat]
-    _no_nesting(b)
     res, tape, active = _taped(b, vals, lambda: fun(*args, **kwargs))
     out, aux = _split_aux(res, has_aux, "grad")
     if not isinstance(out, Tracer):
@@ -986,7 +998,6 @@ def vjp(fun, *primals, has_aux=False):
         raise InvalidArgument("vjp runs inside a traced function: call it in a shmap.jit or "
                               "shmap.shard_map body")
     args, flat = _diff_args(primals, range(len(primals)), "vjp")
-    _no_nesting(b)
     res, tape, active = _taped(b, flat, lambda: fun(*args))
     out, aux = _split_aux(res, has_aux, "vjp")
     out_leaves = [v for v, _ in _tree_leaves(out, "o")]
@@ -1402,3 +1413,132 @@ class custom_jvp:
             return [next(cts) if isinstance(t, Tracer) and _is_float(t) else None for t in tans]
         _record_custom(b, k, leaves, outs, backward)
         return _tree_build(out, iter(outs))
+
+
+# ---- Jacobians and Hessians ---------------------------------------------------
+
+
+def _reshape_first(v, lead):
+    """v (n, *rest) reshaped to lead + rest, rest keeping its sharding."""
+    jnp = _jnp()
+    shape = tuple(lead) + tuple(v.shape[1:])
+    if tuple(v.shape) == shape:
+        return v
+    if not _laid_out_as(v):
+        return jnp.reshape(v, shape)
+    from ._core import P
+    spec = tuple(_spec(v) or ())
+    spec = (spec + (None,) * len(v.shape))[1:len(v.shape)]
+    return jnp.reshape(v, shape, out_sharding=P(*((None,) * len(lead) + spec)))
+
+
+def _jacobian(fun, argnums, has_aux, who, allow_int=False):
+    """jacrev and jacfwd: vjp of fun at the arguments, then its pullback
+    mapped by vmap over the rows of the identity (one per element of the
+    output), as JAX's jacrev; each Jacobian block (an output leaf's shape
+    followed by an input leaf's) cut from the rows."""
+    def call(*args, **kwargs):
+        if getattr(_state, "builder", None) is None:  # at once: as a jit of the call
+            return jit(call)(*args, **kwargs)
+        from . import _vmap
+        jnp = _jnp()
+        if _vmap.innermost() is not None:
+            raise InvalidArgument(f"{who} inside vmap is not supported (vmap of vjp's pullback "
+                                  f"over values of an outer vmap); take the Jacobian of the "
+                                  f"batched function or loop over the examples")
+        single = isinstance(argnums, int)
+        nums = (argnums,) if single else tuple(argnums)
+        for k in nums:
+            if not -len(args) <= k < len(args):
+                raise InvalidArgument(f"differentiating with respect to argnums={argnums} "
+                                      f"requires at least {k + 1} positional arguments to be "
+                                      f"passed by the caller, but got only {len(args)} "
+                                      f"positional arguments.")
+        nums = tuple(k % len(args) for k in nums)
+        for k in nums:
+            for v, _ in _tree_leaves(args[k], "a"):
+                kind = np.dtype(getattr(v, "dtype", np.float32)).kind
+                if kind != "f" and not (allow_int and kind in "iub"):
+                    name = np.dtype(v.dtype).name
+                    raise InvalidArgument(
+                        f"jacrev requires real- or complex-valued inputs (input dtype that is "
+                        f"a sub-dtype of np.inexact), but got {name}. If you want to use "
+                        f"Boolean- or integer-valued inputs, use vjp or set allow_int to True."
+                        if who == "jacrev" else
+                        f"jacfwd requires real-valued inputs (input dtype that is a sub-dtype "
+                        f"of np.floating), but got {name}. For holomorphic differentiation, "
+                        f"pass holomorphic=True. For differentiation of non-holomorphic "
+                        f"functions involving complex inputs or integer inputs, use jax.jvp "
+                        f"directly.")
+
+        def partial_fun(*dyn):
+            full = list(args)
+            for k, v in zip(nums, dyn):
+                full[k] = v
+            return fun(*full, **kwargs)
+        res = vjp(partial_fun, *[args[k] for k in nums], has_aux=has_aux)
+        y, pull = res[0], res[1]
+        ys = [v for v, _ in _tree_leaves(y, "y")]
+        for v in ys:
+            if not isinstance(v, Tracer) or not _is_float(v):
+                raise InvalidArgument(
+                    f"{who} requires real-valued outputs (output dtype that is a sub-dtype of "
+                    f"np.floating), but got {np.dtype(getattr(v, 'dtype', type(v))).name}. "
+                    f"For differentiation of functions with integer outputs, use jax.vjp "
+                    f"directly.")
+        sizes = [int(np.prod(v.shape)) for v in ys]
+        m = sum(sizes)
+        eye = jnp.eye(m, dtype=np.result_type(*[v.dtype for v in ys]))
+        basis, at = [], 0
+        for v, n in zip(ys, sizes):
+            rows = eye if n == m else eye[:, at:at + n]
+            basis.append(jnp.reshape(rows, (m,) + tuple(v.shape)) if tuple(v.shape) != (n,)
+                         else rows)
+            at += n
+        from ._vmap import vmap as vmap_
+        jac = vmap_(pull)(_tree_build(y, iter(basis)))  # one per argument at nums
+        example = args[nums[0]] if single else tuple(args[k] for k in nums)
+        cols = [v for v, _ in _tree_leaves(jac[0] if single else jac, "j")]
+        blocks = []
+        for v, n in zip(ys, sizes):
+            at = sum(sizes[:len(blocks)])
+            blocks.append(_tree_build(example, iter(
+                _reshape_first(col if n == m else col[at:at + n], tuple(v.shape))
+                for col in cols)))
+        out = _tree_build(y, iter(blocks))
+        return (out, res[2]) if has_aux else out
+    call.__name__ = getattr(fun, "__name__", "f")
+    call.__doc__ = fun.__doc__
+    return call
+
+
+def jacrev(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False):
+    """jax.jacrev: the Jacobian of fun with respect to the arguments
+    argnums, row by row in reverse mode (vjp's pullback vmapped over the
+    identity's rows), as a pytree of the output's structure whose leaves
+    are pytrees of the arguments' (output leaf shape + argument leaf
+    shape)."""
+    if holomorphic:
+        raise InvalidArgument("jacrev: holomorphic=True (complex differentiation) is not "
+                              "supported")
+    return _jacobian(fun, argnums, has_aux, "jacrev", allow_int)
+
+
+jacobian = jacrev
+
+
+def jacfwd(fun, argnums=0, has_aux=False, holomorphic=False):
+    """jax.jacfwd: the same Jacobian as jacrev (shmap has no forward mode:
+    it is computed row by row in reverse mode; JAX computes it column by
+    column, with the same values)."""
+    if holomorphic:
+        raise InvalidArgument("jacfwd: holomorphic=True (complex differentiation) is not "
+                              "supported")
+    return _jacobian(fun, argnums, has_aux, "jacfwd")
+
+
+def hessian(fun, argnums=0, has_aux=False, holomorphic=False):
+    """jax.hessian: jacfwd(jacrev(fun)), the second derivatives (a grad of
+    a grad: the outer pass differentiates the inner backward pass's ops)."""
+    return jacfwd(jacrev(fun, argnums, has_aux=has_aux, holomorphic=holomorphic), argnums,
+                  has_aux=has_aux, holomorphic=holomorphic)

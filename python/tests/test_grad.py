@@ -2,7 +2,9 @@
 checked against central differences of the same function run by numpy in
 float64, on sharded arguments; the gradients laid out as their arguments
 (explicit mode), the pytree, argnums, has_aux and at-once forms, and JAX's
-sentences for what grad refuses. Runs on the cluster of conftest's c."""
+sentences for what grad refuses; custom_vjp and custom_jvp, higher
+derivatives (grad of grad, a Hessian-vector product), jacrev, jacfwd and
+hessian. Runs on the cluster of conftest's c."""
 import numpy as np
 import pytest
 
@@ -263,8 +265,15 @@ def test_grad_refusals(c, mesh):
                        match=r"no differentiation rule for 'dynamic_slice_in_dim'"):
         shmap.grad(lambda x: jnp.sum(lax.dynamic_slice_in_dim(x, jnp.asarray(
             np.int32(1)), 2, axis=1)))(x)
-    with pytest.raises(shmap.InvalidArgument, match=r"higher derivative"):
-        shmap.grad(lambda x: jnp.sum(shmap.grad(lambda y: jnp.sum(y * y))(x)))(x)
+    with pytest.raises(shmap.InvalidArgument, match=r"higher derivative through a shard_map "
+                                                    r"function called from a jit body"):
+        m4 = c.make_mesh((4,), ("i",))
+
+        @shmap.shard_map(mesh=m4, in_specs=P("i"), out_specs=P())
+        def inner(v):
+            return lax.psum(jnp.sum(jnp.sin(v)), "i")
+        shmap.grad(lambda x: jnp.sum(shmap.grad(inner)(x)))(
+            c.device_put(np.ones(8, np.float32), NamedSharding(m4, P("i"))))
     with pytest.raises(shmap.InvalidArgument, match=r"has_aux=True needs .* pair"):
         shmap.grad(lambda x: jnp.sum(x), has_aux=True)(x)
     with pytest.raises(shmap.InvalidArgument, match=r"argnums=2 requires at least 3 positional"):
@@ -806,3 +815,143 @@ def test_custom_jvp(c, mesh):
                              r"two\)"):
         app.defjvp(lambda fn, p, t: t[0])
         shmap.grad(lambda x: jnp.sum(app(jnp.sin, x)))(xa)
+
+
+def test_grad_of_grad(c, mesh):
+    """Higher derivatives: an outer grad's tape records the inner grad's
+    backward pass (its ops go through the same choke points) and
+    differentiates it. sin'' and x**3's second and third derivatives, on a
+    sharded batch by vmap and as sums; each grad differentiates its own
+    copy of its argument (JAX's distinct tracers: d/dx [x * d/dy (x * y)]
+    at y = x is 2x, not 4x); in a shard_map body with a psum."""
+    x = np.linspace(-2, 2, 8).astype(np.float32)
+    xa = c.device_put(x, NamedSharding(mesh, P("X")))
+    d2 = shmap.vmap(shmap.grad(shmap.grad(jnp.sin)))(xa)
+    assert d2.type == xa.type and np.allclose(np.asarray(d2), -np.sin(x), atol=1e-6)
+
+    def cube(y):
+        return jnp.sum(y ** 3)
+    d2 = shmap.jit(shmap.grad(lambda x: jnp.sum(shmap.grad(cube)(x))))(xa)
+    assert np.allclose(np.asarray(d2), 6 * x, atol=1e-5)
+    d3 = shmap.grad(lambda x: jnp.sum(shmap.grad(lambda x: jnp.sum(shmap.grad(cube)(x)))(x)))(xa)
+    assert np.allclose(np.asarray(d3), 6)
+    g = shmap.grad(lambda x: jnp.sum(x * shmap.grad(lambda y: jnp.sum(x * y))(x)))(xa)
+    assert np.allclose(np.asarray(g), 2 * x)
+    closed = shmap.grad(lambda y: jnp.sum(xa * y))(xa)  # an Array closed over and passed
+    assert np.allclose(np.asarray(closed), x)
+    # through a custom rule: the outer grad differentiates the rule's ops (the
+    # custom_vjp's bwd on its residual, the custom_jvp's rule): sigmoid'
+    sig = _sigmoid64(x)
+    d2 = shmap.vmap(shmap.grad(shmap.grad(_log1pexp)))(xa)
+    assert np.allclose(np.asarray(d2), sig * (1 - sig), atol=1e-6)
+
+    @shmap.custom_jvp
+    def softplus(x):
+        return jnp.log1p(jnp.exp(x))
+    softplus.defjvp(lambda p, t: (softplus(p[0]), t[0] * lax.logistic(p[0])))
+    d2 = shmap.grad(lambda x: jnp.sum(shmap.grad(lambda y: jnp.sum(softplus(y)))(x)))(xa)
+    assert np.allclose(np.asarray(d2), sig * (1 - sig), atol=1e-6)
+
+    m4 = c.make_mesh((4,), ("i",))
+
+    @shmap.shard_map(mesh=m4, in_specs=P("i"), out_specs=P("i"))
+    def block(x):
+        inner = shmap.grad(lambda u: lax.psum(jnp.sum(jnp.sin(u)), "i"))
+        return shmap.grad(lambda v: jnp.sum(inner(v) * v))(x)
+    got = block(c.device_put(x, NamedSharding(m4, P("i"))))
+    assert np.allclose(np.asarray(got), np.cos(x) - x * np.sin(x), atol=1e-6)
+
+
+def _mlp_grad_np(p, x):
+    """numpy's gradient (float64) of the MLP loss mean((tanh(x w1 + b) w2)^2)."""
+    h = np.tanh(x @ p["w1"] + p["b"])
+    o = h @ p["w2"]
+    go = 2 * o / o.size
+    gh = go @ p["w2"].T * (1 - h * h)
+    return {"w1": x.T @ gh, "b": gh.sum(0), "w2": h.T @ go}
+
+
+def test_mlp_hessian_vector_product(c, mesh):
+    """A sharded MLP's Hessian-vector product, grad of <grad(loss), v> (the
+    outer pass through the inner backward's einsums, tanh and sums, laid
+    out as the parameters), against central differences of numpy's
+    analytic gradient in float64."""
+    rng = np.random.default_rng(17)
+    xa = rng.standard_normal((8, 16))
+    pn = {"w1": rng.standard_normal((16, 32)) * 0.3, "b": rng.standard_normal(32) * 0.5,
+          "w2": rng.standard_normal((32, 4)) * 0.3}
+    vn = {k: rng.standard_normal(v.shape) for k, v in pn.items()}
+    specs = {"w1": P(None, "Y"), "b": P("Y"), "w2": P("Y", None)}
+    put = lambda d: {k: c.device_put(v.astype(np.float32), NamedSharding(mesh, specs[k]))  # noqa
+                     for k, v in d.items()}
+    params, v = put(pn), put(vn)
+    x = c.device_put(xa.astype(np.float32), NamedSharding(mesh, P("X", None)))
+
+    def loss(p, x):
+        h = jnp.tanh(x @ p["w1"] + p["b"])
+        o = jnp.einsum("bh,ho->bo", h, p["w2"], out_sharding=P("X", None))
+        return jnp.mean(o * o)
+
+    @shmap.jit
+    def hvp(p, v, x):
+        def inner(p):
+            g = shmap.grad(loss)(p, x)
+            return sum(jnp.sum(g[k] * v[k]) for k in sorted(g))
+        return shmap.grad(inner)(p)
+    got = hvp(params, v, x)
+    eps = 1e-5
+    up = _mlp_grad_np({k: pn[k] + eps * vn[k] for k in pn}, xa)
+    dn = _mlp_grad_np({k: pn[k] - eps * vn[k] for k in pn}, xa)
+    for k in pn:
+        want = (up[k] - dn[k]) / (2 * eps)
+        assert got[k].type == params[k].type, k
+        assert np.allclose(np.asarray(got[k]), want, rtol=1e-3, atol=1e-4), k
+
+
+def test_jacrev_jacfwd_hessian(c, mesh):
+    """jax.jacrev / jacfwd / hessian: JAX's docstring examples (the 4x3
+    Jacobian, the 2x2 Hessian, the pytree Hessian of {'c': a ** b}), a
+    sharded Jacobian against numpy (its input dimensions laid out as the
+    input's), argnums as a tuple, has_aux, at once and in a jit;
+    refused inside vmap."""
+    def f(x):
+        return jnp.stack([x[0], 5 * x[2], 4 * x[1] ** 2 - 2 * x[2], x[2] * jnp.sin(x[0])])
+    want = np.array([[1, 0, 0], [0, 0, 5], [0, 16, -2], [3 * np.cos(1.0), 0, np.sin(1.0)]])
+    x = c.device_put(np.array([1., 2., 3.], np.float32), NamedSharding(mesh, P()))
+    for jac in (shmap.jacrev, shmap.jacfwd, shmap.jacobian):
+        assert np.allclose(np.asarray(jac(f)(x)), want, atol=1e-6)
+    g = lambda x: x[0] ** 3 - 2 * x[0] * x[1] - x[1] ** 6  # noqa: E731
+    h = shmap.hessian(g)(c.device_put(np.array([1., 2.], np.float32), NamedSharding(mesh, P())))
+    assert np.allclose(np.asarray(h), [[6, -2], [-2, -480]])
+    put = lambda a: c.device_put(np.asarray(a, np.float32), NamedSharding(mesh, P()))  # noqa
+    hp = shmap.jit(shmap.hessian(lambda d: {"c": jnp.power(d["a"], d["b"])}))(
+        {"a": put([1, 2]), "b": put([2, 3])})
+    a, b = np.array([1., 2.]), np.array([2., 3.])
+    diag = {("a", "a"): b * (b - 1) * a ** (b - 2), ("a", "b"): a ** (b - 1) * (1 + b * np.log(a)),
+            ("b", "a"): a ** (b - 1) * (1 + b * np.log(a)), ("b", "b"): a ** b * np.log(a) ** 2}
+    for (i, j), d in diag.items():
+        blk = np.asarray(hp["c"][i][j])
+        assert blk.shape == (2, 2, 2)
+        assert np.allclose(blk, np.einsum("k,kl,km->klm", d, np.eye(2), np.eye(2)), rtol=1e-5)
+
+    rng = np.random.default_rng(18)
+    A = rng.standard_normal((8, 8)).astype(np.float32)
+    xs = rng.standard_normal(8).astype(np.float32)
+    xa = c.device_put(xs, NamedSharding(mesh, P("X")))
+    Aa = c.device_put(A, NamedSharding(mesh, P()))
+
+    def layer(A, x):
+        y = jnp.tanh(jnp.einsum("ij,j->i", A, x, out_sharding=P("X")))
+        return y, {"norm": jnp.sum(y * y)}
+    (jA, jx), aux = shmap.jacrev(layer, argnums=(0, 1), has_aux=True)(Aa, xa)
+    y = np.tanh(A @ xs)
+    assert jx.type == "f32[8,8@X]" and jA.shape == (8, 8, 8)
+    assert np.allclose(np.asarray(jx), (1 - y * y)[:, None] * A, atol=1e-5)
+    assert np.allclose(np.asarray(jA), np.einsum("i,ij,k->ijk", 1 - y * y, np.eye(8), xs),
+                       atol=1e-5)
+    assert np.isclose(float(aux["norm"]), (y * y).sum(), rtol=1e-5)
+    with pytest.raises(shmap.InvalidArgument, match=r"jacrev inside vmap is not supported"):
+        shmap.vmap(shmap.jacrev(jnp.sin))(xa)
+    with pytest.raises(shmap.InvalidArgument, match=r"jacfwd requires real-valued inputs"):
+        shmap.jacfwd(lambda i: i * 2.0)(c.device_put(np.arange(4, dtype=np.int32),
+                                                    NamedSharding(mesh, P())))
