@@ -137,6 +137,9 @@ def record(b, prim, args, kwargs, out):
             return
         if prim in ("pmax", "pmin"):  # JAX defines no JVP for them: its sentence, when traced
             raise Unimplemented(f"Differentiation rule for '{prim}' not implemented")
+        if prim == "scatter_mul" and isinstance(args[2], Tracer) and args[2].name in lv.active:
+            raise Unimplemented("scatter_mul gradients are only implemented if "
+                                "`unique_indices=True`")
         if prim == "vjp":
             raise InvalidArgument("grad: a higher derivative through a shard_map function "
                                   "called from a jit body is not supported (its backward is "
@@ -435,6 +438,55 @@ def _segment_sum_rule(g, out, data, ids, num_segments=None):
     keep = jnp.astype((ids >= 0) & (ids < n), out.dtype)
     keep = jnp.reshape(keep, tuple(ids.shape) + (1,) * (len(data.shape) - len(ids.shape)))
     return [rows * keep, None, None]
+
+
+def _rows_taken(g, idx, dtype):
+    """g's rows at idx as the scatters name them (negative from the end,
+    out of range: zero rows), with g's first dimension and idx made whole
+    in a jit body (as a gather's rule asks)."""
+    jnp = _jnp()
+    from ._core import P
+    from ._trace import _dims, _spec_entry
+    n = g.shape[0]
+    if _builder().kind == "jit":
+        gd, idd = _dims(g.type), _dims(idx.type)
+        if "@" in gd[0]:
+            g = jnp.reshard(g, P(None, *map(_spec_entry, gd[1:])))
+        if any("@" in d for d in idd):
+            idx = jnp.reshard(idx, P())
+    i = jnp.where(idx < 0, idx + n, idx)
+    keep = jnp.astype((i >= 0) & (i < n), dtype)
+    rows = jnp.take(g, jnp.clip(i, 0, max(n - 1, 0)), axis=0)
+    return rows * jnp.reshape(keep, tuple(idx.shape) + (1,) * (len(g.shape) - 1)), i, keep
+
+
+def _scatter_rule(prim, g, out, x, idx, u, out_sharding=None):
+    """scatter_add: the operand's cotangent passes, each update gets its
+    row's. scatter (set): rows written get none in the operand, and only
+    the update that won a row (the last of repeated indices) gets its
+    row's. scatter_mul: the operand's is g times the product of its row's
+    updates (the updates' is refused as JAX does, when recorded)."""
+    jnp = _jnp()
+    n, r = x.shape[0], len(x.shape)
+    kw = {} if out_sharding is None else {"out_sharding": out_sharding}
+    if prim == "scatter_mul":
+        from ._trace import _ones_like
+        return [g * _call_op("scatter_mul", _ones_like(x), idx, u, **kw), None, None]
+    du = None
+    if isinstance(u, Tracer):
+        du, i, keep = _rows_taken(g, idx, g.dtype)
+        if prim == "scatter":
+            nq = int(np.prod(idx.shape))
+            pos = jnp.reshape(jnp.arange(nq, dtype=np.int32), tuple(idx.shape))
+            w = _call_op("scatter", jnp.full((n,), -1, dtype=np.int32), i, pos)
+            won = jnp.take(w, jnp.clip(i, 0, max(n - 1, 0)), axis=0) == pos
+            du = du * jnp.reshape(jnp.astype(won, g.dtype), tuple(idx.shape) + (1,) * (r - 1))
+    dx = g
+    if prim == "scatter":
+        hit = _call_op("scatter", jnp.zeros((n,), dtype=g.dtype), idx,
+                       jnp.ones(tuple(idx.shape), dtype=g.dtype))
+        dx = g * jnp.reshape(1 - hit, (n,) + (1,) * (r - 1))
+    return [dx, None, du]
 
 
 def _take_along_rule(g, out, arr, idx, axis=None, mode=None, out_sharding=None):
@@ -758,6 +810,8 @@ def _rule(prim, g, out, args, kwargs):
         return _take_rule(g, out, *args, **kwargs)
     if prim == "segment_sum":
         return _segment_sum_rule(g, out, *args, **kwargs)
+    if prim in ("scatter", "scatter_add", "scatter_mul"):
+        return _scatter_rule(prim, g, out, *args, **kwargs)
     if prim == "take_along_axis":
         return _take_along_rule(g, out, *args, **kwargs)
     if prim == "sort":  # sort(x) is x taken along argsort(x) (both stable)

@@ -955,3 +955,44 @@ def test_jacrev_jacfwd_hessian(c, mesh):
     with pytest.raises(shmap.InvalidArgument, match=r"jacfwd requires real-valued inputs"):
         shmap.jacfwd(lambda i: i * 2.0)(c.device_put(np.arange(4, dtype=np.int32),
                                                     NamedSharding(mesh, P())))
+
+
+SC_IDX = np.array([0, 5, 5, -1, 2, 9, -9], np.int32)  # repeats, from the end, dropped
+
+
+def _np_scatter(how, x, u):
+    x = np.array(x, np.float64)
+    ok = (SC_IDX >= -len(x)) & (SC_IDX < len(x))
+    if how == "set":
+        for k, r in zip(SC_IDX[ok], u[ok]):
+            x[k] = r
+    else:
+        {"add": np.add, "multiply": np.multiply}[how].at(x, SC_IDX[ok], u[ok])
+    return x
+
+
+@pytest.mark.parametrize("how", ["set", "add", "multiply"])
+def test_grad_scatters(c, mesh, how):
+    """x.at[idx].set/add/multiply(u) (the scatter rows): the operand's and
+    (set, add) the updates' cotangents against central differences, x
+    sharded on its other dimension; with set only the last of repeated
+    indices gets its row's cotangent, and rows written get none in x."""
+    rng = np.random.default_rng(17)
+    x = rng.standard_normal((6, 8)).astype(np.float32)
+    u = rng.standard_normal((7, 8)).astype(np.float32)
+
+    def f(xp, x, u):
+        y = _np_scatter(how, x, u) if xp is np else getattr(x.at[SC_IDX], how)(u)
+        return _sm(xp, y * y)
+
+    argnums = (0,) if how == "multiply" else (0, 1)
+    _check(c, mesh, f, [x, u], [P(None, "Y"), P()], rng, argnums=argnums)
+
+
+def test_grad_scatter_mul_updates_refused(c, mesh):
+    """JAX differentiates scatter_mul's updates only with unique indices."""
+    x = c.device_put(np.ones((6, 8), np.float32), NamedSharding(mesh, P()))
+    with pytest.raises(shmap.Unimplemented, match=r"scatter_mul gradients are only "
+                       r"implemented if `unique_indices=True`"):
+        shmap.jit(shmap.grad(lambda u: jnp.sum(x.at[SC_IDX].multiply(u))))(
+            c.device_put(np.ones((7, 8), np.float32), NamedSharding(mesh, P())))
