@@ -18,7 +18,7 @@ import numpy as np
 import _shmap
 
 from ._core import (Array, InvalidArgument, NamedSharding, P, PartitionSpec, ProgramError,
-                    ShmapError, _DTYPES, _At, _Shaped, _call, _default, _dtype_name, _raise,
+                    ShmapError, _DTYPES, _At, _Shaped, _default, _dtype_name, _raise,
                     get_mesh)
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
