@@ -16,7 +16,7 @@
 
 See docs/python.md. The ops of shmap.numpy and shmap.lax come from the C op
 table at import."""
-from . import lax, nn, numpy, ops, tree_util
+from . import lax, nn, numpy, ops, random, tree_util
 from ._core import (AlreadyExists, Array, Auto, AxisType, Cancelled, Client, DataLoss,
                     DeadlineExceeded, Device, Explicit, FailedPrecondition, Internal,
                     InvalidArgument, Mesh, NamedSharding, NotFound, P, PartitionSpec,
@@ -42,6 +42,7 @@ __all__ = [
     "custom_vjp", "device_get",
     "device_put", "get_mesh", "grad", "hessian", "jacfwd", "jacobian", "jacrev", "jit", "lax",
     "local_cluster", "make_mesh", "nn", "numpy",
-    "ops", "remat", "reshard", "set_mesh", "shard_map", "tree", "tree_util", "typeof", "use_mesh",
+    "ops", "random", "remat", "reshard", "set_mesh", "shard_map", "tree", "tree_util", "typeof",
+    "use_mesh",
     "value_and_grad", "visualize_array_sharding", "vjp", "vmap", "with_sharding_constraint",
 ]

@@ -1,0 +1,1041 @@
+"""jax.random for shmap: JAX's default PRNG (threefry2x32, with JAX's
+default jax_threefry_partitionable=True since 0.5) and its samplers, bit
+for bit, computed here with numpy's uint32 arithmetic.
+
+    key = shmap.random.key(0)
+    key, sub = shmap.random.split(key)
+    w = shmap.random.normal(sub, (784, 512)) * 0.01   # the values JAX gives
+
+The op table has no uint32, so a key never enters a program: keys are
+numpy data here (key(seed) a KeyArray, PRNGKey(seed) JAX's raw uint32[2]),
+and the samplers return what shmap.numpy's creation functions return:
+numpy arrays outside a trace with no mesh set, replicated Arrays on the
+mesh of set_mesh / use_mesh, an Array of that sharding with out_sharding=,
+and inside a jit body a constant of the program (as a numpy constant is).
+A key that is a traced value is refused with InvalidArgument.
+
+Dtypes as JAX's defaults (jax_enable_x64 off): float32 and int32 unless
+dtype= says; an explicit float64 or int64 draws as JAX does with x64 on
+(64-bit bits). Seeds keep their low 32 bits, and numpy values whose dtype
+becomes the result's (bernoulli's p, categorical's logits, the arrays of
+permutation and choice) are canonicalised as JAX's x64-off jnp.asarray
+does (float64 -> float32, int64 -> int32)."""
+import contextlib
+import math
+import numbers
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+
+from . import _trace
+from ._core import (Array, InvalidArgument, NamedSharding, P, ProgramError, _NAMES,
+                    _dtype_name, _sharding_of, device_put, get_mesh)
+
+__all__ = ["KeyArray", "PRNGKey", "bernoulli", "bits", "categorical", "cauchy", "choice",
+           "clone", "exponential", "fold_in", "gumbel", "key", "key_data", "key_impl",
+           "laplace", "logistic", "normal", "permutation", "rademacher", "randint",
+           "shuffle", "split", "threefry_partitionable", "truncated_normal", "uniform",
+           "wrap_key_data"]
+
+_U32 = np.uint32
+_U64 = np.uint64
+_UINT = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
+
+# ---- the threefry2x32 hash ---------------------------------------------------
+
+_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+
+
+def _threefry2x32(k1, k2, x0, x1):
+    """JAX's threefry2x32_p (Random123's Threefry-2x32, 20 rounds) on
+    broadcast uint32 arrays: the hashes of the pairs (x0, x1) under the key
+    (k1, k2), as two arrays."""
+    shape = np.broadcast_shapes(np.shape(k1), np.shape(k2), np.shape(x0), np.shape(x1))
+    k1, k2 = (np.broadcast_to(np.asarray(k, _U32), shape).reshape(-1) for k in (k1, k2))
+    x0, x1 = (np.array(np.broadcast_to(np.asarray(x, _U32), shape).reshape(-1)) for x in (x0, x1))
+    ks = (k1, k2, k1 ^ k2 ^ _U32(0x1BD11BDA))
+    x0 += ks[0]
+    x1 += ks[1]
+    tmp = np.empty_like(x1)
+    for i in range(5):
+        for r in _ROTATIONS[i % 2]:
+            x0 += x1
+            np.left_shift(x1, _U32(r), out=tmp)
+            x1 >>= _U32(32 - r)
+            x1 |= tmp
+            x1 ^= x0
+        x0 += ks[(i + 1) % 3]
+        x1 += ks[(i + 2) % 3]
+        x1 += _U32(i + 1)
+    return x0.reshape(shape), x1.reshape(shape)
+
+
+def _threefry_2x32(keypair, count):
+    """JAX's threefry_2x32(keypair, count): count (uint32, any shape) read
+    flat, padded to even length, its first half paired with its second."""
+    count = np.asarray(count, _U32)
+    flat = count.reshape(-1)
+    odd = flat.size % 2
+    if odd:
+        flat = np.concatenate([flat, np.zeros(1, _U32)])
+    half = flat.size // 2
+    y0, y1 = _threefry2x32(keypair[0], keypair[1], flat[:half], flat[half:])
+    out = np.concatenate([y0, y1])
+    return (out[:-1] if odd else out).reshape(count.shape)
+
+
+def _iota_2x32(shape):
+    """JAX's iota_2x32_shape: the row-major index of each element of shape
+    as a uint64, in two uint32 arrays (high word, low word)."""
+    n = math.prod(shape)
+    idx = np.arange(n, dtype=_U64).reshape(shape)
+    return (idx >> _U64(32)).astype(_U32), (idx & _U64(0xFFFFFFFF)).astype(_U32)
+
+
+# ---- jax_threefry_partitionable --------------------------------------------------
+
+_mode = threading.local()
+
+
+def _partitionable():
+    return getattr(_mode, "on", True)
+
+
+@contextlib.contextmanager
+def threefry_partitionable(value=True):
+    """jax.threefry_partitionable(value), as a context manager of this
+    module: with False, split and the random bits are JAX's from before
+    0.5 (threefry_2x32 over an iota of counts); fold_in is the same in
+    both. True is JAX's default, and this module's."""
+    prev = _partitionable()
+    _mode.on = bool(value)
+    try:
+        yield
+    finally:
+        _mode.on = prev
+
+
+def _split_data(k, shape):
+    if _partitionable():
+        hi, lo = _iota_2x32(shape)
+        b1, b2 = _threefry2x32(k[0], k[1], hi, lo)
+        return np.stack([b1, b2], axis=b1.ndim)
+    num = math.prod(shape)
+    return _threefry_2x32(k, np.arange(num * 2, dtype=_U32)).reshape(*shape, 2)
+
+
+def _fold_in_data(k, d):
+    return _threefry_2x32(k, np.array([0, d], _U32))
+
+
+def _random_bits(k, bit_width, shape):
+    """JAX's threefry_random_bits: uint{bit_width} of shape from key data k."""
+    shape = tuple(shape)
+    if _partitionable():
+        if not shape:
+            hi = lo = np.zeros((), _U32)
+        else:
+            hi, lo = _iota_2x32(shape)
+        b1, b2 = _threefry2x32(k[0], k[1], hi, lo)
+        if bit_width == 64:
+            return (b1.astype(_U64) << _U64(32)) | b2.astype(_U64)
+        return (b1 ^ b2).astype(_UINT[bit_width])
+    size = math.prod(shape)
+    max_count = -(-bit_width * size // 32)
+    if max_count >= np.iinfo(_U32).max:
+        raise NotImplementedError("random bits of more than 2**32 words in the "
+                                  "non-partitionable mode")
+    words = _threefry_2x32(k, np.arange(max_count, dtype=_U32))
+    if bit_width == 64:
+        hi, lo = np.split(words, 2)
+        out = (hi.astype(_U64) << _U64(32)) | lo.astype(_U64)
+    elif bit_width == 32:
+        out = words
+    else:  # each word's bit_width-bit pieces, the low ones first
+        per = 32 // bit_width
+        shifts = (np.arange(per, dtype=_U32) * _U32(bit_width))[None, :]
+        out = ((words[:, None] >> shifts) & _U32((1 << bit_width) - 1)).reshape(-1)
+        out = out.astype(_UINT[bit_width])[:size]
+    return out.reshape(shape)
+
+
+# ---- keys --------------------------------------------------------------------
+
+
+class _KeyDType:
+    """The dtype of a KeyArray, printed as JAX prints it."""
+    name = "key<fry>"
+
+    def __repr__(self):
+        return self.name
+
+    __str__ = __repr__
+
+    def __eq__(self, other):
+        return isinstance(other, _KeyDType) or other == self.name
+
+    def __hash__(self):
+        return hash(self.name)
+
+
+_KEY_DTYPE = _KeyDType()
+
+
+class KeyArray:
+    """An array of threefry2x32 keys (JAX's typed key array, key<fry>): the
+    shape of the keys, over uint32 data of shape (*shape, 2). Indexing,
+    iteration (key, sub = split(key)), reshape and == work as on JAX's;
+    key_data(keys) is the uint32 data. It lives here, on the host: it
+    cannot be converted to a numpy array, nor be an argument of a traced
+    function (close over it, or pass it as a static argument)."""
+
+    __slots__ = ("_data",)
+    __hash__ = None
+
+    def __init__(self, data):
+        self._data = data
+
+    @property
+    def shape(self):
+        return self._data.shape[:-1]
+
+    @property
+    def ndim(self):
+        return self._data.ndim - 1
+
+    @property
+    def size(self):
+        return math.prod(self.shape)
+
+    @property
+    def dtype(self):
+        return _KEY_DTYPE
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of unsized object")
+        return self.shape[0]
+
+    def __iter__(self):
+        if not self.shape:
+            raise TypeError("iteration over a 0-d key array")
+        return (KeyArray(d) for d in self._data)
+
+    def __getitem__(self, idx):
+        idx = idx if isinstance(idx, tuple) else (idx,)
+        if any(isinstance(i, KeyArray) for i in idx):
+            raise TypeError("a key array cannot index")
+        return KeyArray(self._data[idx + (slice(None),)])
+
+    def reshape(self, *shape):
+        shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        return KeyArray(self._data.reshape(tuple(shape) + (2,)))
+
+    def ravel(self):
+        return self.reshape(-1)
+
+    flatten = ravel
+
+    def copy(self):
+        return KeyArray(self._data.copy())
+
+    def __eq__(self, other):
+        if not isinstance(other, KeyArray):
+            return NotImplemented
+        return np.all(self._data == other._data, axis=-1)
+
+    def __ne__(self, other):
+        if not isinstance(other, KeyArray):
+            return NotImplemented
+        return np.any(self._data != other._data, axis=-1)
+
+    def __bool__(self):
+        raise TypeError("key array cannot be converted to boolean.")
+
+    def __array__(self, dtype=None, copy=None):
+        raise TypeError("a PRNG key array cannot be converted to a numpy array, nor be an "
+                        "argument of a traced function: use shmap.random.key_data(keys) for "
+                        "its uint32 data, and close over a key (or pass it as a static "
+                        "argument) in a jit function")
+
+    def __repr__(self):
+        return f"Array({self.shape}, dtype={self.dtype.name}) overlaying:\n{self._data}"
+
+
+def _traced_refusal(name, what="key"):
+    return InvalidArgument(
+        f"shmap.random.{name}: the {what} is a traced value, and keys cannot be traced here "
+        f"(shmap's programs have no uint32, so random bits are drawn on the host): draw the "
+        f"values outside the jit and pass them as arguments, or use a concrete key (a "
+        f"closed-over or static one), whose draws become constants of the program")
+
+
+def _key_data_of(name, key, allow_batched=False):
+    """(uint32 data of shape (..., 2), whether key is a KeyArray), with JAX's
+    checks of a key."""
+    if isinstance(key, KeyArray):
+        data, typed = key._data, True
+    elif isinstance(key, _trace.Tracer):
+        raise _traced_refusal(name)
+    elif isinstance(key, Array):
+        raise InvalidArgument(f"shmap.random.{name}: a key is host data (a KeyArray, or uint32 "
+                              f"numpy data), never a shmap Array")
+    elif isinstance(key, (np.ndarray, np.generic)):
+        data, typed = np.asarray(key), False
+        if data.ndim < 1:
+            raise TypeError(f"JAX encountered invalid PRNG key data: expected key_data.ndim "
+                            f">= 1; got ndim={data.ndim}")
+        if data.shape[-1:] != (2,):
+            raise TypeError(f"JAX encountered invalid PRNG key data: expected key_data.shape "
+                            f"to end with (2,); got shape={data.shape} for threefry2x32")
+        if data.dtype != _U32:
+            raise TypeError(f"JAX encountered invalid PRNG key data: expected key_data.dtype "
+                            f"= uint32; got dtype={data.dtype}")
+    else:
+        raise TypeError(f"unexpected PRNG key type {type(key)}")
+    if not allow_batched and data.ndim > 1:
+        raise ValueError(f"{name} accepts a single key, but was given a key array of shape "
+                         f"{data.shape[:-1]} != (): draw from each key in turn")
+    return data, typed
+
+
+def _seed_data(name, seed):
+    if isinstance(seed, KeyArray):
+        raise TypeError(f"{name} accepts a scalar seed, but was given a PRNG key.")
+    if isinstance(seed, _trace.Tracer):
+        raise _traced_refusal(name, "seed")
+    if isinstance(seed, Array):
+        seed = seed.to_numpy()
+    if np.ndim(seed):
+        raise TypeError(f"{name} accepts a scalar seed, but was given an array of shape "
+                        f"{np.shape(seed)} != (): make one key per seed")
+    if isinstance(seed, numbers.Integral) and not isinstance(seed, np.generic):
+        np.int64(seed)  # JAX's OverflowError beyond int64
+    elif not np.issubdtype(np.asarray(seed).dtype, np.integer):
+        raise TypeError(f"PRNG key seed must be an integer; got {seed!r}")
+    # JAX's threefry_seed of the seed canonicalised to int32 (jax_enable_x64 off):
+    # the high word 0, the low one the seed's low 32 bits
+    return np.array([0, int(seed) & 0xFFFFFFFF], _U32)
+
+
+def _check_impl(impl):
+    if impl is not None and str(impl) not in ("threefry2x32", "key<fry>"):
+        raise ValueError(f'unrecognized PRNG implementation "{impl}": shmap has '
+                         f'"threefry2x32", JAX\'s default')
+
+
+def key(seed, *, impl=None):
+    """jax.random.key: a key (a KeyArray of shape ()) from an integer seed."""
+    _check_impl(impl)
+    return KeyArray(_seed_data("key", seed))
+
+
+def PRNGKey(seed, *, impl=None):
+    """jax.random.PRNGKey: a raw key, uint32[2] (numpy)."""
+    _check_impl(impl)
+    return _seed_data("PRNGKey", seed)
+
+
+def key_data(keys):
+    """jax.random.key_data: the uint32 data of keys (shape (*keys.shape, 2));
+    a raw key as it is."""
+    data, typed = _key_data_of("key_data", keys, allow_batched=True)
+    return data.copy() if typed else data
+
+
+def wrap_key_data(key_bits_array, *, impl=None):
+    """jax.random.wrap_key_data: a KeyArray over uint32 data of shape (..., 2)."""
+    _check_impl(impl)
+    if isinstance(key_bits_array, KeyArray):
+        raise TypeError("wrap_key_data takes uint32 key data, got a key array")
+    bits_ = key_bits_array if isinstance(key_bits_array, (_trace.Tracer, Array)) else \
+        np.asarray(key_bits_array)
+    data, _ = _key_data_of("wrap_key_data", bits_, allow_batched=True)
+    return KeyArray(np.array(data))
+
+
+def key_impl(keys):
+    """jax.random.key_impl: 'threefry2x32' (the only one here)."""
+    _key_data_of("key_impl", keys, allow_batched=True)
+    return "threefry2x32"
+
+
+def clone(key):
+    """jax.random.clone: the key itself (no key-reuse checking here)."""
+    return key
+
+
+def split(key, num=2):
+    """jax.random.split: num new keys (num an int or a shape); split(key, n)[i]
+    is fold_in(key, i), as in JAX's partitionable mode."""
+    data, typed = _key_data_of("split", key)
+    shape = tuple(int(n) for n in num) if isinstance(num, Sequence) else (int(num),)
+    out = _split_data(data, shape)
+    return KeyArray(out) if typed else out
+
+
+def fold_in(key, data):
+    """jax.random.fold_in: a new key from key and a 32-bit integer."""
+    k, typed = _key_data_of("fold_in", key)
+    if isinstance(data, _trace.Tracer):
+        raise _traced_refusal("fold_in", "data folded in")
+    if isinstance(data, Array):
+        data = data.to_numpy()
+    if np.ndim(data):
+        raise TypeError(f"fold_in accepts a scalar, but was given an array of shape "
+                        f"{np.shape(data)} != (): fold in one integer at a time")
+    out = _fold_in_data(k, int(data) & 0xFFFFFFFF)
+    return KeyArray(out) if typed else out
+
+
+# ---- results ---------------------------------------------------------------------
+
+
+def _in_trace():
+    return getattr(_trace._state, "builder", None)
+
+
+def _place(name, a, out_sharding):
+    """A host draw where shmap's creation functions put their results: a
+    numpy array outside a trace with no mesh set, a replicated Array on the
+    context mesh, an Array of out_sharding, a constant of the jit being
+    traced."""
+    a = np.asarray(a)
+    b = _in_trace()
+    if b is None and out_sharding is None and get_mesh() is None:
+        return a
+    supported = a.dtype in _NAMES
+    if not supported:
+        if b is None and out_sharding is None:
+            return a  # uint32 bits and the like stay numpy, as shmap has no such arrays
+        raise InvalidArgument(f"shmap.random.{name} gives {a.dtype}, which shmap arrays cannot "
+                              f"hold: draw it outside the traced function (a numpy array) and "
+                              f"convert it, or ask for a dtype shmap has")
+    if b is None:
+        sharding = _sharding_of(out_sharding) if out_sharding is not None else \
+            NamedSharding(get_mesh(), P())
+        return device_put(a, sharding)
+    mesh = getattr(b, "mesh", None)
+    if b.kind != "jit" or mesh is None:
+        raise InvalidArgument(f"shmap.random.{name} in a shard_map body: its values would be a "
+                              f"constant, which a shard_map body cannot hold: draw them outside "
+                              f"(or in the calling jit) and pass them as an argument")
+    spec = P() if out_sharding is None else getattr(out_sharding, "spec", out_sharding)
+    k = _trace._client_of([], mesh).device_put(a, NamedSharding(mesh, spec))
+    return _trace.Tracer(b.capture(k), k.type, _dtype_name(k.dtype), k.shape)
+
+
+def _placed(name, x, out_sharding):
+    """A result made by shmap ops (a Tracer or an Array) resharded to out_sharding."""
+    if out_sharding is None:
+        return x
+    from . import numpy as jnp
+    return jnp.reshard(x, getattr(out_sharding, "spec", out_sharding)) \
+        if isinstance(x, _trace.Tracer) else device_put(x, out_sharding)
+
+
+def _on_device(v):
+    return isinstance(v, (_trace.Tracer, Array))
+
+
+def _concrete(name, v, what, canon=False):
+    """A parameter's value on the host: Arrays fetched, traced values refused;
+    with canon, numpy and Python values as JAX's x64-off jnp.asarray makes
+    them (float64 -> float32, int64 -> int32), for parameters whose dtype is
+    the result's."""
+    if isinstance(v, _trace.Tracer):
+        raise InvalidArgument(
+            f"shmap.random.{name}: {what} is a traced value, and this sampler draws on the host: "
+            f"compute {what} outside the jit, or draw the uniform values (shmap.random.uniform, "
+            f"a constant of the program) and transform them in the body")
+    if isinstance(v, Array):
+        return v.to_numpy()
+    a = np.asarray(v)
+    if not canon:
+        return a
+    if a.dtype == np.float64:
+        return a.astype(np.float32)
+    if a.dtype == np.int64:
+        return a.astype(np.int32)
+    return a
+
+
+def _shape(shape):
+    if shape is None:
+        return None
+    if isinstance(shape, numbers.Integral):
+        return (int(shape),)
+    return tuple(int(d) for d in shape)
+
+
+def _float_dtype(name, dtype):
+    dt = np.dtype(np.float32 if dtype is None else dtype)
+    if not np.issubdtype(dt, np.floating):
+        raise ValueError(f"dtype argument to `{name}` must be a float dtype, got {dt}")
+    return dt
+
+
+# ---- XLA's float approximations (CHLO's decompositions, as JAX lowers them) -------
+
+_ERFINV32_LT5 = np.array([2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06,
+                          0.00021858087, -0.00125372503, -0.00417768164, 0.246640727,
+                          1.50140941], np.float32)
+_ERFINV32_GE5 = np.array([-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844,
+                          0.00573950773, -0.0076224613, 0.00943887047, 1.00167406,
+                          2.83297682], np.float32)
+
+
+def _erf_inv32(x):
+    """lax.erf_inv in float32 as XLA computes it (chlo.erf_inv: Giles'
+    single-precision polynomials in w = -log1p(-x*x), in that order)."""
+    x = np.asarray(x, np.float32)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        w = -np.log1p(x * -x)
+        lt = w < np.float32(5)
+        w = np.where(lt, w - np.float32(2.5), np.sqrt(w) - np.float32(3))
+        p = np.where(lt, _ERFINV32_LT5[0], _ERFINV32_GE5[0])
+        for i in range(1, 9):
+            p = np.where(lt, _ERFINV32_LT5[i], _ERFINV32_GE5[i]) + p * w
+        r = p * x
+        return np.where(np.abs(x) == np.float32(1), x * np.float32(np.inf), r).astype(np.float32)
+
+
+_ERFINV64_LT625 = (
+    -3.6444120640178196996e-21, -1.685059138182016589e-19, 1.2858480715256400167e-18,
+    1.115787767802518096e-17, -1.333171662854620906e-16, 2.0972767875968561637e-17,
+    6.6376381343583238325e-15, -4.0545662729752068639e-14, -8.1519341976054721522e-14,
+    2.6335093153082322977e-12, -1.2975133253453532498e-11, -5.4154120542946279317e-11,
+    1.051212273321532285e-09, -4.1126339803469836976e-09, -2.9070369957882005086e-08,
+    4.2347877827932403518e-07, -1.3654692000834678645e-06, -1.3882523362786468719e-05,
+    0.0001867342080340571352, -0.00074070253416626697512, -0.0060336708714301490533,
+    0.24015818242558961693, 1.6536545626831027356)
+_ERFINV64_LT16 = (
+    2.2137376921775787049e-09, 9.0756561938885390979e-08, -2.7517406297064545428e-07,
+    1.8239629214389227755e-08, 1.5027403968909827627e-06, -4.013867526981545969e-06,
+    2.9234449089955446044e-06, 1.2475304481671778723e-05, -4.7318229009055733981e-05,
+    6.8284851459573175448e-05, 2.4031110387097893999e-05, -0.0003550375203628474796,
+    0.00095328937973738049703, -0.0016882755560235047313, 0.0024914420961078508066,
+    -0.0037512085075692412107, 0.005370914553590063617, 1.0052589676941592334,
+    3.0838856104922207635)
+_ERFINV64_GE16 = (
+    -2.7109920616438573243e-11, -2.5556418169965252055e-10, 1.5076572693500548083e-09,
+    -3.7894654401267369937e-09, 7.6157012080783393804e-09, -1.4960026627149240478e-08,
+    2.9147953450901080826e-08, -6.7711997758452339498e-08, 2.2900482228026654717e-07,
+    -9.9298272942317002539e-07, 4.5260625972231537039e-06, -1.9681778105531670567e-05,
+    7.5995277030017761139e-05, -0.00021503011930044477347, -0.00013871931833623122026,
+    1.0103004648645343977, 4.8499064014085844221)
+
+
+def _erf_inv64(x):
+    """lax.erf_inv in float64 as XLA computes it (chlo.erf_inv's three
+    polynomials of Giles' double-precision approximation)."""
+    x = np.asarray(x, np.float64)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        w = -np.log1p(x * -x)
+        lt625, lt16 = w < 6.25, w < 16.0
+
+        def coef(i):
+            c = np.full(x.shape, _ERFINV64_LT625[i])
+            if i < 19:
+                c = np.where(lt625, c, _ERFINV64_LT16[i])
+            if i < 17:
+                c = np.where(lt16, c, _ERFINV64_GE16[i])
+            return c
+        w = np.where(lt625, w - 3.125, np.sqrt(w) - np.where(lt16, 3.25, 5.0))
+        p = coef(0)
+        for i in range(1, 17):
+            p = coef(i) + p * w
+        for i in range(17, 19):
+            p = np.where(lt16, coef(i) + p * w, p)
+        for i in range(19, 23):
+            p = np.where(lt625, coef(i) + p * w, p)
+        return np.where(np.abs(x) == 1.0, x * np.inf, p * x)
+
+
+def _erf_inv(x):
+    x = np.asarray(x)
+    if x.dtype == np.float64:
+        return _erf_inv64(x)
+    return _erf_inv32(x).astype(x.dtype)  # float16 upcast to float32, as XLA does
+
+
+_ERF32_ALPHA = np.array([-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06,
+                         -5.69250639462346e-05, -7.34990630326855e-04, -2.95459980854025e-03,
+                         -1.60960333262415e-02], np.float32)
+_ERF32_BETA = np.array([-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
+                        -7.37332916720468e-03, -1.42647390514189e-02], np.float32)
+
+
+def _erf(x):
+    """lax.erf: in float32 (and float16, upcast) CHLO's rational approximation
+    x * alpha(x^2) / beta(x^2) on x clamped to [-4, 4]; float64 libm's."""
+    x = np.asarray(x)
+    if x.dtype == np.float64:
+        return np.vectorize(math.erf, otypes=[np.float64])(x)
+    dt = x.dtype
+    x = np.clip(x.astype(np.float32), np.float32(-4), np.float32(4))
+    x2 = x * x
+    a = np.full(x.shape, _ERF32_ALPHA[0])
+    for c in _ERF32_ALPHA[1:]:
+        a = a * x2 + c
+    b = np.full(x.shape, _ERF32_BETA[0])
+    for c in _ERF32_BETA[1:]:
+        b = b * x2 + c
+    return np.clip(x * a / b, np.float32(-1), np.float32(1)).astype(dt)
+
+
+# ---- the samplers, on key data (JAX's _uniform, _randint, ... ) ------------------
+
+
+def _uniform(k, shape, dt, minval, maxval):
+    finfo = np.finfo(dt)
+    nbits, nmant = finfo.bits, finfo.nmant
+    rng_bits = 8 if nmant < 8 else nbits
+    bits = _random_bits(k, rng_bits, shape).astype(_UINT[nbits])
+    ut = _UINT[nbits]
+    one = np.array(1.0, dt).view(ut)
+    floats = ((bits >> ut(rng_bits - nmant)) | one).view(dt) - dt.type(1)
+    minval = np.asarray(minval).astype(dt)
+    maxval = np.asarray(maxval).astype(dt)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = np.maximum(minval, np.asarray(floats) * (maxval - minval) + minval)
+    if out.shape != tuple(shape):
+        raise ValueError(f"uniform: minval and maxval of shapes {minval.shape} and "
+                         f"{maxval.shape} do not broadcast to shape {tuple(shape)}")
+    return out.astype(dt)
+
+
+def _normal(k, shape, dt):
+    lo = np.nextafter(np.array(-1.0, dt), np.array(0.0, dt))
+    u = _uniform(k, shape, dt, lo, np.array(1.0, dt))
+    return (np.array(np.sqrt(2), dt) * _erf_inv(u)).astype(dt)
+
+
+def _gumbel(k, shape, dt, mode):
+    info = np.finfo(dt)
+    with np.errstate(divide="ignore"):
+        if mode == "high":
+            high, low = _uniform(k, (2,) + tuple(shape), dt, 0.0, 1.0)
+            x = np.where(high >= dt.type(0.5), high,
+                         high + dt.type(2.0 ** -info.nmant) * low +
+                         dt.type(max(2.0 ** -(2 * info.nmant + 1), float(info.tiny))))
+            return (-np.log(-np.log1p(-x))).astype(dt)
+        u = _uniform(k, shape, dt, info.tiny, 1.0)
+        return (-np.log(-np.log(u))).astype(dt)
+
+
+def _gumbel_mode(mode):
+    mode = "low" if mode is None else mode
+    if mode == "highest":
+        raise NotImplementedError("gumbel mode='highest' is not implemented here (use 'low' "
+                                  "or 'high')")
+    if mode not in ("high", "low"):
+        raise ValueError(f"Must provide valid mode for gumbel got: {mode}")
+    return mode
+
+
+def _urem(a, b):
+    """XLA's unsigned remainder: x % 0 is x."""
+    z = b == 0
+    return np.where(z, a, a % np.where(z, b.dtype.type(1), b))
+
+
+def _clip_to(v, dt):
+    """JAX's _convert_and_clip_integer: v in dt, clipped to dt's range."""
+    lo = max(np.iinfo(dt).min, np.iinfo(v.dtype).min)
+    hi = min(np.iinfo(dt).max, np.iinfo(v.dtype).max)
+    return np.clip(v, lo, hi).astype(dt)
+
+
+def _bound(v, dt):
+    """randint's minval/maxval as JAX's jnp.asarray makes them: a Python int
+    in the default int (int32, or int64 for a 64-bit dtype; OverflowError
+    outside it), floats cast to it."""
+    wide = np.int64 if np.iinfo(dt).bits == 64 else np.int32
+    if isinstance(v, numbers.Integral) and not isinstance(v, np.generic):
+        info = np.iinfo(wide)
+        if not info.min <= int(v) <= info.max:
+            raise OverflowError(f"Python int {v} too large to convert to {np.dtype(wide).name}")
+        return np.asarray(int(v), wide)
+    a = np.asarray(v)
+    if not np.issubdtype(a.dtype, np.integer):
+        a = a.astype(wide)
+    return a
+
+
+def _randint(k, shape, minval, maxval, dt):
+    nbits = np.iinfo(dt).bits
+    ut = _UINT[nbits]
+    big = _clip_to(np.asarray(np.iinfo(dt).max, dt), maxval.dtype)
+    out_of_range = maxval > big
+    minval = np.broadcast_to(_clip_to(minval, dt), shape)
+    maxval = np.broadcast_to(_clip_to(maxval, dt), shape)
+    k1, k2 = _split_data(k, (2,))
+    higher = _random_bits(k1, nbits, shape)
+    lower = _random_bits(k2, nbits, shape)
+    with np.errstate(over="ignore"):
+        span = maxval.astype(ut) - minval.astype(ut)
+        span = np.where(maxval <= minval, ut(1), span).astype(ut)
+        span = np.where(out_of_range & (maxval > minval), span + ut(1), span).astype(ut)
+        mult = _urem(np.full(shape, 2 ** (nbits // 2), ut), span)
+        mult = _urem(mult * mult, span)
+        off = _urem(higher, span) * mult + _urem(lower, span)
+        off = _urem(off.astype(ut), span)
+        return (minval.astype(ut) + off).astype(dt).reshape(shape)
+
+
+def _shuffle(k, x, axis):
+    """JAX's _shuffle: rounds of a stable sort along axis by fresh uint32 keys."""
+    exponent = 3
+    rounds = int(np.ceil(exponent * np.log(max(1, x.size)) / np.log(np.iinfo(_U32).max)))
+    for _ in range(rounds):
+        sub = _split_data(k, (2,))
+        k, sub = sub[0], sub[1]
+        sort_keys = _random_bits(sub, 32, x.shape)
+        order = np.argsort(sort_keys, axis=axis, kind="stable")
+        x = np.take_along_axis(x, order, axis)
+    return x
+
+
+def _top_k_indices(g, k):
+    """lax.top_k's indices along the last axis: largest first, ties in index
+    order."""
+    return np.argsort(-g, axis=-1, kind="stable")[..., :k]
+
+
+# ---- the public samplers ---------------------------------------------------------
+
+
+def bits(key, shape=(), dtype=None, *, out_sharding=None):
+    """jax.random.bits: uniform unsigned integers (uint32 by default; uint8,
+    uint16, uint64). shmap arrays hold none of these, so they stay numpy
+    arrays (out_sharding and traced bodies refuse them)."""
+    k, _ = _key_data_of("bits", key)
+    dt = np.dtype(_U32 if dtype is None else dtype)
+    if not np.issubdtype(dt, np.unsignedinteger):
+        raise ValueError(f"dtype argument to `bits` must be an unsigned int dtype, got {dt}")
+    return _place("bits", _random_bits(k, dt.itemsize * 8, _shape(shape)), out_sharding)
+
+
+def uniform(key, shape=(), dtype=None, minval=0., maxval=1., *, out_sharding=None):
+    """jax.random.uniform: floats in [minval, maxval) (float32 by default;
+    float16, float64), from the mantissa bits as JAX makes them."""
+    k, _ = _key_data_of("uniform", key)
+    dt = _float_dtype("uniform", dtype)
+    lo = _concrete("uniform", minval, "minval")
+    hi = _concrete("uniform", maxval, "maxval")
+    return _place("uniform", _uniform(k, _shape(shape), dt, lo, hi), out_sharding)
+
+
+def normal(key, shape=(), dtype=None, *, out_sharding=None):
+    """jax.random.normal: sqrt(2) * erf_inv(u), u uniform in (-1, 1) (JAX's
+    construction, with XLA's erf_inv polynomial)."""
+    k, _ = _key_data_of("normal", key)
+    dt = _float_dtype("normal", dtype)
+    return _place("normal", _normal(k, _shape(shape), dt), out_sharding)
+
+
+def truncated_normal(key, lower, upper, shape=None, dtype=None, *, out_sharding=None):
+    """jax.random.truncated_normal: normal values in the open interval
+    (lower, upper), by inverting erf between erf(lower/sqrt 2) and
+    erf(upper/sqrt 2)."""
+    k, _ = _key_data_of("truncated_normal", key)
+    dt = _float_dtype("truncated_normal", dtype)
+    lower = _concrete("truncated_normal", lower, "lower").astype(dt)
+    upper = _concrete("truncated_normal", upper, "upper").astype(dt)
+    shape = np.broadcast_shapes(lower.shape, upper.shape) if shape is None else _shape(shape)
+    sqrt2 = np.array(np.sqrt(2), dt)
+    a = _erf(lower / sqrt2)
+    b = _erf(upper / sqrt2)
+    u = _uniform(k, shape, dt, a, b)
+    out = sqrt2 * _erf_inv(u)
+    out = np.minimum(np.maximum(out, np.nextafter(lower, np.array(np.inf, dt))),
+                     np.nextafter(upper, np.array(-np.inf, dt))).astype(dt)
+    return _place("truncated_normal", out, out_sharding)
+
+
+def randint(key, shape, minval, maxval, dtype=None, *, out_sharding=None):
+    """jax.random.randint: integers in [minval, maxval) by JAX's algorithm
+    (two draws of random bits reduced modulo the span; int32 by default,
+    int64 with 64-bit bits; narrower ones sampled in int32)."""
+    k, _ = _key_data_of("randint", key)
+    dt = np.dtype(np.int32 if dtype is None else dtype)
+    if not np.issubdtype(dt, np.integer):
+        raise TypeError(f"randint only accepts integer dtypes, got {dt}")
+    shape = _shape(shape)
+    for v, what in ((minval, "minval"), (maxval, "maxval")):
+        if isinstance(v, _trace.Tracer):
+            _concrete("randint", v, what)
+    minval = minval.to_numpy() if isinstance(minval, Array) else minval
+    maxval = maxval.to_numpy() if isinstance(maxval, Array) else maxval
+    info = np.iinfo(dt)
+    if info.bits < 32:  # sampled in 32 bits, as JAX avoids the bias of narrow ones
+        lo = np.clip(_bound(minval, np.int32).astype(np.int32), info.min, info.max)
+        hi = np.clip(_bound(maxval, np.int32).astype(np.int32), info.min,
+                     info.max + 1)
+        out = _randint(k, shape, lo, hi, np.dtype(np.int32)).astype(dt)
+    else:
+        out = _randint(k, shape, _bound(minval, dt), _bound(maxval, dt), dt)
+    return _place("randint", out, out_sharding)
+
+
+def bernoulli(key, p=0.5, shape=None, mode="low", *, out_sharding=None):
+    """jax.random.bernoulli: uniform(key, shape, p's dtype) < p (mode='high':
+    two uniforms, for tiny p). A traced p works: the uniform values are the
+    constant, the comparison is traced (dropout: bernoulli(key, 1 - rate,
+    x.shape))."""
+    if mode not in ("high", "low"):
+        raise ValueError(f"got mode={mode!r}, expected 'high' or 'low'")
+    k, _ = _key_data_of("bernoulli", key)
+    traced = isinstance(p, _trace.Tracer)
+    pa = p if traced else _concrete("bernoulli", p, "p", canon=True)
+    dt = np.dtype(pa.dtype)
+    if not np.issubdtype(dt, np.floating):
+        raise TypeError(f"bernoulli probability `p` must have a floating dtype, got {dt}.")
+    shape = tuple(pa.shape) if shape is None else _shape(shape)
+    if mode == "high":
+        u1, u2 = _uniform(k, (2,) + shape, dt, 0.0, 1.0)
+        u2 = u2 * dt.type(2.0 ** -np.finfo(dt).nmant)
+        if traced:
+            return _placed("bernoulli", _place("bernoulli", u2, None) <
+                           p - _place("bernoulli", u1, None), out_sharding)
+        return _place("bernoulli", u2 < pa - u1, out_sharding)
+    u = _uniform(k, shape, dt, 0.0, 1.0)
+    if traced:
+        return _placed("bernoulli", _place("bernoulli", u, None) < p, out_sharding)
+    return _place("bernoulli", u < pa, out_sharding)
+
+
+def rademacher(key, shape=(), dtype=None, *, out_sharding=None):
+    """jax.random.rademacher: -1 or 1, each with probability 1/2 (int32)."""
+    k, _ = _key_data_of("rademacher", key)
+    dt = np.dtype(np.int32 if dtype is None else dtype)
+    b = (_uniform(k, _shape(shape), np.dtype(np.float32), 0.0, 1.0) < np.float32(0.5))
+    return _place("rademacher", (2 * b.astype(dt) - 1).astype(dt), out_sharding)
+
+
+def exponential(key, shape=(), dtype=None, *, out_sharding=None):
+    """jax.random.exponential: -log1p(-u)."""
+    k, _ = _key_data_of("exponential", key)
+    dt = _float_dtype("exponential", dtype)
+    u = _uniform(k, _shape(shape), dt, 0.0, 1.0)
+    return _place("exponential", (-np.log1p(-u)).astype(dt), out_sharding)
+
+
+def gumbel(key, shape=(), dtype=None, mode=None, *, out_sharding=None):
+    """jax.random.gumbel: -log(-log(u)), u uniform in [tiny, 1) (mode='high':
+    two uniforms for a wider range)."""
+    k, _ = _key_data_of("gumbel", key)
+    dt = _float_dtype("gumbel", dtype)
+    return _place("gumbel", _gumbel(k, _shape(shape), dt, _gumbel_mode(mode)), out_sharding)
+
+
+def laplace(key, shape=(), dtype=None, *, out_sharding=None):
+    """jax.random.laplace: sign(u) * log1p(-|u|), u uniform in (-1, 1)."""
+    k, _ = _key_data_of("laplace", key)
+    dt = _float_dtype("laplace", dtype)
+    u = _uniform(k, _shape(shape), dt, -1.0 + float(np.finfo(dt).epsneg), 1.0)
+    return _place("laplace", (np.sign(u) * np.log1p(-np.abs(u))).astype(dt), out_sharding)
+
+
+def logistic(key, shape=(), dtype=None, *, out_sharding=None):
+    """jax.random.logistic: log(u) - log1p(-u)."""
+    k, _ = _key_data_of("logistic", key)
+    dt = _float_dtype("logistic", dtype)
+    u = _uniform(k, _shape(shape), dt, np.finfo(dt).tiny, 1.0)
+    return _place("logistic", (np.log(u) - np.log1p(-u)).astype(dt), out_sharding)
+
+
+def cauchy(key, shape=(), dtype=None, *, out_sharding=None):
+    """jax.random.cauchy: tan(pi * (u - 0.5))."""
+    k, _ = _key_data_of("cauchy", key)
+    dt = _float_dtype("cauchy", dtype)
+    u = _uniform(k, _shape(shape), dt, np.finfo(dt).eps, 1.0)
+    return _place("cauchy", np.tan(dt.type(np.pi) * (u - dt.type(0.5))).astype(dt),
+                  out_sharding)
+
+
+def _x64_off(a):
+    """numpy data as JAX's x64-off jnp.asarray makes it."""
+    a = np.asarray(a)
+    return a.astype(np.float32) if a.dtype == np.float64 else \
+        a.astype(np.int32) if a.dtype == np.int64 else a
+
+
+def _take(name, x, idx, axis, out_sharding=None, along=False):
+    """x's entries at the integer indices idx along axis (along: numpy's
+    take_along_axis), by shmap's take (traced, or at once on an Array) with
+    out_sharding's spec; numpy's for numpy x."""
+    from . import numpy as jnp
+    idx = np.asarray(idx, np.int32)
+    if not _on_device(x):
+        return np.take_along_axis(x, idx, axis) if along else np.take(x, idx, axis=axis)
+    op = jnp.take_along_axis if along else jnp.take
+    kw = {} if out_sharding is None else {"out_sharding": getattr(out_sharding, "spec",
+                                                                  out_sharding)}
+    try:
+        return op(x, jnp.asarray(idx) if isinstance(x, _trace.Tracer) else idx, axis=axis, **kw)
+    except ProgramError as e:
+        if out_sharding is not None:
+            raise
+        raise ProgramError(f"shmap.random.{name}: {e.message} (here: give {name} "
+                           f"out_sharding=)", source_line=e.source_line) from None
+
+
+def permutation(key, x, axis=0, independent=False, *, out_sharding=None):
+    """jax.random.permutation: arange(x) or x shuffled along axis (JAX's
+    rounds of sort by random uint32 keys; independent=True shuffles each
+    slice on its own). An Array or traced x stays on the devices: only
+    the indices are drawn here (a take)."""
+    k, _ = _key_data_of("permutation", key)
+    if _on_device(x) and not x.shape:  # a number of entries: concrete
+        x = _concrete("permutation", x, "x").item()
+    if _on_device(x):
+        nd = len(x.shape)
+        axis = _axis(axis, nd)
+        n = x.shape[axis]
+        if independent and nd > 1:
+            idx = np.broadcast_to(np.arange(n, dtype=np.int32).reshape(
+                [n if d == axis else 1 for d in range(nd)]), tuple(x.shape))
+            idx = _shuffle(k, np.array(idx), axis)
+            return _take("permutation", x, idx, axis, out_sharding, along=True)
+        ind = _shuffle(k, np.arange(n, dtype=np.int32), 0)
+        return _take("permutation", x, ind, axis, out_sharding)
+    if not np.ndim(x):
+        if not np.issubdtype(np.asarray(x).dtype, np.integer):
+            raise TypeError("x must be an integer or at least 1-dimensional")
+        out = _shuffle(k, np.arange(int(x), dtype=np.int32), 0)
+    else:
+        x = _x64_off(x)
+        axis = _axis(axis, x.ndim)
+        if independent or x.ndim == 1:
+            out = _shuffle(k, x, axis)
+        else:
+            out = np.take(x, _shuffle(k, np.arange(x.shape[axis], dtype=np.int32), 0), axis)
+    return _place("permutation", out, out_sharding)
+
+
+def shuffle(key, x, axis=0):
+    """jax.random.shuffle, as JAX had it before removing it: each slice along
+    axis shuffled on its own (permutation(key, x, axis, independent=True))."""
+    return permutation(key, x, axis, independent=True)
+
+
+def _axis(axis, nd):
+    if not -nd <= axis < nd:
+        raise ValueError(f"axis {axis} is out of bounds for array of dimension {nd}")
+    return axis % nd
+
+
+def choice(key, a, shape=(), replace=True, p=None, axis=0, mode=None, *, out_sharding=None):
+    """jax.random.choice: a sample of arange(a) or of a's entries along axis:
+    with replacement uniform (randint) or by p's cumulative sums; without,
+    a permutation's first entries or, with p, the Gumbel top-k of log(p).
+    An Array or traced a stays on the devices (a take of drawn indices)."""
+    k, _ = _key_data_of("choice", key)
+    if not isinstance(shape, Sequence):
+        raise TypeError(f"shape argument of jax.random.choice must be a sequence, got {shape}")
+    shape = tuple(int(d) for d in shape)
+    if _on_device(a) and not a.shape:  # a number of entries: concrete
+        a = _concrete("choice", a, "a").item()
+    dev = _on_device(a)
+    arr = a if dev else _x64_off(a)
+    nd = len(arr.shape)
+    if nd == 0:
+        n_inputs = int(arr)
+    else:
+        axis = _axis(axis, nd)
+        n_inputs = arr.shape[axis]
+    n_draws = math.prod(shape)
+    if n_draws == 0:
+        return _place("choice", np.zeros(shape, np.int32 if nd == 0 else arr.dtype),
+                      out_sharding)
+    if n_inputs <= 0:
+        raise ValueError("a must be greater than 0 unless no samples are taken")
+    if not replace and n_draws > n_inputs:
+        raise ValueError(f"Cannot take a larger sample (size {n_draws}) than population "
+                         f"(size {n_inputs}) when 'replace=False'")
+    if p is None:
+        if replace:
+            ind = _randint(k, shape, np.asarray(0, np.int32), np.asarray(n_inputs, np.int32),
+                           np.dtype(np.int32))
+        else:
+            ind = _shuffle(k, np.arange(n_inputs, dtype=np.int32), 0)[:n_draws]
+    else:
+        pa = _concrete("choice", p, "p", canon=True)
+        if not np.issubdtype(pa.dtype, np.inexact):
+            pa = pa.astype(np.float32)
+        if pa.shape != (n_inputs,):
+            raise ValueError(f"p must be None or a 1D vector with the same size as "
+                             f"a.shape[axis]. p has shape {pa.shape} and a.shape[axis] is "
+                             f"{n_inputs}.")
+        if replace:
+            cum = np.cumsum(pa, dtype=pa.dtype)
+            r = cum[-1] * (pa.dtype.type(1) - _uniform(k, shape, pa.dtype, 0.0, 1.0))
+            ind = np.searchsorted(cum, r, side="left").astype(np.int32)
+        else:
+            with np.errstate(divide="ignore"):
+                g = _gumbel(k, (n_inputs,), pa.dtype, _gumbel_mode(mode)) + np.log(pa)
+            ind = _top_k_indices(g, n_draws).astype(np.int32)
+    ind = np.asarray(ind).reshape(-1)
+    if nd == 0:
+        return _place("choice", ind.reshape(shape), out_sharding)
+    out_shape = tuple(arr.shape[:axis]) + shape + tuple(arr.shape[axis + 1:])
+    if not dev:
+        return _place("choice", np.take(arr, ind, axis=axis).reshape(out_shape), out_sharding)
+    return _take("choice", arr, ind.reshape(shape), axis, out_sharding)
+
+
+def categorical(key, logits, axis=-1, shape=None, replace=True, mode=None, *,
+                out_sharding=None):
+    """jax.random.categorical: argmax(logits + Gumbel noise) along axis (with
+    replacement), or the Gumbel top-k (without). Traced logits work with
+    replacement: the noise is the constant, the argmax is traced."""
+    k, _ = _key_data_of("categorical", key)
+    mode = _gumbel_mode(mode)
+    traced = isinstance(logits, _trace.Tracer)
+    la = logits if traced else _concrete("categorical", logits, "logits", canon=True)
+    nd = len(la.shape)
+    ax = _axis(axis, nd)
+    dt = np.dtype(la.dtype)
+    batch_shape = tuple(d for i, d in enumerate(la.shape) if i != ax)
+    if shape is None:
+        shape = batch_shape
+    else:
+        shape = _shape(shape)
+        if np.broadcast_shapes(shape, batch_shape) != shape:
+            raise ValueError(f"categorical parameter shapes must be broadcast-compatible with "
+                             f"shape argument, and the result of broadcasting the shapes must "
+                             f"equal the shape argument, but got result "
+                             f"{np.broadcast_shapes(shape, batch_shape)} for shape argument "
+                             f"{shape}.")
+    prefix = shape[:len(shape) - len(batch_shape)]
+    if replace:
+        logits_shape = list(shape[len(shape) - len(batch_shape):])
+        logits_shape.insert(ax, la.shape[ax])
+        g = _gumbel(k, prefix + tuple(logits_shape), dt, mode)
+        lead = len(prefix)
+        if traced:
+            from . import numpy as jnp
+            lt = la
+            for d in range(lead):
+                lt = jnp.expand_dims(lt, 0)
+            return _placed("categorical",
+                           jnp.argmax(_place("categorical", g, None) + lt, axis=ax + lead),
+                           out_sharding)
+        out = np.argmax(g + la.reshape((1,) * lead + la.shape), axis=ax + lead)
+        return _place("categorical", out.astype(np.int32), out_sharding)
+    if traced:
+        raise InvalidArgument("shmap.random.categorical(replace=False): logits is a traced "
+                              "value: give its values, or draw shmap.random.gumbel noise and "
+                              "take lax.top_k of logits + noise in the body")
+    n = la.shape[ax]
+    kk = math.prod(prefix)
+    if kk > n:
+        raise ValueError(f"Number of samples without replacement ({kk}) cannot exceed number "
+                         f"of categories ({n}).")
+    z = la + _gumbel(k, la.shape, dt, mode)
+    idx = _top_k_indices(np.moveaxis(z, ax, -1), kk)  # batch_shape + (kk,)
+    idx = np.moveaxis(idx, -1, 0).reshape(shape)
+    return _place("categorical", idx.astype(np.int32), out_sharding)
