@@ -1,5 +1,9 @@
 """jax.ops: segment_sum, a row of the op table (each device sums its rows;
-a psum completes the sums where the rows are sharded)."""
+a psum completes the sums where the rows are sharded), and segment_max,
+segment_min, segment_prod, as JAX's: scatters into the reduction's
+identity."""
+import numpy as np
+
 from ._core import InvalidArgument
 from ._trace import _dims, _explicit_dims, _state, jit, make_op, scatter_refused
 
@@ -36,4 +40,63 @@ def segment_sum(data, segment_ids, num_segments=None, indices_are_sorted=False,
     return _reshard(_segment_sum(data, segment_ids, n), out_sharding)
 
 
-__all__ = ["segment_sum"]
+def _segment_scatter(name, op, data, segment_ids, num_segments, out_sharding):
+    """JAX's segment_max/min/prod: a full array of the reduction's identity
+    (-inf / the integer minimum for max, ...) updated by a scatter of data
+    at the ids (empty segments keep the identity; ids out of range
+    dropped); its sharding rule (the C op's) decides, or out_sharding=."""
+    if num_segments is None:
+        raise InvalidArgument(f"{name}: give num_segments (a static int): the result's shape "
+                              f"cannot depend on the values of segment_ids here")
+    n = int(num_segments)
+
+    def f(d, s):
+        dt = np.dtype(d.dtype)
+        if op == "scatter_mul":
+            ident = 1
+        elif dt.kind == "f":
+            ident = -np.inf if op == "scatter_max" else np.inf
+        elif dt.kind == "b":
+            ident = op != "scatter_max"
+        else:
+            ident = np.iinfo(dt).min if op == "scatter_max" else np.iinfo(dt).max
+        k = len(s.shape)
+        base = _full((n,) + tuple(d.shape[k:]), ident, dtype=dt)
+        s = _where(s < 0, n, s)  # dropped, as the ids are not normalised (the scatter's are)
+        kw = {} if out_sharding is None else {"out_sharding": out_sharding}
+        return make_op(op)(base, s, d, **kw)
+
+    if getattr(_state, "builder", None) is None:
+        return jit(f)(data, segment_ids)
+    return f(data, segment_ids)
+
+
+_full = make_op("full")
+_where = make_op("where")
+
+
+def segment_max(data, segment_ids, num_segments=None, indices_are_sorted=False,
+                unique_indices=False, bucket_size=None, mode=None, out_sharding=None):
+    """jax.ops.segment_max: the largest row of each segment (-inf, or the
+    integer minimum, where none)."""
+    return _segment_scatter("segment_max", "scatter_max", data, segment_ids, num_segments,
+                            out_sharding)
+
+
+def segment_min(data, segment_ids, num_segments=None, indices_are_sorted=False,
+                unique_indices=False, bucket_size=None, mode=None, out_sharding=None):
+    """jax.ops.segment_min: the smallest row of each segment (inf, or the
+    integer maximum, where none)."""
+    return _segment_scatter("segment_min", "scatter_min", data, segment_ids, num_segments,
+                            out_sharding)
+
+
+def segment_prod(data, segment_ids, num_segments=None, indices_are_sorted=False,
+                 unique_indices=False, bucket_size=None, mode=None, out_sharding=None):
+    """jax.ops.segment_prod: the product of each segment's rows (1 where
+    none)."""
+    return _segment_scatter("segment_prod", "scatter_mul", data, segment_ids, num_segments,
+                            out_sharding)
+
+
+__all__ = ["segment_max", "segment_min", "segment_prod", "segment_sum"]

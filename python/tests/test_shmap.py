@@ -603,7 +603,7 @@ def test_at_updates(c):
         shmap.jit(lambda a: a.at[::2].set(0))(r)
 
 
-def test_nn_activations(c):
+def test_nn_softmax_and_basic_activations(c):
     """shmap.nn's relu, sigmoid, silu, softplus, softmax and log_softmax
     against numpy, traced over a sharded axis (the reductions lowered with
     the sums across devices) and at once."""
@@ -1685,6 +1685,39 @@ def test_segment_sum_and_scatter_add(c):
     assert out.type == "f32[6,2@j]" and np.array_equal(np.asarray(out), want)
     assert np.array_equal(np.asarray(rows.at[idx].add(1.5)), table + np.bincount(
         idx % 6, minlength=6)[:, None] * np.float32(1.5))
+
+
+def test_segment_max_min_prod(c):
+    """jax.ops.segment_max / segment_min / segment_prod, as JAX's: scatters
+    into the reduction's identity (empty segments keep it: -inf, the
+    integer minimum, ...), ids out of range (negative ones too) dropped;
+    data sharded needs out_sharding= (JAX's scatter rule)."""
+    mesh = c.make_mesh((4, 2), ("i", "j"))
+    rng = np.random.default_rng(3)
+    data = rng.standard_normal((8, 2, 4)).astype(np.float32)
+    ids = np.array([[0, 2], [2, -1], [0, 7], [2, 0], [5, 5], [0, 0], [1, 2], [-3, 2]], np.int32)
+    ok = (ids >= 0) & (ids < 5)
+    s = c.device_put(ids, NamedSharding(mesh, P()))
+    for name, uf, ident in [("segment_max", np.maximum, -np.inf),
+                            ("segment_min", np.minimum, np.inf),
+                            ("segment_prod", np.multiply, 1)]:
+        for dt, x in ((np.float32, data), (np.int32, np.round(data * 3).astype(np.int32))):
+            d = c.device_put(x, NamedSharding(mesh, P()))
+            got = getattr(shmap.ops, name)(d, s, num_segments=5)
+            fill = ident if dt == np.float32 or ident == 1 else \
+                (np.iinfo(dt).min if ident < 0 else np.iinfo(dt).max)
+            want = np.full((5, 4), fill, dt)
+            uf.at(want, ids[ok], x[ok])
+            assert got.type == f"{'f32' if dt == np.float32 else 'i32'}[5,4]"
+            assert np.array_equal(np.asarray(got), want), (name, dt)
+    ds = c.device_put(data, NamedSharding(mesh, P("i")))
+    with pytest.raises(shmap.ProgramError, match=r"could not be resolved unambiguously .* Got "
+                       r"operand=f32\[5,4\], indices=i32\[8,2,1\], updates=f32\[8@i,2,4\]$"):
+        shmap.ops.segment_max(ds, s, 5)
+    got = shmap.ops.segment_min(ds, s, 5, out_sharding=P(None, "j"))
+    want = np.full((5, 4), np.inf, np.float32)
+    np.minimum.at(want, ids[ok], data[ok])
+    assert got.type == "f32[5,4@j]" and np.array_equal(np.asarray(got), want)
 
 
 def test_scatters(c):
