@@ -348,6 +348,8 @@ def _apply(prim, args, kwargs):
         return _take(op, a, size, entry)
     if op == "segment_sum":
         return _segment_sum(a, size)
+    if op in ("scatter", "scatter_add", "scatter_mul", "scatter_min", "scatter_max"):
+        return _scatter(op, a, size, entry)
     if op in ("reshard", "with_sharding_constraint"):
         key = "out_shardings" if op == "reshard" else "shardings"
         return BatchTracer(getattr(jnp, op)(x.val, _spec_plus(a[key], entry)), size)
@@ -427,6 +429,40 @@ def _take(op, a, size, entry):
     if axis:
         out = jnp.transpose(out, (axis,) + tuple(d for d in range(n) if d != axis))
     return BatchTracer(out, size)
+
+
+def _scatter(op, a, size, entry):
+    """A scatter of examples. Indices the same for every example: the batch
+    moved behind the rows (operand (n, B, ...), updates (indices', B,
+    ...)), so one scatter updates every example's rows, the batch staying
+    sharded as it was (a window dimension). Indices batched: rows of
+    (example, row) in one operand of B * n rows (an index out of range
+    stays out of range); a batch sharded in a jit body is then gathered
+    for the scatter (out_sharding= lays the result out again)."""
+    jnp = _jnp()
+    from ._trace import _index_value
+    x, idx, u = a["operand"], a["indices"], a["updates"]
+    if a.get("out_sharding") is not None:
+        raise InvalidArgument(f"vmap: {op} with out_sharding= is not supported")
+    if not isinstance(idx, Tracer):
+        idx = _index_value(idx)
+    n, rest = x.shape[0], tuple(x.shape[1:])
+    q, r = len(idx.shape), len(rest)
+    xs, us = _full(x, size, entry), _full(u, size, entry)
+    if not _isb(idx):
+        xs = jnp.transpose(xs, (1, 0) + tuple(range(2, r + 2)))
+        us = jnp.transpose(us, tuple(range(1, q + 1)) + (0,) + tuple(range(q + 1, q + r + 1)))
+        out = getattr(jnp, op)(xs, idx, us)
+        return BatchTracer(jnp.transpose(out, (1, 0) + tuple(range(2, r + 2))), size)
+    i = idx.val
+    i = jnp.where(i < 0, i + n, i)
+    rows = i + jnp.reshape(jnp.arange(size, dtype=np.int32) * n, (size,) + (1,) * q)
+    rows = jnp.where((i >= 0) & (i < n), rows, size * n)  # dropped stays dropped
+    nq = int(np.prod(idx.shape))
+    kw = {} if entry is None else {"out_sharding": P(entry, *([None] * r))}
+    out = getattr(jnp, op)(jnp.reshape(xs, (size * n,) + rest), jnp.reshape(rows, (size * nq,)),
+                           jnp.reshape(us, (size * nq,) + rest), **kw)
+    return BatchTracer(jnp.reshape(out, (size, n) + rest), size)
 
 
 def _segment_sum(a, size):

@@ -50,6 +50,10 @@ EXAMPLES = [
     ("at_set", lambda xp, x, w: (x.copy() if xp is np else x)),
     ("softmax", lambda xp, x, w: xp.exp(x) / xp.exp(x).sum(-1, keepdims=True)),
     ("var", lambda xp, x, w: x.var(axis=0) + x.std()),
+    ("scatter_fixed_idx", lambda xp, x, w: _scat(xp, "set", x, IDX, x[1:] * 2) +
+     _scat(xp, "add", x, IDX[:3], w.T) * _scat(xp, "multiply", x, IDX, x[:4])),
+    ("scatter_batched_idx", lambda xp, x, w: _scat(xp, "max", x, xp.argmax(x, axis=1) - 2, x) -
+     _scat(xp, "set", x, xp.argmin(x, axis=1), w.T[0] + x[:, 0:1])),
     ("segment_sum_data", lambda xp, x, w: _segsum(xp, x, SEG5)),
     ("segment_sum_ids", lambda xp, x, w: _segsum(xp, w, (xp.argmax(x, axis=1) % 4)[:1].repeat(
         6) if xp is np else jnp.repeat((jnp.argmax(x, axis=1) % 4)[:1], 6))),
@@ -67,6 +71,22 @@ def _segsum(xp, data, ids):
         return out
     return shmap.ops.segment_sum(data, ids if isinstance(ids, shmap.Tracer)
                                  else jnp.asarray(ids), 4)
+
+
+def _scat(xp, how, x, i, u):
+    """x.at[i].how(u): numpy's x[i] = u (last wins) and ufunc.at, indices
+    out of range dropped, negative from the end."""
+    if xp is not np:
+        return getattr(x.at[i], how)(u)
+    x, i = x.copy(), np.asarray(i)
+    u = np.broadcast_to(u, i.shape + x.shape[1:])
+    ok = (i >= -len(x)) & (i < len(x))
+    if how == "set":
+        for k, r in zip(i[ok], u[ok]):
+            x[k] = r
+    else:
+        {"add": np.add, "multiply": np.multiply, "max": np.maximum}[how].at(x, i[ok], u[ok])
+    return x
 
 
 def _at_set_np(x):
