@@ -3,7 +3,7 @@
 classifier's params in a dict, value_and_grad with has_aux, global-norm
 gradient clipping and momentum with jax.tree.map, a jit'd train step over
 batches sharded on 'data', per-example losses with vmap, and two steps run
-inside one jit with lax.scan. On a local cluster of 2 workers x 2 devices;
+inside one jit with lax.scan; the initial weights drawn with jax.random. On a local cluster of 2 workers x 2 devices;
 checked: the loss falls, the accuracy rises, and vmap's per-example losses
 average to the batch's loss.
 
@@ -56,10 +56,11 @@ def main():
     y_np = np.argmax(x_np @ rng.standard_normal((D, C)), axis=1).astype(np.int32)
     with jax.local_cluster(workers=2, devices_per_worker=2):
         jax.set_mesh(jax.make_mesh((4,), ("data",)))
-        params = {"w1": rng.standard_normal((D, H)).astype(np.float32) * 0.3,
-                  "b1": np.zeros(H, np.float32),
-                  "w2": rng.standard_normal((H, C)).astype(np.float32) * 0.3,
-                  "b2": np.zeros(C, np.float32)}
+        k1, k2 = jax.random.split(jax.random.key(0))  # JAX's keys: JAX's initial values
+        params = {"w1": jax.random.normal(k1, (D, H)) * 0.3,
+                  "b1": jnp.zeros(H),
+                  "w2": jax.random.normal(k2, (H, C)) * 0.3,
+                  "b2": jnp.zeros(C)}
         params = jax.tree.map(lambda v: jax.device_put(v, P()), params)  # replicated
         mom = jax.tree.map(jnp.zeros_like, params)
         losses, accs = [], []
