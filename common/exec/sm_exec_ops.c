@@ -369,6 +369,10 @@ sm_err sm_exec_segment_sum(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *
 sm_err sm_exec_scatter(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
                        char *err, size_t errlen)
 {
+    _Static_assert(
+        SM_OP_SCATTER_ADD == SM_OP_SCATTER + 1 && SM_OP_SCATTER_MUL == SM_OP_SCATTER + 2 &&
+            SM_OP_SCATTER_MIN == SM_OP_SCATTER + 3 && SM_OP_SCATTER_MAX == SM_OP_SCATTER + 4,
+        "the scatter rows follow one another in the op table");
     static const sm_kern_binary_op ops[] = {SM_KERN_ADD, SM_KERN_ADD, SM_KERN_MULTIPLY,
                                             SM_KERN_MINIMUM, SM_KERN_MAXIMUM};
     const void *ids;
