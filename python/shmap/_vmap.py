@@ -411,8 +411,7 @@ def _take(op, a, size, entry):
                                   axis=axis + 1, **kw)
         return BatchTracer(out, size)
     if _isb(idx) and _isb(src):
-        raise InvalidArgument("vmap: take with both the array and the indices batched is not "
-                              "supported; use take_along_axis")
+        return _take_both(src, idx, axis, rank, kw.get("mode"), spec, size, entry)
     if _isb(src):
         if spec is not None:
             kw["out_sharding"] = _spec_plus(spec, entry)
@@ -428,6 +427,36 @@ def _take(op, a, size, entry):
     out = jnp.take(src, idx.val, axis=axis, **kw)
     if axis:
         out = jnp.transpose(out, (axis,) + tuple(d for d in range(n) if d != axis))
+    return BatchTracer(out, size)
+
+
+def _take_both(src, idx, axis, rank, mode, spec, size, entry):
+    """take of examples whose arrays and indices are both batched: the
+    taken axis moved behind the batch and the two merged, so one take picks
+    each example's rows from its own (an index out of range stays out of
+    range, for 'fill'); then the example's dimensions in take's order. A
+    batch sharded in a jit body is gathered for the take and laid out again."""
+    jnp = _jnp()
+    v = jnp.moveaxis(src.val, axis + 1, 1)  # (B, n, before, after)
+    n, rest = v.shape[1], tuple(v.shape[2:])
+    i, q = idx.val, len(idx.shape)
+    if mode == "wrap":
+        i = i % n
+    else:
+        i = jnp.where(i < 0, i + n, i)
+        if mode in ("clip", "promise_in_bounds"):
+            i = jnp.clip(i, 0, n - 1)
+    rows = i + jnp.reshape(jnp.arange(size, dtype=np.int32) * n, (size,) + (1,) * q)
+    rows = jnp.where((i >= 0) & (i < n), rows, size * n)
+    kw = {} if mode is None else {"mode": mode}
+    if entry is not None:
+        kw["out_sharding"] = P(entry, *([None] * (q + len(rest))))
+    out = jnp.take(jnp.reshape(v, (size * n,) + rest), rows, axis=0, **kw)  # (B, q, before, after)
+    perm = (0,) + tuple(range(q + 1, q + 1 + axis)) + tuple(range(1, q + 1)) + \
+        tuple(range(q + 1 + axis, q + 1 + len(rest)))
+    out = jnp.transpose(out, perm)
+    if spec is not None:
+        out = jnp.reshard(out, _spec_plus(spec, entry))
     return BatchTracer(out, size)
 
 

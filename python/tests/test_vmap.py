@@ -42,6 +42,8 @@ EXAMPLES = [
     ("stack", lambda xp, x, w: xp.stack([x[0], w[:, 0]], axis=1)),
     ("take_batched_src", lambda xp, x, w: xp.take(x, IDX, axis=1)),
     ("take_batched_idx", lambda xp, x, w: xp.take(w, (xp.argmax(x, axis=1) % 6), axis=0)),
+    ("take_both_batched", lambda xp, x, w: xp.take(x, xp.argmax(x, axis=0) % 5, axis=0) +
+     xp.take(x, xp.argmin(x, axis=1) * 2 - 3, axis=1, mode="wrap").sum(axis=0)[0]),
     ("take_along", lambda xp, x, w: xp.take_along_axis(x, xp.argsort(x, axis=1), axis=1)),
     ("where_astype", lambda xp, x, w: xp.where(x > 0, x, w[0, 0]).astype(np.int32) * 2),
     ("pad_roll", lambda xp, x, w: xp.pad(x, ((1, 0), (0, 2)))[1:, :6] + xp.roll(x, 2) +
