@@ -669,6 +669,9 @@ def _reduce(op, x, axis, keepdims, dtype=None):
 
 
 def _call_op(name, *args, **kwargs):
+    axes = _vmap.named_axes(name, args, kwargs)
+    if axes is not None:  # a collective over a vmap's axis_name
+        return _vmap.named(name, args, kwargs, axes)
     if _vmap.batched(args, kwargs):  # inside vmap: the op's batching rule
         return _vmap.apply(name, args, kwargs)
     parts = [_fmt(a) for a in args] + [f"{k}={_fmt(v)}" for k, v in kwargs.items()
@@ -680,6 +683,7 @@ def _axes_size(axes):
     b = _builder()
     axes = (axes,) if isinstance(axes, str) else tuple(axes)
     sizes = dict(zip(b.mesh.axis_names, b.mesh.axis_sizes))
+    sizes.update(_vmap.axis_sizes())  # vmap's named axes
     try:
         return math.prod(sizes[a] for a in axes)
     except KeyError as e:

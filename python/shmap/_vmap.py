@@ -62,6 +62,7 @@ _DEPTH = [0]
 
 
 _ACTIVE = []  # (level, size) of the vmaps whose functions are running, innermost last
+_NAMES = []  # (axis_name, level, size) of those that name their axis, innermost last
 
 
 def innermost():
@@ -92,6 +93,115 @@ def _jnp():
 def _lax():
     from . import lax
     return lax
+
+
+# ---- collectives over a vmap's named axis ------------------------------------
+
+_NAMED_OPS = ("psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "ppermute",
+              "all_to_all", "axis_index", "pvary")
+
+
+def axis_sizes():
+    """The named vmap axes running, and their sizes (innermost wins)."""
+    return {n: size for n, _, size in _NAMES}
+
+
+def named_axes(op, args, kwargs):
+    """The axis names of collective op when one of them is a running
+    vmap's (then named() runs it), else None."""
+    if not _NAMES or op not in _NAMED_OPS:
+        return None
+    k = 0 if op == "axis_index" else 1
+    ax = kwargs.get("axis_name", args[k] if len(args) > k else None)
+    axes = (ax,) if isinstance(ax, str) else tuple(ax or ())
+    return axes if any(a in axis_sizes() for a in axes) else None
+
+
+def named(op, args, kwargs, axes):
+    """Collective op over a vmap's axis (JAX's vmap with axis_name): over
+    the batch of that vmap. Reductions (psum pmean pmax pmin) sum, average
+    or compare the examples (an unbatched value counts size times for
+    psum) and give every example the result; all_gather stacks them;
+    psum_scatter gives example b the b-th part of the sum; ppermute moves
+    examples (those receiving nothing get zeros); axis_index is each
+    example's position. Mesh axes named with it (reductions only) are
+    reduced first, by the op itself."""
+    jnp = _jnp()
+    lax = _lax()
+    names = {n: (lvl, size) for n, lvl, size in _NAMES}
+    mine = [a for a in axes if a in names]
+    mesh = tuple(a for a in axes if a not in names)
+    if op == "axis_index":
+        if len(mine) != 1 or mesh:
+            raise InvalidArgument("vmap: axis_index of several axes, one of them a vmap's, is "
+                                  "not supported")
+        level, size = names[mine[0]]
+        return BatchTracer(jnp.arange(size, dtype=np.int32), size, level)
+    x = args[0] if args else kwargs.get("x")
+    rest = {k: v for k, v in kwargs.items() if k not in ("x", "axis_name")}
+    extra = tuple(args[2:])
+    if op == "pvary":
+        return x if not mesh else lax.pvary(x, mesh)
+    if op in ("all_to_all",) or (mesh and op not in ("psum", "pmean", "pmax", "pmin")):
+        raise InvalidArgument(f"vmap: {op} over a vmap's axis_name"
+                              f"{' together with mesh axes' if mesh else ''} is not supported")
+    if rest.get("axis_index_groups") is not None:
+        raise InvalidArgument(f"vmap: {op} over a vmap's axis with axis_index_groups is not "
+                              f"supported")
+    if mesh:
+        x = getattr(lax, op)(x, mesh)
+    for a in mine:
+        level, size = names[a]
+        if isinstance(x, BatchTracer) and x.level > level:
+            raise InvalidArgument(f"vmap: {op} over the axis {a!r} of an outer vmap, of a value "
+                                  f"batched by an inner one, is not supported")
+        bat = isinstance(x, BatchTracer) and x.level == level
+        if op in ("psum", "pmean", "pmax", "pmin"):
+            if bat:
+                x = {"psum": jnp.sum, "pmean": jnp.mean, "pmax": jnp.max,
+                     "pmin": jnp.min}[op](x.val, axis=0)
+            elif op == "psum":
+                x = x * size
+            continue
+        v = x.val if bat else batch_of(x, level, size).val  # (size, example)
+        ex = tuple(x.shape)
+        if op == "all_gather":
+            axis = rest.get("axis", extra[0] if extra else 0)
+            tiled = rest.get("tiled", extra[1] if len(extra) > 1 else False)
+            axis %= len(ex) + (0 if tiled else 1)
+            g = jnp.moveaxis(v, 0, axis)
+            if tiled:
+                g = jnp.reshape(g, ex[:axis] + (size * ex[axis],) + ex[axis + 1:])
+            return g
+        if op == "psum_scatter":
+            sd = rest.get("scatter_dimension", extra[0] if extra else 0)
+            tiled = rest.get("tiled", extra[1] if len(extra) > 1 else False)
+            sd %= len(ex)
+            total = jnp.sum(v, axis=0)
+            if tiled:
+                if ex[sd] % size:
+                    raise InvalidArgument(f"psum_scatter: dimension {sd} of size {ex[sd]} is "
+                                          f"not divisible by the axis size {size}")
+                total = jnp.reshape(total, ex[:sd] + (size, ex[sd] // size) + ex[sd + 1:])
+            elif ex[sd] != size:
+                raise InvalidArgument(f"psum_scatter: dimension {sd} has size {ex[sd]}, not the "
+                                      f"axis size {size}")
+            return BatchTracer(jnp.moveaxis(total, sd, 0), size, level)
+        if op == "ppermute":
+            perm = rest.get("perm", extra[0] if extra else None)
+            src = np.full(size, -1, np.int64)
+            for a_, b_ in perm:
+                src[b_] = a_
+            from ._trace import _dims, _index_value, _spec_entry
+            kw = {}
+            if _builder().kind == "jit":  # the examples keep their layout
+                kw["out_sharding"] = P(*map(_spec_entry, _dims(v.type)))
+            got = jnp.take(v, _index_value(np.maximum(src, 0).astype(np.int32)), axis=0, **kw)
+            keep = (src >= 0).reshape((size,) + (1,) * len(ex))
+            if not keep.all():
+                got = jnp.where(_index_value(keep), got, 0)
+            return BatchTracer(got, size, level)
+    return x
 
 
 def batched(args, kwargs=None):
@@ -546,9 +656,11 @@ def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_n
     arguments (an int, None for an argument passed whole, or one per
     argument; pytrees take their argument's), the results' batch at
     out_axes. In a jit or shard_map body, or at once on Arrays."""
-    if axis_name is not None or spmd_axis_name is not None:
-        raise InvalidArgument("vmap: axis_name and spmd_axis_name are not supported (no "
-                              "collectives over the mapped axis)")
+    if spmd_axis_name is not None:
+        raise InvalidArgument("vmap: spmd_axis_name is not supported (a batch keeps the "
+                              "sharding of its arguments)")
+    if axis_name is not None and not isinstance(axis_name, str):
+        raise InvalidArgument(f"vmap: axis_name must be a string, got {axis_name!r}")
 
     def call(*args):
         if getattr(_state, "builder", None) is None:  # at once: as a jit of the call
@@ -601,10 +713,14 @@ def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_n
         real = [_tree_build(arg, iter(leaves_of[k])) if k in leaves_of else arg
                 for k, arg in enumerate(args)]
         _ACTIVE.append((level, size))
+        if axis_name is not None:
+            _NAMES.append((axis_name, level, size))
         try:
             res = fun(*real)
         finally:
             _ACTIVE.pop()
+            if axis_name is not None:
+                _NAMES.pop()
         outs = [v for v, _ in _tree_leaves(res, "o")]
         jnp = _jnp()
         done = []

@@ -169,8 +169,66 @@ def test_vmap_refusals(c, mesh):
         shmap.vmap(lambda a: a, in_axes=(0, 0))(x)
     with pytest.raises(shmap.InvalidArgument, match=r"along axis 2, .* rank should be at least"):
         shmap.vmap(lambda a: a, in_axes=2)(x)
-    with pytest.raises(shmap.InvalidArgument, match=r"axis_name and spmd_axis_name"):
-        shmap.vmap(lambda a: a, axis_name="b")
+    with pytest.raises(shmap.InvalidArgument, match=r"spmd_axis_name is not supported"):
+        shmap.vmap(lambda a: a, spmd_axis_name="X")
+    with pytest.raises(shmap.InvalidArgument, match=r"all_to_all over a vmap's axis_name"):
+        shmap.vmap(lambda a: lax.all_to_all(a, "b", 0, 0), axis_name="b")(x)
+
+
+def test_vmap_axis_name(c, mesh):
+    """vmap(f, axis_name='b'): the collectives over 'b' act over the batch,
+    as JAX's: psum/pmean/pmax/pmin give every example the batch's result
+    (an unbatched value counts once per example in psum), all_gather
+    stacks the examples (tiled: concatenates), psum_scatter gives example
+    k the k-th part of the sum, ppermute moves examples (zeros where none
+    arrives), axis_index/axis_size are the position and the batch size;
+    with a mesh axis named beside it (in shard_map) both are reduced; grad
+    through them (a batch-normalised loss) against numpy."""
+    xa = RNG.standard_normal((8, 4, 6)).astype(np.float32)
+    x = c.device_put(xa, NamedSharding(mesh, P("X")))
+    lx = lambda f: shmap.jit(shmap.vmap(f, axis_name="b"))(x)  # noqa: E731
+    got = lx(lambda v: v - lax.pmean(v, "b") + lax.psum(v[0, 0], "b") * lax.pmax(v, "b") -
+             lax.pmin(v.sum(), "b") + lax.psum(2.0, "b"))
+    want = xa - xa.mean(0) + xa[:, 0, 0].sum() * xa.max(0) - xa.sum((1, 2)).min() + 16
+    assert np.allclose(np.asarray(got), want, atol=1e-4)
+    got = lx(lambda v: v[0, 0] * 0 + lax.axis_index("b") * 10 + lax.axis_size("b"))
+    assert np.array_equal(np.asarray(got), np.arange(8) * 10 + 8)
+    got = lx(lambda v: lax.all_gather(v, "b", axis=1))
+    assert got.shape == (8, 4, 8, 6)
+    assert np.array_equal(np.asarray(got), np.broadcast_to(np.moveaxis(xa, 0, 1), (8, 4, 8, 6)))
+    got = lx(lambda v: lax.all_gather(v, "b", axis=1, tiled=True))
+    assert np.array_equal(np.asarray(got)[3], np.moveaxis(xa, 0, 1).reshape(4, 48))
+    perm = [(k, (k + 3) % 8) for k in range(6)]
+    got = lx(lambda v: lax.ppermute(v, "b", perm))
+    want = np.zeros_like(xa)
+    for a, b in perm:
+        want[b] = xa[a]
+    assert np.array_equal(np.asarray(got), want)
+    got = lx(lambda v: lax.psum_scatter(v.reshape(-1)[:16], "b", tiled=True))
+    assert np.allclose(np.asarray(got), xa.reshape(8, -1)[:, :16].sum(0).reshape(8, 2),
+                       atol=1e-5)
+    got = lx(lambda v: lax.psum_scatter(v[:, :2].reshape(-1), "b"))
+    assert np.allclose(np.asarray(got), xa[:, :, :2].reshape(8, -1).sum(0), atol=1e-5)
+
+    def bn_loss(w):
+        h = shmap.vmap(lambda v: (v - lax.pmean(v, "b")) / jnp.sqrt(
+            lax.pmean((v - lax.pmean(v, "b")) ** 2, "b") + 1e-3), axis_name="b")(w)
+        return jnp.sum(h * jnp.asarray(xa[0]))
+
+    def np_bn(w):
+        d = w - w.mean(0)
+        return ((d / np.sqrt((d * d).mean(0) + 1e-3)) * xa[0]).sum()
+
+    g = np.asarray(shmap.jit(shmap.grad(bn_loss))(x), np.float64)
+    d = RNG.standard_normal(xa.shape)
+    w64 = xa.astype(np.float64)
+    fd = (np_bn(w64 + 1e-5 * d) - np_bn(w64 - 1e-5 * d)) / 2e-5
+    assert abs((g * d).sum() - fd) <= 2e-3 * max(1.0, abs(fd)), ((g * d).sum(), fd)
+    # a mesh axis and the vmap's in one psum, in a shard_map body
+    sm = shmap.shard_map(lambda v: shmap.vmap(lambda e: lax.psum(e, ("X", "b")),
+                                              axis_name="b")(v),
+                         mesh=mesh, in_specs=P("X"), out_specs=P("X"))
+    assert np.allclose(np.asarray(sm(x)), np.broadcast_to(xa.sum(0), xa.shape), atol=1e-4)
 
 
 def test_vmap_of_grad_and_grad_of_vmap(c, mesh):
