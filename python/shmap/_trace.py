@@ -691,6 +691,19 @@ def _axes_size(axes):
                               f"{b.mesh.axis_names}") from None
 
 
+def _scalar_as_jax(a):
+    """A jit argument as an array: Python's bool, int and float as JAX
+    takes them without x64 (bool, int32, float32); numpy values keep their
+    dtype."""
+    if isinstance(a, bool):
+        return np.asarray(a)
+    if isinstance(a, int):
+        return np.asarray(a, np.int32)
+    if isinstance(a, float):
+        return np.asarray(a, np.float32)
+    return np.asarray(a)
+
+
 def _flatten(v, who):
     """The traced values of a pytree of results (tuples, lists and dicts of
     them, None for an empty subtree) in order, and its structure."""
@@ -1040,7 +1053,7 @@ class _Traced:
                                       "with shmap.set_mesh / shmap.use_mesh")
             spec = specs[k] if self.kind == "shard_map" else \
                 P() if want is None else getattr(want, "spec", want)
-            arrays.append(client.device_put(np.asarray(a), NamedSharding(mesh, spec)))
+            arrays.append(client.device_put(_scalar_as_jax(a), NamedSharding(mesh, spec)))
         if mesh._devices is None:
             client._mesh_c(mesh)
         return client, mesh, arrays, specs
