@@ -25,7 +25,7 @@ from ._core import (AlreadyExists, Array, Auto, AxisType, Cancelled, Client, Dat
                     device_put, get_mesh, local_cluster, make_mesh, set_mesh, typeof,
                     use_mesh, visualize_array_sharding)
 from ._grad import (checkpoint, custom_jvp, custom_vjp, grad, hessian, jacfwd, jacobian, jacrev,
-                    remat, value_and_grad, vjp)
+                    jvp, linearize, remat, value_and_grad, vjp)
 from ._vmap import vmap
 from ._trace import Future, Lowered, Tracer, jit, shard_map
 from .tree_util import tree
@@ -40,8 +40,8 @@ __all__ = [
     "ProgramError", "ResourceExhausted", "Shard", "ShmapError", "Tracer", "Unauthenticated",
     "Unavailable", "Unimplemented", "block_until_ready", "checkpoint", "connect", "custom_jvp",
     "custom_vjp", "device_get",
-    "device_put", "get_mesh", "grad", "hessian", "jacfwd", "jacobian", "jacrev", "jit", "lax",
-    "local_cluster", "make_mesh", "nn", "numpy",
+    "device_put", "get_mesh", "grad", "hessian", "jacfwd", "jacobian", "jacrev", "jit", "jvp",
+    "lax", "linearize", "local_cluster", "make_mesh", "nn", "numpy",
     "ops", "random", "remat", "reshard", "set_mesh", "shard_map", "tree", "tree_util", "typeof",
     "use_mesh",
     "value_and_grad", "visualize_array_sharding", "vjp", "vmap", "with_sharding_constraint",

@@ -1072,6 +1072,66 @@ def vjp(fun, *primals, has_aux=False):
     return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
 
 
+def _jvp_check(primals, tangents):
+    """JAX's checks of jvp's arguments, with its sentences."""
+    if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
+        raise TypeError("primal and tangent arguments to jax.jvp must be tuples or lists; "
+                        f"found {type(primals).__name__} and {type(tangents).__name__}.")
+    from ._trace import _tree_sig
+    if _tree_sig(tuple(primals)) != _tree_sig(tuple(tangents)):
+        raise TypeError("primal and tangent arguments to jax.jvp must have the same tree "
+                        f"structure; primals have tree structure {_tree_sig(tuple(primals))} "
+                        f"whereas tangents have tree structure {_tree_sig(tuple(tangents))}.")
+    for (p, _), (t, _) in zip(_tree_leaves(tuple(primals), "p"), _tree_leaves(tuple(tangents),
+                                                                                 "t")):
+        if np.shape(p) != np.shape(t):
+            raise ValueError("jvp called with different primal and tangent shapes;"
+                             f"Got primal shape {np.shape(p)} and tangent shape as "
+                             f"{np.shape(t)}")
+
+
+def _linearized(fun, primals, has_aux):
+    """(out, the JVP as a function of the tangents, aux): no forward mode
+    here, so the JVP is the transpose of fun's pullback, taken as the VJP
+    of vjp_fn (linear in its cotangent) at a zero cotangent; grad's levels
+    nest, so the same program holds both. Values are JAX's; the work is
+    that of two backward passes."""
+    jnp = _jnp()
+    if has_aux:
+        out, pullback, aux = vjp(fun, *primals, has_aux=True)
+    else:
+        (out, pullback), aux = vjp(fun, *primals), None
+    zeros = _tree_build(out, iter(jnp.zeros_like(v) if isinstance(v, Tracer) else 0.0 * v
+                                  for v, _ in _tree_leaves(out, "o")))
+    _, transpose = vjp(pullback, zeros)
+
+    def f_jvp(*tangents):
+        return transpose(tuple(tangents))[0]
+    return out, f_jvp, aux
+
+
+def jvp(fun, primals, tangents, has_aux=False):
+    """jax.jvp: (fun(*primals), the Jacobian-vector product along
+    tangents) (and aux), with JAX's checks. Computed as the transpose of
+    the pullback (see _linearized): the values JAX's forward mode gives."""
+    _jvp_check(primals, tangents)
+    if getattr(_state, "builder", None) is None:  # at once: as a jit of the call
+        return jit(lambda p, t: jvp(fun, p, t, has_aux))(tuple(primals), tuple(tangents))
+    out, f_jvp, aux = _linearized(fun, tuple(primals), has_aux)
+    t = f_jvp(*tangents)
+    return (out, t, aux) if has_aux else (out, t)
+
+
+def linearize(fun, *primals, has_aux=False):
+    """jax.linearize inside a traced function: (fun(*primals), f_jvp) with
+    f_jvp(*tangents) the JVP at primals (and aux); as jvp."""
+    if getattr(_state, "builder", None) is None:
+        raise InvalidArgument("linearize runs inside a traced function: call it in a "
+                              "shmap.jit or shmap.shard_map body (or use jvp)")
+    out, f_jvp, aux = _linearized(fun, primals, has_aux)
+    return (out, f_jvp, aux) if has_aux else (out, f_jvp)
+
+
 def _transform(fun, argnums, has_aux, with_value):
     def call(*args, **kwargs):
         if getattr(_state, "builder", None) is None:  # at once: as a jit of the call

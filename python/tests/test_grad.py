@@ -996,3 +996,63 @@ def test_grad_scatter_mul_updates_refused(c, mesh):
                        r"implemented if `unique_indices=True`"):
         shmap.jit(shmap.grad(lambda u: jnp.sum(x.at[SC_IDX].multiply(u))))(
             c.device_put(np.ones((7, 8), np.float32), NamedSharding(mesh, P())))
+
+
+def test_jvp_and_linearize(c, mesh):
+    """jax.jvp and jax.linearize (as the transpose of the pullback: no
+    forward mode): JAX's docstring example (sin at 0.1 along 0.2, float32),
+    a sharded MLP's JVP along random tangents of both arguments against
+    central differences of numpy's, pytrees and has_aux, linearize's f_jvp
+    called twice, in a shard_map body with a psum, and JAX's sentences."""
+    shmap.set_mesh(mesh)
+    try:
+        p, t = shmap.jvp(jnp.sin, (0.1,), (0.2,))
+        assert p.type == "f32[]" and t.type == "f32[]"
+        assert abs(float(p) - 0.09983342) < 1e-7 and abs(float(t) - 0.19900084) < 1e-7
+    finally:
+        shmap.set_mesh(None)
+    rng = np.random.default_rng(41)
+    xa = rng.standard_normal((8, 6)).astype(np.float32)
+    wa = rng.standard_normal((6, 4)).astype(np.float32)
+    dx = rng.standard_normal(xa.shape).astype(np.float32)
+    dw = rng.standard_normal(wa.shape).astype(np.float32)
+    put = lambda a, s: c.device_put(a, NamedSharding(mesh, s))  # noqa: E731
+    x, w = put(xa, P("X")), put(wa, P(None, "Y"))
+
+    def f(xp, p):
+        h = xp.tanh(p["x"] @ p["w"])
+        return {"s": (h * h).sum(axis=1), "m": h.mean()}, h.max()
+
+    e = 1e-4
+    plus = f(np, {"x": xa + e * dx.astype(np.float64), "w": wa + e * dw.astype(np.float64)})[0]
+    minus = f(np, {"x": xa - e * dx.astype(np.float64), "w": wa - e * dw.astype(np.float64)})[0]
+    out, tan, aux = shmap.jvp(lambda p: f(jnp, p), ({"x": x, "w": w},),
+                              ({"x": put(dx, P("X")), "w": put(dw, P(None, "Y"))},),
+                              has_aux=True)
+    assert tan["s"].type == out["s"].type == "f32[8@X]"
+    assert np.allclose(np.asarray(out["s"]), f(np, {"x": xa, "w": wa})[0]["s"], atol=1e-4)
+    assert np.allclose(float(aux), f(np, {"x": xa, "w": wa})[1], atol=1e-5)
+    for k in ("s", "m"):
+        fd = (plus[k] - minus[k]) / (2 * e)
+        assert np.allclose(np.asarray(tan[k], np.float64), fd, rtol=2e-3, atol=2e-3), k
+
+    @shmap.jit
+    def lin(x, w, dx):
+        _, f_jvp = shmap.linearize(lambda x: jnp.sin(x) @ w, x)
+        return f_jvp(dx), f_jvp(2 * dx)
+
+    t1, t2 = lin(x, w, put(dx, P("X")))
+    assert np.allclose(np.asarray(t1), (np.cos(xa) * dx) @ wa, atol=1e-4)
+    assert np.allclose(np.asarray(t2), 2 * np.asarray(t1), atol=1e-4)
+    sm = shmap.shard_map(lambda x, dx: shmap.jvp(lambda v: lax.psum((v * v).sum(), "X"),
+                                                 (x,), (dx,))[1],
+                         mesh=mesh, in_specs=(P("X"), P("X")), out_specs=P())
+    assert np.allclose(float(sm(x, put(dx, P("X")))), (2 * xa * dx).sum(), rtol=1e-4)
+    with pytest.raises(TypeError, match=r"^primal and tangent arguments to jax.jvp must be tuples "
+                       r"or lists; found Array and tuple\.$"):
+        shmap.jvp(jnp.sin, x, (x,))
+    with pytest.raises(ValueError, match=r"^jvp called with different primal and tangent "
+                       r"shapes;Got primal shape \(8, 6\) and tangent shape as \(6, 4\)$"):
+        shmap.jvp(jnp.sin, (x,), (w,))
+    with pytest.raises(TypeError, match=r"must have the same tree structure"):
+        shmap.jvp(lambda a, b: a, (x, w), (x,))
