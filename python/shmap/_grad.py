@@ -489,6 +489,36 @@ def _scatter_rule(prim, g, out, x, idx, u, out_sharding=None):
     return [dx, None, du]
 
 
+def _scatter_extremal_rule(prim, g, out, x, idx, u, out_sharding=None):
+    """scatter_min / scatter_max, the transpose of JAX's JVP
+    (_scatter_extremal_jvp): an element of a row that updates reached
+    shares its cotangent equally among the updates equal to the result and,
+    when the result is the operand's own value, the operand; an element no
+    update reached passes its cotangent to the operand."""
+    jnp = _jnp()
+    from ._trace import _ones_like
+    r = len(x.shape)
+    kw = {} if out_sharding is None else {"out_sharding": out_sharding}
+    zeros = _ones_like(x) * 0
+    target, i, keep = _rows_taken(out, idx, out.dtype)  # out's row of each update
+    keep = jnp.reshape(keep, tuple(idx.shape) + (1,) * (r - 1)) > 0
+    won = (u == target) & keep
+    won_f = jnp.astype(won, g.dtype)
+    reach = jnp.astype(keep, g.dtype) + won_f * 0  # (broadcast, and laid out as the updates)
+    hit = _call_op("scatter_add", zeros, idx, reach, **kw) > 0
+    n_won = _call_op("scatter_add", zeros, idx, won_f, **kw)  # per element of the operand
+    kept = x == out
+    dx = g * jnp.where(hit, jnp.where(kept, 1 / (n_won + 1), 0.0), 1.0)
+    du = None
+    if isinstance(u, Tracer):
+        initial, _, _ = _rows_taken(x, idx, x.dtype)
+        n_q, _, _ = _rows_taken(n_won, idx, g.dtype)
+        share = jnp.where(initial == target, 1 / (n_q + 1), 1 / jnp.maximum(n_q, 1))
+        gq, _, _ = _rows_taken(g, idx, g.dtype)
+        du = gq * jnp.where(won, share, 0.0)
+    return [dx, None, du]
+
+
 def _take_along_rule(g, out, arr, idx, axis=None, mode=None, out_sharding=None):
     """take_along_axis(arr, idx, axis): as take's, one index per position."""
     jnp = _jnp()
@@ -812,6 +842,8 @@ def _rule(prim, g, out, args, kwargs):
         return _segment_sum_rule(g, out, *args, **kwargs)
     if prim in ("scatter", "scatter_add", "scatter_mul"):
         return _scatter_rule(prim, g, out, *args, **kwargs)
+    if prim in ("scatter_min", "scatter_max"):
+        return _scatter_extremal_rule(prim, g, out, *args, **kwargs)
     if prim == "take_along_axis":
         return _take_along_rule(g, out, *args, **kwargs)
     if prim == "sort":  # sort(x) is x taken along argsort(x) (both stable)

@@ -1056,3 +1056,64 @@ def test_jvp_and_linearize(c, mesh):
         shmap.jvp(jnp.sin, (x,), (w,))
     with pytest.raises(TypeError, match=r"must have the same tree structure"):
         shmap.jvp(lambda a, b: a, (x, w), (x,))
+
+
+def _np_extremal_vjp(how, x, idx, u, g):
+    """The transpose of JAX's _scatter_extremal_jvp, element by element:
+    the cotangent of an element updates reached is shared equally by the
+    updates equal to the result and, if the result is the operand's own
+    value, the operand."""
+    uf = np.maximum if how == "max" else np.minimum
+    n = len(x)
+    out = x.copy()
+    ok = (idx >= -n) & (idx < n)
+    uf.at(out, idx[ok], u[ok])
+    dx, du = g.copy(), np.zeros_like(u)
+    rows = np.where(idx < 0, idx + n, idx)
+    for r in range(n):
+        qs = [q for q in range(len(idx)) if ok[q] and rows[q] == r]
+        if not qs:
+            continue
+        for e in range(x.shape[1]):
+            won = [q for q in qs if u[q, e] == out[r, e]]
+            kept = x[r, e] == out[r, e]
+            dx[r, e] = g[r, e] / (len(won) + 1) if kept else 0
+            for q in won:
+                du[q, e] = g[r, e] / (len(won) + 1 if kept else len(won))
+    return out, dx, du
+
+
+@pytest.mark.parametrize("how", ["max", "min"])
+def test_grad_scatter_extremal(c, mesh, how):
+    """x.at[idx].max/min(u): at a point without ties, against central
+    differences; with ties (between updates, and with the operand) against
+    the transpose of JAX's JVP rule, which shares the cotangent equally."""
+    rng = np.random.default_rng(23)
+    x = rng.standard_normal((6, 8)).astype(np.float32)
+    u = rng.standard_normal((7, 8)).astype(np.float32)
+
+    def f(xp, x, u):
+        if xp is np:
+            y = np.array(x, np.float64)
+            ok = (SC_IDX >= -len(y)) & (SC_IDX < len(y))
+            (np.maximum if how == "max" else np.minimum).at(y, SC_IDX[ok], u[ok])
+        else:
+            y = getattr(x.at[SC_IDX], how)(u)
+        return _sm(xp, y * y)
+
+    _check(c, mesh, f, [x, u], [P(None, "Y"), P()], rng, argnums=(0, 1))
+    # ties: update 1 and 2 both hit row 5 with equal values, update 0 ties row 0's operand
+    xt, ut = x.copy(), u.copy()
+    ut[2] = ut[1] = (np.maximum if how == "max" else np.minimum)(x[5], ut[1]) + \
+        (1 if how == "max" else -1)
+    ut[0, :4] = xt[0, :4]
+    gt = rng.standard_normal(x.shape).astype(np.float32)
+    xa = c.device_put(xt, NamedSharding(mesh, P(None, "Y")))
+    ua = c.device_put(ut, NamedSharding(mesh, P()))
+    ga = c.device_put(gt, NamedSharding(mesh, P(None, "Y")))
+    dx, du = shmap.jit(lambda x, u, g: shmap.grad(
+        lambda x, u: jnp.sum(getattr(x.at[SC_IDX], how)(u) * g), argnums=(0, 1))(x, u))(
+        xa, ua, ga)
+    _, wdx, wdu = _np_extremal_vjp(how, xt, SC_IDX, ut, gt)
+    assert np.allclose(np.asarray(dx), wdx, atol=1e-6)
+    assert np.allclose(np.asarray(du), wdu, atol=1e-6)
