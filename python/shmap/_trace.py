@@ -348,9 +348,7 @@ class Tracer(_Shaped):
         where numpy puts them: in its place, or first when an integer index
         stands apart from it."""
         if len(arrays) > 1:
-            raise InvalidArgument("indexing with more than one integer array (numpy's advanced "
-                                  "indexing broadcasts them together) is not supported: index "
-                                  "with one, or use jnp.take / jnp.take_along_axis")
+            return self._take_many(key, out_sharding)
         p = arrays[0]
         idx = _index_value(key[p])
         if idx.dtype == np.bool_:
@@ -367,6 +365,42 @@ class Tracer(_Shaped):
                                                if not ax <= d < ax + n]
             r = _call_op("transpose", r, tuple(perm))
         return r
+
+    def _take_many(self, key, out_sharding):
+        """numpy's advanced indexing with several integer arrays (and
+        integers beside them), as JAX's gather with clamped indices: the
+        basic indices first; the indexed dimensions merged into one (moved
+        to the front when they stand apart, as numpy puts the broadcast
+        indices' dimensions first then) and one take of the indices'
+        broadcast linear positions. x[jnp.arange(n), labels]."""
+        from . import numpy as jnp
+        adv = [j for j, k in enumerate(key) if isinstance(k, (np.ndarray, list, Tracer, Array))
+               or (isinstance(k, numbers.Integral) and not isinstance(k, bool))]
+        idx = [_index_value(key[j]) if not isinstance(key[j], numbers.Integral)
+               else _index_value(np.asarray(key[j], np.int32)) for j in adv]
+        if any(i.dtype == np.bool_ for i in idx):
+            raise InvalidArgument("indexing with a boolean mask (a result of data-dependent "
+                                  "shape) is not supported: use jnp.where(mask, x, 0)")
+        y = self[tuple(slice(None) if j in adv else k for j, k in enumerate(key))]
+        dims = adv  # every entry left in y's key (slices, None, the advanced ones) is a dim
+        together = dims == list(range(dims[0], dims[0] + len(dims)))
+        shape = tuple(y.shape)
+        sizes = [shape[d] for d in dims]
+        bshape = tuple(np.broadcast_shapes(*[tuple(i.shape) for i in idx]))
+        lin = None
+        for i, n in zip(idx, sizes):
+            i = jnp.clip(jnp.where(i < 0, i + n, i), 0, max(n - 1, 0))
+            i = _broadcast_to(jnp.astype(i, np.int32), bshape)
+            lin = i if lin is None else lin * n + i
+        at = dims[0] if together else 0
+        if not together:
+            y = _call_op("transpose", y, tuple(dims) + tuple(d for d in range(len(shape))
+                                                             if d not in dims))
+            shape = tuple(y.shape)
+        merged = shape[:at] + (int(np.prod(sizes)),) + shape[at + len(dims):]
+        y = _call_op("reshape", y, merged)
+        kw = {} if out_sharding is None else {"out_sharding": out_sharding}
+        return _call_op("take", y, lin, axis=at, mode="clip", **kw)
 
     @property
     def T(self):
@@ -510,10 +544,82 @@ class _AtIndex:
         return _call_op("dynamic_update_slice", x, upd, tuple(starts))
 
     def _index_array(self):
-        """The key is one integer array (x.at[idx])."""
-        return isinstance(self.key, (np.ndarray, list, Tracer, Array))
+        """The key is one integer array (x.at[idx]), or a tuple of integer
+        arrays, integers and whole slices with an array among them
+        (x.at[rows, cols])."""
+        if isinstance(self.key, (np.ndarray, list, Tracer, Array)):
+            return True
+        return isinstance(self.key, tuple) and \
+            any(isinstance(k, (np.ndarray, list, Tracer, Array)) for k in self.key)
 
     def _scatter(self, op, v, out_sharding):
+        if isinstance(self.key, tuple):
+            return self._scatter_many(op, v, out_sharding)
+        return self._scatter_one(op, v, out_sharding)
+
+    def _scatter_many(self, op, v, out_sharding):
+        """x.at[i, j, ...].op(v) with several index arrays (and integers,
+        and whole slices): numpy's advanced indexing as a scatter over one
+        dimension, the indexed ones moved to the front and merged, each
+        broadcast position a linear index (one out of range in any of its
+        dimensions: dropped; negative ones from the end); v broadcast to
+        x[key]'s shape and ordered as that dimension's rows."""
+        from . import numpy as jnp
+        x, key = self.x, self.key
+        if any(k is Ellipsis for k in key) or any(k is None for k in key):
+            raise InvalidArgument("x.at[...] with several index arrays takes integers, index "
+                                  "arrays and ':' only")
+        shape = tuple(x.shape)
+        key = key + (slice(None),) * (len(shape) - len(key))
+        adv = [j for j, k in enumerate(key) if not isinstance(k, slice)]
+        if any(isinstance(k, slice) and k != slice(None) for k in key):
+            raise InvalidArgument("x.at[...] with several index arrays takes integers, index "
+                                  "arrays and ':' only, not slices of a part")
+        idx = [_index_value(np.asarray(key[j], np.int32) if isinstance(key[j], numbers.Integral)
+                            else key[j]) for j in adv]
+        if any(i.dtype == np.bool_ for i in idx):
+            raise InvalidArgument("x.at[...] with a boolean mask beside other indices: use "
+                                  "jnp.where")
+        rest = [d for d in range(len(shape)) if d not in adv]
+        bshape = tuple(np.broadcast_shapes(*[tuple(i.shape) for i in idx]))
+        sizes = [shape[d] for d in adv]
+        n_all = int(np.prod(sizes))
+        lin, ok = None, None
+        for i, n in zip(idx, sizes):
+            i = _broadcast_to(jnp.astype(jnp.where(i < 0, i + n, i), np.int32), bshape)
+            good = (i >= 0) & (i < n)
+            ok = good if ok is None else ok & good
+            lin = i if lin is None else lin * n + i
+        lin = jnp.where(ok, lin, n_all)  # out of range somewhere: dropped
+        perm = tuple(adv) + tuple(rest)
+        xm = x if perm == tuple(range(len(shape))) else _call_op("transpose", x, perm)
+        tshape = tuple(xm.shape)
+        xm = _call_op("reshape", xm, (n_all,) + tshape[len(adv):])
+        together = adv == list(range(adv[0], adv[0] + len(adv)))
+        at = adv[0] if together else 0
+        rshape = tuple(shape[d] for d in rest)
+        view = rshape[:at] + bshape + rshape[at:]  # x[key]'s shape, as numpy orders it
+        if isinstance(v, Tracer):
+            upd = v
+        elif np.ndim(v) == 0:
+            upd = _call_op("full", view, v, dtype=x.dtype)
+        else:
+            upd = _constant(np.asarray(v).astype(x.dtype))
+        if upd.dtype != x.dtype:
+            upd = upd.astype(x.dtype)
+        upd = _broadcast_to(upd, view)
+        nb = len(bshape)
+        if at:
+            upd = _call_op("transpose", upd, tuple(range(at, at + nb)) + tuple(range(at)) +
+                           tuple(range(at + nb, len(view))))
+        kw = {} if out_sharding is None else {"out_sharding": out_sharding}
+        out = _call_op(op, xm, lin, upd, **kw)
+        out = _call_op("reshape", out, tshape)
+        if perm != tuple(range(len(shape))):
+            out = _call_op("transpose", out, tuple(int(k) for k in np.argsort(perm)))
+        return out
+
+    def _scatter_one(self, op, v, out_sharding):
         """x.at[idx].op(v) with an index array: the scatter op of the op
         table over x's first dimension (negative indices from the end, out of
         range dropped, repeated ones applied in order). As JAX does, v is

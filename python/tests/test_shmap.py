@@ -1687,6 +1687,65 @@ def test_segment_sum_and_scatter_add(c):
         idx % 6, minlength=6)[:, None] * np.float32(1.5))
 
 
+def test_advanced_indexing_with_several_arrays(c):
+    """numpy's advanced indexing with several integer arrays (broadcast
+    together; integers beside them are indices too; their dimensions in
+    place when adjacent, first when apart), as x[key] (JAX clamps indices
+    out of range) and x.at[key].set/add/max (out of range dropped), against
+    numpy; the cross-entropy idiom logp[jnp.arange(B), labels] and its
+    gradient."""
+    mesh = c.make_mesh((4, 2), ("i", "j"))
+    X = np.arange(4 * 6 * 5, dtype=np.float32).reshape(4, 6, 5)
+    x = c.device_put(X, NamedSharding(mesh, P()))
+    lab = np.array([1, 5, 0, 2], np.int32)
+    a4 = np.arange(4)
+    keys = [(a4, lab), (a4, lab, 1), (a4, slice(None), lab % 5), (slice(None), lab, lab[::-1] % 5),
+            (a4[:, None], lab[None, :]), (2, slice(None), lab % 5), (None, a4, lab),
+            (Ellipsis, lab[:2], lab[:2] % 5), (a4, -1 - lab % 3)]
+    for k in keys:
+        want = X[k]
+        got = shmap.jit(lambda a: a[k])(x)
+        assert got.shape == want.shape and np.array_equal(np.asarray(got), want), k
+    got = shmap.jit(lambda a: a[np.array([0, -1]), np.array([[1], [7]])])(x)  # clamped
+    assert np.array_equal(np.asarray(got), X[np.array([0, -1]), np.array([[1], [5]])])
+    for k in keys[:6] + [(np.array([0, -1, 9]), np.array([1, 7, 2]))]:
+        ok = np.ones(np.broadcast_shapes(*[np.shape(e) for e in k
+                                           if not isinstance(e, slice)]), bool)
+        kk = tuple(np.asarray(e) if not isinstance(e, slice) else e for e in k)
+        if len(kk) == 2 and not isinstance(kk[1], slice) and np.ndim(kk[0]) == 1 and \
+                np.asarray(kk[0]).max() > 3:  # the one with indices out of range
+            ok = (kk[0] >= -4) & (kk[0] < 4) & (kk[1] >= -6) & (kk[1] < 6)
+            kk = (kk[0][ok], kk[1][ok])
+        for how, ref in (("set", None), ("add", np.add), ("max", np.maximum)):
+            want = X.copy()
+            if ref is None:
+                want[kk] = 7
+            else:
+                ref.at(want, kk, 7)
+            got = shmap.jit(lambda a: getattr(a.at[k], how)(7.0))(x)
+            assert np.array_equal(np.asarray(got), want), (k, how)
+    k = (a4, slice(None), lab % 5)
+    V = np.arange(24, dtype=np.float32).reshape(X[k].shape)
+    want = X.copy()
+    want[k] = V
+    assert np.array_equal(np.asarray(shmap.jit(lambda a: a.at[k].set(V))(x)), want)
+    # cross-entropy as JAX code often writes it, and its gradient
+    rng = np.random.default_rng(9)
+    logits = rng.standard_normal((8, 10)).astype(np.float32)
+    labels = rng.integers(0, 10, 8).astype(np.int32)
+    la = c.device_put(logits, NamedSharding(mesh, P()))
+
+    def nll(z):
+        return -shmap.nn.log_softmax(z)[jnp.arange(8), labels].mean()
+
+    g = shmap.jit(shmap.grad(nll))(la)
+    p = np.exp(logits - logits.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    want = p.copy()
+    want[np.arange(8), labels] -= 1
+    assert np.allclose(np.asarray(g), want / 8, atol=1e-6)
+
+
 def test_segment_max_min_prod(c):
     """jax.ops.segment_max / segment_min / segment_prod, as JAX's: scatters
     into the reduction's identity (empty segments keep it: -inf, the
