@@ -663,7 +663,7 @@ def _params_of(op):
 
 
 _PARAMS = {}
-_COLLECTIVES = ("psum", "pmean", "pvary", "all_gather", "psum_scatter", "ppermute",
+_COLLECTIVES = ("psum", "pmean", "pvary", "pcast", "all_gather", "psum_scatter", "ppermute",
                 "all_to_all")
 
 
@@ -686,6 +686,8 @@ def _collective(prim, g, out, args, kwargs):
     from . import lax
     from ._trace import _axes_size
     a = _bind(prim, args, kwargs)
+    if prim == "pcast" and a.get("to") in (None, "varying"):  # pcast(x, axes) is pvary
+        prim, a = "pvary", {k: v for k, v in a.items() if k != "to"}
     if a.get("axis_index_groups") is not None or a.get("to") is not None:
         raise InvalidArgument(f"grad: {prim} with axis_index_groups or to= is not supported")
     x, name = a["x"], a["axis_name"]
@@ -762,6 +764,16 @@ def _dynamic_slice_rule(g, out, a, n):
     return _cts(n, p0=jnp.dynamic_update_slice(z, g, a["start_indices"]))
 
 
+def _dynamic_slice_in_dim_rule(g, out, a, n):
+    """lax.dynamic_slice_in_dim: dynamic_slice's, the start on one axis."""
+    jnp = _jnp()
+    x = a["operand"]
+    starts = [0] * len(x.shape)
+    starts[a.get("axis", 0) % len(x.shape)] = a["start_index"]
+    z = _laid_like(jnp.zeros_like(x), x)
+    return _cts(n, p0=jnp.dynamic_update_slice(z, g, tuple(starts)))
+
+
 def _dynamic_update_slice_rule(g, out, a, n):
     from . import lax
     jnp = _jnp()
@@ -782,6 +794,7 @@ _SHIFTS = {  # the ops that move, cut or repeat blocks: (g, out, bound args, n a
     "roll": _roll_rule,
     "tile": _tile_rule,
     "dynamic_slice": _dynamic_slice_rule,
+    "dynamic_slice_in_dim": _dynamic_slice_in_dim_rule,
     "dynamic_update_slice": _dynamic_update_slice_rule,
     "rev": _rev_rule,
 }

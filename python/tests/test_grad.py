@@ -1117,3 +1117,30 @@ def test_grad_scatter_extremal(c, mesh, how):
     _, wdx, wdu = _np_extremal_vjp(how, xt, SC_IDX, ut, gt)
     assert np.allclose(np.asarray(dx), wdx, atol=1e-6)
     assert np.allclose(np.asarray(du), wdu, atol=1e-6)
+
+
+def test_grad_dynamic_slice_in_dim_and_pcast(c, mesh):
+    """lax.dynamic_slice_in_dim (dynamic_slice's rule, the start on one
+    axis, a traced start too) against central differences, and pcast(x,
+    axes) (pvary) in a shard_map body, whose transpose sums the cotangents
+    of the devices (JAX's)."""
+    rng = np.random.default_rng(31)
+    x = rng.standard_normal((8, 8)).astype(np.float32)
+
+    def f(xp, x):
+        if xp is np:
+            return _sm(np, x[:, 2:5] * x[:, 3:6])
+        s = jnp.argmax(jnp.asarray(np.eye(8, dtype=np.float32)[3]))  # 3, traced
+        return _sm(jnp, lax.dynamic_slice_in_dim(x, 2, 3, axis=1) *
+                   lax.dynamic_slice_in_dim(x, s, 3, axis=1))
+
+    _check(c, mesh, f, [x], [P("X", None)], rng)
+    w = c.device_put(np.float32(1.5) * np.ones((4,), np.float32), NamedSharding(mesh, P()))
+    xa = c.device_put(x[:, :4], NamedSharding(mesh, P("X")))
+
+    def loss(w, x):  # w invariant, made varying over X by pcast, then each device's loss
+        return lax.psum(jnp.sum(lax.pcast(w, "X", to="varying") * x), "X")
+
+    g = shmap.jit(shmap.shard_map(lambda w, x: shmap.grad(loss)(w, x), mesh=mesh,
+                                  in_specs=(P(), P("X")), out_specs=P()))(w, xa)
+    assert np.allclose(np.asarray(g), x[:, :4].sum(0), atol=1e-5)
