@@ -31,6 +31,9 @@ static const op_case ops[] = {
     {"multiply(x, 2.0)", "f32[2,16]{V:i}"},
     {"divide(k, 2)", "f32[2]{V:i}"},
     {"mod(k, 3)", "i32[2]{V:i}"},
+    /* an int literal beyond int32 is a weak int64: its bits survive */
+    {"astype(k, i64) & 4294967295", "i64[2]{V:i}"},
+    {"4294967296", "i64[]"},
     {"maximum(x, 0.0)", "f32[2,16]{V:i}"},
     {"minimum(k, 1)", "i32[2]{V:i}"},
     {"power(x, 2)", "f32[2,16]{V:i}"},

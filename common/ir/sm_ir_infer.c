@@ -192,8 +192,13 @@ sm_err sm_ir_infer_const(const sm_program *p, const sm_ir_op *op, const sm_ir_va
     sm_shape s = {0};
     if (op->attrs.has_dtype) {
         sm_ir_set(out, op->attrs.dtype, &s);
-    } else { /* a Python scalar: weakly typed */
-        sm_ir_set(out, op->attrs.value_is_float ? SM_F32 : SM_I32, &s);
+    } else { /* a Python scalar: weakly typed; an int beyond int32 is an int64 (with
+              * int32 it would wrap: x & 4294967295 on an i64 x must keep its bits) */
+        int64_t v = op->attrs.i;
+        sm_dtype t = op->attrs.value_is_float             ? SM_F32
+                     : (v >= INT32_MIN && v <= INT32_MAX) ? SM_I32
+                                                          : SM_I64;
+        sm_ir_set(out, t, &s);
         out->weak = 1;
     }
     return SM_OK;

@@ -1687,6 +1687,20 @@ def test_segment_sum_and_scatter_add(c):
         idx % 6, minlength=6)[:, None] * np.float32(1.5))
 
 
+def test_int_literals_beyond_int32(c):
+    """A Python int beyond int32 in a traced expression is a weak int64, so
+    masking and adding to int64 values keep every bit (it wrapped to int32
+    before: x & 4294967295 was x & -1)."""
+    mesh = c.make_mesh((8,), ("i",))
+    v = np.array([2 ** 33 + 5, 3, -7, 2 ** 40, 0, 1, 2 ** 31, 2 ** 32 - 1], np.int64)
+    x = c.device_put(v, NamedSharding(mesh, P("i")))
+    got = shmap.jit(lambda x: ((x + 4294967295) & 4294967295, x * 4294967296, x - 2 ** 35))(x)
+    assert [g.type for g in got] == ["i64[8@i]"] * 3
+    assert np.array_equal(np.asarray(got[0]), (v + 4294967295) & 4294967295)
+    assert np.array_equal(np.asarray(got[1]), v * 4294967296)
+    assert np.array_equal(np.asarray(got[2]), v - 2 ** 35)
+
+
 def test_advanced_indexing_with_several_arrays(c):
     """numpy's advanced indexing with several integer arrays (broadcast
     together; integers beside them are indices too; their dimensions in
