@@ -800,14 +800,19 @@ def _axes_size(axes):
 def _scalar_as_jax(a):
     """A jit argument as an array: Python's bool, int and float as JAX
     takes them without x64 (bool, int32, float32); numpy values keep their
-    dtype."""
+    dtype, but uint32 (raw PRNG keys) and KeyArrays, which become int64 key
+    data (shmap.random takes it traced)."""
     if isinstance(a, bool):
         return np.asarray(a)
     if isinstance(a, int):
         return np.asarray(a, np.int32)
     if isinstance(a, float):
         return np.asarray(a, np.float32)
-    return np.asarray(a)
+    from .random import KeyArray
+    if isinstance(a, KeyArray):  # a key's uint32 data, as int64 (the service has no uint32)
+        return a._data.astype(np.int64)
+    a = np.asarray(a)
+    return a.astype(np.int64) if a.dtype == np.uint32 else a
 
 
 def _flatten(v, who):
@@ -1127,6 +1132,8 @@ class _Traced:
         if mesh is None and (self.kind == "shard_map" or
                              not any(isinstance(a, Array) for a in args)):
             mesh = get_mesh()  # the mesh of set_mesh / use_mesh (jit: numpy arguments only)
+        if mesh is None:  # the Arrays' mesh, for numpy arguments before the first Array too
+            mesh = next((a.sharding.mesh for a in args if isinstance(a, Array)), None)
         if self.kind == "jit" and specs is not None:  # in_shardings
             specs = (specs,) * len(args) if isinstance(specs, (PartitionSpec, NamedSharding)) \
                 else tuple(specs)

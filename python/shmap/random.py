@@ -6,13 +6,15 @@ for bit, computed here with numpy's uint32 arithmetic.
     key, sub = shmap.random.split(key)
     w = shmap.random.normal(sub, (784, 512)) * 0.01   # the values JAX gives
 
-The op table has no uint32, so a key never enters a program: keys are
-numpy data here (key(seed) a KeyArray, PRNGKey(seed) JAX's raw uint32[2]),
-and the samplers return what shmap.numpy's creation functions return:
-numpy arrays outside a trace with no mesh set, replicated Arrays on the
-mesh of set_mesh / use_mesh, an Array of that sharding with out_sharding=,
-and inside a jit body a constant of the program (as a numpy constant is).
-A key that is a traced value is refused with InvalidArgument.
+Keys are numpy data here (key(seed) a KeyArray, PRNGKey(seed) JAX's raw
+uint32[2]), and the samplers return what shmap.numpy's creation functions
+return: numpy arrays outside a trace with no mesh set, replicated Arrays
+on the mesh of set_mesh / use_mesh, an Array of that sharding with
+out_sharding=, and inside a jit body a constant of the program (as a numpy
+constant is). The op table has no uint32, so a key passed to a jit enters
+it as int64 key data: split, fold_in, uniform, normal and bernoulli then
+run the same hash with int64 ops in the program (the _t_ functions);
+the other samplers refuse a traced key with InvalidArgument.
 
 Dtypes as JAX's defaults (jax_enable_x64 off): float32 and int32 unless
 dtype= says; an explicit float64 or int64 draws as JAX does with x64 on
@@ -265,10 +267,11 @@ class KeyArray:
 
 def _traced_refusal(name, what="key"):
     return InvalidArgument(
-        f"shmap.random.{name}: the {what} is a traced value, and keys cannot be traced here "
-        f"(shmap's programs have no uint32, so random bits are drawn on the host): draw the "
-        f"values outside the jit and pass them as arguments, or use a concrete key (a "
-        f"closed-over or static one), whose draws become constants of the program")
+        f"shmap.random.{name}: the {what} is a traced value, and {name} draws on the host: "
+        f"a key traced in a jit (an argument) is taken by split, fold_in, uniform, normal "
+        f"and bernoulli (float32); for {name}, draw the values outside the jit and pass them "
+        f"as arguments, or use a concrete key (a closed-over or static one), whose draws "
+        f"become constants of the program")
 
 
 def _key_data_of(name, key, allow_batched=False):
@@ -278,9 +281,14 @@ def _key_data_of(name, key, allow_batched=False):
         data, typed = key._data, True
     elif isinstance(key, _trace.Tracer):
         raise _traced_refusal(name)
-    elif isinstance(key, Array):
-        raise InvalidArgument(f"shmap.random.{name}: a key is host data (a KeyArray, or uint32 "
-                              f"numpy data), never a shmap Array")
+    elif isinstance(key, Array):  # key data a jit returned (int64, as jit arguments take it)
+        if key.dtype not in (np.int64, np.int32) or tuple(key.shape[-1:]) != (2,):
+            raise InvalidArgument(f"shmap.random.{name}: an Array as a key is key data a jit "
+                                  f"returned: int64 of shape (..., 2), got {key.type}")
+        data, typed = key.to_numpy().astype(np.int64), False
+        if ((data < 0) | (data > 0xFFFFFFFF)).any():
+            raise InvalidArgument(f"shmap.random.{name}: key data out of uint32's range")
+        data = data.astype(_U32)
     elif isinstance(key, (np.ndarray, np.generic)):
         data, typed = np.asarray(key), False
         if data.ndim < 1:
@@ -369,17 +377,24 @@ def clone(key):
 def split(key, num=2):
     """jax.random.split: num new keys (num an int or a shape); split(key, n)[i]
     is fold_in(key, i), as in JAX's partitionable mode."""
-    data, typed = _key_data_of("split", key)
     shape = tuple(int(n) for n in num) if isinstance(num, Sequence) else (int(num),)
+    if _is_traced(key):
+        return _t_split(_t_key("split", key), shape)
+    data, typed = _key_data_of("split", key)
     out = _split_data(data, shape)
     return KeyArray(out) if typed else out
 
 
 def fold_in(key, data):
     """jax.random.fold_in: a new key from key and a 32-bit integer."""
+    if _is_traced(key) or (isinstance(data, _trace.Tracer) and _in_trace() is not None):
+        if np.ndim(data) if not isinstance(data, _trace.Tracer) else data.shape:
+            raise TypeError(f"fold_in accepts a scalar, but was given an array of shape "
+                            f"{tuple(np.shape(data))} != (): fold in one integer at a time")
+        k = _t_key("fold_in", key) if _is_traced(key) else \
+            _jnp().asarray(_key_data_of("fold_in", key)[0].astype(np.int64))
+        return _t_fold_in(k, data)
     k, typed = _key_data_of("fold_in", key)
-    if isinstance(data, _trace.Tracer):
-        raise _traced_refusal("fold_in", "data folded in")
     if isinstance(data, Array):
         data = data.to_numpy()
     if np.ndim(data):
@@ -704,6 +719,129 @@ def _top_k_indices(g, k):
     return np.argsort(-g, axis=-1, kind="stable")[..., :k]
 
 
+# ---- keys traced in a jit: the hash in int64 ops ---------------------------------
+#
+# A key passed to a jit is uploaded as int64 data (..., 2) (the service has no
+# uint32); here threefry2x32 runs on it with the op table's int64 ops: a sum
+# modulo 2**32 is (a + b) & 0xFFFFFFFF, a rotation ((x * 2**r) & 0xFFFFFFFF)
+# | (x // 2**(32 - r)) (every value stays below 2**62). The bits are JAX's;
+# float32 uniforms come from their top 23 bits times 2**-23 (JAX's bitcast of
+# 1.m minus 1, exactly), then the same float32 arithmetic as on the host.
+
+_MASK = 0xFFFFFFFF
+
+
+def _is_traced(key):
+    return isinstance(key, _trace.Tracer)
+
+
+def _jnp():
+    from . import numpy as jnp
+    return jnp
+
+
+def _t_key(name, key, allow_batched=False):
+    """A traced key's data, with JAX's checks (int64 data here)."""
+    shape = tuple(key.shape)
+    if not shape or shape[-1] != 2:
+        raise TypeError(f"JAX encountered invalid PRNG key data: expected key_data.shape to "
+                        f"end with (2,); got shape={shape} for threefry2x32")
+    if np.dtype(key.dtype) not in (np.dtype(np.int64), np.dtype(np.int32)):
+        raise TypeError(f"shmap.random.{name}: traced key data must be int64 (as a jit takes "
+                        f"a key argument), got {key.type}")
+    if not allow_batched and len(shape) > 1:
+        raise ValueError(f"{name} accepts a single key, but was given a key array of shape "
+                         f"{shape[:-1]} != (): draw from each key in turn")
+    if not _partitionable():
+        raise InvalidArgument(f"shmap.random.{name}: keys traced in a jit draw JAX's "
+                              f"partitionable bits only (threefry_partitionable(True))")
+    return key if np.dtype(key.dtype) == np.dtype(np.int64) else _jnp().astype(key, np.int64)
+
+
+def _t_hash(k1, k2, x0, x1):
+    """_threefry2x32 on int64 values in [0, 2**32): traced, or Python ints."""
+    def add(a, b):
+        return (a + b) & _MASK
+
+    def rotl(x, r):
+        return ((x * (1 << r)) & _MASK) | (x // (1 << (32 - r)))
+    ks = (k1, k2, k1 ^ k2 ^ 0x1BD11BDA)
+    x0, x1 = add(x0, ks[0]), add(x1, ks[1])
+    for i in range(5):
+        for r in _ROTATIONS[i % 2]:
+            x0 = add(x0, x1)
+            x1 = rotl(x1, r) ^ x0
+        x0 = add(x0, ks[(i + 1) % 3])
+        x1 = add(x1, ks[(i + 2) % 3] + (i + 1))
+    return x0, x1
+
+
+def _t_bits(k, shape):
+    """JAX's partitionable threefry bits (the two hash words of each element's
+    row-major index), as two traced int64 arrays."""
+    jnp = _jnp()
+    n = math.prod(shape)
+    if n >= 2 ** 32:
+        raise InvalidArgument("shmap.random: more than 2**32 values from one traced key")
+    lo = jnp.reshape(jnp.arange(n, dtype=np.int64), shape) if shape else \
+        jnp.zeros((), dtype=np.int64)
+    return _t_hash(k[0], k[1], jnp.zeros(shape, dtype=np.int64), lo)
+
+
+def _t_split(k, shape):
+    b1, b2 = _t_bits(k, shape)
+    return _jnp().stack([b1, b2], axis=len(shape))
+
+
+def _t_fold_in(k, d):
+    jnp = _jnp()
+    if isinstance(d, _trace.Tracer):
+        if not np.issubdtype(np.dtype(d.dtype), np.integer):
+            raise TypeError(f"fold_in: the data folded in must be an integer, got {d.type}")
+        d = jnp.astype(d, np.int64) & _MASK
+    else:
+        d = int(d) & _MASK
+    y0, y1 = _t_hash(k[0], k[1], jnp.zeros((), dtype=np.int64), d)
+    return jnp.stack([y0, y1])
+
+
+def _t_uniform(name, k, shape, dt, minval, maxval):
+    """JAX's _uniform in float32 from traced bits."""
+    jnp = _jnp()
+    if dt != np.dtype(np.float32):
+        raise InvalidArgument(f"shmap.random.{name}: a key traced in a jit draws float32 "
+                              f"(got {dt}): draw {dt} outside the jit")
+    b1, b2 = _t_bits(k, shape)
+    m = (b1 ^ b2) // (1 << 9)  # the top 23 bits
+    floats = jnp.astype(m, np.float32) * np.float32(2.0 ** -23)
+    lo = minval if isinstance(minval, _trace.Tracer) else np.float32(minval)
+    hi = maxval if isinstance(maxval, _trace.Tracer) else np.float32(maxval)
+    span = hi - lo
+    out = jnp.maximum(lo, floats * span + lo)
+    if tuple(out.shape) != tuple(shape):
+        raise ValueError(f"uniform: minval and maxval of shapes {np.shape(minval)} and "
+                         f"{np.shape(maxval)} do not broadcast to shape {tuple(shape)}")
+    return out
+
+
+def _t_erf_inv32(x):
+    """_erf_inv32 in traced float32 ops, in the same order."""
+    jnp = _jnp()
+    w = -jnp.log1p(x * -x)
+    lt = w < np.float32(5)
+    w = jnp.where(lt, w - np.float32(2.5), jnp.sqrt(jnp.abs(w)) - np.float32(3))
+    p = jnp.where(lt, _ERFINV32_LT5[0], _ERFINV32_GE5[0])
+    for i in range(1, 9):
+        p = jnp.where(lt, _ERFINV32_LT5[i], _ERFINV32_GE5[i]) + p * w
+    return jnp.where(jnp.abs(x) == np.float32(1), x / np.float32(0), p * x)
+
+
+def _t_normal(k, shape, dt):
+    u = _t_uniform("normal", k, shape, dt, np.nextafter(np.float32(-1), np.float32(0)),
+                   np.float32(1))
+    return np.float32(np.sqrt(2)) * _t_erf_inv32(u)
+
+
 # ---- the public samplers ---------------------------------------------------------
 
 
@@ -721,8 +859,11 @@ def bits(key, shape=(), dtype=None, *, out_sharding=None):
 def uniform(key, shape=(), dtype=None, minval=0., maxval=1., *, out_sharding=None):
     """jax.random.uniform: floats in [minval, maxval) (float32 by default;
     float16, float64), from the mantissa bits as JAX makes them."""
-    k, _ = _key_data_of("uniform", key)
     dt = _float_dtype("uniform", dtype)
+    if _is_traced(key):
+        return _placed("uniform", _t_uniform("uniform", _t_key("uniform", key), _shape(shape),
+                                              dt, minval, maxval), out_sharding)
+    k, _ = _key_data_of("uniform", key)
     lo = _concrete("uniform", minval, "minval")
     hi = _concrete("uniform", maxval, "maxval")
     return _place("uniform", _uniform(k, _shape(shape), dt, lo, hi), out_sharding)
@@ -731,8 +872,11 @@ def uniform(key, shape=(), dtype=None, minval=0., maxval=1., *, out_sharding=Non
 def normal(key, shape=(), dtype=None, *, out_sharding=None):
     """jax.random.normal: sqrt(2) * erf_inv(u), u uniform in (-1, 1) (JAX's
     construction, with XLA's erf_inv polynomial)."""
-    k, _ = _key_data_of("normal", key)
     dt = _float_dtype("normal", dtype)
+    if _is_traced(key):
+        return _placed("normal", _t_normal(_t_key("normal", key), _shape(shape), dt),
+                       out_sharding)
+    k, _ = _key_data_of("normal", key)
     return _place("normal", _normal(k, _shape(shape), dt), out_sharding)
 
 
@@ -787,8 +931,19 @@ def bernoulli(key, p=0.5, shape=None, mode="low", *, out_sharding=None):
     x.shape))."""
     if mode not in ("high", "low"):
         raise ValueError(f"got mode={mode!r}, expected 'high' or 'low'")
-    k, _ = _key_data_of("bernoulli", key)
     traced = isinstance(p, _trace.Tracer)
+    if _is_traced(key):
+        dt = np.dtype(p.dtype) if traced else np.dtype(np.float32)
+        if not np.issubdtype(dt, np.floating):
+            raise TypeError(f"bernoulli probability `p` must have a floating dtype, got {dt}.")
+        shape = tuple(np.shape(p)) if shape is None else _shape(shape)
+        if mode == "high":
+            raise InvalidArgument("shmap.random.bernoulli: mode='high' with a key traced in a "
+                                  "jit is not supported")
+        k = _t_key("bernoulli", key)
+        return _placed("bernoulli", _t_uniform("bernoulli", k, shape, dt, 0.0, 1.0) < p,
+                       out_sharding)
+    k, _ = _key_data_of("bernoulli", key)
     pa = p if traced else _concrete("bernoulli", p, "p", canon=True)
     dt = np.dtype(pa.dtype)
     if not np.issubdtype(dt, np.floating):

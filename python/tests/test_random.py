@@ -7,7 +7,8 @@ became its default (jax/random.py, JEP 9263, the jnp.trunc/floor/ceil,
 cov/corrcoef, einsum_path and scipy.fft.dct docstrings). Then statistics,
 shapes and dtypes, the structure of permutation/choice/categorical, and on
 the cluster of conftest's c: out_sharding, the context mesh, a concrete key
-inside a jit body and the refusal of a traced key.
+inside a jit body, and keys traced in a jit (drawn by the program's int64
+ops, equal to the host's draws bit for bit).
 
 Each expected value below says where in JAX's repository it comes from."""
 import math
@@ -599,24 +600,66 @@ def test_concrete_key_in_jit(c, mesh):
                                rtol=1e-6)
 
 
-def test_traced_key_refused(c, mesh):
-    key = jr.key(0)
+def test_traced_keys(c, mesh):
+    """A key passed to a jit (uploaded as int64 key data) is traced: split,
+    fold_in (with a traced integer too), uniform, normal and bernoulli run as
+    ops of the program and give the host's values bit for bit (the host's
+    are JAX's, above); the keys a jit returns (int64 Arrays) key the next
+    call and host draws; the other samplers refuse a traced key with a
+    sentence, and so do key data of another shape or dtype."""
     x = c.device_put(np.ones((8, 4), np.float32), NamedSharding(mesh, P("X", None)))
+    for key in (jr.key(42), jr.PRNGKey(7)):
+        @shmap.jit
+        def draws(k, n):
+            return (jr.split(k), jr.split(k, (2, 3)), jr.fold_in(k, 5), jr.fold_in(k, n),
+                    jr.uniform(k, (3, 4)), jr.uniform(k, (5,), minval=-2.0, maxval=3.0),
+                    jr.normal(k, (16,)), jr.bernoulli(k, 0.3, (6,)),
+                    jr.normal(jr.fold_in(jr.split(k)[1], 3), (2, 2)))
+        with shmap.use_mesh(mesh):  # no Array among the arguments
+            got = draws(key, np.int32(-9))
+        want = (_data(jr.split(key)), _data(jr.split(key, (2, 3))), _data(jr.fold_in(key, 5)),
+                _data(jr.fold_in(key, -9)), jr.uniform(key, (3, 4)),
+                jr.uniform(key, (5,), minval=-2.0, maxval=3.0), jr.normal(key, (16,)),
+                jr.bernoulli(key, 0.3, (6,)), jr.normal(jr.fold_in(jr.split(key)[1], 3), (2, 2)))
+        for g, w in zip(got, want):
+            g = np.asarray(g)
+            assert g.shape == w.shape
+            np.testing.assert_array_equal(g.astype(w.dtype) if w.dtype == np.uint32 else g, w)
 
-    def run(body):
-        with pytest.raises(shmap.InvalidArgument) as e:
-            shmap.jit(body)(x)
+    # a training step: the key threaded through jit calls, dropout inside
+    @shmap.jit
+    def step(k, x):
+        k, sub = jr.split(k)
+        keep = jr.bernoulli(sub, 0.75, x.shape)
+        return k, jnp.where(keep, x / 0.75, 0)
+
+    k = jr.key(3)
+    k1, y1 = step(k, x)
+    assert shmap.typeof(k1) == "i64[2]" and shmap.typeof(y1) == "f32[8@X,4]"
+    k_host, sub = jr.split(k)
+    np.testing.assert_array_equal(np.asarray(k1).astype(np.uint32), _data(k_host))
+    np.testing.assert_array_equal(
+        np.asarray(y1), np.where(jr.bernoulli(sub, 0.75, (8, 4)), np.float32(1 / 0.75), 0))
+    k2, _ = step(k1, x)  # the returned key keys the next call, and host draws
+    np.testing.assert_array_equal(np.asarray(k2).astype(np.uint32), _data(jr.split(k_host)[0]))
+    np.testing.assert_array_equal(jr.uniform(k1, (3,)), jr.uniform(k_host, (3,)))
+
+    def run(body, err=shmap.InvalidArgument):
+        with pytest.raises(err) as e:
+            shmap.jit(body)(x, jr.key(0))
         return str(e.value)
 
-    msg = run(lambda v: jr.normal(v, (2,)))
-    assert "the key is a traced value" in msg and "keys cannot be traced" in msg
-    assert "outside the jit" in msg and "pass them as arguments" in msg
-    assert "traced value" in run(lambda v: jr.uniform(jr.fold_in(key, v.sum()), (2,)))
-    assert "traced value" in run(lambda v: jr.split(v))
-    assert "minval is a traced value" in run(lambda v: jr.uniform(key, (8, 4), minval=v))
-    # a key as an ordinary argument cannot be uploaded (no uint32 arrays): static, or closed over
-    with pytest.raises(TypeError, match="argument of a traced function"):
-        shmap.jit(lambda v, k: v + jr.uniform(k, v.shape))(x, key)
+    msg = run(lambda v, k: jr.randint(k, (2,), 0, 5))
+    assert "the key is a traced value, and randint draws on the host" in msg
+    assert "split, fold_in, uniform, normal and bernoulli" in msg
+    assert "outside the jit" in msg
+    assert "float32" in run(lambda v, k: jr.uniform(k, (2,), dtype=np.float64))
+    assert "expected key_data.shape to end with (2,)" in run(lambda v, k: jr.normal(v, (2,)),
+                                                            TypeError)
+    assert "must be an integer" in run(lambda v, k: jr.fold_in(k, v.sum()), TypeError)
+    assert "minval is a traced value" in run(
+        lambda v, k: jr.uniform(jr.key(1), (8, 4), minval=v))
+    key = jr.key(0)
 
     @shmap.shard_map(mesh=mesh, in_specs=(P("X", None),), out_specs=P("X", None))
     def block(v):

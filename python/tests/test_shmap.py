@@ -1687,6 +1687,15 @@ def test_segment_sum_and_scatter_add(c):
         idx % 6, minlength=6)[:, None] * np.float32(1.5))
 
 
+def test_jit_numpy_argument_before_an_array(c):
+    """A jit given a numpy argument before its first Array takes the Array's
+    mesh for it (it asked for a mesh before: set_mesh or jit(mesh=))."""
+    mesh = c.make_mesh((4, 2), ("i", "j"))
+    x = c.device_put(np.ones((8, 4), np.float32), NamedSharding(mesh, P("i")))
+    got = shmap.jit(lambda s, x: x * s)(np.float32(3), x)
+    assert got.type == "f32[8@i,4]" and np.array_equal(np.asarray(got), np.full((8, 4), 3))
+
+
 def test_int_literals_beyond_int32(c):
     """A Python int beyond int32 in a traced expression is a weak int64, so
     masking and adding to int64 values keep every bit (it wrapped to int32
