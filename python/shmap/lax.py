@@ -185,3 +185,303 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
 
 
 __all__.append("dot_general")
+
+
+# ---- lax's names for the arithmetic, reductions, shapes and loops -----------
+
+
+import builtins  # noqa: E402 (slice, abs: the op table's names here)
+
+
+def _jnp():
+    from . import numpy as jnp
+    return jnp
+
+
+def sub(x, y):
+    """lax.sub: x - y."""
+    return _jnp().subtract(x, y)
+
+
+def mul(x, y):
+    """lax.mul: x * y."""
+    return _jnp().multiply(x, y)
+
+
+def div(x, y):
+    """lax.div: x / y; integers round toward zero (C's), not down."""
+    jnp = _jnp()
+    dt = x.dtype if hasattr(x, "dtype") else _np.asarray(y).dtype
+    if not _np.issubdtype(dt, _np.integer):
+        return jnp.divide(x, y)
+    q = jnp.floor_divide(x, y)
+    inexact = jnp.logical_and(jnp.mod(x, y) != 0, jnp.not_equal(x < 0, y < 0))
+    return jnp.where(inexact, q + 1, q)
+
+
+def neg(x):
+    """lax.neg: -x."""
+    return _jnp().negative(x)
+
+
+def pow(x, y):
+    """lax.pow: x ** y."""
+    return _jnp().power(x, y)
+
+
+def integer_pow(x, y):
+    """lax.integer_pow: x ** y for a static int y, by the repeated squaring
+    XLA's lowering does (1 / x**-y for y < 0)."""
+    import numbers
+    if not isinstance(y, numbers.Integral):
+        raise TypeError(f"integer_pow: y must be a static int, got {y!r}")
+    jnp = _jnp()
+    if y == 0:
+        return jnp.ones_like(x)
+    n, acc, base = builtins.abs(int(y)), None, x
+    while True:
+        if n & 1:
+            acc = base if acc is None else acc * base
+        n >>= 1
+        if not n:
+            break
+        base = base * base
+    return 1 / acc if y < 0 else acc
+
+
+def square(x):
+    """lax.square: x * x."""
+    return x * x
+
+
+def _reducer(name):
+    def op(operand, axes):
+        return getattr(_jnp(), name)(operand, axis=tuple(int(a) for a in axes))
+    op.__name__ = "reduce_" + name
+    op.__doc__ = f"lax.reduce_{name}(operand, axes): jnp.{name} over axes."
+    return op
+
+
+reduce_sum, reduce_max = _reducer("sum"), _reducer("max")
+reduce_min, reduce_prod = _reducer("min"), _reducer("prod")
+
+
+def reduce_and(operand, axes):
+    """lax.reduce_and: all over axes."""
+    return _jnp().all(operand, axis=tuple(axes))
+
+
+def reduce_or(operand, axes):
+    """lax.reduce_or: any over axes."""
+    return _jnp().any(operand, axis=tuple(axes))
+
+
+def convert_element_type(operand, new_dtype):
+    """lax.convert_element_type: astype (a Python scalar: a rank-0 array)."""
+    jnp = _jnp()
+    if not hasattr(operand, "dtype") or isinstance(operand, (_np.ndarray, _np.generic)):
+        return jnp.full((), _np.asarray(operand).astype(new_dtype).item(), dtype=new_dtype)
+    return jnp.astype(operand, new_dtype)
+
+
+def broadcast(operand, sizes):
+    """lax.broadcast: operand with new leading dimensions sizes."""
+    sizes = tuple(int(s) for s in sizes)
+    return _jnp().broadcast_to(operand, sizes + tuple(operand.shape))
+
+
+def broadcast_in_dim(operand, shape, broadcast_dimensions, out_sharding=None):
+    """lax.broadcast_in_dim: operand's dimension i becomes shape's
+    broadcast_dimensions[i] (of its size or 1), the others broadcast."""
+    jnp = _jnp()
+    shape = tuple(int(s) for s in shape)
+    dims = tuple(int(d) for d in broadcast_dimensions)
+    if len(dims) != len(operand.shape) or list(dims) != sorted(dims):
+        raise TypeError(f"broadcast_in_dim broadcast_dimensions must be strictly increasing and "
+                        f"one per operand dimension; got {dims} for shape {operand.shape}")
+    mid = [1] * len(shape)
+    for d, n in zip(dims, operand.shape):
+        if n not in (1, shape[d]):
+            raise TypeError(f"broadcast_in_dim operand dimension sizes must either be 1, or be "
+                            f"equal to their corresponding dimensions in the target broadcast "
+                            f"shape; got operand of shape {tuple(operand.shape)}, target "
+                            f"broadcast shape {shape}, broadcast_dimensions {dims} ")
+        mid[d] = n
+    r = jnp.reshape(operand, tuple(mid)) if tuple(mid) != tuple(operand.shape) else operand
+    r = jnp.broadcast_to(r, shape) if tuple(r.shape) != shape else r
+    return r if out_sharding is None else jnp.reshard(r, out_sharding)
+
+
+def clamp(min, x, max):
+    """lax.clamp(min, x, max): x limited to [min, max]."""
+    jnp = _jnp()
+    return jnp.minimum(jnp.maximum(x, min), max)
+
+
+def iota(dtype, size, dimension=0, sharding=None):
+    """lax.iota(dtype, size): 0, 1, ..., size - 1 as dtype."""
+    kw = {} if sharding is None else {"out_sharding": getattr(sharding, "spec", sharding)}
+    return _jnp().arange(int(size), dtype=dtype, **kw)
+
+
+def full_like(x, fill_value, dtype=None, shape=None, sharding=None):
+    """lax.full_like: fill_value in x's dtype (or dtype), of x's shape (or
+    shape); x's sharding when the shape is x's, as JAX's."""
+    jnp = _jnp()
+    if shape is None or tuple(shape) == tuple(x.shape):
+        return jnp.full_like(x, fill_value, dtype=dtype or x.dtype)
+    return jnp.full(tuple(shape), fill_value, dtype=dtype or x.dtype)
+
+
+def map(f, xs, *, batch_size=None):
+    """lax.map: f applied to each row of xs (every leaf indexed along its
+    leading axis), the results stacked, as a scan. batch_size is taken; it
+    changes how JAX runs f (vmap over batches), not the values."""
+    if batch_size is not None and int(batch_size) < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
+    _, ys = scan(lambda c, x: (c, f(x)), None, xs)
+    return ys
+
+
+def _interleave(a, b, axis):
+    """JAX's _interleave: a's and b's entries alternating along axis (a
+    first; a one longer, or as long)."""
+    jnp = _jnp()
+    na, nb = a.shape[axis], b.shape[axis]
+    if na == nb + 1:
+        padw = [(0, 0)] * len(b.shape)
+        padw[axis] = (0, 1)
+        b = jnp.pad(b, tuple(padw))
+    s = list(a.shape)
+    r = jnp.stack([a, b], axis=axis + 1)
+    s[axis] = 2 * a.shape[axis]
+    r = jnp.reshape(r, tuple(s))
+    if na == nb + 1:
+        r = r[(builtins.slice(None),) * axis + (builtins.slice(0, na + nb),)]
+    return r
+
+
+def associative_scan(fn, elems, reverse=False, axis=0):
+    """lax.associative_scan by JAX's algorithm (the same combinations in the
+    same order, so the same values, rounding included): fn combines
+    adjacent pairs, the odd positions are a scan of those (recursively),
+    the even ones fn(previous odd result, element); elems a pytree of
+    arrays of equal length along axis."""
+    jnp = _jnp()
+    leaves, build = _leaves(elems)
+    if not leaves:
+        raise ValueError("associative_scan needs at least one array")
+    axis = axis % len(leaves[0].shape)
+    n = leaves[0].shape[axis]
+    if builtins.any(e.shape[axis] != n for e in leaves[1:]):
+        raise ValueError("Array inputs to associative_scan must have the same first dimension. "
+                         f"(saw: {[tuple(e.shape) for e in leaves]})")
+    leaves = [jnp._unshard(e, axis) for e in leaves]  # strided slices along axis
+    if reverse:
+        leaves = [jnp.flip(e, axis) for e in leaves]
+
+    def sl(e, start, stop, step=1):
+        return e[(builtins.slice(None),) * axis + (builtins.slice(start, stop, step),)]
+
+    def combine(a, b):
+        return _leaves(fn(build(a), build(b)))[0]
+
+    def scan_(es):
+        m = es[0].shape[axis]
+        if m < 2:
+            return es
+        reduced = combine([sl(e, 0, m - 1, 2) for e in es], [sl(e, 1, None, 2) for e in es])
+        odd = scan_(reduced)
+        if m % 2 == 0:
+            even = combine([sl(e, 0, e.shape[axis] - 1) for e in odd],
+                           [sl(e, 2, None, 2) for e in es])
+        else:
+            even = combine(odd, [sl(e, 2, None, 2) for e in es])
+        even = [jnp.concatenate((sl(e, 0, 1), r), axis=axis) for e, r in zip(es, even)]
+        return [_interleave(e, o, axis) for e, o in zip(even, odd)]
+
+    out = scan_(leaves)
+    if reverse:
+        out = [jnp.flip(e, axis) for e in out]
+    return build(out)
+
+
+def erf_inv(x):
+    """lax.erf_inv as XLA computes it (chlo.erf_inv): float32 (and float16,
+    in float32) Giles' single-precision polynomials in w = -log1p(-x*x),
+    float64 the three double-precision ones; the coefficients and the
+    order of operations of shmap.random's host versions, so the values
+    match them and JAX's."""
+    from . import random as _random
+    jnp = _jnp()
+    dt = x.dtype
+    if dt == _np.float64:
+        return _erf_inv64_traced(jnp, x, _random)
+    x32 = x if dt == _np.float32 else jnp.astype(x, _np.float32)
+    w = -jnp.log1p(x32 * -x32)
+    lt = w < 5.0
+    w = jnp.where(lt, w - 2.5, jnp.sqrt(w) - 3.0)
+    lo, hi = _random._ERFINV32_LT5, _random._ERFINV32_GE5
+    p = jnp.where(lt, float(lo[0]), float(hi[0]))
+    for i in range(1, 9):
+        p = jnp.where(lt, float(lo[i]), float(hi[i])) + p * w
+    r = jnp.where(jnp.abs(x32) == 1.0, x32 * _np.inf, p * x32)
+    return r if dt == _np.float32 else jnp.astype(r, dt)
+
+
+def _erf_inv64_traced(jnp, x, _random):
+    w = -jnp.log1p(x * -x)
+    lt625, lt16 = w < 6.25, w < 16.0
+    a, b, c = _random._ERFINV64_LT625, _random._ERFINV64_LT16, _random._ERFINV64_GE16
+
+    def f64(v):  # a float64 constant (a bare Python float in where would be float32)
+        return jnp.full(tuple(x.shape), v, dtype=_np.float64)
+
+    def coef(i):
+        v = f64(a[i])
+        if i < 19:
+            v = jnp.where(lt625, v, f64(b[i]))
+        if i < 17:
+            v = jnp.where(lt16, v, f64(c[i]))
+        return v
+    w = jnp.where(lt625, w - 3.125, jnp.sqrt(w) - jnp.where(lt16, f64(3.25), f64(5.0)))
+    p = coef(0)
+    for i in range(1, 17):
+        p = coef(i) + p * w
+    for i in range(17, 19):
+        p = jnp.where(lt16, coef(i) + p * w, p)
+    for i in range(19, 23):
+        p = jnp.where(lt625, coef(i) + p * w, p)
+    return jnp.where(jnp.abs(x) == 1.0, x * _np.inf, p * x)
+
+
+def while_loop(cond_fun, body_fun, init_val):
+    """lax.while_loop when the predicate is concrete (a Python or numpy
+    value, or an Array outside a trace): unrolled, body_fun applied while
+    cond_fun holds. A traced predicate (one that depends on the data)
+    cannot be unrolled: InvalidArgument."""
+    from ._core import Array, InvalidArgument
+    from ._trace import Tracer
+    val = init_val
+    while True:
+        p = cond_fun(val)
+        if isinstance(p, Tracer):
+            raise InvalidArgument(
+                "lax.while_loop: the predicate is a traced value: a data-dependent "
+                "while_loop cannot be traced here, as programs unroll their loops; use "
+                "lax.fori_loop or lax.scan with a static trip count (or a predicate on "
+                "Python values)")
+        if isinstance(p, Array):
+            p = p.to_numpy()
+        if _np.shape(p) != ():
+            raise TypeError(f"cond_fun must return a boolean scalar, but got output type(s) "
+                            f"{_np.shape(p)}.")
+        if not bool(p):
+            return val
+        val = body_fun(val)
+
+
+__all__ += ["sub", "mul", "div", "neg", "pow", "integer_pow", "square", "reduce_sum",
+            "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or",
+            "convert_element_type", "broadcast", "broadcast_in_dim", "clamp", "iota",
+            "full_like", "map", "associative_scan", "erf_inv", "while_loop"]

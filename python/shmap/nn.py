@@ -198,3 +198,190 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
 __all__ += ["relu6", "leaky_relu", "elu", "celu", "selu", "log_sigmoid", "soft_sign",
             "hard_tanh", "hard_sigmoid", "hard_silu", "hard_swish", "mish", "glu",
             "standardize", "dot_product_attention"]
+
+
+@_at_once
+def tanh(x):
+    """jax.nn.tanh (jnp.tanh)."""
+    return jnp.tanh(x)
+
+
+def normalize(x, axis=-1, mean=None, variance=None, epsilon=1e-5):
+    """jax.nn.normalize, JAX's deprecated alias of standardize."""
+    import warnings
+    warnings.warn("jax.nn.normalize will be deprecated. Use jax.nn.standardize instead.",
+                  DeprecationWarning, stacklevel=2)
+    return standardize(x, axis, mean, variance, epsilon)
+
+
+@_at_once
+def sparse_plus(x):
+    """0 for x <= -1, x for x >= 1, (x + 1)**2 / 4 between (JAX's)."""
+    return jnp.where(x <= -1.0, 0.0, jnp.where(x >= 1.0, x, (x + 1.0) ** 2 / 4))
+
+
+@_at_once
+def squareplus(x, b=4):
+    """(x + sqrt(x**2 + b)) / 2 (JAX's)."""
+    return (x + jnp.sqrt(jnp.square(x) + b)) / 2
+
+
+__all__ += ["tanh", "normalize", "sparse_plus", "squareplus", "initializers"]
+
+
+# ---- jax.nn.initializers: host draws of shmap.random, JAX's algorithms ---------
+
+
+def _make_initializers():
+    """The jax.nn.initializers namespace (a module: shmap.nn.initializers).
+    Each init(key, shape, dtype=float32) draws on the host with
+    shmap.random's samplers by the algorithm of JAX's initializer, so a key
+    gives JAX's values; the result is placed as shmap.random's are (numpy
+    with no mesh set, a replicated Array on the context mesh, a constant
+    inside a jit; out_sharding= lays it out)."""
+    import sys
+    import types
+
+    from . import random as _r
+
+    mod = types.ModuleType(__name__ + ".initializers", _make_initializers.__doc__)
+
+    def dt_of(name, dtype):
+        return _r._float_dtype(name, dtype)
+
+    def scaled(name, key, draw, shape, dtype, factor, out_sharding):
+        k, _ = _r._key_data_of(name, key)
+        dt = dt_of(name, dtype)
+        shape = _r._shape(shape)
+        return _r._place(name, (draw(k, shape, dt) * factor(dt)).astype(dt), out_sharding)
+
+    def trunc(k, shape, dt, lower, upper):  # shmap.random.truncated_normal's host draw
+        lower, upper = _np.asarray(lower, dt), _np.asarray(upper, dt)
+        sqrt2 = _np.array(_np.sqrt(2), dt)
+        a, b = _r._erf(lower / sqrt2), _r._erf(upper / sqrt2)
+        out = sqrt2 * _r._erf_inv(_r._uniform(k, shape, dt, a, b))
+        return _np.minimum(_np.maximum(out, _np.nextafter(lower, _np.array(_np.inf, dt))),
+                           _np.nextafter(upper, _np.array(-_np.inf, dt))).astype(dt)
+
+    def zeros(key, shape, dtype=None, out_sharding=None):
+        """An array of zeros (the key is ignored)."""
+        return _r._place("zeros", _np.zeros(_r._shape(shape), dt_of("zeros", dtype)),
+                         out_sharding)
+
+    def ones(key, shape, dtype=None, out_sharding=None):
+        """An array of ones (the key is ignored)."""
+        return _r._place("ones", _np.ones(_r._shape(shape), dt_of("ones", dtype)),
+                         out_sharding)
+
+    def constant(value, dtype=None):
+        """An initializer of arrays full of value."""
+        def init(key, shape, dtype=dtype, out_sharding=None):
+            return _r._place("constant", _np.full(_r._shape(shape), value,
+                                                  dt_of("constant", dtype)), out_sharding)
+        return init
+
+    def uniform(scale=1e-2, dtype=None):
+        """Uniform in [0, scale): random.uniform(key, shape) * scale."""
+        def init(key, shape, dtype=dtype, out_sharding=None):
+            return scaled("uniform", key, lambda k, s, dt: _r._uniform(k, s, dt, 0., 1.),
+                          shape, dtype, lambda dt: _np.array(scale, dt), out_sharding)
+        return init
+
+    def normal(stddev=1e-2, dtype=None):
+        """random.normal(key, shape) * stddev."""
+        def init(key, shape, dtype=dtype, out_sharding=None):
+            return scaled("normal", key, _r._normal, shape, dtype,
+                          lambda dt: _np.array(stddev, dt), out_sharding)
+        return init
+
+    def truncated_normal(stddev=1e-2, dtype=None, lower=-2.0, upper=2.0):
+        """random.truncated_normal(key, lower, upper, shape) * stddev."""
+        def init(key, shape, dtype=dtype, out_sharding=None):
+            return scaled("truncated_normal", key,
+                          lambda k, s, dt: trunc(k, s, dt, lower, upper), shape, dtype,
+                          lambda dt: _np.array(stddev, dt), out_sharding)
+        return init
+
+    def _compute_fans(shape, in_axis=-2, out_axis=-1, batch_axis=()):
+        if isinstance(in_axis, int) and in_axis == -2 and len(shape) <= 1:
+            raise ValueError(f"Can't compute input and output sizes of a {len(shape)}-"
+                             f"dimensional weights tensor with default in_axis. Must be at "
+                             f"least 2D or specify in_axis explicitly.")
+        size = (lambda ax: shape[ax] if isinstance(ax, int) else
+                math.prod([shape[i] for i in ax]))
+        in_size, out_size, batch_size = size(in_axis), size(out_axis), size(batch_axis)
+        receptive = math.prod(shape) / in_size / out_size / batch_size
+        return in_size * receptive, out_size * receptive
+
+    def variance_scaling(scale, mode, distribution, in_axis=-2, out_axis=-1, batch_axis=(),
+                         dtype=None):
+        """JAX's variance_scaling: variance scale / n (n by mode: fan_in,
+        fan_out, fan_avg, fan_geo_avg); truncated_normal: truncated_normal(
+        -2, 2) * sqrt(variance) / .87962566103423978; normal: normal *
+        sqrt(variance); uniform: uniform(-1, 1) * sqrt(3 variance)."""
+        def init(key, shape, dtype=dtype, out_sharding=None):
+            shape = _r._shape(shape)
+            fan_in, fan_out = _compute_fans(shape, in_axis, out_axis, batch_axis)
+            if mode == "fan_in":
+                den = fan_in
+            elif mode == "fan_out":
+                den = fan_out
+            elif mode == "fan_avg":
+                den = (fan_in + fan_out) / 2
+            elif mode == "fan_geo_avg":
+                den = (fan_in * fan_out) ** 0.5
+            else:
+                raise ValueError(f"invalid mode for variance scaling initializer: {mode}")
+
+            def var(dt):
+                return _np.array(scale / den, dt)
+            if distribution == "truncated_normal":
+                return scaled("variance_scaling", key, lambda k, s, dt: trunc(k, s, dt, -2, 2),
+                              shape, dtype, lambda dt: (_np.sqrt(var(dt)) /
+                                                        _np.array(.87962566103423978, dt)),
+                              out_sharding)
+            if distribution == "normal":
+                return scaled("variance_scaling", key, _r._normal, shape, dtype,
+                              lambda dt: _np.sqrt(var(dt)), out_sharding)
+            if distribution == "uniform":
+                return scaled("variance_scaling", key,
+                              lambda k, s, dt: _r._uniform(k, s, dt, -1, 1.), shape, dtype,
+                              lambda dt: _np.sqrt(3 * var(dt)), out_sharding)
+            raise ValueError(f"invalid distribution for variance scaling initializer: "
+                             f"{distribution}")
+        return init
+
+    def _special(scale, mode, distribution, doc):
+        def builder(in_axis=-2, out_axis=-1, batch_axis=(), dtype=None):
+            return variance_scaling(scale, mode, distribution, in_axis=in_axis,
+                                    out_axis=out_axis, batch_axis=batch_axis, dtype=dtype)
+        builder.__doc__ = doc
+        return builder
+
+    glorot_uniform = _special(1.0, "fan_avg", "uniform", "variance_scaling(1, fan_avg, uniform)")
+    glorot_normal = _special(1.0, "fan_avg", "truncated_normal",
+                             "variance_scaling(1, fan_avg, truncated_normal)")
+    lecun_uniform = _special(1.0, "fan_in", "uniform", "variance_scaling(1, fan_in, uniform)")
+    lecun_normal = _special(1.0, "fan_in", "truncated_normal",
+                            "variance_scaling(1, fan_in, truncated_normal)")
+    he_uniform = _special(2.0, "fan_in", "uniform", "variance_scaling(2, fan_in, uniform)")
+    he_normal = _special(2.0, "fan_in", "truncated_normal",
+                         "variance_scaling(2, fan_in, truncated_normal)")
+    names = dict(zeros=zeros, ones=ones, constant=constant, uniform=uniform, normal=normal,
+                 truncated_normal=truncated_normal, variance_scaling=variance_scaling,
+                 glorot_uniform=glorot_uniform, glorot_normal=glorot_normal,
+                 xavier_uniform=glorot_uniform, xavier_normal=glorot_normal,
+                 lecun_uniform=lecun_uniform, lecun_normal=lecun_normal,
+                 he_uniform=he_uniform, he_normal=he_normal, kaiming_uniform=he_uniform,
+                 kaiming_normal=he_normal)
+    for k, v in names.items():
+        if v.__name__ != k and k not in ("xavier_uniform", "xavier_normal", "kaiming_uniform",
+                                         "kaiming_normal"):
+            v.__name__ = k
+        setattr(mod, k, v)
+    mod.__all__ = list(names)
+    sys.modules[mod.__name__] = mod
+    return mod
+
+
+initializers = _make_initializers()

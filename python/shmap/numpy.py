@@ -947,3 +947,954 @@ __all__ += ["absolute", "fabs", "positive", "amax", "amin", "around", "rint", "t
             "fliplr", "flipud", "repeat", "diagonal", "trace", "diag", "vdot",
             "broadcast_arrays", "meshgrid", "column_stack", "dstack", "hsplit", "vsplit",
             "nanvar", "nanstd", "tri", "empty", "empty_like"]
+
+
+# ---- more of jnp: sets, searches, histograms, polynomials, index helpers ---------------
+
+from ._core import InvalidArgument  # noqa: E402
+
+_this = __import__("sys").modules[__name__]
+_conv_error_doc = "Abstract tracer value encountered where concrete value is expected: "
+
+
+class ConcretizationTypeError(InvalidArgument, TypeError):
+    """JAX's ConcretizationTypeError: a traced value where a static one is
+    needed (a size= left out inside a traced function)."""
+
+
+def _short_type(dtype, shape):
+    return f"{_np.dtype(dtype).name}[{','.join(str(int(d)) for d in shape)}]"
+
+
+def _static_int(a, count, context, what):
+    """A static size a function needs and was not given: counted now
+    (count(a)) when a is an Array or a numpy array outside a trace, as
+    JAX computes it eagerly; inside a trace JAX's ConcretizationTypeError
+    (what: the traced value's dtype and shape, as JAX's message names it)."""
+    from ._core import Array
+    if getattr(_state, "builder", None) is not None or not isinstance(a, (Array, _np.ndarray)):
+        raise ConcretizationTypeError(f"{_conv_error_doc}traced array with shape {what}\n"
+                                      f"{context}")
+    if isinstance(a, _np.ndarray) and get_mesh() is None:
+        a = _to_device(a)
+    if isinstance(a, _np.ndarray):
+        return int(count(_np, a))
+    return int(_np.asarray(_eager(lambda x: count(_this, x), (a,), {})))
+
+
+def _is_jit_sharded(*xs):
+    """Inside a jit body, one of xs is sharded (its type has a '@')."""
+    b = getattr(_state, "builder", None)
+    return b is not None and b.kind == "jit" and builtins.any(
+        hasattr(x, "type") and "@" in x.type for x in xs)
+
+
+def _scatter_add_rep(base, idx, upd):
+    """base.at[idx].add(upd) with a replicated result: in a jit over sharded
+    indices JAX's scatter rule asks for out_sharding=, so P() is given."""
+    from ._core import P
+    if _is_jit_sharded(idx, upd):
+        return base.at[idx].add(upd, out_sharding=P())
+    return base.at[idx].add(upd)
+
+
+def _gather(arr, idx):
+    """arr[idx] (a take along the first axis, clamped), laid out as idx when
+    it is sharded in a jit (JAX's gather rule asks for out_sharding=)."""
+    if _is_jit_sharded(idx):
+        return arr.at[idx].get(out_sharding=_spec_of_type(idx.type))
+    return arr[idx]
+
+
+def _unshard(x, axis=None):
+    """x with axis (every axis when None) no longer sharded, in a jit (for
+    the ops whose sharding rules refuse a sharded dimension: sort, uneven
+    slices); x itself elsewhere."""
+    if not _is_jit_sharded(x):
+        return x
+    from ._core import P
+    spec = list(_spec_of_type(x.type) or ())
+    spec += [None] * (len(x.shape) - len(spec))
+    if axis is None:
+        spec = []
+    else:
+        spec[axis % len(x.shape)] = None
+    return reshard(x, P(*spec))  # noqa: F821
+
+
+def _scalar(v, dtype):
+    """A Python or numpy scalar as a rank-0 value of dtype (a traced value
+    is returned as dtype)."""
+    if hasattr(v, "shape") and not isinstance(v, (_np.ndarray, _np.generic)):
+        return v if v.dtype == _np.dtype(dtype) else astype(v, dtype)  # noqa: F821
+    if _np.ndim(v) == 0:
+        return full((), _np.asarray(v).item(), dtype=dtype)  # noqa: F821
+    return _to_device(_np.asarray(v), dtype)
+
+
+def _inexact(dt):
+    dt = _np.dtype(dt)
+    return dt if _np.issubdtype(dt, _np.floating) else _np.dtype(_np.float32)
+
+
+def _promote(*dts):
+    """JAX's promotion of the dtypes here (x64 off): a float if any is one
+    (the widest), else the widest integer; bool alone stays bool."""
+    dts = [_np.dtype(d) for d in dts]
+    fl = [d for d in dts if _np.issubdtype(d, _np.floating)]
+    if fl:
+        return builtins.max(fl, key=lambda d: d.itemsize)
+    ints = [d for d in dts if _np.issubdtype(d, _np.integer)]
+    return builtins.max(ints, key=lambda d: d.itemsize) if ints else _np.dtype(_np.bool_)
+
+
+def _dtype_of(v):
+    if hasattr(v, "dtype"):
+        return _np.dtype(v.dtype)
+    return _np.asarray(v).dtype if not isinstance(v, float) else _np.dtype(_np.float32)
+
+
+def _lt_total(a, b):
+    """a < b in sort order: NaN after every number (lax's sort comparator)."""
+    if not _np.issubdtype(a.dtype, _np.floating):
+        return less(a, b)  # noqa: F821
+    return logical_or(less(a, b), logical_and(isnan(b), logical_not(isnan(a))))  # noqa: F821
+
+
+def _le_total(a, b):
+    """a <= b in sort order (NaN the largest, equal to itself)."""
+    if not _np.issubdtype(a.dtype, _np.floating):
+        return less_equal(a, b)  # noqa: F821
+    return logical_or(less_equal(a, b), isnan(b))  # noqa: F821
+
+
+@_at_once
+def searchsorted(a, v, side="left", sorter=None, *, method="scan"):
+    """jnp.searchsorted: where v's values go in the sorted 1-D a (side
+    'left': before equal values, 'right': after them), int32; NaN sorts
+    last, as JAX's comparator has it. Computed by comparing every pair
+    (JAX's method='compare_all'; every method gives the same indices)."""
+    if side not in ("left", "right"):
+        raise ValueError(f"{side!r} is an invalid value for keyword 'side'. "
+                         f"Expected one of ['left', 'right'].")
+    if len(a.shape) != 1:
+        raise ValueError("a should be 1-dimensional")
+    dt = _promote(a.dtype, _dtype_of(v))
+    if sorter is not None:
+        a = a[sorter]
+    a, v = astype(a, dt) if a.dtype != dt else a, _scalar(v, dt)  # noqa: F821
+    vs = tuple(v.shape)
+    ar = reshape(a, (a.shape[0],) + (1,) * len(vs))  # noqa: F821
+    cmp = _lt_total(ar, v) if side == "left" else _le_total(ar, v)
+    return sum(astype(cmp, _np.int32), axis=0)  # noqa: F821
+
+
+@_at_once
+def digitize(x, bins, right=False, *, method=None):
+    """jnp.digitize: the bin of each x among 1-D monotonic bins (increasing
+    or decreasing, decided on the values, as JAX's where), by searchsorted."""
+    if len(bins.shape) != 1:
+        raise ValueError(f"digitize: bins must be a 1-dimensional array; got bins={bins}")
+    if bins.shape[0] == 0:
+        return zeros_like(x, dtype=_np.int32)
+    side = "left" if right else "right"
+    up = searchsorted(bins, x, side=side)
+    down = bins.shape[0] - searchsorted(flip(bins), x, side=side)
+    return where(bins[-1] >= bins[0], up, down)  # noqa: F821
+
+
+@_at_once
+def interp(x, xp, fp, left=None, right=None, period=None):
+    """jnp.interp as JAX computes it: i = clip(searchsorted(xp, x, 'right'),
+    1, n - 1), fp[i-1] + (x - xp[i-1]) / dx * df (fp[i-1] where dx is
+    below float spacing, so the gradient has no NaN); left/right (or
+    'extrapolate'), period."""
+    if tuple(xp.shape) != tuple(fp.shape) or len(xp.shape) != 1:
+        raise ValueError("xp and fp must be one-dimensional arrays of equal size")
+    dt = _inexact(_promote(_dtype_of(x), xp.dtype))
+    x, xp, fp = _scalar(x, dt), astype(xp, dt), astype(fp, _inexact(fp.dtype))  # noqa: F821
+    for s, name in ((left, "left"), (right, "right")):
+        if isinstance(s, str) and s != "extrapolate":
+            raise ValueError(f"the only valid string value of `{name}` is 'extrapolate', "
+                             f"but got: {s!r}")
+    if period is not None:
+        if _np.ndim(period) != 0:
+            raise ValueError(f"period must be a scalar; got {period}")
+        period = builtins.abs(float(period))
+        x, xp = mod(x, period), mod(xp, period)  # noqa: F821
+        order = argsort(xp)
+        xp, fp = xp[order], fp[order]
+        xp = concatenate((xp[-1:] - period, xp, xp[:1] + period))  # noqa: F821
+        fp = concatenate((fp[-1:], fp, fp[:1]))  # noqa: F821
+    n = xp.shape[0]
+    i = clip(searchsorted(xp, x, side="right"), 1, n - 1)
+    xp_i, xp_im1 = _gather(xp, i), _gather(xp, i - 1)
+    fp_i, fp_im1 = _gather(fp, i), _gather(fp, i - 1)
+    df, dx, delta = fp_i - fp_im1, xp_i - xp_im1, x - xp_im1
+    eps = float(_np.spacing(_np.finfo(dt).eps))
+    dx0 = less_equal(abs(dx), eps)  # noqa: F821
+    f = where(dx0, fp_im1, fp_im1 + (delta / where(dx0, 1, dx)) * df)  # noqa: F821
+    if period is None and not isinstance(left, str):
+        f = where(x < xp[0], fp[0] if left is None else left, f)  # noqa: F821
+    if period is None and not isinstance(right, str):
+        f = where(x > xp[-1], fp[-1] if right is None else right, f)  # noqa: F821
+    return f
+
+
+def _bincount_impl(x, weights, length, out_sharding):
+    if x.dtype == _np.bool_:
+        x = astype(x, _np.int32)  # noqa: F821
+    if not _np.issubdtype(x.dtype, _np.integer):
+        raise TypeError(f"x argument to bincount must have an integer type; got {x.dtype}")
+    if len(x.shape) != 1:
+        raise ValueError("only 1-dimensional input supported.")
+    if weights is None:
+        upd, dt = full(tuple(x.shape), 1, dtype=_np.int32), _np.int32  # noqa: F821
+    else:
+        if tuple(weights.shape) != tuple(x.shape):
+            raise ValueError(f"type of weights must match type of x. Got typeof(x)={x.type} "
+                             f"and typeof(weights)={weights.type}")
+        upd, dt = weights, weights.dtype
+    base = zeros((length,), dtype=dt)  # noqa: F821
+    idx = maximum(x, 0)  # noqa: F821 (JAX's clip(x, 0): negative values count in bin 0)
+    if out_sharding is not None:
+        return base.at[idx].add(upd, out_sharding=out_sharding)
+    return _scatter_add_rep(base, idx, upd)
+
+
+_bincount_at_once = _at_once(_bincount_impl)
+
+
+def bincount(x, weights=None, minlength=0, *, length=None, out_sharding=None):
+    """jnp.bincount: how often each value of the 1-D integer x occurs
+    (weights: their sums), as a scatter-add into zeros(length) (negative
+    values count in bin 0, those >= length are dropped, as JAX's). Inside
+    a traced function length= is required (JAX's error); outside one it is
+    max(minlength, max(x) + 1), counted first."""
+    if length is None:
+        length = builtins.max(int(minlength), _static_int(
+            x, lambda m, x: m.maximum(m.max(x), -1) + 1 if x.shape[0] else 0,
+            "The error occurred because of argument 'x' of jnp.bincount. To avoid this "
+            "error, pass a static `length` argument.", _short_type(x.dtype, x.shape)))
+    return _bincount_at_once(x, weights, int(length), out_sharding)
+
+
+def _nonzero_impl(a, size, fill_value):
+    if len(a.shape) == 0:
+        raise ValueError("Calling nonzero on 0d arrays is not allowed. Use "
+                         "jnp.atleast_1d(scalar).nonzero() instead.")
+    shape = tuple(a.shape)
+    mask = a if a.dtype == _np.bool_ else not_equal(a, 0)  # noqa: F821
+    if math.prod(shape) == 0 or size == 0:
+        return tuple(zeros((size,), dtype=_np.int32) for _ in shape)  # noqa: F821
+    m = astype(reshape(mask, (-1,)), _np.int32)  # noqa: F821
+    ones_ = full((m.shape[0],), 1, dtype=_np.int32)  # noqa: F821
+    counts = _scatter_add_rep(zeros((size,), dtype=_np.int32), cumsum(m), ones_)  # noqa: F821
+    flat = cumsum(counts)  # noqa: F821 (the k-th nonzero's flat index; the end where none)
+    strides = _np.cumprod(shape[::-1])[::-1] // _np.asarray(shape)
+    out = tuple(mod(floor_divide(flat, int(st)), int(n))  # noqa: F821
+                for st, n in zip(strides, shape))
+    if fill_value is not None:
+        fills = fill_value if isinstance(fill_value, tuple) else (fill_value,) * len(shape)
+        if builtins.any(_np.shape(f) != () for f in fills):
+            raise ValueError(f"fill_value must be a scalar or a tuple of length {len(shape)}; "
+                             f"got {fill_value}")
+        past = greater_equal(arange(size, dtype=_np.int32), sum(m))  # noqa: F821
+        out = tuple(where(past, f, o) for f, o in zip(fills, out))  # noqa: F821
+    return out
+
+
+_nonzero_at_once = _at_once(_nonzero_impl)
+
+_NONZERO_SIZE = ("The size argument of jnp.nonzero must be statically specified to use "
+                 "jnp.nonzero within JAX transformations.")
+
+
+def _size_of_nonzero(a, size):
+    if size is None:
+        return _static_int(a, lambda m, x: m.count_nonzero(x), _NONZERO_SIZE, "int32[]")
+    return int(size)
+
+
+def nonzero(a, *, size=None, fill_value=None):
+    """jnp.nonzero: the indices of a's nonzero entries, one int32 array per
+    dimension, by JAX's algorithm (a cumsum of a bincount of the mask's
+    cumsum): the first size of them, the rest fill_value (0 by default).
+    Inside a traced function size= is required (JAX's error)."""
+    return _nonzero_at_once(a, _size_of_nonzero(a, size), fill_value)
+
+
+def flatnonzero(a, *, size=None, fill_value=None):
+    """jnp.flatnonzero: nonzero of ravel(a)."""
+    return nonzero(ravel(a) if hasattr(a, "type") else _np.ravel(a), size=size,
+                   fill_value=fill_value)[0]
+
+
+@_at_once
+def _argwhere_impl(a, size, fill_value):
+    if len(a.shape) == 0:
+        a = reshape(a, (1,))  # noqa: F821
+        r = stack(_nonzero_impl(a, size, fill_value), axis=1)
+        return r[:, :0]
+    return stack(_nonzero_impl(a, size, fill_value), axis=1)
+
+
+def argwhere(a, *, size=None, fill_value=None):
+    """jnp.argwhere: the (size, ndim) int32 indices of a's nonzero entries
+    (nonzero's, stacked as columns)."""
+    return _argwhere_impl(a, _size_of_nonzero(a, size), fill_value)
+
+
+def _unique_impl(ar, return_index, return_inverse, return_counts, equal_nan, size, fill_value):
+    a = _unshard(reshape(ar, (-1,)))  # noqa: F821 (sort asks for an unsharded axis)
+    n = a.shape[0]
+    if n == 0:
+        raise ValueError("jnp.unique of an empty array is not supported here")
+    perm = argsort(a)
+    aux = _gather(a, perm)
+    neq = not_equal(aux[1:], aux[:-1])  # noqa: F821
+    if equal_nan and _np.issubdtype(a.dtype, _np.floating):
+        neq = logical_and(neq, logical_not(logical_and(isnan(aux[1:]), isnan(aux[:-1]))))  # noqa
+    mask = concatenate((full((1,), True, dtype=_np.bool_), neq))  # noqa: F821
+    ind = _nonzero_impl(mask, size, None)[0]
+    result = _gather(aux, ind)
+    if fill_value is not None:
+        valid = less(arange(size, dtype=_np.int32), sum(astype(mask, _np.int32)))  # noqa: F821
+        result = where(valid, result, _scalar(fill_value, result.dtype))  # noqa: F821
+    ret = (result,)
+    if return_index:
+        ret += (_gather(perm, ind),)
+    if return_inverse:
+        imask = cumsum(astype(mask, _np.int32)) - 1  # noqa: F821
+        inv = zeros((n,), dtype=_np.int32)  # noqa: F821
+        from ._core import P
+        inv = inv.at[perm].set(imask, out_sharding=P()) if _is_jit_sharded(perm, imask) \
+            else inv.at[perm].set(imask)
+        ret += (inv,)
+    if return_counts:
+        idx = _nonzero_impl(mask, size + 1, None)[0]
+        tail = idx[1:]
+        idx = idx.at[1:].set(where(tail != 0, tail, n))  # noqa: F821
+        ret += (diff(idx),)
+    return ret[0] if len(ret) == 1 else ret
+
+
+_unique_at_once = _at_once(_unique_impl)
+
+
+def _count_unique(m, x):
+    if m is _np:
+        return len(_np.unique(x, equal_nan=True))
+    s = m.sort(_unshard(m.ravel(x)))
+    d = m.logical_and(s[1:] != s[:-1], m.logical_not(m.logical_and(m.isnan(s[1:]),
+                                                                   m.isnan(s[:-1]))))
+    return m.sum(m.astype(d, _np.int32)) + 1
+
+
+def unique(ar, return_index=False, return_inverse=False, return_counts=False, axis=None, *,
+           equal_nan=True, size=None, fill_value=None, sorted=True):
+    """jnp.unique of the flattened array (axis=None, or a 1-D array): the
+    sorted distinct values (NaNs one value with equal_nan), by JAX's
+    algorithm (a stable sort, a mask of value changes, nonzero); the first
+    size of them, the rest fill_value (by default the smallest value);
+    return_index, return_inverse (of the flattened array) and
+    return_counts. Inside a traced function size= is required (JAX's
+    error)."""
+    if axis is not None and len(ar.shape) != 1:
+        raise NotImplementedError("jnp.unique with axis= is not supported here (1-D arrays "
+                                  "or axis=None)")
+    if size is None:
+        what = _short_type(_np.bool_, (math.prod(ar.shape),))
+        size = _static_int(ar, _count_unique,
+            "The error arose in jnp.unique(). To make jnp.unique() compatible with JIT and "
+            "other transforms, you can specify a concrete value for the size argument, which "
+            "will determine the output size.", what)
+    return _unique_at_once(ar, bool(return_index), bool(return_inverse), bool(return_counts),
+                           bool(equal_nan), int(size), fill_value)
+
+
+@_at_once
+def histogram(a, bins=10, range=None, weights=None, density=None):
+    """jnp.histogram as JAX computes it: edges (bins given, or a static
+    count over range / [min, max] by linspace), each value's bin by
+    searchsorted 'right' (the last edge in the last bin), counts a
+    scatter-add of weights (ones), float; density divides by the widths
+    and the total. Returns (counts, edges)."""
+    dt = _inexact(a.dtype)
+    a = astype(a, dt)  # noqa: F821
+    if weights is None:
+        weights = ones_like(a)
+    else:
+        if tuple(weights.shape) != tuple(a.shape):
+            raise ValueError("weights should have the same shape as a.")
+        dt = _promote(dt, weights.dtype)
+        a, weights = astype(a, dt), astype(weights, _inexact(weights.dtype))  # noqa: F821
+    if isinstance(bins, str):
+        raise NotImplementedError("string values for `bins` not implemented.")
+    if _np.ndim(bins) == 1 or (hasattr(bins, "shape") and len(bins.shape) == 1):
+        edges = _to_device(bins, dt) if not hasattr(bins, "type") else astype(bins, dt)  # noqa
+    else:
+        nb = int(bins)
+        if range is None:
+            lo, hi = min(a), max(a)  # noqa: F821
+        else:
+            if _np.shape(range) != (2,):
+                raise ValueError(f"`range` must be either None or a sequence of scalars, "
+                                 f"got {range}")
+            lo, hi = _scalar(range[0], dt), _scalar(range[1], dt)
+        same = equal(hi - lo, 0)  # noqa: F821
+        lo, hi = where(same, lo - 0.5, lo), where(same, hi + 0.5, hi)  # noqa: F821
+        t = arange(nb, dtype=dt) / _np.asarray(nb, dt).item()
+        edges = concatenate((lo * (1 - t) + hi * t, reshape(hi, (1,))))  # noqa: F821
+    ne = edges.shape[0]
+    flat = reshape(a, (-1,))  # noqa: F821
+    idx = searchsorted(edges, flat, side="right")
+    idx = where(flat == edges[-1], ne - 1, idx)  # noqa: F821
+    counts = _scatter_add_rep(zeros((ne,), dtype=weights.dtype), idx,  # noqa: F821
+                              reshape(weights, (-1,)))[1:]  # noqa: F821
+    if density:
+        counts = counts / diff(edges) / sum(counts)  # noqa: F821
+    return counts, edges
+
+
+@_at_once
+def append(arr, values, axis=None):
+    """jnp.append: concatenate, both flattened when axis is None."""
+    if axis is None:
+        return concatenate((reshape(arr, (-1,)), reshape(values, (-1,))), axis=0)  # noqa: F821
+    return concatenate((arr, values), axis=axis)  # noqa: F821
+
+
+def broadcast_shapes(*shapes):
+    """jnp.broadcast_shapes: the shape shapes broadcast to (a tuple)."""
+    return tuple(int(d) for d in _np.broadcast_shapes(*[
+        (s,) if isinstance(s, numbers.Integral) else tuple(s) for s in shapes]))
+
+
+@_at_once
+def conj(x):
+    """jnp.conj / conjugate: shmap's dtypes are real, so x itself."""
+    return x
+
+
+conjugate = conj
+
+
+@_at_once
+def copy(a, order=None):
+    """jnp.copy: a new array of a's values (arrays are immutable)."""
+    return where(True, a, a)  # noqa: F821
+
+
+@_at_once
+def permute_dims(a, axes=None):
+    """jnp.permute_dims (the array API's transpose)."""
+    return transpose(a, axes) if axes is not None else transpose(a)  # noqa: F821
+
+
+@_at_once
+def isposinf(x):
+    """x == +inf (false for integers)."""
+    if not _np.issubdtype(x.dtype, _np.floating):
+        return full_like(x, False, dtype=_np.bool_)
+    return equal(x, _np.inf)  # noqa: F821
+
+
+@_at_once
+def isneginf(x):
+    """x == -inf (false for integers)."""
+    if not _np.issubdtype(x.dtype, _np.floating):
+        return full_like(x, False, dtype=_np.bool_)
+    return equal(x, -_np.inf)  # noqa: F821
+
+
+@_at_once
+def signbit(x):
+    """jnp.signbit: the sign bit, -0.0 included (x < 0, or x == 0 with
+    1 / x < 0); without a bitcast op the sign of a NaN is not seen (False)."""
+    if not _np.issubdtype(x.dtype, _np.floating):
+        return less(x, 0)  # noqa: F821
+    zero = equal(x, 0)  # noqa: F821
+    return logical_or(less(x, 0), logical_and(zero, less(1 / where(zero, x, 1), 0)))  # noqa
+
+
+@_at_once
+def float_power(x, y):
+    """jnp.float_power: power in the inexact dtype (float32 for integers,
+    as JAX's without x64; numpy's is float64)."""
+    dt = _inexact(_promote(_dtype_of(x), _dtype_of(y)))
+    return power(_scalar(x, dt), _scalar(y, dt))  # noqa: F821
+
+
+@_at_once
+def fmod(x1, x2):
+    """jnp.fmod: the remainder with the dividend's sign (C's fmod), from
+    mod (the divisor's sign) moved back by x2 where the signs differ."""
+    dt = _promote(_dtype_of(x1), _dtype_of(x2))
+    x1, x2 = _scalar(x1, dt), _scalar(x2, dt)
+    r = mod(x1, x2)  # noqa: F821
+    off = logical_and(not_equal(r, 0), not_equal(less(r, 0), less(x1, 0)))  # noqa: F821
+    return where(off, r - x2, r)  # noqa: F821
+
+
+@_at_once
+def ldexp(x1, x2):
+    """jnp.ldexp: x1 * 2**x2 (x2 integers; float32 for integer x1)."""
+    if not _np.issubdtype(_dtype_of(x2), _np.integer):
+        raise ValueError(f"ldexp not supported for input types {(_dtype_of(x1), _dtype_of(x2))}")
+    dt = _inexact(_dtype_of(x1))
+    return _scalar(x1, dt) * power(full((), 2.0, dtype=dt), astype(_scalar(x2, _np.int32), dt))  # noqa
+
+
+@_at_once
+def nanprod(a, axis=None, dtype=None, keepdims=False):
+    """jnp.nanprod: prod with NaNs counted as 1."""
+    return prod(where(isnan(a), 1, a), axis=axis, dtype=dtype, keepdims=keepdims)  # noqa: F821
+
+
+def _nanarg(name, fill):
+    @_at_once
+    def f(a, axis=None, out=None, keepdims=False):
+        if not _np.issubdtype(a.dtype, _np.floating):
+            return globals()[name](a, axis=axis, keepdims=keepdims)
+        nan = isnan(a)
+        r = globals()[name](where(nan, fill, a), axis=axis, keepdims=keepdims)  # noqa: F821
+        return where(all(nan, axis=axis, keepdims=keepdims), -1, r)  # noqa: F821
+    f.__name__ = "nan" + name
+    f.__doc__ = (f"jnp.nan{name}: {name} ignoring NaNs (-1 where every element is NaN, as "
+                 f"JAX's).")
+    return f
+
+
+nanargmax = _nanarg("argmax", -_np.inf)
+nanargmin = _nanarg("argmin", _np.inf)
+
+
+@_at_once
+def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=None,
+        dtype=None):
+    """jnp.cov as JAX computes it: rows are variables (columns with
+    rowvar=False), centred by their (weighted) means, X X^T / f with f = n
+    - ddof (ddof 1 unless bias), or from fweights / aweights as numpy's."""
+    if len(m.shape) > 2:
+        raise ValueError("m has more than 2 dimensions")
+    dt = _np.dtype(dtype) if dtype is not None else _inexact(
+        _promote(m.dtype, *(() if y is None else (y.dtype,))))
+    X = atleast_2d(astype(m, dt))  # noqa: F821
+    if not rowvar and len(m.shape) != 1:
+        X = transpose(X)  # noqa: F821
+    if y is not None:
+        Y = atleast_2d(astype(y, dt))  # noqa: F821
+        if not rowvar and Y.shape[0] != 1:
+            Y = transpose(Y)  # noqa: F821
+        X = concatenate((X, Y), axis=0)  # noqa: F821
+    if ddof is None:
+        ddof = 1 if not bias else 0
+    w = None
+    if fweights is not None:
+        w = astype(abs(fweights), dt)  # noqa: F821
+    if aweights is not None:
+        aw = astype(abs(aweights), dt)  # noqa: F821
+        w = aw if w is None else w * aw
+    if w is None:
+        avg = mean(X, axis=1)  # noqa: F821
+        f = X.shape[1] - ddof
+    else:
+        w_sum = sum(w)  # noqa: F821
+        avg = sum(X * reshape(w, (1, -1)), axis=1) / w_sum  # noqa: F821
+        if ddof == 0:
+            f = w_sum
+        elif aweights is None:
+            f = w_sum - ddof
+        else:
+            f = w_sum - ddof * sum(w * aw) / w_sum  # noqa: F821
+    X = X - reshape(avg, (-1, 1))  # noqa: F821
+    XT = transpose(X if w is None else X * reshape(w, (1, -1)))  # noqa: F821
+    from ._core import P
+    c = (matmul(X, XT, out_sharding=P()) if _is_jit_sharded(X) else matmul(X, XT)) / f  # noqa
+    return reshape(c, ()) if c.shape == (1, 1) else c  # noqa: F821
+
+
+@_at_once
+def cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
+    """jnp.cross of 3-vectors (2-vectors as JAX's: a z of 0; two 2-vectors
+    give the scalar z component) along axisa / axisb, the result's at axisc."""
+    if axis is not None:
+        axisa = axisb = axisc = axis
+    a, b = moveaxis(a, axisa, -1), moveaxis(b, axisb, -1)
+    if a.shape[-1] not in (2, 3) or b.shape[-1] not in (2, 3):
+        raise ValueError("Dimension must be either 2 or 3 for cross product")
+    if a.shape[-1] == 2 and b.shape[-1] == 2:
+        return a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0]
+    a0, a1 = a[..., 0], a[..., 1]
+    a2 = a[..., 2] if a.shape[-1] == 3 else zeros_like(a0)
+    b0, b1 = b[..., 0], b[..., 1]
+    b2 = b[..., 2] if b.shape[-1] == 3 else zeros_like(b0)
+    c = stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0])
+    return moveaxis(c, 0, axisc)
+
+
+@_at_once
+def kron(a, b):
+    """jnp.kron: a's dimensions interleaved with b's, the products reshaped
+    to the shapes' products (the lower rank padded with leading 1s)."""
+    sa, sb = tuple(a.shape), tuple(b.shape)
+    r = builtins.max(len(sa), len(sb))
+    sa, sb = (1,) * (r - len(sa)) + sa, (1,) * (r - len(sb)) + sb
+    ai = reshape(a, tuple(d for n in sa for d in (n, 1)))  # noqa: F821
+    bi = reshape(b, tuple(d for n in sb for d in (1, n)))  # noqa: F821
+    return reshape(ai * bi, tuple(x * y for x, y in zip(sa, sb)))  # noqa: F821
+
+
+def _static_take(x, idx, axis):
+    """x's entries idx (static, numpy) along axis, as slices of the runs of
+    consecutive indices concatenated (no gather: any sharding works)."""
+    idx = [int(i) for i in idx]
+    if idx == list(range(x.shape[axis])):
+        return x
+    lead = (builtins.slice(None),) * axis
+    if not idx:
+        shape = list(x.shape)
+        shape[axis] = 0
+        return zeros(tuple(shape), dtype=x.dtype)  # noqa: F821
+    runs, start = [], 0
+    for k in range(1, len(idx) + 1):
+        if k == len(idx) or idx[k] != idx[k - 1] + 1:
+            runs.append((idx[start], idx[k - 1] + 1))
+            start = k
+    parts = [x[lead + (builtins.slice(s, e),)] for s, e in runs]
+    return parts[0] if len(parts) == 1 else concatenate(tuple(parts), axis=axis)  # noqa: F821
+
+
+def _static_obj(name, obj):
+    if hasattr(obj, "type"):
+        raise InvalidArgument(f"jnp.{name}: obj must be static here (an int, a slice or a "
+                              f"numpy/list of indices), not a traced or device array")
+    return obj
+
+
+@_at_once
+def delete(arr, obj, axis=None, *, assume_unique_indices=False):
+    """jnp.delete with static obj (an int, a slice, integer indices or a
+    boolean mask): the other entries along axis (the flattened array when
+    None), as numpy."""
+    if axis is None:
+        arr, axis = reshape(arr, (-1,)), 0  # noqa: F821
+    axis = axis % len(arr.shape)
+    n = arr.shape[axis]
+    obj = _static_obj("delete", obj)
+    keep = _np.ones(n, bool)
+    if isinstance(obj, builtins.slice):
+        keep[_np.arange(n)[obj]] = False
+    else:
+        o = _np.asarray(obj)
+        if o.dtype == bool:
+            if o.shape != (n,):
+                raise ValueError("np.delete(arr, obj): for boolean indices, obj must be "
+                                 "one-dimensional with length matching specified axis.")
+            keep = ~o
+        elif _np.issubdtype(o.dtype, _np.integer):
+            if o.ndim == 0 and not -n <= int(o) < n:
+                raise IndexError(f"index {int(o)} is out of bounds for axis {axis} with "
+                                 f"size {n}")
+            keep[o] = False
+        else:
+            raise ValueError(f"np.delete(arr, obj): got obj.dtype={o.dtype}; must be integer "
+                             f"or bool.")
+    return _static_take(_unshard(arr, axis), _np.nonzero(keep)[0], axis)
+
+
+@_at_once
+def insert(arr, obj, values, axis=None):
+    """jnp.insert with static obj (an int, a slice or integer indices):
+    values placed before those positions along axis (the flattened array
+    when None), broadcast as JAX's (a scalar obj: values along axis)."""
+    if axis is None:
+        arr, axis = reshape(arr, (-1,)), 0  # noqa: F821
+    nd = len(arr.shape)
+    axis = axis % nd
+    n = arr.shape[axis]
+    obj = _static_obj("insert", obj)
+    ind = _np.arange(*obj.indices(n)) if isinstance(obj, builtins.slice) else _np.asarray(obj)
+    if ind.ndim > 1:
+        raise ValueError(f"jnp.insert(): obj must be a slice, a one-dimensional array, or a "
+                         f"scalar; got {obj}")
+    if not _np.issubdtype(ind.dtype, _np.integer):
+        if ind.size == 0:
+            ind = ind.astype(_np.int64)
+        else:
+            raise ValueError(f"jnp.insert(): index array must be integer typed; got {obj}")
+    v = astype(values, arr.dtype) if hasattr(values, "type") else _to_device(  # noqa: F821
+        _np.asarray(values), arr.dtype)
+    if len(v.shape) < nd:
+        v = reshape(v, (1,) * (nd - len(v.shape)) + tuple(v.shape))  # noqa: F821
+    if ind.size == 1:
+        if ind.ndim == 0:
+            v = moveaxis(v, 0, axis)
+        ind = _np.full(v.shape[axis], ind.reshape(-1)[0])
+    n_ins = _np.broadcast_shapes(ind.shape, (v.shape[axis],))[0]
+    ind = _np.broadcast_to(ind, (n_ins,))
+    ind = _np.clip(_np.where(ind < 0, ind + n, ind), 0, n)
+    vshape = list(arr.shape)
+    vshape[axis] = n_ins
+    v = broadcast_to(v, tuple(vshape))  # noqa: F821
+    arr = _unshard(arr, axis)
+    if _is_jit_sharded(arr):
+        v = reshard(v, _spec_of_type(arr.type))  # noqa: F821 (concatenate: one sharding)
+    vals_at = ind.copy()
+    vals_at[_np.argsort(ind, kind="stable")] += _np.arange(n_ins)
+    src = _np.empty(n + n_ins, _np.int64)
+    taken = _np.zeros(n + n_ins, bool)
+    taken[vals_at] = True
+    src[vals_at] = n + _np.arange(n_ins)
+    src[~taken] = _np.arange(n)
+    both = concatenate((arr, v), axis=axis)  # noqa: F821
+    return _static_take(both, src, axis)
+
+
+def _tri_indices(fn, n, k, m):
+    return tuple(_to_device(i.astype(_np.int32)) for i in fn(n, k, m))
+
+
+def tril_indices(n, k=0, m=None):
+    """jnp.tril_indices: numpy's (static) row and column indices as int32
+    arrays (numpy arrays with no mesh set, Arrays on the context mesh,
+    constants in a jit)."""
+    return _tri_indices(_np.tril_indices, n, k, m)
+
+
+def triu_indices(n, k=0, m=None):
+    """jnp.triu_indices, as tril_indices."""
+    return _tri_indices(_np.triu_indices, n, k, m)
+
+
+def diag_indices(n, ndim=2):
+    """jnp.diag_indices: (arange(n),) * ndim, int32."""
+    if n < 0:
+        raise ValueError(f"n argument to diag_indices must be nonnegative, got {n}")
+    if ndim < 0:
+        raise ValueError(f"ndim argument to diag_indices must be nonnegative, got {ndim}")
+    i = _to_device(_np.arange(n, dtype=_np.int32))
+    return (i,) * ndim
+
+
+def _host_indices(dimensions, dtype=None, sparse=False):
+    r = _np.indices(dimensions, dtype=dtype or _np.int32, sparse=sparse)
+    return tuple(r) if sparse else r
+
+
+@_creation(_host_indices)
+def indices(dimensions, dtype=None, sparse=False):
+    """jnp.indices: each dimension's iota broadcast over the grid (stacked;
+    sparse: one array per dimension, 1 elsewhere), int32 unless dtype says."""
+    dims = tuple(int(d) for d in dimensions)
+    dt = dtype or _np.int32
+    out = []
+    for i, d in enumerate(dims):
+        s = (1,) * i + (d,) + (1,) * (len(dims) - i - 1)
+        v = reshape(arange(d, dtype=dt), s)  # noqa: F821
+        out.append(v if sparse else broadcast_to(v, dims))  # noqa: F821
+    if sparse:
+        return tuple(out)
+    return stack(out, 0) if out else zeros((0,), dtype=dt)  # noqa: F821
+
+
+@_at_once
+def unravel_index(indices, shape):
+    """jnp.unravel_index: the coordinates of flat indices in shape (divmod
+    from the last dimension), out-of-range ones clipped as JAX's."""
+    shape = [int(shape)] if isinstance(shape, numbers.Integral) else [int(s) for s in shape]
+    out = [None] * len(shape)
+    idx = indices
+    for i in range(len(shape) - 1, -1, -1):
+        idx, out[i] = floor_divide(idx, shape[i]), mod(idx, shape[i])  # noqa: F821
+    pos, neg = idx > 0, idx < -1
+    return tuple(where(pos, s - 1, where(neg, 0, o)) for s, o in zip(shape, out))  # noqa: F821
+
+
+@_at_once
+def fill_diagonal(a, val, wrap=False, *, inplace=True):
+    """jnp.fill_diagonal(a, val, inplace=False): a with its main diagonal
+    (a[i, i, ...] for i < min(a.shape)) set to val (a scalar, or values
+    taken in order and repeated to the diagonal's length)."""
+    if inplace:
+        raise NotImplementedError("JAX arrays are immutable, must use inplace=False")
+    if wrap:
+        raise NotImplementedError("wrap=True is not implemented, must use wrap=False")
+    nd = len(a.shape)
+    if nd < 2:
+        raise ValueError("array must be at least 2-d")
+    if nd > 2 and not builtins.all(n == a.shape[0] for n in a.shape[1:]):
+        raise ValueError("All dimensions of input must be of equal length")
+    n = builtins.min(a.shape)
+    on = None
+    for d in range(1, nd):
+        e = equal(_iota(a.shape[0], _np.int32, a.shape, 0),  # noqa: F821
+                  _iota(a.shape[d], _np.int32, a.shape, d))
+        on = e if on is None else logical_and(on, e)  # noqa: F821
+    if _np.ndim(val) == 0 and not hasattr(val, "type"):
+        return where(on, _scalar(val, a.dtype), a)  # noqa: F821
+    v = _scalar(val, a.dtype) if hasattr(val, "type") else _to_device(_np.asarray(val), a.dtype)
+    v = resize(v, (n,)) if len(v.shape) else reshape(v, (1,))  # noqa: F821
+    if a.shape[0] > n:
+        v = pad(v, ((0, a.shape[0] - n),))  # noqa: F821
+    if v.shape[0] != a.shape[0]:
+        v = v[:a.shape[0]]
+    return where(on, reshape(v, (a.shape[0],) + (1,) * (nd - 1)), a)  # noqa: F821
+
+
+@_at_once
+def resize(a, new_shape):
+    """jnp.resize: a's flattened values repeated (tile) to fill new_shape."""
+    new_shape = (int(new_shape),) if isinstance(new_shape, numbers.Integral) else \
+        tuple(int(d) for d in new_shape)
+    if builtins.any(d < 0 for d in new_shape):
+        raise ValueError("all elements of `new_shape` must be non-negative")
+    arr = reshape(a, (-1,))  # noqa: F821
+    size_ = math.prod(new_shape)
+    if arr.shape[0] == 0 or size_ == 0:
+        return zeros(new_shape, dtype=a.dtype)  # noqa: F821
+    reps = -(-size_ // arr.shape[0])
+    arr = concatenate((arr,) * reps) if reps > 1 else arr  # noqa: F821 (tile has no rule)
+    return reshape(arr[:size_] if arr.shape[0] != size_ else arr, new_shape)  # noqa: F821
+
+
+@_at_once
+def rot90(m, k=1, axes=(0, 1)):
+    """jnp.rot90: k quarter turns in the plane of axes (flips and a
+    transpose, as JAX's)."""
+    nd = len(m.shape)
+    if nd < 2:
+        raise ValueError(f"rot90 requires its first argument to have ndim at least two, but "
+                         f"got first argument of shape {tuple(m.shape)}, which has ndim {nd}")
+    ax1, ax2 = axes[0] % nd, axes[1] % nd
+    if ax1 == ax2:
+        raise ValueError("Axes must be different")
+    k = k % 4
+    if k == 0:
+        return m
+    if k == 2:
+        return flip(flip(m, ax1), ax2)
+    perm = list(range(nd))
+    perm[ax1], perm[ax2] = perm[ax2], perm[ax1]
+    if k == 1:
+        return transpose(flip(m, ax2), tuple(perm))  # noqa: F821
+    return flip(transpose(m, tuple(perm)), ax2)  # noqa: F821
+
+
+@_at_once
+def dsplit(ary, indices_or_sections):
+    """jnp.dsplit: split along axis 2 (3-D arrays or more)."""
+    if len(ary.shape) < 3:
+        raise ValueError("dsplit only works on arrays of 3 or more dimensions")
+    return split(ary, indices_or_sections, axis=2)
+
+
+@_at_once
+def polyval(p, x, *, unroll=16):
+    """jnp.polyval: Horner's rule from the highest coefficient, y = y * x +
+    p[i] from y = 0 (p a sequence or an array whose rows are coefficients)."""
+    px = p if hasattr(p, "type") else _np.asarray(p)
+    dt = _promote(px.dtype if hasattr(px, "dtype") else _np.float32, _dtype_of(x))
+    if hasattr(px, "type"):
+        px = astype(px, dt) if px.dtype != dt else px  # noqa: F821
+    else:
+        px = px.astype(dt)
+    x = _scalar(x, dt)
+    shape = broadcast_shapes(tuple(px.shape[1:]), tuple(x.shape))
+    y = zeros(shape, dtype=dt)  # noqa: F821
+    for i in range(px.shape[0]):
+        c = px[i]
+        y = y * x + (c if hasattr(c, "type") else c.item() if c.ndim == 0 else _to_device(c))
+    return y
+
+
+def _host_logspace(start, stop, num=50, endpoint=True, base=10.0, dtype=None, axis=0):
+    return _np.power(_np.float32(base), _host_linspace(start, stop, num, endpoint)).astype(
+        dtype or _np.float32)
+
+
+@_creation(_host_logspace)
+def logspace(start, stop, num=50, endpoint=True, base=10.0, dtype=None, axis=0):
+    """jnp.logspace: base ** linspace(start, stop, num), float32 unless
+    dtype says (scalar bounds)."""
+    dt = dtype or _np.float32
+    lin = linspace(start, stop, num, endpoint=endpoint, dtype=_inexact(dt))
+    return astype(power(full_like(lin, base), lin), dt)  # noqa: F821
+
+
+@_at_once
+def trapezoid(y, x=None, dx=1.0, axis=-1):
+    """jnp.trapezoid as JAX computes it: sum(dx * (y[1:] + y[:-1])) / 2
+    along axis with x's differences; a constant dx as dx * (sum(y) -
+    (y[0] + y[-1]) / 2)."""
+    y = astype(y, _inexact(y.dtype)) if not _np.issubdtype(y.dtype, _np.floating) else y  # noqa
+    if x is None:
+        dxa = dx
+        if _np.ndim(dx) > 0 or hasattr(dx, "type"):
+            raise ValueError("trapezoid: an array dx is not supported here; give x")
+    else:
+        x = astype(x, y.dtype) if x.dtype != y.dtype else x  # noqa: F821
+        dxa = diff(x) if len(x.shape) == 1 else moveaxis(diff(x, axis=axis), axis, -1)
+    y = moveaxis(y, axis, -1)
+    if x is None:
+        return dxa * (sum(y, axis=-1) - 0.5 * (y[..., 0] + y[..., -1]))  # noqa: F821
+    return 0.5 * sum(dxa * (y[..., 1:] + y[..., :-1]), axis=-1)  # noqa: F821
+
+
+@_at_once
+def select(condlist, choicelist, default=0):
+    """jnp.select: for each element the choice of the first true condition,
+    default where none is (where, folded from the last)."""
+    condlist, choicelist = list(condlist), list(choicelist)
+    if len(condlist) != len(choicelist):
+        raise ValueError(f"condlist must have length equal to choicelist ({len(condlist)} vs "
+                         f"{len(choicelist)})")
+    if not condlist:
+        raise ValueError("condlist must be non-empty")
+    dt = _promote(_dtype_of(default), *[_dtype_of(c) for c in choicelist])
+    out = _scalar(default, dt)
+    for cnd, ch in zip(condlist[::-1], choicelist[::-1]):
+        out = where(cnd, _scalar(ch, dt), out)  # noqa: F821
+    shape = _np.broadcast_shapes(*[tuple(c.shape) for c in condlist if hasattr(c, "shape")],
+                                 tuple(out.shape))
+    return broadcast_to(out, shape) if tuple(out.shape) != tuple(shape) else out  # noqa: F821
+
+
+@_at_once
+def piecewise(x, condlist, funclist, *args, **kw):
+    """jnp.piecewise: where condlist[i] holds, funclist[i] (a function of x
+    or a constant); a last extra entry where none holds (else 0); a later
+    true condition wins, as numpy and JAX. Every function is computed on
+    all of x and selected (JAX's switch selects per element: the same
+    values for elementwise functions)."""
+    if not isinstance(condlist, (list, tuple)):
+        condlist = [condlist] if len(condlist.shape) == len(x.shape) else list(condlist)
+    funclist = list(funclist)
+    nc, nf = len(condlist), len(funclist)
+    if nf == nc + 1:
+        funclist = funclist[-1:] + funclist[:-1]
+    elif nf == nc:
+        funclist = [0] + funclist
+    else:
+        raise ValueError(f"with {nc} condition(s), either {nc} or {nc + 1} functions are "
+                         f"expected; got {nf}")
+
+    def value(f):
+        if callable(f):
+            r = f(x, *args, **kw)
+            return astype(r, x.dtype) if hasattr(r, "type") and r.dtype != x.dtype else r  # noqa
+        return _scalar(f, x.dtype)
+    out = broadcast_to(value(funclist[0]), tuple(x.shape))  # noqa: F821
+    for cnd, f in zip(condlist, funclist[1:]):
+        out = where(cnd, value(f), out)  # noqa: F821
+    return out
+
+
+__all__ += ["searchsorted", "digitize", "interp", "bincount", "nonzero", "flatnonzero",
+            "argwhere", "unique", "histogram", "append", "broadcast_shapes", "conj",
+            "conjugate", "copy", "permute_dims", "isposinf", "isneginf", "signbit",
+            "float_power", "fmod", "ldexp", "nanprod", "nanargmax", "nanargmin", "cov", "cross",
+            "kron", "delete", "insert", "tril_indices", "triu_indices", "diag_indices",
+            "indices", "unravel_index", "fill_diagonal", "resize", "rot90", "dsplit", "polyval",
+            "logspace", "trapezoid", "select", "piecewise", "ConcretizationTypeError"]

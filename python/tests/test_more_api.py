@@ -1,0 +1,558 @@
+"""More of JAX's API made of the op table's ops: jnp's searches, sets,
+histograms, index helpers and polynomials, lax's arithmetic names,
+reductions, associative_scan, erf_inv and loops, jax.nn's newer
+activations and nn.initializers. Each against numpy (or JAX's documented
+results where numpy differs), in a jit on sharded Arrays where the
+function allows it, and at once; grads of the differentiable composites
+against central differences; JAX's sentences where a size= is required.
+Runs on the cluster of conftest's c."""
+import numpy as np
+import pytest
+
+import shmap
+from shmap import P, NamedSharding
+from shmap import lax, nn
+from shmap import numpy as jnp
+from shmap import random as jr
+
+
+@pytest.fixture(scope="module")
+def mesh(c):
+    return c.make_mesh((4, 2), ("i", "j"))
+
+
+def _put(c, mesh, a, spec):
+    return c.device_put(a, NamedSharding(mesh, spec))
+
+
+RNG = np.random.default_rng(21)
+XA = RNG.integers(-4, 5, (8, 6)).astype(np.float32) + 0.5 * RNG.integers(0, 2, (8, 6))
+YA = RNG.standard_normal((8, 6)).astype(np.float32)
+SORTED = np.sort(RNG.integers(-6, 7, 10).astype(np.float32))
+
+
+def _np_cov(m, **kw):
+    return np.cov(m, **kw)
+
+
+# name, f(xp, x, y) written once for numpy and shmap.numpy; x and y are (8, 6)
+# float32, sharded P('i', 'j') in the jit
+TABLE = [
+    ("searchsorted_left", lambda m, x, y: m.searchsorted(m.asarray(SORTED), x)),
+    ("searchsorted_right", lambda m, x, y: m.searchsorted(m.asarray(SORTED), x, side="right")),
+    ("digitize", lambda m, x, y: m.digitize(x, m.asarray(SORTED[::3])) +
+     10 * m.digitize(x, m.asarray(SORTED[::-3]), right=True)),
+    ("interp", lambda m, x, y: m.interp(x * 1.3, m.asarray(SORTED + np.arange(10) * 0.01),
+                                        m.asarray(np.arange(10.0, dtype=np.float32) ** 2))),
+    ("interp_left_right", lambda m, x, y: m.interp(x, m.asarray(SORTED[::2] * 0.5),
+                                                   m.asarray(np.arange(5.0, dtype=np.float32)),
+                                                   left=-1.0, right=9.0)),
+    ("append", lambda m, x, y: m.append(x, y)[:48] + m.append(x, y, axis=1)[:, 3:9].ravel()),
+    ("conj_copy", lambda m, x, y: m.conj(x) + m.conjugate(y) + m.copy(x)),
+    ("permute_dims", lambda m, x, y: m.permute_dims(m.stack([x, y]), (2, 0, 1)) * 2
+     if m is jnp else np.transpose(np.stack([x, y]), (2, 0, 1)) * 2),
+    ("isposinf_isneginf", lambda m, x, y: m.isposinf(m.log(x * 0)) * 1 + m.isneginf(
+        m.log(x * 0)) * 2 + m.isposinf(1 / (x * 0)) * 4),
+    ("signbit", lambda m, x, y: m.signbit(x) * 1 + m.signbit(x * 0 - 0.0) * 2 +
+     m.signbit(x.astype(np.int32)) * 4),
+    ("float_power", lambda m, x, y: m.float_power(m.abs(x) + 1, y)),
+    ("fmod", lambda m, x, y: m.fmod(x, 1.5) + m.fmod(x, -2.0) * 10 +
+     m.fmod(x.astype(np.int32), 3) * 100),
+    ("ldexp", lambda m, x, y: m.ldexp(x, (y * 3).astype(np.int32))),
+    ("nanprod", lambda m, x, y: m.nanprod(m.where(x > 2, m.nan, y), axis=1)),
+    ("nanargmax_nanargmin", lambda m, x, y: m.nanargmax(m.where(x > 1, m.nan, y), axis=1) +
+     10 * m.nanargmin(m.where(x > 1, m.nan, y), axis=1)),
+    ("cov", lambda m, x, y: m.cov(x) + m.cov(x, bias=True) * 2 + m.cov(x, y) [:8, :8]),
+    ("cov_rowvar_ddof", lambda m, x, y: m.cov(x, rowvar=False) + m.cov(y, rowvar=False, ddof=0)),
+    ("cov_weights", lambda m, x, y: m.cov(x, fweights=m.asarray(np.arange(1, 7)),
+                                          aweights=m.abs(y[0]) + 0.5)),
+    ("cross", lambda m, x, y: m.cross(x[:, :3], y[:, 3:]) + m.cross(x[:3], y[3:6], axis=0).sum()),
+    ("kron", lambda m, x, y: m.kron(x[:3, :2], y[:2, :4])),
+    ("kron_ranks", lambda m, x, y: m.kron(x[0, :3], y[:2, :2])),
+    ("delete", lambda m, x, y: m.delete(x, [0, 2, 3], axis=1) + m.delete(y, 1, axis=1)[:, :3]),
+    ("delete_flat", lambda m, x, y: m.delete(x, slice(2, 40, 3))),
+    ("insert", lambda m, x, y: m.insert(x, [1, 3, 3], 7.0, axis=1)),
+    ("insert_scalar_obj", lambda m, x, y: m.insert(x, 2, y[:, 0], axis=1) + m.insert(
+        x, -1, 5.0, axis=0)[:8].sum()),
+    ("insert_flat", lambda m, x, y: m.insert(x, [0, 5], [-1.0, -2.0])),
+    ("dsplit", lambda m, x, y: m.dsplit(m.reshape(x, (2, 4, 6)), 3)[1] +
+     m.dsplit(m.reshape(y, (2, 4, 6)), [1, 3])[2][:, :, :2]),
+    ("fill_diagonal", lambda m, x, y: _fill(m, x, 9.0) + _fill(m, y, m.asarray(
+        np.array([1.0, 2.0], np.float32))) * 3),
+    ("resize", lambda m, x, y: m.resize(x[:3], (7, 5)).sum() + m.resize(y, (4, 2))),
+    ("rot90", lambda m, x, y: m.rot90(x) + m.rot90(y, 3) + m.rot90(x, 2).T),
+    ("polyval", lambda m, x, y: m.polyval(m.asarray(np.array([0.5, -1.0, 2.0, 3.0], np.float32)),
+                                          y)),
+    ("polyval_list", lambda m, x, y: m.polyval([2.0, 0.0, -1.0], x)),
+    ("trapezoid", lambda m, x, y: _trapz(m, y, x=None, dx=0.5) + _trapz(m, y, x=m.cumsum(
+        m.abs(x), axis=1)) + _trapz(m, y, axis=0).sum()),
+    ("select", lambda m, x, y: m.select([x < -1, x > 2, y > 0], [x, y, x * y], default=-7.0)),
+    ("piecewise", lambda m, x, y: m.piecewise(x, [x < 0, x >= 1], [lambda v: v * 2, 5.0,
+                                                                     lambda v: v - 1])),
+    ("unravel_index", lambda m, x, y: m.stack(m.unravel_index(
+        (m.abs(x) * 5).astype(np.int32), (5, 7))).astype(np.float32)),
+    ("histogram_counts", lambda m, x, y: m.histogram(x, bins=6)[0]),
+    ("histogram_edges", lambda m, x, y: m.histogram(y, bins=4, range=(-1.0, 1.0))[1]),
+    ("histogram_weights_density", lambda m, x, y: m.histogram(
+        x, bins=m.asarray(np.array([-4.0, -1.0, 0.5, 2.0, 5.0], np.float32)), weights=m.abs(y),
+        density=True)[0]),
+]
+
+
+def _fill(m, a, v):
+    if m is np:
+        a = a.copy()
+        np.fill_diagonal(a, v)
+        return a
+    return m.fill_diagonal(a, v, inplace=False)
+
+
+def _trapz(m, y, x=None, dx=1.0, axis=-1):
+    if m is np:
+        return np.trapz(y, x=x, dx=dx, axis=axis)
+    return m.trapezoid(y, x=x, dx=dx, axis=axis)
+
+
+# these slice x and y where a sharded dimension would not divide (refused, as
+# JAX's explicit sharding refuses it): their inputs are replicated
+REPLICATED = {"cov_weights", "cross", "kron", "kron_ranks", "insert_scalar_obj", "dsplit",
+              "resize", "trapezoid", "unravel_index", "fill_diagonal"}
+
+
+@pytest.mark.parametrize("name,f", TABLE, ids=[t[0] for t in TABLE])
+def test_against_numpy_in_jit(c, mesh, name, f):
+    """Each function in a jit on arrays sharded P('i', 'j') (replicated for
+    the entries of REPLICATED), against numpy; and at once on the same
+    Arrays (a program of that call)."""
+    spec = P() if name in REPLICATED else P("i", "j")
+    x = _put(c, mesh, XA, spec)
+    y = _put(c, mesh, YA, spec)
+    with np.errstate(all="ignore"):
+        want = np.asarray(f(np, XA, YA))
+    got = np.asarray(shmap.jit(lambda x, y: f(jnp, x, y))(x, y))
+    assert got.shape == want.shape, (got.shape, want.shape)
+    assert np.allclose(got, want, rtol=2e-5, atol=2e-5, equal_nan=True), (got, want)
+    with shmap.use_mesh(mesh):
+        now = np.asarray(f(jnp, x, y))
+    assert np.allclose(now, want, rtol=2e-5, atol=2e-5, equal_nan=True)
+
+
+def test_searchsorted_as_jax(c, mesh):
+    """JAX's docstring examples (int32 results), NaN sorting last as JAX's
+    comparator has it, sorter=, and a sharded query."""
+    a = jnp.asarray(np.array([1, 2, 2, 3, 4, 5, 5], np.int32))
+    vals = np.array([0, 3, 8, 1.5, 2], np.float32)
+
+    def f(a, v):
+        return (jnp.searchsorted(a, 2), jnp.searchsorted(a, 2, side="right"),
+                jnp.searchsorted(a, v))
+    with shmap.use_mesh(mesh):
+        r = shmap.jit(f)(jnp.asarray(np.array([1, 2, 2, 3, 4, 5, 5], np.int32)),
+                         jnp.asarray(vals))
+        assert [int(np.asarray(r[0])), int(np.asarray(r[1]))] == [1, 3]
+        assert np.asarray(r[2]).tolist() == [0, 3, 7, 1, 1]
+        assert np.asarray(r[2]).dtype == np.int32
+        b = jnp.asarray(np.array([4, 3, 5, 1, 2], np.int32))
+        s = jnp.searchsorted(b, jnp.asarray(vals), sorter=jnp.argsort(b))
+        assert np.asarray(s).tolist() == [0, 2, 5, 1, 1]
+        nan_a = np.array([0.0, 1.0, np.nan], np.float32)
+        q = np.array([np.nan, 2.0, -1.0, 1.0], np.float32)
+        for side in ("left", "right"):
+            got = np.asarray(jnp.searchsorted(jnp.asarray(nan_a), jnp.asarray(q), side=side))
+            assert got.tolist() == np.searchsorted(nan_a, q, side=side).tolist(), side
+    del a
+    qs = _put(c, mesh, np.linspace(-7, 7, 16).astype(np.float32), P("i"))
+    r = shmap.jit(lambda q: jnp.searchsorted(jnp.asarray(SORTED), q, side="right"))(qs)
+    assert np.array_equal(np.asarray(r), np.searchsorted(SORTED, np.asarray(qs), side="right"))
+
+
+def test_nonzero_argwhere_flatnonzero(c, mesh):
+    """size= and fill_value= as JAX's: the first size indices, the rest
+    fill_value (0 by default); in a jit on sharded arrays; at once without
+    size (counted first, as JAX does eagerly)."""
+    a = np.array([[0, 3, 0, 1], [5, 0, 2, 2]], np.float32)
+    x = _put(c, mesh, np.tile(a, (4, 2)), P("i", "j"))
+    big = np.tile(a, (4, 2))
+    nz = np.nonzero(big)
+
+    assert len(nz[0]) == 40
+
+    def f(x):
+        return (jnp.nonzero(x, size=20), jnp.nonzero(x, size=44, fill_value=-1),
+                jnp.argwhere(x, size=42, fill_value=(7, 8)), jnp.flatnonzero(x, size=6),
+                jnp.argwhere(x > 2, size=3))
+    r = shmap.jit(f)(x)
+    assert all(np.array_equal(np.asarray(g), w[:20]) for g, w in zip(r[0], nz))
+    for g, w in zip(r[1], nz):
+        assert np.array_equal(np.asarray(g), np.concatenate([w, -np.ones(4, np.int64)]))
+    aw = np.concatenate([np.argwhere(big), [[7, 8], [7, 8]]])
+    assert np.array_equal(np.asarray(r[2]), aw)
+    assert np.array_equal(np.asarray(r[3]), np.flatnonzero(big)[:6])
+    assert np.array_equal(np.asarray(r[4]), np.argwhere(big > 2)[:3])
+    short = shmap.jit(lambda x: jnp.nonzero(x[0], size=8))(
+        _put(c, mesh, big, P()))  # 4 found, 4 filled with 0
+    assert np.asarray(short[0]).tolist() == [1, 3, 5, 7, 0, 0, 0, 0]
+    with shmap.use_mesh(mesh):
+        now = jnp.nonzero(x)
+        assert all(np.array_equal(np.asarray(g), w) for g, w in zip(now, nz))
+        assert np.array_equal(np.asarray(jnp.argwhere(x)), np.argwhere(big))
+    with pytest.raises(ValueError, match="Calling nonzero on 0d arrays is not allowed"):
+        shmap.jit(lambda x: jnp.nonzero(x[0, 0], size=1))(x)
+
+
+def test_size_required_in_traces(c, mesh):
+    """Without size= (length= for bincount) inside a traced function:
+    JAX's ConcretizationTypeError sentences (a TypeError, and shmap's
+    InvalidArgument)."""
+    x = _put(c, mesh, np.arange(8, dtype=np.int32), P("i"))
+    cases = [
+        (lambda x: jnp.nonzero(x), r"Abstract tracer value encountered where concrete value is "
+         r"expected: traced array with shape int32\[\]\nThe size argument of jnp.nonzero must be "
+         r"statically specified to use jnp.nonzero within JAX transformations."),
+        (lambda x: jnp.argwhere(x), "The size argument of jnp.nonzero must be statically"),
+        (lambda x: jnp.flatnonzero(x), "The size argument of jnp.nonzero must be statically"),
+        (lambda x: jnp.bincount(x), r"traced array with shape int32\[8\]\nThe error occurred "
+         r"because of argument 'x' of jnp.bincount. To avoid this error, pass a static `length` "
+         r"argument."),
+        (lambda x: jnp.unique(x), r"traced array with shape bool\[8\]\nThe error arose in "
+         r"jnp.unique\(\). To make jnp.unique\(\) compatible with JIT and other transforms, you "
+         r"can specify a concrete value for the size argument, which will determine the output "
+         r"size."),
+    ]
+    for f, msg in cases:
+        with pytest.raises(jnp.ConcretizationTypeError, match=msg) as e:
+            shmap.jit(f)(x)
+        assert isinstance(e.value, TypeError) and isinstance(e.value, shmap.InvalidArgument)
+
+
+def test_bincount(c, mesh):
+    """Counts and weighted sums by a scatter-add (negative values in bin 0,
+    those past length dropped, as JAX's), sharded x; at once without
+    length: max(minlength, max(x) + 1)."""
+    xa = np.array([0, 3, 3, 1, 7, 2, 2, 2, -1, 5, 9, 0, 1, 1, 4, 6], np.int32)
+    wa = np.linspace(0.5, 2, 16).astype(np.float32)
+    x = _put(c, mesh, xa, P("i"))
+    w = _put(c, mesh, wa, P("i"))
+    r = shmap.jit(lambda x, w: (jnp.bincount(x, length=8), jnp.bincount(x, w, length=12)))(x, w)
+    clipped = np.maximum(xa, 0)
+    assert np.asarray(r[0]).tolist() == np.bincount(clipped, minlength=10)[:8].tolist()
+    assert np.asarray(r[0]).dtype == np.int32
+    assert np.allclose(np.asarray(r[1]), np.bincount(clipped, wa, minlength=12), rtol=1e-6)
+    with shmap.use_mesh(mesh):
+        assert np.asarray(jnp.bincount(x)).tolist() == np.bincount(clipped).tolist()
+        assert np.asarray(jnp.bincount(x, minlength=13)).tolist() == \
+            np.bincount(clipped, minlength=13).tolist()
+    with pytest.raises(TypeError, match="must have an integer type"):
+        shmap.jit(lambda w: jnp.bincount(w, length=3))(w)
+
+
+def test_unique(c, mesh):
+    """Sorted distinct values (NaNs one value), size and fill_value (by
+    default the smallest value, as JAX's), return_index / inverse /
+    counts, in a jit on a sharded array; at once without size."""
+    xa = np.array([[3, 1, 2, 3], [np.nan, 1, -4, np.nan], [2, 2, 8, 0], [1, 1, 1, 5]],
+                  np.float32)
+    x = _put(c, mesh, xa, P("i", "j"))
+    u, idx, inv, cnt = np.unique(xa, return_index=True, return_inverse=True, return_counts=True,
+                                 equal_nan=True)
+    k = len(u)  # 8: -4 0 1 2 3 5 8 nan
+    r = shmap.jit(lambda x: jnp.unique(x, return_index=True, return_inverse=True,
+                                       return_counts=True, size=k + 2))(x)
+    got = [np.asarray(v) for v in r]
+    assert np.array_equal(got[0], np.concatenate([u, [u[0], u[0]]]), equal_nan=True)
+    assert got[1][:k].tolist() == idx.tolist()
+    assert got[2].tolist() == inv.ravel().tolist()
+    assert got[3].tolist() == cnt.tolist() + [0, 0]
+    r2 = shmap.jit(lambda x: jnp.unique(x, size=5, fill_value=-1.0))(x)
+    assert np.array_equal(np.asarray(r2), u[:5])
+    r3 = shmap.jit(lambda x: jnp.unique(x[2], size=6, fill_value=-1.0))(_put(c, mesh, xa, P()))
+    assert np.asarray(r3).tolist() == [0, 2, 8, -1, -1, -1]
+    with shmap.use_mesh(mesh):
+        assert np.array_equal(np.asarray(jnp.unique(x)), u, equal_nan=True)
+
+
+def test_index_helpers(c, mesh):
+    """tril_indices, triu_indices, diag_indices, indices: numpy's values as
+    int32 arrays (numpy with no mesh, Arrays on the context mesh,
+    constants in a jit); broadcast_shapes."""
+    for k, m in ((0, None), (1, 5), (-2, 3)):
+        for ours, theirs in ((jnp.tril_indices, np.tril_indices),
+                             (jnp.triu_indices, np.triu_indices)):
+            got = ours(4, k, m)
+            assert all(np.array_equal(g, w) and g.dtype == np.int32
+                       for g, w in zip(got, theirs(4, k, m)))
+    assert np.array_equal(jnp.indices((2, 3)), np.indices((2, 3)))
+    assert all(np.array_equal(g, w) for g, w in zip(jnp.indices((2, 3), sparse=True),
+                                                    np.indices((2, 3), sparse=True)))
+    assert [np.asarray(v).tolist() for v in jnp.diag_indices(3, 3)] == [[0, 1, 2]] * 3
+    assert jnp.broadcast_shapes((3, 1), (1, 4), (4,)) == (3, 4)
+    a = _put(c, mesh, np.arange(48, dtype=np.float32).reshape(8, 6), P())
+
+    def f(a):
+        i, j = jnp.triu_indices(6, 1)
+        d = jnp.diag_indices(6)
+        g = jnp.indices((8, 6))
+        return a[i[3], j[3]] + a[d[0][2], d[1][2]], g[0] * 10 + g[1]
+    r = shmap.jit(f)(a)
+    i, j = np.triu_indices(6, 1)
+    assert float(np.asarray(r[0])) == float(i[3] * 6 + j[3] + 2 * 6 + 2)
+    assert np.array_equal(np.asarray(r[1]), np.indices((8, 6))[0] * 10 + np.indices((8, 6))[1])
+    with shmap.use_mesh(mesh):
+        assert isinstance(jnp.tril_indices(3)[0], shmap.Array)
+        assert np.asarray(jnp.logspace(0, 3, 4)).tolist() == [1, 10, 100, 1000]
+    assert np.allclose(jnp.logspace(0, 2, 5, base=2.0), np.logspace(0, 2, 5, base=2.0))
+
+
+def test_fill_diagonal_and_refusals(c, mesh):
+    """JAX's refusals: fill_diagonal in place, insert/delete with traced
+    indices here; a 3-D fill_diagonal."""
+    x = _put(c, mesh, np.zeros((4, 4, 4), np.float32), P())
+    r = shmap.jit(lambda x: jnp.fill_diagonal(x, 2.0, inplace=False))(x)
+    want = np.zeros((4, 4, 4), np.float32)
+    np.fill_diagonal(want, 2.0)
+    assert np.array_equal(np.asarray(r), want)
+    with pytest.raises(NotImplementedError, match="JAX arrays are immutable, must use "
+                                                  "inplace=False"):
+        shmap.jit(lambda x: jnp.fill_diagonal(x, 2.0))(x)
+    with pytest.raises(shmap.InvalidArgument, match="obj must be static here"):
+        shmap.jit(lambda x: jnp.delete(x, jnp.arange(2), axis=0))(x)
+
+
+# ---- lax --------------------------------------------------------------------------
+
+
+def test_lax_arithmetic_and_shapes(c, mesh):
+    x = _put(c, mesh, XA, P("i", "j"))
+    y = _put(c, mesh, YA, P())
+    ia = np.array([7, -7, 7, -7, 6, -6, 0, 5], np.int32)
+    ib = np.array([2, 2, -2, -2, 4, 4, 3, -5], np.int32)
+    i, j = _put(c, mesh, ia, P("i")), _put(c, mesh, ib, P("i"))
+
+    def f(x, y, i, j):
+        return dict(
+            sub=lax.sub(x, y), mul=lax.mul(x, y), div=lax.div(x, y + 5), idiv=lax.div(i, j),
+            neg=lax.neg(x), pow=lax.pow(lax.abs(x) + 1, y), ipow=lax.integer_pow(y, 5),
+            ipow_neg=lax.integer_pow(x + 9, -3), square=lax.square(x),
+            rsum=lax.reduce_sum(x, (1,)), rmax=lax.reduce_max(x, (0, 1)),
+            rmin=lax.reduce_min(y, (0,)), rprod=lax.reduce_prod(y, [1]),
+            cvt=lax.convert_element_type(x, np.int32), clamp=lax.clamp(-1.0, y, 0.5),
+            bcast=lax.broadcast(y[0], (2, 3)),
+            bid=lax.broadcast_in_dim(y[:, :1], (3, 8, 5), (1, 2)),
+            iota=lax.iota(np.int32, 6), full=lax.full_like(x, 3.5),
+            full_i=lax.full_like(x, 2, dtype=np.int32, shape=(2, 2)))
+    r = {k: np.asarray(v) for k, v in shmap.jit(f)(x, y, i, j).items()}
+    assert r["idiv"].tolist() == [3, -3, -3, 3, 1, -1, 0, -1]  # toward zero, as C's
+    want = dict(sub=XA - YA, mul=XA * YA, div=XA / (YA + 5), neg=-XA,
+                pow=(np.abs(XA) + 1) ** YA, ipow=YA ** 5, ipow_neg=1 / (XA + 9) ** 3,
+                square=XA * XA, rsum=XA.sum(1), rmax=XA.max(), rmin=YA.min(0),
+                rprod=YA.prod(1), cvt=XA.astype(np.int32), clamp=np.clip(YA, -1, 0.5),
+                bcast=np.broadcast_to(YA[0], (2, 3, 6)),
+                bid=np.broadcast_to(YA[:, :1], (3, 8, 5)), iota=np.arange(6),
+                full=np.full((8, 6), 3.5), full_i=np.full((2, 2), 2))
+    for k, w in want.items():
+        assert r[k].shape == np.shape(w) and np.allclose(r[k], w, rtol=1e-5), k
+    assert r["cvt"].dtype == np.int32 and r["full_i"].dtype == np.int32
+    # integer_pow multiplies as XLA's repeated squaring: y**5 = (y*y)*(y*y)*y ... exactly
+    y2 = YA * YA
+    assert np.array_equal(r["ipow"], YA * (y2 * y2))
+
+
+def _jax_assoc_scan(fn, elems):
+    """JAX's associative_scan algorithm in numpy, along axis 0 (the same
+    combinations in the same order), to compare values bit for bit."""
+    n = elems.shape[0]
+    if n < 2:
+        return elems
+    reduced = fn(elems[0:-1:2], elems[1::2])
+    odd = _jax_assoc_scan(fn, reduced)
+    if n % 2 == 0:
+        even = fn(odd[:-1], elems[2::2])
+    else:
+        even = fn(odd, elems[2::2])
+    even = np.concatenate([elems[:1], even])
+    out = np.empty((n,) + elems.shape[1:], elems.dtype)
+    out[0::2], out[1::2] = even, odd
+    return out
+
+
+def test_associative_scan(c, mesh):
+    """+ and max against cumsum / maximum.accumulate, bit-exact against
+    JAX's algorithm for floats; a non-commutative op (the composition of
+    affine maps, a pytree) against a left fold; reverse and axis=."""
+    x = _put(c, mesh, YA, P("i", "j"))
+    r = shmap.jit(lambda x: (lax.associative_scan(jnp.add, x),
+                             lax.associative_scan(jnp.maximum, x, axis=1),
+                             lax.associative_scan(jnp.add, x, reverse=True, axis=1)))(x)
+    assert np.array_equal(np.asarray(r[0]), _jax_assoc_scan(np.add, YA))
+    assert np.allclose(np.asarray(r[0]), np.cumsum(YA, 0), atol=1e-5)
+    assert np.array_equal(np.asarray(r[1]), np.maximum.accumulate(YA, axis=1))
+    assert np.allclose(np.asarray(r[2]), np.cumsum(YA[:, ::-1], 1)[:, ::-1], atol=1e-5)
+    for n in (1, 2, 5, 7, 8):
+        a = RNG.integers(1, 4, n).astype(np.float32)
+        b = RNG.integers(-3, 4, n).astype(np.float32)
+
+        def compose(p, q):  # x -> q.a * (p.a * x + p.b) + q.b: not commutative
+            return (p[0] * q[0], q[0] * p[1] + q[1])
+        ga, gb = shmap.jit(lambda a, b: lax.associative_scan(compose, (a, b)))(
+            _put(c, mesh, a, P()), _put(c, mesh, b, P()))
+        fa, fb, wa, wb = a[0], b[0], [a[0]], [b[0]]
+        for k in range(1, n):
+            fa, fb = compose((fa, fb), (a[k], b[k]))
+            wa.append(fa)
+            wb.append(fb)
+        assert np.asarray(ga).tolist() == wa and np.asarray(gb).tolist() == wb, n
+
+
+def test_erf_inv_matches_xla_polynomials(c, mesh):
+    """The traced lax.erf_inv equals shmap.random's host versions (XLA's
+    float32 and float64 polynomials) bit for bit; +-1 give +-inf."""
+    from shmap import random as r
+    u32 = np.concatenate([np.linspace(-1, 1, 64), [0.999999, -0.9999, 1e-8]]).astype(np.float32)
+    u64 = u32.astype(np.float64) * (1 - 1e-12)
+    u64[:2] = (-1.0, 1 - 1e-15)
+    g32 = np.asarray(shmap.jit(lax.erf_inv)(_put(c, mesh, u32, P())))
+    g64 = np.asarray(shmap.jit(lax.erf_inv)(_put(c, mesh, u64, P())))
+    assert g32.dtype == np.float32 and g64.dtype == np.float64
+    assert np.array_equal(g32, r._erf_inv32(u32))
+    assert np.array_equal(g64, r._erf_inv64(u64))
+    assert g32[0] == -np.inf and g32[63] == np.inf
+    from math import erf
+    assert np.allclose([erf(v) for v in g64[1:-1]], u64[1:-1], atol=1e-12)
+
+
+def test_lax_map_and_while_loop(c, mesh):
+    x = _put(c, mesh, YA, P(None, "j"))
+    r = shmap.jit(lambda x: (lax.map(lambda row: row.sum() * 2, x),
+                             lax.map(lambda t: (t[0] * 2, t[1] + 1), (x, x), batch_size=3)))(x)
+    assert np.allclose(np.asarray(r[0]), YA.sum(1) * 2, atol=1e-5)
+    assert np.allclose(np.asarray(r[1][0]), YA * 2) and np.allclose(np.asarray(r[1][1]), YA + 1)
+
+    def body(x):  # a concrete counter in the carry: unrolled
+        n, v = lax.while_loop(lambda cv: cv[0] < 5, lambda cv: (cv[0] + 1, cv[1] * 2), (0, x))
+        assert n == 5
+        return v
+    v = shmap.jit(body)(x)
+    assert np.allclose(np.asarray(v), YA * 32)
+    with pytest.raises(shmap.InvalidArgument,
+                       match="a data-dependent while_loop cannot be traced here.*fori_loop "
+                             "or lax.scan with a static trip count"):
+        shmap.jit(lambda x: lax.while_loop(lambda v: v.sum() < 100, lambda v: v * 2, x))(x)
+
+
+# ---- nn ---------------------------------------------------------------------------
+
+
+def test_nn_activations(c, mesh):
+    x = _put(c, mesh, XA / 2, P("i", "j"))
+    xa = XA / 2
+    r = shmap.jit(lambda x: (nn.tanh(x), nn.sparse_plus(x), nn.squareplus(x),
+                             nn.squareplus(x, b=1.0)))(x)
+    sp = np.where(xa <= -1, 0, np.where(xa >= 1, xa, (xa + 1) ** 2 / 4))
+    for g, w in zip(r, (np.tanh(xa), sp, (xa + np.sqrt(xa * xa + 4)) / 2,
+                        (xa + np.sqrt(xa * xa + 1)) / 2)):
+        assert np.allclose(np.asarray(g), w, rtol=1e-6, atol=1e-6)
+    with pytest.warns(DeprecationWarning, match="nn.standardize"):
+        g = shmap.jit(lambda x: nn.normalize(x, axis=1))(x)
+    assert np.allclose(np.asarray(g), np.asarray(shmap.jit(
+        lambda x: nn.standardize(x, axis=1))(x)))
+
+
+def test_initializers_as_jax(c, mesh):
+    """Each initializer draws what JAX's does from the same key: the same
+    shmap.random draws (JAX's values) scaled as JAX scales them, in
+    float32; fans from the shape (in -2, out -1, the rest the receptive
+    field); placed as shmap.random's results are."""
+    init = nn.initializers
+    key = jr.key(3)
+    shape = (3, 4, 6, 5)  # receptive field 12: fan_in 72, fan_out 60
+    f32 = np.float32
+    assert np.array_equal(init.zeros(key, (2, 3)), np.zeros((2, 3), f32))
+    assert np.array_equal(init.ones(key, (2, 3), np.float16), np.ones((2, 3), np.float16))
+    assert np.array_equal(init.constant(1.5)(key, (4,)), np.full(4, 1.5, f32))
+    assert np.array_equal(init.uniform(0.3)(key, (5, 2)), jr.uniform(key, (5, 2)) * f32(0.3))
+    assert np.array_equal(init.normal()(key, (5, 2)), jr.normal(key, (5, 2)) * f32(0.01))
+    assert np.array_equal(init.truncated_normal(0.5, lower=-1.0)(key, (50,)),
+                          jr.truncated_normal(key, -1.0, 2.0, (50,)) * f32(0.5))
+
+    def vs(scale, den, dist):
+        var = np.array(scale / den, f32)
+        if dist == "truncated_normal":
+            return jr.truncated_normal(key, -2, 2, shape) * (np.sqrt(var) /
+                                                             f32(.87962566103423978))
+        if dist == "normal":
+            return jr.normal(key, shape) * np.sqrt(var)
+        return jr.uniform(key, shape, minval=-1) * np.sqrt(3 * var)
+    cases = [(init.glorot_uniform(), 1.0, 66, "uniform"),
+             (init.xavier_normal(), 1.0, 66, "truncated_normal"),
+             (init.lecun_uniform(), 1.0, 72, "uniform"),
+             (init.lecun_normal(), 1.0, 72, "truncated_normal"),
+             (init.he_uniform(), 2.0, 72, "uniform"),
+             (init.kaiming_normal(), 2.0, 72, "truncated_normal"),
+             (init.variance_scaling(0.5, "fan_out", "normal"), 0.5, 60, "normal"),
+             (init.variance_scaling(1.0, "fan_geo_avg", "uniform"), 1.0, (72 * 60) ** 0.5,
+              "uniform")]
+    for f, scale, den, dist in cases:
+        got = f(key, shape)
+        assert got.dtype == f32 and np.array_equal(got, vs(scale, den, dist)), (scale, den, dist)
+    w = init.he_normal()(key, (256, 128))
+    assert abs(float(w.std()) - np.sqrt(2 / 256)) < 0.01 * np.sqrt(2 / 256) * 10
+    assert np.abs(w).max() < 2 * np.sqrt(2 / 256) / .87962566103423978
+    with pytest.raises(ValueError, match="Can't compute input and output sizes"):
+        init.lecun_normal()(key, (5,))
+    with shmap.use_mesh(mesh):
+        a = init.glorot_normal()(key, (8, 4), out_sharding=P("i"))
+        assert isinstance(a, shmap.Array) and a.type == "f32[8@i,4]"
+    r = shmap.jit(lambda x: x + init.lecun_uniform()(key, (8, 6)))(_put(c, mesh, XA, P("i")))
+    assert np.array_equal(np.asarray(r), XA + init.lecun_uniform()(key, (8, 6)))
+
+
+# ---- grads ------------------------------------------------------------------------
+
+
+def _fd(f, x, d, eps=1e-4):
+    return (f(x + eps * d) - f(x - eps * d)) / (2 * eps)
+
+
+GRADS = [
+    ("interp", P("i", "j"), lambda m, x: m.interp(x * 2.0, m.asarray(np.linspace(-3, 3, 9, dtype=np.float32)),
+                                     m.asarray(np.cos(np.linspace(-3, 3, 9)).astype(
+                                         np.float32))).sum()),
+    ("cov", P("i", "j"), lambda m, x: (m.cov(x) * m.cov(x, rowvar=False).sum()).sum()),
+    ("kron", P(), lambda m, x: (m.kron(x[:2, :3], x[3:5, 1:3]) ** 2).sum()),
+    ("polyval", P(), lambda m, x: m.polyval(m.asarray(np.array([0.3, -1.0, 2.0], np.float32)),
+                                       x).sum() + m.polyval(x[0, :3], x[1]).sum()),
+    ("trapezoid", P("i"), lambda m, x: (_trapz(m, x * x, x=m.cumsum(m.exp(x), axis=1)) ** 2).sum()),
+]
+
+
+@pytest.mark.parametrize("name,spec,f", GRADS, ids=[g[0] for g in GRADS])
+def test_grad_composites(c, mesh, name, spec, f):
+    """grad of the differentiable composites (sharded argument) against
+    central differences of numpy's, in float64."""
+    rng = np.random.default_rng(5)
+    xa = (rng.standard_normal((8, 6)) * 0.8).astype(np.float32)
+    x = _put(c, mesh, xa, spec)
+    g = np.asarray(shmap.jit(shmap.grad(lambda x: f(jnp, x)))(x), np.float64)
+    d = rng.standard_normal((8, 6))
+    want = _fd(lambda v: float(f(np, v)), xa.astype(np.float64), d)
+    got = float((g * d).sum())
+    assert abs(got - want) <= 2e-3 * max(1.0, abs(want)), (got, want)
+
+
+def test_grad_through_integer_valued(c, mesh):
+    """searchsorted and argwhere are integer-valued: a function that uses
+    them as indices differentiates through the values they pick."""
+    xa = np.linspace(-2, 2, 16).astype(np.float32)
+    x = _put(c, mesh, xa, P())
+
+    def f(m, x):
+        i = m.searchsorted(m.asarray(np.array([-1.0, 0.0, 1.0], np.float32)), x)
+        return (x * x * i.astype(np.float32)).sum()
+    g = np.asarray(shmap.jit(shmap.grad(lambda x: f(jnp, x)))(x))
+    assert np.allclose(g, 2 * xa * np.searchsorted([-1.0, 0.0, 1.0], xa), atol=1e-5)
+
+    def h(x):
+        idx = jnp.argwhere(x > 0, size=8)[:, 0]
+        return (x[idx] ** 2).sum()
+    g2 = np.asarray(shmap.jit(shmap.grad(h))(x))
+    assert np.allclose(g2, np.where(xa > 0, 2 * xa, 0), atol=1e-5)
