@@ -334,8 +334,11 @@ class Tracer(_Shaped):
         arrays = [j for j, k in enumerate(key) if isinstance(k, (np.ndarray, list, Tracer, Array))]
         if arrays:
             return self._take(key, arrays, out_sharding)
-        if all(isinstance(k, slice) and k == slice(None) for k in key):
-            return self  # x[:, :] and x[...] are x
+        shape = self.shape
+        if len(key) <= len(shape) and all(
+                isinstance(k, slice) and (k == slice(None) or k.indices(n) == (0, n, 1))
+                for k, n in zip(key, shape)):
+            return self  # x[:, :], x[...] and x[:n] of n rows are x (the program has no op)
         if isinstance(self, _vmap.BatchTracer):
             return _vmap.apply("getitem", (self,), {"key": key})
         return _builder().emit(f"{self.name}[{', '.join(_fmt(k) for k in key)}]", "getitem",

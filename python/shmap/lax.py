@@ -13,6 +13,9 @@ for _name, _sig, _mn, _mx, _jit_only in _shmap.op_table():
     if _name not in ("shard_map_in", "shard_map_out"):
         globals()[_name] = make_op(_name)
         __all__.append(_name)
+# jax.lax.max and min are elementwise (the op table's max and min reduce, as jnp's)
+max = make_op("maximum")  # noqa: A001
+min = make_op("minimum")  # noqa: A001
 
 
 def fori_loop(lower, upper, body_fun, init_val):
@@ -106,7 +109,7 @@ def switch(index, branches, *operands):
     range as JAX's; a traced index selects among every branch's results."""
     branches = list(branches)
     if _is_static(index):
-        return branches[min(max(int(index), 0), len(branches) - 1)](*operands)
+        return branches[builtins.min(builtins.max(int(index), 0), len(branches) - 1)](*operands)
     from . import numpy as jnp
     index = jnp.clip(index, 0, len(branches) - 1)
     outs = [b(*operands) for b in branches]

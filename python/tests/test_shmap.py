@@ -916,8 +916,7 @@ def test_gathers_and_array_indexing(c):
                        r"provide output PartitionSpec .* Got operand=f32\[16,4@Y\], "
                        r"indices=i32\[8@X\]"):
         shmap.jit(lambda e, t: e[t])(e, y)
-    with pytest.raises(shmap.InvalidArgument, match="more than one integer array"):
-        x[i, i]
+    assert np.array_equal(np.asarray(x[i, i]), xa[np.minimum(i, len(xa) - 1), i])  # clamped
 
 
 def test_pytree_arguments(c):
@@ -1694,6 +1693,22 @@ def test_jit_numpy_argument_before_an_array(c):
     x = c.device_put(np.ones((8, 4), np.float32), NamedSharding(mesh, P("i")))
     got = shmap.jit(lambda s, x: x * s)(np.float32(3), x)
     assert got.type == "f32[8@i,4]" and np.array_equal(np.asarray(got), np.full((8, 4), 3))
+
+
+def test_lax_max_min_switch_and_whole_slices(c):
+    """lax.max / lax.min are elementwise, as JAX's (they were the op table's
+    reductions); lax.switch with a static index clamps it into range (it
+    called those ops); slicing a traced value over its whole length is the
+    value (x[:8] of 8 rows failed to trace)."""
+    mesh = c.make_mesh((4, 2), ("i", "j"))
+    xa = np.arange(24, dtype=np.float32).reshape(8, 3) - 10
+    x = c.device_put(xa, NamedSharding(mesh, P("i")))
+    got = shmap.jit(lambda x: (lax.max(x, 0.0), lax.min(x, -x), x[:8], x[:, :3] * 2,
+                               x[0:8, 0:3] + x[:8, :], lax.switch(7, [jnp.sin, jnp.cos], x),
+                               lax.switch(-2, [jnp.sin, jnp.cos], x)))(x)
+    want = (np.maximum(xa, 0), np.minimum(xa, -xa), xa, xa * 2, xa + xa, np.cos(xa), np.sin(xa))
+    for g, w in zip(got, want):
+        assert g.type == "f32[8@i,3]" and np.allclose(np.asarray(g), w, atol=1e-6)
 
 
 def test_int_literals_beyond_int32(c):
