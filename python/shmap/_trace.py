@@ -602,15 +602,7 @@ class _AtIndex:
         at = adv[0] if together else 0
         rshape = tuple(shape[d] for d in rest)
         view = rshape[:at] + bshape + rshape[at:]  # x[key]'s shape, as numpy orders it
-        if isinstance(v, Tracer):
-            upd = v
-        elif np.ndim(v) == 0:
-            upd = _call_op("full", view, v, dtype=x.dtype)
-        else:
-            upd = _constant(np.asarray(v).astype(x.dtype))
-        if upd.dtype != x.dtype:
-            upd = upd.astype(x.dtype)
-        upd = _broadcast_to(upd, view)
+        upd = _updates(x, v, view)
         nb = len(bshape)
         if at:
             upd = _call_op("transpose", upd, tuple(range(at, at + nb)) + tuple(range(at)) +
@@ -638,15 +630,7 @@ class _AtIndex:
             key = np.nonzero(m)[0]
         x, idx = self.x, _index_value(key)
         rows = tuple(idx.shape) + tuple(x.shape[1:])
-        if isinstance(v, Tracer):
-            upd = v
-        elif np.ndim(v) == 0:
-            upd = _call_op("full", rows, v, dtype=x.dtype)
-        else:
-            upd = _constant(np.asarray(v).astype(x.dtype))
-        if upd.dtype != x.dtype:
-            upd = upd.astype(x.dtype)
-        upd = _broadcast_to(upd, rows)
+        upd = _updates(x, v, rows)
         if _builder().kind == "jit":
             want = _dims(idx.type) + _dims(x.type)[1:]
             if _dims(upd.type) != want:
@@ -689,6 +673,20 @@ class _AtIndex:
         if self._index_array():
             return self._scatter("scatter_max", v, out_sharding)
         return self.set(_call_op("maximum", self.get(), v))
+
+
+def _updates(x, v, shape):
+    """The updates of a scatter into x: v (a traced value, a number, or a
+    numpy array: a constant) in x's dtype, broadcast to shape."""
+    if isinstance(v, Tracer):
+        upd = v
+    elif np.ndim(v) == 0:
+        upd = _call_op("full", shape, v, dtype=x.dtype)
+    else:
+        upd = _constant(np.asarray(v).astype(x.dtype))
+    if upd.dtype != x.dtype:
+        upd = upd.astype(x.dtype)
+    return _broadcast_to(upd, shape)
 
 
 def _ones_like(x):
