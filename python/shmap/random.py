@@ -12,8 +12,9 @@ return: numpy arrays outside a trace with no mesh set, replicated Arrays
 on the mesh of set_mesh / use_mesh, an Array of that sharding with
 out_sharding=, and inside a jit body a constant of the program (as a numpy
 constant is). The op table has no uint32, so a key passed to a jit enters
-it as int64 key data: split, fold_in, uniform, normal and bernoulli then
-run the same hash with int64 ops in the program (the _t_ functions);
+it as int64 key data: split, fold_in, uniform, normal, bernoulli, randint
+and permutation then run the same hash with int64 ops in the program (the
+_t_ functions);
 the other samplers refuse a traced key with InvalidArgument.
 
 Dtypes as JAX's defaults (jax_enable_x64 off): float32 and int32 unless
@@ -268,10 +269,10 @@ class KeyArray:
 def _traced_refusal(name, what="key"):
     return InvalidArgument(
         f"shmap.random.{name}: the {what} is a traced value, and {name} draws on the host: "
-        f"a key traced in a jit (an argument) is taken by split, fold_in, uniform, normal "
-        f"and bernoulli (float32); for {name}, draw the values outside the jit and pass them "
-        f"as arguments, or use a concrete key (a closed-over or static one), whose draws "
-        f"become constants of the program")
+        f"a key traced in a jit (an argument) is taken by split, fold_in, uniform, normal, "
+        f"bernoulli (float32), randint (int32) and permutation; for {name}, draw the "
+        f"values outside the jit and pass them as arguments, or use a concrete key (a "
+        f"closed-over or static one), whose draws become constants of the program")
 
 
 def _key_data_of(name, key, allow_batched=False):
@@ -831,6 +832,64 @@ def _t_normal(k, shape, dt):
     return np.float32(np.sqrt(2)) * lax.erf_inv(u)  # the host's _erf_inv32, traced
 
 
+def _t_bits32(k, shape):
+    b1, b2 = _t_bits(k, shape)
+    return b1 ^ b2
+
+
+def _t_split2(k):
+    ks = _t_split(k, (2,))
+    return ks[0], ks[1]
+
+
+def _t_urem(x, span):
+    """XLA's unsigned remainder by a host span (x % 0 is x)."""
+    return x if span == 0 else x % span
+
+
+
+
+def _t_randint(k, shape, minval, maxval):
+    """JAX's _randint in int32 for a traced key and host bounds: the span and
+    its multiplier computed here as _randint does, the two draws reduced in
+    the program."""
+    jnp = _jnp()
+    dt, ut = np.dtype(np.int32), _U32
+    big = _clip_to(np.asarray(np.iinfo(dt).max, dt), maxval.dtype)
+    out_of_range = bool(maxval > big)
+    lo, hi = _clip_to(minval, dt), _clip_to(maxval, dt)
+    with np.errstate(over="ignore"):
+        span = ut(hi.astype(ut) - lo.astype(ut))
+        span = ut(1) if hi <= lo else span
+        span = ut(span + ut(1)) if out_of_range and hi > lo else span
+        mult = int(_urem(np.asarray(2 ** 16, ut), np.asarray(span)))
+        mult = int(_urem(np.asarray(ut(mult) * ut(mult)), np.asarray(span)))
+    span = int(span)
+    # (2**16 mod span)**2 wraps to 0 in uint32 once span > 2**16, as in JAX, so the
+    # multiplier is below 2**16 and a product with it stays below 2**48
+    assert mult < 2 ** 16
+    k1, k2 = _t_split2(k)
+    off = ((_t_urem(_t_bits32(k1, shape), span) * mult) & _MASK) + \
+        _t_urem(_t_bits32(k2, shape), span)
+    off = _t_urem(off & _MASK, span)
+    r = (off + int(lo.astype(ut))) & _MASK
+    return jnp.astype(jnp.where(r >= 2 ** 31, r - 2 ** 32, r), np.int32)
+
+
+def _t_shuffle(k, x, axis):
+    """_shuffle with a traced key: rounds of a stable argsort along axis by
+    fresh bits, the values carried by take_along_axis."""
+    jnp = _jnp()
+    exponent = 3
+    size = math.prod(x.shape)
+    rounds = int(np.ceil(exponent * np.log(max(1, size)) / np.log(np.iinfo(_U32).max)))
+    for _ in range(rounds):
+        k, sub = _t_split2(k)
+        order = jnp.argsort(_t_bits32(sub, tuple(x.shape)), axis=axis)
+        x = jnp.take_along_axis(x, order, axis=axis)
+    return x
+
+
 # ---- the public samplers ---------------------------------------------------------
 
 
@@ -892,11 +951,20 @@ def randint(key, shape, minval, maxval, dtype=None, *, out_sharding=None):
     """jax.random.randint: integers in [minval, maxval) by JAX's algorithm
     (two draws of random bits reduced modulo the span; int32 by default,
     int64 with 64-bit bits; narrower ones sampled in int32)."""
-    k, _ = _key_data_of("randint", key)
     dt = np.dtype(np.int32 if dtype is None else dtype)
     if not np.issubdtype(dt, np.integer):
         raise TypeError(f"randint only accepts integer dtypes, got {dt}")
     shape = _shape(shape)
+    if _is_traced(key):
+        k = _t_key("randint", key)
+        lo, hi = (_concrete("randint", v, what) for v, what in ((minval, "minval"),
+                                                                 (maxval, "maxval")))
+        if dt != np.dtype(np.int32) or np.ndim(lo) or np.ndim(hi):
+            raise InvalidArgument("shmap.random.randint with a key traced in a jit draws int32 "
+                                  "between scalar bounds: draw others outside the jit")
+        return _placed("randint", _t_randint(k, shape, _bound(lo.item(), dt),
+                                             _bound(hi.item(), dt)), out_sharding)
+    k, _ = _key_data_of("randint", key)
     for v, what in ((minval, "minval"), (maxval, "maxval")):
         if isinstance(v, _trace.Tracer):
             _concrete("randint", v, what)
@@ -1032,6 +1100,8 @@ def permutation(key, x, axis=0, independent=False, *, out_sharding=None):
     rounds of sort by random uint32 keys; independent=True shuffles each
     slice on its own). An Array or traced x stays on the devices: only
     the indices are drawn here (a take)."""
+    if _is_traced(key):
+        return _t_permutation(_t_key("permutation", key), x, axis, independent, out_sharding)
     k, _ = _key_data_of("permutation", key)
     if _on_device(x) and not x.shape:  # a number of entries: concrete
         x = _concrete("permutation", x, "x").item()
@@ -1058,6 +1128,30 @@ def permutation(key, x, axis=0, independent=False, *, out_sharding=None):
         else:
             out = np.take(x, _shuffle(k, np.arange(x.shape[axis], dtype=np.int32), 0), axis)
     return _place("permutation", out, out_sharding)
+
+
+def _t_permutation(k, x, axis, independent, out_sharding):
+    """permutation with a traced key: the shuffle in the program (of the
+    indices, then a take, unless each slice is shuffled on its own)."""
+    jnp = _jnp()
+    if not _on_device(x) and not np.ndim(x):
+        if not np.issubdtype(np.asarray(x).dtype, np.integer):
+            raise TypeError("x must be an integer or at least 1-dimensional")
+        return _placed("permutation", _t_shuffle(k, jnp.arange(int(x), dtype=np.int32), 0),
+                       out_sharding)
+    if not _on_device(x):
+        x = jnp.asarray(_x64_off(np.asarray(x)))
+    elif isinstance(x, Array):
+        raise InvalidArgument("shmap.random.permutation: an Array in a jit body is an argument "
+                              "of the jit (a traced value), not the Array itself")
+    nd = len(x.shape)
+    axis = _axis(axis, nd)
+    if independent or nd == 1:
+        return _placed("permutation", _t_shuffle(k, x, axis), out_sharding)
+    idx = _t_shuffle(k, jnp.arange(x.shape[axis], dtype=np.int32), 0)
+    kw = {} if out_sharding is None else {"out_sharding": getattr(out_sharding, "spec",
+                                                                  out_sharding)}
+    return jnp.take(x, idx, axis=axis, **kw)
 
 
 def shuffle(key, x, axis=0):

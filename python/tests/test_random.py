@@ -602,8 +602,8 @@ def test_concrete_key_in_jit(c, mesh):
 
 def test_traced_keys(c, mesh):
     """A key passed to a jit (uploaded as int64 key data) is traced: split,
-    fold_in (with a traced integer too), uniform, normal and bernoulli run as
-    ops of the program and give the host's values bit for bit (the host's
+    fold_in (with a traced integer too), uniform, normal, bernoulli, randint
+    and permutation run as ops of the program and give the host's values bit for bit (the host's
     are JAX's, above); the keys a jit returns (int64 Arrays) key the next
     call and host draws; the other samplers refuse a traced key with a
     sentence, and so do key data of another shape or dtype."""
@@ -614,13 +614,21 @@ def test_traced_keys(c, mesh):
             return (jr.split(k), jr.split(k, (2, 3)), jr.fold_in(k, 5), jr.fold_in(k, n),
                     jr.uniform(k, (3, 4)), jr.uniform(k, (5,), minval=-2.0, maxval=3.0),
                     jr.normal(k, (16,)), jr.bernoulli(k, 0.3, (6,)),
-                    jr.normal(jr.fold_in(jr.split(k)[1], 3), (2, 2)))
+                    jr.normal(jr.fold_in(jr.split(k)[1], 3), (2, 2)),
+                    jr.randint(k, (4, 5), 0, 10), jr.randint(k, (7,), -5, 2 ** 20 + 3),
+                    jr.randint(k, (3,), -2 ** 31, 2 ** 31 - 1), jr.randint(k, (2,), 7, 3),
+                    jr.permutation(k, 10), jr.permutation(k, np.arange(12.).reshape(4, 3)),
+                    jr.permutation(k, np.arange(12).reshape(4, 3), 1, independent=True))
         with shmap.use_mesh(mesh):  # no Array among the arguments
             got = draws(key, np.int32(-9))
         want = (_data(jr.split(key)), _data(jr.split(key, (2, 3))), _data(jr.fold_in(key, 5)),
                 _data(jr.fold_in(key, -9)), jr.uniform(key, (3, 4)),
                 jr.uniform(key, (5,), minval=-2.0, maxval=3.0), jr.normal(key, (16,)),
-                jr.bernoulli(key, 0.3, (6,)), jr.normal(jr.fold_in(jr.split(key)[1], 3), (2, 2)))
+                jr.bernoulli(key, 0.3, (6,)), jr.normal(jr.fold_in(jr.split(key)[1], 3), (2, 2)),
+                jr.randint(key, (4, 5), 0, 10), jr.randint(key, (7,), -5, 2 ** 20 + 3),
+                jr.randint(key, (3,), -2 ** 31, 2 ** 31 - 1), jr.randint(key, (2,), 7, 3),
+                jr.permutation(key, 10), jr.permutation(key, np.arange(12.).reshape(4, 3)),
+                jr.permutation(key, np.arange(12).reshape(4, 3), 1, independent=True))
         for g, w in zip(got, want):
             g = np.asarray(g)
             assert g.shape == w.shape
@@ -649,10 +657,13 @@ def test_traced_keys(c, mesh):
             shmap.jit(body)(x, jr.key(0))
         return str(e.value)
 
-    msg = run(lambda v, k: jr.randint(k, (2,), 0, 5))
-    assert "the key is a traced value, and randint draws on the host" in msg
-    assert "split, fold_in, uniform, normal and bernoulli" in msg
+    msg = run(lambda v, k: jr.choice(k, 5, (2,)))
+    assert "the key is a traced value, and choice draws on the host" in msg
+    assert "split, fold_in, uniform, normal, bernoulli (float32), randint (int32) and " \
+        "permutation" in msg
     assert "outside the jit" in msg
+    assert "int32 between scalar bounds" in run(lambda v, k: jr.randint(k, (2,), 0, 5,
+                                                                        dtype=np.int64))
     assert "float32" in run(lambda v, k: jr.uniform(k, (2,), dtype=np.float64))
     assert "expected key_data.shape to end with (2,)" in run(lambda v, k: jr.normal(v, (2,)),
                                                             TypeError)
