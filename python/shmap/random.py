@@ -270,7 +270,8 @@ def _traced_refusal(name, what="key"):
     return InvalidArgument(
         f"shmap.random.{name}: the {what} is a traced value, and {name} draws on the host: "
         f"a key traced in a jit (an argument) is taken by split, fold_in, uniform, normal, "
-        f"bernoulli (float32), randint (int32) and permutation; for {name}, draw the "
+        f"bernoulli, exponential, gumbel, laplace, logistic, categorical (float32), randint "
+        f"(int32) and permutation; for {name}, draw the "
         f"values outside the jit and pass them as arguments, or use a concrete key (a "
         f"closed-over or static one), whose draws become constants of the program")
 
@@ -890,6 +891,16 @@ def _t_shuffle(k, x, axis):
     return x
 
 
+def _t_gumbel(k, shape, dt, mode):
+    """_gumbel (mode 'low') with a traced key: -log(-log(u)), u in [tiny, 1)."""
+    jnp = _jnp()
+    if mode != "low":
+        raise InvalidArgument("shmap.random.gumbel: mode='high' with a key traced in a jit is "
+                              "not supported")
+    u = _t_uniform("gumbel", k, shape, dt, np.finfo(dt).tiny, 1.0)
+    return -jnp.log(-jnp.log(u))
+
+
 # ---- the public samplers ---------------------------------------------------------
 
 
@@ -1029,8 +1040,11 @@ def rademacher(key, shape=(), dtype=None, *, out_sharding=None):
 
 def exponential(key, shape=(), dtype=None, *, out_sharding=None):
     """jax.random.exponential: -log1p(-u)."""
-    k, _ = _key_data_of("exponential", key)
     dt = _float_dtype("exponential", dtype)
+    if _is_traced(key):
+        u = _t_uniform("exponential", _t_key("exponential", key), _shape(shape), dt, 0.0, 1.0)
+        return _placed("exponential", -_jnp().log1p(-u), out_sharding)
+    k, _ = _key_data_of("exponential", key)
     u = _uniform(k, _shape(shape), dt, 0.0, 1.0)
     return _place("exponential", (-np.log1p(-u)).astype(dt), out_sharding)
 
@@ -1038,23 +1052,36 @@ def exponential(key, shape=(), dtype=None, *, out_sharding=None):
 def gumbel(key, shape=(), dtype=None, mode=None, *, out_sharding=None):
     """jax.random.gumbel: -log(-log(u)), u uniform in [tiny, 1) (mode='high':
     two uniforms for a wider range)."""
-    k, _ = _key_data_of("gumbel", key)
     dt = _float_dtype("gumbel", dtype)
+    if _is_traced(key):
+        return _placed("gumbel", _t_gumbel(_t_key("gumbel", key), _shape(shape), dt,
+                                           _gumbel_mode(mode)), out_sharding)
+    k, _ = _key_data_of("gumbel", key)
     return _place("gumbel", _gumbel(k, _shape(shape), dt, _gumbel_mode(mode)), out_sharding)
 
 
 def laplace(key, shape=(), dtype=None, *, out_sharding=None):
     """jax.random.laplace: sign(u) * log1p(-|u|), u uniform in (-1, 1)."""
-    k, _ = _key_data_of("laplace", key)
     dt = _float_dtype("laplace", dtype)
+    if _is_traced(key):
+        jnp = _jnp()
+        u = _t_uniform("laplace", _t_key("laplace", key), _shape(shape), dt,
+                       np.float32(-1.0 + float(np.finfo(dt).epsneg)), 1.0)
+        return _placed("laplace", jnp.sign(u) * jnp.log1p(-jnp.abs(u)), out_sharding)
+    k, _ = _key_data_of("laplace", key)
     u = _uniform(k, _shape(shape), dt, -1.0 + float(np.finfo(dt).epsneg), 1.0)
     return _place("laplace", (np.sign(u) * np.log1p(-np.abs(u))).astype(dt), out_sharding)
 
 
 def logistic(key, shape=(), dtype=None, *, out_sharding=None):
     """jax.random.logistic: log(u) - log1p(-u)."""
-    k, _ = _key_data_of("logistic", key)
     dt = _float_dtype("logistic", dtype)
+    if _is_traced(key):
+        jnp = _jnp()
+        u = _t_uniform("logistic", _t_key("logistic", key), _shape(shape), dt,
+                       np.finfo(dt).tiny, 1.0)
+        return _placed("logistic", jnp.log(u) - jnp.log1p(-u), out_sharding)
+    k, _ = _key_data_of("logistic", key)
     u = _uniform(k, _shape(shape), dt, np.finfo(dt).tiny, 1.0)
     return _place("logistic", (np.log(u) - np.log1p(-u)).astype(dt), out_sharding)
 
@@ -1230,8 +1257,11 @@ def categorical(key, logits, axis=-1, shape=None, replace=True, mode=None, *,
     """jax.random.categorical: argmax(logits + Gumbel noise) along axis (with
     replacement), or the Gumbel top-k (without). Traced logits work with
     replacement: the noise is the constant, the argmax is traced."""
-    k, _ = _key_data_of("categorical", key)
     mode = _gumbel_mode(mode)
+    if _is_traced(key):
+        return _t_categorical(_t_key("categorical", key), logits, axis, shape, replace, mode,
+                              out_sharding)
+    k, _ = _key_data_of("categorical", key)
     traced = isinstance(logits, _trace.Tracer)
     la = logits if traced else _concrete("categorical", logits, "logits", canon=True)
     nd = len(la.shape)
@@ -1277,3 +1307,32 @@ def categorical(key, logits, axis=-1, shape=None, replace=True, mode=None, *,
     idx = _top_k_indices(np.moveaxis(z, ax, -1), kk)  # batch_shape + (kk,)
     idx = np.moveaxis(idx, -1, 0).reshape(shape)
     return _place("categorical", idx.astype(np.int32), out_sharding)
+
+
+def _t_categorical(k, logits, axis, shape, replace, mode, out_sharding):
+    """categorical with a traced key (with replacement): the argmax of
+    logits plus Gumbel noise drawn in the program."""
+    jnp = _jnp()
+    if not replace:
+        raise InvalidArgument("shmap.random.categorical(replace=False) with a key traced in a "
+                              "jit is not supported: take lax.top_k of logits plus "
+                              "shmap.random.gumbel noise in the body")
+    lt = logits if isinstance(logits, _trace.Tracer) else \
+        jnp.asarray(_concrete("categorical", logits, "logits", canon=True))
+    nd = len(lt.shape)
+    ax = _axis(axis, nd)
+    batch_shape = tuple(d for i, d in enumerate(lt.shape) if i != ax)
+    shape = batch_shape if shape is None else _shape(shape)
+    if np.broadcast_shapes(shape, batch_shape) != shape:
+        raise ValueError(f"categorical parameter shapes must be broadcast-compatible with "
+                         f"shape argument, and the result of broadcasting the shapes must "
+                         f"equal the shape argument, but got result "
+                         f"{np.broadcast_shapes(shape, batch_shape)} for shape argument "
+                         f"{shape}.")
+    prefix = shape[:len(shape) - len(batch_shape)]
+    logits_shape = list(shape[len(shape) - len(batch_shape):])
+    logits_shape.insert(ax, lt.shape[ax])
+    g = _t_gumbel(k, prefix + tuple(logits_shape), np.dtype(lt.dtype), mode)
+    for _ in range(len(prefix)):
+        lt = jnp.expand_dims(lt, 0)
+    return _placed("categorical", jnp.argmax(g + lt, axis=ax + len(prefix)), out_sharding)

@@ -634,6 +634,23 @@ def test_traced_keys(c, mesh):
             assert g.shape == w.shape
             np.testing.assert_array_equal(g.astype(w.dtype) if w.dtype == np.uint32 else g, w)
 
+    # the samplers made of logs: the host's values up to the last bits of libm's log
+    # against numpy's (as the host's are JAX's up to XLA's); categorical's choices exactly
+    key = jr.key(5)
+    logits = np.log(np.array([[0.1, 0.2, 0.7], [0.5, 0.25, 0.25]], np.float32))
+    with shmap.use_mesh(mesh):
+        got = shmap.jit(lambda k: (
+            jr.exponential(k, (64,)), jr.gumbel(k, (64,)), jr.laplace(k, (64,)),
+            jr.logistic(k, (64,)), jr.categorical(k, logits),
+            jr.categorical(k, logits, shape=(5, 2)), jr.categorical(k, logits, axis=0)))(key)
+    want = (jr.exponential(key, (64,)), jr.gumbel(key, (64,)), jr.laplace(key, (64,)),
+            jr.logistic(key, (64,)), jr.categorical(key, logits),
+            jr.categorical(key, logits, shape=(5, 2)), jr.categorical(key, logits, axis=0))
+    for g, w in zip(got[:4], want[:4]):
+        np.testing.assert_allclose(np.asarray(g), w, rtol=4e-6, atol=1e-6)
+    for g, w in zip(got[4:], want[4:]):
+        np.testing.assert_array_equal(np.asarray(g), w)
+
     # a training step: the key threaded through jit calls, dropout inside
     @shmap.jit
     def step(k, x):
@@ -659,8 +676,8 @@ def test_traced_keys(c, mesh):
 
     msg = run(lambda v, k: jr.choice(k, 5, (2,)))
     assert "the key is a traced value, and choice draws on the host" in msg
-    assert "split, fold_in, uniform, normal, bernoulli (float32), randint (int32) and " \
-        "permutation" in msg
+    assert "split, fold_in, uniform, normal, bernoulli, exponential, gumbel, laplace, " \
+        "logistic, categorical (float32), randint (int32) and permutation" in msg
     assert "outside the jit" in msg
     assert "int32 between scalar bounds" in run(lambda v, k: jr.randint(k, (2,), 0, 5,
                                                                         dtype=np.int64))
