@@ -34,6 +34,7 @@ static const op_case ops[] = {
     /* an int literal beyond int32 is a weak int64: its bits survive */
     {"astype(k, i64) & 4294967295", "i64[2]{V:i}"},
     {"4294967296", "i64[]"},
+    {"divide(k, 4294967296)", "f32[2]{V:i}"}, /* true division: the literal is a float */
     {"maximum(x, 0.0)", "f32[2,16]{V:i}"},
     {"minimum(k, 1)", "i32[2]{V:i}"},
     {"power(x, 2)", "f32[2,16]{V:i}"},

@@ -325,6 +325,13 @@ static const error_case errors[] = {
     {"mesh X=2 Y=4\njit f(e: f32[16,8] @ P(), t: i32[4] @ P('X')):\n"
      "    return jnp.take(e, t, axis=0)\n",
      {"could not be resolved unambiguously", "indices=i32[4@X]"}},
+    /* a Python int takes the integer array's dtype (JAX's OverflowError sentence) */
+    {"mesh X=2 Y=4\njit f(x: i32[8] @ P('X')):\n    return x + 2147483648\n",
+     {"t.shmap:3:", "Python int 2147483648 too large to convert to int32"}},
+    {"mesh X=2 Y=4\njit f(x: u8[8] @ P('X')):\n    return x < -1\n",
+     {"Python int -1 too large to convert to uint8"}},
+    {"mesh X=2 Y=4\njit f(x: i32[8] @ P('X')):\n    return x & 4294967295\n",
+     {"Python int 4294967295 too large to convert to int32"}},
     /* JAX's scatter rule: the first dimension, the indices and the updates'
      * query dimensions whole, the updates' other dimensions as the operand's */
     {"mesh X=2 Y=4\njit f(x: f32[8,16] @ P('X'), t: i32[4] @ P(), u: f32[4,16] @ P()):\n"

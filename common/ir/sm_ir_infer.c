@@ -26,8 +26,8 @@ static void sm_ir_promote_into(const sm_ir_value *a, const sm_ir_value *b, sm_ir
     out->weak = weak;
 }
 
-sm_err sm_ir_infer_binary(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
-                          sm_ir_value *out, char *err, size_t errlen)
+static sm_err sm_ir_binary_types(const sm_ir_op *op, const sm_ir_value *const *in, sm_ir_value *out,
+                                 char *err, size_t errlen)
 {
     sm_shape s;
     sm_err e = sm_ir_bcast2(op, in[0], in[1], &s, err, errlen);
@@ -38,13 +38,50 @@ sm_err sm_ir_infer_binary(const sm_program *p, const sm_ir_op *op, const sm_ir_v
     return SM_OK;
 }
 
+/* A Python int literal meeting an integer array takes the array's dtype,
+ * as JAX's: one outside that dtype's range is JAX's OverflowError sentence
+ * (it would wrap). */
+static sm_err sm_ir_literals_fit(const sm_program *p, const sm_ir_value *const *in, int n,
+                                 sm_dtype t, char *err, size_t errlen)
+{
+    int64_t lo, hi;
+    if (t == SM_I32)
+        lo = INT32_MIN, hi = INT32_MAX;
+    else if (t == SM_U8)
+        lo = 0, hi = 255;
+    else
+        return SM_OK;
+    for (int k = 0; k < n; k++) {
+        const sm_ir_value *v = in[k];
+        if (!v->weak || v->def < 0 || v->def >= p->nops)
+            continue;
+        const sm_ir_op *c = &p->ops[v->def];
+        if (c->kind != SM_OP_CONST || c->attrs.has_dtype || c->attrs.value_is_float)
+            continue;
+        if (c->attrs.i < lo || c->attrs.i > hi)
+            return sm_fail(err, errlen, SM_EINVAL, "Python int %lld too large to convert to %s",
+                           (long long)c->attrs.i, sm_dtype_long_name(t));
+    }
+    return SM_OK;
+}
+
+sm_err sm_ir_infer_binary(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                          sm_ir_value *out, char *err, size_t errlen)
+{
+    sm_err e = sm_ir_binary_types(op, in, out, err, errlen);
+    if (!e)
+        e = sm_ir_literals_fit(p, in, 2, out->dtype, err, errlen);
+    return e;
+}
+
 /* divide and arctan2: as any binary op, float32 for integers (true
- * division, as jnp's). */
+ * division, as jnp's: an int literal is converted to a float, not to the
+ * array's dtype). */
 sm_err sm_ir_infer_binary_float(const sm_program *p, const sm_ir_op *op,
                                 const sm_ir_value *const *in, sm_ir_value *out, char *err,
                                 size_t errlen)
 {
-    sm_err e = sm_ir_infer_binary(p, op, in, out, err, errlen);
+    sm_err e = sm_ir_binary_types(op, in, out, err, errlen);
     if (!e && !sm_dtype_is_float(out->dtype))
         out->dtype = SM_F32;
     return e;

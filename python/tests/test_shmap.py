@@ -1723,6 +1723,11 @@ def test_int_literals_beyond_int32(c):
     assert np.array_equal(np.asarray(got[0]), (v + 4294967295) & 4294967295)
     assert np.array_equal(np.asarray(got[1]), v * 4294967296)
     assert np.array_equal(np.asarray(got[2]), v - 2 ** 35)
+    # with an int32 array it takes int32, and does not fit: JAX's sentence
+    x32 = c.device_put(np.arange(8, dtype=np.int32), NamedSharding(mesh, P("i")))
+    with pytest.raises(shmap.ProgramError, match=r"Python int 4294967295 too large to convert "
+                       r"to int32$"):
+        shmap.jit(lambda x: x & 4294967295)(x32)
 
 
 def test_advanced_indexing_with_several_arrays(c):
