@@ -1036,16 +1036,22 @@ def _split_aux(res, has_aux, who):
     return res[0], res[1]
 
 
-def _grad_call(fun, argnums, has_aux, with_value, args, kwargs):
-    b = _builder()
+def _argnums(argnums, nargs):
+    """(argnums is one int, the argument positions it names), with JAX's
+    sentence for a position past the arguments."""
     single = isinstance(argnums, int)
     nums = (argnums,) if single else tuple(argnums)
     for k in nums:
-        if not -len(args) <= k < len(args):
+        if not -nargs <= k < nargs:
             raise InvalidArgument(f"differentiating with respect to argnums={argnums} requires "
                                   f"at least {k + 1} positional arguments to be passed by the "
-                                  f"caller, but got only {len(args)} positional arguments.")
-    nums = tuple(k % len(args) for k in nums)
+                                  f"caller, but got only {nargs} positional arguments.")
+    return single, tuple(k % nargs for k in nums)
+
+
+def _grad_call(fun, argnums, has_aux, with_value, args, kwargs):
+    b = _builder()
+    single, nums = _argnums(argnums, len(args))
     args, flat = _diff_args(args, nums, "grad")
     from . import _vmap
     batch = _vmap.innermost()  # inside vmap: (its level, its size), else None
@@ -1605,15 +1611,7 @@ def _jacobian(fun, argnums, has_aux, who, allow_int=False):
             raise InvalidArgument(f"{who} inside vmap is not supported (vmap of vjp's pullback "
                                   f"over values of an outer vmap); take the Jacobian of the "
                                   f"batched function or loop over the examples")
-        single = isinstance(argnums, int)
-        nums = (argnums,) if single else tuple(argnums)
-        for k in nums:
-            if not -len(args) <= k < len(args):
-                raise InvalidArgument(f"differentiating with respect to argnums={argnums} "
-                                      f"requires at least {k + 1} positional arguments to be "
-                                      f"passed by the caller, but got only {len(args)} "
-                                      f"positional arguments.")
-        nums = tuple(k % len(args) for k in nums)
+        single, nums = _argnums(argnums, len(args))
         for k in nums:
             for v, _ in _tree_leaves(args[k], "a"):
                 kind = np.dtype(getattr(v, "dtype", np.float32)).kind

@@ -185,6 +185,7 @@ class _Builder:
         self.lines.append((f"{name} = {expr}", _user_line()))
         t = Tracer(name, None, None, None, self)
         t._line = len(self.lines) - 1
+        t._alias = args[0] if prim == "getitem" and args else None
         self.pending.append(t)
         if len(self.lines) <= self.EAGER_LINES:
             try:
@@ -211,6 +212,9 @@ class _Builder:
             by_line[t[3]] = t
         for tr in self.pending:
             t = by_line.get(base + tr._line)
+            a = getattr(tr, "_alias", None)
+            if t is None and a is not None and a._ty is not None:
+                t = (a._ty, a._dt, a._sh)  # a slice of all of it (x[:n] of n rows): x
             if t is None:
                 raise InvalidArgument(f"internal: '{self.lines[tr._line][0]}' defines no value "
                                       f"in the traced program")
@@ -334,11 +338,8 @@ class Tracer(_Shaped):
         arrays = [j for j, k in enumerate(key) if isinstance(k, (np.ndarray, list, Tracer, Array))]
         if arrays:
             return self._take(key, arrays, out_sharding)
-        shape = self.shape
-        if len(key) <= len(shape) and all(
-                isinstance(k, slice) and (k == slice(None) or k.indices(n) == (0, n, 1))
-                for k, n in zip(key, shape)):
-            return self  # x[:, :], x[...] and x[:n] of n rows are x (the program has no op)
+        if all(isinstance(k, slice) and k == slice(None) for k in key):
+            return self  # x[:, :] and x[...] are x
         if isinstance(self, _vmap.BatchTracer):
             return _vmap.apply("getitem", (self,), {"key": key})
         return _builder().emit(f"{self.name}[{', '.join(_fmt(k) for k in key)}]", "getitem",

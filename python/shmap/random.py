@@ -1252,6 +1252,24 @@ def choice(key, a, shape=(), replace=True, p=None, axis=0, mode=None, *, out_sha
     return _take("choice", arr, ind.reshape(shape), axis, out_sharding)
 
 
+def _categorical_shapes(logits_in, ax, shape):
+    """categorical's shapes, with JAX's check: (the samples' shape, its
+    leading dims beyond the logits' batch dims, the Gumbel noise's shape
+    after them: the logits' with the batch dims as the samples')."""
+    batch_shape = tuple(d for i, d in enumerate(logits_in) if i != ax)
+    shape = batch_shape if shape is None else _shape(shape)
+    if np.broadcast_shapes(shape, batch_shape) != shape:
+        raise ValueError(f"categorical parameter shapes must be broadcast-compatible with "
+                         f"shape argument, and the result of broadcasting the shapes must "
+                         f"equal the shape argument, but got result "
+                         f"{np.broadcast_shapes(shape, batch_shape)} for shape argument "
+                         f"{shape}.")
+    prefix = shape[:len(shape) - len(batch_shape)]
+    logits_shape = list(shape[len(shape) - len(batch_shape):])
+    logits_shape.insert(ax, logits_in[ax])
+    return shape, prefix, tuple(logits_shape)
+
+
 def categorical(key, logits, axis=-1, shape=None, replace=True, mode=None, *,
                 out_sharding=None):
     """jax.random.categorical: argmax(logits + Gumbel noise) along axis (with
@@ -1267,22 +1285,9 @@ def categorical(key, logits, axis=-1, shape=None, replace=True, mode=None, *,
     nd = len(la.shape)
     ax = _axis(axis, nd)
     dt = np.dtype(la.dtype)
-    batch_shape = tuple(d for i, d in enumerate(la.shape) if i != ax)
-    if shape is None:
-        shape = batch_shape
-    else:
-        shape = _shape(shape)
-        if np.broadcast_shapes(shape, batch_shape) != shape:
-            raise ValueError(f"categorical parameter shapes must be broadcast-compatible with "
-                             f"shape argument, and the result of broadcasting the shapes must "
-                             f"equal the shape argument, but got result "
-                             f"{np.broadcast_shapes(shape, batch_shape)} for shape argument "
-                             f"{shape}.")
-    prefix = shape[:len(shape) - len(batch_shape)]
+    shape, prefix, logits_shape = _categorical_shapes(tuple(la.shape), ax, shape)
     if replace:
-        logits_shape = list(shape[len(shape) - len(batch_shape):])
-        logits_shape.insert(ax, la.shape[ax])
-        g = _gumbel(k, prefix + tuple(logits_shape), dt, mode)
+        g = _gumbel(k, prefix + logits_shape, dt, mode)
         lead = len(prefix)
         if traced:
             from . import numpy as jnp
@@ -1321,18 +1326,8 @@ def _t_categorical(k, logits, axis, shape, replace, mode, out_sharding):
         jnp.asarray(_concrete("categorical", logits, "logits", canon=True))
     nd = len(lt.shape)
     ax = _axis(axis, nd)
-    batch_shape = tuple(d for i, d in enumerate(lt.shape) if i != ax)
-    shape = batch_shape if shape is None else _shape(shape)
-    if np.broadcast_shapes(shape, batch_shape) != shape:
-        raise ValueError(f"categorical parameter shapes must be broadcast-compatible with "
-                         f"shape argument, and the result of broadcasting the shapes must "
-                         f"equal the shape argument, but got result "
-                         f"{np.broadcast_shapes(shape, batch_shape)} for shape argument "
-                         f"{shape}.")
-    prefix = shape[:len(shape) - len(batch_shape)]
-    logits_shape = list(shape[len(shape) - len(batch_shape):])
-    logits_shape.insert(ax, lt.shape[ax])
-    g = _t_gumbel(k, prefix + tuple(logits_shape), np.dtype(lt.dtype), mode)
+    _, prefix, logits_shape = _categorical_shapes(tuple(lt.shape), ax, shape)
+    g = _t_gumbel(k, prefix + logits_shape, np.dtype(lt.dtype), mode)
     for _ in range(len(prefix)):
         lt = jnp.expand_dims(lt, 0)
     return _placed("categorical", jnp.argmax(g + lt, axis=ax + len(prefix)), out_sharding)
