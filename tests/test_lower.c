@@ -230,7 +230,11 @@ static const error_case errors[] = {
     {"mesh X=2 Y=4\njit f(x: f32[8] @ P('X')):\n    return psum(x, 'X')\n",
      {"psum is a collective", "shard_map"}},
     {"mesh X=2 Y=4\njit f(x: f32[8, 6] @ P('X', None)):\n    return x[0:3, :]\n",
-     {"slicing on sharded dims where out dim (3) is not divisible by mesh axes (2)"}},
+     {"slicing on sharded dims where out dim (3) is not divisible by mesh axes (2) with spec "
+      "(X) is not implemented. Got input type=f32[8@X,6] and output shape=[3,6]"}},
+    {"mesh X=2 Y=4\njit f(x: f32[16, 6] @ P(('X', 'Y'), None)):\n    return x[0:4, :]\n",
+     {"slicing on sharded dims where out dim (4) is not divisible by mesh axes (8) with spec "
+      "(('X', 'Y')) is not implemented. Got input type=f32[16@(X,Y),6] and output shape=[4,6]"}},
     {"mesh X=2 Y=4\njit f(x: f32[8, 4] @ P('X', None)):\n    return x.reshape(4, 8)\n",
      {"This reshape is not supported", "out_sharding"}},
     {"mesh X=2 Y=4\njit f(x: f32[8] @ P('X'), y: f32[8] @ P(None)):\n"

@@ -110,6 +110,27 @@ static char *sm_sh_tuple_str(const sm_program *p, const sm_ir_layout *l, int ran
     return buf;
 }
 
+/* One dimension's PartitionSpec entry as Python's str() prints it: X for
+ * one axis, ('X', 'Y') for several, None. */
+static char *sm_sh_entry_str(const sm_program *p, const sm_ir_layout *l, int d, char *buf,
+                             size_t len)
+{
+    if (l->n[d] == 1) {
+        snprintf(buf, len, "%s", p->mesh.names[l->ax[d][0]]);
+        return buf;
+    }
+    sm_ir_layout one;
+    memset(&one, 0, sizeof one);
+    sm_sh_dim_copy(&one, 0, l, d);
+    sm_sh_tuple_str(p, &one, 1, 0, buf, len); /* "(('X', 'Y'),)" or "(None,)" */
+    size_t n = strlen(buf);
+    if (n >= 4) { /* the entry inside */
+        memmove(buf, buf + 1, n - 3);
+        buf[n - 3] = '\0';
+    }
+    return buf;
+}
+
 /* The value's type as JAX prints it: f32[8@X,4]. */
 static char *sm_sh_type_str(const sm_program *p, const sm_ir_value *v, char *buf, size_t len)
 {
@@ -1093,15 +1114,12 @@ sm_err sm_ir_shard_slice(const sm_program *p, const sm_ir_op *op, const sm_ir_va
                 if ((sm_sh_dim_mask(&x->layout, d) & out->hidden) == sm_sh_dim_mask(&x->layout, d))
                     continue; /* Auto: left unsharded */
                 char t[300], sh[200], sp[200];
-                sm_ir_layout one;
-                memset(&one, 0, sizeof one);
-                sm_sh_dim_copy(&one, 0, &x->layout, d);
                 return sm_fail(err, errlen, SM_EINVAL,
                                "%s on sharded dims where out dim (%lld) is not divisible by mesh "
                                "axes (%lld) with spec (%s) is not implemented. Got input type=%s "
                                "and output shape=%s",
                                what, (long long)out->shape.dims[d], (long long)f,
-                               sm_sh_tuple_str(p, &one, 1, 0, sp, sizeof sp),
+                               sm_sh_entry_str(p, &x->layout, d, sp, sizeof sp),
                                sm_sh_type_str(p, x, t, sizeof t),
                                sm_ir_shape_str(&out->shape, sh, sizeof sh));
             }

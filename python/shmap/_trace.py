@@ -715,14 +715,14 @@ def _explicit_dims(v):
     t = getattr(v, "type", None)
     if (b is not None and b.kind != "jit") or not isinstance(t, str) or "[" not in t:
         return set()
-    dims = t[t.index("[") + 1:t.rindex("]")].split(",")
-    return {d for d, s in enumerate(dims) if "@" in s}
+    return {d for d, s in enumerate(_dims(t)) if "@" in s}
 
 
 def _dims(t):
-    """The dimensions of type string t: f32[8@i,4] -> ['8@i', '4']."""
+    """The dimensions of type string t: f32[8@i,4] -> ['8@i', '4'],
+    f32[8@(i,j),4] -> ['8@(i,j)', '4']."""
     inner = t[t.index("[") + 1:t.rindex("]")]
-    return inner.split(",") if inner else []
+    return re.findall(r"[^,(]+(?:\([^)]*\))?", inner)
 
 
 def scatter_refused(operand, indices, updates):

@@ -1816,6 +1816,11 @@ def test_segment_max_min_prod(c):
     with pytest.raises(shmap.ProgramError, match=r"could not be resolved unambiguously .* Got "
                        r"operand=f32\[5,4\], indices=i32\[8,2,1\], updates=f32\[8@i,2,4\]$"):
         shmap.ops.segment_max(ds, s, 5)
+    d2 = c.device_put(data, NamedSharding(mesh, P(("i", "j"))))  # a tuple entry in the types
+    with pytest.raises(shmap.ProgramError, match=r"could not be resolved unambiguously .* Got "
+                       r"operand=f32\[5,4\], indices=i32\[8,2,1\], "
+                       r"updates=f32\[8@\(i,j\),2,4\]$"):
+        shmap.ops.segment_sum(d2, s, 5)
     got = shmap.ops.segment_min(ds, s, 5, out_sharding=P(None, "j"))
     want = np.full((5, 4), np.inf, np.float32)
     np.minimum.at(want, ids[ok], data[ok])
