@@ -131,6 +131,10 @@ check() {
         ok "$name"
     else
         bad "$name" "$(printf '%s' "$out" | tail -n 3 | tr '\n' ' ' | cut -c1-300)"
+        # a sanitizer's report whole: its stacks are what a fix needs
+        if printf '%s' "$out" | grep -q 'Sanitizer'; then
+            printf '%s\n' "$out" | sed -n '/==[0-9]*==ERROR/,$p' | sed 's/^/    | /'
+        fi
     fi
 }
 finish() {
