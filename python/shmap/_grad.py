@@ -369,11 +369,14 @@ _UNARY = {
 
 
 def _getitem_rule(g, out, x, key):
-    """x[key] for integers, slices of step 1 and None: g padded with zeros
-    back to x's shape."""
+    """x[key] for integers, slices and None: g padded with zeros back to x's
+    shape (a strided slice's with zeros between its elements too, a
+    reversed one's flipped first)."""
+    from ._conv import _dilate, _entries, _gather_dims
     jnp = _jnp()
     shape = tuple(x.shape)
     pads, gshape, d = [], [], 0
+    flips, strides = [], []
     for k in key:
         if k is None:
             continue
@@ -387,14 +390,30 @@ def _getitem_rule(g, out, x, key):
             e = max(e, a)
             pads.append((a, n - e))
             gshape.append(e - a)
+        elif isinstance(k, slice):
+            a, e, st = k.indices(n)
+            o = len(range(a, e, st))
+            if st < 0:  # the same elements in x's order, g flipped
+                flips.append(len(gshape))
+                a, st = a + (o - 1) * st if o else 0, -st
+            if o and st > 1:
+                strides.append((len(gshape), st))
+            span = (o - 1) * st + 1 if o else 0
+            pads.append((a, n - a - span))
+            gshape.append(o)
         else:
-            raise InvalidArgument(f"grad: indexing with {k!r} (a step other than 1) is not "
-                                  f"supported")
+            raise InvalidArgument(f"grad: indexing with {k!r} is not supported")
         d += 1
     for n in shape[d:]:
         pads.append((0, 0))
         gshape.append(n)
     g = jnp.reshape(g, tuple(gshape))
+    if flips:
+        g = jnp.flip(g, tuple(flips))
+    if strides:  # spread where no sharding splits the dimension (resharded back after)
+        g = _gather_dims(g, _entries(g), {ax for ax, _ in strides})
+    for ax, st in strides:
+        g = _dilate(g, ax, st)
     return [jnp.pad(g, tuple(pads)) if any(p != (0, 0) for p in pads) else g]
 
 

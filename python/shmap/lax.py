@@ -488,3 +488,12 @@ __all__ += ["sub", "mul", "div", "neg", "pow", "integer_pow", "square", "reduce_
             "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or",
             "convert_element_type", "broadcast", "broadcast_in_dim", "clamp", "iota",
             "full_like", "map", "associative_scan", "erf_inv", "while_loop"]
+
+from . import numpy as _numpy  # noqa: E402,F401 (loads _conv, which it imports at its end)
+from ._conv import (ConvDimensionNumbers, conv, conv_dimension_numbers,  # noqa: E402
+                    conv_general_dilated, conv_general_permutations, conv_transpose,
+                    conv_with_general_padding, padtype_to_pads, reduce_window)
+
+__all__ += ["ConvDimensionNumbers", "conv", "conv_dimension_numbers", "conv_general_dilated",
+            "conv_general_permutations", "conv_transpose", "conv_with_general_padding",
+            "padtype_to_pads", "reduce_window"]

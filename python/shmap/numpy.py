@@ -1898,3 +1898,7 @@ __all__ += ["searchsorted", "digitize", "interp", "bincount", "nonzero", "flatno
             "kron", "delete", "insert", "tril_indices", "triu_indices", "diag_indices",
             "indices", "unravel_index", "fill_diagonal", "resize", "rot90", "dsplit", "polyval",
             "logspace", "trapezoid", "select", "piecewise", "ConcretizationTypeError"]
+
+from ._conv import convolve, correlate  # noqa: E402 (the module uses this one's functions)
+
+__all__ += ["convolve", "correlate"]
