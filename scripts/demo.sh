@@ -61,5 +61,10 @@ if ls "$root"/build/python/_shmap*.so >/dev/null 2>&1; then
   PYTHONPATH="$root/python:$root/build/python" \
     SHMAP_COORDINATOR_BIN="$root/build/server/shmap-coordinator" \
     /usr/bin/python3 "$root/examples/python/train_mlp.py"
+  say "Part 6: a small convolutional network: convolutions, max pooling, its training"
+  echo "\$ PYTHONPATH=python:build/python /usr/bin/python3 examples/python/train_cnn.py"
+  PYTHONPATH="$root/python:$root/build/python" \
+    SHMAP_COORDINATOR_BIN="$root/build/server/shmap-coordinator" \
+    /usr/bin/python3 "$root/examples/python/train_cnn.py"
 fi
 say "demo finished"
