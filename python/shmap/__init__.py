@@ -16,14 +16,16 @@
 
 See docs/python.md. The ops of shmap.numpy and shmap.lax come from the C op
 table at import."""
-from . import lax, nn, numpy, ops, random, tree_util
+from . import debug, lax, nn, numpy, ops, random, tree_util
+from ._config import config
 from ._core import (AlreadyExists, Array, Auto, AxisType, Cancelled, Client, DataLoss,
                     DeadlineExceeded, Device, Explicit, FailedPrecondition, Internal,
                     InvalidArgument, Mesh, NamedSharding, NotFound, P, PartitionSpec,
                     ProgramError, ResourceExhausted, Shard, ShmapError, Unauthenticated,
-                    Unavailable, Unimplemented, block_until_ready, connect, device_get,
-                    device_put, get_mesh, local_cluster, make_mesh, set_mesh, typeof,
-                    use_mesh, visualize_array_sharding)
+                    Unavailable, Unimplemented, block_until_ready, connect, default_backend,
+                    device_count, device_get, device_put, devices, get_mesh, local_cluster,
+                    local_device_count, local_devices, make_mesh, process_count,
+                    process_index, set_mesh, typeof, use_mesh, visualize_array_sharding)
 from ._grad import (checkpoint, custom_jvp, custom_vjp, grad, hessian, jacfwd, jacobian, jacrev,
                     jvp, linearize, remat, value_and_grad, vjp)
 from ._vmap import vmap
@@ -39,7 +41,8 @@ __all__ = [
     "InvalidArgument", "Lowered", "Mesh", "NamedSharding", "NotFound", "P", "PartitionSpec",
     "ProgramError", "ResourceExhausted", "Shard", "ShmapError", "Tracer", "Unauthenticated",
     "Unavailable", "Unimplemented", "block_until_ready", "checkpoint", "connect", "custom_jvp",
-    "custom_vjp", "device_get",
+    "custom_vjp", "config", "debug", "default_backend", "device_count", "device_get",
+    "devices", "local_device_count", "local_devices", "process_count", "process_index",
     "device_put", "get_mesh", "grad", "hessian", "jacfwd", "jacobian", "jacrev", "jit", "jvp",
     "lax", "linearize", "local_cluster", "make_mesh", "nn", "numpy",
     "ops", "random", "remat", "reshard", "set_mesh", "shard_map", "tree", "tree_util", "typeof",

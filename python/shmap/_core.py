@@ -945,6 +945,37 @@ def make_mesh(axis_shapes, axis_names, devices=None, axis_types=None):
     return _client_for().make_mesh(axis_shapes, axis_names, devices, axis_types)
 
 
+def devices(backend=None):
+    """jax.devices: the devices of the cluster of connect() or
+    local_cluster() (those of live workers), in id order."""
+    del backend
+    return _client_for().devices()
+
+
+def device_count(backend=None):
+    """jax.device_count: how many devices the cluster has."""
+    return len(devices(backend))
+
+
+local_devices = devices  # one Python process drives every device of the cluster
+local_device_count = device_count
+
+
+def process_index(backend=None):
+    """jax.process_index: 0 (this Python process drives the whole cluster)."""
+    return 0
+
+
+def process_count(backend=None):
+    """jax.process_count: 1 (this Python process drives the whole cluster)."""
+    return 1
+
+
+def default_backend():
+    """jax.default_backend: 'cpu' (the workers compute on CPUs)."""
+    return "cpu"
+
+
 def device_put(x, sharding, name=None, replicas=1):
     """jax.device_put: x onto sharding's mesh (its client, or the default
     one); a pytree (tuples, lists, dicts) of arrays goes leaf by leaf; a bare
@@ -1061,8 +1092,13 @@ def typeof(x):
     return t
 
 
+def _sharding_picture(shape, sharding):
+    """The layout diagram of an array of shape laid out by sharding."""
+    return _call(_shmap.sharding_info, sharding.mesh._c(), repr(sharding.spec), shape)["diagram"]
+
+
 def visualize_array_sharding(x, use_color=False):
     """Prints the layout diagram of an Array (and returns it)."""
-    d = _call(_shmap.sharding_info, x.sharding.mesh._c(), repr(x.sharding.spec), x.shape)
-    print(d["diagram"], end="")
-    return d["diagram"]
+    d = _sharding_picture(x.shape, x.sharding)
+    print(d, end="")
+    return d

@@ -95,6 +95,7 @@ class _Builder:
         self.captured = []  # jit: Arrays the body closes over, parameters after its own
         self.pending = []  # traced values whose type is still to be checked
         self.capture_names = {}  # id(Array) -> its parameter's name
+        self.debug = []  # jit: the debug.prints of the body (shmap.debug)
         self.tape = None  # inside grad: the ops that depend on what it differentiates
         self.active = set()  # ... and the names of those values (_grad)
 
@@ -1229,6 +1230,17 @@ class _Traced:
             if not isinstance(o, Tracer):
                 raise InvalidArgument(f"{self.__name__} must return traced values, got "
                                       f"{type(o).__name__}")
+        debug = None
+        if self.kind == "jit" and b.debug:  # the values debug.print names: results too
+            from . import debug as _debug
+            extra, entries = _debug._outputs(b)
+            debug = (len(outs), entries)
+            if extra and self.out_shardings is not None:
+                o = self.out_shardings
+                o = [o] * len(outs) if isinstance(o, (PartitionSpec, NamedSharding)) else list(o)
+                jout = " -> (" + ", ".join(repr(getattr(x, "spec", x))
+                                           for x in o + [P()] * len(extra)) + ")"
+            outs = outs + extra
         out_text = None
         if self.kind == "shard_map":
             os_ = self.out_specs
@@ -1246,6 +1258,7 @@ class _Traced:
         except _shmap.Error as e:
             raise ProgramError(e.args[1]) from None
         info["mesh_obj"] = mesh  # the results' mesh, axis types included
+        info["debug"] = debug
         return client, arrays + b.captured, text, info, multi
 
     def _inline(self, outer, args):
@@ -1409,12 +1422,17 @@ class _Traced:
         _, _, text, info, _ = t._trace(args)
         return Lowered(text, info)
 
-    def _finish(self, client, multi, mesh=None):
+    def _finish(self, client, multi, mesh=None, debug=None):
         def finish(info):
             if info["state"] != "done":
                 raise ShmapError(f"job {info['job']} {info['state']}: {info['error']}",
                                  code="CANCELLED" if info["state"] == "cancelled" else "ABORTED")
             outs = [Array(client, o, mesh=mesh) for o in info["outputs"]]
+            if debug is not None:  # the values of the body's debug.prints, printed now
+                from . import debug as _debug
+                n, entries = debug
+                outs, extra = outs[:n], outs[n:]
+                _debug._emit(entries, extra)
             if self.kind == "jit":
                 return _unflatten(multi, iter(outs))
             return tuple(outs) if multi else outs[0]
@@ -1470,7 +1488,8 @@ class _Traced:
                                    [a.id for a in arrays], [], self.check_vma)
         except _shmap.Error as e:
             _raise(e, program=True)
-        fut = Future(client, job, self._finish(client, multi, info.get("mesh_obj")))
+        fut = Future(client, job, self._finish(client, multi, info.get("mesh_obj"),
+                                               info.get("debug")))
         fut._keep = arrays  # uploaded arguments live until the job ends
         return fut
 

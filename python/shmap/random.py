@@ -99,10 +99,11 @@ def _iota_2x32(shape):
 # ---- jax_threefry_partitionable --------------------------------------------------
 
 _mode = threading.local()
+_default_mode = [True]  # config.update('jax_threefry_partitionable', ...)
 
 
 def _partitionable():
-    return getattr(_mode, "on", True)
+    return getattr(_mode, "on", _default_mode[0])
 
 
 @contextlib.contextmanager
@@ -111,12 +112,15 @@ def threefry_partitionable(value=True):
     module: with False, split and the random bits are JAX's from before
     0.5 (threefry_2x32 over an iota of counts); fold_in is the same in
     both. True is JAX's default, and this module's."""
-    prev = _partitionable()
+    prev = getattr(_mode, "on", None)
     _mode.on = bool(value)
     try:
         yield
     finally:
-        _mode.on = prev
+        if prev is None:  # back to config's jax_threefry_partitionable
+            del _mode.on
+        else:
+            _mode.on = prev
 
 
 def _split_data(k, shape):

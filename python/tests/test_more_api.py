@@ -556,3 +556,89 @@ def test_grad_through_integer_valued(c, mesh):
         return (x[idx] ** 2).sum()
     g2 = np.asarray(shmap.jit(shmap.grad(h))(x))
     assert np.allclose(g2, np.where(xa > 0, 2 * xa, 0), atol=1e-5)
+
+
+def test_debug_print(c, mesh, capsys):
+    """jax.debug.print: in a jit body the named values are printed when the
+    job ends (formatted as str.format, constants and keywords too), on
+    every call of a reused trace and from a nested jit; outside a trace at
+    once; in a shard_map body refused with a sentence."""
+    x = _put(c, mesh, np.arange(8, dtype=np.float32), P("i"))
+
+    @shmap.jit
+    def inner(v):
+        shmap.debug.print("inner max {m}", m=jnp.max(v))
+        return v * 2
+
+    @shmap.jit
+    def f(v):
+        s = jnp.sum(v)
+        shmap.debug.print("sum {} of {} values, first rows {r}", s, 8, r=v[:4])
+        return inner(v) + s
+
+    capsys.readouterr()
+    out = f(x)
+    assert np.array_equal(np.asarray(out), np.arange(8) * 2 + 28)
+    assert capsys.readouterr().out == "sum 28.0 of 8 values, first rows [0. 1. 2. 3.]\ninner max 7.0\n"
+    f(_put(c, mesh, np.ones(8, np.float32), P("i")))  # the trace reused: printed again
+    assert capsys.readouterr().out == "sum 8.0 of 8 values, first rows [1. 1. 1. 1.]\ninner max 1.0\n"
+    g = shmap.jit(lambda v: v * 3, out_shardings=P("i"))
+    shmap.jit(lambda v: shmap.debug.print("{}", g(v)[-1]) or g(v), out_shardings=P("i"))(x)
+    assert capsys.readouterr().out == "21.0\n"
+    shmap.debug.print("at once {}", x)
+    assert capsys.readouterr().out == "at once [0. 1. 2. 3. 4. 5. 6. 7.]\n"
+
+    @shmap.shard_map(mesh=mesh, in_specs=P("i"), out_specs=P("i"))
+    def blocks(v):
+        shmap.debug.print("{}", v)
+        return v
+
+    with pytest.raises(shmap.InvalidArgument, match="debug.print in a shard_map body"):
+        blocks(x)
+
+
+def test_debug_sharding_and_config(c, mesh, capsys):
+    """jax.debug.inspect_array_sharding (at trace time in a jit body, at
+    once on an Array), visualize_sharding without an array (the same
+    picture as visualize_array_sharding's); jax.config's update / read /
+    attributes, its refusals, and jax_threefry_partitionable selecting
+    shmap.random's mode; jax.devices and the process functions."""
+    seen = []
+    x = _put(c, mesh, np.zeros((8, 4), np.float32), P("i", "j"))
+    shmap.jit(lambda v: shmap.debug.inspect_array_sharding(
+        v.T, callback=seen.append) or v)(x)
+    shmap.debug.inspect_array_sharding(x, callback=seen.append)
+    assert [tuple(s.spec) for s in seen] == [("j", "i"), ("i", "j")]
+    assert seen[0].mesh.axis_names == ("i", "j")
+    capsys.readouterr()
+    pic = shmap.visualize_array_sharding(x)
+    assert shmap.debug.visualize_sharding((8, 4), x.sharding) == pic
+    assert capsys.readouterr().out == pic + pic
+
+    cfg = shmap.config
+    assert cfg.jax_enable_x64 is False and cfg.read("jax_threefry_partitionable") is True
+    cfg.update("jax_enable_x64", True)
+    assert cfg.jax_enable_x64 is True
+    cfg.update("jax_enable_x64", False)
+    with pytest.raises(AttributeError, match="Unrecognized config option: jax_nope"):
+        cfg.update("jax_nope", 1)
+    with pytest.raises(shmap.InvalidArgument, match=r"config jax_debug_nans=True is not "
+                       r"implemented by shmap"):
+        cfg.update("jax_debug_nans", True)
+    with shmap.random.threefry_partitionable(False):
+        old_bits = shmap.random.bits(shmap.random.key(3), (4,))
+    new_bits = shmap.random.bits(shmap.random.key(3), (4,))
+    assert not np.array_equal(np.asarray(old_bits), np.asarray(new_bits))
+    cfg.update("jax_threefry_partitionable", False)
+    try:
+        assert np.array_equal(np.asarray(shmap.random.bits(shmap.random.key(3), (4,))),
+                              np.asarray(old_bits))
+    finally:
+        cfg.update("jax_threefry_partitionable", True)
+    assert np.array_equal(np.asarray(shmap.random.bits(shmap.random.key(3), (4,))),
+                          np.asarray(new_bits))
+
+    ds = c.devices()
+    assert len(ds) == 8 and shmap.device_count() == 8 and shmap.local_devices() == ds
+    assert shmap.process_index() == 0 and shmap.process_count() == 1
+    assert shmap.default_backend() == "cpu"
