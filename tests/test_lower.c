@@ -336,6 +336,10 @@ static const error_case errors[] = {
      {"Python int -1 too large to convert to uint8"}},
     {"mesh X=2 Y=4\njit f(x: i32[8] @ P('X')):\n    return x & 4294967295\n",
      {"Python int 4294967295 too large to convert to int32"}},
+    {"mesh X=2 Y=4\njit f(x: i32[8] @ P('X')):\n    return jnp.where(x > 0, x, 1099511627776)\n",
+     {"Python int 1099511627776 too large to convert to int32"}},
+    {"mesh X=2 Y=4\njit f(x: u8[8] @ P('X')):\n    return jnp.where(x > 0, 256, x)\n",
+     {"Python int 256 too large to convert to uint8"}},
     /* JAX's scatter rule: the first dimension, the indices and the updates'
      * query dimensions whole, the updates' other dimensions as the operand's */
     {"mesh X=2 Y=4\njit f(x: f32[8,16] @ P('X'), t: i32[4] @ P(), u: f32[4,16] @ P()):\n"

@@ -161,7 +161,7 @@ sm_err sm_ir_infer_where(const sm_program *p, const sm_ir_op *op, const sm_ir_va
     }
     sm_ir_set(out, in[1]->dtype, &s);
     sm_ir_promote_into(in[1], in[2], out);
-    return SM_OK;
+    return sm_ir_literals_fit(p, in + 1, 2, out->dtype, err, errlen);
 }
 
 sm_err sm_ir_infer_astype(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,

@@ -39,7 +39,19 @@ class InvalidArgument(ShmapError):
 
 class ProgramError(InvalidArgument):
     """A program that does not parse or type-check (.source_line: the Python
-    line of the offending op, when it was traced from Python)."""
+    line of the offending op, when it was traced from Python). A Python int
+    literal out of its array's dtype ('Python int 4294967295 too large to
+    convert to int32') is an OverflowError too, as JAX's."""
+
+    def __new__(cls, message="", *args, **kwargs):
+        if cls is ProgramError and "too large to convert to" in str(message):
+            cls = _LiteralOverflow
+        return super().__new__(cls, message, *args, **kwargs)
+
+
+class _LiteralOverflow(ProgramError, OverflowError):
+    """ProgramError for a literal out of its dtype's range (also the
+    OverflowError JAX raises)."""
 
 
 class NotFound(ShmapError):

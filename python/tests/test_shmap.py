@@ -1728,6 +1728,9 @@ def test_int_literals_beyond_int32(c):
     with pytest.raises(shmap.ProgramError, match=r"Python int 4294967295 too large to convert "
                        r"to int32$"):
         shmap.jit(lambda x: x & 4294967295)(x32)
+    with pytest.raises(OverflowError, match=r"Python int 1099511627776 too large to convert "
+                       r"to int32$"):  # JAX's exception class; where's branches too
+        shmap.jit(lambda x: jnp.where(x > 2, x, 2 ** 40))(x32)
 
 
 def test_advanced_indexing_with_several_arrays(c):
