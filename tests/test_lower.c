@@ -48,6 +48,9 @@ static const type_case types[] = {
     {"mesh X=2 Y=4\njit f(x: f32[8,16] @ P('X', 'Y')):\n    z = jnp.sin(x)\n    return z\n", "z",
      "f32[8@X,16@Y]"},
     {"mesh X=2 Y=4\njit f(x: f32[8,16] @ P(('X', 'Y'),)):\n    return x\n", "x", "f32[8@(X,Y),16]"},
+    /* an op without a sharding rule takes whole (replicated) operands */
+    {"mesh X=2 Y=4\njit f(x: f32[3,2] @ P()):\n    t = jnp.tile(x, (2, 3))\n    return t\n", "t",
+     "f32[6,6]"},
     /* scaling book: out_sharding chooses the reduce-scatter */
     {"mesh X=2 Y=2\njit m(In: f32[8,2048] @ P('X','Y'), W: f32[2048,8192] @ P('Y', None)):\n"
      "    o = einsum('bd,df->bf', square(In), W, out_sharding=P('X','Y'))\n    return o\n",

@@ -228,8 +228,12 @@ sm_err sm_ir_shard_none(const sm_program *p, const sm_ir_op *op, const sm_ir_val
                        "device's block. A jit body sees whole arrays: use reshard to move data, "
                        "or call a shard_map function from the jit body",
                        sm_op_name(op->kind));
-    if ((out->hidden & sm_sh_all(p)) == sm_sh_all(p)) {
-        /* full auto sharding: run it on whole arrays */
+    int replicated = 1; /* every operand whole on every device: so is the result */
+    for (int k = 0; k < op->noperands; k++)
+        for (int d = 0; d < in[k]->shape.rank; d++)
+            replicated &= in[k]->layout.n[d] == 0;
+    if (replicated || (out->hidden & sm_sh_all(p)) == sm_sh_all(p)) {
+        /* replicated operands, or full auto sharding: run it on whole arrays */
         for (int k = 0; k < op->noperands; k++)
             memset(&plan->in[k], 0, sizeof plan->in[k]);
         return SM_OK;

@@ -21,7 +21,8 @@ from ._config import config
 from ._core import (AlreadyExists, Array, Auto, AxisType, Cancelled, Client, DataLoss,
                     DeadlineExceeded, Device, Explicit, FailedPrecondition, Internal,
                     InvalidArgument, Mesh, NamedSharding, NotFound, P, PartitionSpec,
-                    ProgramError, ResourceExhausted, Shard, ShmapError, Unauthenticated,
+                    ProgramError, ResourceExhausted, Shard, ShapeDtypeStruct, ShmapError,
+                    Unauthenticated,
                     Unavailable, Unimplemented, block_until_ready, connect, default_backend,
                     device_count, device_get, device_put, devices, get_mesh, local_cluster,
                     local_device_count, local_devices, make_mesh, process_count,
@@ -29,7 +30,7 @@ from ._core import (AlreadyExists, Array, Auto, AxisType, Cancelled, Client, Dat
 from ._grad import (checkpoint, custom_jvp, custom_vjp, grad, hessian, jacfwd, jacobian, jacrev,
                     jvp, linearize, remat, value_and_grad, vjp)
 from ._vmap import vmap
-from ._trace import Future, Lowered, Tracer, jit, shard_map
+from ._trace import Future, Lowered, Tracer, eval_shape, jit, shard_map
 from .tree_util import tree
 
 reshard = numpy.reshard
@@ -39,11 +40,11 @@ __all__ = [
     "AlreadyExists", "Array", "Auto", "AxisType", "Cancelled", "Client", "DataLoss",
     "DeadlineExceeded", "Device", "Explicit", "FailedPrecondition", "Future", "Internal",
     "InvalidArgument", "Lowered", "Mesh", "NamedSharding", "NotFound", "P", "PartitionSpec",
-    "ProgramError", "ResourceExhausted", "Shard", "ShmapError", "Tracer", "Unauthenticated",
+    "ProgramError", "ResourceExhausted", "Shard", "ShapeDtypeStruct", "ShmapError", "Tracer", "Unauthenticated",
     "Unavailable", "Unimplemented", "block_until_ready", "checkpoint", "connect", "custom_jvp",
     "custom_vjp", "config", "debug", "default_backend", "device_count", "device_get",
     "devices", "local_device_count", "local_devices", "process_count", "process_index",
-    "device_put", "get_mesh", "grad", "hessian", "jacfwd", "jacobian", "jacrev", "jit", "jvp",
+    "device_put", "eval_shape", "get_mesh", "grad", "hessian", "jacfwd", "jacobian", "jacrev", "jit", "jvp",
     "lax", "linearize", "local_cluster", "make_mesh", "nn", "numpy",
     "ops", "random", "remat", "reshard", "set_mesh", "shard_map", "tree", "tree_util", "typeof",
     "use_mesh",

@@ -1104,6 +1104,45 @@ def typeof(x):
     return t
 
 
+class ShapeDtypeStruct:
+    """jax.ShapeDtypeStruct: an array's shape, dtype and (optionally)
+    sharding without its values, for shmap.eval_shape and for tracing
+    with .lower() (a call needs values: Arrays or numpy arrays)."""
+
+    def __init__(self, shape, dtype, sharding=None, weak_type=False):
+        self.shape = tuple(int(n) for n in shape)
+        self.dtype = np.dtype(dtype)
+        if isinstance(sharding, PartitionSpec):
+            sharding = _sharding_of(sharding)
+        self.sharding = sharding
+        self.weak_type = weak_type
+
+    ndim = property(lambda self: len(self.shape))
+    size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
+
+    @property
+    def type(self):
+        """The type string (f32[8@i,4]), given a sharding; replicated
+        without."""
+        name = _dtype_name(self.dtype)
+        if self.sharding is None:
+            return f"{name}[{','.join(map(str, self.shape))}]"
+        t = _call(_shmap.sharding_info, self.sharding.mesh._c(), repr(self.sharding.spec),
+                  self.shape)["type"]
+        return name + t[t.index("["):]
+
+    def __repr__(self):
+        sh = f", sharding={self.sharding!r}" if self.sharding is not None else ""
+        return f"ShapeDtypeStruct(shape={self.shape}, dtype={self.dtype.name}{sh})"
+
+    def __eq__(self, other):
+        return (isinstance(other, ShapeDtypeStruct) and
+                (self.shape, self.dtype, self.sharding) ==
+                (other.shape, other.dtype, other.sharding))
+
+    __hash__ = None
+
+
 def _sharding_picture(shape, sharding):
     """The layout diagram of an array of shape laid out by sharding."""
     return _call(_shmap.sharding_info, sharding.mesh._c(), repr(sharding.spec), shape)["diagram"]

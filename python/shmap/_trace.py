@@ -18,8 +18,8 @@ import numpy as np
 import _shmap
 
 from ._core import (Array, InvalidArgument, NamedSharding, P, PartitionSpec, ProgramError,
-                    ShmapError, _DTYPES, _At, _Shaped, _default, _dtype_name, _raise,
-                    get_mesh)
+                    ShapeDtypeStruct, ShmapError, _DTYPES, _At, _Shaped, _default, _dtype_name,
+                    _raise, get_mesh)
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 _state = threading.local()
@@ -1137,6 +1137,9 @@ class _Traced:
             mesh = get_mesh()  # the mesh of set_mesh / use_mesh (jit: numpy arguments only)
         if mesh is None:  # the Arrays' mesh, for numpy arguments before the first Array too
             mesh = next((a.sharding.mesh for a in args if isinstance(a, Array)), None)
+        if mesh is None:  # ... or a ShapeDtypeStruct's
+            mesh = next((a.sharding.mesh for a in args if isinstance(a, ShapeDtypeStruct)
+                         and a.sharding is not None), None)
         if self.kind == "jit" and specs is not None:  # in_shardings
             specs = (specs,) * len(args) if isinstance(specs, (PartitionSpec, NamedSharding)) \
                 else tuple(specs)
@@ -1169,6 +1172,13 @@ class _Traced:
                                       "with shmap.set_mesh / shmap.use_mesh")
             spec = specs[k] if self.kind == "shard_map" else \
                 P() if want is None else getattr(want, "spec", want)
+            if isinstance(a, ShapeDtypeStruct):  # a type without values: traced, never run
+                if a.sharding is None or self.kind == "shard_map":
+                    a = ShapeDtypeStruct(a.shape, a.dtype, NamedSharding(
+                        mesh, getattr(a.sharding, "spec", spec) if self.kind == "jit"
+                        else spec))
+                arrays.append(a)
+                continue
             arrays.append(client.device_put(_scalar_as_jax(a), NamedSharding(mesh, spec)))
         if mesh._devices is None:
             client._mesh_c(mesh)
@@ -1482,6 +1492,10 @@ class _Traced:
                     self._cache.pop(next(iter(self._cache)))
                 self._cache[key] = hit
         text, info, multi, captured = hit
+        if any(isinstance(a, ShapeDtypeStruct) for a in arrays):
+            raise InvalidArgument(f"{self.__name__}: a ShapeDtypeStruct has no values to run "
+                                  f"on: pass Arrays or numpy arrays (or call .lower(...) or "
+                                  f"shmap.eval_shape)")
         arrays = arrays + captured
         try:
             job = client._c.submit(text, f"{self._name}.shmap", None,
@@ -1498,6 +1512,36 @@ class _Traced:
         if outer is not None:  # called while a jit function is traced
             return self._inline(outer, self._bind(args, kwargs))
         return self.submit(*args, **kwargs).result()
+
+
+def eval_shape(fun, *args, **kwargs):
+    """jax.eval_shape: fun's results as ShapeDtypeStructs (shape, dtype,
+    sharding), from its trace alone: the C core types the program, nothing
+    runs and nothing is uploaded. Arguments: Arrays, ShapeDtypeStructs,
+    numpy arrays or Python numbers (pytrees of them); fun may be a
+    shmap.jit or shmap.shard_map function, else it is traced as a jit."""
+    t = fun if isinstance(fun, _Traced) else jit(fun)
+
+    def abstract(v):
+        if _is_tree(v):
+            return type(v)((k, abstract(e)) for k, e in v.items()) if isinstance(v, dict) \
+                else type(v)(abstract(e) for e in v)
+        if isinstance(v, np.ndarray) or isinstance(v, (np.generic, bool, int, float)):
+            v = np.asarray(_scalar_as_jax(v))
+            return ShapeDtypeStruct(v.shape, v.dtype)
+        return v
+
+    bound = t._bind(args, kwargs)
+    bound = tuple(a if i in t.static else abstract(a) for i, a in enumerate(bound))
+    t2, flat = t._split_static(bound)
+    t2, flat = t2._split_trees(flat)
+    _, _, _, info, multi = t2._trace(flat)
+    mesh = info["mesh_obj"]
+    outs = [ShapeDtypeStruct(shape, _DTYPES[dt], NamedSharding(
+        mesh, P(*[_spec_entry(d) for d in _dims(ty)]))) for ty, dt, shape, _ in info["outputs"]]
+    if t2.kind == "jit":
+        return _unflatten(multi, iter(outs))
+    return tuple(outs) if multi else outs[0]
 
 
 def shard_map(f=None, *, mesh=None, in_specs, out_specs, check_vma=True):

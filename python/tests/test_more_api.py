@@ -642,3 +642,34 @@ def test_debug_sharding_and_config(c, mesh, capsys):
     assert len(ds) == 8 and shmap.device_count() == 8 and shmap.local_devices() == ds
     assert shmap.process_index() == 0 and shmap.process_count() == 1
     assert shmap.default_backend() == "cpu"
+
+
+def test_eval_shape_and_shape_dtype_struct(c, mesh):
+    """jax.eval_shape: the results' shapes, dtypes and shardings from the
+    trace alone (a pytree; Arrays, ShapeDtypeStructs, numpy arrays and
+    Python numbers as arguments; static arguments; a shard_map function);
+    jit(...).lower of ShapeDtypeStructs; a call with one refused."""
+    sds = shmap.ShapeDtypeStruct((8, 6), np.float32, NamedSharding(mesh, P("i", "j")))
+    assert sds.type == "f32[8@i,6@j]" and sds.ndim == 2 and sds.size == 48
+
+    def f(x, w, scale):
+        y = (x @ w) * scale
+        return {"y": y, "s": jnp.sum(y, axis=0), "n": jnp.argmax(y, axis=1)}
+
+    w = _put(c, mesh, np.ones((6, 3), np.float32), P())
+    out = shmap.eval_shape(f, sds, w, 2.0)
+    assert set(out) == {"y", "s", "n"}
+    assert out["y"].shape == (8, 3) and out["y"].dtype == np.float32
+    assert out["y"].sharding.spec == P("i", None) and out["y"].type == "f32[8@i,3]"
+    assert out["s"].type == "f32[3]" and out["n"].dtype == np.int32
+    # numpy arguments: replicated; a static argument keeps its value
+    g = shmap.jit(lambda x, k: jnp.tile(x, k), static_argnums=1, mesh=mesh)
+    r = shmap.eval_shape(g, np.zeros((2, 3)), 4)
+    assert r.shape == (2, 12) and r.dtype == np.float64
+    sm = shmap.shard_map(lambda x: lax.psum(x, "j"), mesh=mesh, in_specs=P("i", "j"),
+                         out_specs=P("i", None))
+    assert shmap.eval_shape(sm, sds).shape == (8, 3)
+    text = shmap.jit(f).lower(sds, w, 2.0).as_text()
+    assert "f32[8,6] @ P('i', 'j')" in text
+    with pytest.raises(shmap.InvalidArgument, match="a ShapeDtypeStruct has no values"):
+        shmap.jit(f)(sds, w, 2.0)
