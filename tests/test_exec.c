@@ -370,6 +370,32 @@ START_TEST(test_spot_values)
 }
 END_TEST
 
+/* A Python float literal meeting a float64 array is its float64 value (a
+ * weak literal is materialized as float32; it must not pass through it):
+ * in arithmetic, comparisons and where. */
+START_TEST(test_float_literals_keep_float64)
+{
+    sm_program *p =
+        parse_ok("mesh i=2\n"
+                 "shard_map f(x: f64[2] @ P('i')) -> (P('i'), P('i'), P('i'), P('i')):\n"
+                 "    return x * 0.1234567891234567, x < 0.1234567891234567, "
+                 "where(x > 0, 0.1234567891234567, x), x * 0.5\n",
+                 0);
+    sm_array *o[4];
+    double v[2] = {1.0, 0.1234567891234567};
+    sm_array *x = array_of(SM_F64, (sm_shape){.rank = 1, .dims = {2}}, v);
+    run_local(p, &x, o);
+    ck_assert_int_eq(o[0]->dtype, SM_F64);
+    ck_assert(((double *)o[0]->data)[0] == 0.1234567891234567);
+    ck_assert_int_eq(((uint8_t *)o[1]->data)[1], 0); /* equal, not above its float32 */
+    ck_assert(((double *)o[2]->data)[0] == 0.1234567891234567);
+    ck_assert(((double *)o[3]->data)[1] == 0.1234567891234567 * 0.5);
+    free_all(o, 4);
+    sm_array_free(x);
+    sm_program_free(p);
+}
+END_TEST
+
 /* psum and pmean of bools, as JAX: summed as int32 ([True, False] over two
  * devices holding it gives [1, 1] and [0.5, 0.5]); pmax stays bool. */
 START_TEST(test_bool_reductions)
@@ -554,9 +580,9 @@ END_TEST
 
 int main(void)
 {
-    return suite_main(SUITE_CASE(suite_create("exec"), "ops", 60, NULL,
-                                 {test_op_sharded_vs_single, NROWS}, {test_table_covers_every_op},
-                                 {test_spot_values}, {test_bool_reductions},
-                                 {test_axis_index_groups}, {test_builder_axis_size},
-                                 {test_repeated_returns}, {test_device_order}));
+    return suite_main(
+        SUITE_CASE(suite_create("exec"), "ops", 60, NULL, {test_op_sharded_vs_single, NROWS},
+                   {test_table_covers_every_op}, {test_spot_values}, {test_bool_reductions},
+                   {test_float_literals_keep_float64}, {test_axis_index_groups},
+                   {test_builder_axis_size}, {test_repeated_returns}, {test_device_order}));
 }

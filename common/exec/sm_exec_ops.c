@@ -62,6 +62,36 @@ static const sm_ir_value *sm_exec_val(const sm_exec_ctx *x, const sm_ir_op *op, 
     return &x->p->values[op->operands[i]];
 }
 
+/* Operand i of op in dtype t, as sm_exec_as, except that a weakly typed
+ * float literal (a Python float: const(0.1), stored as a double) is made
+ * from its double in t, not from the float32 it is materialized as: a
+ * literal meeting a float64 array keeps its float64 value, as JAX's does
+ * with x64 (x * 0.1 rounded 0.1 to float32 before). */
+static sm_err sm_exec_operand_as(const sm_exec_ctx *x, const sm_ir_op *op, int i, const sm_array *a,
+                                 sm_dtype t, const void **data, void **tmp, char *err,
+                                 size_t errlen)
+{
+    const sm_ir_value *v = sm_exec_val(x, op, i);
+    if (a->dtype != t && v->weak && v->def >= 0 && v->def < x->p->nops && sm_exec_numel(a) == 1 &&
+        (t == SM_F64 || t == SM_F16)) {
+        const sm_ir_op *c = &x->p->ops[v->def];
+        if (c->kind == SM_OP_CONST && c->attrs.value_is_float && !c->attrs.has_dtype) {
+            void *buf = malloc(sizeof(double));
+            if (!buf)
+                return sm_fail(err, errlen, SM_ENOMEM, "out of memory converting a literal");
+            sm_err e = sm_kern_astype(SM_F64, &c->attrs.f, t, buf, 1, err, errlen);
+            if (e) {
+                free(buf);
+                return e;
+            }
+            *data = buf;
+            *tmp = buf;
+            return SM_OK;
+        }
+    }
+    return sm_exec_as(a, t, data, tmp, err, errlen);
+}
+
 /* ---- elementwise ---- */
 
 sm_err sm_exec_binary(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
@@ -76,9 +106,9 @@ sm_err sm_exec_binary(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, s
     }
     const void *da, *db;
     void *ta = NULL, *tb = NULL;
-    sm_err e = sm_exec_as(in[0], t, &da, &ta, err, errlen);
+    sm_err e = sm_exec_operand_as(x, op, 0, in[0], t, &da, &ta, err, errlen);
     if (!e)
-        e = sm_exec_as(in[1], t, &db, &tb, err, errlen);
+        e = sm_exec_operand_as(x, op, 1, in[1], t, &db, &tb, err, errlen);
     if (!e)
         e = sm_kern_binary(k, t, da, &in[0]->shape, db, &in[1]->shape, out->data, err, errlen);
     free(ta);
@@ -106,9 +136,9 @@ sm_err sm_exec_where(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm
     void *tc = NULL, *ta = NULL, *tb = NULL;
     sm_err e = sm_exec_as(in[0], SM_BOOL, &dc, &tc, err, errlen);
     if (!e)
-        e = sm_exec_as(in[1], out->dtype, &da, &ta, err, errlen);
+        e = sm_exec_operand_as(x, op, 1, in[1], out->dtype, &da, &ta, err, errlen);
     if (!e)
-        e = sm_exec_as(in[2], out->dtype, &db, &tb, err, errlen);
+        e = sm_exec_operand_as(x, op, 2, in[2], out->dtype, &db, &tb, err, errlen);
     if (!e)
         e = sm_kern_where(out->dtype, dc, &in[0]->shape, da, &in[1]->shape, db, &in[2]->shape,
                           out->data, NULL, err, errlen);
