@@ -497,3 +497,14 @@ from ._conv import (ConvDimensionNumbers, conv, conv_dimension_numbers,  # noqa:
 __all__ += ["ConvDimensionNumbers", "conv", "conv_dimension_numbers", "conv_general_dilated",
             "conv_general_permutations", "conv_transpose", "conv_with_general_padding",
             "padtype_to_pads", "reduce_window"]
+
+import types as _types  # noqa: E402
+
+from . import linalg as _la  # noqa: E402
+
+linalg = _types.SimpleNamespace(
+    cholesky=lambda x, *, symmetrize_input=True: _la.cholesky(
+        x, symmetrize_input=symmetrize_input),
+    triangular_solve=_la.triangular_solve)
+linalg.__doc__ = "jax.lax.linalg: cholesky and triangular_solve (shmap.linalg's)."
+__all__ += ["linalg"]

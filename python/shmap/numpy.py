@@ -597,26 +597,6 @@ def _all_equal(a1, a2):
     return all(equal(a1, a2))  # noqa: F821
 
 
-class _Linalg:
-    """jnp.linalg: norm."""
-
-    @staticmethod
-    @_at_once
-    def norm(x, ord=None, axis=None, keepdims=False):
-        """The 2-norm of vectors (Frobenius for matrices) over axis; ord 1,
-        inf and -inf for vectors (sums and extremes of |x|)."""
-        if ord in (None, 2, "fro"):
-            return sqrt(sum(x * x, axis=axis, keepdims=keepdims))  # noqa: F821
-        if ord == 1:
-            return sum(abs(x), axis=axis, keepdims=keepdims)  # noqa: F821
-        if ord == _np.inf:
-            return max(abs(x), axis=axis, keepdims=keepdims)  # noqa: F821
-        if ord == -_np.inf:
-            return min(abs(x), axis=axis, keepdims=keepdims)  # noqa: F821
-        raise ValueError(f"norm: ord={ord!r} is not supported (None, 2, 'fro', 1, inf, -inf)")
-
-
-linalg = _Linalg()
 
 __all__ += ["eye", "identity", "linspace", "tril", "triu", "ravel", "swapaxes", "moveaxis",
             "vstack", "hstack", "split", "log2", "log10", "exp2", "reciprocal", "einsum", "outer",
@@ -1900,5 +1880,6 @@ __all__ += ["searchsorted", "digitize", "interp", "bincount", "nonzero", "flatno
             "logspace", "trapezoid", "select", "piecewise", "ConcretizationTypeError"]
 
 from ._conv import convolve, correlate  # noqa: E402 (the module uses this one's functions)
+from . import linalg  # noqa: E402 (jnp.linalg)
 
 __all__ += ["convolve", "correlate"]

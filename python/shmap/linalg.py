@@ -1,0 +1,426 @@
+"""jnp.linalg (shmap.numpy.linalg) and lax.linalg's cholesky and
+triangular_solve, as composites of the op table's ops, unrolled over the
+matrix's order as programs unroll their loops: norms; Gaussian elimination
+with partial pivoting (the pivot of largest magnitude, as LAPACK's getrf)
+for solve, inv, det and slogdet; Cholesky column by column; triangular
+solves by substitution. Leading dimensions are batch dimensions. grad and
+vmap go through them as through any composite.
+
+Sharding is JAX's linalg rule: the two matrix dimensions unsharded
+('Input 0 to lu must be unsharded on non-batch dimensions, but got
+P(None, 'i').'), the batch dimensions alike in every input, the result
+laid out as the batch. Decompositions that need iterative algorithms (svd,
+eigh, qr and what is made of them: pinv, lstsq, matrix_rank, the 2-norm
+and nuclear norm of matrices) are not implemented here: refused with a
+sentence."""
+import numbers
+
+import numpy as _np
+
+from . import numpy as jnp
+from ._core import InvalidArgument, ProgramError
+from .numpy import _at_once
+
+__all__ = ["norm", "vector_norm", "matrix_norm", "det", "slogdet", "inv", "solve",
+           "cholesky", "matrix_power", "matrix_transpose", "multi_dot", "vecdot", "outer",
+           "trace", "diagonal", "matmul", "tensordot", "cross", "svd", "eigh", "eig", "qr",
+           "pinv", "lstsq", "matrix_rank", "eigvalsh", "svdvals", "triangular_solve"]
+
+
+# ---- JAX's linalg sharding rule ------------------------------------------
+
+
+def _check_core_unsharded(name, *xs, core=2):
+    """JAX's linalg_sharding_rule: each input's last `core` dimensions
+    unsharded, the batch dimensions sharded alike (its sentences)."""
+    from ._conv import _entries
+    batch = []
+    for i, x in enumerate(xs):
+        ents = _entries(x)
+        if ents is None:
+            return
+        k = core if isinstance(core, int) else core[i]
+        if any(e is not None for e in ents[len(ents) - k:]):
+            raise ProgramError(f"Input {i} to {name} must be unsharded on non-batch dimensions, "
+                               f"but got {_spec_str(ents)}.")
+        batch.append(tuple(ents[:len(ents) - k]))
+    if any(b != batch[0] for b in batch[1:]):
+        raise ProgramError(f"All inputs to {name} must have the same batch sharding, but got "
+                           f"{[tuple(b) for b in batch]}.")
+
+
+def _spec_str(ents):
+    from ._core import P
+    return repr(P(*ents))
+
+
+def _float(x):
+    dt = _np.dtype(x.dtype)
+    if dt.kind not in "fc":
+        return jnp.astype(x, _np.float32)
+    return x
+
+
+def _square(name, a):
+    if len(a.shape) < 2 or a.shape[-1] != a.shape[-2]:
+        raise ValueError(f"{name}: the last two dimensions of the input must be a square "
+                         f"matrix, got shape {tuple(a.shape)}")
+
+
+def _rows(n, ndim):
+    """The row and column indices of an n x n matrix, shaped for arrays of
+    ndim dimensions (the matrix last)."""
+    r = jnp.reshape(jnp.arange(n), (1,) * (ndim - 2) + (n, 1))
+    c = jnp.reshape(jnp.arange(n), (1,) * (ndim - 2) + (1, n))
+    return r, c
+
+
+def _diag(x, offset=0):
+    """The diagonal of the last two dimensions (any batch)."""
+    n, m = x.shape[-2], x.shape[-1]
+    if len(x.shape) == 2:
+        return jnp.diagonal(x, offset=offset)
+    d = jnp.sum(x * jnp.eye(n, m, k=offset, dtype=x.dtype), axis=-1 if offset >= 0 else -2)
+    k = min(n, m - offset) if offset >= 0 else min(n + offset, m)
+    return d[..., :k] if offset >= 0 else d[..., :k]
+
+
+# ---- norms -----------------------------------------------------------------
+
+
+@_at_once
+def vector_norm(x, axis=None, keepdims=False, ord=2):
+    """jnp.linalg.vector_norm: the ord-norm over axis (None: all elements):
+    2, 1, inf, -inf, 0 (the count of nonzeros) or any p."""
+    x = _float(x)
+    a = jnp.abs(x)
+    if ord is None or ord == 2:
+        return jnp.sqrt(jnp.sum(a * a, axis=axis, keepdims=keepdims))
+    if ord == _np.inf:
+        return jnp.max(a, axis=axis, keepdims=keepdims)
+    if ord == -_np.inf:
+        return jnp.min(a, axis=axis, keepdims=keepdims)
+    if ord == 0:
+        return jnp.sum(jnp.astype(a != 0, x.dtype), axis=axis, keepdims=keepdims)
+    if ord == 1:
+        return jnp.sum(a, axis=axis, keepdims=keepdims)
+    if isinstance(ord, str):
+        raise ValueError(f"Invalid order '{ord}' for vector norm.")
+    return jnp.sum(a ** ord, axis=axis, keepdims=keepdims) ** (1.0 / ord)
+
+
+@_at_once
+def matrix_norm(x, keepdims=False, ord="fro"):
+    """jnp.linalg.matrix_norm over the last two dimensions: 'fro', 1, -1,
+    inf, -inf (2, -2 and 'nuc' need singular values: refused)."""
+    return _matrix_norm(_float(x), ord, (-2, -1), keepdims)
+
+
+def _matrix_norm(x, ord, axis, keepdims):
+    r, c = (d % len(x.shape) for d in axis)
+    a = jnp.abs(x)
+    if ord in (None, "fro"):
+        return jnp.sqrt(jnp.sum(a * a, axis=(r, c), keepdims=keepdims))
+    if ord in (1, -1, _np.inf, -_np.inf):
+        s_ax, m_ax = (r, c) if ord in (1, -1) else (c, r)
+        s = jnp.sum(a, axis=s_ax, keepdims=True)
+        m = jnp.max(s, axis=m_ax, keepdims=True) if ord in (1, _np.inf) else \
+            jnp.min(s, axis=m_ax, keepdims=True)
+        return m if keepdims else jnp.squeeze(m, axis=(r, c))
+    if ord in (2, -2, "nuc"):
+        raise InvalidArgument(f"norm: ord={ord!r} of a matrix needs its singular values "
+                              f"(svd), which shmap does not implement")
+    raise ValueError(f"Invalid order '{ord}' for matrix norm.")
+
+
+@_at_once
+def norm(x, ord=None, axis=None, keepdims=False):
+    """jnp.linalg.norm, numpy's: axis None (all elements, or with ord a
+    1-d vector's or 2-d matrix's norm), an int (vectors) or two ints
+    (matrices)."""
+    nd = len(x.shape)
+    if axis is None:
+        if ord is None:
+            r = vector_norm(jnp.ravel(x), ord=2)
+            return jnp.reshape(r, (1,) * nd) if keepdims else r
+        if nd not in (1, 2):
+            raise ValueError("Improper number of dimensions to norm.")
+        axis = tuple(range(nd))
+    if isinstance(axis, numbers.Integral):
+        axis = (int(axis),)
+    axis = tuple(axis)
+    if len(axis) == 1:
+        return vector_norm(x, axis=axis[0], keepdims=keepdims, ord=2 if ord is None else ord)
+    if len(axis) == 2:
+        return _matrix_norm(_float(x), ord, axis, keepdims)
+    raise ValueError("Improper number of dimensions to norm.")
+
+
+# ---- Gaussian elimination ------------------------------------------------
+
+
+def _eliminate(a, b=None):
+    """Partial-pivoting elimination of square a (batch dims first) and of
+    b's columns alongside: (upper triangular U, b transformed, the sign of
+    the row permutation as an array of a's batch shape)."""
+    n = a.shape[-1]
+    nd = len(a.shape)
+    m = jnp.concatenate([a, b], axis=-1) if b is not None else a
+    r, c = _rows(n, nd)
+    sign = jnp.ones(a.shape[:-2], a.dtype) if nd > 2 else jnp.asarray(_np.ones((), a.dtype))
+    for k in range(n):
+        col = jnp.abs(m[..., :, k])
+        col = jnp.where(jnp.reshape(jnp.arange(n), (1,) * (nd - 2) + (n,)) >= k, col, -1)
+        p = jnp.argmax(col, axis=-1)                                  # the pivot row
+        pk = jnp.expand_dims(p, -1)                                   # (..., 1)
+        idx = jnp.reshape(jnp.arange(n), (1,) * (nd - 2) + (n,))
+        perm = jnp.where(idx == k, pk, jnp.where(idx == pk, k, idx))  # rows k and p swapped
+        m = jnp.take_along_axis(m, jnp.broadcast_to(jnp.expand_dims(perm, -1), m.shape),
+                                axis=-2)
+        sign = jnp.where(p != k, -sign, sign)
+        piv = m[..., k:k + 1, k:k + 1]                                # (..., 1, 1)
+        f = jnp.where(r > k, m[..., :, k:k + 1] / piv, 0)             # (..., n, 1)
+        m = m - f * m[..., k:k + 1, :]
+    if b is None:
+        return m, None, sign
+    return m[..., :, :n], m[..., :, n:], sign
+
+
+def _substitute(t, y, lower, unit=False):
+    """x with t x = y, t triangular (lower or upper; batch dims first), y
+    (..., n, k): one row of x a step, the rows still unknown zeros in the
+    product with t's row."""
+    n = t.shape[-1]
+    r, _ = _rows(n, len(y.shape))
+    x = jnp.zeros_like(y)
+    for i in (range(n) if lower else range(n - 1, -1, -1)):
+        xi = y[..., i:i + 1, :] - jnp.matmul(t[..., i:i + 1, :], x)
+        if not unit:
+            xi = xi / t[..., i:i + 1, i:i + 1]
+        x = jnp.where(r == i, xi, x)
+    return x
+
+
+def _solve_layout(name, a, b):
+    """JAX's checks of the triangular solves of b by a's factors (b's rows
+    unsharded, the batch as a's), and b with its columns gathered for the
+    elimination; returns (b, the result's spec entries or None)."""
+    from ._conv import _entries, _gather_dims
+    ea, eb = _entries(a), _entries(b)
+    if ea is None:
+        return b, None
+    if tuple(ea[:-2]) != tuple(eb[:-2]):
+        raise ProgramError(f"All inputs to triangular_solve must have the same batch sharding, "
+                           f"but got {tuple(ea[:-2])} and {tuple(eb[:-2])}.")
+    if eb[-2] is not None:
+        raise ProgramError(f"triangular solve input `b` must be unsharded on the contracting "
+                           f"axis, but got {_spec_str(eb)} with left_side=True and "
+                           f"transpose_a=False.")
+    return _gather_dims(b, eb, {len(eb) - 1}), list(eb)
+
+
+@_at_once
+def solve(a, b):
+    """jnp.linalg.solve: x with a @ x == b; b of a's shape (a batch of
+    matrices) or a's minus its last dimension (vectors), as JAX's."""
+    _square("solve", a)
+    a, b = _float(a), _float(b)
+    vec = len(b.shape) == len(a.shape) - 1
+    if vec:
+        b = jnp.expand_dims(b, -1)
+    _check_core_unsharded("lu", a)
+    b, want = _solve_layout("solve", a, b)
+    u, y, _ = _eliminate(a, b)
+    from ._conv import _lay_out
+    x = _lay_out(_substitute(u, y, lower=False), want)
+    return x[..., 0] if vec else x
+
+
+@_at_once
+def inv(a):
+    """jnp.linalg.inv: solve(a, identity)."""
+    _square("inv", a)
+    a = _float(a)
+    _check_core_unsharded("lu", a)
+    n = a.shape[-1]
+    eye = jnp.zeros_like(a) + jnp.eye(n, dtype=a.dtype)  # laid out as a
+    u, y, _ = _eliminate(a, eye)
+    return _substitute(u, y, lower=False)
+
+
+@_at_once
+def slogdet(a):
+    """jnp.linalg.slogdet: (sign, log|det|) from the elimination's
+    pivots."""
+    _square("slogdet", a)
+    a = _float(a)
+    _check_core_unsharded("lu", a)
+    u, _, sign = _eliminate(a)
+    d = _diag(u)
+    s = sign * jnp.prod(jnp.sign(d), axis=-1)
+    return s, jnp.sum(jnp.log(jnp.abs(d)), axis=-1)
+
+
+@_at_once
+def det(a):
+    """jnp.linalg.det: the product of the elimination's pivots, signed by
+    its row swaps."""
+    _square("det", a)
+    a = _float(a)
+    _check_core_unsharded("lu", a)
+    u, _, sign = _eliminate(a)
+    return sign * jnp.prod(_diag(u), axis=-1)
+
+
+# ---- Cholesky and triangular solves ----------------------------------------
+
+
+@_at_once
+def cholesky(a, *, upper=False, symmetrize_input=True):
+    """jnp.linalg.cholesky: L lower triangular with L @ L.T == a (upper: its
+    transpose); the input symmetrized first, as JAX's; NaN where a is not
+    positive definite."""
+    _square("cholesky", a)
+    a = _float(a)
+    _check_core_unsharded("cholesky", a)
+    if symmetrize_input:
+        a = (a + jnp.swapaxes(a, -1, -2)) / 2
+    n = a.shape[-1]
+    nd = len(a.shape)
+    r, c = _rows(n, nd)
+    lo = jnp.zeros_like(a)
+    for j in range(n):
+        lj = lo[..., j:j + 1, :]                                          # (..., 1, n)
+        col = a[..., :, j:j + 1] - jnp.sum(lo * lj, axis=-1, keepdims=True)  # (..., n, 1)
+        d = jnp.sqrt(col[..., j:j + 1, :])
+        new = jnp.where(r > j, col / d, jnp.where(r == j, d, 0))
+        lo = lo + new * jnp.astype(c == j, a.dtype)
+    return jnp.swapaxes(lo, -1, -2) if upper else lo
+
+
+def triangular_solve(a, b, left_side=False, lower=False, transpose_a=False,
+                     conjugate_a=False, unit_diagonal=False):
+    """jax.lax.linalg.triangular_solve: x with op(a) @ x == b (left_side) or
+    x @ op(a) == b, op(a) = a or its transpose; JAX's sharding rule."""
+    return _triangular_solve(a, b, left_side, lower, transpose_a, unit_diagonal)
+
+
+@_at_once
+def _triangular_solve(a, b, left_side, lower, transpose_a, unit_diagonal):
+    from ._conv import _entries
+    ea, eb = _entries(a), _entries(b)
+    if ea is not None:
+        if tuple(ea[:-2]) != tuple(eb[:-2]):
+            raise ProgramError(f"All inputs to triangular_solve must have the same batch "
+                               f"sharding, but got {tuple(ea[:-2])} and {tuple(eb[:-2])}.")
+        ls, ta = bool(left_side), bool(transpose_a)
+        if ea[-2:][ls ^ ta] is not None:
+            raise ProgramError(f"triangular solve input `a` must be unsharded on the "
+                               f"contracting axis, but got {_spec_str(ea)} with "
+                               f"left_side={ls} and transpose_a={ta}.")
+        if eb[-2:][not ls] is not None:
+            raise ProgramError(f"triangular solve input `b` must be unsharded on the "
+                               f"contracting axis, but got {_spec_str(eb)} with "
+                               f"left_side={ls} and transpose_a={ta}.")
+    a, b = _float(a), _float(b)
+    t = jnp.swapaxes(a, -1, -2) if transpose_a else a
+    low = bool(lower) ^ bool(transpose_a)
+    if not left_side:  # x @ t = b  <=>  t.T @ x.T = b.T
+        t, b, low = jnp.swapaxes(t, -1, -2), jnp.swapaxes(b, -1, -2), not low
+    x = _substitute(t, b, low, unit_diagonal)
+    return x if left_side else jnp.swapaxes(x, -1, -2)
+
+
+def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_b=False,
+                     debug=None, check_finite=True):
+    """jax.scipy.linalg.solve_triangular: a x = b (trans 0), a.T x = b (1,
+    'T'); b a vector or a matrix."""
+    vec = len(b.shape) == len(a.shape) - 1
+    if vec:
+        b = jnp.expand_dims(b, -1)
+    x = triangular_solve(a, b, left_side=True, lower=lower,
+                         transpose_a=trans in (1, 2, "T", "C"), unit_diagonal=unit_diagonal)
+    return x[..., 0] if vec else x
+
+
+# ---- the rest of jnp.linalg --------------------------------------------------
+
+
+@_at_once
+def matrix_power(a, n):
+    """jnp.linalg.matrix_power: a to the integer n (negative: of inv(a)),
+    by repeated squaring."""
+    _square("matrix_power", a)
+    if not isinstance(n, numbers.Integral):
+        raise TypeError(f"exponent must be an integer, got {n}")
+    if n == 0:
+        return jnp.zeros_like(a) + jnp.eye(a.shape[-1], dtype=a.dtype)
+    if n < 0:
+        a, n = inv(a), -n
+    out, base = None, a
+    while n:
+        if n & 1:
+            out = base if out is None else jnp.matmul(out, base)
+        n >>= 1
+        if n:
+            base = jnp.matmul(base, base)
+    return out
+
+
+def matrix_transpose(x):
+    """jnp.linalg.matrix_transpose: the last two dimensions swapped."""
+    return jnp.swapaxes(x, -1, -2)
+
+
+def multi_dot(arrays, *, precision=None):
+    """jnp.linalg.multi_dot: the product of the arrays, left to right (the
+    first may be a vector, and the last)."""
+    arrays = list(arrays)
+    if len(arrays) < 2:
+        raise ValueError("Expecting at least two arrays.")
+    out = arrays[0]
+    for a in arrays[1:]:
+        out = jnp.matmul(out, a)
+    return out
+
+
+@_at_once
+def vecdot(x1, x2, axis=-1):
+    """jnp.linalg.vecdot: the dot products of vectors along axis."""
+    return jnp.sum(x1 * x2, axis=axis)
+
+
+def outer(x1, x2):
+    return jnp.outer(x1, x2)
+
+
+@_at_once
+def trace(x, offset=0):
+    """jnp.linalg.trace: over the last two dimensions."""
+    return jnp.sum(_diag(x, offset), axis=-1)
+
+
+@_at_once
+def diagonal(x, offset=0):
+    """jnp.linalg.diagonal: over the last two dimensions."""
+    return _diag(x, offset)
+
+
+matmul = jnp.matmul
+tensordot = jnp.tensordot
+cross = jnp.cross
+
+
+def _refused(name):
+    def f(*args, **kwargs):
+        raise InvalidArgument(f"jnp.linalg.{name} needs an iterative decomposition (svd, eigh "
+                              f"or qr), which shmap does not implement; jnp.linalg has solve, "
+                              f"inv, det, slogdet, cholesky, norm and matrix_power")
+    f.__name__ = name
+    f.__doc__ = f"jnp.linalg.{name}: not implemented here (refused with a sentence)."
+    return f
+
+
+svd, eigh, eig, qr, pinv, lstsq, matrix_rank, eigvalsh, svdvals = map(
+    _refused, ["svd", "eigh", "eig", "qr", "pinv", "lstsq", "matrix_rank", "eigvalsh",
+               "svdvals"])
