@@ -819,20 +819,21 @@ def _scalar_as_jax(a):
 
 
 def _flatten(v, who):
-    """The traced values of a pytree of results (tuples, lists and dicts of
-    them, None for an empty subtree) in order, and its structure."""
+    """The traced values of a pytree of results (tuples, lists, dicts,
+    namedtuples and registered classes of them, None for an empty subtree)
+    in order, and its structure."""
     if isinstance(v, Tracer):
         return [v], "*"
     if v is None:
         return [], None
-    if type(v) in (tuple, list) or isinstance(v, dict):
-        items = list(v.items()) if isinstance(v, dict) else list(enumerate(v))
+    n = _node(v)
+    if n is not None:
         leaves, subs = [], []
-        for k, e in items:
+        for e in n[0]:
             lv, d = _flatten(e, who)
             leaves += lv
-            subs.append((k, d))
-        return leaves, (type(v), subs)
+            subs.append(d)
+        return leaves, (n[2], subs)
     raise InvalidArgument(f"{who} must return traced values (or tuples, lists and dicts of "
                           f"them), got {type(v).__name__}")
 
@@ -842,10 +843,8 @@ def _unflatten(tree, it):
         return next(it)
     if tree is None:
         return None
-    t, subs = tree
-    if issubclass(t, dict):
-        return t((k, _unflatten(d, it)) for k, d in subs)
-    return t(_unflatten(d, it) for _, d in subs)
+    rebuild, subs = tree
+    return rebuild([_unflatten(d, it) for d in subs])
 
 
 class _Slot:
@@ -969,38 +968,68 @@ def _client_of(args, mesh):
                           "pass Arrays")
 
 
+# pytree node classes registered with tree_util.register_pytree_node:
+# type -> (flatten(v) -> (children, aux), unflatten(aux, children) -> v)
+_NODES = {}
+
+
+def _node(v):
+    """A pytree node's (children, keys, rebuild, tag), or None for a leaf:
+    tuples, lists, dicts (children in sorted key order, as JAX flattens
+    them; rebuilt in the dict's own order), namedtuples (their fields) and
+    classes of register_pytree_node; a PartitionSpec is a leaf. tag names
+    the node's structure (the class, dict keys, registered aux data)."""
+    t = type(v)
+    if t is tuple or t is list:
+        return list(v), list(range(len(v))), t, t.__name__
+    if isinstance(v, dict):
+        keys = sorted(v)
+        order = list(v)
+
+        def rebuild(cs, keys=keys, order=order):
+            got = dict(zip(keys, cs))
+            return {k: got[k] for k in order}
+        return [v[k] for k in keys], keys, rebuild, ("dict", tuple(keys))
+    if t in _NODES:
+        flat, unflat = _NODES[t]
+        children, aux = flat(v)
+        children = list(children)
+        return children, list(range(len(children))), \
+            (lambda cs, aux=aux: unflat(aux, list(cs))), (t, aux)
+    if isinstance(v, tuple) and hasattr(t, "_fields"):  # a namedtuple
+        return list(v), list(t._fields), (lambda cs: t(*cs)), t
+    return None
+
+
 def _is_tree(v):
-    """A pytree node: a tuple, list or dict (a PartitionSpec is a leaf)."""
-    return type(v) in (tuple, list) or isinstance(v, dict)
+    """A pytree node: a tuple, list, dict, namedtuple or registered class
+    (a PartitionSpec is a leaf)."""
+    return _node(v) is not None
 
 
 def _tree_leaves(v, name):
     """(leaf, path name) pairs of a pytree, depth first, dict keys sorted (as
     JAX flattens them)."""
-    if type(v) in (tuple, list):
-        return [x for i, e in enumerate(v) for x in _tree_leaves(e, f"{name}_{i}")]
-    if isinstance(v, dict):
-        return [x for k in sorted(v) for x in _tree_leaves(v[k], f"{name}_{k}")]
-    return [(v, name)]
+    n = _node(v)
+    if n is None:
+        return [(v, name)]
+    return [x for c, k in zip(n[0], n[1]) for x in _tree_leaves(c, f"{name}_{k}")]
 
 
 def _tree_sig(v):
     """A pytree's structure (containers, dict keys) with its leaves left out."""
-    if type(v) in (tuple, list):
-        return (type(v).__name__, tuple(_tree_sig(e) for e in v))
-    if isinstance(v, dict):
-        return ("dict", tuple((k, _tree_sig(v[k])) for k in sorted(v)))
-    return "*"
+    n = _node(v)
+    if n is None:
+        return "*"
+    return (n[3], tuple(_tree_sig(c) for c in n[0]))
 
 
 def _tree_build(v, it):
     """v's structure with its leaves taken from it, in _tree_leaves' order."""
-    if type(v) in (tuple, list):
-        return type(v)(_tree_build(e, it) for e in v)
-    if isinstance(v, dict):
-        built = {k: _tree_build(v[k], it) for k in sorted(v)}
-        return {k: built[k] for k in v}
-    return next(it)
+    n = _node(v)
+    if n is None:
+        return next(it)
+    return n[2]([_tree_build(c, it) for c in n[0]])
 
 
 def _param_names(f, n):
@@ -1195,9 +1224,14 @@ class _Traced:
         except TypeError:
             return None
         tree = tuple(_tree_sig(a) for i, a in enumerate(bound) if i not in self.static)
-        return (statics, tree, tuple(a.type for a in arrays),
-                (mesh._text(), tuple(mesh._devices or ())),
-                tuple(map(repr, specs)) if self.kind == "shard_map" else None)
+        key = (statics, tree, tuple(a.type for a in arrays),
+               (mesh._text(), tuple(mesh._devices or ())),
+               tuple(map(repr, specs)) if self.kind == "shard_map" else None)
+        try:
+            hash(key)  # a registered pytree node's aux data may not hash: no cache then
+        except TypeError:
+            return None
+        return key
 
     def _trace(self, args, prepared=None):
         client, mesh, arrays, specs = prepared or self._args(args)

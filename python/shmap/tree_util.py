@@ -1,17 +1,19 @@
-"""jax.tree_util (and jax.tree) for the pytrees shmap takes: tuples, lists
-and dicts (keys in sorted order, as JAX flattens them) of leaves; None is
-an empty subtree, as in JAX. What a training step needs:
+"""jax.tree_util (and jax.tree) for the pytrees shmap takes: tuples, lists,
+dicts (keys in sorted order, as JAX flattens them), namedtuples and the
+classes of register_pytree_node / register_pytree_node_class /
+register_dataclass, of leaves; None is an empty subtree, as in JAX. What a
+training step needs:
 
     params = shmap.tree.map(lambda p, g: p - lr * g, params, grads)
 """
-from ._trace import _is_tree
+from ._trace import _NODES, _node
 
 
 class PyTreeDef:
     """A pytree's structure without its leaves (jax.tree_util.PyTreeDef)."""
 
-    def __init__(self, kind, children=(), keys=None):
-        self._kind, self._children, self._keys = kind, tuple(children), keys
+    def __init__(self, kind, children=(), tag=None, rebuild=None):
+        self._kind, self._children, self._tag, self._rebuild = kind, tuple(children), tag, rebuild
 
     @property
     def num_leaves(self):
@@ -34,17 +36,14 @@ class PyTreeDef:
             return v
         if self._kind == "None":
             return None
-        built = [c._build(it) for c in self._children]
-        if self._kind == "dict":
-            return dict(zip(self._keys, built))
-        return tuple(built) if self._kind == "tuple" else list(built)
+        return self._rebuild([c._build(it) for c in self._children])
 
     def __eq__(self, other):
-        return isinstance(other, PyTreeDef) and (self._kind, self._children, self._keys) == \
-            (other._kind, other._children, other._keys)
+        return isinstance(other, PyTreeDef) and (self._kind, self._tag, self._children) == \
+            (other._kind, other._tag, other._children)
 
     def __hash__(self):
-        return hash((self._kind, self._children, self._keys))
+        return hash((self._kind, self._tag, self._children))
 
     def __repr__(self):
         return f"PyTreeDef({self._text()})"
@@ -52,13 +51,18 @@ class PyTreeDef:
     def _text(self):
         if self._kind in ("*", "None"):
             return self._kind
-        if self._kind == "dict":
-            return "{" + ", ".join(f"{k!r}: {c._text()}"
-                                   for k, c in zip(self._keys, self._children)) + "}"
         inner = ", ".join(c._text() for c in self._children)
-        if self._kind == "list":
+        tag = self._tag
+        if isinstance(tag, tuple) and tag and tag[0] == "dict":
+            return "{" + ", ".join(f"{k!r}: {c._text()}"
+                                   for k, c in zip(tag[1], self._children)) + "}"
+        if tag == "list":
             return "[" + inner + "]"
-        return "(" + inner + ("," if len(self._children) == 1 else "") + ")"
+        if tag == "tuple":
+            return "(" + inner + ("," if len(self._children) == 1 else "") + ")"
+        cls = tag[0] if isinstance(tag, tuple) else tag
+        return f"CustomNode({getattr(cls, '__name__', cls)}[{inner}])" \
+            if isinstance(tag, tuple) else f"{getattr(cls, '__name__', cls)}({inner})"
 
 
 _END = object()
@@ -70,13 +74,47 @@ def _flatten(tree, is_leaf, leaves):
         return PyTreeDef("*")
     if tree is None:
         return PyTreeDef("None")
-    if not _is_tree(tree):
+    n = _node(tree)
+    if n is None:
         leaves.append(tree)
         return PyTreeDef("*")
-    if isinstance(tree, dict):
-        keys = tuple(sorted(tree))
-        return PyTreeDef("dict", [_flatten(tree[k], is_leaf, leaves) for k in keys], keys)
-    return PyTreeDef(type(tree).__name__, [_flatten(e, is_leaf, leaves) for e in tree])
+    children, _, rebuild, tag = n
+    return PyTreeDef("node", [_flatten(c, is_leaf, leaves) for c in children], tag, rebuild)
+
+
+def register_pytree_node(nodetype, flatten_func, unflatten_func):
+    """jax.tree_util.register_pytree_node: instances of nodetype are pytree
+    nodes; flatten_func(v) -> (children, aux_data) (aux_data hashable, as
+    JAX's), unflatten_func(aux_data, children) -> v. They then work
+    wherever pytrees do: tree_map, jit arguments and results, grad, vmap."""
+    _NODES[nodetype] = (flatten_func, unflatten_func)
+    return nodetype
+
+
+def register_pytree_node_class(cls):
+    """jax.tree_util.register_pytree_node_class: a class with
+    tree_flatten(self) and classmethod tree_unflatten(aux, children)."""
+    register_pytree_node(cls, lambda v: v.tree_flatten(), cls.tree_unflatten)
+    return cls
+
+
+def register_dataclass(nodetype, data_fields=None, meta_fields=None, drop_fields=()):
+    """jax.tree_util.register_dataclass: a dataclass whose data_fields are
+    children and meta_fields static aux data (both taken from the
+    dataclass's fields when not given: every field a child)."""
+    import dataclasses
+    if data_fields is None and meta_fields is None:
+        data_fields = [f.name for f in dataclasses.fields(nodetype)]
+        meta_fields = []
+    data_fields, meta_fields = list(data_fields or ()), list(meta_fields or ())
+
+    def flat(v):
+        return [getattr(v, f) for f in data_fields], tuple(getattr(v, f) for f in meta_fields)
+
+    def unflat(aux, children):
+        return nodetype(**dict(zip(data_fields, children)), **dict(zip(meta_fields, aux)))
+    register_pytree_node(nodetype, flat, unflat)
+    return nodetype
 
 
 def tree_flatten(tree, is_leaf=None):

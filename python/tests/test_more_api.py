@@ -673,3 +673,65 @@ def test_eval_shape_and_shape_dtype_struct(c, mesh):
     assert "f32[8,6] @ P('i', 'j')" in text
     with pytest.raises(shmap.InvalidArgument, match="a ShapeDtypeStruct has no values"):
         shmap.jit(f)(sds, w, 2.0)
+
+
+def test_pytree_nodes(c, mesh):
+    """namedtuples and the classes of register_pytree_node_class /
+    register_dataclass / register_pytree_node are pytrees, as in JAX: jit
+    arguments and results (rebuilt as their class), tree_util, grad (the
+    gradient a node of the argument's class, static fields kept), vmap; a
+    node whose aux data does not hash still traces (without the cache)."""
+    import collections
+    import dataclasses
+    from shmap import tree_util as tu
+
+    State = collections.namedtuple("State", ["mu", "count"])
+
+    @tu.register_pytree_node_class
+    class Box:
+        def __init__(self, w, scale):
+            self.w, self.scale = w, scale
+
+        def tree_flatten(self):
+            return (self.w,), self.scale
+
+        @classmethod
+        def tree_unflatten(cls, aux, children):
+            return cls(children[0], aux)
+
+    @dataclasses.dataclass
+    class Lin:
+        w: object
+        b: object
+        name: str = "lin"
+
+    tu.register_dataclass(Lin, data_fields=["w", "b"], meta_fields=["name"])
+    ones = _put(c, mesh, np.ones(8, np.float32), P("i"))
+    s = State(ones, _put(c, mesh, np.float32(2), P()))
+    step = shmap.jit(lambda s, g: State(s.mu * 0.5 + g, s.count + 1))
+    s2 = step(s, ones)
+    assert type(s2) is State and np.allclose(np.asarray(s2.mu), 1.5) and float(s2.count) == 3
+    assert shmap.tree.structure(s2) == shmap.tree.structure(s)
+    assert [a.shape for a in shmap.tree.leaves(s2)] == [(8,), ()]
+    b = Box(_put(c, mesh, np.arange(8, dtype=np.float32), P("i")), 3.0)
+    g = shmap.grad(lambda b: jnp.sum(b.w * b.w * b.scale))(b)
+    assert type(g) is Box and g.scale == 3.0
+    assert np.allclose(np.asarray(g.w), 6 * np.arange(8))
+    m = Lin(_put(c, mesh, np.ones((8, 2), np.float32), P("i")),
+            _put(c, mesh, np.zeros(2, np.float32), P()), "dense")
+    x = _put(c, mesh, np.ones((3, 8), np.float32), P())
+    gm = shmap.grad(lambda m, x: jnp.sum(x @ m.w + m.b))(m, x)
+    assert type(gm) is Lin and gm.name == "dense" and gm.w.type == m.w.type
+    assert np.allclose(np.asarray(gm.w), 3.0) and np.allclose(np.asarray(gm.b), 3.0)
+    doubled = shmap.tree.map(lambda v: v * 2, m)
+    assert type(doubled) is Lin and doubled.name == "dense"
+    batch = State(_put(c, mesh, np.ones((4, 8), np.float32), P()), _put(c, mesh, np.ones(4), P()))
+    assert shmap.vmap(lambda s: s.mu * s.count)(batch).shape == (4, 8)
+
+    class Odd:  # aux data a list: unhashable
+        def __init__(self, v, aux):
+            self.v, self.aux = v, aux
+
+    tu.register_pytree_node(Odd, lambda o: ((o.v,), o.aux), lambda aux, ch: Odd(ch[0], aux))
+    r = shmap.jit(lambda o: Odd(o.v + 1, o.aux))(Odd(ones, [1, 2]))
+    assert type(r) is Odd and r.aux == [1, 2] and np.allclose(np.asarray(r.v), 2)
