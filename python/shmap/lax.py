@@ -508,3 +508,63 @@ linalg = _types.SimpleNamespace(
     triangular_solve=_la.triangular_solve)
 linalg.__doc__ = "jax.lax.linalg: cholesky and triangular_solve (shmap.linalg's)."
 __all__ += ["linalg"]
+
+
+from .numpy import _at_once as _now  # noqa: E402 (run at once on Arrays outside a trace)
+
+
+def shift_left(x, y):
+    """lax.shift_left: jnp.left_shift (0 past the width)."""
+    return _jnp().left_shift(x, y)
+
+
+def shift_right_arithmetic(x, y):
+    """lax.shift_right_arithmetic: the sign filling in."""
+    return _jnp().right_shift(x, y)
+
+
+@_now
+def shift_right_logical(x, y):
+    """lax.shift_right_logical: zeros filling in, for signed integers too
+    (the arithmetic shift masked to its width minus the shift)."""
+    jnp = _jnp()
+    nbits = _np.dtype(x.dtype).itemsize * 8
+    if _np.dtype(x.dtype).kind != "i":
+        return jnp.right_shift(x, y)
+    y = jnp.astype(y, x.dtype)
+    big = (y >= nbits) | (y < 0)
+    safe = jnp.where(big, 0, y)
+    mask = jnp.power(jnp.astype(2, x.dtype), nbits - safe) - 1  # wraps to -1 for a shift of 0
+    return jnp.where(big, 0, jnp.right_shift(x, safe) & mask)
+
+
+def rem(x, y):
+    """lax.rem: C's remainder, the sign of x (jnp.fmod)."""
+    return _jnp().fmod(x, y)
+
+
+@_now
+def population_count(x):
+    """lax.population_count: the set bits of each integer."""
+    jnp = _jnp()
+    nbits = _np.dtype(x.dtype).itemsize * 8
+    out = jnp.zeros_like(x)
+    for k in range(nbits):
+        out = out + (shift_right_logical(x, k) & 1)
+    return out
+
+
+@_now
+def clz(x):
+    """lax.clz: the leading zero bits of each integer."""
+    jnp = _jnp()
+    nbits = _np.dtype(x.dtype).itemsize * 8
+    out, seen = jnp.zeros_like(x), jnp.zeros_like(x) != 0
+    for k in range(nbits - 1, -1, -1):
+        seen = seen | ((shift_right_logical(x, k) & 1) != 0)
+        out = out + jnp.where(seen, 0, 1)
+    return out
+
+
+__all__ += ["shift_left", "shift_right_arithmetic", "shift_right_logical", "rem",
+            "population_count", "clz"]

@@ -1883,3 +1883,123 @@ from ._conv import convolve, correlate  # noqa: E402 (the module uses this one's
 from . import linalg  # noqa: E402 (jnp.linalg)
 
 __all__ += ["convolve", "correlate"]
+
+
+# ---- integer bits and number theory -------------------------------------------
+
+
+def _bits(x):
+    dt = _np.dtype(x.dtype)
+    if dt.kind not in "iub":
+        raise TypeError(f"shifts take integer arrays, got {dt.name}")
+    return dt.itemsize * 8, dt.kind == "i"
+
+
+def _via_int32(fn, x1, x2):
+    """fn on uint8 values widened to int32, the result narrowed back."""
+    r = fn(astype(x1, _np.int32), astype(x2, _np.int32))  # noqa: F821
+    return astype(r & 255, _np.uint8)  # noqa: F821
+
+
+@_at_once
+def left_shift(x1, x2):
+    """jnp.left_shift: x1 * 2**x2 with the integer's wraparound (0 for a
+    shift of the width or more, as XLA's shift_left)."""
+    nbits, _ = _bits(x1)
+    if _np.dtype(x1.dtype) == _np.uint8:
+        return where(astype(x2, _np.int32) >= 8, 0,  # noqa: F821
+                     _via_int32(left_shift, x1, x2))
+    x2 = astype(x2, x1.dtype)  # noqa: F821
+    return where((x2 >= nbits) | (x2 < 0), 0, x1 * power(astype(2, x1.dtype), x2))  # noqa: F821
+
+
+@_at_once
+def right_shift(x1, x2):
+    """jnp.right_shift: arithmetic for signed integers (x1 // 2**x2, the sign
+    filling in), logical for unsigned; a shift of the width or more leaves
+    the sign (-1 or 0), as XLA's."""
+    nbits, signed = _bits(x1)
+    if _np.dtype(x1.dtype) == _np.uint8:
+        return _via_int32(right_shift, x1, x2)
+    x2 = astype(x2, x1.dtype)  # noqa: F821
+    big = (x2 >= nbits - (1 if signed else 0)) | (x2 < 0)
+    safe = where(big, 0, x2)  # noqa: F821
+    q = floor_divide(x1, power(astype(2, x1.dtype), safe))  # noqa: F821
+    fill = where(x1 < 0, -1, 0) if signed else 0  # noqa: F821
+    return where(big, fill, q)  # noqa: F821
+
+
+bitwise_left_shift, bitwise_right_shift = left_shift, right_shift
+
+
+@_at_once
+def gcd(x1, x2):
+    """jnp.gcd: the greatest common divisor of |x1| and |x2| (0 for two
+    zeros), by Euclid's steps unrolled to the most an integer of this width
+    can need."""
+    dt = _np.result_type(x1.dtype, x2.dtype)
+    if dt.kind not in "iu":
+        raise TypeError(f"gcd takes integer arrays, got {dt.name}")
+    a, b = abs(astype(x1, dt)), abs(astype(x2, dt))  # noqa: F821
+    for _ in range(int(1.44 * dt.itemsize * 8) + 2):  # Lamé: Fibonacci steps
+        nz = b != 0
+        a, b = where(nz, b, a), where(nz, a % where(nz, b, 1), 0)  # noqa: F821
+    return a
+
+
+@_at_once
+def lcm(x1, x2):
+    """jnp.lcm: |x1 * x2| / gcd (0 when either is 0)."""
+    g = gcd(x1, x2)
+    dt = _np.dtype(g.dtype)
+    a, b = abs(astype(x1, dt)), abs(astype(x2, dt))  # noqa: F821
+    return where(g == 0, 0, a * floor_divide(b, where(g == 0, 1, g)))  # noqa: F821
+
+
+@_at_once
+def fix(x):
+    """jnp.fix: rounds toward zero (trunc)."""
+    return where(x < 0, ceil(x), floor(x))  # noqa: F821
+
+
+@_at_once
+def copysign(x1, x2):
+    """jnp.copysign: |x1| with the sign of x2 (negative zero's too: its
+    reciprocal is -inf)."""
+    neg = (x2 < 0) | ((x2 == 0) & (1 / where(x2 == 0, x2, 1) < 0))  # noqa: F821
+    return where(neg, -abs(x1), abs(x1))  # noqa: F821
+
+
+@_at_once
+def modf(x):
+    """jnp.modf: (the fractional part, the integral part), both of x's
+    sign."""
+    i = fix(x)
+    return x - i, i
+
+
+def real(x):
+    """jnp.real of a real array: x (shmap has no complex dtypes)."""
+    return x
+
+
+@_at_once
+def imag(x):
+    """jnp.imag of a real array: zeros."""
+    return zeros_like(x)  # noqa: F821
+
+
+@_at_once
+def isreal(x):
+    """jnp.isreal of a real array: True everywhere."""
+    return ones_like(x, dtype=_np.bool_)  # noqa: F821
+
+
+@_at_once
+def iscomplex(x):
+    """jnp.iscomplex of a real array: False everywhere."""
+    return zeros_like(x, dtype=_np.bool_)  # noqa: F821
+
+
+__all__ += ["left_shift", "right_shift", "bitwise_left_shift", "bitwise_right_shift", "gcd",
+            "lcm", "fix", "copysign", "modf", "real", "imag", "isreal", "iscomplex"]

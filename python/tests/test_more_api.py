@@ -735,3 +735,46 @@ def test_pytree_nodes(c, mesh):
     tu.register_pytree_node(Odd, lambda o: ((o.v,), o.aux), lambda aux, ch: Odd(ch[0], aux))
     r = shmap.jit(lambda o: Odd(o.v + 1, o.aux))(Odd(ones, [1, 2]))
     assert type(r) is Odd and r.aux == [1, 2] and np.allclose(np.asarray(r.v), 2)
+
+
+def test_integer_bits_and_gcd(c, mesh):
+    """Shifts (jnp.left_shift / right_shift, lax's three, past the width as
+    XLA's), population_count, clz, gcd, lcm against numpy (and Python's
+    ints where numpy's shifts past the width are undefined); fix,
+    copysign (negative zero), modf, the real-array complex helpers."""
+    x = np.array([5, -5, 1, -1, 2 ** 30, -(2 ** 31), 0, 123456789], np.int32)
+    k = np.array([0, 1, 3, 31, 1, 4, 5, 7], np.int32)
+    xs, ks = _put(c, mesh, x, P("i")), _put(c, mesh, k, P("i"))
+    assert np.array_equal(np.asarray(jnp.left_shift(xs, ks)), np.left_shift(x, k))
+    assert np.array_equal(np.asarray(jnp.right_shift(xs, ks)), np.right_shift(x, k))
+    logical = (x.view(np.uint32) >> k.astype(np.uint32)).view(np.int32)
+    assert np.array_equal(np.asarray(lax.shift_right_logical(xs, ks)), logical)
+    big = _put(c, mesh, np.full(8, 32, np.int32), P("i"))
+    assert np.array_equal(np.asarray(lax.shift_left(xs, big)), np.zeros(8))
+    assert np.array_equal(np.asarray(lax.shift_right_arithmetic(xs, big)), np.where(x < 0, -1, 0))
+    assert np.array_equal(np.asarray(lax.shift_right_logical(xs, big)), np.zeros(8))
+    bits = [bin(int(v) & 0xFFFFFFFF).count("1") for v in x]
+    assert np.array_equal(np.asarray(lax.population_count(xs)), bits)
+    assert np.array_equal(np.asarray(lax.clz(xs)),
+                          [32 - (int(v) & 0xFFFFFFFF).bit_length() for v in x])
+    u = np.array([1, 2, 128, 255, 0, 7, 64, 3], np.uint8)
+    us = _put(c, mesh, u, P("i"))
+    assert np.array_equal(np.asarray(jnp.right_shift(us, _put(c, mesh, k.astype(np.uint8),
+                                                              P("i")))),
+                          [int(a) >> int(b) if b < 8 else 0 for a, b in zip(u, k)])
+    a = np.array([12, -18, 0, 0, 7, 2 ** 30, 1071, -36], np.int32)
+    b = np.array([18, 12, 5, 0, 13, 2 ** 20, 462, -48], np.int32)
+    as_, bs = _put(c, mesh, a, P("i")), _put(c, mesh, b, P("i"))
+    assert np.array_equal(np.asarray(jnp.gcd(as_, bs)), np.gcd(a, b))
+    small = _put(c, mesh, a % 100, P("i")), _put(c, mesh, b % 100, P("i"))
+    assert np.array_equal(np.asarray(jnp.lcm(*small)), np.lcm(a % 100, b % 100))
+    f = np.array([-2.5, -0.0, 0.0, 1.5, 3.7, -3.7, np.inf, -1e-3])
+    fs = _put(c, mesh, f, P("i"))
+    assert np.array_equal(np.asarray(jnp.fix(fs)), np.fix(f))
+    assert np.array_equal(np.asarray(jnp.copysign(_put(c, mesh, np.ones(8), P("i")), fs)),
+                          np.copysign(np.ones(8), f))
+    fr, it = jnp.modf(fs)
+    wf, wi = np.modf(f)
+    assert np.array_equal(np.asarray(it), wi) and np.allclose(np.asarray(fr)[:6], wf[:6])
+    assert np.array_equal(np.asarray(jnp.imag(fs)), np.zeros(8))
+    assert np.asarray(jnp.isreal(fs)).all() and not np.asarray(jnp.iscomplex(fs)).any()
