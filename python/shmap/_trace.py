@@ -730,7 +730,8 @@ def scatter_refused(operand, indices, updates):
     """JAX's sentence for a scatter its sharding rule cannot lay out
     without out_sharding= (_scatter_sharding_rule), given the three type
     strings (indices' with JAX's trailing index-vector dimension)."""
-    t = indices[:indices.rindex("]")] + (",1" if _dims(indices) else "1") + "]"
+    close = indices.index("]")  # the dimensions end here (an unreduced {U:..} may follow)
+    t = indices[:close] + (",1" if _dims(indices) else "1") + indices[close:]
     return ProgramError("Use `.at[...].set/add/mul/...(out_sharding=)` to provide output "
                         "PartitionSpec for the scatter update as out sharding could not be "
                         "resolved unambiguously (or would require collectives on inputs). Got "
