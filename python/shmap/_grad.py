@@ -1122,10 +1122,26 @@ def vjp(fun, *primals, has_aux=False):
         raise InvalidArgument("vjp runs inside a traced function: call it in a shmap.jit or "
                               "shmap.shard_map body")
     args, flat = _diff_args(primals, range(len(primals)), "vjp")
-    res, tape, active = _taped(b, flat, lambda: fun(*args))
+    from . import _vmap
+    batch = _vmap.innermost()  # inside vmap: the tape holds the batched ops, as grad's
+    if batch is not None:
+        flat = [t if isinstance(t, _vmap.BatchTracer) and t.level == batch[0] else
+                _vmap.batch_of(t, *batch) for t in flat]
+        it = iter(flat)
+        args = [_tree_build(a, it) for a in args]
+    vals = [t.val if batch is not None else t for t in flat]
+    res, tape, active = _taped(b, vals, lambda: fun(*args))
     out, aux = _split_aux(res, has_aux, "vjp")
     out_leaves = [v for v, _ in _tree_leaves(out, "o")]
     from ._trace import _tree_sig
+
+    def raw(v):
+        """A value of this vmap as its batched value (the tape's terms)."""
+        if batch is None:
+            return v
+        if not (isinstance(v, _vmap.BatchTracer) and v.level == batch[0]):
+            v = _vmap.batch_of(v, *batch)
+        return v.val
 
     def vjp_fn(ct):
         if _builder() is not b:
@@ -1137,7 +1153,11 @@ def vjp(fun, *primals, has_aux=False):
             if isinstance(o, Tracer) and tuple(getattr(c, "shape", ())) != tuple(o.shape):
                 raise InvalidArgument(f"vjp_fn: a cotangent of shape {tuple(c.shape)} for an "
                                       f"output of shape {tuple(o.shape)}")
-        got = iter(_backward(tape, active, _seeds(out_leaves, cts, active), flat))
+        outs = [raw(o) if isinstance(o, Tracer) else o for o in out_leaves]
+        got = _backward(tape, active, _seeds(outs, [raw(c) for c in cts], active), vals)
+        if batch is not None:
+            got = [_vmap.BatchTracer(g, batch[1], batch[0]) for g in got]
+        got = iter(got)
         return tuple(_tree_build(a, got) for a in args)
     return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
 
@@ -1626,10 +1646,7 @@ def _jacobian(fun, argnums, has_aux, who, allow_int=False):
             return jit(call)(*args, **kwargs)
         from . import _vmap
         jnp = _jnp()
-        if _vmap.innermost() is not None:
-            raise InvalidArgument(f"{who} inside vmap is not supported (vmap of vjp's pullback "
-                                  f"over values of an outer vmap); take the Jacobian of the "
-                                  f"batched function or loop over the examples")
+        inside_vmap = _vmap.innermost() is not None
         single, nums = _argnums(argnums, len(args))
         for k in nums:
             for v, _ in _tree_leaves(args[k], "a"):
@@ -1671,8 +1688,14 @@ def _jacobian(fun, argnums, has_aux, who, allow_int=False):
             basis.append(jnp.reshape(rows, (m,) + tuple(v.shape)) if tuple(v.shape) != (n,)
                          else rows)
             at += n
-        from ._vmap import vmap as vmap_
-        jac = vmap_(pull)(_tree_build(y, iter(basis)))  # one per argument at nums
+        if not inside_vmap:
+            from ._vmap import vmap as vmap_
+            jac = vmap_(pull)(_tree_build(y, iter(basis)))  # one per argument at nums
+        else:  # under an outer vmap: the pullback row by row (m backward passes), stacked
+            rows = [pull(_tree_build(y, iter(b[r] for b in basis))) for r in range(m)]
+            per_row = [[v for v, _ in _tree_leaves(r, "j")] for r in rows]
+            jac = _tree_build(rows[0], iter(jnp.stack([pr[i] for pr in per_row])
+                                            for i in range(len(per_row[0]))))
         example = args[nums[0]] if single else tuple(args[k] for k in nums)
         cols = [v for v, _ in _tree_leaves(jac[0] if single else jac, "j")]
         blocks = []

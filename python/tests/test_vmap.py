@@ -251,3 +251,45 @@ def test_vmap_of_grad_and_grad_of_vmap(c, mesh):
         loss, in_axes=(None, 0))(w, x))))(w, x)
     assert mean_grad.type == w.type
     assert np.allclose(np.asarray(mean_grad), want.mean(0), rtol=1e-4, atol=1e-5)
+
+
+def test_vmap_of_vjp_jacrev_hessian(c, mesh):
+    """vmap over a function that calls vjp's pullback (a batched cotangent
+    and an unbatched one: it gave each example the whole batch's cotangent
+    before), per-example Jacobians (vmap of jacrev) and Hessians (vmap of
+    hessian), against numpy's per-example formulas."""
+    xa = RNG.standard_normal((8, 3))
+    ca = RNG.standard_normal((8, 3))
+    x = c.device_put(xa, NamedSharding(mesh, P("X")))
+    ct = c.device_put(ca, NamedSharding(mesh, P("X")))
+
+    def f(v):
+        return jnp.sin(v) * v[0]
+
+    def jac_np(v):
+        j = np.diag(np.cos(v) * v[0])
+        j[:, 0] += np.sin(v)
+        return j
+
+    got = shmap.jit(shmap.vmap(lambda v, g: shmap.vjp(f, v)[1](g)[0]))(x, ct)
+    assert got.shape == (8, 3)
+    assert np.allclose(np.asarray(got), [jac_np(v).T @ g for v, g in zip(xa, ca)], atol=1e-12)
+    one = c.device_put(np.array([1.0, 0.0, 2.0]), NamedSharding(mesh, P()))
+    got = shmap.jit(shmap.vmap(lambda v, g: shmap.vjp(f, v)[1](g)[0], in_axes=(0, None)))(x, one)
+    assert np.allclose(np.asarray(got), [jac_np(v).T @ [1, 0, 2] for v in xa], atol=1e-12)
+    jac = shmap.jit(shmap.vmap(shmap.jacrev(f)))(x)
+    assert jac.shape == (8, 3, 3)
+    assert np.allclose(np.asarray(jac), [jac_np(v) for v in xa], atol=1e-12)
+
+    def h(v):
+        return jnp.sum(v ** 3) * v[1]
+
+    def hess_np(v):
+        m = np.diag(6 * v * v[1])
+        m[:, 1] += 3 * v ** 2
+        m[1, :] += 3 * v ** 2
+        return m
+
+    hs = shmap.jit(shmap.vmap(shmap.hessian(h)))(x)
+    assert hs.shape == (8, 3, 3)
+    assert np.allclose(np.asarray(hs), [hess_np(v) for v in xa], atol=1e-10)
