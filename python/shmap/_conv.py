@@ -109,13 +109,11 @@ def padtype_to_pads(in_shape, window_shape, window_strides, padding):
         return [(0, 0)] * len(in_shape)
     pads = []
     for n, w, s in zip(in_shape, window_shape, window_strides):
-        size = builtins_max(((n + s - 1) // s - 1) * s + w - n, 0)
+        size = max(((n + s - 1) // s - 1) * s + w - n, 0)
         lo = size // 2 if p == "SAME" else size - size // 2
         pads.append((lo, size - lo))
     return pads
 
-
-builtins_max = max
 
 
 def _dilate_shape(shape, dilation):
@@ -123,7 +121,7 @@ def _dilate_shape(shape, dilation):
 
 
 def _out_size(padded, window, stride):
-    return builtins_max(0, (padded - window) // stride + 1)
+    return max(0, (padded - window) // stride + 1)
 
 
 def _pairs(padding, what):
@@ -159,12 +157,12 @@ def _spread(x, axes, pads, dilation):
     if any(lo > 0 or hi > 0 for lo, hi in pads):
         widths = [(0, 0)] * x.ndim
         for ax, (lo, hi) in zip(axes, pads):
-            widths[ax] = (builtins_max(lo, 0), builtins_max(hi, 0))
+            widths[ax] = (max(lo, 0), max(hi, 0))
         x = jnp.pad(x, tuple(widths))
     if any(lo < 0 or hi < 0 for lo, hi in pads):
         idx = [slice(None)] * x.ndim
         for ax, (lo, hi) in zip(axes, pads):
-            idx[ax] = slice(builtins_max(-lo, 0), x.shape[ax] - builtins_max(-hi, 0))
+            idx[ax] = slice(max(-lo, 0), x.shape[ax] - max(-hi, 0))
         x = x[tuple(idx)]
     return x
 
@@ -391,7 +389,7 @@ def _conv_transpose_padding(k, s, padding):
         pad_len = k + s - 2
         pad_a = k - 1 if s > k - 1 else int(_np.ceil(pad_len / 2))
     elif padding == "VALID":
-        pad_len = k + s - 2 + builtins_max(k - s, 0)
+        pad_len = k + s - 2 + max(k - s, 0)
         pad_a = k - 1
     elif isinstance(padding, tuple):
         pads = tuple(k - p - 1 for p in padding)

@@ -2003,3 +2003,213 @@ def iscomplex(x):
 
 __all__ += ["left_shift", "right_shift", "bitwise_left_shift", "bitwise_right_shift", "gcd",
             "lcm", "fix", "copysign", "modf", "real", "imag", "isreal", "iscomplex"]
+
+
+# ---- more of numpy: sorting helpers, differences, polynomials, nan-quantiles --
+
+
+@_at_once
+def lexsort(keys, axis=-1):
+    """jnp.lexsort: the positions that sort by the last key, ties broken by
+    the one before, ... (stable sorts chained from the first key)."""
+    keys = list(keys) if isinstance(keys, (list, tuple)) else \
+        [keys[k] for k in range(keys.shape[0])]
+    idx = argsort(keys[0], axis=axis)
+    for k in keys[1:]:
+        idx = take_along_axis(idx, argsort(take_along_axis(k, idx, axis=axis),  # noqa: F821
+                                           axis=axis), axis=axis)
+    return idx
+
+
+@_at_once
+def partition(a, kth, axis=-1):
+    """jnp.partition: the kth element in its sorted place, smaller ones
+    before and larger after (here: all sorted, one such arrangement)."""
+    return sort(a, axis=axis)
+
+
+@_at_once
+def argpartition(a, kth, axis=-1):
+    """jnp.argpartition: positions that partition a at kth (here: that sort
+    it, one such arrangement)."""
+    return argsort(a, axis=axis)
+
+
+@_at_once
+def ediff1d(ary, to_end=None, to_begin=None):
+    """jnp.ediff1d: the differences of the flattened array, with to_begin
+    and to_end around them."""
+    d = diff(ravel(ary))  # noqa: F821
+    parts = [ravel(asarray(to_begin, dtype=d.dtype))] if to_begin is not None else []  # noqa
+    parts.append(d)
+    if to_end is not None:
+        parts.append(ravel(asarray(to_end, dtype=d.dtype)))  # noqa: F821
+    return concatenate(parts) if len(parts) > 1 else d  # noqa: F821
+
+
+@_at_once
+def gradient(f, *varargs, axis=None, edge_order=1):
+    """jnp.gradient: central differences inside, one-sided at the edges
+    (edge_order 1), with scalar spacings; one array per axis."""
+    if edge_order != 1:
+        raise ValueError("gradient: only edge_order=1 is supported here")
+    nd = len(f.shape)
+    axes = tuple(range(nd)) if axis is None else \
+        ((axis,) if isinstance(axis, numbers.Integral) else tuple(axis))
+    axes = tuple(a % nd for a in axes)
+    dx = list(varargs) if len(varargs) > 1 else list(varargs) * len(axes) if varargs else \
+        [1.0] * len(axes)
+    if len(dx) != len(axes):
+        raise TypeError("invalid number of arguments")
+    if not _np.issubdtype(f.dtype, _np.floating):
+        f = astype(f, _np.float32)  # noqa: F821
+    outs = []
+    for ax, h in zip(axes, dx):
+        if not isinstance(h, numbers.Number):
+            raise TypeError("gradient: only scalar spacings are supported here")
+
+        def sl(a, b, ax=ax):
+            return f[(builtins.slice(None),) * ax + (builtins.slice(a, b),)]
+        if f.shape[ax] < 2:
+            raise ValueError("Shape of array too small to calculate a numerical gradient, at "
+                             "least (edge_order + 1) elements are required.")
+        parts = [(sl(1, 2) - sl(0, 1)) / h]
+        if f.shape[ax] > 2:
+            parts.append((sl(2, None) - sl(None, -2)) / (2 * h))
+        parts.append((sl(-1, None) - sl(-2, -1)) / h)
+        outs.append(concatenate(parts, axis=ax))  # noqa: F821
+    return outs[0] if len(outs) == 1 else outs
+
+
+@_at_once
+def unwrap(p, discont=None, axis=-1, period=2 * math.pi):
+    """jnp.unwrap: jumps between neighbours larger than discont (half the
+    period by default) taken out by whole periods, numpy's algorithm."""
+    if not _np.issubdtype(p.dtype, _np.floating):
+        p = astype(p, _np.float32)  # noqa: F821
+    half = period / 2
+    discont = half if discont is None else builtins.max(discont, half)
+    dd = diff(p, axis=axis)  # noqa: F821
+    ddmod = mod(dd + half, period) - half  # noqa: F821
+    ddmod = where((ddmod == -half) & (dd > 0), half, ddmod)  # noqa: F821
+    corr = where(abs(dd) < discont, 0, ddmod - dd)  # noqa: F821
+    ax = axis % len(p.shape)
+    first = p[(builtins.slice(None),) * ax + (builtins.slice(0, 1),)]
+    rest = p[(builtins.slice(None),) * ax + (builtins.slice(1, None),)] + \
+        cumsum(corr, axis=ax)  # noqa: F821
+    return concatenate([first, rest], axis=ax)  # noqa: F821
+
+
+@_at_once
+def cumulative_sum(x, axis=None, dtype=None, include_initial=False):
+    """jnp.cumulative_sum (the array API's): cumsum along axis (required
+    past one dimension), a zero first with include_initial."""
+    if axis is None:
+        if len(x.shape) != 1:
+            raise ValueError("cumulative_sum: axis is required for arrays of more than one "
+                             "dimension")
+        axis = 0
+    r = cumsum(x, axis=axis, dtype=dtype)  # noqa: F821
+    if include_initial:
+        ax = axis % len(x.shape)
+        z = zeros_like(r[(builtins.slice(None),) * ax + (builtins.slice(0, 1),)])  # noqa: F821
+        r = concatenate([z, r], axis=ax)  # noqa: F821
+    return r
+
+
+@_at_once
+def vander(x, N=None, increasing=False):
+    """jnp.vander: the powers of x, columns decreasing (increasing=True:
+    from x**0)."""
+    n = x.shape[0] if N is None else N
+    p = _np.arange(n) if increasing else _np.arange(n - 1, -1, -1)
+    cols = [ones_like(x) if k == 0 else x ** int(k) for k in p]  # noqa: F821
+    return stack(cols, axis=1) if cols else zeros((x.shape[0], 0), x.dtype)  # noqa: F821
+
+
+@_at_once
+def corrcoef(x, y=None, rowvar=True):
+    """jnp.corrcoef: the covariance normalized by the standard deviations,
+    clipped to [-1, 1] as numpy's."""
+    c = cov(x, y, rowvar=rowvar)  # noqa: F821
+    if len(c.shape) == 0:
+        return c / c
+    d = sqrt(diagonal(c))  # noqa: F821
+    c = c / d[:, None] / d[None, :]
+    return clip(c, -1, 1)  # noqa: F821
+
+
+def _poly_pad(a1, a2):
+    n1, n2 = a1.shape[0], a2.shape[0]
+    if n1 < n2:
+        a1 = pad(a1, ((n2 - n1, 0),))  # noqa: F821
+    elif n2 < n1:
+        a2 = pad(a2, ((n1 - n2, 0),))  # noqa: F821
+    return a1, a2
+
+
+@_at_once
+def polyadd(a1, a2):
+    """jnp.polyadd: coefficients, highest power first, added."""
+    a1, a2 = _poly_pad(a1, a2)
+    return a1 + a2
+
+
+@_at_once
+def polysub(a1, a2):
+    """jnp.polysub: coefficients, highest power first, subtracted."""
+    a1, a2 = _poly_pad(a1, a2)
+    return a1 - a2
+
+
+@_at_once
+def polymul(a1, a2):
+    """jnp.polymul: the product's coefficients (a full convolution)."""
+    return convolve(a1, a2)  # noqa: F821
+
+
+@_at_once
+def nanquantile(a, q, axis=None, keepdims=False, method="linear"):
+    """jnp.nanquantile: quantile of the elements that are not NaN (numpy's
+    'linear' method; NaN for a slice of NaNs only): the sorted values (NaN
+    last) at (count - 1) * q of each slice's own count."""
+    if method != "linear":
+        raise ValueError(f"nanquantile: method {method!r} is not supported (only 'linear')")
+    if axis is None:
+        a, axis = reshape(a, (-1,)), 0  # noqa: F821
+    axis = axis % len(a.shape)
+    if not _np.issubdtype(a.dtype, _np.floating):
+        a = astype(a, _np.float32)  # noqa: F821
+    s = sort(a, axis=axis)
+    cnt = sum(logical_not(isnan(a)), axis=axis, keepdims=True)  # noqa: F821
+    cnt = astype(cnt, a.dtype)  # noqa: F821
+    n = a.shape[axis]
+    outs = []
+    for qv in _np.atleast_1d(_np.asarray(q, dtype=_np.float64)):
+        pos = (cnt - 1) * float(qv)
+        lo = floor(pos)  # noqa: F821
+        lo_i = astype(clip(lo, 0, n - 1), _np.int32)  # noqa: F821
+        hi_i = astype(clip(ceil(pos), 0, n - 1), _np.int32)  # noqa: F821
+        vlo = take_along_axis(s, lo_i, axis=axis)  # noqa: F821
+        vhi = take_along_axis(s, hi_i, axis=axis)  # noqa: F821
+        v = where(cnt > 0, vlo + (vhi - vlo) * (pos - lo), _np.nan)  # noqa: F821
+        outs.append(v if keepdims else squeeze(v, axis))  # noqa: F821
+    return outs[0] if _np.ndim(q) == 0 else stack(outs)
+
+
+@_at_once
+def nanpercentile(a, q, axis=None, keepdims=False, method="linear"):
+    """jnp.nanpercentile: nanquantile of q / 100."""
+    return nanquantile(a, _np.asarray(q, dtype=_np.float64) / 100, axis=axis,
+                       keepdims=keepdims, method=method)
+
+
+@_at_once
+def nanmedian(a, axis=None, keepdims=False):
+    """jnp.nanmedian: nanquantile 0.5."""
+    return nanquantile(a, 0.5, axis=axis, keepdims=keepdims)
+
+
+__all__ += ["lexsort", "partition", "argpartition", "ediff1d", "gradient", "unwrap",
+            "cumulative_sum", "vander", "corrcoef", "polyadd", "polysub", "polymul",
+            "nanquantile", "nanpercentile", "nanmedian"]

@@ -38,6 +38,23 @@ def _np_cov(m, **kw):
 # name, f(xp, x, y) written once for numpy and shmap.numpy; x and y are (8, 6)
 # float32, sharded P('i', 'j') in the jit
 TABLE = [
+    ("lexsort", lambda m, x, y: m.lexsort([y, m.floor(x)], axis=0) * 10 +
+     m.lexsort((m.floor(x[:, 0]), m.floor(x[:, 1])))[:, None]),
+    ("partition_kth", lambda m, x, y: m.partition(x, 3, axis=1)[:, 3].sum() +
+     m.take_along_axis(x, m.argpartition(x, 2, axis=0)[2:3, :], axis=0)[0]),
+    ("ediff1d", lambda m, x, y: m.ediff1d(x, to_begin=m.asarray([1.0, 2.0]), to_end=9.0)),
+    ("gradient", lambda m, x, y: m.stack(m.gradient(x * x, 0.5)) + m.gradient(y, axis=1)),
+    ("unwrap", lambda m, x, y: m.unwrap(x * 2.5, axis=1) + m.unwrap(y * 4, axis=0) +
+     m.unwrap(x, period=3.0, axis=0)),
+    ("cumulative_sum", lambda m, x, y: m.cumulative_sum(x, axis=1, include_initial=True)
+     if m is jnp else np.concatenate([np.zeros((8, 1), np.float32), np.cumsum(x, 1)], 1)),
+    ("vander", lambda m, x, y: m.vander(x[:, 0], 4) + m.vander(y[:, 1], 4, increasing=True)),
+    ("corrcoef", lambda m, x, y: m.corrcoef(x) + m.corrcoef(x, y, rowvar=False)[:8, :8]),
+    ("polys", lambda m, x, y: m.concatenate([m.polyadd(x[0], y[1, :3]), m.polysub(
+        y[2, :2], x[3]), m.polymul(x[4], y[5, :4])])),
+    ("nanquantile", lambda m, x, y: m.nanquantile(m.where(y > 0.5, m.nan, x), 0.3, axis=1) +
+     m.nanmedian(m.where(y > 0.5, m.nan, x), axis=0, keepdims=True).sum() +
+     m.nanpercentile(m.where(y > 1.0, m.nan, x), [10, 90], axis=1).sum(0)),
     ("searchsorted_left", lambda m, x, y: m.searchsorted(m.asarray(SORTED), x)),
     ("searchsorted_right", lambda m, x, y: m.searchsorted(m.asarray(SORTED), x, side="right")),
     ("digitize", lambda m, x, y: m.digitize(x, m.asarray(SORTED[::3])) +
@@ -115,7 +132,8 @@ def _trapz(m, y, x=None, dx=1.0, axis=-1):
 
 # these slice x and y where a sharded dimension would not divide (refused, as
 # JAX's explicit sharding refuses it): their inputs are replicated
-REPLICATED = {"cov_weights", "cross", "kron", "kron_ranks", "insert_scalar_obj", "dsplit",
+REPLICATED = {"lexsort", "partition_kth", "ediff1d", "gradient", "unwrap", "corrcoef",
+              "polys", "nanquantile", "vander", "cumulative_sum", "cov_weights", "cross", "kron", "kron_ranks", "insert_scalar_obj", "dsplit",
               "resize", "trapezoid", "unravel_index", "fill_diagonal"}
 
 
