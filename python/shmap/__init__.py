@@ -16,7 +16,7 @@
 
 See docs/python.md. The ops of shmap.numpy and shmap.lax come from the C op
 table at import."""
-from . import debug, lax, nn, numpy, ops, random, tree_util
+from . import debug, lax, nn, numpy, ops, random, scipy, tree_util
 from ._config import config
 from ._core import (AlreadyExists, Array, Auto, AxisType, Cancelled, Client, DataLoss,
                     DeadlineExceeded, Device, Explicit, FailedPrecondition, Internal,
@@ -46,7 +46,7 @@ __all__ = [
     "devices", "local_device_count", "local_devices", "process_count", "process_index",
     "device_put", "eval_shape", "get_mesh", "grad", "hessian", "jacfwd", "jacobian", "jacrev", "jit", "jvp",
     "lax", "linearize", "local_cluster", "make_mesh", "nn", "numpy",
-    "ops", "random", "remat", "reshard", "set_mesh", "shard_map", "tree", "tree_util", "typeof",
+    "ops", "random", "remat", "reshard", "scipy", "set_mesh", "shard_map", "tree", "tree_util", "typeof",
     "use_mesh",
     "value_and_grad", "visualize_array_sharding", "vjp", "vmap", "with_sharding_constraint",
 ]
