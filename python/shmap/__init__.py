@@ -22,10 +22,9 @@ from ._core import (AlreadyExists, Array, Auto, AxisType, Cancelled, Client, Dat
                     DeadlineExceeded, Device, Explicit, FailedPrecondition, Internal,
                     InvalidArgument, Mesh, NamedSharding, NotFound, P, PartitionSpec,
                     ProgramError, ResourceExhausted, Shard, ShapeDtypeStruct, ShmapError,
-                    Unauthenticated,
-                    Unavailable, Unimplemented, block_until_ready, connect, default_backend,
-                    device_count, device_get, device_put, devices, get_mesh, local_cluster,
-                    local_device_count, local_devices, make_mesh, process_count,
+                    Unauthenticated, Unavailable, Unimplemented, block_until_ready, connect,
+                    default_backend, device_count, device_get, device_put, devices, get_mesh,
+                    local_cluster, local_device_count, local_devices, make_mesh, process_count,
                     process_index, set_mesh, typeof, use_mesh, visualize_array_sharding)
 from ._grad import (checkpoint, custom_jvp, custom_vjp, grad, hessian, jacfwd, jacobian, jacrev,
                     jvp, linearize, remat, value_and_grad, vjp)
@@ -37,16 +36,16 @@ reshard = numpy.reshard
 with_sharding_constraint = numpy.with_sharding_constraint
 
 __all__ = [
-    "AlreadyExists", "Array", "Auto", "AxisType", "Cancelled", "Client", "DataLoss",
-    "DeadlineExceeded", "Device", "Explicit", "FailedPrecondition", "Future", "Internal",
-    "InvalidArgument", "Lowered", "Mesh", "NamedSharding", "NotFound", "P", "PartitionSpec",
-    "ProgramError", "ResourceExhausted", "Shard", "ShapeDtypeStruct", "ShmapError", "Tracer", "Unauthenticated",
-    "Unavailable", "Unimplemented", "block_until_ready", "checkpoint", "connect", "custom_jvp",
-    "custom_vjp", "config", "debug", "default_backend", "device_count", "device_get",
-    "devices", "local_device_count", "local_devices", "process_count", "process_index",
-    "device_put", "eval_shape", "get_mesh", "grad", "hessian", "jacfwd", "jacobian", "jacrev", "jit", "jvp",
-    "lax", "linearize", "local_cluster", "make_mesh", "nn", "numpy",
-    "ops", "random", "remat", "reshard", "scipy", "set_mesh", "shard_map", "tree", "tree_util", "typeof",
-    "use_mesh",
-    "value_and_grad", "visualize_array_sharding", "vjp", "vmap", "with_sharding_constraint",
+    "AlreadyExists", "Array", "Auto", "AxisType", "block_until_ready", "Cancelled", "checkpoint",
+    "Client", "config", "connect", "custom_jvp", "custom_vjp", "DataLoss", "DeadlineExceeded",
+    "debug", "default_backend", "Device", "device_count", "device_get", "device_put", "devices",
+    "eval_shape", "Explicit", "FailedPrecondition", "Future", "get_mesh", "grad", "hessian",
+    "Internal", "InvalidArgument", "jacfwd", "jacobian", "jacrev", "jit", "jvp", "lax",
+    "linearize", "local_cluster", "local_device_count", "local_devices", "Lowered", "make_mesh",
+    "Mesh", "NamedSharding", "nn", "NotFound", "numpy", "ops", "P", "PartitionSpec",
+    "process_count", "process_index", "ProgramError", "random", "remat", "reshard",
+    "ResourceExhausted", "scipy", "set_mesh", "ShapeDtypeStruct", "Shard", "shard_map",
+    "ShmapError", "Tracer", "tree", "tree_util", "typeof", "Unauthenticated", "Unavailable",
+    "Unimplemented", "use_mesh", "value_and_grad", "visualize_array_sharding", "vjp", "vmap",
+    "with_sharding_constraint",
 ]

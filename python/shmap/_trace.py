@@ -1275,17 +1275,16 @@ class _Traced:
             if not isinstance(o, Tracer):
                 raise InvalidArgument(f"{self.__name__} must return traced values, got "
                                       f"{type(o).__name__}")
-        debug = None
-        if self.kind == "jit" and b.debug:  # the values debug.print names: results too
+        debug, extra = None, []
+        if b.debug:  # the values debug.print names: results too
             from . import debug as _debug
             extra, entries = _debug._outputs(b)
-            debug = (len(outs), entries)
-            if extra and self.out_shardings is not None:
+            debug = (len(outs), entries, self.kind == "shard_map")
+            if extra and self.kind == "jit" and self.out_shardings is not None:
                 o = self.out_shardings
                 o = [o] * len(outs) if isinstance(o, (PartitionSpec, NamedSharding)) else list(o)
                 jout = " -> (" + ", ".join(repr(getattr(x, "spec", x))
                                            for x in o + [P()] * len(extra)) + ")"
-            outs = outs + extra
         out_text = None
         if self.kind == "shard_map":
             os_ = self.out_specs
@@ -1294,9 +1293,12 @@ class _Traced:
             if len(os_) != len(outs):
                 raise InvalidArgument(f"{self.__name__} returns {len(outs)} values but has "
                                       f"{len(os_)} out_specs")
+            # debug rows: one per device, over every mesh axis
+            os_ = tuple(os_) + (P(tuple(mesh.axis_names)),) * len(extra)
             out_text = repr(os_[0]) if len(os_) == 1 else "(" + ", ".join(map(repr, os_)) + ")"
         else:
             out_text = jout
+        outs = outs + extra
         text = b.text(ret=", ".join(o.name for o in outs), out=out_text)
         try:
             info = _shmap.program_check(text, f"{self._name}.shmap", None, self.check_vma)
@@ -1390,6 +1392,10 @@ class _Traced:
             inner.resolve()
         finally:
             _state.builder = outer
+        if inner.debug:
+            raise InvalidArgument(f"debug.print in the shard_map function {self.__name__} "
+                                  f"called from a jit body is not supported here: print from "
+                                  f"the jit body, or call the shard_map function on its own")
         outs = list(res) if isinstance(res, (tuple, list)) else [res]
         os_ = self._out_specs() if out_specs is None else tuple(out_specs)
         if len(os_) != len(outs) or not all(isinstance(o, Tracer) for o in outs):
@@ -1475,9 +1481,9 @@ class _Traced:
             outs = [Array(client, o, mesh=mesh) for o in info["outputs"]]
             if debug is not None:  # the values of the body's debug.prints, printed now
                 from . import debug as _debug
-                n, entries = debug
+                n, entries, per_device = debug
                 outs, extra = outs[:n], outs[n:]
-                _debug._emit(entries, extra)
+                _debug._emit(entries, extra, per_device)
             if self.kind == "jit":
                 return _unflatten(multi, iter(outs))
             return tuple(outs) if multi else outs[0]

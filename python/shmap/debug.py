@@ -5,7 +5,9 @@ debug.print in a jit body prints the values of the job it is part of: the
 traced values it names become extra results of the program, downloaded
 when the job ends and formatted (str.format, as JAX's) before the call
 returns, in the order the prints were traced; the trace is reused as any,
-so every call prints. Outside a trace it prints at once."""
+so every call prints. In a shard_map body each device prints its blocks
+(a row per device of an extra result laid out over every mesh axis), in
+mesh order. Outside a trace it prints at once."""
 import builtins
 
 from ._core import (InvalidArgument, NamedSharding, P, _sharding_picture, device_get,
@@ -20,19 +22,18 @@ __all__ = ["print", "visualize_array_sharding", "inspect_array_sharding",
 def print(fmt, *args, ordered=False, **kwargs):  # noqa: A001 (jax.debug.print)
     """jax.debug.print(fmt, *args, **kwargs): fmt.format of the values (numpy
     arrays). In a jit body they are printed when the job ends; in a
-    shard_map body (per-device blocks) it is refused."""
+    shard_map body once per device (its blocks), in mesh order."""
     del ordered
     b = getattr(_state, "builder", None)
     if b is None:
         builtins.print(fmt.format(*device_get(list(args)), **device_get(dict(kwargs))))
         return
-    if b.kind != "jit":
-        raise InvalidArgument("debug.print in a shard_map body (per-device blocks) is not "
-                              "supported here: print from the jit body that calls it, or "
-                              "return the value")
     leaves, tree = tree_flatten((args, kwargs))
     leaves = [getattr(v, "val", v) if not isinstance(v, Tracer) and hasattr(v, "val") else v
               for v in leaves]  # a vmap'd value: the whole batch
+    if b.kind != "jit":  # a shard_map body: each device's block, as a row of a result
+        from . import numpy as jnp
+        leaves = [jnp.expand_dims(v, 0) if isinstance(v, Tracer) else v for v in leaves]
     b.debug.append((fmt, tree, leaves))
 
 
@@ -52,13 +53,17 @@ def _outputs(b):
     return extra, entries
 
 
-def _emit(entries, arrays):
-    """Prints the entries of _outputs with the extra results' values."""
+def _emit(entries, arrays, per_device=False):
+    """Prints the entries of _outputs with the extra results' values (of a
+    shard_map: one row per device, each device's line in mesh order)."""
     vals = [a.to_numpy() for a in arrays]
+    rows = max((v.shape[0] for v in vals), default=1) if per_device else 1
     for fmt, tree, slots in entries:
-        leaves = [vals[x] if kind == "out" else device_get(x) for kind, x in slots]
-        args, kwargs = tree.unflatten(leaves)
-        builtins.print(fmt.format(*args, **kwargs))
+        for d in range(rows):
+            leaves = [(vals[x][d] if per_device else vals[x]) if kind == "out" else
+                      device_get(x) for kind, x in slots]
+            args, kwargs = tree.unflatten(leaves)
+            builtins.print(fmt.format(*args, **kwargs))
 
 
 def inspect_array_sharding(value, *, callback):

@@ -133,7 +133,8 @@ def _trapz(m, y, x=None, dx=1.0, axis=-1):
 # these slice x and y where a sharded dimension would not divide (refused, as
 # JAX's explicit sharding refuses it): their inputs are replicated
 REPLICATED = {"lexsort", "partition_kth", "ediff1d", "gradient", "unwrap", "corrcoef",
-              "polys", "nanquantile", "vander", "cumulative_sum", "cov_weights", "cross", "kron", "kron_ranks", "insert_scalar_obj", "dsplit",
+              "polys", "nanquantile", "vander", "cumulative_sum", "cov_weights", "cross",
+              "kron", "kron_ranks", "insert_scalar_obj", "dsplit",
               "resize", "trapezoid", "unravel_index", "fill_diagonal"}
 
 
@@ -597,9 +598,11 @@ def test_debug_print(c, mesh, capsys):
     capsys.readouterr()
     out = f(x)
     assert np.array_equal(np.asarray(out), np.arange(8) * 2 + 28)
-    assert capsys.readouterr().out == "sum 28.0 of 8 values, first rows [0. 1. 2. 3.]\ninner max 7.0\n"
+    assert capsys.readouterr().out == \
+        "sum 28.0 of 8 values, first rows [0. 1. 2. 3.]\ninner max 7.0\n"
     f(_put(c, mesh, np.ones(8, np.float32), P("i")))  # the trace reused: printed again
-    assert capsys.readouterr().out == "sum 8.0 of 8 values, first rows [1. 1. 1. 1.]\ninner max 1.0\n"
+    assert capsys.readouterr().out == \
+        "sum 8.0 of 8 values, first rows [1. 1. 1. 1.]\ninner max 1.0\n"
     g = shmap.jit(lambda v: v * 3, out_shardings=P("i"))
     shmap.jit(lambda v: shmap.debug.print("{}", g(v)[-1]) or g(v), out_shardings=P("i"))(x)
     assert capsys.readouterr().out == "21.0\n"
@@ -608,11 +611,16 @@ def test_debug_print(c, mesh, capsys):
 
     @shmap.shard_map(mesh=mesh, in_specs=P("i"), out_specs=P("i"))
     def blocks(v):
-        shmap.debug.print("{}", v)
-        return v
+        shmap.debug.print("device {} has {}", lax.axis_index(("i", "j")), v)
+        return v * 2
 
-    with pytest.raises(shmap.InvalidArgument, match="debug.print in a shard_map body"):
-        blocks(x)
+    assert np.array_equal(np.asarray(blocks(x)), np.arange(8) * 2)
+    want = "".join(f"device {d} has {np.array([2 * (d // 2), 2 * (d // 2) + 1], np.float32)}\n"
+                   for d in range(8))  # in mesh order; the blocks of P('i') repeat over j
+    assert capsys.readouterr().out == want
+    with pytest.raises(shmap.InvalidArgument, match="debug.print in the shard_map function "
+                       "blocks called from a jit body"):
+        shmap.jit(lambda v: blocks(v))(x)
 
 
 def test_debug_sharding_and_config(c, mesh, capsys):
