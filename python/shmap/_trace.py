@@ -5,6 +5,7 @@ core (the _shmap extension: the text parser, the verifier with JAX's type and
 sharding rules) types each value as it is traced, so x.shape works in the
 body and a type error points at the Python line of the op that caused it.
 Python `for` loops unroll, as under tracing."""
+import collections
 import concurrent.futures
 import inspect
 import math
@@ -986,10 +987,17 @@ def _node(v):
     if isinstance(v, dict):
         keys = sorted(v)
         order = list(v)
+        factory = getattr(v, "default_factory", None)
 
-        def rebuild(cs, keys=keys, order=order):
+        def rebuild(cs, keys=keys, order=order, t=t, factory=factory):
             got = dict(zip(keys, cs))
-            return {k: got[k] for k in order}
+            pairs = [(k, got[k]) for k in order]
+            if t is dict:
+                return dict(pairs)
+            try:  # OrderedDict, defaultdict: their own class back
+                return t(factory, pairs) if isinstance(v, collections.defaultdict) else t(pairs)
+            except TypeError:
+                return dict(pairs)
         return [v[k] for k in keys], keys, rebuild, ("dict", tuple(keys))
     if t in _NODES:
         flat, unflat = _NODES[t]
