@@ -179,7 +179,8 @@ def _eliminate(a, b=None):
                                 axis=-2)
         sign = jnp.where(p != k, -sign, sign)
         piv = m[..., k:k + 1, k:k + 1]                                # (..., 1, 1)
-        f = jnp.where(r > k, m[..., :, k:k + 1] / piv, 0)             # (..., n, 1)
+        zero = piv == 0  # a singular column (all zeros from k down): nothing to eliminate
+        f = jnp.where((r > k) & ~zero, m[..., :, k:k + 1] / jnp.where(zero, 1, piv), 0)
         m = m - f * m[..., k:k + 1, :]
     if b is None:
         return m, None, sign

@@ -47,6 +47,12 @@ def test_solve_inv_det(c, mesh):
     s, ld = jnp.linalg.slogdet(a)
     s0, ld0 = np.linalg.slogdet(A)
     assert np.array_equal(np.asarray(s), s0) and np.allclose(np.asarray(ld), ld0, rtol=1e-12)
+    # singular matrices: det 0 and slogdet (0, -inf), as numpy's (no 0/0 in the elimination)
+    sing = np.array([[1.0, 2, 3], [2, 4, 6], [1, 0, 1]])
+    for m in (np.ones((3, 3)), sing, np.zeros((2, 2))):
+        assert float(jnp.linalg.det(_put(c, mesh, m))) == 0.0
+        s_, l_ = jnp.linalg.slogdet(_put(c, mesh, m))
+        assert float(s_) == 0.0 and float(l_) == -np.inf
     # float32, 2-d, replicated, in a jit
     a32 = A[0].astype(np.float32)
     got = shmap.jit(lambda m, r: (jnp.linalg.solve(m, r), jnp.linalg.det(m)))(
