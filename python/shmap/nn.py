@@ -385,3 +385,27 @@ def _make_initializers():
 
 
 initializers = _make_initializers()
+
+
+def identity(x):
+    """jax.nn.identity: x."""
+    return x
+
+
+@_at_once
+def sparse_sigmoid(x):
+    """jax.nn.sparse_sigmoid: 0 below -1, 1 above 1, (x + 1) / 2 between."""
+    return 0.5 * jnp.clip(x + 1.0, 0.0, 2.0)
+
+
+@_at_once
+def log1mexp(x):
+    """jax.nn.log1mexp: log(1 - exp(-x)) for x > 0, by the branch that
+    keeps its precision (log(-expm1(-x)) below log 2, log1p(-exp(-x))
+    above)."""
+    small = x < math.log(2)
+    return jnp.where(small, jnp.log(-jnp.expm1(-jnp.where(small, x, 1.0))),
+                     jnp.log1p(-jnp.exp(-jnp.where(small, 1.0, x))))
+
+
+__all__ += ["identity", "sparse_sigmoid", "log1mexp"]

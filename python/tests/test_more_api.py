@@ -470,6 +470,11 @@ def test_nn_activations(c, mesh):
     for g, w in zip(r, (np.tanh(xa), sp, (xa + np.sqrt(xa * xa + 4)) / 2,
                         (xa + np.sqrt(xa * xa + 1)) / 2)):
         assert np.allclose(np.asarray(g), w, rtol=1e-6, atol=1e-6)
+    r = shmap.jit(lambda x: (nn.identity(x), nn.sparse_sigmoid(x),
+                             nn.log1mexp(jnp.abs(x) + 1e-3)))(x)
+    pos = np.abs(xa) + 1e-3
+    for g, w in zip(r, (xa, np.clip(xa + 1, 0, 2) / 2, np.log(-np.expm1(-pos.astype(float))))):
+        assert np.allclose(np.asarray(g), w, rtol=1e-5, atol=1e-6)
     with pytest.warns(DeprecationWarning, match="nn.standardize"):
         g = shmap.jit(lambda x: nn.normalize(x, axis=1))(x)
     assert np.allclose(np.asarray(g), np.asarray(shmap.jit(
