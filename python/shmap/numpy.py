@@ -465,15 +465,59 @@ _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _einsum_op = einsum  # noqa: F821 (the op table's: one or two operands)
 
 
+def _einsum_ellipsis(spec, operands):
+    """spec with each '...' written out in letters it does not use, as
+    numpy's broadcasting reads it: an operand's ellipsis dimensions are the
+    rightmost of the longest; one of size 1 against a larger one is
+    squeezed away (broadcast); an implicit output puts them first. Returns
+    (spec, operands)."""
+    ins, out = spec.split("->") if "->" in spec else (spec, None)
+    ins = ins.split(",")
+    if len(ins) != len(operands):
+        return spec, operands
+    used = set(spec)
+    free = [ch for ch in _LETTERS if ch not in used]
+    nells = [len(op.shape) - (len(sub) - 3) if "..." in sub else 0
+             for sub, op in zip(ins, operands)]
+    n = builtins.max(nells, default=0)
+    if n > len(free):
+        raise ValueError("einsum: too many dimensions under '...'")
+    letters = free[:n]
+    sizes = {}  # letter -> the largest size an operand gives it
+    subs = []
+    for sub, op, k in zip(ins, operands, nells):
+        mine = letters[n - k:]
+        subs.append(sub.replace("...", "".join(mine)))
+        for ch, size in zip(mine, tuple(op.shape)[sub.index("..."):] if "..." in sub else ()):
+            sizes[ch] = builtins.max(sizes.get(ch, 1), int(size))
+    ops = list(operands)
+    for j, (sub, op) in enumerate(zip(subs, operands)):  # size 1 against more: broadcast
+        drop = [d for d, ch in enumerate(sub) if ch in letters and op.shape[d] == 1 and
+                sizes[ch] > 1]
+        if drop:
+            ops[j] = squeeze(op, tuple(drop))  # noqa: F821
+            subs[j] = "".join(ch for d, ch in enumerate(sub) if d not in drop)
+    present = [ch for ch in letters if builtins.any(ch in sub for sub in subs)]
+    if out is None:
+        rest = "".join(subs)
+        out = "".join(present) + "".join(sorted(c for c in set(rest) if c not in letters and
+                                                rest.count(c) == 1))
+    else:
+        out = out.replace("...", "".join(present))
+    return ",".join(subs) + "->" + out, ops
+
+
 def einsum(subscripts, *operands, out_sharding=None, **kwargs):
-    """jnp.einsum; with more than two operands, contracted pairwise from the
-    left (each intermediate keeps the indices later operands or the result
-    still need), the last contraction taking out_sharding."""
+    """jnp.einsum; '...' as numpy's (written out in unused letters, size-1
+    dimensions broadcast); with more than two operands, contracted pairwise
+    from the left (each intermediate keeps the indices later operands or the
+    result still need), the last contraction taking out_sharding."""
+    subscripts = subscripts.replace(" ", "")
+    if "..." in subscripts:
+        subscripts, operands = _einsum_ellipsis(subscripts, operands)
     if len(operands) <= 2:
         return _einsum_op(subscripts, *operands, out_sharding=out_sharding, **kwargs)
-    spec = subscripts.replace(" ", "")
-    if "." in spec:
-        raise ValueError("einsum of more than two operands: write the indices out (no '...')")
+    spec = subscripts
     ins, out = spec.split("->") if "->" in spec else (spec, None)
     ins = ins.split(",")
     if len(ins) != len(operands):

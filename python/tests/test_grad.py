@@ -151,6 +151,8 @@ PRODUCTS = [
     ("batched", lambda xp, a, b: _sm(xp, a @ b), (4, 8, 16), (4, 16, 12)),
     ("einsum", lambda xp, a, b: _sm(xp, xp.einsum("ij,kj->ik", a, b)), (8, 16), (12, 16)),
     ("einsum_lone", lambda xp, a, b: _sm(xp, xp.einsum("ij,k->k", a, b)), (8, 16), (12,)),
+    ("einsum_ellipsis", lambda xp, a, b: _sm(xp, xp.einsum("...ij,...jk->...ik", a, b)),
+     (4, 8, 16), (4, 16, 12)),
     ("broadcast_add", lambda xp, a, b: _sm(xp, (a * b) + b), (8, 16), (16,)),
     ("power", lambda xp, a, b: _sm(xp, (a * a + 1) ** (b * 0.5)), (8, 16), (16,)),
     ("arctan2", lambda xp, a, b: _sm(xp, xp.arctan2(a, b)), (8, 16), (16,)),

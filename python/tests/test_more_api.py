@@ -38,6 +38,12 @@ def _np_cov(m, **kw):
 # name, f(xp, x, y) written once for numpy and shmap.numpy; x and y are (8, 6)
 # float32, sharded P('i', 'j') in the jit
 TABLE = [
+    ("einsum_ellipsis", lambda m, x, y: m.concatenate([
+        m.einsum("...ij,...kj->...ik", m.reshape(x, (2, 4, 6)), m.reshape(y, (2, 4, 6))).ravel(),
+        m.einsum("...i,...i", x, y),                       # implicit output: the ... first
+        m.einsum("...j,j->...", x, y[0]),
+        m.einsum("...ij,...jk", x[None, :, :3], m.reshape(y[:6, :4], (2, 3, 4)))[:, :, 0].ravel(),
+        m.einsum("i...,i...->...", x, y)])),              # size-1 broadcast above
     ("lexsort", lambda m, x, y: m.lexsort([y, m.floor(x)], axis=0) * 10 +
      m.lexsort((m.floor(x[:, 0]), m.floor(x[:, 1])))[:, None]),
     ("partition_kth", lambda m, x, y: m.partition(x, 3, axis=1)[:, 3].sum() +
@@ -132,7 +138,7 @@ def _trapz(m, y, x=None, dx=1.0, axis=-1):
 
 # these slice x and y where a sharded dimension would not divide (refused, as
 # JAX's explicit sharding refuses it): their inputs are replicated
-REPLICATED = {"lexsort", "partition_kth", "ediff1d", "gradient", "unwrap", "corrcoef",
+REPLICATED = {"einsum_ellipsis", "lexsort", "partition_kth", "ediff1d", "gradient", "unwrap", "corrcoef",
               "polys", "nanquantile", "vander", "cumulative_sum", "cov_weights", "cross",
               "kron", "kron_ranks", "insert_scalar_obj", "dsplit",
               "resize", "trapezoid", "unravel_index", "fill_diagonal"}
