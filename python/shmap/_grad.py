@@ -183,8 +183,8 @@ def _vma(t):
     """The varying and the unreduced mesh axes of a shard_map block's type
     ('f32[2,4]{V:i,j, U:k}')."""
     m = re.search(r"\{(.*)\}$", t.type)
-    v = re.search(r"V:([\w,]+)", m.group(1)) if m else None
-    u = re.search(r"U:([\w,]+)", m.group(1)) if m else None
+    v = re.search(r"V:(\w+(?:,\w+)*)", m.group(1)) if m else None
+    u = re.search(r"U:(\w+(?:,\w+)*)", m.group(1)) if m else None
     return (set(v.group(1).split(",")) if v else set(),
             set(u.group(1).split(",")) if u else set())
 
