@@ -1569,7 +1569,19 @@ def eval_shape(fun, *args, **kwargs):
     runs and nothing is uploaded. Arguments: Arrays, ShapeDtypeStructs,
     numpy arrays or Python numbers (pytrees of them); fun may be a
     shmap.jit or shmap.shard_map function, else it is traced as a jit."""
-    t = fun if isinstance(fun, _Traced) else jit(fun)
+    if isinstance(fun, _Traced):
+        t = fun
+    else:
+        def concrete_too(*a, **k):  # Python numbers among the results: arrays, as JAX's
+            from . import numpy as jnp
+            res = fun(*a, **k)
+            leaves = [v for v, _ in _tree_leaves(res, "r")]
+            if all(isinstance(v, Tracer) or v is None for v in leaves):
+                return res
+            return _tree_build(res, iter(v if isinstance(v, Tracer) or v is None else
+                                         jnp.asarray(v) for v in leaves))
+        concrete_too.__name__ = getattr(fun, "__name__", "f")
+        t = jit(concrete_too)
 
     def abstract(v):
         if _is_tree(v):

@@ -708,6 +708,8 @@ def test_eval_shape_and_shape_dtype_struct(c, mesh):
     assert shmap.eval_shape(sm, sds).shape == (8, 3)
     text = shmap.jit(f).lower(sds, w, 2.0).as_text()
     assert "f32[8,6] @ P('i', 'j')" in text
+    pair = shmap.eval_shape(lambda x: (x.sum(), 2.0, np.arange(3)), sds)  # numbers: arrays
+    assert [p.shape for p in pair] == [(), (), (3,)] and pair[1].dtype == np.float32
     with pytest.raises(shmap.InvalidArgument, match="a ShapeDtypeStruct has no values"):
         shmap.jit(f)(sds, w, 2.0)
 
