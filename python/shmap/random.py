@@ -274,8 +274,8 @@ def _traced_refusal(name, what="key"):
     return InvalidArgument(
         f"shmap.random.{name}: the {what} is a traced value, and {name} draws on the host: "
         f"a key traced in a jit (an argument) is taken by split, fold_in, uniform, normal, "
-        f"bernoulli, exponential, gumbel, laplace, logistic, categorical (float32), randint "
-        f"(int32) and permutation; for {name}, draw the "
+        f"truncated_normal, bernoulli, rademacher, exponential, gumbel, laplace, logistic, "
+        f"cauchy, categorical (float32), randint (int32) and permutation; for {name}, draw the "
         f"values outside the jit and pass them as arguments, or use a concrete key (a "
         f"closed-over or static one), whose draws become constants of the program")
 
@@ -947,7 +947,6 @@ def truncated_normal(key, lower, upper, shape=None, dtype=None, *, out_sharding=
     """jax.random.truncated_normal: normal values in the open interval
     (lower, upper), by inverting erf between erf(lower/sqrt 2) and
     erf(upper/sqrt 2)."""
-    k, _ = _key_data_of("truncated_normal", key)
     dt = _float_dtype("truncated_normal", dtype)
     lower = _concrete("truncated_normal", lower, "lower").astype(dt)
     upper = _concrete("truncated_normal", upper, "upper").astype(dt)
@@ -955,6 +954,18 @@ def truncated_normal(key, lower, upper, shape=None, dtype=None, *, out_sharding=
     sqrt2 = np.array(np.sqrt(2), dt)
     a = _erf(lower / sqrt2)
     b = _erf(upper / sqrt2)
+    if _is_traced(key):  # the bounds' erf on the host, the draw and erf_inv in the program
+        from . import lax
+        jnp = _jnp()
+        def const(v):  # a host value in the program: a scalar, or an array constant
+            return dt.type(v) if np.ndim(v) == 0 else jnp.asarray(v)
+        u = _t_uniform("truncated_normal", _t_key("truncated_normal", key), shape, dt,
+                       const(a), const(b))
+        out = dt.type(sqrt2) * lax.erf_inv(u)
+        out = jnp.minimum(jnp.maximum(out, const(np.nextafter(lower, np.array(np.inf, dt)))),
+                          const(np.nextafter(upper, np.array(-np.inf, dt))))
+        return _placed("truncated_normal", out, out_sharding)
+    k, _ = _key_data_of("truncated_normal", key)
     u = _uniform(k, shape, dt, a, b)
     out = sqrt2 * _erf_inv(u)
     out = np.minimum(np.maximum(out, np.nextafter(lower, np.array(np.inf, dt))),
@@ -1036,8 +1047,13 @@ def bernoulli(key, p=0.5, shape=None, mode="low", *, out_sharding=None):
 
 def rademacher(key, shape=(), dtype=None, *, out_sharding=None):
     """jax.random.rademacher: -1 or 1, each with probability 1/2 (int32)."""
-    k, _ = _key_data_of("rademacher", key)
     dt = np.dtype(np.int32 if dtype is None else dtype)
+    if _is_traced(key):
+        jnp = _jnp()
+        u = _t_uniform("rademacher", _t_key("rademacher", key), _shape(shape),
+                       np.dtype(np.float32), 0.0, 1.0)
+        return _placed("rademacher", 2 * jnp.astype(u < np.float32(0.5), dt) - 1, out_sharding)
+    k, _ = _key_data_of("rademacher", key)
     b = (_uniform(k, _shape(shape), np.dtype(np.float32), 0.0, 1.0) < np.float32(0.5))
     return _place("rademacher", (2 * b.astype(dt) - 1).astype(dt), out_sharding)
 
@@ -1092,8 +1108,12 @@ def logistic(key, shape=(), dtype=None, *, out_sharding=None):
 
 def cauchy(key, shape=(), dtype=None, *, out_sharding=None):
     """jax.random.cauchy: tan(pi * (u - 0.5))."""
-    k, _ = _key_data_of("cauchy", key)
     dt = _float_dtype("cauchy", dtype)
+    if _is_traced(key):
+        u = _t_uniform("cauchy", _t_key("cauchy", key), _shape(shape), dt, np.finfo(dt).eps,
+                       1.0)
+        return _placed("cauchy", _jnp().tan(dt.type(np.pi) * (u - dt.type(0.5))), out_sharding)
+    k, _ = _key_data_of("cauchy", key)
     u = _uniform(k, _shape(shape), dt, np.finfo(dt).eps, 1.0)
     return _place("cauchy", np.tan(dt.type(np.pi) * (u - dt.type(0.5))).astype(dt),
                   out_sharding)

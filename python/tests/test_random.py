@@ -650,6 +650,18 @@ def test_traced_keys(c, mesh):
         np.testing.assert_allclose(np.asarray(g), w, rtol=4e-6, atol=1e-6)
     for g, w in zip(got[4:], want[4:]):
         np.testing.assert_array_equal(np.asarray(g), w)
+    # truncated_normal (bounds' erf on the host), rademacher exactly; cauchy up to libm's tan
+    with shmap.use_mesh(mesh):
+        got = shmap.jit(lambda k: (
+            jr.truncated_normal(k, -2.0, 1.0, (64,)), jr.truncated_normal(k, 0.5, 3.0, (4, 8)),
+            jr.rademacher(k, (64,)), jr.cauchy(k, (64,))))(key)
+    want = (jr.truncated_normal(key, -2.0, 1.0, (64,)), jr.truncated_normal(key, 0.5, 3.0, (4, 8)),
+            jr.rademacher(key, (64,)), jr.cauchy(key, (64,)))
+    for g, w in zip(got[:2], want[:2]):
+        np.testing.assert_allclose(np.asarray(g), w, rtol=1e-6, atol=1e-6)
+        assert (np.asarray(g) > -2.0).all() and (np.asarray(g) < 3.0).all()
+    np.testing.assert_array_equal(np.asarray(got[2]), want[2])
+    np.testing.assert_allclose(np.asarray(got[3]), want[3], rtol=1e-5, atol=1e-5)
 
     # a training step: the key threaded through jit calls, dropout inside
     @shmap.jit
@@ -676,8 +688,9 @@ def test_traced_keys(c, mesh):
 
     msg = run(lambda v, k: jr.choice(k, 5, (2,)))
     assert "the key is a traced value, and choice draws on the host" in msg
-    assert "split, fold_in, uniform, normal, bernoulli, exponential, gumbel, laplace, " \
-        "logistic, categorical (float32), randint (int32) and permutation" in msg
+    assert "split, fold_in, uniform, normal, truncated_normal, bernoulli, rademacher, " \
+        "exponential, gumbel, laplace, logistic, cauchy, categorical (float32), randint " \
+        "(int32) and permutation" in msg
     assert "outside the jit" in msg
     assert "int32 between scalar bounds" in run(lambda v, k: jr.randint(k, (2,), 0, 5,
                                                                         dtype=np.int64))
