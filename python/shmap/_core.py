@@ -602,6 +602,66 @@ class Array(_Shaped):
     def std(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
         return self._now(lambda a: a.std(axis, dtype, ddof=ddof, keepdims=keepdims))
 
+    def clip(self, min=None, max=None):  # noqa: A002 (numpy's names)
+        return self._now(lambda a: a.clip(min, max))
+
+    def round(self, decimals=0):
+        return self._now(lambda a: a.round(decimals))
+
+    def dot(self, b):
+        return self._now(lambda a, b: a.dot(b), b)
+
+    def take(self, indices, axis=None, mode=None):
+        return self._now(lambda a, i: a.take(i, axis=axis, mode=mode), indices)
+
+    def repeat(self, repeats, axis=None):
+        return self._now(lambda a: a.repeat(repeats, axis=axis))
+
+    def diagonal(self, offset=0, axis1=0, axis2=1):
+        return self._now(lambda a: a.diagonal(offset, axis1, axis2))
+
+    def trace(self, offset=0, axis1=0, axis2=1, dtype=None):
+        return self._now(lambda a: a.trace(offset, axis1, axis2, dtype))
+
+    def searchsorted(self, v, side="left", sorter=None):
+        return self._now(lambda a, v: a.searchsorted(v, side=side, sorter=sorter), v)
+
+    def nonzero(self, size=None, fill_value=None):
+        from . import numpy as jnp
+        return jnp.nonzero(self, size=size, fill_value=fill_value)
+
+    def copy(self):
+        return self._now(lambda a: a * 1)
+
+    def conj(self):
+        return self  # real dtypes only
+
+    conjugate = conj
+
+    @property
+    def mT(self):
+        return self._now(lambda a: a.mT)
+
+    @property
+    def real(self):
+        return self
+
+    @property
+    def imag(self):
+        return self._now(lambda a: a.imag)
+
+    @property
+    def itemsize(self):
+        return np.dtype(self.dtype).itemsize
+
+    def tolist(self):
+        """The values as nested Python lists (fetched)."""
+        return self.to_numpy().tolist()
+
+    def devices(self):
+        """The set of devices holding a block of the array."""
+        return set(self.sharding.mesh._devices or ())
+
     def __invert__(self):
         return self._now(lambda a: ~a)
 

@@ -491,6 +491,69 @@ class Tracer(_Shaped):
         from . import numpy as jnp
         return jnp.std(self, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
 
+    # the rest of jax.Array's methods, as jnp's functions
+    def clip(self, min=None, max=None):  # noqa: A002 (numpy's names)
+        from . import numpy as jnp
+        return jnp.clip(self, min, max)
+
+    def round(self, decimals=0):
+        from . import numpy as jnp
+        return jnp.round(self, decimals)
+
+    def dot(self, b):
+        from . import numpy as jnp
+        return jnp.dot(self, b)
+
+    def take(self, indices, axis=None, mode=None):
+        from . import numpy as jnp
+        return jnp.take(self, indices, axis=axis, mode=mode)
+
+    def repeat(self, repeats, axis=None):
+        from . import numpy as jnp
+        return jnp.repeat(self, repeats, axis=axis)
+
+    def diagonal(self, offset=0, axis1=0, axis2=1):
+        from . import numpy as jnp
+        return jnp.diagonal(self, offset=offset, axis1=axis1, axis2=axis2)
+
+    def trace(self, offset=0, axis1=0, axis2=1, dtype=None):
+        from . import numpy as jnp
+        return jnp.trace(self, offset=offset, axis1=axis1, axis2=axis2, dtype=dtype)
+
+    def searchsorted(self, v, side="left", sorter=None):
+        from . import numpy as jnp
+        return jnp.searchsorted(self, v, side=side, sorter=sorter)
+
+    def nonzero(self, size=None, fill_value=None):
+        from . import numpy as jnp
+        return jnp.nonzero(self, size=size, fill_value=fill_value)
+
+    def copy(self):
+        return self
+
+    def conj(self):
+        return self  # real dtypes only
+
+    conjugate = conj
+
+    @property
+    def mT(self):
+        from . import numpy as jnp
+        return jnp.swapaxes(self, -1, -2)
+
+    @property
+    def real(self):
+        return self
+
+    @property
+    def imag(self):
+        from . import numpy as jnp
+        return jnp.zeros_like(self)
+
+    @property
+    def itemsize(self):
+        return np.dtype(self.dtype).itemsize
+
 
 class _AtIndex:
     """x.at[key]: updates of the box key names (integers, slices of step 1,

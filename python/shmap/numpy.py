@@ -2257,3 +2257,24 @@ def nanmedian(a, axis=None, keepdims=False):
 __all__ += ["lexsort", "partition", "argpartition", "ediff1d", "gradient", "unwrap",
             "cumulative_sum", "vander", "corrcoef", "polyadd", "polysub", "polymul",
             "nanquantile", "nanpercentile", "nanmedian"]
+
+
+_round_op = round  # noqa: F821 (the op table's: half to even)
+
+
+@_at_once
+def round(a, decimals=0, out=None):  # noqa: A001 (jnp.round)
+    """jnp.round: half to even at `decimals` digits, as JAX's (x * 10**d
+    rounded, then divided back); integers stay as they are for d >= 0."""
+    if decimals == 0:
+        return _round_op(a)
+    if not _np.issubdtype(a.dtype, _np.floating):
+        if decimals > 0:
+            return a
+        f = 10 ** (-decimals)
+        return astype(_round_op(astype(a, _np.float64) / f) * f, a.dtype)  # noqa: F821
+    f = 10.0 ** decimals
+    return _round_op(a * f) / f
+
+
+around = round

@@ -817,3 +817,27 @@ def test_integer_bits_and_gcd(c, mesh):
     assert np.array_equal(np.asarray(it), wi) and np.allclose(np.asarray(fr)[:6], wf[:6])
     assert np.array_equal(np.asarray(jnp.imag(fs)), np.zeros(8))
     assert np.asarray(jnp.isreal(fs)).all() and not np.asarray(jnp.iscomplex(fs)).any()
+
+
+def test_array_methods(c, mesh):
+    """The rest of jax.Array's methods, on Arrays (at once) and traced
+    values, against numpy's: clip, round, dot, take, repeat, diagonal,
+    trace, searchsorted, nonzero, copy, conj, mT, real, imag, itemsize,
+    tolist, devices."""
+    x = _put(c, mesh, XA, P())
+    s = _put(c, mesh, SORTED, P())
+
+    def f(m, a, srt):
+        return (a.clip(-1.0, 2.0), (a * 1.234).round(1), a.dot(a.T), a.take(m.asarray(
+            np.array([5, 0, 2], np.int32)), axis=1), a.repeat(2, axis=1), a.diagonal(),
+            a.trace(), srt.searchsorted(m.asarray(np.float32([0.5, 3.0]))), a.copy(),
+            a.conj(), m.stack([a, a]).mT if m is jnp else np.swapaxes(np.stack([a, a]), 1, 2),
+            a.real, a.imag)
+
+    want = f(np, XA, SORTED)
+    for got in (f(jnp, x, s), shmap.jit(lambda a, srt: f(jnp, a, srt))(x, s)):
+        for g, w in zip(got, want):
+            assert np.allclose(np.asarray(g), w, rtol=1e-6, atol=1e-6)
+    nz = _put(c, mesh, np.array([0, 3, 0, 5], np.int32), P())
+    assert np.array_equal(np.asarray(nz.nonzero()[0]), [1, 3])
+    assert x.itemsize == XA.itemsize and x.tolist() == XA.tolist() and x.devices() == set(range(8))
