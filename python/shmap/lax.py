@@ -568,3 +568,82 @@ def clz(x):
 
 __all__ += ["shift_left", "shift_right_arithmetic", "shift_right_logical", "rem",
             "population_count", "clz"]
+
+
+@_now
+def dynamic_update_slice_in_dim(operand, update, start_index, axis):
+    """lax.dynamic_update_slice_in_dim: update written into operand from
+    start_index along axis (0 along the others)."""
+    jnp = _jnp()
+    axis = axis % len(operand.shape)
+    starts = [0] * len(operand.shape)
+    starts[axis] = start_index
+    return jnp.dynamic_update_slice(operand, update, starts)
+
+
+@_now
+def dynamic_index_in_dim(operand, index, axis=0, keepdims=True):
+    """lax.dynamic_index_in_dim: the slice at index along axis (kept as a
+    dimension of 1 with keepdims)."""
+    jnp = _jnp()
+    r = dynamic_slice_in_dim(operand, index, 1, axis)  # noqa: F821 (the op table's)
+    return r if keepdims else jnp.squeeze(r, axis)
+
+
+@_now
+def dynamic_update_index_in_dim(operand, update, index, axis):
+    """lax.dynamic_update_index_in_dim: update (without the axis, or with it
+    of size 1) written at index along axis."""
+    jnp = _jnp()
+    axis = axis % len(operand.shape)
+    if len(update.shape) == len(operand.shape) - 1:
+        update = jnp.expand_dims(update, axis)
+    return dynamic_update_slice_in_dim(operand, update, index, axis)
+
+
+@_now
+def sort_key_val(keys, values, dimension=-1, is_stable=True):
+    """lax.sort_key_val: keys sorted along dimension, values carried along."""
+    jnp = _jnp()
+    order = jnp.argsort(keys, axis=dimension)
+    return (jnp.take_along_axis(keys, order, axis=dimension),
+            jnp.take_along_axis(values, order, axis=dimension))
+
+
+def optimization_barrier(operand):
+    """lax.optimization_barrier: the operand (shmap does not reorder across
+    it: programs run their ops in order)."""
+    return operand
+
+
+def exp2(x):
+    """lax.exp2: 2 ** x."""
+    return _jnp().exp2(x)
+
+
+def is_finite(x):
+    """lax.is_finite."""
+    return _jnp().isfinite(x)
+
+
+def erfc(x):
+    """lax.erfc (shmap.scipy.special.erfc)."""
+    from .scipy import special
+    return special.erfc(x)
+
+
+def lgamma(x):
+    """lax.lgamma (shmap.scipy.special.gammaln)."""
+    from .scipy import special
+    return special.gammaln(x)
+
+
+def digamma(x):
+    """lax.digamma (shmap.scipy.special.digamma)."""
+    from .scipy import special
+    return special.digamma(x)
+
+
+__all__ += ["dynamic_update_slice_in_dim", "dynamic_index_in_dim",
+            "dynamic_update_index_in_dim", "sort_key_val", "optimization_barrier", "exp2",
+            "is_finite", "erfc", "lgamma", "digamma"]

@@ -841,3 +841,32 @@ def test_array_methods(c, mesh):
     nz = _put(c, mesh, np.array([0, 3, 0, 5], np.int32), P())
     assert np.array_equal(np.asarray(nz.nonzero()[0]), [1, 3])
     assert x.itemsize == XA.itemsize and x.tolist() == XA.tolist() and x.devices() == set(range(8))
+
+
+def test_more_lax(c, mesh):
+    """lax's dynamic_*_in_dim helpers, sort_key_val, optimization_barrier
+    and its special functions' names, against numpy (in a jit and at once)."""
+    x = _put(c, mesh, XA, P())
+    row = _put(c, mesh, np.arange(6.0), P())
+
+    def f(a, r):
+        i = jnp.argmax(a[:, 0])  # a traced index
+        return (lax.dynamic_index_in_dim(a, i, 0, keepdims=False),
+                lax.dynamic_update_index_in_dim(a, r, 2, 0),
+                lax.dynamic_update_slice_in_dim(a, a[:2, :2] * 0, 3, 1),
+                *lax.sort_key_val(a[:, 1], a[:, 2]), lax.optimization_barrier(a) * 2,
+                lax.exp2(a[0]), lax.is_finite(a / a[0]))
+
+    xa = XA
+    upd = xa.copy()
+    upd[2] = np.arange(6.0)
+    sl = xa.copy()
+    sl[:2, 3:5] = 0
+    order = np.argsort(xa[:, 1], kind="stable")
+    want = (xa[np.argmax(xa[:, 0])], upd, sl, xa[order, 1], xa[order, 2], xa * 2,
+            2.0 ** xa[0], np.isfinite(xa / xa[0]))
+    for got in (shmap.jit(f)(x, row), f(x, row)):
+        for g, w in zip(got, want):
+            assert np.allclose(np.asarray(g), w)
+    assert np.allclose(np.asarray(lax.lgamma(_put(c, mesh, np.array([2.5]), P()))),
+                       np.log(1.329340388179137))
