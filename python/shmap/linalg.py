@@ -3,16 +3,17 @@ triangular_solve, as composites of the op table's ops, unrolled over the
 matrix's order as programs unroll their loops: norms; Gaussian elimination
 with partial pivoting (the pivot of largest magnitude, as LAPACK's getrf)
 for solve, inv, det and slogdet; Cholesky column by column; triangular
-solves by substitution. Leading dimensions are batch dimensions. grad and
+solves by substitution; QR by Householder reflections (LAPACK's signs), and
+least squares through it. Leading dimensions are batch dimensions. grad and
 vmap go through them as through any composite.
 
 Sharding is JAX's linalg rule: the two matrix dimensions unsharded
 ('Input 0 to lu must be unsharded on non-batch dimensions, but got
 P(None, 'i').'), the batch dimensions alike in every input, the result
 laid out as the batch. Decompositions that need iterative algorithms (svd,
-eigh, qr and what is made of them: pinv, lstsq, matrix_rank, the 2-norm
-and nuclear norm of matrices) are not implemented here: refused with a
-sentence."""
+eigh and what is made of them: pinv, matrix_rank, the 2-norm and nuclear
+norm of matrices, lstsq's singular values) are not implemented here:
+refused with a sentence."""
 import numbers
 
 import numpy as _np
@@ -24,7 +25,8 @@ from .numpy import _at_once
 __all__ = ["norm", "vector_norm", "matrix_norm", "det", "slogdet", "inv", "solve",
            "cholesky", "matrix_power", "matrix_transpose", "multi_dot", "vecdot", "outer",
            "trace", "diagonal", "matmul", "tensordot", "cross", "svd", "eigh", "eig", "qr",
-           "pinv", "lstsq", "matrix_rank", "eigvalsh", "svdvals", "triangular_solve"]
+           "pinv", "lstsq", "matrix_rank", "eigvalsh", "svdvals", "triangular_solve",
+           "solve_triangular"]
 
 
 # ---- JAX's linalg sharding rule ------------------------------------------
@@ -414,14 +416,85 @@ cross = jnp.cross
 
 def _refused(name):
     def f(*args, **kwargs):
-        raise InvalidArgument(f"jnp.linalg.{name} needs an iterative decomposition (svd, eigh "
-                              f"or qr), which shmap does not implement; jnp.linalg has solve, "
-                              f"inv, det, slogdet, cholesky, norm and matrix_power")
+        raise InvalidArgument(f"jnp.linalg.{name} needs an iterative decomposition (svd or "
+                              f"eigh), which shmap does not implement; jnp.linalg has solve, "
+                              f"inv, det, slogdet, cholesky, qr, lstsq, norm and matrix_power")
     f.__name__ = name
     f.__doc__ = f"jnp.linalg.{name}: not implemented here (refused with a sentence)."
     return f
 
 
-svd, eigh, eig, qr, pinv, lstsq, matrix_rank, eigvalsh, svdvals = map(
-    _refused, ["svd", "eigh", "eig", "qr", "pinv", "lstsq", "matrix_rank", "eigvalsh",
-               "svdvals"])
+svd, eigh, eig, pinv, matrix_rank, eigvalsh, svdvals = map(
+    _refused, ["svd", "eigh", "eig", "pinv", "matrix_rank", "eigvalsh", "svdvals"])
+
+
+# ---- QR by Householder reflections ---------------------------------------------------
+
+
+@_at_once
+def qr(a, mode="reduced"):
+    """jnp.linalg.qr: Householder reflections, one per column, with
+    LAPACK's sign convention (R's diagonal -sign(a_kk) |column|), so Q and R
+    are numpy's. mode 'reduced' (Q m x k, R k x n), 'complete' (Q m x m)
+    or 'r' (R alone)."""
+    if mode not in ("reduced", "complete", "r"):
+        raise ValueError(f"Unsupported QR decomposition mode '{mode}'")
+    if len(a.shape) < 2:
+        raise ValueError("qr: the input must have at least two dimensions")
+    a = _float(a)
+    _check_core_unsharded("geqrf", a)
+    m, n = a.shape[-2], a.shape[-1]
+    k = min(m, n)
+    nd = len(a.shape)
+    rows = jnp.reshape(jnp.arange(m), (1,) * (nd - 2) + (m, 1))
+    r = a
+    q = jnp.zeros_like(a[..., :, :1]) + jnp.eye(m, dtype=a.dtype)  # batched as a
+    for j in range(k):
+        col = jnp.where(rows >= j, r[..., :, j:j + 1], 0)           # (..., m, 1)
+        alpha = r[..., j:j + 1, j:j + 1]
+        norm = jnp.sqrt(jnp.sum(col * col, axis=-2, keepdims=True))
+        beta = -jnp.where(alpha < 0, -1, 1) * norm
+        v = col - jnp.where(rows == j, beta, 0)
+        vv = jnp.sum(v * v, axis=-2, keepdims=True)
+        below = jnp.sum(jnp.where(rows > j, col * col, 0), axis=-2, keepdims=True)
+        none = (vv == 0) | (below == 0)  # nothing below the diagonal: H = I (LAPACK's tau 0)
+        scale = jnp.where(none, 0, 2 / jnp.where(none, 1, vv))
+        r = r - scale * v * jnp.sum(v * r, axis=-2, keepdims=True)
+        q = q - scale * jnp.matmul(q, v) * jnp.swapaxes(v, -1, -2)
+    cols = jnp.reshape(jnp.arange(n), (1,) * (nd - 2) + (1, n))
+    r = jnp.where(rows <= cols, r, 0)  # exactly upper triangular, as LAPACK leaves it
+    if mode == "r":
+        return r[..., :k, :]
+    if mode == "reduced":
+        return q[..., :, :k], r[..., :k, :]
+    return q, r
+
+
+@_at_once
+def lstsq(a, b, rcond=None, *, numpy_resid=False):
+    """jnp.linalg.lstsq for a of full column rank (m >= n): x from QR
+    (R x = Q^T b); residuals (numpy's: the squared norms of b - a x when
+    m > n), rank from R's diagonal. The singular values need an SVD, which
+    shmap does not implement: s is None."""
+    a, b = _float(a), _float(b)
+    if len(a.shape) != 2:
+        raise ValueError("lstsq: a must be a matrix")
+    m, n = a.shape
+    if m < n:
+        raise InvalidArgument("jnp.linalg.lstsq: an underdetermined system (more columns than "
+                              "rows) needs an SVD, which shmap does not implement")
+    vec = len(b.shape) == 1
+    if vec:
+        b = jnp.expand_dims(b, -1)
+    q, r = qr(a)
+    y = jnp.matmul(jnp.swapaxes(q, -1, -2), b)
+    x = _substitute(r, y, lower=False)
+    d = jnp.abs(_diag(r))
+    tol = (rcond if rcond is not None else _np.finfo(_np.dtype(a.dtype)).eps * max(m, n)) * \
+        jnp.max(d)
+    rank = jnp.sum(jnp.astype(d > tol, _np.int32))
+    resid = jnp.sum((jnp.matmul(a, x) - b) ** 2, axis=0) if m > n else \
+        jnp.zeros((0,), a.dtype)
+    if vec:
+        x = x[:, 0]
+    return x, resid, rank, None

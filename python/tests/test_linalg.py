@@ -127,7 +127,7 @@ def test_norms_and_the_rest(c, mesh):
     m = [RNG.standard_normal(s) for s in ((3, 4), (4, 5), (5, 2))]
     assert np.allclose(np.asarray(jnp.linalg.multi_dot([_put(c, mesh, v) for v in m])),
                        np.linalg.multi_dot(m))
-    for name in ("svd", "eigh", "qr", "pinv", "lstsq"):
+    for name in ("svd", "eigh", "pinv", "matrix_rank"):
         with pytest.raises(shmap.InvalidArgument, match=f"jnp.linalg.{name} needs an iterative "
                            "decomposition"):
             getattr(jnp.linalg, name)(a)
@@ -166,3 +166,34 @@ def test_linalg_gradients(c, mesh):
     assert np.allclose(np.asarray(ga), -lam @ x.T, rtol=1e-9, atol=1e-9)
     gl = shmap.grad(lambda m: jnp.linalg.slogdet(m)[1])(_put(c, mesh, a))
     assert np.allclose(np.asarray(gl), np.linalg.inv(a).T, rtol=1e-9, atol=1e-9)
+
+
+def test_qr_and_lstsq(c, mesh):
+    """QR by Householder reflections against numpy's (LAPACK's signs: the
+    same Q and R), in every mode, tall, wide and batched; lstsq through it
+    against numpy's x, residuals and rank."""
+    for shape in ((6, 4), (4, 6), (5, 5)):
+        a = RNG.standard_normal(shape)
+        for mode in ("reduced", "complete"):
+            q, r = jnp.linalg.qr(_put(c, mesh, a), mode=mode)
+            q0, r0 = np.linalg.qr(a, mode=mode)
+            assert np.allclose(np.asarray(q), q0, atol=1e-12), (shape, mode)
+            assert np.allclose(np.asarray(r), r0, atol=1e-12), (shape, mode)
+        assert np.allclose(np.asarray(jnp.linalg.qr(_put(c, mesh, a), mode="r")),
+                           np.linalg.qr(a, mode="r"), atol=1e-12)
+    batch = RNG.standard_normal((4, 5, 3))
+    q, r = jnp.linalg.qr(_put(c, mesh, batch, P("i")))
+    assert q.type == "f64[4@i,5,3]"
+    for k in range(4):
+        q0, r0 = np.linalg.qr(batch[k])
+        assert np.allclose(np.asarray(q)[k], q0) and np.allclose(np.asarray(r)[k], r0)
+    a = RNG.standard_normal((7, 3))
+    b = RNG.standard_normal((7, 2))
+    x, res, rank, s = jnp.linalg.lstsq(_put(c, mesh, a), _put(c, mesh, b))
+    x0, res0, rank0, _ = np.linalg.lstsq(a, b, rcond=None)
+    assert np.allclose(np.asarray(x), x0) and np.allclose(np.asarray(res), res0)
+    assert int(rank) == rank0 and s is None
+    xv = jnp.linalg.lstsq(_put(c, mesh, a), _put(c, mesh, b[:, 0]))[0]
+    assert xv.shape == (3,) and np.allclose(np.asarray(xv), x0[:, 0])
+    with pytest.raises(shmap.InvalidArgument, match="underdetermined"):
+        jnp.linalg.lstsq(_put(c, mesh, a.T), _put(c, mesh, b[:3]))
