@@ -73,7 +73,7 @@ static sm_err sm_exec_operand_as(const sm_exec_ctx *x, const sm_ir_op *op, int i
 {
     const sm_ir_value *v = sm_exec_val(x, op, i);
     if (a->dtype != t && v->weak && v->def >= 0 && v->def < x->p->nops && sm_exec_numel(a) == 1 &&
-        (t == SM_F64 || t == SM_F16)) {
+        t == SM_F64) {
         const sm_ir_op *c = &x->p->ops[v->def];
         if (c->kind == SM_OP_CONST && c->attrs.value_is_float && !c->attrs.has_dtype) {
             void *buf = malloc(sizeof(double));
