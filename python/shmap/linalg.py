@@ -10,10 +10,10 @@ vmap go through them as through any composite.
 Sharding is JAX's linalg rule: the two matrix dimensions unsharded
 ('Input 0 to lu must be unsharded on non-batch dimensions, but got
 P(None, 'i').'), the batch dimensions alike in every input, the result
-laid out as the batch. Decompositions that need iterative algorithms (svd,
-eigh and what is made of them: pinv, matrix_rank, the 2-norm and nuclear
-norm of matrices, lstsq's singular values) are not implemented here:
-refused with a sentence."""
+laid out as the batch. eigh and svd are Jacobi rotations in round-robin
+rounds, a fixed number of sweeps (for small orders: their programs grow
+with the order squared times the sweeps); eig (non-symmetric) is refused
+with a sentence."""
 import numbers
 
 import numpy as _np
@@ -129,9 +129,14 @@ def _matrix_norm(x, ord, axis, keepdims):
         m = jnp.max(s, axis=m_ax, keepdims=True) if ord in (1, _np.inf) else \
             jnp.min(s, axis=m_ax, keepdims=True)
         return m if keepdims else jnp.squeeze(m, axis=(r, c))
-    if ord in (2, -2, "nuc"):
-        raise InvalidArgument(f"norm: ord={ord!r} of a matrix needs its singular values "
-                              f"(svd), which shmap does not implement")
+    if ord in (2, -2, "nuc"):  # from the singular values (Jacobi's svd)
+        x2 = jnp.transpose(x, [d for d in range(len(x.shape)) if d not in (r, c)] + [r, c])
+        sv = svdvals(x2)
+        out = jnp.max(sv, axis=-1) if ord == 2 else jnp.min(sv, axis=-1) if ord == -2 else \
+            jnp.sum(sv, axis=-1)
+        if keepdims:
+            out = jnp.expand_dims(jnp.expand_dims(out, min(r, c)), max(r, c))
+        return out
     raise ValueError(f"Invalid order '{ord}' for matrix norm.")
 
 
@@ -416,16 +421,190 @@ cross = jnp.cross
 
 def _refused(name):
     def f(*args, **kwargs):
-        raise InvalidArgument(f"jnp.linalg.{name} needs an iterative decomposition (svd or "
-                              f"eigh), which shmap does not implement; jnp.linalg has solve, "
-                              f"inv, det, slogdet, cholesky, qr, lstsq, norm and matrix_power")
+        raise InvalidArgument(f"jnp.linalg.{name} (a non-symmetric eigendecomposition) is not "
+                              f"implemented here; jnp.linalg has eigh and svd (Jacobi), solve, "
+                              f"inv, det, slogdet, cholesky, qr, lstsq, pinv and norm")
     f.__name__ = name
     f.__doc__ = f"jnp.linalg.{name}: not implemented here (refused with a sentence)."
     return f
 
 
-svd, eigh, eig, pinv, matrix_rank, eigvalsh, svdvals = map(
-    _refused, ["svd", "eigh", "eig", "pinv", "matrix_rank", "eigvalsh", "svdvals"])
+eig, = map(_refused, ["eig"])
+
+
+# ---- Jacobi rotations: eigh, and the SVD by one-sided rotations ----------------------
+
+
+def _schedule(n, dt):
+    """The round-robin schedule of index pairs (the circle method: 0 fixed,
+    the others rotating), n - 1 rounds of n / 2 disjoint pairs covering
+    every pair once, as the one-hot columns (op, oq) of each round's first
+    and second indices, made in the program from iota (no constants to
+    upload): round r pairs position k with n - 1 - k, and position j >= 1
+    holds 1 + (j - 1 - r) mod (n - 1)."""
+    k = jnp.arange(n // 2)
+    rows = jnp.reshape(jnp.arange(n), (n, 1))
+    out = []
+    for r in range(n - 1):
+        p = jnp.where(k == 0, 0, 1 + jnp.mod(k - 1 - r, n - 1))
+        q = 1 + jnp.mod(n - 2 - k - r, n - 1)
+        out.append((jnp.astype(rows == jnp.reshape(p, (1, n // 2)), dt),
+                    jnp.astype(rows == jnp.reshape(q, (1, n // 2)), dt)))
+    return out
+
+
+def _sweeps(dt):
+    return 10 if _np.dtype(dt) == _np.float64 else 7
+
+
+def _rotation(c, s, op, oq, n, dt, b):
+    """J for a round: identity but J[p,p] = J[q,q] = c, J[p,q] = s,
+    J[q,p] = -s for each pair (op, oq: the pairs' one-hot columns, program
+    constants; c, s: (batch..., n/2), the batch dimensions lettered b).
+    Every subscript is written out, so that no shape is asked of a traced
+    value inside the sweeps (which would type the program so far each
+    time)."""
+    cfull = jnp.einsum(f"{b}k,ik->{b}i", c, op + oq)
+    return jnp.einsum(f"{b}i,ij->{b}ij", cfull, jnp.eye(n, dtype=dt)) + \
+        jnp.einsum(f"{b}k,ik,jk->{b}ij", s, op, oq) - jnp.einsum(f"{b}k,ik,jk->{b}ij", s, oq, op)
+
+
+def _angle(x, y, z):
+    """(c, s) of the Jacobi rotation that zeroes z between diagonal entries x
+    and y (a_pp, a_qq, a_pq; or the columns' |a_p|^2, |a_q|^2, a_p . a_q)."""
+    zero = z == 0
+    theta = (y - x) / (2 * jnp.where(zero, 1, z))
+    t = jnp.where(theta >= 0, 1, -1) / (jnp.abs(theta) + jnp.sqrt(theta * theta + 1))
+    t = jnp.where(zero, 0, t)
+    c = 1 / jnp.sqrt(t * t + 1)
+    return c, t * c
+
+
+@_at_once
+def eigh(a, UPLO="L", symmetrize_input=True):
+    """jnp.linalg.eigh: (eigenvalues ascending, eigenvectors as columns) of
+    a symmetric matrix, by cyclic Jacobi rotations in round-robin rounds (a
+    fixed number of sweeps: 10 in float64, 7 in float32, past convergence
+    for the orders a program unrolls). Eigenvectors' signs are the
+    rotations' (LAPACK's are its own: compare up to sign)."""
+    _square("eigh", a)
+    a = _float(a)
+    _check_core_unsharded("eigh", a)
+    if symmetrize_input:
+        a = (a + jnp.swapaxes(a, -1, -2)) / 2
+    n0 = a.shape[-1]
+    dt = _np.dtype(a.dtype)
+    n = n0 + (n0 % 2)
+    if n != n0:  # an odd order: a dummy index, never rotated (its row and column zero)
+        widths = [(0, 0)] * (len(a.shape) - 2) + [(0, 1), (0, 1)]
+        a = jnp.pad(a, tuple(widths))
+    v = jnp.zeros_like(a) + jnp.eye(n, dtype=dt)
+    b = "abcdefgh"[:len(a.shape) - 2]  # the batch's letters (asked once, before the sweeps)
+    sched = _schedule(n, dt) if n > 1 else []
+    for _ in range(_sweeps(dt) if n > 1 else 0):
+        for op, oq in sched:
+            app = jnp.einsum(f"{b}ij,ik,jk->{b}k", a, op, op)            # (..., n/2)
+            aqq = jnp.einsum(f"{b}ij,ik,jk->{b}k", a, oq, oq)
+            apq = jnp.einsum(f"{b}ij,ik,jk->{b}k", a, op, oq)
+            c, s_ = _angle(app, aqq, apq)
+            j = _rotation(c, s_, op, oq, n, dt, b)
+            a = jnp.einsum(f"{b}ki,{b}kl,{b}lj->{b}ij", j, a, j)         # J^T A J
+            v = jnp.einsum(f"{b}ik,{b}kj->{b}ij", v, j)
+    w = _diag(a)[..., :n0]
+    v = v[..., :n0, :n0]
+    order = jnp.argsort(w, axis=-1)
+    w = jnp.take_along_axis(w, order, axis=-1)
+    v = jnp.take_along_axis(v, jnp.broadcast_to(jnp.expand_dims(order, -2), v.shape), axis=-1)
+    return w, v
+
+
+@_at_once
+def eigvalsh(a, UPLO="L"):
+    """jnp.linalg.eigvalsh: eigh's eigenvalues."""
+    return eigh(a, UPLO)[0]
+
+
+@_at_once
+def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
+    """jnp.linalg.svd by one-sided Jacobi rotations (Hestenes): pairs of
+    columns rotated until orthogonal, in round-robin rounds (10 sweeps in
+    float64, 7 in float32); singular values their norms, descending.
+    full_matrices=True is taken as False (the thin U and Vh: a complete U
+    needs an orthogonal complement). Signs are the rotations'."""
+    a = _float(a)
+    if len(a.shape) < 2:
+        raise ValueError("svd: the input must have at least two dimensions")
+    _check_core_unsharded("svd", a)
+    m, n0 = a.shape[-2], a.shape[-1]
+    if m < n0:  # the transpose's: U and V swapped
+        r = svd(jnp.swapaxes(a, -1, -2), full_matrices=False, compute_uv=compute_uv)
+        if not compute_uv:
+            return r
+        u, s_, vh = r
+        return jnp.swapaxes(vh, -1, -2), s_, jnp.swapaxes(u, -1, -2)
+    dt = _np.dtype(a.dtype)
+    n = n0 + (n0 % 2)
+    if n != n0:
+        widths = [(0, 0)] * (len(a.shape) - 2) + [(0, 0), (0, 1)]
+        a = jnp.pad(a, tuple(widths))
+    v = jnp.broadcast_to(jnp.eye(n, dtype=dt), tuple(a.shape[:-2]) + (n, n))
+    b = "abcdefgh"[:len(a.shape) - 2]  # the batch's letters (asked once, before the sweeps)
+    sched = _schedule(n, dt) if n > 1 else []
+    for _ in range(_sweeps(dt) if n > 1 else 0):
+        for op, oq in sched:
+            ap = jnp.einsum(f"{b}mj,jk->{b}mk", a, op)                    # (..., m, n/2)
+            aq = jnp.einsum(f"{b}mj,jk->{b}mk", a, oq)
+            c, s_ = _angle(jnp.einsum(f"{b}mk,{b}mk->{b}k", ap, ap),
+                           jnp.einsum(f"{b}mk,{b}mk->{b}k", aq, aq),
+                           jnp.einsum(f"{b}mk,{b}mk->{b}k", ap, aq))
+            j = _rotation(c, s_, op, oq, n, dt, b)
+            a = jnp.einsum(f"{b}mk,{b}kj->{b}mj", a, j)
+            v = jnp.einsum(f"{b}ik,{b}kj->{b}ij", v, j)
+    s_ = jnp.sqrt(jnp.sum(a * a, axis=-2))[..., :n0]
+    order = jnp.argsort(-s_, axis=-1)
+    s_ = jnp.take_along_axis(s_, order, axis=-1)
+    if not compute_uv:
+        return s_
+    a, v = a[..., :, :n0], v[..., :n0, :n0]
+    idx = jnp.broadcast_to(jnp.expand_dims(order, -2), a.shape)
+    a = jnp.take_along_axis(a, idx, axis=-1)
+    v = jnp.take_along_axis(v, jnp.broadcast_to(jnp.expand_dims(order, -2), v.shape), axis=-1)
+    u = a / jnp.expand_dims(jnp.where(s_ == 0, 1, s_), -2)
+    return u, s_, jnp.swapaxes(v, -1, -2)
+
+
+@_at_once
+def svdvals(x):
+    """jnp.linalg.svdvals: the singular values, descending."""
+    return svd(x, compute_uv=False)
+
+
+@_at_once
+def pinv(a, rtol=None, hermitian=False, *, rcond=None):
+    """jnp.linalg.pinv: V diag(1/s) U^T over the singular values above rtol
+    times the largest (default: eps * max(m, n), as JAX's)."""
+    a = _float(a)
+    u, s_, vh = svd(a, full_matrices=False)
+    m, n = a.shape[-2], a.shape[-1]
+    tol = rcond if rcond is not None else rtol
+    if tol is None:
+        tol = 10 * max(m, n) * _np.finfo(_np.dtype(a.dtype)).eps
+    cut = tol * jnp.max(s_, axis=-1, keepdims=True)
+    inv_s = jnp.where(s_ > cut, 1 / jnp.where(s_ > cut, s_, 1), 0)
+    return jnp.matmul(jnp.swapaxes(vh, -1, -2) * jnp.expand_dims(inv_s, -2),
+                      jnp.swapaxes(u, -1, -2))
+
+
+@_at_once
+def matrix_rank(M, rtol=None, *, tol=None):
+    """jnp.linalg.matrix_rank: singular values above the tolerance (default
+    max(m, n) * eps * the largest)."""
+    s_ = svdvals(_float(M))
+    if tol is None:
+        r = rtol if rtol is not None else \
+            max(M.shape[-2], M.shape[-1]) * _np.finfo(_np.dtype(s_.dtype)).eps
+        tol = r * jnp.max(s_, axis=-1, keepdims=True)
+    return jnp.sum(jnp.astype(s_ > tol, _np.int32), axis=-1)
 
 
 # ---- QR by Householder reflections ---------------------------------------------------
@@ -474,15 +653,15 @@ def qr(a, mode="reduced"):
 def lstsq(a, b, rcond=None, *, numpy_resid=False):
     """jnp.linalg.lstsq for a of full column rank (m >= n): x from QR
     (R x = Q^T b); residuals (numpy's: the squared norms of b - a x when
-    m > n), rank from R's diagonal. The singular values need an SVD, which
-    shmap does not implement: s is None."""
+    m > n), rank from R's diagonal, and the singular values (Jacobi's)."""
     a, b = _float(a), _float(b)
     if len(a.shape) != 2:
         raise ValueError("lstsq: a must be a matrix")
     m, n = a.shape
     if m < n:
         raise InvalidArgument("jnp.linalg.lstsq: an underdetermined system (more columns than "
-                              "rows) needs an SVD, which shmap does not implement")
+                              "rows) is not implemented here (its minimum-norm solution: "
+                              "pinv(a) @ b)")
     vec = len(b.shape) == 1
     if vec:
         b = jnp.expand_dims(b, -1)
@@ -497,4 +676,4 @@ def lstsq(a, b, rcond=None, *, numpy_resid=False):
         jnp.zeros((0,), a.dtype)
     if vec:
         x = x[:, 0]
-    return x, resid, rank, None
+    return x, resid, rank, svdvals(a)

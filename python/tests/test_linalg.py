@@ -127,12 +127,11 @@ def test_norms_and_the_rest(c, mesh):
     m = [RNG.standard_normal(s) for s in ((3, 4), (4, 5), (5, 2))]
     assert np.allclose(np.asarray(jnp.linalg.multi_dot([_put(c, mesh, v) for v in m])),
                        np.linalg.multi_dot(m))
-    for name in ("svd", "eigh", "pinv", "matrix_rank"):
-        with pytest.raises(shmap.InvalidArgument, match=f"jnp.linalg.{name} needs an iterative "
-                           "decomposition"):
-            getattr(jnp.linalg, name)(a)
-    with pytest.raises(shmap.InvalidArgument, match=r"ord=2 of a matrix needs its singular"):
-        jnp.linalg.norm(xs, ord=2)
+    with pytest.raises(shmap.InvalidArgument, match=r"jnp.linalg.eig \(a non-symmetric "):
+        jnp.linalg.eig(a)
+    for ord in (2, -2, "nuc"):
+        assert np.isclose(float(jnp.linalg.norm(xs, ord=ord)), np.linalg.norm(x, ord=ord),
+                          rtol=1e-12), ord
 
 
 def test_linalg_sharding_rule(c, mesh):
@@ -192,8 +191,40 @@ def test_qr_and_lstsq(c, mesh):
     x, res, rank, s = jnp.linalg.lstsq(_put(c, mesh, a), _put(c, mesh, b))
     x0, res0, rank0, _ = np.linalg.lstsq(a, b, rcond=None)
     assert np.allclose(np.asarray(x), x0) and np.allclose(np.asarray(res), res0)
-    assert int(rank) == rank0 and s is None
+    assert int(rank) == rank0 and np.allclose(np.asarray(s), np.linalg.svd(a, compute_uv=False))
     xv = jnp.linalg.lstsq(_put(c, mesh, a), _put(c, mesh, b[:, 0]))[0]
     assert xv.shape == (3,) and np.allclose(np.asarray(xv), x0[:, 0])
     with pytest.raises(shmap.InvalidArgument, match="underdetermined"):
         jnp.linalg.lstsq(_put(c, mesh, a.T), _put(c, mesh, b[:3]))
+
+
+def test_eigh_svd_pinv(c, mesh):
+    """eigh and svd by Jacobi rotations: eigenvalues and singular values as
+    numpy's, the decompositions reconstructing the input with orthonormal
+    vectors (signs are the rotations' own), odd and even orders, tall and
+    wide, batched with the batch sharded; eigvalsh, svdvals, pinv and
+    matrix_rank (a rank-deficient matrix) against numpy's."""
+    for n in (1, 2, 5, 6):
+        m = RNG.standard_normal((n, n))
+        a = m + m.T
+        w, v = jnp.linalg.eigh(_put(c, mesh, a))
+        w, v = np.asarray(w), np.asarray(v)
+        assert np.allclose(w, np.linalg.eigvalsh(a), atol=1e-12), n
+        assert np.allclose(a @ v, v * w, atol=1e-12) and np.allclose(v.T @ v, np.eye(n))
+    batch = RNG.standard_normal((4, 5, 5))
+    batch = batch + batch.transpose(0, 2, 1)
+    w = jnp.linalg.eigvalsh(_put(c, mesh, batch, P("i")))
+    assert w.type == "f64[4@i,5]" and np.allclose(np.asarray(w), np.linalg.eigvalsh(batch))
+    for shape in ((6, 3), (3, 6), (4, 4), (5, 1)):
+        a = RNG.standard_normal(shape)
+        u, s, vh = map(np.asarray, jnp.linalg.svd(_put(c, mesh, a)))
+        assert np.allclose(s, np.linalg.svd(a, compute_uv=False), atol=1e-12), shape
+        k = min(shape)
+        assert u.shape == (shape[0], k) and vh.shape == (k, shape[1])
+        assert np.allclose((u * s) @ vh, a, atol=1e-12)
+        assert np.allclose(u.T @ u, np.eye(k)) and np.allclose(vh @ vh.T, np.eye(k))
+        assert np.allclose(np.asarray(jnp.linalg.svdvals(_put(c, mesh, a))), s)
+    low = RNG.standard_normal((6, 2)) @ RNG.standard_normal((2, 5))  # rank 2
+    assert int(jnp.linalg.matrix_rank(_put(c, mesh, low))) == 2
+    assert np.allclose(np.asarray(jnp.linalg.pinv(_put(c, mesh, low))), np.linalg.pinv(low),
+                       atol=1e-10)
