@@ -1090,6 +1090,11 @@ def _find_coordinator():
                              "SHMAP_BIN_DIR, or put it on the PATH")
 
 
+def _read_text(path):
+    with open(path) as f:
+        return f.read()
+
+
 class local_cluster:
     """The embedded default as a context manager: a coordinator with local
     workers on a free loopback port, stopped on exit.
@@ -1123,9 +1128,10 @@ class local_cluster:
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 break
-            if os.path.exists(port_file) and open(port_file).read().strip():
+            port = _read_text(port_file).strip() if os.path.exists(port_file) else ""
+            if port:
                 try:
-                    c = Client("127.0.0.1:" + open(port_file).read().strip())
+                    c = Client("127.0.0.1:" + port)
                     if len(c.devices()) == self.workers * self.devices_per_worker:
                         self.client = c
                         _default[:] = [c]
@@ -1135,7 +1141,7 @@ class local_cluster:
                     pass
             time.sleep(0.05)
         self.log.flush()
-        text = open(self.log_path).read()  # before _stop removes it
+        text = _read_text(self.log_path)  # before _stop removes it
         self._stop()
         raise Unavailable("the local cluster did not start:\n" + text)
 

@@ -104,3 +104,38 @@ def test_stats_and_linalg(c):
     g = shmap.grad(lambda v: jnp.sum(special.gammaln(v)))(_put(c, np.array([1.5, 3.0])))
     assert np.allclose(np.asarray(g), np.asarray(special.digamma(_put(c, np.array([1.5, 3.0])))),
                        rtol=1e-12)
+
+
+def test_expm_and_decompositions(c):
+    """expm against exp of the eigenvalues for symmetric matrices (norms
+    that need 0 to 9 squarings) and against a Taylor series of the scaled
+    matrix for a general one; NaN past max_squarings, as JAX's; the
+    scipy.linalg names of eigh, svd, qr, pinv."""
+    rng = np.random.default_rng(8)
+    for scale in (0.01, 1.0, 30.0, 200.0):
+        m = rng.standard_normal((5, 5))
+        a = (m + m.T) * scale / 4
+        w, v = np.linalg.eigh(a)
+        want = (v * np.exp(w)) @ v.T
+        got = np.asarray(sla.expm(_put(c, a)))
+        assert np.allclose(got, want, rtol=1e-9, atol=1e-12 * np.abs(want).max()), scale
+    g = rng.standard_normal((4, 4))
+    s = 6
+    x = g / 2 ** s
+    term, acc = np.eye(4), np.eye(4)
+    for k in range(1, 30):
+        term = term @ x / k
+        acc = acc + term
+    for _ in range(s):
+        acc = acc @ acc
+    assert np.allclose(np.asarray(sla.expm(_put(c, g))), acc, rtol=1e-10)
+    assert np.isnan(np.asarray(sla.expm(_put(c, g * 1e6), max_squarings=4))).all()
+    a = rng.standard_normal((4, 3))
+    q, r = sla.qr(_put(c, a))
+    assert q.shape == (4, 4) and np.allclose(np.asarray(q) @ np.asarray(r), a)
+    assert np.allclose(np.asarray(sla.pinv(_put(c, a))), np.linalg.pinv(a))
+    sym = a.T @ a
+    assert np.allclose(np.asarray(sla.eigh(_put(c, sym), eigvals_only=True)),
+                       np.linalg.eigvalsh(sym))
+    assert np.allclose(np.asarray(sla.svd(_put(c, a), compute_uv=False)),
+                       np.linalg.svd(a, compute_uv=False))
