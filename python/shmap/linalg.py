@@ -69,6 +69,15 @@ def _square(name, a):
                          f"matrix, got shape {tuple(a.shape)}")
 
 
+def _symmetric(name, a, symmetrize):
+    """A square floating input of name, JAX's rule checked, made symmetric
+    ((a + a^T) / 2) when asked, as JAX's symmetrize_input."""
+    _square(name, a)
+    a = _float(a)
+    _check_core_unsharded(name, a)
+    return (a + jnp.swapaxes(a, -1, -2)) / 2 if symmetrize else a
+
+
 def _rows(n, ndim):
     """The row and column indices of an n x n matrix, shaped for arrays of
     ndim dimensions (the matrix last)."""
@@ -288,11 +297,7 @@ def cholesky(a, *, upper=False, symmetrize_input=True):
     """jnp.linalg.cholesky: L lower triangular with L @ L.T == a (upper: its
     transpose); the input symmetrized first, as JAX's; NaN where a is not
     positive definite."""
-    _square("cholesky", a)
-    a = _float(a)
-    _check_core_unsharded("cholesky", a)
-    if symmetrize_input:
-        a = (a + jnp.swapaxes(a, -1, -2)) / 2
+    a = _symmetric("cholesky", a, symmetrize_input)
     n = a.shape[-1]
     nd = len(a.shape)
     r, c = _rows(n, nd)
@@ -487,11 +492,7 @@ def eigh(a, UPLO="L", symmetrize_input=True):
     fixed number of sweeps: 10 in float64, 7 in float32, past convergence
     for the orders a program unrolls). Eigenvectors' signs are the
     rotations' (LAPACK's are its own: compare up to sign)."""
-    _square("eigh", a)
-    a = _float(a)
-    _check_core_unsharded("eigh", a)
-    if symmetrize_input:
-        a = (a + jnp.swapaxes(a, -1, -2)) / 2
+    a = _symmetric("eigh", a, symmetrize_input)
     n0 = a.shape[-1]
     dt = _np.dtype(a.dtype)
     n = n0 + (n0 % 2)
