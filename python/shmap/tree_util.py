@@ -149,6 +149,152 @@ def tree_map(f, tree, *rest, is_leaf=None):
     return treedef.unflatten([f(x, *xs) for x, *xs in zip(leaves, *others)])
 
 
+# ---- key paths ------------------------------------------------------------------
+
+
+class DictKey:
+    """A dict entry on a key path: ['key']."""
+
+    def __init__(self, key):
+        self.key = key
+
+    def __str__(self):
+        return f"[{self.key!r}]"
+
+    def __repr__(self):
+        return f"DictKey(key={self.key!r})"
+
+    def __eq__(self, other):
+        return type(other) is DictKey and other.key == self.key
+
+    def __hash__(self):
+        return hash(("dict", self.key))
+
+
+class SequenceKey:
+    """A tuple or list entry on a key path: [idx]."""
+
+    def __init__(self, idx):
+        self.idx = idx
+
+    def __str__(self):
+        return f"[{self.idx!r}]"
+
+    def __repr__(self):
+        return f"SequenceKey(idx={self.idx!r})"
+
+    def __eq__(self, other):
+        return type(other) is SequenceKey and other.idx == self.idx
+
+    def __hash__(self):
+        return hash(("seq", self.idx))
+
+
+class GetAttrKey:
+    """A namedtuple field on a key path: .name."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __str__(self):
+        return f".{self.name}"
+
+    def __repr__(self):
+        return f"GetAttrKey(name={self.name!r})"
+
+    def __eq__(self, other):
+        return type(other) is GetAttrKey and other.name == self.name
+
+    def __hash__(self):
+        return hash(("attr", self.name))
+
+
+class FlattenedIndexKey:
+    """A child of a registered class on a key path: [key]."""
+
+    def __init__(self, key):
+        self.key = key
+
+    def __str__(self):
+        return f"[<flat index {self.key}>]"
+
+    def __repr__(self):
+        return f"FlattenedIndexKey(key={self.key!r})"
+
+    def __eq__(self, other):
+        return type(other) is FlattenedIndexKey and other.key == self.key
+
+    def __hash__(self):
+        return hash(("flat", self.key))
+
+
+def _path_key(tree, key):
+    if isinstance(tree, dict):
+        return DictKey(key)
+    if type(tree) in (tuple, list):
+        return SequenceKey(key)
+    if isinstance(tree, tuple) and hasattr(type(tree), "_fields"):
+        return GetAttrKey(key)
+    return FlattenedIndexKey(key)
+
+
+def _with_path(tree, is_leaf, path, out):
+    if is_leaf is not None and is_leaf(tree):
+        out.append((path, tree))
+        return
+    if tree is None:
+        return
+    n = _node(tree)
+    if n is None:
+        out.append((path, tree))
+        return
+    for child, key in zip(n[0], n[1]):
+        _with_path(child, is_leaf, path + (_path_key(tree, key),), out)
+
+
+def tree_flatten_with_path(tree, is_leaf=None):
+    """jax.tree_util.tree_flatten_with_path: ([(key path, leaf)], treedef);
+    a path is a tuple of DictKey, SequenceKey, GetAttrKey (namedtuple
+    fields) and FlattenedIndexKey (registered classes)."""
+    out = []
+    _with_path(tree, is_leaf, (), out)
+    return out, tree_structure(tree, is_leaf)
+
+
+def tree_leaves_with_path(tree, is_leaf=None):
+    return tree_flatten_with_path(tree, is_leaf)[0]
+
+
+def tree_map_with_path(f, tree, *rest, is_leaf=None):
+    """jax.tree_util.tree_map_with_path: f(path, leaf, *others)."""
+    pairs, treedef = tree_flatten_with_path(tree, is_leaf)
+    others = [tree_flatten(r, is_leaf)[0] for r in rest]
+    return treedef.unflatten([f(p, x, *xs) for (p, x), *xs in zip(pairs, *others)])
+
+
+def keystr(keys, *, simple=False, separator=""):
+    """jax.tree_util.keystr: a key path as text (['a'][0].mu), or with
+    simple=True its bare keys joined by separator."""
+    if not simple:
+        return "".join(str(k) for k in keys)
+    return separator.join(str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k))))
+                          for k in keys)
+
+
+def tree_reduce(function, tree, initializer=_END, is_leaf=None):
+    """jax.tree_util.tree_reduce: functools.reduce over the leaves."""
+    import functools
+    leaves = tree_leaves(tree, is_leaf)
+    if initializer is _END:
+        return functools.reduce(function, leaves)
+    return functools.reduce(function, leaves, initializer)
+
+
+def tree_all(tree, *, is_leaf=None):
+    """jax.tree_util.tree_all: whether every leaf is truthy."""
+    return all(bool(x) for x in tree_leaves(tree, is_leaf))
+
+
 class _Tree:
     """jax.tree: the same functions under their short names."""
     map = staticmethod(tree_map)
@@ -156,6 +302,11 @@ class _Tree:
     structure = staticmethod(tree_structure)
     flatten = staticmethod(tree_flatten)
     unflatten = staticmethod(tree_unflatten)
+    map_with_path = staticmethod(tree_map_with_path)
+    flatten_with_path = staticmethod(tree_flatten_with_path)
+    leaves_with_path = staticmethod(tree_leaves_with_path)
+    reduce = staticmethod(tree_reduce)
+    all = staticmethod(tree_all)
 
 
 tree = _Tree()

@@ -870,3 +870,24 @@ def test_more_lax(c, mesh):
             assert np.allclose(np.asarray(g), w)
     assert np.allclose(np.asarray(lax.lgamma(_put(c, mesh, np.array([2.5]), P()))),
                        np.log(1.329340388179137))
+
+
+def test_tree_key_paths():
+    """jax.tree_util's key paths: tree_flatten_with_path / leaves / map with
+    DictKey, SequenceKey, GetAttrKey (namedtuple fields) and keystr as JAX
+    prints them; tree_reduce and tree_all; jax.tree's short names."""
+    import collections
+    from shmap import tree_util as tu
+    State = collections.namedtuple("State", ["mu", "nu"])
+    t = {"b": [1, (2, 3)], "a": State(4, None)}
+    pairs, treedef = tu.tree_flatten_with_path(t)
+    assert [(tu.keystr(p), v) for p, v in pairs] == [
+        ("['a'].mu", 4), ("['b'][0]", 1), ("['b'][1][0]", 2), ("['b'][1][1]", 3)]
+    assert pairs[0][0] == (tu.DictKey("a"), tu.GetAttrKey("mu"))
+    assert treedef == tu.tree_structure(t)
+    named = shmap.tree.map_with_path(lambda p, x: tu.keystr(p, simple=True, separator="/"), t)
+    assert named == {"b": ["b/0", ("b/1/0", "b/1/1")], "a": State("a/mu", None)}
+    assert [tu.keystr(p) for p, _ in tu.tree_leaves_with_path([5, {"k": 6}])] == \
+        ["[0]", "[1]['k']"]
+    assert tu.tree_reduce(lambda a, b: a + b, t) == 10 and shmap.tree.reduce(max, t, 0) == 4
+    assert tu.tree_all(t) and not shmap.tree.all([1, 0])
