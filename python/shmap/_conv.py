@@ -29,7 +29,7 @@ import numpy as _np
 
 from . import numpy as jnp
 from ._core import P, ProgramError
-from ._trace import _dims, _spec_entry, _state, make_op
+from ._trace import _entries, _state, make_op
 from .numpy import _at_once
 
 _reshard = make_op("reshard")
@@ -188,16 +188,6 @@ def _windows(x, axes, window, strides, pads, base_dilation, window_dilation, fil
 
 
 # ---- sharding --------------------------------------------------------------
-
-
-def _entries(v):
-    """v's PartitionSpec entries, one per dimension, in a jit body; None in
-    a shard_map body (values are blocks) or for a value without a type."""
-    b = getattr(_state, "builder", None)
-    t = getattr(v, "type", None)
-    if b is None or b.kind != "jit" or not isinstance(t, str) or "[" not in t:
-        return None
-    return [_spec_entry(d) for d in _dims(t)]
 
 
 def _entry_size(e):

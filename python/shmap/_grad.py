@@ -26,8 +26,8 @@ import re
 import numpy as np
 
 from ._core import Array, InvalidArgument, Unimplemented
-from ._trace import (Tracer, _builder, _call_op, _is_tree, _state, _tree_build, _tree_leaves,
-                     _tree_sig, jit)
+from ._trace import (Tracer, _builder, _call_op, _entries, _is_tree, _state, _tree_build,
+                     _tree_leaves, _tree_sig, jit)
 
 # Ops whose results carry no derivative (integers, booleans, piecewise
 # constants): they never become part of what is differentiated.
@@ -372,7 +372,7 @@ def _getitem_rule(g, out, x, key):
     """x[key] for integers, slices and None: g padded with zeros back to x's
     shape (a strided slice's with zeros between its elements too, a
     reversed one's flipped first)."""
-    from ._conv import _dilate, _entries, _gather_dims
+    from ._conv import _dilate, _gather_dims
     jnp = _jnp()
     shape = tuple(x.shape)
     pads, gshape, d = [], [], 0

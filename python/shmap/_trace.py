@@ -772,15 +772,22 @@ def _spec_entry(dim):
     return tuple(a[1:-1].split(",")) if a.startswith("(") else a
 
 
-def _explicit_dims(v):
-    """The dimensions of v's type sharded over Explicit mesh axes: of an
-    Array or a value of a jit body (none in a shard_map body, whose values
-    are blocks)."""
+def _entries(v):
+    """v's PartitionSpec entries over Explicit mesh axes, one per dimension
+    (None where unsharded): of an Array or a value of a jit body; None in a
+    shard_map body (values are blocks) or for a value without a type."""
     b = getattr(_state, "builder", None)
     t = getattr(v, "type", None)
     if (b is not None and b.kind != "jit") or not isinstance(t, str) or "[" not in t:
-        return set()
-    return {d for d, s in enumerate(_dims(t)) if "@" in s}
+        return None
+    return [_spec_entry(d) for d in _dims(t)]
+
+
+def _explicit_dims(v):
+    """The dimensions of v's type sharded over Explicit mesh axes (_entries'
+    that are not None)."""
+    ents = _entries(v)
+    return set() if ents is None else {d for d, e in enumerate(ents) if e is not None}
 
 
 def _dims(t):

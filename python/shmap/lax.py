@@ -418,8 +418,9 @@ def erf_inv(x):
     from . import random as _random
     jnp = _jnp()
     dt = x.dtype
-    if dt == _np.float64:
-        return _erf_inv64_traced(jnp, x, _random)
+    if dt == _np.float64:  # constants made float64 (a bare float in where would be float32)
+        return _random._erf_inv64_with(jnp, x, lambda v: jnp.full(tuple(x.shape), v,
+                                                                  dtype=_np.float64))
     x32 = x if dt == _np.float32 else jnp.astype(x, _np.float32)
     w = -jnp.log1p(x32 * -x32)
     lt = w < 5.0
@@ -430,32 +431,6 @@ def erf_inv(x):
         p = jnp.where(lt, float(lo[i]), float(hi[i])) + p * w
     r = jnp.where(jnp.abs(x32) == 1.0, x32 * _np.inf, p * x32)
     return r if dt == _np.float32 else jnp.astype(r, dt)
-
-
-def _erf_inv64_traced(jnp, x, _random):
-    w = -jnp.log1p(x * -x)
-    lt625, lt16 = w < 6.25, w < 16.0
-    a, b, c = _random._ERFINV64_LT625, _random._ERFINV64_LT16, _random._ERFINV64_GE16
-
-    def f64(v):  # a float64 constant (a bare Python float in where would be float32)
-        return jnp.full(tuple(x.shape), v, dtype=_np.float64)
-
-    def coef(i):
-        v = f64(a[i])
-        if i < 19:
-            v = jnp.where(lt625, v, f64(b[i]))
-        if i < 17:
-            v = jnp.where(lt16, v, f64(c[i]))
-        return v
-    w = jnp.where(lt625, w - 3.125, jnp.sqrt(w) - jnp.where(lt16, f64(3.25), f64(5.0)))
-    p = coef(0)
-    for i in range(1, 17):
-        p = coef(i) + p * w
-    for i in range(17, 19):
-        p = jnp.where(lt16, coef(i) + p * w, p)
-    for i in range(19, 23):
-        p = jnp.where(lt625, coef(i) + p * w, p)
-    return jnp.where(jnp.abs(x) == 1.0, x * _np.inf, p * x)
 
 
 def while_loop(cond_fun, body_fun, init_val):

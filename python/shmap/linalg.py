@@ -20,6 +20,7 @@ import numpy as _np
 
 from . import numpy as jnp
 from ._core import InvalidArgument, ProgramError
+from ._trace import _entries
 from .numpy import _at_once
 
 __all__ = ["norm", "vector_norm", "matrix_norm", "det", "slogdet", "inv", "solve",
@@ -35,7 +36,6 @@ __all__ = ["norm", "vector_norm", "matrix_norm", "det", "slogdet", "inv", "solve
 def _check_core_unsharded(name, *xs, core=2):
     """JAX's linalg_sharding_rule: each input's last `core` dimensions
     unsharded, the batch dimensions sharded alike (its sentences)."""
-    from ._conv import _entries
     batch = []
     for i, x in enumerate(xs):
         ents = _entries(x)
@@ -93,7 +93,7 @@ def _diag(x, offset=0):
         return jnp.diagonal(x, offset=offset)
     d = jnp.sum(x * jnp.eye(n, m, k=offset, dtype=x.dtype), axis=-1 if offset >= 0 else -2)
     k = min(n, m - offset) if offset >= 0 else min(n + offset, m)
-    return d[..., :k] if offset >= 0 else d[..., :k]
+    return d[..., :k]
 
 
 # ---- norms -----------------------------------------------------------------
@@ -222,7 +222,7 @@ def _solve_layout(name, a, b):
     """JAX's checks of the triangular solves of b by a's factors (b's rows
     unsharded, the batch as a's), and b with its columns gathered for the
     elimination; returns (b, the result's spec entries or None)."""
-    from ._conv import _entries, _gather_dims
+    from ._conv import _gather_dims
     ea, eb = _entries(a), _entries(b)
     if ea is None:
         return b, None
@@ -320,7 +320,6 @@ def triangular_solve(a, b, left_side=False, lower=False, transpose_a=False,
 
 @_at_once
 def _triangular_solve(a, b, left_side, lower, transpose_a, unit_diagonal):
-    from ._conv import _entries
     ea, eb = _entries(a), _entries(b)
     if ea is not None:
         if tuple(ea[:-2]) != tuple(eb[:-2]):

@@ -5,14 +5,13 @@ import builtins
 import functools
 import math
 import numbers
-import re
 
 import numpy as _np
 
 import _shmap
 
 from ._core import get_mesh
-from ._trace import _eager, _holds_array, _state, make_op
+from ._trace import _dims, _eager, _holds_array, _spec_entry, _state, make_op
 
 _COLLECTIVES = {"psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "ppermute",
                 "all_to_all", "axis_index", "axis_size", "pvary", "shard_map_in",
@@ -108,15 +107,7 @@ def _spec_of_type(t):
     """The PartitionSpec of a type string's dimensions ('f32[8@X,4,6@(Y,Z)]'
     -> P('X', None, ('Y', 'Z'))), or None where no dimension is sharded."""
     from ._core import P
-    dims = re.match(r"[a-z0-9]+\[(.*?)\]", t).group(1)
-    entries = []
-    for d in re.findall(r"\d+(?:@(\(.*?\)|\w+))?", dims) if dims else []:
-        if not d:
-            entries.append(None)
-        elif d.startswith("("):
-            entries.append(tuple(d[1:-1].split(",")))
-        else:
-            entries.append(d)
+    entries = [_spec_entry(d) for d in _dims(t)]
     return P(*entries) if builtins.any(e is not None for e in entries) else None
 
 

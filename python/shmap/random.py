@@ -548,30 +548,38 @@ _ERFINV64_GE16 = (
     1.0103004648645343977, 4.8499064014085844221)
 
 
+def _erf_inv64_with(xp, x, const):
+    """erf_inv in float64 as XLA computes it (chlo.erf_inv's three
+    polynomials of Giles' double-precision approximation), written once for
+    two array libraries: xp numpy (the host's draws) or shmap.numpy
+    (lax.erf_inv, traced); const(v) is the float64 constant v of x's
+    shape in xp."""
+    w = -xp.log1p(x * -x)
+    lt625, lt16 = w < 6.25, w < 16.0
+
+    def coef(i):
+        c = const(_ERFINV64_LT625[i])
+        if i < 19:
+            c = xp.where(lt625, c, const(_ERFINV64_LT16[i]))
+        if i < 17:
+            c = xp.where(lt16, c, const(_ERFINV64_GE16[i]))
+        return c
+    w = xp.where(lt625, w - 3.125, xp.sqrt(w) - xp.where(lt16, const(3.25), const(5.0)))
+    p = coef(0)
+    for i in range(1, 17):
+        p = coef(i) + p * w
+    for i in range(17, 19):
+        p = xp.where(lt16, coef(i) + p * w, p)
+    for i in range(19, 23):
+        p = xp.where(lt625, coef(i) + p * w, p)
+    return xp.where(xp.abs(x) == 1.0, x * np.inf, p * x)
+
+
 def _erf_inv64(x):
-    """lax.erf_inv in float64 as XLA computes it (chlo.erf_inv's three
-    polynomials of Giles' double-precision approximation)."""
+    """lax.erf_inv in float64 on the host (_erf_inv64_with in numpy)."""
     x = np.asarray(x, np.float64)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        w = -np.log1p(x * -x)
-        lt625, lt16 = w < 6.25, w < 16.0
-
-        def coef(i):
-            c = np.full(x.shape, _ERFINV64_LT625[i])
-            if i < 19:
-                c = np.where(lt625, c, _ERFINV64_LT16[i])
-            if i < 17:
-                c = np.where(lt16, c, _ERFINV64_GE16[i])
-            return c
-        w = np.where(lt625, w - 3.125, np.sqrt(w) - np.where(lt16, 3.25, 5.0))
-        p = coef(0)
-        for i in range(1, 17):
-            p = coef(i) + p * w
-        for i in range(17, 19):
-            p = np.where(lt16, coef(i) + p * w, p)
-        for i in range(19, 23):
-            p = np.where(lt625, coef(i) + p * w, p)
-        return np.where(np.abs(x) == 1.0, x * np.inf, p * x)
+        return _erf_inv64_with(np, x, lambda v: np.full(x.shape, v))
 
 
 def _erf_inv(x):

@@ -152,80 +152,47 @@ def tree_map(f, tree, *rest, is_leaf=None):
 # ---- key paths ------------------------------------------------------------------
 
 
-class DictKey:
+class _Key:
+    """One step of a key path: its value under the attribute _field, printed
+    by _fmt; equal to a key of the same class and value."""
+    _field, _fmt = "key", "[{!r}]"
+
+    def __init__(self, value):
+        setattr(self, self._field, value)
+
+    def _value(self):
+        return getattr(self, self._field)
+
+    def __str__(self):
+        return self._fmt.format(self._value())
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self._field}={self._value()!r})"
+
+    def __eq__(self, other):
+        return type(other) is type(self) and other._value() == self._value()
+
+    def __hash__(self):
+        return hash((type(self).__name__, self._value()))
+
+
+class DictKey(_Key):
     """A dict entry on a key path: ['key']."""
 
-    def __init__(self, key):
-        self.key = key
 
-    def __str__(self):
-        return f"[{self.key!r}]"
-
-    def __repr__(self):
-        return f"DictKey(key={self.key!r})"
-
-    def __eq__(self, other):
-        return type(other) is DictKey and other.key == self.key
-
-    def __hash__(self):
-        return hash(("dict", self.key))
-
-
-class SequenceKey:
+class SequenceKey(_Key):
     """A tuple or list entry on a key path: [idx]."""
-
-    def __init__(self, idx):
-        self.idx = idx
-
-    def __str__(self):
-        return f"[{self.idx!r}]"
-
-    def __repr__(self):
-        return f"SequenceKey(idx={self.idx!r})"
-
-    def __eq__(self, other):
-        return type(other) is SequenceKey and other.idx == self.idx
-
-    def __hash__(self):
-        return hash(("seq", self.idx))
+    _field = "idx"
 
 
-class GetAttrKey:
+class GetAttrKey(_Key):
     """A namedtuple field on a key path: .name."""
-
-    def __init__(self, name):
-        self.name = name
-
-    def __str__(self):
-        return f".{self.name}"
-
-    def __repr__(self):
-        return f"GetAttrKey(name={self.name!r})"
-
-    def __eq__(self, other):
-        return type(other) is GetAttrKey and other.name == self.name
-
-    def __hash__(self):
-        return hash(("attr", self.name))
+    _field, _fmt = "name", ".{}"
 
 
-class FlattenedIndexKey:
-    """A child of a registered class on a key path: [key]."""
-
-    def __init__(self, key):
-        self.key = key
-
-    def __str__(self):
-        return f"[<flat index {self.key}>]"
-
-    def __repr__(self):
-        return f"FlattenedIndexKey(key={self.key!r})"
-
-    def __eq__(self, other):
-        return type(other) is FlattenedIndexKey and other.key == self.key
-
-    def __hash__(self):
-        return hash(("flat", self.key))
+class FlattenedIndexKey(_Key):
+    """A child of a registered class on a key path."""
+    _fmt = "[<flat index {}>]"
 
 
 def _path_key(tree, key):
@@ -277,8 +244,7 @@ def keystr(keys, *, simple=False, separator=""):
     simple=True its bare keys joined by separator."""
     if not simple:
         return "".join(str(k) for k in keys)
-    return separator.join(str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k))))
-                          for k in keys)
+    return separator.join(str(k._value() if isinstance(k, _Key) else k) for k in keys)
 
 
 def tree_reduce(function, tree, initializer=_END, is_leaf=None):
