@@ -1028,17 +1028,25 @@ static PyObject *program_check(PyObject *mod, PyObject *args)
     return res;
 }
 
-/* op_table() -> [(name, signature, min_operands, max_operands)] */
+/* op_table() -> [(name, signature, min_operands, max_operands, jit_only)]: the ops
+ * a program calls (a while loop's four ops are written as `while`, not called) */
 static PyObject *op_table(PyObject *mod, PyObject *unused)
 {
-    PyObject *l = PyList_New(SM_OP_COUNT);
+    PyObject *l = PyList_New(0);
     for (int k = 0; l && k < SM_OP_COUNT; k++) {
         int mn, mx;
+        if (sm_op_loop((sm_op_kind)k))
+            continue;
         sm_op_arity((sm_op_kind)k, &mn, &mx);
-        PyList_SET_ITEM(l, k,
-                        Py_BuildValue("(ssiiO)", sm_op_name((sm_op_kind)k),
-                                      sm_op_signature((sm_op_kind)k), mn, mx,
-                                      sm_op_global_only((sm_op_kind)k) ? Py_True : Py_False));
+        PyObject *row =
+            Py_BuildValue("(ssiiO)", sm_op_name((sm_op_kind)k), sm_op_signature((sm_op_kind)k), mn,
+                          mx, sm_op_global_only((sm_op_kind)k) ? Py_True : Py_False);
+        if (!row || PyList_Append(l, row)) {
+            Py_XDECREF(row);
+            Py_DECREF(l);
+            return NULL;
+        }
+        Py_DECREF(row);
     }
     return l;
 }

@@ -313,8 +313,8 @@ START_TEST(test_table_covers_every_op)
         sm_program_free(p);
     }
     seen[SM_OP_AXIS_SIZE] = 1;            /* static in the text form: test_builder_axis_size */
-    for (int k = 0; k < SM_OP_COUNT; k++) /* global-view only: test_lower */
-        seen[k] |= sm_op_global_only((sm_op_kind)k);
+    for (int k = 0; k < SM_OP_COUNT; k++) /* global-view only: test_lower; loops: test_while */
+        seen[k] |= sm_op_global_only((sm_op_kind)k) || sm_op_loop((sm_op_kind)k);
     for (int k = 0; k < SM_OP_COUNT; k++)
         ck_assert_msg(seen[k], "no row runs op '%s'", sm_op_name((sm_op_kind)k));
 }
@@ -578,11 +578,134 @@ START_TEST(test_builder_axis_size)
 }
 END_TEST
 
+/* A program text that must fail to parse or verify, with a message holding want. */
+static void program_fails(const char *text, const char *want)
+{
+    sm_program *p = NULL;
+    char err[1024] = "";
+    sm_err e = sm_program_parse(text, "t.shmap", &p, err, sizeof err);
+    if (!e)
+        e = sm_program_verify(p, 1, err, sizeof err);
+    sm_program_free(p);
+    ck_assert_msg(e != SM_OK, "accepted:\n%s", text);
+    ck_assert_msg(strstr(err, want), "error '%s' lacks '%s'", err, want);
+}
+
+/* while loops: a count known only as the loop runs, a condition over a
+ * collective (every device runs the same turns), a device-dependent number
+ * of turns without collectives, a body that swaps two carries, nested
+ * loops, a loop that never runs, and the printed text parsing back to the
+ * same program. */
+START_TEST(test_while)
+{
+    sm_program *p = parse_ok(
+        "mesh i=2\n"
+        "shard_map f(x: f32[4] @ P('i'), n: i32[4] @ P('i')) -> (P('i'), P('i'), P('i'), P('i'), "
+        "P('i'), P(), P('i'), P('i'), P('i')):\n"
+        "    i = 0\n"
+        "    acc = x\n"
+        "    while i < 5:\n"
+        "        acc = acc * 2\n"
+        "        i = i + 1\n"
+        "    t = x + 0\n"
+        "    turns = 0\n"
+        "    while pmax(max(abs(t)), 'i') > 1:\n"
+        "        t = t / 2\n"
+        "        turns = turns + 1\n"
+        "    v = n\n"
+        "    c = zeros((1,), dtype=i32)\n"
+        "    while any(v > 1):\n"
+        "        v = where(v > 1, v // 2, v)\n"
+        "        c = c + 1\n"
+        "    a, b, k = x, x * 0 - 1, 0\n"
+        "    while k < 3:\n"
+        "        a, b = b, a\n"
+        "        k = k + 1\n"
+        "    outer = zeros((1,), dtype=i32)\n"
+        "    j = 0\n"
+        "    while j < 3:\n"
+        "        q = 0\n"
+        "        while q < j:\n"
+        "            outer = outer + 1\n"
+        "            q = q + 1\n"
+        "        j = j + 1\n"
+        "    never = x\n"
+        "    while i < 0:\n"
+        "        never = never * 0\n"
+        "    base = x * 3\n" /* read on every turn, as a carry's next value */
+        "    z, m = x, 0\n"
+        "    while m < 2:\n"
+        "        z = base\n"
+        "        m = m + 1\n"
+        "    outer2 = zeros((1,), dtype=i32)\n"
+        "    j2 = 0\n"
+        "    while j2 < 3:\n"
+        "        inc = j2 + 1\n" /* made in the outer body, read by the inner loop */
+        "        q2 = 0\n"
+        "        while q2 < 2:\n"
+        "            outer2 = outer2 + inc\n"
+        "            q2 = q2 + 1\n"
+        "        j2 = j2 + 1\n"
+        "    return acc, t, c, a, outer, turns, never, z + base, outer2\n",
+        1);
+    sm_array *o[9];
+    float xv[4] = {1, -3, 0.5f, 12};
+    int32_t nv[4] = {1, 2, 9, 40};
+    sm_array *in[2] = {array_of(SM_F32, (sm_shape){.rank = 1, .dims = {4}}, xv),
+                       array_of(SM_I32, (sm_shape){.rank = 1, .dims = {4}}, nv)};
+    run_local(p, in, o);
+    for (int k = 0; k < 4; k++) {
+        ck_assert_float_eq(((float *)o[0]->data)[k], xv[k] * 32);
+        ck_assert_float_eq(((float *)o[1]->data)[k], xv[k] / 16); /* 12 / 16 <= 1 */
+        ck_assert_float_eq(((float *)o[3]->data)[k], -1);         /* swapped 3 times */
+        ck_assert_float_eq(((float *)o[6]->data)[k], xv[k]);
+        ck_assert_float_eq(((float *)o[7]->data)[k], xv[k] * 6);
+    }
+    ck_assert_int_eq(((int32_t *)o[8]->data)[0], 12); /* 2 * (1 + 2 + 3) */
+    ck_assert_int_eq(((int32_t *)o[2]->data)[0], 1);  /* device 0: 1, 2 -> 1 turn */
+    ck_assert_int_eq(((int32_t *)o[2]->data)[1], 5);  /* device 1: 9, 40 -> 40 needs 5 */
+    ck_assert_int_eq(((int32_t *)o[4]->data)[0], 3);  /* 0 + 1 + 2 */
+    ck_assert_int_eq(((int32_t *)o[5]->data)[0], 4);
+    free_all(o, 9);
+    free_all(in, 2);
+
+    /* printed, the program parses back to itself */
+    sm_strbuf b = {0};
+    ck_assert_int_eq(sm_program_print(p, &b), SM_OK);
+    sm_program *q = parse_ok(b.data, 1);
+    ck_assert_msg(sm_program_equal(p, q), "printed differently:\n%s", b.data);
+    ck_assert(strstr(b.data, "while "));
+    sm_program_free(q);
+    sm_strbuf_free(&b);
+    sm_program_free(p);
+
+    /* the sentences */
+#define HDR "mesh i=2\nshard_map f(x: f32[4] @ P('i')) -> P('i'):\n"
+    program_fails(HDR "    k = 0\n    while k < 3:\n        k = k + 0.5\n    return x\n",
+                  "the carried value 'k' has type i32[]");
+    program_fails(HDR "    k = 0\n    while k < 3:\n        y = x + 1\n    return x\n",
+                  "rebinds no name bound before the loop");
+    program_fails(HDR "    k = 0\n    while k < 3:\n        y = x + 1\n        k = k + 1\n"
+                      "    return y\n",
+                  "'y'");
+    program_fails(HDR "    y = x\n    while y:\n        y = y + 1\n    return y\n",
+                  "the condition must be a boolean scalar, but got f32[2]");
+    program_fails(HDR "    y = psum(x, 'i')\n    while y[0] < 3:\n        y = y + x\n"
+                      "    return y\n",
+                  "the varying manual axes do not match. This might be fixed by applying "
+                  "pvary(..., ('i',)) to the first value");
+    program_fails(HDR "    y = x\n    while True:\n        y = y + 1\n    return y\n",
+                  "must be an array computed from what the loop carries");
+    program_fails(HDR "    return while_carry(x)\n", "while_carry is not called");
+#undef HDR
+}
+END_TEST
+
 int main(void)
 {
-    return suite_main(
-        SUITE_CASE(suite_create("exec"), "ops", 60, NULL, {test_op_sharded_vs_single, NROWS},
-                   {test_table_covers_every_op}, {test_spot_values}, {test_bool_reductions},
-                   {test_float_literals_keep_float64}, {test_axis_index_groups},
-                   {test_builder_axis_size}, {test_repeated_returns}, {test_device_order}));
+    return suite_main(SUITE_CASE(
+        suite_create("exec"), "ops", 60, NULL, {test_op_sharded_vs_single, NROWS},
+        {test_table_covers_every_op}, {test_spot_values}, {test_bool_reductions},
+        {test_float_literals_keep_float64}, {test_axis_index_groups}, {test_builder_axis_size},
+        {test_repeated_returns}, {test_device_order}, {test_while}));
 }

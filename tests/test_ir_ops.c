@@ -241,8 +241,8 @@ START_TEST(test_every_op_has_a_row)
             seen[p->ops[k].kind] = 1;
         sm_program_free(p);
     }
-    for (int k = 0; k < SM_OP_COUNT; k++) /* global-view only: test_lower */
-        seen[k] |= sm_op_global_only((sm_op_kind)k);
+    for (int k = 0; k < SM_OP_COUNT; k++) /* global-view only: test_lower; loops below */
+        seen[k] |= sm_op_global_only((sm_op_kind)k) || sm_op_loop((sm_op_kind)k);
     for (int k = 0; k < SM_OP_COUNT; k++)
         ck_assert_msg(seen[k], "op %s has no test row", sm_op_name((sm_op_kind)k));
     sm_op_kind kind;
@@ -386,12 +386,113 @@ START_TEST(test_builder_verify_catches_edits)
 }
 END_TEST
 
+#define LOOP_TEXT                                                                                  \
+    "mesh i=4 j=2\n"                                                                               \
+    "shard_map f(x: f32[8] @ P('i')) -> P('i'):\n"                                                 \
+    "    k = 0\n"                                                                                  \
+    "    while k < 3:\n"                                                                           \
+    "        x = x * 2\n"                                                                          \
+    "        k = k + 1\n"                                                                          \
+    "    y = x + 1\n"                                                                              \
+    "    return y\n"
+
+/* LOOP_TEXT parsed, the index of its first op of kind, and the check of
+ * the program after an edit: refused with a message holding want. */
+static sm_program *loop_program(void)
+{
+    char err[512];
+    sm_program *p;
+    ck_assert_msg(sm_program_parse(LOOP_TEXT, NULL, &p, err, sizeof err) == SM_OK, "%s", err);
+    ck_assert_int_eq(sm_program_verify(p, 1, err, sizeof err), SM_OK);
+    return p;
+}
+
+static int first_op(const sm_program *p, sm_op_kind kind)
+{
+    for (int k = 0; k < p->nops; k++)
+        if (p->ops[k].kind == kind)
+            return k;
+    ck_abort_msg("no %s", sm_op_name(kind));
+    return -1;
+}
+
+static void refused(sm_program *p, const char *want)
+{
+    char err[512];
+    ck_assert_int_eq(sm_program_verify(p, 1, err, sizeof err), SM_EINVAL);
+    ck_assert_msg(strstr(err, want), "'%s' lacks '%s'", err, want);
+    sm_program_free(p);
+}
+
+/* A loop's shape in the op list is checked whatever made the program (a
+ * decoder, the builder): the carries, test, nexts and ends in order, and
+ * no value of a loop's inside read outside it. */
+START_TEST(test_loop_structure)
+{
+    sm_program *p = loop_program();
+    int n = 0;
+    char err[512];
+    sm_ir_loop loops[64];
+    ck_assert_int_eq(sm_ir_loops_check(p, loops, &n, err, sizeof err), SM_OK);
+    ck_assert_int_eq(n, 1);
+    ck_assert_int_eq(loops[0].m, 3); /* x, k and the condition */
+    ck_assert_int_eq(p->ops[loops[0].test].kind, SM_OP_WHILE_TEST);
+    ck_assert_int_eq(loops[0].parent, -1);
+    ck_assert(!sm_program_light(p, 1 << 30)); /* a loop may run long */
+    sm_program_free(p);
+
+    p = loop_program(); /* nexts in another order than the carries */
+    int nx = first_op(p, SM_OP_WHILE_NEXT);
+    int *tmp = p->ops[nx].operands;
+    p->ops[nx].operands = p->ops[nx + 1].operands;
+    p->ops[nx + 1].operands = tmp;
+    refused(p, "while_next 0 of a loop must give carry 0 its next value");
+
+    p = loop_program(); /* a body value returned */
+    p->returns[0] = p->ops[first_op(p, SM_OP_MULTIPLY)].result;
+    refused(p, "output 0 is a value defined inside a while loop");
+
+    p = loop_program(); /* a body value read after the loop */
+    p->ops[p->nops - 1].operands[0] = p->ops[first_op(p, SM_OP_MULTIPLY)].result;
+    refused(p, "add reads a value defined inside a while loop, outside it");
+
+    p = loop_program(); /* the test of a value that is no carry */
+    p->ops[first_op(p, SM_OP_WHILE_TEST)].operands[0] = p->ops[first_op(p, SM_OP_LESS)].result;
+    refused(p, "while_test: operand 0 is not a while_carry value");
+
+    p = loop_program(); /* one while_next short */
+    sm_ir_op *op = &p->ops[first_op(p, SM_OP_WHILE_NEXT) + 2];
+    op->kind = SM_OP_NEGATIVE;
+    op->noperands = 1;
+    op->operands[0] = p->ops[first_op(p, SM_OP_MULTIPLY)].result;
+    refused(p, "a loop has 3 carries but 2 while_next ops before this negative");
+
+    p = loop_program(); /* a carry that changes dtype */
+    p->ops[nx].operands[1] = p->ops[first_op(p, SM_OP_WHILE_TEST) + 1].result; /* const 2 */
+    refused(p, "while loop: the carried value 'x' has type f32[2]{V:i}, but the body gives it "
+               "the next value of type i32[]");
+
+    /* built op by op: a loop left open */
+    p = builder_program();
+    sm_shape sc = {1, {8}};
+    sm_pspec pi;
+    ck_assert_int_eq(sm_pspec_parse("P('i')", &pi, err, sizeof err), SM_OK);
+    int c, a, w, tt;
+    ck_assert_int_eq(sm_program_add_param(p, "c", SM_BOOL, &sc, &pi, &c, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_program_add_op(p, "any", &c, 1, NULL, &a, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_program_add_op(p, "while_carry", &a, 1, NULL, &w, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_program_add_op(p, "while_test", &w, 1, NULL, &tt, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_program_set_returns(p, &c, &pi, 1, err, sizeof err), SM_OK);
+    refused(p, "a while loop is not closed");
+}
+END_TEST
+
 Suite *ir_ops_suite(void)
 {
     Suite *s = SUITE_CASE(suite_create("ir_ops"), "ops", 0, NULL,
                           {test_op_row, sizeof ops / sizeof ops[0]}, {test_every_op_has_a_row});
     return SUITE_CASE(s, "builder", 0, NULL, {test_builder_matmul_basic}, {test_builder_errors},
-                      {test_builder_verify_catches_edits});
+                      {test_builder_verify_catches_edits}, {test_loop_structure});
 }
 
 int main(void)

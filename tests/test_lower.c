@@ -384,6 +384,10 @@ static const error_case errors[] = {
       "dimension=1"}},
     {"mesh X=2 Y=4\njit f(x: bool[8] @ P('X')):\n    return jnp.cummax(x)\n",
      {"cummax does not accept dtype bool. Accepted dtypes are subtypes of number."}},
+    {"mesh X=2 Y=4\njit f(x: f32[8,16] @ P('X', None)):\n    k = 0\n    while k < 3:\n"
+     "        x = reshard(x, P(None, 'Y'))\n        k = k + 1\n    return x\n",
+     {"t.shmap:5:9: while loop: the carried value 'x' has type f32[8@X,16], but the body gives "
+      "it the next value of type f32[8,16@Y]: a loop-carried value keeps its sharding"}},
 
 };
 
@@ -435,6 +439,20 @@ typedef struct {
 } lower_case;
 
 static const lower_case lowers[] = {
+    /* a while loop: the condition's reduction of a sharded value runs before
+     * the loop and at the end of every turn (two psums in the text) */
+    {"mesh X=2 Y=4\njit f(x: f32[8,16] @ P('X', None), w: f32[16,16] @ P()):\n"
+     "    k = 0\n    s = sum(x * x)\n"
+     "    while (s < 50.0) & (k < 4):\n"
+     "        x = tanh(x @ w) * 3\n        s = sum(x * x)\n        k = k + 1\n"
+     "    return x\n",
+     0, 0, 2, 0, 0},
+    /* over Auto axes the body's product comes out sharded over Y too: the
+     * carry goes back to its layout before the next turn (an all_gather) */
+    {"mesh X=2 Y=4 axis_types=(Auto, Auto)\n"
+     "jit f(x: f32[8,16] @ P('X', None), w: f32[16,16] @ P(None, 'Y')):\n"
+     "    k = 0\n    while k < 3:\n        x = x @ w\n        k = k + 1\n    return x\n",
+     1, 0, 0, 0, 0},
     /* segment sums over a batch sharded on X: each device sums its rows, a
      * psum completes them (the embedding's gradient of a data-parallel step) */
     {"mesh X=2 Y=4\njit f(g: f32[8,3,16] @ P('X', None, 'Y'), t: i32[8,3] @ P('X')):\n"

@@ -159,6 +159,11 @@ static void sm_cg_abort(void *ctx, const char *why)
     sm_comm_grpc_fail(ctx, SM_ECANCELLED, msg);
 }
 
+static sm_err sm_cg_check(void *ctx, char *err, size_t errlen)
+{
+    return sm_rendezvous_check(((sm_comm_grpc *)ctx)->rv, err, errlen);
+}
+
 /* Aborts with a sentence built here and returns it as the error. */
 sm_err sm_cg_failf(sm_comm_grpc *c, sm_err code, char *err, size_t errlen, const char *fmt, ...)
 {
@@ -889,4 +894,5 @@ const sm_comm sm_comm_grpc_ops = {
     .all_to_all = sm_cg_all_to_all,
     .permute = sm_cg_permute,
     .abort = sm_cg_abort,
+    .check = sm_cg_check,
 };

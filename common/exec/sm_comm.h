@@ -91,6 +91,10 @@ typedef struct sm_comm {
      * ctx returns SM_ECANCELLED with a sentence quoting why. The first abort
      * wins; later ones are ignored. Thread-safe. */
     void (*abort)(void *ctx, const char *why);
+    /* SM_OK while the job runs; the abort's error and sentence once it was
+     * aborted (a cancel, a deadline, a failed peer). Polled by the program's
+     * while loops, which may run without a collective. May be NULL. */
+    sm_err (*check)(void *ctx, char *err, size_t errlen);
 } sm_comm;
 
 /* ---- the reduction order ---------------------------------------------------------------------

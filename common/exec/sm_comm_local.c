@@ -60,6 +60,11 @@ static void sm_cl_abort(void *ctx, const char *why)
     sm_rendezvous_abort(c->rv, SM_ECANCELLED, msg);
 }
 
+static sm_err sm_cl_check(void *ctx, char *err, size_t errlen)
+{
+    return sm_rendezvous_check(((sm_comm_local *)ctx)->rv, err, errlen);
+}
+
 /* First barrier (sm_rendezvous_join) with this job's timeout; members that
  * disagree or run out of memory cancel the job. */
 static sm_err sm_cl_join(sm_comm_local *c, const sm_comm_group *g, uint64_t seq, sm_comm_kind kind,
@@ -174,4 +179,5 @@ const sm_comm sm_comm_local_ops = {
     .all_to_all = sm_cl_all_to_all,
     .permute = sm_cl_permute,
     .abort = sm_cl_abort,
+    .check = sm_cl_check,
 };

@@ -11,8 +11,59 @@
 
 struct sm_exec_plan {
     const sm_program *p;
-    int *last_use; /* per value: index of the last op reading it; nops if returned */
+    int *last_use;    /* per value: index of the last op reading it; nops if returned */
+    sm_ir_loop *loop; /* the program's while loops (sm_ir_loops_check) */
+    int *loop_of;     /* per op: its loop's index when it is a loop op */
+    int *exit_free;   /* per loop, from exit_at[L] to exit_at[L + 1]: the values defined */
+    int *exit_at;     /* before it that die in it, freed when it ends */
 };
+
+/* A value used inside a loop but defined before it lives until the loop's
+ * last while_next: the body reads it again on every turn. */
+static int sm_exec_plan_loops(sm_exec_plan *plan, int nloops)
+{
+    const sm_program *p = plan->p;
+    for (int L = 0; L < nloops; L++) {
+        const sm_ir_loop *l = &plan->loop[L];
+        int b = l->next + l->m - 1;
+        for (int k = l->carry; k <= b; k++) {
+            const sm_ir_op *op = &p->ops[k];
+            if (sm_op_loop(op->kind))
+                plan->loop_of[k] = L;
+            for (int i = 0; k >= l->test && i < op->noperands; i++) { /* inits: read once */
+                int v = op->operands[i];
+                if (p->values[v].def < l->carry && plan->last_use[v] < b)
+                    plan->last_use[v] = b;
+            }
+        }
+        for (int k = l->end; k < l->end + l->m; k++)
+            plan->loop_of[k] = L;
+    }
+    /* The ops a loop's last turn skips (its while_next ops but the first)
+     * never free what dies there: a value from before the loop that the
+     * loop reads last is freed when the loop ends. */
+    int n = 0;
+    if (!(plan->exit_at = malloc(sizeof(int) * (size_t)(nloops + 1))))
+        return -1;
+    for (int pass = 0; pass < 2; pass++) {
+        n = 0;
+        for (int L = 0; L < nloops; L++) {
+            const sm_ir_loop *l = &plan->loop[L];
+            int b = l->next + l->m - 1;
+            plan->exit_at[L] = n;
+            for (int v = p->nparams; v < p->nvalues; v++)
+                if (p->values[v].def < l->carry && plan->last_use[v] == b) {
+                    if (pass)
+                        plan->exit_free[n] = v;
+                    n++;
+                }
+        }
+        plan->exit_at[nloops] = n;
+        if (!pass && !(plan->exit_free = malloc(sizeof(int) * (size_t)(n + 1))))
+            return -1;
+    }
+    return 0;
+}
 
 sm_err sm_exec_plan_create(const sm_program *p, sm_exec_plan **out, char *err, size_t errlen)
 {
@@ -24,6 +75,18 @@ sm_err sm_exec_plan_create(const sm_program *p, sm_exec_plan **out, char *err, s
                        p->name ? p->name : "f");
     }
     plan->p = p;
+    int nloops = 0;
+    sm_err e;
+    if (!(plan->loop = malloc(sizeof *plan->loop * (size_t)(p->nops + 1))) ||
+        !(plan->loop_of = malloc(sizeof(int) * (size_t)(p->nops + 1)))) {
+        sm_exec_plan_free(plan);
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory planning program '%s'",
+                       p->name ? p->name : "f");
+    }
+    if ((e = sm_ir_loops_check(p, plan->loop, &nloops, err, errlen))) {
+        sm_exec_plan_free(plan);
+        return e;
+    }
     for (int v = 0; v < p->nvalues; v++)
         plan->last_use[v] = p->values[v].def; /* dead values go right after their op */
     for (int k = 0; k < p->nops; k++)
@@ -31,6 +94,11 @@ sm_err sm_exec_plan_create(const sm_program *p, sm_exec_plan **out, char *err, s
             plan->last_use[p->ops[k].operands[i]] = k;
     for (int r = 0; r < p->nreturns; r++)
         plan->last_use[p->returns[r]] = p->nops;
+    if (sm_exec_plan_loops(plan, nloops)) {
+        sm_exec_plan_free(plan);
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory planning program '%s'",
+                       p->name ? p->name : "f");
+    }
     *out = plan;
     return SM_OK;
 }
@@ -39,6 +107,10 @@ void sm_exec_plan_free(sm_exec_plan *plan)
 {
     if (plan) {
         free(plan->last_use);
+        free(plan->loop);
+        free(plan->loop_of);
+        free(plan->exit_free);
+        free(plan->exit_at);
         free(plan);
     }
 }
@@ -112,6 +184,111 @@ static const char *sm_exec_where_str(const sm_program *p, int line, int col, cha
     return buf;
 }
 
+sm_err sm_exec_loop(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
+                    char *err, size_t errlen)
+{
+    return sm_fail(err, errlen, SM_EINVAL, "%s runs only as part of a while loop",
+                   sm_op_name(op->kind));
+}
+
+/* The buffer of value v for a new owner at op k: v's own when this is its
+ * last use and it owns one, else a copy. */
+static sm_err sm_exec_handover(const sm_exec_plan *plan, sm_array_pool *pool, sm_array **vals,
+                               unsigned char *owned, int v, int k, sm_array **out, char *err,
+                               size_t errlen)
+{
+    const sm_program *p = plan->p;
+    const sm_ir_op *op = &p->ops[k];
+    /* a next value from before the loop is read again on the next turn */
+    int again =
+        op->kind == SM_OP_WHILE_NEXT && p->values[v].def < plan->loop[plan->loop_of[k]].test;
+    if (owned[v] && plan->last_use[v] == k && !again) {
+        *out = vals[v];
+        vals[v] = NULL;
+        owned[v] = 0;
+        return SM_OK;
+    }
+    const sm_array *a = vals[v];
+    sm_err e = sm_array_create_in(pool, a->dtype, &a->shape, 0, out, err, errlen);
+    if (!e && a->nbytes)
+        sm_copy((*out)->data, a->data, (size_t)a->nbytes);
+    return e;
+}
+
+/* Runs loop op k (sm_ir_loop.c) and sets *next to the op to run after it:
+ * the test goes on into the body or jumps past the loop's while_next ops;
+ * the first while_next gives every carry its next value at once (so a
+ * body that swaps two carries works) and goes back to the test. */
+static sm_err sm_exec_loop_op(sm_exec_ctx *x, const sm_exec_plan *plan, int k, sm_array **vals,
+                              unsigned char *owned, int *next, char *err, size_t errlen)
+{
+    const sm_program *p = plan->p;
+    const sm_ir_op *op = &p->ops[k];
+    const sm_ir_loop *l = &plan->loop[plan->loop_of[k]];
+    sm_err e;
+    *next = k + 1;
+    switch (op->kind) {
+    case SM_OP_WHILE_CARRY:
+    case SM_OP_WHILE_END:
+        if ((e = sm_exec_handover(plan, x->pool, vals, owned, op->operands[0], k, &vals[op->result],
+                                  err, errlen)))
+            return e;
+        owned[op->result] = 1;
+        if (plan->last_use[op->result] == k) { /* a carry nothing reads after the loop */
+            sm_array_free(vals[op->result]);
+            vals[op->result] = NULL;
+            owned[op->result] = 0;
+        }
+        return SM_OK;
+    case SM_OP_WHILE_TEST:
+        if (x->comm && x->comm->check && (e = x->comm->check(x->cctx, err, errlen)))
+            return e; /* cancelled, a deadline, a failed peer: the loop may hold no collective */
+        if (!*(const unsigned char *)vals[op->operands[0]]->data) {
+            *next = l->end;
+            for (int i = plan->exit_at[plan->loop_of[k]]; i < plan->exit_at[plan->loop_of[k] + 1];
+                 i++) {
+                int v = plan->exit_free[i];
+                if (owned[v]) {
+                    sm_array_free(vals[v]);
+                    vals[v] = NULL;
+                    owned[v] = 0;
+                }
+            }
+        }
+        return SM_OK;
+    case SM_OP_WHILE_NEXT: {
+        sm_array *nv[SM_OP_MAXARGS];
+        int m = l->m;
+        sm_array **got = m <= SM_OP_MAXARGS ? nv : calloc((size_t)m, sizeof *got);
+        if (!got)
+            return sm_fail(err, errlen, SM_ENOMEM, "out of memory");
+        e = SM_OK;
+        int j = 0;
+        for (; j < m && !e; j++)
+            e = sm_exec_handover(plan, x->pool, vals, owned, p->ops[l->next + j].operands[1],
+                                 l->next + j, &got[j], err, errlen);
+        if (e)
+            j--;
+        for (int i = 0; i < j; i++) {
+            int c = p->ops[l->carry + i].result;
+            if (e) {
+                sm_array_free(got[i]);
+                continue;
+            }
+            sm_array_free(vals[c]);
+            vals[c] = got[i];
+            owned[c] = 1;
+        }
+        if (got != nv)
+            free(got);
+        *next = l->test;
+        return e;
+    }
+    default:
+        return sm_fail(err, errlen, SM_EINVAL, "not a loop op");
+    }
+}
+
 static sm_err sm_exec_check_inputs(const sm_program *p, sm_array *const *inputs, char *err,
                                    size_t errlen)
 {
@@ -164,6 +341,17 @@ sm_err sm_exec_run_plan(const sm_exec_plan *plan, int mesh_pos, const sm_comm *c
     for (int k = 0; k < p->nops; k++) {
         const sm_ir_op *op = &p->ops[k];
         const sm_ir_value *rv = &p->values[op->result];
+        if (sm_op_loop(op->kind)) {
+            int next;
+            if ((e = sm_exec_loop_op(&x, plan, k, vals, owned, &next, msg, sizeof msg))) {
+                sm_exec_where_str(p, op->line, op->col, where, sizeof where);
+                snprintf(head, sizeof head, "%swhile loop on device %d (mesh position %d): ", where,
+                         dev, mesh_pos);
+                goto fail;
+            }
+            k = next - 1;
+            continue;
+        }
         sm_array *in[SM_OP_MAXARGS + 1];
         for (int i = 0; i < op->noperands && i <= SM_OP_MAXARGS; i++)
             in[i] = vals[op->operands[i]];

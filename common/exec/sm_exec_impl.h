@@ -51,7 +51,8 @@ typedef sm_err (*sm_exec_fn)(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const
     X(sm_exec_roll)                                                                                \
     X(sm_exec_rev)                                                                                 \
     X(sm_exec_coll) /* every collective, axis_index and axis_size */                               \
-    X(sm_exec_none) /* the ops of global-view programs only: refused */
+    X(sm_exec_none) /* the ops of global-view programs only: refused */                            \
+    X(sm_exec_loop) /* while loops: run by the interpreter loop itself (sm_exec.c) */
 
 #define SM_EXEC_DECL(fn)                                                                           \
     sm_err fn(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out, char *err,   \

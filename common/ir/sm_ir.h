@@ -133,6 +133,26 @@ void sm_op_arity(sm_op_kind k, int *min, int *max);
 /* 1 for the ops of global-view programs only (reshard,
  * with_sharding_constraint, shard_map_in/_out): no shard_map body runs them. */
 int sm_op_global_only(sm_op_kind k);
+/* 1 for the four ops of a while loop (while_carry, while_test, while_next,
+ * while_end): the text form writes them as `while COND:`, never as calls. */
+int sm_op_loop(sm_op_kind k);
+
+/* A while loop of a program: the op indices where its m carries
+ * (while_carry), its test, its m while_next and its m while_end start;
+ * parent: the index of the enclosing loop in the same list, -1 at top. */
+typedef struct {
+    int carry, test, next, end, m, parent;
+} sm_ir_loop;
+
+/* Checks the loops of p: each is m >= 1 consecutive while_carry, then a
+ * while_test of one of its carries, the body, m consecutive while_next(carry
+ * k, next k) and m consecutive while_end(carry k), carries in order, loops
+ * nested whole; a value defined inside a loop is used only inside it (its
+ * carries also by its while_end), no op reads a while_test or while_next,
+ * and no output is a value of a loop's inside. When loops is not NULL
+ * (room for p->nops) it receives them in the order of their first op, and
+ * *n their count. Messages name the op's source position. */
+sm_err sm_ir_loops_check(const sm_program *p, sm_ir_loop *loops, int *n, char *err, size_t errlen);
 
 /* The public builder (sm_program.h) plus what only the service's own code
  * uses: ops named by sm_op_kind, source positions and jit programs. */
@@ -156,7 +176,7 @@ sm_err sm_program_add_op_jit(sm_program *p, sm_op_kind kind, const int *operands
 /* 1 if a and b have the same mesh, params, ops, attributes, types and
  * returns (value names are ignored). */
 int sm_program_equal(const sm_program *a, const sm_program *b);
-/* 1 if a verified program is light: no op that may communicate (so no
+/* 1 if a verified program is light: no loop, no op that may communicate (so no
  * device waits for another), no product, and at most max_bytes of values
  * per device. Running it costs less than waking a thread for it. */
 int sm_program_light(const sm_program *p, int64_t max_bytes);

@@ -420,6 +420,8 @@ sm_err sm_program_verify(sm_program *p, int check_vma, char *err, size_t errlen)
             return sm_ir_at(p, op->line, op->col, e, err, errlen);
         v->def = k;
     }
+    if ((e = sm_ir_loops_check(p, NULL, NULL, err, errlen)))
+        return e;
     if (p->nreturns < 1)
         return sm_fail(err, errlen, SM_EINVAL, "the program returns nothing");
     for (int k = 0; k < p->nreturns; k++) {
@@ -571,7 +573,7 @@ int sm_program_light(const sm_program *p, int64_t max_bytes)
         sm_op_kind kind = p->ops[k].kind;
         sm_vma_rule r = sm_op_vma_rule(kind);
         if (r == SM_VMA_REMOVE || r == SM_VMA_ADD || kind == SM_OP_DOT || kind == SM_OP_MATMUL ||
-            kind == SM_OP_EINSUM)
+            kind == SM_OP_EINSUM || sm_op_loop(kind))
             return 0;
     }
     for (int v = 0; v < p->nvalues; v++) {

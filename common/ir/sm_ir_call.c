@@ -264,6 +264,11 @@ int sm_ps_call_op(sm_parser *ps, sm_op_kind kind, const sm_tok *at, const sm_arg
     sm_op_param pms[16];
     int np = sm_op_params(kind, pms, 16);
     const char *op = sm_op_name(kind);
+    if (sm_op_loop(kind))
+        return sm_ps_fail(ps, at, SM_EINVAL,
+                          "%s is not called: a loop is written 'while CONDITION:' with an "
+                          "indented body",
+                          op);
     const sm_arg *bound[16][SM_OP_MAXARGS];
     int nbound[16] = {0};
     char names[256];

@@ -72,6 +72,12 @@ int sm_op_global_only(sm_op_kind k)
            k == SM_OP_SHARD_MAP_OUT;
 }
 
+int sm_op_loop(sm_op_kind k)
+{
+    return k == SM_OP_WHILE_CARRY || k == SM_OP_WHILE_TEST || k == SM_OP_WHILE_NEXT ||
+           k == SM_OP_WHILE_END;
+}
+
 int sm_op_params(sm_op_kind kind, sm_op_param *out, int max)
 {
     const char *sig = sm_op_signature(kind);

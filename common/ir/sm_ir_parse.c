@@ -398,6 +398,164 @@ static int sm_ps_for(sm_parser *ps)
     return 0;
 }
 
+/* The names a block assigns (`a, b = ...` at the start of any of its
+ * statements, nested blocks too), each once, in order of first assignment,
+ * into names (room for max); returns their count, or -1 past max. */
+static int sm_ps_assigned(sm_parser *ps, int from, int to, const sm_tok **names, int max)
+{
+    int n = 0;
+    for (int i = from; i < to; i++) {
+        const sm_tok *t = &ps->t[i];
+        if (t->kind != SM_TOK_NEWLINE && t->kind != SM_TOK_INDENT && t->kind != SM_TOK_DEDENT)
+            continue;
+        int j = i + 1, k0 = j;
+        while (j < to && ps->t[j].kind == SM_TOK_NAME && j + 1 < to &&
+               sm_tok_is(&ps->t[j + 1], ","))
+            j += 2;
+        if (j + 1 >= to || ps->t[j].kind != SM_TOK_NAME || !sm_tok_is(&ps->t[j + 1], "="))
+            continue;
+        for (int q = k0; q <= j; q += 2) {
+            int seen = 0;
+            for (int r = 0; r < n && !seen; r++)
+                seen = names[r]->len == ps->t[q].len &&
+                       memcmp(names[r]->text, ps->t[q].text, (size_t)ps->t[q].len) == 0;
+            if (seen)
+                continue;
+            if (n == max)
+                return -1;
+            names[n++] = &ps->t[q];
+        }
+    }
+    return n;
+}
+
+/* `while COND:` with an indented body (after `while`). The names the body
+ * rebinds that are bound before the loop are what it carries (each a
+ * while_carry of its value before the loop, a while_next of its value at
+ * the end of the body, a while_end after); a name first bound inside the
+ * body is not bound after it. COND is tested before each turn: when it is
+ * one of the carried names the loop tests that carry, otherwise it is
+ * computed before the loop and again at the end of the body, as one more
+ * carry. */
+static int sm_ps_while(sm_parser *ps, const sm_tok *wt)
+{
+    enum { MAXC = 256 };
+    int cond = ps->pos, depth = 0, i = ps->pos;
+    for (; i < ps->nt && ps->t[i].kind != SM_TOK_EOF; i++) { /* the ':' ending the header */
+        const sm_tok *t = &ps->t[i];
+        if (t->kind == SM_TOK_NEWLINE)
+            break;
+        if (sm_tok_is(t, "(") || sm_tok_is(t, "[") || sm_tok_is(t, "{"))
+            depth++;
+        else if (sm_tok_is(t, ")") || sm_tok_is(t, "]") || sm_tok_is(t, "}"))
+            depth--;
+        else if (depth == 0 && sm_tok_is(t, ":") && i + 1 < ps->nt &&
+                 ps->t[i + 1].kind == SM_TOK_NEWLINE)
+            break;
+    }
+    if (i == cond || i >= ps->nt || !sm_tok_is(&ps->t[i], ":"))
+        return sm_ps_fail(ps, wt, SM_EFORMAT, "expected 'while CONDITION:' and an indented body");
+    ps->pos = i + 1;
+    if (sm_ps_expect_kind(ps, SM_TOK_NEWLINE, "end of line", "after ':'"))
+        return -1;
+    if (sm_ps_peek(ps)->kind != SM_TOK_INDENT)
+        return sm_ps_expect_kind(ps, SM_TOK_INDENT, "an indented loop body", "after 'while'");
+    int body = ps->pos, end = sm_ps_block_end(ps, ps->pos);
+    const sm_tok *names[MAXC];
+    int na = sm_ps_assigned(ps, body, end, names, MAXC - 1);
+    if (na < 0)
+        return sm_ps_fail(ps, wt, SM_EINVAL, "a while loop's body assigns more than %d names",
+                          MAXC - 1);
+    /* the carries: the assigned names bound before the loop */
+    const sm_tok *cn[MAXC];
+    int nc = 0, test = -1, ids[MAXC];
+    for (int k = 0; k < na; k++) {
+        sm_item *it = sm_ps_lookup(ps, names[k]->text, names[k]->len);
+        if (!it)
+            continue;
+        if (it->kind != SM_IT_VALUE && it->kind != SM_IT_INT && it->kind != SM_IT_FLOAT &&
+            it->kind != SM_IT_BOOL)
+            return sm_ps_fail(ps, names[k], SM_EINVAL,
+                              "'%.*s' is rebound in the while loop's body, but before the loop "
+                              "it is not an array or a number: a loop carries arrays",
+                              names[k]->len, names[k]->text);
+        if (i == cond + 1 && ps->t[cond].kind == SM_TOK_NAME && ps->t[cond].len == names[k]->len &&
+            memcmp(ps->t[cond].text, names[k]->text, (size_t)names[k]->len) == 0)
+            test = nc;
+        if (sm_ps_value(ps, it, &ids[nc]))
+            return -1;
+        sm_item v = {.kind = SM_IT_VALUE, .i = ids[nc], .at = names[k]}; /* a number: an array */
+        if (sm_ps_bind(ps, sm_ps_text(ps, names[k]), &v))
+            return -1;
+        cn[nc++] = names[k];
+    }
+    if (nc == 0)
+        return sm_ps_fail(ps, wt, SM_EINVAL,
+                          "the while loop's body rebinds no name bound before the loop, so its "
+                          "condition can never change (a loop carries the names its body "
+                          "assigns)");
+    if (test < 0) { /* the condition as one more carry, computed before the loop */
+        sm_item c;
+        ps->pos = cond;
+        if (sm_ps_expr(ps, &c))
+            return -1;
+        if (c.kind != SM_IT_VALUE)
+            return sm_ps_fail(ps, &ps->t[cond], SM_EINVAL,
+                              "the condition of a while loop must be an array computed from "
+                              "what the loop carries (a static one would loop forever or never)");
+        ids[nc] = (int)c.i;
+        cn[nc] = NULL;
+        test = nc++;
+    }
+    sm_item carry[MAXC];
+    for (int k = 0; k < nc; k++) {
+        if (sm_ps_emit(ps, SM_OP_WHILE_CARRY, &ids[k], 1, NULL, wt, &carry[k]))
+            return -1;
+        if (cn[k] && sm_ps_bind(ps, sm_ps_text(ps, cn[k]), &carry[k]))
+            return -1;
+        if (cn[k])
+            sm_program_name_value(ps->p, (int)carry[k].i, sm_ps_text(ps, cn[k]));
+    }
+    int cid = (int)carry[test].i, nsyms = ps->nsyms;
+    sm_item ti;
+    if (sm_ps_emit(ps, SM_OP_WHILE_TEST, &cid, 1, NULL, &ps->t[cond], &ti))
+        return -1;
+    ps->pos = body + 1;
+    int returned = 0;
+    if (sm_ps_block(ps, 0, &returned))
+        return -1;
+    int next[MAXC];
+    for (int k = 0; k < nc; k++) {
+        sm_item v;
+        if (cn[k]) {
+            v = *sm_ps_lookup(ps, cn[k]->text, cn[k]->len);
+        } else {
+            ps->pos = cond; /* the condition again, on the carries' next values */
+            if (sm_ps_expr(ps, &v))
+                return -1;
+        }
+        if (sm_ps_value(ps, &v, &next[k]))
+            return -1;
+    }
+    for (int k = 0; k < nc; k++) {
+        int ops[2] = {(int)carry[k].i, next[k]};
+        sm_item r;
+        if (sm_ps_emit(ps, SM_OP_WHILE_NEXT, ops, 2, NULL, cn[k] ? cn[k] : &ps->t[cond], &r))
+            return -1;
+    }
+    ps->nsyms = nsyms; /* the names first bound in the body end with it */
+    for (int k = 0; k < nc; k++) {
+        sm_item r;
+        int c = (int)carry[k].i;
+        if (sm_ps_emit(ps, SM_OP_WHILE_END, &c, 1, NULL, wt, &r))
+            return -1;
+        if (cn[k] && sm_ps_bind(ps, sm_ps_text(ps, cn[k]), &r))
+            return -1;
+    }
+    ps->pos = end;
+    return 0;
+}
+
 /* name[, name...] = expr[, expr...] */
 static int sm_ps_assign(sm_parser *ps)
 {
@@ -482,6 +640,9 @@ static int sm_ps_block(sm_parser *ps, int top, int *returned)
         if (sm_ps_accept(ps, "for")) {
             if (sm_ps_for(ps))
                 return -1;
+        } else if (sm_ps_accept(ps, "while")) {
+            if (sm_ps_while(ps, t))
+                return -1;
         } else if (sm_ps_accept(ps, "return")) {
             if (!top)
                 return sm_ps_fail(ps, t, SM_EFORMAT, "'return' inside a loop body");
@@ -494,7 +655,8 @@ static int sm_ps_block(sm_parser *ps, int top, int *returned)
         } else {
             char d[64];
             return sm_ps_fail(ps, t, SM_EFORMAT,
-                              "expected a statement ('name = ...', 'for' or 'return'), got %s",
+                              "expected a statement ('name = ...', 'for', 'while' or 'return'), "
+                              "got %s",
                               sm_ps_tok_desc(t, d, sizeof d));
         }
     }

@@ -314,6 +314,46 @@ static void sm_ir_put_region(sm_strbuf *b, const sm_ir_op *op)
         sm_strbuf_puts(b, "  # inside auto_axes");
 }
 
+/* Prints a loop op (sm_ir_loop.c) as the text form writes loops, and
+ * moves depth (the indentation): a carry is a name bound to its first value
+ * before `while CARRY:`, the body rebinds every carry in one assignment at
+ * its end, and each while_end value is bound to its carry's name after
+ * the loop. Returns the index of the last op it printed. typed: describe's
+ * " : type" after the carries. */
+static int sm_ir_put_loop_op(sm_strbuf *b, const sm_namer *nm, const sm_program *p, int k,
+                             int *depth, int typed)
+{
+    const sm_ir_op *op = &p->ops[k];
+    char ty[400];
+    sm_strbuf_printf(b, "%*s", 4 * *depth, "");
+    switch (op->kind) {
+    case SM_OP_WHILE_TEST:
+        sm_strbuf_printf(b, "while %s:\n", nm->names[op->operands[0]]);
+        ++*depth;
+        return k;
+    case SM_OP_WHILE_NEXT: {
+        int j = k;
+        while (j + 1 < p->nops && p->ops[j + 1].kind == SM_OP_WHILE_NEXT)
+            j++;
+        for (int q = k; q <= j; q++)
+            sm_strbuf_printf(b, "%s%s", q > k ? ", " : "", nm->names[p->ops[q].operands[0]]);
+        sm_strbuf_puts(b, " = ");
+        for (int q = k; q <= j; q++)
+            sm_strbuf_printf(b, "%s%s", q > k ? ", " : "", nm->names[p->ops[q].operands[1]]);
+        sm_strbuf_puts(b, "\n");
+        --*depth;
+        return j;
+    }
+    default: /* while_carry, while_end: an alias */
+        sm_strbuf_printf(b, "%s = %s", nm->names[op->result], nm->names[op->operands[0]]);
+        if (typed)
+            sm_strbuf_printf(b, " : %s", sm_program_value_type(p, op->result, ty, sizeof ty));
+        sm_ir_put_region(b, op);
+        sm_strbuf_puts(b, "\n");
+        return k;
+    }
+}
+
 sm_err sm_program_print(const sm_program *p, sm_strbuf *out)
 {
     sm_namer nm;
@@ -322,8 +362,12 @@ sm_err sm_program_print(const sm_program *p, sm_strbuf *out)
         return SM_ENOMEM;
     }
     sm_ir_put_header(out, p);
-    for (int k = 0; k < p->nops; k++) {
-        sm_strbuf_printf(out, "    %s = ", nm.names[p->ops[k].result]);
+    for (int k = 0, depth = 1; k < p->nops; k++) {
+        if (sm_op_loop(p->ops[k].kind)) {
+            k = sm_ir_put_loop_op(out, &nm, p, k, &depth, 0);
+            continue;
+        }
+        sm_strbuf_printf(out, "%*s%s = ", 4 * depth, "", nm.names[p->ops[k].result]);
         sm_ir_put_call(out, &nm, &p->ops[k]);
         sm_ir_put_region(out, &p->ops[k]);
         sm_strbuf_puts(out, "\n");
@@ -348,8 +392,12 @@ sm_err sm_program_describe(const sm_program *p, sm_strbuf *out)
     for (int i = 0; i < p->nparams; i++)
         sm_strbuf_printf(out, "    %s : %s\n", p->params[i].name,
                          sm_program_value_type(p, p->params[i].value, ty, sizeof ty));
-    for (int k = 0; k < p->nops; k++) {
-        sm_strbuf_printf(out, "    %s = ", nm.names[p->ops[k].result]);
+    for (int k = 0, depth = 1; k < p->nops; k++) {
+        if (sm_op_loop(p->ops[k].kind)) {
+            k = sm_ir_put_loop_op(out, &nm, p, k, &depth, 1);
+            continue;
+        }
+        sm_strbuf_printf(out, "%*s%s = ", 4 * depth, "", nm.names[p->ops[k].result]);
         sm_ir_put_call(out, &nm, &p->ops[k]);
         sm_strbuf_printf(out, " : %s", sm_program_value_type(p, p->ops[k].result, ty, sizeof ty));
         sm_ir_put_region(out, &p->ops[k]);
