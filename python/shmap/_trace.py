@@ -99,6 +99,8 @@ class _Builder:
         self.debug = []  # jit: the debug.prints of the body (shmap.debug)
         self.tape = None  # inside grad: the ops that depend on what it differentiates
         self.active = set()  # ... and the names of those values (_grad)
+        self.indent = ""  # inside while loops' bodies: their indentation
+        self.loops = []  # the while loops being traced: (indentation, carry names)
 
     def capture(self, a):
         """The name of Array a in the program: a jit body that closes over
@@ -137,7 +139,11 @@ class _Builder:
         head[-1] = head[-1].replace("%OUT%", out)
         head[-1:-1] = self.prelude
         body = [f"    {t}" for t, _ in self.lines]
+        for ind, names in reversed(self.loops):  # open while loops: closed, carries unchanged
+            body.append(f"    {ind}    {', '.join(names)} = {', '.join(names)}")
         if ret is not None:
+            if self.loops:  # the types of the body's values come with any result
+                ret = self.loops[0][1][0]
             body.append(f"    return {ret}")
         return "\n".join(head + body) + "\n"
 
@@ -184,7 +190,7 @@ class _Builder:
         tape (_grad.record)."""
         name = f"v{self.n}"
         self.n += 1
-        self.lines.append((f"{name} = {expr}", _user_line()))
+        self.lines.append((f"{self.indent}{name} = {expr}", _user_line()))
         t = Tracer(name, None, None, None, self)
         t._line = len(self.lines) - 1
         t._alias = args[0] if prim == "getitem" and args else None
@@ -223,17 +229,28 @@ class _Builder:
             tr._ty, tr._dt, tr._sh, tr._builder = t[0], t[1], tuple(t[2]), None
         self.pending = []
 
+    def fresh(self):
+        """A new value name."""
+        self.n += 1
+        return f"v{self.n - 1}"
+
+    def statement(self, text):
+        """A line that defines no value (a while loop's aliases, its header)."""
+        self.lines.append((f"{self.indent}{text}", _user_line()))
+
     def emit_multi(self, expr, n, prim, args=(), kwargs=None):
         """names of n results = expr (a call of a function with n results)."""
         names = [f"v{self.n + k}" for k in range(n)]
         self.n += n
-        self.lines.append((f"{', '.join(names)} = {expr}", _user_line()))
+        self.lines.append((f"{self.indent}{', '.join(names)} = {expr}", _user_line()))
         try:
             info = self._check_ret(names[-1])
         except ProgramError:
             self.lines.pop()
             raise
-        outs = tuple(Tracer(nm, *info["types"][k - n][:2], tuple(info["types"][k - n][2]))
+        # the values before those of the open loops' closing lines (text)
+        ty = info["types"][:len(info["types"]) - sum(2 * len(c) for _, c in self.loops)]
+        outs = tuple(Tracer(nm, *ty[k - n][:2], tuple(ty[k - n][2]))
                      for k, nm in enumerate(names))
         if self.tape is not None:
             _grad.record(self, prim, args, kwargs or {}, outs)

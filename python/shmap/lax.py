@@ -18,19 +18,26 @@ max = make_op("maximum")  # noqa: A001
 min = make_op("minimum")  # noqa: A001
 
 
-def fori_loop(lower, upper, body_fun, init_val):
-    """jax.lax.fori_loop with static bounds: body_fun(i, val) for i in
-    range(lower, upper), unrolled as the text form unrolls every loop (i is
-    a Python int)."""
+def fori_loop(lower, upper, body_fun, init_val, *, unroll=None):
+    """jax.lax.fori_loop: body_fun(i, val) for i in range(lower, upper).
+    Static bounds (Python or numpy ints) unroll the loop here (i is a
+    Python int); a traced bound makes it a while_loop of the program, with
+    i a traced int32 counter (so, as JAX's, not reverse-differentiable)."""
     import numbers
 
-    from ._core import InvalidArgument
-    if not (isinstance(lower, numbers.Integral) and isinstance(upper, numbers.Integral)):
-        raise InvalidArgument("fori_loop needs static integer bounds here: programs unroll "
-                              "their loops")
-    val = init_val
-    for i in range(int(lower), int(upper)):
-        val = body_fun(i, val)
+    if isinstance(lower, numbers.Integral) and isinstance(upper, numbers.Integral):
+        val = init_val
+        for i in range(int(lower), int(upper)):
+            val = body_fun(i, val)
+        return val
+    ld = getattr(lower, "dtype", None)
+    ud = getattr(upper, "dtype", None)
+    if ld is not None and ud is not None and _np.dtype(ld) != _np.dtype(ud):
+        raise TypeError(f"lower and upper arguments to fori_loop must have equal types, got "
+                        f"{_np.dtype(ld).name} and {_np.dtype(ud).name}")
+    _, val = while_loop(lambda c: c[0] < upper,
+                        lambda c: (c[0] + 1, body_fun(c[0], c[1])),
+                        (_as_traced(lower, ud) if ld is None else lower, init_val))
     return val
 
 
@@ -433,22 +440,32 @@ def erf_inv(x):
     return r if dt == _np.float32 else jnp.astype(r, dt)
 
 
+_NO_REVERSE = ("Reverse-mode differentiation does not work for lax.while_loop or "
+               "lax.fori_loop with dynamic start/stop values. Try using lax.scan, or using "
+               "fori_loop with static start/stop.")
+
+
 def while_loop(cond_fun, body_fun, init_val):
-    """lax.while_loop when the predicate is concrete (a Python or numpy
-    value, or an Array outside a trace): unrolled, body_fun applied while
-    cond_fun holds. A traced predicate (one that depends on the data)
-    cannot be unrolled: InvalidArgument."""
-    from ._core import Array, InvalidArgument
+    """jax.lax.while_loop: body_fun applied to the carry while cond_fun of
+    it holds. In a traced function a carry with traced values (or a
+    predicate on them) makes a loop of the program (`while` in its text,
+    run by the service: the number of turns is the data's); a carry of
+    concrete values only (Python or numpy values, or Arrays outside a
+    trace) is looped over here. As JAX's: the carry keeps its
+    pytree structure and types (a Python scalar in init_val takes the
+    dtype the body gives it), and reverse-mode differentiation through a
+    traced loop is refused."""
+    from ._core import Array
     from ._trace import Tracer
+    if not (callable(body_fun) and callable(cond_fun)):
+        raise TypeError("lax.while_loop: body_fun and cond_fun arguments should be callable.")
     val = init_val
+    traced = builtins.any(isinstance(v, Tracer) for v in _leaves(val)[0])
     while True:
         p = cond_fun(val)
-        if isinstance(p, Tracer):
-            raise InvalidArgument(
-                "lax.while_loop: the predicate is a traced value: a data-dependent "
-                "while_loop cannot be traced here, as programs unroll their loops; use "
-                "lax.fori_loop or lax.scan with a static trip count (or a predicate on "
-                "Python values)")
+        if isinstance(p, Tracer) or traced:  # a traced carry: a loop, even on a counter
+            return _traced_while(cond_fun, body_fun, val,
+                                 p if isinstance(p, Tracer) else _as_traced(bool(p)))
         if isinstance(p, Array):
             p = p.to_numpy()
         if _np.shape(p) != ():
@@ -457,6 +474,223 @@ def while_loop(cond_fun, body_fun, init_val):
         if not bool(p):
             return val
         val = body_fun(val)
+
+
+def _as_traced(x, dtype=None):
+    """A leaf of a loop's carry as a traced value of the program."""
+    from . import numpy as jnp
+    from ._trace import Tracer
+    if isinstance(x, Tracer) and dtype is None:
+        return x
+    if dtype is None and _is_static(x) and not isinstance(x, _np.generic):
+        dtype = (_np.bool_ if isinstance(x, bool) else
+                 _np.int32 if isinstance(x, int) else _np.float32)
+    if dtype is None:
+        dtype = getattr(x, "dtype", None) or _np.asarray(x).dtype
+    if isinstance(x, Tracer):
+        return x.astype(dtype)
+    return jnp.full(_np.shape(x), jnp.asarray(x), dtype=dtype) if not _is_static(x) else \
+        jnp.full((), x, dtype=dtype)
+
+
+def _check_pred(p, what):
+    from ._trace import Tracer
+    if not isinstance(p, Tracer) or p.shape != () or p.dtype != _np.bool_:
+        ty = p.type if isinstance(p, Tracer) else repr(p)
+        raise TypeError(f"cond_fun must return a boolean scalar, but got output type(s) "
+                        f"[{ty}].")
+
+
+def _traced_while(cond_fun, body_fun, val, p):
+    """The loop as the text form writes one (docs/programs.md): each leaf
+    of the carry a name bound to its first value, `while P:` on the
+    predicate, the body, then every carry and the predicate rebound to
+    their next values in one assignment."""
+    from . import _grad, _vmap
+    from ._trace import Tracer, _builder, _tree_leaves, _tree_sig
+    from .tree_util import keystr, tree_flatten_with_path, tree_structure
+    b = _builder()
+    leaves, build = _leaves(val)
+    bts = [x for x in leaves + [p] if isinstance(x, _vmap.BatchTracer)]
+    if bts:
+        return _batched_while(cond_fun, body_fun, val, bts)
+    _check_pred(p, "cond_fun")
+    sig = _tree_sig(val)
+    import inspect
+    try:  # as JAX names the carry: body_fun's first parameter
+        arg = list(inspect.signature(body_fun).parameters)[0]
+    except (ValueError, TypeError, IndexError):
+        arg = "init_val"
+    paths = [arg + keystr(k) for k, _ in tree_flatten_with_path(val)[0]]
+    dtypes = [None] * len(leaves)
+    rebatch = None
+    for attempt in range(2):
+        start, pend0 = len(b.lines), len(b.pending)
+        levels = [lv for lv in _grad._levels(b) if not lv.paused]  # grads being traced
+        tapes0 = [len(lv.tape) for lv in levels]
+        init = [_as_traced(x, d) for x, d in zip(leaves, dtypes)]
+        if builtins.any(x.name in lv.active for lv in levels for x in init):
+            raise ValueError(_NO_REVERSE)
+        p0 = p if attempt == 0 else cond_fun(build(init))
+        names = [b.fresh() for _ in init]
+        pname = b.fresh()
+        for nm, x in zip(names, init):
+            b.statement(f"{nm} = {x.name}")
+        b.statement(f"{pname} = {p0.name}")
+        b.statement(f"while {pname}:")
+        carries = [Tracer(nm, x.type, x._dtype, x.shape) for nm, x in zip(names, init)]
+        outer = b.indent
+        b.indent = outer + "    "
+        b.loops.append((outer, names + [pname]))
+        try:
+            new = body_fun(build(carries))
+            new_leaves = [v for v, _ in _tree_leaves(new, "")]
+            if _tree_sig(new) != sig:
+                raise TypeError(
+                    "while_loop body function carry input and carry output must have the same "
+                    "pytree structure, but they differ:\n\n"
+                    f"the input tree structure is:\n{tree_structure(val)}\n"
+                    f"the output tree structure is:\n{tree_structure(new)}\n\n"
+                    "Revise the function so that the carry output has the same pytree "
+                    "structure as the carry input.")
+            rebatch = [x for x in new_leaves if isinstance(x, _vmap.BatchTracer)]
+            if rebatch:  # the body batches a carry (it closes over a batched value)
+                break
+            new_leaves = [_as_traced(x) for x in new_leaves]
+            redo = [k for k, (x, c) in enumerate(zip(leaves, carries))
+                    if _is_static(x) and not isinstance(x, _np.generic) and attempt == 0 and
+                    new_leaves[k]._dtype != c._dtype]
+            if redo:  # a weakly typed Python scalar takes the body's dtype (JAX's)
+                for k in redo:
+                    dtypes[k] = new_leaves[k].dtype
+                _untrace(b, start, pend0, levels, tapes0)
+                continue
+            bad = [(k, c, x) for k, (c, x) in enumerate(zip(carries, new_leaves))
+                   if c.type != x.type]
+            if bad:
+                raise TypeError(_carry_type_error(bad, paths))
+            p2 = cond_fun(build(new_leaves))
+            if not isinstance(p2, Tracer):
+                p2 = _as_traced(p2)
+            _check_pred(p2, "cond_fun")
+            b.statement(f"{', '.join(names + [pname])} = "
+                        f"{', '.join(x.name for x in new_leaves + [p2])}")
+        finally:
+            b.loops.pop()
+            b.indent = outer
+            if rebatch:
+                _untrace(b, start, pend0, levels, tapes0)
+        if builtins.any(len(lv.tape) > t for lv, t in zip(levels, tapes0)):
+            raise ValueError(_NO_REVERSE)  # the loop reads what a grad differentiates
+        return build([Tracer(nm, c.type, c._dtype, c.shape) for nm, c in zip(names, carries)])
+    return _batched_while(cond_fun, body_fun, val, rebatch)
+
+
+def _varying(ty):
+    """The varying manual axes of a type string (f32[4]{V:i,j} -> ['i', 'j'])."""
+    import re
+    m = re.search(r"\{V:([^,}]+(?:,[^,}:]+)*)", ty)
+    return m.group(1).split(",") if m else []
+
+
+def _carry_type_error(bad, paths):
+    """JAX's sentence (_check_carry_type) for carries whose type the body
+    changed: (index, carry, next value) triples."""
+    import re
+    diffs, fixes = [], []
+    for k, c, x in bad:
+        d = (f"the input carry component {paths[k]} has type {c.type} but the corresponding "
+             f"output carry component has type {x.type}")
+        extra = [a for a in _varying(x.type) if a not in _varying(c.type)]
+        if re.sub(r"\{.*\}$", "", c.type) == re.sub(r"\{.*\}$", "", x.type) and extra:
+            d += ", so the varying manual axes do not match"
+            fixes.append(f"applying `jax.lax.pcast(..., {tuple(extra)}, to='varying')`, to the "
+                         f"initial carry value corresponding to the input carry component "
+                         f"{paths[k]}")
+        diffs.append(d)
+    text = ("while_loop body function carry input and carry output must have equal types, but "
+            "they differ:\n\n" +
+            (diffs[0][0].upper() + diffs[0][1:] + ".\n" if len(diffs) == 1 else
+             "".join(f"  * {d};\n" for d in diffs[:-1]) + f"  * {diffs[-1]}.\n") + "\n")
+    if fixes:
+        text += ("This might be fixed by " + fixes[0] + ".\n" if len(fixes) == 1 else
+                 "This might be fixed by:\n" + "".join(f"  * {f};\n" for f in fixes[:-1]) +
+                 f"  * {fixes[-1]}.\n")
+        text += ("See https://docs.jax.dev/en/latest/notebooks/shard_map.html#scan-vma for more "
+                 "information.\n\n")
+    return text + ("Revise the function so that all output types match the corresponding input "
+                   "types.")
+
+
+def _untrace(b, start, pending, levels, tapes):
+    """Takes back the lines traced since a point (a loop traced again; its
+    value names are not reused)."""
+    del b.lines[start:]
+    del b.pending[pending:]
+    for lv, t in zip(levels, tapes):
+        del lv.tape[t:]
+
+
+def _batched_while(cond_fun, body_fun, val, bts):
+    """while_loop under vmap, as JAX batches it: every leaf of the carry
+    batched, the loop runs while the predicate holds for any example, and
+    each turn keeps the carry of the examples whose predicate is false
+    (a select). The loop itself is written on the batched values; cond_fun
+    and body_fun still see one example (BatchTracers of the same vmap), so
+    what they close over batches as in the rest of the function."""
+    from . import _vmap
+    from . import numpy as jnp
+    level = builtins.max(x.level for x in bts)
+    size = next(x.nbatch for x in bts if x.level == level)
+    leaves, build = _leaves(val)
+    _vmap._LEVELS.append(level)
+    try:
+        entry = _vmap._entry(bts)
+        raws = [_vmap._full(x if isinstance(x, _vmap.Tracer) or not _is_static(x)
+                            else _as_traced(x), size, entry) for x in leaves]
+    finally:
+        _vmap._LEVELS.pop()
+
+    def examples(rs):
+        return build([_vmap.BatchTracer(r, size, level) for r in rs])
+
+    def raw(v):
+        _vmap._LEVELS.append(level)
+        try:
+            return _vmap._full(v if not _is_static(v) else _as_traced(v), size, entry)
+        finally:
+            _vmap._LEVELS.pop()
+
+    def pred(rs):
+        q = cond_fun(examples(rs))
+        if not isinstance(q, _vmap.BatchTracer):
+            q = _as_traced(q)
+            _check_pred(q, "cond_fun")
+        elif q.shape != () or q.dtype != _np.bool_:
+            raise TypeError(f"cond_fun must return a boolean scalar, but got output type(s) "
+                            f"[{q.type}].")
+        return raw(q)
+
+    def cond_raw(rs):
+        return jnp.any(pred(rs))
+
+    def body_raw(rs):
+        keep = pred(rs)
+        new = body_fun(examples(rs))
+        out = []
+        for n, r in zip([v for v, _ in _tree_leaves_of(new)], rs):
+            n = raw(n)
+            k = jnp.reshape(keep, (size,) + (1,) * (len(r.shape) - 1))
+            out.append(jnp.where(k, n, r).astype(r.dtype))
+        return out
+
+    res = while_loop(cond_raw, body_raw, raws)
+    return build([_vmap.BatchTracer(r, size, level) for r in res])
+
+
+def _tree_leaves_of(tree):
+    from ._trace import _tree_leaves
+    return _tree_leaves(tree, "")
 
 
 __all__ += ["sub", "mul", "div", "neg", "pow", "integer_pow", "square", "reduce_sum",
