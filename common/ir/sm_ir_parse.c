@@ -399,11 +399,13 @@ static int sm_ps_for(sm_parser *ps)
 }
 
 /* The names a block assigns (`a, b = ...` at the start of any of its
- * statements, nested blocks too), each once, in order of first assignment,
- * into names (room for max); returns their count, or -1 past max. */
-static int sm_ps_assigned(sm_parser *ps, int from, int to, const sm_tok **names, int max)
+ * statements, nested blocks too) that are bound before it, each once, in
+ * order of first assignment: what a loop over the block carries. Returns
+ * their count (names: malloc'd, the caller frees it), or -1 out of memory. */
+static int sm_ps_assigned(sm_parser *ps, int from, int to, const sm_tok ***out)
 {
-    int n = 0;
+    int n = 0, cap = 0;
+    const sm_tok **names = NULL;
     for (int i = from; i < to; i++) {
         const sm_tok *t = &ps->t[i];
         if (t->kind != SM_TOK_NEWLINE && t->kind != SM_TOK_INDENT && t->kind != SM_TOK_DEDENT)
@@ -415,17 +417,25 @@ static int sm_ps_assigned(sm_parser *ps, int from, int to, const sm_tok **names,
         if (j + 1 >= to || ps->t[j].kind != SM_TOK_NAME || !sm_tok_is(&ps->t[j + 1], "="))
             continue;
         for (int q = k0; q <= j; q += 2) {
-            int seen = 0;
+            const sm_tok *nt = &ps->t[q];
+            int seen = !sm_ps_lookup(ps, nt->text, nt->len); /* first bound in the body */
             for (int r = 0; r < n && !seen; r++)
-                seen = names[r]->len == ps->t[q].len &&
-                       memcmp(names[r]->text, ps->t[q].text, (size_t)ps->t[q].len) == 0;
+                seen = names[r]->len == nt->len &&
+                       memcmp(names[r]->text, nt->text, (size_t)nt->len) == 0;
             if (seen)
                 continue;
-            if (n == max)
-                return -1;
-            names[n++] = &ps->t[q];
+            if (n == cap) {
+                const sm_tok **g = realloc(names, sizeof *g * (size_t)(cap = cap ? 2 * cap : 16));
+                if (!g) {
+                    free(names);
+                    return -1;
+                }
+                names = g;
+            }
+            names[n++] = nt;
         }
     }
+    *out = names;
     return n;
 }
 
@@ -437,9 +447,12 @@ static int sm_ps_assigned(sm_parser *ps, int from, int to, const sm_tok **names,
  * one of the carried names the loop tests that carry, otherwise it is
  * computed before the loop and again at the end of the body, as one more
  * carry. */
+static int sm_ps_while_carried(sm_parser *ps, const sm_tok *wt, int cond, int i, int body, int end,
+                               const sm_tok **names, int na, const sm_tok **cn, int *ids,
+                               sm_item *carry, int *next);
+
 static int sm_ps_while(sm_parser *ps, const sm_tok *wt)
 {
-    enum { MAXC = 256 };
     int cond = ps->pos, depth = 0, i = ps->pos;
     for (; i < ps->nt && ps->t[i].kind != SM_TOK_EOF; i++) { /* the ':' ending the header */
         const sm_tok *t = &ps->t[i];
@@ -461,18 +474,35 @@ static int sm_ps_while(sm_parser *ps, const sm_tok *wt)
     if (sm_ps_peek(ps)->kind != SM_TOK_INDENT)
         return sm_ps_expect_kind(ps, SM_TOK_INDENT, "an indented loop body", "after 'while'");
     int body = ps->pos, end = sm_ps_block_end(ps, ps->pos);
-    const sm_tok *names[MAXC];
-    int na = sm_ps_assigned(ps, body, end, names, MAXC - 1);
+    const sm_tok **names = NULL;
+    int na = sm_ps_assigned(ps, body, end, &names);
     if (na < 0)
-        return sm_ps_fail(ps, wt, SM_EINVAL, "a while loop's body assigns more than %d names",
-                          MAXC - 1);
-    /* the carries: the assigned names bound before the loop */
-    const sm_tok *cn[MAXC];
-    int nc = 0, test = -1, ids[MAXC];
+        return sm_ps_fail(ps, wt, SM_ENOMEM, "out of memory");
+    /* per carry (and one more for the condition): its name, first value,
+     * carry value and next value */
+    const sm_tok **cn = malloc(sizeof *cn * (size_t)(na + 1));
+    int *ids = malloc(sizeof *ids * (size_t)(na + 1)),
+        *next = malloc(sizeof *next * (size_t)(na + 1));
+    sm_item *carry = malloc(sizeof *carry * (size_t)(na + 1));
+    int rc = !cn || !ids || !next || !carry
+                 ? sm_ps_fail(ps, wt, SM_ENOMEM, "out of memory")
+                 : sm_ps_while_carried(ps, wt, cond, i, body, end, names, na, cn, ids, carry, next);
+    free(names);
+    free(cn);
+    free(ids);
+    free(next);
+    free(carry);
+    return rc;
+}
+
+/* sm_ps_while once the header is read and the body's assigned names known. */
+static int sm_ps_while_carried(sm_parser *ps, const sm_tok *wt, int cond, int i, int body, int end,
+                               const sm_tok **names, int na, const sm_tok **cn, int *ids,
+                               sm_item *carry, int *next)
+{
+    int nc = 0, test = -1;
     for (int k = 0; k < na; k++) {
         sm_item *it = sm_ps_lookup(ps, names[k]->text, names[k]->len);
-        if (!it)
-            continue;
         if (it->kind != SM_IT_VALUE && it->kind != SM_IT_INT && it->kind != SM_IT_FLOAT &&
             it->kind != SM_IT_BOOL)
             return sm_ps_fail(ps, names[k], SM_EINVAL,
@@ -507,7 +537,6 @@ static int sm_ps_while(sm_parser *ps, const sm_tok *wt)
         cn[nc] = NULL;
         test = nc++;
     }
-    sm_item carry[MAXC];
     for (int k = 0; k < nc; k++) {
         if (sm_ps_emit(ps, SM_OP_WHILE_CARRY, &ids[k], 1, NULL, wt, &carry[k]))
             return -1;
@@ -524,7 +553,6 @@ static int sm_ps_while(sm_parser *ps, const sm_tok *wt)
     int returned = 0;
     if (sm_ps_block(ps, 0, &returned))
         return -1;
-    int next[MAXC];
     for (int k = 0; k < nc; k++) {
         sm_item v;
         if (cn[k]) {

@@ -534,11 +534,12 @@ def _traced_while(cond_fun, body_fun, val, p):
         p0 = p if attempt == 0 else cond_fun(build(init))
         names = [b.fresh() for _ in init]
         pname = b.fresh()
+        # typed before the loop's first line (asking a type checks the text so far)
+        carries = [Tracer(nm, x.type, x._dtype, x.shape) for nm, x in zip(names, init)]
         for nm, x in zip(names, init):
             b.statement(f"{nm} = {x.name}")
         b.statement(f"{pname} = {p0.name}")
         b.statement(f"while {pname}:")
-        carries = [Tracer(nm, x.type, x._dtype, x.shape) for nm, x in zip(names, init)]
         outer = b.indent
         b.indent = outer + "    "
         b.loops.append((outer, names + [pname]))
@@ -575,6 +576,10 @@ def _traced_while(cond_fun, body_fun, val, p):
             _check_pred(p2, "cond_fun")
             b.statement(f"{', '.join(names + [pname])} = "
                         f"{', '.join(x.name for x in new_leaves + [p2])}")
+        except BaseException:
+            rebatch = None
+            _untrace(b, start, pend0, levels, tapes0)  # no half-written loop left behind
+            raise
         finally:
             b.loops.pop()
             b.indent = outer

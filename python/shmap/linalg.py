@@ -11,9 +11,9 @@ Sharding is JAX's linalg rule: the two matrix dimensions unsharded
 ('Input 0 to lu must be unsharded on non-batch dimensions, but got
 P(None, 'i').'), the batch dimensions alike in every input, the result
 laid out as the batch. eigh and svd are Jacobi rotations in round-robin
-rounds, a fixed number of sweeps (for small orders: their programs grow
-with the order squared times the sweeps); eig (non-symmetric) is refused
-with a sentence."""
+rounds, swept in a loop of the program until the off-diagonal part is at
+rounding level (their programs hold one sweep: they grow with the order
+squared); eig (non-symmetric) is refused with a sentence."""
 import numbers
 
 import numpy as _np
@@ -461,6 +461,35 @@ def _sweeps(dt):
     return 10 if _np.dtype(dt) == _np.float64 else 7
 
 
+def _under_grad(x):
+    """x depends on what a grad being traced differentiates."""
+    from . import _grad
+    from ._trace import Tracer, _builder
+    return isinstance(x, Tracer) and any(
+        x.name in lv.active for lv in _grad._levels(_builder()) if not lv.paused)
+
+
+def _sweep_until(a, v, sweep, off, total, dt):
+    """Jacobi sweeps of (a, v) until every matrix's off-diagonal measure
+    off(a) is at most (order * eps)^2 of total(a) (both (batch...)), at most
+    three times _sweeps: a while loop of the program, one sweep in its body.
+    Under grad (which goes through no loop) a fixed _sweeps, unrolled."""
+    from . import lax
+    if _under_grad(a) or _under_grad(v):
+        for _ in range(_sweeps(dt)):
+            a, v = sweep(a, v)
+        return a, v
+    tol = float((a.shape[-1] * _np.finfo(dt).eps) ** 2)
+
+    def more(c):
+        return jnp.any(off(c[0]) > tol * total(c[0])) & (c[2] < 3 * _sweeps(dt))
+
+    def body(c):
+        return sweep(c[0], c[1]) + (c[2] + 1,)
+    a, v, _ = lax.while_loop(more, body, (a, v, 0))
+    return a, v
+
+
 def _rotation(c, s, op, oq, n, dt, b):
     """J for a round: identity but J[p,p] = J[q,q] = c, J[p,q] = s,
     J[q,p] = -s for each pair (op, oq: the pairs' one-hot columns, program
@@ -487,11 +516,16 @@ def _angle(x, y, z):
 @_at_once
 def eigh(a, UPLO="L", symmetrize_input=True):
     """jnp.linalg.eigh: (eigenvalues ascending, eigenvectors as columns) of
-    a symmetric matrix, by cyclic Jacobi rotations in round-robin rounds (a
-    fixed number of sweeps: 10 in float64, 7 in float32, past convergence
-    for the orders a program unrolls). Eigenvectors' signs are the
-    rotations' (LAPACK's are its own: compare up to sign)."""
+    a symmetric matrix, by cyclic Jacobi rotations in round-robin rounds,
+    swept until the off-diagonal part is at rounding level (a loop of the
+    program; under grad a fixed 10 sweeps), in float64 whatever the input's
+    float dtype (the result in it).
+    Eigenvectors' signs are the rotations' (LAPACK's are its own: compare
+    up to sign)."""
     a = _symmetric("eigh", a, symmetrize_input)
+    if _np.dtype(a.dtype) != _np.float64:  # rotations accumulate: swept in float64
+        w, v = eigh(a.astype(_np.float64), UPLO, False)
+        return w.astype(a.dtype), v.astype(a.dtype)
     n0 = a.shape[-1]
     dt = _np.dtype(a.dtype)
     n = n0 + (n0 % 2)
@@ -501,7 +535,9 @@ def eigh(a, UPLO="L", symmetrize_input=True):
     v = jnp.zeros_like(a) + jnp.eye(n, dtype=dt)
     b = "abcdefgh"[:len(a.shape) - 2]  # the batch's letters (asked once, before the sweeps)
     sched = _schedule(n, dt) if n > 1 else []
-    for _ in range(_sweeps(dt) if n > 1 else 0):
+    offmask = 1 - jnp.eye(n, dtype=dt)
+
+    def sweep(a, v):
         for op, oq in sched:
             app = jnp.einsum(f"{b}ij,ik,jk->{b}k", a, op, op)            # (..., n/2)
             aqq = jnp.einsum(f"{b}ij,ik,jk->{b}k", a, oq, oq)
@@ -510,6 +546,11 @@ def eigh(a, UPLO="L", symmetrize_input=True):
             j = _rotation(c, s_, op, oq, n, dt, b)
             a = jnp.einsum(f"{b}ki,{b}kl,{b}lj->{b}ij", j, a, j)         # J^T A J
             v = jnp.einsum(f"{b}ik,{b}kj->{b}ij", v, j)
+        return a, v
+    if n > 1:
+        a, v = _sweep_until(a, v, sweep,
+                            lambda a: jnp.einsum(f"{b}ij,{b}ij,ij->{b}", a, a, offmask),
+                            lambda a: jnp.einsum(f"{b}ij,{b}ij->{b}", a, a), dt)
     w = _diag(a)[..., :n0]
     v = v[..., :n0, :n0]
     order = jnp.argsort(w, axis=-1)
@@ -527,14 +568,17 @@ def eigvalsh(a, UPLO="L"):
 @_at_once
 def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
     """jnp.linalg.svd by one-sided Jacobi rotations (Hestenes): pairs of
-    columns rotated until orthogonal, in round-robin rounds (10 sweeps in
-    float64, 7 in float32); singular values their norms, descending.
+    columns rotated until orthogonal, in round-robin rounds swept as eigh's
+    are; singular values their norms, descending.
     full_matrices=True is taken as False (the thin U and Vh: a complete U
     needs an orthogonal complement). Signs are the rotations'."""
     a = _float(a)
     if len(a.shape) < 2:
         raise ValueError("svd: the input must have at least two dimensions")
     _check_core_unsharded("svd", a)
+    if _np.dtype(a.dtype) != _np.float64:  # rotations accumulate: swept in float64
+        r = svd(a.astype(_np.float64), full_matrices, compute_uv)
+        return r.astype(a.dtype) if not compute_uv else tuple(x.astype(a.dtype) for x in r)
     m, n0 = a.shape[-2], a.shape[-1]
     if m < n0:  # the transpose's: U and V swapped
         r = svd(jnp.swapaxes(a, -1, -2), full_matrices=False, compute_uv=compute_uv)
@@ -550,7 +594,9 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
     v = jnp.broadcast_to(jnp.eye(n, dtype=dt), tuple(a.shape[:-2]) + (n, n))
     b = "abcdefgh"[:len(a.shape) - 2]  # the batch's letters (asked once, before the sweeps)
     sched = _schedule(n, dt) if n > 1 else []
-    for _ in range(_sweeps(dt) if n > 1 else 0):
+    offmask = 1 - jnp.eye(n, dtype=dt)
+
+    def sweep(a, v):
         for op, oq in sched:
             ap = jnp.einsum(f"{b}mj,jk->{b}mk", a, op)                    # (..., m, n/2)
             aq = jnp.einsum(f"{b}mj,jk->{b}mk", a, oq)
@@ -560,6 +606,14 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
             j = _rotation(c, s_, op, oq, n, dt, b)
             a = jnp.einsum(f"{b}mk,{b}kj->{b}mj", a, j)
             v = jnp.einsum(f"{b}ik,{b}kj->{b}ij", v, j)
+        return a, v
+
+    def gram(a):  # the columns' inner products: diagonal once they are orthogonal
+        return jnp.einsum(f"{b}mi,{b}mj->{b}ij", a, a)
+    if n > 1:
+        a, v = _sweep_until(a, v, sweep,
+                            lambda a: jnp.einsum(f"{b}ij,{b}ij,ij->{b}", gram(a), gram(a), offmask),
+                            lambda a: jnp.einsum(f"{b}ij,{b}ij->{b}", gram(a), gram(a)), dt)
     s_ = jnp.sqrt(jnp.sum(a * a, axis=-2))[..., :n0]
     order = jnp.argsort(-s_, axis=-1)
     s_ = jnp.take_along_axis(s_, order, axis=-1)

@@ -224,6 +224,27 @@ def test_eigh_svd_pinv(c, mesh):
         assert np.allclose((u * s) @ vh, a, atol=1e-12)
         assert np.allclose(u.T @ u, np.eye(k)) and np.allclose(vh @ vh.T, np.eye(k))
         assert np.allclose(np.asarray(jnp.linalg.svdvals(_put(c, mesh, a))), s)
+    # swept in a loop of the program until converged: larger orders trace
+    # quickly, float32 is swept in float64 (numpy's float32 values), and
+    # under vmap the batch's matrices sweep together
+    m = RNG.standard_normal((40, 40))
+    a = m + m.T
+    jit_text = shmap.jit(jnp.linalg.eigh).lower(_put(c, mesh, a)).as_text().split("# lowered")[0]
+    assert jit_text.count("while ") == 1
+    w, v = map(np.asarray, jnp.linalg.eigh(_put(c, mesh, a)))
+    assert np.allclose(w, np.linalg.eigvalsh(a), atol=1e-12) and np.allclose(a @ v, v * w)
+    w32 = np.asarray(jnp.linalg.eigvalsh(_put(c, mesh, a.astype(np.float32))))
+    assert w32.dtype == np.float32
+    assert np.allclose(w32, np.linalg.eigvalsh(a.astype(np.float32)), rtol=0, atol=2e-6)
+    s32 = np.asarray(jnp.linalg.svdvals(_put(c, mesh, a[:, :7].astype(np.float32))))
+    assert np.allclose(s32, np.linalg.svd(a[:, :7].astype(np.float32), compute_uv=False),
+                       rtol=0, atol=2e-6)
+    wv = shmap.vmap(jnp.linalg.eigvalsh)(_put(c, mesh, batch, P("i")))
+    assert np.allclose(np.asarray(wv), np.linalg.eigvalsh(batch), atol=1e-12)
+    # grad goes through no loop: a fixed number of sweeps, unrolled
+    gw = shmap.grad(lambda x: jnp.linalg.eigvalsh(x)[-1])(_put(c, mesh, batch[0]))
+    vtop = np.linalg.eigh(batch[0])[1][:, -1]
+    assert np.allclose(np.asarray(gw), np.outer(vtop, vtop), atol=1e-9)
     low = RNG.standard_normal((6, 2)) @ RNG.standard_normal((2, 5))  # rank 2
     assert int(jnp.linalg.matrix_rank(_put(c, mesh, low))) == 2
     assert np.allclose(np.asarray(jnp.linalg.pinv(_put(c, mesh, low))), np.linalg.pinv(low),
