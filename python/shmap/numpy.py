@@ -2269,3 +2269,44 @@ def round(a, decimals=0, out=None):  # noqa: A001 (jnp.round)
 
 
 around = round
+
+
+def _weak_dtype(v):
+    """A Python scalar's dtype under JAX's defaults (bool, int32, float32)."""
+    return (_np.dtype(_np.bool_) if isinstance(v, bool) else
+            _np.dtype(_np.int32) if isinstance(v, int) else _np.dtype(_np.float32))
+
+
+def result_type(*args):
+    """jnp.result_type: the dtype an operation on args gives, with JAX's
+    weak Python scalars (they take the arrays' dtype: result_type(x_f64,
+    1.0) is float64, result_type(1, 2.0) float32) and 32-bit defaults."""
+    strong = [_np.dtype(a) if isinstance(a, (type, str, _np.dtype)) else _np.dtype(a.dtype)
+              for a in args if not isinstance(a, (bool, int, float))]
+    weak = [a for a in args if isinstance(a, (bool, int, float))]
+    if not strong:
+        return _jax_promote(*[_weak_dtype(a) for a in weak])
+    dt = _jax_promote(*strong)
+    for w in weak:  # a weak scalar of a higher kind lifts the kind, not the width
+        if isinstance(w, float) and not isinstance(w, bool) and dt.kind in "biu":
+            dt = _np.dtype(_np.float32)
+        elif isinstance(w, int) and not isinstance(w, bool) and dt.kind == "b":
+            dt = _np.dtype(_np.int32)
+    return dt
+
+
+def _jax_promote(*dts):
+    """JAX's lattice where it differs from numpy's: an integer meeting a
+    float gives the float (numpy: int64 with float32 is float64)."""
+    dts = [_np.dtype(d) for d in dts]
+    floats = [d for d in dts if d.kind == "f"]
+    return _np.result_type(*floats) if floats else _np.result_type(*dts)
+
+
+def promote_types(a, b):
+    """jnp.promote_types: the dtype two dtypes promote to (JAX's lattice:
+    an integer and a float give the float)."""
+    return _jax_promote(a, b)
+
+
+__all__ += ["result_type", "promote_types"]

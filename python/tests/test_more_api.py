@@ -895,3 +895,13 @@ def test_tree_key_paths():
         ["[0]", "[1]['k']"]
     assert tu.tree_reduce(lambda a, b: a + b, t) == 10 and shmap.tree.reduce(max, t, 0) == 4
     assert tu.tree_all(t) and not shmap.tree.all([1, 0])
+
+
+def test_result_type():
+    """jnp.result_type / promote_types with JAX's weak scalars and lattice."""
+    assert jnp.result_type(np.float64, 1.0) == np.float64
+    assert jnp.result_type(1, 2.0) == np.float32  # Python scalars: 32-bit defaults
+    assert jnp.result_type(np.int32, 2.0) == np.float32
+    assert jnp.result_type(np.zeros(3, np.uint8), 7) == np.uint8
+    assert jnp.promote_types(np.int64, np.float32) == np.float32  # numpy's is float64
+    assert jnp.result_type(True, 1) == np.int32

@@ -8,6 +8,7 @@ cho_factor / cho_solve, block_diag. Runs on the cluster of conftest's c."""
 import math
 
 import numpy as np
+import pytest
 
 import shmap
 from shmap import P, NamedSharding
@@ -139,3 +140,63 @@ def test_expm_and_decompositions(c):
                        np.linalg.eigvalsh(sym))
     assert np.allclose(np.asarray(sla.svd(_put(c, a), compute_uv=False)),
                        np.linalg.svd(a, compute_uv=False))
+
+
+def _np_cg(A, b, iters):
+    """numpy's run of the same Conjugate Gradient steps (JAX's _cg_solve)."""
+    x = np.zeros_like(b)
+    r = b - A @ x
+    p, gamma = r.copy(), r @ r
+    for _ in range(iters):
+        Ap = A @ p
+        alpha = gamma / (p @ Ap)
+        x, r = x + alpha * p, r - alpha * Ap
+        gamma_ = r @ r
+        p, gamma = r + gamma_ / gamma * p, gamma_
+    return x
+
+
+def test_sparse_linalg_solvers(c):
+    """cg and bicgstab: one loop of the program each, until the residual
+    meets the tolerance; a matrix or a matvec function over sharded
+    vectors, a preconditioner, pytrees, maxiter."""
+    from shmap.scipy.sparse import linalg as spla
+    rng = np.random.default_rng(3)
+    m = rng.standard_normal((32, 32))
+    A = m @ m.T + 32 * np.eye(32)
+    b = rng.standard_normal(32)
+    # (a matvec that changes the vector's sharding changes the carry's type:
+    # refused as JAX's while_loop does; shard the operator's output as b)
+    x, info = spla.cg(lambda v: jnp.dot(_put(c, A, P("i", None)), v, out_sharding=P()),
+                      _put(c, b))
+    assert info is None
+    assert np.linalg.norm(A @ np.asarray(x) - b) <= 1e-5 * np.linalg.norm(b)
+    assert np.allclose(np.asarray(x), np.linalg.solve(A, b), atol=1e-6)
+    # maxiter stops it: the same steps as numpy's
+    x3, _ = spla.cg(_put(c, A), _put(c, b), maxiter=3)
+    assert np.allclose(np.asarray(x3), _np_cg(A, b, 3), atol=1e-12)
+    # a matvec function over a sharded vector (a 1-d Laplacian plus a shift),
+    # with a Jacobi preconditioner, in a jit
+    n = 64
+    lap = lambda v: 2.1 * v - jnp.roll(v, 1) - jnp.roll(v, -1)
+    L = 2.1 * np.eye(n) - np.roll(np.eye(n), 1, 0) - np.roll(np.eye(n), -1, 0)
+    bv = rng.standard_normal(n)
+    solve = shmap.jit(lambda b: spla.cg(lap, b, M=lambda r: r / 2.1, tol=1e-10)[0])
+    xv = solve(_put(c, bv, P("i")))
+    assert np.allclose(np.asarray(xv), np.linalg.solve(L, bv), atol=1e-8)
+    assert xv.sharding.spec == P("i")
+    text = shmap.jit(lambda b: spla.cg(lap, b)[0]).lower(_put(c, bv, P("i"))).as_text()
+    assert text.split("# lowered")[0].count("while ") == 1
+    # a pytree right-hand side
+    tree = {"u": bv[:8], "w": bv[8:16]}
+    xt, _ = spla.cg(lambda t: {"u": 3 * t["u"], "w": 5 * t["w"]}, {k: _put(c, v) for k, v in
+                                                                    tree.items()})
+    assert np.allclose(np.asarray(xt["u"]), bv[:8] / 3) and np.allclose(np.asarray(xt["w"]),
+                                                                          bv[8:16] / 5)
+    # bicgstab: a non-symmetric, diagonally dominant matrix
+    N = rng.standard_normal((32, 32)) + 40 * np.eye(32)
+    xb, _ = spla.bicgstab(_put(c, N), _put(c, b), tol=1e-10)
+    assert np.allclose(np.asarray(xb), np.linalg.solve(N, b), atol=1e-9)
+    with pytest.raises(ValueError, match=r"linear operator must be a square matrix, but has "
+                                         r"shape: \(32, 8\)"):
+        spla.cg(_put(c, A[:, :8]), _put(c, b))
