@@ -643,7 +643,7 @@ def _batched_while(cond_fun, body_fun, val, bts):
     (a select). The loop itself is written on the batched values; cond_fun
     and body_fun still see one example (BatchTracers of the same vmap), so
     what they close over batches as in the rest of the function."""
-    from . import _vmap
+    from . import _core, _vmap
     from . import numpy as jnp
     level = builtins.max(x.level for x in bts)
     size = next(x.nbatch for x in bts if x.level == level)
@@ -686,7 +686,10 @@ def _batched_while(cond_fun, body_fun, val, bts):
         for n, r in zip([v for v, _ in _tree_leaves_of(new)], rs):
             n = raw(n)
             k = jnp.reshape(keep, (size,) + (1,) * (len(r.shape) - 1))
-            out.append(jnp.where(k, n, r).astype(r.dtype))
+            o = jnp.where(k, n, r).astype(r.dtype)
+            if o.type != r.type and _vmap._explicit():  # laid out as the carry, which it is
+                o = jnp.reshard(o, jnp._spec_of_type(r.type) or _core.P())
+            out.append(o)
         return out
 
     res = while_loop(cond_raw, body_raw, raws)

@@ -1363,3 +1363,291 @@ def _t_categorical(k, logits, axis, shape, replace, mode, out_sharding):
     for _ in range(len(prefix)):
         lt = jnp.expand_dims(lt, 0)
     return _placed("categorical", jnp.argmax(g + lt, axis=ax + len(prefix)), out_sharding)
+
+
+# ---- gamma and the distributions made from it --------------------------------------
+#
+# JAX's rejection sampler (Marsaglia and Tsang, jax/_src/random/core.py's
+# _gamma_one), each element from its own key of split(key, size): one
+# algorithm (_gamma_many) over all the elements at once, on the host in dt's
+# arithmetic or in a program as nested while loops (a traced key or
+# parameter), as JAX's vmap of _gamma_one runs it.
+
+
+class _HostKeys:
+    """The steps of the gamma sampler on the host, for n keys at once
+    ((n, 2) uint32 data): each key's split and scalar draws as JAX makes
+    them (either threefry mode), in dt's arithmetic; loops are Python's."""
+    xp = np
+
+    def __init__(self, dt):
+        self.dt = dt
+
+    def split(self, k1, k2, m):
+        if _partitionable():
+            hi, lo = _iota_2x32((m,))
+            b1, b2 = _threefry2x32(k1[:, None], k2[:, None], hi[None, :], lo[None, :])
+            return [(b1[:, i], b2[:, i]) for i in range(m)]
+        c = np.arange(2 * m, dtype=_U32)  # threefry_2x32 over iota(2m): halves paired
+        y0, y1 = _threefry2x32(k1[:, None], k2[:, None], c[None, :m], c[None, m:])
+        words = np.concatenate([y0, y1], axis=1).reshape(-1, m, 2)
+        return [(words[:, i, 0], words[:, i, 1]) for i in range(m)]
+
+    def uniform(self, k1, k2, lo, hi):
+        dt = self.dt
+        wide = dt.itemsize == 8
+        if _partitionable():
+            b1, b2 = _threefry2x32(k1, k2, _U32(0), _U32(0))
+            bits = (b1.astype(_U64) << _U64(32)) | b2.astype(_U64) if wide else b1 ^ b2
+        else:  # threefry_2x32 over iota(1) (padded to 2) or iota(2)
+            y0, y1 = _threefry2x32(k1, k2, _U32(0), _U32(1 if wide else 0))
+            bits = (y0.astype(_U64) << _U64(32)) | y1.astype(_U64) if wide else y0
+        ut = _UINT[dt.itemsize * 8]
+        floats = ((bits.astype(ut) >> ut(dt.itemsize * 8 - np.finfo(dt).nmant)) |
+                  np.array(1.0, dt).view(ut)).view(dt) - dt.type(1)
+        lo, hi = dt.type(lo), dt.type(hi)
+        return np.maximum(lo, floats * (hi - lo) + lo).astype(dt)
+
+    def normal(self, k1, k2):
+        dt = self.dt
+        u = self.uniform(k1, k2, np.nextafter(dt.type(-1), dt.type(0)), 1.0)
+        return (dt.type(np.sqrt(2)) * _erf_inv(u)).astype(dt)
+
+    @staticmethod
+    def loop(cond, body, init):
+        s = init
+        while cond(s):
+            s = body(s)
+        return s
+
+
+class _TracedKeys:
+    """The same steps in a program (float32; int64 key data)."""
+
+    def __init__(self, dt):
+        self.dt, self.xp = dt, _jnp()
+
+    def split(self, k1, k2, m):
+        jnp = self.xp
+        n = k1.shape[0]
+        b1, b2 = _t_hash(jnp.reshape(k1, (n, 1)), jnp.reshape(k2, (n, 1)),
+                         jnp.zeros((1, m), dtype=np.int64),
+                         jnp.reshape(jnp.arange(m, dtype=np.int64), (1, m)))
+        return [(b1[:, i], b2[:, i]) for i in range(m)]
+
+    def uniform(self, k1, k2, lo, hi):
+        b1, b2 = _t_hash(k1, k2, 0, 0)
+        f = np.float32
+        floats = self.xp.astype((b1 ^ b2) // (1 << 9), f) * f(2.0 ** -23)
+        lo, hi = f(lo), f(hi)
+        return self.xp.maximum(lo, floats * (hi - lo) + lo)
+
+    def normal(self, k1, k2):
+        from . import lax
+        f = np.float32
+        return f(np.sqrt(2)) * lax.erf_inv(self.uniform(k1, k2, np.nextafter(f(-1), f(0)), 1.0))
+
+    @staticmethod
+    def loop(cond, body, init):
+        from . import lax
+        return lax.while_loop(cond, body, init)
+
+
+def _gamma_many(ops, k1, k2, alpha, log_space):
+    """JAX's _gamma_one (Marsaglia and Tsang) for each element: keys (k1,
+    k2) and alpha (n,) vectors; each loop runs while any element's would,
+    an element keeping its state once its own ends (what JAX's vmap of
+    _gamma_one computes), so each element's value is its own sampler's."""
+    xp, dt = ops.xp, ops.dt
+    f = dt.type
+    zero, one, third = f(0), f(1), f(1.0 / 3.0)
+    boost = alpha >= one
+    alpha_orig = alpha
+    alpha = xp.where(boost, alpha, alpha + one)
+    d = alpha - third
+    c = third / xp.sqrt(d)
+    (k1, k2), sub = ops.split(k1, k2, 2)
+
+    def more(X, V, U):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return (U >= one - f(0.0331) * (X * X)) & \
+                (xp.log(U) >= X * f(0.5) + d * ((one - V) + xp.log(V)))
+
+    def body(s):
+        k1, k2, X, V, U = s
+        on = more(X, V, U)
+        (n1, n2), (x1, x2), (u1, u2) = ops.split(k1, k2, 3)
+
+        def next_x(t):
+            a1, a2, x, v = t
+            neg = v <= zero
+            (m1, m2), (s1, s2) = ops.split(a1, a2, 2)
+            xn = ops.normal(s1, s2)
+            return (xp.where(neg, m1, a1), xp.where(neg, m2, a2), xp.where(neg, xn, x),
+                    xp.where(neg, one + xn * c, v))
+        _, _, x, v = ops.loop(lambda t: xp.any(t[3] <= zero), next_x,
+                              (x1, x2, xp.zeros_like(alpha), xp.full_like(alpha, -1.0)))
+        new = (n1, n2, x * x, (v * v) * v, ops.uniform(u1, u2, 0.0, 1.0))
+        return tuple(xp.where(on, a, b) for a, b in zip(new, s))
+    _, _, _, V, _ = ops.loop(lambda s: xp.any(more(*s[2:])), body,
+                             (k1, k2, xp.zeros_like(alpha), xp.ones_like(alpha),
+                              xp.full_like(alpha, 2.0)))
+    u = ops.uniform(sub[0], sub[1], 0.0, 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if log_space:
+            log_samples = xp.log1p(-u)  # -exponential(sub): -(-log1p(-u))
+            log_boost = xp.where(boost | (log_samples == 0), zero,
+                                 log_samples * (one / alpha_orig))
+            return (xp.log(d) + xp.log(V)) + log_boost
+        return (d * V) * xp.where(boost, one, xp.power(one - u, one / alpha_orig))
+
+
+def _gamma(name, key, a, shape, dtype, log_space, out_sharding=None):
+    dt = _float_dtype(name, dtype)
+    traced = _is_traced(key) or isinstance(a, _trace.Tracer)
+    if not traced:
+        k, _ = _key_data_of(name, key)
+        a = _concrete(name, a, "a").astype(dt)
+        shape = a.shape if shape is None else _shape(shape)
+        if np.broadcast_shapes(a.shape, shape) != shape:
+            raise ValueError(f"{name} parameter shapes must be broadcast-compatible with shape "
+                             f"argument, and the result of broadcasting the shapes must equal "
+                             f"the shape argument, but got result {np.broadcast_shapes(a.shape, shape)} "
+                             f"for shape argument {shape}.")
+        if dt.itemsize not in (4, 8):
+            raise InvalidArgument(f"shmap.random.{name}: float32 and float64 only, got {dt}")
+        a = np.broadcast_to(a, shape).reshape(-1)
+        keys = _split_data(k, (a.size,))
+        out = _gamma_many(_HostKeys(dt), keys[:, 0], keys[:, 1], a, log_space)
+        return _place(name, np.asarray(out, dt).reshape(shape), out_sharding)
+    jnp = _jnp()
+    if dt != np.dtype(np.float32):
+        raise InvalidArgument(f"shmap.random.{name}: a traced key or parameter draws float32 "
+                              f"(got {dt}): draw {dt} outside the jit")
+    if _is_traced(key):
+        k = _t_key(name, key)
+    else:
+        k = jnp.asarray(_key_data_of(name, key)[0].astype(np.int64))
+    if isinstance(a, _trace.Tracer):
+        a = jnp.astype(a, dt)
+    else:  # a host parameter: a constant of the program
+        a = np.asarray(_concrete(name, a, "a"), dt)
+        a = jnp.full(a.shape, dt.type(a)) if a.ndim == 0 else jnp.asarray(a)
+    shape = tuple(a.shape) if shape is None else _shape(shape)
+    n = math.prod(shape)
+    keys = _t_split(k, (n,))
+    alphas = jnp.reshape(jnp.broadcast_to(a, shape), (n,))
+    spec = jnp._spec_of_type(alphas.type) if isinstance(alphas, _trace.Tracer) else None
+    if spec is not None:  # the elements' keys where their parameters lie
+        keys = jnp.reshard(keys, P(tuple(spec)[0], None))
+    out = _gamma_many(_TracedKeys(dt), keys[:, 0], keys[:, 1], alphas, log_space)
+    return _placed(name, jnp.reshape(out, shape), out_sharding)
+
+
+def gamma(key, a, shape=None, dtype=None, *, method="exact", out_sharding=None):
+    """jax.random.gamma: Gamma(a, 1) values by JAX's rejection sampler
+    (Marsaglia and Tsang; each element from its key of split(key, size)), on
+    the host for a concrete key and a, or in the program (a loop batched
+    over the elements) for a traced one."""
+    if method not in ("exact", "approximate"):
+        raise ValueError(f"method argument to `gamma` must be one of {{'exact', "
+                         f"'approximate'}}, got {method!r}")
+    if method == "approximate":
+        raise InvalidArgument("shmap.random.gamma: method='approximate' is not implemented "
+                              "here; the default 'exact' sampler is")
+    return _gamma("gamma", key, a, shape, dtype, False, out_sharding)
+
+
+def loggamma(key, a, shape=None, dtype=None, *, method="exact", out_sharding=None):
+    """jax.random.loggamma: log of Gamma(a, 1) values, sampled in log space
+    (precise for small a)."""
+    if method != "exact":
+        raise InvalidArgument("shmap.random.loggamma: only method='exact' is implemented")
+    return _gamma("loggamma", key, a, shape, dtype, True, out_sharding)
+
+
+def _xp_of(*vs):
+    return _jnp() if any(isinstance(v, (_trace.Tracer, Array)) for v in vs) else np
+
+
+def _key_pair(name, key):
+    """split(key) as two keys of the key's kind (traced or host data)."""
+    if _is_traced(key):
+        return _t_split2(_t_key(name, key))
+    k, _ = _key_data_of(name, key)
+    ks = _split_data(k, (2,))
+    return ks[0], ks[1]
+
+
+def beta(key, a, b, shape=None, dtype=None, *, method="exact", out_sharding=None):
+    """jax.random.beta: Beta(a, b) as JAX makes it, from two log-gamma
+    draws (of split(key)) scaled by their maximum."""
+    dt = _float_dtype("beta", dtype)
+    if shape is None:
+        shape = np.broadcast_shapes(np.shape(a), np.shape(b))
+    key_a, key_b = _key_pair("beta", key)
+    xp = _xp_of(key_a, a, b)
+    lga = loggamma(key_a, xp.broadcast_to(a if xp is not np else np.asarray(a, dt), shape),
+                   shape, dt)
+    lgb = loggamma(key_b, xp.broadcast_to(b if xp is not np else np.asarray(b, dt), shape),
+                   shape, dt)
+    xp = _xp_of(lga, lgb)
+    m = xp.maximum(lga, lgb)
+    ga, gb = xp.exp(lga - m), xp.exp(lgb - m)
+    out = ga / (ga + gb)
+    return _placed("beta", out, out_sharding) if xp is not np else _place("beta", out,
+                                                                         out_sharding)
+
+
+def dirichlet(key, alpha, shape=None, dtype=None, *, out_sharding=None):
+    """jax.random.dirichlet: the softmax of log-gamma draws of alpha over
+    its last axis."""
+    dt = _float_dtype("dirichlet", dtype)
+    if np.ndim(alpha) < 1 and not hasattr(alpha, "shape"):
+        raise ValueError(f"dirichlet requires alpha.ndim >= 1, got alpha.ndim == "
+                         f"{np.ndim(alpha)}")
+    ashape = tuple(np.shape(alpha)) if not hasattr(alpha, "shape") else tuple(alpha.shape)
+    if len(ashape) < 1:
+        raise ValueError(f"dirichlet requires alpha.ndim >= 1, got alpha.ndim == 0")
+    shape = ashape[:-1] if shape is None else _shape(shape)
+    lg = loggamma(key, alpha, tuple(shape) + ashape[-1:], dt)
+    xp = _xp_of(lg)
+    e = xp.exp(lg - xp.max(lg, axis=-1, keepdims=True))
+    out = e / xp.sum(e, axis=-1, keepdims=True)
+    return _placed("dirichlet", out, out_sharding) if xp is not np else \
+        _place("dirichlet", out.astype(dt), out_sharding)
+
+
+def chisquare(key, df, shape=None, dtype=None, *, method="exact", out_sharding=None):
+    """jax.random.chisquare: 2 exp(loggamma(df / 2))."""
+    dt = _float_dtype("chisquare", dtype)
+    xp = _xp_of(key, df)
+    half = (df / 2) if xp is not np else (np.asarray(df, dt) / dt.type(2))
+    lg = loggamma(key, half, shape, dt)
+    xp = _xp_of(lg)
+    out = xp.exp(lg) * dt.type(2)
+    return _placed("chisquare", out, out_sharding) if xp is not np else \
+        _place("chisquare", out.astype(dt), out_sharding)
+
+
+def t(key, df, shape=None, dtype=None, *, out_sharding=None):
+    """jax.random.t: Student's t, n * sqrt(df / 2 / gamma(df / 2)) with n
+    normal (keys of split(key))."""
+    dt = _float_dtype("t", dtype)
+    shape = tuple(np.shape(df)) if shape is None and not hasattr(df, "shape") else \
+        (tuple(df.shape) if shape is None else _shape(shape))
+    key_n, key_g = _key_pair("t", key)
+    xp = _xp_of(key_n, df)
+    if xp is np:
+        n = _normal(key_n, shape, dt)
+        half = np.asarray(df, dt) / dt.type(2)
+        g = _gamma("t", key_g, half, shape, dt, False)
+        return _place("t", (n * np.sqrt(half / np.asarray(g))).astype(dt), out_sharding)
+    n = _t_normal(key_n, shape, dt) if _is_traced(key_n) else \
+        _jnp().asarray(_normal(key_n, shape, dt))
+    half = df / dt.type(2)
+    g = _gamma("t", key_g, half, shape, dt, False)
+    return _placed("t", n * _jnp().sqrt(half / g), out_sharding)
+
+
+__all__ += ["gamma", "loggamma", "beta", "dirichlet", "chisquare", "t"]

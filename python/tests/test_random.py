@@ -191,6 +191,12 @@ RANDOM_VALUES = [
     ("bits", np.uint64, {},  # the row JAX runs with jax_enable_x64 only
      np.array([17649965731882839947, 1415307058040849897, 8282622628079774249,
                14024425113645909402, 2012979996110532418], np.uint64), None),
+    ("beta", np.float32, {"a": 0.8, "b": 0.9},
+     np.array([0.13259, 0.824893, 0.948363, 0.964155, 0.235448], np.float32), None),
+    ("gamma", np.float32, {"a": 0.8},
+     np.array([0.824221, 1.724476, 0.502882, 5.386132, 0.685543], np.float32), None),
+    ("loggamma", np.float32, {"a": 0.8},
+     np.array([0.240559, -3.575443, -0.450946, -2.161372, -2.943277], np.float32), None),
     ("cauchy", np.float32, {},
      np.array([-0.088416, -10.169713, 3.49677, -1.18056, 0.34556], np.float32), 1e-5),
     ("exponential", np.float32, {},
@@ -230,6 +236,45 @@ def test_random_values_non_partitionable(make_key, name, dtype, params, want, rt
         np.testing.assert_allclose(got, want, atol=1e-6, rtol=rtol or 1e-6)
     else:
         np.testing.assert_array_equal(got, want)
+
+
+def test_dirichlet_non_partitionable():
+    # the dirichlet row of _RANDOM_VALUES_CASES (shape (2,) of alpha's 3)
+    with jr.threefry_partitionable(False):
+        got = jr.dirichlet(jr.key(_case_seed("dirichlet")), np.array([0.5, 0.6, 0.7], np.float32),
+                           shape=(2,), dtype=np.float32)
+    np.testing.assert_allclose(got, [[0.003128, 0.009694, 0.987178],
+                                     [0.025938, 0.479091, 0.494971]], atol=1e-6, rtol=1e-6)
+
+
+def test_gamma_family_in_a_jit(c):
+    """gamma and what is made from it, with a key (and a parameter) traced in
+    a jit: the rejection loops run in the program, batched over the elements
+    (a sharded parameter keeps its sharding), and give the host's values
+    (pow and log of another library: within an ulp or two); their moments."""
+    mesh = c.make_mesh((4,), ("i",))
+    key = jr.key(42)
+    a = np.array([0.3, 0.8, 2.0, 7.5, 1.0, 0.05, 3.0, 12.0], np.float32)
+    g = shmap.jit(lambda k, a: jr.gamma(k, a))(key, c.device_put(a, NamedSharding(mesh, P("i"))))
+    assert g.type == "f32[8@i]"
+    np.testing.assert_allclose(np.asarray(g), jr.gamma(key, a), rtol=2e-6)
+    with shmap.use_mesh(mesh):
+        got = shmap.jit(lambda k: (jr.loggamma(k, 0.5, (6,)), jr.beta(k, 2.0, 3.0, (4,)),
+                                   jr.dirichlet(k, jnp.ones(3)), jr.chisquare(k, 3.0, (3,)),
+                                   jr.t(k, 4.0, (3,))))(key)
+    want = (jr.loggamma(key, 0.5, (6,)), jr.beta(key, 2.0, 3.0, (4,)),
+            jr.dirichlet(key, np.ones(3, np.float32)), jr.chisquare(key, 3.0, (3,)),
+            jr.t(key, 4.0, (3,)))
+    for x, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(x), w, rtol=2e-6, atol=1e-7)
+    big = jr.gamma(key, 0.3, (20000,))  # small a: the boost by u ** (1 / a)
+    assert abs(big.mean() - 0.3) < 0.02 and abs(big.var() - 0.3) < 0.03
+    b = jr.beta(jr.key(1), 2.0, 5.0, (20000,))
+    assert abs(b.mean() - 2 / 7) < 0.01
+    assert abs(jr.chisquare(jr.key(2), 4.0, (20000,)).mean() - 4) < 0.1
+    assert jr.gamma(key, 2.0, (3,), dtype=np.float64).dtype == np.float64  # on the host
+    with pytest.raises(shmap.InvalidArgument, match="a traced key or parameter draws float32"):
+        shmap.jit(lambda k: jr.gamma(k, 2.0, (3,), dtype=np.float64), mesh=mesh)(key)
 
 
 def test_normal_non_partitionable_tolerance():
