@@ -1603,12 +1603,9 @@ def dirichlet(key, alpha, shape=None, dtype=None, *, out_sharding=None):
     """jax.random.dirichlet: the softmax of log-gamma draws of alpha over
     its last axis."""
     dt = _float_dtype("dirichlet", dtype)
-    if np.ndim(alpha) < 1 and not hasattr(alpha, "shape"):
-        raise ValueError(f"dirichlet requires alpha.ndim >= 1, got alpha.ndim == "
-                         f"{np.ndim(alpha)}")
     ashape = tuple(np.shape(alpha)) if not hasattr(alpha, "shape") else tuple(alpha.shape)
     if len(ashape) < 1:
-        raise ValueError(f"dirichlet requires alpha.ndim >= 1, got alpha.ndim == 0")
+        raise ValueError(f"dirichlet requires alpha.ndim >= 1, got alpha.ndim == {len(ashape)}")
     shape = ashape[:-1] if shape is None else _shape(shape)
     lg = loggamma(key, alpha, tuple(shape) + ashape[-1:], dt)
     xp = _xp_of(lg)
