@@ -1648,3 +1648,115 @@ def t(key, df, shape=None, dtype=None, *, out_sharding=None):
 
 
 __all__ += ["gamma", "loggamma", "beta", "dirichlet", "chisquare", "t"]
+
+
+# ---- poisson ------------------------------------------------------------------------
+
+
+def _poisson_ops(name, key, traced):
+    """(xp, split(key, n) -> keys, uniform(key, shape, dt), lgamma, loop) for
+    the poisson sampler: on the host, or in a program for a traced key."""
+    if not traced:
+        def split(k, n):
+            return list(_split_data(k, (n,)))
+
+        def uni(k, shape, dt):
+            return _uniform(k, shape, np.dtype(dt), 0.0, 1.0)
+
+        def lg(v):  # XLA's lgamma: inf at the poles (0, -1, ...), math's raises
+            return math.inf if v <= 0 and v == math.floor(v) else math.lgamma(v)
+
+        def lgamma(x):
+            return np.vectorize(lg, otypes=[np.float64])(x).astype(x.dtype)
+        return np, split, uni, lgamma, _HostKeys.loop
+    from . import lax
+
+    def split(k, n):
+        ks = _t_split(k, (n,))
+        return [ks[i] for i in range(n)]
+
+    def uni(k, shape, dt):
+        return _t_uniform(name, k, shape, dt, 0.0, 1.0)
+    return _jnp(), split, uni, lax.lgamma, _TracedKeys.loop
+
+
+def _poisson_many(ops, key, lam, shape, dt):
+    """JAX's _poisson: Knuth's algorithm for lam < 10, Hormann's transformed
+    rejection otherwise, both over all of shape from one key, selected per
+    element (numpy's and TensorFlow's choice of algorithms)."""
+    xp, split, uni, lgamma, loop = ops  # (carries made like lam: laid out as it)
+    f32 = np.float32
+    big = np.iinfo(dt).max
+    use_knuth = (lam != lam) | (lam < 10)
+    lam_k = xp.where(use_knuth, lam, f32(0))
+    lam_r = xp.where(use_knuth, f32(1e5), lam)
+
+    def knuth_body(c):
+        i, k, rng, log_prod = c
+        rng, sub = split(rng, 2)
+        k = xp.where(log_prod > -lam_k, k + 1, k)
+        return i + 1, k, rng, log_prod + xp.log(uni(sub, shape, f32))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        k_knuth = loop(lambda c: xp.any(c[3] > -lam_k) & (c[0] < big), knuth_body,
+                       (xp.zeros((), dtype=np.int32) if xp is not np else 0,
+                        xp.full_like(lam, 0, dtype=dt), key, xp.full_like(lam_k, 0.0)))[1] - 1
+        log_lam = xp.log(lam_r)
+        b = f32(0.931) + f32(2.53) * xp.sqrt(lam_r)
+        a = f32(-0.059) + f32(0.02483) * b
+        inv_alpha = f32(1.1239) + f32(1.1328) / (b - f32(3.4))
+        v_r = f32(0.9277) - f32(3.6224) / (b - f32(2))
+
+        def rej_body(c):
+            i, k_out, accepted, rng = c
+            rng, s0, s1 = split(rng, 3)
+            u = uni(s0, shape, f32) - f32(0.5)
+            v = uni(s1, shape, f32)
+            us = f32(0.5) - xp.abs(u)
+            k = xp.floor((f32(2) * a / us + b) * u + lam_r + f32(0.43))
+            s = xp.log(v * inv_alpha / (a / (us * us) + b))
+            t = -lam_r + k * log_lam - lgamma(k + f32(1))
+            accept1 = (us >= f32(0.07)) & (v <= v_r)
+            reject = (k < 0) | ((us < f32(0.013)) & (v > us))
+            accept = accept1 | (~reject & (s <= t))
+            return i + 1, xp.where(accept, k, k_out), accepted | accept, rng
+        k_rej = loop(lambda c: xp.any(~c[2]) & (c[0] < big), rej_body,
+                     (xp.zeros((), dtype=np.int32) if xp is not np else 0,
+                      xp.full_like(lam_r, -1.0), xp.full_like(lam, False, dtype=bool), key))[1]
+    result = xp.where(use_knuth, k_knuth, xp.astype(k_rej, dt) if xp is not np else
+                      k_rej.astype(dt))
+    return xp.where(lam == 0, xp.zeros_like(result), result)
+
+
+def poisson(key, lam, shape=None, dtype=None, *, method="exact", out_sharding=None):
+    """jax.random.poisson: Poisson(lam) integers (int32 by default) by JAX's
+    exact sampler (Knuth's algorithm below lam = 10, Hormann's transformed
+    rejection above), on the host, or as while loops of the program for a
+    traced key or lam."""
+    if method != "exact":
+        raise InvalidArgument("shmap.random.poisson: only method='exact' is implemented")
+    dt = np.dtype(np.int32 if dtype is None else dtype)
+    if not np.issubdtype(dt, np.integer):
+        raise ValueError(f"dtype argument to `poisson` must be an int dtype, got {dt}")
+    traced = _is_traced(key) or isinstance(lam, _trace.Tracer)
+    if not traced:
+        k, _ = _key_data_of("poisson", key)
+        lam = np.asarray(_concrete("poisson", lam, "lam"), np.float32)
+        shape = lam.shape if shape is None else _shape(shape)
+        out = _poisson_many(_poisson_ops("poisson", k, False), k,
+                            np.broadcast_to(lam, shape), shape, dt)
+        return _place("poisson", np.asarray(out, dt), out_sharding)
+    jnp = _jnp()
+    k = _t_key("poisson", key) if _is_traced(key) else \
+        jnp.asarray(_key_data_of("poisson", key)[0].astype(np.int64))
+    if isinstance(lam, _trace.Tracer):
+        lam = jnp.astype(lam, np.float32)
+    else:
+        lam = np.asarray(_concrete("poisson", lam, "lam"), np.float32)
+        lam = jnp.full(lam.shape, np.float32(lam)) if lam.ndim == 0 else jnp.asarray(lam)
+    shape = tuple(lam.shape) if shape is None else _shape(shape)
+    out = _poisson_many(_poisson_ops("poisson", k, True), k, jnp.broadcast_to(lam, shape),
+                        shape, dt)
+    return _placed("poisson", out, out_sharding)
+
+
+__all__ += ["poisson"]

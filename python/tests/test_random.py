@@ -211,6 +211,7 @@ RANDOM_VALUES = [
      np.array([0.19611, -1.709053, -0.274093, -0.208322, -1.675489], np.float32), None),
     ("normal", np.float32, {},
      np.array([-1.173234, -1.511662, 0.070593, -0.099764, 1.052845], np.float32), None),
+    ("poisson", np.int32, {"lam": 5}, np.array([7, 3, 6, 11, 6], np.int32), None),
     ("rademacher", np.int32, {}, np.array([-1, -1, -1, -1, 1], np.int32), None),
     ("randint", np.int32, {"minval": 0, "maxval": 10},
      np.array([0, 5, 7, 7, 5], np.int32), None),
@@ -273,6 +274,13 @@ def test_gamma_family_in_a_jit(c):
     assert abs(b.mean() - 2 / 7) < 0.01
     assert abs(jr.chisquare(jr.key(2), 4.0, (20000,)).mean() - 4) < 0.1
     assert jr.gamma(key, 2.0, (3,), dtype=np.float64).dtype == np.float64  # on the host
+    # poisson: Knuth below lam = 10, rejection above, in the program as on the host
+    lam = np.array([0., 0.5, 2., 9.9, 10., 30., 100., 5.], np.float32)
+    p = shmap.jit(lambda k, l: jr.poisson(k, l))(key, c.device_put(lam, NamedSharding(mesh,
+                                                                                    P("i"))))
+    assert p.type == "i32[8@i]" and np.array_equal(np.asarray(p), jr.poisson(key, lam))
+    assert abs(jr.poisson(key, 3.0, (20000,)).mean() - 3) < 0.05
+    assert abs(jr.poisson(key, 30.0, (20000,)).mean() - 30) < 0.2
     with pytest.raises(shmap.InvalidArgument, match="a traced key or parameter draws float32"):
         shmap.jit(lambda k: jr.gamma(k, 2.0, (3,), dtype=np.float64), mesh=mesh)(key)
 
