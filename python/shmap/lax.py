@@ -129,15 +129,23 @@ def switch(index, branches, *operands):
 
 
 def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
-    """jax.lax.scan, unrolled as the text form unrolls every loop: carry, y =
-    f(carry, x) for each x = xs[i] (every leaf of xs indexed along its first
-    axis; xs=None: length steps of x=None); returns the last carry and the
-    ys stacked along a new first axis."""
+    """jax.lax.scan: carry, y = f(carry, x) for each x = xs[i] (every leaf of
+    xs indexed along its first axis; xs=None: length steps of x=None);
+    returns the last carry and the ys stacked along a new first axis. In a
+    traced function with traced values in the carry or xs it is a while
+    loop of the program (one copy of f, its step's x and y moved by
+    dynamic slices); under grad (which goes through no loop), or where the
+    loop cannot be written (f returns no array ys, a traced xs sharded along
+    its first axis), it is unrolled, as the text form unrolls its loops.
+    unroll is accepted and ignored."""
     from . import numpy as jnp
     xl, xbuild = _leaves(xs) if xs is not None else ([], None)
     n = length if xs is None else (xl[0].shape[0] if xl else length)
     if n is None:
         raise ValueError("scan: give xs or length")
+    looped = _scan_loop(f, init, xl, xbuild, n, reverse) if n > 1 else None
+    if looped is not None:
+        return looped
     carry, ys = init, []
     steps = range(n - 1, -1, -1) if reverse else range(n)
     for i in steps:
@@ -151,6 +159,86 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
     yl = [_leaves(y)[0] for y in ys]
     _, ybuild = _leaves(ys[0])
     return carry, ybuild([jnp.stack([row[k] for row in yl]) for k in range(len(yl[0]))])
+
+
+def _scan_loop(f, init, xl, xbuild, n, reverse):
+    """scan as a while loop of the program: (carry, ys), or None where it
+    is to be unrolled (nothing traced, under grad, ys that are not arrays,
+    or a step that cannot be written as one turn), with nothing traced
+    left behind."""
+    from . import _grad, _vmap
+    from . import numpy as jnp
+    from ._trace import Tracer, _builder, _state
+    b = getattr(_state, "builder", None)
+    leaves = _leaves(init)[0] + list(xl)
+    if b is None or not builtins.any(isinstance(v, Tracer) for v in leaves):
+        return None
+    levels = [lv for lv in _grad._levels(b) if not lv.paused]
+    if builtins.any(getattr(v, "name", None) in lv.active for lv in levels for v in leaves):
+        return None
+    if builtins.any(isinstance(v, Tracer) and _sharded_first(v) for v in xl):
+        return None
+    start, pend0 = len(b.lines), len(b.pending)
+    tapes0 = [len(lv.tape) for lv in levels]
+    try:
+        # one step traced to learn what f returns, then taken back
+        x0 = xbuild([dynamic_index_in_dim(v, n - 1 if reverse else 0, 0, False) for v in xl]) \
+            if xbuild else None
+        c1, y1 = f(init, x0)
+        ys_l, ybuild = _leaves(y1) if y1 is not None else ([], None)
+        if not builtins.all(isinstance(y, Tracer) and not isinstance(y, _vmap.BatchTracer)
+                            for y in ys_l) or \
+                builtins.any(len(lv.tape) > t for lv, t in zip(levels, tapes0)):
+            raise _Unroll()
+        yt = [(tuple(y.shape), y.dtype, jnp._spec_of_type(y.type)) for y in ys_l]
+        _untrace(b, start, pend0, levels, tapes0)
+        none = init is None  # no carry: the loop carries an empty tuple
+        if not none:  # a Python scalar in init takes the dtype the step gives it (JAX's)
+            carry_dt = [getattr(c, "dtype", None) for c in _leaves(c1)[0]]
+            init_l, ibuild = _leaves(init)
+            init = ibuild([_as_traced(v, d) if _is_static(v) and not isinstance(v, _np.generic)
+                           and d is not None else v for v, d in zip(init_l, carry_dt)])
+        bufs = [jnp.zeros((n,) + sh, dtype=dt, out_sharding=None if sp is None else
+                          _core_P(None, *sp)) for sh, dt, sp in yt]
+
+        def body(s):
+            i, carry, bufs = s
+            idx = (n - 1) - i if reverse else i
+            x = xbuild([dynamic_index_in_dim(v, idx, 0, False) for v in xl]) if xbuild else None
+            carry, y = f(None if none else carry, x)
+            carry = () if none else carry
+            ys = _leaves(y)[0] if y is not None else []
+            return i + 1, carry, [dynamic_update_index_in_dim(buf, yv, idx, 0)
+                                  for buf, yv in zip(bufs, ys)]
+        _, carry, bufs = while_loop(lambda s: s[0] < n, body,
+                                    (jnp.zeros((), dtype=_np.int32), () if none else init, bufs))
+        carry = None if none else carry
+    except (_Unroll, ValueError):
+        _untrace(b, start, pend0, levels, tapes0)
+        return None
+    except TypeError as e:
+        _untrace(b, start, pend0, levels, tapes0)
+        raise TypeError(str(e).replace("while_loop body function carry",
+                                       "scan body function carry")) from None
+    except BaseException:
+        _untrace(b, start, pend0, levels, tapes0)
+        raise
+    return carry, (ybuild(bufs) if ybuild else None)
+
+
+class _Unroll(Exception):
+    """scan's step is to be unrolled (raised and caught in _scan_loop)."""
+
+
+def _sharded_first(v):
+    from . import numpy as jnp
+    spec = jnp._spec_of_type(v.type)
+    return spec is not None and len(tuple(spec)) > 0 and tuple(spec)[0] is not None
+
+
+def _core_P(*entries):
+    from ._core import P
+    return P(*entries)
 
 
 def top_k(operand, k):

@@ -139,6 +139,19 @@ def flip(m, axis=None):
     return rev(m, tuple(axes))  # noqa: F821 (from the op table)
 
 
+_concatenate_op = concatenate  # noqa: F821 (the op table's: at most 64 operands)
+
+
+def concatenate(arrays, axis=0, **kwargs):
+    """jnp.concatenate: the arrays joined along axis; more than the op's 64
+    operands are joined in groups of 64, then the groups."""
+    arrays = tuple(arrays)
+    if len(arrays) > 64:
+        arrays = tuple(concatenate(arrays[i:i + 64], axis=axis, **kwargs)
+                       for i in range(0, len(arrays), 64))
+    return _concatenate_op(arrays, axis=axis, **kwargs)
+
+
 @_at_once
 def stack(arrays, axis=0):
     """jnp.stack: the arrays joined along a new axis (expand_dims, then

@@ -196,3 +196,39 @@ def test_endless_loop_is_cancelled(c, mesh):
     fut.cancel()
     with pytest.raises(shmap.ShmapError, match="cancel"):
         fut.result(timeout=20)
+
+
+def test_scan_is_a_loop(c, mesh):
+    """lax.scan over traced values: one copy of the step in a while loop
+    (200 steps: the unrolled form stacked its ys in one concatenate, at
+    most 64), ys written at each step's index, reverse; lax.map through it;
+    JAX's sentence for a carry whose type changes; under grad it unrolls."""
+    w0 = (np.eye(6) * 0.9 + 0.01).astype(np.float32)
+    xa = RNG.standard_normal((200, 6)).astype(np.float32)
+    w, xs = _put(c, mesh, w0, P()), _put(c, mesh, xa, P())
+
+    def run(w, xs, reverse):
+        return lax.scan(lambda h, x: (jnp.tanh(h @ w + x), (h.sum(), h * 2)), jnp.zeros(6), xs,
+                        reverse=reverse)
+    for reverse in (False, True):
+        f = shmap.jit(lambda w, xs: run(w, xs, reverse))
+        jit_text = f.lower(w, xs).as_text().split("# lowered")[0]
+        assert jit_text.count("while ") == 1 and jit_text.count("tanh") == 1
+        h, (s, h2) = f(w, xs)
+        wh, ws, wh2 = np.zeros(6, np.float32), [None] * 200, [None] * 200
+        for i in (range(199, -1, -1) if reverse else range(200)):
+            ws[i], wh2[i] = wh.sum(), wh * 2
+            wh = np.tanh(wh @ w0 + xa[i])
+        np.testing.assert_allclose(np.asarray(h), wh, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(s), np.array(ws), atol=1e-5)
+        np.testing.assert_allclose(np.asarray(h2), np.array(wh2), atol=1e-6)
+    rows = shmap.jit(lambda xs: lax.map(lambda r: jnp.sum(r * r), xs))(xs)
+    np.testing.assert_allclose(np.asarray(rows), (xa * xa).sum(1), rtol=1e-6)
+    with pytest.raises(TypeError, match="scan body function carry input and carry output must "
+                                        "have equal types"):
+        shmap.jit(lambda xs: lax.scan(lambda h, x: (h[:3], None), jnp.zeros(6), xs))(xs)
+    # under grad: unrolled (and its 200 ys joined in groups of 64)
+    g = shmap.grad(lambda w: run(w, xs, False)[1][0].sum())(w)
+    assert np.all(np.isfinite(np.asarray(g))) and np.asarray(g).shape == (6, 6)
+    stacked = shmap.jit(lambda xs: jnp.stack([xs[i] for i in range(100)]))(xs)
+    assert np.array_equal(np.asarray(stacked), xa[:100])
