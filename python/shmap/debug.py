@@ -28,6 +28,12 @@ def print(fmt, *args, ordered=False, **kwargs):  # noqa: A001 (jax.debug.print)
     if b is None:
         builtins.print(fmt.format(*device_get(list(args)), **device_get(dict(kwargs))))
         return
+    if b.loops and builtins.any(isinstance(v, Tracer) for v in tree_flatten((args, kwargs))[0]):
+        from ._core import InvalidArgument
+        raise InvalidArgument("shmap.debug.print of traced values inside a traced while_loop "
+                              "(or scan) is not supported: its values are printed when the job "
+                              "ends, and a loop's values do not outlive the loop; print the "
+                              "loop's results after it")
     leaves, tree = tree_flatten((args, kwargs))
     leaves = [getattr(v, "val", v) if not isinstance(v, Tracer) and hasattr(v, "val") else v
               for v in leaves]  # a vmap'd value: the whole batch

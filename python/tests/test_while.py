@@ -232,3 +232,16 @@ def test_scan_is_a_loop(c, mesh):
     assert np.all(np.isfinite(np.asarray(g))) and np.asarray(g).shape == (6, 6)
     stacked = shmap.jit(lambda xs: jnp.stack([xs[i] for i in range(100)]))(xs)
     assert np.array_equal(np.asarray(stacked), xa[:100])
+
+
+def test_debug_print_in_a_loop_is_refused(c, mesh):
+    x = _put(c, mesh, XA, P("i", "j"))
+
+    def f(x):
+        def body(v):
+            shmap.debug.print("{}", v.sum())
+            return v * 2
+        return lax.while_loop(lambda v: v.sum() < 100, body, x)
+    with pytest.raises(shmap.InvalidArgument, match="debug.print of traced values inside a "
+                                                    "traced while_loop"):
+        shmap.jit(f)(x)
