@@ -168,7 +168,7 @@ def _scan_loop(f, init, xl, xbuild, n, reverse):
     left behind."""
     from . import _grad, _vmap
     from . import numpy as jnp
-    from ._trace import Tracer, _builder, _state
+    from ._trace import Tracer, _state
     b = getattr(_state, "builder", None)
     leaves = _leaves(init)[0] + list(xl)
     if b is None or not builtins.any(isinstance(v, Tracer) for v in leaves):
