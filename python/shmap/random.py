@@ -1760,3 +1760,208 @@ def poisson(key, lam, shape=None, dtype=None, *, method="exact", out_sharding=No
 
 
 __all__ += ["poisson"]
+
+
+# ---- samplers that transform the draws above (JAX's constructions) -----------------------
+#
+# Each is JAX's formula over the samplers above, which place their values (numpy, an
+# Array, or a traced value): the arithmetic runs where they are (_xp_of).
+
+
+def _param(xp, v, dt):
+    """A parameter in the draws' dtype: a traced or device value as it is (its
+    dtype), a host one converted."""
+    if isinstance(v, (_trace.Tracer, Array)):
+        return v if np.dtype(v.dtype) == dt else _jnp().astype(v, dt)
+    a = np.asarray(_concrete("random", v, "a parameter"), dt)
+    return a if xp is np else (dt.type(a) if a.ndim == 0 else _jnp().asarray(a))
+
+
+def _done(name, xp, out, dt, out_sharding):
+    if xp is np:
+        return _place(name, np.asarray(out, dt), out_sharding)
+    return _placed(name, out, out_sharding)
+
+
+def _pshape(shape, *params):
+    if shape is not None:
+        return _shape(shape)
+    return tuple(np.broadcast_shapes(*[tuple(getattr(p, "shape", np.shape(p))) for p in params]))
+
+
+def pareto(key, b, shape=None, dtype=None, *, out_sharding=None):
+    """jax.random.pareto: exp(exponential / b)."""
+    dt = _float_dtype("pareto", dtype)
+    shape = _pshape(shape, b)
+    e = exponential(key, shape, dt)
+    xp = _xp_of(e, b)
+    return _done("pareto", xp, xp.exp(e / _param(xp, b, dt)), dt, out_sharding)
+
+
+def maxwell(key, shape=(), dtype=None, *, out_sharding=None):
+    """jax.random.maxwell: the norm of three normal values."""
+    dt = _float_dtype("maxwell", dtype)
+    z = normal(key, _shape(shape) + (3,), dt)
+    xp = _xp_of(z)
+    return _done("maxwell", xp, xp.sqrt(xp.sum(z * z, axis=-1)), dt, out_sharding)
+
+
+def double_sided_maxwell(key, loc, scale, shape=(), dtype=None):
+    """jax.random.double_sided_maxwell: a Maxwell value with a random sign,
+    scaled and shifted (shape followed by the parameters' shape)."""
+    dt = _float_dtype("double_sided_maxwell", dtype)
+    pshape = _pshape(None, loc, scale)
+    shape = (tuple(_shape(shape)) or pshape) + pshape
+    k1, k2 = _key_pair("double_sided_maxwell", key)
+    m = maxwell(k1, shape, dt)
+    sign = rademacher(k2, shape, dt)
+    xp = _xp_of(m, sign, loc, scale)
+    return _done("double_sided_maxwell", xp,
+                 sign * m * _param(xp, scale, dt) + _param(xp, loc, dt), dt, None)
+
+
+def weibull_min(key, scale, concentration, shape=(), dtype=None):
+    """jax.random.weibull_min: the inverse Weibull CDF of a uniform value."""
+    dt = _float_dtype("weibull_min", dtype)
+    u = uniform(key, _shape(shape), dt, 0.0, 1.0)
+    xp = _xp_of(u, scale, concentration)
+    return _done("weibull_min", xp,
+                 xp.power(-xp.log1p(-u), dt.type(1.0) / _param(xp, concentration, dt)) *
+                 _param(xp, scale, dt), dt, None)
+
+
+def lognormal(key, sigma=np.float32(1), shape=None, dtype=None, *, out_sharding=None):
+    """jax.random.lognormal: exp(normal * sigma)."""
+    dt = _float_dtype("lognormal", dtype)
+    z = normal(key, _pshape(shape, sigma), dt)
+    xp = _xp_of(z, sigma)
+    return _done("lognormal", xp, xp.exp(z * _param(xp, sigma, dt)), dt, out_sharding)
+
+
+def rayleigh(key, scale, shape=None, dtype=None, *, out_sharding=None):
+    """jax.random.rayleigh: scale * sqrt(-2 log u)."""
+    dt = _float_dtype("rayleigh", dtype)
+    u = uniform(key, _pshape(shape, scale), dt, 0.0, 1.0)
+    xp = _xp_of(u, scale)
+    with np.errstate(divide="ignore"):
+        return _done("rayleigh", xp, _param(xp, scale, dt) * xp.sqrt(xp.log(u) * dt.type(-2)),
+                     dt, out_sharding)
+
+
+def wald(key, mean, shape=None, dtype=None, *, out_sharding=None):
+    """jax.random.wald: the inverse Gaussian by Michael, Schucany and Haas's
+    transformation of a normal and a uniform value (keys of split(key))."""
+    dt = _float_dtype("wald", dtype)
+    shape = _pshape(shape, mean)
+    k1, k2 = _key_pair("wald", key)
+    v, z = normal(k1, shape, dt), uniform(k2, shape, dt, 0.0, 1.0)
+    xp = _xp_of(v, z, mean)
+    m = _param(xp, mean, dt)
+    y = v * v
+    ysq, msq = y * y, m * m
+    x = m + msq * y / dt.type(2) - m / dt.type(2) * xp.sqrt(dt.type(4) * m * y + msq * ysq)
+    return _done("wald", xp, xp.where(z <= m / (m + x), x, msq / x), dt, out_sharding)
+
+
+def geometric(key, p, shape=None, dtype=None, *, out_sharding=None):
+    """jax.random.geometric: floor(log u / log1p(-p)) + 1 (int32 by default;
+    u = 0 taken as 1, as JAX's)."""
+    it = np.dtype(np.int32 if dtype is None else dtype)
+    if not np.issubdtype(it, np.integer):
+        raise ValueError(f"dtype argument to `geometric` must be an int dtype, got {it}")
+    pd = np.dtype(getattr(p, "dtype", np.float32))
+    ft = pd if np.issubdtype(pd, np.floating) else np.dtype(np.float32)
+    u = uniform(key, _pshape(shape, p), ft, 0.0, 1.0)
+    xp = _xp_of(u, p)
+    u = xp.where(u == 0, ft.type(1), u)
+    g = xp.floor(xp.log(u) / xp.log1p(-_param(xp, p, ft))) + ft.type(1)
+    return _done("geometric", xp, g.astype(it) if xp is np else xp.astype(g, it), it,
+                 out_sharding)
+
+
+def triangular(key, left, mode, right, shape=None, dtype=None, *, out_sharding=None):
+    """jax.random.triangular: the inverse CDF of a uniform value, on either
+    side of mode."""
+    dt = _float_dtype("triangular", dtype)
+    u = uniform(key, _pshape(shape, left, mode, right), dt, 0.0, 1.0)
+    xp = _xp_of(u, left, mode, right)
+    lo, md, hi = (_param(xp, v, dt) for v in (left, mode, right))
+    fc = (md - lo) / (hi - lo)
+    out1 = lo + xp.sqrt(u * (hi - lo) * (md - lo))
+    out2 = hi - xp.sqrt((dt.type(1) - u) * (hi - lo) * (hi - md))
+    return _done("triangular", xp, xp.where(u < fc, out1, out2), dt, out_sharding)
+
+
+def f(key, dfnum, dfden, shape=None, dtype=None, *, out_sharding=None):
+    """jax.random.f: the ratio of two chi-square values over their degrees
+    of freedom (keys of split(key): the denominator's first)."""
+    dt = _float_dtype("f", dtype)
+    k_den, k_num = _key_pair("f", key)
+    num = chisquare(k_num, dfnum, shape, dt)
+    den = chisquare(k_den, dfden, shape, dt)
+    xp = _xp_of(num, den)
+    return _done("f", xp, (num / _param(xp, dfnum, dt)) / (den / _param(xp, dfden, dt)), dt,
+                 out_sharding)
+
+
+def generalized_normal(key, p, shape=(), dtype=None, *, out_sharding=None):
+    """jax.random.generalized_normal: a random sign times gamma(1 / p) ** (1 / p)."""
+    dt = _float_dtype("generalized_normal", dtype)
+    k1, k2 = _key_pair("generalized_normal", key)
+    g = gamma(k1, 1 / p, _shape(shape), dt)
+    r = rademacher(k2, _shape(shape), dt)
+    xp = _xp_of(g, r)
+    return _done("generalized_normal", xp, r * g ** (1 / p), dt, out_sharding)
+
+
+def multivariate_normal(key, mean, cov, shape=None, dtype=None, method="cholesky", *,
+                        out_sharding=None):
+    """jax.random.multivariate_normal: mean + factor @ normal values, factor
+    cov's Cholesky factor (method='cholesky'), or from its eigh or svd."""
+    dt = _float_dtype("multivariate_normal", dtype)
+    if method not in ("svd", "eigh", "cholesky"):
+        raise ValueError("method must be one of {'svd', 'eigh', 'cholesky'}")
+    mshape = tuple(getattr(mean, "shape", np.shape(mean)))
+    cshape = tuple(getattr(cov, "shape", np.shape(cov)))
+    if len(mshape) < 1:
+        raise ValueError(f"multivariate_normal requires mean.ndim >= 1, got mean.ndim == "
+                         f"{len(mshape)}")
+    if len(cshape) < 2:
+        raise ValueError(f"multivariate_normal requires cov.ndim >= 2, got cov.ndim == "
+                         f"{len(cshape)}")
+    n = mshape[-1]
+    if cshape[-2:] != (n, n):
+        raise ValueError(f"multivariate_normal requires cov.shape == (..., n, n) for n={n}, "
+                         f"but got cov.shape == {cshape}.")
+    shape = tuple(np.broadcast_shapes(mshape[:-1], cshape[:-2])) if shape is None else \
+        _shape(shape)
+    z = normal(key, shape + (n,), dt)
+    xp = _xp_of(z, mean, cov)
+    c = _param(xp, cov, dt)
+    if xp is np:
+        if method == "svd":
+            u, s, _ = np.linalg.svd(c)
+            factor = u * np.sqrt(s[..., None, :])
+        elif method == "eigh":
+            w, v = np.linalg.eigh(c)
+            factor = v * np.sqrt(w[..., None, :])
+        else:
+            factor = np.linalg.cholesky(c)
+        out = _param(xp, mean, dt) + np.einsum("...ij,...j->...i", factor, z)
+        return _place("multivariate_normal", out.astype(dt), out_sharding)
+    from . import linalg
+    if method == "svd":
+        u, s, _ = linalg.svd(c)
+        factor = u * _jnp().sqrt(_jnp().expand_dims(s, -2))
+    elif method == "eigh":
+        w, v = linalg.eigh(c)
+        factor = v * _jnp().sqrt(_jnp().expand_dims(w, -2))
+    else:
+        factor = linalg.cholesky(c)
+    return _placed("multivariate_normal",
+                   _param(xp, mean, dt) + _jnp().einsum("...ij,...j->...i", factor, z),
+                   out_sharding)
+
+
+__all__ += ["pareto", "maxwell", "double_sided_maxwell", "weibull_min", "lognormal", "rayleigh",
+            "wald", "geometric", "triangular", "f", "generalized_normal", "multivariate_normal"]

@@ -199,6 +199,14 @@ RANDOM_VALUES = [
      np.array([0.240559, -3.575443, -0.450946, -2.161372, -2.943277], np.float32), None),
     ("cauchy", np.float32, {},
      np.array([-0.088416, -10.169713, 3.49677, -1.18056, 0.34556], np.float32), 1e-5),
+    ("double_sided_maxwell", np.float32, {"loc": 1, "scale": 2},
+     np.array([-2.408914, -3.370437, 3.235352, -0.907734, -1.708732], np.float32), None),
+    ("maxwell", np.float32, {},
+     np.array([3.070779, 0.908479, 1.521317, 0.875551, 1.306137], np.float32), None),
+    ("pareto", np.float32, {"b": 0.5},
+     np.array([2.751398, 1.281863, 87.85448, 1.254542, 2.824487], np.float32), None),
+    ("weibull_min", np.float32, {"scale": 1, "concentration": 1},
+     np.array([1.605863, 0.841809, 0.224218, 0.4826, 0.027901], np.float32), None),
     ("exponential", np.float32, {},
      np.array([0.526067, 0.043046, 0.039932, 0.46427, 0.123886], np.float32), None),
     ("gumbel", np.float32, {},
@@ -283,6 +291,47 @@ def test_gamma_family_in_a_jit(c):
     assert abs(jr.poisson(key, 30.0, (20000,)).mean() - 30) < 0.2
     with pytest.raises(shmap.InvalidArgument, match="a traced key or parameter draws float32"):
         shmap.jit(lambda k: jr.gamma(k, 2.0, (3,), dtype=np.float64), mesh=mesh)(key)
+
+
+def test_multivariate_normal_non_partitionable():
+    with jr.threefry_partitionable(False):
+        got = jr.multivariate_normal(jr.key(_case_seed("multivariate_normal")), np.ones((1, 3)),
+                                     np.eye(3), shape=(2,), dtype=np.float32)
+    np.testing.assert_allclose(got, [[1.067826, 1.215599, 0.234166],
+                                     [-0.237534, 1.32591, 1.413987]], atol=1e-6, rtol=1e-6)
+
+
+def test_transformed_samplers(c):
+    """JAX's formulas over uniform, normal, gamma and chi-square draws:
+    moments on the host; in a jit with a traced key, the host's values."""
+    key = jr.key(0)
+    n = 20000
+    assert abs(jr.geometric(key, 0.3, (n,)).mean() - 1 / 0.3) < 0.06
+    assert jr.geometric(key, 0.3, (3,)).dtype == np.int32
+    assert abs(jr.wald(key, 2.0, (n,)).mean() - 2) < 0.08
+    assert abs(jr.triangular(key, 0., 1., 3., (n,)).mean() - 4 / 3) < 0.02
+    assert abs(jr.f(key, 5., 10., (n,)).mean() - 10 / 8) < 0.05
+    assert abs(jr.lognormal(key, 0.5, (n,)).mean() - np.exp(0.125)) < 0.02
+    assert abs(jr.rayleigh(key, 2.0, (n,)).mean() - 2 * np.sqrt(np.pi / 2)) < 0.03
+    assert abs(np.var(jr.generalized_normal(key, 2.0, (n,))) - 0.5) < 0.02
+    cov = np.array([[2., 0.5], [0.5, 1.]])
+    for method in ("cholesky", "eigh", "svd"):
+        mv = jr.multivariate_normal(key, np.zeros(2), cov, (n,), method=method)
+        assert np.allclose(np.cov(mv.T), cov, atol=0.06), method
+    mesh = c.make_mesh((4,), ("i",))
+    with shmap.use_mesh(mesh):
+        got = shmap.jit(lambda k: (jr.pareto(k, 0.5, (4,)), jr.maxwell(k, (4,)),
+                                   jr.weibull_min(k, 1.0, 2.0, (4,)), jr.wald(k, 2.0, (4,)),
+                                   jr.geometric(k, 0.3, (4,)), jr.triangular(k, 0., 1., 3., (4,)),
+                                   jr.f(k, 5., 10., (4,)),
+                                   jr.multivariate_normal(k, jnp.zeros(2), jnp.asarray(cov),
+                                                          (3,))))(key)
+    want = (jr.pareto(key, 0.5, (4,)), jr.maxwell(key, (4,)), jr.weibull_min(key, 1.0, 2.0, (4,)),
+            jr.wald(key, 2.0, (4,)), jr.geometric(key, 0.3, (4,)),
+            jr.triangular(key, 0., 1., 3., (4,)), jr.f(key, 5., 10., (4,)),
+            jr.multivariate_normal(key, np.zeros(2), cov, (3,)))
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), w, rtol=2e-6, atol=2e-6)
 
 
 def test_normal_non_partitionable_tolerance():
