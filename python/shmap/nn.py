@@ -367,13 +367,34 @@ def _make_initializers():
     he_uniform = _special(2.0, "fan_in", "uniform", "variance_scaling(2, fan_in, uniform)")
     he_normal = _special(2.0, "fan_in", "truncated_normal",
                          "variance_scaling(2, fan_in, truncated_normal)")
+    def orthogonal(scale=1.0, column_axis=-1, dtype=None):
+        """JAX's orthogonal: the Q of a normal (rows, columns) matrix's QR
+        (columns of R's diagonal signs), laid out along column_axis, times
+        scale."""
+        def init(key, shape, dtype=dtype, out_sharding=None):
+            shape = _r._shape(shape)
+            if len(shape) < 2:
+                raise ValueError("orthogonal initializer requires at least a 2D shape")
+            dt = dt_of("orthogonal", dtype)
+            k, _ = _r._key_data_of("orthogonal", key)
+            n_rows, n_cols = math.prod(shape) // shape[column_axis], shape[column_axis]
+            mshape = (n_cols, n_rows) if n_rows < n_cols else (n_rows, n_cols)
+            q, r = _np.linalg.qr(_r._normal(k, mshape, dt))
+            q = q * _np.sign(_np.diag(r))
+            if n_rows < n_cols:
+                q = q.T
+            q = q.reshape(tuple(_np.delete(shape, column_axis)) + (shape[column_axis],))
+            q = _np.moveaxis(q, -1, column_axis)
+            return _r._place("orthogonal", (q * _np.array(scale, dt)).astype(dt), out_sharding)
+        return init
+
     names = dict(zeros=zeros, ones=ones, constant=constant, uniform=uniform, normal=normal,
                  truncated_normal=truncated_normal, variance_scaling=variance_scaling,
                  glorot_uniform=glorot_uniform, glorot_normal=glorot_normal,
                  xavier_uniform=glorot_uniform, xavier_normal=glorot_normal,
                  lecun_uniform=lecun_uniform, lecun_normal=lecun_normal,
                  he_uniform=he_uniform, he_normal=he_normal, kaiming_uniform=he_uniform,
-                 kaiming_normal=he_normal)
+                 kaiming_normal=he_normal, orthogonal=orthogonal)
     for k, v in names.items():
         if v.__name__ != k and k not in ("xavier_uniform", "xavier_normal", "kaiming_uniform",
                                          "kaiming_normal"):

@@ -1965,3 +1965,36 @@ def multivariate_normal(key, mean, cov, shape=None, dtype=None, method="cholesky
 
 __all__ += ["pareto", "maxwell", "double_sided_maxwell", "weibull_min", "lognormal", "rayleigh",
             "wald", "geometric", "triangular", "f", "generalized_normal", "multivariate_normal"]
+
+
+def orthogonal(key, n, shape=(), dtype=None, m=None, *, out_sharding=None):
+    """jax.random.orthogonal: the Q of a normal matrix's QR, each column's
+    sign the sign of R's diagonal ((n, m) matrices, m = n by default)."""
+    dt = _float_dtype("orthogonal", dtype)
+    m = n if m is None else m
+    z = normal(key, _shape(shape) + (max(n, m), min(n, m)), dt)
+    xp = _xp_of(z)
+    if xp is np:
+        q, r = np.linalg.qr(z)
+        x = q * np.expand_dims(np.sign(np.diagonal(r, axis1=-2, axis2=-1)), -2)
+        return _place("orthogonal", (np.swapaxes(x, -1, -2) if n < m else x).astype(dt),
+                      out_sharding)
+    from . import linalg
+    q, r = linalg.qr(z)
+    x = q * xp.expand_dims(xp.sign(linalg.diagonal(r)), -2)
+    return _placed("orthogonal", xp.swapaxes(x, -1, -2) if n < m else x, out_sharding)
+
+
+def ball(key, d, p=2, shape=(), dtype=None):
+    """jax.random.ball: points of the unit p-norm ball in d dimensions (a
+    generalized normal vector over its p-norm with an exponential value)."""
+    dt = _float_dtype("ball", dtype)
+    k1, k2 = _key_pair("ball", key)
+    g = generalized_normal(k1, p, _shape(shape) + (d,), dt)
+    e = exponential(k2, _shape(shape), dt)
+    xp = _xp_of(g, e)
+    return _done("ball", xp, g / xp.expand_dims((xp.sum(xp.abs(g) ** p, axis=-1) + e) ** (1 / p),
+                                                -1), dt, None)
+
+
+__all__ += ["orthogonal", "ball"]

@@ -334,6 +334,29 @@ def test_transformed_samplers(c):
         np.testing.assert_allclose(np.asarray(g), w, rtol=2e-6, atol=2e-6)
 
 
+def test_orthogonal_ball_and_initializer(c):
+    """random.orthogonal (Q of a normal matrix's QR, R's diagonal signs),
+    ball (inside the unit ball), nn.initializers.orthogonal; orthogonal in a
+    jit with a traced key, the host's values."""
+    key = jr.key(3)
+    q = jr.orthogonal(key, 4, (2,))
+    z = jr.normal(key, (2, 4, 4))
+    qn, rn = np.linalg.qr(z)
+    assert np.allclose(q, qn * np.sign(np.diagonal(rn, axis1=-2, axis2=-1))[..., None, :])
+    assert np.allclose(q[1] @ q[1].T, np.eye(4), atol=1e-6)
+    wide = jr.orthogonal(key, 3, m=5)
+    assert wide.shape == (3, 5) and np.allclose(wide @ wide.T, np.eye(3), atol=1e-6)
+    b = jr.ball(key, 3, 2, (5000,))
+    r = np.linalg.norm(b, axis=-1)
+    assert b.shape == (5000, 3) and r.max() <= 1 and abs(np.mean(r ** 3) - 0.5) < 0.03
+    w = shmap.nn.initializers.orthogonal(2.0)(key, (6, 3))
+    assert np.allclose(w.T @ w, 4 * np.eye(3), atol=1e-5)
+    mesh = c.make_mesh((4,), ("i",))
+    with shmap.use_mesh(mesh):
+        got = shmap.jit(lambda k: jr.orthogonal(k, 4, (2,)))(key)
+    np.testing.assert_allclose(np.asarray(got), q, atol=2e-6)
+
+
 def test_normal_non_partitionable_tolerance():
     # the normal row of _RANDOM_VALUES_CASES again, more tightly: JAX printed it to six
     # decimals, so each value must lie within that rounding (half a unit of the sixth
