@@ -98,11 +98,16 @@ def select(pred, on_true, on_false):
 
 def cond(pred, true_fun, false_fun, *operands):
     """jax.lax.cond. A static predicate (a Python or numpy scalar) calls the
-    branch it picks; a traced one runs both branches and selects each
-    result leaf with where (the same results: branches have no effects;
-    both are computed)."""
+    branch it picks; a traced one runs only the branch it picks, in the
+    program (each branch in a while loop that runs once or never). Under
+    grad or vmap, or for branches whose results are not arrays of one type,
+    both run and each result leaf is selected with where (the same values:
+    branches have no effects)."""
     if _is_static(pred):
         return (true_fun if pred else false_fun)(*operands)
+    once = _run_picked([pred, _not(pred)], [true_fun, false_fun], operands)
+    if once is not None:
+        return once
     t, f = true_fun(*operands), false_fun(*operands)
     tl, build = _leaves(t)
     fl, _ = _leaves(f)
@@ -119,6 +124,10 @@ def switch(index, branches, *operands):
         return branches[builtins.min(builtins.max(int(index), 0), len(branches) - 1)](*operands)
     from . import numpy as jnp
     index = jnp.clip(index, 0, len(branches) - 1)
+    once = _run_picked([index == k for k in range(len(branches))], branches, operands) \
+        if len(branches) > 1 else None
+    if once is not None:
+        return once
     outs = [b(*operands) for b in branches]
     leaves = [_leaves(o)[0] for o in outs]
     _, build = _leaves(outs[0])
@@ -126,6 +135,64 @@ def switch(index, branches, *operands):
     for k in range(len(branches) - 2, -1, -1):
         res = [select(index == k, a, b) for a, b in zip(leaves[k], res)]
     return build(res)
+
+
+def _not(p):
+    from ._trace import Tracer
+    return ~p if isinstance(p, Tracer) else not p
+
+
+def _run_picked(flags, branches, operands):
+    """The result of the one branch whose flag (a traced bool scalar) holds,
+    the others not run: each branch in a while loop whose carry is its flag
+    (made false by the turn) and the results (zeros of the branches' common
+    types before). None where the branches must all run and be selected
+    from: no traced flag, under grad or vmap, branches whose results are
+    not arrays of one structure and types (nothing traced is left then)."""
+    from . import _grad, _vmap
+    from . import numpy as jnp
+    from ._trace import Tracer, _state, _tree_sig
+    b = getattr(_state, "builder", None)
+    args = [v for o in operands for v in _leaves(o)[0]]
+    if b is None or not builtins.all(isinstance(f, Tracer) for f in flags) or \
+            builtins.any(isinstance(v, _vmap.BatchTracer) for v in args + list(flags)):
+        return None
+    levels = [lv for lv in _grad._levels(b) if not lv.paused]
+    if builtins.any(getattr(v, "name", None) in lv.active for lv in levels for v in args):
+        return None
+    start, pend0 = len(b.lines), len(b.pending)
+    tapes0 = [len(lv.tape) for lv in levels]
+    try:
+        outs = [br(*operands) for br in branches]  # traced to learn their types, taken back
+        leaves = [_leaves(o)[0] for o in outs]
+        if builtins.any(_tree_sig(o) != _tree_sig(outs[0]) for o in outs) or \
+                not builtins.all(isinstance(v, Tracer) and not isinstance(v, _vmap.BatchTracer)
+                                 for lv in leaves for v in lv) or \
+                builtins.any([v.type for v in lv] != [v.type for v in leaves[0]]
+                             for lv in leaves) or \
+                builtins.any(len(lv.tape) > t for lv, t in zip(levels, tapes0)):
+            raise _Unroll()
+        _, build = _leaves(outs[0])
+        types = [(tuple(v.shape), v.dtype, v.type) for v in leaves[0]]
+        _untrace(b, start, pend0, levels, tapes0)
+        res = []
+        for shape, dt, ty in types:
+            spec = jnp._spec_of_type(ty) if b.kind == "jit" else None
+            z = jnp.zeros(shape, dtype=dt) if spec is None else \
+                jnp.zeros(shape, dtype=dt, out_sharding=spec)
+            varying = _varying(ty)
+            res.append(pvary(z, tuple(varying)) if varying else z)  # noqa: F821 (op table)
+        for flag, br in zip(flags, branches):
+            def body(s, br=br):
+                return s[0] & False, _leaves(br(*operands))[0]
+            _, res = while_loop(lambda s: s[0], body, (flag, res))
+        return build(res)
+    except _Unroll:
+        _untrace(b, start, pend0, levels, tapes0)
+        return None
+    except BaseException:
+        _untrace(b, start, pend0, levels, tapes0)
+        raise
 
 
 def scan(f, init, xs=None, length=None, reverse=False, unroll=1):

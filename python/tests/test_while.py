@@ -245,3 +245,38 @@ def test_debug_print_in_a_loop_is_refused(c, mesh):
     with pytest.raises(shmap.InvalidArgument, match="debug.print of traced values inside a "
                                                     "traced while_loop"):
         shmap.jit(f)(x)
+
+
+def test_cond_runs_one_branch(c, mesh):
+    """lax.cond / switch on a traced predicate run only the branch picked
+    (each in a loop that runs once or never): a branch that would never
+    end is not run when not picked. Per device in a shard_map body."""
+    x = _put(c, mesh, np.abs(XA) + 1, P("i", "j"))
+
+    def endless(v):  # never ends if run (v stays positive)
+        return lax.while_loop(lambda u: u.sum() > 0, lambda u: u + 1, v)
+    f = shmap.jit(lambda x: lax.cond(x.sum() > 0, lambda v: v * 2, endless, x))
+    fut = f.submit(x)
+    try:
+        out = fut.result(timeout=30)
+    finally:
+        if not fut.done():
+            fut.cancel()
+    assert np.allclose(np.asarray(out), (np.abs(XA) + 1) * 2)
+    g = shmap.jit(lambda x, i: lax.switch(i, [endless, lambda v: v - 1, endless], x))
+    out = g(x, c.device_put(np.int32(1), NamedSharding(mesh, P()))).to_numpy()
+    assert np.allclose(out, np.abs(XA))
+    text = f.lower(x).as_text().split("# lowered")[0]
+    assert text.count("while ") == 3  # the two branches' and endless's own
+    # each device picks its branch (a predicate varying over the mesh)
+    sm = shmap.jit(shmap.shard_map(lambda b: lax.cond(b[0, 0] > 2, lambda v: v * 0, lambda v: v,
+                                                      b),
+                                   mesh=mesh, in_specs=P("i", "j"), out_specs=P("i", "j")))
+    a = np.abs(XA) + 1
+    want = a.copy()
+    for i in range(4):
+        for j in range(2):
+            blk = want[2 * i:2 * i + 2, 3 * j:3 * j + 3]
+            if blk[0, 0] > 2:
+                blk[...] = 0
+    assert np.array_equal(np.asarray(sm(x)), want)
