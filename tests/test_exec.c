@@ -115,6 +115,7 @@ static const op_row rows[] = {
     {M42, "s: f32[8,8] @ P()", "P()", "einsum('ii->i', s)",
      "sum(s * (reshape(arange(8), (8, 1)) == reshape(arange(8), (1, 8))), axis=1)"},
     {M42, XI, "P('i')", "einsum('ij->i', x)", "sum(x, axis=1)"},
+    {M42, XY, PIJ, "einsum('...,...->...', x, y)", "einsum('ij,ij->ij', x, y)"},
     /* reductions */
     {M42, XI, "P('i')", "sum(x, axis=1)"},
     {M42, XI, "P('i')", "mean(x, axis=-1)"},

@@ -102,6 +102,9 @@ static const op_case ops[] = {
     {"x @ y", "f32[2,4]{V:i}"},
     {"einsum('ij,jk->ik', x, y)", "f32[2,4]{V:i}"},
     {"einsum('ij->j', x)", "f32[16]{V:i}"},
+    /* '...' written out as numpy reads it (unused letters, aligned right) */
+    {"einsum('...j,jk->...k', x, y)", "f32[2,4]{V:i}"},
+    {"einsum('i...,i...', x, x)", "f32[16]{V:i}"},
     /* reductions */
     {"sum(x)", "f32[]{V:i}"},
     {"sum(x, axis=1)", "f32[2]{V:i}"},

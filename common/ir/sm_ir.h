@@ -173,6 +173,12 @@ sm_err sm_program_add_op_jit(sm_program *p, sm_op_kind kind, const int *operands
                              const sm_ir_attrs *attrs, int line, int col, int manual,
                              uint32_t auto_mask, int *value_id, char *err, size_t errlen);
 
+/* einsum's '...' written out (numpy's broadcasting of the dimensions it
+ * covers, aligned to the right; unused letters; the implicit output
+ * '...' first): op's subscripts replaced in p's arena. Called by the
+ * builder, so a program holds letters only. */
+sm_err sm_ir_einsum_ellipsis(sm_program *p, sm_ir_op *op, char *err, size_t errlen);
+
 /* 1 if a and b have the same mesh, params, ops, attributes, types and
  * returns (value names are ignored). */
 int sm_program_equal(const sm_program *a, const sm_program *b);

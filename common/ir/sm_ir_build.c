@@ -190,6 +190,11 @@ sm_err sm_program_add_op_jit(sm_program *p, sm_op_kind kind, const int *operands
         op.attrs.perm = (const int64_t(*)[2])pp;
     }
     sm_ir_attrs_normalize(&op);
+    if (kind == SM_OP_EINSUM && op.attrs.spec && strstr(op.attrs.spec, "...")) {
+        sm_err ee = sm_ir_einsum_ellipsis(p, &op, err, errlen);
+        if (ee)
+            return ee;
+    }
     sm_ir_value v = {.def = p->nops};
     sm_err e = sm_ir_infer_op(p, &op, p->nvalues, &v, err, errlen);
     if (e)
@@ -205,6 +210,114 @@ sm_err sm_program_add_op_jit(sm_program *p, sm_op_kind kind, const int *operands
     p->ops[p->nops++] = op;
     if (value_id)
         *value_id = id;
+    return SM_OK;
+}
+
+sm_err sm_ir_einsum_ellipsis(sm_program *p, sm_ir_op *op, char *err, size_t errlen)
+{
+    const char *spec = op->attrs.spec;
+    int used[128] = {0}, n = op->noperands;
+    for (const char *q = spec; *q; q++)
+        used[(unsigned char)*q & 127] = 1;
+    char pool[53];
+    int np = 0;
+    for (int c = 'A'; c <= 'Z'; c++)
+        if (!used[c])
+            pool[np++] = (char)c;
+    for (int c = 'a'; c <= 'z'; c++)
+        if (!used[c])
+            pool[np++] = (char)c;
+    const char *arrow = strstr(spec, "->");
+    size_t in_len = arrow ? (size_t)(arrow - spec) : strlen(spec);
+    /* each input term's letters and whether it has '...' */
+    int ell[SM_OP_MAXARGS + 1] = {0}, nlet[SM_OP_MAXARGS + 1] = {0}, nt = 0, most = 0;
+    for (size_t i = 0; i <= in_len && nt <= n; i++) {
+        if (i == in_len || spec[i] == ',') {
+            nt++;
+            continue;
+        }
+        if (spec[i] == '.') {
+            if (i + 2 >= in_len + 1 || strncmp(spec + i, "...", 3) || ell[nt])
+                return sm_fail(err, errlen, SM_EINVAL,
+                               "einsum: subscripts '%s': '.' only as one '...' per operand", spec);
+            ell[nt] = 1;
+            i += 2;
+        } else if (spec[i] != ' ') {
+            nlet[nt]++;
+        }
+    }
+    if (nt != n)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "einsum: subscripts '%s' name %d operands, %d are given", spec, nt, n);
+    for (int k = 0; k < n; k++) {
+        int id = op->operands[k];
+        if (id < 0 || id >= p->nvalues)
+            return SM_OK; /* the operand check that follows says why */
+        int r = p->values[id].shape.rank - nlet[k];
+        if (ell[k] && r < 0)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "einsum: subscripts '%s' name more dimensions than operand %d has", spec,
+                           k);
+        if (ell[k] && r > most)
+            most = r;
+    }
+    if (most > np)
+        return sm_fail(err, errlen, SM_EINVAL, "einsum: subscripts '%s': too many dimensions",
+                       spec);
+    /* '...' of an operand of rank r: the last r of the `most` letters (numpy aligns
+     * them to the right) */
+    char out[512];
+    size_t o = 0;
+    int k = 0;
+#define PUT(ch)                                                                                    \
+    do {                                                                                           \
+        if (o + 1 >= sizeof out)                                                                   \
+            return sm_fail(err, errlen, SM_EINVAL, "einsum: subscripts '%s' are too long", spec);  \
+        out[o++] = (ch);                                                                           \
+    } while (0)
+    for (size_t i = 0; i < in_len; i++) {
+        if (spec[i] == ',') {
+            k++;
+            PUT(',');
+        } else if (spec[i] == '.') {
+            int r = p->values[op->operands[k]].shape.rank - nlet[k];
+            for (int d = most - r; d < most; d++)
+                PUT(pool[d]);
+            i += 2;
+        } else if (spec[i] != ' ') {
+            PUT(spec[i]);
+        }
+    }
+    PUT('-');
+    PUT('>');
+    if (arrow) {
+        for (const char *q = arrow + 2; *q; q++) {
+            if (*q == '.') {
+                if (strncmp(q, "...", 3))
+                    return sm_fail(err, errlen, SM_EINVAL,
+                                   "einsum: subscripts '%s': '.' only as '...'", spec);
+                for (int d = 0; d < most; d++)
+                    PUT(pool[d]);
+                q += 2;
+            } else if (*q != ' ') {
+                PUT(*q);
+            }
+        }
+    } else { /* numpy's implicit output: '...', then the letters met once, in order */
+        int count[128] = {0};
+        for (size_t i = 0; i < in_len; i++)
+            if ((spec[i] >= 'a' && spec[i] <= 'z') || (spec[i] >= 'A' && spec[i] <= 'Z'))
+                count[(unsigned char)spec[i]]++;
+        for (int d = 0; d < most; d++)
+            PUT(pool[d]);
+        for (int c = 'A'; c <= 'z'; c++)
+            if (count[c] == 1)
+                PUT((char)c);
+    }
+#undef PUT
+    out[o] = '\0';
+    if (!(op->attrs.spec = sm_arena_strdup(p->arena, out)))
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory adding an op");
     return SM_OK;
 }
 
