@@ -1998,3 +1998,130 @@ def ball(key, d, p=2, shape=(), dtype=None):
 
 
 __all__ += ["orthogonal", "ball"]
+
+
+# ---- binomial -----------------------------------------------------------------------
+
+_STIRLING_TAIL = np.array([0.0810614667953272, 0.0413406959554092, 0.0276779256849983,
+                           0.02079067210376509, 0.0166446911898211, 0.0138761288230707,
+                           0.0118967099458917, 0.0104112652619720, 0.00925546218271273,
+                           0.00833056343336287])
+
+
+def _binomial_many(ops, key, count, prob, shape, dt):
+    """JAX's _binomial: the inversion algorithm where count * q <= 10 (q
+    the smaller of p and 1 - p), Hormann's BTRS otherwise, both over all of
+    shape from one key, selected per element; NaN for a NaN or negative
+    count or a bad p, inf for an infinite count (TensorFlow's choices)."""
+    xp, split, uni, _, loop = ops
+    f = dt.type
+
+    def tail(k):  # _stirling_approx_tail
+        vals = _STIRLING_TAIL.astype(dt)
+        use = k <= f(9)
+        k = xp.clip(k, f(0), f(9))
+        kp1sq = (k + f(1)) * (k + f(1))
+        approx = (f(1.0 / 12) - (f(1.0 / 360) - f(1.0 / 1260) / kp1sq) / kp1sq) / (k + f(1))
+        k = xp.floor(k)
+        if xp is np:  # the table's entry (an index from NaN clamped, as XLA's gather)
+            table = vals[np.clip(np.nan_to_num(k, nan=0.0).astype(np.int32), 0, 9)]
+        else:  # the same by selects: elementwise, so laid out as k
+            table = xp.full_like(k, vals[0])
+            for j in range(1, 10):
+                table = xp.where(k == f(j), vals[j], table)
+        return xp.where(use, table, approx)
+
+    p_lt_half = prob < f(0.5)
+    q = xp.where(p_lt_half, prob, f(1) - prob)
+    count_bad = (count != count) | (count < f(0))
+    count_inf = xp.isinf(count)
+    q_nan, q_neg = q != q, q < f(0)
+    q = xp.where(q_nan | q_neg, f(0.01), q)
+    use_inv = count_bad | (count * q <= f(10))
+    count = xp.floor(count)
+    like = xp.where(use_inv, f(0), f(0))  # zeros laid out as count and p together
+    c_inv = xp.where(use_inv, count, f(0))
+    c_b = xp.where(use_inv, f(1e4), count)
+    q_b = xp.where(use_inv, f(0.5), q)
+    big = np.finfo(dt).max
+    zero_i = 0 if xp is np else xp.zeros((), dtype=np.int32)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        log1mq = xp.log1p(-q)
+
+        def inv_body(c):
+            i, num, gsum, k = c
+            sub, k = split(k, 2)
+            num = xp.where(gsum <= c_inv, num + f(1), num)
+            geom = xp.ceil(xp.log(uni(sub, shape, dt)) / log1mq)
+            return i + 1, num, gsum + geom, k
+        k_inv = loop(lambda c: xp.any(c[2] <= c_inv) & (c[0] < big), inv_body,
+                     (zero_i, like, like, key))[1] - f(1)
+        sd = xp.sqrt(c_b * q_b * (f(1) - q_b))
+        b = f(1.15) + f(2.53) * sd
+        a = f(-0.0873) + f(0.0248) * b + f(0.01) * q_b
+        cc = c_b * q_b + f(0.5)
+        v_r = f(0.92) - f(4.2) / b
+        r = q_b / (f(1) - q_b)
+        alpha = (f(2.83) + f(5.1) / b) * sd
+        m = xp.floor((c_b + f(1)) * q_b)
+
+        def btrs_body(c):
+            i, k_out, accepted, k = c
+            k, s0, s1 = split(k, 3)
+            u = uni(s0, shape, dt) - f(0.5)
+            v = uni(s1, shape, dt)
+            us = f(0.5) - xp.abs(u)
+            accept1 = (us >= f(0.07)) & (v <= v_r)
+            kk = xp.floor((f(2) * a / us + b) * u + cc)
+            reject = (kk < 0) | (kk > c_b)
+            v = xp.log(v * alpha / (a / (us * us) + b))
+            ub = ((m + f(0.5)) * xp.log((m + f(1)) / (r * (c_b - m + f(1)))) +
+                  (c_b + f(1)) * xp.log((c_b - m + f(1)) / (c_b - kk + f(1))) +
+                  (kk + f(0.5)) * xp.log(r * (c_b - kk + f(1)) / (kk + f(1))) +
+                  tail(m) + tail(c_b - m) - tail(kk) - tail(c_b - kk))
+            accept = accept1 | (~reject & (v <= ub))
+            return i + 1, xp.where(accept, kk, k_out), accepted | accept, k
+        k_btrs = loop(lambda c: xp.any(~c[2]) & (c[0] < big), btrs_body,
+                      (zero_i, like - f(1), like != like, key))[1]
+        out = xp.where(use_inv, k_inv, k_btrs)
+        invalid = q_neg | q_nan | count_bad
+        out = xp.where(invalid, f(np.nan), out)
+        out = xp.where(count_inf & ~invalid, f(np.inf), out)
+        return xp.where(p_lt_half | count_bad | q_nan | count_inf, out, count - out)
+
+
+def binomial(key, n, p, shape=None, dtype=None):
+    """jax.random.binomial: Binomial(n, p) counts as floats (float32 by
+    default), by JAX's algorithms (inversion for small n * min(p, 1 - p),
+    transformed rejection otherwise), on the host or as while loops of the
+    program for a traced key, n or p."""
+    dt = _float_dtype("binomial", dtype)
+    traced = _is_traced(key) or isinstance(n, _trace.Tracer) or isinstance(p, _trace.Tracer)
+    if not traced:
+        k, _ = _key_data_of("binomial", key)
+        n = np.asarray(_concrete("binomial", n, "n"), dt)
+        p = np.asarray(_concrete("binomial", p, "p"), dt)
+        shape = np.broadcast_shapes(n.shape, p.shape) if shape is None else _shape(shape)
+        out = _binomial_many(_poisson_ops("binomial", k, False), k,
+                             np.broadcast_to(n, shape), np.broadcast_to(p, shape), shape, dt)
+        return _place("binomial", np.asarray(out, dt), None)
+    jnp = _jnp()
+    if dt != np.dtype(np.float32):
+        raise InvalidArgument(f"shmap.random.binomial: a traced key or parameter draws float32 "
+                              f"(got {dt}): draw {dt} outside the jit")
+    k = _t_key("binomial", key) if _is_traced(key) else \
+        jnp.asarray(_key_data_of("binomial", key)[0].astype(np.int64))
+
+    def param(v, what):
+        if isinstance(v, _trace.Tracer):
+            return jnp.astype(v, dt)
+        a = np.asarray(_concrete("binomial", v, what), dt)
+        return jnp.full(a.shape, dt.type(a)) if a.ndim == 0 else jnp.asarray(a)
+    n, p = param(n, "n"), param(p, "p")
+    shape = tuple(np.broadcast_shapes(tuple(n.shape), tuple(p.shape))) if shape is None else \
+        _shape(shape)
+    return _binomial_many(_poisson_ops("binomial", k, True), k, jnp.broadcast_to(n, shape),
+                          jnp.broadcast_to(p, shape), shape, dt)
+
+
+__all__ += ["binomial"]

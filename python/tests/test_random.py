@@ -334,6 +334,29 @@ def test_transformed_samplers(c):
         np.testing.assert_allclose(np.asarray(g), w, rtol=2e-6, atol=2e-6)
 
 
+def test_binomial(c):
+    """random.binomial: inversion for small n * min(p, 1 - p), BTRS above,
+    JAX's edge values (NaN for a NaN or negative n or a bad p, inf for an
+    infinite n); moments; a traced n in a jit gives the host's counts."""
+    key = jr.key(1)
+    for n, p in ((10, 0.3), (100, 0.4), (1000, 0.9), (5, 0.01)):
+        s = jr.binomial(key, n, p, (20000,))
+        assert s.dtype == np.float32 and s.min() >= 0 and s.max() <= n
+        assert abs(s.mean() - n * p) < 0.03 * max(1, n * p) + 0.01
+        assert abs(s.var() - n * p * (1 - p)) < 0.06 * max(1, n * p * (1 - p))
+    got = jr.binomial(key, np.array([np.nan, -1, np.inf, 10]), 0.5)
+    assert np.isnan(got[0]) and np.isnan(got[1]) and got[2] == np.inf
+    got = jr.binomial(key, 10, np.array([np.nan, -0.1, 0.0, 1.0]))
+    assert np.isnan(got[0]) and np.isnan(got[1]) and got[2] == 0 and got[3] == 10
+    mesh = c.make_mesh((4,), ("i",))
+    n = np.array([10, 100, 1000, 5, 50, 7, 3, 200], np.float32)
+    p = np.array([0.3, 0.4, 0.9, 0.01, 0.5, 0.7, 0.2, 0.05], np.float32)
+    with shmap.use_mesh(mesh):
+        dev = shmap.jit(lambda k, n: jr.binomial(k, n, jnp.asarray(p)))(
+            key, c.device_put(n, NamedSharding(mesh, P("i"))))
+    assert np.array_equal(np.asarray(dev), jr.binomial(key, n, p))
+
+
 def test_orthogonal_ball_and_initializer(c):
     """random.orthogonal (Q of a normal matrix's QR, R's diagonal signs),
     ball (inside the unit ball), nn.initializers.orthogonal; orthogonal in a
