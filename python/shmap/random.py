@@ -1502,6 +1502,26 @@ def _gamma_many(ops, k1, k2, alpha, log_space):
         return (d * V) * xp.where(boost, one, xp.power(one - u, one / alpha_orig))
 
 
+def _in_program(name, key, dt, *params):
+    """A loop sampler's traced path: the key's int64 data (a host key a
+    constant of the program) and each (value, what) parameter as a traced
+    value of dt (a host one a constant), with the dtype check."""
+    jnp = _jnp()
+    if dt != np.dtype(np.float32):
+        raise InvalidArgument(f"shmap.random.{name}: a traced key or parameter draws float32 "
+                              f"(got {dt}): draw {dt} outside the jit")
+    k = _t_key(name, key) if _is_traced(key) else \
+        jnp.asarray(_key_data_of(name, key)[0].astype(np.int64))
+    out = [k]
+    for v, what in params:
+        if isinstance(v, _trace.Tracer):
+            out.append(jnp.astype(v, dt))
+            continue
+        a = np.asarray(_concrete(name, v, what), dt)
+        out.append(jnp.full(a.shape, dt.type(a)) if a.ndim == 0 else jnp.asarray(a))
+    return out
+
+
 def _gamma(name, key, a, shape, dtype, log_space, out_sharding=None):
     dt = _float_dtype(name, dtype)
     traced = _is_traced(key) or isinstance(a, _trace.Tracer)
@@ -1521,18 +1541,7 @@ def _gamma(name, key, a, shape, dtype, log_space, out_sharding=None):
         out = _gamma_many(_HostKeys(dt), keys[:, 0], keys[:, 1], a, log_space)
         return _place(name, np.asarray(out, dt).reshape(shape), out_sharding)
     jnp = _jnp()
-    if dt != np.dtype(np.float32):
-        raise InvalidArgument(f"shmap.random.{name}: a traced key or parameter draws float32 "
-                              f"(got {dt}): draw {dt} outside the jit")
-    if _is_traced(key):
-        k = _t_key(name, key)
-    else:
-        k = jnp.asarray(_key_data_of(name, key)[0].astype(np.int64))
-    if isinstance(a, _trace.Tracer):
-        a = jnp.astype(a, dt)
-    else:  # a host parameter: a constant of the program
-        a = np.asarray(_concrete(name, a, "a"), dt)
-        a = jnp.full(a.shape, dt.type(a)) if a.ndim == 0 else jnp.asarray(a)
+    k, a = _in_program(name, key, dt, (a, "a"))
     shape = tuple(a.shape) if shape is None else _shape(shape)
     n = math.prod(shape)
     keys = _t_split(k, (n,))
@@ -1746,13 +1755,7 @@ def poisson(key, lam, shape=None, dtype=None, *, method="exact", out_sharding=No
                             np.broadcast_to(lam, shape), shape, dt)
         return _place("poisson", np.asarray(out, dt), out_sharding)
     jnp = _jnp()
-    k = _t_key("poisson", key) if _is_traced(key) else \
-        jnp.asarray(_key_data_of("poisson", key)[0].astype(np.int64))
-    if isinstance(lam, _trace.Tracer):
-        lam = jnp.astype(lam, np.float32)
-    else:
-        lam = np.asarray(_concrete("poisson", lam, "lam"), np.float32)
-        lam = jnp.full(lam.shape, np.float32(lam)) if lam.ndim == 0 else jnp.asarray(lam)
+    k, lam = _in_program("poisson", key, np.dtype(np.float32), (lam, "lam"))
     shape = tuple(lam.shape) if shape is None else _shape(shape)
     out = _poisson_many(_poisson_ops("poisson", k, True), k, jnp.broadcast_to(lam, shape),
                         shape, dt)
@@ -2106,18 +2109,7 @@ def binomial(key, n, p, shape=None, dtype=None):
                              np.broadcast_to(n, shape), np.broadcast_to(p, shape), shape, dt)
         return _place("binomial", np.asarray(out, dt), None)
     jnp = _jnp()
-    if dt != np.dtype(np.float32):
-        raise InvalidArgument(f"shmap.random.binomial: a traced key or parameter draws float32 "
-                              f"(got {dt}): draw {dt} outside the jit")
-    k = _t_key("binomial", key) if _is_traced(key) else \
-        jnp.asarray(_key_data_of("binomial", key)[0].astype(np.int64))
-
-    def param(v, what):
-        if isinstance(v, _trace.Tracer):
-            return jnp.astype(v, dt)
-        a = np.asarray(_concrete("binomial", v, what), dt)
-        return jnp.full(a.shape, dt.type(a)) if a.ndim == 0 else jnp.asarray(a)
-    n, p = param(n, "n"), param(p, "p")
+    k, n, p = _in_program("binomial", key, dt, (n, "n"), (p, "p"))
     shape = tuple(np.broadcast_shapes(tuple(n.shape), tuple(p.shape))) if shape is None else \
         _shape(shape)
     return _binomial_many(_poisson_ops("binomial", k, True), k, jnp.broadcast_to(n, shape),
