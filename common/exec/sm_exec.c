@@ -42,26 +42,33 @@ static int sm_exec_plan_loops(sm_exec_plan *plan, int nloops)
     /* The ops a loop's last turn skips (its while_next ops but the first)
      * never free what dies there: a value from before the loop that the
      * loop reads last is freed when the loop ends. */
-    int n = 0;
-    if (!(plan->exit_at = malloc(sizeof(int) * (size_t)(nloops + 1))))
+    if (!(plan->exit_at = calloc((size_t)nloops + 1, sizeof(int))) ||
+        !(plan->exit_free = malloc(sizeof(int) * (size_t)(p->nvalues + 1))))
         return -1;
+    /* two passes over the values (a counting sort by loop): each value that
+     * dies at a loop's last while_next, made before that loop */
     for (int pass = 0; pass < 2; pass++) {
-        n = 0;
-        for (int L = 0; L < nloops; L++) {
+        for (int v = p->nparams; v < p->nvalues; v++) {
+            int k = plan->last_use[v];
+            if (k >= p->nops || p->ops[k].kind != SM_OP_WHILE_NEXT)
+                continue;
+            int L = plan->loop_of[k];
             const sm_ir_loop *l = &plan->loop[L];
-            int b = l->next + l->m - 1;
-            plan->exit_at[L] = n;
-            for (int v = p->nparams; v < p->nvalues; v++)
-                if (p->values[v].def < l->carry && plan->last_use[v] == b) {
-                    if (pass)
-                        plan->exit_free[n] = v;
-                    n++;
-                }
+            if (k != l->next + l->m - 1 || p->values[v].def >= l->carry)
+                continue;
+            if (pass)
+                plan->exit_free[plan->exit_at[L]++] = v; /* exit_at[L]: a cursor */
+            else
+                plan->exit_at[L + 1]++; /* counted */
         }
-        plan->exit_at[nloops] = n;
-        if (!pass && !(plan->exit_free = malloc(sizeof(int) * (size_t)(n + 1))))
-            return -1;
+        if (!pass) /* exit_at[L]: where loop L's values start */
+            for (int L = 0; L < nloops; L++)
+                plan->exit_at[L + 1] += plan->exit_at[L];
     }
+    /* the cursors ended where each next loop starts: shifted back */
+    for (int L = nloops; L > 0; L--)
+        plan->exit_at[L] = plan->exit_at[L - 1];
+    plan->exit_at[0] = 0;
     return 0;
 }
 

@@ -149,7 +149,7 @@ def _run_picked(flags, branches, operands):
     types before). None where the branches must all run and be selected
     from: no traced flag, under grad or vmap, branches whose results are
     not arrays of one structure and types (nothing traced is left then)."""
-    from . import _grad, _vmap
+    from . import _vmap
     from . import numpy as jnp
     from ._trace import Tracer, _state, _tree_sig
     b = getattr(_state, "builder", None)
@@ -157,11 +157,9 @@ def _run_picked(flags, branches, operands):
     if b is None or not builtins.all(isinstance(f, Tracer) for f in flags) or \
             builtins.any(isinstance(v, _vmap.BatchTracer) for v in args + list(flags)):
         return None
-    levels = [lv for lv in _grad._levels(b) if not lv.paused]
-    if builtins.any(getattr(v, "name", None) in lv.active for lv in levels for v in args):
+    mark = _Mark(b)
+    if mark.differentiated(args):
         return None
-    start, pend0 = len(b.lines), len(b.pending)
-    tapes0 = [len(lv.tape) for lv in levels]
     try:
         outs = [br(*operands) for br in branches]  # traced to learn their types, taken back
         leaves = [_leaves(o)[0] for o in outs]
@@ -170,11 +168,11 @@ def _run_picked(flags, branches, operands):
                                  for lv in leaves for v in lv) or \
                 builtins.any([v.type for v in lv] != [v.type for v in leaves[0]]
                              for lv in leaves) or \
-                builtins.any(len(lv.tape) > t for lv, t in zip(levels, tapes0)):
+                mark.taped():
             raise _Unroll()
         _, build = _leaves(outs[0])
         types = [(tuple(v.shape), v.dtype, v.type) for v in leaves[0]]
-        _untrace(b, start, pend0, levels, tapes0)
+        mark.undo()
         res = []
         for shape, dt, ty in types:
             spec = jnp._spec_of_type(ty) if b.kind == "jit" else None
@@ -188,10 +186,10 @@ def _run_picked(flags, branches, operands):
             _, res = while_loop(lambda s: s[0], body, (flag, res))
         return build(res)
     except _Unroll:
-        _untrace(b, start, pend0, levels, tapes0)
+        mark.undo()
         return None
     except BaseException:
-        _untrace(b, start, pend0, levels, tapes0)
+        mark.undo()
         raise
 
 
@@ -233,20 +231,18 @@ def _scan_loop(f, init, xl, xbuild, n, reverse):
     is to be unrolled (nothing traced, under grad, ys that are not arrays,
     or a step that cannot be written as one turn), with nothing traced
     left behind."""
-    from . import _grad, _vmap
+    from . import _vmap
     from . import numpy as jnp
+    from ._core import P
     from ._trace import Tracer, _state
     b = getattr(_state, "builder", None)
     leaves = _leaves(init)[0] + list(xl)
     if b is None or not builtins.any(isinstance(v, Tracer) for v in leaves):
         return None
-    levels = [lv for lv in _grad._levels(b) if not lv.paused]
-    if builtins.any(getattr(v, "name", None) in lv.active for lv in levels for v in leaves):
+    mark = _Mark(b)
+    if mark.differentiated(leaves) or \
+            builtins.any(isinstance(v, Tracer) and _sharded_first(v) for v in xl):
         return None
-    if builtins.any(isinstance(v, Tracer) and _sharded_first(v) for v in xl):
-        return None
-    start, pend0 = len(b.lines), len(b.pending)
-    tapes0 = [len(lv.tape) for lv in levels]
     try:
         # one step traced to learn what f returns, then taken back
         x0 = xbuild([dynamic_index_in_dim(v, n - 1 if reverse else 0, 0, False) for v in xl]) \
@@ -255,10 +251,10 @@ def _scan_loop(f, init, xl, xbuild, n, reverse):
         ys_l, ybuild = _leaves(y1) if y1 is not None else ([], None)
         if not builtins.all(isinstance(y, Tracer) and not isinstance(y, _vmap.BatchTracer)
                             for y in ys_l) or \
-                builtins.any(len(lv.tape) > t for lv, t in zip(levels, tapes0)):
+                mark.taped():
             raise _Unroll()
         yt = [(tuple(y.shape), y.dtype, jnp._spec_of_type(y.type)) for y in ys_l]
-        _untrace(b, start, pend0, levels, tapes0)
+        mark.undo()
         none = init is None  # no carry: the loop carries an empty tuple
         if not none:  # a Python scalar in init takes the dtype the step gives it (JAX's)
             carry_dt = [getattr(c, "dtype", None) for c in _leaves(c1)[0]]
@@ -266,7 +262,7 @@ def _scan_loop(f, init, xl, xbuild, n, reverse):
             init = ibuild([_as_traced(v, d) if _is_static(v) and not isinstance(v, _np.generic)
                            and d is not None else v for v, d in zip(init_l, carry_dt)])
         bufs = [jnp.zeros((n,) + sh, dtype=dt, out_sharding=None if sp is None else
-                          _core_P(None, *sp)) for sh, dt, sp in yt]
+                          P(None, *sp)) for sh, dt, sp in yt]
 
         def body(s):
             i, carry, bufs = s
@@ -281,14 +277,14 @@ def _scan_loop(f, init, xl, xbuild, n, reverse):
                                     (jnp.zeros((), dtype=_np.int32), () if none else init, bufs))
         carry = None if none else carry
     except (_Unroll, ValueError):
-        _untrace(b, start, pend0, levels, tapes0)
+        mark.undo()
         return None
     except TypeError as e:
-        _untrace(b, start, pend0, levels, tapes0)
+        mark.undo()
         raise TypeError(str(e).replace("while_loop body function carry",
                                        "scan body function carry")) from None
     except BaseException:
-        _untrace(b, start, pend0, levels, tapes0)
+        mark.undo()
         raise
     return carry, (ybuild(bufs) if ybuild else None)
 
@@ -301,11 +297,6 @@ def _sharded_first(v):
     from . import numpy as jnp
     spec = jnp._spec_of_type(v.type)
     return spec is not None and len(tuple(spec)) > 0 and tuple(spec)[0] is not None
-
-
-def _core_P(*entries):
-    from ._core import P
-    return P(*entries)
 
 
 def top_k(operand, k):
@@ -661,7 +652,7 @@ def _traced_while(cond_fun, body_fun, val, p):
     of the carry a name bound to its first value, `while P:` on the
     predicate, the body, then every carry and the predicate rebound to
     their next values in one assignment."""
-    from . import _grad, _vmap
+    from . import _vmap
     from ._trace import Tracer, _builder, _tree_leaves, _tree_sig
     from .tree_util import keystr, tree_flatten_with_path, tree_structure
     b = _builder()
@@ -680,11 +671,9 @@ def _traced_while(cond_fun, body_fun, val, p):
     dtypes = [None] * len(leaves)
     rebatch = None
     for attempt in range(2):
-        start, pend0 = len(b.lines), len(b.pending)
-        levels = [lv for lv in _grad._levels(b) if not lv.paused]  # grads being traced
-        tapes0 = [len(lv.tape) for lv in levels]
+        mark = _Mark(b)
         init = [_as_traced(x, d) for x, d in zip(leaves, dtypes)]
-        if builtins.any(x.name in lv.active for lv in levels for x in init):
+        if mark.differentiated(init):
             raise ValueError(_NO_REVERSE)
         p0 = p if attempt == 0 else cond_fun(build(init))
         names = [b.fresh() for _ in init]
@@ -719,7 +708,7 @@ def _traced_while(cond_fun, body_fun, val, p):
             if redo:  # a weakly typed Python scalar takes the body's dtype (JAX's)
                 for k in redo:
                     dtypes[k] = new_leaves[k].dtype
-                _untrace(b, start, pend0, levels, tapes0)
+                mark.undo()
                 continue
             bad = [(k, c, x) for k, (c, x) in enumerate(zip(carries, new_leaves))
                    if c.type != x.type]
@@ -733,14 +722,14 @@ def _traced_while(cond_fun, body_fun, val, p):
                         f"{', '.join(x.name for x in new_leaves + [p2])}")
         except BaseException:
             rebatch = None
-            _untrace(b, start, pend0, levels, tapes0)  # no half-written loop left behind
+            mark.undo()  # no half-written loop left behind
             raise
         finally:
             b.loops.pop()
             b.indent = outer
             if rebatch:
-                _untrace(b, start, pend0, levels, tapes0)
-        if builtins.any(len(lv.tape) > t for lv, t in zip(levels, tapes0)):
+                mark.undo()
+        if mark.taped():
             raise ValueError(_NO_REVERSE)  # the loop reads what a grad differentiates
         return build([Tracer(nm, c.type, c._dtype, c.shape) for nm, c in zip(names, carries)])
     return _batched_while(cond_fun, body_fun, val, rebatch)
@@ -782,13 +771,33 @@ def _carry_type_error(bad, paths):
                    "types.")
 
 
-def _untrace(b, start, pending, levels, tapes):
-    """Takes back the lines traced since a point (a loop traced again; its
-    value names are not reused)."""
-    del b.lines[start:]
-    del b.pending[pending:]
-    for lv, t in zip(levels, tapes):
-        del lv.tape[t:]
+class _Mark:
+    """A point of the trace to come back to: the builder's lines and pending
+    values, and the tapes of the grads being traced (not paused), at it."""
+
+    def __init__(self, b):
+        from . import _grad
+        self.b = b
+        self.levels = [lv for lv in _grad._levels(b) if not lv.paused]
+        self.lines, self.pending = len(b.lines), len(b.pending)
+        self.tapes = [len(lv.tape) for lv in self.levels]
+
+    def differentiated(self, values):
+        """Some of values depend on what a grad being traced differentiates."""
+        return builtins.any(getattr(v, "name", None) in lv.active
+                            for lv in self.levels for v in values)
+
+    def taped(self):
+        """An op traced since the mark went on a grad's tape."""
+        return builtins.any(len(lv.tape) > t for lv, t in zip(self.levels, self.tapes))
+
+    def undo(self):
+        """Takes back what was traced since the mark (its value names are
+        not reused)."""
+        del self.b.lines[self.lines:]
+        del self.b.pending[self.pending:]
+        for lv, t in zip(self.levels, self.tapes):
+            del lv.tape[t:]
 
 
 def _batched_while(cond_fun, body_fun, val, bts):

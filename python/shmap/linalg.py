@@ -463,10 +463,9 @@ def _sweeps(dt):
 
 def _under_grad(x):
     """x depends on what a grad being traced differentiates."""
-    from . import _grad
-    from ._trace import Tracer, _builder
-    return isinstance(x, Tracer) and any(
-        x.name in lv.active for lv in _grad._levels(_builder()) if not lv.paused)
+    from ._trace import _builder
+    from .lax import _Mark
+    return _Mark(_builder()).differentiated([x])
 
 
 def _sweep_until(a, v, sweep, off, total, dt):
