@@ -95,20 +95,38 @@ char *sm_ps_text(sm_parser *ps, const sm_tok *t)
     return sm_arena_strndup(ps->scratch, t->text, (size_t)t->len);
 }
 
+/* FNV-1a of the name, a bucket of the names' table. */
+static unsigned sm_ps_bucket(const char *name, int len)
+{
+    uint32_t h = 2166136261u;
+    for (int i = 0; i < len; i++)
+        h = (h ^ (unsigned char)name[i]) * 16777619u;
+    return h & (SM_PS_BUCKETS - 1);
+}
+
 sm_item *sm_ps_lookup(sm_parser *ps, const char *name, int len)
 {
-    for (int i = 0; i < ps->nsyms; i++)
-        if ((int)strlen(ps->syms[i].name) == len && memcmp(ps->syms[i].name, name, len) == 0)
+    if (!ps->heads)
+        return NULL;
+    for (int i = ps->heads[sm_ps_bucket(name, len)]; i >= 0; i = ps->syms[i].chain)
+        if (ps->syms[i].len == len && memcmp(ps->syms[i].name, name, (size_t)len) == 0)
             return &ps->syms[i].item;
     return NULL;
 }
 
 int sm_ps_bind(sm_parser *ps, const char *name, const sm_item *it)
 {
-    sm_item *old = sm_ps_lookup(ps, name, (int)strlen(name));
+    int len = (int)strlen(name);
+    sm_item *old = sm_ps_lookup(ps, name, len);
     if (old) {
         *old = *it;
         return 0;
+    }
+    if (!ps->heads) {
+        if (!(ps->heads = malloc(sizeof *ps->heads * SM_PS_BUCKETS)))
+            return sm_ps_fail(ps, sm_ps_peek(ps), SM_ENOMEM, "out of memory");
+        for (int b = 0; b < SM_PS_BUCKETS; b++)
+            ps->heads[b] = -1;
     }
     if (ps->nsyms == ps->capsyms) {
         int nc = ps->capsyms ? ps->capsyms * 2 : 64;
@@ -118,10 +136,18 @@ int sm_ps_bind(sm_parser *ps, const char *name, const sm_item *it)
         ps->syms = ns;
         ps->capsyms = nc;
     }
-    ps->syms[ps->nsyms].name = name;
-    ps->syms[ps->nsyms].item = *it;
-    ps->nsyms++;
+    unsigned b = sm_ps_bucket(name, len);
+    ps->syms[ps->nsyms] = (sm_sym){.name = name, .len = len, .chain = ps->heads[b], .item = *it};
+    ps->heads[b] = ps->nsyms++;
     return 0;
+}
+
+void sm_ps_unbind_to(sm_parser *ps, int n)
+{
+    for (; ps->nsyms > n; ps->nsyms--) {
+        const sm_sym *y = &ps->syms[ps->nsyms - 1];
+        ps->heads[sm_ps_bucket(y->name, y->len)] = y->chain;
+    }
 }
 
 /* One spec entry: None, 'x', or a tuple of names. */
@@ -571,7 +597,7 @@ static int sm_ps_while_carried(sm_parser *ps, const sm_tok *wt, int cond, int i,
         if (sm_ps_emit(ps, SM_OP_WHILE_NEXT, ops, 2, NULL, cn[k] ? cn[k] : &ps->t[cond], &r))
             return -1;
     }
-    ps->nsyms = nsyms; /* the names first bound in the body end with it */
+    sm_ps_unbind_to(ps, nsyms); /* the names first bound in the body end with it */
     for (int k = 0; k < nc; k++) {
         sm_item r;
         int c = (int)carry[k].i;
@@ -960,8 +986,8 @@ int sm_ps_call_fn(sm_parser *ps, const sm_fn *f, const sm_tok *at, const sm_arg 
     rc = 0;
 done:
     if (ps->nsyms >= saved_n) { /* the caller's names as they were */
+        sm_ps_unbind_to(ps, saved_n);
         memcpy(ps->syms, saved, sizeof *saved * (size_t)saved_n);
-        ps->nsyms = saved_n;
     }
     free(saved);
     ps->pos = saved_pos;
@@ -1000,6 +1026,7 @@ sm_err sm_program_parse_entry(const char *text, const char *filename, const char
     }
     free(toks);
     free(ps.syms);
+    free(ps.heads);
     sm_arena_free(ps.scratch);
     *out = ps.p;
     return e;

@@ -41,6 +41,8 @@ typedef struct sm_item {
 
 typedef struct {
     const char *name;
+    int len;   /* strlen(name) */
+    int chain; /* the entry bound before it in its hash bucket; -1: none */
     sm_item item;
 } sm_sym;
 
@@ -77,9 +79,12 @@ typedef struct {
     sm_err code; /* first error, SM_OK while none */
     sm_arena *scratch;
     int depth;    /* expression nesting, bounded */
-    sm_sym *syms; /* malloc'd */
+    sm_sym *syms; /* malloc'd; a name at most once */
     int nsyms, capsyms;
+    int *heads; /* SM_PS_BUCKETS: the newest entry of each bucket; -1: none */
 } sm_parser;
+
+#define SM_PS_BUCKETS 1024 /* of the names' hash table (a power of two) */
 
 #define SM_PS_MAX_DEPTH 200                /* nested expressions */
 #define SM_PS_MAX_OPS   1000000            /* ops one program may unroll to */
@@ -101,6 +106,8 @@ int sm_ps_expect(sm_parser *ps, const char *s, const char *context);
 /* Symbol table: lookup returns NULL when unbound; bind overwrites. */
 sm_item *sm_ps_lookup(sm_parser *ps, const char *name, int len);
 int sm_ps_bind(sm_parser *ps, const char *name, const sm_item *it);
+/* Unbinds the names bound since the table held n (a scope's end). */
+void sm_ps_unbind_to(sm_parser *ps, int n);
 /* NUL-terminated scratch copy of a token's text. */
 char *sm_ps_text(sm_parser *ps, const sm_tok *t);
 
