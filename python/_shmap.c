@@ -968,8 +968,9 @@ static PyObject *sharding_info(PyObject *mod, PyObject *args)
 }
 
 /* program_check(text, file, entry, check_vma[, types_only]) -> {name, kind,
- * describe, printed, lowered, types: [...], outputs: [...], params: [(name,
- * dtype, shape, spec)]}. types_only skips the lowering and the printed forms
+ * describe, printed, lowered, types: [(type, dtype, shape, line, weak,
+ * name or None) per value], outputs: [...], params: [(name, dtype, shape,
+ * spec)]}. types_only skips the lowering and the printed forms
  * (describe, printed and lowered are ""): what a trace needs after each op. */
 static PyObject *program_check(PyObject *mod, PyObject *args)
 {
@@ -999,9 +1000,10 @@ static PyObject *program_check(PyObject *mod, PyObject *args)
     for (int v = 0; types && v < p->nvalues; v++) {
         const sm_ir_value *x = &p->values[v];
         PyList_SET_ITEM(types, v,
-                        Py_BuildValue("(ssNi)", sm_program_value_type(p, v, ty, sizeof ty),
+                        Py_BuildValue("(ssNiOz)", sm_program_value_type(p, v, ty, sizeof ty),
                                       sm_dtype_name(x->dtype), from_shape(&x->shape),
-                                      x->def >= 0 ? p->ops[x->def].line : 0));
+                                      x->def >= 0 ? p->ops[x->def].line : 0,
+                                      x->weak ? Py_True : Py_False, x->name));
     }
     for (int k = 0; outs && k < p->nreturns; k++)
         PyList_SET_ITEM(outs, k,

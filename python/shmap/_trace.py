@@ -54,6 +54,8 @@ def _fmt(v):
         return v.name
     if isinstance(v, Array):  # closed over by the function being traced
         return _builder().capture(v)
+    if isinstance(v, np.ndarray):  # a numpy array operand: a constant, as JAX embeds it
+        return _fmt(_numpy_constant(v))
     if isinstance(v, PartitionSpec):
         return repr(v)
     if isinstance(v, NamedSharding):
@@ -96,11 +98,16 @@ class _Builder:
         self.captured = []  # jit: Arrays the body closes over, parameters after its own
         self.pending = []  # traced values whose type is still to be checked
         self.capture_names = {}  # id(Array) -> its parameter's name
+        self.constants = {}  # id(numpy array) -> (it, its Array): a constant uploaded once
         self.debug = []  # jit: the debug.prints of the body (shmap.debug)
         self.tape = None  # inside grad: the ops that depend on what it differentiates
         self.active = set()  # ... and the names of those values (_grad)
         self.indent = ""  # inside while loops' bodies: their indentation
         self.loops = []  # the while loops being traced: (indentation, carry names)
+        # what the checks so far found (_learn): name -> (type, dtype, shape,
+        # weak); and how many of the lines they covered (_check_new)
+        self.known = {}
+        self.checked = 0
 
     def capture(self, a):
         """The name of Array a in the program: a jit body that closes over
@@ -169,14 +176,74 @@ class _Builder:
         partial sums (U: in its type) is returned with the out_spec that
         says so, as its real out_specs will."""
         try:
-            return self._check(self.text(ret=name))
+            info = self._check(self.text(ret=name))
         except ProgramError as e:
             m = re.search(r"should be equal to the unreduced present on the out_aval\. Got "
                           r"out_specs=P\(\) and out_aval=.*?U:([A-Za-z0-9_,]+)\}", str(e))
             if self.kind != "shard_map" or not m:
                 raise
             axes = ", ".join(repr(a) for a in m.group(1).split(","))
-            return self._check(self.text(ret=name, out=f"P(unreduced={{{axes}}})"))
+            info = self._check(self.text(ret=name, out=f"P(unreduced={{{axes}}})"))
+        self._learn(info, True)
+        return info
+
+    def _learn(self, info, whole):
+        """Records the named values' types of a check (_check_new reads
+        them); a whole program's check covers every line."""
+        for t in info["types"]:
+            if t[5] is not None and (whole or t[3]):
+                self.known[t[5]] = (t[0], t[1], tuple(t[2]), t[4])
+        if whole and not self.loops:
+            self.checked = len(self.lines)
+
+    _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+    def _check_new(self, name):
+        """(info, first line) of a check returning name: for a jit body with
+        no open loop, only the lines since the last check, in a program
+        whose parameters are the values they read, declared with the types
+        the checks found (so a trace that asks a type after every op, as
+        vmap's rules do, costs the length of its program, not its square);
+        the whole program (first line 0) when that cannot say the same: a
+        value read that is weakly typed or holds partial sums, a loop among
+        the lines, or any error (the whole program's check words it)."""
+        start = self.checked = min(self.checked, len(self.lines))
+        if self.kind == "jit" and not self.loops and start and start < len(self.lines):
+            new = [t for t, _ in self.lines[start:]]
+            defined, declared, decls = set(), set(), []
+            for line in new:
+                if line[:1] in (" ", "\t") or line.startswith("while "):
+                    decls = None
+                    break
+                lhs, _, rhs = line.partition(" = ")
+                for nm in dict.fromkeys(self._NAME.findall(rhs)):
+                    k = self.known.get(nm)
+                    if k is None or nm in defined or nm in declared:
+                        continue
+                    declared.add(nm)
+                    ty, dt, sh, weak = k
+                    if weak or "{" in ty:
+                        decls = None
+                        break
+                    from .numpy import _spec_of_type
+                    spec = _spec_of_type(ty) or P()
+                    decls.append(f"{nm}: {dt}[{','.join(map(str, sh))}] @ {spec!r}")
+                if decls is None:
+                    break
+                defined.update(n.strip() for n in lhs.split(","))
+            if decls is not None:
+                head = f"jit {self.header[-1].split()[1].split('(')[0]}({', '.join(decls)}):"
+                text = "\n".join(self.header[:-1] + self.prelude + [head] +
+                                  [f"    {t}" for t in new] + [f"    return {name}"]) + "\n"
+                try:
+                    info = _shmap.program_check(text, "<traced>", None, False, True)
+                except _shmap.Error:
+                    pass  # the whole program's check says what is wrong
+                else:
+                    self._learn(info, False)
+                    self.checked = len(self.lines)
+                    return info, start
+        return self._check_ret(name), 0
 
     # A program of up to this many lines is type-checked after each op, so
     # that an error is raised by the op that makes it; a longer one only
@@ -191,7 +258,7 @@ class _Builder:
         name = f"v{self.n}"
         self.n += 1
         self.lines.append((f"{self.indent}{name} = {expr}", _user_line()))
-        t = Tracer(name, None, None, None, self)
+        t = Tracer(name, None, None, _elementwise_shape(prim, args), self)
         t._line = len(self.lines) - 1
         t._alias = args[0] if prim == "getitem" and args else None
         self.pending.append(t)
@@ -213,16 +280,18 @@ class _Builder:
         x[:, :] aliasing x). A ProgramError names the first bad line."""
         if not self.pending:
             return
-        info = self._check_ret(self.pending[-1].name)
-        base = len(self.header) + len(self.prelude) + 1  # the text line of body line 0
+        info, start = self._check_new(self.pending[-1].name)
+        base = len(self.header) + len(self.prelude) + 1  # the text line of body line `start`
         by_line = {}
         for t in info["types"]:
             by_line[t[3]] = t
         for tr in self.pending:
-            t = by_line.get(base + tr._line)
+            t = by_line.get(base + tr._line - start)
             a = getattr(tr, "_alias", None)
             if t is None and a is not None and a._ty is not None:
                 t = (a._ty, a._dt, a._sh)  # a slice of all of it (x[:n] of n rows): x
+                if a.name in self.known:
+                    self.known[tr.name] = self.known[a.name]
             if t is None:
                 raise InvalidArgument(f"internal: '{self.lines[tr._line][0]}' defines no value "
                                       f"in the traced program")
@@ -257,6 +326,30 @@ class _Builder:
         return outs
 
 
+def _elementwise_shape(prim, args):
+    """The shape of an elementwise op's result, known without typing the
+    program when every operand's is (traced values already typed or with
+    one known so, Python and numpy scalars): numpy's broadcast of them.
+    None otherwise (an Array or numpy array operand: its shape may not be
+    the block's), and for any other op: the check says."""
+    if _vmap._SYMBOLS.get(prim, prim) not in _vmap._ELEMENTWISE:
+        return None
+    shapes = []
+    for a in args:
+        if isinstance(a, Tracer) and not isinstance(a, _vmap.BatchTracer):
+            if a._sh is None:
+                return None
+            shapes.append(a._sh)
+        elif isinstance(a, (numbers.Number, np.generic)):
+            shapes.append(())
+        else:
+            return None
+    try:
+        return tuple(np.broadcast_shapes(*shapes)) if shapes else None
+    except ValueError:  # the check's sentence says it
+        return None
+
+
 class Tracer(_Shaped):
     """A value of the program being traced: its block (shard_map) or global
     (jit) shape, its dtype and its type string."""
@@ -283,6 +376,8 @@ class Tracer(_Shaped):
 
     @property
     def shape(self):
+        if self._sh is not None:  # known before the check (_elementwise_shape)
+            return self._sh
         return self._typed()._sh
 
     @property
@@ -851,6 +946,19 @@ def _constant(a):
     return Tracer(b.capture(k), k.type, _dtype_name(k.dtype), k.shape)
 
 
+def _numpy_constant(a):
+    """A numpy array met as an operand (x @ W, x + mask, a closed-over
+    table) as JAX takes one: with JAX's default dtypes (float64 as float32,
+    int64 as int32, without x64) and not weak, a constant of the program
+    (_constant), uploaded once per array and trace."""
+    b = _builder()
+    got = b.constants.get(id(a))
+    if got is None or got[0] is not a:
+        from .numpy import _to_device
+        got = b.constants[id(a)] = (a, _to_device(a))
+    return got[1]
+
+
 def _broadcast_to(v, shape):
     return v if tuple(v.shape) == tuple(shape) else _call_op("broadcast_to", v, tuple(shape))
 
@@ -1353,7 +1461,7 @@ class _Traced:
             if names:
                 info = b._check(b.text(ret=names[0]))
                 for k, n in enumerate(names):
-                    ty, dt, shape, _ = info["types"][k]
+                    ty, dt, shape = info["types"][k][:3]
                     tracers.append(Tracer(n, ty, dt, tuple(shape)))
             res = self.f(*tracers)
             b.resolve()  # a bad op of a long program is found here, named by its line

@@ -13,7 +13,7 @@ import re
 
 import numpy as np
 
-from ._core import InvalidArgument, P, PartitionSpec
+from ._core import Array, InvalidArgument, P, PartitionSpec
 from ._trace import Tracer, _builder, _state, _tree_build, _tree_leaves, _tree_sig, jit
 
 
@@ -345,13 +345,16 @@ def _apply(prim, args, kwargs):
     jnp = _jnp()
     op = _SYMBOLS.get(prim, prim)
     size = _size(list(args) + list(kwargs.values()))
-    entry = _entry(list(args) + list(kwargs.values()))
-    if op in _ELEMENTWISE:
-        arrays = [a for a in args if isinstance(a, Tracer)]
+    if op in _ELEMENTWISE:  # needs no entry: asking it types the program so far
+
+        # every operand with a shape (closed-over Arrays and numpy arrays
+        # too) sets the examples' rank the batched ones are aligned to
+        arrays = [a for a in args if isinstance(a, (Tracer, Array, np.ndarray, np.generic))]
         rank = max(_rank(a) for a in arrays)
         out = getattr(_lax() if op in ("pvary", "psum", "pmean", "pmax", "pmin", "ppermute")
                       else jnp, op)(*[_align(a, rank) for a in args], **kwargs)
         return BatchTracer(out, size)
+    entry = _entry(list(args) + list(kwargs.values()))
     if op == "getitem":
         x = args[0]
         key = kwargs["key"]

@@ -796,6 +796,7 @@ class _Mark:
         not reused)."""
         del self.b.lines[self.lines:]
         del self.b.pending[self.pending:]
+        self.b.checked = builtins.min(self.b.checked, self.lines)  # lines checked that went
         for lv, t in zip(self.levels, self.tapes):
             del lv.tape[t:]
 

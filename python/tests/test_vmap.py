@@ -112,6 +112,26 @@ def test_vmap_examples(c, mesh, name, f):
     assert np.allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
 
 
+def test_vmap_closed_over_arrays(c, mesh):
+    """An Array or numpy array the function closes over, of a higher rank
+    than the examples, broadcasts against each example as numpy's loop
+    does. Before, the batched values were aligned to the rank of the
+    traced operands only: vmap(lambda e: e + A) gave a (4, 6) result for
+    (4, 6, 6), adding A's rows to the batch's."""
+    xa = RNG.standard_normal((4, 6)).astype(np.float32)
+    ta = RNG.standard_normal((6, 6)).astype(np.float32)
+    x = c.device_put(xa, NamedSharding(mesh, P("X")))
+    a = c.device_put(ta, NamedSharding(mesh, P()))
+    for f, g in [(lambda e: e + a, lambda e: e + ta),
+                 (lambda e: e * ta, lambda e: e * ta),
+                 (lambda e: jnp.where(e > 0, ta, e), lambda e: np.where(e > 0, ta, e)),
+                 (lambda e: e @ ta + e, lambda e: e @ ta + e)]:
+        got = shmap.jit(shmap.vmap(f))(x)
+        want = np.stack([g(e) for e in xa])
+        assert got.shape == want.shape, (got.shape, want.shape)
+        assert np.allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+
+
 def test_vmap_axes_pytrees_and_nesting(c, mesh):
     """in_axes other than 0, out_axes, a dict of arguments, a tuple of
     results, an unmapped result broadcast, and vmap of vmap."""
