@@ -945,8 +945,10 @@ def _call_vjp(fn, args, in_specs, outs, gs):
         b.defined[key] = fn._define(b, fn._name + "_vjp", list(args) + list(outs),
                                     list(in_specs) + list(fn._out_specs()), names + ct_names,
                                     body, out_specs=in_specs)
-    fname, nres = b.defined[key]
-    call = f"{fname}({', '.join(a.name for a in list(args) + list(gs))})"
+    fname, nres, extra = b.defined[key]
+    if extra:  # what the body closes over may differ at the next call: traced again then
+        del b.defined[key]
+    call = f"{fname}({', '.join([a.name for a in list(args) + list(gs)] + extra)})"
     ops = tuple(args) + tuple(gs)  # so that an outer grad's tape sees it (and refuses it)
     res = b.emit(call, "vjp", ops) if nres == 1 else b.emit_multi(call, nres, "vjp", ops)
     return list(res) if isinstance(res, tuple) else [res]

@@ -51,6 +51,9 @@ def _fmt(v):
         if isinstance(v, _vmap.BatchTracer):
             raise InvalidArgument("vmap: an op without a batching rule was given a mapped "
                                   "value")
+        b = _builder()
+        if v._owner is not None and v._owner is not b:
+            return b.close_over(v)
         return v.name
     if isinstance(v, Array):  # closed over by the function being traced
         return _builder().capture(v)
@@ -94,7 +97,8 @@ class _Builder:
         self.n = 0
         self.params = param_names
         self.prelude = []  # jit: the shard_map functions its body calls, as text lines
-        self.defined = {}  # (function, argument types) -> (name, number of results)
+        self.defined = {}  # (function, argument types) -> _Traced._define's
+        self.fnames = set()  # the names of the functions defined in prelude
         self.captured = []  # jit: Arrays the body closes over, parameters after its own
         self.pending = []  # traced values whose type is still to be checked
         self.capture_names = {}  # id(Array) -> its parameter's name
@@ -108,15 +112,20 @@ class _Builder:
         # weak); and how many of the lines they covered (_check_new)
         self.known = {}
         self.checked = 0
+        self.outer = None  # a shard_map function's body traced in a jit body: that builder
+        # the parameters added for what the body closes over, in order:
+        # ("array", Array) and, in a function traced in a jit body, ("value",
+        # a traced value of that body), passed by its calls (_define)
+        self.extra = []
+        self.closed = {}  # id(traced value of outer) -> its parameter's name
 
     def capture(self, a):
-        """The name of Array a in the program: a jit body that closes over
-        an Array (as JAX embeds it) gets it as one more parameter."""
+        """The name of Array a in the program: a body that closes over an
+        Array (as JAX embeds it) gets it as one more parameter, laid out as
+        it is in a jit body, replicated (in_spec P(), so invariant) in a
+        shard_map body, as JAX's shard_map takes what its body closes over."""
         if id(a) in self.capture_names:
             return self.capture_names[id(a)]
-        if self.kind != "jit":
-            raise InvalidArgument("a shard_map function cannot close over an Array: pass it as "
-                                  "an argument, with its in_spec")
         mesh = getattr(self, "mesh", None)
         am = a.sharding.mesh
         if mesh is not None and (tuple(am.axis_names) != tuple(mesh.axis_names) or
@@ -129,12 +138,39 @@ class _Builder:
             k += 1
             name = f"captured{k}"
         a._check()
-        decl = f"{name}: {_type_decl(a, a.sharding.spec)}"
-        head, tail = self.header[-1].rsplit(")%OUT%:", 1)
-        self.header[-1] = f"{head}{', ' if not head.endswith('(') else ''}{decl})%OUT%:{tail}"
-        self.params = list(self.params) + [name]
+        decl = f"{name}: {_type_decl(a, a.sharding.spec if self.kind == 'jit' else P())}"
+        self._add_param(decl, name)
         self.captured.append(a)
         self.capture_names[id(a)] = name
+        self.extra.append(("array", a))
+        return name
+
+    def _add_param(self, decl, name):
+        sep = ")%OUT%:" if self.kind == "jit" else ") -> %OUT%:"
+        head, tail = self.header[-1].rsplit(sep, 1)
+        self.header[-1] = f"{head}{', ' if not head.endswith('(') else ''}{decl}{sep}{tail}"
+        self.params = list(self.params) + [name]
+
+    def close_over(self, v):
+        """The name of a traced value v of another trace in this one: a
+        shard_map function traced in a jit body that closes over a value of
+        that body gets it as one more parameter, replicated (P(), as JAX's
+        shard_map takes what it closes over); any other is a value that
+        escaped its own trace."""
+        if id(v) in self.closed:
+            return self.closed[id(v)]
+        if self.outer is None or v._owner is not self.outer:
+            raise InvalidArgument(f"a traced value ({v.name}) of another trace is used here: "
+                                  f"a value of a jit or shard_map function exists only while "
+                                  f"that function is traced; return it, or pass it as an "
+                                  f"argument")
+        k = len(self.closed)
+        while f"closed{k}" in self.params:
+            k += 1
+        name = f"closed{k}"
+        self._add_param(f"{name}: {v._dtype}[{','.join(map(str, v.shape))}] @ P()", name)
+        self.closed[id(v)] = name
+        self.extra.append(("value", v))
         return name
 
     def text(self, ret=None, out=None):
@@ -360,6 +396,7 @@ class Tracer(_Shaped):
         self.name, self._ty, self._dt = name, type_str, dtype
         self._sh = None if shape is None else tuple(shape)
         self._builder = builder  # set while the type is still to be checked
+        self._owner = getattr(_state, "builder", None)  # the trace it is a value of
 
     def _typed(self):
         if self._ty is None:
@@ -434,7 +471,7 @@ class Tracer(_Shaped):
     def __neg__(self):
         if isinstance(self, _vmap.BatchTracer):
             return _vmap.apply("neg", (self,), {})
-        return _builder().emit(f"-{self.name}", "neg", (self,))
+        return _builder().emit(f"-{_fmt(self)}", "neg", (self,))
 
     def __pos__(self): return self
     def __abs__(self): return _call_op("abs", self)
@@ -456,7 +493,7 @@ class Tracer(_Shaped):
             return self  # x[:, :] and x[...] are x
         if isinstance(self, _vmap.BatchTracer):
             return _vmap.apply("getitem", (self,), {"key": key})
-        return _builder().emit(f"{self.name}[{', '.join(_fmt(k) for k in key)}]", "getitem",
+        return _builder().emit(f"{_fmt(self)}[{', '.join(_fmt(k) for k in key)}]", "getitem",
                                (self,), {"key": key})
 
     def _take(self, key, arrays, out_sharding):
@@ -936,12 +973,13 @@ def _index_value(k):
 
 
 def _constant(a):
-    """numpy array a as a value of the jit being traced: uploaded replicated
-    on its mesh and closed over, as JAX embeds a constant."""
+    """numpy array a as a value of the function being traced: uploaded
+    replicated on its mesh and closed over, as JAX embeds a constant."""
     b = _builder()
     mesh = getattr(b, "mesh", None)
-    if b.kind != "jit" or mesh is None:
-        raise InvalidArgument("a numpy constant in a shard_map body: pass it as an argument")
+    if mesh is None:
+        raise InvalidArgument("a numpy constant in a function with no mesh: pass it as an "
+                              "argument")
     k = _client_of([], mesh).device_put(a, NamedSharding(mesh, P()))
     return Tracer(b.capture(k), k.type, _dtype_name(k.dtype), k.shape)
 
@@ -1559,8 +1597,14 @@ class _Traced:
             outer.defined[key] = self._define(outer, self._name, args, specs,
                                               _param_names(self.f, len(args)),
                                               lambda tracers: self.f(*tracers))
-        fname, nout = outer.defined[key]
-        call = f"{fname}({', '.join(a.name for a in args)})"
+        fname, nout, extra = outer.defined[key]
+        if extra:  # what the body closes over may differ at the next call: traced again then
+            del outer.defined[key]
+        if any(nm in lv.active for lv in _grad._levels(outer) if not lv.paused for nm in extra):
+            raise InvalidArgument(f"{self.__name__} closes over a value that grad "
+                                  f"differentiates: pass it to the shard_map function as an "
+                                  f"argument (with its in_spec)")
+        call = f"{fname}({', '.join([a.name for a in args] + extra)})"
         kw = {"fn": self, "in_specs": tuple(specs)}
         return outer.emit(call, "call", tuple(args), kw) if nout == 1 else \
             outer.emit_multi(call, nout, "call", tuple(args), kw)
@@ -1574,18 +1618,20 @@ class _Traced:
         (outer): parameters names, typed as the traced values args under
         specs; its body traced by body(block tracers) -> its results, with
         out_specs (this function's when None). Returns (its name, its
-        number of results)."""
+        number of results, the names in outer of the Arrays its body closes
+        over: parameters after args, which a call passes after them)."""
         mesh = getattr(outer, "mesh", None)
         params = [f"{n}: {_type_decl(a, s)}" for n, a, s in zip(names, args, specs)]
-        taken = {nm for nm, _ in outer.defined.values()}
         fname = base
         k = 2
-        while fname in taken or outer.header[-1].startswith(f"jit {fname}("):
+        while fname in outer.fnames or outer.header[-1].startswith(f"jit {fname}("):
             fname = f"{base}_{k}"
             k += 1
+        outer.fnames.add(fname)
         head = f"shard_map {fname}({', '.join(params)}) -> %OUT%:"
         inner = _Builder([outer.header[0], head], "shard_map", names)
         inner.mesh = mesh
+        inner.outer = outer
         _state.builder = inner
         try:
             info = inner._check(inner.text(ret=names[0]))
@@ -1607,7 +1653,8 @@ class _Traced:
         out_text = repr(os_[0]) if len(os_) == 1 else "(" + ", ".join(map(repr, os_)) + ")"
         text = inner.text(ret=", ".join(o.name for o in outs), out=out_text)
         outer.prelude.extend(text.rstrip("\n").split("\n")[1:])
-        return fname, len(outs)
+        return fname, len(outs), [outer.capture(x) if kind == "array" else x.name
+                                  for kind, x in inner.extra]
 
     def _split_static(self, args):
         """For static_argnums / static_argnames: a function of the other

@@ -6,7 +6,7 @@ import numpy as _np
 import _shmap
 
 from ._grad import stop_gradient  # noqa: F401 (jax.lax.stop_gradient)
-from ._trace import make_op
+from ._trace import _fmt, make_op
 
 __all__ = []
 for _name, _sig, _mn, _mx, _jit_only in _shmap.op_table():
@@ -681,8 +681,8 @@ def _traced_while(cond_fun, body_fun, val, p):
         # typed before the loop's first line (asking a type checks the text so far)
         carries = [Tracer(nm, x.type, x._dtype, x.shape) for nm, x in zip(names, init)]
         for nm, x in zip(names, init):
-            b.statement(f"{nm} = {x.name}")
-        b.statement(f"{pname} = {p0.name}")
+            b.statement(f"{nm} = {_fmt(x)}")
+        b.statement(f"{pname} = {_fmt(p0)}")
         b.statement(f"while {pname}:")
         outer = b.indent
         b.indent = outer + "    "
@@ -719,7 +719,7 @@ def _traced_while(cond_fun, body_fun, val, p):
                 p2 = _as_traced(p2)
             _check_pred(p2, "cond_fun")
             b.statement(f"{', '.join(names + [pname])} = "
-                        f"{', '.join(x.name for x in new_leaves + [p2])}")
+                        f"{', '.join(_fmt(x) for x in new_leaves + [p2])}")
         except BaseException:
             rebatch = None
             mark.undo()  # no half-written loop left behind

@@ -474,9 +474,11 @@ def test_jit_calls_as_jax_takes_them(c):
                                                      "one mesh: Mesh\\('X': 4, 'Y': 2\\) and "
                                                      "another mesh: Mesh\\('i': 8\\)"):
         add(x, other)
-    sm = shmap.shard_map(lambda a: a + w, mesh=mesh, in_specs=P("X", "Y"), out_specs=P("X", "Y"))
-    with pytest.raises(shmap.InvalidArgument, match="cannot close over an Array"):
-        sm(x)
+    # a shard_map body takes what it closes over replicated, as JAX's does
+    sm = shmap.shard_map(lambda a: a + w.sum(), mesh=mesh, in_specs=P("X", "Y"),
+                         out_specs=P("X", "Y"))
+    assert np.array_equal(np.asarray(sm(x)), xa + 64)
+    assert "captured0: f32[8,8] @ P()" in sm.lower(x).as_text()
     with pytest.raises(shmap.InvalidArgument, match="at least one traced value"):
         shmap.jit(lambda a: None)(x)
 
@@ -977,7 +979,7 @@ def test_numpy_operands_are_constants(c):
     float32 and int64 as int32 (JAX's defaults without x64), not weakly
     typed, one parameter per array however often it is used; grad goes
     through it. Before, such an operand was refused ("cannot use a value of
-    type ndarray"). A shard_map body refuses one with a sentence."""
+    type ndarray"). A shard_map body takes one replicated."""
     mesh = c.make_mesh((4, 2), ("X", "Y"))
     rng = np.random.default_rng(3)
     wa = rng.standard_normal((4, 3))  # float64
@@ -1004,9 +1006,71 @@ def test_numpy_operands_are_constants(c):
     want = (np.where(mask, 2 * h * (1 - t ** 2), 0) + 1) @ w32.T
     assert np.allclose(g, want, rtol=1e-4, atol=1e-5)
     sm = shmap.shard_map(lambda b: b @ wa, mesh=mesh, in_specs=P("X"), out_specs=P("X"))
-    with pytest.raises(shmap.InvalidArgument, match="a numpy constant in a shard_map body: "
-                       "pass it as an argument"):
-        shmap.jit(sm)(x)
+    assert np.allclose(np.asarray(sm(x)), xa @ w32, rtol=1e-5, atol=1e-5)
+    assert np.allclose(np.asarray(shmap.jit(lambda x: sm(x) * 2)(x)), xa @ w32 * 2, rtol=1e-5,
+                       atol=1e-5)
+
+
+def test_shard_map_closes_over_values_of_its_jit(c):
+    """A shard_map function called in a jit body may close over values of
+    that body: each is one more parameter, replicated (P()), passed by the
+    call; a second call traces the body again (what it closes over may
+    have changed). Before, the body's text named the jit's value, which the
+    function did not have ("name 'v0' is not defined") or, when the body
+    had made a value of that name, silently read its own. A value used
+    after its trace ended is refused with a sentence (it read whatever
+    value the new trace had of that name)."""
+    mesh = c.make_mesh((4, 2), ("X", "Y"))
+    xa = np.arange(8, dtype=np.float32)
+    x = c.device_put(xa, NamedSharding(mesh, P("X")))
+
+    @shmap.jit
+    def f(x):
+        y = x * 2.0
+        z = x - 1.0
+
+        def body(b):
+            t = b * 3.0  # the body's v0, as y is the jit's
+            return t + y[:2] * lax.axis_index("X")
+        sm = shmap.shard_map(body, mesh=mesh, in_specs=P("X"), out_specs=P("X"))
+        outs = [sm(x)]
+        y = z  # the next call closes over another value
+        outs.append(sm(x * 0))
+        return outs[0] + outs[1]
+
+    blocks = [(b, k) for k, b in enumerate(np.split(xa, 4))]
+    want = np.concatenate([b * 3 + (xa * 2)[:2] * k for b, k in blocks]) + \
+        np.concatenate([b * 0 + (xa - 1)[:2] * k for b, k in blocks])
+    assert np.array_equal(np.asarray(f(x)), want)
+    text = f.lower(x).as_text()
+    assert "closed0: f32[8] @ P()" in text and "body_2(" in text
+    # grad does not follow a value the body closes over: refused when it would
+    sm = shmap.shard_map(lambda b, y: b * y[0], mesh=mesh, in_specs=(P("X"), P()),
+                         out_specs=P("X"))
+
+    def loss(x, closes):
+        y = x * 2.0
+        if closes:
+            return shmap.shard_map(lambda b: b * y[0], mesh=mesh, in_specs=P("X"),
+                                   out_specs=P("X"))(x).sum()
+        return sm(x, y).sum()
+    g = shmap.jit(shmap.grad(loss), static_argnums=1)(x, False)
+    want = np.full(8, 2 * xa[0], np.float32)  # loss = 2 x0 sum(x)
+    want[0] += 2 * xa.sum()
+    assert np.array_equal(np.asarray(g), want)
+    with pytest.raises(shmap.InvalidArgument, match="closes over a value that grad "
+                       "differentiates: pass it to the shard_map function as an argument"):
+        shmap.jit(shmap.grad(loss), static_argnums=1)(x, True)
+    leaked = []
+
+    @shmap.jit
+    def keep(x):
+        leaked.append(x * 1.0)
+        return x
+    keep(x)
+    with pytest.raises(shmap.InvalidArgument, match=r"a traced value \(v0\) of another trace "
+                       r"is used here"):
+        shmap.jit(lambda x: x + leaked[0])(x)
 
 
 def test_long_traces(c):
