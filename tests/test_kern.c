@@ -94,7 +94,7 @@ static int unary_ok(sm_kern_unary_op op, sm_dtype t)
         return !is_float(t);
     if (is_float(t))
         return 1;
-    if (t != SM_I32 && t != SM_I64)
+    if (t != SM_I32 && t != SM_I64 && t != SM_U8) /* uint8 too: it wraps as JAX's */
         return 0;
     return op <= SM_KERN_ROUND;
 }
@@ -107,7 +107,7 @@ static int binary_ok(sm_kern_binary_op op, sm_dtype t)
         return !is_float(t);
     if (op >= SM_KERN_MAXIMUM)
         return 1;
-    return t != SM_U8 && t != SM_BOOL;
+    return t != SM_BOOL;
 }
 
 static val ref_binary(sm_kern_binary_op op, sm_dtype t, val x, val y)

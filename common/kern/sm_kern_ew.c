@@ -176,20 +176,26 @@ SMK_UN_I(abs, x < 0 ? (smk_u)0 - (smk_u)x : (smk_u)x)
 SMK_UN_I(sign, x > 0 ? 1 : x < 0 ? -1 : 0)
 SMK_UN_I(ident, x)
 SMK_UN_I(bitwise_not, ~x)
+/* uint8: wraps as JAX's (negative of 1 is 255); abs, floor, ceil and round
+ * are the value */
+SMK_UN_ROW(un_negative_u8, uint8_t, uint8_t, (uint8_t)(0u - x))
+SMK_UN_ROW(un_sign_u8, uint8_t, uint8_t, x > 0)
+SMK_UN_ROW(un_ident_u8, uint8_t, uint8_t, x)
 SMK_UN_ROW(un_bitwise_not_u8, uint8_t, uint8_t, ~x)
 SMK_UN_ROW(un_bitwise_not_bool, uint8_t, uint8_t, !x)
 
 #define SMK_UN_ENTRY_F(op) [SM_F32] = un_##op##_f32, [SM_F64] = un_##op##_f64
 #define SMK_UN_ENTRY_FI(op, iop)                                                                   \
     SMK_UN_ENTRY_F(op), [SM_I32] = un_##iop##_i32, [SM_I64] = un_##iop##_i64
+#define SMK_UN_ENTRY_FIU(op, iop, uop) SMK_UN_ENTRY_FI(op, iop), [SM_U8] = un_##uop##_u8
 
 static const smk_un_fn un_table[SM_KERN_UNARY_COUNT][SM_DTYPE_COUNT] = {
-    [SM_KERN_NEGATIVE] = {SMK_UN_ENTRY_FI(negative, negative)},
-    [SM_KERN_ABS] = {SMK_UN_ENTRY_FI(abs, abs)},
-    [SM_KERN_SIGN] = {SMK_UN_ENTRY_FI(sign, sign)},
-    [SM_KERN_FLOOR] = {SMK_UN_ENTRY_FI(floor, ident)},
-    [SM_KERN_CEIL] = {SMK_UN_ENTRY_FI(ceil, ident)},
-    [SM_KERN_ROUND] = {SMK_UN_ENTRY_FI(round, ident)},
+    [SM_KERN_NEGATIVE] = {SMK_UN_ENTRY_FIU(negative, negative, negative)},
+    [SM_KERN_ABS] = {SMK_UN_ENTRY_FIU(abs, abs, ident)},
+    [SM_KERN_SIGN] = {SMK_UN_ENTRY_FIU(sign, sign, sign)},
+    [SM_KERN_FLOOR] = {SMK_UN_ENTRY_FIU(floor, ident, ident)},
+    [SM_KERN_CEIL] = {SMK_UN_ENTRY_FIU(ceil, ident, ident)},
+    [SM_KERN_ROUND] = {SMK_UN_ENTRY_FIU(round, ident, ident)},
     [SM_KERN_EXP] = {SMK_UN_ENTRY_F(exp)},
     [SM_KERN_LOG] = {SMK_UN_ENTRY_F(log)},
     [SM_KERN_SIN] = {SMK_UN_ENTRY_F(sin)},
@@ -297,6 +303,16 @@ SMK_BIN_F(power, _Generic(x, float : powf, double : pow)(x, y))
 SMK_BIN_F(arctan2, _Generic(x, float : atan2f, double : atan2)(x, y))
 SMK_BIN_F(maximum, (x >= y || x != x) ? x : y)
 SMK_BIN_F(minimum, (x <= y || x != x) ? x : y)
+/* uint8 arithmetic wraps modulo 256, as JAX's; division and remainder by
+ * 0 give 0, as the signed integers' */
+#define SMK_BIN_U8(op, E) SMK_BIN_ROW(bin_##op##_u8, uint8_t, uint32_t, uint8_t, E)
+SMK_BIN_U8(add, (smk_u)x + (smk_u)y)
+SMK_BIN_U8(subtract, (smk_u)x - (smk_u)y)
+SMK_BIN_U8(multiply, (smk_u)x *(smk_u)y)
+SMK_BIN_U8(divide, y == 0 ? 0 : x / y)
+SMK_BIN_U8(mod, y == 0 ? 0 : x % y)
+SMK_BIN_U8(floor_divide, y == 0 ? 0 : x / y)
+SMK_BIN_U8(power, smk_ipow32(x, y))
 SMK_BIN_I(add, (smk_u)x + (smk_u)y)
 SMK_BIN_I(subtract, (smk_u)x - (smk_u)y)
 SMK_BIN_I(multiply, (smk_u)x *(smk_u)y)
@@ -335,14 +351,16 @@ SMK_BIN_B(bitwise_xor, x ^ y)
 #define SMK_BIN_ENTRY_ALL(op)                                                                      \
     SMK_BIN_ENTRY_FI(op), [SM_U8] = bin_##op##_u8, [SM_BOOL] = bin_##op##_bool
 
+#define SMK_BIN_ENTRY_FIU(op) SMK_BIN_ENTRY_FI(op), [SM_U8] = bin_##op##_u8
+
 static const smk_bin_fn bin_table[SM_KERN_BINARY_COUNT][SM_DTYPE_COUNT] = {
-    [SM_KERN_ADD] = {SMK_BIN_ENTRY_FI(add)},
-    [SM_KERN_SUBTRACT] = {SMK_BIN_ENTRY_FI(subtract)},
-    [SM_KERN_MULTIPLY] = {SMK_BIN_ENTRY_FI(multiply)},
-    [SM_KERN_DIVIDE] = {SMK_BIN_ENTRY_FI(divide)},
-    [SM_KERN_MOD] = {SMK_BIN_ENTRY_FI(mod)},
-    [SM_KERN_FLOOR_DIVIDE] = {SMK_BIN_ENTRY_FI(floor_divide)},
-    [SM_KERN_POWER] = {SMK_BIN_ENTRY_FI(power)},
+    [SM_KERN_ADD] = {SMK_BIN_ENTRY_FIU(add)},
+    [SM_KERN_SUBTRACT] = {SMK_BIN_ENTRY_FIU(subtract)},
+    [SM_KERN_MULTIPLY] = {SMK_BIN_ENTRY_FIU(multiply)},
+    [SM_KERN_DIVIDE] = {SMK_BIN_ENTRY_FIU(divide)},
+    [SM_KERN_MOD] = {SMK_BIN_ENTRY_FIU(mod)},
+    [SM_KERN_FLOOR_DIVIDE] = {SMK_BIN_ENTRY_FIU(floor_divide)},
+    [SM_KERN_POWER] = {SMK_BIN_ENTRY_FIU(power)},
     [SM_KERN_ARCTAN2] = {[SM_F32] = bin_arctan2_f32, [SM_F64] = bin_arctan2_f64},
     [SM_KERN_MAXIMUM] = {SMK_BIN_ENTRY_ALL(maximum)},
     [SM_KERN_MINIMUM] = {SMK_BIN_ENTRY_ALL(minimum)},
