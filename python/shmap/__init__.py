@@ -29,7 +29,8 @@ from ._core import (AlreadyExists, Array, Auto, AxisType, Cancelled, Client, Dat
 from ._grad import (checkpoint, custom_jvp, custom_vjp, grad, hessian, jacfwd, jacobian, jacrev,
                     jvp, linearize, remat, value_and_grad, vjp)
 from ._vmap import vmap
-from ._trace import Future, Lowered, Tracer, eval_shape, jit, shard_map
+from ._trace import (Future, Lowered, Tracer, ensure_compile_time_eval, eval_shape, jit,
+                     make_jaxpr, named_scope, shard_map)
 from .tree_util import tree
 
 reshard = numpy.reshard
@@ -39,10 +40,10 @@ __all__ = [
     "AlreadyExists", "Array", "Auto", "AxisType", "block_until_ready", "Cancelled", "checkpoint",
     "Client", "config", "connect", "custom_jvp", "custom_vjp", "DataLoss", "DeadlineExceeded",
     "debug", "default_backend", "Device", "device_count", "device_get", "device_put", "devices",
-    "eval_shape", "Explicit", "FailedPrecondition", "Future", "get_mesh", "grad", "hessian",
+    "ensure_compile_time_eval", "eval_shape", "Explicit", "FailedPrecondition", "Future", "get_mesh", "grad", "hessian",
     "Internal", "InvalidArgument", "jacfwd", "jacobian", "jacrev", "jit", "jvp", "lax",
-    "linearize", "local_cluster", "local_device_count", "local_devices", "Lowered", "make_mesh",
-    "Mesh", "NamedSharding", "nn", "NotFound", "numpy", "ops", "P", "PartitionSpec",
+    "linearize", "local_cluster", "local_device_count", "local_devices", "Lowered",
+    "make_jaxpr", "make_mesh", "Mesh", "named_scope", "NamedSharding", "nn", "NotFound", "numpy", "ops", "P", "PartitionSpec",
     "process_count", "process_index", "ProgramError", "random", "remat", "reshard",
     "ResourceExhausted", "scipy", "set_mesh", "ShapeDtypeStruct", "Shard", "shard_map",
     "ShmapError", "Tracer", "tree", "tree_util", "typeof", "Unauthenticated", "Unavailable",

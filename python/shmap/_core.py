@@ -714,7 +714,8 @@ for _name, _op in (("add", operator.add), ("sub", operator.sub), ("mul", operato
                    ("truediv", operator.truediv), ("floordiv", operator.floordiv),
                    ("mod", operator.mod), ("pow", operator.pow),
                    ("matmul", operator.matmul), ("and", operator.and_), ("or", operator.or_),
-                   ("xor", operator.xor)):
+                   ("xor", operator.xor), ("lshift", operator.lshift),
+                   ("rshift", operator.rshift)):
     _f, _r = _array_binary(_op)
     setattr(Array, f"__{_name}__", _f)
     setattr(Array, f"__r{_name}__", _r)

@@ -467,7 +467,16 @@ class Tracer(_Shaped):
     def __ror__(self, o): return self._bin("|", o, True)
     def __xor__(self, o): return self._bin("^", o)
     def __rxor__(self, o): return self._bin("^", o, True)
+    def __lshift__(self, o): return self._shift("left_shift", o)
+    def __rlshift__(self, o): return self._shift("left_shift", o, True)
+    def __rshift__(self, o): return self._shift("right_shift", o)
+    def __rrshift__(self, o): return self._shift("right_shift", o, True)
     def __invert__(self): return _call_op("bitwise_not", self)
+
+    def _shift(self, fn, other, rev=False):  # jnp's shifts (XLA's for a shift of the width)
+        from . import numpy as jnp
+        a, b = (other, self) if rev else (self, other)
+        return getattr(jnp, fn)(a, b)
     def __neg__(self):
         if isinstance(self, _vmap.BatchTracer):
             return _vmap.apply("neg", (self,), {})
@@ -1324,6 +1333,8 @@ class Lowered:
             return self._text + "\n# lowered:\n" + self._info["lowered"]
         return self._text
 
+    __str__ = as_text  # make_jaxpr's result prints as a jaxpr does
+
 
 class Future:
     """A submitted job: .result(timeout), .cancel(), .done()."""
@@ -1803,6 +1814,40 @@ class _Traced:
         if outer is not None:  # called while a jit function is traced
             return self._inline(outer, self._bind(args, kwargs))
         return self.submit(*args, **kwargs).result()
+
+
+def make_jaxpr(fun, static_argnums=()):
+    """jax.make_jaxpr: a function of fun's arguments giving its program as
+    traced (printed: the text form, and for a jit the shard_map program it
+    lowers to), from its trace alone; what a jaxpr shows, in shmap's form."""
+    t = fun if isinstance(fun, _Traced) else jit(fun, static_argnums=static_argnums)
+    return lambda *args, **kwargs: t.lower(*args, **kwargs)
+
+
+class named_scope:
+    """jax.named_scope: a name for the ops traced inside it in JAX's
+    profiles; shmap's programs keep each op's Python line instead, so it
+    changes nothing."""
+
+    def __init__(self, name):
+        if not isinstance(name, str):
+            raise TypeError("named_scope name must be a string.")
+        self.name = name
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class ensure_compile_time_eval(named_scope):
+    """jax.ensure_compile_time_eval: JAX evaluates the ops inside it at once
+    while tracing where their inputs are concrete; shmap already does for
+    numpy and Python values, so it changes nothing."""
+
+    def __init__(self):
+        super().__init__("ensure_compile_time_eval")
 
 
 def eval_shape(fun, *args, **kwargs):

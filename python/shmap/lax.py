@@ -1029,3 +1029,49 @@ def digamma(x):
 __all__ += ["dynamic_update_slice_in_dim", "dynamic_index_in_dim",
             "dynamic_update_index_in_dim", "sort_key_val", "optimization_barrier", "exp2",
             "is_finite", "erfc", "lgamma", "digamma"]
+
+
+def slice_in_dim(operand, start_index, limit_index, stride=1, axis=0):
+    """lax.slice_in_dim: lax.slice along one axis (None: its start or end;
+    negative indices count from the end), the other axes whole."""
+    shape = tuple(operand.shape)
+    axis = axis % len(shape)
+    n = shape[axis]
+    start = 0 if start_index is None else int(start_index)
+    limit = n if limit_index is None else int(limit_index)
+    start, limit = start + n if start < 0 else start, limit + n if limit < 0 else limit
+    starts = [0] * len(shape)
+    limits = list(shape)
+    strides = [1] * len(shape)
+    starts[axis], limits[axis], strides[axis] = start, limit, int(stride)
+    return slice(operand, tuple(starts), tuple(limits),  # noqa: F821 (the op table's)
+                 None if stride == 1 else tuple(strides))
+
+
+def index_in_dim(operand, index, axis=0, keepdims=True):
+    """lax.index_in_dim: the slice at a static index along axis (kept as a
+    dimension of 1 with keepdims; negative from the end)."""
+    axis = axis % len(operand.shape)
+    index = int(index)
+    if index < 0:
+        index += operand.shape[axis]
+    r = slice_in_dim(operand, index, index + 1, 1, axis)
+    return r if keepdims else _jnp().squeeze(r, axis)
+
+
+def batch_matmul(lhs, rhs, precision=None):
+    """lax.batch_matmul: matrix products over equal leading (batch) axes."""
+    if len(lhs.shape) != len(rhs.shape) or len(lhs.shape) < 2:
+        raise TypeError(f"batch_matmul requires arguments of equal rank >= 2, got shapes "
+                        f"{tuple(lhs.shape)} and {tuple(rhs.shape)}")
+    return _jnp().einsum("...ij,...jk->...ik", lhs, rhs)
+
+
+def cumlogsumexp(operand, axis=0, reverse=False):
+    """lax.cumlogsumexp: log of the running sum of exp along axis, each
+    step jnp.logaddexp (so no prefix underflows against a later maximum),
+    combined as associative_scan combines."""
+    return associative_scan(_jnp().logaddexp, operand, reverse=reverse, axis=axis)
+
+
+__all__ += ["slice_in_dim", "index_in_dim", "batch_matmul", "cumlogsumexp"]

@@ -658,10 +658,50 @@ from ._core import Array as ndarray  # noqa: E402 (jnp.ndarray, for isinstance)
 float16, float32, float64 = _np.float16, _np.float32, _np.float64
 int32, int64, uint8, bool_ = _np.int32, _np.int64, _np.uint8, _np.bool_
 pi, e, inf, nan, newaxis = _np.pi, _np.e, _np.inf, _np.nan, None
+euler_gamma = _np.euler_gamma
+# numpy's dtype hierarchy and queries, as jnp re-exports them (jnp.issubdtype(
+# x.dtype, jnp.floating), jnp.finfo(x.dtype).eps): shmap's dtypes are numpy's
+generic, number, inexact, floating, integer = (_np.generic, _np.number, _np.inexact,
+                                               _np.floating, _np.integer)
+signedinteger, unsignedinteger = _np.signedinteger, _np.unsignedinteger
+dtype, finfo, iinfo, issubdtype, can_cast = (_np.dtype, _np.finfo, _np.iinfo, _np.issubdtype,
+                                             _np.can_cast)
+
+
+def isscalar(element):
+    """jnp.isscalar: a Python or numpy scalar, or an array of no dimension
+    (JAX's, which counts 0-d arrays too)."""
+    if _np.isscalar(element):
+        return True
+    shape = getattr(element, "shape", None)
+    return shape is not None and len(shape) == 0 and hasattr(element, "dtype")
+
+
+def iscomplexobj(x):
+    """jnp.iscomplexobj: shmap's arrays are never complex."""
+    return _np.iscomplexobj(x) if isinstance(x, (_np.ndarray, _np.generic, complex)) else False
+
+
+def isdtype(dt, kind):
+    """jnp.isdtype (the array API's): kind a dtype, a kind name ('bool',
+    'signed integer', 'unsigned integer', 'integral', 'real floating',
+    'complex floating', 'numeric') or a tuple of them."""
+    if isinstance(kind, tuple):
+        return builtins.any(isdtype(dt, k) for k in kind)
+    d = _np.dtype(dt)
+    if not isinstance(kind, str):
+        return d == _np.dtype(kind)
+    kinds = {"bool": "b", "signed integer": "i", "unsigned integer": "u", "integral": "iu",
+             "real floating": "f", "complex floating": "c", "numeric": "iufc"}
+    if kind not in kinds:
+        raise ValueError(f"Unrecognized kind: {kind!r}")
+    return d.kind in kinds[kind]
 
 __all__ += ["square", "clip", "full_like", "zeros_like", "ones_like", "flip", "stack",
             "float16", "float32", "float64", "int32", "int64", "uint8", "bool_", "pi", "e",
-            "inf", "nan", "newaxis"]
+            "inf", "nan", "newaxis", "euler_gamma", "generic", "number", "inexact", "floating",
+            "integer", "signedinteger", "unsignedinteger", "dtype", "finfo", "iinfo",
+            "issubdtype", "can_cast", "isscalar", "iscomplexobj", "isdtype"]
 
 
 # ---- numpy's other names, made of the op table's ops --------------------------------------
@@ -1936,6 +1976,14 @@ __all__ += ["convolve", "correlate"]
 # ---- integer bits and number theory -------------------------------------------
 
 
+def _shift_operands(x1, x2):
+    """A Python int x1 (1 << x) as JAX takes it: weakly typed, so of x2's
+    integer dtype."""
+    if isinstance(x1, int) and not isinstance(x1, bool) and hasattr(x2, "dtype"):
+        x1 = astype(x1, x2.dtype)  # noqa: F821
+    return x1, x2
+
+
 def _bits(x):
     dt = _np.dtype(x.dtype)
     if dt.kind not in "iub":
@@ -1953,6 +2001,7 @@ def _via_int32(fn, x1, x2):
 def left_shift(x1, x2):
     """jnp.left_shift: x1 * 2**x2 with the integer's wraparound (0 for a
     shift of the width or more, as XLA's shift_left)."""
+    x1, x2 = _shift_operands(x1, x2)
     nbits, _ = _bits(x1)
     if _np.dtype(x1.dtype) == _np.uint8:
         return where(astype(x2, _np.int32) >= 8, 0,  # noqa: F821
@@ -1966,6 +2015,7 @@ def right_shift(x1, x2):
     """jnp.right_shift: arithmetic for signed integers (x1 // 2**x2, the sign
     filling in), logical for unsigned; a shift of the width or more leaves
     the sign (-1 or 0), as XLA's."""
+    x1, x2 = _shift_operands(x1, x2)
     nbits, signed = _bits(x1)
     if _np.dtype(x1.dtype) == _np.uint8:
         return _via_int32(right_shift, x1, x2)
@@ -2166,6 +2216,43 @@ def cumulative_sum(x, axis=None, dtype=None, include_initial=False):
 
 
 @_at_once
+def cumulative_prod(x, axis=None, dtype=None, include_initial=False):
+    """jnp.cumulative_prod (the array API's): cumprod along axis (required
+    past one dimension), a one first with include_initial."""
+    if axis is None:
+        if len(x.shape) != 1:
+            raise ValueError("cumulative_prod: axis is required for arrays of more than one "
+                             "dimension")
+        axis = 0
+    r = cumprod(x, axis=axis, dtype=dtype)  # noqa: F821
+    if include_initial:
+        ax = axis % len(x.shape)
+        z = ones_like(r[(builtins.slice(None),) * ax + (builtins.slice(0, 1),)])  # noqa: F821
+        r = concatenate([z, r], axis=ax)  # noqa: F821
+    return r
+
+
+def unstack(x, axis=0):
+    """jnp.unstack: the slices of x along axis, that axis dropped, as a tuple."""
+    ax = axis % len(x.shape)
+    lead = (builtins.slice(None),) * ax
+    return tuple(x[lead + (k,)] for k in range(x.shape[ax]))
+
+
+def matrix_transpose(x):
+    """jnp.matrix_transpose: the last two axes swapped."""
+    if len(x.shape) < 2:
+        raise ValueError(f"x must be at least two-dimensional for matrix_transpose; got "
+                         f"ndim={len(x.shape)}")
+    return swapaxes(x, -1, -2)  # noqa: F821
+
+
+def concat(arrays, /, *, axis=0):
+    """jnp.concat (the array API's concatenate)."""
+    return concatenate(arrays, axis=axis)  # noqa: F821
+
+
+@_at_once
 def vander(x, N=None, increasing=False):
     """jnp.vander: the powers of x, columns decreasing (increasing=True:
     from x**0)."""
@@ -2259,7 +2346,8 @@ def nanmedian(a, axis=None, keepdims=False):
 
 
 __all__ += ["lexsort", "partition", "argpartition", "ediff1d", "gradient", "unwrap",
-            "cumulative_sum", "vander", "corrcoef", "polyadd", "polysub", "polymul",
+            "cumulative_sum", "cumulative_prod", "unstack", "matrix_transpose", "concat",
+            "vander", "corrcoef", "polyadd", "polysub", "polymul",
             "nanquantile", "nanpercentile", "nanmedian"]
 
 
