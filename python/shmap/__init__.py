@@ -30,7 +30,7 @@ from ._grad import (checkpoint, custom_jvp, custom_vjp, grad, hessian, jacfwd, j
                     jvp, linearize, remat, value_and_grad, vjp)
 from ._vmap import vmap
 from ._trace import (Future, Lowered, Tracer, ensure_compile_time_eval, eval_shape, jit,
-                     make_jaxpr, named_scope, shard_map)
+                     make_jaxpr, named_scope, pmap, shard_map)
 from .tree_util import tree
 
 reshard = numpy.reshard
@@ -43,7 +43,7 @@ __all__ = [
     "ensure_compile_time_eval", "eval_shape", "Explicit", "FailedPrecondition", "Future", "get_mesh", "grad", "hessian",
     "Internal", "InvalidArgument", "jacfwd", "jacobian", "jacrev", "jit", "jvp", "lax",
     "linearize", "local_cluster", "local_device_count", "local_devices", "Lowered",
-    "make_jaxpr", "make_mesh", "Mesh", "named_scope", "NamedSharding", "nn", "NotFound", "numpy", "ops", "P", "PartitionSpec",
+    "make_jaxpr", "make_mesh", "Mesh", "named_scope", "NamedSharding", "nn", "NotFound", "numpy", "ops", "P", "PartitionSpec", "pmap",
     "process_count", "process_index", "ProgramError", "random", "remat", "reshard",
     "ResourceExhausted", "scipy", "set_mesh", "ShapeDtypeStruct", "Shard", "shard_map",
     "ShmapError", "Tracer", "tree", "tree_util", "typeof", "Unauthenticated", "Unavailable",

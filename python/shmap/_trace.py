@@ -1540,6 +1540,8 @@ class _Traced:
         out_text = None
         if self.kind == "shard_map":
             os_ = self.out_specs
+            if callable(os_):  # pmap's: one spec per result, however many it has
+                os_ = os_(len(outs))
             if isinstance(os_, PartitionSpec):
                 os_ = (os_,)
             if len(os_) != len(outs):
@@ -1899,6 +1901,88 @@ def shard_map(f=None, *, mesh=None, in_specs, out_specs, check_vma=True):
     def wrap(g):
         return _Traced(g, "shard_map", mesh, in_specs, out_specs, check_vma)
     return wrap if f is None else wrap(f)
+
+
+def pmap(fun=None, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnums=(),
+         devices=None, backend=None, axis_size=None, donate_argnums=()):
+    """jax.pmap, as JAX now runs it: a shard_map over a mesh of one axis
+    (axis_name) as long as the mapped arguments' leading axis, one device
+    per index (the cluster's first, or devices); fun sees one index's slice
+    (the leading axis dropped) and its collectives name axis_name. in_axes
+    0 or None per argument (a pytree argument: for all its leaves), out_axes
+    0 (the results stacked) or None (one device's, which must not vary:
+    shard_map's check); static_broadcasted_argnums reach fun as they are."""
+    if isinstance(fun, str) and axis_name is None:  # pmap("i") as a decorator factory
+        fun, axis_name = None, fun
+
+    def wrap(f):
+        name = axis_name or "pmap"
+        statics = ((static_broadcasted_argnums,) if isinstance(static_broadcasted_argnums, int)
+                   else tuple(static_broadcasted_argnums))
+        traced = {}
+
+        def call(*args):
+            if getattr(_state, "builder", None) is not None:
+                raise InvalidArgument(f"pmap of {getattr(f, '__name__', 'f')} inside a traced "
+                                      f"function is not supported: use shard_map or vmap")
+            fixed = {i: args[i] for i in statics if i < len(args)}
+            dyn = [a for i, a in enumerate(args) if i not in fixed]
+            axes = in_axes if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(dyn)
+            if len(axes) != len(dyn):
+                raise ValueError(f"pmap in_axes specification must be a tree prefix of the "
+                                 f"corresponding value, got {len(axes)} entries for "
+                                 f"{len(dyn)} arguments")
+            sizes = set()
+            for a, ax in zip(dyn, axes):
+                if ax not in (0, None):
+                    raise InvalidArgument(f"pmap: in_axes {ax!r} is not supported here: move "
+                                          f"the mapped axis to the front (0) or pass None")
+                for leaf, _ in _tree_leaves(a, "a"):
+                    if ax == 0:
+                        sizes.add(np.shape(leaf)[0] if np.ndim(leaf) else None)
+            if None in sizes or not sizes:
+                raise ValueError("pmap requires at least one argument with a mapped axis (in_axes "
+                                 "0) of rank 1 or more")
+            if len(sizes) > 1:
+                raise ValueError(f"pmap got inconsistent sizes for array axes to be mapped: "
+                                 f"{sorted(sizes)}")
+            n = sizes.pop()
+            leaves = [leaf for a in dyn for leaf, _ in _tree_leaves(a, "a")]
+            key = (n, tuple(_tree_sig(a) for a in dyn),
+                   tuple((np.shape(x), str(getattr(x, "dtype", type(x)))) for x in leaves),
+                   tuple((i, repr(v)) for i, v in sorted(fixed.items())))
+            if key not in traced:
+                client = _client_of(leaves, get_mesh())
+                mesh = client.make_mesh((n,), (name,), devices=None if devices is None
+                                        else list(devices)[:n])
+                out = []
+
+                def body(*blocks):
+                    it = iter(blocks)
+                    full = [fixed[i] if i in fixed else next(it) for i in range(len(args))]
+                    ax = iter(axes)
+                    full = [v if i in fixed else
+                            (_tree_build(v, iter([b[0] for b, _ in _tree_leaves(v, "a")]))
+                             if next(ax) == 0 else v) for i, v in enumerate(full)]
+                    res = f(*full)
+                    out[:] = [res]
+                    ls = [v for v, _ in _tree_leaves(res, "r")]
+                    return tuple(v[None] if out_axes == 0 else v for v in ls)
+
+                body.__name__ = getattr(f, "__name__", "pmap")
+                specs = tuple(P(name) if ax == 0 else P() for ax in axes)
+                spec = P(name) if out_axes == 0 else P()
+                sm = _Traced(body, "shard_map", mesh, specs, lambda k: (spec,) * k, True)
+                traced[key] = (sm, out)
+            sm, out = traced[key]
+            res = sm(*dyn)
+            res = res if isinstance(res, tuple) else (res,)
+            return _tree_build(out[0], iter(res))
+
+        call.__name__ = getattr(f, "__name__", "pmap")
+        call.__wrapped__ = f
+        return call
+    return wrap if fun is None else wrap(fun)
 
 
 def jit(f=None, *, in_shardings=None, out_shardings=None, mesh=None, static_argnums=(),

@@ -313,3 +313,33 @@ def test_vmap_of_vjp_jacrev_hessian(c, mesh):
     hs = shmap.jit(shmap.vmap(shmap.hessian(h)))(x)
     assert hs.shape == (8, 3, 3)
     assert np.allclose(np.asarray(hs), [hess_np(v) for v in xa], atol=1e-10)
+
+
+def test_pmap(c):
+    """pmap as JAX now runs it, a shard_map over a mesh of one axis as long
+    as the mapped axis: each index's slice, collectives over axis_name,
+    in_axes None (broadcast), pytree results stacked, out_axes None (one
+    device's value, which must not vary), static_broadcasted_argnums; its
+    sentences."""
+    xa = RNG.standard_normal((4, 3)).astype(np.float32)
+    f = shmap.pmap(lambda x: x * 2 + lax.psum(x, "i"), axis_name="i")
+    assert np.allclose(np.asarray(f(xa)), xa * 2 + xa.sum(0), rtol=1e-6)
+    wa = RNG.standard_normal((3, 2)).astype(np.float32)
+
+    def g(x, w, scale):
+        return {"y": x @ w * scale, "m": lax.pmean(x.sum(), "d"), "k": lax.axis_index("d")}
+    out = shmap.pmap(g, axis_name="d", in_axes=(0, None), static_broadcasted_argnums=2)(
+        xa, wa, 3.0)
+    assert np.allclose(np.asarray(out["y"]), xa @ wa * 3, rtol=1e-5)
+    assert np.allclose(np.asarray(out["m"]), np.full(4, xa.sum(1).mean()), rtol=1e-5)
+    assert np.array_equal(np.asarray(out["k"]), np.arange(4))
+    x = c.device_put(xa, NamedSharding(c.make_mesh((4,), ("z",)), P("z")))
+    h = shmap.pmap(lambda x: lax.psum(x, "i"), axis_name="i", out_axes=None)
+    assert np.allclose(np.asarray(h(x)), xa.sum(0), rtol=1e-6)
+    with pytest.raises(ValueError, match=r"pmap got inconsistent sizes for array axes to be "
+                       r"mapped: \[2, 4\]"):
+        shmap.pmap(lambda a, b: a + b.sum())(xa, xa[:2])
+    with pytest.raises(shmap.InvalidArgument, match="pmap of <lambda> inside a traced function"):
+        shmap.jit(lambda x: shmap.pmap(lambda y: y)(x))(x)
+    with pytest.raises(shmap.ProgramError, match="varies over mesh axis .i."):  # out_axes=None
+        shmap.pmap(lambda x: x, axis_name="i", out_axes=None)(xa)
