@@ -296,7 +296,9 @@ def _full(v, size, entry=None):
     if _isb(v):
         return v.val
     shape = tuple(getattr(v, "shape", ()))
-    if not isinstance(v, Tracer):
+    if isinstance(v, (np.ndarray, Array)):  # closed over: a constant, an Array's parameter
+        v = jnp.asarray(v)
+    elif not isinstance(v, Tracer):
         v = jnp.full(shape, v)
     b = jnp.broadcast_to(jnp.expand_dims(v, 0), (size,) + shape)
     if entry is not None:

@@ -117,7 +117,8 @@ def test_vmap_closed_over_arrays(c, mesh):
     than the examples, broadcasts against each example as numpy's loop
     does. Before, the batched values were aligned to the rank of the
     traced operands only: vmap(lambda e: e + A) gave a (4, 6) result for
-    (4, 6, 6), adding A's rows to the batch's."""
+    (4, 6, 6), adding A's rows to the batch's; and a numpy array joined to
+    the examples (concatenate, dynamic_update_slice) was refused."""
     xa = RNG.standard_normal((4, 6)).astype(np.float32)
     ta = RNG.standard_normal((6, 6)).astype(np.float32)
     x = c.device_put(xa, NamedSharding(mesh, P("X")))
@@ -125,7 +126,10 @@ def test_vmap_closed_over_arrays(c, mesh):
     for f, g in [(lambda e: e + a, lambda e: e + ta),
                  (lambda e: e * ta, lambda e: e * ta),
                  (lambda e: jnp.where(e > 0, ta, e), lambda e: np.where(e > 0, ta, e)),
-                 (lambda e: e @ ta + e, lambda e: e @ ta + e)]:
+                 (lambda e: e @ ta + e, lambda e: e @ ta + e),
+                 (lambda e: jnp.concatenate([e, ta[0]]), lambda e: np.concatenate([e, ta[0]])),
+                 (lambda e: lax.dynamic_update_slice(e, ta[0, :2], (1,)),
+                  lambda e: np.concatenate([e[:1], ta[0, :2], e[3:]]))]:
         got = shmap.jit(shmap.vmap(f))(x)
         want = np.stack([g(e) for e in xa])
         assert got.shape == want.shape, (got.shape, want.shape)
