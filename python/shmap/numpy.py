@@ -5,6 +5,7 @@ import builtins
 import functools
 import math
 import numbers
+import re
 
 import numpy as _np
 
@@ -2411,3 +2412,88 @@ def promote_types(a, b):
 
 
 __all__ += ["result_type", "promote_types"]
+
+
+# ---- vectorize, apply_along_axis: vmap ---------------------------------------------------
+
+
+def _core_dims(signature):
+    """numpy's gufunc signature '(m,n),(n)->(m)' as (inputs, outputs): lists
+    of tuples of dimension names."""
+    m = re.fullmatch(r"\s*((?:\([\w, ]*\)\s*,?\s*)*)->((?:\s*\([\w, ]*\)\s*,?)*)\s*", signature)
+    if not m:
+        raise ValueError(f"not a valid gufunc signature: {signature}")
+
+    def parse(part):
+        return [tuple(d.strip() for d in g.split(",") if d.strip())
+                for g in re.findall(r"\(([\w, ]*)\)", part)]
+    return parse(m.group(1)), parse(m.group(2))
+
+
+def vectorize(pyfunc, *, excluded=frozenset(), signature=None):
+    """jnp.vectorize: pyfunc of one element (or, with a gufunc signature,
+    of the core dimensions it names) over the broadcast of its arguments'
+    other (loop) dimensions, by vmap over those flattened into one; excluded
+    positions or names pass through as they are."""
+    import functools
+    from ._vmap import vmap
+
+    @functools.wraps(pyfunc)
+    def wrapped(*args, **kwargs):
+        fixed = {i: a for i, a in enumerate(args) if i in excluded}
+        kw = {k: v for k, v in kwargs.items() if k in excluded}
+        vec = [asarray(a) for i, a in enumerate(args) if i not in fixed]
+        if builtins.any(k not in excluded for k in kwargs):
+            raise ValueError("vectorize: keyword arguments must be excluded (excluded=)")
+        ins, outs = _core_dims(signature) if signature else ([()] * len(vec), None)
+        if len(ins) != len(vec):
+            raise TypeError(f"wrong number of positional arguments: expected {len(ins)}, got "
+                            f"{len(vec)}")
+        sizes, loops = {}, []
+        for a, core in zip(vec, ins):
+            shape = tuple(a.shape)
+            if len(shape) < len(core):
+                raise ValueError(f"input with shape {shape} does not have enough dimensions for "
+                                 f"all core dimensions {core}")
+            for d, n in zip(core, shape[len(shape) - len(core):]):
+                if sizes.setdefault(d, n) != n:
+                    raise ValueError(f"inconsistent size for core dimension {d!r}: {n} vs "
+                                     f"{sizes[d]}")
+            loops.append(shape[:len(shape) - len(core)])
+        loop = tuple(_np.broadcast_shapes(*loops)) if loops else ()
+        flat = []
+        for a, core in zip(vec, ins):
+            cs = tuple(a.shape)[len(a.shape) - len(core):] if core else ()
+            b = broadcast_to(a, loop + cs)  # noqa: F821
+            flat.append(reshape(b, (math.prod(loop),) + cs))  # noqa: F821
+
+        def one(*xs):
+            it = iter(xs)
+            full = [fixed[i] if i in fixed else next(it) for i in range(len(args))]
+            return pyfunc(*full, **kw)
+        res = vmap(one)(*flat) if flat else one()
+        multi = isinstance(res, tuple)
+        rs = res if multi else (res,)
+        rs = tuple(reshape(r, loop + tuple(r.shape)[1:]) for r in rs)  # noqa: F821
+        return rs if multi else rs[0]
+    return wrapped
+
+
+def apply_along_axis(func1d, axis, arr, *args, **kwargs):
+    """jnp.apply_along_axis, as JAX writes it: func1d of the 1-d slices
+    along axis, by vmap over the other axes (its results' dimensions where
+    that axis was)."""
+    from ._vmap import vmap
+    ndim = len(arr.shape)
+    axis = axis % ndim
+
+    def func(x):
+        return func1d(x, *args, **kwargs)
+    for i in range(1, ndim - axis):
+        func = vmap(func, in_axes=i, out_axes=-1)
+    for i in range(axis):
+        func = vmap(func, in_axes=0, out_axes=0)
+    return func(arr)
+
+
+__all__ += ["vectorize", "apply_along_axis"]

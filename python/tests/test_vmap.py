@@ -347,3 +347,36 @@ def test_pmap(c):
         shmap.jit(lambda x: shmap.pmap(lambda y: y)(x))(x)
     with pytest.raises(shmap.ProgramError, match="varies over mesh axis .i."):  # out_axes=None
         shmap.pmap(lambda x: x, axis_name="i", out_axes=None)(xa)
+
+
+def test_vectorize_and_apply_along_axis(c, mesh):
+    """jnp.vectorize (elementwise, and with gufunc signatures, several
+    results too; excluded arguments) and jnp.apply_along_axis, by vmap,
+    against numpy's; traced and at once on Arrays."""
+    with shmap.use_mesh(mesh):
+        _vectorize_cases(c, mesh)
+
+
+def _vectorize_cases(c, mesh):
+    a = RNG.standard_normal((3, 4)).astype(np.float32)
+    b = RNG.standard_normal((4,)).astype(np.float32)
+    f = jnp.vectorize(lambda x, y: jnp.where(x > y, x - y, x * y))
+    assert np.allclose(np.asarray(shmap.jit(f)(a, b)), np.where(a > b, a - b, a * b))
+    g = jnp.vectorize(lambda u, v: jnp.dot(u, v), signature="(n),(n)->()")
+    got = shmap.jit(g)(a, b)
+    assert got.shape == (3,) and np.allclose(np.asarray(got), a @ b, rtol=1e-5)
+    m = RNG.standard_normal((2, 3, 4, 4)).astype(np.float32)
+    h = jnp.vectorize(lambda x, k: (jnp.trace(x) * k, x.T), signature="(n,n)->(),(n,n)",
+                      excluded={1})
+    t, tt = shmap.jit(lambda m: h(m, 2.0))(m)
+    assert np.allclose(np.asarray(t), 2 * np.trace(m, axis1=2, axis2=3), rtol=1e-5)
+    assert np.array_equal(np.asarray(tt), m.swapaxes(-1, -2))
+    with pytest.raises(ValueError, match="inconsistent size for core dimension 'n'"):
+        shmap.jit(g)(a, b[:3])
+    x = RNG.standard_normal((3, 5, 2)).astype(np.float32)
+    got = shmap.jit(lambda x: jnp.apply_along_axis(lambda v: jnp.sort(v)[:2] * v.sum(), 1,
+                                                   x))(x)
+    want = np.apply_along_axis(lambda v: np.sort(v)[:2] * v.sum(), 1, x)
+    assert got.shape == want.shape and np.allclose(np.asarray(got), want, rtol=1e-5)
+    xs = c.device_put(x, NamedSharding(mesh, P()))
+    assert np.allclose(np.asarray(jnp.apply_along_axis(jnp.sum, 2, xs)), x.sum(2), rtol=1e-5)
