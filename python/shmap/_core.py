@@ -1049,10 +1049,31 @@ def default_backend():
     return "cpu"
 
 
-def device_put(x, sharding, name=None, replicas=1):
+def _default_mesh():
+    """Where values go that name no mesh when none is set, as JAX's default
+    device: a mesh of one device (axis 'd'), the first of the cluster of
+    the last connect() or local_cluster(); None without one."""
+    if not _default:
+        return None
+    c = _default[0]
+    if getattr(c, "_default_mesh", None) is None:
+        c._default_mesh = c.make_mesh((1,), ("d",))
+    return c._default_mesh
+
+
+def device_put(x, sharding=None, name=None, replicas=1):
     """jax.device_put: x onto sharding's mesh (its client, or the default
     one); a pytree (tuples, lists, dicts) of arrays goes leaf by leaf; a bare
-    PartitionSpec is one over the mesh of set_mesh / use_mesh."""
+    PartitionSpec is one over the mesh of set_mesh / use_mesh; no sharding:
+    replicated over that mesh, or without one on the default device (a mesh
+    of the cluster's first device, as JAX's device_put(x))."""
+    if sharding is None:
+        mesh = get_mesh() or _default_mesh()
+        if mesh is None:
+            raise InvalidArgument("device_put without a sharding needs a mesh or a cluster: "
+                                  "shmap.connect() or shmap.local_cluster(), or pass a "
+                                  "NamedSharding")
+        sharding = NamedSharding(mesh, P())
     sharding = _sharding_of(sharding)
     if isinstance(x, dict):
         return type(x)((k, device_put(v, sharding)) for k, v in x.items())

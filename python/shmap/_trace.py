@@ -20,7 +20,7 @@ import _shmap
 
 from ._core import (Array, InvalidArgument, NamedSharding, P, PartitionSpec, ProgramError,
                     ShapeDtypeStruct, ShmapError, _DTYPES, _At, _Shaped, _default, _dtype_name,
-                    _raise, get_mesh)
+                    _default_mesh, _raise, get_mesh)
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 _state = threading.local()
@@ -1422,6 +1422,8 @@ class _Traced:
         if mesh is None:  # ... or a ShapeDtypeStruct's
             mesh = next((a.sharding.mesh for a in args if isinstance(a, ShapeDtypeStruct)
                          and a.sharding is not None), None)
+        if mesh is None and self.kind == "jit" and args:  # JAX's default device: one device
+            mesh = _default_mesh()
         if self.kind == "jit" and specs is not None:  # in_shardings
             specs = (specs,) * len(args) if isinstance(specs, (PartitionSpec, NamedSharding)) \
                 else tuple(specs)

@@ -553,6 +553,26 @@ def test_module_level_calls_as_jax(c):
         jnp.zeros((4, 1), out_sharding=P("X"))
 
 
+def test_default_device(c):
+    """With no mesh set, what names none goes where JAX's default device
+    is: a mesh of the cluster's first device (jit and grad of numpy
+    arguments, device_put(x) without a sharding), made once per client.
+    With a mesh set, device_put(x) replicates over it."""
+    assert shmap.get_mesh() is None
+    xa = np.arange(6, dtype=np.float32)
+    y = shmap.jit(lambda x: x * 2)(xa)
+    assert np.array_equal(np.asarray(y), xa * 2)
+    m = y.sharding.mesh
+    assert m.axis_sizes == (1,) and list(m.devices.flat) == [min(shmap.devices())]
+    g = shmap.grad(lambda x: (x ** 2).sum())(xa)
+    assert np.array_equal(np.asarray(g), 2 * xa) and g.sharding.mesh is m
+    d = shmap.device_put(xa)
+    assert d.sharding.mesh is m and shmap.typeof(d) == "f32[6]"
+    mesh = c.make_mesh((4, 2), ("X", "Y"))
+    with shmap.use_mesh(mesh):
+        assert shmap.device_put(xa).sharding.mesh is mesh
+
+
 def test_like_functions_and_clip(c):
     """jnp.zeros_like, ones_like and full_like keep the array's sharding (as
     JAX's do in explicit mode) and take its dtype unless given; clip bounds
