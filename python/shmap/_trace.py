@@ -1110,6 +1110,8 @@ def _eager(fn, args, kwargs):
         for a in (v if isinstance(v, (list, tuple)) else (v,)):
             if isinstance(a, Array) and mesh is None:
                 mesh = a.sharding.mesh
+    if mesh is None and getattr(_state, "builder", None) is None:  # numpy arrays only
+        mesh = get_mesh() or _default_mesh()
 
     def strip(v):
         if isinstance(v, np.ndarray) and v.ndim == 0:
@@ -1150,6 +1152,21 @@ def _holds_array(args, kwargs):
                for a in list(args) + list(kwargs.values()))
 
 
+def _run_now(args, kwargs):
+    """An op or jnp function called outside any trace runs at once (_eager)
+    on Arrays among its arguments, or on numpy arrays when there is a mesh
+    for them: set_mesh's, else the default device (JAX's jnp.sin(x) of a
+    numpy x)."""
+    if getattr(_state, "builder", None) is not None:
+        return False
+    if _holds_array(args, kwargs):
+        return True
+    numpy_arg = any(isinstance(a, np.ndarray) and a.ndim or (
+        isinstance(a, (list, tuple)) and any(isinstance(e, np.ndarray) and e.ndim for e in a))
+        for a in list(args) + list(kwargs.values()))
+    return bool(numpy_arg) and (get_mesh() is not None or bool(_default))
+
+
 # Ops that make an array from nothing: outside a trace they run at once on the
 # mesh of set_mesh / use_mesh (jnp.zeros((4, 1), out_sharding=P('X', None))).
 _CREATION = {"zeros", "ones", "full", "arange"}
@@ -1183,8 +1200,8 @@ def make_op(name):
         if getattr(_state, "builder", None) is None and name in _CREATION and \
                 not _holds_array(args, kwargs) and get_mesh() is None:
             return _host_create(name, *args, **kwargs)
-        if getattr(_state, "builder", None) is None and (
-                _holds_array(args, kwargs) or (name in _CREATION and get_mesh() is not None)):
+        if _run_now(args, kwargs) or (getattr(_state, "builder", None) is None and
+                                      name in _CREATION and get_mesh() is not None):
             return _eager(op, args, kwargs)  # at once; creation on the mesh of set_mesh
         if name == "axis_size":  # a static number, as in JAX
             return _axes_size(args[0] if args else kwargs["axis_name"])

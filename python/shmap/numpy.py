@@ -12,7 +12,7 @@ import numpy as _np
 import _shmap
 
 from ._core import get_mesh
-from ._trace import _dims, _eager, _holds_array, _spec_entry, _state, make_op
+from ._trace import _dims, _eager, _run_now, _spec_entry, _state, make_op
 
 _COLLECTIVES = {"psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "ppermute",
                 "all_to_all", "axis_index", "axis_size", "pvary", "shard_map_in",
@@ -30,7 +30,7 @@ def _at_once(fn):
     trace (as the op table's functions are)."""
     @functools.wraps(fn)
     def g(*args, **kwargs):
-        if getattr(_state, "builder", None) is None and _holds_array(args, kwargs):
+        if _run_now(args, kwargs):
             return _eager(fn, args, kwargs)
         return fn(*args, **kwargs)
     return g

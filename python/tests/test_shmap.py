@@ -556,8 +556,9 @@ def test_module_level_calls_as_jax(c):
 def test_default_device(c):
     """With no mesh set, what names none goes where JAX's default device
     is: a mesh of the cluster's first device (jit and grad of numpy
-    arguments, device_put(x) without a sharding), made once per client.
-    With a mesh set, device_put(x) replicates over it."""
+    arguments, device_put(x) without a sharding, ops and jnp functions on
+    numpy arrays outside a trace), made once per client. With a mesh set,
+    device_put(x) and such ops replicate over it."""
     assert shmap.get_mesh() is None
     xa = np.arange(6, dtype=np.float32)
     y = shmap.jit(lambda x: x * 2)(xa)
@@ -568,9 +569,14 @@ def test_default_device(c):
     assert np.array_equal(np.asarray(g), 2 * xa) and g.sharding.mesh is m
     d = shmap.device_put(xa)
     assert d.sharding.mesh is m and shmap.typeof(d) == "f32[6]"
+    s = jnp.sin(xa)  # an op on numpy arrays outside a trace, and a jnp function
+    assert s.sharding.mesh is m and np.allclose(np.asarray(s), np.sin(xa))
+    v = jnp.var(xa.reshape(2, 3), axis=1)
+    assert v.sharding.mesh is m and np.allclose(np.asarray(v), xa.reshape(2, 3).var(1))
     mesh = c.make_mesh((4, 2), ("X", "Y"))
     with shmap.use_mesh(mesh):
         assert shmap.device_put(xa).sharding.mesh is mesh
+        assert jnp.cos(xa).sharding.mesh is mesh
 
 
 def test_like_functions_and_clip(c):

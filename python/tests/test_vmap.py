@@ -377,6 +377,7 @@ def _vectorize_cases(c, mesh):
     got = shmap.jit(lambda x: jnp.apply_along_axis(lambda v: jnp.sort(v)[:2] * v.sum(), 1,
                                                    x))(x)
     want = np.apply_along_axis(lambda v: np.sort(v)[:2] * v.sum(), 1, x)
-    assert got.shape == want.shape and np.allclose(np.asarray(got), want, rtol=1e-5)
+    # (float32 sums of 5 in another order: a sum near 0 differs relatively)
+    assert got.shape == want.shape and np.allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
     xs = c.device_put(x, NamedSharding(mesh, P()))
     assert np.allclose(np.asarray(jnp.apply_along_axis(jnp.sum, 2, xs)), x.sum(2), rtol=1e-5)

@@ -124,8 +124,8 @@ def _bicgstab_solve(A, b, x0, *, maxiter, tol, atol, M):
 
 
 def _isolve(solve, A, b, x0=None, *, tol=1e-5, atol=0.0, maxiter=None, M=None):
-    from ...numpy import _holds_array, _state
-    if getattr(_state, "builder", None) is None and _holds_array((A, b, x0, M), {}):
+    from ..._trace import _run_now
+    if _run_now((A, b, x0, M), {}):
         from ... import jit  # at once: one jit program of the whole solve
         return jit(lambda b, x0: _isolve(solve, A, b, x0, tol=tol, atol=atol, maxiter=maxiter,
                                          M=M))(b, x0 if x0 is not None else
