@@ -261,6 +261,86 @@ def tree_all(tree, *, is_leaf=None):
     return all(bool(x) for x in tree_leaves(tree, is_leaf))
 
 
+def _up_to(treedef, tree, out):
+    """The subtrees of tree at treedef's leaves, in order."""
+    if treedef._kind == "*":
+        out.append(tree)
+        return
+    if treedef._kind == "None":
+        return
+    n = _node(tree)
+    if n is None or len(n[0]) != len(treedef._children):
+        raise TypeError(f"Tree structure mismatch: {tree!r} is not a {treedef!r}")
+    for c, d in zip(n[0], treedef._children):
+        _up_to(d, c, out)
+
+
+def tree_transpose(outer_treedef, inner_treedef, pytree_to_transpose):
+    """jax.tree_util.tree_transpose: a tree of outer_treedef's structure
+    whose leaves are trees of inner_treedef's (None: the first one's), as a
+    tree of inner's structure whose leaves are trees of outer's."""
+    subs = []
+    _up_to(outer_treedef, pytree_to_transpose, subs)
+    if inner_treedef is None:
+        inner_treedef = tree_structure(subs[0]) if subs else PyTreeDef("None")
+    rows = []
+    for sub in subs:
+        leaves, d = tree_flatten(sub)
+        if d != inner_treedef:
+            raise TypeError(f"Tree structure mismatch; expected {inner_treedef}, got {d}")
+        rows.append(leaves)
+    cols = [outer_treedef.unflatten([r[j] for r in rows])
+            for j in range(inner_treedef.num_leaves)]
+    return inner_treedef.unflatten(cols)
+
+
+def register_pytree_with_keys(nodetype, flatten_with_keys, unflatten_func, flatten_func=None):
+    """jax.tree_util.register_pytree_with_keys: flatten_with_keys(v) ->
+    ((key, child) pairs, aux_data); the keys are taken and not kept (paths
+    name such children by position)."""
+    def flat(v):
+        if flatten_func is not None:
+            return flatten_func(v)
+        pairs, aux = flatten_with_keys(v)
+        return [c for _, c in pairs], aux
+    return register_pytree_node(nodetype, flat, unflatten_func)
+
+
+def all_leaves(iterable, is_leaf=None):
+    """jax.tree_util.all_leaves: whether every element is a leaf."""
+    return all(tree_structure(x, is_leaf) == PyTreeDef("*") for x in iterable)
+
+
+def treedef_is_leaf(treedef):
+    """jax.tree_util.treedef_is_leaf: the structure of a single leaf (or of
+    None, which has no children either)."""
+    return treedef._kind in ("*", "None")
+
+
+class Partial:
+    """jax.tree_util.Partial: functools.partial as a pytree whose leaves are
+    its arguments and whose function is static, so it can be passed to a
+    jit function and returned from one."""
+
+    def __init__(self, func, *args, **keywords):
+        if isinstance(func, Partial):
+            args, keywords = func.args + args, {**func.keywords, **keywords}
+            func = func.func
+        self.func, self.args, self.keywords = func, tuple(args), dict(keywords)
+
+    def __call__(self, *args, **keywords):
+        return self.func(*self.args, *args, **{**self.keywords, **keywords})
+
+    def __repr__(self):
+        return f"Partial({self.func!r}, {', '.join(map(repr, self.args))})"
+
+
+register_pytree_node(
+    Partial,
+    lambda p: ((p.args, p.keywords), p.func),
+    lambda func, children: Partial(func, *children[0], **children[1]))
+
+
 class _Tree:
     """jax.tree: the same functions under their short names."""
     map = staticmethod(tree_map)
@@ -273,6 +353,7 @@ class _Tree:
     leaves_with_path = staticmethod(tree_leaves_with_path)
     reduce = staticmethod(tree_reduce)
     all = staticmethod(tree_all)
+    transpose = staticmethod(tree_transpose)
 
 
 tree = _Tree()

@@ -909,6 +909,36 @@ def test_tree_key_paths():
         ["[0]", "[1]['k']"]
     assert tu.tree_reduce(lambda a, b: a + b, t) == 10 and shmap.tree.reduce(max, t, 0) == 4
     assert tu.tree_all(t) and not shmap.tree.all([1, 0])
+    # tree_transpose, all_leaves, treedef_is_leaf, register_pytree_with_keys
+    rows = [{"a": 1, "b": 2}, {"a": 3, "b": 4}]
+    want = {"a": [1, 3], "b": [2, 4]}
+    assert tu.tree_transpose(tu.tree_structure([0, 0]), tu.tree_structure({"a": 0, "b": 0}),
+                             rows) == want
+    assert shmap.tree.transpose(tu.tree_structure([0, 0]), None, rows) == want
+    assert tu.all_leaves([1, 2.0]) and not tu.all_leaves([[1]])
+    assert tu.treedef_is_leaf(tu.tree_structure(1))
+    assert not tu.treedef_is_leaf(tu.tree_structure([1]))
+
+    class Pair:
+        def __init__(self, x, y):
+            self.x, self.y = x, y
+    tu.register_pytree_with_keys(Pair, lambda p: (((tu.GetAttrKey("x"), p.x),
+                                                   (tu.GetAttrKey("y"), p.y)), None),
+                                 lambda aux, ch: Pair(*ch))
+    assert tu.tree_leaves(shmap.tree.map(lambda v: v * 2, Pair(1, [2]))) == [2, 4]
+
+
+def test_partial_is_a_pytree(c, mesh):
+    """jax.tree_util.Partial: its arguments are leaves, its function static,
+    so it goes into a jit function and comes back out of one."""
+    from shmap import tree_util as tu
+    p = tu.Partial(lambda x, y, s=1: (x + y) * s, np.float32(2), s=np.float32(3))
+    assert tu.tree_leaves(p) == [2.0, 3.0] and p(1) == 9.0
+    x = _put(c, mesh, np.ones(8, np.float32), P("i"))
+    got = shmap.jit(lambda fn, x: fn(x))(p, x)
+    assert np.array_equal(np.asarray(got), np.full(8, 9.0))
+    q = shmap.jit(lambda x: tu.Partial(lambda a, b: a - b, x))(x)
+    assert isinstance(q, tu.Partial) and np.array_equal(np.asarray(q(1.0)), np.zeros(8))
 
 
 def test_result_type():
