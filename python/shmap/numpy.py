@@ -2199,38 +2199,34 @@ def unwrap(p, discont=None, axis=-1, period=2 * math.pi):
     return concatenate([first, rest], axis=ax)  # noqa: F821
 
 
-@_at_once
-def cumulative_sum(x, axis=None, dtype=None, include_initial=False):
-    """jnp.cumulative_sum (the array API's): cumsum along axis (required
-    past one dimension), a zero first with include_initial."""
+def _cumulative(name, scan, first, x, axis, dtype, include_initial):
+    """The array API's cumulative_sum / cumulative_prod: scan along axis
+    (required past one dimension), first (zeros_like, ones_like) of one
+    slice in front with include_initial."""
     if axis is None:
         if len(x.shape) != 1:
-            raise ValueError("cumulative_sum: axis is required for arrays of more than one "
-                             "dimension")
+            raise ValueError(f"{name}: axis is required for arrays of more than one dimension")
         axis = 0
-    r = cumsum(x, axis=axis, dtype=dtype)  # noqa: F821
+    r = scan(x, axis=axis, dtype=dtype)
     if include_initial:
         ax = axis % len(x.shape)
-        z = zeros_like(r[(builtins.slice(None),) * ax + (builtins.slice(0, 1),)])  # noqa: F821
+        z = first(r[(builtins.slice(None),) * ax + (builtins.slice(0, 1),)])
         r = concatenate([z, r], axis=ax)  # noqa: F821
     return r
+
+
+@_at_once
+def cumulative_sum(x, axis=None, dtype=None, include_initial=False):
+    """jnp.cumulative_sum: cumsum, a zero first with include_initial."""
+    return _cumulative("cumulative_sum", cumsum, zeros_like, x, axis, dtype,  # noqa: F821
+                       include_initial)
 
 
 @_at_once
 def cumulative_prod(x, axis=None, dtype=None, include_initial=False):
-    """jnp.cumulative_prod (the array API's): cumprod along axis (required
-    past one dimension), a one first with include_initial."""
-    if axis is None:
-        if len(x.shape) != 1:
-            raise ValueError("cumulative_prod: axis is required for arrays of more than one "
-                             "dimension")
-        axis = 0
-    r = cumprod(x, axis=axis, dtype=dtype)  # noqa: F821
-    if include_initial:
-        ax = axis % len(x.shape)
-        z = ones_like(r[(builtins.slice(None),) * ax + (builtins.slice(0, 1),)])  # noqa: F821
-        r = concatenate([z, r], axis=ax)  # noqa: F821
-    return r
+    """jnp.cumulative_prod: cumprod, a one first with include_initial."""
+    return _cumulative("cumulative_prod", cumprod, ones_like, x, axis, dtype,  # noqa: F821
+                       include_initial)
 
 
 def unstack(x, axis=0):
