@@ -530,7 +530,7 @@ def _take(op, a, size, entry):
     if _isb(src):
         if spec is not None:
             kw["out_sharding"] = _spec_plus(spec, entry)
-        return BatchTracer(jnp.take(src.val, idx, axis=axis + 1, **kw), size)
+        return BatchTracer(jnp._take_op(src.val, idx, axis=axis + 1, **kw), size)
     # the indices batched: the batch lands where the taken axis was
     n = rank - 1 + len(idx.shape) + 1
     if spec is None and entry is not None:
@@ -539,7 +539,7 @@ def _take(op, a, size, entry):
         s = tuple(getattr(spec, "spec", spec))
         s = s + (None,) * (n - 1 - len(s))
         kw["out_sharding"] = P(*(s[:axis] + (entry,) + s[axis:]))
-    out = jnp.take(src, idx.val, axis=axis, **kw)
+    out = jnp._take_op(src, idx.val, axis=axis, **kw)
     if axis:
         out = jnp.transpose(out, (axis,) + tuple(d for d in range(n) if d != axis))
     return BatchTracer(out, size)
@@ -566,7 +566,7 @@ def _take_both(src, idx, axis, rank, mode, spec, size, entry):
     kw = {} if mode is None else {"mode": mode}
     if entry is not None:
         kw["out_sharding"] = P(entry, *([None] * (q + len(rest))))
-    out = jnp.take(jnp.reshape(v, (size * n,) + rest), rows, axis=0, **kw)  # (B, q, before, after)
+    out = jnp._take_op(jnp.reshape(v, (size * n,) + rest), rows, axis=0, **kw)  # (B, q, ...)
     perm = (0,) + tuple(range(q + 1, q + 1 + axis)) + tuple(range(1, q + 1)) + \
         tuple(range(q + 1 + axis, q + 1 + len(rest)))
     out = jnp.transpose(out, perm)

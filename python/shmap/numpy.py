@@ -140,6 +140,22 @@ def flip(m, axis=None):
     return rev(m, tuple(axes))  # noqa: F821 (from the op table)
 
 
+_take_op = take  # noqa: F821 (the op table's: a negative index gains n first in every mode)
+
+
+@_at_once
+def take(a, indices, axis=None, mode=None, **kwargs):
+    """jnp.take: the op table's take, but with mode='clip' a negative index
+    clamps to 0 as JAX's (its gather clamps without wrapping negatives;
+    indexing, x[idx], wraps them first, as the op does)."""
+    if mode == "clip":
+        if isinstance(indices, (numbers.Integral, list, tuple, _np.ndarray, _np.generic)):
+            indices = _np.maximum(_np.asarray(indices), 0)
+        else:
+            indices = maximum(indices, 0)  # noqa: F821
+    return _take_op(a, indices, axis=axis, mode=mode, **kwargs)
+
+
 _concatenate_op = concatenate  # noqa: F821 (the op table's: at most 64 operands)
 
 

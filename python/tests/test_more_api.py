@@ -992,3 +992,27 @@ def test_dtype_queries_and_more_names(c, mesh):
         assert np.allclose(got, w[::-1] if rev else w, rtol=1e-6), (got, w)
     text = str(shmap.make_jaxpr(lambda x: jnp.sin(x) * 2)(x))
     assert "v0 = sin(x)" in text and "# lowered:" in text
+
+
+def test_take_clip_as_jax(c, mesh):
+    """jnp.take(mode='clip') clamps a negative index to 0, as JAX's (its
+    gather clamps without wrapping negatives) and numpy's; indexing with an
+    index array wraps a negative one first (x[:, [-1]] is the last column).
+    Before, take's clip wrapped -1 to the last column; under vmap too."""
+    a = np.arange(20, dtype=np.float32).reshape(4, 5)
+    idx = np.array([-1, 7, 2])
+    x = _put(c, mesh, a, P())
+    with shmap.use_mesh(mesh):
+        want = np.take(a, idx, axis=1, mode="clip")
+        assert np.array_equal(np.asarray(jnp.take(x, idx, axis=1, mode="clip")), want)
+        assert np.array_equal(np.asarray(x.take(idx, axis=1, mode="clip")), want)
+        got = shmap.jit(lambda a, i: jnp.take(a, i, axis=1, mode="clip"))(x, idx.astype(np.int32))
+        assert np.array_equal(np.asarray(got), want)
+        got = shmap.jit(shmap.vmap(lambda e: jnp.take(e, idx, mode="clip")))(x)
+        assert np.array_equal(np.asarray(got), np.stack([np.take(r, idx, mode="clip") for r in a]))
+        assert np.array_equal(np.asarray(shmap.jit(lambda a: a[:, np.array([-1, 2])])(x)),
+                              a[:, [-1, 2]])
+        got = shmap.jit(shmap.vmap(lambda e: e[np.array([-1, 2])]))(x)
+        assert np.array_equal(np.asarray(got), a[:, [-1, 2]])
+        assert np.array_equal(np.asarray(jnp.take(x, idx, axis=1, mode="wrap")),
+                              np.take(a, idx, axis=1, mode="wrap"))
