@@ -140,6 +140,53 @@ def flip(m, axis=None):
     return rev(m, tuple(axes))  # noqa: F821 (from the op table)
 
 
+_pad_op = pad  # noqa: F821 (the op table's: zeros)
+
+
+@_at_once
+def pad(array, pad_width, mode="constant", constant_values=0):
+    """jnp.pad: pad_width as numpy reads it (an int, a (before, after) pair,
+    or one pair per axis); mode 'constant' (constant_values a scalar),
+    'edge', 'reflect', 'symmetric' or 'wrap', one axis after another, of
+    slices, reversals and concatenations (reflect and symmetric at most
+    the axis's length - 1 and length, wrap at most its length)."""
+    rank = len(array.shape)
+    pw = _np.broadcast_to(_np.asarray(pad_width, dtype=_np.int64).reshape(-1, 2)
+                          if _np.ndim(pad_width) else _np.asarray(pad_width, _np.int64),
+                          (rank, 2)).tolist()
+    if mode == "constant":
+        r = _pad_op(array, tuple(map(tuple, pw)))
+        if _np.ndim(constant_values) or constant_values != 0:
+            if _np.ndim(constant_values):
+                raise ValueError("pad: constant_values must be a scalar here")
+            keep = _pad_op(ones(array.shape, _np.bool_), tuple(map(tuple, pw)))  # noqa: F821
+            r = where(keep, r, constant_values)  # noqa: F821
+        return r
+    if mode not in ("edge", "reflect", "symmetric", "wrap"):
+        raise ValueError(f"pad: mode {mode!r} is not supported here (constant, edge, reflect, "
+                         f"symmetric, wrap)")
+    out = array
+    for ax, (lo, hi) in enumerate(pw):
+        n = out.shape[ax]
+        most = {"reflect": n - 1, "symmetric": n, "wrap": n, "edge": None}[mode]
+        if (lo or hi) and (n == 0 or (most is not None and builtins.max(lo, hi) > most)):
+            raise ValueError(f"pad: mode {mode!r} pads axis {ax} of length {n} by at most "
+                             f"{most}, got {(lo, hi)}")
+
+        def cut(a, b):
+            return out[(builtins.slice(None),) * ax + (builtins.slice(a, b),)]
+        if mode == "edge":
+            left, right = repeat(cut(0, 1), lo, axis=ax), repeat(cut(n - 1, n), hi, axis=ax)
+        elif mode == "wrap":
+            left, right = cut(n - lo, n), cut(0, hi)
+        else:
+            k = 1 if mode == "reflect" else 0
+            left = flip(cut(k, k + lo), ax)
+            right = flip(cut(n - k - hi, n - k), ax)
+        out = concatenate([p for p, m in ((left, lo), (out, 1), (right, hi)) if m], axis=ax)
+    return out
+
+
 _take_op = take  # noqa: F821 (the op table's: a negative index gains n first in every mode)
 
 
@@ -439,11 +486,14 @@ nanmin.__doc__ = "jnp.nanmin: min ignoring NaNs (NaN where every element is)."
 
 @_at_once
 def quantile(a, q, axis=None, keepdims=False, method="linear"):
-    """jnp.quantile with static q (a number or a sequence) and numpy's
-    'linear' method: the sorted values at (n - 1) * q, interpolated; NaN
-    sorts last, so a NaN in a slice shows in its top quantiles only."""
-    if method != "linear":
-        raise ValueError(f"quantile: method {method!r} is not supported (only 'linear')")
+    """jnp.quantile with static q (a number or a sequence): the sorted
+    values around (n - 1) * q, by JAX's methods: 'linear' (interpolated),
+    'lower', 'higher', 'midpoint', 'nearest' (the lower one at an exact
+    half, as JAX's); NaN sorts last, so a NaN in a slice shows in its top
+    quantiles only."""
+    if method not in ("linear", "lower", "higher", "midpoint", "nearest"):
+        raise ValueError("method can only be 'linear', 'lower', 'higher', 'midpoint' or "
+                         "'nearest'")
     if axis is None:
         a, axis = reshape(a, (-1,)), 0  # noqa: F821
     rank = len(a.shape)
@@ -460,7 +510,14 @@ def quantile(a, q, axis=None, keepdims=False, method="linear"):
         at = (builtins.slice(None),) * axis
         vlo = s[at + (builtins.slice(lo, lo + 1),)]
         vhi = s[at + (builtins.slice(hi, hi + 1),)]
-        v = vlo + (vhi - vlo) * (pos - lo) if hi != lo else vlo
+        if hi == lo or method == "lower" or (method == "nearest" and pos - lo <= 0.5):
+            v = vlo
+        elif method in ("higher", "nearest"):
+            v = vhi
+        elif method == "midpoint":
+            v = (vlo + vhi) * 0.5
+        else:
+            v = vlo + (vhi - vlo) * (pos - lo)
         outs.append(v if keepdims else squeeze(v, axis))  # noqa: F821
     if _np.ndim(q) == 0:
         return outs[0]
@@ -895,14 +952,34 @@ def flipud(m):
 
 
 @_at_once
-def repeat(a, repeats, axis=None):
-    """Each entry repeated (an int number of times) along axis (the
-    flattened array when None), as a broadcast and a reshape."""
-    if not isinstance(repeats, numbers.Integral):
-        raise ValueError("repeat: repeats must be a static int here")
+def repeat(a, repeats, axis=None, *, total_repeat_length=None):
+    """jnp.repeat: each entry repeated along axis (the flattened array when
+    None): an int number of times as a broadcast and a reshape; per entry
+    (a sequence, or traced with total_repeat_length) as a take of the
+    positions, total_repeat_length of them when given (JAX's: the rest cut
+    off, or the final value repeated)."""
     if axis is None:
         a, axis = reshape(a, (-1,)), 0  # noqa: F821
     ax = axis % len(a.shape)
+    n = a.shape[ax]
+    if isinstance(repeats, numbers.Integral) and total_repeat_length is None:
+        pass  # the broadcast below
+    elif not hasattr(repeats, "name"):  # static: positions computed here
+        reps = _np.broadcast_to(_np.asarray(repeats, _np.int64).ravel(), (n,))
+        pos = _np.repeat(_np.arange(n), reps)
+        if total_repeat_length is not None:
+            t = int(total_repeat_length)
+            pos = pos[:t] if len(pos) >= t else _np.concatenate(
+                [pos, _np.full(t - len(pos), n - 1 if n else 0)])
+        return take(a, pos.astype(_np.int32), axis=ax)
+    elif total_repeat_length is None:
+        raise ValueError("When jit-compiling jnp.repeat, the total number of repeats must be "
+                         "static. To fix this, either specify a static value for `repeats`, or "
+                         "pass a static value to `total_repeat_length`.")
+    else:  # traced repeats: the entry whose running total first passes each position
+        ends = cumsum(broadcast_to(reshape(repeats, (-1,)), (n,)))  # noqa: F821
+        pos = searchsorted(ends, arange(int(total_repeat_length)), side="right")  # noqa: F821
+        return take(a, minimum(pos, n - 1), axis=ax)  # noqa: F821
     s = tuple(a.shape)
     b = expand_dims(a, ax + 1)  # noqa: F821
     b = broadcast_to(b, s[:ax + 1] + (repeats,) + s[ax + 1:])  # noqa: F821

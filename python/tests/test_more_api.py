@@ -1016,3 +1016,43 @@ def test_take_clip_as_jax(c, mesh):
         assert np.array_equal(np.asarray(got), a[:, [-1, 2]])
         assert np.array_equal(np.asarray(jnp.take(x, idx, axis=1, mode="wrap")),
                               np.take(a, idx, axis=1, mode="wrap"))
+
+
+def test_pad_modes_repeat_arrays_quantile_methods(c, mesh):
+    """jnp.pad's modes (constant_values, edge, reflect, symmetric, wrap;
+    numpy's pad widths) against numpy, and through grad; jnp.repeat with
+    repeats per entry (static, or traced with total_repeat_length: JAX's
+    cut or final value repeated); quantile / percentile methods lower,
+    higher, midpoint, nearest (JAX's: an exact half takes the lower)."""
+    a = np.arange(20, dtype=np.float32).reshape(4, 5)
+    x = _put(c, mesh, a, P())
+    for pw, mode, kw in [(((1, 2), (2, 1)), "reflect", {}), (2, "edge", {}),
+                         (((1, 1), (3, 0)), "wrap", {}), (1, "symmetric", {}),
+                         (1, "constant", {"constant_values": 7}), ((0, 3), "reflect", {})]:
+        got = shmap.jit(lambda v: jnp.pad(v, pw, mode=mode, **kw))(x)
+        assert np.array_equal(np.asarray(got), np.pad(a, pw, mode=mode, **kw)), (pw, mode)
+    with pytest.raises(ValueError, match="pads axis 0 of length 4 by at most 3"):
+        shmap.jit(lambda v: jnp.pad(v, 5, mode="reflect"))(x)
+    g = shmap.jit(shmap.grad(lambda v: (jnp.pad(v, 1, mode="reflect") ** 2).sum()))(x)
+    copies = np.zeros((4, 5))  # how often each element appears in the padded array
+    for i in range(-1, 5):
+        for j in range(-1, 6):
+            copies[abs(i) if i < 4 else 2, abs(j) if j < 5 else 3] += 1
+    assert np.array_equal(np.asarray(g), 2 * a * copies)
+    r = np.array([1, 0, 2, 1])
+    assert np.array_equal(np.asarray(shmap.jit(lambda v: jnp.repeat(v, r, axis=0))(x)),
+                          np.repeat(a, r, axis=0))
+    got = shmap.jit(lambda v, r: jnp.repeat(v, r, axis=0, total_repeat_length=6))(
+        x, _put(c, mesh, r.astype(np.int32), P()))
+    assert np.array_equal(np.asarray(got), a[[0, 2, 2, 3, 3, 3]])
+    got = shmap.jit(lambda v: jnp.repeat(v, r, axis=0, total_repeat_length=3))(x)
+    assert np.array_equal(np.asarray(got), a[[0, 2, 2]])
+    b = RNG.standard_normal((4, 7)).astype(np.float32)
+    y = _put(c, mesh, b, P())
+    for m in ("lower", "higher", "midpoint", "nearest"):
+        got = shmap.jit(lambda v: jnp.quantile(v, [0.3, 0.9], axis=1, method=m))(y)
+        assert np.allclose(np.asarray(got), np.quantile(b, [0.3, 0.9], axis=1, method=m))
+    got = shmap.jit(lambda v: jnp.percentile(v, 30, method="lower"))(y)
+    assert np.allclose(np.asarray(got), np.percentile(b, 30, method="lower"))
+    z = _put(c, mesh, np.arange(4, dtype=np.float32), P())  # position 1.5: JAX takes 1
+    assert float(np.asarray(shmap.jit(lambda v: jnp.quantile(v, 0.5, method="nearest"))(z))) == 1
