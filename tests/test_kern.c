@@ -107,7 +107,7 @@ static int binary_ok(sm_kern_binary_op op, sm_dtype t)
         return !is_float(t);
     if (op >= SM_KERN_MAXIMUM)
         return 1;
-    return t != SM_BOOL;
+    return t != SM_BOOL || op == SM_KERN_ADD || op == SM_KERN_MULTIPLY; /* bool: or, and */
 }
 
 static val ref_binary(sm_kern_binary_op op, sm_dtype t, val x, val y)
@@ -449,9 +449,9 @@ START_TEST(test_binary_errors)
     ck_assert_int_eq(sm_kern_binary(SM_KERN_ADD, SM_F16, x, &a, y, &c, o, err, sizeof err),
                      SM_EUNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(err, "f16"));
-    ck_assert_int_eq(sm_kern_binary(SM_KERN_ADD, SM_BOOL, x, &a, y, &c, o, err, sizeof err),
+    ck_assert_int_eq(sm_kern_binary(SM_KERN_SUBTRACT, SM_BOOL, x, &a, y, &c, o, err, sizeof err),
                      SM_EUNSUPPORTED);
-    ck_assert_ptr_nonnull(strstr(err, "add"));
+    ck_assert_ptr_nonnull(strstr(err, "subtract"));
     ck_assert_int_eq(sm_kern_unary(SM_KERN_EXP, SM_I32, &a, x, o, err, sizeof err),
                      SM_EUNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(err, "exp"));

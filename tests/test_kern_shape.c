@@ -588,12 +588,12 @@ START_TEST(test_scatters)
     ck_assert_int_eq(sm_kern_scatter(1, SM_KERN_ADD, SM_F64, d, 2, 1, dz, 0, du, NULL, 0), SM_OK);
     unsigned char b[1] = {200}, bu[1] = {2};
     char err[256] = "";
-    /* uint8 wraps modulo 256, as JAX's; bool has no product */
+    /* uint8 wraps modulo 256, as JAX's; bool has no subtraction */
     ck_assert_int_eq(
         sm_kern_scatter(0, SM_KERN_MULTIPLY, SM_U8, b, 1, 1, z, 1, bu, err, sizeof err), SM_OK);
     ck_assert_int_eq(b[0], 144);
     ck_assert_int_eq(
-        sm_kern_scatter(0, SM_KERN_MULTIPLY, SM_BOOL, b, 1, 1, z, 1, bu, err, sizeof err),
+        sm_kern_scatter(0, SM_KERN_SUBTRACT, SM_BOOL, b, 1, 1, z, 1, bu, err, sizeof err),
         SM_EUNSUPPORTED);
     ck_assert_int_eq(sm_kern_scatter(0, SM_KERN_ADD, SM_F32, b, -1, 1, z, 1, bu, err, sizeof err),
                      SM_EINVAL);

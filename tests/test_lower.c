@@ -384,6 +384,10 @@ static const error_case errors[] = {
       "dimension=1"}},
     {"mesh X=2 Y=4\njit f(x: bool[8] @ P('X')):\n    return jnp.cummax(x)\n",
      {"cummax does not accept dtype bool. Accepted dtypes are subtypes of number."}},
+    {"mesh X=2 Y=4\njit f(x: bool[8] @ P('X')):\n    return x - x\n",
+     {"sub does not accept dtype bool. Accepted dtypes are subtypes of number."}},
+    {"mesh X=2 Y=4\njit f(x: bool[8] @ P('X')):\n    return -x\n",
+     {"neg does not accept dtype bool. Accepted dtypes are subtypes of number."}},
     {"mesh X=2 Y=4\njit f(x: f32[8,16] @ P('X', None)):\n    k = 0\n    while k < 3:\n"
      "        x = reshard(x, P(None, 'Y'))\n        k = k + 1\n    return x\n",
      {"t.shmap:5:9: while loop: the carried value 'x' has type f32[8@X,16], but the body gives "

@@ -65,13 +65,24 @@ static sm_err sm_ir_literals_fit(const sm_program *p, const sm_ir_value *const *
     return SM_OK;
 }
 
+/* JAX's sentence for lax's sub and neg of bool (jnp.add and jnp.multiply
+ * take bools: or, and). */
+static sm_err sm_ir_no_bool(const sm_ir_op *op, sm_dtype t, char *err, size_t errlen)
+{
+    if (t != SM_BOOL || (op->kind != SM_OP_SUBTRACT && op->kind != SM_OP_NEGATIVE))
+        return SM_OK;
+    return sm_fail(err, errlen, SM_EINVAL,
+                   "%s does not accept dtype bool. Accepted dtypes are subtypes of number.",
+                   op->kind == SM_OP_SUBTRACT ? "sub" : "neg");
+}
+
 sm_err sm_ir_infer_binary(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
                           sm_ir_value *out, char *err, size_t errlen)
 {
     sm_err e = sm_ir_binary_types(op, in, out, err, errlen);
     if (!e)
         e = sm_ir_literals_fit(p, in, 2, out->dtype, err, errlen);
-    return e;
+    return e ? e : sm_ir_no_bool(op, out->dtype, err, errlen);
 }
 
 /* divide and arctan2: as any binary op, float32 for integers (true
@@ -134,7 +145,7 @@ sm_err sm_ir_infer_unary(const sm_program *p, const sm_ir_op *op, const sm_ir_va
 {
     sm_ir_set(out, in[0]->dtype, &in[0]->shape);
     out->weak = in[0]->weak;
-    return SM_OK;
+    return sm_ir_no_bool(op, out->dtype, err, errlen);
 }
 
 sm_err sm_ir_infer_unary_float(const sm_program *p, const sm_ir_op *op,

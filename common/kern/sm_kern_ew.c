@@ -313,6 +313,9 @@ SMK_BIN_U8(divide, y == 0 ? 0 : x / y)
 SMK_BIN_U8(mod, y == 0 ? 0 : x % y)
 SMK_BIN_U8(floor_divide, y == 0 ? 0 : x / y)
 SMK_BIN_U8(power, smk_ipow32(x, y))
+/* bool: add is or, multiply is and (JAX's for two bools) */
+SMK_BIN_ROW(bin_add_bool, uint8_t, uint8_t, uint8_t, x | y)
+SMK_BIN_ROW(bin_multiply_bool, uint8_t, uint8_t, uint8_t, x &y)
 SMK_BIN_I(add, (smk_u)x + (smk_u)y)
 SMK_BIN_I(subtract, (smk_u)x - (smk_u)y)
 SMK_BIN_I(multiply, (smk_u)x *(smk_u)y)
@@ -354,9 +357,9 @@ SMK_BIN_B(bitwise_xor, x ^ y)
 #define SMK_BIN_ENTRY_FIU(op) SMK_BIN_ENTRY_FI(op), [SM_U8] = bin_##op##_u8
 
 static const smk_bin_fn bin_table[SM_KERN_BINARY_COUNT][SM_DTYPE_COUNT] = {
-    [SM_KERN_ADD] = {SMK_BIN_ENTRY_FIU(add)},
+    [SM_KERN_ADD] = {SMK_BIN_ENTRY_FIU(add), [SM_BOOL] = bin_add_bool},
     [SM_KERN_SUBTRACT] = {SMK_BIN_ENTRY_FIU(subtract)},
-    [SM_KERN_MULTIPLY] = {SMK_BIN_ENTRY_FIU(multiply)},
+    [SM_KERN_MULTIPLY] = {SMK_BIN_ENTRY_FIU(multiply), [SM_BOOL] = bin_multiply_bool},
     [SM_KERN_DIVIDE] = {SMK_BIN_ENTRY_FIU(divide)},
     [SM_KERN_MOD] = {SMK_BIN_ENTRY_FIU(mod)},
     [SM_KERN_FLOOR_DIVIDE] = {SMK_BIN_ENTRY_FIU(floor_divide)},

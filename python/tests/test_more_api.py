@@ -816,6 +816,15 @@ def test_integer_bits_and_gcd(c, mesh):
         want = (u + v, u - v, u * v, u // (v | 1), u % (v | 1), -u, u ** 3, u, np.sign(u))
     for g, w in zip(got, want):
         assert g.dtype == np.uint8 and np.array_equal(np.asarray(g), w), (g, w)
+    # bool: + is or, * is and (jnp's); - and unary - are refused with JAX's sentences
+    bs, cs = _put(c, mesh, u > 2, P("i")), _put(c, mesh, v > 2, P("i"))
+    got = shmap.jit(lambda a, b: (a + b, a * b))(bs, cs)
+    assert got[0].dtype == np.bool_ and np.array_equal(np.asarray(got[0]), (u > 2) | (v > 2))
+    assert np.array_equal(np.asarray(got[1]), (u > 2) & (v > 2))
+    for f, name in ((lambda a, b: a - b, "sub"), (lambda a, b: -a, "neg")):
+        with pytest.raises(shmap.ProgramError, match=f"{name} does not accept dtype bool. "
+                           "Accepted dtypes are subtypes of number."):
+            shmap.jit(f)(bs, cs)
     assert np.array_equal(np.asarray(jnp.right_shift(us, _put(c, mesh, k.astype(np.uint8),
                                                               P("i")))),
                           [int(a) >> int(b) if b < 8 else 0 for a, b in zip(u, k)])
