@@ -702,11 +702,56 @@ START_TEST(test_while)
 }
 END_TEST
 
+/* What the check accepts runs: every elementwise op of the op table (its
+ * signature "x:v" or "x:v y:v") on every dtype, each program the check
+ * takes runs on a device without a kernel's refusal (uint8 arithmetic and
+ * bool's + and * failed on the device, taken by the check). */
+START_TEST(test_checked_elementwise_ops_run)
+{
+    static const sm_dtype types[] = {SM_F32, SM_F64, SM_I32, SM_I64, SM_U8, SM_BOOL, SM_F16};
+    int ran = 0;
+    for (int k = 0; k < SM_OP_COUNT; k++) {
+        const char *sig = sm_op_signature((sm_op_kind)k);
+        int binary = !strcmp(sig, "x:v y:v");
+        if (!binary && strcmp(sig, "x:v"))
+            continue;
+        for (size_t d = 0; d < sizeof types / sizeof types[0]; d++) {
+            const char *tn = sm_dtype_name(types[d]);
+            char text[512], err[1024] = "";
+            snprintf(text, sizeof text,
+                     "mesh i=1 devices=[0]\nshard_map f(x: %s[4] @ P(), y: %s[4] @ P()) -> P():\n"
+                     "    return %s(x%s)\n",
+                     tn, tn, sm_op_name((sm_op_kind)k), binary ? ", y" : "");
+            sm_program *p = NULL;
+            if (sm_program_parse(text, "t.shmap", &p, err, sizeof err) ||
+                sm_program_verify(p, 0, err, sizeof err)) {
+                sm_program_free(p); /* refused by the check: fine */
+                continue;
+            }
+            sm_shape s = {.rank = 1, .dims = {4}};
+            sm_array *in[2] = {NULL, NULL}, *out[1] = {NULL};
+            for (int a = 0; a < 2; a++)
+                ck_assert_int_eq(sm_array_create(types[d], &s, &in[a], err, sizeof err), SM_OK);
+            sm_err e = sm_exec_local_run(p, in, out, NULL, err, sizeof err);
+            ck_assert_msg(e == SM_OK, "%s on %s: the check took it, the device refused: %s",
+                          sm_op_name((sm_op_kind)k), tn, err);
+            ran++;
+            sm_array_free(out[0]);
+            sm_array_free(in[0]);
+            sm_array_free(in[1]);
+            sm_program_free(p);
+        }
+    }
+    ck_assert_int_gt(ran, 100);
+}
+END_TEST
+
 int main(void)
 {
-    return suite_main(SUITE_CASE(
-        suite_create("exec"), "ops", 60, NULL, {test_op_sharded_vs_single, NROWS},
-        {test_table_covers_every_op}, {test_spot_values}, {test_bool_reductions},
-        {test_float_literals_keep_float64}, {test_axis_index_groups}, {test_builder_axis_size},
-        {test_repeated_returns}, {test_device_order}, {test_while}));
+    return suite_main(
+        SUITE_CASE(suite_create("exec"), "ops", 60, NULL, {test_op_sharded_vs_single, NROWS},
+                   {test_table_covers_every_op}, {test_spot_values}, {test_bool_reductions},
+                   {test_float_literals_keep_float64}, {test_axis_index_groups},
+                   {test_builder_axis_size}, {test_repeated_returns}, {test_device_order},
+                   {test_while}, {test_checked_elementwise_ops_run}));
 }

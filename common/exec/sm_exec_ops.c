@@ -94,6 +94,38 @@ static sm_err sm_exec_operand_as(const sm_exec_ctx *x, const sm_ir_op *op, int i
 
 /* ---- elementwise ---- */
 
+/* The dtype an elementwise kernel computes t in: float16 and bfloat16 in
+ * float32 (each result rounded back once, as XLA's CPU backend does; for
+ * + - * / and sqrt that is the correctly rounded half result), any other
+ * itself. */
+static sm_dtype sm_exec_compute_dtype(sm_dtype t)
+{
+    return t == SM_F16 || t == SM_BF16 ? SM_F32 : t;
+}
+
+/* Where a kernel of dtype c writes out: out's data, or (c not out's dtype)
+ * a new buffer of out's elements, given back to out by sm_exec_store. */
+static sm_err sm_exec_dest(sm_array *out, sm_dtype c, void **dst, char *err, size_t errlen)
+{
+    *dst = out->data;
+    if (c == out->dtype)
+        return SM_OK;
+    if (!(*dst = malloc((size_t)sm_exec_numel(out) * sm_dtype_size(c) + 1)))
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a float32 result");
+    return SM_OK;
+}
+
+static sm_err sm_exec_store(sm_array *out, sm_dtype c, void *dst, sm_err e, char *err,
+                            size_t errlen)
+{
+    if (dst != out->data) {
+        if (!e)
+            e = sm_kern_astype(c, dst, out->dtype, out->data, sm_exec_numel(out), err, errlen);
+        free(dst);
+    }
+    return e;
+}
+
 sm_err sm_exec_binary(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
                       char *err, size_t errlen)
 {
@@ -104,13 +136,17 @@ sm_err sm_exec_binary(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, s
         int weak;
         t = sm_ir_promote(a->dtype, a->weak, b->dtype, b->weak, &weak);
     }
+    sm_dtype c = sm_exec_compute_dtype(t);
     const void *da, *db;
-    void *ta = NULL, *tb = NULL;
-    sm_err e = sm_exec_operand_as(x, op, 0, in[0], t, &da, &ta, err, errlen);
+    void *ta = NULL, *tb = NULL, *dst = NULL;
+    sm_err e = sm_exec_operand_as(x, op, 0, in[0], c, &da, &ta, err, errlen);
     if (!e)
-        e = sm_exec_operand_as(x, op, 1, in[1], t, &db, &tb, err, errlen);
-    if (!e)
-        e = sm_kern_binary(k, t, da, &in[0]->shape, db, &in[1]->shape, out->data, err, errlen);
+        e = sm_exec_operand_as(x, op, 1, in[1], c, &db, &tb, err, errlen);
+    if (!e && !(e = sm_exec_dest(out, sm_kern_binary_is_compare(k) ? out->dtype : c, &dst, err,
+                                 errlen))) {
+        e = sm_kern_binary(k, c, da, &in[0]->shape, db, &in[1]->shape, dst, err, errlen);
+        e = sm_exec_store(out, sm_kern_binary_is_compare(k) ? out->dtype : c, dst, e, err, errlen);
+    }
     free(ta);
     free(tb);
     return e;
@@ -120,11 +156,14 @@ sm_err sm_exec_unary(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm
                      char *err, size_t errlen)
 {
     sm_kern_unary_op k = (sm_kern_unary_op)sm_exec_kern_of(op->kind);
+    sm_dtype c = sm_exec_compute_dtype(out->dtype);
     const void *d;
-    void *t;
-    sm_err e = sm_exec_as(in[0], out->dtype, &d, &t, err, errlen);
-    if (!e)
-        e = sm_kern_unary(k, out->dtype, &out->shape, d, out->data, err, errlen);
+    void *t, *dst = NULL;
+    sm_err e = sm_exec_as(in[0], c, &d, &t, err, errlen);
+    if (!e && !(e = sm_exec_dest(out, c, &dst, err, errlen))) {
+        e = sm_kern_unary(k, c, &out->shape, d, dst, err, errlen);
+        e = sm_exec_store(out, c, dst, e, err, errlen);
+    }
     free(t);
     return e;
 }

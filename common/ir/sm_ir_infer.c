@@ -65,15 +65,18 @@ static sm_err sm_ir_literals_fit(const sm_program *p, const sm_ir_value *const *
     return SM_OK;
 }
 
-/* JAX's sentence for lax's sub and neg of bool (jnp.add and jnp.multiply
- * take bools: or, and). */
+/* JAX's sentence for lax's sub, neg and sign of bool (jnp.add and
+ * jnp.multiply take bools: or, and; abs, floor, ceil, round give them back). */
 static sm_err sm_ir_no_bool(const sm_ir_op *op, sm_dtype t, char *err, size_t errlen)
 {
-    if (t != SM_BOOL || (op->kind != SM_OP_SUBTRACT && op->kind != SM_OP_NEGATIVE))
+    const char *lax = op->kind == SM_OP_SUBTRACT   ? "sub"
+                      : op->kind == SM_OP_NEGATIVE ? "neg"
+                      : op->kind == SM_OP_SIGN     ? "sign"
+                                                   : NULL;
+    if (t != SM_BOOL || !lax)
         return SM_OK;
     return sm_fail(err, errlen, SM_EINVAL,
-                   "%s does not accept dtype bool. Accepted dtypes are subtypes of number.",
-                   op->kind == SM_OP_SUBTRACT ? "sub" : "neg");
+                   "%s does not accept dtype bool. Accepted dtypes are subtypes of number.", lax);
 }
 
 sm_err sm_ir_infer_binary(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
@@ -82,6 +85,9 @@ sm_err sm_ir_infer_binary(const sm_program *p, const sm_ir_op *op, const sm_ir_v
     sm_err e = sm_ir_binary_types(op, in, out, err, errlen);
     if (!e)
         e = sm_ir_literals_fit(p, in, 2, out->dtype, err, errlen);
+    if (!e && out->dtype == SM_BOOL &&
+        (op->kind == SM_OP_MOD || op->kind == SM_OP_FLOOR_DIVIDE || op->kind == SM_OP_POWER))
+        out->dtype = SM_I32; /* jnp's numeric promotion: bools as int32 */
     return e ? e : sm_ir_no_bool(op, out->dtype, err, errlen);
 }
 

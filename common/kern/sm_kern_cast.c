@@ -1,5 +1,6 @@
 /* Conversion and creation kernels: astype for every pair of f32 f64 i32 i64
- * u8 bool, fill and iota. */
+ * u8 bool f16 bf16 (the half floats through float32, rounded to nearest
+ * even), fill and iota. */
 #include "sm_kern_impl.h"
 
 typedef void (*smk_cvt_fn)(void *o, const void *x, int64_t n);
@@ -54,9 +55,120 @@ SMK_CVT_TYPES_B(SMK_CVT_FROM)
 #define SMK_CVT_ROW(FE, FN, FT, FK)                                  [FE] = {SMK_CVT_TYPES_A(SMK_CVT_CELL, FE, FN, FT, FK)},
 static const smk_cvt_fn cvt_table[SM_DTYPE_COUNT][SM_DTYPE_COUNT] = {SMK_CVT_TYPES_B(SMK_CVT_ROW)};
 
+/* float32 -> IEEE half, rounded to nearest even (overflow to inf, NaN
+ * kept quiet). */
+static uint16_t smk_f32_to_f16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000, mant = x & 0x7fffff;
+    int32_t e = (int32_t)((x >> 23) & 0xff);
+    if (e == 0xff)
+        return (uint16_t)(sign | 0x7c00 | (mant ? 0x200 | (mant >> 13) : 0));
+    e = e - 127 + 15;
+    if (e >= 0x1f)
+        return (uint16_t)(sign | 0x7c00);
+    if (e <= 0) { /* a subnormal half, or zero */
+        if (e < -10)
+            return (uint16_t)sign;
+        mant |= 0x800000;
+        uint32_t shift = (uint32_t)(14 - e), h = mant >> shift;
+        uint32_t rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (h & 1)))
+            h++;
+        return (uint16_t)(sign | h);
+    }
+    uint32_t h = ((uint32_t)e << 10) | (mant >> 13), rem = mant & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (h & 1)))
+        h++; /* a carry into the exponent is right, up to inf */
+    return (uint16_t)(sign | h);
+}
+
+static float smk_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, mant = h & 0x3ffu, x;
+    if (e == 0x1f) {
+        x = sign | 0x7f800000 | (mant << 13);
+    } else if (e == 0) {
+        if (!mant) {
+            x = sign;
+        } else { /* subnormal: mant * 2^-24, normalized */
+            int k = -1;
+            do {
+                k++;
+                mant <<= 1;
+            } while (!(mant & 0x400));
+            x = sign | ((uint32_t)(127 - 15 - k) << 23) | ((mant & 0x3ff) << 13);
+        }
+    } else {
+        x = sign | ((e + 112) << 23) | (mant << 13);
+    }
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+/* float32 -> bfloat16, rounded to nearest even (NaN kept quiet). */
+static uint16_t smk_f32_to_bf16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffff) > 0x7f800000)
+        return (uint16_t)((x >> 16) | 0x40);
+    return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
+}
+
+static float smk_bf16_to_f32(uint16_t h)
+{
+    uint32_t x = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+/* astype from or to a half float: a block at a time through float32. */
+static sm_err smk_astype_half(sm_dtype from, const void *x, sm_dtype to, void *out, int64_t n,
+                              char *err, size_t errlen)
+{
+    int fh = from == SM_F16 || from == SM_BF16, th = to == SM_F16 || to == SM_BF16;
+    if ((!fh && !cvt_table[from][SM_F32]) || (!th && !cvt_table[SM_F32][to]))
+        return sm_fail(err, errlen, SM_EUNSUPPORTED, "astype from %s to %s is not supported",
+                       sm_dtype_name(from), sm_dtype_name(to));
+    float buf[1024];
+    size_t fe = sm_dtype_size(from), te = sm_dtype_size(to);
+    for (int64_t at = 0; at < n; at += 1024) {
+        int64_t m = n - at < 1024 ? n - at : 1024;
+        const char *src = (const char *)x + at * (int64_t)fe;
+        char *dst = (char *)out + at * (int64_t)te;
+        if (fh) {
+            const uint16_t *hs = (const uint16_t *)src;
+            for (int64_t i = 0; i < m; i++)
+                buf[i] = from == SM_F16 ? smk_f16_to_f32(hs[i]) : smk_bf16_to_f32(hs[i]);
+        } else {
+            cvt_table[from][SM_F32](buf, src, m);
+        }
+        if (th) {
+            uint16_t *hd = (uint16_t *)dst;
+            for (int64_t i = 0; i < m; i++)
+                hd[i] = to == SM_F16 ? smk_f32_to_f16(buf[i]) : smk_f32_to_bf16(buf[i]);
+        } else {
+            cvt_table[SM_F32][to](dst, buf, m);
+        }
+    }
+    return SM_OK;
+}
+
 sm_err sm_kern_astype(sm_dtype from, const void *x, sm_dtype to, void *out, int64_t n, char *err,
                       size_t errlen)
 {
+    if ((unsigned)from < SM_DTYPE_COUNT && (unsigned)to < SM_DTYPE_COUNT && n >= 0 &&
+        (from == SM_F16 || from == SM_BF16 || to == SM_F16 || to == SM_BF16)) {
+        if (from == to) {
+            memcpy(out, x, (size_t)n * 2);
+            return SM_OK;
+        }
+        return smk_astype_half(from, x, to, out, n, err, errlen);
+    }
     if ((unsigned)from >= SM_DTYPE_COUNT || (unsigned)to >= SM_DTYPE_COUNT || !cvt_table[from][to])
         return sm_fail(err, errlen, SM_EUNSUPPORTED, "astype from %s to %s is not supported",
                        sm_dtype_name(from), sm_dtype_name(to));

@@ -188,14 +188,16 @@ SMK_UN_ROW(un_bitwise_not_bool, uint8_t, uint8_t, !x)
 #define SMK_UN_ENTRY_FI(op, iop)                                                                   \
     SMK_UN_ENTRY_F(op), [SM_I32] = un_##iop##_i32, [SM_I64] = un_##iop##_i64
 #define SMK_UN_ENTRY_FIU(op, iop, uop) SMK_UN_ENTRY_FI(op, iop), [SM_U8] = un_##uop##_u8
+/* ... and bool, whose abs, floor, ceil and round are the value (jnp's) */
+#define SMK_UN_ENTRY_FIUB(op, iop) SMK_UN_ENTRY_FIU(op, iop, ident), [SM_BOOL] = un_ident_u8
 
 static const smk_un_fn un_table[SM_KERN_UNARY_COUNT][SM_DTYPE_COUNT] = {
     [SM_KERN_NEGATIVE] = {SMK_UN_ENTRY_FIU(negative, negative, negative)},
-    [SM_KERN_ABS] = {SMK_UN_ENTRY_FIU(abs, abs, ident)},
+    [SM_KERN_ABS] = {SMK_UN_ENTRY_FIUB(abs, abs)},
     [SM_KERN_SIGN] = {SMK_UN_ENTRY_FIU(sign, sign, sign)},
-    [SM_KERN_FLOOR] = {SMK_UN_ENTRY_FIU(floor, ident, ident)},
-    [SM_KERN_CEIL] = {SMK_UN_ENTRY_FIU(ceil, ident, ident)},
-    [SM_KERN_ROUND] = {SMK_UN_ENTRY_FIU(round, ident, ident)},
+    [SM_KERN_FLOOR] = {SMK_UN_ENTRY_FIUB(floor, ident)},
+    [SM_KERN_CEIL] = {SMK_UN_ENTRY_FIUB(ceil, ident)},
+    [SM_KERN_ROUND] = {SMK_UN_ENTRY_FIUB(round, ident)},
     [SM_KERN_EXP] = {SMK_UN_ENTRY_F(exp)},
     [SM_KERN_LOG] = {SMK_UN_ENTRY_F(log)},
     [SM_KERN_SIN] = {SMK_UN_ENTRY_F(sin)},
