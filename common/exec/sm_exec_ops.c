@@ -104,13 +104,14 @@ static sm_dtype sm_exec_compute_dtype(sm_dtype t)
 }
 
 /* Where a kernel of dtype c writes out: out's data, or (c not out's dtype)
- * a new buffer of out's elements, given back to out by sm_exec_store. */
+ * a new zeroed buffer of out's elements (as out is for the kernels that
+ * add into it), given back to out by sm_exec_store. */
 static sm_err sm_exec_dest(sm_array *out, sm_dtype c, void **dst, char *err, size_t errlen)
 {
     *dst = out->data;
     if (c == out->dtype)
         return SM_OK;
-    if (!(*dst = malloc((size_t)sm_exec_numel(out) * sm_dtype_size(c) + 1)))
+    if (!(*dst = calloc((size_t)sm_exec_numel(out) + 1, sm_dtype_size(c))))
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a float32 result");
     return SM_OK;
 }
@@ -306,26 +307,29 @@ done:
 sm_err sm_exec_product(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
                        char *err, size_t errlen)
 {
-    sm_dtype t = out->dtype;
+    sm_dtype t = sm_exec_compute_dtype(out->dtype); /* half floats: in float32 */
     if (op->kind == SM_OP_EINSUM && op->noperands == 1)
         return sm_exec_einsum1(op->attrs.spec ? op->attrs.spec : "", in[0], out, err, errlen);
     const void *da, *db;
-    void *ta = NULL, *tb = NULL;
+    void *ta = NULL, *tb = NULL, *dst = NULL;
     sm_err e = sm_exec_as(in[0], t, &da, &ta, err, errlen);
     if (!e)
         e = sm_exec_as(in[1], t, &db, &tb, err, errlen);
+    if (!e)
+        e = sm_exec_dest(out, t, &dst, err, errlen);
     if (e)
         goto done;
     const sm_shape *as = &in[0]->shape, *bs = &in[1]->shape;
     if (op->kind == SM_OP_DOT && (as->rank == 0 || bs->rank == 0))
-        e = sm_kern_binary(SM_KERN_MULTIPLY, t, da, as, db, bs, out->data, err, errlen);
+        e = sm_kern_binary(SM_KERN_MULTIPLY, t, da, as, db, bs, dst, err, errlen);
     else if (op->kind == SM_OP_DOT)
-        e = sm_kern_dot(t, da, as, db, bs, out->data, err, errlen);
+        e = sm_kern_dot(t, da, as, db, bs, dst, err, errlen);
     else if (op->kind == SM_OP_MATMUL)
-        e = sm_kern_matmul(t, da, as, 0, db, bs, 0, out->data, err, errlen);
+        e = sm_kern_matmul(t, da, as, 0, db, bs, 0, dst, err, errlen);
     else
-        e = sm_kern_einsum(op->attrs.spec ? op->attrs.spec : "", t, da, as, db, bs, out->data, err,
+        e = sm_kern_einsum(op->attrs.spec ? op->attrs.spec : "", t, da, as, db, bs, dst, err,
                            errlen);
+    e = sm_exec_store(out, t, dst, e, err, errlen);
 done:
     free(ta);
     free(tb);
@@ -345,13 +349,17 @@ sm_err sm_exec_reduce(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, s
         for (int i = 0; i < naxes; i++)
             axes[i] = (int)op->attrs.ints.v[i];
     }
-    sm_dtype t = k == SM_KERN_MAX || k == SM_KERN_MIN ? in[0]->dtype : out->dtype;
+    /* half floats in float32, as jnp's reductions upcast them */
+    sm_dtype t = sm_exec_compute_dtype(k == SM_KERN_MAX || k == SM_KERN_MIN ? in[0]->dtype
+                                                                             : out->dtype);
     const void *d;
-    void *tmp;
+    void *tmp, *dst = NULL;
     sm_err e = sm_exec_as(in[0], t, &d, &tmp, err, errlen);
-    if (!e)
+    if (!e && !(e = sm_exec_dest(out, t, &dst, err, errlen))) {
         e = sm_kern_reduce(k, t, d, &in[0]->shape, naxes < 0 ? NULL : axes, naxes,
-                           op->attrs.keepdims, out->data, err, errlen);
+                           op->attrs.keepdims, dst, err, errlen);
+        e = sm_exec_store(out, t, dst, e, err, errlen);
+    }
     free(tmp);
     return e;
 }
@@ -360,9 +368,15 @@ sm_err sm_exec_reduce(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, s
 sm_err sm_exec_argminmax(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
                          char *err, size_t errlen)
 {
-    return sm_kern_argminmax(sm_exec_kern_of(op->kind) == SM_KERN_MAX, in[0]->dtype, in[0]->data,
-                             &in[0]->shape, sm_ir_op_axis(op, in[0]->shape.rank), out->data, err,
-                             errlen);
+    sm_dtype t = sm_exec_compute_dtype(in[0]->dtype); /* float32 keeps a half's order */
+    const void *d;
+    void *tmp;
+    sm_err e = sm_exec_as(in[0], t, &d, &tmp, err, errlen);
+    if (!e)
+        e = sm_kern_argminmax(sm_exec_kern_of(op->kind) == SM_KERN_MAX, t, d, &in[0]->shape,
+                              sm_ir_op_axis(op, in[0]->shape.rank), out->data, err, errlen);
+    free(tmp);
+    return e;
 }
 
 /* cumsum, cumprod, cummax, cummin, in the result's dtype (dtype=, or int32
