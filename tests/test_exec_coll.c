@@ -556,8 +556,8 @@ START_TEST(test_local_run_reports_op)
     sm_err e = sm_exec_local_run(p, &x, &out, NULL, err, sizeof err);
     ck_assert_int_eq(e, SM_EUNSUPPORTED);
     ck_assert_ptr_null(out);
-    ck_assert_msg(strstr(err, "t.shmap:4:") && strstr(err, "'matmul'") && strstr(err, "device"), "%s",
-                  err);
+    ck_assert_msg(strstr(err, "t.shmap:4:") && strstr(err, "'matmul'") && strstr(err, "device"),
+                  "%s", err);
     /* a reduction the kernels refuse (f16) fails every member alike, without a hang */
     sm_program *q = parse_ok("mesh i=4 j=2\n"
                              "shard_map f(x: f16[64,33] @ P(('i', 'j'))) -> P():\n"

@@ -350,8 +350,8 @@ sm_err sm_exec_reduce(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, s
             axes[i] = (int)op->attrs.ints.v[i];
     }
     /* half floats in float32, as jnp's reductions upcast them */
-    sm_dtype t = sm_exec_compute_dtype(k == SM_KERN_MAX || k == SM_KERN_MIN ? in[0]->dtype
-                                                                             : out->dtype);
+    sm_dtype t =
+        sm_exec_compute_dtype(k == SM_KERN_MAX || k == SM_KERN_MIN ? in[0]->dtype : out->dtype);
     const void *d;
     void *tmp, *dst = NULL;
     sm_err e = sm_exec_as(in[0], t, &d, &tmp, err, errlen);
