@@ -517,6 +517,19 @@ START_TEST(test_accumulate_scale)
     double g[] = {4};
     ck_assert_int_eq(sm_kern_scale(SM_F64, g, 1, 0.25, NULL, 0), SM_OK);
     ck_assert(g[0] == 1.0);
+    /* half floats: in float32, each result rounded once (2049 is not a float16: 2048 + 1
+     * rounds to 2048, to even; 0.1 + 0.2 rounds to the float16 nearest 0.3) */
+    uint16_t hd[3], hs[3], hc[3];
+    float fd[3] = {2048, 0.1f, -1}, fs[3] = {1, 0.2f, 4}, back[3];
+    ck_assert_int_eq(sm_kern_astype(SM_F32, fd, SM_F16, hd, 3, NULL, 0), SM_OK);
+    ck_assert_int_eq(sm_kern_astype(SM_F32, fs, SM_F16, hs, 3, NULL, 0), SM_OK);
+    ck_assert_int_eq(sm_kern_combine(SM_F16, hc, hd, hs, 3, SM_KERN_MAX, NULL, 0), SM_OK);
+    ck_assert_int_eq(sm_kern_accumulate(SM_F16, hd, hs, 3, SM_KERN_SUM, NULL, 0), SM_OK);
+    ck_assert_int_eq(sm_kern_astype(SM_F16, hd, SM_F32, back, 3, NULL, 0), SM_OK);
+    ck_assert(back[0] == 2048 && fabsf(back[1] - 0.3f) < 2e-4f && back[2] == 3);
+    ck_assert_int_eq(sm_kern_astype(SM_F16, hc, SM_F32, back, 3, NULL, 0), SM_OK);
+    ck_assert(back[0] == 2048 && back[2] == 4);
+    ck_assert_int_eq(sm_kern_scale(SM_BF16, hd, 3, 0.5, NULL, 0), SM_OK);
     int32_t i[] = {4};
     ck_assert_int_eq(sm_kern_scale(SM_I32, i, 1, 0.25, NULL, 0), SM_EUNSUPPORTED);
     ck_assert_int_eq(sm_kern_accumulate(SM_F32, f, f + 1, 1, SM_KERN_MEAN, NULL, 0),

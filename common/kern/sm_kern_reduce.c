@@ -652,9 +652,36 @@ static sm_err acc_unsupported(sm_kern_reduce_op op, sm_dtype t, char *err, size_
                    sm_kern_reduce_name(op), sm_dtype_name(t));
 }
 
+/* accumulate (b NULL: dst op= a) or combine (dst = a op b) of half
+ * floats: a block at a time in float32, each result rounded once. */
+static sm_err acc_half(sm_dtype t, void *dst, const void *a, const void *b, int64_t n,
+                       sm_kern_reduce_op op, char *err, size_t errlen)
+{
+    smk_acc_kit kit = acc_kit(op, SM_F32);
+    if (!kit.acc)
+        return acc_unsupported(op, t, err, errlen);
+    float x[512], y[512];
+    sm_err e = SM_OK;
+    for (int64_t at = 0; at < n && !e; at += 512) {
+        int64_t m = n - at < 512 ? n - at : 512;
+        const uint16_t *pa = (const uint16_t *)a + at, *pb = b ? (const uint16_t *)b + at : NULL;
+        uint16_t *pd = (uint16_t *)dst + at;
+        e = sm_kern_astype(t, pb ? pa : pd, SM_F32, x, m, err, errlen);
+        if (!e)
+            e = sm_kern_astype(t, pb ? pb : pa, SM_F32, y, m, err, errlen);
+        if (!e) {
+            kit.acc(x, y, m);
+            e = sm_kern_astype(SM_F32, x, t, pd, m, err, errlen);
+        }
+    }
+    return e;
+}
+
 sm_err sm_kern_accumulate(sm_dtype t, void *dst, const void *src, int64_t n, sm_kern_reduce_op op,
                           char *err, size_t errlen)
 {
+    if (t == SM_F16 || t == SM_BF16)
+        return acc_half(t, dst, src, NULL, n, op, err, errlen);
     smk_acc_kit kit = acc_kit(op, t);
     if (!kit.acc)
         return acc_unsupported(op, t, err, errlen);
@@ -665,6 +692,8 @@ sm_err sm_kern_accumulate(sm_dtype t, void *dst, const void *src, int64_t n, sm_
 sm_err sm_kern_combine(sm_dtype t, void *dst, const void *a, const void *b, int64_t n,
                        sm_kern_reduce_op op, char *err, size_t errlen)
 {
+    if (t == SM_F16 || t == SM_BF16)
+        return acc_half(t, dst, a, b, n, op, err, errlen);
     smk_acc_kit kit = acc_kit(op, t);
     if (!kit.comb)
         return acc_unsupported(op, t, err, errlen);
@@ -681,6 +710,19 @@ sm_err sm_kern_scale(sm_dtype t, void *x, int64_t n, double factor, char *err, s
     } else if (t == SM_F64) {
         double *p = x;
         SMK_FOR(i, n, { p[i] *= factor; });
+    } else if (t == SM_F16 || t == SM_BF16) { /* in float32, rounded once */
+        float buf[512];
+        sm_err e = SM_OK;
+        for (int64_t at = 0; at < n && !e; at += 512) {
+            int64_t m = n - at < 512 ? n - at : 512;
+            uint16_t *p = (uint16_t *)x + at;
+            e = sm_kern_astype(t, p, SM_F32, buf, m, err, errlen);
+            for (int64_t i = 0; i < m; i++)
+                buf[i] *= (float)factor;
+            if (!e)
+                e = sm_kern_astype(SM_F32, buf, t, p, m, err, errlen);
+        }
+        return e;
     } else {
         return sm_fail(err, errlen, SM_EUNSUPPORTED, "scale does not support dtype %s",
                        sm_dtype_name(t));
