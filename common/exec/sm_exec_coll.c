@@ -152,31 +152,11 @@ static sm_err sm_exec_preduce(sm_exec_ctx *x, const sm_ir_op *op, const sm_comm_
     if (e || op->kind != SM_OP_PMEAN)
         return e;
     /* psum / n, as JAX divides (not a multiply by 1/n) */
-    if (out->dtype == SM_F32) {
-        float *v = out->data, d = (float)g->size;
-        for (int64_t i = 0; i < n; i++)
-            v[i] = v[i] / d;
-    } else if (out->dtype == SM_F64) {
-        double *v = out->data, d = (double)g->size;
-        for (int64_t i = 0; i < n; i++)
-            v[i] = v[i] / d;
-    } else if (out->dtype == SM_F16 || out->dtype == SM_BF16) { /* in float32, rounded once */
-        float buf[512], d = (float)g->size;
-        uint16_t *v = out->data;
-        for (int64_t at = 0; at < n && !e; at += 512) {
-            int64_t m = n - at < 512 ? n - at : 512;
-            e = sm_kern_astype(out->dtype, v + at, SM_F32, buf, m, err, errlen);
-            for (int64_t i = 0; i < m; i++)
-                buf[i] = buf[i] / d;
-            if (!e)
-                e = sm_kern_astype(SM_F32, buf, out->dtype, v + at, m, err, errlen);
-        }
-        return e;
-    } else {
+    if ((e = sm_kern_divide_by(out->dtype, out->data, n, (double)g->size, err, errlen)) ==
+        SM_EUNSUPPORTED)
         return sm_fail(err, errlen, SM_EUNSUPPORTED, "pmean of %s is not supported",
                        sm_dtype_name(out->dtype));
-    }
-    return SM_OK;
+    return e;
 }
 
 static sm_err sm_exec_all_gather(sm_exec_ctx *x, const sm_ir_op *op, const sm_comm_group *g,

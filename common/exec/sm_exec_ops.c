@@ -143,10 +143,10 @@ sm_err sm_exec_binary(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, s
     sm_err e = sm_exec_operand_as(x, op, 0, in[0], c, &da, &ta, err, errlen);
     if (!e)
         e = sm_exec_operand_as(x, op, 1, in[1], c, &db, &tb, err, errlen);
-    if (!e && !(e = sm_exec_dest(out, sm_kern_binary_is_compare(k) ? out->dtype : c, &dst, err,
-                                 errlen))) {
+    sm_dtype r = sm_kern_binary_is_compare(k) ? out->dtype : c; /* what the kernel writes */
+    if (!e && !(e = sm_exec_dest(out, r, &dst, err, errlen))) {
         e = sm_kern_binary(k, c, da, &in[0]->shape, db, &in[1]->shape, dst, err, errlen);
-        e = sm_exec_store(out, sm_kern_binary_is_compare(k) ? out->dtype : c, dst, e, err, errlen);
+        e = sm_exec_store(out, r, dst, e, err, errlen);
     }
     free(ta);
     free(tb);

@@ -218,8 +218,11 @@ sm_err sm_kern_accumulate(sm_dtype t, void *dst, const void *src, int64_t n, sm_
  * accumulating b, in one pass. dst must not overlap a or b. */
 sm_err sm_kern_combine(sm_dtype t, void *dst, const void *a, const void *b, int64_t n,
                        sm_kern_reduce_op op, char *err, size_t errlen);
-/* x[i] *= factor for i < n (f32 f64); pmean is psum then scale by 1/size. */
+/* x[i] *= factor for i < n (f32 f64; f16 bf16 in float32, rounded once). */
 sm_err sm_kern_scale(sm_dtype t, void *x, int64_t n, double factor, char *err, size_t errlen);
+/* x[i] /= d for i < n, dtypes as sm_kern_scale: pmean is psum then this
+ * (JAX divides by the size, not a multiply by its inverse). */
+sm_err sm_kern_divide_by(sm_dtype t, void *x, int64_t n, double d, char *err, size_t errlen);
 
 /* ---- products ------------------------------------------------------------------------------- */
 

@@ -701,33 +701,50 @@ sm_err sm_kern_combine(sm_dtype t, void *dst, const void *a, const void *b, int6
     return SM_OK;
 }
 
-sm_err sm_kern_scale(sm_dtype t, void *x, int64_t n, double factor, char *err, size_t errlen)
+/* x[i] *= factor, or x[i] /= factor (divide), for i < n in place: float32
+ * and float64, the half floats in float32, each result rounded once. */
+static sm_err smk_scale(sm_dtype t, void *x, int64_t n, double factor, int divide, char *err,
+                        size_t errlen)
 {
     if (t == SM_F32) {
         float *p = x;
         float f = (float)factor;
-        SMK_FOR(i, n, { p[i] *= f; });
+        if (divide)
+            SMK_FOR(i, n, { p[i] = p[i] / f; });
+        else
+            SMK_FOR(i, n, { p[i] *= f; });
     } else if (t == SM_F64) {
         double *p = x;
-        SMK_FOR(i, n, { p[i] *= factor; });
-    } else if (t == SM_F16 || t == SM_BF16) { /* in float32, rounded once */
+        if (divide)
+            SMK_FOR(i, n, { p[i] = p[i] / factor; });
+        else
+            SMK_FOR(i, n, { p[i] *= factor; });
+    } else if (t == SM_F16 || t == SM_BF16) {
         float buf[512];
         sm_err e = SM_OK;
         for (int64_t at = 0; at < n && !e; at += 512) {
             int64_t m = n - at < 512 ? n - at : 512;
             uint16_t *p = (uint16_t *)x + at;
-            e = sm_kern_astype(t, p, SM_F32, buf, m, err, errlen);
-            for (int64_t i = 0; i < m; i++)
-                buf[i] *= (float)factor;
-            if (!e)
+            if (!(e = sm_kern_astype(t, p, SM_F32, buf, m, err, errlen)) &&
+                !(e = smk_scale(SM_F32, buf, m, factor, divide, err, errlen)))
                 e = sm_kern_astype(SM_F32, buf, t, p, m, err, errlen);
         }
         return e;
     } else {
-        return sm_fail(err, errlen, SM_EUNSUPPORTED, "scale does not support dtype %s",
-                       sm_dtype_name(t));
+        return sm_fail(err, errlen, SM_EUNSUPPORTED, "%s does not support dtype %s",
+                       divide ? "division by a scalar" : "scale", sm_dtype_name(t));
     }
     return SM_OK;
+}
+
+sm_err sm_kern_scale(sm_dtype t, void *x, int64_t n, double factor, char *err, size_t errlen)
+{
+    return smk_scale(t, x, n, factor, 0, err, errlen);
+}
+
+sm_err sm_kern_divide_by(sm_dtype t, void *x, int64_t n, double d, char *err, size_t errlen)
+{
+    return smk_scale(t, x, n, d, 1, err, errlen);
 }
 
 #define SMK_SEGSUM(T, U, ADD)                                                                      \

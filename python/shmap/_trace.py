@@ -243,6 +243,7 @@ class _Builder:
         the whole program (first line 0) when that cannot say the same: a
         value read that is weakly typed or holds partial sums, a loop among
         the lines, or any error (the whole program's check words it)."""
+        from .numpy import _spec_of_type
         start = self.checked = min(self.checked, len(self.lines))
         if self.kind == "jit" and not self.loops and start and start < len(self.lines):
             new = [t for t, _ in self.lines[start:]]
@@ -261,7 +262,6 @@ class _Builder:
                     if weak or "{" in ty:
                         decls = None
                         break
-                    from .numpy import _spec_of_type
                     spec = _spec_of_type(ty) or P()
                     decls.append(f"{nm}: {dt}[{','.join(map(str, sh))}] @ {spec!r}")
                 if decls is None:
