@@ -586,11 +586,30 @@ START_TEST(test_array_create)
 }
 END_TEST
 
-/* sm_copy_stream and sm_copy copy exactly n bytes for every size and
- * alignment, around sm_copy_stream's 4 KiB switch to streamed stores and
- * sm_copy's SM_COPY_STREAM_MIN, and write nothing past them. */
+static void copy_as_cached(void *dst, const void *src, size_t n)
+{
+    sm_copy_as(dst, src, n, 0);
+}
+
+static void copy_as_streamed(void *dst, const void *src, size_t n)
+{
+    sm_copy_as(dst, src, n, 1);
+}
+
+/* sm_copy_stream, sm_copy and sm_copy_as (either way) copy exactly n bytes
+ * for every size and alignment, around sm_copy_stream's 4 KiB switch to
+ * streamed stores and sm_copy's SM_COPY_STREAM_MIN, and write nothing past
+ * them; sm_copy_streams streams only runs past what the caches keep. */
 START_TEST(test_copy_stream)
 {
+    void (*const fns[])(void *, const void *, size_t) = {sm_copy_stream, sm_copy, copy_as_cached,
+                                                         copy_as_streamed};
+    const char *const names[] = {"sm_copy_stream", "sm_copy", "sm_copy_as cached",
+                                 "sm_copy_as streamed"};
+    ck_assert_int_eq(sm_copy_streams(0), 0);
+    ck_assert_int_eq(sm_copy_streams((size_t)1 << 20), 0);
+    ck_assert_int_eq(sm_copy_streams(SM_COPY_HOT_MAX + 1), 1);
+    ck_assert_int_eq(sm_copy_streams(SIZE_MAX), 1);
     const size_t sizes[] = {0,
                             1,
                             15,
@@ -610,16 +629,15 @@ START_TEST(test_copy_stream)
     ck_assert_ptr_nonnull(dst);
     for (size_t k = 0; k < cap; k++)
         src[k] = (uint8_t)(k * 37u + (k >> 9));
-    for (int fn = 0; fn < 2; fn++)
+    for (int fn = 0; fn < 4; fn++)
         for (size_t z = 0; z < sizeof sizes / sizeof *sizes; z++)
             for (size_t da = 0; da < 17; da += 5)
                 for (size_t sa = 0; sa < 17; sa += 8) {
                     size_t n = sizes[z];
                     memset(dst, 0xee, cap + 64);
-                    (fn ? sm_copy : sm_copy_stream)(dst + da, src + sa, n);
+                    fns[fn](dst + da, src + sa, n);
                     ck_assert_msg(memcmp(dst + da, src + sa, n) == 0,
-                                  "%s: n %zu, dst +%zu, src +%zu",
-                                  fn ? "sm_copy" : "sm_copy_stream", n, da, sa);
+                                  "%s: n %zu, dst +%zu, src +%zu", names[fn], n, da, sa);
                     for (size_t k = 0; k < da; k++)
                         ck_assert_int_eq(dst[k], 0xee);
                     for (size_t k = da + n; k < da + n + 64; k++)

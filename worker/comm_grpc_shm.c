@@ -733,6 +733,7 @@ typedef struct {
     const char **D;        /* per rank: its input where it lies (another worker's), or NULL */
     sm_comm_leaf *leaves;  /* per rank: scratch of sm_cg_shm_reduce_into */
     int fallback;          /* the collective falls back to gRPC (sm_cg_shm_phase) */
+    int stream;            /* a data movement's copies stream (sm_copy_streams) */
     char *err;
     size_t errlen;
 } sm_cg_shm_call;
@@ -1068,6 +1069,14 @@ static sm_err sm_cg_shm_collective(sm_comm_grpc *c, const sm_comm_group *g, cons
                         .errlen = errlen};
     if (kind == SM_CG_AR)
         return sm_cg_shm_run(&x, sm_cg_shm_ar_body, n, out, fell);
+    /* a data movement's copies: as the outputs of every device of this
+     * host (the other groups of the collective run at the same time) fit
+     * in cache or not */
+    int here = 0;
+    for (int pos = 0; pos < c->mesh.ndevices; pos++)
+        here += c->domain[c->pos_worker[pos]] == c->domain[c->self];
+    x.stream =
+        sm_copy_streams((size_t)(kind == SM_CG_PERM ? n : (int64_t)g->size * n) * (size_t)here);
     return sm_cg_shm_run(&x, kind == SM_CG_RS ? sm_cg_shm_rs_body : sm_cg_shm_move_body, n, NULL,
                          fell);
 }
@@ -1119,7 +1128,7 @@ static void sm_cg_shm_move_put(const sm_cg_shm_call *x, char *mine, int64_t inb)
                 int64_t off = x->kind == SM_CG_A2A ? q * cb : 0;
                 int64_t a = lo > at ? lo - at : 0, b = hi - at < cb ? hi - at : cb;
                 if (pass == 1 && a < b)
-                    sm_copy(slot + off + a, in + off + a, (size_t)(b - a));
+                    sm_copy_as(slot + off + a, in + off + a, (size_t)(b - a), x->stream);
                 at += cb;
             }
         }
@@ -1173,7 +1182,7 @@ static sm_err sm_cg_shm_move_body(void *arg)
         }
         if (kind == SM_CG_A2A)
             src += (int64_t)g->rank * cb;
-        sm_copy(dst, src, (size_t)cb);
+        sm_copy_as(dst, src, (size_t)cb, x->stream);
     }
     if (!e && kind == SM_CG_PERM && x->from < 0)
         memset(x->out, 0, (size_t)cb);

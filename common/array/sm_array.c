@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #if defined(__x86_64__)
 #include <emmintrin.h>
 #endif
@@ -109,6 +110,26 @@ void sm_copy_stream(void *dst, const void *src, size_t n)
     }
 #endif
     memcpy(dst, src, n);
+}
+
+int sm_copy_streams(size_t total)
+{
+    static size_t hot; /* 0 until known */
+    size_t h = __atomic_load_n(&hot, __ATOMIC_RELAXED);
+    if (!h) {
+        long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+        h = llc > 0 && (size_t)llc * 2 < SM_COPY_HOT_MAX ? (size_t)llc * 2 : SM_COPY_HOT_MAX;
+        __atomic_store_n(&hot, h, __ATOMIC_RELAXED);
+    }
+    return total > h;
+}
+
+void sm_copy_as(void *dst, const void *src, size_t n, int stream)
+{
+    if (stream)
+        sm_copy_stream(dst, src, n);
+    else
+        memcpy(dst, src, n);
 }
 
 void sm_copy(void *dst, const void *src, size_t n)

@@ -124,9 +124,10 @@ static sm_err sm_cl_collect(sm_comm_local *c, const sm_comm_group *g, uint64_t s
     if (e)
         return e;
     size_t at = kind == SM_COMM_ALL_TO_ALL ? (size_t)g->rank * (size_t)chunk : 0;
+    int stream = sm_copy_streams((size_t)g->size * (size_t)g->size * (size_t)chunk);
     for (int r = 0; r < s->size && chunk > 0; r++)
-        sm_copy((char *)out + (size_t)r * (size_t)chunk, (const char *)s->in[r] + at,
-                (size_t)chunk);
+        sm_copy_as((char *)out + (size_t)r * (size_t)chunk, (const char *)s->in[r] + at,
+                   (size_t)chunk, stream);
     sm_rendezvous_leave(c->rv, s);
     return SM_OK;
 }
@@ -163,7 +164,8 @@ static sm_err sm_cl_permute(void *ctx, const sm_comm_group *g, uint64_t seq,
         return e;
     if (nbytes > 0) {
         if (src >= 0)
-            sm_copy(out, s->in[src], (size_t)nbytes);
+            sm_copy_as(out, s->in[src], (size_t)nbytes,
+                       sm_copy_streams((size_t)g->size * (size_t)nbytes));
         else
             memset(out, 0, (size_t)nbytes);
     }
