@@ -746,6 +746,114 @@ START_TEST(test_checked_elementwise_ops_run)
 }
 END_TEST
 
+/* The same for the rest of the op table: products, reductions, scans,
+ * sorts, gathers and scatters, shape ops and collectives, each on every
+ * dtype (x and y of it, k indices), so that a program the check takes
+ * runs (products of bool and uint8 failed on the device, taken by the
+ * check). Every expression runs on float32 at least. */
+START_TEST(test_checked_ops_run)
+{
+    static const sm_dtype types[] = {SM_F32, SM_F64, SM_I32, SM_I64, SM_U8, SM_BOOL, SM_F16};
+    static const char *const exprs[] = {
+        "dot(x, y)",
+        "matmul(x, y)",
+        "einsum('ij,kj->ik', x, y)",
+        "einsum('ij,jk->k', x, y)",
+        "einsum('ij->j', x)",
+        "einsum('ij,ij->ij', x, y)",
+        "x * dot(x[0], y[1])",
+        "sum(x, axis=0)",
+        "prod(x, axis=1)",
+        "max(x, axis=1)",
+        "min(x, axis=0)",
+        "mean(x, axis=1)",
+        "any(x, axis=1)",
+        "all(x, axis=0)",
+        "argmax(x, axis=1)",
+        "argmin(x, axis=0)",
+        "cumsum(x, axis=1)",
+        "cumprod(x, axis=0)",
+        "cummax(x, axis=1)",
+        "cummin(x, axis=0)",
+        "sort(x, axis=1)",
+        "argsort(x, axis=0)",
+        "take(x, k, axis=0)",
+        "take_along_axis(x, k, 1, mode='clip')",
+        "segment_sum(x, k, 4)",
+        "scatter(x, k[:, 0], y)",
+        "scatter_add(x, k[:, 0], y)",
+        "scatter_mul(x, k[:, 0], y)",
+        "scatter_max(x, k[:, 0], y)",
+        "scatter_min(x, k[:, 0], y)",
+        "where(x > y, x, y)",
+        "transpose(x)",
+        "reshape(x, (2, 8))",
+        "concatenate((x, y), 0)",
+        "pad(x, ((0, 1), (2, 0)))",
+        "tile(x, (2, 1))",
+        "roll(x, 1, 1)",
+        "rev(x, (0,))",
+        "broadcast_to(x[0], (4, 4))",
+        "x[1:3, ::2]",
+        "dynamic_slice(x, (k[0, 0], 1), (2, 2))",
+        "dynamic_update_slice(x, y[:2, :2], (1, k[0, 0]))",
+        "psum(x, 'i')",
+        "pmean(x, 'i')",
+        "pmax(x, 'i')",
+        "pmin(x, 'i')",
+        "all_gather(x, 'i', axis=0, tiled=True)",
+        "psum_scatter(x, 'i', scatter_dimension=0, tiled=True)",
+        "all_to_all(x, 'i', 0, 1, tiled=True)",
+        "ppermute(x, 'i', ((0, 1), (1, 0)))",
+        "astype(x, 'float32') + astype(y, 'int32')",
+    };
+    int ran = 0;
+    for (size_t q = 0; q < sizeof exprs / sizeof exprs[0]; q++) {
+        int ran_f32 = 0;
+        for (size_t d = 0; d < sizeof types / sizeof types[0]; d++) {
+            const char *tn = sm_dtype_name(types[d]);
+            char text[768], err[1024] = "";
+            snprintf(text, sizeof text,
+                     "mesh i=2\nshard_map f(x: %s[8,4] @ P('i'), y: %s[8,4] @ P('i'), "
+                     "k: i32[8,4] @ P('i')) -> P('i'):\n"
+                     "    return %s\n",
+                     tn, tn, exprs[q]);
+            sm_program *p = NULL;
+            if (sm_program_parse(text, "t.shmap", &p, err, sizeof err) ||
+                sm_program_verify(p, 0, err, sizeof err)) {
+                ck_assert_msg(types[d] != SM_F32, "%s: refused on f32: %s", exprs[q], err);
+                sm_program_free(p); /* refused by the check: fine */
+                continue;
+            }
+            sm_shape s = {.rank = 2, .dims = {8, 4}};
+            sm_array *in[3] = {NULL, NULL, NULL}, *out[1] = {NULL};
+            for (int a = 0; a < 3; a++) {
+                ck_assert_int_eq(
+                    sm_array_create(a == 2 ? SM_I32 : types[d], &s, &in[a], err, sizeof err),
+                    SM_OK);
+                double v[32]; /* indices 0..3, bools both ways */
+                for (int e = 0; e < 32; e++)
+                    v[e] = (double)((e * 7 + a) % 4);
+                ck_assert_int_eq(
+                    sm_kern_astype(SM_F64, v, in[a]->dtype, in[a]->data, 32, err, sizeof err),
+                    SM_OK);
+            }
+            sm_err e = sm_exec_local_run(p, in, out, NULL, err, sizeof err);
+            ck_assert_msg(e == SM_OK, "%s on %s: the check took it, the device refused: %s",
+                          exprs[q], tn, err);
+            ran++;
+            ran_f32 += types[d] == SM_F32;
+            for (int a = 0; a < 3; a++)
+                sm_array_free(in[a]);
+            sm_array_free(out[0]);
+            sm_program_free(p);
+        }
+        ck_assert_msg(ran_f32 == 1, "%s did not run on f32", exprs[q]);
+    }
+    ck_assert_int_gt(ran, 200);
+}
+END_TEST
+
 int main(void)
 {
     return suite_main(
@@ -753,5 +861,5 @@ int main(void)
                    {test_table_covers_every_op}, {test_spot_values}, {test_bool_reductions},
                    {test_float_literals_keep_float64}, {test_axis_index_groups},
                    {test_builder_axis_size}, {test_repeated_returns}, {test_device_order},
-                   {test_while}, {test_checked_elementwise_ops_run}));
+                   {test_while}, {test_checked_elementwise_ops_run}, {test_checked_ops_run}));
 }

@@ -446,6 +446,7 @@ END_TEST
 typedef struct {
     const sm_program *p;
     sm_comm_local *comm;
+    sm_array_pool *pool; /* its values' memory, or NULL */
     int pos;
     sm_array *in;
     sm_array *out[2];
@@ -456,22 +457,31 @@ typedef struct {
 static void *dev_main(void *arg)
 {
     dev_run *d = arg;
-    d->e = sm_exec_run(d->p, d->pos, &sm_comm_local_ops, d->comm, NULL, &d->in, d->out, d->err,
+    d->e = sm_exec_run(d->p, d->pos, &sm_comm_local_ops, d->comm, d->pool, &d->in, d->out, d->err,
                        sizeof d->err);
     return NULL;
 }
 
 /* Runs devices [0, nrun) of an 8-device program as threads; device bad (if
- * >= 0) runs program q instead of p, or gets a wrong block if q is NULL. */
-static void run_devices(const sm_program *p, const sm_program *q, int bad, int nrun, double timeout,
-                        dev_run *d)
+ * >= 0) runs program q instead of p, or gets a wrong block if q is NULL;
+ * its values come from a pool limited to limit bytes if limit > 0. */
+static void run_devices_in(const sm_program *p, const sm_program *q, int bad, int nrun,
+                           double timeout, size_t limit, dev_run *d)
 {
     sm_comm_local *comm;
+    sm_array_pool *pool = NULL;
     char err[256];
     ck_assert_int_eq(sm_comm_local_create(timeout, &comm, err, sizeof err), SM_OK);
+    if (limit > 0) {
+        ck_assert_int_eq(sm_array_pool_create(&pool, err, sizeof err), SM_OK);
+        sm_array_pool_limit_set(pool, limit);
+    }
     pthread_t th[8];
     for (int pos = 0; pos < nrun; pos++) {
-        d[pos] = (dev_run){.p = pos == bad && q ? q : p, .comm = comm, .pos = pos};
+        d[pos] = (dev_run){.p = pos == bad && q ? q : p,
+                           .comm = comm,
+                           .pool = pos == bad ? pool : NULL,
+                           .pos = pos};
         sm_shape s = p->values[p->params[0].value].shape;
         if (pos == bad && !q)
             s.dims[0]++;
@@ -485,6 +495,13 @@ static void run_devices(const sm_program *p, const sm_program *q, int bad, int n
             sm_array_free(d[pos].out[r]);
     }
     sm_comm_local_free(comm);
+    sm_array_pool_free(pool);
+}
+
+static void run_devices(const sm_program *p, const sm_program *q, int bad, int nrun, double timeout,
+                        dev_run *d)
+{
+    run_devices_in(p, q, bad, nrun, timeout, 0, d);
 }
 
 START_TEST(test_bad_input_releases_peers)
@@ -507,18 +524,19 @@ END_TEST
 START_TEST(test_kernel_error_releases_peers)
 {
     sm_program *p = psum_program();
-    /* device 5 fails in a kernel (a product of bools: none yet) before its first collective */
+    /* device 5 fails in an op before its first collective: its memory limit (4 KiB) refuses
+     * the 64 KiB of the product's result, as a worker's --memory-limit would */
     sm_program *q = parse_ok("mesh i=4 j=2\n"
                              "shard_map f(x: f32[64,33] @ P(('i', 'j'))) -> P():\n"
-                             "    b = matmul(x > 0, transpose(x) > 0)\n"
+                             "    b = matmul(transpose(x), x)\n"
                              "    y = psum(x, ('j', 'i'))\n"
                              "    return y\n",
                              0);
     dev_run d[8];
-    run_devices(p, q, 5, 8, 30, d);
-    ck_assert_int_ne(d[5].e, SM_OK);
+    run_devices_in(p, q, 5, 8, 30, 4096, d);
+    ck_assert_int_eq(d[5].e, SM_ENOMEM);
     ck_assert_msg(strstr(d[5].err, "t.shmap:3:") && strstr(d[5].err, "'matmul'") &&
-                      strstr(d[5].err, "device 5"),
+                      strstr(d[5].err, "device 5") && strstr(d[5].err, "limit"),
                   "%s", d[5].err);
     for (int pos = 0; pos < 8; pos++)
         if (pos != 5)
@@ -544,22 +562,28 @@ END_TEST
 
 START_TEST(test_local_run_reports_op)
 {
+    /* the devices at i = 3 turn in their loop until the job ends; the others' psum over 'i'
+     * times out waiting for them, the error the run reports */
     sm_program *p = parse_ok("mesh i=4 j=2\n"
                              "shard_map f(x: f32[64,33] @ P(('i', 'j'))) -> P():\n"
+                             "    c = axis_index('i')\n"
+                             "    while c == 3:\n"
+                             "        c = c + 0\n"
                              "    y = psum(x, 'i')\n"
-                             "    b = matmul(y > 0, transpose(y) > 0)\n"
-                             "    return psum(b, 'j')\n",
+                             "    return psum(y, 'j')\n",
                              0);
     sm_array *x, *out = (sm_array *)1;
     char err[1024];
     ck_assert_int_eq(sm_array_create(SM_F32, &p->params[0].global, &x, err, sizeof err), SM_OK);
-    sm_err e = sm_exec_local_run(p, &x, &out, NULL, err, sizeof err);
-    ck_assert_int_eq(e, SM_EUNSUPPORTED);
+    const sm_exec_local_opts o = {.timeout_s = 0.3};
+    sm_err e = sm_exec_local_run(p, &x, &out, &o, err, sizeof err);
+    ck_assert_int_eq(e, SM_ETIMEOUT);
     ck_assert_ptr_null(out);
-    ck_assert_msg(strstr(err, "t.shmap:4:") && strstr(err, "'matmul'") && strstr(err, "device"),
+    ck_assert_msg(strstr(err, "t.shmap:6:") && strstr(err, "'psum'") && strstr(err, "device") &&
+                      strstr(err, "timed out"),
                   "%s", err);
-    /* (a reduction the kernels refused, a float16 psum, failed every member alike here: every
-     * dtype the check takes now has the collectives' kernels, test_kern_reduce) */
+    /* (a kernel the device lacked for a dtype the check took, a product of bools, was the
+     * failure here: every op of a checked program has its kernels now, test_exec) */
     /* wrong global shape */
     sm_array *bad;
     sm_shape s = {.rank = 2, .dims = {64, 32}};

@@ -112,7 +112,8 @@ static sm_err sm_exec_dest(sm_array *out, sm_dtype c, void **dst, char *err, siz
     if (c == out->dtype)
         return SM_OK;
     if (!(*dst = calloc((size_t)sm_exec_numel(out) + 1, sm_dtype_size(c))))
-        return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a float32 result");
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory for a %s result",
+                       sm_dtype_long_name(c));
     return SM_OK;
 }
 
@@ -307,7 +308,11 @@ done:
 sm_err sm_exec_product(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
                        char *err, size_t errlen)
 {
-    sm_dtype t = sm_exec_compute_dtype(out->dtype); /* half floats: in float32 */
+    /* half floats in float32; bool and uint8 in int32, whose sums give
+     * theirs (uint8 modulo 256; bool: any product true, as XLA's dot of
+     * predicates), made once */
+    sm_dtype t =
+        out->dtype == SM_BOOL || out->dtype == SM_U8 ? SM_I32 : sm_exec_compute_dtype(out->dtype);
     if (op->kind == SM_OP_EINSUM && op->noperands == 1)
         return sm_exec_einsum1(op->attrs.spec ? op->attrs.spec : "", in[0], out, err, errlen);
     const void *da, *db;

@@ -613,7 +613,8 @@ typedef struct {
 } smk_acc_kit;
 #define SMK_ACC_KIT(f) ((smk_acc_kit){f, f##_c})
 
-/* Bool max/min are u8 max/min; bool sum is not defined (a NULL kit). */
+/* Bool max/min are u8 max/min, and so is bool sum: or (jnp's + of bools,
+ * XLA's add of predicates; a psum_scatter of bools). */
 static smk_acc_kit acc_kit(sm_kern_reduce_op op, sm_dtype t)
 {
 #define SMK_ACC_ROW(OP)                                                                            \
@@ -629,7 +630,7 @@ static smk_acc_kit acc_kit(sm_kern_reduce_op op, sm_dtype t)
     case SM_U8:                                                                                    \
         return SMK_ACC_KIT(acc_##OP##_u8);                                                         \
     case SM_BOOL:                                                                                  \
-        return op == SM_KERN_SUM ? (smk_acc_kit){0} : SMK_ACC_KIT(acc_##OP##_u8);                  \
+        return op == SM_KERN_SUM ? SMK_ACC_KIT(acc_max_u8) : SMK_ACC_KIT(acc_##OP##_u8);           \
     default:                                                                                       \
         return (smk_acc_kit){0};                                                                   \
     }

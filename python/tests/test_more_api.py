@@ -870,6 +870,32 @@ def test_integer_bits_and_gcd(c, mesh):
     assert np.asarray(jnp.isreal(fs)).all() and not np.asarray(jnp.iscomplex(fs)).any()
 
 
+def test_products_of_bool_and_uint8(c, mesh):
+    """Products of bools (any product true, as numpy's and XLA's) and of
+    uint8 (modulo 256), sharded or not: the check took them and the device
+    refused them (no kernel); a psum_scatter of bools is an or."""
+    a = RNG.random((8, 6)) < 0.3
+    b = RNG.random((6, 4)) < 0.3
+    u = RNG.integers(0, 256, (8, 6)).astype(np.uint8)
+    w = RNG.integers(0, 256, (6, 4)).astype(np.uint8)
+    A, B = _put(c, mesh, a, P("i")), _put(c, mesh, b, P())
+    U, W = _put(c, mesh, u, P("i")), _put(c, mesh, w, P())
+    got = shmap.jit(lambda a, b, u, w: (a @ b, jnp.dot(a, b), jnp.einsum("ij,jk->ik", a, b),
+                                        u @ w, jnp.einsum("ij,ij->i", u, u), b.T @ b))(A, B, U, W)
+    with np.errstate(over="ignore"):
+        uu = (u.astype(np.int64) * u).sum(1).astype(np.uint8)
+    want = (a @ b, a @ b, a @ b, u @ w, uu, b.T @ b)
+    for g, e in zip(got, want):
+        assert g.dtype == e.dtype and np.array_equal(np.asarray(g), e), (g, e)
+    assert a.any() and not (a @ b).all()  # both values in the results
+    sm = shmap.shard_map(lambda v: lax.psum_scatter(v, "i", scatter_dimension=0, tiled=True),
+                         mesh=mesh, in_specs=P("i"), out_specs=P("i"))
+    r = RNG.random((32, 3)) < 0.2
+    got = sm(_put(c, mesh, r, P("i")))
+    assert got.dtype == np.bool_
+    assert np.array_equal(np.asarray(got), r.reshape(4, 8, 3).any(0)), (got, r)
+
+
 def test_array_methods(c, mesh):
     """The rest of jax.Array's methods, on Arrays (at once) and traced
     values, against numpy's: clip, round, dot, take, repeat, diagonal,
