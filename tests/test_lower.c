@@ -174,6 +174,12 @@ static const type_case types[] = {
      "jit f(x: f32[4,4] @ P('X', None), y: f32[4,4] @ P(None, 'X')):\n"
      "    z = auto_axes(add2, out_sharding=P('X', None))(x, y)\n    return z\n",
      "z", "f32[4@X,4]"},
+    /* a function with several results: one sharding each */
+    {"mesh X=2 Y=4\ndef two(x, y):\n    return x + y, x * y\n"
+     "jit f(x: f32[4,4] @ P('X', None), y: f32[4,4] @ P(None, 'X')):\n"
+     "    z, w = auto_axes(two, out_sharding=(P('X', None), P(None, 'Y')))(x, y)\n"
+     "    return w\n",
+     "w", "f32[4,4@Y]"},
 };
 
 START_TEST(test_types)
@@ -221,6 +227,14 @@ typedef struct {
 } error_case;
 
 static const error_case errors[] = {
+    {"mesh X=2 Y=4\ndef two(x, y):\n    return x + y, x * y\n"
+     "jit f(x: f32[4,4] @ P('X', None), y: f32[4,4] @ P(None, 'X')):\n"
+     "    z, w = auto_axes(two, out_sharding=P('X', None))(x, y)\n    return w\n",
+     {"t.shmap:5:", "auto_axes: 'two' returns 2 values but out_sharding has 1 sharding"}},
+    {"mesh X=2 Y=4\n"
+     "jit f(x: f32[4,4] @ P('X', None), y: f32[4,4] @ P(None, 'X')):\n"
+     "    z = auto_axes(add, out_sharding=(P('X'), 'Y'))(x, y)\n    return z\n",
+     {"t.shmap:3:", "out_sharding must be a PartitionSpec P(...) or a tuple of them"}},
     {"mesh X=2 Y=2\njit m(In: f32[8,2048] @ P('X','Y'), W: f32[2048,8192] @ P('Y', None)):\n"
      "    return einsum('bd,df->bf', In, W)\n",
      {"t.shmap:3:", "Contracting dimensions are sharded and it is ambiguous",

@@ -573,7 +573,7 @@ static int sm_ps_call(sm_parser *ps, const sm_item *fn, const sm_item *self, sm_
     sm_op_kind kind;
     if (strcmp(fn->s, "range") == 0)
         return sm_ps_fail(ps, at, SM_EINVAL, "range(...) is only allowed in 'for' loops");
-    if (sm_ps_builtin(ps, fn->s) || fn->spec)
+    if (sm_ps_builtin(ps, fn->s) || fn->spec || (fn->kind == SM_IT_FUNC && fn->elems))
         return sm_ps_call_builtin(ps, fn, at, args, n, out);
     if (sm_op_lookup(fn->s, &kind))
         return sm_ps_fail(ps, at, SM_EINVAL, "unknown op '%s'", fn->s);

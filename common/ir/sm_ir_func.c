@@ -102,7 +102,7 @@ int sm_ps_call_builtin(sm_parser *ps, const sm_item *fn, const sm_tok *at, const
                        int nargs, sm_item *out)
 {
     const char *name = fn->s;
-    if (fn->spec) { /* auto_axes(f, out_sharding=...)(args) */
+    if (fn->spec || fn->elems) { /* auto_axes(f, out_sharding=...)(args) */
         const sm_fn *f = sm_ps_find_fn(ps, name);
         if (ps->p->kind != SM_PROG_JIT)
             return sm_ps_fail(ps, at, SM_EINVAL, "auto_axes belongs to jit programs");
@@ -117,11 +117,32 @@ int sm_ps_call_builtin(sm_parser *ps, const sm_item *fn, const sm_tok *at, const
         ps->auto_mask = saved;
         if (rc)
             return -1;
-        int id;
-        if (sm_ps_value(ps, &r, &id))
-            return -1;
-        sm_ir_attrs a = {.sharding = fn->spec};
-        return sm_ps_emit(ps, SM_OP_RESHARD, &id, 1, &a, at, out);
+        int nr = r.kind == SM_IT_TUPLE ? r.n : 1, ns = fn->elems ? fn->n : 1;
+        if (nr != ns) /* one sharding per result */
+            return sm_ps_fail(ps, at, SM_EINVAL,
+                              "auto_axes: '%s' returns %d value%s but out_sharding has %d "
+                              "sharding%s",
+                              name, nr, nr == 1 ? "" : "s", ns, ns == 1 ? "" : "s");
+        if (!fn->elems) {
+            int id;
+            if (sm_ps_value(ps, &r, &id))
+                return -1;
+            sm_ir_attrs a = {.sharding = fn->spec};
+            return sm_ps_emit(ps, SM_OP_RESHARD, &id, 1, &a, at, out);
+        }
+        sm_item *el = sm_arena_alloc(ps->scratch, sizeof *el * (size_t)nr);
+        if (!el)
+            return sm_ps_fail(ps, at, SM_ENOMEM, "out of memory");
+        for (int k = 0; k < nr; k++) {
+            int id;
+            if (sm_ps_value(ps, &r.elems[k], &id))
+                return -1;
+            sm_ir_attrs a = {.sharding = fn->elems[k].spec};
+            if (sm_ps_emit(ps, SM_OP_RESHARD, &id, 1, &a, at, &el[k]))
+                return -1;
+        }
+        *out = (sm_item){.kind = SM_IT_TUPLE, .n = nr, .elems = el, .at = at};
+        return 0;
     }
     if (strcmp(name, "P") == 0 || strcmp(name, "PartitionSpec") == 0)
         return sm_ps_spec_of_args(ps, at, args, nargs, out);
@@ -151,12 +172,32 @@ int sm_ps_call_builtin(sm_parser *ps, const sm_item *fn, const sm_tok *at, const
             return sm_ps_fail(ps, at, SM_EINVAL,
                               "auto_axes takes an op or a function of this file: auto_axes(f, "
                               "out_sharding=P(...))");
+        /* a tuple of specs, one per result of a function with several */
+        for (int k = 1; k < nargs; k++) {
+            const sm_item *v = &args[k].v;
+            if (!(args[k].kw
+                      ? !strcmp(args[k].kw, "out_sharding") || !strcmp(args[k].kw, "out_shardings")
+                      : k == 1) ||
+                v->kind != SM_IT_TUPLE)
+                continue;
+            for (int j = 0; j < v->n; j++)
+                if (v->elems[j].kind != SM_IT_SPEC)
+                    return sm_ps_fail(ps, args[k].at, SM_EINVAL,
+                                      "out_sharding must be a PartitionSpec P(...) or a tuple "
+                                      "of them, one per result");
+            if (v->n < 1)
+                break;
+            *out = (sm_item){
+                .kind = SM_IT_FUNC, .s = args[0].v.s, .elems = v->elems, .n = v->n, .at = at};
+            return 0;
+        }
         if (sm_ps_spec_kw(ps, at, args, nargs, "out_sharding", 1, &sp) ||
             (!sp && sm_ps_spec_kw(ps, at, args, nargs, "out_shardings", 1, &sp)))
             return -1;
         if (!sp)
             return sm_ps_fail(ps, at, SM_EINVAL,
-                              "auto_axes needs out_sharding=P(...): the sharding of its result");
+                              "auto_axes needs out_sharding=P(...): the sharding of its result "
+                              "(a tuple of them for a function with several results)");
         *out = (sm_item){.kind = SM_IT_FUNC, .s = args[0].v.s, .spec = sp, .at = at};
         return 0;
     }

@@ -17,6 +17,7 @@
 See docs/python.md. The ops of shmap.numpy and shmap.lax come from the C op
 table at import."""
 from . import debug, lax, nn, numpy, ops, random, scipy, tree_util
+from . import sharding
 from ._config import config
 from ._core import (AlreadyExists, Array, Auto, AxisType, Cancelled, Client, DataLoss,
                     DeadlineExceeded, Device, Explicit, FailedPrecondition, Internal,
@@ -29,24 +30,25 @@ from ._core import (AlreadyExists, Array, Auto, AxisType, Cancelled, Client, Dat
 from ._grad import (checkpoint, custom_jvp, custom_vjp, grad, hessian, jacfwd, jacobian, jacrev,
                     jvp, linearize, remat, value_and_grad, vjp)
 from ._vmap import vmap
-from ._trace import (Future, Lowered, Tracer, ensure_compile_time_eval, eval_shape, jit,
-                     make_jaxpr, named_scope, pmap, shard_map)
+from ._trace import (Future, Lowered, Tracer, auto_axes, ensure_compile_time_eval, eval_shape,
+                     jit, make_jaxpr, named_scope, pmap, shard_map)
 from .tree_util import tree
 
 reshard = numpy.reshard
 with_sharding_constraint = numpy.with_sharding_constraint
 
 __all__ = [
-    "AlreadyExists", "Array", "Auto", "AxisType", "block_until_ready", "Cancelled", "checkpoint",
-    "Client", "config", "connect", "custom_jvp", "custom_vjp", "DataLoss", "DeadlineExceeded",
-    "debug", "default_backend", "Device", "device_count", "device_get", "device_put", "devices",
-    "ensure_compile_time_eval", "eval_shape", "Explicit", "FailedPrecondition", "Future",
-    "get_mesh", "grad", "hessian", "Internal", "InvalidArgument", "jacfwd", "jacobian", "jacrev",
-    "jit", "jvp", "lax", "linearize", "local_cluster", "local_device_count", "local_devices",
-    "Lowered", "make_jaxpr", "make_mesh", "Mesh", "named_scope", "NamedSharding", "nn", "NotFound",
-    "numpy", "ops", "P", "PartitionSpec", "pmap", "process_count", "process_index", "ProgramError",
-    "random", "remat", "reshard", "ResourceExhausted", "scipy", "set_mesh", "ShapeDtypeStruct",
-    "Shard", "shard_map", "ShmapError", "Tracer", "tree", "tree_util", "typeof", "Unauthenticated",
-    "Unavailable", "Unimplemented", "use_mesh", "value_and_grad", "visualize_array_sharding",
-    "vjp", "vmap", "with_sharding_constraint",
+    "AlreadyExists", "Array", "Auto", "auto_axes", "AxisType", "block_until_ready", "Cancelled",
+    "checkpoint", "Client", "config", "connect", "custom_jvp", "custom_vjp", "DataLoss",
+    "DeadlineExceeded", "debug", "default_backend", "Device", "device_count", "device_get",
+    "device_put", "devices", "ensure_compile_time_eval", "eval_shape", "Explicit",
+    "FailedPrecondition", "Future", "get_mesh", "grad", "hessian", "Internal", "InvalidArgument",
+    "jacfwd", "jacobian", "jacrev", "jit", "jvp", "lax", "linearize", "local_cluster",
+    "local_device_count", "local_devices", "Lowered", "make_jaxpr", "make_mesh", "Mesh",
+    "named_scope", "NamedSharding", "nn", "NotFound", "numpy", "ops", "P", "PartitionSpec", "pmap",
+    "process_count", "process_index", "ProgramError", "random", "remat", "reshard",
+    "ResourceExhausted", "scipy", "set_mesh", "ShapeDtypeStruct", "Shard", "shard_map", "sharding",
+    "ShmapError", "Tracer", "tree", "tree_util", "typeof", "Unauthenticated", "Unavailable",
+    "Unimplemented", "use_mesh", "value_and_grad", "visualize_array_sharding", "vjp", "vmap",
+    "with_sharding_constraint",
 ]

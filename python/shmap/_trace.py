@@ -19,6 +19,7 @@ import numpy as np
 import _shmap
 
 from ._core import (Array, InvalidArgument, NamedSharding, P, PartitionSpec, ProgramError,
+                    Unimplemented,
                     ShapeDtypeStruct, ShmapError, _DTYPES, _At, _Shaped, _default, _dtype_name,
                     _default_mesh, _raise, get_mesh)
 
@@ -1920,6 +1921,141 @@ def shard_map(f=None, *, mesh=None, in_specs, out_specs, check_vma=True):
     def wrap(g):
         return _Traced(g, "shard_map", mesh, in_specs, out_specs, check_vma)
     return wrap if f is None else wrap(f)
+
+
+def auto_axes(f=None, /, *, axes=None, out_sharding=None):
+    """jax.sharding.auto_axes: f computed with every mesh axis Auto (the
+    service chooses the layouts inside it, never refusing an op as the
+    Explicit rules may), its results resharded to out_sharding (one spec
+    or NamedSharding for every result, or a pytree of them), as JAX's. In a
+    jit body it is the text form's auto_axes(g, out_sharding=...)(args):
+    f is traced once into a helper g of the program. Outside a trace it
+    runs at once, as a jit function of its arguments. axes= may name every
+    axis of the mesh (the default); a subset is not supported yet."""
+    if f is None:
+        return lambda g: auto_axes(g, axes=axes, out_sharding=out_sharding)
+
+    def call(*args, **kwargs):
+        os_ = out_sharding
+        if os_ is None:
+            if "out_sharding" not in kwargs:
+                raise TypeError("Missing required keyword argument: 'out_sharding'")
+            os_ = kwargs.pop("out_sharding")
+        b = getattr(_state, "builder", None)
+        if b is None:  # at once: as a jit function (JAX traces it too)
+            def run(*a):
+                return auto_axes(f, axes=axes, out_sharding=os_)(*a, **kwargs)
+            run.__name__ = getattr(f, "__name__", "auto_axes")
+            return jit(run)(*args)
+        return _auto_call(b, f, axes, os_, args, kwargs)
+
+    call.__name__ = getattr(f, "__name__", "auto_axes")
+    call.__doc__ = getattr(f, "__doc__", None)
+    call.__wrapped__ = f
+    return call
+
+
+def _auto_call(b, f, axes, os_, args, kwargs):
+    """auto_axes(f, out_sharding=os_)(*args, **kwargs) in the body of b."""
+    name = getattr(f, "__name__", "auto_axes")
+    if b.kind != "jit":
+        raise InvalidArgument(f"auto_axes({name}) in a shard_map body: its mesh axes are Manual "
+                              f"there; call it from a jit function")
+    if _vmap.batched(args, kwargs):
+        raise Unimplemented(f"vmap of auto_axes({name}) is not supported: call auto_axes inside "
+                            f"the function vmap maps, or vmap inside it")
+    mesh = b.mesh
+    if axes is not None:
+        want = {axes} if isinstance(axes, str) else set(axes)
+        if want != set(mesh.axis_names):
+            raise Unimplemented(f"auto_axes(axes={axes!r}) makes only some of the mesh's axes "
+                                f"{tuple(mesh.axis_names)} Auto: only all of them (axes=None) "
+                                f"are supported")
+    pairs = [x for k, a in enumerate(args) for x in _tree_leaves(a, f"a{k}")]
+    params = [v for v, _ in pairs if isinstance(v, Tracer)]
+    names = [f"a{k}" for k in range(len(params))]
+    base = _ascii_name(name) + "_auto"
+    fname, k = base, 2
+    while fname in b.fnames or any(h.startswith(f"jit {fname}(") for h in b.header):
+        fname, k = f"{base}_{k}", k + 1
+    b.fnames.add(fname)
+    mline = re.sub(r" axis_types=\([^)]*\)", "", b.header[0]) + \
+        " axis_types=(" + ", ".join(["Auto"] * len(mesh.axis_names)) + ")"
+    decls = [f"{n}: {_dtype_name(v.dtype)}[{','.join(map(str, v.shape))}] @ P()"
+             for n, v in zip(names, params)]
+    inner = _Builder([mline, f"jit {fname}({', '.join(decls)})%OUT%:"], "jit", names)
+    inner.mesh, inner.outer = mesh, b
+    _state.builder = inner
+    try:
+        if names:
+            info = inner._check(inner.text(ret=names[0]))
+            tracers = iter([Tracer(n, *info["types"][j][:2], tuple(info["types"][j][2]))
+                            for j, n in enumerate(names)])
+        else:
+            tracers = iter(())
+        leaves = iter([next(tracers) if isinstance(v, Tracer) else v for v, _ in pairs])
+        res = f(*[_tree_build(a, leaves) for a in args], **kwargs)
+        inner.resolve()
+    finally:
+        _state.builder = b
+    if inner.debug:
+        raise InvalidArgument(f"debug.print inside auto_axes({name}) is not supported: print "
+                              f"from the jit body")
+    outs, tree = _flatten(res, f"auto_axes({name})")
+    if not outs:
+        raise InvalidArgument(f"auto_axes({name}) must return traced values")
+    if isinstance(os_, (PartitionSpec, NamedSharding)):
+        specs = [os_] * len(outs)
+    else:
+        specs = [x for x, _ in _tree_leaves(os_, "s")]
+        if len(specs) == 1 and len(outs) > 1:
+            specs = specs * len(outs)
+        if len(specs) != len(outs) or not all(isinstance(x, (PartitionSpec, NamedSharding))
+                                              for x in specs):
+            raise InvalidArgument(f"auto_axes({name}): out_sharding must be a PartitionSpec or "
+                                  f"NamedSharding, or a pytree of them, one per result "
+                                  f"({len(outs)})")
+    specs = [getattr(x, "spec", x) for x in specs]
+    b.prelude.extend(inner.prelude)
+    b.prelude.append(f"def {fname}({', '.join(inner.params)}):")
+    b.prelude.extend(f"    {t}" for t, _ in inner.lines)
+    b.prelude.append(f"    return {', '.join(o.name for o in outs)}")
+    extra = [b.capture(x) if kind == "array" else x.name for kind, x in inner.extra]
+    spec_text = repr(specs[0]) if len(specs) == 1 else \
+        "(" + ", ".join(repr(x) for x in specs) + ")"
+    call = f"auto_axes({fname}, out_sharding={spec_text})(" \
+           f"{', '.join([v.name for v in params] + extra)})"
+    lv = _grad._target(b, params)
+    if lv is not None and any(nm in lvl.active for lvl in _grad._levels(b) if not lvl.paused
+                              for nm in extra if isinstance(nm, str)):
+        raise InvalidArgument(f"auto_axes({name}) closes over a value that grad "
+                              f"differentiates: pass it as an argument")
+    with _grad._paused(_grad._levels(b)[lv:] if lv is not None else []):
+        got = b.emit(call, "auto_axes", tuple(params)) if len(outs) == 1 else \
+            b.emit_multi(call, len(outs), "auto_axes", tuple(params))
+    got = (got,) if len(outs) == 1 else tuple(got)
+    if lv is not None:
+        def backward(gs):
+            # the arguments' cotangents: f run again with a tape, and its
+            # backward pass, in a second auto_axes helper of the program
+            from .numpy import _spec_of_type
+            n = len(params)
+            in_specs = [_spec_of_type(v.type) or P() for v in params]
+
+            def vjp(*xc):
+                xs, cs = list(xc[:n]), list(xc[n:])
+                it = iter(xs)
+                lvs = iter([next(it) if isinstance(v, Tracer) else v for v, _ in pairs])
+                rebuilt = [_tree_build(a, lvs) for a in args]
+                r, tape, active = _grad._taped(_builder(), xs, lambda: f(*rebuilt, **kwargs))
+                rl, _ = _flatten(r, f"auto_axes({name})")
+                return tuple(_grad._backward(tape, active, _grad._seeds(rl, cs, active), xs))
+            vjp.__name__ = f"{base}_vjp"
+            cts = auto_axes(vjp, out_sharding=tuple(in_specs))(*params, *gs)
+            cts = cts if isinstance(cts, tuple) else (cts,)
+            return [c if _grad._is_float(v) else None for c, v in zip(cts, params)]
+        _grad._record_custom(b, lv, params, got, backward)
+    return _unflatten(tree, iter(got))
 
 
 def pmap(fun=None, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnums=(),

@@ -1335,6 +1335,65 @@ def test_jit_reshard_and_out_shardings(c):
     assert np.array_equal(np.asarray(r), x * 2)
 
 
+def test_auto_axes_from_python(c):
+    """jax.sharding.auto_axes: f computed with every axis Auto, its results
+    resharded to out_sharding; in a jit body a helper of the program called
+    by the text form's auto_axes (it was in the text form only), at once
+    outside one, and differentiated by grad (its backward a second helper)."""
+    from shmap.sharding import NamedSharding as NS, PartitionSpec as PS, auto_axes
+    mesh = c.make_mesh((2, 2), ("X", "Y"))
+    rng = np.random.default_rng(3)
+    xa, ya = (rng.standard_normal((4, 4)).astype(np.float32) for _ in range(2))
+    x = c.device_put(xa, NS(mesh, PS("X", None)))
+    y = c.device_put(ya, NS(mesh, PS(None, "X")))
+    # SEMANTICS' example: f32[4@X,4] + f32[4,4@X] names X twice; under auto_axes it is computed
+    with pytest.raises(shmap.ProgramError, match="duplicate entries for X"):
+        shmap.jit(lambda a, b: a + b)(x, y)
+    f = shmap.jit(lambda a, b: auto_axes(jnp.add, out_sharding=PS("X", None))(a, b))
+    r = f(x, y)
+    assert shmap.typeof(r) == "f32[4@X,4]" and np.allclose(np.asarray(r), xa + ya)
+    text = f.lower(x, y).as_text()
+    assert "def add_fn_auto(a0, a1):" in text and \
+        "auto_axes(add_fn_auto, out_sharding=P('X', None))(a, b)" in text, text
+
+    # several results: a spec each, or one for all; the decorator form; a closure over an Array
+    @auto_axes(out_sharding=(PS(None, "Y"), PS("Y")))
+    def two(a, b):
+        return a @ b + x, jnp.tanh(a) * b.sum()
+    s, t = shmap.jit(two)(x, y)
+    assert (shmap.typeof(s), shmap.typeof(t)) == ("f32[4,4@Y]", "f32[4@Y,4]")
+    assert np.allclose(np.asarray(s), xa @ ya + xa, atol=1e-5)
+    assert np.allclose(np.asarray(t), np.tanh(xa) * ya.sum(), atol=1e-5)
+    both = auto_axes(lambda a, b: {"p": a * b, "q": a - b}, out_sharding=PS("Y"))(x, y)  # at once
+    assert shmap.typeof(both["p"]) == shmap.typeof(both["q"]) == "f32[4@Y,4]"
+    assert np.allclose(np.asarray(both["q"]), xa - ya)
+
+    # grad through it: the cotangents as numpy's, laid out as the arguments
+    def loss(a, b):
+        h = auto_axes(lambda u, v: jnp.sin(u) * v + u @ v, out_sharding=PS("X", None))(a, b)
+        return (h * h).sum()
+    ga, gb = shmap.jit(shmap.grad(loss, argnums=(0, 1)))(x, y)
+    h = np.sin(xa) * ya + xa @ ya
+    want_a = 2 * h * np.cos(xa) * ya + (2 * h) @ ya.T
+    want_b = 2 * h * np.sin(xa) + xa.T @ (2 * h)
+    assert shmap.typeof(ga) == "f32[4@X,4]" and shmap.typeof(gb) == "f32[4,4@X]"
+    assert np.allclose(np.asarray(ga), want_a, atol=1e-3)
+    assert np.allclose(np.asarray(gb), want_b, atol=1e-3)
+
+    # JAX's refusals
+    with pytest.raises(TypeError, match="Missing required keyword argument: 'out_sharding'"):
+        auto_axes(jnp.add)(x, y)
+    with pytest.raises(shmap.Unimplemented, match="only some of the mesh's axes"):
+        shmap.jit(lambda a: auto_axes(jnp.sin, axes="X", out_sharding=PS())(a))(x)
+    sm = shmap.shard_map(lambda a: auto_axes(jnp.sin, out_sharding=PS())(a), mesh=mesh,
+                         in_specs=PS("X"), out_specs=PS("X"))
+    with pytest.raises(shmap.InvalidArgument, match="Manual"):
+        sm(x)
+    seen = []  # the traced function's mesh
+    shmap.jit(lambda a: seen.append(shmap.sharding.get_abstract_mesh()) or a * 1)(x)
+    assert tuple(seen[0].axis_names) == ("X", "Y") and tuple(seen[0].axis_sizes) == (2, 2)
+
+
 def test_jit_unreduced_partial_sums(c):
     """dot_general with out_sharding=P(unreduced=...) keeps the partial sums
     (no collective), add keeps them, reshard sums them; arrays are never
