@@ -180,6 +180,12 @@ static const type_case types[] = {
      "    z, w = auto_axes(two, out_sharding=(P('X', None), P(None, 'Y')))(x, y)\n"
      "    return w\n",
      "w", "f32[4,4@Y]"},
+    /* axes=: those axes Auto, the Explicit rules on the others (an operand sharded on an
+     * Explicit axis wins over one unsharded there) */
+    {"mesh X=2 Y=2\ndef h(a, b):\n    c = a + b\n    return c\n"
+     "jit f(x: f32[4,4] @ P('X', 'Y'), y: f32[4,4] @ P(None, 'X')):\n"
+     "    r = auto_axes(h, out_sharding=P('Y', 'X'), axes='X')(x, y)\n    return r\n",
+     "c", "f32[4,4@Y]"},
 };
 
 START_TEST(test_types)
@@ -235,6 +241,13 @@ static const error_case errors[] = {
      "jit f(x: f32[4,4] @ P('X', None), y: f32[4,4] @ P(None, 'X')):\n"
      "    z = auto_axes(add, out_sharding=(P('X'), 'Y'))(x, y)\n    return z\n",
      {"t.shmap:3:", "out_sharding must be a PartitionSpec P(...) or a tuple of them"}},
+    {"mesh X=2 Y=4\njit f(x: f32[4,4] @ P('X', None)):\n"
+     "    z = auto_axes(sin, out_sharding=P('X'), axes=('X', 'Z'))(x)\n    return z\n",
+     {"t.shmap:3:", "auto_axes: 'Z' is not an axis of the mesh"}},
+    {"mesh X=2 Y=2\n"
+     "jit f(x: f32[4,4] @ P('X', 'Y'), y: f32[4,4] @ P(None, 'X')):\n"
+     "    z = auto_axes(add, out_sharding=P('X'), axes='Y')(x, y)\n    return z\n",
+     {"t.shmap:3:", "duplicate entries for X"}},
     {"mesh X=2 Y=2\njit m(In: f32[8,2048] @ P('X','Y'), W: f32[2048,8192] @ P('Y', None)):\n"
      "    return einsum('bd,df->bf', In, W)\n",
      {"t.shmap:3:", "Contracting dimensions are sharded and it is ambiguous",
@@ -807,9 +820,12 @@ START_TEST(test_differential_random)
         "    t = jnp.argmax(x - y, axis=0) + jnp.argmin(x, axis=1)\n    return t\n",
         "    t = jnp.cumsum(x, axis=1) + jnp.prod(y, axis=1, keepdims=True)\n    return t\n",
         "    t = jnp.logical_and(x > 0, y < 3) | jnp.any(x > y, axis=0)\n    return t\n",
+        /* auto_axes over one axis: Explicit rules on the others */
+        "    t = auto_axes(add, out_sharding=%s, axes='a')(x, y)\n    return t * 2\n",
+        "    t = auto_axes(matmul, out_sharding=%s, axes=('a',))(x, y.T)\n    return t\n",
     };
     const int nbodies = (int)(sizeof bodies / sizeof bodies[0]);
-    for (int iter = 0; iter < 260; iter++) {
+    for (int iter = 0; iter < 300; iter++) {
         int m = iter % 3;
         const char *dt = iter % 2 ? "i32" : "f32";
         char sx[64], sy[64], so[64], body[256], text[1024];

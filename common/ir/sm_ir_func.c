@@ -107,7 +107,9 @@ int sm_ps_call_builtin(sm_parser *ps, const sm_item *fn, const sm_tok *at, const
         if (ps->p->kind != SM_PROG_JIT)
             return sm_ps_fail(ps, at, SM_EINVAL, "auto_axes belongs to jit programs");
         uint32_t saved = ps->auto_mask;
-        ps->auto_mask = ps->p->mesh.naxes >= 32 ? ~0u : (1u << ps->p->mesh.naxes) - 1;
+        ps->auto_mask = fn->i                     ? saved | (uint32_t)fn->i /* axes= */
+                        : ps->p->mesh.naxes >= 32 ? ~0u
+                                                  : (1u << ps->p->mesh.naxes) - 1;
         sm_item r;
         sm_op_kind k;
         int rc = f ? sm_ps_call_fn(ps, f, at, args, nargs, &r)
@@ -172,6 +174,28 @@ int sm_ps_call_builtin(sm_parser *ps, const sm_item *fn, const sm_tok *at, const
             return sm_ps_fail(ps, at, SM_EINVAL,
                               "auto_axes takes an op or a function of this file: auto_axes(f, "
                               "out_sharding=P(...))");
+        /* axes=: the mesh axes made Auto ('X' or a tuple of names; all by default) */
+        int64_t mask = 0;
+        for (int k = 1; k < nargs; k++) {
+            if (!args[k].kw || strcmp(args[k].kw, "axes"))
+                continue;
+            const sm_item *v = &args[k].v;
+            int na = v->kind == SM_IT_TUPLE ? v->n : 1;
+            for (int j = 0; j < na; j++) {
+                const sm_item *e = v->kind == SM_IT_TUPLE ? &v->elems[j] : v;
+                int m = e->kind == SM_IT_STR ? sm_mesh_axis(&ps->p->mesh, e->s) : -1;
+                if (e->kind != SM_IT_STR)
+                    return sm_ps_fail(ps, args[k].at, SM_EINVAL,
+                                      "auto_axes: axes must be a mesh axis name or a tuple of "
+                                      "them");
+                if (m < 0)
+                    return sm_ps_fail(ps, args[k].at, SM_EINVAL,
+                                      "auto_axes: '%s' is not an axis of the mesh", e->s);
+                mask |= (int64_t)1 << m;
+            }
+            if (!mask)
+                return sm_ps_fail(ps, args[k].at, SM_EINVAL, "auto_axes: axes names no axis");
+        }
         /* a tuple of specs, one per result of a function with several */
         for (int k = 1; k < nargs; k++) {
             const sm_item *v = &args[k].v;
@@ -187,8 +211,12 @@ int sm_ps_call_builtin(sm_parser *ps, const sm_item *fn, const sm_tok *at, const
                                       "of them, one per result");
             if (v->n < 1)
                 break;
-            *out = (sm_item){
-                .kind = SM_IT_FUNC, .s = args[0].v.s, .elems = v->elems, .n = v->n, .at = at};
+            *out = (sm_item){.kind = SM_IT_FUNC,
+                             .s = args[0].v.s,
+                             .elems = v->elems,
+                             .n = v->n,
+                             .i = mask,
+                             .at = at};
             return 0;
         }
         if (sm_ps_spec_kw(ps, at, args, nargs, "out_sharding", 1, &sp) ||
@@ -198,7 +226,7 @@ int sm_ps_call_builtin(sm_parser *ps, const sm_item *fn, const sm_tok *at, const
             return sm_ps_fail(ps, at, SM_EINVAL,
                               "auto_axes needs out_sharding=P(...): the sharding of its result "
                               "(a tuple of them for a function with several results)");
-        *out = (sm_item){.kind = SM_IT_FUNC, .s = args[0].v.s, .spec = sp, .at = at};
+        *out = (sm_item){.kind = SM_IT_FUNC, .s = args[0].v.s, .spec = sp, .i = mask, .at = at};
         return 0;
     }
     const sm_fn *f = sm_ps_find_fn(ps, name);

@@ -286,6 +286,17 @@ sm_err sm_ir_shard_elementwise(const sm_program *p, const sm_ir_op *op,
                 uint32_t diff = sm_sh_dim_mask(l, d) ^ sm_sh_dim_mask(&v->layout, od);
                 if ((diff & autos) == diff)
                     continue; /* Auto axes: keep the larger operand's */
+                /* Explicit and Auto axes on one dimension (auto_axes over
+                 * some axes): the Explicit rule on the Explicit ones, an
+                 * operand sharded there wins over one that is not */
+                uint32_t e1 = sm_sh_dim_mask(l, d) & ~autos;
+                uint32_t e2 = sm_sh_dim_mask(&v->layout, od) & ~autos;
+                if (autos && !e2)
+                    continue;
+                if (autos && !e1) {
+                    sm_sh_dim_copy(l, d, &v->layout, od);
+                    continue;
+                }
                 char specs[600];
                 size_t o = 0;
                 for (int j = 0; j < op->noperands && o < sizeof specs; j++) {

@@ -1930,8 +1930,8 @@ def auto_axes(f=None, /, *, axes=None, out_sharding=None):
     or NamedSharding for every result, or a pytree of them), as JAX's. In a
     jit body it is the text form's auto_axes(g, out_sharding=...)(args):
     f is traced once into a helper g of the program. Outside a trace it
-    runs at once, as a jit function of its arguments. axes= may name every
-    axis of the mesh (the default); a subset is not supported yet."""
+    runs at once, as a jit function of its arguments. axes= names the
+    axes made Auto (every axis of the mesh by default)."""
     if f is None:
         return lambda g: auto_axes(g, axes=axes, out_sharding=out_sharding)
 
@@ -1965,12 +1965,16 @@ def _auto_call(b, f, axes, os_, args, kwargs):
         raise Unimplemented(f"vmap of auto_axes({name}) is not supported: call auto_axes inside "
                             f"the function vmap maps, or vmap inside it")
     mesh = b.mesh
+    auto = set(mesh.axis_names)
     if axes is not None:
-        want = {axes} if isinstance(axes, str) else set(axes)
-        if want != set(mesh.axis_names):
-            raise Unimplemented(f"auto_axes(axes={axes!r}) makes only some of the mesh's axes "
-                                f"{tuple(mesh.axis_names)} Auto: only all of them (axes=None) "
-                                f"are supported")
+        auto = {axes} if isinstance(axes, str) else set(axes)
+        for a in auto:
+            if a not in mesh.axis_names:
+                raise InvalidArgument(f"auto_axes: {a!r} is not an axis of the mesh "
+                                      f"{tuple(mesh.axis_names)}")
+        if not auto:
+            raise InvalidArgument("auto_axes: axes names no axis")
+    subset = auto != set(mesh.axis_names)
     pairs = [x for k, a in enumerate(args) for x in _tree_leaves(a, f"a{k}")]
     params = [v for v, _ in pairs if isinstance(v, Tracer)]
     names = [f"a{k}" for k in range(len(params))]
@@ -1979,9 +1983,13 @@ def _auto_call(b, f, axes, os_, args, kwargs):
     while fname in b.fnames or any(h.startswith(f"jit {fname}(") for h in b.header):
         fname, k = f"{base}_{k}", k + 1
     b.fnames.add(fname)
+    from .numpy import _spec_of_type
+    types = ["Auto" if a in auto or t == "Auto" else "Explicit"
+             for a, t in zip(mesh.axis_names, mesh.axis_types)]
     mline = re.sub(r" axis_types=\([^)]*\)", "", b.header[0]) + \
-        " axis_types=(" + ", ".join(["Auto"] * len(mesh.axis_names)) + ")"
-    decls = [f"{n}: {_dtype_name(v.dtype)}[{','.join(map(str, v.shape))}] @ P()"
+        " axis_types=(" + ", ".join(types) + ")"
+    decls = [f"{n}: {_dtype_name(v.dtype)}[{','.join(map(str, v.shape))}] @ "
+             f"{(_spec_of_type(v.type) or P()) if subset else P()!r}"
              for n, v in zip(names, params)]
     inner = _Builder([mline, f"jit {fname}({', '.join(decls)})%OUT%:"], "jit", names)
     inner.mesh, inner.outer = mesh, b
@@ -2023,6 +2031,8 @@ def _auto_call(b, f, axes, os_, args, kwargs):
     extra = [b.capture(x) if kind == "array" else x.name for kind, x in inner.extra]
     spec_text = repr(specs[0]) if len(specs) == 1 else \
         "(" + ", ".join(repr(x) for x in specs) + ")"
+    if subset:
+        spec_text += ", axes=" + _fmt(tuple(a for a in mesh.axis_names if a in auto))
     call = f"auto_axes({fname}, out_sharding={spec_text})(" \
            f"{', '.join([v.name for v in params] + extra)})"
     lv = _grad._target(b, params)
@@ -2038,7 +2048,6 @@ def _auto_call(b, f, axes, os_, args, kwargs):
         def backward(gs):
             # the arguments' cotangents: f run again with a tape, and its
             # backward pass, in a second auto_axes helper of the program
-            from .numpy import _spec_of_type
             n = len(params)
             in_specs = [_spec_of_type(v.type) or P() for v in params]
 
@@ -2051,7 +2060,7 @@ def _auto_call(b, f, axes, os_, args, kwargs):
                 rl, _ = _flatten(r, f"auto_axes({name})")
                 return tuple(_grad._backward(tape, active, _grad._seeds(rl, cs, active), xs))
             vjp.__name__ = f"{base}_vjp"
-            cts = auto_axes(vjp, out_sharding=tuple(in_specs))(*params, *gs)
+            cts = auto_axes(vjp, axes=axes, out_sharding=tuple(in_specs))(*params, *gs)
             cts = cts if isinstance(cts, tuple) else (cts,)
             return [c if _grad._is_float(v) else None for c, v in zip(cts, params)]
         _grad._record_custom(b, lv, params, got, backward)

@@ -1383,8 +1383,28 @@ def test_auto_axes_from_python(c):
     # JAX's refusals
     with pytest.raises(TypeError, match="Missing required keyword argument: 'out_sharding'"):
         auto_axes(jnp.add)(x, y)
-    with pytest.raises(shmap.Unimplemented, match="only some of the mesh's axes"):
-        shmap.jit(lambda a: auto_axes(jnp.sin, axes="X", out_sharding=PS())(a))(x)
+    with pytest.raises(shmap.InvalidArgument, match="'Z' is not an axis of the mesh"):
+        shmap.jit(lambda a: auto_axes(jnp.sin, axes="Z", out_sharding=PS())(a))(x)
+    # axes=: only those axes Auto, the Explicit rules on the others (X Auto: Y on dimension 1
+    # wins over unsharded, as JAX's once X is dropped from the arguments' specs)
+    u = c.device_put(xa, NS(mesh, PS("X", "Y")))
+    with pytest.raises(shmap.ProgramError, match="incompatible shardings"):
+        shmap.jit(lambda a, b: a + b)(u, y)
+
+    inner = []
+
+    def add_seen(p, q):
+        t = p + q
+        inner.append(shmap.typeof(t))
+        return t
+    part = shmap.jit(lambda a, b: auto_axes(add_seen, axes="X", out_sharding=PS("Y", "X"))(a, b))
+    r = part(u, y)
+    assert inner == ["f32[4,4@Y]"], inner  # X is Auto: not in the type
+    assert shmap.typeof(r) == "f32[4@Y,4@X]" and np.allclose(np.asarray(r), xa + ya)
+    assert "axes=('X',))(a, b)" in part.lower(u, y).as_text()
+    g = shmap.jit(shmap.grad(lambda a, b: (auto_axes(lambda p, q: p * q, axes=("X",),
+                                                     out_sharding=PS("X"))(a, b) ** 2).sum()))
+    assert np.allclose(np.asarray(g(u, y)), 2 * xa * ya * ya, atol=1e-4)
     sm = shmap.shard_map(lambda a: auto_axes(jnp.sin, out_sharding=PS())(a), mesh=mesh,
                          in_specs=PS("X"), out_specs=PS("X"))
     with pytest.raises(shmap.InvalidArgument, match="Manual"):
