@@ -1961,9 +1961,8 @@ def _auto_call(b, f, axes, os_, args, kwargs):
     if b.kind != "jit":
         raise InvalidArgument(f"auto_axes({name}) in a shard_map body: its mesh axes are Manual "
                               f"there; call it from a jit function")
-    if _vmap.batched(args, kwargs):
-        raise Unimplemented(f"vmap of auto_axes({name}) is not supported: call auto_axes inside "
-                            f"the function vmap maps, or vmap inside it")
+    if _vmap.batched(args, kwargs):  # vmap of auto_axes: auto_axes of vmap, batch first
+        return _auto_batched(f, axes, os_, args, kwargs)
     mesh = b.mesh
     auto = set(mesh.axis_names)
     if axes is not None:
@@ -2065,6 +2064,40 @@ def _auto_call(b, f, axes, os_, args, kwargs):
             return [c if _grad._is_float(v) else None for c, v in zip(cts, params)]
         _grad._record_custom(b, lv, params, got, backward)
     return _unflatten(tree, iter(got))
+
+
+def _auto_batched(f, axes, os_, args, kwargs):
+    """auto_axes(f)(args) with args batched by the innermost vmap among
+    them: auto_axes of vmap(f) on the batched values (the batch first, as
+    each BatchTracer holds it), each result spec with None first for the
+    batch, its results batched again."""
+    if _vmap.batched([kwargs]):
+        raise Unimplemented("vmap of auto_axes with a batched keyword argument is not "
+                            "supported: pass it positionally")
+    pairs = [x for k, a in enumerate(args) for x in _tree_leaves(a, f"a{k}")]
+    level = max(v.level for v, _ in pairs if isinstance(v, _vmap.BatchTracer))
+    mapped = [isinstance(v, _vmap.BatchTracer) and v.level == level for v, _ in pairs]
+    size = next(v.nbatch for (v, _), m in zip(pairs, mapped) if m)
+    flat = [v.val if m else v for (v, _), m in zip(pairs, mapped)]
+
+    def per_example(*xs):
+        it = iter(xs)
+        return f(*[_tree_build(a, it) for a in args], **kwargs)
+
+    def batch_first(spec):
+        spec = getattr(spec, "spec", spec)
+        return P(None, *spec, unreduced=spec.unreduced) if getattr(spec, "unreduced", None) \
+            else P(None, *spec)
+    if isinstance(os_, (PartitionSpec, NamedSharding)):
+        specs = batch_first(os_)
+    else:
+        leaves = [x for x, _ in _tree_leaves(os_, "s")]
+        specs = _tree_build(os_, iter([batch_first(x) for x in leaves]))
+    g = _vmap.vmap(per_example, in_axes=tuple(0 if m else None for m in mapped))
+    g.__name__ = getattr(f, "__name__", "auto_axes")
+    res = auto_axes(g, axes=axes, out_sharding=specs)(*flat)
+    outs, tree = _flatten(res, f"auto_axes({g.__name__})")
+    return _unflatten(tree, iter([_vmap.BatchTracer(o, size, level) for o in outs]))
 
 
 def pmap(fun=None, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnums=(),

@@ -1380,6 +1380,17 @@ def test_auto_axes_from_python(c):
     assert np.allclose(np.asarray(ga), want_a, atol=1e-3)
     assert np.allclose(np.asarray(gb), want_b, atol=1e-3)
 
+    # vmap of it: auto_axes of the vmapped function, the batch first (None in its specs)
+    zs = rng.standard_normal((3, 4, 4)).astype(np.float32)
+    z = c.device_put(zs, NS(mesh, PS(None, "X", None)))
+    h = auto_axes(lambda u, v: jnp.sin(u) + v * 2, out_sharding=PS("X", None))
+    r = shmap.jit(shmap.vmap(h, in_axes=(0, None)))(z, y)
+    assert shmap.typeof(r) == "f32[3,4@X,4]"
+    assert np.allclose(np.asarray(r), np.sin(zs) + 2 * ya, atol=1e-6)
+    gy = shmap.jit(shmap.grad(lambda a, b: shmap.vmap(h, in_axes=(0, None))(a, b).sum(),
+                              argnums=1))(z, y)
+    assert np.allclose(np.asarray(gy), np.full((4, 4), 6.0))
+
     # JAX's refusals
     with pytest.raises(TypeError, match="Missing required keyword argument: 'out_sharding'"):
         auto_axes(jnp.add)(x, y)
