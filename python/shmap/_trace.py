@@ -2105,9 +2105,10 @@ def pmap(fun=None, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_
     """jax.pmap, as JAX now runs it: a shard_map over a mesh of one axis
     (axis_name) as long as the mapped arguments' leading axis, one device
     per index (the cluster's first, or devices); fun sees one index's slice
-    (the leading axis dropped) and its collectives name axis_name. in_axes
-    0 or None per argument (a pytree argument: for all its leaves), out_axes
-    0 (the results stacked) or None (one device's, which must not vary:
+    (the mapped axis dropped) and its collectives name axis_name. in_axes
+    an int (the mapped axis, negative from the end) or None per argument (a
+    pytree argument: for all its leaves), out_axes an int (where the
+    results are stacked) or None (one device's, which must not vary:
     shard_map's check); static_broadcasted_argnums reach fun as they are."""
     if isinstance(fun, str) and axis_name is None:  # pmap("i") as a decorator factory
         fun, axis_name = None, fun
@@ -2131,15 +2132,24 @@ def pmap(fun=None, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_
                                  f"{len(dyn)} arguments")
             sizes = set()
             for a, ax in zip(dyn, axes):
-                if ax not in (0, None):
-                    raise InvalidArgument(f"pmap: in_axes {ax!r} is not supported here: move "
-                                          f"the mapped axis to the front (0) or pass None")
+                if ax is not None and not isinstance(ax, int):
+                    raise InvalidArgument(f"pmap: in_axes entries are ints or None (one per "
+                                          f"argument, for all its leaves), got {ax!r}")
                 for leaf, _ in _tree_leaves(a, "a"):
-                    if ax == 0:
-                        sizes.add(np.shape(leaf)[0] if np.ndim(leaf) else None)
-            if None in sizes or not sizes:
+                    if ax is None:
+                        continue
+                    nd = np.ndim(leaf)
+                    if not -nd <= ax < nd:
+                        raise ValueError(f"pmap in_axes {ax} is out of bounds for an argument "
+                                         f"of rank {nd}" if nd else
+                                         "pmap requires at least one argument with a mapped "
+                                         "axis of rank 1 or more")
+                    sizes.add(np.shape(leaf)[ax])
+            if out_axes is not None and not isinstance(out_axes, int):
+                raise InvalidArgument(f"pmap: out_axes is an int or None, got {out_axes!r}")
+            if not sizes:
                 raise ValueError("pmap requires at least one argument with a mapped axis (in_axes "
-                                 "0) of rank 1 or more")
+                                 "not None) of rank 1 or more")
             if len(sizes) > 1:
                 raise ValueError(f"pmap got inconsistent sizes for array axes to be mapped: "
                                  f"{sorted(sizes)}")
@@ -2152,24 +2162,44 @@ def pmap(fun=None, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_
                 client = _client_of(leaves, get_mesh())
                 mesh = client.make_mesh((n,), (name,), devices=None if devices is None
                                         else list(devices)[:n])
-                out = []
+                out, ranks = [], []
+
+                def at(k, nd):  # the mapped axis k of a value of rank nd
+                    return k + nd if k < 0 else k
 
                 def body(*blocks):
                     it = iter(blocks)
                     full = [fixed[i] if i in fixed else next(it) for i in range(len(args))]
                     ax = iter(axes)
-                    full = [v if i in fixed else
-                            (_tree_build(v, iter([b[0] for b, _ in _tree_leaves(v, "a")]))
-                             if next(ax) == 0 else v) for i, v in enumerate(full)]
+                    full = [v if i in fixed else _unmap(v, next(ax)) for i, v in enumerate(full)]
                     res = f(*full)
                     out[:] = [res]
                     ls = [v for v, _ in _tree_leaves(res, "r")]
-                    return tuple(v[None] if out_axes == 0 else v for v in ls)
+                    ranks[:] = [len(v.shape) for v in ls]
+                    if out_axes is None:
+                        return tuple(ls)
+                    return tuple(_expand(v, at(out_axes, len(v.shape) + 1)) for v in ls)
+
+                def _unmap(v, k):  # one index's slice: the mapped axis dropped
+                    if k is None:
+                        return v
+                    return _tree_build(v, iter([b[(slice(None),) * at(k, len(b.shape)) + (0,)]
+                                                for b, _ in _tree_leaves(v, "a")]))
+
+                def _expand(v, k):
+                    return v.reshape(tuple(v.shape[:k]) + (1,) + tuple(v.shape[k:]))
 
                 body.__name__ = getattr(f, "__name__", "pmap")
-                specs = tuple(P(name) if ax == 0 else P() for ax in axes)
-                spec = P(name) if out_axes == 0 else P()
-                sm = _Traced(body, "shard_map", mesh, specs, lambda k: (spec,) * k, True)
+                specs = tuple(P() if ax is None else
+                              _tree_build(a, iter([P(*(None,) * at(ax, np.ndim(leaf)), name)
+                                                   for leaf, _ in _tree_leaves(a, "a")]))
+                              for a, ax in zip(dyn, axes))
+
+                def out_specs(k):
+                    if out_axes is None:
+                        return (P(),) * k
+                    return tuple(P(*(None,) * at(out_axes, r + 1), name) for r in ranks)
+                sm = _Traced(body, "shard_map", mesh, specs, out_specs, True)
                 traced[key] = (sm, out)
             sm, out = traced[key]
             res = sm(*dyn)

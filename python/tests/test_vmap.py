@@ -347,6 +347,20 @@ def test_pmap(c):
         shmap.jit(lambda x: shmap.pmap(lambda y: y)(x))(x)
     with pytest.raises(shmap.ProgramError, match="varies over mesh axis .i."):  # out_axes=None
         shmap.pmap(lambda x: x, axis_name="i", out_axes=None)(xa)
+    # in_axes and out_axes other than 0 (negative from the end), as JAX's (it took 0 or None)
+    r7 = np.random.default_rng(7)
+    ya = r7.standard_normal((3, 4, 2)).astype(np.float32)
+    za = r7.standard_normal((2, 4)).astype(np.float32)
+    k = shmap.pmap(lambda y, z: y * 2 + z.sum() + lax.psum(z, "i"), axis_name="i",
+                   in_axes=(1, -1), out_axes=2)
+    got = k(ya, c.device_put(za, NamedSharding(c.make_mesh((4,), ("z",)), P())))
+    want = np.stack([ya[:, i, :] * 2 + za[:, i].sum() + za.sum(1) for i in range(4)], axis=2)
+    assert got.shape == (3, 2, 4) and np.allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)
+    got = shmap.pmap(lambda y: y.sum(0), in_axes=-2, out_axes=-1)(ya)
+    assert np.allclose(np.asarray(got), ya.sum(0).T, rtol=1e-5)
+    with pytest.raises(ValueError, match="pmap in_axes 3 is out of bounds for an argument of "
+                       "rank 3"):
+        shmap.pmap(lambda y: y, in_axes=3)(ya)
 
 
 def test_vectorize_and_apply_along_axis(c, mesh):
