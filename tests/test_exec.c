@@ -116,6 +116,12 @@ static const op_row rows[] = {
      "sum(s * (reshape(arange(8), (8, 1)) == reshape(arange(8), (1, 8))), axis=1)"},
     {M42, XI, "P('i')", "einsum('ij->i', x)", "sum(x, axis=1)"},
     {M42, XY, PIJ, "einsum('...,...->...', x, y)", "einsum('ij,ij->ij', x, y)"},
+    /* '...' broadcasts size 1 as numpy's: per device (1,8,16) against (2,16,6) */
+    {M42, "a: f32[1,8,16] @ P(), b: f32[8,16,6] @ P('i')", "P('i')",
+     "einsum('...ij,...jk->...ik', a, b)",
+     "einsum('bij,bjk->bik', broadcast_to(a, (8, 8, 16)), b)"},
+    {M42, "a: f32[8,1,16] @ P('i'), b: f32[3,16] @ P()", "P('i')", "einsum('...j,...j->...', a, b)",
+     "sum(broadcast_to(a, (8, 3, 16)) * b, axis=2)"},
     /* reductions */
     {M42, XI, "P('i')", "sum(x, axis=1)"},
     {M42, XI, "P('i')", "mean(x, axis=-1)"},

@@ -229,8 +229,9 @@ sm_err sm_ir_einsum_ellipsis(sm_program *p, sm_ir_op *op, char *err, size_t errl
             pool[np++] = (char)c;
     const char *arrow = strstr(spec, "->");
     size_t in_len = arrow ? (size_t)(arrow - spec) : strlen(spec);
-    /* each input term's letters and whether it has '...' */
+    /* each input term's letters, whether it has '...' and its letters before it */
     int ell[SM_OP_MAXARGS + 1] = {0}, nlet[SM_OP_MAXARGS + 1] = {0}, nt = 0, most = 0;
+    int before[SM_OP_MAXARGS + 1] = {0};
     for (size_t i = 0; i <= in_len && nt <= n; i++) {
         if (i == in_len || spec[i] == ',') {
             nt++;
@@ -241,6 +242,7 @@ sm_err sm_ir_einsum_ellipsis(sm_program *p, sm_ir_op *op, char *err, size_t errl
                 return sm_fail(err, errlen, SM_EINVAL,
                                "einsum: subscripts '%s': '.' only as one '...' per operand", spec);
             ell[nt] = 1;
+            before[nt] = nlet[nt];
             i += 2;
         } else if (spec[i] != ' ') {
             nlet[nt]++;
@@ -265,7 +267,20 @@ sm_err sm_ir_einsum_ellipsis(sm_program *p, sm_ir_op *op, char *err, size_t errl
         return sm_fail(err, errlen, SM_EINVAL, "einsum: subscripts '%s': too many dimensions",
                        spec);
     /* '...' of an operand of rank r: the last r of the `most` letters (numpy aligns
-     * them to the right) */
+     * them to the right). numpy broadcasts them: where one operand's dimension
+     * has size 1 and another's more, the size-1 one gets a letter of its own,
+     * summed away (a sum over one element). */
+    int64_t bsize[52] = {0};
+    for (int q = 0; q < n; q++) {
+        const sm_ir_value *v = &p->values[op->operands[q]];
+        int r = ell[q] ? v->shape.rank - nlet[q] : 0;
+        for (int d = most - r; d < most; d++) {
+            int64_t z = v->shape.dims[before[q] + d - (most - r)];
+            if (z != 1)
+                bsize[d] = z;
+        }
+    }
+    int fresh = most;
     char out[512];
     size_t o = 0;
     int k = 0;
@@ -280,9 +295,19 @@ sm_err sm_ir_einsum_ellipsis(sm_program *p, sm_ir_op *op, char *err, size_t errl
             k++;
             PUT(',');
         } else if (spec[i] == '.') {
-            int r = p->values[op->operands[k]].shape.rank - nlet[k];
-            for (int d = most - r; d < most; d++)
-                PUT(pool[d]);
+            const sm_ir_value *v = &p->values[op->operands[k]];
+            int r = v->shape.rank - nlet[k];
+            for (int d = most - r; d < most; d++) {
+                int64_t z = v->shape.dims[before[k] + d - (most - r)];
+                if (z == 1 && bsize[d] > 1) {
+                    if (fresh >= np)
+                        return sm_fail(err, errlen, SM_EINVAL,
+                                       "einsum: subscripts '%s': too many dimensions", spec);
+                    PUT(pool[fresh++]);
+                } else {
+                    PUT(pool[d]);
+                }
+            }
             i += 2;
         } else if (spec[i] != ' ') {
             PUT(spec[i]);
