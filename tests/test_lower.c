@@ -233,6 +233,18 @@ typedef struct {
 } error_case;
 
 static const error_case errors[] = {
+    /* with_sharding_constraint: JAX's assert with every axis Explicit, and its refusal of a
+     * spec naming an Explicit axis otherwise */
+    {"mesh X=2 Y=2\njit f(x: f32[4,4] @ P('X', None)):\n"
+     "    y = with_sharding_constraint(x, P(None, 'Y'))\n    return y\n",
+     {"t.shmap:3:", "`with_sharding_constraint` acts as an assert when all axes of mesh are of "
+                    "type `Explicit`. The array sharding: P('X', None) did not match the sharding "
+                    "provided: P(None, 'Y')."}},
+    {"mesh X=2 Y=2 axis_types=(Explicit, Auto)\njit f(x: f32[4,4] @ P('X', None)):\n"
+     "    y = with_sharding_constraint(x, P('X', 'Y'))\n    return y\n",
+     {"The spec of NamedSharding passed to with_sharding_constraint can only refer to Auto axes "
+      "of the mesh. Got spec=P('X', 'Y') and mesh=Mesh('X': 2, 'Y': 2, axis_types=(Explicit, "
+      "Auto)). You probably meant to use `reshard` API?"}},
     {"mesh X=2 Y=4\ndef two(x, y):\n    return x + y, x * y\n"
      "jit f(x: f32[4,4] @ P('X', None), y: f32[4,4] @ P(None, 'X')):\n"
      "    z, w = auto_axes(two, out_sharding=P('X', None))(x, y)\n    return w\n",

@@ -1217,18 +1217,48 @@ sm_err sm_ir_shard_reshard(const sm_program *p, const sm_ir_op *op, const sm_ir_
     if (e)
         return e;
     if (op->kind == SM_OP_WITH_SHARDING_CONSTRAINT) {
-        /* the constraint pins Auto axes; Explicit axes keep the type's */
-        for (int d = 0; d < out->shape.rank; d++) {
-            uint32_t m = sm_sh_dim_mask(&out->layout, d) | sm_sh_dim_mask(&in[0]->layout, d);
-            if ((m & out->hidden) != m && !sm_sh_dim_equal(&out->layout, d, &in[0]->layout, d)) {
-                char t[300], s[200];
-                return sm_fail(err, errlen, SM_EINVAL,
-                               "with_sharding_constraint: %s conflicts with the explicit "
-                               "sharding of its operand %s; use reshard to change an explicit "
-                               "sharding",
-                               sm_pspec_format(op->attrs.sharding, s, sizeof s),
-                               sm_sh_type_str(p, in[0], t, sizeof t));
-            }
+        /* the constraint pins Auto axes. JAX's: with every axis Explicit it
+         * asserts the operand's sharding; with any Auto axis its spec may
+         * name Auto axes only */
+        uint32_t named = 0;
+        for (int d = 0; d < out->shape.rank; d++)
+            named |= sm_sh_dim_mask(&out->layout, d);
+        char s[300], t[300];
+        if (!(out->hidden & sm_sh_all(p))) {
+            for (int d = 0; d < out->shape.rank; d++)
+                if (!sm_sh_dim_equal(&out->layout, d, &in[0]->layout, d)) {
+                    sm_pspec xs, us;
+                    sm_ir_layout_to_spec(p, &in[0]->layout, in[0]->shape.rank, 0, &xs);
+                    sm_ir_layout_to_spec(p, &out->layout, out->shape.rank, 0, &us);
+                    for (; xs.nentries < in[0]->shape.rank; xs.nentries++) /* JAX's: one entry */
+                        memset(&xs.e[xs.nentries], 0, sizeof xs.e[0]);     /* per dimension */
+                    for (; us.nentries < out->shape.rank; us.nentries++)
+                        memset(&us.e[us.nentries], 0, sizeof us.e[0]);
+                    sm_pspec_format(&xs, t, sizeof t);
+                    sm_pspec_format(&us, s, sizeof s);
+                    return sm_fail(err, errlen, SM_EINVAL,
+                                   "`with_sharding_constraint` acts as an assert when all axes "
+                                   "of mesh are of type `Explicit`. The array sharding: %s did "
+                                   "not match the sharding provided: %s. Please use "
+                                   "`jax.sharding.reshard` to shard your input to the sharding "
+                                   "you want.",
+                                   t, s);
+                }
+        } else if (named & ~out->hidden) {
+            size_t o = (size_t)snprintf(t, sizeof t, "Mesh(");
+            for (int a = 0; a < p->mesh.naxes && o < sizeof t; a++)
+                o += (size_t)snprintf(t + o, sizeof t - o, "%s'%s': %lld", a ? ", " : "",
+                                      p->mesh.names[a], (long long)p->mesh.sizes[a]);
+            for (int a = 0; a < p->mesh.naxes && o < sizeof t; a++)
+                o += (size_t)snprintf(t + o, sizeof t - o, "%s%s", a ? ", " : ", axis_types=(",
+                                      out->hidden & (1u << a) ? "Auto" : "Explicit");
+            if (o < sizeof t)
+                snprintf(t + o, sizeof t - o, "))");
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "The spec of NamedSharding passed to with_sharding_constraint can only "
+                           "refer to Auto axes of the mesh. Got spec=%s and mesh=%s. You "
+                           "probably meant to use `reshard` API?",
+                           sm_pspec_format(op->attrs.sharding, s, sizeof s), t);
         }
     }
     plan->in[0] = in[0]->layout;

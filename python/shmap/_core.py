@@ -3,6 +3,7 @@ import atexit
 import contextlib
 import operator
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -1066,7 +1067,18 @@ def device_put(x, sharding=None, name=None, replicas=1):
     one); a pytree (tuples, lists, dicts) of arrays goes leaf by leaf; a bare
     PartitionSpec is one over the mesh of set_mesh / use_mesh; no sharding:
     replicated over that mesh, or without one on the default device (a mesh
-    of the cluster's first device, as JAX's device_put(x))."""
+    of the cluster's first device, as JAX's device_put(x)). Inside a traced
+    function it is a reshard (x as it is without a sharding), as JAX's."""
+    from . import _trace
+    if getattr(_trace._state, "builder", None) is not None:
+        if isinstance(x, dict):
+            return type(x)((k, device_put(v, sharding)) for k, v in x.items())
+        if type(x) in (tuple, list):
+            return type(x)(device_put(v, sharding) for v in x)
+        if sharding is None:
+            return x
+        from .numpy import reshard
+        return reshard(x, getattr(sharding, "spec", sharding))
     if sharding is None:
         mesh = get_mesh() or _default_mesh()
         if mesh is None:
@@ -1184,12 +1196,72 @@ class local_cluster:
         self._stop()
 
 
+class _Type(str):
+    """What jax.typeof gives: the type string it prints (f32[8@i,16@j],
+    compared as a string) with the aval's attributes: shape, dtype, ndim,
+    sharding (a NamedSharding of the value's mesh and the spec over its
+    Explicit axes, with its unreduced axes), vma (the mesh axes a shard_map
+    block varies over) and weak_type."""
+
+    def __new__(cls, text, mesh=None, shape=None, dtype=None, weak=False):
+        t = super().__new__(cls, text)
+        t._mesh, t._shape, t._dtype, t.weak_type = mesh, shape, dtype, bool(weak)
+        return t
+
+    @property
+    def shape(self):
+        if self._shape is not None:
+            return tuple(self._shape)
+        from ._trace import _dims
+        return tuple(int(d.split("@")[0]) for d in _dims(self)) if "[" in self else ()
+
+    @property
+    def dtype(self):
+        return np.dtype(self._dtype if self._dtype is not None else
+                        _DTYPES.get(self.split("[")[0], self.split("[")[0]))
+
+    ndim = property(lambda self: len(self.shape))
+
+    def _attrs(self):
+        """{'U': {...}, 'V': {...}}: the axes of the type's {U:..., V:...}."""
+        out = {"U": set(), "V": set()}
+        m = re.search(r"\{(.*)\}\s*$", str(self))
+        for part in (m.group(1).split(", ") if m else ()):
+            k, _, axes = part.partition(":")
+            if k in out:
+                out[k].update(a for a in axes.split(",") if a)
+        return out
+
+    @property
+    def vma(self):
+        return frozenset(self._attrs()["V"])
+
+    @property
+    def sharding(self):
+        from ._trace import _spec_entry, _dims
+        entries = [_spec_entry(d) for d in _dims(self)] if "[" in self else []  # one per dim
+        spec = P(*entries, unreduced=frozenset(self._attrs()["U"]))
+        return NamedSharding(self._mesh, spec) if self._mesh is not None else spec
+
+
 def typeof(x):
-    """The type string jax.typeof prints: f32[8@i,16@j]."""
+    """jax.typeof: the value's type, which prints (and compares) as the
+    string JAX prints, f32[8@i,16@j], and has the aval's shape, dtype,
+    sharding and vma."""
     t = getattr(x, "type", None)
     if t is None:
         raise InvalidArgument(f"typeof takes a shmap Array or a traced value, got {type(x)}")
-    return t
+    mesh = None
+    if isinstance(x, Array):
+        mesh = x.sharding.mesh
+    else:
+        b = getattr(x, "_owner", None)
+        mesh = getattr(b, "mesh", None)
+    try:
+        shape = tuple(x.shape)
+    except Exception:  # noqa: BLE001 (a value whose shape is not known: parsed from t)
+        shape = None
+    return _Type(t, mesh, shape, None, getattr(x, "weak_type", False))
 
 
 class ShapeDtypeStruct:

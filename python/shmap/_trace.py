@@ -423,6 +423,14 @@ class Tracer(_Shaped):
         from ._core import _DTYPES
         return np.dtype(_DTYPES.get(self._dtype, np.float32))
 
+    @property
+    def sharding(self):
+        """JAX's: a traced value has no concrete sharding (typeof(x).sharding
+        is its type's)."""
+        raise AttributeError(f"The 'sharding' attribute is not available on traced array with "
+                             f"shape {self.dtype.name}[{','.join(map(str, self.shape))}]: "
+                             f"shmap.typeof(x).sharding is its type's sharding")
+
     def __len__(self):
         if not self.shape:
             raise TypeError("len() of unsized object")
@@ -761,6 +769,8 @@ class _AtIndex:
             out_sharding=None):
         if self._index_array():
             return self._scatter("scatter", v, out_sharding)
+        if out_sharding is not None:
+            return self._auto("set", v, out_sharding)
         starts, sizes, kept = self._box()
         x = self.x
         if isinstance(v, Tracer):
@@ -769,7 +779,36 @@ class _AtIndex:
                 upd = upd.astype(x.dtype)
         else:
             upd = _call_op("full", tuple(sizes), v, dtype=x.dtype)
+        ents = self._laid_out(sizes, kept)
+        if ents and _dims(upd.type) != _dims(x.type):
+            upd = _call_op("reshard", upd, P(*ents))
         return _call_op("dynamic_update_slice", x, upd, tuple(starts))
+
+    def _laid_out(self, sizes, kept):
+        """In a jit body, the entries of x's spec an update of the box is
+        laid out with (None when x is unsharded): JAX's scatter rule, whose
+        sentence refuses a box cutting a sharded dimension (out_sharding=
+        says how to lay the result out instead)."""
+        x = self.x
+        if _builder().kind != "jit":
+            return None
+        ents = [_spec_entry(d) for d in _dims(x.type)]
+        shape = tuple(x.shape)
+        if any(e is not None and sizes[d] != shape[d] for d, e in enumerate(ents)):
+            nidx = sum(1 for d in range(len(shape)) if sizes[d] != shape[d] or d not in kept)
+            view = ",".join(str(sizes[d]) for d in kept)
+            e = scatter_refused(x.type, f"i32[{nidx - 1}]" if nidx > 1 else "i32[]",
+                                f"{x.type.split('[')[0]}[{view}]")
+            src = _user_line()
+            raise ProgramError(f"{src}: {e}" if src else str(e), source_line=src)
+        return ents if any(e is not None for e in ents) else None
+
+    def _auto(self, how, v, out_sharding):
+        """x.at[key].how(v, out_sharding=...) with static indices: JAX's, the
+        update computed under auto_axes and its result resharded."""
+        key = self.key
+        return auto_axes(lambda a, u: getattr(_AtIndex(a, key), how)(u),
+                         out_sharding=out_sharding)(self.x, v)
 
     def _index_array(self):
         """The key is one integer array (x.at[idx]), or a tuple of integer
@@ -867,12 +906,18 @@ class _AtIndex:
             out_sharding=None):
         if self._index_array():
             return self._scatter("scatter_add", v, out_sharding)
+        if out_sharding is not None:
+            return self._auto("add", v, out_sharding)
+        self._laid_out(*self._box()[1:])
         return self.set(self.get() + v)
 
     def multiply(self, v, *, indices_are_sorted=False, unique_indices=False, mode=None,
                  out_sharding=None):
         if self._index_array():
             return self._scatter("scatter_mul", v, out_sharding)
+        if out_sharding is not None:
+            return self._auto("multiply", v, out_sharding)
+        self._laid_out(*self._box()[1:])
         return self.set(self.get() * v)
 
     mul = multiply
@@ -891,12 +936,18 @@ class _AtIndex:
             out_sharding=None):
         if self._index_array():
             return self._scatter("scatter_min", v, out_sharding)
+        if out_sharding is not None:
+            return self._auto("min", v, out_sharding)
+        self._laid_out(*self._box()[1:])
         return self.set(_call_op("minimum", self.get(), v))
 
     def max(self, v, *, indices_are_sorted=False, unique_indices=False, mode=None,
             out_sharding=None):
         if self._index_array():
             return self._scatter("scatter_max", v, out_sharding)
+        if out_sharding is not None:
+            return self._auto("max", v, out_sharding)
+        self._laid_out(*self._box()[1:])
         return self.set(_call_op("maximum", self.get(), v))
 
 

@@ -1425,6 +1425,55 @@ def test_auto_axes_from_python(c):
     assert tuple(seen[0].axis_names) == ("X", "Y") and tuple(seen[0].axis_sizes) == (2, 2)
 
 
+def test_jax_idioms_in_jit(c):
+    """What JAX code does with shardings inside jit: device_put is a
+    reshard; typeof(x) has the aval's shape, dtype and sharding (it was a
+    bare string); a tracer's .sharding raises JAX's AttributeError; a static
+    .at[].set into a sharded array lays the update out as the array (it was
+    refused), or gives JAX's scatter sentence and takes out_sharding=;
+    with_sharding_constraint's two sentences are JAX's."""
+    mesh = c.make_mesh((2, 2), ("X", "Y"))
+    a = np.arange(16, dtype=np.float32).reshape(4, 4)
+    x = c.device_put(a, NamedSharding(mesh, P("X", None)))
+    r = shmap.jit(lambda v: shmap.device_put(v, NamedSharding(mesh, P(None, "X"))))(x)
+    assert shmap.typeof(r) == "f32[4,4@X]" and np.array_equal(np.asarray(r), a)
+    seen = {}
+
+    def look(v):
+        t = shmap.typeof(v)
+        seen.update(shape=t.shape, dtype=t.dtype, spec=t.sharding.spec, mesh=t.sharding.mesh)
+        with pytest.raises(AttributeError, match="The 'sharding' attribute is not available "
+                           "on traced array with shape float32\\[4,4\\]"):
+            v.sharding
+        return v * 2
+    shmap.jit(look)(x)
+    assert seen == {"shape": (4, 4), "dtype": np.float32, "spec": P("X", None), "mesh": mesh}
+    t = shmap.typeof(x)
+    assert t == "f32[4@X,4]" and t.shape == (4, 4) and t.sharding == x.sharding
+    sm = shmap.shard_map(lambda b: (seen.update(vma=shmap.typeof(b).vma), b)[1], mesh=mesh,
+                         in_specs=P("X"), out_specs=P("X"))
+    sm(x)
+    assert seen["vma"] == frozenset({"X"})
+    # .at[] with static indices into a sharded array
+    r = shmap.jit(lambda v: v.at[:, 1].set(-1.0))(x)
+    want = a.copy()
+    want[:, 1] = -1
+    assert shmap.typeof(r) == "f32[4@X,4]" and np.array_equal(np.asarray(r), want)
+    with pytest.raises(shmap.ProgramError, match=r"test_shmap.py:\d+: Use `.at\[...\]"
+                       r".set/add/mul/...\(out_sharding=\)` .*Got operand=f32\[4@X,4\], "
+                       r"indices=i32\[1\], updates=f32\[4\]"):
+        shmap.jit(lambda v: v.at[0].set(1.0))(x)
+    with pytest.raises(shmap.ProgramError, match=r"Use `.at\[...\].set/add/mul/...\("):
+        shmap.jit(lambda v: v.at[1:3].multiply(2.0))(x)
+    r = shmap.jit(lambda v: v.at[0].add(5.0, out_sharding=P("X", None)))(x)
+    want = a.copy()
+    want[0] += 5
+    assert shmap.typeof(r) == "f32[4@X,4]" and np.array_equal(np.asarray(r), want)
+    with pytest.raises(shmap.ProgramError, match="acts as an assert when all axes of mesh are "
+                       "of type `Explicit`"):
+        shmap.jit(lambda v: shmap.with_sharding_constraint(v, P(None, "Y")))(x)
+
+
 def test_jit_unreduced_partial_sums(c):
     """dot_general with out_sharding=P(unreduced=...) keeps the partial sums
     (no collective), add keeps them, reshard sums them; arrays are never
