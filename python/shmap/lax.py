@@ -308,9 +308,37 @@ def top_k(operand, k):
 
 
 def sort(operand, dimension=-1, is_stable=True, num_keys=1):
-    """jax.lax.sort of one operand: ascending along dimension."""
+    """jax.lax.sort: an array sorted along dimension (NaN last, -0.0 and
+    0.0 equal), or a sequence of arrays of one shape sorted together by
+    their first num_keys (lexicographically, the first primary; stable),
+    returned as a tuple."""
+    if isinstance(operand, (list, tuple)):
+        ops = list(operand)
+        if len(ops) == 0:
+            raise TypeError("Sort requires at least one operand")
+        if not 1 <= num_keys <= len(ops):
+            raise ValueError(f"num_keys={num_keys} must be between 1 and "
+                             f"len(operand)={len(ops)}")
+        shapes = [_shape_of(o) for o in ops]
+        if builtins.any(s != shapes[0] for s in shapes[1:]):
+            raise TypeError(f"Arguments to sort must have equal shapes, got: "
+                            f"{' '.join(str(s) for s in shapes)}")
+        return _sort_many(ops, dimension, num_keys)
+    if num_keys != 1:
+        raise ValueError(f"num_keys={num_keys} must equal 1 for a single operand.")
     from . import numpy as jnp
     return jnp.sort(operand, axis=dimension)
+
+
+def _sort_many(ops, dimension, num_keys):
+    from .numpy import _at_once
+    return _at_once(_sort_together)(ops, dimension, num_keys)
+
+
+def _sort_together(ops, dimension, num_keys):
+    from . import numpy as jnp
+    order = jnp.lexsort(tuple(reversed(ops[:num_keys])), axis=dimension)
+    return tuple(jnp.take_along_axis(o, order, axis=dimension) for o in ops)
 
 
 __all__ += ["select", "cond", "switch", "scan", "top_k"]
@@ -420,16 +448,6 @@ def _reducer(name):
 
 reduce_sum, reduce_max = _reducer("sum"), _reducer("max")
 reduce_min, reduce_prod = _reducer("min"), _reducer("prod")
-
-
-def reduce_and(operand, axes):
-    """lax.reduce_and: all over axes."""
-    return _jnp().all(operand, axis=tuple(axes))
-
-
-def reduce_or(operand, axes):
-    """lax.reduce_or: any over axes."""
-    return _jnp().any(operand, axis=tuple(axes))
 
 
 def convert_element_type(operand, new_dtype):
@@ -1075,3 +1093,1179 @@ def cumlogsumexp(operand, axis=0, reverse=False):
 
 
 __all__ += ["slice_in_dim", "index_in_dim", "batch_matmul", "cumlogsumexp"]
+
+
+# ---- select_n, reduce, reduce_precision, lax's other names ------------------
+
+
+import enum  # noqa: E402
+import numbers  # noqa: E402
+import operator  # noqa: E402
+
+# jnp's name for a lax function, for the tip JAX's check_same_dtypes adds
+_JNP_EQUIVALENT = {"eq": "equal", "ne": "not_equal", "select": "where", "atan2": "arctan2",
+                   "nextafter": "nextafter"}
+
+
+def _lax_dtype(v):
+    """The dtype lax gives an argument: an array's own; a Python scalar's
+    under JAX's defaults (bool, int32, float32)."""
+    if hasattr(v, "dtype"):
+        return _np.dtype(v.dtype)
+    return _np.dtype(_np.bool_ if isinstance(v, (bool, _np.bool_)) else
+                     _np.int32 if isinstance(v, numbers.Integral) else _np.float32)
+
+
+def _shape_of(v):
+    return tuple(v.shape) if hasattr(v, "shape") else tuple(_np.shape(v))
+
+
+def _aval_str(x):
+    """An array's type as JAX prints an aval (float32[8,6])."""
+    from ._trace import _dims
+    t = getattr(x, "type", None)
+    dims = _dims(t) if isinstance(t, str) and "[" in t else [str(d) for d in _shape_of(x)]
+    return f"{_lax_dtype(x).name}[{','.join(dims)}]"
+
+
+def _same_dtypes(name, *args):
+    """JAX's check_same_dtypes: lax's n-ary ops do not promote. A Python
+    scalar passes with arrays of its kind (as a weakly typed value of
+    their dtype does with x64 on)."""
+    strong = {_lax_dtype(a) for a in args if hasattr(a, "dtype")}
+    kinds = {"b": "b", "i": "iu", "u": "iu", "f": "f"}
+    ok = len(strong) <= 1 and builtins.all(
+        hasattr(a, "dtype") or not strong or
+        _lax_dtype(a).kind in kinds.get(next(iter(strong)).kind, "") for a in args)
+    if not ok:
+        msg = (f"lax.{name} requires arguments to have the same dtypes, got "
+               f"{', '.join(_lax_dtype(a).name for a in args)}.")
+        if name in _JNP_EQUIVALENT:
+            msg += (f" (Tip: jnp.{_JNP_EQUIVALENT[name]} is a similar function that does "
+                    f"automatic type promotion on inputs).")
+        raise TypeError(msg)
+
+
+def _accept(name, x, kinds, what, position=None):
+    """JAX's unop / naryop dtype rule: x's dtype must be of kinds ('f',
+    'iu', ...), named `what` in the sentence."""
+    dt = _lax_dtype(x)
+    if dt.kind in kinds:
+        return
+    if position is None:
+        raise TypeError(f"{name} does not accept dtype {dt.name}. Accepted dtypes are subtypes "
+                        f"of {what}.")
+    raise TypeError(f"{name} does not accept dtype {dt.name} at position {position}. Accepted "
+                    f"dtypes at position {position} are subtypes of {what}.")
+
+
+@_now
+def select_n(which, *cases):
+    """jax.lax.select_n: cases[which] elementwise. A bool which picks
+    cases[0] where false and cases[1] where true; an integer one goes
+    down the tree of selects XLA's lowering makes (which < mid), so an
+    index below 0 takes cases[0] and one past the end the last case.
+    which is a scalar or of the cases' shape; the cases of one shape and
+    dtype (JAX's checks and sentences)."""
+    if len(cases) == 0:
+        raise ValueError("select_n() must have at least one case")
+    shapes = [_shape_of(c) for c in cases]
+    if builtins.any(s != shapes[0] for s in shapes[1:]):
+        raise TypeError("select cases must have the same shapes, got [{}].".format(
+            ", ".join(str(s) for s in shapes)))
+    wshape = _shape_of(which)
+    if wshape and wshape != shapes[0]:
+        raise TypeError(f"select `which` must be scalar or have the same shape as cases, got "
+                        f"`which` shape {wshape} but case shape {shapes[0]}.")
+    _same_dtypes("select", *cases)
+    wdt = _lax_dtype(which)
+    if wdt.kind not in "biu":
+        raise TypeError(f"select `which` must be boolean or integer type, got {wdt.name}.")
+    if wdt.kind == "b" and len(cases) > 2:
+        raise TypeError("select with boolean `which` cannot have > 2 cases.")
+    if len(cases) == 1:
+        return cases[0]
+    jnp = _jnp()
+    if wdt.kind == "b":
+        return jnp.where(which, cases[1], cases[0])
+
+    def pick(offset, cs):
+        if len(cs) == 1:
+            return cs[0]
+        mid = len(cs) // 2
+        return jnp.where(which < offset + mid, pick(offset, cs[:mid]),
+                         pick(offset + mid, cs[mid:]))
+    return pick(0, list(cases))
+
+
+def _check_axes(axes, x):
+    """JAX's _reduce_op_shape_rule: axes unique and in range."""
+    if len(axes) != len(set(axes)):
+        raise ValueError(f"duplicate value in 'axes' of reduction: {axes}")
+    if not builtins.all(0 <= a < len(x.shape) for a in axes):
+        raise ValueError(f"reduction axes {axes} contains out-of-bounds indices for "
+                         f"{_aval_str(x)}.")
+
+
+def _pairwise(leaves, axes, combine):
+    """leaves reduced over axes with combine(list, list) -> list, adjacent
+    elements paired (so an associative combine need not commute), one
+    axis at a time from the last: a tree of log2(n) steps, as a reduction
+    of XLA's may be ordered."""
+    jnp = _jnp()
+    cur = list(leaves)
+    for ax in sorted(axes, reverse=True):
+        cur = [jnp._unshard(c, ax) for c in cur]
+
+        def sl(e, start, stop, step=1, ax=ax):
+            return e[(builtins.slice(None),) * ax + (builtins.slice(start, stop, step),)]
+        while cur[0].shape[ax] > 1:
+            n = cur[0].shape[ax]
+            h = n // 2
+            r = combine([sl(c, 0, 2 * h, 2) for c in cur], [sl(c, 1, 2 * h, 2) for c in cur])
+            if n % 2:
+                r = [jnp.concatenate((a, sl(c, n - 1, n)), axis=ax) for a, c in zip(r, cur)]
+            cur = r
+        cur = [jnp.squeeze(c, ax) for c in cur]
+    return cur
+
+
+def _bitwise_reduce(name, operand, axes):
+    """reduce_and / reduce_or / reduce_xor: bool or integer operands, the
+    result of their dtype (bitwise for integers, as JAX's)."""
+    jnp = _jnp()
+    axes = tuple(int(a) for a in axes)
+    dt = _lax_dtype(operand)
+    if dt.kind not in "biu":
+        raise TypeError(f"logical reduction requires operand dtype bool or int, got {dt.name}.")
+    _check_axes(axes, operand)
+    if dt.kind == "b" and name != "xor":
+        return (jnp.all if name == "and" else jnp.any)(operand, axis=axes)
+    if builtins.any(operand.shape[a] == 0 for a in axes):
+        keep = [d for k, d in enumerate(operand.shape) if k not in axes]
+        return jnp.full(tuple(keep), -1 if name == "and" else 0, dtype=dt)
+    op = getattr(jnp, "bitwise_" + name)
+    return _pairwise([operand], axes, lambda a, b: [op(a[0], b[0])])[0]
+
+
+@_now
+def reduce_and(operand, axes):
+    """lax.reduce_and: all over axes for bools, the bitwise and of
+    integers (of their dtype), as JAX's."""
+    return _bitwise_reduce("and", operand, axes)
+
+
+@_now
+def reduce_or(operand, axes):
+    """lax.reduce_or: any over axes for bools, the bitwise or of
+    integers (of their dtype), as JAX's."""
+    return _bitwise_reduce("or", operand, axes)
+
+
+@_now
+def reduce_xor(operand, axes):
+    """lax.reduce_xor: the parity over axes for bools, the bitwise xor of
+    integers (of their dtype)."""
+    return _bitwise_reduce("xor", operand, axes)
+
+
+def _monoid(computation, init, dtype):
+    """The reduction (jnp's name, or and / or / xor) that computation with
+    init amounts to, as JAX's _get_monoid_reducer finds it (lax.add with
+    0, lax.mul with 1, lax.max with -inf or the integer minimum, lax.min,
+    the bitwise and / or / xor of integers and bools with their
+    identities), also for jnp's same functions and jnp.logical_and / or
+    / xor of bools; None where init is not a concrete scalar or not the
+    identity (a fold of init then follows)."""
+    from ._conv import _identity, _is
+    from ._trace import Tracer
+    if isinstance(init, Tracer) or _np.shape(init) != ():
+        return None
+    v = _np.asarray(init)
+    dt = _np.dtype(dtype)
+    intlike = dt.kind in "biu"
+    if _is(computation, "add"):
+        return "sum" if _identity(computation, v, _np.zeros((), dt)) else None
+    if _is(computation, "mul", "multiply"):
+        return "prod" if _identity(computation, v, _np.zeros((), dt)) else None
+    if _is(computation, "max", "maximum"):
+        return "max" if _identity(computation, v, _np.zeros((), dt)) else None
+    if _is(computation, "min", "minimum"):
+        return "min" if _identity(computation, v, _np.zeros((), dt)) else None
+    for name, ident in (("or", 0), ("and", -1), ("xor", 0)):
+        if (_is(computation, "bitwise_" + name) and intlike) or \
+                (_is(computation, "logical_" + name) and dt.kind == "b"):
+            return name if _np.equal(v, _np.array(ident).astype(dt)) else None
+    return None
+
+
+@_now
+def reduce(operands, init_values, computation, dimensions, out_sharding=None):
+    """jax.lax.reduce: operands (a pytree of arrays) reduced over
+    dimensions with computation, started from init_values (scalars, the
+    same pytree). The monoids JAX recognizes (lax.add with 0, lax.mul with
+    1, lax.max / lax.min with their identities, lax.bitwise_and / or /
+    xor), and jnp's same functions and logical_and / or / xor of bools,
+    are the reductions of those names. Any other computation (a Python
+    function of two pytrees of arrays, elementwise, associative, as XLA
+    asks) is applied to adjacent pairs of elements, log2(n) times per
+    dimension, then to init_values and the result."""
+    from ._trace import Tracer, _tree_sig
+    from .tree_util import tree_structure
+    jnp = _jnp()
+    if _tree_sig(operands) != _tree_sig(init_values):
+        raise ValueError(f"Operands must have the same tree structure as init_values: "
+                         f"{tree_structure(operands)} vs. {tree_structure(init_values)}")
+    ops, _ = _leaves(operands)
+    inits, ibuild = _leaves(init_values)
+    dims = tuple(operator.index(d) for d in dimensions)
+    kind = _monoid(computation, inits[0], _lax_dtype(ops[0])) if len(ops) == 1 else None
+    if kind is not None:
+        x = ops[0]
+        if kind in ("sum", "prod"):
+            _accept(f"reduce_{kind}", x, "iuf", "number")
+        if kind in ("and", "or", "xor"):
+            return _bitwise_reduce(kind, x, dims)
+        _check_axes(dims, x)
+        if out_sharding is not None and kind != "sum":
+            raise NotImplementedError
+        r = getattr(jnp, kind)(x, axis=dims)
+        r = r if r.dtype == x.dtype else jnp.astype(r, x.dtype)
+        return r if out_sharding is None else jnp.reshard(r, getattr(out_sharding, "spec",
+                                                                     out_sharding))
+    if builtins.any(_np.shape(v) != () for v in inits):
+        raise ValueError(f"reduce found non-scalar initial value: "
+                         f"{[_shape_of(v) for v in inits]}")
+    if not builtins.all(_lax_dtype(v) == _lax_dtype(x) or (  # a Python number of x's kind
+            not hasattr(v, "dtype") and _lax_dtype(v).kind == _lax_dtype(x).kind)
+            for v, x in zip(inits, ops)):
+        raise TypeError(
+            f"reduce operand dtypes should match corresponding initial value dtypes, got "
+            f"operands=[{', '.join(f'ShapedArray({_aval_str(x)})' for x in ops)}] and "
+            f"initial_values=[{', '.join(f'ShapedArray({_aval_str(v)})' for v in inits)}]")
+    for x in ops:
+        _check_axes(dims, x)
+    out_shape = tuple(d for k, d in enumerate(ops[0].shape) if k not in dims)
+    out_tree = []
+
+    def combine(a, b):
+        r = computation(ibuild(a), ibuild(b))
+        rl, rbuild = _leaves(r)
+        if len(rl) != len(a) or builtins.any(
+                not hasattr(v, "dtype") or _lax_dtype(v) != _lax_dtype(w) for v, w in zip(rl, a)):
+            raise TypeError(f"reduce: computation must return values of the operands' "
+                            f"structure and dtypes "
+                            f"({', '.join(_lax_dtype(w).name for w in a)}), got {r!r}")
+        out_tree[:] = [rbuild]
+        return rl
+
+    def full(v, x):
+        if isinstance(v, Tracer):
+            v = v if v.dtype == x.dtype else jnp.astype(v, x.dtype)
+            return jnp.broadcast_to(v, out_shape)
+        return jnp.full(out_shape, _np.asarray(v).item(), dtype=_lax_dtype(x))
+    if builtins.any(ops[0].shape[d] == 0 for d in dims):
+        return ibuild([full(v, x) for v, x in zip(inits, ops)])
+    res = combine([full(v, x) for v, x in zip(inits, ops)], _pairwise(ops, dims, combine))
+    return (out_tree[0] if out_tree else ibuild)(res)
+
+
+# exponent and mantissa bits of each float dtype
+_FLOAT_BITS = {"float16": (5, 10), "bfloat16": (8, 7), "float32": (8, 23), "float64": (11, 52)}
+
+
+def _dtype_name(x):
+    """x's dtype's name; bfloat16 from a traced value's type (its numpy
+    dtype stands in as float32 where numpy has no bfloat16)."""
+    t = getattr(x, "type", None)
+    if isinstance(t, str) and t.startswith("bf16"):
+        return "bfloat16"
+    dt = getattr(x, "dtype", None)
+    return getattr(dt, "name", str(dt))
+
+
+def _as_dtype_of(r, like):
+    """r (computed in float32 or float64) in like's dtype."""
+    name = _dtype_name(like)
+    return r if _dtype_name(r) == name else _jnp().astype(r, name)
+
+
+class _Binade:
+    """|w| (w float32 or float64, the values of a float of `bits`
+    exponent and mantissa bits) split exactly into y * 2**e, y in [1, 2)
+    (and, where |w| is below the format's smallest normal, y = |w| /
+    2**emin in [0, 1)) by comparisons and power-of-two scalings, since no
+    bitcast is at hand; scale(v) multiplies v by 2**e back; odd_exponent:
+    where e is odd (the biased exponent, of an odd bias, even)."""
+
+    def __init__(self, w, bits):
+        jnp = _jnp()
+        se, _ = bits
+        emax = 2 ** (se - 1) - 1
+        self.emin = 1 - emax
+        a = jnp.abs(w)
+        self.tiny = a < 2.0 ** self.emin
+        steps = [2 ** j for j in range(emax.bit_length() - 1, -1, -1)]
+        y = jnp.where(self.tiny, 1.0, a)
+        self.ups, self.downs = [], []
+        for k in steps:  # down to y < 2
+            m = y >= 2.0 ** k
+            y = jnp.where(m, y * 2.0 ** -k, y)
+            self.ups.append((k, m))
+        for k in steps:  # up to y >= 1 (at most to the smallest normal)
+            m = y < 2.0 ** (1 - k)
+            y = jnp.where(m, y * 2.0 ** k, y)
+            self.downs.append((k, m))
+        self.y = jnp.where(self.tiny, a * 2.0 ** -self.emin, y)
+        # e is odd where one of the two scalings by 2 applied (the other steps are even)
+        self.odd_exponent = self.ups[-1][1] ^ self.downs[-1][1]
+
+    def exponent(self):
+        """e as int32 (emin where |w| is below the smallest normal)."""
+        jnp = _jnp()
+        e = jnp.zeros(self.tiny.shape, _np.int32)
+        for k, m in self.ups:
+            e = e + jnp.astype(m, _np.int32) * k
+        for k, m in self.downs:
+            e = e - jnp.astype(m, _np.int32) * k
+        return jnp.where(self.tiny, self.emin, e)
+
+    def scale(self, v):
+        jnp = _jnp()
+        r = v
+        for k, m in reversed(self.downs):
+            r = jnp.where(m, r * 2.0 ** -k, r)
+        for k, m in reversed(self.ups):
+            r = jnp.where(m, r * 2.0 ** k, r)
+        return jnp.where(self.tiny, v * 2.0 ** self.emin, r)
+
+
+def _work(x):
+    """x in the dtype its bit tricks are done in (half floats in float32)."""
+    return x if _dtype_name(x) in ("float32", "float64") else _jnp().astype(x, _np.float32)
+
+
+def _reduce_precision_impl(operand, exponent_bits, mantissa_bits):
+    jnp = _jnp()
+    se, sm = _FLOAT_BITS[_dtype_name(operand)]
+    w = _work(operand)
+    r = jnp.abs(w)
+    if mantissa_bits < sm:  # round to mantissa_bits, ties to even, the exponent unbounded
+        b = _Binade(w, (se, sm))
+        q = jnp.round(b.y * 2.0 ** mantissa_bits)
+        if mantissa_bits == 0:  # the last bit kept is the exponent's: a tie rounds to an
+            q = jnp.where((b.y == 1.5) & b.odd_exponent, 1.0, q)  # even biased exponent
+        r = b.scale(q * 2.0 ** -mantissa_bits)
+    if exponent_bits < se:  # out of the exponent range: inf above, zero below (no subnormals)
+        rb = 2 ** (exponent_bits - 1) - 1
+        r = jnp.where(r >= 2.0 ** (rb + 1), jnp.inf, r)
+        r = jnp.where(r < 2.0 ** (1 - rb), 0.0, r)
+    r = jnp.copysign(r, w)
+    r = jnp.where(jnp.isinf(w), w, r)
+    r = jnp.where(jnp.isnan(w), w if mantissa_bits > 0 else jnp.inf, r)
+    return _as_dtype_of(r, operand)
+
+
+def _make_reduce_precision():
+    from ._grad import custom_vjp
+    f = custom_vjp(_reduce_precision_impl, nondiff_argnums=(1, 2))
+    f.defvjp(lambda x, e, m: (_reduce_precision_impl(x, e, m), None),
+             lambda e, m, _, g: (reduce_precision(g, e, m),))
+    return f
+
+
+_reduce_precision_vjp = _make_reduce_precision()
+
+
+def reduce_precision(operand, exponent_bits, mantissa_bits):
+    """jax.lax.reduce_precision: operand rounded to a float of
+    exponent_bits and mantissa_bits and back, as XLA's ReducePrecision:
+    the mantissa rounded to nearest, ties to even; then, with fewer
+    exponent bits than the dtype's, a magnitude past the format's largest
+    finite value becomes inf and one below its smallest normal value a
+    zero of its sign (XLA flushes that format's subnormals); NaN stays
+    NaN (inf with no mantissa bits). Made of comparisons and exact
+    power-of-two scalings; reverse-mode differentiation gives
+    reduce_precision of the cotangent, as JAX's rule."""
+    e = operator.index(exponent_bits)
+    m = operator.index(mantissa_bits)
+    if e < 1:
+        raise ValueError(f"reduce_precision: exponent_bits must be positive; got {e}")
+    if m < 0:
+        raise ValueError(f"reduce_precision: mantissa_bits must be non-negative; got {m}")
+    if isinstance(operand, (_np.ndarray, _np.generic)):
+        operand = _jnp().asarray(operand)
+    elif not hasattr(operand, "dtype"):  # a Python number: a float32 scalar
+        operand = _jnp().asarray(_np.float32(operand))
+    if _dtype_name(operand) not in _FLOAT_BITS:
+        _accept("reduce_precision", operand, "f", "floating")
+    se, sm = _FLOAT_BITS[_dtype_name(operand)]
+    if e >= se and m >= sm:
+        return operand
+    return _reduce_precision_vjp(operand, e, m)
+
+
+__all__ += ["select_n", "reduce", "reduce_xor", "reduce_precision"]
+
+
+# ---- collectives made of others: pshuffle, pswapaxes, pbroadcast ------------
+
+
+def _tree_map(f, tree):
+    leaves, build = _leaves(tree)
+    return build([f(v) for v in leaves])
+
+
+def pshuffle(x, axis_name, perm):
+    """jax.lax.pshuffle: ppermute with the permutation given by sources
+    (device i of axis_name receives from perm[i]); x a pytree."""
+    if set(perm) != set(range(len(perm))):
+        raise ValueError(f"`perm` does not represent a permutation: {perm}")
+    pairs = list(zip(perm, range(len(perm))))
+    return _tree_map(lambda v: ppermute(v, axis_name, pairs), x)  # noqa: F821 (op table)
+
+
+def pswapaxes(x, axis_name, axis, *, axis_index_groups=None):
+    """jax.lax.pswapaxes: all_to_all(x, axis_name, axis, axis), the device
+    axis swapped with x's dimension axis (of the axis' size); x a pytree."""
+    if axis_index_groups is not None:
+        from ._core import Unimplemented
+        raise Unimplemented("pswapaxes: axis_index_groups is not implemented by shmap "
+                            "(all_to_all takes none)")
+    return _tree_map(lambda v: all_to_all(v, axis_name, axis, axis), x)  # noqa: F821
+
+
+def pbroadcast(x, axis_name, source):
+    """jax.lax.pbroadcast: every device of axis_name gets the value of the
+    one at index source (JAX's definition: the psum of x masked to the
+    source), the type kept (varying over the axes where x varies, as
+    JAX's abstract eval: a leaf that varies over none of them is
+    returned as it is, one varying over some of them comes out varying
+    over all); an all_gather of the varying leaves, so bit for bit, -0.0
+    and bool included; x a pytree."""
+    names = tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
+    if not isinstance(source, numbers.Integral):
+        raise TypeError(f"pbroadcast: source must be a static int, got {source!r}")
+    n = axis_size(names if len(names) > 1 else names[0])  # noqa: F821 (op table)
+    if not 0 <= int(source) < n:
+        raise ValueError(f"pbroadcast: source {source} is out of range for axis {axis_name} "
+                         f"of size {n}")
+
+    def one(v):
+        varying = _varying(v.type) if hasattr(v, "type") else []
+        if not builtins.any(a in varying for a in names):
+            return v  # the same on every device of the axes
+        missing = tuple(a for a in names if a not in varying)
+        if missing:
+            v = pvary(v, missing if len(missing) > 1 else missing[0])  # noqa: F821
+        return all_gather(v, axis_name, axis=0)[int(source)]  # noqa: F821
+    return _tree_map(one, x)
+
+
+__all__ += ["pshuffle", "pswapaxes", "pbroadcast"]
+
+
+# ---- approximate top-k: exact on CPU, as JAX's fallback ---------------------
+
+
+def _approx_output_size(n, rank, k, recall_target, aggregate, override):
+    """XLA's ApproxTopKReductionOutputSize: how many elements the
+    approximate pass keeps (k when aggregating to top-k)."""
+    from ._core import InvalidArgument
+    if aggregate:
+        return k
+    tiling = 1024 if rank == 1 else 128
+    if n <= tiling:
+        return n
+    if override >= 0 and n > override:
+        raise InvalidArgument(f"reduction_input_size_override: {override} should be greater "
+                              f"equals to operands[reduction_dim]: {n}")
+    logical = override if override >= 0 else n
+    if k == 1:
+        return tiling
+    recall = _np.float32(recall_target)
+    if recall == 1.0:
+        return n
+    if recall <= 0 or recall > 1:
+        raise InvalidArgument("recall_target should range in (0,1]")
+    m = builtins.min(builtins.max(int((1.0 - k) / _np.log(_np.float64(recall))), tiling), n)
+    red = (logical // m).bit_length() - 1 if logical // m else 0
+    if red == 0:
+        return n
+    q = n // tiling
+    red = builtins.min(red, (q - 1).bit_length() if q else 0)  # log2 ceiling
+    chunks = -(-n // tiling)
+    return -(-chunks // (1 << red)) * tiling
+
+
+def _approx_top_k(operand, k, reduction_dimension, recall_target, is_max_k,
+                  reduction_input_size_override, aggregate_to_topk):
+    from ._trace import _entries
+    jnp = _jnp()
+    shape = _shape_of(operand)
+    if k <= 0:
+        raise ValueError(f"k must be positive, got {k}")
+    if len(shape) == 0:
+        raise TypeError(f"approx_top_k operand must have >= 1 dimension, got {shape}")
+    if shape[reduction_dimension] < k:
+        raise ValueError(f"k must be smaller than the size of reduction_dim "
+                         f"{shape[reduction_dimension]}, got {k}")
+    if _lax_dtype(operand).kind != "f":
+        raise ValueError("operand must be a floating type")
+    size = _approx_output_size(shape[reduction_dimension], len(shape), k, recall_target,
+                               aggregate_to_topk, reduction_input_size_override)
+    ents = _entries(operand)
+    if ents is not None and ents[reduction_dimension] is not None:
+        from ._core import InvalidArgument
+        raise InvalidArgument(f"reduction dimension {reduction_dimension} in operand "
+                              f"{_aval_str(operand)} should be unsharded i.e. the spec of "
+                              f"that dim should be `None`.")
+    axis = reduction_dimension % len(shape)
+    x = operand if axis == len(shape) - 1 else jnp.moveaxis(operand, axis, -1)
+    idx = jnp.argsort(x, axis=-1, descending=is_max_k)[..., :size]
+    vals = jnp.take_along_axis(x, idx, axis=-1)
+    if axis != len(shape) - 1:
+        vals, idx = jnp.moveaxis(vals, -1, axis), jnp.moveaxis(idx, -1, axis)
+    return vals, idx
+
+
+@_now
+def approx_max_k(operand, k, reduction_dimension=-1, recall_target=0.95,
+                 reduction_input_size_override=-1, aggregate_to_topk=True):
+    """jax.lax.approx_max_k as JAX runs it off TPU: the exact k largest
+    along reduction_dimension, largest first (ties: the lower position
+    first), and their int32 positions; with aggregate_to_topk=False the
+    XLA-computed number of them, sorted likewise."""
+    return _approx_top_k(operand, k, reduction_dimension, recall_target, True,
+                         reduction_input_size_override, aggregate_to_topk)
+
+
+@_now
+def approx_min_k(operand, k, reduction_dimension=-1, recall_target=0.95,
+                 reduction_input_size_override=-1, aggregate_to_topk=True):
+    """jax.lax.approx_min_k as JAX runs it off TPU: the exact k smallest,
+    smallest first, and their int32 positions."""
+    return _approx_top_k(operand, k, reduction_dimension, recall_target, False,
+                         reduction_input_size_override, aggregate_to_topk)
+
+
+__all__ += ["approx_max_k", "approx_min_k"]
+
+
+# ---- lax's names for comparisons, inverse trigonometry, rounding ------------
+
+
+def _compare(name, jname):
+    def op(x, y):
+        _same_dtypes(name, x, y)
+        return getattr(_jnp(), jname)(x, y)
+    op.__name__ = name
+    op.__doc__ = (f"lax.{name}: jnp.{jname} of two arguments of one dtype (lax does not "
+                  f"promote).")
+    return op
+
+
+eq, ne = _compare("eq", "equal"), _compare("ne", "not_equal")
+lt, le = _compare("lt", "less"), _compare("le", "less_equal")
+gt, ge = _compare("gt", "greater"), _compare("ge", "greater_equal")
+
+
+def _float_unop(name, jname):
+    def op(x):
+        _accept(name, x, "f", "floating, complexfloating")
+        return getattr(_jnp(), jname)(x)
+    op.__name__ = name
+    op.__doc__ = f"lax.{name}: jnp.{jname} of a float."
+    return op
+
+
+acos, asin, atan = _float_unop("acos", "arccos"), _float_unop("asin", "arcsin"), \
+    _float_unop("atan", "arctan")
+acosh, asinh, atanh = _float_unop("acosh", "arccosh"), _float_unop("asinh", "arcsinh"), \
+    _float_unop("atanh", "arctanh")
+
+
+def _pair(name, x, y, kinds, what):
+    """The operands of binary lax op name, checked as JAX's (dtypes of
+    kinds, one dtype), a Python number made an array like the other: (x, y,
+    an operand that was an array)."""
+    for i, v in enumerate((x, y)):
+        _accept(name, v, kinds, what, position=i)
+    _same_dtypes(name, x, y)
+    like = x if hasattr(x, "dtype") else y
+    x, y = (v if hasattr(v, "dtype") else _jnp().full_like(like, v) for v in (x, y))
+    return x, y, like
+
+
+def atan2(x, y):
+    """lax.atan2(x, y): the arc tangent of x / y in its quadrant (jnp.arctan2)."""
+    x, y, _ = _pair("atan2", x, y, "f", "floating, complexfloating")
+    return _jnp().arctan2(x, y)
+
+
+def reciprocal(x):
+    """lax.reciprocal: integer_pow(x, -1) (so refused for integers)."""
+    dt = _lax_dtype(x)
+    if dt.kind in "iu":
+        raise TypeError(f"Integers cannot be raised to negative powers, got "
+                        f"integer_pow({_aval_str(x)}, -1)")
+    _accept("integer_pow", x, "iuf", "integer, floating, complexfloating")
+    return integer_pow(x, -1)
+
+
+class RoundingMethod(enum.IntEnum):
+    """jax.lax.RoundingMethod: how lax.round breaks ties."""
+    AWAY_FROM_ZERO = 0
+    TO_NEAREST_EVEN = 1
+
+
+_round_even = round  # noqa: F821 (the op table's: ties to even, jnp.round's)
+
+
+@_now
+def round(x, rounding_method=RoundingMethod.AWAY_FROM_ZERO):  # noqa: A001
+    """lax.round: to the nearest integer, ties away from zero (JAX's
+    default, XLA's round_nearest_afz) or, with TO_NEAREST_EVEN, to even.
+    Floats only."""
+    rounding_method = RoundingMethod(rounding_method)
+    _accept("round", x, "f", "floating")
+    if rounding_method is RoundingMethod.TO_NEAREST_EVEN:
+        return _round_even(x)
+    jnp = _jnp()
+    t = jnp.trunc(x)
+    return jnp.where(jnp.abs(x - t) >= 0.5, t + jnp.sign(x), t)
+
+
+class Precision(enum.Enum):
+    """jax.lax.Precision: accepted by the products' precision= and changes
+    nothing (shmap's products run in their dtype)."""
+    DEFAULT = 0
+    HIGH = 1
+    HIGHEST = 2
+
+    def __str__(self):
+        return self.name
+
+
+__all__ += ["eq", "ne", "lt", "le", "gt", "ge", "acos", "asin", "atan", "acosh", "asinh",
+            "atanh", "atan2", "reciprocal", "RoundingMethod", "Precision"]
+
+
+# ---- mulhi, nextafter -------------------------------------------------------
+
+
+@_now
+def mulhi(x, y):
+    """lax.mulhi: the high half of the double-width product of integers of
+    one dtype (int32 through int64, uint8 through int32; int64 by 32-bit
+    halves, Hacker's Delight's mulhs, in wrapping int64 arithmetic)."""
+    jnp = _jnp()
+    x, y, like = _pair("mulhi", x, y, "iu", "integer")
+    dt = _lax_dtype(like)
+    if dt == _np.uint8:
+        p = jnp.astype(x, _np.int32) * jnp.astype(y, _np.int32)
+        return jnp.astype(jnp.right_shift(p, 8), dt)
+    if dt == _np.int32:
+        p = jnp.astype(x, _np.int64) * jnp.astype(y, _np.int64)
+        return jnp.astype(jnp.right_shift(p, 32), dt)
+    lo = 0xFFFFFFFF
+    x0, x1 = x & lo, jnp.right_shift(x, 32)
+    y0, y1 = y & lo, jnp.right_shift(y, 32)
+    t = x1 * y0 + shift_right_logical(x0 * y0, 32)
+    w1 = x0 * y1 + (t & lo)
+    return x1 * y1 + jnp.right_shift(t, 32) + jnp.right_shift(w1, 32)
+
+
+@_now
+def nextafter(x1, x2):
+    """lax.nextafter: the float next to x1 in the direction of x2 (x2 where
+    they are equal, NaN where either is; from zero the smallest subnormal
+    of x2's sign), the step found by splitting |x1| into its binade as
+    reduce_precision does."""
+    jnp = _jnp()
+    x1, x2, like = _pair("nextafter", x1, x2, "f", "floating")
+    se, sm = _FLOAT_BITS[_dtype_name(like)]
+    a, b = _work(x1), _work(x2)
+    bn = _Binade(a, (se, sm))
+    ulp = bn.scale(jnp.ones_like(a) * 2.0 ** -sm)  # the spacing of |a|'s binade
+    up = (b > a) == (a > 0)  # away from zero
+    # toward zero from a power of two (not the smallest normal): half the spacing
+    half = ~up & (bn.y == 1.0) & ~bn.tiny & (jnp.abs(a) > 2.0 ** bn.emin)
+    step = jnp.where(half, ulp * 0.5, ulp)
+    r = jnp.where(up, jnp.sign(a) * (jnp.abs(a) + step), jnp.sign(a) * (jnp.abs(a) - step))
+    tiny = 2.0 ** (bn.emin - sm)
+    r = jnp.where(a == 0, jnp.sign(b) * tiny, r)  # (b == 0 is a == b below)
+    big = (2.0 - 2.0 ** -sm) * 2.0 ** (1 - bn.emin)  # the largest finite value
+    r = jnp.where(jnp.isinf(a), jnp.sign(a) * big, r)
+    r = jnp.where(a == b, b, r)
+    r = jnp.where(jnp.isnan(a) | jnp.isnan(b), a + b, r)
+    return _as_dtype_of(r, like)
+
+
+__all__ += ["mulhi", "nextafter"]
+
+
+# ---- shapes: broadcasting, splitting, stacking, shape tuples ---------------
+
+
+def broadcast_shapes(*shapes):
+    """lax.broadcast_shapes: the shape numpy's broadcasting of shapes gives."""
+    shapes = [tuple(int(d) for d in s) for s in shapes]
+    try:
+        return tuple(int(d) for d in _np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise ValueError(f"Incompatible shapes for broadcasting: shapes={shapes}") from None
+
+
+def broadcast_to_rank(x, rank):
+    """lax.broadcast_to_rank: leading dimensions of 1 up to rank."""
+    n = len(_shape_of(x))
+    return x if n == rank else broadcast(x, (1,) * (rank - n))
+
+
+def broadcast_like(arr, like_arr):
+    """lax.broadcast_like: arr broadcast to like_arr's shape, laid out as
+    like_arr in a jit."""
+    jnp = _jnp()
+    r = jnp.broadcast_to(arr, tuple(like_arr.shape))
+    if jnp._is_jit_sharded(like_arr):
+        r = jnp.reshard(r, jnp._spec_of_type(like_arr.type))
+    return r
+
+
+def broadcasted_iota(dtype, shape, dimension, *, out_sharding=None):
+    """lax.broadcasted_iota: the index along dimension, of shape."""
+    jnp = _jnp()
+    shape = tuple(int(d) for d in shape)
+    dimension = int(dimension)
+    if _np.dtype(dtype).kind not in "iuf":
+        raise TypeError(f"iota does not accept dtype {_np.dtype(dtype).name}. Accepted dtypes "
+                        f"are subtypes of integer, floating, complexfloating.")
+    if not 0 <= dimension < len(shape):
+        raise ValueError(f"iota dimension must be between 0 and len(shape), got "
+                         f"dimension={dimension} for shape={shape}")
+    r = jnp.arange(shape[dimension], dtype=dtype)
+    r = jnp.reshape(r, tuple(n if k == dimension else 1 for k, n in enumerate(shape)))
+    r = jnp.broadcast_to(r, shape)
+    if out_sharding is not None:
+        r = jnp.reshard(r, getattr(out_sharding, "spec", out_sharding))
+    return r
+
+
+def collapse(operand, start_dimension, stop_dimension=None):
+    """lax.collapse: dimensions [start, stop) merged into one."""
+    import math
+    shape = _shape_of(operand)
+    lo, hi, _ = builtins.slice(start_dimension, stop_dimension).indices(len(shape))
+    if hi < lo:
+        raise ValueError(f"Invalid dimension range passed to collapse: {shape}"
+                         f"[{start_dimension}:{stop_dimension}]")
+    return _jnp().reshape(operand, shape[:lo] + (math.prod(shape[lo:hi]),) + shape[hi:])
+
+
+def split(operand, sizes, axis=0):
+    """lax.split: the pieces of sizes along axis (sizes summing to its length)."""
+    shape = _shape_of(operand)
+    axis = axis % len(shape)
+    sizes = [int(s) for s in sizes]
+    if builtins.any(s < 0 for s in sizes):
+        raise ValueError(f"Sizes passed to split must be nonnegative, got {sizes}")
+    if shape[axis] != builtins.sum(sizes):
+        raise ValueError(f"Sum of sizes {builtins.sum(sizes)} must be equal to dimension "
+                         f"{axis} of the operand shape {list(shape)}")
+    out, at = [], 0
+    for s in sizes:
+        out.append(slice_in_dim(operand, at, at + s, 1, axis))
+        at += s
+    return out
+
+
+def stack(operands, axis=0):
+    """lax.stack: operands of one shape joined along a new axis."""
+    ops = list(operands)
+    if not ops:
+        raise ValueError("stack expects at least one operand, got 0.")
+    shapes = [_shape_of(o) for o in ops]
+    if len({len(s) for s in shapes}) != 1:
+        raise ValueError("Cannot stack arrays with different numbers of dimensions: got "
+                         f"{', '.join(str(s) for s in shapes)}.")
+    if len(set(shapes)) != 1:
+        raise ValueError(f"All input arrays must have the same shape. Got "
+                         f"{', '.join(str(s) for s in shapes)}.")
+    return _jnp().stack(ops, axis=axis)
+
+
+def unstack(x, axis=0):
+    """lax.unstack: the slices of x along axis, as a tuple."""
+    shape = _shape_of(x)
+    if not shape:
+        raise ValueError(f"unstack requires arrays with rank > 0, however a scalar array of "
+                         f"shape {shape} was passed.")
+    axis = axis % len(shape)
+    return tuple(index_in_dim(x, k, axis, keepdims=False) for k in range(shape[axis]))
+
+
+@_now
+def index_take(src, idxs, axes):
+    """lax.index_take: src at the index vectors idxs (one 1-D array per
+    axis of axes, taken modulo the axis' size), the other dimensions
+    after the index one."""
+    import math
+    jnp = _jnp()
+    axes = [int(a) % len(src.shape) for a in axes]
+    rest = [d for d in range(len(src.shape)) if d not in axes]
+    t = jnp.transpose(src, tuple(axes + rest))
+    sizes = [src.shape[a] for a in axes]
+    t = jnp.reshape(t, (math.prod(sizes),) + tuple(src.shape[d] for d in rest))
+    flat = None
+    for i, n in zip(idxs, sizes):
+        i = jnp.astype(i, _np.int32) % n
+        flat = i if flat is None else flat * n + i
+    return jnp.take(t, flat, axis=0)
+
+
+def empty(shape, dtype, *, out_sharding=None):
+    """lax.empty: an array whose values are not to be read (zeros here)."""
+    kw = {} if out_sharding is None else {"out_sharding": getattr(out_sharding, "spec",
+                                                                  out_sharding)}
+    shape = (int(shape),) if isinstance(shape, numbers.Integral) else tuple(shape)
+    return _jnp().zeros(shape, dtype=dtype, **kw)
+
+
+def dtype(x):
+    """lax.dtype: the dtype of a value, a dtype or a type (Python scalars
+    and their types: bool, int32, float32, JAX's defaults)."""
+    if x is None:
+        raise ValueError(f"Invalid argument to dtype: {x}.")
+    py = {bool: _np.bool_, int: _np.int32, float: _np.float32}
+    if isinstance(x, type) and x in py:
+        return _np.dtype(py[x])
+    if type(x) in py:
+        return _np.dtype(py[type(x)])
+    dt = _np.dtype(x.dtype if hasattr(x, "dtype") and not isinstance(x, type) else x)
+    if dt.kind not in "biuf":
+        raise TypeError(f"Value '{x}' with dtype {dt} is not a valid JAX array type. Only "
+                        f"arrays of numeric types are supported by JAX.")
+    return dt
+
+
+def shape_as_value(shape):
+    """lax.shape_as_value: a shape as an int32 array (int64 where a
+    dimension needs it)."""
+    dims = [int(d) for d in shape]
+    big = builtins.any(d > _np.iinfo(_np.int32).max for d in dims)
+    return _np.asarray(dims, dtype=_np.int64 if big else _np.int32)
+
+
+def _conv_stride_dim(d, window, stride):
+    return builtins.max((d - window) // stride + 1, 0)
+
+
+def conv_shape_tuple(lhs_shape, rhs_shape, strides, pads, batch_group_count=1):
+    """lax.conv_shape_tuple: a convolution's output shape, operands in
+    canonical (NC..., OI...) order."""
+    if isinstance(pads, str):
+        pads = padtype_to_pads(lhs_shape[2:], rhs_shape[2:], strides, pads)
+    if len(pads) != len(lhs_shape) - 2:
+        raise TypeError(f"Wrong number of explicit pads for convolution: expected "
+                        f"{len(lhs_shape) - 2}, got {len(pads)}.")
+    padded = [int(n) + int(lo) + int(hi) for n, (lo, hi) in zip(lhs_shape[2:], pads)]
+    if builtins.any(p < 0 for p in padded):
+        raise ValueError(f"Negative padding is larger than the size of the corresponding "
+                         f"dimension: got padding={pads} for lhs_shape[2:]={lhs_shape[2:]}")
+    space = tuple(_conv_stride_dim(p, int(k), int(s))
+                  for p, k, s in zip(padded, rhs_shape[2:], strides))
+    n0 = lhs_shape[0] // batch_group_count if batch_group_count > 1 else lhs_shape[0]
+    return (int(n0), int(rhs_shape[0])) + space
+
+
+def conv_general_shape_tuple(lhs_shape, rhs_shape, window_strides, padding, dimension_numbers):
+    """lax.conv_general_shape_tuple: conv_shape_tuple in dimension_numbers'
+    layouts."""
+    lp, rp, op = conv_general_permutations(dimension_numbers)
+    out = conv_shape_tuple(tuple(_np.take(lhs_shape, lp)), tuple(_np.take(rhs_shape, rp)),
+                           window_strides, padding)
+    return tuple(int(d) for d in _np.take(out, _np.argsort(op)))
+
+
+def conv_transpose_shape_tuple(lhs_shape, rhs_shape, window_strides, padding,
+                               dimension_numbers):
+    """lax.conv_transpose_shape_tuple: conv_transpose's output shape."""
+    from ._conv import _conv_transpose_padding
+    lp, rp, op = conv_general_permutations(dimension_numbers)
+    lt, rt = _np.take(lhs_shape, lp), _np.take(rhs_shape, rp)
+    if isinstance(padding, str):
+        padding = [_conv_transpose_padding(int(k), int(s), padding)
+                   for k, s in zip(rt[2:], window_strides)]
+    padding = [int(_np.sum(p)) for p in padding]
+    space = [(int(i) - 1) * int(s) - int(k) + 2 + p
+             for i, k, s, p in zip(lt[2:], rt[2:], window_strides, padding)]
+    out = (int(lt[0]), int(rt[0])) + tuple(space)
+    return tuple(int(d) for d in _np.take(out, _np.argsort(op)))
+
+
+def reduce_window_shape_tuple(operand_shape, window_dimensions, window_strides, padding,
+                              base_dilation=None, window_dilation=None):
+    """lax.reduce_window_shape_tuple: reduce_window's output shape."""
+    from ._conv import _dilate_shape
+    if base_dilation is not None:
+        operand_shape = _dilate_shape(operand_shape, base_dilation)
+    if window_dilation is not None:
+        window_dimensions = _dilate_shape(window_dimensions, window_dilation)
+    padded = [int(d) + int(lo) + int(hi) for d, (lo, hi) in zip(operand_shape, padding)]
+    return tuple(_conv_stride_dim(p, int(w), int(s))
+                 for p, w, s in zip(padded, window_dimensions, window_strides))
+
+
+__all__ += ["broadcast_shapes", "broadcast_to_rank", "broadcast_like", "broadcasted_iota",
+            "collapse", "split", "stack", "unstack", "index_take", "empty", "dtype",
+            "shape_as_value", "conv_shape_tuple", "conv_general_shape_tuple",
+            "conv_transpose_shape_tuple", "reduce_window_shape_tuple"]
+
+
+# ---- sort of several operands; staging helpers ------------------------------
+
+
+def stage(x):
+    """lax.stage: x as a value of the trace (a Python or numpy value
+    becomes an array)."""
+    from ._core import Array
+    from ._trace import Tracer
+    return x if isinstance(x, (Tracer, Array)) else _jnp().asarray(x)
+
+
+def dce_sink(val, *, prevent_mlir_dce=False):
+    """lax.dce_sink: keeps val alive against dead-code elimination; shmap
+    eliminates none, so nothing to do."""
+    return None
+
+
+def composite(decomposition, name, version=0):
+    """lax.composite: decomposition under a name a compiler may recognize;
+    here the decomposition itself runs."""
+    import functools
+
+    @functools.wraps(decomposition)
+    def call(*args, **kwargs):
+        return decomposition(*args, **kwargs)
+    return call
+
+
+def platform_dependent(*args, default=None, **per_platform):
+    """lax.platform_dependent: the branch for 'cpu' (shmap's devices are
+    CPUs), else default, called on args; JAX's checks of the branches."""
+    for pname, branch in per_platform.items():
+        if not callable(branch):
+            raise TypeError(f"lax.platform_dependent: the '{pname}' branch must be a callable.")
+        if pname == "gpu":
+            raise ValueError("Use 'cuda' or 'rocm' for lax.platform_dependent.")
+    if default is not None and not callable(default):
+        raise TypeError("lax.platform_dependent: the 'default' branch must be a callable.")
+    branch = per_platform.get("cpu", default)
+    if branch is None:
+        groups = []
+        for pname, b in per_platform.items():
+            for g in groups:
+                if g[1] == b:
+                    g[0].append(pname)
+                    break
+            else:
+                groups.append(([pname], b))
+        platforms = tuple(tuple(ps) for ps, _ in groups)
+        raise NotImplementedError(f"MLIR translation rule for primitive "
+                                  f"'platform_index(platforms={platforms})' not found for "
+                                  f"platform cpu")
+    return branch(*args)
+
+
+__all__ += ["stage", "dce_sink", "composite", "platform_dependent"]
+
+
+# ---- Bessel functions, patches and local convolutions, ragged_dot ----------
+
+
+# Cephes' Chebyshev coefficients of i0e and i1e: for |x| <= 8 (A) and above (B), float32
+# and float64 (JAX's _i0e_impl32 / 64, XLA's chlo.bessel_i1e lowering)
+_I0E_A64 = (
+    -4.41534164647933937950E-18, 3.33079451882223809783E-17, -2.43127984654795469359E-16,
+    1.71539128555513303061E-15, -1.16853328779934516808E-14, 7.67618549860493561688E-14,
+    -4.85644678311192946090E-13, 2.95505266312963983461E-12, -1.72682629144155570723E-11,
+    9.67580903537323691224E-11, -5.18979560163526290666E-10, 2.65982372468238665035E-9)
+_I0E_A = (
+    -1.30002500998624804212E-8, 6.04699502254191894932E-8, -2.67079385394061173391E-7,
+    1.11738753912010371815E-6, -4.41673835845875056359E-6, 1.64484480707288970893E-5,
+    -5.75419501008210370398E-5, 1.88502885095841655729E-4, -5.76375574538582365885E-4,
+    1.63947561694133579842E-3, -4.32430999505057594430E-3, 1.05464603945949983183E-2,
+    -2.37374148058994688156E-2, 4.93052842396707084878E-2, -9.49010970480476444210E-2,
+    1.71620901522208775349E-1, -3.04682672343198398683E-1, 6.76795274409476084995E-1)
+_I0E_B64 = (
+    -7.23318048787475395456E-18, -4.83050448594418207126E-18, 4.46562142029675999901E-17,
+    3.46122286769746109310E-17, -2.82762398051658348494E-16, -3.42548561967721913462E-16,
+    1.77256013305652638360E-15, 3.81168066935262242075E-15, -9.55484669882830764870E-15,
+    -4.15056934728722208663E-14, 1.54008621752140982691E-14, 3.85277838274214270114E-13,
+    7.18012445138366623367E-13, -1.79417853150680611778E-12, -1.32158118404477131188E-11,
+    -3.14991652796324136454E-11, 1.18891471078464383424E-11, 4.94060238822496958910E-10)
+_I0E_B = (
+    3.39623202570838634515E-9, 2.26666899049817806459E-8, 2.04891858946906374183E-7,
+    2.89137052083475648297E-6, 6.88975834691682398426E-5, 3.36911647825569408990E-3,
+    8.04490411014108831608E-1)
+_I1E_A64 = (
+    2.77791411276104639959E-18, -2.11142121435816608115E-17, 1.55363195773620046921E-16,
+    -1.10559694773538630805E-15, 7.60068429473540693410E-15, -5.04218550472791168711E-14,
+    3.22379336594557470981E-13, -1.98397439776494371520E-12, 1.17361862988909016308E-11,
+    -6.66348972350202774223E-11, 3.62559028155211703701E-10, -1.88724975172282928790E-9)
+_I1E_A = (
+    9.38153738649577178388E-9, -4.44505912879632808065E-8, 2.00329475355213526229E-7,
+    -8.56872026469545474066E-7, 3.47025130813767847674E-6, -1.32731636560394358279E-5,
+    4.78156510755005422638E-5, -1.61760815825896745588E-4, 5.12285956168575772895E-4,
+    -1.51357245063125314899E-3, 4.15642294431288815669E-3, -1.05640848946261981558E-2,
+    2.47264490306265168283E-2, -5.29459812080949914269E-2, 1.02643658689847095384E-1,
+    -1.76416518357834055153E-1, 2.52587186443633654823E-1)
+_I1E_B64 = (
+    7.51729631084210481353E-18, 4.41434832307170791151E-18, -4.65030536848935832153E-17,
+    -3.20952592199342395980E-17, 2.96262899764595013876E-16, 3.30820231092092828324E-16,
+    -1.88035477551078244854E-15, -3.81440307243700780478E-15, 1.04202769841288027642E-14,
+    4.27244001671195135429E-14, -2.10154184277266431302E-14, -4.08355111109219731823E-13,
+    -7.19855177624590851209E-13, 2.03562854414708950722E-12, 1.41258074366137813316E-11,
+    3.25260358301548823856E-11, -1.89749581235054123450E-11, -5.58974346219658380687E-10)
+_I1E_B = (
+    -3.83538038596423702205E-9, -2.63146884688951950684E-8, -2.51223623787020892529E-7,
+    -3.88256480887769039346E-6, -1.10588938762623716291E-4, -9.76109749136146840777E-3,
+    7.78576235018280120474E-1)
+
+
+def _chebyshev(x, coefficients):
+    """Cephes' chbevl as JAX and XLA evaluate it: b0 = x * b1 - b2 + c."""
+    jnp = _jnp()
+    b0 = b1 = b2 = jnp.zeros_like(x)
+    for cf in coefficients:
+        b2, b1 = b1, b0
+        b0 = x * b1 - b2 + cf
+    return 0.5 * (b0 - b2)
+
+
+def _bessel(name, x, a32, b32, a64, b64, odd):
+    jnp = _jnp()
+    _accept(name, x, "f", "floating")
+    f64 = _dtype_name(x) == "float64"
+    w = x if f64 else _work(x)
+    z = jnp.abs(w)
+    a, b = (a64 + a32, b64 + b32) if f64 else (a32, b32)
+    le8 = _chebyshev(z * 0.5 - 2.0, a)
+    gt8 = _chebyshev(32.0 / z - 2.0, b) / jnp.sqrt(z)
+    if odd:
+        r = jnp.sign(w) * jnp.where(z <= 8.0, z * le8, gt8)
+    else:
+        r = jnp.where(z <= 8.0, le8, gt8)
+    return _as_dtype_of(r, x)
+
+
+@_now
+def bessel_i0e(x):
+    """lax.bessel_i0e: exp(-|x|) I0(x), by Cephes' Chebyshev series as JAX
+    evaluates them (half floats in float32)."""
+    return _bessel("bessel_i0e", x, _I0E_A, _I0E_B, _I0E_A64, _I0E_B64, False)
+
+
+@_now
+def bessel_i1e(x):
+    """lax.bessel_i1e: exp(-|x|) I1(x), by Cephes' Chebyshev series as
+    XLA's lowering evaluates them (half floats in float32)."""
+    return _bessel("bessel_i1e", x, _I1E_A, _I1E_B, _I1E_A64, _I1E_B64, True)
+
+
+def _move(x, src, dst):
+    """x with dimensions src (a sequence) moved to positions dst."""
+    n = len(x.shape)
+    src, dst = [d % n for d in src], [d % n for d in dst]
+    order = [d for d in range(n) if d not in src]
+    for d, s in sorted(zip(dst, src)):
+        order.insert(d, s)
+    return x if order == list(range(n)) else _jnp().transpose(x, tuple(order))
+
+
+@_now
+def conv_general_dilated_patches(lhs, filter_shape, window_strides, padding, lhs_dilation=None,
+                                 rhs_dilation=None, dimension_numbers=None, precision=None,
+                                 preferred_element_type=None):
+    """lax.conv_general_dilated_patches: the patches conv_general_dilated
+    would see, flattened into the output's feature dimension (channel
+    major, then the filter's spatial positions in rhs_spec order), made
+    as JAX makes them: a depthwise convolution with a one-hot kernel."""
+    import math
+    jnp = _jnp()
+    filter_shape = tuple(int(d) for d in filter_shape)
+    dn = conv_dimension_numbers(tuple(lhs.shape), (1, 1) + filter_shape, dimension_numbers)
+    lhs_spec, rhs_spec, _ = dn
+    spatial = math.prod(filter_shape)
+    channels = lhs.shape[lhs_spec[1]]
+    rhs = jnp.eye(spatial, dtype=lhs.dtype)
+    rhs = broadcast_in_dim(rhs, (channels, spatial, spatial), (1, 2))
+    rhs = jnp.reshape(rhs, (channels * spatial, 1) + filter_shape)
+    rhs = _move(rhs, (0, 1), (rhs_spec[0], rhs_spec[1]))
+    return conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=lhs_dilation,
+                                rhs_dilation=rhs_dilation, dimension_numbers=dn,
+                                feature_group_count=channels,
+                                preferred_element_type=preferred_element_type)
+
+
+@_now
+def conv_general_dilated_local(lhs, rhs, window_strides, padding, filter_shape,
+                               lhs_dilation=None, rhs_dilation=None, dimension_numbers=None,
+                               precision=None):
+    """lax.conv_general_dilated_local: a convolution with a separate
+    kernel at each output position (rhs holds one per position, in
+    rhs_spec's layout with the output's spatial sizes), as JAX computes it:
+    the patches dotted with rhs over the patch dimension, batched over
+    the spatial positions."""
+    filter_shape = tuple(int(d) for d in filter_shape)
+    patches = conv_general_dilated_patches(lhs, filter_shape, window_strides, padding,
+                                           lhs_dilation, rhs_dilation, dimension_numbers)
+    _, rhs_spec, out_spec = conv_dimension_numbers(tuple(lhs.shape), (1, 1) + filter_shape,
+                                                   dimension_numbers)
+    lhs_b = list(out_spec[2:])
+    rhs_b = list(rhs_spec[2:])
+    rhs_b = [rhs_b[i] for i in sorted(range(len(rhs_b)), key=lambda k: lhs_b[k])]
+    lhs_b = sorted(lhs_b)
+    out = dot_general(patches, rhs, (([out_spec[1]], [rhs_spec[1]]), (lhs_b, rhs_b)))
+    return _move(out, (-2, -1), (out_spec[0], out_spec[1]))
+
+
+@_now
+def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=None,
+               group_offset=None, out_sharding=None):
+    """lax.ragged_dot: lhs (m, k) in row groups of group_sizes (g,), each
+    group's rows times its matrix of rhs (g, k, n); rows past the groups
+    give zeros. As JAX's implementation: lhs spread into (g, m, k) with
+    the rows of other groups zeroed, contracted with rhs over g and k."""
+    jnp = _jnp()
+    if group_offset is not None:
+        raise NotImplementedError("Unimplemented group_offset support.")
+    gshape = _shape_of(group_sizes)
+    if len(gshape) == 0:
+        raise TypeError("expected rank of group_sizes to be >=1.")
+    if len(gshape) != 1:
+        raise TypeError(f"expected group_sizes to have shape {(gshape[-1],)}, got {gshape}.")
+    if _lax_dtype(group_sizes).kind not in "iu":
+        raise TypeError("ragged_dot_general requires that group_sizes.dtype is subtype of "
+                        "np.integer.")
+    g = gshape[0]
+    if len(rhs.shape) != 3 or len(lhs.shape) != 2:
+        raise TypeError(f"ragged_dot takes lhs (m, k) and rhs (g, k, n), got shapes "
+                        f"{tuple(lhs.shape)} and {tuple(rhs.shape)}")
+    if rhs.shape[0] != g:
+        raise TypeError(f"expected rhs group dimension size to be {g}, got {rhs.shape[0]}.")
+    m, k = lhs.shape
+    ends = jnp.cumsum(group_sizes)
+    starts = ends - group_sizes
+    shape = (g, m, k)
+    rows = broadcasted_iota(_lax_dtype(group_sizes), shape, 1)
+    inside = (broadcast_in_dim(starts, shape, (0,)) <= rows) & \
+        (rows < broadcast_in_dim(ends, shape, (0,)))
+    spread = jnp.where(inside, broadcast_in_dim(lhs, shape, (1, 2)), 0)
+    return dot_general(spread, rhs, (([0, 2], [0, 1]), ([], [])),
+                       preferred_element_type=preferred_element_type, out_sharding=out_sharding)
+
+
+__all__ += ["bessel_i0e", "bessel_i1e", "conv_general_dilated_patches",
+            "conv_general_dilated_local", "ragged_dot"]

@@ -6,6 +6,7 @@ import functools
 import math
 import numbers
 import re
+import typing
 
 import numpy as _np
 
@@ -319,14 +320,26 @@ def linspace(start, stop, num=50, endpoint=True, dtype=None, out_sharding=None):
     i / div, and stop itself last with endpoint (float32 unless dtype says)."""
     dtype = dtype or _np.float32
     ct = dtype if _np.issubdtype(dtype, _np.floating) else _np.float32
+    return _constrain(astype(_lin(start, stop, num, endpoint, ct), dtype), out_sharding)  # noqa
+
+
+def _lin(start, stop, num, endpoint, ct):
+    """JAX's linspace in ct along a new first axis: start * (1 - t) + stop *
+    t for t = i / div, then stop itself with endpoint ([start] for num 1);
+    start and stop numbers, or arrays of ct (broadcast together)."""
+    shape = tuple(_np.broadcast_shapes(_np.shape(start), _np.shape(stop)))
+
+    def row(v):  # v as the first row of the result, (1, *shape)
+        if isinstance(v, numbers.Number):
+            return full((1,) + shape, v, ct)  # noqa: F821
+        return reshape(broadcast_to(v, shape), (1,) + shape)  # noqa: F821
     if num <= 1:  # [start], or nothing
-        out = full((1,), start, ct) if num == 1 else zeros((0,), ct)  # noqa: F821
-    else:
-        t = arange(num - 1 if endpoint else num, dtype=ct) / (num - 1 if endpoint else num)  # noqa: F821
-        out = start * (1 - t) + stop * t
-        if endpoint:
-            out = concatenate((out, full((1,), stop, ct)))  # noqa: F821
-    return _constrain(astype(out, dtype), out_sharding)  # noqa: F821
+        return row(start) if num == 1 else zeros((0,) + shape, ct)  # noqa: F821
+    div = num - 1 if endpoint else num
+    t = arange(div, dtype=ct) / div  # noqa: F821
+    t = reshape(t, (div,) + (1,) * len(shape)) if shape else t  # noqa: F821
+    out = start * (1 - t) + stop * t
+    return concatenate((out, row(stop))) if endpoint else out  # noqa: F821
 
 
 def _tri(m, k, lower):
@@ -387,22 +400,44 @@ def hstack(tup):
     return concatenate(tup, axis=0 if len(tup[0].shape) == 1 else 1)  # noqa: F821
 
 
-@_at_once
-def split(ary, indices_or_sections, axis=0):
-    """jnp.split: static slices along axis, at the given indices or in equal
-    sections (a ValueError when they do not divide the axis)."""
+def _split(op, ary, indices_or_sections, axis):
+    """JAX's _split: static slices along axis, at the given indices, or in
+    k sections (for array_split the first n % k of them one longer; for
+    split a ValueError when k does not divide the axis)."""
     n = ary.shape[axis]
-    if isinstance(indices_or_sections, numbers.Integral):
-        k = int(indices_or_sections)
-        if k <= 0 or n % k:
-            raise ValueError("array split does not result in an equal division")
-        cuts = [n // k * j for j in range(1, k)]
+    if isinstance(indices_or_sections, (tuple, list)) or _np.ndim(indices_or_sections) > 0:
+        cuts = [int(c) for c in _np.asarray(indices_or_sections).reshape(-1)]
     else:
-        cuts = [int(c) for c in indices_or_sections]
+        k = int(indices_or_sections)
+        if k < 0:
+            raise ValueError("number sections must be larger than 0.")
+        part, r = divmod(n, k)  # k == 0: ZeroDivisionError, as JAX's
+        if r and op == "split":
+            raise ValueError(f"array split does not result in an equal division: rest is {r}")
+        cuts = _np.cumsum([part + 1] * r + [part] * (k - r))[:-1].tolist()
     bounds = [0] + cuts + [n]
     lead = (builtins.slice(None),) * (axis % len(ary.shape))  # (slice: the op here)
     return [ary[lead + (builtins.slice(a, builtins.max(a, b)),)]
             for a, b in zip(bounds, bounds[1:])]
+
+
+_split_at_once = _at_once(_split)
+
+
+def split(ary, indices_or_sections, axis=0):
+    """jnp.split: static slices along axis, at the given indices or in equal
+    sections (JAX's ValueError when they do not divide the axis)."""
+    ios = indices_or_sections  # numpy indices stay static (not uploaded by _at_once)
+    return _split_at_once("split", ary, ios.tolist() if isinstance(ios, _np.ndarray) else ios,
+                          axis)
+
+
+def array_split(ary, indices_or_sections, axis=0):
+    """jnp.array_split: split, but k sections of an axis k does not divide
+    are allowed (the first n % k one longer)."""
+    ios = indices_or_sections
+    return _split_at_once("array_split", ary,
+                          ios.tolist() if isinstance(ios, _np.ndarray) else ios, axis)
 
 
 @_at_once
@@ -721,9 +756,9 @@ def _all_equal(a1, a2):
 
 
 __all__ += ["eye", "identity", "linspace", "tril", "triu", "ravel", "swapaxes", "moveaxis",
-            "vstack", "hstack", "split", "log2", "log10", "exp2", "reciprocal", "einsum", "outer",
-            "tensordot", "inner", "linalg", "array", "asarray", "shape", "ndim", "size",
-            "isclose", "allclose", "array_equal", "ndarray"]
+            "vstack", "hstack", "split", "array_split", "log2", "log10", "exp2", "reciprocal",
+            "einsum", "outer", "tensordot", "inner", "linalg", "array", "asarray", "shape", "ndim",
+            "size", "isclose", "allclose", "array_equal", "ndarray"]
 
 
 from ._core import Array as ndarray  # noqa: E402 (jnp.ndarray, for isinstance)
@@ -1128,20 +1163,36 @@ def _short_type(dtype, shape):
     return f"{_np.dtype(dtype).name}[{','.join(str(int(d)) for d in shape)}]"
 
 
-def _static_int(a, count, context, what):
-    """A static size a function needs and was not given: counted now
-    (count(a)) when a is an Array or a numpy array outside a trace, as
-    JAX computes it eagerly; inside a trace JAX's ConcretizationTypeError
-    (what: the traced value's dtype and shape, as JAX's message names it)."""
+def _concrete(a, context, what):
+    """JAX's core.concrete_or_error(None, a, context): nothing outside a
+    trace for Arrays and numpy values (a: one or a tuple); inside a trace
+    JAX's ConcretizationTypeError (what: the traced value's dtype and shape,
+    as JAX's message names it)."""
     from ._core import Array
-    if getattr(_state, "builder", None) is not None or not isinstance(a, (Array, _np.ndarray)):
+    if getattr(_state, "builder", None) is not None or not builtins.all(
+            isinstance(x, (Array, _np.ndarray)) for x in (a if isinstance(a, tuple) else (a,))):
         raise ConcretizationTypeError(f"{_conv_error_doc}traced array with shape {what}\n"
                                       f"{context}")
-    if isinstance(a, _np.ndarray) and get_mesh() is None:
-        a = _to_device(a)
-    if isinstance(a, _np.ndarray):
-        return int(count(_np, a))
-    return int(_np.asarray(_eager(lambda x: count(_this, x), (a,), {})))
+
+
+def _concrete_value(a, fn, context, what):
+    """fn(m, *a) computed now, a numpy value, for a (an Array or a numpy
+    array, or a tuple of them) outside a trace, as JAX computes it eagerly
+    (m: numpy for numpy arrays with no mesh set, else this module, in one
+    program); inside a trace JAX's ConcretizationTypeError (_concrete)."""
+    args = a if isinstance(a, tuple) else (a,)
+    _concrete(args, context, what)
+    args = tuple(_to_device(x) if isinstance(x, _np.ndarray) else x for x in args)
+    if builtins.all(isinstance(x, _np.ndarray) for x in args):  # no mesh set
+        return _np.asarray(fn(_np, *args))
+    return _np.asarray(_eager(lambda *xs: fn(_this, *xs), args, {}))
+
+
+def _static_int(a, count, context, what):
+    """A static size a function needs and was not given: counted now
+    (count(m, *a), _concrete_value), as JAX computes it eagerly; inside a
+    trace JAX's ConcretizationTypeError."""
+    return int(_concrete_value(a, count, context, what))
 
 
 def _is_jit_sharded(*xs):
@@ -1407,17 +1458,24 @@ def argwhere(a, *, size=None, fill_value=None):
     return _argwhere_impl(a, _size_of_nonzero(a, size), fill_value)
 
 
-def _unique_impl(ar, return_index, return_inverse, return_counts, equal_nan, size, fill_value):
+def _run_starts(aux, equal_nan):
+    """The mask of JAX's unique over sorted 1-D aux: True at the first of
+    each run of equal values (NaNs one run with equal_nan)."""
+    neq = not_equal(aux[1:], aux[:-1])  # noqa: F821
+    if equal_nan and _np.issubdtype(aux.dtype, _np.floating):
+        neq = logical_and(neq, logical_not(logical_and(isnan(aux[1:]), isnan(aux[:-1]))))  # noqa
+    return concatenate((full((1,), True, dtype=_np.bool_), neq))  # noqa: F821
+
+
+def _unique_impl(ar, return_index, return_inverse, return_counts, equal_nan, size, fill_value,
+                 return_true_size=False):
     a = _unshard(reshape(ar, (-1,)))  # noqa: F821 (sort asks for an unsharded axis)
     n = a.shape[0]
     if n == 0:
         raise ValueError("jnp.unique of an empty array is not supported here")
     perm = argsort(a)
     aux = _gather(a, perm)
-    neq = not_equal(aux[1:], aux[:-1])  # noqa: F821
-    if equal_nan and _np.issubdtype(a.dtype, _np.floating):
-        neq = logical_and(neq, logical_not(logical_and(isnan(aux[1:]), isnan(aux[:-1]))))  # noqa
-    mask = concatenate((full((1,), True, dtype=_np.bool_), neq))  # noqa: F821
+    mask = _run_starts(aux, equal_nan)
     ind = _nonzero_impl(mask, size, None)[0]
     result = _gather(aux, ind)
     if fill_value is not None:
@@ -1438,19 +1496,18 @@ def _unique_impl(ar, return_index, return_inverse, return_counts, equal_nan, siz
         tail = idx[1:]
         idx = idx.at[1:].set(where(tail != 0, tail, n))  # noqa: F821
         ret += (diff(idx),)
+    if return_true_size:  # JAX's, for its set operations: how many there are
+        ret += (sum(astype(mask, _np.int32)),)  # noqa: F821
     return ret[0] if len(ret) == 1 else ret
 
 
 _unique_at_once = _at_once(_unique_impl)
 
 
-def _count_unique(m, x):
+def _count_unique(m, x, equal_nan=True):
     if m is _np:
-        return len(_np.unique(x, equal_nan=True))
-    s = m.sort(_unshard(m.ravel(x)))
-    d = m.logical_and(s[1:] != s[:-1], m.logical_not(m.logical_and(m.isnan(s[1:]),
-                                                                   m.isnan(s[:-1]))))
-    return m.sum(m.astype(d, _np.int32)) + 1
+        return len(_np.unique(x, equal_nan=equal_nan))
+    return sum(astype(_run_starts(sort(_unshard(ravel(x))), equal_nan), _np.int32))  # noqa: F821
 
 
 def unique(ar, return_index=False, return_inverse=False, return_counts=False, axis=None, *,
@@ -1467,7 +1524,7 @@ def unique(ar, return_index=False, return_inverse=False, return_counts=False, ax
                                   "or axis=None)")
     if size is None:
         what = _short_type(_np.bool_, (math.prod(ar.shape),))
-        size = _static_int(ar, _count_unique,
+        size = _static_int(ar, lambda m, x: _count_unique(m, x, equal_nan),
             "The error arose in jnp.unique(). To make jnp.unique() compatible with JIT and "
             "other transforms, you can specify a concrete value for the size argument, which "
             "will determine the output size.", what)
@@ -2586,3 +2643,692 @@ def apply_along_axis(func1d, axis, arr, *args, **kwargs):
 
 
 __all__ += ["vectorize", "apply_along_axis"]
+
+
+# ---- set operations, array helpers, floating-point bits ---------------------------------
+
+
+def _arraylike(name, *args):
+    """JAX's ensure_arraylike: arrays (Arrays, traced values, numpy arrays)
+    and scalars, the scalars as numpy values; anything else (a list) its
+    TypeError."""
+    out = []
+    for i, a in enumerate(args):
+        if isinstance(a, (numbers.Number, _np.generic)):
+            a = _np.asarray(a)
+        elif not (hasattr(a, "shape") and hasattr(a, "dtype")):
+            raise TypeError(f"{name} requires ndarray or scalar arguments, got {type(a)} at "
+                            f"position {i}.")
+        out.append(a)
+    return tuple(out)
+
+
+def _flat(a):
+    """a (an array or a scalar) flattened and unsharded (sort and the set
+    operations' uneven slices ask for it)."""
+    return _unshard(ravel(asarray(a)))
+
+
+def _flat_pair(ar1, ar2):
+    """ar1 and ar2 flattened and unsharded, in the dtype they promote to."""
+    a1, a2 = _flat(ar1), _flat(ar2)
+    dt = _promote(a1.dtype, a2.dtype)
+    return tuple(a if a.dtype == dt else astype(a, dt) for a in (a1, a2))  # noqa: F821
+
+
+def _get_fill(arr, idx, fill):
+    """JAX's arr.at[idx].get(mode='fill', fill_value=fill) for 1-D arr and
+    indices that are not negative: fill where idx is past the end."""
+    if arr.shape[0] == 0:
+        return full(tuple(idx.shape), fill, dtype=arr.dtype)  # noqa: F821
+    return where(idx < arr.shape[0], _gather(arr, idx), fill)  # noqa: F821
+
+
+def _set_size(ar1, ar2, assume_unique, count):
+    """The length of a set operation's result when no size= is given:
+    count(m, ar1, ar2) computed now outside a trace (_static_int); inside
+    one JAX's refusal: jnp.unique's ConcretizationTypeError, or with
+    assume_unique the boolean mask JAX indexes with (x[mask], refused)."""
+    if getattr(_state, "builder", None) is not None:
+        x = ravel(asarray(ar1))
+        if not assume_unique:
+            unique(x)
+        x[x == x]  # (the refusal of a traced boolean mask)
+    return _static_int((ar1, ar2), count, "", "")
+
+
+def _isin_impl(element, test_elements, invert, method, assume_unique):
+    """JAX's _in1d, in element's shape: whether each element is in
+    test_elements (both in the dtype they promote to) by method
+    'compare_all' ('auto'), 'binary_search' or 'sort' (the same answers)."""
+    if method not in ("auto", "compare_all", "binary_search", "sort"):
+        raise ValueError(f"method={method!r} is not implemented; options are 'compare_all', "
+                         f"'binary_search', 'sort', and 'auto'")
+    a1, a2 = asarray(element), _flat(test_elements)
+    dt = _promote(a1.dtype, a2.dtype)
+    a1, a2 = (a if a.dtype == dt else astype(a, dt) for a in (a1, a2))  # noqa: F821
+    shape = tuple(a1.shape)
+    if math.prod(shape) == 0 or a2.shape[0] == 0:
+        return full(shape, bool(invert), dtype=_np.bool_)  # noqa: F821
+    if method in ("auto", "compare_all"):
+        e = expand_dims(a1, -1)  # noqa: F821
+        return all(e != a2, axis=-1) if invert else any(e == a2, axis=-1)  # noqa: F821
+    if method == "binary_search":
+        s = sort(a2)
+        found = _gather(s, searchsorted(s, a1))  # (clamped, as JAX's gather)
+        return a1 != found if invert else a1 == found
+    a1 = _flat(a1)  # 'sort': the values sorted together, neighbours compared
+    n1 = a1.shape[0]
+    ind_out = None
+    if not assume_unique:
+        a1, ind_out = _unique_impl(a1, False, True, False, True, n1, max(a2))  # noqa: F821
+    both = concatenate((a1, a2))  # noqa: F821
+    perm = argsort(both)
+    aux = _gather(both, perm)
+    same = aux[1:] != aux[:-1] if invert else aux[1:] == aux[:-1]
+    r = full((n1,), bool(invert), dtype=_np.bool_).at[perm[:-1]].set(same)  # noqa: F821
+    return reshape(r if ind_out is None else _gather(r, ind_out), shape)  # noqa: F821
+
+
+_isin_at_once = _at_once(_isin_impl)
+
+
+def isin(element, test_elements, assume_unique=False, invert=False, *, method="auto"):
+    """jnp.isin: a bool array of element's shape, whether each entry is
+    among test_elements (JAX's _in1d: every pair compared by default;
+    method 'binary_search' or 'sort' give the same answers)."""
+    element, test_elements = _arraylike("isin", element, test_elements)
+    return _isin_at_once(element, test_elements, bool(invert), method, bool(assume_unique))
+
+
+def _unique_sized(a, return_index=False):
+    """JAX's _unique(a, size=a.size, return_true_size=True) for the set
+    operations: the sorted distinct values (NaNs one) padded to a's length,
+    their first indices with return_index, and how many there are."""
+    if a.shape[0] == 0:
+        return (a, zeros((0,), _np.int32), 0) if return_index else (a, 0)  # noqa: F821
+    return _unique_impl(a, return_index, False, False, True, a.shape[0], None, True)
+
+
+def _set_fill(vals, num_results, size, fill_value):
+    """The entries of vals past num_results as JAX's set operations fill
+    them: fill_value, or by default the smallest result (vals' max, then
+    the min of that, as JAX writes it)."""
+    valid = arange(size, dtype=_np.int32) < num_results  # noqa: F821
+    if fill_value is None:
+        vals = where(valid, vals, max(vals))  # noqa: F821
+        return where(valid, vals, min(vals))  # noqa: F821
+    return where(valid, vals, _scalar(fill_value, vals.dtype))  # noqa: F821
+
+
+def _setdiff1d_impl(ar1, ar2, assume_unique, size, fill_value, count=False):
+    arr1 = _flat(ar1)
+    n = arr1.shape[0]
+    fill = _scalar(0 if fill_value is None else fill_value, arr1.dtype)
+    if n == 0:
+        return 0 if count else broadcast_to(fill, (size,))  # noqa: F821
+    if not assume_unique:
+        arr1, n_true = _unique_sized(arr1)
+    mask = _isin_impl(arr1, ar2, True, "auto", assume_unique)
+    iota = arange(n, dtype=_np.int32)  # noqa: F821
+    if count:  # as without size: the distinct values not in ar2
+        return sum(astype(mask if assume_unique else mask & (iota < n_true), _np.int32))  # noqa
+    if not assume_unique:  # JAX's: unique's padding (copies of the first value) masked out
+        n_unique = n + 1 - sum(astype(arr1 == arr1[0], _np.int32))  # noqa: F821
+        mask = where(iota < n_unique, mask, False)  # noqa: F821
+    found = _gather(arr1, _nonzero_impl(mask, size, None)[0])
+    return where(arange(size, dtype=_np.int32) < sum(astype(mask, _np.int32)), found, fill)  # noqa
+
+
+_setdiff1d_at_once = _at_once(_setdiff1d_impl)
+
+
+def setdiff1d(ar1, ar2, assume_unique=False, *, size=None, fill_value=None):
+    """jnp.setdiff1d: the sorted distinct values of ar1 (flattened) not in
+    ar2, by JAX's algorithm: the first size of them, the rest fill_value
+    (0 by default, as JAX's code has it). Inside a traced function size=
+    is required (JAX's ConcretizationTypeError); outside one the count is
+    computed first, as JAX computes eagerly."""
+    ar1, ar2 = _arraylike("setdiff1d", ar1, ar2)
+    if size is None:
+        size = _static_int((ar1, ar2), lambda m, a, b: len(_np.setdiff1d(a, b, assume_unique))
+                           if m is _np else _setdiff1d_impl(a, b, assume_unique, 0, None, True),
+                           "The error arose in setdiff1d()", _short_type(ar1.dtype, ar1.shape))
+    return _setdiff1d_at_once(ar1, ar2, bool(assume_unique), int(size), fill_value)
+
+
+_flat_concat = _at_once(lambda ar1, ar2: concatenate(_flat_pair(ar1, ar2)))  # noqa: F821
+
+
+def union1d(ar1, ar2, *, size=None, fill_value=None):
+    """jnp.union1d: unique of both arrays' values (size=, fill_value= as
+    unique's). Inside a traced function size= is required (JAX's error)."""
+    ar1, ar2 = _arraylike("union1d", ar1, ar2)
+    if size is None:
+        for a in (ar1, ar2):
+            _concrete(a, "The error arose in union1d()", _short_type(a.dtype, a.shape))
+    return unique(_flat_concat(ar1, ar2), size=size, fill_value=fill_value)
+
+
+def _setxor1d_impl(ar1, ar2, assume_unique, size, fill_value, count=False):
+    arr1, arr2 = _flat_pair(ar1, ar2)
+    n = arr1.shape[0] + arr2.shape[0]
+    if n == 0:
+        return 0 if count else _set_fill(zeros((size,), arr1.dtype), 0, size, fill_value)  # noqa
+    true = full((1,), True, dtype=_np.bool_)  # noqa: F821
+    if assume_unique:
+        aux = sort(concatenate((arr1, arr2)))  # noqa: F821
+        flag = concatenate((true, aux[1:] != aux[:-1], true))  # noqa: F821
+    else:  # the distinct values of each, those of ar2 after those of ar1, sorted
+        u1, n1 = _unique_sized(arr1)
+        u2, n2 = _unique_sized(arr2)
+        arr = dynamic_update_slice(concatenate((u1, zeros_like(u2))), u2, (n1,))  # noqa: F821
+        num_unique = n1 + n2
+        mask = arange(n + 1, dtype=_np.int32) < num_unique + 1  # noqa: F821
+        aux = _gather(arr, lexsort((arr, logical_not(mask[1:]))))  # noqa: F821
+        flag = concatenate((true, aux[1:] != aux[:-1], ~true))  # noqa: F821
+        flag = mask & where(arange(n + 1, dtype=_np.int32) == num_unique, True, flag)  # noqa
+    aux_mask = flag[1:] & flag[:-1]
+    num_results = sum(astype(aux_mask, _np.int32))  # noqa: F821
+    if count:
+        return num_results
+    vals = _get_fill(aux, _nonzero_impl(aux_mask, size, n)[0], 0)
+    return _set_fill(vals, num_results, size, fill_value)
+
+
+_setxor1d_at_once = _at_once(_setxor1d_impl)
+
+
+def setxor1d(ar1, ar2, assume_unique=False, *, size=None, fill_value=None):
+    """jnp.setxor1d: the sorted values in exactly one of the arrays, by
+    JAX's algorithm: the first size of them, the rest fill_value (by
+    default the smallest of them). Inside a traced function size= is
+    required (JAX's error: jnp.unique's)."""
+    ar1, ar2 = _arraylike("setxor1d", ar1, ar2)
+    if size is None:
+        size = _set_size(ar1, ar2, assume_unique, lambda m, a, b: len(
+            _np.setxor1d(a.ravel(), b.ravel(), assume_unique)) if m is _np else
+            _setxor1d_impl(a, b, assume_unique, 0, None, True))
+    return _setxor1d_at_once(ar1, ar2, bool(assume_unique), int(size), fill_value)
+
+
+def _intersect1d_impl(ar1, ar2, assume_unique, return_indices, size, fill_value, count=False):
+    arr1, arr2 = _flat_pair(ar1, ar2)
+    s1, s2 = arr1.shape[0], arr2.shape[0]
+    n = s1 + s2
+    if n == 0:
+        if count:
+            return 0
+        vals = _set_fill(zeros((size,), arr1.dtype), 0, size, fill_value)  # noqa: F821
+        none = zeros((size,), _np.int32)  # noqa: F821
+        return (vals, none, none) if return_indices else vals
+    if assume_unique:
+        ind1, ind2, n1 = None, None, s1
+        arr = concatenate((arr1, arr2))  # noqa: F821
+        perm = argsort(arr)
+        mask = full((n,), True, dtype=_np.bool_)  # noqa: F821
+    else:  # the distinct values of each, those of ar2 after those of ar1, sorted
+        arr1, ind1, n1 = _unique_sized(arr1, True)
+        arr2, ind2, n2 = _unique_sized(arr2, True)
+        arr = dynamic_update_slice(concatenate((arr1, zeros_like(arr2))), arr2, (n1,))  # noqa
+        mask = arange(n, dtype=_np.int32) < n1 + n2  # noqa: F821
+        perm = lexsort((arr, logical_not(mask)))
+    aux = _gather(arr, perm)
+    aux_mask = (aux[1:] == aux[:-1]) & mask[1:]
+    num_results = sum(astype(aux_mask, _np.int32))  # noqa: F821
+    if count:
+        return num_results
+    at = _nonzero_impl(aux_mask, size, n)[0]
+    vals = _set_fill(_get_fill(aux, at, 0), num_results, size, fill_value)
+    if not return_indices:
+        return vals
+    valid = arange(size, dtype=_np.int32) < num_results  # noqa: F821
+    i1 = where(valid, _get_fill(perm, at, s1), s1)  # noqa: F821
+    i2 = where(valid, _get_fill(perm, at + 1, s2) - n1, s2)  # noqa: F821
+    if not assume_unique:
+        i1, i2 = _get_fill(ind1, i1, s1), _get_fill(ind2, i2, s2)
+    return vals, i1, i2
+
+
+_intersect1d_at_once = _at_once(_intersect1d_impl)
+
+
+def intersect1d(ar1, ar2, assume_unique=False, return_indices=False, *, size=None,
+                fill_value=None):
+    """jnp.intersect1d: the sorted values in both arrays, by JAX's
+    algorithm: the first size of them, the rest fill_value (by default the
+    smallest of them); with return_indices also where each first occurs in
+    the flattened ar1 and ar2 (past the results: their lengths). Inside a
+    traced function size= is required (JAX's error: jnp.unique's)."""
+    ar1, ar2 = _arraylike("intersect1d", ar1, ar2)
+    if size is None:
+        size = _set_size(ar1, ar2, assume_unique, lambda m, a, b: len(
+            _np.intersect1d(a.ravel(), b.ravel(), assume_unique)) if m is _np else
+            _intersect1d_impl(a, b, assume_unique, False, 0, None, True))
+    return _intersect1d_at_once(ar1, ar2, bool(assume_unique), bool(return_indices), int(size),
+                                fill_value)
+
+
+class _UniqueAllResult(typing.NamedTuple):
+    """jnp.unique_all's result."""
+    values: typing.Any
+    indices: typing.Any
+    inverse_indices: typing.Any
+    counts: typing.Any
+
+
+class _UniqueCountsResult(typing.NamedTuple):
+    """jnp.unique_counts's result."""
+    values: typing.Any
+    counts: typing.Any
+
+
+class _UniqueInverseResult(typing.NamedTuple):
+    """jnp.unique_inverse's result."""
+    values: typing.Any
+    inverse_indices: typing.Any
+
+
+def unique_values(x, /, *, size=None, fill_value=None):
+    """jnp.unique_values: unique(x, equal_nan=False) (each NaN its own
+    value)."""
+    (x,) = _arraylike("unique_values", x)
+    return unique(x, equal_nan=False, size=size, fill_value=fill_value)
+
+
+def unique_counts(x, /, *, size=None, fill_value=None):
+    """jnp.unique_counts: (values, counts) of unique(x, equal_nan=False)."""
+    (x,) = _arraylike("unique_counts", x)
+    values, counts = unique(x, return_counts=True, equal_nan=False, size=size,
+                            fill_value=fill_value)
+    return _UniqueCountsResult(values=values, counts=counts)
+
+
+def unique_inverse(x, /, *, size=None, fill_value=None):
+    """jnp.unique_inverse: (values, inverse_indices) of unique(x,
+    equal_nan=False), the inverse in x's shape."""
+    (x,) = _arraylike("unique_inverse", x)
+    values, inverse = unique(x, return_inverse=True, equal_nan=False, size=size,
+                             fill_value=fill_value)
+    return _UniqueInverseResult(values=values, inverse_indices=reshape(inverse, shape(x)))  # noqa
+
+
+def unique_all(x, /, *, size=None, fill_value=None):
+    """jnp.unique_all: (values, indices, inverse_indices, counts) of
+    unique(x, equal_nan=False), the inverse in x's shape."""
+    (x,) = _arraylike("unique_all", x)
+    values, indices, inverse, counts = unique(
+        x, return_index=True, return_inverse=True, return_counts=True, equal_nan=False,
+        size=size, fill_value=fill_value)
+    return _UniqueAllResult(values=values, indices=indices,
+                            inverse_indices=reshape(inverse, shape(x)), counts=counts)  # noqa
+
+
+def _block(xs):
+    """JAX's _block: (the array, its list depth)."""
+    if isinstance(xs, tuple):
+        raise ValueError(f"jax.numpy.block does not allow tuples, got {xs}")
+    if not isinstance(xs, list):
+        return asarray(xs), 1
+    if not xs:
+        raise ValueError("jax.numpy.block does not allow empty list arguments")
+    parts, depths = zip(*[_block(x) for x in xs])
+    if builtins.any(d != depths[0] for d in depths[1:]):
+        raise ValueError("Mismatched list depths in jax.numpy.block")
+    rank = builtins.max(depths[0], builtins.max(len(x.shape) for x in parts))
+    parts = [reshape(x, (1,) * (rank - len(x.shape)) + tuple(x.shape))  # noqa: F821
+             if len(x.shape) < rank else x for x in parts]
+    return concatenate(parts, axis=-depths[0]), depths[0] + 1  # noqa: F821
+
+
+@_at_once
+def block(arrays):
+    """jnp.block: nested lists of arrays joined, the innermost lists along
+    the last axis, each outer level along the axis before (the blocks
+    given leading 1s up to the deepest rank); tuples refused, as JAX's."""
+    return _block(arrays)[0]
+
+
+def _host_geomspace(start, stop, num=50, endpoint=True, dtype=None, axis=0):
+    dt = dtype or _inexact(_promote(_dtype_of(start), _dtype_of(stop)))
+    return _np.geomspace(start, stop, num, endpoint=endpoint, axis=axis).astype(dt)
+
+
+@_creation(_host_geomspace)
+def geomspace(start, stop, num=50, endpoint=True, dtype=None, axis=0):
+    """jnp.geomspace as JAX computes it: sign(start) * logspace of
+    log10(start / sign) .. log10(stop / sign) (start and stop numbers or
+    arrays), along a new axis; float32 unless the bounds or dtype say."""
+    dt = _np.dtype(dtype) if dtype is not None else \
+        _inexact(_promote(_dtype_of(start), _dtype_of(stop)))
+    ct = _inexact(dt)
+    start, stop = _scalar(start, ct), _scalar(stop, ct)
+    sgn = sign(start)  # noqa: F821
+    res = sgn * logspace(log10(start / sgn), log10(stop / sgn), num, endpoint=endpoint,
+                         base=10.0, dtype=ct)
+    return astype(moveaxis(res, 0, axis), dt)  # noqa: F821
+
+
+@_at_once
+def rollaxis(a, axis, start=0):
+    """jnp.rollaxis: moveaxis of axis to start (to start - 1 when start
+    lies past it), as JAX's."""
+    nd = len(a.shape)
+    if not -nd <= axis < nd:
+        raise ValueError(f"axis {axis} is out of bounds for array of dimension {nd}")
+    axis %= nd
+    if not -nd <= start <= nd:
+        raise ValueError(f"start={start} must satisfy {-nd}<=start<={nd}")
+    if start < 0:
+        start += nd
+    if start > axis:
+        start -= 1
+    return moveaxis(a, axis, start)
+
+
+_RAVEL_RAISE = ("The error occurred because ravel_multi_index was jit-compiled with "
+                "mode='raise'. Use mode='wrap' or mode='clip' instead.")
+
+
+@_at_once
+def _ravel_multi_index_impl(multi_index, dims, mode, order, dtype):
+    idx = [asarray(i) for i in multi_index]
+    if mode == "clip":
+        idx = [clip(i, 0, d - 1) for i, d in zip(idx, dims)]
+    elif mode == "wrap":
+        idx = [mod(i, d) for i, d in zip(idx, dims)]  # noqa: F821
+    strides = _np.cumprod((1,) + dims[:-1]) if order == "F" else \
+        _np.cumprod((1,) + dims[1:][::-1])[::-1]
+    result = zeros((), dtype)  # noqa: F821
+    for i, st in zip(idx, strides):
+        result = result + astype(i, dtype) * int(st)  # noqa: F821
+    return result
+
+
+def ravel_multi_index(multi_index, dims, mode="raise", order="C", *, dtype=None):
+    """jnp.ravel_multi_index: the flat indices of the coordinates in
+    multi_index into an array of shape dims (order 'C' or 'F'); mode
+    'raise' (coordinates checked now: inside a traced function JAX's
+    ConcretizationTypeError), 'clip', 'wrap' or 'ignore'. The dtype is the
+    indices' (a Python int weak), as JAX's."""
+    assert len(multi_index) == len(dims), \
+        f"len(multi_index)={len(multi_index)} != len(dims)={len(dims)}"
+    dims = tuple(int(d) for d in dims)
+    idx = [_to_device(i) if isinstance(i, _np.ndarray) else i for i in multi_index]
+    _arraylike("ravel_multi_index", *idx)  # (checked; Python ints stay weak for the dtype)
+    dt = result_type(0, *idx) if dtype is None else _np.dtype(dtype)
+    if not _np.issubdtype(dt, _np.integer):
+        raise ValueError(f"dtype={dt!r} is not an integer type.")
+    if math.prod(dims) - 1 > _np.iinfo(dt).max:
+        raise ValueError(f"jnp.ravel_multi_index: dtype={dt!r} not large enough to hold "
+                         f"flattened index for dims={dims}. Use the dtype argument to pass a "
+                         f"suitable dtype (e.g. dtype=np.min_scalar_type(prod(dims))).")
+    idx = list(_arraylike("ravel_multi_index", *idx))
+    for i in idx:
+        if mode == "raise":
+            _concrete(i, _RAVEL_RAISE, _short_type(i.dtype, i.shape))
+        if not _np.issubdtype(i.dtype, _np.integer):
+            raise TypeError("only int indices permitted")
+    if mode == "raise":
+        if _static_int(tuple(idx), lambda m, *ix: builtins.sum(
+                m.sum(((i < 0) | (i >= d)) * 1) for i, d in zip(ix, dims)), _RAVEL_RAISE, ""):
+            raise ValueError("invalid entry in coordinates array")
+    elif mode not in ("clip", "wrap", "ignore"):
+        raise ValueError(f"invalid mode={mode!r}. Expected 'raise', 'wrap', 'clip', or "
+                         f"'ignore'.")
+    if order not in ("C", "F"):
+        raise ValueError(f"invalid order={order!r}. Expected 'C' or 'F'")
+    return _ravel_multi_index_impl(idx, dims, mode, order, dt)
+
+
+def _trim_bounds(m, x):
+    """For each axis of x: whether any entry is nonzero there, and the first
+    nonzero position from the front and from the back (trim_zeros's)."""
+    out = []
+    for ax in range(len(x.shape)):
+        nz = x != 0
+        others = tuple(d for d in range(len(x.shape)) if d != ax)
+        mask = (m.any(nz, axis=others) if others else nz) * 1
+        out += [m.max(mask), m.argmax(mask), m.argmax(m.flip(mask, 0))]
+    return m.stack(out)
+
+
+def trim_zeros(filt, trim="fb", axis=None):
+    """jnp.trim_zeros: filt without its leading ('f' in trim) and trailing
+    ('b') slices of zeros along axis (every axis by default). The result's
+    shape depends on the values: filt must be concrete (inside a traced
+    function JAX's ConcretizationTypeError), the bounds found now."""
+    (filt,) = _arraylike("trim_zeros", filt)
+    _concrete(filt, "Error arose in the `filt` argument of trim_zeros()",
+              _short_type(filt.dtype, filt.shape))
+    nd = len(filt.shape)
+    axes = set(range(nd)) if axis is None else {
+        a % nd for a in ((axis,) if isinstance(axis, numbers.Integral) else axis)}
+    if not axes or ("f" not in trim.lower() and "b" not in trim.lower()):
+        return filt
+    b = _concrete_value(filt, _trim_bounds, "", "").reshape(nd, 3).tolist()
+    key = []
+    for ax, (nonzero_, front, back) in enumerate(b):
+        if ax not in axes:
+            key.append(builtins.slice(None))
+        elif not nonzero_:
+            key.append(builtins.slice(0, 0))
+        else:
+            key.append(builtins.slice(int(front) if "f" in trim.lower() else None,
+                                      filt.shape[ax] - int(back) if "b" in trim.lower()
+                                      else None))
+    return filt[tuple(key)]
+
+
+def _grid(key, sparse):
+    """JAX's mgrid / ogrid of key (a slice or a tuple of them): each slice
+    an arange (a complex step: a linspace of that many values), promoted
+    together, on an 'ij' grid (sparse: each of shape 1 but along its axis).
+    Numpy arrays outside a trace with no mesh (arange's and linspace's)."""
+    def one(s):
+        start, stop, step = s.start or 0, s.stop, s.step or 1
+        if _np.iscomplex(step):
+            return linspace(start, stop, int(builtins.abs(step)))
+        return arange(start, stop, step)
+    if isinstance(key, builtins.slice):
+        return one(key)
+    outs = [one(k) for k in key]
+    if not outs:
+        return [] if sparse else arange(0)
+    dt = _jax_promote(*[o.dtype for o in outs])
+    outs = [o if o.dtype == dt else o.astype(dt) for o in outs]
+    n = len(outs)
+    outs = [o.reshape(tuple(o.shape[0] if d == i else 1 for d in range(n)))
+            for i, o in enumerate(outs)]
+    if sparse:
+        return outs
+    shape = tuple(o.shape[i] for i, o in enumerate(outs))
+    m = _np if isinstance(outs[0], _np.ndarray) else _this
+    return m.stack([m.broadcast_to(o, shape) for o in outs])
+
+
+_traced_grid = _creation(_grid)(_grid)
+
+
+class _Grid:
+    """jnp.mgrid (dense) and jnp.ogrid (sparse): grid[start:stop:step, ...]."""
+
+    def __init__(self, sparse):
+        self.sparse = sparse
+
+    def __getitem__(self, key):
+        return _traced_grid(key, self.sparse)
+
+
+mgrid, ogrid = _Grid(False), _Grid(True)
+
+
+def _frexp_abs(a):
+    """frexp of a >= 0 where a is finite and not 0 (elsewhere meaningless):
+    (mantissa in [0.5, 1), exponent int32). JAX reads the exponent's bits
+    (a bitcast, which shmap has not); here lax's binade split scales a by
+    powers of two, exactly, into [1, 2), a subnormal made normal first (as
+    JAX's _normalize_float); half floats in float32."""
+    from .lax import _FLOAT_BITS, _Binade, _dtype_name, _work
+    se, sm = _FLOAT_BITS[_dtype_name(a)]
+    w = _work(a)
+    sub = w < 2.0 ** (2 - 2 ** (se - 1))  # below the smallest normal of a's dtype
+    b = _Binade(where(sub, w * 2.0 ** sm, w), (se, sm))  # noqa: F821
+    e = b.exponent() - astype(sub, _np.int32) * sm  # noqa: F821
+    return astype(b.y * 0.5, a.dtype), e + 1  # noqa: F821
+
+
+@_at_once
+def frexp(x, /):
+    """jnp.frexp: (mantissa, exponent), x = mantissa * 2**exponent with
+    |mantissa| in [0.5, 1) (x itself, exponent 0, where x is 0, inf or
+    NaN); float32 for integers, the exponent int32."""
+    x = _scalar(x, _inexact(_dtype_of(x)))
+    m, e = _frexp_abs(abs(x))  # noqa: F821
+    special = isinf(x) | isnan(x) | (x == 0)
+    return where(special, x, where(x < 0, -m, m)), where(special, 0, e)  # noqa: F821
+
+
+@_at_once
+def nextafter(x, y, /):
+    """jnp.nextafter: lax.nextafter of x and y promoted to their float dtype
+    (a Python number weak, as JAX's)."""
+    from .lax import nextafter as _lax_nextafter
+    dt = _inexact(result_type(x, y))
+    return _lax_nextafter(_scalar(x, dt), _scalar(y, dt))
+
+
+@_at_once
+def spacing(x, /):
+    """jnp.spacing: nextafter(x, copysign(inf, x)) - x, the smallest
+    subnormal (signed as x) where that is 0; for float16 nextafter(x,
+    inf) - x, as JAX's."""
+    x = _scalar(x, _inexact(_dtype_of(x)))
+    if x.dtype == _np.float16:
+        return nextafter(x, _np.inf) - x
+    r = nextafter(x, copysign(full_like(x, _np.inf), x)) - x
+    return where(r == 0, copysign(full_like(x, _np.finfo(x.dtype).smallest_subnormal), x),  # noqa
+                 r)
+
+
+@_at_once
+def bitwise_count(x, /):
+    """jnp.bitwise_count: the set bits of |x| (lax.population_count), uint8;
+    bool counts as int32."""
+    x = _scalar(x, _np.int32) if _dtype_of(x) == _np.bool_ else x
+    if not _np.issubdtype(x.dtype, _np.integer):
+        raise TypeError(f"population_count does not accept dtype {_np.dtype(x.dtype).name}. "
+                        f"Accepted dtypes are subtypes of integer.")
+    from .lax import population_count
+    return astype(population_count(abs(x)), _np.uint8)  # noqa: F821
+
+
+def _bitorder(bitorder):
+    if bitorder not in ("little", "big"):
+        raise ValueError("'order' must be either 'little' or 'big'")
+    bits = _np.arange(8, dtype=_np.uint8)
+    return bits[::-1].copy() if bitorder == "big" else bits
+
+
+@_at_once
+def packbits(a, axis=None, bitorder="big"):
+    """jnp.packbits: the entries' truth (a != 0) as bits, eight to a uint8
+    along axis (the flattened array by default; zeros pad the last byte),
+    the first the highest bit ('big') or the lowest ('little')."""
+    if not (_np.issubdtype(a.dtype, _np.integer) or a.dtype == _np.bool_):
+        raise TypeError("Expected an input array of integer or boolean data type")
+    bits = asarray(_bitorder(bitorder))
+    arr = astype(a != 0, _np.uint8)  # noqa: F821
+    if axis is None:
+        arr, axis = ravel(arr), 0
+    arr = swapaxes(arr, axis, -1)
+    rem = arr.shape[-1] % 8
+    if rem:
+        arr = pad(arr, ((0, 0),) * (len(arr.shape) - 1) + ((0, 8 - rem),))
+    arr = reshape(arr, tuple(arr.shape[:-1]) + (arr.shape[-1] // 8, 8))  # noqa: F821
+    packed = astype(sum(left_shift(arr, bits), axis=-1), _np.uint8)  # noqa: F821
+    return swapaxes(packed, axis, -1)
+
+
+@_at_once
+def unpackbits(a, axis=None, count=None, bitorder="big"):
+    """jnp.unpackbits: each uint8 entry as its eight bits (uint8 0 or 1)
+    along axis (the flattened array by default), highest first ('big') or
+    lowest; count keeps that many bits (negative: drops them from the end),
+    zeros past the end."""
+    if a.dtype != _np.uint8:
+        raise TypeError("Expected an input array of unsigned byte data type")
+    bits = asarray(1 << _bitorder(bitorder).astype(_np.int32))
+    arr = a
+    if axis is None:
+        arr, axis = ravel(arr), 0
+    arr = swapaxes(arr, axis, -1)
+    unpacked = astype((expand_dims(arr, -1) & bits) > 0, _np.uint8)  # noqa: F821
+    unpacked = reshape(unpacked, tuple(unpacked.shape[:-2]) + (-1,))  # noqa: F821
+    if count is not None:
+        n = unpacked.shape[-1]
+        if count > n:
+            unpacked = pad(unpacked, ((0, 0),) * (len(unpacked.shape) - 1) + ((0, count - n),))
+        else:
+            unpacked = unpacked[..., :count]
+    return swapaxes(unpacked, axis, -1)
+
+
+@_at_once
+def polyfit(x, y, deg, rcond=None, full=False, w=None, cov=False):
+    """jnp.polyfit as JAX computes it: least squares (linalg.lstsq) of the
+    Vandermonde matrix of x (weighted rows with w), its columns scaled to
+    unit norm; full: (p, residuals, rank, singular values, rcond); cov:
+    (p, the covariance, scaled by residuals / (len(x) - deg - 1) unless
+    'unscaled')."""
+    deg = int(deg)
+    order = deg + 1
+    if deg < 0:
+        raise ValueError("expected deg >= 0")
+    if len(x.shape) != 1:
+        raise TypeError("expected 1D vector for x")
+    if x.shape[0] == 0:
+        raise TypeError("expected non-empty vector for x")
+    if len(y.shape) < 1 or len(y.shape) > 2:
+        raise TypeError("expected 1D or 2D array for y")
+    if x.shape[0] != y.shape[0]:
+        raise TypeError("expected x and y to have same length")
+    if rcond is None:
+        rcond = x.shape[0] * float(_np.finfo(x.dtype).eps)
+    rcond = float(rcond)
+    lhs, rhs = vander(x, order), y
+    if w is not None:
+        w = _scalar(w, _inexact(_dtype_of(w)))
+        if len(w.shape) != 1:
+            raise TypeError("expected a 1-d array for weights")
+        if w.shape[0] != y.shape[0]:
+            raise TypeError("expected w and y to have the same length")
+        lhs = lhs * w[:, None]
+        rhs = rhs * w[:, None] if len(rhs.shape) == 2 else rhs * w
+    sq = sum(lhs * lhs, axis=0)  # noqa: F821
+    scale = sqrt(sq if _np.issubdtype(sq.dtype, _np.floating) else astype(sq, _np.float32))  # noqa
+    lhs = lhs / scale[None, :]
+    c, resids, rank, s = linalg.lstsq(lhs, rhs, rcond)
+    c = transpose(transpose(c) / scale[None, :]) if len(c.shape) > 1 else c / scale  # noqa
+    if full:
+        return c, resids, rank, s, asarray(rcond)
+    if not cov:
+        return c
+    vbase = linalg.inv(matmul(transpose(lhs), lhs)) / outer(scale, scale)  # noqa: F821
+    if cov == "unscaled":
+        fac = asarray(1.0)
+    else:
+        if x.shape[0] <= order:
+            raise ValueError("the number of data points must exceed order to scale the "
+                             "covariance matrix")
+        fac = resids / (x.shape[0] - order)
+    fac = reshape(atleast_1d(fac), (-1,))  # noqa: F821
+    if len(y.shape) == 1:
+        return c, vbase * fac[None, :]
+    return c, vbase[:, :, None] * fac[None, None, :]
+
+
+__all__ += ["isin", "setdiff1d", "union1d", "setxor1d", "intersect1d", "unique_values",
+            "unique_counts", "unique_inverse", "unique_all", "block", "geomspace", "rollaxis",
+            "ravel_multi_index", "trim_zeros", "mgrid", "ogrid", "frexp", "nextafter",
+            "spacing", "bitwise_count", "packbits", "unpackbits", "polyfit"]
