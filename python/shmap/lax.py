@@ -451,8 +451,11 @@ reduce_min, reduce_prod = _reducer("min"), _reducer("prod")
 
 
 def convert_element_type(operand, new_dtype):
-    """lax.convert_element_type: astype (a Python scalar: a rank-0 array)."""
+    """lax.convert_element_type: astype (a Python scalar: a rank-0 array; a
+    numpy array: converted, as jnp.asarray takes it)."""
     jnp = _jnp()
+    if isinstance(operand, _np.ndarray) and operand.ndim:
+        return jnp.asarray(operand.astype(new_dtype))
     if not hasattr(operand, "dtype") or isinstance(operand, (_np.ndarray, _np.generic)):
         return jnp.full((), _np.asarray(operand).astype(new_dtype).item(), dtype=new_dtype)
     return jnp.astype(operand, new_dtype)

@@ -812,3 +812,14 @@ def test_ragged_dot(c, mesh):
                                                                             P()))
     assert lax.shape_as_value((3, 4)).tolist() == [3, 4]
     assert lax.shape_as_value((3, 4)).dtype == np.int32
+
+
+def test_convert_element_type_of_numpy(c, mesh):
+    """lax.convert_element_type of a numpy array (it called .item(): only
+    scalars worked), at once and as a constant of a traced function."""
+    a = np.array([[0.5, 1.7], [-2.2, 3.9]])
+    got = lax.convert_element_type(a, np.int32)
+    assert got.dtype == np.int32 and np.array_equal(np.asarray(got), a.astype(np.int32))
+    x = _put(c, mesh, np.ones((2, 2), np.int32), P())
+    got = shmap.jit(lambda v: v + lax.convert_element_type(a, np.int32))(x)
+    assert np.array_equal(np.asarray(got), 1 + a.astype(np.int32))
