@@ -707,10 +707,17 @@ def _collective(prim, g, out, args, kwargs):
     a = _bind(prim, args, kwargs)
     if prim == "pcast" and a.get("to") in (None, "varying"):  # pcast(x, axes) is pvary
         prim, a = "pvary", {k: v for k, v in a.items() if k != "to"}
-    if a.get("axis_index_groups") is not None or a.get("to") is not None:
+    invariant = prim == "all_gather" and a.get("to") == "invarying"
+    if a.get("axis_index_groups") is not None or (a.get("to") is not None and not invariant):
         raise InvalidArgument(f"grad: {prim} with axis_index_groups or to= is not supported")
     x, name = a["x"], a["axis_name"]
     tiled = bool(a.get("tiled", False))
+    if invariant:  # all_gather_invariant's transpose: this device's slice (JAX's dynamic_slice)
+        ax, idx = a.get("axis", 0), lax.axis_index(name)
+        if tiled:
+            n = x.shape[ax]
+            return [lax.dynamic_slice_in_dim(g, idx * n, n, ax)]
+        return [lax.dynamic_index_in_dim(g, idx, ax, keepdims=False)]
     if prim in ("psum", "pmean"):
         varying, _ = _vma(x)
         # over an axis x does not vary on, psum adds that many equal copies

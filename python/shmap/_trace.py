@@ -1965,10 +1965,21 @@ def eval_shape(fun, *args, **kwargs):
     return tuple(outs) if multi else outs[0]
 
 
-def shard_map(f=None, *, mesh=None, in_specs, out_specs, check_vma=True):
+def shard_map(f=None, *, mesh=None, in_specs, out_specs, check_vma=True, axis_names=None):
     """jax.shard_map: f runs once per device on blocks; as a decorator
     (@shmap.shard_map(mesh=..., in_specs=..., out_specs=...)) or a call.
-    Without mesh: the mesh of set_mesh / use_mesh, else its Arrays'."""
+    Without mesh: the mesh of set_mesh / use_mesh, else its Arrays'.
+    axis_names (JAX's: the axes made Manual, the others staying Auto) must
+    be every axis of the mesh: a shard_map over some of them is not
+    supported."""
+    if axis_names is not None:
+        names = {axis_names} if isinstance(axis_names, str) else set(axis_names)
+        m = mesh if mesh is not None else get_mesh()
+        if m is None or names != set(m.axis_names):
+            raise Unimplemented(f"shard_map(axis_names={sorted(names)!r}): a shard_map manual over "
+                                f"some of the mesh's axes (the others Auto) is not supported; "
+                                f"every axis is Manual (axis_names left out)")
+
     def wrap(g):
         return _Traced(g, "shard_map", mesh, in_specs, out_specs, check_vma)
     return wrap if f is None else wrap(f)

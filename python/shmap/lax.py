@@ -1538,6 +1538,18 @@ def pswapaxes(x, axis_name, axis, *, axis_index_groups=None):
     return _tree_map(lambda v: all_to_all(v, axis_name, axis, axis), x)  # noqa: F821
 
 
+def all_gather_invariant(x, axis_name, *, axis=0, tiled=False):
+    """jax.lax.all_gather_invariant: all_gather whose result is invariant
+    over axis_name (all_gather's is varying), the text form's all_gather(...,
+    to='invarying'); grad transposes it to a dynamic_slice, as JAX's; x a
+    pytree."""
+    return _tree_map(lambda v: all_gather(v, axis_name, axis=axis, tiled=tiled,  # noqa: F821
+                                          to="invarying"), x)
+
+
+__all__ += ["all_gather_invariant"]
+
+
 def pbroadcast(x, axis_name, source):
     """jax.lax.pbroadcast: every device of axis_name gets the value of the
     one at index source (JAX's definition: the psum of x masked to the

@@ -823,3 +823,34 @@ def test_convert_element_type_of_numpy(c, mesh):
     x = _put(c, mesh, np.ones((2, 2), np.int32), P())
     got = shmap.jit(lambda v: v + lax.convert_element_type(a, np.int32))(x)
     assert np.array_equal(np.asarray(got), 1 + a.astype(np.int32))
+
+
+def test_all_gather_invariant_and_axis_names(c):
+    """lax.all_gather_invariant (the text form's all_gather(..., to=
+    'invarying')): an invariant result, which out_specs P() takes without
+    a psum, and grad's transpose, a dynamic_slice (this device's part of the
+    cotangent, as JAX's); shard_map(axis_names=) naming a subset of the mesh
+    is refused."""
+    mesh = c.make_mesh((2, 2), ("X", "Y"))
+    a = np.arange(16, dtype=np.float32).reshape(4, 4)
+    x = c.device_put(a, NamedSharding(mesh, P("X", None)))
+    f = shmap.shard_map(lambda b: lax.all_gather_invariant(b, "X", tiled=True), mesh=mesh,
+                        in_specs=P("X"), out_specs=P())
+    assert np.array_equal(np.asarray(f(x)), a)
+    with pytest.raises(shmap.ProgramError, match="varies over mesh axis 'X'"):
+        shmap.shard_map(lambda b: lax.all_gather(b, "X", tiled=True), mesh=mesh,
+                        in_specs=P("X"), out_specs=P())(x)
+    g = shmap.jit(shmap.grad(lambda v: (f(v) ** 2).sum()))(x)
+    assert np.allclose(np.asarray(g), 2 * a)
+    f2 = shmap.shard_map(lambda b: lax.all_gather_invariant(b, "X", axis=1), mesh=mesh,
+                         in_specs=P("X"), out_specs=P())
+    assert np.array_equal(np.asarray(f2(x)), np.stack([a[:2], a[2:]], axis=1))
+    w = np.arange(2.0, dtype=np.float32)[None, :, None]
+    g2 = shmap.jit(shmap.grad(lambda v: (f2(v) * w).sum()))(x)
+    assert np.array_equal(np.asarray(g2), np.repeat([0.0, 1.0], 2)[:, None] * np.ones((4, 4)))
+    with pytest.raises(shmap.Unimplemented, match=r"shard_map\(axis_names=\['X'\]\)"):
+        shmap.shard_map(lambda b: b, mesh=mesh, in_specs=P("X"), out_specs=P("X"),
+                        axis_names={"X"})
+    same = shmap.shard_map(lambda b: b * 2, mesh=mesh, in_specs=P("X"), out_specs=P("X"),
+                           axis_names=("X", "Y"))
+    assert np.array_equal(np.asarray(same(x)), a * 2)
