@@ -469,6 +469,8 @@ sm_err sm_ir_infer_reduce(const sm_program *p, const sm_ir_op *op, const sm_ir_v
         t = SM_F32;
     } else if ((op->kind == SM_OP_SUM || op->kind == SM_OP_PROD) && t == SM_BOOL) {
         t = SM_I32;
+    } else if ((op->kind == SM_OP_SUM || op->kind == SM_OP_PROD) && t == SM_U8) {
+        t = SM_I64; /* jnp's is uint32, which shmap lacks: the sum, not its byte */
     }
     sm_ir_set(out, t, &s);
     out->weak = weak;
@@ -562,6 +564,8 @@ sm_err sm_ir_infer_cumulative(const sm_program *p, const sm_ir_op *op, const sm_
     int minmax = op->kind == SM_OP_CUMMAX || op->kind == SM_OP_CUMMIN;
     if (t == SM_BOOL && !minmax)
         t = SM_I32;
+    else if (t == SM_U8 && !minmax && !op->attrs.has_dtype)
+        t = SM_I64; /* jnp's is uint32, which shmap lacks (sm_ir_infer_reduce) */
     if (t == SM_BOOL || t == SM_F16 || t == SM_BF16)
         return sm_fail(err, errlen, SM_EINVAL,
                        "%s does not accept dtype %s. Accepted dtypes are subtypes of number.",

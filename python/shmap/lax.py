@@ -440,9 +440,12 @@ def square(x):
 
 def _reducer(name):
     def op(operand, axes):
-        return getattr(_jnp(), name)(operand, axis=tuple(int(a) for a in axes))
+        kw = {}
+        if name in ("sum", "prod") and _lax_dtype(operand) == _np.uint8:
+            kw["dtype"] = _np.uint8  # lax's keeps the operand's dtype (jnp's widens uint8)
+        return getattr(_jnp(), name)(operand, axis=tuple(int(a) for a in axes), **kw)
     op.__name__ = "reduce_" + name
-    op.__doc__ = f"lax.reduce_{name}(operand, axes): jnp.{name} over axes."
+    op.__doc__ = f"lax.reduce_{name}(operand, axes): jnp.{name} over axes, in its dtype."
     return op
 
 

@@ -870,6 +870,22 @@ def test_integer_bits_and_gcd(c, mesh):
     assert np.asarray(jnp.isreal(fs)).all() and not np.asarray(jnp.iscomplex(fs)).any()
 
 
+def test_uint8_sums_do_not_wrap(c, mesh):
+    """jnp.sum / prod / cumsum / cumprod of uint8 without dtype= (JAX's are
+    uint32, which shmap lacks) are int64 with the whole sums: they wrapped
+    at 256; lax.reduce_sum keeps uint8 as lax's; dtype= is honoured."""
+    u = np.full((8, 3), 200, np.uint8)
+    x = _put(c, mesh, u, P("i"))
+    got = shmap.jit(lambda v: (jnp.sum(v), jnp.sum(v, axis=0), jnp.prod(v, axis=0),
+                               jnp.cumsum(v, axis=1), lax.reduce_sum(v, (0,)),
+                               jnp.sum(v, dtype=np.uint8), jnp.mean(v)))(x)
+    want = (np.int64(4800), np.full(3, 1600), np.full(3, 200 ** 8), np.cumsum(u, 1, np.int64),
+            np.full(3, 64, np.uint8), np.uint8(4800 % 256), np.float32(200))
+    for g, w in zip(got, want):
+        w = np.asarray(w, dtype=np.asarray(w).dtype)
+        assert g.dtype == w.dtype and np.array_equal(np.asarray(g), w), (g, w)
+
+
 def test_products_of_bool_and_uint8(c, mesh):
     """Products of bools (any product true, as numpy's and XLA's) and of
     uint8 (modulo 256), sharded or not: the check took them and the device
