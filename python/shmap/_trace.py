@@ -1134,6 +1134,20 @@ def _flatten(v, who):
                           f"them), got {type(v).__name__}")
 
 
+def _prefix_specs(specs, res, who):
+    """The out_specs of each leaf of res, a pytree of results, from specs,
+    a pytree prefix of it (a PartitionSpec stands for every leaf of the
+    subtree it meets), as JAX's shard_map reads out_specs."""
+    if isinstance(specs, (PartitionSpec, NamedSharding)):
+        return [getattr(specs, "spec", specs)] * len(_flatten(res, who)[0])
+    n, m = _node(specs), _node(res)
+    if n is None or m is None or n[3] != m[3]:
+        raise InvalidArgument(f"{who}: out_specs must be a pytree prefix of its results "
+                              f"(one P for a subtree), got {specs!r} for results of structure "
+                              f"{m[3] if m else type(res).__name__}")
+    return [s for a, r in zip(n[0], m[0]) for s in _prefix_specs(a, r, who)]
+
+
 def _unflatten(tree, it):
     if tree == "*":
         return next(it)
@@ -1591,9 +1605,14 @@ class _Traced:
             outs, multi = _flatten(res, self.__name__)
             if not outs:
                 raise InvalidArgument(f"{self.__name__} must return at least one traced value")
-        else:
-            multi = isinstance(res, (tuple, list))
-            outs = list(res) if multi else [res]
+        elif isinstance(res, (tuple, list)) and all(isinstance(o, Tracer) for o in res):
+            multi = True
+            outs = list(res)
+        elif isinstance(res, Tracer):
+            multi, outs = False, [res]
+        else:  # a pytree of results (dicts, nested tuples): its out_specs a prefix of it
+            outs, tree = _flatten(res, self.__name__)
+            multi = ("tree", tree, res)
         for o in outs:
             if not isinstance(o, Tracer):
                 raise InvalidArgument(f"{self.__name__} must return traced values, got "
@@ -1613,6 +1632,8 @@ class _Traced:
             os_ = self.out_specs
             if callable(os_):  # pmap's: one spec per result, however many it has
                 os_ = os_(len(outs))
+            if isinstance(multi, tuple):
+                os_ = _prefix_specs(os_, multi[2], self.__name__)
             if isinstance(os_, PartitionSpec):
                 os_ = (os_,)
             if len(os_) != len(outs):
@@ -1820,6 +1841,8 @@ class _Traced:
                 _debug._emit(entries, extra, per_device)
             if self.kind == "jit":
                 return _unflatten(multi, iter(outs))
+            if isinstance(multi, tuple):  # a shard_map's pytree of results
+                return _unflatten(multi[1], iter(outs))
             return tuple(outs) if multi else outs[0]
         return finish
 
@@ -1962,6 +1985,8 @@ def eval_shape(fun, *args, **kwargs):
         mesh, P(*[_spec_entry(d) for d in _dims(ty)]))) for ty, dt, shape, _ in info["outputs"]]
     if t2.kind == "jit":
         return _unflatten(multi, iter(outs))
+    if isinstance(multi, tuple):
+        return _unflatten(multi[1], iter(outs))
     return tuple(outs) if multi else outs[0]
 
 

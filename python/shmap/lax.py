@@ -1,6 +1,8 @@
 """jax.lax-style collectives for shard_map bodies (psum, pmean, all_gather,
 psum_scatter, ppermute, all_to_all, axis_index, axis_size, ...), plus the
 numpy ops under their lax names, made from the C op table at import."""
+import functools
+
 import numpy as _np
 
 import _shmap
@@ -2287,3 +2289,22 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
 
 __all__ += ["bessel_i0e", "bessel_i1e", "conv_general_dilated_patches",
             "conv_general_dilated_local", "ragged_dot"]
+
+
+def _over_trees(op):
+    """op(x, ...) over a pytree x (tuples, lists, dicts of arrays), leaf by
+    leaf, as JAX's collectives take one."""
+    from ._trace import _is_tree
+
+    @functools.wraps(op)
+    def f(x, *args, **kwargs):
+        if _is_tree(x):
+            return _tree_map(lambda v: op(v, *args, **kwargs), x)
+        return op(x, *args, **kwargs)
+    return f
+
+
+for _name in ("psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "ppermute",
+              "all_to_all", "pvary", "pcast"):
+    if _name in globals():
+        globals()[_name] = _over_trees(globals()[_name])

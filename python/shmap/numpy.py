@@ -26,6 +26,47 @@ for _name, _sig, _mn, _mx, _jit_only in _shmap.op_table():
         __all__.append(_name)
 
 
+def _sharded_trees(op):
+    """op(x, sharding) over a pytree x (tuples, lists, dicts of arrays), as
+    JAX's reshard and with_sharding_constraint take one: one sharding for
+    every leaf, or a pytree of them of x's structure."""
+    from ._core import NamedSharding, PartitionSpec
+    from ._trace import _is_tree, _tree_build, _tree_leaves
+
+    @functools.wraps(op)
+    def f(x, sharding, *args, **kwargs):
+        if not _is_tree(x):
+            return op(x, sharding, *args, **kwargs)
+        leaves = [v for v, _ in _tree_leaves(x, "x")]
+        if sharding is None or isinstance(sharding, (PartitionSpec, NamedSharding)):
+            shs = [sharding] * len(leaves)
+        else:
+            shs = [v for v, _ in _tree_leaves(sharding, "s")]
+            if len(shs) != len(leaves):
+                raise ValueError(f"{op.__name__}: {len(shs)} shardings for a pytree of "
+                                 f"{len(leaves)} arrays: give one sharding, or a pytree of "
+                                 f"them of the arrays' structure")
+        return _tree_build(x, iter([op(v, s, *args, **kwargs) for v, s in zip(leaves, shs)]))
+    return f
+
+
+for _name in ("reshard", "with_sharding_constraint"):
+    globals()[_name] = _sharded_trees(globals()[_name])
+
+_where = where  # noqa: F821 (the op table's)
+
+
+def where(condition, x=None, y=None, /, *, size=None, fill_value=None):
+    """jnp.where: x where condition holds, else y; with condition alone,
+    jnp.nonzero(condition, size=, fill_value=), as JAX's."""
+    if x is None and y is None:
+        return nonzero(condition, size=size, fill_value=fill_value)  # noqa: F821
+    if x is None or y is None:
+        raise ValueError(f"Either both or neither of the x and y arguments should be provided "
+                         f"to jax.numpy.where, got {x} and {y}.")
+    return _where(condition, x, y)
+
+
 def _at_once(fn):
     """fn, run at once as one jit program when called on Arrays outside a
     trace (as the op table's functions are)."""

@@ -870,6 +870,42 @@ def test_integer_bits_and_gcd(c, mesh):
     assert np.asarray(jnp.isreal(fs)).all() and not np.asarray(jnp.iscomplex(fs)).any()
 
 
+def test_pytrees_through_sharding_ops_and_collectives(c, mesh):
+    """reshard, with_sharding_constraint and the collectives take pytrees,
+    as JAX's (one sharding for all leaves, or a pytree of them); jnp.where
+    with the condition alone is nonzero (size=, fill_value=)."""
+    a = RNG.standard_normal((8, 4)).astype(np.float32)
+    x = _put(c, mesh, a, P("i"))
+    got = shmap.jit(lambda d: shmap.reshard(d, P(None, "j")))({"p": x, "q": (x, x * 2)})
+    assert [shmap.typeof(v) for v in (got["p"], *got["q"])] == ["f32[8,4@j]"] * 3
+    assert np.array_equal(np.asarray(got["q"][1]), a * 2)
+    got = shmap.jit(lambda d: shmap.reshard(d, {"p": P("j"), "q": P(None, "i")}))(
+        {"p": x, "q": x})
+    assert (shmap.typeof(got["p"]), shmap.typeof(got["q"])) == ("f32[8@j,4]", "f32[8,4@i]")
+    with pytest.raises(ValueError, match="2 shardings for a pytree of 3 arrays"):
+        shmap.jit(lambda d: shmap.reshard(d, [P("j"), P()]))([x, x, x])
+    sm = shmap.shard_map(lambda u, v: lax.psum({"u": u, "v": (v, v)}, "i"), mesh=mesh,
+                         in_specs=(P("i"), P("i")), out_specs={"u": P(), "v": (P(), P())})
+    r = sm(x, x)
+    want = a.reshape(4, 2, 4).sum(0)
+    assert np.allclose(np.asarray(r["u"]), want, atol=1e-6)
+    assert np.allclose(np.asarray(r["v"][1]), want, atol=1e-6)
+    one = shmap.shard_map(lambda u: {"a": u * 2, "b": [u, u + 1]}, mesh=mesh, in_specs=P("i"),
+                          out_specs=P("i"))(x)  # one P for every result: a pytree prefix
+    assert np.array_equal(np.asarray(one["b"][1]), a + 1)
+    assert shmap.eval_shape(shmap.shard_map(lambda u: {"a": u}, mesh=mesh, in_specs=P("i"),
+                                            out_specs=P("i")), x)["a"].shape == (8, 4)
+    with pytest.raises(shmap.InvalidArgument, match="out_specs must be a pytree prefix"):
+        shmap.shard_map(lambda u: {"a": u}, mesh=mesh, in_specs=P("i"),
+                        out_specs=(P("i"),))(x)
+    idx = shmap.jit(lambda v: jnp.where(v > 0, size=40, fill_value=-1))(x)
+    rows, cols = np.nonzero(a > 0)
+    assert np.array_equal(np.asarray(idx[0])[:len(rows)], rows)
+    assert np.array_equal(np.asarray(idx[1])[len(cols):], -np.ones(40 - len(cols)))
+    with pytest.raises(ValueError, match="Either both or neither of the x and y arguments"):
+        jnp.where(x > 0, x)
+
+
 def test_uint8_sums_do_not_wrap(c, mesh):
     """jnp.sum / prod / cumsum / cumprod of uint8 without dtype= (JAX's are
     uint32, which shmap lacks) are int64 with the whole sums: they wrapped
