@@ -186,6 +186,17 @@ static const type_case types[] = {
      "jit f(x: f32[4,4] @ P('X', 'Y'), y: f32[4,4] @ P(None, 'X')):\n"
      "    r = auto_axes(h, out_sharding=P('Y', 'X'), axes='X')(x, y)\n    return r\n",
      "c", "f32[4,4@Y]"},
+    /* explicit_axes: in a mesh of Auto axes, its axes Explicit inside (the arguments
+     * resharded to in_sharding first), hidden again after */
+    {"mesh X=2 Y=2 axis_types=(Auto, Auto)\ndef h(a, b):\n    c = a + b\n    return c\n"
+     "jit f(x: f32[4,4] @ P('X', None), y: f32[4,4] @ P(None, 'X')):\n"
+     "    r = explicit_axes(h, axes='X', in_sharding=(P('X', None), P('X', None)))(x, y)\n"
+     "    s = r * 2\n    return s\n",
+     "c", "f32[4@X,4]"},
+    {"mesh X=2 Y=2 axis_types=(Auto, Auto)\ndef h(a, b):\n    c = a + b\n    return c\n"
+     "jit f(x: f32[4,4] @ P('X', None), y: f32[4,4] @ P(None, 'X')):\n"
+     "    r = explicit_axes(h, in_sharding=P(None, 'Y'))(x, y)\n    s = r * 2\n    return s\n",
+     "r", "f32[4,4]"},
 };
 
 START_TEST(test_types)
@@ -202,15 +213,16 @@ START_TEST(test_types)
 END_TEST
 
 /* A jit program prints in the text form and re-parses to an equal program
- * (those with inlined shard_map or auto_axes calls print their per-device
- * and Auto ops marked with comments, and are not re-parsed). */
+ * (those with inlined shard_map, auto_axes or explicit_axes calls print
+ * their per-device, Auto and Explicit ops marked with comments, and are not
+ * re-parsed). */
 START_TEST(test_print_roundtrip)
 {
     const type_case *c = &types[_i];
     sm_program *p = parse_ok(c->text), *q = NULL;
     int plain = 1;
     for (int k = 0; k < p->nops; k++)
-        plain &= !p->ops[k].manual && !p->ops[k].auto_mask;
+        plain &= !p->ops[k].manual && !p->ops[k].auto_mask && !p->ops[k].explicit_mask;
     sm_strbuf sb = {0};
     ck_assert_int_eq(sm_program_print(p, &sb), SM_OK);
     if (plain) {
@@ -233,6 +245,18 @@ typedef struct {
 } error_case;
 
 static const error_case errors[] = {
+    {"mesh X=2 Y=2 axis_types=(Auto, Auto)\n"
+     "jit f(x: f32[4,4] @ P('X', None), y: f32[4,4] @ P(None, 'X')):\n"
+     "    z = explicit_axes(add, in_sharding=(P('X', None), P(None, 'X')))(x, y)\n"
+     "    return z\n",
+     {"t.shmap:3:", "duplicate entries for X"}},
+    {"mesh X=2 Y=2 axis_types=(Auto, Auto)\n"
+     "jit f(x: f32[4,4] @ P('X', None), y: f32[4,4] @ P(None, 'X')):\n"
+     "    z = explicit_axes(add, in_sharding=(P('X', None),))(x, y)\n    return z\n",
+     {"t.shmap:3:", "explicit_axes: in_sharding has 1 shardings for more array arguments"}},
+    {"mesh X=2 Y=2 axis_types=(Auto, Auto)\njit f(x: f32[4,4] @ P('X', None)):\n"
+     "    z = explicit_axes(sin, axes='X')(x)\n    return z\n",
+     {"t.shmap:3:", "explicit_axes needs in_sharding=P(...)"}},
     /* with_sharding_constraint: JAX's assert with every axis Explicit, and its refusal of a
      * spec naming an Explicit axis otherwise */
     {"mesh X=2 Y=2\njit f(x: f32[4,4] @ P('X', None)):\n"

@@ -83,8 +83,10 @@ typedef struct {
     int result;    /* value id */
     int line, col; /* source position; 0 when built in C */
     /* jit programs: */
-    uint32_t auto_mask; /* mesh axes Auto at this op (auto_axes), beyond the mesh's */
-    int manual;         /* a per-device op of a shard_map function called from jit */
+    uint32_t auto_mask;     /* mesh axes Auto at this op (auto_axes), beyond the mesh's */
+    uint32_t explicit_mask; /* mesh axes Explicit at this op (explicit_axes), Auto in the
+                             * mesh: they show in its type */
+    int manual;             /* a per-device op of a shard_map function called from jit */
 } sm_ir_op;
 
 typedef struct {
@@ -168,10 +170,13 @@ sm_err sm_program_add_op_at(sm_program *p, sm_op_kind kind, const int *operands,
                             size_t errlen);
 /* Like add_op_at, for jit programs: manual marks a per-device op of a
  * shard_map function called from the jit body; auto_mask the mesh axes that
- * are Auto at this op (inside auto_axes) beyond the mesh's own. */
+ * are Auto at this op (inside auto_axes) beyond the mesh's own,
+ * explicit_mask those Explicit at it (inside explicit_axes) though the
+ * mesh's are Auto. */
 sm_err sm_program_add_op_jit(sm_program *p, sm_op_kind kind, const int *operands, int n,
                              const sm_ir_attrs *attrs, int line, int col, int manual,
-                             uint32_t auto_mask, int *value_id, char *err, size_t errlen);
+                             uint32_t auto_mask, uint32_t explicit_mask, int *value_id, char *err,
+                             size_t errlen);
 
 /* einsum's '...' written out (numpy's broadcasting of the dimensions it
  * covers, aligned to the right; unused letters; the implicit output

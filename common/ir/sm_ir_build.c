@@ -152,13 +152,14 @@ sm_err sm_program_add_op_at(sm_program *p, sm_op_kind kind, const int *operands,
                             const sm_ir_attrs *attrs, int line, int col, int *value_id, char *err,
                             size_t errlen)
 {
-    return sm_program_add_op_jit(p, kind, operands, n, attrs, line, col, 0, 0, value_id, err,
+    return sm_program_add_op_jit(p, kind, operands, n, attrs, line, col, 0, 0, 0, value_id, err,
                                  errlen);
 }
 
 sm_err sm_program_add_op_jit(sm_program *p, sm_op_kind kind, const int *operands, int n,
                              const sm_ir_attrs *attrs, int line, int col, int manual,
-                             uint32_t auto_mask, int *value_id, char *err, size_t errlen)
+                             uint32_t auto_mask, uint32_t explicit_mask, int *value_id, char *err,
+                             size_t errlen)
 {
     static const sm_ir_attrs none;
     if (n < 0 || n > SM_OP_MAXARGS)
@@ -168,6 +169,7 @@ sm_err sm_program_add_op_jit(sm_program *p, sm_op_kind kind, const int *operands
     op.col = col;
     op.manual = manual;
     op.auto_mask = auto_mask;
+    op.explicit_mask = explicit_mask;
     op.operands = sm_arena_alloc(p->arena, sizeof(int) * (size_t)(n ? n : 1));
     if (!op.operands)
         return sm_fail(err, errlen, SM_ENOMEM, "out of memory adding an op");
@@ -688,7 +690,7 @@ int sm_program_equal(const sm_program *a, const sm_program *b)
         if (x->kind != y->kind || x->noperands != y->noperands || x->result != y->result ||
             memcmp(x->operands, y->operands, sizeof(int) * (size_t)x->noperands) ||
             !sm_ir_attrs_equal(&x->attrs, &y->attrs) || x->manual != y->manual ||
-            x->auto_mask != y->auto_mask)
+            x->auto_mask != y->auto_mask || x->explicit_mask != y->explicit_mask)
             return 0;
     }
     for (int v = 0; v < a->nvalues; v++) {

@@ -38,7 +38,7 @@ int sm_ps_emit(sm_parser *ps, sm_op_kind kind, const int *operands, int n, const
         return sm_ps_fail(ps, at, SM_ERESOURCE, "the program unrolls to more than %d ops",
                           SM_PS_MAX_OPS);
     sm_err e = sm_program_add_op_jit(ps->p, kind, operands, n, attrs, at->line, at->col, ps->manual,
-                                     ps->auto_mask, &id, ps->err, ps->errlen);
+                                     ps->auto_mask, ps->explicit_mask, &id, ps->err, ps->errlen);
     if (e)
         return sm_ps_fail_at(ps, at, e);
     *out = (sm_item){.kind = SM_IT_VALUE, .i = id, .at = at};
@@ -573,7 +573,7 @@ static int sm_ps_call(sm_parser *ps, const sm_item *fn, const sm_item *self, sm_
     sm_op_kind kind;
     if (strcmp(fn->s, "range") == 0)
         return sm_ps_fail(ps, at, SM_EINVAL, "range(...) is only allowed in 'for' loops");
-    if (sm_ps_builtin(ps, fn->s) || fn->spec || (fn->kind == SM_IT_FUNC && fn->elems))
+    if (sm_ps_builtin(ps, fn->s) || (fn->kind == SM_IT_FUNC && fn->mode))
         return sm_ps_call_builtin(ps, fn, at, args, n, out);
     if (sm_op_lookup(fn->s, &kind))
         return sm_ps_fail(ps, at, SM_EINVAL, "unknown op '%s'", fn->s);

@@ -1,14 +1,17 @@
 /* sm_ir_func: the text form's builtins beyond the op table — P(...) and
- * NamedSharding as values, square, auto_axes(f, out_sharding=...) — and
+ * NamedSharding as values, square, auto_axes(f, out_sharding=...),
+ * explicit_axes(f, in_sharding=...) — and
  * calls of the file's own functions (inlined by sm_ps_call_fn). */
 #include "sm_ir_parse.h"
 
 #include <string.h>
 
+#include "sm_ir_infer.h"
+
 static int sm_ps_static_builtin(const char *name)
 {
-    static const char *const names[] = {"P",      "PartitionSpec", "NamedSharding",
-                                        "square", "auto_axes",     NULL};
+    static const char *const names[] = {
+        "P", "PartitionSpec", "NamedSharding", "square", "auto_axes", "explicit_axes", NULL};
     for (int k = 0; names[k]; k++)
         if (strcmp(name, names[k]) == 0)
             return 1;
@@ -98,54 +101,175 @@ static int sm_ps_spec_kw(sm_parser *ps, const sm_tok *at, const sm_arg *args, in
     return 0;
 }
 
+/* A call of f made by auto_axes (mode 1: its axes Auto, the results
+ * resharded to out_sharding) or explicit_axes (mode 2: its axes Explicit in
+ * a mesh where they are Auto, the array arguments resharded to in_sharding
+ * first, the results' types hiding them again, their data where it lies),
+ * as JAX's. */
+static int sm_ps_call_axes(sm_parser *ps, const sm_item *fn, const sm_tok *at, const sm_arg *args,
+                           int nargs, sm_item *out)
+{
+    const char *name = fn->s, *what = fn->mode == 1 ? "auto_axes" : "explicit_axes";
+    const sm_fn *f = sm_ps_find_fn(ps, name);
+    if (ps->p->kind != SM_PROG_JIT)
+        return sm_ps_fail(ps, at, SM_EINVAL, "%s belongs to jit programs", what);
+    uint32_t all = ps->p->mesh.naxes >= 32 ? ~0u : (1u << ps->p->mesh.naxes) - 1;
+    uint32_t mask = fn->i ? (uint32_t)fn->i : all; /* axes= */
+    uint32_t sa = ps->auto_mask, se = ps->explicit_mask;
+    int ns = fn->elems ? fn->n : 1;
+    const sm_arg *call = args;
+    if (fn->mode == 1) {
+        ps->auto_mask = sa | mask;
+        ps->explicit_mask = se & ~mask;
+    } else {
+        ps->explicit_mask = se | mask;
+        ps->auto_mask = sa & ~mask;
+        sm_arg *a2 = sm_arena_alloc(ps->scratch, sizeof *a2 * (size_t)(nargs ? nargs : 1));
+        if (!a2)
+            return sm_ps_fail(ps, at, SM_ENOMEM, "out of memory");
+        int q = 0;
+        for (int k = 0; k < nargs; k++) {
+            a2[k] = args[k];
+            if (args[k].kw || args[k].v.kind != SM_IT_VALUE)
+                continue;
+            const sm_pspec *sp = fn->elems ? (q < ns ? fn->elems[q].spec : NULL) : fn->spec;
+            int id = (int)args[k].v.i;
+            sm_ir_attrs a = {.sharding = sp};
+            if (!sp || sm_ps_emit(ps, SM_OP_RESHARD, &id, 1, &a, at, &a2[k].v)) {
+                ps->auto_mask = sa;
+                ps->explicit_mask = se;
+                return sp ? -1
+                          : sm_ps_fail(ps, at, SM_EINVAL,
+                                       "explicit_axes: in_sharding has %d shardings for more "
+                                       "array arguments",
+                                       ns);
+            }
+            q++;
+        }
+        call = a2;
+    }
+    sm_item r;
+    sm_op_kind k;
+    int rc = f ? sm_ps_call_fn(ps, f, at, call, nargs, &r)
+             : sm_op_lookup(name, &k) == 0
+                 ? sm_ps_call_op(ps, k, at, call, nargs, &r)
+                 : sm_ps_fail(ps, at, SM_EINVAL, "unknown function '%s'", name);
+    ps->auto_mask = sa;
+    ps->explicit_mask = se;
+    if (rc)
+        return -1;
+    int nr = r.kind == SM_IT_TUPLE ? r.n : 1;
+    if (fn->mode == 1 && nr != ns) /* one sharding per result */
+        return sm_ps_fail(ps, at, SM_EINVAL,
+                          "auto_axes: '%s' returns %d value%s but out_sharding has %d sharding%s",
+                          name, nr, nr == 1 ? "" : "s", ns, ns == 1 ? "" : "s");
+    sm_item *el = sm_arena_alloc(ps->scratch, sizeof *el * (size_t)nr);
+    if (!el)
+        return sm_ps_fail(ps, at, SM_ENOMEM, "out of memory");
+    for (int q = 0; q < nr; q++) {
+        int id;
+        if (sm_ps_value(ps, r.kind == SM_IT_TUPLE ? &r.elems[q] : &r, &id))
+            return -1;
+        sm_pspec here;
+        sm_ir_attrs a = {.sharding =
+                             fn->mode == 1 ? (fn->elems ? fn->elems[q].spec : fn->spec) : &here};
+        if (fn->mode == 2) { /* its own layout: no data moves, the type hides the axes again */
+            const sm_ir_value *v = &ps->p->values[id];
+            sm_ir_layout_to_spec(ps->p, &v->layout, v->shape.rank, 0, &here);
+        }
+        if (sm_ps_emit(ps, SM_OP_RESHARD, &id, 1, &a, at, &el[q]))
+            return -1;
+    }
+    if (r.kind != SM_IT_TUPLE) {
+        *out = el[0];
+        return 0;
+    }
+    *out = (sm_item){.kind = SM_IT_TUPLE, .n = nr, .elems = el, .at = at};
+    return 0;
+}
+
+/* auto_axes(f, out_sharding=..., axes=...) (mode 1) or explicit_axes(f,
+ * in_sharding=..., axes=...) (mode 2): the function item a call of which
+ * runs f in that mode (sm_ps_call_axes). */
+static int sm_ps_axes_fn(sm_parser *ps, int mode, const sm_tok *at, const sm_arg *args, int nargs,
+                         sm_item *out)
+{
+    const char *what = mode == 1 ? "auto_axes" : "explicit_axes";
+    const char *kw = mode == 1 ? "out_sharding" : "in_sharding";
+    sm_op_kind k;
+    if (nargs < 1 || args[0].kw || args[0].v.kind != SM_IT_FUNC ||
+        (!sm_ps_find_fn(ps, args[0].v.s) && sm_op_lookup(args[0].v.s, &k)))
+        return sm_ps_fail(ps, at, SM_EINVAL,
+                          "%s takes an op or a function of this file: %s(f, %s=P(...))", what, what,
+                          kw);
+    /* axes=: the mesh axes made Auto or Explicit ('X' or a tuple of names; all by default) */
+    int64_t mask = 0;
+    for (int q = 1; q < nargs; q++) {
+        if (!args[q].kw || strcmp(args[q].kw, "axes"))
+            continue;
+        const sm_item *v = &args[q].v;
+        int na = v->kind == SM_IT_TUPLE ? v->n : 1;
+        for (int j = 0; j < na; j++) {
+            const sm_item *e = v->kind == SM_IT_TUPLE ? &v->elems[j] : v;
+            int m = e->kind == SM_IT_STR ? sm_mesh_axis(&ps->p->mesh, e->s) : -1;
+            if (e->kind != SM_IT_STR)
+                return sm_ps_fail(ps, args[q].at, SM_EINVAL,
+                                  "%s: axes must be a mesh axis name or a tuple of them", what);
+            if (m < 0)
+                return sm_ps_fail(ps, args[q].at, SM_EINVAL, "%s: '%s' is not an axis of the mesh",
+                                  what, e->s);
+            mask |= (int64_t)1 << m;
+        }
+        if (!mask)
+            return sm_ps_fail(ps, args[q].at, SM_EINVAL, "%s: axes names no axis", what);
+    }
+    /* a tuple of specs: one per result (auto_axes) or array argument (explicit_axes) */
+    for (int q = 1; q < nargs; q++) {
+        const sm_item *v = &args[q].v;
+        if (!(args[q].kw
+                  ? !strcmp(args[q].kw, kw) || (mode == 1 && !strcmp(args[q].kw, "out_shardings"))
+                  : q == 1) ||
+            v->kind != SM_IT_TUPLE)
+            continue;
+        for (int j = 0; j < v->n; j++)
+            if (v->elems[j].kind != SM_IT_SPEC)
+                return sm_ps_fail(ps, args[q].at, SM_EINVAL,
+                                  "%s must be a PartitionSpec P(...) or a tuple of them, one per "
+                                  "%s",
+                                  kw, mode == 1 ? "result" : "array argument");
+        if (v->n < 1)
+            break;
+        *out = (sm_item){.kind = SM_IT_FUNC,
+                         .s = args[0].v.s,
+                         .elems = v->elems,
+                         .n = v->n,
+                         .i = mask,
+                         .mode = mode,
+                         .at = at};
+        return 0;
+    }
+    const sm_pspec *sp = NULL;
+    if (sm_ps_spec_kw(ps, at, args, nargs, kw, 1, &sp) ||
+        (!sp && mode == 1 && sm_ps_spec_kw(ps, at, args, nargs, "out_shardings", 1, &sp)))
+        return -1;
+    if (!sp)
+        return sm_ps_fail(ps, at, SM_EINVAL,
+                          mode == 1 ? "auto_axes needs out_sharding=P(...): the sharding of its "
+                                      "result (a tuple of them for a function with several "
+                                      "results)"
+                                    : "explicit_axes needs in_sharding=P(...): the sharding of "
+                                      "its argument (a tuple of them for several)");
+    *out = (sm_item){
+        .kind = SM_IT_FUNC, .s = args[0].v.s, .spec = sp, .i = mask, .mode = mode, .at = at};
+    return 0;
+}
+
 int sm_ps_call_builtin(sm_parser *ps, const sm_item *fn, const sm_tok *at, const sm_arg *args,
                        int nargs, sm_item *out)
 {
     const char *name = fn->s;
-    if (fn->spec || fn->elems) { /* auto_axes(f, out_sharding=...)(args) */
-        const sm_fn *f = sm_ps_find_fn(ps, name);
-        if (ps->p->kind != SM_PROG_JIT)
-            return sm_ps_fail(ps, at, SM_EINVAL, "auto_axes belongs to jit programs");
-        uint32_t saved = ps->auto_mask;
-        ps->auto_mask = fn->i                     ? saved | (uint32_t)fn->i /* axes= */
-                        : ps->p->mesh.naxes >= 32 ? ~0u
-                                                  : (1u << ps->p->mesh.naxes) - 1;
-        sm_item r;
-        sm_op_kind k;
-        int rc = f ? sm_ps_call_fn(ps, f, at, args, nargs, &r)
-                 : sm_op_lookup(name, &k) == 0
-                     ? sm_ps_call_op(ps, k, at, args, nargs, &r)
-                     : sm_ps_fail(ps, at, SM_EINVAL, "unknown function '%s'", name);
-        ps->auto_mask = saved;
-        if (rc)
-            return -1;
-        int nr = r.kind == SM_IT_TUPLE ? r.n : 1, ns = fn->elems ? fn->n : 1;
-        if (nr != ns) /* one sharding per result */
-            return sm_ps_fail(ps, at, SM_EINVAL,
-                              "auto_axes: '%s' returns %d value%s but out_sharding has %d "
-                              "sharding%s",
-                              name, nr, nr == 1 ? "" : "s", ns, ns == 1 ? "" : "s");
-        if (!fn->elems) {
-            int id;
-            if (sm_ps_value(ps, &r, &id))
-                return -1;
-            sm_ir_attrs a = {.sharding = fn->spec};
-            return sm_ps_emit(ps, SM_OP_RESHARD, &id, 1, &a, at, out);
-        }
-        sm_item *el = sm_arena_alloc(ps->scratch, sizeof *el * (size_t)nr);
-        if (!el)
-            return sm_ps_fail(ps, at, SM_ENOMEM, "out of memory");
-        for (int k = 0; k < nr; k++) {
-            int id;
-            if (sm_ps_value(ps, &r.elems[k], &id))
-                return -1;
-            sm_ir_attrs a = {.sharding = fn->elems[k].spec};
-            if (sm_ps_emit(ps, SM_OP_RESHARD, &id, 1, &a, at, &el[k]))
-                return -1;
-        }
-        *out = (sm_item){.kind = SM_IT_TUPLE, .n = nr, .elems = el, .at = at};
-        return 0;
-    }
+    if (fn->kind == SM_IT_FUNC && fn->mode) /* auto_axes(f, ...)(args), explicit_axes(f, ...) */
+        return sm_ps_call_axes(ps, fn, at, args, nargs, out);
     if (strcmp(name, "P") == 0 || strcmp(name, "PartitionSpec") == 0)
         return sm_ps_spec_of_args(ps, at, args, nargs, out);
     if (strcmp(name, "NamedSharding") == 0) { /* NamedSharding(mesh, P(...)): the job's mesh */
@@ -166,69 +290,8 @@ int sm_ps_call_builtin(sm_parser *ps, const sm_item *fn, const sm_tok *at, const
         ops[1] = ops[0];
         return sm_ps_emit(ps, SM_OP_MULTIPLY, ops, 2, NULL, at, out);
     }
-    if (strcmp(name, "auto_axes") == 0) {
-        const sm_pspec *sp = NULL;
-        sm_op_kind k;
-        if (nargs < 1 || args[0].kw || args[0].v.kind != SM_IT_FUNC ||
-            (!sm_ps_find_fn(ps, args[0].v.s) && sm_op_lookup(args[0].v.s, &k)))
-            return sm_ps_fail(ps, at, SM_EINVAL,
-                              "auto_axes takes an op or a function of this file: auto_axes(f, "
-                              "out_sharding=P(...))");
-        /* axes=: the mesh axes made Auto ('X' or a tuple of names; all by default) */
-        int64_t mask = 0;
-        for (int k = 1; k < nargs; k++) {
-            if (!args[k].kw || strcmp(args[k].kw, "axes"))
-                continue;
-            const sm_item *v = &args[k].v;
-            int na = v->kind == SM_IT_TUPLE ? v->n : 1;
-            for (int j = 0; j < na; j++) {
-                const sm_item *e = v->kind == SM_IT_TUPLE ? &v->elems[j] : v;
-                int m = e->kind == SM_IT_STR ? sm_mesh_axis(&ps->p->mesh, e->s) : -1;
-                if (e->kind != SM_IT_STR)
-                    return sm_ps_fail(ps, args[k].at, SM_EINVAL,
-                                      "auto_axes: axes must be a mesh axis name or a tuple of "
-                                      "them");
-                if (m < 0)
-                    return sm_ps_fail(ps, args[k].at, SM_EINVAL,
-                                      "auto_axes: '%s' is not an axis of the mesh", e->s);
-                mask |= (int64_t)1 << m;
-            }
-            if (!mask)
-                return sm_ps_fail(ps, args[k].at, SM_EINVAL, "auto_axes: axes names no axis");
-        }
-        /* a tuple of specs, one per result of a function with several */
-        for (int k = 1; k < nargs; k++) {
-            const sm_item *v = &args[k].v;
-            if (!(args[k].kw
-                      ? !strcmp(args[k].kw, "out_sharding") || !strcmp(args[k].kw, "out_shardings")
-                      : k == 1) ||
-                v->kind != SM_IT_TUPLE)
-                continue;
-            for (int j = 0; j < v->n; j++)
-                if (v->elems[j].kind != SM_IT_SPEC)
-                    return sm_ps_fail(ps, args[k].at, SM_EINVAL,
-                                      "out_sharding must be a PartitionSpec P(...) or a tuple "
-                                      "of them, one per result");
-            if (v->n < 1)
-                break;
-            *out = (sm_item){.kind = SM_IT_FUNC,
-                             .s = args[0].v.s,
-                             .elems = v->elems,
-                             .n = v->n,
-                             .i = mask,
-                             .at = at};
-            return 0;
-        }
-        if (sm_ps_spec_kw(ps, at, args, nargs, "out_sharding", 1, &sp) ||
-            (!sp && sm_ps_spec_kw(ps, at, args, nargs, "out_shardings", 1, &sp)))
-            return -1;
-        if (!sp)
-            return sm_ps_fail(ps, at, SM_EINVAL,
-                              "auto_axes needs out_sharding=P(...): the sharding of its result "
-                              "(a tuple of them for a function with several results)");
-        *out = (sm_item){.kind = SM_IT_FUNC, .s = args[0].v.s, .spec = sp, .i = mask, .at = at};
-        return 0;
-    }
+    if (strcmp(name, "auto_axes") == 0 || strcmp(name, "explicit_axes") == 0)
+        return sm_ps_axes_fn(ps, name[0] == 'a' ? 1 : 2, at, args, nargs, out);
     const sm_fn *f = sm_ps_find_fn(ps, name);
     if (!f)
         return sm_ps_fail(ps, at, SM_EINVAL, "unknown function '%s'", name);

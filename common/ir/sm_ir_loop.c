@@ -54,7 +54,7 @@ sm_err sm_ir_infer_loop(const sm_program *p, const sm_ir_op *op, const sm_ir_val
     uint32_t extra = n->vma & ~x->vma;
     if (p->kind == SM_PROG_JIT && !op->manual) {
         /* the types' shardings (over Explicit axes); Auto axes are the service's */
-        uint32_t hidden = p->auto_axes | op->auto_mask;
+        uint32_t hidden = (p->auto_axes | op->auto_mask) & ~op->explicit_mask;
         sm_pspec a, b;
         sm_ir_layout_to_spec(p, &x->layout, x->shape.rank, hidden, &a);
         sm_ir_layout_to_spec(p, &n->layout, n->shape.rank, hidden, &b);

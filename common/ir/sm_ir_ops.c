@@ -355,6 +355,6 @@ sm_err sm_ir_shard_op(const sm_program *p, const sm_ir_op *op, sm_ir_value *out,
     plan->local = op->attrs;
     plan->local.sharding = NULL;
     memset(&out->layout, 0, sizeof out->layout);
-    out->hidden = p->auto_axes | op->auto_mask;
+    out->hidden = (p->auto_axes | op->auto_mask) & ~op->explicit_mask;
     return sm_ops[op->kind].shard(p, op, in, out, plan, err, errlen);
 }

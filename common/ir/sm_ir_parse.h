@@ -35,7 +35,9 @@ typedef struct sm_item {
     int n;         /* tuple length */
     int is_list;
     struct sm_item *elems;
-    const sm_pspec *spec; /* SM_IT_SPEC; SM_IT_FUNC of auto_axes: its out_sharding */
+    const sm_pspec *spec; /* SM_IT_SPEC; SM_IT_FUNC of auto_axes: its out_sharding (of
+                           * explicit_axes: its in_sharding) */
+    int mode;             /* SM_IT_FUNC: 1 auto_axes(f, ...), 2 explicit_axes(f, ...) */
     const sm_tok *at;     /* where it was written */
 } sm_item;
 
@@ -63,12 +65,13 @@ typedef struct {
     int nt, pos;
     sm_fn fns[SM_PS_MAX_FNS];
     int nfns;
-    uint32_t mesh_auto; /* axis_types: the Auto axes */
-    int mesh_ntypes;    /* how many axis_types were written */
-    const char *entry;  /* the function to run; NULL: the last shard_map or jit */
-    int manual;         /* emitting the ops of a shard_map function called from jit */
-    uint32_t auto_mask; /* inside auto_axes: every axis */
-    int calls;          /* depth of inlined calls; `return` gives ret then */
+    uint32_t mesh_auto;     /* axis_types: the Auto axes */
+    int mesh_ntypes;        /* how many axis_types were written */
+    const char *entry;      /* the function to run; NULL: the last shard_map or jit */
+    int manual;             /* emitting the ops of a shard_map function called from jit */
+    uint32_t auto_mask;     /* inside auto_axes: its axes */
+    uint32_t explicit_mask; /* inside explicit_axes: its axes */
+    int calls;              /* depth of inlined calls; `return` gives ret then */
     const sm_fn *active[SM_PS_MAX_CALLS + 1]; /* the entry and the calls being inlined */
     int nactive;
     sm_item ret;

@@ -15,11 +15,10 @@ typedef struct {
 static int sm_ir_reserved(const char *s)
 {
     static const char *const words[] = {
-        "None",       "True", "False",  "P",      "PartitionSpec", "range",
-        "for",        "in",   "return", "mesh",   "shard_map",     "jnp",
-        "np",         "lax",  "jax",    "numpy",  "devices",       "inf",
-        "nan",        "jit",  "def",    "square", "auto_axes",     "NamedSharding",
-        "axis_types", NULL};
+        "None",   "True",      "False",         "P",          "PartitionSpec", "range", "for",
+        "in",     "return",    "mesh",          "shard_map",  "jnp",           "np",    "lax",
+        "jax",    "numpy",     "devices",       "inf",        "nan",           "jit",   "def",
+        "square", "auto_axes", "NamedSharding", "axis_types", "explicit_axes", NULL};
     sm_op_kind k;
     sm_dtype t;
     for (int i = 0; words[i]; i++)
@@ -312,6 +311,8 @@ static void sm_ir_put_region(sm_strbuf *b, const sm_ir_op *op)
         sm_strbuf_puts(b, "  # per-device (a shard_map function's body)");
     else if (op->auto_mask)
         sm_strbuf_puts(b, "  # inside auto_axes");
+    else if (op->explicit_mask)
+        sm_strbuf_puts(b, "  # inside explicit_axes");
 }
 
 /* Prints a loop op (sm_ir_loop.c) as the text form writes loops, and

@@ -31,7 +31,7 @@ from ._grad import (checkpoint, custom_jvp, custom_vjp, grad, hessian, jacfwd, j
                     jvp, linearize, remat, value_and_grad, vjp)
 from ._vmap import vmap
 from ._trace import (Future, Lowered, Tracer, auto_axes, ensure_compile_time_eval, eval_shape,
-                     jit, make_jaxpr, named_scope, pmap, shard_map)
+                     explicit_axes, jit, make_jaxpr, named_scope, pmap, shard_map)
 from .tree_util import tree
 
 reshard = numpy.reshard
@@ -41,7 +41,7 @@ __all__ = [
     "AlreadyExists", "Array", "Auto", "auto_axes", "AxisType", "block_until_ready", "Cancelled",
     "checkpoint", "Client", "config", "connect", "custom_jvp", "custom_vjp", "DataLoss",
     "DeadlineExceeded", "debug", "default_backend", "Device", "device_count", "device_get",
-    "device_put", "devices", "ensure_compile_time_eval", "eval_shape", "Explicit",
+    "device_put", "devices", "ensure_compile_time_eval", "eval_shape", "Explicit", "explicit_axes",
     "FailedPrecondition", "Future", "get_mesh", "grad", "hessian", "Internal", "InvalidArgument",
     "jacfwd", "jacobian", "jacrev", "jit", "jvp", "lax", "linearize", "local_cluster",
     "local_device_count", "local_devices", "Lowered", "make_jaxpr", "make_mesh", "Mesh",

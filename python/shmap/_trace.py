@@ -1387,7 +1387,7 @@ def _param_names(f, n):
 # Names a program's body may call or read: a function of the file by one of
 # them would stand for it there (a jit function named sum calling jnp.sum).
 _TEXT_NAMES = ({row[0] for row in _shmap.op_table()} | set(_DTYPES) |
-               {"P", "range", "auto_axes", "jax", "jnp", "lax", "numpy", "np", "float32",
+               {"P", "range", "auto_axes", "explicit_axes", "jax", "jnp", "lax", "numpy", "np", "float32",
                 "float64", "int32", "int64", "uint8", "float16", "bool_", "True", "False",
                 "None"})
 
@@ -2042,41 +2042,62 @@ def auto_axes(f=None, /, *, axes=None, out_sharding=None):
     return call
 
 
-def _auto_call(b, f, axes, os_, args, kwargs):
-    """auto_axes(f, out_sharding=os_)(*args, **kwargs) in the body of b."""
-    name = getattr(f, "__name__", "auto_axes")
+def _auto_call(b, f, axes, os_, args, kwargs, explicit=False):
+    """auto_axes(f, out_sharding=os_)(*args, **kwargs) in the body of b; with
+    explicit, explicit_axes(f, in_sharding=os_)(...)."""
+    what = "explicit_axes" if explicit else "auto_axes"
+    name = getattr(f, "__name__", what)
     if b.kind != "jit":
-        raise InvalidArgument(f"auto_axes({name}) in a shard_map body: its mesh axes are Manual "
+        raise InvalidArgument(f"{what}({name}) in a shard_map body: its mesh axes are Manual "
                               f"there; call it from a jit function")
     if _vmap.batched(args, kwargs):  # vmap of auto_axes: auto_axes of vmap, batch first
+        if explicit:
+            raise Unimplemented(f"vmap of explicit_axes({name}) is not supported")
         return _auto_batched(f, axes, os_, args, kwargs)
     mesh = b.mesh
-    auto = set(mesh.axis_names)
+    auto = set(mesh.axis_names)  # the axes the call makes Auto (explicit: Explicit)
     if axes is not None:
         auto = {axes} if isinstance(axes, str) else set(axes)
         for a in auto:
             if a not in mesh.axis_names:
-                raise InvalidArgument(f"auto_axes: {a!r} is not an axis of the mesh "
+                raise InvalidArgument(f"{what}: {a!r} is not an axis of the mesh "
                                       f"{tuple(mesh.axis_names)}")
         if not auto:
-            raise InvalidArgument("auto_axes: axes names no axis")
+            raise InvalidArgument(f"{what}: axes names no axis")
     subset = auto != set(mesh.axis_names)
     pairs = [x for k, a in enumerate(args) for x in _tree_leaves(a, f"a{k}")]
     params = [v for v, _ in pairs if isinstance(v, Tracer)]
     names = [f"a{k}" for k in range(len(params))]
-    base = _ascii_name(name) + "_auto"
+    if explicit:  # in_sharding: one spec for every array argument, or one per argument
+        if isinstance(os_, (PartitionSpec, NamedSharding)):
+            ins = [os_] * len(pairs)
+        else:
+            per = list(os_) if isinstance(os_, (tuple, list)) else [os_]
+            if len(per) != len(args):
+                raise InvalidArgument(f"explicit_axes({name}): in_sharding has {len(per)} "
+                                      f"entries for {len(args)} arguments")
+            ins = [x for a, sp in zip(args, per) for x in
+                   ([sp] * len(_tree_leaves(a, "a")) if isinstance(sp, (PartitionSpec,
+                                                                        NamedSharding))
+                    else [y for y, _ in _tree_leaves(sp, "s")])]
+        ins = [getattr(x, "spec", x) for (v, _), x in zip(pairs, ins) if isinstance(v, Tracer)]
+    base = _ascii_name(name) + ("_explicit" if explicit else "_auto")
     fname, k = base, 2
     while fname in b.fnames or any(h.startswith(f"jit {fname}(") for h in b.header):
         fname, k = f"{base}_{k}", k + 1
     b.fnames.add(fname)
     from .numpy import _spec_of_type
-    types = ["Auto" if a in auto or t == "Auto" else "Explicit"
-             for a, t in zip(mesh.axis_names, mesh.axis_types)]
+    if explicit:
+        types = ["Explicit" if a in auto else t for a, t in zip(mesh.axis_names, mesh.axis_types)]
+        decl_specs = ins
+    else:
+        types = ["Auto" if a in auto or t == "Auto" else "Explicit"
+                 for a, t in zip(mesh.axis_names, mesh.axis_types)]
+        decl_specs = [(_spec_of_type(v.type) or P()) if subset else P() for v in params]
     mline = re.sub(r" axis_types=\([^)]*\)", "", b.header[0]) + \
         " axis_types=(" + ", ".join(types) + ")"
-    decls = [f"{n}: {_dtype_name(v.dtype)}[{','.join(map(str, v.shape))}] @ "
-             f"{(_spec_of_type(v.type) or P()) if subset else P()!r}"
-             for n, v in zip(names, params)]
+    decls = [f"{n}: {_dtype_name(v.dtype)}[{','.join(map(str, v.shape))}] @ {sp!r}"
+             for n, v, sp in zip(names, params, decl_specs)]
     inner = _Builder([mline, f"jit {fname}({', '.join(decls)})%OUT%:"], "jit", names)
     inner.mesh, inner.outer = mesh, b
     _state.builder = inner
@@ -2093,12 +2114,14 @@ def _auto_call(b, f, axes, os_, args, kwargs):
     finally:
         _state.builder = b
     if inner.debug:
-        raise InvalidArgument(f"debug.print inside auto_axes({name}) is not supported: print "
+        raise InvalidArgument(f"debug.print inside {what}({name}) is not supported: print "
                               f"from the jit body")
-    outs, tree = _flatten(res, f"auto_axes({name})")
+    outs, tree = _flatten(res, f"{what}({name})")
     if not outs:
-        raise InvalidArgument(f"auto_axes({name}) must return traced values")
-    if isinstance(os_, (PartitionSpec, NamedSharding)):
+        raise InvalidArgument(f"{what}({name}) must return traced values")
+    if explicit:
+        specs = [_spec_of_type(o.type) or P() for o in outs]  # the results' inside the call
+    elif isinstance(os_, (PartitionSpec, NamedSharding)):
         specs = [os_] * len(outs)
     else:
         specs = [x for x, _ in _tree_leaves(os_, "s")]
@@ -2115,25 +2138,28 @@ def _auto_call(b, f, axes, os_, args, kwargs):
     b.prelude.extend(f"    {t}" for t, _ in inner.lines)
     b.prelude.append(f"    return {', '.join(o.name for o in outs)}")
     extra = [b.capture(x) if kind == "array" else x.name for kind, x in inner.extra]
-    spec_text = repr(specs[0]) if len(specs) == 1 else \
-        "(" + ", ".join(repr(x) for x in specs) + ")"
+    shown = specs
+    if explicit:  # the closed-over values keep the layouts their parameters declare
+        shown = ins + [x.sharding.spec if kind == "array" else P() for kind, x in inner.extra]
+    spec_text = repr(shown[0]) if len(shown) == 1 else \
+        "(" + ", ".join(repr(x) for x in shown) + ")"
     if subset:
         spec_text += ", axes=" + _fmt(tuple(a for a in mesh.axis_names if a in auto))
-    call = f"auto_axes({fname}, out_sharding={spec_text})(" \
+    call = f"{what}({fname}, {'in' if explicit else 'out'}_sharding={spec_text})(" \
            f"{', '.join([v.name for v in params] + extra)})"
     lv = _grad._target(b, params)
     if lv is not None and any(nm in lvl.active for lvl in _grad._levels(b) if not lvl.paused
                               for nm in extra if isinstance(nm, str)):
-        raise InvalidArgument(f"auto_axes({name}) closes over a value that grad "
+        raise InvalidArgument(f"{what}({name}) closes over a value that grad "
                               f"differentiates: pass it as an argument")
     with _grad._paused(_grad._levels(b)[lv:] if lv is not None else []):
-        got = b.emit(call, "auto_axes", tuple(params)) if len(outs) == 1 else \
-            b.emit_multi(call, len(outs), "auto_axes", tuple(params))
+        got = b.emit(call, what, tuple(params)) if len(outs) == 1 else \
+            b.emit_multi(call, len(outs), what, tuple(params))
     got = (got,) if len(outs) == 1 else tuple(got)
     if lv is not None:
         def backward(gs):
             # the arguments' cotangents: f run again with a tape, and its
-            # backward pass, in a second auto_axes helper of the program
+            # backward pass, in a second helper of the program, of the same kind
             n = len(params)
             in_specs = [_spec_of_type(v.type) or P() for v in params]
 
@@ -2143,14 +2169,48 @@ def _auto_call(b, f, axes, os_, args, kwargs):
                 lvs = iter([next(it) if isinstance(v, Tracer) else v for v, _ in pairs])
                 rebuilt = [_tree_build(a, lvs) for a in args]
                 r, tape, active = _grad._taped(_builder(), xs, lambda: f(*rebuilt, **kwargs))
-                rl, _ = _flatten(r, f"auto_axes({name})")
+                rl, _ = _flatten(r, f"{what}({name})")
                 return tuple(_grad._backward(tape, active, _grad._seeds(rl, cs, active), xs))
             vjp.__name__ = f"{base}_vjp"
-            cts = auto_axes(vjp, axes=axes, out_sharding=tuple(in_specs))(*params, *gs)
+            if explicit:
+                cts = explicit_axes(vjp, axes=axes, in_sharding=tuple(ins + specs))(*params, *gs)
+            else:
+                cts = auto_axes(vjp, axes=axes, out_sharding=tuple(in_specs))(*params, *gs)
             cts = cts if isinstance(cts, tuple) else (cts,)
             return [c if _grad._is_float(v) else None for c, v in zip(cts, params)]
         _grad._record_custom(b, lv, params, got, backward)
     return _unflatten(tree, iter(got))
+
+
+def explicit_axes(f=None, /, *, axes=None, in_sharding=None):
+    """jax.sharding.explicit_axes: in a mesh of Auto axes, f computed with
+    axes (all by default) Explicit: its array arguments resharded to
+    in_sharding (one spec or NamedSharding for all, or one per argument),
+    its ops typed by the Explicit rules on them, its results' types hiding
+    them again (their data where it lies), as JAX's. In a jit body the text
+    form's explicit_axes(g, in_sharding=...)(args); at once outside a
+    trace, as a jit function."""
+    if f is None:
+        return lambda g: explicit_axes(g, axes=axes, in_sharding=in_sharding)
+
+    def call(*args, **kwargs):
+        ins = in_sharding
+        if ins is None:
+            if "in_sharding" not in kwargs:
+                raise TypeError("Missing required keyword argument: 'in_sharding'")
+            ins = kwargs.pop("in_sharding")
+        b = getattr(_state, "builder", None)
+        if b is None:
+            def run(*a):
+                return explicit_axes(f, axes=axes, in_sharding=ins)(*a, **kwargs)
+            run.__name__ = getattr(f, "__name__", "explicit_axes")
+            return jit(run)(*args)
+        return _auto_call(b, f, axes, ins, args, kwargs, explicit=True)
+
+    call.__name__ = getattr(f, "__name__", "explicit_axes")
+    call.__doc__ = getattr(f, "__doc__", None)
+    call.__wrapped__ = f
+    return call
 
 
 def _auto_batched(f, axes, os_, args, kwargs):

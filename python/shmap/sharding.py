@@ -3,7 +3,7 @@ from there (from jax.sharding import PartitionSpec as P, NamedSharding,
 AxisType, auto_axes)."""
 from ._core import (AxisType, Mesh, NamedSharding, PartitionSpec, get_mesh, set_mesh,
                     use_mesh)
-from ._trace import auto_axes
+from ._trace import auto_axes, explicit_axes
 
 
 def reshard(x, out_sharding):
@@ -22,5 +22,7 @@ def get_abstract_mesh():
     return mesh if mesh is not None else get_mesh()
 
 
-__all__ = ["AxisType", "Mesh", "NamedSharding", "PartitionSpec", "auto_axes",
-           "get_abstract_mesh", "get_mesh", "reshard", "set_mesh", "use_mesh"]
+__all__ = [
+    "AxisType", "Mesh", "NamedSharding", "PartitionSpec", "auto_axes", "explicit_axes",
+    "get_abstract_mesh", "get_mesh", "reshard", "set_mesh", "use_mesh"
+]

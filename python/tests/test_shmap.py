@@ -2288,3 +2288,37 @@ def test_dot_general_and_attention(c):
         got = shmap.jit(lambda q, k, v: shmap.nn.dot_product_attention(
             q, k, v, mask=None if m is None else jnp.asarray(m), is_causal=causal))(qa, ka, va)
         assert np.allclose(np.asarray(got), ref(causal, m), atol=1e-5), (causal, m is None)
+
+
+def test_explicit_axes_from_python(c):
+    """jax.sharding.explicit_axes: in a mesh of Auto axes, f's ops typed by
+    the Explicit rules on the axes named (its arguments resharded to
+    in_sharding first), its results' types hiding them again; at once, in a
+    jit body (the text form's explicit_axes), under grad; JAX's refusals."""
+    from shmap.sharding import PartitionSpec as PS, explicit_axes
+    mesh = c.make_mesh((2, 2), ("X", "Y"), axis_types=(shmap.Auto, shmap.Auto))
+    a = np.arange(16, dtype=np.float32).reshape(4, 4)
+    x = c.device_put(a, NamedSharding(mesh, PS("X", None)))
+    y = c.device_put(a + 10, NamedSharding(mesh, PS(None, "X")))
+    seen = []
+
+    def h(u, v):
+        w = u + v
+        seen.append(shmap.typeof(w))
+        return w
+    f = shmap.jit(lambda u, v: explicit_axes(h, axes="X", in_sharding=PS("X", None))(u, v) * 2)
+    r = f(x, y)
+    assert seen == ["f32[4@X,4]"] and shmap.typeof(r) == "f32[4,4]"
+    assert np.array_equal(np.asarray(r), (2 * a + 10) * 2)
+    assert "explicit_axes(h_explicit, in_sharding=(P('X', None), P('X', None)), axes=('X',))" \
+        in f.lower(x, y).as_text()
+    with pytest.raises(shmap.ProgramError, match="duplicate entries for X"):
+        shmap.jit(lambda u, v: explicit_axes(jnp.add, axes="X", in_sharding=(
+            PS("X", None), PS(None, "X")))(u, v))(x, y)
+    g = shmap.jit(shmap.grad(lambda u, v: (explicit_axes(lambda p, q: p * q, in_sharding=PS(
+        "X"))(u, v) ** 2).sum()))(x, y)
+    assert np.allclose(np.asarray(g), 2 * a * (a + 10) ** 2)
+    r = explicit_axes(jnp.sin, in_sharding=PS(None, "Y"))(x)  # at once
+    assert shmap.typeof(r) == "f32[4,4]" and np.allclose(np.asarray(r), np.sin(a))
+    with pytest.raises(TypeError, match="Missing required keyword argument: 'in_sharding'"):
+        explicit_axes(jnp.sin)(x)
