@@ -859,6 +859,8 @@ START_TEST(test_differential_random)
         /* auto_axes over one axis: Explicit rules on the others */
         "    t = auto_axes(add, out_sharding=%s, axes='a')(x, y)\n    return t * 2\n",
         "    t = auto_axes(matmul, out_sharding=%s, axes=('a',))(x, y.T)\n    return t\n",
+        /* explicit_axes: the arguments resharded to in_sharding first */
+        "    t = explicit_axes(add, in_sharding=%s, axes='a')(x, y)\n    return t\n",
     };
     const int nbodies = (int)(sizeof bodies / sizeof bodies[0]);
     for (int iter = 0; iter < 300; iter++) {
@@ -900,10 +902,17 @@ END_TEST
  * nothing crashes (the sanitizer build runs this too). */
 START_TEST(test_mutations)
 {
-    static const char *const toks[] = {
-        "P(",         ")",        "(",  "'X'", "jit ",   "def ", "return ",       ",",
-        "auto_axes(", "reshard(", "->", ":",   "\n    ", "@",    "out_sharding=", "shard_map ",
-        "None",       "8",        "[",  "]"};
+    static const char *const toks[] = {"P(",         ")",
+                                       "(",          "'X'",
+                                       "jit ",       "def ",
+                                       "return ",    ",",
+                                       "auto_axes(", "explicit_axes(",
+                                       "reshard(",   "->",
+                                       ":",          "\n    ",
+                                       "@",          "out_sharding=",
+                                       "shard_map ", "None",
+                                       "8",          "[",
+                                       "]"};
     uint64_t rng = 12345;
     int accepted = 0;
     for (int iter = 0; iter < 3000; iter++) {
