@@ -921,7 +921,7 @@ def _taped(b, leaves, thunk):
     return res, lv.tape, lv.active
 
 
-def _call_vjp(fn, args, in_specs, outs, gs):
+def _call_vjp(fn, args, in_specs, outs, gs, out_specs=None):
     """The cotangents of the arguments of a shard_map function called from
     the jit being differentiated: a second shard_map function of the
     program, taking the arguments and the results' cotangents (under the
@@ -929,7 +929,7 @@ def _call_vjp(fn, args, in_specs, outs, gs):
     backward pass block by block (the collectives' transposes included),
     and returns the arguments' cotangents under the in_specs, as JAX's
     transpose of shard_map does (here recomputing what JAX keeps)."""
-    from ._trace import _param_names
+    from ._trace import _flatten, _param_names
     b = _builder()
     n = len(args)
     key = ("vjp", id(fn), tuple(a.type for a in args))
@@ -947,12 +947,13 @@ def _call_vjp(fn, args, in_specs, outs, gs):
         def body(tracers):
             xs, cs = tracers[:n], tracers[n:]
             res, tape, active = _taped(_builder(), xs, lambda: fn.f(*xs))
-            res = list(res) if isinstance(res, (tuple, list)) else [res]
+            res = _flatten(res, fn.__name__)[0]  # its results (a pytree) as the call's
             return _backward(tape, active, _seeds(res, cs, active), xs)
         b.defined[key] = fn._define(b, fn._name + "_vjp", list(args) + list(outs),
-                                    list(in_specs) + list(fn._out_specs()), names + ct_names,
+                                    list(in_specs) + list(out_specs or fn._out_specs()),
+                                    names + ct_names,
                                     body, out_specs=in_specs)
-    fname, nres, extra = b.defined[key]
+    fname, nres, extra, _ = b.defined[key]
     if extra:  # what the body closes over may differ at the next call: traced again then
         del b.defined[key]
     call = f"{fname}({', '.join([a.name for a in list(args) + list(gs)] + extra)})"
@@ -987,7 +988,8 @@ def _backward(tape, active, seeds, leaves):
             gs = [g if g is not None or o is None else _laid_like(jnp.zeros_like(o), o)
                   for g, o in zip(gs, outs)]
             cts = kwargs["backward"](gs) if prim == "custom" else \
-                _call_vjp(kwargs["fn"], args, kwargs["in_specs"], outs, gs)
+                _call_vjp(kwargs["fn"], args, kwargs["in_specs"], outs, gs,
+                          kwargs.get("out_specs"))
         else:
             g = ct.pop(res.name, None)
             if g is None:

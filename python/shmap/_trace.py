@@ -1702,7 +1702,7 @@ class _Traced:
             outer.defined[key] = self._define(outer, self._name, args, specs,
                                               _param_names(self.f, len(args)),
                                               lambda tracers: self.f(*tracers))
-        fname, nout, extra = outer.defined[key]
+        fname, nout, extra, (tree, flat_os) = outer.defined[key]
         if extra:  # what the body closes over may differ at the next call: traced again then
             del outer.defined[key]
         if any(nm in lv.active for lv in _grad._levels(outer) if not lv.paused for nm in extra):
@@ -1710,9 +1710,12 @@ class _Traced:
                                   f"differentiates: pass it to the shard_map function as an "
                                   f"argument (with its in_spec)")
         call = f"{fname}({', '.join([a.name for a in args] + extra)})"
-        kw = {"fn": self, "in_specs": tuple(specs)}
-        return outer.emit(call, "call", tuple(args), kw) if nout == 1 else \
+        kw = {"fn": self, "in_specs": tuple(specs), "out_specs": flat_os}
+        res = outer.emit(call, "call", tuple(args), kw) if nout == 1 else \
             outer.emit_multi(call, nout, "call", tuple(args), kw)
+        if tree is None:
+            return res
+        return _unflatten(tree, iter(res if isinstance(res, tuple) else (res,)))
 
     def _out_specs(self):
         os_ = self.out_specs
@@ -1721,8 +1724,9 @@ class _Traced:
     def _define(self, outer, base, args, specs, names, body, out_specs=None):
         """Defines a shard_map function of the jit program being traced
         (outer): parameters names, typed as the traced values args under
-        specs; its body traced by body(block tracers) -> its results, with
-        out_specs (this function's when None). Returns (its name, its
+        specs; its body traced by body(block tracers) -> its results (a
+        pytree of them: out_specs a prefix), with out_specs (this
+        function's when None). Returns (its name, its
         number of results, the names in outer of the Arrays its body closes
         over: parameters after args, which a call passes after them)."""
         mesh = getattr(outer, "mesh", None)
@@ -1750,8 +1754,14 @@ class _Traced:
             raise InvalidArgument(f"debug.print in the shard_map function {self.__name__} "
                                   f"called from a jit body is not supported here: print from "
                                   f"the jit body, or call the shard_map function on its own")
-        outs = list(res) if isinstance(res, (tuple, list)) else [res]
-        os_ = self._out_specs() if out_specs is None else tuple(out_specs)
+        tree = None
+        if isinstance(res, (tuple, list)) and all(isinstance(o, Tracer) for o in res) or \
+                isinstance(res, Tracer) or out_specs is not None:
+            outs = list(res) if isinstance(res, (tuple, list)) else [res]
+            os_ = self._out_specs() if out_specs is None else tuple(out_specs)
+        else:  # a pytree of results: out_specs a prefix of it
+            outs, tree = _flatten(res, self.__name__)
+            os_ = tuple(_prefix_specs(self.out_specs, res, self.__name__))
         if len(os_) != len(outs) or not all(isinstance(o, Tracer) for o in outs):
             raise InvalidArgument(f"{self.__name__} must return {len(os_)} traced values, "
                                   f"one per out_spec")
@@ -1759,7 +1769,7 @@ class _Traced:
         text = inner.text(ret=", ".join(o.name for o in outs), out=out_text)
         outer.prelude.extend(text.rstrip("\n").split("\n")[1:])
         return fname, len(outs), [outer.capture(x) if kind == "array" else x.name
-                                  for kind, x in inner.extra]
+                                  for kind, x in inner.extra], (tree, os_)
 
     def _split_static(self, args):
         """For static_argnums / static_argnames: a function of the other

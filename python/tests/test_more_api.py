@@ -895,6 +895,14 @@ def test_pytrees_through_sharding_ops_and_collectives(c, mesh):
     assert np.array_equal(np.asarray(one["b"][1]), a + 1)
     assert shmap.eval_shape(shmap.shard_map(lambda u: {"a": u}, mesh=mesh, in_specs=P("i"),
                                             out_specs=P("i")), x)["a"].shape == (8, 4)
+    # called from a jit body (a shard_map function of the program), under grad too
+    tsm = shmap.shard_map(lambda u: {"s": lax.psum(u.sum(0), "i"), "d": u * 2}, mesh=mesh,
+                          in_specs=P("i"), out_specs={"s": P(), "d": P("i")})
+    r = shmap.jit(lambda v: tsm(v))(x)
+    assert shmap.typeof(r["d"]) == "f32[8@i,4]"
+    assert np.allclose(np.asarray(r["s"]), a.sum(0), atol=1e-5)
+    g = shmap.jit(shmap.grad(lambda v: tsm(v)["s"].sum() + (tsm(v)["d"] ** 2).sum()))(x)
+    assert np.allclose(np.asarray(g), 1 + 8 * a, atol=1e-4)
     with pytest.raises(shmap.InvalidArgument, match="out_specs must be a pytree prefix"):
         shmap.shard_map(lambda u: {"a": u}, mesh=mesh, in_specs=P("i"),
                         out_specs=(P("i"),))(x)
