@@ -1070,6 +1070,11 @@ def device_put(x, sharding=None, name=None, replicas=1):
     of the cluster's first device, as JAX's device_put(x)). Inside a traced
     function it is a reshard (x as it is without a sharding), as JAX's."""
     from . import _trace
+    if _trace._is_tree(x) and _trace._is_tree(sharding):  # a pytree of shardings (a prefix)
+        shs = _trace._prefix_leaves(sharding, x, "device_put's shardings")
+        leaves = [v for v, _ in _trace._tree_leaves(x, "x")]
+        return _trace._tree_build(x, iter([device_put(v, s, name, replicas)
+                                           for v, s in zip(leaves, shs)]))
     if getattr(_trace._state, "builder", None) is not None:
         if isinstance(x, dict):
             return type(x)((k, device_put(v, sharding)) for k, v in x.items())

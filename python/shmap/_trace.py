@@ -1134,18 +1134,25 @@ def _flatten(v, who):
                           f"them), got {type(v).__name__}")
 
 
+def _prefix_leaves(prefix, tree, who):
+    """One entry of prefix, a pytree prefix of tree, per leaf of tree: a
+    leaf of prefix (a PartitionSpec, a NamedSharding, None) stands for
+    every leaf of the subtree it meets, as JAX reads in_specs, out_specs
+    and shardings."""
+    if not _is_tree(prefix):
+        return [prefix] * len(_tree_leaves(tree, "t"))
+    n, m = _node(prefix), _node(tree)
+    if m is None or n[3] != m[3]:
+        raise InvalidArgument(f"{who} must be a pytree prefix of its arrays (one sharding for a "
+                              f"subtree), got {prefix!r} for arrays of structure "
+                              f"{m[3] if m else type(tree).__name__}")
+    return [s for a, r in zip(n[0], m[0]) for s in _prefix_leaves(a, r, who)]
+
+
 def _prefix_specs(specs, res, who):
     """The out_specs of each leaf of res, a pytree of results, from specs,
-    a pytree prefix of it (a PartitionSpec stands for every leaf of the
-    subtree it meets), as JAX's shard_map reads out_specs."""
-    if isinstance(specs, (PartitionSpec, NamedSharding)):
-        return [getattr(specs, "spec", specs)] * len(_flatten(res, who)[0])
-    n, m = _node(specs), _node(res)
-    if n is None or m is None or n[3] != m[3]:
-        raise InvalidArgument(f"{who}: out_specs must be a pytree prefix of its results "
-                              f"(one P for a subtree), got {specs!r} for results of structure "
-                              f"{m[3] if m else type(res).__name__}")
-    return [s for a, r in zip(n[0], m[0]) for s in _prefix_specs(a, r, who)]
+    a pytree prefix of it, as JAX's shard_map reads out_specs."""
+    return [getattr(s, "spec", s) for s in _prefix_leaves(specs, res, f"{who}: out_specs")]
 
 
 def _unflatten(tree, it):

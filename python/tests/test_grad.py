@@ -1142,3 +1142,49 @@ def test_grad_dynamic_slice_in_dim_and_pcast(c, mesh):
     g = shmap.jit(shmap.shard_map(lambda w, x: shmap.grad(loss)(w, x), mesh=mesh,
                                   in_specs=(P(), P("X")), out_specs=P()))(w, xa)
     assert np.allclose(np.asarray(g), x[:, :4].sum(0), atol=1e-5)
+
+
+def test_training_step_as_jax_writes_it(c):
+    """A training step written as JAX code writes one: parameters stacked
+    per layer put with a pytree of shardings, lax.scan over the layers with
+    jax.checkpoint, value_and_grad with has_aux, tree.map updates, set_mesh
+    and bare PartitionSpecs: the loss at the first step is numpy's and it
+    falls (device_put of a pytree of shardings failed)."""
+    mesh = c.make_mesh((2, 2), ("data", "model"))
+    rng = np.random.default_rng(11)
+    L, D, H = 3, 8, 16
+    w1 = (rng.standard_normal((L, D, H)) * 0.2).astype(np.float32)
+    w2 = (rng.standard_normal((L, H, D)) * 0.2).astype(np.float32)
+    xs = rng.standard_normal((8, D)).astype(np.float32)
+
+    def np_loss(w1, w2, x):
+        for k in range(L):
+            z = np.tanh(x @ w1[k])
+            x = x + z @ w2[k]
+        return np.mean(x ** 2)
+
+    with shmap.use_mesh(mesh):
+        params = shmap.device_put({"w1": w1, "w2": w2},
+                                  {"w1": P(None, None, "model"), "w2": P(None, "model", None)})
+        x = shmap.device_put(xs, P("data", None))
+
+        def layer(h, p):
+            z = jnp.tanh(jnp.einsum("bd,dh->bh", h, p["w1"]))
+            return h + jnp.einsum("bh,hd->bd", z, p["w2"], out_sharding=P("data", None)), None
+
+        def loss(params, x):
+            h, _ = lax.scan(shmap.checkpoint(layer), x, params)
+            return jnp.mean(h ** 2), {"norm": jnp.linalg.norm(h)}
+
+        @shmap.jit
+        def step(params, x):
+            (l, aux), g = shmap.value_and_grad(loss, has_aux=True)(params, x)
+            return shmap.tree.map(lambda p, g: p - 0.05 * g, params, g), l, aux
+
+        losses = []
+        for _ in range(3):
+            params, l, aux = step(params, x)
+            losses.append(float(l))
+    assert shmap.typeof(params["w1"]) == "f32[3,8,16@model]"
+    assert np.isclose(losses[0], np_loss(w1, w2, xs), rtol=1e-4), (losses, np_loss(w1, w2, xs))
+    assert losses[2] < losses[1] < losses[0], losses

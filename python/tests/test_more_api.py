@@ -895,6 +895,11 @@ def test_pytrees_through_sharding_ops_and_collectives(c, mesh):
     assert np.array_equal(np.asarray(one["b"][1]), a + 1)
     assert shmap.eval_shape(shmap.shard_map(lambda u: {"a": u}, mesh=mesh, in_specs=P("i"),
                                             out_specs=P("i")), x)["a"].shape == (8, 4)
+    # device_put of a pytree with a pytree of shardings (a prefix: one for a subtree)
+    put = shmap.device_put({"w": a, "b": (a[0], a[1])},
+                           {"w": NamedSharding(mesh, P("i")), "b": NamedSharding(mesh, P("j"))})
+    assert (shmap.typeof(put["w"]), shmap.typeof(put["b"][1])) == ("f32[8@i,4]", "f32[4@j]")
+    assert np.array_equal(np.asarray(put["b"][1]), a[1])
     # called from a jit body (a shard_map function of the program), under grad too
     tsm = shmap.shard_map(lambda u: {"s": lax.psum(u.sum(0), "i"), "d": u * 2}, mesh=mesh,
                           in_specs=P("i"), out_specs={"s": P(), "d": P("i")})
