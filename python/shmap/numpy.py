@@ -2617,6 +2617,24 @@ def _core_dims(signature):
     return parse(m.group(1)), parse(m.group(2))
 
 
+def _loop_shape(shapes, ins, ctx):
+    """jnp.vectorize's checks of arguments' shapes against their core
+    dimensions ins (a gufunc signature's inputs; its sentences, ending with
+    ctx): (the broadcast of their loop shapes, each core dimension's size)."""
+    sizes, loops = {}, []
+    for shape, core in zip(shapes, ins):
+        shape = tuple(shape)
+        if len(shape) < len(core):
+            raise ValueError(f"input with shape {shape!r} does not have enough dimensions for "
+                             f"all core dimensions {core!r} {ctx}")
+        for d, n in zip(core, shape[len(shape) - len(core):]):
+            if sizes.setdefault(d, n) != n:
+                raise ValueError(f"inconsistent size for core dimension {d!r}: {n!r} vs "
+                                 f"{sizes[d]!r} {ctx}")
+        loops.append(shape[:len(shape) - len(core)])
+    return (tuple(_np.broadcast_shapes(*loops)) if loops else ()), sizes
+
+
 def vectorize(pyfunc, *, excluded=frozenset(), signature=None):
     """jnp.vectorize: pyfunc of one element (or, with a gufunc signature,
     of the core dimensions it names) over the broadcast of its arguments'
@@ -2636,18 +2654,9 @@ def vectorize(pyfunc, *, excluded=frozenset(), signature=None):
         if len(ins) != len(vec):
             raise TypeError(f"wrong number of positional arguments: expected {len(ins)}, got "
                             f"{len(vec)}")
-        sizes, loops = {}, []
-        for a, core in zip(vec, ins):
-            shape = tuple(a.shape)
-            if len(shape) < len(core):
-                raise ValueError(f"input with shape {shape} does not have enough dimensions for "
-                                 f"all core dimensions {core}")
-            for d, n in zip(core, shape[len(shape) - len(core):]):
-                if sizes.setdefault(d, n) != n:
-                    raise ValueError(f"inconsistent size for core dimension {d!r}: {n} vs "
-                                     f"{sizes[d]}")
-            loops.append(shape[:len(shape) - len(core)])
-        loop = tuple(_np.broadcast_shapes(*loops)) if loops else ()
+        loop, _ = _loop_shape([a.shape for a in vec], ins,
+                                  f"on vectorized function with excluded={excluded!r} and "
+                                  f"signature={signature!r}")
         flat = []
         for a, core in zip(vec, ins):
             cs = tuple(a.shape)[len(a.shape) - len(core):] if core else ()
