@@ -730,3 +730,89 @@ def lstsq(a, b, rcond=None, *, numpy_resid=False):
     if vec:
         x = x[:, 0]
     return x, resid, rank, svdvals(a)
+
+
+# ---- cond, tensorinv, tensorsolve (eigvals needs complex numbers: not here) ------------
+
+
+def cond(x, p=None):
+    """jnp.linalg.cond: the condition number of x in the norm p (None or 2:
+    the ratio of the extreme singular values, -2 its inverse; else
+    norm(x, p) * norm(inv(x), p), NaN made inf where x has no NaN), as
+    JAX's."""
+    if len(_np.shape(x)) < 2:
+        raise ValueError(f"jnp.linalg.cond: input array must be at least 2D; got "
+                         f"arr.shape={tuple(_np.shape(x))}")
+    if _np.shape(x)[-1] == 0 or _np.shape(x)[-2] == 0:
+        raise ValueError(f"jnp.linalg.cond: input array must not be empty; got "
+                         f"arr.shape={tuple(_np.shape(x))}")
+    if p is not None and p not in (2, -2) and _np.shape(x)[-2] != _np.shape(x)[-1]:
+        raise ValueError(f"jnp.linalg.cond: for p={p!r}, array must be square; got "
+                         f"arr.shape={tuple(_np.shape(x))}")
+    return _cond(x, p)
+
+
+@_at_once
+def _cond(x, p):
+    if p is None or p == 2:
+        s = svdvals(x)
+        return s[..., 0] / s[..., -1]
+    if p == -2:
+        s = svdvals(x)
+        r = s[..., -1] / s[..., 0]
+    else:
+        r = norm(x, ord=p, axis=(-2, -1)) * norm(inv(x), ord=p, axis=(-2, -1))
+    return jnp.where(jnp.isnan(r) & ~jnp.any(jnp.isnan(x), axis=(-2, -1)), _np.inf, r)
+
+
+def tensorinv(a, ind=2):
+    """jnp.linalg.tensorinv: inv of a as a matrix of its first ind
+    dimensions by the rest, in the shape rest + first."""
+    import math
+    import operator
+    ind = operator.index(ind)
+    if ind <= 0:
+        raise ValueError(f"ind must be a positive integer; got ind={ind}")
+    shape = tuple(_np.shape(a))
+    contracting, batch = shape[:ind], shape[ind:]
+    flat = (math.prod(contracting), math.prod(batch))
+    if flat[0] != flat[1]:
+        raise ValueError(f"tensorinv is only possible when the product of the first `ind` "
+                         f"dimensions equals that of the remaining dimensions. got "
+                         f"arr.shape={shape} with ind={ind}.")
+    return _tensorinv(a, flat, batch + contracting)
+
+
+@_at_once
+def _tensorinv(a, flat, out):
+    return jnp.reshape(inv(jnp.reshape(a, flat)), out)
+
+
+def tensorsolve(a, b, axes=None):
+    """jnp.linalg.tensorsolve: x with tensordot(a, x, x.ndim) == b (axes of
+    a moved to the end first), by solve of a as a square matrix."""
+    return _tensorsolve(a, b, axes)
+
+
+@_at_once
+def _tensorsolve(a, b, axes):
+    import math
+    if axes is not None:
+        n = len(a.shape)  # JAX's moveaxis(a, axes, (ndim - 1,) * len(axes)): sorted, at the end
+        src = sorted(int(i) % n for i in axes)
+        a = jnp.transpose(a, tuple(i for i in range(n) if i not in src) + tuple(src))
+    nb = len(b.shape)
+    out_shape = tuple(a.shape)[nb:]
+    if tuple(a.shape)[:nb] != tuple(b.shape):
+        raise ValueError(f"After moving axes to end, leading shape of a must match shape of b. "
+                         f"got a.shape={tuple(a.shape)}, b.shape={tuple(b.shape)}")
+    bsize = math.prod(b.shape)
+    if bsize != math.prod(out_shape):
+        raise ValueError(f"Input arrays must have prod(a.shape[:b.ndim]) == "
+                         f"prod(a.shape[b.ndim:]); got a.shape={tuple(a.shape)}, "
+                         f"b.ndim={nb}.")
+    return jnp.reshape(solve(jnp.reshape(a, (bsize, math.prod(out_shape))),
+                             jnp.reshape(b, (-1,))), out_shape)
+
+
+__all__ += ["cond", "tensorinv", "tensorsolve"]

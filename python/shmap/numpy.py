@@ -1589,23 +1589,7 @@ def histogram(a, bins=10, range=None, weights=None, density=None):
             raise ValueError("weights should have the same shape as a.")
         dt = _promote(dt, weights.dtype)
         a, weights = astype(a, dt), astype(weights, _inexact(weights.dtype))  # noqa: F821
-    if isinstance(bins, str):
-        raise NotImplementedError("string values for `bins` not implemented.")
-    if _np.ndim(bins) == 1 or (hasattr(bins, "shape") and len(bins.shape) == 1):
-        edges = _to_device(bins, dt) if not hasattr(bins, "type") else astype(bins, dt)  # noqa
-    else:
-        nb = int(bins)
-        if range is None:
-            lo, hi = min(a), max(a)  # noqa: F821
-        else:
-            if _np.shape(range) != (2,):
-                raise ValueError(f"`range` must be either None or a sequence of scalars, "
-                                 f"got {range}")
-            lo, hi = _scalar(range[0], dt), _scalar(range[1], dt)
-        same = equal(hi - lo, 0)  # noqa: F821
-        lo, hi = where(same, lo - 0.5, lo), where(same, hi + 0.5, hi)  # noqa: F821
-        t = arange(nb, dtype=dt) / _np.asarray(nb, dt).item()
-        edges = concatenate((lo * (1 - t) + hi * t, reshape(hi, (1,))))  # noqa: F821
+    edges = _bin_edges(a, bins, range, dt)
     ne = edges.shape[0]
     flat = reshape(a, (-1,))  # noqa: F821
     idx = searchsorted(edges, flat, side="right")
@@ -3382,3 +3366,530 @@ __all__ += ["isin", "setdiff1d", "union1d", "setxor1d", "intersect1d", "unique_v
             "unique_counts", "unique_inverse", "unique_all", "block", "geomspace", "rollaxis",
             "ravel_multi_index", "trim_zeros", "mgrid", "ogrid", "frexp", "nextafter",
             "spacing", "bitwise_count", "packbits", "unpackbits", "polyfit"]
+
+
+# ---- the tail of jnp: i0, vector products, nan-scans, windows, polynomials, compress and
+# extract, choose, put and place, index helpers, histogram2d / histogramdd ----------------
+
+
+def i0(x):
+    """jnp.i0: the modified Bessel function of order 0 (integers and bools
+    as float32), shmap.scipy.special.i0's."""
+    from .scipy import special
+    return special.i0(x)
+
+
+def _asarrays(*xs):
+    """xs as arrays (numpy values to the device, or kept as numpy with no
+    mesh set); traced values and Arrays as they are."""
+    return tuple(x if hasattr(x, "type") else _to_device(_np.asarray(x)) for x in xs)
+
+
+@_at_once
+def vecdot(x1, x2, /, *, axis=-1, precision=None, preferred_element_type=None):
+    """jnp.vecdot: the dot products of the vectors along axis (the others
+    broadcast), as JAX's vdot over them."""
+    x1, x2 = _asarrays(x1, x2)
+    if x1.shape[axis] != x2.shape[axis]:
+        raise ValueError(f"axes must match; got shapes {tuple(x1.shape)} and "
+                         f"{tuple(x2.shape)} with axis={axis}")
+    if preferred_element_type is not None:
+        x1 = astype(x1, preferred_element_type)  # noqa: F821
+        x2 = astype(x2, preferred_element_type)  # noqa: F821
+    return sum(moveaxis(x1, axis, -1) * moveaxis(x2, axis, -1), axis=-1)  # noqa: F821
+
+
+def _core_mismatch(sig, *xs):
+    dims = {}
+    for x, core in zip(xs, sig):
+        if len(x.shape) < len(core):
+            raise ValueError(f"input with shape {tuple(x.shape)} does not have enough "
+                             f"dimensions for all core dimensions {core}")
+        for name, n in zip(core, tuple(x.shape)[len(x.shape) - len(core):]):
+            if dims.setdefault(name, n) != n:
+                raise ValueError(f"inconsistent size for core dimension {name!r}: {n} vs "
+                                 f"{dims[name]}")
+
+
+@_at_once
+def matvec(x1, x2, /):
+    """jnp.matvec: the matrix-vector products of x1's last two dimensions
+    with x2's last (the others broadcast)."""
+    x1, x2 = _asarrays(x1, x2)
+    _core_mismatch((("n", "m"), ("m",)), x1, x2)
+    return matmul(x1, expand_dims(x2, -1))[..., 0]  # noqa: F821
+
+
+@_at_once
+def vecmat(x1, x2, /):
+    """jnp.vecmat: the vector-matrix products of x1's last dimension with
+    x2's last two (the others broadcast)."""
+    x1, x2 = _asarrays(x1, x2)
+    _core_mismatch((("n",), ("n", "m")), x1, x2)
+    return matmul(expand_dims(x1, -2), x2)[..., 0, :]  # noqa: F821
+
+
+def _nan_scan(name, scan, fill, a, axis, dtype, out):
+    if out is not None:
+        raise NotImplementedError(f"The 'out' argument to jnp.{name} is not supported")
+    if _np.issubdtype(a.dtype, _np.floating):
+        a = where(isnan(a), _np.asarray(fill, a.dtype).item(), a)  # noqa: F821
+    return scan(a, axis=axis, dtype=dtype)
+
+
+@_at_once
+def nancumsum(a, axis=None, dtype=None, out=None):
+    """jnp.nancumsum: cumsum with NaNs taken as 0."""
+    return _nan_scan("nancumsum", cumsum, 0, a, axis, dtype, out)  # noqa: F821
+
+
+@_at_once
+def nancumprod(a, axis=None, dtype=None, out=None):
+    """jnp.nancumprod: cumprod with NaNs taken as 1."""
+    return _nan_scan("nancumprod", cumprod, 1, a, axis, dtype, out)  # noqa: F821
+
+
+def _window_len(M, name):
+    """JAX's core.concrete_or_error(int, M, 'M argument of jnp.<name>')."""
+    if hasattr(M, "type") and not hasattr(M, "sharding"):
+        _concrete(M, f"M argument of jnp.{name}", _short_type(M.dtype, M.shape))
+    return int(_np.asarray(M))
+
+
+def _host_window(name):
+    def host(M, *args):
+        r = getattr(_np, name)(int(M), *[_np.asarray(a) for a in args])
+        return _np.asarray(r, _np.float32)
+    return host
+
+
+def _window(name, formula):
+    """A window of JAX's (float32, ones for M <= 1): formula(n, M) of
+    n = arange(M) as float32."""
+    @_creation(_host_window(name))
+    def w(M, *args):
+        M = _window_len(M, name)
+        if M <= 1:
+            return full((M,), 1, dtype=_np.float32)  # noqa: F821
+        return formula(arange(M, dtype=_np.float32), M, *args)
+    w.__name__ = w.__qualname__ = name
+    return w
+
+
+_PI = float(_np.pi)
+
+
+def _blackman(n, M):
+    return 0.42 - 0.5 * cos(2 * _PI * n / (M - 1)) + 0.08 * cos(4 * _PI * n / (M - 1))  # noqa
+
+
+def _kaiser(n, M, beta):
+    alpha = 0.5 * (M - 1)
+    beta = _scalar(beta, _np.float32) if not isinstance(beta, float) else beta
+    return i0(beta * sqrt(1 - ((n - alpha) / alpha) ** 2)) / i0(beta)  # noqa: F821
+
+
+blackman = _window("blackman", _blackman)
+bartlett = _window("bartlett", lambda n, M: 1 - abs(2 * n + 1 - M) / (M - 1))  # noqa: F821
+hamming = _window("hamming", lambda n, M: 0.54 - 0.46 * cos(2 * _PI * n / (M - 1)))  # noqa
+hanning = _window("hanning", lambda n, M: 0.5 * (1 - cos(2 * _PI * n / (M - 1))))  # noqa
+_kaiser_w = _window("kaiser", _kaiser)
+
+
+def kaiser(M, beta):
+    """jnp.kaiser: i0(beta sqrt(1 - ((n - a) / a)^2)) / i0(beta), a = (M - 1) / 2."""
+    return _kaiser_w(M, beta)
+
+
+blackman.__doc__ = "jnp.blackman: 0.42 - 0.5 cos(2 pi n / (M-1)) + 0.08 cos(4 pi n / (M-1))."
+bartlett.__doc__ = "jnp.bartlett: 1 - |2n + 1 - M| / (M - 1)."
+hamming.__doc__ = "jnp.hamming: 0.54 - 0.46 cos(2 pi n / (M - 1))."
+hanning.__doc__ = "jnp.hanning: 0.5 (1 - cos(2 pi n / (M - 1)))."
+
+
+def _poly_inexact(*ps):
+    """ps as arrays of their promoted inexact dtype (JAX's
+    promote_dtypes_inexact)."""
+    ps = _asarrays(*ps)
+    dt = _inexact(_promote(*[p.dtype for p in ps]))
+    return tuple(p if p.dtype == dt else astype(p, dt) for p in ps)  # noqa: F821
+
+
+def _poly_order(m, what):
+    if hasattr(m, "type") and not hasattr(m, "sharding"):
+        _concrete(m, f"'m' argument of jnp.{what}", _short_type(m.dtype, m.shape))
+    return int(m.__index__() if not hasattr(m, "shape") else _np.asarray(m).__index__())
+
+
+@_at_once
+def polyder(p, m=1):
+    """jnp.polyder: the m-th derivative's coefficients (highest first)."""
+    m = _poly_order(m, "polyder")
+    p, = _poly_inexact(p)
+    if m < 0:
+        raise ValueError("Order of derivative must be positive")
+    if m == 0:
+        return p
+    n = p.shape[0]
+    coeff = _np.prod(_np.arange(m, n)[None] - _np.arange(m)[:, None], axis=0)[::-1]
+    return p[:n - m] * _to_device(coeff.astype(p.dtype))
+
+
+@_at_once
+def polyint(p, m=1, k=None):
+    """jnp.polyint: the m-th antiderivative's coefficients, k the constants
+    of integration (a scalar, or one per order)."""
+    m = _poly_order(m, "polyint")
+    p, k = _poly_inexact(p, 0 if k is None else k)
+    if m < 0:
+        raise ValueError("Order of integral must be positive (see polyder)")
+    k = atleast_1d(k)  # noqa: F821
+    if k.shape[0] == 1:
+        k = broadcast_to(k[0], (m,))  # noqa: F821
+    if tuple(k.shape) != (m,):
+        raise ValueError("k must be a scalar or a rank-1 array of length 1 or m.")
+    if m == 0:
+        return p
+    grid = _np.arange(p.shape[0] + m)[None] - _np.arange(m)[:, None]
+    coeff = _np.prod(_np.maximum(1, grid), axis=0)[::-1].astype(p.dtype)
+    return concatenate((p, k)) / _to_device(coeff)  # noqa: F821
+
+
+@_at_once
+def poly(seq_of_zeros):
+    """jnp.poly: the coefficients of the polynomial with these roots (a 1-D
+    array; a square matrix's eigenvalues need complex numbers: refused)."""
+    z, = _poly_inexact(seq_of_zeros)
+    z = atleast_1d(z)  # noqa: F821
+    sh = tuple(z.shape)
+    if len(sh) == 2 and sh[0] == sh[1] and sh[0] != 0:
+        raise NotImplementedError("jnp.poly of a square matrix needs jnp.linalg.eigvals (complex "
+                                  "numbers), which shmap does not have")
+    if len(sh) != 1:
+        raise ValueError("input must be 1d or non-empty square 2d array.")
+    if sh[0] == 0:
+        return ones((), dtype=z.dtype)  # noqa: F821
+    a = ones((1,), dtype=z.dtype)  # noqa: F821
+    for k in range(sh[0]):
+        a = convolve(a, concatenate((ones((1,), dtype=z.dtype), -z[k:k + 1])))  # noqa: F821
+    return a
+
+
+@_at_once
+def polydiv(u, v, *, trim_leading_zeros=False):
+    """jnp.polydiv: quotient and remainder of u / v by long division (the
+    remainder as long as u); trim_leading_zeros is not supported here (its
+    size depends on the values)."""
+    u, v = _poly_inexact(u, v)
+    if trim_leading_zeros:
+        raise NotImplementedError("jnp.polydiv(..., trim_leading_zeros=True) is not "
+                                  "supported here")
+    m, n = u.shape[0] - 1, v.shape[0] - 1
+    scale = 1.0 / v[0]
+    q = []
+    for k in range(0, m - n + 1):
+        d = scale * u[k]
+        q.append(reshape(d, (1,)))  # noqa: F821
+        u = concatenate((u[:k], u[k:k + n + 1] - d * v, u[k + n + 1:]))  # noqa: F821
+    q = concatenate(tuple(q)) if q else zeros((1,), dtype=u.dtype)  # noqa: F821
+    return q, u
+
+
+_COMPRESS_SIZE = ("The size argument of jnp.compress must be specified in order to use "
+                  "jnp.compress within JAX transformations like jax.jit, jax.vmap, and "
+                  "jax.grad. For more information, refer to the jnp.compress documentation.")
+
+
+@_at_once
+def _compress_sized(cond, arr, axis, size, fill_value):
+    if axis is None:
+        axis, arr = 0, reshape(arr, (-1,))  # noqa: F821
+    else:
+        arr = moveaxis(arr, axis, 0)
+    cond = cond[:arr.shape[0]]
+    arr = arr[:cond.shape[0]]
+    if not 0 <= size <= arr.shape[0]:
+        raise ValueError("size must be positive and not greater than the size of the array "
+                         f"axis; got size={size} for a.shape[axis]={arr.shape[0]}")
+    mask = reshape(cond, (cond.shape[0],) + (1,) * (len(arr.shape) - 1))  # noqa: F821
+    arr = where(mask, arr, _scalar(fill_value, arr.dtype))  # noqa: F821
+    order = argsort(_unshard(cond), stable=True, descending=True)[:size]
+    return moveaxis(take(_unshard(arr, 0), order, axis=0), 0, axis)
+
+
+def compress(condition, a, axis=None, *, size=None, fill_value=0, out=None):
+    """jnp.compress: a's slices along axis (the flattened a when None)
+    where the 1-D condition holds; with size= the first size of them, the
+    rest fill_value, as JAX's (a stable descending argsort of condition).
+    Inside a traced function size= is required (JAX's error)."""
+    if out is not None:
+        raise NotImplementedError("The 'out' argument to jnp.compress is not supported.")
+    if len(_np.shape(condition)) != 1:
+        raise ValueError("condition must be a 1D array")
+    cond = condition if hasattr(condition, "type") else _np.asarray(condition)
+    if cond.dtype != _np.bool_:
+        cond = cond != 0
+    if size is not None:
+        if isinstance(cond, _np.ndarray):
+            cond = _to_device(cond)
+        return _compress_sized(cond, a, axis, int(size), fill_value)
+    n = math.prod(_np.shape(a)) if axis is None else _np.shape(a)[axis]
+    c = _concrete_value(cond, lambda m, c: c, _COMPRESS_SIZE, _short_type(
+        _np.bool_, cond.shape)).astype(bool)
+    if c[n:].any():
+        raise ValueError("condition contains entries that are out of bounds")
+    c = c[:n]
+    idx = _np.nonzero(c)[0]
+    if not hasattr(a, "type"):
+        a = _to_device(_np.asarray(a))
+    return _static_compress(a, axis, tuple(int(i) for i in idx))
+
+
+@_at_once
+def _static_compress(a, axis, idx):
+    if axis is None:
+        a, axis = reshape(a, (-1,)), 0  # noqa: F821
+    axis = axis % len(a.shape)
+    return _static_take(_unshard(a, axis), idx, axis)
+
+
+def extract(condition, arr, *, size=None, fill_value=0):
+    """jnp.extract: compress of the flattened condition and arr."""
+    flat = (lambda x: ravel(x) if hasattr(x, "type") else _np.ravel(x))
+    return compress(flat(condition), flat(arr), size=size, fill_value=fill_value)
+
+
+def choose(a, choices, out=None, mode="raise"):
+    """jnp.choose: choices[a] elementwise (all broadcast together); mode
+    'raise' checks a now (inside a traced function JAX's error), 'wrap'
+    takes a mod len(choices), 'clip' clips it."""
+    if out is not None:
+        raise NotImplementedError("The 'out' argument to jnp.choose is not supported.")
+    a, = _asarrays(a)
+    choices = _asarrays(*choices)
+    if not _np.issubdtype(a.dtype, _np.integer):
+        raise ValueError("`a` array must be integer typed")
+    N = len(choices)
+    if mode == "raise":
+        bad = _concrete_value(a, lambda m, x: m.any((x < 0) | (x >= N)),
+                              "The error occurred because jnp.choose was jit-compiled with "
+                              "mode='raise'. Use mode='wrap' or mode='clip' instead.",
+                              _short_type(a.dtype, a.shape))
+        if bad:
+            raise ValueError("invalid entry in choice array")
+    elif mode not in ("wrap", "clip"):
+        raise ValueError(f"mode={mode!r} not understood. Must be 'raise', 'wrap', or 'clip'")
+    return _choose_impl(a, choices, mode)
+
+
+@_at_once
+def _choose_impl(a, choices, mode):
+    N = len(choices)
+    if mode == "wrap":
+        a = mod(a, N)  # noqa: F821
+    elif mode == "clip":
+        a = clip(a, 0, N - 1)
+    dt = result_type(*choices)
+    a, *choices = broadcast_arrays(a, *[astype(c, dt) for c in choices])  # noqa: F821
+    r = choices[0]
+    for i in range(1, N):
+        r = where(a == i, choices[i], r)  # noqa: F821
+    return r
+
+
+def _immutable(name, inplace):
+    if inplace:
+        raise ValueError(f"jax.numpy.{name} cannot modify arrays in-place, because JAX arrays "
+                         f"are immutable. Pass inplace=False to instead return an updated "
+                         f"array.")
+
+
+def _tile_to_size(v, size):
+    if v.shape[0] < size:
+        v = tile(v, int(_np.ceil(size / v.shape[0])))  # noqa: F821
+    return v[:size] if v.shape[0] > size else v
+
+
+def _flat_set(arr, idx, v):
+    """ravel(arr).at[idx].set(v) (out of range dropped), in arr's shape."""
+    shape = tuple(arr.shape)
+    flat = reshape(_unshard(arr), (-1,))  # noqa: F821
+    if _is_jit_sharded(idx, v):
+        from ._core import P
+        r = flat.at[idx].set(astype(v, arr.dtype), out_sharding=P())  # noqa: F821
+    else:
+        r = flat.at[idx].set(astype(v, arr.dtype))  # noqa: F821
+    return reshape(r, shape)  # noqa: F821
+
+
+def put(a, ind, v, mode=None, *, inplace=True):
+    """jnp.put with inplace=False (JAX's arrays are immutable: its error
+    otherwise): a with the flat positions ind set to v (tiled to ind's
+    length); mode None clips out-of-range positions as JAX's unravel_index
+    does, 'clip' clips, 'wrap' takes them mod a.size; 'raise' is not
+    supported (JAX's)."""
+    _immutable("put", inplace)
+    if mode not in (None, "clip", "wrap"):
+        if mode == "raise":
+            raise NotImplementedError("The 'raise' mode to jnp.put is not supported.")
+        raise ValueError(f"mode should be one of 'wrap' or 'clip'; got mode={mode!r}")
+    return _put_impl(*_asarrays(a, ind, v), mode)
+
+
+@_at_once
+def _put_impl(arr, ind, v, mode):
+    ind, v = reshape(ind, (-1,)), reshape(v, (-1,))  # noqa: F821
+    n = math.prod(arr.shape)
+    if not n or not ind.shape[0] or not v.shape[0]:
+        return arr
+    v = _tile_to_size(_unshard(v), ind.shape[0])
+    if mode == "clip":
+        ind = clip(ind, 0, n - 1)
+    elif mode == "wrap":
+        ind = mod(ind, n)  # noqa: F821
+    else:
+        ind = ravel_multi_index(unravel_index(ind, tuple(arr.shape)), tuple(arr.shape),
+                                mode="wrap")
+    return _flat_set(arr, ind, v)
+
+
+def place(arr, mask, vals, *, inplace=True):
+    """jnp.place with inplace=False (JAX's error otherwise): arr with the
+    positions where mask holds set to vals in order (repeated as needed)."""
+    arr, mask, vals = _asarrays(arr, mask, vals)
+    if inplace:
+        _immutable("place", inplace)
+    if math.prod(arr.shape) != math.prod(mask.shape):
+        raise ValueError("place: arr and mask must be the same size")
+    if not math.prod(vals.shape):
+        raise ValueError("Cannot place values from an empty array")
+    return _place_impl(arr, mask, vals)
+
+
+@_at_once
+def _place_impl(arr, mask, vals):
+    n = math.prod(arr.shape)
+    if not n:
+        return arr
+    idx = _nonzero_impl(reshape(mask, (-1,)), n, n)[0]  # noqa: F821
+    vals = _tile_to_size(_unshard(reshape(vals, (-1,))), n)  # noqa: F821
+    return _flat_set(arr, idx, vals)
+
+
+def diag_indices_from(arr):
+    """jnp.diag_indices_from: diag_indices of a square array's size and rank."""
+    s = tuple(_np.shape(arr))
+    if not len(s) >= 2:
+        raise ValueError("input array must be at least 2-d")
+    if len(set(s)) != 1:
+        raise ValueError("All dimensions of input must be of equal length")
+    return diag_indices(s[0], ndim=len(s))
+
+
+def _tri_from(fn, arr, k):
+    s = tuple(_np.shape(arr))
+    if len(s) != 2:
+        raise ValueError("Only 2-D inputs are accepted")
+    return fn(s[0], k=k, m=s[1])
+
+
+def tril_indices_from(arr, k=0):
+    """jnp.tril_indices_from: tril_indices of arr's shape."""
+    return _tri_from(tril_indices, arr, k)
+
+
+def triu_indices_from(arr, k=0):
+    """jnp.triu_indices_from: triu_indices of arr's shape."""
+    return _tri_from(triu_indices, arr, k)
+
+
+def mask_indices(n, mask_func, k=0, *, size=None):
+    """jnp.mask_indices: nonzero(mask_func(ones((n, n)), k), size=size)."""
+    i, j = nonzero(mask_func(ones((n, n)), k), size=size)  # noqa: F821
+    return (i, j)
+
+
+def _bin_edges(a, bins, range, dt):
+    """JAX's histogram_bin_edges of a in dtype dt: bins itself when 1-D,
+    else bins + 1 evenly spaced over range (or [min, max]; widened by 0.5
+    each side when empty)."""
+    if isinstance(bins, str):
+        raise NotImplementedError("string values for `bins` not implemented.")
+    if _np.ndim(bins) == 1 or (hasattr(bins, "shape") and len(bins.shape) == 1):
+        return _to_device(bins, dt) if not hasattr(bins, "type") else astype(bins, dt)  # noqa
+    nb = int(bins)
+    if range is None:
+        lo, hi = min(a), max(a)  # noqa: F821
+    else:
+        if _np.shape(range) != (2,):
+            raise ValueError(f"`range` must be either None or a sequence of scalars, "
+                             f"got {range}")
+        lo, hi = _scalar(range[0], dt), _scalar(range[1], dt)
+    same = equal(hi - lo, 0)  # noqa: F821
+    lo, hi = where(same, lo - 0.5, lo), where(same, hi + 0.5, hi)  # noqa: F821
+    t = arange(nb, dtype=dt) / _np.asarray(nb, dt).item()
+    return concatenate((lo * (1 - t) + hi * t, reshape(hi, (1,))))  # noqa: F821
+
+
+@_at_once
+def histogramdd(sample, bins=10, range=None, weights=None, density=None):
+    """jnp.histogramdd of the (N, D) sample, as JAX computes it: each
+    dimension's edges (histogram's), bins by searchsorted 'right' (the last
+    edge in the last bin), the counts a bincount of the flat bin indices
+    (weights summed); density divides by the total and each bin's volume.
+    Returns (hist, [edges per dimension])."""
+    dt = _inexact(sample.dtype if weights is None else _promote(sample.dtype, weights.dtype))
+    if weights is not None:
+        if tuple(weights.shape) != tuple(sample.shape)[:1]:
+            raise ValueError("should have one weight for each sample.")
+        weights = astype(weights, dt)  # noqa: F821
+    sample = astype(sample, dt)  # noqa: F821
+    N, D = tuple(sample.shape)
+    if range is not None and (len(range) != D or builtins.any(
+            r is not None and _np.shape(r)[0] != 2 for r in range)):
+        raise ValueError(f"For sample.shape={(N, D)}, range must be a sequence of {D} pairs "
+                         f"or Nones; got range={range}")
+    if isinstance(bins, numbers.Integral) or (hasattr(bins, "shape") and not bins.shape):
+        per_dim = D * [bins]
+    else:
+        per_dim = list(bins)
+        if len(per_dim) != D:
+            raise ValueError("should be a bin for each dimension.")
+    idxs, edges = [], []
+    for i in builtins.range(D):
+        col = sample[:, i]
+        e = _bin_edges(col, per_dim[i], None if range is None else range[i], dt)
+        b = searchsorted(e, col, side="right")
+        idxs.append(where(col == e[-1], b - 1, b))  # noqa: F821
+        edges.append(e)
+    nbins = tuple(e.shape[0] + 1 for e in edges)
+    xy = _ravel_multi_index_impl(idxs, nbins, "clip", "C", _np.int32)
+    hist = reshape(_bincount_impl(xy, weights, math.prod(nbins), None), nbins)  # noqa: F821
+    hist = hist[(builtins.slice(1, -1),) * D]
+    if density:
+        hist = astype(hist, dt)  # noqa: F821
+        hist = hist / sum(hist)  # noqa: F821
+        for i, e in enumerate(edges):
+            hist = hist / reshape(diff(e), (1,) * i + (-1,) + (1,) * (D - i - 1))  # noqa: F821
+    return hist, edges
+
+
+@_at_once
+def histogram2d(x, y, bins=10, range=None, weights=None, density=None):
+    """jnp.histogram2d: histogramdd of the pairs (x, y). Returns (hist,
+    x edges, y edges)."""
+    try:
+        N = len(bins)
+    except TypeError:
+        N = 1
+    if N != 1 and N != 2:
+        bins = [bins, bins]
+    hist, edges = histogramdd(stack((x, y), axis=1), bins, range, weights, density)
+    return hist, edges[0], edges[1]
+
+
+__all__ += ["i0", "vecdot", "matvec", "vecmat", "nancumsum", "nancumprod", "bartlett",
+            "blackman", "hamming", "hanning", "kaiser", "polyder", "polyint", "poly", "polydiv",
+            "compress", "extract", "choose", "put", "place", "diag_indices_from",
+            "tril_indices_from", "triu_indices_from", "mask_indices", "histogram2d",
+            "histogramdd"]
