@@ -85,6 +85,7 @@ struct sm_cg_shm {
     pthread_mutex_t mu;
     uint64_t key;
     int ndomain;         /* workers of this worker's domain, itself included */
+    int nhere;           /* mesh positions on those workers */
     sm_shm_seg *seg;     /* per worker; base NULL until opened */
     int *nslots;         /* per worker: its mesh positions */
     size_t *held;        /* per slot of this worker's segment: bytes allocated (fallocate) */
@@ -183,8 +184,10 @@ sm_err sm_cg_shm_create(sm_comm_grpc *c, uint64_t key, char *err, size_t errlen)
     m->mark_fd = -1;
     for (int w = 0; w < c->nworkers; w++)
         m->seg[w].fd = -1;
-    for (int pos = 0; pos < c->mesh.ndevices; pos++)
+    for (int pos = 0; pos < c->mesh.ndevices; pos++) {
         m->nslots[c->pos_worker[pos]]++;
+        m->nhere += c->domain[c->pos_worker[pos]] == dom;
+    }
     c->shm = m; /* this worker's segment is made by its first collective through it */
     return SM_OK;
 }
@@ -1072,11 +1075,8 @@ static sm_err sm_cg_shm_collective(sm_comm_grpc *c, const sm_comm_group *g, cons
     /* a data movement's copies: as the outputs of every device of this
      * host (the other groups of the collective run at the same time) fit
      * in cache or not */
-    int here = 0;
-    for (int pos = 0; pos < c->mesh.ndevices; pos++)
-        here += c->domain[c->pos_worker[pos]] == c->domain[c->self];
-    x.stream =
-        sm_copy_streams((size_t)(kind == SM_CG_PERM ? n : (int64_t)g->size * n) * (size_t)here);
+    x.stream = sm_copy_streams((size_t)(kind == SM_CG_PERM ? n : (int64_t)g->size * n) *
+                               (size_t)c->shm->nhere);
     return sm_cg_shm_run(&x, kind == SM_CG_RS ? sm_cg_shm_rs_body : sm_cg_shm_move_body, n, NULL,
                          fell);
 }

@@ -2038,22 +2038,32 @@ def auto_axes(f=None, /, *, axes=None, out_sharding=None):
     axes made Auto (every axis of the mesh by default)."""
     if f is None:
         return lambda g: auto_axes(g, axes=axes, out_sharding=out_sharding)
+    return _axes_fn(f, axes, out_sharding, False)
+
+
+def _axes_fn(f, axes, spec, explicit):
+    """What auto_axes(f, ...) (explicit_axes(f, ...) with explicit) gives:
+    spec, its out_sharding (in_sharding), given there or at the call (JAX's
+    TypeError without it); in a trace _auto_call, outside one a jit of the
+    call."""
+    kw = "in_sharding" if explicit else "out_sharding"
+    what = "explicit_axes" if explicit else "auto_axes"
 
     def call(*args, **kwargs):
-        os_ = out_sharding
-        if os_ is None:
-            if "out_sharding" not in kwargs:
-                raise TypeError("Missing required keyword argument: 'out_sharding'")
-            os_ = kwargs.pop("out_sharding")
+        sp = spec
+        if sp is None:
+            if kw not in kwargs:
+                raise TypeError(f"Missing required keyword argument: '{kw}'")
+            sp = kwargs.pop(kw)
         b = getattr(_state, "builder", None)
         if b is None:  # at once: as a jit function (JAX traces it too)
             def run(*a):
-                return auto_axes(f, axes=axes, out_sharding=os_)(*a, **kwargs)
-            run.__name__ = getattr(f, "__name__", "auto_axes")
+                return _axes_fn(f, axes, sp, explicit)(*a, **kwargs)
+            run.__name__ = getattr(f, "__name__", what)
             return jit(run)(*args)
-        return _auto_call(b, f, axes, os_, args, kwargs)
+        return _auto_call(b, f, axes, sp, args, kwargs, explicit=explicit)
 
-    call.__name__ = getattr(f, "__name__", "auto_axes")
+    call.__name__ = getattr(f, "__name__", what)
     call.__doc__ = getattr(f, "__doc__", None)
     call.__wrapped__ = f
     return call
@@ -2209,25 +2219,7 @@ def explicit_axes(f=None, /, *, axes=None, in_sharding=None):
     trace, as a jit function."""
     if f is None:
         return lambda g: explicit_axes(g, axes=axes, in_sharding=in_sharding)
-
-    def call(*args, **kwargs):
-        ins = in_sharding
-        if ins is None:
-            if "in_sharding" not in kwargs:
-                raise TypeError("Missing required keyword argument: 'in_sharding'")
-            ins = kwargs.pop("in_sharding")
-        b = getattr(_state, "builder", None)
-        if b is None:
-            def run(*a):
-                return explicit_axes(f, axes=axes, in_sharding=ins)(*a, **kwargs)
-            run.__name__ = getattr(f, "__name__", "explicit_axes")
-            return jit(run)(*args)
-        return _auto_call(b, f, axes, ins, args, kwargs, explicit=True)
-
-    call.__name__ = getattr(f, "__name__", "explicit_axes")
-    call.__doc__ = getattr(f, "__doc__", None)
-    call.__wrapped__ = f
-    return call
+    return _axes_fn(f, axes, in_sharding, True)
 
 
 def _auto_batched(f, axes, os_, args, kwargs):
