@@ -1142,7 +1142,7 @@ def _prefix_leaves(prefix, tree, who):
     if not _is_tree(prefix):
         return [prefix] * len(_tree_leaves(tree, "t"))
     n, m = _node(prefix), _node(tree)
-    if m is None or n[3] != m[3]:
+    if m is None or n[3] != m[3] or len(n[0]) != len(m[0]):
         raise InvalidArgument(f"{who} must be a pytree prefix of its arrays (one sharding for a "
                               f"subtree), got {prefix!r} for arrays of structure "
                               f"{m[3] if m else type(tree).__name__}")

@@ -900,6 +900,8 @@ def test_pytrees_through_sharding_ops_and_collectives(c, mesh):
                            {"w": NamedSharding(mesh, P("i")), "b": NamedSharding(mesh, P("j"))})
     assert (shmap.typeof(put["w"]), shmap.typeof(put["b"][1])) == ("f32[8@i,4]", "f32[4@j]")
     assert np.array_equal(np.asarray(put["b"][1]), a[1])
+    with pytest.raises(shmap.InvalidArgument, match="must be a pytree prefix of its arrays"):
+        shmap.device_put([a, a, a], [NamedSharding(mesh, P("i")), NamedSharding(mesh, P())])
     # called from a jit body (a shard_map function of the program), under grad too
     tsm = shmap.shard_map(lambda u: {"s": lax.psum(u.sum(0), "i"), "d": u * 2}, mesh=mesh,
                           in_specs=P("i"), out_specs={"s": P(), "d": P("i")})
