@@ -449,7 +449,7 @@ typedef struct {
     sm_array_pool *pool; /* its values' memory, or NULL */
     int pos;
     sm_array *in;
-    sm_array *out[2];
+    sm_array *out[6];
     sm_err e;
     char err[1024];
 } dev_run;
@@ -491,7 +491,7 @@ static void run_devices_in(const sm_program *p, const sm_program *q, int bad, in
     for (int pos = 0; pos < nrun; pos++) {
         pthread_join(th[pos], NULL);
         sm_array_free(d[pos].in);
-        for (int r = 0; r < 2; r++)
+        for (int r = 0; r < 6; r++)
             sm_array_free(d[pos].out[r]);
     }
     sm_comm_local_free(comm);
@@ -865,6 +865,79 @@ START_TEST(test_comm_mismatch_and_abort)
 }
 END_TEST
 
+/* Values that hold the same bytes share them instead of copying, among
+ * devices run in one process: a ppermute's output is its source's input,
+ * every device's all_gather output is one, a reshape and a slice of whole
+ * rows at a 64-byte boundary are their operand's bytes; a slice of
+ * columns, or of rows at another boundary, is a copy of its own. Every
+ * result still has the values of the reference. */
+START_TEST(test_moves_share_bytes)
+{
+    sm_program *p = parse_ok(
+        "mesh x=4\n"
+        "shard_map f(v: f32[32,16] @ P('x')) -> (P('x'), P(), P('x'), P('x'), P('x'), P('x')):\n"
+        "    z = ppermute(v, 'x', perm=[(0, 1), (1, 2), (2, 3), (3, 0)])\n"
+        "    g = all_gather(v, 'x', tiled=True)\n"
+        "    s = slice(g, (4, 0), (8, 16))\n"
+        "    r = reshape(v, (16, 8))\n"
+        "    c = slice(g, (0, 0), (8, 8))\n"
+        "    o = slice(r, (1, 0), (3, 8))\n"
+        "    return z, g, s, r, c, o\n",
+        0);
+    sm_comm_local *comm;
+    char err[256];
+    ck_assert_int_eq(sm_comm_local_create(10, &comm, err, sizeof err), SM_OK);
+    dev_run d[4];
+    pthread_t th[4];
+    for (int pos = 0; pos < 4; pos++) {
+        d[pos] = (dev_run){.p = p, .comm = comm, .pos = pos};
+        sm_shape bs = {.rank = 2, .dims = {8, 16}};
+        ck_assert_int_eq(sm_array_create(SM_F32, &bs, &d[pos].in, err, sizeof err), SM_OK);
+        for (int k = 0; k < 8 * 16; k++)
+            ((float *)d[pos].in->data)[k] = (float)(pos * 1000 + k);
+    }
+    for (int pos = 0; pos < 4; pos++)
+        ck_assert_int_eq(pthread_create(&th[pos], NULL, dev_main, &d[pos]), 0);
+    for (int pos = 0; pos < 4; pos++)
+        pthread_join(th[pos], NULL);
+    for (int pos = 0; pos < 4; pos++) {
+        ck_assert_msg(d[pos].e == SM_OK, "device %d: %s", pos, d[pos].err);
+        sm_array *const *o = d[pos].out;
+        const sm_array *src = d[(pos + 3) % 4].in;
+        /* ppermute: the source's input itself */
+        ck_assert_ptr_eq(o[0]->block, src->block);
+        ck_assert_ptr_eq(o[0]->data, src->data);
+        /* all_gather: one output for the four */
+        ck_assert_ptr_eq(o[1]->block, d[0].out[1]->block);
+        for (int q = 0; q < 4; q++)
+            ck_assert(memcmp((char *)o[1]->data + q * 512, d[q].in->data, 512) == 0);
+        /* rows 4..8 of the gathered: 256 bytes in, shared */
+        ck_assert_ptr_eq(o[2]->block, o[1]->block);
+        ck_assert_ptr_eq(o[2]->data, (char *)o[1]->data + 256);
+        /* a reshape: the input's bytes */
+        ck_assert_ptr_eq(o[3]->block, d[pos].in->block);
+        /* columns; rows from byte 32 of the reshape: copies */
+        ck_assert_ptr_ne(o[4]->block, o[1]->block);
+        for (int i = 0; i < 8; i++)
+            ck_assert(memcmp((float *)o[4]->data + i * 8, (float *)o[1]->data + i * 16, 32) == 0);
+        ck_assert_ptr_ne(o[5]->block, o[3]->block);
+        ck_assert(memcmp(o[5]->data, (char *)d[pos].in->data + 32, 64) == 0);
+    }
+    /* freed in any order: the shared bytes live until the last holder */
+    for (int pos = 0; pos < 4; pos++)
+        sm_array_free(d[pos].in);
+    for (int pos = 0; pos < 4; pos++)
+        for (int r = 0; r < 6; r++) {
+            if (r == 1) /* device 1's block, whose input is freed */
+                for (int k = 0; k < 8 * 16; k++)
+                    ck_assert(((float *)d[pos].out[r]->data)[128 + k] == (float)(1000 + k));
+            sm_array_free(d[pos].out[r]);
+        }
+    sm_comm_local_free(comm);
+    sm_program_free(p);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = SUITE_CASE(suite_create("exec_coll"), "collectives", 120, NULL,
@@ -873,5 +946,6 @@ int main(void)
                {test_kernel_error_releases_peers}, {test_missing_peer_times_out},
                {test_local_run_reports_op}, {test_group_make}, {test_comm_mismatch_and_abort},
                {test_comm_reduce_sizes, NREDUCE}, {test_comm_tree_units});
+    SUITE_CASE(s, "sharing", 60, NULL, {test_moves_share_bytes});
     return suite_main(s);
 }

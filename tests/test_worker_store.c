@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sm_array_share.h"
 #include "store.h"
 #include "suite_main.h"
 
@@ -112,6 +113,49 @@ START_TEST(test_shard_adopt)
         }
         sm_store_shard_release(sh);
     }
+}
+END_TEST
+
+/* A result sharing its bytes with other arrays (sm_array_alias) is adopted
+ * with its share of the block, which outlives the other holders; a slice
+ * holding a quarter of a larger value's block is stored as a copy of its
+ * own (the store keeps at most twice a shard's bytes). A shard's view may
+ * be aliased and the alias outlive the shard. */
+START_TEST(test_shard_adopt_shared)
+{
+    sm_shape s = {.rank = 2, .dims = {64, 16}}, q = {.rank = 2, .dims = {16, 16}};
+    sm_array *a, *b, *c;
+    sm_store_shard *sh, *sq;
+    char err[256];
+    ck_assert_int_eq(sm_array_create(SM_F32, &s, &a, err, sizeof err), SM_OK);
+    for (int k = 0; k < 64 * 16; k++)
+        ((float *)a->data)[k] = (float)k;
+    ck_assert_int_eq(sm_array_create_uninit(SM_F32, &s, &b, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_array_create_uninit(SM_F32, &q, &c, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_array_alias(b, a, 0), 1);
+    ck_assert_int_eq(sm_array_alias(c, a, 16 * 16 * 4), 1); /* rows 16..32 */
+    ck_assert_int_eq(sm_array_alias(c, a, 4), 0);           /* not on a 64-byte boundary */
+    ck_assert_int_eq(sm_array_alias(c, a, 60 * 16 * 4), 0); /* past the end */
+    ck_assert_uint_eq(sm_array_held(c), 64 * 16 * 4);
+    const void *bytes = a->data;
+    sm_array_free(a);
+    ck_assert_int_eq(sm_store_shard_adopt(&b, &sh, err, sizeof err), SM_OK);
+    ck_assert_ptr_eq(sh->data, bytes); /* shared: no copy */
+    ck_assert_int_eq(sm_store_shard_adopt(&c, &sq, err, sizeof err), SM_OK);
+    ck_assert_ptr_ne(sq->data, (const char *)bytes + 1024); /* a quarter: a copy */
+    for (int k = 0; k < 16 * 16; k++)
+        ck_assert(((float *)sq->data)[k] == (float)(256 + k));
+    /* a view of the shard, as a job's input, aliased past the shard */
+    sm_array view = {
+        .dtype = SM_F32, .shape = s, .nbytes = sh->nbytes, .data = sh->data, .block = sh->block};
+    sm_array *r;
+    ck_assert_int_eq(sm_array_create_uninit(SM_F32, &s, &r, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_array_alias(r, &view, 0), 1);
+    sm_store_shard_release(sh);
+    sm_store_shard_release(sq);
+    for (int k = 0; k < 64 * 16; k++)
+        ck_assert(((float *)r->data)[k] == (float)k);
+    sm_array_free(r);
 }
 END_TEST
 
@@ -336,7 +380,7 @@ END_TEST
 int main(void)
 {
     return suite_main(SUITE_CASE(suite_create("worker_store"), "store", 60, NULL,
-                                 {test_shard_create}, {test_shard_adopt}, {test_unregistered},
-                                 {test_put_get_free}, {test_bytes_and_replace}, {test_many_arrays},
-                                 {test_concurrency_smoke}));
+                                 {test_shard_create}, {test_shard_adopt}, {test_shard_adopt_shared},
+                                 {test_unregistered}, {test_put_get_free}, {test_bytes_and_replace},
+                                 {test_many_arrays}, {test_concurrency_smoke}));
 }

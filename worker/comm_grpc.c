@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "sm_array.h"
+#include "sm_array_share.h"
 #include "sm_checksum.h"
 #include "sm_hold.h"
 #include "sm_log.h"
@@ -191,10 +192,15 @@ int sm_cg_ms_left(const sm_comm_grpc *c)
  * deadline; members that disagree or run out of memory abort the job. */
 sm_err sm_cg_join(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L, uint64_t seq,
                   sm_cg_kind kind, int64_t arg, const void *in, void *out,
-                  sm_rendezvous_slot **slot, char *err, size_t errlen)
+                  const sm_comm_arrays *arr, sm_rendezvous_slot **slot, char *err, size_t errlen)
 {
-    const sm_rendezvous_key k = {
-        .g = g, .seq = seq, .size = L->nlocal, .index = L->li, .kind = (int)kind, .arg = arg};
+    const sm_rendezvous_key k = {.g = g,
+                                 .seq = seq,
+                                 .size = L->nlocal,
+                                 .index = L->li,
+                                 .kind = (int)kind,
+                                 .arg = arg,
+                                 .arr = arr};
     sm_err e = sm_rendezvous_join(c->rv, &k, in, out, &c->deadline, slot, err, errlen);
     if (e) /* a no-op once aborted: then this returns the abort's error */
         e = sm_cg_failf(c, SM_EINVAL, err, errlen, "%s", err);
@@ -617,7 +623,7 @@ static sm_err sm_cg_all_reduce(void *ctx, const sm_comm_group *g, uint64_t seq, 
     if (sm_cg_reduce_start(c, g, L, seq, SM_CG_AR, t, op, in, out, n, &s, &e, err, errlen))
         goto out;
     int64_t el = (int64_t)sm_dtype_size(t);
-    if (!s && (e = sm_cg_join(c, g, L, seq, SM_CG_AR, n, in, out, &s, err, errlen)))
+    if (!s && (e = sm_cg_join(c, g, L, seq, SM_CG_AR, n, in, out, NULL, &s, err, errlen)))
         goto out;
     char *acc = s->out[0];
     int ks = sm_cg_self_order(c, L);
@@ -688,7 +694,7 @@ static sm_err sm_cg_reduce_scatter(void *ctx, const sm_comm_group *g, uint64_t s
             sm_rendezvous_leave(c->rv, s);
         goto out;
     }
-    if (!s && (e = sm_cg_join(c, g, L, seq, SM_CG_RS, n, in, NULL, &s, err, errlen)))
+    if (!s && (e = sm_cg_join(c, g, L, seq, SM_CG_RS, n, in, NULL, NULL, &s, err, errlen)))
         goto out;
     if (L->li == 0) {
         int nmulti = 0;
@@ -776,7 +782,7 @@ out:
  * assemble from local inputs and received blobs, leave. */
 static sm_err sm_cg_move(sm_comm_grpc *c, const sm_comm_group *g, uint64_t seq, sm_cg_kind kind,
                          const int64_t (*perm)[2], int npairs, const void *in, void *out,
-                         int64_t cb, char *err, size_t errlen)
+                         int64_t cb, const sm_comm_arrays *arr, char *err, size_t errlen)
 {
     sm_cg_layout *L = malloc(sizeof *L);
     sm_comm_grpc_seg *segs = malloc((size_t)g->size * sizeof *segs);
@@ -805,7 +811,8 @@ static sm_err sm_cg_move(sm_comm_grpc *c, const sm_comm_group *g, uint64_t seq, 
         }
     }
     if (sm_cg_shm_use(c, g, L, kind, kind == SM_CG_PERM ? cb : (int64_t)g->size * cb)) {
-        e = sm_cg_shm_move(c, g, L, seq, kind, from, perm, npairs, in, out, cb, &s, err, errlen);
+        e = sm_cg_shm_move(c, g, L, seq, kind, from, perm, npairs, in, out, cb, arr, &s, err,
+                           errlen);
         if (!s) /* else it falls back, joined */
             goto out;
         e = SM_OK;
@@ -834,7 +841,7 @@ static sm_err sm_cg_move(sm_comm_grpc *c, const sm_comm_group *g, uint64_t seq, 
             sm_rendezvous_leave(c->rv, s);
         goto out;
     }
-    if (!s && (e = sm_cg_join(c, g, L, seq, kind, cb, in, NULL, &s, err, errlen)))
+    if (!s && (e = sm_cg_join(c, g, L, seq, kind, cb, in, NULL, arr, &s, err, errlen)))
         goto out;
     for (int q = 0; q < g->size && !e; q++) {
         char *dst = (char *)out + (kind == SM_CG_PERM ? 0 : q * cb);
@@ -842,8 +849,11 @@ static sm_err sm_cg_move(sm_comm_grpc *c, const sm_comm_group *g, uint64_t seq, 
             continue;
         if (L->lidx[q] >= 0) {
             const char *src = s->in[L->lidx[q]];
+            const sm_comm_arrays *qa = s->arr[L->lidx[q]];
             if (kind == SM_CG_A2A)
                 src += (int64_t)g->rank * cb;
+            if (kind == SM_CG_PERM && arr && qa && sm_array_alias(arr->out, qa->in, 0))
+                continue; /* a source on this worker: its bytes, shared */
             if (cb)
                 memcpy(dst, src, (size_t)cb);
             continue;
@@ -868,22 +878,23 @@ out:
 }
 
 static sm_err sm_cg_all_gather(void *ctx, const sm_comm_group *g, uint64_t seq, const void *in,
-                               void *out, int64_t nbytes, char *err, size_t errlen)
+                               void *out, int64_t nbytes, const sm_comm_arrays *arr, char *err,
+                               size_t errlen)
 {
-    return sm_cg_move(ctx, g, seq, SM_CG_AG, NULL, 0, in, out, nbytes, err, errlen);
+    return sm_cg_move(ctx, g, seq, SM_CG_AG, NULL, 0, in, out, nbytes, arr, err, errlen);
 }
 
 static sm_err sm_cg_all_to_all(void *ctx, const sm_comm_group *g, uint64_t seq, const void *in,
                                void *out, int64_t chunk, char *err, size_t errlen)
 {
-    return sm_cg_move(ctx, g, seq, SM_CG_A2A, NULL, 0, in, out, chunk, err, errlen);
+    return sm_cg_move(ctx, g, seq, SM_CG_A2A, NULL, 0, in, out, chunk, NULL, err, errlen);
 }
 
 static sm_err sm_cg_permute(void *ctx, const sm_comm_group *g, uint64_t seq,
                             const int64_t (*perm)[2], int npairs, const void *in, void *out,
-                            int64_t nbytes, char *err, size_t errlen)
+                            int64_t nbytes, const sm_comm_arrays *arr, char *err, size_t errlen)
 {
-    return sm_cg_move(ctx, g, seq, SM_CG_PERM, perm, npairs, in, out, nbytes, err, errlen);
+    return sm_cg_move(ctx, g, seq, SM_CG_PERM, perm, npairs, in, out, nbytes, arr, err, errlen);
 }
 
 const sm_comm sm_comm_grpc_ops = {

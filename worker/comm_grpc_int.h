@@ -61,7 +61,7 @@ sm_err sm_cg_failf(sm_comm_grpc *c, sm_err code, char *err, size_t errlen, const
 int sm_cg_ms_left(const sm_comm_grpc *c);
 sm_err sm_cg_join(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L, uint64_t seq,
                   sm_cg_kind kind, int64_t arg, const void *in, void *out,
-                  sm_rendezvous_slot **slot, char *err, size_t errlen);
+                  const sm_comm_arrays *arr, sm_rendezvous_slot **slot, char *err, size_t errlen);
 int sm_cg_self_order(const sm_comm_grpc *c, const sm_cg_layout *L);
 /* dst (element lo at its start) = elements [lo, hi) of the partial of
  * unit u (all its members on this worker: the tree of sm_comm.h over their
@@ -100,7 +100,8 @@ sm_err sm_cg_shm_reduce(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_lay
                         const void *in, void *out, int64_t n, sm_rendezvous_slot **fell, char *err,
                         size_t errlen);
 /* all_gather, all_to_all and permute (from: the caller's source rank or
- * -1; perm: the npairs (source, destination) pairs, checked in range). It
+ * -1; perm: the npairs (source, destination) pairs, checked in range;
+ * arr: the arrays of in and out, or NULL, as sm_comm.h has them). It
  * and sm_cg_shm_reduce return
  * SM_ERESOURCE with *fell set to the members' joined slot when the
  * collective falls back to gRPC (a worker of the group lacks room in
@@ -108,7 +109,7 @@ sm_err sm_cg_shm_reduce(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_lay
  * of the group then goes on over gRPC with that slot. */
 sm_err sm_cg_shm_move(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L, uint64_t seq,
                       sm_cg_kind kind, int from, const int64_t (*perm)[2], int npairs,
-                      const void *in, void *out, int64_t cb, sm_rendezvous_slot **fell, char *err,
-                      size_t errlen);
+                      const void *in, void *out, int64_t cb, const sm_comm_arrays *arr,
+                      sm_rendezvous_slot **fell, char *err, size_t errlen);
 
 #endif

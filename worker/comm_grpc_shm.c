@@ -55,6 +55,7 @@
 #include "comm_grpc_int.h"
 #include "sm_array.h"
 #include "sm_array_arena.h"
+#include "sm_array_share.h"
 #include "sm_copy.h"
 #include "sm_shm.h"
 #include "sm_log.h"
@@ -730,13 +731,14 @@ typedef struct {
     int npairs;
     const void *in; /* the caller's */
     void *out;
-    int64_t n;             /* elements (reductions) or bytes (moves) */
-    const char **P;        /* per worker order: its slot */
-    const char **R, **rem; /* per unit: its partial (another worker's), scratch */
-    const char **D;        /* per rank: its input where it lies (another worker's), or NULL */
-    sm_comm_leaf *leaves;  /* per rank: scratch of sm_cg_shm_reduce_into */
-    int fallback;          /* the collective falls back to gRPC (sm_cg_shm_phase) */
-    int stream;            /* a data movement's copies stream (sm_copy_streams) */
+    const sm_comm_arrays *arr; /* the arrays of in and out (data movements), or NULL */
+    int64_t n;                 /* elements (reductions) or bytes (moves) */
+    const char **P;            /* per worker order: its slot */
+    const char **R, **rem;     /* per unit: its partial (another worker's), scratch */
+    const char **D;            /* per rank: its input where it lies (another worker's), or NULL */
+    sm_comm_leaf *leaves;      /* per rank: scratch of sm_cg_shm_reduce_into */
+    int fallback;              /* the collective falls back to gRPC (sm_cg_shm_phase) */
+    int stream;                /* a data movement's copies stream (sm_copy_streams) */
     char *err;
     size_t errlen;
 } sm_cg_shm_call;
@@ -760,7 +762,8 @@ static sm_err sm_cg_shm_run(sm_cg_shm_call *x, sm_err (*body)(void *), int64_t a
         e = sm_cg_failf(c, SM_ENOMEM, x->err, x->errlen, "out of memory for collective #%llu",
                         (unsigned long long)x->seq);
     else
-        e = sm_cg_join(c, x->g, x->L, x->seq, x->kind, arg, x->in, dst, &x->s, x->err, x->errlen);
+        e = sm_cg_join(c, x->g, x->L, x->seq, x->kind, arg, x->in, dst, x->arr, &x->s, x->err,
+                       x->errlen);
     if (!e) {
         int faulted;
         e = sm_shm_guarded(body, x, &faulted);
@@ -1052,8 +1055,8 @@ static sm_err sm_cg_shm_move_body(void *arg);
 static sm_err sm_cg_shm_collective(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
                                    uint64_t seq, sm_cg_kind kind, sm_dtype t, sm_kern_reduce_op op,
                                    int from, const int64_t (*perm)[2], int npairs, const void *in,
-                                   void *out, int64_t n, sm_rendezvous_slot **fell, char *err,
-                                   size_t errlen)
+                                   void *out, int64_t n, const sm_comm_arrays *arr,
+                                   sm_rendezvous_slot **fell, char *err, size_t errlen)
 {
     sm_cg_shm_call x = {.c = c,
                         .g = g,
@@ -1067,6 +1070,7 @@ static sm_err sm_cg_shm_collective(sm_comm_grpc *c, const sm_comm_group *g, cons
                         .npairs = npairs,
                         .in = in,
                         .out = out,
+                        .arr = arr,
                         .n = n,
                         .err = err,
                         .errlen = errlen};
@@ -1086,7 +1090,7 @@ sm_err sm_cg_shm_reduce(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_lay
                         const void *in, void *out, int64_t n, sm_rendezvous_slot **fell, char *err,
                         size_t errlen)
 {
-    return sm_cg_shm_collective(c, g, L, seq, kind, t, op, -1, NULL, 0, in, out, n, fell, err,
+    return sm_cg_shm_collective(c, g, L, seq, kind, t, op, -1, NULL, 0, in, out, n, NULL, fell, err,
                                 errlen);
 }
 
@@ -1136,6 +1140,84 @@ static void sm_cg_shm_move_put(const sm_cg_shm_call *x, char *mine, int64_t inb)
     }
 }
 
+/* Where the input of member q of another worker (inb bytes) is read:
+ * where it lies in that worker's arena, else its copy in that worker's
+ * slot; counted as read from shared memory (bytes of it). */
+static sm_err sm_cg_shm_src(sm_cg_shm_call *x, int q, int64_t inb, int64_t bytes, const char **src)
+{
+    const sm_comm_group *g = x->g;
+    const sm_cg_layout *L = x->L;
+    sm_err e = SM_OK;
+    if (x->D[q]) { /* its input, where it lies */
+        *src = x->D[q];
+        sm_traffic_add(SM_TRAFFIC_SHM_DIRECT_IN, bytes);
+    } else {
+        int k = 0, nk = 0; /* worker order of q, and its members in the group */
+        while (L->order[k] != L->worker[q])
+            k++;
+        for (int y = 0; y < g->size; y++)
+            nk += L->worker[y] == L->worker[q];
+        if ((e = sm_cg_shm_xregion(x, k, (size_t)(nk * inb), src)))
+            return e;
+        *src += L->gidx[q] * inb;
+    }
+    sm_traffic_add(SM_TRAFFIC_SHM_IN, bytes);
+    return e;
+}
+
+/* The source rank of destination rank m in permute x, or -1. */
+static int sm_cg_shm_source(const sm_cg_shm_call *x, int m)
+{
+    for (int k = 0; k < x->npairs; k++)
+        if (x->perm[k][1] == m)
+            return (int)x->perm[k][0];
+    return -1;
+}
+
+/* 1 if every local member of x gave its arrays (sm_comm.h). */
+static int sm_cg_shm_all_arrays(const sm_cg_shm_call *x)
+{
+    for (int l = 0; l < x->L->nlocal; l++)
+        if (!x->s->arr[l])
+            return 0;
+    return x->L->nlocal > 1;
+}
+
+/* A permute's receiving on this worker when every local member gave its
+ * arrays: a member whose source is on this worker shares its input
+ * (sm_array_alias); the bytes of sources on other workers are copied by
+ * all local members together, each an equal share of them, so that a
+ * worker whose one member receives from away keeps the others busy too
+ * (the outputs are written in full once phase 3's barrier is passed). */
+static sm_err sm_cg_shm_permute_in(sm_cg_shm_call *x, int64_t inb)
+{
+    const sm_comm_group *g = x->g;
+    const sm_cg_layout *L = x->L;
+    int64_t cb = x->n, total = 0;
+    sm_err e = SM_OK;
+    for (int m = 0; m < g->size; m++) {
+        int q = L->lidx[m] >= 0 ? sm_cg_shm_source(x, m) : -1;
+        total += q >= 0 && L->lidx[q] < 0 ? cb : 0;
+    }
+    int64_t lo = total * L->li / L->nlocal, hi = total * (L->li + 1) / L->nlocal, at = 0;
+    for (int m = 0; m < g->size && !e; m++) {
+        int q = L->lidx[m] >= 0 ? sm_cg_shm_source(x, m) : -1;
+        if (q < 0 || L->lidx[q] >= 0)
+            continue;
+        int64_t a = lo > at ? lo - at : 0, b = hi - at < cb ? hi - at : cb;
+        const char *src;
+        if (a < b && !(e = sm_cg_shm_src(x, q, inb, b - a, &src)))
+            sm_copy_as((char *)x->s->arr[L->lidx[m]]->out->data + a, src + a, (size_t)(b - a),
+                       x->stream);
+        at += cb;
+    }
+    if (e || x->from < 0 || L->lidx[x->from] < 0)
+        return e;
+    if (!sm_array_alias(x->arr->out, x->s->arr[L->lidx[x->from]]->in, 0))
+        sm_copy_as(x->out, x->s->in[L->lidx[x->from]], (size_t)cb, x->stream);
+    return SM_OK;
+}
+
 static sm_err sm_cg_shm_move_body(void *arg)
 {
     sm_cg_shm_call *x = arg;
@@ -1157,33 +1239,43 @@ static sm_err sm_cg_shm_move_body(void *arg)
     e = sm_cg_shm_xphase(x, 1, e);
     if (!e)
         e = sm_cg_shm_direct(x, inb, 0);
+    int arrays = !e && cb > 0 && sm_cg_shm_all_arrays(x);
+    if (arrays && kind == SM_CG_PERM) {
+        e = sm_cg_shm_permute_in(x, inb);
+        goto zeros;
+    }
+    /* An all_gather whose local members all gave their arrays writes one
+     * output here, the first member's, each member an equal share of its
+     * bytes [lo, hi), and the others share it (written in full once phase
+     * 3's barrier is passed, before any member returns). */
+    int one = arrays && kind == SM_CG_AG && sm_comm_one_output(x->s->arr, L->nlocal);
+    int64_t total = (int64_t)g->size * cb, lo = 0, hi = total;
+    char *out = x->out;
+    if (one) {
+        lo = total * L->li / L->nlocal;
+        hi = total * (L->li + 1) / L->nlocal;
+        out = x->s->arr[0]->out->data;
+        x->stream = sm_copy_streams((size_t)total * (size_t)c->shm->ndomain);
+    }
     for (int q = 0; q < g->size && !e; q++) {
         if (kind == SM_CG_PERM && q != x->from)
             continue;
-        char *dst = (char *)x->out + (kind == SM_CG_PERM ? 0 : q * cb);
+        int64_t at = kind == SM_CG_PERM ? 0 : q * cb;
+        int64_t a = lo > at ? lo - at : 0, b = hi - at < cb ? hi - at : cb;
+        if (a >= b)
+            continue; /* another member's share */
         const char *src = NULL;
-        if (L->lidx[q] >= 0) {
+        if (L->lidx[q] >= 0)
             src = x->s->in[L->lidx[q]];
-        } else {
-            int k = 0, nk = 0; /* worker order of q, and its members in the group */
-            while (L->order[k] != L->worker[q])
-                k++;
-            for (int y = 0; y < g->size; y++)
-                nk += L->worker[y] == L->worker[q];
-            if (x->D[q]) { /* its input, where it lies */
-                src = x->D[q];
-                sm_traffic_add(SM_TRAFFIC_SHM_DIRECT_IN, cb);
-            } else {
-                if ((e = sm_cg_shm_xregion(x, k, (size_t)(nk * inb), &src)))
-                    break;
-                src += L->gidx[q] * inb;
-            }
-            sm_traffic_add(SM_TRAFFIC_SHM_IN, cb);
-        }
+        else if ((e = sm_cg_shm_src(x, q, inb, b - a, &src)))
+            break;
         if (kind == SM_CG_A2A)
             src += (int64_t)g->rank * cb;
-        sm_copy_as(dst, src, (size_t)cb, x->stream);
+        sm_copy_as(out + at + a, src + a, (size_t)(b - a), x->stream);
     }
+    if (!e && one && L->li > 0)
+        sm_array_alias(x->arr->out, x->s->arr[0]->out, 0);
+zeros:
     if (!e && kind == SM_CG_PERM && x->from < 0)
         memset(x->out, 0, (size_t)cb);
     return sm_cg_shm_xphase(x, 3, e);
@@ -1191,9 +1283,9 @@ static sm_err sm_cg_shm_move_body(void *arg)
 
 sm_err sm_cg_shm_move(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L, uint64_t seq,
                       sm_cg_kind kind, int from, const int64_t (*perm)[2], int npairs,
-                      const void *in, void *out, int64_t cb, sm_rendezvous_slot **fell, char *err,
-                      size_t errlen)
+                      const void *in, void *out, int64_t cb, const sm_comm_arrays *arr,
+                      sm_rendezvous_slot **fell, char *err, size_t errlen)
 {
     return sm_cg_shm_collective(c, g, L, seq, kind, SM_F32, SM_KERN_SUM, from, perm, npairs, in,
-                                out, cb, fell, err, errlen);
+                                out, cb, arr, fell, err, errlen);
 }

@@ -436,8 +436,11 @@ static sm_err sm_jobs_inputs(sm_jobs *j, const sm_svc_run_job_req *req, sm_job_d
                                want, (int)d->dev, (unsigned long long)req->inputs[k].v,
                                sm_dtype_name(sh->dtype), got);
             }
-            d->views[k] = (sm_array){
-                .dtype = sh->dtype, .shape = sh->shape, .nbytes = sh->nbytes, .data = sh->data};
+            d->views[k] = (sm_array){.dtype = sh->dtype,
+                                     .shape = sh->shape,
+                                     .nbytes = sh->nbytes,
+                                     .data = sh->data,
+                                     .block = sh->block}; /* values may share it */
             d->in[k] = &d->views[k];
         }
     }

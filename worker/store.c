@@ -1,6 +1,7 @@
 #include "store.h"
 
 #include "sm_array.h"
+#include "sm_array_share.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -78,6 +79,11 @@ sm_err sm_store_shard_create(sm_array_pool *pool, sm_dtype t, const sm_shape *s,
         return sm_fail(err, errlen, SM_ERESOURCE, "cannot allocate %lld bytes for a shard",
                        (long long)nbytes);
     }
+    if (!(sh->block = sm_array_block_new(pool, sh->data, (size_t)nbytes))) {
+        sm_array_data_free(pool, sh->data, (size_t)nbytes);
+        free(sh);
+        return sm_fail(err, errlen, SM_ERESOURCE, "out of memory for a shard header");
+    }
     sh->dtype = t;
     sh->shape = *s;
     sh->nbytes = nbytes;
@@ -107,7 +113,10 @@ sm_err sm_store_shard_copy(const sm_store_shard *src, sm_store_shard **out, char
 sm_err sm_store_shard_adopt(sm_array **a, sm_store_shard **out, char *err, size_t errlen)
 {
     sm_array *x = *a;
-    if (!x->data || (uintptr_t)x->data % SM_STORE_ALIGN) {
+    /* a result that would keep alive more than twice its bytes (a slice
+     * sharing a larger value's block) is stored as a copy of its own */
+    if (!x->data || (uintptr_t)x->data % SM_STORE_ALIGN ||
+        sm_array_held(x) / 2 > (size_t)x->nbytes) {
         sm_err e = sm_store_shard_create(x->pool, x->dtype, &x->shape, out, err, errlen);
         if (e)
             return e;
@@ -120,10 +129,13 @@ sm_err sm_store_shard_adopt(sm_array **a, sm_store_shard **out, char *err, size_
         sh->dtype = x->dtype;
         sh->shape = x->shape;
         sh->nbytes = x->nbytes;
-        sh->data = x->data;
         sh->pool = x->pool;
         sh->refs = 1;
-        x->data = NULL;
+        if (!x->block && !(x->block = sm_array_block_new(x->pool, x->data, (size_t)x->nbytes))) {
+            free(sh);
+            return sm_fail(err, errlen, SM_ERESOURCE, "out of memory for a shard header");
+        }
+        sh->block = sm_array_take(x, &sh->data);
         *out = sh;
     }
     sm_array_free(x);
@@ -142,7 +154,7 @@ void sm_store_shard_release(sm_store_shard *sh)
     if (!sh)
         return;
     if (__atomic_sub_fetch(&sh->refs, 1, __ATOMIC_ACQ_REL) == 0) {
-        sm_array_data_free(sh->pool, sh->data, (size_t)sh->nbytes);
+        sm_array_block_put(sh->block);
         free(sh);
     }
 }

@@ -40,6 +40,10 @@ typedef struct {
     void *data;          /* SM_STORE_ALIGN-aligned; never NULL, even for 0 bytes */
     int refs;            /* private: atomic reference count */
     sm_array_pool *pool; /* private: where data came from (borrowed) */
+    /* private: the counted block data lies in, which arrays aliasing the
+     * shard's bytes (a job's values, sm_array_alias) share with it: the
+     * memory goes back to the pool with the last of them */
+    sm_array_block *block;
     /* xxHash3-64 of the bytes, if has_checksum (set by its creator before
      * the put: PutShard records the verified checksum; copies keep it). */
     int has_checksum;
@@ -66,9 +70,11 @@ sm_err sm_store_shard_copy(const sm_store_shard *src, sm_store_shard **out, char
  * shape. */
 void sm_store_shard_copy_into(const sm_store_shard *src, sm_store_shard *dst);
 /* A new shard (one reference) holding the bytes of *a without a copy: it
- * takes over a's data and its pool (data from sm_array_data_alloc, as
- * sm_array_create_in makes; copied, into a's pool, instead if it is not
- * SM_STORE_ALIGN-aligned or a is empty). On
+ * takes over a's data and its pool, and a's reference to its block when
+ * other arrays share it (sm_array_alias); copied, into a's pool, instead
+ * if it is not SM_STORE_ALIGN-aligned, a is empty, or a's block is more
+ * than twice a's bytes (a slice of a larger value: the store keeps no
+ * more memory than a shard holds, and twice that at most). On
  * success *a is freed and set to NULL; on failure (SM_ERESOURCE) it is left
  * as it was. */
 sm_err sm_store_shard_adopt(sm_array **a, sm_store_shard **out, char *err, size_t errlen);

@@ -1,5 +1,6 @@
 /* sm_array: dense host arrays with 64-byte aligned, zero-filled data. */
 #include "sm_array.h"
+#include "sm_array_share.h"
 #include "sm_copy.h"
 
 #include <inttypes.h>
@@ -12,6 +13,13 @@
 #endif
 
 #define SM_ARRAY_ALIGN 64
+
+struct sm_array_block {
+    int refs; /* atomic: the arrays (and store shards) holding it */
+    sm_array_pool *pool;
+    void *base; /* as sm_array_data_alloc gave it */
+    size_t len;
+};
 
 /* The SM_ENOMEM sentence of n bytes for what that could not be had. */
 static sm_err nomem(sm_array_pool *pool, size_t n, const char *what, char *err, size_t errlen)
@@ -49,8 +57,14 @@ sm_err sm_array_create_in(sm_array_pool *pool, sm_dtype t, const sm_shape *s, in
     a->shape = *s;
     a->nbytes = nbytes;
     a->pool = pool;
-    if (nbytes > 0 && !(a->data = sm_array_data_alloc(pool, (size_t)nbytes, zero)))
-        goto fail;
+    if (nbytes > 0) {
+        if (!(a->data = sm_array_data_alloc(pool, (size_t)nbytes, zero)))
+            goto fail;
+        if (!(a->block = sm_array_block_new(pool, a->data, (size_t)nbytes))) {
+            sm_array_data_free(pool, a->data, (size_t)nbytes);
+            goto fail;
+        }
+    }
 #if defined(__SANITIZE_ADDRESS__)
     /* Sanitizer builds: a caller that leaves bytes unwritten shows up in the
      * bitwise tests. */
@@ -75,12 +89,62 @@ sm_err sm_array_create_uninit(sm_dtype t, const sm_shape *s, sm_array **out, cha
     return sm_array_create_in(NULL, t, s, 0, out, err, errlen);
 }
 
+sm_array_block *sm_array_block_new(sm_array_pool *pool, void *p, size_t n)
+{
+    sm_array_block *b = malloc(sizeof *b);
+    if (b)
+        *b = (sm_array_block){.refs = 1, .pool = pool, .base = p, .len = n};
+    return b;
+}
+
+void sm_array_block_put(sm_array_block *b)
+{
+    if (b && __atomic_sub_fetch(&b->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+        sm_array_data_free(b->pool, b->base, b->len);
+        free(b);
+    }
+}
+
 void sm_array_free(sm_array *a)
 {
     if (!a)
         return;
-    sm_array_data_free(a->pool, a->data, (size_t)a->nbytes);
+    if (a->block)
+        sm_array_block_put(a->block);
+    else
+        sm_array_data_free(a->pool, a->data, (size_t)a->nbytes);
     free(a);
+}
+
+int sm_array_alias(sm_array *dst, const sm_array *src, int64_t offset)
+{
+    if (!src->block || offset < 0 || offset % SM_ARRAY_ALIGN || offset > src->nbytes ||
+        dst->nbytes > src->nbytes - offset)
+        return 0;
+    sm_array_block *b = src->block;
+    __atomic_add_fetch(&b->refs, 1, __ATOMIC_RELAXED);
+    if (dst->block)
+        sm_array_block_put(dst->block);
+    else
+        sm_array_data_free(dst->pool, dst->data, (size_t)dst->nbytes);
+    dst->block = b;
+    dst->pool = b->pool;
+    dst->data = dst->nbytes ? (char *)src->data + offset : NULL;
+    return 1;
+}
+
+size_t sm_array_held(const sm_array *a)
+{
+    return a->block ? a->block->len : (size_t)a->nbytes;
+}
+
+sm_array_block *sm_array_take(sm_array *a, void **data)
+{
+    sm_array_block *b = a->block;
+    *data = a->data;
+    a->data = NULL;
+    a->block = NULL;
+    return b;
 }
 
 void sm_copy_stream(void *dst, const void *src, size_t n)

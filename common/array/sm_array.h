@@ -20,13 +20,27 @@
  * kept, nothing counted, no limit. */
 typedef struct sm_array_pool sm_array_pool;
 
+/* The counted block of memory an array's data lies in: arrays made by
+ * sm_array_create* own one each, and arrays aliasing them share it (inside
+ * shmap: a worker's job values share bytes instead of copying them); its
+ * memory goes back to its pool with the last of them. Opaque. */
+typedef struct sm_array_block sm_array_block;
+
 typedef struct {
     sm_dtype dtype;
     sm_shape shape;
     int64_t nbytes;
-    void *data;          /* owned; 64-byte aligned; NULL only when nbytes == 0 */
-    sm_array_pool *pool; /* where data came from (sm_array_free gives it back
-                          * there); NULL: no pool */
+    void *data;            /* 64-byte aligned; NULL only when nbytes == 0. Bytes
+                            * other arrays may share (block): never written
+                            * once the array holding them is made */
+    sm_array_pool *pool;   /* where data came from (sm_array_free gives it back
+                            * there); NULL: no pool */
+    sm_array_block *block; /* the counted block data lies in (sm_array_create*).
+                            * An array made by hand, a view of memory someone
+                            * else owns, has NULL (nothing may alias it), or
+                            * the block of that memory when its owner holds
+                            * one, uncounted: aliases of the view count
+                            * themselves and may outlive it and the owner */
 } sm_array;
 
 /* Allocates a zero-filled array with no pool; *out is owned by the caller
@@ -44,7 +58,8 @@ sm_err sm_array_create_uninit(sm_dtype t, const sm_shape *s, sm_array **out, cha
  * the array is freed. */
 sm_err sm_array_create_in(sm_array_pool *pool, sm_dtype t, const sm_shape *s, int zero,
                           sm_array **out, char *err, size_t errlen);
-/* Frees the array and gives its data back to its pool. NULL ok. */
+/* Frees the array and gives its data back to its pool, once no other
+ * array shares it. NULL ok. */
 void sm_array_free(sm_array *a);
 
 /* memcpy for bulk data written now and read much later (a received chunk

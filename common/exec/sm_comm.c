@@ -169,3 +169,13 @@ sm_err sm_comm_tree_reduce(sm_dtype t, sm_kern_reduce_op op, int lo, int hi,
     free(x.tmp);
     return e;
 }
+
+int sm_comm_one_output(const sm_comm_arrays *const *arrs, int n)
+{
+    if (n < 2 || !arrs[0] || !arrs[0]->out->block)
+        return 0;
+    for (int i = 1; i < n; i++)
+        if (!arrs[i] || arrs[i]->out->nbytes != arrs[0]->out->nbytes)
+            return 0;
+    return 1;
+}

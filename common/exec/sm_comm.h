@@ -30,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sm_array.h"
 #include "sm_dtype.h"
 #include "sm_err.h"
 #include "sm_kern.h"
@@ -61,6 +62,24 @@ typedef struct {
     const int *members; /* mesh positions in rank order; borrowed */
 } sm_comm_group;
 
+/* The arrays whose data a data movement's in and out are, through which
+ * an implementation whose members meet in one process may share bytes
+ * instead of copying them (sm_array_alias): a permute's output may become
+ * its source's input, an all_gather's output that of another member of
+ * the process (every member's is the same). The caller reads out->data
+ * after the call, which may no longer be the call's out. */
+typedef struct {
+    const sm_array *in; /* in->data is the call's in */
+    sm_array *out;      /* out->data is the call's out */
+} sm_comm_arrays;
+
+/* 1 if the n members of an all_gather that meet in one process (arrs[i]:
+ * member i's arrays, NULL if it gave none) may write one output, member
+ * 0's, that the others then share (sm_array_alias cannot fail for them):
+ * every member gave its arrays, all outputs are the same size and member
+ * 0's has a block. Pure. */
+int sm_comm_one_output(const sm_comm_arrays *const *arrs, int n);
+
 typedef struct sm_comm {
     const char *name;
     /* out[i] = in_0[i] op in_1[i] op ... (op sum, max or min, combined in
@@ -69,9 +88,10 @@ typedef struct sm_comm {
                          sm_kern_reduce_op op, const void *in, void *out, int64_t n, char *err,
                          size_t errlen);
     /* out = in_0 | in_1 | ... (rank-order concatenation); every member
-     * gives nbytes, out holds size * nbytes. */
+     * gives nbytes, out holds size * nbytes. arr: the arrays of in and out,
+     * or NULL (every member gives them, or none). */
     sm_err (*all_gather)(void *ctx, const sm_comm_group *g, uint64_t seq, const void *in, void *out,
-                         int64_t nbytes, char *err, size_t errlen);
+                         int64_t nbytes, const sm_comm_arrays *arr, char *err, size_t errlen);
     /* in holds size chunks of n elements; member r gets the reduction (in
      * the tree below) of every member's chunk r, n elements. */
     sm_err (*reduce_scatter)(void *ctx, const sm_comm_group *g, uint64_t seq, sm_dtype t,
@@ -83,10 +103,11 @@ typedef struct sm_comm {
                          int64_t chunk_bytes, char *err, size_t errlen);
     /* perm: npairs (src, dst) rank pairs, sources unique and destinations
      * unique. The member that is dst of a pair gets src's nbytes; a member
-     * that is no destination gets zeros. */
+     * that is no destination gets zeros. arr: the arrays of in and out, or
+     * NULL (every member gives them, or none). */
     sm_err (*permute)(void *ctx, const sm_comm_group *g, uint64_t seq, const int64_t (*perm)[2],
-                      int npairs, const void *in, void *out, int64_t nbytes, char *err,
-                      size_t errlen);
+                      int npairs, const void *in, void *out, int64_t nbytes,
+                      const sm_comm_arrays *arr, char *err, size_t errlen);
     /* Aborts the job: every member blocked now or later in a collective of
      * ctx returns SM_ECANCELLED with a sentence quoting why. The first abort
      * wins; later ones are ignored. Thread-safe. */

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "sm_array_share.h"
 #include "sm_copy.h"
 #include "sm_rendezvous.h"
 #include "sm_time.h"
@@ -68,12 +69,17 @@ static sm_err sm_cl_check(void *ctx, char *err, size_t errlen)
 /* First barrier (sm_rendezvous_join) with this job's timeout; members that
  * disagree or run out of memory cancel the job. */
 static sm_err sm_cl_join(sm_comm_local *c, const sm_comm_group *g, uint64_t seq, sm_comm_kind kind,
-                         int64_t arg, const void *in, void *dst, sm_rendezvous_slot **out,
-                         char *err, size_t errlen)
+                         int64_t arg, const void *in, void *dst, const sm_comm_arrays *arr,
+                         sm_rendezvous_slot **out, char *err, size_t errlen)
 {
     struct timespec dl = sm_time_after_ms(CLOCK_MONOTONIC, (int64_t)(c->timeout_s * 1000.0));
-    const sm_rendezvous_key k = {
-        .g = g, .seq = seq, .size = g->size, .index = g->rank, .kind = (int)kind, .arg = arg};
+    const sm_rendezvous_key k = {.g = g,
+                                 .seq = seq,
+                                 .size = g->size,
+                                 .index = g->rank,
+                                 .kind = (int)kind,
+                                 .arg = arg,
+                                 .arr = arr};
     sm_err e = sm_rendezvous_join(c->rv, &k, in, dst, &dl, out, err, errlen);
     if (e)
         sm_cl_abort(c, err); /* a no-op once aborted */
@@ -90,7 +96,7 @@ static sm_err sm_cl_reduce(sm_comm_local *c, const sm_comm_group *g, uint64_t se
 {
     sm_rendezvous_slot *s;
     sm_err e = sm_cl_join(c, g, seq, scatter ? SM_COMM_REDUCE_SCATTER : SM_COMM_ALL_REDUCE, n, in,
-                          out, &s, err, errlen);
+                          out, NULL, &s, err, errlen);
     if (e)
         return e;
     e = sm_rendezvous_reduce(c->rv, s, g->rank, scatter, t, op, n, err, errlen);
@@ -114,39 +120,56 @@ static sm_err sm_cl_reduce_scatter(void *ctx, const sm_comm_group *g, uint64_t s
 
 /* all_gather (kind SM_COMM_ALL_GATHER: every member's input) or
  * all_to_all (SM_COMM_ALL_TO_ALL: chunk rank of every member's input):
- * chunk bytes from each member r into out at r * chunk. */
+ * chunk bytes from each member r into out at r * chunk. An all_gather
+ * whose members all give their arrays writes one output, member 0's, each
+ * member an equal share of its bytes, and the others share it
+ * (sm_array_alias) once every share is written (sm_rendezvous_leave waits
+ * for them). */
 static sm_err sm_cl_collect(sm_comm_local *c, const sm_comm_group *g, uint64_t seq,
-                            sm_comm_kind kind, const void *in, void *out, int64_t chunk, char *err,
-                            size_t errlen)
+                            sm_comm_kind kind, const void *in, void *out, int64_t chunk,
+                            const sm_comm_arrays *arr, char *err, size_t errlen)
 {
     sm_rendezvous_slot *s;
-    sm_err e = sm_cl_join(c, g, seq, kind, chunk, in, out, &s, err, errlen);
+    sm_err e = sm_cl_join(c, g, seq, kind, chunk, in, out, arr, &s, err, errlen);
     if (e)
         return e;
     size_t at = kind == SM_COMM_ALL_TO_ALL ? (size_t)g->rank * (size_t)chunk : 0;
-    int stream = sm_copy_streams((size_t)g->size * (size_t)g->size * (size_t)chunk);
-    for (int r = 0; r < s->size && chunk > 0; r++)
-        sm_copy_as((char *)out + (size_t)r * (size_t)chunk, (const char *)s->in[r] + at,
-                   (size_t)chunk, stream);
+    int one = kind == SM_COMM_ALL_GATHER && chunk > 0 && sm_comm_one_output(s->arr, s->size);
+    size_t total = (size_t)s->size * (size_t)chunk;
+    int stream = sm_copy_streams((one ? 1 : (size_t)g->size) * total);
+    size_t lo = one ? total * (size_t)g->rank / (size_t)s->size : 0;
+    size_t hi = one ? total * (size_t)(g->rank + 1) / (size_t)s->size : total;
+    char *dst = one ? s->out[0] : out;
+    for (int r = 0; r < s->size && chunk > 0; r++) {
+        size_t a = (size_t)r * (size_t)chunk, b = a + (size_t)chunk;
+        a = a > lo ? a : lo;
+        b = b < hi ? b : hi;
+        if (a < b)
+            sm_copy_as(dst + a, (const char *)s->in[r] + at + (a - (size_t)r * (size_t)chunk),
+                       b - a, stream);
+    }
+    if (one && g->rank > 0)
+        sm_array_alias(arr->out, s->arr[0]->out, 0);
     sm_rendezvous_leave(c->rv, s);
     return SM_OK;
 }
 
 static sm_err sm_cl_all_gather(void *ctx, const sm_comm_group *g, uint64_t seq, const void *in,
-                               void *out, int64_t nbytes, char *err, size_t errlen)
+                               void *out, int64_t nbytes, const sm_comm_arrays *arr, char *err,
+                               size_t errlen)
 {
-    return sm_cl_collect(ctx, g, seq, SM_COMM_ALL_GATHER, in, out, nbytes, err, errlen);
+    return sm_cl_collect(ctx, g, seq, SM_COMM_ALL_GATHER, in, out, nbytes, arr, err, errlen);
 }
 
 static sm_err sm_cl_all_to_all(void *ctx, const sm_comm_group *g, uint64_t seq, const void *in,
                                void *out, int64_t chunk, char *err, size_t errlen)
 {
-    return sm_cl_collect(ctx, g, seq, SM_COMM_ALL_TO_ALL, in, out, chunk, err, errlen);
+    return sm_cl_collect(ctx, g, seq, SM_COMM_ALL_TO_ALL, in, out, chunk, NULL, err, errlen);
 }
 
 static sm_err sm_cl_permute(void *ctx, const sm_comm_group *g, uint64_t seq,
                             const int64_t (*perm)[2], int npairs, const void *in, void *out,
-                            int64_t nbytes, char *err, size_t errlen)
+                            int64_t nbytes, const sm_comm_arrays *arr, char *err, size_t errlen)
 {
     sm_comm_local *c = ctx;
     sm_rendezvous_slot *s;
@@ -159,11 +182,13 @@ static sm_err sm_cl_permute(void *ctx, const sm_comm_group *g, uint64_t seq,
         if (perm[k][1] == g->rank)
             src = (int)perm[k][0];
     }
-    sm_err e = sm_cl_join(c, g, seq, SM_COMM_PERMUTE, nbytes, in, out, &s, err, errlen);
+    sm_err e = sm_cl_join(c, g, seq, SM_COMM_PERMUTE, nbytes, in, out, arr, &s, err, errlen);
     if (e)
         return e;
     if (nbytes > 0) {
-        if (src >= 0)
+        if (src >= 0 && arr && s->arr[src] && sm_array_alias(arr->out, s->arr[src]->in, 0))
+            ; /* the source's bytes, shared */
+        else if (src >= 0)
             sm_copy_as(out, s->in[src], (size_t)nbytes,
                        sm_copy_streams((size_t)g->size * (size_t)nbytes));
         else

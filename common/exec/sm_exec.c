@@ -7,6 +7,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "sm_array_share.h"
 #include "sm_copy.h"
 
 struct sm_exec_plan {
@@ -199,7 +200,7 @@ sm_err sm_exec_loop(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_
 }
 
 /* The buffer of value v for a new owner at op k: v's own when this is its
- * last use and it owns one, else a copy. */
+ * last use and it owns one, else its bytes shared (or a copy of a view's). */
 static sm_err sm_exec_handover(const sm_exec_plan *plan, sm_array_pool *pool, sm_array **vals,
                                unsigned char *owned, int v, int k, sm_array **out, char *err,
                                size_t errlen)
@@ -217,7 +218,7 @@ static sm_err sm_exec_handover(const sm_exec_plan *plan, sm_array_pool *pool, sm
     }
     const sm_array *a = vals[v];
     sm_err e = sm_array_create_in(pool, a->dtype, &a->shape, 0, out, err, errlen);
-    if (!e && a->nbytes)
+    if (!e && a->nbytes && !sm_array_alias(*out, a, 0))
         sm_copy((*out)->data, a->data, (size_t)a->nbytes);
     return e;
 }
@@ -405,7 +406,7 @@ sm_err sm_exec_run_plan(const sm_exec_plan *plan, int mesh_pos, const sm_comm *c
                 a = outputs[q];
         if ((e = sm_array_create_in(pool, a->dtype, &a->shape, 0, &outputs[r], msg, sizeof msg)))
             goto fail;
-        if (a->nbytes)
+        if (a->nbytes && !sm_array_alias(outputs[r], a, 0))
             sm_copy(outputs[r]->data, a->data, (size_t)a->nbytes);
     }
     goto done;

@@ -166,9 +166,11 @@ static sm_err sm_exec_all_gather(sm_exec_ctx *x, const sm_ir_op *op, const sm_co
     sm_err e = SM_OK;
     const sm_shape *xs = &in[0]->shape;
     int a = sm_exec_norm(op->attrs.axis, xs->rank + (op->attrs.tiled ? 0 : 1));
-    if (a == 0) /* rank-order blocks are already the result */
-        return x->comm->all_gather(x->cctx, g, seq, in[0]->data, out->data, in[0]->nbytes, err,
-                                   errlen);
+    if (a == 0) { /* rank-order blocks are already the result */
+        const sm_comm_arrays arr = {in[0], out};
+        return x->comm->all_gather(x->cctx, g, seq, in[0]->data, out->data, in[0]->nbytes, &arr,
+                                   err, errlen);
+    }
     /* gathered: [n, x...]; the result moves n to just before x's dim a
      * (tiled: then merged with it, which is the same memory) */
     sm_shape gs = {.rank = xs->rank + 1, .dims = {g->size}};
@@ -180,7 +182,7 @@ static sm_err sm_exec_all_gather(sm_exec_ctx *x, const sm_ir_op *op, const sm_co
     if ((e = sm_array_scratch(x->pool, (size_t)out->nbytes, "the buffer of all_gather", &tmp, err,
                               errlen)))
         return e;
-    e = x->comm->all_gather(x->cctx, g, seq, in[0]->data, tmp, in[0]->nbytes, err, errlen);
+    e = x->comm->all_gather(x->cctx, g, seq, in[0]->data, tmp, in[0]->nbytes, NULL, err, errlen);
     int perm[SM_MAX_RANK];
     for (int d = 0, k = 0; d < gs.rank; d++)
         perm[d] = d == a ? 0 : 1 + k++;
@@ -282,8 +284,9 @@ static sm_err sm_exec_ppermute(sm_exec_ctx *x, const sm_ir_op *op, const sm_comm
                                uint64_t seq, sm_array *const *in, sm_array *out, char *err,
                                size_t errlen)
 {
+    const sm_comm_arrays arr = {in[0], out};
     return x->comm->permute(x->cctx, g, seq, op->attrs.perm, op->attrs.nperm, in[0]->data,
-                            out->data, in[0]->nbytes, err, errlen);
+                            out->data, in[0]->nbytes, &arr, err, errlen);
 }
 
 /* axis_index: the device's rank in the group; axis_size: the group size. */

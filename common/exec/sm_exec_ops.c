@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sm_array_share.h"
 #include "sm_copy.h"
 #include "sm_exec_impl.h"
 #include "sm_ir_infer.h" /* sm_ir_promote: JAX's promotion with weak types */
@@ -486,7 +487,8 @@ sm_err sm_exec_scatter(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, 
 sm_err sm_exec_reshape(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
                        char *err, size_t errlen)
 {
-    if (out->nbytes)
+    /* the same bytes: shared with the operand when it has a block */
+    if (out->nbytes && !sm_array_alias(out, in[0], 0))
         sm_copy(out->data, in[0]->data, (size_t)out->nbytes);
     return SM_OK;
 }
@@ -510,9 +512,38 @@ sm_err sm_exec_broadcast_to(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const 
                                 err, errlen);
 }
 
+/* The byte offset in x of a slice of it [start, limit) with unit
+ * strides that is one contiguous run of x's bytes (the dimensions after
+ * some dimension whole, those before it of extent 1), or -1. */
+static int64_t sm_exec_slice_run(const sm_array *x, const int64_t *start, const int64_t *limit,
+                                 const int64_t *strides)
+{
+    const sm_shape *xs = &x->shape;
+    int j = xs->rank - 1;
+    for (int d = 0; d < xs->rank; d++)
+        if (start[d] < 0 || limit[d] < start[d] || limit[d] > xs->dims[d] ||
+            (strides && strides[d] != 1))
+            return -1;
+    while (j >= 0 && start[j] == 0 && limit[j] == xs->dims[j])
+        j--;
+    int64_t at = 0;
+    for (int d = 0; d < xs->rank; d++) {
+        if (d < j && limit[d] - start[d] != 1)
+            return -1;
+        at = at * xs->dims[d] + start[d];
+    }
+    return at * (int64_t)sm_dtype_size(x->dtype);
+}
+
 sm_err sm_exec_slice(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
                      char *err, size_t errlen)
 {
+    const int64_t *strides = op->attrs.has_ints3 ? op->attrs.ints3.v : NULL;
+    int64_t at = sm_exec_slice_run(in[0], op->attrs.ints.v, op->attrs.ints2.v, strides);
+    /* one contiguous run (a block of rows): shared with the operand where
+     * it lies on a 64-byte boundary */
+    if (out->nbytes && at >= 0 && sm_array_alias(out, in[0], at))
+        return SM_OK;
     return sm_kern_slice(in[0]->dtype, in[0]->data, &in[0]->shape, op->attrs.ints.v,
                          op->attrs.ints2.v, op->attrs.has_ints3 ? op->attrs.ints3.v : NULL,
                          out->data, err, errlen);

@@ -43,6 +43,7 @@ static void sm_rendezvous_slot_free(sm_rendezvous_slot *s)
     if (s) {
         free(s->in);
         free(s->out);
+        free(s->arr);
         if (s->scratch)
             sm_array_data_free(s->scratch_pool, s->scratch, s->scratch_len);
         free(s);
@@ -140,7 +141,9 @@ static sm_rendezvous_slot *sm_rendezvous_slot_get(sm_rendezvous *r, const sm_ren
         s->in = calloc((size_t)k->size, sizeof *s->in);
     if (s && s->in)
         s->out = calloc((size_t)k->size, sizeof *s->out);
-    if (!s || !s->in || !s->out) {
+    if (s && s->out)
+        s->arr = calloc((size_t)k->size, sizeof *s->arr);
+    if (!s || !s->in || !s->out || !s->arr) {
         sm_rendezvous_slot_free(s);
         return NULL;
     }
@@ -191,6 +194,7 @@ sm_err sm_rendezvous_join(sm_rendezvous *r, const sm_rendezvous_key *k, const vo
     }
     s->in[k->index] = in ? in : (const void *)s; /* a zero-size input may be NULL */
     s->out[k->index] = out;
+    s->arr[k->index] = k->arr;
     if (__atomic_add_fetch(&s->arrived, 1, __ATOMIC_RELEASE) == s->size)
         pthread_cond_broadcast(&r->cv);
     else if (!r->aborted)

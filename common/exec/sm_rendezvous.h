@@ -32,20 +32,22 @@
 typedef struct {
     const sm_comm_group *g; /* members[0] keys the slot; rank names the caller */
     uint64_t seq;
-    int size;    /* members meeting in this process */
-    int index;   /* the caller's, in [0, size) */
-    int kind;    /* an index into the config's names; every member agrees */
-    int64_t arg; /* a size every member agrees on */
+    int size;                  /* members meeting in this process */
+    int index;                 /* the caller's, in [0, size) */
+    int kind;                  /* an index into the config's names; every member agrees */
+    int64_t arg;               /* a size every member agrees on */
+    const sm_comm_arrays *arr; /* the arrays of in and out, or NULL */
 } sm_rendezvous_key;
 
 /* One rendezvous. Members read in, out and shared between join and leave;
  * the other fields belong to sm_rendezvous. */
 typedef struct sm_rendezvous_slot {
-    const void **in;    /* per index; a NULL input reads as a non-NULL dummy */
-    void **out;         /* per index */
-    const void *shared; /* set by sm_rendezvous_publish */
-    void *scratch;      /* a member's sm_array_scratch of scratch_len bytes from
-                         * scratch_pool, freed with the slot */
+    const void **in;            /* per index; a NULL input reads as a non-NULL dummy */
+    void **out;                 /* per index */
+    const sm_comm_arrays **arr; /* per index: its key's arr (NULL: none) */
+    const void *shared;         /* set by sm_rendezvous_publish */
+    void *scratch;              /* a member's sm_array_scratch of scratch_len bytes from
+                                 * scratch_pool, freed with the slot */
     size_t scratch_len;
     sm_array_pool *scratch_pool; /* borrowed; NULL: none */
     struct sm_rendezvous_slot *next;
