@@ -22,7 +22,9 @@
  * ppermute through shared memory are also set against their copy floor
  * ("output copy", bc_floor): the time 2 threads of this process take to
  * write the 4 S bytes their outputs hold, which no transport that
- * materializes every device's output beats on this machine.
+ * materializes every device's output beats on this machine (shmap's
+ * all_gather and ppermute do not: the devices of a worker share bytes,
+ * so they may pass it; all_to_all writes every byte).
  * Each job applies the collective R times (all_gather and psum_scatter
  * chained with a slice / tile back to the input shape); the time of one
  * collective is (t(R = 1 + K) - t(R = 1)) / K with medians over --runs
