@@ -1112,7 +1112,10 @@ import operator  # noqa: E402
 
 # jnp's name for a lax function, for the tip JAX's check_same_dtypes adds
 _JNP_EQUIVALENT = {"eq": "equal", "ne": "not_equal", "select": "where", "atan2": "arctan2",
-                   "nextafter": "nextafter"}
+                   "nextafter": "nextafter", "add": "add", "sub": "subtract", "mul": "multiply",
+                   "div": "divide", "max": "maximum", "min": "minimum",
+                   "shift_left": "left_shift", "shift_right_logical": "right_shift",
+                   "shift_right_arithmetic": "right_shift"}
 
 
 def _lax_dtype(v):
@@ -2303,6 +2306,25 @@ def _over_trees(op):
         return op(x, *args, **kwargs)
     return f
 
+
+def _one_dtype(op, name):
+    """op(x, y) checked as JAX's binary lax ops are (_same_dtypes)."""
+    @functools.wraps(op)
+    def f(x, y, *args, **kwargs):
+        _same_dtypes(name, x, y)
+        return op(x, y, *args, **kwargs)
+    return f
+
+
+# the arithmetic and bitwise ones under JAX's primitive names (the
+# comparisons, atan2 and nextafter check for themselves)
+for _name, _prim in (("add", "add"), ("sub", "sub"), ("mul", "mul"), ("div", "div"),
+                     ("rem", "rem"), ("max", "max"), ("min", "min"), ("bitwise_and", "and"),
+                     ("bitwise_or", "or"), ("bitwise_xor", "xor"), ("shift_left", "shift_left"),
+                     ("shift_right_logical", "shift_right_logical"),
+                     ("shift_right_arithmetic", "shift_right_arithmetic")):
+    if _name in globals():
+        globals()[_name] = _one_dtype(globals()[_name], _prim)
 
 for _name in ("psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "ppermute",
               "all_to_all", "pvary", "pcast"):

@@ -6,6 +6,8 @@ results where numpy differs), in a jit on sharded Arrays where the
 function allows it, and at once; grads of the differentiable composites
 against central differences; JAX's sentences where a size= is required.
 Runs on the cluster of conftest's c."""
+import re
+
 import numpy as np
 import pytest
 
@@ -26,7 +28,7 @@ def _put(c, mesh, a, spec):
 
 
 RNG = np.random.default_rng(21)
-XA = RNG.integers(-4, 5, (8, 6)).astype(np.float32) + 0.5 * RNG.integers(0, 2, (8, 6))
+XA = (RNG.integers(-4, 5, (8, 6)) + 0.5 * RNG.integers(0, 2, (8, 6))).astype(np.float32)
 YA = RNG.standard_normal((8, 6)).astype(np.float32)
 SORTED = np.sort(RNG.integers(-6, 7, 10).astype(np.float32))
 
@@ -344,6 +346,32 @@ def test_fill_diagonal_and_refusals(c, mesh):
 
 
 # ---- lax --------------------------------------------------------------------------
+
+
+def test_lax_binary_ops_take_one_dtype(c, mesh):
+    """lax's arithmetic and bitwise ops do not promote (JAX's
+    check_same_dtypes and its sentence, with jnp's name as the tip); a
+    Python number of the arrays' kind passes."""
+    x = _put(c, mesh, XA, P("i", "j"))
+    i = _put(c, mesh, np.arange(48, dtype=np.int32).reshape(8, 6), P("i", "j"))
+    cases = [(lax.add, "add", " (Tip: jnp.add is"), (lax.sub, "sub", " (Tip: jnp.subtract"),
+             (lax.mul, "mul", " (Tip: jnp.multiply"), (lax.div, "div", " (Tip: jnp.divide"),
+             (lax.rem, "rem", ""), (lax.max, "max", " (Tip: jnp.maximum"),
+             (lax.min, "min", " (Tip: jnp.minimum")]
+    for op, name, tip in cases:
+        want = f"lax.{name} requires arguments to have the same dtypes, got float32, int32."
+        with pytest.raises(TypeError, match=re.escape(want + tip)):
+            shmap.jit(op)(x, i)
+        with pytest.raises(TypeError, match=re.escape(want)):
+            op(x, i)  # at once
+    with pytest.raises(TypeError, match=re.escape(
+            "lax.and requires arguments to have the same dtypes, got int32, bool.")):
+        shmap.jit(lambda a: lax.bitwise_and(a, a > 3))(i)
+    with pytest.raises(TypeError, match=re.escape("got int32, uint8. (Tip: jnp.left_shift")):
+        shmap.jit(lambda a: lax.shift_left(a, lax.convert_element_type(a, np.uint8)))(i)
+    got = shmap.jit(lambda a, b: (lax.add(a, 1.0), lax.mul(b, 3), lax.max(a, a)))(x, i)
+    assert np.array_equal(np.asarray(got[0]), XA + 1.0)
+    assert np.array_equal(np.asarray(got[1]), np.arange(48).reshape(8, 6) * 3)
 
 
 def test_lax_arithmetic_and_shapes(c, mesh):
@@ -991,7 +1019,7 @@ def test_more_lax(c, mesh):
     """lax's dynamic_*_in_dim helpers, sort_key_val, optimization_barrier
     and its special functions' names, against numpy (in a jit and at once)."""
     x = _put(c, mesh, XA, P())
-    row = _put(c, mesh, np.arange(6.0), P())
+    row = _put(c, mesh, np.arange(6, dtype=np.float32), P())
 
     def f(a, r):
         i = jnp.argmax(a[:, 0])  # a traced index
