@@ -1853,6 +1853,91 @@ END_TEST
  * (with many) test_many_jobs, which must run before the shutdown test ends
  * the workers; with killed_in_shm, a peer killed inside a shared memory
  * collective instead of a dead peer. */
+/* An Assemble whose shards on one worker are made of the same pieces (a
+ * replicated layout's devices) fills one and the others share its bytes;
+ * shards of other pieces have bytes of their own. An upload's target
+ * naming two devices stores one copy they share. In-process, so the
+ * store's shards can be looked at. */
+START_TEST(test_replicas_share_bytes)
+{
+    char err[512];
+    sm_shape h = {.rank = 2, .dims = {4, 6}};
+    float a[24], b[24];
+    for (int k = 0; k < 24; k++) {
+        a[k] = (float)k;
+        b[k] = (float)(100 + k);
+    }
+    ck_assert_msg(upload(cl.ch[0], 950, 0, SM_F32, &h, a, sizeof a, err, sizeof err) == SM_OK, "%s",
+                  err);
+    ck_assert_msg(upload(cl.ch[1], 951, 2, SM_F32, &h, b, sizeof b, err, sizeof err) == SM_OK, "%s",
+                  err);
+    const sm_index top = {2, {{0, 4}, {0, 6}}};
+    sm_svc_piece same[2] = {
+        {.src_array = {950}, .src_device = 0, .src_box = top, .dst_offset = {0, 0}},
+        {.src_address = cl.addr[1],
+         .src_array = {951},
+         .src_device = 2,
+         .src_box = top,
+         .dst_offset = {4, 0}}};
+    sm_svc_piece other[2] = {same[1], same[0]};
+    other[0].dst_offset[0] = 0;
+    other[1].dst_offset[0] = 4;
+    for (int swap = 0; swap < 2; swap++) {
+        sm_svc_assemble_shard sh[2] = {
+            {.device = 0, .shape = {2, {8, 6}}, .npieces = 2, .pieces = same},
+            {.device = 1, .shape = {2, {8, 6}}, .npieces = 2, .pieces = swap ? other : same}};
+        sm_svc_assemble_req req = {
+            .array_id = {960 + (uint64_t)swap}, .dtype = SM_F32, .nshards = 2, .shards = sh};
+        int64_t bytes = 0;
+        ck_assert_msg(sm_svc_worker_assemble(cl.ch[0], CALL_MS, &req, &bytes, err, sizeof err) ==
+                          SM_OK,
+                      "%s", err);
+        ck_assert_int_eq(bytes, 2 * 8 * 6 * 4);
+        sm_store_shard *s0, *s1;
+        ck_assert(sm_store_get(cl.store[0], req.array_id, 0, &s0, err, sizeof err) == SM_OK);
+        ck_assert(sm_store_get(cl.store[0], req.array_id, 1, &s1, err, sizeof err) == SM_OK);
+        ck_assert_int_eq(s0->block == s1->block, !swap);
+        ck_assert_int_eq(s0->data == s1->data, !swap);
+        for (int k = 0; k < 48; k++) {
+            float top0 = k < 24 ? a[k] : b[k - 24], top1 = k < 24 ? b[k] : a[k - 24];
+            ck_assert(((float *)s0->data)[k] == top0);
+            ck_assert(((float *)s1->data)[k] == (swap ? top1 : top0));
+        }
+        sm_store_shard_release(s0);
+        sm_store_shard_release(s1);
+    }
+    /* an upload to devices 0 and 1 at once */
+    int32_t both[2] = {0, 1};
+    harness_upload_req u = {.to_worker = 1,
+                            .array = {962},
+                            .devices = both,
+                            .ndevices = 2,
+                            .dtype = SM_F32,
+                            .shape = h,
+                            .data = b,
+                            .nbytes = sizeof b,
+                            .chunk = SM_SVC_CHUNK,
+                            .deadline_ms = CALL_MS};
+    ck_assert_msg(harness_upload(cl.ch[0], &u, NULL, err, sizeof err) == SM_OK, "%s", err);
+    sm_store_shard *u0, *u1;
+    ck_assert(sm_store_get(cl.store[0], (sm_array_id){962}, 0, &u0, err, sizeof err) == SM_OK);
+    ck_assert(sm_store_get(cl.store[0], (sm_array_id){962}, 1, &u1, err, sizeof err) == SM_OK);
+    ck_assert_ptr_eq(u0->data, u1->data);
+    ck_assert(u1->has_checksum && u1->checksum == u0->checksum);
+    ck_assert(!memcmp(u1->data, b, sizeof b));
+    sm_store_shard_release(u0);
+    sm_store_shard_release(u1);
+    /* freed one device at a time: the shared bytes stay with the other */
+    ck_assert(sm_store_free_array(cl.store[0], (sm_array_id){960}, 1, (int32_t[]){0}, NULL, err,
+                                  sizeof err) == SM_OK);
+    sm_store_shard *s1;
+    ck_assert(sm_store_get(cl.store[0], (sm_array_id){960}, 1, &s1, err, sizeof err) == SM_OK);
+    for (int k = 0; k < 24; k++)
+        ck_assert(((float *)s1->data)[k] == a[k] && ((float *)s1->data)[24 + k] == b[k]);
+    sm_store_shard_release(s1);
+}
+END_TEST
+
 static void add_job_case(Suite *s, const char *name, const suite_fixture *fx, int many,
                          int killed_in_shm)
 {
@@ -1915,6 +2000,8 @@ int main(void)
                           {test_mailbox_rx_direct}, {test_send_blob_waits_release},
                           {test_comm_three_workers}, {test_shm_segments}, {test_shm_guarded});
     add_job_case(s, "inproc", SUITE_UNCHECKED(inproc_setup, inproc_teardown), 1, 0);
+    SUITE_CASE(s, "inproc_assemble", 60, SUITE_UNCHECKED(inproc_setup, inproc_teardown),
+               {test_replicas_share_bytes});
     add_job_case(s, "proc", SUITE_UNCHECKED(proc_setup, proc_teardown), 0, 0);
     add_job_case(s, "inproc_shm", SUITE_UNCHECKED(inproc_shm_setup, inproc_shm_teardown), 0, 0);
     add_job_case(s, "proc_shm", SUITE_UNCHECKED(proc_shm_setup, proc_shm_teardown), 0, 1);

@@ -14,6 +14,7 @@ typedef struct {
     sm_handlers *h;
     const sm_svc_assemble_req *req;
     sm_store_shard **shards;
+    const int *same;  /* per shard: an earlier shard with the same bytes, or -1 */
     int64_t until_ms; /* the pulls' deadline (CLOCK_MONOTONIC ms; 0: none) */
 } assemble_job;
 
@@ -90,6 +91,8 @@ static sm_err assemble_one(void *user, int i, char *err, size_t errlen)
     const sm_svc_assemble_shard *s = &job->req->shards[i];
     sm_store_shard *dst = job->shards[i];
     char inner[768];
+    if (job->same[i] >= 0) /* shares the bytes of an earlier shard, once it is filled */
+        return SM_OK;
     for (int k = 0; k < s->npieces; k++) {
         const sm_svc_piece *p = &s->pieces[k];
         if (p->src_file > 0) /* read by sm_ckpt_load_pieces */
@@ -147,10 +150,47 @@ static int assemble_covered(const sm_svc_assemble_shard *s)
     return s->shape.rank > 0 ? got == want : s->npieces == 1;
 }
 
+/* 1 if pieces a and b take the same bytes to the same place, neither from
+ * a checkpoint file. */
+static int piece_same(const sm_svc_piece *a, const sm_svc_piece *b, int rank)
+{
+    const char *x = a->src_address ? a->src_address : "", *y = b->src_address ? b->src_address : "";
+    if (a->src_file || b->src_file || a->src_array.v != b->src_array.v ||
+        a->src_device != b->src_device || strcmp(x, y) || a->src_box.rank != b->src_box.rank)
+        return 0;
+    for (int d = 0; d < a->src_box.rank; d++)
+        if (a->src_box.r[d].start != b->src_box.r[d].start ||
+            a->src_box.r[d].stop != b->src_box.r[d].stop)
+            return 0;
+    for (int d = 0; d < rank; d++)
+        if (a->dst_offset[d] != b->dst_offset[d])
+            return 0;
+    return 1;
+}
+
+/* The first shard before i of the same shape made of the same pieces (a
+ * replicated layout's devices on this worker): its bytes will be i's,
+ * which then shares them instead of a copy of its own; -1 if none. */
+static int assemble_same_as(const sm_svc_assemble_req *req, int i)
+{
+    const sm_svc_assemble_shard *s = &req->shards[i];
+    for (int j = 0; j < i && s->npieces > 0; j++) {
+        const sm_svc_assemble_shard *t = &req->shards[j];
+        int same = t->npieces == s->npieces && sm_shape_equal(&t->shape, &s->shape);
+        for (int k = 0; same && k < s->npieces; k++)
+            same = piece_same(&s->pieces[k], &t->pieces[k], s->shape.rank);
+        if (same)
+            return j;
+    }
+    return -1;
+}
+
 /* Validates the request and allocates every new shard (zeroed where its
- * pieces leave any of it unwritten). */
+ * pieces leave any of it unwritten), but those that will share an earlier
+ * one's bytes (same[i] >= 0). */
 static sm_err assemble_prepare(sm_handlers *h, const sm_svc_assemble_req *req,
-                               sm_store_shard **shards, int32_t *devices, char *err, size_t errlen)
+                               sm_store_shard **shards, int32_t *devices, int *same, char *err,
+                               size_t errlen)
 {
     sm_err e;
     char inner[512];
@@ -175,6 +215,8 @@ static sm_err assemble_prepare(sm_handlers *h, const sm_svc_assemble_req *req,
             if ((e = piece_check(&s->pieces[k], &s->shape, inner, sizeof inner)))
                 return sm_fail(err, errlen, e, "piece %d of device %d of array %llu: %s", k,
                                (int)s->device, (unsigned long long)req->array_id.v, inner);
+        if ((same[i] = assemble_same_as(req, i)) >= 0)
+            continue;
         if ((e = sm_store_shard_alloc(h->store, req->dtype, &s->shape, &shards[i], inner,
                                       sizeof inner)))
             return sm_fail(err, errlen, e, "the new shard of device %d: %s", (int)s->device, inner);
@@ -192,7 +234,8 @@ sm_err sm_assemble_run(sm_handlers *h, const sm_svc_assemble_req *req, int64_t *
     int n = req->nshards > 0 ? req->nshards : 0;
     sm_store_shard **shards = calloc(n ? (size_t)n : 1, sizeof *shards);
     int32_t *devices = calloc(n ? (size_t)n : 1, sizeof *devices);
-    assemble_job job = {.h = h, .req = req};
+    int *same = calloc(n ? (size_t)n : 1, sizeof *same);
+    assemble_job job = {.h = h, .req = req, .same = same};
     sm_err e;
     /* The pulls from peers end an eighth of the caller's time (at most 5 s)
      * before the caller's deadline: a peer that does not answer fails the
@@ -206,12 +249,12 @@ sm_err sm_assemble_run(sm_handlers *h, const sm_svc_assemble_req *req, int64_t *
     if (assemble_waits(h, req))
         sm_rpc_may_block();
 
-    if (!shards || !devices) {
+    if (!shards || !devices || !same) {
         e = sm_fail(err, errlen, SM_ENOMEM, "out of memory assembling array %llu",
                     (unsigned long long)req->array_id.v);
         goto fail;
     }
-    if ((e = assemble_prepare(h, req, shards, devices, err, errlen)))
+    if ((e = assemble_prepare(h, req, shards, devices, same, err, errlen)))
         goto fail;
     job.shards = shards;
     if (req->nfiles > 0 &&
@@ -220,6 +263,9 @@ sm_err sm_assemble_run(sm_handlers *h, const sm_svc_assemble_req *req, int64_t *
     if ((e = sm_tpool_run(NULL, n, h->assemble_threads < 16 ? h->assemble_threads : 16,
                           assemble_one, &job, err, errlen)))
         goto fail;
+    for (int i = 0; i < n; i++)
+        if (same[i] >= 0 && (e = sm_store_shard_share(shards[same[i]], &shards[i], err, errlen)))
+            goto fail;
     int64_t total = 0;
     for (int i = 0; i < n; i++)
         total += shards[i]->nbytes;
@@ -230,11 +276,13 @@ sm_err sm_assemble_run(sm_handlers *h, const sm_svc_assemble_req *req, int64_t *
     *bytes = total;
     free(shards);
     free(devices);
+    free(same);
     return SM_OK;
 fail:
     for (int i = 0; shards && i < n; i++)
         sm_store_shard_release(shards[i]);
     free(shards);
     free(devices);
+    free(same);
     return e;
 }

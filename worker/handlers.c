@@ -225,10 +225,8 @@ static sm_err put_store(put_stream *ps, sm_svc_upload_reply *out, char *err, siz
     n = 0;
     for (int i = 0; i < ps->nt && !e; i++) {
         put_target *t = &ps->t[i];
-        for (int k = 1; k < t->ndev && !e; k++)
-            if (!(e = sm_store_shard_alloc(ps->h->store, t->shards[0]->dtype, &t->shards[0]->shape,
-                                           &t->shards[k], err, errlen)))
-                sm_store_shard_copy_into(t->shards[0], t->shards[k]);
+        for (int k = 1; k < t->ndev && !e; k++) /* the target's devices share its bytes */
+            e = sm_store_shard_share(t->shards[0], &t->shards[k], err, errlen);
         for (int k = 0; k < t->ndev; k++) {
             devs[n] = t->devices[k];
             sh[n++] = t->shards[k];

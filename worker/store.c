@@ -110,6 +110,18 @@ sm_err sm_store_shard_copy(const sm_store_shard *src, sm_store_shard **out, char
     return e;
 }
 
+sm_err sm_store_shard_share(sm_store_shard *src, sm_store_shard **out, char *err, size_t errlen)
+{
+    sm_store_shard *sh = malloc(sizeof *sh);
+    if (!sh)
+        return sm_fail(err, errlen, SM_ERESOURCE, "out of memory for a shard header");
+    *sh = *src;
+    sh->refs = 1;
+    sh->block = sm_array_block_get(src->block);
+    *out = sh;
+    return SM_OK;
+}
+
 sm_err sm_store_shard_adopt(sm_array **a, sm_store_shard **out, char *err, size_t errlen)
 {
     sm_array *x = *a;

@@ -62,6 +62,12 @@ typedef struct sm_store sm_store;
  * or no memory, is SM_ERESOURCE. */
 sm_err sm_store_shard_create(sm_array_pool *pool, sm_dtype t, const sm_shape *s,
                              sm_store_shard **out, char *err, size_t errlen);
+/* A new shard (one reference) holding src's bytes without a copy: its
+ * dtype, shape, data and checksum, and a reference to its block, so the
+ * bytes live until both shards are released. For devices of one worker
+ * whose shards have the same bytes (a replicated layout). SM_ERESOURCE
+ * when out of memory for the header. */
+sm_err sm_store_shard_share(sm_store_shard *src, sm_store_shard **out, char *err, size_t errlen);
 /* A new shard (one reference) with a copy of src's dtype, shape and bytes,
  * from src's pool. */
 sm_err sm_store_shard_copy(const sm_store_shard *src, sm_store_shard **out, char *err,

@@ -97,6 +97,12 @@ sm_array_block *sm_array_block_new(sm_array_pool *pool, void *p, size_t n)
     return b;
 }
 
+sm_array_block *sm_array_block_get(sm_array_block *b)
+{
+    __atomic_add_fetch(&b->refs, 1, __ATOMIC_RELAXED);
+    return b;
+}
+
 void sm_array_block_put(sm_array_block *b)
 {
     if (b && __atomic_sub_fetch(&b->refs, 1, __ATOMIC_ACQ_REL) == 0) {
@@ -121,8 +127,7 @@ int sm_array_alias(sm_array *dst, const sm_array *src, int64_t offset)
     if (!src->block || offset < 0 || offset % SM_ARRAY_ALIGN || offset > src->nbytes ||
         dst->nbytes > src->nbytes - offset)
         return 0;
-    sm_array_block *b = src->block;
-    __atomic_add_fetch(&b->refs, 1, __ATOMIC_RELAXED);
+    sm_array_block *b = sm_array_block_get(src->block);
     if (dst->block)
         sm_array_block_put(dst->block);
     else

@@ -35,6 +35,9 @@ size_t sm_array_held(const sm_array *a);
  * when out of memory. For owners of array memory outside sm_array (a
  * worker's stored shards) whose views arrays may alias. */
 sm_array_block *sm_array_block_new(sm_array_pool *pool, void *p, size_t n);
+/* Takes one more reference to b (not NULL), for a new holder of its
+ * bytes; returns b. */
+sm_array_block *sm_array_block_get(sm_array_block *b);
 /* Gives back one reference to b; its memory goes back to its pool with the
  * last. NULL ok. */
 void sm_array_block_put(sm_array_block *b);
