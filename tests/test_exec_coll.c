@@ -449,7 +449,7 @@ typedef struct {
     sm_array_pool *pool; /* its values' memory, or NULL */
     int pos;
     sm_array *in;
-    sm_array *out[6];
+    sm_array *out[8];
     sm_err e;
     char err[1024];
 } dev_run;
@@ -491,7 +491,7 @@ static void run_devices_in(const sm_program *p, const sm_program *q, int bad, in
     for (int pos = 0; pos < nrun; pos++) {
         pthread_join(th[pos], NULL);
         sm_array_free(d[pos].in);
-        for (int r = 0; r < 6; r++)
+        for (int r = 0; r < 8; r++)
             sm_array_free(d[pos].out[r]);
     }
     sm_comm_local_free(comm);
@@ -638,7 +638,7 @@ static void *comm_member_main(void *arg)
     comm_member *m = arg;
     static const int members[4] = {0, 1, 2, 3};
     sm_comm_group g = {.size = 4, .rank = m->rank, .members = members};
-    m->e = sm_comm_local_ops.all_reduce(m->c, &g, 0, SM_F32, SM_KERN_SUM, m->in, m->out, m->n,
+    m->e = sm_comm_local_ops.all_reduce(m->c, &g, 0, SM_F32, SM_KERN_SUM, m->in, m->out, m->n, NULL,
                                         m->err, sizeof m->err);
     return NULL;
 }
@@ -684,8 +684,12 @@ static void *reduce_member_main(void *arg)
     static const int members[8] = {0, 1, 2, 3, 4, 5, 6, 7};
     sm_comm_group g = {.size = m->rc->size, .rank = m->rank, .members = members};
     const sm_comm *ops = &sm_comm_local_ops;
-    m->e = (m->rc->scatter ? ops->reduce_scatter : ops->all_reduce)(
-        m->c, &g, 0, m->rc->t, m->rc->op, m->in, m->out, m->rc->n, m->err, sizeof m->err);
+    if (m->rc->scatter)
+        m->e = ops->reduce_scatter(m->c, &g, 0, m->rc->t, m->rc->op, m->in, m->out, m->rc->n,
+                                   m->err, sizeof m->err);
+    else
+        m->e = ops->all_reduce(m->c, &g, 0, m->rc->t, m->rc->op, m->in, m->out, m->rc->n, NULL,
+                               m->err, sizeof m->err);
     return NULL;
 }
 
@@ -867,7 +871,8 @@ END_TEST
 
 /* Values that hold the same bytes share them instead of copying, among
  * devices run in one process: a ppermute's output is its source's input,
- * every device's all_gather output is one, a reshape and a slice of whole
+ * every device's all_gather or psum output is one (not a pmean's, divided
+ * after the sum), a reshape and a slice of whole
  * rows at a 64-byte boundary are their operand's bytes; a slice of
  * columns, or of rows at another boundary, is a copy of its own. Every
  * result still has the values of the reference. */
@@ -875,14 +880,15 @@ START_TEST(test_moves_share_bytes)
 {
     sm_program *p = parse_ok(
         "mesh x=4\n"
-        "shard_map f(v: f32[32,16] @ P('x')) -> (P('x'), P(), P('x'), P('x'), P('x'), P('x')):\n"
+        "shard_map f(v: f32[32,16] @ P('x')) -> (P('x'), P(), P('x'), P('x'), P('x'), P('x'), "
+        "P(), P()):\n"
         "    z = ppermute(v, 'x', perm=[(0, 1), (1, 2), (2, 3), (3, 0)])\n"
         "    g = all_gather(v, 'x', tiled=True)\n"
         "    s = slice(g, (4, 0), (8, 16))\n"
         "    r = reshape(v, (16, 8))\n"
         "    c = slice(g, (0, 0), (8, 8))\n"
         "    o = slice(r, (1, 0), (3, 8))\n"
-        "    return z, g, s, r, c, o\n",
+        "    return z, g, s, r, c, o, psum(v, 'x'), pmean(v, 'x')\n",
         0);
     sm_comm_local *comm;
     char err[256];
@@ -922,12 +928,19 @@ START_TEST(test_moves_share_bytes)
             ck_assert(memcmp((float *)o[4]->data + i * 8, (float *)o[1]->data + i * 16, 32) == 0);
         ck_assert_ptr_ne(o[5]->block, o[3]->block);
         ck_assert(memcmp(o[5]->data, (char *)d[pos].in->data + 32, 64) == 0);
+        /* psum: one output for the four; pmean divides each after: its own */
+        ck_assert_ptr_eq(o[6]->block, d[0].out[6]->block);
+        ck_assert_int_eq(o[7]->block == d[0].out[7]->block, pos == 0);
+        for (int k = 0; k < 8 * 16; k++) {
+            float sum = (float)(6000 + 4 * k);
+            ck_assert(((float *)o[6]->data)[k] == sum && ((float *)o[7]->data)[k] == sum / 4);
+        }
     }
     /* freed in any order: the shared bytes live until the last holder */
     for (int pos = 0; pos < 4; pos++)
         sm_array_free(d[pos].in);
     for (int pos = 0; pos < 4; pos++)
-        for (int r = 0; r < 6; r++) {
+        for (int r = 0; r < 8; r++) {
             if (r == 1) /* device 1's block, whose input is freed */
                 for (int k = 0; k < 8 * 16; k++)
                     ck_assert(((float *)d[pos].out[r]->data)[128 + k] == (float)(1000 + k));

@@ -361,10 +361,16 @@ static sm_err sm_cg_take(sm_comm_grpc *c, uint64_t seq, int32_t src, int32_t dst
  * its share, with no scratch copy. */
 static sm_err sm_cg_reduce_local(sm_comm_grpc *c, const sm_comm_group *g, uint64_t seq,
                                  sm_cg_kind kind, sm_dtype t, sm_kern_reduce_op op, const void *in,
-                                 void *out, int64_t n, char *err, size_t errlen)
+                                 void *out, int64_t n, const sm_comm_arrays *arr, char *err,
+                                 size_t errlen)
 {
-    const sm_rendezvous_key k = {
-        .g = g, .seq = seq, .size = g->size, .index = g->rank, .kind = (int)kind, .arg = n};
+    const sm_rendezvous_key k = {.g = g,
+                                 .seq = seq,
+                                 .size = g->size,
+                                 .index = g->rank,
+                                 .kind = (int)kind,
+                                 .arg = n,
+                                 .arr = arr};
     sm_rendezvous_slot *s;
     sm_err e = sm_rendezvous_join(c->rv, &k, in, out, &c->deadline, &s, err, errlen);
     if (e) /* as sm_cg_join */
@@ -391,17 +397,17 @@ static sm_err sm_cg_oom(sm_comm_grpc *c, uint64_t seq, char *err, size_t errlen)
  * members' joined slot when shared memory fell back, else *s untouched. */
 static int sm_cg_reduce_start(sm_comm_grpc *c, const sm_comm_group *g, sm_cg_layout *L,
                               uint64_t seq, sm_cg_kind kind, sm_dtype t, sm_kern_reduce_op op,
-                              const void *in, void *out, int64_t n, sm_rendezvous_slot **s,
-                              sm_err *e, char *err, size_t errlen)
+                              const void *in, void *out, int64_t n, const sm_comm_arrays *arr,
+                              sm_rendezvous_slot **s, sm_err *e, char *err, size_t errlen)
 {
     sm_cg_layout_make(c, g, L);
     if (L->nw == 1) {
-        *e = sm_cg_reduce_local(c, g, seq, kind, t, op, in, out, n, err, errlen);
+        *e = sm_cg_reduce_local(c, g, seq, kind, t, op, in, out, n, arr, err, errlen);
         return 1;
     }
     int64_t nbytes = n * (int64_t)sm_dtype_size(t) * (kind == SM_CG_RS ? g->size : 1);
     if (sm_cg_shm_use(c, g, L, kind, nbytes)) {
-        *e = sm_cg_shm_reduce(c, g, L, seq, kind, t, op, in, out, n, s, err, errlen);
+        *e = sm_cg_shm_reduce(c, g, L, seq, kind, t, op, in, out, n, arr, s, err, errlen);
         if (!*s) /* else it falls back, joined */
             return 1;
         *e = SM_OK;
@@ -609,10 +615,11 @@ static void sm_cg_fan_out(const sm_rendezvous_slot *s, const sm_cg_layout *L, co
  * units (sm_comm_tree_units) but for this worker's part, a slice of each
  * each; across workers the leader reduce-scatters and all-gathers
  * (sm_cg_ar_net) into its output; then the local members copy the
- * leader's output into the others' outputs, a share each. */
+ * leader's output into the others' outputs, a share each, or, when they
+ * all gave their arrays, share it. */
 static sm_err sm_cg_all_reduce(void *ctx, const sm_comm_group *g, uint64_t seq, sm_dtype t,
                                sm_kern_reduce_op op, const void *in, void *out, int64_t n,
-                               char *err, size_t errlen)
+                               const sm_comm_arrays *arr, char *err, size_t errlen)
 {
     sm_comm_grpc *c = ctx;
     sm_cg_layout *L = malloc(sizeof *L);
@@ -620,10 +627,10 @@ static sm_err sm_cg_all_reduce(void *ctx, const sm_comm_group *g, uint64_t seq, 
     sm_err e = SM_OK;
     if (!L)
         return sm_cg_oom(c, seq, err, errlen);
-    if (sm_cg_reduce_start(c, g, L, seq, SM_CG_AR, t, op, in, out, n, &s, &e, err, errlen))
+    if (sm_cg_reduce_start(c, g, L, seq, SM_CG_AR, t, op, in, out, n, arr, &s, &e, err, errlen))
         goto out;
     int64_t el = (int64_t)sm_dtype_size(t);
-    if (!s && (e = sm_cg_join(c, g, L, seq, SM_CG_AR, n, in, out, NULL, &s, err, errlen)))
+    if (!s && (e = sm_cg_join(c, g, L, seq, SM_CG_AR, n, in, out, arr, &s, err, errlen)))
         goto out;
     char *acc = s->out[0];
     int ks = sm_cg_self_order(c, L);
@@ -652,8 +659,12 @@ static sm_err sm_cg_all_reduce(void *ctx, const sm_comm_group *g, uint64_t seq, 
     } else if (!e) {
         e = sm_rendezvous_wait_shared(c->rv, s, err, errlen); /* the leader's sends are bounded */
     }
-    if (!e && n > 0)
+    if (!e && n > 0 && sm_comm_one_output(s->arr, L->nlocal)) {
+        if (L->li > 0)
+            sm_array_alias(arr->out, s->arr[0]->out, 0);
+    } else if (!e && n > 0) {
         sm_cg_fan_out(s, L, acc, n, el);
+    }
     sm_rendezvous_leave(c->rv, s);
 out:
     free(L);
@@ -682,7 +693,7 @@ static sm_err sm_cg_reduce_scatter(void *ctx, const sm_comm_group *g, uint64_t s
         e = sm_cg_oom(c, seq, err, errlen);
         goto out;
     }
-    if (sm_cg_reduce_start(c, g, L, seq, SM_CG_RS, t, op, in, out, n, &s, &e, err, errlen))
+    if (sm_cg_reduce_start(c, g, L, seq, SM_CG_RS, t, op, in, out, n, NULL, &s, &e, err, errlen))
         goto out;
     size_t el = sm_dtype_size(t);
     int64_t cb = n * (int64_t)el, nch = g->size;

@@ -97,8 +97,8 @@ int sm_cg_shm_use(const sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_lay
  * (SM_CG_RS: size * n in, n out) of t with op. */
 sm_err sm_cg_shm_reduce(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
                         uint64_t seq, sm_cg_kind kind, sm_dtype t, sm_kern_reduce_op op,
-                        const void *in, void *out, int64_t n, sm_rendezvous_slot **fell, char *err,
-                        size_t errlen);
+                        const void *in, void *out, int64_t n, const sm_comm_arrays *arr,
+                        sm_rendezvous_slot **fell, char *err, size_t errlen);
 /* all_gather, all_to_all and permute (from: the caller's source rank or
  * -1; perm: the npairs (source, destination) pairs, checked in range;
  * arr: the arrays of in and out, or NULL, as sm_comm.h has them). It

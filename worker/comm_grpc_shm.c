@@ -692,12 +692,12 @@ static sm_err sm_cg_shm_region(sm_comm_grpc *c, const sm_comm_group *g, const sm
  * the other workers' units from their slots (R[u], at element 0), this
  * worker's members from their inputs, a block at a time into dst (which
  * receives element lo at its start) and from there, while in cache, into
- * every local output if outs. */
+ * the nouts outputs outs. */
 static sm_err sm_cg_shm_reduce_into(const sm_cg_layout *L, const sm_rendezvous_slot *s,
                                     const char *const *R, const char *const *D, sm_dtype t,
                                     sm_kern_reduce_op op, int64_t lo, int64_t hi, char *dst,
-                                    void *const *outs, const char **rem, sm_comm_leaf *leaves,
-                                    char *err, size_t errlen)
+                                    void *const *outs, int nouts, const char **rem,
+                                    sm_comm_leaf *leaves, char *err, size_t errlen)
 {
     int64_t el = (int64_t)sm_dtype_size(t), blk = SM_SHM_BLOCK / el;
     sm_err e = SM_OK;
@@ -708,7 +708,7 @@ static sm_err sm_cg_shm_reduce_into(const sm_cg_layout *L, const sm_rendezvous_s
         int nl = sm_cg_leaves(L, (const void *const *)s->in, b * el, rem, D, leaves);
         char *d = dst + (b - lo) * el;
         e = sm_comm_tree_reduce(t, op, 0, L->unit[L->nu - 1].hi, leaves, nl, m, d, err, errlen);
-        for (int l = 0; outs && l < L->nlocal && !e; l++)
+        for (int l = 0; l < nouts && !e; l++)
             sm_copy_stream((char *)outs[l] + b * el, d, (size_t)(m * el));
     }
     return e;
@@ -951,6 +951,11 @@ static sm_err sm_cg_shm_ar_body(void *arg)
     int64_t a = n * ks / nw, b = n * (ks + 1) / nw, m = b - a; /* this worker's part */
     char *mine = NULL;
     int copied = sm_cg_shm_local_copied(x, n * el);
+    /* the outputs written: every local member's, or, when they all gave
+     * their arrays, the first one's, which the others then share */
+    void *one = n > 0 && sm_comm_one_output(s->arr, L->nlocal) ? s->arr[0]->out->data : NULL;
+    void *const *outs = one ? &one : (void *const *)s->out;
+    int nouts = one ? 1 : L->nlocal;
     sm_err e = sm_cg_shm_xregion(x, ks, (size_t)(L->nuw[ks] + 1) * sa, (const char **)&mine);
     if (!e)
         sm_cg_shm_publish(x, n * el);
@@ -975,13 +980,13 @@ static sm_err sm_cg_shm_ar_body(void *arg)
     if (!e) { /* phase 2: this worker's part, a slice per local member */
         int64_t x0 = a + m * L->li / L->nlocal, x1 = a + m * (L->li + 1) / L->nlocal;
         char *res = mine + (size_t)L->nuw[ks] * sa;
-        e = sm_cg_shm_reduce_into(L, s, x->R, x->D, t, x->op, x0, x1, res + x0 * el,
-                                  (void *const *)s->out, x->rem, x->leaves, x->err, x->errlen);
+        e = sm_cg_shm_reduce_into(L, s, x->R, x->D, t, x->op, x0, x1, res + x0 * el, outs, nouts,
+                                  x->rem, x->leaves, x->err, x->errlen);
         sm_cg_shm_count_reads(x, (x1 - x0) * el);
     }
     e = sm_cg_shm_xphase(x, 2, e);
     if (!e) { /* phase 3: the other parts into every local output, a share per member */
-        int64_t total = (int64_t)L->nlocal * r;
+        int64_t total = (int64_t)nouts * r;
         int64_t x0 = total * L->li / L->nlocal, x1 = total * (L->li + 1) / L->nlocal;
         for (int64_t i = x0; i < x1;) {
             int l = (int)(i / r);
@@ -994,11 +999,14 @@ static sm_err sm_cg_shm_ar_body(void *arg)
             int64_t kend = n * (k + 1) / nw - at; /* stay within worker k's part */
             len = len < kend ? len : kend;
             const char *res = x->P[k] + (size_t)L->nuw[k] * sa;
-            sm_copy_stream((char *)s->out[l] + at * el, res + at * el, (size_t)(len * el));
+            sm_copy_stream((char *)outs[l] + at * el, res + at * el, (size_t)(len * el));
             sm_traffic_add(SM_TRAFFIC_SHM_IN, len * el);
             i += len;
         }
     }
+    if (!e && nouts == 1 && L->nlocal > 1 && L->li > 0) /* the first member's output, written
+                                                         * in full once phase 3 is passed */
+        sm_array_alias(x->arr->out, s->arr[0]->out, 0);
     return sm_cg_shm_xphase(x, 3, e);
 }
 
@@ -1041,7 +1049,7 @@ static sm_err sm_cg_shm_rs_body(void *arg)
         e = sm_cg_shm_direct(x, total * el, 1);
     if (!e) /* the caller's chunk */
         e = sm_cg_shm_reduce_into(L, x->s, x->R, x->D, t, x->op, (int64_t)g->rank * n,
-                                  (int64_t)(g->rank + 1) * n, x->out, NULL, x->rem, x->leaves,
+                                  (int64_t)(g->rank + 1) * n, x->out, NULL, 0, x->rem, x->leaves,
                                   x->err, x->errlen);
     if (!e)
         sm_cg_shm_count_reads(x, n * el);
@@ -1087,10 +1095,10 @@ static sm_err sm_cg_shm_collective(sm_comm_grpc *c, const sm_comm_group *g, cons
 
 sm_err sm_cg_shm_reduce(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
                         uint64_t seq, sm_cg_kind kind, sm_dtype t, sm_kern_reduce_op op,
-                        const void *in, void *out, int64_t n, sm_rendezvous_slot **fell, char *err,
-                        size_t errlen)
+                        const void *in, void *out, int64_t n, const sm_comm_arrays *arr,
+                        sm_rendezvous_slot **fell, char *err, size_t errlen)
 {
-    return sm_cg_shm_collective(c, g, L, seq, kind, t, op, -1, NULL, 0, in, out, n, NULL, fell, err,
+    return sm_cg_shm_collective(c, g, L, seq, kind, t, op, -1, NULL, 0, in, out, n, arr, fell, err,
                                 errlen);
 }
 

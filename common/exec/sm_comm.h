@@ -62,18 +62,18 @@ typedef struct {
     const int *members; /* mesh positions in rank order; borrowed */
 } sm_comm_group;
 
-/* The arrays whose data a data movement's in and out are, through which
- * an implementation whose members meet in one process may share bytes
+/* The arrays whose data a collective's in and out are, through which an
+ * implementation whose members meet in one process may share bytes
  * instead of copying them (sm_array_alias): a permute's output may become
- * its source's input, an all_gather's output that of another member of
- * the process (every member's is the same). The caller reads out->data
+ * its source's input, an all_gather's or all_reduce's output that of
+ * another member of the process (every member's is the same). The caller reads out->data
  * after the call, which may no longer be the call's out. */
 typedef struct {
     const sm_array *in; /* in->data is the call's in */
     sm_array *out;      /* out->data is the call's out */
 } sm_comm_arrays;
 
-/* 1 if the n members of an all_gather that meet in one process (arrs[i]:
+/* 1 if the n members of an all_gather or all_reduce that meet in one process (arrs[i]:
  * member i's arrays, NULL if it gave none) may write one output, member
  * 0's, that the others then share (sm_array_alias cannot fail for them):
  * every member gave its arrays, all outputs are the same size and member
@@ -83,10 +83,12 @@ int sm_comm_one_output(const sm_comm_arrays *const *arrs, int n);
 typedef struct sm_comm {
     const char *name;
     /* out[i] = in_0[i] op in_1[i] op ... (op sum, max or min, combined in
-     * the tree below), n elements of t on every member. */
+     * the tree below), n elements of t on every member. arr: the arrays of
+     * in and out, or NULL (every member gives them, or none): members of
+     * one process may then share one output. */
     sm_err (*all_reduce)(void *ctx, const sm_comm_group *g, uint64_t seq, sm_dtype t,
-                         sm_kern_reduce_op op, const void *in, void *out, int64_t n, char *err,
-                         size_t errlen);
+                         sm_kern_reduce_op op, const void *in, void *out, int64_t n,
+                         const sm_comm_arrays *arr, char *err, size_t errlen);
     /* out = in_0 | in_1 | ... (rank-order concatenation); every member
      * gives nbytes, out holds size * nbytes. arr: the arrays of in and out,
      * or NULL (every member gives them, or none). */

@@ -92,11 +92,11 @@ static sm_err sm_cl_join(sm_comm_local *c, const sm_comm_group *g, uint64_t seq,
  * scatter a reduce_scatter. A failed reduction fails every member. */
 static sm_err sm_cl_reduce(sm_comm_local *c, const sm_comm_group *g, uint64_t seq, int scatter,
                            sm_dtype t, sm_kern_reduce_op op, const void *in, void *out, int64_t n,
-                           char *err, size_t errlen)
+                           const sm_comm_arrays *arr, char *err, size_t errlen)
 {
     sm_rendezvous_slot *s;
     sm_err e = sm_cl_join(c, g, seq, scatter ? SM_COMM_REDUCE_SCATTER : SM_COMM_ALL_REDUCE, n, in,
-                          out, NULL, &s, err, errlen);
+                          out, arr, &s, err, errlen);
     if (e)
         return e;
     e = sm_rendezvous_reduce(c->rv, s, g->rank, scatter, t, op, n, err, errlen);
@@ -106,16 +106,16 @@ static sm_err sm_cl_reduce(sm_comm_local *c, const sm_comm_group *g, uint64_t se
 
 static sm_err sm_cl_all_reduce(void *ctx, const sm_comm_group *g, uint64_t seq, sm_dtype t,
                                sm_kern_reduce_op op, const void *in, void *out, int64_t n,
-                               char *err, size_t errlen)
+                               const sm_comm_arrays *arr, char *err, size_t errlen)
 {
-    return sm_cl_reduce(ctx, g, seq, 0, t, op, in, out, n, err, errlen);
+    return sm_cl_reduce(ctx, g, seq, 0, t, op, in, out, n, arr, err, errlen);
 }
 
 static sm_err sm_cl_reduce_scatter(void *ctx, const sm_comm_group *g, uint64_t seq, sm_dtype t,
                                    sm_kern_reduce_op op, const void *in, void *out, int64_t n,
                                    char *err, size_t errlen)
 {
-    return sm_cl_reduce(ctx, g, seq, 1, t, op, in, out, n, err, errlen);
+    return sm_cl_reduce(ctx, g, seq, 1, t, op, in, out, n, NULL, err, errlen);
 }
 
 /* all_gather (kind SM_COMM_ALL_GATHER: every member's input) or

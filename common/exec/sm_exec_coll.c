@@ -143,7 +143,11 @@ static sm_err sm_exec_preduce(sm_exec_ctx *x, const sm_ir_op *op, const sm_comm_
         }
         dst = tmp;
     }
-    e = x->comm->all_reduce(x->cctx, g, seq, t, k, src, dst, n, err, errlen);
+    /* results written as they are (no conversion, no division after) may
+     * be one output that members of a process share */
+    const sm_comm_arrays arr = {in[0], out};
+    int share = !conv && !tmp && op->kind != SM_OP_PMEAN;
+    e = x->comm->all_reduce(x->cctx, g, seq, t, k, src, dst, n, share ? &arr : NULL, err, errlen);
     if (!e && tmp)
         e = sm_kern_astype(t, tmp, out->dtype, out->data, n, err, errlen);
     if (tmp)

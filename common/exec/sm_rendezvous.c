@@ -2,6 +2,7 @@
 #include "sm_rendezvous.h"
 
 #include "sm_array.h"
+#include "sm_array_share.h"
 #include "sm_time.h"
 
 #include <errno.h>
@@ -345,11 +346,17 @@ sm_err sm_rendezvous_reduce(sm_rendezvous *r, sm_rendezvous_slot *s, int index, 
     if (scatter)
         return sm_rendezvous_reduce_range(s, t, op, (int64_t)index * n, 0, n, s->out[index], index,
                                           0, err, errlen);
+    /* with every member's arrays, one output, member 0's, that the others
+     * share once every part is in (sm_rendezvous_mid) */
+    int one = n > 0 && sm_comm_one_output(s->arr, s->size);
     int64_t lo = n * index / s->size, hi = n * (index + 1) / s->size;
-    char *mine = (char *)s->out[index] + (size_t)lo * sm_dtype_size(t);
-    sm_err e = sm_rendezvous_reduce_range(s, t, op, 0, lo, hi, mine, index, 1, err, errlen);
+    char *mine =
+        (char *)(one ? s->arr[0]->out->data : s->out[index]) + (size_t)lo * sm_dtype_size(t);
+    sm_err e = sm_rendezvous_reduce_range(s, t, op, 0, lo, hi, mine, index, !one, err, errlen);
     if (sm_rendezvous_mid(r, s, e != SM_OK) && !e) /* every member fails alike */
         e = sm_fail(err, errlen, SM_EUNSUPPORTED, "%s of %s failed on a peer",
                     r->cfg.names[s->kind], sm_dtype_name(t));
+    if (!e && one && index > 0)
+        sm_array_alias(s->arr[index]->out, s->arr[0]->out, 0);
     return e;
 }
