@@ -194,6 +194,9 @@ sm_err sm_exec_where(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm
 sm_err sm_exec_astype(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
                       char *err, size_t errlen)
 {
+    /* to its own dtype (and pvary, pcast): the operand's bytes, shared */
+    if (in[0]->dtype == out->dtype && out->nbytes && sm_array_alias(out, in[0], 0))
+        return SM_OK;
     return sm_kern_astype(in[0]->dtype, in[0]->data, out->dtype, out->data, sm_exec_numel(out), err,
                           errlen);
 }
@@ -508,6 +511,8 @@ sm_err sm_exec_transpose(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in
 sm_err sm_exec_broadcast_to(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
                             char *err, size_t errlen)
 {
+    if (out->nbytes == in[0]->nbytes && out->nbytes && sm_array_alias(out, in[0], 0))
+        return SM_OK; /* to as many elements: only size-1 dimensions added */
     return sm_kern_broadcast_to(in[0]->dtype, in[0]->data, &in[0]->shape, &out->shape, out->data,
                                 err, errlen);
 }
