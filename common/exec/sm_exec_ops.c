@@ -568,6 +568,17 @@ sm_err sm_exec_dynamic_slice(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const
         int64_t a = op->attrs.axis < 0 ? op->attrs.axis + xs->rank : op->attrs.axis;
         start[a] = sm_exec_scalar_int(in[1]);
     }
+    /* clamped into the operand as the kernel does; one contiguous run of
+     * it (whole rows) is shared */
+    int64_t limit[SM_MAX_RANK];
+    for (int d = 0; d < xs->rank; d++) {
+        int64_t hi = xs->dims[d] - out->shape.dims[d];
+        start[d] = start[d] < 0 ? 0 : start[d] > hi ? hi : start[d];
+        limit[d] = start[d] + out->shape.dims[d];
+    }
+    int64_t at = sm_exec_slice_run(in[0], start, limit, NULL);
+    if (out->nbytes && at >= 0 && sm_array_alias(out, in[0], at))
+        return SM_OK;
     return sm_kern_dynamic_slice(in[0]->dtype, in[0]->data, xs, start, out->shape.dims, out->data,
                                  err, errlen);
 }
