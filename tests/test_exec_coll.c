@@ -449,7 +449,7 @@ typedef struct {
     sm_array_pool *pool; /* its values' memory, or NULL */
     int pos;
     sm_array *in;
-    sm_array *out[12];
+    sm_array *out[14];
     sm_err e;
     char err[1024];
 } dev_run;
@@ -491,7 +491,7 @@ static void run_devices_in(const sm_program *p, const sm_program *q, int bad, in
     for (int pos = 0; pos < nrun; pos++) {
         pthread_join(th[pos], NULL);
         sm_array_free(d[pos].in);
-        for (int r = 0; r < 12; r++)
+        for (int r = 0; r < 14; r++)
             sm_array_free(d[pos].out[r]);
     }
     sm_comm_local_free(comm);
@@ -873,7 +873,8 @@ END_TEST
  * devices run in one process: a ppermute's output is its source's input,
  * every device's all_gather or psum output is one (not a pmean's, divided
  * after the sum), a reshape, an astype to its own dtype, a broadcast_to
- * adding size-1 dimensions and a slice or dynamic_slice of whole
+ * adding size-1 dimensions, a transpose moving only size-1 dimensions and
+ * a slice or dynamic_slice of whole
  * rows at a 64-byte boundary are their operand's bytes; a slice of
  * columns, or of rows at another boundary, is a copy of its own. Every
  * result still has the values of the reference. */
@@ -882,7 +883,7 @@ START_TEST(test_moves_share_bytes)
     sm_program *p = parse_ok(
         "mesh x=4\n"
         "shard_map f(v: f32[32,16] @ P('x')) -> (P('x'), P(), P('x'), P('x'), P('x'), P('x'), "
-        "P(), P(), P('x'), P('x'), P('x'), P('x')):\n"
+        "P(), P(), P('x'), P('x'), P('x'), P('x'), P(None, 'x'), P('x')):\n"
         "    z = ppermute(v, 'x', perm=[(0, 1), (1, 2), (2, 3), (3, 0)])\n"
         "    g = all_gather(v, 'x', tiled=True)\n"
         "    s = slice(g, (4, 0), (8, 16))\n"
@@ -891,7 +892,8 @@ START_TEST(test_moves_share_bytes)
         "    o = slice(r, (1, 0), (3, 8))\n"
         "    return z, g, s, r, c, o, psum(v, 'x'), pmean(v, 'x'), astype(v, 'f32'), "
         "broadcast_to(r, (1, 16, 8)), dynamic_slice(g, (axis_index('x') * 8 + 20, 0), (8, "
-        "16)), dynamic_slice(g, (0, axis_index('x')), (8, 4))\n",
+        "16)), dynamic_slice(g, (0, axis_index('x')), (8, 4)), "
+        "transpose(reshape(v, (1, 128)), (1, 0)), transpose(v, (1, 0))\n",
         0);
     sm_comm_local *comm;
     char err[256];
@@ -942,6 +944,12 @@ START_TEST(test_moves_share_bytes)
         for (int i = 0; i < 8; i++)
             ck_assert(
                 !memcmp((float *)o[11]->data + 4 * i, (float *)o[1]->data + 16 * i + pos, 16));
+        /* a transpose moving a size-1 dimension only: shared; a real one not */
+        ck_assert_ptr_eq(o[12]->block, d[pos].in->block);
+        ck_assert_ptr_ne(o[13]->block, d[pos].in->block);
+        for (int k = 0; k < 8 * 16; k++)
+            ck_assert(((float *)o[13]->data)[k] ==
+                      ((float *)d[pos].in->data)[(k % 8) * 16 + k / 8]);
         /* psum: one output for the four; pmean divides each after: its own */
         ck_assert_ptr_eq(o[6]->block, d[0].out[6]->block);
         ck_assert_int_eq(o[7]->block == d[0].out[7]->block, pos == 0);
@@ -954,7 +962,7 @@ START_TEST(test_moves_share_bytes)
     for (int pos = 0; pos < 4; pos++)
         sm_array_free(d[pos].in);
     for (int pos = 0; pos < 4; pos++)
-        for (int r = 0; r < 12; r++) {
+        for (int r = 0; r < 14; r++) {
             if (r == 1) /* device 1's block, whose input is freed */
                 for (int k = 0; k < 8 * 16; k++)
                     ck_assert(((float *)d[pos].out[r]->data)[128 + k] == (float)(1000 + k));

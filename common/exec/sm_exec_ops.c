@@ -504,6 +504,15 @@ sm_err sm_exec_transpose(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in
         int64_t a = op->attrs.has_ints ? op->attrs.ints.v[d] : r - 1 - d;
         perm[d] = (int)(a < 0 ? a + r : a);
     }
+    /* dimensions longer than 1 kept in order: the same bytes, shared */
+    int last = -1, same = 1;
+    for (int d = 0; d < r && same; d++)
+        if (in[0]->shape.dims[perm[d]] > 1) {
+            same = perm[d] > last;
+            last = perm[d];
+        }
+    if (same && out->nbytes && sm_array_alias(out, in[0], 0))
+        return SM_OK;
     return sm_kern_transpose(in[0]->dtype, in[0]->data, &in[0]->shape, perm, out->data, err,
                              errlen);
 }
