@@ -69,6 +69,13 @@ def c(secure, cluster_log):
         yield client
 
 
+@pytest.fixture(scope="module")
+def mesh(c):
+    """The mesh most modules use: (4, 2) over axes i and j (a module may
+    define its own)."""
+    return c.make_mesh((4, 2), ("i", "j"))
+
+
 def _shmap_descendants():
     """(pid, name) of the shmap processes descending from this one."""
     parent, name = {}, {}

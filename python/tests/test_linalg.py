@@ -11,18 +11,11 @@ import numpy as np
 import pytest
 
 import shmap
-from shmap import P, NamedSharding
+from shmap import P
 from shmap import lax
 from shmap import numpy as jnp
 
-
-@pytest.fixture(scope="module")
-def mesh(c):
-    return c.make_mesh((4, 2), ("i", "j"))
-
-
-def _put(c, mesh, a, spec=P()):
-    return c.device_put(a, NamedSharding(mesh, spec))
+from _util import put as _put
 
 
 RNG = np.random.default_rng(11)

@@ -17,14 +17,7 @@ from shmap import lax, nn
 from shmap import numpy as jnp
 from shmap import random as jr
 
-
-@pytest.fixture(scope="module")
-def mesh(c):
-    return c.make_mesh((4, 2), ("i", "j"))
-
-
-def _put(c, mesh, a, spec):
-    return c.device_put(a, NamedSharding(mesh, spec))
+from _util import put as _put
 
 
 RNG = np.random.default_rng(21)

@@ -21,19 +21,12 @@ import numpy as np
 import pytest
 
 import shmap
-from shmap import P, NamedSharding
+from shmap import P
 from shmap import numpy as jnp
 from shmap.scipy import integrate, ndimage, optimize, signal
 from shmap.scipy import linalg as sla
 
-
-@pytest.fixture(scope="module")
-def mesh(c):
-    return c.make_mesh((4, 2), ("i", "j"))
-
-
-def _put(c, mesh, a, spec=P()):
-    return c.device_put(np.asarray(a), NamedSharding(mesh, spec))
+from _util import put as _put
 
 
 RNG = np.random.default_rng(21)

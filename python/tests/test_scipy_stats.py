@@ -15,23 +15,16 @@ import numpy as np
 import pytest
 
 import shmap
-from shmap import P, NamedSharding
+from shmap import P
 from shmap import numpy as jnp
 from shmap.scipy import special as sp
 from shmap.scipy import stats as st
 
+from _util import put as _put
+
 EULER = 0.5772156649015329
 LEG_T, LEG_W = np.polynomial.legendre.leggauss(40)
 LAG_T, LAG_W = np.polynomial.laguerre.laggauss(80)
-
-
-@pytest.fixture(scope="module")
-def mesh(c):
-    return c.make_mesh((4, 2), ("i", "j"))
-
-
-def _put(c, mesh, a, spec=P()):
-    return c.device_put(np.asarray(a), NamedSharding(mesh, spec))
 
 
 def _quad(f, lo, hi, panels=200):

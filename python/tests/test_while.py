@@ -14,17 +14,10 @@ from shmap import P, NamedSharding
 from shmap import lax
 from shmap import numpy as jnp
 
+from _util import put as _put
+
 RNG = np.random.default_rng(17)
 XA = RNG.standard_normal((8, 6)).astype(np.float32)
-
-
-@pytest.fixture(scope="module")
-def mesh(c):
-    return c.make_mesh((4, 2), ("i", "j"))
-
-
-def _put(c, mesh, a, spec):
-    return c.device_put(a, NamedSharding(mesh, spec))
 
 
 def test_jit_loop_until_converged(c, mesh):
