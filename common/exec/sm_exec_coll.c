@@ -182,17 +182,20 @@ static sm_err sm_exec_all_gather(sm_exec_ctx *x, const sm_ir_op *op, const sm_co
         gs.dims[d + 1] = xs->dims[d];
     if (gs.rank > SM_MAX_RANK)
         return sm_fail(err, errlen, SM_EUNSUPPORTED, "all_gather of a rank-%d operand", xs->rank);
-    void *tmp;
-    if ((e = sm_array_scratch(x->pool, (size_t)out->nbytes, "the buffer of all_gather", &tmp, err,
-                              errlen)))
+    /* the gathered blocks, which the devices of a process may share (one
+     * written per worker), each then moving them into its own output */
+    sm_array *tmp;
+    if ((e = sm_array_create_in(x->pool, out->dtype, &gs, 0, &tmp, err, errlen)))
         return e;
-    e = x->comm->all_gather(x->cctx, g, seq, in[0]->data, tmp, in[0]->nbytes, NULL, err, errlen);
+    const sm_comm_arrays arr = {in[0], tmp};
+    e = x->comm->all_gather(x->cctx, g, seq, in[0]->data, tmp->data, in[0]->nbytes, &arr, err,
+                            errlen);
     int perm[SM_MAX_RANK];
     for (int d = 0, k = 0; d < gs.rank; d++)
         perm[d] = d == a ? 0 : 1 + k++;
     if (!e)
-        e = sm_exec_permute_axes(out->dtype, tmp, &gs, perm, out->data, err, errlen);
-    sm_array_data_free(x->pool, tmp, (size_t)out->nbytes);
+        e = sm_exec_permute_axes(out->dtype, tmp->data, &gs, perm, out->data, err, errlen);
+    sm_array_free(tmp);
     return e;
 }
 
