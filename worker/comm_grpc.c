@@ -359,22 +359,15 @@ static sm_err sm_cg_take(sm_comm_grpc *c, uint64_t seq, int32_t src, int32_t dst
 /* A reduction whose members all live on this worker: they reduce among
  * themselves in shared memory (sm_rendezvous_reduce), every member doing
  * its share, with no scratch copy. */
-static sm_err sm_cg_reduce_local(sm_comm_grpc *c, const sm_comm_group *g, uint64_t seq,
-                                 sm_cg_kind kind, sm_dtype t, sm_kern_reduce_op op, const void *in,
-                                 void *out, int64_t n, const sm_comm_arrays *arr, char *err,
-                                 size_t errlen)
+static sm_err sm_cg_reduce_local(sm_comm_grpc *c, const sm_comm_group *g, const sm_cg_layout *L,
+                                 uint64_t seq, sm_cg_kind kind, sm_dtype t, sm_kern_reduce_op op,
+                                 const void *in, void *out, int64_t n, const sm_comm_arrays *arr,
+                                 char *err, size_t errlen)
 {
-    const sm_rendezvous_key k = {.g = g,
-                                 .seq = seq,
-                                 .size = g->size,
-                                 .index = g->rank,
-                                 .kind = (int)kind,
-                                 .arg = n,
-                                 .arr = arr};
     sm_rendezvous_slot *s;
-    sm_err e = sm_rendezvous_join(c->rv, &k, in, out, &c->deadline, &s, err, errlen);
-    if (e) /* as sm_cg_join */
-        return sm_cg_failf(c, SM_EINVAL, err, errlen, "%s", err);
+    sm_err e = sm_cg_join(c, g, L, seq, kind, n, in, out, arr, &s, err, errlen);
+    if (e)
+        return e;
     e = sm_rendezvous_reduce(c->rv, s, g->rank, kind == SM_CG_RS, t, op, n, err, errlen);
     if (e)
         sm_cg_abort(c, err);
@@ -402,7 +395,7 @@ static int sm_cg_reduce_start(sm_comm_grpc *c, const sm_comm_group *g, sm_cg_lay
 {
     sm_cg_layout_make(c, g, L);
     if (L->nw == 1) {
-        *e = sm_cg_reduce_local(c, g, seq, kind, t, op, in, out, n, arr, err, errlen);
+        *e = sm_cg_reduce_local(c, g, L, seq, kind, t, op, in, out, n, arr, err, errlen);
         return 1;
     }
     int64_t nbytes = n * (int64_t)sm_dtype_size(t) * (kind == SM_CG_RS ? g->size : 1);
@@ -659,12 +652,10 @@ static sm_err sm_cg_all_reduce(void *ctx, const sm_comm_group *g, uint64_t seq, 
     } else if (!e) {
         e = sm_rendezvous_wait_shared(c->rv, s, err, errlen); /* the leader's sends are bounded */
     }
-    if (!e && n > 0 && sm_comm_one_output(s->arr, L->nlocal)) {
-        if (L->li > 0)
-            sm_array_alias(arr->out, s->arr[0]->out, 0);
-    } else if (!e && n > 0) {
+    if (!e && n > 0 && sm_comm_one_output(s->arr, L->nlocal))
+        sm_comm_share_output(s->arr, L->li);
+    else if (!e && n > 0)
         sm_cg_fan_out(s, L, acc, n, el);
-    }
     sm_rendezvous_leave(c->rv, s);
 out:
     free(L);

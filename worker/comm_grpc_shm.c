@@ -1004,9 +1004,8 @@ static sm_err sm_cg_shm_ar_body(void *arg)
             i += len;
         }
     }
-    if (!e && nouts == 1 && L->nlocal > 1 && L->li > 0) /* the first member's output, written
-                                                         * in full once phase 3 is passed */
-        sm_array_alias(x->arr->out, s->arr[0]->out, 0);
+    if (!e && one) /* the first member's output, written in full once phase 3 is passed */
+        sm_comm_share_output(s->arr, L->li);
     return sm_cg_shm_xphase(x, 3, e);
 }
 
@@ -1281,8 +1280,8 @@ static sm_err sm_cg_shm_move_body(void *arg)
             src += (int64_t)g->rank * cb;
         sm_copy_as(out + at + a, src + a, (size_t)(b - a), x->stream);
     }
-    if (!e && one && L->li > 0)
-        sm_array_alias(x->arr->out, x->s->arr[0]->out, 0);
+    if (!e && one)
+        sm_comm_share_output(x->s->arr, L->li);
 zeros:
     if (!e && kind == SM_CG_PERM && x->from < 0)
         memset(x->out, 0, (size_t)cb);

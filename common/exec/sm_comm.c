@@ -2,6 +2,8 @@
  * vtable lives in sm_comm.h). */
 #include "sm_comm.h"
 
+#include "sm_array_share.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -168,6 +170,12 @@ sm_err sm_comm_tree_reduce(sm_dtype t, sm_kern_reduce_op op, int lo, int hi,
     }
     free(x.tmp);
     return e;
+}
+
+void sm_comm_share_output(const sm_comm_arrays *const *arrs, int index)
+{
+    if (index > 0)
+        sm_array_alias(arrs[index]->out, arrs[0]->out, 0);
 }
 
 int sm_comm_one_output(const sm_comm_arrays *const *arrs, int n)

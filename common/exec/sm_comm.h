@@ -79,6 +79,9 @@ typedef struct {
  * every member gave its arrays, all outputs are the same size and member
  * 0's has a block. Pure. */
 int sm_comm_one_output(const sm_comm_arrays *const *arrs, int n);
+/* Once that one output is written: member index's output shares member
+ * 0's bytes (sm_array_alias) instead of its own; nothing for member 0. */
+void sm_comm_share_output(const sm_comm_arrays *const *arrs, int index);
 
 typedef struct sm_comm {
     const char *name;

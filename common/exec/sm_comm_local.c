@@ -148,8 +148,8 @@ static sm_err sm_cl_collect(sm_comm_local *c, const sm_comm_group *g, uint64_t s
             sm_copy_as(dst + a, (const char *)s->in[r] + at + (a - (size_t)r * (size_t)chunk),
                        b - a, stream);
     }
-    if (one && g->rank > 0)
-        sm_array_alias(arr->out, s->arr[0]->out, 0);
+    if (one)
+        sm_comm_share_output(s->arr, g->rank);
     sm_rendezvous_leave(c->rv, s);
     return SM_OK;
 }

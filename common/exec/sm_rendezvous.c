@@ -2,7 +2,6 @@
 #include "sm_rendezvous.h"
 
 #include "sm_array.h"
-#include "sm_array_share.h"
 #include "sm_time.h"
 
 #include <errno.h>
@@ -356,7 +355,7 @@ sm_err sm_rendezvous_reduce(sm_rendezvous *r, sm_rendezvous_slot *s, int index, 
     if (sm_rendezvous_mid(r, s, e != SM_OK) && !e) /* every member fails alike */
         e = sm_fail(err, errlen, SM_EUNSUPPORTED, "%s of %s failed on a peer",
                     r->cfg.names[s->kind], sm_dtype_name(t));
-    if (!e && one && index > 0)
-        sm_array_alias(s->arr[index]->out, s->arr[0]->out, 0);
+    if (!e && one)
+        sm_comm_share_output(s->arr, index);
     return e;
 }
