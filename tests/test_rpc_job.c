@@ -124,6 +124,17 @@ static const prog_case progs[] = {
     {"shard_map_types", "mesh i=2 j=2 axis_types=(Auto, Explicit)\n"
                         "shard_map t(x: f32[4] @ P('i')) -> P('i'):\n"
                         "    return x * 2\n"},
+    /* shard_map Manual over some axes (Program.manual_axes, IrOp.manual_axes) */
+    {"partial_manual", "mesh i=4 j=2\n"
+                       "shard_map g(x: f32[8,4] @ P('i')) -> P('i'), axis_names={'i'}:\n"
+                       "    return psum(x, 'i')\n"
+                       "shard_map h(x: f32[8,4] @ P(None, 'j')) -> P(None, 'j'), "
+                       "axis_names={'j'}:\n"
+                       "    return x + axis_index('j')\n"
+                       "jit f(x: f32[8,4] @ P('i')):\n    return h(reshard(g(x), P()))\n"},
+    {"partial_manual_entry", "mesh i=4 j=2\n"
+                             "shard_map g(x: f32[8,4] @ P('i')) -> P('i'), axis_names={'i'}:\n"
+                             "    return pmax(x, 'i')\n"},
     /* slice strides (IrAttrs.ints3) */
     {"strided_slices", "mesh i=4\n"
                        "shard_map s(x: f32[8,16] @ P('i')) -> P('i'):\n"

@@ -106,6 +106,8 @@ static sm_err sm_ir_param_block(const sm_program *p, const sm_ir_param *pa, sm_i
         v->manual = 0;
         return SM_OK;
     }
+    if ((e = sm_ir_spec_manual(p, p->manual_axes, &pa->spec, "in_specs", pa->value, err, errlen)))
+        return e;
     for (int d = 0; d < pa->global.rank; d++)
         v->shape.dims[d] = pa->global.dims[d] / sm_pspec_dim_factor(&pa->spec, &p->mesh, d);
     for (int k = 0; k < pa->spec.nentries; k++)
@@ -152,14 +154,14 @@ sm_err sm_program_add_op_at(sm_program *p, sm_op_kind kind, const int *operands,
                             const sm_ir_attrs *attrs, int line, int col, int *value_id, char *err,
                             size_t errlen)
 {
-    return sm_program_add_op_jit(p, kind, operands, n, attrs, line, col, 0, 0, 0, value_id, err,
+    return sm_program_add_op_jit(p, kind, operands, n, attrs, line, col, 0, 0, 0, 0, value_id, err,
                                  errlen);
 }
 
 sm_err sm_program_add_op_jit(sm_program *p, sm_op_kind kind, const int *operands, int n,
                              const sm_ir_attrs *attrs, int line, int col, int manual,
-                             uint32_t auto_mask, uint32_t explicit_mask, int *value_id, char *err,
-                             size_t errlen)
+                             uint32_t manual_axes, uint32_t auto_mask, uint32_t explicit_mask,
+                             int *value_id, char *err, size_t errlen)
 {
     static const sm_ir_attrs none;
     if (n < 0 || n > SM_OP_MAXARGS)
@@ -168,6 +170,7 @@ sm_err sm_program_add_op_jit(sm_program *p, sm_op_kind kind, const int *operands
     op.line = line;
     op.col = col;
     op.manual = manual;
+    op.manual_axes = manual_axes;
     op.auto_mask = auto_mask;
     op.explicit_mask = explicit_mask;
     op.operands = sm_arena_alloc(p->arena, sizeof(int) * (size_t)(n ? n : 1));
@@ -399,6 +402,9 @@ static sm_err sm_ir_check_out(sm_program *p, int k, char *err, size_t errlen)
         return sm_fail(err, errlen, e, "%s: out_spec %s: %s", what,
                        sm_pspec_format(s, sp, sizeof sp), inner);
     }
+    if (p->kind != SM_PROG_JIT && (e = sm_ir_spec_manual(p, p->manual_axes, s, "out_specs",
+                                                         p->nreturns > 1 ? k : -1, err, errlen)))
+        return e;
     if (s->nentries > v->shape.rank)
         return sm_fail(err, errlen, SM_EINVAL,
                        "%s: out_spec %s has %d entries but the value has rank %d%s", what,
@@ -501,6 +507,34 @@ static uint32_t sm_ir_spec_axes(const sm_program *p, const sm_pspec *s)
         for (int j = 0; j < s->e[d].naxes; j++)
             named |= 1u << sm_mesh_axis(&p->mesh, s->e[d].axes[j]);
     return named;
+}
+
+sm_err sm_ir_spec_manual(const sm_program *p, uint32_t manual, const sm_pspec *s, const char *what,
+                         int index, char *err, size_t errlen)
+{
+    uint32_t all = p->mesh.naxes >= 32 ? UINT32_MAX : (1u << p->mesh.naxes) - 1;
+    if (!manual || (manual & all) == all)
+        return SM_OK;
+    char set[300], sp[300], at[32] = "";
+    sm_ir_axes_set_str(p, manual, set, sizeof set);
+    if (index >= 0)
+        snprintf(at, sizeof at, "[%d]", index);
+    if (s->nunreduced)
+        return sm_fail(err, errlen, SM_EUNIMPLEMENTED,
+                       "unreduced/reduced can only be passed to %s when shard_map is in full "
+                       "manual mode. Got manual_axes: frozenset(%s), specs: %s",
+                       what, set, sm_pspec_format(s, sp, sizeof sp));
+    for (int d = 0; d < s->nentries; d++)
+        for (int j = 0; j < s->e[d].naxes; j++) {
+            int a = sm_mesh_axis(&p->mesh, s->e[d].axes[j]);
+            if (a >= 0 && !(manual & (1u << a)))
+                return sm_fail(err, errlen, SM_EINVAL,
+                               "shard_map %s argument must refer to an axis marked as manual "
+                               "(frozenset(%s)), but: %s%s refers to '%s'. Check the %s values "
+                               "passed to shard_map.",
+                               what, set, what, at, s->e[d].axes[j], what);
+        }
+    return SM_OK;
 }
 
 /* The replication check's refusal: what varies over the mesh axes in bad,
@@ -667,7 +701,7 @@ int sm_program_equal(const sm_program *a, const sm_program *b)
 {
     if (a->kind != b->kind || a->auto_axes != b->auto_axes ||
         a->mesh.auto_axes != b->mesh.auto_axes || a->has_out_shardings != b->has_out_shardings ||
-        a->lowered != b->lowered)
+        a->lowered != b->lowered || a->manual_axes != b->manual_axes)
         return 0;
     if (a->mesh.naxes != b->mesh.naxes || a->nparams != b->nparams || a->nops != b->nops ||
         a->nvalues != b->nvalues || a->nreturns != b->nreturns || strcmp(a->name, b->name))
@@ -690,7 +724,8 @@ int sm_program_equal(const sm_program *a, const sm_program *b)
         if (x->kind != y->kind || x->noperands != y->noperands || x->result != y->result ||
             memcmp(x->operands, y->operands, sizeof(int) * (size_t)x->noperands) ||
             !sm_ir_attrs_equal(&x->attrs, &y->attrs) || x->manual != y->manual ||
-            x->auto_mask != y->auto_mask || x->explicit_mask != y->explicit_mask)
+            x->manual_axes != y->manual_axes || x->auto_mask != y->auto_mask ||
+            x->explicit_mask != y->explicit_mask)
             return 0;
     }
     for (int v = 0; v < a->nvalues; v++) {

@@ -258,9 +258,62 @@ static int sm_ps_convert(sm_parser *ps, const char *op, const sm_op_param *pm, c
     return sm_ps_fail(ps, it->at, SM_EINTERNAL, "%s: bad signature kind '%c'", what, pm->kind);
 }
 
+/* with_sharding_constraint(x, P(...)) in the body of a shard_map Manual over
+ * the axes bound only: the spec may name the other axes alone (JAX's
+ * partial-auto shard_map); the body runs replicated over those, so the
+ * constraint leaves x as it is. */
+static int sm_ps_wsc_partial(sm_parser *ps, const sm_tok *at, const sm_arg *args, int nargs,
+                             uint32_t bound, sm_item *out)
+{
+    const sm_item *x = NULL, *sp = NULL;
+    for (int k = 0; k < nargs; k++) {
+        const char *kw = args[k].kw;
+        if ((kw && !strcmp(kw, "x")) || (!kw && k == 0))
+            x = &args[k].v;
+        else if ((kw && !strcmp(kw, "shardings")) || (!kw && k == 1))
+            sp = &args[k].v;
+        else
+            return sm_ps_fail(ps, args[k].at, SM_EINVAL,
+                              "with_sharding_constraint takes (x, shardings)");
+    }
+    if (!x || !sp || x->kind != SM_IT_VALUE || sp->kind != SM_IT_SPEC)
+        return sm_ps_fail(ps, at, SM_EINVAL,
+                          "with_sharding_constraint takes an array and a PartitionSpec P(...)");
+    const sm_pspec *s = sp->spec;
+    const sm_ir_value *v = &ps->p->values[x->i];
+    char sb[300], set[300];
+    if (v->weak)
+        return sm_ps_fail(ps, x->at ? x->at : at, SM_EINVAL,
+                          "with_sharding_constraint takes an array, not a Python scalar");
+    for (int d = 0; d < s->nentries; d++)
+        for (int j = 0; j < s->e[d].naxes; j++) {
+            int a = sm_mesh_axis(&ps->p->mesh, s->e[d].axes[j]);
+            if (a >= 0 && (bound & (1u << a)))
+                return sm_ps_fail(ps, sp->at ? sp->at : at, SM_EINVAL,
+                                  "with_sharding_constraint: the sharding %s names '%s', a "
+                                  "manual axis of the shard_map around it (axis_names=%s); it "
+                                  "may name only the axes the shard_map leaves out",
+                                  sm_pspec_format(s, sb, sizeof sb), s->e[d].axes[j],
+                                  sm_ir_axes_set_str(ps->p, bound, set, sizeof set));
+        }
+    sm_err e =
+        sm_pspec_check(s, &ps->p->mesh, &v->shape, "with_sharding_constraint", ps->err, ps->errlen);
+    if (e)
+        return sm_ps_fail_at(ps, sp->at ? sp->at : at, e);
+    /* x as it is, as a value of its own (the caller names it): an astype to
+     * its own dtype, which shares x's bytes */
+    sm_ir_attrs a = {.has_dtype = 1, .dtype = v->dtype};
+    int id = (int)x->i;
+    return sm_ps_emit(ps, SM_OP_ASTYPE, &id, 1, &a, at, out);
+}
+
 int sm_ps_call_op(sm_parser *ps, sm_op_kind kind, const sm_tok *at, const sm_arg *args, int nargs,
                   sm_item *out)
 {
+    uint32_t manual =
+        ps->p->kind == SM_PROG_JIT ? (ps->manual ? ps->manual_axes : 0) : ps->p->manual_axes;
+    if (kind == SM_OP_WITH_SHARDING_CONSTRAINT && manual)
+        return sm_ps_wsc_partial(ps, at, args, nargs, manual, out);
     sm_op_param pms[16];
     int np = sm_op_params(kind, pms, 16);
     const char *op = sm_op_name(kind);

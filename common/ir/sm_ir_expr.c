@@ -1,6 +1,7 @@
 /* sm_ir_expr: expressions of the text form. Static Python values fold;
  * array values emit ops. Precedence as in Python: comparison < + - <
  * * / // % @ < unary - < ** < call, index, attribute. */
+#include "sm_ir_infer.h"
 #include "sm_ir_parse.h"
 
 #include <math.h>
@@ -38,7 +39,8 @@ int sm_ps_emit(sm_parser *ps, sm_op_kind kind, const int *operands, int n, const
         return sm_ps_fail(ps, at, SM_ERESOURCE, "the program unrolls to more than %d ops",
                           SM_PS_MAX_OPS);
     sm_err e = sm_program_add_op_jit(ps->p, kind, operands, n, attrs, at->line, at->col, ps->manual,
-                                     ps->auto_mask, ps->explicit_mask, &id, ps->err, ps->errlen);
+                                     ps->manual_axes, ps->auto_mask, ps->explicit_mask, &id,
+                                     ps->err, ps->errlen);
     if (e)
         return sm_ps_fail_at(ps, at, e);
     *out = (sm_item){.kind = SM_IT_VALUE, .i = id, .at = at};
@@ -591,6 +593,16 @@ static int sm_ps_call(sm_parser *ps, const sm_item *fn, const sm_item *self, sm_
                     ps, a->at, SM_EINVAL, "%s: unknown axis name %s%s%s: the mesh has no such axis",
                     sm_op_name(kind), a->kind == SM_IT_STR ? "'" : "",
                     a->kind == SM_IT_STR ? a->s : sm_it_desc(a), a->kind == SM_IT_STR ? "'" : "");
+            uint32_t bound = ps->p->kind == SM_PROG_JIT ? (ps->manual ? ps->manual_axes : 0)
+                                                        : ps->p->manual_axes;
+            if (bound && !(bound & (1u << m))) {
+                char set[300];
+                return sm_ps_fail(ps, a->at, SM_EINVAL,
+                                  "%s: unbound axis name: %s (the shard_map's axis_names are "
+                                  "%s: only those axes are Manual in its body)",
+                                  sm_op_name(kind), a->s,
+                                  sm_ir_axes_set_str(ps->p, bound, set, sizeof set));
+            }
             size *= ps->p->mesh.sizes[m];
         }
         if (kind == SM_OP_AXIS_SIZE) {

@@ -87,6 +87,13 @@ sm_err sm_ir_unreduced_op(const sm_program *p, const sm_ir_op *op, const sm_ir_v
                           sm_ir_value *out, uint32_t mask, char *err, size_t errlen);
 /* "{'x', 'y'}": mesh axes as a Python set, in mesh order ("set()" if none). */
 char *sm_ir_axes_set_str(const sm_program *p, uint32_t m, char *buf, size_t len);
+/* shard_map's check of one of its in_specs or out_specs (what: "in_specs"
+ * or "out_specs"; index >= 0 is written after it) against the axes Manual
+ * in its body (manual: 0, or every axis, passes): JAX's ValueError when s
+ * names another mesh axis, its NotImplementedError for unreduced= in a
+ * partial-manual shard_map. */
+sm_err sm_ir_spec_manual(const sm_program *p, uint32_t manual, const sm_pspec *s, const char *what,
+                         int index, char *err, size_t errlen);
 /* The mesh axes of a spec's unreduced={...}, as a mask (unknown names left out). */
 uint32_t sm_ir_spec_unreduced(const sm_program *p, const sm_pspec *s);
 /* Number of shards along dim d (product of its axes' sizes). */

@@ -246,6 +246,45 @@ static sm_err sm_ir_attrs_check(const sm_ir_op *op, char *err, size_t errlen)
     return SM_OK;
 }
 
+/* A jit program's shard_map_in and shard_map_out of a shard_map function
+ * Manual over some of the mesh's axes (op->manual_axes): its specs name only
+ * those (JAX's sentences), and an argument's type shows no other Explicit
+ * axis: JAX keeps such a sharding in the body's types, and the service runs
+ * a partial-manual body replicated over the axes it leaves out. */
+static sm_err sm_ir_manual_edge(const sm_program *p, const sm_ir_op *op,
+                                const sm_ir_value *const *in, char *err, size_t errlen)
+{
+    if ((op->kind != SM_OP_SHARD_MAP_IN && op->kind != SM_OP_SHARD_MAP_OUT) || !op->manual_axes ||
+        !op->attrs.sharding || op->noperands < 1)
+        return SM_OK;
+    int is_in = op->kind == SM_OP_SHARD_MAP_IN;
+    sm_err e = sm_ir_spec_manual(p, op->manual_axes, op->attrs.sharding,
+                                 is_in ? "in_specs" : "out_specs", -1, err, errlen);
+    if (e || !is_in)
+        return e;
+    const sm_ir_value *v = in[0];
+    uint32_t shown = 0;
+    for (int d = 0; d < v->shape.rank; d++)
+        for (int j = 0; j < v->layout.n[d]; j++)
+            shown |= 1u << v->layout.ax[d][j];
+    shown &= ~v->hidden & ~op->manual_axes;
+    for (int a = 0; shown && a < p->mesh.naxes; a++)
+        if (shown & (1u << a)) {
+            char ty[300], set[300];
+            return sm_fail(err, errlen, SM_EUNIMPLEMENTED,
+                           "shard_map(axis_names=%s): an argument of type %s is sharded over "
+                           "'%s', an Explicit mesh axis the shard_map leaves out: its body "
+                           "would keep that sharding in its types, which is not supported "
+                           "(the service runs a partial-manual body replicated over the other "
+                           "axes); reshard the argument to replicate it over '%s' first, or make "
+                           "'%s' Auto",
+                           sm_ir_axes_set_str(p, op->manual_axes, set, sizeof set),
+                           sm_ir_jit_type_str(p, v, ty, sizeof ty), p->mesh.names[a],
+                           p->mesh.names[a], p->mesh.names[a]);
+        }
+    return SM_OK;
+}
+
 sm_err sm_ir_infer_op(const sm_program *p, const sm_ir_op *op, int limit, sm_ir_value *out,
                       char *err, size_t errlen)
 {
@@ -297,8 +336,8 @@ sm_err sm_ir_infer_op(const sm_program *p, const sm_ir_op *op, int limit, sm_ir_
                            info->name, i, in[i]->manual ? "a per-device block" : "a global array",
                            op->manual ? "per-device" : "global");
     }
-    sm_err e = info->infer(p, op, in, out, err, errlen);
-    if (e)
+    sm_err e = jit ? sm_ir_manual_edge(p, op, in, err, errlen) : SM_OK;
+    if (e || (e = info->infer(p, op, in, out, err, errlen)))
         return e;
     out->manual = jit && (op->manual || op->kind == SM_OP_SHARD_MAP_IN);
     int64_t numel = 1;
@@ -315,6 +354,17 @@ sm_err sm_ir_infer_op(const sm_program *p, const sm_ir_op *op, int limit, sm_ir_
     if (info->vma != SM_VMA_UNION && !(info->vma == SM_VMA_NONE && op->attrs.naxes == 0)) {
         if ((e = sm_ir_axes_resolve(p, op, &mask, &n, err, errlen)))
             return e;
+        uint32_t bound = jit ? (op->manual ? op->manual_axes : 0) : p->manual_axes;
+        for (int a = 0; bound && a < p->mesh.naxes; a++)
+            if ((mask & ~bound) & (1u << a)) {
+                char set[300];
+                return sm_fail(err, errlen, SM_EINVAL,
+                               "%s: unbound axis name: %s (the shard_map's axis_names are %s: "
+                               "only those axes are Manual in its body; the others are the "
+                               "service's to lay out)",
+                               info->name, p->mesh.names[a],
+                               sm_ir_axes_set_str(p, bound, set, sizeof set));
+            }
     }
     switch (info->vma) {
     case SM_VMA_UNION:

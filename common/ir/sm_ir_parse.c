@@ -740,6 +740,80 @@ static int sm_ps_out_specs(sm_parser *ps, sm_pspec *specs, int max, int *n)
     return 0;
 }
 
+/* A shard_map header's `, axis_names={'i', ...}` after its out_specs (a
+ * set, tuple or list of axis names, or one name), if there: *mask gets
+ * those mesh axes, 0 when absent, empty or every axis (a shard_map Manual
+ * over the whole mesh). */
+static int sm_ps_axis_names(sm_parser *ps, uint32_t *mask)
+{
+    *mask = 0;
+    if (!sm_tok_is(sm_ps_peek(ps), ",") || !sm_tok_is(&ps->t[ps->pos + 1], "axis_names"))
+        return 0;
+    ps->pos += 2;
+    if (sm_ps_expect(ps, "=", "after axis_names"))
+        return -1;
+    const char *close = NULL;
+    int frozen = sm_tok_is(sm_ps_peek(ps), "frozenset") && sm_tok_is(&ps->t[ps->pos + 1], "(");
+    if (frozen) /* frozenset({'i'}), as JAX's tests write it */
+        ps->pos += 2;
+    if (sm_ps_accept(ps, "{"))
+        close = "}";
+    else if (sm_ps_accept(ps, "("))
+        close = ")";
+    else if (sm_ps_accept(ps, "["))
+        close = "]";
+    while (1) {
+        const sm_tok *a = sm_ps_peek(ps);
+        if (close && sm_ps_accept(ps, close))
+            break;
+        if (a->kind != SM_TOK_STRING)
+            return sm_ps_fail(ps, a, SM_EFORMAT,
+                              "expected a quoted mesh axis name in axis_names= (a set of them: "
+                              "axis_names={'i', 'j'})");
+        char name[SM_AXIS_NAME_MAX];
+        snprintf(name, sizeof name, "%.*s", a->len, a->text);
+        int ax = a->len < SM_AXIS_NAME_MAX ? sm_mesh_axis(&ps->p->mesh, name) : -1;
+        if (ax < 0)
+            return sm_ps_fail(ps, a, SM_EINVAL,
+                              "axis_names: unknown axis name '%s': the mesh has no such axis",
+                              name);
+        *mask |= 1u << ax;
+        ps->pos++;
+        if (!close)
+            break;
+        if (!sm_tok_is(sm_ps_peek(ps), close) && sm_ps_expect(ps, ",", "between axis names"))
+            return -1;
+    }
+    if (frozen && sm_ps_expect(ps, ")", "after frozenset({...}"))
+        return -1;
+    uint32_t all = (uint32_t)((UINT64_C(1) << ps->p->mesh.naxes) - 1);
+    if (*mask == all)
+        *mask = 0;
+    return 0;
+}
+
+/* The axis_names= of shard_map function f's header (sm_ps_axis_names),
+ * read ahead of its parameters; the position is left as it was. */
+static int sm_ps_fn_axis_names(sm_parser *ps, const sm_fn *f, uint32_t *mask)
+{
+    int saved = ps->pos, depth = 0, rc = 0;
+    *mask = 0;
+    ps->pos = f->hdr + 1;
+    do { /* past the parameter list */
+        const sm_tok *t = sm_ps_next(ps);
+        if (t->kind == SM_TOK_EOF || t->kind == SM_TOK_INDENT)
+            break;
+        depth += sm_tok_is(t, "(") || sm_tok_is(t, "[") || sm_tok_is(t, "{");
+        depth -= sm_tok_is(t, ")") || sm_tok_is(t, "]") || sm_tok_is(t, "}");
+    } while (depth > 0);
+    sm_pspec specs[64];
+    int n;
+    if (sm_ps_accept(ps, "->"))
+        rc = sm_ps_out_specs(ps, specs, 64, &n) || sm_ps_axis_names(ps, mask);
+    ps->pos = saved;
+    return rc ? -1 : 0;
+}
+
 /* Records every top-level function: `def`, `shard_map` or `jit` NAME ...:
  * with an indented body. */
 static int sm_ps_scan_fns(sm_parser *ps)
@@ -817,9 +891,13 @@ static int sm_ps_entry(sm_parser *ps, const sm_fn *f, const sm_mesh *mesh, int h
             ps->p->has_out_shardings = 1;
         }
     } else if (sm_ps_expect(ps, "->", "before the out_specs") ||
-               sm_ps_out_specs(ps, specs, 64, &n)) {
+               sm_ps_out_specs(ps, specs, 64, &n) || sm_ps_axis_names(ps, &ps->p->manual_axes)) {
         return -1;
     }
+    for (int i = 0; i < ps->p->nparams && ps->p->manual_axes; i++) /* their in_specs */
+        if ((e = sm_ir_spec_manual(ps->p, ps->p->manual_axes, &ps->p->params[i].spec, "in_specs", i,
+                                   ps->err, ps->errlen)))
+            return sm_ps_fail_at(ps, nt, e);
     ps->p->out_specs = sm_arena_alloc(ps->p->arena, sizeof(sm_pspec) * (size_t)(n ? n : 1));
     if (!ps->p->out_specs)
         return sm_ps_fail(ps, nt, SM_ENOMEM, "out of memory");
@@ -919,12 +997,17 @@ int sm_ps_call_fn(sm_parser *ps, const sm_fn *f, const sm_tok *at, const sm_arg 
                           f->name, f->kind == SM_FN_JIT ? "jit" : "shard_map");
     if (f->kind == SM_FN_SHARD_MAP && ps->manual)
         return sm_ps_fail(ps, at, SM_EINVAL, "a shard_map function cannot call another one");
+    uint32_t callee_axes = 0, saved_axes = ps->manual_axes;
+    if (f->kind == SM_FN_SHARD_MAP && sm_ps_fn_axis_names(ps, f, &callee_axes))
+        return -1;
     int saved_pos = ps->pos, saved_n = ps->nsyms, saved_manual = ps->manual;
     sm_sym *saved = malloc(sizeof *saved * (size_t)(saved_n ? saved_n : 1));
     if (!saved)
         return sm_ps_fail(ps, at, SM_ENOMEM, "out of memory");
     memcpy(saved, ps->syms, sizeof *saved * (size_t)saved_n);
     int rc = -1, na = 0;
+    if (f->kind == SM_FN_SHARD_MAP)
+        ps->manual_axes = callee_axes; /* its shard_map_in, body and shard_map_out */
     ps->pos = f->hdr + 1;
     if (sm_ps_expect(ps, "(", "after the function name"))
         goto done;
@@ -949,7 +1032,9 @@ int sm_ps_call_fn(sm_parser *ps, const sm_fn *f, const sm_tok *at, const sm_arg 
     }
     sm_pspec specs[64];
     int nout = 0;
-    if (sm_ps_accept(ps, "->") && sm_ps_out_specs(ps, specs, 64, &nout))
+    uint32_t again;
+    if (sm_ps_accept(ps, "->") &&
+        (sm_ps_out_specs(ps, specs, 64, &nout) || sm_ps_axis_names(ps, &again)))
         goto done;
     ps->pos = f->body + 1;
     ps->calls++;
@@ -992,6 +1077,7 @@ done:
     free(saved);
     ps->pos = saved_pos;
     ps->manual = saved_manual;
+    ps->manual_axes = saved_axes;
     return rc;
 }
 

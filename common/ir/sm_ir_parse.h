@@ -69,6 +69,8 @@ typedef struct {
     int mesh_ntypes;        /* how many axis_types were written */
     const char *entry;      /* the function to run; NULL: the last shard_map or jit */
     int manual;             /* emitting the ops of a shard_map function called from jit */
+    uint32_t manual_axes;   /* ... Manual over these axes only (its axis_names=); 0: every
+                             * axis */
     uint32_t auto_mask;     /* inside auto_axes: its axes */
     uint32_t explicit_mask; /* inside explicit_axes: its axes */
     int calls;              /* depth of inlined calls; `return` gives ret then */

@@ -301,13 +301,21 @@ static void sm_ir_put_header(sm_strbuf *b, const sm_program *p)
         sm_strbuf_puts(b, "(");
     for (int k = 0; k < p->nreturns; k++)
         sm_strbuf_printf(b, "%s%s", k ? ", " : "", sm_pspec_format(&p->out_specs[k], buf, 400));
-    sm_strbuf_puts(b, p->nreturns != 1 ? "):\n" : ":\n");
+    if (p->nreturns != 1)
+        sm_strbuf_puts(b, ")");
+    if (p->kind != SM_PROG_JIT && p->manual_axes)
+        sm_strbuf_printf(b, ", axis_names=%s", sm_ir_axes_set_str(p, p->manual_axes, buf, 400));
+    sm_strbuf_puts(b, ":\n");
 }
 
 /* Marks the ops of a jit program that are not plain global ops. */
-static void sm_ir_put_region(sm_strbuf *b, const sm_ir_op *op)
+static void sm_ir_put_region(sm_strbuf *b, const sm_program *p, const sm_ir_op *op)
 {
-    if (op->manual)
+    char set[300];
+    if (op->manual && op->manual_axes)
+        sm_strbuf_printf(b, "  # per-device over %s (a shard_map function's body)",
+                         sm_ir_axes_set_str(p, op->manual_axes, set, sizeof set));
+    else if (op->manual)
         sm_strbuf_puts(b, "  # per-device (a shard_map function's body)");
     else if (op->auto_mask)
         sm_strbuf_puts(b, "  # inside auto_axes");
@@ -349,7 +357,7 @@ static int sm_ir_put_loop_op(sm_strbuf *b, const sm_namer *nm, const sm_program 
         sm_strbuf_printf(b, "%s = %s", nm->names[op->result], nm->names[op->operands[0]]);
         if (typed)
             sm_strbuf_printf(b, " : %s", sm_program_value_type(p, op->result, ty, sizeof ty));
-        sm_ir_put_region(b, op);
+        sm_ir_put_region(b, p, op);
         sm_strbuf_puts(b, "\n");
         return k;
     }
@@ -370,7 +378,7 @@ sm_err sm_program_print(const sm_program *p, sm_strbuf *out)
         }
         sm_strbuf_printf(out, "%*s%s = ", 4 * depth, "", nm.names[p->ops[k].result]);
         sm_ir_put_call(out, &nm, &p->ops[k]);
-        sm_ir_put_region(out, &p->ops[k]);
+        sm_ir_put_region(out, p, &p->ops[k]);
         sm_strbuf_puts(out, "\n");
     }
     sm_strbuf_puts(out, "    return ");
@@ -401,7 +409,7 @@ sm_err sm_program_describe(const sm_program *p, sm_strbuf *out)
         sm_strbuf_printf(out, "%*s%s = ", 4 * depth, "", nm.names[p->ops[k].result]);
         sm_ir_put_call(out, &nm, &p->ops[k]);
         sm_strbuf_printf(out, " : %s", sm_program_value_type(p, p->ops[k].result, ty, sizeof ty));
-        sm_ir_put_region(out, &p->ops[k]);
+        sm_ir_put_region(out, p, &p->ops[k]);
         sm_strbuf_puts(out, "\n");
     }
     for (int k = 0; p->kind == SM_PROG_JIT && k < p->nreturns; k++)

@@ -91,6 +91,7 @@ Shmap__V1__Program *sm_svc_program_enc(sm_arena *a, const sm_program *p)
     m->auto_axes = p->auto_axes;
     m->has_out_shardings = p->has_out_shardings != 0;
     m->lowered = p->lowered != 0;
+    m->manual_axes = p->kind == SM_PROG_JIT ? 0 : p->manual_axes;
     for (int v = 0; v < p->nvalues; v++)
         map[v] = -1;
     for (int i = 0; i < p->nparams; i++)
@@ -147,6 +148,7 @@ Shmap__V1__Program *sm_svc_program_enc(sm_arena *a, const sm_program *p)
         q->line = op->line;
         q->col = op->col;
         q->manual = op->manual != 0;
+        q->manual_axes = op->manual_axes;
         q->auto_mask = op->auto_mask;
         q->explicit_mask = op->explicit_mask;
         if (op->attrs.sharding) {
@@ -327,7 +329,8 @@ static sm_err op_dec(sm_program *p, const Shmap__V1__IrOp *q, size_t k, const ch
     }
     int id;
     e = sm_program_add_op_jit(p, kind, ops, (int)q->n_operands, &at, q->line, q->col,
-                              q->manual != 0, q->auto_mask, q->explicit_mask, &id, tmp, sizeof tmp);
+                              q->manual != 0, q->manual_axes, q->auto_mask, q->explicit_mask, &id,
+                              tmp, sizeof tmp);
     free(perm);
     if (e)
         return sm_fail(err, errlen, e, "%s (%s): %s", sub, q->op, tmp);
@@ -390,6 +393,7 @@ sm_err sm_svc_program_dec(const Shmap__V1__Program *m, const char *what, sm_prog
     }
     p->has_out_shardings = m->jit && m->has_out_shardings;
     p->lowered = !m->jit && m->lowered;
+    p->manual_axes = m->jit ? 0 : m->manual_axes & (uint32_t)((UINT64_C(1) << mesh->naxes) - 1);
     if (m->filename && m->filename[0] && !(p->filename = sm_arena_strdup(p->arena, m->filename))) {
         e = sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a program");
         goto fail;

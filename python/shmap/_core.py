@@ -47,12 +47,27 @@ class ProgramError(InvalidArgument):
     def __new__(cls, message="", *args, **kwargs):
         if cls is ProgramError and "too large to convert to" in str(message):
             cls = _LiteralOverflow
+        elif cls is ProgramError and "unbound axis name: " in str(message):
+            cls = _UnboundAxis
+        elif cls is ProgramError and ("must refer to an axis marked as manual" in str(message) or
+                                      "a manual axis of the shard_map" in str(message)):
+            cls = _ManualSpec
         return super().__new__(cls, message, *args, **kwargs)
 
 
 class _LiteralOverflow(ProgramError, OverflowError):
     """ProgramError for a literal out of its dtype's range (also the
     OverflowError JAX raises)."""
+
+
+class _UnboundAxis(ProgramError, NameError):
+    """ProgramError for a collective naming a mesh axis a shard_map leaves
+    out of its axis_names (also the NameError JAX raises)."""
+
+
+class _ManualSpec(ProgramError, ValueError):
+    """ProgramError for a spec naming a mesh axis a shard_map leaves out of
+    its axis_names (also the ValueError JAX raises)."""
 
 
 class NotFound(ShmapError):

@@ -19,7 +19,7 @@ import numpy as np
 import _shmap
 
 from ._core import (Array, InvalidArgument, NamedSharding, P, PartitionSpec, ProgramError,
-                    Unimplemented,
+                    Unimplemented, Explicit,
                     ShapeDtypeStruct, ShmapError, _DTYPES, _At, _Shaped, _default, _dtype_name,
                     _default_mesh, _raise, get_mesh)
 
@@ -119,6 +119,10 @@ class _Builder:
         # a traced value of that body), passed by its calls (_define)
         self.extra = []
         self.closed = {}  # id(traced value of outer) -> its parameter's name
+        # a shard_map Manual over some mesh axes only (axis_names=): those
+        # axes, and the header's text naming them; None and "" otherwise
+        self.manual_axes = None
+        self.axis_suffix = ""
 
     def capture(self, a):
         """The name of Array a in the program: a body that closes over an
@@ -180,7 +184,7 @@ class _Builder:
         head = list(self.header)
         if out is None:
             out = "P()" if self.kind == "shard_map" else ""
-        head[-1] = head[-1].replace("%OUT%", out)
+        head[-1] = head[-1].replace("%OUT%", out + self.axis_suffix)
         head[-1:-1] = self.prelude
         body = [f"    {t}" for t, _ in self.lines]
         for ind, names in reversed(self.loops):  # open while loops: closed, carries unchanged
@@ -1088,7 +1092,11 @@ def _axes_size(axes):
     b = _builder()
     axes = (axes,) if isinstance(axes, str) else tuple(axes)
     sizes = dict(zip(b.mesh.axis_names, b.mesh.axis_sizes))
-    sizes.update(_vmap.axis_sizes())  # vmap's named axes
+    vm = _vmap.axis_sizes()
+    for a in axes:
+        if b.manual_axes is not None and a in sizes and a not in b.manual_axes and a not in vm:
+            raise NameError(f"unbound axis name: {a}")
+    sizes.update(vm)  # vmap's named axes
     try:
         return math.prod(sizes[a] for a in axes)
     except KeyError as e:
@@ -1473,8 +1481,9 @@ class _Traced:
     """A function traced into a program when called."""
 
     def __init__(self, f, kind, mesh=None, in_specs=None, out_specs=None, check_vma=True,
-                 out_shardings=None, static_argnums=(), static_argnames=()):
+                 out_shardings=None, static_argnums=(), static_argnames=(), axis_names=None):
         self.f, self.kind, self.mesh = f, kind, mesh
+        self.axis_names = axis_names  # shard_map: a frozenset of mesh axes, or None (all)
         self.in_specs, self.out_specs, self.check_vma = in_specs, out_specs, check_vma
         self.out_shardings = out_shardings
         static = {static_argnums} if isinstance(static_argnums, int) else set(static_argnums)
@@ -1595,6 +1604,8 @@ class _Traced:
             head = f"jit {self._name}({', '.join(params)})%OUT%:"
         b = _Builder([mesh._text(), head], self.kind, names)
         b.mesh = mesh
+        if self.kind == "shard_map":
+            self._partial(b, mesh, True, arrays)
         prev = getattr(_state, "builder", None)
         _state.builder = b
         try:
@@ -1724,6 +1735,61 @@ class _Traced:
             return res
         return _unflatten(tree, iter(res if isinstance(res, tuple) else (res,)))
 
+    def _partial(self, b, mesh, check_specs, arrays=()):
+        """A shard_map Manual over some of mesh's axes (axis_names=): JAX's
+        checks of axis_names and (check_specs) of its in_specs and out_specs
+        against it, and the service's refusal of an argument (of arrays)
+        sharded over an Explicit axis left out; b, the builder of its body,
+        learns those axes and writes them in its header (the text form's
+        axis_names=)."""
+        names = self.axis_names
+        if not names or mesh is None:
+            return
+        if not names <= frozenset(mesh.axis_names):
+            raise ValueError(f"jax.shard_map requires axis_names={names} to be a subset of "
+                             f"mesh.axis_names={frozenset(mesh.axis_names)}")
+        if names == frozenset(mesh.axis_names):
+            return
+        for what, specs in (("in", self.in_specs), ("out", self.out_specs)):
+            if not check_specs or specs is None or callable(specs):
+                continue
+            flat = [((), specs)] if isinstance(specs, PartitionSpec) else \
+                [((k,), s) for k, s in enumerate(specs) if isinstance(s, PartitionSpec)]
+            msgs = []
+            for key, sp in flat:
+                if getattr(sp, "unreduced", None):
+                    raise NotImplementedError(
+                        f"unreduced/reduced can only be passed to {what}_specs when shard_map "
+                        f"is in full manual mode. Got mesh axis names {tuple(mesh.axis_names)}, "
+                        f"manual_axes: {names}, specs: {sp}. Please file a bug at "
+                        f"https://github.com/jax-ml/jax/issues.")
+                for entry in sp:
+                    for n in (entry if isinstance(entry, tuple) else (entry,)):
+                        if n is not None and n not in names:
+                            at = "".join(f"[{k}]" for k in key)
+                            msgs.append(f"  {what}_specs{at} refers to {n!r}")
+            if msgs:
+                raise ProgramError(
+                    f"shard_map {what}_specs argument must refer to an axis marked as manual "
+                    f"({names}), but:\n\n" + "\n\n".join(msgs) + "\n\n"
+                    f"Check the {what}_specs values passed to shard_map.")
+        explicit = {n for n, t in zip(mesh.axis_names, mesh.axis_types) if t == Explicit}
+        for a in arrays:  # as the service refuses such an argument of a jit body's call
+            spec = getattr(getattr(a, "sharding", None), "spec", None) or ()
+            for entry in spec:
+                for n in (entry if isinstance(entry, tuple) else (entry,)):
+                    if n is not None and n not in names and n in explicit:
+                        raise Unimplemented(
+                            f"shard_map(axis_names={{{', '.join(map(repr, sorted(names)))}}}): "
+                            f"an argument of type {a.type} is sharded over {n!r}, an Explicit "
+                            f"mesh axis the shard_map leaves out: its body would keep that "
+                            f"sharding in its types, which is not supported (the service runs "
+                            f"a partial-manual body replicated over the other axes); reshard "
+                            f"the argument to replicate it over {n!r} first, or make {n!r} Auto")
+        b.manual_axes = names
+        b.axis_suffix = ", axis_names={" + ", ".join(repr(n) for n in mesh.axis_names
+                                                    if n in names) + "}"
+
     def _out_specs(self):
         os_ = self.out_specs
         return (os_,) if isinstance(os_, PartitionSpec) else tuple(os_)
@@ -1747,6 +1813,7 @@ class _Traced:
         head = f"shard_map {fname}({', '.join(params)}) -> %OUT%:"
         inner = _Builder([outer.header[0], head], "shard_map", names)
         inner.mesh = mesh
+        self._partial(inner, mesh, out_specs is None)
         inner.outer = outer
         _state.builder = inner
         try:
@@ -2011,19 +2078,19 @@ def shard_map(f=None, *, mesh=None, in_specs, out_specs, check_vma=True, axis_na
     """jax.shard_map: f runs once per device on blocks; as a decorator
     (@shmap.shard_map(mesh=..., in_specs=..., out_specs=...)) or a call.
     Without mesh: the mesh of set_mesh / use_mesh, else its Arrays'.
-    axis_names (JAX's: the axes made Manual, the others staying Auto) must
-    be every axis of the mesh: a shard_map over some of them is not
-    supported."""
-    if axis_names is not None:
-        names = {axis_names} if isinstance(axis_names, str) else set(axis_names)
-        m = mesh if mesh is not None else get_mesh()
-        if m is None or names != set(m.axis_names):
-            raise Unimplemented(f"shard_map(axis_names={sorted(names)!r}): a shard_map manual over "
-                                f"some of the mesh's axes (the others Auto) is not supported; "
-                                f"every axis is Manual (axis_names left out)")
+    axis_names (a set, as JAX's): the axes made Manual (every axis of the
+    mesh when left out or empty). Over some of them only, in_specs and
+    out_specs and the body's collectives name those alone, and the body
+    runs replicated over the others (an argument sharded over an Explicit
+    axis left out is refused: JAX would keep that sharding in the body's
+    types)."""
+    if axis_names is not None and not isinstance(axis_names, (set, frozenset)):
+        raise TypeError(f"`axis_names` argument of shard_map should be of type `frozenset` or "
+                        f"`set`. Got type: {type(axis_names)}")
+    names = frozenset(axis_names) if axis_names else None
 
     def wrap(g):
-        return _Traced(g, "shard_map", mesh, in_specs, out_specs, check_vma)
+        return _Traced(g, "shard_map", mesh, in_specs, out_specs, check_vma, axis_names=names)
     return wrap if f is None else wrap(f)
 
 
