@@ -197,13 +197,33 @@ static const type_case types[] = {
      "jit f(x: f32[4,4] @ P('X', None), y: f32[4,4] @ P(None, 'X')):\n"
      "    r = explicit_axes(h, in_sharding=P(None, 'Y'))(x, y)\n    s = r * 2\n    return s\n",
      "r", "f32[4,4]"},
-    /* a shard_map Manual over some axes (axis_names=): blocks over those, the body
-     * replicated over the others (a sharding constraint over them leaves values as they are) */
-    {"mesh i=4 j=2\nshard_map g(x: f32[8,4] @ P('i')) -> P('i'), axis_names={'i'}:\n"
+    /* a shard_map Manual over some axes (axis_names=): blocks over those, typed over the
+     * others as a jit body's values (a sharding constraint pins an Auto one) */
+    {"mesh i=4 j=2 axis_types=(Explicit, Auto)\n"
+     "shard_map g(x: f32[8,4] @ P('i')) -> P('i'), axis_names={'i'}:\n"
      "    y = with_sharding_constraint(x, P(None, 'j'))\n    s = psum(y, 'i')\n"
      "    return y * axis_size('i') - s + axis_index('i')\n"
      "jit f(x: f32[8,4] @ P('i', 'j')):\n    r = g(reshard(x, P('i', None)))\n    return r\n",
      "y", "f32[2,4]{V:i}"},
+    {"mesh i=4 j=2\nshard_map g(x: f32[8,4] @ P('i')) -> P('i'), axis_names={'i'}:\n"
+     "    y = x * 2\n    return y\njit f(x: f32[8,4] @ P('i', 'j')):\n    r = g(x)\n"
+     "    return r\n",
+     "y", "f32[2,4@j]{V:i}"},
+    {"mesh i=4 j=2\nshard_map g(x: f32[8,4] @ P('i')) -> P('i'), axis_names={'i'}:\n"
+     "    y = x * 2\n    return y\njit f(x: f32[8,4] @ P('i', 'j')):\n    r = g(x)\n"
+     "    return r\n",
+     "r", "f32[8@i,4@j]"},
+    /* JAX's test_partial_auto_explicit_multi_explicit */
+    {"mesh i=2 j=1 k=2 l=2\n"
+     "shard_map g(x: f32[4,2,2,4] @ P('i', 'j')) -> P('i', 'j', None, None), "
+     "axis_names={'i', 'j'}:\n    out = x.T\n    return out\n"
+     "jit f(x: f32[4,2,2,4] @ P('i', 'j', 'k', 'l')):\n    r = g(x)\n    return r\n",
+     "out", "f32[4@l,2@k,2,2]{V:i,j}"},
+    {"mesh i=2 j=1 k=2 l=2\n"
+     "shard_map g(x: f32[4,2,2,4] @ P('i', 'j')) -> P('i', 'j', None, None), "
+     "axis_names={'i', 'j'}:\n    out = x.T\n    return out\n"
+     "jit f(x: f32[4,2,2,4] @ P('i', 'j', 'k', 'l')):\n    r = g(x)\n    return r\n",
+     "r", "f32[8@(i,l),2@(j,k),2,2]"},
     {"mesh i=4 j=2 axis_types=(Explicit, Auto)\n"
      "shard_map g(x: f32[8,4] @ P('i'), w: f32[4] @ P()) -> P('i'), axis_names={'i'}:\n"
      "    t = jnp.dot(x, w)\n    return jnp.cumsum(t) + pmax(t, 'i')\n"
@@ -482,10 +502,17 @@ static const error_case errors[] = {
      "    return x\n",
      {"shard_map out_specs argument must refer to an axis marked as manual", "out_specs refers "
                                                                              "to 'j'"}},
+    /* ... the body's types keep the other axes' shardings, and their rules hold */
     {"mesh i=4 j=2\nshard_map g(x: f32[8,4] @ P('i')) -> P('i'), axis_names={'i'}:\n"
-     "    return x * 2\njit f(x: f32[8,4] @ P('i', 'j')):\n    return g(x)\n",
-     {"t.shmap:5:14: shard_map(axis_names={'i'}): an argument of type f32[8@i,4@j] is sharded "
-      "over 'j', an Explicit mesh axis the shard_map leaves out"}},
+     "    return all_gather(x, 'i', axis=1, tiled=True)\n"
+     "jit f(x: f32[8,4] @ P('i', 'j')):\n    return g(x)\n",
+     {"all_gather: the operand of type f32[2,4@j]{V:i} is sharded over 'j' along dimension 1, "
+      "which the collective gathers"}},
+    {"mesh i=4 j=2\nshard_map g(x: f32[8,4] @ P('i'), w: f32[4,4] @ P()) -> P('i'), "
+     "axis_names={'i'}:\n    return jnp.dot(x, w)\n"
+     "jit f(x: f32[8,4] @ P('i', 'j'), w: f32[4,4] @ P('j', None)):\n    return g(x, w)\n",
+     {"Contracting dimensions are sharded and it is ambiguous how the output should be "
+      "sharded"}},
     {"mesh i=4 j=2\nshard_map g(x: f32[8,4] @ P('i')) -> P('i', 'j'), axis_names={'i'}:\n"
      "    return x * 2\njit f(x: f32[8,4] @ P('i')):\n    return g(x)\n",
      {"shard_map out_specs argument must refer to an axis marked as manual"}},
@@ -521,7 +548,14 @@ END_TEST
  * axis_names printed in the header and re-parsed. */
 START_TEST(test_partial_manual)
 {
-    sm_program *p = parse_ok(types[sizeof types / sizeof types[0] - 2].text), *l = NULL;
+    /* x's type keeps its sharding over j inside the body: each device holds
+     * its part of the block; all_gather over i along the rows, whole over j */
+    sm_program *p = parse_ok(
+                   "mesh i=4 j=2\nshard_map g(x: f32[8,4] @ P('i')) -> P('i'), axis_names={'i'}:\n"
+                   "    s = psum(x, 'i')\n    a = all_gather(x, 'i', axis=0, tiled=True)\n"
+                   "    return x * axis_size('i') - s + jnp.sum(a, axis=0) + axis_index('i')\n"
+                   "jit f(x: f32[8,4] @ P('i', 'j')):\n    return g(x)\n"),
+               *l = NULL;
     char err[1024];
     ck_assert_int_eq(sm_lower(p, NULL, &l, err, sizeof err), SM_OK);
     sm_shape s = {.rank = 2, .dims = {8, 4}};
@@ -533,13 +567,46 @@ START_TEST(test_partial_manual)
     sm_err e = sm_exec_local_run(l, &x, out, NULL, err, sizeof err);
     ck_assert_msg(e == SM_OK, "%s", err);
     const float *o = out[0]->data;
-    for (int r = 0; r < 8; r++) /* y * 4 - psum(y, 'i') + axis_index('i') */
+    for (int r = 0; r < 8; r++)
         for (int c = 0; c < 4; c++) {
-            float sum = 0;
+            float sum = 0, col = 0;
             for (int b = 0; b < 4; b++)
                 sum += xv[(2 * b + r % 2) * 4 + c];
-            ck_assert_float_eq(o[r * 4 + c], xv[r * 4 + c] * 4 - sum + (float)(r / 2));
+            for (int q = 0; q < 8; q++)
+                col += xv[q * 4 + c];
+            ck_assert_float_eq(o[r * 4 + c], xv[r * 4 + c] * 4 - sum + col + (float)(r / 2));
         }
+    sm_strbuf lw = {0};
+    sm_program_print(l, &lw); /* x stays where it lies: no collective over j */
+    ck_assert_msg(!strstr(strstr(sm_strbuf_str(&lw), ":\n"), "'j'"), "%s", sm_strbuf_str(&lw));
+    sm_strbuf_free(&lw);
+    sm_array_free(out[0]);
+    sm_array_free(x);
+    sm_program_free(l);
+    sm_program_free(p);
+
+    /* JAX's test_partial_auto_explicit_multi_explicit, its values */
+    p = parse_ok("mesh i=2 j=1 k=2 l=2\n"
+                 "shard_map g(x: f32[4,2,2,4] @ P('i', 'j')) -> P('i', 'j', None, None), "
+                 "axis_names={'i', 'j'}:\n    return x.T\n"
+                 "jit f(x: f32[4,2,2,4] @ P('i', 'j', 'k', 'l')):\n    return g(x)\n");
+    ck_assert_int_eq(sm_lower(p, NULL, &l, err, sizeof err), SM_OK);
+    sm_shape s4 = {.rank = 4, .dims = {4, 2, 2, 4}};
+    ck_assert_int_eq(sm_array_create(SM_F32, &s4, &x, err, sizeof err), SM_OK);
+    xv = x->data;
+    for (int i = 0; i < 64; i++)
+        xv[i] = (float)i;
+    e = sm_exec_local_run(l, &x, out, NULL, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "%s", err);
+    ck_assert_int_eq(out[0]->shape.dims[0], 8);
+    o = out[0]->data;
+    for (int b = 0; b < 2; b++) /* block b of i: its block's transpose */
+        for (int a0 = 0; a0 < 4; a0++)
+            for (int a1 = 0; a1 < 2; a1++)
+                for (int a2 = 0; a2 < 2; a2++)
+                    for (int a3 = 0; a3 < 2; a3++)
+                        ck_assert_float_eq(o[(((4 * b + a0) * 2 + a1) * 2 + a2) * 2 + a3],
+                                           xv[(((2 * b + a3) * 2 + a2) * 2 + a1) * 4 + a0]);
     sm_array_free(out[0]);
     sm_array_free(x);
     sm_program_free(l);
@@ -899,7 +966,8 @@ START_TEST(test_differential_cases)
         sm_program *p = parse_ok(types[i].text);
         int blocks = 0; /* a shard_map body's collectives: the whole-array run has no blocks */
         for (int k = 0; k < p->nops; k++)
-            blocks |= p->ops[k].manual && sm_op_vma_rule(p->ops[k].kind) != SM_VMA_UNION;
+            blocks |= p->ops[k].manual &&
+                      (sm_op_vma_rule(p->ops[k].kind) != SM_VMA_UNION || p->ops[k].manual_axes);
         if (!blocks)
             differential(p, i + 1);
         sm_program_free(p);

@@ -639,7 +639,13 @@ char *sm_program_value_type(const sm_program *p, int value_id, char *buf, size_t
     const sm_ir_value *v = &p->values[value_id];
     if (p->kind == SM_PROG_JIT && !v->manual)
         return sm_ir_jit_type_str(p, v, buf, len);
-    sm_ir_type_str(v, buf, len);
+    int laid = 0; /* a block of a shard_map Manual over some axes, sharded over others */
+    for (int d = 0; p->kind == SM_PROG_JIT && d < v->shape.rank; d++)
+        laid |= v->layout.n[d] > 0;
+    if (laid)
+        sm_ir_jit_type_str(p, v, buf, len);
+    else
+        sm_ir_type_str(v, buf, len);
     size_t o = strlen(buf);
     if (o < len)
         sm_ir_axes_suffix(p, v->vma, v->unreduced, buf + o, len - o);

@@ -258,10 +258,11 @@ static int sm_ps_convert(sm_parser *ps, const char *op, const sm_op_param *pm, c
     return sm_ps_fail(ps, it->at, SM_EINTERNAL, "%s: bad signature kind '%c'", what, pm->kind);
 }
 
-/* with_sharding_constraint(x, P(...)) in the body of a shard_map Manual over
- * the axes bound only: the spec may name the other axes alone (JAX's
- * partial-auto shard_map); the body runs replicated over those, so the
- * constraint leaves x as it is. */
+/* with_sharding_constraint(x, P(...)) in the body of a shard_map program
+ * Manual over the axes bound only: the spec may name the other axes alone
+ * (JAX's partial-auto shard_map); such a program's body runs replicated over
+ * those (called from a jit body, its values are typed over them instead,
+ * and the constraint is the jit op), so the constraint leaves x as it is. */
 static int sm_ps_wsc_partial(sm_parser *ps, const sm_tok *at, const sm_arg *args, int nargs,
                              uint32_t bound, sm_item *out)
 {
@@ -310,10 +311,8 @@ static int sm_ps_wsc_partial(sm_parser *ps, const sm_tok *at, const sm_arg *args
 int sm_ps_call_op(sm_parser *ps, sm_op_kind kind, const sm_tok *at, const sm_arg *args, int nargs,
                   sm_item *out)
 {
-    uint32_t manual =
-        ps->p->kind == SM_PROG_JIT ? (ps->manual ? ps->manual_axes : 0) : ps->p->manual_axes;
-    if (kind == SM_OP_WITH_SHARDING_CONSTRAINT && manual)
-        return sm_ps_wsc_partial(ps, at, args, nargs, manual, out);
+    if (kind == SM_OP_WITH_SHARDING_CONSTRAINT && ps->p->kind != SM_PROG_JIT && ps->p->manual_axes)
+        return sm_ps_wsc_partial(ps, at, args, nargs, ps->p->manual_axes, out);
     sm_op_param pms[16];
     int np = sm_op_params(kind, pms, 16);
     const char *op = sm_op_name(kind);

@@ -248,41 +248,17 @@ static sm_err sm_ir_attrs_check(const sm_ir_op *op, char *err, size_t errlen)
 
 /* A jit program's shard_map_in and shard_map_out of a shard_map function
  * Manual over some of the mesh's axes (op->manual_axes): its specs name only
- * those (JAX's sentences), and an argument's type shows no other Explicit
- * axis: JAX keeps such a sharding in the body's types, and the service runs
- * a partial-manual body replicated over the axes it leaves out. */
+ * those (JAX's sentences). */
 static sm_err sm_ir_manual_edge(const sm_program *p, const sm_ir_op *op,
                                 const sm_ir_value *const *in, char *err, size_t errlen)
 {
+    (void)in;
     if ((op->kind != SM_OP_SHARD_MAP_IN && op->kind != SM_OP_SHARD_MAP_OUT) || !op->manual_axes ||
-        !op->attrs.sharding || op->noperands < 1)
+        !op->attrs.sharding)
         return SM_OK;
-    int is_in = op->kind == SM_OP_SHARD_MAP_IN;
-    sm_err e = sm_ir_spec_manual(p, op->manual_axes, op->attrs.sharding,
-                                 is_in ? "in_specs" : "out_specs", -1, err, errlen);
-    if (e || !is_in)
-        return e;
-    const sm_ir_value *v = in[0];
-    uint32_t shown = 0;
-    for (int d = 0; d < v->shape.rank; d++)
-        for (int j = 0; j < v->layout.n[d]; j++)
-            shown |= 1u << v->layout.ax[d][j];
-    shown &= ~v->hidden & ~op->manual_axes;
-    for (int a = 0; shown && a < p->mesh.naxes; a++)
-        if (shown & (1u << a)) {
-            char ty[300], set[300];
-            return sm_fail(err, errlen, SM_EUNIMPLEMENTED,
-                           "shard_map(axis_names=%s): an argument of type %s is sharded over "
-                           "'%s', an Explicit mesh axis the shard_map leaves out: its body "
-                           "would keep that sharding in its types, which is not supported "
-                           "(the service runs a partial-manual body replicated over the other "
-                           "axes); reshard the argument to replicate it over '%s' first, or make "
-                           "'%s' Auto",
-                           sm_ir_axes_set_str(p, op->manual_axes, set, sizeof set),
-                           sm_ir_jit_type_str(p, v, ty, sizeof ty), p->mesh.names[a],
-                           p->mesh.names[a], p->mesh.names[a]);
-        }
-    return SM_OK;
+    return sm_ir_spec_manual(p, op->manual_axes, op->attrs.sharding,
+                             op->kind == SM_OP_SHARD_MAP_IN ? "in_specs" : "out_specs", -1, err,
+                             errlen);
 }
 
 sm_err sm_ir_infer_op(const sm_program *p, const sm_ir_op *op, int limit, sm_ir_value *out,
@@ -308,10 +284,15 @@ sm_err sm_ir_infer_op(const sm_program *p, const sm_ir_op *op, int limit, sm_ir_
                        "%s%s belongs to global-view (jit) programs; a shard_map body works on "
                        "blocks and moves data with collectives",
                        info->name, global_only ? "" : ": out_sharding=");
-    if (jit && op->manual && global_only)
+    /* a shard_map Manual over some axes only types its values over the
+     * others as a jit body does: reshard and with_sharding_constraint act
+     * on those */
+    int partial = jit && op->manual && op->manual_axes;
+    if (jit && op->manual && global_only &&
+        !(partial && (op->kind == SM_OP_RESHARD || op->kind == SM_OP_WITH_SHARDING_CONSTRAINT)))
         return sm_fail(err, errlen, SM_EINVAL, "%s cannot be used inside a shard_map function",
                        info->name);
-    if (jit && op->manual && op->attrs.sharding)
+    if (jit && op->manual && op->attrs.sharding && !partial)
         return sm_fail(err, errlen, SM_EINVAL,
                        "%s: out_sharding= cannot be used inside a shard_map function", info->name);
     const sm_ir_value *in[SM_OP_MAXARGS];
@@ -389,6 +370,8 @@ sm_err sm_ir_infer_op(const sm_program *p, const sm_ir_op *op, int limit, sm_ir_
         out->vma = 0;
         return sm_ir_shard_op(p, op, out, NULL, err, errlen);
     }
+    if (partial)
+        return sm_ir_shard_op(p, op, out, NULL, err, errlen);
     return SM_OK;
 }
 
@@ -406,5 +389,24 @@ sm_err sm_ir_shard_op(const sm_program *p, const sm_ir_op *op, sm_ir_value *out,
     plan->local.sharding = NULL;
     memset(&out->layout, 0, sizeof out->layout);
     out->hidden = (p->auto_axes | op->auto_mask) & ~op->explicit_mask;
+    if (op->manual && op->manual_axes) { /* in a shard_map Manual over some axes only */
+        out->hidden |= op->manual_axes;  /* never in a layout there */
+        const sm_pspec *s = op->attrs.sharding;
+        for (int d = 0; s && d < s->nentries; d++)
+            for (int j = 0; j < s->e[d].naxes; j++) {
+                int a = sm_mesh_axis(&p->mesh, s->e[d].axes[j]);
+                char sb[300], set[300];
+                if (a >= 0 && (op->manual_axes & (1u << a)))
+                    return sm_fail(err, errlen, SM_EINVAL,
+                                   "%s: the sharding %s names '%s', a manual axis of the "
+                                   "shard_map around it (axis_names=%s); it may name only the "
+                                   "axes the shard_map leaves out",
+                                   sm_op_name(op->kind), sm_pspec_format(s, sb, sizeof sb),
+                                   s->e[d].axes[j],
+                                   sm_ir_axes_set_str(p, op->manual_axes, set, sizeof set));
+            }
+        if (sm_op_vma_rule(op->kind) != SM_VMA_UNION)
+            return sm_ir_shard_pcoll(p, op, in, out, plan, err, errlen);
+    }
     return sm_ops[op->kind].shard(p, op, in, out, plan, err, errlen);
 }

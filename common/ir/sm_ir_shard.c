@@ -1251,7 +1251,9 @@ sm_err sm_ir_shard_reshard(const sm_program *p, const sm_ir_op *op, const sm_ir_
                                       p->mesh.names[a], (long long)p->mesh.sizes[a]);
             for (int a = 0; a < p->mesh.naxes && o < sizeof t; a++)
                 o += (size_t)snprintf(t + o, sizeof t - o, "%s%s", a ? ", " : ", axis_types=(",
-                                      out->hidden & (1u << a) ? "Auto" : "Explicit");
+                                      op->manual && (op->manual_axes & (1u << a)) ? "Manual"
+                                      : out->hidden & (1u << a)                   ? "Auto"
+                                                                                  : "Explicit");
             if (o < sizeof t)
                 snprintf(t + o, sizeof t - o, "))");
             return sm_fail(err, errlen, SM_EINVAL,
@@ -1268,21 +1270,131 @@ sm_err sm_ir_shard_reshard(const sm_program *p, const sm_ir_op *op, const sm_ir_
 
 /* shard_map_in: the argument resharded to the in_spec becomes a block
  * varying over the spec's axes; shard_map_out: a block becomes the global
- * array its out_spec assembles. */
+ * array its out_spec assembles. A shard_map Manual over some axes only
+ * (op->manual_axes): the block keeps the argument's sharding over the
+ * others (JAX's partial-manual types), laid out inside each block (the
+ * spec's axes major), and the result is sharded over the spec's axes, then
+ * the block's. */
 sm_err sm_ir_shard_manual(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
                           sm_ir_value *out, sm_ir_shard_plan *plan, char *err, size_t errlen)
 {
     sm_ir_layout l;
     sm_ir_layout_of_spec(p, op->attrs.sharding, &l);
+    uint32_t m = op->manual_axes;
+    const sm_ir_value *x = in[0];
     if (op->kind == SM_OP_SHARD_MAP_IN) {
-        plan->in[0] = l;
         out->vma = 0;
-        for (int d = 0; d < in[0]->shape.rank; d++)
+        for (int d = 0; d < x->shape.rank; d++)
             out->vma |= sm_sh_dim_mask(&l, d);
         memset(&out->layout, 0, sizeof out->layout);
+        plan->in[0] = l;
+        if (!m)
+            return SM_OK;
+        out->hidden |= m;
+        for (int d = 0; d < x->shape.rank; d++) {
+            int64_t f = 1;
+            sm_ir_layout keep = {{0}};
+            for (int j = 0; j < x->layout.n[d]; j++) {
+                int a = x->layout.ax[d][j];
+                if (!(m & (1u << a))) {
+                    keep.ax[0][keep.n[0]++] = (uint8_t)a;
+                    f *= p->mesh.sizes[a];
+                }
+            }
+            if (out->shape.dims[d] % f) {
+                if (sm_sh_dim_mask(&keep, 0) & ~x->hidden) {
+                    char ty[300];
+                    return sm_fail(err, errlen, SM_EINVAL,
+                                   "shard_map argument of type %s: its block's dimension %d "
+                                   "has size %lld, which is not divisible by %lld, the product "
+                                   "of the sizes of the mesh axes outside axis_names its type "
+                                   "shards that dimension over; reshard it first",
+                                   sm_sh_type_str(p, x, ty, sizeof ty), d,
+                                   (long long)out->shape.dims[d], (long long)f);
+                }
+                keep.n[0] = 0; /* Auto axes only: the block is whole along them */
+            }
+            for (int j = 0; j < keep.n[0]; j++) {
+                out->layout.ax[d][out->layout.n[d]++] = keep.ax[0][j];
+                plan->in[0].ax[d][plan->in[0].n[d]++] = keep.ax[0][j];
+            }
+        }
         return SM_OK;
     }
     out->layout = l;
+    for (int d = 0; m && d < x->shape.rank; d++)
+        for (int j = 0; j < x->layout.n[d]; j++)
+            out->layout.ax[d][out->layout.n[d]++] = x->layout.ax[d][j];
+    return SM_OK;
+}
+
+/* A collective (or axis_index, pvary, pcast) in the body of a shard_map
+ * Manual over some axes: it acts on each device's part of the blocks, so
+ * the dimensions it gathers, scatters or splits must be whole over the
+ * other axes (Auto ones are made so; an Explicit one is refused, as
+ * resharding it would change the value's type); the others keep their
+ * sharding. */
+sm_err sm_ir_shard_pcoll(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                         sm_ir_value *out, sm_ir_shard_plan *plan, char *err, size_t errlen)
+{
+    memset(&out->layout, 0, sizeof out->layout);
+    if (op->noperands < 1)
+        return SM_OK; /* axis_index, axis_size: a scalar */
+    const sm_ir_value *x = in[0];
+    int r = x->shape.rank, dims[2] = {-1, -1}, gone = -1, added = -1;
+    switch (op->kind) {
+    case SM_OP_ALL_GATHER:
+        if (op->attrs.tiled)
+            sm_ir_norm_axis(op->attrs.axis, r, &dims[0]);
+        else
+            sm_ir_norm_axis(op->attrs.axis, r + 1, &added);
+        break;
+    case SM_OP_PSUM_SCATTER:
+        sm_ir_norm_axis(op->attrs.axis, r, &dims[0]);
+        if (!op->attrs.tiled)
+            gone = dims[0];
+        break;
+    case SM_OP_ALL_TO_ALL:
+        sm_ir_norm_axis(op->attrs.axis, r, &dims[0]);
+        sm_ir_norm_axis(op->attrs.axis2, r, &dims[1]);
+        break;
+    default:
+        break;
+    }
+    plan->in[0] = x->layout;
+    for (int k = 0; k < 2; k++) {
+        int d = dims[k];
+        if (d < 0 || d >= r || !x->layout.n[d])
+            continue;
+        uint32_t shown = sm_sh_dim_mask(&x->layout, d) & ~x->hidden;
+        if (shown) {
+            char ty[300];
+            int a = __builtin_ctz(shown);
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "%s: the operand of type %s is sharded over '%s' along dimension %d, "
+                           "which the collective %s; inside a shard_map Manual over other axes "
+                           "that dimension must be whole over '%s': reshard it first",
+                           sm_op_name(op->kind),
+                           sm_program_value_type(p, op->operands[0], ty, sizeof ty),
+                           p->mesh.names[a], d,
+                           op->kind == SM_OP_ALL_GATHER     ? "gathers"
+                           : op->kind == SM_OP_PSUM_SCATTER ? "scatters"
+                                                            : "splits or concatenates",
+                           p->mesh.names[a]);
+        }
+        plan->in[0].n[d] = 0;
+    }
+    for (int d = 0, o = 0; d < r; d++, o++) {
+        if (d == gone) {
+            o--;
+            continue;
+        }
+        if (o == added)
+            o++;
+        out->layout.n[o] = plan->in[0].n[d];
+        memcpy(out->layout.ax[o], plan->in[0].ax[d], plan->in[0].n[d]);
+    }
+    plan->local_layout = out->layout;
     return SM_OK;
 }
 

@@ -130,7 +130,7 @@ static sm_err sm_lw_op(sm_lw *w, const sm_ir_op *op)
         w->map[op->result] = w->map[op->operands[0]];
         return SM_OK;
     }
-    if (op->manual) { /* a shard_map function's own op */
+    if (op->manual && !op->manual_axes) { /* a shard_map function's own op */
         for (int k = 0; k < op->noperands; k++)
             ops[k] = w->map[op->operands[k]];
         if ((e = sm_lw_emit(w, op->kind, ops, op->noperands, &op->attrs, &id)))
@@ -157,15 +157,15 @@ static sm_err sm_lw_op(sm_lw *w, const sm_ir_op *op)
         plan->local.sharding = NULL;
         plan->post = SM_IR_POST_NONE;
     }
-    if (op->kind == SM_OP_SHARD_MAP_IN) { /* the block under the in_spec */
-        sm_ir_layout l;
-        sm_ir_layout_of_spec(j, op->attrs.sharding, &l);
-        if (w->replicate_all)
-            memset(&l, 0, sizeof l);
+    if (op->kind == SM_OP_SHARD_MAP_IN) {
+        /* the block under the in_spec (partial-manual: each device's part of
+         * it, laid out over the other axes inside the block) */
         id = w->map[op->operands[0]];
         const sm_ir_value *x = &j->values[op->operands[0]];
-        if (!(e = sm_lw_reshard(w, &id, &x->shape, &w->lay[op->operands[0]], &l)))
+        if (!(e = sm_lw_reshard(w, &id, &x->shape, &w->lay[op->operands[0]], &plan->in[0]))) {
             w->map[op->result] = id;
+            w->lay[op->result] = v.layout;
+        }
         goto done;
     }
     for (int k = 0; k < op->noperands; k++) {

@@ -19,7 +19,7 @@ import numpy as np
 import _shmap
 
 from ._core import (Array, InvalidArgument, NamedSharding, P, PartitionSpec, ProgramError,
-                    Unimplemented, Explicit,
+                    Unimplemented,
                     ShapeDtypeStruct, ShmapError, _DTYPES, _At, _Shaped, _default, _dtype_name,
                     _default_mesh, _raise, get_mesh)
 
@@ -123,6 +123,10 @@ class _Builder:
         # axes, and the header's text naming them; None and "" otherwise
         self.manual_axes = None
         self.axis_suffix = ""
+        # ... called from a jit body: its parameters' declarations in a jit
+        # caller that types it (_check), the jit body's shardings over the
+        # other axes kept; None otherwise
+        self.caller_decls = None
 
     def capture(self, a):
         """The name of Array a in the program: a body that closes over an
@@ -155,6 +159,8 @@ class _Builder:
         head, tail = self.header[-1].rsplit(sep, 1)
         self.header[-1] = f"{head}{', ' if not head.endswith('(') else ''}{decl}{sep}{tail}"
         self.params = list(self.params) + [name]
+        if self.caller_decls is not None:
+            self.caller_decls[name] = decl
 
     def close_over(self, v):
         """The name of a traced value v of another trace in this one: a
@@ -196,8 +202,21 @@ class _Builder:
         return "\n".join(head + body) + "\n"
 
     def _check(self, text):
+        wrap = self.caller_decls is not None
+        if wrap:  # typed as called from the jit body (the types' other axes)
+            fn_lines = text.count("\n")
+            head_line = len(self.header) + len(self.prelude)
+            fname = self.header[-1].split()[1].split("(")[0]
+            text += (f"jit {fname}__types("
+                     f"{', '.join(self.caller_decls[n] for n in self.params)}):\n"
+                     f"    return {fname}({', '.join(self.params)})\n")
         try:  # types only: the lowering runs once, on the finished program
-            return _shmap.program_check(text, "<traced>", None, False, True)
+            info = _shmap.program_check(text, "<traced>", None, False, True)
+            if wrap:  # as the function's own check lists them: parameters, then its values
+                named = {t[5]: t for t in info["types"] if t[3] > fn_lines and t[5]}
+                info["types"] = [named[n] for n in self.params] + \
+                    [t for t in info["types"] if head_line < t[3] <= fn_lines]
+            return info
         except _shmap.Error as e:
             name, msg = e.args
             m = re.match(r"<traced>:(\d+):\d+: (.*)", msg, re.S)
@@ -1605,7 +1624,7 @@ class _Traced:
         b = _Builder([mesh._text(), head], self.kind, names)
         b.mesh = mesh
         if self.kind == "shard_map":
-            self._partial(b, mesh, True, arrays)
+            self._partial(b, mesh, True)
         prev = getattr(_state, "builder", None)
         _state.builder = b
         try:
@@ -1735,13 +1754,11 @@ class _Traced:
             return res
         return _unflatten(tree, iter(res if isinstance(res, tuple) else (res,)))
 
-    def _partial(self, b, mesh, check_specs, arrays=()):
+    def _partial(self, b, mesh, check_specs):
         """A shard_map Manual over some of mesh's axes (axis_names=): JAX's
         checks of axis_names and (check_specs) of its in_specs and out_specs
-        against it, and the service's refusal of an argument (of arrays)
-        sharded over an Explicit axis left out; b, the builder of its body,
-        learns those axes and writes them in its header (the text form's
-        axis_names=)."""
+        against it; b, the builder of its body, learns those axes and writes
+        them in its header (the text form's axis_names=)."""
         names = self.axis_names
         if not names or mesh is None:
             return
@@ -1773,19 +1790,6 @@ class _Traced:
                     f"shard_map {what}_specs argument must refer to an axis marked as manual "
                     f"({names}), but:\n\n" + "\n\n".join(msgs) + "\n\n"
                     f"Check the {what}_specs values passed to shard_map.")
-        explicit = {n for n, t in zip(mesh.axis_names, mesh.axis_types) if t == Explicit}
-        for a in arrays:  # as the service refuses such an argument of a jit body's call
-            spec = getattr(getattr(a, "sharding", None), "spec", None) or ()
-            for entry in spec:
-                for n in (entry if isinstance(entry, tuple) else (entry,)):
-                    if n is not None and n not in names and n in explicit:
-                        raise Unimplemented(
-                            f"shard_map(axis_names={{{', '.join(map(repr, sorted(names)))}}}): "
-                            f"an argument of type {a.type} is sharded over {n!r}, an Explicit "
-                            f"mesh axis the shard_map leaves out: its body would keep that "
-                            f"sharding in its types, which is not supported (the service runs "
-                            f"a partial-manual body replicated over the other axes); reshard "
-                            f"the argument to replicate it over {n!r} first, or make {n!r} Auto")
         b.manual_axes = names
         b.axis_suffix = ", axis_names={" + ", ".join(repr(n) for n in mesh.axis_names
                                                     if n in names) + "}"
@@ -1814,6 +1818,11 @@ class _Traced:
         inner = _Builder([outer.header[0], head], "shard_map", names)
         inner.mesh = mesh
         self._partial(inner, mesh, out_specs is None)
+        if inner.manual_axes is not None and not any("{" in a.type for a in args):
+            from .numpy import _spec_of_type
+            inner.caller_decls = {
+                n: f"{n}: {a._dtype}[{','.join(map(str, a.shape))}] @ "
+                   f"{_spec_of_type(a.type) or P()!r}" for n, a in zip(names, args)}
         inner.outer = outer
         _state.builder = inner
         try:
@@ -2080,17 +2089,24 @@ def shard_map(f=None, *, mesh=None, in_specs, out_specs, check_vma=True, axis_na
     Without mesh: the mesh of set_mesh / use_mesh, else its Arrays'.
     axis_names (a set, as JAX's): the axes made Manual (every axis of the
     mesh when left out or empty). Over some of them only, in_specs and
-    out_specs and the body's collectives name those alone, and the body
-    runs replicated over the others (an argument sharded over an Explicit
-    axis left out is refused: JAX would keep that sharding in the body's
-    types)."""
+    out_specs and the body's collectives name those alone, and the body's
+    values keep their shardings over the others in their types (JAX's
+    partial-manual shard_map; it runs as a jit of the call, as JAX's)."""
     if axis_names is not None and not isinstance(axis_names, (set, frozenset)):
         raise TypeError(f"`axis_names` argument of shard_map should be of type `frozenset` or "
                         f"`set`. Got type: {type(axis_names)}")
     names = frozenset(axis_names) if axis_names else None
 
     def wrap(g):
-        return _Traced(g, "shard_map", mesh, in_specs, out_specs, check_vma, axis_names=names)
+        t = _Traced(g, "shard_map", mesh, in_specs, out_specs, check_vma, axis_names=names)
+        if names is None:
+            return t
+
+        def call(*args):  # as jax.jit(jax.shard_map(...)): the body's types keep the
+            return t(*args)  # arguments' shardings over the other axes
+
+        call.__name__ = t.__name__
+        return jit(call)
     return wrap if f is None else wrap(f)
 
 

@@ -5,9 +5,11 @@ the other axes are left to the service, which runs the body replicated
 over them; a sharding constraint over them leaves values as they are.
 Values against numpy, in a jit and at once, under grad; JAX's sentences
 where it refuses (in_specs / out_specs naming another axis, a collective
-over one, a constraint naming a manual axis, axis_names not a set); an
-argument sharded over an Explicit axis left out is refused (JAX keeps that
-sharding in the body's types). Runs on the cluster of conftest's c."""
+over one, a constraint naming a manual axis, axis_names not a set). An
+argument sharded over an Explicit axis left out keeps that sharding in the
+body's types, as JAX's. Runs on the cluster of conftest's c."""
+import re
+
 import numpy as np
 import pytest
 
@@ -50,6 +52,33 @@ def test_partial_in_jit_values_and_types(c, mesh):
     assert "-> P('i', None), axis_names={'i'}:" in text
 
 
+def test_partial_explicit_types(c, mesh):
+    """JAX's test_partial_auto_explicit: an argument sharded over the
+    Explicit axis left out keeps that sharding in the body's types (each
+    device holds its part of its block: nothing moves), the result is
+    sharded over the out_spec's axes then the block's; at once too (a jit
+    of the call, as JAX's); under grad."""
+    seen = []
+
+    def g(b):
+        out = b * b
+        seen.append((str(shmap.typeof(b)), str(shmap.typeof(out))))
+        return out
+
+    x = put(c, mesh, V, P("i", "j"))
+    f = shmap.jit(lambda a: sm(g, mesh, P("i", None), P("i", None))(a))
+    y = f(x)
+    assert seen[-1] == ("f32[1,8@j]{V:i}", "f32[1,8@j]{V:i}")
+    assert y.sharding.spec == P("i", "j")
+    assert np.array_equal(np.asarray(y), V * V)
+    y2 = sm(g, mesh, P("i", None), P("i", None))(x)
+    assert y2.sharding.spec == P("i", "j") and np.array_equal(np.asarray(y2), V * V)
+    low = f.lower(x).as_text()
+    assert "all_gather" not in low.split("# lowered")[-1], low
+    gr = shmap.jit(shmap.grad(lambda a: jnp.sum(f(a))))(x)
+    assert np.array_equal(np.asarray(gr), 2 * V)
+
+
 def test_partial_auto_constraint(c):
     """JAX's test_partial_auto: a mesh of Auto axes, an argument sharded
     over both, a with_sharding_constraint over 'j' in the body; and
@@ -88,8 +117,8 @@ def test_partial_under_grad(c, mesh):
 
 
 def test_partial_refusals(c, mesh):
-    """JAX's sentences and exception types; and the Explicit axis left out
-    of axis_names that an argument is sharded over."""
+    """JAX's sentences and exception types; a collective along a dimension
+    sharded over an Explicit axis left out."""
     x = put(c, mesh, V, P("i", None))
     with pytest.raises(ValueError, match=r"in_specs refers to 'j'") as e:
         sm(lambda b: b, mesh, P("i", "j"), P("i", None))(x)
@@ -114,13 +143,39 @@ def test_partial_refusals(c, mesh):
     with pytest.raises(ValueError, match=r"requires axis_names=frozenset\(\{'k'\}\) to be a "
                                          r"subset of mesh.axis_names"):
         sm(lambda b: b, mesh, P("i"), P("i"), names={"k"})(x)
-    xe = put(c, mesh, V, P("i", "j"))
-    for run in (lambda: sm(lambda b: b * 2, mesh, P("i", None), P("i", None))(xe),
-                lambda: shmap.jit(lambda a: sm(lambda b: b * 2, mesh, P("i", None),
-                                               P("i", None))(a))(xe)):
-        with pytest.raises(shmap.ShmapError, match=r"an argument of type f32\[4@i,8@j\] is "
-                                                   r"sharded over 'j', an Explicit mesh axis"):
-            run()
-    ok = sm(lambda b: b * 2, mesh, P("i", None), P("i", None))(
-        shmap.reshard(xe, P("i", None)))
-    assert np.array_equal(np.asarray(ok), V * 2)
+    with pytest.raises(shmap.ProgramError, match="must be whole over 'j'") as e:
+        shmap.jit(lambda a: sm(lambda b: lax.all_gather(b, "i", axis=1, tiled=True), mesh,
+                               P("i", None), P("i", None))(a))(put(c, mesh, V, P("i", "j")))
+    assert "all_gather: the operand of type f32[1,8@j]{V:i} is sharded over 'j'" in str(e.value)
+
+
+def test_partial_rules_in_body(c, mesh):
+    """The jit rules hold over the axes left out, inside the body: a sum
+    over a dimension sharded over 'j' (a psum over 'j' in the lowered
+    program), a while loop whose carry keeps its sharding, a product
+    contracting over 'j' with out_sharding= (without it, JAX's sentence),
+    all beside collectives over 'i'."""
+    v = np.arange(64.0, dtype=np.float32).reshape(8, 8)
+    w = np.arange(64.0, dtype=np.float32).reshape(8, 8) / 8
+
+    def body(b, u, out_sharding=P(None, None)):
+        t = jnp.sum(b, axis=1)
+        _, acc = lax.while_loop(lambda s: s[0] < 3,
+                                lambda s: (s[0] + 1, s[1] * 2 + lax.psum(s[1], "i")), (0, b))
+        m = jnp.dot(b, u.T, out_sharding=out_sharding)
+        return acc + t[:, None] + m[:, :8]
+
+    f = sm(body, mesh, (P("i"), P()), P("i"))
+    x, u = put(c, mesh, v, P("i", "j")), put(c, mesh, w, P(None, "j"))
+    y = f(x, u)
+    blocks = v.reshape(4, 2, 8)
+    acc = blocks.copy()
+    for _ in range(3):
+        acc = acc * 2 + acc.sum(axis=0, keepdims=True)
+    want = (acc + blocks.sum(axis=2, keepdims=True)).reshape(8, 8) + v @ w.T
+    assert y.sharding.spec == P("i", "j")
+    assert np.allclose(np.asarray(y), want, rtol=1e-6)
+    low = shmap.jit(lambda a, b: f(a, b)).lower(x, u).as_text().split("# lowered")[-1]
+    assert re.search(r"= psum\(v\d+, 'j'\)", low), low  # the sum over the dimension on 'j'
+    with pytest.raises(shmap.ProgramError, match="Contracting dimensions are sharded"):
+        sm(lambda b, u: body(b, u, None), mesh, (P("i"), P()), P("i"))(x, u)
