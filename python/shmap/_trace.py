@@ -19,7 +19,7 @@ import numpy as np
 import _shmap
 
 from ._core import (Array, InvalidArgument, NamedSharding, P, PartitionSpec, ProgramError,
-                    Unimplemented,
+                    Unimplemented, Explicit,
                     ShapeDtypeStruct, ShmapError, _DTYPES, _At, _Shaped, _default, _dtype_name,
                     _default_mesh, _raise, get_mesh)
 
@@ -1526,6 +1526,10 @@ class _Traced:
                                            else ()) if isinstance(s, NamedSharding)), None)
         client = _client_of(args, given or get_mesh())
         if self.kind == "shard_map":
+            if specs is _INFER:
+                m = given or get_mesh() or next((a.sharding.mesh for a in args
+                                                 if isinstance(a, Array)), None)
+                specs = self._inferred_specs(args, m)
             if isinstance(specs, PartitionSpec):
                 specs = (specs,) * len(args)
             if len(specs) != len(args):
@@ -1729,6 +1733,8 @@ class _Traced:
             raise InvalidArgument(f"{self.__name__}'s mesh {self.mesh._text()!r} is not the "
                                   f"jit function's {mesh._text()!r}")
         specs = self.in_specs
+        if specs is _INFER:
+            specs = self._inferred_specs(args, mesh or self.mesh)
         if isinstance(specs, PartitionSpec):
             specs = (specs,) * len(args)
         if len(specs) != len(args):
@@ -1754,6 +1760,39 @@ class _Traced:
             return res
         return _unflatten(tree, iter(res if isinstance(res, tuple) else (res,)))
 
+    def _inferred_specs(self, args, mesh):
+        """JAX's in_specs left out (its axes all Explicit): each argument's
+        sharding over the Manual axes (JAX's _manual_spec)."""
+        if mesh is None:
+            raise InvalidArgument(f"{self.__name__}: shard_map without in_specs needs a mesh "
+                                  f"(mesh=, set_mesh, or Array arguments)")
+        from .numpy import _spec_of_type
+        names = self.axis_names or frozenset(mesh.axis_names)
+        types = dict(zip(mesh.axis_names, mesh.axis_types))
+        other = [n for n in mesh.axis_names if n in names and types[n] != Explicit]
+        if other:
+            raise TypeError(f"shard_map in_specs argument must be a pytree of "
+                            f"`jax.sharding.PartitionSpec` instances, but it was `None` when "
+                            f"axis_names={names} are of type "
+                            f"{', '.join('AxisType.' + types[n] for n in other)}")
+        out = []
+        for a in args:
+            spec = a.sharding.spec if isinstance(a, Array) else \
+                (_spec_of_type(a.type) or P()) if isinstance(a, Tracer) else P()
+            entries = []
+            for e in spec:
+                if isinstance(e, tuple):
+                    t = [n if n in names else None for n in e]
+                    while t and t[-1] is None:
+                        t.pop()
+                    if None in t:
+                        raise ValueError(f"Invalid spec: {spec}")
+                    entries.append(tuple(t) if t else None)
+                else:
+                    entries.append(e if e in names else None)
+            out.append(P(*entries))
+        return tuple(out)
+
     def _partial(self, b, mesh, check_specs):
         """A shard_map Manual over some of mesh's axes (axis_names=): JAX's
         checks of axis_names and (check_specs) of its in_specs and out_specs
@@ -1768,7 +1807,7 @@ class _Traced:
         if names == frozenset(mesh.axis_names):
             return
         for what, specs in (("in", self.in_specs), ("out", self.out_specs)):
-            if not check_specs or specs is None or callable(specs):
+            if not check_specs or specs is None or specs is _INFER or callable(specs):
                 continue
             flat = [((), specs)] if isinstance(specs, PartitionSpec) else \
                 [((k,), s) for k, s in enumerate(specs) if isinstance(s, PartitionSpec)]
@@ -1888,6 +1927,8 @@ class _Traced:
             return self, args
         names = _param_names(self.f, len(args))
         specs = self.in_specs
+        if specs is _INFER:
+            specs = None
         if isinstance(specs, (PartitionSpec, NamedSharding)):
             specs = (specs,) * len(args)
         leaves, flat_specs = [], []
@@ -1909,8 +1950,10 @@ class _Traced:
         g.__name__ = self.__name__
         g.__signature__ = inspect.Signature(
             [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for _, n in leaves])
-        t = _Traced(g, self.kind, self.mesh, tuple(flat_specs) if specs is not None else None,
-                    self.out_specs, self.check_vma, self.out_shardings)
+        in_specs = tuple(flat_specs) if specs is not None else \
+            _INFER if self.in_specs is _INFER else None
+        t = _Traced(g, self.kind, self.mesh, in_specs, self.out_specs, self.check_vma,
+                    self.out_shardings, axis_names=self.axis_names)
         return t, tuple(v for v, _ in leaves)
 
     def lower(self, *args, **kwargs):
@@ -2083,12 +2126,18 @@ def eval_shape(fun, *args, **kwargs):
     return tuple(outs) if multi else outs[0]
 
 
-def shard_map(f=None, *, mesh=None, in_specs, out_specs, check_vma=True, axis_names=None):
+_INFER = type("Infer", (), {"__repr__": lambda self: "Infer"})()  # jax.shard_map's in_specs default
+
+
+def shard_map(f=None, *, mesh=None, in_specs=_INFER, out_specs, check_vma=True,
+              axis_names=None):
     """jax.shard_map: f runs once per device on blocks; as a decorator
     (@shmap.shard_map(mesh=..., in_specs=..., out_specs=...)) or a call.
     Without mesh: the mesh of set_mesh / use_mesh, else its Arrays'.
     axis_names (a set, as JAX's): the axes made Manual (every axis of the
-    mesh when left out or empty). Over some of them only, in_specs and
+    mesh when left out or empty). in_specs left out (its axes all
+    Explicit, as JAX's): each argument's sharding over those axes. Over
+    some of them only, in_specs and
     out_specs and the body's collectives name those alone, and the body's
     values keep their shardings over the others in their types (JAX's
     partial-manual shard_map; it runs as a jit of the call, as JAX's)."""

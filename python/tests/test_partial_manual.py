@@ -179,3 +179,25 @@ def test_partial_rules_in_body(c, mesh):
     assert re.search(r"= psum\(v\d+, 'j'\)", low), low  # the sum over the dimension on 'j'
     with pytest.raises(shmap.ProgramError, match="Contracting dimensions are sharded"):
         sm(lambda b, u: body(b, u, None), mesh, (P("i"), P()), P("i"))(x, u)
+
+
+def test_in_specs_inferred(c, mesh):
+    """JAX's in_specs left out (every axis of axis_names Explicit): each
+    argument's sharding over those axes, as JAX's test_partial_auto_explicit
+    writes it; a full-manual one too; Auto axes: JAX's TypeError."""
+    x = put(c, mesh, V, P("i", "j"))
+    f = shmap.shard_map(lambda b: b * 2, mesh=mesh, out_specs=P("i", None), axis_names={"i"})
+    y = f(x)
+    assert y.sharding.spec == P("i", "j") and np.array_equal(np.asarray(y), V * 2)
+    y = shmap.jit(lambda a: f(a) + 1)(x)
+    assert np.array_equal(np.asarray(y), V * 2 + 1)
+    full = shmap.shard_map(lambda b: lax.psum(b, "j"), mesh=mesh, out_specs=P("i"))
+    want = V.reshape(4, 8)[:, :4] + V.reshape(4, 8)[:, 4:]
+    assert np.array_equal(np.asarray(full(x)), want)
+    am = c.make_mesh((4, 2), ("i", "j"), axis_types=(shmap.Auto, shmap.Explicit))
+    with pytest.raises(TypeError, match=r"in_specs argument must be a pytree of "
+                                        r"`jax.sharding.PartitionSpec` instances, but it was "
+                                        r"`None` when axis_names=frozenset\(\{'i'\}\) are of "
+                                        r"type AxisType.Auto"):
+        shmap.shard_map(lambda b: b, mesh=am, out_specs=P("i"), axis_names={"i"})(
+            put(c, am, V, P("i")))
