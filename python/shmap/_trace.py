@@ -18,6 +18,7 @@ import numpy as np
 
 import _shmap
 
+from ._core import use_mesh as _use_mesh
 from ._core import (Array, InvalidArgument, NamedSharding, P, PartitionSpec, ProgramError,
                     Unimplemented, Explicit,
                     ShapeDtypeStruct, ShmapError, _DTYPES, _At, _Shaped, _default, _dtype_name,
@@ -1586,6 +1587,12 @@ class _Traced:
                 arrays.append(a)
                 continue
             arrays.append(client.device_put(_scalar_as_jax(a), NamedSharding(mesh, spec)))
+        if mesh is None:
+            raise InvalidArgument(f"{self.__name__}: a {self.kind} function called without "
+                                  f"Arrays needs a mesh: "
+                                  f"{'pass mesh=, or ' if self.kind == 'shard_map' else ''}"
+                                  f"call it under shmap.sharding.use_mesh(mesh) or after "
+                                  f"set_mesh(mesh)")
         if mesh._devices is None:
             client._mesh_c(mesh)
         return client, mesh, arrays, specs
@@ -1713,6 +1720,24 @@ class _Traced:
                 raise InvalidArgument(f"{self.__name__} returns {len(leaves)} values but has "
                                       f"{len(specs)} out_shardings")
             outs = [_call_op("reshard", v, getattr(s, "spec", s)) for v, s in zip(leaves, specs)]
+            return _unflatten(tree, iter(outs))
+        if self.kind == "jit" and outer.kind == "shard_map":  # jit in a shard_map body: traced
+            res = self.f(*args)                               # into it, as JAX's inlines it
+            o = self.out_shardings
+            if o is None:
+                return res
+            leaves, tree = _flatten(res, self.__name__)
+            specs = [o] * len(leaves) if isinstance(o, (PartitionSpec, NamedSharding)) else o
+            if len(specs) != len(leaves):
+                raise InvalidArgument(f"{self.__name__} returns {len(leaves)} values but has "
+                                      f"{len(specs)} out_shardings")
+            specs = [getattr(x, "spec", x) for x in specs]
+            if outer.manual_axes is None:  # a body Manual over every axis: replicated only
+                if any(n is not None for sp in specs for n in sp):
+                    raise InvalidArgument(f"{self.__name__}: out_shardings {specs[0]} inside a "
+                                          f"shard_map body Manual over every mesh axis")
+                return res
+            outs = [_call_op("reshard", v, sp) for v, sp in zip(leaves, specs)]
             return _unflatten(tree, iter(outs))
         if self.kind != "shard_map" or outer.kind != "jit":
             raise InvalidArgument(f"{self.__name__}: only a shmap.jit function may call a "
@@ -1865,9 +1890,11 @@ class _Traced:
         inner.outer = outer
         _state.builder = inner
         try:
-            info = inner._check(inner.text(ret=names[0]))
-            tracers = [Tracer(n, *info["types"][j][:2], tuple(info["types"][j][2]))
-                       for j, n in enumerate(names)]
+            tracers = []
+            if names:  # (a function of no arguments has no types to learn first)
+                info = inner._check(inner.text(ret=names[0]))
+                tracers = [Tracer(n, *info["types"][j][:2], tuple(info["types"][j][2]))
+                           for j, n in enumerate(names)]
             res = body(tracers)
             inner.resolve()
         finally:
@@ -2155,7 +2182,17 @@ def shard_map(f=None, *, mesh=None, in_specs=_INFER, out_specs, check_vma=True,
             return t(*args)  # arguments' shardings over the other axes
 
         call.__name__ = t.__name__
-        return jit(call)
+        jt = jit(call)
+
+        def run(*args, **kwargs):  # on the shard_map's mesh (a call without Arrays)
+            if mesh is None or get_mesh() is not None or \
+                    getattr(_state, "builder", None) is not None:
+                return jt(*args, **kwargs)
+            with _use_mesh(mesh):
+                return jt(*args, **kwargs)
+
+        run.__name__, run.__doc__, run.__wrapped__ = t.__name__, t.__doc__, g
+        return run
     return wrap if f is None else wrap(f)
 
 

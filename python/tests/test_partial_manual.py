@@ -201,3 +201,27 @@ def test_in_specs_inferred(c, mesh):
                                         r"type AxisType.Auto"):
         shmap.shard_map(lambda b: b, mesh=am, out_specs=P("i"), axis_names={"i"})(
             put(c, am, V, P("i")))
+
+
+def test_partial_without_arguments(c, mesh):
+    """JAX's test_partial_auto_of_pjit (a jit inside the body, its
+    out_shardings over the other axes) and test_partial_auto_axis_index: a
+    shard_map of no arguments, at once and in a jit run under use_mesh; a
+    jit of no arguments without a mesh says what it needs."""
+    def h():
+        y = shmap.jit(lambda: jnp.zeros(()), out_shardings=NamedSharding(mesh, P()))()
+        return y.reshape((1,))
+
+    def f():
+        return sm(h, mesh, (), P("i"), check_vma=False)()
+
+    assert np.array_equal(np.asarray(f()), np.zeros(4))
+    with shmap.sharding.use_mesh(mesh):
+        assert np.array_equal(np.asarray(shmap.jit(f)()), np.zeros(4))
+        g = shmap.jit(lambda: sm(lambda: lax.axis_index("i").reshape(1, 1), mesh, (),
+                                 P("i", None), check_vma=False)(),
+                      out_shardings=NamedSharding(mesh, P("i", None)))
+        assert np.array_equal(np.asarray(g()), np.arange(4).reshape(-1, 1))
+    with pytest.raises(shmap.InvalidArgument, match="a jit function called without Arrays "
+                                                    "needs a mesh: call it under"):
+        shmap.jit(f)()
