@@ -502,7 +502,18 @@ static const error_case errors[] = {
      "    return x\n",
      {"shard_map out_specs argument must refer to an axis marked as manual", "out_specs refers "
                                                                              "to 'j'"}},
-    /* ... the body's types keep the other axes' shardings, and their rules hold */
+    /* ... the body's types keep the other axes' shardings, and their rules hold: a loop
+     * carry keeps its sharding, its manual axes' variance too */
+    {"mesh i=4 j=2\nshard_map g(x: f32[8,4] @ P('i')) -> P('i'), axis_names={'i'}:\n"
+     "    k = 0\n    while k < 2:\n        x = reshard(x * 2, P())\n        k = k + 1\n"
+     "    return x\njit f(x: f32[8,4] @ P('i', 'j')):\n    return g(x)\n",
+     {"the carried value 'x' has type f32[2,4@j]{V:i}, but the body gives it the next value of "
+      "type f32[2,4]{V:i}: a loop-carried value keeps its sharding"}},
+    {"mesh i=4 j=2\nshard_map g(x: f32[8,4] @ P('i')) -> P('i'), axis_names={'i'}:\n"
+     "    s = psum(x, 'i')\n    k = 0\n    while k < 2:\n        s = s + x\n        k = k + 1\n"
+     "    return s\njit f(x: f32[8,4] @ P('i', 'j')):\n    return g(x)\n",
+     {"the varying manual axes do not match"}},
+
     {"mesh i=4 j=2\nshard_map g(x: f32[8,4] @ P('i')) -> P('i'), axis_names={'i'}:\n"
      "    return all_gather(x, 'i', axis=1, tiled=True)\n"
      "jit f(x: f32[8,4] @ P('i', 'j')):\n    return g(x)\n",

@@ -52,9 +52,10 @@ sm_err sm_ir_infer_loop(const sm_program *p, const sm_ir_op *op, const sm_ir_val
         return sm_lp_type_fail(p, x, n, "a loop-carried value keeps its dtype and shape", err,
                                errlen);
     uint32_t extra = n->vma & ~x->vma;
-    if (p->kind == SM_PROG_JIT && !op->manual) {
-        /* the types' shardings (over Explicit axes); Auto axes are the service's */
-        uint32_t hidden = (p->auto_axes | op->auto_mask) & ~op->explicit_mask;
+    if (p->kind == SM_PROG_JIT && (!op->manual || op->manual_axes)) {
+        /* the types' shardings (over Explicit axes; in a shard_map Manual over
+         * some axes, over the others); Auto axes are the service's */
+        uint32_t hidden = (p->auto_axes | op->auto_mask | op->manual_axes) & ~op->explicit_mask;
         sm_pspec a, b;
         sm_ir_layout_to_spec(p, &x->layout, x->shape.rank, hidden, &a);
         sm_ir_layout_to_spec(p, &n->layout, n->shape.rank, hidden, &b);
@@ -63,7 +64,8 @@ sm_err sm_ir_infer_loop(const sm_program *p, const sm_ir_op *op, const sm_ir_val
                                    "a loop-carried value keeps its sharding (reshard the next "
                                    "value, or the first one)",
                                    err, errlen);
-    } else if (extra && !p->lowered) {
+    }
+    if ((p->kind != SM_PROG_JIT || op->manual) && extra && !p->lowered) {
         char why[400];
         size_t o = (size_t)snprintf(why, sizeof why,
                                     "the varying manual axes do not match. This might be fixed "
