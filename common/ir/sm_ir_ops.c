@@ -249,10 +249,8 @@ static sm_err sm_ir_attrs_check(const sm_ir_op *op, char *err, size_t errlen)
 /* A jit program's shard_map_in and shard_map_out of a shard_map function
  * Manual over some of the mesh's axes (op->manual_axes): its specs name only
  * those (JAX's sentences). */
-static sm_err sm_ir_manual_edge(const sm_program *p, const sm_ir_op *op,
-                                const sm_ir_value *const *in, char *err, size_t errlen)
+static sm_err sm_ir_manual_edge(const sm_program *p, const sm_ir_op *op, char *err, size_t errlen)
 {
-    (void)in;
     if ((op->kind != SM_OP_SHARD_MAP_IN && op->kind != SM_OP_SHARD_MAP_OUT) || !op->manual_axes ||
         !op->attrs.sharding)
         return SM_OK;
@@ -317,7 +315,7 @@ sm_err sm_ir_infer_op(const sm_program *p, const sm_ir_op *op, int limit, sm_ir_
                            info->name, i, in[i]->manual ? "a per-device block" : "a global array",
                            op->manual ? "per-device" : "global");
     }
-    sm_err e = jit ? sm_ir_manual_edge(p, op, in, err, errlen) : SM_OK;
+    sm_err e = jit ? sm_ir_manual_edge(p, op, err, errlen) : SM_OK;
     if (e || (e = info->infer(p, op, in, out, err, errlen)))
         return e;
     out->manual = jit && (op->manual || op->kind == SM_OP_SHARD_MAP_IN);
