@@ -502,6 +502,11 @@ static const error_case errors[] = {
      "    return x\n",
      {"shard_map out_specs argument must refer to an axis marked as manual", "out_specs refers "
                                                                              "to 'j'"}},
+    /* ... a block cannot keep a sharding it is too small for */
+    {"mesh i=4 j=4\nshard_map g(x: f32[4,16] @ P('i')) -> P('i'), axis_names={'i'}:\n"
+     "    return x\njit f(x: f32[4,16] @ P('j', 'i')):\n    return g(x)\n",
+     {"shard_map argument of type f32[4@j,16@i]: its block's dimension 0 has size 1, which is "
+      "not divisible by 4"}},
     /* ... the body's types keep the other axes' shardings, and their rules hold: a loop
      * carry keeps its sharding, its manual axes' variance too */
     {"mesh i=4 j=2\nshard_map g(x: f32[8,4] @ P('i')) -> P('i'), axis_names={'i'}:\n"

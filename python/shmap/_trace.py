@@ -1706,10 +1706,11 @@ class _Traced:
         """A shard_map function called inside a jit body: its text becomes a
         shard_map function of the jit program's file, which the body calls
         (as a jit function of the text form calls one; the service lowers
-        both into one per-device program). A jit function called there is
-        traced into the caller's body (jax.jit inside jax.jit), its results
-        resharded to its out_shardings."""
-        if self.kind == "jit" and outer.kind == "jit":
+        both into one per-device program). A jit function called there, or
+        in a shard_map body, is traced into the caller's body (jax.jit
+        inside jax.jit), its results resharded to its out_shardings (in a
+        shard_map body over the axes it leaves out)."""
+        if self.kind == "jit":  # traced into the caller's body, jit or shard_map (JAX inlines it)
             res = self.f(*args)
             o = self.out_shardings
             if o is None:
@@ -1719,20 +1720,9 @@ class _Traced:
             if len(specs) != len(leaves):
                 raise InvalidArgument(f"{self.__name__} returns {len(leaves)} values but has "
                                       f"{len(specs)} out_shardings")
-            outs = [_call_op("reshard", v, getattr(s, "spec", s)) for v, s in zip(leaves, specs)]
-            return _unflatten(tree, iter(outs))
-        if self.kind == "jit" and outer.kind == "shard_map":  # jit in a shard_map body: traced
-            res = self.f(*args)                               # into it, as JAX's inlines it
-            o = self.out_shardings
-            if o is None:
-                return res
-            leaves, tree = _flatten(res, self.__name__)
-            specs = [o] * len(leaves) if isinstance(o, (PartitionSpec, NamedSharding)) else o
-            if len(specs) != len(leaves):
-                raise InvalidArgument(f"{self.__name__} returns {len(leaves)} values but has "
-                                      f"{len(specs)} out_shardings")
             specs = [getattr(x, "spec", x) for x in specs]
-            if outer.manual_axes is None:  # a body Manual over every axis: replicated only
+            if outer.kind == "shard_map" and outer.manual_axes is None:
+                # a body Manual over every axis: replicated only, nothing to move
                 if any(n is not None for sp in specs for n in sp):
                     raise InvalidArgument(f"{self.__name__}: out_shardings {specs[0]} inside a "
                                           f"shard_map body Manual over every mesh axis")
