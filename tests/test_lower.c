@@ -13,6 +13,16 @@
 #include "sm_lower.h"
 #include "suite_main.h"
 
+/* JAX's test_nested_partial_auto_1d: a shard_map over 'y' called from the
+ * body of one over 'x'; inside, blocks vary over both, psum over the outer axis */
+#define NESTED_1D                                                                                  \
+    "mesh x=2 y=2 z=2\n"                                                                           \
+    "shard_map g(x: f32[2,8] @ P(None, 'y')) -> P(None, 'y'), axis_names={'y'}:\n"                 \
+    "    inner = x * x + psum(x, 'x')\n    return inner\n"                                         \
+    "shard_map h(x: f32[4,8] @ P('x', None)) -> P('x', None), axis_names={'x'}:\n"                 \
+    "    back = g(x)\n    return back\n"                                                           \
+    "jit f(x: f32[4,8] @ P('x', 'y')):\n    r = h(x)\n    return r\n"
+
 static sm_program *parse_ok(const char *text)
 {
     char err[1024] = "";
@@ -213,6 +223,10 @@ static const type_case types[] = {
      "    y = x * 2\n    return y\njit f(x: f32[8,4] @ P('i', 'j')):\n    r = g(x)\n"
      "    return r\n",
      "r", "f32[8@i,4@j]"},
+    /* nested (NESTED_1D) */
+    {NESTED_1D, "inner", "f32[2,4]{V:x,y}"},
+    {NESTED_1D, "back", "f32[2,8@y]{V:x}"},
+    {NESTED_1D, "r", "f32[4@x,8@y]"},
     /* JAX's test_partial_auto_explicit_multi_explicit */
     {"mesh i=2 j=1 k=2 l=2\n"
      "shard_map g(x: f32[4,2,2,4] @ P('i', 'j')) -> P('i', 'j', None, None), "
@@ -502,6 +516,23 @@ static const error_case errors[] = {
      "    return x\n",
      {"shard_map out_specs argument must refer to an axis marked as manual", "out_specs refers "
                                                                              "to 'j'"}},
+    /* nested shard_maps: over axes not Manual around them */
+    {"mesh i=2 j=2\nshard_map g(x: f32[2,8] @ P('i')) -> P('i'), axis_names={'i'}:\n"
+     "    return x\nshard_map h(x: f32[4,8] @ P('i')) -> P('i'), axis_names={'i'}:\n"
+     "    return g(x)\njit f(x: f32[4,8] @ P('i')):\n    return h(x)\n",
+     {"g: its axis_names {'i'} name axes already Manual in the shard_map around it"}},
+    {"mesh i=2 j=2\nshard_map g(x: f32[2,8] @ P('j')) -> P('j'), axis_names={'j'}:\n"
+     "    return x\nshard_map h(x: f32[4,8] @ P('i')) -> P('i'):\n"
+     "    return g(x)\njit f(x: f32[4,8] @ P('i')):\n    return h(x)\n",
+     {"a shard_map function Manual over every mesh axis cannot call another one"}},
+    {"mesh i=2 j=2\nshard_map g(x: f32[2,8] @ P('i')) -> P('i'), axis_names={'j'}:\n"
+     "    return x\nshard_map h(x: f32[4,8] @ P('i')) -> P('i'), axis_names={'i'}:\n"
+     "    return g(x)\njit f(x: f32[4,8] @ P('i')):\n    return h(x)\n",
+     {"shard_map in_specs argument must refer to an axis marked as manual (frozenset({'j'}))"}},
+    {"mesh i=2 j=2\nshard_map g(x: f32[2,8] @ P(None, 'j')) -> P(), axis_names={'j'}:\n"
+     "    return x\nshard_map h(x: f32[4,8] @ P('i')) -> P('i'), axis_names={'i'}:\n"
+     "    return g(x)\njit f(x: f32[4,8] @ P('i')):\n    return h(x)\n",
+     {"varies over mesh axis 'j'"}},
     /* ... a block cannot keep a sharding it is too small for */
     {"mesh i=4 j=4\nshard_map g(x: f32[4,16] @ P('i')) -> P('i'), axis_names={'i'}:\n"
      "    return x\njit f(x: f32[4,16] @ P('j', 'i')):\n    return g(x)\n",
@@ -596,6 +627,27 @@ START_TEST(test_partial_manual)
     sm_program_print(l, &lw); /* x stays where it lies: no collective over j */
     ck_assert_msg(!strstr(strstr(sm_strbuf_str(&lw), ":\n"), "'j'"), "%s", sm_strbuf_str(&lw));
     sm_strbuf_free(&lw);
+    sm_array_free(out[0]);
+    sm_array_free(x);
+    sm_program_free(l);
+    sm_program_free(p);
+
+    /* nested: x * x + psum(x, 'x') in a shard_map over 'y' inside one over 'x' */
+    p = parse_ok(NESTED_1D);
+    ck_assert_int_eq(sm_lower(p, NULL, &l, err, sizeof err), SM_OK);
+    ck_assert_int_eq(
+        sm_array_create(SM_F32, &(sm_shape){.rank = 2, .dims = {4, 8}}, &x, err, sizeof err),
+        SM_OK);
+    xv = x->data;
+    for (int i = 0; i < 32; i++)
+        xv[i] = (float)(i % 7 + i / 9);
+    e = sm_exec_local_run(l, &x, out, NULL, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "%s", err);
+    o = out[0]->data;
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < 8; c++)
+            ck_assert_float_eq(o[r * 8 + c], xv[r * 8 + c] * xv[r * 8 + c] + xv[(r % 2) * 8 + c] +
+                                                 xv[(r % 2 + 2) * 8 + c]);
     sm_array_free(out[0]);
     sm_array_free(x);
     sm_program_free(l);

@@ -132,6 +132,13 @@ static const prog_case progs[] = {
                        "axis_names={'j'}:\n"
                        "    return x + axis_index('j')\n"
                        "jit f(x: f32[8,4] @ P('i')):\n    return h(reshard(g(x), P()))\n"},
+    {"partial_manual_nested", "mesh i=2 j=2\n"
+                              "shard_map g(x: f32[2,8] @ P(None, 'j')) -> P(None, 'j'):\n"
+                              "    return x * x\n"
+                              "shard_map h(x: f32[4,8] @ P('i', None)) -> P('i', None), "
+                              "axis_names={'i'}:\n"
+                              "    return g(x)\n"
+                              "jit f(x: f32[4,8] @ P('i', 'j')):\n    return h(x)\n"},
     {"partial_manual_entry", "mesh i=4 j=2\n"
                              "shard_map g(x: f32[8,4] @ P('i')) -> P('i'), axis_names={'i'}:\n"
                              "    return pmax(x, 'i')\n"},

@@ -87,6 +87,9 @@ typedef struct {
     uint32_t explicit_mask; /* mesh axes Explicit at this op (explicit_axes), Auto in the
                              * mesh: they show in its type */
     int manual;             /* a per-device op of a shard_map function called from jit */
+    uint32_t outer_axes;    /* shard_map_in and _out of a shard_map function called from the
+                             * body of another (nested): the axes Manual outside it (and
+                             * manual_axes, explicit, those inside); 0 otherwise */
     uint32_t manual_axes;   /* per-device ops, shard_map_in and _out: the mesh axes Manual in
                              * that function's body (its axis_names); 0: every axis */
 } sm_ir_op;
@@ -176,14 +179,15 @@ sm_err sm_program_add_op_at(sm_program *p, sm_op_kind kind, const int *operands,
 /* Like add_op_at, for jit programs: manual marks a per-device op of a
  * shard_map function called from the jit body, manual_axes the axes Manual
  * in that function (0: every axis; also on its shard_map_in and
- * shard_map_out ops); auto_mask the mesh axes that
+ * shard_map_out ops), outer_axes those Manual around a nested shard_map's
+ * shard_map_in and shard_map_out (sm_ir_op); auto_mask the mesh axes that
  * are Auto at this op (inside auto_axes) beyond the mesh's own,
  * explicit_mask those Explicit at it (inside explicit_axes) though the
  * mesh's are Auto. */
 sm_err sm_program_add_op_jit(sm_program *p, sm_op_kind kind, const int *operands, int n,
                              const sm_ir_attrs *attrs, int line, int col, int manual,
-                             uint32_t manual_axes, uint32_t auto_mask, uint32_t explicit_mask,
-                             int *value_id, char *err, size_t errlen);
+                             uint32_t manual_axes, uint32_t outer_axes, uint32_t auto_mask,
+                             uint32_t explicit_mask, int *value_id, char *err, size_t errlen);
 
 /* einsum's '...' written out (numpy's broadcasting of the dimensions it
  * covers, aligned to the right; unused letters; the implicit output

@@ -154,14 +154,14 @@ sm_err sm_program_add_op_at(sm_program *p, sm_op_kind kind, const int *operands,
                             const sm_ir_attrs *attrs, int line, int col, int *value_id, char *err,
                             size_t errlen)
 {
-    return sm_program_add_op_jit(p, kind, operands, n, attrs, line, col, 0, 0, 0, 0, value_id, err,
-                                 errlen);
+    return sm_program_add_op_jit(p, kind, operands, n, attrs, line, col, 0, 0, 0, 0, 0, value_id,
+                                 err, errlen);
 }
 
 sm_err sm_program_add_op_jit(sm_program *p, sm_op_kind kind, const int *operands, int n,
                              const sm_ir_attrs *attrs, int line, int col, int manual,
-                             uint32_t manual_axes, uint32_t auto_mask, uint32_t explicit_mask,
-                             int *value_id, char *err, size_t errlen)
+                             uint32_t manual_axes, uint32_t outer_axes, uint32_t auto_mask,
+                             uint32_t explicit_mask, int *value_id, char *err, size_t errlen)
 {
     static const sm_ir_attrs none;
     if (n < 0 || n > SM_OP_MAXARGS)
@@ -171,6 +171,7 @@ sm_err sm_program_add_op_jit(sm_program *p, sm_op_kind kind, const int *operands
     op.col = col;
     op.manual = manual;
     op.manual_axes = manual_axes;
+    op.outer_axes = outer_axes;
     op.auto_mask = auto_mask;
     op.explicit_mask = explicit_mask;
     op.operands = sm_arena_alloc(p->arena, sizeof(int) * (size_t)(n ? n : 1));
@@ -610,8 +611,8 @@ sm_err sm_program_verify(sm_program *p, int check_vma, char *err, size_t errlen)
         const sm_ir_op *op = &p->ops[k];
         if (op->kind != SM_OP_SHARD_MAP_OUT || !op->attrs.sharding)
             continue;
-        const sm_pspec *s = op->attrs.sharding;
-        uint32_t bad = p->values[op->operands[0]].vma & ~sm_ir_spec_axes(p, s);
+        const sm_pspec *s = op->attrs.sharding; /* (nested: over its own axes) */
+        uint32_t bad = p->values[op->operands[0]].vma & ~sm_ir_spec_axes(p, s) & ~op->outer_axes;
         if (!bad)
             continue;
         char ty[300], what[400];
@@ -730,8 +731,8 @@ int sm_program_equal(const sm_program *a, const sm_program *b)
         if (x->kind != y->kind || x->noperands != y->noperands || x->result != y->result ||
             memcmp(x->operands, y->operands, sizeof(int) * (size_t)x->noperands) ||
             !sm_ir_attrs_equal(&x->attrs, &y->attrs) || x->manual != y->manual ||
-            x->manual_axes != y->manual_axes || x->auto_mask != y->auto_mask ||
-            x->explicit_mask != y->explicit_mask)
+            x->manual_axes != y->manual_axes || x->outer_axes != y->outer_axes ||
+            x->auto_mask != y->auto_mask || x->explicit_mask != y->explicit_mask)
             return 0;
     }
     for (int v = 0; v < a->nvalues; v++) {

@@ -39,8 +39,8 @@ int sm_ps_emit(sm_parser *ps, sm_op_kind kind, const int *operands, int n, const
         return sm_ps_fail(ps, at, SM_ERESOURCE, "the program unrolls to more than %d ops",
                           SM_PS_MAX_OPS);
     sm_err e = sm_program_add_op_jit(ps->p, kind, operands, n, attrs, at->line, at->col, ps->manual,
-                                     ps->manual_axes, ps->auto_mask, ps->explicit_mask, &id,
-                                     ps->err, ps->errlen);
+                                     ps->manual_axes, ps->outer_axes, ps->auto_mask,
+                                     ps->explicit_mask, &id, ps->err, ps->errlen);
     if (e)
         return sm_ps_fail_at(ps, at, e);
     *out = (sm_item){.kind = SM_IT_VALUE, .i = id, .at = at};

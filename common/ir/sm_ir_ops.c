@@ -254,7 +254,10 @@ static sm_err sm_ir_manual_edge(const sm_program *p, const sm_ir_op *op, char *e
     if ((op->kind != SM_OP_SHARD_MAP_IN && op->kind != SM_OP_SHARD_MAP_OUT) || !op->manual_axes ||
         !op->attrs.sharding)
         return SM_OK;
-    return sm_ir_spec_manual(p, op->manual_axes, op->attrs.sharding,
+    if (op->outer_axes & ~op->manual_axes)
+        return sm_fail(err, errlen, SM_EINVAL, "%s: the axes Manual around it must be Manual in it",
+                       sm_op_name(op->kind));
+    return sm_ir_spec_manual(p, op->manual_axes & ~op->outer_axes, op->attrs.sharding,
                              op->kind == SM_OP_SHARD_MAP_IN ? "in_specs" : "out_specs", -1, err,
                              errlen);
 }
@@ -286,7 +289,9 @@ sm_err sm_ir_infer_op(const sm_program *p, const sm_ir_op *op, int limit, sm_ir_
      * others as a jit body does: reshard and with_sharding_constraint act
      * on those */
     int partial = jit && op->manual && op->manual_axes;
-    if (jit && op->manual && global_only &&
+    int nested = partial && op->outer_axes &&
+                 (op->kind == SM_OP_SHARD_MAP_IN || op->kind == SM_OP_SHARD_MAP_OUT);
+    if (jit && op->manual && global_only && !nested &&
         !(partial && (op->kind == SM_OP_RESHARD || op->kind == SM_OP_WITH_SHARDING_CONSTRAINT)))
         return sm_fail(err, errlen, SM_EINVAL, "%s cannot be used inside a shard_map function",
                        info->name);
@@ -306,7 +311,7 @@ sm_err sm_ir_infer_op(const sm_program *p, const sm_ir_op *op, int limit, sm_ir_
         /* a block may only feed per-device ops (and shard_map_out); a global
          * value only global ops (and shard_map_in) */
         int want_manual = op->kind == SM_OP_SHARD_MAP_OUT  ? 1
-                          : op->kind == SM_OP_SHARD_MAP_IN ? 0
+                          : op->kind == SM_OP_SHARD_MAP_IN ? nested
                                                            : op->manual;
         if (jit && in[i]->manual != want_manual)
             return sm_fail(err, errlen, SM_EINVAL,
@@ -388,8 +393,10 @@ sm_err sm_ir_shard_op(const sm_program *p, const sm_ir_op *op, sm_ir_value *out,
     memset(&out->layout, 0, sizeof out->layout);
     out->hidden = (p->auto_axes | op->auto_mask) & ~op->explicit_mask;
     if (op->manual && op->manual_axes) { /* in a shard_map Manual over some axes only */
-        out->hidden |= op->manual_axes;  /* never in a layout there */
-        const sm_pspec *s = op->attrs.sharding;
+        int edge = op->kind == SM_OP_SHARD_MAP_IN || op->kind == SM_OP_SHARD_MAP_OUT;
+        /* never in a layout there (a nested shard_map's result: the axes around it) */
+        out->hidden |= op->kind == SM_OP_SHARD_MAP_OUT ? op->outer_axes : op->manual_axes;
+        const sm_pspec *s = edge ? NULL : op->attrs.sharding;
         for (int d = 0; s && d < s->nentries; d++)
             for (int j = 0; j < s->e[d].naxes; j++) {
                 int a = sm_mesh_axis(&p->mesh, s->e[d].axes[j]);

@@ -973,9 +973,16 @@ static int sm_ps_call_param(sm_parser *ps, const sm_fn *f, const sm_tok *at, con
     sm_ir_attrs a = {.sharding = &d.spec};
     sm_op_kind k = f->kind == SM_FN_SHARD_MAP ? SM_OP_SHARD_MAP_IN : SM_OP_RESHARD;
     int saved = ps->manual;
-    ps->manual = 0;
+    uint32_t saved_axes = ps->manual_axes, saved_outer = ps->outer_axes;
+    ps->manual = f->kind == SM_FN_SHARD_MAP && ps->edge_outer; /* nested: from a block */
+    if (ps->manual) {
+        ps->manual_axes = ps->edge_inner;
+        ps->outer_axes = ps->edge_outer;
+    }
     int rc = sm_ps_emit(ps, k, &id, 1, &a, arg->at ? arg->at : at, bound);
     ps->manual = saved;
+    ps->manual_axes = saved_axes;
+    ps->outer_axes = saved_outer;
     if (!rc && v->name)
         sm_program_name_value(ps->p, (int)bound->i, v->name);
     return rc;
@@ -995,19 +1002,40 @@ int sm_ps_call_fn(sm_parser *ps, const sm_fn *f, const sm_tok *at, const sm_arg 
                           "'%s' is a %s function: only a jit body calls shard_map and jit "
                           "functions",
                           f->name, f->kind == SM_FN_JIT ? "jit" : "shard_map");
-    if (f->kind == SM_FN_SHARD_MAP && ps->manual)
-        return sm_ps_fail(ps, at, SM_EINVAL, "a shard_map function cannot call another one");
+    if (f->kind == SM_FN_SHARD_MAP && ps->manual && !ps->manual_axes)
+        return sm_ps_fail(ps, at, SM_EINVAL,
+                          "a shard_map function Manual over every mesh axis cannot call "
+                          "another one (no axis is left for it)");
     uint32_t callee_axes = 0, saved_axes = ps->manual_axes;
+    uint32_t saved_eo = ps->edge_outer, saved_ei = ps->edge_inner, eo = 0, ei = 0;
     if (f->kind == SM_FN_SHARD_MAP && sm_ps_fn_axis_names(ps, f, &callee_axes))
         return -1;
+    if (f->kind == SM_FN_SHARD_MAP && ps->manual) { /* nested in a partial-manual body */
+        uint32_t all = (uint32_t)((UINT64_C(1) << ps->p->mesh.naxes) - 1);
+        uint32_t want = callee_axes ? callee_axes : all & ~ps->manual_axes;
+        if (want & ps->manual_axes) {
+            char a[300], b[300];
+            return sm_ps_fail(ps, at, SM_EINVAL,
+                              "%s: its axis_names %s name axes already Manual in the shard_map "
+                              "around it (axis_names=%s)",
+                              f->name, sm_ir_axes_set_str(ps->p, want, a, sizeof a),
+                              sm_ir_axes_set_str(ps->p, ps->manual_axes, b, sizeof b));
+        }
+        eo = ps->manual_axes;
+        ei = want | eo;
+        callee_axes = ei == all ? 0 : ei;
+    }
     int saved_pos = ps->pos, saved_n = ps->nsyms, saved_manual = ps->manual;
     sm_sym *saved = malloc(sizeof *saved * (size_t)(saved_n ? saved_n : 1));
     if (!saved)
         return sm_ps_fail(ps, at, SM_ENOMEM, "out of memory");
     memcpy(saved, ps->syms, sizeof *saved * (size_t)saved_n);
     int rc = -1, na = 0;
-    if (f->kind == SM_FN_SHARD_MAP)
+    if (f->kind == SM_FN_SHARD_MAP) {
         ps->manual_axes = callee_axes; /* its shard_map_in, body and shard_map_out */
+        ps->edge_outer = eo;
+        ps->edge_inner = ei;
+    }
     ps->pos = f->hdr + 1;
     if (sm_ps_expect(ps, "(", "after the function name"))
         goto done;
@@ -1058,14 +1086,21 @@ int sm_ps_call_fn(sm_parser *ps, const sm_fn *f, const sm_tok *at, const sm_arg 
             goto done;
         }
         sm_item *el = r.kind == SM_IT_TUPLE ? r.elems : &r;
+        if (eo) { /* nested: back into the block of the shard_map around it */
+            ps->manual_axes = ei;
+            ps->outer_axes = eo;
+        }
         for (int k = 0; k < n; k++) {
             int id;
             sm_ir_attrs a = {.sharding = &specs[k]};
             if (sm_ps_value(ps, &el[k], &id) ||
                 sm_ps_emit(ps, f->kind == SM_FN_SHARD_MAP ? SM_OP_SHARD_MAP_OUT : SM_OP_RESHARD,
-                           &id, 1, &a, at, &el[k]))
+                           &id, 1, &a, at, &el[k])) {
+                ps->outer_axes = 0;
                 goto done;
+            }
         }
+        ps->outer_axes = 0;
     }
     *out = r;
     rc = 0;
@@ -1078,6 +1113,8 @@ done:
     ps->pos = saved_pos;
     ps->manual = saved_manual;
     ps->manual_axes = saved_axes;
+    ps->edge_outer = saved_eo;
+    ps->edge_inner = saved_ei;
     return rc;
 }
 

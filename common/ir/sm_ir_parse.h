@@ -65,15 +65,21 @@ typedef struct {
     int nt, pos;
     sm_fn fns[SM_PS_MAX_FNS];
     int nfns;
-    uint32_t mesh_auto;     /* axis_types: the Auto axes */
-    int mesh_ntypes;        /* how many axis_types were written */
-    const char *entry;      /* the function to run; NULL: the last shard_map or jit */
-    int manual;             /* emitting the ops of a shard_map function called from jit */
-    uint32_t manual_axes;   /* ... Manual over these axes only (its axis_names=); 0: every
-                             * axis */
-    uint32_t auto_mask;     /* inside auto_axes: its axes */
-    uint32_t explicit_mask; /* inside explicit_axes: its axes */
-    int calls;              /* depth of inlined calls; `return` gives ret then */
+    uint32_t mesh_auto;   /* axis_types: the Auto axes */
+    int mesh_ntypes;      /* how many axis_types were written */
+    const char *entry;    /* the function to run; NULL: the last shard_map or jit */
+    int manual;           /* emitting the ops of a shard_map function called from jit */
+    uint32_t manual_axes; /* ... Manual over these axes only (its axis_names=); 0: every
+                           * axis */
+    uint32_t outer_axes;  /* emitting a nested shard_map's shard_map_in or _out: the axes
+                           * Manual around it (sm_ir_op.outer_axes); 0 otherwise */
+    uint32_t edge_outer;  /* calling a shard_map function from the body of another: the
+                           * axes Manual around it, 0 otherwise; edge_inner: those
+                           * Manual inside it (explicit, every axis included) */
+    uint32_t edge_inner;
+    uint32_t auto_mask;                       /* inside auto_axes: its axes */
+    uint32_t explicit_mask;                   /* inside explicit_axes: its axes */
+    int calls;                                /* depth of inlined calls; `return` gives ret then */
     const sm_fn *active[SM_PS_MAX_CALLS + 1]; /* the entry and the calls being inlined */
     int nactive;
     sm_item ret;

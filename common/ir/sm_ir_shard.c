@@ -1283,7 +1283,7 @@ sm_err sm_ir_shard_manual(const sm_program *p, const sm_ir_op *op, const sm_ir_v
     uint32_t m = op->manual_axes;
     const sm_ir_value *x = in[0];
     if (op->kind == SM_OP_SHARD_MAP_IN) {
-        out->vma = 0;
+        out->vma = op->outer_axes ? x->vma : 0; /* nested: what the block varied over too */
         for (int d = 0; d < x->shape.rank; d++)
             out->vma |= sm_sh_dim_mask(&l, d);
         memset(&out->layout, 0, sizeof out->layout);
@@ -1325,6 +1325,8 @@ sm_err sm_ir_shard_manual(const sm_program *p, const sm_ir_op *op, const sm_ir_v
     for (int d = 0; m && d < x->shape.rank; d++)
         for (int j = 0; j < x->layout.n[d]; j++)
             out->layout.ax[d][out->layout.n[d]++] = x->layout.ax[d][j];
+    if (op->outer_axes) /* nested: varies over what it did outside the shard_map's axes */
+        out->vma = x->vma & ~(m & ~op->outer_axes);
     return SM_OK;
 }
 

@@ -149,6 +149,7 @@ Shmap__V1__Program *sm_svc_program_enc(sm_arena *a, const sm_program *p)
         q->col = op->col;
         q->manual = op->manual != 0;
         q->manual_axes = op->manual_axes;
+        q->outer_axes = op->outer_axes;
         q->auto_mask = op->auto_mask;
         q->explicit_mask = op->explicit_mask;
         if (op->attrs.sharding) {
@@ -329,8 +330,8 @@ static sm_err op_dec(sm_program *p, const Shmap__V1__IrOp *q, size_t k, const ch
     }
     int id;
     e = sm_program_add_op_jit(p, kind, ops, (int)q->n_operands, &at, q->line, q->col,
-                              q->manual != 0, q->manual_axes, q->auto_mask, q->explicit_mask, &id,
-                              tmp, sizeof tmp);
+                              q->manual != 0, q->manual_axes, q->outer_axes, q->auto_mask,
+                              q->explicit_mask, &id, tmp, sizeof tmp);
     free(perm);
     if (e)
         return sm_fail(err, errlen, e, "%s (%s): %s", sub, q->op, tmp);

@@ -128,6 +128,9 @@ class _Builder:
         # caller that types it (_check), the jit body's shardings over the
         # other axes kept; None otherwise
         self.caller_decls = None
+        # ... called from the body of another (nested): its header's axis_names
+        # while it is typed on its own, the axes Manual around it included
+        self.check_suffix = None
 
     def capture(self, a):
         """The name of Array a in the program: a body that closes over an
@@ -203,6 +206,14 @@ class _Builder:
         return "\n".join(head + body) + "\n"
 
     def _check(self, text):
+        if self.check_suffix is not None:  # nested: the axes around it bound too
+            lines = text.split("\n")
+            k = len(self.header) + len(self.prelude) - 1
+            head = lines[k][:-1]
+            if self.axis_suffix and head.endswith(self.axis_suffix):
+                head = head[:-len(self.axis_suffix)]
+            lines[k] = head + self.check_suffix + ":"
+            text = "\n".join(lines)
         wrap = self.caller_decls is not None
         if wrap:  # typed as called from the jit body (the types' other axes)
             fn_lines = text.count("\n")
@@ -1729,7 +1740,7 @@ class _Traced:
                 return res
             outs = [_call_op("reshard", v, sp) for v, sp in zip(leaves, specs)]
             return _unflatten(tree, iter(outs))
-        if self.kind != "shard_map" or outer.kind != "jit":
+        if self.kind != "shard_map" or outer.kind not in ("jit", "shard_map"):
             raise InvalidArgument(f"{self.__name__}: only a shmap.jit function may call a "
                                   f"traced function, and only a shmap.shard_map one")
         t, args = self._split_trees(args)
@@ -1862,17 +1873,37 @@ class _Traced:
         over: parameters after args, which a call passes after them)."""
         mesh = getattr(outer, "mesh", None)
         params = [f"{n}: {_type_decl(a, s)}" for n, a, s in zip(names, args, specs)]
+        nested = outer.kind == "shard_map"  # called from the body of a partial-manual one
+        root = outer
+        while root.kind == "shard_map" and root.outer is not None:
+            root = root.outer  # the jit body: function names are the file's
         fname = base
         k = 2
-        while fname in outer.fnames or outer.header[-1].startswith(f"jit {fname}("):
+        while fname in root.fnames or root.header[-1].startswith(f"jit {fname}("):
             fname = f"{base}_{k}"
             k += 1
-        outer.fnames.add(fname)
+        root.fnames.add(fname)
         head = f"shard_map {fname}({', '.join(params)}) -> %OUT%:"
         inner = _Builder([outer.header[0], head], "shard_map", names)
         inner.mesh = mesh
         self._partial(inner, mesh, out_specs is None)
-        if inner.manual_axes is not None and not any("{" in a.type for a in args):
+        if nested:
+            if outer.manual_axes is None:
+                raise InvalidArgument(f"{self.__name__}: a shard_map function Manual over every "
+                                      f"mesh axis cannot call another one (no axis is left "
+                                      f"for it)")
+            own = self.axis_names or frozenset(mesh.axis_names) - outer.manual_axes
+            if own & outer.manual_axes:
+                raise ValueError(f"{self.__name__}: its axis_names {set(own)} name axes already "
+                                 f"Manual in the shard_map around it "
+                                 f"(axis_names={set(outer.manual_axes)})")
+            bound = own | outer.manual_axes
+            full = bound == frozenset(mesh.axis_names)
+            inner.manual_axes = None if full else bound
+            inner.check_suffix = "" if full else \
+                ", axis_names={" + ", ".join(repr(n) for n in mesh.axis_names
+                                            if n in bound) + "}"
+        elif inner.manual_axes is not None and not any("{" in a.type for a in args):
             from .numpy import _spec_of_type
             inner.caller_decls = {
                 n: f"{n}: {a._dtype}[{','.join(map(str, a.shape))}] @ "

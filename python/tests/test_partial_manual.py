@@ -225,3 +225,48 @@ def test_partial_without_arguments(c, mesh):
     with pytest.raises(shmap.InvalidArgument, match="a jit function called without Arrays "
                                                     "needs a mesh: call it under"):
         shmap.jit(f)()
+
+
+def test_nested(c, mesh):
+    """JAX's test_nested_partial_auto (and its grad): a shard_map over the
+    axes left (none named) called from the body of one over 'i'; and
+    test_nested_partial_auto_1d's layout, with a psum over the outer axis
+    inside the inner body. An inner shard_map naming an outer axis, or one
+    called from a body Manual over every axis, is refused."""
+    m = c.make_mesh((2, 2), ("i", "j"))
+    v = np.arange(32.0, dtype=np.float32).reshape(4, 8)
+    x = put(c, m, v, P("i", "j"))
+
+    def h(b):
+        return shmap.shard_map(lambda y: y * y, in_specs=P(None, "j"),
+                               out_specs=P(None, "j"))(b)
+
+    f = shmap.jit(lambda a: sm(h, m, P("i", None), P("i", None), check_vma=False)(a))
+    with shmap.sharding.use_mesh(m):
+        assert np.array_equal(np.asarray(f(x)), v * v)
+        g = shmap.grad(lambda a: f(a).sum())(x)
+        assert np.array_equal(np.asarray(g), 2 * v)
+    m3 = c.make_mesh((2, 2, 2), ("x", "y", "z"))
+    seen = []
+
+    def g3(b):
+        return b * b + lax.psum(b, "x")
+
+    def h3(b):
+        out = shmap.shard_map(g3, mesh=m3, in_specs=P(None, "y"), out_specs=P(None, "y"),
+                              axis_names={"y"})(b)
+        seen.append(str(shmap.typeof(out)))
+        return out
+
+    f3 = shmap.jit(lambda a: shmap.shard_map(h3, mesh=m3, in_specs=P("x", None),
+                                             out_specs=P("x", None), axis_names={"x"})(a))
+    y = f3(put(c, m3, v, P("x", "y")))
+    assert np.array_equal(np.asarray(y), v * v + np.concatenate([v[:2] + v[2:]] * 2))
+    assert seen[-1] == "f32[2,8@y]{V:x}" and y.sharding.spec == P("x", "y")
+    with pytest.raises(ValueError, match=r"already Manual in the shard_map around it"):
+        shmap.jit(lambda a: sm(lambda b: sm(lambda q: q, m, P("i"), P("i"))(b), m,
+                               P("i"), P("i"))(a))(x)
+    with pytest.raises(shmap.InvalidArgument, match="Manual over every mesh axis cannot call "
+                                                    "another one"):
+        shmap.jit(lambda a: shmap.shard_map(lambda b: sm(lambda q: q, m, P(), P(), {"j"})(b),
+                                            mesh=m, in_specs=P("i"), out_specs=P("i"))(a))(x)
