@@ -131,6 +131,7 @@ class _Builder:
         # ... called from the body of another (nested): its header's axis_names
         # while it is typed on its own, the axes Manual around it included
         self.check_suffix = None
+        self.outer_vma = {}  # ... its parameters' varying axes there: name -> "x,y"
 
     def capture(self, a):
         """The name of Array a in the program: a body that closes over an
@@ -206,13 +207,18 @@ class _Builder:
         return "\n".join(head + body) + "\n"
 
     def _check(self, text):
-        if self.check_suffix is not None:  # nested: the axes around it bound too
-            lines = text.split("\n")
+        ins, at = [], 0
+        if self.check_suffix is not None:  # nested: the axes around it bound too, and its
+            lines = text.split("\n")       # parameters varying over what their blocks did
             k = len(self.header) + len(self.prelude) - 1
             head = lines[k][:-1]
             if self.axis_suffix and head.endswith(self.axis_suffix):
                 head = head[:-len(self.axis_suffix)]
             lines[k] = head + self.check_suffix + ":"
+            ins = [n for n in self.params if n in self.outer_vma]
+            axes = {n: "".join(repr(a) + ", " for a in self.outer_vma[n].split(",")) for n in ins}
+            lines[k + 1:k + 1] = [f"    {n} = pvary({n}, ({axes[n]}))" for n in ins]
+            at = k + 1  # (1-based) the header's line; the pvary lines follow it
             text = "\n".join(lines)
         wrap = self.caller_decls is not None
         if wrap:  # typed as called from the jit body (the types' other axes)
@@ -228,6 +234,13 @@ class _Builder:
                 named = {t[5]: t for t in info["types"] if t[3] > fn_lines and t[5]}
                 info["types"] = [named[n] for n in self.params] + \
                     [t for t in info["types"] if head_line < t[3] <= fn_lines]
+            if ins:  # the pvary lines' values are the parameters' types; lines as written
+                ty = info["types"]
+                added = {t[5]: t for t in ty if at < t[3] <= at + len(ins)}
+                info["types"] = [added.get(n, t) if t[5] == n else t
+                                 for n, t in zip(self.params, ty)] + \
+                    [t[:3] + (t[3] - len(ins) if t[3] > at else t[3],) + tuple(t[4:])
+                     for t in ty[len(self.params):] if not at < t[3] <= at + len(ins)]
             return info
         except _shmap.Error as e:
             name, msg = e.args
@@ -235,6 +248,7 @@ class _Builder:
             src = None
             if m:
                 k = int(m.group(1)) - len(self.header) - len(self.prelude) - 1
+                k -= len(ins) if int(m.group(1)) > at + len(ins) else 0
                 if 0 <= k < len(self.lines):
                     src = self.lines[k][1]
                 msg = m.group(2)
@@ -1900,6 +1914,10 @@ class _Traced:
             bound = own | outer.manual_axes
             full = bound == frozenset(mesh.axis_names)
             inner.manual_axes = None if full else bound
+            for n, a in zip(names, args):
+                v = re.search(r"\{V:([A-Za-z0-9_,]+)", a.type)
+                if v:
+                    inner.outer_vma[n] = v.group(1)
             inner.check_suffix = "" if full else \
                 ", axis_names={" + ", ".join(repr(n) for n in mesh.axis_names
                                             if n in bound) + "}"
