@@ -510,6 +510,32 @@ static uint32_t sm_ir_spec_axes(const sm_program *p, const sm_pspec *s)
     return named;
 }
 
+/* The first mesh axis in mask that spec s names (in its order), or -1. */
+static int sm_ir_spec_axis_in(const sm_program *p, const sm_pspec *s, uint32_t mask)
+{
+    for (int d = 0; d < s->nentries; d++)
+        for (int j = 0; j < s->e[d].naxes; j++) {
+            int a = sm_mesh_axis(&p->mesh, s->e[d].axes[j]);
+            if (a >= 0 && (mask & (1u << a)))
+                return a;
+        }
+    return -1;
+}
+
+sm_err sm_ir_spec_not_manual(const sm_program *p, uint32_t manual, const sm_pspec *s,
+                             const char *what, char *err, size_t errlen)
+{
+    int a = sm_ir_spec_axis_in(p, s, manual);
+    if (a < 0)
+        return SM_OK;
+    char sb[300], set[300];
+    return sm_fail(err, errlen, SM_EINVAL,
+                   "%s: the sharding %s names '%s', a manual axis of the shard_map around it "
+                   "(axis_names=%s); it may name only the axes the shard_map leaves out",
+                   what, sm_pspec_format(s, sb, sizeof sb), p->mesh.names[a],
+                   sm_ir_axes_set_str(p, manual, set, sizeof set));
+}
+
 sm_err sm_ir_spec_manual(const sm_program *p, uint32_t manual, const sm_pspec *s, const char *what,
                          int index, char *err, size_t errlen)
 {
@@ -525,16 +551,13 @@ sm_err sm_ir_spec_manual(const sm_program *p, uint32_t manual, const sm_pspec *s
                        "unreduced/reduced can only be passed to %s when shard_map is in full "
                        "manual mode. Got manual_axes: frozenset(%s), specs: %s",
                        what, set, sm_pspec_format(s, sp, sizeof sp));
-    for (int d = 0; d < s->nentries; d++)
-        for (int j = 0; j < s->e[d].naxes; j++) {
-            int a = sm_mesh_axis(&p->mesh, s->e[d].axes[j]);
-            if (a >= 0 && !(manual & (1u << a)))
-                return sm_fail(err, errlen, SM_EINVAL,
-                               "shard_map %s argument must refer to an axis marked as manual "
-                               "(frozenset(%s)), but: %s%s refers to '%s'. Check the %s values "
-                               "passed to shard_map.",
-                               what, set, what, at, s->e[d].axes[j], what);
-        }
+    int a = sm_ir_spec_axis_in(p, s, ~manual);
+    if (a >= 0)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "shard_map %s argument must refer to an axis marked as manual "
+                       "(frozenset(%s)), but: %s%s refers to '%s'. Check the %s values passed "
+                       "to shard_map.",
+                       what, set, what, at, p->mesh.names[a], what);
     return SM_OK;
 }
 

@@ -282,23 +282,14 @@ static int sm_ps_wsc_partial(sm_parser *ps, const sm_tok *at, const sm_arg *args
                           "with_sharding_constraint takes an array and a PartitionSpec P(...)");
     const sm_pspec *s = sp->spec;
     const sm_ir_value *v = &ps->p->values[x->i];
-    char sb[300], set[300];
     if (v->weak)
         return sm_ps_fail(ps, x->at ? x->at : at, SM_EINVAL,
                           "with_sharding_constraint takes an array, not a Python scalar");
-    for (int d = 0; d < s->nentries; d++)
-        for (int j = 0; j < s->e[d].naxes; j++) {
-            int a = sm_mesh_axis(&ps->p->mesh, s->e[d].axes[j]);
-            if (a >= 0 && (bound & (1u << a)))
-                return sm_ps_fail(ps, sp->at ? sp->at : at, SM_EINVAL,
-                                  "with_sharding_constraint: the sharding %s names '%s', a "
-                                  "manual axis of the shard_map around it (axis_names=%s); it "
-                                  "may name only the axes the shard_map leaves out",
-                                  sm_pspec_format(s, sb, sizeof sb), s->e[d].axes[j],
-                                  sm_ir_axes_set_str(ps->p, bound, set, sizeof set));
-        }
     sm_err e =
-        sm_pspec_check(s, &ps->p->mesh, &v->shape, "with_sharding_constraint", ps->err, ps->errlen);
+        sm_ir_spec_not_manual(ps->p, bound, s, "with_sharding_constraint", ps->err, ps->errlen);
+    if (!e)
+        e = sm_pspec_check(s, &ps->p->mesh, &v->shape, "with_sharding_constraint", ps->err,
+                           ps->errlen);
     if (e)
         return sm_ps_fail_at(ps, sp->at ? sp->at : at, e);
     /* x as it is, as a value of its own (the caller names it): an astype to

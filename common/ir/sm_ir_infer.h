@@ -98,6 +98,10 @@ char *sm_ir_axes_set_str(const sm_program *p, uint32_t m, char *buf, size_t len)
  * partial-manual shard_map. */
 sm_err sm_ir_spec_manual(const sm_program *p, uint32_t manual, const sm_pspec *s, const char *what,
                          int index, char *err, size_t errlen);
+/* A sharding inside a shard_map Manual over the axes in manual (what: the op
+ * taking it) may name only the others: the refusal when it names one. */
+sm_err sm_ir_spec_not_manual(const sm_program *p, uint32_t manual, const sm_pspec *s,
+                             const char *what, char *err, size_t errlen);
 /* The mesh axes of a spec's unreduced={...}, as a mask (unknown names left out). */
 uint32_t sm_ir_spec_unreduced(const sm_program *p, const sm_pspec *s);
 /* Number of shards along dim d (product of its axes' sizes). */

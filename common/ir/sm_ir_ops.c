@@ -396,20 +396,12 @@ sm_err sm_ir_shard_op(const sm_program *p, const sm_ir_op *op, sm_ir_value *out,
         int edge = op->kind == SM_OP_SHARD_MAP_IN || op->kind == SM_OP_SHARD_MAP_OUT;
         /* never in a layout there (a nested shard_map's result: the axes around it) */
         out->hidden |= op->kind == SM_OP_SHARD_MAP_OUT ? op->outer_axes : op->manual_axes;
-        const sm_pspec *s = edge ? NULL : op->attrs.sharding;
-        for (int d = 0; s && d < s->nentries; d++)
-            for (int j = 0; j < s->e[d].naxes; j++) {
-                int a = sm_mesh_axis(&p->mesh, s->e[d].axes[j]);
-                char sb[300], set[300];
-                if (a >= 0 && (op->manual_axes & (1u << a)))
-                    return sm_fail(err, errlen, SM_EINVAL,
-                                   "%s: the sharding %s names '%s', a manual axis of the "
-                                   "shard_map around it (axis_names=%s); it may name only the "
-                                   "axes the shard_map leaves out",
-                                   sm_op_name(op->kind), sm_pspec_format(s, sb, sizeof sb),
-                                   s->e[d].axes[j],
-                                   sm_ir_axes_set_str(p, op->manual_axes, set, sizeof set));
-            }
+        sm_err e = edge || !op->attrs.sharding
+                       ? SM_OK
+                       : sm_ir_spec_not_manual(p, op->manual_axes, op->attrs.sharding,
+                                               sm_op_name(op->kind), err, errlen);
+        if (e)
+            return e;
         if (sm_op_vma_rule(op->kind) != SM_VMA_UNION)
             return sm_ir_shard_pcoll(p, op, in, out, plan, err, errlen);
     }

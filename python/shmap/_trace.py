@@ -1870,8 +1870,7 @@ class _Traced:
                     f"({names}), but:\n\n" + "\n\n".join(msgs) + "\n\n"
                     f"Check the {what}_specs values passed to shard_map.")
         b.manual_axes = names
-        b.axis_suffix = ", axis_names={" + ", ".join(repr(n) for n in mesh.axis_names
-                                                    if n in names) + "}"
+        b.axis_suffix = _axis_names_text(mesh, names)
 
     def _out_specs(self):
         os_ = self.out_specs
@@ -1918,9 +1917,7 @@ class _Traced:
                 v = re.search(r"\{V:([A-Za-z0-9_,]+)", a.type)
                 if v:
                     inner.outer_vma[n] = v.group(1)
-            inner.check_suffix = "" if full else \
-                ", axis_names={" + ", ".join(repr(n) for n in mesh.axis_names
-                                            if n in bound) + "}"
+            inner.check_suffix = "" if full else _axis_names_text(mesh, bound)
         elif inner.manual_axes is not None and not any("{" in a.type for a in args):
             from .numpy import _spec_of_type
             inner.caller_decls = {
@@ -2190,6 +2187,11 @@ def eval_shape(fun, *args, **kwargs):
     if isinstance(multi, tuple):
         return _unflatten(multi[1], iter(outs))
     return tuple(outs) if multi else outs[0]
+
+
+def _axis_names_text(mesh, names):
+    """A shard_map header's ", axis_names={'i', ...}" (mesh order)."""
+    return ", axis_names={" + ", ".join(repr(n) for n in mesh.axis_names if n in names) + "}"
 
 
 _INFER = type("Infer", (), {"__repr__": lambda self: "Infer"})()  # jax.shard_map's in_specs default
