@@ -539,7 +539,7 @@ sm_err sm_ir_spec_not_manual(const sm_program *p, uint32_t manual, const sm_pspe
 sm_err sm_ir_spec_manual(const sm_program *p, uint32_t manual, const sm_pspec *s, const char *what,
                          int index, char *err, size_t errlen)
 {
-    uint32_t all = p->mesh.naxes >= 32 ? UINT32_MAX : (1u << p->mesh.naxes) - 1;
+    uint32_t all = sm_ir_all_axes(p);
     if (!manual || (manual & all) == all)
         return SM_OK;
     char set[300], sp[300], at[32] = "";

@@ -113,7 +113,7 @@ static int sm_ps_call_axes(sm_parser *ps, const sm_item *fn, const sm_tok *at, c
     const sm_fn *f = sm_ps_find_fn(ps, name);
     if (ps->p->kind != SM_PROG_JIT)
         return sm_ps_fail(ps, at, SM_EINVAL, "%s belongs to jit programs", what);
-    uint32_t all = ps->p->mesh.naxes >= 32 ? ~0u : (1u << ps->p->mesh.naxes) - 1;
+    uint32_t all = sm_ir_all_axes(ps->p);
     uint32_t mask = fn->i ? (uint32_t)fn->i : all; /* axes= */
     uint32_t sa = ps->auto_mask, se = ps->explicit_mask;
     int ns = fn->elems ? fn->n : 1;

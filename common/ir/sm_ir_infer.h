@@ -72,6 +72,8 @@ sm_err sm_ir_shard_op(const sm_program *p, const sm_ir_op *op, sm_ir_value *out,
  * body of a shard_map Manual over some mesh axes only. */
 sm_err sm_ir_shard_pcoll(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
                          sm_ir_value *out, sm_ir_shard_plan *plan, char *err, size_t errlen);
+/* Every axis of p's mesh, as a mask. */
+uint32_t sm_ir_all_axes(const sm_program *p);
 /* Layout of spec over p's mesh (spec checked by the caller). */
 void sm_ir_layout_of_spec(const sm_program *p, const sm_pspec *spec, sm_ir_layout *out);
 /* PartitionSpec of a layout, showing only the axes not in hidden. */

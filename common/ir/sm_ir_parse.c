@@ -786,7 +786,7 @@ static int sm_ps_axis_names(sm_parser *ps, uint32_t *mask)
     }
     if (frozen && sm_ps_expect(ps, ")", "after frozenset({...}"))
         return -1;
-    uint32_t all = (uint32_t)((UINT64_C(1) << ps->p->mesh.naxes) - 1);
+    uint32_t all = sm_ir_all_axes(ps->p);
     if (*mask == all)
         *mask = 0;
     return 0;
@@ -1011,7 +1011,7 @@ int sm_ps_call_fn(sm_parser *ps, const sm_fn *f, const sm_tok *at, const sm_arg 
     if (f->kind == SM_FN_SHARD_MAP && sm_ps_fn_axis_names(ps, f, &callee_axes))
         return -1;
     if (f->kind == SM_FN_SHARD_MAP && ps->manual) { /* nested in a partial-manual body */
-        uint32_t all = (uint32_t)((UINT64_C(1) << ps->p->mesh.naxes) - 1);
+        uint32_t all = sm_ir_all_axes(ps->p);
         uint32_t want = callee_axes ? callee_axes : all & ~ps->manual_axes;
         if (want & ps->manual_axes) {
             char a[300], b[300];

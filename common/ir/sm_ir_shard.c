@@ -212,7 +212,7 @@ static sm_err sm_sh_no_twice(const sm_program *p, const sm_ir_op *op, sm_ir_layo
     return SM_OK;
 }
 
-static uint32_t sm_sh_all(const sm_program *p)
+uint32_t sm_ir_all_axes(const sm_program *p)
 {
     return p->mesh.naxes >= 32 ? ~0u : (1u << p->mesh.naxes) - 1;
 }
@@ -232,7 +232,7 @@ sm_err sm_ir_shard_none(const sm_program *p, const sm_ir_op *op, const sm_ir_val
     for (int k = 0; k < op->noperands; k++)
         for (int d = 0; d < in[k]->shape.rank; d++)
             replicated &= in[k]->layout.n[d] == 0;
-    if (replicated || (out->hidden & sm_sh_all(p)) == sm_sh_all(p)) {
+    if (replicated || (out->hidden & sm_ir_all_axes(p)) == sm_ir_all_axes(p)) {
         /* replicated operands, or full auto sharding: run it on whole arrays */
         for (int k = 0; k < op->noperands; k++)
             memset(&plan->in[k], 0, sizeof plan->in[k]);
@@ -1224,7 +1224,7 @@ sm_err sm_ir_shard_reshard(const sm_program *p, const sm_ir_op *op, const sm_ir_
         for (int d = 0; d < out->shape.rank; d++)
             named |= sm_sh_dim_mask(&out->layout, d);
         char s[300], t[300];
-        if (!(out->hidden & sm_sh_all(p))) {
+        if (!(out->hidden & sm_ir_all_axes(p))) {
             for (int d = 0; d < out->shape.rank; d++)
                 if (!sm_sh_dim_equal(&out->layout, d, &in[0]->layout, d)) {
                     sm_pspec xs, us;
