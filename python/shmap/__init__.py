@@ -16,7 +16,7 @@
 
 See docs/python.md. The ops of shmap.numpy and shmap.lax come from the C op
 table at import."""
-from . import debug, lax, nn, numpy, ops, random, scipy, tree_util
+from . import ad_checkpoint, debug, errors, lax, nn, numpy, ops, random, scipy, tree_util
 from . import sharding
 from ._config import config
 from ._core import (AlreadyExists, Array, Auto, AxisType, Cancelled, Client, DataLoss,
@@ -27,8 +27,8 @@ from ._core import (AlreadyExists, Array, Auto, AxisType, Cancelled, Client, Dat
                     default_backend, device_count, device_get, device_put, devices, get_mesh,
                     local_cluster, local_device_count, local_devices, make_mesh, process_count,
                     process_index, set_mesh, typeof, use_mesh, visualize_array_sharding)
-from ._grad import (checkpoint, custom_jvp, custom_vjp, grad, hessian, jacfwd, jacobian, jacrev,
-                    jvp, linearize, remat, value_and_grad, vjp)
+from ._grad import (checkpoint, checkpoint_policies, custom_jvp, custom_vjp, grad, hessian,
+                    jacfwd, jacobian, jacrev, jvp, linearize, remat, value_and_grad, vjp)
 from ._vmap import vmap
 from ._trace import (Future, Lowered, Tracer, auto_axes, ensure_compile_time_eval, eval_shape,
                      explicit_axes, jit, make_jaxpr, named_scope, pmap, shard_map)
@@ -38,17 +38,17 @@ reshard = numpy.reshard
 with_sharding_constraint = numpy.with_sharding_constraint
 
 __all__ = [
-    "AlreadyExists", "Array", "Auto", "auto_axes", "AxisType", "block_until_ready", "Cancelled",
-    "checkpoint", "Client", "config", "connect", "custom_jvp", "custom_vjp", "DataLoss",
-    "DeadlineExceeded", "debug", "default_backend", "Device", "device_count", "device_get",
-    "device_put", "devices", "ensure_compile_time_eval", "eval_shape", "Explicit", "explicit_axes",
-    "FailedPrecondition", "Future", "get_mesh", "grad", "hessian", "Internal", "InvalidArgument",
-    "jacfwd", "jacobian", "jacrev", "jit", "jvp", "lax", "linearize", "local_cluster",
-    "local_device_count", "local_devices", "Lowered", "make_jaxpr", "make_mesh", "Mesh",
-    "named_scope", "NamedSharding", "nn", "NotFound", "numpy", "ops", "P", "PartitionSpec", "pmap",
-    "process_count", "process_index", "ProgramError", "random", "remat", "reshard",
-    "ResourceExhausted", "scipy", "set_mesh", "ShapeDtypeStruct", "Shard", "shard_map", "sharding",
-    "ShmapError", "Tracer", "tree", "tree_util", "typeof", "Unauthenticated", "Unavailable",
-    "Unimplemented", "use_mesh", "value_and_grad", "visualize_array_sharding", "vjp", "vmap",
-    "with_sharding_constraint",
+    "ad_checkpoint", "AlreadyExists", "Array", "Auto", "auto_axes", "AxisType", "block_until_ready",
+    "Cancelled", "checkpoint", "checkpoint_policies", "Client", "config", "connect", "custom_jvp",
+    "custom_vjp", "DataLoss", "DeadlineExceeded", "debug", "default_backend", "Device",
+    "device_count", "device_get", "device_put", "devices", "ensure_compile_time_eval", "errors",
+    "eval_shape", "Explicit", "explicit_axes", "FailedPrecondition", "Future", "get_mesh", "grad",
+    "hessian", "Internal", "InvalidArgument", "jacfwd", "jacobian", "jacrev", "jit", "jvp", "lax",
+    "linearize", "local_cluster", "local_device_count", "local_devices", "Lowered", "make_jaxpr",
+    "make_mesh", "Mesh", "named_scope", "NamedSharding", "nn", "NotFound", "numpy", "ops", "P",
+    "PartitionSpec", "pmap", "process_count", "process_index", "ProgramError", "random", "remat",
+    "reshard", "ResourceExhausted", "scipy", "set_mesh", "ShapeDtypeStruct", "Shard", "shard_map",
+    "sharding", "ShmapError", "Tracer", "tree", "tree_util", "typeof", "Unauthenticated",
+    "Unavailable", "Unimplemented", "use_mesh", "value_and_grad", "visualize_array_sharding", "vjp",
+    "vmap", "with_sharding_constraint",
 ]

@@ -34,8 +34,39 @@ class ShmapError(Exception):
         self.source_line = source_line
 
 
+# Sentences of the C core whose refusal JAX raises as a built-in exception:
+# such an InvalidArgument (or ProgramError) is that exception too, so that
+# code catching JAX's types catches shmap's.
+_AS_BUILTIN = (
+    ("varies over mesh ax", ValueError),                  # out_specs vs the value's vma
+    ("entries but the array has rank", ValueError),       # in_specs / a sharding vs the rank
+    ("entries but the value has rank", ValueError),       # out_specs vs the rank
+    ("should be equal to the unreduced present", ValueError),
+    ("pcast can only accept axis_name", ValueError),
+)
+_BUILTIN_CLASSES = {}
+
+
+def _with_builtin(cls, message):
+    """cls, or the subclass of cls and the built-in exception JAX raises for
+    message (_AS_BUILTIN)."""
+    for part, builtin in _AS_BUILTIN:
+        if part in message:
+            sub = _BUILTIN_CLASSES.get((cls, builtin))
+            if sub is None:
+                sub = type(cls.__name__, (cls, builtin), {"__module__": cls.__module__})
+                _BUILTIN_CLASSES[(cls, builtin)] = sub
+            return sub
+    return cls
+
+
 class InvalidArgument(ShmapError):
     code = "INVALID_ARGUMENT"
+
+    def __new__(cls, message="", *args, **kwargs):
+        if cls is InvalidArgument:
+            cls = _with_builtin(cls, str(message))
+        return super().__new__(cls, message, *args, **kwargs)
 
 
 class ProgramError(InvalidArgument):
@@ -52,6 +83,8 @@ class ProgramError(InvalidArgument):
         elif cls is ProgramError and ("must refer to an axis marked as manual" in str(message) or
                                       "a manual axis of the shard_map" in str(message)):
             cls = _ManualSpec
+        elif cls is ProgramError:
+            cls = _with_builtin(cls, str(message))
         return super().__new__(cls, message, *args, **kwargs)
 
 
@@ -68,6 +101,27 @@ class _UnboundAxis(ProgramError, NameError):
 class _ManualSpec(ProgramError, ValueError):
     """ProgramError for a spec naming a mesh axis a shard_map leaves out of
     its axis_names (also the ValueError JAX raises)."""
+
+
+class ConcretizationTypeError(InvalidArgument, TypeError):
+    """JAX's ConcretizationTypeError: a traced value where a static one is
+    needed (int() or float() of it, a size= left out inside a traced
+    function)."""
+
+
+class TracerBoolConversionError(ConcretizationTypeError):
+    """JAX's: bool() of a traced value (an `if` or `and` on it in a traced
+    function; jnp.where or lax.cond decide by value)."""
+
+
+class TracerIntegerConversionError(InvalidArgument, TypeError):
+    """JAX's: a traced value used where Python needs an integer (__index__:
+    an index of a list, range())."""
+
+
+class TracerArrayConversionError(InvalidArgument, TypeError):
+    """JAX's: a traced value given to numpy (np.asarray, a numpy function),
+    which would need its values now."""
 
 
 class NotFound(ShmapError):
@@ -216,6 +270,8 @@ class PartitionSpec(tuple):
                 return repr(e)
             return "(" + ", ".join(map(repr, e)) + ("," if len(e) == 1 else "") + ")"
         parts = [one(e) for e in self]
+        if len(parts) == 1 and not self._unreduced:
+            return f"P({parts[0]},)"  # a tuple's repr, as JAX's: P('i',)
         if self._unreduced:
             parts.append("unreduced={" + ", ".join(map(repr, self._unreduced)) + "}")
         return "P(" + ", ".join(parts) + ")"
@@ -416,7 +472,10 @@ class Array(_Shaped):
     @property
     def sharding(self):
         mesh = self._mesh or Mesh._of(self._info["mesh"], client=self._client)
-        return NamedSharding(mesh, _spec_of(self._info["spec"]))
+        spec = _spec_of(self._info["spec"])
+        if getattr(self, "_full_spec", False) and len(spec) < self.ndim:
+            spec = P(*spec, *(None,) * (self.ndim - len(spec)), unreduced=spec.unreduced)
+        return NamedSharding(mesh, spec)
 
     @property
     def type(self):

@@ -22,6 +22,7 @@ import functools
 import inspect
 import numbers
 import re
+import types
 
 import numpy as np
 
@@ -950,7 +951,7 @@ def _call_vjp(fn, args, in_specs, outs, gs, out_specs=None):
             res = _flatten(res, fn.__name__)[0]  # its results (a pytree) as the call's
             return _backward(tape, active, _seeds(res, cs, active), xs)
         b.defined[key] = fn._define(b, fn._name + "_vjp", list(args) + list(outs),
-                                    list(in_specs) + list(out_specs or fn._out_specs()),
+                                    list(in_specs) + list(out_specs or fn._out_specs(len(outs))),
                                     names + ct_names,
                                     body, out_specs=in_specs)
     fname, nres, extra, _ = b.defined[key]
@@ -1281,6 +1282,37 @@ def checkpoint(fun=None, *, prevent_cse=True, policy=None, static_argnums=()):
 
 
 remat = checkpoint
+
+
+def checkpoint_name(x, name):
+    """jax.ad_checkpoint.checkpoint_name: x, named for a policy of
+    checkpoint (which keeps every value here, see checkpoint)."""
+    return x
+
+
+def _names_policy(*names):
+    return lambda *_, **__: False
+
+
+def _both_policies(policy_1, policy_2):
+    return lambda *a, **k: policy_1(*a, **k) or policy_2(*a, **k)
+
+
+# jax.checkpoint_policies: the policies checkpoint takes (policy=). shmap's
+# backward pass keeps every forward value, whatever the policy says.
+checkpoint_policies = types.SimpleNamespace(
+    everything_saveable=lambda *_, **__: True,
+    nothing_saveable=lambda *_, **__: False,
+    dots_saveable=lambda *_, **__: False,
+    checkpoint_dots=lambda *_, **__: False,
+    dots_with_no_batch_dims_saveable=lambda *_, **__: False,
+    checkpoint_dots_with_no_batch_dims=lambda *_, **__: False,
+    offload_dot_with_no_batch_dims=lambda src, dst: (lambda *_, **__: False),
+    save_anything_except_these_names=lambda *names: (lambda *_, **__: True),
+    save_any_names_but_these=_names_policy,
+    save_only_these_names=_names_policy,
+    save_from_both_policies=_both_policies,
+    save_and_offload_only_these_names=lambda **kw: (lambda *_, **__: False))
 
 
 # ---- custom_vjp and custom_jvp ----------------------------------------------

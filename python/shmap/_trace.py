@@ -19,6 +19,8 @@ import numpy as np
 import _shmap
 
 from ._core import use_mesh as _use_mesh
+from ._core import (ConcretizationTypeError, TracerArrayConversionError,
+                    TracerBoolConversionError, TracerIntegerConversionError)
 from ._core import (Array, InvalidArgument, NamedSharding, P, PartitionSpec, ProgramError,
                     Unimplemented, Explicit,
                     ShapeDtypeStruct, ShmapError, _DTYPES, _At, _Shaped, _default, _dtype_name,
@@ -484,6 +486,39 @@ class Tracer(_Shaped):
         if not self.shape:
             raise TypeError("len() of unsized object")
         return self.shape[0]
+
+    def _error_repr(self):
+        return f"traced array with shape {self.dtype.name}[{','.join(map(str, self.shape))}]"
+
+    # A traced value has no value yet: Python's conversions of it raise JAX's
+    # errors (without __bool__, bool() would take __len__ and say True).
+    def __bool__(self):
+        raise TracerBoolConversionError(f"Attempted boolean conversion of {self._error_repr()}.")
+
+    def __index__(self):
+        raise TracerIntegerConversionError(
+            f"The __index__() method was called on {self._error_repr()}")
+
+    def _concretization(self, fn):
+        raise ConcretizationTypeError(
+            f"Abstract tracer value encountered where concrete value is expected: "
+            f"{self._error_repr()}\nThe problem arose with the `{fn}` function. If trying to "
+            f"convert the data type of a value, try using `x.astype({fn})` or "
+            f"`jnp.array(x, {fn})` instead.\n")
+
+    def __int__(self):
+        self._concretization("int")
+
+    def __float__(self):
+        self._concretization("float")
+
+    def __complex__(self):
+        self._concretization("complex")
+
+    def __array__(self, *args, **kwargs):
+        raise TracerArrayConversionError(
+            f"The numpy.ndarray conversion method __array__() was called on "
+            f"{self._error_repr()}")
 
     def __iter__(self):  # as a JAX tracer: its rows
         for i in range(len(self)):
@@ -1522,6 +1557,16 @@ def _spec_key(spec, ndim):
     return tuple(out), tuple(sorted(getattr(spec, "unreduced", ()) or ()))
 
 
+class _OnMesh(Exception):
+    """Raised by a shard_map function called in the trace of a jit given no
+    Arrays and no mesh (run on the default device): the jit runs on the
+    shard_map's mesh instead, as JAX's does, traced again under it."""
+
+    def __init__(self, mesh):
+        super().__init__(mesh)
+        self.mesh = mesh
+
+
 class _Traced:
     """A function traced into a program when called."""
 
@@ -1570,7 +1615,7 @@ class _Traced:
         if mesh is None:  # ... or a ShapeDtypeStruct's
             mesh = next((a.sharding.mesh for a in args if isinstance(a, ShapeDtypeStruct)
                          and a.sharding is not None), None)
-        if mesh is None and self.kind == "jit" and args:  # JAX's default device: one device
+        if mesh is None and self.kind == "jit":  # JAX's default device: one device
             mesh = _default_mesh()
         if self.kind == "jit" and specs is not None:  # in_shardings
             specs = (specs,) * len(args) if isinstance(specs, (PartitionSpec, NamedSharding)) \
@@ -1659,6 +1704,10 @@ class _Traced:
             head = f"jit {self._name}({', '.join(params)})%OUT%:"
         b = _Builder([mesh._text(), head], self.kind, names)
         b.mesh = mesh
+        # a jit given no Arrays and no mesh runs on the default device, unless
+        # it calls a shard_map function of a mesh of its own (_OnMesh)
+        b.mesh_default = self.kind == "jit" and mesh is getattr(client, "_default_mesh", None) \
+            and not any(isinstance(a, Array) for a in args)
         if self.kind == "shard_map":
             self._partial(b, mesh, True)
         prev = getattr(_state, "builder", None)
@@ -1678,7 +1727,7 @@ class _Traced:
             outs, multi = _flatten(res, self.__name__)
             if not outs:
                 raise InvalidArgument(f"{self.__name__} must return at least one traced value")
-        elif isinstance(res, (tuple, list)) and all(isinstance(o, Tracer) for o in res):
+        elif isinstance(res, tuple) and all(isinstance(o, Tracer) for o in res):
             multi = True
             outs = list(res)
         elif isinstance(res, Tracer):
@@ -1707,8 +1756,8 @@ class _Traced:
                 os_ = os_(len(outs))
             if isinstance(multi, tuple):
                 os_ = _prefix_specs(os_, multi[2], self.__name__)
-            if isinstance(os_, PartitionSpec):
-                os_ = (os_,)
+            if isinstance(os_, PartitionSpec):  # a prefix: one spec for every result
+                os_ = (os_,) * (len(outs) if multi is True else 1)
             if len(os_) != len(outs):
                 raise InvalidArgument(f"{self.__name__} returns {len(outs)} values but has "
                                       f"{len(os_)} out_specs")
@@ -1770,6 +1819,8 @@ class _Traced:
         if self.mesh is not None and mesh is not None and (
                 tuple(self.mesh.axis_names) != tuple(mesh.axis_names) or
                 tuple(self.mesh.axis_sizes) != tuple(mesh.axis_sizes)):
+            if getattr(outer, "mesh_default", False):
+                raise _OnMesh(self.mesh)
             raise InvalidArgument(f"{self.__name__}'s mesh {self.mesh._text()!r} is not the "
                                   f"jit function's {mesh._text()!r}")
         specs = self.in_specs
@@ -1872,9 +1923,11 @@ class _Traced:
         b.manual_axes = names
         b.axis_suffix = _axis_names_text(mesh, names)
 
-    def _out_specs(self):
+    def _out_specs(self, n=1):
+        """The out_specs of n results (one PartitionSpec is a prefix: every
+        result's)."""
         os_ = self.out_specs
-        return (os_,) if isinstance(os_, PartitionSpec) else tuple(os_)
+        return (os_,) * n if isinstance(os_, PartitionSpec) else tuple(os_)
 
     def _define(self, outer, base, args, specs, names, body, out_specs=None):
         """Defines a shard_map function of the jit program being traced
@@ -1940,10 +1993,10 @@ class _Traced:
                                   f"called from a jit body is not supported here: print from "
                                   f"the jit body, or call the shard_map function on its own")
         tree = None
-        if isinstance(res, (tuple, list)) and all(isinstance(o, Tracer) for o in res) or \
+        if isinstance(res, tuple) and all(isinstance(o, Tracer) for o in res) or \
                 isinstance(res, Tracer) or out_specs is not None:
             outs = list(res) if isinstance(res, (tuple, list)) else [res]
-            os_ = self._out_specs() if out_specs is None else tuple(out_specs)
+            os_ = self._out_specs(len(outs)) if out_specs is None else tuple(out_specs)
         else:  # a pytree of results: out_specs a prefix of it
             outs, tree = _flatten(res, self.__name__)
             os_ = tuple(_prefix_specs(self.out_specs, res, self.__name__))
@@ -2024,7 +2077,11 @@ class _Traced:
         t2, args = t._split_trees(args)
         if t2 is not self:
             return t2.lower(*args)
-        _, _, text, info, _ = t._trace(args)
+        try:
+            _, _, text, info, _ = t._trace(args)
+        except _OnMesh as e:
+            with _use_mesh(e.mesh):
+                return self.lower(*args)
         return Lowered(text, info)
 
     def _finish(self, client, multi, mesh=None, debug=None):
@@ -2033,6 +2090,9 @@ class _Traced:
                 raise ShmapError(f"job {info['job']} {info['state']}: {info['error']}",
                                  code="CANCELLED" if info["state"] == "cancelled" else "ABORTED")
             outs = [Array(client, o, mesh=mesh) for o in info["outputs"]]
+            if self.kind == "jit" and self.out_shardings is None:
+                for a in outs:  # typed by the program: one spec entry per dimension, as JAX's
+                    a._full_spec = True
             if debug is not None:  # the values of the body's debug.prints, printed now
                 from . import debug as _debug
                 n, entries, per_device = debug
@@ -2082,7 +2142,11 @@ class _Traced:
         key = self._trace_key(bound, mesh, arrays, specs)
         hit = self._cache.get(key) if key is not None else None
         if hit is None:
-            _, all_arrays, text, info, multi = t._trace(flat, prepared)
+            try:
+                _, all_arrays, text, info, multi = t._trace(flat, prepared)
+            except _OnMesh as e:
+                with _use_mesh(e.mesh):
+                    return self.submit(*args, **kwargs)
             hit = (text, info, multi, all_arrays[len(arrays):])
             if key is not None:
                 if len(self._cache) >= 64:  # the oldest trace goes
@@ -2178,7 +2242,11 @@ def eval_shape(fun, *args, **kwargs):
     bound = tuple(a if i in t.static else abstract(a) for i, a in enumerate(bound))
     t2, flat = t._split_static(bound)
     t2, flat = t2._split_trees(flat)
-    _, _, _, info, multi = t2._trace(flat)
+    try:
+        _, _, _, info, multi = t2._trace(flat)
+    except _OnMesh as e:
+        with _use_mesh(e.mesh):
+            return eval_shape(fun, *args, **kwargs)
     mesh = info["mesh_obj"]
     outs = [ShapeDtypeStruct(shape, _DTYPES[dt], NamedSharding(
         mesh, P(*[_spec_entry(d) for d in _dims(ty)]))) for ty, dt, shape, _ in info["outputs"]]

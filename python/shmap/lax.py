@@ -255,7 +255,8 @@ def _scan_loop(f, init, xl, xbuild, n, reverse):
                             for y in ys_l) or \
                 mark.taped():
             raise _Unroll()
-        yt = [(tuple(y.shape), y.dtype, jnp._spec_of_type(y.type)) for y in ys_l]
+        yt = [(tuple(y.shape), y.dtype, jnp._spec_of_type(y.type), _varying(y.type))
+              for y in ys_l]
         mark.undo()
         none = init is None  # no carry: the loop carries an empty tuple
         if not none:  # a Python scalar in init takes the dtype the step gives it (JAX's)
@@ -264,7 +265,10 @@ def _scan_loop(f, init, xl, xbuild, n, reverse):
             init = ibuild([_as_traced(v, d) if _is_static(v) and not isinstance(v, _np.generic)
                            and d is not None else v for v, d in zip(init_l, carry_dt)])
         bufs = [jnp.zeros((n,) + sh, dtype=dt, out_sharding=None if sp is None else
-                          P(None, *sp)) for sh, dt, sp in yt]
+                          P(None, *sp)) for sh, dt, sp, _ in yt]
+        # in a shard_map body: varying over what the step's ys vary over
+        bufs = [pvary(z, tuple(v)) if v else z  # noqa: F821 (op table)
+                for z, (_, _, _, v) in zip(bufs, yt)]
 
         def body(s):
             i, carry, bufs = s

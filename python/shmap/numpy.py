@@ -156,10 +156,20 @@ def _spec_of_type(t):
 
 @_at_once
 def full_like(a, fill_value, dtype=None):
-    """jnp.full_like: a's shape, its dtype unless given, and its sharding."""
+    """jnp.full_like: a's shape, its dtype unless given, and its sharding;
+    in a shard_map body varying over what a varies over (JAX's
+    _full_like_insert_pvary). fill_value may be traced."""
+    from ._trace import Tracer
+    from .lax import _varying, pvary
     spec = _spec_of_type(a.type)
     kw = {} if spec is None else {"out_sharding": spec}
-    return full(a.shape, fill_value, dtype=dtype or a.dtype, **kw)  # noqa: F821
+    dt = dtype or a.dtype
+    if isinstance(fill_value, Tracer):
+        out = full(a.shape, 0, dtype=dt, **kw) + astype(fill_value, dt)  # noqa: F821
+    else:
+        out = full(a.shape, fill_value, dtype=dt, **kw)  # noqa: F821
+    more = [x for x in _varying(a.type) if x not in _varying(out.type)]
+    return pvary(out, tuple(more)) if more else out
 
 
 @_at_once
@@ -727,6 +737,10 @@ def _to_device(obj, dtype=None):
     from ._core import Array
     if isinstance(obj, Array) or hasattr(obj, "name") and hasattr(obj, "type"):
         return obj if dtype is None else astype(obj, dtype)  # noqa: F821
+    if isinstance(obj, (list, tuple)) and obj and _holds_arrays(obj):
+        # [x.sum(), 1.0]: its entries stacked (the others of the traced ones' dtype)
+        dt = dtype or next(_to_device(e).dtype for e in obj if _holds_arrays([e]))
+        return stack([_to_device(e, dt) for e in obj])  # noqa: F821
     a = _np.asarray(obj, dtype=dtype)
     if dtype is None and a.dtype == _np.float64:  # JAX's default dtypes (x64 off)
         a = a.astype(_np.float32)
@@ -741,6 +755,13 @@ def _to_device(obj, dtype=None):
         return device_put(a, P())
     from ._trace import _constant
     return _constant(a)
+
+
+def _holds_arrays(seq):
+    """A list or tuple holds an Array or a traced value (at any depth)."""
+    from ._core import Array
+    return builtins.any(isinstance(e, Array) or hasattr(e, "name") and hasattr(e, "type") or
+                        isinstance(e, (list, tuple)) and _holds_arrays(e) for e in seq)
 
 
 def array(object, dtype=None, copy=True):
@@ -1189,15 +1210,10 @@ __all__ += ["absolute", "fabs", "positive", "amax", "amin", "around", "rint", "t
 
 # ---- more of jnp: sets, searches, histograms, polynomials, index helpers ---------------
 
-from ._core import InvalidArgument  # noqa: E402
+from ._core import ConcretizationTypeError, InvalidArgument  # noqa: E402
 
 _this = __import__("sys").modules[__name__]
 _conv_error_doc = "Abstract tracer value encountered where concrete value is expected: "
-
-
-class ConcretizationTypeError(InvalidArgument, TypeError):
-    """JAX's ConcretizationTypeError: a traced value where a static one is
-    needed (a size= left out inside a traced function)."""
 
 
 def _short_type(dtype, shape):

@@ -1937,7 +1937,7 @@ def test_jit_in_shardings(c):
     bad = c.device_put(xa, NamedSharding(mesh, P(None, "j")))
     with pytest.raises(shmap.InvalidArgument,
                        match=r"Sharding passed to pjit does not match the sharding on the "
-                             r"respective arg\. Got pjit sharding: NamedSharding\(.*spec=P\('i'\)"
+                             r"respective arg\. Got pjit sharding: NamedSharding\(.*spec=P\('i',\)"
                              r"\),\narg sharding: NamedSharding\(.*spec=P\(None, 'j'\)\) for arg "
                              r"shape: float32\[8,4\]"):
         g(bad)
