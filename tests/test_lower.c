@@ -701,6 +701,94 @@ START_TEST(test_partial_manual)
 }
 END_TEST
 
+/* check_vma=False in a shard_map's header: no replication check of that
+ * function's results (of no other's), printed and read back; the value
+ * returned is one device's (device 0's, its block's column sums here). */
+START_TEST(test_check_vma_header)
+{
+    const char *two = "mesh i=4\n"
+                      "shard_map g(x: f32[8,4] @ P('i')) -> P(), check_vma=False:\n"
+                      "    return jnp.sum(x, axis=0, keepdims=True)\n"
+                      "shard_map h(x: f32[8,4] @ P('i')) -> P():\n"
+                      "    return psum(jnp.sum(x, axis=0, keepdims=True), 'i')\n"
+                      "jit f(x: f32[8,4] @ P('i')):\n    return g(x), h(x)\n";
+    sm_program *p = parse_ok(two), *l = NULL, *q = NULL;
+    char err[1024];
+    int outs = 0;
+    for (int k = 0; k < p->nops; k++)
+        if (p->ops[k].kind == SM_OP_SHARD_MAP_OUT)
+            ck_assert_int_eq(p->ops[k].attrs.unchecked, outs++ == 0);
+    sm_strbuf sb = {0};
+    ck_assert_int_eq(sm_program_print(p, &sb), SM_OK);
+    ck_assert_msg(strstr(sm_strbuf_str(&sb), ", P(), check_vma=False)"), "%s", sm_strbuf_str(&sb));
+    ck_assert_int_eq(sm_lower(p, NULL, &l, err, sizeof err), SM_OK);
+    sm_array *x = NULL, *out[2] = {0};
+    ck_assert_int_eq(
+        sm_array_create(SM_F32, &(sm_shape){.rank = 2, .dims = {8, 4}}, &x, err, sizeof err),
+        SM_OK);
+    float *xv = x->data;
+    for (int i = 0; i < 32; i++)
+        xv[i] = (float)(i % 5);
+    sm_err e = sm_exec_local_run(l, &x, out, NULL, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "%s", err);
+    for (int c = 0; c < 4; c++) {
+        float all = 0;
+        for (int r = 0; r < 8; r++)
+            all += xv[r * 4 + c];
+        ck_assert_float_eq(((float *)out[0]->data)[c], xv[c] + xv[4 + c]);
+        ck_assert_float_eq(((float *)out[1]->data)[c], all);
+    }
+    sm_array_free(out[0]);
+    sm_array_free(out[1]);
+    sm_array_free(x);
+    sm_program_free(l);
+    sm_strbuf_free(&sb);
+    sm_program_free(p);
+
+    /* without it, the same function is refused; the other keeps its check */
+    const char *bad[] = {
+        "mesh i=4\nshard_map g(x: f32[8,4] @ P('i')) -> P():\n"
+        "    return jnp.sum(x, axis=0, keepdims=True)\n"
+        "jit f(x: f32[8,4] @ P('i')):\n    return g(x)\n",
+        "mesh i=4\nshard_map g(x: f32[8,4] @ P('i')) -> P(), check_vma=False:\n    return x\n"
+        "shard_map h(x: f32[8,4] @ P('i')) -> P():\n    return x\n"
+        "jit f(x: f32[8,4] @ P('i')):\n    return g(x), h(x)\n"};
+    for (int k = 0; k < 2; k++) {
+        ck_assert_int_eq(sm_program_parse(bad[k], "t.shmap", &q, err, sizeof err), SM_OK);
+        ck_assert_int_eq(sm_program_verify(q, 1, err, sizeof err), SM_EINVAL);
+        ck_assert_msg(strstr(err, "varies over mesh axis 'i'"), "%s", err);
+        sm_program_free(q);
+    }
+
+    /* the entry's header: the program's flag, with axis_names= in either order */
+    p = parse_ok("mesh i=4 j=2\nshard_map g(x: f32[8] @ P('i')) -> P(), check_vma=False, "
+                 "axis_names={'i'}:\n    return x * 2\n");
+    ck_assert_int_eq(p->unchecked, 1);
+    ck_assert_uint_eq(p->manual_axes, 1u);
+    sm_strbuf_free(&sb);
+    ck_assert_int_eq(sm_program_print(p, &sb), SM_OK);
+    ck_assert_msg(strstr(sm_strbuf_str(&sb), "-> P(), axis_names={'i'}, check_vma=False:\n"), "%s",
+                  sm_strbuf_str(&sb));
+    ck_assert_int_eq(sm_program_parse(sm_strbuf_str(&sb), "t.shmap", &q, err, sizeof err), SM_OK);
+    ck_assert(sm_program_equal(p, q));
+    sm_program_free(q);
+    sm_strbuf_free(&sb);
+    sm_program_free(p);
+
+    const char *wrong[][2] = {
+        {"mesh i=4\nshard_map g(x: f32[8] @ P('i')) -> P('i'), check_vma=maybe:\n    return x\n",
+         "check_vma= takes True or False"},
+        {"mesh i=4\nshard_map g(x: f32[8] @ P('i')) -> P('i'), check_vma=False, "
+         "check_vma=True:\n    return x\n",
+         "expected axis_names= or check_vma="},
+    };
+    for (int k = 0; k < 2; k++) {
+        ck_assert_int_ne(sm_program_parse(wrong[k][0], "t.shmap", &q, err, sizeof err), SM_OK);
+        ck_assert_msg(strstr(err, wrong[k][1]), "%s", err);
+    }
+}
+END_TEST
+
 /* The entry: the last shard_map or jit function, or the one named. */
 START_TEST(test_entry)
 {
@@ -1199,7 +1287,7 @@ static Suite *lower_suite(void)
                       {test_types, (int)(sizeof types / sizeof types[0])},
                       {test_print_roundtrip, (int)(sizeof types / sizeof types[0])},
                       {test_errors, (int)(sizeof errors / sizeof errors[0])}, {test_entry},
-                      {test_partial_manual},
+                      {test_partial_manual}, {test_check_vma_header},
                       {test_unreduced, (int)(sizeof unreduced / sizeof unreduced[0])},
                       {test_lowering, (int)(sizeof lowers / sizeof lowers[0])},
                       {test_differential_cases}, {test_differential_random}, {test_mutations});

@@ -142,6 +142,16 @@ static const prog_case progs[] = {
     {"partial_manual_entry", "mesh i=4 j=2\n"
                              "shard_map g(x: f32[8,4] @ P('i')) -> P('i'), axis_names={'i'}:\n"
                              "    return pmax(x, 'i')\n"},
+    /* check_vma=False in a shard_map header: of a function called from jit
+     * (IrAttrs.unchecked on its shard_map_out), of the entry (Program.unchecked) */
+    {"unchecked_call", "mesh i=4\n"
+                       "shard_map g(x: f32[8] @ P('i')) -> P(), check_vma=False:\n"
+                       "    return x * 2\n"
+                       "jit f(x: f32[8] @ P('i')):\n    return g(x)\n"},
+    {"unchecked_entry", "mesh i=4 j=2\n"
+                        "shard_map g(x: f32[8] @ P('i')) -> P(), axis_names={'i'}, "
+                        "check_vma=False:\n"
+                        "    return x * 2\n"},
     /* slice strides (IrAttrs.ints3) */
     {"strided_slices", "mesh i=4\n"
                        "shard_map s(x: f32[8,16] @ P('i')) -> P('i'):\n"

@@ -107,6 +107,9 @@ struct sm_program {
     sm_mesh mesh;
     uint32_t auto_axes;   /* jit: mesh axes of type Auto (axis_types=); the rest are Explicit */
     int has_devices;      /* the text named devices=[...] */
+    int unchecked;        /* shard_map: check_vma=False in its header (no replication check
+                           * of its results against out_specs, as the file's # check_vma:
+                           * false) */
     uint32_t manual_axes; /* shard_map: the mesh axes Manual in the body (axis_names=), the
                            * others left to the service (its body runs replicated over them);
                            * 0: every axis */

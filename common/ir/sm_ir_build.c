@@ -632,8 +632,8 @@ sm_err sm_program_verify(sm_program *p, int check_vma, char *err, size_t errlen)
     for (int k = 0; check_vma && p->kind == SM_PROG_JIT && k < p->nops; k++) {
         /* the replication check of every shard_map function the jit body calls */
         const sm_ir_op *op = &p->ops[k];
-        if (op->kind != SM_OP_SHARD_MAP_OUT || !op->attrs.sharding)
-            continue;
+        if (op->kind != SM_OP_SHARD_MAP_OUT || !op->attrs.sharding || op->attrs.unchecked)
+            continue; /* (check_vma=False in its shard_map function's header) */
         const sm_pspec *s = op->attrs.sharding; /* (nested: over its own axes) */
         uint32_t bad = p->values[op->operands[0]].vma & ~sm_ir_spec_axes(p, s) & ~op->outer_axes;
         if (!bad)
@@ -644,7 +644,7 @@ sm_err sm_program_verify(sm_program *p, int check_vma, char *err, size_t errlen)
         e = sm_ir_vma_fail(p, what, s, bad, err, errlen);
         return sm_ir_at(p, op->line, op->col, e, err, errlen);
     }
-    for (int k = 0; check_vma && p->kind != SM_PROG_JIT && k < p->nreturns; k++) {
+    for (int k = 0; check_vma && !p->unchecked && p->kind != SM_PROG_JIT && k < p->nreturns; k++) {
         const sm_pspec *s = &p->out_specs[k];
         uint32_t bad = p->values[p->returns[k]].vma & ~sm_ir_spec_axes(p, s);
         if (!bad)
@@ -710,8 +710,8 @@ static int sm_ir_attrs_equal(const sm_ir_attrs *a, const sm_ir_attrs *b)
         return 0;
     if (a->has_ints != b->has_ints || a->has_ints2 != b->has_ints2 ||
         a->has_ints3 != b->has_ints3 || a->axis != b->axis || a->axis2 != b->axis2 ||
-        a->tiled != b->tiled || a->keepdims != b->keepdims || a->naxes != b->naxes ||
-        a->nperm != b->nperm || a->has_dtype != b->has_dtype ||
+        a->tiled != b->tiled || a->keepdims != b->keepdims || a->unchecked != b->unchecked ||
+        a->naxes != b->naxes || a->nperm != b->nperm || a->has_dtype != b->has_dtype ||
         (a->has_dtype && a->dtype != b->dtype) || a->value_is_float != b->value_is_float ||
         a->i != b->i || (a->f != b->f && !(a->f != a->f && b->f != b->f)))
         return 0;
@@ -731,7 +731,8 @@ int sm_program_equal(const sm_program *a, const sm_program *b)
 {
     if (a->kind != b->kind || a->auto_axes != b->auto_axes ||
         a->mesh.auto_axes != b->mesh.auto_axes || a->has_out_shardings != b->has_out_shardings ||
-        a->lowered != b->lowered || a->manual_axes != b->manual_axes)
+        a->lowered != b->lowered || a->manual_axes != b->manual_axes ||
+        a->unchecked != b->unchecked)
         return 0;
     if (a->mesh.naxes != b->mesh.naxes || a->nparams != b->nparams || a->nops != b->nops ||
         a->nvalues != b->nvalues || a->nreturns != b->nreturns || strcmp(a->name, b->name))

@@ -219,6 +219,8 @@ static int sm_ps_convert(sm_parser *ps, const char *op, const sm_op_param *pm, c
             return -1;
         if (pm->field == 't')
             a->tiled = v != 0;
+        else if (pm->field == 'c')
+            a->unchecked = v == 0;
         else
             a->keepdims = v != 0;
         return 0;

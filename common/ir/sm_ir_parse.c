@@ -741,15 +741,12 @@ static int sm_ps_out_specs(sm_parser *ps, sm_pspec *specs, int max, int *n)
 }
 
 /* A shard_map header's `, axis_names={'i', ...}` after its out_specs (a
- * set, tuple or list of axis names, or one name), if there: *mask gets
- * those mesh axes, 0 when absent, empty or every axis (a shard_map Manual
- * over the whole mesh). */
+ * set, tuple or list of axis names, or one name): *mask gets those mesh
+ * axes, 0 when empty or every axis (a shard_map Manual over the whole
+ * mesh). The position is past `axis_names`. */
 static int sm_ps_axis_names(sm_parser *ps, uint32_t *mask)
 {
     *mask = 0;
-    if (!sm_tok_is(sm_ps_peek(ps), ",") || !sm_tok_is(&ps->t[ps->pos + 1], "axis_names"))
-        return 0;
-    ps->pos += 2;
     if (sm_ps_expect(ps, "=", "after axis_names"))
         return -1;
     const char *close = NULL;
@@ -792,11 +789,45 @@ static int sm_ps_axis_names(sm_parser *ps, uint32_t *mask)
     return 0;
 }
 
+/* A shard_map header's options after its out_specs, in any order, each
+ * once: `, axis_names=...` (sm_ps_axis_names; *mask, 0 when absent) and
+ * `, check_vma=False` (or True; *unchecked, 0 when absent). */
+static int sm_ps_header_opts(sm_parser *ps, uint32_t *mask, int *unchecked)
+{
+    int seen_axes = 0, seen_vma = 0;
+    *mask = 0;
+    *unchecked = 0;
+    while (sm_tok_is(sm_ps_peek(ps), ",")) {
+        const sm_tok *o = &ps->t[ps->pos + 1];
+        if (sm_tok_is(o, "axis_names") && !seen_axes) {
+            ps->pos += 2;
+            seen_axes = 1;
+            if (sm_ps_axis_names(ps, mask))
+                return -1;
+        } else if (sm_tok_is(o, "check_vma") && !seen_vma) {
+            ps->pos += 2;
+            seen_vma = 1;
+            if (sm_ps_expect(ps, "=", "after check_vma"))
+                return -1;
+            const sm_tok *v = sm_ps_peek(ps);
+            if (!sm_tok_is(v, "True") && !sm_tok_is(v, "False"))
+                return sm_ps_fail(ps, v, SM_EFORMAT, "check_vma= takes True or False");
+            *unchecked = sm_tok_is(v, "False");
+            ps->pos++;
+        } else {
+            return sm_ps_fail(ps, o, SM_EFORMAT,
+                              "expected axis_names= or check_vma= after a shard_map's out_specs "
+                              "(each once)");
+        }
+    }
+    return 0;
+}
+
 /* The axis_names= of shard_map function f's header (sm_ps_axis_names),
  * read ahead of its parameters; the position is left as it was. */
 static int sm_ps_fn_axis_names(sm_parser *ps, const sm_fn *f, uint32_t *mask)
 {
-    int saved = ps->pos, depth = 0, rc = 0;
+    int saved = ps->pos, depth = 0, rc = 0, unchecked;
     *mask = 0;
     ps->pos = f->hdr + 1;
     do { /* past the parameter list */
@@ -809,7 +840,7 @@ static int sm_ps_fn_axis_names(sm_parser *ps, const sm_fn *f, uint32_t *mask)
     sm_pspec specs[64];
     int n;
     if (sm_ps_accept(ps, "->"))
-        rc = sm_ps_out_specs(ps, specs, 64, &n) || sm_ps_axis_names(ps, mask);
+        rc = sm_ps_out_specs(ps, specs, 64, &n) || sm_ps_header_opts(ps, mask, &unchecked);
     ps->pos = saved;
     return rc ? -1 : 0;
 }
@@ -891,7 +922,8 @@ static int sm_ps_entry(sm_parser *ps, const sm_fn *f, const sm_mesh *mesh, int h
             ps->p->has_out_shardings = 1;
         }
     } else if (sm_ps_expect(ps, "->", "before the out_specs") ||
-               sm_ps_out_specs(ps, specs, 64, &n) || sm_ps_axis_names(ps, &ps->p->manual_axes)) {
+               sm_ps_out_specs(ps, specs, 64, &n) ||
+               sm_ps_header_opts(ps, &ps->p->manual_axes, &ps->p->unchecked)) {
         return -1;
     }
     for (int i = 0; i < ps->p->nparams && ps->p->manual_axes; i++) /* their in_specs */
@@ -1061,8 +1093,9 @@ int sm_ps_call_fn(sm_parser *ps, const sm_fn *f, const sm_tok *at, const sm_arg 
     sm_pspec specs[64];
     int nout = 0;
     uint32_t again;
+    int unchecked = 0;
     if (sm_ps_accept(ps, "->") &&
-        (sm_ps_out_specs(ps, specs, 64, &nout) || sm_ps_axis_names(ps, &again)))
+        (sm_ps_out_specs(ps, specs, 64, &nout) || sm_ps_header_opts(ps, &again, &unchecked)))
         goto done;
     ps->pos = f->body + 1;
     ps->calls++;
@@ -1092,7 +1125,8 @@ int sm_ps_call_fn(sm_parser *ps, const sm_fn *f, const sm_tok *at, const sm_arg 
         }
         for (int k = 0; k < n; k++) {
             int id;
-            sm_ir_attrs a = {.sharding = &specs[k]};
+            sm_ir_attrs a = {.sharding = &specs[k],
+                             .unchecked = f->kind == SM_FN_SHARD_MAP && unchecked};
             if (sm_ps_value(ps, &el[k], &id) ||
                 sm_ps_emit(ps, f->kind == SM_FN_SHARD_MAP ? SM_OP_SHARD_MAP_OUT : SM_OP_RESHARD,
                            &id, 1, &a, at, &el[k])) {

@@ -160,7 +160,7 @@ static void sm_ir_put_call(sm_strbuf *b, const sm_namer *nm, const sm_ir_op *op)
             show |= q->field == 'M' ? a->has_ints2 : q->field == 'N' ? a->has_ints3 : a->has_ints;
             break;
         case 'b':
-            show |= q->field == 't' ? a->tiled : a->keepdims;
+            show |= q->field == 't' ? a->tiled : q->field == 'c' ? a->unchecked : a->keepdims;
             break;
         case 't':
             show = a->has_dtype;
@@ -220,7 +220,7 @@ static void sm_ir_put_call(sm_strbuf *b, const sm_namer *nm, const sm_ir_op *op)
                 sm_ir_put_ints(b, a->ints.v, a->ints.n);
             break;
         case 'b':
-            sm_strbuf_puts(b, "True");
+            sm_strbuf_puts(b, q->field == 'c' ? "False" : "True");
             break;
         case 'f':
             if (a->value_is_float)
@@ -305,6 +305,8 @@ static void sm_ir_put_header(sm_strbuf *b, const sm_program *p)
         sm_strbuf_puts(b, ")");
     if (p->kind != SM_PROG_JIT && p->manual_axes)
         sm_strbuf_printf(b, ", axis_names=%s", sm_ir_axes_set_str(p, p->manual_axes, buf, 400));
+    if (p->kind != SM_PROG_JIT && p->unchecked)
+        sm_strbuf_puts(b, ", check_vma=False");
     sm_strbuf_puts(b, ":\n");
 }
 

@@ -71,6 +71,8 @@ typedef struct {
      * _out: the PartitionSpec (jit programs); copied by add_op, NULL if none */
     const sm_pspec *sharding;
     int value_is_float; /* const / full value: f if set, else i (bool is an int 0/1 + dtype) */
+    int unchecked;      /* shard_map_out: its shard_map function has check_vma=False (no
+                           replication check of the value against out_specs) */
     double f;
     int64_t i;
 } sm_ir_attrs;

@@ -49,6 +49,7 @@ static Shmap__V1__IrAttrs *attrs_enc(sm_arena *a, const sm_ir_attrs *at)
     q->axis2 = at->axis2;
     q->tiled = at->tiled != 0;
     q->keepdims = at->keepdims != 0;
+    q->unchecked = at->unchecked != 0;
     q->n_axes = sm_svc_rank(at->naxes);
     if (q->n_axes) {
         if (!(q->axes = sm_arena_alloc(a, q->n_axes * sizeof *q->axes)))
@@ -92,6 +93,7 @@ Shmap__V1__Program *sm_svc_program_enc(sm_arena *a, const sm_program *p)
     m->has_out_shardings = p->has_out_shardings != 0;
     m->lowered = p->lowered != 0;
     m->manual_axes = p->kind == SM_PROG_JIT ? 0 : p->manual_axes;
+    m->unchecked = p->kind != SM_PROG_JIT && p->unchecked;
     for (int v = 0; v < p->nvalues; v++)
         map[v] = -1;
     for (int i = 0; i < p->nparams; i++)
@@ -211,6 +213,7 @@ static sm_err attrs_dec(const Shmap__V1__IrAttrs *q, const char *what, sm_ir_att
     at->axis2 = q->axis2;
     at->tiled = q->tiled != 0;
     at->keepdims = q->keepdims != 0;
+    at->unchecked = q->unchecked != 0;
     for (size_t k = 0; k < q->n_axes; k++) {
         snprintf(sub, sizeof sub, "%s.axes[%zu]", what, k);
         if (!q->axes[k] || !q->axes[k][0])
@@ -395,6 +398,7 @@ sm_err sm_svc_program_dec(const Shmap__V1__Program *m, const char *what, sm_prog
     p->has_out_shardings = m->jit && m->has_out_shardings;
     p->lowered = !m->jit && m->lowered;
     p->manual_axes = m->jit ? 0 : m->manual_axes & (uint32_t)((UINT64_C(1) << mesh->naxes) - 1);
+    p->unchecked = !m->jit && m->unchecked;
     if (m->filename && m->filename[0] && !(p->filename = sm_arena_strdup(p->arena, m->filename))) {
         e = sm_fail(err, errlen, SM_ENOMEM, "cannot allocate a program");
         goto fail;

@@ -216,7 +216,7 @@ def _laid_like(c, a):
         order = [n for n in b.mesh.axis_names]
         extra = tuple(n for n in order if n in cv - av)
         missing = tuple(n for n in order if n in av - cv)
-        if extra:
+        if extra and getattr(b, "check_vma", True):  # (with check_vma=False, not summed)
             c = lax.psum(c, extra if len(extra) > 1 else extra[0])
         if missing:
             c = lax.pvary(c, missing if len(missing) > 1 else missing[0])
@@ -922,6 +922,17 @@ def _taped(b, leaves, thunk):
     return res, lv.tape, lv.active
 
 
+def _left_out(b):
+    """spec -> the Manual mesh axes of shard_map body b that spec does not
+    name, in mesh order."""
+    manual = b.manual_axes or frozenset(b.mesh.axis_names)
+
+    def left(sp):
+        named = {a for e in sp if e is not None for a in ((e,) if isinstance(e, str) else e)}
+        return tuple(a for a in b.mesh.axis_names if a in manual and a not in named)
+    return left
+
+
 def _call_vjp(fn, args, in_specs, outs, gs, out_specs=None):
     """The cotangents of the arguments of a shard_map function called from
     the jit being differentiated: a second shard_map function of the
@@ -949,7 +960,20 @@ def _call_vjp(fn, args, in_specs, outs, gs, out_specs=None):
             xs, cs = tracers[:n], tracers[n:]
             res, tape, active = _taped(_builder(), xs, lambda: fn.f(*xs))
             res = _flatten(res, fn.__name__)[0]  # its results (a pytree) as the call's
-            return _backward(tape, active, _seeds(res, cs, active), xs)
+            if fn.check_vma:
+                return _backward(tape, active, _seeds(res, cs, active), xs)
+            # check_vma=False: no varying axes tell the backward pass where to
+            # sum, so (JAX's shard_map transpose without check_vma) each result's
+            # cotangent is divided by the size of the axes its out_spec leaves
+            # out, and each argument's summed over those its in_spec leaves out
+            from . import lax
+            from ._trace import _axes_size
+            left = _left_out(_builder())
+            cs = [ct / _axes_size(left(sp)) if left(sp) else ct
+                  for ct, sp in zip(cs, list(out_specs or fn._out_specs(len(outs))))]
+            cts = _backward(tape, active, _seeds(res, cs, active), xs)
+            return [lax.psum(ct, left(sp) if len(left(sp)) > 1 else left(sp)[0]) if left(sp)
+                    else ct for ct, sp in zip(cts, in_specs)]
         b.defined[key] = fn._define(b, fn._name + "_vjp", list(args) + list(outs),
                                     list(in_specs) + list(out_specs or fn._out_specs(len(outs))),
                                     names + ct_names,

@@ -146,6 +146,8 @@ class _Builder:
         am = a.sharding.mesh
         if mesh is not None and (tuple(am.axis_names) != tuple(mesh.axis_names) or
                                  tuple(am.axis_sizes) != tuple(mesh.axis_sizes)):
+            if getattr(self, "mesh_default", False):  # a jit given no Arrays: on a's mesh
+                raise _OnMesh(am)
             raise InvalidArgument(f"an Array the function closes over lies on mesh "
                                   f"{am._text()!r}, not the function's {mesh._text()!r}")
         k = len(self.captured)
@@ -1202,6 +1204,34 @@ def _scalar_as_jax(a):
     return a.astype(np.int64) if a.dtype == np.uint32 else a
 
 
+def _as_operand(a):
+    """An argument of a call inside a traced function: a numpy value or
+    number a constant of the program, an Array the one the function closes
+    over (as JAX embeds both), anything else as it is."""
+    if isinstance(a, Array):
+        return Tracer(_builder().capture(a), a.type, _dtype_name(a.dtype), a.shape)
+    if isinstance(a, (numbers.Real, np.generic, np.ndarray)) and \
+            np.asarray(a).dtype.kind in "biuf":
+        return _numpy_constant(np.asarray(a))
+    return a
+
+
+def _constant_results(res):
+    """res, a traced function's pytree of results, with the numbers and
+    numpy arrays among them made constants of the program (arrays, as JAX
+    returns them)."""
+    def const(v):
+        return isinstance(v, (numbers.Real, np.generic, np.ndarray)) and \
+            not isinstance(v, Tracer) and np.asarray(v).dtype.kind in "biuf"
+    if const(res):
+        return _numpy_constant(np.asarray(res))
+    leaves = _tree_leaves(res, "r")
+    if not any(const(v) for v, _ in leaves):
+        return res
+    return _tree_build(res, iter(_numpy_constant(np.asarray(v)) if const(v) else v
+                                 for v, _ in leaves))
+
+
 def _flatten(v, who):
     """The traced values of a pytree of results (tuples, lists, dicts,
     namedtuples and registered classes of them, None for an empty subtree)
@@ -1710,6 +1740,7 @@ class _Traced:
             and not any(isinstance(a, Array) for a in args)
         if self.kind == "shard_map":
             self._partial(b, mesh, True)
+            self._unchecked(b)
         prev = getattr(_state, "builder", None)
         _state.builder = b
         try:
@@ -1719,7 +1750,7 @@ class _Traced:
                 for k, n in enumerate(names):
                     ty, dt, shape = info["types"][k][:3]
                     tracers.append(Tracer(n, ty, dt, tuple(shape)))
-            res = self.f(*tracers)
+            res = _constant_results(self.f(*tracers))
             b.resolve()  # a bad op of a long program is found here, named by its line
         finally:
             _state.builder = prev
@@ -1809,6 +1840,7 @@ class _Traced:
         t, args = self._split_trees(args)
         if t is not self:
             return t._inline(outer, args)
+        args = tuple(_as_operand(a) for a in args)  # numpy values and Arrays: constants
         if not all(isinstance(a, Tracer) for a in args):
             raise InvalidArgument(f"{self.__name__}: inside a jit function, pass traced values "
                                   f"(the jit function's arguments or results of its ops)")
@@ -1884,6 +1916,16 @@ class _Traced:
             out.append(P(*entries))
         return tuple(out)
 
+    def _unchecked(self, b):
+        """check_vma=False: written in the header of b, the builder of the
+        body (no replication check of this function's results, not of the
+        others' of the program), and known to grad (a cotangent is not
+        summed over the axes its primal does not vary over: the values carry
+        no such types then, as in JAX)."""
+        b.check_vma = self.check_vma
+        if not self.check_vma:
+            b.axis_suffix += ", check_vma=False"
+
     def _partial(self, b, mesh, check_specs):
         """A shard_map Manual over some of mesh's axes (axis_names=): JAX's
         checks of axis_names and (check_specs) of its in_specs and out_specs
@@ -1953,6 +1995,7 @@ class _Traced:
         inner = _Builder([outer.header[0], head], "shard_map", names)
         inner.mesh = mesh
         self._partial(inner, mesh, out_specs is None)
+        self._unchecked(inner)
         if nested:
             if outer.manual_axes is None:
                 raise InvalidArgument(f"{self.__name__}: a shard_map function Manual over every "
@@ -1984,7 +2027,7 @@ class _Traced:
                 info = inner._check(inner.text(ret=names[0]))
                 tracers = [Tracer(n, *info["types"][j][:2], tuple(info["types"][j][2]))
                            for j, n in enumerate(names)]
-            res = body(tracers)
+            res = _constant_results(body(tracers))
             inner.resolve()
         finally:
             _state.builder = outer
@@ -2033,12 +2076,44 @@ class _Traced:
         return _Traced(g, self.kind, self.mesh, out_shardings=self.out_shardings,
                        check_vma=self.check_vma), tuple(dyn)
 
+    def _split_none_specs(self, args):
+        """A shard_map's in_specs entry None (or in_specs=None, every
+        argument): that argument is not split but closed over by the body,
+        as JAX's static arguments (a Python value; an array, a replicated
+        constant): a function of the others with their in_specs."""
+        specs = (None,) * len(args) if self.in_specs is None else tuple(self.in_specs)
+        if len(specs) != len(args):
+            raise InvalidArgument(f"{self.__name__} has {len(specs)} in_specs for "
+                                  f"{len(args)} arguments")
+        fixed = {i: a for i, (a, sp) in enumerate(zip(args, specs)) if sp is None}
+        n = len(args)
+
+        def g(*d):
+            it = iter(d)
+            return self.f(*[fixed[i] if i in fixed else next(it) for i in range(n)])
+
+        g.__name__ = self.__name__
+        try:
+            params = list(inspect.signature(self.f).parameters.values())
+            g.__signature__ = inspect.Signature([p for i, p in enumerate(params[:n])
+                                                 if i not in fixed])
+        except (TypeError, ValueError):
+            pass
+        t = _Traced(g, self.kind, self.mesh, tuple(sp for sp in specs if sp is not None),
+                    self.out_specs, self.check_vma, axis_names=self.axis_names)
+        t2, dyn = t._split_trees(tuple(a for i, a in enumerate(args) if i not in fixed))
+        return t2, dyn
+
     def _split_trees(self, args):
         """Arguments that are pytrees (tuples, lists, dicts of arrays, as a
         params dict): a function of their leaves, each one parameter of the
         program named by its path (params_emb, xs_0), which rebuilds them
         for the body; a shard_map's in_specs entry for such an argument is
         one P for every leaf or a pytree of them."""
+        if self.kind == "shard_map" and (self.in_specs is None or isinstance(
+                self.in_specs, (tuple, list)) and not isinstance(self.in_specs, PartitionSpec)
+                and any(s is None for s in self.in_specs)):
+            return self._split_none_specs(args)
         if not any(_is_tree(a) for a in args):
             return self, args
         names = _param_names(self.f, len(args))

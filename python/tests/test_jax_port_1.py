@@ -198,7 +198,6 @@ def test_all_gather_with_axis_index_groups(c, mesh3):
             assert np.array_equal(data(r, 4 * i + 2 * j + 1), block)
 
 
-@pytest.mark.xfail(strict=True, reason="an in_specs entry None (a static argument) is refused")
 def test_with_static_arg(c, mesh3):
     """test_with_static_arg: an in_specs entry None passes the argument
     through as a static value."""
@@ -526,8 +525,6 @@ def test_replication_checker_jit(c, mesh22):
             shmap.jit(g)(x)
 
 
-@pytest.mark.xfail(strict=True, reason="a numpy array passed to a shard_map function in a "
-                   "jit body is refused")
 def test_numpy_argument_in_jit(c, mesh4):
     """test_process_env_traces (and JAX code generally) passes a numpy array
     to a shard_map function called in a jit body."""

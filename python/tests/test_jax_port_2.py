@@ -94,8 +94,6 @@ def test_remat_scalar_residuals_second_order(c, m4):
 # ---- static (None) in_specs, out_specs prefixes ----
 
 
-@pytest.mark.xfail(strict=True, reason="a None in_specs entry (a static argument) is refused: "
-                                       "'expected a PartitionSpec P(...)'")
 def test_multiple_result_primitive_with_none_sharding(c):
     """test_multiple_result_primitive_with_none_sharding: a static argument
     split in the body, a list of results under one out_spec."""
@@ -108,8 +106,6 @@ def test_multiple_result_primitive_with_none_sharding(c):
         assert np.array_equal(np.asarray(a), w)
 
 
-@pytest.mark.xfail(strict=True, reason="in_specs=None / (None,) (static arguments) are "
-                                       "refused; only P() is taken")
 def test_in_specs_none_error(c, m4):
     """test_in_specs_none_error: in_specs None, (None,) and P() with a float."""
     def f(x):

@@ -733,8 +733,6 @@ def test_shmap_empty_mesh_error(c):
         f(np.arange(8, dtype=np.float32))
 
 
-@pytest.mark.xfail(strict=True, reason="check_vma=False of a shard_map called in a jit body "
-                   "is lost: the jit program is checked with check_vma")
 def test_axis_index_unmapped(c, m2):
     """test_axis_index_unmapped: vmap in a shard_map body of axis_index,
     check_vma=False."""
