@@ -105,12 +105,15 @@ def cond(pred, true_fun, false_fun, *operands):
     grad or vmap, or for branches whose results are not arrays of one type,
     both run and each result leaf is selected with where (the same values:
     branches have no effects)."""
+    names = ("true_fun", "false_fun")
     if _is_static(pred):
+        _check_untaken([true_fun, false_fun], 0 if pred else 1, operands, "cond", names)
         return (true_fun if pred else false_fun)(*operands)
-    once = _run_picked([pred, _not(pred)], [true_fun, false_fun], operands)
+    once = _run_picked([pred, _not(pred)], [true_fun, false_fun], operands, "cond", names)
     if once is not None:
         return once
     t, f = true_fun(*operands), false_fun(*operands)
+    _check_branch_outputs("cond", names, [true_fun, false_fun], [t, f])
     tl, build = _leaves(t)
     fl, _ = _leaves(f)
     if len(tl) != len(fl):
@@ -122,15 +125,19 @@ def switch(index, branches, *operands):
     """jax.lax.switch: branches[index](*operands), the index clamped into
     range as JAX's; a traced index selects among every branch's results."""
     branches = list(branches)
+    names = ["branch 0"] + [f"branch{k}" for k in range(1, len(branches))]  # JAX's names
     if _is_static(index):
-        return branches[builtins.min(builtins.max(int(index), 0), len(branches) - 1)](*operands)
+        k = builtins.min(builtins.max(int(index), 0), len(branches) - 1)
+        _check_untaken(branches, k, operands, "switch", names)
+        return branches[k](*operands)
     from . import numpy as jnp
     index = jnp.clip(index, 0, len(branches) - 1)
-    once = _run_picked([index == k for k in range(len(branches))], branches, operands) \
-        if len(branches) > 1 else None
+    once = _run_picked([index == k for k in range(len(branches))], branches, operands,
+                       "switch", names) if len(branches) > 1 else None
     if once is not None:
         return once
     outs = [b(*operands) for b in branches]
+    _check_branch_outputs("switch", names, branches, outs)
     leaves = [_leaves(o)[0] for o in outs]
     _, build = _leaves(outs[0])
     res = leaves[-1]
@@ -139,12 +146,105 @@ def switch(index, branches, *operands):
     return build(res)
 
 
+def _branch_types(out):
+    """(shape, dtype, varying axes) of each leaf of a branch's results, or
+    None where one is not a traced value of one example (nothing to
+    compare then)."""
+    from . import _vmap
+    from ._trace import Tracer
+    leaves = _leaves(out)[0]
+    if not builtins.all(isinstance(v, Tracer) and not isinstance(v, _vmap.BatchTracer)
+                        for v in leaves):
+        return None
+    return [(tuple(v.shape), v.dtype, tuple(_varying(v.type))) for v in leaves]
+
+
+def _check_branch_outputs(api, names, funs, outs):
+    """JAX's _check_branch_outputs: every branch's results have branch 0's
+    pytree structure and, leaf by leaf, its shape, dtype and varying manual
+    axes (in a shard_map body), else JAX's TypeError."""
+    from ._trace import _tree_sig
+    import inspect
+
+    def info(f):
+        try:
+            f = inspect.unwrap(f)
+            return f"{f.__name__} at {f.__code__.co_filename}:{f.__code__.co_firstlineno}"
+        except AttributeError:
+            return "<unknown>"
+
+    def short(t):
+        shape, dt, vma = t
+        return f"{_np.dtype(dt).name}[{','.join(builtins.map(str, shape))}]" + \
+            (f"{{V:{','.join(vma)}}}" if vma else "")
+    from .tree_util import keystr, tree_flatten_with_path
+    paths = [keystr(p) for p, _ in tree_flatten_with_path(outs[0])[0]]
+    t0 = _branch_types(outs[0])
+    for k in range(1, len(outs)):
+        n1, n2 = names[0], names[k]
+        head = f"{n1} is {info(funs[0])}\n{n2} is {info(funs[k])}\n\n"
+        if _tree_sig(outs[k]) != _tree_sig(outs[0]):
+            raise TypeError(f"{api} branch outputs must have the same pytree structure, but "
+                            f"they differ:\n\n{head}Revise {n1} and/or {n2} so that they have "
+                            f"the same pytree structure.")
+        tk = _branch_types(outs[k])
+        if t0 is None or tk is None or tk == t0:
+            continue
+        diffs, fixes = [], []
+        for a1, a2, path in zip(t0, tk, paths):
+            if a1 == a2:
+                continue
+            at = f" at path {path}" if path else ""
+            why = [w for w, bad in (("the dtypes do not match", a1[1] != a2[1]),
+                                    ("the shapes do not match", a1[0] != a2[0]),
+                                    ("the manual axis types do not match", a1[2] != a2[2])) if bad]
+            extra = "" if not why else ", so " + (why[0] if len(why) == 1 else
+                                                  ", ".join(why[:-1]) + ", and " + why[-1])
+            diffs.append(f"the output of {n1}{at} has type {short(a1)} but the corresponding "
+                         f"output of {n2} has type {short(a2)}{extra}")
+            for n, x, y in ((n1, a1, a2), (n2, a2, a1)):
+                more = tuple(v for v in y[2] if v not in x[2])
+                if more:
+                    fixes.append(f"applying `jax.lax.pcast(..., {more}, to='varying')` to the "
+                                 f"output of {n}{at}")
+        diff = diffs[0][0].upper() + diffs[0][1:] + ".\n" if len(diffs) == 1 else \
+            "\n".join(f"  * {d};" for d in diffs[:-1]) + f"\n  * {diffs[-1]}.\n"
+        fix = "" if not fixes else (f"This might be fixed by {fixes[0]}.\n" if len(fixes) == 1
+                                    else "This might be fixed by:\n" +
+                                    "\n".join(f"  * {d};" for d in fixes[:-1]) +
+                                    f"\n  * {fixes[-1]}.\n")
+        if fix:
+            fix += ("See https://docs.jax.dev/en/latest/notebooks/shard_map.html#scan-vma for "
+                    "more information.\n\n")
+        raise TypeError(f"{api} branches must have equal output types but they differ.\n\n"
+                        f"{head}{diff}\n{fix}Revise {n1} and/or {n2} so that all output types "
+                        f"match.")
+
+
+def _check_untaken(branches, k, operands, api, names):
+    """A static index picks branch k; JAX traces every branch and checks
+    their results' types all the same: the others are traced here to learn
+    theirs, then taken back (only inside a trace, where types exist)."""
+    from ._trace import _state
+    b = getattr(_state, "builder", None)
+    if b is None or len(branches) < 2:
+        return
+    mark = _Mark(b)
+    try:
+        outs = [br(*operands) for br in branches]
+    except Exception:  # a branch that fails to trace is JAX's error too, but only if taken
+        mark.undo()
+        return
+    mark.undo()
+    _check_branch_outputs(api, names, branches, outs)
+
+
 def _not(p):
     from ._trace import Tracer
     return ~p if isinstance(p, Tracer) else not p
 
 
-def _run_picked(flags, branches, operands):
+def _run_picked(flags, branches, operands, api, names):
     """The result of the one branch whose flag (a traced bool scalar) holds,
     the others not run: each branch in a while loop whose carry is its flag
     (made false by the turn) and the results (zeros of the branches' common
@@ -164,6 +264,7 @@ def _run_picked(flags, branches, operands):
         return None
     try:
         outs = [br(*operands) for br in branches]  # traced to learn their types, taken back
+        _check_branch_outputs(api, names, branches, outs)
         leaves = [_leaves(o)[0] for o in outs]
         if builtins.any(_tree_sig(o) != _tree_sig(outs[0]) for o in outs) or \
                 not builtins.all(isinstance(v, Tracer) and not isinstance(v, _vmap.BatchTracer)

@@ -169,8 +169,6 @@ def test_custom_jvp_symbolic_zeros(c, m4):
 # ---- cond and scan: JAX's pcast sentences ----
 
 
-@pytest.mark.xfail(strict=True, reason="lax.cond does not compare its branches' varying "
-                   "axes (JAX's pcast TypeError); a Python bool predicate traces one branch")
 def test_cond_pvary_errors(c, m11):
     """test_cond_pvary_errors: the branches of a cond return values varying
     over different axes."""
@@ -184,8 +182,6 @@ def test_cond_pvary_errors(c, m11):
                         out_specs=P(("x", "y")))(x, x)
 
 
-@pytest.mark.xfail(strict=True, reason="lax.cond does not compare its branches' varying "
-                   "axes (JAX's pcast TypeError); a Python bool predicate traces one branch")
 def test_cond_pvary_errors_pytree(c, m11):
     """test_cond_pvary_errors_pytree: the same, the branches returning
     pairs."""
