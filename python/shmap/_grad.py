@@ -290,6 +290,9 @@ def _matmul_subscripts(a, b, dot):
         return None
     if ra == 1 and rb == 1:
         return "i,i->"
+    if dot and rb >= 2:  # the last axis of a with the second to last of b
+        lead_a, lead_b = "abcdefgh"[:ra - 1], "mnopqrst"[:rb - 2]
+        return f"{lead_a}j,{lead_b}jk->{lead_a}{lead_b}k"
     if ra == 1:
         return "j,jk->k" if rb == 2 else None
     if rb == 1:

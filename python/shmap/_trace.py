@@ -2165,9 +2165,10 @@ class _Traced:
                 raise ShmapError(f"job {info['job']} {info['state']}: {info['error']}",
                                  code="CANCELLED" if info["state"] == "cancelled" else "ABORTED")
             outs = [Array(client, o, mesh=mesh) for o in info["outputs"]]
-            if self.kind == "jit" and self.out_shardings is None:
+            if self.kind == "jit" and self.out_shardings is None and mesh is not None and \
+                    any(t == Explicit for t in mesh.axis_types):
                 for a in outs:  # typed by the program: one spec entry per dimension, as JAX's
-                    a._full_spec = True
+                    a._full_spec = True  # (Auto meshes: the layout found, as given)
             if debug is not None:  # the values of the body's debug.prints, printed now
                 from . import debug as _debug
                 n, entries, per_device = debug

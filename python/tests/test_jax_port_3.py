@@ -668,8 +668,6 @@ def test_partial_auto_propagate_through(c, meshes):
     assert actual.sharding.spec[0] == "i"
 
 
-@pytest.mark.xfail(strict=True, reason="the result's sharding is P('i', None); JAX's is the "
-                                       "constraint's NamedSharding as written, P('i')")
 def test_partial_auto_propagate_through_sharding(c, meshes):
     """test_partial_auto_propagate_through's actual.sharding == sharding,
     reduced to a jit of a constraint on an Auto mesh."""
@@ -908,9 +906,6 @@ def test_partial_auto_of_random_keys_slice(c, meshes):
                           np.asarray(shmap.random.key_data(keys)).reshape(8, 2))
 
 
-@pytest.mark.xfail(strict=True, reason="grad of jnp.dot of a matrix and a 3-d array: the rule "
-                                       "writes 'aj,jk->ak' (einsum: subscripts 'ak,jk->aj' name 2 "
-                                       "dimensions for operand 0 f64[3,3,1])")
 def test_grad_remat(c, meshes):
     """test_grad_remat: grad of a remat'd (a policy given) shard_map of a
     dot of a matrix and a batch of matrices, on a mesh of 1 x 1."""
