@@ -43,6 +43,8 @@ _AS_BUILTIN = (
     ("entries but the value has rank", ValueError),       # out_specs vs the rank
     ("should be equal to the unreduced present", ValueError),
     ("pcast can only accept axis_name", ValueError),
+    ("bwd rule attached to", ValueError),                 # a custom_vjp's cotangent types
+    ("is a collective: it exists only in a shard_map body", NameError),  # psum in a jit
 )
 _BUILTIN_CLASSES = {}
 

@@ -1472,20 +1472,29 @@ def _leaf_cts(r, arg, who):
     return [r]
 
 
-def _custom_ct(c, v, name):
-    """A custom rule's cotangent c for input leaf v, as a value of the
-    program (v's vmaps undone), or None."""
+def _custom_ct(c, v, name, k):
+    """A custom rule's cotangent c for input leaf v (the k-th), as a value
+    of the program (v's vmaps undone), or None. Its shape, and in a
+    shard_map body its varying axes, must be v's (JAX's check of a bwd
+    rule's output, a ValueError)."""
+    from . import _vmap
     if c is None or not isinstance(v, Tracer) or not _is_float(v):
         return None
     jnp = _jnp()
     if not isinstance(c, Tracer):
         c = np.asarray(c, dtype=v.dtype)
         c = jnp.full(tuple(v.shape), float(c), dtype=v.dtype) if c.ndim == 0 else _as_traced(c)
-    if tuple(c.shape) != tuple(v.shape):
+    b = _builder()
+    why = "" if tuple(c.shape) != tuple(v.shape) else None
+    if why is None and b.kind == "shard_map" and getattr(b, "check_vma", True) and \
+            not isinstance(c, _vmap.BatchTracer) and not isinstance(v, _vmap.BatchTracer) and \
+            _vma(c)[0] != _vma(v)[0]:
+        why = ", so the manual axis types do not match"
+    if why is not None:
         raise InvalidArgument(f"Custom VJP bwd rule attached to {name} must produce an output "
                               f"with the same type as the args tuple of the primal function, "
-                              f"but the bwd rule produced an output of type {c.type} "
-                              f"corresponding to an input of type {v.type}")
+                              f"but at output[{k}] the bwd rule produced an output of type "
+                              f"{c.type} corresponding to an input of type {v.type}{why}")
     return _plain(_relayer(c, _layers(v)))
 
 
@@ -1580,7 +1589,7 @@ class custom_vjp:
                     f"arguments to the primal function, but got bwd output structure "
                     f"{tree_structure(r)} for primal input structure "
                     f"{tree_structure(tuple(args[i] for i in diff))}.") from None
-            return [_custom_ct(c, v, name) for c, v in zip(flat, leaves)]
+            return [_custom_ct(c, v, name, k) for k, (c, v) in enumerate(zip(flat, leaves))]
         _record_custom(b, k, leaves, outs, backward)
         return out
 

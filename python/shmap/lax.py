@@ -2435,3 +2435,21 @@ for _name in ("psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "pp
               "all_to_all", "pvary", "pcast"):
     if _name in globals():
         globals()[_name] = _over_trees(globals()[_name])
+
+
+def _axis_name_not_set(op):
+    """op(x, axis_name, ...) refusing a set of axis names with JAX's
+    TypeError (pcast and pvary take a name or a tuple: an order)."""
+    @functools.wraps(op)
+    def f(x, axis_name=None, *args, **kwargs):
+        name = kwargs.get("axis_name", axis_name)
+        if isinstance(name, (set, frozenset)):
+            raise TypeError(f"axis_name={name!r} must be a tuple or a str. Got {name}")
+        return op(x, axis_name, *args, **kwargs) if "axis_name" not in kwargs else \
+            op(x, *args, **kwargs)
+    return f
+
+
+for _name in ("pvary", "pcast"):
+    if _name in globals():
+        globals()[_name] = _axis_name_not_set(globals()[_name])

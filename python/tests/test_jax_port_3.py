@@ -168,8 +168,6 @@ def test_pvary(c, meshes):
     assert np.array_equal(np.asarray(g), np.full(8, 4.0))
 
 
-@pytest.mark.xfail(strict=True, reason="pcast given a set of axis names raises "
-                                       "InvalidArgument (not a traced value), not TypeError")
 def test_pcast_axis_name_is_not_set(c, meshes):
     """test_pcast_axis_name_is_not_set: a set of axis names is refused with
     JAX's TypeError (its out_specs=None: test_out_specs_none below)."""
@@ -324,8 +322,6 @@ def test_error_for_variable_num_args(c, meshes):
         shard_f(np.ones((8, 8), np.float32), np.ones((8, 8), np.float32))
 
 
-@pytest.mark.xfail(strict=True, reason="a custom_vjp bwd's cotangent is not checked against "
-                                       "its input's type (vma): no error, grad 16s")
 def test_custom_vjp_replication_error_message_hint(c, meshes):
     """test_custom_vjp_replication_error_message_hint: a bwd rule whose
     cotangent does not vary as its primal input does."""
