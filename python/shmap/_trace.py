@@ -1802,7 +1802,10 @@ class _Traced:
         try:
             info = _shmap.program_check(text, f"{self._name}.shmap", None, self.check_vma)
         except _shmap.Error as e:
-            raise ProgramError(e.args[1]) from None
+            msg = e.args[1]
+            if self.kind == "shard_map" and "varies over mesh ax" in msg:
+                msg = self._vma_error(text, outs, os_, mesh, b.manual_axes, msg)
+            raise ProgramError(msg) from None
         info["mesh_obj"] = mesh  # the results' mesh, axis types included
         info["debug"] = debug
         return client, arrays + b.captured, text, info, multi
@@ -1915,6 +1918,50 @@ class _Traced:
                     entries.append(e if e in names else None)
             out.append(P(*entries))
         return tuple(out)
+
+    def _vma_error(self, text, outs, specs, mesh, manual, why):
+        """JAX's sentence (_inout_vma_error) for the results of this
+        shard_map that vary over axes their out_specs leave out, every one
+        of them, then the service's (why, the first, with its remedy)."""
+        try:
+            types = _shmap.program_check(text, f"{self._name}.shmap", None, False)["types"]
+        except _shmap.Error:
+            return why
+        by_name = {t[5]: t[0] for t in types if t[5]}
+        from .lax import _varying
+        names = [n for n in mesh.axis_names if manual is None or n in manual]
+        msgs = []
+        for k, (o, sp) in enumerate(zip(outs, specs)):
+            vary = set(_varying(by_name.get(o.name, "")))
+            named = {a for e in sp if e is not None for a in ((e,) if isinstance(e, str) else e)}
+            left = [n for n in names if n not in named and n not in sp.unreduced]
+            if not vary & set(left):
+                continue
+            key = f"[{k}]" if len(specs) > 1 else ""
+            if len(left) > 1:
+                need = ",".join(n for n in names if n in named)
+                got = ",".join(n for n in names if n in vary)
+                diff = ",".join(n for n in left if n in vary)
+                msgs.append(f"* out_specs{key} is {sp!r} which implies that the corresponding "
+                            f"output value is only varying across mesh axes {{{need}}} and not "
+                            f"{{{diff}}}, but it was inferred to be possibly varying over "
+                            f"{{{got}}}")
+            else:
+                msgs.append(f"* out_specs{key} is {sp!r} which implies that the corresponding "
+                            f"output value is replicated across mesh axis '{left[0]}', but "
+                            f"could not infer replication over any axes")
+        if not msgs:
+            return why
+        if len(msgs) == 1:
+            msgs = [msgs[0][2:]]
+        return (f"shard_map applied to the function '{self.__name__}' was given out_specs which "
+                f"require replication which can't be statically inferred given the mesh:\n\n"
+                f"The mesh given has shape {tuple(mesh.axis_sizes)} with corresponding axis "
+                f"names {tuple(mesh.axis_names)}.\n\n" + "\n\n".join(msgs) + "\n\n"
+                "Check if these output values are meant to be replicated over those mesh axes. "
+                "If not, consider revising the corresponding out_specs entries. If so, consider "
+                "disabling the check by passing the check_vma=False argument to "
+                f"`jax.shard_map`.\n\n{why}")
 
     def _unchecked(self, b):
         """check_vma=False: written in the header of b, the builder of the

@@ -486,8 +486,6 @@ def test_linearize_basic(c, mesh22, spec):
     assert np.allclose(np.asarray(y_dot), d * x, atol=1e-5)
 
 
-@pytest.mark.xfail(strict=True, reason="the replication check raises a shmap.ProgramError "
-                   "of its own sentence, not JAX's ValueError ('statically inferred')")
 def test_replication_checker_eager(c, mesh22):
     """test_replication_checker_eager."""
     x = np.arange(64, dtype=np.float32).reshape(8, 8)

@@ -296,8 +296,6 @@ def test_key_array_with_replicated_last_tile_dim(c):
 # ---- replication (vma) checks ----
 
 
-@pytest.mark.xfail(strict=True, reason="shmap raises ProgramError with its own sentence, not "
-                                       "JAX's ValueError 'out_specs ... which implies that'")
 def test_vma_out_specs_error_check(c):
     """test_vma_out_specs_error_check: an output varying over axes its
     out_spec leaves out."""
@@ -309,8 +307,6 @@ def test_vma_out_specs_error_check(c):
         f(np.arange(16, dtype=np.int32).reshape(4, 2, 2))
 
 
-@pytest.mark.xfail(strict=True, reason="shmap raises ProgramError ('varies over mesh axis'), "
-                                       "not JAX's ValueError '... require replication ...'")
 def test_replication_error_is_jax_value_error(c, m22):
     """The refusal test_scan_rep_rule, test_while_rep_rule and
     test_cond_rep_rule expect: ValueError, 'require replication'."""
