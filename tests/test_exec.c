@@ -474,6 +474,26 @@ START_TEST(test_axis_index_groups)
     }
     sm_array_free(o);
     sm_program_free(p);
+    /* JAX's test_all_to_all_with_axis_index_groups: within groups {0, 2, 4, 6}
+     * and {1, 3, 5, 7} of the 8 devices, member m's rows go to member m of
+     * its group as column block */
+    p = parse_ok("mesh x=8\n"
+                 "shard_map fwd(a: f32[8,8] @ P('x', None)) -> P(None, 'x'):\n"
+                 "    return all_to_all(a, 'x', 1, 0, axis_index_groups=((0, 2, 4, 6), "
+                 "(1, 3, 5, 7)), tiled=True)\n",
+                 0);
+    run_local(p, &a, &o);
+    ck_assert_int_eq(o->shape.dims[0], 4);
+    ck_assert_int_eq(o->shape.dims[1], 16);
+    for (int r = 0; r < 8; r++) /* device r (member r / 2 of group r % 2): its block */
+        for (int row = 0; row < 4; row++)
+            for (int c = 0; c < 2; c++) { /* row `row` from member row of its group */
+                int src = 2 * row + r % 2;
+                ck_assert_float_eq(((float *)o->data)[row * 16 + r * 2 + c],
+                                   av[src * 8 + (r / 2) * 2 + c]);
+            }
+    sm_array_free(o);
+    sm_program_free(p);
     /* groups that do not cover the ranks, or differ in size */
     char text[512];
     snprintf(text, sizeof text, "%s",

@@ -62,7 +62,7 @@ int sm_ir_has_groups(const sm_ir_op *op)
 {
     sm_op_kind k = op->kind;
     return (k == SM_OP_PSUM || k == SM_OP_PMEAN || k == SM_OP_PMAX || k == SM_OP_PMIN ||
-            k == SM_OP_ALL_GATHER || k == SM_OP_PSUM_SCATTER) &&
+            k == SM_OP_ALL_GATHER || k == SM_OP_PSUM_SCATTER || k == SM_OP_ALL_TO_ALL) &&
            op->attrs.has_ints2 && op->attrs.ints2.n == 1 && op->attrs.has_ints;
 }
 

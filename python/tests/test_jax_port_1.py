@@ -392,7 +392,6 @@ def test_all_to_all(c, axis_name, mesh_axes):
     assert (r == np.reshape(A.T, (1, 64))).all()
 
 
-@pytest.mark.xfail(strict=True, reason="lax.all_to_all takes no axis_index_groups")
 def test_all_to_all_with_axis_index_groups(c, mesh4):
     """test_all_to_all_with_axis_index_groups."""
     x = np.arange(16, dtype=np.int32).reshape(4, 4)
