@@ -1848,8 +1848,7 @@ class _Traced:
             raise InvalidArgument(f"{self.__name__}: inside a jit function, pass traced values "
                                   f"(the jit function's arguments or results of its ops)")
         if _vmap.batched(args):
-            raise InvalidArgument(f"vmap of a call of the shard_map function {self.__name__} "
-                                  f"is not supported")
+            return self._batched_call(outer, args)
         mesh = getattr(outer, "mesh", None)
         if self.mesh is not None and mesh is not None and (
                 tuple(self.mesh.axis_names) != tuple(mesh.axis_names) or
@@ -1918,6 +1917,58 @@ class _Traced:
                     entries.append(e if e in names else None)
             out.append(P(*entries))
         return tuple(out)
+
+    def _batched_call(self, outer, args):
+        """A call under vmap (JAX's batching rule of shard_map): a shard_map
+        of the vmap of the body, each batched argument passed with its batch
+        first and its in_spec the batch's entry (None, or the Explicit axes
+        the batch is sharded over) before its own, each result's out_spec
+        likewise; its results are the batch."""
+        bts = [a for a in args if isinstance(a, _vmap.BatchTracer)]
+        level = max(a.level for a in bts)
+        size = next(a.nbatch for a in bts if a.level == level)
+        if any(isinstance(a.val, _vmap.BatchTracer) for a in bts) or \
+                any(a.level != level for a in bts) or self.in_specs is _INFER or \
+                any(_is_tree(a) for a in args):
+            raise InvalidArgument(f"vmap of a call of the shard_map function {self.__name__}: "
+                                  f"only of one vmap, on array arguments and with in_specs, is "
+                                  f"supported")
+        specs = self.in_specs
+        specs = (specs,) * len(args) if isinstance(specs, PartitionSpec) else tuple(specs)
+        if len(specs) != len(args):
+            raise InvalidArgument(f"{self.__name__} has {len(specs)} in_specs for "
+                                  f"{len(args)} arguments")
+
+        # the batch keeps the sharding its values have over Explicit axes (as
+        # JAX's vmap over an explicitly sharded dimension), if they agree and
+        # the vmap names no axis of its own; else it is whole on every device
+        on = [isinstance(a, _vmap.BatchTracer) for a in args]
+        firsts = {_spec_entry(_dims(a.val.type)[0]) for a, b in zip(args, on) if b}
+        batch = firsts.pop() if len(firsts) == 1 and \
+            not any(lvl == level for _, lvl, _ in _vmap._NAMES) else None
+        if batch is not None and self.axis_names and not set(
+                (batch,) if isinstance(batch, str) else batch) <= set(self.axis_names):
+            batch = None  # over axes left out of axis_names: their sharding stays in the types
+
+        def lead(sp):  # the batch before the spec's dimensions
+            if isinstance(sp, PartitionSpec):
+                return P(batch, *sp, unreduced=sp.unreduced)
+            if isinstance(sp, dict):
+                return type(sp)((k, lead(v)) for k, v in sp.items())
+            if isinstance(sp, (tuple, list)):
+                return type(sp)(lead(v) for v in sp)
+            return sp
+        f = _vmap.vmap(self.f, in_axes=tuple(0 if b else None for b in on))
+        f.__name__ = self.__name__
+        out_specs = self.out_specs
+        t = _Traced(f, "shard_map", self.mesh,
+                    tuple(lead(sp) if b else sp for sp, b in zip(specs, on)),
+                    out_specs if callable(out_specs) else lead(out_specs), self.check_vma,
+                    axis_names=self.axis_names)
+        res = t._inline(outer, tuple(a.val if b else a for a, b in zip(args, on)))
+        leaves = _tree_leaves(res, "r")
+        return _tree_build(res, iter(_vmap.BatchTracer(v, size, level) if isinstance(v, Tracer)
+                                     else v for v, _ in leaves))
 
     def _vma_error(self, text, outs, specs, mesh, manual, why):
         """JAX's sentence (_inout_vma_error) for the results of this

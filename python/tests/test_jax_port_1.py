@@ -584,7 +584,6 @@ def test_outer_jit_detects_shard_map_mesh(c, mesh22):
     assert np.array_equal(np.asarray(r), np.float32([2.0, 2.0]))
 
 
-@pytest.mark.xfail(strict=True, reason="vmap of a shard_map function is refused")
 @pytest.mark.parametrize("axis_name", [None, "i", "x"])
 def test_vmap_basic(c, mesh22, axis_name):
     """test_vmap_basic, test_vmap_basic_axis_name and

@@ -128,8 +128,6 @@ def test_out_specs_one_spec_for_a_tuple(c):
 # ---- vmap, abstract meshes, reduced ----
 
 
-@pytest.mark.xfail(strict=True, reason="vmap of a shard_map call is refused ('vmap of a call "
-                                       "of the shard_map function ... is not supported')")
 def test_vmap_explicit_mesh_axis_single_axis(c):
     """test_vmap_explicit_mesh_axis_single_axis: jit(vmap(shard_map)) over
     an array sharded over the Explicit axis the vmap maps."""

@@ -994,8 +994,6 @@ def test_custom_linear_solve_rep_rules(c, meshes):
     assert np.array_equal(np.asarray(y), [1.0])
 
 
-@pytest.mark.xfail(strict=True, reason="a shard_map function called on batched values (under "
-                                       "vmap) is refused")
 @pytest.mark.parametrize("use_axis_name", [True, False])
 def test_explicit_vmap_grad_shmap(c, meshes, use_axis_name):
     """test_explicit_vmap_grad_shmap: jit(vmap(grad(g))) where g reshards an

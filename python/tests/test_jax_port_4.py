@@ -696,7 +696,6 @@ def test_zero_cotangent_sharding(c, m2):
     assert np.array_equal(np.asarray(g2), np.zeros(8))
 
 
-@pytest.mark.xfail(strict=True, reason="vmap of a shard_map function is refused")
 def test_vmap_shmap_psum(c, m22):
     """test_vmap_shmap_psum: vmap of a shard_map with a psum: the batch
     stays sharded over x."""
