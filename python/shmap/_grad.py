@@ -26,7 +26,7 @@ import types
 
 import numpy as np
 
-from ._core import Array, InvalidArgument, Unimplemented
+from ._core import Array, InvalidArgument, PartitionSpec, Unimplemented
 from ._trace import (Tracer, _builder, _call_op, _entries, _is_tree, _state, _tree_build,
                      _tree_leaves, _tree_sig, jit)
 
@@ -977,16 +977,30 @@ def _call_vjp(fn, args, in_specs, outs, gs, out_specs=None):
             cts = _backward(tape, active, _seeds(res, cs, active), xs)
             return [lax.psum(ct, left(sp) if len(left(sp)) > 1 else left(sp)[0]) if left(sp)
                     else ct for ct, sp in zip(cts, in_specs)]
-        b.defined[key] = fn._define(b, fn._name + "_vjp", list(args) + list(outs),
-                                    list(in_specs) + list(out_specs or fn._out_specs(len(outs))),
-                                    names + ct_names,
-                                    body, out_specs=in_specs)
+        all_specs = list(in_specs) + list(out_specs or fn._out_specs(len(outs)))
+        b.defined[key] = fn._define(b, fn._name + "_vjp", list(args) + list(outs), all_specs,
+                                    names + ct_names, body, out_specs=in_specs)
+        # the backward as a shard_map function of its own (its body: body), so
+        # that an outer grad differentiates its call as any other's
+        from ._trace import _Traced
+
+        def backward(*ts):
+            return body(list(ts))
+        backward.__name__ = f"{fn.__name__}_vjp"
+        b.defined[("vjp_fn",) + key[1:]] = (_Traced(
+            backward, "shard_map", fn.mesh, tuple(all_specs), tuple(in_specs), fn.check_vma,
+            axis_names=fn.axis_names), fn, tuple(all_specs))
     fname, nres, extra, _ = b.defined[key]
+    bfn, _, all_specs = b.defined[("vjp_fn",) + key[1:]]
     if extra:  # what the body closes over may differ at the next call: traced again then
         del b.defined[key]
     call = f"{fname}({', '.join([a.name for a in list(args) + list(gs)] + extra)})"
-    ops = tuple(args) + tuple(gs)  # so that an outer grad's tape sees it (and refuses it)
-    res = b.emit(call, "vjp", ops) if nres == 1 else b.emit_multi(call, nres, "vjp", ops)
+    ops = tuple(args) + tuple(gs)  # an outer grad's tape records the call (a second order)
+    kw = {"fn": bfn, "in_specs": all_specs, "out_specs": tuple(in_specs)}
+    if extra and any(nm in lv.active for lv in _levels(b) if not lv.paused for nm in extra):
+        kw = None  # closing over a differentiated value: refused if an outer grad records it
+    res = b.emit(call, "call" if kw else "vjp", ops, kw) if nres == 1 else \
+        b.emit_multi(call, nres, "call" if kw else "vjp", ops, kw)
     return list(res) if isinstance(res, tuple) else [res]
 
 
@@ -1239,13 +1253,47 @@ def _linearized(fun, primals, has_aux):
     return out, f_jvp, aux
 
 
+def _as_shard_map(fun):
+    """fun, a shard_map function or a jit of one (nothing else in it), as
+    that shard_map function; else None."""
+    from ._trace import _Traced
+    while isinstance(fun, _Traced) and fun.kind == "jit" and fun.out_shardings is None and \
+            not fun.static and isinstance(fun.f, _Traced):
+        fun = fun.f
+    return fun if isinstance(fun, _Traced) and fun.kind == "shard_map" else None
+
+
+def _shard_map_jvp(t, primals, tangents):
+    """jvp of shard_map function t, as JAX's jvp rule of shard_map: a
+    shard_map of the jvp of its body, the tangents split as the primals
+    (their in_specs), the output tangents laid out as the outputs."""
+    from ._trace import _INFER, _Traced
+    specs = t.in_specs
+    if specs is _INFER or specs is None:
+        raise InvalidArgument(f"jvp of the shard_map function {t.__name__}: give its in_specs")
+    specs = (specs,) * len(primals) if isinstance(specs, PartitionSpec) else tuple(specs)
+    n = len(primals)
+
+    def body(*xs):
+        return jvp(t.f, xs[:n], xs[n:])
+    body.__name__ = f"{t.__name__}_jvp"
+    g = _Traced(body, "shard_map", t.mesh, specs + specs, (t.out_specs, t.out_specs),
+                t.check_vma, axis_names=t.axis_names)
+    out, tan = g(*primals, *tangents)
+    return out, tan
+
+
 def jvp(fun, primals, tangents, has_aux=False):
     """jax.jvp: (fun(*primals), the Jacobian-vector product along
     tangents) (and aux), with JAX's checks. Computed as the transpose of
-    the pullback (see _linearized): the values JAX's forward mode gives."""
+    the pullback (see _linearized): the values JAX's forward mode gives;
+    of a shard_map function, inside its body (_shard_map_jvp)."""
     _jvp_check(primals, tangents)
     if getattr(_state, "builder", None) is None:  # at once: as a jit of the call
         return jit(lambda p, t: jvp(fun, p, t, has_aux))(tuple(primals), tuple(tangents))
+    sm = _as_shard_map(fun)
+    if sm is not None and not has_aux:
+        return _shard_map_jvp(sm, tuple(primals), tuple(tangents))
     out, f_jvp, aux = _linearized(fun, tuple(primals), has_aux)
     t = f_jvp(*tangents)
     return (out, t, aux) if has_aux else (out, t)
@@ -1257,6 +1305,10 @@ def linearize(fun, *primals, has_aux=False):
     if getattr(_state, "builder", None) is None:
         raise InvalidArgument("linearize runs inside a traced function: call it in a "
                               "shmap.jit or shmap.shard_map body (or use jvp)")
+    sm = _as_shard_map(fun)
+    if sm is not None and not has_aux:
+        out = sm(*primals)  # the JVP: a shard_map of the body's jvp at each call
+        return out, lambda *tangents: _shard_map_jvp(sm, tuple(primals), tangents)[1]
     out, f_jvp, aux = _linearized(fun, primals, has_aux)
     return (out, f_jvp, aux) if has_aux else (out, f_jvp)
 

@@ -442,8 +442,6 @@ def _sincos(x):
     return np.sin(np.cos(x)), -np.cos(np.cos(x)) * np.sin(x)
 
 
-@pytest.mark.xfail(strict=True, reason="jvp / linearize through a shard_map function is "
-                   "refused (forward mode is the transpose of the pullback: a second order)")
 def test_jvp_basic(c, mesh22):
     """test_jvp_basic (check_grads' forward mode, order 1: against the
     derivative's closed form)."""
@@ -459,8 +457,6 @@ def test_jvp_basic(c, mesh22):
             assert np.allclose(np.asarray(tan), dy * t, atol=1e-5)
 
 
-@pytest.mark.xfail(strict=True, reason="jvp / linearize through a shard_map function is "
-                   "refused (forward mode is the transpose of the pullback: a second order)")
 @pytest.mark.parametrize("spec", [P("x", "y"), P("x")], ids=["basic", "repres"])
 def test_linearize_basic(c, mesh22, spec):
     """test_linearize_basic, test_linearize_basic_repres (a 1-d argument
@@ -649,8 +645,6 @@ def test_reverse_mode_ad(c, mesh22):
     assert np.allclose(np.asarray(gy), ct[:4] + ct[4:], atol=1e-6)
 
 
-@pytest.mark.xfail(strict=True, reason="a second derivative through a shard_map function "
-                   "called from a jit body is refused")
 def test_reverse_mode_ad_order_2(c, mesh22):
     """test_reverse_mode_ad, check_grads' order 2: grad of grad through a
     shard_map function called from a jit body."""

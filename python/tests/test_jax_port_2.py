@@ -79,8 +79,6 @@ def test_remat_scalar_residuals(c, m4):
         np.testing.assert_allclose(np.asarray(g(xa)), want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.xfail(strict=True, reason="no second derivative through a shard_map (refused: "
-                                       "'a higher derivative through a shard_map function')")
 def test_remat_scalar_residuals_second_order(c, m4):
     """test_remat_scalar_residuals' check_grads(order=2): grad of grad."""
     f = _remat_scalar_f(m4)

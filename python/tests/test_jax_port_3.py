@@ -64,8 +64,6 @@ def test_rewrite_process_custom_jvp_call(c, meshes, jit):
     # its jvp: test_jvp_through_shard_map below
 
 
-@pytest.mark.xfail(strict=True, reason="jvp of a shard_map function is refused: shmap's jvp "
-                                       "is a vjp of a vjp, a higher derivative through it")
 def test_jvp_through_shard_map(c, meshes):
     """test_rewrite_process_custom_jvp_call's jax.jvp(g, (x,), (3 * x,)),
     reduced to a shard_map without custom_jvp."""
