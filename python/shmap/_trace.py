@@ -1653,6 +1653,8 @@ class _Traced:
             if len(specs) != len(args):
                 raise InvalidArgument(f"{self.__name__} has {len(specs)} in_shardings for "
                                       f"{len(args)} arguments")
+        if self.kind == "shard_map":
+            self._check_specs_vs_args(mesh, args, specs)
         for k, a in enumerate(args):
             want = specs[k] if self.kind == "jit" and specs is not None else None
             if isinstance(a, Array):
@@ -1865,6 +1867,7 @@ class _Traced:
         if len(specs) != len(args):
             raise InvalidArgument(f"{self.__name__} has {len(specs)} in_specs for "
                                   f"{len(args)} arguments")
+        self._check_specs_vs_args(mesh or self.mesh, args, specs)
         key = (id(self), tuple(a.type for a in args))
         if key not in outer.defined:
             outer.defined[key] = self._define(outer, self._name, args, specs,
@@ -1917,6 +1920,87 @@ class _Traced:
                     entries.append(e if e in names else None)
             out.append(P(*entries))
         return tuple(out)
+
+    def _check_specs_vs_args(self, mesh, args, specs):
+        """JAX's _check_specs_vs_args: an in_spec longer than its argument's
+        rank, or naming mesh axes whose sizes do not divide the dimension,
+        is refused with JAX's ValueError sentences (before anything moves)."""
+        if mesh is None:
+            return
+        try:
+            params = [p for p in inspect.signature(self.f).parameters.values()
+                      if p.kind not in (p.KEYWORD_ONLY, p.VAR_KEYWORD)]
+        except (TypeError, ValueError):
+            params = None
+        name = self.__name__
+        single = isinstance(self.in_specs, PartitionSpec)
+        sizes = dict(zip(mesh.axis_names, mesh.axis_sizes))
+
+        def where(k):
+            if params is None:
+                return ""
+            if k >= len(params) or params[k].kind == params[k].VAR_POSITIONAL:
+                return (f", where args[{k}] is the index {k - len(params) + 1} component of "
+                        f"{name}'s varargs parameter '{params[-1].name}',")
+            return f", where args[{k}] is bound to {name}'s parameter '{params[k].name}',"
+
+        def short(a):
+            shape = tuple(np.shape(a)) if not hasattr(a, "shape") else tuple(a.shape)
+            dt = getattr(a, "dtype", None)
+            try:
+                dt = np.dtype(dt if dt is not None else np.asarray(a).dtype).name
+            except TypeError:  # a key array's dtype (key<fry>)
+                dt = str(dt)
+            return shape, f"{dt}[{','.join(map(str, shape))}]"
+        long_, uneven = [], []
+        for k, (a, sp) in enumerate(zip(args, specs)):
+            if not isinstance(sp, PartitionSpec) or isinstance(a, ShapeDtypeStruct) and \
+                    a.shape is None:
+                continue
+            shape, ty = short(a)
+            key = "" if single else f"[{k}]"
+            if len(sp) > len(shape):
+                long_.append(f"* in_specs{key} is {sp!r} which has length {len(sp)}, but the "
+                             f"passed args[{k}]{where(k)} has shape {ty}, which has rank "
+                             f"{len(shape)} (and {len(shape)} < {len(sp)})")
+                continue
+            for d, e in enumerate(sp):
+                ns = () if e is None else (e,) if isinstance(e, str) else tuple(e)
+                if not ns or any(n not in sizes for n in ns):
+                    continue
+                sz = math.prod(sizes[n] for n in ns)
+                if shape[d] % sz:
+                    axis = f"axes {ns}" if len(ns) > 1 else f"axis '{ns[0]}'"
+                    total = "total " if len(ns) > 1 else ""
+                    uneven.append(f"* the passed args[{k}] of shape {ty}{where(k)} corresponds "
+                                  f"to in_specs{key} of value {sp!r}, which maps array axis "
+                                  f"{d} (of size {shape[d]}) to mesh {axis} (of {total}size "
+                                  f"{sz}), but {sz} does not evenly divide {shape[d]}")
+        if long_:
+            msgs = [long_[0][2:]] if len(long_) == 1 else long_
+            msg = (f"shard_map applied to the function '{name}' was given an in_specs entry "
+                   f"which is too long to be compatible with the corresponding input value "
+                   f"from the function:\n\n" + "\n\n".join(msgs) + "\n\n"
+                   f"Entries in in_specs must be of length no greater than the number of axes "
+                   f"in the corresponding input value.\n\nEither revise the spec to be "
+                   f"shorter, or modify '{name}' so that its inputs have sufficient rank.")
+            if any(not len(short(a)[0]) for a, sp in zip(args, specs)
+                   if isinstance(sp, PartitionSpec) and len(sp) > len(short(a)[0])):
+                msg += ("\n\nFor scalar values (rank 0), consider using an in_specs entry of "
+                        "`P()`, where `P = jax.sharding.PartitionSpec`.")
+            raise ValueError(msg)
+        if uneven:
+            msgs = [uneven[0][2:]] if len(uneven) == 1 else uneven
+            raise ValueError(
+                f"shard_map applied to the function '{name}' was given argument arrays with "
+                f"axis sizes that are not evenly divisible by the corresponding mesh axis "
+                f"sizes:\n\nThe mesh given has shape {tuple(mesh.axis_sizes)} with "
+                f"corresponding axis names {tuple(mesh.axis_names)}.\n\n" +
+                "\n\n".join(msgs) + "\n\nArray arguments' axis sizes must be evenly "
+                f"divisible by the mesh axis or axes indicated by the corresponding elements "
+                f"of the argument's in_specs entry. Consider checking that in_specs are "
+                f"correct, and if so consider changing the mesh axis sizes or else padding "
+                f"the input and adapting '{name}' appropriately.")
 
     def _batched_call(self, outer, args):
         """A call under vmap (JAX's batching rule of shard_map): a shard_map

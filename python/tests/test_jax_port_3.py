@@ -304,9 +304,6 @@ def test_erf_rules(c, meshes):
     assert np.allclose(np.asarray(y), [math.erf(v) for v in x], rtol=1e-6, atol=1e-7)
 
 
-@pytest.mark.xfail(strict=True, reason="an in_spec longer than the rank raises InvalidArgument "
-                                       "'P(...) has 3 entries but the array has rank 2', "
-                                       "not JAX's ValueError")
 def test_error_for_variable_num_args(c, meshes):
     """test_error_for_variable_num_args: in_specs longer than the rank of
     a function of *args, JAX's ValueError naming the function."""
@@ -972,8 +969,6 @@ def test_in_spec_none(c, meshes):
     assert np.allclose(np.asarray(y), np.sin(x), rtol=1e-6)
 
 
-@pytest.mark.xfail(strict=True, reason="an argument whose size the in_spec's axes do not "
-                                       "divide raises InvalidArgument, not ValueError")
 def test_in_spec_none_divisibility_errors(c, meshes):
     """test_in_spec_none_divisibility_errors, without its None entries
     (test_in_spec_none): JAX's ValueError."""
