@@ -1151,7 +1151,13 @@ def device_put(x, sharding=None, name=None, replicas=1):
         leaves = [v for v, _ in _trace._tree_leaves(x, "x")]
         return _trace._tree_build(x, iter([device_put(v, s, name, replicas)
                                            for v, s in zip(leaves, shs)]))
-    if getattr(_trace._state, "builder", None) is not None:
+    b = getattr(_trace._state, "builder", None)
+    if b is not None:
+        if isinstance(sharding, Device):  # JAX: refused in a shard_map run at once, else nothing
+            if b.kind == "shard_map" and b.outer is None:
+                raise ValueError(f"device_put with explicit device not allowed within "
+                                 f"shard_map-decorated functions, but got device {sharding}")
+            return x
         if isinstance(x, dict):
             return type(x)((k, device_put(v, sharding)) for k, v in x.items())
         if type(x) in (tuple, list):

@@ -554,9 +554,6 @@ def test_device_put(c):
     assert np.array_equal(np.asarray(shmap.jit(f)(put(c, mesh, x, P("i")))), x + 1)
 
 
-@pytest.mark.xfail(strict=True, reason="device_put(x, device) in a body: ProgramError "
-                                       "'reshard: out_shardings must be a PartitionSpec', "
-                                       "at once and in a jit")
 def test_device_put_with_device(c):
     """test_device_put: with an explicit device, JAX's ValueError at once
     ('... but got device ...') and nothing under jit."""
