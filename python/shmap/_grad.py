@@ -126,10 +126,25 @@ class _paused:
             lv.paused -= 1
 
 
+def _as_params(b, args):
+    """args with each traced value of another trace that a parameter of b
+    stands for (b.closed_as) replaced by that parameter, in lists and tuples
+    too."""
+    def one(a):
+        if isinstance(a, Tracer) and id(a) in b.closed_as:
+            return b.closed_as[id(a)]
+        if type(a) in (list, tuple):
+            return type(a)(one(e) for e in a)
+        return a
+    return type(args)(one(a) for a in args)
+
+
 def record(b, prim, args, kwargs, out):
     """Called by the builder for every op it emits while a tape is on: puts
     the op on the tape of each level where an operand depends on what that
     level differentiates (then so does its result)."""
+    if b.closed_as:  # values of another trace standing for parameters (_with_closed)
+        args = _as_params(b, args)
     names = {t.name for t in _tracers_in(args)}
     for lv in _levels(b):
         if lv.paused or not names & lv.active:

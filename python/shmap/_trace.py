@@ -122,6 +122,7 @@ class _Builder:
         # a traced value of that body), passed by its calls (_define)
         self.extra = []
         self.closed = {}  # id(traced value of outer) -> its parameter's name
+        self.closed_as = {}  # id(traced value of outer) -> the parameter for it (grad)
         # a shard_map Manual over some mesh axes only (axis_names=): those
         # axes, and the header's text naming them; None and "" otherwise
         self.manual_axes = None
@@ -1873,20 +1874,46 @@ class _Traced:
             outer.defined[key] = self._define(outer, self._name, args, specs,
                                               _param_names(self.f, len(args)),
                                               lambda tracers: self.f(*tracers))
-        fname, nout, extra, (tree, flat_os) = outer.defined[key]
+        fname, nout, extra, (tree, flat_os, closed) = outer.defined[key]
         if extra:  # what the body closes over may differ at the next call: traced again then
             del outer.defined[key]
-        if any(nm in lv.active for lv in _grad._levels(outer) if not lv.paused for nm in extra):
-            raise InvalidArgument(f"{self.__name__} closes over a value that grad "
-                                  f"differentiates: pass it to the shard_map function as an "
-                                  f"argument (with its in_spec)")
         call = f"{fname}({', '.join([a.name for a in args] + extra)})"
         kw = {"fn": self, "in_specs": tuple(specs), "out_specs": flat_os}
-        res = outer.emit(call, "call", tuple(args), kw) if nout == 1 else \
-            outer.emit_multi(call, nout, "call", tuple(args), kw)
+        ops = tuple(args)
+        if any(v.name in lv.active for lv in _grad._levels(outer) if not lv.paused
+               for v in closed):
+            # values of the jit body it closes over that grad differentiates: for
+            # grad, they are more arguments (in_spec P()) of the same body
+            kw = {"fn": self._with_closed(closed, specs),
+                  "in_specs": tuple(specs) + (P(),) * len(closed), "out_specs": flat_os}
+            ops = ops + tuple(closed)
+        res = outer.emit(call, "call", ops, kw) if nout == 1 else \
+            outer.emit_multi(call, nout, "call", ops, kw)
         if tree is None:
             return res
         return _unflatten(tree, iter(res if isinstance(res, tuple) else (res,)))
+
+    def _with_closed(self, closed, specs):
+        """This shard_map function with the traced values closed (of the jit
+        body that calls it) as more parameters, replicated: its body run with
+        each of them standing for its parameter (in the program's text and
+        on grad's tapes), for the backward pass of a call of it."""
+        m = len(closed)
+
+        def f(*ts):
+            b = _builder()
+            for v, t in zip(closed, ts[len(ts) - m:]):
+                b.closed[id(v)] = t.name
+                b.closed_as[id(v)] = t
+            try:
+                return self.f(*ts[:len(ts) - m])
+            finally:
+                for v in closed:
+                    b.closed.pop(id(v), None)
+                    b.closed_as.pop(id(v), None)
+        f.__name__ = self.__name__
+        return _Traced(f, "shard_map", self.mesh, tuple(specs) + (P(),) * m, self.out_specs,
+                       self.check_vma, axis_names=self.axis_names)
 
     def _inferred_specs(self, args, mesh):
         """JAX's in_specs left out (its axes all Explicit): each argument's
@@ -2232,7 +2259,8 @@ class _Traced:
         text = inner.text(ret=", ".join(o.name for o in outs), out=out_text)
         outer.prelude.extend(text.rstrip("\n").split("\n")[1:])
         return fname, len(outs), [outer.capture(x) if kind == "array" else x.name
-                                  for kind, x in inner.extra], (tree, os_)
+                                  for kind, x in inner.extra], \
+            (tree, os_, [x for kind, x in inner.extra if kind == "value"])
 
     def _split_static(self, args):
         """For static_argnums / static_argnames: a function of the other

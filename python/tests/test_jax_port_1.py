@@ -528,8 +528,6 @@ def test_numpy_argument_in_jit(c, mesh4):
     assert np.array_equal(np.asarray(r), 3 * x)
 
 
-@pytest.mark.xfail(strict=True, reason="a shard_map body may not close over a value "
-                   "jvp / grad differentiates (and jvp of shard_map is refused)")
 def test_process_env_traces(c, mesh4):
     """test_process_env_traces (forward mode, order 1): the shard_map body
     closes over a value of the function differentiated."""
@@ -658,8 +656,6 @@ def test_reverse_mode_ad_order_2(c, mesh22):
     assert np.allclose(np.asarray(gg), -np.sin(x), atol=1e-6)
 
 
-@pytest.mark.xfail(strict=True, reason="a shard_map body may not close over a value "
-                   "jvp / grad differentiates")
 def test_post_process(c, mesh22):
     """test_post_process: linearize of a function whose shard_map body
     closes over the value differentiated."""

@@ -575,8 +575,6 @@ def test_returned_out_sharding(c):
     assert np.array_equal(np.asarray(out), np.asarray(inp))
 
 
-@pytest.mark.xfail(strict=True, reason="grad of a value a shard_map closes over is refused "
-                                       "('pass it to the shard_map function as an argument')")
 def test_post_process_partial_eval_with_scalar_res(c):
     """test_post_process_partial_eval_with_scalar_res: grad through a
     shard_map of no arguments closing over the differentiated scalar."""

@@ -238,8 +238,6 @@ def test_res_forwarding_optimization_2(c, meshes):
     assert np.allclose(np.asarray(shmap.grad(g)(put(c, mesh, x))), np.exp(x), rtol=1e-6)
 
 
-@pytest.mark.xfail(strict=True, reason="grad with respect to a value a shard_map function "
-                                       "closes over is refused: 'pass it ... as an argument'")
 @pytest.mark.parametrize("jit", [True, False])
 def test_check_rep_failure_inside_rule(c, meshes, jit):
     """test_check_rep_failure_inside_rule: grad with respect to a value the

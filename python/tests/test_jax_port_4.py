@@ -1157,8 +1157,6 @@ def test_systematic_grads(c, case, jit, check_vma):
                            rtol=1e-2)
 
 
-@pytest.mark.xfail(strict=True, reason="a shard_map called in a traced function refuses a "
-                   "concrete Array argument, and closing over the value grad differentiates")
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
 def test_systematic_grads_closure(c, jit):
     """ShardMapSystematicTest.test_grads_closure (the dot case: the
