@@ -39,6 +39,7 @@ class ShmapError(Exception):
 # code catching JAX's types catches shmap's.
 _AS_BUILTIN = (
     ("varies over mesh ax", ValueError),                  # out_specs vs the value's vma
+    ("require replication which can't be statically inferred", ValueError),
     ("entries but the array has rank", ValueError),       # in_specs / a sharding vs the rank
     ("entries but the value has rank", ValueError),       # out_specs vs the rank
     ("should be equal to the unreduced present", ValueError),

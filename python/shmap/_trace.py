@@ -2090,11 +2090,18 @@ class _Traced:
         except _shmap.Error:
             return why
         by_name = {t[5]: t[0] for t in types if t[5]}
+        msg = self._vma_message([by_name.get(o.name, "") for o in outs], specs, mesh, manual)
+        return why if msg is None else f"{msg}\n\n{why}"
+
+    def _vma_message(self, types, specs, mesh, manual):
+        """JAX's _inout_vma_error for results of the type strings types under
+        out_specs specs (Manual over manual, None: every axis), or None when
+        none varies over an axis its out_spec leaves out."""
         from .lax import _varying
         names = [n for n in mesh.axis_names if manual is None or n in manual]
         msgs = []
-        for k, (o, sp) in enumerate(zip(outs, specs)):
-            vary = set(_varying(by_name.get(o.name, "")))
+        for k, (ty, sp) in enumerate(zip(types, specs)):
+            vary = set(_varying(ty))
             named = {a for e in sp if e is not None for a in ((e,) if isinstance(e, str) else e)}
             left = [n for n in names if n not in named and n not in sp.unreduced]
             if not vary & set(left):
@@ -2113,7 +2120,7 @@ class _Traced:
                             f"output value is replicated across mesh axis '{left[0]}', but "
                             f"could not infer replication over any axes")
         if not msgs:
-            return why
+            return None
         if len(msgs) == 1:
             msgs = [msgs[0][2:]]
         return (f"shard_map applied to the function '{self.__name__}' was given out_specs which "
@@ -2123,7 +2130,7 @@ class _Traced:
                 "Check if these output values are meant to be replicated over those mesh axes. "
                 "If not, consider revising the corresponding out_specs entries. If so, consider "
                 "disabling the check by passing the check_vma=False argument to "
-                f"`jax.shard_map`.\n\n{why}")
+                "`jax.shard_map`.")
 
     def _unchecked(self, b):
         """check_vma=False: written in the header of b, the builder of the
@@ -2255,6 +2262,12 @@ class _Traced:
         if len(os_) != len(outs) or not all(isinstance(o, Tracer) for o in outs):
             raise InvalidArgument(f"{self.__name__} must return {len(os_)} traced values, "
                                   f"one per out_spec")
+        if self.check_vma and out_specs is None and not nested and mesh is not None:
+            # the replication check, with JAX's sentence (the program's check
+            # would say it of the jit's program, without the function's name)
+            msg = self._vma_message([o.type for o in outs], os_, mesh, inner.manual_axes)
+            if msg is not None:
+                raise ProgramError(msg)
         out_text = repr(os_[0]) if len(os_) == 1 else "(" + ", ".join(map(repr, os_)) + ")"
         text = inner.text(ret=", ".join(o.name for o in outs), out=out_text)
         outer.prelude.extend(text.rstrip("\n").split("\n")[1:])

@@ -498,8 +498,6 @@ def test_replication_checker_eager(c, mesh22):
         g(x)
 
 
-@pytest.mark.xfail(strict=True, reason="the replication check raises a shmap.ProgramError "
-                   "of its own sentence, not JAX's ValueError ('statically inferred')")
 def test_replication_checker_jit(c, mesh22):
     """test_replication_checker_jit."""
     x = np.arange(64, dtype=np.float32).reshape(8, 8)
