@@ -46,6 +46,9 @@ _AS_BUILTIN = (
     ("pcast can only accept axis_name", ValueError),
     ("bwd rule attached to", ValueError),                 # a custom_vjp's cotangent types
     ("is a collective: it exists only in a shard_map body", NameError),  # psum in a jit
+    ("unreduced rule for ", NotImplementedError),         # sin of a partial sum
+    ("must be a pytree prefix", ValueError),              # in_specs / out_specs vs the values
+    ("in the same order as the axis_names declared on the mesh", RuntimeError),  # ppermute
 )
 _BUILTIN_CLASSES = {}
 

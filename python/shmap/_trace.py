@@ -1795,6 +1795,7 @@ class _Traced:
             if len(os_) != len(outs):
                 raise InvalidArgument(f"{self.__name__} returns {len(outs)} values but has "
                                       f"{len(os_)} out_specs")
+            self._out_rank_check(outs, os_, multi is False)
             # debug rows: one per device, over every mesh axis
             os_ = tuple(os_) + (P(tuple(mesh.axis_names)),) * len(extra)
             out_text = repr(os_[0]) if len(os_) == 1 else "(" + ", ".join(map(repr, os_)) + ")"
@@ -1954,8 +1955,10 @@ class _Traced:
         is refused with JAX's ValueError sentences (before anything moves)."""
         if mesh is None:
             return
-        try:
-            params = [p for p in inspect.signature(self.f).parameters.values()
+        try:  # (JAX's _try_infer_args: no parameter names when the arguments do not bind)
+            sig = inspect.signature(self.f)
+            sig.bind(*[None] * len(args))
+            params = [p for p in sig.parameters.values()
                       if p.kind not in (p.KEYWORD_ONLY, p.VAR_KEYWORD)]
         except (TypeError, ValueError):
             params = None
@@ -2092,6 +2095,35 @@ class _Traced:
         by_name = {t[5]: t[0] for t in types if t[5]}
         msg = self._vma_message([by_name.get(o.name, "") for o in outs], specs, mesh, manual)
         return why if msg is None else f"{msg}\n\n{why}"
+
+    def _out_rank_check(self, outs, specs, single):
+        """JAX's _spec_rank_error for out_specs: an entry longer than its
+        result's rank, JAX's ValueError (single: one result, no path)."""
+        name, msgs, scalar = self.__name__, [], False
+        for k, (o, sp) in enumerate(zip(outs, specs)):
+            shape = tuple(o.shape)
+            if not isinstance(sp, PartitionSpec) or len(sp) <= len(shape):
+                continue
+            key = "" if single else f"[{k}]"
+            scalar |= not shape
+            msgs.append(f"* out_specs{key} is {sp!r} which has length {len(sp)}, but "
+                        f"{name}(*args){key} has shape {np.dtype(o.dtype).name}"
+                        f"[{','.join(map(str, shape))}], which has rank {len(shape)} (and "
+                        f"{len(shape)} < {len(sp)})")
+        if not msgs:
+            return
+        if len(msgs) == 1:
+            msgs = [msgs[0][2:]]
+        msg = (f"shard_map applied to the function '{name}' was given an out_specs entry which "
+               f"is too long to be compatible with the corresponding output value from the "
+               f"function:\n\n" + "\n\n".join(msgs) + "\n\nEntries in out_specs must be of "
+               f"length no greater than the number of axes in the corresponding output "
+               f"value.\n\nEither revise the spec to be shorter, or modify '{name}' so that "
+               f"its outputs have sufficient rank.")
+        if scalar:
+            msg += ("\n\nFor scalar values (rank 0), consider using an out_specs entry of "
+                    "`P()`, where `P = jax.sharding.PartitionSpec`.")
+        raise ValueError(msg)
 
     def _vma_message(self, types, specs, mesh, manual):
         """JAX's _inout_vma_error for results of the type strings types under
@@ -2262,6 +2294,8 @@ class _Traced:
         if len(os_) != len(outs) or not all(isinstance(o, Tracer) for o in outs):
             raise InvalidArgument(f"{self.__name__} must return {len(os_)} traced values, "
                                   f"one per out_spec")
+        if out_specs is None:
+            self._out_rank_check(outs, os_, not isinstance(res, (tuple, list)) and tree is None)
         if self.check_vma and out_specs is None and not nested and mesh is not None:
             # the replication check, with JAX's sentence (the program's check
             # would say it of the jit's program, without the function's name)
@@ -2353,8 +2387,9 @@ class _Traced:
                 sp = specs[k] if k < len(specs) else None
                 sl = [x for x, _ in _tree_leaves(sp, "")] if _is_tree(sp) else [sp] * len(ls)
                 if len(sl) != len(ls):
-                    raise InvalidArgument(f"{self.__name__}: in_specs[{k}] has {len(sl)} specs "
-                                          f"for an argument of {len(ls)} arrays")
+                    raise InvalidArgument(f"shard_map in_specs[{k}] must be a pytree prefix of "
+                                          f"the argument: {self.__name__}'s in_specs[{k}] has "
+                                          f"{len(sl)} specs for an argument of {len(ls)} arrays")
                 flat_specs += sl
 
         def g(*flat):

@@ -589,8 +589,6 @@ def test_vmap_basic(c, mesh22, axis_name):
     assert np.array_equal(np.asarray(y), 2 * x)
 
 
-@pytest.mark.xfail(strict=True, reason="an in_specs tree mismatch is an InvalidArgument "
-                   "'f: in_specs[0] has 1 specs ...', not JAX's ValueError")
 def test_tree_prefix_error(c, mesh22):
     """test_tree_prefix_error."""
     @sm(mesh=mesh22, in_specs=([P("x", "y")],), out_specs=P("x", "y"))
@@ -602,8 +600,6 @@ def test_tree_prefix_error(c, mesh22):
         f([x, x])
 
 
-@pytest.mark.xfail(strict=True, reason="a Python float result is refused, and the spec rank "
-                   "errors are InvalidArgument with other sentences, not JAX's ValueError")
 def test_rank_errors(c, mesh22):
     """test_rank_errors."""
     def foo():

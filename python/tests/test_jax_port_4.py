@@ -286,8 +286,6 @@ def test_shmap_full_manual_context_explicit(c, m22):
     assert seen[:2] == [{"x", "y"}, {"x", "y"}]
 
 
-@pytest.mark.xfail(strict=True, reason="JAX's sentence, raised as ProgramError (an "
-                   "InvalidArgument), not RuntimeError")
 def test_ppermute_different_axis_order_error(c, m22):
     """test_ppermute_different_axis_order_error: ppermute over ('y', 'x'),
     not the mesh's order: JAX's RuntimeError."""
@@ -441,8 +439,6 @@ def test_eager_unreduced_out(c, m2):
         assert np.array_equal(np.asarray(shmap.reshard(out, P())), x[:4] + x[4:])
 
 
-@pytest.mark.xfail(strict=True, reason="JAX's sentence, raised as ProgramError (an "
-                   "InvalidArgument), not NotImplementedError")
 def test_eager_unreduced_out_sin_error(c, m2):
     """test_eager_unreduced_out, its error: sin of an unreduced value."""
     with shmap.use_mesh(m2):
