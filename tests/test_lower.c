@@ -745,6 +745,28 @@ START_TEST(test_check_vma_header)
     sm_strbuf_free(&sb);
     sm_program_free(p);
 
+    /* JAX's unreduced bitcast with check_vma=False: partial sums returned as
+     * they are (out_specs P()), each device's block its own: device 0's */
+    p = parse_ok("mesh x=2\n"
+                 "shard_map g(x: i32[4] @ P('x')) -> P(unreduced={'x'}):\n"
+                 "    return pcast(x, 'x', to='unreduced')\n"
+                 "shard_map h(x: i32[2] @ P(unreduced={'x'})) -> P(), check_vma=False:\n"
+                 "    return x\n"
+                 "jit f(a: i32[4] @ P('x')):\n    return h(g(a))\n");
+    ck_assert_int_eq(sm_lower(p, NULL, &l, err, sizeof err), SM_OK);
+    ck_assert_int_eq(
+        sm_array_create(SM_I32, &(sm_shape){.rank = 1, .dims = {4}}, &x, err, sizeof err), SM_OK);
+    for (int i = 0; i < 4; i++)
+        ((int32_t *)x->data)[i] = 10 + i;
+    e = sm_exec_local_run(l, &x, out, NULL, err, sizeof err);
+    ck_assert_msg(e == SM_OK, "%s", err);
+    ck_assert_int_eq(((int32_t *)out[0]->data)[0], 10);
+    ck_assert_int_eq(((int32_t *)out[0]->data)[1], 11);
+    sm_array_free(out[0]);
+    sm_array_free(x);
+    sm_program_free(l);
+    sm_program_free(p);
+
     /* without it, the same function is refused; the other keeps its check */
     const char *bad[] = {
         "mesh i=4\nshard_map g(x: f32[8,4] @ P('i')) -> P():\n"

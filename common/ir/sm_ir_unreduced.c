@@ -190,13 +190,13 @@ sm_err sm_ir_unreduced_op(const sm_program *p, const sm_ir_op *op, const sm_ir_v
         const sm_pspec *s = op->attrs.sharding;
         uint32_t t = sm_ir_spec_unreduced(p, s);
         char sp[300];
-        if (t != u0 && op->kind == SM_OP_SHARD_MAP_OUT)
+        if (t != u0 && op->kind == SM_OP_SHARD_MAP_OUT && !op->attrs.unchecked)
             return sm_fail(err, errlen, SM_EINVAL,
                            "out_specs passed to shard_map should be equal to the unreduced "
                            "present on the out_aval. Got out_specs=%s and out_aval=%s",
                            s ? sm_pspec_format(s, sp, sizeof sp) : "None",
                            sm_ur_type(p, in[0], a, sizeof a));
-        if (t != u0)
+        if (t != u0 && op->kind != SM_OP_SHARD_MAP_OUT) /* (out: check_vma=False, as it is) */
             return sm_fail(err, errlen, SM_EINVAL,
                            "in_specs passed to shard_map should be equal to the unreduced "
                            "present on the argument. Got in_specs=%s and argument=%s",

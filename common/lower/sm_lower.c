@@ -220,6 +220,9 @@ sm_err sm_lower(const sm_program *jit, const sm_lower_opts *opts, sm_program **o
         return e;
     w.o->has_devices = jit->has_devices;
     w.o->lowered = 1;
+    for (int k = 0; k < jit->nops;
+         k++) /* a function with check_vma=False: its results as they are */
+        w.o->unchecked |= jit->ops[k].kind == SM_OP_SHARD_MAP_OUT && jit->ops[k].attrs.unchecked;
     w.o->filename = jit->filename ? sm_arena_strdup(w.o->arena, jit->filename) : NULL;
     w.map = calloc((size_t)jit->nvalues + 1, sizeof *w.map);
     w.lay = calloc((size_t)jit->nvalues + 1, sizeof *w.lay);

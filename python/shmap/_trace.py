@@ -1749,7 +1749,7 @@ class _Traced:
         try:
             tracers = []
             if names:
-                info = b._check(b.text(ret=names[0]))
+                info = b._check_ret(names[0])
                 for k, n in enumerate(names):
                     ty, dt, shape = info["types"][k][:3]
                     tracers.append(Tracer(n, ty, dt, tuple(shape)))
@@ -2272,7 +2272,7 @@ class _Traced:
         try:
             tracers = []
             if names:  # (a function of no arguments has no types to learn first)
-                info = inner._check(inner.text(ret=names[0]))
+                info = inner._check_ret(names[0])
                 tracers = [Tracer(n, *info["types"][j][:2], tuple(info["types"][j][2]))
                            for j, n in enumerate(names)]
             res = _constant_results(body(tracers))
@@ -2742,7 +2742,7 @@ def _auto_call(b, f, axes, os_, args, kwargs, explicit=False):
     _state.builder = inner
     try:
         if names:
-            info = inner._check(inner.text(ret=names[0]))
+            info = inner._check_ret(names[0])
             tracers = iter([Tracer(n, *info["types"][j][:2], tuple(info["types"][j][2]))
                             for j, n in enumerate(names)])
         else:

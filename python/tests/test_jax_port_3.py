@@ -442,9 +442,6 @@ def test_forwarding_correctness(c, seed, num_input_fwd, num_output_fwd):
         assert np.allclose(np.asarray(gs[k]), num, rtol=1e-3, atol=1e-3)
 
 
-@pytest.mark.xfail(strict=True, reason="a shard_map whose first argument is unreduced is "
-                                       "refused when its parameters are typed: 'out_specs ... "
-                                       "should be equal to the unreduced present on the out_aval'")
 def test_unreduced_psum_fwd_preduced_bwd(c, meshes):
     """test_unreduced_psum_fwd_preduced_bwd, reduced to its forward pass: an
     unreduced product passed to a shard_map with in_specs
@@ -515,8 +512,6 @@ def test_unreduced_in_spec_grad(c, meshes):
     assert np.allclose(np.asarray(out2), a1.T @ np.ones((2, 6)), rtol=2e-4)
 
 
-@pytest.mark.xfail(strict=True, reason="a shard_map whose first argument is unreduced is "
-                                       "refused (as test_unreduced_psum_fwd_preduced_bwd)")
 def test_unreduced_psum_scatter_fwd_all_gather_reduced_bwd(c, meshes):
     """test_unreduced_psum_scatter_fwd_all_gather_reduced_bwd, reduced to its
     forward pass: an unreduced product psum_scatter'd in a shard_map."""

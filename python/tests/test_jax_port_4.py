@@ -738,8 +738,6 @@ def test_axis_index_unmapped(c, m2):
     assert np.array_equal(np.asarray(out), np.zeros(8, np.int32))
 
 
-@pytest.mark.xfail(strict=True, reason="out_specs unreduced of a value that is not: refused "
-                   "with check_vma=False too (JAX checks it only with check_vma)")
 def test_replicated_unreduced_bitcast_check_vma_false(c, m2):
     """test_replicated_unreduced_bitcast_check_vma_false (without grad: its
     cotangents are reduced shardings): a replicated block returned as
@@ -790,8 +788,6 @@ def test_unreduced_replicated_bitcast(c, m2):
             assert np.array_equal(o.data, a.data)
 
 
-@pytest.mark.xfail(strict=True, reason="a shard_map with in_specs unreduced fails before its "
-                   "body runs: its parameters are typed with out_specs P()")
 def test_unreduced_replicated_bitcast_in(c, m2):
     """test_unreduced_replicated_bitcast, its g1 and g2: an unreduced
     argument summed by psum; taken as replicated with check_vma=False, each
@@ -823,8 +819,6 @@ def test_unreduced_replicated_bitcast_in(c, m2):
             assert np.array_equal(o.data, a.data)
 
 
-@pytest.mark.xfail(strict=True, reason="out_specs unreduced of a value that is not: refused "
-                   "with check_vma=False too (JAX checks it only with check_vma)")
 def test_sharded_unreduced_roundtrip_check_vma_false(c, m2):
     """test_sharded_unreduced_roundtrip_check_vma_false (without grad): a
     sharded block returned as unreduced with check_vma=False (the global
