@@ -31,7 +31,7 @@ from ._grad import (checkpoint, checkpoint_policies, custom_jvp, custom_vjp, gra
                     jacfwd, jacobian, jacrev, jvp, linearize, remat, value_and_grad, vjp)
 from ._vmap import vmap
 from ._trace import (Future, Lowered, Tracer, auto_axes, ensure_compile_time_eval, eval_shape,
-                     explicit_axes, jit, make_jaxpr, named_scope, pmap, shard_map)
+                     explicit_axes, jit, make_jaxpr, named_scope, pmap, shard_map, smap)
 from .tree_util import tree
 
 reshard = numpy.reshard
@@ -48,7 +48,7 @@ __all__ = [
     "make_mesh", "Mesh", "named_scope", "NamedSharding", "nn", "NotFound", "numpy", "ops", "P",
     "PartitionSpec", "pmap", "process_count", "process_index", "ProgramError", "random", "remat",
     "reshard", "ResourceExhausted", "scipy", "set_mesh", "ShapeDtypeStruct", "Shard", "shard_map",
-    "sharding", "ShmapError", "Tracer", "tree", "tree_util", "typeof", "Unauthenticated",
+    "sharding", "ShmapError", "smap", "Tracer", "tree", "tree_util", "typeof", "Unauthenticated",
     "Unavailable", "Unimplemented", "use_mesh", "value_and_grad", "visualize_array_sharding", "vjp",
     "vmap", "with_sharding_constraint",
 ]

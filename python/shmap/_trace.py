@@ -2628,6 +2628,9 @@ def shard_map(f=None, *, mesh=None, in_specs=_INFER, out_specs, check_vma=True,
         jt = jit(call)
 
         def run(*args, **kwargs):  # on the shard_map's mesh (a call without Arrays)
+            m = mesh or get_mesh()
+            if m is not None and frozenset(m.axis_names) == names:  # Manual over every axis
+                return t(*args, **kwargs)
             if mesh is None or get_mesh() is not None or \
                     getattr(_state, "builder", None) is not None:
                 return jt(*args, **kwargs)
@@ -2636,6 +2639,53 @@ def shard_map(f=None, *, mesh=None, in_specs=_INFER, out_specs, check_vma=True,
 
         run.__name__, run.__doc__, run.__wrapped__ = t.__name__, t.__doc__, g
         return run
+    return wrap if f is None else wrap(f)
+
+
+def _axes_to_pspec(axis_name, axis):
+    return P() if axis is None else P(*[None] * axis + [axis_name])
+
+
+def _axes_tree(axis_name, axes):
+    """in_axes / out_axes (an int, None, or containers of them) as specs."""
+    if axes is None or isinstance(axes, int):
+        return _axes_to_pspec(axis_name, axes)
+    if isinstance(axes, dict):
+        return type(axes)((k, _axes_tree(axis_name, v)) for k, v in axes.items())
+    return type(axes)(_axes_tree(axis_name, v) for v in axes)
+
+
+def _int_leaves(axes):
+    if axes is None or isinstance(axes, int):
+        return True
+    if isinstance(axes, dict):
+        return all(_int_leaves(v) for v in axes.values())
+    return isinstance(axes, (tuple, list)) and all(_int_leaves(v) for v in axes)
+
+
+def smap(f=None, /, *, in_axes=_INFER, out_axes, axis_name):
+    """jax.smap: a shard_map Manual over the one mesh axis axis_name (the
+    context mesh's), each argument split along its in_axes (an int, None:
+    whole, or one per argument; left out: each argument's sharding, as
+    shard_map's in_specs), each result laid out along its out_axes."""
+    if isinstance(axis_name, (list, tuple)):
+        raise TypeError(f"smap axis_name should be a `str` or a `Hashable`, but got {axis_name}")
+    if in_axes is not None and in_axes is not _INFER and not isinstance(in_axes, (int, tuple)):
+        raise TypeError(f"smap in_axes must be an int, None, jax.sharding.Infer, or a tuple of "
+                        f"entries corresponding to the positional arguments passed to the "
+                        f"function, but got {in_axes}.")
+    if in_axes is not _INFER and not _int_leaves(in_axes):
+        raise TypeError(f"smap in_axes must be an int, None, jax.sharding.Infer, or (nested) "
+                        f"container with those types as leaves, but got {in_axes}.")
+    if not _int_leaves(out_axes):
+        raise TypeError(f"smap out_axes must be an int, None, or (nested) container with those "
+                        f"types as leaves, but got {out_axes}.")
+    in_specs = _INFER if in_axes is _INFER else _axes_tree(axis_name, in_axes)
+    out_specs = _axes_tree(axis_name, out_axes)
+
+    def wrap(g):
+        return shard_map(g, mesh=None, in_specs=in_specs, out_specs=out_specs,
+                         axis_names={axis_name})
     return wrap if f is None else wrap(f)
 
 

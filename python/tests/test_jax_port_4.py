@@ -969,7 +969,40 @@ def test_partially_sharded_dim_with_auto(c):
 # ---- what shmap does not have ----
 
 
-@pytest.mark.xfail(strict=True, reason="shmap has no smap (jax.smap)")
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_smap(c, jit):
+    """test_smap: smap over 'x' of smap over 'y', each along the rows, on a
+    (2, 2, 2) mesh; the blocks vary over the axes Manual around them."""
+    mesh = c.make_mesh((2, 2, 2), ("x", "y", "z"))
+    np_inp = np.arange(32.0, dtype=np.float32).reshape(4, 8)
+    arr = put(c, mesh, np_inp, P("x", "y"))
+    seen = []
+
+    def g(x):
+        seen.append(("g", shmap.typeof(x).vma))
+        out = x * x
+        seen.append(("g out", shmap.typeof(out).vma))
+        return out
+
+    def h(x):
+        seen.append(("h", shmap.typeof(x).vma))
+        out = shmap.smap(g, in_axes=0, out_axes=0, axis_name="y")(x)
+        seen.append(("h out", shmap.typeof(out).vma))
+        return out
+
+    def f(x):
+        return shmap.smap(h, in_axes=0, out_axes=0, axis_name="x")(x)
+
+    with shmap.use_mesh(mesh):
+        out = (shmap.jit(f) if jit else f)(arr)
+    assert np.array_equal(np.asarray(out), np_inp * np_inp)
+    assert dict(seen) == {"h": {"x"}, "g": {"x", "y"}, "g out": {"x", "y"}, "h out": {"x"}}
+    with pytest.raises(TypeError, match="smap axis_name should be a `str`"):
+        shmap.smap(g, in_axes=0, out_axes=0, axis_name=("x", "y"))
+    with pytest.raises(TypeError, match="smap out_axes must be an int, None"):
+        shmap.smap(g, in_axes=0, out_axes="x", axis_name="x")
+
+
 def test_smap_replicated(c, m2):
     """test_smap_replicated: smap with in_axes and out_axes None."""
     with shmap.use_mesh(m2):
