@@ -48,6 +48,7 @@ _AS_BUILTIN = (
     ("is a collective: it exists only in a shard_map body", NameError),  # psum in a jit
     ("unreduced rule for ", NotImplementedError),         # sin of a partial sum
     ("must be a pytree prefix", ValueError),              # in_specs / out_specs vs the values
+    ("The context mesh cannot be empty", ValueError),     # a shard_map with no mesh
     ("in the same order as the axis_names declared on the mesh", RuntimeError),  # ppermute
 )
 _BUILTIN_CLASSES = {}

@@ -1622,6 +1622,8 @@ class _Traced:
         """Arrays for the arguments (numpy values uploaded) and their specs."""
         specs = self.in_specs
         given = self.mesh
+        if self.kind == "shard_map" and given is not None and not given.axis_names:
+            raise ValueError(f"shard_map requires a non-empty mesh. Got {given!r}")
         if given is None and self.kind == "jit" and specs is not None:  # in_shardings' mesh
             given = next((s.mesh for s in ((specs,) if isinstance(specs, NamedSharding)
                                            else specs if isinstance(specs, (tuple, list))
@@ -1676,6 +1678,10 @@ class _Traced:
                         f"[{','.join(map(str, a.shape))}]")
                 arrays.append(a)
                 continue
+            if mesh is None and self.kind == "shard_map":  # JAX's sentence (a ValueError)
+                raise InvalidArgument("The context mesh cannot be empty. Use `jax.set_mesh(mesh)` "
+                                      "to enter into a mesh context (shmap.set_mesh / "
+                                      "shmap.use_mesh), or pass mesh= or Arrays")
             if mesh is None:
                 raise InvalidArgument("a jit function given numpy arguments needs a mesh: pass "
                                       "Arrays, decorate with shmap.jit(mesh=...), or set one "

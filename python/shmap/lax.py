@@ -2453,3 +2453,37 @@ def _axis_name_not_set(op):
 for _name in ("pvary", "pcast"):
     if _name in globals():
         globals()[_name] = _axis_name_not_set(globals()[_name])
+
+
+def _under_shard_map(op, name):
+    """Collective op checked as JAX's outside a shard_map: at once, pvary's
+    ValueError; in a jit body, for an axis no vmap names, JAX's NameError
+    (_check_axis_names); ppermute's perm a list or tuple (JAX's TypeError)."""
+    from . import _vmap
+    from ._trace import _state
+
+    @functools.wraps(op)
+    def f(x, *args, **kwargs):
+        if name == "ppermute":
+            perm = kwargs.get("perm", args[1] if len(args) > 1 else None)
+            if perm is not None and not isinstance(perm, (list, tuple)):
+                raise TypeError(f"`perm` passed to `jax.lax.ppermute` must be a list or a tuple. "
+                                f"Got perm of type {type(perm)}")
+        b = getattr(_state, "builder", None)
+        axis = kwargs.get("axis_name", args[0] if args else None)
+        axes = (axis,) if isinstance(axis, str) else tuple(axis or ())
+        if b is None and name in ("pvary", "pcast") and not _vmap.axis_sizes():
+            raise ValueError("pvary should be called under jax.shard_map.")
+        if b is not None and b.kind == "jit" and getattr(b, "outer", None) is None:
+            for a in axes:
+                if a not in _vmap.axis_sizes():
+                    raise NameError(f"Found an unbound axis name: {a}. To fix this, please "
+                                    f"call {name} under `jax.shard_map`.")
+        return op(x, *args, **kwargs)
+    return f
+
+
+for _name in ("psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "ppermute",
+              "all_to_all", "pvary", "pcast"):
+    if _name in globals():
+        globals()[_name] = _under_shard_map(globals()[_name], _name)

@@ -567,9 +567,6 @@ def test_eval_shape_vma(c, meshes):
     assert seen[-1] == ({"x"}, {"x"})
 
 
-@pytest.mark.xfail(strict=True, reason="psum in a jit outside a shard_map raises ProgramError "
-                                       "'psum: unknown axis name 'x'' (or 'psum is a "
-                                       "collective...'), not JAX's NameError")
 def test_psum_not_under_shmap_error(c, meshes):
     """test_psum_not_under_shmap_error: psum in a jit outside any shard_map,
     JAX's NameError (the fix: test_psum_under_shmap_fixes_it)."""

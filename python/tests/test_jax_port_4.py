@@ -361,8 +361,6 @@ def test_shmap_partial_manual_auto(c, m22auto):
     assert seen == [{"x"}]
 
 
-@pytest.mark.xfail(strict=True, reason="InvalidArgument 'a jit function given numpy "
-                   "arguments needs a mesh', not JAX's ValueError")
 def test_no_mesh_context_error(c):
     """test_no_mesh_context_error: no mesh given nor set: JAX's
     ValueError."""
@@ -468,8 +466,6 @@ def test_eager_unreduced_out_grad(c, m2):
         assert np.array_equal(np.asarray(out_g), np.ones(8))
 
 
-@pytest.mark.xfail(strict=True, reason="InvalidArgument 'cannot use a value of type zip in a "
-                   "traced program', not JAX's TypeError")
 def test_ppermute_zip_error(c, m2):
     """test_ppermute_zip_error: a perm that is a zip, not a list: JAX's
     TypeError."""
@@ -710,8 +706,6 @@ def test_vmap_shmap_psum(c, m22):
         assert out.sharding == NamedSharding(m22, P("x", None))
 
 
-@pytest.mark.xfail(strict=True, reason="the empty mesh fails later: ValueError 'a mesh needs "
-                   "1 to 8 axis names', not JAX's sentence")
 def test_shmap_empty_mesh_error(c):
     """test_shmap_empty_mesh_error: a mesh of no axes: JAX's ValueError."""
     mesh = shmap.Mesh((), (), devices=[])
@@ -866,8 +860,6 @@ def test_pvary_eager(c, m2):
         assert np.array_equal(np.asarray(g), np.full(8, 2.0))
 
 
-@pytest.mark.xfail(strict=True, reason="pcast outside a shard_map: a ProgramError ('pcast is a "
-                   "collective: it exists only in a shard_map body ...'), not JAX's ValueError")
 def test_pvary_eager_error(c, m2):
     """test_pvary_eager, its error: pcast called at once, outside a
     shard_map."""

@@ -352,7 +352,8 @@ def test_lambdas_and_names_beyond_the_text_form(c):
     assert "unexpected character 'é'" in e.value.message
     for pre in ("", "a"):  # one of the two has its quote cut inside a character
         with pytest.raises(shmap.ProgramError) as e:
-            shmap.jit(lambda a: shmap.lax.psum(a, pre + "é" * 3000))(x)
+            shmap.shard_map(lambda a: shmap.lax.psum(a, pre + "é" * 3000), mesh=mesh,
+                            in_specs=P("X", "Y"), out_specs=P("X", "Y"))(x)
         assert "éé" in e.value.message
 
 
