@@ -2323,8 +2323,13 @@ class _Traced:
             return self, args
         fixed = {i: args[i] for i in self.static if i < len(args)}
         dyn = [a for i, a in enumerate(args) if i not in fixed]
-        n = len(args)
+        return _Traced(self._closing(fixed, len(args)), self.kind, self.mesh,
+                       out_shardings=self.out_shardings, check_vma=self.check_vma), tuple(dyn)
 
+    def _closing(self, fixed, n):
+        """self.f as a function of its n arguments but those of fixed
+        (position -> value), which it closes over; with self.f's name and
+        the signature of the others."""
         def g(*d):
             it = iter(d)
             return self.f(*[fixed[i] if i in fixed else next(it) for i in range(n)])
@@ -2336,8 +2341,7 @@ class _Traced:
                                                  if i not in fixed])
         except (TypeError, ValueError):
             pass
-        return _Traced(g, self.kind, self.mesh, out_shardings=self.out_shardings,
-                       check_vma=self.check_vma), tuple(dyn)
+        return g
 
     def _split_none_specs(self, args):
         """A shard_map's in_specs entry None (or in_specs=None, every
@@ -2349,20 +2353,7 @@ class _Traced:
             raise InvalidArgument(f"{self.__name__} has {len(specs)} in_specs for "
                                   f"{len(args)} arguments")
         fixed = {i: a for i, (a, sp) in enumerate(zip(args, specs)) if sp is None}
-        n = len(args)
-
-        def g(*d):
-            it = iter(d)
-            return self.f(*[fixed[i] if i in fixed else next(it) for i in range(n)])
-
-        g.__name__ = self.__name__
-        try:
-            params = list(inspect.signature(self.f).parameters.values())
-            g.__signature__ = inspect.Signature([p for i, p in enumerate(params[:n])
-                                                 if i not in fixed])
-        except (TypeError, ValueError):
-            pass
-        t = _Traced(g, self.kind, self.mesh, tuple(sp for sp in specs if sp is not None),
+        t = _Traced(self._closing(fixed, len(args)), self.kind, self.mesh, tuple(sp for sp in specs if sp is not None),
                     self.out_specs, self.check_vma, axis_names=self.axis_names)
         t2, dyn = t._split_trees(tuple(a for i, a in enumerate(args) if i not in fixed))
         return t2, dyn
