@@ -1588,6 +1588,23 @@ def _spec_key(spec, ndim):
     return tuple(out), tuple(sorted(getattr(spec, "unreduced", ()) or ()))
 
 
+def _spec_rank_message(name, prefix, msgs, scalar):
+    """JAX's _spec_rank_error: specs (prefix 'in' or 'out') longer than
+    their values' ranks, one bullet of msgs each (scalar: one is rank 0)."""
+    if len(msgs) == 1:
+        msgs = [msgs[0][2:]]
+    msg = (f"shard_map applied to the function '{name}' was given an {prefix}_specs entry which "
+           f"is too long to be compatible with the corresponding {prefix}put value from the "
+           f"function:\n\n" + "\n\n".join(msgs) + f"\n\nEntries in {prefix}_specs must be of "
+           f"length no greater than the number of axes in the corresponding {prefix}put "
+           f"value.\n\nEither revise the spec to be shorter, or modify '{name}' so that its "
+           f"{prefix}puts have sufficient rank.")
+    if scalar:
+        msg += (f"\n\nFor scalar values (rank 0), consider using an {prefix}_specs entry of "
+                f"`P()`, where `P = jax.sharding.PartitionSpec`.")
+    return msg
+
+
 class _OnMesh(Exception):
     """Raised by a shard_map function called in the trace of a jit given no
     Arrays and no mesh (run on the default device): the jit runs on the
@@ -2013,18 +2030,9 @@ class _Traced:
                                   f"{d} (of size {shape[d]}) to mesh {axis} (of {total}size "
                                   f"{sz}), but {sz} does not evenly divide {shape[d]}")
         if long_:
-            msgs = [long_[0][2:]] if len(long_) == 1 else long_
-            msg = (f"shard_map applied to the function '{name}' was given an in_specs entry "
-                   f"which is too long to be compatible with the corresponding input value "
-                   f"from the function:\n\n" + "\n\n".join(msgs) + "\n\n"
-                   f"Entries in in_specs must be of length no greater than the number of axes "
-                   f"in the corresponding input value.\n\nEither revise the spec to be "
-                   f"shorter, or modify '{name}' so that its inputs have sufficient rank.")
-            if any(not len(short(a)[0]) for a, sp in zip(args, specs)
-                   if isinstance(sp, PartitionSpec) and len(sp) > len(short(a)[0])):
-                msg += ("\n\nFor scalar values (rank 0), consider using an in_specs entry of "
-                        "`P()`, where `P = jax.sharding.PartitionSpec`.")
-            raise ValueError(msg)
+            raise ValueError(_spec_rank_message(name, "in", long_, any(
+                not len(short(a)[0]) for a, sp in zip(args, specs)
+                if isinstance(sp, PartitionSpec) and len(sp) > len(short(a)[0]))))
         if uneven:
             msgs = [uneven[0][2:]] if len(uneven) == 1 else uneven
             raise ValueError(
@@ -2116,20 +2124,8 @@ class _Traced:
                         f"{name}(*args){key} has shape {np.dtype(o.dtype).name}"
                         f"[{','.join(map(str, shape))}], which has rank {len(shape)} (and "
                         f"{len(shape)} < {len(sp)})")
-        if not msgs:
-            return
-        if len(msgs) == 1:
-            msgs = [msgs[0][2:]]
-        msg = (f"shard_map applied to the function '{name}' was given an out_specs entry which "
-               f"is too long to be compatible with the corresponding output value from the "
-               f"function:\n\n" + "\n\n".join(msgs) + "\n\nEntries in out_specs must be of "
-               f"length no greater than the number of axes in the corresponding output "
-               f"value.\n\nEither revise the spec to be shorter, or modify '{name}' so that "
-               f"its outputs have sufficient rank.")
-        if scalar:
-            msg += ("\n\nFor scalar values (rank 0), consider using an out_specs entry of "
-                    "`P()`, where `P = jax.sharding.PartitionSpec`.")
-        raise ValueError(msg)
+        if msgs:
+            raise ValueError(_spec_rank_message(name, "out", msgs, scalar))
 
     def _vma_message(self, types, specs, mesh, manual):
         """JAX's _inout_vma_error for results of the type strings types under
