@@ -1759,13 +1759,15 @@ def test_killed_client_segments_swept(tmp_path, cluster_log):
         prefix = "shmap-c%07x-" % (int(child.stdout) & 0xfffffff)
         left = [f for f in os.listdir("/dev/shm") if f.startswith(prefix)]
         assert left, "the killed client left no staging segment (was it staged?)"
-        born = time.time()
-        deadline = born + 10 + 15  # SM_SHM_SWEEP_AGE_S, then a sweep every second
+        # the age the sweep reads: the segments' ctime (the client may have taken a
+        # while, on a loaded machine, between making them and being gone)
+        born = min(os.stat("/dev/shm/" + f).st_ctime for f in left)
+        deadline = time.time() + 10 + 15  # SM_SHM_SWEEP_AGE_S, then a sweep every second
         while any(os.path.exists("/dev/shm/" + f) for f in left):
             assert time.time() < deadline, f"{left} are still in /dev/shm"
             time.sleep(0.1)
         # not before they were 10 s old: a segment in the making is never swept
-        assert time.time() - born > 8, "swept before SM_SHM_SWEEP_AGE_S"
+        assert time.time() - born > 9, "swept before SM_SHM_SWEEP_AGE_S"
         end = time.time() + 10  # the sweep logs after it unlinks: wait for the line
         while "left by processes that ended" not in open(log).read():
             assert time.time() < end, "the sweep logged nothing"
