@@ -1361,13 +1361,14 @@ class ShapeDtypeStruct:
     sharding without its values, for shmap.eval_shape and for tracing
     with .lower() (a call needs values: Arrays or numpy arrays)."""
 
-    def __init__(self, shape, dtype, sharding=None, weak_type=False):
+    def __init__(self, shape, dtype, sharding=None, weak_type=False, _type=None):
         self.shape = tuple(int(n) for n in shape)
         self.dtype = np.dtype(dtype)
         if isinstance(sharding, PartitionSpec):
             sharding = _sharding_of(sharding)
         self.sharding = sharding
         self.weak_type = weak_type
+        self._type = _type  # eval_shape of traced values: their type, varying axes too
 
     ndim = property(lambda self: len(self.shape))
     size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
@@ -1376,6 +1377,8 @@ class ShapeDtypeStruct:
     def type(self):
         """The type string (f32[8@i,4]), given a sharding; replicated
         without."""
+        if self._type is not None:
+            return self._type
         name = _dtype_name(self.dtype)
         if self.sharding is None:
             return f"{name}[{','.join(map(str, self.shape))}]"

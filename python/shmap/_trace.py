@@ -2541,7 +2541,21 @@ def eval_shape(fun, *args, **kwargs):
     sharding), from its trace alone: the C core types the program, nothing
     runs and nothing is uploaded. Arguments: Arrays, ShapeDtypeStructs,
     numpy arrays or Python numbers (pytrees of them); fun may be a
-    shmap.jit or shmap.shard_map function, else it is traced as a jit."""
+    shmap.jit or shmap.shard_map function, else it is traced as a jit.
+    Given traced values (in a jit or shard_map body), fun is traced there
+    and taken back: the results' types, varying axes included."""
+    b = getattr(_state, "builder", None)
+    if b is not None and any(isinstance(v, Tracer) for v, _ in _tree_leaves((args, kwargs), "a")):
+        from .lax import _Mark
+        mark = _Mark(b)
+        try:
+            res = fun(*args, **kwargs)
+            leaves = [v for v, _ in _tree_leaves(res, "r")]
+            out = [ShapeDtypeStruct(v.shape, v.dtype, _type=v.type) if isinstance(v, Tracer)
+                   else v for v in leaves]
+        finally:
+            mark.undo()
+        return _tree_build(res, iter(out))
     if isinstance(fun, _Traced):
         t = fun
     else:

@@ -547,9 +547,6 @@ def test_sin_unreduced_error(c, meshes):
             f(put(c, mesh, a1, P(None, "x")), put(c, mesh, a2, P("x", None)))
 
 
-@pytest.mark.xfail(strict=True, reason="eval_shape of traced values (in a jit or shard_map "
-                                       "body) fails: it converts them to numpy "
-                                       "(TracerArrayConversionError)")
 def test_eval_shape_vma(c, meshes):
     """test_eval_shape_vma, reduced: eval_shape in a shard_map body keeps the
     varying axes, and lax.full_like of its result too."""
