@@ -1605,6 +1605,31 @@ def _spec_rank_message(name, prefix, msgs, scalar):
     return msg
 
 
+class _NoOutputs(Exception):
+    """A jit function whose results hold no array (None, (), {}): nothing to
+    run; its call returns that structure, as JAX's."""
+
+    def __init__(self, name, tree):
+        super().__init__(f"{name} must return at least one traced value")
+        self.tree = tree
+
+
+class _Done:
+    """The Future of a call with nothing to run: its result, now."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def result(self, timeout=None):
+        return self.value
+
+    def done(self):
+        return True
+
+    def cancel(self):
+        return False
+
+
 class _OnMesh(Exception):
     """Raised by a shard_map function called in the trace of a jit given no
     Arrays and no mesh (run on the default device): the jit runs on the
@@ -1782,8 +1807,8 @@ class _Traced:
             _state.builder = prev
         if self.kind == "jit":  # a pytree of results: tuples, lists and dicts of them
             outs, multi = _flatten(res, self.__name__)
-            if not outs:
-                raise InvalidArgument(f"{self.__name__} must return at least one traced value")
+            if not outs:  # None, (), {}: nothing to compute, as JAX's returns them
+                raise _NoOutputs(self.__name__, multi)
         elif isinstance(res, tuple) and all(isinstance(o, Tracer) for o in res):
             multi = True
             outs = list(res)
@@ -2408,6 +2433,8 @@ class _Traced:
         except _OnMesh as e:
             with _use_mesh(e.mesh):
                 return self.lower(*args)
+        except _NoOutputs as e:
+            raise InvalidArgument(str(e)) from None
         return Lowered(text, info)
 
     def _finish(self, client, multi, mesh=None, debug=None):
@@ -2474,6 +2501,8 @@ class _Traced:
             except _OnMesh as e:
                 with _use_mesh(e.mesh):
                     return self.submit(*args, **kwargs)
+            except _NoOutputs as e:
+                return _Done(_unflatten(e.tree, iter(())))
             hit = (text, info, multi, all_arrays[len(arrays):])
             if key is not None:
                 if len(self._cache) >= 64:  # the oldest trace goes
@@ -2497,9 +2526,38 @@ class _Traced:
 
     def __call__(self, *args, **kwargs):
         outer = getattr(_state, "builder", None)
+        if self.kind == "shard_map" and self.out_specs is None:
+            return self._no_results(outer, args, kwargs)
         if outer is not None:  # called while a jit function is traced
             return self._inline(outer, self._bind(args, kwargs))
         return self.submit(*args, **kwargs).result()
+
+    def _no_results(self, outer, args, kwargs):
+        """out_specs=None, as JAX's: the function returns None; it is traced
+        (its checks, JAX's ValueError if it returns something) and nothing
+        runs."""
+        f, name = self.f, self.__name__
+
+        def g(*a):
+            r = f(*a)
+            if r is not None:
+                raise ValueError(f"shard_map out_specs is None, a pytree prefix of no value: "
+                                 f"{name} must return None, got {type(r).__name__}")
+            from . import numpy as jnp
+            return jnp.zeros((), dtype=np.int32)
+        g.__name__ = name
+        t = _Traced(g, "shard_map", self.mesh, self.in_specs, P(), self.check_vma,
+                    axis_names=self.axis_names)
+        if outer is None:
+            t.lower(*args, **kwargs)
+            return None
+        from .lax import _Mark
+        mark = _Mark(outer)
+        try:
+            t._inline(outer, self._bind(args, kwargs))
+        finally:
+            mark.undo()
+        return None
 
 
 def make_jaxpr(fun, static_argnums=()):
@@ -2588,6 +2646,8 @@ def eval_shape(fun, *args, **kwargs):
     except _OnMesh as e:
         with _use_mesh(e.mesh):
             return eval_shape(fun, *args, **kwargs)
+    except _NoOutputs as e:
+        return _unflatten(e.tree, iter(()))
     mesh = info["mesh_obj"]
     outs = [ShapeDtypeStruct(shape, _DTYPES[dt], NamedSharding(
         mesh, P(*[_spec_entry(d) for d in _dims(ty)]))) for ty, dt, shape, _ in info["outputs"]]

@@ -179,8 +179,6 @@ def test_pcast_axis_name_is_not_set(c, meshes):
     sm(f, mesh, P(), P())(np.arange(8.))
 
 
-@pytest.mark.xfail(strict=True, reason="out_specs=None for a body returning None is refused: "
-                                       "'returns 0 values but has 1 out_specs'")
 def test_out_specs_none(c, meshes):
     """test_pcast_axis_name_is_not_set's shard_map: out_specs=None, the
     body returning None, at once and in a jit."""

@@ -480,8 +480,11 @@ def test_jit_calls_as_jax_takes_them(c):
                          out_specs=P("X", "Y"))
     assert np.array_equal(np.asarray(sm(x)), xa + 64)
     assert "captured0: f32[8,8] @ P()" in sm.lower(x).as_text()
+    # results of no array (None, (), {}): nothing to run, the structure back, as JAX's
+    assert shmap.jit(lambda a: None)(x) is None
+    assert shmap.jit(lambda a: ((), {}))(x) == ((), {})
     with pytest.raises(shmap.InvalidArgument, match="at least one traced value"):
-        shmap.jit(lambda a: None)(x)
+        shmap.jit(lambda a: None).lower(x)
 
     def powk(a, k, mode="times"):  # k and mode: Python values the body loops and branches on
         out = a
