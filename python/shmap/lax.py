@@ -2474,11 +2474,15 @@ def _under_shard_map(op, name):
         axes = (axis,) if isinstance(axis, str) else tuple(axis or ())
         if b is None and name in ("pvary", "pcast") and not _vmap.axis_sizes():
             raise ValueError("pvary should be called under jax.shard_map.")
+        unbound = []
         if b is not None and b.kind == "jit" and getattr(b, "outer", None) is None:
-            for a in axes:
-                if a not in _vmap.axis_sizes():
-                    raise NameError(f"Found an unbound axis name: {a}. To fix this, please "
-                                    f"call {name} under `jax.shard_map`.")
+            unbound = [a for a in axes if a not in _vmap.axis_sizes()]
+        elif b is not None and b.kind == "shard_map" and name in ("pvary", "pcast") and \
+                b.manual_axes is not None:  # an axis a partial-manual body leaves out
+            unbound = [a for a in axes if a not in b.manual_axes and a not in _vmap.axis_sizes()]
+        if unbound:
+            raise NameError(f"Found an unbound axis name: {unbound[0]}. To fix this, please "
+                            f"call {name} under `jax.shard_map`.")
         return op(x, *args, **kwargs)
     return f
 
@@ -2487,3 +2491,6 @@ for _name in ("psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "pp
               "all_to_all", "pvary", "pcast"):
     if _name in globals():
         globals()[_name] = _under_shard_map(globals()[_name], _name)
+
+# jax.lax.with_sharding_constraint and reshard: jnp's (pytrees, JAX's checks in a body)
+from .numpy import reshard, with_sharding_constraint  # noqa: E402,F811

@@ -50,6 +50,34 @@ def _sharded_trees(op):
     return f
 
 
+def _wsc_in_body(op):
+    """with_sharding_constraint in a shard_map body, as JAX's: a spec naming
+    a Manual axis is JAX's ValueError; in a body Manual over every axis, one
+    naming none changes nothing (the rest is the op's, in partial-manual
+    bodies the service's rule)."""
+    @functools.wraps(op)
+    def f(x, sharding, *args, **kwargs):
+        b = getattr(_state, "builder", None)
+        if b is None or b.kind != "shard_map" or getattr(b, "mesh", None) is None:
+            return op(x, sharding, *args, **kwargs)
+        mesh = b.mesh
+        manual = tuple(a for a in mesh.axis_names if b.manual_axes is None or a in b.manual_axes)
+        spec = getattr(sharding, "spec", sharding)
+        named = {a for e in (spec or ()) if e is not None
+                 for a in ((e,) if isinstance(e, str) else e)}
+        if named & set(manual):
+            raise ValueError(f"pspec {spec!r} contains a manual axes {manual} of mesh which is "
+                             f"not allowed. If you are using a with_sharding_constraint under a "
+                             f"shard_map, only use the mesh axis in PartitionSpec which are not "
+                             f"manual.")
+        if b.manual_axes is None:
+            return x
+        return op(x, sharding, *args, **kwargs)
+    return f
+
+
+with_sharding_constraint = _wsc_in_body(with_sharding_constraint)  # noqa: F821 (op table)
+
 for _name in ("reshard", "with_sharding_constraint"):
     globals()[_name] = _sharded_trees(globals()[_name])
 

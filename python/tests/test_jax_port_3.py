@@ -743,9 +743,6 @@ def test_shmap_close_over_unused_params_vmap(c, meshes):
     assert np.array_equal(np.asarray(grads), np.ones((4, 4, 8)))
 
 
-@pytest.mark.xfail(strict=True, reason="a sharding constraint in a body Manual over every "
-                                       "axis raises ProgramError 'with_sharding_constraint "
-                                       "belongs to global-view (jit) programs', not ValueError")
 def test_partial_auto_error_invalid_auto(c, meshes):
     """test_partial_auto_error_invalid_auto: Manual over every axis, a
     sharding constraint naming them in the body: JAX's ValueError."""

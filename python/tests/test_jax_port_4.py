@@ -868,8 +868,6 @@ def test_pvary_eager_error(c, m2):
             lax.pcast(np.arange(8.0, dtype=np.float32), "x", to="varying")
 
 
-@pytest.mark.xfail(strict=True, reason="a NameError 'pcast: unbound axis name: y (...)', not "
-                   "JAX's 'Found an unbound axis name: y. ...'")
 def test_pvary_explicit_axes_error(c, m22):
     """test_pvary_explicit_axes_error: pcast over an axis the partial-manual
     shard_map leaves out: JAX's NameError."""
