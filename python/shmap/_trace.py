@@ -1994,7 +1994,12 @@ class _Traced:
                     entries.append(tuple(t) if t else None)
                 else:
                     entries.append(e if e in names else None)
-            out.append(P(*entries))
+            # and its pending sums over them (JAX's _manual_spec keeps unreduced)
+            u = getattr(spec, "unreduced", frozenset())
+            if isinstance(a, Tracer):
+                m = re.search(r"U:(\w+(?:,\w+)*)", a.type)
+                u = set(m.group(1).split(",")) if m else set()
+            out.append(P(*entries, unreduced=[n for n in mesh.axis_names if n in u and n in names]))
         return tuple(out)
 
     def _check_specs_vs_args(self, mesh, args, specs):

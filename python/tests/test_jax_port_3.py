@@ -526,9 +526,6 @@ def test_unreduced_psum_scatter_fwd_all_gather_reduced_bwd(c, meshes):
     assert float(out) == np.sum(a1 @ a2)
 
 
-@pytest.mark.xfail(strict=True, reason="in_specs left out take P() for an unreduced argument: "
-                                       "ProgramError 'in_specs passed to shard_map should be "
-                                       "equal to the unreduced present on the argument'")
 def test_sin_unreduced_error(c, meshes):
     """test_sin_unreduced_error: sin of an unreduced value in a shard_map
     body (in_specs left out), JAX's NotImplementedError."""
