@@ -1609,9 +1609,9 @@ class _NoOutputs(Exception):
     """A jit function whose results hold no array (None, (), {}): nothing to
     run; its call returns that structure, as JAX's."""
 
-    def __init__(self, name, tree):
+    def __init__(self, name, value):
         super().__init__(f"{name} must return at least one traced value")
-        self.tree = tree
+        self.value = value
 
 
 class _Done:
@@ -1808,7 +1808,7 @@ class _Traced:
         if self.kind == "jit":  # a pytree of results: tuples, lists and dicts of them
             outs, multi = _flatten(res, self.__name__)
             if not outs:  # None, (), {}: nothing to compute, as JAX's returns them
-                raise _NoOutputs(self.__name__, multi)
+                raise _NoOutputs(self.__name__, _unflatten(multi, iter(())))
         elif isinstance(res, tuple) and all(isinstance(o, Tracer) for o in res):
             multi = True
             outs = list(res)
@@ -1832,6 +1832,8 @@ class _Traced:
                 jout = " -> (" + ", ".join(repr(getattr(x, "spec", x))
                                            for x in o + [P()] * len(extra)) + ")"
         out_text = None
+        if self.kind == "shard_map" and not outs:  # (), {}: nothing to compute, as JAX's
+            raise _NoOutputs(self.__name__, res)
         if self.kind == "shard_map":
             os_ = self.out_specs
             if callable(os_):  # pmap's: one spec per result, however many it has
@@ -1920,9 +1922,12 @@ class _Traced:
         self._check_specs_vs_args(mesh or self.mesh, args, specs)
         key = (id(self), tuple(a.type for a in args))
         if key not in outer.defined:
-            outer.defined[key] = self._define(outer, self._name, args, specs,
-                                              _param_names(self.f, len(args)),
-                                              lambda tracers: self.f(*tracers))
+            try:
+                outer.defined[key] = self._define(outer, self._name, args, specs,
+                                                  _param_names(self.f, len(args)),
+                                                  lambda tracers: self.f(*tracers))
+            except _NoOutputs as e:
+                return e.value
         fname, nout, extra, (tree, flat_os, closed) = outer.defined[key]
         if extra:  # what the body closes over may differ at the next call: traced again then
             del outer.defined[key]
@@ -2323,6 +2328,8 @@ class _Traced:
         else:  # a pytree of results: out_specs a prefix of it
             outs, tree = _flatten(res, self.__name__)
             os_ = tuple(_prefix_specs(self.out_specs, res, self.__name__))
+        if not outs and not os_ and out_specs is None:  # (), {}: nothing to compute
+            raise _NoOutputs(self.__name__, res)
         if len(os_) != len(outs) or not all(isinstance(o, Tracer) for o in outs):
             raise InvalidArgument(f"{self.__name__} must return {len(os_)} traced values, "
                                   f"one per out_spec")
@@ -2507,7 +2514,7 @@ class _Traced:
                 with _use_mesh(e.mesh):
                     return self.submit(*args, **kwargs)
             except _NoOutputs as e:
-                return _Done(_unflatten(e.tree, iter(())))
+                return _Done(e.value)
             hit = (text, info, multi, all_arrays[len(arrays):])
             if key is not None:
                 if len(self._cache) >= 64:  # the oldest trace goes
@@ -2652,7 +2659,7 @@ def eval_shape(fun, *args, **kwargs):
         with _use_mesh(e.mesh):
             return eval_shape(fun, *args, **kwargs)
     except _NoOutputs as e:
-        return _unflatten(e.tree, iter(()))
+        return e.value
     mesh = info["mesh_obj"]
     outs = [ShapeDtypeStruct(shape, _DTYPES[dt], NamedSharding(
         mesh, P(*[_spec_entry(d) for d in _dims(ty)]))) for ty, dt, shape, _ in info["outputs"]]

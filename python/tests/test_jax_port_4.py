@@ -586,19 +586,20 @@ def test_jnp_array_of_traced_values(c, m2):
         assert np.array_equal(np.asarray(g()), [0, 1])
 
 
-@pytest.mark.xfail(strict=True, reason="a ProgramError from the text form's parser "
-                   "('expected an expression'), not JAX's ValueError")
 def test_varargs_error(c, m2):
-    """test_varargs_error: one in_spec for three positional arguments:
-    ValueError (not an AssertionError)."""
+    """test_varargs_error: one in_spec for three positional arguments of
+    size 3 over an axis of 2: ValueError (not an AssertionError), naming the
+    varargs parameter; of size 4, nothing to return: () back."""
     with shmap.use_mesh(m2):
         @shmap.shard_map(in_specs=P("x"), out_specs=())
         def f(*foos, **kwargs):
             return ()
 
-        x = np.arange(4.0, dtype=np.float32)
-        with pytest.raises(ValueError):
+        x = np.arange(3.0, dtype=np.float32)
+        with pytest.raises(ValueError, match="varargs parameter 'foos'"):
             f(x, x, x)
+        x = np.arange(4.0, dtype=np.float32)
+        assert f(x, x, x) == ()
 
 
 def test_split_with_unused_result_in_shardmap(c, m2):
