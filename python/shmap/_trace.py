@@ -1699,6 +1699,9 @@ class _Traced:
                 raise InvalidArgument(f"{self.__name__} has {len(specs)} in_shardings for "
                                       f"{len(args)} arguments")
         if self.kind == "shard_map":
+            self._check_unreduced_axes(mesh, specs, "in")
+            if not callable(self.out_specs):
+                self._check_unreduced_axes(mesh, self.out_specs, "out")
             self._check_specs_vs_args(mesh, args, specs)
         for k, a in enumerate(args):
             want = specs[k] if self.kind == "jit" and specs is not None else None
@@ -2006,6 +2009,20 @@ class _Traced:
                 u = set(m.group(1).split(",")) if m else set()
             out.append(P(*entries, unreduced=[n for n in mesh.axis_names if n in u and n in names]))
         return tuple(out)
+
+    def _check_unreduced_axes(self, mesh, specs, prefix):
+        """JAX's _check_unreduced: unreduced axes of specs (in or out) must
+        be Explicit ones of the mesh (JAX's ValueError)."""
+        if mesh is None or specs is None or specs is _INFER:
+            return
+        types = dict(zip(mesh.axis_names, mesh.axis_types))
+        for sp in _tree_leaves(specs, "s"):
+            sp = sp[0]
+            if isinstance(sp, PartitionSpec) and sp.unreduced and \
+                    not all(types.get(u) == Explicit for u in sp.unreduced):
+                raise ValueError(f"unreduced in {prefix}_specs {sp!r} can only be used when the "
+                                 f"mesh passed to shard_map contains axis names all of type "
+                                 f"`Explicit`. Got mesh {mesh!r}")
 
     def _check_specs_vs_args(self, mesh, args, specs):
         """JAX's _check_specs_vs_args: an in_spec longer than its argument's

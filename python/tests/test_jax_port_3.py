@@ -577,9 +577,6 @@ def test_psum_under_shmap_fixes_it(c, meshes):
     assert np.array_equal(np.asarray(y), x[:4] + x[4:])
 
 
-@pytest.mark.xfail(strict=True, reason="unreduced in_specs are not checked against the mesh's "
-                                       "axis types or axis_names: the upload fails first with "
-                                       "Unimplemented 'an uploaded array ... is unreduced'")
 def test_shmap_auto_unreduced_error(c, meshes):
     """test_shmap_auto_unreduced_error: unreduced in_specs over an Auto
     axis (ValueError), or in a partial-manual shard_map
