@@ -2403,8 +2403,9 @@ class _Traced:
             raise InvalidArgument(f"{self.__name__} has {len(specs)} in_specs for "
                                   f"{len(args)} arguments")
         fixed = {i: a for i, (a, sp) in enumerate(zip(args, specs)) if sp is None}
-        t = _Traced(self._closing(fixed, len(args)), self.kind, self.mesh, tuple(sp for sp in specs if sp is not None),
-                    self.out_specs, self.check_vma, axis_names=self.axis_names)
+        t = _Traced(self._closing(fixed, len(args)), self.kind, self.mesh,
+                    tuple(sp for sp in specs if sp is not None), self.out_specs, self.check_vma,
+                    axis_names=self.axis_names)
         t2, dyn = t._split_trees(tuple(a for i, a in enumerate(args) if i not in fixed))
         return t2, dyn
 
