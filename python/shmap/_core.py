@@ -365,6 +365,34 @@ class Mesh:
             s += ", axis_types=(" + ", ".join(self.axis_types) + ")"
         return "Mesh(" + s + ")"
 
+    @property
+    def abstract_mesh(self):
+        """jax's mesh.abstract_mesh: its axis names, sizes and types, no
+        devices (AbstractMesh)."""
+        return AbstractMesh(self.axis_sizes, self.axis_names, self.axis_types)
+
+
+class AbstractMesh(Mesh):
+    """jax.sharding.AbstractMesh: a mesh's axis names, sizes and types
+    without its devices. A shard_map given one runs on the mesh of its
+    Array arguments, or the context mesh, of those names and sizes."""
+
+    def __init__(self, axis_sizes, axis_names, axis_types=None):
+        super().__init__(axis_sizes, axis_names, None, axis_types)
+
+    def __repr__(self):
+        return "Abstract" + super().__repr__()
+
+    def _concrete(self, meshes, who):
+        """The first of meshes (None skipped) of these names and sizes, as
+        JAX's context; JAX's ValueError when there is none."""
+        for m in meshes:
+            if m is not None and (m.axis_names, m.axis_sizes) == (self.axis_names,
+                                                                  self.axis_sizes):
+                return m
+        raise ValueError(f"{who}: the abstract mesh {self!r} has no concrete mesh here: pass "
+                         f"Arrays on a mesh of its axes, or set one (shmap.use_mesh)")
+
 
 class NamedSharding:
     """JAX's NamedSharding(mesh, P(...)); the index math is the C core's."""

@@ -21,6 +21,7 @@ import _shmap
 from ._core import use_mesh as _use_mesh
 from ._core import (ConcretizationTypeError, TracerArrayConversionError,
                     TracerBoolConversionError, TracerIntegerConversionError)
+from ._core import AbstractMesh
 from ._core import (Array, InvalidArgument, NamedSharding, P, PartitionSpec, ProgramError,
                     Unimplemented, Explicit,
                     ShapeDtypeStruct, ShmapError, _DTYPES, _At, _Shaped, _default, _dtype_name,
@@ -1664,6 +1665,9 @@ class _Traced:
         """Arrays for the arguments (numpy values uploaded) and their specs."""
         specs = self.in_specs
         given = self.mesh
+        if isinstance(given, AbstractMesh):  # the Arrays' mesh of its axes, or the context's
+            given = given._concrete([a.sharding.mesh for a in args if isinstance(a, Array)] +
+                                    [get_mesh()], self.__name__)
         if self.kind == "shard_map" and given is not None and not given.axis_names:
             raise ValueError(f"shard_map requires a non-empty mesh. Got {given!r}")
         if given is None and self.kind == "jit" and specs is not None:  # in_shardings' mesh

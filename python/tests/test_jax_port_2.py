@@ -139,10 +139,10 @@ def test_vmap_explicit_mesh_axis_single_axis(c):
     assert np.array_equal(np.asarray(out), v)
 
 
-@pytest.mark.xfail(strict=True, reason="Mesh has no abstract_mesh (no AbstractMesh for "
-                                       "shard_map's mesh=)")
-def test_shard_map_abstract_mesh(c, m22):
-    """test_shard_map_abstract_mesh: mesh=mesh.abstract_mesh, in a jit and at once."""
+def test_shard_map_abstract_mesh(c):
+    """test_shard_map_abstract_mesh: mesh=mesh.abstract_mesh, in a jit and at
+    once (jtu.create_mesh's Auto axes: the results keep the out_spec)."""
+    m22 = c.make_mesh((2, 2), ("x", "y"), axis_types=(shmap.Auto, shmap.Auto))
     v = np.arange(16, dtype=np.int32).reshape(8, 2)
     arr = put(c, m22, v, P("x", "y"))
 
