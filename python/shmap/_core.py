@@ -50,6 +50,10 @@ _AS_BUILTIN = (
     ("must be a pytree prefix", ValueError),              # in_specs / out_specs vs the values
     ("The context mesh cannot be empty", ValueError),     # a shard_map with no mesh
     ("in the same order as the axis_names declared on the mesh", RuntimeError),  # ppermute
+    ("too large to convert to", OverflowError),           # a literal out of its dtype's range
+    ("unbound axis name: ", NameError),                   # an axis left out of axis_names
+    ("must refer to an axis marked as manual", ValueError),  # specs vs axis_names
+    ("a manual axis of the shard_map", ValueError),       # a sharding naming a Manual axis
 )
 _BUILTIN_CLASSES = {}
 
@@ -71,7 +75,7 @@ class InvalidArgument(ShmapError):
     code = "INVALID_ARGUMENT"
 
     def __new__(cls, message="", *args, **kwargs):
-        if cls is InvalidArgument:
+        if cls is InvalidArgument or cls is ProgramError:
             cls = _with_builtin(cls, str(message))
         return super().__new__(cls, message, *args, **kwargs)
 
@@ -80,34 +84,7 @@ class ProgramError(InvalidArgument):
     """A program that does not parse or type-check (.source_line: the Python
     line of the offending op, when it was traced from Python). A Python int
     literal out of its array's dtype ('Python int 4294967295 too large to
-    convert to int32') is an OverflowError too, as JAX's."""
-
-    def __new__(cls, message="", *args, **kwargs):
-        if cls is ProgramError and "too large to convert to" in str(message):
-            cls = _LiteralOverflow
-        elif cls is ProgramError and "unbound axis name: " in str(message):
-            cls = _UnboundAxis
-        elif cls is ProgramError and ("must refer to an axis marked as manual" in str(message) or
-                                      "a manual axis of the shard_map" in str(message)):
-            cls = _ManualSpec
-        elif cls is ProgramError:
-            cls = _with_builtin(cls, str(message))
-        return super().__new__(cls, message, *args, **kwargs)
-
-
-class _LiteralOverflow(ProgramError, OverflowError):
-    """ProgramError for a literal out of its dtype's range (also the
-    OverflowError JAX raises)."""
-
-
-class _UnboundAxis(ProgramError, NameError):
-    """ProgramError for a collective naming a mesh axis a shard_map leaves
-    out of its axis_names (also the NameError JAX raises)."""
-
-
-class _ManualSpec(ProgramError, ValueError):
-    """ProgramError for a spec naming a mesh axis a shard_map leaves out of
-    its axis_names (also the ValueError JAX raises)."""
+    convert to int32') is an OverflowError too, as JAX's (_AS_BUILTIN)."""
 
 
 class ConcretizationTypeError(InvalidArgument, TypeError):
@@ -199,6 +176,17 @@ def _call(fn, *args):
         return fn(*args)
     except _shmap.Error as e:
         _raise(e)
+
+
+def _spec_axes(spec):
+    """The mesh axes a PartitionSpec's entries name, in order (its unreduced
+    axes not among them)."""
+    return [a for e in spec if e is not None for a in ((e,) if isinstance(e, str) else e)]
+
+
+def _short_type(dtype, shape):
+    """JAX's aval.str_short of an array: float32[2,3]."""
+    return f"{np.dtype(dtype).name}[{','.join(str(int(d)) for d in shape)}]"
 
 
 # ---- dtypes ------------------------------------------------------------------
@@ -419,9 +407,7 @@ class NamedSharding:
 
     @property
     def is_fully_replicated(self):
-        names = [a for e in self.spec if e is not None
-                 for a in ((e,) if isinstance(e, str) else e)]
-        return all(self.mesh.shape.get(a, 1) == 1 for a in names)
+        return all(self.mesh.shape.get(a, 1) == 1 for a in _spec_axes(self.spec))
 
     @property
     def addressable_devices(self):

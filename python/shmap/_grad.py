@@ -26,7 +26,7 @@ import types
 
 import numpy as np
 
-from ._core import Array, InvalidArgument, PartitionSpec, Unimplemented
+from ._core import Array, InvalidArgument, PartitionSpec, Unimplemented, _spec_axes
 from ._trace import (Tracer, _builder, _call_op, _entries, _is_tree, _state, _tree_build,
                      _tree_leaves, _tree_sig, jit)
 
@@ -946,7 +946,7 @@ def _left_out(b):
     manual = b.manual_axes or frozenset(b.mesh.axis_names)
 
     def left(sp):
-        named = {a for e in sp if e is not None for a in ((e,) if isinstance(e, str) else e)}
+        named = set(_spec_axes(sp))
         return tuple(a for a in b.mesh.axis_names if a in manual and a not in named)
     return left
 

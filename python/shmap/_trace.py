@@ -21,7 +21,7 @@ import _shmap
 from ._core import use_mesh as _use_mesh
 from ._core import (ConcretizationTypeError, TracerArrayConversionError,
                     TracerBoolConversionError, TracerIntegerConversionError)
-from ._core import AbstractMesh
+from ._core import AbstractMesh, _short_type, _spec_axes
 from ._core import (Array, InvalidArgument, NamedSharding, P, PartitionSpec, ProgramError,
                     Unimplemented, Explicit,
                     ShapeDtypeStruct, ShmapError, _DTYPES, _At, _Shaped, _default, _dtype_name,
@@ -483,7 +483,7 @@ class Tracer(_Shaped):
         """JAX's: a traced value has no concrete sharding (typeof(x).sharding
         is its type's)."""
         raise AttributeError(f"The 'sharding' attribute is not available on traced array with "
-                             f"shape {self.dtype.name}[{','.join(map(str, self.shape))}]: "
+                             f"shape {_short_type(self.dtype, self.shape)}: "
                              f"shmap.typeof(x).sharding is its type's sharding")
 
     def __len__(self):
@@ -492,7 +492,7 @@ class Tracer(_Shaped):
         return self.shape[0]
 
     def _error_repr(self):
-        return f"traced array with shape {self.dtype.name}[{','.join(map(str, self.shape))}]"
+        return f"traced array with shape {_short_type(self.dtype, self.shape)}"
 
     # A traced value has no value yet: Python's conversions of it raise JAX's
     # errors (without __bool__, bool() would take __len__ and say True).
@@ -1212,25 +1212,26 @@ def _as_operand(a):
     over (as JAX embeds both), anything else as it is."""
     if isinstance(a, Array):
         return Tracer(_builder().capture(a), a.type, _dtype_name(a.dtype), a.shape)
-    if isinstance(a, (numbers.Real, np.generic, np.ndarray)) and \
-            np.asarray(a).dtype.kind in "biuf":
-        return _numpy_constant(np.asarray(a))
-    return a
+    return _numpy_constant(np.asarray(a)) if _is_constant(a) else a
+
+
+def _is_constant(v):
+    """v is a number or numpy array of a dtype a program holds (a constant
+    of it, as JAX embeds one)."""
+    return isinstance(v, (numbers.Real, np.generic, np.ndarray)) and \
+        np.asarray(v).dtype.kind in "biuf"
 
 
 def _constant_results(res):
     """res, a traced function's pytree of results, with the numbers and
     numpy arrays among them made constants of the program (arrays, as JAX
     returns them)."""
-    def const(v):
-        return isinstance(v, (numbers.Real, np.generic, np.ndarray)) and \
-            not isinstance(v, Tracer) and np.asarray(v).dtype.kind in "biuf"
-    if const(res):
+    if _is_constant(res):
         return _numpy_constant(np.asarray(res))
     leaves = _tree_leaves(res, "r")
-    if not any(const(v) for v, _ in leaves):
+    if not any(_is_constant(v) for v, _ in leaves):
         return res
-    return _tree_build(res, iter(_numpy_constant(np.asarray(v)) if const(v) else v
+    return _tree_build(res, iter(_numpy_constant(np.asarray(v)) if _is_constant(v) else v
                                  for v, _ in leaves))
 
 
@@ -2034,18 +2035,21 @@ class _Traced:
         is refused with JAX's ValueError sentences (before anything moves)."""
         if mesh is None:
             return
-        try:  # (JAX's _try_infer_args: no parameter names when the arguments do not bind)
-            sig = inspect.signature(self.f)
-            sig.bind(*[None] * len(args))
-            params = [p for p in sig.parameters.values()
-                      if p.kind not in (p.KEYWORD_ONLY, p.VAR_KEYWORD)]
-        except (TypeError, ValueError):
-            params = None
         name = self.__name__
         single = isinstance(self.in_specs, PartitionSpec)
         sizes = dict(zip(mesh.axis_names, mesh.axis_sizes))
 
-        def where(k):
+        def parameters():  # (JAX's _try_infer_args: none when the arguments do not bind)
+            try:
+                sig = inspect.signature(self.f)
+                sig.bind(*[None] * len(args))
+                return [p for p in sig.parameters.values()
+                        if p.kind not in (p.KEYWORD_ONLY, p.VAR_KEYWORD)]
+            except (TypeError, ValueError):
+                return None
+
+        def where(k):  # (only when refusing: a signature costs more than the checks)
+            params = parameters()
             if params is None:
                 return ""
             if k >= len(params) or params[k].kind == params[k].VAR_POSITIONAL:
@@ -2057,10 +2061,9 @@ class _Traced:
             shape = tuple(np.shape(a)) if not hasattr(a, "shape") else tuple(a.shape)
             dt = getattr(a, "dtype", None)
             try:
-                dt = np.dtype(dt if dt is not None else np.asarray(a).dtype).name
+                return shape, _short_type(dt if dt is not None else np.asarray(a).dtype, shape)
             except TypeError:  # a key array's dtype (key<fry>)
-                dt = str(dt)
-            return shape, f"{dt}[{','.join(map(str, shape))}]"
+                return shape, f"{dt}[{','.join(map(str, shape))}]"
         long_, uneven = [], []
         for k, (a, sp) in enumerate(zip(args, specs)):
             if not isinstance(sp, PartitionSpec) or isinstance(a, ShapeDtypeStruct) and \
@@ -2134,14 +2137,10 @@ class _Traced:
                 (batch,) if isinstance(batch, str) else batch) <= set(self.axis_names):
             batch = None  # over axes left out of axis_names: their sharding stays in the types
 
-        def lead(sp):  # the batch before the spec's dimensions
-            if isinstance(sp, PartitionSpec):
-                return P(batch, *sp, unreduced=sp.unreduced)
-            if isinstance(sp, dict):
-                return type(sp)((k, lead(v)) for k, v in sp.items())
-            if isinstance(sp, (tuple, list)):
-                return type(sp)(lead(v) for v in sp)
-            return sp
+        def lead(sp):  # the batch before each spec's dimensions (a pytree of them)
+            return _tree_build(sp, iter(P(batch, *x, unreduced=x.unreduced)
+                                        if isinstance(x, PartitionSpec) else x
+                                        for x, _ in _tree_leaves(sp, "s")))
         f = _vmap.vmap(self.f, in_axes=tuple(0 if b else None for b in on))
         f.__name__ = self.__name__
         out_specs = self.out_specs
@@ -2177,8 +2176,8 @@ class _Traced:
             key = "" if single else f"[{k}]"
             scalar |= not shape
             msgs.append(f"* out_specs{key} is {sp!r} which has length {len(sp)}, but "
-                        f"{name}(*args){key} has shape {np.dtype(o.dtype).name}"
-                        f"[{','.join(map(str, shape))}], which has rank {len(shape)} (and "
+                        f"{name}(*args){key} has shape {_short_type(o.dtype, shape)}, which "
+                        f"has rank {len(shape)} (and "
                         f"{len(shape)} < {len(sp)})")
         if msgs:
             raise ValueError(_spec_rank_message(name, "out", msgs, scalar))
@@ -2192,7 +2191,7 @@ class _Traced:
         msgs = []
         for k, (ty, sp) in enumerate(zip(types, specs)):
             vary = set(_varying(ty))
-            named = {a for e in sp if e is not None for a in ((e,) if isinstance(e, str) else e)}
+            named = set(_spec_axes(sp))
             left = [n for n in names if n not in named and n not in sp.unreduced]
             if not vary & set(left):
                 continue

@@ -8,6 +8,7 @@ import numpy as _np
 import _shmap
 
 from ._grad import stop_gradient  # noqa: F401 (jax.lax.stop_gradient)
+from ._core import _short_type
 from ._trace import _fmt, make_op
 
 __all__ = []
@@ -175,7 +176,7 @@ def _check_branch_outputs(api, names, funs, outs):
 
     def short(t):
         shape, dt, vma = t
-        return f"{_np.dtype(dt).name}[{','.join(builtins.map(str, shape))}]" + \
+        return _short_type(dt, shape) + \
             (f"{{V:{','.join(vma)}}}" if vma else "")
     from .tree_util import keystr, tree_flatten_with_path
     paths = [keystr(p) for p, _ in tree_flatten_with_path(outs[0])[0]]
@@ -2437,28 +2438,11 @@ for _name in ("psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "pp
         globals()[_name] = _over_trees(globals()[_name])
 
 
-def _axis_name_not_set(op):
-    """op(x, axis_name, ...) refusing a set of axis names with JAX's
-    TypeError (pcast and pvary take a name or a tuple: an order)."""
-    @functools.wraps(op)
-    def f(x, axis_name=None, *args, **kwargs):
-        name = kwargs.get("axis_name", axis_name)
-        if isinstance(name, (set, frozenset)):
-            raise TypeError(f"axis_name={name!r} must be a tuple or a str. Got {name}")
-        return op(x, axis_name, *args, **kwargs) if "axis_name" not in kwargs else \
-            op(x, *args, **kwargs)
-    return f
-
-
-for _name in ("pvary", "pcast"):
-    if _name in globals():
-        globals()[_name] = _axis_name_not_set(globals()[_name])
-
-
 def _under_shard_map(op, name):
     """Collective op checked as JAX's outside a shard_map: at once, pvary's
     ValueError; in a jit body, for an axis no vmap names, JAX's NameError
-    (_check_axis_names); ppermute's perm a list or tuple (JAX's TypeError)."""
+    (_check_axis_names); ppermute's perm a list or tuple, pcast's and
+    pvary's axis_name a name or a tuple, not a set (JAX's TypeErrors)."""
     from . import _vmap
     from ._trace import _state
 
@@ -2471,6 +2455,8 @@ def _under_shard_map(op, name):
                                 f"Got perm of type {type(perm)}")
         b = getattr(_state, "builder", None)
         axis = kwargs.get("axis_name", args[0] if args else None)
+        if name in ("pvary", "pcast") and isinstance(axis, (set, frozenset)):
+            raise TypeError(f"axis_name={axis!r} must be a tuple or a str. Got {axis}")
         axes = (axis,) if isinstance(axis, str) else tuple(axis or ())
         if b is None and name in ("pvary", "pcast") and not _vmap.axis_sizes():
             raise ValueError("pvary should be called under jax.shard_map.")

@@ -12,7 +12,7 @@ import numpy as _np
 
 import _shmap
 
-from ._core import get_mesh
+from ._core import _spec_axes, get_mesh
 from ._trace import _dims, _eager, _run_now, _spec_entry, _state, make_op
 
 _COLLECTIVES = {"psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "ppermute",
@@ -63,8 +63,7 @@ def _wsc_in_body(op):
         mesh = b.mesh
         manual = tuple(a for a in mesh.axis_names if b.manual_axes is None or a in b.manual_axes)
         spec = getattr(sharding, "spec", sharding)
-        named = {a for e in (spec or ()) if e is not None
-                 for a in ((e,) if isinstance(e, str) else e)}
+        named = set(_spec_axes(spec or ()))
         if named & set(manual):
             raise ValueError(f"pspec {spec!r} contains a manual axes {manual} of mesh which is "
                              f"not allowed. If you are using a with_sharding_constraint under a "
@@ -1244,8 +1243,7 @@ _this = __import__("sys").modules[__name__]
 _conv_error_doc = "Abstract tracer value encountered where concrete value is expected: "
 
 
-def _short_type(dtype, shape):
-    return f"{_np.dtype(dtype).name}[{','.join(str(int(d)) for d in shape)}]"
+from ._core import _short_type  # noqa: E402,F401 (scipy.special's too)
 
 
 def _concrete(a, context, what):

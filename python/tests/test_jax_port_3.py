@@ -84,19 +84,25 @@ def _foo_vjp(bwd):
     return foo
 
 
-@pytest.mark.parametrize("jit", [True, False])
-def test_rewrite_process_custom_vjp_call(c, meshes, jit):
-    """test_rewrite_process_custom_vjp_call."""
-    foo = _foo_vjp(lambda _, y_bar: (2. * y_bar,))
+def _value_and_grad_x4(c, meshes, body, jit, x_bar):
+    """A shard_map of body over 4 devices (a jit of it when jit) on X4: its
+    value 2 * X4 * X4, and the gradient of its sum x_bar."""
     mesh = meshes((4,), ("x",))
-    g = sm(lambda x: foo(x) * x, mesh, (P("x"),), P("x"))
+    g = sm(body, mesh, (P("x"),), P("x"))
     if jit:
         g = shmap.jit(g)
     x = put(c, mesh, X4)
     assert np.array_equal(np.asarray(g(x)), 2 * X4 * X4)
-    y_, x_bar = shmap.value_and_grad(lambda x: g(x).sum())(x)
+    y_, got = shmap.value_and_grad(lambda x: g(x).sum())(x)
     assert float(y_) == (2 * X4 * X4).sum()
-    assert np.array_equal(np.asarray(x_bar), 2 * 2 * X4)
+    assert np.array_equal(np.asarray(got), x_bar)
+
+
+@pytest.mark.parametrize("jit", [True, False])
+def test_rewrite_process_custom_vjp_call(c, meshes, jit):
+    """test_rewrite_process_custom_vjp_call."""
+    foo = _foo_vjp(lambda _, y_bar: (2. * y_bar,))
+    _value_and_grad_x4(c, meshes, lambda x: foo(x) * x, jit, 2 * 2 * X4)
 
 
 @pytest.mark.parametrize("jit", [True, False])
@@ -104,15 +110,7 @@ def test_rewrite_process_custom_vjp_call_match_more_replicated(c, meshes, jit):
     """test_rewrite_process_custom_vjp_call_match_more_replicated: a bwd
     whose cotangent is more replicated than the primal."""
     foo = _foo_vjp(lambda _, y_bar: (jnp.ones_like(y_bar),))
-    mesh = meshes((4,), ("x",))
-    g = sm(lambda x: foo(x) * x, mesh, (P("x"),), P("x"))
-    if jit:
-        g = shmap.jit(g)
-    x = put(c, mesh, X4)
-    assert np.array_equal(np.asarray(g(x)), 2 * X4 * X4)
-    y_, x_bar = shmap.value_and_grad(lambda x: g(x).sum())(x)
-    assert float(y_) == (2 * X4 * X4).sum()
-    assert np.array_equal(np.asarray(x_bar), np.ones(4) + 2 * X4)
+    _value_and_grad_x4(c, meshes, lambda x: foo(x) * x, jit, np.ones(4) + 2 * X4)
 
 
 def test_same_pspec_eager_shard_map(c, meshes):
@@ -136,15 +134,7 @@ def test_rewrite_custom_vjp_call_jaxpr(c, meshes, jit):
         y, _ = lax.scan(lambda x, _: (foo(x), None), x, None, length=1)
         return y
 
-    mesh = meshes((4,), ("x",))
-    g = sm(lambda x: foo_scan(x) * x, mesh, (P("x"),), P("x"))
-    if jit:
-        g = shmap.jit(g)
-    x = put(c, mesh, X4)
-    assert np.array_equal(np.asarray(g(x)), 2 * X4 * X4)
-    y_, x_bar = shmap.value_and_grad(lambda x: g(x).sum())(x)
-    assert float(y_) == (2 * X4 * X4).sum()
-    assert np.array_equal(np.asarray(x_bar), 2 * 2 * X4)
+    _value_and_grad_x4(c, meshes, lambda x: foo_scan(x) * x, jit, 2 * 2 * X4)
 
 
 def test_pvary(c, meshes):
