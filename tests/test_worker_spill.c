@@ -161,6 +161,67 @@ START_TEST(test_spill_lru_and_read_back)
 }
 END_TEST
 
+/* Array 1 on devices 0 and 1 holding one block of 1 MiB (a replicated
+ * layout's shards share their bytes), then array 2; the limit is 2.5 MiB.
+ * Making room spills both shards of array 1 together (one alone frees
+ * nothing), or, while a reader holds one of them, array 2 instead. */
+static void put_shared(sm_store *st, uint64_t array, float seed)
+{
+    char err[256];
+    sm_store_shard *sh[2] = {NULL, NULL};
+    ck_assert_int_eq(shard_mib(st, seed, &sh[0]), SM_OK);
+    ck_assert_int_eq(sm_store_shard_share(sh[0], &sh[1], err, sizeof err), SM_OK);
+    ck_assert_int_eq(
+        sm_store_put(st, sm_store_epoch(st), (sm_array_id){array}, 2, devs, sh, err, sizeof err),
+        SM_OK);
+}
+
+static void check_on(sm_store *st, uint64_t array, int32_t device, float seed)
+{
+    char err[256];
+    sm_store_shard *sh = NULL;
+    ck_assert_msg(sm_store_get(st, (sm_array_id){array}, device, &sh, err, sizeof err) == SM_OK,
+                  "%s", err);
+    for (int64_t i = 0; i < MIB / 4; i += 4097)
+        ck_assert_float_eq(((float *)sh->data)[i], seed + (float)i);
+    sm_store_shard_release(sh);
+}
+
+START_TEST(test_spill_shared_block)
+{
+    for (int held = 0; held < 2; held++) {
+        spill_env e;
+        char err[256];
+        env_open(&e, 1);
+        sm_array_pool_limit_set(e.pool, (size_t)2 * MIB + MIB / 2);
+        put_shared(e.st, 1, 10);
+        put(e.st, 2, 20);
+        sm_store_shard *reader = NULL;
+        if (held)
+            ck_assert_int_eq(sm_store_get(e.st, (sm_array_id){1}, 1, &reader, err, sizeof err),
+                             SM_OK);
+        sm_store_shard *sh = NULL;
+        ck_assert_int_eq(shard_mib(e.st, 30, &sh), SM_OK);
+        sm_store_shard_release(sh);
+        sm_svc_held_shard *sp = NULL;
+        int n = sm_store_spilled(e.st, &sp, 8);
+        if (!held) { /* both devices of array 1, not array 2 */
+            ck_assert_int_eq(n, 2);
+            ck_assert_int_eq(sp[0].array + sp[1].array, 2);
+        } else { /* 1's bytes are read: they cannot go */
+            ck_assert_int_eq(n, 1);
+            ck_assert_int_eq(sp[0].array, 2);
+        }
+        free(sp);
+        sm_store_shard_release(reader);
+        check_on(e.st, 1, 0, 10);
+        check_on(e.st, 1, 1, 10);
+        check(e.st, 2, 20);
+        env_close(&e);
+    }
+}
+END_TEST
+
 START_TEST(test_damaged_copy_is_data_loss)
 {
     spill_env e;
@@ -332,7 +393,7 @@ END_TEST
 int main(void)
 {
     return suite_main(SUITE_CASE(suite_create("worker_spill"), "spill", 60, NULL,
-                                 {test_spill_lru_and_read_back}, {test_damaged_copy_is_data_loss},
-                                 {test_no_state_dir_refuses}, {test_drop_before_copy},
-                                 {test_spare_files}));
+                                 {test_spill_lru_and_read_back}, {test_spill_shared_block},
+                                 {test_damaged_copy_is_data_loss}, {test_no_state_dir_refuses},
+                                 {test_drop_before_copy}, {test_spare_files}));
 }

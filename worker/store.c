@@ -541,9 +541,25 @@ void sm_store_spill_to(sm_store *st, const sm_store_spiller *sp, void *user)
     pthread_mutex_unlock(&st->mu);
 }
 
+/* Candidates for spilling, grouped by the block their bytes lie in:
+ * shards of one block (devices holding the same bytes) free memory only
+ * when all of them go, and only if nothing else holds the block. */
+typedef struct {
+    sm_store_entry *en;
+    const sm_array_block *block;
+    uint64_t used;  /* the entry's last use; in a group's row, the group's latest */
+    int first, end; /* a group's row: its entries are v[first..end) */
+} store_spill_cand;
+
+static int store_block_cmp(const void *a, const void *b)
+{
+    const store_spill_cand *x = a, *y = b;
+    return x->block < y->block ? -1 : x->block > y->block;
+}
+
 static int store_lru_cmp(const void *a, const void *b)
 {
-    const sm_store_entry *x = *(sm_store_entry *const *)a, *y = *(sm_store_entry *const *)b;
+    const store_spill_cand *x = a, *y = b;
     return x->used < y->used ? -1 : x->used > y->used;
 }
 
@@ -558,29 +574,48 @@ int64_t sm_store_reclaim(sm_store *st, int64_t want)
         return 0;
     sp->flush(user); /* the copies queued so far hold references: write them */
     pthread_mutex_lock(&st->mu);
-    sm_store_entry **v = st->count ? malloc(sizeof *v * (size_t)st->count) : NULL;
-    int n = 0;
+    store_spill_cand *v = st->count ? malloc(sizeof *v * (size_t)st->count) : NULL;
+    int n = 0, ng = 0;
     for (size_t i = 0; v && i < st->nbuckets; i++)
         for (sm_store_entry *en = st->buckets[i]; en && n < st->count; en = en->next)
-            /* only the store holds it: nobody reads its data now */
+            /* only the store holds it (nobody reads its data now), and its
+             * disk copy is complete */
             if (en->shard && en->shard->nbytes > 0 &&
-                __atomic_load_n(&en->shard->refs, __ATOMIC_ACQUIRE) == 1)
-                v[n++] = en;
+                __atomic_load_n(&en->shard->refs, __ATOMIC_ACQUIRE) == 1 &&
+                sp->saved(user, en->array, en->device))
+                v[n++] = (store_spill_cand){en, en->shard->block, en->used, 0, 0};
+    /* a row per group of entries sharing a block, where they are all of
+     * the block's holders: spilling the group frees the block */
     if (n)
-        qsort(v, (size_t)n, sizeof *v, store_lru_cmp);
-    for (int k = 0; k < n && freed < want; k++) {
-        sm_store_entry *en = v[k];
-        if (!sp->saved(user, en->array, en->device))
-            continue;
-        en->meta = *en->shard;
-        en->meta.data = NULL;
-        en->meta.refs = 0;
-        freed += en->shard->nbytes;
-        sm_store_shard_release(en->shard);
-        en->shard = NULL;
-        st->nspilled++;
+        qsort(v, (size_t)n, sizeof *v, store_block_cmp);
+    store_spill_cand *g = n ? malloc(sizeof *g * (size_t)n) : NULL;
+    for (int a = 0, b; g && a < n; a = b) {
+        uint64_t used = v[a].used;
+        for (b = a + 1; v[a].block && b < n && v[b].block == v[a].block; b++)
+            used = v[b].used > used ? v[b].used : used;
+        if (v[a].block && sm_array_block_refs(v[a].block) != b - a)
+            continue; /* a job's value or a reader holds the bytes too */
+        g[ng++] = (store_spill_cand){NULL, v[a].block, used, a, b};
+    }
+    if (ng)
+        qsort(g, (size_t)ng, sizeof *g, store_lru_cmp);
+    for (int k = 0; k < ng && freed < want; k++) {
+        const store_spill_cand *grp = &g[k];
+        freed +=
+            grp->block ? (int64_t)sm_array_block_len(grp->block) : v[grp->first].en->shard->nbytes;
+        for (int b = grp->first; b < grp->end; b++) {
+            sm_store_entry *en = v[b].en;
+            en->meta = *en->shard;
+            en->meta.data = NULL;
+            en->meta.refs = 0;
+            en->meta.block = NULL;
+            sm_store_shard_release(en->shard);
+            en->shard = NULL;
+            st->nspilled++;
+        }
     }
     pthread_mutex_unlock(&st->mu);
+    free(g);
     free(v);
     return freed;
 }

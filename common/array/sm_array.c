@@ -111,6 +111,16 @@ void sm_array_block_put(sm_array_block *b)
     }
 }
 
+int sm_array_block_refs(const sm_array_block *b)
+{
+    return __atomic_load_n(&b->refs, __ATOMIC_ACQUIRE);
+}
+
+size_t sm_array_block_len(const sm_array_block *b)
+{
+    return b->len;
+}
+
 void sm_array_free(sm_array *a)
 {
     if (!a)

@@ -41,5 +41,10 @@ sm_array_block *sm_array_block_get(sm_array_block *b);
 /* Gives back one reference to b; its memory goes back to its pool with the
  * last. NULL ok. */
 void sm_array_block_put(sm_array_block *b);
+/* The holders of b now (arrays and store shards): a snapshot, exact only
+ * while the caller keeps others from taking or giving up references. */
+int sm_array_block_refs(const sm_array_block *b);
+/* The bytes b keeps in use (what its pool counts). */
+size_t sm_array_block_len(const sm_array_block *b);
 
 #endif
