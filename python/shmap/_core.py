@@ -1,6 +1,7 @@
 """Arrays, meshes and shardings with JAX's names, over the _shmap extension."""
 import atexit
 import contextlib
+import math
 import operator
 import os
 import re
@@ -407,6 +408,12 @@ class NamedSharding:
 
     @property
     def is_fully_replicated(self):
+        """JAX's: a one-device mesh, or a spec whose axes are all of size 1
+        and that holds no partial sums (unreduced)."""
+        if math.prod(self.mesh.shape.values()) == 1:
+            return True
+        if getattr(self.spec, "unreduced", None):
+            return False
         return all(self.mesh.shape.get(a, 1) == 1 for a in _spec_axes(self.spec))
 
     @property
@@ -576,8 +583,8 @@ class Array(_Shaped):
 
     @property
     def is_fully_replicated(self):
-        """Every device holds the whole array (its spec names no mesh axis)."""
-        return all(e is None for e in self.sharding.spec)
+        """Every device holds the whole array (its sharding's, as JAX's)."""
+        return self.sharding.is_fully_replicated
 
     @property
     def is_fully_addressable(self):
@@ -1065,23 +1072,40 @@ def get_mesh():
     return stack[-1] if stack else None
 
 
+class _MeshSet:
+    """What set_mesh returns: `with shmap.set_mesh(m):` puts back the mesh
+    (and the use_mesh blocks around it) that was set before."""
+
+    def __init__(self, prev, mesh):
+        self._prev, self._mesh = prev, mesh
+
+    def __enter__(self):
+        return self._mesh
+
+    def __exit__(self, *exc):
+        _mesh_state.stack = self._prev
+        return False
+
+
 def set_mesh(mesh):
     """jax.set_mesh: the mesh that device_put with a bare PartitionSpec, and
-    jit functions given numpy arguments, use on this thread (None unsets)."""
-    _mesh_state.stack = [mesh] if mesh is not None else []
+    jit functions given numpy arguments, use on this thread (None unsets),
+    in place of the one set now (inside a use_mesh block, until its end);
+    as a context manager, until the with block's end."""
+    stack = getattr(_mesh_state, "stack", None) or []
+    _mesh_state.stack = stack[:-1] + [mesh]
+    return _MeshSet(stack, mesh)
 
 
 @contextlib.contextmanager
 def use_mesh(mesh):
     """jax.sharding.use_mesh: set_mesh for the with block."""
-    stack = getattr(_mesh_state, "stack", None)
-    if stack is None:
-        stack = _mesh_state.stack = []
-    stack.append(mesh)
+    prev = getattr(_mesh_state, "stack", None) or []
+    _mesh_state.stack = prev + [mesh]
     try:
         yield mesh
     finally:
-        stack.pop()
+        _mesh_state.stack = prev
 
 
 def _sharding_of(sharding):
@@ -1093,6 +1117,12 @@ def _sharding_of(sharding):
             raise InvalidArgument(f"a bare {sharding!r} needs a mesh: shmap.set_mesh(mesh), or "
                                   f"`with shmap.use_mesh(mesh):`, or a NamedSharding")
         return NamedSharding(mesh, sharding)
+    if isinstance(sharding, Device):  # JAX's SingleDeviceSharding: a mesh of that device
+        c = _client_for()
+        meshes = c.__dict__.setdefault("_device_meshes", {})
+        if sharding.id not in meshes:
+            meshes[sharding.id] = c.make_mesh((1,), ("d",), devices=[sharding])
+        return NamedSharding(meshes[sharding.id], P())
     return sharding
 
 

@@ -1386,11 +1386,35 @@ def _host_create(name, *args, dtype=None, out_sharding=None, **kw):
     return (np.zeros if name == "zeros" else np.ones)(args[0], dtype=dtype or np.float32)
 
 
+def _on_device(create, args, kwargs):
+    """jnp.zeros/ones/full/arange(..., device=): a NamedSharding is the
+    result's sharding (on its mesh, JAX's out_sharding), a Device the one
+    device it lives on (made here, then put there; nothing under a
+    trace, as JAX's device_put of a device in jit)."""
+    from ._core import Device, device_put
+    dev = kwargs.pop("device")
+    if kwargs.get("out_sharding") is not None:
+        raise ValueError("Only one of `device` or `out_sharding` can be set.")
+    if isinstance(dev, Device):
+        x = create(*args, **kwargs)
+        return x if getattr(_state, "builder", None) is not None else device_put(x, dev)
+    if not isinstance(dev, NamedSharding):
+        raise TypeError(f"device= takes a Device or a NamedSharding, got {type(dev).__name__}")
+    if getattr(_state, "builder", None) is not None:
+        return create(*args, out_sharding=dev, **kwargs)
+    with _use_mesh(dev.mesh):
+        return create(*args, out_sharding=dev.spec, **kwargs)
+
+
 def make_op(name):
     """The Python function of op `name` (from the C op table): traced inside
     shard_map and jit functions; called on Arrays outside them, run now
     (_eager)."""
     def op(*args, **kwargs):
+        if name in _CREATION and kwargs.get("device") is not None:
+            return _on_device(op, args, kwargs)
+        if name in _CREATION:
+            kwargs.pop("device", None)
         if getattr(_state, "builder", None) is None and name in _CREATION and \
                 not _holds_array(args, kwargs) and get_mesh() is None:
             return _host_create(name, *args, **kwargs)

@@ -1,6 +1,7 @@
 """jax.lax-style collectives for shard_map bodies (psum, pmean, all_gather,
 psum_scatter, ppermute, all_to_all, axis_index, axis_size, ...), plus the
 numpy ops under their lax names, made from the C op table at import."""
+import builtins
 import functools
 
 import numpy as _np
@@ -19,6 +20,49 @@ for _name, _sig, _mn, _mx, _jit_only in _shmap.op_table():
 # jax.lax.max and min are elementwise (the op table's max and min reduce, as jnp's)
 max = make_op("maximum")  # noqa: A001
 min = make_op("minimum")  # noqa: A001
+
+
+def concatenate(operands, dimension):
+    """jax.lax.concatenate: jnp.concatenate along dimension."""
+    from . import numpy as jnp
+    return jnp.concatenate(operands, axis=dimension)
+
+
+def pad(operand, padding_value, padding_config):
+    """jax.lax.pad: one (low, high, interior) per dimension: interior
+    copies of padding_value between neighbouring elements, then low and
+    high at the ends (negative ones crop). padding_value may be traced."""
+    from . import numpy as jnp
+    shape = tuple(operand.shape)
+    cfg = [tuple(int(v) for v in c) for c in padding_config]
+    if len(cfg) != len(shape) or builtins.any(len(c) != 3 for c in cfg):
+        raise TypeError(f"length of padding_config must equal the number of axes of operand, "
+                        f"got padding_config {padding_config} for operand shape {shape}")
+    if builtins.any(i < 0 for _, _, i in cfg):
+        raise ValueError(f"interior padding in padding_config must be nonnegative, got "
+                         f"padding_config {padding_config}")
+    x, ends = operand, []
+    for d, (lo, hi, interior) in enumerate(cfg):
+        n = x.shape[d]
+        if interior and n > 1:  # each element then interior pads; the last one's are cut
+            x = jnp.expand_dims(x, d + 1)
+            x = jnp.pad(x, [(0, interior) if k == d + 1 else (0, 0) for k in range(x.ndim)],
+                        constant_values=padding_value)
+            x = jnp.reshape(x, x.shape[:d] + (n * (interior + 1),) + x.shape[d + 2:])
+            n, hi = n * (interior + 1), hi - interior
+        cut_lo, cut_hi = -lo if lo < 0 else 0, -hi if hi < 0 else 0
+        if cut_lo or cut_hi:
+            if n - cut_lo - cut_hi < 0:
+                raise ValueError(f"Dimension size after padding is not at least 0, got result "
+                                 f"shape {shape} with padding_config {padding_config}")
+            x = x[(builtins.slice(None),) * d + (builtins.slice(cut_lo, n - cut_hi),)]
+        ends.append((lo + cut_lo, hi + cut_hi))
+    if builtins.any(lo or hi for lo, hi in ends):
+        x = jnp.pad(x, ends, constant_values=padding_value)
+    return x
+
+
+__all__ += ["concatenate", "pad"]
 
 
 def fori_loop(lower, upper, body_fun, init_val, *, unroll=None):

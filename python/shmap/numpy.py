@@ -13,6 +13,7 @@ import numpy as _np
 import _shmap
 
 from ._core import _spec_axes, get_mesh
+from ._core import device_put as _device_put
 from ._trace import _dims, _eager, _run_now, _spec_entry, _state, make_op
 
 _COLLECTIVES = {"psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "ppermute",
@@ -181,11 +182,33 @@ def _spec_of_type(t):
     return P(*entries) if builtins.any(e is not None for e in entries) else None
 
 
-@_at_once
-def full_like(a, fill_value, dtype=None):
+def _jax_dtype(dt):
+    """JAX's dtype of a numpy value's (x64 off: float64 and int64 narrow)."""
+    dt = _np.dtype(dt)
+    return {_np.dtype(_np.float64): _np.dtype(_np.float32),
+            _np.dtype(_np.int64): _np.dtype(_np.int32)}.get(dt, dt)
+
+
+def full_like(a, fill_value, dtype=None, shape=None, *, device=None, out_sharding=None):
     """jnp.full_like: a's shape, its dtype unless given, and its sharding;
     in a shard_map body varying over what a varies over (JAX's
-    _full_like_insert_pvary). fill_value may be traced."""
+    _full_like_insert_pvary). fill_value may be traced. shape= another
+    shape (then no sharding of a's); device= or out_sharding= the
+    result's sharding, as jnp.full's. a may be a numpy value."""
+    if device is not None and out_sharding is not None:
+        raise ValueError("Only one of `device` or `out_sharding` can be set.")
+    if not hasattr(a, "type"):  # a number or a numpy value: its shape and dtype only
+        na = _np.asarray(a)
+        return full(na.shape if shape is None else shape, fill_value,  # noqa: F821
+                    dtype=dtype or _jax_dtype(na.dtype), device=device, out_sharding=out_sharding)
+    if shape is not None or device is not None or out_sharding is not None:
+        return full(a.shape if shape is None else shape, fill_value,  # noqa: F821
+                    dtype=dtype or a.dtype, device=device, out_sharding=out_sharding)
+    return _full_like(a, fill_value, dtype)
+
+
+@_at_once
+def _full_like(a, fill_value, dtype=None):
     from ._trace import Tracer
     from .lax import _varying, pvary
     spec = _spec_of_type(a.type)
@@ -199,16 +222,14 @@ def full_like(a, fill_value, dtype=None):
     return pvary(out, tuple(more)) if more else out
 
 
-@_at_once
-def zeros_like(a, dtype=None):
+def zeros_like(a, dtype=None, shape=None, *, device=None, out_sharding=None):
     """jnp.zeros_like (full_like with 0)."""
-    return full_like(a, 0, dtype)
+    return full_like(a, 0, dtype, shape, device=device, out_sharding=out_sharding)
 
 
-@_at_once
-def ones_like(a, dtype=None):
+def ones_like(a, dtype=None, shape=None, *, device=None, out_sharding=None):
     """jnp.ones_like (full_like with 1)."""
-    return full_like(a, 1, dtype)
+    return full_like(a, 1, dtype, shape, device=device, out_sharding=out_sharding)
 
 
 @_at_once
@@ -235,8 +256,9 @@ def pad(array, pad_width, mode="constant", constant_values=0):
                           (rank, 2)).tolist()
     if mode == "constant":
         r = _pad_op(array, tuple(map(tuple, pw)))
-        if _np.ndim(constant_values) or constant_values != 0:
-            if _np.ndim(constant_values):
+        traced = hasattr(constant_values, "type")  # a traced scalar (lax.pad's padding_value)
+        if traced or _np.ndim(constant_values) or constant_values != 0:
+            if not traced and _np.ndim(constant_values):
                 raise ValueError("pad: constant_values must be a scalar here")
             keep = _pad_op(ones(array.shape, _np.bool_), tuple(map(tuple, pw)))  # noqa: F821
             r = where(keep, r, constant_values)  # noqa: F821
@@ -791,16 +813,42 @@ def _holds_arrays(seq):
                         isinstance(e, (list, tuple)) and _holds_arrays(e) for e in seq)
 
 
-def array(object, dtype=None, copy=True):
+def array(object, dtype=None, copy=True, order=None, ndmin=0, *, device=None,
+          out_sharding=None):
     """jnp.array: a numpy value (list, scalar, ndarray) as an array, with
     JAX's default dtypes (float32, int32); see _to_device for where it
-    lives. An array given is returned (as dtype)."""
-    return _to_device(object, dtype)
+    lives. An array given is returned (as dtype). device= or out_sharding=
+    (a NamedSharding, or a PartitionSpec over the context mesh): its
+    sharding, as device_put's."""
+    if device is not None and out_sharding is not None:
+        raise ValueError("Only one of `device` or `out_sharding` can be set.")
+    if ndmin and not hasattr(object, "type") and not _holds_arrays([object]):
+        object = _np.array(object, ndmin=ndmin)
+    elif ndmin and len(object.shape) < ndmin:
+        object = reshape(object, (1,) * (ndmin - len(object.shape)) + tuple(object.shape))  # noqa
+    sh = device if device is not None else out_sharding
+    if sh is not None and getattr(_state, "builder", None) is None and \
+            not hasattr(object, "type") and not (isinstance(object, (list, tuple)) and
+                                                 _holds_arrays(object)):
+        a = _np.asarray(object, dtype=dtype)
+        return _full_spec(_device_put(a if dtype is not None else a.astype(_jax_dtype(a.dtype)),
+                                      sh))
+    x = _to_device(object, dtype)
+    return x if sh is None else _full_spec(_device_put(x, sh))
 
 
-def asarray(a, dtype=None):
+def _full_spec(x):
+    """x (an Array) with one spec entry per dimension on a mesh with
+    Explicit axes, as JAX's arrays made with out_sharding= are typed."""
+    from ._core import Array, Explicit
+    if isinstance(x, Array) and Explicit in x.sharding.mesh.axis_types:
+        x._full_spec = True
+    return x
+
+
+def asarray(a, dtype=None, order=None, *, copy=None, device=None, out_sharding=None):
     """jnp.asarray: as jnp.array."""
-    return _to_device(a, dtype)
+    return array(a, dtype, device=device, out_sharding=out_sharding)
 
 
 def shape(a):
@@ -1217,13 +1265,13 @@ def tri(N, M=None, k=0, dtype=None):
     return tril(ones((N, N if M is None else M), dtype=dtype or _np.float32), k)  # noqa: F821
 
 
-def empty(shape, dtype=None, out_sharding=None):
+def empty(shape, dtype=None, *, device=None, out_sharding=None):
     """zeros (the service's arrays always have values)."""
-    return zeros(shape, dtype=dtype, out_sharding=out_sharding)  # noqa: F821
+    return zeros(shape, dtype=dtype, device=device, out_sharding=out_sharding)  # noqa: F821
 
 
-def empty_like(a, dtype=None):
-    return zeros_like(a, dtype)
+def empty_like(a, dtype=None, shape=None, *, device=None, out_sharding=None):
+    return zeros_like(a, dtype, shape, device=device, out_sharding=out_sharding)
 
 
 __all__ += ["absolute", "fabs", "positive", "amax", "amin", "around", "rint", "true_divide",
