@@ -381,9 +381,6 @@ static const error_case errors[] = {
      "jit g(a: f32[2,4] @ P('x', None), b: f32[4,2] @ P(None, None)):\n    return f(a, b)\n",
      {"out_specs passed to shard_map should be equal to the unreduced present on the out_aval",
       "out_specs=P('x', None, unreduced={'y'})", "out_aval=f32[1,2]{V:x}"}},
-    {"mesh X=2\njit f(x: f32[4,2] @ P(None, 'X'), y: f32[2,6] @ P('X', None)) -> "
-     "P(unreduced={'X'}):\n    return jnp.einsum('ab,bc->ac', x, y, out_sharding=P('X'))\n",
-     {"is not unreduced over every axis its out_sharding P(unreduced={'X'}) names"}},
     {"mesh X=2\njit f(x: f32[4,2] @ P(None, 'X'), y: f32[2,6] @ P('X', None)):\n"
      "    z = jnp.einsum('ab,bc->ac', x, y, out_sharding=P(unreduced={'X'}))\n"
      "    return reshard(z + 1, P())\n",
@@ -410,7 +407,8 @@ static const error_case errors[] = {
      {"lhs or rhs passed to dot_general cannot be unreduced", "f32[4,2]{U:X}"}},
     {"mesh X=2\njit f(x: f32[4,2] @ P('X')):\n    return reshard(x, P('X', unreduced={'X'}))\n",
      {"partitions cannot overlap", "unreduced"}},
-    {"mesh X=2\njit f(x: f32[4,2] @ P()):\n    return reshard(x, P(unreduced={'X'}))\n",
+    {"mesh X=2\njit f(x: f32[4,2] @ P()):\n"
+     "    return with_sharding_constraint(x, P(unreduced={'X'}))\n",
      {"is not unreduced over {'X'}, so it cannot be made so"}},
     {"mesh i=2 j=2\nshard_map f(x: f32[4,2] @ P('i')) -> P('i'):\n"
      "    return psum(pcast(x, ('i', 'j'), to='unreduced'), 'j')\n",
@@ -948,7 +946,7 @@ typedef struct {
     const char *value, *type;        /* a value of the program and its type */
     int psum, psum_scatter, gathers; /* the lowered program's collectives */
     int nout;
-    float out[4]; /* the result for inputs arange(n).reshape(shape) */
+    float out[8]; /* the result for inputs arange(n).reshape(shape) */
 } unreduced_case;
 
 static const unreduced_case unreduced[] = {
@@ -968,6 +966,30 @@ static const unreduced_case unreduced[] = {
      0,
      4,
      {28, 34, 76, 98}},
+    /* test_scalar_to_unreduced, test_replicated_sharded_unreduced_roundtrip:
+     * to unreduced axes the first device along them keeps the value and
+     * the others hold zeros (no collective), back one psum */
+    {"mesh x=2\njit f(x: f32[2,2] @ P()):\n    u = reshard(x, P(unreduced={'x'}))\n"
+     "    r = reshard(u, P())\n    return r\n",
+     "u",
+     "f32[2,2]{U:x}",
+     1,
+     0,
+     0,
+     4,
+     {0, 1, 2, 3}},
+    /* test_sharded_unreduced_roundtrip: gathered over x, then as above;
+     * back a psum and each device's slice */
+    {"mesh x=2 y=2\njit f(x: f32[4,2] @ P('x', 'y')):\n"
+     "    u = reshard(x, P(None, 'y', unreduced={'x'}))\n    r = reshard(u, P('x', 'y'))\n"
+     "    return r\n",
+     "u",
+     "f32[4,2@y]{U:x}",
+     1,
+     0,
+     1,
+     8,
+     {0, 1, 2, 3, 4, 5, 6, 7}},
     /* test_unreduced_psum_fwd_preduced_bwd (forward) */
     {"mesh x=2\nshard_map ar(x: f32[2,6] @ P(unreduced={'x'})) -> P():\n"
      "    out = jax.lax.psum(x, 'x')\n    return out\n"

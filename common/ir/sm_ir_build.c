@@ -420,13 +420,8 @@ static sm_err sm_ir_check_out(sm_program *p, int k, char *err, size_t errlen)
                        "on the out_aval. Got out_specs=%s and out_aval=%s",
                        sm_pspec_format(s, sp, sizeof sp),
                        sm_program_value_type(p, p->returns[k], ty, sizeof ty));
-    if (p->kind == SM_PROG_JIT && (u & ~v->unreduced)) /* -> OUT_SHARDINGS */
-        return sm_fail(err, errlen, SM_EINVAL,
-                       "%s of type %s is not unreduced over every axis its out_sharding %s names "
-                       "(unreduced values come from dot_general with out_sharding=P(..., "
-                       "unreduced={...}) or from a shard_map's out_specs)",
-                       what, sm_program_value_type(p, p->returns[k], ty, sizeof ty),
-                       sm_pspec_format(s, sp, sizeof sp));
+    /* -> OUT_SHARDINGS naming more unreduced axes than the value's: made
+     * so, as reshard does (sm_lower) */
     if (p->kind == SM_PROG_JIT) { /* the result sharding of a global array */
         if (v->manual)
             return sm_fail(err, errlen, SM_EINVAL, "%s is a per-device block, not a global array",

@@ -176,7 +176,9 @@ sm_err sm_ir_unreduced_op(const sm_program *p, const sm_ir_op *op, const sm_ir_v
         return sm_ur_pcast(p, op, in[0], out, mask, err, errlen);
     case SM_UR_RESHARD: {
         uint32_t t = sm_ir_spec_unreduced(p, op->attrs.sharding);
-        if (t & ~u0)
+        /* reshard to more unreduced axes: the first device along them
+         * keeps the value, the others hold zeros (JAX's; sm_lower) */
+        if ((t & ~u0) && op->kind != SM_OP_RESHARD)
             return sm_fail(err, errlen, SM_EINVAL,
                            "%s: %s is not unreduced over %s, so it cannot be made so (unreduced "
                            "values come from dot_general with out_sharding=P(..., "

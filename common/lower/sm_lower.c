@@ -108,6 +108,30 @@ static sm_err sm_lw_sum_unreduced(sm_lw *w, int *id, uint32_t mask)
     return sm_lw_emit(w, SM_OP_PSUM, id, 1, &pa, id);
 }
 
+/* Makes block *id (of dtype t) a partial sum over the mesh axes in mask,
+ * as JAX's reshard to unreduced axes: the first device along them keeps
+ * the value, the others hold zeros (their sum is the value). Nothing when
+ * mask is 0 or in a whole-array reference run. */
+static sm_err sm_lw_make_unreduced(sm_lw *w, int *id, uint32_t mask, sm_dtype t)
+{
+    if (!mask || w->replicate_all)
+        return SM_OK;
+    sm_ir_attrs ai = {0}, zi = {.has_dtype = 1, .dtype = SM_I32}, zt = {.has_dtype = 1, .dtype = t};
+    sm_ir_attrs none = {0};
+    for (int a = 0; a < w->j->mesh.naxes; a++)
+        if (mask & (1u << a))
+            sm_lw_axis(w, &ai, a);
+    int ops[3];
+    sm_err e;
+    if ((e = sm_lw_emit(w, SM_OP_AXIS_INDEX, NULL, 0, &ai, &ops[0])) ||
+        (e = sm_lw_emit(w, SM_OP_CONST, NULL, 0, &zi, &ops[1])) ||
+        (e = sm_lw_emit(w, SM_OP_EQUAL, ops, 2, &none, &ops[0])) ||
+        (e = sm_lw_emit(w, SM_OP_CONST, NULL, 0, &zt, &ops[2])))
+        return e;
+    ops[1] = *id;
+    return sm_lw_emit(w, SM_OP_WHERE, ops, 3, &none, id);
+}
+
 static const sm_op_kind sm_lw_post_kind[] = {
     [SM_IR_POST_PSUM] = SM_OP_PSUM,
     [SM_IR_POST_PMEAN] = SM_OP_PMEAN,
@@ -200,6 +224,10 @@ static sm_err sm_lw_op(sm_lw *w, const sm_ir_op *op)
     }
     if ((e = sm_lw_reshard(w, &id, &rv->shape, &after, &v.layout)))
         goto done;
+    if (op->kind == SM_OP_RESHARD && /* to more unreduced axes: zeros but on the first device */
+        (e = sm_lw_make_unreduced(w, &id, rv->unreduced & ~j->values[op->operands[0]].unreduced,
+                                  rv->dtype)))
+        goto done;
     w->map[op->result] = id;
     w->lay[op->result] = v.layout;
 done:
@@ -259,7 +287,10 @@ sm_err sm_lower(const sm_program *jit, const sm_lower_opts *opts, sm_program **o
         if ((e = sm_lw_sum_unreduced(
                  &w, &rets[k], jit->values[v].unreduced & ~sm_ir_spec_unreduced(jit, &specs[k]))))
             goto fail;
-        if ((e = sm_lw_reshard(&w, &rets[k], &jit->values[v].shape, &w.lay[v], &t)))
+        if ((e = sm_lw_reshard(&w, &rets[k], &jit->values[v].shape, &w.lay[v], &t)) ||
+            (e = sm_lw_make_unreduced(
+                 &w, &rets[k], sm_ir_spec_unreduced(jit, &specs[k]) & ~jit->values[v].unreduced,
+                 jit->values[v].dtype)))
             goto fail;
     }
     if ((e = sm_program_set_returns(w.o, rets, specs, jit->nreturns, err, errlen)) ||

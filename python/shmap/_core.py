@@ -1227,6 +1227,16 @@ def device_put(x, sharding=None, name=None, replicas=1):
         return type(x)((k, device_put(v, sharding)) for k, v in x.items())
     if type(x) in (tuple, list):
         return type(x)(device_put(v, sharding) for v in x)
+    unreduced = getattr(getattr(sharding, "spec", None), "unreduced", None)
+    if unreduced and name is None and replicas == 1 and not (
+            isinstance(x, Array) and set(x.sharding.spec.unreduced or ()) >= set(unreduced)):
+        # to partial sums: placed without them, then a program's reshard (JAX's:
+        # the first device along the unreduced axes holds the value, the others zeros)
+        from .numpy import reshard
+        spec = sharding.spec
+        base = x if isinstance(x, Array) else device_put(
+            x, NamedSharding(sharding.mesh, P(*spec)), name, replicas)
+        return reshard(base, sharding)
     if isinstance(x, Array):
         return x.reshard(sharding, name)
     return _client_for(sharding.mesh).device_put(x, sharding, name, replicas)

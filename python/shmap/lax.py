@@ -62,9 +62,6 @@ def pad(operand, padding_value, padding_config):
     return x
 
 
-__all__ += ["concatenate", "pad"]
-
-
 def fori_loop(lower, upper, body_fun, init_val, *, unroll=None):
     """jax.lax.fori_loop: body_fun(i, val) for i in range(lower, upper).
     Static bounds (Python or numpy ints) unroll the loop here (i is a
