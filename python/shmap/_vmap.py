@@ -46,6 +46,11 @@ class BatchTracer(Tracer):
     def _ty(self):
         return self.val._ty
 
+    @property
+    def _owner(self):
+        """The trace of the batched value (typeof reads its mesh)."""
+        return getattr(self.val, "_owner", None)
+
     def _typed(self):
         self.val._typed()
         return self
@@ -438,6 +443,8 @@ def _apply(prim, args, kwargs):
         return BatchTracer(jnp.tile(v, (1,) + reps), size)
     if op == "roll":
         axis = a.get("axis")
+        if isinstance(a["shift"], Tracer):
+            return _roll_dynamic(x, a["shift"], axis)
         if axis is None:
             flat = jnp.roll(jnp.reshape(x.val, (size, -1)), a["shift"], axis=1)
             return BatchTracer(jnp.reshape(flat, (size,) + tuple(x.shape)), size)
@@ -449,16 +456,8 @@ def _apply(prim, args, kwargs):
         axis = a.get("axis", 0)
         return BatchTracer(jnp.concatenate([_full(v, size, entry) for v in arrays],
                                            axis=_axes(axis, _rank(arrays[0]))), size)
-    if op in ("dynamic_slice", "dynamic_update_slice"):
-        starts = a["start_indices"]
-        if any(isinstance(s, Tracer) for s in starts):
-            raise InvalidArgument(f"vmap: {op} at traced starts is not supported")
-        if op == "dynamic_slice":
-            return BatchTracer(_lax().dynamic_slice(_full(x, size, entry), (0,) + tuple(starts),
-                                                    (size,) + tuple(a["slice_sizes"])), size)
-        return BatchTracer(jnp.dynamic_update_slice(_full(x, size, entry),
-                                                    _full(a["update"], size, entry),
-                                                    (0,) + tuple(starts)), size)
+    if op in ("dynamic_slice", "dynamic_slice_in_dim", "dynamic_update_slice"):
+        return _dynamic(op, a, size, entry)
     if op in ("take", "take_along_axis"):
         return _take(op, a, size, entry)
     if op == "segment_sum":
@@ -564,8 +563,12 @@ def _take_both(src, idx, axis, rank, mode, spec, size, entry):
     rows = i + jnp.reshape(jnp.arange(size, dtype=np.int32) * n, (size,) + (1,) * q)
     rows = jnp.where((i >= 0) & (i < n), rows, size * n)
     kw = {} if mode is None else {"mode": mode}
-    if entry is not None:
-        kw["out_sharding"] = P(entry, *([None] * (q + len(rest))))
+    if entry is not None:  # the other dimensions keep their sharding (JAX's gather rule)
+        from .numpy import _spec_of_type
+        vs = tuple(_spec_of_type(v.type) or (None,) * (2 + len(rest)))
+        if vs[1] is not None:
+            v = jnp.reshard(v, P(vs[0], None, *vs[2:]))
+        kw["out_sharding"] = P(entry, *([None] * q), *vs[2:])
     out = jnp._take_op(jnp.reshape(v, (size * n,) + rest), rows, axis=0, **kw)  # (B, q, ...)
     perm = (0,) + tuple(range(q + 1, q + 1 + axis)) + tuple(range(1, q + 1)) + \
         tuple(range(q + 1 + axis, q + 1 + len(rest)))
@@ -575,6 +578,90 @@ def _take_both(src, idx, axis, rank, mode, spec, size, entry):
     return BatchTracer(out, size)
 
 
+def _dynamic(op, a, size, entry):
+    """dynamic_slice (and dynamic_slice_in_dim) and dynamic_update_slice of
+    examples, as JAX batches them: starts the same for every example (static
+    or traced) are the op's on the batched values; along a dimension whose
+    start is batched (one per example, clamped as the op clamps it) the
+    slice is a take of each example's own rows (JAX's gather) and the
+    update a scatter of them (JAX's scatter), one such dimension at a time."""
+    jnp = _jnp()
+    x = a["operand"]
+    rank = _rank(x)
+    if op == "dynamic_slice_in_dim":
+        ax = a.get("axis", 0) % rank
+        starts, sizes = [0] * rank, list(x.shape)
+        starts[ax], sizes[ax] = a["start_index"], a["slice_size"]
+        op = "dynamic_slice"
+    else:
+        starts = list(a["start_indices"])
+        sizes = list(a["slice_sizes"] if op == "dynamic_slice" else a["update"].shape)
+    bat = [d for d, s in enumerate(starts) if _isb(s)]
+    plain = tuple(0 if _isb(s) else s for s in starts)
+    if op == "dynamic_slice":
+        box = tuple(x.shape[d] if d in bat else sizes[d] for d in range(rank))
+        out = BatchTracer(_lax().dynamic_slice(_full(x, size, entry), (0,) + plain,
+                                               (size,) + box), size)
+        for d in bat:
+            out = _take_both(out, _window(starts[d], x.shape[d], sizes[d], size), d, rank,
+                             None, None, size, entry)
+        return out
+    u = a["update"]
+    if not bat:
+        return BatchTracer(jnp.dynamic_update_slice(_full(x, size, entry), _full(u, size, entry),
+                                                    (0,) + plain), size)
+    d = bat[0]
+    win = _window(starts[d], x.shape[d], sizes[d], size)
+    xs = BatchTracer(_full(x, size, entry), size)
+    # the rows of x the update lands in, updated at the other starts
+    part = _take_both(xs, win, d, rank, None, None, size, entry)
+    part = _dynamic("dynamic_update_slice", {"operand": part, "update": u,
+                                             "start_indices": starts[:d] + [0] + starts[d + 1:]},
+                    size, entry)
+    # written back: the rows scattered along d (moved first in the examples)
+    out = _scatter("scatter", {"operand": BatchTracer(jnp.moveaxis(xs.val, d + 1, 1), size),
+                               "indices": win,
+                               "updates": BatchTracer(jnp.moveaxis(part.val, d + 1, 1), size)},
+                   size, entry)
+    return BatchTracer(jnp.moveaxis(out.val, 1, d + 1), size)
+
+
+def _roll_dynamic(x, shift, axis):
+    """jnp.roll of examples by a traced shift (one per example, or the
+    same for all), as JAX's _roll_dynamic: per shift and axis, x twice
+    along the axis, and the slice of its length at the length minus the
+    shift (its remainder); the rolled axes must not be sharded (JAX's
+    sentence)."""
+    jnp = _jnp()
+    from ._trace import _dims, _spec_entry
+    if axis is None:
+        return jnp.reshape(_roll_dynamic(jnp.reshape(x, (-1,)), shift, 0), tuple(x.shape))
+    rank = _rank(x)
+    axis = tuple(d % rank for d in (axis if isinstance(axis, (tuple, list)) else (axis,)))
+    if isinstance(x, Tracer) and any(_spec_entry(_dims(x.type)[d]) is not None for d in axis):
+        raise InvalidArgument(f"`a` cannot be sharded on the axis being rolled over. Got arr "
+                              f"type={x.type} and axis={axis}")
+    n_b = np.broadcast_shapes(tuple(shift.shape), (len(axis),))
+    if len(n_b) != 1:
+        raise ValueError("'shift' and 'axis' arguments to roll must be scalars or 1D arrays")
+    shifts = [shift if not shift.shape else shift[k if shift.shape[0] > 1 else 0]
+              for k in range(n_b[0])]
+    for s, d in zip(shifts, np.broadcast_to(np.asarray(axis), n_b)):
+        d, n = int(d), x.shape[int(d)]
+        s = jnp.remainder(jnp.astype(s, np.int32), max(n, 1))
+        x = _lax().dynamic_slice_in_dim(jnp.concatenate((x, x), axis=d), n - s, n, axis=d)
+    return x
+
+
+def _window(start, n, k, size):
+    """The rows of a slice of k of n at a batched start: each example's
+    start clamped to [0, n - k] (as dynamic_slice clamps it), then k
+    consecutive rows, as a batched index."""
+    jnp = _jnp()
+    s = jnp.minimum(jnp.maximum(jnp.astype(start.val, np.int32), 0), n - k)
+    return BatchTracer(jnp.reshape(s, (size, 1)) + jnp.arange(k, dtype=np.int32), size)
+
+
 def _scatter(op, a, size, entry):
     """A scatter of examples. Indices the same for every example: the batch
     moved behind the rows (operand (n, B, ...), updates (indices', B,
@@ -582,7 +669,8 @@ def _scatter(op, a, size, entry):
     sharded as it was (a window dimension). Indices batched: rows of
     (example, row) in one operand of B * n rows (an index out of range
     stays out of range); a batch sharded in a jit body is then gathered
-    for the scatter (out_sharding= lays the result out again)."""
+    for the scatter, and out_sharding= lays the result out as the operand
+    (JAX's scatter rule)."""
     jnp = _jnp()
     from ._trace import _index_value
     x, idx, u = a["operand"], a["indices"], a["updates"]
@@ -603,10 +691,29 @@ def _scatter(op, a, size, entry):
     rows = i + jnp.reshape(jnp.arange(size, dtype=np.int32) * n, (size,) + (1,) * q)
     rows = jnp.where((i >= 0) & (i < n), rows, size * n)  # dropped stays dropped
     nq = int(np.prod(idx.shape))
-    kw = {} if entry is None else {"out_sharding": P(entry, *([None] * r))}
-    out = getattr(jnp, op)(jnp.reshape(xs, (size * n,) + rest), jnp.reshape(rows, (size * nq,)),
-                           jnp.reshape(us, (size * nq,) + rest), **kw)
-    return BatchTracer(jnp.reshape(out, (size, n) + rest), size)
+    rows = jnp.reshape(rows, (size * nq,))
+    kw, spec = {}, None
+    if entry is not None:  # the result laid out as the operand (JAX's scatter rule)
+        from .numpy import _spec_of_type
+        spec = tuple(_spec_of_type(xs.type) or (None,) * (r + 2))
+        kw["out_sharding"] = P(spec[0], *spec[2:])
+        if spec[1] is not None:
+            xs = jnp.reshard(xs, P(spec[0], None, *spec[2:]))
+        # whole, as the scatter makes them: so do the scatters of its gradient
+        rows = jnp.reshard(rows, P(None))
+    xs = jnp.reshape(xs, (size * n,) + rest)
+    us = jnp.reshape(us, (size * nq,) + rest)
+    if op == "scatter_mul" and not q:
+        # one row per example: unique indices (JAX's scalar index), whose
+        # product is the row times its update, written by a scatter
+        got = jnp._take_op(xs, jnp.minimum(rows, size * n - 1), axis=0, **kw)
+        out = jnp.scatter(xs, rows, got * us, **kw)
+    else:
+        out = getattr(jnp, op)(xs, rows, us, **kw)
+    out = jnp.reshape(out, (size, n) + rest)
+    if spec is not None and spec[1] is not None:
+        out = jnp.reshard(out, P(*spec))
+    return BatchTracer(out, size)
 
 
 def _segment_sum(a, size):
@@ -656,6 +763,34 @@ def _batched_input(v, axis, who):
     return v, v.shape[0]
 
 
+def _mapped_axis_spec(batched, unmapped):
+    """The spec entry of the mapped dimension of the batched inputs (their
+    first), as JAX's _mapped_axis_spec: the same for all of them (JAX's
+    ValueError otherwise), and no mesh axis of it sharding an unmapped
+    input (JAX's _check_ema_unmapped_args)."""
+    from ._trace import _dims, _spec_entry
+    ema, seen = None, False
+    for v in batched:
+        e = _spec_entry(_dims(v.type)[0]) if isinstance(v, Tracer) else None
+        if seen and e != ema:
+            raise ValueError(f"Mapped away dimension of inputs passed to vmap should be sharded "
+                             f"the same. Got inconsistent axis specs: {ema} vs {e}")
+        ema, seen = e, True
+    if ema is None:
+        return None
+
+    def names(e):
+        return () if e is None else (e,) if isinstance(e, str) else tuple(e)
+    axes = names(ema)
+    for v in unmapped:
+        if isinstance(v, Tracer) and {a for d in _dims(v.type) for a in
+                                      names(_spec_entry(d))} & set(axes):
+            raise ValueError(f"Unmapped values passed to vmap cannot be sharded along the mesh "
+                             f"axis you are vmapping over. Got type: {v.type}, in_axes: None "
+                             f"and vmapped mesh axis: {axes}")
+    return ema
+
+
 def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_name=None):
     """jax.vmap: fun of one example, mapped over axis in_axes of its
     arguments (an int, None for an argument passed whole, or one per
@@ -683,9 +818,10 @@ def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_n
             _DEPTH[0] -= 1
 
     def run(args, axes, level):
-        sizes, leaves_of = [], {}
+        sizes, leaves_of, unmapped = [], {}, []
         for k, (arg, ax) in enumerate(zip(args, axes)):
             if ax is None:
+                unmapped += [v for v, _ in _tree_leaves(arg, "a")]
                 continue
             leaves = [v for v, _ in _tree_leaves(arg, "a")]
             if isinstance(ax, int):
@@ -699,6 +835,7 @@ def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_n
             for leaf, lax_ in zip(leaves, leaf_axes):
                 if lax_ is None:
                     leaves_of[k].append(leaf)
+                    unmapped.append(leaf)
                     continue
                 val, n = _batched_input(leaf, lax_, k)
                 sizes.append((n, k, tuple(leaf.shape) if hasattr(leaf, "shape") else ()))
@@ -711,10 +848,10 @@ def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_n
                               for n, k, s in sizes)
             raise InvalidArgument(f"vmap got inconsistent sizes for array axes to be mapped:\n"
                                   f"{lines}")
-        for ls in leaves_of.values():
-            for v in ls:
-                if isinstance(v, BatchTracer):
-                    v.nbatch = size
+        mapped = [v for ls in leaves_of.values() for v in ls if isinstance(v, BatchTracer)]
+        for v in mapped:
+            v.nbatch = size
+        ema = _mapped_axis_spec([v.val for v in mapped], unmapped)
         real = [_tree_build(arg, iter(leaves_of[k])) if k in leaves_of else arg
                 for k, arg in enumerate(args)]
         _ACTIVE.append((level, size))
@@ -730,8 +867,8 @@ def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_n
         jnp = _jnp()
         done = []
         _LEVELS.append(level)
-        try:
-            done = [_full(v, size) for v in outs]
+        try:  # results that do not depend on the batch: laid out as the batch is
+            done = [_full(v, size, ema) for v in outs]
         finally:
             _LEVELS.pop()
         for j, (v, b) in enumerate(zip(outs, done)):

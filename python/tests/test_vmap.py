@@ -395,3 +395,135 @@ def _vectorize_cases(c, mesh):
     assert got.shape == want.shape and np.allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
     xs = c.device_put(x, NamedSharding(mesh, P()))
     assert np.allclose(np.asarray(jnp.apply_along_axis(jnp.sum, 2, xs)), x.sum(2), rtol=1e-5)
+
+
+def test_vmap_dynamic_slices_at_batched_starts(c, mesh):
+    """dynamic_slice, dynamic_slice_in_dim and dynamic_update_slice at a
+    start that is one per example (clamped as the op clamps it), beside a
+    traced start the same for all and a static one: JAX's gather and
+    scatter, against numpy's loop; the batch sharded over X stays so.
+    Before, a traced start was refused ('vmap: dynamic_slice at traced
+    starts is not supported')."""
+    xa = RNG.standard_normal((4, 6, 5)).astype(np.float32)
+    ua = RNG.standard_normal((4, 2, 3)).astype(np.float32)
+    sa = np.array([0, 3, 5, -2], np.int32)  # 5 and -2 clamp
+    x = c.device_put(xa, NamedSharding(mesh, P("X")))
+    u = c.device_put(ua, NamedSharding(mesh, P("X")))
+    s = c.device_put(sa, NamedSharding(mesh, P("X")))
+
+    def clamp(v, n, k):
+        return min(max(int(v), 0), n - k)
+
+    def f(x, u, s, t):
+        return (lax.dynamic_slice(x, (s, t), (2, 3)),
+                lax.dynamic_slice_in_dim(x, s, 3, axis=1),
+                lax.dynamic_slice(x, (1, s), (4, 2)),
+                lax.dynamic_update_slice(x, u, (s, t)),
+                lax.dynamic_update_slice(x, u, (t, s)))
+    got = shmap.jit(shmap.vmap(f, in_axes=(0, 0, 0, None)))(x, u, s, np.int32(1))
+    want = [[], [], [], [], []]
+    for e, v, k in zip(xa, ua, sa):
+        i, j = clamp(k, 6, 2), clamp(k, 5, 3)
+        want[0].append(e[i:i + 2, 1:4])
+        want[1].append(e[:, clamp(k, 5, 3):clamp(k, 5, 3) + 3])
+        want[2].append(e[1:5, clamp(k, 5, 2):clamp(k, 5, 2) + 2])
+        w = e.copy()
+        w[i:i + 2, 1:4] = v
+        want[3].append(w)
+        w = e.copy()
+        w[1:3, j:j + 3] = v
+        want[4].append(w)
+    for g, w in zip(got, want):
+        assert np.allclose(np.asarray(g), np.stack(w))
+        assert g.sharding.spec[0] == "X"
+
+
+def test_vmap_scatter_keeps_operand_sharding(c, mesh):
+    """A scatter of examples at batched indices: the result laid out as the
+    operand (its rows' dimension sharded too), and grad of x.at[i].mul(y)
+    at one index per example (JAX's scalar index: unique indices), against
+    numpy. Before, the result lost the operand's other shardings, and the
+    gradient of the mul was refused ('scatter_mul gradients are only
+    implemented if `unique_indices=True`')."""
+    xa = RNG.standard_normal((2, 8, 4)).astype(np.float32)
+    ya = RNG.standard_normal((2, 4)).astype(np.float32)
+    ia = np.array([5, 2], np.int32)
+    with shmap.use_mesh(mesh):
+        x = c.device_put(xa, NamedSharding(mesh, P("X", "Y", None)))
+        y = c.device_put(ya, NamedSharding(mesh, P("X", None)))
+        i = c.device_put(ia, NamedSharding(mesh, P("X")))
+        out = shmap.jit(shmap.vmap(lambda x, i, y: x.at[i].add(y)))(x, i, y)
+        want = xa.copy()
+        want[[0, 1], ia] += ya
+        assert out.sharding.spec == P("X", "Y", None)
+        assert np.allclose(np.asarray(out), want)
+
+        def loss(x, y):
+            return jnp.sum(shmap.vmap(lambda x, i, y: x.at[i].mul(y))(x, i, y) ** 2)
+        gx, gy = shmap.jit(shmap.grad(loss, argnums=(0, 1)))(x, y)
+        m = xa.copy()
+        m[[0, 1], ia] *= ya
+        wx = 2 * m
+        wx[[0, 1], ia] *= ya
+        wy = 2 * m[[0, 1], ia] * xa[[0, 1], ia]
+        assert np.allclose(np.asarray(gx), wx, rtol=1e-5)
+        assert np.allclose(np.asarray(gy), wy, rtol=1e-5)
+
+
+def test_vmap_roll_by_batched_shift(c, mesh):
+    """jnp.roll by a shift one per example (two along one axis, and along
+    two axes), as JAX's dynamic roll, against numpy; the rolled axis
+    sharded: JAX's sentence. Before, it crashed (AttributeError)."""
+    xa = np.arange(4 * 6 * 4, dtype=np.float32).reshape(4, 6, 4)
+    sa = np.array([[1, 2], [0, -3], [7, 5], [-1, 4]], np.int32)
+    x = c.device_put(xa, NamedSharding(mesh, P("X")))
+    s = c.device_put(sa, NamedSharding(mesh, P("X")))
+    got = shmap.jit(shmap.vmap(lambda x, s: jnp.roll(x, s, axis=0)))(x, s)
+    want = np.stack([np.roll(e, tuple(k), axis=(0, 0)) for e, k in zip(xa, sa)])
+    assert np.array_equal(np.asarray(got), want)
+    got = shmap.jit(shmap.vmap(lambda x, s: jnp.roll(x, s, axis=(1, 0))))(x, s)
+    want = np.stack([np.roll(e, tuple(k), axis=(1, 0)) for e, k in zip(xa, sa)])
+    assert np.array_equal(np.asarray(got), want)
+    got = shmap.jit(shmap.vmap(lambda x, s: jnp.roll(x, s[0])))(x, s)
+    want = np.stack([np.roll(e, k[0]) for e, k in zip(xa, sa)])
+    assert np.array_equal(np.asarray(got), want)
+    xs = c.device_put(xa, NamedSharding(mesh, P("X", None, "Y")))
+    with pytest.raises(shmap.InvalidArgument, match="cannot be sharded on the axis being rolled"):
+        shmap.jit(shmap.vmap(lambda x, s: jnp.roll(x, s, axis=1)))(xs, s)
+
+
+def test_vmap_batch_sharding_of_inputs_and_results(c, mesh):
+    """The mesh axes of the mapped dimension (JAX's explicit mesh axis): a
+    result that does not depend on the batch is laid out along them, at
+    any out_axes; mapped inputs sharded differently along it, or an
+    unmapped one sharded over them: JAX's ValueErrors. Before, the result
+    was replicated and the inputs were taken."""
+    with shmap.use_mesh(mesh):
+        x = c.device_put(np.arange(8, dtype=np.float32), NamedSharding(mesh, P("X")))
+        out = shmap.vmap(lambda e: jnp.ones((4,)), out_axes=1)(x)
+        assert out.sharding.spec == P(None, "X")
+        assert np.array_equal(np.asarray(out), np.ones((4, 8)))
+        r = c.device_put(np.ones((8, 4), np.float32), NamedSharding(mesh, P(None, "Y")))
+        with pytest.raises(ValueError, match="Mapped away dimension of inputs passed to vmap "
+                           "should be sharded the same. Got inconsistent axis specs: X vs None"):
+            shmap.vmap(lambda a, b: a + b[0])(x, r)
+        with pytest.raises(ValueError, match=r"Unmapped values passed to vmap cannot be sharded "
+                           r"along the mesh axis you are vmapping over. Got type: f32\[8@X\], "
+                           r"in_axes: None and vmapped mesh axis: \('X',\)"):
+            shmap.jit(shmap.vmap(lambda a, b: a + b[0], in_axes=(0, None)))(x, x)
+
+
+def test_vmap_typeof_in_body(c, mesh):
+    """typeof of a value of a vmap body: JAX's NamedSharding of the
+    context's mesh, the batch dimension dropped. Before, its sharding was
+    a bare PartitionSpec."""
+    seen = []
+
+    def f(e):
+        seen.append(shmap.typeof(e).sharding)
+        return e * 2
+    with shmap.use_mesh(mesh):
+        x = c.device_put(np.ones((8, 4), np.float32), NamedSharding(mesh, P("X", "Y")))
+        shmap.jit(shmap.vmap(f))(x)
+    assert isinstance(seen[0], NamedSharding) and seen[0].spec == P("Y")
+    assert seen[0].mesh.axis_names == ("X", "Y")
