@@ -294,6 +294,9 @@ def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None,
 
     # the sharding rule, and the layouts the computation runs in
     le, re_ = _entries(lhs), _entries(rhs)
+    if le is not None or re_ is not None:  # a numpy operand (a constant) is replicated
+        le = le or [None] * len(lhs.shape)
+        re_ = re_ or [None] * len(rhs.shape)
     want = _out_spec(out_sharding)
     if le is not None:
         if want is None:

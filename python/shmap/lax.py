@@ -1,7 +1,7 @@
 """jax.lax-style collectives for shard_map bodies (psum, pmean, all_gather,
 psum_scatter, ppermute, all_to_all, axis_index, axis_size, ...), plus the
 numpy ops under their lax names, made from the C op table at import."""
-import builtins
+import builtins  # (slice, abs, any: the op table's names here)
 import functools
 
 import numpy as _np
@@ -523,8 +523,6 @@ __all__.append("dot_general")
 # ---- lax's names for the arithmetic, reductions, shapes and loops -----------
 
 
-import builtins  # noqa: E402 (slice, abs: the op table's names here)
-
 
 def _jnp():
     from . import numpy as jnp
@@ -588,14 +586,69 @@ def square(x):
 
 
 def _reducer(name):
-    def op(operand, axes):
-        kw = {}
+    def op(operand, axes, **kw):
         if name in ("sum", "prod") and _lax_dtype(operand) == _np.uint8:
             kw["dtype"] = _np.uint8  # lax's keeps the operand's dtype (jnp's widens uint8)
         return getattr(_jnp(), name)(operand, axis=tuple(int(a) for a in axes), **kw)
-    op.__name__ = "reduce_" + name
-    op.__doc__ = f"lax.reduce_{name}(operand, axes): jnp.{name} over axes, in its dtype."
-    return op
+    if name == "prod":
+        op.__doc__ = "lax.reduce_prod(operand, axes): jnp.prod over axes, in its dtype."
+        op.__name__ = "reduce_prod"
+        return op
+
+    def reduce_op(operand, axes, *, out_sharding=None):
+        if out_sharding is None:
+            return op(operand, axes)
+        return _jnp()._at_once(_reduce_out)(name, op, operand, tuple(int(a) for a in axes),
+                                            out_sharding)
+    reduce_op.__name__ = "reduce_" + name
+    reduce_op.__doc__ = (f"lax.reduce_{name}(operand, axes, out_sharding=None): jnp.{name} over "
+                         f"axes, in its dtype; out_sharding= the result's sharding (JAX's "
+                         f"unreduced rule: see _reduce_out).")
+    return reduce_op
+
+
+def _reduce_out(name, op, operand, axes, out_sharding):
+    """JAX's reduce_{sum,max,min} with out_sharding: its unreduced rule
+    (the unreduced axes among those the reduced dimensions are sharded
+    over), the partial results a shard_map body keeps, a psum over the
+    other sharded reduced axes."""
+    jnp = _jnp()
+    spec = getattr(out_sharding, "spec", out_sharding)
+    if not spec.unreduced:
+        return jnp.reshard(op(operand, axes), spec)
+    ents = jnp._spec_of_type(operand.type) if hasattr(operand, "type") else None
+    ents = list(ents or ()) + [None] * (len(operand.shape) - len(ents or ()))
+    op_u = sorted(jnp._unreduced_of(operand))
+    used = [a for i, e in enumerate(ents) if i in axes and e is not None
+            for a in ((e,) if isinstance(e, str) else e)] + op_u
+    if not builtins.all(u in used for u in spec.unreduced):
+        from ._core import ProgramError
+        raise ProgramError(f"out_sharding's unreduced axes should be in operand's specs that "
+                           f"were reduce_{name} over. Got operand={operand.type}, "
+                           f"axes={axes}, unreduced_spec={set(spec.unreduced)}")
+    if name != "sum":
+        raise NotImplementedError(f"reduce_{name} with an unreduced out_sharding: shmap's "
+                                  f"unreduced values are partial sums (no unreduced_kind "
+                                  f"{name})")
+    from ._core import P
+    from ._trace import _state, shard_map
+    from .numpy import get_mesh
+    mesh = getattr(out_sharding, "mesh", None) or \
+        getattr(getattr(_state, "builder", None), "mesh", None) or get_mesh()
+    unred = tuple(a for a in used if a in spec.unreduced)
+    rest = tuple(a for a in used if a not in spec.unreduced)
+    new = tuple(a for a in unred if a not in op_u)
+
+    def body(b):
+        r = op(b, axes)
+        r = psum(r, rest) if rest else r  # noqa: F821 (the collectives, below)
+        return pcast(r, new, to="unreduced") if new else r  # noqa: F821
+
+    kept = [e for i, e in enumerate(ents) if i not in axes]
+    out = shard_map(body, mesh=mesh, in_specs=P(*ents, unreduced=set(op_u)),
+                    out_specs=P(*kept, unreduced=set(unred)))(operand)
+    want = list(spec) + [None] * (len(kept) - len(spec))
+    return out if want == kept else jnp.reshard(out, P(*want, unreduced=spec.unreduced))
 
 
 reduce_sum, reduce_max = _reducer("sum"), _reducer("max")
@@ -613,10 +666,12 @@ def convert_element_type(operand, new_dtype):
     return jnp.astype(operand, new_dtype)
 
 
-def broadcast(operand, sizes):
-    """lax.broadcast: operand with new leading dimensions sizes."""
+def broadcast(operand, sizes, *, out_sharding=None):
+    """lax.broadcast: operand with new leading dimensions sizes;
+    out_sharding= the result's sharding (jnp.broadcast_to's check)."""
     sizes = tuple(int(s) for s in sizes)
-    return _jnp().broadcast_to(operand, sizes + tuple(operand.shape))
+    return _jnp().broadcast_to(operand, sizes + tuple(_shape_of(operand)),
+                               out_sharding=out_sharding)
 
 
 def broadcast_in_dim(operand, shape, broadcast_dimensions, out_sharding=None):
@@ -1994,13 +2049,14 @@ def broadcast_to_rank(x, rank):
 
 
 def broadcast_like(arr, like_arr):
-    """lax.broadcast_like: arr broadcast to like_arr's shape, laid out as
-    like_arr in a jit."""
+    """lax.broadcast_like: arr broadcast to like_arr's shape and sharding
+    (JAX's broadcast_to with like_arr's sharding: arr's sharded dimensions
+    must be like_arr's, else ValueError)."""
     jnp = _jnp()
-    r = jnp.broadcast_to(arr, tuple(like_arr.shape))
-    if jnp._is_jit_sharded(like_arr):
-        r = jnp.reshard(r, jnp._spec_of_type(like_arr.type))
-    return r
+    spec = jnp._spec_of_type(like_arr.type) if hasattr(like_arr, "type") else None
+    if spec is None:
+        return jnp.broadcast_to(arr, tuple(_shape_of(like_arr)))
+    return jnp.broadcast_to(arr, tuple(like_arr.shape), out_sharding=spec)
 
 
 def broadcasted_iota(dtype, shape, dimension, *, out_sharding=None):

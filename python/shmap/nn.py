@@ -77,14 +77,29 @@ def logsumexp(a, axis=None, keepdims=False):
 
 
 @_at_once
-def one_hot(x, num_classes, *, dtype=_np.float32, axis=-1):
+def one_hot(x, num_classes, *, dtype=_np.float32, axis=-1, out_sharding=None):
     """jax.nn.one_hot: x[..., None] == arange(num_classes) as dtype, the new
-    dimension at axis."""
+    dimension at axis; out_sharding= the result's sharding, whose entries
+    but the new dimension's must be x's (JAX's check)."""
+    from ._core import InvalidArgument, P
     rank = len(x.shape) + 1
     ax = axis + rank if axis < 0 else axis
     iota = jnp.reshape(jnp.arange(num_classes, dtype=x.dtype),
                        tuple(num_classes if d == ax else 1 for d in range(rank)))
-    return jnp.astype(jnp.expand_dims(x, ax) == iota, dtype)
+    out = jnp.astype(jnp.expand_dims(x, ax) == iota, dtype)
+    if out_sharding is None:
+        return out
+    spec = getattr(out_sharding, "spec", out_sharding)
+    if spec.unreduced:
+        raise NotImplementedError
+    want = list(spec) + [None] * (rank - len(spec))
+    have = list(jnp._spec_of_type(x.type) or ()) if hasattr(x, "type") else []
+    have += [None] * (rank - 1 - len(have))
+    if want[:ax] + want[ax + 1:] != have:
+        raise InvalidArgument(f"The input part of spec in out_sharding should match the spec of "
+                              f"`x`. Got typeof(x).spec={P(*have)} and "
+                              f"out_sharding.spec={P(*(want[:ax] + want[ax + 1:]))}")
+    return jnp.reshard(out, P(*want))
 
 
 @_at_once

@@ -174,6 +174,31 @@ def clip(a, a_min=None, a_max=None):
     return a
 
 
+_full_op = full  # noqa: F821 (the op table's: a static number to fill with)
+
+
+def full(shape, fill_value, dtype=None, *, device=None, out_sharding=None):
+    """jnp.full: shape filled with fill_value; an array fill_value (numpy,
+    an Array or traced) is broadcast to shape, as JAX's broadcast_to."""
+    if _np.ndim(fill_value) == 0 and not hasattr(fill_value, "type"):
+        kw = {k: v for k, v in (("dtype", dtype), ("device", device),
+                                 ("out_sharding", out_sharding)) if v is not None}
+        return _full_op(shape, fill_value, **kw)
+    if device is not None and out_sharding is not None:
+        raise ValueError("Only one of `device` or `out_sharding` can be set.")
+    shape = (int(shape),) if _np.ndim(shape) == 0 else tuple(int(d) for d in shape)
+    v = array(fill_value, dtype=dtype)
+    return broadcast_to(v, shape, out_sharding=out_sharding or device)
+
+
+def _unreduced_of(x):
+    """The mesh axes x (an Array or a traced value) is unreduced over: its
+    type's {U:...}."""
+    m = re.search(r"\{(.*)\}\s*$", str(getattr(x, "type", "")))
+    return frozenset(a for part in (m.group(1).split(", ") if m else ())
+                     if part.startswith("U:") for a in part[2:].split(",") if a)
+
+
 def _spec_of_type(t):
     """The PartitionSpec of a type string's dimensions ('f32[8@X,4,6@(Y,Z)]'
     -> P('X', None, ('Y', 'Z'))), or None where no dimension is sharded."""
@@ -462,10 +487,90 @@ def triu(m, k=0):
     return _tri(m, k, False)
 
 
+_reshape_op = reshape  # noqa: F821 (the op table's: C order)
+
+
+def reshape(a, shape, order="C", *, copy=None, out_sharding=None):
+    """jnp.reshape: a in shape (one -1 inferred), its elements read in C
+    (row-major) or 'F' (column-major: a reshape of the transpose into the
+    reversed shape, transposed back, as JAX's) order. out_sharding= the
+    result's sharding; as JAX's reshape rule, it cannot be unreduced unless
+    a is, over the same axes."""
+    if order not in ("C", "F"):
+        if order == "A":
+            raise NotImplementedError("np.reshape order=A is not implemented.")
+        raise ValueError(f"Unexpected value for 'order' argument: {order}.")
+    shape = (int(shape),) if _np.ndim(shape) == 0 else tuple(int(d) for d in shape)
+    if out_sharding is None:
+        return _reshape_at_once(a, shape, order, None)
+    spec = getattr(out_sharding, "spec", out_sharding)
+    typ = getattr(a, "type", None)
+    a_u = _unreduced_of(a)
+    if a_u and a_u != spec.unreduced:
+        raise ValueError(f"out_sharding passed to reshape must be unreduced over the same mesh "
+                         f"axes as operand. Got out_sharding: {spec} and operand type: {typ}")
+    if not a_u and spec.unreduced:
+        raise ValueError(f"out_sharding passed to `reshape` cannot contain unreduced axes. Got "
+                         f"{out_sharding}")
+    return _full_spec(_reshape_at_once(a, shape, order, out_sharding))
+
+
 @_at_once
-def ravel(a):
-    """jnp.ravel: reshape(a, (-1,)) (JAX's reshape rule decides the sharding)."""
-    return reshape(a, (-1,))  # noqa: F821
+def _reshape_at_once(a, shape, order, out_sharding):
+    kw = {} if out_sharding is None else {"out_sharding": out_sharding}
+    if order == "C":
+        return _reshape_op(a, shape, **kw)
+    if out_sharding is not None:
+        from ._core import NamedSharding, P
+        spec = getattr(out_sharding, "spec", out_sharding)
+        entries = tuple(spec) + (None,) * (len(shape) - len(spec))
+        rev = P(*entries[::-1], unreduced=spec.unreduced)
+        kw["out_sharding"] = NamedSharding(out_sharding.mesh, rev) \
+            if isinstance(out_sharding, NamedSharding) else rev
+    return transpose(_reshape_op(transpose(a), shape[::-1], **kw))  # noqa: F821
+
+
+def ravel(a, order="C", *, out_sharding=None):
+    """jnp.ravel: reshape(a, (size,), order, out_sharding=) (JAX's reshape
+    rule decides the sharding)."""
+    if order == "K":
+        raise NotImplementedError("Ravel not implemented for order='K'.")
+    return reshape(a, (math.prod(_np.shape(a) if not hasattr(a, "shape") else a.shape),), order,
+                   out_sharding=out_sharding)
+
+
+_broadcast_to_op = broadcast_to  # noqa: F821 (the op table's: no out_sharding)
+
+
+def broadcast_to(array, shape, *, out_sharding=None):
+    """jnp.broadcast_to: array broadcast to shape; out_sharding= (a P or a
+    NamedSharding) its sharding, which must keep array's sharded
+    dimensions (JAX's lax.broadcast_to check: else ValueError)."""
+    if out_sharding is None:
+        return _broadcast_to_op(array, shape)
+    return _full_spec(_broadcast_to_sharded(array, shape, out_sharding))
+
+
+@_at_once
+def _broadcast_to_sharded(array, shape, out_sharding):
+    from ._core import P
+    shape = (int(shape),) if _np.ndim(shape) == 0 else tuple(int(d) for d in shape)
+    spec = getattr(out_sharding, "spec", out_sharding)
+    ashape = tuple(_np.shape(array)) if not hasattr(array, "type") else tuple(array.shape)
+    aspec = list(_spec_of_type(array.type) or ()) if hasattr(array, "type") else []
+    aspec += [None] * (len(ashape) - len(aspec))
+    out = list(spec) + [None] * (len(shape) - len(spec))
+    nlead = len(shape) - len(ashape)
+    if nlead < 0 or not builtins.all(d in (1, n) for d, n in zip(ashape, shape[nlead:])) or \
+            not builtins.all(a in (None, o) for a, o in zip(aspec, out[nlead:])):
+        atype = array.type if hasattr(array, "type") else _short_type(
+            _jax_dtype(_np.asarray(array).dtype), ashape)
+        dt = atype[:atype.index("[")]
+        dims = ",".join(f"{n}@{o}" if isinstance(o, str) else f"{n}@({','.join(o)})" if o
+                        else str(n) for n, o in zip(shape, out))
+        raise ValueError(f"Incompatible types for broadcasting: input type={atype} and "
+                         f"requested type={dt}[{dims}]")
+    return reshard(_broadcast_to_op(array, shape), P(*out, unreduced=spec.unreduced))  # noqa
 
 
 @_at_once
@@ -660,10 +765,19 @@ def quantile(a, q, axis=None, keepdims=False, method="linear"):
 
 
 @_at_once
-def percentile(a, q, axis=None, keepdims=False, method="linear"):
-    """jnp.percentile: quantile of q / 100."""
-    return quantile(a, _np.asarray(q, dtype=_np.float64) / 100, axis=axis, keepdims=keepdims,
-                    method=method)
+def percentile(a, q, axis=None, keepdims=False, method="linear", *, out_sharding=None):
+    """jnp.percentile: quantile of q / 100; with out_sharding= computed in
+    auto_axes and laid out as it says, as JAX's."""
+    def f(a):
+        return quantile(a, _np.asarray(q, dtype=_np.float64) / 100, axis=axis,
+                        keepdims=keepdims, method=method)
+    return f(a) if out_sharding is None else _auto(f, out_sharding)(a)
+
+
+def _auto(f, out_sharding):
+    """f as JAX's auto_axes(f, out_sharding=) computes it: on its operand
+    replicated (in a jit), the result laid out as out_sharding says."""
+    return lambda x: reshard(f(_unshard(x)), out_sharding)  # noqa: F821
 
 
 @_at_once
@@ -754,9 +868,10 @@ def outer(a, b):
 
 
 @_at_once
-def tensordot(a, b, axes=2):
+def tensordot(a, b, axes=2, *, precision=None, preferred_element_type=None,
+              out_sharding=None):
     """jnp.tensordot: an einsum over the paired axes (axes: the last/first
-    n, or two sequences)."""
+    n, or two sequences); out_sharding= the result's sharding (einsum's)."""
     if isinstance(axes, numbers.Integral):
         ax_a = list(range(len(a.shape) - axes, len(a.shape)))
         ax_b = list(range(axes))
@@ -770,7 +885,8 @@ def tensordot(a, b, axes=2):
         lb[j] = la[i]
     out = [c for d, c in enumerate(la) if d not in ax_a] + \
         [c for d, c in enumerate(lb) if d not in ax_b]
-    return einsum(f"{''.join(la)},{''.join(lb)}->{''.join(out)}", a, b)
+    return einsum(f"{''.join(la)},{''.join(lb)}->{''.join(out)}", a, b,
+                  preferred_element_type=preferred_element_type, out_sharding=out_sharding)
 
 
 @_at_once
@@ -1123,13 +1239,23 @@ def flipud(m):
     return flip(m, 0)
 
 
-@_at_once
-def repeat(a, repeats, axis=None, *, total_repeat_length=None):
+def repeat(a, repeats, axis=None, *, total_repeat_length=None, out_sharding=None):
     """jnp.repeat: each entry repeated along axis (the flattened array when
     None): an int number of times as a broadcast and a reshape; per entry
     (a sequence, or traced with total_repeat_length) as a take of the
     positions, total_repeat_length of them when given (JAX's: the rest cut
-    off, or the final value repeated)."""
+    off, or the final value repeated). numpy repeats are static, as JAX's.
+    out_sharding= the result's sharding."""
+    if isinstance(repeats, _np.ndarray):
+        repeats = int(repeats) if repeats.ndim == 0 else repeats.tolist()
+    if out_sharding is None:
+        return _repeat(a, repeats, axis, total_repeat_length)
+    return _at_once(_auto(lambda x: _repeat(x, repeats, axis, total_repeat_length),
+                          out_sharding))(a)
+
+
+@_at_once
+def _repeat(a, repeats, axis, total_repeat_length):
     if axis is None:
         a, axis = reshape(a, (-1,)), 0  # noqa: F821
     ax = axis % len(a.shape)
@@ -1149,7 +1275,7 @@ def repeat(a, repeats, axis=None, *, total_repeat_length=None):
                          "static. To fix this, either specify a static value for `repeats`, or "
                          "pass a static value to `total_repeat_length`.")
     else:  # traced repeats: the entry whose running total first passes each position
-        ends = cumsum(broadcast_to(reshape(repeats, (-1,)), (n,)))  # noqa: F821
+        ends = _cumsum_op(broadcast_to(reshape(repeats, (-1,)), (n,)))  # noqa: F821
         pos = searchsorted(ends, arange(int(total_repeat_length)), side="right")  # noqa: F821
         return take(a, minimum(pos, n - 1), axis=ax)  # noqa: F821
     s = tuple(a.shape)
@@ -1499,11 +1625,44 @@ def _bincount_impl(x, weights, length, out_sharding):
             raise ValueError(f"type of weights must match type of x. Got typeof(x)={x.type} "
                              f"and typeof(weights)={weights.type}")
         upd, dt = weights, weights.dtype
+    if out_sharding is not None:
+        spec = getattr(out_sharding, "spec", out_sharding)
+        mesh = getattr(out_sharding, "mesh", None) or getattr(_state.builder, "mesh", None)
+        if tuple(spec) or spec.unreduced and spec.unreduced != set(mesh.axis_names):
+            raise InvalidArgument("out_sharding passed to `jnp.bincount` can only be fully "
+                                  "replicated or fully unreduced along all mesh axes")
+        if spec.unreduced:
+            return _bincount_unreduced(x, None if weights is None else upd, length, dt, mesh)
     base = zeros((length,), dtype=dt)  # noqa: F821
     idx = maximum(x, 0)  # noqa: F821 (JAX's clip(x, 0): negative values count in bin 0)
     if out_sharding is not None:
         return base.at[idx].add(upd, out_sharding=out_sharding)
     return _scatter_add_rep(base, idx, upd)
+
+
+def _bincount_unreduced(x, weights, length, dt, mesh):
+    """bincount unreduced over every mesh axis, as JAX's scatter-add with
+    that out_sharding: each device's counts of its block of x (a shard_map;
+    along an axis x is not sharded over, the first device's)."""
+    from ._core import P
+    from ._trace import shard_map
+    from .lax import axis_index, pcast
+    spec = _spec_of_type(x.type) or P(None)
+    held = set(_spec_axes(spec))
+    axes = tuple(mesh.axis_names)
+
+    def body(xb, wb):
+        wb = full(tuple(xb.shape), 1, dtype=dt) if wb is None else wb  # noqa: F821
+        r = zeros((length,), dtype=dt).at[maximum(xb, 0)].add(wb)  # noqa: F821
+        for a in axes:
+            if a not in held:
+                r = _where(axis_index(a) == 0, r, zeros((length,), dtype=dt))  # noqa: F821
+        return pcast(r, axes, to="unreduced")
+
+    if weights is not None:
+        weights = reshard(weights, spec)  # noqa: F821
+    return shard_map(body, mesh=mesh, in_specs=(spec, None if weights is None else spec),
+                     out_specs=P(unreduced=set(axes)))(x, weights)
 
 
 _bincount_at_once = _at_once(_bincount_impl)
@@ -1533,8 +1692,8 @@ def _nonzero_impl(a, size, fill_value):
         return tuple(zeros((size,), dtype=_np.int32) for _ in shape)  # noqa: F821
     m = astype(reshape(mask, (-1,)), _np.int32)  # noqa: F821
     ones_ = full((m.shape[0],), 1, dtype=_np.int32)  # noqa: F821
-    counts = _scatter_add_rep(zeros((size,), dtype=_np.int32), cumsum(m), ones_)  # noqa: F821
-    flat = cumsum(counts)  # noqa: F821 (the k-th nonzero's flat index; the end where none)
+    counts = _scatter_add_rep(zeros((size,), dtype=_np.int32), _cumsum_op(m), ones_)  # noqa
+    flat = _cumsum_op(counts)  # noqa: F821 (the k-th nonzero's flat index; the end where none)
     strides = _np.cumprod(shape[::-1])[::-1] // _np.asarray(shape)
     out = tuple(mod(floor_divide(flat, int(st)), int(n))  # noqa: F821
                 for st, n in zip(strides, shape))
@@ -1616,7 +1775,7 @@ def _unique_impl(ar, return_index, return_inverse, return_counts, equal_nan, siz
     if return_index:
         ret += (_gather(perm, ind),)
     if return_inverse:
-        imask = cumsum(astype(mask, _np.int32)) - 1  # noqa: F821
+        imask = _cumsum_op(astype(mask, _np.int32)) - 1  # noqa: F821
         inv = zeros((n,), dtype=_np.int32)  # noqa: F821
         from ._core import P
         inv = inv.at[perm].set(imask, out_sharding=P()) if _is_jit_sharded(perm, imask) \
@@ -1684,8 +1843,8 @@ def histogram(a, bins=10, range=None, weights=None, density=None):
     flat = reshape(a, (-1,))  # noqa: F821
     idx = searchsorted(edges, flat, side="right")
     idx = where(flat == edges[-1], ne - 1, idx)  # noqa: F821
-    counts = _scatter_add_rep(zeros((ne,), dtype=weights.dtype), idx,  # noqa: F821
-                              reshape(weights, (-1,)))[1:]  # noqa: F821
+    # no out_sharding: JAX's scatter rule refuses sharded values in a jit
+    counts = zeros((ne,), dtype=weights.dtype).at[idx].add(reshape(weights, (-1,)))[1:]  # noqa
     if density:
         counts = counts / diff(edges) / sum(counts)  # noqa: F821
     return counts, edges
@@ -3517,6 +3676,27 @@ def vecmat(x1, x2, /):
     x1, x2 = _asarrays(x1, x2)
     _core_mismatch((("n",), ("n", "m")), x1, x2)
     return matmul(expand_dims(x1, -2), x2)[..., 0, :]  # noqa: F821
+
+
+def _cumulative_op(name):
+    op = globals()[name]
+
+    def f(a, axis=None, dtype=None, out=None):
+        if out is not None:
+            raise NotImplementedError(f"The 'out' argument to jnp.{name} is not supported")
+        if axis is None and "@" in getattr(a, "type", ""):
+            raise InvalidArgument(f"The input should be fully replicated when axis is not "
+                                  f"specified to {name}. Got input type={a.type}")
+        kw = {} if dtype is None else {"dtype": dtype}
+        return op(a, **kw) if axis is None else op(a, axis=axis, **kw)
+    f.__name__ = name
+    f.__doc__ = (f"jnp.{name}: the op's scan along axis; of the flattened a when axis is None, "
+                 f"which must then be replicated (JAX's ShardingTypeError).")
+    return f
+
+
+_cumsum_op = cumsum  # noqa: F821 (the op table's, for a flat scan of a sharded 1-D value)
+cumsum, cumprod = _cumulative_op("cumsum"), _cumulative_op("cumprod")
 
 
 def _nan_scan(name, scan, fill, a, axis, dtype, out):

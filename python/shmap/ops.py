@@ -44,10 +44,14 @@ def _segment_scatter(name, op, data, segment_ids, num_segments, out_sharding):
     """JAX's segment_max/min/prod: a full array of the reduction's identity
     (-inf / the integer minimum for max, ...) updated by a scatter of data
     at the ids (empty segments keep the identity; ids out of range
-    dropped); its sharding rule (the C op's) decides, or out_sharding=."""
+    dropped); its sharding rule (the C op's) decides, or out_sharding=
+    (not an unreduced one: JAX's NotImplementedError)."""
     if num_segments is None:
         raise InvalidArgument(f"{name}: give num_segments (a static int): the result's shape "
                               f"cannot depend on the values of segment_ids here")
+    if getattr(getattr(out_sharding, "spec", out_sharding), "unreduced", None):
+        raise NotImplementedError(f"unreduced for {name[len('segment_'):]} is not yet "
+                                  f"supported.")
     n = int(num_segments)
 
     def f(d, s):

@@ -433,10 +433,11 @@ def _place(name, a, out_sharding):
         raise InvalidArgument(f"shmap.random.{name} gives {a.dtype}, which shmap arrays cannot "
                               f"hold: draw it outside the traced function (a numpy array) and "
                               f"convert it, or ask for a dtype shmap has")
-    if b is None:
+    if b is None:  # typed as JAX's draws are: one spec entry per dimension
         sharding = _sharding_of(out_sharding) if out_sharding is not None else \
             NamedSharding(get_mesh(), P())
-        return device_put(a, sharding)
+        from .numpy import _full_spec
+        return _full_spec(device_put(a, sharding))
     mesh = getattr(b, "mesh", None)
     if b.kind != "jit" or mesh is None:
         raise InvalidArgument(f"shmap.random.{name} in a shard_map body: its values would be a "
@@ -453,7 +454,7 @@ def _placed(name, x, out_sharding):
         return x
     from . import numpy as jnp
     return jnp.reshard(x, getattr(out_sharding, "spec", out_sharding)) \
-        if isinstance(x, _trace.Tracer) else device_put(x, out_sharding)
+        if isinstance(x, _trace.Tracer) else jnp._full_spec(device_put(x, out_sharding))
 
 
 def _on_device(v):

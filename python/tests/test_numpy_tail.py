@@ -369,3 +369,67 @@ def test_linalg_cond_tensorinv_tensorsolve(c, mesh):
     with pytest.raises(ValueError, match="After moving axes to end, leading shape of a must "
                                          "match shape of b."):
         jnp.linalg.tensorsolve(xt, xb[:2])
+
+
+def test_bincount_unreduced_weights(c, mesh):
+    """bincount with weights and out_sharding unreduced over every mesh
+    axis: each device its own block's sums (x sharded over i alone: the
+    first device along j), their sum numpy's; a sharded out_sharding is
+    JAX's sentence."""
+    x = np.array([0, 1, 1, 2, 3, 3, 3, 0], np.int32)
+    w = np.arange(8, dtype=np.float32)
+    xs, ws = _put(c, mesh, x, P("i")), _put(c, mesh, w, P("i"))
+    with shmap.use_mesh(mesh):
+        f = shmap.jit(lambda x, w: jnp.bincount(x, w, length=4,
+                                                out_sharding=P(unreduced={"i", "j"})))
+        out = f(xs, ws)
+        assert out.sharding.spec.unreduced == {"i", "j"}
+        total = sum(np.asarray(s.data) for s in out.addressable_shards)
+        assert np.allclose(total, np.bincount(x, w, minlength=4))
+        assert np.allclose(np.asarray(shmap.reshard(out, P())), np.bincount(x, w, minlength=4))
+        with pytest.raises(shmap.InvalidArgument, match="only be fully replicated or fully "
+                           "unreduced"):
+            shmap.jit(lambda x: jnp.bincount(x, length=4, out_sharding=P(unreduced={"i"})))(xs)
+
+
+def test_broadcast_to_out_sharding(c, mesh):
+    """jnp.broadcast_to(out_sharding=) of a numpy array at once, and
+    lax.broadcast of a sharded one: the values numpy's, laid out as asked;
+    an operand sharded otherwise is JAX's ValueError."""
+    from shmap import lax
+    with shmap.use_mesh(mesh):
+        out = jnp.broadcast_to(V, (8, 6), out_sharding=P("i", None))
+        assert out.sharding.spec == P("i", None)
+        assert np.array_equal(np.asarray(out), np.broadcast_to(V, (8, 6)))
+        v = _put(c, mesh, V, P("j"))
+        out = shmap.jit(lambda v: lax.broadcast(v, (8,), out_sharding=P("i", "j")))(v)
+        assert out.sharding.spec == P("i", "j")
+        assert np.array_equal(np.asarray(out), np.broadcast_to(V, (8, 6)))
+        with pytest.raises(ValueError, match="Incompatible types for broadcasting"):
+            jnp.broadcast_to(v, (8, 6), out_sharding=P(None, "i"))
+
+
+def test_reduce_sum_unreduced_at_once(c, mesh):
+    """lax.reduce_sum with an unreduced out_sharding, at once: the partial
+    sums over the dimension sharded over i, psummed over j; their sum
+    numpy's."""
+    from shmap import lax
+    x = _put(c, mesh, F, P("i", "j"))
+    with shmap.use_mesh(mesh):
+        out = lax.reduce_sum(x, (0, 1), out_sharding=P(unreduced={"i"}))
+        assert out.sharding.spec.unreduced == {"i"}
+        assert np.allclose(np.asarray(shmap.reshard(out, P())), F.sum(), rtol=1e-5)
+        assert np.allclose(sum(np.asarray(s.data) for s in out.addressable_shards),
+                           2 * F.sum(), rtol=1e-5)  # each i-block's sum on both j devices
+
+
+def test_reshape_order_f_and_cumsum_flat(c, mesh):
+    """jnp.reshape(order='F') as numpy's, in a jit and at once (ravel); and
+    cumsum without axis of a sharded array: JAX's sentence."""
+    r = _put(c, mesh, F, P())
+    out = shmap.jit(lambda x: jnp.reshape(x, (6, 8), order="F"))(r)
+    assert np.array_equal(np.asarray(out), np.reshape(F, (6, 8), order="F"))
+    assert np.array_equal(np.asarray(jnp.ravel(r, order="F")), np.ravel(F, order="F"))
+    x = _put(c, mesh, F, P("i", "j"))
+    with pytest.raises(shmap.InvalidArgument, match="The input should be fully replicated"):
+        shmap.jit(lambda x: jnp.cumsum(x))(x)
