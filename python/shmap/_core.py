@@ -279,8 +279,11 @@ P = PartitionSpec
 
 
 class AxisType:
+    """jax.sharding.AxisType: Explicit (in the types), Auto (the service's
+    choice) or Manual (a shard_map body's, where each device has a block)."""
     Explicit = "Explicit"
     Auto = "Auto"
+    Manual = "Manual"
 
 
 Explicit, Auto = AxisType.Explicit, AxisType.Auto
@@ -302,12 +305,31 @@ class Mesh:
         if len(self.axis_names) != len(self.axis_sizes):
             raise InvalidArgument("a mesh needs one size per axis name")
         self._devices = None if devices is None else tuple(int(d) for d in np.ravel(devices))
-        self.axis_types = tuple(axis_types) if axis_types else (Explicit,) * len(self.axis_names)
+        # JAX's defaults: Mesh(...) Auto axes; make_mesh and AbstractMesh Explicit ones
+        default = Explicit if client is not None or isinstance(self, AbstractMesh) else Auto
+        if isinstance(axis_types, str):
+            axis_types = (axis_types,)
+        self.axis_types = tuple(axis_types) if axis_types else (default,) * len(self.axis_names)
+        if not all(t in (Explicit, Auto, AxisType.Manual) for t in self.axis_types):
+            raise ValueError(f"axis_types must be of AxisType (Explicit, Auto, Manual), got "
+                             f"{axis_types!r}")
         self._client = client
 
     @property
     def shape(self):
         return dict(zip(self.axis_names, self.axis_sizes))
+
+    def _axes_of(self, t):
+        return tuple(n for n, k in zip(self.axis_names, self.axis_types) if k == t)
+
+    # JAX's predicates and axis lists of a mesh's types
+    are_all_axes_manual = property(lambda self: all(t == AxisType.Manual
+                                                    for t in self.axis_types))
+    are_all_axes_auto = property(lambda self: all(t == Auto for t in self.axis_types))
+    are_all_axes_explicit = property(lambda self: all(t == Explicit for t in self.axis_types))
+    auto_axes = property(lambda self: self._axes_of(Auto))
+    explicit_axes = property(lambda self: self._axes_of(Explicit))
+    manual_axes = property(lambda self: self._axes_of(AxisType.Manual))
 
     @property
     def size(self):
@@ -350,7 +372,7 @@ class Mesh:
 
     def __repr__(self):
         s = ", ".join(f"'{n}': {z}" for n, z in zip(self.axis_names, self.axis_sizes))
-        if any(t == Auto for t in self.axis_types):  # as the service's sentences write it
+        if any(t != Explicit for t in self.axis_types):  # as the service's sentences write it
             s += ", axis_types=(" + ", ".join(self.axis_types) + ")"
         return "Mesh(" + s + ")"
 
@@ -426,7 +448,7 @@ class NamedSharding:
 
     def __eq__(self, other):
         return (isinstance(other, NamedSharding) and self.mesh == other.mesh and
-                tuple(self.spec) == tuple(other.spec))
+                self.spec == other.spec)  # unreduced axes too, as JAX's
 
     def __repr__(self):
         return f"NamedSharding(mesh={self.mesh!r}, spec={self.spec!r})"
@@ -796,7 +818,8 @@ class _ArrayAtIndex:
         self.x, self.key = x, key
 
     def __getattr__(self, how):
-        if how not in ("set", "add", "multiply", "mul", "divide", "power", "min", "max", "get"):
+        if how not in ("set", "add", "subtract", "multiply", "mul", "divide", "power", "min",
+                       "max", "get"):
             raise AttributeError(how)
         key = self.key
         return lambda *v, **kw: self.x._now(lambda a, *t: getattr(a.at[key], how)(*t, **kw),
@@ -1092,14 +1115,23 @@ def set_mesh(mesh):
     jit functions given numpy arguments, use on this thread (None unsets),
     in place of the one set now (inside a use_mesh block, until its end);
     as a context manager, until the with block's end."""
+    _check_context_mesh(mesh, "jax.set_mesh")
     stack = getattr(_mesh_state, "stack", None) or []
     _mesh_state.stack = stack[:-1] + [mesh]
     return _MeshSet(stack, mesh)
 
 
+def _check_context_mesh(mesh, what):
+    if mesh is not None and AxisType.Manual in getattr(mesh, "axis_types", ()):
+        raise ValueError(f"mesh {mesh} contains manual axes which is not allowed when using "
+                         f"`{what}`. Please use `jax.shard_map` to enter into `Manual` mode "
+                         f"instead.")
+
+
 @contextlib.contextmanager
 def use_mesh(mesh):
     """jax.sharding.use_mesh: set_mesh for the with block."""
+    _check_context_mesh(mesh, "jax.sharding.use_mesh")
     prev = getattr(_mesh_state, "stack", None) or []
     _mesh_state.stack = prev + [mesh]
     try:
@@ -1399,10 +1431,17 @@ def typeof(x):
         raise InvalidArgument(f"typeof takes a shmap Array or a traced value, got {type(x)}")
     mesh = None
     if isinstance(x, Array):
-        mesh = x.sharding.mesh
+        mesh = x.sharding.mesh.abstract_mesh
     else:
         b = getattr(x, "_owner", None)
         mesh = getattr(b, "mesh", None)
+        if mesh is not None:  # JAX's: the abstract mesh, axis types as in that context
+            types = getattr(b, "axis_types", None) or mesh.axis_types
+            if getattr(b, "kind", None) == "shard_map":
+                manual = b.manual_axes or mesh.axis_names
+                types = [AxisType.Manual if a in manual else t
+                         for a, t in zip(mesh.axis_names, types)]
+            mesh = AbstractMesh(mesh.axis_sizes, mesh.axis_names, tuple(types))
     try:
         shape = tuple(x.shape)
     except Exception:  # noqa: BLE001 (a value whose shape is not known: parsed from t)

@@ -812,7 +812,8 @@ class Tracer(_Shaped):
 
 class _AtIndex:
     """x.at[key]: updates of the box key names (integers, slices of step 1,
-    '...'), as dynamic_update_slice at static starts."""
+    '...'), as dynamic_update_slice at static starts; with an integer array
+    or a strided slice in key, JAX's scatter (_scatter_one, _scatter_many)."""
 
     def __init__(self, x, key):
         self.x, self.key = x, key
@@ -855,7 +856,7 @@ class _AtIndex:
 
     def set(self, v, *, indices_are_sorted=False, unique_indices=False, mode=None,
             out_sharding=None):
-        if self._index_array():
+        if self._scatters():
             return self._scatter("scatter", v, out_sharding)
         if out_sharding is not None:
             return self._auto("set", v, out_sharding)
@@ -898,73 +899,174 @@ class _AtIndex:
         return auto_axes(lambda a, u: getattr(_AtIndex(a, key), how)(u),
                          out_sharding=out_sharding)(self.x, v)
 
-    def _index_array(self):
-        """The key is one integer array (x.at[idx]), or a tuple of integer
-        arrays, integers and whole slices with an array among them
-        (x.at[rows, cols])."""
+    def _scatters(self):
+        """The key needs JAX's scatter: it is one integer array (x.at[idx]),
+        or has an integer array (x.at[rows, cols]) or a slice of a step
+        other than 1 (x.at[::2]) among its indices."""
         if isinstance(self.key, (np.ndarray, list, Tracer, Array)):
             return True
-        return isinstance(self.key, tuple) and \
-            any(isinstance(k, (np.ndarray, list, Tracer, Array)) for k in self.key)
+        key = self.key if isinstance(self.key, tuple) else (self.key,)
+        return any(isinstance(k, (np.ndarray, list, Tracer, Array)) or
+                   (isinstance(k, slice) and k.step not in (None, 1)) for k in key)
 
     def _scatter(self, op, v, out_sharding):
-        if isinstance(self.key, tuple):
+        if isinstance(self.key, (tuple, slice)):
             return self._scatter_many(op, v, out_sharding)
         return self._scatter_one(op, v, out_sharding)
 
     def _scatter_many(self, op, v, out_sharding):
-        """x.at[i, j, ...].op(v) with several index arrays (and integers,
-        and whole slices): numpy's advanced indexing as a scatter over one
-        dimension, the indexed ones moved to the front and merged, each
-        broadcast position a linear index (one out of range in any of its
-        dimensions: dropped; negative ones from the end); v broadcast to
-        x[key]'s shape and ordered as that dimension's rows."""
+        """x.at[key].op(v) for a key of integer arrays, integers and slices
+        of any step (with '...'), as JAX's scatter: numpy's indexing, the
+        dimensions the arrays, integers and slices of a part index (a
+        slice's positions: an array on a dimension of its own) moved to the
+        front and merged into one, each position of their broadcast shape a
+        linear index (one out of range in any dimension: dropped; negative
+        ones from the end); v broadcast to x[key]'s shape and ordered as
+        that dimension's rows. In a jit body JAX's scatter rule lays it out:
+        the result has x's sharding, refused (its sentence) where x is
+        sharded along an indexed dimension or the indices are sharded;
+        out_sharding= computes it with the indexed dimensions whole and
+        lays the result out as it says."""
         from . import numpy as jnp
-        x, key = self.x, self.key
-        if any(k is Ellipsis for k in key) or any(k is None for k in key):
-            raise InvalidArgument("x.at[...] with several index arrays takes integers, index "
-                                  "arrays and ':' only")
+        x = self.x
+        key = self.key if isinstance(self.key, tuple) else (self.key,)
         shape = tuple(x.shape)
+        if any(k is None for k in key):
+            raise InvalidArgument("x.at[...] with an index array or a strided slice takes "
+                                  "integers, index arrays, slices and '...', not None")
+        if any(k is Ellipsis for k in key):
+            at = next(j for j, k in enumerate(key) if k is Ellipsis)
+            key = key[:at] + (slice(None),) * (len(shape) - len(key) + 1) + key[at + 1:]
+        if len(key) > len(shape):
+            raise InvalidArgument(f"x.at[...]: {len(key)} indices for an array of rank "
+                                  f"{len(shape)}")
         key = key + (slice(None),) * (len(shape) - len(key))
-        adv = [j for j, k in enumerate(key) if not isinstance(k, slice)]
-        if any(isinstance(k, slice) and k != slice(None) for k in key):
-            raise InvalidArgument("x.at[...] with several index arrays takes integers, index "
-                                  "arrays and ':' only, not slices of a part")
-        idx = [_index_value(np.asarray(key[j], np.int32) if isinstance(key[j], numbers.Integral)
-                            else key[j]) for j in adv]
-        if any(i.dtype == np.bool_ for i in idx):
+        arrs = [j for j, k in enumerate(key) if isinstance(k, (np.ndarray, list, Tracer, Array))]
+        ints = [j for j, k in enumerate(key)
+                if isinstance(k, numbers.Integral) and not isinstance(k, bool)]
+        for d, k in enumerate(key):
+            if d not in arrs and d not in ints and not isinstance(k, slice):
+                raise InvalidArgument(f"x.at[...] takes integers, slices, index arrays and "
+                                      f"'...', got {k!r}")
+        rng = {d: range(*k.indices(n)) for d, (k, n) in enumerate(zip(key, shape))
+               if isinstance(k, slice)}
+        part = [d for d, r in rng.items() if r != range(shape[d])]
+        whole = [d for d in rng if d not in part]
+        idx = {d: _index_value(key[d]) if not isinstance(key[d], (np.ndarray, list))
+               else np.asarray(key[d]) for d in arrs}
+        if any(i.dtype == np.bool_ for i in idx.values()):
             raise InvalidArgument("x.at[...] with a boolean mask beside other indices: use "
                                   "jnp.where")
-        rest = [d for d in range(len(shape)) if d not in adv]
-        bshape = tuple(np.broadcast_shapes(*[tuple(i.shape) for i in idx]))
-        sizes = [shape[d] for d in adv]
-        n_all = int(np.prod(sizes))
+        bA = tuple(np.broadcast_shapes(*[tuple(i.shape) for i in idx.values()]))
+        adv = sorted(arrs + ints)  # numpy's advanced indices: their dims in one block
+        together = not arrs or adv == list(range(adv[0], adv[0] + len(adv)))
+        labels = [] if together else [("a", k) for k in range(len(bA))]
+        for d in range(len(shape)):
+            if d in rng:
+                labels.append(("d", d))
+            elif together and d == adv[0]:
+                labels += [("a", k) for k in range(len(bA))]
+        size = {("a", k): n for k, n in enumerate(bA)}
+        size.update({("d", d): len(r) for d, r in rng.items()})
+        view = tuple(size[lb] for lb in labels)  # x[key]'s shape, as numpy orders it
+        if 0 in view:
+            return x  # nothing to update (JAX's)
+        sdims = sorted(adv + part)  # the dimensions merged into the scatter's
+        bshape = bA + tuple(len(rng[d]) for d in part)
+        ones = (1,) * len(part)
+        comp = {}  # each merged dimension's index at each position of bshape
+        for d in sdims:
+            if d in ints:
+                comp[d] = np.int32(key[d])
+            elif d in part:
+                comp[d] = np.asarray(rng[d], np.int32).reshape(
+                    tuple(len(rng[e]) if e == d else 1 for e in part))
+            elif isinstance(idx[d], np.ndarray):
+                comp[d] = idx[d].astype(np.int32).reshape(idx[d].shape + ones)
+            else:
+                i = idx[d] if idx[d].dtype == "int32" else jnp.astype(idx[d], np.int32)
+                comp[d] = _call_op("reshape", i, tuple(i.shape) + ones) if ones else i
+        static = all(isinstance(c, (np.ndarray, np.integer)) for c in comp.values())
+        lib = np if static else jnp
+        n_all = int(np.prod([shape[d] for d in sdims]))
         lin, ok = None, None
-        for i, n in zip(idx, sizes):
-            i = _broadcast_to(jnp.astype(jnp.where(i < 0, i + n, i), np.int32), bshape)
+        for d in sdims:
+            n = shape[d]
+            i = comp[d] if static else (comp[d] if isinstance(comp[d], Tracer)
+                                        else _index_value(comp[d]))
+            i = lib.where(i < 0, i + n, i)
             good = (i >= 0) & (i < n)
             ok = good if ok is None else ok & good
             lin = i if lin is None else lin * n + i
-        lin = jnp.where(ok, lin, n_all)  # out of range somewhere: dropped
-        perm = tuple(adv) + tuple(rest)
+        lin = lib.where(ok, lin, n_all)  # out of range somewhere: dropped
+        lin = _index_value(np.broadcast_to(lin, bshape)) if static else \
+            _broadcast_to(jnp.astype(lin, np.int32), bshape)
+        ents = _entries(x)
+        kw, final = {}, None
+        if out_sharding is not None:
+            sp = out_sharding.spec if isinstance(out_sharding, NamedSharding) else out_sharding
+            oents = list(sp) + [None] * (len(shape) - len(sp))
+            inner = P(None, *[oents[d] for d in whole])
+            kw["out_sharding"] = NamedSharding(out_sharding.mesh, inner) \
+                if isinstance(out_sharding, NamedSharding) else inner
+            if len(sp) > len(shape) or any(oents[d] is not None for d in sdims) or \
+                    getattr(sp, "unreduced", None):
+                final = out_sharding
+            if ents is not None and any(ents[d] is not None for d in sdims):
+                x = _call_op("reshard", x, P(*[None if d in sdims else e
+                                               for d, e in enumerate(ents)]))
+        elif ents is not None:
+            self._check_rule(ents, idx, key, labels, view, adv, part, together)
+        perm = tuple(sdims) + tuple(whole)
         xm = x if perm == tuple(range(len(shape))) else _call_op("transpose", x, perm)
         tshape = tuple(xm.shape)
-        xm = _call_op("reshape", xm, (n_all,) + tshape[len(adv):])
-        together = adv == list(range(adv[0], adv[0] + len(adv)))
-        at = adv[0] if together else 0
-        rshape = tuple(shape[d] for d in rest)
-        view = rshape[:at] + bshape + rshape[at:]  # x[key]'s shape, as numpy orders it
+        xm = _call_op("reshape", xm, (n_all,) + tshape[len(sdims):])
         upd = _updates(x, v, view)
-        nb = len(bshape)
-        if at:
-            upd = _call_op("transpose", upd, tuple(range(at, at + nb)) + tuple(range(at)) +
-                           tuple(range(at + nb, len(view))))
-        kw = {} if out_sharding is None else {"out_sharding": out_sharding}
+        order = [("a", k) for k in range(len(bA))] + [("d", d) for d in part + whole]
+        uperm = tuple(labels.index(lb) for lb in order)
+        if uperm != tuple(range(len(view))):
+            upd = _call_op("transpose", upd, uperm)
+        if ents is not None and out_sharding is None:
+            want = [None] * len(bshape) + [ents[d] for d in whole]
+            if [_spec_entry(t) for t in _dims(upd.type)] != want:
+                upd = _call_op("reshard", upd, P(*want))
         out = _call_op(op, xm, lin, upd, **kw)
         out = _call_op("reshape", out, tshape)
         if perm != tuple(range(len(shape))):
             out = _call_op("transpose", out, tuple(int(k) for k in np.argsort(perm)))
+        if final is not None:
+            out = _call_op("reshard", out, final)
         return out
+
+    def _check_rule(self, ents, idx, key, labels, view, adv, part, together):
+        """JAX's scatter rule for x.at[key] without out_sharding (x's spec
+        entries ents): refused, with its sentence, where x is sharded along
+        a dimension the key indexes (an inserted window dimension or a slice
+        of a part) or an index array is sharded. The sentence's types are
+        JAX's: the indices as its gather builds them (the arrays' broadcast
+        dimensions and a strided slice's, then one per index), the updates
+        laid out as x[key]."""
+        first = idx[min(idx)] if idx else None  # JAX lays the block out as the first array
+        nA = sum(1 for lb in labels if lb[0] == "a")
+        ia = (_entries(first) or []) if isinstance(first, Tracer) else []
+        ia = [None] * (nA - len(ia)) + list(ia)
+        if all(e is None for i in idx.values() if isinstance(i, Tracer)
+               for e in _entries(i) or []) and all(ents[d] is None for d in adv + part):
+            return
+        ishape, ients = [], []
+        for d in range(len(key)):
+            if idx and d == (adv[0] if together else 0):
+                ishape += [view[j] for j, lb in enumerate(labels) if lb[0] == "a"]
+                ients += ia
+            if d in part and key[d].step not in (None, 1):
+                ishape.append(view[labels.index(("d", d))])
+                ients.append(None)
+        uents = [ia[lb[1]] if lb[0] == "a" else ents[lb[1]] for lb in labels]
+        dt = self.x.type.split("[")[0]
+        e = scatter_refused(self.x.type, _type_str("i32", ishape, ients),
+                            _type_str(dt, view, uents), len(adv) + len(part))
+        src = _user_line()
+        raise ProgramError(f"{src}: {e}" if src else str(e), source_line=src)
 
     def _scatter_one(self, op, v, out_sharding):
         """x.at[idx].op(v) with an index array: the scatter op of the op
@@ -992,16 +1094,34 @@ class _AtIndex:
 
     def add(self, v, *, indices_are_sorted=False, unique_indices=False, mode=None,
             out_sharding=None):
-        if self._index_array():
+        if self._scatters():
             return self._scatter("scatter_add", v, out_sharding)
         if out_sharding is not None:
             return self._auto("add", v, out_sharding)
         self._laid_out(*self._box()[1:])
         return self.set(self.get() + v)
 
+    def subtract(self, v, *, indices_are_sorted=False, unique_indices=False, mode=None,
+                 out_sharding=None):
+        """x[key] -= v: JAX's scatter_sub as a scatter-add of -v (a - b is
+        a + -b, to the bit)."""
+        if self._scatters():
+            neg = -v if isinstance(v, Tracer) else np.negative(v)
+            return self._scatter("scatter_add", neg, out_sharding)
+        if out_sharding is not None:
+            return self._auto("subtract", v, out_sharding)
+        self._laid_out(*self._box()[1:])
+        return self.set(self.get() - v)
+
     def multiply(self, v, *, indices_are_sorted=False, unique_indices=False, mode=None,
                  out_sharding=None):
-        if self._index_array():
+        key = self.key if isinstance(self.key, tuple) else (self.key,)
+        if self._scatters() and out_sharding is None and \
+                not any(isinstance(k, (np.ndarray, list, Tracer, Array)) for k in key):
+            # slices' indices are unique (JAX's unique_indices): x times v set into ones,
+            # the same values, and differentiable in v as scatter_mul is not here
+            return self.x * _AtIndex(_ones_like(self.x), self.key).set(v)
+        if self._scatters():
             return self._scatter("scatter_mul", v, out_sharding)
         if out_sharding is not None:
             return self._auto("multiply", v, out_sharding)
@@ -1011,18 +1131,22 @@ class _AtIndex:
     mul = multiply
 
     def divide(self, v, **kw):
-        if self._index_array():  # JAX's: x over a scatter-mul of v into ones
+        if self._scatters():  # JAX's: x over a scatter-mul of v into ones
             return self.x / _AtIndex(_ones_like(self.x), self.key).multiply(v, **kw)
+        if kw.get("out_sharding") is not None:
+            return self._auto("divide", v, kw["out_sharding"])
         return self.set(self.get() / v)
 
     def power(self, v, **kw):
-        if self._index_array():  # JAX's: x to a scatter-mul of v into ones
+        if self._scatters():  # JAX's: x to a scatter-mul of v into ones
             return self.x ** _AtIndex(_ones_like(self.x), self.key).multiply(v, **kw)
+        if kw.get("out_sharding") is not None:
+            return self._auto("power", v, kw["out_sharding"])
         return self.set(self.get() ** v)
 
     def min(self, v, *, indices_are_sorted=False, unique_indices=False, mode=None,
             out_sharding=None):
-        if self._index_array():
+        if self._scatters():
             return self._scatter("scatter_min", v, out_sharding)
         if out_sharding is not None:
             return self._auto("min", v, out_sharding)
@@ -1031,7 +1155,7 @@ class _AtIndex:
 
     def max(self, v, *, indices_are_sorted=False, unique_indices=False, mode=None,
             out_sharding=None):
-        if self._index_array():
+        if self._scatters():
             return self._scatter("scatter_max", v, out_sharding)
         if out_sharding is not None:
             return self._auto("max", v, out_sharding)
@@ -1095,12 +1219,23 @@ def _dims(t):
     return re.findall(r"[^,(]+(?:\([^)]*\))?", inner)
 
 
-def scatter_refused(operand, indices, updates):
+def _type_str(dtype, shape, ents):
+    """The type string of shape laid out as PartitionSpec entries ents:
+    f32[8@x,4], f32[8@(x,y)]."""
+    def one(n, e):
+        if e is None:
+            return str(n)
+        return f"{n}@{e}" if isinstance(e, str) else f"{n}@({','.join(e)})"
+    return f"{dtype}[{','.join(one(n, e) for n, e in zip(shape, ents))}]"
+
+
+def scatter_refused(operand, indices, updates, nvec=1):
     """JAX's sentence for a scatter its sharding rule cannot lay out
     without out_sharding= (_scatter_sharding_rule), given the three type
-    strings (indices' with JAX's trailing index-vector dimension)."""
+    strings (indices' without JAX's trailing index-vector dimension, of
+    nvec entries)."""
     close = indices.index("]")  # the dimensions end here (an unreduced {U:..} may follow)
-    t = indices[:close] + (",1" if _dims(indices) else "1") + indices[close:]
+    t = indices[:close] + ("," if _dims(indices) else "") + str(nvec) + indices[close:]
     return ProgramError("Use `.at[...].set/add/mul/...(out_sharding=)` to provide output "
                         "PartitionSpec for the scatter update as out sharding could not be "
                         "resolved unambiguously (or would require collectives on inputs). Got "
@@ -2705,7 +2840,7 @@ def eval_shape(fun, *args, **kwargs):
             return eval_shape(fun, *args, **kwargs)
     except _NoOutputs as e:
         return e.value
-    mesh = info["mesh_obj"]
+    mesh = info["mesh_obj"].abstract_mesh  # JAX's: the types' (abstract) mesh
     outs = [ShapeDtypeStruct(shape, _DTYPES[dt], NamedSharding(
         mesh, P(*[_spec_entry(d) for d in _dims(ty)]))) for ty, dt, shape, _ in info["outputs"]]
     if t2.kind == "jit":
@@ -2912,7 +3047,7 @@ def _auto_call(b, f, axes, os_, args, kwargs, explicit=False):
     decls = [f"{n}: {_dtype_name(v.dtype)}[{','.join(map(str, v.shape))}] @ {sp!r}"
              for n, v, sp in zip(names, params, decl_specs)]
     inner = _Builder([mline, f"jit {fname}({', '.join(decls)})%OUT%:"], "jit", names)
-    inner.mesh, inner.outer = mesh, b
+    inner.mesh, inner.outer, inner.axis_types = mesh, b, tuple(types)
     _state.builder = inner
     try:
         if names:
@@ -2946,6 +3081,16 @@ def _auto_call(b, f, axes, os_, args, kwargs, explicit=False):
                                   f"NamedSharding, or a pytree of them, one per result "
                                   f"({len(outs)})")
     specs = [getattr(x, "spec", x) for x in specs]
+    levels = [lvl for lvl in _grad._levels(b) if not lvl.paused]
+    closed = [x for kind, x in inner.extra if kind == "value" and
+              any(x.name in lvl.active for lvl in levels)]
+    if closed:  # values of b it closes over that grad differentiates: more arguments
+        if explicit:
+            raise InvalidArgument(f"{what}({name}) closes over a value that grad "
+                                  f"differentiates: pass it as an argument")
+        b.fnames.discard(fname)
+        return _auto_call(b, _closing_over(f, closed, len(args)), axes, os_,
+                          tuple(args) + tuple(closed), kwargs)
     b.prelude.extend(inner.prelude)
     b.prelude.append(f"def {fname}({', '.join(inner.params)}):")
     b.prelude.extend(f"    {t}" for t, _ in inner.lines)
@@ -2961,10 +3106,6 @@ def _auto_call(b, f, axes, os_, args, kwargs, explicit=False):
     call = f"{what}({fname}, {'in' if explicit else 'out'}_sharding={spec_text})(" \
            f"{', '.join([v.name for v in params] + extra)})"
     lv = _grad._target(b, params)
-    if lv is not None and any(nm in lvl.active for lvl in _grad._levels(b) if not lvl.paused
-                              for nm in extra if isinstance(nm, str)):
-        raise InvalidArgument(f"{what}({name}) closes over a value that grad "
-                              f"differentiates: pass it as an argument")
     with _grad._paused(_grad._levels(b)[lv:] if lv is not None else []):
         got = b.emit(call, what, tuple(params)) if len(outs) == 1 else \
             b.emit_multi(call, len(outs), what, tuple(params))
@@ -2995,6 +3136,26 @@ def _auto_call(b, f, axes, os_, args, kwargs, explicit=False):
     return _unflatten(tree, iter(got))
 
 
+def _closing_over(f, closed, n):
+    """f taking the traced values it closes over (closed) as n more
+    arguments after its own n: in its trace each stands for its parameter
+    (in the program's text and on grad's tapes), so that grad reaches
+    them through the call."""
+    def g(*a):
+        b = _builder()
+        for v, t in zip(closed, a[n:]):
+            b.closed[id(v)] = t.name
+            b.closed_as[id(v)] = t
+        try:
+            return f(*a[:n])
+        finally:
+            for v in closed:
+                b.closed.pop(id(v), None)
+                b.closed_as.pop(id(v), None)
+    g.__name__ = getattr(f, "__name__", "f")
+    return g
+
+
 def explicit_axes(f=None, /, *, axes=None, in_sharding=None):
     """jax.sharding.explicit_axes: in a mesh of Auto axes, f computed with
     axes (all by default) Explicit: its array arguments resharded to
@@ -3011,8 +3172,9 @@ def explicit_axes(f=None, /, *, axes=None, in_sharding=None):
 def _auto_batched(f, axes, os_, args, kwargs):
     """auto_axes(f)(args) with args batched by the innermost vmap among
     them: auto_axes of vmap(f) on the batched values (the batch first, as
-    each BatchTracer holds it), each result spec with None first for the
-    batch, its results batched again."""
+    each BatchTracer holds it), each result spec with the batch's entry
+    first (the first mapped argument's, as JAX's batching keeps it), its
+    results batched again."""
     if _vmap.batched([kwargs]):
         raise Unimplemented("vmap of auto_axes with a batched keyword argument is not "
                             "supported: pass it positionally")
@@ -3021,6 +3183,8 @@ def _auto_batched(f, axes, os_, args, kwargs):
     mapped = [isinstance(v, _vmap.BatchTracer) and v.level == level for v, _ in pairs]
     size = next(v.nbatch for (v, _), m in zip(pairs, mapped) if m)
     flat = [v.val if m else v for (v, _), m in zip(pairs, mapped)]
+    first = next(x for x, m in zip(flat, mapped) if m)
+    entry = _spec_entry(_dims(first.type)[0]) if isinstance(first, Tracer) else None
 
     def per_example(*xs):
         it = iter(xs)
@@ -3028,8 +3192,8 @@ def _auto_batched(f, axes, os_, args, kwargs):
 
     def batch_first(spec):
         spec = getattr(spec, "spec", spec)
-        return P(None, *spec, unreduced=spec.unreduced) if getattr(spec, "unreduced", None) \
-            else P(None, *spec)
+        return P(entry, *spec, unreduced=spec.unreduced) if getattr(spec, "unreduced", None) \
+            else P(entry, *spec)
     if isinstance(os_, (PartitionSpec, NamedSharding)):
         specs = batch_first(os_)
     else:

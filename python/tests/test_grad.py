@@ -96,9 +96,10 @@ SHAPES = [
     ("concatenate", lambda xp, x: _sm(xp, xp.concatenate([x[:, :4], x * 2, x[:, 8:]], axis=1))),
     ("where", lambda xp, x: _sm(xp, xp.where(x > 0, x * x, -x))),
     ("cumsum", lambda xp, x: _sm(xp, xp.cumsum(x, axis=1))),
-    ("cumsum_flat", lambda xp, x: _sm(xp, xp.cumsum(x[:2]))),
+    # flattened: of an operand replicated over X (JAX refuses a sharded one)
+    ("cumsum_flat", lambda xp, x: _sm(xp, xp.cumsum(x[:2].sum(0)))),
     ("cumprod", lambda xp, x: _sm(xp, xp.cumprod(x * 0.3 + 1, axis=1)) +
-     _sm(xp, xp.cumprod(x[:4, :5]))),
+     _sm(xp, xp.cumprod(x[:4, :5].sum(0) * 0.1 + 1))),
     ("cummax_cummin", lambda xp, x: _sm(xp, _cum(xp, "max", x, 1)) +
      _sm(xp, _cum(xp, "min", x[:, :7], 1)) + _sm(xp, _cum(xp, "max", x[:4, :5], None))),
     ("flip", lambda xp, x: _sm(xp, xp.flip(x, 1) * x)),
@@ -240,6 +241,21 @@ def test_grad_auto_mesh(c):
     b = rng.standard_normal((16, 4)).astype(np.float32)
     _check(c, mesh, lambda xp, a, b: _sm(xp, xp.tanh(a @ b)), [a, b],
            [P("X", None), P(None, "Y")], rng, argnums=(0, 1))
+
+
+def test_grad_auto_axes_closure(c):
+    """grad reaches a value an auto_axes function closes over (it was 0:
+    no backward was recorded for it), alone and also passed in."""
+    m = c.make_mesh((2,), ("x",))
+    with shmap.use_mesh(m):
+        def f(p, x):
+            return shmap.auto_axes(lambda x: p * x, out_sharding=P())(x)
+        assert float(shmap.grad(f)(1.0, 2.0)) == 2.0
+        assert float(shmap.grad(lambda p, x: f(p, x * p))(1.0, 2.0)) == 4.0
+        gp, gx = shmap.jit(shmap.grad(lambda p, x: shmap.auto_axes(
+            lambda x: (p * x).sum(), out_sharding=P())(x), argnums=(0, 1)))(
+                3.0, jnp.arange(4.0))
+        assert float(np.asarray(gp)) == 6.0 and np.array_equal(np.asarray(gx), [3.0] * 4)
 
 
 def test_grad_unused_and_stop_gradient(c, mesh):

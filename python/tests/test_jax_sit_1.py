@@ -679,8 +679,6 @@ def test_reshape(meshes, src_shape, dst_shape, src_spec, dst_spec, use_sharding_
         assert shmap.jit(shmap.grad(g))(arr).sharding == arr.sharding
 
 
-@pytest.mark.xfail(strict=True, reason="jnp.reshape has no order= ('reshape: unknown keyword "
-                   "argument 'order' (expected one of: a, shape, out_sharding)')")
 def test_jnp_reshape_order_F(meshes):
     """test_jnp_reshape_order_F: reshape in Fortran order with
     out_sharding."""
@@ -834,9 +832,6 @@ def test_auto_mode_no_context_mesh(meshes):
     assert out.sharding == ns(mesh, P("x", None))
 
 
-@pytest.mark.xfail(strict=True, reason="in a shard_map body the types' mesh keeps its Explicit "
-                   "axes (JAX's are all Manual: are_all_axes_manual), and shmap's meshes have no "
-                   "are_all_axes_manual")
 def test_shard_map_full_manual(m22):
     """test_shard_map_full_manual: a shard_map over every axis in a jit, with
     the arguments' specs as in_specs."""
@@ -1396,7 +1391,6 @@ def test_auto_mode_mix_repeat(m22):
         assert np.array_equal(np.asarray(out), np.repeat(np_inp * 2, 2, axis=1))
 
 
-@pytest.mark.xfail(strict=True, reason="jnp.repeat takes no out_sharding= (a TypeError)")
 def test_manual_mode_mix_repeat(m22):
     """test_manual_mode_mix_repeat: jnp.repeat with out_sharding in a
     shard_map Manual over x alone."""
@@ -1834,32 +1828,11 @@ def _np_scatter(op, x, ind, y):
     return x
 
 
-SCATTER_Y_LOST = pytest.mark.xfail(strict=True, reason="the vmapped scatter's result loses the "
-                                   "operand's y: P('x', None, None), not JAX's P('x', None, 'y')")
-SCATTER_DUS = pytest.mark.xfail(strict=True, reason="vmap of dynamic_update_slice_in_dim at a "
-                                "batched start is refused ('vmap: dynamic_update_slice at traced "
-                                "starts is not supported')")
 SCATTER_CASES = []
 for _name, _ospec, _uspec in (("operand_xy_sharded", P("x", None, "y"), P("x", "y")),
                               ("operand_x_sharded", P("x", None, None), P("x", None))):
     for _op in SCATTER_FNS:
-        _marks = []
-        if _op == "dynamic_update_slice_in_dim":
-            _marks = [SCATTER_DUS]
-        elif _name == "operand_xy_sharded":
-            _marks = [SCATTER_Y_LOST]
-        elif _op == "set":
-            _marks = [pytest.mark.xfail(strict=True, reason="the vmapped .at[i].set is refused "
-                                        "('Use `.at[...].set/add/mul/...(out_sharding=)` to "
-                                        "provide output PartitionSpec ...'), where add, min and "
-                                        "max run")]
-        elif _op == "mul":
-            _marks = [pytest.mark.xfail(strict=True, reason="grad of the vmapped .at[i].mul at a "
-                                        "scalar index is refused ('scatter_mul gradients are only "
-                                        "implemented if `unique_indices=True`'): JAX's scalar "
-                                        "index makes its indices unique")]
-        SCATTER_CASES.append(pytest.param(_ospec, _uspec, _op, marks=_marks,
-                                          id=f"{_name}_{_op}"))
+        SCATTER_CASES.append(pytest.param(_ospec, _uspec, _op, id=f"{_name}_{_op}"))
 
 
 @pytest.mark.parametrize("operand_spec,update_spec,op", SCATTER_CASES)
@@ -1888,8 +1861,6 @@ def test_scatter_sharding_rule(m22, operand_spec, update_spec, op):
         assert outs[1].sharding.spec == update_spec
 
 
-@pytest.mark.xfail(strict=True, reason="in a vmap body typeof(x).sharding is a bare P('y',), not "
-                   "a NamedSharding, so its .spec raises AttributeError")
 def test_reshard_api(m22):
     """test_reshard_api: reshard at once, in a jit, under grad and vmap (the
     use_abstract_mesh part: not ported)."""

@@ -143,9 +143,6 @@ def test_jnp_zeros_out_sharding(m2):
         assert arr_eq(out, np.zeros((8,), np.float32))
 
 
-@pytest.mark.xfail(strict=True, reason="x.at[:, ids].add(v, out_sharding=P('x', None)) on an "
-                   "operand sharded P('x', None) comes back P(None, 'x') (and without "
-                   "out_sharding shmap refuses it)")
 def test_at_add_lower_to_scatter_add(m2):
     """test_at_add_lower_to_scatter_add: a scatter-add into columns of a
     replicated and a row-sharded operand keeps the operand's sharding."""
@@ -176,7 +173,6 @@ def test_at_add_lower_to_scatter_add(m2):
         assert x_updated.sharding == ns(m2, P("x", None))
 
 
-@pytest.mark.xfail(strict=True, reason="x.at[...] refuses slices of step 2 (strided scatters)")
 def test_scatter_jit_invariant(m2):
     """test_scatter_jit_invariant: a.at[::2, ::2].set(val), at once and in a
     jit."""
@@ -207,9 +203,6 @@ def test_lax_map_batch_size_greater_than_input(m2):
         assert arr_eq(out, np.full((5, 2), 6, np.float32))
 
 
-@pytest.mark.xfail(strict=True, reason="jit(vmap(auto_axes(f, out_sharding=P()))) gives its "
-                   "result P(None, None), the batch not kept sharded as JAX's "
-                   "P(('x', 'y'), None)")
 def test_explicit_ctx_vmap_over_auto_axes(m22):
     """test_explicit_ctx_vmap_over_auto_axes: vmap of an auto_axes function
     keeps the batch's sharding in front of its out_sharding."""
@@ -247,8 +240,6 @@ def test_jnp_arange_out_sharding(m2):
             assert arr_eq(out, want.astype(np.float32))
 
 
-@pytest.mark.xfail(strict=True, reason="shmap's AxisType has no Manual, and set_mesh takes a "
-                   "mesh whose axis type is 'Manual' without JAX's ValueError")
 def test_set_mesh_error(c):
     """test_set_mesh_error: set_mesh of a mesh of Manual axes."""
     mesh = shmap.Mesh(np.array(c.devices()), "x", axis_types=("Manual",))
@@ -472,8 +463,6 @@ def test_dynamic_update_slice_transpose(m2):
         assert arr_eq(out[1], np.ones(4)) and arr_eq(out[2], np.ones(8))
 
 
-@pytest.mark.xfail(strict=True, reason="under vmap, typeof(x).sharding is a bare "
-                   "PartitionSpec (no .spec), not JAX's NamedSharding")
 @pytest.mark.parametrize("z_spec", [P(None, None), P(None, "x")],
                          ids=["fully_replicated", "sharded"])
 def test_gather_transpose(m2, z_spec):
@@ -782,9 +771,6 @@ def _conv_ref(kernel, inputs):
                for k in range(kernel.shape[0]))
 
 
-@pytest.mark.xfail(strict=True, reason="shmap.random.normal under a mesh returns an Array of "
-                   "spec P(), not JAX's P(None, None, None), so the kernel's gradient "
-                   "sharding does not compare equal to it")
 def test_grad_conv_general_dilated(m2):
     """test_grad_conv_general_dilated: the gradients of a 1-D convolution of
     a batch-sharded input have their arguments' shardings."""
@@ -818,9 +804,6 @@ def test_vmap_conv_general_dilated(m22):
         assert np.allclose(np.asarray(out), want, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.xfail(strict=True, reason="typeof(x).sharding holds the concrete mesh, not "
-                   "mesh.abstract_mesh, so it differs from NamedSharding(mesh.abstract_mesh, "
-                   "...)")
 def test_device_put_typeof(m2):
     """test_device_put_typeof: the type of jnp.zeros under the context mesh
     (and, in JAX, of an array on one device)."""
@@ -873,7 +856,6 @@ def test_unreduced_einsum_lowers_to_reduce_sum(m22):
 NO_REDUCE_SUM_OUT = "lax.reduce_sum takes no out_sharding"
 
 
-@pytest.mark.xfail(strict=True, reason=NO_REDUCE_SUM_OUT)
 def test_reduce_sum_unreduced(m22):
     """test_reduce_sum_unreduced: reduce_sum over two sharded axes, left
     unreduced over x."""
@@ -896,7 +878,6 @@ def test_reduce_sum_unreduced(m22):
         assert arr_eq(shmap.sharding.reshard(out, P(None)), np_inp.sum((0, 1)))
 
 
-@pytest.mark.xfail(strict=True, reason=NO_REDUCE_SUM_OUT)
 def test_reduce_sum_unreduced_error(m22):
     """test_reduce_sum_unreduced_error: unreduced over an axis the reduced
     dimension is not sharded over: JAX's ShardingTypeError; two sums."""
@@ -924,7 +905,6 @@ def test_reduce_sum_unreduced_error(m22):
         assert out.sharding == ns(m22, P(unreduced={"y"}))
 
 
-@pytest.mark.xfail(strict=True, reason=NO_REDUCE_SUM_OUT)
 def test_unreduced_multi_axes_reduce_sum(m22):
     """test_unreduced_multi_axes_reduce_sum: unreduced over both axes of a
     dimension sharded over (x, y)."""
@@ -1025,8 +1005,6 @@ def test_minibatch_scan_unreduced(m2, use_custom_vjp):
         step(ws, xs)
 
 
-@pytest.mark.xfail(strict=True, reason="vmap takes mapped arguments sharded differently "
-                   "along the mapped axis without JAX's ValueError")
 def test_vmap_mapped_input_sharding_error(m2):
     """test_vmap_mapped_input_sharding_error: the mapped axis sharded in one
     argument, replicated in the other: JAX's ValueError."""
@@ -1050,7 +1028,6 @@ def _broadcast_sharded(x):
     return lax.broadcast(x, sizes=[2], out_sharding=P("x", *xs))
 
 
-@pytest.mark.xfail(strict=True, reason="lax.broadcast takes no out_sharding")
 def test_jacrev_sharded_broadcast(m22):
     """test_jacrev_sharded_broadcast: jacrev of a broadcast sharded over x
     in front."""
@@ -1121,8 +1098,6 @@ def test_vmap_grad_sharded_gather(meshes):
         assert np.allclose(np.asarray(grad), want)
 
 
-@pytest.mark.xfail(strict=True, reason="grad through auto_axes drops the cotangent of a value "
-                   "its function closes over: d/dparams is 0, not 6")
 def test_auto_axes_inside_scan(m2):
     """test_auto_axes_inside_scan: grad of a scan whose step calls an
     auto_axes function closing over the differentiated params."""
@@ -1194,7 +1169,6 @@ def test_jnp_pad_reflect(m2):
         assert arr_eq(padded_arr, np.pad(np_inp, widths, mode="reflect"))
 
 
-@pytest.mark.xfail(strict=True, reason="jnp.repeat takes no out_sharding")
 def test_jnp_repeat_arraylike(m2):
     """test_jnp_repeat_arraylike: jnp.repeat with an array of counts and
     total_repeat_length, out_sharding=P()."""
@@ -1440,9 +1414,6 @@ def test_reduced_at_get_out_sharding(m2):
         assert out.sharding == ns(m2, P(None, None, unreduced={"x"}))
 
 
-@pytest.mark.xfail(strict=True, reason="x.at[idx, 0] has no .subtract, and its multiply, "
-                   "divide, power, min and max refuse out_sharding=P('x', None) ('has 2 "
-                   "entries but scatter_mul: out_sharding has rank 1')")
 def test_index_update(m2):
     """test_index_update: the scatters of x.at[idx, 0] with out_sharding
     keep the operand's sharding."""
@@ -1465,11 +1436,6 @@ def test_index_update(m2):
             assert np.allclose(np.asarray(out), want)
 
 
-ABSTRACT_TYPE = ("typeof(x).sharding holds the concrete mesh, not mesh.abstract_mesh (nor does "
-                 "an Array have .aval)")
-
-
-@pytest.mark.xfail(strict=True, reason=ABSTRACT_TYPE)
 def test_out_aval_matches_out_sharding(m2):
     """test_out_aval_matches_out_sharding: jit with out_shardings=P('x'):
     the result's sharding and type."""
@@ -1483,7 +1449,6 @@ def test_out_aval_matches_out_sharding(m2):
         assert shmap.typeof(out).sharding == NamedSharding(m2.abstract_mesh, P("x"))
 
 
-@pytest.mark.xfail(strict=True, reason=ABSTRACT_TYPE)
 def test_out_aval_matches_out_sharding_override(m22):
     """test_out_aval_matches_out_sharding_override: out_shardings
     overriding the result's type sharding, and without it."""
@@ -1499,7 +1464,6 @@ def test_out_aval_matches_out_sharding_override(m22):
         assert shmap.typeof(out2).sharding == NamedSharding(m22.abstract_mesh, P("x", None))
 
 
-@pytest.mark.xfail(strict=True, reason=ABSTRACT_TYPE)
 def test_out_aval_auto_mode(meshes):
     """test_out_aval_auto_mode: the type's mesh of a jit's result over an
     Auto axis."""
@@ -1525,7 +1489,6 @@ def test_in_aval_matches_in_sharding(m2):
         compiled(arr)
 
 
-@pytest.mark.xfail(strict=True, reason=ABSTRACT_TYPE)
 def test_jnp_ones_mesh_ctx_aval(m2):
     """test_jnp_ones_mesh_ctx_aval: jnp.ones in a jit takes the context
     mesh in its type."""
@@ -1686,8 +1649,6 @@ def test_unstack(m22):
             f(x_bad)
 
 
-@pytest.mark.xfail(strict=True, reason="vmap takes an unmapped argument sharded over an axis "
-                   "the mapped one is sharded over without JAX's ValueError")
 def test_vmap_grad_axis_error(m22):
     """test_vmap_grad_axis_error: an unmapped argument sharded over y while
     the batch is sharded over (x, y): JAX's ValueError."""

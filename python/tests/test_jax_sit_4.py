@@ -296,24 +296,17 @@ def test_reduce_sum_unreduced_inp_grad(c, m2):
         assert out_g.sharding == NamedSharding(m2, P(None, reduced={"x"}))
 
 
-NO_REDUCE_OUT_SHARDING = "shmap's lax.reduce_sum takes no out_sharding="
+NO_MAX_KIND = ("shmap's unreduced values are partial sums only (no unreduced_kind='max'): "
+               "reduce_max/reduce_min to an unreduced out_sharding raise NotImplementedError")
 
 
 @pytest.mark.parametrize("axes,out_s,eq_out_s", [
     ([0], None, P(None, unreduced={"y"})),
-    pytest.param([0], P(unreduced={"x", "y"}), P(None, unreduced={"x", "y"}),
-                 marks=pytest.mark.xfail(strict=True, raises=TypeError,
-                                         reason=NO_REDUCE_OUT_SHARDING)),
-    pytest.param([0], P(unreduced={"x"}), P(None, unreduced={"x"}),
-                 marks=pytest.mark.xfail(strict=True, raises=TypeError,
-                                         reason=NO_REDUCE_OUT_SHARDING)),
+    pytest.param([0], P(unreduced={"x", "y"}), P(None, unreduced={"x", "y"})),
+    pytest.param([0], P(unreduced={"x"}), P(None, unreduced={"x"})),
     ([0, 1], None, P(unreduced={"y"})),
-    pytest.param([0, 1], P(unreduced={"x", "y"}), P(unreduced={"x", "y"}),
-                 marks=pytest.mark.xfail(strict=True, raises=TypeError,
-                                         reason=NO_REDUCE_OUT_SHARDING)),
-    pytest.param([0, 1], P(unreduced={"x"}), P(unreduced={"x"}),
-                 marks=pytest.mark.xfail(strict=True, raises=TypeError,
-                                         reason=NO_REDUCE_OUT_SHARDING)),
+    pytest.param([0, 1], P(unreduced={"x", "y"}), P(unreduced={"x", "y"})),
+    pytest.param([0, 1], P(unreduced={"x"}), P(unreduced={"x"})),
 ])
 def test_reduce_sum_unreduced_inp_multi_mesh(c, m22, axes, out_s, eq_out_s):
     """test_reduce_sum_unreduced_inp_multi_mesh: reduce_sum of a product
@@ -450,9 +443,6 @@ def test_reshape_reduced_fwd_unreduced_bwd(c, m22):
         assert f(arr).sharding == NamedSharding(m22, P(None, None, reduced={"x", "y"}))
 
 
-@pytest.mark.xfail(strict=True, reason="shmap's jnp.reshape takes out_sharding=P(unreduced=...) "
-                   "of a replicated array and drops it (a replicated result), where JAX raises "
-                   "ValueError")
 def test_reshape_unreduced_out_sharding_error(c, m2):
     """test_reshape_unreduced_out_sharding_error: an unreduced out_sharding
     of a reshape (its reduced cases need reduced shardings, see
@@ -462,8 +452,6 @@ def test_reshape_unreduced_out_sharding_error(c, m2):
             jnp.reshape(np.arange(8), (4, 2), out_sharding=P(unreduced={"x"}))
 
 
-@pytest.mark.xfail(strict=True, reason="shmap raises InvalidArgument 'partitions cannot overlap "
-                   "with unreduced axes', not JAX's ValueError")
 def test_reshape_unreduced_out_sharding_error_operand(c, m2):
     """test_reshape_unreduced_out_sharding_error, its third case: the
     operand unreduced over x (made by a shard_map: see
@@ -735,8 +723,6 @@ def test_scatter_bool_index(c, m22):
         assert np.array_equal(np.asarray(out), want)
 
 
-@pytest.mark.xfail(strict=True, reason="shmap's lax.broadcast_like of a numpy operand gives a "
-                   "replicated result, not the like array's sharding P('x', None)")
 def test_broadcast_like(c, m2):
     """test_broadcast_like: a numpy operand broadcast like an array takes its
     sharding (an operand sharded otherwise: the _error test)."""
@@ -747,9 +733,6 @@ def test_broadcast_like(c, m2):
         assert out.sharding == NamedSharding(m2, P("x", None))
 
 
-@pytest.mark.xfail(strict=True, reason="shmap's lax.broadcast_like broadcasts an operand "
-                   "sharded over x like an array sharded over x on another dimension, where "
-                   "JAX raises ValueError")
 def test_broadcast_like_error(c, m2):
     """test_broadcast_like, its error: the operand's sharding does not fit
     the like array's."""
@@ -784,8 +767,6 @@ def test_reshard_on_scalar_reduced(c, m2):
         assert out.sharding == NamedSharding(m2, P(None, reduced={"x"}))
 
 
-@pytest.mark.xfail(strict=True, reason="shmap's typeof(x).sharding holds the concrete mesh and "
-                   "does not compare equal to a NamedSharding of mesh.abstract_mesh")
 def test_singleton_explicit_axis_multi_auto_axes(c):
     """test_singleton_explicit_axis_multi_auto_axes: jnp.ones over a (1, 2)
     mesh of an Explicit and an Auto axis, at once and in a jit."""
@@ -882,9 +863,6 @@ def test_jnp_full(c, m2):
         assert np.array_equal(np.asarray(out), np.zeros((8,)))
 
 
-@pytest.mark.xfail(strict=True, raises=shmap.InvalidArgument,
-                   reason="shmap's jnp.full refuses an array fill_value ('fill_value must be a "
-                   "static number')")
 def test_jnp_full_array(c, m2):
     """test_jnp_full, its second case: a numpy array as fill value."""
     with shmap.use_mesh(m2):
@@ -949,8 +927,6 @@ def test_bincount(c, m2):
         assert np.array_equal(np.asarray(out), [0, 4])
 
 
-@pytest.mark.xfail(strict=True, reason="shmap's bincount drops an unreduced out_sharding (a "
-                   "replicated result, each device the whole count)")
 def test_bincount_unreduced(c, m2):
     """test_bincount, its unreduced out_sharding: each device counts its
     block."""
@@ -962,8 +938,6 @@ def test_bincount_unreduced(c, m2):
             assert np.array_equal(s.data, [0, 2])
 
 
-@pytest.mark.xfail(strict=True, reason="shmap's bincount takes a sharded out_sharding where JAX "
-                   "raises ShardingTypeError")
 def test_bincount_sharded_error(c, m2):
     """test_bincount, its error: an out_sharding neither replicated nor
     unreduced."""
@@ -1015,8 +989,6 @@ def test_segment_max_prod(c, m4, op, want):
         assert np.array_equal(np.asarray(out), want)
 
 
-@pytest.mark.xfail(strict=True, reason="shmap's segment_max takes an unreduced out_sharding "
-                   "and drops it (a replicated result) where JAX raises NotImplementedError")
 def test_segment_max(c, m4):
     """test_segment_max: an unreduced out_sharding is JAX's
     NotImplementedError (a replicated one: test_segment_max_prod)."""
@@ -1025,8 +997,6 @@ def test_segment_max(c, m4):
             _segment(m4, "segment_max", P(unreduced={"x"}))
 
 
-@pytest.mark.xfail(strict=True, reason="shmap's segment_prod takes an unreduced out_sharding "
-                   "and drops it (a replicated result) where JAX raises NotImplementedError")
 def test_segment_prod(c, m4):
     """test_segment_prod: an unreduced out_sharding is JAX's
     NotImplementedError (a replicated one: test_segment_max_prod)."""
@@ -1142,8 +1112,6 @@ def test_slice_reduced(c, m2):
         assert out.sharding == NamedSharding(m2, P(None, None, reduced={"x"}))
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError,
-                   reason="shmap's jnp.percentile takes no out_sharding=")
 def test_percentile(c, m2):
     """test_percentile: the median of an array sharded over x, replicated by
     out_sharding."""
@@ -1154,9 +1122,6 @@ def test_percentile(c, m2):
         assert np.asarray(out) == np.percentile(np.arange(100), 50)
 
 
-@pytest.mark.xfail(strict=True, raises=AttributeError,
-                   reason="shmap's jnp.roll by a traced shift under vmap fails ('Tracer' object "
-                   "has no attribute 'val')")
 def test_jnp_roll(c, m22):
     """test_jnp_roll: vmap of a jit rolling by a batched shift; the rolled
     axis sharded: JAX's sentence."""
@@ -1234,8 +1199,6 @@ def test_device_put_unreduced_via_jit(c, m2):
             assert np.array_equal(s.data, ex_s)
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError,
-                   reason="shmap's nn.one_hot takes no out_sharding=")
 def test_one_hot_out_sharding(c, m22):
     """test_one_hot_out_sharding: one_hot with out_sharding, the input's
     part of the spec checked."""
@@ -1272,7 +1235,7 @@ def test_dot_unreduced_max_error(c, m2):
             jnp.dot(x, y, out_sharding=P(unreduced={"x"}, unreduced_kind="max"))
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=NO_REDUCE_OUT_SHARDING)
+@pytest.mark.xfail(strict=True, raises=NotImplementedError, reason=NO_MAX_KIND)
 @pytest.mark.parametrize("op", ["max", "min"])
 def test_reduce_max_min_unreduced_basic(c, m2, op):
     """test_reduce_max_min_unreduced_basic: reduce_max (min) over a
@@ -1289,7 +1252,7 @@ def test_reduce_max_min_unreduced_basic(c, m2, op):
             assert np.array_equal(s.data, getattr(blk, op)(0))
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=NO_REDUCE_OUT_SHARDING)
+@pytest.mark.xfail(strict=True, raises=NotImplementedError, reason=NO_MAX_KIND)
 @pytest.mark.parametrize("op", ["max", "min"])
 def test_reduce_max_min_unreduced_complex(c, m22, op):
     """test_reduce_max_min_unreduced_complex: reduce_max (min) over two

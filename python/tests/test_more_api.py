@@ -136,7 +136,9 @@ def _trapz(m, y, x=None, dx=1.0, axis=-1):
 REPLICATED = {"einsum_ellipsis", "lexsort", "partition_kth", "ediff1d", "gradient", "unwrap", "corrcoef",
               "polys", "nanquantile", "vander", "cumulative_sum", "cov_weights", "cross",
               "kron", "kron_ranks", "insert_scalar_obj", "dsplit",
-              "resize", "trapezoid", "unravel_index", "fill_diagonal"}
+              "resize", "trapezoid", "unravel_index", "fill_diagonal",
+              # JAX's histogram (a scatter-add) refuses a sharded operand
+              "histogram_counts", "histogram_edges", "histogram_weights_density"}
 
 
 @pytest.mark.parametrize("name,f", TABLE, ids=[t[0] for t in TABLE])
@@ -1203,3 +1205,114 @@ def test_pad_modes_repeat_arrays_quantile_methods(c, mesh):
     assert np.allclose(np.asarray(got), np.percentile(b, 30, method="lower"))
     z = _put(c, mesh, np.arange(4, dtype=np.float32), P())  # position 1.5: JAX takes 1
     assert float(np.asarray(shmap.jit(lambda v: jnp.quantile(v, 0.5, method="nearest"))(z))) == 1
+
+
+def _np_at(a, key, op, v):
+    """numpy's x.at[key].op(v) as JAX's: repeated indices each applied
+    (np.add.at ...; divide and power: x over (to) a product of v's in
+    ones), set's last wins."""
+    a = a.copy()
+    v = np.broadcast_to(np.asarray(v, a.dtype), a[key].shape)
+    if op == "set":
+        a[key] = v
+    elif op in ("divide", "power"):
+        m = np.ones_like(a)
+        np.multiply.at(m, key, v)
+        a = a / m if op == "divide" else a ** m
+    else:
+        {"add": np.add, "subtract": np.subtract, "multiply": np.multiply, "min": np.minimum,
+         "max": np.maximum}[op].at(a, key, v)
+    return a
+
+
+AT_KEYS = [  # x.at[key] of a (4, 6, 8): strided slices with arrays, integers, ':' and '...'
+    (slice(None, None, 2), slice(1, None, 3)),
+    (slice(None, None, -2), 1),
+    (np.array([1, 3]), slice(5, 0, -2)),
+    (slice(0, 4, 3), np.array([0, 5, 2])),
+    (np.array([0, 3]), slice(None), slice(None, None, 3)),
+    (np.array([[0], [3]]), slice(None, None, 2), np.array([7, -1, 2])),
+    (Ellipsis, slice(None, None, 4)),
+    (slice(3, 1, -1), np.array([4, 4, 1]), 2),
+    (2, slice(None), np.array([-8, 1, 5, 3])),  # -8 is 0
+    slice(None, None, 3),
+    (slice(5, 2, 2),),  # empty: x unchanged
+]
+
+
+@pytest.mark.parametrize("key", AT_KEYS, ids=[f"key{i}" for i in range(len(AT_KEYS))])
+def test_at_strided_and_mixed_keys(c, mesh, key):
+    """x.at[key].set/add/subtract/multiply/divide/power/min/max(v) with
+    slices of any step among arrays, integers and ':' (numpy's order of
+    x[key]'s dimensions when the advanced indices stand apart) as JAX's
+    scatters: numpy's values, at once and in a jit of an operand sharded
+    along a dimension the key leaves whole, which keeps that sharding."""
+    a = np.arange(4 * 6 * 8, dtype=np.float32).reshape(4, 6, 8) / 7 + 1
+    ops = ["set", "add", "subtract", "multiply", "divide", "power", "min", "max"]
+    vshape = a[key].shape
+    v = (np.arange(int(np.prod(vshape)), dtype=np.float32).reshape(vshape) % 5 - 2.5) / 2
+    kt = key if isinstance(key, tuple) else (key,)
+    kt = kt[1:] if kt[0] is Ellipsis else kt
+    free = [d for d in range(3) if d >= len(kt) or (isinstance(kt[d], slice) and
+                                                    kt[d] == slice(None))]
+    spec = P(*["j" if d == (free[0] if free else -1) else None for d in range(3)])
+    x = _put(c, mesh, a, spec)
+    with shmap.use_mesh(mesh):
+        for op in ops:
+            want = _np_at(a, key, op, v)
+            if op != "subtract":  # (an Array's .at has no subtract yet)
+                got = getattr(x.at[key], op)(v)
+                assert np.allclose(np.asarray(got), want, rtol=1e-6, equal_nan=True), op
+            f = shmap.jit(lambda x, v: getattr(x.at[key], op)(v))
+            got = f(x, jnp.asarray(v))
+            assert np.allclose(np.asarray(got), want, rtol=1e-6, equal_nan=True), op
+            assert got.sharding == NamedSharding(mesh, spec), op
+
+
+def test_at_scatter_sharding_rule(c, mesh):
+    """JAX's scatter rule for x.at[:, ids] and x.at[::2]: the operand's
+    sharding where the indexed dimensions and the indices are unsharded,
+    else refused with its sentence (JAX's types: the indices with one entry
+    per index, the updates laid out as x[key]); out_sharding= lays out
+    the result as it says, a sharded indexed dimension too."""
+    a = np.arange(48, dtype=np.float32).reshape(8, 6)
+    ids = np.array([1, 3, 5, 7], np.int32)
+    x = _put(c, mesh, a, P("i", None))
+    want = a.copy()
+    want[:, [1, 3, 5]] += 5.0  # 7 is out of range: dropped
+    with shmap.use_mesh(mesh):
+        out = shmap.jit(lambda x, i: x.at[:, i].add(5.0))(x, ids)
+        assert out.sharding == NamedSharding(mesh, P("i", None))
+        assert np.array_equal(np.asarray(out), want)
+        f = shmap.jit(lambda x, i: x.at[:, i].add(5.0, out_sharding=P(None, "j")))
+        out = f(x, ids)
+        assert out.sharding == NamedSharding(mesh, P(None, "j"))
+        assert np.array_equal(np.asarray(out), want)
+        out = shmap.jit(lambda x: x.at[::2, 1].subtract(1.0, out_sharding=P("i", None)))(x)
+        assert out.sharding == NamedSharding(mesh, P("i", None))
+        w = a.copy()
+        w[::2, 1] -= 1
+        assert np.array_equal(np.asarray(out), w)
+        with pytest.raises(shmap.ProgramError, match=re.escape(
+                "(or would require collectives on inputs). Got operand=f32[6,8@i], "
+                "indices=i32[4,2], updates=f32[4,4@i]")):
+            shmap.jit(lambda x: x.at[1:5, ::2].set(0.0))(x.T)
+        with pytest.raises(shmap.ProgramError, match=re.escape(
+                "Got operand=f32[8@i,6], indices=i32[4,1], updates=f32[4@i,6]")):
+            shmap.jit(lambda x: x.at[::2].set(0.0))(x)
+        with pytest.raises(shmap.ProgramError, match=re.escape(
+                "Got operand=f32[8,6], indices=i32[4@i,1], updates=f32[8,4@i]")):
+            shmap.jit(lambda x, i: x.at[:, i].set(0.0))(
+                _put(c, mesh, a, P()), _put(c, mesh, ids, P("i")))
+
+
+def test_at_strided_multiply_grad(c, mesh):
+    """grad of x.at[::2, 1].multiply(v) in v: a strided slice's indices are
+    unique, so JAX differentiates its scatter-multiply in the updates."""
+    a = np.arange(48, dtype=np.float32).reshape(8, 6) / 8
+    v = np.array([1.5, -2.0, 0.5, 3.0], np.float32)
+    x = _put(c, mesh, a, P())
+    with shmap.use_mesh(mesh):
+        g = shmap.jit(shmap.grad(lambda v, x: jnp.sum(x.at[::2, 1].multiply(v) ** 2)))(
+            jnp.asarray(v), x)
+        assert np.allclose(np.asarray(g), 2 * v * a[::2, 1] ** 2)
