@@ -339,6 +339,15 @@ static const error_case errors[] = {
      {"at most one positional dimension", "duplicate entries for X", "auto_axes"}},
     {"mesh X=2 Y=4\njit f(x: f32[8] @ P('X'), y: f32[8] @ P('Y')):\n    return x + y\n",
      {"add got incompatible shardings for broadcasting", "('X',), ('Y',)"}},
+    {"mesh X=2 Y=4\njit f(x: f32[8] @ P('X'), y: f32[8] @ P('Y')):\n    return x * y\n",
+     {"mul got incompatible shardings for broadcasting", "('X',), ('Y',)"}},
+    {"mesh X=2 Y=2\njit f(x: f32[8,2] @ P('X', None), y: f32[2,8] @ P(None, 'X')):\n"
+     "    return einsum('ab,bc->ac', x, y)\n",
+     {"dot_general operation with inputs: f32[8@X,2], f32[2,8@X] produces an illegally sharded "
+      "result: f32[8@X,8@X]",
+      "duplicate entries for X"}},
+    {"mesh X=2 Y=4\njit f(x: f32[8] @ P('X'), y: f32[8] @ P('Y')):\n    return maximum(x, y)\n",
+     {"max got incompatible shardings for broadcasting"}},
     {"mesh X=2 Y=4\njit f(x: f32[8] @ P('X')):\n    return psum(x, 'X')\n",
      {"psum is a collective", "shard_map"}},
     {"mesh X=2 Y=4\njit f(x: f32[8, 6] @ P('X', None)):\n    return x[0:3, :]\n",

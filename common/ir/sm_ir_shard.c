@@ -179,10 +179,61 @@ static sm_err sm_sh_spec(const sm_program *p, const sm_ir_op *op, const sm_pspec
     return SM_OK;
 }
 
-/* Fails when a mesh axis names two dimensions of l (JAX's DuplicateSpecError);
- * axes in `fix` are dropped from the later dimension instead. */
-static sm_err sm_sh_no_twice(const sm_program *p, const sm_ir_op *op, sm_ir_layout *l, int rank,
-                             uint32_t fix, uint32_t hidden, char *err, size_t errlen)
+/* JAX's primitive of an elementwise op, as its broadcasting rule's
+ * sentence names it (jnp.multiply binds lax.mul_p, "mul"). */
+static const char *sm_sh_prim_name(sm_op_kind k)
+{
+    switch (k) {
+    case SM_OP_SUBTRACT:
+        return "sub";
+    case SM_OP_MULTIPLY:
+        return "mul";
+    case SM_OP_DIVIDE:
+    case SM_OP_FLOOR_DIVIDE:
+        return "div";
+    case SM_OP_MOD:
+        return "rem";
+    case SM_OP_MAXIMUM:
+        return "max";
+    case SM_OP_MINIMUM:
+        return "min";
+    case SM_OP_POWER:
+        return "pow";
+    case SM_OP_ARCTAN2:
+        return "atan2";
+    case SM_OP_EQUAL:
+        return "eq";
+    case SM_OP_NOT_EQUAL:
+        return "ne";
+    case SM_OP_LESS:
+        return "lt";
+    case SM_OP_LESS_EQUAL:
+        return "le";
+    case SM_OP_GREATER:
+        return "gt";
+    case SM_OP_GREATER_EQUAL:
+        return "ge";
+    case SM_OP_BITWISE_AND:
+    case SM_OP_LOGICAL_AND:
+        return "and";
+    case SM_OP_BITWISE_OR:
+    case SM_OP_LOGICAL_OR:
+        return "or";
+    case SM_OP_BITWISE_XOR:
+    case SM_OP_LOGICAL_XOR:
+        return "xor";
+    default:
+        return sm_op_name(k);
+    }
+}
+
+/* Fails when a mesh axis names two dimensions of l, the layout of the
+ * result out of op (JAX's primitive prim) of in, with JAX's sentence (its
+ * DuplicateSpecError, raised as an illegally sharded result); axes in `fix`
+ * are dropped from the later dimension instead. */
+static sm_err sm_sh_no_twice(const sm_program *p, const sm_ir_op *op, const char *prim,
+                             const sm_ir_value *const *in, const sm_ir_value *out, sm_ir_layout *l,
+                             int rank, uint32_t fix, uint32_t hidden, char *err, size_t errlen)
 {
     uint32_t seen = 0;
     for (int d = 0; d < rank; d++) {
@@ -194,15 +245,24 @@ static sm_err sm_sh_no_twice(const sm_program *p, const sm_ir_op *op, sm_ir_layo
             }
             if (!(fix & bit)) {
                 sm_pspec sp;
-                char s[300];
+                char s[300], ins[600], t[300];
+                size_t o = 0;
+                ins[0] = 0;
+                for (int k = 0; k < op->noperands && o < sizeof ins; k++)
+                    o += (size_t)snprintf(ins + o, sizeof ins - o, "%s%s", k ? ", " : "",
+                                          sm_sh_type_str(p, in[k], t, sizeof t));
+                sm_ir_value r = *out;
+                r.layout = *l;
+                r.hidden = hidden;
                 sm_ir_layout_to_spec(p, l, rank, hidden, &sp);
                 return sm_fail(err, errlen, SM_EINVAL,
-                               "%s: A single NamedSharding spec specification can map every mesh "
-                               "axis to at most one positional dimension, but %s has duplicate "
-                               "entries for %s. Use reshard, or out_sharding=, or auto_axes to "
-                               "say how the result is sharded",
-                               sm_op_name(op->kind), sm_pspec_format(&sp, s, sizeof s),
-                               p->mesh.names[l->ax[d][j]]);
+                               "%s operation with inputs: %s produces an illegally sharded "
+                               "result: %s. A single NamedSharding spec specification can map "
+                               "every mesh axis to at most one positional dimension, but %s has "
+                               "duplicate entries for %s. Use reshard, or out_sharding=, or "
+                               "auto_axes to say how the result is sharded",
+                               prim, ins, sm_sh_type_str(p, &r, t, sizeof t),
+                               sm_pspec_format(&sp, s, sizeof s), p->mesh.names[l->ax[d][j]]);
             }
             memmove(&l->ax[d][j], &l->ax[d][j + 1], (size_t)(l->n[d] - j - 1));
             l->n[d]--;
@@ -310,11 +370,12 @@ sm_err sm_ir_shard_elementwise(const sm_program *p, const sm_ir_op *op,
                 return sm_fail(err, errlen, SM_EINVAL,
                                "%s got incompatible shardings for broadcasting: %s. Use reshard "
                                "on an operand, or auto_axes(fun, out_sharding=...)",
-                               sm_op_name(op->kind), specs);
+                               sm_sh_prim_name(op->kind), specs);
             }
         }
     }
-    sm_err e = sm_sh_no_twice(p, op, l, R, autos, out->hidden, err, errlen);
+    sm_err e = sm_sh_no_twice(p, op, sm_sh_prim_name(op->kind), in, out, l, R, autos, out->hidden,
+                              err, errlen);
     if (e)
         return e;
     for (int k = 0; k < op->noperands; k++) {
@@ -587,7 +648,8 @@ sm_err sm_ir_shard_dot(const sm_program *p, const sm_ir_op *op, const sm_ir_valu
                 }
             }
         }
-        sm_err e = sm_sh_no_twice(p, op, &jx, g.nout, autos, out->hidden, err, errlen);
+        sm_err e = sm_sh_no_twice(p, op, "dot_general", in, out, &jx, g.nout, autos, out->hidden,
+                                  err, errlen);
         if (e)
             return e;
         out->layout = jx;

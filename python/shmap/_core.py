@@ -55,8 +55,38 @@ _AS_BUILTIN = (
     ("unbound axis name: ", NameError),                   # an axis left out of axis_names
     ("must refer to an axis marked as manual", ValueError),  # specs vs axis_names
     ("a manual axis of the shard_map", ValueError),       # a sharding naming a Manual axis
+    ("if a PartitionSpec is passed to", ValueError),      # a bare P with no mesh set
+    ("`with_sharding_constraint` acts as an assert", AssertionError),  # Explicit axes
 )
 _BUILTIN_CLASSES = {}
+
+# Sentences of JAX's sharding rules (its core.ShardingTypeError), the C core's
+# (common/ir/sm_ir_shard.c, sm_ir_unreduced.c) and the package's: such an
+# InvalidArgument (or ProgramError) is a ShardingTypeError.
+_SHARDING_RULES = (
+    "got incompatible shardings for broadcasting", "produces an illegally sharded result",
+    "dot_general requires lhs batch dimensions and rhs batch dimensions",
+    "Contracting dimensions are sharded", "contracting dims should be sharded identically",
+    "out_sharding's unreduced axes should be", "Use `.at[...].get(out_sharding=)`",
+    "Use `.at[...].set/add/mul/...(out_sharding=)`", "Arguments to sort must",
+    "Input should be unsharded over the axis being reduced", "This reshape is not supported",
+    "dynamic_update_slice operand sharding must be equal",
+    "dynamic_update_slice operand and update must be", "on sharded dims where out dim",
+    "All operands should have the same sharding", "All operands should be reduced along",
+    "All operands should be unreduced along", "select cases must have the same shardings",
+    "select `which` must be scalar or have the same sharding", "unstack operand cannot be sharded",
+    "when the tiling is non-trivial", "must be unsharded on non-batch dimensions",
+    "must have the same batch sharding", "should be unsharded i.e. the spec of that dim",
+    "unsharded over the axis along which to compute the top_k", "is unreduced while",
+    "cannot be unreduced since mul is bilinear", "should be reduced along the same axes",
+    "passed to dot_general cannot be unreduced", "must be unreduced along the same mesh axes",
+    "All inputs should be reduced across the same mesh axes", "Inputs cannot be replicated on",
+    "Inputs cannot be sharded/varying on", "gather indices cannot be reduced",
+    "scatter indices cannot be unreduced", "scatter operand and updates must be unreduced",
+    "cannot be sharded on the axis being rolled over", "sharding rule for ",
+    "The input should be fully replicated when axis is not specified",
+    "can only be fully replicated or fully unreduced along all mesh axes",
+)
 
 
 def _with_builtin(cls, message):
@@ -77,6 +107,8 @@ class InvalidArgument(ShmapError):
 
     def __new__(cls, message="", *args, **kwargs):
         if cls is InvalidArgument or cls is ProgramError:
+            if any(part in str(message) for part in _SHARDING_RULES):
+                cls = ShardingTypeError
             cls = _with_builtin(cls, str(message))
         return super().__new__(cls, message, *args, **kwargs)
 
@@ -86,6 +118,13 @@ class ProgramError(InvalidArgument):
     line of the offending op, when it was traced from Python). A Python int
     literal out of its array's dtype ('Python int 4294967295 too large to
     convert to int32') is an OverflowError too, as JAX's (_AS_BUILTIN)."""
+
+
+class ShardingTypeError(ProgramError):
+    """JAX's core.ShardingTypeError: a sharding rule's refusal of its
+    operands' shardings (incompatible shardings for broadcasting, sharded
+    contracting dimensions, a reshape or split of sharded dimensions, ...),
+    the service's sentences of them (_SHARDING_RULES)."""
 
 
 class ConcretizationTypeError(InvalidArgument, TypeError):
@@ -558,7 +597,7 @@ class Array(_Shaped):
         return a if dtype is None else a.astype(dtype)
 
     def reshard(self, sharding, name=None):
-        sharding = _sharding_of(sharding)
+        sharding = _sharding_of(sharding, "reshard")
         self._check()
         c = self._client
         return Array(c, _call(c._c.reshard, self.id, c._mesh_c(sharding.mesh),
@@ -1140,14 +1179,17 @@ def use_mesh(mesh):
         _mesh_state.stack = prev
 
 
-def _sharding_of(sharding):
+def _sharding_of(sharding, name="device_put"):
     """A NamedSharding for sharding, a bare PartitionSpec meaning one over
-    the mesh of set_mesh / use_mesh."""
+    the mesh of set_mesh / use_mesh (none: JAX's ValueError, name the API
+    given it)."""
     if isinstance(sharding, PartitionSpec):
         mesh = get_mesh()
         if mesh is None:
-            raise InvalidArgument(f"a bare {sharding!r} needs a mesh: shmap.set_mesh(mesh), or "
-                                  f"`with shmap.use_mesh(mesh):`, or a NamedSharding")
+            raise InvalidArgument(f"Please set a mesh via `jax.set_mesh` if a PartitionSpec is "
+                                  f"passed to {name}: a bare {sharding!r} needs a mesh: "
+                                  f"shmap.set_mesh(mesh), or `with shmap.use_mesh(mesh):`, or "
+                                  f"a NamedSharding")
         return NamedSharding(mesh, sharding)
     if isinstance(sharding, Device):  # JAX's SingleDeviceSharding: a mesh of that device
         c = _client_for()
@@ -1227,7 +1269,9 @@ def device_put(x, sharding=None, name=None, replicas=1):
     of the cluster's first device, as JAX's device_put(x)). Inside a traced
     function it is a reshard (x as it is without a sharding), as JAX's."""
     from . import _trace
-    if _trace._is_tree(x) and _trace._is_tree(sharding):  # a pytree of shardings (a prefix)
+    if _trace._is_tree(x) and (_trace._is_tree(sharding) or not isinstance(x, (dict, list,
+                                                                             tuple))):
+        # a pytree of shardings (a prefix), or a registered node (a key array) leaf by leaf
         shs = _trace._prefix_leaves(sharding, x, "device_put's shardings")
         leaves = [v for v, _ in _trace._tree_leaves(x, "x")]
         return _trace._tree_build(x, iter([device_put(v, s, name, replicas)
@@ -1422,6 +1466,68 @@ class _Type(str):
         return NamedSharding(self._mesh, spec) if self._mesh is not None else spec
 
 
+def _builder_mesh(b):
+    """The abstract mesh of the function b traces, its axis types as they are
+    there (Auto in an auto_axes body, Manual over a shard_map body's manual
+    axes), as JAX's get_abstract_mesh() in that trace; None with no mesh."""
+    mesh = getattr(b, "mesh", None)
+    if mesh is None:
+        return None
+    types = getattr(b, "axis_types", None) or mesh.axis_types
+    if getattr(b, "kind", None) == "shard_map":
+        manual = b.manual_axes or mesh.axis_names
+        types = [AxisType.Manual if a in manual else t for a, t in zip(mesh.axis_names, types)]
+    return AbstractMesh(mesh.axis_sizes, mesh.axis_names, tuple(types))
+
+
+def _context_mesh():
+    """JAX's context mesh (get_abstract_mesh()) where an out_sharding= is
+    canonicalized: an auto_axes or shard_map body's mesh (_builder_mesh),
+    else the mesh of set_mesh / use_mesh (a jit's arguments set none), as
+    an AbstractMesh; None when there is none (JAX's empty mesh)."""
+    from ._trace import _state
+    b = getattr(_state, "builder", None)
+    if b is not None and (getattr(b, "axis_types", None) or b.kind == "shard_map"):
+        return _builder_mesh(b)
+    m = get_mesh()
+    return None if m is None else m.abstract_mesh
+
+
+def _canonicalize_sharding(sharding, api_name, check_mesh_consistency=True):
+    """JAX's canonicalize_sharding of an out_sharding= given to api_name: a
+    NamedSharding's mesh must be the context's (unless both are all Auto),
+    and neither it nor a PartitionSpec may name Auto or Manual axes (JAX's
+    ValueErrors). Returns the NamedSharding, on the context mesh for a
+    PartitionSpec; a bare spec with no context mesh, which JAX refuses, is
+    returned unchecked (taken over the arguments' mesh); None for None."""
+    if sharding is None:
+        return None
+    if not isinstance(sharding, (NamedSharding, PartitionSpec)):
+        raise TypeError(f"`out_sharding` argument of {api_name} only supports instances of "
+                        f"`NamedSharding` or `PartitionSpec`. Got {sharding} of type: "
+                        f"{type(sharding)}")
+    cur = _context_mesh()
+    if isinstance(sharding, PartitionSpec):
+        if cur is None:  # (JAX's ValueError; shmap takes it over the arguments' mesh)
+            return sharding
+        sharding = NamedSharding(cur, sharding)
+    else:
+        mesh = sharding.mesh.abstract_mesh
+        if mesh.are_all_axes_auto and (cur is None or cur.are_all_axes_auto):
+            check_mesh_consistency = False
+        if check_mesh_consistency and cur is not None and mesh != cur:
+            raise ValueError(f"Context mesh {cur} should match the mesh of sharding {mesh} "
+                             f"passed to {api_name}.")
+    types = dict(zip(sharding.mesh.axis_names, sharding.mesh.axis_types))
+    for a in _spec_axes(sharding.spec) + sorted(sharding.spec.unreduced):
+        if types.get(a) in (Auto, AxisType.Manual):
+            raise ValueError(f"PartitionSpec passed to {api_name} cannot contain axis names "
+                             f"that are of type Auto or Manual. Got PartitionSpec: "
+                             f"{sharding.spec} with axis name: {a} of type: "
+                             f"AxisType.{types[a]}.")
+    return sharding
+
+
 def typeof(x):
     """jax.typeof: the value's type, which prints (and compares) as the
     string JAX prints, f32[8@i,16@j], and has the aval's shape, dtype,
@@ -1433,15 +1539,7 @@ def typeof(x):
     if isinstance(x, Array):
         mesh = x.sharding.mesh.abstract_mesh
     else:
-        b = getattr(x, "_owner", None)
-        mesh = getattr(b, "mesh", None)
-        if mesh is not None:  # JAX's: the abstract mesh, axis types as in that context
-            types = getattr(b, "axis_types", None) or mesh.axis_types
-            if getattr(b, "kind", None) == "shard_map":
-                manual = b.manual_axes or mesh.axis_names
-                types = [AxisType.Manual if a in manual else t
-                         for a, t in zip(mesh.axis_names, types)]
-            mesh = AbstractMesh(mesh.axis_sizes, mesh.axis_names, tuple(types))
+        mesh = _builder_mesh(getattr(x, "_owner", None))
     try:
         shape = tuple(x.shape)
     except Exception:  # noqa: BLE001 (a value whose shape is not known: parsed from t)
@@ -1458,7 +1556,7 @@ class ShapeDtypeStruct:
         self.shape = tuple(int(n) for n in shape)
         self.dtype = np.dtype(dtype)
         if isinstance(sharding, PartitionSpec):
-            sharding = _sharding_of(sharding)
+            sharding = _sharding_of(sharding, "ShapeDtypeStruct")
         self.sharding = sharding
         self.weak_type = weak_type
         self._type = _type  # eval_shape of traced values: their type, varying axes too

@@ -137,6 +137,8 @@ def _is_static(v):
 def select(pred, on_true, on_false):
     """jax.lax.select: on_true where pred, else on_false (jnp.where)."""
     from . import numpy as jnp
+    if _shape_of(on_true) == _shape_of(on_false):
+        _select_sharding_rule(pred, (on_false, on_true))
     return jnp.where(pred, on_true, on_false)
 
 
@@ -353,6 +355,11 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
     n = length if xs is None else (xl[0].shape[0] if xl else length)
     if n is None:
         raise ValueError("scan: give xs or length")
+    specs = [_spec_and_mesh(v) for v in xl]
+    if builtins.any(sm is not None and sm[0] and sm[0][0] is not None for sm in specs):
+        from ._core import P
+        raise ValueError("0th dimension of all xs should be replicated. Got " + ", ".join(
+            str(P(*sm[0]) if sm is not None else P()) for sm in specs))
     looped = _scan_loop(f, init, xl, xbuild, n, reverse) if n > 1 else None
     if looped is not None:
         return looped
@@ -360,7 +367,9 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
     steps = range(n - 1, -1, -1) if reverse else range(n)
     for i in steps:
         x = xbuild([leaf[i] for leaf in xl]) if xs is not None else None
-        carry, y = f(carry, x)
+        prev, (carry, y) = carry, f(carry, x)
+        if i == steps[0]:
+            _check_scan_carry(f, prev, carry)
         ys.append(y)
     if reverse:
         ys.reverse()
@@ -369,6 +378,29 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
     yl = [_leaves(y)[0] for y in ys]
     _, ybuild = _leaves(ys[0])
     return carry, ybuild([jnp.stack([row[k] for row in yl]) for k in range(len(yl[0]))])
+
+
+def _check_scan_carry(f, init, carry):
+    """JAX's _check_carry_type for a scan step traced unrolled: the carry's
+    traced leaves keep their types (shape, dtype, sharding, varying axes),
+    else JAX's TypeError."""
+    import inspect
+    from ._trace import Tracer, _tree_leaves, _tree_sig
+    from ._vmap import BatchTracer
+    from .tree_util import keystr, tree_flatten_with_path
+    if _tree_sig(init) != _tree_sig(carry):
+        return  # (the loop's sentence; unrolled, a changed structure is the step's own)
+    old, new = [v for v, _ in _tree_leaves(init, "")], [v for v, _ in _tree_leaves(carry, "")]
+    bad = [(k, c, x) for k, (c, x) in enumerate(zip(old, new))
+           if isinstance(c, Tracer) and isinstance(x, Tracer) and
+           not isinstance(c, BatchTracer) and not isinstance(x, BatchTracer) and c.type != x.type]
+    if bad:
+        try:
+            arg = list(inspect.signature(f).parameters)[0]
+        except (ValueError, TypeError, IndexError):
+            arg = "init"
+        paths = [arg + keystr(k) for k, _ in tree_flatten_with_path(init)[0]]
+        raise TypeError(_carry_type_error(bad, paths).replace("while_loop body", "scan body"))
 
 
 def _scan_loop(f, init, xl, xbuild, n, reverse):
@@ -1372,6 +1404,23 @@ def _accept(name, x, kinds, what, position=None):
                     f"dtypes at position {position} are subtypes of {what}.")
 
 
+def _select_sharding_rule(which, cases):
+    """JAX's _select_sharding_rule: the cases (of a sharding: traced values,
+    Arrays) of one sharding, a non-scalar `which` of their partitions
+    (ShardingTypeError)."""
+    from ._core import ShardingTypeError, typeof
+    shs = [typeof(c).sharding for c in cases if hasattr(c, "type")]
+    if builtins.any(s != shs[0] for s in shs[1:]):
+        raise ShardingTypeError("select cases must have the same shardings, got [{}].".format(
+            ", ".join(str(s) for s in shs)))
+    if shs and _shape_of(which) and hasattr(which, "type"):
+        ws = typeof(which).sharding
+        if tuple(ws.spec) != tuple(shs[0].spec):
+            raise ShardingTypeError(f"select `which` must be scalar or have the same sharding "
+                                    f"as cases, got `which` sharding {ws} but case sharding "
+                                    f"{shs[0]}.")
+
+
 @_now
 def select_n(which, *cases):
     """jax.lax.select_n: cases[which] elementwise. A bool which picks
@@ -1396,6 +1445,7 @@ def select_n(which, *cases):
         raise TypeError(f"select `which` must be boolean or integer type, got {wdt.name}.")
     if wdt.kind == "b" and len(cases) > 2:
         raise TypeError("select with boolean `which` cannot have > 2 cases.")
+    _select_sharding_rule(which, cases)
     if len(cases) == 1:
         return cases[0]
     jnp = _jnp()
@@ -2089,6 +2139,48 @@ def collapse(operand, start_dimension, stop_dimension=None):
     return _jnp().reshape(operand, shape[:lo] + (math.prod(shape[lo:hi]),) + shape[hi:])
 
 
+def _spec_and_mesh(x):
+    """The PartitionSpec of x's type (one entry per dimension) and its mesh's
+    axis sizes; None for a value of no sharding (numpy, a Python number)."""
+    from ._core import typeof
+    if not hasattr(x, "type"):
+        return None
+    sh = typeof(x).sharding
+    return (tuple(sh.spec), sh.mesh.shape) if hasattr(sh, "mesh") and sh.mesh is not None \
+        else None
+
+
+def _varying_out_shape_rule(operand, out_shape, name):
+    """JAX's _get_sharding_for_varying_out_shape: a dimension that changes
+    size keeps its sharding only when the new size divides by the mesh
+    axes it is sharded over (ShardingTypeError)."""
+    from ._core import ShardingTypeError
+    sm = _spec_and_mesh(operand)
+    if sm is None:
+        return
+    spec, sizes = sm
+    for op_sh, out_sh, e in zip(_shape_of(operand), out_shape, spec):
+        axes = () if e is None else (e,) if isinstance(e, str) else e
+        n = _np.prod([sizes[a] for a in axes], dtype=int)
+        if op_sh != out_sh and axes and out_sh % n:
+            spec_str = e if isinstance(e, str) else tuple(e)
+            raise ShardingTypeError(
+                f"{name} on sharded dims where out dim ({out_sh}) is not divisible by mesh axes "
+                f"({n}) with spec ({spec_str}) is not implemented. Got input "
+                f"type={getattr(operand, 'type', _aval_str(operand))} and output "
+                f"shape={list(out_shape)}")
+
+
+def _unstack_sharding_rule(x, axis):
+    """JAX's _unstack_sharding_rule: x not sharded along axis
+    (ShardingTypeError)."""
+    from ._core import ShardingTypeError
+    sm = _spec_and_mesh(x)
+    if sm is not None and sm[0][axis] is not None:
+        raise ShardingTypeError(f"unstack operand cannot be sharded on the unstacking axis "
+                                f"{axis}. Got operand type={getattr(x, 'type', _aval_str(x))}")
+
+
 def split(operand, sizes, axis=0):
     """lax.split: the pieces of sizes along axis (sizes summing to its length)."""
     shape = _shape_of(operand)
@@ -2099,6 +2191,8 @@ def split(operand, sizes, axis=0):
     if shape[axis] != builtins.sum(sizes):
         raise ValueError(f"Sum of sizes {builtins.sum(sizes)} must be equal to dimension "
                          f"{axis} of the operand shape {list(shape)}")
+    for s in sizes:
+        _varying_out_shape_rule(operand, shape[:axis] + (s,) + shape[axis + 1:], "split")
     out, at = [], 0
     for s in sizes:
         out.append(slice_in_dim(operand, at, at + s, 1, axis))
@@ -2128,6 +2222,7 @@ def unstack(x, axis=0):
         raise ValueError(f"unstack requires arrays with rank > 0, however a scalar array of "
                          f"shape {shape} was passed.")
     axis = axis % len(shape)
+    _unstack_sharding_rule(x, axis)
     return tuple(index_in_dim(x, k, axis, keepdims=False) for k in range(shape[axis]))
 
 

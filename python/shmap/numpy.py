@@ -12,9 +12,10 @@ import numpy as _np
 
 import _shmap
 
-from ._core import _spec_axes, get_mesh
+from ._core import NamedSharding as _NamedSharding
+from ._core import _canonicalize_sharding, _spec_axes, get_mesh
 from ._core import device_put as _device_put
-from ._trace import _dims, _eager, _run_now, _spec_entry, _state, make_op
+from ._trace import _dims, _eager, _holds_array, _run_now, _spec_entry, _state, make_op
 
 _COLLECTIVES = {"psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "ppermute",
                 "all_to_all", "axis_index", "axis_size", "pvary", "shard_map_in",
@@ -76,7 +77,29 @@ def _wsc_in_body(op):
     return f
 
 
+def _reshard_placed(op):
+    """jax.sharding.reshard: a spec naming Auto or Manual axes, or longer
+    than the array's rank, is JAX's ValueError (canonicalize_sharding, the
+    aval's check); outside any trace, data on no mesh (numpy) is placed on
+    the NamedSharding's mesh, as JAX's reshard does."""
+    @functools.wraps(op)
+    def f(x, sharding, *args, **kwargs):
+        spec = getattr(sharding, "spec", sharding)
+        ndim = len(x.shape) if hasattr(x, "shape") else _np.ndim(x)
+        if isinstance(spec, tuple) and len(spec) > ndim:
+            raise ValueError(f"Length of sharding.spec ({len(spec)}) must be equal to aval's "
+                             f"ndim ({ndim}). Got sharding.spec {spec}, aval.ndim {ndim} and "
+                             f"sharding {sharding}")
+        if isinstance(sharding, _NamedSharding):
+            _canonicalize_sharding(sharding, "reshard", check_mesh_consistency=False)
+            if getattr(_state, "builder", None) is None and not _holds_array((x,), {}):
+                return _device_put(x, sharding)
+        return op(x, sharding, *args, **kwargs)
+    return f
+
+
 with_sharding_constraint = _wsc_in_body(with_sharding_constraint)  # noqa: F821 (op table)
+reshard = _reshard_placed(reshard)  # noqa: F821 (op table)
 
 for _name in ("reshard", "with_sharding_constraint"):
     globals()[_name] = _sharded_trees(globals()[_name])
@@ -839,6 +862,7 @@ def einsum(subscripts, *operands, out_sharding=None, **kwargs):
     dimensions broadcast); with more than two operands, contracted pairwise
     from the left (each intermediate keeps the indices later operands or the
     result still need), the last contraction taking out_sharding."""
+    _canonicalize_sharding(out_sharding, "einsum")
     subscripts = subscripts.replace(" ", "")
     if "..." in subscripts:
         subscripts, operands = _einsum_ellipsis(subscripts, operands)
@@ -2656,6 +2680,8 @@ def cumulative_prod(x, axis=None, dtype=None, include_initial=False):
 def unstack(x, axis=0):
     """jnp.unstack: the slices of x along axis, that axis dropped, as a tuple."""
     ax = axis % len(x.shape)
+    from .lax import _unstack_sharding_rule
+    _unstack_sharding_rule(x, ax)
     lead = (builtins.slice(None),) * ax
     return tuple(x[lead + (k,)] for k in range(x.shape[ax]))
 

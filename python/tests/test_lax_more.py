@@ -844,3 +844,30 @@ def test_all_gather_invariant_and_axis_names(c):
     same = shmap.shard_map(lambda b: b * 2, mesh=mesh, in_specs=P("X"), out_specs=P("X"),
                            axis_names={"X", "Y"})
     assert np.array_equal(np.asarray(same(x)), a * 2)
+
+
+def test_sharding_type_error(c):
+    """JAX's core.ShardingTypeError (shmap.errors.ShardingTypeError, a
+    ProgramError) for the sharding rules' refusals, the primitive named as
+    JAX names it; lax.select of one sharding runs, of two is refused; a
+    scan step's carry keeps its sharding (JAX's TypeError)."""
+    mesh = c.make_mesh((2, 2), ("X", "Y"))
+    a = np.arange(8, dtype=np.float32)
+    x = c.device_put(a, NamedSharding(mesh, P("X")))
+    y = c.device_put(a, NamedSharding(mesh, P("Y")))
+    with pytest.raises(shmap.errors.ShardingTypeError, match="^.*: mul got incompatible "
+                       "shardings for broadcasting"):
+        shmap.jit(lambda u, v: u * v)(x, y)
+    with pytest.raises(shmap.ProgramError, match="sub got incompatible shardings"):
+        shmap.jit(lambda u, v: u - v)(x, y)
+    out = shmap.jit(lambda p, u, v: lax.select(p, u, v))(x > 3, x, x * 2)
+    assert np.array_equal(np.asarray(out), np.where(a > 3, a, a * 2))
+    with pytest.raises(shmap.errors.ShardingTypeError, match="select cases must have the same "
+                       "shardings"):
+        shmap.jit(lambda p, u, v: lax.select(p, u, v))(x > 3, x, y)
+    with pytest.raises(shmap.errors.ShardingTypeError, match="split on sharded dims"):
+        shmap.jit(lambda u: lax.split(u, (3, 5)))(x)
+    with pytest.raises(TypeError, match="scan body function carry input and carry output "
+                       "must have equal types"):
+        shmap.jit(lambda u: lax.scan(lambda k, _: (shmap.reshard(k, P()), None), u, None,
+                                     length=1)[0])(x)
