@@ -191,25 +191,32 @@ _KEY_DTYPE = _KeyDType()
 
 class KeyArray:
     """An array of threefry2x32 keys (JAX's typed key array, key<fry>): the
-    shape of the keys, over uint32 data of shape (*shape, 2). Indexing,
-    iteration (key, sub = split(key)), reshape and == work as on JAX's;
-    key_data(keys) is the uint32 data. It lives here, on the host: it
-    cannot be converted to a numpy array, nor be an argument of a traced
-    function (close over it, or pass it as a static argument)."""
+    shape of the keys, over key data of shape (*shape, 2), as JAX's key
+    arrays are laid over theirs. The data is uint32 numpy on the host (what
+    key(seed) and split make), and int64 on the devices (an Array: a key
+    device_put, resharded or returned by a jit) and in programs (a traced
+    value: a key passed to a jit, closed over, or made there), as shmap's
+    arrays hold no uint32; a sharding's spec covers the keys' dimensions,
+    the trailing 2 replicated. Indexing, iteration (key, sub = split(key)),
+    reshape, squeeze, == and the shape and layout ops of shmap.numpy
+    (broadcast_to, where, concatenate, reshard, device_put, ...) work as on
+    JAX's; arithmetic refuses keys, and key_data(keys) is the data."""
 
     __slots__ = ("_data",)
     __hash__ = None
 
     def __init__(self, data):
+        if isinstance(data, np.ndarray) and data.dtype != _U32:  # int64 data back on the host
+            data = data.astype(_U32)
         self._data = data
 
     @property
     def shape(self):
-        return self._data.shape[:-1]
+        return tuple(self._data.shape)[:-1]
 
     @property
     def ndim(self):
-        return self._data.ndim - 1
+        return len(self._data.shape) - 1
 
     @property
     def size(self):
@@ -219,6 +226,47 @@ class KeyArray:
     def dtype(self):
         return _KEY_DTYPE
 
+    @property
+    def type(self):
+        """The type string JAX prints for it, key<fry>[8@x]: its data's
+        without the trailing 2."""
+        d = self._data
+        if isinstance(d, np.ndarray):
+            return f"key<fry>[{','.join(map(str, self.shape))}]"
+        t = d.type
+        dims = _trace._dims(t)
+        return f"key<fry>[{','.join(dims[:-1])}]{t[t.rindex(']') + 1:]}"
+
+    @property
+    def name(self):
+        """A traced key's name in the program (its data's): what makes
+        shmap.numpy take it as a traced value."""
+        if not _is_traced(self):
+            raise AttributeError("a key array that is not traced has no name")
+        return self._data.name
+
+    @property
+    def _owner(self):
+        return getattr(self._data, "_owner", None)
+
+    @property
+    def weak_type(self):
+        return False
+
+    @property
+    def sharding(self):
+        """Its data's sharding with the spec over the keys' dimensions (JAX's
+        key array's: P() for a key on the devices); a traced key has none,
+        as JAX's."""
+        d = self._data
+        if isinstance(d, np.ndarray):
+            raise AttributeError("a key array on the host has no sharding: "
+                                 "shmap.device_put(key, sharding) places it")
+        s = d.sharding
+        spec = tuple(s.spec)[:self.ndim]
+        return NamedSharding(s.mesh, P(*spec, *(None,) * (self.ndim - len(spec)),
+                                       unreduced=s.spec.unreduced))
+
     def __len__(self):
         if not self.shape:
             raise TypeError("len() of unsized object")
@@ -227,7 +275,7 @@ class KeyArray:
     def __iter__(self):
         if not self.shape:
             raise TypeError("iteration over a 0-d key array")
-        return (KeyArray(d) for d in self._data)
+        return (self[i] for i in range(self.shape[0]))
 
     def __getitem__(self, idx):
         idx = idx if isinstance(idx, tuple) else (idx,)
@@ -235,47 +283,282 @@ class KeyArray:
             raise TypeError("a key array cannot index")
         return KeyArray(self._data[idx + (slice(None),)])
 
-    def reshape(self, *shape):
+    def reshape(self, *shape, out_sharding=None):
         shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
-        return KeyArray(self._data.reshape(tuple(shape) + (2,)))
+        if isinstance(self._data, np.ndarray):
+            return KeyArray(self._data.reshape(tuple(shape) + (2,)))
+        return _jnp().reshape(self, tuple(shape), out_sharding=out_sharding)
 
     def ravel(self):
         return self.reshape(-1)
 
     flatten = ravel
 
+    def squeeze(self, axis=None):
+        return _jnp().squeeze(self, axis)
+
+    def transpose(self, *axes):
+        axes = axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes
+        return _jnp().transpose(self, tuple(axes) if axes else None)
+
+    @property
+    def T(self):
+        return self.transpose()
+
     def copy(self):
-        return KeyArray(self._data.copy())
+        d = self._data
+        return KeyArray(d.copy() if isinstance(d, np.ndarray) else d)
+
+    def block_until_ready(self):
+        return self
 
     def __eq__(self, other):
         if not isinstance(other, KeyArray):
             return NotImplemented
-        return np.all(self._data == other._data, axis=-1)
+        if isinstance(self._data, np.ndarray) and isinstance(other._data, np.ndarray):
+            return np.all(self._data == other._data, axis=-1)
+        return _jnp().equal(self, other)
 
     def __ne__(self, other):
         if not isinstance(other, KeyArray):
             return NotImplemented
-        return np.any(self._data != other._data, axis=-1)
+        if isinstance(self._data, np.ndarray) and isinstance(other._data, np.ndarray):
+            return np.any(self._data != other._data, axis=-1)
+        return _jnp().not_equal(self, other)
 
     def __bool__(self):
         raise TypeError("key array cannot be converted to boolean.")
 
     def __array__(self, dtype=None, copy=None):
-        raise TypeError("a PRNG key array cannot be converted to a numpy array, nor be an "
-                        "argument of a traced function: use shmap.random.key_data(keys) for "
-                        "its uint32 data, and close over a key (or pass it as a static "
-                        "argument) in a jit function")
+        raise TypeError("JAX array with PRNGKey dtype cannot be converted to a NumPy array. "
+                        "Use jax.random.key_data(arr) if you wish to extract the underlying "
+                        "integer array.")
 
     def __repr__(self):
-        return f"Array({self.shape}, dtype={self.dtype.name}) overlaying:\n{self._data}"
+        d = self._data
+        if _is_traced(self):
+            return f"Traced<{self.type}>"
+        data = d if isinstance(d, np.ndarray) else d.to_numpy().astype(_U32)
+        return f"Array({self.shape}, dtype={self.dtype.name}) overlaying:\n{data}"
+
+
+def _key_arith(op):
+    def refuse(self, *other):
+        raise TypeError(f"{op} does not accept dtype key<fry>. Accepted dtypes are subtypes of "
+                        f"number, bool.")
+    return refuse
+
+
+for _m, _op in (("add", "add"), ("sub", "sub"), ("mul", "mul"), ("truediv", "div"),
+                ("floordiv", "floor_divide"), ("mod", "rem"), ("pow", "pow"), ("and", "and"),
+                ("or", "or"), ("xor", "xor"), ("lshift", "shift_left"),
+                ("rshift", "shift_right_arithmetic"), ("matmul", "dot_general")):
+    setattr(KeyArray, f"__{_m}__", _key_arith(_op))
+    setattr(KeyArray, f"__r{_m}__", _key_arith(_op))
+for _m, _op in (("lt", "lt"), ("le", "le"), ("gt", "gt"), ("ge", "ge"), ("neg", "neg"),
+                ("pos", "pos"), ("abs", "abs"), ("invert", "not")):
+    setattr(KeyArray, f"__{_m}__", _key_arith(_op))
+
+
+def _key_flatten(k):
+    """A key array as a pytree node of its data (how jit, vmap, scan and
+    shard_map take and return keys, and reshard and device_put place
+    them): host data as int64 (in a program, a constant of it, uploaded
+    once per trace, as a numpy constant is)."""
+    d = k._data
+    if isinstance(d, np.ndarray):
+        b = _in_trace()
+        if b is None:
+            return (d.astype(np.int64),), None
+        got = b.constants.get(id(d))
+        if got is None or got[0] is not d:
+            got = b.constants[id(d)] = (d, _trace._constant(d.astype(np.int64)))
+        return (got[1],), None
+    return (d,), None
+
+
+_trace._NODES[KeyArray] = (_key_flatten, lambda _, data: KeyArray(data[0]))
+
+
+# ---- ops on key arrays -------------------------------------------------------
+# JAX's key arrays take the ops that move, select and lay out elements; they
+# act on the key data with its trailing 2 left in place (an axis of the keys
+# is the same axis of the data). _trace._call_op hands them any op given a
+# KeyArray: on the host, numpy's on the uint32 data; else the op's on the
+# int64 data (run at once on Arrays, or traced).
+
+
+def _key_axes(axis, nd, name):
+    axes = (axis,) if isinstance(axis, numbers.Integral) else tuple(axis)
+    for a in axes:
+        if not -nd <= a < nd:
+            raise ValueError(f"{name}: axis {a} is out of bounds for a key array of rank {nd}")
+    return tuple(int(a) % nd for a in axes)
+
+
+def _k_broadcast_to(run, nd, array, shape):
+    shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(d) for d in shape)
+    return run("broadcast_to", array, shape + (2,))
+
+
+def _k_reshape(run, nd, a, shape, out_sharding=None):
+    shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(d) for d in shape)
+    if -1 in shape:  # the data's own -1 would take the trailing 2 in
+        n, known = math.prod(a.shape[:-1]), -math.prod(shape)
+        shape = tuple(n // known if d == -1 else d for d in shape)
+    return run("reshape", a, shape + (2,), out_sharding=out_sharding)
+
+
+def _k_transpose(run, nd, a, axes=None):
+    axes = tuple(reversed(range(nd))) if axes is None else _key_axes(axes, nd, "transpose")
+    return run("transpose", a, axes + (nd,))
+
+
+def _k_expand_dims(run, nd, a, axis):
+    n = 1 if isinstance(axis, numbers.Integral) else len(axis)
+    return run("expand_dims", a, _key_axes(axis, nd + n, "expand_dims"))
+
+
+def _k_squeeze(run, nd, a, axis=None):
+    shape = a.shape[:-1]
+    axes = tuple(d for d, n in enumerate(shape) if n == 1) if axis is None else \
+        _key_axes(axis, nd, "squeeze")
+    return run("squeeze", a, axes)
+
+
+def _k_where(run, nd, condition, x, y):
+    if not (isinstance(x, _KeyData) and isinstance(y, _KeyData)):
+        raise TypeError("where: x and y must both be key arrays (key<fry>), or neither")
+    if not hasattr(condition, "shape"):
+        condition = np.asarray(condition)
+    if condition.shape:
+        condition = run("expand_dims", condition, len(condition.shape))  # against the 2
+    return run("where", condition, x, y)
+
+
+def _k_concatenate(run, nd, arrays, axis=0):
+    arrays = tuple(arrays)
+    if any(not isinstance(a, _KeyData) for a in arrays):
+        raise TypeError("concatenate: key arrays are joined with key arrays only")
+    if axis is None:
+        arrays, axis = tuple(run("reshape", a, (-1, 2)) for a in arrays), 0
+    return run("concatenate", arrays, axis=_key_axes(axis, nd, "concatenate")[0])
+
+
+def _k_take(run, nd, a, indices, axis=None, mode=None, out_sharding=None):
+    if axis is None:
+        a, axis, nd = run("reshape", a, (-1, 2)), 0, 1
+    return run("take", a, indices, axis=_key_axes(axis, nd, "take")[0], mode=mode,
+               out_sharding=out_sharding)
+
+
+def _k_dynamic_slice(run, nd, operand, start_indices, slice_sizes):
+    return run("dynamic_slice", operand, list(start_indices) + [0],
+               tuple(slice_sizes) + (2,))
+
+
+def _k_dynamic_update_slice(run, nd, operand, update, start_indices):
+    if not isinstance(update, _KeyData):
+        raise TypeError("dynamic_update_slice: a key array is updated with keys")
+    return run("dynamic_update_slice", operand, update, list(start_indices) + [0])
+
+
+def _k_layout(op):
+    def rule(run, nd, x, spec, *args, **kwargs):
+        return run(op, x, spec, *args, **kwargs)  # the spec covers the keys' dimensions
+    return rule
+
+
+def _k_pvary(run, nd, x, axis_name):
+    return run("pvary", x, axis_name)
+
+
+def _k_all_gather(run, nd, x, axis_name, axis=0, tiled=False, **kw):
+    return run("all_gather", x, axis_name, axis=_key_axes(axis, nd + (not tiled),
+                                                          "all_gather")[0], tiled=tiled, **kw)
+
+
+def _k_compare(op, red):
+    def rule(run, nd, x, y):
+        if not (isinstance(x, _KeyData) and isinstance(y, _KeyData)):
+            raise TypeError(f"{op}: a key array is compared with key arrays only")
+        return run(red, run(op, x, y), axis=nd)
+    return rule
+
+
+_KEY_RULES = {
+    "broadcast_to": _k_broadcast_to, "reshape": _k_reshape, "transpose": _k_transpose,
+    "expand_dims": _k_expand_dims, "squeeze": _k_squeeze, "where": _k_where,
+    "concatenate": _k_concatenate, "take": _k_take, "dynamic_slice": _k_dynamic_slice,
+    "dynamic_update_slice": _k_dynamic_update_slice, "reshard": _k_layout("reshard"),
+    "with_sharding_constraint": _k_layout("with_sharding_constraint"), "pvary": _k_pvary,
+    "all_gather": _k_all_gather, "equal": _k_compare("equal", "all"),
+    "not_equal": _k_compare("not_equal", "any"),
+}
+
+
+_ON_DEVICES = {"reshard", "with_sharding_constraint", "pvary", "all_gather"}
+
+
+class _KeyData:
+    """A key array's data standing in for it among an op's arguments."""
+
+    def __init__(self, data):
+        self.data = data
+        self.shape = tuple(data.shape)
+
+
+def _key_op(name, args, kwargs):
+    """op name of the op table given key arrays (from _trace._call_op): the
+    op of _KEY_RULES on their data, a key array of its result (equal and
+    not_equal: a bool array); any other op refuses keys with JAX's
+    TypeError."""
+    rule = _KEY_RULES.get(name)
+    if rule is None:
+        raise TypeError(f"{name} does not accept dtype key<fry>. Accepted dtypes are subtypes "
+                        f"of number, bool.")
+    leaves = [a for v in list(args) + list(kwargs.values())
+              for a in (v if type(v) in (list, tuple) else (v,))]
+    keys = [a for a in leaves if isinstance(a, KeyArray)]
+    host = name not in _ON_DEVICES and _in_trace() is None and \
+        all(isinstance(k._data, np.ndarray) for k in keys) and \
+        not any(isinstance(a, (Array, _trace.Tracer)) for a in leaves)
+
+    def data(v):
+        if type(v) in (list, tuple):
+            return type(v)(data(e) for e in v)
+        if not isinstance(v, KeyArray):
+            return v
+        d = v._data
+        return _KeyData(d if host or not isinstance(d, np.ndarray) else _key_flatten(v)[0][0])
+
+    def raw(v):
+        if type(v) in (list, tuple):
+            return type(v)(raw(e) for e in v)
+        return v.data if isinstance(v, _KeyData) else v
+
+    def run(op, *a, **kw):
+        a, kw = raw(a), {k: raw(v) for k, v in kw.items() if v is not None}
+        if not host:
+            return _KeyData(_trace.make_op(op)(*a, **kw))
+        if op == "take":
+            return _KeyData(np.take(a[0], a[1], axis=kw["axis"], mode=kw.get("mode", "raise")))
+        return _KeyData(getattr(np, op)(*a, **kw))
+
+    out = rule(run, keys[0].ndim, *data(tuple(args)), **{k: data(v) for k, v in kwargs.items()})
+    return KeyArray(out.data) if name not in ("equal", "not_equal") else out.data
+
+
+_trace._key_op = (KeyArray, _key_op)
 
 
 def _traced_refusal(name, what="key"):
     return InvalidArgument(
         f"shmap.random.{name}: the {what} is a traced value, and {name} draws on the host: "
-        f"a key traced in a jit (an argument) is taken by split, fold_in, uniform, normal, "
+        f"a key traced in a jit (an argument) is taken by split, fold_in, bits, uniform, normal, "
         f"truncated_normal, bernoulli, rademacher, exponential, gumbel, laplace, logistic, "
-        f"cauchy, categorical (float32), randint (int32) and permutation; for {name}, draw the "
+        f"cauchy, categorical (float32), randint (int32), permutation, choice and the samplers "
+        f"built on them; for {name}, draw the "
         f"values outside the jit and pass them as arguments, or use a concrete key (a "
         f"closed-over or static one), whose draws become constants of the program")
 
@@ -285,6 +568,10 @@ def _key_data_of(name, key, allow_batched=False):
     checks of a key."""
     if isinstance(key, KeyArray):
         data, typed = key._data, True
+        if isinstance(data, _trace.Tracer):
+            raise _traced_refusal(name)
+        if isinstance(data, Array):  # on the devices: fetched, as key data a jit returned
+            data = data.to_numpy().astype(_U32)
     elif isinstance(key, _trace.Tracer):
         raise _traced_refusal(name)
     elif isinstance(key, Array):  # key data a jit returned (int64, as jit arguments take it)
@@ -353,7 +640,12 @@ def PRNGKey(seed, *, impl=None):
 
 def key_data(keys):
     """jax.random.key_data: the uint32 data of keys (shape (*keys.shape, 2));
-    a raw key as it is."""
+    a raw key as it is. Keys on the devices or traced give their int64 data
+    (an Array, a traced value), as shmap's arrays hold no uint32."""
+    if isinstance(keys, KeyArray) and not isinstance(keys._data, np.ndarray):
+        return keys._data
+    if isinstance(keys, _trace.Tracer):
+        return _t_key("key_data", keys, allow_batched=True)
     data, typed = _key_data_of("key_data", keys, allow_batched=True)
     return data.copy() if typed else data
 
@@ -363,6 +655,12 @@ def wrap_key_data(key_bits_array, *, impl=None):
     _check_impl(impl)
     if isinstance(key_bits_array, KeyArray):
         raise TypeError("wrap_key_data takes uint32 key data, got a key array")
+    if isinstance(key_bits_array, _trace.Tracer):
+        return KeyArray(_t_key("wrap_key_data", key_bits_array, allow_batched=True))
+    if isinstance(key_bits_array, Array):  # int64 data on the devices (key_data's)
+        _key_data_of("wrap_key_data", key_bits_array, allow_batched=True)
+        return KeyArray(key_bits_array if key_bits_array.dtype == np.int64 else
+                        _jnp().astype(key_bits_array, np.int64))
     bits_ = key_bits_array if isinstance(key_bits_array, (_trace.Tracer, Array)) else \
         np.asarray(key_bits_array)
     data, _ = _key_data_of("wrap_key_data", bits_, allow_batched=True)
@@ -371,7 +669,10 @@ def wrap_key_data(key_bits_array, *, impl=None):
 
 def key_impl(keys):
     """jax.random.key_impl: 'threefry2x32' (the only one here)."""
-    _key_data_of("key_impl", keys, allow_batched=True)
+    if isinstance(keys, _trace.Tracer):
+        _t_key("key_impl", keys, allow_batched=True)
+    elif not isinstance(keys, KeyArray):
+        _key_data_of("key_impl", keys, allow_batched=True)
     return "threefry2x32"
 
 
@@ -385,7 +686,8 @@ def split(key, num=2):
     is fold_in(key, i), as in JAX's partitionable mode."""
     shape = tuple(int(n) for n in num) if isinstance(num, Sequence) else (int(num),)
     if _is_traced(key):
-        return _t_split(_t_key("split", key), shape)
+        out = _t_split(_t_key("split", key), shape)
+        return KeyArray(out) if isinstance(key, KeyArray) else out
     data, typed = _key_data_of("split", key)
     out = _split_data(data, shape)
     return KeyArray(out) if typed else out
@@ -397,9 +699,8 @@ def fold_in(key, data):
         if np.ndim(data) if not isinstance(data, _trace.Tracer) else data.shape:
             raise TypeError(f"fold_in accepts a scalar, but was given an array of shape "
                             f"{tuple(np.shape(data))} != (): fold in one integer at a time")
-        k = _t_key("fold_in", key) if _is_traced(key) else \
-            _jnp().asarray(_key_data_of("fold_in", key)[0].astype(np.int64))
-        return _t_fold_in(k, data)
+        out = _t_fold_in(_t_data("fold_in", key), data)
+        return KeyArray(out) if isinstance(key, KeyArray) else out
     k, typed = _key_data_of("fold_in", key)
     if isinstance(data, Array):
         data = data.to_numpy()
@@ -747,7 +1048,7 @@ _MASK = 0xFFFFFFFF
 
 
 def _is_traced(key):
-    return isinstance(key, _trace.Tracer)
+    return isinstance(key._data if isinstance(key, KeyArray) else key, _trace.Tracer)
 
 
 def _jnp():
@@ -757,6 +1058,8 @@ def _jnp():
 
 def _t_key(name, key, allow_batched=False):
     """A traced key's data, with JAX's checks (int64 data here)."""
+    if isinstance(key, KeyArray):
+        key = key._data
     shape = tuple(key.shape)
     if not shape or shape[-1] != 2:
         raise TypeError(f"JAX encountered invalid PRNG key data: expected key_data.shape to "
@@ -771,6 +1074,18 @@ def _t_key(name, key, allow_batched=False):
         raise InvalidArgument(f"shmap.random.{name}: keys traced in a jit draw JAX's "
                               f"partitionable bits only (threefry_partitionable(True))")
     return key if np.dtype(key.dtype) == np.dtype(np.int64) else _jnp().astype(key, np.int64)
+
+
+def _t_data(name, key):
+    """A key's int64 data in the program being traced: a traced key's, a
+    key on the devices closed over (captured), a host key a constant; with
+    JAX's checks."""
+    if _is_traced(key):
+        return _t_key(name, key)
+    if not isinstance(key, KeyArray):
+        key = KeyArray(key) if isinstance(key, Array) else KeyArray(_key_data_of(name, key)[0])
+    d = key._data
+    return _t_key(name, _trace._as_operand(d) if isinstance(d, Array) else _key_flatten(key)[0][0])
 
 
 def _t_hash(k1, k2, x0, x1):
@@ -919,12 +1234,21 @@ def _t_gumbel(k, shape, dt, mode):
 
 def bits(key, shape=(), dtype=None, *, out_sharding=None):
     """jax.random.bits: uniform unsigned integers (uint32 by default; uint8,
-    uint16, uint64). shmap arrays hold none of these, so they stay numpy
-    arrays (out_sharding and traced bodies refuse them)."""
-    k, _ = _key_data_of("bits", key)
+    uint16, uint64). shmap arrays hold none but uint8, so host draws stay
+    numpy arrays (out_sharding refuses them); with a key traced in a jit,
+    the program's values of the narrowest dtype that holds them: uint8,
+    int32 for uint16, int64 for uint32 (uint64 refused)."""
     dt = np.dtype(_U32 if dtype is None else dtype)
     if not np.issubdtype(dt, np.unsignedinteger):
         raise ValueError(f"dtype argument to `bits` must be an unsigned int dtype, got {dt}")
+    if _is_traced(key):
+        if dt.itemsize == 8:
+            raise InvalidArgument("shmap.random.bits: uint64 bits of a key traced in a jit do "
+                                  "not fit shmap's int64: draw them outside the jit")
+        b = _t_bits32(_t_key("bits", key), _shape(shape)) & ((1 << (8 * dt.itemsize)) - 1)
+        held = {1: np.uint8, 2: np.int32, 4: np.int64}[dt.itemsize]
+        return _placed("bits", _jnp().astype(b, held) if held != np.int64 else b, out_sharding)
+    k, _ = _key_data_of("bits", key)
     return _place("bits", _random_bits(k, dt.itemsize * 8, _shape(shape)), out_sharding)
 
 
@@ -957,29 +1281,47 @@ def truncated_normal(key, lower, upper, shape=None, dtype=None, *, out_sharding=
     (lower, upper), by inverting erf between erf(lower/sqrt 2) and
     erf(upper/sqrt 2)."""
     dt = _float_dtype("truncated_normal", dtype)
+    if _is_traced(key) or (_in_trace() is not None and
+                           any(isinstance(v, _trace.Tracer) for v in (lower, upper))):
+        return _placed("truncated_normal",
+                       _t_truncated_normal(key, lower, upper, _shape(shape), dt), out_sharding)
     lower = _concrete("truncated_normal", lower, "lower").astype(dt)
     upper = _concrete("truncated_normal", upper, "upper").astype(dt)
     shape = np.broadcast_shapes(lower.shape, upper.shape) if shape is None else _shape(shape)
     sqrt2 = np.array(np.sqrt(2), dt)
     a = _erf(lower / sqrt2)
     b = _erf(upper / sqrt2)
-    if _is_traced(key):  # the bounds' erf on the host, the draw and erf_inv in the program
-        from . import lax
-        jnp = _jnp()
-        def const(v):  # a host value in the program: a scalar, or an array constant
-            return dt.type(v) if np.ndim(v) == 0 else jnp.asarray(v)
-        u = _t_uniform("truncated_normal", _t_key("truncated_normal", key), shape, dt,
-                       const(a), const(b))
-        out = dt.type(sqrt2) * lax.erf_inv(u)
-        out = jnp.minimum(jnp.maximum(out, const(np.nextafter(lower, np.array(np.inf, dt)))),
-                          const(np.nextafter(upper, np.array(-np.inf, dt))))
-        return _placed("truncated_normal", out, out_sharding)
     k, _ = _key_data_of("truncated_normal", key)
     u = _uniform(k, shape, dt, a, b)
     out = sqrt2 * _erf_inv(u)
     out = np.minimum(np.maximum(out, np.nextafter(lower, np.array(np.inf, dt))),
                      np.nextafter(upper, np.array(-np.inf, dt))).astype(dt)
     return _place("truncated_normal", out, out_sharding)
+
+
+def _t_truncated_normal(key, lower, upper, shape, dt):
+    """truncated_normal in the program being traced (the key's data traced or
+    a constant): a host bound's erf and neighbour toward the other computed
+    on the host, as the host's draw does, a traced bound's in the program."""
+    from . import lax
+    jnp = _jnp()
+    sqrt2 = np.array(np.sqrt(2), dt)
+
+    def bound(v, what, toward):  # (erf(v / sqrt 2), the float next to v toward the inside)
+        if isinstance(v, _trace.Tracer):
+            v = jnp.astype(v, dt)
+            return jnp.erf(v / dt.type(sqrt2)), jnp.nextafter(v, jnp.full(v.shape, toward, dt))
+        v = _concrete("truncated_normal", v, what).astype(dt)
+        def const(c):  # a host value in the program: a scalar, or an array constant
+            return dt.type(c) if np.ndim(c) == 0 else jnp.asarray(c)
+        return const(_erf(v / sqrt2)), const(np.nextafter(v, np.array(toward, dt)))
+
+    a, lo = bound(lower, "lower", np.inf)
+    b, hi = bound(upper, "upper", -np.inf)
+    if shape is None:
+        shape = np.broadcast_shapes(tuple(np.shape(lo)), tuple(np.shape(hi)))
+    u = _t_uniform("truncated_normal", _t_data("truncated_normal", key), shape, dt, a, b)
+    return jnp.minimum(jnp.maximum(dt.type(sqrt2) * lax.erf_inv(u), lo), hi)
 
 
 def randint(key, shape, minval, maxval, dtype=None, *, out_sharding=None):
@@ -1230,8 +1572,10 @@ def choice(key, a, shape=(), replace=True, p=None, axis=0, mode=None, *, out_sha
     """jax.random.choice: a sample of arange(a) or of a's entries along axis:
     with replacement uniform (randint) or by p's cumulative sums; without,
     a permutation's first entries or, with p, the Gumbel top-k of log(p).
-    An Array or traced a stays on the devices (a take of drawn indices)."""
-    k, _ = _key_data_of("choice", key)
+    An Array or traced a stays on the devices (a take of drawn indices); a
+    key traced in a jit draws the indices in the program (float32 p)."""
+    traced = _is_traced(key)
+    k = None if traced else _key_data_of("choice", key)[0]
     if not isinstance(shape, Sequence):
         raise TypeError(f"shape argument of jax.random.choice must be a sequence, got {shape}")
     shape = tuple(int(d) for d in shape)
@@ -1254,6 +1598,15 @@ def choice(key, a, shape=(), replace=True, p=None, axis=0, mode=None, *, out_sha
     if not replace and n_draws > n_inputs:
         raise ValueError(f"Cannot take a larger sample (size {n_draws}) than population "
                          f"(size {n_inputs}) when 'replace=False'")
+    if traced:
+        jnp = _jnp()
+        ind = jnp.reshape(_t_choice(_t_data("choice", key), shape, n_inputs, n_draws, replace,
+                                    p, mode), shape)
+        if nd == 0:
+            return _placed("choice", ind, out_sharding)
+        kw = {} if out_sharding is None else {"out_sharding": getattr(out_sharding, "spec",
+                                                                      out_sharding)}
+        return jnp.take(arr if dev else jnp.asarray(arr), ind, axis=axis, **kw)
     if p is None:
         if replace:
             ind = _randint(k, shape, np.asarray(0, np.int32), np.asarray(n_inputs, np.int32),
@@ -1283,6 +1636,34 @@ def choice(key, a, shape=(), replace=True, p=None, axis=0, mode=None, *, out_sha
     if not dev:
         return _place("choice", np.take(arr, ind, axis=axis).reshape(out_shape), out_sharding)
     return _take("choice", arr, ind.reshape(shape), axis, out_sharding)
+
+
+def _t_choice(k, shape, n, n_draws, replace, p, mode):
+    """choice's indices (flat) from traced key data k, as the host draws them:
+    randint, the first of a permutation, p's cumulative sums searched at
+    uniform draws, or the Gumbel top-k of log(p)."""
+    jnp = _jnp()
+    if p is None:
+        if replace:
+            return _t_randint(k, shape, np.asarray(0, np.int32), np.asarray(n, np.int32))
+        return _t_shuffle(k, jnp.arange(n, dtype=np.int32), 0)[:n_draws]
+    if isinstance(p, _trace.Tracer):
+        pa = jnp.astype(p, np.float32) if p.dtype != np.float32 else p
+    else:
+        pa = _concrete("choice", p, "p", canon=True).astype(np.float32)
+    if tuple(pa.shape) != (n,):
+        raise ValueError(f"p must be None or a 1D vector with the same size as a.shape[axis]. "
+                         f"p has shape {tuple(pa.shape)} and a.shape[axis] is {n}.")
+    dt = np.dtype(np.float32)
+    if replace:
+        cum = jnp.cumsum(pa) if isinstance(pa, _trace.Tracer) else \
+            jnp.asarray(np.cumsum(pa, dtype=dt))
+        r = cum[-1] * (np.float32(1) - _t_uniform("choice", k, shape, dt, 0.0, 1.0))
+        return jnp.astype(jnp.searchsorted(cum, jnp.reshape(r, (-1,)), side="left"), np.int32)
+    logp = jnp.log(pa) if isinstance(pa, _trace.Tracer) else jnp.asarray(np.log(pa))
+    from . import lax
+    return jnp.astype(lax.top_k(_t_gumbel(k, (n,), dt, _gumbel_mode(mode)) + logp, n_draws)[1],
+                      np.int32)
 
 
 def _categorical_shapes(logits_in, ax, shape):
@@ -1511,9 +1892,7 @@ def _in_program(name, key, dt, *params):
     if dt != np.dtype(np.float32):
         raise InvalidArgument(f"shmap.random.{name}: a traced key or parameter draws float32 "
                               f"(got {dt}): draw {dt} outside the jit")
-    k = _t_key(name, key) if _is_traced(key) else \
-        jnp.asarray(_key_data_of(name, key)[0].astype(np.int64))
-    out = [k]
+    out = [_t_data(name, key)]
     for v, what in params:
         if isinstance(v, _trace.Tracer):
             out.append(jnp.astype(v, dt))

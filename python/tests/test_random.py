@@ -752,8 +752,8 @@ def test_traced_keys(c, mesh):
     """A key passed to a jit (uploaded as int64 key data) is traced: split,
     fold_in (with a traced integer too), uniform, normal, bernoulli, randint
     and permutation run as ops of the program and give the host's values bit for bit (the host's
-    are JAX's, above); the keys a jit returns (int64 Arrays) key the next
-    call and host draws; the other samplers refuse a traced key with a
+    are JAX's, above); the keys a jit returns (KeyArrays over int64 Arrays, raw keys' int64
+    Arrays) key the next call and host draws; float64 draws refuse a traced key with a
     sentence, and so do key data of another shape or dtype."""
     x = c.device_put(np.ones((8, 4), np.float32), NamedSharding(mesh, P("X", None)))
     for key in (jr.key(42), jr.PRNGKey(7)):
@@ -778,7 +778,7 @@ def test_traced_keys(c, mesh):
                 jr.permutation(key, 10), jr.permutation(key, np.arange(12.).reshape(4, 3)),
                 jr.permutation(key, np.arange(12).reshape(4, 3), 1, independent=True))
         for g, w in zip(got, want):
-            g = np.asarray(g)
+            g = np.asarray(jr.key_data(g) if isinstance(g, jr.KeyArray) else g)
             assert g.shape == w.shape
             np.testing.assert_array_equal(g.astype(w.dtype) if w.dtype == np.uint32 else g, w)
 
@@ -820,13 +820,14 @@ def test_traced_keys(c, mesh):
 
     k = jr.key(3)
     k1, y1 = step(k, x)
-    assert shmap.typeof(k1) == "i64[2]" and shmap.typeof(y1) == "f32[8@X,4]"
+    assert shmap.typeof(k1) == "key<fry>[]" and shmap.typeof(y1) == "f32[8@X,4]"
+    assert k1.sharding == NamedSharding(mesh, P())
     k_host, sub = jr.split(k)
-    np.testing.assert_array_equal(np.asarray(k1).astype(np.uint32), _data(k_host))
+    np.testing.assert_array_equal(_data(k1).astype(np.uint32), _data(k_host))
     np.testing.assert_array_equal(
         np.asarray(y1), np.where(jr.bernoulli(sub, 0.75, (8, 4)), np.float32(1 / 0.75), 0))
     k2, _ = step(k1, x)  # the returned key keys the next call, and host draws
-    np.testing.assert_array_equal(np.asarray(k2).astype(np.uint32), _data(jr.split(k_host)[0]))
+    np.testing.assert_array_equal(_data(k2).astype(np.uint32), _data(jr.split(k_host)[0]))
     np.testing.assert_array_equal(jr.uniform(k1, (3,)), jr.uniform(k_host, (3,)))
 
     def run(body, err=shmap.InvalidArgument):
@@ -834,11 +835,11 @@ def test_traced_keys(c, mesh):
             shmap.jit(body)(x, jr.key(0))
         return str(e.value)
 
-    msg = run(lambda v, k: jr.choice(k, 5, (2,)))
-    assert "the key is a traced value, and choice draws on the host" in msg
-    assert "split, fold_in, uniform, normal, truncated_normal, bernoulli, rademacher, " \
+    msg = run(lambda v, k: jr.key(v[0, 0]))
+    assert "the seed is a traced value, and key draws on the host" in msg
+    assert "split, fold_in, bits, uniform, normal, truncated_normal, bernoulli, rademacher, " \
         "exponential, gumbel, laplace, logistic, cauchy, categorical (float32), randint " \
-        "(int32) and permutation" in msg
+        "(int32), permutation, choice and the samplers built on them" in msg
     assert "outside the jit" in msg
     assert "int32 between scalar bounds" in run(lambda v, k: jr.randint(k, (2,), 0, 5,
                                                                         dtype=np.int64))
@@ -856,3 +857,87 @@ def test_traced_keys(c, mesh):
 
     with pytest.raises(shmap.InvalidArgument, match="shard_map body"):
         block(x)
+
+
+def test_key_arrays_under_sharding(c, mesh):
+    """Typed keys as JAX's under explicit sharding: a key array is its data
+    (int64 on the devices and in programs) with the spec over the keys'
+    dimensions. Resharded at once and in a jit, closed over, broadcast,
+    selected with where, reshaped, indexed, compared, mapped by vmap and
+    carried by scan, returned from a jit as keys (P() for one key); the
+    values the host's; ops that are not key ops refuse keys (TypeError)."""
+    keys = jr.split(jr.key(0), 8)
+    want = _data(keys)
+    with shmap.use_mesh(mesh):
+        placed = shmap.reshard(keys, P("X"))
+        assert isinstance(placed, jr.KeyArray) and placed.shape == (8,)
+        assert placed.sharding == NamedSharding(mesh, P("X"))
+        assert shmap.typeof(placed) == "key<fry>[8@X]"
+        np.testing.assert_array_equal(_data(placed), want)
+        k = jr.key(7)
+
+        @shmap.jit
+        def f(ks, cond):
+            assert shmap.typeof(ks) == "key<fry>[8@X]"
+            b = jnp.broadcast_to(k, (8,))  # a closed-over key
+            sel = jnp.where(cond, ks, b)
+            whole = shmap.reshard(ks, P())
+            return (sel, shmap.reshard(k, P()), ks.reshape(2, 4)[:, 1], whole[3],
+                    sel == ks, jr.split(whole[0]),
+                    shmap.vmap(jr.fold_in)(ks, shmap.reshard(jnp.arange(8), P("X"))))
+
+        cond = np.arange(8) % 2 == 0
+        sel, kc, row, one, eq, sp, folded = f(placed, cond)
+    np.testing.assert_array_equal(_data(sel), np.where(cond[:, None], want, _data(k)))
+    assert kc.sharding == NamedSharding(mesh, P()) and one.sharding.spec == P()
+    np.testing.assert_array_equal(_data(kc), _data(k))
+    np.testing.assert_array_equal(_data(row), want[[1, 5]])
+    np.testing.assert_array_equal(_data(one), want[3])
+    np.testing.assert_array_equal(np.asarray(eq), cond)
+    np.testing.assert_array_equal(_data(sp), _data(jr.split(keys[0])))
+    np.testing.assert_array_equal(_data(folded),
+                                  np.stack([_data(jr.fold_in(keys[i], i)) for i in range(8)]))
+
+    def scan(xs):
+        def step(carry, x):
+            return jnp.where(x % 2 == 0, carry, shmap.vmap(jr.fold_in)(carry, x)), None
+        return shmap.lax.scan(step, jnp.broadcast_to(jr.key(0), xs.shape[1:]), xs)[0]
+
+    xs = np.arange(8, dtype=np.int32).reshape(2, 4)
+    host = np.broadcast_to(_data(jr.key(0)), (4, 2))
+    for x in xs:
+        host = np.where((x % 2 == 0)[:, None], host,
+                        np.stack([_data(jr.fold_in(jr.wrap_key_data(h), int(v)))
+                                  for h, v in zip(host, x)]))
+    with shmap.use_mesh(mesh):
+        np.testing.assert_array_equal(_data(shmap.jit(scan)(xs)), host)
+        with pytest.raises(TypeError, match="does not accept dtype key<fry>"):
+            shmap.jit(lambda ks: ks + 1)(placed)
+    with pytest.raises(TypeError, match="PRNGKey dtype cannot be converted"):
+        np.asarray(placed)
+
+
+def test_traced_key_samplers(c, mesh):
+    """A key traced in a jit also draws bits (uint32 as int64 values,
+    uint8 as uint8), choice (with and without replacement, with p), and
+    truncated_normal between traced bounds; key_data of a traced key is its
+    int64 data: the host's values."""
+    key = jr.key(4)
+    p = np.array([0.1, 0.2, 0.3, 0.4], np.float32)
+    xs = np.arange(12, dtype=np.float32).reshape(6, 2)
+    with shmap.use_mesh(mesh):
+        got = shmap.jit(lambda k: (
+            jr.bits(k, (8, 4), out_sharding=P("X", "Y")), jr.bits(k, (5,), np.uint8),
+            jr.choice(k, 7, (5,)), jr.choice(k, 7, (3,), replace=False),
+            jr.choice(k, 4, (2, 3), p=p), jr.choice(k, 4, (3,), False, p),
+            jr.choice(k, xs, (4,)), jr.key_data(jr.fold_in(k, 2))))(key)
+        tn = shmap.jit(lambda k, lo: jr.truncated_normal(k, lo, 2., (64,)))(key, -1.)
+    assert got[0].sharding == NamedSharding(mesh, P("X", "Y")) and got[1].dtype == np.uint8
+    want = (jr.bits(key, (8, 4)), jr.bits(key, (5,), np.uint8), jr.choice(key, 7, (5,)),
+            jr.choice(key, 7, (3,), replace=False), jr.choice(key, 4, (2, 3), p=p),
+            jr.choice(key, 4, (3,), False, p), jr.choice(key, xs, (4,)),
+            _data(jr.fold_in(key, 2)))
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(g), w)
+    np.testing.assert_allclose(np.asarray(tn), jr.truncated_normal(key, -1., 2., (64,)),
+                               rtol=1e-6, atol=1e-6)
