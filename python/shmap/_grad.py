@@ -223,11 +223,13 @@ def _laid_like(c, a):
     if c.type == a.type:
         return c
     if b.kind == "shard_map":
+        # where a is unreduced, c is the same on every device (JAX's reduced
+        # cotangent; shmap has no reduced types): a varies over none of them
         from . import lax
-        (cv, cu), (av, au) = _vma(c), _vma(a)
-        if cu or au:
-            raise InvalidArgument("grad: a value holding partial sums (unreduced axes) is not "
-                                  "supported")
+        (cv, cu), (av, _) = _vma(c), _vma(a)
+        if cu:
+            raise InvalidArgument("grad: a cotangent holding partial sums (unreduced axes) is "
+                                  "not supported")
         order = [n for n in b.mesh.axis_names]
         extra = tuple(n for n in order if n in cv - av)
         missing = tuple(n for n in order if n in av - cv)
@@ -720,12 +722,18 @@ def _collective(prim, g, out, args, kwargs):
     """The transposes of the collectives, as JAX's: psum's (and pmean's)
     is pvary (left to _laid_like), pvary's is psum (the same), all_gather's
     is psum_scatter and back, ppermute's the inverse permutation,
-    all_to_all's the one with split and concat axes swapped."""
+    all_to_all's the one with split and concat axes swapped. pcast to
+    unreduced (varying to partial sums) has JAX's reduced_vary_cast: the
+    cotangent, the same on every device along those axes (JAX's reduced),
+    made varying; a psum of partial sums (JAX's unreduced_psum) has
+    preduced: the cotangent as it is."""
     from . import lax
     from ._trace import _axes_size
     a = _bind(prim, args, kwargs)
     if prim == "pcast" and a.get("to") in (None, "varying"):  # pcast(x, axes) is pvary
         prim, a = "pvary", {k: v for k, v in a.items() if k != "to"}
+    if prim == "pcast" and a.get("to") == "unreduced" and a.get("axis_index_groups") is None:
+        return [lax.pvary(g, a["axis_name"])]
     invariant = prim == "all_gather" and a.get("to") == "invarying"
     if a.get("axis_index_groups") is not None or (a.get("to") is not None and not invariant):
         raise InvalidArgument(f"grad: {prim} with axis_index_groups or to= is not supported")
@@ -738,9 +746,10 @@ def _collective(prim, g, out, args, kwargs):
             return [lax.dynamic_slice_in_dim(g, idx * n, n, ax)]
         return [lax.dynamic_index_in_dim(g, idx, ax, keepdims=False)]
     if prim in ("psum", "pmean"):
-        varying, _ = _vma(x)
+        varying, unreduced = _vma(x)
         # over an axis x does not vary on, psum adds that many equal copies
-        fixed = tuple(ax for ax in _names(name) if ax not in varying)
+        # (not of partial sums: it completes them)
+        fixed = tuple(ax for ax in _names(name) if ax not in varying and ax not in unreduced)
         ct = g * _axes_size(fixed) if fixed else g
         return [ct / _axes_size(name) if prim == "pmean" else ct]
     if prim == "pvary":
@@ -962,6 +971,9 @@ def _call_vjp(fn, args, in_specs, outs, gs, out_specs=None):
     from ._trace import _flatten, _param_names
     b = _builder()
     n = len(args)
+    # cotangents are never partial sums: where a spec is unreduced, its
+    # cotangent's is not (JAX's reduced; shmap has no reduced types)
+    ct_in_specs = [_ct_spec(sp) for sp in in_specs]
     key = ("vjp", id(fn), tuple(a.type for a in args))
     if key not in b.defined:
         names = _param_names(fn.f, n)
@@ -992,9 +1004,10 @@ def _call_vjp(fn, args, in_specs, outs, gs, out_specs=None):
             cts = _backward(tape, active, _seeds(res, cs, active), xs)
             return [lax.psum(ct, left(sp) if len(left(sp)) > 1 else left(sp)[0]) if left(sp)
                     else ct for ct, sp in zip(cts, in_specs)]
-        all_specs = list(in_specs) + list(out_specs or fn._out_specs(len(outs)))
+        all_specs = list(in_specs) + [_ct_spec(sp) for sp in
+                                      list(out_specs or fn._out_specs(len(outs)))]
         b.defined[key] = fn._define(b, fn._name + "_vjp", list(args) + list(outs), all_specs,
-                                    names + ct_names, body, out_specs=in_specs)
+                                    names + ct_names, body, out_specs=ct_in_specs)
         # the backward as a shard_map function of its own (its body: body), so
         # that an outer grad differentiates its call as any other's
         from ._trace import _Traced
@@ -1003,7 +1016,7 @@ def _call_vjp(fn, args, in_specs, outs, gs, out_specs=None):
             return body(list(ts))
         backward.__name__ = f"{fn.__name__}_vjp"
         b.defined[("vjp_fn",) + key[1:]] = (_Traced(
-            backward, "shard_map", fn.mesh, tuple(all_specs), tuple(in_specs), fn.check_vma,
+            backward, "shard_map", fn.mesh, tuple(all_specs), tuple(ct_in_specs), fn.check_vma,
             axis_names=fn.axis_names), fn, tuple(all_specs))
     fname, nres, extra, _ = b.defined[key]
     bfn, _, all_specs = b.defined[("vjp_fn",) + key[1:]]
@@ -1011,12 +1024,22 @@ def _call_vjp(fn, args, in_specs, outs, gs, out_specs=None):
         del b.defined[key]
     call = f"{fname}({', '.join([a.name for a in list(args) + list(gs)] + extra)})"
     ops = tuple(args) + tuple(gs)  # an outer grad's tape records the call (a second order)
-    kw = {"fn": bfn, "in_specs": all_specs, "out_specs": tuple(in_specs)}
+    kw = {"fn": bfn, "in_specs": all_specs, "out_specs": tuple(ct_in_specs)}
     if extra and any(nm in lv.active for lv in _levels(b) if not lv.paused for nm in extra):
         kw = None  # closing over a differentiated value: refused if an outer grad records it
     res = b.emit(call, "call" if kw else "vjp", ops, kw) if nres == 1 else \
         b.emit_multi(call, nres, "call" if kw else "vjp", ops, kw)
     return list(res) if isinstance(res, tuple) else [res]
+
+
+def _ct_spec(sp):
+    """The spec (or pytree of specs) of the cotangent of a value of spec
+    sp: sp without its unreduced axes."""
+    from ._core import P
+
+    def plain(x):
+        return P(*x) if isinstance(x, PartitionSpec) and x.unreduced else x
+    return _tree_build(sp, iter(plain(x) for x, _ in _tree_leaves(sp, "s")))
 
 
 def _seeds(outs, cts, active):
@@ -1091,6 +1114,18 @@ def _as_traced(v):
                           f"{type(v).__name__}")
 
 
+def _copy(t):
+    """t as a value of its own: t + 0, or a reshard to its own type where t
+    holds partial sums (adding 0 to them is refused, as JAX's add)."""
+    from ._core import P
+    unreduced = _jnp()._unreduced_of(t)
+    if not unreduced:
+        return t + 0
+    spec = tuple(_spec(t) or ())
+    return _jnp().reshard(t, P(*spec, *[None] * (len(t.shape) - len(spec)),
+                               unreduced=unreduced))
+
+
 def _diff_args(args, nums, who):
     """args with the leaves of those at nums traced, and those leaves. A
     leaf that is a value of the program already (a traced value, an Array)
@@ -1100,7 +1135,7 @@ def _diff_args(args, nums, who):
     args = list(args)
     flat = []
     for k in nums:
-        leaves = [_as_traced(v) + 0 if isinstance(v, (Tracer, Array)) and _is_float(v) else
+        leaves = [_copy(_as_traced(v)) if isinstance(v, (Tracer, Array)) and _is_float(v) else
                   _as_traced(v) for v, _ in _tree_leaves(args[k], "a")]
         for t in leaves:
             if np.dtype(t.dtype).kind != "f":
@@ -1782,6 +1817,20 @@ def _reshape_first(v, lead):
     return jnp.reshape(v, shape, out_sharding=P(*((None,) * len(lead) + spec)))
 
 
+def _columns_layout(block, y, who):
+    """A jacfwd block (y's shape + an argument's) laid out as JAX's: JAX
+    pushes the columns of the identity (whole on every device) forward,
+    so y's dimensions are sharded as y and the argument's not; the rows
+    computed here (reverse mode) have jacrev's layout, the argument's
+    dimensions sharded as its cotangent."""
+    if who != "jacfwd" or not _laid_out_as(block):
+        return block
+    from ._core import P
+    ys = tuple(_spec(y) or ())
+    ys = ys + (None,) * (len(y.shape) - len(ys))
+    return _jnp().reshard(block, P(*ys, *(None,) * (len(block.shape) - len(ys))))
+
+
 def _jacobian(fun, argnums, has_aux, who, allow_int=False):
     """jacrev and jacfwd: vjp of fun at the arguments, then its pullback
     mapped by vmap over the rows of the identity (one per element of the
@@ -1848,7 +1897,8 @@ def _jacobian(fun, argnums, has_aux, who, allow_int=False):
         for v, n in zip(ys, sizes):
             at = sum(sizes[:len(blocks)])
             blocks.append(_tree_build(example, iter(
-                _reshape_first(col if n == m else col[at:at + n], tuple(v.shape))
+                _columns_layout(_reshape_first(col if n == m else col[at:at + n],
+                                               tuple(v.shape)), v, who)
                 for col in cols)))
         out = _tree_build(y, iter(blocks))
         return (out, res[2]) if has_aux else out
@@ -1875,7 +1925,7 @@ jacobian = jacrev
 def jacfwd(fun, argnums=0, has_aux=False, holomorphic=False):
     """jax.jacfwd: the same Jacobian as jacrev (shmap has no forward mode:
     it is computed row by row in reverse mode; JAX computes it column by
-    column, with the same values)."""
+    column, with the same values), laid out as JAX's (_columns_layout)."""
     if holomorphic:
         raise InvalidArgument("jacfwd: holomorphic=True (complex differentiation) is not "
                               "supported")

@@ -1296,7 +1296,15 @@ def _reduce(op, x, axis, keepdims, dtype=None):
     return _call_op(op, x, **kw)
 
 
+# (KeyArray, its op rule): shmap.random's key arrays, which _call_op hands
+# the ops given one (set when shmap.random is imported)
+_key_op = None
+
+
 def _call_op(name, *args, **kwargs):
+    if _key_op is not None and any(isinstance(a, _key_op[0]) or type(a) in (list, tuple) and
+                                   any(isinstance(e, _key_op[0]) for e in a) for a in args):
+        return _key_op[1](name, args, kwargs)
     axes = _vmap.named_axes(name, args, kwargs)
     if axes is not None:  # a collective over a vmap's axis_name
         return _vmap.named(name, args, kwargs, axes)
@@ -1326,17 +1334,15 @@ def _axes_size(axes):
 def _scalar_as_jax(a):
     """A jit argument as an array: Python's bool, int and float as JAX
     takes them without x64 (bool, int32, float32); numpy values keep their
-    dtype, but uint32 (raw PRNG keys) and KeyArrays, which become int64 key
-    data (shmap.random takes it traced)."""
+    dtype, but uint32 (raw PRNG keys), which becomes int64 key data
+    (shmap.random takes it traced; a KeyArray is a pytree node of its data,
+    which comes here as int64)."""
     if isinstance(a, bool):
         return np.asarray(a)
     if isinstance(a, int):
         return np.asarray(a, np.int32)
     if isinstance(a, float):
         return np.asarray(a, np.float32)
-    from .random import KeyArray
-    if isinstance(a, KeyArray):  # a key's uint32 data, as int64 (the service has no uint32)
-        return a._data.astype(np.int64)
     a = np.asarray(a)
     return a.astype(np.int64) if a.dtype == np.uint32 else a
 
@@ -2999,9 +3005,7 @@ def _auto_call(b, f, axes, os_, args, kwargs, explicit=False):
         raise InvalidArgument(f"{what}({name}) in a shard_map body: its mesh axes are Manual "
                               f"there; call it from a jit function")
     if _vmap.batched(args, kwargs):  # vmap of auto_axes: auto_axes of vmap, batch first
-        if explicit:
-            raise Unimplemented(f"vmap of explicit_axes({name}) is not supported")
-        return _auto_batched(f, axes, os_, args, kwargs)
+        return _auto_batched(f, axes, os_, args, kwargs, explicit)
     mesh = b.mesh
     auto = set(mesh.axis_names)  # the axes the call makes Auto (explicit: Explicit)
     if axes is not None:
@@ -3017,17 +3021,7 @@ def _auto_call(b, f, axes, os_, args, kwargs, explicit=False):
     params = [v for v, _ in pairs if isinstance(v, Tracer)]
     names = [f"a{k}" for k in range(len(params))]
     if explicit:  # in_sharding: one spec for every array argument, or one per argument
-        if isinstance(os_, (PartitionSpec, NamedSharding)):
-            ins = [os_] * len(pairs)
-        else:
-            per = list(os_) if isinstance(os_, (tuple, list)) else [os_]
-            if len(per) != len(args):
-                raise InvalidArgument(f"explicit_axes({name}): in_sharding has {len(per)} "
-                                      f"entries for {len(args)} arguments")
-            ins = [x for a, sp in zip(args, per) for x in
-                   ([sp] * len(_tree_leaves(a, "a")) if isinstance(sp, (PartitionSpec,
-                                                                        NamedSharding))
-                    else [y for y, _ in _tree_leaves(sp, "s")])]
+        ins = _in_sharding_leaves(name, os_, args, len(pairs))
         ins = [getattr(x, "spec", x) for (v, _), x in zip(pairs, ins) if isinstance(v, Tracer)]
     base = _ascii_name(name) + ("_explicit" if explicit else "_auto")
     fname, k = base, 2
@@ -3136,6 +3130,21 @@ def _auto_call(b, f, axes, os_, args, kwargs, explicit=False):
     return _unflatten(tree, iter(got))
 
 
+def _in_sharding_leaves(name, in_sharding, args, nleaves):
+    """explicit_axes' in_sharding, one entry per leaf of args (nleaves):
+    one spec or NamedSharding for all, or one (or a pytree of them) per
+    argument."""
+    if isinstance(in_sharding, (PartitionSpec, NamedSharding)):
+        return [in_sharding] * nleaves
+    per = list(in_sharding) if isinstance(in_sharding, (tuple, list)) else [in_sharding]
+    if len(per) != len(args):
+        raise InvalidArgument(f"explicit_axes({name}): in_sharding has {len(per)} entries for "
+                              f"{len(args)} arguments")
+    return [x for a, sp in zip(args, per) for x in
+            ([sp] * len(_tree_leaves(a, "a")) if isinstance(sp, (PartitionSpec, NamedSharding))
+             else [y for y, _ in _tree_leaves(sp, "s")])]
+
+
 def _closing_over(f, closed, n):
     """f taking the traced values it closes over (closed) as n more
     arguments after its own n: in its trace each stands for its parameter
@@ -3169,15 +3178,18 @@ def explicit_axes(f=None, /, *, axes=None, in_sharding=None):
     return _axes_fn(f, axes, in_sharding, True)
 
 
-def _auto_batched(f, axes, os_, args, kwargs):
+def _auto_batched(f, axes, os_, args, kwargs, explicit=False):
     """auto_axes(f)(args) with args batched by the innermost vmap among
     them: auto_axes of vmap(f) on the batched values (the batch first, as
     each BatchTracer holds it), each result spec with the batch's entry
     first (the first mapped argument's, as JAX's batching keeps it), its
-    results batched again."""
+    results batched again. explicit_axes (explicit): the same, its
+    in_sharding's specs of the mapped arguments with the batch's entry
+    first (JAX's reshard batching rule)."""
+    what = "explicit_axes" if explicit else "auto_axes"
     if _vmap.batched([kwargs]):
-        raise Unimplemented("vmap of auto_axes with a batched keyword argument is not "
-                            "supported: pass it positionally")
+        raise Unimplemented(f"vmap of {what} with a batched keyword argument is not "
+                            f"supported: pass it positionally")
     pairs = [x for k, a in enumerate(args) for x in _tree_leaves(a, f"a{k}")]
     level = max(v.level for v, _ in pairs if isinstance(v, _vmap.BatchTracer))
     mapped = [isinstance(v, _vmap.BatchTracer) and v.level == level for v, _ in pairs]
@@ -3194,15 +3206,19 @@ def _auto_batched(f, axes, os_, args, kwargs):
         spec = getattr(spec, "spec", spec)
         return P(entry, *spec, unreduced=spec.unreduced) if getattr(spec, "unreduced", None) \
             else P(entry, *spec)
-    if isinstance(os_, (PartitionSpec, NamedSharding)):
+    if explicit:  # one in_sharding per leaf, the mapped ones with the batch first
+        ins = _in_sharding_leaves(getattr(f, "__name__", what), os_, args, len(pairs))
+        specs = tuple(batch_first(x) if m else x for x, m in zip(ins, mapped))
+    elif isinstance(os_, (PartitionSpec, NamedSharding)):
         specs = batch_first(os_)
     else:
         leaves = [x for x, _ in _tree_leaves(os_, "s")]
         specs = _tree_build(os_, iter([batch_first(x) for x in leaves]))
     g = _vmap.vmap(per_example, in_axes=tuple(0 if m else None for m in mapped))
-    g.__name__ = getattr(f, "__name__", "auto_axes")
-    res = auto_axes(g, axes=axes, out_sharding=specs)(*flat)
-    outs, tree = _flatten(res, f"auto_axes({g.__name__})")
+    g.__name__ = getattr(f, "__name__", what)
+    res = explicit_axes(g, axes=axes, in_sharding=specs)(*flat) if explicit else \
+        auto_axes(g, axes=axes, out_sharding=specs)(*flat)
+    outs, tree = _flatten(res, f"{what}({g.__name__})")
     return _unflatten(tree, iter([_vmap.BatchTracer(o, size, level) for o in outs]))
 
 

@@ -68,6 +68,7 @@ _DEPTH = [0]
 
 _ACTIVE = []  # (level, size) of the vmaps whose functions are running, innermost last
 _NAMES = []  # (axis_name, level, size) of those that name their axis, innermost last
+_SPMD = []  # (level, spmd_axis_name or None) of the vmaps running, innermost last
 
 
 def innermost():
@@ -466,6 +467,14 @@ def _apply(prim, args, kwargs):
         return _scatter(op, a, size, entry)
     if op in ("reshard", "with_sharding_constraint"):
         key = "out_shardings" if op == "reshard" else "shardings"
+        spmd = spmd_name() if op == "with_sharding_constraint" else None
+        if spmd is not None:  # JAX's sharding_constraint batcher: the batch over spmd_axis_name
+            spec = getattr(a[key], "spec", a[key])
+            used = {n for e in tuple(spec) for n in ((e,) if isinstance(e, str) else e or ())}
+            if set(spmd) & used:
+                raise ValueError(f"vmap spmd_axis_name {spmd} cannot appear in "
+                                 f"with_sharding_constraint spec, but got spec {spec}")
+            entry = spmd[0] if len(spmd) == 1 else spmd
         return BatchTracer(getattr(jnp, op)(x.val, _spec_plus(a[key], entry)), size)
     if op == "all_gather":
         kw = {k: v for k, v in a.items() if k not in ("x", "axis_name", "axis")}
@@ -791,14 +800,38 @@ def _mapped_axis_spec(batched, unmapped):
     return ema
 
 
+def _spmd_name(spmd, ema):
+    """The spmd_axis_name a vmap's rules use, as JAX's vmap decides it:
+    none when the batch is sharded over Explicit axes (ema), which must then
+    be the same axes (JAX's ValueError otherwise)."""
+    if spmd is None or ema is None:
+        return spmd
+    ema = (ema,) if isinstance(ema, str) else tuple(ema)
+    if spmd != ema:
+        raise ValueError(f"Only one of spmd_axis_name or arrays sharded on `Explicit` mesh axis "
+                         f"type is allowed. Got spmd_axis_name={spmd} and arrays sharded on "
+                         f"explicit_mesh_axis={ema}")
+    return None
+
+
+def spmd_name(level=None):
+    """The spmd_axis_name (a tuple) of the vmap of `level` (the rule
+    running's), or None."""
+    level = _LEVELS[-1] if level is None else level
+    return next((n for lvl, n in reversed(_SPMD) if lvl == level), None)
+
+
 def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_name=None):
     """jax.vmap: fun of one example, mapped over axis in_axes of its
     arguments (an int, None for an argument passed whole, or one per
     argument; pytrees take their argument's), the results' batch at
-    out_axes. In a jit or shard_map body, or at once on Arrays."""
-    if spmd_axis_name is not None:
-        raise InvalidArgument("vmap: spmd_axis_name is not supported (a batch keeps the "
-                              "sharding of its arguments)")
+    out_axes. In a jit or shard_map body, or at once on Arrays.
+    spmd_axis_name: the mesh axes the batch is partitioned over where a
+    rule lays it out (with_sharding_constraint, as JAX's batching rule);
+    a batch already sharded over Explicit axes must be sharded over these
+    (JAX's ValueError otherwise), and keeps its sharding."""
+    if spmd_axis_name is not None and not isinstance(spmd_axis_name, tuple):
+        spmd_axis_name = (spmd_axis_name,)
     if axis_name is not None and not isinstance(axis_name, str):
         raise InvalidArgument(f"vmap: axis_name must be a string, got {axis_name!r}")
 
@@ -852,15 +885,18 @@ def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_n
         for v in mapped:
             v.nbatch = size
         ema = _mapped_axis_spec([v.val for v in mapped], unmapped)
+        spmd = _spmd_name(spmd_axis_name, ema)
         real = [_tree_build(arg, iter(leaves_of[k])) if k in leaves_of else arg
                 for k, arg in enumerate(args)]
         _ACTIVE.append((level, size))
+        _SPMD.append((level, spmd))
         if axis_name is not None:
             _NAMES.append((axis_name, level, size))
         try:
             res = fun(*real)
         finally:
             _ACTIVE.pop()
+            _SPMD.pop()
             if axis_name is not None:
                 _NAMES.pop()
         outs = [v for v, _ in _tree_leaves(res, "o")]

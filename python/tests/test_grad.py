@@ -1163,6 +1163,64 @@ def test_grad_dynamic_slice_in_dim_and_pcast(c, mesh):
     assert np.allclose(np.asarray(g), x[:, :4].sum(0), atol=1e-5)
 
 
+def test_grad_through_partial_sums(c, mesh):
+    """grad through values unreduced over X (partial sums), as JAX's: the
+    cotangent of an unreduced value is the same on every device (JAX's
+    reduced; shmap's is replicated). An unreduced argument resharded to a
+    whole value, reduce_sum to an unreduced out_sharding (a shard_map's
+    pcast to unreduced: its transpose makes the cotangent varying), and a
+    psum of partial sums in a shard_map body (its cotangent as it is, not
+    times the axis size)."""
+    rng = np.random.default_rng(32)
+    blocks = rng.standard_normal((2, 4)).astype(np.float32)  # X's two partial sums
+    w = rng.standard_normal(4).astype(np.float32)
+    make = shmap.shard_map(lambda b: lax.pcast(b, "X", to="unreduced"), mesh=mesh,
+                           in_specs=P("X"), out_specs=P(unreduced={"X"}))
+    u = make(c.device_put(blocks.reshape(8), NamedSharding(mesh, P("X"))))
+    assert u.sharding.spec.unreduced == {"X"}
+    with shmap.use_mesh(mesh):
+        val, g = shmap.jit(shmap.value_and_grad(
+            lambda x: (shmap.reshard(x, P()) ** 2 * w).sum()))(u)
+        total = blocks.sum(0)
+        assert np.allclose(np.asarray(val), (total ** 2 * w).sum(), rtol=1e-5)
+        assert np.allclose(np.asarray(g), 2 * total * w, rtol=1e-5)
+        assert g.sharding == NamedSharding(mesh, P(None))
+
+        x = rng.standard_normal(8).astype(np.float32)
+        xs = c.device_put(x, NamedSharding(mesh, P("X")))
+
+        def f(x):
+            s = lax.reduce_sum(x * x, axes=(0,), out_sharding=P(unreduced={"X"}))
+            return shmap.reshard(s, P()) * 3
+        g = shmap.jit(shmap.grad(f))(xs)
+        assert np.allclose(np.asarray(g), 6 * x, rtol=1e-5)
+        assert g.sharding == NamedSharding(mesh, P("X"))
+
+    def body(b, w):
+        return lax.psum(b, "X") * w
+
+    def loss(u, w):
+        return jnp.sum(shmap.shard_map(body, mesh=mesh, in_specs=(P(unreduced={"X"}), P()),
+                                       out_specs=P())(u, w))
+    wa = c.device_put(w, NamedSharding(mesh, P()))
+    g = shmap.jit(shmap.grad(loss))(u, wa)
+    assert np.allclose(np.asarray(g), w, rtol=1e-5)
+
+
+def test_jacfwd_and_jacrev_layouts(c, mesh):
+    """The Jacobian of a sharded function laid out as JAX's: jacrev's rows
+    are cotangents (the argument's dimensions sharded as it is), jacfwd's
+    columns tangents (the output's dimensions sharded as the output)."""
+    x = np.linspace(-1, 1, 8).astype(np.float32)
+    xs = c.device_put(x, NamedSharding(mesh, P("X")))
+    w = np.arange(1, 9, dtype=np.float32)
+    want = np.diag(3 * x ** 2 * w)
+    for jac, spec in ((shmap.jacrev, P(None, "X")), (shmap.jacfwd, P("X", None))):
+        got = shmap.jit(jac(lambda v: v ** 3 * w))(xs)
+        assert np.allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)
+        assert got.sharding == NamedSharding(mesh, spec), jac
+
+
 def test_training_step_as_jax_writes_it(c):
     """A training step written as JAX code writes one: parameters stacked
     per layer put with a pytree of shardings, lax.scan over the layers with

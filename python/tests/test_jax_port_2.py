@@ -255,8 +255,6 @@ def test_prngkeyarray_eager(c, m4):
     assert np.array_equal(np.asarray(out), want)
 
 
-@pytest.mark.xfail(strict=True, reason="random.bits refuses a traced key ('the key is a "
-                                       "traced value, and bits draws on the host')")
 def test_sharded_random_bits(c, m4):
     """test_sharded_random_bits (threefry2x32; shmap has no rbg): bits of
     each block's key (the keys given to the shard_map: device_put of a key

@@ -385,8 +385,6 @@ def test_jacrev_explicit_complex(c, meshes):
     assert not outs[1].any() and not outs[2].any()
 
 
-@pytest.mark.xfail(strict=True, reason="random.choice refuses a traced key (it draws on the "
-                                       "host); device_put of a key array is refused too")
 def test_random_choice_pvary(c, meshes):
     """test_random_choice_pvary, reduced: random.choice of each block's key
     in a shard_map body."""
@@ -477,9 +475,6 @@ def test_unreduced_in_spec_fwd(c, meshes, collective):
     assert float(out) == np.sum(a1 @ a2) and out.sharding == NamedSharding(mesh, P())
 
 
-@pytest.mark.xfail(strict=True, reason="grad through a shard_map with an unreduced in_spec: "
-                                       "'a value holding partial sums (unreduced axes) is not "
-                                       "supported'")
 def test_unreduced_in_spec_grad(c, meshes):
     """test_unreduced_psum_fwd_preduced_bwd's grad (the unreduced argument
     second): JAX transposes the psum of an unreduced value to a
@@ -833,8 +828,6 @@ def test_partial_auto_axis_index_degenerated_axis(c, meshes):
     assert np.array_equal(np.asarray(f()), np.zeros((1, 1), np.int32))
 
 
-@pytest.mark.xfail(strict=True, reason="keys a jit closes over passed to a shard_map: 'inside a "
-                                       "jit function, pass traced values'")
 def test_partial_auto_of_random_keys(c, meshes):
     """test_partial_auto_of_random_keys: keys through a partial-manual
     shard_map unchanged (the jit closes over them)."""
@@ -877,8 +870,6 @@ def test_grad_remat(c, meshes):
     assert np.array_equal(np.asarray(g), np.broadcast_to(yv[..., 0].sum(axis=0), (3, 2)))
 
 
-@pytest.mark.xfail(strict=True, reason="vmap(spmd_axis_name=...) is not supported: "
-                                       "InvalidArgument 'vmap: spmd_axis_name is not supported'")
 def test_vmap_grad_shmap_spmd_axis_name_residuals(c, meshes):
     """test_vmap_grad_shmap_spmd_axis_name_residuals (jax-ml/jax#21032):
     vmap with spmd_axis_name of a grad through a shard_map."""

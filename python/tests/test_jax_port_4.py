@@ -451,8 +451,6 @@ def test_eager_unreduced_out_sin_error(c, m2):
             g(arr)
 
 
-@pytest.mark.xfail(strict=True, reason="grad: pcast with to='unreduced' is refused ('grad: "
-                   "pcast with axis_index_groups or to= is not supported')")
 def test_eager_unreduced_out_grad(c, m2):
     """test_eager_unreduced_out, its grad: the cotangent of a pcast to
     unreduced, laid out as the argument."""

@@ -275,8 +275,7 @@ def test_reshape_vmap(c, m22):
 def test_shit_vmap_error_check(c, m22, use_jit):
     """test_shit_vmap_error_check: the mapped dimensions of vmap's
     arguments sharded over different axes: JAX's ValueError (its
-    spmd_axis_name case first: refused, as JAX refuses it, with another
-    sentence: test_spmd_axis_name_explicit_mode_assert)."""
+    spmd_axis_name case first: test_spmd_axis_name_explicit_mode_assert)."""
     np_inp = np.arange(16, dtype=np.int32).reshape(8, 2)
 
     def f(x, y):
@@ -287,7 +286,7 @@ def test_shit_vmap_error_check(c, m22, use_jit):
     with shmap.use_mesh(m22):
         arr = shmap.device_put(np_inp, NamedSharding(m22, P("x", None)))
         arr2 = shmap.device_put(np_inp.T, NamedSharding(m22, P(None, "y")))
-        with pytest.raises(shmap.InvalidArgument):
+        with pytest.raises(ValueError, match="Only one of spmd_axis_name or arrays sharded on"):
             shmap.vmap(f, spmd_axis_name="y")(arr, arr)
         with pytest.raises(ValueError, match="Mapped away dimension of inputs passed to vmap "
                            "should be sharded the same"):
@@ -297,14 +296,7 @@ def test_shit_vmap_error_check(c, m22, use_jit):
             shmap.jit(shmap.vmap(f, in_axes=(0, 1)))(arr, arr2)
 
 
-@pytest.mark.parametrize("spmd_axis_name", [
-    pytest.param("x", marks=pytest.mark.xfail(
-        strict=True, reason="vmap refuses spmd_axis_name ('vmap: spmd_axis_name is not "
-        "supported'), where JAX runs with the batch's own axis")),
-    pytest.param("y", marks=pytest.mark.xfail(
-        strict=True, reason="vmap refuses spmd_axis_name with InvalidArgument ('vmap: "
-        "spmd_axis_name is not supported'), not JAX's ValueError ('Only one of "
-        "spmd_axis_name or arrays sharded on ...')"))])
+@pytest.mark.parametrize("spmd_axis_name", ["x", "y"])
 def test_spmd_axis_name_explicit_mode_assert(c, m22, spmd_axis_name):
     """test_spmd_axis_name_explicit_mode_assert: vmap with spmd_axis_name
     the batch's own axis runs; another axis is JAX's ValueError."""
@@ -401,9 +393,6 @@ def test_wsc_error(c, m21):
         NamedSharding(m21, P(P.UNCONSTRAINED))
 
 
-@pytest.mark.xfail(strict=True, reason="with_sharding_constraint of a value laid out otherwise "
-                   "over Explicit axes raises InvalidArgument with JAX's sentence, not JAX's "
-                   "AssertionError")
 def test_wsc_error_assertion_type(c, m21):
     """test_wsc_error (its AssertionError): with_sharding_constraint acts as
     an assert over Explicit axes."""
@@ -434,8 +423,6 @@ def test_pspec_einsum_no_context_mesh(c):
         f(arr, arr2)
 
 
-@pytest.mark.xfail(strict=True, reason="an einsum's out_sharding naming Auto axes is taken, "
-                   "where JAX raises ValueError")
 def test_error_on_canonicalize_under_auto_mode(c, m21auto):
     """test_error_on_canonicalize_under_auto_mode: an einsum's out_sharding
     naming Auto axes: JAX's ValueError."""
@@ -834,36 +821,27 @@ def test_rng_bit_generator(c, m2):
     assert np.array_equal(np.asarray(out1[1]), np.asarray(out2[1]))
 
 
-@pytest.mark.xfail(strict=True, reason="random.key_data of a key traced in a jit is refused "
-                   "('the key is a traced value, and key_data draws on the host'); and the "
-                   "key a jit returns is its i64[2] data, P(None), not a key of P()")
 def test_fold_in(c, m2):
-    """test_fold_in: fold_in of a replicated key in a jit: a replicated
-    key, fold_in's bits (the key passed as it is: device_put of a key,
-    test_fold_in_device_put; the type of the key itself first, then of its
-    key_data as JAX's test asks)."""
+    """test_fold_in: fold_in of a replicated key in a jit: its key_data
+    typed P(None) inside, the key returned replicated (P()), its data
+    fold_in's on the host."""
     seen = []
 
-    def make(data):
-        @shmap.jit
-        def f(key):
-            f1 = shmap.random.fold_in(key, 1)
-            seen.append(spec(shmap.random.key_data(f1) if data else f1))
-            return f1
-        return f
+    @shmap.jit
+    def f(key):
+        f1 = shmap.random.fold_in(key, 1)
+        seen.append(spec(shmap.random.key_data(f1)))
+        return f1
 
     want = shmap.random.key_data(shmap.random.fold_in(shmap.random.key(72), 1))
     with shmap.use_mesh(m2):
-        out = make(False)(shmap.random.key(72))
-        assert seen == [P(None)]
-        assert np.array_equal(np.asarray(out), np.asarray(want))
-        make(True)(shmap.random.key(72))
-    assert seen[1] == P(None)
+        key = shmap.device_put(shmap.random.key(72), NamedSharding(m2, P()))
+        out = f(key)
+    assert seen == [P(None)]
     assert out.sharding == NamedSharding(m2, P())
+    assert np.array_equal(np.asarray(shmap.random.key_data(out)), np.asarray(want))
 
 
-@pytest.mark.xfail(strict=True, reason="device_put of a typed PRNG key is refused (TypeError: "
-                   "'a PRNG key array cannot be converted to a numpy array ...')")
 def test_fold_in_device_put(c, m2):
     """test_fold_in (its key placed by device_put, replicated)."""
     f = shmap.jit(lambda key: shmap.random.fold_in(key, 1))
@@ -886,10 +864,7 @@ _RANDOM = [
 ]
 
 
-@pytest.mark.parametrize("name,fun,out_spec", [
-    pytest.param(*r, marks=pytest.mark.xfail(
-        strict=True, reason="random.bits refuses a traced key (its uint32 values stay numpy)"))
-    if r[0] == "bits" else r for r in _RANDOM], ids=[r[0] for r in _RANDOM])
+@pytest.mark.parametrize("name,fun,out_spec", _RANDOM, ids=[r[0] for r in _RANDOM])
 def test_random_functions(c, m22, name, fun, out_spec):
     """test_random_functions: random draws from a key passed to a jit, laid
     out as out_sharding (the lowered text: not ported); the values the
@@ -911,8 +886,6 @@ def test_random_functions(c, m22, name, fun, out_spec):
     np.testing.assert_allclose(np.asarray(out), want, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.xfail(strict=True, reason="truncated_normal refuses a traced bound ('lower is a "
-                   "traced value, and this sampler draws on the host')")
 def test_random_truncated_normal(c, m22):
     """test_random_truncated_normal: a traced lower bound, the draw laid out
     as out_sharding."""

@@ -213,16 +213,10 @@ def test_concat_reduced_split_unreduced(c, m2):
         assert np.array_equal(np.asarray(shmap.reshard(out3, P())), want_w)
 
 
-NO_UNREDUCED_GRAD = ("shmap's grad refuses an argument holding partial sums ('lhs is "
-                     "unreduced while rhs is not. `add` ...'; JAX's cotangent is reduced)")
-
-
 def _no_unreduced_rule(op):
     return f"shmap has no unreduced rule for {op} ('unreduced rule for {op} is not implemented')"
 
 
-@pytest.mark.xfail(strict=True, raises=shmap.InvalidArgument,
-                   reason=_no_unreduced_rule("slice"))
 def test_split_unreduced(c, m2):
     """test_split_unreduced: lax.split of an unreduced array keeps each
     device's partial sums (the array made by a shard_map: see
@@ -253,9 +247,10 @@ def test_split_unreduced_reshard(c, m2):
             assert np.array_equal(s.data, ex)
 
 
-@pytest.mark.xfail(strict=True, raises=shmap.InvalidArgument, reason=NO_UNREDUCED_GRAD)
+@pytest.mark.xfail(strict=True, raises=TypeError, reason=NO_REDUCED)
 def test_split_unreduced_grad(c, m2):
-    """test_split_unreduced, its gradient: reduced over x."""
+    """test_split_unreduced, its gradient: reduced over x (shmap's: the
+    same values, replicated)."""
     @shmap.jit
     def f(x):
         return lax.split(x, sizes=[4, 4])
@@ -285,14 +280,22 @@ def test_reduce_sum_unreduced_inp(c, m2):
         assert np.array_equal(np.asarray(ex_out_g), np.ones(4))
 
 
-@pytest.mark.xfail(strict=True, raises=shmap.InvalidArgument, reason=NO_UNREDUCED_GRAD)
 def test_reduce_sum_unreduced_inp_grad(c, m2):
-    """test_reduce_sum_unreduced_inp, its gradient: reduced over x, the
-    values those of the sharded argument's."""
+    """test_reduce_sum_unreduced_inp, its gradient: the values those of the
+    sharded argument's, replicated (JAX's is reduced over x: below)."""
     f = shmap.jit(lambda x: lax.reduce_sum(x, axes=[0]))
     with shmap.use_mesh(m2):
         out_g = shmap.jit(shmap.grad(f))(unreduced(m2, np.arange(4.)))
         assert np.array_equal(np.asarray(out_g), np.ones(4))
+        assert out_g.sharding.is_fully_replicated
+
+
+@pytest.mark.xfail(strict=True, raises=TypeError, reason=NO_REDUCED)
+def test_reduce_sum_unreduced_inp_grad_reduced(c, m2):
+    """test_reduce_sum_unreduced_inp, its gradient's sharding: reduced over x."""
+    f = shmap.jit(lambda x: lax.reduce_sum(x, axes=[0]))
+    with shmap.use_mesh(m2):
+        out_g = shmap.jit(shmap.grad(f))(unreduced(m2, np.arange(4.)))
         assert out_g.sharding == NamedSharding(m2, P(None, reduced={"x"}))
 
 
@@ -414,10 +417,11 @@ def test_reshape_unreduced_fwd_reduced_bwd_eager(c, m22):
             assert np.array_equal(s.data, ex_s)
 
 
-@pytest.mark.xfail(strict=True, raises=shmap.InvalidArgument, reason=NO_UNREDUCED_GRAD)
+@pytest.mark.xfail(strict=True, raises=TypeError, reason=NO_REDUCED)
 def test_reshape_unreduced_fwd_reduced_bwd_grad(c, m22):
     """test_reshape_unreduced_fwd_reduced_bwd, its gradient: the cotangent
-    of an argument unreduced over y is reduced over y."""
+    of an argument unreduced over y is reduced over y (shmap's: the same
+    values, replicated over y)."""
     np1 = arange_f(16).reshape(8, 2)
     np2 = arange_f(8).reshape(2, 4)
     f = shmap.jit(lambda x: jnp.reshape(x, (4, 2, 4)))
@@ -696,9 +700,6 @@ def test_identity_jit_out_unreduced(c, m2):
             assert np.array_equal(s.data, es)
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError,
-                   reason="shmap's PRNG key arrays cannot be placed with device_put nor passed "
-                   "to a jit function")
 def test_vmap_random_categorical_sample(c, m22):
     """test_vmap_random_categorical_sample: a jit of vmap of categorical over
     keys and logits sharded over x."""
@@ -1086,7 +1087,6 @@ def test_jnp_matmul_out_sharding_unreduced(c, m12):
         assert seen == [P("x", None, None, unreduced={"y"})]
 
 
-@pytest.mark.xfail(strict=True, raises=shmap.InvalidArgument, reason=_no_unreduced_rule("slice"))
 def test_slice_unreduced(c, m2):
     """test_slice_unreduced: lax.slice of an unreduced array (made by a
     shard_map: see test_split_unreduced_reshard; its gradient, reduced: see

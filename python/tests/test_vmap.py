@@ -193,8 +193,10 @@ def test_vmap_refusals(c, mesh):
         shmap.vmap(lambda a: a, in_axes=(0, 0))(x)
     with pytest.raises(shmap.InvalidArgument, match=r"along axis 2, .* rank should be at least"):
         shmap.vmap(lambda a: a, in_axes=2)(x)
-    with pytest.raises(shmap.InvalidArgument, match=r"spmd_axis_name is not supported"):
-        shmap.vmap(lambda a: a, spmd_axis_name="X")
+    with pytest.raises(ValueError, match=r"Only one of spmd_axis_name or arrays sharded on "
+                       r"`Explicit` mesh axis type is allowed. Got spmd_axis_name=\('Y',\) and "
+                       r"arrays sharded on explicit_mesh_axis=\('X',\)"):
+        shmap.vmap(lambda a: a, spmd_axis_name="Y")(x)
     with pytest.raises(shmap.InvalidArgument, match=r"all_to_all over a vmap's axis_name"):
         shmap.vmap(lambda a: lax.all_to_all(a, "b", 0, 0), axis_name="b")(x)
 
@@ -527,3 +529,29 @@ def test_vmap_typeof_in_body(c, mesh):
         shmap.jit(shmap.vmap(f))(x)
     assert isinstance(seen[0], NamedSharding) and seen[0].spec == P("Y")
     assert seen[0].mesh.axis_names == ("X", "Y")
+
+
+def test_vmap_spmd_axis_name(c, mesh):
+    """vmap(f, spmd_axis_name=...) as JAX's: a batch sharded over those
+    Explicit axes keeps its sharding; on a mesh of Auto axes a
+    with_sharding_constraint in the body partitions the batch over them
+    (JAX's sharding_constraint batcher), which its spec may not name."""
+    xa = np.arange(32, dtype=np.float32).reshape(8, 4)
+    x = c.device_put(xa, NamedSharding(mesh, P("X", "Y")))
+    out = shmap.jit(shmap.vmap(lambda a: a * 2, spmd_axis_name="X"))(x)
+    assert out.sharding == NamedSharding(mesh, P("X", "Y"))
+    assert np.array_equal(np.asarray(out), xa * 2)
+
+    auto = c.make_mesh((2, 4), ("X", "Y"), axis_types=(shmap.AxisType.Auto,) * 2)
+    xs = c.device_put(xa, NamedSharding(auto, P()))
+
+    def body(a):
+        return lax.with_sharding_constraint(a + 1, NamedSharding(auto, P("Y")))
+    out = shmap.jit(shmap.vmap(body, spmd_axis_name="X"))(xs)
+    assert out.sharding == NamedSharding(auto, P("X", "Y"))
+    assert np.array_equal(np.asarray(out), xa + 1)
+    out = shmap.jit(shmap.vmap(body))(xs)
+    assert out.sharding == NamedSharding(auto, P(None, "Y"))
+    with pytest.raises(ValueError, match=r"vmap spmd_axis_name \('Y',\) cannot appear in "
+                       r"with_sharding_constraint spec"):
+        shmap.jit(shmap.vmap(body, spmd_axis_name="Y"))(xs)
