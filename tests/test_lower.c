@@ -865,6 +865,16 @@ static const lower_case lowers[] = {
      "jit f(x: f32[8,16] @ P('X', None), w: f32[16,16] @ P(None, 'Y')):\n"
      "    k = 0\n    while k < 3:\n        x = x @ w\n        k = k + 1\n    return x\n",
      1, 0, 0, 0, 0},
+    /* two carries that both go back to their layouts: both all_gathers
+     * come before the loop's while_next ops, which stand together (a scan
+     * over xs sharded on Auto axes was refused: 'a loop has 3 carries but
+     * 1 while_next ops before this all_gather') */
+    {"mesh X=2 Y=4 axis_types=(Auto, Auto)\n"
+     "jit f(x: f32[8,16] @ P('X', None), y: f32[8,16] @ P('X', None), "
+     "w: f32[16,16] @ P(None, 'Y')):\n"
+     "    k = 0\n    while k < 3:\n        x = x @ w\n        y = tanh(y @ w)\n"
+     "        k = k + 1\n    return x + y\n",
+     2, 0, 0, 0, 0},
     /* segment sums over a batch sharded on X: each device sums its rows, a
      * psum completes them (the embedding's gradient of a data-parallel step) */
     {"mesh X=2 Y=4\njit f(g: f32[8,3,16] @ P('X', None, 'Y'), t: i32[8,3] @ P('X')):\n"

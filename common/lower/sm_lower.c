@@ -140,12 +140,19 @@ static const sm_op_kind sm_lw_post_kind[] = {
     [SM_IR_POST_PSUM_SCATTER] = SM_OP_PSUM_SCATTER,
 };
 
-static sm_err sm_lw_op(sm_lw *w, const sm_ir_op *op)
+/* Lowers op. parts: SM_LW_OPERANDS moves its operands' blocks to the
+ * layouts its rule asks for (their ids in ops), SM_LW_EMIT emits the op on
+ * ops and moves its result; both for one op at a time. A loop's while_next
+ * ops are lowered operands first for all of them, then emitted together:
+ * nothing may stand between them (sm_ir_loops_check). */
+enum { SM_LW_OPERANDS = 1, SM_LW_EMIT = 2 };
+
+static sm_err sm_lw_op_parts(sm_lw *w, const sm_ir_op *op, int parts, int *ops)
 {
     const sm_program *j = w->j;
     const sm_ir_value *rv = &j->values[op->result];
-    sm_err e;
-    int ops[SM_OP_MAXARGS], id;
+    sm_err e = SM_OK;
+    int id;
     w->line = op->line;
     w->col = op->col;
     if (op->manual && op->kind == SM_OP_PCAST && sm_ir_gathers_invarying(op)) {
@@ -192,7 +199,7 @@ static sm_err sm_lw_op(sm_lw *w, const sm_ir_op *op)
         }
         goto done;
     }
-    for (int k = 0; k < op->noperands; k++) {
+    for (int k = 0; k < op->noperands && (parts & SM_LW_OPERANDS); k++) {
         int src = op->operands[k];
         ops[k] = w->map[src];
         /* reshard to a spec without some of the operand's unreduced axes:
@@ -203,6 +210,8 @@ static sm_err sm_lw_op(sm_lw *w, const sm_ir_op *op)
         if ((e = sm_lw_reshard(w, &ops[k], &j->values[src].shape, &w->lay[src], &plan->in[k])))
             goto done;
     }
+    if (!(parts & SM_LW_EMIT))
+        goto done;
     sm_ir_layout after = plan->local_layout;
     if (op->kind == SM_OP_RESHARD || op->kind == SM_OP_WITH_SHARDING_CONSTRAINT) {
         id = ops[0];
@@ -233,6 +242,34 @@ static sm_err sm_lw_op(sm_lw *w, const sm_ir_op *op)
 done:
     free(plan);
     return e;
+}
+
+static sm_err sm_lw_op(sm_lw *w, const sm_ir_op *op)
+{
+    int ops[SM_OP_MAXARGS];
+    return sm_lw_op_parts(w, op, SM_LW_OPERANDS | SM_LW_EMIT, ops);
+}
+
+/* The while_next ops from k on (a loop's, in a row) lowered operands first,
+ * then emitted; returns the index of the last, or -1 on failure (e). */
+static int sm_lw_nexts(sm_lw *w, int k, sm_err *e)
+{
+    const sm_program *j = w->j;
+    int r = k;
+    while (r < j->nops && j->ops[r].kind == SM_OP_WHILE_NEXT)
+        r++;
+    int(*ops)[SM_OP_MAXARGS] = malloc(sizeof *ops * (size_t)(r - k));
+    if (!ops) {
+        *e = sm_fail(w->err, w->errlen, SM_ENOMEM, "out of memory lowering");
+        return -1;
+    }
+    *e = SM_OK;
+    for (int i = k; i < r && !*e; i++)
+        *e = sm_lw_op_parts(w, &j->ops[i], SM_LW_OPERANDS, ops[i - k]);
+    for (int i = k; i < r && !*e; i++)
+        *e = sm_lw_op_parts(w, &j->ops[i], SM_LW_EMIT, ops[i - k]);
+    free(ops);
+    return *e ? -1 : r - 1;
 }
 
 sm_err sm_lower(const sm_program *jit, const sm_lower_opts *opts, sm_program **out, char *err,
@@ -270,9 +307,15 @@ sm_err sm_lower(const sm_program *jit, const sm_lower_opts *opts, sm_program **o
         if (!w.replicate_all)
             w.lay[pa->value] = jit->values[pa->value].layout;
     }
-    for (int k = 0; k < jit->nops; k++)
-        if ((e = sm_lw_op(&w, &jit->ops[k])))
+    for (int k = 0; k < jit->nops; k++) {
+        const sm_ir_op *op = &jit->ops[k];
+        if (op->kind == SM_OP_WHILE_NEXT && !(op->manual && !op->manual_axes)) {
+            if ((k = sm_lw_nexts(&w, k, &e)) < 0)
+                goto fail;
+        } else if ((e = sm_lw_op(&w, op))) {
             goto fail;
+        }
+    }
     for (int k = 0; k < jit->nreturns; k++) {
         int v = jit->returns[k];
         sm_ir_layout t = {{0}};
