@@ -416,6 +416,11 @@ static const error_case errors[] = {
      {"lhs or rhs passed to dot_general cannot be unreduced", "f32[4,2]{U:X}"}},
     {"mesh X=2\njit f(x: f32[4,2] @ P('X')):\n    return reshard(x, P('X', unreduced={'X'}))\n",
      {"partitions cannot overlap", "unreduced"}},
+    {"mesh X=2\njit f(x: f32[4,2] @ P(None, 'X'), y: f32[2,6] @ P('X', None), w: f32[4,6] @ "
+     "P()):\n    z = jnp.einsum('ab,bc->ac', x, y, out_sharding=P(unreduced={'X'}))\n"
+     "    return reshard(jnp.concatenate([z, w]), P())\n",
+     {"concatenate: all operands should be unreduced along the same mesh axes",
+      "f32[4,6]{U:X}"}},
     {"mesh X=2\njit f(x: f32[4,2] @ P()):\n"
      "    return with_sharding_constraint(x, P(unreduced={'X'}))\n",
      {"is not unreduced over {'X'}, so it cannot be made so"}},
@@ -1009,6 +1014,18 @@ static const unreduced_case unreduced[] = {
      1,
      8,
      {0, 1, 2, 3, 4, 5, 6, 7}},
+    /* test_concat_unreduced: concatenate is linear: partial sums of the
+     * concatenation, summed by the reshard (one psum) */
+    {"mesh X=2\njit f(x: f32[2,2] @ P(None, 'X'), y: f32[2,2] @ P('X', None)):\n"
+     "    z = jnp.einsum('ab,bc->ac', x, y, out_sharding=P(unreduced={'X'}))\n"
+     "    c = jnp.concatenate([z, z])\n    r = reshard(c, P())\n    return r\n",
+     "c",
+     "f32[4,2]{U:X}",
+     1,
+     0,
+     0,
+     8,
+     {2, 3, 6, 11, 2, 3, 6, 11}},
     /* test_unreduced_psum_fwd_preduced_bwd (forward) */
     {"mesh x=2\nshard_map ar(x: f32[2,6] @ P(unreduced={'x'})) -> P():\n"
      "    out = jax.lax.psum(x, 'x')\n    return out\n"

@@ -122,6 +122,33 @@ sm_err sm_ir_unreduced_op(const sm_program *p, const sm_ir_op *op, const sm_ir_v
     case SM_UR_KEEP:
         out->unreduced = u0;
         return SM_OK;
+    case SM_UR_SAME: {
+        /* the data operands, and the one that must not be unreduced */
+        int ctl = op->kind == SM_OP_WHERE ? 0 : op->kind == SM_OP_SCATTER_ADD ? 1 : -1;
+        int first = ctl == 0 ? 1 : 0;
+        if (ctl >= 0 && in[ctl]->unreduced)
+            return sm_fail(err, errlen, SM_EINVAL, "%s cannot be unreduced. Got %s",
+                           op->kind == SM_OP_WHERE ? "select `which`" : "scatter indices",
+                           sm_ur_type(p, in[ctl], a, sizeof a));
+        for (int i = first; i < op->noperands; i++) {
+            if (i == ctl || in[i]->unreduced == in[first]->unreduced)
+                continue;
+            if (op->kind == SM_OP_SCATTER_ADD)
+                return sm_fail(err, errlen, SM_EINVAL,
+                               "scatter operand and updates must be unreduced along the same "
+                               "axes. Got operand sharding %s and updates sharding %s",
+                               sm_ur_type(p, in[0], a, sizeof a),
+                               sm_ur_type(p, in[2], b, sizeof b));
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "%s: all operands should be unreduced along the same mesh axes. Got "
+                           "%s and %s",
+                           op->kind == SM_OP_WHERE ? "select" : name,
+                           sm_ur_type(p, in[first], a, sizeof a),
+                           sm_ur_type(p, in[i], b, sizeof b));
+        }
+        out->unreduced = in[first]->unreduced;
+        return SM_OK;
+    }
     case SM_UR_ADD:
         if (u0 && u1 && u0 != u1)
             return sm_fail(err, errlen, SM_EINVAL,

@@ -2102,9 +2102,13 @@ def broadcast_like(arr, like_arr):
     """lax.broadcast_like: arr broadcast to like_arr's shape and sharding
     (JAX's broadcast_to with like_arr's sharding: arr's sharded dimensions
     must be like_arr's, else ValueError)."""
+    from ._core import typeof
     jnp = _jnp()
-    spec = jnp._spec_of_type(like_arr.type) if hasattr(like_arr, "type") else None
-    if spec is None:
+    sh = getattr(like_arr, "sharding", None)  # an Array's, a ShapeDtypeStruct's (a traced
+    if sh is None and hasattr(like_arr, "type"):  # value has none: its type's)
+        sh = typeof(like_arr).sharding
+    spec = getattr(sh, "spec", None)
+    if spec is None or (builtins.all(e is None for e in spec) and not spec.unreduced):
         return jnp.broadcast_to(arr, tuple(_shape_of(like_arr)))
     return jnp.broadcast_to(arr, tuple(like_arr.shape), out_sharding=spec)
 

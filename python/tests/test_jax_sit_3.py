@@ -1033,8 +1033,6 @@ def test_jacrev_sharded_broadcast(m22):
         assert out.sharding == ns(m22, P(None, None, "y"))
 
 
-@pytest.mark.xfail(strict=True, reason="device_put of an unreduced spec is refused "
-                   "(Unimplemented: only a program's results hold partial sums)")
 def test_broadcast_unreduced(m22):
     """test_broadcast_unreduced: broadcast_like of an unreduced array to a
     ShapeDtypeStruct of its sharding."""

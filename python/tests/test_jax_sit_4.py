@@ -213,10 +213,6 @@ def test_concat_reduced_split_unreduced(c, m2):
         assert np.array_equal(np.asarray(shmap.reshard(out3, P())), want_w)
 
 
-def _no_unreduced_rule(op):
-    return f"shmap has no unreduced rule for {op} ('unreduced rule for {op} is not implemented')"
-
-
 def test_split_unreduced(c, m2):
     """test_split_unreduced: lax.split of an unreduced array keeps each
     device's partial sums (the array made by a shard_map: see
@@ -363,8 +359,6 @@ def test_split_reduced_concat_unreduced(c, m2):
         assert np.array_equal(np.asarray(shmap.reshard(out2, P())), want_w)
 
 
-@pytest.mark.xfail(strict=True, raises=shmap.InvalidArgument,
-                   reason=_no_unreduced_rule("concatenate"))
 def test_concat_unreduced(c, m2):
     """test_concat_unreduced: concatenate of two unreduced arrays keeps each
     device's partial sums (the arrays made by a shard_map: see
@@ -486,8 +480,6 @@ def test_gather_reduced_fwd_unreduced_bwd(c, m2):
         assert f(operand, indices).sharding == NamedSharding(m2, P(None, None, reduced={"x"}))
 
 
-@pytest.mark.xfail(strict=True, raises=shmap.InvalidArgument,
-                   reason=_no_unreduced_rule("scatter_add"))
 def test_scatter_unreduced_fwd_reduced_bwd(c, m2):
     """test_scatter_unreduced_fwd_reduced_bwd: a scatter-add of unreduced
     updates into an unreduced operand (made by a shard_map: see
@@ -903,7 +895,6 @@ def test_remat_reduced_transpose(c, m2):
         assert g1.sharding == NamedSharding(m2, P(None, unreduced={"x"}))
 
 
-@pytest.mark.xfail(strict=True, raises=shmap.InvalidArgument, reason=_no_unreduced_rule("where"))
 def test_select_unreduced(c, m2):
     """test_select_unreduced: select of unreduced operands (made by a
     shard_map: see test_split_unreduced_reshard; the gradients, reduced: see
