@@ -419,8 +419,7 @@ static const error_case errors[] = {
     {"mesh X=2\njit f(x: f32[4,2] @ P(None, 'X'), y: f32[2,6] @ P('X', None), w: f32[4,6] @ "
      "P()):\n    z = jnp.einsum('ab,bc->ac', x, y, out_sharding=P(unreduced={'X'}))\n"
      "    return reshard(jnp.concatenate([z, w]), P())\n",
-     {"concatenate: all operands should be unreduced along the same mesh axes",
-      "f32[4,6]{U:X}"}},
+     {"concatenate: all operands should be unreduced along the same mesh axes", "f32[4,6]{U:X}"}},
     {"mesh X=2\njit f(x: f32[4,2] @ P()):\n"
      "    return with_sharding_constraint(x, P(unreduced={'X'}))\n",
      {"is not unreduced over {'X'}, so it cannot be made so"}},
