@@ -92,6 +92,7 @@ static const op_row rows[] = {
     {M42, XY, PIJ, "astype(x, i32)"},
     {M42, NI, PIJ, "astype(n, f64) / 7"},
     {M42, NI, PIJ, "astype(n, bool)"},
+    {M42, XY, PIJ, "bitcast_convert_type(bitcast_convert_type(x, i32) + 1, f32)"},
     /* creation */
     {M42, XY, "P()", "zeros((2, 3), f32)"},
     {M42, XY, "P()", "ones((4,), i64)"},

@@ -87,6 +87,7 @@ static const op_case ops[] = {
     {"where(c, x, 0.0)", "f32[2,16]{V:i}"},
     {"astype(k, f64)", "f64[2]{V:i}"},
     {"k.astype('float32')", "f32[2]{V:i}"},
+    {"bitcast_convert_type(k, f32)", "f32[2]{V:i}"},
     /* creation */
     {"zeros((3, 4), dtype=f32)", "f32[3,4]"},
     {"ones(5)", "f32[5]"},
@@ -338,6 +339,12 @@ START_TEST(test_builder_errors)
     ck_assert_int_eq(sm_program_add_op(p, "psum_all", &x, 1, NULL, &r, err, sizeof err), SM_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "no op is named 'psum_all'"));
     ck_assert_int_eq(sm_program_add_op(p, NULL, &x, 1, NULL, &r, err, sizeof err), SM_EINVAL);
+    /* bitcast_convert_type only between dtypes of one width */
+    sm_ir_attrs wide = {.has_dtype = 1, .dtype = SM_F64};
+    ck_assert_int_eq(
+        sm_program_add_op(p, "bitcast_convert_type", &x, 1, &wide, &r, err, sizeof err),
+        SM_EUNIMPLEMENTED);
+    ck_assert_ptr_nonnull(strstr(err, "from f32 to f64 is not supported"));
     ck_assert_int_eq(p->nops, 0); /* failed adds change nothing */
     ck_assert_int_eq(sm_program_nparams(p), 1);
     ck_assert_int_eq(sm_program_nreturns(p), 0);

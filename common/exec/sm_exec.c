@@ -167,11 +167,11 @@ sm_err sm_exec_none(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_
 static int sm_exec_writes_all(sm_op_kind k)
 {
     static const sm_exec_fn all[] = {
-        sm_exec_binary,       sm_exec_unary,  sm_exec_where,         sm_exec_astype,
-        sm_exec_fill,         sm_exec_arange, sm_exec_reshape,       sm_exec_transpose,
-        sm_exec_broadcast_to, sm_exec_slice,  sm_exec_dynamic_slice, sm_exec_dynamic_update_slice,
-        sm_exec_concatenate,  sm_exec_pad,    sm_exec_tile,          sm_exec_roll,
-        sm_exec_coll,
+        sm_exec_binary,       sm_exec_unary,   sm_exec_where,         sm_exec_astype,
+        sm_exec_fill,         sm_exec_arange,  sm_exec_reshape,       sm_exec_transpose,
+        sm_exec_broadcast_to, sm_exec_slice,   sm_exec_dynamic_slice, sm_exec_dynamic_update_slice,
+        sm_exec_concatenate,  sm_exec_pad,     sm_exec_tile,          sm_exec_roll,
+        sm_exec_coll,         sm_exec_bitcast,
     };
     if (k == SM_OP_DOT || k == SM_OP_MATMUL)
         return 1;

@@ -29,6 +29,7 @@ typedef sm_err (*sm_exec_fn)(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const
     X(sm_exec_unary)                                                                               \
     X(sm_exec_where)                                                                               \
     X(sm_exec_astype)                                                                              \
+    X(sm_exec_bitcast)                                                                             \
     X(sm_exec_fill)                                                                                \
     X(sm_exec_arange)                                                                              \
     X(sm_exec_product)                                                                             \

@@ -201,6 +201,16 @@ sm_err sm_exec_astype(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, s
                           errlen);
 }
 
+/* bitcast_convert_type: the operand's bytes as they are (shared when they
+ * can be), their dtype another of the same width. */
+sm_err sm_exec_bitcast(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
+                       char *err, size_t errlen)
+{
+    if (out->nbytes && !sm_array_alias(out, in[0], 0))
+        memcpy(out->data, in[0]->data, (size_t)out->nbytes);
+    return SM_OK;
+}
+
 /* ---- creation ---- */
 
 sm_err sm_exec_fill(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,

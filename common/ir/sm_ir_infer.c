@@ -190,6 +190,23 @@ sm_err sm_ir_infer_astype(const sm_program *p, const sm_ir_op *op, const sm_ir_v
     return SM_OK;
 }
 
+/* lax.bitcast_convert_type: the operand's bytes read as new_dtype, of the
+ * same width (JAX's other widths add or drop a minor dimension: refused). */
+sm_err sm_ir_infer_bitcast(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                           sm_ir_value *out, char *err, size_t errlen)
+{
+    if (!op->attrs.has_dtype)
+        return sm_fail(err, errlen, SM_EINVAL, "bitcast_convert_type: expected a dtype");
+    sm_dtype from = in[0]->dtype, to = op->attrs.dtype;
+    if (from == SM_BOOL || to == SM_BOOL || sm_dtype_size(from) != sm_dtype_size(to))
+        return sm_fail(err, errlen, SM_EUNIMPLEMENTED,
+                       "bitcast_convert_type from %s to %s is not supported: only between "
+                       "dtypes of one width (not bool)",
+                       sm_dtype_name(from), sm_dtype_name(to));
+    sm_ir_set(out, to, &in[0]->shape);
+    return SM_OK;
+}
+
 /* ---- creation ---- */
 
 static sm_err sm_ir_shape_attr(const sm_ir_op *op, const sm_ir_ints *v, sm_shape *s, char *err,

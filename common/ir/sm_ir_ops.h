@@ -41,7 +41,7 @@ typedef enum {
     SM_OP_COUNT
 } sm_op_kind;
 
-#define SM_OP_COUNT_EXPECTED 118
+#define SM_OP_COUNT_EXPECTED 119
 _Static_assert(SM_OP_COUNT == SM_OP_COUNT_EXPECTED, "op table changed: update the count and tests");
 
 #endif

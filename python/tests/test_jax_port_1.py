@@ -215,7 +215,6 @@ def test_with_static_arg(c, mesh3):
     assert np.array_equal(np.asarray(fun(a, data(a, 0).shape)), A + 1)
 
 
-@pytest.mark.xfail(strict=True, reason="grad through lax.pcast(..., to='unreduced') is refused")
 def test_matmul_unreduced_grad(c, mesh22):
     """test_matmul_unreduced, its gradient part (the forward part is
     test_shmap.py's test_jit_calls_shard_map_as_jax_test_matmul_unreduced)."""
@@ -232,15 +231,14 @@ def test_matmul_unreduced_grad(c, mesh22):
 
     out = f(arr1, arr2)
     assert out.shape == (2, 2)
-    # JAX's spec P('x', None, unreduced={'y'}): see test_array_sharding_spec_full_rank
-    assert out.sharding == NamedSharding(mesh22, P("x", unreduced={"y"}))
+    assert out.sharding == NamedSharding(mesh22, P("x", None, unreduced={"y"}))  # JAX's
 
     def g(x, y):
         return shmap.reshard(f(x, y), P("x", None)).sum()
 
     out1, out2 = shmap.jit(shmap.grad(g, argnums=(0, 1)))(arr1, arr2)
     assert out1.sharding == NamedSharding(mesh22, P("x", "y"))
-    assert out2.sharding == NamedSharding(mesh22, P("y"))  # JAX's: P('y', None)
+    assert out2.sharding == NamedSharding(mesh22, P("y", None))  # JAX's
     ones = np.ones((2, 2), np.float32)
     assert np.allclose(np.asarray(out1), ones @ np2.T, rtol=2e-4)
     assert np.allclose(np.asarray(out2), np1.T @ ones, rtol=2e-4)

@@ -601,7 +601,6 @@ def test_auto_axes_numpy_array(c, m2):
     assert seen == [(shmap.Auto,)]
 
 
-@pytest.mark.xfail(strict=True, reason="shmap.lax has no bitcast_convert_type")
 @pytest.mark.parametrize("from_dtype,to_dtype", [
     (np.float32, np.int32), (np.int32, np.float32), (np.float64, np.int64)])
 @pytest.mark.parametrize("shape_and_spec", [((), P()), ((2,), P("x")), ((2, 4), P("x", "y"))])
