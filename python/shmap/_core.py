@@ -415,6 +415,18 @@ class Mesh:
             s += ", axis_types=(" + ", ".join(self.axis_types) + ")"
         return "Mesh(" + s + ")"
 
+    def update(self, devices=None, axis_names=None, axis_types=None, axis_sizes=None):
+        """JAX's mesh.update: this mesh with other axis names, types, sizes
+        or devices (the rest kept)."""
+        names = self.axis_names if axis_names is None else axis_names
+        names = (names,) if isinstance(names, str) else tuple(names)
+        sizes = self.axis_sizes if axis_sizes is None else tuple(axis_sizes)
+        types = self.axis_types if axis_types is None else axis_types
+        if isinstance(self, AbstractMesh):
+            return AbstractMesh(sizes, names, types)
+        devs = self._devices if devices is None else devices
+        return Mesh(sizes, names, devs, types, client=self._client)
+
     @property
     def abstract_mesh(self):
         """jax's mesh.abstract_mesh: its axis names, sizes and types, no

@@ -12,7 +12,7 @@ import numpy as _np
 
 import _shmap
 
-from ._core import NamedSharding as _NamedSharding
+from ._core import AbstractMesh as _AbstractMesh, Array as _Array, NamedSharding as _NamedSharding
 from ._core import _canonicalize_sharding, _spec_axes, get_mesh
 from ._core import device_put as _device_put
 from ._trace import _dims, _eager, _holds_array, _run_now, _spec_entry, _state, make_op
@@ -94,6 +94,14 @@ def _reshard_placed(op):
             _canonicalize_sharding(sharding, "reshard", check_mesh_consistency=False)
             if getattr(_state, "builder", None) is None and not _holds_array((x,), {}):
                 return _device_put(x, sharding)
+        if getattr(_state, "builder", None) is None and isinstance(x, _Array):
+            # at once onto another mesh (the sharding's, or for a bare spec the
+            # context's): the array moves there, as JAX's reshard casts its type
+            mesh = sharding.mesh if isinstance(sharding, _NamedSharding) else get_mesh()
+            xm = x.sharding.mesh
+            if mesh is not None and not isinstance(mesh, _AbstractMesh) and \
+                    (mesh.axis_names, mesh.axis_sizes) != (xm.axis_names, xm.axis_sizes):
+                return _device_put(x, _NamedSharding(mesh, spec))
         return op(x, sharding, *args, **kwargs)
     return f
 

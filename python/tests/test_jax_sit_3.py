@@ -551,8 +551,8 @@ def _use_abstract_mesh(m):
     return shmap.sharding.use_abstract_mesh(m)
 
 
-@pytest.mark.xfail(strict=True, reason="shmap has no jax.sharding.use_abstract_mesh nor "
-                   "AbstractMesh.update")
+@pytest.mark.xfail(strict=True, reason="shmap has no jax.sharding.use_abstract_mesh (a jit body "
+                   "changing its mesh's names and sizes)")
 def test_abstract_mesh_changing_names_sizes(m22):
     """test_abstract_mesh_changing_names_sizes: inside a jit, an abstract
     mesh of other names and sizes over the same devices."""
@@ -578,8 +578,8 @@ def test_abstract_mesh_changing_names_sizes(m22):
         assert np.allclose(np.asarray(out), np.sin(np_inp) * 2, rtol=1e-6)
 
 
-@pytest.mark.xfail(strict=True, reason="shmap has no jax.sharding.use_abstract_mesh nor "
-                   "AbstractMesh.update")
+@pytest.mark.xfail(strict=True, reason="shmap has no jax.sharding.use_abstract_mesh (a jit body "
+                   "changing its mesh's names and sizes)")
 def test_abstract_mesh_changing_names_sizes_grad(m22):
     """test_abstract_mesh_changing_names_sizes_grad: the same, resharded
     back, and its gradient."""
@@ -602,8 +602,8 @@ def test_abstract_mesh_changing_names_sizes_grad(m22):
         assert out.sharding == arr.sharding
 
 
-@pytest.mark.xfail(strict=True, reason="shmap has no jax.sharding.use_abstract_mesh nor "
-                   "AbstractMesh.update")
+@pytest.mark.xfail(strict=True, reason="shmap has no jax.sharding.use_abstract_mesh (a jit body "
+                   "changing its mesh's names and sizes)")
 def test_abstract_mesh_changing_names_sizes_auto_mode(meshes):
     """test_abstract_mesh_changing_names_sizes_auto_mode: the same over Auto
     axes, with with_sharding_constraint."""
@@ -624,7 +624,6 @@ def test_abstract_mesh_changing_names_sizes_auto_mode(meshes):
         assert f(arr).sharding.spec == P("a")
 
 
-@pytest.mark.xfail(strict=True, reason="shmap's Mesh has no update(axis_names=...)")
 def test_typeof_not_mesh_context_dependent(meshes):
     """test_typeof_not_mesh_context_dependent: an array's type keeps its
     spec when the context mesh renames its axes; reshard changes it."""
