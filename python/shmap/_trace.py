@@ -1699,8 +1699,29 @@ def _type_decl(a, spec):
 
 
 class Lowered:
-    def __init__(self, text, info):
-        self._text, self._info = text, info
+    """jit(f).lower(*args): the program, its text (as_text), its input
+    types (in_avals, JAX's: shapes, dtypes and shardings on the abstract
+    mesh) and compile() (a Compiled: the same, callable)."""
+
+    def __init__(self, text, info, fn=None, nargs=0):
+        self._text, self._info, self._fn, self._nargs = text, info, fn, nargs
+
+    @property
+    def in_avals(self):
+        """((one ShapeDtypeStruct per array argument, in order), {}), as
+        JAX's lowered.in_avals."""
+        from ._core import _spec_of
+        mesh = self._info.get("mesh_obj")
+        am = mesh.abstract_mesh if mesh is not None else None
+        avals = tuple(ShapeDtypeStruct(tuple(shape), _DTYPES[dt],
+                                       NamedSharding(am, _spec_of(sp)) if am is not None else None)
+                      for _, dt, shape, sp in self._info.get("params", [])[:self._nargs])
+        return (avals, {})
+
+    def compile(self):
+        """JAX's lowered.compile(): the program checked already; calling the
+        result runs it."""
+        return Compiled(self)
 
     def as_text(self):
         """The program's text form (for jit: the shard_map program it lowers to
@@ -1710,6 +1731,24 @@ class Lowered:
         return self._text
 
     __str__ = as_text  # make_jaxpr's result prints as a jaxpr does
+
+
+class Compiled:
+    """What Lowered.compile() gives: in_avals and as_text as the Lowered's,
+    and a call that runs the function (the service compiles nothing ahead:
+    a job runs the checked program)."""
+
+    def __init__(self, lowered):
+        self._lowered = lowered
+        self.in_avals = lowered.in_avals
+
+    def as_text(self):
+        return self._lowered.as_text()
+
+    def __call__(self, *args, **kwargs):
+        if self._lowered._fn is None:
+            raise InvalidArgument("this lowered program has no function to call")
+        return self._lowered._fn(*args, **kwargs)
 
 
 class Future:
@@ -2625,7 +2664,9 @@ class _Traced:
         t, args = self._split_static(self._bind(args, kwargs))
         t2, args = t._split_trees(args)
         if t2 is not self:
-            return t2.lower(*args)
+            low = t2.lower(*args)
+            low._fn = self  # a Compiled is called as this function is
+            return low
         try:
             _, _, text, info, _ = t._trace(args)
         except _OnMesh as e:
@@ -2633,7 +2674,7 @@ class _Traced:
                 return self.lower(*args)
         except _NoOutputs as e:
             raise InvalidArgument(str(e)) from None
-        return Lowered(text, info)
+        return Lowered(text, info, self, len(args))
 
     def _finish(self, client, multi, mesh=None, debug=None):
         def finish(info):

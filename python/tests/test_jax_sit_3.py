@@ -1465,7 +1465,6 @@ def test_out_aval_auto_mode(meshes):
         assert shmap.typeof(out).sharding.mesh == mesh.abstract_mesh
 
 
-@pytest.mark.xfail(strict=True, reason="jit(...).lower(...) has no in_avals and no compile()")
 def test_in_aval_matches_in_sharding(m2):
     """test_in_aval_matches_in_sharding: the lowered and compiled function's
     input types carry in_shardings."""
