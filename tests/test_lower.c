@@ -223,6 +223,13 @@ static const type_case types[] = {
      "    y = x * 2\n    return y\njit f(x: f32[8,4] @ P('i', 'j')):\n    r = g(x)\n"
      "    return r\n",
      "r", "f32[8@i,4@j]"},
+    /* a creation op there takes its out_sharding over the other axes (it
+     * went through the collectives' rule and came out replicated: JAX's
+     * test_manual_mode_mix_map's lax.map buffer) */
+    {"mesh i=4 j=2\nshard_map g(x: f32[8,4] @ P('i')) -> P('i'), axis_names={'i'}:\n"
+     "    z = zeros((2, 4), out_sharding=P(None, 'j'))\n    return z + x\n"
+     "jit f(x: f32[8,4] @ P('i', 'j')):\n    r = g(x)\n    return r\n",
+     "z", "f32[2,4@j]"},
     /* nested (NESTED_1D) */
     {NESTED_1D, "inner", "f32[2,4]{V:x,y}"},
     {NESTED_1D, "back", "f32[2,8@y]{V:x}"},

@@ -402,7 +402,10 @@ sm_err sm_ir_shard_op(const sm_program *p, const sm_ir_op *op, sm_ir_value *out,
                                                sm_op_name(op->kind), err, errlen);
         if (e)
             return e;
-        if (sm_op_vma_rule(op->kind) != SM_VMA_UNION)
+        /* the collectives' rule; the creation ops (SM_VMA_NONE) take their
+         * own, their out_sharding over the other axes */
+        sm_vma_rule r = sm_op_vma_rule(op->kind);
+        if (r != SM_VMA_UNION && r != SM_VMA_NONE)
             return sm_ir_shard_pcoll(p, op, in, out, plan, err, errlen);
     }
     return sm_ops[op->kind].shard(p, op, in, out, plan, err, errlen);

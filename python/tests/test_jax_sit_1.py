@@ -1461,10 +1461,6 @@ def test_manual_mode_mix_scatter_gather(m22):
         f1(x, i, j)  # doesn't crash
 
 
-@pytest.mark.xfail(strict=True, reason="lax.map in a shard_map Manual over x alone, its results "
-                   "sharded over y, is refused ('dynamic_update_slice operand sharding must be "
-                   "equal to update sharding, got operand sharding f32[5,2] and update sharding "
-                   "f32[1,2@y]')")
 def test_manual_mode_mix_map(m22):
     """test_manual_mode_mix_map: lax.map (batch_size None and 2) in a
     shard_map Manual over x alone."""
