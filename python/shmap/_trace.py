@@ -818,8 +818,9 @@ class _AtIndex:
     def __init__(self, x, key):
         self.x, self.key = x, key
 
-    def _box(self):
-        shape = self.x.shape
+    def _full_key(self, shape):
+        """The key, one entry per dimension of shape: '...' expanded, ':' for
+        the dimensions left out at the end."""
         key = self.key if isinstance(self.key, tuple) else (self.key,)
         if any(k is Ellipsis for k in key):
             at = next(j for j, k in enumerate(key) if k is Ellipsis)
@@ -827,7 +828,11 @@ class _AtIndex:
         if len(key) > len(shape):
             raise InvalidArgument(f"x.at[...]: {len(key)} indices for an array of rank "
                                   f"{len(shape)}")
-        key = key + (slice(None),) * (len(shape) - len(key))
+        return key + (slice(None),) * (len(shape) - len(key))
+
+    def _box(self):
+        shape = self.x.shape
+        key = self._full_key(shape)
         starts, sizes, kept = [], [], []
         for d, (k, n) in enumerate(zip(key, shape)):
             if isinstance(k, numbers.Integral) and not isinstance(k, bool):
@@ -934,13 +939,7 @@ class _AtIndex:
         if any(k is None for k in key):
             raise InvalidArgument("x.at[...] with an index array or a strided slice takes "
                                   "integers, index arrays, slices and '...', not None")
-        if any(k is Ellipsis for k in key):
-            at = next(j for j, k in enumerate(key) if k is Ellipsis)
-            key = key[:at] + (slice(None),) * (len(shape) - len(key) + 1) + key[at + 1:]
-        if len(key) > len(shape):
-            raise InvalidArgument(f"x.at[...]: {len(key)} indices for an array of rank "
-                                  f"{len(shape)}")
-        key = key + (slice(None),) * (len(shape) - len(key))
+        key = self._full_key(shape)
         arrs = [j for j, k in enumerate(key) if isinstance(k, (np.ndarray, list, Tracer, Array))]
         ints = [j for j, k in enumerate(key)
                 if isinstance(k, numbers.Integral) and not isinstance(k, bool)]
