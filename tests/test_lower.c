@@ -369,7 +369,8 @@ static const error_case errors[] = {
      "    return jnp.concatenate((x, y))\n",
      {"All operands should have the same sharding"}},
     {"mesh X=2 Y=4\njit f(x: f32[8] @ P('X')):\n    return jnp.tile(x, 2)\n",
-     {"sharding rule for tile is not implemented", "auto_axes"}},
+     {"Operand cannot be sharded on dimension 0 when the tiling is non-trivial",
+      "f32[8@X] with reps: (2,)"}},
     {"mesh i=4\nshard_map f(x: f32[8] @ P('i')) -> P('i'):\n    return reshard(x, P())\n",
      {"reshard belongs to global-view (jit) programs"}},
     {"mesh X=2 Y=4\njit f(x: f32[6] @ P('X')):\n    return reshard(x, P('Y'))\n",
@@ -886,6 +887,10 @@ static const lower_case lowers[] = {
      "    k = 0\n    while k < 3:\n        x = x @ w\n        y = tanh(y @ w)\n"
      "        k = k + 1\n    return x + y\n",
      2, 0, 0, 0, 0},
+    /* tile along the unsharded dimension: each device tiles its block (JAX's
+     * test_tile; it was refused, no rule) */
+    {"mesh X=2 Y=4\njit f(x: f32[8,6] @ P('X', None)):\n    return jnp.tile(x, (1, 3)) * 2\n", 0, 0,
+     0, 0, 0},
     /* segment sums over a batch sharded on X: each device sums its rows, a
      * psum completes them (the embedding's gradient of a data-parallel step) */
     {"mesh X=2 Y=4\njit f(g: f32[8,3,16] @ P('X', None, 'Y'), t: i32[8,3] @ P('X')):\n"

@@ -1226,6 +1226,39 @@ sm_err sm_ir_shard_slice(const sm_program *p, const sm_ir_op *op, const sm_ir_va
     return SM_OK;
 }
 
+/* tile (JAX's _tile_abstract_eval): a dimension tiled more than once may
+ * not be sharded (over Auto axes it is gathered for the local op); the
+ * others keep their sharding, each device tiling its block. */
+sm_err sm_ir_shard_tile(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                        sm_ir_value *out, sm_ir_shard_plan *plan, char *err, size_t errlen)
+{
+    const sm_ir_value *x = in[0];
+    const sm_ir_ints *v = &op->attrs.ints;
+    int r = x->shape.rank, R = out->shape.rank;
+    for (int dx = 0; dx < r; dx++) {
+        int d = dx + R - r, dv = d - (R - v->n);
+        int64_t reps = dv >= 0 ? v->v[dv] : 1;
+        uint32_t m = sm_sh_dim_mask(&x->layout, dx);
+        if (reps != 1 && m) {
+            if ((m & out->hidden) == m)
+                continue; /* Auto: gathered */
+            char t[300], rs[200];
+            size_t o = 0;
+            for (int k = 0; k < v->n; k++)
+                o += (size_t)snprintf(rs + o, o < sizeof rs ? sizeof rs - o : 0, "%s%lld",
+                                      k ? ", " : "", (long long)v->v[k]);
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "Operand cannot be sharded on dimension %d when the tiling is "
+                           "non-trivial. Got input type: %s with reps: (%s%s)",
+                           dx, sm_sh_type_str(p, x, t, sizeof t), rs, v->n == 1 ? "," : "");
+        }
+        sm_sh_dim_copy(&out->layout, d, &x->layout, dx);
+        sm_sh_dim_copy(&plan->in[0], dx, &x->layout, dx);
+    }
+    plan->local_layout = out->layout;
+    return SM_OK;
+}
+
 /* concatenate: every operand with the same sharding (JAX), the
  * concatenation dimension gathered for the local op. */
 sm_err sm_ir_shard_concatenate(const sm_program *p, const sm_ir_op *op,

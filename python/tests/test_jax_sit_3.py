@@ -1567,8 +1567,6 @@ def test_reshard_zero_cotangent(m2):
         assert arr_eq(out, np.zeros(8, np.float32))
 
 
-@pytest.mark.xfail(strict=True, reason="jnp.tile of an array sharded along a dimension it "
-                   "does not tile is refused ('sharding rule for tile is not implemented')")
 def test_tile(m22):
     """test_tile: tile along the unsharded dimension keeps P('x', None) (its
     lowered constraints not ported); tiling a sharded one: JAX's
