@@ -939,10 +939,8 @@ def _to_device(obj, dtype=None):
         dt = dtype or next(_to_device(e).dtype for e in obj if _holds_arrays([e]))
         return stack([_to_device(e, dt) for e in obj])  # noqa: F821
     a = _np.asarray(obj, dtype=dtype)
-    if dtype is None and a.dtype == _np.float64:  # JAX's default dtypes (x64 off)
-        a = a.astype(_np.float32)
-    elif dtype is None and a.dtype == _np.int64:
-        a = a.astype(_np.int32)
+    if dtype is None:  # JAX's default dtypes (x64 off)
+        a = a.astype(_jax_dtype(a.dtype), copy=False)
     b = getattr(_state, "builder", None)
     if b is None:
         mesh = get_mesh()

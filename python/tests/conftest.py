@@ -70,6 +70,25 @@ def c(secure, cluster_log):
 
 
 @pytest.fixture(scope="module")
+def meshes(c):
+    """meshes(shape, names, types=None): a mesh of the cluster's default
+    order, its axes Explicit unless types says (jtu.with_explicit_mesh's,
+    jtu.create_mesh's with axis_types); made once per module (the ports of
+    JAX's tests; a module may define its own)."""
+    made = {}
+
+    def get(shape, names, types=None):
+        if isinstance(names, str):
+            names = (names,)
+        types = tuple(types) if types else (shmap.Explicit,) * len(shape)
+        key = (tuple(shape), tuple(names), types)
+        if key not in made:
+            made[key] = c.make_mesh(tuple(shape), tuple(names), axis_types=types)
+        return made[key]
+    return get
+
+
+@pytest.fixture(scope="module")
 def mesh(c):
     """The mesh most modules use: (4, 2) over axes i and j (a module may
     define its own)."""

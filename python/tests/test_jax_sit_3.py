@@ -40,24 +40,6 @@ NO_REDUCED = "shmap's PartitionSpec has no reduced= (reduced shardings do not ex
 
 
 @pytest.fixture(scope="module")
-def meshes(c):
-    """meshes(shape, names, types=None): a mesh of the cluster's default
-    order, its axes Explicit unless types says (jtu.with_explicit_mesh's,
-    jtu.create_mesh's with axis_types); made once per module."""
-    made = {}
-
-    def get(shape, names, types=None):
-        if isinstance(names, str):
-            names = (names,)
-        types = tuple(types) if types else (EXPLICIT,) * len(shape)
-        key = (tuple(shape), tuple(names), types)
-        if key not in made:
-            made[key] = c.make_mesh(tuple(shape), tuple(names), axis_types=types)
-        return made[key]
-    return get
-
-
-@pytest.fixture(scope="module")
 def m2(meshes):
     """The mesh of one Explicit axis x of 2 devices, most tests' mesh."""
     return meshes((2,), "x")
