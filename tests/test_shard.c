@@ -196,6 +196,10 @@ static const pspec_case pspec_cases[] = {
     {"P(unreduced={'x', \"z\"})", "P(unreduced={'x', 'z'})", 0, {0}},
     {"P(('x','y'), unreduced={'z'},)", "P(('x', 'y'), unreduced={'z'})", 1, {2}},
     {"P('x', unreduced=set())", "P('x')", 1, {1}},
+    /* reduced axes (JAX's reduced=), after unreduced ones */
+    {"P(None, reduced={'x'})", "P(None, reduced={'x'})", 1, {0}},
+    {"P(reduced={'y'}, unreduced={'x'})", "P(unreduced={'x'}, reduced={'y'})", 0, {0}},
+    {"P(('x','y'), reduced={'z'})", "P(('x', 'y'), reduced={'z'})", 1, {2}},
 };
 
 START_TEST(test_pspec_parse_table)
@@ -297,6 +301,31 @@ START_TEST(test_pspec_equal)
     ck_assert_int_eq(sm_pspec_parse("P(unreduced={'w'})", &a, err, sizeof err), SM_OK);
     ck_assert_int_eq(sm_pspec_check_mesh(&a, &m, err, sizeof err), SM_EINVAL);
     ck_assert_msg(strstr(err, "unreduced axis 'w' is not an axis of the mesh"), "%s", err);
+    /* a reduced sharding: laid out as replicated over its reduced axes, its
+     * type says R:, an upload may be reduced; the sets compare as sets */
+    ck_assert_int_eq(sm_pspec_parse("P('x', reduced={'z', 'y'})", &a, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_pspec_parse("P('x', reduced={'y', 'z'})", &b, err, sizeof err), SM_OK);
+    ck_assert(sm_pspec_equal(&a, &b));
+    ck_assert_int_eq(sm_sharding_init(&sh, &m, &a, &s, err, sizeof err), SM_OK);
+    ck_assert_str_eq(sm_sharding_type_str(&sh, SM_F32, &s, ty, sizeof ty), "f32[8@x]{R:y,z}");
+    ck_assert_int_eq(sm_sharding_indices(&sh, &s, u8, err, sizeof err), SM_OK);
+    for (int d = 0; d < 8; d++)
+        ck_assert(sm_index_equal(&u8[d].index, &p8[d].index));
+    ck_assert_int_eq(sm_pspec_check_reduced(&a, "an upload", err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_pspec_parse("P('x')", &b, err, sizeof err), SM_OK);
+    ck_assert(!sm_pspec_equal(&a, &b));
+    ck_assert_int_eq(sm_pspec_parse("P(unreduced={'x'}, reduced={'y'})", &a, err, sizeof err),
+                     SM_OK);
+    ck_assert_int_eq(sm_sharding_init(&sh, &m, &a, &s, err, sizeof err), SM_OK);
+    ck_assert_str_eq(sm_sharding_type_str(&sh, SM_F32, &s, ty, sizeof ty), "f32[8]{U:x, R:y}");
+    ck_assert_int_eq(sm_pspec_parse("P('x', reduced={'x'})", &a, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_pspec_check_mesh(&a, &m, err, sizeof err), SM_EINVAL);
+    ck_assert_msg(strstr(err, "partitions cannot overlap with reduced axes"), "%s", err);
+    ck_assert_int_eq(sm_pspec_parse("P(unreduced={'y'}, reduced={'y'})", &a, err, sizeof err),
+                     SM_OK);
+    ck_assert_int_eq(sm_pspec_check_mesh(&a, &m, err, sizeof err), SM_EINVAL);
+    ck_assert_msg(strstr(err, "`unreduced` and `reduced` argument to PartitionSpec cannot overlap"),
+                  "%s", err);
 }
 END_TEST
 

@@ -66,6 +66,8 @@ typedef struct {
     sm_shape shape;     /* block shape */
     uint32_t vma;       /* bit a: may vary over mesh axis a */
     uint32_t unreduced; /* bit a: holds partial sums over mesh axis a (unreduced={...}) */
+    uint32_t reduced;   /* bit a: replicated over mesh axis a, its cotangent unreduced over it
+                           (reduced={...}); a type-level fact: the data is replicated */
     int weak;           /* weakly typed (a Python scalar literal) */
     const char *name;   /* source name, or NULL */
     int def;            /* index of the defining op, or -1 for a parameter */

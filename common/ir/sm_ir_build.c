@@ -97,6 +97,7 @@ static sm_err sm_ir_param_block(const sm_program *p, const sm_ir_param *pa, sm_i
     v->dtype = pa->dtype;
     uint32_t u = sm_ir_spec_unreduced(p, &pa->spec);
     v->unreduced = p->lowered ? 0 : u;
+    v->reduced = p->lowered ? 0 : sm_ir_spec_reduced(p, &pa->spec);
     v->shape = pa->global;
     v->vma = 0;
     v->weak = 0;
@@ -420,8 +421,15 @@ static sm_err sm_ir_check_out(sm_program *p, int k, char *err, size_t errlen)
                        "on the out_aval. Got out_specs=%s and out_aval=%s",
                        sm_pspec_format(s, sp, sizeof sp),
                        sm_program_value_type(p, p->returns[k], ty, sizeof ty));
+    if (!p->lowered && p->kind != SM_PROG_JIT && !p->unchecked &&
+        sm_ir_spec_reduced(p, s) != v->reduced)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "out_specs passed to shard_map should be equal to the reduced present on "
+                       "the out_aval. Got out_specs=%s and out_aval=%s",
+                       sm_pspec_format(s, sp, sizeof sp),
+                       sm_program_value_type(p, p->returns[k], ty, sizeof ty));
     /* -> OUT_SHARDINGS naming more unreduced axes than the value's: made
-     * so, as reshard does (sm_lower) */
+     * so, as reshard does (sm_lower); reduced axes are the type's only */
     if (p->kind == SM_PROG_JIT) { /* the result sharding of a global array */
         if (v->manual)
             return sm_fail(err, errlen, SM_EINVAL, "%s is a per-device block, not a global array",
@@ -461,6 +469,10 @@ sm_err sm_program_set_returns(sm_program *p, const int *values, const sm_pspec *
             for (int a = 0; a < p->mesh.naxes; a++)
                 if (v->unreduced & (1u << a))
                     snprintf(s[k].unreduced[s[k].nunreduced++], SM_AXIS_NAME_MAX, "%s",
+                             p->mesh.names[a]);
+            for (int a = 0; a < p->mesh.naxes; a++)
+                if (v->reduced & (1u << a))
+                    snprintf(s[k].reduced[s[k].nreduced++], SM_AXIS_NAME_MAX, "%s",
                              p->mesh.names[a]);
         }
     }
@@ -541,7 +553,7 @@ sm_err sm_ir_spec_manual(const sm_program *p, uint32_t manual, const sm_pspec *s
     sm_ir_axes_set_str(p, manual, set, sizeof set);
     if (index >= 0)
         snprintf(at, sizeof at, "[%d]", index);
-    if (s->nunreduced)
+    if (s->nunreduced || s->nreduced)
         return sm_fail(err, errlen, SM_EUNIMPLEMENTED,
                        "unreduced/reduced can only be passed to %s when shard_map is in full "
                        "manual mode. Got manual_axes: frozenset(%s), specs: %s",
@@ -667,19 +679,19 @@ char *sm_program_value_type(const sm_program *p, int value_id, char *buf, size_t
         sm_ir_type_str(v, buf, len);
     size_t o = strlen(buf);
     if (o < len)
-        sm_ir_axes_suffix(p, v->vma, v->unreduced, buf + o, len - o);
+        sm_ir_axes_suffix(p, v->vma, v->unreduced, v->reduced, buf + o, len - o);
     return buf;
 }
 
-char *sm_ir_axes_suffix(const sm_program *p, uint32_t vma, uint32_t unreduced, char *buf,
-                        size_t len)
+char *sm_ir_axes_suffix(const sm_program *p, uint32_t vma, uint32_t unreduced, uint32_t reduced,
+                        char *buf, size_t len)
 {
     size_t o = 0;
     if (len)
         buf[0] = 0;
-    const uint32_t sets[2] = {vma, unreduced};
-    const char *const tags[2] = {"V", "U"};
-    for (int s = 0; s < 2; s++) {
+    const uint32_t sets[3] = {vma, unreduced, reduced};
+    const char *const tags[3] = {"V", "U", "R"};
+    for (int s = 0; s < 3; s++) {
         int first = 1;
         for (int a = 0; a < p->mesh.naxes; a++) {
             if (!(sets[s] & (1u << a)))
@@ -757,8 +769,9 @@ int sm_program_equal(const sm_program *a, const sm_program *b)
     for (int v = 0; v < a->nvalues; v++) {
         const sm_ir_value *x = &a->values[v], *y = &b->values[v];
         if (x->dtype != y->dtype || !sm_shape_equal(&x->shape, &y->shape) || x->vma != y->vma ||
-            x->unreduced != y->unreduced || x->weak != y->weak || x->manual != y->manual ||
-            x->hidden != y->hidden || !sm_ir_layout_equal(&x->layout, &y->layout, x->shape.rank))
+            x->unreduced != y->unreduced || x->reduced != y->reduced || x->weak != y->weak ||
+            x->manual != y->manual || x->hidden != y->hidden ||
+            !sm_ir_layout_equal(&x->layout, &y->layout, x->shape.rank))
             return 0;
     }
     for (int k = 0; k < a->nreturns; k++)

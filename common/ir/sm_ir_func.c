@@ -49,16 +49,21 @@ static int sm_ps_spec_of_args(sm_parser *ps, const sm_tok *at, const sm_arg *arg
     int npos = 0;
     for (int k = 0; k < n; k++) {
         const sm_item *v = &args[k].v;
-        if (args[k].kw && strcmp(args[k].kw, "unreduced") == 0) { /* unreduced={'y', 'z'} */
+        int red = args[k].kw && strcmp(args[k].kw, "reduced") == 0;
+        if (red || (args[k].kw && strcmp(args[k].kw, "unreduced") == 0)) {
+            /* unreduced={'y', 'z'}, reduced={'x'} */
+            const char *word = red ? "reduced" : "unreduced";
+            char(*names)[SM_AXIS_NAME_MAX] = red ? sp->reduced : sp->unreduced;
+            int *cnt = red ? &sp->nreduced : &sp->nunreduced;
             const sm_item *el = v->kind == SM_IT_TUPLE ? v->elems : v;
             int m = v->kind == SM_IT_TUPLE ? v->n : 1;
             if (m > SM_MAX_AXES)
-                return sm_ps_fail(ps, v->at, SM_EINVAL, "too many unreduced axes in P(...)");
+                return sm_ps_fail(ps, v->at, SM_EINVAL, "too many %s axes in P(...)", word);
             for (int j = 0; j < m; j++) {
                 if (el[j].kind != SM_IT_STR || !el[j].s[0] || strlen(el[j].s) >= SM_AXIS_NAME_MAX)
                     return sm_ps_fail(ps, el[j].at ? el[j].at : at, SM_EINVAL,
-                                      "unreduced= takes a set of axis names: unreduced={'y'}");
-                memcpy(sp->unreduced[sp->nunreduced++], el[j].s, strlen(el[j].s) + 1);
+                                      "%s= takes a set of axis names: %s={'y'}", word, word);
+                memcpy(names[(*cnt)++], el[j].s, strlen(el[j].s) + 1);
             }
             continue;
         }

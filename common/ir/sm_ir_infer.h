@@ -82,15 +82,19 @@ void sm_ir_layout_to_spec(const sm_program *p, const sm_ir_layout *l, int rank, 
 int sm_ir_layout_equal(const sm_ir_layout *a, const sm_ir_layout *b, int rank);
 /* A jit value's type as JAX prints it: "f32[8@X,2048@Y]". */
 char *sm_ir_jit_type_str(const sm_program *p, const sm_ir_value *v, char *buf, size_t len);
-/* "{V:i,j, U:k}": the varying and unreduced axes a type string ends with
- * ("" when both are empty), in mesh order. */
-char *sm_ir_axes_suffix(const sm_program *p, uint32_t vma, uint32_t unreduced, char *buf,
-                        size_t len);
+/* "{V:i,j, U:k, R:l}": the varying, unreduced and reduced axes a type string
+ * ends with ("" when all are empty), in mesh order. */
+char *sm_ir_axes_suffix(const sm_program *p, uint32_t vma, uint32_t unreduced, uint32_t reduced,
+                        char *buf, size_t len);
 /* Runs op's unreduced rule (the ur column of sm_ir_ops.def): sets
- * out->unreduced from the operands', or refuses with JAX's sentence. mask:
+ * out->unreduced from the operands', or refuses with JAX's sentence; then
+ * the reduced rule (JAX's *_reduced_rule: out->reduced; none in a lowered
+ * program, where reduced values are the replicated blocks they are). mask:
  * the mesh axes the op names (collectives, pcast). */
 sm_err sm_ir_unreduced_op(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
                           sm_ir_value *out, uint32_t mask, char *err, size_t errlen);
+sm_err sm_ir_reduced_op(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                        sm_ir_value *out, uint32_t mask, char *err, size_t errlen);
 /* "{'x', 'y'}": mesh axes as a Python set, in mesh order ("set()" if none). */
 char *sm_ir_axes_set_str(const sm_program *p, uint32_t m, char *buf, size_t len);
 /* shard_map's check of one of its in_specs or out_specs (what: "in_specs"
@@ -106,6 +110,8 @@ sm_err sm_ir_spec_not_manual(const sm_program *p, uint32_t manual, const sm_pspe
                              const char *what, char *err, size_t errlen);
 /* The mesh axes of a spec's unreduced={...}, as a mask (unknown names left out). */
 uint32_t sm_ir_spec_unreduced(const sm_program *p, const sm_pspec *s);
+/* The mesh axes of a spec's reduced={...}, as a mask (unknown names left out). */
+uint32_t sm_ir_spec_reduced(const sm_program *p, const sm_pspec *s);
 /* Number of shards along dim d (product of its axes' sizes). */
 int64_t sm_ir_layout_factor(const sm_program *p, const sm_ir_layout *l, int d);
 
@@ -130,8 +136,9 @@ sm_err sm_ir_infer_op(const sm_program *p, const sm_ir_op *op, int limit, sm_ir_
 /* 1 if a psum, pmean, pmax, pmin, all_gather or psum_scatter acts within
  * axis_index_groups (attrs.ints flattened, attrs.ints2.v[0] groups). */
 int sm_ir_has_groups(const sm_ir_op *op);
-/* 1 for all_gather(..., to='invarying') (JAX's all_gather_invariant) and
- * pcast(..., to='unreduced'): the result varies over none of the op's axes. */
+/* 1 for all_gather(..., to='invarying' or 'reduced') (JAX's
+ * all_gather_invariant, all_gather_reduced) and pcast(..., to='unreduced' or
+ * 'reduced'): the result varies over none of the op's axes. */
 int sm_ir_gathers_invarying(const sm_ir_op *op);
 
 /* "f32[2,8]" for a value (no varying axes). */

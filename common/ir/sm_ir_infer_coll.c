@@ -69,8 +69,10 @@ int sm_ir_has_groups(const sm_ir_op *op)
 int sm_ir_gathers_invarying(const sm_ir_op *op)
 {
     const char *to = op->attrs.spec;
-    return to && ((op->kind == SM_OP_ALL_GATHER && !strcmp(to, "invarying")) ||
-                  (op->kind == SM_OP_PCAST && !strcmp(to, "unreduced")));
+    return to &&
+           ((op->kind == SM_OP_ALL_GATHER &&
+             (!strcmp(to, "invarying") || !strcmp(to, "reduced"))) ||
+            (op->kind == SM_OP_PCAST && (!strcmp(to, "unreduced") || !strcmp(to, "reduced"))));
 }
 
 /* The result: dtype dt, shape s and x's weak type. */
@@ -115,9 +117,6 @@ sm_err sm_ir_infer_pcast(const sm_program *p, const sm_ir_op *op, const sm_ir_va
         return sm_fail(err, errlen, SM_EINVAL,
                        "Got unexpected `to` value. Allowed `to` values are: {'unreduced', "
                        "'reduced', 'varying'}");
-    if (!strcmp(to, "reduced"))
-        return sm_fail(err, errlen, SM_EUNIMPLEMENTED,
-                       "pcast: to='reduced' is not supported (shmap has no reduced shardings)");
     return sm_ir_infer_preduce(p, op, in, out, err, errlen);
 }
 
@@ -129,10 +128,11 @@ sm_err sm_ir_infer_all_gather(const sm_program *p, const sm_ir_op *op, const sm_
     sm_err e = sm_ir_coll_begin(p, op, in[0], &n, t, sizeof t, ax, err, errlen);
     if (e)
         return e;
-    if (op->attrs.spec && strcmp(op->attrs.spec, "varying") && strcmp(op->attrs.spec, "invarying"))
+    if (op->attrs.spec && strcmp(op->attrs.spec, "varying") &&
+        strcmp(op->attrs.spec, "invarying") && strcmp(op->attrs.spec, "reduced"))
         return sm_fail(err, errlen, SM_EINVAL,
-                       "all_gather: to must be 'varying' or 'invarying', got '%s' (reduced "
-                       "results are not supported)",
+                       "Got unexpected `to` value for `jax.lax.all_gather`. Allowed `to` values "
+                       "are: {'varying', 'reduced', 'invarying'} (got '%s')",
                        op->attrs.spec);
     const sm_shape *x = &in[0]->shape;
     sm_shape s = *x;

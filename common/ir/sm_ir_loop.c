@@ -51,6 +51,11 @@ sm_err sm_ir_infer_loop(const sm_program *p, const sm_ir_op *op, const sm_ir_val
     if (n->dtype != x->dtype || !sm_shape_equal(&n->shape, &x->shape))
         return sm_lp_type_fail(p, x, n, "a loop-carried value keeps its dtype and shape", err,
                                errlen);
+    if (!p->lowered && (n->unreduced != x->unreduced || n->reduced != x->reduced))
+        return sm_lp_type_fail(p, x, n,
+                               "a loop-carried value keeps its unreduced and reduced axes "
+                               "(reshard the next value, or the first one)",
+                               err, errlen);
     uint32_t extra = n->vma & ~x->vma;
     if (p->kind == SM_PROG_JIT && (!op->manual || op->manual_axes)) {
         /* the types' shardings (over Explicit axes; in a shard_map Manual over

@@ -367,11 +367,19 @@ sm_err sm_ir_infer_op(const sm_program *p, const sm_ir_op *op, int limit, sm_ir_
         out->vma = mask;
         break;
     }
-    if ((e = sm_ir_unreduced_op(p, op, in, out, mask, err, errlen)))
+    if ((e = sm_ir_unreduced_op(p, op, in, out, mask, err, errlen)) ||
+        (e = sm_ir_reduced_op(p, op, in, out, mask, err, errlen)))
         return e;
     if (jit && !op->manual) {
         out->vma = 0;
-        return sm_ir_shard_op(p, op, out, NULL, err, errlen);
+        if ((e = sm_ir_shard_op(p, op, out, NULL, err, errlen)))
+            return e;
+        /* a value laid out over an axis is not reduced over it (a gather
+         * of a reduced operand at sharded indices: JAX's auto mode) */
+        for (int d = 0; d < out->shape.rank; d++)
+            for (int k = 0; k < out->layout.n[d]; k++)
+                out->reduced &= ~(1u << out->layout.ax[d][k]);
+        return SM_OK;
     }
     if (partial)
         return sm_ir_shard_op(p, op, out, NULL, err, errlen);

@@ -17,12 +17,16 @@ typedef enum {
  * partial sums) follow from its operands' (JAX's *_ur_rule functions). */
 typedef enum {
     SM_UR_NONE,    /* no unreduced operand allowed: "unreduced rule for sin is not implemented" */
-    SM_UR_KEEP,    /* linear in its one operand (astype, reshape, transpose, sum): kept */
+    SM_UR_KEEP,    /* linear in its one operand (astype, reshape, transpose, sum; a loop's
+                      carries, whose next values must match): operand 0's kept */
     SM_UR_ADD,     /* add: both operands unreduced over the same axes, or neither */
     SM_UR_SAME,    /* linear in its data operands (concatenate; where's cases; scatter_add's
                     * operand and updates): all unreduced over the same axes, kept; where's
                     * condition and scatter_add's indices not unreduced */
-    SM_UR_MUL,     /* multiply: bilinear, refused (it would need a reduced operand) */
+    SM_UR_MUL,     /* multiply: bilinear; one operand unreduced over the axes the other is
+                      reduced over (replicated, its cotangent unreduced): unreduced */
+    SM_UR_DIV,     /* divide: the numerator unreduced over the axes the denominator is
+                      reduced over: unreduced; an unreduced denominator refused */
     SM_UR_DOT,     /* products: no unreduced operand; out_sharding=P(unreduced=...) keeps the
                       contracting axes' partial sums instead of reducing them */
     SM_UR_PSUM,    /* psum, psum_scatter over A: the partial sums over A are summed */

@@ -197,26 +197,36 @@ int sm_ps_pspec(sm_parser *ps, sm_pspec *out)
     if (sm_ps_expect(ps, "(", "after P"))
         return -1;
     while (!sm_ps_accept(ps, ")")) {
-        if (sm_tok_is(sm_ps_peek(ps), "unreduced")) { /* unreduced={'y', 'z'} */
+        int red = sm_tok_is(sm_ps_peek(ps), "reduced");
+        if (red || sm_tok_is(sm_ps_peek(ps), "unreduced")) { /* unreduced={'y'}, reduced={'x'} */
+            const char *word = red ? "reduced" : "unreduced";
+            char(*names)[SM_AXIS_NAME_MAX] = red ? out->reduced : out->unreduced;
+            int *n = red ? &out->nreduced : &out->nunreduced;
+            char what[64];
             ps->pos++;
-            if (sm_ps_expect(ps, "=", "after unreduced") ||
-                sm_ps_expect(ps, "{", "to start the set of unreduced axes"))
+            snprintf(what, sizeof what, "after %s", word);
+            if (sm_ps_expect(ps, "=", what) ||
+                sm_ps_expect(ps, "{",
+                             red ? "to start the set of reduced axes"
+                                 : "to start the set of unreduced axes"))
                 return -1;
             while (!sm_ps_accept(ps, "}")) {
                 const sm_tok *a = sm_ps_peek(ps);
                 if (a->kind != SM_TOK_STRING || a->len < 1 || a->len >= SM_AXIS_NAME_MAX)
-                    return sm_ps_fail(ps, a, SM_EINVAL,
-                                      "expected a quoted axis name in unreduced=");
-                if (out->nunreduced == SM_MAX_AXES)
-                    return sm_ps_fail(ps, a, SM_EINVAL, "more than %d unreduced axes", SM_MAX_AXES);
-                memcpy(out->unreduced[out->nunreduced], a->text, (size_t)a->len);
-                out->unreduced[out->nunreduced++][a->len] = 0;
+                    return sm_ps_fail(ps, a, SM_EINVAL, "expected a quoted axis name in %s=", word);
+                if (*n == SM_MAX_AXES)
+                    return sm_ps_fail(ps, a, SM_EINVAL, "more than %d %s axes", SM_MAX_AXES, word);
+                memcpy(names[*n], a->text, (size_t)a->len);
+                names[(*n)++][a->len] = 0;
                 ps->pos++;
                 if (!sm_tok_is(sm_ps_peek(ps), "}") &&
-                    sm_ps_expect(ps, ",", "between unreduced axis names"))
+                    sm_ps_expect(ps, ",",
+                                 red ? "between reduced axis names"
+                                     : "between unreduced axis names"))
                     return -1;
             }
-            if (!sm_tok_is(sm_ps_peek(ps), ")") && sm_ps_expect(ps, ",", "after unreduced={...}"))
+            if (!sm_tok_is(sm_ps_peek(ps), ")") &&
+                sm_ps_expect(ps, ",", red ? "after reduced={...}" : "after unreduced={...}"))
                 return -1;
             continue;
         }

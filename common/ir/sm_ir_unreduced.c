@@ -26,6 +26,17 @@ uint32_t sm_ir_spec_unreduced(const sm_program *p, const sm_pspec *s)
     return m;
 }
 
+uint32_t sm_ir_spec_reduced(const sm_program *p, const sm_pspec *s)
+{
+    uint32_t m = 0;
+    for (int k = 0; s && k < s->nreduced && k < SM_MAX_AXES; k++) {
+        int a = sm_mesh_axis(&p->mesh, s->reduced[k]);
+        if (a >= 0)
+            m |= 1u << a;
+    }
+    return m;
+}
+
 char *sm_ir_axes_set_str(const sm_program *p, uint32_t m, char *buf, size_t len)
 {
     size_t o = 0;
@@ -51,7 +62,7 @@ static char *sm_ur_type(const sm_program *p, const sm_ir_value *v, char *buf, si
         return sm_ir_jit_type_str(p, v, buf, len);
     sm_ir_type_str(v, buf, len);
     size_t o = strlen(buf);
-    sm_ir_axes_suffix(p, v->vma, v->unreduced, buf + o, len > o ? len - o : 0);
+    sm_ir_axes_suffix(p, v->vma, v->unreduced, v->reduced, buf + o, len > o ? len - o : 0);
     return buf;
 }
 
@@ -60,9 +71,9 @@ static char *sm_ur_type(const sm_program *p, const sm_ir_value *v, char *buf, si
 static sm_err sm_ur_pcast(const sm_program *p, const sm_ir_op *op, const sm_ir_value *x,
                           sm_ir_value *out, uint32_t mask, char *err, size_t errlen)
 {
-    uint32_t vary = mask & x->vma, unred = mask & x->unreduced,
-             inv = mask & ~x->vma & ~x->unreduced;
-    int nstates = !!vary + !!unred + !!inv;
+    uint32_t vary = mask & x->vma, unred = mask & x->unreduced, red = mask & x->reduced,
+             inv = mask & ~x->vma & ~x->unreduced & ~x->reduced;
+    int nstates = !!vary + !!unred + !!red + !!inv;
     const char *to = op->attrs.spec ? op->attrs.spec : "";
     char t[300];
     if (nstates > 1) {
@@ -71,9 +82,9 @@ static sm_err sm_ur_pcast(const sm_program *p, const sm_ir_op *op, const sm_ir_v
         for (int i = 0; i < op->attrs.naxes; i++)
             o += (size_t)snprintf(axes + o, o < sizeof axes ? sizeof axes - o : 0, "%s'%s'",
                                   i ? ", " : "", op->attrs.axes[i]);
-        const char *names[3] = {"varying", "unreduced", "invarying"};
-        const uint32_t sets[3] = {vary, unred, inv};
-        for (int i = 0; i < 3; i++)
+        const char *names[4] = {"varying", "unreduced", "reduced", "invarying"};
+        const uint32_t sets[4] = {vary, unred, red, inv};
+        for (int i = 0; i < 4; i++)
             if (sets[i])
                 so += (size_t)snprintf(st + so, so < sizeof st ? sizeof st - so : 0, "%s'%s'",
                                        so ? ", " : "", names[i]);
@@ -83,13 +94,24 @@ static sm_err sm_ur_pcast(const sm_program *p, const sm_ir_op *op, const sm_ir_v
                        "type: %s, axes: (%s%s) and input state: {%s}",
                        sm_ur_type(p, x, t, sizeof t), axes, op->attrs.naxes == 1 ? "," : "", st);
     }
-    const char *from = vary ? "varying" : unred ? "unreduced" : "invarying";
+    const char *from = vary ? "varying" : unred ? "unreduced" : red ? "reduced" : "invarying";
+    out->reduced = x->reduced;
     if (!strcmp(from, "invarying") && !strcmp(to, "varying")) {
         out->unreduced = x->unreduced;
         return SM_OK;
     }
     if (!strcmp(from, "varying") && !strcmp(to, "unreduced")) {
         out->unreduced = x->unreduced | mask;
+        return SM_OK;
+    }
+    if (!strcmp(from, "invarying") && !strcmp(to, "reduced")) { /* JAX's preduced */
+        out->unreduced = x->unreduced;
+        out->reduced = x->reduced | mask;
+        return SM_OK;
+    }
+    if (!strcmp(from, "reduced") && !strcmp(to, "varying")) { /* JAX's reduced_vary_cast */
+        out->unreduced = x->unreduced;
+        out->reduced = x->reduced & ~mask;
         return SM_OK;
     }
     return sm_fail(err, errlen, SM_EINVAL, "Unsupported pcast from=%s, to='%s'", from, to);
@@ -173,12 +195,27 @@ sm_err sm_ir_unreduced_op(const sm_program *p, const sm_ir_op *op, const sm_ir_v
                            "lhs=%s, rhs=%s",
                            sm_ir_axes_set_str(p, u0, a, sizeof a),
                            sm_ir_axes_set_str(p, u1, b, sizeof b));
-        if (any)
+        /* linear in the unreduced operand when the other is reduced over
+         * the same axes (replicated, its cotangent unreduced) */
+        if (any && any != (u0 ? in[1] : in[0])->reduced)
             return sm_fail(err, errlen, SM_EINVAL,
                            "%s should be reduced along the same axes %s is unreduced on. Got "
                            "lhs=%s and rhs=%s",
                            u0 ? "RHS" : "LHS", u0 ? "LHS" : "RHS",
                            sm_ur_type(p, in[0], a, sizeof a), sm_ur_type(p, in[1], b, sizeof b));
+        out->unreduced = any;
+        return SM_OK;
+    case SM_UR_DIV:
+        if (u1)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "The denominator cannot be unreduced passed to `div`. Got y=%s",
+                           sm_ur_type(p, in[1], b, sizeof b));
+        if (u0 && u0 != in[1]->reduced)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "Denominator should be reduced along the same axes numerator is "
+                           "unreduced on. Got x=%s, y=%s",
+                           sm_ur_type(p, in[0], a, sizeof a), sm_ur_type(p, in[1], b, sizeof b));
+        out->unreduced = u0;
         return SM_OK;
     case SM_UR_DOT:
         if (any)
@@ -234,6 +271,207 @@ sm_err sm_ir_unreduced_op(const sm_program *p, const sm_ir_op *op, const sm_ir_v
         out->unreduced = t;
         return SM_OK;
     }
+    }
+    return SM_OK;
+}
+
+/* The mesh axes v is laid out (sharded) or varies over. */
+static uint32_t sm_rd_sharded(const sm_ir_value *v)
+{
+    uint32_t m = v->vma;
+    for (int d = 0; d < v->shape.rank; d++)
+        for (int j = 0; j < v->layout.n[d]; j++)
+            m |= 1u << v->layout.ax[d][j];
+    return m;
+}
+
+/* JAX's default_nary_reduced_rule over in[first..n) (skip: an operand left
+ * out, -1 for none): the operands reduced over some axes are reduced over
+ * the same ones, and every other operand is partial over them too
+ * (unreduced: a product's partial sums) — neither replicated (which would
+ * need its cotangent summed) nor sharded or varying. A Python number
+ * (weak) takes the others' type. */
+static sm_err sm_rd_nary(const sm_program *p, const sm_ir_value *const *in, int first, int n,
+                         int skip, uint32_t *out, char *err, size_t errlen)
+{
+    uint32_t r = 0;
+    char a[300], b[300], t[300];
+    for (int i = first; i < n; i++) {
+        if (i == skip || !in[i]->reduced)
+            continue;
+        if (r && r != in[i]->reduced)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "All inputs should be reduced across the same mesh axes. Got specs: "
+                           "{%s, %s}",
+                           sm_ir_axes_set_str(p, r, a, sizeof a),
+                           sm_ir_axes_set_str(p, in[i]->reduced, b, sizeof b));
+        r = in[i]->reduced;
+    }
+    for (int i = first; r && i < n; i++) {
+        const sm_ir_value *v = in[i];
+        if (i == skip || (v->weak && v->shape.rank == 0))
+            continue;
+        uint32_t sh = sm_rd_sharded(v);
+        uint32_t rep = sm_ir_all_axes(p) & ~(sh | v->unreduced | v->reduced);
+        if (rep & r)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "Inputs cannot be replicated on the same axes that another input is "
+                           "reduced on. Got input type: %s and reduced spec: %s",
+                           sm_ur_type(p, v, t, sizeof t), sm_ir_axes_set_str(p, r, a, sizeof a));
+        if (sh & r)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "Inputs cannot be sharded/varying on the same axes that another input "
+                           "is reduced on. Reshard the input which is reduced to be sharded on "
+                           "the mesh axes it is reduced on via `jax.sharding.reshard(inp, "
+                           "jax.P(...))`. Got input type: %s and reduced spec: %s",
+                           sm_ur_type(p, v, t, sizeof t), sm_ir_axes_set_str(p, r, a, sizeof a));
+    }
+    *out = r;
+    return SM_OK;
+}
+
+/* JAX's _concatenate_reduced_rule: the operands reduced over some axes are
+ * reduced over the same ones; the result is too. */
+static sm_err sm_rd_same(const sm_program *p, const sm_op_kind k, const sm_ir_value *const *in,
+                         int first, int n, int skip, uint32_t *out, char *err, size_t errlen)
+{
+    uint32_t r = 0;
+    char a[300], b[300];
+    for (int i = first; i < n; i++) {
+        if (i == skip || !in[i]->reduced)
+            continue;
+        if (r && r != in[i]->reduced)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "%s: All operands should be reduced along the same mesh axes. Got "
+                           "reduced specs: {%s, %s}",
+                           sm_op_name(k), sm_ir_axes_set_str(p, r, a, sizeof a),
+                           sm_ir_axes_set_str(p, in[i]->reduced, b, sizeof b));
+        r = in[i]->reduced;
+    }
+    *out = r;
+    return SM_OK;
+}
+
+sm_err sm_ir_reduced_op(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
+                        sm_ir_value *out, uint32_t mask, char *err, size_t errlen)
+{
+    const int n = op->noperands;
+    const uint32_t r0 = n > 0 ? in[0]->reduced : 0;
+    const sm_pspec *s = op->attrs.sharding;
+    const uint32_t sr = sm_ir_spec_reduced(p, s);
+    char a[300], b[300];
+    sm_err e = SM_OK;
+    if (p->lowered) { /* per-device blocks: a reduced value is the replicated block it is */
+        out->reduced = 0;
+        return SM_OK;
+    }
+    if (op->kind == SM_OP_PCAST) /* sm_ur_pcast */
+        return SM_OK;
+    out->reduced = r0;
+    switch (op->kind) {
+    case SM_OP_DOT: /* JAX's _dot_general_ur_rule does not propagate reduced */
+    case SM_OP_MATMUL:
+    case SM_OP_EINSUM:
+        out->reduced = 0;
+        return SM_OK;
+    case SM_OP_ZEROS:
+    case SM_OP_ONES:
+    case SM_OP_FULL:
+    case SM_OP_ARANGE:
+    case SM_OP_CONST:
+    case SM_OP_RESHARD: /* to the spec's reduced axes (the data stays replicated over them) */
+    case SM_OP_WITH_SHARDING_CONSTRAINT:
+        out->reduced = sr;
+        return SM_OK;
+    case SM_OP_ASTYPE:
+    case SM_OP_BROADCAST_TO: /* JAX's broadcast_in_dim: its out_sharding's, else the operand's */
+        out->reduced = s ? sr : r0;
+        return SM_OK;
+    case SM_OP_RESHAPE:
+    case SM_OP_EXPAND_DIMS:
+    case SM_OP_SQUEEZE:
+        if (r0 && s && sr != r0)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "out_sharding passed to reshape must be reduced over the same mesh "
+                           "axes as operand. Got out_sharding: %s and operand type: %s",
+                           sm_pspec_format(s, a, sizeof a), sm_ur_type(p, in[0], b, sizeof b));
+        if (!r0 && sr)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "out_sharding passed to `reshape` cannot contain reduced axes. Got %s",
+                           sm_pspec_format(s, a, sizeof a));
+        return SM_OK;
+    case SM_OP_CONCATENATE:
+        return sm_rd_same(p, op->kind, in, 0, n, -1, &out->reduced, err, errlen);
+    case SM_OP_WHERE: /* JAX's _select_ur_rule: the cases' (the condition's does not matter) */
+        return sm_rd_same(p, op->kind, in, 1, n, -1, &out->reduced, err, errlen);
+    case SM_OP_DYNAMIC_UPDATE_SLICE: /* operand and update; the starts are indices */
+        return sm_rd_same(p, op->kind, in, 0, 2, -1, &out->reduced, err, errlen);
+    case SM_OP_SCATTER:
+    case SM_OP_SCATTER_ADD:
+    case SM_OP_SCATTER_MUL:
+    case SM_OP_SCATTER_MIN:
+    case SM_OP_SCATTER_MAX: /* operand and updates; the indices are not data */
+        return sm_rd_same(p, op->kind, in, 0, n, 1, &out->reduced, err, errlen);
+    case SM_OP_TAKE:
+    case SM_OP_TAKE_ALONG_AXIS: /* JAX's _gather_reduced_rule */
+        if (in[1]->reduced)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "gather indices cannot be reduced. Got indices sharding %s.",
+                           sm_ur_type(p, in[1], a, sizeof a));
+        out->reduced = r0 & ~sm_rd_sharded(in[1]);
+        return SM_OK;
+    case SM_OP_DYNAMIC_SLICE: /* the operand's: the starts are not data */
+    case SM_OP_DYNAMIC_SLICE_IN_DIM:
+    case SM_OP_SEGMENT_SUM:
+    case SM_OP_WHILE_CARRY:
+    case SM_OP_WHILE_TEST:
+    case SM_OP_WHILE_NEXT:
+    case SM_OP_WHILE_END:
+        return SM_OK;
+    case SM_OP_SHARD_MAP_IN:
+        if (sr != r0)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "in_specs containing reduced %s passed to shard_map should be equal to "
+                           "the reduced present on the in_aval %s",
+                           s ? sm_pspec_format(s, a, sizeof a) : "P()",
+                           sm_ur_type(p, in[0], b, sizeof b));
+        out->reduced = sr;
+        return SM_OK;
+    case SM_OP_SHARD_MAP_OUT:
+        if (sr != r0 && !op->attrs.unchecked)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "out_specs passed to shard_map should be equal to the reduced present "
+                           "on the out_aval. Got out_specs=%s and out_aval=%s",
+                           s ? sm_pspec_format(s, a, sizeof a) : "None",
+                           sm_ur_type(p, in[0], b, sizeof b));
+        out->reduced = sr;
+        return SM_OK;
+    case SM_OP_ALL_GATHER:
+        if (op->attrs.spec && !strcmp(op->attrs.spec, "reduced")) { /* JAX's all_gather_reduced */
+            if (r0 & mask)
+                return sm_fail(err, errlen, SM_EINVAL,
+                               "all_gather_reduced's input cannot be reduced across the "
+                               "axis_name. Got x=%s and axis_name=%s",
+                               sm_ur_type(p, in[0], a, sizeof a),
+                               sm_ir_axes_set_str(p, r0 & mask, b, sizeof b));
+            out->reduced = r0 | mask;
+            return SM_OK;
+        }
+        out->reduced = r0 & ~mask;
+        return SM_OK;
+    default:
+        break;
+    }
+    if (sm_op_vma_rule(op->kind) != SM_VMA_UNION) { /* the other collectives */
+        out->reduced = r0 & ~mask;
+        return SM_OK;
+    }
+    if (n >= 2) { /* elementwise (and where): JAX's nary rule */
+        if ((e = sm_rd_nary(p, in, 0, n, -1, &out->reduced, err, errlen)))
+            return e;
+        /* a product of partial sums and a value reduced over their axes is
+         * partial sums (JAX's mul and div rules: the set difference) */
+        out->reduced &= ~out->unreduced;
     }
     return SM_OK;
 }

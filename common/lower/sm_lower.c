@@ -132,6 +132,49 @@ static sm_err sm_lw_make_unreduced(sm_lw *w, int *id, uint32_t mask, sm_dtype t)
     return sm_lw_emit(w, SM_OP_WHERE, ops, 3, &none, id);
 }
 
+/* Makes block *id (of dtype t, a value of global shape s laid out as *lay)
+ * a partial sum over the mesh axes in mask that *lay shards a dimension
+ * over last (least significant): each device puts its block where it lies
+ * in zeros of the dimension's size without the axis (JAX's reshard of a
+ * sharded value to unreduced: no data moves). Those axes leave *lay and
+ * join *placed. */
+static sm_err sm_lw_place_unreduced(sm_lw *w, int *id, const sm_shape *s, sm_ir_layout *lay,
+                                    uint32_t mask, sm_dtype t, uint32_t *placed)
+{
+    sm_err e;
+    for (int d = 0; d < s->rank; d++) {
+        while (lay->n[d] > 0 && (mask & (1u << lay->ax[d][lay->n[d] - 1]))) {
+            int a = lay->ax[d][lay->n[d] - 1];
+            int64_t blk = s->dims[d] / sm_ir_layout_factor(w->j, lay, d);
+            sm_ir_attrs az = {.has_dtype = 1, .dtype = t, .has_ints = 1}, ai = {0}, none = {0};
+            az.ints.n = s->rank;
+            for (int k = 0; k < s->rank; k++)
+                az.ints.v[k] = s->dims[k] / sm_ir_layout_factor(w->j, lay, k);
+            az.ints.v[d] = blk * w->j->mesh.sizes[a];
+            sm_ir_attrs ac = {.has_dtype = 1, .dtype = SM_I32, .i = blk}, a0 = ac;
+            a0.i = 0;
+            int ops[2 + SM_MAX_RANK], idx, c, zero = -1;
+            sm_lw_axis(w, &ai, a);
+            if ((e = sm_lw_emit(w, SM_OP_ZEROS, NULL, 0, &az, &ops[0])) ||
+                (e = sm_lw_emit(w, SM_OP_AXIS_INDEX, NULL, 0, &ai, &idx)) ||
+                (e = sm_lw_emit(w, SM_OP_CONST, NULL, 0, &ac, &c)) ||
+                (s->rank > 1 && (e = sm_lw_emit(w, SM_OP_CONST, NULL, 0, &a0, &zero))))
+                return e;
+            int prod[2] = {idx, c};
+            if ((e = sm_lw_emit(w, SM_OP_MULTIPLY, prod, 2, &none, &idx)))
+                return e;
+            ops[1] = *id;
+            for (int k = 0; k < s->rank; k++)
+                ops[2 + k] = k == d ? idx : zero;
+            if ((e = sm_lw_emit(w, SM_OP_DYNAMIC_UPDATE_SLICE, ops, 2 + s->rank, &none, id)))
+                return e;
+            lay->n[d]--;
+            *placed |= 1u << a;
+        }
+    }
+    return SM_OK;
+}
+
 static const sm_op_kind sm_lw_post_kind[] = {
     [SM_IR_POST_PSUM] = SM_OP_PSUM,
     [SM_IR_POST_PMEAN] = SM_OP_PMEAN,
@@ -199,15 +242,24 @@ static sm_err sm_lw_op_parts(sm_lw *w, const sm_ir_op *op, int parts, int *ops)
         }
         goto done;
     }
+    uint32_t placed = 0; /* reshard to more unreduced axes the operand is sharded over */
     for (int k = 0; k < op->noperands && (parts & SM_LW_OPERANDS); k++) {
         int src = op->operands[k];
+        sm_ir_layout from = w->lay[src];
         ops[k] = w->map[src];
         /* reshard to a spec without some of the operand's unreduced axes:
          * the partial sums over those are summed first */
         if ((op->kind == SM_OP_RESHARD || op->kind == SM_OP_WITH_SHARDING_CONSTRAINT) &&
             (e = sm_lw_sum_unreduced(w, &ops[k], j->values[src].unreduced & ~rv->unreduced)))
             goto done;
-        if ((e = sm_lw_reshard(w, &ops[k], &j->values[src].shape, &w->lay[src], &plan->in[k])))
+        if (op->kind == SM_OP_RESHARD && !w->replicate_all &&
+            (e = sm_lw_place_unreduced(w, &ops[k], &j->values[src].shape, &from,
+                                       rv->unreduced & ~j->values[src].unreduced, rv->dtype,
+                                       &placed)))
+            goto done;
+        if (placed) /* the reshard moves the rest from where the blocks now lie */
+            plan->in[k] = plan->local_layout = from;
+        if ((e = sm_lw_reshard(w, &ops[k], &j->values[src].shape, &from, &plan->in[k])))
             goto done;
     }
     if (!(parts & SM_LW_EMIT))
@@ -234,8 +286,8 @@ static sm_err sm_lw_op_parts(sm_lw *w, const sm_ir_op *op, int parts, int *ops)
     if ((e = sm_lw_reshard(w, &id, &rv->shape, &after, &v.layout)))
         goto done;
     if (op->kind == SM_OP_RESHARD && /* to more unreduced axes: zeros but on the first device */
-        (e = sm_lw_make_unreduced(w, &id, rv->unreduced & ~j->values[op->operands[0]].unreduced,
-                                  rv->dtype)))
+        (e = sm_lw_make_unreduced(
+             w, &id, rv->unreduced & ~j->values[op->operands[0]].unreduced & ~placed, rv->dtype)))
         goto done;
     w->map[op->result] = id;
     w->lay[op->result] = v.layout;

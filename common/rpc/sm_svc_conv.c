@@ -98,6 +98,14 @@ Shmap__V1__PartitionSpec *sm_svc_pspec_enc(sm_arena *a, const sm_pspec *sp)
         for (size_t k = 0; k < p->n_unreduced; k++)
             p->unreduced[k] = (char *)sp->unreduced[k];
     }
+    if (sp->nreduced > 0) {
+        p->n_reduced = sm_svc_rank(sp->nreduced < SM_MAX_AXES ? sp->nreduced : SM_MAX_AXES);
+        p->reduced = sm_arena_alloc(a, SM_MAX_AXES * sizeof *p->reduced);
+        if (!p->reduced)
+            return NULL;
+        for (size_t k = 0; k < p->n_reduced; k++)
+            p->reduced[k] = (char *)sp->reduced[k];
+    }
     return p;
 }
 
@@ -402,6 +410,17 @@ sm_err sm_svc_pspec_dec(const Shmap__V1__PartitionSpec *p, const char *what, sm_
             return e;
     }
     out->nunreduced = (int)p->n_unreduced;
+    if ((e = sm_svc_count_dec(p->n_reduced, SM_MAX_AXES, what, "reduced axes", err, errlen)))
+        return e;
+    for (size_t k = 0; k < p->n_reduced; k++) {
+        snprintf(sub, sizeof sub, "%s.reduced[%zu]", what, k);
+        if (!p->reduced[k] || !p->reduced[k][0])
+            return sm_fail(err, errlen, SM_EINVAL, "%s is an empty axis name", sub);
+        if ((e = sm_svc_str_dec(p->reduced[k], SM_AXIS_NAME_MAX, sub, out->reduced[k], err,
+                                errlen)))
+            return e;
+    }
+    out->nreduced = (int)p->n_reduced;
     return SM_OK;
 }
 

@@ -124,13 +124,17 @@ static sm_err sm_pspec_parse_entry(sm_pspec_lexer *lx, sm_pspec_entry *e)
     return rc;
 }
 
-/* unreduced={'y', 'z'} (or unreduced=set()), after the entries. */
-static sm_err sm_pspec_parse_unreduced(sm_pspec_lexer *lx, sm_pspec *p)
+/* unreduced={'y', 'z'} or reduced={'x'} (or =set()), after the entries. */
+static sm_err sm_pspec_parse_axis_set(sm_pspec_lexer *lx, const char *word,
+                                      char (*names)[SM_AXIS_NAME_MAX], int *n)
 {
-    lx->p += strlen("unreduced");
+    char what[64];
+    lx->p += strlen(word);
     sm_pspec_skip_ws(lx);
-    if (*lx->p != '=')
-        return sm_pspec_expected(lx, "'=' after unreduced");
+    if (*lx->p != '=') {
+        snprintf(what, sizeof what, "'=' after %s", word);
+        return sm_pspec_expected(lx, what);
+    }
     lx->p++;
     sm_pspec_skip_ws(lx);
     if (strncmp(lx->p, "set()", 5) == 0 || strncmp(lx->p, "frozenset()", 11) == 0) {
@@ -141,10 +145,10 @@ static sm_err sm_pspec_parse_unreduced(sm_pspec_lexer *lx, sm_pspec *p)
         return sm_pspec_expected(lx, "'{' (a set of quoted mesh axis names)");
     lx->p++;
     int full = 0;
-    sm_err rc = sm_pspec_parse_names(lx, '}', p->unreduced, &p->nunreduced, &full);
+    sm_err rc = sm_pspec_parse_names(lx, '}', names, n, &full);
     if (full)
         return sm_fail(lx->err, lx->errlen, SM_EINVAL,
-                       "partition spec \"%s\": more than %d unreduced axes", lx->text, SM_MAX_AXES);
+                       "partition spec \"%s\": more than %d %s axes", lx->text, SM_MAX_AXES, word);
     return rc;
 }
 
@@ -170,16 +174,20 @@ sm_err sm_pspec_parse(const char *text, sm_pspec *out, char *err, size_t errlen)
             lx.p++;
             break;
         }
-        if (sm_pspec_at_word(&lx, "unreduced")) {
-            sm_err rc = sm_pspec_parse_unreduced(&lx, &p);
+        int ur = sm_pspec_at_word(&lx, "unreduced"), red = !ur && sm_pspec_at_word(&lx, "reduced");
+        if (ur || red) {
+            sm_err rc = ur ? sm_pspec_parse_axis_set(&lx, "unreduced", p.unreduced, &p.nunreduced)
+                           : sm_pspec_parse_axis_set(&lx, "reduced", p.reduced, &p.nreduced);
             if (rc)
                 return rc;
             sm_pspec_skip_ws(&lx);
             if (*lx.p == ',')
                 lx.p++;
             sm_pspec_skip_ws(&lx);
-            if (*lx.p != ')')
-                return sm_pspec_expected(&lx, "')' after unreduced={...}");
+            if (*lx.p != ')' && !sm_pspec_at_word(&lx, "unreduced") &&
+                !sm_pspec_at_word(&lx, "reduced"))
+                return sm_pspec_expected(&lx, ur ? "')' after unreduced={...}"
+                                                 : "')' after reduced={...}");
             continue;
         }
         if (p.nentries == SM_MAX_RANK)
@@ -236,12 +244,18 @@ char *sm_pspec_format(const sm_pspec *p, char *buf, size_t len)
             sm_pspec_put(buf, len, &n, "%s", ")");
         }
     }
-    if (p->nentries == 1 && p->e[0].naxes > 1 && p->nunreduced == 0)
+    if (p->nentries == 1 && p->e[0].naxes > 1 && p->nunreduced == 0 && p->nreduced == 0)
         sm_pspec_put(buf, len, &n, "%s", ",");
-    if (p->nunreduced > 0) { /* as JAX's repr: P('x', None, unreduced={'y'}) */
-        sm_pspec_put(buf, len, &n, "%s", p->nentries ? ", unreduced={" : "unreduced={");
-        for (int a = 0; a < p->nunreduced; a++)
-            sm_pspec_put(buf, len, &n, a ? ", '%s'" : "'%s'", p->unreduced[a]);
+    /* as JAX's repr: P('x', None, unreduced={'y'}, reduced={'z'}) */
+    for (int set = 0; set < 2; set++) {
+        int cnt = set ? p->nreduced : p->nunreduced;
+        if (cnt <= 0)
+            continue;
+        sm_pspec_put(buf, len, &n, "%s", n > 2 ? ", " : "");
+        sm_pspec_put(buf, len, &n, "%s", set ? "reduced={" : "unreduced={");
+        for (int a = 0; a < cnt && a < SM_MAX_AXES; a++)
+            sm_pspec_put(buf, len, &n, a ? ", '%s'" : "'%s'",
+                         set ? p->reduced[a] : p->unreduced[a]);
         sm_pspec_put(buf, len, &n, "%s", "}");
     }
     sm_pspec_put(buf, len, &n, "%s", ")");
@@ -264,7 +278,20 @@ int sm_pspec_equal(const sm_pspec *a, const sm_pspec *b)
     for (int k = 0; k < a->nunreduced; k++)
         if (!sm_pspec_is_unreduced(b, a->unreduced[k]))
             return 0;
+    if (a->nreduced != b->nreduced)
+        return 0;
+    for (int k = 0; k < a->nreduced; k++)
+        if (!sm_pspec_is_reduced(b, a->reduced[k]))
+            return 0;
     return 1;
+}
+
+int sm_pspec_is_reduced(const sm_pspec *p, const char *name)
+{
+    for (int k = 0; k < p->nreduced; k++)
+        if (strcmp(p->reduced[k], name) == 0)
+            return 1;
+    return 0;
 }
 
 int sm_pspec_is_unreduced(const sm_pspec *p, const char *name)
@@ -312,27 +339,37 @@ sm_err sm_pspec_check_mesh(const sm_pspec *p, const sm_mesh *m, char *err, size_
                                        sm_pspec_format(p, spec, sizeof spec));
         }
     }
-    if (p->nunreduced < 0 || p->nunreduced > SM_MAX_AXES)
-        return sm_fail(err, errlen, SM_EINVAL, "a partition spec has %d unreduced axes (0..%d)",
-                       p->nunreduced, SM_MAX_AXES);
-    for (int k = 0; k < p->nunreduced; k++) {
-        const char *ax = p->unreduced[k];
-        if (!memchr(ax, 0, SM_AXIS_NAME_MAX) || sm_mesh_axis(m, ax) < 0)
-            return sm_fail(err, errlen, SM_EINVAL,
-                           "%s: unreduced axis '%.*s' is not an axis of the mesh",
-                           sm_pspec_format(p, spec, sizeof spec), SM_AXIS_NAME_MAX - 1, ax);
-        for (int l = 0; l < k; l++)
-            if (strcmp(p->unreduced[l], ax) == 0)
-                return sm_fail(err, errlen, SM_EINVAL,
-                               "mesh axis '%s' appears more than once in the unreduced axes of %s",
-                               ax, sm_pspec_format(p, spec, sizeof spec));
-        for (int i = 0; i < p->nentries; i++)
-            for (int j = 0; j < p->e[i].naxes; j++)
-                if (strcmp(p->e[i].axes[j], ax) == 0)
+    for (int set = 0; set < 2; set++) {
+        const char *word = set ? "reduced" : "unreduced";
+        int cnt = set ? p->nreduced : p->nunreduced;
+        if (cnt < 0 || cnt > SM_MAX_AXES)
+            return sm_fail(err, errlen, SM_EINVAL, "a partition spec has %d %s axes (0..%d)", cnt,
+                           word, SM_MAX_AXES);
+        for (int k = 0; k < cnt; k++) {
+            const char *ax = set ? p->reduced[k] : p->unreduced[k];
+            if (!memchr(ax, 0, SM_AXIS_NAME_MAX) || sm_mesh_axis(m, ax) < 0)
+                return sm_fail(
+                    err, errlen, SM_EINVAL, "%s: %s axis '%.*s' is not an axis of the mesh",
+                    sm_pspec_format(p, spec, sizeof spec), word, SM_AXIS_NAME_MAX - 1, ax);
+            for (int l = 0; l < k; l++)
+                if (strcmp(set ? p->reduced[l] : p->unreduced[l], ax) == 0)
                     return sm_fail(err, errlen, SM_EINVAL,
-                                   "partitions cannot overlap with unreduced axes passed to "
-                                   "PartitionSpec. Got %s",
-                                   sm_pspec_format(p, spec, sizeof spec));
+                                   "mesh axis '%s' appears more than once in the %s axes of %s", ax,
+                                   word, sm_pspec_format(p, spec, sizeof spec));
+            for (int i = 0; i < p->nentries; i++)
+                for (int j = 0; j < p->e[i].naxes; j++)
+                    if (strcmp(p->e[i].axes[j], ax) == 0)
+                        return sm_fail(err, errlen, SM_EINVAL,
+                                       "partitions cannot overlap with %s axes passed to "
+                                       "PartitionSpec. Got %s",
+                                       word, sm_pspec_format(p, spec, sizeof spec));
+            if (set && sm_pspec_is_unreduced(p, ax))
+                return sm_fail(
+                    err, errlen, SM_EINVAL,
+                    "`unreduced` and `reduced` argument to PartitionSpec cannot overlap. "
+                    "Got %s",
+                    sm_pspec_format(p, spec, sizeof spec));
+        }
     }
     return SM_OK;
 }

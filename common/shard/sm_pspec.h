@@ -22,10 +22,16 @@ typedef struct {
      * use them inside; arrays are never unreduced. */
     int nunreduced;
     char unreduced[SM_MAX_AXES][SM_AXIS_NAME_MAX];
+    /* reduced={'x'}: mesh axes over which the value is replicated but its
+     * cotangent is unreduced (JAX's reduced sharding). The data is laid out
+     * as if replicated over them; only the types (and grad) differ. */
+    int nreduced;
+    char reduced[SM_MAX_AXES][SM_AXIS_NAME_MAX];
 } sm_pspec;
 
 /* Parses P('i', None), P(('x','y'),), P(), P(None, 'j'),
- * PartitionSpec('i'), P('x', None, unreduced={'y'}), with single or double
+ * PartitionSpec('i'), P('x', None, unreduced={'y'}), P(None, reduced={'x'}),
+ * with single or double
  * quotes and any spacing. Syntax errors are SM_EINVAL naming the column and
  * what was expected. Does not check against a mesh. */
 sm_err sm_pspec_parse(const char *text, sm_pspec *out, char *err, size_t errlen);
@@ -35,11 +41,11 @@ sm_err sm_pspec_parse(const char *text, sm_pspec *out, char *err, size_t errlen)
 char *sm_pspec_format(const sm_pspec *p, char *buf, size_t len);
 /* 1 if the specs have the same entries in canonical form (so ('x',) equals
  * 'x' and () equals None, but P('x') and P('x', None) differ, as in JAX) and
- * the same set of unreduced axes. */
+ * the same sets of unreduced and reduced axes. */
 int sm_pspec_equal(const sm_pspec *a, const sm_pspec *b);
 
 /* Checks the spec against a mesh only: every axis known to the mesh, no axis
- * used twice, no unreduced axis also partitioning. */
+ * used twice, no unreduced or reduced axis also partitioning, none both. */
 sm_err sm_pspec_check_mesh(const sm_pspec *p, const sm_mesh *m, char *err, size_t errlen);
 /* Full check against mesh and global shape: sm_pspec_check_mesh, then the
  * shape is sane (rank 0..SM_MAX_RANK, no negative dimension), then the
@@ -55,6 +61,8 @@ sm_err sm_pspec_check(const sm_pspec *p, const sm_mesh *m, const sm_shape *shape
 int64_t sm_pspec_dim_factor(const sm_pspec *p, const sm_mesh *m, int dim);
 /* 1 if mesh axis name is one of the spec's unreduced axes. */
 int sm_pspec_is_unreduced(const sm_pspec *p, const char *name);
+/* 1 if mesh axis name is one of the spec's reduced axes. */
+int sm_pspec_is_reduced(const sm_pspec *p, const char *name);
 /* Refuses a spec with unreduced axes where the data comes whole (an upload,
  * a reshard's target): SM_EUNIMPLEMENTED naming what. Only a program's
  * results hold partial sums. */

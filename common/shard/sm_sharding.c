@@ -142,11 +142,15 @@ char *sm_sharding_type_str(const sm_sharding *s, sm_dtype t, const sm_shape *glo
             SM_TS_PUT(")");
     }
     SM_TS_PUT("]");
-    int nu = 0; /* unreduced axes, in mesh order: f32[2@x,2]{U:y} */
+    /* unreduced, then reduced axes, in mesh order: f32[2@x,2]{U:y}, f32[4]{R:x} */
+    int nu = 0, nr = 0;
     for (int a = 0; a < s->mesh.naxes; a++)
         if (sm_pspec_is_unreduced(&s->spec, s->mesh.names[a]) && !(s->mesh.auto_axes >> a & 1))
             SM_TS_PUT("%s%s", nu++ ? "," : "{U:", s->mesh.names[a]);
-    if (nu)
+    for (int a = 0; a < s->mesh.naxes; a++)
+        if (sm_pspec_is_reduced(&s->spec, s->mesh.names[a]) && !(s->mesh.auto_axes >> a & 1))
+            SM_TS_PUT("%s%s", nr++ ? "," : nu ? ", R:" : "{R:", s->mesh.names[a]);
+    if (nu || nr)
         SM_TS_PUT("}");
 #undef SM_TS_PUT
     return buf;

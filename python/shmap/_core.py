@@ -44,6 +44,13 @@ _AS_BUILTIN = (
     ("entries but the array has rank", ValueError),       # in_specs / a sharding vs the rank
     ("entries but the value has rank", ValueError),       # out_specs vs the rank
     ("should be equal to the unreduced present", ValueError),
+    ("should be equal to the reduced present", ValueError),  # reduced specs vs the value's
+    ("The denominator cannot be unreduced", ValueError),  # div of partial sums
+    ("Denominator should be reduced along the same axes", ValueError),
+    ("must be reduced over the same mesh axes as operand", ValueError),  # reshape
+    ("cannot contain reduced axes", ValueError),
+    ("cannot be reduced. Got out_sharding", ValueError),  # reductions to reduced
+    ("all_gather_reduced's input cannot be reduced", ValueError),
     ("pcast can only accept axis_name", ValueError),
     ("bwd rule attached to", ValueError),                 # a custom_vjp's cotangent types
     ("is a collective: it exists only in a shard_map body", NameError),  # psum in a jit
@@ -266,36 +273,57 @@ def _bytes(a):
 
 
 class PartitionSpec(tuple):
-    """JAX's PartitionSpec: P('i', None), P(('x', 'y'),), P(), and
-    P('x', None, unreduced={'y'}) inside programs (partial sums pending over
-    y; arrays are never unreduced)."""
+    """JAX's PartitionSpec: P('i', None), P(('x', 'y'),), P(),
+    P('x', None, unreduced={'y'}) (each device holds a partial sum over y)
+    and P(None, reduced={'x'}) (replicated over x, its gradient unreduced
+    over x)."""
 
-    def __new__(cls, *entries, unreduced=frozenset()):
+    def __new__(cls, *entries, unreduced=frozenset(), reduced=frozenset()):
         for e in entries:
             ok = e is None or isinstance(e, str) or (
                 isinstance(e, tuple) and all(isinstance(a, str) for a in e))
             if not ok:
                 raise InvalidArgument(f"a PartitionSpec entry is None, an axis name or a tuple "
                                       f"of axis names, got {e!r}")
-        if isinstance(unreduced, str) or not all(isinstance(a, str) for a in unreduced):
-            raise InvalidArgument(f"unreduced is a set of axis names, got {unreduced!r}")
+        for name, axes in (("unreduced", unreduced), ("reduced", reduced)):
+            if isinstance(axes, str) or not all(isinstance(a, str) for a in axes):
+                raise InvalidArgument(f"{name} is a set of axis names, got {axes!r}")
+        if set(unreduced) & set(reduced):
+            raise ValueError(f"`unreduced` and `reduced` argument to PartitionSpec cannot "
+                             f"overlap. Got unreduced: {set(unreduced)} and reduced: "
+                             f"{set(reduced)}")
+        named = {a for e in entries if e is not None for a in ((e,) if isinstance(e, str) else e)}
+        if named & set(reduced):
+            raise ValueError(f"partitions cannot overlap with reduced axes passed to "
+                             f"PartitionSpec. Got partitions: {entries} and reduced axes: "
+                             f"{set(reduced)}")
         obj = super().__new__(cls, entries)
         obj._unreduced = tuple(dict.fromkeys(unreduced))
+        obj._reduced = tuple(dict.fromkeys(reduced))
         return obj
 
     @property
     def unreduced(self):
         return frozenset(self._unreduced)
 
+    @property
+    def reduced(self):
+        return frozenset(self._reduced)
+
+    def _ur(self):
+        """The keywords of a spec like this one: unreduced=, reduced=."""
+        return {"unreduced": self.unreduced, "reduced": self.reduced}
+
     def __eq__(self, other):
         return tuple.__eq__(self, other) and self.unreduced == getattr(
-            other, "unreduced", frozenset())
+            other, "unreduced", frozenset()) and self.reduced == getattr(
+            other, "reduced", frozenset())
 
     def __ne__(self, other):
         return not self == other
 
     def __hash__(self):
-        return hash((tuple(self), self.unreduced))
+        return hash((tuple(self), self.unreduced, self.reduced))
 
     def __repr__(self):
         def one(e):
@@ -305,10 +333,12 @@ class PartitionSpec(tuple):
                 return repr(e)
             return "(" + ", ".join(map(repr, e)) + ("," if len(e) == 1 else "") + ")"
         parts = [one(e) for e in self]
-        if len(parts) == 1 and not self._unreduced:
+        if len(parts) == 1 and not self._unreduced and not self._reduced:
             return f"P({parts[0]},)"  # a tuple's repr, as JAX's: P('i',)
         if self._unreduced:
             parts.append("unreduced={" + ", ".join(map(repr, self._unreduced)) + "}")
+        if self._reduced:
+            parts.append("reduced={" + ", ".join(map(repr, self._reduced)) + "}")
         return "P(" + ", ".join(parts) + ")"
 
     __str__ = __repr__
@@ -575,7 +605,7 @@ class Array(_Shaped):
         mesh = self._mesh or Mesh._of(self._info["mesh"], client=self._client)
         spec = _spec_of(self._info["spec"])
         if getattr(self, "_full_spec", False) and len(spec) < self.ndim:
-            spec = P(*spec, *(None,) * (self.ndim - len(spec)), unreduced=spec.unreduced)
+            spec = P(*spec, *(None,) * (self.ndim - len(spec)), **spec._ur())
         return NamedSharding(mesh, spec)
 
     @property
@@ -1457,8 +1487,9 @@ class _Type(str):
     ndim = property(lambda self: len(self.shape))
 
     def _attrs(self):
-        """{'U': {...}, 'V': {...}}: the axes of the type's {U:..., V:...}."""
-        out = {"U": set(), "V": set()}
+        """{'U': {...}, 'V': {...}, 'R': {...}}: the axes of the type's
+        {V:..., U:..., R:...}."""
+        out = {"U": set(), "V": set(), "R": set()}
         m = re.search(r"\{(.*)\}\s*$", str(self))
         for part in (m.group(1).split(", ") if m else ()):
             k, _, axes = part.partition(":")
@@ -1474,7 +1505,8 @@ class _Type(str):
     def sharding(self):
         from ._trace import _spec_entry, _dims
         entries = [_spec_entry(d) for d in _dims(self)] if "[" in self else []  # one per dim
-        spec = P(*entries, unreduced=frozenset(self._attrs()["U"]))
+        attrs = self._attrs()
+        spec = P(*entries, unreduced=frozenset(attrs["U"]), reduced=frozenset(attrs["R"]))
         return NamedSharding(self._mesh, spec) if self._mesh is not None else spec
 
 

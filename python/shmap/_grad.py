@@ -51,6 +51,45 @@ def _spec(t):
     return _jnp()._spec_of_type(t.type)
 
 
+def _ur(t):
+    """(unreduced, reduced): the mesh axes of t's type's {U:...} and {R:...}."""
+    m = re.search(r"\{(.*)\}\s*$", str(getattr(t, "type", "") or ""))
+    out = {"U": set(), "R": set()}
+    for part in (m.group(1).split(", ") if m else ()):
+        k, _, axes = part.partition(":")
+        if k in out:
+            out[k].update(a for a in axes.split(",") if a)
+    return frozenset(out["U"]), frozenset(out["R"])
+
+
+def _ct_sharding(t):
+    """The spec of the cotangent of primal t (JAX's to_ct_spec): t's
+    dimensions, unreduced over the axes t is reduced over (replicated,
+    whose cotangent each device holds a part of) and reduced over those t
+    is unreduced over; None when the cotangent is replicated."""
+    from ._core import P
+    u, r = _ur(t)
+    spec = _spec(t)
+    if not u and not r:
+        return spec
+    dims = tuple(spec or ())
+    dims += (None,) * (len(t.shape) - len(dims))
+    return P(*dims, unreduced=r, reduced=u)
+
+
+def _zeros_typed(g):
+    """Zeros of g's type: its sharding, unreduced and reduced axes included
+    (zeros are partial sums of zero)."""
+    from ._core import P
+    z = _jnp().zeros_like(g)
+    u, r = _ur(g)
+    if not u and not r:
+        return z
+    dims = tuple(_spec(g) or ())
+    return _jnp().reshard(z, P(*dims, *(None,) * (len(g.shape) - len(dims)),
+                               unreduced=u, reduced=r))
+
+
 def _laid_out_as(t):
     """out_sharding= for a cotangent laid out as primal t (as JAX's
     transposes pass the operand's sharding): t's spec, P() when t is
@@ -214,6 +253,13 @@ def _laid_like(c, a):
     transpose of the pvary JAX inserts where invariant meets varying), and
     pvary'd where a varies and c does not."""
     b = _builder()
+    if b.kind != "shard_map":
+        ur = _ur(a)
+        if ur[0] or ur[1]:  # JAX's to_ct_spec: reduced and unreduced swap
+            want = _ct_sharding(a)
+            if _pending(c) or _spec(c) != _spec(a) or _ur(c) != (ur[1], ur[0]):
+                return _jnp().reshard(c, want)
+            return c
     if b.kind != "shard_map" and _pending(c):
         # past the first ops of a long program a type is learnt by checking
         # the program: a reshard to a's sharding is emitted without asking
@@ -223,20 +269,33 @@ def _laid_like(c, a):
     if c.type == a.type:
         return c
     if b.kind == "shard_map":
-        # where a is unreduced, c is the same on every device (JAX's reduced
-        # cotangent; shmap has no reduced types): a varies over none of them
+        # JAX's to_ct: where a is unreduced, c is the same on every device,
+        # reduced over those axes; where a is reduced, c holds partial sums
         from . import lax
-        (cv, cu), (av, _) = _vma(c), _vma(a)
-        if cu:
+        (cv, cu), (av, au) = _vma(c), _vma(a)
+        cr, ar = _ur(c)[1], _ur(a)[1]
+        if cu - ar:
             raise InvalidArgument("grad: a cotangent holding partial sums (unreduced axes) is "
                                   "not supported")
         order = [n for n in b.mesh.axis_names]
-        extra = tuple(n for n in order if n in cv - av)
+
+        def axes(s):
+            t = tuple(n for n in order if n in s)
+            return t if len(t) > 1 else t[0]
+        extra = tuple(n for n in order if n in cv - av - ar)
         missing = tuple(n for n in order if n in av - cv)
         if extra and getattr(b, "check_vma", True):  # (with check_vma=False, not summed)
             c = lax.psum(c, extra if len(extra) > 1 else extra[0])
         if missing:
             c = lax.pvary(c, missing if len(missing) > 1 else missing[0])
+        if ar - cu:  # partial sums: the first device along them keeps c, the others 0
+            new = ar - cu
+            if not new <= cv:
+                first = lax.axis_index(axes(new - cv)) == 0
+                c = _jnp().where(first, c, _jnp().zeros_like(c))
+            c = lax.pcast(c, axes(new), to="unreduced")
+        if au - cr:
+            c = lax.pcast(c, axes(au - cr), to="reduced")
         return c
     if not _laid_out_as(a):
         return c
@@ -280,6 +339,22 @@ def _einsum_parts(subscripts, ops):
     return terms, out
 
 
+def _contracted_axes(subscripts, ops):
+    """The mesh axes the contracted letters of einsum(subscripts, *ops) are
+    sharded over, when every operand shards each alike (else None)."""
+    ins, out = subscripts.split("->")
+    seen = {}
+    for term, o in zip(ins.split(","), ops):
+        spec = tuple(_spec(o) or ())
+        for d, c in enumerate(term):
+            e = spec[d] if d < len(spec) else None
+            axes = () if e is None else ((e,) if isinstance(e, str) else tuple(e))
+            if c in seen and seen[c] != axes:
+                return None
+            seen[c] = axes
+    return frozenset(a for c, axes in seen.items() if c not in out for a in axes)
+
+
 def _einsum_ct(subscripts, ops, g, k):
     """The cotangent of operand k of einsum(subscripts, *ops) from g."""
     jnp = _jnp()
@@ -292,6 +367,15 @@ def _einsum_ct(subscripts, ops, g, k):
     seen = set(out) | set("".join(others))
     kept = "".join(c for c in tk if c in seen)
     kw = _laid_out_as(ops[k]) if kept == tk else {}
+    red = _ur(ops[k])[1]
+    if kw and red and _contracted_axes(",".join([out] + others) + "->" + kept,
+                                       [g] + [o for j, o in enumerate(ops) if j != k]) == red:
+        # a reduced operand's cotangent: the contraction's partial sums
+        # over the axes it is reduced over stay unreduced (no all-reduce;
+        # JAX's transpose with the cotangent's out_sharding)
+        from ._core import P
+        dims = tuple(kw["out_sharding"])
+        kw = {"out_sharding": P(*dims, *(None,) * (len(kept) - len(dims)), unreduced=red)}
     r = jnp.einsum(",".join([out] + others) + "->" + kept, g,
                    *[o for j, o in enumerate(ops) if j != k], **kw)
     if kept != tk:  # indices summed within operand k alone: broadcast back
@@ -880,13 +964,23 @@ def _rule(prim, g, out, args, kwargs):
     x = args[0] if args else None
     if prim == "where":
         c = args[0]
+        if any(_ur(g)):  # partial sums (or reduced): a select, linear in g
+            z = _zeros_typed(g)
+            return [None, jnp.where(c, g, z), jnp.where(c, z, g)]
         keep = jnp.astype(c, out.dtype)
         return [None, g * keep, g * (1 - keep)]
     if prim == "astype":
         # to an integer or bool: no derivative flows back (JAX's float0)
         return [g.astype(x.dtype) if _is_float(x) and _is_float(out) else None, None]
     if prim == "reshape":
-        return [jnp.reshape(g, tuple(x.shape), **_laid_out_as(x)), None]
+        kw = _laid_out_as(x)
+        u, r = _ur(g)
+        if kw and (u or r):  # g's partial sums (or reduced axes) stay: reshape is linear
+            from ._core import P
+            dims = tuple(kw["out_sharding"])
+            kw = {"out_sharding": P(*dims, *(None,) * (len(x.shape) - len(dims)),
+                                    unreduced=u, reduced=r)}
+        return [jnp.reshape(g, tuple(x.shape), **kw), None]
     if prim == "squeeze":
         return [jnp.reshape(g, tuple(x.shape))]
     if prim == "expand_dims":
@@ -900,7 +994,9 @@ def _rule(prim, g, out, args, kwargs):
         axes = tuple(reversed(range(n))) if axes is None else tuple(a % n for a in axes)
         return [jnp.transpose(g, tuple(int(i) for i in np.argsort(axes))), None]
     if prim in ("reshard", "with_sharding_constraint"):
-        spec = _spec(x)
+        # to the operand's cotangent sharding (a reduced operand's is
+        # unreduced: each device's block of g put in place, no data moved)
+        spec = _ct_sharding(x)
         from ._core import P
         return [jnp.reshard(g, spec if spec is not None else P()), None]
     if prim == "take":
@@ -1034,11 +1130,13 @@ def _call_vjp(fn, args, in_specs, outs, gs, out_specs=None):
 
 def _ct_spec(sp):
     """The spec (or pytree of specs) of the cotangent of a value of spec
-    sp: sp without its unreduced axes."""
+    sp: JAX's to_ct_spec, its unreduced and reduced axes swapped."""
     from ._core import P
 
     def plain(x):
-        return P(*x) if isinstance(x, PartitionSpec) and x.unreduced else x
+        if isinstance(x, PartitionSpec) and (x.unreduced or x.reduced):
+            return P(*x, unreduced=x.reduced, reduced=x.unreduced)
+        return x
     return _tree_build(sp, iter(plain(x) for x, _ in _tree_leaves(sp, "s")))
 
 

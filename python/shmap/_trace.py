@@ -265,17 +265,21 @@ class _Builder:
 
     def _check_ret(self, name):
         """Types the program returning name; a shard_map block that holds
-        partial sums (U: in its type) is returned with the out_spec that
-        says so, as its real out_specs will."""
+        partial sums or is reduced (U: or R: in its type) is returned with
+        the out_spec that says so, as its real out_specs will."""
         try:
             info = self._check(self.text(ret=name))
         except ProgramError as e:
-            m = re.search(r"should be equal to the unreduced present on the out_aval\. Got "
-                          r"out_specs=P\(\) and out_aval=.*?U:([A-Za-z0-9_,]+)\}", str(e))
+            m = re.search(r"should be equal to the (?:un)?reduced present on the out_aval\. Got "
+                          r"out_specs=P\(\) and out_aval=\S*?(\{[^}]*\})", str(e))
             if self.kind != "shard_map" or not m:
                 raise
-            axes = ", ".join(repr(a) for a in m.group(1).split(","))
-            info = self._check(self.text(ret=name, out=f"P(unreduced={{{axes}}})"))
+            sets = []
+            for tag, kw in (("U", "unreduced"), ("R", "reduced")):
+                t = re.search(tag + r":([A-Za-z0-9_,]+)", m.group(1))
+                if t:
+                    sets.append(f"{kw}={{{', '.join(repr(a) for a in t.group(1).split(','))}}}")
+            info = self._check(self.text(ret=name, out=f"P({', '.join(sets)})"))
         self._learn(info, True)
         return info
 
@@ -2210,12 +2214,17 @@ class _Traced:
                     entries.append(tuple(t) if t else None)
                 else:
                     entries.append(e if e in names else None)
-            # and its pending sums over them (JAX's _manual_spec keeps unreduced)
+            # and its pending sums over them (JAX's _manual_spec keeps
+            # unreduced and reduced)
             u = getattr(spec, "unreduced", frozenset())
+            r = getattr(spec, "reduced", frozenset())
             if isinstance(a, Tracer):
                 m = re.search(r"U:(\w+(?:,\w+)*)", a.type)
                 u = set(m.group(1).split(",")) if m else set()
-            out.append(P(*entries, unreduced=[n for n in mesh.axis_names if n in u and n in names]))
+                m = re.search(r"R:(\w+(?:,\w+)*)", a.type)
+                r = set(m.group(1).split(",")) if m else set()
+            out.append(P(*entries, unreduced=[n for n in mesh.axis_names if n in u and n in names],
+                         reduced=[n for n in mesh.axis_names if n in r and n in names]))
         return tuple(out)
 
     def _check_unreduced_axes(self, mesh, specs, prefix):
@@ -2341,7 +2350,7 @@ class _Traced:
             batch = None  # over axes left out of axis_names: their sharding stays in the types
 
         def lead(sp):  # the batch before each spec's dimensions (a pytree of them)
-            return _tree_build(sp, iter(P(batch, *x, unreduced=x.unreduced)
+            return _tree_build(sp, iter(P(batch, *x, **x._ur())
                                         if isinstance(x, PartitionSpec) else x
                                         for x, _ in _tree_leaves(sp, "s")))
         f = _vmap.vmap(self.f, in_axes=tuple(0 if b else None for b in on))
@@ -3244,7 +3253,7 @@ def _auto_batched(f, axes, os_, args, kwargs, explicit=False):
 
     def batch_first(spec):
         spec = getattr(spec, "spec", spec)
-        return P(entry, *spec, unreduced=spec.unreduced) if getattr(spec, "unreduced", None) \
+        return P(entry, *spec, **spec._ur()) if isinstance(spec, PartitionSpec) \
             else P(entry, *spec)
     if explicit:  # one in_sharding per leaf, the mapped ones with the batch first
         ins = _in_sharding_leaves(getattr(f, "__name__", what), os_, args, len(pairs))

@@ -646,6 +646,9 @@ def _reduce_out(name, op, operand, axes, out_sharding):
     other sharded reduced axes."""
     jnp = _jnp()
     spec = getattr(out_sharding, "spec", out_sharding)
+    if getattr(spec, "reduced", None):
+        raise ValueError(f"out_sharding passed to reduce_{name} cannot be reduced. Got "
+                         f"out_sharding={out_sharding}")
     if not spec.unreduced:
         return jnp.reshard(op(operand, axes), spec)
     ents = jnp._spec_of_type(operand.type) if hasattr(operand, "type") else None
@@ -677,8 +680,9 @@ def _reduce_out(name, op, operand, axes, out_sharding):
         return pcast(r, new, to="unreduced") if new else r  # noqa: F821
 
     kept = [e for i, e in enumerate(ents) if i not in axes]
-    out = shard_map(body, mesh=mesh, in_specs=P(*ents, unreduced=set(op_u)),
-                    out_specs=P(*kept, unreduced=set(unred)))(operand)
+    red = set(jnp._reduced_of(operand))  # kept through the sum (JAX's reduce rule)
+    out = shard_map(body, mesh=mesh, in_specs=P(*ents, unreduced=set(op_u), reduced=red),
+                    out_specs=P(*kept, unreduced=set(unred), reduced=red))(operand)
     want = list(spec) + [None] * (len(kept) - len(spec))
     return out if want == kept else jnp.reshard(out, P(*want, unreduced=spec.unreduced))
 

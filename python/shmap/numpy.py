@@ -230,6 +230,14 @@ def _unreduced_of(x):
                      if part.startswith("U:") for a in part[2:].split(",") if a)
 
 
+def _reduced_of(x):
+    """The mesh axes x (an Array or a traced value) is reduced over: its
+    type's {R:...}."""
+    m = re.search(r"\{(.*)\}\s*$", str(getattr(x, "type", "")))
+    return frozenset(a for part in (m.group(1).split(", ") if m else ())
+                     if part.startswith("R:") for a in part[2:].split(",") if a)
+
+
 def _spec_of_type(t):
     """The PartitionSpec of a type string's dimensions ('f32[8@X,4,6@(Y,Z)]'
     -> P('X', None, ('Y', 'Z'))), or None where no dimension is sharded."""

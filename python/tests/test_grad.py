@@ -1165,8 +1165,8 @@ def test_grad_dynamic_slice_in_dim_and_pcast(c, mesh):
 
 def test_grad_through_partial_sums(c, mesh):
     """grad through values unreduced over X (partial sums), as JAX's: the
-    cotangent of an unreduced value is the same on every device (JAX's
-    reduced; shmap's is replicated). An unreduced argument resharded to a
+    cotangent of an unreduced value is the same on every device, reduced
+    over X (P(None, reduced={'X'})). An unreduced argument resharded to a
     whole value, reduce_sum to an unreduced out_sharding (a shard_map's
     pcast to unreduced: its transpose makes the cotangent varying), and a
     psum of partial sums in a shard_map body (its cotangent as it is, not
@@ -1184,7 +1184,7 @@ def test_grad_through_partial_sums(c, mesh):
         total = blocks.sum(0)
         assert np.allclose(np.asarray(val), (total ** 2 * w).sum(), rtol=1e-5)
         assert np.allclose(np.asarray(g), 2 * total * w, rtol=1e-5)
-        assert g.sharding == NamedSharding(mesh, P(None))
+        assert g.sharding == NamedSharding(mesh, P(None, reduced={"X"}))
 
         x = rng.standard_normal(8).astype(np.float32)
         xs = c.device_put(x, NamedSharding(mesh, P("X")))

@@ -154,7 +154,6 @@ def test_shard_map_abstract_mesh(c):
         assert out.sharding == NamedSharding(m22, P("x"))
 
 
-@pytest.mark.xfail(strict=True, reason="P has no reduced= (nor unreduced device_put)")
 def test_shmap_bwd_rep_to_unreduced_check_vma_true(c):
     """test_shmap_bwd_rep_to_unreduced_check_vma_true: out_specs
     P(reduced={'x'}), whose cotangent is unreduced."""

@@ -513,8 +513,6 @@ def test_pcast_to_unreduced(c, m22):
         assert np.array_equal(np.asarray(shmap.reshard(out, P())), a @ b)
 
 
-@pytest.mark.xfail(strict=True, reason="pcast(..., to='reduced') is refused first ('shmap has "
-                   "no reduced shardings'), before JAX's ValueError on the axes' mixed states")
 def test_pcast_to_unreduced_mixed_error(c, m22):
     """test_pcast_to_unreduced, its error: pcast over x (varying) and y
     (unreduced) at once."""
@@ -1001,8 +999,6 @@ def test_smap_replicated(c, m2):
     assert out.sharding == NamedSharding(m2, P())
 
 
-@pytest.mark.xfail(strict=True, reason="shmap has no reduced shardings: P(..., reduced=...) "
-                   "is a TypeError")
 def test_eager_reduced_in(c, m2):
     """test_eager_reduced_in: a reduced argument pcast to varying."""
     x = np.arange(8.0, dtype=np.float32)

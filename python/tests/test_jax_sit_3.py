@@ -925,7 +925,6 @@ def test_reduce_sum_scalar_unreduced(m2):
         assert out.sharding == ns(m2, P("x"))
 
 
-@pytest.mark.xfail(strict=True, reason=NO_REDUCED)
 @pytest.mark.parametrize("use_custom_vjp", [True, False], ids=["custom_vjp", "grad"])
 def test_minibatch_scan_unreduced(m2, use_custom_vjp):
     """test_minibatch_scan_unreduced: gradients of reduced weights
@@ -1087,7 +1086,6 @@ def test_auto_axes_inside_scan(m2):
         assert float(shmap.jit(shmap.grad(f))(1., 2.)) == 6.0  # d(p^3 x)/dp = 3 p^2 x
 
 
-@pytest.mark.xfail(strict=True, reason=NO_REDUCED)
 def test_reduced_sin_fwd_mul_bwd(m2, meshes):
     """test_reduced_sin_fwd_mul_bwd: a reduced operand of a matmul; its
     gradient comes back unreduced."""
@@ -1111,7 +1109,6 @@ def test_reduced_sin_fwd_mul_bwd(m2, meshes):
     assert np.allclose(np.asarray(ex_out2), np.asarray(out2), rtol=2e-4)
 
 
-@pytest.mark.xfail(strict=True, reason=NO_REDUCED)
 def test_mul_reduced_error(m2):
     """test_mul_reduced_error: x * y, one reduced over x and the other
     sharded over it: JAX's ShardingTypeError, both ways."""
@@ -1156,7 +1153,6 @@ def test_jnp_repeat_arraylike(m2):
 BINOPS = [pytest.param(lax.mul, id="mul"), pytest.param(lax.add, id="add")]
 
 
-@pytest.mark.xfail(strict=True, reason=NO_REDUCED)
 @pytest.mark.parametrize("func", BINOPS)
 def test_both_inputs_reduced(m2, func):
     """test_both_inputs_reduced: the gradients of two reduced operands come
@@ -1179,7 +1175,6 @@ def test_both_inputs_reduced(m2, func):
         assert arr_eq(shmap.reshard(out2, P()), ex_out2)
 
 
-@pytest.mark.xfail(strict=True, reason=NO_REDUCED)
 @pytest.mark.parametrize("func", BINOPS)
 def test_one_input_reduced_another_replicated(m22, func):
     """test_one_input_reduced_another_replicated: one operand reduced over
@@ -1273,7 +1268,6 @@ def test_replicated_sharded_unreduced_roundtrip(meshes, shape, orig_spec, un_spe
         assert arr.sharding == arr3.sharding
 
 
-@pytest.mark.xfail(strict=True, reason=NO_REDUCED)
 @pytest.mark.parametrize("func", BINOPS)
 def test_one_input_sharded_another_reduced(m2, func):
     """test_one_input_sharded_another_reduced: a reduced operand resharded
@@ -1304,7 +1298,6 @@ def test_one_input_sharded_another_reduced(m2, func):
         assert arr_eq(shmap.reshard(out2, P()), ex_out2)
 
 
-@pytest.mark.xfail(strict=True, reason=NO_REDUCED)
 def test_reduced_reshard_unreduced_bwd(m22):
     """test_reduced_reshard_unreduced_bwd: reshard of a reduced array to
     P('x'); its gradient's shards."""
@@ -1332,7 +1325,6 @@ def test_reduced_reshard_unreduced_bwd(m22):
         assert arr_eq(shmap.reshard(out, P()), expected_out)
 
 
-@pytest.mark.xfail(strict=True, reason=NO_REDUCED)
 def test_reduced_reshard_unreduced_bwd_sharded(m22):
     """test_reduced_reshard_unreduced_bwd_sharded: the same, sharded over x
     and reduced over y."""
@@ -1360,7 +1352,6 @@ def test_reduced_reshard_unreduced_bwd_sharded(m22):
         assert arr_eq(shmap.reshard(out, P()), shmap.reshard(expected_out, P()))
 
 
-@pytest.mark.xfail(strict=True, reason=NO_REDUCED)
 def test_reduced_at_get_out_sharding(m2):
     """test_reduced_at_get_out_sharding: a gather from reduced params with
     out_sharding; the params' gradient comes back unreduced."""

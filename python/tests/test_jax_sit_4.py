@@ -111,7 +111,9 @@ def test_no_op_auto_axes_no_mesh(c):
     assert np.array_equal(np.asarray(f(np.arange(8))), np.arange(8))
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=NO_REDUCED)
+@pytest.mark.xfail(strict=True, raises=shmap.InvalidArgument,
+                   reason="shmap.vjp runs only inside a traced function (a jit or shard_map "
+                   "body), not at once as JAX's")
 def test_vjp_unreduced_zeros(c, m2):
     """test_vjp_unreduced_zeros: the vjp of a function of reduced arguments
     pulls an unreduced cotangent back to unreduced zeros."""
@@ -134,7 +136,6 @@ def _stage_loss(params, inputs, targets):
     return jnp.sum((x - targets) ** 2)
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=NO_REDUCED)
 def test_microbatch_vmap_unreduced(c):
     """test_microbatch_vmap_unreduced: jit of vmap of value_and_grad of a
     scan of matmuls, params reduced over fsdp (the same with replicated
@@ -158,7 +159,6 @@ def _bcast(x):
     return lax.broadcast_in_dim(x, (2, 8), broadcast_dimensions=[1], out_sharding=P("x", None))
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=NO_REDUCED)
 def test_broadcast_reduced_inp_unreduced_out(c, m2):
     """test_broadcast_reduced_inp_unreduced_out: a broadcast of a reduced
     argument sharded over x; its gradient unreduced (the replicated
@@ -178,7 +178,6 @@ def test_broadcast_reduced_inp_unreduced_out(c, m2):
         assert np.array_equal(np.asarray(shmap.reshard(out_g, P())), np.asarray(exp_out_g))
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=NO_REDUCED)
 def test_concat_reduced_split_unreduced(c, m2):
     """test_concat_reduced_split_unreduced: grad through a concatenation of
     reduced weights (the replicated weights' first, against numpy)."""
@@ -243,7 +242,6 @@ def test_split_unreduced_reshard(c, m2):
             assert np.array_equal(s.data, ex)
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=NO_REDUCED)
 def test_split_unreduced_grad(c, m2):
     """test_split_unreduced, its gradient: reduced over x (shmap's: the
     same values, replicated)."""
@@ -286,7 +284,6 @@ def test_reduce_sum_unreduced_inp_grad(c, m2):
         assert out_g.sharding.is_fully_replicated
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=NO_REDUCED)
 def test_reduce_sum_unreduced_inp_grad_reduced(c, m2):
     """test_reduce_sum_unreduced_inp, its gradient's sharding: reduced over x."""
     f = shmap.jit(lambda x: lax.reduce_sum(x, axes=[0]))
@@ -331,7 +328,6 @@ def test_reduce_sum_unreduced_inp_multi_mesh(c, m22, axes, out_s, eq_out_s):
         assert np.array_equal(np.asarray(shmap.reshard(out, P())), (np1 @ np2).sum(tuple(axes)))
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=NO_REDUCED)
 def test_split_reduced_concat_unreduced(c, m2):
     """test_split_reduced_concat_unreduced: grad through a split of reduced
     weights (the replicated weights' first, against numpy)."""
@@ -411,7 +407,6 @@ def test_reshape_unreduced_fwd_reduced_bwd_eager(c, m22):
             assert np.array_equal(s.data, ex_s)
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=NO_REDUCED)
 def test_reshape_unreduced_fwd_reduced_bwd_grad(c, m22):
     """test_reshape_unreduced_fwd_reduced_bwd, its gradient: the cotangent
     of an argument unreduced over y is reduced over y (shmap's: the same
@@ -428,7 +423,6 @@ def test_reshape_unreduced_fwd_reduced_bwd_grad(c, m22):
         assert out_g.sharding == NamedSharding(m22, P("x", None, reduced={"y"}))
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=NO_REDUCED)
 def test_reshape_reduced_fwd_unreduced_bwd(c, m22):
     """test_reshape_reduced_fwd_unreduced_bwd: a reshape of a reduced array,
     its gradient unreduced (the replicated array's first, against numpy)."""
@@ -461,7 +455,6 @@ def test_reshape_unreduced_out_sharding_error_operand(c, m2):
             jnp.reshape(arr, (4, 2), out_sharding=P("x"))
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=NO_REDUCED)
 def test_gather_reduced_fwd_unreduced_bwd(c, m2):
     """test_gather_reduced_fwd_unreduced_bwd: a gather of a reduced operand,
     its gradient unreduced (the replicated operand's first, against
@@ -535,7 +528,6 @@ def test_reshard_replicated_to_sharded_unreduced(c, m22):
         assert np.array_equal(np.asarray(shmap.reshard(arr, P("y"))), inp)
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=NO_REDUCED)
 def test_reduced_mul_scalar_fwd(c, m2):
     """test_reduced_mul_scalar_fwd: a reduced array times a number stays
     reduced; times a replicated array is JAX's ShardingTypeError."""
@@ -556,7 +548,6 @@ def test_unreduced_mul_scalar_fwd(c, m2):
             shmap.jit(lambda x: x * 2)(arr)
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=NO_REDUCED)
 def test_unreduced_add_jaxvals(c, m2):
     """test_unreduced_add_jaxvals: the gradient of (x + x).sum() of a
     reduced argument (the replicated one's first, against numpy)."""
@@ -747,7 +738,6 @@ def test_unreduced_is_fully_replicated(c, m22):
         assert not arr.sharding.is_fully_replicated
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=NO_REDUCED)
 def test_reshard_on_scalar_reduced(c, m2):
     """test_reshard_on_scalar_reduced: a reduced array times a number stays
     reduced, its gradient unreduced (the replicated array's first)."""
@@ -820,7 +810,6 @@ def test_vmap_grad_cet_dot(c, m2):
                                                            (2, 128, 1)), rtol=1e-4, atol=1e-3)
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=NO_REDUCED)
 def test_reduce_precision(c, m2):
     """test_reduce_precision: reduce_precision of a reduced array stays
     reduced (the replicated array's gradient first)."""
@@ -864,7 +853,6 @@ def test_jnp_full_array(c, m2):
         assert np.array_equal(np.asarray(out), np.arange(8))
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=NO_REDUCED)
 def test_select_reduced(c, m2):
     """test_select_reduced: select of reduced operands, gradients unreduced
     (the replicated operands' first)."""
@@ -883,7 +871,6 @@ def test_select_reduced(c, m2):
         assert out.sharding == NamedSharding(m2, P(None, None, reduced={"x"}))
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=NO_REDUCED)
 def test_remat_reduced_transpose(c, m2):
     """test_remat_reduced_transpose: the gradient through remat of the
     identity of a reduced argument (the replicated one's first)."""
@@ -997,7 +984,6 @@ def test_segment_prod(c, m4):
             _segment(m4, "segment_prod", P(unreduced={"x"}))
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=NO_REDUCED)
 def test_cond_fori_reduced_fwd(c, m2):
     """test_cond_fori_reduced_fwd: grad through a fori_loop of a cond over a
     dataclass of reduced arrays."""
@@ -1090,7 +1076,6 @@ def test_slice_unreduced(c, m2):
         assert np.array_equal(np.asarray(shmap.reshard(out, P())), np_inp[:, :3])
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=NO_REDUCED)
 def test_slice_reduced(c, m2):
     """test_slice_reduced: lax.slice of a reduced array (the replicated
     array's gradient first)."""
@@ -1337,7 +1322,6 @@ def test_reshape_preserve_singleton_dim_spec(c, m12):
         assert np.array_equal(np.asarray(out2), np.ones((1, 512)))
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=NO_REDUCED)
 def test_reduce_max_reduced_shmap(c, m2):
     """test_reduce_max_reduced_shmap: max of an all_gather to reduced in a
     shard_map (the invariant all_gather's gradient first)."""
@@ -1362,7 +1346,6 @@ def test_reduce_max_reduced_shmap(c, m2):
         assert f(arr).sharding == NamedSharding(m2, P(reduced={"x"}))
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=NO_REDUCED)
 def test_reduce_max_reduced_reshard(c, m2):
     """test_reduce_max_reduced_reshard: max of an array resharded to reduced
     (the replicated reshard's gradient first)."""
@@ -1376,7 +1359,6 @@ def test_reduce_max_reduced_reshard(c, m2):
         assert f(arr).sharding == NamedSharding(m2, P(reduced={"x"}))
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=NO_REDUCED)
 def test_div_reduced_fwd_unreduced_bwd(c, m2):
     """test_div_reduced_fwd_unreduced_bwd: a quotient of reduced arrays (the
     replicated arrays' gradient first)."""
@@ -1391,7 +1373,6 @@ def test_div_reduced_fwd_unreduced_bwd(c, m2):
         assert out.sharding == NamedSharding(m2, P(None, reduced={"x"}))
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=NO_REDUCED)
 def test_div_unreduced_fwd_reduced_bwd(c, m2):
     """test_div_unreduced_fwd_reduced_bwd: an unreduced array (made by a
     shard_map: see test_split_unreduced_reshard) divided by a reduced one
@@ -1409,9 +1390,6 @@ def test_div_unreduced_fwd_reduced_bwd(c, m2):
         assert out.sharding == NamedSharding(m2, P(None, unreduced={"x"}))
 
 
-@pytest.mark.xfail(strict=True, raises=NotImplementedError,
-                   reason="shmap raises NotImplementedError 'unreduced rule for divide is not "
-                   "implemented', not JAX's ValueError on the denominator")
 def test_div_unreduced_fwd_reduced_bwd_error(c, m2):
     """test_div_unreduced_fwd_reduced_bwd, its error: an unreduced
     denominator."""
