@@ -1317,11 +1317,12 @@ def vjp(fun, *primals, has_aux=False):
     primal, pytrees as they are) for a cotangent of fun's output (its
     structure, each leaf of its leaf's shape); with has_aux, (out, vjp_fn,
     aux). vjp_fn traces into the same program, and may be called more than
-    once."""
+    once. Outside a traced function (at once): fun runs as a jit, and each
+    call of vjp_fn as a jit of fun's vjp taking the primals and the
+    cotangent (fun traced again; nothing is kept between them)."""
     b = getattr(_state, "builder", None)
     if b is None:
-        raise InvalidArgument("vjp runs inside a traced function: call it in a shmap.jit or "
-                              "shmap.shard_map body")
+        return _vjp_at_once(fun, primals, has_aux)
     args, flat = _diff_args(primals, range(len(primals)), "vjp")
     from . import _vmap
     batch = _vmap.innermost()  # inside vmap: the tape holds the batched ops, as grad's
@@ -1361,6 +1362,23 @@ def vjp(fun, *primals, has_aux=False):
         got = iter(got)
         return tuple(_tree_build(a, got) for a in args)
     return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
+
+
+def _vjp_at_once(fun, primals, has_aux):
+    """vjp outside a traced function (JAX's eager vjp): fun(*primals) as a
+    jit, and vjp_fn a jit of the traced vjp's pullback."""
+    n = len(primals)
+    res = jit(fun)(*primals)
+
+    def pullback(*xs):
+        return vjp(fun, *xs[:n], has_aux=has_aux)[1](xs[n])
+
+    def vjp_fn(ct):
+        return jit(pullback)(*primals, ct)
+    if has_aux:
+        out, aux = res
+        return out, vjp_fn, aux
+    return res, vjp_fn
 
 
 def _jvp_check(primals, tangents):

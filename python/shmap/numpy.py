@@ -14,6 +14,7 @@ import _shmap
 
 from ._core import AbstractMesh as _AbstractMesh, Array as _Array, NamedSharding as _NamedSharding
 from ._core import _canonicalize_sharding, _spec_axes, get_mesh
+from ._core import _context_mesh as _core_context_mesh
 from ._core import device_put as _device_put
 from ._trace import _dims, _eager, _holds_array, _run_now, _spec_entry, _state, make_op
 
@@ -877,7 +878,10 @@ def einsum(subscripts, *operands, out_sharding=None, **kwargs):
     """jnp.einsum; '...' as numpy's (written out in unused letters, size-1
     dimensions broadcast); with more than two operands, contracted pairwise
     from the left (each intermediate keeps the indices later operands or the
-    result still need), the last contraction taking out_sharding."""
+    result still need), the last contraction taking out_sharding. Given an
+    out_sharding (not unreduced), the contractions of more than two operands
+    run under auto_axes over the mesh's Explicit axes, as JAX's: the
+    intermediates' layouts are the service's, the result out_sharding's."""
     _canonicalize_sharding(out_sharding, "einsum")
     subscripts = subscripts.replace(" ", "")
     if "..." in subscripts:
@@ -891,6 +895,15 @@ def einsum(subscripts, *operands, out_sharding=None, **kwargs):
         raise ValueError(f"einsum: {len(ins)} index groups for {len(operands)} operands")
     if out is None:  # numpy's implicit output: the indices seen once, sorted
         out = "".join(sorted(c for c in set("".join(ins)) if "".join(ins).count(c) == 1))
+    spec = getattr(out_sharding, "spec", out_sharding)
+    if spec is not None and not spec.unreduced:
+        from ._trace import auto_axes
+        mesh = getattr(out_sharding, "mesh", None) or _core_context_mesh()
+        axes = mesh.explicit_axes if mesh is not None else ()
+        if axes:
+            def chain(*ops):
+                return einsum(f"{','.join(ins)}->{out}", *ops, **kwargs)
+            return auto_axes(chain, axes=axes, out_sharding=out_sharding)(*operands)
     acc, acc_sub = operands[0], ins[0]
     for k in range(1, len(ins) - 1):
         later = "".join(ins[k + 1:]) + out

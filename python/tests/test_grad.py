@@ -565,7 +565,8 @@ def test_grad_tile_in_shard_map(c):
 
 def test_vjp(c, mesh):
     """jax.vjp in a jit body: a non-scalar output's cotangent pulled back to
-    both arguments (pytrees as they are), twice from one forward pass."""
+    both arguments (pytrees as they are), twice from one forward pass; and
+    at once (outside a jit), as JAX's eager vjp."""
     rng = np.random.default_rng(11)
     a = rng.standard_normal((8, 16)).astype(np.float32)
     b = rng.standard_normal((16,)).astype(np.float32)
@@ -587,8 +588,15 @@ def test_vjp(c, mesh):
     assert np.allclose(np.asarray(gx), d * b, atol=1e-5)
     assert np.allclose(np.asarray(gy), (d * a).sum(0), atol=1e-4)
     assert np.allclose(np.asarray(gy2), 2 * (d * a).sum(0), atol=1e-4)
-    with pytest.raises(shmap.InvalidArgument, match="inside a traced function"):
-        shmap.vjp(lambda v: v, x)
+    out, pull = shmap.vjp(lambda p, q: jnp.tanh(p * q), x, y)
+    assert np.allclose(np.asarray(out), np.tanh(a * b), atol=1e-6)
+    gx, gy = pull(ct)
+    assert gx.type == x.type and gy.type == y.type
+    assert np.allclose(np.asarray(gx), d * b, atol=1e-5)
+    assert np.allclose(np.asarray(gy), (d * a).sum(0), atol=1e-4)
+    out, pull, aux = shmap.vjp(lambda p: (p * 2, p.sum()), x, has_aux=True)
+    assert np.allclose(np.asarray(aux), a.sum(), rtol=1e-5)
+    assert np.allclose(np.asarray(pull(ct)[0]), 2 * u)
 
 
 @shmap.custom_vjp

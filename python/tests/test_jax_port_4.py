@@ -4,7 +4,7 @@ shard_map over the context mesh, partial-manual shard_maps, unreduced
 results, the errors JAX raises with its sentences, and a sample of the
 systematic cases against a reference loop over the mesh) against numpy and
 JAX's expected values and exception types. Tests that need what shmap does
-not have (jax.smap, reduced shardings, vmap of a shard_map, refs) are
+not have (refs, eager shard_map, ...) are
 strict xfails with the difference as reason. Runs on the cluster of
 conftest's c (2 workers x 4 devices)."""
 import itertools as it

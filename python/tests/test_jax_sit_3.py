@@ -5,11 +5,11 @@ jnp's builders, scatters and gathers with sharded operands, auto_axes and
 explicit_axes inside jit, vmap and scan, the transposes of add,
 dynamic_update_slice, gather, conv, tile, stack and unstack, and unreduced
 (pending partial-sum) results of einsum, passed between jit functions and
-resharded. Values against numpy, exact where JAX's are. JAX's
+resharded, and reduced shardings (P(reduced=...)) with their unreduced
+gradients. Values against numpy, exact where JAX's are. JAX's
 core.ShardingTypeError is shmap's ProgramError (an InvalidArgument) with
-JAX's sentence. Where shmap differs, a strict xfail says how (among them
-every test of reduced shardings, P(reduced=...), which shmap does not
-have). Runs on the cluster of conftest's c (2 workers x 4 devices)."""
+JAX's sentence. Where shmap differs, a strict xfail says how. Runs on the
+cluster of conftest's c (2 workers x 4 devices)."""
 # Not ported:
 # test_explicit_complex_grad: complex numbers (x * 1j), a dtype shmap lacks.
 # test_explicit_complex: lax.complex, a complex dtype shmap lacks.
@@ -36,7 +36,6 @@ from shmap import numpy as jnp
 
 EXPLICIT, AUTO = shmap.Explicit, shmap.Auto
 TYPE_ERR = shmap.errors.ShardingTypeError  # JAX's core.ShardingTypeError
-NO_REDUCED = "shmap's PartitionSpec has no reduced= (reduced shardings do not exist in shmap)"
 
 
 @pytest.fixture(scope="module")
@@ -357,7 +356,9 @@ def test_wsc_mix_axis_types(meshes):
         assert out.sharding == ns(mesh, P(("x", "y")))
 
 
-@pytest.mark.xfail(strict=True, reason=NO_REDUCED)
+@pytest.mark.xfail(strict=True, reason="a batch dimension sharded on one side only (the other "
+                   "reduced, so unsharded) is taken, its operand resharded: shmap refuses "
+                   "batch dimensions sharded differently on both sides only")
 def test_dot_batch_dims_error(m2):
     """test_dot_batch_dims_error: batch dimensions sharded differently (one
     reduced): JAX's ShardingTypeError."""
@@ -477,8 +478,6 @@ def test_gather_transpose(m2, z_spec):
         assert seen[0].spec == P(z_spec[-1])
 
 
-@pytest.mark.xfail(strict=True, reason="a three-operand einsum refuses its intermediate "
-                   "contraction over a sharded axis (JAX computes it in auto mode)")
 def test_multi_einsum_intermediate_einsum_auto(m22):
     """test_multi_einsum_intermediate_einsum_auto: einsum('ab,bc,ac->c')
     with out_sharding=P()."""

@@ -4,16 +4,17 @@ values through split, concatenate, reshape, reductions, slices and selects,
 and their gradients; out_sharding= of jnp.ones, full, bincount, one_hot,
 segment sums, matmul and top_k; vmap and grad over Explicit meshes, and the
 errors JAX raises with its sentences) against numpy and JAX's expected
-shardings. Tests of what shmap does not have (reduced shardings, an
-unreduced_kind, resharding or uploading to an unreduced spec) are strict
-xfails with the difference as reason. Runs on the cluster of conftest's c
+shardings, and reduced shardings (P(reduced=...)) with their unreduced
+gradients. Tests of what shmap does not have (an unreduced_kind, putting
+an unreduced array onto another mesh) are strict xfails with the
+difference as reason. Runs on the cluster of conftest's c
 (2 workers x 4 devices)."""
 # Not ported:
 # test_config_remove_size_one_mesh_axis_roundtrip: a jax.config flag shmap does not have, and
 #   core.eval_jaxpr of a traced jaxpr (jax internals).
 # test_top_level_ag_basic, test_top_level_ag_no_one_size_mesh_axis, test_top_level_ag_multi,
-#   test_top_level_ag_error: jax._src.shard_map.top_level_all_gather, a jax internal (its
-#   results are reduced shardings, which shmap does not have either).
+#   test_top_level_ag_error: jax._src.shard_map.top_level_all_gather, a jax internal (a
+#   shard_map of all_gather(..., to='reduced'); its parts are tested).
 # test_xla_metadata_applied_to_op: set_xla_metadata and the HLO text only.
 # test_abstract_mesh_context_trace: lowering for TPU and its HLO text only.
 # test_abstract_mesh_context_mismatch_error: lowering for TPU under use_abstract_mesh (shmap
@@ -31,7 +32,6 @@ from shmap import P, NamedSharding
 from shmap import lax
 from shmap import numpy as jnp
 
-NO_REDUCED = "shmap's PartitionSpec has no reduced= (JAX's reduced shardings do not exist)"
 NO_UNREDUCED_RESHARD = ("shmap refuses to reshard an array to an unreduced spec (only a "
                         "program's dot_general or shard_map makes one)")
 NO_UNREDUCED_PUT = ("shmap's device_put of an array to an unreduced spec is refused "
@@ -111,9 +111,6 @@ def test_no_op_auto_axes_no_mesh(c):
     assert np.array_equal(np.asarray(f(np.arange(8))), np.arange(8))
 
 
-@pytest.mark.xfail(strict=True, raises=shmap.InvalidArgument,
-                   reason="shmap.vjp runs only inside a traced function (a jit or shard_map "
-                   "body), not at once as JAX's")
 def test_vjp_unreduced_zeros(c, m2):
     """test_vjp_unreduced_zeros: the vjp of a function of reduced arguments
     pulls an unreduced cotangent back to unreduced zeros."""
