@@ -549,6 +549,39 @@ START_TEST(test_repeated_returns)
 }
 END_TEST
 
+/* Ops nothing returned depends on are skipped (XLA's dead code elimination):
+ * a dead collective runs on no device, so a device run with no collectives
+ * at all succeeds; the same collective returned needs them. */
+START_TEST(test_dead_ops_skipped)
+{
+    static const char *const text[2] = {
+        "mesh i=4 j=2\nshard_map f(x: f32[8,16] @ P('i', 'j')) -> P('i', 'j'):\n"
+        "    d = psum(x, 'i')\n    e = d * 3\n    y = x * 2\n    return y\n",
+        "mesh i=4 j=2\nshard_map f(x: f32[8,16] @ P('i', 'j')) -> P('i', 'j'):\n"
+        "    d = psum(x, 'i')\n    e = d * 3\n    y = x * 2\n    return y + e\n"};
+    for (int t = 0; t < 2; t++) {
+        sm_program *p = parse_ok(text[t], 0);
+        sm_shape blk = {.rank = 2, .dims = {2, 8}};
+        float v[16];
+        for (int k = 0; k < 16; k++)
+            v[k] = (float)k;
+        sm_array *in[1] = {array_of(SM_F32, blk, v)}, *out[1] = {NULL};
+        char err[512] = "";
+        sm_err e = sm_exec_run(p, 0, NULL, NULL, NULL, in, out, err, sizeof err);
+        if (t == 0) {
+            ck_assert_msg(e == SM_OK, "%s", err);
+            for (int k = 0; k < 16; k++)
+                ck_assert_float_eq(((float *)out[0]->data)[k], 2 * v[k]);
+        } else {
+            ck_assert_msg(e != SM_OK && strstr(err, "psum"), "%s", err);
+        }
+        sm_array_free(out[0]);
+        sm_array_free(in[0]);
+        sm_program_free(p);
+    }
+}
+END_TEST
+
 /* An explicit device order changes which device runs which block, not the
  * result; errors name the device id. */
 START_TEST(test_device_order)
@@ -887,6 +920,6 @@ int main(void)
         SUITE_CASE(suite_create("exec"), "ops", 60, NULL, {test_op_sharded_vs_single, NROWS},
                    {test_table_covers_every_op}, {test_spot_values}, {test_bool_reductions},
                    {test_float_literals_keep_float64}, {test_axis_index_groups},
-                   {test_builder_axis_size}, {test_repeated_returns}, {test_device_order},
+                   {test_builder_axis_size}, {test_repeated_returns}, {test_dead_ops_skipped}, {test_device_order},
                    {test_while}, {test_checked_elementwise_ops_run}, {test_checked_ops_run}));
 }

@@ -529,7 +529,7 @@ START_TEST(test_kernel_error_releases_peers)
     sm_program *q = parse_ok("mesh i=4 j=2\n"
                              "shard_map f(x: f32[64,33] @ P(('i', 'j'))) -> P():\n"
                              "    b = matmul(transpose(x), x)\n"
-                             "    y = psum(x, ('j', 'i'))\n"
+                             "    y = psum(x + b[0], ('j', 'i'))\n"
                              "    return y\n",
                              0);
     dev_run d[8];

@@ -17,7 +17,28 @@ struct sm_exec_plan {
     int *loop_of;     /* per op: its loop's index when it is a loop op */
     int *exit_free;   /* per loop, from exit_at[L] to exit_at[L + 1]: the values defined */
     int *exit_at;     /* before it that die in it, freed when it ends */
+    unsigned char *dead; /* per op: nothing returned depends on its result (it is skipped) */
 };
+
+/* Marks the ops whose results nothing returned depends on (XLA's dead code
+ * elimination, as JAX's programs get it: a grad program's forward value,
+ * its collectives included, is not computed when only the gradient is
+ * returned). Loop ops are always kept, and so is what they read. Every
+ * device runs the same program, so every device skips the same
+ * collectives. */
+static void sm_exec_plan_dead(sm_exec_plan *plan, unsigned char *live)
+{
+    const sm_program *p = plan->p;
+    memset(live, 0, (size_t)p->nvalues);
+    for (int r = 0; r < p->nreturns; r++)
+        live[p->returns[r]] = 1;
+    for (int k = p->nops - 1; k >= 0; k--) {
+        const sm_ir_op *op = &p->ops[k];
+        plan->dead[k] = !sm_op_loop(op->kind) && !live[op->result];
+        for (int i = 0; !plan->dead[k] && i < op->noperands; i++)
+            live[op->operands[i]] = 1;
+    }
+}
 
 /* A value used inside a loop but defined before it lives until the loop's
  * last while_next: the body reads it again on every turn. */
@@ -95,10 +116,19 @@ sm_err sm_exec_plan_create(const sm_program *p, sm_exec_plan **out, char *err, s
         sm_exec_plan_free(plan);
         return e;
     }
+    unsigned char *live = malloc((size_t)p->nvalues + 1);
+    if (!live || !(plan->dead = malloc((size_t)p->nops + 1))) {
+        free(live);
+        sm_exec_plan_free(plan);
+        return sm_fail(err, errlen, SM_ENOMEM, "out of memory planning program '%s'",
+                       p->name ? p->name : "f");
+    }
+    sm_exec_plan_dead(plan, live);
+    free(live);
     for (int v = 0; v < p->nvalues; v++)
         plan->last_use[v] = p->values[v].def; /* dead values go right after their op */
     for (int k = 0; k < p->nops; k++)
-        for (int i = 0; i < p->ops[k].noperands; i++)
+        for (int i = 0; !plan->dead[k] && i < p->ops[k].noperands; i++)
             plan->last_use[p->ops[k].operands[i]] = k;
     for (int r = 0; r < p->nreturns; r++)
         plan->last_use[p->returns[r]] = p->nops;
@@ -119,6 +149,7 @@ void sm_exec_plan_free(sm_exec_plan *plan)
         free(plan->loop_of);
         free(plan->exit_free);
         free(plan->exit_at);
+        free(plan->dead);
         free(plan);
     }
 }
@@ -360,6 +391,8 @@ sm_err sm_exec_run_plan(const sm_exec_plan *plan, int mesh_pos, const sm_comm *c
             k = next - 1;
             continue;
         }
+        if (plan->dead[k])
+            continue;
         sm_array *in[SM_OP_MAXARGS + 1];
         for (int i = 0; i < op->noperands && i <= SM_OP_MAXARGS; i++)
             in[i] = vals[op->operands[i]];
