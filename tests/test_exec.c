@@ -916,10 +916,10 @@ END_TEST
 
 int main(void)
 {
-    return suite_main(
-        SUITE_CASE(suite_create("exec"), "ops", 60, NULL, {test_op_sharded_vs_single, NROWS},
-                   {test_table_covers_every_op}, {test_spot_values}, {test_bool_reductions},
-                   {test_float_literals_keep_float64}, {test_axis_index_groups},
-                   {test_builder_axis_size}, {test_repeated_returns}, {test_dead_ops_skipped}, {test_device_order},
-                   {test_while}, {test_checked_elementwise_ops_run}, {test_checked_ops_run}));
+    return suite_main(SUITE_CASE(
+        suite_create("exec"), "ops", 60, NULL, {test_op_sharded_vs_single, NROWS},
+        {test_table_covers_every_op}, {test_spot_values}, {test_bool_reductions},
+        {test_float_literals_keep_float64}, {test_axis_index_groups}, {test_builder_axis_size},
+        {test_repeated_returns}, {test_dead_ops_skipped}, {test_device_order}, {test_while},
+        {test_checked_elementwise_ops_run}, {test_checked_ops_run}));
 }

@@ -12,11 +12,11 @@
 
 struct sm_exec_plan {
     const sm_program *p;
-    int *last_use;    /* per value: index of the last op reading it; nops if returned */
-    sm_ir_loop *loop; /* the program's while loops (sm_ir_loops_check) */
-    int *loop_of;     /* per op: its loop's index when it is a loop op */
-    int *exit_free;   /* per loop, from exit_at[L] to exit_at[L + 1]: the values defined */
-    int *exit_at;     /* before it that die in it, freed when it ends */
+    int *last_use;       /* per value: index of the last op reading it; nops if returned */
+    sm_ir_loop *loop;    /* the program's while loops (sm_ir_loops_check) */
+    int *loop_of;        /* per op: its loop's index when it is a loop op */
+    int *exit_free;      /* per loop, from exit_at[L] to exit_at[L + 1]: the values defined */
+    int *exit_at;        /* before it that die in it, freed when it ends */
     unsigned char *dead; /* per op: nothing returned depends on its result (it is skipped) */
 };
 
