@@ -443,7 +443,8 @@ static const error_case errors[] = {
     {"mesh x=2\njit f(w: f32[8] @ P(None, reduced={'x'})):\n    k = 0\n    while k < 3:\n"
      "        w = reshard(w, P())\n        k = k + 1\n    return w\n",
      {"while loop: the carried value 'w' has type f32[8]{R:x}, but the body gives it the next "
-      "value of type f32[8]", "keeps its unreduced and reduced axes"}},
+      "value of type f32[8]",
+      "keeps its unreduced and reduced axes"}},
     {"mesh x=2\nshard_map g(w: f32[8] @ P()) -> P():\n    return w\n"
      "jit f(w: f32[8] @ P(None, reduced={'x'})):\n    return g(w)\n",
      {"in_specs containing reduced P() passed to shard_map should be equal to the reduced "
