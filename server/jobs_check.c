@@ -109,6 +109,8 @@ int sm_cjobs_sharding_same(const sm_sharding *s, const sm_mesh *m, const sm_pspe
     for (int k = 0; k < spec->nunreduced; k++)
         if (!sm_pspec_is_unreduced(&s->spec, spec->unreduced[k]))
             return 0;
+    if (spec->nunreduced && s->spec.unreduced_kind != spec->unreduced_kind)
+        return 0;
     return 1;
 }
 

@@ -457,6 +457,25 @@ static const error_case errors[] = {
      "    return all_gather(all_gather(w, 'x', tiled=True, to='reduced'), 'x', tiled=True, "
      "to='reduced')\n",
      {"all_gather_reduced's input cannot be reduced across the axis_name"}},
+    /* unreduced values of the kind max */
+    {"mesh x=2\nshard_map m(a: f32[4,2] @ P('x', None)) -> P(None, unreduced={'x'}, "
+     "unreduced_kind=max), check_vma=False:\n    return jnp.max(a, axis=0)\n"
+     "jit f(a: f32[4,2] @ P('x', None)):\n    u = m(a)\n    return reshard(u + u, P())\n",
+     {"add: Expected unreduced_kind=UnreducedKind.sum but got UnreducedKind.max",
+      "f32[2]{U_max:x}"}},
+    {"mesh x=2\njit f(a: f32[4] @ P('x')):\n"
+     "    return reshard(a, P(unreduced={'x'}, unreduced_kind=max))\n",
+     {"cannot be more unreduced than the input"}},
+    {"mesh x=2\nshard_map m(a: f32[4,2] @ P('x', None)) -> P(None, unreduced={'x'}, "
+     "unreduced_kind=max), check_vma=False:\n    return jnp.max(a, axis=0)\n"
+     "jit f(a: f32[4,2] @ P('x', None)):\n    u = m(a)\n"
+     "    return reshard(u, P(unreduced={'x'}))\n",
+     {"The unreduced_kind of input and output sharding passed to `jax.reshard` should be the "
+      "same"}},
+    {"mesh X=2\njit f(x: f32[2,2] @ P(None, 'X'), y: f32[2,2] @ P('X', None)):\n"
+     "    return jnp.einsum('ab,bc->ac', x, y, out_sharding=P(unreduced={'X'}, "
+     "unreduced_kind=UnreducedKind.min))\n",
+     {"`out_sharding` passed to `dot_general` can only contain unreduced of kind `sum`"}},
     /* unreduced values (JAX's *_ur_rule sentences) */
     {"mesh x=2\nshard_map s(a: f32[4,6] @ P(unreduced={'x'})) -> P():\n    return jnp.sin(a)\n"
      "jit f(x: f32[4,2] @ P(None, 'x'), y: f32[2,6] @ P('x', None)):\n"
@@ -1106,6 +1125,19 @@ static const unreduced_case unreduced[] = {
      0,
      8,
      {0, 1, 2, 3, 4, 5, 6, 7}},
+    /* unreduced of the kind max (JAX's test_reduce_max_min_unreduced_basic):
+     * each device's max, taken as it is (check_vma=False); the reshard is
+     * their pmax */
+    {"mesh x=2\nshard_map m(a: f32[4,2] @ P('x', None)) -> P(None, unreduced={'x'}, "
+     "unreduced_kind=max), check_vma=False:\n    return jnp.max(a, axis=0)\n"
+     "jit f(a: f32[4,2] @ P('x', None)):\n    u = m(a)\n    r = reshard(u, P())\n    return r\n",
+     "u",
+     "f32[2]{U_max:x}",
+     0,
+     0,
+     0,
+     2,
+     {6, 7}},
     /* reduced (JAX's test_reduced_sin_fwd_mul_bwd's backward): partial sums
      * times a value reduced over their axes stay partial sums, no
      * collective; the reshard sums them */

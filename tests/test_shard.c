@@ -196,6 +196,13 @@ static const pspec_case pspec_cases[] = {
     {"P(unreduced={'x', \"z\"})", "P(unreduced={'x', 'z'})", 0, {0}},
     {"P(('x','y'), unreduced={'z'},)", "P(('x', 'y'), unreduced={'z'})", 1, {2}},
     {"P('x', unreduced=set())", "P('x')", 1, {1}},
+    /* the kind of the partial results (JAX's UnreducedKind; sum is not printed) */
+    {"P(None, unreduced={'x'}, unreduced_kind=max)",
+     "P(None, unreduced={'x'}, unreduced_kind=max)",
+     1,
+     {0}},
+    {"P(unreduced={'x'}, unreduced_kind='min')", "P(unreduced={'x'}, unreduced_kind=min)", 0, {0}},
+    {"P(unreduced={'x'}, unreduced_kind=UnreducedKind.sum)", "P(unreduced={'x'})", 0, {0}},
     /* reduced axes (JAX's reduced=), after unreduced ones */
     {"P(None, reduced={'x'})", "P(None, reduced={'x'})", 1, {0}},
     {"P(reduced={'y'}, unreduced={'x'})", "P(unreduced={'x'}, reduced={'y'})", 0, {0}},
@@ -326,6 +333,19 @@ START_TEST(test_pspec_equal)
     ck_assert_int_eq(sm_pspec_check_mesh(&a, &m, err, sizeof err), SM_EINVAL);
     ck_assert_msg(strstr(err, "`unreduced` and `reduced` argument to PartitionSpec cannot overlap"),
                   "%s", err);
+    /* the kind: compared, in the type string (JAX's U_max:), only with unreduced axes */
+    ck_assert_int_eq(sm_pspec_parse("P(unreduced={'x'}, unreduced_kind=max)", &a, err, sizeof err),
+                     SM_OK);
+    ck_assert_int_eq(sm_pspec_parse("P(unreduced={'x'})", &b, err, sizeof err), SM_OK);
+    ck_assert(!sm_pspec_equal(&a, &b));
+    ck_assert_int_eq(sm_sharding_init(&sh, &m, &a, &s, err, sizeof err), SM_OK);
+    ck_assert_str_eq(sm_sharding_type_str(&sh, SM_F32, &s, ty, sizeof ty), "f32[8]{U_max:x}");
+    ck_assert_int_eq(sm_pspec_parse("P('x', unreduced_kind=max)", &a, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_pspec_check_mesh(&a, &m, err, sizeof err), SM_EINVAL);
+    ck_assert_msg(strstr(err, "`unreduced_kind` should be `None` when `unreduced` is an empty set"),
+                  "%s", err);
+    ck_assert_int_eq(sm_pspec_parse("P(unreduced={'x'}, unreduced_kind=avg)", &a, err, sizeof err),
+                     SM_EINVAL);
 }
 END_TEST
 

@@ -66,6 +66,8 @@ typedef struct {
     sm_shape shape;     /* block shape */
     uint32_t vma;       /* bit a: may vary over mesh axis a */
     uint32_t unreduced; /* bit a: holds partial sums over mesh axis a (unreduced={...}) */
+    int ukind;          /* how the partial results make the value: SM_UK_SUM (partial sums),
+                           SM_UK_MAX, SM_UK_MIN (JAX's unreduced_kind); SUM when none */
     uint32_t reduced;   /* bit a: replicated over mesh axis a, its cotangent unreduced over it
                            (reduced={...}); a type-level fact: the data is replicated */
     int weak;           /* weakly typed (a Python scalar literal) */

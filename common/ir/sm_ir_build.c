@@ -97,6 +97,7 @@ static sm_err sm_ir_param_block(const sm_program *p, const sm_ir_param *pa, sm_i
     v->dtype = pa->dtype;
     uint32_t u = sm_ir_spec_unreduced(p, &pa->spec);
     v->unreduced = p->lowered ? 0 : u;
+    v->ukind = v->unreduced ? pa->spec.unreduced_kind : SM_UK_SUM;
     v->reduced = p->lowered ? 0 : sm_ir_spec_reduced(p, &pa->spec);
     v->shape = pa->global;
     v->vma = 0;
@@ -421,6 +422,13 @@ static sm_err sm_ir_check_out(sm_program *p, int k, char *err, size_t errlen)
                        "on the out_aval. Got out_specs=%s and out_aval=%s",
                        sm_pspec_format(s, sp, sizeof sp),
                        sm_program_value_type(p, p->returns[k], ty, sizeof ty));
+    if (!p->lowered && p->kind != SM_PROG_JIT && !p->unchecked && u && u == v->unreduced &&
+        s->unreduced_kind != v->ukind)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "out_specs passed to shard_map should be equal to the unreduced_kind "
+                       "present on the out_aval. Got out_specs=%s and out_aval=%s",
+                       sm_pspec_format(s, sp, sizeof sp),
+                       sm_program_value_type(p, p->returns[k], ty, sizeof ty));
     if (!p->lowered && p->kind != SM_PROG_JIT && !p->unchecked &&
         sm_ir_spec_reduced(p, s) != v->reduced)
         return sm_fail(err, errlen, SM_EINVAL,
@@ -470,6 +478,7 @@ sm_err sm_program_set_returns(sm_program *p, const int *values, const sm_pspec *
                 if (v->unreduced & (1u << a))
                     snprintf(s[k].unreduced[s[k].nunreduced++], SM_AXIS_NAME_MAX, "%s",
                              p->mesh.names[a]);
+            s[k].unreduced_kind = v->unreduced ? v->ukind : SM_UK_SUM;
             for (int a = 0; a < p->mesh.naxes; a++)
                 if (v->reduced & (1u << a))
                     snprintf(s[k].reduced[s[k].nreduced++], SM_AXIS_NAME_MAX, "%s",
@@ -679,18 +688,22 @@ char *sm_program_value_type(const sm_program *p, int value_id, char *buf, size_t
         sm_ir_type_str(v, buf, len);
     size_t o = strlen(buf);
     if (o < len)
-        sm_ir_axes_suffix(p, v->vma, v->unreduced, v->reduced, buf + o, len - o);
+        sm_ir_axes_suffix(p, v->vma, v->unreduced, v->ukind, v->reduced, buf + o, len - o);
     return buf;
 }
 
-char *sm_ir_axes_suffix(const sm_program *p, uint32_t vma, uint32_t unreduced, uint32_t reduced,
-                        char *buf, size_t len)
+char *sm_ir_axes_suffix(const sm_program *p, uint32_t vma, uint32_t unreduced, int ukind,
+                        uint32_t reduced, char *buf, size_t len)
 {
     size_t o = 0;
     if (len)
         buf[0] = 0;
     const uint32_t sets[3] = {vma, unreduced, reduced};
-    const char *const tags[3] = {"V", "U", "R"};
+    const char *const tags[3] = {"V",
+                                 ukind == SM_UK_MAX   ? "U_max"
+                                 : ukind == SM_UK_MIN ? "U_min"
+                                                      : "U",
+                                 "R"};
     for (int s = 0; s < 3; s++) {
         int first = 1;
         for (int a = 0; a < p->mesh.naxes; a++) {
@@ -769,8 +782,8 @@ int sm_program_equal(const sm_program *a, const sm_program *b)
     for (int v = 0; v < a->nvalues; v++) {
         const sm_ir_value *x = &a->values[v], *y = &b->values[v];
         if (x->dtype != y->dtype || !sm_shape_equal(&x->shape, &y->shape) || x->vma != y->vma ||
-            x->unreduced != y->unreduced || x->reduced != y->reduced || x->weak != y->weak ||
-            x->manual != y->manual || x->hidden != y->hidden ||
+            x->unreduced != y->unreduced || x->ukind != y->ukind || x->reduced != y->reduced ||
+            x->weak != y->weak || x->manual != y->manual || x->hidden != y->hidden ||
             !sm_ir_layout_equal(&x->layout, &y->layout, x->shape.rank))
             return 0;
     }

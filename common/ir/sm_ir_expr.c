@@ -211,6 +211,23 @@ static int sm_ps_args(sm_parser *ps, sm_arg **args, int *nargs)
         if (t->kind == SM_TOK_NAME && sm_tok_is(&ps->t[ps->pos + 1], "=")) {
             a[n].kw = sm_ps_text(ps, t);
             ps->pos += 2;
+            const sm_tok *v = sm_ps_peek(ps);
+            if (!strcmp(a[n].kw, "unreduced_kind") && v->kind == SM_TOK_NAME) {
+                /* P(..., unreduced_kind=max), as JAX prints it: the kind's name */
+                if (sm_tok_is(v, "UnreducedKind") && sm_tok_is(&ps->t[ps->pos + 1], ".")) {
+                    ps->pos += 2;
+                    v = sm_ps_peek(ps);
+                }
+                memset(&a[n].v, 0, sizeof a[n].v);
+                a[n].v.kind = SM_IT_STR;
+                a[n].v.s = sm_ps_text(ps, v);
+                a[n].v.at = v;
+                ps->pos++;
+                n++;
+                if (!sm_tok_is(sm_ps_peek(ps), ")") && sm_ps_expect(ps, ",", "between arguments"))
+                    return -1;
+                continue;
+            }
         } else if (n > 0 && a[n - 1].kw) {
             return sm_ps_fail(ps, t, SM_EFORMAT, "positional argument after a keyword argument");
         }

@@ -49,6 +49,14 @@ static int sm_ps_spec_of_args(sm_parser *ps, const sm_tok *at, const sm_arg *arg
     int npos = 0;
     for (int k = 0; k < n; k++) {
         const sm_item *v = &args[k].v;
+        if (args[k].kw && strcmp(args[k].kw, "unreduced_kind") == 0) { /* (sm_ps_args) */
+            int kind = v->kind == SM_IT_STR ? sm_pspec_kind_of(v->s, strlen(v->s)) : -1;
+            if (kind < 0)
+                return sm_ps_fail(ps, v->at ? v->at : at, SM_EINVAL,
+                                  "unreduced_kind= takes sum, max or min");
+            sp->unreduced_kind = kind;
+            continue;
+        }
         int red = args[k].kw && strcmp(args[k].kw, "reduced") == 0;
         if (red || (args[k].kw && strcmp(args[k].kw, "unreduced") == 0)) {
             /* unreduced={'y', 'z'}, reduced={'x'} */

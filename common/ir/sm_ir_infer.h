@@ -83,9 +83,10 @@ int sm_ir_layout_equal(const sm_ir_layout *a, const sm_ir_layout *b, int rank);
 /* A jit value's type as JAX prints it: "f32[8@X,2048@Y]". */
 char *sm_ir_jit_type_str(const sm_program *p, const sm_ir_value *v, char *buf, size_t len);
 /* "{V:i,j, U:k, R:l}": the varying, unreduced and reduced axes a type string
- * ends with ("" when all are empty), in mesh order. */
-char *sm_ir_axes_suffix(const sm_program *p, uint32_t vma, uint32_t unreduced, uint32_t reduced,
-                        char *buf, size_t len);
+ * ends with ("" when all are empty), in mesh order; unreduced of a kind
+ * other than sum is JAX's U_max:k, U_min:k. */
+char *sm_ir_axes_suffix(const sm_program *p, uint32_t vma, uint32_t unreduced, int ukind,
+                        uint32_t reduced, char *buf, size_t len);
 /* Runs op's unreduced rule (the ur column of sm_ir_ops.def): sets
  * out->unreduced from the operands', or refuses with JAX's sentence; then
  * the reduced rule (JAX's *_reduced_rule: out->reduced; none in a lowered

@@ -197,6 +197,25 @@ int sm_ps_pspec(sm_parser *ps, sm_pspec *out)
     if (sm_ps_expect(ps, "(", "after P"))
         return -1;
     while (!sm_ps_accept(ps, ")")) {
+        if (sm_tok_is(sm_ps_peek(ps), "unreduced_kind")) { /* unreduced_kind=max */
+            ps->pos++;
+            if (sm_ps_expect(ps, "=", "after unreduced_kind"))
+                return -1;
+            if (sm_tok_is(sm_ps_peek(ps), "UnreducedKind") && sm_tok_is(&ps->t[ps->pos + 1], "."))
+                ps->pos += 2;
+            const sm_tok *k = sm_ps_peek(ps);
+            int kind = k->kind == SM_TOK_STRING || k->kind == SM_TOK_NAME
+                           ? sm_pspec_kind_of(k->text, (size_t)k->len)
+                           : -1;
+            if (kind < 0)
+                return sm_ps_fail(ps, k, SM_EINVAL,
+                                  "expected sum, max or min after unreduced_kind=");
+            out->unreduced_kind = kind;
+            ps->pos++;
+            if (!sm_tok_is(sm_ps_peek(ps), ")") && sm_ps_expect(ps, ",", "after unreduced_kind"))
+                return -1;
+            continue;
+        }
         int red = sm_tok_is(sm_ps_peek(ps), "reduced");
         if (red || sm_tok_is(sm_ps_peek(ps), "unreduced")) { /* unreduced={'y'}, reduced={'x'} */
             const char *word = red ? "reduced" : "unreduced";

@@ -155,7 +155,7 @@ static char *sm_sh_type_str(const sm_program *p, const sm_ir_value *v, char *buf
     if (o < len)
         o += (size_t)snprintf(buf + o, len - o, "]");
     if (o < len)
-        sm_ir_axes_suffix(p, 0, v->unreduced, v->reduced, buf + o, len - o);
+        sm_ir_axes_suffix(p, 0, v->unreduced, v->ukind, v->reduced, buf + o, len - o);
     return buf;
 }
 

@@ -62,7 +62,8 @@ static char *sm_ur_type(const sm_program *p, const sm_ir_value *v, char *buf, si
         return sm_ir_jit_type_str(p, v, buf, len);
     sm_ir_type_str(v, buf, len);
     size_t o = strlen(buf);
-    sm_ir_axes_suffix(p, v->vma, v->unreduced, v->reduced, buf + o, len > o ? len - o : 0);
+    sm_ir_axes_suffix(p, v->vma, v->unreduced, v->ukind, v->reduced, buf + o,
+                      len > o ? len - o : 0);
     return buf;
 }
 
@@ -128,12 +129,25 @@ sm_err sm_ir_unreduced_op(const sm_program *p, const sm_ir_op *op, const sm_ir_v
     uint32_t u1 = op->noperands > 1 ? in[1]->unreduced : 0;
     char a[300], b[300];
     out->unreduced = 0;
+    out->ukind = SM_UK_SUM;
     if (op->attrs.sharding) { /* its unreduced axes are read below */
         sm_err e = sm_pspec_check_mesh(op->attrs.sharding, &p->mesh, err, errlen);
         if (e)
             return e;
     }
-    switch (sm_op_ur_rule(op->kind)) {
+    sm_ur_rule rule = sm_op_ur_rule(op->kind);
+    /* partial maxima (minima) pass through reshard and shard_map's edges
+     * only: every other rule is of partial sums (JAX's getu(..., kind=sum)) */
+    for (int i = 0;
+         rule != SM_UR_RESHARD && rule != SM_UR_MANUAL && rule != SM_UR_NONE && i < op->noperands;
+         i++)
+        if (in[i]->unreduced && in[i]->ukind != SM_UK_SUM)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "%s: Expected unreduced_kind=UnreducedKind.sum but got "
+                           "UnreducedKind.%s. Got %s",
+                           name, sm_pspec_kind_name(in[i]->ukind),
+                           sm_ur_type(p, in[i], a, sizeof a));
+    switch (rule) {
     case SM_UR_NONE:
         if (any)
             return sm_fail(err, errlen, SM_EUNIMPLEMENTED,
@@ -227,6 +241,11 @@ sm_err sm_ir_unreduced_op(const sm_program *p, const sm_ir_op *op, const sm_ir_v
         /* the sharding rule checks out_sharding's unreduced axes against
          * the contracting dimensions (sm_ir_shard_dot) */
         out->unreduced = sm_ir_spec_unreduced(p, op->attrs.sharding);
+        if (out->unreduced && op->attrs.sharding->unreduced_kind != SM_UK_SUM)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "`out_sharding` passed to `dot_general` can only contain unreduced of "
+                           "kind `sum`. Got out_sharding=%s",
+                           sm_pspec_format(op->attrs.sharding, a, sizeof a));
         return SM_OK;
     case SM_UR_PSUM:
         if ((u0 & mask) && sm_ir_has_groups(op))
@@ -240,6 +259,20 @@ sm_err sm_ir_unreduced_op(const sm_program *p, const sm_ir_op *op, const sm_ir_v
         return sm_ur_pcast(p, op, in[0], out, mask, err, errlen);
     case SM_UR_RESHARD: {
         uint32_t t = sm_ir_spec_unreduced(p, op->attrs.sharding);
+        int tk = t ? op->attrs.sharding->unreduced_kind : SM_UK_SUM;
+        if (u0 && t && tk != in[0]->ukind)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "The unreduced_kind of input and output sharding passed to "
+                           "`jax.reshard` should be the same. Got input %s and out_sharding %s",
+                           sm_ur_type(p, in[0], a, sizeof a),
+                           sm_pspec_format(op->attrs.sharding, b, sizeof b));
+        if ((t & ~u0) && tk != SM_UK_SUM) /* only zeros make partial sums of a whole value */
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "out_sharding %s cannot be more unreduced than the input %s when its "
+                           "unreduced_kind is not sum",
+                           sm_pspec_format(op->attrs.sharding, b, sizeof b),
+                           sm_ur_type(p, in[0], a, sizeof a));
+        out->ukind = tk;
         /* reshard to more unreduced axes: the first device along them
          * keeps the value, the others hold zeros (JAX's; sm_lower) */
         if ((t & ~u0) && op->kind != SM_OP_RESHARD)
@@ -268,7 +301,22 @@ sm_err sm_ir_unreduced_op(const sm_program *p, const sm_ir_op *op, const sm_ir_v
                            "present on the argument. Got in_specs=%s and argument=%s",
                            s ? sm_pspec_format(s, sp, sizeof sp) : "None",
                            sm_ur_type(p, in[0], a, sizeof a));
+        int tk = t ? s->unreduced_kind : SM_UK_SUM;
+        if (t && u0 == t && tk != in[0]->ukind &&
+            (op->kind != SM_OP_SHARD_MAP_OUT || !op->attrs.unchecked))
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "%s passed to shard_map should be equal to the unreduced_kind present "
+                           "on the %s. Got %s=%s and %s=%s",
+                           op->kind == SM_OP_SHARD_MAP_OUT ? "out_specs"
+                                                           : "in_specs containing "
+                                                             "unreduced_kind",
+                           op->kind == SM_OP_SHARD_MAP_OUT ? "out_aval" : "in_aval",
+                           op->kind == SM_OP_SHARD_MAP_OUT ? "out_specs" : "in_specs",
+                           sm_pspec_format(s, sp, sizeof sp),
+                           op->kind == SM_OP_SHARD_MAP_OUT ? "out_aval" : "in_aval",
+                           sm_ur_type(p, in[0], a, sizeof a));
         out->unreduced = t;
+        out->ukind = tk;
         return SM_OK;
     }
     }

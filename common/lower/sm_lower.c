@@ -95,9 +95,10 @@ static sm_err sm_lw_reshard(sm_lw *w, int *id, const sm_shape *s, const sm_ir_la
 }
 
 /* Sums the partial sums of block *id over the mesh axes in mask (a value
- * leaving some of its unreduced axes); nothing when mask is 0 or the run is
- * a whole-array reference, whose blocks hold no partial sums. */
-static sm_err sm_lw_sum_unreduced(sm_lw *w, int *id, uint32_t mask)
+ * leaving some of its unreduced axes; of kind max or min (ukind), their
+ * pmax or pmin); nothing when mask is 0 or the run is a whole-array
+ * reference, whose blocks hold no partial results. */
+static sm_err sm_lw_sum_unreduced(sm_lw *w, int *id, uint32_t mask, int ukind)
 {
     if (!mask || w->replicate_all)
         return SM_OK;
@@ -105,7 +106,11 @@ static sm_err sm_lw_sum_unreduced(sm_lw *w, int *id, uint32_t mask)
     for (int a = 0; a < w->j->mesh.naxes; a++)
         if (mask & (1u << a))
             sm_lw_axis(w, &pa, a);
-    return sm_lw_emit(w, SM_OP_PSUM, id, 1, &pa, id);
+    return sm_lw_emit(w,
+                      ukind == SM_UK_MAX   ? SM_OP_PMAX
+                      : ukind == SM_UK_MIN ? SM_OP_PMIN
+                                           : SM_OP_PSUM,
+                      id, 1, &pa, id);
 }
 
 /* Makes block *id (of dtype t) a partial sum over the mesh axes in mask,
@@ -250,7 +255,8 @@ static sm_err sm_lw_op_parts(sm_lw *w, const sm_ir_op *op, int parts, int *ops)
         /* reshard to a spec without some of the operand's unreduced axes:
          * the partial sums over those are summed first */
         if ((op->kind == SM_OP_RESHARD || op->kind == SM_OP_WITH_SHARDING_CONSTRAINT) &&
-            (e = sm_lw_sum_unreduced(w, &ops[k], j->values[src].unreduced & ~rv->unreduced)))
+            (e = sm_lw_sum_unreduced(w, &ops[k], j->values[src].unreduced & ~rv->unreduced,
+                                     j->values[src].ukind)))
             goto done;
         if (op->kind == SM_OP_RESHARD && !w->replicate_all &&
             (e = sm_lw_place_unreduced(w, &ops[k], &j->values[src].shape, &from,
@@ -380,7 +386,8 @@ sm_err sm_lower(const sm_program *jit, const sm_lower_opts *opts, sm_program **o
         w.col = jit->ret_col;
         /* -> OUT_SHARDINGS without some of the value's unreduced axes: summed */
         if ((e = sm_lw_sum_unreduced(
-                 &w, &rets[k], jit->values[v].unreduced & ~sm_ir_spec_unreduced(jit, &specs[k]))))
+                 &w, &rets[k], jit->values[v].unreduced & ~sm_ir_spec_unreduced(jit, &specs[k]),
+                 jit->values[v].ukind)))
             goto fail;
         if ((e = sm_lw_reshard(&w, &rets[k], &jit->values[v].shape, &w.lay[v], &t)) ||
             (e = sm_lw_make_unreduced(

@@ -98,6 +98,7 @@ Shmap__V1__PartitionSpec *sm_svc_pspec_enc(sm_arena *a, const sm_pspec *sp)
         for (size_t k = 0; k < p->n_unreduced; k++)
             p->unreduced[k] = (char *)sp->unreduced[k];
     }
+    p->unreduced_kind = (uint32_t)(sp->unreduced_kind > 0 ? sp->unreduced_kind : 0);
     if (sp->nreduced > 0) {
         p->n_reduced = sm_svc_rank(sp->nreduced < SM_MAX_AXES ? sp->nreduced : SM_MAX_AXES);
         p->reduced = sm_arena_alloc(a, SM_MAX_AXES * sizeof *p->reduced);
@@ -421,6 +422,10 @@ sm_err sm_svc_pspec_dec(const Shmap__V1__PartitionSpec *p, const char *what, sm_
             return e;
     }
     out->nreduced = (int)p->n_reduced;
+    if (p->unreduced_kind > SM_UK_MIN)
+        return sm_fail(err, errlen, SM_EINVAL, "%s.unreduced_kind is %u (0 sum, 1 max, 2 min)",
+                       what, p->unreduced_kind);
+    out->unreduced_kind = (int)p->unreduced_kind;
     return SM_OK;
 }
 

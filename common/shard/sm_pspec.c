@@ -152,6 +152,44 @@ static sm_err sm_pspec_parse_axis_set(sm_pspec_lexer *lx, const char *word,
     return rc;
 }
 
+const char *sm_pspec_kind_name(int kind)
+{
+    return kind == SM_UK_SUM ? "sum" : kind == SM_UK_MAX ? "max" : kind == SM_UK_MIN ? "min" : NULL;
+}
+
+int sm_pspec_kind_of(const char *s, size_t n)
+{
+    if (n > 14 && !strncmp(s, "UnreducedKind.", 14)) {
+        s += 14;
+        n -= 14;
+    }
+    for (int k = SM_UK_SUM; k <= SM_UK_MIN; k++)
+        if (n == 3 && !strncmp(s, sm_pspec_kind_name(k), 3))
+            return k;
+    return -1;
+}
+
+/* unreduced_kind=max (or sum, min; quoted or UnreducedKind.max). */
+static sm_err sm_pspec_parse_kind(sm_pspec_lexer *lx, sm_pspec *p)
+{
+    lx->p += strlen("unreduced_kind");
+    sm_pspec_skip_ws(lx);
+    if (*lx->p != '=')
+        return sm_pspec_expected(lx, "'=' after unreduced_kind");
+    lx->p++;
+    sm_pspec_skip_ws(lx);
+    char q = *lx->p == '\'' || *lx->p == '"' ? *lx->p : 0;
+    const char *s = lx->p + (q ? 1 : 0), *e = s;
+    while (*e && (*e == '_' || *e == '.' || (*e >= 'a' && *e <= 'z') || (*e >= 'A' && *e <= 'Z')))
+        e++;
+    int k = sm_pspec_kind_of(s, (size_t)(e - s));
+    if (k < 0 || (q && *e != q))
+        return sm_pspec_expected(lx, "sum, max or min after unreduced_kind=");
+    p->unreduced_kind = k;
+    lx->p = e + (q ? 1 : 0);
+    return SM_OK;
+}
+
 sm_err sm_pspec_parse(const char *text, sm_pspec *out, char *err, size_t errlen)
 {
     sm_pspec_lexer lx = {text ? text : "", text ? text : "", err, errlen};
@@ -174,6 +212,18 @@ sm_err sm_pspec_parse(const char *text, sm_pspec *out, char *err, size_t errlen)
             lx.p++;
             break;
         }
+        if (sm_pspec_at_word(&lx, "unreduced_kind")) {
+            sm_err rc = sm_pspec_parse_kind(&lx, &p);
+            if (rc)
+                return rc;
+            sm_pspec_skip_ws(&lx);
+            if (*lx.p == ',')
+                lx.p++;
+            sm_pspec_skip_ws(&lx);
+            if (*lx.p != ')')
+                return sm_pspec_expected(&lx, "')' after unreduced_kind=...");
+            continue;
+        }
         int ur = sm_pspec_at_word(&lx, "unreduced"), red = !ur && sm_pspec_at_word(&lx, "reduced");
         if (ur || red) {
             sm_err rc = ur ? sm_pspec_parse_axis_set(&lx, "unreduced", p.unreduced, &p.nunreduced)
@@ -185,7 +235,7 @@ sm_err sm_pspec_parse(const char *text, sm_pspec *out, char *err, size_t errlen)
                 lx.p++;
             sm_pspec_skip_ws(&lx);
             if (*lx.p != ')' && !sm_pspec_at_word(&lx, "unreduced") &&
-                !sm_pspec_at_word(&lx, "reduced"))
+                !sm_pspec_at_word(&lx, "reduced") && !sm_pspec_at_word(&lx, "unreduced_kind"))
                 return sm_pspec_expected(&lx, ur ? "')' after unreduced={...}"
                                                  : "')' after reduced={...}");
             continue;
@@ -258,6 +308,8 @@ char *sm_pspec_format(const sm_pspec *p, char *buf, size_t len)
                          set ? p->reduced[a] : p->unreduced[a]);
         sm_pspec_put(buf, len, &n, "%s", "}");
     }
+    if (p->unreduced_kind != SM_UK_SUM && sm_pspec_kind_name(p->unreduced_kind)) /* JAX's */
+        sm_pspec_put(buf, len, &n, ", unreduced_kind=%s", sm_pspec_kind_name(p->unreduced_kind));
     sm_pspec_put(buf, len, &n, "%s", ")");
     return buf;
 }
@@ -274,6 +326,8 @@ int sm_pspec_equal(const sm_pspec *a, const sm_pspec *b)
                 return 0;
     }
     if (a->nunreduced != b->nunreduced) /* as sets; check_mesh refuses repeats */
+        return 0;
+    if (a->nunreduced && a->unreduced_kind != b->unreduced_kind)
         return 0;
     for (int k = 0; k < a->nunreduced; k++)
         if (!sm_pspec_is_unreduced(b, a->unreduced[k]))
@@ -339,6 +393,12 @@ sm_err sm_pspec_check_mesh(const sm_pspec *p, const sm_mesh *m, char *err, size_
                                        sm_pspec_format(p, spec, sizeof spec));
         }
     }
+    if (p->unreduced_kind != SM_UK_SUM &&
+        (!sm_pspec_kind_name(p->unreduced_kind) || p->nunreduced == 0))
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "`unreduced_kind` should be `None` when `unreduced` is an empty set. Got "
+                       "%s",
+                       sm_pspec_format(p, spec, sizeof spec));
     for (int set = 0; set < 2; set++) {
         const char *word = set ? "reduced" : "unreduced";
         int cnt = set ? p->nreduced : p->nunreduced;

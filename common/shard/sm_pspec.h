@@ -22,12 +22,21 @@ typedef struct {
      * use them inside; arrays are never unreduced. */
     int nunreduced;
     char unreduced[SM_MAX_AXES][SM_AXIS_NAME_MAX];
+    /* unreduced_kind=max: how the devices' partial results make the value
+     * (JAX's UnreducedKind): SM_UK_SUM (the default), their max or min */
+    int unreduced_kind;
     /* reduced={'x'}: mesh axes over which the value is replicated but its
      * cotangent is unreduced (JAX's reduced sharding). The data is laid out
      * as if replicated over them; only the types (and grad) differ. */
     int nreduced;
     char reduced[SM_MAX_AXES][SM_AXIS_NAME_MAX];
 } sm_pspec;
+
+enum { SM_UK_SUM = 0, SM_UK_MAX = 1, SM_UK_MIN = 2 };
+/* "sum", "max", "min"; NULL for another kind. */
+const char *sm_pspec_kind_name(int kind);
+/* SM_UK_* of "sum", "max", "min" (or "UnreducedKind.max"), -1 otherwise. */
+int sm_pspec_kind_of(const char *s, size_t n);
 
 /* Parses P('i', None), P(('x','y'),), P(), P(None, 'j'),
  * PartitionSpec('i'), P('x', None, unreduced={'y'}), P(None, reduced={'x'}),

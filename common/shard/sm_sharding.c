@@ -146,7 +146,12 @@ char *sm_sharding_type_str(const sm_sharding *s, sm_dtype t, const sm_shape *glo
     int nu = 0, nr = 0;
     for (int a = 0; a < s->mesh.naxes; a++)
         if (sm_pspec_is_unreduced(&s->spec, s->mesh.names[a]) && !(s->mesh.auto_axes >> a & 1))
-            SM_TS_PUT("%s%s", nu++ ? "," : "{U:", s->mesh.names[a]);
+            SM_TS_PUT("%s%s",
+                      nu++                                  ? ","
+                      : s->spec.unreduced_kind == SM_UK_MAX ? "{U_max:"
+                      : s->spec.unreduced_kind == SM_UK_MIN ? "{U_min:"
+                                                            : "{U:",
+                      s->mesh.names[a]);
     for (int a = 0; a < s->mesh.naxes; a++)
         if (sm_pspec_is_reduced(&s->spec, s->mesh.names[a]) && !(s->mesh.auto_axes >> a & 1))
             SM_TS_PUT("%s%s", nr++ ? "," : nu ? ", R:" : "{R:", s->mesh.names[a]);

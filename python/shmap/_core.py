@@ -1,6 +1,7 @@
 """Arrays, meshes and shardings with JAX's names, over the _shmap extension."""
 import atexit
 import contextlib
+import enum
 import math
 import operator
 import os
@@ -46,6 +47,11 @@ _AS_BUILTIN = (
     ("should be equal to the unreduced present", ValueError),
     ("should be equal to the reduced present", ValueError),  # reduced specs vs the value's
     ("The denominator cannot be unreduced", ValueError),  # div of partial sums
+    ("can only contain unreduced of kind `sum`", ValueError),  # unreduced_kind=max
+    ("cannot be more unreduced than the input", ValueError),
+    ("The unreduced_kind of input and output sharding", ValueError),
+    ("Expected unreduced_kind=", ValueError),
+    ("equal to the unreduced_kind present", ValueError),
     ("Denominator should be reduced along the same axes", ValueError),
     ("must be reduced over the same mesh axes as operand", ValueError),  # reshape
     ("cannot contain reduced axes", ValueError),
@@ -272,13 +278,23 @@ def _bytes(a):
 # ---- PartitionSpec, Mesh, NamedSharding --------------------------------------
 
 
+class UnreducedKind(enum.Enum):
+    """jax.sharding.UnreducedKind: how the devices' partial results of an
+    unreduced value make it (their sum, max or min)."""
+    sum = 1
+    max = 2
+    min = 3
+
+
 class PartitionSpec(tuple):
     """JAX's PartitionSpec: P('i', None), P(('x', 'y'),), P(),
-    P('x', None, unreduced={'y'}) (each device holds a partial sum over y)
+    P('x', None, unreduced={'y'}) (each device holds a partial sum over y;
+    unreduced_kind=UnreducedKind.max (or 'max'): a partial max)
     and P(None, reduced={'x'}) (replicated over x, its gradient unreduced
     over x)."""
 
-    def __new__(cls, *entries, unreduced=frozenset(), reduced=frozenset()):
+    def __new__(cls, *entries, unreduced=frozenset(), reduced=frozenset(),
+                unreduced_kind=None):
         for e in entries:
             ok = e is None or isinstance(e, str) or (
                 isinstance(e, tuple) and all(isinstance(a, str) for a in e))
@@ -297,10 +313,27 @@ class PartitionSpec(tuple):
             raise ValueError(f"partitions cannot overlap with reduced axes passed to "
                              f"PartitionSpec. Got partitions: {entries} and reduced axes: "
                              f"{set(reduced)}")
+        if isinstance(unreduced_kind, str):
+            if unreduced_kind not in UnreducedKind.__members__:
+                raise ValueError(f"unreduced_kind is one of sum, max, min, got "
+                                 f"{unreduced_kind!r}")
+            unreduced_kind = UnreducedKind[unreduced_kind]
+        if unreduced_kind is not None and not isinstance(unreduced_kind, UnreducedKind):
+            raise ValueError(f"Expected unreduced_kind to be of type "
+                             f"`jax.sharding.UnreducedKind` but got {type(unreduced_kind)}")
+        if not unreduced and unreduced_kind is not None:
+            raise ValueError(f"`unreduced_kind` should be `None` when `unreduced` is an empty "
+                             f"set. Got unreduced_kind={unreduced_kind} and "
+                             f"unreduced={set(unreduced)}")
         obj = super().__new__(cls, entries)
         obj._unreduced = tuple(dict.fromkeys(unreduced))
         obj._reduced = tuple(dict.fromkeys(reduced))
+        obj._kind = (unreduced_kind or UnreducedKind.sum) if unreduced else None
         return obj
+
+    @property
+    def unreduced_kind(self):
+        return self._kind
 
     @property
     def unreduced(self):
@@ -311,19 +344,21 @@ class PartitionSpec(tuple):
         return frozenset(self._reduced)
 
     def _ur(self):
-        """The keywords of a spec like this one: unreduced=, reduced=."""
-        return {"unreduced": self.unreduced, "reduced": self.reduced}
+        """The keywords of a spec like this one: unreduced=, reduced=,
+        unreduced_kind=."""
+        return {"unreduced": self.unreduced, "reduced": self.reduced,
+                "unreduced_kind": self._kind}
 
     def __eq__(self, other):
         return tuple.__eq__(self, other) and self.unreduced == getattr(
             other, "unreduced", frozenset()) and self.reduced == getattr(
-            other, "reduced", frozenset())
+            other, "reduced", frozenset()) and self._kind == getattr(other, "_kind", None)
 
     def __ne__(self, other):
         return not self == other
 
     def __hash__(self):
-        return hash((tuple(self), self.unreduced, self.reduced))
+        return hash((tuple(self), self.unreduced, self.reduced, self._kind))
 
     def __repr__(self):
         def one(e):
@@ -339,6 +374,8 @@ class PartitionSpec(tuple):
             parts.append("unreduced={" + ", ".join(map(repr, self._unreduced)) + "}")
         if self._reduced:
             parts.append("reduced={" + ", ".join(map(repr, self._reduced)) + "}")
+        if self._kind not in (None, UnreducedKind.sum):
+            parts.append(f"unreduced_kind={self._kind.name}")
         return "P(" + ", ".join(parts) + ")"
 
     __str__ = __repr__
@@ -537,7 +574,9 @@ class NamedSharding:
 
 def _spec_of(text):
     """P(...) from the C core's text of a spec."""
-    return eval(text, {"P": P, "None": None})  # the C formatter's own output
+    # the C formatter's own output (unreduced_kind=max: the kind's name)
+    return eval(text, {"P": P, "None": None, "sum": "sum", "max": "max", "min": "min",
+                       "__builtins__": {}})
 
 
 # ---- arrays ------------------------------------------------------------------
@@ -1487,12 +1526,15 @@ class _Type(str):
     ndim = property(lambda self: len(self.shape))
 
     def _attrs(self):
-        """{'U': {...}, 'V': {...}, 'R': {...}}: the axes of the type's
-        {V:..., U:..., R:...}."""
-        out = {"U": set(), "V": set(), "R": set()}
+        """{'U': {...}, 'V': {...}, 'R': {...}, 'kind': 'sum'}: the axes of
+        the type's {V:..., U:..., R:...} (U_max:..., U_min:... unreduced of
+        that kind)."""
+        out = {"U": set(), "V": set(), "R": set(), "kind": "sum"}
         m = re.search(r"\{(.*)\}\s*$", str(self))
         for part in (m.group(1).split(", ") if m else ()):
             k, _, axes = part.partition(":")
+            if k.startswith("U_"):
+                k, out["kind"] = "U", k[2:]
             if k in out:
                 out[k].update(a for a in axes.split(",") if a)
         return out
@@ -1506,7 +1548,8 @@ class _Type(str):
         from ._trace import _spec_entry, _dims
         entries = [_spec_entry(d) for d in _dims(self)] if "[" in self else []  # one per dim
         attrs = self._attrs()
-        spec = P(*entries, unreduced=frozenset(attrs["U"]), reduced=frozenset(attrs["R"]))
+        spec = P(*entries, unreduced=frozenset(attrs["U"]), reduced=frozenset(attrs["R"]),
+                 unreduced_kind=attrs["kind"] if attrs["U"] else None)
         return NamedSharding(self._mesh, spec) if self._mesh is not None else spec
 
 

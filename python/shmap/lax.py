@@ -661,10 +661,14 @@ def _reduce_out(name, op, operand, axes, out_sharding):
         raise ProgramError(f"out_sharding's unreduced axes should be in operand's specs that "
                            f"were reduce_{name} over. Got operand={operand.type}, "
                            f"axes={axes}, unreduced_spec={set(spec.unreduced)}")
-    if name != "sum":
-        raise NotImplementedError(f"reduce_{name} with an unreduced out_sharding: shmap's "
-                                  f"unreduced values are partial sums (no unreduced_kind "
-                                  f"{name})")
+    kind = spec.unreduced_kind.name
+    if kind != name:
+        from ._core import ShardingTypeError
+        raise ShardingTypeError(f"reduce_{name} requires `out_sharding`'s unreduced_kind to be "
+                                f"UnreducedKind.{name} but got {spec}")
+    if name != "sum" and op_u:
+        raise NotImplementedError(f"reduce_{name} of an unreduced operand to an unreduced "
+                                  f"out_sharding is not implemented")
     from ._core import P
     from ._trace import _state, shard_map
     from .numpy import get_mesh
@@ -676,15 +680,21 @@ def _reduce_out(name, op, operand, axes, out_sharding):
 
     def body(b):
         r = op(b, axes)
+        if name != "sum":  # each device's max (min) is its partial result
+            return (pmax if name == "max" else pmin)(r, rest) if rest else r  # noqa: F821
         r = psum(r, rest) if rest else r  # noqa: F821 (the collectives, below)
         return pcast(r, new, to="unreduced") if new else r  # noqa: F821
 
     kept = [e for i, e in enumerate(ents) if i not in axes]
     red = set(jnp._reduced_of(operand))  # kept through the sum (JAX's reduce rule)
+    # partial maxima (minima) have no cast of their own: the blocks varying
+    # over the unreduced axes are taken as they are (check_vma=False)
     out = shard_map(body, mesh=mesh, in_specs=P(*ents, unreduced=set(op_u), reduced=red),
-                    out_specs=P(*kept, unreduced=set(unred), reduced=red))(operand)
+                    out_specs=P(*kept, unreduced=set(unred), reduced=red, unreduced_kind=kind),
+                    check_vma=name == "sum")(operand)
     want = list(spec) + [None] * (len(kept) - len(spec))
-    return out if want == kept else jnp.reshard(out, P(*want, unreduced=spec.unreduced))
+    return out if want == kept else jnp.reshard(out, P(*want, unreduced=spec.unreduced,
+                                                       unreduced_kind=kind))
 
 
 reduce_sum, reduce_max = _reducer("sum"), _reducer("max")

@@ -228,7 +228,8 @@ def _unreduced_of(x):
     type's {U:...}."""
     m = re.search(r"\{(.*)\}\s*$", str(getattr(x, "type", "")))
     return frozenset(a for part in (m.group(1).split(", ") if m else ())
-                     if part.startswith("U:") for a in part[2:].split(",") if a)
+                     if part.startswith("U") and ":" in part
+                     for a in part.partition(":")[2].split(",") if a)
 
 
 def _reduced_of(x):

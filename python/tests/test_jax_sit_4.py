@@ -5,9 +5,9 @@ and their gradients; out_sharding= of jnp.ones, full, bincount, one_hot,
 segment sums, matmul and top_k; vmap and grad over Explicit meshes, and the
 errors JAX raises with its sentences) against numpy and JAX's expected
 shardings, and reduced shardings (P(reduced=...)) with their unreduced
-gradients. Tests of what shmap does not have (an unreduced_kind, putting
-an unreduced array onto another mesh) are strict xfails with the
-difference as reason. Runs on the cluster of conftest's c
+gradients, and unreduced values of the kinds max and min. Tests of what
+shmap does not have (putting an unreduced array onto another mesh) are
+strict xfails with the difference as reason. Runs on the cluster of conftest's c
 (2 workers x 4 devices)."""
 # Not ported:
 # test_config_remove_size_one_mesh_axis_roundtrip: a jax.config flag shmap does not have, and
@@ -29,6 +29,7 @@ import pytest
 
 import shmap
 from shmap import P, NamedSharding
+from shmap.sharding import UnreducedKind
 from shmap import lax
 from shmap import numpy as jnp
 
@@ -36,8 +37,6 @@ NO_UNREDUCED_RESHARD = ("shmap refuses to reshard an array to an unreduced spec 
                         "program's dot_general or shard_map makes one)")
 NO_UNREDUCED_PUT = ("shmap's device_put of an array to an unreduced spec is refused "
                     "(Unimplemented: 'only a program's results hold partial sums')")
-NO_UNREDUCED_KIND = ("shmap's PartitionSpec has no unreduced_kind= (its partial results are "
-                     "sums only)")
 
 
 @pytest.fixture(scope="module")
@@ -287,10 +286,6 @@ def test_reduce_sum_unreduced_inp_grad_reduced(c, m2):
     with shmap.use_mesh(m2):
         out_g = shmap.jit(shmap.grad(f))(unreduced(m2, np.arange(4.)))
         assert out_g.sharding == NamedSharding(m2, P(None, reduced={"x"}))
-
-
-NO_MAX_KIND = ("shmap's unreduced values are partial sums only (no unreduced_kind='max'): "
-               "reduce_max/reduce_min to an unreduced out_sharding raise NotImplementedError")
 
 
 @pytest.mark.parametrize("axes,out_s,eq_out_s", [
@@ -1196,7 +1191,6 @@ def test_slice_fully_replicated(c, m2):
         assert np.asarray(out) == 0
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=NO_UNREDUCED_KIND)
 def test_dot_unreduced_max_error(c, m2):
     """test_dot_unreduced_max_error: a dot's out_sharding unreduced with
     the kind max: JAX's ValueError."""
@@ -1205,60 +1199,126 @@ def test_dot_unreduced_max_error(c, m2):
         x = shmap.device_put(np_inp, P(None, "x"))
         y = shmap.device_put(np_inp.T, P("x", None))
         with pytest.raises(ValueError, match="`out_sharding` passed to `dot_general`"):
-            jnp.dot(x, y, out_sharding=P(unreduced={"x"}, unreduced_kind="max"))
+            jnp.dot(x, y, out_sharding=P(unreduced={"x"}, unreduced_kind=UnreducedKind.max))
 
 
-@pytest.mark.xfail(strict=True, raises=NotImplementedError, reason=NO_MAX_KIND)
-@pytest.mark.parametrize("op", ["max", "min"])
-def test_reduce_max_min_unreduced_basic(c, m2, op):
+MAX_MIN = [pytest.param("max", UnreducedKind.max, [[2, 3], [6, 7]], id="max"),
+           pytest.param("min", UnreducedKind.min, [[0, 1], [4, 5]], id="min")]
+
+
+@pytest.mark.parametrize("op,u_kind,unreduced_vals", MAX_MIN)
+def test_reduce_max_min_unreduced_basic(c, m2, op, u_kind, unreduced_vals):
     """test_reduce_max_min_unreduced_basic: reduce_max (min) over a
-    dimension sharded over x, its result unreduced of the kind max (min);
-    each device's block the max (min) of its rows."""
+    dimension sharded over x, its result unreduced of the kind max (min):
+    each device's block the max (min) of its rows; resharded, the max."""
     np_inp = np.arange(8.).reshape(4, 2)
     lax_op = getattr(lax, f"reduce_{op}")
+    out_spec = P(None, unreduced={"x"}, unreduced_kind=u_kind)
+    seen = []
+
+    @shmap.jit
+    def f(x):
+        out = lax_op(x, axes=(0,), out_sharding=out_spec)
+        seen.append(shmap.typeof(out).sharding.spec)
+        return out
+
     with shmap.use_mesh(m2):
         arr = shmap.device_put(np_inp, P("x", None))
-        out = shmap.jit(lambda x: lax_op(x, axes=(0,), out_sharding=P(None, unreduced={"x"})))(
-            arr)
-        want = [np_inp[:2], np_inp[2:]]
-        for s, blk in zip(out.addressable_shards, want):
-            assert np.array_equal(s.data, getattr(blk, op)(0))
+        out = f(arr)
+        assert seen == [out_spec]
+        assert out.sharding == NamedSharding(m2, out_spec)
+        for s, ex_s in zip(out.addressable_shards, unreduced_vals):
+            assert s.data.shape == (2,)
+            assert np.array_equal(s.data, ex_s)
+        reshard_out = shmap.reshard(out, P())
+        assert np.array_equal(np.asarray(reshard_out), getattr(np_inp, op)(axis=0))
 
 
-@pytest.mark.xfail(strict=True, raises=NotImplementedError, reason=NO_MAX_KIND)
-@pytest.mark.parametrize("op", ["max", "min"])
-def test_reduce_max_min_unreduced_complex(c, m22, op):
+@pytest.mark.parametrize("op,u_kind,unreduced_vals", MAX_MIN)
+def test_reduce_max_min_unreduced_complex(c, m22, op, u_kind, unreduced_vals):
     """test_reduce_max_min_unreduced_complex: reduce_max (min) over two
     dimensions sharded over x and y, unreduced over x."""
     np_inp = np.arange(16).reshape(4, 2, 2)
     lax_op = getattr(lax, f"reduce_{op}")
+    out_spec = P(None, unreduced={"x"}, unreduced_kind=u_kind)
+    seen = []
+
+    @shmap.jit
+    def f(x):
+        out = lax_op(x, axes=(0, 1), out_sharding=out_spec)
+        seen.append(shmap.typeof(out).sharding.spec)
+        return out
+
     with shmap.use_mesh(m22):
         arr = shmap.device_put(np_inp, P("x", "y", None))
-        out = shmap.jit(lambda x: lax_op(x, axes=(0, 1), out_sharding=P(None, unreduced={"x"})))(
-            arr)
+        out = f(arr)
+        assert seen == [out_spec]
+        assert out.sharding == NamedSharding(m22, out_spec)
         for s in out.addressable_shards:
             assert s.data.shape == (2,)
+        reshard_out = shmap.reshard(out, P(None))
+        assert np.array_equal(np.asarray(reshard_out), getattr(np_inp, op)(axis=(0, 1)))
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=NO_UNREDUCED_KIND)
 def test_reduce_max_unreduced_partial_reduction(c, m22):
     """test_reduce_max_unreduced_partial_reduction: reduce_max unreduced of
-    the kind max over x and y, resharded to over x only."""
+    the kind max over x and y, resharded to over x only (a pmax over y);
+    to a kind of sum: JAX's ValueError; over one dimension, unreduced over
+    one axis and sharded over the other, and resharded."""
+    inp = np.arange(8).reshape(4, 2)
     with shmap.use_mesh(m22):
-        arr = shmap.device_put(np.arange(8).reshape(4, 2), P("x", "y"))
+        arr = shmap.device_put(inp, P("x", "y"))
 
         @shmap.jit
         def f(x):
             y = lax.reduce_max(x, axes=[0, 1], out_sharding=P(unreduced={"x", "y"},
-                                                              unreduced_kind="max"))
-            return shmap.reshard(y, P(unreduced={"x"}, unreduced_kind="max"))
+                                                              unreduced_kind=UnreducedKind.max))
+            return shmap.reshard(y, P(unreduced={"x"}, unreduced_kind=UnreducedKind.max))
 
         out = f(arr)
+        assert out.sharding == NamedSharding(m22, P(unreduced={"x"},
+                                                    unreduced_kind=UnreducedKind.max))
         for s, ex_s in zip(out.addressable_shards, [3, 3, 7, 7]):
             assert np.array_equal(s.data, ex_s)
+        assert np.array_equal(np.asarray(shmap.reshard(out, P())), inp.max())
+
+        @shmap.jit
+        def f2(x):
+            y = lax.reduce_max(x, axes=[0, 1], out_sharding=P(unreduced={"x", "y"},
+                                                              unreduced_kind=UnreducedKind.max))
+            return shmap.reshard(y, P(unreduced={"x"}))
+
+        with pytest.raises(ValueError, match="The unreduced_kind of input and output sharding "
+                           "passed to `jax.reshard` should be the same"):
+            f2(arr)
+
+        @shmap.jit
+        def g(x):
+            return lax.reduce_max(x, axes=[0], out_sharding=P("y", unreduced={"x"},
+                                                              unreduced_kind=UnreducedKind.max))
+
+        out = g(arr)
+        for s, ex_s in zip(out.addressable_shards, [[2], [3], [6], [7]]):
+            assert np.array_equal(s.data, ex_s)
+        resharded_out = shmap.reshard(out, P("y"))
+        for s, ex_s in zip(resharded_out.addressable_shards, [[6], [7], [6], [7]]):
+            assert np.array_equal(s.data, ex_s)
+        assert np.array_equal(np.asarray(resharded_out), inp.max(axis=0))
+
+        @shmap.jit
+        def h(x):
+            return lax.reduce_max(x, axes=[1], out_sharding=P("x", unreduced={"y"},
+                                                              unreduced_kind=UnreducedKind.max))
+
+        out = h(arr)
+        for s, ex_s in zip(out.addressable_shards, [[0, 2], [1, 3], [4, 6], [5, 7]]):
+            assert np.array_equal(s.data, ex_s)
+        resharded_out = shmap.reshard(out, P("x"))
+        for s, ex_s in zip(resharded_out.addressable_shards, [[1, 3], [1, 3], [5, 7], [5, 7]]):
+            assert np.array_equal(s.data, ex_s)
+        assert np.array_equal(np.asarray(resharded_out), inp.max(axis=1))
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=NO_UNREDUCED_KIND)
 def test_reduce_max_unreduced_reduce_scatter(c, m2):
     """test_reduce_max_unreduced_reduce_scatter: reduce_max unreduced of the
     kind max, resharded to P('x')."""
@@ -1268,22 +1328,27 @@ def test_reduce_max_unreduced_reduce_scatter(c, m2):
         @shmap.jit
         def f(x):
             y = lax.reduce_max(x, axes=[0], out_sharding=P(unreduced={"x"},
-                                                           unreduced_kind="max"))
+                                                           unreduced_kind=UnreducedKind.max))
             return shmap.reshard(y, P("x"))
 
         out = f(arr)
         assert out.sharding == NamedSharding(m2, P("x"))
+        for s, ex_s in zip(out.addressable_shards, [[6], [7]]):
+            assert np.array_equal(s.data, ex_s)
         assert np.array_equal(np.asarray(out), [6, 7])
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=NO_UNREDUCED_KIND)
 def test_reshard_unreduced_max_error(c, m2):
     """test_reshard_unreduced_max_error: a reshard to unreduced of the kind
-    max: JAX's ValueError."""
+    max: JAX's ValueError (of a replicated and of a sharded array)."""
     with shmap.use_mesh(m2):
         with pytest.raises(ValueError, match="out_sharding.*cannot be more unreduced than the "
                            "input"):
-            shmap.reshard(jnp.arange(8), P(unreduced={"x"}, unreduced_kind="max"))
+            shmap.reshard(jnp.arange(8), P(unreduced={"x"}, unreduced_kind=UnreducedKind.max))
+        arr2 = shmap.device_put(np.arange(8), P("x"))
+        with pytest.raises(ValueError, match="out_sharding.*cannot be more unreduced than the "
+                           "input"):
+            shmap.reshard(arr2, P(unreduced={"x"}, unreduced_kind=UnreducedKind.max))
 
 
 def test_reshape_preserve_singleton_dim_spec(c, m12):

@@ -34,6 +34,23 @@ def test_spec_api():
         P(unreduced={"x"}, reduced={"x"})
 
 
+def test_unreduced_kind_api():
+    """P(unreduced_kind=): JAX's UnreducedKind (or its name), sum by default
+    with unreduced axes and None without; compared and printed (sum is not
+    printed); none without unreduced axes (JAX's ValueError)."""
+    from shmap.sharding import UnreducedKind
+    s = P(None, unreduced={"x"}, unreduced_kind=UnreducedKind.max)
+    assert s.unreduced_kind is UnreducedKind.max
+    assert s == P(None, unreduced={"x"}, unreduced_kind="max")
+    assert s != P(None, unreduced={"x"}) and hash(s) != hash(P(None, unreduced={"x"}))
+    assert P(None, unreduced={"x"}).unreduced_kind is UnreducedKind.sum
+    assert P(None).unreduced_kind is None
+    assert repr(s) == "P(None, unreduced={'x'}, unreduced_kind=max)"
+    with pytest.raises(ValueError, match="`unreduced_kind` should be `None` when `unreduced` is "
+                       "an empty set"):
+        P(None, unreduced_kind="max")
+
+
 def test_reduced_array(c, m2):
     """A reduced array is laid out replicated (each device the whole value),
     its type says R:, and the service keeps its spec."""
