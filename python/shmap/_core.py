@@ -1391,6 +1391,10 @@ def device_put(x, sharding=None, name=None, replicas=1):
         # the first device along the unreduced axes holds the value, the others zeros)
         from .numpy import reshard
         spec = sharding.spec
+        if spec.unreduced_kind is not UnreducedKind.sum:
+            raise NotImplementedError(f"device_put to an unreduced sharding of kind "
+                                      f"{spec.unreduced_kind.name}: only partial sums are made "
+                                      f"of a whole value (got {spec})")
         base = x if isinstance(x, Array) else device_put(
             x, NamedSharding(sharding.mesh, P(*spec)), name, replicas)
         return reshard(base, sharding)

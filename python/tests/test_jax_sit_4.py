@@ -934,9 +934,6 @@ def test_segment_sum(c, m4):
         assert np.array_equal(np.asarray(out), [1, 9, 11, 7])
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="the value is JAX's, its shards are not: shmap sums, then the first "
-                   "device holds the sums and the others zeros (JAX: each device's own sums)")
 def test_segment_sum_unreduced(c, m4):
     """test_segment_sum, its unreduced out_sharding: each device's sums of
     its block."""
@@ -1160,11 +1157,15 @@ def test_device_put_unreduced_via_runtime_transfer(c, m2):
 
 def test_device_put_unreduced_via_jit(c, m2):
     """test_device_put_unreduced_via_jit: device_put of a replicated array
-    to unreduced: the first device holds it, the other zeros."""
+    to unreduced: the first device holds it, the other zeros; to the kind
+    max: JAX's NotImplementedError."""
     with shmap.use_mesh(m2):
-        out = shmap.device_put(jnp.arange(4), P(unreduced={"x"}))
+        arr = jnp.arange(4)
+        out = shmap.device_put(arr, P(unreduced={"x"}))
         for s, ex_s in zip(out.addressable_shards, [np.arange(4), np.zeros((4,))]):
             assert np.array_equal(s.data, ex_s)
+        with pytest.raises(NotImplementedError):
+            shmap.device_put(arr, P(unreduced={"x"}, unreduced_kind=UnreducedKind.max))
 
 
 def test_one_hot_out_sharding(c, m22):
