@@ -1125,6 +1125,19 @@ static const unreduced_case unreduced[] = {
      0,
      8,
      {0, 1, 2, 3, 4, 5, 6, 7}},
+    /* a one-operand einsum's sum over a sharded dimension left unreduced
+     * (JAX's test_unreduced_einsum_lowers_to_reduce_sum): summed where the
+     * rows lie, no gather; the reshard's psum completes it */
+    {"mesh X=2\njit f(x: f32[4,2] @ P('X', None)):\n"
+     "    s = jnp.einsum('ab->b', x, out_sharding=P(None, unreduced={'X'}))\n"
+     "    return reshard(s, P())\n",
+     "s",
+     "f32[2]{U:X}",
+     1,
+     0,
+     0,
+     2,
+     {12, 16}},
     /* unreduced of the kind max (JAX's test_reduce_max_min_unreduced_basic):
      * each device's max, taken as it is (check_vma=False); the reshard is
      * their pmax */

@@ -554,6 +554,14 @@ sm_err sm_ir_shard_dot(const sm_program *p, const sm_ir_op *op, const sm_ir_valu
                 if ((m & autos) != m)
                     contract_sharded = 1;
             }
+        } else if (nk == 1 && od < 0 && da >= 0) {
+            /* one operand's summed dimension (einsum('ab->b')): summed where
+             * it lies, its axes the "contracting" ones of an unreduced result */
+            if (ncontract < SM_MAX_RANK) {
+                sm_sh_dim_copy(&lc[0], ncontract, A, da);
+                sm_sh_dim_copy(&rc[0], ncontract, A, da);
+            }
+            ncontract++;
         } else if (a_sh && b_sh && !sm_sh_dim_equal(A, da, B, db)) {
             uint32_t diff = sm_sh_dim_mask(A, da) ^ sm_sh_dim_mask(B, db);
             if ((diff & autos) != diff)
@@ -615,8 +623,8 @@ sm_err sm_ir_shard_dot(const sm_program *p, const sm_ir_op *op, const sm_ir_valu
             if (sm_sh_letter_out(&g, c) < 0 && ncax) { /* contracting */
                 int in_both =
                     sm_sh_letter_in(&g, 0, c) >= 0 && (nk > 1 && sm_sh_letter_in(&g, 1, c) >= 0);
-                if (!in_both)
-                    continue; /* summed within one operand: kept local */
+                if (!in_both && nk > 1)
+                    continue; /* summed within one of two operands: gathered first */
             }
             plan->in[k].n[d] = (uint8_t)lsh[c];
             memcpy(plan->in[k].ax[d], lax_[c], (size_t)lsh[c]);

@@ -803,9 +803,6 @@ def test_indices_sharded_gather_error(m2):
             f(arr, indices)
 
 
-@pytest.mark.xfail(strict=True, reason="einsum('ab->b') (a one-operand reduction) refuses "
-                   "out_sharding=P(None, unreduced={'x'}): 'unreduced axes should be equal to "
-                   "the contracting specs'")
 def test_unreduced_einsum_lowers_to_reduce_sum(m22):
     """test_unreduced_einsum_lowers_to_reduce_sum: a sum over a sharded axis
     left unreduced (its compiled text not ported)."""
