@@ -15,26 +15,26 @@
 #include <stdio.h>
 #include <string.h>
 
-uint32_t sm_ir_spec_unreduced(const sm_program *p, const sm_pspec *s)
+/* The mesh axes of n names, as a mask (unknown names left out). */
+static uint32_t sm_ir_names_mask(const sm_program *p, const char (*names)[SM_AXIS_NAME_MAX], int n)
 {
     uint32_t m = 0;
-    for (int k = 0; s && k < s->nunreduced && k < SM_MAX_AXES; k++) {
-        int a = sm_mesh_axis(&p->mesh, s->unreduced[k]);
+    for (int k = 0; k < n && k < SM_MAX_AXES; k++) {
+        int a = sm_mesh_axis(&p->mesh, names[k]);
         if (a >= 0)
             m |= 1u << a;
     }
     return m;
 }
 
+uint32_t sm_ir_spec_unreduced(const sm_program *p, const sm_pspec *s)
+{
+    return s ? sm_ir_names_mask(p, s->unreduced, s->nunreduced) : 0;
+}
+
 uint32_t sm_ir_spec_reduced(const sm_program *p, const sm_pspec *s)
 {
-    uint32_t m = 0;
-    for (int k = 0; s && k < s->nreduced && k < SM_MAX_AXES; k++) {
-        int a = sm_mesh_axis(&p->mesh, s->reduced[k]);
-        if (a >= 0)
-            m |= 1u << a;
-    }
-    return m;
+    return s ? sm_ir_names_mask(p, s->reduced, s->nreduced) : 0;
 }
 
 char *sm_ir_axes_set_str(const sm_program *p, uint32_t m, char *buf, size_t len)
@@ -339,22 +339,34 @@ static uint32_t sm_rd_sharded(const sm_ir_value *v)
  * (unreduced: a product's partial sums) — neither replicated (which would
  * need its cotangent summed) nor sharded or varying. A Python number
  * (weak) takes the others' type. */
-static sm_err sm_rd_nary(const sm_program *p, const sm_ir_value *const *in, int first, int n,
-                         int skip, uint32_t *out, char *err, size_t errlen)
+/* The axes the operands in[first..n) (skip left out) reduced over some
+ * are reduced over (*r); the index of the first one reduced over others, or
+ * -1 when they agree. */
+static int sm_rd_agree(const sm_ir_value *const *in, int first, int n, int skip, uint32_t *r)
 {
-    uint32_t r = 0;
-    char a[300], b[300], t[300];
+    *r = 0;
     for (int i = first; i < n; i++) {
         if (i == skip || !in[i]->reduced)
             continue;
-        if (r && r != in[i]->reduced)
-            return sm_fail(err, errlen, SM_EINVAL,
-                           "All inputs should be reduced across the same mesh axes. Got specs: "
-                           "{%s, %s}",
-                           sm_ir_axes_set_str(p, r, a, sizeof a),
-                           sm_ir_axes_set_str(p, in[i]->reduced, b, sizeof b));
-        r = in[i]->reduced;
+        if (*r && *r != in[i]->reduced)
+            return i;
+        *r = in[i]->reduced;
     }
+    return -1;
+}
+
+static sm_err sm_rd_nary(const sm_program *p, const sm_ir_value *const *in, int first, int n,
+                         int skip, uint32_t *out, char *err, size_t errlen)
+{
+    uint32_t r;
+    char a[300], b[300], t[300];
+    int bad = sm_rd_agree(in, first, n, skip, &r);
+    if (bad >= 0)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "All inputs should be reduced across the same mesh axes. Got specs: {%s, "
+                       "%s}",
+                       sm_ir_axes_set_str(p, r, a, sizeof a),
+                       sm_ir_axes_set_str(p, in[bad]->reduced, b, sizeof b));
     for (int i = first; r && i < n; i++) {
         const sm_ir_value *v = in[i];
         if (i == skip || (v->weak && v->shape.rank == 0))
@@ -383,19 +395,15 @@ static sm_err sm_rd_nary(const sm_program *p, const sm_ir_value *const *in, int 
 static sm_err sm_rd_same(const sm_program *p, const sm_op_kind k, const sm_ir_value *const *in,
                          int first, int n, int skip, uint32_t *out, char *err, size_t errlen)
 {
-    uint32_t r = 0;
+    uint32_t r;
     char a[300], b[300];
-    for (int i = first; i < n; i++) {
-        if (i == skip || !in[i]->reduced)
-            continue;
-        if (r && r != in[i]->reduced)
-            return sm_fail(err, errlen, SM_EINVAL,
-                           "%s: All operands should be reduced along the same mesh axes. Got "
-                           "reduced specs: {%s, %s}",
-                           sm_op_name(k), sm_ir_axes_set_str(p, r, a, sizeof a),
-                           sm_ir_axes_set_str(p, in[i]->reduced, b, sizeof b));
-        r = in[i]->reduced;
-    }
+    int bad = sm_rd_agree(in, first, n, skip, &r);
+    if (bad >= 0)
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "%s: All operands should be reduced along the same mesh axes. Got reduced "
+                       "specs: {%s, %s}",
+                       sm_op_name(k), sm_ir_axes_set_str(p, r, a, sizeof a),
+                       sm_ir_axes_set_str(p, in[bad]->reduced, b, sizeof b));
     *out = r;
     return SM_OK;
 }
@@ -476,24 +484,27 @@ sm_err sm_ir_reduced_op(const sm_program *p, const sm_ir_op *op, const sm_ir_val
     case SM_OP_WHILE_NEXT:
     case SM_OP_WHILE_END:
         return SM_OK;
-    case SM_OP_SHARD_MAP_IN:
-        if (sr != r0)
-            return sm_fail(err, errlen, SM_EINVAL,
-                           "in_specs containing reduced %s passed to shard_map should be equal to "
-                           "the reduced present on the in_aval %s",
-                           s ? sm_pspec_format(s, a, sizeof a) : "P()",
-                           sm_ur_type(p, in[0], b, sizeof b));
+    case SM_OP_SHARD_MAP_IN: /* the in_spec (out_spec) says reduced= exactly when it is */
+    case SM_OP_SHARD_MAP_OUT: {
+        int is_out = op->kind == SM_OP_SHARD_MAP_OUT;
+        if (sr != r0 && !(is_out && op->attrs.unchecked)) {
+            if (s)
+                sm_pspec_format(s, a, sizeof a);
+            else
+                snprintf(a, sizeof a, "%s", is_out ? "None" : "P()");
+            sm_ur_type(p, in[0], b, sizeof b);
+            return is_out ? sm_fail(err, errlen, SM_EINVAL,
+                                    "out_specs passed to shard_map should be equal to the reduced "
+                                    "present on the out_aval. Got out_specs=%s and out_aval=%s",
+                                    a, b)
+                          : sm_fail(err, errlen, SM_EINVAL,
+                                    "in_specs containing reduced %s passed to shard_map should be "
+                                    "equal to the reduced present on the in_aval %s",
+                                    a, b);
+        }
         out->reduced = sr;
         return SM_OK;
-    case SM_OP_SHARD_MAP_OUT:
-        if (sr != r0 && !op->attrs.unchecked)
-            return sm_fail(err, errlen, SM_EINVAL,
-                           "out_specs passed to shard_map should be equal to the reduced present "
-                           "on the out_aval. Got out_specs=%s and out_aval=%s",
-                           s ? sm_pspec_format(s, a, sizeof a) : "None",
-                           sm_ur_type(p, in[0], b, sizeof b));
-        out->reduced = sr;
-        return SM_OK;
+    }
     case SM_OP_ALL_GATHER:
         if (op->attrs.spec && !strcmp(op->attrs.spec, "reduced")) { /* JAX's all_gather_reduced */
             if (r0 & mask)

@@ -67,6 +67,21 @@ Shmap__V1__Mesh *sm_svc_mesh_enc(sm_arena *a, uint64_t id, const char *name, con
     return p;
 }
 
+/* A spec's set of axis names (unreduced=, reduced=) as a repeated string
+ * field (pointing into names); -1 when out of memory. */
+static int sm_svc_axis_set_enc(sm_arena *a, const char (*names)[SM_AXIS_NAME_MAX], int n,
+                               char ***out, size_t *nout)
+{
+    if (n <= 0)
+        return 0;
+    *nout = sm_svc_rank(n < SM_MAX_AXES ? n : SM_MAX_AXES);
+    if (!(*out = sm_arena_alloc(a, SM_MAX_AXES * sizeof **out)))
+        return -1;
+    for (size_t k = 0; k < *nout; k++)
+        (*out)[k] = (char *)names[k];
+    return 0;
+}
+
 Shmap__V1__PartitionSpec *sm_svc_pspec_enc(sm_arena *a, const sm_pspec *sp)
 {
     Shmap__V1__PartitionSpec *p =
@@ -90,23 +105,10 @@ Shmap__V1__PartitionSpec *sm_svc_pspec_enc(sm_arena *a, const sm_pspec *sp)
         q->is_tuple = e->is_tuple != 0;
         p->entries[i] = q;
     }
-    if (sp->nunreduced > 0) {
-        p->n_unreduced = sm_svc_rank(sp->nunreduced < SM_MAX_AXES ? sp->nunreduced : SM_MAX_AXES);
-        p->unreduced = sm_arena_alloc(a, SM_MAX_AXES * sizeof *p->unreduced);
-        if (!p->unreduced)
-            return NULL;
-        for (size_t k = 0; k < p->n_unreduced; k++)
-            p->unreduced[k] = (char *)sp->unreduced[k];
-    }
+    if (sm_svc_axis_set_enc(a, sp->unreduced, sp->nunreduced, &p->unreduced, &p->n_unreduced) ||
+        sm_svc_axis_set_enc(a, sp->reduced, sp->nreduced, &p->reduced, &p->n_reduced))
+        return NULL;
     p->unreduced_kind = (uint32_t)(sp->unreduced_kind > 0 ? sp->unreduced_kind : 0);
-    if (sp->nreduced > 0) {
-        p->n_reduced = sm_svc_rank(sp->nreduced < SM_MAX_AXES ? sp->nreduced : SM_MAX_AXES);
-        p->reduced = sm_arena_alloc(a, SM_MAX_AXES * sizeof *p->reduced);
-        if (!p->reduced)
-            return NULL;
-        for (size_t k = 0; k < p->n_reduced; k++)
-            p->reduced[k] = (char *)sp->reduced[k];
-    }
     return p;
 }
 
@@ -373,6 +375,27 @@ sm_err sm_svc_mesh_info_dec(const Shmap__V1__Mesh *p, const char *what, sm_mesh_
     return SM_OK;
 }
 
+/* A spec's set of axis names (unreduced=, reduced=: field) into names. */
+static sm_err sm_svc_axis_set_dec(char **in, size_t n, const char *what, const char *field,
+                                  char (*names)[SM_AXIS_NAME_MAX], int *count, char *err,
+                                  size_t errlen)
+{
+    char unit[32], sub[300];
+    sm_err e;
+    snprintf(unit, sizeof unit, "%s axes", field);
+    if ((e = sm_svc_count_dec(n, SM_MAX_AXES, what, unit, err, errlen)))
+        return e;
+    for (size_t k = 0; k < n; k++) {
+        snprintf(sub, sizeof sub, "%s.%s[%zu]", what, field, k);
+        if (!in[k] || !in[k][0])
+            return sm_fail(err, errlen, SM_EINVAL, "%s is an empty axis name", sub);
+        if ((e = sm_svc_str_dec(in[k], SM_AXIS_NAME_MAX, sub, names[k], err, errlen)))
+            return e;
+    }
+    *count = (int)n;
+    return SM_OK;
+}
+
 sm_err sm_svc_pspec_dec(const Shmap__V1__PartitionSpec *p, const char *what, sm_pspec *out,
                         char *err, size_t errlen)
 {
@@ -400,28 +423,11 @@ sm_err sm_svc_pspec_dec(const Shmap__V1__PartitionSpec *p, const char *what, sm_
         out->e[i].is_tuple = q->is_tuple != 0;
     }
     out->nentries = (int)p->n_entries;
-    if ((e = sm_svc_count_dec(p->n_unreduced, SM_MAX_AXES, what, "unreduced axes", err, errlen)))
+    if ((e = sm_svc_axis_set_dec(p->unreduced, p->n_unreduced, what, "unreduced", out->unreduced,
+                                 &out->nunreduced, err, errlen)) ||
+        (e = sm_svc_axis_set_dec(p->reduced, p->n_reduced, what, "reduced", out->reduced,
+                                 &out->nreduced, err, errlen)))
         return e;
-    for (size_t k = 0; k < p->n_unreduced; k++) {
-        snprintf(sub, sizeof sub, "%s.unreduced[%zu]", what, k);
-        if (!p->unreduced[k] || !p->unreduced[k][0])
-            return sm_fail(err, errlen, SM_EINVAL, "%s is an empty axis name", sub);
-        if ((e = sm_svc_str_dec(p->unreduced[k], SM_AXIS_NAME_MAX, sub, out->unreduced[k], err,
-                                errlen)))
-            return e;
-    }
-    out->nunreduced = (int)p->n_unreduced;
-    if ((e = sm_svc_count_dec(p->n_reduced, SM_MAX_AXES, what, "reduced axes", err, errlen)))
-        return e;
-    for (size_t k = 0; k < p->n_reduced; k++) {
-        snprintf(sub, sizeof sub, "%s.reduced[%zu]", what, k);
-        if (!p->reduced[k] || !p->reduced[k][0])
-            return sm_fail(err, errlen, SM_EINVAL, "%s is an empty axis name", sub);
-        if ((e = sm_svc_str_dec(p->reduced[k], SM_AXIS_NAME_MAX, sub, out->reduced[k], err,
-                                errlen)))
-            return e;
-    }
-    out->nreduced = (int)p->n_reduced;
     if (p->unreduced_kind > SM_UK_MIN)
         return sm_fail(err, errlen, SM_EINVAL, "%s.unreduced_kind is %u (0 sum, 1 max, 2 min)",
                        what, p->unreduced_kind);

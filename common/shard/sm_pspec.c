@@ -212,22 +212,14 @@ sm_err sm_pspec_parse(const char *text, sm_pspec *out, char *err, size_t errlen)
             lx.p++;
             break;
         }
-        if (sm_pspec_at_word(&lx, "unreduced_kind")) {
-            sm_err rc = sm_pspec_parse_kind(&lx, &p);
-            if (rc)
-                return rc;
-            sm_pspec_skip_ws(&lx);
-            if (*lx.p == ',')
-                lx.p++;
-            sm_pspec_skip_ws(&lx);
-            if (*lx.p != ')')
-                return sm_pspec_expected(&lx, "')' after unreduced_kind=...");
-            continue;
-        }
-        int ur = sm_pspec_at_word(&lx, "unreduced"), red = !ur && sm_pspec_at_word(&lx, "reduced");
-        if (ur || red) {
-            sm_err rc = ur ? sm_pspec_parse_axis_set(&lx, "unreduced", p.unreduced, &p.nunreduced)
-                           : sm_pspec_parse_axis_set(&lx, "reduced", p.reduced, &p.nreduced);
+        /* the keywords, after the entries: unreduced=, reduced=, unreduced_kind= */
+        int kind = sm_pspec_at_word(&lx, "unreduced_kind"),
+            ur = !kind && sm_pspec_at_word(&lx, "unreduced"),
+            red = !kind && !ur && sm_pspec_at_word(&lx, "reduced");
+        if (kind || ur || red) {
+            sm_err rc = kind ? sm_pspec_parse_kind(&lx, &p)
+                        : ur ? sm_pspec_parse_axis_set(&lx, "unreduced", p.unreduced, &p.nunreduced)
+                             : sm_pspec_parse_axis_set(&lx, "reduced", p.reduced, &p.nreduced);
             if (rc)
                 return rc;
             sm_pspec_skip_ws(&lx);
@@ -236,8 +228,9 @@ sm_err sm_pspec_parse(const char *text, sm_pspec *out, char *err, size_t errlen)
             sm_pspec_skip_ws(&lx);
             if (*lx.p != ')' && !sm_pspec_at_word(&lx, "unreduced") &&
                 !sm_pspec_at_word(&lx, "reduced") && !sm_pspec_at_word(&lx, "unreduced_kind"))
-                return sm_pspec_expected(&lx, ur ? "')' after unreduced={...}"
-                                                 : "')' after reduced={...}");
+                return sm_pspec_expected(&lx, kind ? "')' after unreduced_kind=..."
+                                              : ur ? "')' after unreduced={...}"
+                                                   : "')' after reduced={...}");
             continue;
         }
         if (p.nentries == SM_MAX_RANK)
