@@ -413,6 +413,13 @@ static const error_case errors[] = {
     {"mesh X=2 Y=4\nshard_map g(a: f32[8,8] @ P('X', 'Y')) -> P('X', 'Y'):\n    return a\n"
      "shard_map f(x: f32[8,8] @ P('X', 'Y')) -> P('X', 'Y'):\n    return g(x)\n",
      {"only a jit body calls shard_map and jit functions"}},
+    /* P.UNCONSTRAINED: with_sharding_constraint's only */
+    {"mesh X=2 Y=2 axis_types=(Auto, Auto)\njit f(x: f32[4,4] @ P('X', None)):\n"
+     "    return reshard(x, P(UNCONSTRAINED, 'Y'))\n",
+     {"P.UNCONSTRAINED leaves a dimension's sharding to the service, which only "
+      "with_sharding_constraint may do"}},
+    {"mesh X=2\njit f(x: f32[4,4] @ P(UNCONSTRAINED, None)):\n    return x\n",
+     {"P(UNCONSTRAINED, None)", "only with_sharding_constraint may do"}},
     /* reduced values (JAX's default_nary_reduced_rule and the others) */
     {"mesh x=2\njit f(w: f32[8] @ P(None, reduced={'x'}), r: f32[8] @ P()):\n"
      "    return w * r\n",
@@ -951,6 +958,15 @@ typedef struct {
 } lower_case;
 
 static const lower_case lowers[] = {
+    /* with_sharding_constraint's P.UNCONSTRAINED keeps the dimension's
+     * layout (X, no gather; JAX leaves it to the compiler); Y slices */
+    {"mesh X=2 Y=2 axis_types=(Auto, Auto)\njit f(x: f32[4,4] @ P('X', None)):\n"
+     "    return with_sharding_constraint(x * 2, P(P.UNCONSTRAINED, 'Y'))\n",
+     0, 0, 0, 0, 0},
+    /* ... pinned to None instead, X is gathered */
+    {"mesh X=2 Y=2 axis_types=(Auto, Auto)\njit f(x: f32[4,4] @ P('X', None)):\n"
+     "    return with_sharding_constraint(x * 2, P(None, 'Y'))\n",
+     1, 0, 0, 0, 0},
     /* a while loop: the condition's reduction of a sharded value runs before
      * the loop and at the end of every turn (two psums in the text) */
     {"mesh X=2 Y=4\njit f(x: f32[8,16] @ P('X', None), w: f32[16,16] @ P()):\n"

@@ -203,6 +203,9 @@ static const pspec_case pspec_cases[] = {
      {0}},
     {"P(unreduced={'x'}, unreduced_kind='min')", "P(unreduced={'x'}, unreduced_kind=min)", 0, {0}},
     {"P(unreduced={'x'}, unreduced_kind=UnreducedKind.sum)", "P(unreduced={'x'})", 0, {0}},
+    /* P.UNCONSTRAINED (with_sharding_constraint's) */
+    {"P(P.UNCONSTRAINED, 'y')", "P(UNCONSTRAINED, 'y')", 2, {0, 1}},
+    {"P(UNCONSTRAINED)", "P(UNCONSTRAINED)", 1, {0}},
     /* reduced axes (JAX's reduced=), after unreduced ones */
     {"P(None, reduced={'x'})", "P(None, reduced={'x'})", 1, {0}},
     {"P(reduced={'y'}, unreduced={'x'})", "P(unreduced={'x'}, reduced={'y'})", 0, {0}},

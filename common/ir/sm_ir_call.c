@@ -289,8 +289,11 @@ static int sm_ps_wsc_partial(sm_parser *ps, const sm_tok *at, const sm_arg *args
                           "with_sharding_constraint takes an array, not a Python scalar");
     sm_err e =
         sm_ir_spec_not_manual(ps->p, bound, s, "with_sharding_constraint", ps->err, ps->errlen);
+    sm_pspec plain = *s; /* P.UNCONSTRAINED: checked as None */
+    for (int d = 0; d < plain.nentries; d++)
+        plain.e[d].unconstrained = 0;
     if (!e)
-        e = sm_pspec_check(s, &ps->p->mesh, &v->shape, "with_sharding_constraint", ps->err,
+        e = sm_pspec_check(&plain, &ps->p->mesh, &v->shape, "with_sharding_constraint", ps->err,
                            ps->errlen);
     if (e)
         return sm_ps_fail_at(ps, sp->at ? sp->at : at, e);

@@ -231,6 +231,23 @@ static int sm_ps_args(sm_parser *ps, sm_arg **args, int *nargs)
         } else if (n > 0 && a[n - 1].kw) {
             return sm_ps_fail(ps, t, SM_EFORMAT, "positional argument after a keyword argument");
         }
+        int unc = sm_tok_is(t, "UNCONSTRAINED") ? 1
+                  : (sm_tok_is(t, "P") || sm_tok_is(t, "PartitionSpec")) &&
+                          sm_tok_is(&ps->t[ps->pos + 1], ".") &&
+                          sm_tok_is(&ps->t[ps->pos + 2], "UNCONSTRAINED")
+                      ? 3
+                      : 0;
+        if (unc && !a[n].kw) { /* P(UNCONSTRAINED, 'y'): the entry's marker (sm_ps_spec_of_args) */
+            memset(&a[n].v, 0, sizeof a[n].v);
+            a[n].v.kind = SM_IT_STR;
+            a[n].v.s = "P.UNCONSTRAINED";
+            a[n].v.at = t;
+            ps->pos += unc;
+            n++;
+            if (!sm_tok_is(sm_ps_peek(ps), ")") && sm_ps_expect(ps, ",", "between arguments"))
+                return -1;
+            continue;
+        }
         if (sm_ps_expr(ps, &a[n].v))
             return -1;
         n++;

@@ -157,6 +157,13 @@ static int sm_ps_pspec_entry(sm_parser *ps, sm_pspec_entry *e)
     memset(e, 0, sizeof *e);
     if (sm_ps_accept(ps, "None"))
         return 0;
+    if ((sm_tok_is(t, "P") || sm_tok_is(t, "PartitionSpec")) &&
+        sm_tok_is(&ps->t[ps->pos + 1], ".") && sm_tok_is(&ps->t[ps->pos + 2], "UNCONSTRAINED"))
+        ps->pos += 2;
+    if (sm_ps_accept(ps, "UNCONSTRAINED")) { /* P.UNCONSTRAINED, as JAX prints it */
+        e->unconstrained = 1;
+        return 0;
+    }
     if (t->kind == SM_TOK_STRING) {
         ps->pos++;
         if (t->len < 1 || t->len >= SM_AXIS_NAME_MAX)

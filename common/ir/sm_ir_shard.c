@@ -172,7 +172,10 @@ static sm_err sm_sh_spec(const sm_program *p, const sm_ir_op *op, const sm_pspec
 {
     char w[200];
     snprintf(w, sizeof w, "%s: %s", sm_op_name(op->kind), what);
-    sm_err e = sm_pspec_check(spec, &p->mesh, s, w, err, errlen);
+    sm_pspec plain = *spec; /* with_sharding_constraint's P.UNCONSTRAINED: checked as None */
+    for (int d = 0; op->kind == SM_OP_WITH_SHARDING_CONSTRAINT && d < plain.nentries; d++)
+        plain.e[d].unconstrained = 0;
+    sm_err e = sm_pspec_check(&plain, &p->mesh, s, w, err, errlen);
     if (e)
         return e;
     sm_ir_layout_of_spec(p, spec, out);
@@ -1348,6 +1351,7 @@ sm_err sm_ir_shard_reshard(const sm_program *p, const sm_ir_op *op, const sm_ir_
                                    t, s);
                 }
         } else if (named & ~out->hidden) {
+            /* (the dimensions left UNCONSTRAINED keep the operand's: below) */
             size_t o = (size_t)snprintf(t, sizeof t, "Mesh(");
             for (int a = 0; a < p->mesh.naxes && o < sizeof t; a++)
                 o += (size_t)snprintf(t + o, sizeof t - o, "%s'%s': %lld", a ? ", " : "",
@@ -1365,6 +1369,21 @@ sm_err sm_ir_shard_reshard(const sm_program *p, const sm_ir_op *op, const sm_ir_
                            "probably meant to use `reshard` API?",
                            sm_pspec_format(op->attrs.sharding, s, sizeof s), t);
         }
+    }
+    /* P.UNCONSTRAINED: the dimension keeps the operand's layout (the axes
+     * the spec names elsewhere left out) */
+    const sm_pspec *sp = op->attrs.sharding;
+    uint32_t used = 0;
+    for (int d = 0; d < out->shape.rank; d++)
+        used |= sm_sh_dim_mask(&out->layout, d);
+    for (int d = 0; d < sp->nentries && d < out->shape.rank; d++) {
+        if (!sp->e[d].unconstrained)
+            continue;
+        out->layout.n[d] = 0;
+        for (int j = 0; j < in[0]->layout.n[d]; j++)
+            if (!(used & (1u << in[0]->layout.ax[d][j])))
+                out->layout.ax[d][out->layout.n[d]++] = in[0]->layout.ax[d][j];
+        used |= sm_sh_dim_mask(&out->layout, d);
     }
     plan->in[0] = in[0]->layout;
     plan->local_layout = in[0]->layout;

@@ -103,6 +103,7 @@ Shmap__V1__PartitionSpec *sm_svc_pspec_enc(sm_arena *a, const sm_pspec *sp)
         for (size_t k = 0; k < q->n_axes; k++)
             axes[k] = (char *)e->axes[k];
         q->is_tuple = e->is_tuple != 0;
+        q->unconstrained = e->unconstrained != 0;
         p->entries[i] = q;
     }
     if (sm_svc_axis_set_enc(a, sp->unreduced, sp->nunreduced, &p->unreduced, &p->n_unreduced) ||
@@ -421,6 +422,10 @@ sm_err sm_svc_pspec_dec(const Shmap__V1__PartitionSpec *p, const char *what, sm_
         }
         out->e[i].naxes = (int)q->n_axes;
         out->e[i].is_tuple = q->is_tuple != 0;
+        out->e[i].unconstrained = q->unconstrained != 0;
+        if (out->e[i].unconstrained && q->n_axes)
+            return sm_fail(err, errlen, SM_EINVAL,
+                           "%s.entries[%zu] is unconstrained and names axes", what, i);
     }
     out->nentries = (int)p->n_entries;
     if ((e = sm_svc_axis_set_dec(p->unreduced, p->n_unreduced, what, "unreduced", out->unreduced,

@@ -107,6 +107,14 @@ static sm_err sm_pspec_parse_entry(sm_pspec_lexer *lx, sm_pspec_entry *e)
         lx->p += 4;
         return SM_OK;
     }
+    static const char *const unc[] = {"UNCONSTRAINED", "P.UNCONSTRAINED",
+                                      "PartitionSpec.UNCONSTRAINED"};
+    for (size_t k = 0; k < sizeof unc / sizeof unc[0]; k++)
+        if (sm_pspec_at_word(lx, unc[k])) {
+            lx->p += strlen(unc[k]);
+            e->unconstrained = 1;
+            return SM_OK;
+        }
     if (*lx->p == '\'' || *lx->p == '"') {
         e->naxes = 1;
         return sm_pspec_parse_name(lx, e->axes[0]);
@@ -276,7 +284,9 @@ char *sm_pspec_format(const sm_pspec *p, char *buf, size_t len)
         if (i)
             sm_pspec_put(buf, len, &n, "%s", ", ");
         /* JAX canonicalises () to None and ('x',) to 'x'. */
-        if (e->naxes == 0) {
+        if (e->unconstrained) {
+            sm_pspec_put(buf, len, &n, "%s", "UNCONSTRAINED");
+        } else if (e->naxes == 0) {
             sm_pspec_put(buf, len, &n, "%s", "None");
         } else if (e->naxes == 1) {
             sm_pspec_put(buf, len, &n, "'%s'", e->axes[0]);
@@ -312,7 +322,7 @@ int sm_pspec_equal(const sm_pspec *a, const sm_pspec *b)
     if (a->nentries != b->nentries)
         return 0;
     for (int i = 0; i < a->nentries; i++) {
-        if (a->e[i].naxes != b->e[i].naxes)
+        if (a->e[i].naxes != b->e[i].naxes || !a->e[i].unconstrained != !b->e[i].unconstrained)
             return 0;
         for (int k = 0; k < a->e[i].naxes; k++)
             if (strcmp(a->e[i].axes[k], b->e[i].axes[k]) != 0)
@@ -331,6 +341,14 @@ int sm_pspec_equal(const sm_pspec *a, const sm_pspec *b)
         if (!sm_pspec_is_reduced(b, a->reduced[k]))
             return 0;
     return 1;
+}
+
+int sm_pspec_has_unconstrained(const sm_pspec *p)
+{
+    for (int i = 0; i < p->nentries; i++)
+        if (p->e[i].unconstrained)
+            return 1;
+    return 0;
 }
 
 int sm_pspec_is_reduced(const sm_pspec *p, const char *name)
@@ -448,6 +466,11 @@ sm_err sm_pspec_check(const sm_pspec *p, const sm_mesh *m, const sm_shape *shape
     if (rc)
         return rc;
     const char *name = what ? what : "the array";
+    if (sm_pspec_has_unconstrained(p))
+        return sm_fail(err, errlen, SM_EINVAL,
+                       "%s: %s: P.UNCONSTRAINED leaves a dimension's sharding to the service, "
+                       "which only with_sharding_constraint may do",
+                       name, sm_pspec_format(p, spec, sizeof spec));
     if (shape->rank < 0 || shape->rank > SM_MAX_RANK)
         return sm_fail(err, errlen, SM_EINVAL, "%s has rank %d; ranks go from 0 to %d", name,
                        shape->rank, SM_MAX_RANK);

@@ -9,8 +9,10 @@
 #include "sm_shape.h"
 
 typedef struct {
-    int naxes;    /* 0: None / () — not sharded */
-    int is_tuple; /* written as a tuple: ('x',) or ('x','y') or () */
+    int naxes;         /* 0: None / () — not sharded */
+    int is_tuple;      /* written as a tuple: ('x',) or ('x','y') or () */
+    int unconstrained; /* P.UNCONSTRAINED (no axes): left to the service; only a
+                        * with_sharding_constraint takes it (JAX's) */
     char axes[SM_MAX_AXES][SM_AXIS_NAME_MAX];
 } sm_pspec_entry;
 
@@ -56,6 +58,8 @@ int sm_pspec_equal(const sm_pspec *a, const sm_pspec *b);
 /* Checks the spec against a mesh only: every axis known to the mesh, no axis
  * used twice, no unreduced or reduced axis also partitioning, none both. */
 sm_err sm_pspec_check_mesh(const sm_pspec *p, const sm_mesh *m, char *err, size_t errlen);
+/* 1 if some entry is P.UNCONSTRAINED. */
+int sm_pspec_has_unconstrained(const sm_pspec *p);
 /* Full check against mesh and global shape: sm_pspec_check_mesh, then the
  * shape is sane (rank 0..SM_MAX_RANK, no negative dimension), then the
  * spec is not longer than the rank (a scalar needs P()), then every sharded

@@ -233,8 +233,9 @@ def _call(fn, *args):
 
 def _spec_axes(spec):
     """The mesh axes a PartitionSpec's entries name, in order (its unreduced
-    axes not among them)."""
-    return [a for e in spec if e is not None for a in ((e,) if isinstance(e, str) else e)]
+    axes not among them; P.UNCONSTRAINED names none)."""
+    return [a for e in spec if isinstance(e, (str, tuple))
+            for a in ((e,) if isinstance(e, str) else e)]
 
 
 def _short_type(dtype, shape):
@@ -286,6 +287,21 @@ class UnreducedKind(enum.Enum):
     min = 3
 
 
+class _Unconstrained:
+    """P.UNCONSTRAINED: a dimension whose sharding is left to the service
+    (JAX's; over Auto axes only)."""
+
+    def __repr__(self):
+        return "UNCONSTRAINED"
+
+    def __reduce__(self):
+        return (_unconstrained, ())
+
+
+def _unconstrained():
+    return PartitionSpec.UNCONSTRAINED
+
+
 class PartitionSpec(tuple):
     """JAX's PartitionSpec: P('i', None), P(('x', 'y'),), P(),
     P('x', None, unreduced={'y'}) (each device holds a partial sum over y;
@@ -296,7 +312,7 @@ class PartitionSpec(tuple):
     def __new__(cls, *entries, unreduced=frozenset(), reduced=frozenset(),
                 unreduced_kind=None):
         for e in entries:
-            ok = e is None or isinstance(e, str) or (
+            ok = e is None or isinstance(e, str) or e is PartitionSpec.UNCONSTRAINED or (
                 isinstance(e, tuple) and all(isinstance(a, str) for a in e))
             if not ok:
                 raise InvalidArgument(f"a PartitionSpec entry is None, an axis name or a tuple "
@@ -308,7 +324,8 @@ class PartitionSpec(tuple):
             raise ValueError(f"`unreduced` and `reduced` argument to PartitionSpec cannot "
                              f"overlap. Got unreduced: {set(unreduced)} and reduced: "
                              f"{set(reduced)}")
-        named = {a for e in entries if e is not None for a in ((e,) if isinstance(e, str) else e)}
+        named = {a for e in entries if isinstance(e, (str, tuple))
+                 for a in ((e,) if isinstance(e, str) else e)}
         if named & set(reduced):
             raise ValueError(f"partitions cannot overlap with reduced axes passed to "
                              f"PartitionSpec. Got partitions: {entries} and reduced axes: "
@@ -364,7 +381,7 @@ class PartitionSpec(tuple):
         def one(e):
             if e is None:
                 return "None"
-            if isinstance(e, str):
+            if isinstance(e, (str, _Unconstrained)):
                 return repr(e)
             return "(" + ", ".join(map(repr, e)) + ("," if len(e) == 1 else "") + ")"
         parts = [one(e) for e in self]
@@ -381,6 +398,7 @@ class PartitionSpec(tuple):
     __str__ = __repr__
 
 
+PartitionSpec.UNCONSTRAINED = _Unconstrained()
 P = PartitionSpec
 
 
@@ -531,6 +549,11 @@ class NamedSharding:
         self.spec = spec if spec is not None else P()
         if not isinstance(self.spec, PartitionSpec):
             self.spec = P(*self.spec)
+        types = getattr(mesh, "axis_types", None)
+        if P.UNCONSTRAINED in tuple(self.spec) and types is not None and \
+                AxisType.Auto not in tuple(types):
+            raise ValueError(f"{self.spec} cannot contain `P.UNCONSTRAINED` when no mesh "
+                             f"axis_types are `Auto`. Got mesh axis_types: {tuple(types)}")
 
     def _info(self, shape):
         if self.mesh._devices is None:

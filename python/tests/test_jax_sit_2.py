@@ -375,7 +375,6 @@ def test_shmap_close_over_partial_auto(c, m22auto):
     assert np.array_equal(np.asarray(out), np.tile(np.arange(8) * 2, 2))
 
 
-@pytest.mark.xfail(strict=True, reason="shmap's P has no UNCONSTRAINED")
 def test_wsc_error(c, m21):
     """test_wsc_error: with_sharding_constraint as an assert over Explicit
     axes (refused with JAX's sentence; its AssertionError type:

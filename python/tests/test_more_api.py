@@ -1316,3 +1316,26 @@ def test_at_strided_multiply_grad(c, mesh):
         g = shmap.jit(shmap.grad(lambda v, x: jnp.sum(x.at[::2, 1].multiply(v) ** 2)))(
             jnp.asarray(v), x)
         assert np.allclose(np.asarray(g), 2 * v * a[::2, 1] ** 2)
+
+
+def test_wsc_unconstrained(c):
+    """with_sharding_constraint with P.UNCONSTRAINED over Auto axes: that
+    dimension keeps its layout (no gather of it), the others are pinned;
+    anywhere else (reshard, an Explicit mesh's NamedSharding) it is
+    refused."""
+    mesh = c.make_mesh((2, 2), ("x", "y"), axis_types=(shmap.Auto, shmap.Auto))
+    x = np.arange(16.0).reshape(4, 4)
+    with shmap.use_mesh(mesh):
+        a = shmap.device_put(x, NamedSharding(mesh, P("x", None)))
+        f = shmap.jit(lambda v: lax.with_sharding_constraint(v * 2, P(P.UNCONSTRAINED, "y")))
+        out = f(a)
+        assert out.sharding == NamedSharding(mesh, P("x", "y"))
+        assert np.array_equal(np.asarray(out), 2 * x)
+        lowered = f.lower(a).as_text().split("# lowered:")[1]
+        assert "all_gather" not in lowered
+        assert repr(P(P.UNCONSTRAINED, "y")) == "P(UNCONSTRAINED, 'y')"
+        with pytest.raises(shmap.InvalidArgument, match="only with_sharding_constraint may do"):
+            shmap.jit(lambda v: shmap.reshard(v, P(P.UNCONSTRAINED, "y")))(a)
+    with pytest.raises(ValueError, match="cannot contain `P.UNCONSTRAINED` when no mesh "
+                       "axis_types are `Auto`"):
+        NamedSharding(c.make_mesh((2,), ("x",)), P(P.UNCONSTRAINED))
