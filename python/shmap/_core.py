@@ -1365,6 +1365,36 @@ def _default_mesh():
     return c._default_mesh
 
 
+def _padded(spec, ndim):
+    """spec with one entry per dimension (None the rest), or None."""
+    if not isinstance(spec, PartitionSpec):
+        return None
+    return P(*spec, *(None,) * (ndim - len(spec)), **spec._ur())
+
+
+def _move_unreduced(x, sharding, name):
+    """An unreduced Array onto another mesh of the same axes, each device's
+    partial sums to the device at its mesh position (JAX's runtime transfer
+    of the shards): the blocks stacked along a new leading dimension sharded
+    over the unreduced axes (a shard_map on x's mesh), that array moved as
+    any other, and taken back as partial sums on the new mesh."""
+    from ._trace import shard_map
+    spec, src, dst = x.sharding.spec, x.sharding.mesh, sharding.mesh
+    if (tuple(src.axis_names), tuple(src.axis_sizes)) != \
+            (tuple(dst.axis_names), tuple(dst.axis_sizes)):
+        raise Unimplemented(f"an unreduced array moves only to a mesh of the same axes "
+                            f"({src._text()!r}, not {dst._text()!r}): reshard it first")
+    axes = tuple(a for a in src.axis_names if a in spec.unreduced)
+    ents = tuple(spec) + (None,) * (x.ndim - len(spec))
+    kw = {"reduced": spec.reduced, "unreduced_kind": spec.unreduced_kind}
+    stacked = P(axes if len(axes) > 1 else axes[0], *ents, reduced=spec.reduced)
+    blocks = shard_map(lambda b: b[None], mesh=src, in_specs=P(*ents, unreduced=axes, **kw),
+                       out_specs=stacked, check_vma=False)(x)
+    moved = device_put(blocks, NamedSharding(dst, stacked))
+    return shard_map(lambda b: b[0], mesh=dst, in_specs=stacked,
+                     out_specs=P(*ents, unreduced=axes, **kw), check_vma=False)(moved)
+
+
 def device_put(x, sharding=None, name=None, replicas=1):
     """jax.device_put: x onto sharding's mesh (its client, or the default
     one); a pytree (tuples, lists, dicts) of arrays goes leaf by leaf; a bare
@@ -1408,6 +1438,12 @@ def device_put(x, sharding=None, name=None, replicas=1):
     if type(x) in (tuple, list):
         return type(x)(device_put(v, sharding) for v in x)
     unreduced = getattr(getattr(sharding, "spec", None), "unreduced", None)
+    if isinstance(x, Array) and x.sharding.spec.unreduced and \
+            _padded(x.sharding.spec, x.ndim) == _padded(getattr(sharding, "spec", None), x.ndim) \
+            and \
+            getattr(sharding.mesh, "_devices", None) is not None and \
+            x.sharding.mesh._devices != sharding.mesh._devices:
+        return _move_unreduced(x, sharding, name)
     if unreduced and name is None and replicas == 1 and not (
             isinstance(x, Array) and set(x.sharding.spec.unreduced or ()) >= set(unreduced)):
         # to partial sums: placed without them, then a program's reshard (JAX's:

@@ -5,9 +5,7 @@ and their gradients; out_sharding= of jnp.ones, full, bincount, one_hot,
 segment sums, matmul and top_k; vmap and grad over Explicit meshes, and the
 errors JAX raises with its sentences) against numpy and JAX's expected
 shardings, and reduced shardings (P(reduced=...)) with their unreduced
-gradients, and unreduced values of the kinds max and min. Tests of what
-shmap does not have (putting an unreduced array onto another mesh) are
-strict xfails with the difference as reason. Runs on the cluster of conftest's c
+gradients, and unreduced values of the kinds max and min. Runs on the cluster of conftest's c
 (2 workers x 4 devices)."""
 # Not ported:
 # test_config_remove_size_one_mesh_axis_roundtrip: a jax.config flag shmap does not have, and
@@ -32,12 +30,6 @@ from shmap import P, NamedSharding
 from shmap.sharding import UnreducedKind
 from shmap import lax
 from shmap import numpy as jnp
-
-NO_UNREDUCED_RESHARD = ("shmap refuses to reshard an array to an unreduced spec (only a "
-                        "program's dot_general or shard_map makes one)")
-NO_UNREDUCED_PUT = ("shmap's device_put of an array to an unreduced spec is refused "
-                    "(Unimplemented: 'only a program's results hold partial sums')")
-
 
 @pytest.fixture(scope="module")
 def m1(c):
@@ -1140,19 +1132,22 @@ def test_sort_grad(c, m2):
         assert np.array_equal(np.asarray(shmap.jit(f)(x)), want)
 
 
-@pytest.mark.xfail(strict=True, raises=shmap.Unimplemented, reason=NO_UNREDUCED_PUT)
 def test_device_put_unreduced_via_runtime_transfer(c, m2):
     """test_device_put_unreduced_via_runtime_transfer: a product unreduced
     over x put on another mesh of two devices, unreduced, its shards
     copied."""
-    mesh2 = shmap.Mesh((2,), ("x",), c.devices()[4:6])
+    mesh2 = shmap.Mesh((2,), ("x",), c.devices()[4:6], axis_types=(shmap.Explicit,))
     with shmap.use_mesh(m2):
         arr1 = shmap.device_put(np.arange(8).reshape(2, 4), NamedSharding(m2, P(None, "x")))
         arr2 = shmap.device_put(np.arange(8).reshape(4, 2), NamedSharding(m2, P("x", None)))
         x = jnp.dot(arr1, arr2, out_sharding=NamedSharding(m2, P(unreduced={"x"})))
         out = shmap.device_put(x, NamedSharding(mesh2, P(unreduced={"x"})))
+        assert out.sharding.mesh == mesh2 and out.sharding.spec.unreduced == {"x"}
         for s1, s2 in zip(x.addressable_shards, out.addressable_shards):
             assert np.array_equal(s1.data, s2.data)
+        assert not np.array_equal(out.addressable_shards[0].data, out.addressable_shards[1].data)
+        assert np.array_equal(np.asarray(shmap.reshard(x, NamedSharding(m2, P()))),
+                              np.asarray(shmap.reshard(out, NamedSharding(mesh2, P()))))
 
 
 def test_device_put_unreduced_via_jit(c, m2):
