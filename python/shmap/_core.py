@@ -1372,7 +1372,7 @@ def _padded(spec, ndim):
     return P(*spec, *(None,) * (ndim - len(spec)), **spec._ur())
 
 
-def _move_unreduced(x, sharding, name):
+def _move_unreduced(x, sharding):
     """An unreduced Array onto another mesh of the same axes, each device's
     partial sums to the device at its mesh position (JAX's runtime transfer
     of the shards): the blocks stacked along a new leading dimension sharded
@@ -1438,12 +1438,12 @@ def device_put(x, sharding=None, name=None, replicas=1):
     if type(x) in (tuple, list):
         return type(x)(device_put(v, sharding) for v in x)
     unreduced = getattr(getattr(sharding, "spec", None), "unreduced", None)
-    if isinstance(x, Array) and x.sharding.spec.unreduced and \
+    if isinstance(x, Array) and x.sharding.spec.unreduced and name is None and \
             _padded(x.sharding.spec, x.ndim) == _padded(getattr(sharding, "spec", None), x.ndim) \
             and \
             getattr(sharding.mesh, "_devices", None) is not None and \
             x.sharding.mesh._devices != sharding.mesh._devices:
-        return _move_unreduced(x, sharding, name)
+        return _move_unreduced(x, sharding)
     if unreduced and name is None and replicas == 1 and not (
             isinstance(x, Array) and set(x.sharding.spec.unreduced or ()) >= set(unreduced)):
         # to partial sums: placed without them, then a program's reshard (JAX's:
