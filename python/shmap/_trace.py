@@ -2228,18 +2228,19 @@ class _Traced:
         return tuple(out)
 
     def _check_unreduced_axes(self, mesh, specs, prefix):
-        """JAX's _check_unreduced: unreduced axes of specs (in or out) must
-        be Explicit ones of the mesh (JAX's ValueError)."""
+        """JAX's _check_unreduced: unreduced and reduced axes of specs (in or
+        out) must be Explicit ones of the mesh (JAX's ValueError)."""
         if mesh is None or specs is None or specs is _INFER:
             return
         types = dict(zip(mesh.axis_names, mesh.axis_types))
         for sp in _tree_leaves(specs, "s"):
             sp = sp[0]
-            if isinstance(sp, PartitionSpec) and sp.unreduced and \
-                    not all(types.get(u) == Explicit for u in sp.unreduced):
-                raise ValueError(f"unreduced in {prefix}_specs {sp!r} can only be used when the "
-                                 f"mesh passed to shard_map contains axis names all of type "
-                                 f"`Explicit`. Got mesh {mesh!r}")
+            for what in ("unreduced", "reduced"):
+                axes = getattr(sp, what, None) if isinstance(sp, PartitionSpec) else None
+                if axes and not all(types.get(u) == Explicit for u in axes):
+                    raise ValueError(f"{what} in {prefix}_specs {sp!r} can only be used when "
+                                     f"the mesh passed to shard_map contains axis names all of "
+                                     f"type `Explicit`. Got mesh {mesh!r}")
 
     def _check_specs_vs_args(self, mesh, args, specs):
         """JAX's _check_specs_vs_args: an in_spec longer than its argument's

@@ -117,3 +117,14 @@ def test_reduce_out_sharding_not_reduced(c, m2):
         s = shmap.jit(lambda w: jnp.sum(w))(w)
         assert s.sharding == NamedSharding(m2, P(reduced={"x"}))
         assert float(np.asarray(s)) == 28.0
+
+
+def test_shard_map_reduced_needs_explicit_axes(c):
+    """A shard_map's specs may name reduced axes of Explicit mesh axes only
+    (JAX's ValueError for an Auto one)."""
+    mesh = c.make_mesh((2,), ("x",), axis_types=(shmap.Auto,))
+    f = shmap.shard_map(lambda w: w * 2, mesh=mesh, in_specs=P(reduced={"x"}),
+                        out_specs=P(reduced={"x"}))
+    with pytest.raises(ValueError, match="reduced in in_specs .* can only be used when the mesh "
+                       "passed to shard_map contains axis names all of type `Explicit`"):
+        f(np.ones(4, np.float32))
