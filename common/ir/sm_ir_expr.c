@@ -211,45 +211,32 @@ static int sm_ps_args(sm_parser *ps, sm_arg **args, int *nargs)
         if (t->kind == SM_TOK_NAME && sm_tok_is(&ps->t[ps->pos + 1], "=")) {
             a[n].kw = sm_ps_text(ps, t);
             ps->pos += 2;
-            const sm_tok *v = sm_ps_peek(ps);
-            if (!strcmp(a[n].kw, "unreduced_kind") && v->kind == SM_TOK_NAME) {
-                /* P(..., unreduced_kind=max), as JAX prints it: the kind's name */
-                if (sm_tok_is(v, "UnreducedKind") && sm_tok_is(&ps->t[ps->pos + 1], ".")) {
-                    ps->pos += 2;
-                    v = sm_ps_peek(ps);
-                }
-                memset(&a[n].v, 0, sizeof a[n].v);
-                a[n].v.kind = SM_IT_STR;
-                a[n].v.s = sm_ps_text(ps, v);
-                a[n].v.at = v;
-                ps->pos++;
-                n++;
-                if (!sm_tok_is(sm_ps_peek(ps), ")") && sm_ps_expect(ps, ",", "between arguments"))
-                    return -1;
-                continue;
-            }
         } else if (n > 0 && a[n - 1].kw) {
             return sm_ps_fail(ps, t, SM_EFORMAT, "positional argument after a keyword argument");
         }
-        int unc = sm_tok_is(t, "UNCONSTRAINED") ? 1
-                  : (sm_tok_is(t, "P") || sm_tok_is(t, "PartitionSpec")) &&
-                          sm_tok_is(&ps->t[ps->pos + 1], ".") &&
-                          sm_tok_is(&ps->t[ps->pos + 2], "UNCONSTRAINED")
-                      ? 3
-                      : 0;
-        if (unc && !a[n].kw) { /* P(UNCONSTRAINED, 'y'): the entry's marker (sm_ps_spec_of_args) */
+        /* a spec's words as JAX prints them, taken as strings (sm_ps_spec_of_args):
+         * P(UNCONSTRAINED, 'y', ..., unreduced_kind=max) */
+        const sm_tok *w = NULL;
+        const char *word = NULL;
+        int unc = a[n].kw ? 0 : sm_ps_at_unconstrained(ps);
+        if (unc) {
+            w = sm_ps_peek(ps);
+            word = SM_PS_UNCONSTRAINED;
+            ps->pos += unc;
+        } else if (a[n].kw && !strcmp(a[n].kw, "unreduced_kind") &&
+                   sm_ps_peek(ps)->kind == SM_TOK_NAME) {
+            w = sm_ps_kind_word(ps);
+            word = sm_ps_text(ps, w);
+            ps->pos++;
+        }
+        if (word) {
             memset(&a[n].v, 0, sizeof a[n].v);
             a[n].v.kind = SM_IT_STR;
-            a[n].v.s = "P.UNCONSTRAINED";
-            a[n].v.at = t;
-            ps->pos += unc;
-            n++;
-            if (!sm_tok_is(sm_ps_peek(ps), ")") && sm_ps_expect(ps, ",", "between arguments"))
-                return -1;
-            continue;
-        }
-        if (sm_ps_expr(ps, &a[n].v))
+            a[n].v.s = word;
+            a[n].v.at = w;
+        } else if (sm_ps_expr(ps, &a[n].v)) {
             return -1;
+        }
         n++;
         if (!sm_tok_is(sm_ps_peek(ps), ")") && sm_ps_expect(ps, ",", "between arguments"))
             return -1;

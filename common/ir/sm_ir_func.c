@@ -81,7 +81,7 @@ static int sm_ps_spec_of_args(sm_parser *ps, const sm_tok *at, const sm_arg *arg
         if (npos == SM_MAX_RANK)
             return sm_ps_fail(ps, at, SM_EINVAL, "P(...) has more than %d entries", SM_MAX_RANK);
         sm_pspec_entry *e = &sp->e[npos++];
-        if (v->kind == SM_IT_STR && !strcmp(v->s, "P.UNCONSTRAINED")) { /* (sm_ps_args) */
+        if (v->kind == SM_IT_STR && !strcmp(v->s, SM_PS_UNCONSTRAINED)) { /* (sm_ps_args) */
             e->unconstrained = 1;
             continue;
         }

@@ -150,6 +150,25 @@ void sm_ps_unbind_to(sm_parser *ps, int n)
     }
 }
 
+int sm_ps_at_unconstrained(sm_parser *ps)
+{
+    const sm_tok *t = sm_ps_peek(ps);
+    if (sm_tok_is(t, "UNCONSTRAINED"))
+        return 1;
+    return (sm_tok_is(t, "P") || sm_tok_is(t, "PartitionSpec")) &&
+                   sm_tok_is(&ps->t[ps->pos + 1], ".") &&
+                   sm_tok_is(&ps->t[ps->pos + 2], "UNCONSTRAINED")
+               ? 3
+               : 0;
+}
+
+const sm_tok *sm_ps_kind_word(sm_parser *ps)
+{
+    if (sm_tok_is(sm_ps_peek(ps), "UnreducedKind") && sm_tok_is(&ps->t[ps->pos + 1], "."))
+        ps->pos += 2;
+    return sm_ps_peek(ps);
+}
+
 /* One spec entry: None, 'x', or a tuple of names. */
 static int sm_ps_pspec_entry(sm_parser *ps, sm_pspec_entry *e)
 {
@@ -157,10 +176,9 @@ static int sm_ps_pspec_entry(sm_parser *ps, sm_pspec_entry *e)
     memset(e, 0, sizeof *e);
     if (sm_ps_accept(ps, "None"))
         return 0;
-    if ((sm_tok_is(t, "P") || sm_tok_is(t, "PartitionSpec")) &&
-        sm_tok_is(&ps->t[ps->pos + 1], ".") && sm_tok_is(&ps->t[ps->pos + 2], "UNCONSTRAINED"))
-        ps->pos += 2;
-    if (sm_ps_accept(ps, "UNCONSTRAINED")) { /* P.UNCONSTRAINED, as JAX prints it */
+    int unc = sm_ps_at_unconstrained(ps);
+    if (unc) { /* P.UNCONSTRAINED, as JAX prints it */
+        ps->pos += unc;
         e->unconstrained = 1;
         return 0;
     }
@@ -208,9 +226,7 @@ int sm_ps_pspec(sm_parser *ps, sm_pspec *out)
             ps->pos++;
             if (sm_ps_expect(ps, "=", "after unreduced_kind"))
                 return -1;
-            if (sm_tok_is(sm_ps_peek(ps), "UnreducedKind") && sm_tok_is(&ps->t[ps->pos + 1], "."))
-                ps->pos += 2;
-            const sm_tok *k = sm_ps_peek(ps);
+            const sm_tok *k = sm_ps_kind_word(ps);
             int kind = k->kind == SM_TOK_STRING || k->kind == SM_TOK_NAME
                            ? sm_pspec_kind_of(k->text, (size_t)k->len)
                            : -1;

@@ -168,5 +168,13 @@ int sm_ps_call_fn(sm_parser *ps, const sm_fn *f, const sm_tok *at, const sm_arg 
 
 /* Parses P(...) / PartitionSpec(...) at the current token. */
 int sm_ps_pspec(sm_parser *ps, sm_pspec *out);
+/* The words of a spec written as JAX prints it: the number of tokens of
+ * UNCONSTRAINED or P.UNCONSTRAINED at the current token (0 if none); and
+ * after unreduced_kind=, the kind's name token (UnreducedKind. skipped). */
+int sm_ps_at_unconstrained(sm_parser *ps);
+const sm_tok *sm_ps_kind_word(sm_parser *ps);
+/* The string item sm_ps_args makes of a P(...) argument UNCONSTRAINED,
+ * which sm_ps_spec_of_args turns into that entry. */
+#define SM_PS_UNCONSTRAINED "P.UNCONSTRAINED"
 
 #endif

@@ -1365,11 +1365,11 @@ def _default_mesh():
     return c._default_mesh
 
 
-def _padded(spec, ndim):
-    """spec with one entry per dimension (None the rest), or None."""
-    if not isinstance(spec, PartitionSpec):
-        return None
-    return P(*spec, *(None,) * (ndim - len(spec)), **spec._ur())
+def _padded(spec, ndim, **ur):
+    """spec (None: P()) with one entry per dimension (None the rest), its
+    unreduced=, reduced=, unreduced_kind= or those of ur."""
+    spec = P() if spec is None else spec
+    return P(*spec, *(None,) * (ndim - len(spec)), **{**spec._ur(), **ur})
 
 
 def _move_unreduced(x, sharding):
@@ -1439,10 +1439,9 @@ def device_put(x, sharding=None, name=None, replicas=1):
         return type(x)(device_put(v, sharding) for v in x)
     unreduced = getattr(getattr(sharding, "spec", None), "unreduced", None)
     if isinstance(x, Array) and x.sharding.spec.unreduced and name is None and \
-            _padded(x.sharding.spec, x.ndim) == _padded(getattr(sharding, "spec", None), x.ndim) \
-            and \
-            getattr(sharding.mesh, "_devices", None) is not None and \
-            x.sharding.mesh._devices != sharding.mesh._devices:
+            isinstance(sharding, NamedSharding) and getattr(sharding.mesh, "_devices", None) and \
+            x.sharding.mesh._devices != sharding.mesh._devices and \
+            _padded(x.sharding.spec, x.ndim) == _padded(sharding.spec, x.ndim):
         return _move_unreduced(x, sharding)
     if unreduced and name is None and replicas == 1 and not (
             isinstance(x, Array) and set(x.sharding.spec.unreduced or ()) >= set(unreduced)):
@@ -1562,6 +1561,21 @@ class local_cluster:
         self._stop()
 
 
+def _type_axes(t):
+    """{'V': {...}, 'U': {...}, 'R': {...}, 'kind': 'sum'}: the mesh axes of
+    a type string's {V:..., U:..., R:...} (U_max:..., U_min:...: unreduced
+    of that kind); t a type string or a value with a .type."""
+    out = {"U": set(), "V": set(), "R": set(), "kind": "sum"}
+    m = re.search(r"\{(.*)\}\s*$", str(t if isinstance(t, str) else getattr(t, "type", "") or ""))
+    for part in (m.group(1).split(", ") if m else ()):
+        k, _, axes = part.partition(":")
+        if k.startswith("U_"):
+            k, out["kind"] = "U", k[2:]
+        if k in out:
+            out[k].update(a for a in axes.split(",") if a)
+    return out
+
+
 class _Type(str):
     """What jax.typeof gives: the type string it prints (f32[8@i,16@j],
     compared as a string) with the aval's attributes: shape, dtype, ndim,
@@ -1589,18 +1603,7 @@ class _Type(str):
     ndim = property(lambda self: len(self.shape))
 
     def _attrs(self):
-        """{'U': {...}, 'V': {...}, 'R': {...}, 'kind': 'sum'}: the axes of
-        the type's {V:..., U:..., R:...} (U_max:..., U_min:... unreduced of
-        that kind)."""
-        out = {"U": set(), "V": set(), "R": set(), "kind": "sum"}
-        m = re.search(r"\{(.*)\}\s*$", str(self))
-        for part in (m.group(1).split(", ") if m else ()):
-            k, _, axes = part.partition(":")
-            if k.startswith("U_"):
-                k, out["kind"] = "U", k[2:]
-            if k in out:
-                out[k].update(a for a in axes.split(",") if a)
-        return out
+        return _type_axes(self)
 
     @property
     def vma(self):

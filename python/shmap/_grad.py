@@ -26,7 +26,8 @@ import types
 
 import numpy as np
 
-from ._core import Array, InvalidArgument, PartitionSpec, Unimplemented, _spec_axes
+from ._core import (Array, InvalidArgument, PartitionSpec, Unimplemented, _padded, _spec_axes,
+                    _type_axes)
 from ._trace import (Tracer, _builder, _call_op, _entries, _is_tree, _state, _tree_build,
                      _tree_leaves, _tree_sig, jit)
 
@@ -53,13 +54,8 @@ def _spec(t):
 
 def _ur(t):
     """(unreduced, reduced): the mesh axes of t's type's {U:...} and {R:...}."""
-    m = re.search(r"\{(.*)\}\s*$", str(getattr(t, "type", "") or ""))
-    out = {"U": set(), "R": set()}
-    for part in (m.group(1).split(", ") if m else ()):
-        k, _, axes = part.partition(":")
-        if k in out:
-            out[k].update(a for a in axes.split(",") if a)
-    return frozenset(out["U"]), frozenset(out["R"])
+    axes = _type_axes(t)
+    return frozenset(axes["U"]), frozenset(axes["R"])
 
 
 def _ct_sharding(t):
@@ -67,27 +63,21 @@ def _ct_sharding(t):
     dimensions, unreduced over the axes t is reduced over (replicated,
     whose cotangent each device holds a part of) and reduced over those t
     is unreduced over; None when the cotangent is replicated."""
-    from ._core import P
     u, r = _ur(t)
     spec = _spec(t)
     if not u and not r:
         return spec
-    dims = tuple(spec or ())
-    dims += (None,) * (len(t.shape) - len(dims))
-    return P(*dims, unreduced=r, reduced=u)
+    return _padded(spec, len(t.shape), unreduced=r, reduced=u)
 
 
 def _zeros_typed(g):
     """Zeros of g's type: its sharding, unreduced and reduced axes included
     (zeros are partial sums of zero)."""
-    from ._core import P
     z = _jnp().zeros_like(g)
     u, r = _ur(g)
     if not u and not r:
         return z
-    dims = tuple(_spec(g) or ())
-    return _jnp().reshard(z, P(*dims, *(None,) * (len(g.shape) - len(dims)),
-                               unreduced=u, reduced=r))
+    return _jnp().reshard(z, _padded(_spec(g), len(g.shape), unreduced=u, reduced=r))
 
 
 def _laid_out_as(t):
@@ -237,11 +227,8 @@ def _sum_to(c, like, shape=None, dtype=None):
 def _vma(t):
     """The varying and the unreduced mesh axes of a shard_map block's type
     ('f32[2,4]{V:i,j, U:k}')."""
-    m = re.search(r"\{(.*)\}$", t.type)
-    v = re.search(r"V:(\w+(?:,\w+)*)", m.group(1)) if m else None
-    u = re.search(r"U:(\w+(?:,\w+)*)", m.group(1)) if m else None
-    return (set(v.group(1).split(",")) if v else set(),
-            set(u.group(1).split(",")) if u else set())
+    axes = _type_axes(t)
+    return axes["V"], axes["U"]
 
 
 def _laid_like(c, a):
@@ -373,9 +360,7 @@ def _einsum_ct(subscripts, ops, g, k):
         # a reduced operand's cotangent: the contraction's partial sums
         # over the axes it is reduced over stay unreduced (no all-reduce;
         # JAX's transpose with the cotangent's out_sharding)
-        from ._core import P
-        dims = tuple(kw["out_sharding"])
-        kw = {"out_sharding": P(*dims, *(None,) * (len(kept) - len(dims)), unreduced=red)}
+        kw = {"out_sharding": _padded(kw["out_sharding"], len(kept), unreduced=red)}
     r = jnp.einsum(",".join([out] + others) + "->" + kept, g,
                    *[o for j, o in enumerate(ops) if j != k], **kw)
     if kept != tk:  # indices summed within operand k alone: broadcast back
@@ -976,10 +961,8 @@ def _rule(prim, g, out, args, kwargs):
         kw = _laid_out_as(x)
         u, r = _ur(g)
         if kw and (u or r):  # g's partial sums (or reduced axes) stay: reshape is linear
-            from ._core import P
-            dims = tuple(kw["out_sharding"])
-            kw = {"out_sharding": P(*dims, *(None,) * (len(x.shape) - len(dims)),
-                                    unreduced=u, reduced=r)}
+            kw = {"out_sharding": _padded(kw["out_sharding"], len(x.shape), unreduced=u,
+                                          reduced=r)}
         return [jnp.reshape(g, tuple(x.shape), **kw), None]
     if prim == "squeeze":
         return [jnp.reshape(g, tuple(x.shape))]

@@ -21,7 +21,7 @@ import _shmap
 from ._core import use_mesh as _use_mesh
 from ._core import (ConcretizationTypeError, TracerArrayConversionError,
                     TracerBoolConversionError, TracerIntegerConversionError)
-from ._core import AbstractMesh, _short_type, _spec_axes
+from ._core import AbstractMesh, _short_type, _spec_axes, _type_axes
 from ._core import (Array, InvalidArgument, NamedSharding, P, PartitionSpec, ProgramError,
                     Unimplemented, Explicit,
                     ShapeDtypeStruct, ShmapError, _DTYPES, _At, _Shaped, _default, _dtype_name,
@@ -2219,10 +2219,8 @@ class _Traced:
             u = getattr(spec, "unreduced", frozenset())
             r = getattr(spec, "reduced", frozenset())
             if isinstance(a, Tracer):
-                m = re.search(r"U:(\w+(?:,\w+)*)", a.type)
-                u = set(m.group(1).split(",")) if m else set()
-                m = re.search(r"R:(\w+(?:,\w+)*)", a.type)
-                r = set(m.group(1).split(",")) if m else set()
+                axes = _type_axes(a)
+                u, r = axes["U"], axes["R"]
             out.append(P(*entries, unreduced=[n for n in mesh.axis_names if n in u and n in names],
                          reduced=[n for n in mesh.axis_names if n in r and n in names]))
         return tuple(out)

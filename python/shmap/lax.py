@@ -656,11 +656,6 @@ def _reduce_out(name, op, operand, axes, out_sharding):
     op_u = sorted(jnp._unreduced_of(operand))
     used = [a for i, e in enumerate(ents) if i in axes and e is not None
             for a in ((e,) if isinstance(e, str) else e)] + op_u
-    if not builtins.all(u in used for u in spec.unreduced):
-        from ._core import ProgramError
-        raise ProgramError(f"out_sharding's unreduced axes should be in operand's specs that "
-                           f"were reduce_{name} over. Got operand={operand.type}, "
-                           f"axes={axes}, unreduced_spec={set(spec.unreduced)}")
     kind = spec.unreduced_kind.name
     if kind != name:
         from ._core import ShardingTypeError
@@ -670,31 +665,54 @@ def _reduce_out(name, op, operand, axes, out_sharding):
         raise NotImplementedError(f"reduce_{name} of an unreduced operand to an unreduced "
                                   f"out_sharding is not implemented")
     from ._core import P
+    red = set(jnp._reduced_of(operand))  # kept through the sum (JAX's reduce rule)
+    return _partial_results(f"reduce_{name}", lambda b: op(b, axes), (operand,),
+                            (P(*ents, unreduced=set(op_u), reduced=red),), used,
+                            [e for i, e in enumerate(ents) if i not in axes], out_sharding,
+                            op_u, red, axes)
+
+
+def _partial_results(name, local, args, in_specs, used, kept, out_sharding, op_u=(),
+                     red=frozenset(), axes=None):
+    """A reduction over mesh axes used (those its operands' reduced
+    dimensions are sharded over, and op_u, those they hold partial sums
+    over) to an unreduced out_sharding, as JAX's: a shard_map whose body
+    runs local on the blocks (each device's own result), completes it over
+    the axes out_sharding leaves out (psum, pmax or pmin by its kind) and
+    leaves it partial over the others; kept: the result's spec entries,
+    resharded to out_sharding's where they differ; axes: the reduced
+    dimensions, for the message."""
+    from ._core import P, ProgramError
     from ._trace import _state, shard_map
     from .numpy import get_mesh
+    spec = getattr(out_sharding, "spec", out_sharding)
+    if not builtins.all(u in used for u in spec.unreduced):
+        raise ProgramError(f"out_sharding's unreduced axes should be in operand's specs that "
+                           f"were {name} over. Got operand={args[0].type}, "
+                           f"{'' if axes is None else f'axes={axes}, '}"
+                           f"unreduced_spec={set(spec.unreduced)}")
+    kind = spec.unreduced_kind.name
     mesh = getattr(out_sharding, "mesh", None) or \
         getattr(getattr(_state, "builder", None), "mesh", None) or get_mesh()
     unred = tuple(a for a in used if a in spec.unreduced)
     rest = tuple(a for a in used if a not in spec.unreduced)
     new = tuple(a for a in unred if a not in op_u)
 
-    def body(b):
-        r = op(b, axes)
-        if name != "sum":  # each device's max (min) is its partial result
-            return (pmax if name == "max" else pmin)(r, rest) if rest else r  # noqa: F821
+    def body(*blocks):
+        r = local(*blocks)
+        if kind != "sum":  # each device's max (min) is its partial result
+            return (pmax if kind == "max" else pmin)(r, rest) if rest else r  # noqa: F821
         r = psum(r, rest) if rest else r  # noqa: F821 (the collectives, below)
         return pcast(r, new, to="unreduced") if new else r  # noqa: F821
 
-    kept = [e for i, e in enumerate(ents) if i not in axes]
-    red = set(jnp._reduced_of(operand))  # kept through the sum (JAX's reduce rule)
     # partial maxima (minima) have no cast of their own: the blocks varying
     # over the unreduced axes are taken as they are (check_vma=False)
-    out = shard_map(body, mesh=mesh, in_specs=P(*ents, unreduced=set(op_u), reduced=red),
+    out = shard_map(body, mesh=mesh, in_specs=in_specs,
                     out_specs=P(*kept, unreduced=set(unred), reduced=red, unreduced_kind=kind),
-                    check_vma=name == "sum")(operand)
+                    check_vma=kind == "sum")(*args)
     want = list(spec) + [None] * (len(kept) - len(spec))
-    return out if want == kept else jnp.reshard(out, P(*want, unreduced=spec.unreduced,
-                                                       unreduced_kind=kind))
+    return out if want == kept else reshard(out, P(*want, unreduced=spec.unreduced,
+                                                   unreduced_kind=kind))
 
 
 reduce_sum, reduce_max = _reducer("sum"), _reducer("max")

@@ -13,7 +13,7 @@ import numpy as _np
 import _shmap
 
 from ._core import AbstractMesh as _AbstractMesh, Array as _Array, NamedSharding as _NamedSharding
-from ._core import _canonicalize_sharding, _spec_axes, get_mesh
+from ._core import _canonicalize_sharding, _spec_axes, _type_axes, get_mesh
 from ._core import _context_mesh as _core_context_mesh
 from ._core import device_put as _device_put
 from ._trace import _dims, _eager, _holds_array, _run_now, _spec_entry, _state, make_op
@@ -226,18 +226,13 @@ def full(shape, fill_value, dtype=None, *, device=None, out_sharding=None):
 def _unreduced_of(x):
     """The mesh axes x (an Array or a traced value) is unreduced over: its
     type's {U:...}."""
-    m = re.search(r"\{(.*)\}\s*$", str(getattr(x, "type", "")))
-    return frozenset(a for part in (m.group(1).split(", ") if m else ())
-                     if part.startswith("U") and ":" in part
-                     for a in part.partition(":")[2].split(",") if a)
+    return frozenset(_type_axes(x)["U"])
 
 
 def _reduced_of(x):
     """The mesh axes x (an Array or a traced value) is reduced over: its
     type's {R:...}."""
-    m = re.search(r"\{(.*)\}\s*$", str(getattr(x, "type", "")))
-    return frozenset(a for part in (m.group(1).split(", ") if m else ())
-                     if part.startswith("R:") for a in part[2:].split(",") if a)
+    return frozenset(_type_axes(x)["R"])
 
 
 def _spec_of_type(t):

@@ -48,10 +48,8 @@ def _segment_sum_unreduced(data, segment_ids, n, out_sharding):
     rows and ids must be sharded over), a psum over the other axes they
     are sharded over."""
     from ._core import P, ProgramError
-    from ._trace import shard_map
-    from .lax import pcast, psum
-    from .numpy import _spec_of_type, get_mesh
-    spec = getattr(out_sharding, "spec", out_sharding)
+    from .lax import _partial_results
+    from .numpy import _spec_of_type
     k = len(segment_ids.shape)
     ents = list(_spec_of_type(data.type) or ())
     ents += [None] * (len(data.shape) - len(ents))
@@ -60,24 +58,9 @@ def _segment_sum_unreduced(data, segment_ids, n, out_sharding):
         raise ProgramError(f"segment_sum: the ids are sharded as {P(*ids[:k])!r}, the data's "
                            f"leading dimensions as {P(*ents[:k])!r}: shard them alike")
     used = [a for e in ents[:k] if e is not None for a in ((e,) if isinstance(e, str) else e)]
-    if not set(spec.unreduced) <= set(used):
-        raise ProgramError(f"out_sharding's unreduced axes should be in operand's specs that "
-                           f"were segment_sum over. Got operand={data.type}, "
-                           f"unreduced_spec={set(spec.unreduced)}")
-    unred = tuple(a for a in used if a in spec.unreduced)
-    rest = tuple(a for a in used if a not in spec.unreduced)
-
-    def body(d, s):
-        r = _segment_sum(d, s, n)
-        r = psum(r, rest) if rest else r
-        return pcast(r, unred, to="unreduced")
-    mesh = getattr(out_sharding, "mesh", None) or \
-        getattr(getattr(_state, "builder", None), "mesh", None) or get_mesh()
-    kept = [None] + ents[k:]
-    out = shard_map(body, mesh=mesh, in_specs=(P(*ents), P(*ids[:k])),
-                    out_specs=P(*kept, unreduced=set(unred)))(data, segment_ids)
-    want = list(spec) + [None] * (len(kept) - len(spec))
-    return out if want == kept else _reshard(out, P(*want, unreduced=spec.unreduced))
+    return _partial_results("segment_sum", lambda d, s: _segment_sum(d, s, n),
+                            (data, segment_ids), (P(*ents), P(*ids[:k])), used,
+                            [None] + ents[k:], out_sharding)
 
 
 def _segment_scatter(name, op, data, segment_ids, num_segments, out_sharding):
