@@ -353,6 +353,11 @@ class PartitionSpec(tuple):
         return self._kind
 
     @property
+    def partitions(self):
+        """The entries, one per dimension from the first (JAX's)."""
+        return tuple(self)
+
+    @property
     def unreduced(self):
         return frozenset(self._unreduced)
 
@@ -665,6 +670,9 @@ class Array(_Shaped):
     @property
     def sharding(self):
         mesh = self._mesh or Mesh._of(self._info["mesh"], client=self._client)
+        spec = getattr(self, "_given_spec", None)  # an argument's, as JAX's (_trace._finish)
+        if spec is not None:
+            return NamedSharding(mesh, spec)
         spec = _spec_of(self._info["spec"])
         if getattr(self, "_full_spec", False) and len(spec) < self.ndim:
             spec = P(*spec, *(None,) * (self.ndim - len(spec)), **spec._ur())

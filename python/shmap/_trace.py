@@ -21,7 +21,7 @@ import _shmap
 from ._core import use_mesh as _use_mesh
 from ._core import (ConcretizationTypeError, TracerArrayConversionError,
                     TracerBoolConversionError, TracerIntegerConversionError)
-from ._core import AbstractMesh, _short_type, _spec_axes, _type_axes
+from ._core import AbstractMesh, _short_type, _spec_axes, _spec_of, _type_axes
 from ._core import (Array, InvalidArgument, NamedSharding, P, PartitionSpec, ProgramError,
                     Unimplemented, Explicit,
                     ShapeDtypeStruct, ShmapError, _DTYPES, _At, _Shaped, _default, _dtype_name,
@@ -61,7 +61,9 @@ def _fmt(v):
             return b.close_over(v)
         return v.name
     if isinstance(v, Array):  # closed over by the function being traced
-        return _builder().capture(v)
+        b = _builder()
+        _check_closed_over(b, v)
+        return b.capture(v)
     if isinstance(v, np.ndarray):  # a numpy array operand: a constant, as JAX embeds it
         return _fmt(_numpy_constant(v))
     if isinstance(v, PartitionSpec):
@@ -1350,12 +1352,30 @@ def _scalar_as_jax(a):
     return a.astype(np.int64) if a.dtype == np.uint32 else a
 
 
+def _check_closed_over(b, a):
+    """An Array of a mesh with Explicit axes closed over by a shard_map body
+    Manual over them: JAX's NotImplementedError (core's canonicalization of
+    a call's arguments in that body)."""
+    mesh = getattr(b, "mesh", None)
+    if b.kind != "shard_map" or mesh is None or \
+            not any(t == Explicit for t in a.sharding.mesh.axis_types):
+        return
+    manual = b.manual_axes or mesh.axis_names
+    if all(t != Explicit or n in manual for n, t in zip(mesh.axis_names, mesh.axis_types)):
+        raise NotImplementedError(
+            f"Closing over inputs to shard_map where the input is sharded on `Explicit` axes "
+            f"is not implemented. As a workaround, please pass those inputs as an argument to "
+            f"shard_map. Got input with shape {a.type}")
+
+
 def _as_operand(a):
     """An argument of a call inside a traced function: a numpy value or
     number a constant of the program, an Array the one the function closes
     over (as JAX embeds both), anything else as it is."""
     if isinstance(a, Array):
-        return Tracer(_builder().capture(a), a.type, _dtype_name(a.dtype), a.shape)
+        b = _builder()
+        _check_closed_over(b, a)
+        return Tracer(b.capture(a), a.type, _dtype_name(a.dtype), a.shape)
     return _numpy_constant(np.asarray(a)) if _is_constant(a) else a
 
 
@@ -1474,6 +1494,8 @@ def _eager(fn, args, kwargs):
     skw = {k: strip(v) for k, v in kwargs.items()}
     b = getattr(_state, "builder", None)
     if b is not None:  # inside a traced function that closes over the Arrays: traced there
+        for a in arrays:
+            _check_closed_over(b, a)
         tracers = [Tracer(b.capture(a), a.type, _dtype_name(a.dtype), a.shape) for a in arrays]
         return fn(*[put(a, tracers) for a in sargs], **{k: put(v, tracers) for k, v in skw.items()})
 
@@ -2683,16 +2705,14 @@ class _Traced:
             raise InvalidArgument(str(e)) from None
         return Lowered(text, info, self, len(args))
 
-    def _finish(self, client, multi, mesh=None, debug=None):
+    def _finish(self, client, multi, mesh=None, debug=None, first=None):
         def finish(info):
             if info["state"] != "done":
                 raise ShmapError(f"job {info['job']} {info['state']}: {info['error']}",
                                  code="CANCELLED" if info["state"] == "cancelled" else "ABORTED")
             outs = [Array(client, o, mesh=mesh) for o in info["outputs"]]
-            if self.kind == "jit" and self.out_shardings is None and mesh is not None and \
-                    any(t == Explicit for t in mesh.axis_types):
-                for a in outs:  # typed by the program: one spec entry per dimension, as JAX's
-                    a._full_spec = True  # (Auto meshes: the layout found, as given)
+            if self.kind == "jit" and self.out_shardings is None and mesh is not None:
+                _result_specs(outs, mesh, first)
             if debug is not None:  # the values of the body's debug.prints, printed now
                 from . import debug as _debug
                 n, entries, per_device = debug
@@ -2765,8 +2785,9 @@ class _Traced:
                                    [a.id for a in arrays], [], self.check_vma)
         except _shmap.Error as e:
             _raise(e, program=True)
+        first = next((a for a in flat if isinstance(a, Array)), None)
         fut = Future(client, job, self._finish(client, multi, info.get("mesh_obj"),
-                                               info.get("debug")))
+                                               info.get("debug"), first))
         fut._keep = arrays  # uploaded arguments live until the job ends
         return fut
 
@@ -2804,6 +2825,47 @@ class _Traced:
         finally:
             mark.undo()
         return None
+
+
+def _padded_spec(spec, ndim):
+    return tuple(spec.partitions) + (None,) * (ndim - len(spec.partitions))
+
+
+def _result_specs(outs, mesh, first):
+    """The spelling of a jit's results' specs where out_shardings left them
+    to the program, as JAX's (_concretize_abstract_out_shardings,
+    maybe_recover_user_shardings): on an Explicit mesh each the type's, one
+    entry per dimension; on a mixed mesh the type's where the layout is it
+    (names no Auto axis), else the layout's without trailing Nones; on an
+    Auto mesh the first Array argument's sharding as given where the result
+    has its rank, mesh and layout, else the layout's without trailing
+    Nones (the C core's spelling)."""
+    if all(t == Explicit for t in mesh.axis_types):
+        for a in outs:
+            a._full_spec = True
+        return
+    if any(t == Explicit for t in mesh.axis_types):
+        auto = {n for n, t in zip(mesh.axis_names, mesh.axis_types) if t != Explicit}
+        for a in outs:
+            spec = _spec_of(a._info["spec"])
+            named = {n for e in spec.partitions if e is not None
+                     for n in ((e,) if isinstance(e, str) else e)}
+            a._full_spec = not (named & auto)
+        return
+    if first is None:
+        return
+    given = first.sharding
+    gm = given.mesh
+    if tuple(gm.axis_names) != tuple(mesh.axis_names) or \
+            tuple(gm.axis_sizes) != tuple(mesh.axis_sizes) or \
+            tuple(gm.axis_types) != tuple(mesh.axis_types):
+        return
+    for a in outs:
+        spec = _spec_of(a._info["spec"])
+        if a.ndim == first.ndim and not (spec.unreduced or spec.reduced) and \
+                not (given.spec.unreduced or given.spec.reduced) and \
+                _padded_spec(spec, a.ndim) == _padded_spec(given.spec, a.ndim):
+            a._given_spec = given.spec
 
 
 def make_jaxpr(fun, static_argnums=()):
@@ -3050,8 +3112,15 @@ def _auto_call(b, f, axes, os_, args, kwargs, explicit=False):
     what = "explicit_axes" if explicit else "auto_axes"
     name = getattr(f, "__name__", what)
     if b.kind != "jit":
-        raise InvalidArgument(f"{what}({name}) in a shard_map body: its mesh axes are Manual "
-                              f"there; call it from a jit function")
+        manual = set(getattr(b, "manual_axes", None) or b.mesh.axis_names)
+        asked = set(b.mesh.axis_names) if axes is None else \
+            {axes} if isinstance(axes, str) else set(axes)
+        if asked & manual:  # JAX's (pjit's _get_new_mesh)
+            raise NotImplementedError(
+                "Going from `Manual` AxisType to `Auto` or `Explicit` AxisType is not allowed. "
+                "Please file a bug at https://github.com/jax-ml/jax/issues with your use case")
+        raise InvalidArgument(f"{what}({name}) in a partial-manual shard_map body over axes "
+                              f"it leaves alone is not supported; call it from a jit function")
     if _vmap.batched(args, kwargs):  # vmap of auto_axes: auto_axes of vmap, batch first
         return _auto_batched(f, axes, os_, args, kwargs, explicit)
     mesh = b.mesh

@@ -78,6 +78,22 @@ def _wsc_in_body(op):
     return f
 
 
+def _check_device_count(sharding, x):
+    """In a jit whose mesh (its arguments', else the context's) has another
+    number of devices than an all-Explicit NamedSharding's mesh, a value
+    laid out over it is JAX's ValueError (pxla's device assignment check)."""
+    b = getattr(_state, "builder", None)
+    mesh = getattr(b, "mesh", None)
+    m = sharding.mesh
+    if mesh is None or b.kind != "jit" or not m.are_all_axes_explicit or \
+            _np.prod(mesh.axis_sizes, dtype=int) == _np.prod(m.axis_sizes, dtype=int):
+        return
+    n, size = int(_np.prod(mesh.axis_sizes)), int(_np.prod(m.axis_sizes))
+    raise ValueError(f"Length of device assignment {n} is not equal to the size of the mesh "
+                     f"{size} of aval {_np.dtype(x.dtype).name}{list(x.shape)}. Please enter "
+                     f"your `jit` into a mesh context via `jax.set_mesh`.")
+
+
 def _reshard_placed(op):
     """jax.sharding.reshard: a spec naming Auto or Manual axes, or longer
     than the array's rank, is JAX's ValueError (canonicalize_sharding, the
@@ -93,6 +109,7 @@ def _reshard_placed(op):
                              f"sharding {sharding}")
         if isinstance(sharding, _NamedSharding):
             _canonicalize_sharding(sharding, "reshard", check_mesh_consistency=False)
+            _check_device_count(sharding, x)
             if getattr(_state, "builder", None) is None and not _holds_array((x,), {}):
                 return _device_put(x, sharding)
         if getattr(_state, "builder", None) is None and isinstance(x, _Array):

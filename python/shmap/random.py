@@ -754,6 +754,8 @@ def _placed(name, x, out_sharding):
     if out_sharding is None:
         return x
     from . import numpy as jnp
+    if isinstance(x, _trace.Tracer) and isinstance(out_sharding, NamedSharding):
+        jnp._check_device_count(out_sharding, x)
     return jnp.reshard(x, getattr(out_sharding, "spec", out_sharding)) \
         if isinstance(x, _trace.Tracer) else jnp._full_spec(device_put(x, out_sharding))
 

@@ -653,9 +653,6 @@ def test_shmap_close_over_unused_params(c, meshes):
     assert float(value) == V[:2].sum() and not np.asarray(grads).any()
 
 
-@pytest.mark.xfail(strict=True, reason="closing over an Array of an Explicit mesh (the "
-                                       "context's) is taken, not refused with JAX's "
-                                       "NotImplementedError")
 def test_close_over_explicit_sharded_input_error(c, meshes):
     """test_close_over_explicit_sharded_input_error: passed as an argument
     the value is fine; closed over, JAX refuses it."""

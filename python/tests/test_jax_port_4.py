@@ -1054,8 +1054,9 @@ SYS_CASES = [
 SYS_IDS = [case[0] for case in SYS_CASES]
 
 
-def _sys_mesh(c, shape):
-    return c.make_mesh(tuple(shape.values()), tuple(shape))
+def _sys_mesh(c, shape):  # jtu.create_mesh's: Auto axes
+    return c.make_mesh(tuple(shape.values()), tuple(shape),
+                       axis_types=(shmap.Auto,) * len(shape))
 
 
 def _dilate(shape, spec, block):

@@ -774,9 +774,6 @@ def test_explicit_mode_no_context_mesh(meshes):
     assert np.array_equal(np.asarray(out), np_inp @ np_inp.T * 2)
 
 
-@pytest.mark.xfail(strict=True, reason="the result's sharding is NamedSharding(mesh, P('x',)), "
-                   "which shmap's == (spec entry by entry) finds unequal to JAX's expected "
-                   "NamedSharding(mesh, P('x', None)), the same layout")
 def test_auto_mode_no_context_mesh(meshes):
     """test_auto_mode_no_context_mesh: over Auto axes the types show no
     sharding; the result keeps the argument's layout."""
@@ -1071,9 +1068,6 @@ def test_argminmax(m22):
         assert out2.sharding == ns(m22, P("x"))
 
 
-@pytest.mark.xfail(strict=True, reason="the result's sharding is NamedSharding(mesh, P('x',)), "
-                   "which shmap's == (spec entry by entry) finds unequal to JAX's expected "
-                   "NamedSharding(mesh, P('x', None)), the same layout")
 def test_only_auto(meshes):
     """test_only_auto: over Auto axes every type is unsharded and the
     result keeps the argument's layout."""
@@ -1097,10 +1091,6 @@ def test_only_auto(meshes):
         assert out.sharding == ns(mesh, P("x", None))
 
 
-@pytest.mark.xfail(strict=True, reason="on the (Auto, Explicit) mesh the result's sharding is "
-                   "NamedSharding(mesh3, P('x', None)), which shmap's == (spec entry by entry) "
-                   "finds unequal to JAX's expected NamedSharding(mesh3, P('x')), the same "
-                   "layout")
 def test_auto_user(meshes):
     """test_auto_user: a jit over meshes of Auto, (Explicit, Auto) and
     (Auto, Explicit) axes (the lowered text's unspecified dims: not

@@ -567,8 +567,6 @@ def test_wsc_pspec_set_mesh(c, m22auto, sharded_inp):
         assert out2.sharding == NamedSharding(m22auto, P("x", "y"))
 
 
-@pytest.mark.xfail(strict=True, reason="auto_axes in a shard_map body raises InvalidArgument "
-                   "('... its mesh axes are Manual there'), not JAX's NotImplementedError")
 def test_axes_api_error_manual_to_auto_explicit(c, m21auto):
     """test_axes_api_error_manual_to_auto_explicit: auto_axes in a
     shard_map body: JAX's NotImplementedError."""
@@ -922,10 +920,6 @@ def test_random_bernoulli(c, m22):
     assert np.array_equal(np.asarray(out), np.asarray(shmap.random.bernoulli(key, shape=(8, 12))))
 
 
-@pytest.mark.xfail(strict=True, reason="a draw laid out over a NamedSharding in a jit of no "
-                   "Arrays and no context mesh is refused with InvalidArgument (\"P('x', 'y') "
-                   "refers to mesh axis 'x', but the mesh has axes ('d',)\"), not JAX's "
-                   "ValueError")
 def test_random_normal_wo_mesh_context_error(c, m22):
     """test_random_normal_wo_mesh_context_error: a draw laid out over a
     NamedSharding in a jit of no arrays and no context mesh: JAX's
