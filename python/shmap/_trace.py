@@ -23,7 +23,7 @@ from ._core import (ConcretizationTypeError, TracerArrayConversionError,
                     TracerBoolConversionError, TracerIntegerConversionError)
 from ._core import AbstractMesh, _short_type, _spec_axes, _spec_of, _type_axes
 from ._core import (Array, InvalidArgument, NamedSharding, P, PartitionSpec, ProgramError,
-                    Unimplemented, Explicit,
+                    Unimplemented, Explicit, Mesh,
                     ShapeDtypeStruct, ShmapError, _DTYPES, _At, _Shaped, _default, _dtype_name,
                     _default_mesh, _raise, get_mesh)
 
@@ -2795,6 +2795,12 @@ class _Traced:
         outer = getattr(_state, "builder", None)
         if self.kind == "shard_map" and self.out_specs is None:
             return self._no_results(outer, args, kwargs)
+        if self.kind == "shard_map" and isinstance(self.mesh, (Mesh, AbstractMesh)):
+            from ._core import _context_mesh
+            ctx = _context_mesh()
+            if ctx is not None and self.mesh.abstract_mesh != ctx:  # JAX's (shard_map's)
+                raise ValueError(f"The context mesh {ctx} should match the mesh passed to "
+                                 f"shard_map {self.mesh}")
         if outer is not None:  # called while a jit function is traced
             return self._inline(outer, self._bind(args, kwargs))
         return self.submit(*args, **kwargs).result()

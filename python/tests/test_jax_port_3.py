@@ -737,8 +737,6 @@ def test_partial_auto_error_invalid_auto(c, meshes):
         f(put(c, mesh, V, P("i", "j")))
 
 
-@pytest.mark.xfail(strict=True, reason="a nested shard_map given the full mesh (whose 'i' is "
-                                       "Manual around it) is taken, not refused")
 def test_partial_auto_mismatch_mesh_error(c, meshes):
     """test_partial_auto_mismatch_mesh_error: a shard_map given the mesh
     whose 'i' the shard_map around it made Manual: JAX's ValueError."""

@@ -230,8 +230,9 @@ def test_nested(c, mesh):
     """JAX's test_nested_partial_auto (and its grad): a shard_map over the
     axes left (none named) called from the body of one over 'i'; and
     test_nested_partial_auto_1d's layout, with a psum over the outer axis
-    inside the inner body. An inner shard_map naming an outer axis, or one
-    called from a body Manual over every axis, is refused."""
+    inside the inner body. An inner shard_map naming an outer axis, given
+    the mesh (not the context's, whose outer axes are Manual), or called from
+    a body Manual over every axis, is refused."""
     m = c.make_mesh((2, 2), ("i", "j"))
     v = np.arange(32.0, dtype=np.float32).reshape(4, 8)
     x = put(c, m, v, P("i", "j"))
@@ -253,8 +254,8 @@ def test_nested(c, mesh):
         return b * b + lax.psum(b, "x")
 
     def h3(b):
-        out = shmap.shard_map(g3, mesh=m3, in_specs=P(None, "y"), out_specs=P(None, "y"),
-                              axis_names={"y"})(b)
+        out = shmap.shard_map(g3, in_specs=P(None, "y"), out_specs=P(None, "y"),
+                              axis_names={"y"})(b)  # the context mesh's (given m3: JAX's error)
         seen.append(str(shmap.typeof(out)))
         return out
 
@@ -263,10 +264,18 @@ def test_nested(c, mesh):
     y = f3(put(c, m3, v, P("x", "y")))
     assert np.array_equal(np.asarray(y), v * v + np.concatenate([v[:2] + v[2:]] * 2))
     assert seen[-2:] == ["f32[2,4]{V:x,y}", "f32[2,8@y]{V:x}"] and y.sharding.spec == P("x", "y")
-    with pytest.raises(ValueError, match=r"already Manual in the shard_map around it"):
+    def inner(b, names=None):  # on the context mesh, as JAX's nested shard_maps
+        return shmap.shard_map(lambda q: q, in_specs=P() if names else P("i"),
+                               out_specs=P() if names else P("i"), axis_names=names)(b)
+    with pytest.raises(shmap.ProgramError, match=r"in_specs argument must refer to an axis "
+                                                 r"marked as manual \(frozenset\(\{'j'\}\)\)"):
+        shmap.jit(lambda a: sm(inner, m, P("i"), P("i"))(a))(x)  # 'i' is the outer one's
+    with pytest.raises(ValueError, match=r"The context mesh .*'i': 2, 'j': 2, axis_types="
+                                         r"\(Manual, Explicit\)\) should match the mesh passed "
+                                         r"to shard_map"):  # given the mesh: JAX's refusal
         shmap.jit(lambda a: sm(lambda b: sm(lambda q: q, m, P("i"), P("i"))(b), m,
                                P("i"), P("i"))(a))(x)
     with pytest.raises(shmap.InvalidArgument, match="Manual over every mesh axis cannot call "
                                                     "another one"):
-        shmap.jit(lambda a: shmap.shard_map(lambda b: sm(lambda q: q, m, P(), P(), {"j"})(b),
+        shmap.jit(lambda a: shmap.shard_map(lambda b: inner(b, {"j"}),
                                             mesh=m, in_specs=P("i"), out_specs=P("i"))(a))(x)
