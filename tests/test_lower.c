@@ -179,6 +179,12 @@ static const type_case types[] = {
     {"mesh X=2 Y=4 axis_types=(Explicit, Auto)\njit f(x: f32[8,16] @ P('X', 'Y')):\n"
      "    z = x * 2\n    return z\n",
      "z", "f32[8@X,16]"},
+    /* with_sharding_constraint over the Auto axis of a mesh of an Explicit
+     * one keeps the operand's Explicit sharding in the type (JAX's
+     * test_wsc_mix_axis_types; it dropped X) */
+    {"mesh X=4 Y=2 axis_types=(Explicit, Auto)\njit f(x: f32[8,2] @ P('X', None)):\n"
+     "    z = with_sharding_constraint(x, P('Y'))\n    return z\n",
+     "z", "f32[8@X,2]"},
     /* the axis-twice error's auto_axes fix */
     {"mesh X=2 Y=4\ndef add2(x, y):\n    return x + y\n"
      "jit f(x: f32[4,4] @ P('X', None), y: f32[4,4] @ P(None, 'X')):\n"
@@ -962,6 +968,12 @@ static const lower_case lowers[] = {
      * layout (X, no gather; JAX leaves it to the compiler); Y slices */
     {"mesh X=2 Y=2 axis_types=(Auto, Auto)\njit f(x: f32[4,4] @ P('X', None)):\n"
      "    return with_sharding_constraint(x * 2, P(P.UNCONSTRAINED, 'Y'))\n",
+     0, 0, 0, 0, 0},
+    /* on a mesh of an Explicit X and an Auto Y, the constraint's Y goes
+     * after the operand's X in the dimension (JAX's lowering): each device
+     * slices its block, no collective (it was laid out over Y alone) */
+    {"mesh X=2 Y=2 axis_types=(Explicit, Auto)\njit f(x: f32[8,4] @ P('X', None)):\n"
+     "    return with_sharding_constraint(x * 2, P('Y'))\n",
      0, 0, 0, 0, 0},
     /* ... pinned to None instead, X is gathered */
     {"mesh X=2 Y=2 axis_types=(Auto, Auto)\njit f(x: f32[4,4] @ P('X', None)):\n"

@@ -1370,6 +1370,33 @@ sm_err sm_ir_shard_reshard(const sm_program *p, const sm_ir_op *op, const sm_ir_
                            sm_pspec_format(op->attrs.sharding, s, sizeof s), t);
         }
     }
+    if (op->kind == SM_OP_WITH_SHARDING_CONSTRAINT && (out->hidden & sm_ir_all_axes(p))) {
+        /* JAX's lowering on a mesh of Explicit and Auto axes: each dimension
+         * laid out over the operand's Explicit axes (its type's), then the
+         * constraint's Auto ones */
+        for (int d = 0; d < out->shape.rank; d++) {
+            uint8_t keep[SM_MAX_AXES];
+            int n = 0;
+            for (int j = 0; j < in[0]->layout.n[d]; j++)
+                if (!(out->hidden & (1u << in[0]->layout.ax[d][j])))
+                    keep[n++] = in[0]->layout.ax[d][j];
+            if (!n)
+                continue;
+            if (n + out->layout.n[d] > SM_MAX_AXES)
+                return sm_fail(err, errlen, SM_EINVAL, "with_sharding_constraint: too many axes");
+            memmove(&out->layout.ax[d][n], out->layout.ax[d], (size_t)out->layout.n[d]);
+            memcpy(out->layout.ax[d], keep, (size_t)n);
+            out->layout.n[d] = (uint8_t)(out->layout.n[d] + n);
+            if (out->shape.dims[d] % sm_ir_layout_factor(p, &out->layout, d)) {
+                char s[300];
+                return sm_fail(err, errlen, SM_EINVAL,
+                               "with_sharding_constraint: dimension %d of size %lld is sharded "
+                               "over its Explicit axes and then %s's, which do not divide it",
+                               d, (long long)out->shape.dims[d],
+                               sm_pspec_format(op->attrs.sharding, s, sizeof s));
+            }
+        }
+    }
     /* P.UNCONSTRAINED: the dimension keeps the operand's layout (the axes
      * the spec names elsewhere left out) */
     const sm_pspec *sp = op->attrs.sharding;

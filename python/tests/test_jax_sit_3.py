@@ -336,9 +336,6 @@ def test_linalg_slogdet_and_solve(m2):
         assert np.allclose(np.asarray(out), want[..., None], rtol=1e-3, atol=1e-4)
 
 
-@pytest.mark.xfail(strict=True, reason="with_sharding_constraint(x, P('y')) over an Auto y "
-                   "drops x's Explicit sharding: the result is P('y', None), not JAX's "
-                   "P(('x', 'y'))")
 def test_wsc_mix_axis_types(meshes):
     """test_wsc_mix_axis_types: a constraint over the Auto axis of an array
     sharded over the Explicit one."""
