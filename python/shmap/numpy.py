@@ -13,6 +13,7 @@ import numpy as _np
 import _shmap
 
 from ._core import AbstractMesh as _AbstractMesh, Array as _Array, NamedSharding as _NamedSharding
+from ._core import P as _P
 from ._core import _canonicalize_sharding, _spec_axes, _type_axes, get_mesh
 from ._core import _context_mesh as _core_context_mesh
 from ._core import device_put as _device_put
@@ -282,6 +283,14 @@ def full_like(a, fill_value, dtype=None, shape=None, *, device=None, out_shardin
     if shape is not None or device is not None or out_sharding is not None:
         return full(a.shape if shape is None else shape, fill_value,  # noqa: F821
                     dtype=dtype or a.dtype, device=device, out_sharding=out_sharding)
+    if getattr(_state, "builder", None) is None and get_mesh() is None and \
+            isinstance(getattr(getattr(a, "sharding", None), "mesh", None), _AbstractMesh):
+        # a ShapeDtypeStruct of an abstract mesh at once: JAX's default device
+        from ._core import _default_mesh
+        mesh = _default_mesh()
+        if mesh is not None:
+            return _device_put(full(a.shape, fill_value, dtype=dtype or a.dtype),  # noqa: F821
+                               _NamedSharding(mesh, _P()))
     return _full_like(a, fill_value, dtype)
 
 

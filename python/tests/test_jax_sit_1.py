@@ -849,9 +849,6 @@ def test_shard_map_dot(m22):
         assert out.sharding == ns(m22, P("x", None))
 
 
-@pytest.mark.xfail(strict=True, reason="lax.full_like of a ShapeDtypeStruct on an abstract mesh "
-                   "outside a trace is refused ('full(..., out_sharding=...) outside a traced "
-                   "function needs a mesh'), where JAX places it on its default device")
 def test_full_like_eager_non_concrete_sharding(c):
     """test_full_like_eager_non_concrete_sharding: the result lands on the
     default device (shmap's: a mesh of the cluster's first device)."""
