@@ -1815,9 +1815,12 @@ class custom_jvp:
         self.jvp = None
 
     def defjvp(self, jvp, symbolic_zeros=False):
-        if symbolic_zeros:
-            raise InvalidArgument("custom_jvp: symbolic_zeros=True is not supported")
+        """symbolic_zeros=True: JAX may pass SymbolicZero objects for the
+        tangents known to be zero; shmap passes every tangent as zeros
+        made (as JAX's shard_map does with its body's), which such a rule
+        takes as it takes any tangent."""
         self.jvp = jvp
+        self.symbolic_zeros = bool(symbolic_zeros)
         return jvp
 
     def defjvps(self, *jvps):

@@ -781,6 +781,10 @@ def test_custom_jvp(c, mesh):
     assert np.isclose(float(gx), 2 * np.cos(1.0), rtol=1e-6)
     assert np.isclose(float(gy), np.sin(1.0), rtol=1e-6)
     assert np.round(float(gx), 2) == 1.08 and np.round(float(v), 2) == 1.68
+    sz = shmap.custom_jvp(lambda x, y: x * y)  # symbolic_zeros=True: its rule given zeros made
+    sz.defjvp(lambda p, t: (sz(*p), 3 * t[0] + 5 * t[1]), symbolic_zeros=True)
+    gx, gy = shmap.grad(lambda a, b: sz(a, b), argnums=(0, 1))(one, two)
+    assert (float(gx), float(gy)) == (3.0, 5.0)
 
     @shmap.custom_jvp
     def log1pexp(x):

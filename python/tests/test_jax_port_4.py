@@ -143,7 +143,6 @@ def test_rep_none_canonicalization_again(c):
     assert np.array_equal(np.asarray(f(put(c, mesh, x, P("i")))), want)
 
 
-@pytest.mark.xfail(strict=True, reason="custom_jvp.defjvp(symbolic_zeros=True) is refused")
 def test_custom_jvp_symbolic_zeros(c, m4):
     """test_custom_jvp_symbolic_zeros: a custom_jvp rule with symbolic zeros,
     jvp through a shard_map calling it."""
