@@ -975,6 +975,12 @@ static const lower_case lowers[] = {
     {"mesh X=2 Y=2 axis_types=(Explicit, Auto)\njit f(x: f32[8,4] @ P('X', None)):\n"
      "    return with_sharding_constraint(x * 2, P('Y'))\n",
      0, 0, 0, 0, 0},
+    /* a constraint over Auto axes that do not divide the dimension (JAX
+     * pads): it keeps the run of them that divides (X), no collective; it
+     * was refused as not divisible */
+    {"mesh X=4 Y=2 axis_types=(Auto, Auto)\njit f(x: f32[4] @ P()):\n"
+     "    return with_sharding_constraint(x * 2, P(('X', 'Y')))\n",
+     0, 0, 0, 0, 0},
     /* ... pinned to None instead, X is gathered */
     {"mesh X=2 Y=2 axis_types=(Auto, Auto)\njit f(x: f32[4,4] @ P('X', None)):\n"
      "    return with_sharding_constraint(x * 2, P(None, 'Y'))\n",

@@ -1318,8 +1318,26 @@ sm_err sm_ir_shard_reshard(const sm_program *p, const sm_ir_op *op, const sm_ir_
 {
     if (!op->attrs.sharding)
         return sm_fail(err, errlen, SM_EINVAL, "%s needs a PartitionSpec", sm_op_name(op->kind));
-    sm_err e =
-        sm_sh_spec(p, op, op->attrs.sharding, &out->shape, "sharding", &out->layout, err, errlen);
+    sm_pspec want = *op->attrs.sharding;
+    if (op->kind == SM_OP_WITH_SHARDING_CONSTRAINT) {
+        /* over Auto axes a constraint is a hint, and where its axes do not
+         * divide a dimension JAX pads; here the dimension keeps the longest
+         * run of them that divides it (the values are the same) */
+        for (int d = 0; d < want.nentries && d < out->shape.rank; d++) {
+            int64_t f = 1;
+            for (int j = 0; j < want.e[d].naxes; j++) {
+                int a = sm_mesh_axis(&p->mesh, want.e[d].axes[j]);
+                if (a < 0 || !(out->hidden & (1u << a)) ||
+                    out->shape.dims[d] % (f * p->mesh.sizes[a])) {
+                    if (a >= 0 && (out->hidden & (1u << a)))
+                        want.e[d].naxes = j;
+                    break;
+                }
+                f *= p->mesh.sizes[a];
+            }
+        }
+    }
+    sm_err e = sm_sh_spec(p, op, &want, &out->shape, "sharding", &out->layout, err, errlen);
     if (e)
         return e;
     if (op->kind == SM_OP_WITH_SHARDING_CONSTRAINT) {

@@ -930,8 +930,6 @@ def test_nested_shmap_innermost_no_axis_names(c):
         assert np.array_equal(np.asarray(f(arr)), arr * 2)
 
 
-@pytest.mark.xfail(strict=True, reason="with_sharding_constraint of a (4,) array over 8 devices "
-                   "(Auto axes, uneven: JAX pads) is refused as not divisible")
 def test_partially_sharded_dim_with_auto(c):
     """CustomPartitionerTest.test_partially_sharded_dim_with_auto: a
     dimension sharded over (i, j), Manual over i only."""
