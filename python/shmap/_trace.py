@@ -138,6 +138,11 @@ class _Builder:
         # while it is typed on its own, the axes Manual around it included
         self.check_suffix = None
         self.outer_vma = {}  # ... its parameters' varying axes there: name -> "x,y"
+        # a shard_map called at once: (its _Traced, client, argument Arrays,
+        # mesh), with which a value the same on every device is had at once
+        # for Python (_eager_value); concretized once one was
+        self.eager = None
+        self.concretized = False
 
     def capture(self, a):
         """The name of Array a in the program: a body that closes over an
@@ -503,9 +508,15 @@ class Tracer(_Shaped):
     # A traced value has no value yet: Python's conversions of it raise JAX's
     # errors (without __bool__, bool() would take __len__ and say True).
     def __bool__(self):
+        v = _eager_value(self)
+        if v is not None:
+            return bool(v)
         raise TracerBoolConversionError(f"Attempted boolean conversion of {self._error_repr()}.")
 
     def __index__(self):
+        v = _eager_value(self)
+        if v is not None and np.issubdtype(v.dtype, np.integer):
+            return int(v)
         raise TracerIntegerConversionError(
             f"The __index__() method was called on {self._error_repr()}")
 
@@ -517,9 +528,15 @@ class Tracer(_Shaped):
             f"`jnp.array(x, {fn})` instead.\n")
 
     def __int__(self):
+        v = _eager_value(self)
+        if v is not None:
+            return int(v)
         self._concretization("int")
 
     def __float__(self):
+        v = _eager_value(self)
+        if v is not None:
+            return float(v)
         self._concretization("float")
 
     def __complex__(self):
@@ -1352,6 +1369,33 @@ def _scalar_as_jax(a):
     return a.astype(np.int64) if a.dtype == np.uint32 else a
 
 
+def _eager_value(t):
+    """The value of t, a value of the body of a shard_map called at once that
+    is the same on every device (its type varies over no axis and holds no
+    partial sums), as a numpy array: the program traced so far is run,
+    returning it (out_specs P()), as JAX's eager shard_map has it at hand
+    for Python's control flow. None where it cannot be had so (a jit body,
+    a loop being traced, a varying value, a size other than 1)."""
+    b = getattr(t, "_owner", None) or getattr(_state, "builder", None)
+    e = getattr(b, "eager", None)
+    if e is None or b.loops or getattr(_state, "builder", None) is not b or \
+            isinstance(t, _vmap.BatchTracer) or math.prod(t.shape) != 1:
+        return None
+    b.resolve()
+    if re.search(r"\{[^}]*\b(?:V|U|U_max|U_min):", t.type):
+        return None
+    traced, client, arrays, mesh = e
+    text = b.text(ret=t.name, out="P()")
+    try:
+        job = client._c.submit(text, f"{traced._name}.shmap", None,
+                               [a.id for a in list(arrays) + b.captured], [], True)
+    except _shmap.Error as err:
+        _raise(err, program=True)
+    b.concretized = True
+    out = Future(client, job, traced._finish(client, False, mesh)).result()
+    return out.to_numpy().reshape(())
+
+
 def _check_closed_over(b, a):
     """An Array of a mesh with Explicit axes closed over by a shard_map body
     Manual over them: JAX's NotImplementedError (core's canonicalization of
@@ -2030,6 +2074,9 @@ class _Traced:
             self._partial(b, mesh, True)
             self._unchecked(b)
         prev = getattr(_state, "builder", None)
+        if prepared is not None and prev is None and self.kind == "shard_map" and \
+                self.check_vma:  # called at once: JAX's eager shard_map (_eager_value)
+            b.eager = (self, client, arrays, mesh)
         _state.builder = b
         try:
             tracers = []
@@ -2099,6 +2146,7 @@ class _Traced:
             raise ProgramError(msg) from None
         info["mesh_obj"] = mesh  # the results' mesh, axis types included
         info["debug"] = debug
+        info["concretized"] = b.concretized  # its trace read values: not reused
         return client, arrays + b.captured, text, info, multi
 
     def _inline(self, outer, args):
@@ -2770,7 +2818,7 @@ class _Traced:
             except _NoOutputs as e:
                 return _Done(e.value)
             hit = (text, info, multi, all_arrays[len(arrays):])
-            if key is not None:
+            if key is not None and not info.get("concretized"):
                 if len(self._cache) >= 64:  # the oldest trace goes
                     self._cache.pop(next(iter(self._cache)))
                 self._cache[key] = hit

@@ -541,8 +541,6 @@ def test_process_env_traces(c, mesh4):
     assert np.allclose(np.asarray(tan), 2 * x * 3 * t.sum())
 
 
-@pytest.mark.xfail(strict=True, reason="a shard_map body is always traced (no eager mode): "
-                   "an if on a traced value raises TracerBoolConversionError, as under jit")
 def test_eager_control_flow(c, mesh22):
     """test_eager_control_flow."""
     x = np.arange(4, dtype=np.float32).reshape(2, 2)

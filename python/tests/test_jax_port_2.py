@@ -515,8 +515,6 @@ def test_axis_index_twoaxes(c, jit):
     assert np.array_equal(np.asarray(ans3), np.arange(8).reshape(4, 2))
 
 
-@pytest.mark.xfail(strict=True, reason="a shard_map at once is traced (no eager mode): bool() "
-                                       "of a psum raises TracerBoolConversionError")
 def test_axis_index_eager(c, m4):
     """test_axis_index_eager: Python control flow on a replicated value in a
     shard_map called at once, returning a Python float."""

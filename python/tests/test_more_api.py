@@ -1339,3 +1339,33 @@ def test_wsc_unconstrained(c):
     with pytest.raises(ValueError, match="cannot contain `P.UNCONSTRAINED` when no mesh "
                        "axis_types are `Auto`"):
         NamedSharding(c.make_mesh((2,), ("x",)), P(P.UNCONSTRAINED))
+
+
+def test_eager_shard_map_python_control_flow(c):
+    """A shard_map called at once (JAX's eager shard_map): Python's bool,
+    int and float of a value the same on every device are had at once (the
+    program so far run), so Python branches and loops on them; each call is
+    traced again (the branch taken follows the values). A varying value,
+    and any value in a jit, stay abstract (JAX's sentences)."""
+    mesh = c.make_mesh((4,), ("i",))
+    runs = []
+
+    def f(x):
+        s = lax.psum(jnp.sum(x), "i")
+        runs.append(1)
+        if s < 0:
+            return -x
+        for _ in range(int(lax.pmax(jnp.max(x), "i"))):  # int() of a replicated value
+            x = x + float(s) / 100
+        return x
+
+    g = shmap.shard_map(f, mesh=mesh, in_specs=P("i"), out_specs=P("i"))
+    a = np.arange(8, dtype=np.float32)
+    assert np.allclose(np.asarray(g(a)), a + 7 * 28 / 100)
+    assert np.array_equal(np.asarray(g(-a - 1)), a + 1)  # the other branch
+    assert len(runs) == 2  # traced at each call: the trace read values
+    with pytest.raises(TypeError, match="Attempted boolean conversion"):
+        shmap.shard_map(lambda x: x if jnp.sum(x) > 0 else -x, mesh=mesh, in_specs=P("i"),
+                        out_specs=P("i"))(a)  # varying over i: no one value
+    with pytest.raises(TypeError, match="Attempted boolean conversion"):
+        shmap.jit(g)(a)  # in a jit: traced, as JAX's
