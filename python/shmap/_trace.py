@@ -2991,9 +2991,9 @@ def eval_shape(fun, *args, **kwargs):
         t = jit(concrete_too)
 
     def abstract(v):
-        if _is_tree(v):
-            return type(v)((k, abstract(e)) for k, e in v.items()) if isinstance(v, dict) \
-                else type(v)(abstract(e) for e in v)
+        n = _node(v)
+        if n is not None:  # containers, registered classes (a key array: its data)
+            return n[2]([abstract(e) for e in n[0]])
         if isinstance(v, np.ndarray) or isinstance(v, (np.generic, bool, int, float)):
             v = np.asarray(_scalar_as_jax(v))
             return ShapeDtypeStruct(v.shape, v.dtype)

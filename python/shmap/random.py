@@ -378,6 +378,7 @@ def _key_flatten(k):
 
 
 _trace._NODES[KeyArray] = (_key_flatten, lambda _, data: KeyArray(data[0]))
+KeyArray._pytree_leaf = True  # ... but a leaf to tree_util's users, as JAX's key arrays
 
 
 # ---- ops on key arrays -------------------------------------------------------

@@ -6,7 +6,13 @@ training step needs:
 
     params = shmap.tree.map(lambda p, g: p - lr * g, params, grads)
 """
-from ._trace import _NODES, _node
+from ._trace import _NODES, _node as _any_node
+
+
+def _node(v):
+    """_trace._node as JAX's tree_util sees it: a PRNG key array is a leaf
+    (shmap's transformations flatten it to its data inside)."""
+    return None if getattr(type(v), "_pytree_leaf", False) else _any_node(v)
 
 
 class PyTreeDef:

@@ -941,3 +941,24 @@ def test_traced_key_samplers(c, mesh):
         np.testing.assert_array_equal(np.asarray(g), w)
     np.testing.assert_allclose(np.asarray(tn), jr.truncated_normal(key, -1., 2., (64,)),
                                rtol=1e-6, atol=1e-6)
+
+
+def test_key_arrays_are_pytree_leaves(c, mesh):
+    """As JAX's: tree_util takes a key array as one leaf (it gave the key's
+    data), so tree_map over parameters and keys passes the keys through;
+    eval_shape takes a key argument (it tried to iterate it)."""
+    from shmap import tree_util
+    k = jr.key(0)
+    ks = jr.split(k, 4)
+    assert tree_util.tree_leaves(k)[0] is k
+    leaves, tree = tree_util.tree_flatten({"w": np.ones(2), "rng": ks})
+    assert leaves[0] is ks and tree.num_leaves == 2
+    out = tree_util.tree_map(lambda v: v, {"rng": ks, "n": 3})
+    assert isinstance(out["rng"], jr.KeyArray) and out["rng"].shape == (4,)
+    assert [p for p, _ in tree_util.tree_flatten_with_path({"a": k})[0]] == \
+        [(tree_util.DictKey("a"),)]
+    s = shmap.eval_shape(lambda key: jr.normal(key, (3, 2)), k)
+    assert s.shape == (3, 2) and s.dtype == np.float32
+    # jit still takes and returns keys (their data inside)
+    k2 = shmap.jit(lambda key: jr.split(key)[1])(jr.key(1))
+    assert np.array_equal(jr.key_data(k2), jr.key_data(jr.split(jr.key(1))[1]))
