@@ -396,7 +396,7 @@ class PartitionSpec(tuple):
             parts.append("unreduced={" + ", ".join(map(repr, self._unreduced)) + "}")
         if self._reduced:
             parts.append("reduced={" + ", ".join(map(repr, self._reduced)) + "}")
-        if self._kind not in (None, UnreducedKind.sum):
+        if self._kind is not None:  # JAX's: the kind of any unreduced spec, sum too
             parts.append(f"unreduced_kind={self._kind.name}")
         return "P(" + ", ".join(parts) + ")"
 

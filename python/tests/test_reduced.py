@@ -26,7 +26,8 @@ def test_spec_api():
     assert s.reduced == {"x"} and not s.unreduced
     assert s != P(None) and hash(s) != hash(P(None))
     assert s == P(None, reduced=("x",))
-    assert repr(P(unreduced={"x"}, reduced={"y"})) == "P(unreduced={'x'}, reduced={'y'})"
+    assert repr(P(unreduced={"x"}, reduced={"y"})) == \
+        "P(unreduced={'x'}, reduced={'y'}, unreduced_kind=sum)"
     with pytest.raises(ValueError, match="partitions cannot overlap with reduced axes"):
         P("x", reduced={"x"})
     with pytest.raises(ValueError, match="`unreduced` and `reduced` argument to PartitionSpec "

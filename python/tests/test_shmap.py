@@ -1513,7 +1513,8 @@ def test_jit_unreduced_partial_sums(c):
     assert shmap.typeof(r) == "f32[2,6@Y]"
     assert np.array_equal(np.asarray(r), 2 * (x_np @ y_np))
     assert g.lower(x, y).as_text().count("psum(") == 1
-    assert repr(P("x", None, unreduced={"y"})) == "P('x', None, unreduced={'y'})"
+    assert repr(P("x", None, unreduced={"y"})) == \
+        "P('x', None, unreduced={'y'}, unreduced_kind=sum)"
     assert P("x", unreduced={"y"}) != P("x")
     with pytest.raises(shmap.Unimplemented, match="only a program's results hold partial sums"):
         c.device_put(x_np, NamedSharding(mesh, P(None, None, unreduced={"X"})))
