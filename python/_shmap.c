@@ -790,25 +790,31 @@ static PyObject *job_info(const sm_job_info *j)
                          "queued_us", (long long)j->queued_us, "run_us", (long long)j->run_us);
 }
 
-/* The job's arguments and output names from Python lists. */
-static int job_args(PyObject *args, PyObject *names, sm_array_ref *refs, const char **outn, int max,
-                    int *nargs)
+/* The job's arguments and output names from Python lists, into *refs and
+ * *outn allocated here (freed by the caller, also on failure). */
+static int job_args(PyObject *args, PyObject *names, int nreturns, sm_array_ref **refs,
+                    const char ***outn, int *nargs)
 {
     Py_ssize_t n = PySequence_Size(args), m = PySequence_Size(names);
-    if (n < 0 || n > max || m < 0 || m > max) {
-        PyErr_SetString(PyExc_ValueError, "too many arguments or output names");
+    if (n < 0 || m < 0 || n > INT_MAX / 2)
+        return -1;
+    size_t no = (size_t)(m > nreturns ? m : nreturns); /* the library reads nreturns names */
+    *refs = PyMem_Calloc((size_t)(n ? n : 1), sizeof **refs);
+    *outn = PyMem_Calloc(no ? no : 1, sizeof **outn);
+    if (!*refs || !*outn) {
+        PyErr_NoMemory();
         return -1;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *o = PySequence_GetItem(args, i);
-        int bad = !o || to_ref(o, &refs[i]);
+        int bad = !o || to_ref(o, &(*refs)[i]);
         Py_XDECREF(o); /* names stay alive in the caller's list */
         if (bad)
             return -1;
     }
     for (Py_ssize_t i = 0; i < m; i++) {
         PyObject *o = PySequence_GetItem(names, i);
-        outn[i] = o && o != Py_None ? PyUnicode_AsUTF8(o) : NULL;
+        (*outn)[i] = o && o != Py_None ? PyUnicode_AsUTF8(o) : NULL;
         Py_XDECREF(o);
         if (PyErr_Occurred())
             return -1;
@@ -816,8 +822,6 @@ static int job_args(PyObject *args, PyObject *names, sm_array_ref *refs, const c
     *nargs = (int)n;
     return 0;
 }
-
-#define JOB_MAX 64
 
 /* submit(text, file, entry, args, out_names, check_vma) -> job id */
 static PyObject *Client_submit(Client *self, PyObject *a)
@@ -828,23 +832,25 @@ static PyObject *Client_submit(Client *self, PyObject *a)
     if (!Client_ok(self) ||
         !PyArg_ParseTuple(a, "szzOOp", &text, &file, &entry, &args, &names, &check_vma))
         return NULL;
-    sm_array_ref refs[JOB_MAX];
-    const char *outn[JOB_MAX] = {0};
+    sm_array_ref *refs = NULL;
+    const char **outn = NULL;
+    PyObject *res = NULL;
     int n;
-    if (job_args(args, names, refs, outn, JOB_MAX, &n))
-        return NULL;
-    sm_program *p = parse_program(text, file, entry, check_vma);
-    if (!p)
-        return NULL;
+    sm_program *p = NULL;
+    if (!(p = parse_program(text, file, entry, check_vma)) ||
+        job_args(args, names, sm_program_nreturns(p), &refs, &outn, &n))
+        goto out;
     sm_job_id id = {0};
     char err[ERRLEN];
     sm_err e;
     Py_BEGIN_ALLOW_THREADS e =
         sm_job_submit(self->c, p, n, refs, outn, check_vma, 0, &id, err, sizeof err);
-    Py_END_ALLOW_THREADS sm_program_free(p);
-    if (e)
-        return raise_err(e, err);
-    return PyLong_FromUnsignedLongLong(id.v);
+    Py_END_ALLOW_THREADS res = e ? raise_err(e, err) : PyLong_FromUnsignedLongLong(id.v);
+out:
+    sm_program_free(p);
+    PyMem_Free(refs);
+    PyMem_Free(outn);
+    return res;
 }
 
 static PyObject *Client_wait(Client *self, PyObject *a)

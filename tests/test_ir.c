@@ -684,12 +684,45 @@ START_TEST(test_errors)
 }
 END_TEST
 
+/* The text form's lists have no fixed length: a jit returning 200 values
+ * (a model's parameters), a 100-name unpacking, a shard_map with 100
+ * out_specs (they stopped at 64: "more than 64 items"). */
+START_TEST(test_long_lists)
+{
+    sm_strbuf b = {0};
+    sm_strbuf_printf(&b, "mesh i=2\ndef many(x):\n    return ");
+    for (int k = 0; k < 100; k++)
+        sm_strbuf_printf(&b, "%sx + %d", k ? ", " : "", k);
+    sm_strbuf_printf(&b, "\nshard_map g(x: f32[4] @ P('i')) -> (");
+    for (int k = 0; k < 100; k++)
+        sm_strbuf_printf(&b, "%sP('i')", k ? ", " : "");
+    sm_strbuf_printf(&b, "):\n    return many(x)\njit f(x: f32[4] @ P('i')):\n    ");
+    for (int k = 0; k < 100; k++)
+        sm_strbuf_printf(&b, "%sa%d", k ? ", " : "", k);
+    sm_strbuf_printf(&b, " = g(x)\n    return ");
+    for (int k = 0; k < 200; k++)
+        sm_strbuf_printf(&b, "%sa%d", k ? ", " : "", k % 100);
+    sm_strbuf_printf(&b, "\n");
+    sm_program *p = parse_ok(sm_strbuf_str(&b), 1);
+    ck_assert_int_eq(sm_program_nreturns(p), 200);
+    sm_program_free(p);
+    char err[1024] = "";
+    ck_assert_int_eq(sm_program_parse_entry(sm_strbuf_str(&b), "t.shmap", "g", &p, err, sizeof err),
+                     SM_OK);
+    ck_assert_int_eq(sm_program_verify(p, 1, err, sizeof err), SM_OK);
+    ck_assert_int_eq(sm_program_nreturns(p), 100);
+    assert_roundtrip(p); /* printed with its 100 out_specs, parsed back */
+    sm_program_free(p);
+    sm_strbuf_free(&b);
+}
+END_TEST
+
 Suite *ir_suite(void)
 {
     Suite *s = SUITE_CASE(
         suite_create("ir"), "seeds", 0, NULL, {test_seed_types, sizeof seeds / sizeof seeds[0]},
         {test_matmul_basic_details}, {test_loop_unrolls}, {test_weak_types}, {test_nested_loops},
-        {test_vma_off_accepts}, {test_roundtrip_oddities}, {test_describe},
+        {test_vma_off_accepts}, {test_roundtrip_oddities}, {test_describe}, {test_long_lists},
         {test_light, sizeof light_cases / sizeof light_cases[0]});
     return SUITE_CASE(s, "errors", 0, NULL, {test_errors, sizeof errors / sizeof errors[0]});
 }

@@ -551,14 +551,16 @@ int sm_ps_expr_list(sm_parser *ps, sm_item *out)
         return -1;
     if (!sm_tok_is(sm_ps_peek(ps), ","))
         return 0;
-    int cap = 64, n = 1;
-    sm_item *el = sm_arena_alloc(ps->scratch, sizeof *el * (size_t)cap);
+    int cap = 0, n = 1;
+    sm_item *el = sm_ps_room(ps, NULL, sizeof *el, 0, &cap);
+    if (!el)
+        return sm_ps_fail(ps, at, SM_ENOMEM, "out of memory");
     el[0] = *out;
     while (sm_ps_accept(ps, ",")) {
         if (sm_ps_peek(ps)->kind == SM_TOK_NEWLINE)
             break;
-        if (n == cap)
-            return sm_ps_fail(ps, at, SM_EINVAL, "more than %d items", cap);
+        if (!(el = sm_ps_room(ps, el, sizeof *el, n, &cap)))
+            return sm_ps_fail(ps, at, SM_ENOMEM, "out of memory");
         if (sm_ps_expr(ps, &el[n++]))
             return -1;
     }

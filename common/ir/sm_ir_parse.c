@@ -665,11 +665,11 @@ static int sm_ps_while_carried(sm_parser *ps, const sm_tok *wt, int cond, int i,
 /* name[, name...] = expr[, expr...] */
 static int sm_ps_assign(sm_parser *ps)
 {
-    const sm_tok *names[64];
-    int n = 0;
+    const sm_tok **names = NULL;
+    int n = 0, cap = 0;
     do {
-        if (n == 64)
-            return sm_ps_fail(ps, sm_ps_peek(ps), SM_EINVAL, "too many names on the left");
+        if (!(names = sm_ps_room(ps, (void *)names, sizeof *names, n, &cap)))
+            return sm_ps_fail(ps, sm_ps_peek(ps), SM_ENOMEM, "out of memory");
         names[n] = sm_ps_peek(ps);
         if (sm_ps_expect_kind(ps, SM_TOK_NAME, "a name", "to assign to"))
             return -1;
@@ -772,21 +772,26 @@ static int sm_ps_block(sm_parser *ps, int top, int *returned)
 }
 
 /* `-> P(...)` or `-> (P(...), ...)`: up to max specs into specs. */
-static int sm_ps_out_specs(sm_parser *ps, sm_pspec *specs, int max, int *n)
+/* The out_specs (one, or a parenthesized list of any length) into *specs,
+ * allocated in the scratch arena. */
+static int sm_ps_out_specs(sm_parser *ps, sm_pspec **specs, int *n)
 {
+    int cap = 0;
     *n = 0;
+    if (!(*specs = sm_ps_room(ps, NULL, sizeof **specs, 0, &cap)))
+        return sm_ps_fail(ps, sm_ps_peek(ps), SM_ENOMEM, "out of memory");
     if (sm_ps_accept(ps, "(")) {
         while (!sm_ps_accept(ps, ")")) {
-            if (*n == max)
-                return sm_ps_fail(ps, sm_ps_peek(ps), SM_EINVAL, "more than %d outputs", max);
-            if (sm_ps_pspec(ps, &specs[(*n)++]))
+            if (!(*specs = sm_ps_room(ps, *specs, sizeof **specs, *n, &cap)))
+                return sm_ps_fail(ps, sm_ps_peek(ps), SM_ENOMEM, "out of memory");
+            if (sm_ps_pspec(ps, &(*specs)[(*n)++]))
                 return -1;
             if (!sm_tok_is(sm_ps_peek(ps), ")") && sm_ps_expect(ps, ",", "between out_specs"))
                 return -1;
         }
         return 0;
     }
-    if (sm_ps_pspec(ps, &specs[0]))
+    if (sm_ps_pspec(ps, &(*specs)[0]))
         return -1;
     *n = 1;
     return 0;
@@ -889,10 +894,10 @@ static int sm_ps_fn_axis_names(sm_parser *ps, const sm_fn *f, uint32_t *mask)
         depth += sm_tok_is(t, "(") || sm_tok_is(t, "[") || sm_tok_is(t, "{");
         depth -= sm_tok_is(t, ")") || sm_tok_is(t, "]") || sm_tok_is(t, "}");
     } while (depth > 0);
-    sm_pspec specs[64];
+    sm_pspec *specs;
     int n;
     if (sm_ps_accept(ps, "->"))
-        rc = sm_ps_out_specs(ps, specs, 64, &n) || sm_ps_header_opts(ps, mask, &unchecked);
+        rc = sm_ps_out_specs(ps, &specs, &n) || sm_ps_header_opts(ps, mask, &unchecked);
     ps->pos = saved;
     return rc ? -1 : 0;
 }
@@ -965,16 +970,15 @@ static int sm_ps_entry(sm_parser *ps, const sm_fn *f, const sm_mesh *mesh, int h
         if (!sm_tok_is(sm_ps_peek(ps), ")") && sm_ps_expect(ps, ",", "between parameters"))
             return -1;
     }
-    sm_pspec specs[64];
+    sm_pspec *specs = NULL;
     int n = 0;
     if (f->kind == SM_FN_JIT) {
         if (sm_ps_accept(ps, "->")) {
-            if (sm_ps_out_specs(ps, specs, 64, &n))
+            if (sm_ps_out_specs(ps, &specs, &n))
                 return -1;
             ps->p->has_out_shardings = 1;
         }
-    } else if (sm_ps_expect(ps, "->", "before the out_specs") ||
-               sm_ps_out_specs(ps, specs, 64, &n) ||
+    } else if (sm_ps_expect(ps, "->", "before the out_specs") || sm_ps_out_specs(ps, &specs, &n) ||
                sm_ps_header_opts(ps, &ps->p->manual_axes, &ps->p->unchecked)) {
         return -1;
     }
@@ -985,7 +989,8 @@ static int sm_ps_entry(sm_parser *ps, const sm_fn *f, const sm_mesh *mesh, int h
     ps->p->out_specs = sm_arena_alloc(ps->p->arena, sizeof(sm_pspec) * (size_t)(n ? n : 1));
     if (!ps->p->out_specs)
         return sm_ps_fail(ps, nt, SM_ENOMEM, "out of memory");
-    memcpy(ps->p->out_specs, specs, sizeof(sm_pspec) * (size_t)n);
+    if (n)
+        memcpy(ps->p->out_specs, specs, sizeof(sm_pspec) * (size_t)n);
     ps->p->nreturns = n; /* the declared count until `return` sets the values */
     if (sm_ps_expect(ps, ":", "after the out_specs") ||
         sm_ps_expect_kind(ps, SM_TOK_NEWLINE, "end of line", "after ':'"))
@@ -1142,12 +1147,12 @@ int sm_ps_call_fn(sm_parser *ps, const sm_fn *f, const sm_tok *at, const sm_arg 
                         na == 1 ? "" : "s", nargs);
         goto done;
     }
-    sm_pspec specs[64];
+    sm_pspec *specs = NULL;
     int nout = 0;
     uint32_t again;
     int unchecked = 0;
     if (sm_ps_accept(ps, "->") &&
-        (sm_ps_out_specs(ps, specs, 64, &nout) || sm_ps_header_opts(ps, &again, &unchecked)))
+        (sm_ps_out_specs(ps, &specs, &nout) || sm_ps_header_opts(ps, &again, &unchecked)))
         goto done;
     ps->pos = f->body + 1;
     ps->calls++;

@@ -125,6 +125,10 @@ char *sm_ps_text(sm_parser *ps, const sm_tok *t);
 /* Expressions: one expression, or a comma list as a tuple. */
 int sm_ps_expr(sm_parser *ps, sm_item *out);
 int sm_ps_expr_list(sm_parser *ps, sm_item *out);
+/* A list of n elements of size elem in the scratch arena, with room for
+ * at least one more: *arr as it is, or copied into one twice *cap (NULL
+ * out of memory). For the parser's lists of any length. */
+void *sm_ps_room(sm_parser *ps, void *arr, size_t elem, int n, int *cap);
 /* Evaluates `range(...)` arguments after `range`: start, stop, step. */
 int sm_ps_range(sm_parser *ps, int64_t *start, int64_t *stop, int64_t *step);
 /* The array value of an item: a value, or a scalar literal made a const op. */

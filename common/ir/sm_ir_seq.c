@@ -141,6 +141,19 @@ static int sm_ps_find_for(sm_parser *ps, int pos)
     return -1;
 }
 
+void *sm_ps_room(sm_parser *ps, void *arr, size_t elem, int n, int *cap)
+{
+    if (arr && n < *cap)
+        return arr;
+    int nc = *cap > 0 ? *cap * 2 : 8;
+    void *na = sm_arena_alloc(ps->scratch, elem * (size_t)nc);
+    if (na && arr)
+        memcpy(na, arr, elem * (size_t)n);
+    if (na)
+        *cap = nc;
+    return na;
+}
+
 /* Tuple or list body after '(' or '[' up to close; `(x)` is x. */
 int sm_ps_seq(sm_parser *ps, const sm_tok *open, const char *close, int is_list, sm_item *out)
 {
@@ -150,14 +163,8 @@ int sm_ps_seq(sm_parser *ps, const sm_tok *open, const char *close, int is_list,
     if (for_pos >= 0)
         return sm_ps_comprehension(ps, start, for_pos, open, out);
     while (!sm_ps_accept(ps, close)) {
-        if (n == cap) {
-            sm_item *ne = sm_arena_alloc(ps->scratch, sizeof *el * (size_t)cap * 2);
-            if (!ne)
-                return sm_ps_fail(ps, open, SM_ENOMEM, "out of memory");
-            memcpy(ne, el, sizeof *el * (size_t)cap);
-            el = ne;
-            cap *= 2;
-        }
+        if (!(el = sm_ps_room(ps, el, sizeof *el, n, &cap)))
+            return sm_ps_fail(ps, open, SM_ENOMEM, "out of memory");
         if (sm_ps_expr(ps, &el[n++]))
             return -1;
         if (sm_tok_is(sm_ps_peek(ps), close))

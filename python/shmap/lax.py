@@ -363,6 +363,10 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
     looped = _scan_loop(f, init, xl, xbuild, n, reverse) if n > 1 else None
     if looped is not None:
         return looped
+    from ._trace import _is_constant, _numpy_constant, _state
+    if getattr(_state, "builder", None) is not None:  # numpy xs in a trace: one constant,
+        xl = [_numpy_constant(v) if isinstance(v, _np.ndarray) and _is_constant(v) else v
+              for v in xl]  # sliced by ops (not one constant per step)
     carry, ys = init, []
     steps = range(n - 1, -1, -1) if reverse else range(n)
     for i in steps:

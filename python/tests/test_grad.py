@@ -1277,3 +1277,30 @@ def test_training_step_as_jax_writes_it(c):
     assert shmap.typeof(params["w1"]) == "f32[3,8,16@model]"
     assert np.isclose(losses[0], np_loss(w1, w2, xs), rtol=1e-4), (losses, np_loss(w1, w2, xs))
     assert losses[2] < losses[1] < losses[0], losses
+
+
+def test_grad_of_scan_over_numpy_xs(c, mesh):
+    """grad through a scan (unrolled under grad) over 120 numpy steps: its
+    xs one constant of the program sliced by ops (it made one constant per
+    step, and past 64 the call was refused)."""
+    w = c.device_put(np.float32(0.5), NamedSharding(mesh, P()))
+    xs = np.linspace(0, 1, 240).astype(np.float32).reshape(120, 2)
+
+    def loss(w):
+        def step(h, x):
+            h = h * w + x
+            return h, h
+        h, ys = lax.scan(step, jnp.zeros(2), xs)
+        return jnp.sum(ys)
+    f = shmap.jit(shmap.grad(loss))
+    head = next(ln for ln in f.lower(w).as_text().splitlines() if ln.startswith("jit "))
+    assert head.count("captured") == 1, head  # the xs, once
+    eps, wv = 1e-3, 0.5
+
+    def ref(wv):
+        h, tot = np.zeros(2), 0.0
+        for x in xs.astype(np.float64):
+            h = h * wv + x
+            tot += h.sum()
+        return tot
+    assert np.isclose(float(f(w)), (ref(wv + eps) - ref(wv - eps)) / (2 * eps), rtol=1e-3)

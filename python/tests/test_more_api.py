@@ -1369,3 +1369,24 @@ def test_eager_shard_map_python_control_flow(c):
                         out_specs=P("i"))(a)  # varying over i: no one value
     with pytest.raises(TypeError, match="Attempted boolean conversion"):
         shmap.jit(g)(a)  # in a jit: traced, as JAX's
+
+
+def test_many_arguments_and_results(c):
+    """A jit of a model's 150 parameters (a dict) returning 150 updated ones,
+    its gradient, and a shard_map of 100 results: no limit of 64 (the
+    binding refused more than 64 arguments, the text form more than 64
+    results)."""
+    mesh = c.make_mesh((4,), ("x",))
+    params = {f"w{i:03d}": c.device_put(np.full((8, 4), i, np.float32),
+                                        NamedSharding(mesh, P("x"))) for i in range(150)}
+    out = shmap.jit(lambda p: shmap.tree.map(lambda w: w * 2 + 1, p))(params)
+    assert len(out) == 150 and float(np.asarray(out["w149"])[0, 0]) == 299.0
+    g = shmap.jit(shmap.grad(lambda p: sum(jnp.sum(w * w) for w in p.values())))(params)
+    assert float(np.asarray(g["w010"])[3, 1]) == 20.0
+    r = shmap.shard_map(lambda *ws: tuple(w + 1 for w in ws), mesh=mesh, in_specs=P("x"),
+                        out_specs=P("x"))(*list(params.values())[:100])
+    assert len(r) == 100 and float(np.asarray(r[99])[0, 0]) == 100.0
+    tables = [np.full(4, i, np.float32) for i in range(100)]  # 100 numpy constants
+    x = c.device_put(np.ones(4, np.float32), NamedSharding(mesh, P()))
+    s = shmap.jit(lambda v: sum((v * t for t in tables), jnp.zeros(4)))(x)
+    assert np.array_equal(np.asarray(s), np.full(4, 4950.0))
