@@ -992,7 +992,7 @@ for _name, _op in (("add", operator.add), ("sub", operator.sub), ("mul", operato
                    ("mod", operator.mod), ("pow", operator.pow),
                    ("matmul", operator.matmul), ("and", operator.and_), ("or", operator.or_),
                    ("xor", operator.xor), ("lshift", operator.lshift),
-                   ("rshift", operator.rshift)):
+                   ("rshift", operator.rshift), ("divmod", divmod)):
     _f, _r = _array_binary(_op)
     setattr(Array, f"__{_name}__", _f)
     setattr(Array, f"__r{_name}__", _r)

@@ -573,6 +573,9 @@ class Tracer(_Shaped):
     def __mod__(self, o): return self._bin("%", o)
     def __rmod__(self, o): return self._bin("%", o, True)
     def __pow__(self, o): return self._bin("**", o)
+    def __rpow__(self, o): return self._bin("**", o, True)
+    def __divmod__(self, o): return self // o, self % o
+    def __rdivmod__(self, o): return o // self, o % self
     def __matmul__(self, o): return self._bin("@", o)
     def __rmatmul__(self, o): return self._bin("@", o, True)
     def __lt__(self, o): return self._bin("<", o)

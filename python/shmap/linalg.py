@@ -156,9 +156,8 @@ def norm(x, ord=None, axis=None, keepdims=False):
     (matrices)."""
     nd = len(x.shape)
     if axis is None:
-        if ord is None:
-            r = vector_norm(jnp.ravel(x), ord=2)
-            return jnp.reshape(r, (1,) * nd) if keepdims else r
+        if ord is None:  # JAX's: a sum over every element (no ravel: x may be sharded)
+            return vector_norm(x, axis=None, keepdims=keepdims, ord=2)
         if nd not in (1, 2):
             raise ValueError("Improper number of dimensions to norm.")
         axis = tuple(range(nd))

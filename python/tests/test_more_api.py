@@ -1390,3 +1390,25 @@ def test_many_arguments_and_results(c):
     x = c.device_put(np.ones(4, np.float32), NamedSharding(mesh, P()))
     s = shmap.jit(lambda v: sum((v * t for t in tables), jnp.zeros(4)))(x)
     assert np.array_equal(np.asarray(s), np.full(4, 4950.0))
+
+
+def test_reflected_power_divmod_and_sharded_norm(c):
+    """2.0 ** x of a traced x (Python's reflected power: it was a TypeError,
+    so an Adam step's 0.9 ** t failed in a jit), divmod of traced values and
+    Arrays, and jnp.linalg.norm of a sharded matrix (JAX's: a sum over every
+    element; it raveled, which the sharding rules refuse)."""
+    mesh = c.make_mesh((2, 2), ("data", "model"))
+    wa = np.arange(16.0, dtype=np.float32).reshape(4, 4)
+    w = c.device_put(wa, NamedSharding(mesh, P(None, "model")))
+    assert np.allclose(np.asarray(shmap.jit(lambda t: 0.9 ** t)(w)), 0.9 ** wa)
+    assert np.allclose(np.asarray(shmap.vmap(lambda t: 2.0 ** t)(w)), 2.0 ** wa)
+    q, r = shmap.jit(lambda t: divmod(t, 3.0))(w)
+    assert np.array_equal(np.asarray(q), wa // 3) and np.array_equal(np.asarray(r), wa % 3)
+    q, r = shmap.jit(lambda t: divmod(7.0, t + 1))(w)
+    assert np.array_equal(np.asarray(q), 7.0 // (wa + 1))
+    assert np.array_equal(np.asarray(divmod(w, 3.0)[1]), wa % 3)  # an Array at once
+    with shmap.use_mesh(mesh):
+        n = shmap.jit(lambda t: jnp.linalg.norm(t))(w)
+        assert np.isclose(float(n), np.linalg.norm(wa), rtol=1e-6)
+        nk = shmap.jit(lambda t: jnp.linalg.norm(t, keepdims=True))(w)
+        assert nk.shape == (1, 1) and np.isclose(float(nk[0, 0]), np.linalg.norm(wa), rtol=1e-6)
