@@ -1715,6 +1715,20 @@ def _tree_leaves(v, name):
     return [x for c, k in zip(n[0], n[1]) for x in _tree_leaves(c, f"{name}_{k}")]
 
 
+def _leaves_but_none(v, name):
+    """_tree_leaves with None an empty subtree (JAX's, for a jit's arguments:
+    {'w': w, 'b': None})."""
+    return [(x, n) for x, n in _tree_leaves(v, name) if x is not None]
+
+
+def _build_but_none(v, it):
+    """_tree_build for _leaves_but_none's leaves."""
+    n = _node(v)
+    if n is None:
+        return None if v is None else next(it)
+    return n[2]([_build_but_none(c, it) for c in n[0]])
+
+
 def _tree_sig(v):
     """A pytree's structure (containers, dict keys) with its leaves left out."""
     n = _node(v)
@@ -2706,8 +2720,11 @@ class _Traced:
                 self.in_specs, (tuple, list)) and not isinstance(self.in_specs, PartitionSpec)
                 and any(s is None for s in self.in_specs)):
             return self._split_none_specs(args)
-        if not any(_is_tree(a) for a in args):
+        jit = self.kind == "jit"  # None: an empty subtree of a jit's arguments, as JAX's
+        if not any(_is_tree(a) or (jit and a is None) for a in args):
             return self, args
+        leaves_of = _leaves_but_none if jit else _tree_leaves
+        build = _build_but_none if jit else _tree_build
         names = _param_names(self.f, len(args))
         specs = self.in_specs
         if specs is _INFER:
@@ -2716,7 +2733,7 @@ class _Traced:
             specs = (specs,) * len(args)
         leaves, flat_specs = [], []
         for k, a in enumerate(args):
-            ls = _tree_leaves(a, names[k])
+            ls = leaves_of(a, names[k])
             leaves += ls
             if specs is not None:
                 sp = specs[k] if k < len(specs) else None
@@ -2729,7 +2746,7 @@ class _Traced:
 
         def g(*flat):
             it = iter(flat)
-            return self.f(*[_tree_build(a, it) for a in args])
+            return self.f(*[build(a, it) for a in args])
 
         g.__name__ = self.__name__
         g.__signature__ = inspect.Signature(

@@ -22,6 +22,14 @@ max = make_op("maximum")  # noqa: A001
 min = make_op("minimum")  # noqa: A001
 
 
+def dot(lhs, rhs, precision=None, preferred_element_type=None, out_sharding=None):
+    """jax.lax.dot: jnp.dot's product, with precision= and
+    preferred_element_type= (the result's dtype) as JAX takes them."""
+    from . import numpy as jnp
+    kw = {} if out_sharding is None else {"out_sharding": out_sharding}
+    return jnp.dot(lhs, rhs, preferred_element_type=preferred_element_type, **kw)
+
+
 def concatenate(operands, dimension):
     """jax.lax.concatenate: jnp.concatenate along dimension."""
     from . import numpy as jnp

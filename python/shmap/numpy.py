@@ -131,6 +131,24 @@ reshard = _reshard_placed(reshard)  # noqa: F821 (op table)
 for _name in ("reshard", "with_sharding_constraint"):
     globals()[_name] = _sharded_trees(globals()[_name])
 
+
+
+def _product_kwargs(op):
+    """jnp.dot / jnp.matmul (the op table's) with JAX's precision= (XLA's CPU
+    products are full precision: ignored) and preferred_element_type= (the
+    operands cast to it, so the product accumulates and comes back in it)."""
+    @functools.wraps(op)
+    def f(a, b, *args, precision=None, preferred_element_type=None, **kwargs):
+        if preferred_element_type is not None:
+            a = astype(a, preferred_element_type)  # noqa: F821 (op table)
+            b = astype(b, preferred_element_type)  # noqa: F821
+        return op(a, b, *args, **kwargs)
+    return f
+
+
+dot = _product_kwargs(dot)  # noqa: F821 (op table)
+matmul = _product_kwargs(matmul)  # noqa: F821 (op table)
+
 _where = where  # noqa: F821 (the op table's)
 
 
@@ -905,6 +923,11 @@ def einsum(subscripts, *operands, out_sharding=None, **kwargs):
     run under auto_axes over the mesh's Explicit axes, as JAX's: the
     intermediates' layouts are the service's, the result out_sharding's."""
     _canonicalize_sharding(out_sharding, "einsum")
+    kwargs.pop("precision", None)  # (XLA's CPU products are full precision)
+    kwargs.pop("_use_xeinsum", None)
+    pet = kwargs.pop("preferred_element_type", None)
+    if pet is not None:  # accumulated and returned in that type: the operands cast to it
+        operands = tuple(astype(o, pet) for o in operands)  # noqa: F821 (op table)
     subscripts = subscripts.replace(" ", "")
     if "..." in subscripts:
         subscripts, operands = _einsum_ellipsis(subscripts, operands)

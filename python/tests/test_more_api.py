@@ -1412,3 +1412,28 @@ def test_reflected_power_divmod_and_sharded_norm(c):
         assert np.isclose(float(n), np.linalg.norm(wa), rtol=1e-6)
         nk = shmap.jit(lambda t: jnp.linalg.norm(t, keepdims=True))(w)
         assert nk.shape == (1, 1) and np.isclose(float(nk[0, 0]), np.linalg.norm(wa), rtol=1e-6)
+
+
+def test_none_leaves_and_product_keywords(c):
+    """None in a jit's arguments is an empty subtree, as JAX's (a params dict
+    with a None bias was uploaded as an object array and refused); products
+    take JAX's precision= and preferred_element_type= (einsum, dot, matmul,
+    tensordot, lax.dot: float16 operands accumulated and returned in
+    float32; they were unknown keywords)."""
+    mesh = c.make_mesh((2,), ("d",))
+    w = c.device_put(np.full((4, 4), 0.1, np.float16), NamedSharding(mesh, P()))
+    out = shmap.jit(lambda p: shmap.tree.map(lambda a: a * 2, p))({"w": w, "b": None})
+    assert out["b"] is None and np.allclose(np.asarray(out["w"]), 0.2, rtol=1e-3)
+    assert float(shmap.jit(lambda a, b: jnp.sum(a))(w, None)) == pytest.approx(1.6, rel=1e-2)
+    want = np.full((4, 4), 0.1, np.float16).astype(np.float32)
+    want = want @ want
+    for f in (lambda a: jnp.einsum("ij,jk->ik", a, a, preferred_element_type=jnp.float32,
+                                   precision="highest"),
+              lambda a: jnp.dot(a, a, preferred_element_type=jnp.float32),
+              lambda a: jnp.matmul(a, a, preferred_element_type=jnp.float32),
+              lambda a: jnp.tensordot(a, a, 1, preferred_element_type=jnp.float32),
+              lambda a: lax.dot(a, a, precision=lax.Precision.HIGHEST,
+                                preferred_element_type=jnp.float32)):
+        r = shmap.jit(f)(w)
+        assert r.dtype == np.float32 and np.allclose(np.asarray(r), want, rtol=1e-6)
+    assert shmap.jit(lambda a: jnp.dot(a, a, precision="highest"))(w).dtype == np.float16
