@@ -750,6 +750,10 @@ class Array(_Shaped):
     def __str__(self):  # print(x) shows the values, as a JAX array's does
         return str(self.to_numpy())
 
+    def __format__(self, spec):  # f"{loss:.4f}": a scalar's value formatted, as JAX's
+        v = self.to_numpy()
+        return format(v[()] if self.ndim == 0 else v, spec)
+
     @property
     def nbytes(self):
         return self.size * self.dtype.itemsize

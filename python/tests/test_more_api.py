@@ -1437,3 +1437,12 @@ def test_none_leaves_and_product_keywords(c):
         r = shmap.jit(f)(w)
         assert r.dtype == np.float32 and np.allclose(np.asarray(r), want, rtol=1e-6)
     assert shmap.jit(lambda a: jnp.dot(a, a, precision="highest"))(w).dtype == np.float16
+
+
+def test_array_format(c):
+    """f-strings of Arrays as JAX's: a scalar's value formatted (f"{loss:.4f}"
+    raised TypeError), an array as numpy's."""
+    mesh = c.make_mesh((2,), ("d",))
+    x = c.device_put(np.arange(4.0, dtype=np.float32), NamedSharding(mesh, P("d")))
+    assert f"{x.sum():.2f}" == "6.00" and f"{x.sum()}" == "6.0"
+    assert f"{x}" == str(np.arange(4.0, dtype=np.float32))
