@@ -881,8 +881,9 @@ class _AtIndex:
     def get(self, out_sharding=None, mode=None, fill_value=None):
         """x.at[key].get(): x[key]; with an integer array in key,
         out_sharding= says how the gather's result is sharded (JAX's)."""
-        if out_sharding is None:
-            return self.x[self.key]
+        key = self.key if isinstance(self.key, tuple) else (self.key,)
+        if out_sharding is None or all(_scalar_index(k) for k in key):
+            return self.x[self.key]  # a static or dynamic slice: JAX takes no out_sharding
         return self.x.__getitem__(self.key, out_sharding=out_sharding)
 
     def set(self, v, *, indices_are_sorted=False, unique_indices=False, mode=None,
@@ -1713,6 +1714,16 @@ def _tree_leaves(v, name):
     if n is None:
         return [(v, name)]
     return [x for c, k in zip(n[0], n[1]) for x in _tree_leaves(c, f"{name}_{k}")]
+
+
+def _scalar_index(k):
+    """k indexes as a slice does (JAX's static or dynamic slice, not a
+    gather): a slice, None, Ellipsis, an int or a 0-d integer value."""
+    if k is None or k is Ellipsis or isinstance(k, (slice, numbers.Integral)):
+        return not isinstance(k, bool)
+    if isinstance(k, (Tracer, Array, np.ndarray)):
+        return tuple(k.shape) == () and np.issubdtype(np.dtype(k.dtype), np.integer)
+    return False
 
 
 def _leaves_but_none(v, name):

@@ -679,12 +679,14 @@ def _scatter(op, a, size, entry):
     (example, row) in one operand of B * n rows (an index out of range
     stays out of range); a batch sharded in a jit body is then gathered
     for the scatter, and out_sharding= lays the result out as the operand
-    (JAX's scatter rule)."""
+    (JAX's scatter rule). The call's out_sharding= (JAX's auto_axes around
+    the scatter) lays the batched result out, the batch in front."""
     jnp = _jnp()
     from ._trace import _index_value
     x, idx, u = a["operand"], a["indices"], a["updates"]
-    if a.get("out_sharding") is not None:
-        raise InvalidArgument(f"vmap: {op} with out_sharding= is not supported")
+    if a.get("out_sharding") is not None:  # the examples' result laid out so, the batch
+        out = _scatter(op, {**a, "out_sharding": None}, size, entry)  # in front (JAX's
+        return BatchTracer(jnp.reshard(out.val, _spec_plus(a["out_sharding"], entry)), size)
     if not isinstance(idx, Tracer):
         idx = _index_value(idx)
     n, rest = x.shape[0], tuple(x.shape[1:])

@@ -1070,9 +1070,6 @@ def test_jnp_repeat(c, m2):
         assert out.sharding == NamedSharding(m2, P("x", None))
 
 
-@pytest.mark.xfail(strict=True, reason="under vmap x.at[j].get(out_sharding=typeof(x).sharding) "
-                   "is refused: the out_sharding is not batched ('Length of sharding.spec (2) "
-                   "must be equal to aval's ndim (1)')")
 def test_scatter_gather(c, m2):
     """test_scatter_gather: gathers and scatters of sharded arrays at sharded
     indices with out_sharding, in a jit and under vmap."""

@@ -1446,3 +1446,30 @@ def test_array_format(c):
     x = c.device_put(np.arange(4.0, dtype=np.float32), NamedSharding(mesh, P("d")))
     assert f"{x.sum():.2f}" == "6.00" and f"{x.sum()}" == "6.0"
     assert f"{x}" == str(np.arange(4.0, dtype=np.float32))
+
+
+def test_at_out_sharding_scalar_index_and_under_vmap(c):
+    """x.at[j].get(out_sharding=) at a scalar index is a dynamic slice, which
+    takes no out_sharding in JAX (it was a gather given a spec of the wrong
+    rank); .at[i].set(v, out_sharding=) under vmap lays the batched result
+    out with the batch in front (it was refused). JAX's test_scatter_gather,
+    with values."""
+    mesh = c.make_mesh((4,), ("x",))
+    rng = np.random.default_rng(0)
+    xn = rng.uniform(size=(8, 3)).astype(np.float32)
+    i_n = rng.integers(0, 3, 8).astype(np.int32)
+    j_n = rng.integers(0, 3, 8).astype(np.int32)
+
+    @shmap.jit
+    @shmap.vmap
+    def f(x, i, j):
+        x_j = x.at[j].get(out_sharding=shmap.typeof(x).sharding)
+        return x.at[i].set(x_j, out_sharding=shmap.typeof(x).sharding)
+
+    with shmap.use_mesh(mesh):
+        x, i, j = (shmap.device_put(v, P("x")) for v in (xn, i_n, j_n))
+        got = f(x, i, j)
+    want = xn.copy()
+    want[np.arange(8), i_n] = xn[np.arange(8), j_n]
+    assert np.array_equal(np.asarray(got), want)
+    assert got.sharding.spec == P("x", None)
