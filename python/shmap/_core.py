@@ -826,26 +826,30 @@ class Array(_Shaped):
     def astype(self, dtype):
         return self._now(lambda a: a.astype(dtype))
 
-    def sum(self, axis=None, dtype=None, out=None, keepdims=False):
-        return self._now(lambda a: a.sum(axis, dtype, keepdims=keepdims))
+    def sum(self, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
+        return self._now(lambda a, w: a.sum(axis, dtype, keepdims=keepdims, initial=initial,
+                                            where=w), where)
 
-    def prod(self, axis=None, dtype=None, out=None, keepdims=False):
-        return self._now(lambda a: a.prod(axis, dtype, keepdims=keepdims))
+    def prod(self, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
+        return self._now(lambda a, w: a.prod(axis, dtype, keepdims=keepdims, initial=initial,
+                                             where=w), where)
 
-    def mean(self, axis=None, dtype=None, out=None, keepdims=False):
-        return self._now(lambda a: a.mean(axis, dtype, keepdims=keepdims))
+    def mean(self, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
+        return self._now(lambda a, w: a.mean(axis, dtype, keepdims=keepdims, where=w), where)
 
-    def max(self, axis=None, out=None, keepdims=False):
-        return self._now(lambda a: a.max(axis, keepdims=keepdims))
+    def max(self, axis=None, out=None, keepdims=False, initial=None, where=None):
+        return self._now(lambda a, w: a.max(axis, keepdims=keepdims, initial=initial, where=w),
+                         where)
 
-    def min(self, axis=None, out=None, keepdims=False):
-        return self._now(lambda a: a.min(axis, keepdims=keepdims))
+    def min(self, axis=None, out=None, keepdims=False, initial=None, where=None):
+        return self._now(lambda a, w: a.min(axis, keepdims=keepdims, initial=initial, where=w),
+                         where)
 
-    def any(self, axis=None, out=None, keepdims=False):
-        return self._now(lambda a: a.any(axis, keepdims=keepdims))
+    def any(self, axis=None, out=None, keepdims=False, *, where=None):
+        return self._now(lambda a, w: a.any(axis, keepdims=keepdims, where=w), where)
 
-    def all(self, axis=None, out=None, keepdims=False):
-        return self._now(lambda a: a.all(axis, keepdims=keepdims))
+    def all(self, axis=None, out=None, keepdims=False, *, where=None):
+        return self._now(lambda a, w: a.all(axis, keepdims=keepdims, where=w), where)
 
     def argmax(self, axis=None, out=None, keepdims=False):
         return self._now(lambda a: a.argmax(axis, keepdims=keepdims))

@@ -711,25 +711,39 @@ class Tracer(_Shaped):
     def astype(self, dtype):
         return _call_op("astype", self, dtype)
 
-    def sum(self, axis=None, dtype=None, out=None, keepdims=False):
+    def sum(self, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
+        if initial is not None or where is not None:
+            return _masked_reduce("sum", self, axis, keepdims, dtype, initial, where)
         return _reduce("sum", self, axis, keepdims, dtype)
 
-    def prod(self, axis=None, dtype=None, out=None, keepdims=False):
+    def prod(self, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
+        if initial is not None or where is not None:
+            return _masked_reduce("prod", self, axis, keepdims, dtype, initial, where)
         return _reduce("prod", self, axis, keepdims, dtype)
 
-    def mean(self, axis=None, dtype=None, out=None, keepdims=False):
+    def mean(self, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
+        if where is not None:
+            return _masked_reduce("mean", self, axis, keepdims, dtype, None, where)
         return _reduce("mean", self, axis, keepdims, dtype)
 
-    def max(self, axis=None, out=None, keepdims=False):
+    def max(self, axis=None, out=None, keepdims=False, initial=None, where=None):
+        if initial is not None or where is not None:
+            return _masked_reduce("max", self, axis, keepdims, None, initial, where)
         return _reduce("max", self, axis, keepdims)
 
-    def min(self, axis=None, out=None, keepdims=False):
+    def min(self, axis=None, out=None, keepdims=False, initial=None, where=None):
+        if initial is not None or where is not None:
+            return _masked_reduce("min", self, axis, keepdims, None, initial, where)
         return _reduce("min", self, axis, keepdims)
 
-    def any(self, axis=None, out=None, keepdims=False):
+    def any(self, axis=None, out=None, keepdims=False, *, where=None):
+        if where is not None:
+            return _masked_reduce("any", self, axis, keepdims, None, None, where)
         return _reduce("any", self, axis, keepdims)
 
-    def all(self, axis=None, out=None, keepdims=False):
+    def all(self, axis=None, out=None, keepdims=False, *, where=None):
+        if where is not None:
+            return _masked_reduce("all", self, axis, keepdims, None, None, where)
         return _reduce("all", self, axis, keepdims)
 
     def argmax(self, axis=None, out=None, keepdims=False):
@@ -1309,6 +1323,17 @@ def _numpy_constant(a):
 
 def _broadcast_to(v, shape):
     return v if tuple(v.shape) == tuple(shape) else _call_op("broadcast_to", v, tuple(shape))
+
+
+def _masked_reduce(op, x, axis, keepdims, dtype, initial, where):
+    """x.sum(where=..., initial=...) and the like: jnp's reduction."""
+    from . import numpy as jnp
+    kw = {"axis": axis, "keepdims": keepdims, "where": where}
+    if dtype is not None:
+        kw["dtype"] = dtype
+    if initial is not None:
+        kw["initial"] = initial
+    return getattr(jnp, op)(x, **kw)
 
 
 def _reduce(op, x, axis, keepdims, dtype=None):

@@ -194,21 +194,78 @@ def _reduced_count(a, axis):
     return math.prod(a.shape[d] for d in axes)
 
 
+def _masked(name, op, identity):
+    """A reduction of the op table with JAX's where= (elements where it is
+    False left out: the identity in their place) and initial= (one more
+    element of the reduction); max and min, which have no identity, need
+    initial= with where=, as JAX's."""
+    @functools.wraps(op)
+    def f(a, *args, where=None, initial=None, **kwargs):
+        if where is None and initial is None:
+            return op(a, *args, **kwargs)
+        return masked(a, *args, where=where, initial=initial, **kwargs)
+
+    @_at_once
+    def masked(a, *args, where=None, initial=None, **kwargs):
+        a = asarray(a)  # noqa: F821
+        if where is not None:
+            fill = identity if identity is not None else initial
+            if fill is None:
+                raise ValueError(f"reduction operation {name} does not have an identity, so "
+                                 f"to use a where mask one has to specify 'initial'")
+            a = _where(broadcast_to(where, a.shape), a, _np.asarray(fill, a.dtype))  # noqa: F821
+        r = op(a, *args, **kwargs)
+        if initial is None:
+            return r
+        combine = {"sum": add, "prod": multiply, "max": maximum, "min": minimum,  # noqa: F821
+                   "any": logical_or, "all": logical_and}[name]  # noqa: F821
+        return astype(combine(r, initial), r.dtype)  # noqa: F821
+    return f
+
+
+for _name, _identity in (("sum", 0), ("prod", 1), ("max", None), ("min", None),
+                         ("any", False), ("all", True)):
+    globals()[_name] = _masked(_name, globals()[_name], _identity)
+
+_mean_op = mean  # noqa: F821 (the op table's)
+
+
 @_at_once
-def var(a, axis=None, dtype=None, ddof=0, keepdims=False):
+def mean(a, axis=None, dtype=None, keepdims=False, *, where=None):
+    """jnp.mean; with where=, the mean of the elements where it holds (their
+    sum over their count), as JAX's."""
+    if where is None:
+        return _mean_op(a, axis=axis, dtype=dtype, keepdims=keepdims)
+    a = asarray(a)  # noqa: F821
+    if dtype is None:
+        dtype = a.dtype if _np.issubdtype(a.dtype, _np.inexact) else _np.float32
+    m = broadcast_to(where, a.shape)  # noqa: F821
+    total = sum(astype(a, dtype), axis=axis, keepdims=keepdims, where=m)  # noqa: F821
+    return total / sum(astype(m, dtype), axis=axis, keepdims=keepdims)  # noqa: F821
+
+
+@_at_once
+def var(a, axis=None, dtype=None, ddof=0, keepdims=False, *, where=None):
     """jnp.var: the mean of squared deviations from the mean over axis, the
-    sum divided by n - ddof (as JAX computes it); float32 for integers."""
+    sum divided by n - ddof (as JAX computes it); float32 for integers;
+    where= counts only the elements where it holds."""
     if dtype is None:
         dtype = a.dtype if _np.issubdtype(a.dtype, _np.floating) else _np.float32
     a = astype(a, dtype)  # noqa: F821
-    d = a - mean(a, axis=axis, keepdims=True)  # noqa: F821
-    return sum(d * d, axis=axis, keepdims=keepdims) / (_reduced_count(a, axis) - ddof)  # noqa: F821
+    d = a - mean(a, axis=axis, keepdims=True, where=where)
+    if where is None:
+        return sum(d * d, axis=axis, keepdims=keepdims) / (  # noqa: F821
+            _reduced_count(a, axis) - ddof)
+    m = broadcast_to(where, a.shape)  # noqa: F821
+    n = sum(astype(m, dtype), axis=axis, keepdims=keepdims)  # noqa: F821
+    return sum(d * d, axis=axis, keepdims=keepdims, where=m) / (n - ddof)  # noqa: F821
 
 
 @_at_once
-def std(a, axis=None, dtype=None, ddof=0, keepdims=False):
+def std(a, axis=None, dtype=None, ddof=0, keepdims=False, *, where=None):
     """jnp.std: sqrt(var)."""
-    return sqrt(var(a, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims))  # noqa: F821
+    return sqrt(var(a, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims,  # noqa: F821
+                    where=where))
 
 
 @_at_once

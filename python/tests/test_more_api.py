@@ -1473,3 +1473,37 @@ def test_at_out_sharding_scalar_index_and_under_vmap(c):
     want[np.arange(8), i_n] = xn[np.arange(8), j_n]
     assert np.array_equal(np.asarray(got), want)
     assert got.sharding.spec == P("x", None)
+
+
+def test_reductions_where_and_initial(c):
+    """JAX's where= and initial= on sum, prod, max, min, any, all, mean, var
+    and std (unknown keywords before), against numpy's, in a jit and at
+    once; max's where= without initial= is JAX's ValueError."""
+    mesh = c.make_mesh((4,), ("d",))
+    a = np.arange(32.0, dtype=np.float32).reshape(8, 4) / 10
+    x = c.device_put(a, NamedSharding(mesh, P("d", None)))
+    m = a > 1.0
+    cases = [
+        (lambda x: jnp.sum(x, axis=0, where=x > 1.0), np.sum(a, axis=0, where=m)),
+        (lambda x: jnp.sum(x, initial=5.0), np.sum(a, initial=5.0)),
+        (lambda x: jnp.prod(x, axis=1, where=x > 1.0), np.prod(a, axis=1, where=m)),
+        (lambda x: jnp.max(x, axis=1, initial=2.0), np.max(a, axis=1, initial=2.0)),
+        (lambda x: jnp.min(x, axis=0, where=x > 1.0, initial=100.0),
+         np.min(a, axis=0, where=m, initial=100.0)),
+        (lambda x: jnp.mean(x, axis=0, where=x > 1.0), np.mean(a, axis=0, where=m)),
+        (lambda x: jnp.var(x, axis=0, where=x > 1.0), np.var(a, axis=0, where=m)),
+        (lambda x: jnp.std(x, axis=0, ddof=1, where=x > 1.0),
+         np.std(a, axis=0, ddof=1, where=m)),
+        (lambda x: jnp.any(x > 3.0, axis=0, where=x < 2.0), np.any(a > 3.0, axis=0, where=a < 2)),
+        (lambda x: jnp.all(x > 1.0, axis=1, where=x > 1.0), np.all(a > 1.0, axis=1, where=m)),
+    ]
+    for f, want in cases:
+        assert np.allclose(np.asarray(shmap.jit(f)(x)), want, rtol=1e-5)
+    assert np.isclose(float(jnp.sum(x, where=x > 1.0)), np.sum(a, where=m), rtol=1e-6)
+    assert np.isclose(float(x.sum(where=x > 1.0)), np.sum(a, where=m), rtol=1e-6)  # methods
+    assert np.allclose(np.asarray(shmap.jit(lambda v: v.max(axis=0, initial=2.5))(x)),
+                       np.max(a, axis=0, initial=2.5))
+    got = np.asarray(shmap.jit(lambda v: v.mean(axis=1, where=v > 1.0))(x))
+    assert np.allclose(got[3:], np.mean(a[3:], axis=1, where=m[3:]))  # (rows 0-2: no element)
+    with pytest.raises(ValueError, match="does not have an identity"):
+        shmap.jit(lambda x: jnp.max(x, where=x > 1.0))(x)
