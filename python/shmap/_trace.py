@@ -7,6 +7,7 @@ body and a type error points at the Python line of the op that caused it.
 Python `for` loops unroll, as under tracing."""
 import collections
 import concurrent.futures
+import functools
 import inspect
 import math
 import numbers
@@ -1973,6 +1974,8 @@ class _Traced:
 
     def __init__(self, f, kind, mesh=None, in_specs=None, out_specs=None, check_vma=True,
                  out_shardings=None, static_argnums=(), static_argnames=(), axis_names=None):
+        self._varkw = None
+        f = self._positional(f)
         self.f, self.kind, self.mesh = f, kind, mesh
         self.axis_names = axis_names  # shard_map: a frozenset of mesh axes, or None (all)
         self.in_specs, self.out_specs, self.check_vma = in_specs, out_specs, check_vma
@@ -1987,6 +1990,43 @@ class _Traced:
         self.__doc__ = getattr(f, "__doc__", None)
         self._name = _ascii_name(self.__name__)  # in the program's text
         self._cache = {}  # traces by signature (_trace_key), as jax.jit keeps them
+
+    def _positional(self, f):
+        """f, or for a function with keyword-only parameters or **kwargs (a
+        model's apply(params, x, *, train)), one taking them positionally
+        after the others, **kwargs as one dict (a pytree) last, which calls
+        f with them as keywords: the traces take positional arguments."""
+        try:
+            params = list(inspect.signature(f).parameters.values())
+        except (TypeError, ValueError):
+            return f
+        kinds = {p.kind for p in params}
+        if inspect.Parameter.VAR_POSITIONAL in kinds or not kinds & {
+                inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.VAR_KEYWORD}:
+            return f
+        pos = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        kwonly = [p for p in params if p.kind == p.KEYWORD_ONLY]
+        varkw = next((p for p in params if p.kind == p.VAR_KEYWORD), None)
+        self._varkw = varkw.name if varkw is not None else None
+
+        def positional(*a):
+            kw = {p.name: v for p, v in zip(kwonly, a[len(pos):len(pos) + len(kwonly)])}
+            if varkw is not None and len(a) > len(pos) + len(kwonly):
+                kw.update(a[len(pos) + len(kwonly)] or {})
+            return f(*a[:len(pos)], **kw)
+        P_ = inspect.Parameter
+        sig = [p.replace(kind=P_.POSITIONAL_OR_KEYWORD) for p in pos + kwonly]
+        if varkw is not None:
+            sig.append(P_(varkw.name, P_.POSITIONAL_OR_KEYWORD, default=None))
+        seen_default = False  # (a parameter without a default after one with it: given None)
+        for k, p in enumerate(sig):
+            seen_default = seen_default or p.default is not P_.empty
+            if seen_default and p.default is P_.empty:
+                sig[k] = p.replace(default=_REQUIRED)
+        positional.__signature__ = inspect.Signature(sig)
+        functools.update_wrapper(positional, f, assigned=("__name__", "__qualname__",
+                                                          "__doc__", "__module__"))
+        return positional
 
     def _args(self, args):
         """Arrays for the arguments (numpy values uploaded) and their specs."""
@@ -2837,6 +2877,11 @@ class _Traced:
             return args
         try:
             sig = inspect.signature(self.f)
+            if self._varkw is not None:  # **kwargs: the keywords no parameter names, one dict
+                extra = {k: v for k, v in kwargs.items() if k not in sig.parameters}
+                kwargs = {k: v for k, v in kwargs.items() if k in sig.parameters}
+                if extra:
+                    kwargs[self._varkw] = extra
             bound = sig.bind(*args, **kwargs)
         except (TypeError, ValueError) as e:
             raise InvalidArgument(f"{self.__name__}: {e}") from None
@@ -2847,7 +2892,11 @@ class _Traced:
             if p.kind == p.VAR_POSITIONAL:
                 out.extend(bound.arguments.get(p.name, ()))
             elif p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
-                out.append(bound.arguments.get(p.name, p.default))
+                v = bound.arguments.get(p.name, p.default)
+                if v is _REQUIRED:
+                    raise InvalidArgument(f"{self.__name__}: missing a required argument: "
+                                          f"{p.name!r}")
+                out.append(v)
             else:
                 raise InvalidArgument(f"{self.__name__}: keyword-only parameter {p.name!r} "
                                       f"cannot be passed to a traced function")
@@ -3082,6 +3131,7 @@ def _axis_names_text(mesh, names):
 
 
 _INFER = type("Infer", (), {"__repr__": lambda self: "Infer"})()  # jax.shard_map's in_specs default
+_REQUIRED = type("Required", (), {"__repr__": lambda self: "<required>"})()  # (_positional)
 
 
 def shard_map(f=None, *, mesh=None, in_specs=_INFER, out_specs, check_vma=True,

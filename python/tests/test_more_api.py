@@ -1507,3 +1507,27 @@ def test_reductions_where_and_initial(c):
     assert np.allclose(got[3:], np.mean(a[3:], axis=1, where=m[3:]))  # (rows 0-2: no element)
     with pytest.raises(ValueError, match="does not have an identity"):
         shmap.jit(lambda x: jnp.max(x, where=x > 1.0))(x)
+
+
+def test_jit_keyword_only_and_var_keyword_parameters(c):
+    """A model's apply(params, x, *, train) with static_argnames='train', and
+    **kwargs of arrays (a pytree), as JAX's jit takes them (refused before:
+    'keyword-only parameter ... cannot be passed to a traced function')."""
+    mesh = c.make_mesh((2,), ("d",))
+    x = c.device_put(np.ones((4, 4), np.float32), NamedSharding(mesh, P("d", None)))
+
+    def apply(p, x, *, train, scale=1.0):
+        return (x @ p) * (2.0 if train else 1.0) * scale
+    f = shmap.jit(apply, static_argnames="train")
+    w = np.eye(4, dtype=np.float32)
+    assert float(f(w, x, train=True)[0, 0]) == 2.0
+    assert float(f(w, x, train=False, scale=3.0)[0, 0]) == 3.0
+    g = shmap.grad(lambda p: jnp.sum(apply(p, x, train=True)))(w)
+    assert np.allclose(np.asarray(g), 8.0)
+
+    def mix(a, **kw):
+        return a * kw["s"] + kw["t"]
+    r = shmap.jit(mix)(x, s=x, t=2.0)
+    assert np.array_equal(np.asarray(r), np.full((4, 4), 3.0))
+    with pytest.raises(shmap.InvalidArgument, match="missing a required argument: 'train'"):
+        f(w, x, scale=2.0)
