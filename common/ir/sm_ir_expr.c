@@ -194,17 +194,13 @@ static int sm_ps_unary(sm_parser *ps, sm_item *out);
 /* Call arguments after '(' up to ')'. */
 static int sm_ps_args(sm_parser *ps, sm_arg **args, int *nargs)
 {
-    int cap = 8, n = 0;
-    sm_arg *a = sm_arena_alloc(ps->scratch, sizeof *a * (size_t)cap);
+    int cap = 0, n = 0;
+    sm_arg *a = sm_ps_room(ps, NULL, sizeof *a, 0, &cap);
+    if (!a)
+        return sm_ps_fail(ps, sm_ps_peek(ps), SM_ENOMEM, "out of memory");
     while (!sm_ps_accept(ps, ")")) {
-        if (n == cap) {
-            sm_arg *na = sm_arena_alloc(ps->scratch, sizeof *a * (size_t)cap * 2);
-            if (!na)
-                return sm_ps_fail(ps, sm_ps_peek(ps), SM_ENOMEM, "out of memory");
-            memcpy(na, a, sizeof *a * (size_t)cap);
-            a = na;
-            cap *= 2;
-        }
+        if (!(a = sm_ps_room(ps, a, sizeof *a, n, &cap)))
+            return sm_ps_fail(ps, sm_ps_peek(ps), SM_ENOMEM, "out of memory");
         const sm_tok *t = sm_ps_peek(ps);
         a[n].kw = NULL;
         a[n].at = t;

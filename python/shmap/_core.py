@@ -674,8 +674,8 @@ class Array(_Shaped):
         if spec is not None:
             return NamedSharding(mesh, spec)
         spec = _spec_of(self._info["spec"])
-        if getattr(self, "_full_spec", False) and len(spec) < self.ndim:
-            spec = P(*spec, *(None,) * (self.ndim - len(spec)), **spec._ur())
+        if getattr(self, "_full_spec", False):
+            spec = _padded(spec, self.ndim)
         return NamedSharding(mesh, spec)
 
     @property

@@ -22,7 +22,7 @@ import _shmap
 from ._core import use_mesh as _use_mesh
 from ._core import (ConcretizationTypeError, TracerArrayConversionError,
                     TracerBoolConversionError, TracerIntegerConversionError)
-from ._core import AbstractMesh, _short_type, _spec_axes, _spec_of, _type_axes
+from ._core import AbstractMesh, _padded, _short_type, _spec_axes, _spec_of, _type_axes
 from ._core import (Array, InvalidArgument, NamedSharding, P, PartitionSpec, ProgramError,
                     Unimplemented, Explicit, Mesh,
                     ShapeDtypeStruct, ShmapError, _DTYPES, _At, _Shaped, _default, _dtype_name,
@@ -62,9 +62,7 @@ def _fmt(v):
             return b.close_over(v)
         return v.name
     if isinstance(v, Array):  # closed over by the function being traced
-        b = _builder()
-        _check_closed_over(b, v)
-        return b.capture(v)
+        return _capture_closed(_builder(), v)
     if isinstance(v, np.ndarray):  # a numpy array operand: a constant, as JAX embeds it
         return _fmt(_numpy_constant(v))
     if isinstance(v, PartitionSpec):
@@ -1426,20 +1424,22 @@ def _eager_value(t):
     return out.to_numpy().reshape(())
 
 
-def _check_closed_over(b, a):
-    """An Array of a mesh with Explicit axes closed over by a shard_map body
-    Manual over them: JAX's NotImplementedError (core's canonicalization of
-    a call's arguments in that body)."""
+def _capture_closed(b, a):
+    """b.capture(a) for an Array the user's function closes over (not one of
+    shmap's own constants): one of a mesh with Explicit axes in a shard_map
+    body Manual over them is JAX's NotImplementedError (core's
+    canonicalization of a call's arguments in that body)."""
     mesh = getattr(b, "mesh", None)
     if b.kind != "shard_map" or mesh is None or \
             not any(t == Explicit for t in a.sharding.mesh.axis_types):
-        return
+        return b.capture(a)
     manual = b.manual_axes or mesh.axis_names
     if all(t != Explicit or n in manual for n, t in zip(mesh.axis_names, mesh.axis_types)):
         raise NotImplementedError(
             f"Closing over inputs to shard_map where the input is sharded on `Explicit` axes "
             f"is not implemented. As a workaround, please pass those inputs as an argument to "
             f"shard_map. Got input with shape {a.type}")
+    return b.capture(a)
 
 
 def _as_operand(a):
@@ -1447,9 +1447,7 @@ def _as_operand(a):
     number a constant of the program, an Array the one the function closes
     over (as JAX embeds both), anything else as it is."""
     if isinstance(a, Array):
-        b = _builder()
-        _check_closed_over(b, a)
-        return Tracer(b.capture(a), a.type, _dtype_name(a.dtype), a.shape)
+        return Tracer(_capture_closed(_builder(), a), a.type, _dtype_name(a.dtype), a.shape)
     return _numpy_constant(np.asarray(a)) if _is_constant(a) else a
 
 
@@ -1568,9 +1566,8 @@ def _eager(fn, args, kwargs):
     skw = {k: strip(v) for k, v in kwargs.items()}
     b = getattr(_state, "builder", None)
     if b is not None:  # inside a traced function that closes over the Arrays: traced there
-        for a in arrays:
-            _check_closed_over(b, a)
-        tracers = [Tracer(b.capture(a), a.type, _dtype_name(a.dtype), a.shape) for a in arrays]
+        tracers = [Tracer(_capture_closed(b, a), a.type, _dtype_name(a.dtype), a.shape)
+                   for a in arrays]
         return fn(*[put(a, tracers) for a in sargs], **{k: put(v, tracers) for k, v in skw.items()})
 
     def call(*tracers):
@@ -1758,14 +1755,6 @@ def _leaves_but_none(v, name):
     return [(x, n) for x, n in _tree_leaves(v, name) if x is not None]
 
 
-def _build_but_none(v, it):
-    """_tree_build for _leaves_but_none's leaves."""
-    n = _node(v)
-    if n is None:
-        return None if v is None else next(it)
-    return n[2]([_build_but_none(c, it) for c in n[0]])
-
-
 def _tree_sig(v):
     """A pytree's structure (containers, dict keys) with its leaves left out."""
     n = _node(v)
@@ -1774,12 +1763,13 @@ def _tree_sig(v):
     return (n[3], tuple(_tree_sig(c) for c in n[0]))
 
 
-def _tree_build(v, it):
-    """v's structure with its leaves taken from it, in _tree_leaves' order."""
+def _tree_build(v, it, none_empty=False):
+    """v's structure with its leaves taken from it, in _tree_leaves' order;
+    with none_empty, None stays None and takes no leaf (_leaves_but_none's)."""
     n = _node(v)
     if n is None:
-        return next(it)
-    return n[2]([_tree_build(c, it) for c in n[0]])
+        return None if none_empty and v is None else next(it)
+    return n[2]([_tree_build(c, it, none_empty) for c in n[0]])
 
 
 def _param_names(f, n):
@@ -2800,7 +2790,7 @@ class _Traced:
         if not any(_is_tree(a) or (jit and a is None) for a in args):
             return self, args
         leaves_of = _leaves_but_none if jit else _tree_leaves
-        build = _build_but_none if jit else _tree_build
+        build = functools.partial(_tree_build, none_empty=jit)
         names = _param_names(self.f, len(args))
         specs = self.in_specs
         if specs is _INFER:
@@ -2986,10 +2976,6 @@ class _Traced:
         return None
 
 
-def _padded_spec(spec, ndim):
-    return tuple(spec.partitions) + (None,) * (ndim - len(spec.partitions))
-
-
 def _result_specs(outs, mesh, first):
     """The spelling of a jit's results' specs where out_shardings left them
     to the program, as JAX's (_concretize_abstract_out_shardings,
@@ -3006,10 +2992,7 @@ def _result_specs(outs, mesh, first):
     if any(t == Explicit for t in mesh.axis_types):
         auto = {n for n, t in zip(mesh.axis_names, mesh.axis_types) if t != Explicit}
         for a in outs:
-            spec = _spec_of(a._info["spec"])
-            named = {n for e in spec.partitions if e is not None
-                     for n in ((e,) if isinstance(e, str) else e)}
-            a._full_spec = not (named & auto)
+            a._full_spec = not auto.intersection(_spec_axes(_spec_of(a._info["spec"])))
         return
     if first is None:
         return
@@ -3023,7 +3006,7 @@ def _result_specs(outs, mesh, first):
         spec = _spec_of(a._info["spec"])
         if a.ndim == first.ndim and not (spec.unreduced or spec.reduced) and \
                 not (given.spec.unreduced or given.spec.reduced) and \
-                _padded_spec(spec, a.ndim) == _padded_spec(given.spec, a.ndim):
+                _padded(spec, a.ndim) == _padded(given.spec, a.ndim):
             a._given_spec = given.spec
 
 

@@ -86,10 +86,11 @@ def _check_device_count(sharding, x):
     b = getattr(_state, "builder", None)
     mesh = getattr(b, "mesh", None)
     m = sharding.mesh
-    if mesh is None or b.kind != "jit" or not m.are_all_axes_explicit or \
-            _np.prod(mesh.axis_sizes, dtype=int) == _np.prod(m.axis_sizes, dtype=int):
+    if mesh is None or b.kind != "jit" or not m.are_all_axes_explicit:
         return
-    n, size = int(_np.prod(mesh.axis_sizes)), int(_np.prod(m.axis_sizes))
+    n, size = math.prod(mesh.axis_sizes), math.prod(m.axis_sizes)
+    if n == size:
+        return
     raise ValueError(f"Length of device assignment {n} is not equal to the size of the mesh "
                      f"{size} of aval {_np.dtype(x.dtype).name}{list(x.shape)}. Please enter "
                      f"your `jit` into a mesh context via `jax.set_mesh`.")
@@ -139,11 +140,16 @@ def _product_kwargs(op):
     operands cast to it, so the product accumulates and comes back in it)."""
     @functools.wraps(op)
     def f(a, b, *args, precision=None, preferred_element_type=None, **kwargs):
-        if preferred_element_type is not None:
-            a = astype(a, preferred_element_type)  # noqa: F821 (op table)
-            b = astype(b, preferred_element_type)  # noqa: F821
-        return op(a, b, *args, **kwargs)
+        return op(*_preferred((a, b), preferred_element_type), *args, **kwargs)
     return f
+
+
+def _preferred(operands, dtype):
+    """A product's operands for preferred_element_type=dtype: cast to it, so
+    the product accumulates and comes back in it (as they are for None)."""
+    if dtype is None:
+        return tuple(operands)
+    return tuple(astype(o, dtype) for o in operands)  # noqa: F821 (op table)
 
 
 dot = _product_kwargs(dot)  # noqa: F821 (op table)
@@ -982,9 +988,7 @@ def einsum(subscripts, *operands, out_sharding=None, **kwargs):
     _canonicalize_sharding(out_sharding, "einsum")
     kwargs.pop("precision", None)  # (XLA's CPU products are full precision)
     kwargs.pop("_use_xeinsum", None)
-    pet = kwargs.pop("preferred_element_type", None)
-    if pet is not None:  # accumulated and returned in that type: the operands cast to it
-        operands = tuple(astype(o, pet) for o in operands)  # noqa: F821 (op table)
+    operands = _preferred(operands, kwargs.pop("preferred_element_type", None))
     subscripts = subscripts.replace(" ", "")
     if "..." in subscripts:
         subscripts, operands = _einsum_ellipsis(subscripts, operands)
