@@ -557,8 +557,8 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
     out = [ls[d] for d in lb] + [ls[d] for d in range(len(ls)) if d not in lc + lb] + \
         [rs[d] for d in range(len(rs)) if d not in rc + rb]
     kw = {} if out_sharding is None else {"out_sharding": out_sharding}
-    r = jnp.einsum("".join(ls) + "," + "".join(rs) + "->" + "".join(out), lhs, rhs, **kw)
-    return r if preferred_element_type is None else r.astype(preferred_element_type)
+    return jnp.einsum("".join(ls) + "," + "".join(rs) + "->" + "".join(out), lhs, rhs,
+                      preferred_element_type=preferred_element_type, **kw)
 
 
 __all__.append("dot_general")

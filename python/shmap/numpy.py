@@ -191,13 +191,19 @@ bitwise_invert = bitwise_not  # noqa: F821
 __all__ += ["invert", "bitwise_invert"]
 
 
+def _reduced_axes(a, axis):
+    """The dimensions a reduction of a over axis (None, an int or a tuple)
+    takes away, non-negative."""
+    if axis is None:
+        return tuple(range(len(a.shape)))
+    axes = (axis,) if isinstance(axis, numbers.Integral) else axis
+    return tuple(int(d) % len(a.shape) for d in axes)
+
+
 def _reduced_count(a, axis):
     """How many elements a reduction of a over axis (None, an int or a
     tuple) takes in."""
-    if axis is None:
-        return math.prod(a.shape)
-    axes = (axis,) if isinstance(axis, numbers.Integral) else axis
-    return math.prod(a.shape[d] for d in axes)
+    return math.prod(a.shape[d] for d in _reduced_axes(a, axis))
 
 
 def _masked(name, op, identity):
@@ -258,13 +264,15 @@ def var(a, axis=None, dtype=None, ddof=0, keepdims=False, *, where=None):
     if dtype is None:
         dtype = a.dtype if _np.issubdtype(a.dtype, _np.floating) else _np.float32
     a = astype(a, dtype)  # noqa: F821
-    d = a - mean(a, axis=axis, keepdims=True, where=where)
     if where is None:
+        d = a - mean(a, axis=axis, keepdims=True)
         return sum(d * d, axis=axis, keepdims=keepdims) / (  # noqa: F821
             _reduced_count(a, axis) - ddof)
     m = broadcast_to(where, a.shape)  # noqa: F821
-    n = sum(astype(m, dtype), axis=axis, keepdims=keepdims)  # noqa: F821
-    return sum(d * d, axis=axis, keepdims=keepdims, where=m) / (n - ddof)  # noqa: F821
+    n = sum(astype(m, dtype), axis=axis, keepdims=True)  # noqa: F821 (counted once)
+    d = a - sum(a, axis=axis, keepdims=True, where=m) / n  # noqa: F821
+    r = sum(d * d, axis=axis, keepdims=True, where=m) / (n - ddof)  # noqa: F821
+    return r if keepdims else squeeze(r, _reduced_axes(a, axis))  # noqa: F821
 
 
 @_at_once

@@ -1437,6 +1437,12 @@ def test_none_leaves_and_product_keywords(c):
         r = shmap.jit(f)(w)
         assert r.dtype == np.float32 and np.allclose(np.asarray(r), want, rtol=1e-6)
     assert shmap.jit(lambda a: jnp.dot(a, a, precision="highest"))(w).dtype == np.float16
+    # lax.dot_general too: a sum float16 would round (2048 + 1 + 1 + 1) made in float32
+    a = np.array([[2048, 1, 1, 1]], np.float16)
+    r = shmap.jit(lambda a, b: lax.dot_general(a, b, (((1,), (0,)), ((), ())),
+                                               preferred_element_type=jnp.float32))(
+        a, np.ones((4, 1), np.float16))
+    assert r.dtype == np.float32 and np.asarray(r)[0, 0] == 2051.0
 
 
 def test_array_format(c):
@@ -1494,11 +1500,15 @@ def test_reductions_where_and_initial(c):
         (lambda x: jnp.var(x, axis=0, where=x > 1.0), np.var(a, axis=0, where=m)),
         (lambda x: jnp.std(x, axis=0, ddof=1, where=x > 1.0),
          np.std(a, axis=0, ddof=1, where=m)),
+        (lambda x: jnp.var(x, ddof=1, where=x > 1.0), np.var(a, ddof=1, where=m)),
+        (lambda x: jnp.var(x, axis=1, keepdims=True, where=x > 0.15),
+         np.var(a, axis=1, keepdims=True, where=a > 0.15)),
         (lambda x: jnp.any(x > 3.0, axis=0, where=x < 2.0), np.any(a > 3.0, axis=0, where=a < 2)),
         (lambda x: jnp.all(x > 1.0, axis=1, where=x > 1.0), np.all(a > 1.0, axis=1, where=m)),
     ]
     for f, want in cases:
-        assert np.allclose(np.asarray(shmap.jit(f)(x)), want, rtol=1e-5)
+        got = np.asarray(shmap.jit(f)(x))
+        assert got.shape == np.shape(want) and np.allclose(got, want, rtol=1e-5)
     assert np.isclose(float(jnp.sum(x, where=x > 1.0)), np.sum(a, where=m), rtol=1e-6)
     assert np.isclose(float(x.sum(where=x > 1.0)), np.sum(a, where=m), rtol=1e-6)  # methods
     assert np.allclose(np.asarray(shmap.jit(lambda v: v.max(axis=0, initial=2.5))(x)),
