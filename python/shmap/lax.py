@@ -357,8 +357,13 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
     dynamic slices); under grad (which goes through no loop), or where the
     loop cannot be written (f returns no array ys, a traced xs sharded along
     its first axis), it is unrolled, as the text form unrolls its loops.
-    unroll is accepted and ignored."""
+    unroll is accepted and ignored. Called outside a trace it runs at once
+    as one jit program of the scan (as JAX compiles it), its results
+    Arrays."""
     from . import numpy as jnp
+    from ._trace import _eager, _state
+    if getattr(_state, "builder", None) is None:
+        return _eager(scan, (f, init, xs), {"length": length, "reverse": reverse})
     xl, xbuild = _leaves(xs) if xs is not None else ([], None)
     n = length if xs is None else (xl[0].shape[0] if xl else length)
     if n is None:
@@ -371,10 +376,9 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
     looped = _scan_loop(f, init, xl, xbuild, n, reverse) if n > 1 else None
     if looped is not None:
         return looped
-    from ._trace import _is_constant, _numpy_constant, _state
-    if getattr(_state, "builder", None) is not None:  # numpy xs in a trace: one constant,
-        xl = [_numpy_constant(v) if isinstance(v, _np.ndarray) and _is_constant(v) else v
-              for v in xl]  # sliced by ops (not one constant per step)
+    from ._trace import _is_constant, _numpy_constant
+    xl = [_numpy_constant(v) if isinstance(v, _np.ndarray) and _is_constant(v) else v
+          for v in xl]  # numpy xs: one constant, sliced by ops (not one constant per step)
     carry, ys = init, []
     steps = range(n - 1, -1, -1) if reverse else range(n)
     for i in steps:

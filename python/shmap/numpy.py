@@ -500,6 +500,11 @@ def stack(arrays, axis=0):
     arrays = list(arrays)
     if not arrays:
         raise ValueError("need at least one array to stack")
+    typed = [a for a in arrays if hasattr(a, "shape")]
+    if len(typed) < len(arrays):  # Python numbers: weakly typed, of the arrays' dtype
+        arrays = [a if hasattr(a, "shape") else
+                  asarray(a, dtype=typed[0].dtype if typed and isinstance(  # noqa: F821
+                      a, (bool, numbers.Number)) else None) for a in arrays]
     rank = len(arrays[0].shape) + 1
     ax = axis + rank if axis < 0 else axis
     return concatenate(tuple(expand_dims(a, ax) for a in arrays), axis=ax)  # noqa: F821
@@ -996,6 +1001,7 @@ def einsum(subscripts, *operands, out_sharding=None, **kwargs):
     _canonicalize_sharding(out_sharding, "einsum")
     kwargs.pop("precision", None)  # (XLA's CPU products are full precision)
     kwargs.pop("_use_xeinsum", None)
+    kwargs.pop("optimize", None)  # (the order of contraction: from the left here)
     operands = _preferred(operands, kwargs.pop("preferred_element_type", None))
     subscripts = subscripts.replace(" ", "")
     if "..." in subscripts:
@@ -3039,12 +3045,15 @@ def vectorize(pyfunc, *, excluded=frozenset(), signature=None):
     """jnp.vectorize: pyfunc of one element (or, with a gufunc signature,
     of the core dimensions it names) over the broadcast of its arguments'
     other (loop) dimensions, by vmap over those flattened into one; excluded
-    positions or names pass through as they are."""
+    positions or names pass through as they are. Called outside a trace it
+    runs at once as one jit program."""
     import functools
     from ._vmap import vmap
 
     @functools.wraps(pyfunc)
     def wrapped(*args, **kwargs):
+        if getattr(_state, "builder", None) is None:
+            return _eager(wrapped, args, kwargs)
         fixed = {i: a for i, a in enumerate(args) if i in excluded}
         kw = {k: v for k, v in kwargs.items() if k in excluded}
         vec = [asarray(a) for i, a in enumerate(args) if i not in fixed]

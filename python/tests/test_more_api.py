@@ -1541,3 +1541,31 @@ def test_jit_keyword_only_and_var_keyword_parameters(c):
     assert np.array_equal(np.asarray(r), np.full((4, 4), 3.0))
     with pytest.raises(shmap.InvalidArgument, match="missing a required argument: 'train'"):
         f(w, x, scale=2.0)
+
+
+def test_scan_map_vectorize_at_once(c):
+    """lax.scan, lax.map and jnp.vectorize called outside a trace on numpy
+    values run at once as one jit, results Arrays, as JAX's (they ran step
+    by step here, and failed: a Python carry stacked as a y, numpy rows
+    summed by numpy); jnp.stack takes Python numbers among arrays;
+    einsum takes JAX's optimize=."""
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+    carry, ys = lax.scan(lambda cy, v: (cy + v, cy), 0.0, x[0])
+    assert isinstance(ys, shmap.Array) and float(carry) == 15.0
+    assert np.array_equal(np.asarray(ys), [0, 0, 1, 3, 6, 10])
+    carry, ys = lax.scan(lambda cy, v: (cy + v, cy), 0.0, x[0], reverse=True)
+    assert np.array_equal(np.asarray(ys), [15, 14, 12, 9, 5, 0])
+    _, ys = lax.scan(lambda cy, _: (cy * 2, cy), 1.0, None, length=4)
+    assert np.array_equal(np.asarray(ys), [1, 2, 4, 8])
+    _, ys = lax.scan(lambda cy, d: (cy, d["a"] * cy), np.float32(3), {"a": x})
+    assert np.array_equal(np.asarray(ys), 3 * x)
+    m = lax.map(lambda r: r.sum(), x)
+    assert isinstance(m, shmap.Array) and np.array_equal(np.asarray(m), x.sum(1))
+    v = jnp.vectorize(lambda a, b: a + b)(x, 1.0)
+    assert isinstance(v, shmap.Array) and np.array_equal(np.asarray(v), x + 1)
+    s = jnp.vectorize(lambda r: jnp.sum(r), signature="(n)->()")(x)
+    assert np.array_equal(np.asarray(s), x.sum(1))
+    st = shmap.jit(lambda a: jnp.stack([0.0, a[0, 1], 2]))(x)
+    assert st.dtype == np.float32 and np.array_equal(np.asarray(st), [0, 1, 2])
+    e = jnp.einsum("ij,jk,kl->il", x, x.T, x, optimize="greedy")
+    assert np.allclose(np.asarray(e), x @ x.T @ x)
