@@ -17,7 +17,7 @@
 See docs/python.md. The ops of shmap.numpy and shmap.lax come from the C op
 table at import."""
 from . import ad_checkpoint, debug, errors, lax, nn, numpy, ops, random, scipy, tree_util
-from . import sharding
+from . import experimental, sharding
 from ._config import config
 from ._core import (AlreadyExists, Array, Auto, AxisType, Cancelled, Client, DataLoss,
                     DeadlineExceeded, Device, Explicit, FailedPrecondition, Internal,
@@ -25,7 +25,9 @@ from ._core import (AlreadyExists, Array, Auto, AxisType, Cancelled, Client, Dat
                     ProgramError, ResourceExhausted, Shard, ShapeDtypeStruct, ShmapError,
                     Unauthenticated, Unavailable, Unimplemented, block_until_ready, connect,
                     default_backend, device_count, device_get, device_put, devices, get_mesh,
-                    local_cluster, local_device_count, local_devices, make_mesh, process_count,
+                    local_cluster, local_device_count, local_devices,
+                    make_array_from_callback, make_array_from_process_local_data,
+                    make_array_from_single_device_arrays, make_mesh, process_count,
                     process_index, set_mesh, typeof, use_mesh, visualize_array_sharding)
 from ._grad import (checkpoint, checkpoint_policies, custom_jvp, custom_vjp, grad, hessian,
                     jacfwd, jacobian, jacrev, jvp, linearize, remat, value_and_grad, vjp)
@@ -42,9 +44,12 @@ __all__ = [
     "Cancelled", "checkpoint", "checkpoint_policies", "Client", "config", "connect", "custom_jvp",
     "custom_vjp", "DataLoss", "DeadlineExceeded", "debug", "default_backend", "Device",
     "device_count", "device_get", "device_put", "devices", "ensure_compile_time_eval", "errors",
-    "eval_shape", "Explicit", "explicit_axes", "FailedPrecondition", "Future", "get_mesh", "grad",
+    "eval_shape", "Explicit", "experimental", "explicit_axes", "FailedPrecondition", "Future",
+    "get_mesh", "grad",
     "hessian", "Internal", "InvalidArgument", "jacfwd", "jacobian", "jacrev", "jit", "jvp", "lax",
-    "linearize", "local_cluster", "local_device_count", "local_devices", "Lowered", "make_jaxpr",
+    "linearize", "local_cluster", "local_device_count", "local_devices", "Lowered",
+    "make_array_from_callback",
+    "make_array_from_process_local_data", "make_array_from_single_device_arrays", "make_jaxpr",
     "make_mesh", "Mesh", "named_scope", "NamedSharding", "nn", "NotFound", "numpy", "ops", "P",
     "PartitionSpec", "pmap", "process_count", "process_index", "ProgramError", "random", "remat",
     "reshard", "ResourceExhausted", "scipy", "set_mesh", "ShapeDtypeStruct", "Shard", "shard_map",

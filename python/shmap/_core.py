@@ -549,8 +549,9 @@ class AbstractMesh(Mesh):
 class NamedSharding:
     """JAX's NamedSharding(mesh, P(...)); the index math is the C core's."""
 
-    def __init__(self, mesh, spec=None):
+    def __init__(self, mesh, spec=None, *, memory_kind=None):
         self.mesh = mesh
+        self.memory_kind = memory_kind  # JAX's (None: the device's memory)
         self.spec = spec if spec is not None else P()
         if not isinstance(self.spec, PartitionSpec):
             self.spec = P(*self.spec)
@@ -592,9 +593,27 @@ class NamedSharding:
     def device_set(self):
         return self.addressable_devices
 
+    @property
+    def num_devices(self):
+        return math.prod(self.mesh.shape.values())
+
+    def with_memory_kind(self, kind):
+        """This sharding with another memory_kind (JAX's; every kind is the
+        device's memory here)."""
+        return NamedSharding(self.mesh, self.spec, memory_kind=kind)
+
+    def is_equivalent_to(self, other, ndim):
+        """JAX's: both place the same blocks of an ndim-dimensional array on
+        the same devices (a spec padded with None is the same sharding)."""
+        return (isinstance(other, NamedSharding) and self.mesh == other.mesh and
+                _padded(self.spec, ndim) == _padded(other.spec, ndim))
+
     def __eq__(self, other):
         return (isinstance(other, NamedSharding) and self.mesh == other.mesh and
                 self.spec == other.spec)  # unreduced axes too, as JAX's
+
+    def __hash__(self):  # (a static argument, a dict key, as JAX's)
+        return hash((self.mesh, self.spec))
 
     def __repr__(self):
         return f"NamedSharding(mesh={self.mesh!r}, spec={self.spec!r})"
@@ -686,6 +705,21 @@ class Array(_Shaped):
     def addressable_shards(self):
         return [Shard(self, s["device"], tuple(slice(a, b) for a, b in s["index"]),
                       s["replica_id"]) for s in self._info["shards"]]
+
+    @property
+    def global_shards(self):
+        """Every device's block: the addressable ones (one Python process
+        drives the cluster)."""
+        return self.addressable_shards
+
+    @property
+    def committed(self):
+        """True: an Array stays on the devices it was placed on, as a JAX
+        array given a sharding or a device does."""
+        return True
+
+    def __reduce__(self):  # pickled as its values; unpickled onto the default device
+        return (_unpickle_array, (self.to_numpy(),))
 
     def to_numpy(self, out=None, shared=False):
         """The whole array; with out, written into that buffer (C-contiguous,
@@ -785,6 +819,17 @@ class Array(_Shaped):
         return self.shape[0]
 
     def __iter__(self):
+        """The rows, as JAX's: of an array sharded along its first dimension
+        each fetched and placed on the default device (JAX's slicing rule
+        refuses the rows of a sharded dimension)."""
+        if not self.shape:
+            raise TypeError("iteration over a 0-d array")
+        spec = self.sharding.spec
+        if len(spec) and spec[0] is not None and not self.is_fully_replicated:
+            v = self.to_numpy()
+            for i in range(len(self)):
+                yield device_put(v[i])
+            return
         for i in range(len(self)):
             yield self[i]
 
@@ -1018,8 +1063,16 @@ def _free(client_ref, array_id):
             pass
 
 
+def _unpickle_array(value):
+    """A pickled Array: its values on the default device (the cluster of
+    the last connect() or local_cluster()), or the numpy array without one."""
+    return device_put(value) if _default or get_mesh() is not None else value
+
+
 class Device(int):
-    """A device id, with its worker and process."""
+    """A device id, with its worker and process; JAX's platform and
+    device_kind ('cpu': the workers' blocks are in host memory)."""
+    platform = device_kind = "cpu"
 
     def __new__(cls, id, worker, process, address):
         d = super().__new__(cls, id)
@@ -1439,6 +1492,7 @@ def device_put(x, sharding=None, name=None, replicas=1):
             return type(x)(device_put(v, sharding) for v in x)
         if sharding is None:
             return x
+        _trace._to_sharding_mesh(sharding)
         from .numpy import reshard
         return reshard(x, getattr(sharding, "spec", sharding))
     if sharding is None:
@@ -1485,6 +1539,75 @@ def device_get(x):
     if type(x) in (tuple, list):
         return type(x)(device_get(v) for v in x)
     return x.to_numpy() if isinstance(x, Array) else x
+
+
+def make_array_from_callback(shape, sharding, data_callback, dtype=None):
+    """jax.make_array_from_callback: an Array of shape laid out by sharding,
+    each device's block data_callback(index) (index: the block's tuple of
+    slices of the whole array), called once per distinct block."""
+    sharding = _sharding_of(sharding, "make_array_from_callback")
+    shape = tuple(int(n) for n in shape)
+    full, seen = None, set()
+    for index in sharding.devices_indices_map(shape).values():
+        key = tuple((sl.start, sl.stop) for sl in index)
+        if key in seen:
+            continue
+        seen.add(key)
+        block = np.asarray(data_callback(index))
+        if full is None:
+            full = np.empty(shape, dtype or block.dtype)
+        want = tuple(len(range(*sl.indices(n))) for sl, n in zip(index, shape))
+        if block.shape != want:
+            raise ValueError(f"Expected shard shape {want} doesn't match the single device "
+                             f"array shape {block.shape}. Shape of Array is {shape} with "
+                             f"sharding {sharding}")
+        full[index] = block
+    return device_put(full, sharding)
+
+
+def make_array_from_single_device_arrays(shape, sharding, arrays, *, dtype=None):
+    """jax.make_array_from_single_device_arrays: an Array of shape laid out
+    by sharding from each device's block (numpy arrays or Arrays), in the
+    order of the sharding's devices (the mesh's, flattened), as
+    addressable_shards lists them."""
+    sharding = _sharding_of(sharding, "make_array_from_single_device_arrays")
+    shape = tuple(int(n) for n in shape)
+    index = sharding.devices_indices_map(shape)
+    order = list(getattr(sharding.mesh, "_devices", None) or index)
+    if len(arrays) != len(order):
+        raise ValueError(f"The number of arrays ({len(arrays)}) does not match the number of "
+                         f"devices of the sharding ({len(order)})")
+    full = None
+    for dev, block in zip(order, arrays):
+        block = np.asarray(block)
+        if full is None:
+            full = np.empty(shape, dtype or block.dtype)
+        full[index[dev]] = block
+    return device_put(full, sharding)
+
+
+def make_array_from_process_local_data(sharding, local_data, global_shape=None):
+    """jax.make_array_from_process_local_data: one Python process drives the
+    cluster, so its data is the whole array."""
+    local_data = np.asarray(local_data)
+    if global_shape is not None and tuple(global_shape) != local_data.shape:
+        raise ValueError(f"global_shape {tuple(global_shape)} is not the data's shape "
+                         f"{local_data.shape}: one process holds the whole array here")
+    return device_put(local_data, sharding)
+
+
+class SingleDeviceSharding(NamedSharding):
+    """jax.sharding.SingleDeviceSharding(device): the whole array on that
+    device (a mesh of it alone, as device_put(x, device) places it)."""
+
+    def __init__(self, device, *, memory_kind=None):
+        s = _sharding_of(device if isinstance(device, Device) else
+                         next(d for d in devices() if d == device))
+        super().__init__(s.mesh, s.spec, memory_kind=memory_kind)
+        self._device = device
+
+    def __repr__(self):
+        return f"SingleDeviceSharding(device={self._device!r})"
 
 
 def block_until_ready(x):

@@ -1949,6 +1949,30 @@ class _Done:
         return False
 
 
+def _to_sharding_mesh(sharding):
+    """In a jit given no Arrays and no mesh (on the default device), a
+    NamedSharding of another mesh given to with_sharding_constraint or
+    device_put decides where it runs, as it decides JAX's device
+    assignment: traced again on that mesh (_OnMesh)."""
+    b = getattr(_state, "builder", None)
+    if getattr(b, "mesh_default", False) and isinstance(sharding, NamedSharding) and \
+            sharding.mesh != b.mesh:
+        raise _OnMesh(sharding.mesh)
+
+
+def _named_shardings(tree):
+    """The meshes of the NamedShardings in a jit's in_ or out_shardings (a
+    sharding, or tuples, lists and dicts of them), in order."""
+    if isinstance(tree, NamedSharding):
+        yield tree.mesh
+    elif isinstance(tree, (tuple, list)) and not isinstance(tree, PartitionSpec):
+        for t in tree:
+            yield from _named_shardings(t)
+    elif isinstance(tree, dict):
+        for t in tree.values():
+            yield from _named_shardings(t)
+
+
 class _OnMesh(Exception):
     """Raised by a shard_map function called in the trace of a jit given no
     Arrays and no mesh (run on the default device): the jit runs on the
@@ -2028,9 +2052,10 @@ class _Traced:
         if self.kind == "shard_map" and given is not None and not given.axis_names:
             raise ValueError(f"shard_map requires a non-empty mesh. Got {given!r}")
         if given is None and self.kind == "jit" and specs is not None:  # in_shardings' mesh
-            given = next((s.mesh for s in ((specs,) if isinstance(specs, NamedSharding)
-                                           else specs if isinstance(specs, (tuple, list))
-                                           else ()) if isinstance(s, NamedSharding)), None)
+            given = next(_named_shardings(specs), None)
+        if given is None and self.kind == "jit" and self.out_shardings is not None and \
+                get_mesh() is None and not any(isinstance(a, Array) for a in args):
+            given = next(_named_shardings(self.out_shardings), None)  # as JAX's device assignment
         client = _client_of(args, given or get_mesh())
         if self.kind == "shard_map":
             if specs is _INFER:

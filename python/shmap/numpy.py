@@ -59,8 +59,11 @@ def _wsc_in_body(op):
     a Manual axis is JAX's ValueError; in a body Manual over every axis, one
     naming none changes nothing (the rest is the op's, in partial-manual
     bodies the service's rule)."""
+    from ._trace import _to_sharding_mesh
+
     @functools.wraps(op)
     def f(x, sharding, *args, **kwargs):
+        _to_sharding_mesh(sharding)
         b = getattr(_state, "builder", None)
         if b is None or b.kind != "shard_map" or getattr(b, "mesh", None) is None:
             return op(x, sharding, *args, **kwargs)
@@ -1190,6 +1193,9 @@ from ._core import Array as ndarray  # noqa: E402 (jnp.ndarray, for isinstance)
 # jnp's dtypes and constants, numpy's own (astype and dtype= take them)
 float16, float32, float64 = _np.float16, _np.float32, _np.float64
 int32, int64, uint8, bool_ = _np.int32, _np.int64, _np.uint8, _np.bool_
+# numpy's other integer types under jnp's names, for dtype queries (promote_types,
+# iinfo); the service's arrays are of the types above (others are refused at upload)
+int8, int16, uint16, uint32, uint64 = _np.int8, _np.int16, _np.uint16, _np.uint32, _np.uint64
 pi, e, inf, nan, newaxis = _np.pi, _np.e, _np.inf, _np.nan, None
 euler_gamma = _np.euler_gamma
 # numpy's dtype hierarchy and queries, as jnp re-exports them (jnp.issubdtype(
@@ -1231,7 +1237,8 @@ def isdtype(dt, kind):
     return d.kind in kinds[kind]
 
 __all__ += ["square", "clip", "full_like", "zeros_like", "ones_like", "flip", "stack",
-            "float16", "float32", "float64", "int32", "int64", "uint8", "bool_", "pi", "e",
+            "float16", "float32", "float64", "int32", "int64", "uint8", "bool_", "int8", "int16",
+            "uint16", "uint32", "uint64", "pi", "e",
             "inf", "nan", "newaxis", "euler_gamma", "generic", "number", "inexact", "floating",
             "integer", "signedinteger", "unsignedinteger", "dtype", "finfo", "iinfo",
             "issubdtype", "can_cast", "isscalar", "iscomplexobj", "isdtype"]
@@ -4339,3 +4346,11 @@ __all__ += ["i0", "vecdot", "matvec", "vecmat", "nancumsum", "nancumprod", "bart
             "compress", "extract", "choose", "put", "place", "diag_indices_from",
             "tril_indices_from", "triu_indices_from", "mask_indices", "histogram2d",
             "histogramdd"]
+
+
+def __getattr__(name):
+    """jnp.bool: numpy's bool_ (a module global of that name would hide
+    Python's bool in this module)."""
+    if name == "bool":
+        return _np.bool_
+    raise AttributeError(f"module 'shmap.numpy' has no attribute {name!r}")

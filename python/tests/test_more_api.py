@@ -1569,3 +1569,55 @@ def test_scan_map_vectorize_at_once(c):
     assert st.dtype == np.float32 and np.array_equal(np.asarray(st), [0, 1, 2])
     e = jnp.einsum("ij,jk,kl->il", x, x.T, x, optimize="greedy")
     assert np.allclose(np.asarray(e), x @ x.T @ x)
+
+
+def test_jax_array_and_sharding_api(c):
+    """JAX's Array, sharding and device names a script uses, each missing
+    before: NamedSharding's hash (a static argument), num_devices,
+    memory_kind, with_memory_kind, is_equivalent_to; Array's global_shards,
+    committed, iteration of one sharded along its rows (JAX fetches them),
+    pickling; Device.platform; make_array_from_callback /
+    _single_device_arrays / _process_local_data; SingleDeviceSharding;
+    jax.experimental's mesh_utils and shard_map; jnp.int8, jnp.bool."""
+    import pickle
+    from shmap.experimental import mesh_utils
+    from shmap.experimental.shard_map import shard_map
+    mesh = shmap.sharding.Mesh(mesh_utils.create_device_mesh((2, 2), shmap.devices()[2:6]),
+                               ("x", "y"))
+    x = np.arange(32, dtype=np.float32).reshape(4, 8)
+    s = NamedSharding(mesh, P("x", "y"))
+    assert hash(s) == hash(NamedSharding(mesh, P("x", "y"))) and len({s, s}) == 1
+    assert s.num_devices == 4 and s.memory_kind is None
+    assert s.with_memory_kind("device").memory_kind == "device"
+    assert NamedSharding(mesh, P("x")).is_equivalent_to(NamedSharding(mesh, P("x", None)), 2)
+    assert not s.is_equivalent_to(NamedSharding(mesh, P("x")), 2)
+    # a jit of numpy values runs where its shardings say, as JAX's device assignment
+    # (it ran on the default device, where P(None, 'x') names no axis); the sharding
+    # a static argument (hashed)
+    f = shmap.jit(lambda v, sh: lax.with_sharding_constraint(v, sh), static_argnums=1)
+    assert f(x, NamedSharding(mesh, P(None, "x"))).sharding.spec == P(None, "x")
+    r = shmap.jit(lambda v: shmap.device_put(v * 2, s))(x)
+    assert r.sharding == s and np.array_equal(np.asarray(r), 2 * x)
+    r = shmap.jit(lambda k: shmap.random.normal(k, (4, 8)), out_shardings=s)(jr.key(0))
+    assert r.sharding == s and r.shape == (4, 8)
+    a = shmap.make_array_from_callback(x.shape, s, lambda idx: x[idx])
+    assert a.sharding.spec == P("x", "y") and np.array_equal(np.asarray(a), x)
+    assert len(a.global_shards) == 4 and a.committed
+    rows = list(a)  # JAX: fetched, each row on the default device
+    assert len(rows) == 4 and all(isinstance(r, shmap.Array) for r in rows)
+    assert np.array_equal(np.asarray(rows[2]), x[2])
+    b = shmap.make_array_from_single_device_arrays(
+        x.shape, s, [sh.data for sh in a.addressable_shards])
+    assert np.array_equal(np.asarray(b), x)
+    with pytest.raises(ValueError, match="doesn't match"):
+        shmap.make_array_from_callback(x.shape, s, lambda idx: x)
+    assert np.array_equal(np.asarray(shmap.make_array_from_process_local_data(s, x)), x)
+    u = pickle.loads(pickle.dumps({"a": a}))["a"]
+    assert isinstance(u, shmap.Array) and np.array_equal(np.asarray(u), x)
+    d = shmap.devices()[2]
+    assert d.platform == "cpu"
+    one = shmap.device_put(x, shmap.sharding.SingleDeviceSharding(d))
+    assert one.devices() == {d} and np.array_equal(np.asarray(one), x)
+    g = shard_map(lambda v: v * 2, mesh=mesh, in_specs=P("x"), out_specs=P("x"))
+    assert np.array_equal(np.asarray(g(a)), 2 * x)
+    assert jnp.promote_types(jnp.int8, jnp.float16) == np.float16 and jnp.bool is np.bool_
