@@ -2,6 +2,8 @@
 import atexit
 import contextlib
 import enum
+import functools
+import inspect
 import math
 import operator
 import os
@@ -250,7 +252,55 @@ _DTYPES = {"f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np.int6
 _NAMES = {np.dtype(v): k for k, v in _DTYPES.items()}
 
 
+# Python's types (and numpy's names of them) as dtypes, as JAX canonicalizes them
+# without jax_enable_x64: float32 and int32 (an explicit numpy float64 or int64
+# stays 64-bit here, as numpy arrays do)
+_PY_DTYPES = {float: np.float32, int: np.int32, "float": np.float32, "int": np.int32}
+
+
+def _canon_dtype(dt):
+    """dt, with Python's float and int (or 'float', 'int') as JAX's 32-bit
+    dtypes."""
+    try:
+        return _PY_DTYPES.get(dt, dt)
+    except TypeError:  # (an unhashable value: not a dtype; refused where it is used)
+        return dt
+
+
+def _canon_dtypes(fn, names=("dtype",)):
+    """fn, its dtype parameter (by keyword or position) canonicalized by
+    _canon_dtype; fn itself when it has none."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return fn
+    found = [(p.name, i if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) else None)
+             for i, p in enumerate(params) if p.name in names]
+    if not found:
+        return fn
+    name, pos = found[0]
+
+    @functools.wraps(fn)
+    def f(*args, **kwargs):
+        if name in kwargs:
+            kwargs[name] = _canon_dtype(kwargs[name])
+        elif pos is not None and len(args) > pos:
+            args = args[:pos] + (_canon_dtype(args[pos]),) + args[pos + 1:]
+        return fn(*args, **kwargs)
+    return f
+
+
+def _canon_module_dtypes(namespace, names, params=("dtype",)):
+    """Every function of names in a module's namespace with its dtype
+    parameter canonicalized (_canon_dtypes)."""
+    for n in names:
+        v = namespace.get(n)
+        if inspect.isfunction(v):
+            namespace[n] = _canon_dtypes(v, params)
+
+
 def _dtype_name(dt):
+    dt = _canon_dtype(dt)
     if isinstance(dt, str) and dt in _DTYPES:
         return dt
     try:
@@ -869,6 +919,7 @@ class Array(_Shaped):
         return self._now(lambda a: a.transpose(*axes))
 
     def astype(self, dtype):
+        dtype = _canon_dtype(dtype)
         return self._now(lambda a: a.astype(dtype))
 
     def sum(self, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):

@@ -25,7 +25,8 @@ from ._core import (ConcretizationTypeError, TracerArrayConversionError,
 from ._core import AbstractMesh, _padded, _short_type, _spec_axes, _spec_of, _type_axes
 from ._core import (Array, InvalidArgument, NamedSharding, P, PartitionSpec, ProgramError,
                     Unimplemented, Explicit, Mesh,
-                    ShapeDtypeStruct, ShmapError, _DTYPES, _At, _Shaped, _default, _dtype_name,
+                    ShapeDtypeStruct, ShmapError, _DTYPES, _At, _Shaped, _canon_dtype, _default,
+                    _dtype_name,
                     _default_mesh, _raise, get_mesh)
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -708,7 +709,7 @@ class Tracer(_Shaped):
         return _call_op("transpose", self, tuple(axes)) if axes else _call_op("transpose", self)
 
     def astype(self, dtype):
-        return _call_op("astype", self, dtype)
+        return _call_op("astype", self, _canon_dtype(dtype))
 
     def sum(self, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
         if initial is not None or where is not None:
@@ -1610,6 +1611,9 @@ def _host_create(name, *args, dtype=None, out_sharding=None, **kw):
     if out_sharding is not None:
         raise InvalidArgument(f"{name}(..., out_sharding=...) outside a traced function needs a "
                               f"mesh: shmap.set_mesh(mesh) or `with shmap.use_mesh(mesh):`")
+    at = {"zeros": 1, "ones": 1, "full": 2, "arange": 3}[name]  # a positional dtype
+    if len(args) > at:
+        args, dtype = args[:at], args[at]
     if name == "arange":
         vals = [v for v in args[:3] if v is not None]
         dt = dtype or (np.int32 if all(isinstance(v, numbers.Integral) for v in vals)
@@ -1648,6 +1652,10 @@ def make_op(name):
     shard_map and jit functions; called on Arrays outside them, run now
     (_eager)."""
     def op(*args, **kwargs):
+        if "dtype" in kwargs:  # Python's float and int: JAX's float32 and int32
+            kwargs["dtype"] = _canon_dtype(kwargs["dtype"])
+        if any(a in (float, int) for a in args if isinstance(a, type)):
+            args = tuple(_canon_dtype(a) if isinstance(a, type) else a for a in args)
         if name in _CREATION and kwargs.get("device") is not None:
             return _on_device(op, args, kwargs)
         if name in _CREATION:

@@ -2724,3 +2724,8 @@ for _name in ("psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "pp
 
 # jax.lax.with_sharding_constraint and reshard: jnp's (pytrees, JAX's checks in a body)
 from .numpy import reshard, with_sharding_constraint  # noqa: E402,F811
+
+
+# Python's float and int as dtype= (by keyword or position): JAX's float32 and int32
+from ._core import _canon_module_dtypes  # noqa: E402
+_canon_module_dtypes(globals(), __all__, ("dtype", "new_dtype"))

@@ -4354,3 +4354,8 @@ def __getattr__(name):
     if name == "bool":
         return _np.bool_
     raise AttributeError(f"module 'shmap.numpy' has no attribute {name!r}")
+
+
+# Python's float and int as dtype= (by keyword or position): JAX's float32 and int32
+from ._core import _canon_module_dtypes  # noqa: E402
+_canon_module_dtypes(globals(), __all__, ("dtype", "new_dtype"))

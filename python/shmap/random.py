@@ -2500,3 +2500,8 @@ def binomial(key, n, p, shape=None, dtype=None):
 
 
 __all__ += ["binomial"]
+
+
+# Python's float and int as dtype= (by keyword or position): JAX's float32 and int32
+from ._core import _canon_module_dtypes  # noqa: E402
+_canon_module_dtypes(globals(), __all__, ("dtype", "new_dtype"))

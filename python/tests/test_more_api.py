@@ -1621,3 +1621,27 @@ def test_jax_array_and_sharding_api(c):
     g = shard_map(lambda v: v * 2, mesh=mesh, in_specs=P("x"), out_specs=P("x"))
     assert np.array_equal(np.asarray(g(a)), 2 * x)
     assert jnp.promote_types(jnp.int8, jnp.float16) == np.float16 and jnp.bool is np.bool_
+
+
+def test_python_types_as_dtypes(c):
+    """Python's float and int as dtypes are JAX's float32 and int32 (x64
+    off), by keyword or position, at once and in a jit (they were float64
+    and int64, and a loop whose carry took (v > 0).astype(float) was
+    refused for changing the carry's type); explicit numpy 64-bit dtypes
+    stay 64-bit; jnp.zeros(3, np.int64) outside a trace keeps its
+    positional dtype (it was float32)."""
+    x = c.device_put(np.array([1.0, -2.0, 3.0], np.float32),
+                     NamedSharding(c.make_mesh((1,), ("d",)), P()))
+    assert x.astype(float).dtype == np.float32 and x.astype(int).dtype == np.int32
+    assert shmap.jit(lambda v: v.astype("float"))(x).dtype == np.float32
+    assert jnp.zeros(3, int).dtype == np.int32 and jnp.zeros(3, dtype=float).dtype == np.float32
+    assert jnp.arange(3, dtype=int).dtype == np.int32
+    assert jnp.array([1, 2], dtype=float).dtype == np.float32
+    assert jnp.sum(x, dtype=float).dtype == np.float32
+    assert lax.convert_element_type(x, float).dtype == np.float32
+    assert jr.normal(jr.key(0), (2,), dtype=float).dtype == np.float32
+    n = shmap.jit(lambda xs: lax.scan(lambda cy, v: (cy + (v > 0).astype(float), None),
+                                      jnp.float32(0), xs)[0])(x)
+    assert n.dtype == np.float32 and float(n) == 2.0
+    assert x.astype(np.float64).dtype == np.float64
+    assert jnp.zeros(3, np.int64).dtype == np.int64 and jnp.ones(2, np.int32).dtype == np.int32
