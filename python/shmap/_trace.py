@@ -1578,6 +1578,25 @@ def _eager(fn, args, kwargs):
     return _Traced(call, "jit")(*arrays)
 
 
+def _is_number(a):
+    """A Python or numpy number, or a 0-d numpy array."""
+    return isinstance(a, (numbers.Number, np.generic)) and not isinstance(a, type) or \
+        isinstance(a, np.ndarray) and a.ndim == 0
+
+
+def _scalars_now(name, args):
+    """An op of the op table called outside a trace on numbers only (no
+    arrays; jnp.sqrt(2.0), jnp.maximum(1.0, 2.0)) runs at once, its first
+    operand as JAX's array of it (the others numbers, as with an array), when
+    there is a cluster (the mesh set, else the default
+    device); collectives and creation ops are not computations of them."""
+    return getattr(_state, "builder", None) is None and name not in _CREATION and \
+        name not in ("axis_size", "axis_index", "psum", "pmean", "pmax", "pmin") and \
+        bool(args) and _is_number(args[0]) and \
+        not any(isinstance(a, (np.ndarray, Array, list, tuple)) and not _is_number(a)
+                for a in args) and (get_mesh() is not None or bool(_default))
+
+
 def _holds_array(args, kwargs):
     return any(isinstance(a, Array) or (isinstance(a, (list, tuple)) and
                                         any(isinstance(e, Array) for e in a))
@@ -1666,6 +1685,9 @@ def make_op(name):
         if _run_now(args, kwargs) or (getattr(_state, "builder", None) is None and
                                       name in _CREATION and get_mesh() is not None):
             return _eager(op, args, kwargs)  # at once; creation on the mesh of set_mesh
+        if _scalars_now(name, args):  # jnp.sqrt(2.0): numbers as JAX's arrays, at once
+            from .numpy import asarray
+            return _eager(lambda: op(asarray(args[0]), *args[1:], **kwargs), (), {})
         if name == "axis_size":  # a static number, as in JAX
             return _axes_size(args[0] if args else kwargs["axis_name"])
         if name in ("psum", "pmean", "pmax", "pmin") and args and \

@@ -365,14 +365,14 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
     if getattr(_state, "builder", None) is None:
         return _eager(scan, (f, init, xs), {"length": length, "reverse": reverse})
     xl, xbuild = _leaves(xs) if xs is not None else ([], None)
-    n = length if xs is None else (xl[0].shape[0] if xl else length)
-    if n is None:
-        raise ValueError("scan: give xs or length")
+    n = _scan_length(xl, length)
     specs = [_spec_and_mesh(v) for v in xl]
     if builtins.any(sm is not None and sm[0] and sm[0][0] is not None for sm in specs):
         from ._core import P
         raise ValueError("0th dimension of all xs should be replicated. Got " + ", ".join(
             str(P(*sm[0]) if sm is not None else P()) for sm in specs))
+    if n == 0:
+        return _scan_empty(f, init, xl, xbuild)
     looped = _scan_loop(f, init, xl, xbuild, n, reverse) if n > 1 else None
     if looped is not None:
         return looped
@@ -417,6 +417,45 @@ def _check_scan_carry(f, init, carry):
             arg = "init"
         paths = [arg + keystr(k) for k, _ in tree_flatten_with_path(init)[0]]
         raise TypeError(_carry_type_error(bad, paths).replace("while_loop body", "scan body"))
+
+
+def _scan_length(xl, length):
+    """The number of a scan's steps: the xs' leading size, which length
+    must agree with (JAX's ValueErrors)."""
+    lengths = [int(v.shape[0]) if _np.ndim(v) else None for v in xl]
+    if None in lengths:
+        raise ValueError("scan got value with no leading axis to scan over: " + ", ".join(
+            str(_np.shape(v)) for v in xl if not _np.ndim(v)))
+    if length is not None:
+        length = int(length)
+        if builtins.any(n != length for n in lengths):
+            raise ValueError(f"scan got `length` argument of {length} which disagrees with "
+                             f"leading axis sizes {lengths}.")
+        return length
+    if len(set(lengths)) > 1:
+        raise ValueError(f"scan got values with different leading axis sizes: "
+                         f"{', '.join(builtins.map(str, lengths))}.")
+    if not lengths:
+        raise ValueError("scan got no values to scan over and `length` not provided.")
+    return lengths[0]
+
+
+def _scan_empty(f, init, xl, xbuild):
+    """A scan of no steps: the carry as given, and ys of f's step (traced
+    once on zeros, then taken back) with a leading dimension of 0, as
+    JAX's."""
+    from . import numpy as jnp
+    from ._trace import _builder
+    mark = _Mark(_builder())
+    x0 = xbuild([jnp.zeros(tuple(v.shape[1:]), v.dtype) for v in xl]) if xbuild else None
+    _, y = f(init, x0)
+    yl, ybuild = _leaves(y) if y is not None else ([], None)
+    shapes = [(tuple(_np.shape(v)), getattr(v, "dtype", None) or jnp.result_type(v))
+              for v in yl]
+    mark.undo()
+    if y is None:
+        return init, None
+    return init, ybuild([jnp.zeros((0,) + sh, dtype=dt) for sh, dt in shapes])
 
 
 def _scan_loop(f, init, xl, xbuild, n, reverse):

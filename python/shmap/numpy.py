@@ -307,8 +307,11 @@ __all__ += ["var", "std", "isnan", "isfinite", "isinf"]
 
 
 @_at_once
-def clip(a, a_min=None, a_max=None):
-    """jnp.clip: maximum(a, a_min), then minimum(..., a_max)."""
+def clip(a, a_min=None, a_max=None, *, min=None, max=None):
+    """jnp.clip: maximum(a, min), then minimum(..., max) (JAX's min= and
+    max=, or numpy's a_min and a_max)."""
+    a_min = min if min is not None else a_min
+    a_max = max if max is not None else a_max
     if a_min is not None:
         a = maximum(a, a_min)  # noqa: F821 (made from the op table above)
     if a_max is not None:
@@ -486,10 +489,15 @@ def take(a, indices, axis=None, mode=None, **kwargs):
 _concatenate_op = concatenate  # noqa: F821 (the op table's: at most 64 operands)
 
 
-def concatenate(arrays, axis=0, **kwargs):
-    """jnp.concatenate: the arrays joined along axis; more than the op's 64
-    operands are joined in groups of 64, then the groups."""
+def concatenate(arrays, axis=0, dtype=None, **kwargs):
+    """jnp.concatenate: the arrays joined along axis (axis=None: raveled
+    first, as numpy's); more than the op's 64 operands are joined in groups
+    of 64, then the groups; dtype= casts the operands."""
     arrays = tuple(arrays)
+    if dtype is not None:
+        arrays = tuple(astype(asarray(a), dtype) for a in arrays)  # noqa: F821
+    if axis is None:
+        arrays, axis = tuple(reshape(a, (-1,)) for a in arrays), 0  # noqa: F821
     if len(arrays) > 64:
         arrays = tuple(concatenate(arrays[i:i + 64], axis=axis, **kwargs)
                        for i in range(0, len(arrays), 64))
@@ -742,11 +750,19 @@ def swapaxes(a, axis1, axis2):
 
 @_at_once
 def moveaxis(a, source, destination):
-    """jnp.moveaxis: a transpose moving axis source to destination."""
+    """jnp.moveaxis: a transpose moving axis source to destination (ints,
+    or sequences of them: each source to its destination, the other axes
+    in order, as numpy's)."""
     n = len(a.shape)
-    src, dst = source % n, destination % n
-    perm = [d for d in range(n) if d != src]
-    perm.insert(dst, src)
+    srcs = [source] if isinstance(source, numbers.Integral) else list(source)
+    dsts = [destination] if isinstance(destination, numbers.Integral) else list(destination)
+    if len(srcs) != len(dsts):
+        raise ValueError("Inconsistent number of elements: {} vs {}".format(len(srcs),
+                                                                            len(dsts)))
+    srcs, dsts = [int(d) % n for d in srcs], [int(d) % n for d in dsts]
+    perm = [d for d in range(n) if d not in srcs]
+    for dst, src in sorted(zip(dsts, srcs)):
+        perm.insert(dst, src)
     return transpose(a, tuple(perm))  # noqa: F821
 
 
@@ -883,27 +899,49 @@ nanmax.__doc__ = "jnp.nanmax: max ignoring NaNs (NaN where every element is)."
 nanmin.__doc__ = "jnp.nanmin: min ignoring NaNs (NaN where every element is)."
 
 
-@_at_once
 def quantile(a, q, axis=None, keepdims=False, method="linear"):
-    """jnp.quantile with static q (a number or a sequence): the sorted
-    values around (n - 1) * q, by JAX's methods: 'linear' (interpolated),
-    'lower', 'higher', 'midpoint', 'nearest' (the lower one at an exact
-    half, as JAX's); NaN sorts last, so a NaN in a slice shows in its top
-    quantiles only."""
+    """jnp.quantile: the sorted values around (n - 1) * q, by JAX's methods:
+    'linear' (interpolated), 'lower', 'higher', 'midpoint', 'nearest' (the
+    lower one at an exact half, as JAX's); a slice holding a NaN gives NaN,
+    as JAX's. q a number or an array: static (numpy, a list, an Array
+    outside a trace, fetched) picks the values by slices; traced, by takes
+    of its positions."""
     if method not in ("linear", "lower", "higher", "midpoint", "nearest"):
         raise ValueError("method can only be 'linear', 'lower', 'higher', 'midpoint' or "
                          "'nearest'")
-    if axis is None:
-        a, axis = reshape(a, (-1,)), 0  # noqa: F821
+    q = _static_q(q)
+    return _quantile(a, q, axis, keepdims, method)
+
+
+def _static_q(q):
+    """A quantile's q: traced as it is, else as Python numbers (nested
+    lists), which a call at once keeps static (a numpy q would be uploaded);
+    an Array outside a trace is fetched."""
+    if isinstance(q, _Array) and getattr(_state, "builder", None) is None:
+        q = q.to_numpy()
+    if hasattr(q, "type"):
+        return q
+    q = _np.asarray(q, dtype=_np.float64)
+    return q.tolist() if q.ndim else float(q)
+
+
+@_at_once
+def _quantile(a, q, axis, keepdims, method):
+    if axis is None:  # over every element (keepdims: every dimension kept, of size 1)
+        r = _quantile(reshape(a, (-1,)), q, 0, False, method)  # noqa: F821
+        return reshape(r, tuple(r.shape) + (1,) * len(a.shape)) if keepdims else r  # noqa: F821
     rank = len(a.shape)
     axis = axis % rank
+    if not _np.issubdtype(a.dtype, _np.floating):
+        a = astype(a, _np.float32)  # noqa: F821
+    a = _where(any(isnan(a), axis=axis, keepdims=True), _np.float32(_np.nan), a)  # noqa: F821
     s = sort(a, axis=axis)
-    if not _np.issubdtype(s.dtype, _np.floating):
-        s = astype(s, _np.float32)  # noqa: F821
     n = a.shape[axis]
+    if hasattr(q, "type"):  # traced: the positions are values of the program
+        return _quantile_traced(s, q, axis, keepdims, method)
     qs = _np.atleast_1d(_np.asarray(q, dtype=_np.float64))
     outs = []
-    for qv in qs:
+    for qv in qs.ravel():
         pos = (n - 1) * float(qv)
         lo, hi = int(math.floor(pos)), int(math.ceil(pos))
         at = (builtins.slice(None),) * axis
@@ -920,16 +958,49 @@ def quantile(a, q, axis=None, keepdims=False, method="linear"):
         outs.append(v if keepdims else squeeze(v, axis))  # noqa: F821
     if _np.ndim(q) == 0:
         return outs[0]
-    return stack(outs)
+    r = stack(outs)
+    return reshape(r, qs.shape + tuple(r.shape[1:])) if qs.ndim > 1 else r  # noqa: F821
 
 
-@_at_once
+def _quantile_traced(s, q, axis, keepdims, method):
+    """quantile's values at a traced q (JAX's: the sorted s taken at the
+    floor and ceiling of (n - 1) * q, weighted), q's dimensions first."""
+    n = s.shape[axis]
+    qshape = tuple(q.shape)
+    pos = reshape(astype(q, _np.float32), (-1,)) * _np.float32(n - 1)  # noqa: F821
+    low, high = floor(pos), ceil(pos)  # noqa: F821
+    w = pos - low
+    idx = [clip(astype(v, _np.int32), 0, n - 1) for v in (low, high)]  # noqa: F821
+    vlo, vhi = (moveaxis(take(s, i, axis=axis), axis, 0) for i in idx)
+    w = reshape(w, (-1,) + (1,) * (len(s.shape) - 1))  # noqa: F821
+    if method == "lower":
+        v = vlo
+    elif method == "higher":
+        v = vhi
+    elif method == "nearest":
+        v = _where(broadcast_to(w <= 0.5, vlo.shape), vlo, vhi)  # noqa: F821
+    elif method == "midpoint":
+        v = (vlo + vhi) * 0.5
+    else:
+        v = vlo * (1 - w) + vhi * w
+    rest = tuple(v.shape[1:])
+    if keepdims:
+        rest = rest[:axis] + (1,) + rest[axis:]
+    return reshape(v, qshape + rest)  # noqa: F821
+
+
 def percentile(a, q, axis=None, keepdims=False, method="linear", *, out_sharding=None):
     """jnp.percentile: quantile of q / 100; with out_sharding= computed in
     auto_axes and laid out as it says, as JAX's."""
+    q = _static_q(q)
+    q = q / 100 if hasattr(q, "type") else (_np.asarray(q, dtype=_np.float64) / 100).tolist()
+    return _percentile(a, q, axis, keepdims, method, out_sharding)
+
+
+@_at_once
+def _percentile(a, q, axis, keepdims, method, out_sharding):
     def f(a):
-        return quantile(a, _np.asarray(q, dtype=_np.float64) / 100, axis=axis,
-                        keepdims=keepdims, method=method)
+        return quantile(a, q, axis=axis, keepdims=keepdims, method=method)
     return f(a) if out_sharding is None else _auto(f, out_sharding)(a)
 
 
@@ -941,8 +1012,8 @@ def _auto(f, out_sharding):
 
 @_at_once
 def median(a, axis=None, keepdims=False):
-    """jnp.median: quantile 0.5."""
-    return quantile(a, 0.5, axis=axis, keepdims=keepdims)
+    """jnp.median: quantile 0.5 by the midpoint method, as JAX's."""
+    return quantile(a, 0.5, axis=axis, keepdims=keepdims, method="midpoint")
 
 
 __all__ += ["nansum", "nanmean", "nanmax", "nanmin", "quantile", "percentile", "median"]

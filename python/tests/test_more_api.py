@@ -1645,3 +1645,41 @@ def test_python_types_as_dtypes(c):
     assert n.dtype == np.float32 and float(n) == 2.0
     assert x.astype(np.float64).dtype == np.float64
     assert jnp.zeros(3, np.int64).dtype == np.int64 and jnp.ones(2, np.int32).dtype == np.int32
+
+
+def test_jnp_idioms_that_differed(c):
+    """Calls a JAX user writes that failed or differed: concatenate's
+    axis=None (raveled; it joined along 0) and dtype=; clip's min=/max=;
+    moveaxis of sequences; quantile/percentile of an array q (numpy, an
+    Array, traced: it was refused), a NaN making its slice NaN and median by
+    the midpoint, as JAX's; scan's checks of its lengths (it took the
+    shortest) and a scan of no steps giving empty ys (it gave None); jnp
+    functions of numbers at once (they raised)."""
+    x = np.array([[1, 5, 3, 2], [4, 0, 7, 9], [2, 2, 8, 1]], np.float32)
+    a = c.device_put(x, NamedSharding(c.make_mesh((1,), ("d",)), P()))
+    assert jnp.concatenate([a, a], axis=None).shape == (24,)
+    assert jnp.concatenate([a, a], axis=1, dtype=jnp.int32).dtype == np.int32
+    assert np.array_equal(np.asarray(jnp.clip(a, min=2.0, max=7.0)), np.clip(x, 2, 7))
+    assert jnp.moveaxis(jnp.zeros((2, 3, 4, 5)), [0, 3], [-1, 1]).shape == (3, 5, 4, 2)
+    for q in (np.array([10.0, 50.0]), jnp.asarray(np.array([10.0, 90.0], np.float32))):
+        for ax, kd in ((None, True), (1, False), (0, True)):
+            got = np.asarray(jnp.percentile(a, q, axis=ax, keepdims=kd))
+            want = np.percentile(x, np.asarray(q), axis=ax, keepdims=kd)
+            assert got.shape == want.shape and np.allclose(got, want, rtol=1e-5)
+    qs = np.array([[0.1, 0.4], [0.3, 0.95]], np.float32)
+    got = shmap.jit(lambda v, q: jnp.quantile(v, q, axis=1, keepdims=True))(a, qs)
+    assert np.allclose(np.asarray(got), np.quantile(x, qs, axis=1, keepdims=True), rtol=1e-5)
+    assert np.isnan(float(jnp.median(np.array([1.0, np.nan, 3.0], np.float32))))
+    assert float(jnp.median(np.array([1.0, 4.0, 3.0, 2.0], np.float32))) == 2.5
+    with pytest.raises(ValueError, match="different leading axis sizes: 3, 4"):
+        lax.scan(lambda cy, v: (cy + v[0] + v[1], None), 0.0,
+                 (np.ones(3, np.float32), np.ones(4, np.float32)))
+    with pytest.raises(ValueError, match="`length` argument of 4 which disagrees"):
+        lax.scan(lambda cy, v: (cy + v, None), 0.0, np.ones(3, np.float32), length=4)
+    carry, ys = shmap.jit(lambda xs: lax.scan(lambda cy, v: (cy + v, {"a": v * 2, "b": 1.0}),
+                                              0.0, xs))(np.zeros((0, 3), np.float32))
+    assert ys["a"].shape == (0, 3) and ys["b"].shape == (0,) and ys["b"].dtype == np.float32
+    r = jnp.sqrt(2.0)
+    assert isinstance(r, shmap.Array) and r.dtype == np.float32 and float(r) == pytest.approx(2**.5)
+    assert jnp.maximum(1, 2).dtype == np.int32 and float(jnp.exp(np.float32(0.0))) == 1.0
+    assert np.array_equal(np.asarray(jnp.stack([np.float32(1), np.float32(2)])), [1, 2])
