@@ -72,6 +72,19 @@ _AS_BUILTIN = (
     ("a manual axis of the shard_map", ValueError),       # a sharding naming a Manual axis
     ("if a PartitionSpec is passed to", ValueError),      # a bare P with no mesh set
     ("`with_sharding_constraint` acts as an assert", AssertionError),  # Explicit axes
+    # shape errors, as JAX's shape rules and indexing raise them
+    ("expected shapes that broadcast together", TypeError),
+    ("cannot reshape ", TypeError),
+    ("expected the last dimension of the first to equal", TypeError),  # dot, matmul
+    ("shape must be a static integer", TypeError),        # JAX's ConcretizationTypeError
+    ("is out of bounds for dimension", IndexError),       # x[5] of 3 rows
+    ("too many indices for an array", IndexError),
+    ("is out of range for an operand of rank", ValueError),  # axis=2 of a vector
+    # grad's checks of its function (JAX's TypeErrors)
+    ("Gradient only defined for scalar-output functions", TypeError),
+    ("requires real- or complex-valued inputs", TypeError),
+    ("requires real-valued inputs", TypeError),
+    ("requires real-valued outputs", TypeError),
 )
 _BUILTIN_CLASSES = {}
 
@@ -894,6 +907,11 @@ class Array(_Shaped):
     def __int__(self):
         return int(self.item())
 
+    def __index__(self):  # [10, 20, 30][i] of an integer scalar Array, as JAX's
+        if self.ndim or not np.issubdtype(self.dtype, np.integer):
+            raise TypeError("only integer scalar arrays can be converted to a scalar index")
+        return int(self.item())
+
     def __bool__(self):
         if self.size != 1:
             raise ValueError(f"the truth value of an array with {self.size} elements is "
@@ -910,6 +928,7 @@ class Array(_Shaped):
         return _At(self, _ArrayAtIndex)
 
     def __getitem__(self, key):
+        key = _concrete_masks(key)
         return self._now(lambda a: a[key])
 
     def reshape(self, *shape, out_sharding=None):
@@ -1068,9 +1087,18 @@ class _At:
         return self.make(self.x, key)
 
 
+def _concrete_masks(key):
+    """An index of an Array at once with its boolean Arrays fetched: a mask
+    is concrete outside a trace, as JAX's eager indexing takes it (traced,
+    it would be JAX's NonConcreteBooleanIndexError)."""
+    def one(k):
+        return k.to_numpy() if isinstance(k, Array) and k.dtype == np.bool_ else k
+    return tuple(one(k) for k in key) if isinstance(key, tuple) else one(key)
+
+
 class _ArrayAtIndex:
     def __init__(self, x, key):
-        self.x, self.key = x, key
+        self.x, self.key = x, _concrete_masks(key)
 
     def __getattr__(self, how):
         if how not in ("set", "add", "subtract", "multiply", "mul", "divide", "power", "min",

@@ -618,6 +618,10 @@ class Tracer(_Shaped):
                 raise InvalidArgument("an index can only have a single ellipsis ('...')")
             n = len(self.shape) - sum(k is not None for k in rest)
             key = key[:at] + (slice(None),) * max(n, 0) + key[at + 1:]
+        if any(isinstance(k, np.ndarray) and k.dtype == np.bool_ and k.ndim for k in key):
+            # a concrete mask: the integer indices of its True elements, as JAX's
+            key = sum(((tuple(k.nonzero()) if isinstance(k, np.ndarray) and k.dtype == np.bool_
+                        and k.ndim else (k,)) for k in key), ())
         arrays = [j for j, k in enumerate(key) if isinstance(k, (np.ndarray, list, Tracer, Array))]
         if arrays:
             return self._take(key, arrays, out_sharding)
@@ -896,9 +900,31 @@ class _AtIndex:
         """x.at[key].get(): x[key]; with an integer array in key,
         out_sharding= says how the gather's result is sharded (JAX's)."""
         key = self.key if isinstance(self.key, tuple) else (self.key,)
+        if mode == "fill" or fill_value is not None:
+            return self._get_filled(key, out_sharding, fill_value)
         if out_sharding is None or all(_scalar_index(k) for k in key):
             return self.x[self.key]  # a static or dynamic slice: JAX takes no out_sharding
         return self.x.__getitem__(self.key, out_sharding=out_sharding)
+
+    def _get_filled(self, key, out_sharding, fill_value):
+        """get(mode='fill'): x[key] with fill_value (JAX's default for the
+        dtype when None) where the integer array in key is out of range; key
+        one integer array among slices (and '...')."""
+        from .numpy import _filled
+        nd = len(self.x.shape)
+        if Ellipsis in [k for k in key if not hasattr(k, "shape")]:
+            i = [k is Ellipsis for k in key].index(True)
+            key = key[:i] + (slice(None),) * (nd - len(key) + 1) + key[i + 1:]
+        arrays = [d for d, k in enumerate(key) if not isinstance(k, slice)]
+        if len(arrays) != 1 or not hasattr(key[arrays[0]], "shape") and \
+                not isinstance(key[arrays[0]], (list, numbers.Integral)) or \
+                any(k != slice(None) for k in key if isinstance(k, slice)):
+            raise NotImplementedError("x.at[...].get(mode='fill') takes one integer array "
+                                      "among full slices (':' or '...') here")
+        d = arrays[0]
+        kw = {} if out_sharding is None else {"out_sharding": out_sharding}
+        r = self.x.__getitem__(self.key, **kw)
+        return _filled(r, key[d], self.x.shape[d], d, fill_value)
 
     def set(self, v, *, indices_are_sorted=False, unique_indices=False, mode=None,
             out_sharding=None):
@@ -956,6 +982,8 @@ class _AtIndex:
                    (isinstance(k, slice) and k.step not in (None, 1)) for k in key)
 
     def _scatter(self, op, v, out_sharding):
+        if isinstance(self.key, np.ndarray) and self.key.dtype == np.bool_ and self.key.ndim > 1:
+            self.key = tuple(self.key.nonzero())  # a concrete mask: its True elements' indices
         if isinstance(self.key, (tuple, slice)):
             return self._scatter_many(op, v, out_sharding)
         return self._scatter_one(op, v, out_sharding)
@@ -1117,11 +1145,7 @@ class _AtIndex:
         then decides, or out_sharding= (refusals: its sentence)."""
         key = self.key
         if isinstance(key, (np.ndarray, list)) and np.asarray(key).dtype == bool:
-            m = np.asarray(key)
-            if m.ndim != 1:
-                raise InvalidArgument("x.at[mask] with a boolean mask of more than one "
-                                      "dimension: use jnp.where(mask, v, x)")
-            key = np.nonzero(m)[0]
+            key = np.nonzero(np.asarray(key))[0]
         x, idx = self.x, _index_value(key)
         rows = tuple(idx.shape) + tuple(x.shape[1:])
         upd = _updates(x, v, rows)

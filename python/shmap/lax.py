@@ -17,6 +17,18 @@ for _name, _sig, _mn, _mx, _jit_only in _shmap.op_table():
     if _name not in ("shard_map_in", "shard_map_out"):
         globals()[_name] = make_op(_name)
         __all__.append(_name)
+_reshape_op = reshape  # noqa: F821 (the op table's)
+
+
+def reshape(operand, new_sizes, dimensions=None, *, out_sharding=None):  # noqa: F811
+    """jax.lax.reshape: with dimensions=, operand transposed in that order
+    first, as lax's."""
+    if dimensions is not None and tuple(dimensions) != tuple(range(len(operand.shape))):
+        operand = transpose(operand, tuple(dimensions))  # noqa: F821
+    kw = {} if out_sharding is None else {"out_sharding": out_sharding}
+    return _reshape_op(operand, tuple(new_sizes), **kw)
+
+
 # jax.lax.max and min are elementwise (the op table's max and min reduce, as jnp's)
 max = make_op("maximum")  # noqa: A001
 min = make_op("minimum")  # noqa: A001

@@ -426,16 +426,30 @@ _pad_op = pad  # noqa: F821 (the op table's: zeros)
 
 
 @_at_once
-def pad(array, pad_width, mode="constant", constant_values=0):
+def _pairs(v, rank, dtype=_np.int64):
+    """numpy's per-axis (before, after) pairs of a pad argument: a number, a
+    pair, or one pair per axis."""
+    a = _np.asarray(v, dtype=dtype)
+    return _np.broadcast_to(a.reshape(-1, 2) if a.ndim else a, (rank, 2)).tolist()
+
+
+_PAD_STATS = {"maximum": "max", "minimum": "min", "mean": "mean", "median": "median"}
+
+
+def pad(array, pad_width, mode="constant", constant_values=0, *, stat_length=None,
+        end_values=0):
     """jnp.pad: pad_width as numpy reads it (an int, a (before, after) pair,
     or one pair per axis); mode 'constant' (constant_values a scalar),
     'edge', 'reflect', 'symmetric' or 'wrap', one axis after another, of
     slices, reversals and concatenations (reflect and symmetric at most
-    the axis's length - 1 and length, wrap at most its length)."""
+    the axis's length - 1 and length, wrap at most its length); 'maximum',
+    'minimum', 'mean', 'median' (of the stat_length values at each edge,
+    all by default; integers rounded, as numpy's) and 'linear_ramp' (from
+    end_values to the edge, as numpy's linspace)."""
     rank = len(array.shape)
-    pw = _np.broadcast_to(_np.asarray(pad_width, dtype=_np.int64).reshape(-1, 2)
-                          if _np.ndim(pad_width) else _np.asarray(pad_width, _np.int64),
-                          (rank, 2)).tolist()
+    pw = _pairs(pad_width, rank)
+    if mode in _PAD_STATS or mode == "linear_ramp":
+        return _pad_computed(array, pw, mode, stat_length, end_values)
     if mode == "constant":
         r = _pad_op(array, tuple(map(tuple, pw)))
         traced = hasattr(constant_values, "type")  # a traced scalar (lax.pad's padding_value)
@@ -447,7 +461,7 @@ def pad(array, pad_width, mode="constant", constant_values=0):
         return r
     if mode not in ("edge", "reflect", "symmetric", "wrap"):
         raise ValueError(f"pad: mode {mode!r} is not supported here (constant, edge, reflect, "
-                         f"symmetric, wrap)")
+                         f"symmetric, wrap, maximum, minimum, mean, median, linear_ramp)")
     out = array
     for ax, (lo, hi) in enumerate(pw):
         n = out.shape[ax]
@@ -470,14 +484,92 @@ def pad(array, pad_width, mode="constant", constant_values=0):
     return out
 
 
+def _pad_computed(array, pw, mode, stat_length, end_values):
+    """pad's modes of values computed from each edge: a statistic of the
+    stat_length values there, or a linear ramp from end_values to it."""
+    rank = len(array.shape)
+    sl = _pairs(stat_length, rank) if stat_length is not None else None
+    ev = _pairs(end_values, rank, _np.float64)
+    integer = not _np.issubdtype(array.dtype, _np.inexact)
+    out = array
+    for ax, (lo, hi) in enumerate(pw):
+        n = out.shape[ax]
+        if not (lo or hi):
+            continue
+        if n == 0:
+            raise ValueError(f"can't extend empty axis {ax} using modes other than 'constant' "
+                             f"or 'empty'")
+
+        def cut(a, b):
+            return out[(builtins.slice(None),) * ax + (builtins.slice(a, b),)]
+        if mode == "linear_ramp":
+            shape = [1] * rank
+            parts = []
+            for m, edge, end, rev in ((lo, cut(0, 1), ev[ax][0], False),
+                                      (hi, cut(n - 1, n), ev[ax][1], True)):
+                if not m:
+                    parts.append(None)
+                    continue
+                shape[ax] = m
+                j = _np.arange(m, dtype=_np.float32).reshape(shape)
+                e = astype(edge, _np.float32)  # noqa: F821
+                ramp = (e - _np.float32(end)) / _np.float32(m) * j + _np.float32(end)
+                ramp = astype(floor(ramp), array.dtype) if integer else ramp  # noqa: F821
+                parts.append(flip(ramp, ax) if rev else astype(ramp, array.dtype))  # noqa: F821
+            left, right = parts
+        else:
+            stat = globals()[_PAD_STATS[mode]]
+            k_lo, k_hi = (n, n) if sl is None else (builtins.min(builtins.max(sl[ax][0], 1), n),
+                                                    builtins.min(builtins.max(sl[ax][1], 1), n))
+
+            def edge_stat(a, b, m):
+                v = stat(cut(a, b), axis=ax, keepdims=True)
+                if integer and mode in ("mean", "median"):
+                    v = astype(round(v), array.dtype)  # noqa: F821
+                return repeat(v, m, axis=ax)
+            left = edge_stat(0, k_lo, lo) if lo else None
+            right = edge_stat(n - k_hi, n, hi) if hi else None
+        out = concatenate([p for p, m in ((left, lo), (out, 1), (right, hi)) if m], axis=ax)
+    return out
+
+
 _take_op = take  # noqa: F821 (the op table's: a negative index gains n first in every mode)
 
 
+def _fill_default(dtype):
+    """JAX's fill_value of a gather in mode 'fill' left unsaid: NaN for
+    floats, the most negative (signed) or largest (unsigned) integer, True."""
+    dt = _np.dtype(dtype)
+    if _np.issubdtype(dt, _np.inexact):
+        return _np.nan
+    if dt == _np.bool_:
+        return True
+    return _np.iinfo(dt).min if _np.issubdtype(dt, _np.signedinteger) else _np.iinfo(dt).max
+
+
+def _filled(r, indices, n, at, fill_value):
+    """r (a gather along one dimension of size n by indices, whose dimensions
+    are r's from at) with fill_value where an index lies outside [-n, n)."""
+    idx = asarray(indices)  # noqa: F821
+    ok = logical_and(idx >= -n, idx < n)  # noqa: F821
+    ok = reshape(ok, (1,) * at + tuple(idx.shape) +  # noqa: F821
+                 (1,) * (len(r.shape) - at - len(idx.shape)))
+    fill = _fill_default(r.dtype) if fill_value is None else fill_value
+    return _where(broadcast_to(ok, r.shape), r, _np.asarray(fill, r.dtype))  # noqa: F821
+
+
 @_at_once
-def take(a, indices, axis=None, mode=None, **kwargs):
+def take(a, indices, axis=None, mode=None, fill_value=None, **kwargs):
     """jnp.take: the op table's take, but with mode='clip' a negative index
     clamps to 0 as JAX's (its gather clamps without wrapping negatives;
-    indexing, x[idx], wraps them first, as the op does)."""
+    indexing, x[idx], wraps them first, as the op does); fill_value= the
+    value of an index out of range (mode 'fill', JAX's default)."""
+    if fill_value is not None and mode in (None, "fill"):
+        if axis is None:
+            a, axis = reshape(a, (-1,)), 0  # noqa: F821
+        axis = axis % len(a.shape)
+        r = _take_op(a, indices, axis=axis, mode="clip", **kwargs)
+        return _filled(r, indices, a.shape[axis], axis, fill_value)
     if mode == "clip":
         if isinstance(indices, (numbers.Integral, list, tuple, _np.ndarray, _np.generic)):
             indices = _np.maximum(_np.asarray(indices), 0)
@@ -3180,6 +3272,56 @@ def apply_along_axis(func1d, axis, arr, *args, **kwargs):
 
 
 __all__ += ["vectorize", "apply_along_axis"]
+
+
+def ix_(*args):
+    """jnp.ix_: the open mesh of 1-D index sequences (each reshaped to lie
+    along its own dimension; a boolean one is its True positions), for
+    x[jnp.ix_(rows, cols)]; numpy sequences stay numpy (static indices)."""
+    n = len(args)
+    out = []
+    for k, a in enumerate(args):
+        shape = (1,) * k + (-1,) + (1,) * (n - k - 1)
+        if hasattr(a, "type") or isinstance(a, _Array):
+            if len(a.shape) != 1:
+                raise ValueError(f"Arguments to jax.numpy.ix_ must be 1-dimensional, got "
+                                 f"shape {tuple(a.shape)}")
+            out.append(reshape(a, shape))  # noqa: F821
+            continue
+        v = _np.asarray(a)
+        if v.ndim != 1:
+            raise ValueError(f"Arguments to jax.numpy.ix_ must be 1-dimensional, got shape "
+                             f"{v.shape}")
+        if v.dtype == _np.bool_:
+            v = v.nonzero()[0]
+        out.append(v.astype(_np.int32 if v.size == 0 or v.dtype.kind in "iu" else v.dtype)
+                   .reshape(shape))
+    return tuple(out)
+
+
+def put_along_axis(arr, indices, values, axis, inplace=True, *, mode=None):
+    """jnp.put_along_axis (inplace=False, as JAX asks): values scattered
+    into arr at indices along axis, the other dimensions' positions their
+    own (take_along_axis's inverse)."""
+    if inplace:
+        raise ValueError("jax.numpy.put_along_axis cannot modify arrays in-place, because JAX "
+                         "arrays are immutable. Pass inplace=False to instead return an "
+                         "updated array.")
+    if axis is None:
+        return reshape(put_along_axis(reshape(arr, (-1,)), reshape(indices, (-1,)),  # noqa: F821
+                                      values, 0, inplace=False, mode=mode), arr.shape)
+    nd = len(arr.shape)
+    axis = axis % nd
+    if len(_np.shape(indices)) != nd:
+        raise ValueError(f"indices and arr must have the same number of dimensions; "
+                         f"{len(_np.shape(indices))} vs. {nd}")
+    key = tuple(indices if d == axis else
+                _np.arange(arr.shape[d], dtype=_np.int32).reshape(
+                    (1,) * d + (-1,) + (1,) * (nd - d - 1)) for d in range(nd))
+    return arr.at[key].set(values, mode=mode)
+
+
+__all__ += ["ix_", "put_along_axis"]
 
 
 # ---- set operations, array helpers, floating-point bits ---------------------------------

@@ -34,6 +34,30 @@ class PyTreeDef:
             raise ValueError(f"Too many leaves for PyTreeDef; expected {self.num_leaves}.")
         return out
 
+    def children(self):
+        """The structures of the node's children (jax's treedef.children())."""
+        return list(self._children) if self._kind == "node" else []
+
+    @property
+    def num_nodes(self):
+        return 1 + sum(c.num_nodes for c in self._children)
+
+    def flatten_up_to(self, xs):
+        """The subtrees of xs where this structure has its leaves (xs has
+        this structure down to them: JAX's ValueError otherwise)."""
+        if self._kind == "*":
+            return [xs]
+        if self._kind == "None":
+            if xs is not None:
+                raise ValueError(f"Expected None, got {xs!r}.")
+            return []
+        n = _node(xs)
+        tag = None if n is None else n[3]
+        if n is None or tag != self._tag or len(n[0]) != len(self._children):
+            raise ValueError(f"Tuple arity mismatch or node type mismatch: expected a node "
+                             f"of {self._text()}, got {xs!r}.")
+        return [v for c, x in zip(self._children, n[0]) for v in c.flatten_up_to(x)]
+
     def _build(self, it):
         if self._kind == "*":
             v = next(it, _END)

@@ -1683,3 +1683,57 @@ def test_jnp_idioms_that_differed(c):
     assert isinstance(r, shmap.Array) and r.dtype == np.float32 and float(r) == pytest.approx(2**.5)
     assert jnp.maximum(1, 2).dtype == np.int32 and float(jnp.exp(np.float32(0.0))) == 1.0
     assert np.array_equal(np.asarray(jnp.stack([np.float32(1), np.float32(2)])), [1, 2])
+
+
+def test_indexing_padding_and_error_classes(c):
+    """More of what a JAX user writes: .at[].get(mode='fill', fill_value=)
+    and take(fill_value=) fill out-of-range indices (the first clamped, the
+    second was an unknown keyword); boolean Array masks at once are
+    concrete, as JAX's eager indexing (refused before), and a 2-D numpy
+    mask in a jit is its True positions; pad's maximum/minimum/mean/median
+    (stat_length=) and linear_ramp (end_values=) modes, as numpy's; jnp.ix_,
+    put_along_axis, an integer scalar Array as a list index, lax.reshape's
+    dimensions=, PyTreeDef.children/flatten_up_to; and shape errors and
+    grad's checks are JAX's TypeError / IndexError / ValueError too."""
+    one = NamedSharding(c.make_mesh((1,), ("d",)), P())
+    v = c.device_put(np.arange(3.0, dtype=np.float32), one)
+    i = c.device_put(np.array([0, 5, -1, -4], np.int32), one)
+    assert np.array_equal(np.asarray(v.at[i].get(mode="fill", fill_value=-1.0)), [0, -1, 2, -1])
+    assert np.isnan(np.asarray(v.at[np.array([0, 5])].get(mode="fill"))[1])
+    assert np.array_equal(np.asarray(jnp.take(v, i, fill_value=9.0)), [0, 9, 2, 9])
+    x = np.arange(-6.0, 6.0, dtype=np.float32).reshape(3, 4)
+    a = c.device_put(x, one)
+    assert np.array_equal(np.asarray(a.at[a > 0].set(0.0)), np.where(x > 0, 0, x))
+    assert np.array_equal(np.asarray(a[a > 2]), x[x > 2])
+    assert np.array_equal(np.asarray(shmap.jit(lambda u: u.at[x > 0].add(10.0))(a)),
+                          np.where(x > 0, x + 10, x))
+    xi = (np.arange(12).reshape(3, 4) * 7 % 5).astype(np.int32)
+    for arr in (x, xi):
+        b = c.device_put(arr, one)
+        for mode, kw in (("maximum", {}), ("minimum", {"stat_length": 2}),
+                         ("mean", {"stat_length": ((1, 2), (3, 1))}), ("median", {}),
+                         ("linear_ramp", {"end_values": (1, -2)})):
+            got = np.asarray(jnp.pad(b, ((1, 0), (2, 3)), mode=mode, **kw))
+            assert np.array_equal(got, np.pad(arr, ((1, 0), (2, 3)), mode=mode, **kw)), mode
+    assert np.array_equal(np.asarray(a[jnp.ix_(np.array([0, 2]), np.array([1, 3]))]),
+                          x[np.ix_([0, 2], [1, 3])])
+    idx = np.array([[1], [0], [3]])
+    want = x.copy()
+    np.put_along_axis(want, idx, 99.0, axis=1)
+    assert np.array_equal(np.asarray(jnp.put_along_axis(a, idx, 99.0, 1, inplace=False)), want)
+    with pytest.raises(ValueError, match="cannot modify arrays in-place"):
+        jnp.put_along_axis(a, idx, 99.0, 1)
+    assert [10, 20, 30][c.device_put(np.int32(2), one)] == 30
+    assert np.array_equal(np.asarray(lax.reshape(a, (4, 3), dimensions=(1, 0))),
+                          x.T.reshape(4, 3))
+    t = shmap.tree.structure([1, (2, 3)])
+    assert t.children()[1] == shmap.tree.structure((0, 0))
+    assert t.flatten_up_to([{"a": 1}, (None, 5)]) == [{"a": 1}, None, 5]
+    with pytest.raises(TypeError, match="scalar-output"):
+        shmap.grad(lambda u: u * 2)(np.ones(3, np.float32))
+    with pytest.raises(TypeError, match="broadcast"):
+        a + c.device_put(np.ones(5, np.float32), one)
+    with pytest.raises(TypeError, match="cannot reshape"):
+        shmap.jit(lambda u: u.reshape(5))(a)
+    with pytest.raises(IndexError, match="out of bounds"):
+        shmap.jit(lambda u: u[5])(a)

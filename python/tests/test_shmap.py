@@ -2236,8 +2236,12 @@ def test_scatters(c):
     got = xa.at[si].max(1.0, out_sharding=P(None, "j"))
     assert got.type == "f32[6,4@j]"
     assert np.array_equal(np.asarray(got), np_at(np.maximum)(x, np.asarray(si), np.float32(1)))
-    with pytest.raises(shmap.InvalidArgument, match=r"boolean mask of more than one dimension"):
+    # a numpy mask of two dimensions is concrete: its True elements' indices, as JAX's
+    # (JAX's scatter rule then refuses the sharded operand as for any index arrays)
+    with pytest.raises(shmap.ProgramError, match=r"Use `\.at\[\.\.\.\]\.set/add"):
         shmap.jit(lambda a: a.at[x > 0].set(0.0))(xa)
+    got = shmap.jit(lambda a: a.at[x > 0].set(0.0))(c.device_put(x, NamedSharding(mesh, P())))
+    assert np.array_equal(np.asarray(got), np.where(x > 0, 0, x))
 
 
 def _np_sigmoid(x):
