@@ -1,13 +1,18 @@
 """jax.nn-style functions for traced programs (and Arrays at once), made
 of shmap.numpy's ops: the activations (relu, sigmoid, silu, softplus,
 gelu, elu, selu, mish, glu, ...), softmax, log_softmax, logsumexp,
-one_hot, standardize and dot_product_attention.
+one_hot, standardize and dot_product_attention, each by JAX's formula (so
+its derivative at the kinks is JAX's too: relu, relu6 and log1mexp are
+custom_jvps as in JAX), and nn.initializers.
 Reductions over a sharded axis are lowered as any (the service sums across
 devices)."""
+from . import lax
 from . import numpy as jnp
+from ._grad import custom_jvp as _custom_jvp, stop_gradient as _stop_gradient
 from .numpy import _at_once
 
 import math
+import numbers
 
 import numpy as _np
 
@@ -15,10 +20,33 @@ __all__ = ["relu", "sigmoid", "silu", "swish", "softplus", "gelu", "softmax", "l
            "logsumexp", "one_hot"]
 
 
+def _with_jvp(fun, rule):
+    """fun as a custom_jvp whose tangent is rule(g, x) (JAX's defjvps of
+    relu, relu6 and log1mexp: their derivative at the kinks is JAX's, not
+    that of the maximum / minimum / where they are written with)."""
+    f = _custom_jvp(fun)
+    f.defjvps(lambda g, ans, x: rule(g, x))
+    return f
+
+
+def _zero_unless(keep):
+    """A jvp rule g -> select(keep(x), g, 0) (JAX's relu and relu6)."""
+    return lambda g, x: lax.select(keep(x), g, lax.full_like(g, 0))
+
+
+def _relu_fwd(x):
+    return jnp.maximum(x, 0)
+
+
+_relu_fwd.__name__ = "relu"
+_relu = _with_jvp(_relu_fwd, _zero_unless(lambda x: x > 0))
+
+
 @_at_once
 def relu(x):
-    """max(x, 0)."""
-    return jnp.maximum(x, 0)
+    """max(x, 0); as JAX's (a custom_jvp), its derivative is
+    select(x > 0, g, 0): 0 at x = 0, not the 0.5 of maximum's tie."""
+    return _relu(x)
 
 
 @_at_once
@@ -38,50 +66,132 @@ swish = silu
 
 @_at_once
 def softplus(x):
-    """log(1 + exp(x)), as max(x, 0) + log1p(exp(-|x|)) (JAX's logaddexp(x, 0))
-    so large x stays finite."""
-    return jnp.maximum(x, 0) + jnp.log1p(jnp.exp(-abs(x)))
+    """log(1 + exp(x)) as JAX's logaddexp(x, 0) (max(x, 0) + log1p(exp(-|x|)),
+    so large x stays finite)."""
+    return jnp.logaddexp(x, 0)
+
+
+def _inexact(name, x):
+    """x as JAX's promote_args_inexact makes it: integers and bools as
+    float32 (the default float), floats as they are."""
+    dt = getattr(x, "dtype", None)
+    if dt is not None and not _np.issubdtype(_np.dtype(dt), _np.inexact):
+        return jnp.astype(x, _np.float32)
+    return x
 
 
 @_at_once
 def gelu(x, approximate=True):
     """jax.nn.gelu: with approximate (JAX's default) the tanh form
-    x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x**3))), else x/2 (1 + erf(x/sqrt(2)))."""
+    x * 0.5 (1 + tanh(sqrt(2/pi) (x + 0.044715 x**3))), else
+    0.5 x erfc(-x sqrt(1/2)) (JAX's, accurate in the negative tail)."""
+    x = _inexact("gelu", x)
     if approximate:
-        return x * 0.5 * (1 + jnp.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * (x * x * x))))
-    return x * 0.5 * (1 + jnp.erf(x * (1 / math.sqrt(2))))
+        cdf = 0.5 * (1.0 + jnp.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * (x ** 3))))
+        return x * cdf
+    return 0.5 * x * lax.erfc(-x * math.sqrt(0.5))
+
+
+def _reduced_axes(x, axis):
+    """The dimensions a reduction of x over axis (None, an int or a tuple)
+    takes away, non-negative and sorted."""
+    nd = len(x.shape)
+    if axis is None:
+        return tuple(range(nd))
+    axes = (axis,) if isinstance(axis, numbers.Integral) else tuple(axis)
+    return tuple(sorted(int(d) % nd for d in axes))
 
 
 @_at_once
-def softmax(x, axis=-1):
-    """exp(x - max) / sum, along axis (the max taken out first, as JAX's)."""
-    e = jnp.exp(x - jnp.max(x, axis=axis, keepdims=True))
-    return e / jnp.sum(e, axis=axis, keepdims=True)
+def softmax(x, axis=-1, where=None):
+    """jax.nn.softmax: exp(x - max) / sum along axis (an int, a tuple or
+    None), the max (stop_gradient) taken out first, as JAX's default
+    (non-custom_jvp) softmax. where=: the elements to include; the others
+    are left out of the max and the sum, and are 0 in the result."""
+    x_max = jnp.max(x, axis, where=where, initial=-_np.inf, keepdims=True)
+    x_safe = x if where is None else jnp.where(where, x, -_np.inf)
+    unnormalized = jnp.exp(x_safe - _stop_gradient(x_max))
+    result = unnormalized / jnp.sum(unnormalized, axis, where=where, keepdims=True)
+    if where is not None:
+        result = jnp.where(where, result, 0)
+    return result
 
 
 @_at_once
-def log_softmax(x, axis=-1):
-    """x - max - log(sum(exp(x - max))), along axis."""
-    s = x - jnp.max(x, axis=axis, keepdims=True)
-    return s - jnp.log(jnp.sum(jnp.exp(s), axis=axis, keepdims=True))
+def log_softmax(x, axis=-1, where=None):
+    """jax.nn.log_softmax: x - max - log(sum(exp(x - max))) along axis, the
+    max (stop_gradient) taken out first. where=: the elements to include;
+    the others are left out of the max and the sum, and are -inf in the
+    result."""
+    x_max = jnp.max(x, axis, where=where, initial=-_np.inf, keepdims=True)
+    x_safe = x if where is None else jnp.where(where, x, -_np.inf)
+    shifted = x_safe - _stop_gradient(x_max)
+    shifted_logsumexp = jnp.log(jnp.sum(jnp.exp(shifted), axis, where=where, keepdims=True))
+    result = shifted - shifted_logsumexp
+    if where is not None:
+        return jnp.where(where, result, -_np.inf)
+    return result
 
 
 @_at_once
-def logsumexp(a, axis=None, keepdims=False):
-    """log(sum(exp(a))) over axis, as jax.nn.logsumexp: the max taken out
-    first (0 where it is not finite, so -inf rows give -inf, not NaN)."""
-    m = jnp.max(a, axis=axis, keepdims=True)
-    m = jnp.where(jnp.isfinite(m), m, 0)
-    s = jnp.log(jnp.sum(jnp.exp(a - m), axis=axis, keepdims=keepdims))
-    return s + (m if keepdims else jnp.squeeze(m, axis) if axis is not None else jnp.reshape(m, ()))
+def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, where=None):
+    """jax.nn.logsumexp (jax.scipy.special.logsumexp): log(sum(b * exp(a)))
+    over axis, the max (0 where it is not finite; stop_gradient) taken out
+    first, so -inf rows give -inf, not NaN. b: scaling factors (a is -inf
+    where b is 0); return_sign: (log|sum|, sign of the sum), else NaN
+    where the sum is negative; where: the elements to include."""
+    if where is not None:
+        a = jnp.where(where, a, 0)
+    a = _inexact("logsumexp", a)
+    if b is not None:
+        b = _inexact("logsumexp", b)
+        a = jnp.where(b != 0, a, -_np.inf)
+    pos_dims = _reduced_axes(a, axis)
+    amax = jnp.max(a, axis=pos_dims, keepdims=keepdims, where=where, initial=-_np.inf)
+    amax = _stop_gradient(jnp.where(jnp.isfinite(amax), amax, 0))
+    amax_with_dims = amax if keepdims else jnp.expand_dims(amax, pos_dims)
+    exp_a = jnp.exp(a - amax_with_dims)
+    if b is not None:
+        exp_a = exp_a * b
+    sumexp = jnp.sum(exp_a, axis=pos_dims, keepdims=keepdims, where=where)
+    sign = jnp.sign(sumexp)
+    out = jnp.log(jnp.abs(sumexp)) + amax
+    if return_sign:
+        return out, sign
+    if b is not None:
+        out = jnp.where(sign < 0, _np.nan, out)
+    return out
 
 
 @_at_once
-def one_hot(x, num_classes, *, dtype=_np.float32, axis=-1, out_sharding=None):
-    """jax.nn.one_hot: x[..., None] == arange(num_classes) as dtype, the new
-    dimension at axis; out_sharding= the result's sharding, whose entries
-    but the new dimension's must be x's (JAX's check)."""
+def logmeanexp(x, axis=None, where=None, keepdims=False):
+    """jax.nn.logmeanexp: logsumexp(x) - log(n) over axis, n the number of
+    elements reduced (those where where= is True)."""
+    lse = logsumexp(x, axis=axis, where=where, keepdims=keepdims)
+    dt = lse.dtype
+    if where is None:
+        count = _np.array(math.prod(x.shape[d] for d in _reduced_axes(x, axis)), dt)
+    else:
+        count = jnp.sum(jnp.broadcast_to(where, x.shape), axis=axis, keepdims=keepdims,
+                        dtype=dt)
+    return lse - jnp.log(count)
+
+
+@_at_once
+def one_hot(x, num_classes, *, dtype=None, axis=-1, out_sharding=None):
+    """jax.nn.one_hot: x[..., None] == arange(num_classes) as dtype (float32
+    by default), the new dimension at axis; out_sharding= the result's
+    sharding, whose entries but the new dimension's must be x's (JAX's
+    check). axis a mesh axis name (in a shard_map body): x == the device's
+    index along it, of x's shape (num_classes must be the axis's size)."""
     from ._core import InvalidArgument, P
+    dtype = _np.float32 if dtype is None else dtype
+    if not isinstance(axis, numbers.Integral):
+        axis_size = lax.axis_size(axis)
+        if num_classes != axis_size:
+            raise ValueError(f"Expected num_classes to match the size of axis {axis}, "
+                             f"but {num_classes} != {axis_size}") from None
+        return jnp.astype(x == lax.axis_index(axis), dtype)
     rank = len(x.shape) + 1
     ax = axis + rank if axis < 0 else axis
     iota = jnp.reshape(jnp.arange(num_classes, dtype=x.dtype),
@@ -102,10 +212,19 @@ def one_hot(x, num_classes, *, dtype=_np.float32, axis=-1, out_sharding=None):
     return jnp.reshard(out, P(*want))
 
 
+def _relu6_fwd(x):
+    return jnp.minimum(jnp.maximum(x, 0), 6.)
+
+
+_relu6_fwd.__name__ = "relu6"
+_relu6 = _with_jvp(_relu6_fwd, _zero_unless(lambda x: (x > 0) & (x < 6)))
+
+
 @_at_once
 def relu6(x):
-    """min(max(x, 0), 6)."""
-    return jnp.minimum(jnp.maximum(x, 0), 6)
+    """min(max(x, 0), 6); as JAX's (a custom_jvp), its derivative is
+    select((x > 0) & (x < 6), g, 0): 0 at 0 and at 6."""
+    return _relu6(x)
 
 
 @_at_once
@@ -116,14 +235,16 @@ def leaky_relu(x, negative_slope=0.01):
 
 @_at_once
 def elu(x, alpha=1.0):
-    """x where positive, alpha * (exp(x) - 1) elsewhere."""
-    return jnp.where(x > 0, x, alpha * jnp.expm1(jnp.minimum(x, 0)))
+    """x where positive, alpha * (exp(x) - 1) elsewhere, as JAX's
+    where(x > 0, x, alpha * expm1(where(x > 0, 0, x))) (its derivative at
+    0 is alpha's branch's: alpha)."""
+    return jnp.where(x > 0, x, alpha * jnp.expm1(jnp.where(x > 0, 0., x)))
 
 
 @_at_once
 def celu(x, alpha=1.0):
-    """max(x, 0) + alpha * (exp(min(x, 0) / alpha) - 1)."""
-    return jnp.maximum(x, 0) + alpha * jnp.expm1(jnp.minimum(x, 0) / alpha)
+    """max(x, 0) + alpha * (exp(min(x, 0) / alpha) - 1) (JAX's)."""
+    return jnp.maximum(x, 0.0) + alpha * jnp.expm1(jnp.minimum(x, 0.0) / alpha)
 
 
 @_at_once
@@ -148,8 +269,9 @@ def soft_sign(x):
 
 @_at_once
 def hard_tanh(x):
-    """x clipped to [-1, 1]."""
-    return jnp.clip(x, -1, 1)
+    """x clipped to [-1, 1], as JAX's where(x > 1, 1, where(x < -1, -1, x))
+    (its derivative at -1 and 1 is 1)."""
+    return jnp.where(x > 1, 1, jnp.where(x < -1, -1, x))
 
 
 @_at_once
@@ -176,18 +298,31 @@ def mish(x):
 @_at_once
 def glu(x, axis=-1):
     """The first half of x along axis times the sigmoid of the second."""
+    assert x.shape[axis] % 2 == 0, "axis size must be divisible by 2"
     a, b = jnp.split(x, 2, axis=axis)
     return a * sigmoid(b)
 
 
 @_at_once
-def standardize(x, axis=-1, mean=None, variance=None, epsilon=1e-5):
-    """(x - mean) / sqrt(variance + epsilon), both over axis unless given."""
+def standardize(x, axis=-1, mean=None, variance=None, epsilon=1e-5, where=None, *,
+                algorithm="fast"):
+    """jax.nn.standardize: (x - mean) * rsqrt(variance + epsilon), each over
+    axis (with where=: of the elements where it is True) unless given.
+    algorithm "fast" (JAX's default): variance = mean(x**2) - mean**2,
+    clipped at 0; "stable": mean((x - mean)**2)."""
     if mean is None:
-        mean = jnp.mean(x, axis=axis, keepdims=True)
+        mean = jnp.mean(x, axis, keepdims=True, where=where)
     if variance is None:
-        variance = jnp.mean(jnp.square(x - mean), axis=axis, keepdims=True)
-    return (x - mean) * jnp.rsqrt(variance + epsilon)
+        if algorithm == "stable":
+            variance = jnp.mean(jnp.square(jnp.subtract(x, mean)), axis, keepdims=True,
+                                where=where)
+        elif algorithm == "fast":
+            variance = jnp.mean(jnp.square(x), axis, keepdims=True, where=where) - \
+                jnp.square(mean)
+            variance = jnp.clip(variance, 0)
+        else:
+            raise ValueError(f"Unknown algorithm '{algorithm}'. Expected 'fast' or 'stable'.")
+    return jnp.subtract(x, mean) * lax.rsqrt(variance + epsilon)
 
 
 def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None,
@@ -221,12 +356,12 @@ def tanh(x):
     return jnp.tanh(x)
 
 
-def normalize(x, axis=-1, mean=None, variance=None, epsilon=1e-5):
+def normalize(x, axis=-1, mean=None, variance=None, epsilon=1e-5, where=None):
     """jax.nn.normalize, JAX's deprecated alias of standardize."""
     import warnings
     warnings.warn("jax.nn.normalize will be deprecated. Use jax.nn.standardize instead.",
                   DeprecationWarning, stacklevel=2)
-    return standardize(x, axis, mean, variance, epsilon)
+    return standardize(x, axis, mean, variance, epsilon, where)
 
 
 @_at_once
@@ -244,18 +379,22 @@ def squareplus(x, b=4):
 __all__ += ["tanh", "normalize", "sparse_plus", "squareplus", "initializers"]
 
 
-# ---- jax.nn.initializers: host draws of shmap.random, JAX's algorithms ---------
+# ---- jax.nn.initializers: shmap.random's draws, JAX's algorithms ---------------
 
 
 def _make_initializers():
     """The jax.nn.initializers namespace (a module: shmap.nn.initializers).
-    Each init(key, shape, dtype=float32) draws on the host with
-    shmap.random's samplers by the algorithm of JAX's initializer, so a key
-    gives JAX's values; the result is placed as shmap.random's are (numpy
-    with no mesh set, a replicated Array on the context mesh, a constant
-    inside a jit; out_sharding= lays it out)."""
+    Each init(key, shape, dtype=float32) draws with shmap.random's samplers
+    by the algorithm of JAX's initializer, so a key gives JAX's values. A
+    concrete key draws on the host, the result placed as shmap.random's are
+    (numpy with no mesh set, a replicated Array on the context mesh, a
+    constant inside a jit; out_sharding= lays it out); a key traced in a
+    jit (an argument) draws in the program with shmap.random's traced-key
+    samplers (float32 only, as theirs), as random.normal(key, ...) does
+    there."""
     import sys
     import types
+    import typing
 
     from . import random as _r
 
@@ -264,11 +403,29 @@ def _make_initializers():
     def dt_of(name, dtype):
         return _r._float_dtype(name, dtype)
 
-    def scaled(name, key, draw, shape, dtype, factor, out_sharding):
-        k, _ = _r._key_data_of(name, key)
+    def traced(name, key, dt):
+        """Whether key is traced (its draws made in the program), which
+        takes float32 only (shmap.random's traced-key samplers)."""
+        if not _r._is_traced(key):
+            return False
+        if dt != _np.dtype(_np.float32):
+            from ._core import InvalidArgument
+            raise InvalidArgument(
+                f"shmap.nn.initializers.{name}: a key traced in a jit draws float32 only "
+                f"(shmap.random's traced-key samplers), got {dt}: draw {dt} with a concrete "
+                f"key (closed over, or outside the jit)")
+        return True
+
+    def scaled(name, key, host, program, shape, dtype, factor, out_sharding):
+        """A draw times factor(dt): host(k, shape, dt) on key data k for a
+        concrete key, program(key, shape, dt, out_sharding) (shmap.random's
+        public sampler, which draws in the program) for a traced one."""
         dt = dt_of(name, dtype)
         shape = _r._shape(shape)
-        return _r._place(name, (draw(k, shape, dt) * factor(dt)).astype(dt), out_sharding)
+        if traced(name, key, dt):
+            return program(key, shape, dt, out_sharding) * factor(dt)
+        k, _ = _r._key_data_of(name, key)
+        return _r._place(name, (host(k, shape, dt) * factor(dt)).astype(dt), out_sharding)
 
     def trunc(k, shape, dt, lower, upper):  # shmap.random.truncated_normal's host draw
         lower, upper = _np.asarray(lower, dt), _np.asarray(upper, dt)
@@ -277,6 +434,19 @@ def _make_initializers():
         out = sqrt2 * _r._erf_inv(_r._uniform(k, shape, dt, a, b))
         return _np.minimum(_np.maximum(out, _np.nextafter(lower, _np.array(_np.inf, dt))),
                            _np.nextafter(upper, _np.array(-_np.inf, dt))).astype(dt)
+
+    def host_uniform(lo, hi):
+        return lambda k, s, dt: _r._uniform(k, s, dt, lo, hi)
+
+    def program_uniform(lo, hi):
+        return lambda key, s, dt, osh: _r.uniform(key, s, dt, lo, hi, out_sharding=osh)
+
+    def program_normal(key, s, dt, osh):
+        return _r.normal(key, s, dt, out_sharding=osh)
+
+    def program_trunc(lower, upper):
+        return lambda key, s, dt, osh: _r.truncated_normal(key, lower, upper, s, dt,
+                                                           out_sharding=osh)
 
     def zeros(key, shape, dtype=None, out_sharding=None):
         """An array of zeros (the key is ignored)."""
@@ -298,14 +468,14 @@ def _make_initializers():
     def uniform(scale=1e-2, dtype=None):
         """Uniform in [0, scale): random.uniform(key, shape) * scale."""
         def init(key, shape, dtype=dtype, out_sharding=None):
-            return scaled("uniform", key, lambda k, s, dt: _r._uniform(k, s, dt, 0., 1.),
+            return scaled("uniform", key, host_uniform(0., 1.), program_uniform(0., 1.),
                           shape, dtype, lambda dt: _np.array(scale, dt), out_sharding)
         return init
 
     def normal(stddev=1e-2, dtype=None):
         """random.normal(key, shape) * stddev."""
         def init(key, shape, dtype=dtype, out_sharding=None):
-            return scaled("normal", key, _r._normal, shape, dtype,
+            return scaled("normal", key, _r._normal, program_normal, shape, dtype,
                           lambda dt: _np.array(stddev, dt), out_sharding)
         return init
 
@@ -313,7 +483,8 @@ def _make_initializers():
         """random.truncated_normal(key, lower, upper, shape) * stddev."""
         def init(key, shape, dtype=dtype, out_sharding=None):
             return scaled("truncated_normal", key,
-                          lambda k, s, dt: trunc(k, s, dt, lower, upper), shape, dtype,
+                          lambda k, s, dt: trunc(k, s, dt, lower, upper),
+                          program_trunc(lower, upper), shape, dtype,
                           lambda dt: _np.array(stddev, dt), out_sharding)
         return init
 
@@ -352,15 +523,16 @@ def _make_initializers():
                 return _np.array(scale / den, dt)
             if distribution == "truncated_normal":
                 return scaled("variance_scaling", key, lambda k, s, dt: trunc(k, s, dt, -2, 2),
-                              shape, dtype, lambda dt: (_np.sqrt(var(dt)) /
-                                                        _np.array(.87962566103423978, dt)),
+                              program_trunc(-2, 2), shape, dtype,
+                              lambda dt: (_np.sqrt(var(dt)) /
+                                          _np.array(.87962566103423978, dt)),
                               out_sharding)
             if distribution == "normal":
-                return scaled("variance_scaling", key, _r._normal, shape, dtype,
+                return scaled("variance_scaling", key, _r._normal, program_normal, shape, dtype,
                               lambda dt: _np.sqrt(var(dt)), out_sharding)
             if distribution == "uniform":
-                return scaled("variance_scaling", key,
-                              lambda k, s, dt: _r._uniform(k, s, dt, -1, 1.), shape, dtype,
+                return scaled("variance_scaling", key, host_uniform(-1, 1.),
+                              program_uniform(-1, 1.), shape, dtype,
                               lambda dt: _np.sqrt(3 * var(dt)), out_sharding)
             raise ValueError(f"invalid distribution for variance scaling initializer: "
                              f"{distribution}")
@@ -382,34 +554,83 @@ def _make_initializers():
     he_uniform = _special(2.0, "fan_in", "uniform", "variance_scaling(2, fan_in, uniform)")
     he_normal = _special(2.0, "fan_in", "truncated_normal",
                          "variance_scaling(2, fan_in, truncated_normal)")
+
+    def ortho(name, key, shape, column_axis, dt, scale):
+        """JAX's orthogonal of a 2D-or-more shape with no zero dimension:
+        scale times random.orthogonal(key, rows, (), dt, columns) (the Q of
+        a normal matrix's QR, by R's diagonal signs), its columns laid out
+        along column_axis. A concrete key: numpy, on the host; a traced
+        one: in the program (random.orthogonal's traced QR)."""
+        n_rows, n_cols = math.prod(shape) // shape[column_axis], shape[column_axis]
+        lead = tuple(int(d) for d in _np.delete(shape, column_axis)) + (shape[column_axis],)
+        if traced(name, key, dt):
+            q = jnp.reshape(_r.orthogonal(key, n_rows, (), dt, n_cols), lead)
+            return jnp.moveaxis(q, -1, column_axis) * dt.type(scale)
+        k, _ = _r._key_data_of("orthogonal", key)
+        mshape = (n_cols, n_rows) if n_rows < n_cols else (n_rows, n_cols)
+        q, r = _np.linalg.qr(_r._normal(k, mshape, dt))
+        q = q * _np.sign(_np.diag(r))
+        if n_rows < n_cols:
+            q = q.T
+        q = _np.moveaxis(q.reshape(lead), -1, column_axis)
+        return (q * _np.array(scale, dt)).astype(dt)
+
     def orthogonal(scale=1.0, column_axis=-1, dtype=None):
         """JAX's orthogonal: the Q of a normal (rows, columns) matrix's QR
         (columns of R's diagonal signs), laid out along column_axis, times
-        scale."""
+        scale (zeros for a shape with a zero dimension)."""
         def init(key, shape, dtype=dtype, out_sharding=None):
             shape = _r._shape(shape)
             if len(shape) < 2:
                 raise ValueError("orthogonal initializer requires at least a 2D shape")
             dt = dt_of("orthogonal", dtype)
-            k, _ = _r._key_data_of("orthogonal", key)
-            n_rows, n_cols = math.prod(shape) // shape[column_axis], shape[column_axis]
-            mshape = (n_cols, n_rows) if n_rows < n_cols else (n_rows, n_cols)
-            q, r = _np.linalg.qr(_r._normal(k, mshape, dt))
-            q = q * _np.sign(_np.diag(r))
-            if n_rows < n_cols:
-                q = q.T
-            q = q.reshape(tuple(_np.delete(shape, column_axis)) + (shape[column_axis],))
-            q = _np.moveaxis(q, -1, column_axis)
-            return _r._place("orthogonal", (q * _np.array(scale, dt)).astype(dt), out_sharding)
+            if any(d == 0 for d in shape):
+                return zeros(key, shape, dt, out_sharding)
+            q = ortho("orthogonal", key, shape, column_axis, dt, scale)
+            return _r._placed("orthogonal", q, out_sharding) if _r._is_traced(key) else \
+                _r._place("orthogonal", q, out_sharding)
         return init
 
+    def delta_orthogonal(scale=1.0, column_axis=-1, dtype=None):
+        """JAX's delta_orthogonal (for 3D, 4D or 5D convolution kernels,
+        shape[-2] <= shape[-1]): zeros but at the spatial centre, which
+        holds orthogonal(scale, column_axis) of shape[-2:]."""
+        def init(key, shape, dtype=dtype, out_sharding=None):
+            if out_sharding is not None:
+                raise NotImplementedError
+            shape = _r._shape(shape)
+            dt = dt_of("delta_orthogonal", dtype)
+            if len(shape) not in (3, 4, 5):
+                raise ValueError("Delta orthogonal initializer requires a 3D, 4D or 5D shape.")
+            if shape[-1] < shape[-2]:
+                raise ValueError("`fan_in` must be less or equal than `fan_out`. ")
+            centre = tuple((k - 1) // 2 for k in shape[:-2])
+            if any(d == 0 for d in shape[-2:]):
+                return zeros(key, shape, dt)
+            q = ortho("delta_orthogonal", key, shape[-2:], column_axis, dt, scale)
+            if _r._is_traced(key):
+                return jnp.zeros(shape, dt).at[centre].set(q)
+            w = _np.zeros(shape, dt)
+            w[centre] = q
+            return _r._place("delta_orthogonal", w, None)
+        return init
+
+    @typing.runtime_checkable
+    class Initializer(typing.Protocol):
+        """Protocol for initializers returned by jax.nn.initializers APIs:
+        init(key, shape, dtype=None, out_sharding=None) -> an array."""
+        def __call__(self, key, shape, dtype=None, out_sharding=None):
+            raise NotImplementedError
+
+    Initializer.__module__ = mod.__name__
     names = dict(zeros=zeros, ones=ones, constant=constant, uniform=uniform, normal=normal,
                  truncated_normal=truncated_normal, variance_scaling=variance_scaling,
                  glorot_uniform=glorot_uniform, glorot_normal=glorot_normal,
                  xavier_uniform=glorot_uniform, xavier_normal=glorot_normal,
                  lecun_uniform=lecun_uniform, lecun_normal=lecun_normal,
                  he_uniform=he_uniform, he_normal=he_normal, kaiming_uniform=he_uniform,
-                 kaiming_normal=he_normal, orthogonal=orthogonal)
+                 kaiming_normal=he_normal, orthogonal=orthogonal,
+                 delta_orthogonal=delta_orthogonal, Initializer=Initializer)
     for k, v in names.items():
         if v.__name__ != k and k not in ("xavier_uniform", "xavier_normal", "kaiming_uniform",
                                          "kaiming_normal"):
@@ -434,14 +655,27 @@ def sparse_sigmoid(x):
     return 0.5 * jnp.clip(x + 1.0, 0.0, 2.0)
 
 
-@_at_once
-def log1mexp(x):
-    """jax.nn.log1mexp: log(1 - exp(-x)) for x > 0, by the branch that
-    keeps its precision (log(-expm1(-x)) below log 2, log1p(-exp(-x))
-    above)."""
+def _log1mexp(x):
     small = x < math.log(2)
     return jnp.where(small, jnp.log(-jnp.expm1(-jnp.where(small, x, 1.0))),
                      jnp.log1p(-jnp.exp(-jnp.where(small, 1.0, x))))
 
 
-__all__ += ["identity", "sparse_sigmoid", "log1mexp"]
+_log1mexp.__name__ = "log1mexp"
+_log1mexp_jvp = _with_jvp(_log1mexp, lambda g, x: g / jnp.expm1(x))
+
+
+@_at_once
+def log1mexp(x):
+    """jax.nn.log1mexp: log(1 - exp(-x)) for x > 0, by the branch that
+    keeps its precision (log(-expm1(-x)) below log 2, log1p(-exp(-x))
+    above); as JAX's (a custom_jvp), its derivative is g / expm1(x)."""
+    return _log1mexp_jvp(x)
+
+
+__all__ += ["identity", "sparse_sigmoid", "log1mexp", "logmeanexp"]
+
+
+# Python's float and int as dtype= (one_hot, the initializers): JAX's float32 and int32
+from ._core import _canon_module_dtypes  # noqa: E402
+_canon_module_dtypes(globals(), __all__)

@@ -796,7 +796,8 @@ def _shape(shape):
 
 
 def _float_dtype(name, dtype):
-    dt = np.dtype(np.float32 if dtype is None else dtype)
+    from ._core import _canon_dtype
+    dt = np.dtype(np.float32 if dtype is None else _canon_dtype(dtype))
     if not np.issubdtype(dt, np.floating):
         raise ValueError(f"dtype argument to `{name}` must be a float dtype, got {dt}")
     return dt

@@ -139,24 +139,12 @@ def _while_each(cond, body, init, ref):
 
 
 @_at_once
-def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
+def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, where=None):
     """log(sum(b * exp(a))) over axis, the max taken out first; with
-    return_sign, (log|sum|, its sign)."""
-    a = _float(a, "logsumexp")
-    m = jnp.max(a, axis=axis, keepdims=True)
-    m = jnp.where(jnp.isfinite(m), m, 0)
-    e = jnp.exp(a - m)
-    if b is not None:
-        e = e * b
-    s = jnp.sum(e, axis=axis, keepdims=True)
-    sign = jnp.sign(s)
-    out = jnp.log(jnp.abs(s)) + m
-    if not return_sign:
-        out = jnp.where(sign < 0, _np.nan, out)
-    if not keepdims:
-        out = jnp.squeeze(out, axis) if axis is not None else jnp.reshape(out, ())
-        sign = jnp.squeeze(sign, axis) if axis is not None else jnp.reshape(sign, ())
-    return (out, sign) if return_sign else out
+    return_sign, (log|sum|, its sign); where=, the elements to include.
+    JAX's one function: shmap.nn.logsumexp, a checked as an array first."""
+    from ..nn import logsumexp as _logsumexp
+    return _logsumexp(_float(a, "logsumexp"), axis, b, keepdims, return_sign, where)
 
 
 @_at_once
