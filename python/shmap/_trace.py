@@ -458,6 +458,9 @@ class Tracer(_Shaped):
     (jit) shape, its dtype and its type string."""
 
     __array_priority__ = 1000
+    # a Python number's value (a jit's argument, or made of such values only
+    # by elementwise ops): it takes the dtype of the arrays it meets (_weak_args)
+    weak_type = False
 
     def __init__(self, name, type_str, dtype, shape, builder=None):
         self.name, self._ty, self._dt = name, type_str, dtype
@@ -558,7 +561,11 @@ class Tracer(_Shaped):
         a, b = (other, self) if rev else (self, other)
         if isinstance(a, _vmap.BatchTracer) or isinstance(b, _vmap.BatchTracer):
             return _vmap.apply(op, (a, b), {})
-        return _builder().emit(f"{_fmt(a)} {op} {_fmt(b)}", op, (a, b))
+        (a, b), weak = _weak_args(op, (a, b))
+        r = _builder().emit(f"{_fmt(a)} {op} {_fmt(b)}", op, (a, b))
+        if weak and op not in _COMPARISONS:
+            r.weak_type = True
+        return r
 
     def __add__(self, o): return self._bin("+", o)
     def __radd__(self, o): return self._bin("+", o, True)
@@ -603,7 +610,9 @@ class Tracer(_Shaped):
     def __neg__(self):
         if isinstance(self, _vmap.BatchTracer):
             return _vmap.apply("neg", (self,), {})
-        return _builder().emit(f"-{_fmt(self)}", "neg", (self,))
+        r = _builder().emit(f"-{_fmt(self)}", "neg", (self,))
+        r.weak_type = self.weak_type
+        return r
 
     def __pos__(self): return self
     def __abs__(self): return _call_op("abs", self)
@@ -1385,9 +1394,63 @@ def _call_op(name, *args, **kwargs):
         return _vmap.named(name, args, kwargs, axes)
     if _vmap.batched(args, kwargs):  # inside vmap: the op's batching rule
         return _vmap.apply(name, args, kwargs)
+    weak = False
+    if name in _elementwise_ops():
+        args, weak = _weak_args(name, args)
     parts = [_fmt(a) for a in args] + [f"{k}={_fmt(v)}" for k, v in kwargs.items()
                                        if v is not None]
-    return _builder().emit(f"{name}({', '.join(parts)})", name, args, kwargs)
+    r = _builder().emit(f"{name}({', '.join(parts)})", name, args, kwargs)
+    if weak and name not in _COMPARISONS and isinstance(r, Tracer):
+        r.weak_type = True
+    return r
+
+
+_COMPARISONS = {"<", "<=", ">", ">=", "==", "!=", "equal", "not_equal", "less", "less_equal",
+                "greater", "greater_equal", "logical_and", "logical_or", "logical_xor",
+                "logical_not", "sign"}
+_ELEMENTWISE = []
+
+
+def _elementwise_ops():
+    """The op table's elementwise ops (of operands x, y, or where's): a
+    weakly typed operand takes their other operands' dtype (_weak_args)."""
+    if not _ELEMENTWISE:
+        _ELEMENTWISE.append({n for n, sig, *_ in _shmap.op_table()
+                             if sig in ("x:v", "x:v y:v", "condition:v x:v y:v")})
+    return _ELEMENTWISE[0]
+
+
+def _is_weak(a):
+    return isinstance(a, Tracer) and a.weak_type
+
+
+_KIND = {"b": 0, "i": 1, "u": 1, "f": 2}
+
+
+def _weak_args(name, args):
+    """(args, whether the result is weak) of an elementwise op, as JAX's
+    promotion of weak types has them: a weakly typed value (a Python
+    number a jit was given) meeting arrays of a dtype of its kind or a
+    higher one takes theirs (lr * w of float16 is float16, n + pixels of
+    uint8 uint8); one of a higher kind keeps its own (2.5 * an int32 array
+    is float32). The result is weak when every array operand is."""
+    if not any(_is_weak(a) for a in args):
+        return args, False
+    vals = args[1:] if name == "where" else args
+    strong = [np.dtype(a.dtype) for a in vals
+              if isinstance(a, (Tracer, Array, np.ndarray)) and not _is_weak(a)]
+    if not strong:
+        return args, True
+    sdt = np.result_type(*strong)
+
+    def cast(a):
+        if not _is_weak(a):
+            return a
+        wdt = np.dtype(a.dtype)
+        if wdt != sdt and _KIND.get(wdt.kind, 2) <= _KIND.get(sdt.kind, 2):
+            return _call_op("astype", a, sdt)
+        return a
+    return tuple(cast(a) if k or name != "where" else a for k, a in enumerate(args)), False
 
 
 def _axes_size(axes):
@@ -2180,7 +2243,10 @@ class _Traced:
                         else spec))
                 arrays.append(a)
                 continue
-            arrays.append(client.device_put(_scalar_as_jax(a), NamedSharding(mesh, spec)))
+            arr = client.device_put(_scalar_as_jax(a), NamedSharding(mesh, spec))
+            if self.kind == "jit" and isinstance(a, (int, float)) and not isinstance(a, bool):
+                arr._weak = True  # a Python number: weakly typed in the trace, as JAX's
+            arrays.append(arr)
         if mesh is None:
             raise InvalidArgument(f"{self.__name__}: a {self.kind} function called without "
                                   f"Arrays needs a mesh: "
@@ -2202,7 +2268,7 @@ class _Traced:
         except TypeError:
             return None
         tree = tuple(_tree_sig(a) for i, a in enumerate(bound) if i not in self.static)
-        key = (statics, tree, tuple(a.type for a in arrays),
+        key = (statics, tree, tuple((a.type, getattr(a, "_weak", False)) for a in arrays),
                (mesh._text(), tuple(mesh._devices or ())),
                tuple(map(repr, specs)) if self.kind == "shard_map" else None)
         try:
@@ -2247,6 +2313,8 @@ class _Traced:
                 for k, n in enumerate(names):
                     ty, dt, shape = info["types"][k][:3]
                     tracers.append(Tracer(n, ty, dt, tuple(shape)))
+                    if getattr(arrays[k], "_weak", False):
+                        tracers[-1].weak_type = True
             res = _constant_results(self.f(*tracers))
             b.resolve()  # a bad op of a long program is found here, named by its line
         finally:

@@ -1737,3 +1737,29 @@ def test_indexing_padding_and_error_classes(c):
         shmap.jit(lambda u: u.reshape(5))(a)
     with pytest.raises(IndexError, match="out of bounds"):
         shmap.jit(lambda u: u[5])(a)
+
+
+def test_python_number_arguments_are_weakly_typed(c):
+    """A Python number given to a jit is weakly typed, as JAX's: it takes the
+    dtype of the arrays it meets (lr of a float16 update step keeps the
+    parameters float16, 1 added to uint8 pixels stays uint8), through the
+    elementwise ops made of it alone (lr * 0.5, sqrt(lr), -lr); a float
+    with int32 arrays is float32; a numpy scalar is not weak. (Each was
+    float32 or int32 before.)"""
+    one = NamedSharding(c.make_mesh((1,), ("d",)), P())
+    h = c.device_put(np.ones(2, np.float16), one)
+    u = c.device_put(np.ones(2, np.uint8), one)
+    i = c.device_put(np.ones(2, np.int32), one)
+    assert shmap.jit(lambda a, s: a * s)(h, 2.0).dtype == np.float16
+    assert shmap.jit(lambda a, s: a + s)(u, 1).dtype == np.uint8
+    assert shmap.jit(lambda a, s: a * s)(i, 2.5).dtype == np.float32
+    assert shmap.jit(lambda a, s: a - s * 0.5 * a)(h, 0.1).dtype == np.float16
+    assert shmap.jit(lambda a, s: a - jnp.sqrt(s) * a + (-s))(h, 0.1).dtype == np.float16
+    assert shmap.jit(lambda a, s: jnp.where(a > 0, a, s))(h, 0.5).dtype == np.float16
+    assert shmap.jit(lambda a, s: a * s)(h, np.float32(2.0)).dtype == np.float32
+    step = shmap.jit(lambda p, lr: p - lr * p)
+    p = h
+    for t in range(3):  # one trace: the number's value is not part of it
+        p = step(p, 0.1 * (t + 1))
+    assert p.dtype == np.float16
+    assert np.allclose(np.asarray(p), 0.9 * 0.8 * 0.7, rtol=1e-3)
