@@ -556,12 +556,8 @@ _trace._key_op = (KeyArray, _key_op)
 def _traced_refusal(name, what="key"):
     return InvalidArgument(
         f"shmap.random.{name}: the {what} is a traced value, and {name} draws on the host: "
-        f"a key traced in a jit (an argument) is taken by split, fold_in, bits, uniform, normal, "
-        f"truncated_normal, bernoulli, rademacher, exponential, gumbel, laplace, logistic, "
-        f"cauchy, categorical (float32), randint (int32), permutation, choice and the samplers "
-        f"built on them; for {name}, draw the "
-        f"values outside the jit and pass them as arguments, or use a concrete key (a "
-        f"closed-over or static one), whose draws become constants of the program")
+        f"draw the values outside the jit and pass them as arguments, or use a concrete key "
+        f"(a closed-over or static one), whose draws become constants of the program")
 
 
 def _key_data_of(name, key, allow_batched=False):
@@ -605,8 +601,15 @@ def _key_data_of(name, key, allow_batched=False):
 def _seed_data(name, seed):
     if isinstance(seed, KeyArray):
         raise TypeError(f"{name} accepts a scalar seed, but was given a PRNG key.")
-    if isinstance(seed, _trace.Tracer):
-        raise _traced_refusal(name, "seed")
+    if isinstance(seed, _trace.Tracer):  # JAX's threefry_seed in the program (int64 data)
+        if tuple(seed.shape):
+            raise TypeError(f"{name} accepts a scalar seed, but was given an array of shape "
+                            f"{tuple(seed.shape)} != (). Use jax.vmap for batching")
+        if not np.issubdtype(np.dtype(seed.dtype), np.integer):
+            raise TypeError(f"PRNG key seed must be an integer; got {seed!r}")
+        jnp = _jnp()
+        low = jnp.astype(seed, np.int64) & 0xFFFFFFFF
+        return jnp.stack([jnp.zeros_like(low), low])
     if isinstance(seed, Array):
         seed = seed.to_numpy()
     if np.ndim(seed):
