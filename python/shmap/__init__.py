@@ -32,28 +32,28 @@ from ._core import (AlreadyExists, Array, Auto, AxisType, Cancelled, Client, Dat
 from ._grad import (checkpoint, checkpoint_policies, custom_jvp, custom_vjp, grad, hessian,
                     jacfwd, jacobian, jacrev, jvp, linearize, remat, value_and_grad, vjp)
 from ._vmap import vmap
-from ._trace import (Future, Lowered, Tracer, auto_axes, ensure_compile_time_eval, eval_shape,
-                     explicit_axes, jit, make_jaxpr, named_scope, pmap, shard_map, smap)
+from ._trace import (Future, Lowered, Tracer, auto_axes, clear_caches, ensure_compile_time_eval,
+                     eval_shape, explicit_axes, jit, make_jaxpr, named_call, named_scope, pmap,
+                     pure_callback, shard_map, smap)
 from .tree_util import tree
 
 reshard = numpy.reshard
 with_sharding_constraint = numpy.with_sharding_constraint
 
 __all__ = [
-    "ad_checkpoint", "AlreadyExists", "Array", "Auto", "auto_axes", "AxisType", "block_until_ready",
-    "Cancelled", "checkpoint", "checkpoint_policies", "Client", "config", "connect", "custom_jvp",
-    "custom_vjp", "DataLoss", "DeadlineExceeded", "debug", "default_backend", "Device",
-    "device_count", "device_get", "device_put", "devices", "ensure_compile_time_eval", "errors",
-    "eval_shape", "Explicit", "experimental", "explicit_axes", "FailedPrecondition", "Future",
-    "get_mesh", "grad",
-    "hessian", "Internal", "InvalidArgument", "jacfwd", "jacobian", "jacrev", "jit", "jvp", "lax",
-    "linearize", "local_cluster", "local_device_count", "local_devices", "Lowered",
-    "make_array_from_callback",
+    "ad_checkpoint", "AlreadyExists", "Array", "Auto", "auto_axes", "AxisType",
+    "block_until_ready", "Cancelled", "checkpoint", "clear_caches", "checkpoint_policies",
+    "Client", "config", "connect", "custom_jvp", "custom_vjp", "DataLoss", "DeadlineExceeded",
+    "debug", "default_backend", "Device", "device_count", "device_get", "device_put", "devices",
+    "ensure_compile_time_eval", "errors", "eval_shape", "Explicit", "experimental",
+    "explicit_axes", "FailedPrecondition", "Future", "get_mesh", "grad", "hessian", "Internal",
+    "InvalidArgument", "jacfwd", "jacobian", "jacrev", "jit", "jvp", "lax", "linearize",
+    "local_cluster", "local_device_count", "local_devices", "Lowered", "make_array_from_callback",
     "make_array_from_process_local_data", "make_array_from_single_device_arrays", "make_jaxpr",
-    "make_mesh", "Mesh", "named_scope", "NamedSharding", "nn", "NotFound", "numpy", "ops", "P",
-    "PartitionSpec", "pmap", "process_count", "process_index", "ProgramError", "random", "remat",
-    "reshard", "ResourceExhausted", "scipy", "set_mesh", "ShapeDtypeStruct", "Shard", "shard_map",
-    "sharding", "ShmapError", "smap", "Tracer", "tree", "tree_util", "typeof", "Unauthenticated",
-    "Unavailable", "Unimplemented", "use_mesh", "value_and_grad", "visualize_array_sharding", "vjp",
-    "vmap", "with_sharding_constraint",
+    "make_mesh", "Mesh", "named_call", "named_scope", "NamedSharding", "nn", "NotFound", "numpy",
+    "ops", "P", "PartitionSpec", "pmap", "process_count", "process_index", "ProgramError",
+    "pure_callback", "random", "remat", "reshard", "ResourceExhausted", "scipy", "set_mesh",
+    "ShapeDtypeStruct", "Shard", "shard_map", "sharding", "ShmapError", "smap", "Tracer", "tree",
+    "tree_util", "typeof", "Unauthenticated", "Unavailable", "Unimplemented", "use_mesh",
+    "value_and_grad", "visualize_array_sharding", "vjp", "vmap", "with_sharding_constraint",
 ]

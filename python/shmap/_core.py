@@ -769,6 +769,24 @@ class Array(_Shaped):
         return [Shard(self, s["device"], tuple(slice(a, b) for a, b in s["index"]),
                       s["replica_id"]) for s in self._info["shards"]]
 
+    def addressable_data(self, index):
+        """The block of the index-th addressable shard (numpy)."""
+        return self.addressable_shards[index].data
+
+    def on_device_size_in_bytes(self):
+        """The bytes its blocks take on the devices, every device's counted."""
+        return sum(math.prod(len(range(*sl.indices(n))) for sl, n in zip(s.index, self.shape))
+                   for s in self.addressable_shards) * self.dtype.itemsize
+
+    def copy_to_host_async(self):
+        """JAX's prefetch of the values: nothing to start here (np.asarray
+        fetches them)."""
+
+    def __array_namespace__(self, *, api_version=None):
+        """The array API's namespace of an Array: shmap.numpy."""
+        from . import numpy as jnp
+        return jnp
+
     @property
     def global_shards(self):
         """Every device's block: the addressable ones (one Python process
@@ -1543,14 +1561,20 @@ def _move_unreduced(x, sharding):
                      out_specs=P(*ents, unreduced=axes, **kw), check_vma=False)(moved)
 
 
-def device_put(x, sharding=None, name=None, replicas=1):
+def device_put(x, sharding=None, name=None, replicas=1, *, donate=False, may_alias=None,
+               src=None, device=None):
     """jax.device_put: x onto sharding's mesh (its client, or the default
     one); a pytree (tuples, lists, dicts) of arrays goes leaf by leaf; a bare
     PartitionSpec is one over the mesh of set_mesh / use_mesh; no sharding:
     replicated over that mesh, or without one on the default device (a mesh
     of the cluster's first device, as JAX's device_put(x)). Inside a traced
-    function it is a reshard (x as it is without a sharding), as JAX's."""
+    function it is a reshard (x as it is without a sharding), as JAX's.
+    donate= and may_alias= are taken (a new Array is made either way);
+    device= is JAX's older name of the sharding."""
     from . import _trace
+    del donate, may_alias, src
+    if sharding is None and device is not None:
+        sharding = device
     if _trace._is_tree(x) and (_trace._is_tree(sharding) or not isinstance(x, (dict, list,
                                                                              tuple))):
         # a pytree of shardings (a prefix), or a registered node (a key array) leaf by leaf
@@ -1574,6 +1598,8 @@ def device_put(x, sharding=None, name=None, replicas=1):
         _trace._to_sharding_mesh(sharding)
         from .numpy import reshard
         return reshard(x, getattr(sharding, "spec", sharding))
+    if sharding is None and isinstance(x, Array):  # already placed: kept there, as JAX's
+        return x
     if sharding is None:
         mesh = get_mesh() or _default_mesh()
         if mesh is None:

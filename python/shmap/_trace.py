@@ -14,6 +14,7 @@ import numbers
 import os
 import re
 import threading
+import weakref
 
 import numpy as np
 
@@ -2100,6 +2101,34 @@ class _OnMesh(Exception):
         self.mesh = mesh
 
 
+_ALL_TRACED = weakref.WeakSet()  # every traced function, for clear_caches
+
+
+def clear_caches():
+    """jax.clear_caches: every jit and shard_map function forgets its traces."""
+    for t in list(_ALL_TRACED):
+        t._cache.clear()
+
+
+def named_call(fun, *, name=None):
+    """jax.named_call: fun itself (a name of the profiler's; programs have
+    no names of calls)."""
+    return fun
+
+
+def pure_callback(callback, result_shape_dtypes, *args, vmap_method=None, **kwargs):
+    """jax.pure_callback: at once outside a trace, callback of the values
+    (numpy); in a traced function refused: the program runs on the
+    service's workers, which cannot call back into this Python process."""
+    if getattr(_state, "builder", None) is None:
+        from ._core import device_get
+        return callback(*device_get(list(args)), **device_get(dict(kwargs)))
+    raise NotImplementedError("pure_callback inside a jit or shard_map: the program runs on "
+                              "the service's workers, which cannot call into this Python "
+                              "process; compute the callback's values outside the jit and pass "
+                              "them in (jax.debug.callback runs after the job, for effects)")
+
+
 class _Traced:
     """A function traced into a program when called."""
 
@@ -2121,6 +2150,22 @@ class _Traced:
         self.__doc__ = getattr(f, "__doc__", None)
         self._name = _ascii_name(self.__name__)  # in the program's text
         self._cache = {}  # traces by signature (_trace_key), as jax.jit keeps them
+        _ALL_TRACED.add(self)
+
+    def __get__(self, obj, objtype=None):
+        """A jit function defined in a class is a method, as JAX's (self its
+        first argument: static_argnums=0 for a hashable self)."""
+        if obj is None:
+            return self
+        return functools.partial(self, obj)
+
+    def eval_shape(self, *args, **kwargs):
+        """jit(f).eval_shape(*args): shmap.eval_shape of this function."""
+        return eval_shape(self, *args, **kwargs)
+
+    def clear_cache(self):
+        """Forgets this function's traces (JAX's jit(f).clear_cache())."""
+        self._cache.clear()
 
     def _positional(self, f):
         """f, or for a function with keyword-only parameters or **kwargs (a

@@ -15,7 +15,7 @@ from ._core import (InvalidArgument, NamedSharding, P, _sharding_picture, device
 from ._trace import Tracer, _dims, _spec_entry, _state
 from .tree_util import tree_flatten
 
-__all__ = ["print", "visualize_array_sharding", "inspect_array_sharding",
+__all__ = ["print", "callback", "visualize_array_sharding", "inspect_array_sharding",
            "visualize_sharding"]
 
 
@@ -24,14 +24,35 @@ def print(fmt, *args, ordered=False, **kwargs):  # noqa: A001 (jax.debug.print)
     arrays). In a jit body they are printed when the job ends; in a
     shard_map body once per device (its blocks), in mesh order."""
     del ordered
+    _later(fmt, "print", args, kwargs)
+
+
+def callback(callback, *args, ordered=False, partitioned=False, **kwargs):
+    """jax.debug.callback(callback, *args, **kwargs): callback of the values
+    (numpy arrays) for its effects, returning nothing: in a jit body called
+    when the job ends, with the values it computed (in a shard_map body once
+    per device, its blocks, in mesh order); outside a trace at once."""
+    del ordered, partitioned
+    if not callable(callback):
+        raise TypeError(f"debug.callback takes a callable, got {type(callback).__name__}")
+    _later(callback, "callback", args, kwargs)
+
+
+def _later(fmt, name, args, kwargs):
+    """fmt (a format string or a callable) of args and kwargs: at once
+    outside a trace, else when the job ends (_outputs, _emit)."""
     b = getattr(_state, "builder", None)
     if b is None:
-        builtins.print(fmt.format(*device_get(list(args)), **device_get(dict(kwargs))))
+        args, kwargs = device_get(list(args)), device_get(dict(kwargs))
+        if callable(fmt):
+            fmt(*args, **kwargs)
+        else:
+            builtins.print(fmt.format(*args, **kwargs))
         return
     if b.loops and builtins.any(isinstance(v, Tracer) for v in tree_flatten((args, kwargs))[0]):
         from ._core import InvalidArgument
-        raise InvalidArgument("shmap.debug.print of traced values inside a traced while_loop "
-                              "(or scan) is not supported: its values are printed when the job "
+        raise InvalidArgument(f"shmap.debug.{name} of traced values inside a traced while_loop "
+                              "(or scan) is not supported: its values are taken when the job "
                               "ends, and a loop's values do not outlive the loop; print the "
                               "loop's results after it")
     leaves, tree = tree_flatten((args, kwargs))
@@ -69,7 +90,10 @@ def _emit(entries, arrays, per_device=False):
             leaves = [(vals[x][d] if per_device else vals[x]) if kind == "out" else
                       device_get(x) for kind, x in slots]
             args, kwargs = tree.unflatten(leaves)
-            builtins.print(fmt.format(*args, **kwargs))
+            if callable(fmt):
+                fmt(*args, **kwargs)
+            else:
+                builtins.print(fmt.format(*args, **kwargs))
 
 
 def inspect_array_sharding(value, *, callback):

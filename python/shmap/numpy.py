@@ -3324,6 +3324,28 @@ def put_along_axis(arr, indices, values, axis, inplace=True, *, mode=None):
 __all__ += ["ix_", "put_along_axis"]
 
 
+def save(file, arr, allow_pickle=True):
+    """jnp.save: numpy's, of the array's values (an Array fetched)."""
+    _np.save(file, _np.asarray(arr), allow_pickle=allow_pickle)
+
+
+def savez(file, *args, **kwds):
+    """jnp.savez: numpy's, of the arrays' values."""
+    _np.savez(file, *[_np.asarray(a) for a in args], **{k: _np.asarray(v) for k, v in
+                                                          kwds.items()})
+
+
+def load(file, *args, **kwargs):
+    """jnp.load: numpy's, an array read as jnp.asarray makes it (numpy with
+    no mesh set, a replicated Array on the context mesh); archives (.npz)
+    as numpy's."""
+    out = _np.load(file, *args, **kwargs)
+    return asarray(out) if isinstance(out, _np.ndarray) else out  # noqa: F821
+
+
+__all__ += ["save", "savez", "load"]
+
+
 # ---- set operations, array helpers, floating-point bits ---------------------------------
 
 

@@ -128,6 +128,14 @@ def register_pytree_node_class(cls):
     return cls
 
 
+def register_static(cls):
+    """jax.tree_util.register_static: instances of cls are pytree nodes with
+    no children, the instance itself their static aux data (hashable, as
+    JAX asks): they pass through tree_map and a jit as part of its trace."""
+    register_pytree_node(cls, lambda v: ((), v), lambda aux, _: aux)
+    return cls
+
+
 def register_dataclass(nodetype, data_fields=None, meta_fields=None, drop_fields=()):
     """jax.tree_util.register_dataclass: a dataclass whose data_fields are
     children and meta_fields static aux data (both taken from the

@@ -1763,3 +1763,65 @@ def test_python_number_arguments_are_weakly_typed(c):
         p = step(p, 0.1 * (t + 1))
     assert p.dtype == np.float16
     assert np.allclose(np.asarray(p), 0.9 * 0.8 * 0.7, rtol=1e-3)
+
+
+def test_jit_methods_callbacks_and_array_extras(c, tmp_path):
+    """A jit function as a method (functools.partial(jit, static_argnums=0)
+    on a class: self was not bound), jit(f).eval_shape, clear_caches,
+    named_call, debug.callback (called when the job ends with the values),
+    pure_callback (at once; refused with a sentence in a jit),
+    register_static, device_put(donate=, may_alias=), and Array's
+    addressable_data, on_device_size_in_bytes, copy_to_host_async,
+    __array_namespace__; jnp.save/load. Each was missing."""
+    import functools
+    mesh = c.make_mesh((2,), ("d",))
+    x = c.device_put(np.arange(8, dtype=np.float32).reshape(4, 2), NamedSharding(mesh, P("d")))
+
+    class Model:
+        def __init__(self, k):
+            self.k = k
+
+        def __hash__(self):
+            return hash(self.k)
+
+        def __eq__(self, o):
+            return isinstance(o, Model) and o.k == self.k
+
+        @functools.partial(shmap.jit, static_argnums=0)
+        def apply(self, a):
+            return a * self.k
+    assert np.array_equal(np.asarray(Model(3).apply(x)), 3 * np.asarray(x))
+    f = shmap.jit(lambda a: a.sum(axis=0))
+    assert f.eval_shape(x).shape == (2,)
+    f(x)
+    shmap.clear_caches()
+    assert not f._cache
+    assert shmap.named_call(jnp.sin, name="s") is jnp.sin
+    seen = []
+    g = shmap.jit(lambda a: (shmap.debug.callback(lambda v, w: seen.append((v, w)), a[:, 0], w=2),
+                             a * 2)[1])
+    g(x)
+    assert len(seen) == 1 and np.array_equal(seen[0][0], [0, 2, 4, 6]) and seen[0][1] == 2
+    assert np.array_equal(shmap.pure_callback(lambda v: v + 1, None, np.ones(2)), [2, 2])
+    with pytest.raises(NotImplementedError, match="cannot call into this Python process"):
+        shmap.jit(lambda a: shmap.pure_callback(lambda v: v, a, a))(x)
+
+    @shmap.tree_util.register_static
+    class Cfg:
+        def __init__(self, n):
+            self.n = n
+
+        def __hash__(self):
+            return hash(self.n)
+
+        def __eq__(self, o):
+            return isinstance(o, Cfg) and o.n == self.n
+    assert shmap.tree.leaves({"c": Cfg(2), "a": 1}) == [1]
+    assert np.array_equal(np.asarray(shmap.jit(lambda cfg, a: a * cfg.n)(Cfg(4), x)),
+                          4 * np.asarray(x))
+    assert shmap.device_put(x, donate=True, may_alias=False).sharding.spec == P("d")
+    assert np.array_equal(x.addressable_data(1), np.asarray(x)[2:])
+    assert x.on_device_size_in_bytes() == 32 and x.copy_to_host_async() is None
+    assert x.__array_namespace__() is jnp
+    jnp.save(tmp_path / "x.npy", x)
+    assert np.array_equal(jnp.load(tmp_path / "x.npy"), np.asarray(x))
