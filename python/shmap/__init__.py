@@ -19,7 +19,8 @@ table at import."""
 from . import ad_checkpoint, debug, errors, lax, nn, numpy, ops, random, scipy, tree_util
 from . import experimental, sharding
 from ._config import config
-from ._core import (AlreadyExists, Array, Auto, AxisType, Cancelled, Client, DataLoss,
+from ._core import PublicArray as Array  # (isinstance: traced values too, as JAX's)
+from ._core import (AlreadyExists, Auto, AxisType, Cancelled, Client, DataLoss,
                     DeadlineExceeded, Device, Explicit, FailedPrecondition, Internal,
                     InvalidArgument, Mesh, NamedSharding, NotFound, P, PartitionSpec,
                     ProgramError, ResourceExhausted, Shard, ShapeDtypeStruct, ShmapError,

@@ -1160,6 +1160,30 @@ def _free(client_ref, array_id):
             pass
 
 
+class _ArrayMeta(type):
+    """jax.Array's isinstance: a concrete Array, a traced value and a key
+    array are all arrays (library code tests isinstance(x, jax.Array) under
+    jit and grad, as JAX's tracers are jax.Arrays)."""
+
+    def __instancecheck__(cls, v):
+        from ._trace import Tracer
+        from .random import KeyArray
+        return isinstance(v, (Array, Tracer, KeyArray))
+
+    def __subclasscheck__(cls, c):
+        from ._trace import Tracer
+        from .random import KeyArray
+        return issubclass(c, (Array, Tracer, KeyArray))
+
+    def __call__(cls, *args, **kwargs):  # shmap.Array(client, info): the Array itself
+        return Array(*args, **kwargs)
+
+
+class PublicArray(metaclass=_ArrayMeta):
+    """shmap.Array (jax.Array, jnp.ndarray) for isinstance and annotations:
+    concrete Arrays, values traced in a jit, grad or vmap, and key arrays."""
+
+
 def _unpickle_array(value):
     """A pickled Array: its values on the default device (the cluster of
     the last connect() or local_cluster()), or the numpy array without one."""

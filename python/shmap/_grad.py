@@ -28,8 +28,18 @@ import numpy as np
 
 from ._core import (Array, InvalidArgument, PartitionSpec, Unimplemented, _padded, _spec_axes,
                     _type_axes)
-from ._trace import (Tracer, _builder, _call_op, _entries, _is_tree, _state, _tree_build,
-                     _tree_leaves, _tree_sig, jit)
+from ._trace import (Tracer, _builder, _call_op, _entries, _is_tree, _leaves_but_none, _state,
+                     _tree_sig, jit)
+from ._trace import _tree_build as _build_all
+
+
+# Pytrees here as JAX's: None an empty subtree (no leaf; given back as None)
+_tree_leaves = _leaves_but_none
+
+
+def _tree_build(v, it):
+    return _build_all(v, it, none_empty=True)
+
 
 # Ops whose results carry no derivative (integers, booleans, piecewise
 # constants): they never become part of what is differentiated.
@@ -1451,9 +1461,12 @@ def jvp(fun, primals, tangents, has_aux=False):
 def linearize(fun, *primals, has_aux=False):
     """jax.linearize inside a traced function: (fun(*primals), f_jvp) with
     f_jvp(*tangents) the JVP at primals (and aux); as jvp."""
-    if getattr(_state, "builder", None) is None:
-        raise InvalidArgument("linearize runs inside a traced function: call it in a "
-                              "shmap.jit or shmap.shard_map body (or use jvp)")
+    if getattr(_state, "builder", None) is None:  # at once: the value, then a jvp per call
+        res = jit(fun)(*primals)
+
+        def f_jvp(*tangents):
+            return jvp(fun, tuple(primals), tuple(tangents), has_aux=has_aux)[1]
+        return (res[0], f_jvp, res[1]) if has_aux else (res, f_jvp)
     sm = _as_shard_map(fun)
     if sm is not None and not has_aux:
         out = sm(*primals)  # the JVP: a shard_map of the body's jvp at each call

@@ -1550,14 +1550,18 @@ def _is_constant(v):
 def _constant_results(res):
     """res, a traced function's pytree of results, with the numbers and
     numpy arrays among them made constants of the program (arrays, as JAX
-    returns them)."""
-    if _is_constant(res):
-        return _numpy_constant(np.asarray(res))
+    returns them), and the Arrays it closes over its parameters (a model's
+    state returned unchanged)."""
+    def traced(v):
+        if isinstance(v, Array):
+            return Tracer(_capture_closed(_builder(), v), v.type, _dtype_name(v.dtype), v.shape)
+        return _numpy_constant(np.asarray(v)) if _is_constant(v) else v
+    if _is_constant(res) or isinstance(res, Array):
+        return traced(res)
     leaves = _tree_leaves(res, "r")
-    if not any(_is_constant(v) for v, _ in leaves):
+    if not any(_is_constant(v) or isinstance(v, Array) for v, _ in leaves):
         return res
-    return _tree_build(res, iter(_numpy_constant(np.asarray(v)) if _is_constant(v) else v
-                                 for v, _ in leaves))
+    return _tree_build(res, iter(traced(v) for v, _ in leaves))
 
 
 def _flatten(v, who):
@@ -1586,7 +1590,7 @@ def _prefix_leaves(prefix, tree, who):
     every leaf of the subtree it meets, as JAX reads in_specs, out_specs
     and shardings."""
     if not _is_tree(prefix):
-        return [prefix] * len(_tree_leaves(tree, "t"))
+        return [prefix] * len(_leaves_but_none(tree, "t"))  # (None: an empty subtree)
     n, m = _node(prefix), _node(tree)
     if m is None or n[3] != m[3] or len(n[0]) != len(m[0]):
         raise InvalidArgument(f"{who} must be a pytree prefix of its arrays (one sharding for a "
@@ -2308,10 +2312,13 @@ class _Traced:
         array's type (dtype, shape, sharding) and the mesh, axis types
         included; None when a static argument cannot be hashed (no cache)."""
         statics = tuple((i, bound[i]) for i in sorted(self.static) if i < len(bound))
-        try:
-            hash(statics)
-        except TypeError:
-            return None
+        for _, v in statics:
+            try:
+                hash(v)
+            except TypeError as e:  # JAX's: a static argument is part of the trace's key
+                raise ValueError(f"Non-hashable static arguments are not supported. An error "
+                                 f"occurred while trying to hash an object of type {type(v)}, "
+                                 f"{v}. The error was:\nTypeError: {e}") from None
         tree = tuple(_tree_sig(a) for i, a in enumerate(bound) if i not in self.static)
         key = (statics, tree, tuple((a.type, getattr(a, "_weak", False)) for a in arrays),
                (mesh._text(), tuple(mesh._devices or ())),
@@ -2330,12 +2337,6 @@ class _Traced:
             head = f"shard_map {self._name}({', '.join(params)}) -> %OUT%:"
         else:
             params = [f"{n}: {_type_decl(a, a.sharding.spec)}" for n, a in zip(names, arrays)]
-            jout = ""
-            if self.out_shardings is not None:
-                o = self.out_shardings
-                o = o.spec if isinstance(o, NamedSharding) else o
-                jout = " -> " + (repr(o) if isinstance(o, PartitionSpec) else
-                                 "(" + ", ".join(repr(getattr(x, "spec", x)) for x in o) + ")")
             head = f"jit {self._name}({', '.join(params)})%OUT%:"
         b = _Builder([mesh._text(), head], self.kind, names)
         b.mesh = mesh
@@ -2385,11 +2386,6 @@ class _Traced:
             from . import debug as _debug
             extra, entries = _debug._outputs(b)
             debug = (len(outs), entries, self.kind == "shard_map")
-            if extra and self.kind == "jit" and self.out_shardings is not None:
-                o = self.out_shardings
-                o = [o] * len(outs) if isinstance(o, (PartitionSpec, NamedSharding)) else list(o)
-                jout = " -> (" + ", ".join(repr(getattr(x, "spec", x))
-                                           for x in o + [P()] * len(extra)) + ")"
         out_text = None
         if self.kind == "shard_map" and not outs:  # (), {}: nothing to compute, as JAX's
             raise _NoOutputs(self.__name__, res)
@@ -2409,7 +2405,7 @@ class _Traced:
             os_ = tuple(os_) + (P(tuple(mesh.axis_names)),) * len(extra)
             out_text = repr(os_[0]) if len(os_) == 1 else "(" + ", ".join(map(repr, os_)) + ")"
         else:
-            out_text = jout
+            out_text = self._out_shardings_text(res, outs, extra)
         outs = outs + extra
         text = b.text(ret=", ".join(o.name for o in outs), out=out_text)
         try:
@@ -2423,6 +2419,22 @@ class _Traced:
         info["debug"] = debug
         info["concretized"] = b.concretized  # its trace read values: not reused
         return client, arrays + b.captured, text, info, multi
+
+    def _out_shardings_text(self, res, outs, extra):
+        """The jit header's out specs from out_shardings, a pytree prefix of
+        the results res (one sharding for all, a tuple or dict of them; a
+        None entry leaves its results as the program lays them out, as
+        JAX's), and P() for the results debug.print adds; "" without."""
+        o = self.out_shardings
+        if o is None:
+            return ""
+        if isinstance(o, (PartitionSpec, NamedSharding)) and len(outs) == 1 and not extra:
+            return " -> " + repr(getattr(o, "spec", o))
+        from .numpy import _spec_of_type
+        given = _prefix_leaves(o, res, f"{self.__name__}: out_shardings")
+        specs = [_spec_of_type(v.type) or P() if s is None else getattr(s, "spec", s)
+                 for s, v in zip(given, outs)] + [P()] * len(extra)
+        return " -> (" + ", ".join(map(repr, specs)) + ")"
 
     def _inline(self, outer, args):
         """A shard_map function called inside a jit body: its text becomes a

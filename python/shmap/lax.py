@@ -143,10 +143,12 @@ def argmin(operand, axis, index_dtype):
 
 
 def _leaves(tree):
-    """The leaves of a pytree (tuples, lists, dicts; anything else a leaf)
-    and a function that rebuilds one of that structure from new leaves."""
-    from ._trace import _tree_build, _tree_leaves
-    return [v for v, _ in _tree_leaves(tree, "")], lambda vals: _tree_build(tree, iter(vals))
+    """The leaves of a pytree (tuples, lists, dicts; anything else a leaf;
+    None an empty subtree, as JAX's) and a function that rebuilds one of
+    that structure from new leaves."""
+    from ._trace import _leaves_but_none, _tree_build
+    return [v for v, _ in _leaves_but_none(tree, "")], \
+        lambda vals: _tree_build(tree, iter(vals), none_empty=True)
 
 
 def _is_static(v):
@@ -170,6 +172,7 @@ def cond(pred, true_fun, false_fun, *operands):
     both run and each result leaf is selected with where (the same values:
     branches have no effects)."""
     names = ("true_fun", "false_fun")
+    pred = _cond_pred(pred)
     if _is_static(pred):
         _check_untaken([true_fun, false_fun], 0 if pred else 1, operands, "cond", names)
         return (true_fun if pred else false_fun)(*operands)
@@ -183,6 +186,24 @@ def cond(pred, true_fun, false_fun, *operands):
     if len(tl) != len(fl):
         raise TypeError("cond branches must return the same structure of values")
     return build([select(pred, a, b) for a, b in zip(tl, fl)])
+
+
+def _cond_pred(pred):
+    """cond's predicate as JAX checks it: a scalar, boolean, or a number
+    (an integer one compared with 0), with JAX's TypeErrors."""
+    from collections.abc import Sequence
+    if pred is None:
+        raise TypeError("cond predicate is None")
+    if isinstance(pred, Sequence) or _np.ndim(pred) != 0:
+        raise TypeError(f"Pred must be a scalar, got {pred} of " +
+                        (f"type {type(pred)}" if isinstance(pred, Sequence)
+                         else f"shape {_np.shape(pred)}."))
+    dt = _np.dtype(getattr(pred, "dtype", None) or _np.asarray(pred).dtype)
+    if dt.kind == "b":
+        return pred
+    if dt.kind in "iu":
+        return pred != 0
+    raise TypeError(f"Pred type must be either boolean or number, got {dt.name}.")
 
 
 def switch(index, branches, *operands):
@@ -413,7 +434,8 @@ def _check_scan_carry(f, init, carry):
     traced leaves keep their types (shape, dtype, sharding, varying axes),
     else JAX's TypeError."""
     import inspect
-    from ._trace import Tracer, _tree_leaves, _tree_sig
+    from ._trace import Tracer, _tree_sig
+    from ._trace import _leaves_but_none as _tree_leaves
     from ._vmap import BatchTracer
     from .tree_util import keystr, tree_flatten_with_path
     if _tree_sig(init) != _tree_sig(carry):
@@ -1012,7 +1034,8 @@ def _traced_while(cond_fun, body_fun, val, p):
     predicate, the body, then every carry and the predicate rebound to
     their next values in one assignment."""
     from . import _vmap
-    from ._trace import Tracer, _builder, _tree_leaves, _tree_sig
+    from ._trace import Tracer, _builder, _tree_sig
+    from ._trace import _leaves_but_none as _tree_leaves
     from .tree_util import keystr, tree_flatten_with_path, tree_structure
     b = _builder()
     leaves, build = _leaves(val)
@@ -1221,8 +1244,8 @@ def _batched_while(cond_fun, body_fun, val, bts):
 
 
 def _tree_leaves_of(tree):
-    from ._trace import _tree_leaves
-    return _tree_leaves(tree, "")
+    from ._trace import _leaves_but_none
+    return _leaves_but_none(tree, "")
 
 
 __all__ += ["sub", "mul", "div", "neg", "pow", "integer_pow", "square", "reduce_sum",

@@ -883,7 +883,7 @@ def _split(op, ary, indices_or_sections, axis):
         k = int(indices_or_sections)
         if k < 0:
             raise ValueError("number sections must be larger than 0.")
-        part, r = divmod(n, k)  # k == 0: ZeroDivisionError, as JAX's
+        part, r = builtins.divmod(n, k)  # k == 0: ZeroDivisionError, as JAX's
         if r and op == "split":
             raise ValueError(f"array split does not result in an equal division: rest is {r}")
         cuts = _np.cumsum([part + 1] * r + [part] * (k - r))[:-1].tolist()
@@ -1320,15 +1320,28 @@ def size(a):
 
 
 @_at_once
-def isclose(a, b, rtol=1e-05, atol=1e-08):
-    """jnp.isclose: |a - b| <= atol + rtol * |b| (NaNs unequal)."""
-    return less_equal(abs(a - b), atol + rtol * abs(b))  # noqa: F821
+def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """jnp.isclose, as JAX's: |a - b| <= atol + rtol * |b| for finite values,
+    equal infinities close, NaNs unequal (equal to each other with
+    equal_nan); integers compared as float32."""
+    a, b = asarray(a), asarray(b)  # noqa: F821
+    if not _np.issubdtype(_np.result_type(a.dtype, b.dtype), _np.inexact):
+        a, b = astype(a, _np.float32), astype(b, _np.float32)  # noqa: F821
+    out = less_equal(abs(a - b), atol + rtol * abs(b))  # noqa: F821
+    a_inf, b_inf = isinf(a), isinf(b)
+    out = logical_and(out, logical_not(logical_or(a_inf, b_inf)))  # noqa: F821
+    out = logical_or(out, logical_and(logical_and(a_inf, b_inf), equal(a, b)))  # noqa: F821
+    a_nan, b_nan = isnan(a), isnan(b)
+    out = logical_and(out, logical_not(logical_or(a_nan, b_nan)))  # noqa: F821
+    if equal_nan:
+        out = logical_or(out, logical_and(a_nan, b_nan))  # noqa: F821
+    return out
 
 
 @_at_once
-def allclose(a, b, rtol=1e-05, atol=1e-08):
+def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     """jnp.allclose: all of isclose, a bool array of rank 0."""
-    return all(isclose(a, b, rtol=rtol, atol=atol))  # noqa: F821
+    return all(isclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan))  # noqa: F821
 
 
 def array_equal(a1, a2):
@@ -1351,14 +1364,45 @@ __all__ += ["eye", "identity", "linspace", "tril", "triu", "ravel", "swapaxes", 
             "size", "isclose", "allclose", "array_equal", "ndarray"]
 
 
-from ._core import Array as ndarray  # noqa: E402 (jnp.ndarray, for isinstance)
+from ._core import PublicArray as ndarray  # noqa: E402 (jnp.ndarray: traced values too)
 
-# jnp's dtypes and constants, numpy's own (astype and dtype= take them)
-float16, float32, float64 = _np.float16, _np.float32, _np.float64
-int32, int64, uint8, bool_ = _np.int32, _np.int64, _np.uint8, _np.bool_
-# numpy's other integer types under jnp's names, for dtype queries (promote_types,
-# iinfo); the service's arrays are of the types above (others are refused at upload)
-int8, int16, uint16, uint32, uint64 = _np.int8, _np.int16, _np.uint16, _np.uint32, _np.uint64
+class _ScalarMeta(type):
+    """JAX's scalar types (jnp.float32, ...): a dtype wherever numpy's type is
+    one (a subclass of it: np.dtype(jnp.float32) is float32, and it equals
+    and hashes as np.float32), and callable on a traced value or an Array,
+    which it casts (jnp.float32(step) in a jit), as on anything else,
+    which numpy's type converts."""
+
+    def __call__(cls, x=0):
+        if hasattr(x, "type") or isinstance(x, _Array):
+            return astype(x, cls._np)  # noqa: F821 (the op table's)
+        return cls._np(x)
+
+    def __eq__(cls, other):
+        return other is cls or other is cls._np
+
+    def __hash__(cls):
+        return hash(cls._np)
+
+    def __instancecheck__(cls, v):
+        return isinstance(v, cls._np)
+
+    def __repr__(cls):
+        return f"<class 'jax.numpy.{cls._np.__name__}'>"
+
+
+def _scalar_type(t):
+    return _ScalarMeta(t.__name__, (t,), {"_np": t, "__module__": __name__})
+
+
+# jnp's dtypes (astype and dtype= take them) and numpy's constants. The service's
+# arrays are of float16/32/64, int32/64, uint8 and bool_; the other integer types
+# are there for dtype queries (promote_types, iinfo) and refused at upload
+float16, float32, float64 = (_scalar_type(t) for t in (_np.float16, _np.float32, _np.float64))
+int32, int64, uint8, bool_ = (_scalar_type(t) for t in (_np.int32, _np.int64, _np.uint8,
+                                                        _np.bool_))
+int8, int16, uint16, uint32, uint64 = (_scalar_type(t) for t in (
+    _np.int8, _np.int16, _np.uint16, _np.uint32, _np.uint64))
 pi, e, inf, nan, newaxis = _np.pi, _np.e, _np.inf, _np.nan, None
 euler_gamma = _np.euler_gamma
 # numpy's dtype hierarchy and queries, as jnp re-exports them (jnp.issubdtype(
@@ -3346,6 +3390,15 @@ def load(file, *args, **kwargs):
 __all__ += ["save", "savez", "load"]
 
 
+@_at_once
+def divmod(x1, x2):  # noqa: A001 (jnp.divmod)
+    """jnp.divmod: (floor_divide(x1, x2), remainder(x1, x2)), as Python's."""
+    return floor_divide(x1, x2), mod(x1, x2)  # noqa: F821
+
+
+__all__ += ["divmod"]
+
+
 # ---- set operations, array helpers, floating-point bits ---------------------------------
 
 
@@ -4587,7 +4640,7 @@ def __getattr__(name):
     """jnp.bool: numpy's bool_ (a module global of that name would hide
     Python's bool in this module)."""
     if name == "bool":
-        return _np.bool_
+        return bool_
     raise AttributeError(f"module 'shmap.numpy' has no attribute {name!r}")
 
 

@@ -139,11 +139,13 @@ def register_static(cls):
 def register_dataclass(nodetype, data_fields=None, meta_fields=None, drop_fields=()):
     """jax.tree_util.register_dataclass: a dataclass whose data_fields are
     children and meta_fields static aux data (both taken from the
-    dataclass's fields when not given: every field a child)."""
+    dataclass's fields when not given: those marked
+    field(metadata=dict(static=True)) meta, the others children, as JAX's)."""
     import dataclasses
-    if data_fields is None and meta_fields is None:
-        data_fields = [f.name for f in dataclasses.fields(nodetype)]
-        meta_fields = []
+    if data_fields is None and meta_fields is None:  # JAX's: static=True metadata marks meta
+        fields = [f for f in dataclasses.fields(nodetype) if f.init]
+        data_fields = [f.name for f in fields if not f.metadata.get("static", False)]
+        meta_fields = [f.name for f in fields if f.metadata.get("static", False)]
     data_fields, meta_fields = list(data_fields or ()), list(meta_fields or ())
 
     def flat(v):

@@ -1620,7 +1620,7 @@ def test_jax_array_and_sharding_api(c):
     assert one.devices() == {d} and np.array_equal(np.asarray(one), x)
     g = shard_map(lambda v: v * 2, mesh=mesh, in_specs=P("x"), out_specs=P("x"))
     assert np.array_equal(np.asarray(g(a)), 2 * x)
-    assert jnp.promote_types(jnp.int8, jnp.float16) == np.float16 and jnp.bool is np.bool_
+    assert jnp.promote_types(jnp.int8, jnp.float16) == np.float16 and jnp.bool == np.bool_
 
 
 def test_python_types_as_dtypes(c):
@@ -1825,3 +1825,72 @@ def test_jit_methods_callbacks_and_array_extras(c, tmp_path):
     assert x.__array_namespace__() is jnp
     jnp.save(tmp_path / "x.npy", x)
     assert np.array_equal(jnp.load(tmp_path / "x.npy"), np.asarray(x))
+
+
+def test_round_two_idioms(c):
+    """A second round of JAX idioms that failed: a jit returning an Array it
+    closes over (a model's state); None leaves in grad, cond, switch, scan
+    and while_loop carries; out_shardings as a pytree prefix (one sharding
+    for all results, dicts, None entries); lax.cond on an integer
+    predicate (and JAX's TypeErrors for others); register_dataclass's
+    static fields; jnp.float32(x) of a traced value; isinstance(tracer,
+    shmap.Array); isclose of infinities; jnp.divmod; an unhashable static
+    argument (JAX's ValueError); linearize at once."""
+    import dataclasses
+    mesh = c.make_mesh((4,), ("x",))
+    sx, s0 = NamedSharding(mesh, P("x")), NamedSharding(mesh, P())
+    x = np.arange(8, dtype=np.float32).reshape(4, 2)
+    with shmap.use_mesh(mesh):
+        state = jnp.ones(3)
+        out, st = shmap.jit(lambda v: (v + 1, state))(x)
+        assert np.array_equal(np.asarray(st), np.ones(3))
+        g = shmap.grad(lambda p: jnp.sum(p["w"] ** 2))({"w": x, "frozen": None})
+        assert g["frozen"] is None and np.array_equal(np.asarray(g["w"]), 2 * x)
+        r = shmap.jit(lambda p, v: lax.cond(p, lambda v: (v, None), lambda v: (-v, None), v))(
+            np.bool_(False), np.float32(1.0))
+        assert r[1] is None and float(r[0]) == -1.0
+        r = shmap.jit(lambda i, v: lax.switch(i, [lambda v: (v, None), lambda v: (2 * v, None)],
+                                              v))(1, np.float32(1.0))
+        assert r[1] is None and float(r[0]) == 2.0
+        (cy, none), _ = shmap.jit(lambda xs: lax.scan(lambda c, v: ((c[0] + v, None), None),
+                                                      (0.0, None), xs))(np.ones(3, np.float32))
+        assert none is None and float(cy) == 3.0
+        w = shmap.jit(lambda v: lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, None),
+                                               (v, None)))(np.float32(0))
+        assert w[1] is None and float(w[0]) == 3.0
+        r = shmap.jit(lambda v: (v * 2, v + 1), out_shardings=sx)(x)
+        assert r[0].sharding.spec == P("x") and r[1].sharding.spec == P("x")
+        r = shmap.jit(lambda v: (v, {"a": v, "b": v * 2}), out_shardings=(s0, sx))(x)
+        assert r[0].sharding.spec == P() and r[1]["b"].sharding.spec == P("x")
+        r = shmap.jit(lambda v: {"a": v, "b": v * 2}, out_shardings={"a": sx, "b": None})(x)
+        assert r["a"].sharding.spec == P("x") and np.array_equal(np.asarray(r["b"]), 2 * x)
+        f = shmap.jit(lambda s, v: lax.cond(s % 2, lambda v: v + 1, lambda v: v - 1, v))
+        assert float(f(np.int32(3), np.float32(1.0))) == 2.0
+        with pytest.raises(TypeError, match="Pred type must be either boolean or number"):
+            shmap.jit(lambda v: lax.cond(v * 1.5, lambda: v, lambda: v))(np.float32(1.0))
+        with pytest.raises(TypeError, match="Pred must be a scalar"):
+            shmap.jit(lambda v: lax.cond(v > 0, lambda: v, lambda: v))(np.ones(2, np.float32))
+
+        @shmap.tree_util.register_dataclass
+        @dataclasses.dataclass
+        class Dense:
+            w: object
+            act: str = dataclasses.field(default="relu", metadata=dict(static=True))
+        assert len(shmap.tree_util.tree_leaves(Dense(x, "tanh"))) == 1
+        r = shmap.jit(lambda m, v: v * m.w if m.act == "id" else -v)(Dense(x, "id"), x)
+        assert np.array_equal(np.asarray(r), x * x)
+        assert float(shmap.jit(lambda s: jnp.float32(s) / 100)(np.int32(5))) == \
+            pytest.approx(0.05)
+        assert jnp.float32 == np.float32 and np.dtype(jnp.float32) == np.float32
+        seen = []
+        shmap.jit(lambda v: seen.append(isinstance(v, shmap.Array)) or v)(x)
+        assert seen == [True] and not isinstance(x, shmap.Array)
+        inf = np.array([np.inf, -np.inf, 1.0, np.nan], np.float32)
+        assert np.array_equal(np.asarray(shmap.jit(jnp.isclose)(inf, inf)), [1, 1, 1, 0])
+        assert np.array_equal(np.asarray(jnp.isclose(inf, inf, equal_nan=True)), [1, 1, 1, 1])
+        q, m = jnp.divmod(np.array([-7, 7], np.int32), 2)
+        assert np.array_equal(np.asarray(q), [-4, 3]) and np.array_equal(np.asarray(m), [1, 1])
+        with pytest.raises(ValueError, match="Non-hashable static arguments are not supported"):
+            shmap.jit(lambda v, lst: v * len(lst), static_argnums=1)(np.float32(1.0), [1, 2])
+        y, f_jvp = shmap.linearize(jnp.sin, np.float32(1.0))
+        assert float(f_jvp(np.float32(2.0))) == pytest.approx(2 * np.cos(1.0), rel=1e-6)
