@@ -14,7 +14,7 @@ import _shmap
 
 from ._core import AbstractMesh as _AbstractMesh, Array as _Array, NamedSharding as _NamedSharding
 from ._core import P as _P
-from ._core import _canonicalize_sharding, _spec_axes, _type_axes, get_mesh
+from ._core import _canon_dtype, _canonicalize_sharding, _spec_axes, _type_axes, get_mesh
 from ._core import _context_mesh as _core_context_mesh
 from ._core import device_put as _device_put
 from ._trace import _dims, _eager, _holds_array, _run_now, _spec_entry, _state, make_op
@@ -3397,6 +3397,134 @@ def divmod(x1, x2):  # noqa: A001 (jnp.divmod)
 
 
 __all__ += ["divmod"]
+
+# the array API's names of the same functions, as jnp has them
+acos, acosh, asin, asinh = arccos, arccosh, arcsin, arcsinh  # noqa: F821
+atan, atan2, atanh, pow = arctan, arctan2, arctanh, power  # noqa: F821,A001
+# numpy's type aliases (jnp.float_ is float64, jnp.int_ int64, as JAX's with x64)
+float_, double, single = float64, float64, float32
+int_, uint = int64, _scalar_type(_np.uint64)
+s_, index_exp = _np.s_, _np.index_exp
+printoptions, get_printoptions, set_printoptions = (_np.printoptions, _np.get_printoptions,
+                                                    _np.set_printoptions)
+__all__ += ["acos", "acosh", "asin", "asinh", "atan", "atan2", "atanh", "pow", "float_",
+            "double", "single", "int_", "uint", "s_", "index_exp", "printoptions",
+            "get_printoptions", "set_printoptions"]
+
+
+def top_k(operand, k):
+    """jnp.top_k: lax.top_k."""
+    from .lax import top_k as _top_k
+    return _top_k(operand, k)
+
+
+def isrealobj(x):
+    """jnp.isrealobj: shmap's arrays are never complex."""
+    return not iscomplexobj(x)
+
+
+def iterable(y):
+    """jnp.iterable: whether iter(y) works (an array of rank 0 is not)."""
+    try:
+        iter(y)
+    except TypeError:
+        return False
+    return True
+
+
+@_at_once
+def array_equiv(a1, a2):
+    """jnp.array_equiv: the shapes broadcast and the elements are equal."""
+    try:
+        shape_ = broadcast_shapes(_np.shape(a1), _np.shape(a2))
+    except ValueError:
+        return False
+    return all(equal(broadcast_to(a1, shape_), broadcast_to(a2, shape_)))  # noqa: F821
+
+
+@_at_once
+def diagflat(v, k=0):
+    """jnp.diagflat: v raveled as the k-th diagonal of a square matrix."""
+    return diag(reshape(v, (-1,)), k)  # noqa: F821
+
+
+def fromfunction(function, shape, *, dtype=float, **kwargs):
+    """jnp.fromfunction: function of the index grids of shape (as JAX's, by
+    vmap over each dimension; here of meshgrid's arrays, the same values)."""
+    grids = indices(shape, dtype=_canon_dtype(dtype))  # noqa: F821
+    return function(*grids, **kwargs)
+
+
+@_at_once
+def histogram_bin_edges(a, bins=10, range=None, weights=None):
+    """jnp.histogram_bin_edges: histogram's edges."""
+    dt = _inexact(a.dtype)
+    return _bin_edges(astype(a, dt), bins, range, dt)  # noqa: F821
+
+
+def apply_over_axes(func, a, axes):
+    """jnp.apply_over_axes: func(a, axis) over each axis in turn, keeping
+    its dimension (expand_dims when func drops it), as numpy's."""
+    for axis in axes:
+        b = func(a, axis)
+        if len(b.shape) == len(a.shape):
+            a = b
+        elif len(b.shape) == len(a.shape) - 1:
+            a = expand_dims(b, axis)  # noqa: F821
+        else:
+            raise ValueError("function is not returning an array of the correct shape")
+    return a
+
+
+def array_repr(arr, max_line_width=None, precision=None, suppress_small=None):
+    """jnp.array_repr: numpy's of the values."""
+    return _np.array_repr(_np.asarray(arr), max_line_width, precision, suppress_small)
+
+
+def array_str(a, max_line_width=None, precision=None, suppress_small=None):
+    """jnp.array_str: numpy's of the values."""
+    return _np.array_str(_np.asarray(a), max_line_width, precision, suppress_small)
+
+
+def einsum_path(subscripts, *operands, optimize="greedy"):
+    """jnp.einsum_path: numpy's (shapes only matter)."""
+    return _np.einsum_path(subscripts, *[_np.empty(_np.shape(o)) for o in operands],
+                           optimize=optimize)
+
+
+def frombuffer(buffer, dtype=float, count=-1, offset=0):
+    """jnp.frombuffer: numpy's, as jnp.asarray makes it."""
+    return asarray(_np.frombuffer(buffer, _canon_dtype(dtype), count, offset))  # noqa: F821
+
+
+def fromiter(iterable_, dtype, count=-1):
+    """jnp.fromiter: numpy's, as jnp.asarray makes it."""
+    return asarray(_np.fromiter(iterable_, _canon_dtype(dtype), count))  # noqa: F821
+
+
+def fromfile(*args, **kwargs):
+    """jnp.fromfile: numpy's, as jnp.asarray makes it."""
+    return asarray(_np.fromfile(*args, **kwargs))  # noqa: F821
+
+
+def fromstring(string, dtype=float, count=-1, *, sep):
+    """jnp.fromstring: numpy's (text with a separator), as jnp.asarray makes it."""
+    return asarray(_np.fromstring(string, _canon_dtype(dtype), count, sep=sep))  # noqa: F821
+
+
+@_at_once
+def angle(z, deg=False):
+    """jnp.angle of real values (shmap's are never complex): 0, or pi where
+    negative (NaN stays NaN)."""
+    z = astype(z, _inexact(z.dtype)) if not _np.issubdtype(z.dtype, _np.inexact) else z  # noqa
+    r = _where(z < 0, _np.asarray(_np.pi, z.dtype), zeros_like(z))  # noqa: F821
+    r = _where(isnan(z), z, r)
+    return r * _np.asarray(180 / _np.pi, z.dtype) if deg else r
+
+
+__all__ += ["top_k", "isrealobj", "iterable", "array_equiv", "diagflat", "fromfunction",
+            "histogram_bin_edges", "apply_over_axes", "array_repr", "array_str",
+            "einsum_path", "frombuffer", "fromiter", "fromfile", "fromstring", "angle"]
 
 
 # ---- set operations, array helpers, floating-point bits ---------------------------------

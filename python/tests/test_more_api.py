@@ -1894,3 +1894,32 @@ def test_round_two_idioms(c):
             shmap.jit(lambda v, lst: v * len(lst), static_argnums=1)(np.float32(1.0), [1, 2])
         y, f_jvp = shmap.linearize(jnp.sin, np.float32(1.0))
         assert float(f_jvp(np.float32(2.0))) == pytest.approx(2 * np.cos(1.0), rel=1e-6)
+
+
+def test_jnp_names_that_were_missing(c):
+    """jnp names JAX has that shmap lacked: the array API's acos ... pow,
+    numpy's aliases (float_, int_, s_), top_k, isrealobj, iterable,
+    array_equiv, diagflat, fromfunction, histogram_bin_edges,
+    apply_over_axes, array_str, einsum_path, frombuffer/fromiter/
+    fromstring, angle; each against numpy's."""
+    a = np.array([[1.0, -2.0], [3.0, 4.0]], np.float32)
+    x = c.device_put(a, NamedSharding(c.make_mesh((1,), ("d",)), P()))
+    assert np.allclose(np.asarray(jnp.acos(x * 0.1)), np.arccos(a * 0.1))
+    assert np.allclose(np.asarray(jnp.atan2(x, 2 * x)), np.arctan2(a, 2 * a))
+    assert np.array_equal(np.asarray(jnp.pow(x, 2)), a ** 2)
+    assert jnp.float_ == np.float64 and jnp.int_ == np.int64 and jnp.s_[1:3] == slice(1, 3)
+    assert np.array_equal(np.asarray(jnp.top_k(x[0], 1)[0]), [1.0])
+    assert jnp.isrealobj(x) and jnp.iterable(x) and not jnp.iterable(3)
+    assert bool(jnp.array_equiv(x, x)) and not jnp.array_equiv(x, np.ones(3))
+    assert np.array_equal(np.asarray(jnp.diagflat(x)), np.diagflat(a))
+    assert np.array_equal(np.asarray(jnp.fromfunction(lambda i, j: i + 2 * j, (2, 3), dtype=int)),
+                          np.fromfunction(lambda i, j: i + 2 * j, (2, 3), dtype=int))
+    assert np.allclose(np.asarray(jnp.histogram_bin_edges(x, bins=4)),
+                       np.histogram_bin_edges(a, bins=4))
+    assert np.array_equal(np.asarray(jnp.apply_over_axes(jnp.sum, x, [0, 1])),
+                          np.apply_over_axes(np.sum, a, [0, 1]))
+    assert jnp.array_str(x) == np.array_str(a)
+    assert jnp.einsum_path("ij,jk->ik", x, x)[0] == np.einsum_path("ij,jk->ik", a, a)[0]
+    assert np.array_equal(jnp.frombuffer(np.float32(1).tobytes(), dtype=jnp.float32), [1.0])
+    assert jnp.fromiter(range(3), int).dtype == np.int32
+    assert np.allclose(np.asarray(jnp.angle(x)), np.angle(a))
