@@ -11,6 +11,8 @@ checks). jax_enable_x64 is taken and changes nothing: numpy arguments keep
 their dtype (JAX's behaviour with x64 enabled) and Python numbers are
 float32 / int32 (JAX's without). The others (platforms, caches, logging)
 are taken and have no meaning here."""
+import contextlib
+
 from ._core import InvalidArgument
 
 _DEFAULTS = {
@@ -31,6 +33,11 @@ _DEFAULTS = {
     "jax_log_compiles": False,
     "jax_traceback_filtering": "auto",
     "jax_explain_cache_misses": False,
+    "jax_check_tracer_leaks": False,
+    "jax_transfer_guard": None,
+    "jax_transfer_guard_host_to_device": None,
+    "jax_transfer_guard_device_to_host": None,
+    "jax_transfer_guard_device_to_device": None,
 }
 
 # option -> the values shmap implements (others refused)
@@ -78,3 +85,47 @@ class Config:
 
 
 config = Config()
+
+
+def _option_context(name, doc):
+    """jax's context manager of option name: the option set for the block,
+    as config.update would (values shmap does not implement refused), then
+    put back."""
+    @contextlib.contextmanager
+    def ctx(new_val=True):
+        old = config.read(name)
+        config.update(name, new_val)
+        try:
+            yield
+        finally:
+            config._values[name] = old
+    ctx.__name__, ctx.__doc__ = name[4:], doc
+    return ctx
+
+
+enable_x64 = _option_context("jax_enable_x64", "jax.enable_x64 (taken; changes nothing).")
+debug_nans = _option_context("jax_debug_nans", "jax.debug_nans: only False (no NaN checks).")
+debug_infs = _option_context("jax_debug_infs", "jax.debug_infs: only False (no inf checks).")
+disable_jit = _option_context("jax_disable_jit", "jax.disable_jit: refused (programs run on "
+                              "the service).")
+numpy_rank_promotion = _option_context("jax_numpy_rank_promotion",
+                                       "jax.numpy_rank_promotion: only 'allow'.")
+numpy_dtype_promotion = _option_context("jax_numpy_dtype_promotion",
+                                        "jax.numpy_dtype_promotion: only 'standard'.")
+default_matmul_precision = _option_context("jax_default_matmul_precision",
+                                           "jax.default_matmul_precision (CPU products are full "
+                                           "precision: no effect).")
+log_compiles = _option_context("jax_log_compiles", "jax.log_compiles (no effect).")
+explain_cache_misses = _option_context("jax_explain_cache_misses",
+                                       "jax.explain_cache_misses (no effect).")
+checking_leaks = _option_context("jax_check_tracer_leaks", "jax.checking_leaks (no effect: a "
+                                 "traced value used outside its trace is refused anyway).")
+transfer_guard = _option_context("jax_transfer_guard",
+                                 "jax.transfer_guard (no effect: transfers are not guarded).")
+transfer_guard_host_to_device = _option_context("jax_transfer_guard_host_to_device",
+                                                "jax.transfer_guard_host_to_device (no effect).")
+transfer_guard_device_to_host = _option_context("jax_transfer_guard_device_to_host",
+                                                "jax.transfer_guard_device_to_host (no effect).")
+transfer_guard_device_to_device = _option_context("jax_transfer_guard_device_to_device",
+                                                  "jax.transfer_guard_device_to_device (no "
+                                                  "effect).")

@@ -609,7 +609,12 @@ class AbstractMesh(Mesh):
                          f"Arrays on a mesh of its axes, or set one (shmap.use_mesh)")
 
 
-class NamedSharding:
+class Sharding:
+    """jax.sharding.Sharding: the base of shmap's shardings (for
+    isinstance)."""
+
+
+class NamedSharding(Sharding):
     """JAX's NamedSharding(mesh, P(...)); the index math is the C core's."""
 
     def __init__(self, mesh, spec=None, *, memory_kind=None):
@@ -1526,6 +1531,23 @@ def device_count(backend=None):
 
 local_devices = devices  # one Python process drives every device of the cluster
 local_device_count = device_count
+
+
+@contextlib.contextmanager
+def default_device(device):
+    """jax.default_device: values that name no device go to device in the
+    block (a Device; None or a platform name changes nothing), as
+    device_put(x) and a jit of numpy arguments place them."""
+    if not isinstance(device, Device) or not _default:
+        yield
+        return
+    c = _default[0]
+    old = getattr(c, "_default_mesh", None)
+    c._default_mesh = _sharding_of(device).mesh
+    try:
+        yield
+    finally:
+        c._default_mesh = old
 
 
 def process_index(backend=None):

@@ -2052,3 +2052,32 @@ def hessian(fun, argnums=0, has_aux=False, holomorphic=False):
     a grad: the outer pass differentiates the inner backward pass's ops)."""
     return jacfwd(jacrev(fun, argnums, has_aux=has_aux, holomorphic=holomorphic), argnums,
                   has_aux=has_aux, holomorphic=holomorphic)
+
+
+def custom_gradient(fun):
+    """jax.custom_gradient: fun(*args) returns (value, vjp) with vjp(g) the
+    cotangents of args; a custom_vjp whose rule calls fun again in the
+    backward pass for its vjp (the closure is no residual here)."""
+    f = custom_vjp(lambda *args: fun(*args)[0])
+
+    def fwd(*args):
+        return fun(*args)[0], args
+
+    def bwd(args, g):
+        ct = fun(*args)[1](g)
+        return tuple(ct) if isinstance(ct, (tuple, list)) else (ct,)
+    f.defvjp(fwd, bwd)
+    return functools.wraps(fun)(f) if hasattr(f, "__dict__") else f
+
+
+def linear_transpose(fun, *primals, reduce_axes=()):
+    """jax.linear_transpose: the transpose of linear fun at primals' shapes
+    (its pullback, as fun is linear)."""
+    _, pullback = vjp(fun, *primals)
+    return pullback
+
+
+def closure_convert(fun, *example_args):
+    """jax.closure_convert: (fun, []) — a traced function's closed-over
+    values are its parameters already, so none is hoisted."""
+    return fun, []

@@ -80,7 +80,7 @@ def _fmt(v):
         return "inf" if f == math.inf else "-inf" if f == -math.inf else "nan" if f != f \
             else repr(f)
     if isinstance(v, str):
-        return repr(v)
+        return repr(str(v))  # (an enum of strings, lax.GatherScatterMode: its value)
     if isinstance(v, (tuple, list)):
         inner = ", ".join(_fmt(e) for e in v)
         if isinstance(v, list):

@@ -2,6 +2,7 @@
 psum_scatter, ppermute, all_to_all, axis_index, axis_size, ...), plus the
 numpy ops under their lax names, made from the C op table at import."""
 import builtins  # (slice, abs, any: the op table's names here)
+import enum
 import functools
 
 import numpy as _np
@@ -27,6 +28,75 @@ def reshape(operand, new_sizes, dimensions=None, *, out_sharding=None):  # noqa:
         operand = transpose(operand, tuple(dimensions))  # noqa: F821
     kw = {} if out_sharding is None else {"out_sharding": out_sharding}
     return _reshape_op(operand, tuple(new_sizes), **kw)
+
+
+class GatherScatterMode(enum.StrEnum):
+    """lax.GatherScatterMode: the modes of gathers and scatters (.at[],
+    take), as the strings they also take."""
+    CLIP = "clip"
+    FILL_OR_DROP = "fill"
+    PROMISE_IN_BOUNDS = "promise_in_bounds"
+    ONE_HOT = "one_hot"
+
+    @staticmethod
+    def from_any(s):
+        if isinstance(s, GatherScatterMode):
+            return s
+        if s == "drop":
+            return GatherScatterMode.FILL_OR_DROP
+        if s is None:
+            return GatherScatterMode.FILL_OR_DROP
+        return GatherScatterMode(s)
+
+
+def real(x):
+    """lax.real: shmap's values are real, so x."""
+    return x
+
+
+def conj(x):
+    """lax.conj: shmap's values are real, so x."""
+    return x
+
+
+def imag(x):
+    """lax.imag: shmap's values are real, so zeros of x's shape and dtype."""
+    from . import numpy as jnp
+    return jnp.zeros_like(x)
+
+
+def igamma(a, x):
+    """lax.igamma: scipy.special.gammainc (the regularized lower one)."""
+    from .scipy.special import gammainc
+    return gammainc(a, x)
+
+
+def igammac(a, x):
+    """lax.igammac: scipy.special.gammaincc."""
+    from .scipy.special import gammaincc
+    return gammaincc(a, x)
+
+
+def betainc(a, b, x):
+    """lax.betainc: scipy.special.betainc."""
+    from .scipy.special import betainc as _betainc
+    return _betainc(a, b, x)
+
+
+def polygamma(m, x):
+    """lax.polygamma: scipy.special.polygamma."""
+    from .scipy.special import polygamma as _polygamma
+    return _polygamma(m, x)
+
+
+def zeta(x, q):
+    """lax.zeta (Hurwitz's): scipy.special.zeta."""
+    from .scipy.special import zeta as _zeta
+    return _zeta(x, q)
+
+
+__all__ += ["GatherScatterMode", "real", "conj", "imag", "igamma", "igammac", "betainc",
+            "polygamma", "zeta"]
 
 
 # jax.lax.max and min are elementwise (the op table's max and min reduce, as jnp's)
@@ -1462,7 +1532,6 @@ __all__ += ["slice_in_dim", "index_in_dim", "batch_matmul", "cumlogsumexp"]
 # ---- select_n, reduce, reduce_precision, lax's other names ------------------
 
 
-import enum  # noqa: E402
 import numbers  # noqa: E402
 import operator  # noqa: E402
 

@@ -1,7 +1,7 @@
 """shmap.sharding: the names of jax.sharding, for code that imports them
 from there (from jax.sharding import PartitionSpec as P, NamedSharding,
 AxisType, auto_axes)."""
-from ._core import (AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec,
+from ._core import (AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec, Sharding,
                     SingleDeviceSharding, UnreducedKind, get_mesh, set_mesh, use_mesh)
 from ._trace import auto_axes, explicit_axes
 
@@ -23,7 +23,7 @@ def get_abstract_mesh():
 
 
 __all__ = [
-    "AbstractMesh", "AxisType", "Mesh", "NamedSharding", "PartitionSpec", "SingleDeviceSharding",
+    "AbstractMesh", "AxisType", "Mesh", "NamedSharding", "PartitionSpec", "Sharding", "SingleDeviceSharding",
     "UnreducedKind",
     "auto_axes",
     "explicit_axes", "get_abstract_mesh", "get_mesh", "reshard", "set_mesh", "use_mesh"

@@ -381,8 +381,57 @@ register_pytree_node(
     lambda func, children: Partial(func, *children[0], **children[1]))
 
 
+def register_pytree_with_keys_class(cls):
+    """jax.tree_util.register_pytree_with_keys_class: a class with
+    tree_flatten_with_keys(self) and classmethod tree_unflatten."""
+    flat = getattr(cls, "tree_flatten", None)
+    return register_pytree_with_keys(
+        cls, lambda v: v.tree_flatten_with_keys(), cls.tree_unflatten,
+        (lambda v: v.tree_flatten()) if flat is not None else None)
+
+
+def treedef_children(treedef):
+    """jax.tree_util.treedef_children: the structures of its children."""
+    return treedef.children()
+
+
+def treedef_tuple(treedefs):
+    """jax.tree_util.treedef_tuple: the structure of a tuple of those."""
+    return PyTreeDef("node", list(treedefs), "tuple", tuple)
+
+
+def is_tree_node(x):
+    """Whether x is a pytree node (not a leaf; None is a node of no children)."""
+    return x is None or _node(x) is not None
+
+
+def flatten_one_level(tree):
+    """jax.tree_util.flatten_one_level: (children, aux data) of a node (JAX's
+    ValueError for a leaf)."""
+    if tree is None:
+        return [], None
+    n = _node(tree)
+    if n is None:
+        raise ValueError(f"can't tree-flatten type: {type(tree)}")
+    return list(n[0]), n[3]
+
+
+def tree_broadcast(prefix_tree, full_tree, is_leaf=None):
+    """jax.tree.broadcast: prefix_tree's leaves repeated over the subtrees of
+    full_tree they stand for (full_tree's structure)."""
+    def go(p, f):
+        if (is_leaf is not None and is_leaf(p)) or p is None or _node(p) is None:
+            return tree_map(lambda _: p, f, is_leaf=is_leaf)
+        n, m = _node(p), _node(f)
+        if m is None or n[3] != m[3]:
+            raise ValueError(f"prefix_tree {prefix_tree!r} is not a prefix of {full_tree!r}")
+        return m[2]([go(a, b) for a, b in zip(n[0], m[0])])
+    return go(prefix_tree, full_tree)
+
+
 class _Tree:
     """jax.tree: the same functions under their short names."""
+    broadcast = staticmethod(tree_broadcast)
     map = staticmethod(tree_map)
     leaves = staticmethod(tree_leaves)
     structure = staticmethod(tree_structure)

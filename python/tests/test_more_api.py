@@ -1923,3 +1923,53 @@ def test_jnp_names_that_were_missing(c):
     assert np.array_equal(jnp.frombuffer(np.float32(1).tobytes(), dtype=jnp.float32), [1.0])
     assert jnp.fromiter(range(3), int).dtype == np.int32
     assert np.allclose(np.asarray(jnp.angle(x)), np.angle(a))
+
+
+def test_jax_top_level_names(c):
+    """JAX's top-level names a script uses that were missing: lax's
+    GatherScatterMode (as mode=), real/imag/conj, igamma...; default_device
+    (values that name no device go there); the option contexts
+    (numpy_rank_promotion, default_matmul_precision, transfer_guard, ...;
+    disable_jit refused with config's sentence); custom_gradient,
+    linear_transpose, closure_convert; sharding.Sharding; jax.dtypes;
+    jax.profiler's annotations; tree.broadcast, flatten_one_level,
+    treedef_children; host_count/host_ids."""
+    x = c.device_put(np.arange(4.0, dtype=np.float32), NamedSharding(c.make_mesh((1,), ("d",)),
+                                                                     P()))
+    got = x.at[np.array([0, 9])].get(mode=lax.GatherScatterMode.FILL_OR_DROP, fill_value=-1)
+    assert np.array_equal(np.asarray(got), [0, -1])
+    assert np.array_equal(np.asarray(jnp.take(x, np.array([1, 9]),
+                                              mode=lax.GatherScatterMode.CLIP)), [1, 3])
+    assert np.array_equal(np.asarray(lax.imag(x)), np.zeros(4)) and lax.real(x) is x
+    assert float(lax.igamma(2.0, 1.0)) == pytest.approx(1 - 2 / np.e, rel=1e-6)
+    d = shmap.devices()[3]
+    with shmap.default_device(d):
+        assert shmap.device_put(np.ones(2, np.float32)).devices() == {d}
+        assert shmap.jit(lambda a: a * 2)(np.ones(2, np.float32)).devices() == {d}
+    assert shmap.device_put(np.ones(2, np.float32)).devices() == {shmap.devices()[0]}
+    with shmap.numpy_rank_promotion("allow"), shmap.default_matmul_precision("highest"), \
+            shmap.transfer_guard("disallow"), shmap.log_compiles():
+        pass
+    with pytest.raises(shmap.InvalidArgument, match="jax_disable_jit=True is not implemented"):
+        with shmap.disable_jit():
+            pass
+    assert shmap.config.jax_disable_jit is False
+
+    @shmap.custom_gradient
+    def clip_g(v):
+        return v, lambda g: (jnp.clip(g, -0.5, 0.5),)
+    assert np.array_equal(np.asarray(shmap.grad(lambda v: jnp.sum(clip_g(v) * 3))(x)),
+                          np.full(4, 0.5))
+    (t,) = shmap.linear_transpose(lambda v: 2 * v, np.ones(3, np.float32))(np.ones(3, np.float32))
+    assert np.array_equal(np.asarray(t), [2, 2, 2])
+    assert shmap.closure_convert(jnp.sin, x) == (jnp.sin, [])
+    assert isinstance(x.sharding, shmap.sharding.Sharding)
+    assert shmap.dtypes.canonicalize_dtype(float) == np.float32
+    assert shmap.dtypes.issubdtype(np.float32, np.floating)
+    with shmap.profiler.TraceAnnotation("fwd"), shmap.profiler.StepTraceAnnotation("s", step_num=1):
+        pass
+    assert shmap.tree.broadcast((1, 2), ((5, 6), [7])) == ((1, 1), [2])
+    assert shmap.tree_util.flatten_one_level({"a": 1, "b": 2})[0] == [1, 2]
+    assert shmap.tree_util.treedef_children(shmap.tree.structure((1, [2])))[1] == \
+        shmap.tree.structure([0])
+    assert shmap.host_count() == 1 and shmap.host_ids() == [0]
