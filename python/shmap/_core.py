@@ -117,16 +117,22 @@ _SHARDING_RULES = (
 )
 
 
+def _builtin_class(cls, builtin):
+    """The subclass of cls and of the built-in exception builtin (one per
+    pair): code catching either catches it."""
+    sub = _BUILTIN_CLASSES.get((cls, builtin))
+    if sub is None:
+        sub = type(cls.__name__, (cls, builtin), {"__module__": cls.__module__})
+        _BUILTIN_CLASSES[(cls, builtin)] = sub
+    return sub
+
+
 def _with_builtin(cls, message):
     """cls, or the subclass of cls and the built-in exception JAX raises for
     message (_AS_BUILTIN)."""
     for part, builtin in _AS_BUILTIN:
         if part in message:
-            sub = _BUILTIN_CLASSES.get((cls, builtin))
-            if sub is None:
-                sub = type(cls.__name__, (cls, builtin), {"__module__": cls.__module__})
-                _BUILTIN_CLASSES[(cls, builtin)] = sub
-            return sub
+            return _builtin_class(cls, builtin)
     return cls
 
 

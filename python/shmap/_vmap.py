@@ -9,12 +9,14 @@ dimension accounted for (moved axes, a batch letter in einsum, a None
 prepended to out_sharding specs); values that do not depend on the batch
 stay as they are and broadcast. Outside a trace, vmap(f)(arrays) runs as a
 jit program."""
+import collections
+import inspect
 import re
 
 import numpy as np
 
 from ._core import Array, InvalidArgument, P, PartitionSpec
-from ._trace import Tracer, _builder, _state, _tree_build, _tree_leaves, _tree_sig, jit
+from ._trace import Tracer, _builder, _node, _state, _tree_build, _tree_leaves, jit
 
 
 class BatchTracer(Tracer):
@@ -753,7 +755,7 @@ def _flatten_example(v, size):
     return jnp.reshape(v, (-1,))
 
 
-def _batched_input(v, axis, who):
+def _batched_input(v, axis):
     """A leaf of a mapped argument: (its batched value with the batch first,
     the batch's size)."""
     jnp = _jnp()
@@ -764,14 +766,152 @@ def _batched_input(v, axis, who):
     if not isinstance(v, Tracer):
         v = jnp.asarray(v)
     n = len(v.shape)
-    if not -n <= axis < n:
-        raise InvalidArgument(f"vmap was requested to map its argument along axis {axis}, "
-                              f"which implies that its rank should be at least {axis + 1}, "
-                              f"but is only {n} (its shape is {tuple(v.shape)})")
+    if not -n <= axis < n:  # JAX's _mapped_axis_size
+        raise _error(ValueError, f"vmap was requested to map its argument along axis {axis}, "
+                     f"which implies that its rank should be at least "
+                     f"{axis + 1 if axis >= 0 else -axis}, but is only {n} (its shape is "
+                     f"{tuple(v.shape)})")
     axis %= n
     if axis:
         v = jnp.moveaxis(v, axis, 0)
     return v, v.shape[0]
+
+
+def _error(builtin, message):
+    """An InvalidArgument that is JAX's built-in exception too (as _core's
+    _AS_BUILTIN makes the C core's refusals): code catching either catches
+    it."""
+    from ._core import _builtin_class
+    return _builtin_class(InvalidArgument, builtin)(message)
+
+
+# ---- pytrees of axes (in_axes, out_axes), as JAX's flatten_axes -------------
+
+def _leaves(v):
+    """A pytree's leaves, None an empty subtree (JAX's pytrees)."""
+    return [x for x, _ in _tree_leaves(v, "a") if x is not None]
+
+
+def _key(v, k):
+    """One step of a key path (child k of node v), as JAX's keystr prints it."""
+    if isinstance(v, dict):
+        return f"[{k!r}]"
+    if isinstance(v, tuple) and hasattr(type(v), "_fields"):
+        return f".{k}"
+    if type(v) in (tuple, list):
+        return f"[{k}]"
+    return f"[<flat index {k}>]"
+
+
+def _paths(v, path=""):
+    """(key path, leaf) of a pytree's leaves (None an empty subtree)."""
+    n = _node(v)
+    if n is None:
+        return [] if v is None else [(path, v)]
+    return [x for c, k in zip(n[0], n[1]) for x in _paths(c, path + _key(v, k))]
+
+
+def _check_spec(what, spec):
+    """in_axes / out_axes: ints and Nones in containers (JAX's TypeError)."""
+    if not all(type(a) is int or a is None for a, _ in _tree_leaves(spec, "a")):
+        raise _error(TypeError, f"vmap {what} must be an int, None, or (nested) container with "
+                     f"those types as leaves, but got {spec}.")
+
+
+def _prefix(name, value, spec, path, out, errors):
+    """The axes of spec (a pytree prefix of value; None a leaf of it) for
+    each of value's leaves, appended to out; JAX's sentences of where spec
+    is not a prefix appended to errors."""
+    if _node(spec) is None:  # a leaf: an axis, or None, for the whole subtree
+        out.extend([spec] * len(_leaves(value)))
+        return
+    where = f"    {name}{path}\n"
+    if type(spec) is not type(value):
+        errors.append(f"pytree structure error: different types at key path\n{where}At that "
+                      f"key path, the prefix pytree {name} has a subtree of type\n    "
+                      f"{type(spec)}\nbut at the same key path the full pytree has a subtree "
+                      f"of different type\n    {type(value)}.")
+        return
+    ns, nv = _node(spec), _node(value)
+    if isinstance(spec, (list, tuple)) and len(spec) != len(value):
+        ty = type(spec).__name__
+        errors.append(f"pytree structure error: different lengths of {ty} at key path\n{where}"
+                      f"At that key path, the prefix pytree {name} has a subtree of type {ty} "
+                      f"of length {len(spec)}, but the full pytree has a subtree of the same "
+                      f"type but of length {len(value)}.")
+        return
+    ks, kv = [_key(spec, k) for k in ns[1]], [_key(value, k) for k in nv[1]]
+    if len(ks) != len(kv):
+        diff = " ".join(sorted(set(ks) ^ set(kv)))
+        errors.append(f"pytree structure error: different numbers of pytree children at key "
+                      f"path\n{where}At that key path, the prefix pytree {name} has a subtree "
+                      f"of type\n    {type(spec)}\nwith {len(ks)} child keys\n    "
+                      f"{' '.join(ks)}\nbut at the same key path the full pytree has a subtree "
+                      f"of the same type but with {len(kv)} child keys\n    {' '.join(kv)}\n"
+                      f"so the symmetric difference on key sets is\n    {diff}")
+        return
+    if ns[3] != nv[3]:  # dict keys, a registered class's aux data
+        ms, mv = (str(list(n[1]) if isinstance(spec, dict) else n[3][1]) for n in (ns, nv))
+        errors.append(f"pytree structure error: different pytree metadata at key path\n"
+                      f"{where}At that key path, the prefix pytree {name} has a subtree of "
+                      f"type\n    {type(spec)}\nwith metadata\n    {ms}\nbut at the same key "
+                      f"path the full pytree has a subtree of the same type but with metadata"
+                      f"\n    {mv}")
+        return
+    for cs, cv, k in zip(ns[0], nv[0], ns[1]):
+        _prefix(name, cv, cs, path + _key(spec, k), out, errors)
+
+
+def _flatten_axes(name, value, spec):
+    """spec, a pytree prefix of value, as one axis (or None) per leaf of
+    value (JAX's flatten_axes: None a leaf of spec, an empty subtree of
+    value); JAX's ValueError where it is not a prefix."""
+    out, errors = [], []
+    _prefix(name, value, spec, "", out, errors)
+    if errors:
+        raise _error(ValueError, f"{name} specification must be a tree prefix of the "
+                     f"corresponding value; \n  Mismatch details ({len(errors)} found):\n  " +
+                     "\n  ".join(errors))
+    return out
+
+
+def _short_type(v):
+    """A value's type as JAX's str_short prints it: float32[3,4]."""
+    try:
+        dt = np.dtype(v.dtype).name
+    except (AttributeError, TypeError):
+        dt = type(v).__name__
+    return f"{dt}[{','.join(str(d) for d in getattr(v, 'shape', ()))}]"
+
+
+def _inconsistent(fun, args, kwargs, paths, sizes, axes, axis_size):
+    """JAX's ValueError of _mapped_axis_size: the mapped axes' sizes, most
+    common first, each with an argument that has it."""
+    try:
+        names = list(inspect.signature(fun).bind(*args, **kwargs).signature.parameters)
+    except (TypeError, ValueError):
+        names = None
+
+    def where(path, v):
+        if path.startswith("args"):
+            m = re.match(r"args\[(\d+)\]", path)
+            i = int(m.group(1))
+            if names is not None and i < len(names):
+                path = f"argument {names[i]}" + path[m.end():]
+        return f"{path} of type {_short_type(v)}"
+    mapped = [(s, p, v, a) for s, (p, v), a in zip(sizes, paths, axes) if s is not None]
+    counts = collections.Counter(s for s, _, _, _ in mapped).most_common()
+    msg = ["vmap got inconsistent sizes for array axes to be mapped:\n"]
+    if axis_size is not None:
+        msg.append(f"  * the `axis_size` argument was {axis_size};\n")
+    for k, (sz, ct) in enumerate(counts):
+        _, p, v, a = next(m for m in mapped if m[0] == sz)
+        if ct == 1:
+            msg.append(f"  * one axis had size {sz}: axis {a} of {where(p, v)};\n")
+        else:
+            msg.append(f"  * {'most' if k == 0 else 'some'} axes ({ct} of them) had size {sz}, "
+                       f"e.g. axis {a} of {where(p, v)};\n")
+    return _error(ValueError, "".join(msg)[:-2])
 
 
 def _mapped_axis_spec(batched, unmapped):
@@ -825,9 +965,15 @@ def spmd_name(level=None):
 
 def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_name=None):
     """jax.vmap: fun of one example, mapped over axis in_axes of its
-    arguments (an int, None for an argument passed whole, or one per
-    argument; pytrees take their argument's), the results' batch at
-    out_axes. In a jit or shard_map body, or at once on Arrays.
+    positional arguments (an int, None for an argument passed whole, or a
+    tuple of one per argument, each a pytree prefix of its argument: an
+    int or None for all its leaves, or a pytree of them; negative axes
+    count from the end) and over the first axis of its keyword arguments;
+    the results' batch at out_axes (a pytree prefix of the results; None:
+    a result that does not depend on the batch, given back as it is; JAX's
+    ValueError if it does). None in arguments and results is an empty
+    subtree, passed through. axis_size: the batch's size, needed when no
+    argument is mapped. In a jit or shard_map body, or at once on Arrays.
     spmd_axis_name: the mesh axes the batch is partitioned over where a
     rule lays it out (with_sharding_constraint, as JAX's batching rule);
     a batch already sharded over Explicit axes must be sharded over these
@@ -836,88 +982,111 @@ def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_n
         spmd_axis_name = (spmd_axis_name,)
     if axis_name is not None and not isinstance(axis_name, str):
         raise InvalidArgument(f"vmap: axis_name must be a string, got {axis_name!r}")
+    if isinstance(in_axes, list):
+        in_axes = tuple(in_axes)
+    if not (in_axes is None or type(in_axes) in (int, tuple)):
+        raise _error(TypeError, f"vmap in_axes must be an int, None, or a tuple of entries "
+                     f"corresponding to the positional arguments passed to the function, but "
+                     f"got {in_axes}.")
+    _check_spec("in_axes", in_axes)
+    _check_spec("out_axes", out_axes)
 
-    def call(*args):
+    def at_once(args, kwargs):
+        return call(*args, **kwargs)
+
+    def call(*args, **kwargs):
         if getattr(_state, "builder", None) is None:  # at once: as a jit of the call
-            return jit(call)(*args)
-        axes = in_axes if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(args)
-        if len(axes) != len(args):
-            raise InvalidArgument(f"vmap in_axes must be an int, None, or a tuple of entries "
-                                  f"corresponding to the positional arguments passed to the "
-                                  f"function, but got len(in_axes)={len(axes)}, "
-                                  f"len(args)={len(args)}")
+            return jit(at_once)(args, kwargs) if kwargs else jit(call)(*args)
+        if isinstance(in_axes, tuple) and len(in_axes) != len(args):
+            msg = (f"vmap in_axes must be an int, None, or a tuple of entries corresponding to "
+                   f"the positional arguments passed to the function, but got "
+                   f"len(in_axes)={len(in_axes)}, len(args)={len(args)}.")
+            if kwargs:
+                msg += (f" Note that the function was called with keyword arguments "
+                        f"{list(kwargs)}, which the entries of a tuple in_axes never "
+                        f"correspond to: keyword arguments are always mapped along their "
+                        f"leading axis (axis 0). If that is the intended mapping, make in_axes "
+                        f"correspond to the positional arguments only; otherwise pass the "
+                        f"arguments positionally, or bind unmapped keyword arguments with "
+                        f"functools.partial before applying vmap.")
+            raise _error(ValueError, msg)
         _DEPTH[0] += 1
         try:
-            return run(args, axes, _DEPTH[0])
+            return run(args, kwargs, _DEPTH[0])
         finally:
             _DEPTH[0] -= 1
 
-    def run(args, axes, level):
-        sizes, leaves_of, unmapped = [], {}, []
-        for k, (arg, ax) in enumerate(zip(args, axes)):
+    def run(args, kwargs, level):
+        # the leaves of the arguments (None an empty subtree), each with its
+        # axis: in_axes a prefix of the positional ones, 0 for keywords
+        axes = _flatten_axes("vmap in_axes", args, in_axes) + \
+            _flatten_axes("vmap in_axes", kwargs, 0)
+        paths = _paths(args, "args") + _paths(kwargs, "kwargs")
+        sizes, vals = [], []
+        for (_, leaf), ax in zip(paths, axes):
             if ax is None:
-                unmapped += [v for v, _ in _tree_leaves(arg, "a")]
+                sizes.append(None)
+                vals.append(leaf)
                 continue
-            leaves = [v for v, _ in _tree_leaves(arg, "a")]
-            if isinstance(ax, int):
-                leaf_axes = [ax] * len(leaves)
-            elif _tree_sig(ax) == _tree_sig(arg):
-                leaf_axes = [v for v, _ in _tree_leaves(ax, "a")]
-            else:
-                raise InvalidArgument(f"vmap in_axes[{k}] must be an int, None or a pytree of "
-                                      f"args[{k}]'s structure")
-            leaves_of[k] = []
-            for leaf, lax_ in zip(leaves, leaf_axes):
-                if lax_ is None:
-                    leaves_of[k].append(leaf)
-                    unmapped.append(leaf)
-                    continue
-                val, n = _batched_input(leaf, lax_, k)
-                sizes.append((n, k, tuple(leaf.shape) if hasattr(leaf, "shape") else ()))
-                leaves_of[k].append(BatchTracer(val, None, level))
-        if not sizes and axis_size is None:
-            raise InvalidArgument("vmap must have at least one non-None value in in_axes")
-        size = sizes[0][0] if sizes else axis_size
-        if any(n != size for n, _, _ in sizes):
-            lines = "\n".join(f"  * one axis had size {n}: an array of shape {s} in args[{k}]"
-                              for n, k, s in sizes)
-            raise InvalidArgument(f"vmap got inconsistent sizes for array axes to be mapped:\n"
-                                  f"{lines}")
-        mapped = [v for ls in leaves_of.values() for v in ls if isinstance(v, BatchTracer)]
+            val, n = _batched_input(leaf, ax)
+            sizes.append(n)
+            vals.append(BatchTracer(val, None, level))
+        given = [n for n in sizes if n is not None]
+        if not paths and axis_size is None:
+            raise _error(ValueError, f"vmap wrapped function must be passed at least one "
+                         f"argument containing an array or axis_size must be specified, got "
+                         f"empty *args={args} and **kwargs={kwargs}")
+        if not given and axis_size is None:
+            raise _error(ValueError, "vmap must have at least one non-None value in in_axes or "
+                         "axis_size must be specified")
+        size = axis_size if axis_size is not None else given[0]
+        if any(n != size for n in given):
+            raise _inconsistent(fun, args, kwargs, paths, sizes, axes, axis_size)
+        mapped = [v for v in vals if isinstance(v, BatchTracer) and v.nbatch is None]
         for v in mapped:
             v.nbatch = size
-        ema = _mapped_axis_spec([v.val for v in mapped], unmapped)
+        ema = _mapped_axis_spec([v.val for v in mapped],
+                                [v for v, ax in zip(vals, axes) if ax is None])
         spmd = _spmd_name(spmd_axis_name, ema)
-        real = [_tree_build(arg, iter(leaves_of[k])) if k in leaves_of else arg
-                for k, arg in enumerate(args)]
+        real_args, real_kwargs = _tree_build((args, kwargs), iter(vals), none_empty=True)
         _ACTIVE.append((level, size))
         _SPMD.append((level, spmd))
         if axis_name is not None:
             _NAMES.append((axis_name, level, size))
         try:
-            res = fun(*real)
+            res = fun(*real_args, **real_kwargs)
         finally:
             _ACTIVE.pop()
             _SPMD.pop()
             if axis_name is not None:
                 _NAMES.pop()
-        outs = [v for v, _ in _tree_leaves(res, "o")]
+        outs = _paths(res)
+        dests = _flatten_axes("vmap out_axes", res, out_axes)
         jnp = _jnp()
         done = []
-        _LEVELS.append(level)
-        try:  # results that do not depend on the batch: laid out as the batch is
-            done = [_full(v, size, ema) for v in outs]
-        finally:
-            _LEVELS.pop()
-        for j, (v, b) in enumerate(zip(outs, done)):
-            if out_axes not in (0, None):
-                b = jnp.moveaxis(b, 0, out_axes)
-            elif out_axes is None:
-                if isinstance(v, BatchTracer) and v.level == level:
-                    raise InvalidArgument("vmap has mapped output but out_axes is None")
-                b = v
-            done[j] = b
-        return _tree_build(res, iter(done))
+        for (path, v), d in zip(outs, dests):
+            bat = isinstance(v, BatchTracer) and v.level == level
+            if d is None:  # given back as it is: it must not depend on the batch
+                if bat and axis_name is not None:
+                    raise _error(ValueError, f"vmap has mapped output (axis_name={axis_name}) "
+                                 f"but out_axes is None")
+                if bat:
+                    raise _error(ValueError, f"at vmap out_axes{path}, got axis spec None but "
+                                 f"output was batched on axis 0")
+                done.append(v)
+                continue
+            _LEVELS.append(level)
+            try:  # a result that does not depend on the batch: laid out as the batch is
+                b = _full(v, size, ema)
+            finally:
+                _LEVELS.pop()
+            n = len(b.shape)
+            if not -n <= d < n:
+                raise _error(ValueError, f"axis {d} is out of bounds for array of dimension {n}")
+            if d % n:
+                b = jnp.moveaxis(b, 0, d % n)
+            done.append(b)
+        return _tree_build(res, iter(done), none_empty=True)
     call.__name__ = getattr(fun, "__name__", "f")
     call.__doc__ = fun.__doc__
     return call
