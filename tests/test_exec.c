@@ -914,6 +914,92 @@ START_TEST(test_checked_ops_run)
 }
 END_TEST
 
+/* The half floats run the scans, sorts, segment sums and scatters in
+ * float32: each result is float32's on the same values, rounded once (they
+ * were refused: "cumsum does not accept dtype float16"). The values are not
+ * integers, so sums kept in the half float would round at every step; a
+ * NaN and a -inf are among them (NaN sorts last, as for float32), and the
+ * indices repeat (an element updated several times is rounded once). */
+START_TEST(test_half_ops_round_float32)
+{
+    static const sm_dtype halves[] = {SM_F16, SM_BF16};
+    static const char *const exprs[] = {
+        "cumsum(x, axis=1)",
+        "cumsum(x, axis=0)",
+        "cumsum(x)",
+        "cumprod(x, axis=0)",
+        "cummax(x, axis=1)",
+        "cummin(x, axis=0)",
+        "sort(x, axis=1)",
+        "sort(x, axis=0)",
+        "argsort(x, axis=1)",
+        "argsort(x, axis=0)",
+        "segment_sum(x, k[:, 0], 3)",
+        "segment_sum(y, k, 4)",
+        "scatter(x, k[:, 0], y)",
+        "scatter_add(x, k[:, 0], y)",
+        "scatter_mul(x, k[:, 0], y)",
+        "scatter_max(x, k[:, 0], y)",
+        "scatter_min(x, k[:, 0], y)",
+    };
+    for (size_t q = 0; q < sizeof exprs / sizeof exprs[0]; q++)
+        for (size_t h = 0; h < sizeof halves / sizeof halves[0]; h++) {
+            sm_array *in[2][3], *out[2] = {NULL, NULL};
+            sm_shape s = {.rank = 2, .dims = {8, 4}};
+            char err[1024] = "";
+            for (int r = 0; r < 2; r++) { /* r 0: the half float, r 1: float32 */
+                sm_dtype t = r ? SM_F32 : halves[h];
+                char text[512];
+                snprintf(text, sizeof text,
+                         "mesh i=1 devices=[0]\nshard_map f(x: %s[8,4] @ P(), y: %s[8,4] @ P(), "
+                         "k: i32[8,4] @ P()) -> P():\n    return %s\n",
+                         sm_dtype_name(t), sm_dtype_name(t), exprs[q]);
+                sm_program *p = parse_ok(text, 0);
+                for (int a = 0; a < 3; a++) {
+                    double v[32];
+                    for (int e = 0; e < 32; e++)
+                        v[e] = a == 2 ? (e * 7) % 4 : ((e * 37 + a * 5) % 23) * 0.37 - 3.1;
+                    v[13] = NAN;
+                    v[22] = -INFINITY;
+                    ck_assert_int_eq(
+                        sm_array_create(a == 2 ? SM_I32 : t, &s, &in[r][a], err, sizeof err),
+                        SM_OK);
+                    if (a == 2 || !r) {
+                        ck_assert_int_eq(sm_kern_astype(SM_F64, v, in[r][a]->dtype, in[r][a]->data,
+                                                        32, err, sizeof err),
+                                         SM_OK);
+                    } else { /* float32 of the half float's values */
+                        ck_assert_int_eq(sm_kern_astype(halves[h], in[0][a]->data, SM_F32,
+                                                        in[r][a]->data, 32, err, sizeof err),
+                                         SM_OK);
+                    }
+                }
+                sm_err e = sm_exec_local_run(p, in[r], &out[r], NULL, err, sizeof err);
+                ck_assert_msg(e == SM_OK, "%s on %s: %s", exprs[q], sm_dtype_name(t), err);
+                sm_program_free(p);
+            }
+            int arg = out[1]->dtype == SM_I32;
+            ck_assert_int_eq(out[0]->dtype, arg ? SM_I32 : halves[h]);
+            int64_t n = out[1]->nbytes / (int64_t)sm_dtype_size(out[1]->dtype);
+            unsigned char want[256];
+            if (arg)
+                memcpy(want, out[1]->data, (size_t)out[1]->nbytes);
+            else
+                ck_assert_int_eq(
+                    sm_kern_astype(SM_F32, out[1]->data, halves[h], want, n, err, sizeof err),
+                    SM_OK);
+            ck_assert_msg(out[0]->nbytes == n * (int64_t)sm_dtype_size(out[0]->dtype) &&
+                              memcmp(out[0]->data, want, (size_t)out[0]->nbytes) == 0,
+                          "%s on %s: not float32's result rounded", exprs[q],
+                          sm_dtype_name(halves[h]));
+            for (int r = 0; r < 2; r++) {
+                free_all(in[r], 3);
+                sm_array_free(out[r]);
+            }
+        }
+}
+END_TEST
+
 int main(void)
 {
     return suite_main(SUITE_CASE(
@@ -921,5 +1007,5 @@ int main(void)
         {test_table_covers_every_op}, {test_spot_values}, {test_bool_reductions},
         {test_float_literals_keep_float64}, {test_axis_index_groups}, {test_builder_axis_size},
         {test_repeated_returns}, {test_dead_ops_skipped}, {test_device_order}, {test_while},
-        {test_checked_elementwise_ops_run}, {test_checked_ops_run}));
+        {test_checked_elementwise_ops_run}, {test_checked_ops_run}, {test_half_ops_round_float32}));
 }

@@ -137,6 +137,15 @@ static const op_case ops[] = {
     {"cumprod(k, dtype=f32)", "f32[2]{V:i}"},
     {"cummax(y)", "f32[64]"},
     {"cummin(x, axis=0)", "f32[2,16]{V:i}"},
+    /* the half floats: scans, sorts, segment sums and scatters keep them */
+    {"cumsum(astype(x, f16), axis=1)", "f16[2,16]{V:i}"},
+    {"cumprod(k, dtype=f16)", "f16[2]{V:i}"},
+    {"cummax(astype(y, bf16))", "bf16[64]"},
+    {"sort(astype(x, f16))", "f16[2,16]{V:i}"},
+    {"argsort(astype(y, bf16), axis=0)", "i32[16,4]"},
+    {"segment_sum(astype(x, f16), k, 5)", "f16[5,16]{V:i}"},
+    {"scatter_add(astype(y, f16), k % 16, zeros((2, 4), f16))", "f16[16,4]{V:i}"},
+    {"scatter_min(astype(x, bf16), k, astype(x, bf16))", "bf16[2,16]{V:i}"},
     {"min(x, axis=(0, -1))", "f32[]{V:i}"},
     /* shape */
     {"reshape(x, (4, 8))", "f32[4,8]{V:i}"},

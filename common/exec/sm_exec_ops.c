@@ -399,29 +399,50 @@ sm_err sm_exec_argminmax(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in
 }
 
 /* cumsum, cumprod, cummax, cummin, in the result's dtype (dtype=, or int32
- * for a bool operand). */
+ * for a bool operand); the half floats in float32, each running result
+ * rounded once (numpy's float32 scan, rounded). */
 sm_err sm_exec_cumulative(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
                           char *err, size_t errlen)
 {
+    sm_dtype t = sm_exec_compute_dtype(out->dtype);
+    int64_t n = sm_exec_numel(in[0]);
     const void *d;
-    void *tmp;
-    sm_err e = sm_exec_as(in[0], out->dtype, &d, &tmp, err, errlen);
-    if (!e)
-        e = sm_kern_cumulative((sm_kern_reduce_op)sm_exec_kern_of(op->kind), out->dtype, d,
-                               &in[0]->shape, sm_ir_op_axis(op, in[0]->shape.rank), out->data, err,
-                               errlen);
+    void *tmp, *wide = NULL, *dst = NULL;
+    sm_err e = sm_exec_as(in[0], out->dtype, &d, &tmp, err, errlen); /* dtype= rounds first */
+    if (!e && t != out->dtype) {
+        if (!(wide = malloc((size_t)n * sm_dtype_size(t) + 1)))
+            e = sm_fail(err, errlen, SM_ENOMEM, "out of memory converting an operand");
+        else if (!(e = sm_kern_astype(out->dtype, d, t, wide, n, err, errlen)))
+            d = wide;
+    }
+    if (!e && !(e = sm_exec_dest(out, t, &dst, err, errlen))) {
+        e = sm_kern_cumulative((sm_kern_reduce_op)sm_exec_kern_of(op->kind), t, d, &in[0]->shape,
+                               sm_ir_op_axis(op, in[0]->shape.rank), dst, err, errlen);
+        e = sm_exec_store(out, t, dst, e, err, errlen);
+    }
     free(tmp);
+    free(wide);
     return e;
 }
 
-/* sort, argsort: along the op's axis (the last by default). */
+/* sort, argsort: along the op's axis (the last by default); the half
+ * floats as float32, which orders them alike and gives them back exactly. */
 sm_err sm_exec_sort(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
                     char *err, size_t errlen)
 {
     int arg = op->kind == SM_OP_ARGSORT;
-    return sm_kern_sort(in[0]->dtype, in[0]->data, &in[0]->shape,
-                        sm_ir_op_axis(op, in[0]->shape.rank), arg ? NULL : out->data,
-                        arg ? out->data : NULL, err, errlen);
+    sm_dtype t = sm_exec_compute_dtype(in[0]->dtype);
+    const void *d;
+    void *tmp, *dst = NULL;
+    sm_err e = sm_exec_as(in[0], t, &d, &tmp, err, errlen);
+    if (!e && (arg || !(e = sm_exec_dest(out, t, &dst, err, errlen)))) {
+        e = sm_kern_sort(t, d, &in[0]->shape, sm_ir_op_axis(op, in[0]->shape.rank), dst,
+                         arg ? out->data : NULL, err, errlen);
+        if (!arg)
+            e = sm_exec_store(out, t, dst, e, err, errlen);
+    }
+    free(tmp);
+    return e;
 }
 
 /* take, take_along_axis: the indices as int64, the mode from the op. */
@@ -449,25 +470,33 @@ sm_err sm_exec_take(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_
     return e;
 }
 
+/* segment_sum: the ids as int64; the half floats summed in float32, each
+ * sum rounded once. */
 sm_err sm_exec_segment_sum(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
                            char *err, size_t errlen)
 {
-    const void *ids;
-    void *tmp;
+    sm_dtype t = sm_exec_compute_dtype(in[0]->dtype);
+    const void *ids, *d = NULL;
+    void *tmp, *tmpd = NULL, *dst = NULL;
     sm_err e = sm_exec_as(in[1], SM_I64, &ids, &tmp, err, errlen);
-    if (e)
-        return e;
-    int64_t nlead = sm_exec_numel(in[1]), inner = 1;
-    for (int d = in[1]->shape.rank; d < in[0]->shape.rank; d++)
-        inner *= in[0]->shape.dims[d];
-    e = sm_kern_segment_sum(in[0]->dtype, in[0]->data, nlead, inner, ids, op->attrs.axis, out->data,
-                            err, errlen);
+    if (!e)
+        e = sm_exec_as(in[0], t, &d, &tmpd, err, errlen);
+    if (!e && !(e = sm_exec_dest(out, t, &dst, err, errlen))) {
+        int64_t nlead = sm_exec_numel(in[1]), inner = 1;
+        for (int k = in[1]->shape.rank; k < in[0]->shape.rank; k++)
+            inner *= in[0]->shape.dims[k];
+        e = sm_kern_segment_sum(t, d, nlead, inner, ids, op->attrs.axis, dst, err, errlen);
+        e = sm_exec_store(out, t, dst, e, err, errlen);
+    }
     free(tmp);
+    free(tmpd);
     return e;
 }
 
 /* scatter, scatter_add, _mul, _min, _max: the operand's block copied, then
- * its rows updated in index order (the first dimension is whole). */
+ * its rows updated in index order (the first dimension is whole). The half
+ * floats are combined in float32 (scatter moves them as they are): an
+ * element updated several times is rounded once, at the end. */
 sm_err sm_exec_scatter(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, sm_array *out,
                        char *err, size_t errlen)
 {
@@ -477,20 +506,28 @@ sm_err sm_exec_scatter(sm_exec_ctx *x, const sm_ir_op *op, sm_array *const *in, 
         "the scatter rows follow one another in the op table");
     static const sm_kern_binary_op ops[] = {SM_KERN_ADD, SM_KERN_ADD, SM_KERN_MULTIPLY,
                                             SM_KERN_MINIMUM, SM_KERN_MAXIMUM};
-    const void *ids;
-    void *tmp;
-    sm_err e = sm_exec_as(in[1], SM_I64, &ids, &tmp, err, errlen);
-    if (e)
-        return e;
     const sm_array *a = in[0];
-    int64_t inner = 1;
-    for (int d = 1; d < a->shape.rank; d++)
-        inner *= a->shape.dims[d];
-    memcpy(out->data, a->data, (size_t)sm_exec_numel(a) * sm_dtype_size(a->dtype));
     int k = (int)(op->kind - SM_OP_SCATTER);
-    e = sm_kern_scatter(k == 0, ops[k], a->dtype, out->data, a->shape.rank ? a->shape.dims[0] : 0,
-                        inner, ids, sm_exec_numel(in[1]), in[2]->data, err, errlen);
+    sm_dtype t = k == 0 ? a->dtype : sm_exec_compute_dtype(a->dtype);
+    const void *ids, *da = NULL, *du = NULL;
+    void *tmp, *ta = NULL, *tu = NULL, *dst = NULL;
+    sm_err e = sm_exec_as(in[1], SM_I64, &ids, &tmp, err, errlen);
+    if (!e)
+        e = sm_exec_as(a, t, &da, &ta, err, errlen);
+    if (!e)
+        e = sm_exec_as(in[2], t, &du, &tu, err, errlen);
+    if (!e && !(e = sm_exec_dest(out, t, &dst, err, errlen))) {
+        int64_t inner = 1;
+        for (int d = 1; d < a->shape.rank; d++)
+            inner *= a->shape.dims[d];
+        memcpy(dst, da, (size_t)sm_exec_numel(a) * sm_dtype_size(t));
+        e = sm_kern_scatter(k == 0, ops[k], t, dst, a->shape.rank ? a->shape.dims[0] : 0, inner,
+                            ids, sm_exec_numel(in[1]), du, err, errlen);
+        e = sm_exec_store(out, t, dst, e, err, errlen);
+    }
     free(tmp);
+    free(ta);
+    free(tu);
     return e;
 }
 

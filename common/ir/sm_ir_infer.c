@@ -546,7 +546,8 @@ sm_err sm_ir_infer_argminmax(const sm_program *p, const sm_ir_op *op, const sm_i
 }
 
 /* sort (the operand's type) and argsort (int32 positions) along one axis,
- * the last by default. */
+ * the last by default; any dtype (the half floats sorted as float32, which
+ * keeps their order). */
 sm_err sm_ir_infer_sort(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
                         sm_ir_value *out, char *err, size_t errlen)
 {
@@ -558,17 +559,14 @@ sm_err sm_ir_infer_sort(const sm_program *p, const sm_ir_op *op, const sm_ir_val
     if (x->shape.rank == 0)
         return sm_fail(err, errlen, SM_EINVAL,
                        "%s: axis -1 is out of bounds for an array of rank 0", sm_op_name(op->kind));
-    if (x->dtype == SM_F16 || x->dtype == SM_BF16)
-        return sm_fail(err, errlen, SM_EUNSUPPORTED, "%s does not support dtype %s",
-                       sm_op_name(op->kind), sm_dtype_long_name(x->dtype));
     sm_ir_set(out, op->kind == SM_OP_ARGSORT ? SM_I32 : x->dtype, &x->shape);
     out->weak = op->kind == SM_OP_ARGSORT ? 0 : x->weak;
     return SM_OK;
 }
 
 /* cumsum, cumprod (bool counted as int32; dtype= converts first), cummax,
- * cummin (numbers only, as lax's): the operand's shape (axis=None: its
- * elements flattened). */
+ * cummin (numbers only, as lax's; the half floats too, run in float32):
+ * the operand's shape (axis=None: its elements flattened). */
 sm_err sm_ir_infer_cumulative(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
                               sm_ir_value *out, char *err, size_t errlen)
 {
@@ -583,7 +581,7 @@ sm_err sm_ir_infer_cumulative(const sm_program *p, const sm_ir_op *op, const sm_
         t = SM_I32;
     else if (t == SM_U8 && !minmax && !op->attrs.has_dtype)
         t = SM_I64; /* jnp's is uint32, which shmap lacks (sm_ir_infer_reduce) */
-    if (t == SM_BOOL || t == SM_F16 || t == SM_BF16)
+    if (t == SM_BOOL)
         return sm_fail(err, errlen, SM_EINVAL,
                        "%s does not accept dtype %s. Accepted dtypes are subtypes of number.",
                        sm_op_name(op->kind), sm_dtype_long_name(t));
@@ -610,7 +608,8 @@ int sm_ir_gather_mode(const sm_ir_op *op)
     return strcmp(m, "wrap") == 0 ? 2 : -1;
 }
 
-/* segment_sum(data, segment_ids, num_segments): segment_ids an integer
+/* segment_sum(data, segment_ids, num_segments): data a float (the half
+ * floats summed in float32) or i32 i64 array, segment_ids an integer
  * array of data's leading dimensions; the result has num_segments rows of
  * data's other dimensions. */
 sm_err sm_ir_infer_segment_sum(const sm_program *p, const sm_ir_op *op,
@@ -623,9 +622,9 @@ sm_err sm_ir_infer_segment_sum(const sm_program *p, const sm_ir_op *op,
         return sm_fail(err, errlen, SM_EINVAL,
                        "segment_sum: segment_ids must be an integer array, got %s",
                        sm_ir_type_str(ids, ti, sizeof ti));
-    if (x->dtype != SM_F32 && x->dtype != SM_F64 && x->dtype != SM_I32 && x->dtype != SM_I64)
+    if (!sm_dtype_is_float(x->dtype) && x->dtype != SM_I32 && x->dtype != SM_I64)
         return sm_fail(err, errlen, SM_EINVAL,
-                       "segment_sum: data must be f32, f64, i32 or i64, got %s",
+                       "segment_sum: data must be f16, bf16, f32, f64, i32 or i64, got %s",
                        sm_ir_type_str(x, tx, sizeof tx));
     int k = ids->shape.rank, ok = k >= 1 && k <= x->shape.rank;
     for (int d = 0; ok && d < k; d++)
@@ -649,9 +648,9 @@ sm_err sm_ir_infer_segment_sum(const sm_program *p, const sm_ir_op *op,
  * integer indices of any shape naming rows of the operand's first
  * dimension; updates of the operand's dtype and of the indices' shape
  * followed by the operand's other dimensions. The result is the operand's
- * type. scatter moves any dtype; scatter_add and scatter_mul take f32 f64
- * i32 i64, scatter_min and scatter_max also u8 and bool (as the binary
- * ops). */
+ * type. scatter moves any dtype; scatter_add and scatter_mul take the
+ * floats (f16 and bf16 in float32) and i32 i64, scatter_min and
+ * scatter_max also u8 and bool (as the binary ops). */
 sm_err sm_ir_infer_scatter(const sm_program *p, const sm_ir_op *op, const sm_ir_value *const *in,
                            sm_ir_value *out, char *err, size_t errlen)
 {
@@ -668,7 +667,7 @@ sm_err sm_ir_infer_scatter(const sm_program *p, const sm_ir_op *op, const sm_ir_
     int arith = op->kind == SM_OP_SCATTER_ADD || op->kind == SM_OP_SCATTER_MUL;
     int ext = op->kind == SM_OP_SCATTER_MIN || op->kind == SM_OP_SCATTER_MAX;
     if ((arith || ext) &&
-        !(x->dtype == SM_F32 || x->dtype == SM_F64 || x->dtype == SM_I32 || x->dtype == SM_I64 ||
+        !(sm_dtype_is_float(x->dtype) || x->dtype == SM_I32 || x->dtype == SM_I64 ||
           (ext && (x->dtype == SM_U8 || x->dtype == SM_BOOL))))
         return sm_fail(err, errlen, SM_EINVAL, "%s does not take %s operands, got %s", name,
                        sm_dtype_name(x->dtype), sm_ir_type_str(x, tx, sizeof tx));

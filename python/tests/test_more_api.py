@@ -1973,3 +1973,38 @@ def test_jax_top_level_names(c):
     assert shmap.tree_util.treedef_children(shmap.tree.structure((1, [2])))[1] == \
         shmap.tree.structure([0])
     assert shmap.host_count() == 1 and shmap.host_ids() == [0]
+
+
+def test_float16_sorts_scans_scatters_and_array_methods(c):
+    """float16 through sort, cumsum, scatters and segment_sum, and so the
+    gradient of a float16 embedding lookup (refused before: 'segment_sum:
+    data must be f32, ...'), against numpy in float32 rounded; and the
+    Array / traced-value methods JAX's have that were missing (ptp,
+    argpartition, compress, choose, to_device, nbytes, item)."""
+    one = NamedSharding(c.make_mesh((1,), ("d",)), P())
+    v = np.array([0.3, -1.7, 2.2, 0.1, -0.4, 5.5], np.float16)
+    h = c.device_put(v, one)
+    assert np.array_equal(np.asarray(shmap.jit(jnp.sort)(h)), np.sort(v))
+    assert np.array_equal(np.asarray(shmap.jit(jnp.cumsum)(h)),
+                          np.cumsum(v.astype(np.float32)).astype(np.float16))
+    emb = np.arange(12, dtype=np.float16).reshape(4, 3) / 8
+    tok = np.array([1, 3, 1], np.int32)
+    g = shmap.jit(shmap.grad(lambda e: jnp.sum(e[tok].astype(jnp.float32))))(
+        c.device_put(emb, one))
+    want = np.zeros((4, 3), np.float16)
+    want[1], want[3] = 2, 1
+    assert g.dtype == np.float16 and np.array_equal(np.asarray(g), want)
+    a = np.array([[3.0, 1.0, 2.0], [0.0, 5.0, 4.0]], np.float32)
+    x = c.device_put(a, one)
+    assert float(x.ptp()) == 5.0 and np.array_equal(np.asarray(x.ptp(axis=1)), [2, 5])
+    assert np.array_equal(np.asarray(x[0].argpartition(1))[:1], [1])
+    got = shmap.jit(lambda u: u.compress(np.array([True, False, True]), axis=1, size=2))(x)
+    assert np.array_equal(np.asarray(got), a[:, [0, 2]])
+    i = c.device_put(np.array([0, 1, 0], np.int32), one)
+    assert np.array_equal(np.asarray(i.choose([np.ones(3, np.float32),
+                                               np.zeros(3, np.float32)])), [1, 0, 1])
+    d = shmap.devices()[1]
+    assert x.to_device(d).devices() == {d}
+    assert float(shmap.jit(lambda u: u.nbytes + 0 * u.sum())(x)) == 24.0
+    with pytest.raises(shmap.errors.ConcretizationTypeError):
+        shmap.jit(lambda u: u.item())(x[0, 0])
