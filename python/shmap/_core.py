@@ -1058,6 +1058,24 @@ class Array(_Shaped):
         from . import numpy as jnp
         return jnp.nonzero(self, size=size, fill_value=fill_value)
 
+    def ptp(self, axis=None, out=None, keepdims=False):
+        return self._now(lambda a: a.ptp(axis, keepdims=keepdims))
+
+    def argpartition(self, kth, axis=-1, kind="introselect", order=None):
+        return self._now(lambda a: a.argpartition(kth, axis=axis))
+
+    def compress(self, condition, axis=None, *, size=None, fill_value=0):
+        from . import numpy as jnp
+        return jnp.compress(condition, self, axis=axis, size=size, fill_value=fill_value)
+
+    def choose(self, choices, out=None, mode="raise"):
+        from . import numpy as jnp
+        return jnp.choose(self, choices, mode=mode)
+
+    def to_device(self, device, *, stream=None):
+        """The array API's to_device: device_put(x, device)."""
+        return device_put(self, device)
+
     def copy(self):
         return self._now(lambda a: a * 1)
 

@@ -837,6 +837,48 @@ class Tracer(_Shaped):
         from . import numpy as jnp
         return jnp.nonzero(self, size=size, fill_value=fill_value)
 
+    def ptp(self, axis=None, out=None, keepdims=False):
+        from . import numpy as jnp
+        return jnp.ptp(self, axis=axis, keepdims=keepdims)
+
+    def argpartition(self, kth, axis=-1, kind="introselect", order=None):
+        from . import numpy as jnp
+        return jnp.argpartition(self, kth, axis=axis)
+
+    def compress(self, condition, axis=None, *, size=None, fill_value=0):
+        from . import numpy as jnp
+        return jnp.compress(condition, self, axis=axis, size=size, fill_value=fill_value)
+
+    def choose(self, choices, out=None, mode="raise"):
+        from . import numpy as jnp
+        return jnp.choose(self, choices, mode=mode)
+
+    def to_device(self, device, *, stream=None):
+        """The array API's to_device: in a trace, the value itself (JAX's
+        device_put of a device in jit)."""
+        from ._core import device_put
+        return device_put(self, device)
+
+    @property
+    def nbytes(self):
+        return self.size * np.dtype(self.dtype).itemsize
+
+    def item(self, *args):
+        """JAX's: a traced value has no Python value (ConcretizationTypeError),
+        but in an eager shard_map a replicated one does (_eager_value)."""
+        if args:
+            return self[args].item()
+        v = _eager_value(self)
+        if v is not None:
+            return v.item()
+        raise ConcretizationTypeError(f"Abstract tracer value encountered where concrete "
+                                      f"value is expected: {self._error_repr()}\nThe "
+                                      f"problem arose with the `item` function.")
+
+    def __array_namespace__(self, *, api_version=None):
+        from . import numpy as jnp
+        return jnp
+
     def copy(self):
         return self
 
