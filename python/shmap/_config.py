@@ -99,33 +99,28 @@ def _option_context(name, doc):
             yield
         finally:
             config._values[name] = old
-    ctx.__name__, ctx.__doc__ = name[4:], doc
+    ctx.__doc__ = doc
     return ctx
 
 
-enable_x64 = _option_context("jax_enable_x64", "jax.enable_x64 (taken; changes nothing).")
-debug_nans = _option_context("jax_debug_nans", "jax.debug_nans: only False (no NaN checks).")
-debug_infs = _option_context("jax_debug_infs", "jax.debug_infs: only False (no inf checks).")
-disable_jit = _option_context("jax_disable_jit", "jax.disable_jit: refused (programs run on "
-                              "the service).")
-numpy_rank_promotion = _option_context("jax_numpy_rank_promotion",
-                                       "jax.numpy_rank_promotion: only 'allow'.")
-numpy_dtype_promotion = _option_context("jax_numpy_dtype_promotion",
-                                        "jax.numpy_dtype_promotion: only 'standard'.")
-default_matmul_precision = _option_context("jax_default_matmul_precision",
-                                           "jax.default_matmul_precision (CPU products are full "
-                                           "precision: no effect).")
-log_compiles = _option_context("jax_log_compiles", "jax.log_compiles (no effect).")
-explain_cache_misses = _option_context("jax_explain_cache_misses",
-                                       "jax.explain_cache_misses (no effect).")
-checking_leaks = _option_context("jax_check_tracer_leaks", "jax.checking_leaks (no effect: a "
-                                 "traced value used outside its trace is refused anyway).")
-transfer_guard = _option_context("jax_transfer_guard",
-                                 "jax.transfer_guard (no effect: transfers are not guarded).")
-transfer_guard_host_to_device = _option_context("jax_transfer_guard_host_to_device",
-                                                "jax.transfer_guard_host_to_device (no effect).")
-transfer_guard_device_to_host = _option_context("jax_transfer_guard_device_to_host",
-                                                "jax.transfer_guard_device_to_host (no effect).")
-transfer_guard_device_to_device = _option_context("jax_transfer_guard_device_to_device",
-                                                  "jax.transfer_guard_device_to_device (no "
-                                                  "effect).")
+# jax's context managers of options: name -> (option, what it does here)
+_CONTEXTS = {
+    "enable_x64": ("jax_enable_x64", "taken; changes nothing"),
+    "debug_nans": ("jax_debug_nans", "only False: no NaN checks"),
+    "debug_infs": ("jax_debug_infs", "only False: no inf checks"),
+    "disable_jit": ("jax_disable_jit", "refused: programs run on the service"),
+    "numpy_rank_promotion": ("jax_numpy_rank_promotion", "only 'allow'"),
+    "numpy_dtype_promotion": ("jax_numpy_dtype_promotion", "only 'standard'"),
+    "default_matmul_precision": ("jax_default_matmul_precision",
+                                 "no effect: CPU products are full precision"),
+    "log_compiles": ("jax_log_compiles", "no effect"),
+    "explain_cache_misses": ("jax_explain_cache_misses", "no effect"),
+    "checking_leaks": ("jax_check_tracer_leaks",
+                       "no effect: a value used outside its trace is refused anyway"),
+    "transfer_guard": ("jax_transfer_guard", "no effect: transfers are not guarded"),
+    "transfer_guard_host_to_device": ("jax_transfer_guard_host_to_device", "no effect"),
+    "transfer_guard_device_to_host": ("jax_transfer_guard_device_to_host", "no effect"),
+    "transfer_guard_device_to_device": ("jax_transfer_guard_device_to_device", "no effect"),
+}
+for _name, (_option, _what) in _CONTEXTS.items():
+    globals()[_name] = _option_context(_option, f"jax.{_name} ({_what}).")
