@@ -72,6 +72,7 @@ _AS_BUILTIN = (
     ("a manual axis of the shard_map", ValueError),       # a sharding naming a Manual axis
     ("if a PartitionSpec is passed to", ValueError),      # a bare P with no mesh set
     ("`with_sharding_constraint` acts as an assert", AssertionError),  # Explicit axes
+    ("of an empty sequence", ValueError),                 # argmax of a size-0 array
     # shape errors, as JAX's shape rules and indexing raise them
     ("expected shapes that broadcast together", TypeError),
     ("cannot reshape ", TypeError),
@@ -175,6 +176,20 @@ class TracerBoolConversionError(ConcretizationTypeError):
 class TracerIntegerConversionError(InvalidArgument, TypeError):
     """JAX's: a traced value used where Python needs an integer (__index__:
     an index of a list, range())."""
+
+
+class UnexpectedTracerError(InvalidArgument):
+    """JAX's UnexpectedTracerError: a traced value used after its trace
+    ended (kept in a global or an object by a side effect)."""
+
+
+class NonConcreteBooleanIndexError(InvalidArgument, IndexError):
+    """JAX's NonConcreteBooleanIndexError: indexing with a traced boolean
+    mask, whose result's shape would depend on its values."""
+
+
+class KeyReuseError(InvalidArgument):
+    """JAX's KeyReuseError (shmap does not check key reuse: never raised)."""
 
 
 class TracerArrayConversionError(InvalidArgument, TypeError):
@@ -936,6 +951,9 @@ class Array(_Shaped):
     def __int__(self):
         return int(self.item())
 
+    def __setitem__(self, key, value):
+        raise TypeError(_IMMUTABLE)
+
     def __index__(self):  # [10, 20, 30][i] of an integer scalar Array, as JAX's
         if self.ndim or not np.issubdtype(self.dtype, np.integer):
             raise TypeError("only integer scalar arrays can be converted to a scalar index")
@@ -1149,7 +1167,7 @@ class _ArrayAtIndex:
 
     def __getattr__(self, how):
         if how not in ("set", "add", "subtract", "multiply", "mul", "divide", "power", "min",
-                       "max", "get"):
+                       "max", "get", "apply"):
             raise AttributeError(how)
         key = self.key
         return lambda *v, **kw: self.x._now(lambda a, *t: getattr(a.at[key], how)(*t, **kw),
@@ -1187,6 +1205,11 @@ def _free(client_ref, array_id):
             client._c.delete(array_id)
         except Exception:
             pass
+
+
+_IMMUTABLE = ("JAX arrays are immutable and do not support in-place item assignment. Instead "
+              "of x[idx] = y, use x = x.at[idx].set(y) or another .at[] method: "
+              "https://docs.jax.dev/en/latest/_autosummary/jax.numpy.ndarray.at.html")
 
 
 class _ArrayMeta(type):

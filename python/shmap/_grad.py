@@ -423,7 +423,14 @@ def _binary(op, g, out, a, b):
     if op in ("/", "divide"):
         return [g / b, None if not isinstance(b, Tracer) else -(g * out) / b]
     if op in ("**", "power"):
-        da = g * b * a ** (b - 1) if isinstance(a, Tracer) else None
+        da = None
+        if isinstance(a, Tracer):  # JAX's: an integer exponent's 0 has a derivative of 0
+            if isinstance(b, numbers.Integral) and not isinstance(b, bool):
+                da = None if b == 0 else g if b == 1 else g * b * a ** (b - 1)
+            elif np.issubdtype(np.dtype(getattr(b, "dtype", np.float32)), np.integer):
+                da = g * jnp.where(b == 0, jnp.zeros_like(out), b * a ** (b - 1))
+            else:
+                da = g * b * a ** (b - 1)
         db = g * out * jnp.log(a) if isinstance(b, Tracer) else None
         return [da, db]
     if op == "arctan2":  # arctan2(a, b): d/da = b / r2, d/db = -a / r2
@@ -454,7 +461,7 @@ _UNARY = {
     "sqrt": lambda g, out, x: g * 0.5 / out,
     "rsqrt": lambda g, out, x: g * -0.5 * out / x,
     "logistic": lambda g, out, x: g * out * (1 - out),
-    "abs": lambda g, out, x: g * _jnp().sign(x),
+    "abs": lambda g, out, x: _jnp().where(x >= 0, g, -g),  # JAX's: g at 0
     "erf": lambda g, out, x: g * (2 / np.sqrt(np.pi)) * _jnp().exp(-(x * x)),
     "arcsin": lambda g, out, x: g / _jnp().sqrt(1 - x * x),
     "arccos": lambda g, out, x: -(g / _jnp().sqrt(1 - x * x)),

@@ -21,8 +21,9 @@ import numpy as np
 import _shmap
 
 from ._core import use_mesh as _use_mesh
-from ._core import (ConcretizationTypeError, TracerArrayConversionError,
-                    TracerBoolConversionError, TracerIntegerConversionError)
+from ._core import (ConcretizationTypeError, NonConcreteBooleanIndexError,
+                    TracerArrayConversionError, TracerBoolConversionError,
+                    TracerIntegerConversionError, UnexpectedTracerError)
 from ._core import AbstractMesh, _padded, _short_type, _spec_axes, _spec_of, _type_axes
 from ._core import (Array, InvalidArgument, NamedSharding, P, PartitionSpec, ProgramError,
                     Unimplemented, Explicit, Mesh,
@@ -56,6 +57,13 @@ def _user_line():
 def _fmt(v):
     """A Python value in the text form."""
     if isinstance(v, Tracer):
+        if getattr(_state, "builder", None) is None:  # kept past its trace
+            raise UnexpectedTracerError(
+                f"Encountered an unexpected tracer. A function transformed by shmap had a side "
+                f"effect, allowing for a reference to an intermediate value with type "
+                f"{v._error_repr()} to escape the scope of the transformation. shmap's "
+                f"transformations, as JAX's, require that functions explicitly return their "
+                f"outputs, and disallow saving intermediate values to global state.")
         if isinstance(v, _vmap.BatchTracer):
             raise InvalidArgument("vmap: an op without a batching rule was given a mapped "
                                   "value")
@@ -190,10 +198,10 @@ class _Builder:
         if id(v) in self.closed:
             return self.closed[id(v)]
         if self.outer is None or v._owner is not self.outer:
-            raise InvalidArgument(f"a traced value ({v.name}) of another trace is used here: "
-                                  f"a value of a jit or shard_map function exists only while "
-                                  f"that function is traced; return it, or pass it as an "
-                                  f"argument")
+            raise UnexpectedTracerError(f"a traced value ({v.name}) of another trace is used "
+                                        f"here: a value of a jit or shard_map function exists "
+                                        f"only while that function is traced; return it, or "
+                                        f"pass it as an argument")
         k = len(self.closed)
         while f"closed{k}" in self.params:
             k += 1
@@ -563,7 +571,8 @@ class Tracer(_Shaped):
         if isinstance(a, _vmap.BatchTracer) or isinstance(b, _vmap.BatchTracer):
             return _vmap.apply(op, (a, b), {})
         (a, b), weak = _weak_args(op, (a, b))
-        r = _builder().emit(f"{_fmt(a)} {op} {_fmt(b)}", op, (a, b))
+        text = f"{_fmt(a)} {op} {_fmt(b)}"  # (a value kept past its trace: _fmt's error)
+        r = _builder().emit(text, op, (a, b))
         if weak and op not in _COMPARISONS:
             r.weak_type = True
         return r
@@ -619,6 +628,10 @@ class Tracer(_Shaped):
     def __abs__(self): return _call_op("abs", self)
     __hash__ = object.__hash__
 
+    def __setitem__(self, key, value):
+        from ._core import _IMMUTABLE
+        raise TypeError(_IMMUTABLE)
+
     def __getitem__(self, key, out_sharding=None):
         key = key if isinstance(key, tuple) else (key,)
         if any(k is Ellipsis for k in key):  # as many ':' as the dims it stands for
@@ -628,6 +641,7 @@ class Tracer(_Shaped):
                 raise InvalidArgument("an index can only have a single ellipsis ('...')")
             n = len(self.shape) - sum(k is not None for k in rest)
             key = key[:at] + (slice(None),) * max(n, 0) + key[at + 1:]
+        key = _clamped_ints(_static_key(key, self.shape), self.shape)
         if any(isinstance(k, np.ndarray) and k.dtype == np.bool_ and k.ndim for k in key):
             # a concrete mask: the integer indices of its True elements, as JAX's
             key = sum(((tuple(k.nonzero()) if isinstance(k, np.ndarray) and k.dtype == np.bool_
@@ -653,8 +667,10 @@ class Tracer(_Shaped):
         p = arrays[0]
         idx = _index_value(key[p])
         if idx.dtype == np.bool_:
-            raise InvalidArgument("indexing with a boolean mask (a result of data-dependent "
-                                  "shape) is not supported: use jnp.where(mask, x, 0)")
+            raise NonConcreteBooleanIndexError(
+                f"Array boolean indices must be concrete; got {idx._error_repr()}: indexing with "
+                f"a traced boolean mask gives a result of data-dependent shape; use "
+                f"jnp.where(mask, x, 0), or jnp.nonzero(mask, size=n)")
         y = self[key[:p] + (slice(None),) + key[p + 1:]]
         ax = sum(1 for k in key[:p] if k is None or isinstance(k, slice))
         r = _call_op("take", y, idx, axis=ax, mode="clip", out_sharding=out_sharding)
@@ -933,11 +949,8 @@ class _AtIndex:
         for d, (k, n) in enumerate(zip(key, shape)):
             if isinstance(k, numbers.Integral) and not isinstance(k, bool):
                 i = int(k) + n if k < 0 else int(k)
-                if not 0 <= i < n:
-                    raise InvalidArgument(f"x.at[...]: index {k} is out of bounds for "
-                                          f"dimension {d} of size {n}")
-                starts.append(i)
-                sizes.append(1)
+                starts.append(i if 0 <= i < n else 0)
+                sizes.append(1 if 0 <= i < n else 0)  # out of bounds: dropped, as JAX's
             elif isinstance(k, slice) and k.step in (None, 1):
                 a, b, _ = k.indices(n)
                 starts.append(a)
@@ -948,7 +961,14 @@ class _AtIndex:
                                       f"here, got {k!r}")
         return starts, sizes, kept
 
-    def get(self, out_sharding=None, mode=None, fill_value=None):
+    def apply(self, func, *, indices_are_sorted=False, unique_indices=False, mode=None):
+        """x.at[idx].apply(func): func (a unary elementwise function) at the
+        indexed elements, as a set of func of their values (an index given
+        twice takes it once)."""
+        return self.set(func(self.get()))
+
+    def get(self, out_sharding=None, mode=None, fill_value=None, indices_are_sorted=False,
+            unique_indices=False):
         """x.at[key].get(): x[key]; with an integer array in key,
         out_sharding= says how the gather's result is sharded (JAX's)."""
         key = self.key if isinstance(self.key, tuple) else (self.key,)
@@ -986,6 +1006,10 @@ class _AtIndex:
             return self._auto("set", v, out_sharding)
         starts, sizes, kept = self._box()
         x = self.x
+        if 0 in sizes:  # an empty box (an index out of bounds: JAX drops the update)
+            return x
+        if isinstance(v, (list, tuple)) or isinstance(v, Array) or np.ndim(v) > 0:
+            v = _as_operand(np.asarray(v) if isinstance(v, (list, tuple)) else v)  # an array
         if isinstance(v, Tracer):
             upd = _broadcast_to(v, tuple(sizes[d] for d in kept)).reshape(tuple(sizes))
             if upd.dtype != x.dtype:
@@ -1901,6 +1925,56 @@ def _tree_leaves(v, name):
     if n is None:
         return [(v, name)]
     return [x for c, k in zip(n[0], n[1]) for x in _tree_leaves(c, f"{name}_{k}")]
+
+
+def _static_key(key, shape):
+    """JAX's checks of an index's static parts: slices' bounds static (an
+    IndexError naming lax.dynamic_slice), a scalar True a new axis (False,
+    an empty one, refused), a boolean mask of the shape it covers."""
+    out, d = [], 0
+    for j, k in enumerate(key):
+        if isinstance(k, slice) and any(hasattr(b, "type") or isinstance(b, Array)
+                                        for b in (k.start, k.stop, k.step)):
+            raise IndexError(f"Array slice indices must have static start/stop/step to be used "
+                             f"with NumPy indexing syntax. Found {k}. To index a statically "
+                             f"sized array at a dynamic position, try lax.dynamic_slice/"
+                             f"dynamic_update_slice (JAX does not support dynamically sized "
+                             f"arrays within JIT compiled functions).")
+        if isinstance(k, (bool, np.bool_)):
+            if not k:
+                raise NotImplementedError("indexing with a scalar False (a new axis of size 0) "
+                                          "is not supported")
+            out.append(None)  # numpy's and JAX's: a new axis of size 1
+            continue
+        if isinstance(k, (list, np.ndarray)) and np.asarray(k).dtype == np.bool_ and \
+                np.ndim(k):
+            k = np.asarray(k)
+            want = tuple(shape[d:d + k.ndim])
+            if k.shape != want:
+                raise IndexError(f"boolean index did not match shape of indexed array in index "
+                                 f"{j}: got {k.shape}, expected {want}")
+            d += k.ndim
+        elif k is not None:
+            d += 1
+        out.append(k)
+    return tuple(out)
+
+
+def _clamped_ints(key, shape):
+    """An index's static integers as JAX's indexing reads them: a negative
+    one counts from the end, then each is clamped into its dimension (JAX
+    returns the edge for an index out of bounds where numpy raises)."""
+    out, d = [], 0
+    for k in key:
+        if isinstance(k, (numbers.Integral, np.integer)) and not isinstance(k, (bool, np.bool_)) \
+                and d < len(shape):
+            n = shape[d]
+            i = int(k) + n if k < 0 else int(k)
+            k = min(max(i, 0), n - 1) if n else k
+        if k is not None:
+            d += 1
+        out.append(k)
+    return tuple(out)
 
 
 def _scalar_index(k):

@@ -1,8 +1,13 @@
 """JAX's jax.errors: the errors a traced value raises where Python needs
 its value (bool(), int(), an index, numpy), and JAX's core.ShardingTypeError
 (a sharding rule's refusal)."""
-from ._core import (ConcretizationTypeError, ShardingTypeError, TracerArrayConversionError,
-                    TracerBoolConversionError, TracerIntegerConversionError)
+from ._core import (ConcretizationTypeError, KeyReuseError, NonConcreteBooleanIndexError,
+                    ShardingTypeError, ShmapError, TracerArrayConversionError,
+                    TracerBoolConversionError, TracerIntegerConversionError,
+                    UnexpectedTracerError)
 
-__all__ = ["ConcretizationTypeError", "ShardingTypeError", "TracerArrayConversionError",
-           "TracerBoolConversionError", "TracerIntegerConversionError"]
+JaxRuntimeError = ShmapError  # a failure of the service or of a job
+
+__all__ = ["ConcretizationTypeError", "JaxRuntimeError", "KeyReuseError",
+           "NonConcreteBooleanIndexError", "ShardingTypeError", "TracerArrayConversionError",
+           "TracerBoolConversionError", "TracerIntegerConversionError", "UnexpectedTracerError"]

@@ -1404,15 +1404,57 @@ __all__ += ["shift_left", "shift_right_arithmetic", "shift_right_logical", "rem"
             "population_count", "clz"]
 
 
+_dynamic_slice_op = dynamic_slice  # noqa: F821 (the op table's: starts clamped)
+_dynamic_slice_in_dim_op = dynamic_slice_in_dim  # noqa: F821
+_dynamic_update_slice_op = dynamic_update_slice  # noqa: F821
+
+
+def _wrap_start(s, n):
+    """A dynamic start as lax takes it (allow_negative_indices): a negative
+    one counts from the end once (n added), then the op clamps it."""
+    if isinstance(s, (numbers.Integral, _np.integer)) and not isinstance(s, bool):
+        return int(s) + n if s < 0 else int(s)
+    if hasattr(s, "type") or isinstance(s, _np.ndarray):
+        from . import numpy as jnp
+        return jnp.where(s < 0, s + n, s)
+    return s
+
+
+def dynamic_slice(operand, start_indices, slice_sizes, *, allow_negative_indices=True):
+    """lax.dynamic_slice: the slice of slice_sizes from start_indices (a
+    negative start counts from the end once, as lax's; then clamped into
+    the operand)."""
+    if allow_negative_indices:
+        start_indices = [_wrap_start(s, n) for s, n in zip(start_indices, operand.shape)]
+    return _dynamic_slice_op(operand, start_indices, slice_sizes)
+
+
+def dynamic_slice_in_dim(operand, start_index, slice_size=1, axis=0, *,
+                         allow_negative_indices=True):
+    """lax.dynamic_slice_in_dim: dynamic_slice along axis."""
+    if allow_negative_indices:
+        start_index = _wrap_start(start_index, operand.shape[axis])
+    return _dynamic_slice_in_dim_op(operand, start_index, slice_size, axis)
+
+
+def dynamic_update_slice(operand, update, start_indices, *, allow_negative_indices=True):
+    """lax.dynamic_update_slice: update written into operand from
+    start_indices (negative ones from the end once, then clamped)."""
+    if allow_negative_indices:
+        start_indices = [_wrap_start(s, n) for s, n in zip(start_indices, operand.shape)]
+    return _dynamic_update_slice_op(operand, update, start_indices)
+
+
 @_now
-def dynamic_update_slice_in_dim(operand, update, start_index, axis):
+def dynamic_update_slice_in_dim(operand, update, start_index, axis, *,
+                                allow_negative_indices=True):
     """lax.dynamic_update_slice_in_dim: update written into operand from
     start_index along axis (0 along the others)."""
-    jnp = _jnp()
     axis = axis % len(operand.shape)
     starts = [0] * len(operand.shape)
     starts[axis] = start_index
-    return jnp.dynamic_update_slice(operand, update, starts)
+    return dynamic_update_slice(operand, update, starts,
+                                allow_negative_indices=allow_negative_indices)
 
 
 @_now

@@ -216,6 +216,10 @@ def _masked(name, op, identity):
     initial= with where=, as JAX's."""
     @functools.wraps(op)
     def f(a, *args, where=None, initial=None, **kwargs):
+        if identity is None and initial is None and hasattr(a, "shape") and \
+                _reduced_count(a, kwargs.get("axis", args[0] if args else None)) == 0:
+            raise ValueError(f"zero-size array to reduction operation {name} which has no "
+                             f"identity")
         if where is None and initial is None:
             return op(a, *args, **kwargs)
         return masked(a, *args, where=where, initial=initial, **kwargs)
@@ -260,10 +264,12 @@ def mean(a, axis=None, dtype=None, keepdims=False, *, where=None):
 
 
 @_at_once
-def var(a, axis=None, dtype=None, ddof=0, keepdims=False, *, where=None):
+def var(a, axis=None, dtype=None, ddof=0, keepdims=False, *, where=None, correction=None):
     """jnp.var: the mean of squared deviations from the mean over axis, the
     sum divided by n - ddof (as JAX computes it); float32 for integers;
     where= counts only the elements where it holds."""
+    if correction is not None:  # the array API's name of ddof (JAX's)
+        ddof = correction
     if dtype is None:
         dtype = a.dtype if _np.issubdtype(a.dtype, _np.floating) else _np.float32
     a = astype(a, dtype)  # noqa: F821
@@ -279,10 +285,10 @@ def var(a, axis=None, dtype=None, ddof=0, keepdims=False, *, where=None):
 
 
 @_at_once
-def std(a, axis=None, dtype=None, ddof=0, keepdims=False, *, where=None):
+def std(a, axis=None, dtype=None, ddof=0, keepdims=False, *, where=None, correction=None):
     """jnp.std: sqrt(var)."""
     return sqrt(var(a, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims,  # noqa: F821
-                    where=where))
+                    where=where, correction=correction))
 
 
 @_at_once
@@ -534,6 +540,16 @@ def _pad_computed(array, pw, mode, stat_length, end_values):
 
 
 _take_op = take  # noqa: F821 (the op table's: a negative index gains n first in every mode)
+_take_along_axis_op = take_along_axis  # noqa: F821 (the op table's)
+
+
+@_at_once
+def take_along_axis(arr, indices, axis, mode=None, fill_value=None, **kwargs):
+    """jnp.take_along_axis; axis=None takes along arr and indices raveled, as
+    JAX's."""
+    if axis is None:
+        arr, indices, axis = reshape(arr, (-1,)), reshape(indices, (-1,)), 0  # noqa: F821
+    return _take_along_axis_op(arr, indices, axis=axis, mode=mode, **kwargs)
 
 
 def _fill_default(dtype):
@@ -1344,17 +1360,20 @@ def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     return all(isclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan))  # noqa: F821
 
 
-def array_equal(a1, a2):
+def array_equal(a1, a2, equal_nan=False):
     """jnp.array_equal: equal shapes and elements (static shapes: False at
-    once when they differ)."""
+    once when they differ); with equal_nan, NaNs equal each other."""
     if tuple(shape(a1)) != tuple(shape(a2)):
         return False
-    return _all_equal(a1, a2)
+    return _all_equal(a1, a2, bool(equal_nan))
 
 
 @_at_once
-def _all_equal(a1, a2):
-    return all(equal(a1, a2))  # noqa: F821
+def _all_equal(a1, a2, equal_nan=False):
+    eq = equal(a1, a2)  # noqa: F821
+    if equal_nan:
+        eq = logical_or(eq, logical_and(isnan(a1), isnan(a2)))  # noqa: F821
+    return all(eq)  # noqa: F821
 
 
 
@@ -1496,7 +1515,9 @@ def logaddexp(x1, x2):
     m = maximum(x1, x2)  # noqa: F821
     d = x1 - x2
     d = where(isnan(d), 0, d)  # (inf - inf: both infinite)  # noqa: F821
-    return m + log1p(exp(-abs(d)))  # noqa: F821
+    # |d| as maximum(d, -d): its derivative at d = 0 is 0 (maximum's ties share), so
+    # the derivative at x1 == x2 is 1/2 each, JAX's logaddexp's (abs's would be 1 there)
+    return m + log1p(exp(-maximum(d, -d)))  # noqa: F821
 
 
 @_at_once
@@ -1576,11 +1597,13 @@ def average(a, axis=None, weights=None, returned=False, keepdims=False):
 
 @_at_once
 def diff(a, n=1, axis=-1):
-    """The n-th differences along axis: a[1:] - a[:-1], n times."""
+    """The n-th differences along axis: a[1:] - a[:-1], n times (of bools,
+    not_equal, as JAX's)."""
     ax = axis % len(a.shape)
     every = (builtins.slice(None),) * ax
     for _ in range(n):
-        a = a[every + (builtins.slice(1, None),)] - a[every + (builtins.slice(None, -1),)]
+        hi, lo = a[every + (builtins.slice(1, None),)], a[every + (builtins.slice(None, -1),)]
+        a = not_equal(hi, lo) if _np.dtype(a.dtype) == _np.bool_ else hi - lo  # noqa: F821
     return a
 
 

@@ -1735,8 +1735,9 @@ def test_indexing_padding_and_error_classes(c):
         a + c.device_put(np.ones(5, np.float32), one)
     with pytest.raises(TypeError, match="cannot reshape"):
         shmap.jit(lambda u: u.reshape(5))(a)
-    with pytest.raises(IndexError, match="out of bounds"):
-        shmap.jit(lambda u: u[5])(a)
+    # a static index out of bounds: JAX's clamp (a read), drop (an update)
+    assert np.array_equal(np.asarray(shmap.jit(lambda u: u[5])(a)), x[2])
+    assert np.array_equal(np.asarray(shmap.jit(lambda u: u.at[7].set(0.0))(a)), x)
 
 
 def test_python_number_arguments_are_weakly_typed(c):
@@ -2008,3 +2009,65 @@ def test_float16_sorts_scans_scatters_and_array_methods(c):
     assert float(shmap.jit(lambda u: u.nbytes + 0 * u.sum())(x)) == 24.0
     with pytest.raises(shmap.errors.ConcretizationTypeError):
         shmap.jit(lambda u: u.item())(x[0, 0])
+
+
+def test_round_three_idioms(c):
+    """Third round: x.at[i].set(numpy array) in a jit (refused: 'fill_value
+    must be a static number'); lax.dynamic_slice & co. count a negative
+    start from the end once (it clamped to 0: a wrong value); a static
+    index out of bounds clamps (a read) or drops (an update), as JAX's (it
+    raised); grad of x ** 0 and of integer powers at 0 (NaN) and of abs at
+    0 (JAX's 1); boolean masks of the wrong shape (IndexError), a scalar
+    True (a new axis), traced slice bounds (IndexError), x[i] = v
+    (TypeError), a tracer kept past its trace (UnexpectedTracerError), a
+    traced mask (NonConcreteBooleanIndexError); max/min/argmax of nothing
+    (ValueError); var(correction=), array_equal(equal_nan=),
+    .at[].get(indices_are_sorted=), .at[].apply, take_along_axis(axis=None),
+    diff of bools."""
+    one = NamedSharding(c.make_mesh((1,), ("d",)), P())
+    z = np.zeros((2, 2), np.float32)
+    got = shmap.jit(lambda a: a.at[0].set(np.array([1.0, 2.0], np.float32)))(z)
+    assert np.array_equal(np.asarray(got), [[1, 2], [0, 0]])
+    assert np.array_equal(np.asarray(shmap.jit(lambda a: a.at[1].set([3.0, 4.0]))(z)),
+                          [[0, 0], [3, 4]])
+    x8 = c.device_put(np.arange(8, dtype=np.float32), one)
+    assert np.array_equal(np.asarray(lax.dynamic_slice(x8, (-3,), (2,))), [5, 6])
+    assert float(shmap.jit(lambda k: lax.dynamic_index_in_dim(x8, k - 1, keepdims=False))(
+        np.int32(0))) == 7.0
+    upd = lax.dynamic_update_slice(jnp.zeros_like(x8), np.ones(2, np.float32), (-3,))
+    assert np.array_equal(np.asarray(upd), [0, 0, 0, 0, 0, 1, 1, 0])
+    assert float(x8[11]) == 7.0 and float(x8[-11]) == 0.0
+    assert np.array_equal(np.asarray(x8.at[11].add(23.0)), np.arange(8))
+    assert np.isnan(float(x8.at[11].get(mode="fill", fill_value=np.nan)))
+    assert float(shmap.grad(lambda t: t ** 0)(0.0)) == 0.0
+    assert float(shmap.grad(lambda t: jnp.sum(t ** jnp.arange(3)))(0.0)) == 1.0
+    assert float(shmap.grad(jnp.abs)(0.0)) == 1.0
+    v = c.device_put(np.array([1.0, 2.0], np.float32), one)
+    with pytest.raises(IndexError, match="boolean index did not match shape"):
+        v[np.array([True, False, True])]
+    assert v[True].shape == (1, 2)
+    with pytest.raises(IndexError, match="Array slice indices must have static start/stop"):
+        shmap.jit(lambda n: x8[:n])(np.int32(3))
+    with pytest.raises(TypeError, match="JAX arrays are immutable"):
+        v[0] = 3.0
+    kept = []
+    shmap.jit(lambda a: kept.append(a) or a)(v)
+    with pytest.raises(shmap.errors.UnexpectedTracerError):
+        kept[0] + 1
+    with pytest.raises(shmap.errors.NonConcreteBooleanIndexError):
+        shmap.jit(lambda a: a[a > 1])(v)
+    with pytest.raises(ValueError, match="zero-size array to reduction operation max"):
+        jnp.max(np.zeros(0, np.float32))
+    with pytest.raises(ValueError, match="argmax of an empty sequence"):
+        shmap.jit(jnp.argmax)(np.zeros(0, np.float32))
+    a = np.array([1.0, 2.0, 4.0], np.float32)
+    assert float(jnp.var(a, correction=1)) == pytest.approx(np.var(a, ddof=1))
+    nan = np.array([1.0, np.nan], np.float32)
+    assert bool(jnp.array_equal(nan, nan, equal_nan=True)) and not jnp.array_equal(nan, nan)
+    idx = np.array([1, 3])
+    assert np.array_equal(np.asarray(x8.at[idx].get(indices_are_sorted=True)), [1, 3])
+    assert np.array_equal(np.asarray(x8.at[idx].apply(jnp.negative))[:4], [0, -1, 2, -3])
+    m = c.device_put(np.arange(4, dtype=np.float32).reshape(2, 2), one)
+    assert np.array_equal(np.asarray(jnp.take_along_axis(m, np.array([3, 0]), axis=None)),
+                          [3, 0])
+    assert np.array_equal(np.asarray(jnp.diff(np.array([True, False, False]))), [True, False])

@@ -401,20 +401,22 @@ def _vectorize_cases(c, mesh):
 
 def test_vmap_dynamic_slices_at_batched_starts(c, mesh):
     """dynamic_slice, dynamic_slice_in_dim and dynamic_update_slice at a
-    start that is one per example (clamped as the op clamps it), beside a
+    start that is one per example (a negative one from the end once, then
+    clamped, as lax's), beside a
     traced start the same for all and a static one: JAX's gather and
     scatter, against numpy's loop; the batch sharded over X stays so.
     Before, a traced start was refused ('vmap: dynamic_slice at traced
     starts is not supported')."""
     xa = RNG.standard_normal((4, 6, 5)).astype(np.float32)
     ua = RNG.standard_normal((4, 2, 3)).astype(np.float32)
-    sa = np.array([0, 3, 5, -2], np.int32)  # 5 and -2 clamp
+    sa = np.array([0, 3, 5, -2], np.int32)  # 5 clamps, -2 counts from the end
     x = c.device_put(xa, NamedSharding(mesh, P("X")))
     u = c.device_put(ua, NamedSharding(mesh, P("X")))
     s = c.device_put(sa, NamedSharding(mesh, P("X")))
 
-    def clamp(v, n, k):
-        return min(max(int(v), 0), n - k)
+    def clamp(v, n, k):  # a negative start from the end once, then clamped: lax's
+        v = int(v) + n if v < 0 else int(v)
+        return min(max(v, 0), n - k)
 
     def f(x, u, s, t):
         return (lax.dynamic_slice(x, (s, t), (2, 3)),
