@@ -308,10 +308,21 @@ def _branch_types(out):
     from . import _vmap
     from ._trace import Tracer
     leaves = _leaves(out)[0]
-    if not builtins.all(isinstance(v, Tracer) and not isinstance(v, _vmap.BatchTracer)
-                        for v in leaves):
+    if builtins.any(isinstance(v, _vmap.BatchTracer) for v in leaves):
         return None
-    return [(tuple(v.shape), v.dtype, tuple(_varying(v.type))) for v in leaves]
+    types = []
+    for v in leaves:
+        if isinstance(v, Tracer):
+            types.append((tuple(v.shape), v.dtype, tuple(_varying(v.type))))
+        elif isinstance(v, (bool, numbers.Number, _np.ndarray, _np.generic)):
+            # a constant: as the program holds it (JAX's default dtypes; a number weak)
+            dt = _np.asarray(v).dtype
+            dt = {"f": _np.float32, "i": _np.int32}.get(dt.kind, dt) if dt.itemsize == 8 \
+                else dt
+            types.append((tuple(_np.shape(v)), _np.dtype(dt), ()))
+        else:
+            return None
+    return types
 
 
 def _check_branch_outputs(api, names, funs, outs):

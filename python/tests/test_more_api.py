@@ -2071,3 +2071,16 @@ def test_round_three_idioms(c):
     assert np.array_equal(np.asarray(jnp.take_along_axis(m, np.array([3, 0]), axis=None)),
                           [3, 0])
     assert np.array_equal(np.asarray(jnp.diff(np.array([True, False, False]))), [True, False])
+
+
+def test_cond_constant_branches_checked(c):
+    """lax.cond whose branches return constants (numpy arrays, jnp scalars)
+    of different shapes or dtypes is JAX's TypeError (it broadcast one, or
+    took the first's dtype, silently); constants of one type still run."""
+    with pytest.raises(TypeError, match="the shapes do not match"):
+        shmap.jit(lambda p: lax.cond(p, lambda: np.ones(1, np.float32),
+                                     lambda: np.ones(2, np.float32)))(True)
+    with pytest.raises(TypeError, match="the dtypes do not match"):
+        shmap.jit(lambda p: lax.cond(p, lambda: jnp.float32(1.0), lambda: jnp.int32(1)))(True)
+    assert float(shmap.jit(lambda p: lax.cond(p, lambda: 1.0, lambda: jnp.float32(2.0)))(
+        False)) == 2.0
