@@ -9,6 +9,7 @@ import numpy as _np
 
 import _shmap
 
+from ._grad import custom_jvp as _custom_jvp
 from ._grad import stop_gradient  # noqa: F401 (jax.lax.stop_gradient)
 from ._core import _short_type
 from ._trace import _fmt, make_op
@@ -1024,7 +1025,7 @@ def associative_scan(fn, elems, reverse=False, axis=0):
     return build(out)
 
 
-def erf_inv(x):
+def _erf_inv_values(x):
     """lax.erf_inv as XLA computes it (chlo.erf_inv): float32 (and float16,
     in float32) Giles' single-precision polynomials in w = -log1p(-x*x),
     float64 the three double-precision ones; the coefficients and the
@@ -1046,6 +1047,17 @@ def erf_inv(x):
         p = jnp.where(lt, float(lo[i]), float(hi[i])) + p * w
     r = jnp.where(jnp.abs(x32) == 1.0, x32 * _np.inf, p * x32)
     return r if dt == _np.float32 else jnp.astype(r, dt)
+
+
+def _erf_inv_jvp(primals, tangents):
+    """JAX's derivative of erf_inv: sqrt(pi)/2 exp(erf_inv(x)**2) (the
+    polynomials' own would be NaN: 0 * inf at |x| = 1, sqrt at 0)."""
+    ans = erf_inv(primals[0])
+    return ans, (_np.sqrt(_np.pi) / 2) * (tangents[0] * _jnp().exp(ans * ans))
+
+
+erf_inv = _custom_jvp(_erf_inv_values)
+erf_inv.defjvp(_erf_inv_jvp)
 
 
 _NO_REVERSE = ("Reverse-mode differentiation does not work for lax.while_loop or "

@@ -3,9 +3,11 @@ triangular_solve, as composites of the op table's ops, unrolled over the
 matrix's order as programs unroll their loops: norms; Gaussian elimination
 with partial pivoting (the pivot of largest magnitude, as LAPACK's getrf)
 for solve, inv, det and slogdet; Cholesky column by column; triangular
-solves by substitution; QR by Householder reflections (LAPACK's signs), and
-least squares through it. Leading dimensions are batch dimensions. grad and
-vmap go through them as through any composite.
+solves by substitution; QR by Householder reflections (LAPACK's signs);
+least squares (the minimum-norm solution) through the SVD, as JAX's.
+Leading dimensions are batch dimensions. grad and vmap go through them as
+through any composite. svd, slogdet, qr and eigh return JAX's namedtuples
+(SVDResult, SlogdetResult, QRResult, EighResult), pytrees.
 
 Sharding is JAX's linalg rule: the two matrix dimensions unsharded
 ('Input 0 to lu must be unsharded on non-batch dimensions, but got
@@ -15,6 +17,7 @@ rounds, swept in a loop of the program until the off-diagonal part is at
 rounding level (their programs hold one sweep: they grow with the order
 squared); eig (non-symmetric) is refused with a sentence."""
 import numbers
+from typing import Any, NamedTuple
 
 import numpy as _np
 
@@ -27,7 +30,42 @@ __all__ = ["norm", "vector_norm", "matrix_norm", "det", "slogdet", "inv", "solve
            "cholesky", "matrix_power", "matrix_transpose", "multi_dot", "vecdot", "outer",
            "trace", "diagonal", "matmul", "tensordot", "cross", "svd", "eigh", "eig", "qr",
            "pinv", "lstsq", "matrix_rank", "eigvalsh", "svdvals", "triangular_solve",
-           "solve_triangular"]
+           "solve_triangular", "EighResult", "EigResult", "QRResult", "SlogdetResult",
+           "SVDResult"]
+
+
+# ---- JAX's result namedtuples (pytrees: they go through jit, grad and vmap) ----------
+
+
+class EighResult(NamedTuple):
+    """eigh's result: (eigenvalues, eigenvectors)."""
+    eigenvalues: Any
+    eigenvectors: Any
+
+
+class EigResult(NamedTuple):
+    """eig's result: (eigenvalues, eigenvectors)."""
+    eigenvalues: Any
+    eigenvectors: Any
+
+
+class QRResult(NamedTuple):
+    """qr's result: (Q, R)."""
+    Q: Any
+    R: Any
+
+
+class SlogdetResult(NamedTuple):
+    """slogdet's result: (sign, logabsdet)."""
+    sign: Any
+    logabsdet: Any
+
+
+class SVDResult(NamedTuple):
+    """svd's result: (U, S, Vh)."""
+    U: Any
+    S: Any
+    Vh: Any
 
 
 # ---- JAX's linalg sharding rule ------------------------------------------
@@ -123,7 +161,7 @@ def vector_norm(x, axis=None, keepdims=False, ord=2):
 @_at_once
 def matrix_norm(x, keepdims=False, ord="fro"):
     """jnp.linalg.matrix_norm over the last two dimensions: 'fro', 1, -1,
-    inf, -inf (2, -2 and 'nuc' need singular values: refused)."""
+    inf, -inf; 2, -2 and 'nuc' from the singular values."""
     return _matrix_norm(_float(x), ord, (-2, -1), keepdims)
 
 
@@ -235,15 +273,63 @@ def _solve_layout(name, a, b):
     return _gather_dims(b, eb, {len(eb) - 1}), list(eb)
 
 
+def _solve_shapes(a_shape, b_shape):
+    """JAX's checks of solve's shapes (jnp.vectorize's with its signature
+    '(m,m),(m)->(m)' for a 1-d b, '(m,m),(m,n)->(m,n)' else; its
+    sentences) and the broadcast batch shape of a and b."""
+    a_shape, b_shape = tuple(a_shape), tuple(b_shape)
+    if len(a_shape) < 2:
+        raise ValueError(f"left hand array must be at least two dimensional; got "
+                         f"a.shape={a_shape}")
+    sig = "(m,m),(m)->(m)" if len(b_shape) == 1 else "(m,m),(m,n)->(m,n)"
+    ctx = f"on vectorized function with excluded=frozenset() and signature={sig!r}"
+    sizes = {}
+    for shape, core in ((a_shape, ("m", "m")), (b_shape, ("m",) if len(b_shape) == 1
+                                                else ("m", "n"))):
+        if len(shape) < len(core):
+            raise ValueError(f"input with shape {shape!r} does not have enough dimensions for "
+                             f"all core dimensions {core!r} {ctx}")
+        for dim, size in zip(core, shape[len(shape) - len(core):]):
+            if sizes.setdefault(dim, size) != size:
+                raise ValueError(f"inconsistent size for core dimension {dim!r}: {size!r} vs "
+                                 f"{sizes[dim]!r} {ctx}")
+    shapes = [a_shape[:-2], b_shape[:-2] if len(b_shape) > 1 else ()]
+    try:
+        return tuple(_np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise ValueError(f"Incompatible shapes for broadcasting: shapes={shapes}") from None
+
+
+def _legacy_vector(a_shape, b_shape):
+    """b a batch of vectors in JAX's reading before v0.5.0 (a (..., m, m),
+    b (..., m) with b.shape[-2] != m), which JAX now refuses."""
+    return len(b_shape) > 1 and len(a_shape) == len(b_shape) + 1 and \
+        a_shape[-1] == b_shape[-1] and a_shape[-1] != b_shape[-2]
+
+
 @_at_once
 def solve(a, b):
-    """jnp.linalg.solve: x with a @ x == b; b of a's shape (a batch of
-    matrices) or a's minus its last dimension (vectors), as JAX's."""
-    _square("solve", a)
+    """jnp.linalg.solve: x with a @ x == b, as JAX's: b 1-d (a vector, x of
+    a's batch shape by m) or (..., m, n) (matrices), the batch dimensions of
+    a and b broadcast against each other (JAX's jnp.vectorize with
+    signature '(m,m),(m)->(m)' or '(m,m),(m,n)->(m,n)')."""
+    if _legacy_vector(a.shape, b.shape):
+        # JAX (since v0.5.0) raises "Invalid shapes for solve: ... Prior to JAX v0.5.0, this
+        # would have been treated as a batched 1-dimensional solve. ..."; shmap keeps that
+        # older reading (b[..., None], the result squeezed), which its tests rely on
+        return solve(a, jnp.expand_dims(b, -1))[..., 0]
+    batch = _solve_shapes(a.shape, b.shape)
     a, b = _float(a), _float(b)
-    vec = len(b.shape) == len(a.shape) - 1
+    if _np.dtype(a.dtype) != _np.dtype(b.dtype):
+        dt = jnp.result_type(a, b)
+        a, b = jnp.astype(a, dt), jnp.astype(b, dt)
+    vec = len(b.shape) == 1
     if vec:
         b = jnp.expand_dims(b, -1)
+    if tuple(a.shape[:-2]) != batch:
+        a = jnp.broadcast_to(a, batch + tuple(a.shape[-2:]))
+    if tuple(b.shape[:-2]) != batch:
+        b = jnp.broadcast_to(b, batch + tuple(b.shape[-2:]))
     _check_core_unsharded("lu", a)
     b, want = _solve_layout("solve", a, b)
     u, y, _ = _eliminate(a, b)
@@ -264,10 +350,18 @@ def inv(a):
     return _substitute(u, y, lower=False)
 
 
+def slogdet(a, *, method=None):
+    """jnp.linalg.slogdet: SlogdetResult(sign, logabsdet) from the
+    elimination's pivots (method None or 'lu', JAX's default; 'qr' is
+    taken the same way: the values agree)."""
+    if method not in (None, "lu", "qr"):
+        raise ValueError(f"Unknown slogdet method '{method}'. Supported methods "
+                         "are 'lu' (`None`), and 'qr'.")
+    return SlogdetResult(*_slogdet(a))
+
+
 @_at_once
-def slogdet(a):
-    """jnp.linalg.slogdet: (sign, log|det|) from the elimination's
-    pivots."""
+def _slogdet(a):
     _square("slogdet", a)
     a = _float(a)
     _check_core_unsharded("lu", a)
@@ -301,12 +395,17 @@ def cholesky(a, *, upper=False, symmetrize_input=True):
     nd = len(a.shape)
     r, c = _rows(n, nd)
     lo = jnp.zeros_like(a)
+    ok = None  # every pivot positive (LAPACK's potrf info == 0), per matrix
     for j in range(n):
         lj = lo[..., j:j + 1, :]                                          # (..., 1, n)
         col = a[..., :, j:j + 1] - jnp.sum(lo * lj, axis=-1, keepdims=True)  # (..., n, 1)
-        d = jnp.sqrt(col[..., j:j + 1, :])
+        piv = col[..., j:j + 1, :]
+        ok = piv > 0 if ok is None else ok & (piv > 0)
+        d = jnp.sqrt(piv)
         new = jnp.where(r > j, col / d, jnp.where(r == j, d, 0))
         lo = lo + new * jnp.astype(c == j, a.dtype)
+    if ok is not None:  # JAX's: a matrix that is not positive definite all NaN
+        lo = jnp.where(ok, lo, jnp.full_like(lo, _np.nan))
     return jnp.swapaxes(lo, -1, -2) if upper else lo
 
 
@@ -511,18 +610,38 @@ def _angle(x, y, z):
     return c, t * c
 
 
-@_at_once
-def eigh(a, UPLO="L", symmetrize_input=True):
-    """jnp.linalg.eigh: (eigenvalues ascending, eigenvectors as columns) of
-    a symmetric matrix, by cyclic Jacobi rotations in round-robin rounds,
-    swept until the off-diagonal part is at rounding level (a loop of the
-    program; under grad a fixed 10 sweeps), in float64 whatever the input's
-    float dtype (the result in it).
+def eigh(a, UPLO=None, symmetrize_input=True):
+    """jnp.linalg.eigh: EighResult(eigenvalues ascending, eigenvectors as
+    columns) of a symmetric matrix, by cyclic Jacobi rotations in
+    round-robin rounds, swept until the off-diagonal part is at rounding
+    level (a loop of the program; under grad a fixed 10 sweeps), in float64
+    whatever the input's float dtype (the result in it). With
+    symmetrize_input=False only the triangle UPLO names ('L', the default,
+    or 'U') is read, as LAPACK's; else (a + a.T) / 2.
     Eigenvectors' signs are the rotations' (LAPACK's are its own: compare
     up to sign)."""
+    if UPLO is None or UPLO == "L":
+        lower = True
+    elif UPLO == "U":
+        lower = False
+    else:
+        raise ValueError(f"UPLO must be one of None, 'L', or 'U', got {UPLO}")
+    return EighResult(*_eigh(a, lower, bool(symmetrize_input)))
+
+
+@_at_once
+def _eigh(a, lower, symmetrize_input):
     a = _symmetric("eigh", a, symmetrize_input)
+    if not symmetrize_input:  # the triangle named, mirrored
+        r, c = _rows(a.shape[-1], len(a.shape))
+        a = jnp.where(r >= c if lower else r <= c, a, jnp.swapaxes(a, -1, -2))
+    return _eigh_sym(a)
+
+
+def _eigh_sym(a):
+    """(w, v) of symmetric a (its dtype float)."""
     if _np.dtype(a.dtype) != _np.float64:  # rotations accumulate: swept in float64
-        w, v = eigh(a.astype(_np.float64), UPLO, False)
+        w, v = _eigh_sym(a.astype(_np.float64))
         return w.astype(a.dtype), v.astype(a.dtype)
     n0 = a.shape[-1]
     dt = _np.dtype(a.dtype)
@@ -557,29 +676,40 @@ def eigh(a, UPLO="L", symmetrize_input=True):
     return w, v
 
 
-@_at_once
-def eigvalsh(a, UPLO="L"):
+def eigvalsh(a, UPLO="L", *, symmetrize_input=True):
     """jnp.linalg.eigvalsh: eigh's eigenvalues."""
-    return eigh(a, UPLO)[0]
+    return eigh(a, UPLO, symmetrize_input=symmetrize_input).eigenvalues
 
 
-@_at_once
-def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
+def svd(a, full_matrices=True, compute_uv=True, hermitian=False, subset_by_index=None):
     """jnp.linalg.svd by one-sided Jacobi rotations (Hestenes): pairs of
     columns rotated until orthogonal, in round-robin rounds swept as eigh's
-    are; singular values their norms, descending.
-    full_matrices=True is taken as False (the thin U and Vh: a complete U
-    needs an orthogonal complement). Signs are the rotations'."""
+    are; singular values their norms, descending. SVDResult(U, S, Vh), or S
+    alone without compute_uv. full_matrices=True (the default, as JAX's):
+    U (..., m, m) and Vh (..., n, n), the thin factor completed to an
+    orthonormal basis (Householder QR of it); False: the thin U (..., m, k)
+    and Vh (..., k, n), k = min(m, n). Signs are the rotations' (LAPACK's
+    are its own: compare up to sign). hermitian is taken as False (the same
+    singular values)."""
+    if subset_by_index is not None:
+        raise NotImplementedError("jnp.linalg.svd: subset_by_index (TPU only in JAX) is not "
+                                  "implemented here")
+    r = _svd(a, bool(full_matrices), bool(compute_uv))
+    return SVDResult(*r) if compute_uv else r
+
+
+@_at_once
+def _svd(a, full_matrices, compute_uv):
     a = _float(a)
     if len(a.shape) < 2:
         raise ValueError("svd: the input must have at least two dimensions")
     _check_core_unsharded("svd", a)
     if _np.dtype(a.dtype) != _np.float64:  # rotations accumulate: swept in float64
-        r = svd(a.astype(_np.float64), full_matrices, compute_uv)
+        r = _svd(a.astype(_np.float64), full_matrices, compute_uv)
         return r.astype(a.dtype) if not compute_uv else tuple(x.astype(a.dtype) for x in r)
     m, n0 = a.shape[-2], a.shape[-1]
     if m < n0:  # the transpose's: U and V swapped
-        r = svd(jnp.swapaxes(a, -1, -2), full_matrices=False, compute_uv=compute_uv)
+        r = _svd(jnp.swapaxes(a, -1, -2), full_matrices, compute_uv)
         if not compute_uv:
             return r
         u, s_, vh = r
@@ -612,7 +742,11 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
         a, v = _sweep_until(a, v, sweep,
                             lambda a: jnp.einsum(f"{b}ij,{b}ij,ij->{b}", gram(a), gram(a), offmask),
                             lambda a: jnp.einsum(f"{b}ij,{b}ij->{b}", gram(a), gram(a)), dt)
-    s_ = jnp.sqrt(jnp.sum(a * a, axis=-2))[..., :n0]
+    # the columns' norms, 0 (with a zero gradient, not sqrt's infinite one) for a zero column
+    # (the padding one of an odd order, or a rank-deficient a)
+    ss = jnp.sum(a * a, axis=-2)[..., :n0]
+    pos = ss > 0
+    s_ = jnp.where(pos, jnp.sqrt(jnp.where(pos, ss, 1)), 0)
     order = jnp.argsort(-s_, axis=-1)
     s_ = jnp.take_along_axis(s_, order, axis=-1)
     if not compute_uv:
@@ -622,7 +756,20 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
     a = jnp.take_along_axis(a, idx, axis=-1)
     v = jnp.take_along_axis(v, jnp.broadcast_to(jnp.expand_dims(order, -2), v.shape), axis=-1)
     u = a / jnp.expand_dims(jnp.where(s_ == 0, 1, s_), -2)
+    if full_matrices and m > n0:
+        u = _complete(u, s_)
     return u, s_, jnp.swapaxes(v, -1, -2)
+
+
+def _complete(u, s_):
+    """U (..., m, m) from the thin u (..., m, k) of singular values s_
+    (descending): u's columns, those of zero singular values (zero columns,
+    last) and the m - k more taken from the complete Q of u's Householder
+    QR (orthonormal, its first columns spanning u's)."""
+    k = u.shape[-1]
+    q = qr(u, mode="complete")[0]
+    keep = jnp.expand_dims(s_ > 0, -2)
+    return jnp.concatenate([jnp.where(keep, u, q[..., :, :k]), q[..., :, k:]], axis=-1)
 
 
 @_at_once
@@ -647,29 +794,48 @@ def pinv(a, rtol=None, hermitian=False, *, rcond=None):
                       jnp.swapaxes(u, -1, -2))
 
 
+def matrix_rank(M, rtol=None, *, hermitian=False, tol=None):
+    """jnp.linalg.matrix_rank, JAX's: the count of singular values above
+    rtol (tol its alias), as JAX compares them (the given rtol taken as
+    the threshold itself; None: the largest singular value times max(m, n)
+    times eps); an input of fewer than two dimensions has rank 1 if any
+    element is nonzero, else 0."""
+    if tol is not None:
+        if rtol is not None:
+            raise ValueError("matrix_rank: only one of tol or rtol may be specified.")
+        rtol = tol
+    return _matrix_rank(M, rtol)
+
+
 @_at_once
-def matrix_rank(M, rtol=None, *, tol=None):
-    """jnp.linalg.matrix_rank: singular values above the tolerance (default
-    max(m, n) * eps * the largest)."""
-    s_ = svdvals(_float(M))
-    if tol is None:
-        r = rtol if rtol is not None else \
-            max(M.shape[-2], M.shape[-1]) * _np.finfo(_np.dtype(s_.dtype)).eps
-        tol = r * jnp.max(s_, axis=-1, keepdims=True)
-    return jnp.sum(jnp.astype(s_ > tol, _np.int32), axis=-1)
+def _matrix_rank(M, rtol):
+    M = _float(jnp.asarray(M) if not hasattr(M, "shape") else M)
+    if len(M.shape) < 2:
+        return jnp.astype(jnp.any(M != 0), _np.int32)
+    s_ = svdvals(M)
+    if rtol is None:
+        rtol = jnp.max(s_, axis=-1) * float(max(M.shape[-2:]) * _np.finfo(_np.dtype(s_.dtype)).eps)
+    if hasattr(rtol, "shape"):
+        rtol = jnp.expand_dims(rtol, len(rtol.shape))
+    return jnp.sum(jnp.astype(s_ > rtol, _np.int32), axis=-1)
 
 
 # ---- QR by Householder reflections ---------------------------------------------------
 
 
-@_at_once
 def qr(a, mode="reduced"):
     """jnp.linalg.qr: Householder reflections, one per column, with
     LAPACK's sign convention (R's diagonal -sign(a_kk) |column|), so Q and R
-    are numpy's. mode 'reduced' (Q m x k, R k x n), 'complete' (Q m x m)
-    or 'r' (R alone)."""
+    are numpy's. mode 'reduced' (QRResult(Q m x k, R k x n)), 'complete'
+    (Q m x m) or 'r' (R alone)."""
     if mode not in ("reduced", "complete", "r"):
         raise ValueError(f"Unsupported QR decomposition mode '{mode}'")
+    r = _qr(a, mode)
+    return r if mode == "r" else QRResult(*r)
+
+
+@_at_once
+def _qr(a, mode):
     if len(a.shape) < 2:
         raise ValueError("qr: the input must have at least two dimensions")
     a = _float(a)
@@ -701,34 +867,60 @@ def qr(a, mode="reduced"):
     return q, r
 
 
-@_at_once
 def lstsq(a, b, rcond=None, *, numpy_resid=False):
-    """jnp.linalg.lstsq for a of full column rank (m >= n): x from QR
-    (R x = Q^T b); residuals (numpy's: the squared norms of b - a x when
-    m > n), rank from R's diagonal, and the singular values (Jacobi's)."""
+    """jnp.linalg.lstsq, JAX's: (x, resid, rank, s), x the minimum-norm
+    least-squares solution from the thin SVD (singular values below rcond
+    times the largest, default eps * max(m, n), and zeros, left out: any
+    rank, tall or wide); resid the squared norms of b - a x per column
+    (numpy_resid: empty when rank < n or m <= n, as numpy's), rank the
+    count of singular values kept, s the singular values."""
+    x, resid, rank, s_ = _lstsq(a, b, rcond)
+    if numpy_resid and (a.shape[0] <= a.shape[1] or bool(rank < a.shape[1])):
+        resid = jnp.asarray(_np.zeros((0,), _np.dtype(resid.dtype)))
+    return x, resid, rank, s_
+
+
+@_at_once
+def _lstsq(a, b, rcond):
     a, b = _float(a), _float(b)
-    if len(a.shape) != 2:
-        raise ValueError("lstsq: a must be a matrix")
-    m, n = a.shape
-    if m < n:
-        raise InvalidArgument("jnp.linalg.lstsq: an underdetermined system (more columns than "
-                              "rows) is not implemented here (its minimum-norm solution: "
-                              "pinv(a) @ b)")
+    if _np.dtype(a.dtype) != _np.dtype(b.dtype):
+        dt = jnp.result_type(a, b)
+        a, b = jnp.astype(a, dt), jnp.astype(b, dt)
+    if a.shape[0] != b.shape[0]:
+        raise ValueError("Leading dimensions of input arrays must match")
     vec = len(b.shape) == 1
     if vec:
         b = jnp.expand_dims(b, -1)
-    q, r = qr(a)
-    y = jnp.matmul(jnp.swapaxes(q, -1, -2), b)
-    x = _substitute(r, y, lower=False)
-    d = jnp.abs(_diag(r))
-    tol = (rcond if rcond is not None else _np.finfo(_np.dtype(a.dtype)).eps * max(m, n)) * \
-        jnp.max(d)
-    rank = jnp.sum(jnp.astype(d > tol, _np.int32))
-    resid = jnp.sum((jnp.matmul(a, x) - b) ** 2, axis=0) if m > n else \
-        jnp.zeros((0,), a.dtype)
+    if len(a.shape) != 2:
+        raise TypeError(f"{len(a.shape)}-dimensional array given. Array must be "
+                        f"two-dimensional")
+    if len(b.shape) != 2:
+        raise TypeError(f"{len(b.shape)}-dimensional array given. Array must be one or "
+                        f"two-dimensional")
+    m, n = a.shape
+    dt = _np.dtype(a.dtype)
+    eps = float(_np.finfo(dt).eps)
+    if m == 0 or n == 0:
+        s_ = jnp.zeros((0,), dt)
+        rank = jnp.asarray(_np.zeros((), _np.int32))
+        x = jnp.zeros((n,) + tuple(b.shape[1:]), dt)
+    else:
+        if rcond is None:
+            rcond = eps * max(n, m)
+        elif hasattr(rcond, "shape"):
+            rcond = jnp.where(rcond < 0, eps, rcond)
+        elif rcond < 0:
+            rcond = eps
+        u, s_, vt = _svd(a, False, True)
+        mask = (s_ > 0) & (s_ >= rcond * s_[0])
+        rank = jnp.sum(jnp.astype(mask, _np.int32))
+        s_inv = jnp.expand_dims(jnp.where(mask, 1 / jnp.where(mask, s_, 1), 0), -1)
+        x = jnp.matmul(jnp.swapaxes(vt, 0, 1), s_inv * jnp.matmul(jnp.swapaxes(u, 0, 1), b))
+    r = b - jnp.matmul(a, x)
+    resid = jnp.sum(r * r, axis=0)
     if vec:
         x = x[:, 0]
-    return x, resid, rank, svdvals(a)
+    return x, resid, rank, s_
 
 
 # ---- cond, tensorinv, tensorsolve (eigvals needs complex numbers: not here) ------------

@@ -309,8 +309,11 @@ def eigh(a, b=None, lower=True, eigvals_only=False, overwrite_a=False, overwrite
 
 def svd(a, full_matrices=True, compute_uv=True, overwrite_a=False, check_finite=True,
         lapack_driver="gesdd"):
-    """scipy.linalg.svd (the thin factors, as shmap.linalg.svd)."""
-    return _la.svd(a, full_matrices=full_matrices, compute_uv=compute_uv)
+    """scipy.linalg.svd: (u, s, vh) as a plain tuple (JAX's lax.linalg.svd's
+    result), full u and vh unless full_matrices=False; s alone without
+    compute_uv."""
+    r = _la.svd(a, full_matrices=full_matrices, compute_uv=compute_uv)
+    return tuple(r) if compute_uv else r
 
 
 def qr(a, overwrite_a=False, lwork=None, mode="full", pivoting=False, check_finite=True):
@@ -322,7 +325,7 @@ def qr(a, overwrite_a=False, lwork=None, mode="full", pivoting=False, check_fini
         raise NotImplementedError("scipy.linalg.qr: pivoting=True is not implemented here")
     if mode == "r":
         return (_la.qr(a, mode="complete")[1],)
-    return _la.qr(a, mode={"full": "complete", "economic": "reduced"}[mode])
+    return tuple(_la.qr(a, mode={"full": "complete", "economic": "reduced"}[mode]))
 
 
 def qr_multiply(a, c, mode="right", pivoting=False, conjugate=False, overwrite_a=False,

@@ -16,8 +16,10 @@ float64's). gammainc / gammaincc (XLA's igamma / igammac: a series or a
 continued fraction), betainc (the continued fraction by Lentz's method),
 expn, hyp1f1 iterate in lax.while_loop until each element has converged
 (the loop of JAX's lowering, or of JAX's vmap of its scalar loop); zeta and
-polygamma are XLA's (chlo) Euler-Maclaurin formula. Half floats are
-computed in float32 where JAX's lowerings do so."""
+polygamma are XLA's (chlo) Euler-Maclaurin formula; ndtri is Cephes'
+piecewise rational approximation (JAX's _ndtri); erfinv, xlogy and xlog1py
+carry JAX's derivative rules (custom_jvp). Half floats are computed in
+float32 where JAX's lowerings do so."""
 import math
 import numbers
 import operator
@@ -166,9 +168,23 @@ def erfc(x):
     return jnp.where(z < 0.5, 1.0 - jnp.erf(x), tail)
 
 
+def _erf_inv_jvp(primals, tangents):
+    """JAX's erf_inv derivative: sqrt(pi) / 2 * exp(erf_inv(x)**2)."""
+    ans = _erf_inv(primals[0])
+    return ans, (math.sqrt(math.pi) / 2.0) * (tangents[0] * jnp.exp(ans * ans))
+
+
+# lax.erf_inv with JAX's derivative rule (differentiating XLA's polynomial itself gives NaN:
+# its where(|x| == 1, x * inf, ...) sends 0 * inf back)
+_erf_inv = custom_jvp(lambda x: lax.erf_inv(x))
+_erf_inv.defjvp(_erf_inv_jvp)
+
+
 @_at_once
 def erfinv(x):
-    return lax.erf_inv(_float(x, "erfinv"))
+    """The inverse of erf (lax.erf_inv), its derivative JAX's:
+    sqrt(pi) / 2 * exp(erfinv(x)**2)."""
+    return _erf_inv(_float(x, "erfinv"))
 
 
 def _erfcx_impl(x, nterms):
@@ -250,20 +266,41 @@ def logit(x):
     return jnp.log(x / (1 - x))
 
 
-@_at_once
-def xlogy(x, y):
-    """x * log(y), 0 where x is 0 (NaN where y is NaN, as JAX's)."""
-    x, y = _promote_inexact("xlogy", x, y)
+def _xlogy_impl(x, y):
     keep = (x != 0) | jnp.isnan(y)
     return jnp.where(keep, x * jnp.log(jnp.where(keep, y, 1.0)), 0.0)
 
 
-@_at_once
-def xlog1py(x, y):
-    """x * log1p(y), 0 where x is 0 (NaN where y is NaN, as JAX's)."""
-    x, y = _promote_inexact("xlog1py", x, y)
+def _xlog1py_impl(x, y):
     keep = (x != 0) | jnp.isnan(y)
     return jnp.where(keep, x * jnp.log1p(jnp.where(keep, y, 0.0)), 0.0)
+
+
+# JAX's custom_jvp rules: d/dx = log(y) (log1p(y)), d/dy = x / y (x / (1 + y)), also at x == 0
+_xlogy = custom_jvp(_xlogy_impl)
+_xlogy.defjvp(lambda primals, tangents: (
+    _xlogy(*primals),
+    tangents[0] * jnp.log(primals[1]) + tangents[1] * primals[0] / primals[1]))
+_xlog1py = custom_jvp(_xlog1py_impl)
+_xlog1py.defjvp(lambda primals, tangents: (
+    _xlog1py(*primals),
+    tangents[0] * jnp.log1p(primals[1]) + tangents[1] * primals[0] / (1 + primals[1])))
+
+
+@_at_once
+def xlogy(x, y):
+    """x * log(y), 0 where x is 0 (NaN where y is NaN, as JAX's); JAX's
+    derivative rule (log(y) in x, x / y in y, also where x is 0)."""
+    x, y = _promote_inexact("xlogy", x, y)
+    return _xlogy(x, y)
+
+
+@_at_once
+def xlog1py(x, y):
+    """x * log1p(y), 0 where x is 0 (NaN where y is NaN, as JAX's); JAX's
+    derivative rule (log1p(y) in x, x / (1 + y) in y)."""
+    x, y = _promote_inexact("xlog1py", x, y)
+    return _xlog1py(x, y)
 
 
 @_at_once
@@ -1292,11 +1329,66 @@ def ndtr(x):
     return 0.5 * erfc(-x / math.sqrt(2))
 
 
-@_at_once
 def ndtri(p):
-    """The standard normal quantile function."""
-    p = _float(p, "ndtri")
-    return math.sqrt(2) * lax.erf_inv(2 * p - 1)
+    """The standard normal quantile function, JAX's: Cephes' piecewise
+    rational approximations (float32 and float64 only: JAX's TypeError for
+    any other dtype), accurate in both tails (p down to the smallest
+    normal number), -inf at 0 and inf at 1; differentiated through them."""
+    dtype = _np.dtype(p.dtype) if hasattr(p, "dtype") else \
+        _np.dtype(_np.float32) if isinstance(p, float) else _np.asarray(p).dtype
+    if dtype == _np.int64:  # JAX canonicalizes it (its x64 off)
+        dtype = _np.dtype(_np.int32)
+    if dtype not in (_np.float32, _np.float64):
+        raise TypeError(f"x.dtype={dtype} is not supported, see docstring for supported "
+                        f"types.")
+    return _ndtri(p)
+
+
+# Cephes' ndtri coefficients (JAX's _ndtri's)
+_NDTRI_P0 = (-5.99633501014107895267E1, 9.80010754185999661536E1, -5.66762857469070293439E1,
+             1.39312609387279679503E1, -1.23916583867381258016E0)
+_NDTRI_Q0 = (1.0, 1.95448858338141759834E0, 4.67627912898881538453E0, 8.63602421390890590575E1,
+             -2.25462687854119370527E2, 2.00260212380060660359E2, -8.20372256168333339912E1,
+             1.59056225126211695515E1, -1.18331621121330003142E0)
+_NDTRI_P1 = (4.05544892305962419923E0, 3.15251094599893866154E1, 5.71628192246421288162E1,
+             4.40805073893200834700E1, 1.46849561928858024014E1, 2.18663306850790267539E0,
+             -1.40256079171354495875E-1, -3.50424626827848203418E-2,
+             -8.57456785154685413611E-4)
+_NDTRI_Q1 = (1.0, 1.57799883256466749731E1, 4.53907635128879210584E1, 4.13172038254672030440E1,
+             1.50425385692907503408E1, 2.50464946208309415979E0, -1.42182922854787788574E-1,
+             -3.80806407691578277194E-2, -9.33259480895457427372E-4)
+_NDTRI_P2 = (3.23774891776946035970E0, 6.91522889068984211695E0, 3.93881025292474443415E0,
+             1.33303460815807542389E0, 2.01485389549179081538E-1, 1.23716634817820021358E-2,
+             3.01581553508235416007E-4, 2.65806974686737550832E-6, 6.23974539184983293730E-9)
+_NDTRI_Q2 = (1.0, 6.02427039364742014255E0, 3.67983563856160859403E0, 1.37702099489081330271E0,
+             2.16236993594496635890E-1, 1.34204006088543189037E-2, 3.28014464682127739104E-4,
+             2.89247864745380683936E-6, 6.79019408009981274425E-9)
+
+
+@_at_once
+def _ndtri(p):
+    """JAX's _ndtri: for p > exp(-2) (after complementing p above
+    1 - exp(-2)) x / sqrt(2 pi) = w + w**3 P0(w**2) / Q0(w**2), w = p - 0.5;
+    below, z = sqrt(-2 log p) and x = z - log(z) / z - P(1/z) / Q(1/z) / z,
+    (P, Q) = (P2, Q2) where z >= 8, else (P1, Q1)."""
+    if not hasattr(p, "dtype"):
+        p = jnp.asarray(p)
+    dt = _np.dtype(p.dtype).type
+    mcp = jnp.where(p > float(dt(-_np.expm1(-2.0))), 1.0 - p, p)
+    # 0 would make NaNs below (its result is not used): any harmless value in its place
+    smcp = jnp.where(mcp == 0.0, _full(p, 0.5), mcp)
+    w = smcp - 0.5
+    ww = w * w
+    big = w + w * ww * (_polyval(_NDTRI_P0, ww) / _polyval(_NDTRI_Q0, ww))
+    big = big * -float(dt(_np.sqrt(2.0 * _np.pi)))
+    z = jnp.sqrt(-2.0 * jnp.log(smcp))
+    first = z - jnp.log(z) / z
+    small = first - _polyval(_NDTRI_P2, 1 / z) / _polyval(_NDTRI_Q2, 1 / z) / z
+    other = first - _polyval(_NDTRI_P1, 1 / z) / _polyval(_NDTRI_Q1, 1 / z) / z
+    x = jnp.where(smcp > float(dt(_np.exp(-2.0))), big, jnp.where(z >= 8.0, small, other))
+    x = jnp.where(p > float(dt(1.0 - _np.exp(-2.0))), x, -x)
+    inf = _full(p, _np.inf)
+    return jnp.where(p == 0.0, -inf, jnp.where(p == 1.0, inf, x))
 
 
 def _log_ndtr_series(x, series_order):

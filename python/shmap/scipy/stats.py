@@ -84,7 +84,8 @@ def _logsf(x, loc=0, scale=1):
 
 @_at_once
 def _ppf(q, loc=0, scale=1):
-    return loc + scale * _sp.ndtri(q)
+    """JAX's: ndtri(q) * scale + loc (Cephes' ndtri: both tails kept)."""
+    return _sp.ndtri(q) * scale + loc
 
 
 @_at_once
@@ -261,7 +262,8 @@ def _laplace_cdf(x, loc=0, scale=1):
     return jnp.where(d <= 0, 0.5 * jnp.exp(d), 1 - 0.5 * jnp.exp(-d))
 
 
-laplace = _namespace("laplace", logpdf=_laplace_logpdf, pdf=_exp_of(_laplace_logpdf), cdf=_laplace_cdf)
+laplace = _namespace("laplace", logpdf=_laplace_logpdf, pdf=_exp_of(_laplace_logpdf),
+                     cdf=_laplace_cdf)
 
 
 @_at_once
@@ -323,8 +325,8 @@ def _uniform_ppf(q, loc=0, scale=1):
     return jnp.where(jnp.isnan(q) | (q < 0) | (q > 1), _np.nan, loc + scale * q)
 
 
-uniform = _namespace("uniform", logpdf=_uniform_logpdf, pdf=_exp_of(_uniform_logpdf), cdf=_uniform_cdf,
-                     ppf=_uniform_ppf)
+uniform = _namespace("uniform", logpdf=_uniform_logpdf, pdf=_exp_of(_uniform_logpdf),
+                     cdf=_uniform_cdf, ppf=_uniform_ppf)
 
 
 @_at_once
@@ -461,7 +463,8 @@ def _gennorm_cdf(x, beta):
     return 0.5 * (1 + jnp.sign(x) * _sp.gammainc(1 / beta, jnp.power(jnp.abs(x), beta)))
 
 
-gennorm = _namespace("gennorm", logpdf=_gennorm_logpdf, cdf=_gennorm_cdf, pdf=_exp_of(_gennorm_logpdf))
+gennorm = _namespace("gennorm", logpdf=_gennorm_logpdf, cdf=_gennorm_cdf,
+                     pdf=_exp_of(_gennorm_logpdf))
 
 
 def _gumbel_args(name, x, loc, scale):
@@ -816,7 +819,8 @@ def _multinomial_logpmf(x, n, p):
     return jnp.where(jnp.sum(x) == n, logprobs, -_INF)
 
 
-multinomial = _namespace("multinomial", logpmf=_multinomial_logpmf, pmf=_exp_of(_multinomial_logpmf))
+multinomial = _namespace("multinomial", logpmf=_multinomial_logpmf,
+                         pmf=_exp_of(_multinomial_logpmf))
 
 
 # ---- mode, rankdata, sem ------------------------------------------------------------------
