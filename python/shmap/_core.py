@@ -74,7 +74,14 @@ _AS_BUILTIN = (
     ("`with_sharding_constraint` acts as an assert", AssertionError),  # Explicit axes
     ("of an empty sequence", ValueError),                 # argmax of a size-0 array
     # shape errors, as JAX's shape rules and indexing raise them
-    ("expected shapes that broadcast together", TypeError),
+    # (jnp's broadcasting raises ValueError, lax's shape rules TypeError: both)
+    ("expected shapes that broadcast together", (ValueError, TypeError)),
+    ("cannot be broadcast to shape", ValueError),         # broadcast_to
+    ("expected equal shapes except along axis", TypeError),  # concatenate
+    ("dtype must be a dtype", TypeError),                 # astype('foo')
+    ("an index must be a static integer", TypeError),     # x[1.0]
+    ("got an unexpected keyword argument", TypeError),    # a call's binding, as Python's
+    ("missing a required argument", TypeError),
     ("cannot reshape ", TypeError),
     ("expected the last dimension of the first to equal", TypeError),  # dot, matmul
     ("shape must be a static integer", TypeError),        # JAX's ConcretizationTypeError
@@ -123,7 +130,8 @@ def _builtin_class(cls, builtin):
     pair): code catching either catches it."""
     sub = _BUILTIN_CLASSES.get((cls, builtin))
     if sub is None:
-        sub = type(cls.__name__, (cls, builtin), {"__module__": cls.__module__})
+        bases = (cls,) + (builtin if isinstance(builtin, tuple) else (builtin,))
+        sub = type(cls.__name__, bases, {"__module__": cls.__module__})
         _BUILTIN_CLASSES[(cls, builtin)] = sub
     return sub
 

@@ -895,6 +895,12 @@ class Tracer(_Shaped):
         from . import numpy as jnp
         return jnp
 
+    def tolist(self):
+        """JAX's: a traced value has no Python value."""
+        raise ConcretizationTypeError(f"Abstract tracer value encountered where concrete value "
+                                      f"is expected: {self._error_repr()}\nThe problem arose "
+                                      f"with the `tolist` function.")
+
     def copy(self):
         return self
 

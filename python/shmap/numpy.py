@@ -851,7 +851,11 @@ def _broadcast_to_sharded(array, shape, out_sharding):
 @_at_once
 def swapaxes(a, axis1, axis2):
     """jnp.swapaxes: a transpose exchanging two axes."""
-    perm = list(range(len(a.shape)))
+    n = len(a.shape)
+    for ax in (axis1, axis2):
+        if not -n <= ax < n:
+            raise ValueError(f"axis {ax} is out of bounds for array of dimension {n}")
+    perm = list(range(n))
     perm[axis1], perm[axis2] = perm[axis2], perm[axis1]
     return transpose(a, tuple(perm))  # noqa: F821
 
