@@ -9,11 +9,13 @@ SM_PACKAGES=(
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler grpc-proto
   libopenblas-dev check libsubunit-dev libjansson-dev libxxhash-dev libsqlite3-dev libmicrohttpd-dev prometheus
   libssl-dev openssl
-  iproute2 procps python3 python3-numpy python3-yaml python3-dev python3-pytest
+  iproute2 procps python3 python3-numpy python3-yaml python3-dev python3-pytest python3-scipy
   gdb
 )
 # gdb: the Python tests dump the thread stacks of a cluster whose test runs
 # past 40 s (python/tests/conftest.py), so that a hang shows where it waits.
+# python3-scipy: reference values of special functions in the Python tests
+# (test_linalg_idioms); shmap itself does not import it.
 # Benchmarks compare against Open MPI when it is there; tests do not need it.
 if [ "${SM_WITH_BENCH:-0}" = 1 ]; then
   SM_PACKAGES+=(libopenmpi-dev openmpi-bin iperf3)

@@ -2084,3 +2084,30 @@ def test_cond_constant_branches_checked(c):
         shmap.jit(lambda p: lax.cond(p, lambda: jnp.float32(1.0), lambda: jnp.int32(1)))(True)
     assert float(shmap.jit(lambda p: lax.cond(p, lambda: 1.0, lambda: jnp.float32(2.0)))(
         False)) == 2.0
+
+
+def test_more_refusals_are_builtin_exceptions(c):
+    """Refusals JAX raises as built-in exceptions are those too: shapes that
+    do not broadcast (ValueError and TypeError: jnp's and lax's), a bad
+    broadcast_to (ValueError), astype of a non-dtype and a float index
+    (TypeError), a jit call's unexpected keyword (TypeError), swapaxes out
+    of range (ValueError), a traced value's tolist()
+    (ConcretizationTypeError). They were InvalidArguments only (or an
+    IndexError from a list)."""
+    x = np.ones(3, np.float32)
+    with pytest.raises(ValueError, match="broadcast together"):
+        jnp.add(np.ones(2), np.ones(3))
+    with pytest.raises(TypeError, match="broadcast together"):
+        jnp.add(np.ones(2), np.ones(3))
+    with pytest.raises(ValueError, match="cannot be broadcast to shape"):
+        shmap.jit(lambda a: jnp.broadcast_to(a, (4,)))(x)
+    with pytest.raises(TypeError, match="dtype must be a dtype"):
+        shmap.jit(lambda a: a.astype("foo"))(x)
+    with pytest.raises(TypeError, match="an index must be a static integer"):
+        shmap.jit(lambda a: a[1.0])(x)
+    with pytest.raises(TypeError, match="got an unexpected keyword argument 'c'"):
+        shmap.jit(lambda a, b=1: a * b)(x, c=2)
+    with pytest.raises(ValueError, match="axis 2 is out of bounds"):
+        jnp.swapaxes(c.device_put(x, NamedSharding(c.make_mesh((1,), ("d",)), P())), 0, 2)
+    with pytest.raises(shmap.errors.ConcretizationTypeError):
+        shmap.jit(lambda a: a.tolist())(x)
