@@ -17,7 +17,7 @@
 See docs/python.md. The ops of shmap.numpy and shmap.lax come from the C op
 table at import."""
 from . import ad_checkpoint, debug, errors, lax, nn, numpy, ops, random, scipy, tree_util
-from . import dtypes, experimental, profiler, sharding
+from . import dtypes, experimental, image, profiler, sharding
 from ._config import (checking_leaks, config, debug_infs, debug_nans, default_matmul_precision,
                       disable_jit, enable_x64, explain_cache_misses, log_compiles,
                       numpy_dtype_promotion, numpy_rank_promotion, transfer_guard,
@@ -64,8 +64,8 @@ __all__ = [
     "device_count", "device_get", "device_put", "devices", "disable_jit", "dtypes", "enable_x64",
     "ensure_compile_time_eval", "errors", "eval_shape", "experimental", "explain_cache_misses",
     "Explicit", "explicit_axes", "FailedPrecondition", "Future", "get_mesh", "grad", "hessian",
-    "host_count", "host_id", "host_ids", "Internal", "InvalidArgument", "jacfwd", "jacobian",
-    "jacrev", "jit", "jvp", "lax", "linear_transpose", "linearize", "local_cluster",
+    "host_count", "host_id", "host_ids", "image", "Internal", "InvalidArgument", "jacfwd",
+    "jacobian", "jacrev", "jit", "jvp", "lax", "linear_transpose", "linearize", "local_cluster",
     "local_device_count", "local_devices", "log_compiles", "Lowered", "make_array_from_callback",
     "make_array_from_process_local_data", "make_array_from_single_device_arrays", "make_jaxpr",
     "make_mesh", "Mesh", "named_call", "named_scope", "NamedSharding", "nn", "NotFound", "numpy",

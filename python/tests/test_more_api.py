@@ -2111,3 +2111,27 @@ def test_more_refusals_are_builtin_exceptions(c):
         jnp.swapaxes(c.device_put(x, NamedSharding(c.make_mesh((1,), ("d",)), P())), 0, 2)
     with pytest.raises(shmap.errors.ConcretizationTypeError):
         shmap.jit(lambda a: a.tolist())(x)
+
+
+def test_image_resize(c):
+    """jax.image.resize and scale_and_translate (missing), by JAX's kernels
+    and weights: area is the block mean, nearest JAX's offsets, linear
+    without antialias the interpolation at (i + 0.5) m / n - 0.5 (clamped
+    weights at the edges), linear with antialias on downsampling TF's and
+    JAX's filtered values; a jit of it too."""
+    from shmap import image
+    x = np.arange(16, dtype=np.float32).reshape(1, 4, 4, 1)
+    xa = c.device_put(x, NamedSharding(c.make_mesh((1,), ("d",)), P()))
+    area = np.asarray(image.resize(xa, (1, 2, 2, 1), "area"))[0, :, :, 0]
+    assert np.allclose(area, x[0, :, :, 0].reshape(2, 2, 2, 2).mean(axis=(1, 3)))
+    near = np.asarray(image.resize(xa, (1, 8, 8, 1), image.ResizeMethod.NEAREST))[0, :, :, 0]
+    assert np.array_equal(near, x[0, :, :, 0][np.ix_([0, 0, 1, 1, 2, 2, 3, 3],
+                                                    [0, 0, 1, 1, 2, 2, 3, 3])])
+    lin = shmap.jit(lambda v: image.resize(v, (1, 6, 4, 1), "linear", antialias=False))(xa)
+    assert np.allclose(np.asarray(lin)[0, :, 0, 0], [0, 2, 14 / 3, 22 / 3, 10, 12], rtol=1e-5)
+    down = np.asarray(image.resize(xa, (1, 2, 2, 1), "bilinear"))[0, :, :, 0]
+    assert np.allclose(down, [[25 / 7, 36 / 7], [69 / 7, 80 / 7]], rtol=1e-5)
+    st = image.scale_and_translate(xa, (1, 4, 4, 1), (1, 2), (1.0, 1.0), (1.0, 0.0), "linear")
+    assert np.allclose(np.asarray(st)[0, 1:, :, 0], x[0, :3, :, 0])
+    with pytest.raises(ValueError, match="Unknown resize method"):
+        image.resize(xa, (1, 2, 2, 1), "bogus")
