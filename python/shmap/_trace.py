@@ -2289,6 +2289,12 @@ class _Traced:
         """jit(f).eval_shape(*args): shmap.eval_shape of this function."""
         return eval_shape(self, *args, **kwargs)
 
+    def trace(self, *args, **kwargs):
+        """jit(f).trace(*args): JAX's Traced stage: .jaxpr (the program, as
+        make_jaxpr gives it), .out_info (the results' ShapeDtypeStructs),
+        .lower() (the Lowered)."""
+        return _TracedStage(self, args, kwargs)
+
     def clear_cache(self):
         """Forgets this function's traces (JAX's jit(f).clear_cache())."""
         self._cache.clear()
@@ -3334,6 +3340,24 @@ def _result_specs(outs, mesh, first):
                 not (given.spec.unreduced or given.spec.reduced) and \
                 _padded(spec, a.ndim) == _padded(given.spec, a.ndim):
             a._given_spec = given.spec
+
+
+class _TracedStage:
+    """JAX's jit(f).trace(*args): what the trace gives before lowering."""
+
+    def __init__(self, fn, args, kwargs):
+        self._fn, self._args, self._kwargs = fn, args, kwargs
+
+    def lower(self):
+        return self._fn.lower(*self._args, **self._kwargs)
+
+    @property
+    def jaxpr(self):
+        return self.lower()
+
+    @property
+    def out_info(self):
+        return eval_shape(self._fn, *self._args, **self._kwargs)
 
 
 def make_jaxpr(fun, static_argnums=()):

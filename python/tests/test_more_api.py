@@ -2135,3 +2135,14 @@ def test_image_resize(c):
     assert np.allclose(np.asarray(st)[0, 1:, :, 0], x[0, :3, :, 0])
     with pytest.raises(ValueError, match="Unknown resize method"):
         image.resize(xa, (1, 2, 2, 1), "bogus")
+
+
+def test_jit_trace_stage(c):
+    """jit(f).trace(*args), JAX's Traced stage (missing): out_info the
+    results' ShapeDtypeStructs, jaxpr the program, lower() the Lowered that
+    compiles and runs."""
+    x = np.ones((4, 2), np.float32)
+    t = shmap.jit(lambda a: (a * 2, a.sum())).trace(x)
+    assert [o.shape for o in t.out_info] == [(4, 2), ()]
+    assert "jit" in t.jaxpr.as_text()
+    assert np.array_equal(np.asarray(t.lower().compile()(x)[0]), 2 * x)
