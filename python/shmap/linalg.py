@@ -281,22 +281,16 @@ def _solve_shapes(a_shape, b_shape):
     if len(a_shape) < 2:
         raise ValueError(f"left hand array must be at least two dimensional; got "
                          f"a.shape={a_shape}")
+    from .numpy import _loop_shape
     sig = "(m,m),(m)->(m)" if len(b_shape) == 1 else "(m,m),(m,n)->(m,n)"
     ctx = f"on vectorized function with excluded=frozenset() and signature={sig!r}"
-    sizes = {}
-    for shape, core in ((a_shape, ("m", "m")), (b_shape, ("m",) if len(b_shape) == 1
-                                                else ("m", "n"))):
-        if len(shape) < len(core):
-            raise ValueError(f"input with shape {shape!r} does not have enough dimensions for "
-                             f"all core dimensions {core!r} {ctx}")
-        for dim, size in zip(core, shape[len(shape) - len(core):]):
-            if sizes.setdefault(dim, size) != size:
-                raise ValueError(f"inconsistent size for core dimension {dim!r}: {size!r} vs "
-                                 f"{sizes[dim]!r} {ctx}")
-    shapes = [a_shape[:-2], b_shape[:-2] if len(b_shape) > 1 else ()]
+    cores = [("m", "m"), ("m",) if len(b_shape) == 1 else ("m", "n")]
     try:
-        return tuple(_np.broadcast_shapes(*shapes))
-    except ValueError:
+        return _loop_shape([a_shape, b_shape], cores, ctx)[0]
+    except ValueError as e:
+        if "core dimension" in str(e):  # (vectorize's own sentences)
+            raise
+        shapes = [a_shape[:-2], b_shape[:-2] if len(b_shape) > 1 else ()]
         raise ValueError(f"Incompatible shapes for broadcasting: shapes={shapes}") from None
 
 
