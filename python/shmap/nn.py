@@ -9,7 +9,7 @@ devices)."""
 from . import lax
 from . import numpy as jnp
 from ._grad import custom_jvp as _custom_jvp, stop_gradient as _stop_gradient
-from .numpy import _at_once
+from .numpy import _at_once, _reduced_axes
 
 import math
 import numbers
@@ -90,16 +90,6 @@ def gelu(x, approximate=True):
         cdf = 0.5 * (1.0 + jnp.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * (x ** 3))))
         return x * cdf
     return 0.5 * x * lax.erfc(-x * math.sqrt(0.5))
-
-
-def _reduced_axes(x, axis):
-    """The dimensions a reduction of x over axis (None, an int or a tuple)
-    takes away, non-negative and sorted."""
-    nd = len(x.shape)
-    if axis is None:
-        return tuple(range(nd))
-    axes = (axis,) if isinstance(axis, numbers.Integral) else tuple(axis)
-    return tuple(sorted(int(d) % nd for d in axes))
 
 
 @_at_once

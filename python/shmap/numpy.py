@@ -196,11 +196,11 @@ __all__ += ["invert", "bitwise_invert"]
 
 def _reduced_axes(a, axis):
     """The dimensions a reduction of a over axis (None, an int or a tuple)
-    takes away, non-negative."""
+    takes away, non-negative and sorted."""
     if axis is None:
         return tuple(range(len(a.shape)))
     axes = (axis,) if isinstance(axis, numbers.Integral) else axis
-    return tuple(int(d) % len(a.shape) for d in axes)
+    return tuple(sorted(int(d) % len(a.shape) for d in axes))
 
 
 def _reduced_count(a, axis):
